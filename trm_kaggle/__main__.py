@@ -1,0 +1,5 @@
+import sys
+
+from trm_kaggle.cli import main
+
+sys.exit(main())

@@ -1,0 +1,212 @@
+"""Building blocks of the TRM network: init, norm, rope, attention, SwiGLU, blocks.
+
+Parameters are always float32. Activations run in the model's compute dtype
+(float32 on CPU, usually bfloat16 on CUDA); a layer casts its float32 weight to
+the activation dtype only when the two differ, so the float32 path has no casts.
+Module and weight names follow upstream so its checkpoints map one to one
+(see `trm_kaggle.model.upstream`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CosSin = Tuple[torch.Tensor, torch.Tensor]
+
+
+# ---------------------------------------------------------------------------
+# Initialisation
+# ---------------------------------------------------------------------------
+
+
+def trunc_normal_(tensor: torch.Tensor, std: float = 1.0, lower: float = -2.0, upper: float = 2.0) -> torch.Tensor:
+    """Truncated normal whose *actual* standard deviation is `std` (JAX/Flax convention).
+
+    `torch.nn.init.trunc_normal_(std=s)` cuts a N(0, s^2) at +-2s, which leaves a
+    spread below s. Upstream uses the JAX convention instead: sample a standard
+    normal truncated to [lower, upper] and rescale it so the result has std `std`.
+    The variance of a standard normal truncated to [a, b] is
+    1 + (a*phi(a) - b*phi(b))/Z - ((phi(a) - phi(b))/Z)^2 with Z = Phi(b) - Phi(a).
+    """
+    with torch.no_grad():
+        if std == 0:
+            return tensor.zero_()
+        phi = lambda x: math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)  # noqa: E731
+        cdf = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
+        z = cdf(upper) - cdf(lower)
+        var = 1 + (lower * phi(lower) - upper * phi(upper)) / z - ((phi(lower) - phi(upper)) / z) ** 2
+        scale = std / math.sqrt(var)
+        nn.init.trunc_normal_(tensor, mean=0.0, std=1.0, a=lower, b=upper)
+        return tensor.mul_(scale)
+
+
+# ---------------------------------------------------------------------------
+# Norm, rotary position encoding
+# ---------------------------------------------------------------------------
+
+
+def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm without a learned weight over the last axis, statistics in float32."""
+    if x.dtype == torch.float32 and hasattr(F, "rms_norm"):
+        return F.rms_norm(x, (x.shape[-1],), eps=eps)
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    return x.to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE tables for every position (prefix + sequence), cached per dtype/device.
+
+    Half-split layout as upstream: dimension i pairs with i + head_dim/2, so
+    rotate(x) = cat(-x2, x1) and cos/sin are [freqs, freqs].
+    """
+
+    def __init__(self, head_dim: int, max_positions: int, base: float):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        # Not persistent: they are a pure function of the config, and upstream does not save them.
+        self.register_buffer("cos_cached", emb.cos(), persistent=False)
+        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+        self._cast: dict = {}
+
+    def forward(self, dtype: torch.dtype) -> CosSin:
+        if dtype == self.cos_cached.dtype:
+            return self.cos_cached, self.sin_cached
+        key = (dtype, self.cos_cached.device)
+        if key not in self._cast:  # cast once, not on every layer call
+            self._cast = {key: (self.cos_cached.to(dtype), self.sin_cached.to(dtype))}
+        return self._cast[key]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (..., S, n, head_dim) with cos/sin (S, 1, head_dim) broadcast over the n heads."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+# ---------------------------------------------------------------------------
+# Linear layers
+# ---------------------------------------------------------------------------
+
+
+class CastedLinear(nn.Module):
+    """Linear layer with float32 weights used in the activation dtype; LeCun-normal init."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+        super().__init__()
+        self.weight = nn.Parameter(trunc_normal_(torch.empty(out_features, in_features), std=in_features**-0.5))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        # Set by TinyRecursiveModel for one forward pass in reduced precision so the
+        # float32 -> bf16 cast happens once per pass instead of once per recursion.
+        self.cast_weight: Optional[torch.Tensor] = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.cast_weight
+        if w is None:
+            w = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)
+        b = self.bias
+        if b is not None and b.dtype != x.dtype:
+            b = b.to(x.dtype)
+        return F.linear(x, w, b)
+
+
+class CastedEmbedding(nn.Module):
+    """Embedding table with float32 weights, looked up in the activation dtype."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, init_std: float):
+        super().__init__()
+        self.weight = nn.Parameter(trunc_normal_(torch.empty(num_embeddings, embedding_dim), std=init_std))
+
+    def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        out = F.embedding(ids, self.weight)  # gather first, cast only the rows used
+        return out if out.dtype == dtype else out.to(dtype)
+
+
+def swiglu_width(hidden_size: int, expansion: float) -> int:
+    """Upstream's inner width: round(expansion * hidden * 2/3), rounded up to a multiple of 256."""
+    inner = round(expansion * hidden_size * 2 / 3)
+    return -(inner // -256) * 256
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate) * up) with gate and up fused into one projection (rows [gate | up])."""
+
+    def __init__(self, hidden_size: int, expansion: float):
+        super().__init__()
+        inner = swiglu_width(hidden_size, expansion)
+        self.gate_up_proj = CastedLinear(hidden_size, 2 * inner)
+        self.down_proj = CastedLinear(inner, hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+# ---------------------------------------------------------------------------
+# Attention and the transformer block
+# ---------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    """Non-causal multi-head self-attention with a fused qkv projection (rows [q | k | v])."""
+
+    def __init__(self, hidden_size: int, num_heads: int):
+        super().__init__()
+        if hidden_size % num_heads:
+            raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.qkv_proj = CastedLinear(hidden_size, 3 * hidden_size)
+        self.o_proj = CastedLinear(hidden_size, hidden_size)
+
+    def forward(self, x: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
+        B, S, D = x.shape
+        qkv = self.qkv_proj(x).view(B, S, 3, self.num_heads, self.head_dim)
+        if cos_sin is not None:
+            cos, sin = cos_sin
+            # Rotate q and k in one go; cos/sin (S, head_dim) -> (S, 1, 1, head_dim).
+            qk = apply_rope(qkv[:, :, :2], cos[:, None, None, :], sin[:, None, None, :])
+            q, k = qk[:, :, 0], qk[:, :, 1]
+        else:
+            q, k = qkv[:, :, 0], qkv[:, :, 1]
+        v = qkv[:, :, 2]
+        # SDPA wants (B, heads, S, head_dim); transposes are views, SDPA handles the strides.
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=False)
+        return self.o_proj(y.transpose(1, 2).reshape(B, S, D))
+
+
+class Block(nn.Module):
+    """Post-norm block: x = norm(x + mix(x)); x = norm(x + mlp(x)).
+
+    The token mixer is attention, or with `mlp_t` a SwiGLU across the sequence
+    axis (the block transposes to (B, D, S), so that SwiGLU, its residual and its
+    norm all act along the sequence, exactly as upstream).
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, expansion: float, eps: float,
+                 mlp_t: bool = False, total_len: int = 0):
+        super().__init__()
+        self.eps = eps
+        self.use_mlp_t = mlp_t
+        if mlp_t:
+            self.mlp_t = SwiGLU(total_len, expansion)
+        else:
+            self.self_attn = Attention(hidden_size, num_heads)
+        self.mlp = SwiGLU(hidden_size, expansion)
+
+    def forward(self, x: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
+        if self.use_mlp_t:
+            xt = x.transpose(1, 2)
+            x = rms_norm(xt + self.mlp_t(xt), self.eps).transpose(1, 2)
+        else:
+            x = rms_norm(x + self.self_attn(x, cos_sin), self.eps)
+        return rms_norm(x + self.mlp(x), self.eps)

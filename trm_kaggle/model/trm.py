@@ -1,0 +1,302 @@
+"""Tiny Recursive Model ("Less is More: Recursive Reasoning with Tiny Networks").
+
+One small network `net` (L_layers post-norm blocks) is applied recursively to two
+latent states of shape (batch, puzzle_emb_len + seq_len, hidden):
+
+    for each of H_cycles cycles:
+        L_cycles times:  z_L = net(z_L, z_H + x)      # reason: refine the latent
+        once:            z_H = net(z_H, z_L)          # answer: refine the solution
+    logits = lm_head(z_H)[:, puzzle_emb_len:]
+    q_halt, q_continue = q_head(z_H[:, 0])
+
+where x is the embedded input (a puzzle-embedding prefix + scaled token
+embeddings) and net(h, inj) runs the blocks on h + inj. Only the last H cycle is
+differentiated; the H_cycles - 1 before it run under no_grad (deep supervision
+with a one-step gradient, as the paper).
+
+Around that sits ACT (adaptive computation time): a `Carry` holding (z_H, z_L,
+steps, halted, current_data) persists across batches. Every call is one
+supervision step; rows that halted on the previous call restart from
+H_init/L_init on a fresh example taken from the new batch.
+
+The per-puzzle embedding table is *not* a parameter: it is a float32 buffer
+(upstream: `puzzle_emb.weights`) updated sparsely by SignSGD on the rows a step
+touched (`PuzzleEmbedding.touched()`), so `model.parameters()` holds exactly the
+weights AdamATan2 trains and upstream's parameter counts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ArchConfig
+from .layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_forward_dtype(arch: ArchConfig, device: Union[str, torch.device]) -> Tuple[torch.dtype, str]:
+    """The activation dtype for `arch.forward_dtype` on `device`, and a sentence saying why.
+
+    "auto" is bfloat16 on CUDA devices that support it (upstream's dtype) and
+    float32 everywhere else: CPU bf16 matmuls are hundreds of times slower than fp32.
+    """
+    device = torch.device(device)
+    if arch.forward_dtype != "auto":
+        dtype = _DTYPES[arch.forward_dtype]
+        reason = f"forward_dtype={arch.forward_dtype} set explicitly"
+        if device.type == "cpu" and dtype != torch.float32:
+            reason += " (warning: reduced-precision matmuls are far slower than float32 on CPU)"
+        return dtype, reason
+    if device.type == "cuda":
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return torch.bfloat16, "auto: CUDA device supports bfloat16 (upstream's dtype)"
+        return torch.float32, "auto: CUDA device without bfloat16 support, using float32"
+    return torch.float32, f"auto: {device.type} device, float32 (reduced-precision matmuls are slow there)"
+
+
+def prefix_length(arch: ArchConfig) -> int:
+    """Positions taken by the puzzle embedding in front of the sequence (upstream's rule)."""
+    if arch.emb_ndim == 0:
+        return 0
+    if arch.puzzle_emb_len == 0:
+        return -(arch.emb_ndim // -arch.hidden_size)  # ceil(emb_ndim / hidden)
+    return arch.puzzle_emb_len
+
+
+# ---------------------------------------------------------------------------
+# Sparse puzzle embedding
+# ---------------------------------------------------------------------------
+
+
+class PuzzleEmbedding(nn.Module):
+    """One learned vector per puzzle identifier, trained sparsely (SignSGD), zero-initialised.
+
+    `weights` is a persistent buffer, so it is saved with the model but stays out of
+    `parameters()`. In training with grad enabled, `forward` copies the rows of the
+    batch into a fresh leaf tensor that receives the gradient; after backward,
+    `touched()` returns (ids, grads) for the optimizer.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        super().__init__()
+        self.register_buffer("weights", torch.zeros(num_embeddings, embedding_dim), persistent=True)
+        self.local_ids: Optional[torch.Tensor] = None
+        self.local_weights: Optional[torch.Tensor] = None
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        ids = ids.reshape(-1).long()
+        rows = self.weights[ids]
+        if self.training and torch.is_grad_enabled():
+            # Gradient goes to this per-batch copy, never to the (large) table itself.
+            self.local_ids = ids
+            self.local_weights = rows.requires_grad_(True)
+        return rows
+
+    def touched(self) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+        """(ids, grads) of the rows used in the last training forward, or None without a gradient."""
+        if self.local_weights is None or self.local_weights.grad is None:
+            return None
+        return self.local_ids, self.local_weights.grad
+
+    def clear(self) -> None:
+        """Forget the last forward's rows (the optimizer calls this after its step)."""
+        self.local_ids = None
+        self.local_weights = None
+
+
+# ---------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Carry:
+    """ACT state persisting across batches; one row per batch slot."""
+
+    z_H: torch.Tensor  # (B, prefix + seq_len, hidden), compute dtype
+    z_L: torch.Tensor
+    steps: torch.Tensor  # (B,) int32: supervision steps taken on the current example
+    halted: torch.Tensor  # (B,) bool: the slot takes a new example on the next call
+    current_data: Dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class TinyRecursiveModel(nn.Module):
+    def __init__(self, arch: ArchConfig, seq_len: int, vocab_size: int, num_puzzle_identifiers: int,
+                 *, forward_dtype: Optional[torch.dtype] = None, early_exit: bool = False):
+        super().__init__()
+        self.arch = arch
+        self.seq_len = seq_len
+        self.vocab_size = vocab_size
+        self.num_puzzle_identifiers = num_puzzle_identifiers
+        self.prefix_len = prefix_length(arch)
+        self.total_len = self.prefix_len + seq_len
+        # None: resolve `arch.forward_dtype` from the device of each batch (so .to("cuda") picks bf16).
+        self.forward_dtype = forward_dtype
+        # Eval only: stop a row as soon as q_halt > 0 instead of running halt_max_steps.
+        self.early_exit = early_exit
+
+        D = arch.hidden_size
+        if arch.emb_ndim > self.prefix_len * D:
+            raise ValueError(f"puzzle_emb_ndim {arch.emb_ndim} does not fit in puzzle_emb_len {self.prefix_len} x hidden {D}")
+        self.embed_scale = math.sqrt(D)
+        embed_std = 1.0 / self.embed_scale  # scaled back to unit variance by embed_scale
+
+        # I/O
+        self.embed_tokens = CastedEmbedding(vocab_size, D, init_std=embed_std)
+        self.lm_head = CastedLinear(D, vocab_size, bias=False)
+        self.q_head = CastedLinear(D, 2, bias=True)  # (halt, continue) logits
+        if arch.emb_ndim > 0:
+            self.puzzle_emb = PuzzleEmbedding(num_puzzle_identifiers, arch.emb_ndim)
+        else:
+            self.puzzle_emb = None
+
+        # Position encodings over prefix + sequence
+        self.rotary_emb = None
+        self.embed_pos = None
+        if arch.pos_encodings == "rope":
+            self.rotary_emb = RotaryEmbedding(D // arch.num_heads, self.total_len, arch.rope_theta)
+        elif arch.pos_encodings == "learned":
+            self.embed_pos = CastedEmbedding(self.total_len, D, init_std=embed_std)
+
+        # The single recursive network
+        self.layers = nn.ModuleList(
+            Block(D, arch.num_heads, arch.expansion, arch.rms_norm_eps, mlp_t=arch.mlp_t, total_len=self.total_len)
+            for _ in range(arch.L_layers)
+        )
+
+        # Initial latent states: fixed random vectors (buffers, saved, not trained)
+        self.register_buffer("H_init", trunc_normal_(torch.empty(D), std=1.0), persistent=True)
+        self.register_buffer("L_init", trunc_normal_(torch.empty(D), std=1.0), persistent=True)
+
+        # Q head starts at "almost never halt" (sigmoid(-5) ~ 0.007) for stable bootstrapping
+        with torch.no_grad():
+            self.q_head.weight.zero_()
+            self.q_head.bias.fill_(-5.0)
+
+    # -- helpers ------------------------------------------------------------
+
+    def compute_dtype(self, device: Union[str, torch.device]) -> torch.dtype:
+        if self.forward_dtype is not None:
+            return self.forward_dtype
+        return resolve_forward_dtype(self.arch, device)[0]
+
+    def num_parameters(self) -> int:
+        """Trainable weights; the puzzle-embedding table is a buffer and is not counted (as upstream)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def input_embeddings(self, inputs: torch.Tensor, puzzle_identifiers: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """(B, prefix + seq_len, hidden): puzzle-embedding prefix + token embeddings, scaled by sqrt(hidden)."""
+        x = self.embed_tokens(inputs.long(), dtype)
+        B, D = x.shape[0], self.arch.hidden_size
+        if self.puzzle_emb is not None:
+            p = self.puzzle_emb(puzzle_identifiers).to(dtype)
+            pad = self.prefix_len * D - p.shape[-1]
+            if pad > 0:  # a narrower table is zero-padded, then folded into prefix_len positions
+                p = F.pad(p, (0, pad))
+            x = torch.cat((p.view(B, self.prefix_len, D), x), dim=1)
+        if self.embed_pos is not None:
+            # 1/sqrt(2) keeps the variance of a sum of two unit-variance terms at 1
+            x = 0.707106781 * (x + self.embed_pos.weight.to(dtype))
+        return self.embed_scale * x
+
+    def net(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
+        h = h + injection
+        for block in self.layers:
+            h = block(h, cos_sin)
+        return h
+
+    def recurse(self, z_H: torch.Tensor, z_L: torch.Tensor, x: torch.Tensor,
+                cos_sin: Optional[CosSin]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """H_cycles cycles of (L_cycles latent updates, one answer update); gradient through the last only."""
+        a = self.arch
+        with torch.no_grad():
+            for _ in range(a.H_cycles - 1):
+                for _ in range(a.L_cycles):
+                    z_L = self.net(z_L, z_H + x, cos_sin)
+                z_H = self.net(z_H, z_L, cos_sin)
+        for _ in range(a.L_cycles):
+            z_L = self.net(z_L, z_H + x, cos_sin)
+        z_H = self.net(z_H, z_L, cos_sin)
+        return z_H, z_L
+
+    def _set_cast_weights(self, dtype: Optional[torch.dtype]) -> None:
+        # In reduced precision, cast each float32 weight once per pass (autograd
+        # flows through the cast) instead of once per recursion step.
+        for m in self.layers.modules():
+            if isinstance(m, CastedLinear):
+                m.cast_weight = None if dtype is None else m.weight.to(dtype)
+
+    def inner(self, z_H: torch.Tensor, z_L: torch.Tensor, batch: Dict[str, torch.Tensor]
+              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One supervision step from (z_H, z_L): returns new z_H, z_L (detached), logits, q_halt, q_continue."""
+        dtype = z_H.dtype
+        cos_sin = self.rotary_emb(dtype) if self.rotary_emb is not None else None
+        x = self.input_embeddings(batch["inputs"], batch["puzzle_identifiers"], dtype)
+        cast = dtype != torch.float32
+        if cast:
+            self._set_cast_weights(dtype)
+        try:
+            z_H, z_L = self.recurse(z_H, z_L, x, cos_sin)
+        finally:
+            if cast:
+                self._set_cast_weights(None)
+        logits = self.lm_head(z_H[:, self.prefix_len:])  # the answer positions only
+        q = self.q_head(z_H[:, 0]).float()  # first prefix position summarises the state
+        return z_H.detach(), z_L.detach(), logits, q[..., 0], q[..., 1]
+
+    # -- ACT ----------------------------------------------------------------
+
+    def initial_carry(self, batch: Dict[str, torch.Tensor]) -> Carry:
+        """A carry with every row halted, so the first call loads the whole batch."""
+        B = batch["inputs"].shape[0]
+        device = batch["inputs"].device
+        dtype = self.compute_dtype(device)
+        z = torch.zeros(B, self.total_len, self.arch.hidden_size, dtype=dtype, device=device)
+        return Carry(
+            z_H=z,
+            z_L=z.clone(),
+            steps=torch.zeros(B, dtype=torch.int32, device=device),
+            halted=torch.ones(B, dtype=torch.bool, device=device),
+            current_data={k: torch.zeros_like(v) for k, v in batch.items()},
+        )
+
+    def forward(self, carry: Carry, batch: Dict[str, torch.Tensor]) -> Tuple[Carry, Dict[str, torch.Tensor]]:
+        a = self.arch
+        dtype = carry.z_H.dtype
+        # Halted rows restart from the initial states on the new batch's example.
+        reset = carry.halted.view(-1, 1, 1)
+        z_H = torch.where(reset, self.H_init.to(dtype), carry.z_H)
+        z_L = torch.where(reset, self.L_init.to(dtype), carry.z_L)
+        steps = torch.where(carry.halted, 0, carry.steps)
+        data = {k: torch.where(carry.halted.view((-1,) + (1,) * (v.ndim - 1)), v, carry.current_data[k])
+                for k, v in batch.items()}
+
+        z_H, z_L, logits, q_halt, q_continue = self.inner(z_H, z_L, data)
+        outputs = {"logits": logits, "q_halt_logits": q_halt, "q_continue_logits": q_continue}
+
+        with torch.no_grad():
+            steps = steps + 1
+            is_last = steps >= a.halt_max_steps
+            halted = is_last
+            if self.training and a.halt_max_steps > 1:
+                halted = halted | ((q_halt > 0) if a.no_ACT_continue else (q_halt > q_continue))
+                # Exploration: some rows must run at least U{2..halt_max_steps} steps.
+                explore = torch.rand_like(q_halt) < a.halt_exploration_prob
+                min_steps = explore * torch.randint_like(steps, 2, a.halt_max_steps + 1)
+                halted = halted & (steps >= min_steps)
+                if not a.no_ACT_continue:
+                    # Q-learning target for "continue" from one more step (no replay buffer / target net, as upstream).
+                    _, _, _, next_halt, next_cont = self.inner(z_H, z_L, data)
+                    outputs["target_q_continue"] = torch.sigmoid(
+                        torch.where(is_last, next_halt, torch.maximum(next_halt, next_cont)))
+            elif not self.training and self.early_exit:
+                halted = halted | (q_halt > 0)
+
+        return Carry(z_H, z_L, steps, halted, data), outputs
