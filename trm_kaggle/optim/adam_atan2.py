@@ -1,0 +1,130 @@
+"""AdamATan2: Adam with atan2 in place of the epsilon division ("Scaling Exponents
+Across Parameterizations and Optimizers", arXiv 2407.05872), as upstream trains TRM.
+
+Matches the `adam-atan2` package that upstream's requirements.txt installs
+(PyPI `adam-atan2`, the fused CUDA kernel from the HRM authors), which uses
+atan2 without the a/b scaling constants of the separate `adam-atan2-pytorch`
+package. Per element, with step t counted from 1:
+
+    p  *= 1 - lr * weight_decay                      (decoupled decay, first)
+    m   = lerp(m, g, 1 - beta1)
+    v   = lerp(v, g*g, 1 - beta2)
+    p  -= lr * atan2(m / (1 - beta1^t), sqrt(v) / sqrt(1 - beta2^t))
+
+The bias-corrected m sits inside atan2 (not as a factor lr / bc1 outside it).
+atan2 needs no epsilon and bounds every update by lr * pi/2.
+
+This is a pure-PyTorch multi-tensor (`torch._foreach_*`) version; when the fused
+package imports and a group's tensors are on CUDA, its kernel is used instead.
+State layout (`step` float32 tensor, `exp_avg`, `exp_avg_sq`) is the package's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, List, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch.optim.optimizer import Optimizer
+
+try:  # the compiled extension of the `adam-atan2` package (CUDA only)
+    import adam_atan2_backend as _fused_backend  # type: ignore[import-not-found]
+except Exception:  # noqa: BLE001 - any import failure means "not available"
+    _fused_backend = None
+
+
+def fused_available() -> bool:
+    return _fused_backend is not None
+
+
+class AdamATan2(Optimizer):
+    def __init__(self, params: Iterable, lr: Union[float, Tensor] = 1e-4,
+                 betas: Tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.1,
+                 use_fused: Union[bool, None] = None):
+        if not lr >= 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"Invalid betas: {betas}")
+        if not weight_decay >= 0.0:
+            raise ValueError(f"Invalid weight_decay: {weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+        # None: fused kernel when available and the tensors are on CUDA.
+        self.use_fused = use_fused
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            fused = self.use_fused if self.use_fused is not None else fused_available()
+            fused = fused and _fused_backend is not None and all(
+                p.is_cuda for p in group["params"] if p.grad is not None)
+            params: List[Tensor] = []
+            grads: List[Tensor] = []
+            exp_avgs: List[Tensor] = []
+            exp_avg_sqs: List[Tensor] = []
+            steps: List[Tensor] = []
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("AdamATan2 does not support sparse gradients")
+                state = self.state[p]
+                # The fused kernel reads the step count on the device; the foreach path
+                # needs it on the host to compute bias corrections without a sync.
+                step_device = p.device if fused else torch.device("cpu")
+                if len(state) == 0:
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=step_device)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                elif state["step"].device != step_device:
+                    state["step"] = state["step"].to(step_device)
+                params.append(p)
+                grads.append(p.grad)
+                exp_avgs.append(state["exp_avg"])
+                exp_avg_sqs.append(state["exp_avg_sq"])
+                steps.append(state["step"])
+            if not params:
+                continue
+            lr = float(group["lr"])
+            beta1, beta2 = group["betas"]
+            wd = group["weight_decay"]
+            if fused:
+                _step_fused(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, wd)
+            else:
+                _step_foreach(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, wd)
+        return loss
+
+
+def _step_fused(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, wd) -> None:
+    torch._foreach_add_(steps, 1)
+    _fused_backend.adam_atan2_cuda_impl_(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, wd)
+
+
+def _step_foreach(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, wd) -> None:
+    # Tensors whose step counts differ (a parameter that skipped steps) get their own bias corrections.
+    by_step: dict = {}
+    for i, s in enumerate(steps):
+        s.add_(1)
+        by_step.setdefault(int(s.item()), []).append(i)
+    for t, idx in by_step.items():
+        ps = [params[i] for i in idx]
+        gs = [grads[i] for i in idx]
+        ms = [exp_avgs[i] for i in idx]
+        vs = [exp_avg_sqs[i] for i in idx]
+        bc1 = 1.0 - beta1**t
+        bc2 = 1.0 - beta2**t
+
+        if wd != 0:
+            torch._foreach_mul_(ps, 1.0 - lr * wd)
+        torch._foreach_lerp_(ms, gs, 1.0 - beta1)
+        torch._foreach_lerp_(vs, torch._foreach_mul(gs, gs), 1.0 - beta2)
+        # atan2(m/bc1, sqrt(v)/sqrt(bc2)) == atan2(m * sqrt(bc2)/bc1, sqrt(v)): scale one operand only.
+        num = torch._foreach_mul(ms, math.sqrt(bc2) / bc1)
+        den = torch._foreach_sqrt(vs)
+        for n, d in zip(num, den):  # no foreach atan2 in PyTorch
+            torch.atan2(n, d, out=n)
+        torch._foreach_add_(ps, num, alpha=-lr)
