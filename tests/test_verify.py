@@ -1,0 +1,81 @@
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from trm_kaggle.config import ArcBuildConfig
+from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.verify import format_summary, verify_dataset
+from trm_kaggle.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    import numpy as np
+    from conftest import random_task, write_prefix_subset
+    root = tmp_path_factory.mktemp("verify")
+    rng = np.random.default_rng(1)
+    write_prefix_subset(root / "p", "training", {f"t{i}": random_task(rng) for i in range(4)})
+    write_prefix_subset(root / "p", "evaluation", {f"e{i}": random_task(rng, n_test=2) for i in range(2)})
+    build_arc(ArcBuildConfig(output_dir=str(root / "ds"), input_file_prefix=str(root / "p"),
+                             subsets=["training", "evaluation"], test_set_name="evaluation", num_aug=3,
+                             progress=False, workers=1))
+    return root / "ds"
+
+
+@pytest.fixture
+def ds(good, tmp_path):
+    shutil.copytree(good, tmp_path / "ds")
+    return tmp_path / "ds"
+
+
+def test_good_dataset_summary(good):
+    s = verify_dataset(good)
+    assert s["identifiers"] == 1 + 6 * 4 and s["test_tasks"] == 2
+    assert s["splits"]["train"]["groups"] == 6 and s["splits"]["test"]["examples"] == 2 * 2 * 4
+    text = format_summary(s)
+    assert "OK" in text and "train" in text and "test" in text and len(text.splitlines()) <= 24
+
+
+def _resave(path, fn):
+    arr = np.load(path)
+    np.save(path, fn(arr))
+
+
+def _edit_json(path, **changes):
+    d = json.loads(path.read_text())
+    d.update(changes)
+    path.write_text(json.dumps(d))
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda d: shutil.rmtree(d / "test"), "missing split directory"),
+    (lambda d: (d / "identifiers.json").write_text('["x"]'), "entry 0 must be '<blank>'"),
+    (lambda d: _resave(d / "train/all__inputs.npy", lambda a: a[:, :-1]), "shape"),
+    (lambda d: _resave(d / "train/all__labels.npy", lambda a: a[:-1]), "differ in shape"),
+    (lambda d: _resave(d / "train/all__inputs.npy", lambda a: np.where(a == 3, 12, a).astype(np.uint8)), "outside 0..11"),
+    (lambda d: _resave(d / "train/all__inputs.npy", lambda a: a.astype(np.float32)), "not an integer type"),
+    (lambda d: _resave(d / "train/all__puzzle_indices.npy", lambda a: a[::-1].copy()), "must start at 0"),
+    (lambda d: _resave(d / "train/all__puzzle_indices.npy", lambda a: np.r_[a[:3], a[2], a[4:]].astype(np.int32)), "not strictly increasing"),
+    (lambda d: _resave(d / "train/all__puzzle_indices.npy", lambda a: np.r_[a[:-1], a[-1] - 1].astype(np.int32)), "ends at"),
+    (lambda d: _resave(d / "test/all__group_indices.npy", lambda a: a[:-1]), "group_indices has"),
+    (lambda d: _resave(d / "train/all__puzzle_identifiers.npy", lambda a: a + 1000), "outside the table"),
+    (lambda d: _edit_json(d / "train/dataset.json", num_puzzle_identifiers=3), "identifiers.json lists"),
+    (lambda d: _edit_json(d / "train/dataset.json", mean_puzzle_examples=9.5), "mean_puzzle_examples"),
+    (lambda d: _edit_json(d / "test_puzzles.json", e0=None), "e0"),
+    (lambda d: (d / "train/all__group_indices.npy").unlink(), "all__group_indices.npy: missing"),
+    (lambda d: (d / "train/dataset.json").write_text("{"), "unreadable"),
+])
+def test_first_problem_is_reported(ds, corrupt, message):
+    corrupt(ds)
+    with pytest.raises(DataError, match=message):
+        verify_dataset(ds)
+
+
+def test_test_puzzle_count_mismatch(ds):
+    tp = json.loads((ds / "test_puzzles.json").read_text())
+    tp["e1"]["test"].pop()
+    (ds / "test_puzzles.json").write_text(json.dumps(tp))
+    with pytest.raises(DataError, match="task e1 has 1 test inputs but the test split holds 2"):
+        verify_dataset(ds)

@@ -1,0 +1,1 @@
+"""Tasks -> datasets: loading ARC tasks, augmenting them, and writing upstream-format datasets."""

@@ -1,0 +1,341 @@
+"""The on-disk dataset format shared with upstream (see README, "Dataset format").
+
+    DATASET/
+      identifiers.json       list[str], index = puzzle identifier, entry 0 is "<blank>"
+      test_puzzles.json      ARC only: {task_id: task dict with test outputs}
+      build_info.json        ours: how the dataset was built (upstream ignores it)
+      train/ test/           dataset.json + all__{inputs,labels,puzzle_identifiers,
+                             puzzle_indices,group_indices}.npy
+
+Example e of puzzle p lives at rows [puzzle_indices[p], puzzle_indices[p+1]);
+puzzle p of group g at [group_indices[g], group_indices[g+1]). A group is one
+original task and all its augmented copies.
+
+`DatasetWriter` streams examples to disk (memory stays flat however large the
+dataset) and finishes atomically; every builder writes through it or, for the
+parallel ARC builder, through the same `NpyFile` and `finish_split` helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from trm_kaggle.atomic import atomic_directory, atomic_write_json
+from trm_kaggle.errors import DataError
+
+SPLITS = ("train", "test")
+SET_NAME = "all"
+FIELDS = ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices")
+BLANK_IDENTIFIER = "<blank>"
+
+
+class DatasetMetadata(BaseModel):
+    """`dataset.json` of one split; field names and meaning are upstream's."""
+
+    pad_id: int = 0
+    ignore_label_id: int | None = 0
+    blank_identifier_id: int = 0
+    vocab_size: int
+    seq_len: int
+    num_puzzle_identifiers: int
+    total_groups: int
+    mean_puzzle_examples: float
+    total_puzzles: int
+    sets: list[str] = [SET_NAME]
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """Smallest unsigned dtype holding every token (upstream's ARC/Sudoku/Maze files are uint8)."""
+    if vocab_size <= 256:
+        return np.dtype(np.uint8)
+    if vocab_size <= 65536:
+        return np.dtype(np.uint16)
+    return np.dtype(np.int32)
+
+
+# ---------------------------------------------------------------------------
+# .npy files written in pieces
+# ---------------------------------------------------------------------------
+
+_NPY_HEADER_BYTES = 128  # fixed so the header can be rewritten in place with the final shape
+
+
+def npy_header(dtype: np.dtype, shape: Sequence[int]) -> bytes:
+    """A version 1.0 .npy header padded to exactly `_NPY_HEADER_BYTES` bytes."""
+    body = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (np.dtype(dtype).str, tuple(int(s) for s in shape))
+    pad = _NPY_HEADER_BYTES - 10 - len(body) - 1
+    if pad < 0:
+        raise ValueError(f"shape {shape} too long for the fixed .npy header")
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", _NPY_HEADER_BYTES - 10) + body.encode("latin1") + b" " * pad + b"\n"
+
+
+class NpyFile:
+    """A 2-D .npy file of rows of width `row_len`, written by appends or by positioned writes.
+
+    `append` streams rows (the header is fixed up in `close`); `preallocate` sets the final
+    row count so that several processes can `write_rows_at` disjoint ranges with pwrite,
+    which keeps the data out of any process's resident memory.
+    """
+
+    def __init__(self, path: str | os.PathLike, dtype: np.dtype, row_len: int | None):
+        self.path = Path(path)
+        self.dtype = np.dtype(dtype)
+        self.row_len = row_len  # None: a 1-D array
+        self.rows = 0
+        self._f = open(self.path, "wb")
+        self._f.write(npy_header(self.dtype, self._shape(0)))
+
+    def _shape(self, rows: int) -> tuple[int, ...]:
+        return (rows,) if self.row_len is None else (rows, self.row_len)
+
+    def append(self, rows: np.ndarray) -> None:
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        if rows.shape[1:] != self._shape(0)[1:]:
+            raise ValueError(f"{self.path.name}: rows of shape {rows.shape[1:]} where {self._shape(0)[1:]} expected")
+        self._f.write(rows.tobytes())
+        self.rows += len(rows)
+
+    def preallocate(self, rows: int) -> None:
+        self.rows = rows
+        self._f.truncate(_NPY_HEADER_BYTES + rows * self.dtype.itemsize * (self.row_len or 1))
+
+    def close(self) -> None:
+        self._f.seek(0)
+        self._f.write(npy_header(self.dtype, self._shape(self.rows)))
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+
+
+def write_rows_at(path: str | os.PathLike, dtype: np.dtype, row_len: int, first_row: int, rows: np.ndarray) -> None:
+    """pwrite `rows` into a preallocated `NpyFile` at row `first_row` (safe from several processes)."""
+    rows = np.ascontiguousarray(rows, dtype=dtype)
+    view = memoryview(rows.reshape(-1).view(np.uint8))
+    offset = _NPY_HEADER_BYTES + first_row * np.dtype(dtype).itemsize * row_len
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        while view:
+            n = os.pwrite(fd, view, offset)
+            view, offset = view[n:], offset + n
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------
+# Writing a dataset
+# ---------------------------------------------------------------------------
+
+
+def finish_split(split_dir: Path, metadata: DatasetMetadata, puzzle_identifiers: np.ndarray,
+                 puzzle_indices: np.ndarray, group_indices: np.ndarray) -> None:
+    """Write the three index arrays and dataset.json of a split whose inputs/labels are written."""
+    np.save(split_dir / f"{SET_NAME}__puzzle_identifiers.npy", np.asarray(puzzle_identifiers, dtype=np.int32))
+    np.save(split_dir / f"{SET_NAME}__puzzle_indices.npy", np.asarray(puzzle_indices, dtype=np.int32))
+    np.save(split_dir / f"{SET_NAME}__group_indices.npy", np.asarray(group_indices, dtype=np.int32))
+    atomic_write_json(split_dir / "dataset.json", metadata.model_dump())
+
+
+def looks_like_dataset(path: Path) -> bool:
+    return (path / "train" / "dataset.json").is_file() or (path / "identifiers.json").is_file()
+
+
+class SplitWriter:
+    """Streams one split: add puzzles (each a block of examples), close groups, finish."""
+
+    def __init__(self, split_dir: Path, seq_len: int, vocab_size: int):
+        split_dir.mkdir(parents=True, exist_ok=True)
+        self.split_dir, self.seq_len, self.vocab_size = split_dir, seq_len, vocab_size
+        dtype = token_dtype(vocab_size)
+        self._inputs = NpyFile(split_dir / f"{SET_NAME}__inputs.npy", dtype, seq_len)
+        self._labels = NpyFile(split_dir / f"{SET_NAME}__labels.npy", dtype, seq_len)
+        self._puzzle_identifiers: list[int] = []
+        self._puzzle_indices: list[int] = [0]
+        self._group_indices: list[int] = [0]
+
+    @property
+    def num_examples(self) -> int:
+        return self._puzzle_indices[-1]
+
+    @property
+    def num_puzzles(self) -> int:
+        return len(self._puzzle_identifiers)
+
+    def add_puzzle(self, inputs: np.ndarray, labels: np.ndarray, identifier: int = 0) -> None:
+        inputs = np.asarray(inputs).reshape(-1, self.seq_len)
+        labels = np.asarray(labels).reshape(-1, self.seq_len)
+        if inputs.shape != labels.shape or len(inputs) == 0:
+            raise ValueError(f"a puzzle needs as many input as label rows (>=1), got {inputs.shape} and {labels.shape}")
+        for name, arr in (("input", inputs), ("label", labels)):
+            if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
+                raise ValueError(f"{name} token outside the vocabulary 0..{self.vocab_size - 1}")
+        self._inputs.append(inputs)
+        self._labels.append(labels)
+        self._puzzle_identifiers.append(int(identifier))
+        self._puzzle_indices.append(self.num_examples + len(inputs))
+
+    def end_group(self) -> None:
+        if self._group_indices[-1] == self.num_puzzles:
+            raise ValueError("end_group() called on an empty group")
+        self._group_indices.append(self.num_puzzles)
+
+    def finish(self, num_puzzle_identifiers: int, pad_id: int = 0, ignore_label_id: int | None = 0) -> DatasetMetadata:
+        if self._group_indices[-1] != self.num_puzzles:
+            self.end_group()
+        self._inputs.close()
+        self._labels.close()
+        meta = DatasetMetadata(
+            pad_id=pad_id, ignore_label_id=ignore_label_id, blank_identifier_id=0,
+            vocab_size=self.vocab_size, seq_len=self.seq_len, num_puzzle_identifiers=num_puzzle_identifiers,
+            total_groups=len(self._group_indices) - 1,
+            mean_puzzle_examples=self.num_examples / max(1, self.num_puzzles),
+            total_puzzles=self.num_puzzles,
+        )
+        finish_split(self.split_dir, meta, np.array(self._puzzle_identifiers, dtype=np.int32),
+                     np.array(self._puzzle_indices, dtype=np.int32), np.array(self._group_indices, dtype=np.int32))
+        return meta
+
+
+class DatasetWriter:
+    """Context manager that builds a dataset directory atomically.
+
+        with DatasetWriter(out, seq_len=81, vocab_size=11, build_info={...}) as w:
+            for group in ...:
+                for puzzle in group:
+                    w.train.add_puzzle(inputs, labels, identifier)
+                w.train.end_group()
+            ...
+            w.identifiers = ["<blank>", ...]     # optional, default ["<blank>"]
+
+    Nothing appears at `out` unless the block finishes without an exception.
+    """
+
+    def __init__(self, output_dir: str | os.PathLike, *, seq_len: int, vocab_size: int,
+                 build_info: dict[str, Any] | None = None, pad_id: int = 0, ignore_label_id: int | None = 0):
+        self.output_dir = Path(output_dir)
+        self.seq_len, self.vocab_size = seq_len, vocab_size
+        self.pad_id, self.ignore_label_id = pad_id, ignore_label_id
+        self.build_info = dict(build_info or {})
+        self.identifiers: list[str] = [BLANK_IDENTIFIER]
+        self.test_puzzles: dict[str, Any] | None = None
+        self._ctx = None
+
+    def __enter__(self) -> "DatasetWriter":
+        self._ctx = atomic_directory(self.output_dir, is_replaceable=looks_like_dataset)
+        self.tmp_dir = self._ctx.__enter__()
+        self.train = SplitWriter(self.tmp_dir / "train", self.seq_len, self.vocab_size)
+        self.test = SplitWriter(self.tmp_dir / "test", self.seq_len, self.vocab_size)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            try:
+                self.metadata = {
+                    name: split.finish(len(self.identifiers), self.pad_id, self.ignore_label_id)
+                    for name, split in (("train", self.train), ("test", self.test))
+                }
+                write_identifiers(self.tmp_dir, self.identifiers)
+                if self.test_puzzles is not None:
+                    atomic_write_json(self.tmp_dir / "test_puzzles.json", self.test_puzzles)
+                atomic_write_json(self.tmp_dir / "build_info.json", self.build_info, indent=2)
+            except BaseException as e:  # finishing failed: discard the partial directory
+                self._ctx.__exit__(type(e), e, e.__traceback__)
+                raise
+        return bool(self._ctx.__exit__(exc_type, exc, tb))
+
+
+def write_identifiers(dataset_dir: Path, identifiers: list[str]) -> None:
+    if not identifiers or identifiers[0] != BLANK_IDENTIFIER:
+        raise ValueError("identifiers[0] must be '<blank>'")
+    atomic_write_json(dataset_dir / "identifiers.json", identifiers)
+
+
+# ---------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Split:
+    """One split, with inputs/labels memory-mapped (nothing large is read into memory)."""
+
+    name: str
+    metadata: DatasetMetadata
+    inputs: np.ndarray
+    labels: np.ndarray
+    puzzle_identifiers: np.ndarray
+    puzzle_indices: np.ndarray
+    group_indices: np.ndarray
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.inputs)
+
+
+def load_metadata(dataset_dir: str | os.PathLike, split: str) -> DatasetMetadata:
+    path = Path(dataset_dir) / split / "dataset.json"
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing (is {dataset_dir} a dataset directory?)") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: unreadable: {e}") from None
+    if "total_puzzles" not in raw:  # HRM-era files lack it; it equals len(puzzle_indices) - 1
+        idx = np.load(Path(dataset_dir) / split / f"{SET_NAME}__puzzle_indices.npy", mmap_mode="r")
+        raw["total_puzzles"] = len(idx) - 1
+    try:
+        return DatasetMetadata(**raw)
+    except Exception as e:
+        raise DataError(f"{path}: not a dataset.json: {e}") from None
+
+
+def load_split(dataset_dir: str | os.PathLike, split: str) -> Split:
+    meta = load_metadata(dataset_dir, split)
+    d = Path(dataset_dir) / split
+    arrays = {}
+    for field in FIELDS:
+        path = d / f"{SET_NAME}__{field}.npy"
+        try:
+            arrays[field] = np.load(path, mmap_mode="r" if field in ("inputs", "labels") else None,
+                                    allow_pickle=False)
+        except FileNotFoundError:
+            raise DataError(f"{path}: missing") from None
+        except (OSError, ValueError) as e:
+            raise DataError(f"{path}: unreadable or truncated .npy file: {e}") from None
+    return Split(name=split, metadata=meta, **arrays)
+
+
+def read_npy_header(path: str | os.PathLike) -> tuple[np.dtype, tuple[int, ...]]:
+    """dtype and shape from a .npy header without reading the data."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _fortran, dtype = read(f)
+    return np.dtype(dtype), tuple(shape)
+
+
+def load_identifiers(dataset_dir: str | os.PathLike) -> list[str]:
+    path = Path(dataset_dir) / "identifiers.json"
+    try:
+        ids = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: unreadable: {e}") from None
+    if not isinstance(ids, list) or not all(isinstance(s, str) for s in ids):
+        raise DataError(f"{path}: must be a JSON list of strings")
+    return ids
+
+
+def iter_groups(split: Split) -> Iterable[tuple[int, np.ndarray]]:
+    """(group id, puzzle ids of the group) for each group."""
+    gi = split.group_indices
+    for g in range(len(gi) - 1):
+        yield g, np.arange(gi[g], gi[g + 1])

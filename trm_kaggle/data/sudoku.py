@@ -1,0 +1,586 @@
+"""Sudoku datasets in upstream's format: import Sudoku-Extreme CSVs, or generate puzzles offline.
+
+Encoding (upstream's): a board of side n is read row by row into n*n cells; a cell value v
+(0 = blank, 1..n) is stored as token v + 1 so that token 0 stays PAD. A 9x9 board is
+seq_len 81, vocab_size 11. Every puzzle has exactly one example and identifier 0. A group
+is one original puzzle followed by its `num_aug` shuffled copies (train split only).
+
+Boxes are br rows by bc columns, br the largest divisor of n not above sqrt(n):
+4x4 -> 2x2, 6x6 -> 2x3, 9x9 -> 3x3.
+
+Difficulty ("rating") of a generated puzzle: the number of guesses made by a deterministic
+depth-first solver that, before every guess, applies naked singles (a cell with one
+candidate) and hidden singles (a digit with one place in a row, column or box) until
+nothing changes, then branches on the first cell with the fewest candidates, trying its
+digits in increasing order, and stops at the first solution. Every trial assignment counts
+as one guess, so 0 means "solvable by singles alone" and a wrong first try costs 2 or more.
+Sudoku-Extreme's own `rating` column comes from a different solver; the two are not on
+the same scale.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from trm_kaggle.config import SudokuBuildConfig
+from trm_kaggle.data.format import DatasetWriter, SplitWriter
+from trm_kaggle.data.grids import (CsvChunk, build_summary, char_lut, first_bad_cell, raise_first_problem,
+                                   read_puzzle_csv, select_rows, strings_to_codes)
+from trm_kaggle.errors import DataError, TRMError
+
+RATING_DOC = ("guesses made by a depth-first solver applying naked and hidden singles before each guess, "
+              "branching on the first cell with fewest candidates, digits in increasing order, "
+              "until the first solution (0 = singles suffice)")
+CSV_SIDES = (4, 6, 8, 9)  # sides whose digits fit one character and whose boxes are at least 2 wide
+
+# ---------------------------------------------------------------------------
+# Board geometry
+# ---------------------------------------------------------------------------
+
+
+def box_shape(n: int) -> tuple[int, int]:
+    """(rows, cols) of a box of an n x n sudoku: 4 -> (2, 2), 6 -> (2, 3), 9 -> (3, 3)."""
+    br = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+    if br < 2:
+        raise ValueError(f"a {n}x{n} sudoku has no boxes (n must have a divisor between 2 and sqrt(n))")
+    return br, n // br
+
+
+def seq_len_and_vocab(n: int) -> tuple[int, int]:
+    """Upstream's numbers generalised: n*n cells, tokens PAD + blank + n digits."""
+    return n * n, n + 2
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Static facts of an n x n board, with cells numbered row by row."""
+
+    n: int
+    br: int
+    bc: int
+    full: int  # bitmask of all digits; digit d is bit d - 1
+    units: tuple[tuple[int, ...], ...]  # every row, column and box
+    peers: tuple[tuple[int, ...], ...]  # cells sharing a unit with each cell
+    cell_units: tuple[tuple[int, int, int], ...]  # (row, column, box) of each cell
+
+
+@lru_cache(maxsize=None)
+def geometry(n: int) -> Geometry:
+    br, bc = box_shape(n)
+    cell_units = tuple((r, c, (r // br) * br + c // bc) for r in range(n) for c in range(n))
+    rows = [tuple(r * n + c for c in range(n)) for r in range(n)]
+    cols = [tuple(r * n + c for r in range(n)) for c in range(n)]
+    boxes = [tuple(i for i, u in enumerate(cell_units) if u[2] == b) for b in range(n)]
+    units = tuple(rows + cols + boxes)
+    peers = tuple(
+        tuple(sorted((set(rows[r]) | set(cols[c]) | set(boxes[b])) - {i}))
+        for i, (r, c, b) in enumerate(cell_units)
+    )
+    return Geometry(n, br, bc, (1 << n) - 1, units, peers, cell_units)
+
+
+def valid_solutions(grids: np.ndarray) -> np.ndarray:
+    """(B,) bool: each (n, n) grid of the batch uses every digit 1..n once per row, column and box."""
+    grids = np.asarray(grids)
+    b, n = grids.shape[0], grids.shape[-1]
+    br, bc = box_shape(n)
+    in_range = ((grids >= 1) & (grids <= n)).reshape(b, -1).all(axis=1)
+    bits = np.left_shift(np.uint32(1), np.clip(grids, 0, n).astype(np.uint32))  # digit d -> bit d
+    full = (1 << (n + 1)) - 2  # bits 1..n; a blank (bit 0) can never complete a unit
+    boxes = bits.reshape(b, n // br, br, n // bc, bc).transpose(0, 1, 3, 2, 4).reshape(b, n, n)
+    ok = in_range.copy()
+    for units in (bits, bits.transpose(0, 2, 1), boxes):
+        ok &= (np.bitwise_or.reduce(units, axis=2) == full).all(axis=1)
+    return ok
+
+
+def _broken_unit(grid: np.ndarray) -> str:
+    """Names the first row, column or box of an invalid solution that misses a digit."""
+    n = grid.shape[0]
+    br, bc = box_shape(n)
+    digits = set(range(1, n + 1))
+    for r in range(n):
+        if set(grid[r].tolist()) != digits:
+            return f"row {r + 1}"
+    for c in range(n):
+        if set(grid[:, c].tolist()) != digits:
+            return f"column {c + 1}"
+    for b in range(n):
+        r0, c0 = (b // (n // bc)) * br, (b % (n // bc)) * bc
+        if set(grid[r0:r0 + br, c0:c0 + bc].ravel().tolist()) != digits:
+            return f"box {b + 1}"
+    return "no unit"
+
+
+# ---------------------------------------------------------------------------
+# Solver: candidate bitmasks, naked + hidden singles, depth-first guesses
+# ---------------------------------------------------------------------------
+
+
+def _initial_candidates(geo: Geometry, values: list[int]) -> tuple[list[int], list[int]] | None:
+    """Candidates of each cell given the givens, and the blank cells already down to one
+    candidate (to propagate from); None when two givens clash or a cell has no candidate."""
+    n = geo.n
+    used = [0] * (3 * n)  # digits used per row, per column (offset n), per box (offset 2n)
+    for cell, v in enumerate(values):
+        if v:
+            r, c, b = geo.cell_units[cell]
+            bit = 1 << (v - 1)
+            if (used[r] | used[n + c] | used[2 * n + b]) & bit:
+                return None
+            used[r] |= bit
+            used[n + c] |= bit
+            used[2 * n + b] |= bit
+    cands, singles = [], []
+    for cell, v in enumerate(values):
+        if v:
+            cands.append(1 << (v - 1))
+            continue
+        r, c, b = geo.cell_units[cell]
+        m = geo.full & ~(used[r] | used[n + c] | used[2 * n + b])
+        if not m:
+            return None
+        if not m & (m - 1):
+            singles.append(cell)
+        cands.append(m)
+    return cands, singles
+
+
+class _Solver:
+    """Finds up to `limit` solutions; counts guesses. With `rng`, digits are tried in random order."""
+
+    def __init__(self, geo: Geometry, limit: int, rng: np.random.Generator | None = None):
+        self.geo, self.limit, self.rng = geo, limit, rng
+        self.guesses = 0
+        self.solutions: list[list[int]] = []
+
+    def run(self, cands: list[int], singles: list[int]) -> int:
+        self._search(cands, singles)
+        return len(self.solutions)
+
+    def _propagate(self, cands: list[int], stack: list[int]) -> bool:
+        """Naked and hidden singles to a fixpoint; False on a contradiction.
+
+        `stack` holds cells that became single and whose digit is not yet removed from their peers.
+        """
+        peers, units, full = self.geo.peers, self.geo.units, self.geo.full
+        while True:
+            while stack:
+                cell = stack.pop()
+                bit = cands[cell]
+                for p in peers[cell]:
+                    m = cands[p]
+                    if m & bit:
+                        m ^= bit
+                        if not m:
+                            return False
+                        cands[p] = m
+                        if not m & (m - 1):
+                            stack.append(p)
+            for unit in units:
+                # digits seen once and at least twice in the unit, in one pass of bit tricks
+                once = twice = 0
+                for c in unit:
+                    m = cands[c]
+                    twice |= once & m
+                    once |= m
+                if once != full:
+                    return False  # some digit has no place left in this unit
+                hidden = once & ~twice
+                if hidden:
+                    for c in unit:
+                        m = cands[c]
+                        h = m & hidden
+                        if h and h != m:
+                            if h & (h - 1):
+                                return False  # two digits that both must go in this one cell
+                            cands[c] = h
+                            stack.append(c)
+            if not stack:
+                return True
+
+    def _search(self, cands: list[int], stack: list[int]) -> None:
+        if not self._propagate(cands, stack):
+            return
+        cell, fewest = -1, self.geo.n + 1
+        for i, m in enumerate(cands):
+            if m & (m - 1):
+                k = m.bit_count()
+                if k < fewest:
+                    cell, fewest = i, k
+                    if k == 2:
+                        break
+        if cell < 0:
+            self.solutions.append(cands)
+            return
+        m, bits = cands[cell], []
+        while m:
+            bits.append(m & -m)
+            m &= m - 1
+        if self.rng is not None:
+            bits = [bits[i] for i in self.rng.permutation(len(bits))]
+        for bit in bits:
+            self.guesses += 1
+            child = cands.copy()
+            child[cell] = bit
+            self._search(child, [cell])
+            if len(self.solutions) >= self.limit:
+                return
+
+
+def _as_values(puzzle: np.ndarray) -> tuple[Geometry, list[int]]:
+    arr = np.asarray(puzzle)
+    n = math.isqrt(arr.size)
+    if n * n != arr.size or arr.ndim not in (1, 2) or (arr.ndim == 2 and arr.shape != (n, n)):
+        raise ValueError(f"a sudoku is an n x n grid (or n*n cells), got shape {arr.shape}")
+    if arr.size and (arr.min() < 0 or arr.max() > n):
+        raise ValueError(f"cell values of a {n}x{n} sudoku are 0 (blank) to {n}")
+    return geometry(n), [int(v) for v in arr.ravel()]
+
+
+def _to_grid(geo: Geometry, cands: list[int]) -> np.ndarray:
+    return np.array([m.bit_length() for m in cands], dtype=np.uint8).reshape(geo.n, geo.n)
+
+
+def count_solutions(puzzle: np.ndarray, limit: int = 2) -> int:
+    """Number of solutions of `puzzle` (values 0 = blank, 1..n), counting stops at `limit`."""
+    geo, values = _as_values(puzzle)
+    start = _initial_candidates(geo, values)
+    return 0 if start is None else _Solver(geo, limit).run(*start)
+
+
+def solve_sudoku(puzzle: np.ndarray) -> tuple[np.ndarray | None, int]:
+    """(first solution or None, guesses made): the deterministic solver the rating uses."""
+    geo, values = _as_values(puzzle)
+    start = _initial_candidates(geo, values)
+    if start is None:
+        return None, 0
+    solver = _Solver(geo, limit=1)
+    solver.run(*start)
+    return (_to_grid(geo, solver.solutions[0]) if solver.solutions else None), solver.guesses
+
+
+def sudoku_rating(puzzle: np.ndarray) -> int:
+    """Guesses the deterministic singles-then-guess solver needs (see the module docstring)."""
+    solution, guesses = solve_sudoku(puzzle)
+    if solution is None:
+        raise ValueError("the puzzle has no solution")
+    return guesses
+
+
+# ---------------------------------------------------------------------------
+# Offline generator
+# ---------------------------------------------------------------------------
+
+
+def _random_full_grid(rng: np.random.Generator, geo: Geometry) -> list[int]:
+    """A random complete board: depth-first search from an empty board, digits in random order."""
+    solver = _Solver(geo, limit=1, rng=rng)
+    solver.run([geo.full] * (geo.n * geo.n), [])
+    return [m.bit_length() for m in solver.solutions[0]]
+
+
+def _has_other_solution(geo: Geometry, values: list[int], cell: int, digit: int) -> bool:
+    """Does the puzzle `values` (whose `cell` was just blanked, and which was uniquely solvable
+    with `digit` there) have a solution with another digit in `cell`? That is exactly "the
+    blanked puzzle is not unique", and searching for one solution is cheaper than counting two."""
+    cands, singles = _initial_candidates(geo, values)
+    m = cands[cell] & ~(1 << (digit - 1))
+    if not m:
+        return False  # the cell is forced by its peers: trivially still unique
+    cands[cell] = m
+    if not m & (m - 1):
+        singles.append(cell)
+    return _Solver(geo, limit=1).run(cands, singles) > 0
+
+
+def generate_sudoku(rng: np.random.Generator, size: int = 9) -> tuple[np.ndarray, np.ndarray, int]:
+    """A uniquely solvable, minimal puzzle: (puzzle, solution, rating), boards (size, size) uint8.
+
+    A random full board, then every cell in random order is blanked unless that would
+    allow a second solution; a cell kept once stays necessary, so the result is minimal.
+    """
+    geo = geometry(size)
+    solution = _random_full_grid(rng, geo)
+    values = list(solution)
+    for cell in rng.permutation(size * size).tolist():
+        digit, values[cell] = values[cell], 0
+        if _has_other_solution(geo, values, cell, digit):
+            values[cell] = digit
+    puzzle = np.array(values, dtype=np.uint8).reshape(size, size)
+    return puzzle, np.array(solution, dtype=np.uint8).reshape(size, size), sudoku_rating(puzzle)
+
+
+# ---------------------------------------------------------------------------
+# Augmentation (upstream's shuffle, generalised to br x bc boxes)
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class SudokuTransforms:
+    """A batch of k validity-preserving shuffles of n x n boards.
+
+    Board b becomes: transposed if `transpose[b]`, then new cell (i, j) = old cell
+    (rows[b, i], cols[b, j]), then every digit d -> digits[b, d] (digits[b, 0] = 0).
+    """
+
+    digits: np.ndarray  # (k, n + 1)
+    transpose: np.ndarray  # (k,) bool
+    rows: np.ndarray  # (k, n)
+    cols: np.ndarray  # (k, n)
+
+
+def _block_permutations(rng: np.random.Generator, k: int, n: int, block: int) -> np.ndarray:
+    """(k, n) permutations that shuffle the n // block blocks and the lines inside each block."""
+    order = np.argsort(rng.random((k, n // block)), axis=1)
+    within = np.argsort(rng.random((k, n // block, block)), axis=2)
+    return (order[:, :, None] * block + within).reshape(k, n)
+
+
+def random_transforms(rng: np.random.Generator, k: int, n: int) -> SudokuTransforms:
+    br, bc = box_shape(n)
+    digits = np.zeros((k, n + 1), dtype=np.int64)
+    digits[:, 1:] = np.argsort(rng.random((k, n)), axis=1) + 1
+    # transposing swaps the box shape, so it keeps validity only for square boxes
+    transpose = rng.random(k) < 0.5 if br == bc else np.zeros(k, dtype=bool)
+    return SudokuTransforms(digits, transpose, _block_permutations(rng, k, n, br), _block_permutations(rng, k, n, bc))
+
+
+def apply_transforms(grids: np.ndarray, t: SudokuTransforms) -> np.ndarray:
+    """Apply transform b to grid b of a (k, n, n) batch; returns (k, n, n) uint8."""
+    grids = np.asarray(grids)
+    k, n = grids.shape[0], grids.shape[-1]
+    grids = np.where(t.transpose[:, None, None], grids.transpose(0, 2, 1), grids)
+    moved = grids[np.arange(k)[:, None, None], t.rows[:, :, None], t.cols[:, None, :]]
+    relabelled = np.take_along_axis(t.digits, moved.reshape(k, n * n).astype(np.intp), axis=1)
+    return relabelled.reshape(k, n, n).astype(np.uint8)
+
+
+def shuffle_sudoku(rng: np.random.Generator, puzzle: np.ndarray, solution: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One random shuffle applied to both the puzzle and its solution (upstream's `shuffle_sudoku`)."""
+    puzzle, solution = np.asarray(puzzle), np.asarray(solution)
+    t = random_transforms(rng, 1, puzzle.shape[-1])
+    return apply_transforms(puzzle[None], t)[0], apply_transforms(solution[None], t)[0]
+
+
+# ---------------------------------------------------------------------------
+# Writing groups
+# ---------------------------------------------------------------------------
+
+_MAX_BATCH_BOARDS = 65536  # boards augmented at once: bounds memory however large num_aug is
+
+
+def write_sudoku_groups(split: SplitWriter, puzzles: np.ndarray, solutions: np.ndarray,
+                        num_aug: int, rng: np.random.Generator) -> None:
+    """One group per original: the original, then `num_aug` shuffled copies, one example each."""
+    n = puzzles.shape[-1]
+    per_batch = max(1, _MAX_BATCH_BOARDS // (num_aug + 1))
+    for start in range(0, len(puzzles), per_batch):
+        q, a = puzzles[start:start + per_batch], solutions[start:start + per_batch]
+        b = len(q)
+        # (b, 1 + num_aug, n, n): each original followed by its copies, the same shuffle for q and a
+        t = random_transforms(rng, b * num_aug, n)
+        copies = [apply_transforms(np.repeat(x, num_aug, axis=0), t).reshape(b, num_aug, n, n) for x in (q, a)]
+        q, a = (np.concatenate([x[:, None], c], axis=1) for x, c in zip((q, a), copies))
+        q_tokens = q.reshape(b, num_aug + 1, n * n) + np.uint8(1)  # value v -> token v + 1
+        a_tokens = a.reshape(b, num_aug + 1, n * n) + np.uint8(1)
+        for i in range(b):
+            for j in range(num_aug + 1):
+                split.add_puzzle(q_tokens[i, j], a_tokens[i, j], 0)
+            split.end_group()
+
+
+# ---------------------------------------------------------------------------
+# CSV import
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class SudokuRows:
+    """Validated rows of a CSV chunk: boards hold values 0 (blank) to n."""
+
+    lines: list[int]
+    puzzles: np.ndarray  # (B, n, n) uint8
+    solutions: np.ndarray  # (B, n, n) uint8
+    ratings: np.ndarray  # (B,) int64
+
+
+def _q_lut(n: int) -> np.ndarray:
+    return char_lut({".": 0, **{str(d): d for d in range(n + 1)}})
+
+
+def _a_lut(n: int) -> np.ndarray:
+    return char_lut({str(d): d for d in range(1, n + 1)})
+
+
+def parse_sudoku_chunk(path: Path, chunk: CsvChunk, n: int) -> SudokuRows:
+    """Validate and decode a chunk; a problem raises DataError naming the first bad line."""
+    cells = n * n
+    problems: list[tuple[int, str]] = []  # (row in chunk, message); the earliest row is reported
+    # rows up to the first one of a wrong length can be checked with numpy
+    good = len(chunk.lines)
+    for i, (q, a) in enumerate(zip(chunk.q, chunk.a)):
+        if len(q) != cells or len(a) != cells:
+            col, s = ("q", q) if len(q) != cells else ("a", a)
+            problems.append((i, f"{col} has {len(s)} characters, expected {cells} (a {n}x{n} sudoku)"))
+            good = i
+            break
+    ratings = np.zeros(good, dtype=np.int64)
+    for i, r in enumerate(chunk.rating[:good]):
+        try:
+            ratings[i] = int(r)
+        except (ValueError, OverflowError):
+            problems.append((i, f"rating {r!r} is not an integer"))
+            break
+    q = strings_to_codes(chunk.q[:good], cells, _q_lut(n))
+    a = strings_to_codes(chunk.a[:good], cells, _a_lut(n))
+    for name, codes, expected in (("q", q, f"'.' or 0-{n}"), ("a", a, f"1-{n}")):
+        bad = first_bad_cell(codes == 255)
+        if bad:
+            ch = getattr(chunk, name)[bad[0]][bad[1]]
+            problems.append((bad[0], f"{name} has {ch!r} at position {bad[1] + 1}, expected {expected}"))
+    ok_chars = (q != 255).all(axis=1) & (a != 255).all(axis=1)
+    clash = first_bad_cell((q != 0) & (q != a) & ok_chars[:, None])
+    if clash:
+        r, c = clash
+        problems.append((r, f"given {q[r, c]} at row {c // n + 1}, column {c % n + 1} differs from "
+                            f"the solution's {a[r, c]}"))
+    invalid = np.flatnonzero(ok_chars & ~valid_solutions(np.where(a == 255, 0, a).reshape(-1, n, n)))
+    if invalid.size:
+        r = int(invalid[0])
+        problems.append((r, f"a is not a valid sudoku solution ({_broken_unit(a[r].reshape(n, n))} "
+                            "does not hold every digit once)"))
+    raise_first_problem(path, chunk.lines, problems)
+    return SudokuRows(chunk.lines, q.reshape(-1, n, n), a.reshape(-1, n, n), ratings)
+
+
+def csv_side(path: Path) -> int:
+    """Board side of a Sudoku CSV, from the length of its first puzzle."""
+    for chunk in read_puzzle_csv(path, chunk_rows=1):
+        length = len(chunk.q[0])
+        n = math.isqrt(length)
+        if n * n != length or n not in CSV_SIDES:
+            sizes = ", ".join(str(s * s) for s in CSV_SIDES)
+            raise DataError(f"{path}:{chunk.lines[0]}: q has {length} characters, expected one of {sizes} "
+                            f"(a {'/'.join(f'{s}x{s}' for s in CSV_SIDES)} sudoku)")
+        return n
+    raise DataError(f"{path}: no puzzles after the header")
+
+
+def iter_sudoku_csv(path: Path, n: int, min_difficulty: int | None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Validated chunks of a Sudoku CSV: ((B, 2, n, n) puzzle/solution values, (B,) mask of the
+    rows with rating >= min_difficulty)."""
+    for chunk in read_puzzle_csv(path):
+        rows = parse_sudoku_chunk(path, chunk, n)
+        keep = np.ones(len(rows.lines), dtype=bool) if min_difficulty is None else rows.ratings >= min_difficulty
+        yield np.stack([rows.puzzles, rows.solutions], axis=1), keep
+
+
+def _import_split(split: SplitWriter, name: str, path: Path, n: int, cfg: SudokuBuildConfig,
+                  rng_sub: np.random.Generator, rng_aug: np.random.Generator) -> dict:
+    """Stream one CSV into `split` (filter, train-only subsample and augmentation); returns row counts."""
+    num_aug = cfg.num_aug if name == "train" else 0
+    subsample = cfg.subsample_size if name == "train" else None
+    stats: dict[str, int] = {}
+    for boards in select_rows(lambda: iter_sudoku_csv(path, n, cfg.min_difficulty), subsample, rng_sub,
+                              stats, desc=f"{name} {path.name}", progress=cfg.progress):
+        write_sudoku_groups(split, boards[:, 0], boards[:, 1], num_aug, rng_aug)
+    if split.num_puzzles == 0:
+        why = f" with rating >= min_difficulty={cfg.min_difficulty}" if cfg.min_difficulty is not None else ""
+        raise DataError(f"{path}: no puzzles{why} (read {stats['rows_read']} rows)")
+    return {**stats, "puzzles_written": split.num_puzzles}
+
+
+# ---------------------------------------------------------------------------
+# Generation
+# ---------------------------------------------------------------------------
+
+
+def _generate_split(split: SplitWriter, name: str, count: int, cfg: SudokuBuildConfig, seen: set[bytes],
+                    rng_gen: np.random.Generator, rng_aug: np.random.Generator, bar: tqdm) -> dict:
+    """Generate `count` puzzles not in `seen` (and with rating >= min_difficulty) into `split`."""
+    num_aug = cfg.num_aug if name == "train" else 0
+    batch_q, batch_a, ratings = [], [], []
+    attempts = 0
+    while len(ratings) < count:
+        attempts += 1
+        puzzle, solution, rating = generate_sudoku(rng_gen, cfg.size)
+        key = puzzle.tobytes()
+        if key not in seen and (cfg.min_difficulty is None or rating >= cfg.min_difficulty):
+            seen.add(key)
+            batch_q.append(puzzle)
+            batch_a.append(solution)
+            ratings.append(rating)
+            bar.update(1)
+            if len(batch_q) == 1024:
+                write_sudoku_groups(split, np.stack(batch_q), np.stack(batch_a), num_aug, rng_aug)
+                batch_q, batch_a = [], []
+        elif attempts >= 1000 and len(ratings) * 100 < attempts:
+            raise DataError(
+                f"after {attempts} generated {cfg.size}x{cfg.size} puzzles only {len(ratings)} were new and had "
+                f"rating >= min_difficulty={cfg.min_difficulty}; lower min_difficulty or the number of puzzles")
+    if batch_q:
+        write_sudoku_groups(split, np.stack(batch_q), np.stack(batch_a), num_aug, rng_aug)
+    r = np.array(ratings)
+    return {"attempts": attempts, "puzzles": count,
+            "rating_mean": float(r.mean()) if count else 0.0, "rating_max": int(r.max()) if count else 0}
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------
+
+
+def _check_config(cfg: SudokuBuildConfig) -> None:
+    if cfg.num_aug < 0:
+        raise TRMError(f"num_aug must be >= 0, got {cfg.num_aug}")
+    if cfg.subsample_size is not None and cfg.subsample_size < 1:
+        raise TRMError(f"subsample_size must be >= 1, got {cfg.subsample_size}")
+    if cfg.input_dir is None and (cfg.num_train < 1 or cfg.num_test < 1):
+        raise TRMError(f"num_train and num_test must be >= 1, got {cfg.num_train} and {cfg.num_test}")
+
+
+def build_sudoku(cfg: SudokuBuildConfig) -> dict:
+    """Build a Sudoku dataset (CSV import when cfg.input_dir is set, else generation); returns a summary."""
+    started = time.time()
+    _check_config(cfg)
+    # independent streams, so that e.g. changing num_aug does not change the subsample
+    rng_sub, rng_aug, rng_gen = (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(3))
+    if cfg.input_dir is not None:
+        input_dir = Path(cfg.input_dir)
+        paths = {name: input_dir / f"{name}.csv" for name in ("train", "test")}
+        for p in paths.values():
+            if not p.is_file():
+                raise DataError(f"{p}: missing (input_dir must hold train.csv and test.csv)")
+        n = csv_side(paths["train"])
+    else:
+        n = cfg.size
+    br, bc = box_shape(n)
+    seq_len, vocab_size = seq_len_and_vocab(n)
+    info = {"builder": "sudoku", "config": cfg.model_dump(), "side": n, "box": [br, bc],
+            "encoding": "value v (0 = blank) -> token v + 1; PAD 0"}
+    with DatasetWriter(cfg.output_dir, seq_len=seq_len, vocab_size=vocab_size, build_info=info) as writer:
+        if cfg.input_dir is not None:
+            info["source"] = f"csv:{Path(cfg.input_dir).absolute()}"
+            for name in ("train", "test"):
+                info[name] = _import_split(getattr(writer, name), name, paths[name], n, cfg, rng_sub, rng_aug)
+        else:
+            info["source"] = "generator"
+            info["generator"] = {"algorithm": "random full board by randomised backtracking; givens removed in "
+                                              "random order while the solution stays unique (minimal puzzles)",
+                                 "rating": RATING_DOC, "size": n}
+            seen: set[bytes] = set()
+            with tqdm(total=cfg.num_train + cfg.num_test, desc=f"generate {n}x{n} sudoku",
+                      unit=" puzzles", disable=not cfg.progress) as bar:
+                for name, count in (("train", cfg.num_train), ("test", cfg.num_test)):
+                    info[name] = _generate_split(getattr(writer, name), name, count, cfg, seen, rng_gen, rng_aug, bar)
+        writer.build_info = info
+    return build_summary(writer, started)

@@ -1,0 +1,158 @@
+"""`trm-kaggle verify DIR`: check a dataset (ours or upstream's) before hours of training go into it.
+
+Checks, in order, stopping at the first problem (raised as DataError naming the file):
+identifiers.json; for both splits dataset.json, the five arrays, their shapes and
+dtypes, monotone index arrays that cover every example and puzzle exactly, tokens
+inside the vocabulary, identifiers inside the identifier table, metadata counts;
+then test_puzzles.json against the test split when present.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trm_kaggle.data.format import FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, load_identifiers, load_split
+from trm_kaggle.errors import DataError
+
+_CHUNK_ROWS = 1 << 16
+
+
+@dataclass
+class SplitSummary:
+    name: str
+    examples: int
+    puzzles: int
+    groups: int
+    seq_len: int
+    vocab_size: int
+    dtype: str
+    mean_puzzle_examples: float
+
+
+def _check_index(arr: np.ndarray, name: str, length: int, end: int, where: Path) -> None:
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise DataError(f"{where}: {name} must be a 1-D integer array, got {arr.dtype} {arr.shape}")
+    if len(arr) != length:
+        raise DataError(f"{where}: {name} has {len(arr)} entries, expected {length}")
+    if arr[0] != 0:
+        raise DataError(f"{where}: {name} must start at 0, starts at {arr[0]}")
+    steps = np.diff(arr.astype(np.int64))
+    if (steps <= 0).any():
+        k = int(np.argmax(steps <= 0))
+        raise DataError(f"{where}: {name} is not strictly increasing at position {k} ({arr[k]} -> {arr[k + 1]})")
+    if arr[-1] != end:
+        raise DataError(f"{where}: {name} ends at {arr[-1]}, expected {end}")
+
+
+def verify_split(dataset_dir: Path, split: str, num_identifiers: int) -> SplitSummary:
+    d = dataset_dir / split
+    s = load_split(dataset_dir, split)
+    m = s.metadata
+    if m.sets != [SET_NAME]:
+        extra = [f"{name}__{f}.npy" for name in m.sets for f in FIELDS if not (d / f"{name}__{f}.npy").exists()]
+        if extra:
+            raise DataError(f"{d}: sets {m.sets} named in dataset.json but {extra[0]} is missing")
+    if m.num_puzzle_identifiers != num_identifiers:
+        raise DataError(f"{d / 'dataset.json'}: num_puzzle_identifiers is {m.num_puzzle_identifiers} but "
+                        f"identifiers.json lists {num_identifiers}")
+    for name in ("inputs", "labels"):
+        a = getattr(s, name)
+        if a.ndim != 2 or a.shape[1] != m.seq_len:
+            raise DataError(f"{d}/{SET_NAME}__{name}.npy: shape {a.shape}, expected (N, seq_len={m.seq_len})")
+        if not np.issubdtype(a.dtype, np.integer):
+            raise DataError(f"{d}/{SET_NAME}__{name}.npy: dtype {a.dtype} is not an integer type")
+    if s.inputs.shape != s.labels.shape:
+        raise DataError(f"{d}: inputs {s.inputs.shape} and labels {s.labels.shape} differ in shape")
+    n = len(s.inputs)
+    _check_index(s.puzzle_indices, f"{SET_NAME}__puzzle_indices", m.total_puzzles + 1, n, d)
+    _check_index(s.group_indices, f"{SET_NAME}__group_indices", m.total_groups + 1, m.total_puzzles, d)
+    pid = s.puzzle_identifiers
+    if pid.ndim != 1 or len(pid) != m.total_puzzles:
+        raise DataError(f"{d}: {SET_NAME}__puzzle_identifiers has shape {pid.shape}, expected ({m.total_puzzles},)")
+    if len(pid) and (pid.min() < 0 or pid.max() >= num_identifiers):
+        raise DataError(f"{d}: puzzle identifier {int(pid.max())} outside the table of {num_identifiers}")
+    for name in ("inputs", "labels"):
+        a = getattr(s, name)
+        for start in range(0, n, _CHUNK_ROWS):
+            chunk = np.asarray(a[start:start + _CHUNK_ROWS])
+            lo, hi = int(chunk.min()), int(chunk.max())
+            if lo < 0 or hi >= m.vocab_size:
+                row = start + int(np.argmax(((chunk < 0) | (chunk >= m.vocab_size)).any(axis=1)))
+                raise DataError(f"{d}/{SET_NAME}__{name}.npy: row {row} has a token outside 0..{m.vocab_size - 1}")
+    mean = n / max(1, m.total_puzzles)
+    if abs(mean - m.mean_puzzle_examples) > 1e-6 * max(1.0, mean):
+        raise DataError(f"{d / 'dataset.json'}: mean_puzzle_examples {m.mean_puzzle_examples} but the arrays give {mean}")
+    return SplitSummary(split, n, m.total_puzzles, m.total_groups, m.seq_len, m.vocab_size, str(s.inputs.dtype), mean)
+
+
+def verify_dataset(dataset_dir: str | Path) -> dict:
+    """Raise DataError at the first problem; otherwise return a summary."""
+    dataset_dir = Path(dataset_dir)
+    if not dataset_dir.is_dir():
+        raise DataError(f"{dataset_dir}: not a directory")
+    if any(dataset_dir.parent.glob(dataset_dir.name + ".partial-*")) and not (dataset_dir / "train").exists():
+        raise DataError(f"{dataset_dir}: only a partial build exists (was the build interrupted?)")
+    ids = load_identifiers(dataset_dir)
+    if not ids or ids[0] != BLANK_IDENTIFIER:
+        raise DataError(f"{dataset_dir / 'identifiers.json'}: entry 0 must be '<blank>'")
+    splits = {}
+    for split in SPLITS:
+        if not (dataset_dir / split).is_dir():
+            raise DataError(f"{dataset_dir / split}: missing split directory (a complete dataset has train/ and test/)")
+        splits[split] = verify_split(dataset_dir, split, len(ids))
+    tr, te = splits["train"], splits["test"]
+    if (tr.seq_len, tr.vocab_size) != (te.seq_len, te.vocab_size):
+        raise DataError(f"{dataset_dir}: train and test disagree on seq_len/vocab_size")
+    test_tasks = None
+    tp = dataset_dir / "test_puzzles.json"
+    if tp.exists():
+        try:
+            test_puzzles = json.loads(tp.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise DataError(f"{tp}: unreadable: {e}") from None
+        if not isinstance(test_puzzles, dict):
+            raise DataError(f"{tp}: must map task ids to tasks")
+        test_tasks = len(test_puzzles)
+        _check_test_puzzles(dataset_dir, test_puzzles, ids)
+    size = sum(p.stat().st_size for p in dataset_dir.rglob("*") if p.is_file())
+    return {"path": str(dataset_dir), "identifiers": len(ids), "test_tasks": test_tasks, "bytes": size,
+            "splits": {k: v.__dict__ for k, v in splits.items()}}
+
+
+def _check_test_puzzles(dataset_dir: Path, test_puzzles: dict, ids: list[str]) -> None:
+    """Every un-augmented test puzzle is a recorded test task with as many examples as test inputs."""
+    s = load_split(dataset_dir, "test")
+    name_of = np.asarray(ids, dtype=object)
+    counts = np.diff(s.puzzle_indices)
+    seen = set()
+    for p, ident in enumerate(s.puzzle_identifiers):
+        name = name_of[ident]
+        if "|||" in name:
+            continue
+        seen.add(name)
+        task = test_puzzles.get(name)
+        if task is None:
+            raise DataError(f"{dataset_dir / 'test_puzzles.json'}: test puzzle {name} is not recorded")
+        n_test = len(task.get("test", [])) if isinstance(task, dict) else -1
+        if n_test != counts[p]:
+            raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {name} has {n_test} test inputs "
+                            f"but the test split holds {counts[p]} examples for it")
+    missing = set(test_puzzles) - seen
+    if missing:
+        raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {sorted(missing)[0]} has no puzzle in the test split")
+
+
+def format_summary(summary: dict) -> str:
+    lines = [f"dataset {summary['path']}: OK",
+             f"  puzzle identifiers {summary['identifiers']:,}"
+             + (f", test tasks {summary['test_tasks']:,}" if summary["test_tasks"] is not None else "")
+             + f", {summary['bytes'] / 1e6:,.1f} MB on disk"]
+    for name, s in summary["splits"].items():
+        lines.append(f"  {name:5s} examples {s['examples']:>11,}  puzzles {s['puzzles']:>9,}  groups {s['groups']:>7,}"
+                     f"  seq_len {s['seq_len']}  vocab {s['vocab_size']}  {s['dtype']}"
+                     f"  mean examples/puzzle {s['mean_puzzle_examples']:.2f}")
+    return "\n".join(lines)
