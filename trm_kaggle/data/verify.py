@@ -96,6 +96,8 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
         raise DataError(f"{dataset_dir}: not a directory")
     if any(dataset_dir.parent.glob(dataset_dir.name + ".partial-*")) and not (dataset_dir / "train").exists():
         raise DataError(f"{dataset_dir}: only a partial build exists (was the build interrupted?)")
+    if not (dataset_dir / "identifiers.json").exists() and not (dataset_dir / "train").exists():
+        raise DataError(f"{dataset_dir}: not a dataset directory (expected identifiers.json, train/ and test/)")
     ids = load_identifiers(dataset_dir)
     if not ids or ids[0] != BLANK_IDENTIFIER:
         raise DataError(f"{dataset_dir / 'identifiers.json'}: entry 0 must be '<blank>'")
