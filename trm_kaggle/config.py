@@ -71,14 +71,14 @@ class SudokuBuildConfig(_Config):
 
     output_dir: str
     input_dir: Optional[str] = None
-    subsample_size: Optional[int] = None  # train split only, as upstream
+    subsample_size: Optional[int] = Field(None, ge=1)  # train split only, as upstream
     min_difficulty: Optional[int] = None  # keep puzzles with rating >= this
-    num_aug: int = 0  # train split only, as upstream
+    num_aug: int = Field(0, ge=0)  # train split only, as upstream
     seed: int = 42
-    # offline generator
+    # offline generator (a CSV's board size is read from the file)
     size: Literal[4, 6, 9] = 9
-    num_train: int = 1000
-    num_test: int = 200
+    num_train: int = Field(1000, ge=1)
+    num_test: int = Field(200, ge=1)
     progress: bool = True
 
 
@@ -87,13 +87,13 @@ class MazeBuildConfig(_Config):
 
     output_dir: str
     input_dir: Optional[str] = None
-    subsample_size: Optional[int] = None
+    subsample_size: Optional[int] = Field(None, ge=1)
     aug: bool = False  # the 8 dihedral copies of each train maze
     seed: int = 42
     # offline generator
-    size: int = 30
-    num_train: int = 1000
-    num_test: int = 200
+    size: int = Field(30, ge=5)
+    num_train: int = Field(1000, ge=1)
+    num_test: int = Field(200, ge=1)
     min_path_length: Optional[int] = None
     progress: bool = True
 
@@ -126,3 +126,81 @@ class ArchConfig(_Config):
     @property
     def emb_ndim(self) -> int:
         return self.hidden_size if self.puzzle_emb_ndim is None else self.puzzle_emb_ndim
+
+
+# ---------------------------------------------------------------------------
+# Training (upstream `config/cfg_pretrain.yaml` names and defaults, plus ours)
+# ---------------------------------------------------------------------------
+
+
+class CurriculumConfig(_Config):
+    """Recursion curriculum: cycle counts ramp linearly from these start values to the arch's over `epochs`."""
+
+    start_H_cycles: Optional[int] = None
+    start_L_cycles: Optional[int] = None
+    epochs: int = 0  # 0 = off
+
+
+class HaltScheduleConfig(_Config):
+    """Adaptive halting: exploration probability decays linearly from start_prob to end_prob over `epochs`."""
+
+    start_prob: Optional[float] = None  # None = arch.halt_exploration_prob
+    end_prob: Optional[float] = None
+    epochs: int = 0  # 0 = off
+
+
+class TrainConfig(_Config):
+    arch: ArchConfig = Field(default_factory=ArchConfig)
+    data_paths: list[str] = Field(default_factory=list)
+    data_paths_test: list[str] = Field(default_factory=list)
+    evaluators: list = Field(default_factory=list)  # upstream's `evaluators=[...]`; ARC evaluation is our `evaluate`
+
+    global_batch_size: int = 768
+    epochs: int = 100000
+    eval_interval: Optional[int] = 10000
+    min_eval_interval: Optional[int] = 0
+    checkpoint_every_eval: bool = True
+
+    lr: float = 1e-4
+    lr_min_ratio: float = 1.0
+    lr_warmup_steps: int = 2000
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 0.1
+    puzzle_emb_lr: float = 1e-2
+    puzzle_emb_weight_decay: float = 0.1
+    optimizer: Literal["adam_atan2", "adamw"] = "adam_atan2"
+
+    ema: bool = False
+    ema_rate: float = 0.999
+    freeze_weights: bool = False  # train only the puzzle embeddings (test-time training)
+
+    seed: int = 0
+    project_name: Optional[str] = None
+    run_name: Optional[str] = None
+    checkpoint_path: Optional[str] = None  # run directory; default runs/<run_name>
+    load_checkpoint: Optional[str] = None  # an upstream step_<N> file or one of ours, for initial weights
+
+    # ours: hardware and run control
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    compile: bool = False
+    micro_batch_size: Optional[int] = None  # per-rank examples per forward; smaller than the local batch = accumulation
+    auto_batch: bool = False  # pick micro_batch_size from free device memory, halve it on out-of-memory
+    threads: Optional[int] = None  # CPU threads; None = one per core
+    deterministic: bool = False  # torch deterministic algorithms (CPU runs reproduce bit for bit)
+    max_steps: Optional[int] = None  # stop early (smoke runs, benchmarks)
+    log_interval: int = 10
+    checkpoint_keep: int = 3  # full train states kept in the run directory (oldest removed first)
+    tensorboard: bool = False
+    wandb: bool = False  # offline mode; never needs the network
+    progress: bool = True
+
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    halt_schedule: HaltScheduleConfig = Field(default_factory=HaltScheduleConfig)
+
+    @field_validator("global_batch_size", "epochs")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
