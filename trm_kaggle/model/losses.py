@@ -83,7 +83,9 @@ def act_loss(outputs: Dict[str, torch.Tensor], labels: torch.Tensor, halted: tor
     """Loss and metrics of one ACT step.
 
     outputs: the model's dict (logits, q_halt_logits, q_continue_logits[, target_q_continue]);
-    labels, halted, steps: from the carry the model returned (`carry.current_data["labels"]`, ...).
+    labels, halted, steps: from the carry the model returned (`carry.current_data["labels"]`, ...);
+    labels must be a signed integer tensor whose ignored positions equal `ignore_index`
+    (upstream's batches map the dataset's ignore label 0 to -100).
     Returns (total loss, metrics); metric tensors are detached sums plus `count`.
     """
     logits = outputs["logits"]

@@ -28,8 +28,9 @@ weights AdamATan2 trains and upstream's parameter counts.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -80,35 +81,42 @@ class PuzzleEmbedding(nn.Module):
 
     `weights` is a persistent buffer, so it is saved with the model but stays out of
     `parameters()`. In training with grad enabled, `forward` copies the rows of the
-    batch into a fresh leaf tensor that receives the gradient; after backward,
-    `touched()` returns (ids, grads) for the optimizer.
+    batch into a fresh leaf tensor that receives the gradient. After backward,
+    `touched()` returns (ids, grads) of every such forward since the last `clear()`
+    (several with gradient accumulation); the optimizer applies them and clears.
     """
+
+    max_pending = 1024  # forwards kept when nobody clears (guards against unbounded memory)
 
     def __init__(self, num_embeddings: int, embedding_dim: int):
         super().__init__()
         self.register_buffer("weights", torch.zeros(num_embeddings, embedding_dim), persistent=True)
-        self.local_ids: Optional[torch.Tensor] = None
-        self.local_weights: Optional[torch.Tensor] = None
+        self._pending: List[Tuple[torch.Tensor, torch.Tensor]] = []
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         ids = ids.reshape(-1).long()
         rows = self.weights[ids]
         if self.training and torch.is_grad_enabled():
             # Gradient goes to this per-batch copy, never to the (large) table itself.
-            self.local_ids = ids
-            self.local_weights = rows.requires_grad_(True)
+            rows.requires_grad_(True)
+            if len(self._pending) >= self.max_pending:
+                warnings.warn("PuzzleEmbedding: rows of old forwards were never applied (no optimizer step); dropping them")
+                self._pending = self._pending[-(self.max_pending // 2):]
+            self._pending.append((ids, rows))
         return rows
 
     def touched(self) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
-        """(ids, grads) of the rows used in the last training forward, or None without a gradient."""
-        if self.local_weights is None or self.local_weights.grad is None:
+        """(ids, grads) of the rows used in training forwards since the last clear(); None if no gradient."""
+        done = [(ids, rows.grad) for ids, rows in self._pending if rows.grad is not None]
+        if not done:
             return None
-        return self.local_ids, self.local_weights.grad
+        if len(done) == 1:
+            return done[0]
+        return torch.cat([i for i, _ in done]), torch.cat([g for _, g in done])
 
     def clear(self) -> None:
-        """Forget the last forward's rows (the optimizer calls this after its step)."""
-        self.local_ids = None
-        self.local_weights = None
+        """Forget the recorded rows (the optimizer calls this after its step)."""
+        self._pending = []
 
 
 # ---------------------------------------------------------------------------

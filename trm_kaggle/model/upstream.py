@@ -140,7 +140,8 @@ def load_upstream_state_dict(model: TinyRecursiveModel, state: Mapping[str, Any]
     bad = [f"{_rename(k, _RENAMES)} {tuple(ours[k].shape)} (model {tuple(v.shape)})"
            for k, v in expected.items() if ours[k].shape != v.shape]
     if bad:
-        raise TRMError(f"{source}: tensor shapes do not match the model config: " + ", ".join(bad))
+        shown = ", ".join(bad[:4]) + (f" (+{len(bad) - 4} more)" if len(bad) > 4 else "")
+        raise TRMError(f"{source}: tensor shapes do not match the model config: {shown}")
     model.load_state_dict(ours, strict=True)
 
 
@@ -152,8 +153,10 @@ def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, torch.Tensor]:
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:  # noqa: BLE001 - truncated zip, pickle of foreign objects, text file, ...
-        msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise TRMError(f"{path}: not a readable PyTorch checkpoint (truncated or foreign file?): {msg}") from None
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        detail = detail.split(". ")[0][:160]
+        raise TRMError(f"{path}: not a readable PyTorch checkpoint (truncated or foreign file?): "
+                       f"{type(err).__name__}: {detail}") from None
     if not isinstance(state, Mapping):
         raise TRMError(f"{path}: expected a state dict, found a {type(state).__name__}")
     return dict(state)

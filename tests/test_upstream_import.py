@@ -1,0 +1,182 @@
+"""Upstream checkpoints: key mapping both ways, safe loading, clear errors, all_config.yaml."""
+
+import pytest
+import torch
+
+from trm_kaggle.config import ArchConfig
+from trm_kaggle.errors import TRMError
+from trm_kaggle.model import TinyRecursiveModel
+from trm_kaggle.model.upstream import (
+    arch_config_from_upstream_yaml,
+    from_upstream_state_dict,
+    load_upstream_checkpoint,
+    load_upstream_state_dict,
+    read_all_config,
+    resize_puzzle_embedding,
+    to_upstream_state_dict,
+)
+
+SEQ, VOCAB, IDS = 10, 8, 5
+
+
+def tiny(seed, **kw):
+    torch.manual_seed(seed)
+    base = dict(hidden_size=32, num_heads=4, expansion=2, H_cycles=2, L_cycles=2, L_layers=2, puzzle_emb_len=2)
+    base.update(kw)
+    model = TinyRecursiveModel(ArchConfig(**base), SEQ, VOCAB, IDS)
+    with torch.no_grad():
+        model.puzzle_emb.weights.normal_()
+        model.q_head.weight.normal_(std=0.1)
+    return model.eval()
+
+
+def batch():
+    g = torch.Generator().manual_seed(0)
+    return {"inputs": torch.randint(0, VOCAB, (3, SEQ), generator=g),
+            "labels": torch.randint(0, VOCAB, (3, SEQ), generator=g),
+            "puzzle_identifiers": torch.tensor([0, 4, 2], dtype=torch.int32)}
+
+
+def logits(model):
+    b = batch()
+    _, out = model(model.initial_carry(b), b)
+    return out["logits"], out["q_halt_logits"]
+
+
+def test_export_has_upstream_key_layout():
+    sd = to_upstream_state_dict(tiny(0, pos_encodings="learned"), compiled=True)
+    p = "_orig_mod.model.inner."
+    assert all(k.startswith(p) for k in sd)
+    names = {k[len(p):]: v for k, v in sd.items()}
+    assert names["L_level.layers.1.self_attn.qkv_proj.weight"].shape == (96, 32)
+    assert names["L_level.layers.0.mlp.gate_up_proj.weight"].shape == (512, 32)
+    assert names["L_level.layers.0.mlp.down_proj.weight"].shape == (32, 256)
+    assert names["embed_tokens.embedding_weight"].shape == (VOCAB, 32)
+    assert names["embed_pos.embedding_weight"].shape == (SEQ + 2, 32)
+    assert names["puzzle_emb.weights"].shape == (IDS, 32)
+    assert names["H_init"].dtype == torch.bfloat16 and names["lm_head.weight"].dtype == torch.float32
+    assert set(names) >= {"L_init", "q_head.weight", "q_head.bias", "lm_head.weight"}
+    mlp_t = to_upstream_state_dict(tiny(0, mlp_t=True, pos_encodings="none"), compiled=False)
+    assert "model.inner.L_level.layers.0.mlp_t.gate_up_proj.weight" in mlp_t
+
+
+def test_bf16_compiled_checkpoint_round_trip(tmp_path):
+    src = tiny(0)
+    path = tmp_path / "step_123"
+    torch.save(to_upstream_state_dict(src, compiled=True, dtype=torch.bfloat16), path)
+
+    dst = tiny(1)
+    assert not torch.allclose(logits(dst)[0], logits(src)[0])
+    load_upstream_checkpoint(dst, path)
+    assert all(v.dtype == torch.float32 for v in dst.state_dict().values())
+
+    # Exact against the source with its weights rounded to bf16 ...
+    rounded = tiny(2)
+    rounded.load_state_dict({k: v.bfloat16().float() for k, v in src.state_dict().items()})
+    torch.testing.assert_close(logits(dst)[0], logits(rounded)[0], rtol=1e-5, atol=1e-5)
+    # ... and close to the float32 original.
+    ours, ref = logits(dst)[0], logits(src)[0]
+    assert (ours - ref).abs().max() <= 0.05 * ref.abs().max()
+
+
+def test_float32_uncompiled_round_trip_is_exact():
+    src = tiny(0, pos_encodings="learned")
+    dst = tiny(1, pos_encodings="learned")
+    load_upstream_state_dict(dst, to_upstream_state_dict(src, compiled=False, init_dtype=None))
+    for a, b in zip(logits(src), logits(dst)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_truncated_file_gives_trm_error(tmp_path):
+    path = tmp_path / "step_7"
+    torch.save(to_upstream_state_dict(tiny(0)), path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TRMError, match="step_7.*not a readable PyTorch checkpoint"):
+        load_upstream_checkpoint(tiny(1), path)
+
+
+def test_foreign_and_missing_files_give_trm_error(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(TRMError, match="notes.txt"):
+        load_upstream_checkpoint(tiny(1), text)
+    with pytest.raises(TRMError, match="not found"):
+        load_upstream_checkpoint(tiny(1), tmp_path / "nope")
+    tensor_file = tmp_path / "tensor.pt"
+    torch.save(torch.zeros(3), tensor_file)
+    with pytest.raises(TRMError, match="expected a state dict"):
+        load_upstream_checkpoint(tiny(1), tensor_file)
+
+
+def test_missing_key_gives_trm_error_naming_it(tmp_path):
+    sd = to_upstream_state_dict(tiny(0))
+    del sd["_orig_mod.model.inner.L_level.layers.1.mlp.down_proj.weight"]
+    path = tmp_path / "step_1"
+    torch.save(sd, path)
+    with pytest.raises(TRMError, match=r"step_1.*missing keys L_level\.layers\.1\.mlp\.down_proj\.weight"):
+        load_upstream_checkpoint(tiny(1), path)
+
+
+def test_foreign_keys_and_wrong_shapes_give_trm_error():
+    sd = to_upstream_state_dict(tiny(0))
+    sd["_orig_mod.model.inner.H_level.layers.0.self_attn.qkv_proj.weight"] = torch.zeros(3)  # an HRM checkpoint
+    with pytest.raises(TRMError, match="unexpected keys .*H_level"):
+        from_upstream_state_dict(sd)
+    wide = to_upstream_state_dict(tiny(0, hidden_size=64, num_heads=4))
+    with pytest.raises(TRMError, match="shapes do not match"):
+        load_upstream_state_dict(tiny(1), wide)
+    mlp_t = to_upstream_state_dict(tiny(0, mlp_t=True, pos_encodings="none"))
+    with pytest.raises(TRMError, match="does not match the model config"):
+        load_upstream_state_dict(tiny(1), mlp_t)
+
+
+def test_puzzle_table_resized_to_mean_of_saved_rows():
+    src = tiny(0)
+    sd = to_upstream_state_dict(src, compiled=False)
+    saved = sd["model.inner.puzzle_emb.weights"][:3].clone()
+    sd["model.inner.puzzle_emb.weights"] = saved  # a checkpoint trained with 3 identifiers
+    dst = tiny(1)
+    load_upstream_state_dict(dst, sd)
+    table = dst.puzzle_emb.weights
+    assert table.shape == (IDS, 32)
+    torch.testing.assert_close(table, saved.mean(0, keepdim=True).expand(IDS, -1))
+    assert resize_puzzle_embedding(saved, 3) is saved
+
+
+UPSTREAM_YAML = {
+    "arch": {
+        "name": "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1",
+        "loss": {"name": "losses@ACTLossHead", "loss_type": "softmax_cross_entropy"},
+        "halt_exploration_prob": 0.1, "halt_max_steps": 16, "H_cycles": 3, "L_cycles": 4,
+        "H_layers": 0, "L_layers": 2, "hidden_size": 512, "num_heads": 8, "expansion": 4,
+        "puzzle_emb_ndim": 512, "pos_encodings": "rope", "forward_dtype": "bfloat16",
+        "mlp_t": False, "puzzle_emb_len": 16, "no_ACT_continue": True,
+    },
+    "data_paths": ["data/arc2concept-aug-1000"], "global_batch_size": 768, "lr": 1e-4,
+}
+
+
+def test_arch_config_from_upstream_yaml(tmp_path):
+    arch = arch_config_from_upstream_yaml(UPSTREAM_YAML)
+    assert arch.L_cycles == 4 and arch.H_cycles == 3 and arch.hidden_size == 512
+    assert arch.loss_type == "softmax_cross_entropy"
+    assert arch.forward_dtype == "auto"  # bf16 on CUDA, float32 on CPU
+    assert arch.emb_ndim == 512 and arch.puzzle_emb_len == 16 and arch.no_ACT_continue
+    assert arch_config_from_upstream_yaml(UPSTREAM_YAML, keep_forward_dtype=True).forward_dtype == "bfloat16"
+    assert arch_config_from_upstream_yaml(UPSTREAM_YAML["arch"]).L_cycles == 4  # the section alone
+
+    import yaml
+    (tmp_path / "all_config.yaml").write_text(yaml.safe_dump(UPSTREAM_YAML))
+    assert arch_config_from_upstream_yaml(read_all_config(tmp_path)) == arch
+
+
+def test_arch_config_from_upstream_yaml_errors():
+    odd = {"arch": dict(UPSTREAM_YAML["arch"], H_deep=3)}
+    with pytest.raises(TRMError, match="H_deep"):
+        arch_config_from_upstream_yaml(odd)
+    assert arch_config_from_upstream_yaml(odd, strict=False).hidden_size == 512
+    with pytest.raises(TRMError, match="invalid arch"):
+        arch_config_from_upstream_yaml({"arch": dict(UPSTREAM_YAML["arch"], pos_encodings="alibi")})
+    with pytest.raises(TRMError, match="all_config.yaml"):
+        read_all_config("/nonexistent/dir/all_config.yaml")
