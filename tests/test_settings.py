@@ -1,0 +1,610 @@
+"""Training settings: upstream command lines, presets, config files, round trips."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import textwrap
+
+import pytest
+import yaml
+
+from trm_kaggle.config import TrainConfig
+from trm_kaggle.errors import TRMError
+from trm_kaggle.train.settings import (
+    PRESETS,
+    apply_overrides,
+    describe_presets,
+    dump_config,
+    expand_preset_names,
+    is_upstream_run_config,
+    load_train_config,
+    parse_override,
+    parse_value,
+    split_cli_args,
+    valid_keys,
+)
+
+# ---------------------------------------------------------------------------
+# upstream README training commands, as a user pastes them
+# ---------------------------------------------------------------------------
+
+README_COMMANDS = {
+    "pretrain_mlp_t_sudoku": """python pretrain.py \\
+        arch=trm \\
+        data_paths="[data/sudoku-extreme-1k-aug-1000]" \\
+        evaluators="[]" \\
+        epochs=50000 eval_interval=5000 \\
+        lr=1e-4 puzzle_emb_lr=1e-4 weight_decay=1.0 puzzle_emb_weight_decay=1.0 \\
+        arch.mlp_t=True arch.pos_encodings=none \\
+        arch.L_layers=2 \\
+        arch.H_cycles=3 arch.L_cycles=6 \\
+        +run_name=${run_name} ema=True""",
+    "pretrain_att_sudoku": """python pretrain.py \\
+        arch=trm \\
+        data_paths="[data/sudoku-extreme-1k-aug-1000]" \\
+        evaluators="[]" \\
+        epochs=50000 eval_interval=5000 \\
+        lr=1e-4 puzzle_emb_lr=1e-4 weight_decay=1.0 puzzle_emb_weight_decay=1.0 \\
+        arch.L_layers=2 \\
+        arch.H_cycles=3 arch.L_cycles=6 \\
+        +run_name=${run_name} ema=True""",
+    "pretrain_att_maze30x30": """torchrun --nproc-per-node 4 --rdzv_backend=c10d --rdzv_endpoint=localhost:0 \\
+        --nnodes=1 pretrain.py \\
+        arch=trm \\
+        data_paths="[data/maze-30x30-hard-1k]" \\
+        evaluators="[]" \\
+        epochs=50000 eval_interval=5000 \\
+        lr=1e-4 puzzle_emb_lr=1e-4 weight_decay=1.0 puzzle_emb_weight_decay=1.0 \\
+        arch.L_layers=2 \\
+        arch.H_cycles=3 arch.L_cycles=4 \\
+        +run_name=${run_name} ema=True""",
+    "pretrain_att_maze30x30_1gpu": """python pretrain.py \\
+        arch=trm \\
+        data_paths="[data/maze-30x30-hard-1k]" \\
+        evaluators="[]" \\
+        epochs=50000 eval_interval=5000 \\
+        lr=1e-4 puzzle_emb_lr=1e-4 weight_decay=1.0 puzzle_emb_weight_decay=1.0 global_batch_size=128 \\
+        arch.L_layers=2 \\
+        arch.H_cycles=3 arch.L_cycles=4 \\
+        +run_name=${run_name} ema=True""",
+    "pretrain_att_arc1concept_4": """torchrun --nproc-per-node 4 --rdzv_backend=c10d --rdzv_endpoint=localhost:0 \\
+        --nnodes=1 pretrain.py \\
+        arch=trm \\
+        data_paths="[data/arc1concept-aug-1000]" \\
+        arch.L_layers=2 \\
+        arch.H_cycles=3 arch.L_cycles=4 \\
+        +run_name=${run_name} ema=True""",
+    "pretrain_att_arc2concept_4": """torchrun --nproc-per-node 4 --rdzv_backend=c10d --rdzv_endpoint=localhost:0 \\
+        --nnodes=1 pretrain.py \\
+        arch=trm \\
+        data_paths="[data/arc2concept-aug-1000]" \\
+        arch.L_layers=2 \\
+        arch.H_cycles=3 arch.L_cycles=4 \\
+        +run_name=${run_name} ema=True""",
+}
+
+# which preset (combination) reproduces each README command
+README_PRESETS = {
+    "pretrain_mlp_t_sudoku": ["sudoku-mlp"],
+    "pretrain_att_sudoku": ["sudoku-att"],
+    "pretrain_att_maze30x30": ["maze"],
+    "pretrain_att_maze30x30_1gpu": ["maze+batch128"],
+    "pretrain_att_arc1concept_4": ["arc1"],
+    "pretrain_att_arc2concept_4": ["arc2"],
+}
+
+
+def readme_overrides(run_name: str, shell: bool = True) -> list[str]:
+    """The key=value words after `pretrain.py`, as the shell hands them over (quotes removed, $run_name expanded)."""
+    text = README_COMMANDS[run_name].replace("${run_name}", run_name).replace("\\\n", " ")  # line continuations
+    words = shlex.split(text) if shell else text.split()
+    words = words[words.index("pretrain.py") + 1:]
+    flags, overrides = split_cli_args(words)
+    assert flags == []
+    return overrides
+
+
+@pytest.mark.parametrize("shell", [True, False], ids=["shell-unquoted", "quotes-kept"])
+def test_readme_sudoku_mlp(shell):
+    cfg = load_train_config(overrides=readme_overrides("pretrain_mlp_t_sudoku", shell))
+    assert cfg.data_paths == ["data/sudoku-extreme-1k-aug-1000"]
+    assert cfg.evaluators == []
+    assert (cfg.epochs, cfg.eval_interval) == (50000, 5000)
+    assert (cfg.lr, cfg.puzzle_emb_lr) == (1e-4, 1e-4)
+    assert (cfg.weight_decay, cfg.puzzle_emb_weight_decay) == (1.0, 1.0)
+    assert cfg.arch.mlp_t is True and cfg.arch.pos_encodings == "none"
+    assert (cfg.arch.L_layers, cfg.arch.H_cycles, cfg.arch.L_cycles) == (2, 3, 6)
+    assert cfg.run_name == "pretrain_mlp_t_sudoku"
+    assert cfg.ema is True
+    assert cfg.global_batch_size == 768  # upstream default, untouched
+
+
+@pytest.mark.parametrize("shell", [True, False], ids=["shell-unquoted", "quotes-kept"])
+def test_readme_sudoku_attention_and_maze(shell):
+    att = load_train_config(overrides=readme_overrides("pretrain_att_sudoku", shell))
+    assert att.arch.mlp_t is False and att.arch.pos_encodings == "rope"
+    assert (att.arch.H_cycles, att.arch.L_cycles) == (3, 6)
+    maze = load_train_config(overrides=readme_overrides("pretrain_att_maze30x30", shell))
+    assert maze.data_paths == ["data/maze-30x30-hard-1k"]
+    assert (maze.arch.H_cycles, maze.arch.L_cycles, maze.global_batch_size) == (3, 4, 768)
+    maze1 = load_train_config(overrides=readme_overrides("pretrain_att_maze30x30_1gpu", shell))
+    assert maze1.global_batch_size == 128
+    assert maze1.model_copy(update={"global_batch_size": 768, "run_name": maze.run_name}) == maze
+
+
+@pytest.mark.parametrize("shell", [True, False], ids=["shell-unquoted", "quotes-kept"])
+def test_readme_arc(shell):
+    for name, path in (("pretrain_att_arc1concept_4", "data/arc1concept-aug-1000"),
+                       ("pretrain_att_arc2concept_4", "data/arc2concept-aug-1000")):
+        cfg = load_train_config(overrides=readme_overrides(name, shell))
+        assert cfg.data_paths == [path]
+        assert (cfg.arch.L_layers, cfg.arch.H_cycles, cfg.arch.L_cycles) == (2, 3, 4)
+        assert cfg.ema is True and cfg.run_name == name
+        # cfg_pretrain.yaml defaults
+        assert (cfg.global_batch_size, cfg.epochs, cfg.eval_interval) == (768, 100000, 10000)
+        assert (cfg.lr, cfg.puzzle_emb_lr, cfg.weight_decay, cfg.puzzle_emb_weight_decay) == (1e-4, 1e-2, 0.1, 0.1)
+
+
+@pytest.mark.parametrize("run_name", list(README_COMMANDS))
+def test_presets_reproduce_readme_commands(run_name):
+    from_readme = load_train_config(overrides=readme_overrides(run_name))
+    from_preset = load_train_config(presets=README_PRESETS[run_name], overrides=[f"+run_name={run_name}"])
+    assert from_preset == from_readme
+
+
+def test_torchrun_flags_are_split_from_overrides():
+    words = shlex.split(README_COMMANDS["pretrain_att_arc2concept_4"].replace("${run_name}", "x").replace("\\\n", " "))
+    flags, overrides = split_cli_args(words)
+    assert flags == ["torchrun", "--nproc-per-node", "4", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0",
+                     "--nnodes=1", "pretrain.py"]
+    assert overrides[0] == "arch=trm" and overrides[-1] == "ema=True"
+
+
+# ---------------------------------------------------------------------------
+# override syntax
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["", "+", "++"])
+def test_plus_prefixes(prefix):
+    cfg = load_train_config(overrides=[f"{prefix}run_name=foo", f"{prefix}arch.L_cycles=4"])
+    assert cfg.run_name == "foo" and cfg.arch.L_cycles == 4
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('data_paths="[data/arc2concept-aug-1000]"', ["data/arc2concept-aug-1000"]),
+    ("data_paths=[data/arc2concept-aug-1000]", ["data/arc2concept-aug-1000"]),
+    ("data_paths=[data/a,data/b]", ["data/a", "data/b"]),
+    ("data_paths='[data/a, data/b]'", ["data/a", "data/b"]),
+    ("data_paths=['data/a','data/b']", ["data/a", "data/b"]),
+    ("data_paths=[]", []),
+    ('data_paths="[]"', []),
+    ("data_paths=data/a", ["data/a"]),
+    ("data_paths=data/a,data/b", ["data/a", "data/b"]),
+])
+def test_list_syntax(text, expected):
+    assert load_train_config(overrides=[text]).data_paths == expected
+
+
+def test_evaluators():
+    assert load_train_config(overrides=['evaluators="[]"']).evaluators == []
+    assert load_train_config(overrides=["evaluators=[{name: arc@ARC}]"]).evaluators == [{"name": "arc@ARC"}]
+
+
+@pytest.mark.parametrize("word,value", [("True", True), ("true", True), ("TRUE", True),
+                                        ("False", False), ("false", False)])
+def test_booleans_in_both_cases(word, value):
+    cfg = load_train_config(overrides=[f"ema={word}", f"arch.mlp_t={word}"])
+    assert cfg.ema is value and cfg.arch.mlp_t is value
+
+
+def test_scalars():
+    cfg = load_train_config(overrides=["lr=1e-4", "puzzle_emb_lr=2E-3", "weight_decay=1", "global_batch_size=768",
+                                       "beta2=.99", "arch.expansion=2.5", "checkpoint_path=null",
+                                       "load_checkpoint=None", "eval_interval=null", "lr_min_ratio=1.0"])
+    assert cfg.lr == 1e-4 and isinstance(cfg.lr, float)
+    assert cfg.puzzle_emb_lr == 2e-3 and cfg.weight_decay == 1.0 and cfg.beta2 == 0.99
+    assert cfg.global_batch_size == 768 and cfg.arch.expansion == 2.5
+    assert cfg.checkpoint_path is None and cfg.load_checkpoint is None and cfg.eval_interval is None
+
+
+def test_string_fields_keep_what_was_typed():
+    cfg = load_train_config(overrides=["+run_name=123", "project_name=1e-4", "checkpoint_path=runs/True"])
+    assert (cfg.run_name, cfg.project_name, cfg.checkpoint_path) == ("123", "1e-4", "runs/True")
+    assert load_train_config(overrides=["arch.pos_encodings=none"]).arch.pos_encodings == "none"
+    assert load_train_config(overrides=["arch.forward_dtype=bfloat16"]).arch.forward_dtype == "bfloat16"
+
+
+def test_parse_value_and_override():
+    assert parse_value("1e-4") == 1e-4
+    assert parse_value("null") is None and parse_value("None") is None
+    assert parse_value("none") == "none"
+    assert parse_value("[1, 2.5, x, 'y z']") == [1, 2.5, "x", "y z"]
+    assert parse_override("++arch.L_cycles=4") == ("arch.L_cycles", 4)
+    with pytest.raises(TRMError, match="key=value"):
+        parse_override("arch.L_cycles")
+    with pytest.raises(TRMError, match="cannot parse"):
+        parse_override("data_paths=[a,b")
+
+
+def test_arch_selection():
+    assert load_train_config(overrides=["arch=trm"]) == TrainConfig()
+    with pytest.raises(TRMError, match="arch=hrm.*TRM only"):
+        load_train_config(overrides=["arch=hrm"])
+    ok = ["arch.name=recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1", "arch.loss.name=losses@ACTLossHead"]
+    assert load_train_config(overrides=ok) == TrainConfig()
+    with pytest.raises(TRMError, match="arch.name"):
+        load_train_config(overrides=["arch.name=hrm.hrm_act_v1@HierarchicalReasoningModel_ACTV1"])
+    with pytest.raises(TRMError, match="arch.loss.name"):
+        load_train_config(overrides=["arch.loss.name=losses@SomeOtherHead"])
+
+
+def test_loss_type_mapping():
+    cfg = load_train_config(overrides=["arch.loss.loss_type=softmax_cross_entropy"])
+    assert cfg.arch.loss_type == "softmax_cross_entropy"
+    with pytest.raises(TRMError, match="arch.loss_type"):
+        load_train_config(overrides=["arch.loss.loss_type=hinge"])
+
+
+def test_interpolation():
+    cfg = load_train_config(overrides=["arch.puzzle_emb_ndim=${.hidden_size}", "arch.hidden_size=256"])
+    assert cfg.arch.puzzle_emb_ndim is None and cfg.arch.emb_ndim == 256
+    cfg = load_train_config(overrides=["+run_name=r", "project_name=p_${run_name}", "arch.L_cycles=${.H_cycles}"])
+    assert cfg.project_name == "p_r" and cfg.arch.L_cycles == cfg.arch.H_cycles
+    with pytest.raises(TRMError, match="cannot resolve"):
+        load_train_config(overrides=["project_name=${nothing}"])
+
+
+@pytest.mark.parametrize("text,suggestion", [
+    ("arch.L_cycle=4", "arch.L_cycles"),
+    ("L_cycles=4", "arch.L_cycles"),
+    ("global_batchsize=64", "global_batch_size"),
+    ("arch.hiden_size=64", "arch.hidden_size"),
+    ("curriculum.start_L_cycle=2", "curriculum.start_L_cycles"),
+    ("ema_rat=0.9", "ema_rate"),
+])
+def test_unknown_key_suggestion(text, suggestion):
+    key = text.split("=")[0]
+    with pytest.raises(TRMError) as info:
+        load_train_config(overrides=[text])
+    assert repr(key) in str(info.value)
+    assert f"did you mean {suggestion}?" in str(info.value)
+
+
+@pytest.mark.parametrize("text,key", [
+    ("global_batch_size=abc", "global_batch_size"),
+    ("arch.L_cycles=many", "arch.L_cycles"),
+    ("lr=fast", "lr"),
+    ("ema=maybe", "ema"),
+    ("arch.pos_encodings=alibi", "arch.pos_encodings"),
+    ("global_batch_size=0", "global_batch_size"),
+    ("data_paths=[[a]]", "data_paths"),
+])
+def test_type_errors_name_the_key(text, key):
+    with pytest.raises(TRMError) as info:
+        load_train_config(overrides=[text])
+    assert f"{key}:" in str(info.value)
+    assert text in str(info.value)  # where it came from
+
+
+def test_nested_groups():
+    cfg = load_train_config(overrides=["curriculum.start_L_cycles=2", "curriculum.epochs=1000",
+                                       "halt_schedule.start_prob=0.5", "halt_schedule.end_prob=0.0",
+                                       "halt_schedule.epochs=200"])
+    assert (cfg.curriculum.start_L_cycles, cfg.curriculum.epochs) == (2, 1000)
+    assert (cfg.halt_schedule.start_prob, cfg.halt_schedule.end_prob, cfg.halt_schedule.epochs) == (0.5, 0.0, 200)
+    with pytest.raises(TRMError, match="group of settings"):
+        load_train_config(overrides=["curriculum=3"])
+
+
+def test_later_override_wins_and_reset():
+    cfg = load_train_config(presets=["arc2"], overrides=["arch.L_cycles=5", "arch.L_cycles=7", "~ema"])
+    assert cfg.arch.L_cycles == 7 and cfg.ema is False  # ~key: back to the default
+
+
+def test_apply_overrides_to_existing_config():
+    base = load_train_config(presets=["cpu-smoke"])
+    cfg = apply_overrides(base, ["lr=3e-4", "+run_name=x"])
+    assert cfg.lr == 3e-4 and cfg.run_name == "x" and cfg.arch.hidden_size == 64
+    assert base.lr == 1e-3
+
+
+def test_heads_must_divide_hidden():
+    with pytest.raises(TRMError, match="divisible"):
+        load_train_config(overrides=["arch.hidden_size=100", "arch.num_heads=8"])
+    # the MLP mixer has no heads
+    assert load_train_config(overrides=["arch.hidden_size=100", "arch.mlp_t=True"]).arch.hidden_size == 100
+
+
+def test_valid_keys():
+    keys = valid_keys()
+    assert "arch.L_cycles" in keys and "curriculum.start_L_cycles" in keys and "halt_schedule.end_prob" in keys
+    assert "arch" not in keys and "lr" in keys
+
+
+# ---------------------------------------------------------------------------
+# presets
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_validates(name):
+    entry = PRESETS[name]
+    assert entry["kind"] in ("base", "modifier") and entry["description"]
+    cfg = load_train_config(presets=[name])
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.arch.hidden_size % cfg.arch.num_heads == 0
+    if entry["kind"] == "modifier":  # a modifier also validates on top of every base
+        for base in (n for n, e in PRESETS.items() if e["kind"] == "base"):
+            load_train_config(presets=[base, name])
+
+
+def test_preset_values():
+    arc1 = load_train_config(presets=["arc1"])
+    assert arc1.data_paths == ["data/arc1concept-aug-1000"] and arc1.ema is True
+    assert (arc1.arch.L_layers, arc1.arch.H_cycles, arc1.arch.L_cycles) == (2, 3, 4)
+    assert (arc1.global_batch_size, arc1.epochs, arc1.eval_interval, arc1.lr, arc1.puzzle_emb_lr,
+            arc1.weight_decay, arc1.puzzle_emb_weight_decay) == (768, 100000, 10000, 1e-4, 1e-2, 0.1, 0.1)
+    assert load_train_config(presets=["arc2"]).data_paths == ["data/arc2concept-aug-1000"]
+    smlp = load_train_config(presets=["sudoku-mlp"])
+    assert smlp.arch.mlp_t is True and smlp.arch.pos_encodings == "none" and smlp.arch.L_cycles == 6
+    assert (smlp.epochs, smlp.eval_interval, smlp.puzzle_emb_lr, smlp.weight_decay) == (50000, 5000, 1e-4, 1.0)
+    satt = load_train_config(presets=["sudoku-att"])
+    assert satt.arch.mlp_t is False and satt.arch.pos_encodings == "rope"
+    assert smlp.model_copy(update={"arch": satt.arch}) == satt
+    maze = load_train_config(presets=["maze"])
+    assert maze.data_paths == ["data/maze-30x30-hard-1k"] and maze.arch.L_cycles == 4 and maze.evaluators == []
+    smoke = load_train_config(presets=["cpu-smoke"])
+    a = smoke.arch
+    assert (a.hidden_size, a.num_heads, a.expansion, a.H_cycles, a.L_cycles, a.halt_max_steps, a.puzzle_emb_len,
+            a.forward_dtype) == (64, 4, 2.0, 2, 2, 4, 2, "float32")
+    assert (smoke.global_batch_size, smoke.lr, smoke.lr_warmup_steps, smoke.max_steps, smoke.eval_interval,
+            smoke.device) == (32, 1e-3, 10, 50, None, "cpu")
+    large = load_train_config(presets=["arc2", "large"])
+    assert (large.arch.hidden_size, large.arch.num_heads) == (768, 12)
+    for name, (t, n) in {"T2n2": (2, 2), "T2n6": (2, 6), "T3n4": (3, 4), "T3n6": (3, 6), "T4n6": (4, 6)}.items():
+        cfg = load_train_config(presets=["arc2", name])
+        assert (cfg.arch.H_cycles, cfg.arch.L_cycles) == (t, n)
+    assert load_train_config(presets=["arc2", "act-8"]).arch.halt_max_steps == 8
+    assert load_train_config(presets=["arc2", "act-4"]).arch.halt_max_steps == 4
+    for b in (512, 1024, 2048):
+        assert load_train_config(presets=["arc2", f"batch{b}"]).global_batch_size == b
+
+
+def test_preset_combination_order():
+    a = load_train_config(presets=["arc2", "T3n6", "no-ema"])
+    b = load_train_config(presets=["arc2+T3n6+no-ema"])
+    c = load_train_config(presets=["arc2+T3n6", "no-ema"])
+    assert a == b == c
+    assert (a.arch.H_cycles, a.arch.L_cycles, a.ema) == (3, 6, False)
+    # later wins: the base recipe after the modifier undoes it
+    assert load_train_config(presets=["T3n6", "arc2"]).arch.L_cycles == 4
+    assert load_train_config(presets=["no-ema", "arc2"]).ema is True
+    assert load_train_config(presets=["sudoku-mlp", "attention"]).arch.mlp_t is False
+    assert load_train_config(presets=["sudoku-att", "mlp-t"]) == load_train_config(presets=["sudoku-mlp"])
+    # overrides come after presets
+    assert load_train_config(presets=["arc2+T3n6"], overrides=["arch.L_cycles=2"]).arch.L_cycles == 2
+
+
+def test_unknown_preset_lists_valid_names():
+    with pytest.raises(TRMError) as info:
+        load_train_config(presets=["arc3"])
+    msg = str(info.value)
+    assert "'arc3'" in msg and "did you mean arc2?" in msg
+    for name in PRESETS:
+        assert name in msg
+    with pytest.raises(TRMError, match="'nope'"):
+        expand_preset_names(["arc2+nope"])
+    assert expand_preset_names(["ARC2+t3n6"]) == ["arc2", "T3n6"]
+
+
+def test_describe_presets():
+    text = describe_presets()
+    for name, entry in PRESETS.items():
+        assert name in text and entry["description"] in text
+
+
+# ---------------------------------------------------------------------------
+# config files
+# ---------------------------------------------------------------------------
+
+UPSTREAM_ALL_CONFIG = textwrap.dedent("""\
+    arch:
+      H_cycles: 3
+      H_layers: 0
+      L_cycles: 4
+      L_layers: 2
+      expansion: 4
+      forward_dtype: bfloat16
+      halt_exploration_prob: 0.1
+      halt_max_steps: 16
+      hidden_size: 512
+      loss:
+        loss_type: stablemax_cross_entropy
+        name: losses@ACTLossHead
+      mlp_t: false
+      name: recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1
+      no_ACT_continue: true
+      num_heads: 8
+      pos_encodings: rope
+      puzzle_emb_len: 16
+      puzzle_emb_ndim: 512
+    beta1: 0.9
+    beta2: 0.95
+    checkpoint_every_eval: true
+    checkpoint_path: checkpoints/Arc2concept-aug-1000-ACT-torch/pretrain_att_arc2concept_4
+    data_paths:
+    - data/arc2concept-aug-1000
+    data_paths_test: []
+    ema: true
+    ema_rate: 0.999
+    epochs: 100000
+    eval_interval: 10000
+    eval_save_outputs: []
+    evaluators:
+    - name: arc@ARC
+    freeze_weights: false
+    global_batch_size: 768
+    load_checkpoint: null
+    lr: 0.0001
+    lr_min_ratio: 1.0
+    lr_warmup_steps: 2000
+    min_eval_interval: 0
+    project_name: Arc2concept-aug-1000-ACT-torch
+    puzzle_emb_lr: 0.01
+    puzzle_emb_weight_decay: 0.1
+    run_name: pretrain_att_arc2concept_4
+    seed: 0
+    weight_decay: 0.1
+    """)
+
+
+def test_upstream_all_config(tmp_path):
+    path = tmp_path / "all_config.yaml"
+    path.write_text(UPSTREAM_ALL_CONFIG)
+    assert is_upstream_run_config(yaml.safe_load(UPSTREAM_ALL_CONFIG))
+    notes: list[str] = []
+    cfg = load_train_config(config_file=path, notes=notes)
+    a = cfg.arch
+    assert (a.H_cycles, a.L_cycles, a.L_layers, a.H_layers, a.hidden_size, a.num_heads) == (3, 4, 2, 0, 512, 8)
+    # upstream's bfloat16 (it only ran on CUDA) becomes auto: bf16 on capable GPUs, float32 on CPUs
+    assert a.forward_dtype == "auto" and a.loss_type == "stablemax_cross_entropy"
+    assert a.puzzle_emb_ndim == 512 and a.puzzle_emb_len == 16 and a.mlp_t is False and a.no_ACT_continue is True
+    assert cfg.data_paths == ["data/arc2concept-aug-1000"] and cfg.evaluators == [{"name": "arc@ARC"}]
+    assert cfg.ema is True and cfg.run_name == "pretrain_att_arc2concept_4"
+    assert cfg.project_name == "Arc2concept-aug-1000-ACT-torch"
+    assert cfg.checkpoint_path == "checkpoints/Arc2concept-aug-1000-ACT-torch/pretrain_att_arc2concept_4"
+    assert (cfg.lr, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, cfg.global_batch_size) == (1e-4, 1e-2, 2000, 768)
+    assert any("eval_save_outputs" in n for n in notes)
+    # the checkpoint directory works too, and overrides still apply last
+    cfg2 = load_train_config(config_file=tmp_path, overrides=["arch.L_cycles=6"])
+    assert cfg2.arch.L_cycles == 6 and cfg2.model_copy(update={"arch": cfg.arch}) == cfg
+    # and it matches the README command + preset it came from (bar names, dtype and the ARC evaluator)
+    preset = load_train_config(presets=["arc2"], overrides=[
+        "+run_name=pretrain_att_arc2concept_4", "project_name=Arc2concept-aug-1000-ACT-torch",
+        "checkpoint_path=checkpoints/Arc2concept-aug-1000-ACT-torch/pretrain_att_arc2concept_4",
+        "arch.puzzle_emb_ndim=512", "evaluators=[{name: arc@ARC}]"])
+    assert preset == cfg
+
+
+def test_upstream_file_misspelled_key_is_an_error(tmp_path):
+    path = tmp_path / "all_config.yaml"
+    path.write_text(UPSTREAM_ALL_CONFIG.replace("ema_rate:", "ema_rat:"))
+    with pytest.raises(TRMError, match="'ema_rat'.*did you mean ema_rate"):
+        load_train_config(config_file=path)
+    path.write_text(UPSTREAM_ALL_CONFIG.replace("  L_cycles: 4", "  L_cycle: 4"))
+    with pytest.raises(TRMError, match="arch.L_cycle'.*did you mean arch.L_cycles"):
+        load_train_config(config_file=path)
+    path.write_text(UPSTREAM_ALL_CONFIG.replace("recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1",
+                                                "hrm.hrm_act_v1@HierarchicalReasoningModel_ACTV1"))
+    with pytest.raises(TRMError, match="TRM only"):
+        load_train_config(config_file=path)
+
+
+def test_upstream_arch_file_with_interpolation(tmp_path):
+    path = tmp_path / "trm.yaml"
+    path.write_text(textwrap.dedent("""\
+        name: recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1
+        loss:
+          name: losses@ACTLossHead
+          loss_type: stablemax_cross_entropy
+        halt_exploration_prob: 0.1
+        halt_max_steps: 16
+        H_cycles: 3
+        L_cycles: 6
+        H_layers: 0
+        L_layers: 2
+        hidden_size: 512
+        num_heads: 8
+        expansion: 4
+        puzzle_emb_ndim: ${.hidden_size}
+        pos_encodings: rope
+        forward_dtype: bfloat16
+        mlp_t: False
+        puzzle_emb_len: 16
+        no_ACT_continue: True
+        """))
+    cfg = load_train_config(config_file=path)
+    assert cfg == TrainConfig(arch={"forward_dtype": "auto"})
+
+
+def test_own_yaml_round_trip(tmp_path):
+    cfg = load_train_config(presets=["sudoku-mlp", "T2n6", "large"], overrides=[
+        "+run_name=rt", "curriculum.start_L_cycles=2", "curriculum.epochs=100", "halt_schedule.start_prob=0.3",
+        "lr=3.3e-5", "arch.rms_norm_eps=1e-6", "evaluators=[{name: arc@ARC, submission_K: 2}]",
+        "data_paths_test=[data/t]", "max_steps=7", "arch.puzzle_emb_ndim=128"])
+    text = dump_config(cfg)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    back = load_train_config(config_file=path)
+    assert back == cfg
+    assert dump_config(back) == text
+    # presets given with a full file are overwritten by it (the file comes later)
+    assert load_train_config(config_file=path, presets=["arc1"]) == cfg
+    # defaults round-trip too
+    path.write_text(dump_config(TrainConfig()))
+    assert load_train_config(config_file=path) == TrainConfig()
+
+
+def test_own_json_and_partial_files(tmp_path):
+    cfg = load_train_config(presets=["maze"])
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg.model_dump(mode="json")))
+    assert load_train_config(config_file=path) == cfg
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("arch:\n  L_cycles: 2\nlr: 2.0e-4\nrun_name: 2024\n")
+    p = load_train_config(config_file=partial, presets=["arc1"])
+    assert p.arch.L_cycles == 2 and p.lr == 2e-4 and p.run_name == "2024"
+    assert p.data_paths == ["data/arc1concept-aug-1000"]
+    partial.write_text("arch:\n  L_cycls: 2\n")
+    with pytest.raises(TRMError, match="did you mean arch.L_cycles"):
+        load_train_config(config_file=partial)
+    partial.write_text("global_batch_size: lots\n")
+    with pytest.raises(TRMError, match="global_batch_size:.*partial.yaml"):
+        load_train_config(config_file=partial)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(TRMError, match="not found"):
+        load_train_config(config_file=tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("arch: [unclosed\n")
+    with pytest.raises(TRMError, match="not valid YAML"):
+        load_train_config(config_file=bad)
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(TRMError, match="mapping"):
+        load_train_config(config_file=bad)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_train_config(config_file=empty) == TrainConfig()
+
+
+# ---------------------------------------------------------------------------
+# split_cli_args
+# ---------------------------------------------------------------------------
+
+
+def test_split_cli_args():
+    argv = ["--preset", "arc2", "arch.L_cycles=4", "+run_name=x", "ema=True", "--preset=T3n6",
+            "--subsets", "a", "b", "++seed=1", "~ema", "--no-progress", 'data_paths="[data/a]"']
+    flags, overrides = split_cli_args(argv)
+    assert flags == ["--preset", "arc2", "--preset=T3n6", "--subsets", "a", "b", "--no-progress"]
+    assert overrides == ["arch.L_cycles=4", "+run_name=x", "ema=True", "++seed=1", "~ema", 'data_paths="[data/a]"']
+
+
+def test_split_cli_args_value_flags_and_separator():
+    flags, overrides = split_cli_args(["--config", "odd=name.yaml", "lr=1e-3"], value_flags=["--config"])
+    assert flags == ["--config", "odd=name.yaml"] and overrides == ["lr=1e-3"]
+    flags, overrides = split_cli_args(["--preset", "arc2", "--", "weird/path=1"])
+    assert flags == ["--preset", "arc2"] and overrides == ["weird/path=1"]
+    assert split_cli_args([]) == ([], [])
+
+
+def test_split_then_load():
+    argv = shlex.split("--preset arc2 arch.L_cycles=4 +run_name=x ema=True --preset no-ema")
+    flags, overrides = split_cli_args(argv)
+    presets = [flags[i + 1] for i, f in enumerate(flags) if f == "--preset"]
+    cfg = load_train_config(presets=presets, overrides=overrides)
+    assert cfg.ema is True  # overrides come after every preset
+    assert cfg.arch.L_cycles == 4 and cfg.run_name == "x" and cfg.data_paths == ["data/arc2concept-aug-1000"]

@@ -1,0 +1,1 @@
+"""Training: data loading, the training loop and its checkpoints."""
