@@ -152,6 +152,142 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------
+# training, export, upstream import
+# ---------------------------------------------------------------------------
+
+
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="train a TRM (single device or under torchrun)",
+                       description="Train a TRM. Settings: --preset NAME (repeatable, or NAME+NAME), --config FILE "
+                                   "(ours or upstream's all_config.yaml), then upstream-style overrides "
+                                   "such as arch.L_cycles=4 ema=True +run_name=x data_paths=[data/arc2].")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, upstream style")
+    p.add_argument("--config", default=None, help="YAML/JSON config file")
+    p.add_argument("--preset", action="append", default=[], help="named preset (see --list-presets)")
+    p.add_argument("--list-presets", action="store_true", help="print the presets and exit")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--export", default=None, metavar="DIR", help="export inference weights here when done")
+    p.add_argument("--mean-embedding", action="store_true", help="with --export: keep only the mean puzzle row")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from trm_kaggle.train.settings import describe_presets, dump_config, load_train_config
+
+    if args.list_presets:
+        print(describe_presets())
+        return 0
+    cfg = load_train_config(args.config, args.preset, args.overrides)
+    if args.print_config:
+        print(dump_config(cfg))
+        return 0
+    from trm_kaggle.train.loop import train
+
+    result = train(cfg)
+    m = result.metrics
+    print(f"trained {result.step} steps ({result.epoch:.2f} epochs) at {result.examples_per_second:.1f} examples/s; "
+          f"last loss {m.get('loss', float('nan')):.4f}, exact accuracy (train, halted rows) "
+          f"{m.get('exact_accuracy', float('nan')):.3f}; run directory {result.run_dir}")
+    if result.eval_metrics:
+        print(f"test split: exact accuracy {result.eval_metrics['eval_exact_accuracy']:.3f} over "
+              f"{result.eval_metrics['eval_examples']} examples (per augmented example; not the ARC score)")
+    if args.export:
+        export_run(result.run_dir, args.export, mean_embedding=args.mean_embedding)
+        print(f"exported to {args.export}")
+    return 0
+
+
+def export_run(run: str | Path, out: str | Path, mean_embedding: bool = False, use_ema: bool = True) -> Path:
+    """Inference export of a run's newest train state (EMA weights when the run kept them)."""
+    from trm_kaggle.config import TrainConfig
+    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.train import checkpoint as ckpt
+
+    run = Path(run)
+    states = [run] if run.is_file() else ckpt.list_states(run)
+    if not states:
+        raise TRMError(f"{run}: no train state (state_step*.pt) to export")
+    state = ckpt.load_train_state(states[-1])
+    cfg = TrainConfig.model_validate_json(state["config"])
+    shape = state["model_shape"]
+    model = TinyRecursiveModel(cfg.arch, shape["seq_len"], shape["vocab_size"], shape["num_puzzle_identifiers"])
+    model.load_state_dict(state["model"])
+    if use_ema and state.get("ema"):
+        import torch
+
+        with torch.no_grad():
+            params = dict(model.named_parameters())
+            for n, t in state["ema"].items():
+                params[n].copy_(t)
+    info = {"source": str(states[-1]), "step": state["step"], "ema": bool(use_ema and state.get("ema")),
+            "data_paths": cfg.data_paths, "train_config": json.loads(state["config"])}
+    return ckpt.export_inference(out, model, arch=cfg.arch, seq_len=shape["seq_len"], vocab_size=shape["vocab_size"],
+                                 mean_embedding=mean_embedding, info=info)
+
+
+def _add_export(sub) -> None:
+    p = sub.add_parser("export", help="safetensors + config.json from a run (for inference and Kaggle)")
+    p.add_argument("run", help="run directory (newest state) or a state_step*.pt file")
+    p.add_argument("--out", required=True, help="export directory to create")
+    p.add_argument("--mean-embedding", action="store_true",
+                   help="replace the per-puzzle table by its mean row (unseen tasks need only that; ~30 MB)")
+    p.add_argument("--no-ema", action="store_true", help="export the live weights instead of the EMA average")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    export_run(args.run, args.out, args.mean_embedding, use_ema=not args.no_ema)
+    print(f"exported to {args.out}")
+    return 0
+
+
+_DEFAULT_SEQ_LEN = {12: 900, 11: 81, 6: 900}  # ARC, Sudoku-Extreme, Maze-Hard vocabularies
+
+
+def _add_import_upstream(sub) -> None:
+    p = sub.add_parser("import-upstream", help="convert an upstream step_<N> checkpoint to our export format")
+    p.add_argument("checkpoint", help="upstream step_<N> file (with or without _orig_mod. prefix, bf16 or fp32)")
+    p.add_argument("--config", default=None, help="the run's all_config.yaml (default: beside the checkpoint)")
+    p.add_argument("--out", required=True, help="export directory to create")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: from the run's dataset, "
+                                                             "else 900 for ARC/Maze vocabularies, 81 for Sudoku)")
+    p.add_argument("--mean-embedding", action="store_true", help="keep only the mean puzzle-embedding row")
+    p.set_defaults(func=cmd_import_upstream)
+
+
+def cmd_import_upstream(args: argparse.Namespace) -> int:
+    from trm_kaggle.data.format import load_metadata
+    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.model.upstream import (arch_config_from_upstream_yaml, from_upstream_state_dict, read_all_config,
+                                           read_checkpoint)
+    from trm_kaggle.train.checkpoint import export_inference
+
+    ckpt_path = Path(args.checkpoint)
+    run_cfg = read_all_config(args.config or ckpt_path.parent)
+    arch = arch_config_from_upstream_yaml(run_cfg)
+    tensors = from_upstream_state_dict(read_checkpoint(ckpt_path), str(ckpt_path))
+    vocab = tensors["embed_tokens.weight"].shape[0]
+    num_ids = tensors["puzzle_emb.weights"].shape[0] if "puzzle_emb.weights" in tensors else 1
+    seq_len = args.seq_len
+    for d in run_cfg.get("data_paths") or []:
+        if seq_len is None and (Path(d) / "train" / "dataset.json").exists():
+            seq_len = load_metadata(d, "train").seq_len
+    seq_len = seq_len or _DEFAULT_SEQ_LEN.get(vocab)
+    if seq_len is None:
+        raise TRMError(f"cannot tell the sequence length of this vocabulary ({vocab} tokens): pass --seq-len")
+    model = TinyRecursiveModel(arch, seq_len, vocab, num_ids)
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise TRMError(f"{ckpt_path}: does not fit the config {args.config or 'all_config.yaml'} "
+                       f"(missing {missing[:3]}, unexpected {unexpected[:3]}); is --seq-len right?")
+    export_inference(args.out, model, arch=arch, seq_len=seq_len, vocab_size=vocab, mean_embedding=args.mean_embedding,
+                     info={"source": str(ckpt_path), "imported_from": "upstream"})
+    print(f"imported {ckpt_path} ({model.num_parameters():,} parameters, {num_ids:,} puzzle rows) into {args.out}")
+    return 0
+
+
+# ---------------------------------------------------------------------------
 # the main job on embedded defaults
 # ---------------------------------------------------------------------------
 
@@ -200,7 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"trm-kaggle {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_verify):
+    for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_verify, _add_train,
+                _add_export, _add_import_upstream):
         add(sub)
     return parser
 

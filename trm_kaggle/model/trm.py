@@ -149,6 +149,9 @@ class TinyRecursiveModel(nn.Module):
         self.forward_dtype = forward_dtype
         # Eval only: stop a row as soon as q_halt > 0 instead of running halt_max_steps.
         self.early_exit = early_exit
+        # Schedules (recursion curriculum, halting exploration) change these during training.
+        self.H_cycles, self.L_cycles = arch.H_cycles, arch.L_cycles
+        self.halt_exploration_prob = arch.halt_exploration_prob
 
         D = arch.hidden_size
         if arch.emb_ndim > self.prefix_len * D:
@@ -223,13 +226,12 @@ class TinyRecursiveModel(nn.Module):
     def recurse(self, z_H: torch.Tensor, z_L: torch.Tensor, x: torch.Tensor,
                 cos_sin: Optional[CosSin]) -> Tuple[torch.Tensor, torch.Tensor]:
         """H_cycles cycles of (L_cycles latent updates, one answer update); gradient through the last only."""
-        a = self.arch
         with torch.no_grad():
-            for _ in range(a.H_cycles - 1):
-                for _ in range(a.L_cycles):
+            for _ in range(self.H_cycles - 1):
+                for _ in range(self.L_cycles):
                     z_L = self.net(z_L, z_H + x, cos_sin)
                 z_H = self.net(z_H, z_L, cos_sin)
-        for _ in range(a.L_cycles):
+        for _ in range(self.L_cycles):
             z_L = self.net(z_L, z_H + x, cos_sin)
         z_H = self.net(z_H, z_L, cos_sin)
         return z_H, z_L
@@ -275,7 +277,11 @@ class TinyRecursiveModel(nn.Module):
             current_data={k: torch.zeros_like(v) for k, v in batch.items()},
         )
 
-    def forward(self, carry: Carry, batch: Dict[str, torch.Tensor]) -> Tuple[Carry, Dict[str, torch.Tensor]]:
+    def forward(self, carry: Carry, batch: Dict[str, torch.Tensor],
+                exploration: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> Tuple[Carry, Dict[str, torch.Tensor]]:
+        """One supervision step. `exploration` = (uniform (B,), min_steps (B,)) draws for the halting
+        exploration; the trainer derives them from (seed, step) and the row's place in the global batch,
+        so runs are identical across resumes and across any number of ranks. Without it, torch's RNG is used."""
         a = self.arch
         dtype = carry.z_H.dtype
         # Halted rows restart from the initial states on the new batch's example.
@@ -296,8 +302,10 @@ class TinyRecursiveModel(nn.Module):
             if self.training and a.halt_max_steps > 1:
                 halted = halted | ((q_halt > 0) if a.no_ACT_continue else (q_halt > q_continue))
                 # Exploration: some rows must run at least U{2..halt_max_steps} steps.
-                explore = torch.rand_like(q_halt) < a.halt_exploration_prob
-                min_steps = explore * torch.randint_like(steps, 2, a.halt_max_steps + 1)
+                if exploration is None:
+                    exploration = (torch.rand_like(q_halt), torch.randint_like(steps, 2, a.halt_max_steps + 1))
+                explore = exploration[0] < self.halt_exploration_prob
+                min_steps = explore * exploration[1]
                 halted = halted & (steps >= min_steps)
                 if not a.no_ACT_continue:
                     # Q-learning target for "continue" from one more step (no replay buffer / target net, as upstream).

@@ -1,0 +1,197 @@
+"""The training engine on CPU with a tiny model: exact resume, accumulation, DDP, checkpoints, export."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trm_kaggle.cli import main
+from trm_kaggle.config import SudokuBuildConfig, TrainConfig
+from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.errors import TRMError
+from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train.loop import train
+from trm_kaggle.train.schedules import cosine_lr, cycles_at, exploration_at
+from trm_kaggle.train.settings import load_train_config
+
+TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_cycles=2", "arch.L_cycles=2",
+        "arch.L_layers=1", "arch.halt_max_steps=3", "arch.puzzle_emb_len=2", "arch.forward_dtype=float32",
+        "global_batch_size=8", "lr=3e-3", "lr_warmup_steps=2", "puzzle_emb_lr=1e-2", "eval_interval=null",
+        "log_interval=1", "progress=False", "device=cpu", "threads=1", "deterministic=True", "seed=3"]
+
+
+@pytest.fixture(scope="module")
+def sudoku4(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=40, num_test=8, num_aug=1, progress=False))
+    return out
+
+
+def cfg_for(data: Path, run: Path, *extra: str) -> TrainConfig:
+    return load_train_config(overrides=[f"data_paths=[{data}]", f"checkpoint_path={run}", *TINY, *extra])
+
+
+def losses(run: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if "loss" in r]
+
+
+def final_params(run: Path) -> dict[str, torch.Tensor]:
+    return ckpt.load_train_state(ckpt.list_states(run)[-1])["model"]
+
+
+def test_resume_reproduces_the_uninterrupted_run_exactly(sudoku4, tmp_path):
+    full = train(cfg_for(sudoku4, tmp_path / "a", "max_steps=8", "ema=True"))
+    assert full.step == 8
+    part = train(cfg_for(sudoku4, tmp_path / "b", "max_steps=4", "ema=True"))
+    assert part.step == 4
+    resumed = train(cfg_for(sudoku4, tmp_path / "b", "max_steps=8", "ema=True"))
+    assert resumed.step == 8  # the step counter continues (upstream restarts at 0)
+    assert [s for s, _ in losses(tmp_path / "b")] == list(range(1, 9))
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")  # bit-identical losses
+    a, b = final_params(tmp_path / "a"), final_params(tmp_path / "b")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    sa = ckpt.load_train_state(ckpt.list_states(tmp_path / "a")[-1])
+    sb = ckpt.load_train_state(ckpt.list_states(tmp_path / "b")[-1])
+    assert all(torch.equal(sa["ema"][k], sb["ema"][k]) for k in sa["ema"])
+
+
+def test_gradient_accumulation_keeps_the_global_batch(sudoku4, tmp_path):
+    train(cfg_for(sudoku4, tmp_path / "full", "max_steps=3"))
+    train(cfg_for(sudoku4, tmp_path / "acc", "max_steps=3", "micro_batch_size=2"))
+    a, b = final_params(tmp_path / "full"), final_params(tmp_path / "acc")
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), k
+
+
+def test_two_gloo_processes_equal_one_process(sudoku4, tmp_path):
+    args = [f"data_paths=[{sudoku4}]", *TINY, "max_steps=3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'one'}", *args],
+                         capture_output=True, text=True, env=env)
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                          "29517", "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'two'}", *args],
+                         capture_output=True, text=True, env=env)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = final_params(tmp_path / "one"), final_params(tmp_path / "two")
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), k
+    assert ckpt.load_train_state(ckpt.list_states(tmp_path / "two")[-1])["world_size"] == 2
+
+
+def test_resume_refuses_a_different_config_or_dataset(sudoku4, tmp_path):
+    train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"))
+    with pytest.raises(TRMError, match="different config .*arch"):
+        train(cfg_for(sudoku4, tmp_path / "r", "max_steps=4", "arch.L_cycles=3"))
+
+
+def test_checkpoint_retention_and_bad_files(sudoku4, tmp_path):
+    train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2", "checkpoint_keep=2"))
+    train(cfg_for(sudoku4, tmp_path / "r", "max_steps=3", "checkpoint_keep=2"))
+    train(cfg_for(sudoku4, tmp_path / "r", "max_steps=4", "checkpoint_keep=2"))
+    assert [p.name for p in ckpt.list_states(tmp_path / "r")] == ["state_step00000003.pt", "state_step00000004.pt"]
+    bad = tmp_path / "r" / "state_step00000009.pt"
+    good = ckpt.list_states(tmp_path / "r")[-1].read_bytes()
+    bad.write_bytes(good[: len(good) // 2])
+    with pytest.raises(TRMError, match="state_step00000009.pt: not a readable train state"):
+        ckpt.load_train_state(bad)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(2)}, foreign)
+    with pytest.raises(TRMError, match="not a trm-kaggle train state"):
+        ckpt.load_train_state(foreign)
+
+
+def test_export_with_mean_embedding_and_reload(sudoku4, tmp_path):
+    train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"))
+    assert main(["export", str(tmp_path / "r"), "--out", str(tmp_path / "exp"), "--mean-embedding"]) == 0
+    config = json.loads((tmp_path / "exp" / "config.json").read_text())
+    assert config["puzzle_embedding"] == "mean" and config["seq_len"] == 16
+    model, _ = ckpt.load_inference_model(tmp_path / "exp", num_puzzle_identifiers=5)
+    assert model.puzzle_emb.weights.shape[0] == 5
+    (tmp_path / "exp" / "weights.safetensors").write_bytes(b"\x00" * 10)
+    with pytest.raises(TRMError, match="weights.safetensors: unreadable or truncated"):
+        ckpt.read_export(tmp_path / "exp")
+
+
+def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path):
+    from trm_kaggle.model.upstream import to_upstream_state_dict
+
+    train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"))
+    assert main(["export", str(tmp_path / "r"), "--out", str(tmp_path / "ours")]) == 0
+    ours, config = ckpt.load_inference_model(tmp_path / "ours")
+    up = tmp_path / "upstream_run"
+    up.mkdir()
+    torch.save(to_upstream_state_dict(ours, compiled=True, dtype=torch.bfloat16), up / "step_2")
+    a = config["arch"]
+    (up / "all_config.yaml").write_text(
+        "arch:\n  name: recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1\n"
+        "  loss: {name: losses@ACTLossHead, loss_type: stablemax_cross_entropy}\n"
+        + "".join(f"  {k}: {a[k]}\n" for k in ("halt_exploration_prob", "halt_max_steps", "H_cycles", "L_cycles",
+                                                "H_layers", "L_layers", "hidden_size", "num_heads", "expansion",
+                                                "pos_encodings", "puzzle_emb_len", "mlp_t", "no_ACT_continue"))
+        + "  puzzle_emb_ndim: ${.hidden_size}\n  forward_dtype: bfloat16\n"
+        f"data_paths: [{sudoku4}]\n")
+    assert main(["import-upstream", str(up / "step_2"), "--out", str(tmp_path / "imported")]) == 0
+    imported, _ = ckpt.load_inference_model(tmp_path / "imported")
+    batch = {"inputs": torch.randint(0, 6, (3, 16)), "puzzle_identifiers": torch.zeros(3, dtype=torch.long),
+             "labels": torch.zeros(3, 16, dtype=torch.long)}
+    ours.eval(), imported.eval()
+    with torch.no_grad():
+        _, out_a = ours(ours.initial_carry(batch), batch)
+        _, out_b = imported(imported.initial_carry(batch), batch)
+    # upstream checkpoints are bf16: logits agree to bf16 rounding of the weights
+    assert torch.allclose(out_a["logits"], out_b["logits"], atol=5e-2, rtol=5e-2)
+
+
+def test_schedules():
+    assert cosine_lr(0, 1.0, 10, 100, 0.1) == 0.0 and cosine_lr(5, 1.0, 10, 100, 0.1) == 0.5
+    assert cosine_lr(10, 1.0, 10, 100, 0.1) == pytest.approx(1.0) and cosine_lr(100, 1.0, 10, 100, 0.1) == pytest.approx(0.1)
+    assert cosine_lr(60, 2.0, 10, 100, 1.0) == 2.0  # upstream's default min ratio 1.0: constant
+    cfg = load_train_config(overrides=["arch.H_cycles=3", "arch.L_cycles=6", "curriculum.start_H_cycles=1",
+                                       "curriculum.start_L_cycles=2", "curriculum.epochs=10",
+                                       "halt_schedule.start_prob=0.5", "halt_schedule.end_prob=0.1",
+                                       "halt_schedule.epochs=4"])
+    assert cycles_at(cfg, 0) == (1, 2) and cycles_at(cfg, 5) == (2, 4) and cycles_at(cfg, 10) == (3, 6)
+    assert exploration_at(cfg, 0) == 0.5 and exploration_at(cfg, 2) == pytest.approx(0.3) and exploration_at(cfg, 9) == 0.1
+
+
+def test_curriculum_reaches_the_model(sudoku4, tmp_path):
+    seen = []
+    import trm_kaggle.train.loop as loop_mod
+    orig = loop_mod.act_loss
+
+    def spy(*a, **k):
+        seen.append(1)
+        return orig(*a, **k)
+
+    cfg = cfg_for(sudoku4, tmp_path / "c", "max_steps=2", "arch.L_cycles=3", "curriculum.start_L_cycles=1",
+                  "curriculum.epochs=1000")
+    from trm_kaggle.model.trm import TinyRecursiveModel
+    calls = []
+    real_recurse = TinyRecursiveModel.recurse
+
+    def recurse(self, *a, **k):
+        calls.append(self.L_cycles)
+        return real_recurse(self, *a, **k)
+
+    TinyRecursiveModel.recurse = recurse
+    try:
+        train(cfg)
+    finally:
+        TinyRecursiveModel.recurse = real_recurse
+    assert calls and set(calls) == {1}  # early in a 1000-epoch ramp from 1 to 3: one L cycle
+
+
+def test_train_cli_with_upstream_overrides_and_export(sudoku4, tmp_path, capsys):
+    rc = main(["train", "--preset", "cpu-smoke", f"data_paths=[{sudoku4}]", f"+checkpoint_path={tmp_path / 'r'}",
+               "max_steps=3", "ema=True", "progress=False", "--export", str(tmp_path / "e")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "trained 3 steps" in out and (tmp_path / "e" / "weights.safetensors").exists()
+    assert main(["train", f"data_paths=[{sudoku4}]", "arch.L_cycle=4"]) == 2
+    assert "did you mean arch.L_cycles" in capsys.readouterr().err

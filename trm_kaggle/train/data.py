@@ -1,0 +1,570 @@
+"""The training and evaluation data loader.
+
+`PuzzleLoader` reads one or more dataset directories (ours or upstream's: the format
+is the same, see `trm_kaggle.data.format`) and yields batches of torch tensors:
+
+    inputs              int32 (local_batch, seq_len)
+    labels              int32 (local_batch, seq_len), the dataset's ignore label -> IGNORE_LABEL_ID
+    puzzle_identifiers  int32 (local_batch,)
+
+Training sampling follows upstream's loader: an epoch visits every group once, in a
+shuffled order; for each group one of its puzzles is picked at random and that
+puzzle's examples (a random subset of them, without replacement, when only part
+fits) are packed into the global batch until it is full. The incomplete batch at the
+end of an epoch is dropped. Several datasets are mixed: one shuffled order runs over
+the groups of all of them.
+
+Where we differ from upstream:
+* Identifiers of dataset k are offset by the identifier counts of datasets 0..k-1,
+  so puzzles of different datasets never share an embedding row (blank stays blank).
+  Upstream sums the counts but does not offset, so dataset 1's puzzle 5 and dataset
+  0's puzzle 5 train the same row.
+* Every random draw comes from generators seeded by (seed, epoch) and
+  (seed, epoch, batch): the batch stream is a pure function of the seed, which is
+  what makes exact resume possible from a state of a few integers. Upstream draws
+  the group order and puzzle choice from a per-epoch generator, but the example
+  subsets from numpy's global RNG.
+* Test iteration walks the test examples of all datasets as one concatenated
+  sequence (upstream yields each dataset separately) and reports, for every row, the
+  global example and puzzle index, so predictions can be mapped back to puzzles.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from trm_kaggle.data.format import SET_NAME, DatasetMetadata, Split, load_identifiers, load_split
+from trm_kaggle.errors import DataError, TRMError
+
+# Label value the losses ignore (the same constant as `trm_kaggle.model.losses.IGNORE_LABEL_ID`;
+# kept here too so that the loader does not depend on the model package).
+IGNORE_LABEL_ID = -100
+
+STATE_VERSION = 1
+
+# Metadata fields every merged dataset must agree on.
+_MUST_AGREE = ("seq_len", "vocab_size", "pad_id", "ignore_label_id", "blank_identifier_id")
+
+# Tags that keep the group-order and per-batch random streams apart. SeedSequence treats
+# trailing zeros as absent ([1, 2] and [1, 2, 0] seed the same stream), so every key
+# used below ends in a non-zero word.
+_ORDER_TAG = 1
+_BATCH_TAG = 2
+
+
+class EvalBatch(NamedTuple):
+    """One batch of test-split iteration (a tuple, so `batch, n, ex, pz, _ = item` works)."""
+
+    batch: dict[str, torch.Tensor]  # inputs / labels / puzzle_identifiers, padded to the local batch size
+    num_real: int  # rows of this rank's slice that are real examples (the rest is padding)
+    example_indices: torch.Tensor  # int64 (local_batch,): global example index of each row, -1 for padding
+    puzzle_indices: torch.Tensor  # int64 (local_batch,): global puzzle index of each row, -1 for padding
+    global_real: int  # real rows in the whole global batch (all ranks together)
+
+
+def _as_path_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        return [Path(paths)]
+    out = [Path(p) for p in paths]
+    if not out:
+        raise TRMError("no dataset paths given")
+    return out
+
+
+def _check_structure(path: Path, split: Split) -> None:
+    """Cheap consistency checks of the index arrays (a full check is `trm-kaggle verify`)."""
+    where = f"{path / split.name}"
+    pi, gi = split.puzzle_indices, split.group_indices
+    if split.inputs.ndim != 2 or split.inputs.shape != split.labels.shape:
+        raise DataError(f"{where}: inputs {split.inputs.shape} and labels {split.labels.shape} must be equal 2-D shapes")
+    if split.inputs.shape[1] != split.metadata.seq_len:
+        raise DataError(f"{where}: rows of {split.inputs.shape[1]} tokens, dataset.json says seq_len "
+                        f"{split.metadata.seq_len}")
+    if len(pi) < 1 or pi[0] != 0 or pi[-1] != len(split.inputs) or np.any(np.diff(pi) <= 0):
+        raise DataError(f"{where}: puzzle_indices must start at 0, increase strictly (no empty puzzle) "
+                        f"and end at the number of examples ({len(split.inputs)})")
+    if len(gi) < 1 or gi[0] != 0 or gi[-1] != len(pi) - 1 or np.any(np.diff(gi) <= 0):
+        raise DataError(f"{where}: group_indices must start at 0, increase strictly (no empty group) "
+                        f"and end at the number of puzzles ({len(pi) - 1})")
+    if len(split.puzzle_identifiers) != len(pi) - 1:
+        raise DataError(f"{where}: {len(split.puzzle_identifiers)} puzzle identifiers for {len(pi) - 1} puzzles")
+
+
+def _merge_metadata(paths: list[Path], metas: list[DatasetMetadata], num_examples: int,
+                    num_puzzles: int, num_groups: int) -> DatasetMetadata:
+    first = metas[0]
+    for path, meta in zip(paths[1:], metas[1:]):
+        for field in _MUST_AGREE:
+            a, b = getattr(first, field), getattr(meta, field)
+            if a != b:
+                raise DataError(f"datasets disagree on {field}: {a!r} in {paths[0]} but {b!r} in {path}; "
+                                "only datasets with the same seq_len, vocab_size, pad_id, ignore_label_id "
+                                "and blank_identifier_id can be trained together")
+    return DatasetMetadata(
+        pad_id=first.pad_id, ignore_label_id=first.ignore_label_id, blank_identifier_id=first.blank_identifier_id,
+        vocab_size=first.vocab_size, seq_len=first.seq_len,
+        num_puzzle_identifiers=sum(m.num_puzzle_identifiers for m in metas),
+        total_groups=num_groups, mean_puzzle_examples=num_examples / max(1, num_puzzles),
+        total_puzzles=num_puzzles, sets=[SET_NAME],
+    )
+
+
+def _seed_words(seed: int) -> int:
+    # SeedSequence wants non-negative entropy; map negative seeds into range.
+    return int(seed) % (1 << 64)
+
+
+class PuzzleLoader:
+    """Batches from one or more datasets' `split`, for training or evaluation.
+
+    dataset_paths      one dataset directory or a list of them (mixed, identifiers offset)
+    split              "train" or "test"
+    global_batch_size  examples per optimizer step over all ranks
+    seed               the batch stream is a pure function of (seed, dataset, batch size)
+    rank, world_size   DDP: rank r receives rows [r*local : (r+1)*local] of every global batch
+    test_mode          None = (split == "test"): True walks every example once in order, padded;
+                       False samples training batches epoch after epoch
+    prefetch           batches prepared ahead by a background thread (0 = none)
+
+    Training: iterate `loader` (endless) or `loader.iterate(until_epoch=N)`; `state_dict()`
+    after any number of consumed batches, `load_state_dict()` on a fresh loader, and the
+    stream continues exactly. Test mode: iterating yields `EvalBatch` tuples.
+    """
+
+    def __init__(self, dataset_paths: str | os.PathLike | Sequence[str | os.PathLike], split: str = "train",
+                 global_batch_size: int = 768, seed: int = 0, rank: int = 0, world_size: int = 1,
+                 test_mode: bool | None = None, prefetch: int = 1):
+        self.dataset_paths = _as_path_list(dataset_paths)
+        self.split = split
+        self.test_mode = (split == "test") if test_mode is None else bool(test_mode)
+        self.seed = int(seed)
+        self.global_batch_size = int(global_batch_size)
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.prefetch = max(0, int(prefetch))
+
+        if self.global_batch_size < 1:
+            raise TRMError(f"global_batch_size must be >= 1, got {global_batch_size}")
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise TRMError(f"rank {rank} is not in 0..world_size-1 (world_size {world_size})")
+        if self.global_batch_size % self.world_size:
+            raise TRMError(f"global_batch_size {self.global_batch_size} is not divisible by the number of "
+                           f"processes {self.world_size}: every rank must get the same local batch size")
+        self.local_batch_size = self.global_batch_size // self.world_size
+
+        # --- load every dataset (inputs/labels stay memory-mapped) ---
+        self.splits: list[Split] = []
+        for path in self.dataset_paths:
+            s = load_split(path, split)
+            _check_structure(path, s)
+            self.splits.append(s)
+        metas = [s.metadata for s in self.splits]
+
+        # --- global numbering: examples, puzzles and groups of dataset k follow those of 0..k-1 ---
+        n_ex = [s.num_examples for s in self.splits]
+        n_pz = [len(s.puzzle_indices) - 1 for s in self.splits]
+        n_gr = [len(s.group_indices) - 1 for s in self.splits]
+        self.example_offsets = [0, *np.cumsum(n_ex).tolist()]  # length K+1
+        self.puzzle_offsets = [0, *np.cumsum(n_pz).tolist()]
+        self.group_offsets = [0, *np.cumsum(n_gr).tolist()]
+        self.identifier_offsets = [0, *np.cumsum([m.num_puzzle_identifiers for m in metas]).tolist()][:-1]
+        self.metadata = _merge_metadata(self.dataset_paths, metas, self.example_offsets[-1],
+                                        self.puzzle_offsets[-1], self.group_offsets[-1])
+
+        # Merged index arrays, int64, in memory (they are small: one entry per puzzle or group).
+        # puzzle p owns global examples [_puzzle_starts[p], _puzzle_starts[p+1]);
+        # group g owns global puzzles [_group_starts[g], _group_starts[g+1]).
+        self._puzzle_starts = np.concatenate(
+            [s.puzzle_indices[:-1].astype(np.int64) + off for s, off in zip(self.splits, self.example_offsets)]
+            + [np.array([self.example_offsets[-1]], dtype=np.int64)])
+        self._group_starts = np.concatenate(
+            [s.group_indices[:-1].astype(np.int64) + off for s, off in zip(self.splits, self.puzzle_offsets)]
+            + [np.array([self.puzzle_offsets[-1]], dtype=np.int64)])
+        self._puzzle_sizes = np.diff(self._puzzle_starts)
+        blank = self.metadata.blank_identifier_id
+        self._identifiers = np.concatenate(
+            [np.where(s.puzzle_identifiers == blank, blank, s.puzzle_identifiers.astype(np.int64) + off)
+             for s, off in zip(self.splits, self.identifier_offsets)]).astype(np.int32)
+
+        self.identifier_names = self._merged_identifier_names(metas)
+
+        # --- iteration state: what the consumer has received so far (never what is prefetched) ---
+        self._state = {"epoch": 0, "position": 0, "batch_in_epoch": 0, "step": 0}
+        self._generation = 0  # bumped by load_state_dict; a live iterator of an older generation stops
+        self._order_cache: tuple[int, np.ndarray] | None = None
+        self._exact_counts: dict[int, int] = {}
+
+    # ------------------------------------------------------------------
+    # Metadata helpers
+    # ------------------------------------------------------------------
+
+    def _merged_identifier_names(self, metas: list[DatasetMetadata]) -> list[str] | None:
+        """Concatenated identifiers.json lists (index = merged identifier), or None if any is missing."""
+        names: list[str] = []
+        for path, meta in zip(self.dataset_paths, metas):
+            if not (path / "identifiers.json").is_file():
+                return None
+            ids = load_identifiers(path)
+            if len(ids) != meta.num_puzzle_identifiers:
+                raise DataError(f"{path / 'identifiers.json'}: {len(ids)} names but {path / self.split / 'dataset.json'} "
+                                f"says num_puzzle_identifiers {meta.num_puzzle_identifiers}")
+            names.extend(ids)
+        return names
+
+    @property
+    def num_examples(self) -> int:
+        return self.example_offsets[-1]
+
+    @property
+    def total_groups(self) -> int:
+        return self.group_offsets[-1]
+
+    def locate_puzzle(self, puzzle_index: int) -> tuple[int, int]:
+        """(dataset number, puzzle index inside that dataset's split) of a global puzzle index."""
+        k = int(np.searchsorted(self.puzzle_offsets, puzzle_index, side="right")) - 1
+        if not 0 <= puzzle_index < self.puzzle_offsets[-1]:
+            raise IndexError(f"puzzle index {puzzle_index} out of range 0..{self.puzzle_offsets[-1] - 1}")
+        return k, int(puzzle_index - self.puzzle_offsets[k])
+
+    def puzzle_identifier(self, puzzle_index: int) -> int:
+        """Merged (offset) identifier of a global puzzle index."""
+        return int(self._identifiers[puzzle_index])
+
+    # ------------------------------------------------------------------
+    # Progress
+    # ------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the consumed batches have reached (0-based)."""
+        return self._state["epoch"]
+
+    @property
+    def epoch_progress(self) -> float:
+        """epoch + fraction of its groups consumed (e.g. 2.5 = half way through the third epoch)."""
+        return self._state["epoch"] + self._state["position"] / max(1, self.total_groups)
+
+    @property
+    def step(self) -> int:
+        """Global batches consumed since the start (survives state_dict/load_state_dict)."""
+        return self._state["step"]
+
+    @property
+    def batches_per_epoch(self) -> float:
+        """Upstream's estimate: total_groups * mean_puzzle_examples / global_batch_size.
+
+        Upstream plans a run's total steps as epochs * this. The true count of an epoch
+        varies (one puzzle per group is drawn, the last partial batch is dropped): see
+        `exact_batches_in_epoch`.
+        """
+        return self.total_groups * self.metadata.mean_puzzle_examples / self.global_batch_size
+
+    def exact_batches_in_epoch(self, epoch: int | None = None) -> int:
+        """The exact number of batches `epoch` (default: the current one) yields.
+
+        Replays that epoch's group order and puzzle draws without touching the data:
+        about a microsecond per group; cached per epoch.
+        """
+        epoch = self.epoch if epoch is None else int(epoch)
+        if epoch not in self._exact_counts:
+            order = self._group_order(epoch)
+            position, count = 0, 0
+            while True:
+                drawn = self._draw_puzzles(order, position, epoch, count)
+                if drawn is None:
+                    break
+                position += len(drawn[0])
+                count += 1
+            self._exact_counts[epoch] = count
+        return self._exact_counts[epoch]
+
+    # ------------------------------------------------------------------
+    # Resume
+    # ------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the consumed batch stream stands: a small JSON-serialisable dict of ints.
+
+        epoch, position (groups of this epoch's order already used), batch_in_epoch
+        (batches of this epoch already yielded: it keys the per-batch random stream),
+        step (global batches since the start), plus seed, global_batch_size and
+        total_groups, which `load_state_dict` checks so that a resume cannot silently
+        continue a different stream.
+        """
+        if self.test_mode:
+            return {"version": STATE_VERSION, "test_mode": True}
+        return {"version": STATE_VERSION, "test_mode": False, **self._state, "seed": self.seed,
+                "global_batch_size": self.global_batch_size, "total_groups": self.total_groups}
+
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
+        """Continue from `state` (from `state_dict()`). Iterators created earlier stop working.
+
+        strict=False accepts a state saved with another seed, batch size or dataset (the
+        position is clipped to the dataset); the stream then is no longer the one that
+        the saved run would have seen.
+        """
+        if state.get("version") != STATE_VERSION:
+            raise TRMError(f"data loader state of version {state.get('version')!r}, expected {STATE_VERSION}")
+        if bool(state.get("test_mode")) != self.test_mode:
+            raise TRMError("data loader state of a test-mode loader given to a training loader, or the reverse")
+        if self.test_mode:
+            return
+        if strict:
+            for key, mine in (("seed", self.seed), ("global_batch_size", self.global_batch_size),
+                              ("total_groups", self.total_groups)):
+                if state.get(key) != mine:
+                    raise TRMError(f"cannot resume the data stream exactly: the saved state has {key}="
+                                   f"{state.get(key)!r}, this loader {mine!r} (load_state_dict(strict=False) "
+                                   "to continue anyway)")
+        self._state = {
+            "epoch": int(state["epoch"]),
+            "position": min(int(state["position"]), self.total_groups),
+            "batch_in_epoch": int(state["batch_in_epoch"]),
+            "step": int(state["step"]),
+        }
+        self._generation += 1
+
+    # ------------------------------------------------------------------
+    # Sampling (training)
+    # ------------------------------------------------------------------
+
+    def _group_order(self, epoch: int) -> np.ndarray:
+        """The shuffled order of all groups (all datasets together) for `epoch`."""
+        cached = self._order_cache  # read once: the prefetch thread may replace it
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        rng = np.random.default_rng([_seed_words(self.seed), epoch, _ORDER_TAG])
+        order = rng.permutation(self.total_groups)
+        self._order_cache = (epoch, order)
+        return order
+
+    def _batch_rng(self, epoch: int, batch_in_epoch: int) -> np.random.Generator:
+        return np.random.default_rng([_seed_words(self.seed), epoch, _BATCH_TAG, batch_in_epoch + 1])
+
+    def _draw_puzzles(self, order: np.ndarray, position: int, epoch: int, batch_in_epoch: int):
+        """Pick one puzzle for each upcoming group until the global batch is full.
+
+        Returns (puzzles, sizes, rng) where sizes are the examples each puzzle contributes
+        (the last one possibly truncated), or None when the epoch's remaining groups cannot
+        fill a batch (the drop-last case). Each group gives at least one example, so the
+        next global_batch_size groups always suffice.
+        """
+        B = self.global_batch_size
+        groups = order[position:position + B]
+        if groups.size == 0:
+            return None
+        rng = self._batch_rng(epoch, batch_in_epoch)
+        first = self._group_starts[groups]
+        # one uniformly random puzzle per group (drawn for all candidate groups at once)
+        puzzles = first + rng.integers(0, self._group_starts[groups + 1] - first)
+        sizes = self._puzzle_sizes[puzzles]
+        filled = np.cumsum(sizes)
+        k = int(np.searchsorted(filled, B, side="left"))  # first group with which the batch is full
+        if k >= len(groups):
+            return None
+        puzzles, sizes = puzzles[:k + 1], sizes[:k + 1].copy()
+        sizes[k] = B - (filled[k - 1] if k else 0)
+        return puzzles, sizes, rng
+
+    def _sample_batch(self, order: np.ndarray, position: int, epoch: int, batch_in_epoch: int):
+        """(example indices, puzzle indices, groups used) of one global batch, or None (epoch over)."""
+        drawn = self._draw_puzzles(order, position, epoch, batch_in_epoch)
+        if drawn is None:
+            return None
+        puzzles, sizes, rng = drawn
+        full, full_sizes, last = puzzles[:-1], sizes[:-1], puzzles[-1]
+        # Puzzles that fit whole: all their examples, shuffled within the puzzle
+        # (sort by puzzle, then by a random key).
+        n_full = int(full_sizes.sum())
+        segment = np.repeat(np.arange(len(full)), full_sizes)
+        seg_start = np.repeat(np.cumsum(full_sizes) - full_sizes, full_sizes)
+        examples = np.repeat(self._puzzle_starts[full], full_sizes) + (np.arange(n_full) - seg_start)
+        examples = examples[np.lexsort((rng.random(n_full), segment))]
+        # The puzzle that completes the batch: a random subset of its examples, without replacement.
+        last_examples = self._puzzle_starts[last] + rng.choice(int(self._puzzle_sizes[last]), int(sizes[-1]),
+                                                               replace=False)
+        example_ids = np.concatenate([examples, last_examples])
+        puzzle_ids = np.repeat(puzzles, sizes)
+        return example_ids, puzzle_ids, len(puzzles)
+
+    # ------------------------------------------------------------------
+    # Gathering
+    # ------------------------------------------------------------------
+
+    def _gather(self, example_ids: np.ndarray, puzzle_ids: np.ndarray) -> dict[str, torch.Tensor]:
+        """Rows of the memory-mapped datasets as int32 tensors; ids < 0 give padding rows."""
+        n, seq_len = len(example_ids), self.metadata.seq_len
+        inputs = np.empty((n, seq_len), dtype=np.int32)
+        labels = np.empty((n, seq_len), dtype=np.int32)
+        identifiers = np.empty(n, dtype=np.int32)
+
+        real = np.flatnonzero(example_ids >= 0)
+        # Read in ascending order (sequential access to the memory maps), write back in batch order.
+        order = real[np.argsort(example_ids[real], kind="stable")]
+        sorted_ids = example_ids[order]
+        bounds = np.searchsorted(sorted_ids, self.example_offsets)
+        for k, s in enumerate(self.splits):
+            a, b = bounds[k], bounds[k + 1]
+            if a < b:
+                local = sorted_ids[a:b] - self.example_offsets[k]
+                inputs[order[a:b]] = s.inputs[local]  # converts uint8/uint16 tokens to int32
+                labels[order[a:b]] = s.labels[local]
+        ignore = self.metadata.ignore_label_id
+        if ignore is not None:
+            # labels[labels == ignore] = -100, written as arithmetic: several times faster than a masked store
+            labels += (labels == ignore) * np.int32(IGNORE_LABEL_ID - ignore)
+        identifiers[real] = self._identifiers[puzzle_ids[real]]
+
+        if len(real) < n:  # padding rows (test iteration only)
+            pad = np.flatnonzero(example_ids < 0)
+            inputs[pad] = self.metadata.pad_id
+            labels[pad] = IGNORE_LABEL_ID
+            identifiers[pad] = self.metadata.blank_identifier_id
+        return {"inputs": torch.from_numpy(inputs), "labels": torch.from_numpy(labels),
+                "puzzle_identifiers": torch.from_numpy(identifiers)}
+
+    # ------------------------------------------------------------------
+    # Iteration
+    # ------------------------------------------------------------------
+
+    def __iter__(self):
+        return self.iterate_test() if self.test_mode else self.iterate()
+
+    def __len__(self) -> int:
+        """Test mode: the number of batches of one pass. Training streams have no length."""
+        if not self.test_mode:
+            raise TypeError("a training PuzzleLoader is endless; see batches_per_epoch / exact_batches_in_epoch")
+        return -(-self.num_examples // self.global_batch_size)
+
+    def iterate(self, until_epoch: int | None = None) -> Iterator[dict[str, torch.Tensor]]:
+        """Training batches from the current state on, stopping when epoch `until_epoch` is reached.
+
+        With until_epoch=None the stream never ends. After the loop `self.epoch`
+        equals until_epoch (the dropped tail of the last epoch has been skipped).
+        """
+        if self.test_mode:
+            raise TRMError("iterate() samples training batches; this loader is in test mode (use iterate_test)")
+        start = dict(self._state)
+        lo, hi = self.rank * self.local_batch_size, (self.rank + 1) * self.local_batch_size
+        max_one_epoch = self._max_examples_per_epoch()
+        if max_one_epoch < self.global_batch_size:
+            raise TRMError(f"global_batch_size {self.global_batch_size} is larger than the at most "
+                           f"{max_one_epoch} examples one epoch of {', '.join(map(str, self.dataset_paths))} "
+                           f"({self.split}) provides: no batch could ever be filled")
+
+        def produce():
+            epoch, position, b, step = start["epoch"], start["position"], start["batch_in_epoch"], start["step"]
+            while until_epoch is None or epoch < until_epoch:
+                order = self._group_order(epoch)
+                sampled = self._sample_batch(order, position, epoch, b)
+                if sampled is None:
+                    # Drop-last: the rest of this epoch's groups cannot fill a batch. Report the
+                    # rollover as a state-only item so `epoch` advances when it is consumed.
+                    epoch, position, b = epoch + 1, 0, 0
+                    yield None, {"epoch": epoch, "position": 0, "batch_in_epoch": 0, "step": step}
+                    continue
+                example_ids, puzzle_ids, used = sampled
+                position, b, step = position + used, b + 1, step + 1
+                batch = self._gather(example_ids[lo:hi], puzzle_ids[lo:hi])
+                yield batch, {"epoch": epoch, "position": position, "batch_in_epoch": b, "step": step}
+
+        return self._consume(produce)
+
+    def iterate_test(self) -> Iterator[EvalBatch]:
+        """Every example of the split once, in order, as `EvalBatch`es (see the class docstring)."""
+        N, B, L = self.num_examples, self.global_batch_size, self.local_batch_size
+
+        def produce():
+            for start in range(0, N, B):
+                end = min(N, start + B)
+                lo, hi = min(start + self.rank * L, end), min(start + (self.rank + 1) * L, end)
+                example_ids = np.full(L, -1, dtype=np.int64)
+                example_ids[:hi - lo] = np.arange(lo, hi)
+                puzzle_ids = np.full(L, -1, dtype=np.int64)
+                puzzle_ids[:hi - lo] = np.searchsorted(self._puzzle_starts, example_ids[:hi - lo], side="right") - 1
+                batch = self._gather(example_ids, puzzle_ids)
+                yield EvalBatch(batch, hi - lo, torch.from_numpy(example_ids), torch.from_numpy(puzzle_ids),
+                                end - start), None
+
+        return self._consume(produce)
+
+    def _max_examples_per_epoch(self) -> int:
+        """Examples an epoch yields at most (every group's largest puzzle)."""
+        largest = np.maximum.reduceat(self._puzzle_sizes, self._group_starts[:-1]) if self.total_groups else []
+        return int(np.sum(largest))
+
+    def _consume(self, produce: Callable[[], Iterator[tuple[Any, dict | None]]]) -> Iterator[Any]:
+        """Run `produce` (inline or on a prefetch thread); record each state when its item is consumed."""
+        generation = self._generation
+
+        def deliver(items):
+            try:
+                for item, state in items:
+                    if self._generation != generation:
+                        raise RuntimeError("load_state_dict() was called: start a new iteration over the loader")
+                    if state is not None:
+                        self._state = state
+                    if item is not None:
+                        yield item
+            finally:
+                items.close()  # stops the prefetch thread at once when the consumer stops early
+
+        if self.prefetch == 0:
+            return deliver(produce())
+        return deliver(_prefetched(produce, self.prefetch))
+
+
+_DONE = object()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _prefetched(produce: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
+    """Items of `produce()` computed by a daemon thread, at most `depth` ahead of the consumer.
+
+    When the consumer stops early (break, garbage collection, exception) the thread is told
+    to stop and exits after the item it is working on.
+    """
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work():
+        try:
+            for item in produce():
+                if not put(item):
+                    return
+            put(_DONE)
+        except BaseException as e:  # handed to the consumer, raised there
+            put(_Failure(e))
+
+    thread = threading.Thread(target=work, name="PuzzleLoader-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _DONE:
+                return
+            if isinstance(item, _Failure):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5.0)

@@ -1,0 +1,421 @@
+"""The training loop. One optimizer step per ACT supervision step, as upstream:
+
+    batch -> (per micro-batch) carry, outputs = model(carry, micro) -> loss / global_batch -> backward
+          -> all-reduce gradients (DDP) -> AdamATan2 step (weights) + SignSGD step (touched puzzle rows)
+          -> EMA update -> log, evaluate, checkpoint
+
+The ACT carry (latent states of the examples still being worked on) persists from
+one batch to the next; rows that halted take fresh examples. Everything that
+decides the run (loader position, carries, RNG, optimizer moments, EMA shadow) is
+saved in the train state, so a resumed CPU run reproduces the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from tqdm.auto import tqdm
+
+from trm_kaggle.config import TrainConfig
+from trm_kaggle.errors import TRMError
+from trm_kaggle.model.losses import act_loss
+from trm_kaggle.model.trm import Carry, TinyRecursiveModel
+from trm_kaggle.optim.adam_atan2 import AdamATan2
+from trm_kaggle.optim.ema import EMA
+from trm_kaggle.optim.sign_sgd import SignSGD
+from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train.data import PuzzleLoader
+from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, setup_runtime
+from trm_kaggle.train.schedules import cosine_lr, cycles_at, exploration_at
+
+log = logging.getLogger(__name__)
+
+# config fields that may differ between a run and its resumption
+_RESUMABLE_CHANGES = {"max_steps", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
+                      "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
+                      "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path"}
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    epoch: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    eval_metrics: dict[str, float] = field(default_factory=dict)
+    examples_per_second: float = 0.0
+
+
+def default_run_dir(cfg: TrainConfig) -> Path:
+    if cfg.checkpoint_path:
+        return Path(cfg.checkpoint_path)
+    name = cfg.run_name or "trm-" + "-".join(Path(p).name for p in cfg.data_paths)
+    return Path("runs") / name
+
+
+def build_model(cfg: TrainConfig, loader: PuzzleLoader, rt: Runtime) -> TinyRecursiveModel:
+    meta = loader.metadata
+    model = TinyRecursiveModel(cfg.arch, meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers,
+                               forward_dtype=rt.dtype)
+    if cfg.load_checkpoint:
+        load_initial_weights(model, cfg.load_checkpoint)
+    return model.to(rt.device)
+
+
+def load_initial_weights(model: TinyRecursiveModel, path: str) -> None:
+    """Weights from one of our exports, our train states, or an upstream `step_<N>` file."""
+    from trm_kaggle.model.upstream import load_upstream_checkpoint, resize_puzzle_embedding
+
+    p = Path(path)
+    if p.is_dir():
+        config, tensors = ckpt.read_export(p)
+        state = tensors
+    elif ckpt._STATE_RE.search(p.name):
+        state = ckpt.load_train_state(p)["model"]
+    else:
+        load_upstream_checkpoint(model, p)
+        return
+    key = "puzzle_emb.weights"
+    if key in state and model.puzzle_emb is not None and state[key].shape != model.puzzle_emb.weights.shape:
+        state = dict(state)
+        state[key] = resize_puzzle_embedding(state[key], model.puzzle_emb.weights.shape[0])
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise TRMError(f"{path}: weights do not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+
+def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel):
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.freeze_weights:
+        for p in params:
+            p.requires_grad_(False)
+        dense = None
+    elif cfg.optimizer == "adamw":
+        dense = torch.optim.AdamW(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    else:
+        dense = AdamATan2(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    sparse = None
+    if model.puzzle_emb is not None:
+        sparse = SignSGD(model.puzzle_emb, lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
+    return dense, sparse
+
+
+def exploration_draws(seed: int, step: int, global_batch: int, halt_max_steps: int, rows: slice,
+                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Halting-exploration randomness for the rows `rows` of the global batch at `step`.
+
+    Drawn from a generator keyed by (seed, step) over the whole global batch, so a
+    row gets the same draw whatever the number of ranks or micro-batches and after a resume.
+    """
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    u = torch.rand(global_batch, generator=g)[rows]
+    m = torch.randint(2, max(3, halt_max_steps + 1), (global_batch,), generator=g, dtype=torch.int32)[rows]
+    return u.to(device), m.to(device)
+
+
+def _split(batch: dict[str, torch.Tensor], size: int) -> list[dict[str, torch.Tensor]]:
+    n = next(iter(batch.values())).shape[0]
+    return [{k: v[i:i + size] for k, v in batch.items()} for i in range(0, n, size)]
+
+
+def _carry_state(carry: Carry) -> dict[str, Any]:
+    return {"z_H": carry.z_H.cpu(), "z_L": carry.z_L.cpu(), "steps": carry.steps.cpu(), "halted": carry.halted.cpu(),
+            "current_data": {k: v.cpu() for k, v in carry.current_data.items()}}
+
+
+def _carry_from_state(s: dict[str, Any], device: torch.device) -> Carry:
+    return Carry(s["z_H"].to(device), s["z_L"].to(device), s["steps"].to(device), s["halted"].to(device),
+                 {k: v.to(device) for k, v in s["current_data"].items()})
+
+
+class MetricLog:
+    """metrics.jsonl in the run directory, plus optional TensorBoard / W&B (offline)."""
+
+    def __init__(self, run_dir: Path, cfg: TrainConfig, enabled: bool):
+        self.enabled = enabled
+        self.path = run_dir / "metrics.jsonl"
+        self.tb = self.wandb = None
+        if not enabled:
+            return
+        if cfg.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise TRMError("tensorboard=True needs the tensorboard package (pip install tensorboard)") from None
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+        if cfg.wandb:
+            import os
+            try:
+                import wandb
+            except ImportError:
+                raise TRMError("wandb=True needs the wandb package (pip install wandb)") from None
+            os.environ.setdefault("WANDB_MODE", "offline")
+            self.wandb = wandb.init(project=cfg.project_name or "trm_kaggle", name=cfg.run_name,
+                                    dir=str(run_dir), config=cfg.model_dump())
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        step = record.get("step", 0)
+        for k, v in record.items():
+            if isinstance(v, (int, float)) and k != "step":
+                if self.tb:
+                    self.tb.add_scalar(k, v, step)
+        if self.wandb:
+            self.wandb.log(record, step=step)
+
+    def close(self) -> None:
+        if self.tb:
+            self.tb.close()
+        if self.wandb:
+            self.wandb.finish()
+
+
+@torch.no_grad()
+def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, batch_size: int | None = None
+                   ) -> dict[str, float]:
+    """Exact accuracy of the test split's examples after halt_max_steps steps (or early exit).
+
+    This is per-example accuracy on the (augmented) test split, not the ARC score:
+    `trm-kaggle evaluate` votes over augmentations and reports pass@K / the ARC Prize score.
+    """
+    loader = PuzzleLoader(cfg.data_paths_test or cfg.data_paths, "test", batch_size or cfg.global_batch_size,
+                          seed=cfg.seed, rank=rt.rank, world_size=rt.world_size)
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(4, dtype=torch.float64, device=rt.device)
+    for item in loader:
+        batch = {k: item.batch[k].to(rt.device) for k in ("inputs", "labels", "puzzle_identifiers")}
+        carry = model.initial_carry(batch)
+        for _ in range(cfg.arch.halt_max_steps):
+            carry, out = model(carry, batch)
+            if carry.halted.all():
+                break
+        _, m = act_loss(out, carry.current_data["labels"], torch.ones_like(carry.halted), carry.steps,
+                        cfg.arch.loss_type)
+        totals += torch.stack([m["count"].double(), m["exact_accuracy"].double(), m["token_accuracy"].double(),
+                               m["steps"].double()])
+    if rt.distributed:
+        dist.all_reduce(totals)
+    model.train(was_training)
+    n = max(1.0, totals[0].item())
+    return {"eval_examples": int(totals[0].item()), "eval_exact_accuracy": totals[1].item() / n,
+            "eval_token_accuracy": totals[2].item() / n, "eval_steps": totals[3].item() / n}
+
+
+def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None) -> TrainResult:
+    """Train (or resume) the run in `default_run_dir(cfg)`; returns the last metrics."""
+    if not cfg.data_paths:
+        raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
+    rt = setup_runtime(cfg)
+    run_dir = default_run_dir(cfg)
+    if rt.is_main:
+        log.info("device %s, %s; %d process(es)", rt.device, rt.dtype_reason, rt.world_size)
+
+    loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
+                          world_size=rt.world_size)
+    local_batch = cfg.global_batch_size // rt.world_size
+    micro = min(cfg.micro_batch_size or local_batch, local_batch)
+    if local_batch % micro:
+        raise TRMError(f"micro_batch_size {micro} must divide the per-rank batch {local_batch}")
+    model = build_model(cfg, loader, rt)
+    if rt.distributed:
+        broadcast_model_(model)
+    dense, sparse = make_optimizers(cfg, model)
+    ema = EMA(model, cfg.ema_rate) if cfg.ema else None
+    fingerprint = ckpt.dataset_fingerprint(cfg.data_paths)
+    steps_per_epoch = max(1e-9, loader.batches_per_epoch)
+    total_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))  # the schedule's length; max_steps only stops early
+    stop_at = min(total_steps, cfg.max_steps) if cfg.max_steps else total_steps
+
+    step, carries = 0, None
+    states = ckpt.list_states(run_dir)
+    if states:
+        step, carries = _resume(states[-1], cfg, rt, model, dense, sparse, ema, loader, fingerprint)
+        if rt.is_main:
+            log.warning("resuming %s from step %d", run_dir, step)
+    forward = torch.compile(model) if cfg.compile else model
+    metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
+    if rt.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+
+    model.train()
+    sums: dict[str, float] = {}
+    result = TrainResult(run_dir, step, 0.0)
+    bar = tqdm(total=stop_at, initial=step, disable=not (cfg.progress and rt.is_main), unit="step", dynamic_ncols=True)
+    t_start, step_start = time.perf_counter(), step
+    last_eval_epoch = math.floor(step / steps_per_epoch / cfg.eval_interval) if cfg.eval_interval else None
+    batches = iter(loader)
+    try:
+        while step < stop_at:
+            batch = next(batches)  # the training stream is endless; the loader counts epochs
+            batch = {k: batch[k].to(rt.device, non_blocking=True) for k in ("inputs", "labels", "puzzle_identifiers")}
+            epoch = step / steps_per_epoch
+
+            # schedules: lr, recursion curriculum, halting exploration
+            lr = cosine_lr(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+            emb_lr = cosine_lr(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+            if dense is not None:
+                for g in dense.param_groups:
+                    g["lr"] = lr
+            if sparse is not None:
+                for g in sparse.param_groups:
+                    g["lr"] = emb_lr
+            model.H_cycles, model.L_cycles = cycles_at(cfg, epoch)
+            model.halt_exploration_prob = exploration_at(cfg, epoch)
+
+            # forward/backward over micro-batches; each keeps its own ACT carry
+            micros = _split(batch, micro)
+            if carries is None:
+                carries = [model.initial_carry(mb) for mb in micros]
+            metrics = None
+            new_carries = []
+            for k, mb in enumerate(micros):
+                first = rt.rank * local_batch + k * micro
+                expl = exploration_draws(cfg.seed, step, cfg.global_batch_size, cfg.arch.halt_max_steps,
+                                         slice(first, first + micro), rt.device)
+                carry, out = forward(carries[k], mb, exploration=expl)
+                loss, m = act_loss(out, carry.current_data["labels"], carry.halted, carry.steps, cfg.arch.loss_type)
+                (loss / cfg.global_batch_size).backward()
+                new_carries.append(carry)
+                m = torch.stack([loss.detach().float()] + [m[n].float() for n in _METRIC_NAMES])
+                metrics = m if metrics is None else metrics + m
+            carries = new_carries
+
+            # gradients of all ranks, then the optimizer steps
+            if rt.distributed:
+                all_reduce_([p.grad for p in model.parameters() if p.grad is not None] + [metrics])
+            if dense is not None:
+                dense.step()
+                dense.zero_grad(set_to_none=True)
+            if sparse is not None:
+                sparse.step()
+            if ema is not None:
+                ema.update(model)
+            step += 1
+
+            # bookkeeping
+            m = dict(zip(["loss"] + _METRIC_NAMES, metrics.tolist()))
+            for key, v in m.items():
+                sums[key] = sums.get(key, 0.0) + v
+            sums["steps_logged"] = sums.get("steps_logged", 0) + 1
+            if step % cfg.log_interval == 0 or step == stop_at:
+                record = _summarise(sums, step, step / steps_per_epoch, lr, cfg.global_batch_size)
+                elapsed = time.perf_counter() - t_start
+                record["examples_per_s"] = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
+                record["elapsed_s"] = elapsed
+                metric_log.write(record)
+                result.metrics = record
+                bar.set_postfix(loss=f"{record['loss']:.3f}", exact=f"{record['exact_accuracy']:.3f}",
+                                lr=f"{lr:.1e}", ex_s=f"{record['examples_per_s']:.0f}", refresh=False)
+                sums = {}
+                if on_step:
+                    on_step(step, record)
+            bar.update()
+
+            # evaluation and checkpoint every eval_interval epochs
+            if cfg.eval_interval:
+                e = math.floor(step / steps_per_epoch / cfg.eval_interval)
+                if e > last_eval_epoch:
+                    last_eval_epoch = e
+                    result.eval_metrics = _evaluate(model, ema, cfg, rt)
+                    metric_log.write({"step": step, "epoch": step / steps_per_epoch, **result.eval_metrics})
+                    if cfg.checkpoint_every_eval:
+                        _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint)
+    finally:
+        bar.close()
+    _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint)
+    metric_log.close()
+    elapsed = time.perf_counter() - t_start
+    result.step, result.epoch = step, step / steps_per_epoch
+    result.examples_per_second = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
+    return result
+
+
+_METRIC_NAMES = ["count", "lm_loss", "q_halt_loss", "token_accuracy", "exact_accuracy", "q_halt_accuracy", "steps"]
+
+
+def _summarise(sums: dict[str, float], step: int, epoch: float, lr: float, global_batch: int) -> dict[str, float]:
+    n = max(1.0, sums.get("count", 0.0))  # rows that halted in the interval
+    return {"step": step, "epoch": epoch, "lr": lr,
+            "loss": sums["loss"] / max(1, global_batch) / max(1, sums["steps_logged"]),
+            "lm_loss": sums["lm_loss"] / n, "q_halt_loss": sums["q_halt_loss"] / n,
+            "token_accuracy": sums["token_accuracy"] / n, "exact_accuracy": sums["exact_accuracy"] / n,
+            "q_halt_accuracy": sums["q_halt_accuracy"] / n, "act_steps": sums["steps"] / n,
+            "halted_examples": int(sums.get("count", 0.0))}
+
+
+def _evaluate(model, ema, cfg, rt) -> dict[str, float]:
+    if ema is None:
+        return evaluate_split(model, cfg, rt)
+    with ema.applied(model):
+        return evaluate_split(model, cfg, rt)
+
+
+def _gather_carries(carries: list[Carry], rt: Runtime) -> list[Any]:
+    local = [_carry_state(c) for c in carries]
+    if not rt.distributed:
+        return [local]
+    everyone = [None] * rt.world_size
+    dist.all_gather_object(everyone, local)
+    return everyone
+
+
+def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint) -> None:
+    all_carries = _gather_carries(carries, rt) if carries is not None else None
+    if not rt.is_main:
+        return
+    state = {
+        "config": cfg.model_dump_json(),
+        "dataset_fingerprint": fingerprint,
+        "world_size": rt.world_size,
+        "model_shape": {"seq_len": model.seq_len, "vocab_size": model.vocab_size,
+                        "num_puzzle_identifiers": model.num_puzzle_identifiers},
+        "model": model.state_dict(),
+        "ema": ema.state_dict() if ema is not None else None,
+        "optimizer": dense.state_dict() if dense is not None else None,
+        "sparse_optimizer": sparse.state_dict() if sparse is not None else None,
+        "rng_torch": torch.get_rng_state(),
+        "loader": json.dumps(loader.state_dict()),
+        "carries": all_carries,
+    }
+    ckpt.save_train_state(run_dir, step, state, cfg.checkpoint_keep)
+
+
+def _resume(path, cfg, rt, model, dense, sparse, ema, loader, fingerprint):
+    state = ckpt.load_train_state(path)
+    saved = TrainConfig.model_validate_json(state["config"])
+    diffs = [k for k in TrainConfig.model_fields if k not in _RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
+    if diffs:
+        raise TRMError(f"{path.parent} holds a run with a different config ({', '.join(diffs)}); "
+                       "resume with the same settings or choose another checkpoint_path")
+    if state["dataset_fingerprint"] != fingerprint:
+        raise TRMError(f"{path}: the dataset changed since this checkpoint (fingerprint "
+                       f"{state['dataset_fingerprint']} != {fingerprint}); choose another checkpoint_path")
+    model.load_state_dict(state["model"])
+    if ema is not None and state.get("ema") is not None:
+        ema.load_state_dict(state["ema"])
+    if dense is not None and state.get("optimizer") is not None:
+        dense.load_state_dict(state["optimizer"])
+    if sparse is not None and state.get("sparse_optimizer") is not None:
+        sparse.load_state_dict(state["sparse_optimizer"])
+    torch.set_rng_state(state["rng_torch"])
+    loader.load_state_dict(json.loads(state["loader"]))
+    carries = None
+    saved_carries = state.get("carries")
+    if saved_carries is not None and state.get("world_size") == rt.world_size:
+        carries = [_carry_from_state(c, rt.device) for c in saved_carries[rt.rank]]
+    elif saved_carries is not None:
+        log.warning("world size changed since the checkpoint: ACT carries restart (results differ slightly)")
+    return int(state["step"]), carries

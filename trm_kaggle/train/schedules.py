@@ -1,0 +1,39 @@
+"""Schedules over training: learning rate, recursion curriculum, halting exploration."""
+
+from __future__ import annotations
+
+import math
+
+from trm_kaggle.config import TrainConfig
+
+
+def cosine_lr(step: int, base_lr: float, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """Linear warmup from 0, then cosine decay to `min_ratio * base_lr` (upstream's schedule;
+    its default min_ratio 1.0 means constant after warmup)."""
+    if step < warmup_steps:
+        return base_lr * step / max(1, warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return base_lr * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def _ramp(start: float, end: float, epoch: float, epochs: int) -> float:
+    if epochs <= 0 or epoch >= epochs:
+        return end
+    return start + (end - start) * max(0.0, epoch) / epochs
+
+
+def cycles_at(cfg: TrainConfig, epoch: float) -> tuple[int, int]:
+    """(H_cycles, L_cycles) at this (fractional) epoch: a linear ramp from the curriculum's start values."""
+    c, a = cfg.curriculum, cfg.arch
+    h0 = a.H_cycles if c.start_H_cycles is None else c.start_H_cycles
+    l0 = a.L_cycles if c.start_L_cycles is None else c.start_L_cycles
+    return (max(1, round(_ramp(h0, a.H_cycles, epoch, c.epochs))),
+            max(1, round(_ramp(l0, a.L_cycles, epoch, c.epochs))))
+
+
+def exploration_at(cfg: TrainConfig, epoch: float) -> float:
+    """Halting exploration probability at this epoch: decays linearly from start_prob to end_prob."""
+    h, p = cfg.halt_schedule, cfg.arch.halt_exploration_prob
+    start = p if h.start_prob is None else h.start_prob
+    end = p if h.end_prob is None else h.end_prob
+    return _ramp(start, end, epoch, h.epochs)
