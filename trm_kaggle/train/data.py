@@ -83,7 +83,8 @@ def _check_structure(path: Path, split: Split) -> None:
     where = f"{path / split.name}"
     pi, gi = split.puzzle_indices, split.group_indices
     if split.inputs.ndim != 2 or split.inputs.shape != split.labels.shape:
-        raise DataError(f"{where}: inputs {split.inputs.shape} and labels {split.labels.shape} must be equal 2-D shapes")
+        raise DataError(f"{where}: inputs {split.inputs.shape} and labels {split.labels.shape} "
+                        "must be 2-D and of equal shape")
     if split.inputs.shape[1] != split.metadata.seq_len:
         raise DataError(f"{where}: rows of {split.inputs.shape[1]} tokens, dataset.json says seq_len "
                         f"{split.metadata.seq_len}")
@@ -95,6 +96,11 @@ def _check_structure(path: Path, split: Split) -> None:
                         f"and end at the number of puzzles ({len(pi) - 1})")
     if len(split.puzzle_identifiers) != len(pi) - 1:
         raise DataError(f"{where}: {len(split.puzzle_identifiers)} puzzle identifiers for {len(pi) - 1} puzzles")
+    ids = split.puzzle_identifiers
+    if len(ids) and (ids.min() < 0 or ids.max() >= split.metadata.num_puzzle_identifiers):
+        # an identifier past the count would land in the next dataset's rows once offset
+        raise DataError(f"{where}: puzzle identifiers {ids.min()}..{ids.max()} outside 0.."
+                        f"{split.metadata.num_puzzle_identifiers - 1} (num_puzzle_identifiers)")
 
 
 def _merge_metadata(paths: list[Path], metas: list[DatasetMetadata], num_examples: int,
@@ -212,8 +218,9 @@ class PuzzleLoader:
                 return None
             ids = load_identifiers(path)
             if len(ids) != meta.num_puzzle_identifiers:
-                raise DataError(f"{path / 'identifiers.json'}: {len(ids)} names but {path / self.split / 'dataset.json'} "
-                                f"says num_puzzle_identifiers {meta.num_puzzle_identifiers}")
+                raise DataError(f"{path / 'identifiers.json'}: {len(ids)} names but "
+                                f"{path / self.split / 'dataset.json'} says num_puzzle_identifiers "
+                                f"{meta.num_puzzle_identifiers}")
             names.extend(ids)
         return names
 
