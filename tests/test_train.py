@@ -195,3 +195,24 @@ def test_train_cli_with_upstream_overrides_and_export(sudoku4, tmp_path, capsys)
     assert "trained 3 steps" in out and (tmp_path / "e" / "weights.safetensors").exists()
     assert main(["train", f"data_paths=[{sudoku4}]", "arch.L_cycle=4"]) == 2
     assert "did you mean arch.L_cycles" in capsys.readouterr().err
+
+
+def test_out_of_memory_retries_with_a_smaller_micro_batch(sudoku4, tmp_path, monkeypatch):
+    """auto_batch: a step that runs out of memory is retried with half the micro-batch, same result."""
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    real_forward = TinyRecursiveModel.forward
+
+    def forward(self, carry, batch, exploration=None):
+        if batch["inputs"].shape[0] > 2:
+            raise torch.OutOfMemoryError("simulated: CUDA out of memory")
+        return real_forward(self, carry, batch, exploration)
+
+    monkeypatch.setattr(TinyRecursiveModel, "forward", forward)
+    with pytest.raises(torch.OutOfMemoryError):
+        train(cfg_for(sudoku4, tmp_path / "no", "max_steps=2"))
+    train(cfg_for(sudoku4, tmp_path / "auto", "max_steps=3", "auto_batch=True"))
+    monkeypatch.setattr(TinyRecursiveModel, "forward", real_forward)
+    train(cfg_for(sudoku4, tmp_path / "ref", "max_steps=3", "micro_batch_size=2"))
+    a, b = final_params(tmp_path / "auto"), final_params(tmp_path / "ref")
+    assert all(torch.equal(a[k], b[k]) for k in a)

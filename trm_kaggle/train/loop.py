@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,8 +220,9 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
     rt = setup_runtime(cfg)
     run_dir = default_run_dir(cfg)
-    if rt.is_main:
-        log.info("device %s, %s; %d process(es)", rt.device, rt.dtype_reason, rt.world_size)
+    if rt.is_main and cfg.progress:
+        print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
+              f"{rt.world_size} process(es)", file=sys.stderr, flush=True)
 
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
                           world_size=rt.world_size)
@@ -276,22 +278,25 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             model.halt_exploration_prob = exploration_at(cfg, epoch)
 
             # forward/backward over micro-batches; each keeps its own ACT carry
-            micros = _split(batch, micro)
             if carries is None:
-                carries = [model.initial_carry(mb) for mb in micros]
-            metrics = None
-            new_carries = []
-            for k, mb in enumerate(micros):
-                first = rt.rank * local_batch + k * micro
-                expl = exploration_draws(cfg.seed, step, cfg.global_batch_size, cfg.arch.halt_max_steps,
-                                         slice(first, first + micro), rt.device)
-                carry, out = forward(carries[k], mb, exploration=expl)
-                loss, m = act_loss(out, carry.current_data["labels"], carry.halted, carry.steps, cfg.arch.loss_type)
-                (loss / cfg.global_batch_size).backward()
-                new_carries.append(carry)
-                m = torch.stack([loss.detach().float()] + [m[n].float() for n in _METRIC_NAMES])
-                metrics = m if metrics is None else metrics + m
-            carries = new_carries
+                carries = [model.initial_carry(mb) for mb in _split(batch, micro)]
+            while True:
+                try:
+                    carries, metrics = _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch)
+                    break
+                except torch.OutOfMemoryError:
+                    if not cfg.auto_batch or micro == 1:
+                        raise
+                    # nothing was applied yet: drop the partial gradients, halve the micro-batch, retry
+                    micro = _largest_divisor_at_most(local_batch, micro // 2)
+                    model.zero_grad(set_to_none=True)
+                    if model.puzzle_emb is not None:
+                        model.puzzle_emb.clear()
+                    if rt.device.type == "cuda":
+                        torch.cuda.empty_cache()
+                    carries = _resplit(carries, micro)
+                    log.warning("out of memory: retrying with micro_batch_size=%d (gradient accumulation keeps "
+                                "the global batch)", micro)
 
             # gradients of all ranks, then the optimizer steps
             if rt.distributed:
@@ -341,6 +346,37 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     result.step, result.epoch = step, step / steps_per_epoch
     result.examples_per_second = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
     return result
+
+
+def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch):
+    """Forward + backward of every micro-batch of `batch`; returns the new carries and summed metrics."""
+    metrics, new_carries = None, []
+    for k, mb in enumerate(_split(batch, micro)):
+        first = rt.rank * local_batch + k * micro
+        expl = exploration_draws(cfg.seed, step, cfg.global_batch_size, cfg.arch.halt_max_steps,
+                                 slice(first, first + micro), rt.device)
+        carry, out = forward(carries[k], mb, exploration=expl)
+        loss, m = act_loss(out, carry.current_data["labels"], carry.halted, carry.steps, cfg.arch.loss_type)
+        (loss / cfg.global_batch_size).backward()
+        new_carries.append(carry)
+        m = torch.stack([loss.detach().float()] + [m[n].float() for n in _METRIC_NAMES])
+        metrics = m if metrics is None else metrics + m
+    return new_carries, metrics
+
+
+def _largest_divisor_at_most(n: int, k: int) -> int:
+    return max(d for d in range(1, max(1, k) + 1) if n % d == 0)
+
+
+def _resplit(carries: list[Carry], size: int) -> list[Carry]:
+    """The same rows' carries, cut into micro-batches of `size` rows."""
+    z_H = torch.cat([c.z_H for c in carries])
+    z_L = torch.cat([c.z_L for c in carries])
+    steps = torch.cat([c.steps for c in carries])
+    halted = torch.cat([c.halted for c in carries])
+    data = {k: torch.cat([c.current_data[k] for c in carries]) for k in carries[0].current_data}
+    return [Carry(z_H[i:i + size], z_L[i:i + size], steps[i:i + size], halted[i:i + size],
+                  {k: v[i:i + size] for k, v in data.items()}) for i in range(0, len(steps), size)]
 
 
 _METRIC_NAMES = ["count", "lm_loss", "q_halt_loss", "token_accuracy", "exact_accuracy", "q_halt_accuracy", "steps"]
