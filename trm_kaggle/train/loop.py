@@ -214,8 +214,13 @@ def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, bat
             "eval_token_accuracy": totals[2].item() / n, "eval_steps": totals[3].item() / n}
 
 
-def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None) -> TrainResult:
-    """Train (or resume) the run in `default_run_dir(cfg)`; returns the last metrics."""
+def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None,
+          on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None) -> TrainResult:
+    """Train (or resume) the run in `default_run_dir(cfg)`; returns the last metrics.
+
+    `on_step(step, metrics)` is called at every log interval; `on_eval(step, eval_metrics)` after each
+    evaluation, and training stops (saving its state) when it returns True. `deadline` (a time.time()
+    value) stops training before a step that would start after it, saving the state as usual."""
     if not cfg.data_paths:
         raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
     rt = setup_runtime(cfg)
@@ -261,6 +266,9 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     batches = iter(loader)
     try:
         while step < stop_at:
+            if deadline is not None and time.time() >= deadline:
+                log.warning("time budget reached at step %d: stopping training", step)
+                break
             batch = next(batches)  # the training stream is endless; the loader counts epochs
             batch = {k: batch[k].to(rt.device, non_blocking=True) for k in ("inputs", "labels", "puzzle_identifiers")}
             epoch = step / steps_per_epoch
@@ -338,6 +346,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                     metric_log.write({"step": step, "epoch": step / steps_per_epoch, **result.eval_metrics})
                     if cfg.checkpoint_every_eval:
                         _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint)
+                    if on_eval is not None and on_eval(step, result.eval_metrics):
+                        break
     finally:
         bar.close()
     _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint)

@@ -128,6 +128,20 @@ PRESETS: dict[str, dict] = {
         "eval_interval": None,
         "device": "cpu",
     }),
+    "sudoku4-cpu": _preset("base", "generated 4x4 Sudoku on a CPU: mlp_t, T=2 n=2, reaches >80% held-out in minutes "
+                           "(benchmarks/bench_learn_sudoku.py)", {
+        "arch": {"hidden_size": 64, "num_heads": 4, "expansion": 4.0, "H_cycles": 2, "L_cycles": 2, "L_layers": 2,
+                 "halt_max_steps": 3, "mlp_t": True, "pos_encodings": "none", "puzzle_emb_len": 1,
+                 "forward_dtype": "float32"},
+        "global_batch_size": 64,
+        "lr": 3e-3,
+        "lr_warmup_steps": 20,
+        "puzzle_emb_lr": 1e-3,
+        "epochs": 1000,
+        "eval_interval": 2,
+        "ema": False,
+        "device": "cpu",
+    }),
     # --- ablations: modifiers to combine with a base preset ---
     "no-ema": _preset("modifier", "turn off the EMA of the weights (ema=False)", {"ema": False}),
     **{
