@@ -205,3 +205,31 @@ class TrainConfig(_Config):
         if v < 1:
             raise ValueError("must be >= 1")
         return v
+
+
+# ---------------------------------------------------------------------------
+# Solving unseen tasks (the Kaggle kernel): test-time training + voting + submission
+# ---------------------------------------------------------------------------
+
+
+class SolveConfig(_Config):
+    """`trm-kaggle solve`: a challenges file -> submission.json within a wall-clock budget."""
+
+    challenges: str  # e.g. /kaggle/input/arc-prize-2025/arc-agi_test_challenges.json
+    weights: str  # an export directory (trm-kaggle export / import-upstream)
+    output: str = "submission.json"
+    work_dir: str = "ttt_work"  # dataset, fine-tuning states (a restarted kernel resumes from them)
+    time_budget: Optional[float] = None  # seconds for everything; None = no limit
+    safety_margin: float = 60.0  # seconds kept free at the end of the budget
+    num_aug: int = Field(100, ge=0)  # augmentations per task, for fine-tuning and for voting
+    finetune: Literal["embeddings", "all", "none"] = "embeddings"
+    finetune_steps: int = Field(500, ge=0)
+    global_batch_size: int = Field(64, ge=1)
+    lr: float = 1e-4
+    puzzle_emb_lr: float = 1e-2
+    eval_batch_size: int = Field(256, ge=1)
+    early_exit: bool = False
+    fallback: Literal["input", "blank"] = "input"
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    seed: int = 0
+    progress: bool = True

@@ -501,6 +501,11 @@ class PuzzleLoader:
 
         return self._consume(produce)
 
+    @property
+    def max_examples_per_epoch(self) -> int:
+        """The largest global batch an epoch can fill (the sum of every group's largest puzzle)."""
+        return self._max_examples_per_epoch()
+
     def _max_examples_per_epoch(self) -> int:
         """Examples an epoch yields at most (every group's largest puzzle)."""
         largest = np.maximum.reduceat(self._puzzle_sizes, self._group_starts[:-1]) if self.total_groups else []

