@@ -288,6 +288,116 @@ def cmd_import_upstream(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------
+# submissions
+# ---------------------------------------------------------------------------
+
+
+def _add_validate_submission(sub) -> None:
+    p = sub.add_parser("validate-submission", help="check a submission.json against its challenges file")
+    p.add_argument("submission")
+    p.add_argument("--challenges", required=True)
+    p.set_defaults(func=cmd_validate_submission)
+
+
+def cmd_validate_submission(args: argparse.Namespace) -> int:
+    from trm_kaggle.evaluate.submission import check_submission, expected_counts
+
+    check_submission(args.submission, args.challenges)
+    counts = expected_counts(args.challenges)
+    print(f"{args.submission}: valid ({len(counts)} tasks, {sum(counts.values())} test inputs, two attempts each)")
+    return 0
+
+
+def _add_score(sub) -> None:
+    p = sub.add_parser("score", help="ARC Prize score of a submission against known solutions")
+    p.add_argument("submission")
+    p.add_argument("--solutions", required=True)
+    p.add_argument("--json", action="store_true", help="print the per-task breakdown as JSON")
+    p.set_defaults(func=cmd_score)
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from trm_kaggle.evaluate.submission import format_score, score_submission
+
+    report = score_submission(args.submission, args.solutions)
+    print(json.dumps(dataclasses.asdict(report), indent=2) if args.json else format_score(report))
+    return 0
+
+
+def _add_submit(sub) -> None:
+    p = sub.add_parser("submit", help="unseen tasks -> submission.json: test-time training + voting, within a budget",
+                       description="Builds the augmented dataset of the challenges' demonstration pairs, fine-tunes "
+                                   "the pretrained weights on it (new puzzle rows start from the mean row), predicts "
+                                   "with augmentation voting and writes a valid submission.json in every case.")
+    p.add_argument("--challenges", required=True, help="challenges JSON (e.g. arc-agi_test_challenges.json)")
+    p.add_argument("--weights", required=True, help="export directory (trm-kaggle export / import-upstream)")
+    p.add_argument("--output", default="submission.json")
+    p.add_argument("--work-dir", default="ttt_work", help="dataset + fine-tuning states (a rerun resumes)")
+    p.add_argument("--time-budget", type=float, default=None, help="seconds for everything (default: no limit)")
+    p.add_argument("--safety-margin", type=float, default=None, help="seconds kept free (default 60)")
+    p.add_argument("--num-aug", type=int, default=None, help="augmentations per task (default 100)")
+    p.add_argument("--finetune", choices=["embeddings", "all", "none"], default=None)
+    p.add_argument("--finetune-steps", type=int, default=None)
+    p.add_argument("--batch-size", dest="global_batch_size", type=int, default=None)
+    p.add_argument("--eval-batch-size", type=int, default=None)
+    p.add_argument("--early-exit", action="store_true", default=None)
+    p.add_argument("--fallback", choices=["input", "blank"], default=None)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None)
+    p.add_argument("--seed", type=int, default=None)
+    _common(p)
+    p.set_defaults(func=cmd_submit)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from trm_kaggle.config import SolveConfig
+    from trm_kaggle.kaggle.solve import solve
+
+    report = solve(SolveConfig(**_config_kwargs(args, SolveConfig.model_fields)))
+    print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
+          f"{report['predicted']} test inputs with model predictions, {report['elapsed_s']} s")
+    for e in report["errors"]:
+        print(f"warning: {e}", file=sys.stderr)
+    return 0 if report["valid"] else 1
+
+
+def _add_estimate(sub) -> None:
+    p = sub.add_parser("estimate", help="time the Kaggle kernel needs for N hidden tasks on this device")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--weights", help="an export directory (its architecture is timed)")
+    src.add_argument("--preset", help="a training preset's architecture, e.g. arc2")
+    p.add_argument("--tasks", type=int, default=120)
+    p.add_argument("--num-aug", type=int, default=100)
+    p.add_argument("--finetune-steps", type=int, default=500)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--eval-batch-size", type=int, default=64)
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=cmd_estimate)
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.kaggle.estimate import estimate, format_estimate
+    from trm_kaggle.train.runtime import pick_device
+
+    if args.weights:
+        from trm_kaggle.train.checkpoint import read_export
+
+        config, _ = read_export(args.weights)
+        arch, seq_len, vocab = ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"]
+    else:
+        from trm_kaggle.train.settings import load_train_config
+
+        arch, seq_len, vocab = load_train_config(presets=[args.preset]).arch, 900, 12
+    e = estimate(arch, tasks=args.tasks, num_aug=args.num_aug, finetune_steps=args.finetune_steps,
+                 batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, device=pick_device(args.device),
+                 seq_len=seq_len, vocab_size=vocab)
+    print(format_estimate(e, args.tasks, args.num_aug, args.finetune_steps))
+    return 0
+
+
+# ---------------------------------------------------------------------------
 # the main job on embedded defaults
 # ---------------------------------------------------------------------------
 
@@ -337,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_verify, _add_train,
-                _add_export, _add_import_upstream):
+                _add_export, _add_import_upstream, _add_submit, _add_validate_submission, _add_score, _add_estimate):
         add(sub)
     return parser
 

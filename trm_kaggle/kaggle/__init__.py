@@ -1,0 +1,1 @@
+"""Kaggle: solving unseen tasks inside a kernel, and bundling for offline submission."""

@@ -1,0 +1,191 @@
+"""Unseen tasks -> submission.json, inside a hard time budget (the Kaggle kernel's job).
+
+    challenges -> augmented dataset of their demonstration pairs (new puzzle identifiers)
+               -> pretrained weights, new embedding rows = the mean trained row
+               -> fine-tune (embeddings only, or all weights) until the budget says stop
+               -> predict every augmented test input -> vote -> submission.json
+
+The budget is planned backwards: the time inference needs is measured on one batch
+and reserved (plus a safety margin) before fine-tuning starts, so fine-tuning
+stops early instead of inference running out of time. Whatever happens — a bad
+task, an exception in the model path, the budget running out — a complete, valid
+submission is written: tasks without predictions get the documented fallback.
+The work directory keeps the dataset and fine-tuning states, so a restarted kernel
+resumes instead of starting over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
+from trm_kaggle.errors import DataError, TRMError
+
+log = logging.getLogger(__name__)
+
+SUBSET = "unseen"
+
+
+class Budget:
+    """Wall-clock budget: `left()` seconds until the safety margin starts."""
+
+    def __init__(self, seconds: float | None, margin: float):
+        self.start = time.time()
+        self.end = None if seconds is None else self.start + seconds - margin
+
+    def left(self) -> float:
+        return float("inf") if self.end is None else self.end - time.time()
+
+    def deadline(self, reserve: float = 0.0) -> float | None:
+        return None if self.end is None else self.end - reserve
+
+
+def _link_challenges(cfg: SolveConfig, work: Path) -> str:
+    """Expose the challenges file under upstream's naming so the ARC builder reads it (no solutions)."""
+    src = work / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    target = src / f"arc_{SUBSET}_challenges.json"
+    if not target.exists() or target.read_bytes() != Path(cfg.challenges).read_bytes():
+        target.write_bytes(Path(cfg.challenges).read_bytes())
+    return str(src / "arc")
+
+
+def build_unseen_dataset(cfg: SolveConfig, work: Path) -> Path:
+    """The augmented dataset of the challenges' tasks; reused when a previous run built the same one."""
+    from trm_kaggle.data.build_arc import build_arc
+
+    data_dir = work / "data"
+    build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(cfg, work),
+                               subsets=[SUBSET], test_set_name=SUBSET, test_set_name2=SUBSET, num_aug=cfg.num_aug,
+                               seed=cfg.seed, skip_invalid=True, progress=cfg.progress)
+    info = data_dir / "build_info.json"
+    if info.exists():
+        try:
+            if json.loads(info.read_text())["config"] == build_cfg.model_dump(exclude={"progress", "workers"}):
+                log.info("reusing the dataset in %s", data_dir)
+                return data_dir
+        except (KeyError, json.JSONDecodeError):
+            pass
+    build_arc(build_cfg)
+    return data_dir
+
+
+def inference_seconds(model, data_dir: Path, cfg: SolveConfig, device: torch.device) -> float:
+    """Seconds to predict the whole test split, from timing one batch for one ACT step."""
+    from trm_kaggle.data.format import load_split
+
+    test = load_split(data_dir, "test")
+    n = test.num_examples
+    rows = min(n, cfg.eval_batch_size)
+    batch = {"inputs": torch.from_numpy(test.inputs[:rows].astype("int32")).to(device),
+             "labels": torch.zeros(rows, test.metadata.seq_len, dtype=torch.int32, device=device),
+             "puzzle_identifiers": torch.zeros(rows, dtype=torch.int32, device=device)}
+    model.eval()
+    with torch.inference_mode():
+        carry = model.initial_carry(batch)
+        model(carry, batch)  # warm-up
+        t = time.perf_counter()
+        model(carry, batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        per_row_step = (time.perf_counter() - t) / rows
+    return per_row_step * n * model.arch.halt_max_steps * 1.3 + 5.0  # 30% + 5 s for decoding and voting
+
+
+def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None):
+    """Fine-tune from the pretrained export; returns the run directory (resumes an earlier run)."""
+    from trm_kaggle.train.data import PuzzleLoader
+    from trm_kaggle.train.loop import train
+
+    probe = PuzzleLoader([str(data_dir)], "train", 1, seed=cfg.seed, prefetch=0)
+    batch = max(1, min(cfg.global_batch_size, probe.max_examples_per_epoch))
+    tcfg = TrainConfig(
+        arch=arch, data_paths=[str(data_dir)], load_checkpoint=str(Path(cfg.weights).absolute()),
+        global_batch_size=batch, lr=cfg.lr, puzzle_emb_lr=cfg.puzzle_emb_lr,
+        lr_warmup_steps=min(100, max(1, cfg.finetune_steps // 10)), epochs=1_000_000, max_steps=cfg.finetune_steps,
+        eval_interval=None, freeze_weights=(cfg.finetune == "embeddings"), ema=False, seed=cfg.seed,
+        device=cfg.device, checkpoint_path=str(work / "finetune"), checkpoint_keep=1, progress=cfg.progress,
+        log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
+    result = train(tcfg, deadline=deadline)
+    return result
+
+
+def load_finetuned(run_dir: Path, device: torch.device):
+    from trm_kaggle.train import checkpoint as ckpt
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    state = ckpt.load_train_state(ckpt.list_states(run_dir)[-1])
+    tcfg = TrainConfig.model_validate_json(state["config"])
+    shape = state["model_shape"]
+    model = TinyRecursiveModel(tcfg.arch, shape["seq_len"], shape["vocab_size"], shape["num_puzzle_identifiers"])
+    model.load_state_dict(state["model"])
+    return model.to(device)
+
+
+def solve(cfg: SolveConfig) -> dict[str, Any]:
+    """Write cfg.output in every case; returns a report of what happened."""
+    from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
+    from trm_kaggle.train.checkpoint import load_inference_model
+    from trm_kaggle.train.runtime import pick_device
+
+    budget = Budget(cfg.time_budget, cfg.safety_margin)
+    work = Path(cfg.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    challenges = json.loads(Path(cfg.challenges).read_text()) if Path(cfg.challenges).is_file() else None
+    if not isinstance(challenges, dict):
+        raise DataError(f"{cfg.challenges}: not a readable challenges file (a JSON object of tasks)")
+    report: dict[str, Any] = {"tasks": len(challenges), "stages": {}, "errors": []}
+    candidates: dict = {}
+    t = time.time()
+    try:
+        device = pick_device(cfg.device)
+        data_dir = build_unseen_dataset(cfg, work)
+        report["stages"]["dataset_s"] = round(time.time() - t, 1)
+
+        model, export_cfg = load_inference_model(cfg.weights)
+        arch = ArchConfig(**export_cfg["arch"])
+        from trm_kaggle.data.format import load_metadata
+        model, _ = load_inference_model(cfg.weights, num_puzzle_identifiers=load_metadata(data_dir, "train")
+                                        .num_puzzle_identifiers, device=device)
+        reserve = inference_seconds(model, data_dir, cfg, device)
+        report["inference_reserve_s"] = round(reserve, 1)
+        if cfg.finetune != "none" and cfg.finetune_steps > 0 and budget.left() > reserve:
+            t = time.time()
+            result = finetune(cfg, arch, data_dir, work, budget.deadline(reserve))
+            report["stages"]["finetune_s"] = round(time.time() - t, 1)
+            report["finetune_steps"] = result.step
+            model = load_finetuned(result.run_dir, device)
+        elif cfg.finetune != "none":
+            report["errors"].append("no time left for fine-tuning: predicting with the pretrained weights")
+
+        t = time.time()
+        from trm_kaggle.evaluate.report import evaluate
+
+        result = evaluate(model, data_dir, batch_size=cfg.eval_batch_size, device=device, early_exit=cfg.early_exit,
+                          deadline=budget.deadline())
+        candidates = result.candidates
+        report["stages"]["predict_s"] = round(time.time() - t, 1)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # the model path failed: the fallback still yields a complete submission
+        report["errors"].append(f"{type(e).__name__}: {e}")
+        (work / "error.log").write_text(traceback.format_exc())
+        log.error("model path failed (%s); writing a fallback submission. Details in %s", e, work / "error.log")
+
+    built = make_submission(challenges, candidates, fallback=cfg.fallback)
+    write_submission(cfg.output, built.submission)
+    problems = validate_submission(cfg.output, challenges)
+    report.update(output=str(cfg.output), valid=not problems, validation_problems=problems[:5],
+                  task_problems=dict(list(built.problems.items())[:20]),
+                  predicted=sum(1 for v in candidates.values() if v), elapsed_s=round(time.time() - budget.start, 1))
+    atomic_report = work / "solve_report.json"
+    atomic_report.write_text(json.dumps(report, indent=2, default=str))
+    return report
