@@ -288,8 +288,57 @@ def cmd_import_upstream(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------
-# submissions
+# evaluation and submissions
 # ---------------------------------------------------------------------------
+
+
+def _add_evaluate(sub) -> None:
+    p = sub.add_parser("evaluate", help="predict an ARC dataset's test split, vote, score, write a per-task report")
+    p.add_argument("--weights", required=True, help="export directory (weights.safetensors + config.json)")
+    p.add_argument("--data", required=True, help="ARC dataset directory (with test_puzzles.json)")
+    p.add_argument("--report-dir", default=None, help="write report.json, report.md and grid pictures here")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--early-exit", action="store_true", help="rows leave the batch at their first q_halt > 0")
+    p.add_argument("--max-steps", type=int, default=None, help="ACT steps (default: the model's halt_max_steps)")
+    p.add_argument("--weighting", choices=["count", "q_halt"], default="count", help="vote by count or sigmoid(q_halt)")
+    p.add_argument("--tasks", default=None, help="comma-separated task ids to draw in the report")
+    p.add_argument("--first", type=int, default=5, help="draw the first N tasks when --tasks is not given")
+    p.add_argument("--no-pictures", action="store_true")
+    _common(p)
+    p.set_defaults(func=cmd_evaluate)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from trm_kaggle.evaluate.report import evaluate, write_report
+    from trm_kaggle.train.checkpoint import load_model_for_dataset
+    from trm_kaggle.train.runtime import pick_device
+
+    device = pick_device(args.device)
+    model, _, note = load_model_for_dataset(args.weights, args.data, device)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    result = evaluate(model, args.data, batch_size=args.batch_size, device=device, early_exit=args.early_exit,
+                      max_steps=args.max_steps, weighting=args.weighting, progress=args.progress)
+    print(format_metrics(result.summary()))
+    if args.report_dir:
+        tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
+        paths = write_report(result, args.report_dir, tasks=tasks, first_n=args.first, pictures=not args.no_pictures)
+        print(f"report: {paths['markdown']}")
+    return 0
+
+
+def format_metrics(s: dict) -> str:
+    """The evaluation's numbers, each under its own unmistakable name."""
+    passk = ", ".join(f"pass@{k} {v:.4f}" for k, v in s["pass_at_k_task_macro"].items())
+    t = s["timing"]
+    return "\n".join([
+        f"ARC Prize score (micro-average over {s['num_test_outputs']} test outputs, 2 attempts): {s['arc_prize_score']:.4f}",
+        f"per-task macro pass@K over {s['num_tasks']} tasks (upstream's ARC/pass@K): {passk}",
+        f"token_accuracy (per token over all augmented copies; NOT a solve rate): {s['token_accuracy']:.4f}",
+        f"{s['num_examples']:,} examples, {t['examples_per_second']:.1f} examples/s, "
+        f"{100 * t['share_outside_model']:.1f} % of the time outside the model",
+    ])
 
 
 def _add_validate_submission(sub) -> None:
@@ -447,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_verify, _add_train,
-                _add_export, _add_import_upstream, _add_submit, _add_validate_submission, _add_score, _add_estimate):
+                _add_export, _add_import_upstream, _add_evaluate, _add_submit, _add_validate_submission, _add_score, _add_estimate):
         add(sub)
     return parser
 

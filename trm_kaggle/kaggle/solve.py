@@ -133,7 +133,7 @@ def load_finetuned(run_dir: Path, device: torch.device):
 def solve(cfg: SolveConfig) -> dict[str, Any]:
     """Write cfg.output in every case; returns a report of what happened."""
     from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
-    from trm_kaggle.train.checkpoint import load_inference_model
+    from trm_kaggle.train.checkpoint import load_model_for_dataset
     from trm_kaggle.train.runtime import pick_device
 
     budget = Budget(cfg.time_budget, cfg.safety_margin)
@@ -150,11 +150,8 @@ def solve(cfg: SolveConfig) -> dict[str, Any]:
         data_dir = build_unseen_dataset(cfg, work)
         report["stages"]["dataset_s"] = round(time.time() - t, 1)
 
-        model, export_cfg = load_inference_model(cfg.weights)
+        model, export_cfg, _ = load_model_for_dataset(cfg.weights, data_dir, device)
         arch = ArchConfig(**export_cfg["arch"])
-        from trm_kaggle.data.format import load_metadata
-        model, _ = load_inference_model(cfg.weights, num_puzzle_identifiers=load_metadata(data_dir, "train")
-                                        .num_puzzle_identifiers, device=device)
         reserve = inference_seconds(model, data_dir, cfg, device)
         report["inference_reserve_s"] = round(reserve, 1)
         if cfg.finetune != "none" and cfg.finetune_steps > 0 and budget.left() > reserve:

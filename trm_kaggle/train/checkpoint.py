@@ -164,3 +164,28 @@ def load_inference_model(path: str | os.PathLike, num_puzzle_identifiers: int | 
     if missing or unexpected:
         raise TRMError(f"{path}: weights do not fit the config (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model.to(device), config
+
+
+def load_model_for_dataset(weights: str | os.PathLike, dataset_dir: str | os.PathLike,
+                           device: str | torch.device = "cpu") -> tuple[torch.nn.Module, dict, str | None]:
+    """An exported model sized for `dataset_dir`'s puzzle identifiers, and a note for the user if resized.
+
+    Unseen puzzles (more identifiers than the export holds) get rows equal to the mean trained row;
+    a model trained on another dataset with as many or more rows is loaded as is, with a warning note.
+    """
+    from trm_kaggle.data.format import load_metadata
+
+    n_ids = load_metadata(dataset_dir, "train").num_puzzle_identifiers
+    config, _ = read_export(weights)
+    saved = config.get("num_puzzle_identifiers") or 1
+    if config.get("puzzle_embedding") == "mean" or saved < n_ids:
+        model, config = load_inference_model(weights, num_puzzle_identifiers=n_ids, device=device)
+        note = None if config.get("puzzle_embedding") == "mean" else (
+            f"the export has {saved} puzzle embeddings, the dataset {n_ids} identifiers: every row starts "
+            "from the mean of the saved rows")
+        return model, config, note
+    model, config = load_inference_model(weights, device=device)
+    note = None if saved == n_ids else (
+        f"the export has {saved} puzzle embeddings but the dataset {n_ids} identifiers: was it trained on "
+        "another dataset? Its per-puzzle embeddings will not match these puzzles")
+    return model, config, note

@@ -1,0 +1,235 @@
+"""ARC evaluation end to end on a tiny real dataset: random model, oracle model, early exit, reports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from test_decode import TINY_TASKS, build_tiny_dataset
+from trm_kaggle.config import ArchConfig
+from trm_kaggle.data.format import load_metadata
+from trm_kaggle.errors import DataError
+from trm_kaggle.evaluate.predict import predict_split
+from trm_kaggle.evaluate.report import evaluate, write_report
+from trm_kaggle.model.trm import TinyRecursiveModel
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return build_tiny_dataset(tmp_path_factory.mktemp("evalds"))
+
+
+def tiny_arch(**kw) -> ArchConfig:
+    cfg = dict(hidden_size=32, num_heads=2, expansion=2.0, H_cycles=2, L_cycles=1, L_layers=1, halt_max_steps=2,
+               puzzle_emb_len=1, forward_dtype="float32")
+    cfg.update(kw)
+    return ArchConfig(**cfg)
+
+
+def make_model(dataset, cls=TinyRecursiveModel, seed=0, **arch_kw):
+    torch.manual_seed(seed)
+    meta = load_metadata(dataset, "test")
+    return cls(tiny_arch(**arch_kw), meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers)
+
+
+class Oracle(TinyRecursiveModel):
+    """Logits = one-hot labels; q_halt from `halt(batch)`; records the rows of every forward."""
+
+    halt = staticmethod(lambda batch: torch.full(batch["labels"].shape[:1], -3.0))
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.rows_per_call: list[int] = []
+        self.depth_per_call: list[list[int]] = []
+
+    def inner(self, z_H, z_L, batch):
+        labels = batch["labels"].clamp(min=0).long()  # ignored label (-100) = PAD
+        logits = 10.0 * F.one_hot(labels, self.vocab_size).float()
+        q = type(self).halt(batch).to(logits.device).float()
+        self.rows_per_call.append(int(labels.shape[0]))
+        # z_H counts the steps since the row's (re)start: a reset row comes back as H_init
+        self.depth_per_call.append((z_H[:, 0, 0] - self.H_init[0]).round().long().tolist())
+        return z_H + 1, z_L, logits, q, torch.zeros_like(q)
+
+
+def truths_of(dataset):
+    raw = json.loads((dataset / "test_puzzles.json").read_text())
+    return {(t, i): np.array(p["output"], dtype=np.uint8) for t, task in raw.items() for i, p in enumerate(task["test"])}
+
+
+# ---------------------------------------------------------------------------
+
+
+def test_random_model_end_to_end(dataset):
+    model = make_model(dataset)
+    model.train()
+    result = evaluate(model, dataset, batch_size=16)
+    assert model.training, "the caller's mode is restored"
+    truths = truths_of(dataset)
+    assert sorted(result.candidates) == sorted(truths)
+    for s in truths:  # every test input received votes from all 9 augmented copies
+        ranked = result.votes.ranked(s)
+        assert ranked and sum(c["votes"] for c in ranked) == 9
+    assert 0.0 <= result.arc_prize_score <= 1.0
+    assert all(0.0 <= v <= 1.0 for v in result.pass_at_k_task_macro.values())
+    assert sorted(result.pass_at_k_task_macro) == [1, 2, 5, 10, 100, 1000]
+    assert 0.0 <= result.token_accuracy <= 1.0
+    assert result.metrics.num_tasks == len(TINY_TASKS)
+    p = result.predictions
+    assert p.tokens.shape == (45, 900) and p.tokens.dtype == np.uint8
+    assert (p.steps == 2).all() and p.forward_rows == 2 * 45
+    t = result.timing
+    assert t["seconds_model"] > 0 and t["examples_per_second"] > 0 and 0.0 <= t["share_outside_model"] < 1.0
+    json.dumps(result.summary())
+
+
+def test_oracle_scores_one(dataset):
+    model = make_model(dataset, Oracle)
+    result = evaluate(model, dataset, batch_size=7)
+    assert result.arc_prize_score == 1.0
+    assert result.pass_at_k_task_macro[1] == 1.0
+    assert result.token_accuracy == 1.0
+    assert result.well_formed == 1.0
+    for s, truth in truths_of(dataset).items():
+        best = result.candidates[s][0]
+        assert best.shape == truth.shape and np.array_equal(best, truth)
+        assert result.votes.ranked(s)[0]["votes"] == 9  # all augmented copies agree once un-augmented
+
+
+def test_a_wrong_model_scores_zero(dataset):
+    """The metric can fail: an oracle shifted by one colour solves nothing."""
+
+    class Shifted(Oracle):
+        def inner(self, z_H, z_L, batch):
+            z_H, z_L, logits, q, qc = super().inner(z_H, z_L, batch)
+            colour = logits[..., 2:]
+            return z_H, z_L, torch.cat([logits[..., :2], colour.roll(1, dims=-1)], -1), q, qc
+
+    result = evaluate(make_model(dataset, Shifted), dataset, batch_size=64)
+    assert result.arc_prize_score == 0.0 and result.pass_at_k_task_macro[1000] == 0.0
+
+
+def test_early_exit_compacts_the_batch_and_keeps_predictions(dataset, monkeypatch):
+    model = make_model(dataset, Oracle)
+    full = predict_split(model, dataset, batch_size=16)
+    assert sum(model.rows_per_call) == full.forward_rows == 2 * len(full)
+
+    # rows of even puzzle identifiers say "halt" after step 1, odd ones do not
+    monkeypatch.setattr(Oracle, "halt", staticmethod(
+        lambda batch: torch.where(batch["puzzle_identifiers"] % 2 == 0, 3.0, -3.0)))
+    model.rows_per_call.clear()
+    early = predict_split(model, dataset, batch_size=16, early_exit=True)
+    even = full.puzzle_identifier % 2 == 0
+    assert 0 < even.sum() < len(full)
+    assert early.forward_rows == sum(model.rows_per_call) == len(full) + int((~even).sum())
+    # the step-2 calls ran on the unhalted rows only (compaction, not masking)
+    assert model.rows_per_call[1::2] == [int((~even[a:a + 16]).sum()) for a in range(0, len(full), 16)]
+    assert np.array_equal(early.steps, np.where(even, 1, 2))
+    assert np.array_equal(early.tokens, full.tokens)
+    assert np.array_equal(early.q_halt, np.where(even, 3.0, -3.0).astype(np.float32))
+
+    # everybody halts at step 1: one call per batch
+    monkeypatch.setattr(Oracle, "halt", staticmethod(lambda batch: torch.full(batch["labels"].shape[:1], 3.0)))
+    model.rows_per_call.clear()
+    all_halt = predict_split(model, dataset, batch_size=16, early_exit=True)
+    assert all_halt.forward_rows == len(full) and (all_halt.steps == 1).all()
+    assert np.array_equal(all_halt.tokens, full.tokens)
+    # without early exit the same oracle still runs every step
+    model.rows_per_call.clear()
+    assert predict_split(model, dataset, batch_size=16).forward_rows == 2 * len(full)
+    # ... even when the model itself was built with early_exit=True (its carry marks q_halt > 0 rows halted)
+    model.early_exit = True
+    model.depth_per_call.clear()
+    again = predict_split(model, dataset, batch_size=16)
+    assert again.forward_rows == 2 * len(full) and (again.steps == 2).all()
+    assert np.array_equal(again.tokens, full.tokens)
+    assert all(set(d) == {0} for d in model.depth_per_call[0::2])
+    assert all(set(d) == {1} for d in model.depth_per_call[1::2]), "a row was restarted instead of continued"
+
+
+def test_early_exit_on_a_real_model_equals_the_full_runs_row_by_row(dataset):
+    """Rows leaving after step 1 carry the 1-step prediction, the others the 2-step one."""
+    model = make_model(dataset, seed=1, H_cycles=1)
+    with torch.no_grad():
+        model.q_head.weight.normal_(0.0, 1.0)
+    one = predict_split(model, dataset, batch_size=16, max_steps=1)
+    with torch.no_grad():  # centre the step-1 q_halt so that about half the rows halt
+        model.q_head.bias[0] -= float(np.median(one.q_halt)) + 1e-3
+    one = predict_split(model, dataset, batch_size=16, max_steps=1)
+    two = predict_split(model, dataset, batch_size=16, max_steps=2)
+    early = predict_split(model, dataset, batch_size=16, early_exit=True)
+    halts = one.q_halt > 0
+    assert 0 < halts.sum() < len(one)
+    assert np.array_equal(early.steps, np.where(halts, 1, 2))
+    assert early.forward_rows == len(one) + int((~halts).sum())
+    assert np.array_equal(early.tokens[halts], one.tokens[halts])
+    assert np.array_equal(early.tokens[~halts], two.tokens[~halts])
+    assert not np.array_equal(one.tokens, two.tokens)  # the second step changes something
+
+
+def test_pooling_only_on_request(dataset):
+    model = make_model(dataset, Oracle)
+    r1 = evaluate(model, dataset, batch_size=64)
+    r2 = evaluate(model, dataset, batch_size=64)
+    s = ("12997ef3", 1)
+    assert r2.votes.ranked(s)[0]["votes"] == 9 and not r2.pooled
+    pooled = evaluate(model, dataset, batch_size=64, pool_with=r1.table)
+    assert pooled.votes.ranked(s)[0]["votes"] == 18 and pooled.pooled
+    assert len(r1.table) == 45  # r1's votes are unchanged
+
+
+def test_test_puzzles_disagreeing_with_the_split_is_an_error(dataset, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(dataset, bad)
+    raw = json.loads((bad / "test_puzzles.json").read_text())
+    grid = raw["e872b94a"]["test"][0]["input"]
+    grid[0][0] = (grid[0][0] + 1) % 10
+    (bad / "test_puzzles.json").write_text(json.dumps(raw))
+    with pytest.raises(DataError, match="e872b94a"):
+        evaluate(make_model(bad, Oracle), bad, batch_size=64)
+
+
+def test_report_files(dataset, tmp_path):
+    result = evaluate(make_model(dataset, Oracle), dataset, batch_size=64)
+    paths = write_report(result, tmp_path / "rep", tasks=["12997ef3"])
+    report = json.loads(paths["json"].read_text())
+    assert report["summary"]["arc_prize_score"] == 1.0
+    assert sorted(report["tasks"]) == sorted(TINY_TASKS)
+    t = report["tasks"]["12997ef3"]["test"]
+    assert [x["test_index"] for x in t] == [0, 1] and all(x["solved"] for x in t)
+    assert t[0]["top"][0]["votes"] == 9 and t[0]["top"][0]["correct"] and t[0]["distinct_candidates"] == 1
+    md = paths["markdown"].read_text()
+    assert "ARC Prize score" in md and "token_accuracy" in md and "12997ef3" in md
+    png = tmp_path / "rep" / "pictures" / "12997ef3.png"
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert not (tmp_path / "rep" / "pictures" / "05a7bcf2.png").exists()
+    # default: the first N tasks
+    paths = write_report(result, tmp_path / "rep2", first_n=2)
+    assert len([k for k in paths if k.startswith("picture:")]) == 2
+    with pytest.raises(Exception, match="nope"):
+        write_report(result, tmp_path / "rep3", tasks=["nope"])
+
+
+def test_command_line_on_an_export(dataset, tmp_path, capsys):
+    from trm_kaggle.cli import main
+    from trm_kaggle.train.checkpoint import export_inference
+
+    model = make_model(dataset, H_cycles=1)
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    rc = main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(dataset), "--report-dir",
+               str(tmp_path / "rep"), "--tasks", "e872b94a,1a2e2828", "--device", "cpu", "--batch-size", "32",
+               "--early-exit", "--no-progress"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ARC Prize score (micro-average over ")
+    assert "per-task macro pass@K" in out and "pass@2 " in out
+    assert "token_accuracy (per token over all augmented copies; NOT a solve rate)" in out
+    assert sorted(p.name for p in (tmp_path / "rep" / "pictures").iterdir()) == ["1a2e2828.png", "e872b94a.png"]
+    assert main(["evaluate", "--weights", str(tmp_path / "missing"), "--data", str(dataset)]) == 2

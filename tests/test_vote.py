@@ -1,0 +1,146 @@
+"""Voting: ranking rule, weighting, metrics on hand-built votes, no pooling unless asked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trm_kaggle.evaluate.vote import VoteTable, arc_prize_score, pass_at_k_task_macro, score
+
+A = np.array([[1, 2], [3, 4]], dtype=np.uint8)
+B = np.array([[5]], dtype=np.uint8)
+C = np.array([[1, 2, 3]], dtype=np.uint8)
+D = np.array([[1], [2], [3]], dtype=np.uint8)  # C's bytes in another shape
+
+
+def grids(result, slot):
+    return [c["grid"] for c in result.ranked(slot)]
+
+
+def same(a, b):
+    return a.shape == b.shape and np.array_equal(a, b)
+
+
+def test_rank_by_votes_then_mean_sigmoid_q_halt():
+    s = ("t", 0)
+    table = VoteTable.from_grids([
+        (s, A, -2.0), (s, A, -2.0),  # 2 votes, low confidence
+        (s, B, 3.0), (s, B, -1.0),  # 2 votes, mean sigmoid higher than A's
+        (s, C, 5.0),  # 1 vote, very confident
+    ])
+    r = table.tally()
+    g = grids(r, s)
+    assert same(g[0], B) and same(g[1], A) and same(g[2], C)
+    top = r.ranked(s)
+    assert [c["votes"] for c in top] == [2, 2, 1]
+    assert top[0]["mean_sigmoid_q_halt"] == pytest.approx((1 / (1 + np.exp(-3)) + 1 / (1 + np.exp(1))) / 2)
+
+
+def test_tie_on_votes_flips_with_q_halt():
+    s = ("t", 0)
+    first = VoteTable.from_grids([(s, A, 1.0), (s, B, 0.0)]).tally()
+    second = VoteTable.from_grids([(s, A, 0.0), (s, B, 1.0)]).tally()
+    assert same(grids(first, s)[0], A)
+    assert same(grids(second, s)[0], B)
+
+
+def test_full_tie_goes_to_first_appearance():
+    s = ("t", 0)
+    r = VoteTable.from_grids([(s, C, 0.5), (s, D, 0.5)]).tally()
+    assert same(grids(r, s)[0], C) and same(grids(r, s)[1], D)  # equal bytes, different shapes: two candidates
+    r = VoteTable.from_grids([(s, D, 0.5), (s, C, 0.5)]).tally()
+    assert same(grids(r, s)[0], D)
+
+
+def test_weighting_by_q_halt_changes_the_winner():
+    s = ("t", 0)
+    votes = [(s, A, -4.0), (s, A, -4.0), (s, A, -4.0),  # 3 unconfident votes: sum sigmoid ~ 0.054
+             (s, B, 4.0), (s, B, 4.0)]  # 2 confident votes: sum sigmoid ~ 1.96
+    table = VoteTable.from_grids(votes)
+    assert same(grids(table.tally("count"), s)[0], A)
+    weighted = table.tally("q_halt")
+    assert same(grids(weighted, s)[0], B)
+    assert weighted.ranked(s)[0]["score"] == pytest.approx(2 / (1 + np.exp(-4.0)))
+    with pytest.raises(ValueError):
+        table.tally("bogus")
+
+
+def test_slots_vote_separately():
+    t0, t1 = ("t", 0), ("t", 1)
+    r = VoteTable.from_grids([(t0, A, 0), (t0, A, 0), (t1, B, 0), (t1, A, 0), (t1, B, 0)]).tally()
+    assert [c["votes"] for c in r.ranked(t0)] == [2]
+    assert [c["votes"] for c in r.ranked(t1)] == [2, 1]
+    assert same(grids(r, t1)[0], B)
+    assert r.num_candidates().tolist() == [1, 2]
+
+
+def test_metrics_on_a_constructed_example():
+    # task x: 2 test outputs; task y: 1 test output.
+    truths = {("x", 0): A, ("x", 1): B, ("y", 0): C}
+    votes = [
+        (("x", 0), A, 0), (("x", 0), A, 0), (("x", 0), B, 0),  # truth ranked 1st
+        (("x", 1), A, 0), (("x", 1), A, 0), (("x", 1), C, 0), (("x", 1), C, 0), (("x", 1), C, 0),
+        (("x", 1), B, 0),  # truth ranked 3rd
+        (("y", 0), A, 0), (("y", 0), A, 0), (("y", 0), C, 0),  # truth ranked 2nd
+    ]
+    m = score(VoteTable.from_grids(votes).tally(), truths)
+    assert m.truth_rank == {("x", 0): 0, ("x", 1): 2, ("y", 0): 1}
+    # macro over tasks: pass@1 = mean(1/2, 0) ; pass@2 = mean(1/2, 1) ; pass@5 = mean(1, 1)
+    assert m.pass_at_k_task_macro[1] == pytest.approx(0.25)
+    assert m.pass_at_k_task_macro[2] == pytest.approx(0.75)
+    assert m.pass_at_k_task_macro[5] == pytest.approx(1.0)
+    # micro over the 3 test outputs, top-2: x0 and y0 solved
+    assert m.arc_prize_score == pytest.approx(2 / 3)
+    assert (m.num_tasks, m.num_test_outputs) == (2, 3)
+
+
+def test_unpredicted_and_wrong_slots_count_as_unsolved():
+    truths = {("x", 0): A, ("y", 0): B, ("y", 1): C}
+    m = score(VoteTable.from_grids([(("x", 0), A, 0), (("y", 0), A, 0)]).tally(), truths)
+    assert m.truth_rank == {("x", 0): 0, ("y", 0): -1, ("y", 1): -1}
+    assert m.arc_prize_score == pytest.approx(1 / 3)
+    assert m.pass_at_k_task_macro[1000] == pytest.approx(0.5)
+
+
+def test_metric_functions_directly():
+    ranks = np.array([0, 1, -1, 3])
+    task_of = np.array([0, 0, 1, 1])
+    assert arc_prize_score(ranks) == pytest.approx(0.5)
+    assert pass_at_k_task_macro(ranks, task_of, (1, 2, 4)) == {1: pytest.approx(0.25), 2: pytest.approx(0.5),
+                                                               4: pytest.approx(0.75)}
+
+
+def test_no_pooling_across_evaluations_unless_merged():
+    s = ("t", 0)
+    truths = {s: A}
+    round1 = VoteTable.from_grids([(s, B, 0), (s, B, 0), (s, B, 0)])
+    round2 = VoteTable.from_grids([(s, A, 0), (s, A, 0)])
+    # tallying round 2 sees round 2 only, whatever was tallied before
+    round1.tally()
+    r2 = round2.tally()
+    assert [c["votes"] for c in r2.ranked(s)] == [2]
+    assert score(r2, truths).arc_prize_score == 1.0
+    assert len(round1) == 3 and len(round2) == 2  # tallying changes no table
+    pooled = round1.merge(round2)
+    assert len(round1) == 3 and len(round2) == 2  # merging neither
+    rp = pooled.tally()
+    assert [c["votes"] for c in rp.ranked(s)] == [3, 2]
+    assert score(rp, truths).pass_at_k_task_macro[1] == 0.0
+
+
+def test_merge_joins_slots_by_name():
+    a = VoteTable.from_grids([(("t", 0), A, 0)])
+    b = VoteTable.from_grids([(("u", 0), B, 0), (("t", 0), A, 0)])
+    r = a.merge(b).tally()
+    assert [c["votes"] for c in r.ranked(("t", 0))] == [2]
+    assert [c["votes"] for c in r.ranked(("u", 0))] == [1]
+
+
+def test_ranked_grids_for_submissions_drop_empty_grids():
+    s = ("t", 0)
+    empty = np.zeros((0, 0), dtype=np.uint8)
+    r = VoteTable.from_grids([(s, empty, 0), (s, empty, 0), (s, A, 0)]).tally()
+    assert grids(r, s)[0].shape == (0, 0)  # the metrics see upstream's candidate list
+    out = r.ranked_grids()
+    assert len(out[s]) == 1 and same(out[s][0], A)
+    assert len(r.ranked_grids(drop_empty=False)[s]) == 2

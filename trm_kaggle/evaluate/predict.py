@@ -1,0 +1,206 @@
+"""Batched inference over every example of a dataset's test split.
+
+The test split of an ARC dataset holds every test input under every augmentation
+(see `trm_kaggle.data.build_arc`); `predict_split` runs the model on all of them, in
+dataset order, and keeps per example the argmax token grid, the q_halt logit, the
+puzzle it belongs to and the number of ACT steps it ran.
+
+Steps: like upstream, evaluation runs `halt_max_steps` ACT steps on every example.
+With `early_exit=True` an example stops as soon as its q_halt logit is > 0, and the
+batch is *compacted*: the halted rows are dropped from the carry and from the batch,
+so the following steps run on fewer rows (that is where the time is saved; masking
+would cost as much as running them). The prediction kept for an example is the one
+of the step at which it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from trm_kaggle.data.format import load_identifiers
+from trm_kaggle.errors import TRMError
+from trm_kaggle.train.data import PuzzleLoader
+
+
+@dataclass
+class Predictions:
+    """Model outputs for every test-split example, in dataset order (row i = example i)."""
+
+    tokens: np.ndarray  # (N, seq_len) uint8: argmax of the logits
+    q_halt: np.ndarray  # (N,) float32: q_halt logit at the step the example stopped
+    steps: np.ndarray  # (N,) int32: ACT steps run
+    puzzle_index: np.ndarray  # (N,) int64: puzzle of the split the example belongs to
+    puzzle_identifier: np.ndarray  # (N,) int64: index into identifiers.json
+    identifiers: list[str]  # identifiers.json of the dataset
+    dataset_dir: str = ""
+    max_steps: int = 0
+    early_exit: bool = False
+    forward_rows: int = 0  # sum over model calls of the rows passed (compaction shows here)
+    forward_calls: int = 0
+    seconds_model: float = 0.0  # time spent inside the model calls (device synchronised)
+    seconds_total: float = 0.0  # the whole of predict_split, data loading included
+    device: str = "cpu"
+    extra: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def puzzle_name(self, i: int) -> str:
+        return self.identifiers[int(self.puzzle_identifier[i])]
+
+    @property
+    def examples_per_second(self) -> float:
+        return len(self) / self.seconds_total if self.seconds_total > 0 else float("nan")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":  # pragma: no cover - no MPS here
+        torch.mps.synchronize()
+
+
+def _halt_max_steps(model: torch.nn.Module) -> int:
+    arch = getattr(model, "arch", None)
+    if arch is None or not hasattr(arch, "halt_max_steps"):
+        raise TRMError("predict_split needs a TinyRecursiveModel (an object with .arch.halt_max_steps)")
+    return int(arch.halt_max_steps)
+
+
+def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_size: int = 256,
+                  device: str | torch.device | None = None, early_exit: bool = False, *,
+                  max_steps: int | None = None, progress: bool = False, prefetch: int = 1,
+                  deadline: float | None = None) -> Predictions:
+    """Predict every example of `dataset_dir`'s test split.
+
+    model       a `TinyRecursiveModel` (anything with initial_carry/forward and .arch)
+    batch_size  examples per model call (the last batch is not padded)
+    device      where to run; default: the device of the model's first parameter or buffer
+    early_exit  stop each example at its first step with q_halt > 0 (batch compaction)
+    max_steps   ACT steps to run (default: arch.halt_max_steps)
+    deadline    a time.time() value: batches that would start after it are skipped; their examples
+                keep steps == -1 ("not predicted") and cast no votes
+
+    The model is put in eval mode for the call (its previous mode is restored after).
+    """
+    t_start = time.perf_counter()
+    if device is None:
+        first = next(iter(model.parameters()), None)
+        if first is None:
+            first = next(iter(model.buffers()), None)
+        device = first.device if first is not None else torch.device("cpu")
+    device = torch.device(device)
+    steps_max = _halt_max_steps(model) if max_steps is None else int(max_steps)
+    if steps_max < 1:
+        raise TRMError(f"max_steps must be >= 1, got {steps_max}")
+    if batch_size < 1:
+        raise TRMError(f"batch_size must be >= 1, got {batch_size}")
+
+    identifiers = load_identifiers(dataset_dir)
+    loader = PuzzleLoader(dataset_dir, split="test", global_batch_size=batch_size, test_mode=True, prefetch=prefetch)
+    meta = loader.metadata
+    n_model = getattr(model, "num_puzzle_identifiers", None)
+    if n_model is not None and meta.num_puzzle_identifiers > n_model:
+        raise TRMError(f"{dataset_dir} has {meta.num_puzzle_identifiers} puzzle identifiers but the model's "
+                       f"embedding table only {n_model}: load the model with num_puzzle_identifiers="
+                       f"{meta.num_puzzle_identifiers} (new rows start from the mean embedding)")
+    seq_len_model = getattr(model, "seq_len", meta.seq_len)
+    if seq_len_model != meta.seq_len:
+        raise TRMError(f"the model was built for seq_len {seq_len_model}, {dataset_dir} has {meta.seq_len}")
+
+    N, L = loader.num_examples, meta.seq_len
+    tokens = np.zeros((N, L), dtype=np.uint8)
+    q_halt = np.zeros(N, dtype=np.float32)
+    steps_run = np.full(N, -1, dtype=np.int32)  # -1: not predicted (deadline)
+    puzzle_index = np.zeros(N, dtype=np.int64)
+    puzzle_identifier = np.zeros(N, dtype=np.int64)
+    forward_rows = forward_calls = 0
+    seconds_model = 0.0
+
+    was_training = model.training
+    model.eval()
+    bar = tqdm(total=N, desc="predict", unit="ex", disable=not progress, dynamic_ncols=True)
+    try:
+        with torch.inference_mode():
+            for item in loader:
+                n = item.num_real
+                if n == 0:
+                    continue
+                rows = item.example_indices[:n].numpy()
+                puzzle_index[rows] = item.puzzle_indices[:n].numpy()
+                if deadline is not None and time.time() >= deadline:
+                    continue  # out of time: keep walking the split (cheap) to fill the bookkeeping only
+                puzzle_identifier[rows] = item.batch["puzzle_identifiers"][:n].numpy()
+                batch = {k: v[:n] for k, v in item.batch.items()}
+                t0 = time.perf_counter()
+                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+                out_tok, out_q, out_steps, rows_used = _run_batch(model, batch, steps_max, early_exit)
+                out_tok, out_q, out_steps = out_tok.cpu().numpy(), out_q.cpu().numpy(), out_steps.cpu().numpy()
+                _sync(device)
+                seconds_model += time.perf_counter() - t0
+                tokens[rows], q_halt[rows], steps_run[rows] = out_tok, out_q, out_steps
+                forward_rows += rows_used[0]
+                forward_calls += rows_used[1]
+                bar.update(n)
+    finally:
+        bar.close()
+        model.train(was_training)
+
+    return Predictions(tokens=tokens, q_halt=q_halt, steps=steps_run, puzzle_index=puzzle_index,
+                       puzzle_identifier=puzzle_identifier, identifiers=identifiers,
+                       dataset_dir=str(Path(dataset_dir)), max_steps=steps_max, early_exit=early_exit,
+                       forward_rows=forward_rows, forward_calls=forward_calls, seconds_model=seconds_model,
+                       seconds_total=time.perf_counter() - t_start, device=str(device))
+
+
+def _run_batch(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_steps: int, early_exit: bool):
+    """(tokens uint8 (B, L), q_halt float32 (B,), steps int32 (B,), (rows forwarded, calls)) of one batch."""
+    B = batch["inputs"].shape[0]
+    device = batch["inputs"].device
+    L = batch["inputs"].shape[1]
+    tokens = torch.empty(B, L, dtype=torch.uint8, device=device)
+    q_out = torch.empty(B, dtype=torch.float32, device=device)
+    steps_out = torch.empty(B, dtype=torch.int32, device=device)
+    active = torch.arange(B, device=device)  # original row of each row still running
+    carry = model.initial_carry(batch)
+    rows = calls = 0
+    for step in range(1, max_steps + 1):
+        carry, out = model(carry, batch)
+        rows += int(active.shape[0])
+        calls += 1
+        q = out["q_halt_logits"].float()
+        last = step == max_steps
+        if last:
+            done = torch.ones_like(q, dtype=torch.bool)
+        elif early_exit:
+            done = q > 0
+        else:
+            done = None
+        if done is not None:
+            all_done = last or bool(done.all())
+            idx = active if all_done else active[done]
+            logits = out["logits"] if all_done else out["logits"][done]
+            tokens[idx] = logits.argmax(-1).to(torch.uint8)
+            q_out[idx] = q if all_done else q[done]
+            steps_out[idx] = step
+            if all_done:
+                break
+            keep = ~done
+            if not bool(keep.all()):
+                # compact: the halted rows leave the carry and the batch
+                active = active[keep]
+                batch = {k: v[keep] for k, v in batch.items()}
+                carry = replace(carry, z_H=carry.z_H[keep], z_L=carry.z_L[keep], steps=carry.steps[keep],
+                                halted=carry.halted[keep],
+                                current_data={k: v[keep] for k, v in carry.current_data.items()})
+        # rows still running continue from their state: never let the model restart them
+        # (a model built with early_exit=True marks q_halt > 0 rows halted itself)
+        carry = replace(carry, halted=torch.zeros_like(carry.halted))
+    return tokens, q_out, steps_out, (rows, calls)

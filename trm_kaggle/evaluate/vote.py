@@ -1,0 +1,284 @@
+"""Voting over augmented predictions, and the ARC metrics.
+
+Every test input of a task is predicted once per augmentation in the test split. After
+un-augmenting (`decode`), the predictions of one *slot* = (task_id, test_index) vote:
+
+* candidates (distinct grids) are ranked by vote count, ties broken by the mean
+  sigmoid(q_halt) of their votes (upstream's rule), remaining ties by first appearance
+  in dataset order (what upstream's stable sort does);
+* `weighting="q_halt"` instead weights every vote by its sigmoid(q_halt): rank by the
+  summed confidence, ties again by the mean.
+
+Everything is array code: one `np.unique` over the keys, one over (slot, key) pairs,
+`bincount` for the tallies and one `lexsort` for the ranking.
+
+A `VoteTable` is the votes of ONE evaluation. Nothing is pooled across evaluation
+rounds (upstream's default "aggregated voting" silently mixed the candidates of every
+evaluation since the start of training into the current one); pooling happens only
+when asked for with `VoteTable.merge(other)`.
+
+Metrics, named so that neither can be mistaken for the other:
+
+* `pass_at_k_task_macro[K]` = upstream's `ARC/pass@K`: the mean over tasks of the
+  fraction of that task's test inputs whose top-K candidates contain the truth;
+* `arc_prize_score` = the ARC Prize / Kaggle score: over all test outputs (micro
+  average), 1 if the truth is among the top-2 candidates (the two attempts), else 0,
+  divided by the number of test outputs.
+
+A slot that received no prediction counts as unsolved; every task in the truth set
+counts, predicted or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Literal, Mapping, Sequence
+
+import numpy as np
+
+from trm_kaggle.evaluate.decode import grid_to_key, key_shapes, key_to_grid
+
+PASS_KS = (1, 2, 5, 10, 100, 1000)
+ATTEMPTS = 2  # ARC Prize: two attempts per test output
+Slot = tuple[str, int]
+Weighting = Literal["count", "q_halt"]
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # = 1 / (1 + exp(-x)), without overflow warnings
+
+
+@dataclass
+class VoteTable:
+    """The votes of one evaluation: one row per prediction.
+
+    slots   list of (task_id, test_index); row i votes in slots[slot[i]]
+    slot    (M,) int64
+    keys    (M,) void: candidate keys from `decode` (equal keys = equal grids)
+    q_halt  (M,) float64 halting logits (sigmoid is taken when tallying)
+    order   (M,) int64 position of each vote in dataset order (ties go to the earliest)
+    """
+
+    slots: list[Slot]
+    slot: np.ndarray
+    keys: np.ndarray
+    q_halt: np.ndarray
+    order: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.slots = [(str(t), int(i)) for t, i in self.slots]
+        self.slot = np.asarray(self.slot, dtype=np.int64)
+        self.q_halt = np.asarray(self.q_halt, dtype=np.float64)
+        self.order = np.arange(len(self.slot), dtype=np.int64) if self.order is None else np.asarray(self.order, np.int64)
+        if not (len(self.slot) == len(self.keys) == len(self.q_halt) == len(self.order)):
+            raise ValueError(f"votes of unequal lengths: {len(self.slot)} slots, {len(self.keys)} keys, "
+                             f"{len(self.q_halt)} q_halt, {len(self.order)} order")
+        if len(self.slot) and (self.slot.min() < 0 or self.slot.max() >= len(self.slots)):
+            raise ValueError("slot index outside the slot list")
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+    @classmethod
+    def from_grids(cls, votes: Iterable[tuple[Slot, np.ndarray, float]], side: int = 30) -> "VoteTable":
+        """Small hand-made tables: ((task_id, test_index), grid, q_halt logit) per vote."""
+        slots: dict[Slot, int] = {}
+        slot, keys, q = [], [], []
+        for s, grid, qh in votes:
+            slot.append(slots.setdefault((str(s[0]), int(s[1])), len(slots)))
+            keys.append(grid_to_key(np.asarray(grid), side))
+            q.append(qh)
+        key_arr = np.array(keys, dtype=keys[0].dtype) if keys else np.empty(0, dtype=f"V{2 + side * side}")
+        return cls(list(slots), np.array(slot, dtype=np.int64), key_arr, np.array(q, dtype=np.float64))
+
+    def merge(self, other: "VoteTable") -> "VoteTable":
+        """OPT-IN pooling: a new table holding the votes of both evaluations (neither is changed).
+
+        Use it only when pooling is intended, e.g. several evaluation passes of the same
+        weights with different test-time augmentations. Pooling the votes of different
+        checkpoints mixes old and new models' answers (upstream's aggregated-voting defect).
+        Votes of `other` come after this table's in the tie-breaking order.
+        """
+        if self.keys.dtype != other.keys.dtype:
+            raise ValueError(f"keys of different canvases: {self.keys.dtype} and {other.keys.dtype}")
+        index = {s: i for i, s in enumerate(self.slots)}
+        slots = list(self.slots)
+        for s in other.slots:
+            if s not in index:
+                index[s] = len(slots)
+                slots.append(s)
+        remap = np.array([index[s] for s in other.slots], dtype=np.int64)
+        shift = int(self.order.max()) + 1 if len(self) else 0
+        return VoteTable(slots, np.concatenate([self.slot, remap[other.slot]]),
+                         np.concatenate([self.keys, other.keys]), np.concatenate([self.q_halt, other.q_halt]),
+                         np.concatenate([self.order, other.order + shift]))
+
+    def tally(self, weighting: Weighting = "count") -> "VoteResult":
+        return tally(self, weighting)
+
+
+@dataclass
+class VoteResult:
+    """Ranked candidates of every slot; candidate arrays are sorted by (slot, rank).
+
+    Slot s owns candidates [slot_start[s], slot_start[s+1]); rank 0 is the best.
+    """
+
+    slots: list[Slot]
+    weighting: str
+    keys: np.ndarray  # (C,) candidate keys
+    cand_slot: np.ndarray  # (C,) int64
+    rank: np.ndarray  # (C,) int64, 0 = best within the slot
+    votes: np.ndarray  # (C,) int64 number of predictions for the candidate
+    score: np.ndarray  # (C,) float64 the ranking score: votes, or summed sigmoid(q_halt)
+    mean_q: np.ndarray  # (C,) float64 mean sigmoid(q_halt) of the candidate's votes
+    slot_start: np.ndarray  # (S+1,) int64
+    slot_mean_q: np.ndarray = field(default=None)  # (S,) mean sigmoid(q_halt) over all of the slot's votes
+    slot_index: dict[Slot, int] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.slot_index = {s: i for i, s in enumerate(self.slots)}
+
+    def candidates(self, slot: Slot) -> slice:
+        s = self.slot_index.get((str(slot[0]), int(slot[1])))
+        if s is None:
+            return slice(0, 0)
+        return slice(int(self.slot_start[s]), int(self.slot_start[s + 1]))
+
+    def ranked(self, slot: Slot, limit: int | None = None) -> list[dict]:
+        """Best first: {"grid", "votes", "score", "mean_sigmoid_q_halt"}."""
+        sl = self.candidates(slot)
+        idx = range(sl.start, sl.stop if limit is None else min(sl.stop, sl.start + limit))
+        return [{"grid": key_to_grid(self.keys[i]), "votes": int(self.votes[i]), "score": float(self.score[i]),
+                 "mean_sigmoid_q_halt": float(self.mean_q[i])} for i in idx]
+
+    def ranked_grids(self, limit: int | None = None, drop_empty: bool = True) -> dict[Slot, list[np.ndarray]]:
+        """{(task_id, test_index): [grid, ...] best first}, for a submission writer.
+
+        drop_empty skips the 0x0 grid (a prediction with no colour cell at the top-left),
+        which is no valid ARC answer; the metrics keep it as a candidate, as upstream.
+        """
+        out: dict[Slot, list[np.ndarray]] = {}
+        nonempty = key_shapes(self.keys).min(axis=1) > 0 if len(self.keys) else np.zeros(0, bool)
+        for s, slot in enumerate(self.slots):
+            a, b = int(self.slot_start[s]), int(self.slot_start[s + 1])
+            grids = [key_to_grid(self.keys[i]) for i in range(a, b) if nonempty[i] or not drop_empty]
+            out[slot] = grids[:limit] if limit is not None else grids
+        return out
+
+    def num_candidates(self) -> np.ndarray:
+        """(S,) distinct candidates per slot."""
+        return np.diff(self.slot_start)
+
+    def truth_ranks(self, truths: Mapping[Slot, np.ndarray] | Sequence[tuple[Slot, np.ndarray]]) -> dict[Slot, int]:
+        """Rank (0 = best) of each truth among its slot's candidates, -1 when absent or never predicted."""
+        items = list(truths.items()) if isinstance(truths, Mapping) else list(truths)
+        if not items:
+            return {}
+        side = int(np.sqrt(self.keys.dtype.itemsize - 2)) if len(self.keys) else 30
+        truth_keys = np.array([grid_to_key(np.asarray(g), side) for _, g in items])
+        # slot index per truth (-1: no votes at all), then match against all candidates of that slot
+        sidx = np.array([self.slot_index.get((str(s[0]), int(s[1])), -1) for s, _ in items], dtype=np.int64)
+        truth_of_slot = np.full(len(self.slots), -1, dtype=np.int64)
+        truth_of_slot[sidx[sidx >= 0]] = np.flatnonzero(sidx >= 0)
+        ranks = np.full(len(items), -1, dtype=np.int64)
+        if len(self.keys):
+            t = truth_of_slot[self.cand_slot]
+            has = t >= 0
+            match = np.zeros(len(self.keys), dtype=bool)
+            match[has] = self.keys[has] == truth_keys[t[has]]
+            ranks[t[match]] = self.rank[match]
+        return {(str(s[0]), int(s[1])): int(r) for (s, _), r in zip(items, ranks)}
+
+
+def tally(table: VoteTable, weighting: Weighting = "count") -> VoteResult:
+    """Rank the candidates of every slot (see the module docstring for the rule)."""
+    if weighting not in ("count", "q_halt"):
+        raise ValueError(f"weighting must be 'count' or 'q_halt', got {weighting!r}")
+    S, M = len(table.slots), len(table)
+    if M == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return VoteResult(table.slots, weighting, table.keys[:0], z, z, z, z.astype(float), z.astype(float),
+                          np.zeros(S + 1, dtype=np.int64), np.full(S, np.nan))
+    conf = sigmoid(table.q_halt)
+    uniq_keys, key_id = np.unique(table.keys, return_inverse=True)
+    pair = table.slot * len(uniq_keys) + key_id.reshape(-1)
+    pairs, cand = np.unique(pair, return_inverse=True)
+    cand = cand.reshape(-1)
+    C = len(pairs)
+    votes = np.bincount(cand, minlength=C)
+    conf_sum = np.bincount(cand, weights=conf, minlength=C)
+    mean_q = conf_sum / votes
+    score = votes.astype(np.float64) if weighting == "count" else conf_sum
+    first = np.full(C, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, cand, table.order)
+    cand_slot, cand_key = pairs // len(uniq_keys), pairs % len(uniq_keys)
+    # by slot, then score desc, mean confidence desc, first appearance asc
+    order = np.lexsort((first, -mean_q, -score, cand_slot))
+    cand_slot = cand_slot[order]
+    slot_start = np.searchsorted(cand_slot, np.arange(S + 1), side="left").astype(np.int64)
+    rank = np.arange(C, dtype=np.int64) - slot_start[cand_slot]
+    slot_votes = np.bincount(table.slot, minlength=S)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slot_mean_q = np.bincount(table.slot, weights=conf, minlength=S) / slot_votes
+    return VoteResult(table.slots, weighting, uniq_keys[cand_key[order]], cand_slot, rank, votes[order],
+                      score[order], mean_q[order], slot_start, slot_mean_q)
+
+
+# ---------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Metrics:
+    pass_at_k_task_macro: dict[int, float]  # upstream's ARC/pass@K (macro over tasks)
+    arc_prize_score: float  # micro over test outputs: truth in the top-2 attempts
+    num_tasks: int
+    num_test_outputs: int
+    truth_rank: dict[Slot, int]  # -1: truth not among the candidates
+
+    def as_dict(self) -> dict:
+        return {"arc_prize_score": self.arc_prize_score,
+                "pass_at_k_task_macro": {str(k): v for k, v in self.pass_at_k_task_macro.items()},
+                "num_tasks": self.num_tasks, "num_test_outputs": self.num_test_outputs}
+
+
+def pass_at_k_task_macro(ranks: np.ndarray, task_of: np.ndarray, ks: Sequence[int] = PASS_KS) -> dict[int, float]:
+    """Mean over tasks of the fraction of the task's test outputs whose truth rank is < K.
+
+    ranks    (T,) truth rank per test output (-1: not found)
+    task_of  (T,) task index (0..num_tasks-1) of each test output
+    """
+    ranks, task_of = np.asarray(ranks), np.asarray(task_of, dtype=np.int64)
+    if len(ranks) == 0:
+        return {int(k): 0.0 for k in ks}
+    n_tasks = int(task_of.max()) + 1
+    per_task = np.bincount(task_of, minlength=n_tasks)
+    present = per_task > 0
+    out = {}
+    for k in ks:
+        hit = (ranks >= 0) & (ranks < k)
+        frac = np.bincount(task_of, weights=hit, minlength=n_tasks)[present] / per_task[present]
+        out[int(k)] = float(frac.mean())
+    return out
+
+
+def arc_prize_score(ranks: np.ndarray, attempts: int = ATTEMPTS) -> float:
+    """Fraction of all test outputs whose truth is among the first `attempts` candidates."""
+    ranks = np.asarray(ranks)
+    if len(ranks) == 0:
+        return 0.0
+    return float(np.mean((ranks >= 0) & (ranks < attempts)))
+
+
+def score(result: VoteResult, truths: Mapping[Slot, np.ndarray], ks: Sequence[int] = PASS_KS) -> Metrics:
+    """Both metrics over every (task_id, test_index) of `truths` (the test set's answers)."""
+    slots = [(str(t), int(i)) for t, i in truths]
+    ranks_by_slot = result.truth_ranks(truths)
+    ranks = np.array([ranks_by_slot[s] for s in slots], dtype=np.int64)
+    task_ids: dict[str, int] = {}
+    task_of = np.array([task_ids.setdefault(t, len(task_ids)) for t, _ in slots], dtype=np.int64)
+    return Metrics(pass_at_k_task_macro(ranks, task_of, ks), arc_prize_score(ranks), len(task_ids), len(slots),
+                   ranks_by_slot)
