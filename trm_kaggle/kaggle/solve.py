@@ -24,6 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
@@ -100,6 +101,33 @@ def inference_seconds(model, data_dir: Path, cfg: SolveConfig, device: torch.dev
     return per_row_step * n * model.arch.halt_max_steps * 1.3 + 5.0  # 30% + 5 s for decoding and voting
 
 
+@torch.no_grad()
+def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int = 256) -> dict[str, float]:
+    """Exact and token accuracy on (up to `max_examples` of) the tasks' demonstration pairs, the only
+    answers known inside the kernel: fine-tuning should raise them."""
+    from trm_kaggle.data.format import load_split
+    from trm_kaggle.train.data import IGNORE_LABEL_ID
+
+    split = load_split(data_dir, "train")
+    idx = np.linspace(0, split.num_examples - 1, num=min(max_examples, split.num_examples)).astype(np.int64)
+    puzzle = np.searchsorted(split.puzzle_indices, idx, side="right") - 1
+    labels = torch.from_numpy(split.labels[idx].astype(np.int64))
+    labels[labels == (split.metadata.ignore_label_id if split.metadata.ignore_label_id is not None else -1)] = IGNORE_LABEL_ID
+    batch = {"inputs": torch.from_numpy(split.inputs[idx].astype(np.int32)).to(device), "labels": labels.to(device),
+             "puzzle_identifiers": torch.from_numpy(split.puzzle_identifiers[puzzle].astype(np.int32)).to(device)}
+    was = model.training
+    model.eval()
+    carry = model.initial_carry(batch)
+    for _ in range(model.arch.halt_max_steps):
+        carry, out = model(carry, batch)
+    model.train(was)
+    mask = batch["labels"] != IGNORE_LABEL_ID
+    right = (out["logits"].argmax(-1) == batch["labels"]) & mask
+    return {"demo_exact_accuracy": float((right.sum(-1) == mask.sum(-1)).float().mean()),
+            "demo_token_accuracy": float(right.sum() / mask.sum().clamp_min(1)),
+            "demo_examples": len(idx)}
+
+
 def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None):
     """Fine-tune from the pretrained export; returns the run directory (resumes an earlier run)."""
     from trm_kaggle.train.data import PuzzleLoader
@@ -155,11 +183,13 @@ def solve(cfg: SolveConfig) -> dict[str, Any]:
         reserve = inference_seconds(model, data_dir, cfg, device)
         report["inference_reserve_s"] = round(reserve, 1)
         if cfg.finetune != "none" and cfg.finetune_steps > 0 and budget.left() > reserve:
+            report["before_finetune"] = demo_accuracy(model, data_dir, device)
             t = time.time()
             result = finetune(cfg, arch, data_dir, work, budget.deadline(reserve))
             report["stages"]["finetune_s"] = round(time.time() - t, 1)
             report["finetune_steps"] = result.step
             model = load_finetuned(result.run_dir, device)
+            report["after_finetune"] = demo_accuracy(model, data_dir, device)
         elif cfg.finetune != "none":
             report["errors"].append("no time left for fine-tuning: predicting with the pretrained weights")
 

