@@ -190,6 +190,7 @@ class TrainConfig(_Config):
     threads: Optional[int] = None  # CPU threads; None = one per core
     deterministic: bool = False  # torch deterministic algorithms (CPU runs reproduce bit for bit)
     max_steps: Optional[int] = None  # stop early (smoke runs, benchmarks)
+    time_limit: Optional[float] = None  # seconds of training after which the run stops and saves
     log_interval: int = 10
     checkpoint_keep: int = 3  # full train states kept in the run directory (oldest removed first)
     tensorboard: bool = False

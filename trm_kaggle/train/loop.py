@@ -40,7 +40,7 @@ from trm_kaggle.train.schedules import cosine_lr, cycles_at, exploration_at
 log = logging.getLogger(__name__)
 
 # config fields that may differ between a run and its resumption
-_RESUMABLE_CHANGES = {"max_steps", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
+_RESUMABLE_CHANGES = {"max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
                       "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
                       "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path"}
 
@@ -223,6 +223,9 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     value) stops training before a step that would start after it, saving the state as usual."""
     if not cfg.data_paths:
         raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
+    if cfg.time_limit is not None:
+        limit = time.time() + cfg.time_limit
+        deadline = limit if deadline is None else min(deadline, limit)
     rt = setup_runtime(cfg)
     run_dir = default_run_dir(cfg)
     if rt.is_main and cfg.progress:

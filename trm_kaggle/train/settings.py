@@ -142,6 +142,19 @@ PRESETS: dict[str, dict] = {
         "ema": False,
         "device": "cpu",
     }),
+    "arc-cpu": _preset("base", "a small ARC model a CPU trains in minutes (the shipped weights/ and the pipeline; "
+                       "far below the paper's model)", {
+        "arch": {"hidden_size": 64, "num_heads": 4, "expansion": 2.0, "H_cycles": 2, "L_cycles": 2, "L_layers": 2,
+                 "halt_max_steps": 4, "puzzle_emb_len": 2, "forward_dtype": "float32"},
+        "global_batch_size": 32,
+        "lr": 1e-3,
+        "lr_warmup_steps": 20,
+        "puzzle_emb_lr": 1e-2,
+        "epochs": 1000,
+        "eval_interval": None,
+        "ema": True,
+        "ema_rate": 0.99,
+    }),
     # --- ablations: modifiers to combine with a base preset ---
     "no-ema": _preset("modifier", "turn off the EMA of the weights (ema=False)", {"ema": False}),
     **{
