@@ -1,0 +1,16 @@
+#!/usr/bin/env python
+"""Build the offline Kaggle bundle (wheels + weights datasets, submission kernel).
+
+    python build_bundle.py OUT_DIR [--weights EXPORT_DIR] [--no-download] [--execute] [--push]
+
+All logic lives in `trm_kaggle.kaggle.bundle`; `python build_bundle.py --help` lists the options.
+"""
+
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # this checkout's trm_kaggle, installed or not
+    from trm_kaggle.kaggle.bundle import main
+
+    sys.exit(main())
