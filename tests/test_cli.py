@@ -70,6 +70,11 @@ def test_sudoku_and_maze_generators_from_cli(tmp_path, capsys):
 
 
 def test_pipeline_runs_end_to_end(tmp_path, capsys):
-    assert main(["pipeline", "--work-dir", str(tmp_path / "w"), "--num-aug", "1", "--no-progress"]) == 0
+    w = tmp_path / "w"
+    assert main(["pipeline", "--work-dir", str(w), "--num-aug", "1", "--train-seconds", "3", "--eval-tasks", "2", "--unseen-tasks", "2",
+                 "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "pipeline finished" in out and "OK" in out
+    assert "pipeline finished" in out and "OK" in out and "ARC Prize score" in out
+    from trm_kaggle.evaluate.submission import check_submission
+    check_submission(w / "submission.json", w / "unseen_challenges.json")
+    assert (w / "report" / "report.md").exists() and (w / "bundle" / "kernel" / "kernel-metadata.json").exists()

@@ -117,3 +117,14 @@ def test_output_path_that_is_a_file_is_refused(tmp_path):
     with pytest.raises(TRMError, match="not a directory"):
         with DatasetWriter(tmp_path / "f", seq_len=1, vocab_size=2):
             pass
+
+
+def test_written_files_are_readable_by_others(tmp_path):
+    """Datasets and exports are shared (Kaggle datasets, teammates): not private 0600 temp-file modes."""
+    import stat
+
+    with DatasetWriter(tmp_path / "ds", seq_len=2, vocab_size=3) as w:
+        w.train.add_puzzle(np.ones((1, 2)), np.ones((1, 2)))
+    for p in (tmp_path / "ds").rglob("*"):
+        if p.is_file():
+            assert p.stat().st_mode & stat.S_IROTH, p

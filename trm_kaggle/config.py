@@ -45,6 +45,7 @@ class ArcBuildConfig(_Config):
     puzzle_identifiers_start: int = 1
     workers: int = 0  # 0 = one per CPU core
     skip_invalid: bool = False  # skip (and report) malformed tasks instead of stopping; for unseen Kaggle tasks
+    max_tasks: Optional[int] = Field(None, ge=1)  # keep the first N tasks of each subset (quick experiments)
     progress: bool = True
 
     @field_validator("num_aug")

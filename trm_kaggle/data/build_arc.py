@@ -291,7 +291,8 @@ def collect_jobs(cfg: ArcBuildConfig) -> tuple[list[TaskJob], list[str]]:
                 if task.test_outputs is None:
                     notes.append(f"subset {subset}: no solutions, test labels filled with a dummy [[0]]")
                     break
-        jobs += [TaskJob(subset, t, in_test) for t in report.tasks.values()]
+        tasks = list(report.tasks.values())[:cfg.max_tasks]
+        jobs += [TaskJob(subset, t, in_test) for t in tasks]
     if not any(j.in_test_set for j in jobs):
         notes.append(f"no subset is named {cfg.test_set_name!r}: the test split is empty")
     train_ids = {j.task.id for j in jobs if not j.in_test_set}
