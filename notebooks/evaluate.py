@@ -1,0 +1,97 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Evaluate exported weights on an ARC dataset
+#
+# Predicts every augmented test input of a dataset's test split with `trm_kaggle.evaluate.report.evaluate`,
+# maps the predictions back through their augmentations, votes, and scores against `test_puzzles.json`. Then
+# writes the per-task report (`report.json`, `report.md`, pictures) with `write_report` and shows a few tasks.
+#
+# The metrics have exact names; do not mix them up:
+# * **ARC Prize score**: over all test outputs (micro), 1 when the truth is one of the top-2 attempts. This is
+#   what the competition computes.
+# * **pass@K, task macro**: upstream's `ARC/pass@K`, the mean over tasks of the fraction of the task's test
+#   outputs whose truth is among the top K candidates.
+# * **token accuracy**: per token, over all augmented copies. A diagnostic, not a solve rate.
+#
+# The defaults evaluate the smoke run of the `train` notebook on the dataset of `build_dataset`: all 120
+# ARC-AGI-2 evaluation tasks x 9 augmented copies (1,503 predictions of up to 4 ACT steps each). That is slow on
+# a CPU (about 1 to 5 examples/s for the smoke model on 2 cores): use a GPU, or point `DATA_DIR` at a smaller
+# dataset (fewer tasks or a smaller `NUM_AUG`) for a quick look.
+
+# %% tags=["parameters"]
+WEIGHTS_DIR = "runs/notebooks/weights/cpu-smoke"  # an export (weights.safetensors + config.json)
+DATA_DIR = "runs/notebooks/data/arc2-aug-8"  # an ARC dataset with test_puzzles.json
+REPORT_DIR = "runs/notebooks/eval/cpu-smoke"  # report.json, report.md, pictures/
+BATCH_SIZE = 256  # examples per forward pass
+DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda, mps
+TASKS = None  # task ids to draw, e.g. ["0934a4d8"]; None: the first N_PICTURES tasks of the test set
+N_PICTURES = 3
+
+# %%
+from IPython.display import Image, Markdown, display
+
+from trm_kaggle.data.format import load_metadata
+from trm_kaggle.evaluate.report import evaluate, task_picture_png, write_report
+from trm_kaggle.train.checkpoint import load_inference_model
+from trm_kaggle.train.runtime import pick_device
+
+# %% [markdown]
+# ## Load the model
+#
+# The puzzle-embedding table is sized for the dataset's identifiers. When the export's table does not match
+# (an export with `mean_embedding`, or weights trained on another dataset), every row starts from the mean of
+# the saved rows, which is upstream's rule for unseen puzzles.
+
+# %%
+device = pick_device(DEVICE)
+num_ids = load_metadata(DATA_DIR, "test").num_puzzle_identifiers
+model, config = load_inference_model(WEIGHTS_DIR, num_puzzle_identifiers=num_ids, device=device)
+print(f"{WEIGHTS_DIR}: {model.num_parameters():,} parameters on {device}; the export holds "
+      f"{config['num_puzzle_identifiers']} puzzle rows ({config['puzzle_embedding']}), the dataset {num_ids} "
+      f"identifiers{'' if config['num_puzzle_identifiers'] == num_ids else ': rows set to the mean saved row'}")
+
+# %% [markdown]
+# ## Evaluate
+
+# %%
+result = evaluate(model, DATA_DIR, batch_size=BATCH_SIZE, device=device)
+s = result.summary()
+print(f"ARC Prize score (micro over {s['num_test_outputs']} test outputs, truth in the top-2 attempts): "
+      f"{result.arc_prize_score:.4f}")
+print(f"pass@K, task macro (upstream's ARC/pass@K, mean over {s['num_tasks']} tasks): "
+      + ", ".join(f"pass@{k} = {v:.4f}" for k, v in result.pass_at_k_task_macro.items()))
+print(f"token accuracy (per token, over all augmented copies; NOT a solve rate): {result.token_accuracy:.4f}")
+print(f"{s['num_examples']:,} augmented predictions, {s['timing']['examples_per_second']:.1f} examples/s, "
+      f"{s['timing']['seconds_total']:.1f} s")
+
+# %% [markdown]
+# ## Per-task report
+#
+# Every task and test input: solved or not, the rank of the truth among the voted candidates, the top votes.
+
+# %%
+paths = write_report(result, REPORT_DIR, tasks=TASKS, first_n=N_PICTURES)
+print(f"wrote {paths['json']} and {paths['markdown']}")
+display(Markdown(paths["markdown"].read_text().split("\n## Pictures")[0]))  # the pictures follow below
+
+# %% [markdown]
+# ## Pictures
+#
+# Per test input: the input, the truth and the top-2 attempts with their votes (✓ marks a correct attempt).
+
+# %%
+for task in (TASKS or result.test_set.task_ids[:N_PICTURES]):
+    display(Image(data=task_picture_png(result, task)))

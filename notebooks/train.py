@@ -1,0 +1,102 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Train a Tiny Recursive Model
+#
+# Trains a TRM on a dataset made by `build_dataset` with `trm_kaggle.train.loop.train` (the same engine as
+# `trm-kaggle train`), plots the training curves from the run's `metrics.jsonl` and exports inference weights
+# (`weights.safetensors` + `config.json`) with `trm_kaggle.cli.export_run` (`trm-kaggle export`).
+#
+# The defaults are a smoke run: the `cpu-smoke` preset (hidden size 64, float32, on the CPU) for a few steps,
+# a couple of minutes on a laptop CPU. It shows the mechanics, not a useful model; upstream's ARC-AGI-2 recipe
+# is `PRESET = "arc2"` on GPUs. Running the notebook again resumes the run in `RUN_DIR` from its newest state.
+
+# %% tags=["parameters"]
+DATA_DIR = "runs/notebooks/data/arc2-aug-8"  # a dataset directory (build_dataset's OUTPUT_DIR)
+RUN_DIR = "runs/notebooks/train/cpu-smoke"  # run directory: config.json, metrics.jsonl, state_step*.pt
+PRESET = "cpu-smoke"  # a preset name, or several joined with "+" (e.g. "arc2+T3n6"); see describe_presets()
+OVERRIDES = ["max_steps=10", "global_batch_size=8", "log_interval=2"]  # upstream-style key=value overrides
+EXPORT_DIR = "runs/notebooks/weights/cpu-smoke"  # inference export to create
+MEAN_EMBEDDING = False  # keep only the mean puzzle-embedding row in the export (what unseen tasks need)
+
+# %%
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from trm_kaggle.cli import export_run
+from trm_kaggle.train.loop import train
+from trm_kaggle.train.settings import dump_config, load_train_config
+
+# %% [markdown]
+# ## Settings
+#
+# Defaults, then the preset, then the overrides; the dataset and the run directory come from the parameters.
+
+# %%
+cfg = load_train_config(presets=[PRESET], overrides=OVERRIDES)
+cfg.data_paths = [str(DATA_DIR)]
+cfg.checkpoint_path = str(RUN_DIR)
+print(dump_config(cfg))
+
+# %% [markdown]
+# ## Train
+
+# %%
+result = train(cfg)
+m = result.metrics
+print(f"trained {result.step} steps ({result.epoch:.2f} epochs) at {result.examples_per_second:.1f} examples/s; "
+      f"last loss {m.get('loss', float('nan')):.4f}, exact accuracy (train batches, halted rows) "
+      f"{m.get('exact_accuracy', float('nan')):.3f}; run directory {result.run_dir}")
+if result.eval_metrics:
+    print(f"test split: exact accuracy {result.eval_metrics['eval_exact_accuracy']:.3f} over "
+          f"{result.eval_metrics['eval_examples']} examples (per augmented example; not the ARC Prize score)")
+
+
+# %% [markdown]
+# ## Training curves
+#
+# From `metrics.jsonl` (one JSON record per logged step; evaluation records carry `eval_*` keys instead). Exact accuracy here is per training example (all
+# tokens right); token accuracy is per token. Neither is an ARC solve rate: see the `evaluate` notebook.
+
+# %%
+def plot_curves(run_dir):
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    records = [r for r in map(json.loads, filter(None, lines)) if "loss" in r]  # training records, not evaluations
+    steps = [r["step"] for r in records]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 3.5))
+    ax_loss.plot(steps, [r["loss"] for r in records], label="loss")
+    ax_loss.set_xlabel("step")
+    ax_loss.set_title("loss")
+    for key in ("exact_accuracy", "token_accuracy"):
+        ax_acc.plot(steps, [r.get(key, float("nan")) for r in records], label=key)
+    ax_acc.set_xlabel("step")
+    ax_acc.set_ylim(0, 1)
+    ax_acc.set_title("accuracy on training batches")
+    ax_acc.legend()
+    plt.show()
+
+
+plot_curves(result.run_dir)
+
+# %% [markdown]
+# ## Export
+#
+# Uses the EMA weights when the run kept them (`ema=True`).
+
+# %%
+export_run(result.run_dir, EXPORT_DIR, mean_embedding=MEAN_EMBEDDING)
+print(f"exported {result.run_dir} (step {result.step}) to {EXPORT_DIR}")

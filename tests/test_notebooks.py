@@ -1,0 +1,239 @@
+"""The notebooks in notebooks/: paired (.py percent + .ipynb) and in sync, committed without outputs, one
+papermill `parameters` cell with the documented names, and build_dataset executes end to end on CPU.
+
+Regenerate a pair after editing either side: `jupytext --sync notebooks/<name>.py` (or `.ipynb`).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+jupytext = pytest.importorskip("jupytext", reason="notebook tests need jupytext: pip install -e '.[notebooks]'")
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+#: The documented parameters of every notebook (the names its `parameters` cell assigns).
+PARAMETERS = {
+    "build_dataset": {"OUTPUT_DIR", "SOURCE", "SUBSETS", "TEST_SET_NAME", "NUM_AUG", "SEED"},
+    "train": {"DATA_DIR", "RUN_DIR", "PRESET", "OVERRIDES", "EXPORT_DIR", "MEAN_EMBEDDING"},
+    "evaluate": {"WEIGHTS_DIR", "DATA_DIR", "REPORT_DIR", "BATCH_SIZE", "DEVICE", "TASKS", "N_PICTURES"},
+    "kaggle_submission": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "WEIGHTS_DIR", "CHALLENGES", "TIME_BUDGET",
+                          "FINETUNE_STEPS", "NUM_AUG", "DEVICE"},
+}
+
+
+def _cells(nb) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(c.cell_type, c.source.strip("\n"), tuple(c.get("metadata", {}).get("tags", ()))) for c in nb.cells]
+
+
+def pair_differences(py_path: Path, ipynb_path: Path) -> list[str]:
+    """How the .py (rendered to a notebook by jupytext) and the .ipynb disagree; empty when in sync."""
+    from_py, from_ipynb = _cells(jupytext.read(py_path)), _cells(jupytext.read(ipynb_path))
+    problems = []
+    if len(from_py) != len(from_ipynb):
+        problems.append(f"{py_path.name} has {len(from_py)} cells, {ipynb_path.name} {len(from_ipynb)}")
+    for i, (a, b) in enumerate(zip(from_py, from_ipynb)):
+        for what, x, y in zip(("type", "source", "tags"), a, b):
+            if x != y:
+                problems.append(f"cell {i}: {what} differs:\n  {py_path.name}: {x!r:.200}\n  {ipynb_path.name}: {y!r:.200}")
+    return problems
+
+
+def parameters_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
+
+
+def assigned_names(source: str) -> set[str]:
+    names = set()
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+# ---------------------------------------------------------------------------
+# pairing and sync
+# ---------------------------------------------------------------------------
+
+
+def test_every_notebook_is_a_pair():
+    py = {p.stem for p in NOTEBOOKS.glob("*.py")}
+    ipynb = {p.stem for p in NOTEBOOKS.glob("*.ipynb")}
+    assert py == ipynb, f"unpaired: .py only {sorted(py - ipynb)}, .ipynb only {sorted(ipynb - py)}"
+    assert set(PARAMETERS) <= py, f"missing notebooks: {sorted(set(PARAMETERS) - py)}"
+    assert 'formats = "ipynb,py:percent"' in (NOTEBOOKS / "jupytext.toml").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETERS))
+def test_pair_in_sync(name):
+    problems = pair_differences(NOTEBOOKS / f"{name}.py", NOTEBOOKS / f"{name}.ipynb")
+    assert not problems, (f"notebooks/{name}.py and .ipynb are out of sync (run `jupytext --sync "
+                          f"notebooks/{name}.py`):\n" + "\n".join(problems))
+
+
+def test_sync_check_catches_an_edit_of_one_side(tmp_path):
+    for side in ("py", "ipynb"):
+        d = tmp_path / side
+        d.mkdir()
+        for ext in ("py", "ipynb"):
+            shutil.copy(NOTEBOOKS / f"train.{ext}", d / f"train.{ext}")
+        assert pair_differences(d / "train.py", d / "train.ipynb") == []
+        if side == "py":  # a changed default in the .py only
+            path = d / "train.py"
+            text = path.read_text()
+            assert 'PRESET = "cpu-smoke"' in text
+            path.write_text(text.replace('PRESET = "cpu-smoke"', 'PRESET = "arc2"'))
+        else:  # a cell added to the .ipynb only
+            path = d / "train.ipynb"
+            nb = json.loads(path.read_text())
+            nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "added", "metadata": {},
+                                "outputs": [], "source": ["print('only in the ipynb')"]})
+            path.write_text(json.dumps(nb))
+        assert pair_differences(d / "train.py", d / "train.ipynb"), f"an edit of the .{side} side went unnoticed"
+
+
+# ---------------------------------------------------------------------------
+# committed state and parameters
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETERS))
+def test_committed_without_outputs(name):
+    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"{name}.ipynb cell {i} has outputs"
+            assert cell.get("execution_count") is None, f"{name}.ipynb cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETERS))
+def test_parameters_cell(name):
+    nb = jupytext.read(NOTEBOOKS / f"{name}.ipynb")
+    cells = parameters_cells(nb)
+    assert len(cells) == 1, f"{name}: {len(cells)} cells tagged 'parameters' (papermill needs exactly one)"
+    assert assigned_names(cells[0].source) == PARAMETERS[name]
+    assert nb.cells[0].cell_type == "markdown", f"{name}: the first cell should say what the notebook does"
+    # paths are parameters: no absolute path literal in the other code cells
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell is not cells[0]:
+            literals = [n.value for n in ast.walk(ast.parse(cell.source)) if isinstance(n, ast.Constant)]
+            assert not [v for v in literals if isinstance(v, str) and v.startswith("/")], cell.source
+
+
+def test_kaggle_kernel_parameters_match_the_bundle():
+    from trm_kaggle.kaggle.bundle import PARAMETER_NAMES, adapt_notebook, BundleIds
+
+    assert set(PARAMETER_NAMES) <= PARAMETERS["kaggle_submission"]
+    nb = json.loads((NOTEBOOKS / "kaggle_submission.ipynb").read_text())
+    _, warnings = adapt_notebook(nb, BundleIds())
+    assert warnings == []
+    # the offline install comes right after the parameters (papermill inserts its own cell between them)
+    code = [c for c in jupytext.read(NOTEBOOKS / "kaggle_submission.ipynb").cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", [])
+    assert "--no-index" in code[1].source and "sys.executable" in code[1].source
+
+
+# ---------------------------------------------------------------------------
+# execution
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def kernel_name(tmp_path_factory):
+    """A Jupyter kernel spec running this interpreter, in a private JUPYTER_PATH (the user's are left alone)."""
+    pytest.importorskip("papermill", reason="executing notebooks needs papermill: pip install -e '.[notebooks]'")
+    pytest.importorskip("ipykernel", reason="executing notebooks needs ipykernel: pip install -e '.[notebooks]'")
+    from ipykernel.kernelspec import install
+
+    prefix = tmp_path_factory.mktemp("jupyter")
+    name = "trm-kaggle-test-python3"
+    install(kernel_name=name, display_name=f"Python {sys.version_info.major}.{sys.version_info.minor} (tests)",
+            prefix=str(prefix))
+    spec = json.loads((prefix / "share" / "jupyter" / "kernels" / name / "kernel.json").read_text())
+    assert spec["argv"][0] == sys.executable
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+        yield name
+
+
+def run_notebook(name: str, out_dir: Path, kernel: str, **parameters):
+    import papermill
+
+    executed = out_dir / f"{name}.executed.ipynb"
+    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(executed), parameters=parameters,
+                               kernel_name=kernel, cwd=str(out_dir), progress_bar=False)
+    return json.loads(executed.read_text())
+
+
+def text_outputs(nb: dict) -> str:
+    out = []
+    for cell in nb["cells"]:
+        for o in cell.get("outputs", []):
+            out.append("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", "")))
+    return "\n".join(out)
+
+
+def test_build_dataset_notebook_executes(tmp_path, kernel_name):
+    import numpy as np
+
+    from conftest import random_task, write_prefix_subset
+    from trm_kaggle.data.verify import verify_dataset
+
+    rng = np.random.default_rng(0)
+    prefix = tmp_path / "src" / "arc-agi"
+    prefix.parent.mkdir()
+    write_prefix_subset(prefix, "training", {f"tr{i}": random_task(rng, max_side=5) for i in range(2)})
+    write_prefix_subset(prefix, "evaluation", {"ev0": random_task(rng, n_test=2, max_side=5)})
+
+    nb = run_notebook("build_dataset", tmp_path, kernel_name, OUTPUT_DIR="data/tiny", SOURCE=str(prefix),
+                      SUBSETS=["training", "evaluation"], TEST_SET_NAME="evaluation", NUM_AUG=1, SEED=3)
+
+    out = tmp_path / "data" / "tiny"  # relative to the kernel's working directory
+    summary = verify_dataset(out)
+    assert summary["test_tasks"] == 1
+    assert summary["splits"]["test"]["examples"] == 2 * 2  # 2 test inputs x (original + 1 augmentation)
+    text = text_outputs(nb)
+    assert "built " in text and "3 tasks" in text
+    assert "dataset data/tiny: OK" in text
+    assert json.loads((out / "build_info.json").read_text())["config"]["num_aug"] == 1
+
+
+def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
+    """The smoke chain on a 3-task dataset: train 1 step, export, evaluate, report with pictures."""
+    import numpy as np
+
+    from conftest import random_task, write_prefix_subset
+    from trm_kaggle.config import ArcBuildConfig
+    from trm_kaggle.data.build_arc import build_arc
+
+    rng = np.random.default_rng(1)
+    prefix = tmp_path / "src" / "arc-agi"
+    prefix.parent.mkdir()
+    write_prefix_subset(prefix, "training", {f"tr{i}": random_task(rng, n_train=2, max_side=4) for i in range(2)})
+    write_prefix_subset(prefix, "evaluation", {"ev0": random_task(rng, n_train=2, max_side=4)})
+    build_arc(ArcBuildConfig(output_dir=str(tmp_path / "data"), input_file_prefix=str(prefix),
+                             subsets=["training", "evaluation"], test_set_name="evaluation",
+                             test_set_name2="evaluation", num_aug=1, workers=1, progress=False))
+
+    nb = run_notebook("train", tmp_path, kernel_name, DATA_DIR="data", RUN_DIR="run", EXPORT_DIR="weights",
+                      OVERRIDES=["max_steps=1", "global_batch_size=2", "progress=False"])
+    assert (tmp_path / "weights" / "weights.safetensors").is_file()
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
+    assert any("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])), "no curve"
+    assert "trained 1 steps" in text_outputs(nb)
+
+    nb = run_notebook("evaluate", tmp_path, kernel_name, WEIGHTS_DIR="weights", DATA_DIR="data", REPORT_DIR="report",
+                      BATCH_SIZE=2, DEVICE="cpu", TASKS=["ev0"])
+    text = text_outputs(nb)
+    assert "ARC Prize score (micro over 1 test outputs" in text
+    assert "pass@K, task macro" in text and "token accuracy (per token" in text
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert list(report["tasks"]) == ["ev0"]
+    assert (tmp_path / "report" / "pictures" / "ev0.png").is_file()
+    assert sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])) == 1
