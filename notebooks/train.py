@@ -32,13 +32,10 @@ EXPORT_DIR = "runs/notebooks/weights/cpu-smoke"  # inference export to create
 MEAN_EMBEDDING = False  # keep only the mean puzzle-embedding row in the export (what unseen tasks need)
 
 # %%
-import json
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 
 from trm_kaggle.cli import export_run
-from trm_kaggle.train.loop import train
+from trm_kaggle.train.loop import read_metrics, train
 from trm_kaggle.train.settings import dump_config, load_train_config
 
 # %% [markdown]
@@ -74,8 +71,7 @@ if result.eval_metrics:
 
 # %%
 def plot_curves(run_dir):
-    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-    records = [r for r in map(json.loads, filter(None, lines)) if "loss" in r]  # training records, not evaluations
+    records, _ = read_metrics(run_dir)
     steps = [r["step"] for r in records]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 3.5))
     ax_loss.plot(steps, [r["loss"] for r in records], label="loss")

@@ -20,7 +20,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 #: The documented parameters of every notebook (the names its `parameters` cell assigns).
 PARAMETERS = {
-    "build_dataset": {"OUTPUT_DIR", "SOURCE", "SUBSETS", "TEST_SET_NAME", "NUM_AUG", "SEED"},
+    "build_dataset": {"OUTPUT_DIR", "SOURCE", "SUBSETS", "TEST_SET_NAME", "NUM_AUG", "SEED", "MAX_TASKS"},
     "train": {"DATA_DIR", "RUN_DIR", "PRESET", "OVERRIDES", "EXPORT_DIR", "MEAN_EMBEDDING"},
     "evaluate": {"WEIGHTS_DIR", "DATA_DIR", "REPORT_DIR", "BATCH_SIZE", "DEVICE", "TASKS", "N_PICTURES"},
     "kaggle_submission": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "WEIGHTS_DIR", "CHALLENGES", "TIME_BUDGET",
@@ -192,7 +192,7 @@ def test_build_dataset_notebook_executes(tmp_path, kernel_name):
     write_prefix_subset(prefix, "evaluation", {"ev0": random_task(rng, n_test=2, max_side=5)})
 
     nb = run_notebook("build_dataset", tmp_path, kernel_name, OUTPUT_DIR="data/tiny", SOURCE=str(prefix),
-                      SUBSETS=["training", "evaluation"], TEST_SET_NAME="evaluation", NUM_AUG=1, SEED=3)
+                      SUBSETS=["training", "evaluation"], TEST_SET_NAME="evaluation", NUM_AUG=1, SEED=3, MAX_TASKS=None)
 
     out = tmp_path / "data" / "tiny"  # relative to the kernel's working directory
     summary = verify_dataset(out)

