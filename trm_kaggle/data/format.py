@@ -18,7 +18,6 @@ parallel ARC builder, through the same `NpyFile` and `finish_split` helpers.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pydantic import BaseModel
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.errors import DataError
+from trm_kaggle.jsonio import read_json
 
 SPLITS = ("train", "test")
 SET_NAME = "all"
@@ -281,12 +281,7 @@ class Split:
 
 def load_metadata(dataset_dir: str | os.PathLike, split: str) -> DatasetMetadata:
     path = Path(dataset_dir) / split / "dataset.json"
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing (is {dataset_dir} a dataset directory?)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise DataError(f"{path}: unreadable: {e}") from None
+    raw = read_json(path, "dataset.json", hint=f"is {dataset_dir} a dataset directory?")
     if "total_puzzles" not in raw:  # HRM-era files lack it; it equals len(puzzle_indices) - 1
         idx = np.load(Path(dataset_dir) / split / f"{SET_NAME}__puzzle_indices.npy", mmap_mode="r")
         raw["total_puzzles"] = len(idx) - 1
@@ -323,12 +318,7 @@ def read_npy_header(path: str | os.PathLike) -> tuple[np.dtype, tuple[int, ...]]
 
 def load_identifiers(dataset_dir: str | os.PathLike) -> list[str]:
     path = Path(dataset_dir) / "identifiers.json"
-    try:
-        ids = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise DataError(f"{path}: unreadable: {e}") from None
+    ids = read_json(path, "identifiers.json")
     if not isinstance(ids, list) or not all(isinstance(s, str) for s in ids):
         raise DataError(f"{path}: must be a JSON list of strings")
     return ids

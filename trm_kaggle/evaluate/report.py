@@ -39,6 +39,7 @@ import torch
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from trm_kaggle.data.format import load_split
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.evaluate.decode import (decode_split_tokens, example_puzzles, grids_to_keys, puzzle_augmentations,
                                         side_of)
 from trm_kaggle.evaluate.predict import Predictions, predict_split
@@ -65,12 +66,7 @@ class TestSet:
 
 def load_test_set(dataset_dir: str | os.PathLike) -> TestSet:
     path = Path(dataset_dir) / "test_puzzles.json"
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing (ARC evaluation needs the test_puzzles.json an ARC builder writes)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise DataError(f"{path}: unreadable: {e}") from None
+    raw = read_json(path, "test_puzzles.json", hint="ARC evaluation needs the test_puzzles.json an ARC builder writes")
     slots, inputs, truths, num_tests = [], {}, {}, {}
     for task_id, task in raw.items():
         tests = task.get("test") if isinstance(task, dict) else None

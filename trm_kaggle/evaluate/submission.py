@@ -48,7 +48,6 @@ task's outputs solved) is reported separately and is never "the score".
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +56,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 import numpy as np
 
 from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.errors import DataError, TRMError
 
 MAX_SIDE = 30
@@ -131,21 +131,7 @@ def _key(grid: Grid) -> GridKey:
 
 def read_json_file(path: str | os.PathLike, what: str = "JSON file") -> Any:
     """Parsed JSON, or DataError naming the file and the line/column of a syntax error."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise DataError(f"{path}: {what} not found") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: unreadable {what}: {e.msg} at line {e.lineno}, column {e.colno} "
-                        f"(character {e.pos})") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: unreadable {what}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: {what} expected, found a directory") from None
-    except OSError as e:
-        raise DataError(f"{path}: unreadable {what}: {e.strerror or e}") from None
+    return read_json(path, what)
 
 
 def load_submission(path: str | os.PathLike) -> dict:

@@ -11,8 +11,9 @@ latent states of shape (batch, puzzle_emb_len + seq_len, hidden):
 
 where x is the embedded input (a puzzle-embedding prefix + scaled token
 embeddings) and net(h, inj) runs the blocks on h + inj. Only the last H cycle is
-differentiated; the H_cycles - 1 before it run under no_grad (deep supervision
-with a one-step gradient, as the paper).
+differentiated; the H_cycles - 1 before it run without autograd (inference_mode
+in eager, no_grad under torch.compile: deep supervision with a one-step gradient,
+as the paper). `compile_net()` torch.compiles `net` alone.
 
 Around that sits ACT (adaptive computation time): a `Carry` holding (z_H, z_L,
 steps, halted, current_data) persists across batches. Every call is one
@@ -149,6 +150,7 @@ class TinyRecursiveModel(nn.Module):
         self.forward_dtype = forward_dtype
         # Eval only: stop a row as soon as q_halt > 0 instead of running halt_max_steps.
         self.early_exit = early_exit
+        self._compiled_net = None  # set by compile_net()
         # Schedules (recursion curriculum, halting exploration) change these during training.
         self.H_cycles, self.L_cycles = arch.H_cycles, arch.L_cycles
         self.halt_exploration_prob = arch.halt_exploration_prob
@@ -218,21 +220,49 @@ class TinyRecursiveModel(nn.Module):
         return self.embed_scale * x
 
     def net(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
+        """The recursive network: the L_layers blocks applied to h + injection."""
+        if self._compiled_net is not None:
+            return self._compiled_net(h, injection, cos_sin)
+        return self._net(h, injection, cos_sin)
+
+    def _net(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
         h = h + injection
         for block in self.layers:
             h = block(h, cos_sin)
         return h
 
+    def compile_net(self, **compile_kwargs) -> None:
+        """torch.compile the recursive network (`net`, where nearly all the time goes), not the ACT
+        wrapper around it: one small graph, compiled once with and once without autograd (and again
+        per new batch shape). Inductor fuses the element-wise work (norms, RoPE, SiLU gating and
+        their backwards) around the matmuls; the matmuls stay oneDNN kernels on CPU. Compilation
+        is lazy: it happens in the first training step (and the first no-grad call), and needs a
+        C++ compiler on CPU. Same arithmetic as eager up to float32 rounding."""
+        self._compiled_net = torch.compile(self._net, **compile_kwargs)
+
     def recurse(self, z_H: torch.Tensor, z_L: torch.Tensor, x: torch.Tensor,
                 cos_sin: Optional[CosSin]) -> Tuple[torch.Tensor, torch.Tensor]:
-        """H_cycles cycles of (L_cycles latent updates, one answer update); gradient through the last only."""
-        with torch.no_grad():
-            for _ in range(self.H_cycles - 1):
-                for _ in range(self.L_cycles):
-                    z_L = self.net(z_L, z_H + x, cos_sin)
-                z_H = self.net(z_H, z_L, cos_sin)
+        """H_cycles cycles of (L_cycles latent updates, one answer update); gradient through the last only.
+
+        z_H does not change during a cycle's L_cycles updates, so its injection z_H + x is
+        formed once per cycle (upstream adds it again at every step; the values are identical).
+        """
+        if self.H_cycles > 1:
+            # No gradient here. In eager mode inference_mode, which skips all autograd bookkeeping
+            # (~8 % faster than no_grad on CPU); torch.compile does not mix with it (its cached
+            # graph state would become inference tensors), so compiled runs use no_grad.
+            compiled = self._compiled_net is not None or torch.compiler.is_compiling()
+            with torch.no_grad() if compiled else torch.inference_mode():
+                for _ in range(self.H_cycles - 1):
+                    injection = z_H + x
+                    for _ in range(self.L_cycles):
+                        z_L = self.net(z_L, injection, cos_sin)
+                    z_H = self.net(z_H, z_L, cos_sin)
+            if not compiled:  # inference tensors may not be saved for backward: ordinary copies
+                z_H, z_L = z_H.clone(), z_L.clone()
+        injection = z_H + x
         for _ in range(self.L_cycles):
-            z_L = self.net(z_L, z_H + x, cos_sin)
+            z_L = self.net(z_L, injection, cos_sin)
         z_H = self.net(z_H, z_L, cos_sin)
         return z_H, z_L
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import re
 from pathlib import Path
@@ -26,6 +25,7 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write, atomic_write_json
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
 
 STATE_FORMAT = "trm_kaggle.train_state"
 EXPORT_FORMAT = "trm_kaggle.inference"
@@ -130,12 +130,7 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
 
     path = Path(path)
     cfg_path, w_path = path / "config.json", path / "weights.safetensors"
-    try:
-        config = json.loads(cfg_path.read_text())
-    except FileNotFoundError:
-        raise TRMError(f"{cfg_path}: missing (is {path} an export made by `trm-kaggle export`?)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise TRMError(f"{cfg_path}: unreadable: {e}") from None
+    config = read_json(cfg_path, "config.json", hint=f"is {path} an export made by `trm-kaggle export`?")
     if not isinstance(config, dict) or config.get("format") != EXPORT_FORMAT:
         raise TRMError(f"{cfg_path}: not a trm-kaggle inference config")
     try:
