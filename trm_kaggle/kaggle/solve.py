@@ -102,7 +102,7 @@ def inference_seconds(model, data_dir: Path, cfg: SolveConfig, device: torch.dev
 
 
 @torch.no_grad()
-def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int = 256) -> dict[str, float]:
+def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int = 64) -> dict[str, float]:
     """Exact and token accuracy on (up to `max_examples` of) the tasks' demonstration pairs, the only
     answers known inside the kernel: fine-tuning should raise them."""
     from trm_kaggle.data.format import load_split
