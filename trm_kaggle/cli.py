@@ -187,13 +187,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from trm_kaggle.train.loop import train
 
     result = train(cfg)
-    m = result.metrics
-    print(f"trained {result.step} steps ({result.epoch:.2f} epochs) at {result.examples_per_second:.1f} examples/s; "
-          f"last loss {m.get('loss', float('nan')):.4f}, exact accuracy (train, halted rows) "
-          f"{m.get('exact_accuracy', float('nan')):.3f}; run directory {result.run_dir}")
-    if result.eval_metrics:
-        print(f"test split: exact accuracy {result.eval_metrics['eval_exact_accuracy']:.3f} over "
-              f"{result.eval_metrics['eval_examples']} examples (per augmented example; not the ARC score)")
+    print(result.summary())
     if args.export:
         export_run(result.run_dir, args.export, mean_embedding=args.mean_embedding)
         print(f"exported to {args.export}")

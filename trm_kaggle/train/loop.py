@@ -54,6 +54,17 @@ class TrainResult:
     eval_metrics: dict[str, float] = field(default_factory=dict)
     examples_per_second: float = 0.0
 
+    def summary(self) -> str:
+        """What a person wants to read when training ends (metrics under their exact names)."""
+        m = self.metrics
+        text = (f"trained {self.step} steps ({self.epoch:.2f} epochs) at {self.examples_per_second:.1f} examples/s; "
+                f"last loss {m.get('loss', float('nan')):.4f}, exact accuracy (train batches, halted rows) "
+                f"{m.get('exact_accuracy', float('nan')):.3f}; run directory {self.run_dir}")
+        if self.eval_metrics:
+            text += (f"\ntest split: exact accuracy {self.eval_metrics['eval_exact_accuracy']:.3f} over "
+                     f"{self.eval_metrics['eval_examples']} examples (per augmented example; not the ARC Prize score)")
+        return text
+
 
 def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     """(training records, evaluation records) of a run's metrics.jsonl."""
