@@ -1,0 +1,354 @@
+"""Benchmark: training examples/s of our TRM against upstream's model code on this CPU.
+
+    python benchmarks/bench_train_cpu.py                                   # ours only
+    python benchmarks/bench_train_cpu.py --upstream-dir /tmp/upstream_trm  # + upstream, interleaved
+    python benchmarks/bench_train_cpu.py --upstream-dir DIR --compile      # + ours with compile_net()
+
+`--upstream-dir` is a directory holding upstream's `models/` package (the paper's
+reference code: models/recursive_reasoning/trm.py, layers.py, common.py,
+sparse_embedding.py, losses.py); upstream is never shipped with this project.
+Its layers import `einops`, which must be importable (installed, or placed in
+that directory). Upstream's TRM attention already calls torch's
+scaled_dot_product_attention (its flash_attn import is commented out), so it
+runs on CPU unmodified.
+
+Config, identical for both models: hidden 128, 8 heads (upstream's
+config/arch/trm.yaml value, head_dim 16), expansion 4 (SwiGLU inner width 512),
+seq_len 81, vocab 11, puzzle_emb_len 16 with puzzle_emb_ndim 128 (so 97
+positions), 1000 puzzle identifiers, batch 64, H_cycles 3, L_cycles 6, L_layers 2,
+rope, attention (mlp_t off), halt_max_steps 16, no_ACT_continue, stablemax loss,
+float32 activations.
+
+One training step = one ACT step: forward (carry, batch) -> loss -> backward
+(loss / batch_size, as upstream) -> torch.optim.AdamW step on the dense weights
+(same hyper-parameters for both) -> each project's own sparse SignSGD step on the
+puzzle-embedding rows of the batch -> zero_grad. Both models start from the same
+weights (ours are loaded from upstream's), and with --upstream-dir the script first
+checks that one step gives the same logits, loss and gradients.
+
+Timing: `--warmup` steps per model, then `--repeats` rounds; in each round each
+model runs a block of `--steps` timed steps, alternating A B A B ... so that load
+from other processes hits both alike. Reported: the median examples/s over rounds
+(wall clock), and the median of the per-round ratios. With --compile a third
+model, ours after `TinyRecursiveModel.compile_net()`, joins the rotation; its
+first two steps compile (with and without autograd) and the compile time is
+printed separately.
+
+Model FLOPs per example (multiply-add = 2 FLOPs), S = prefix + seq_len = 97,
+D = hidden = 128, I = SwiGLU inner width = 512:
+
+    per block  F_blk = 2*S*D*3D (qkv) + 2*S*S*D (QK^T) + 2*S*S*D (AV) + 2*S*D*D (o_proj)
+                     + 2*S*D*2I (gate_up) + 2*S*I*D (down)
+    per net    F_net = L_layers * F_blk
+    forward    H_cycles * (L_cycles + 1) * F_net              (every recursion step)
+    backward   2 * (L_cycles + 1) * F_net                      (only the last H cycle has gradient)
+    heads      3 * 2*seq_len*D*vocab (lm_head fwd + bwd) + 3 * 2*D*2 (q_head)
+
+Element-wise work (norms, rope, softmax, SiLU), the embedding and the optimizer
+are not counted. Achieved GFLOP/s = FLOPs/example * examples/s; it is printed
+beside the measured float32 matmul peak (2048x2048 matmul, best and median of 7)
+and the bfloat16 matmul rate (256x256, and 2048x2048 when it finishes quickly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from trm_kaggle.config import ArchConfig  # noqa: E402
+from trm_kaggle.model import TinyRecursiveModel, act_loss  # noqa: E402
+from trm_kaggle.model import layers  # noqa: E402
+from trm_kaggle.model.layers import swiglu_width  # noqa: E402
+from trm_kaggle.model.upstream import from_upstream_state_dict  # noqa: E402
+from trm_kaggle.optim.sign_sgd import SignSGD  # noqa: E402
+
+SEQ_LEN, VOCAB, NUM_IDS = 81, 11, 1000
+ADAMW = dict(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+SPARSE = dict(lr=1e-2, weight_decay=0.1)
+
+
+def arch_dict(args) -> dict:
+    return dict(hidden_size=128, num_heads=args.heads, expansion=4, H_cycles=3, L_cycles=6, H_layers=0, L_layers=2,
+                halt_max_steps=16, halt_exploration_prob=0.1, no_ACT_continue=True, pos_encodings="rope",
+                rope_theta=10000.0, rms_norm_eps=1e-5, puzzle_emb_ndim=128, puzzle_emb_len=16, mlp_t=False)
+
+
+def flops_per_example(a: dict) -> float:
+    S, D = a["puzzle_emb_len"] + SEQ_LEN, a["hidden_size"]
+    inner = swiglu_width(D, a["expansion"])
+    blk = 2 * S * D * 3 * D + 2 * S * S * D + 2 * S * S * D + 2 * S * D * D + 2 * S * D * 2 * inner + 2 * S * inner * D
+    net = a["L_layers"] * blk
+    fwd = a["H_cycles"] * (a["L_cycles"] + 1) * net
+    bwd = 2 * (a["L_cycles"] + 1) * net
+    heads = 3 * 2 * SEQ_LEN * D * VOCAB + 3 * 2 * D * 2
+    return float(fwd + bwd + heads)
+
+
+def matmul_rate(n: int, dtype: torch.dtype, reps: int):
+    """GFLOP/s of an n x n @ n x n matmul after one warm-up: (median, best) of `reps`.
+
+    On a shared machine the best is the better estimate of what the core can do."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    for _ in range(3):  # the first calls of a new shape/dtype build (JIT) kernels
+        a @ b
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t)
+    flop = 2 * n**3 / 1e9
+    return flop / statistics.median(times), flop / min(times)
+
+
+def make_batches(n: int, batch: int, seed: int) -> List[Dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        out.append({
+            "inputs": torch.randint(0, VOCAB, (batch, SEQ_LEN), generator=g, dtype=torch.int32),
+            "labels": torch.randint(1, VOCAB, (batch, SEQ_LEN), generator=g, dtype=torch.int32).long(),
+            "puzzle_identifiers": torch.randint(0, NUM_IDS, (batch,), generator=g, dtype=torch.int32),
+        })
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The two trainers: each returns step() running one full training step
+# ---------------------------------------------------------------------------
+
+
+class Ours:
+    def __init__(self, a: dict, batch: int, compile_net: bool):
+        arch = ArchConfig(**{k: v for k, v in a.items()}, forward_dtype="float32", loss_type="stablemax_cross_entropy")
+        self.model = TinyRecursiveModel(arch, SEQ_LEN, VOCAB, NUM_IDS).train()
+        self.name = "ours+compile" if compile_net else "ours"
+        self.batch = batch
+        if compile_net:
+            self.model.compile_net()  # lazy: compilation happens in the first step
+        self.opt = torch.optim.AdamW(self.model.parameters(), **ADAMW)
+        self.sparse = SignSGD(self.model.puzzle_emb, **SPARSE)
+        self.carry = None
+
+    def forward_loss(self, data):
+        if self.carry is None:
+            self.carry = self.model.initial_carry(data)
+        self.carry, out = self.model(self.carry, data)
+        c = self.carry
+        loss, _ = act_loss(out, c.current_data["labels"], c.halted, c.steps, "stablemax_cross_entropy")
+        return loss / self.batch, out
+
+    def step(self, data):
+        loss, _ = self.forward_loss(data)
+        loss.backward()
+        self.opt.step()
+        self.sparse.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.sparse.zero_grad()
+
+
+class Upstream:
+    name = "upstream"
+
+    def __init__(self, a: dict, batch: int, upstream_dir: str):
+        sys.path.insert(0, upstream_dir)
+        trm = importlib.import_module("models.recursive_reasoning.trm")
+        losses = importlib.import_module("models.losses")
+        sparse = importlib.import_module("models.sparse_embedding")
+        cfg = dict(a, batch_size=batch, seq_len=SEQ_LEN, vocab_size=VOCAB, num_puzzle_identifiers=NUM_IDS,
+                   forward_dtype="float32")
+        self.model = losses.ACTLossHead(trm.TinyRecursiveReasoningModel_ACTV1(cfg), loss_type="stablemax_cross_entropy")
+        self.model.train()
+        self.batch = batch
+        # As upstream's pretrain.py: the sparse table's buffers go to its SignSGD, parameters to the dense optimizer.
+        self.sparse = sparse.CastedSparseEmbeddingSignSGD_Distributed(
+            self.model.model.puzzle_emb.buffers(), world_size=1, **SPARSE)
+        self.opt = torch.optim.AdamW(self.model.parameters(), **ADAMW)
+        self.carry = None
+
+    def forward_loss(self, data):
+        if self.carry is None:
+            self.carry = self.model.initial_carry(data)
+        self.carry, loss, _, out, _ = self.model(carry=self.carry, batch=data, return_keys=["logits"])
+        return (1 / self.batch) * loss, out
+
+    def step(self, data):
+        loss, _ = self.forward_loss(data)
+        loss.backward()
+        self.sparse.step()
+        self.opt.step()
+        self.sparse.zero_grad()
+        self.opt.zero_grad()
+
+
+def _upstream_name(name: str) -> str:
+    name = re.sub(r"^layers\.", "L_level.layers.", name)
+    return "model.inner." + name.replace("embed_tokens.weight", "embed_tokens.embedding_weight")
+
+
+def _float64_reference(up: "Upstream") -> "Upstream":
+    """A float64 copy of upstream's model (all weights, buffers and activations), as the exact answer."""
+    ref = copy.copy(up)
+    ref.model = copy.deepcopy(up.model).double()
+    inner = ref.model.model.inner
+    inner.forward_dtype = inner.embed_tokens.cast_to = inner.puzzle_emb.cast_to = torch.float64
+    ref.carry = None
+    return ref
+
+
+def check_same(ours: Ours, up: Upstream, data) -> str:
+    """Load upstream's initial weights into ours and run one step on each (and on a float64 copy).
+
+    Float32 rounding differs between any two implementations and grows through the
+    21 recursive net calls, so both are compared with the float64 answer: ours
+    passes when its error is within 3x upstream's own float32 error (+ a small floor).
+    """
+    sd = from_upstream_state_dict(up.model.state_dict(), "upstream model")
+    missing, unexpected = ours.model.load_state_dict(sd, strict=False)
+    assert not unexpected and all("rotary" in k for k in missing), (missing, unexpected)
+    with torch.no_grad():  # a non-zero puzzle table, so that the rows matter
+        g = torch.Generator().manual_seed(7)
+        table = torch.randn(up.model.model.puzzle_emb.weights.shape, generator=g)
+        up.model.model.puzzle_emb.weights.copy_(table)
+        ours.model.puzzle_emb.weights.copy_(table)
+    ref = _float64_reference(up)
+    results = {}
+    for t in (ours, up, ref):
+        loss, out = t.forward_loss(data)
+        loss.backward()
+        grads = {(_upstream_name(n) if t is ours else n): p.grad.double() for n, p in t.model.named_parameters()}
+        results[t.name if t is not ref else "ref"] = (out["logits"].double(), loss.item(), grads)
+        t.opt.zero_grad(set_to_none=True)
+        t.sparse.zero_grad()
+        t.carry = None
+    r_logits, r_loss, r_grads = results["ref"]
+
+    def errors(key):
+        logits, loss, grads = results[key]
+        dl = (logits - r_logits).abs().max().item() / r_logits.abs().max().item()
+        dloss = abs(loss - r_loss) / abs(r_loss)
+        dg = max(((grads[n] - g).norm() / g.norm().clamp_min(1e-30)).item() for n, g in r_grads.items())
+        return dl, dloss, dg
+
+    eo, eu = errors("ours"), errors("upstream")
+    ok = all(o <= 3 * u + 1e-6 for o, u in zip(eo, eu))
+    fmt = lambda e: f"logits {e[0]:.1e}, loss {e[1]:.1e}, grads {e[2]:.1e}"  # noqa: E731
+    return (f"{'OK' if ok else 'MISMATCH'}: relative error against a float64 run of upstream: "
+            f"ours [{fmt(eo)}], upstream float32 [{fmt(eu)}]")
+
+
+def time_block(step: Callable, batches, start: int, n: int):
+    """(wall seconds, CPU seconds of this process) for n training steps."""
+    t, c = time.perf_counter(), time.process_time()
+    for i in range(n):
+        step(batches[(start + i) % len(batches)])
+    return time.perf_counter() - t, time.process_time() - c
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--upstream-dir", default=None, help="directory holding upstream's models/ package")
+    p.add_argument("--steps", type=int, default=4, help="timed training steps per block")
+    p.add_argument("--repeats", type=int, default=5, help="rounds of (ours block, upstream block)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per model first")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave torch's default)")
+    p.add_argument("--compile", action="store_true",
+                   help="also time ours after TinyRecursiveModel.compile_net() (torch.compile of the recursive net)")
+    p.add_argument("--no-check", action="store_true", help="skip the same-outputs check against upstream")
+    args = p.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    a = arch_dict(args)
+    batches = make_batches(8, args.batch, seed=1)
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
+          f"{torch.backends.cpu.get_cpu_capability()}, os.cpu_count() {os.cpu_count()}, "
+          f"load average {os.getloadavg()[0]:.1f} (other processes share these cores: compare ratios, not absolutes)")
+    print(f"our float32 CPU matmuls through oneDNN: {layers.ONEDNN_LINEAR}")
+    print(f"config: hidden 128, heads {args.heads}, expansion 4, seq_len {SEQ_LEN} (+16 prefix = 97), vocab {VOCAB}, "
+          f"batch {args.batch}, H_cycles 3, L_cycles 6, L_layers 2, rope, float32, AdamW {ADAMW}")
+
+    up = None
+    if args.upstream_dir:
+        up = Upstream(a, args.batch, args.upstream_dir)
+    ours = Ours(a, args.batch, False)
+    if up is not None and not args.no_check:
+        print("same weights, one step, ours vs upstream:", check_same(ours, up, batches[0]))
+    trainers = [ours] + ([up] if up is not None else [])
+    if args.compile:
+        compiled = Ours(a, args.batch, True)
+        compiled.model.load_state_dict(ours.model.state_dict())
+        trainers.append(compiled)
+
+    for t in trainers:
+        times = []
+        for i in range(max(args.warmup, 2 if t.name == "ours+compile" else 0)):
+            w = time.perf_counter()
+            t.step(batches[i % len(batches)])
+            times.append(time.perf_counter() - w)
+        if t.name == "ours+compile":
+            # Steps 1 and 2 compile the network (without and with autograd); the last warm-up step does not.
+            print(f"warm-up {t.name}: {len(times)} steps in {sum(times):.1f} s; compile time "
+                  f"~{times[0] + times[1] - 2 * times[-1]:.1f} s (first two steps minus two ordinary ones)")
+        else:
+            print(f"warm-up {t.name}: {len(times)} steps in {sum(times):.1f} s")
+
+    rates: Dict[str, List[float]] = {t.name: [] for t in trainers}
+    cpu_rates: Dict[str, List[float]] = {t.name: [] for t in trainers}
+    for r in range(args.repeats):
+        line = []
+        for t in trainers:
+            wall, cpu = time_block(t.step, batches, r * args.steps, args.steps)
+            rates[t.name].append(args.batch * args.steps / wall)
+            cpu_rates[t.name].append(args.batch * args.steps / cpu)
+            line.append(f"{t.name} {rates[t.name][-1]:6.1f} ex/s")
+        print(f"round {r + 1}/{args.repeats}: " + ", ".join(line), flush=True)
+
+    flops = flops_per_example(a)
+    peak_med, peak = matmul_rate(2048, torch.float32, 7)
+    bf16_med, bf16 = matmul_rate(256, torch.bfloat16, 5)
+    # 2048^3 in bf16 only where it takes seconds, not minutes (CPUs without native bf16 run ~0.3 GFLOP/s)
+    bf16_big = matmul_rate(2048, torch.bfloat16, 3)[1] if bf16 > 10 else float("nan")
+    print()
+    print(f"model FLOPs per example: {flops / 1e9:.3f} GFLOP (formula in this script's docstring)")
+    print(f"fp32 matmul peak (2048x2048, 7 runs): best {peak:.1f} GFLOP/s, median {peak_med:.1f} GFLOP/s")
+    print(f"bf16 matmul (256x256, 5 runs): best {bf16:.1f} GFLOP/s, median {bf16_med:.1f} GFLOP/s; 2048x2048 best "
+          f"{bf16_big:.1f} GFLOP/s = {bf16_big / peak:.2f}x the fp32 peak (forward_dtype='auto' picks float32 on "
+          f"CPU on the premise that bf16 matmuls are far slower there; this line tests that premise on this CPU)")
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    for name, v in med.items():
+        gf = flops * v / 1e9
+        print(f"{name:12s}: {v:7.2f} examples/s (median of {args.repeats} x {args.steps} steps), {gf:6.1f} GFLOP/s = "
+              f"{100 * gf / peak:4.1f} % of the fp32 peak; {statistics.median(cpu_rates[name]):6.2f} examples "
+              f"per CPU-second of this process")
+    if up is not None:
+        for name in [t.name for t in trainers if t.name != "upstream"]:
+            pair = [o / u for o, u in zip(rates[name], rates["upstream"])]
+            cpu_pair = [o / u for o, u in zip(cpu_rates[name], cpu_rates["upstream"])]
+            print(f"ratio {name}/upstream: {med[name] / med['upstream']:.2f}x (median of per-round ratios "
+                  f"{statistics.median(pair):.2f}x, range {min(pair):.2f}-{max(pair):.2f}; per CPU-second "
+                  f"{statistics.median(cpu_pair):.2f}x); target >= 1.5x")
+    else:
+        print("upstream baseline not run (pass --upstream-dir DIR holding upstream's models/ package)")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
