@@ -54,13 +54,15 @@ def resolve_forward_dtype(arch: ArchConfig, device: Union[str, torch.device]) ->
         dtype = _DTYPES[arch.forward_dtype]
         reason = f"forward_dtype={arch.forward_dtype} set explicitly"
         if device.type == "cpu" and dtype != torch.float32:
-            reason += " (warning: reduced-precision matmuls are far slower than float32 on CPU)"
+            reason += (" (warning: on CPUs without AVX512_BF16/AMX reduced-precision matmuls are far slower than "
+                       "float32; benchmarks/bench_train_cpu.py prints the rates of this machine)")
         return dtype, reason
     if device.type == "cuda":
         if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
             return torch.bfloat16, "auto: CUDA device supports bfloat16 (upstream's dtype)"
         return torch.float32, "auto: CUDA device without bfloat16 support, using float32"
-    return torch.float32, f"auto: {device.type} device, float32 (reduced-precision matmuls are slow there)"
+    return torch.float32, (f"auto: {device.type} device, float32 (bf16 matmuls are far slower on CPUs without "
+                           "AVX512_BF16/AMX; where the CPU has them, arch.forward_dtype=bfloat16 may be faster)")
 
 
 def prefix_length(arch: ArchConfig) -> int:
