@@ -3,6 +3,7 @@
     python benchmarks/bench_train_cpu.py                                   # ours only
     python benchmarks/bench_train_cpu.py --upstream-dir /tmp/upstream_trm  # + upstream, interleaved
     python benchmarks/bench_train_cpu.py --upstream-dir DIR --compile      # + ours with compile_net()
+    python benchmarks/bench_train_cpu.py --upstream-dir DIR --dtype bfloat16  # both sides in bf16
 
 `--upstream-dir` is a directory holding upstream's `models/` package (the paper's
 reference code: models/recursive_reasoning/trm.py, layers.py, common.py,
@@ -17,7 +18,10 @@ config/arch/trm.yaml value, head_dim 16), expansion 4 (SwiGLU inner width 512),
 seq_len 81, vocab 11, puzzle_emb_len 16 with puzzle_emb_ndim 128 (so 97
 positions), 1000 puzzle identifiers, batch 64, H_cycles 3, L_cycles 6, L_layers 2,
 rope, attention (mlp_t off), halt_max_steps 16, no_ACT_continue, stablemax loss,
-float32 activations.
+float32 activations (the issue's comparison), or with `--dtype bfloat16` bf16
+activations on both sides (upstream's default forward_dtype; float32 weights on
+both; ours keeps norms and attention in float32). The line "forward_dtype=auto on
+this CPU" says which of the two `trm-kaggle train` would use here.
 
 One training step = one ACT step: forward (carry, batch) -> loss -> backward
 (loss / batch_size, as upstream) -> torch.optim.AdamW step on the dense weights
@@ -69,7 +73,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from trm_kaggle.config import ArchConfig  # noqa: E402
-from trm_kaggle.model import TinyRecursiveModel, act_loss  # noqa: E402
+from trm_kaggle.model import TinyRecursiveModel, act_loss, resolve_forward_dtype  # noqa: E402
 from trm_kaggle.model import layers  # noqa: E402
 from trm_kaggle.model.layers import swiglu_width  # noqa: E402
 from trm_kaggle.model.upstream import from_upstream_state_dict  # noqa: E402
@@ -131,8 +135,8 @@ def make_batches(n: int, batch: int, seed: int) -> List[Dict[str, torch.Tensor]]
 
 
 class Ours:
-    def __init__(self, a: dict, batch: int, compile_net: bool):
-        arch = ArchConfig(**{k: v for k, v in a.items()}, forward_dtype="float32", loss_type="stablemax_cross_entropy")
+    def __init__(self, a: dict, batch: int, compile_net: bool, dtype: str = "float32"):
+        arch = ArchConfig(**{k: v for k, v in a.items()}, forward_dtype=dtype, loss_type="stablemax_cross_entropy")
         self.model = TinyRecursiveModel(arch, SEQ_LEN, VOCAB, NUM_IDS).train()
         self.name = "ours+compile" if compile_net else "ours"
         self.batch = batch
@@ -162,13 +166,13 @@ class Ours:
 class Upstream:
     name = "upstream"
 
-    def __init__(self, a: dict, batch: int, upstream_dir: str):
+    def __init__(self, a: dict, batch: int, upstream_dir: str, dtype: str = "float32"):
         sys.path.insert(0, upstream_dir)
         trm = importlib.import_module("models.recursive_reasoning.trm")
         losses = importlib.import_module("models.losses")
         sparse = importlib.import_module("models.sparse_embedding")
         cfg = dict(a, batch_size=batch, seq_len=SEQ_LEN, vocab_size=VOCAB, num_puzzle_identifiers=NUM_IDS,
-                   forward_dtype="float32")
+                   forward_dtype=dtype)
         self.model = losses.ACTLossHead(trm.TinyRecursiveReasoningModel_ACTV1(cfg), loss_type="stablemax_cross_entropy")
         self.model.train()
         self.batch = batch
@@ -246,7 +250,7 @@ def check_same(ours: Ours, up: Upstream, data) -> str:
     ok = all(o <= 3 * u + 1e-6 for o, u in zip(eo, eu))
     fmt = lambda e: f"logits {e[0]:.1e}, loss {e[1]:.1e}, grads {e[2]:.1e}"  # noqa: E731
     return (f"{'OK' if ok else 'MISMATCH'}: relative error against a float64 run of upstream: "
-            f"ours [{fmt(eo)}], upstream float32 [{fmt(eu)}]")
+            f"ours [{fmt(eo)}], upstream in the same dtype [{fmt(eu)}]")
 
 
 def time_block(step: Callable, batches, start: int, n: int):
@@ -269,6 +273,8 @@ def main(argv=None) -> int:
     p.add_argument("--compile", action="store_true",
                    help="also time ours after TinyRecursiveModel.compile_net() (torch.compile of the recursive net)")
     p.add_argument("--no-check", action="store_true", help="skip the same-outputs check against upstream")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="activation dtype of both models (default float32, the issue's comparison)")
     args = p.parse_args(argv)
 
     if args.threads:
@@ -282,17 +288,18 @@ def main(argv=None) -> int:
           f"load average {os.getloadavg()[0]:.1f} (other processes share these cores: compare ratios, not absolutes)")
     print(f"our float32 CPU matmuls through oneDNN: {layers.ONEDNN_LINEAR}")
     print(f"config: hidden 128, heads {args.heads}, expansion 4, seq_len {SEQ_LEN} (+16 prefix = 97), vocab {VOCAB}, "
-          f"batch {args.batch}, H_cycles 3, L_cycles 6, L_layers 2, rope, float32, AdamW {ADAMW}")
+          f"batch {args.batch}, H_cycles 3, L_cycles 6, L_layers 2, rope, {args.dtype} activations, AdamW {ADAMW}")
+    print("forward_dtype=auto on this CPU:", resolve_forward_dtype(ArchConfig(**a), "cpu")[1])
 
     up = None
     if args.upstream_dir:
-        up = Upstream(a, args.batch, args.upstream_dir)
-    ours = Ours(a, args.batch, False)
+        up = Upstream(a, args.batch, args.upstream_dir, args.dtype)
+    ours = Ours(a, args.batch, False, args.dtype)
     if up is not None and not args.no_check:
         print("same weights, one step, ours vs upstream:", check_same(ours, up, batches[0]))
     trainers = [ours] + ([up] if up is not None else [])
     if args.compile:
-        compiled = Ours(a, args.batch, True)
+        compiled = Ours(a, args.batch, True, args.dtype)
         compiled.model.load_state_dict(ours.model.state_dict())
         trainers.append(compiled)
 
@@ -329,13 +336,14 @@ def main(argv=None) -> int:
     print(f"model FLOPs per example: {flops / 1e9:.3f} GFLOP (formula in this script's docstring)")
     print(f"fp32 matmul peak (2048x2048, 7 runs): best {peak:.1f} GFLOP/s, median {peak_med:.1f} GFLOP/s")
     print(f"bf16 matmul (256x256, 5 runs): best {bf16:.1f} GFLOP/s, median {bf16_med:.1f} GFLOP/s; 2048x2048 best "
-          f"{bf16_big:.1f} GFLOP/s = {bf16_big / peak:.2f}x the fp32 peak (forward_dtype='auto' picks float32 on "
-          f"CPU on the premise that bf16 matmuls are far slower there; this line tests that premise on this CPU)")
+          f"{bf16_big:.1f} GFLOP/s = {bf16_big / peak:.2f}x the fp32 peak (forward_dtype='auto' measures this "
+          f"ratio and uses bf16 on CPUs where it is >= 1.3)")
     med = {k: statistics.median(v) for k, v in rates.items()}
+    ref_peak, peak_name = (peak, "fp32") if args.dtype == "float32" else (bf16_big, "bf16")
     for name, v in med.items():
         gf = flops * v / 1e9
         print(f"{name:12s}: {v:7.2f} examples/s (median of {args.repeats} x {args.steps} steps), {gf:6.1f} GFLOP/s = "
-              f"{100 * gf / peak:4.1f} % of the fp32 peak; {statistics.median(cpu_rates[name]):6.2f} examples "
+              f"{100 * gf / ref_peak:4.1f} % of the {peak_name} peak; {statistics.median(cpu_rates[name]):6.2f} examples "
               f"per CPU-second of this process")
     if up is not None:
         for name in [t.name for t in trainers if t.name != "upstream"]:

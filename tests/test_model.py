@@ -381,15 +381,36 @@ def test_puzzle_embedding_records_touched_rows_in_training_only():
     assert model.puzzle_emb.touched() is None
 
 
-def test_resolve_forward_dtype():
+def test_resolve_forward_dtype(monkeypatch):
+    from trm_kaggle.model import dtype as dtype_mod
+
+    # auto on CPU follows the measured bf16/fp32 matmul rate (stubbed here: the real one is the machine's)
+    monkeypatch.setattr(dtype_mod, "cpu_bf16_speedup", lambda threads: 0.003)  # AVX2-only CPU: bf16 emulated
     dtype, why = resolve_forward_dtype(ArchConfig(), "cpu")
-    assert dtype == torch.float32 and "auto" in why
+    assert dtype == torch.float32 and "auto" in why and "0.003x" in why
     dtype, why = resolve_forward_dtype(ArchConfig(forward_dtype="bfloat16"), "cpu")
-    assert dtype == torch.bfloat16 and "slower" in why
+    assert dtype == torch.bfloat16 and "warning" in why and "no fast bf16" in why
+    monkeypatch.setattr(dtype_mod, "cpu_bf16_speedup", lambda threads: 2.2)  # AVX512_BF16 / AMX
+    dtype, why = resolve_forward_dtype(ArchConfig(), "cpu")
+    assert dtype == torch.bfloat16 and "2.2x faster" in why
+    assert resolve_forward_dtype(ArchConfig(forward_dtype="bfloat16"), "cpu")[1] == "forward_dtype=bfloat16 set explicitly"
+    # narrow models stay float32 whatever the CPU
+    dtype, why = resolve_forward_dtype(ArchConfig(hidden_size=64, num_heads=4), "cpu")
+    assert dtype == torch.float32 and "hidden_size 64" in why
+    monkeypatch.setattr(dtype_mod, "cpu_bf16_speedup", lambda threads: 1.1)  # not worth the precision
+    assert resolve_forward_dtype(ArchConfig(), "cpu")[0] == torch.float32
     dtype, _ = resolve_forward_dtype(ArchConfig(forward_dtype="float32"), "cuda")
     assert dtype == torch.float32
     if not torch.cuda.is_available():
         assert resolve_forward_dtype(ArchConfig(), "cuda")[0] == torch.float32
+    assert resolve_forward_dtype(ArchConfig(), "mps")[0] == torch.float32
+
+
+def test_cpu_bf16_speedup_is_a_measured_positive_rate():
+    from trm_kaggle.model.dtype import cpu_bf16_speedup
+
+    r = cpu_bf16_speedup(torch.get_num_threads())
+    assert r > 0 and r == cpu_bf16_speedup(torch.get_num_threads())  # measured once per thread count
 
 
 def test_bfloat16_activations_keep_float32_parameters():

@@ -13,8 +13,10 @@ order), used by training and evaluation alike:
 * RoPE as one complex multiplication on a head-dimension order in which q and k
   are projected (`Attention.forward`);
 * RMSNorm with a hand-written backward (`_RMSNorm`).
-Other devices and dtypes (bf16 on CUDA) take the plain path. TRM_ONEDNN=0 in the
-environment turns the oneDNN matmuls off.
+bf16 on CPU (chosen by forward_dtype="auto" where bf16 matmuls are fast, see
+`trm_kaggle.model.dtype`) runs the matmuls in bf16 but RoPE, attention and the norms
+in float32. Other devices and dtypes (bf16 on CUDA) take the plain path.
+TRM_ONEDNN=0 in the environment turns the oneDNN matmuls off.
 """
 
 from __future__ import annotations
@@ -62,30 +64,35 @@ def trunc_normal_(tensor: torch.Tensor, std: float = 1.0, lower: float = -2.0, u
 
 
 class _RMSNorm(torch.autograd.Function):
-    """float32 RMSNorm with a hand-written backward: dx = r * (g - y * mean(g * y)), y = x * r.
+    """RMSNorm with a hand-written backward: dx = r * (g - y * mean(g * y)), y = x * r.
 
-    Autograd's backward of the composite (pow, mean, rsqrt, mul) takes ~30x the
-    forward's time on CPU; this one is three passes over the tensor.
+    Statistics and both passes run in float32 whatever the input dtype (bf16 in,
+    bf16 out). Autograd's backward of the composite (pow, mean, rsqrt, mul) takes
+    ~30x the forward's time on CPU; this one is three passes over the tensor.
     """
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, eps: float) -> torch.Tensor:
-        r = torch.rsqrt(x.square().mean(-1, keepdim=True).add_(eps))
-        y = x * r
+        xf = x.float()
+        r = torch.rsqrt(xf.square().mean(-1, keepdim=True).add_(eps))
+        y = xf * r
         ctx.save_for_backward(y, r)
-        return y
+        ctx.in_dtype = x.dtype
+        return y if x.dtype == torch.float32 else y.to(x.dtype)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         y, r = ctx.saved_tensors
+        g = g.float()
         m = (g * y).mean(-1, keepdim=True)
-        return torch.addcmul(g, y, m, value=-1.0).mul_(r), None
+        dx = torch.addcmul(g, y, m, value=-1.0).mul_(r)
+        return (dx if ctx.in_dtype == torch.float32 else dx.to(ctx.in_dtype)), None
 
 
 def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm without a learned weight over the last axis, statistics in float32."""
-    if (x.dtype == torch.float32 and torch.is_grad_enabled() and x.requires_grad and x.device.type == "cpu"
-            and not torch.compiler.is_compiling()):
+    if (x.dtype in (torch.float32, torch.bfloat16) and torch.is_grad_enabled() and x.requires_grad
+            and x.device.type == "cpu" and not torch.compiler.is_compiling()):
         return _RMSNorm.apply(x, eps)
     if x.dtype == torch.float32 and hasattr(F, "rms_norm"):
         return F.rms_norm(x, (x.shape[-1],), eps=eps)
@@ -297,7 +304,12 @@ class SwiGLU(nn.Module):
             else:  # SiLU and the gating product run inside the two matmuls' epilogues
                 h = _onednn_linear(x, w_up, _onednn_linear(x, w_gate, None, "swish"), "mul")
             return self.down_proj(h, residual)
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        if x.device.type == "cpu":  # two contiguous halves here too (bf16 on CPU)
+            w = self.gate_up_proj.cast_weight
+            w = w if w is not None else self.gate_up_proj.weight.to(x.dtype)
+            gate, up = linear(x, w[: self.inner]), linear(x, w[self.inner:])
+        else:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up, residual)
 
 
@@ -333,17 +345,23 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos_sin: Optional[CosSin],
                 residual: Optional[torch.Tensor] = None) -> torch.Tensor:
         B, S, D = x.shape
-        w = self.qkv_proj.weight
-        if cos_sin is not None and _cpu_fp32(x, w) and self.qkv_proj.cast_weight is None and self.head_dim % 2 == 0:
+        w = self.qkv_proj.cast_weight if self.qkv_proj.cast_weight is not None else self.qkv_proj.weight
+        if (cos_sin is not None and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
+                and self.head_dim % 2 == 0):
             # RoPE as one complex multiplication. Attention only needs the dot products q.k,
             # which do not change when q and k list their head dimensions in the same
             # other order; so q and k are projected with their rows permuted to pair
             # dimension i with i + head_dim/2 side by side, and (x_i, x_i+h) * (cos + i sin)
             # is then exactly upstream's x * cos + rotate_half(x) * sin. One pass, no
             # concatenation of 8-float pieces (the slow part of RoPE on CPU).
+            # bf16 on CPU: the projections run in bf16 (fast where the CPU has AVX512_BF16/AMX), but
+            # the rotation and the attention itself in float32, as upstream rotates: torch's CPU
+            # attention is several times slower in bf16 at these head sizes (its backward ~5x).
             half = self.head_dim // 2
+            w = w if w.dtype == x.dtype else w.to(x.dtype)
             qkv = linear(x, w[self._qk_pair_order(w.device)]).view(B, S, 3, self.num_heads, self.head_dim)
-            cos, sin = cos_sin
+            qkv = qkv.float()  # no-op in float32
+            cos, sin = (t.float() for t in cos_sin)  # float32 tables on CPU (see TinyRecursiveModel.inner)
             c, s = cos[:, None, None, :half], sin[:, None, None, half:]  # sin_signed's 2nd half is +sin
             # split/unbind (not indexing): their backward is one concatenation, not a zero-filled
             # buffer per piece.
@@ -357,12 +375,12 @@ class Attention(nn.Module):
             q, k = qk.unbind(2)
             v = v.squeeze(2)
             y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=False)
-            return self.o_proj(y.transpose(1, 2).reshape(B, S, D), residual)
+            return self.o_proj(y.transpose(1, 2).reshape(B, S, D).to(x.dtype), residual)
         qkv = self.qkv_proj(x).view(B, S, 3, self.num_heads, self.head_dim)
         if cos_sin is not None:
             cos, sin = cos_sin
             # Rotate q and k in one go; cos/sin (S, head_dim) -> (S, 1, 1, head_dim).
-            qk = apply_rope(qkv[:, :, :2], cos[:, None, None, :], sin[:, None, None, :])
+            qk = apply_rope(qkv[:, :, :2], cos[:, None, None, :], sin[:, None, None, :]).to(qkv.dtype)
             q, k = qk[:, :, 0], qk[:, :, 1]
         else:
             q, k = qkv[:, :, 0], qkv[:, :, 1]

@@ -38,32 +38,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import ArchConfig
+from .dtype import resolve_forward_dtype
 from .layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_forward_dtype(arch: ArchConfig, device: Union[str, torch.device]) -> Tuple[torch.dtype, str]:
-    """The activation dtype for `arch.forward_dtype` on `device`, and a sentence saying why.
-
-    "auto" is bfloat16 on CUDA devices that support it (upstream's dtype) and
-    float32 everywhere else: CPU bf16 matmuls are hundreds of times slower than fp32.
-    """
-    device = torch.device(device)
-    if arch.forward_dtype != "auto":
-        dtype = _DTYPES[arch.forward_dtype]
-        reason = f"forward_dtype={arch.forward_dtype} set explicitly"
-        if device.type == "cpu" and dtype != torch.float32:
-            reason += (" (warning: on CPUs without AVX512_BF16/AMX reduced-precision matmuls are far slower than "
-                       "float32; benchmarks/bench_train_cpu.py prints the rates of this machine)")
-        return dtype, reason
-    if device.type == "cuda":
-        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-            return torch.bfloat16, "auto: CUDA device supports bfloat16 (upstream's dtype)"
-        return torch.float32, "auto: CUDA device without bfloat16 support, using float32"
-    return torch.float32, (f"auto: {device.type} device, float32 (bf16 matmuls are far slower on CPUs without "
-                           "AVX512_BF16/AMX; where the CPU has them, arch.forward_dtype=bfloat16 may be faster)")
-
 
 def prefix_length(arch: ArchConfig) -> int:
     """Positions taken by the puzzle embedding in front of the sequence (upstream's rule)."""
@@ -279,7 +255,9 @@ class TinyRecursiveModel(nn.Module):
               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One supervision step from (z_H, z_L): returns new z_H, z_L (detached), logits, q_halt, q_continue."""
         dtype = z_H.dtype
-        cos_sin = self.rotary_emb(dtype) if self.rotary_emb is not None else None
+        # CPU attention rotates in float32 whatever the activation dtype (see layers.Attention)
+        rope_dtype = torch.float32 if z_H.device.type == "cpu" else dtype
+        cos_sin = self.rotary_emb(rope_dtype) if self.rotary_emb is not None else None
         x = self.input_embeddings(batch["inputs"], batch["puzzle_identifiers"], dtype)
         cast = dtype != torch.float32
         if cast:

@@ -52,6 +52,10 @@ def pick_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 def setup_runtime(cfg: TrainConfig) -> Runtime:
     from trm_kaggle.model.trm import resolve_forward_dtype
 
@@ -73,6 +77,14 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.manual_seed(cfg.seed)  # identical on every rank: the model is initialised the same everywhere
     dtype, reason = resolve_forward_dtype(cfg.arch, device)
+    if world_size > 1 and device.type == "cpu" and cfg.arch.forward_dtype == "auto":
+        # "auto" on CPU is a timing measurement, which could come out differently on two ranks:
+        # every rank takes rank 0's choice, so all of them run the same arithmetic.
+        choice = torch.tensor([1 if dtype == torch.bfloat16 else 0])
+        dist.broadcast(choice, src=0)
+        if (dtype == torch.bfloat16) != bool(choice.item()):
+            dtype = torch.bfloat16 if choice.item() else torch.float32
+            reason = f"auto: {dtype_name(dtype)}, rank 0's choice (this rank measured otherwise: {reason})"
     return Runtime(device, dtype, reason, rank, world_size, local_rank)
 
 

@@ -1,0 +1,75 @@
+"""The CPU fast paths of the building blocks against plain float64 references."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trm_kaggle.model.layers import Attention, RotaryEmbedding, SwiGLU, apply_rope, rms_norm
+
+
+def _ref_rms_norm(x, eps):
+    x = x.double()
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_rms_norm_forward_and_backward(dtype, tol):
+    g = torch.Generator().manual_seed(0)
+    x = (3 * torch.randn(4, 7, 32, generator=g)).to(dtype).requires_grad_(True)
+    up = torch.randn(4, 7, 32, generator=g)
+    y = rms_norm(x, 1e-5)
+    assert y.dtype == dtype
+    (y.float() * up).sum().backward()
+    xr = x.detach().double().requires_grad_(True)
+    yr = _ref_rms_norm(xr, 1e-5)
+    (yr * up.double()).sum().backward()
+    assert x.grad.dtype == dtype
+    assert torch.allclose(y.double(), yr, atol=tol, rtol=tol)
+    assert torch.allclose(x.grad.double(), xr.grad, atol=tol * 3, rtol=tol * 3)
+
+
+def _ref_attention(attn: Attention, x, cos, sin):
+    """Upstream's arithmetic in float64: qkv projection, rotate_half RoPE, SDPA, o_proj."""
+    B, S, D = x.shape
+    qkv = F.linear(x.double(), attn.qkv_proj.weight.double()).view(B, S, 3, attn.num_heads, attn.head_dim)
+    qk = apply_rope(qkv[:, :, :2], cos.double()[:, None, None, :], sin.double()[:, None, None, :])
+    q, k, v = qk[:, :, 0], qk[:, :, 1], qkv[:, :, 2]
+    y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    return F.linear(y.transpose(1, 2).reshape(B, S, D), attn.o_proj.weight.double())
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 5e-2)])
+@pytest.mark.parametrize("grad", [False, True])
+def test_cpu_attention_matches_reference(dtype, tol, grad):
+    torch.manual_seed(0)
+    attn = Attention(32, 4)
+    rope = RotaryEmbedding(8, 12, 10000.0)
+    x = torch.randn(3, 12, 32)
+    cos, sin = rope(torch.float32)
+    ref = _ref_attention(attn, x, cos, sin)
+    xin = x.clone().to(dtype).requires_grad_(grad)
+    with torch.set_grad_enabled(grad):
+        y = attn(xin, (cos, sin))
+    assert y.dtype == dtype
+    err = (y.double() - ref).abs().max() / ref.abs().max()
+    assert err < tol
+    if grad:  # gradients flow to the input and to both projections
+        y.float().square().sum().backward()
+        assert xin.grad is not None and attn.qkv_proj.weight.grad.abs().sum() > 0
+        xr = x.double().detach().requires_grad_(True)
+        _ref_attention(attn, xr, cos, sin).square().sum().backward()
+        gerr = (xin.grad.double() - xr.grad).abs().max() / xr.grad.abs().max()
+        assert gerr < 3 * tol
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+def test_cpu_swiglu_matches_reference(dtype, tol):
+    torch.manual_seed(0)
+    mlp = SwiGLU(32, 4)
+    x = torch.randn(2, 5, 32)
+    w = mlp.gate_up_proj.weight.double()
+    gate, up = F.linear(x.double(), w).chunk(2, dim=-1)
+    ref = F.linear(F.silu(gate) * up, mlp.down_proj.weight.double()) + x.double()
+    y = mlp(x.to(dtype), residual=x.to(dtype))
+    assert y.dtype == dtype
+    assert (y.double() - ref).abs().max() / ref.abs().max() < tol
