@@ -4,6 +4,7 @@
     python benchmarks/bench_train_cpu.py --upstream-dir /tmp/upstream_trm  # + upstream, interleaved
     python benchmarks/bench_train_cpu.py --upstream-dir DIR --compile      # + ours with compile_net()
     python benchmarks/bench_train_cpu.py --upstream-dir DIR --dtype bfloat16  # both sides in bf16
+    python benchmarks/bench_train_cpu.py --upstream-dir DIR --ours-dtype auto  # ours as `train` runs here
 
 `--upstream-dir` is a directory holding upstream's `models/` package (the paper's
 reference code: models/recursive_reasoning/trm.py, layers.py, common.py,
@@ -138,6 +139,7 @@ class Ours:
     def __init__(self, a: dict, batch: int, compile_net: bool, dtype: str = "float32"):
         arch = ArchConfig(**{k: v for k, v in a.items()}, forward_dtype=dtype, loss_type="stablemax_cross_entropy")
         self.model = TinyRecursiveModel(arch, SEQ_LEN, VOCAB, NUM_IDS).train()
+        self.dtype = dtype
         self.name = "ours+compile" if compile_net else "ours"
         self.batch = batch
         if compile_net:
@@ -175,6 +177,7 @@ class Upstream:
                    forward_dtype=dtype)
         self.model = losses.ACTLossHead(trm.TinyRecursiveReasoningModel_ACTV1(cfg), loss_type="stablemax_cross_entropy")
         self.model.train()
+        self.dtype = dtype
         self.batch = batch
         # As upstream's pretrain.py: the sparse table's buffers go to its SignSGD, parameters to the dense optimizer.
         self.sparse = sparse.CastedSparseEmbeddingSignSGD_Distributed(
@@ -275,6 +278,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-check", action="store_true", help="skip the same-outputs check against upstream")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                    help="activation dtype of both models (default float32, the issue's comparison)")
+    p.add_argument("--ours-dtype", choices=("float32", "bfloat16", "auto"), default=None,
+                   help="ours in another dtype than upstream (auto: what `trm-kaggle train` picks on this CPU)")
     args = p.parse_args(argv)
 
     if args.threads:
@@ -294,12 +299,17 @@ def main(argv=None) -> int:
     up = None
     if args.upstream_dir:
         up = Upstream(a, args.batch, args.upstream_dir, args.dtype)
-    ours = Ours(a, args.batch, False, args.dtype)
+    ours_dtype = args.ours_dtype or args.dtype
+    if ours_dtype == "auto":
+        ours_dtype = str(resolve_forward_dtype(ArchConfig(**a), "cpu")[0]).replace("torch.", "")
+    if ours_dtype != args.dtype:
+        print(f"ours runs in {ours_dtype}, upstream in {args.dtype}")
+    ours = Ours(a, args.batch, False, ours_dtype)
     if up is not None and not args.no_check:
         print("same weights, one step, ours vs upstream:", check_same(ours, up, batches[0]))
     trainers = [ours] + ([up] if up is not None else [])
     if args.compile:
-        compiled = Ours(a, args.batch, True, args.dtype)
+        compiled = Ours(a, args.batch, True, ours_dtype)
         compiled.model.load_state_dict(ours.model.state_dict())
         trainers.append(compiled)
 
@@ -339,8 +349,9 @@ def main(argv=None) -> int:
           f"{bf16_big:.1f} GFLOP/s = {bf16_big / peak:.2f}x the fp32 peak (forward_dtype='auto' measures this "
           f"ratio and uses bf16 on CPUs where it is >= 1.3)")
     med = {k: statistics.median(v) for k, v in rates.items()}
-    ref_peak, peak_name = (peak, "fp32") if args.dtype == "float32" else (bf16_big, "bf16")
+    dtypes = {t.name: t.dtype for t in trainers}
     for name, v in med.items():
+        ref_peak, peak_name = (peak, "fp32") if dtypes[name] == "float32" else (bf16_big, "bf16")
         gf = flops * v / 1e9
         print(f"{name:12s}: {v:7.2f} examples/s (median of {args.repeats} x {args.steps} steps), {gf:6.1f} GFLOP/s = "
               f"{100 * gf / ref_peak:4.1f} % of the {peak_name} peak; {statistics.median(cpu_rates[name]):6.2f} examples "
