@@ -468,7 +468,7 @@ def test_upstream_all_config(tmp_path):
     cfg = load_train_config(config_file=path, notes=notes)
     a = cfg.arch
     assert (a.H_cycles, a.L_cycles, a.L_layers, a.H_layers, a.hidden_size, a.num_heads) == (3, 4, 2, 0, 512, 8)
-    # upstream's bfloat16 (it only ran on CUDA) becomes auto: bf16 on capable GPUs, float32 on CPUs
+    # upstream's bfloat16 (it only ran on CUDA) becomes auto: bf16 on capable GPUs and fast-bf16 CPUs
     assert a.forward_dtype == "auto" and a.loss_type == "stablemax_cross_entropy"
     assert a.puzzle_emb_ndim == 512 and a.puzzle_emb_len == 16 and a.mlp_t is False and a.no_ACT_continue is True
     assert cfg.data_paths == ["data/arc2concept-aug-1000"] and cfg.evaluators == [{"name": "arc@ARC"}]

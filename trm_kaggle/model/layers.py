@@ -1,7 +1,8 @@
 """Building blocks of the TRM network: init, norm, rope, attention, SwiGLU, blocks.
 
 Parameters are always float32. Activations run in the model's compute dtype
-(float32 on CPU, usually bfloat16 on CUDA); a layer casts its float32 weight to
+(see `trm_kaggle.model.dtype`: usually bfloat16 on CUDA, float32 or bfloat16 on
+CPU); a layer casts its float32 weight to
 the activation dtype only when the two differ, so the float32 path has no casts.
 Module and weight names follow upstream so its checkpoints map one to one
 (see `trm_kaggle.model.upstream`).

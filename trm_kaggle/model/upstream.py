@@ -180,7 +180,7 @@ def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
 
     `name` fields are ignored and `loss.loss_type` maps to `loss_type`. Upstream's
     forward_dtype is bfloat16 only because it ran on CUDA; it becomes "auto" (bf16 on
-    CUDA, float32 on CPU) unless keep_forward_dtype. Unknown fields raise TRMError when strict.
+    CUDA, on CPUs only where bf16 is measured fast) unless keep_forward_dtype. Unknown fields raise TRMError when strict.
     """
     arch = cfg.get("arch", cfg) if isinstance(cfg, Mapping) else None
     if not isinstance(arch, Mapping):
