@@ -430,3 +430,31 @@ def test_bfloat16_activations_keep_float32_parameters():
     ref = tiny_model().train()
     _, out32 = ref(ref.initial_carry(batch), batch)
     assert (out["logits"].float() - out32["logits"]).abs().max() < 0.25 * out32["logits"].abs().max()
+
+
+def _has_cxx() -> bool:
+    import shutil
+
+    return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
+
+
+@pytest.mark.skipif(not _has_cxx(), reason="torch.compile on CPU needs a C++ compiler")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_compile_net_matches_eager(dtype):
+    """compile_net() (inductor on CPU) gives the eager model's logits and gradients."""
+    torch._dynamo.reset()
+    eager = tiny_model(forward_dtype=dtype).train()
+    compiled = tiny_model(forward_dtype=dtype).train()
+    compiled.compile_net()
+    batch = make_batch()
+    results = []
+    for m in (eager, compiled):
+        carry, out = m(m.initial_carry(batch), batch)
+        loss, _ = act_loss(out, carry.current_data["labels"], carry.halted, carry.steps)
+        loss.backward()
+        results.append((out["logits"].float(), {n: p.grad.clone() for n, p in m.named_parameters()}))
+    (l_e, g_e), (l_c, g_c) = results
+    tol = 1e-4 if dtype == "float32" else 5e-2
+    assert (l_e - l_c).abs().max() <= tol * l_e.abs().max()
+    for n, g in g_e.items():
+        assert (g - g_c[n]).norm() <= tol * 3 * g.norm() + 1e-8, n
