@@ -354,7 +354,8 @@ def main(argv=None) -> int:
         ref_peak, peak_name = (peak, "fp32") if dtypes[name] == "float32" else (bf16_big, "bf16")
         gf = flops * v / 1e9
         print(f"{name:12s}: {v:7.2f} examples/s (median of {args.repeats} x {args.steps} steps), {gf:6.1f} GFLOP/s = "
-              f"{100 * gf / ref_peak:4.1f} % of the {peak_name} peak; {statistics.median(cpu_rates[name]):6.2f} examples "
+              f"{100 * gf / ref_peak:4.1f} % of the {peak_name} peak; "
+              f"{statistics.median(cpu_rates[name]):6.2f} examples "
               f"per CPU-second of this process")
     if up is not None:
         for name in [t.name for t in trainers if t.name != "upstream"]:

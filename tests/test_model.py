@@ -393,7 +393,8 @@ def test_resolve_forward_dtype(monkeypatch):
     monkeypatch.setattr(dtype_mod, "cpu_bf16_speedup", lambda threads: 2.2)  # AVX512_BF16 / AMX
     dtype, why = resolve_forward_dtype(ArchConfig(), "cpu")
     assert dtype == torch.bfloat16 and "2.2x faster" in why
-    assert resolve_forward_dtype(ArchConfig(forward_dtype="bfloat16"), "cpu")[1] == "forward_dtype=bfloat16 set explicitly"
+    _, why = resolve_forward_dtype(ArchConfig(forward_dtype="bfloat16"), "cpu")
+    assert why == "forward_dtype=bfloat16 set explicitly"  # no warning where bf16 is fast
     # narrow models stay float32 whatever the CPU
     dtype, why = resolve_forward_dtype(ArchConfig(hidden_size=64, num_heads=4), "cpu")
     assert dtype == torch.float32 and "hidden_size 64" in why
@@ -404,6 +405,14 @@ def test_resolve_forward_dtype(monkeypatch):
     if not torch.cuda.is_available():
         assert resolve_forward_dtype(ArchConfig(), "cuda")[0] == torch.float32
     assert resolve_forward_dtype(ArchConfig(), "mps")[0] == torch.float32
+    # CUDA: native bf16 from compute capability 8.0; a T4 (7.5, emulated bf16) gets float32
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.version, "hip", None)
+    for capability, expected in (((7, 5), torch.float32), ((6, 0), torch.float32), ((8, 0), torch.bfloat16),
+                                 ((9, 0), torch.bfloat16)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        dtype, why = resolve_forward_dtype(ArchConfig(), "cuda")
+        assert dtype == expected and f"{capability[0]}.{capability[1]}" in why
 
 
 def test_cpu_bf16_speedup_is_a_measured_positive_rate():

@@ -4,7 +4,8 @@ Parameters, optimizer states, norms, losses and (on CPU) the attention itself ar
 float32 in every case; the forward dtype is that of the activations and matmuls.
 
 "auto" picks:
-* CUDA: bfloat16 where the GPU supports it (upstream's dtype), else float32;
+* CUDA: bfloat16 on GPUs with native bf16 (compute capability >= 8.0: A100, H100,
+  L4, ...; upstream's dtype), else float32 (T4, P100: Kaggle's older GPUs);
 * CPU: bfloat16 only where a bf16 matmul is *measured* to be clearly faster than a
   float32 one on this machine. CPUs with AVX512_BF16 or AMX (AMD Zen 4+, Intel
   Sapphire Rapids+) run bf16 matmuls about 2x faster than float32; CPUs without
@@ -78,9 +79,18 @@ def resolve_forward_dtype(arch: ArchConfig, device: Union[str, torch.device]) ->
                            "CPU, which has no fast bf16 units; forward_dtype=auto would use float32)")
         return dtype, reason
     if device.type == "cuda":
-        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-            return torch.bfloat16, "auto: CUDA device supports bfloat16 (upstream's dtype)"
-        return torch.float32, "auto: CUDA device without bfloat16 support, using float32"
+        if not torch.cuda.is_available():
+            return torch.float32, "auto: no CUDA device available, float32"
+        # Native bf16 needs compute capability 8.0 (Ampere) or newer. torch.cuda.is_bf16_supported()
+        # also says yes on a T4 (7.5) or P100 (6.0), where bf16 is emulated and slow: those get
+        # float32 (float16 is there for inference as an explicit forward_dtype=float16; training in
+        # float16 would need loss scaling, which upstream's recipes do not use).
+        major, minor = torch.cuda.get_device_capability(device)
+        if major >= 8 or torch.version.hip:
+            return torch.bfloat16, (f"auto: CUDA device (compute capability {major}.{minor}) has native bfloat16 "
+                                    "(upstream's dtype)")
+        return torch.float32, (f"auto: CUDA device with compute capability {major}.{minor} (< 8.0, e.g. T4 or P100) "
+                               "has no native bfloat16, so float32")
     if device.type == "cpu":
         if arch.hidden_size < CPU_BF16_MIN_HIDDEN:
             return torch.float32, (f"auto: CPU and hidden_size {arch.hidden_size} < {CPU_BF16_MIN_HIDDEN} "
