@@ -403,13 +403,26 @@ def bench_config(label: str, arch: ArchConfig, dataset: Path, args, drv, work: P
     if up is not None and check_parity:
         log("  " + parity(ours, up, first_batch(dataset, min(B, args.parity_rows))))
 
-    full, early, upr = [], [], []
+    compiled = None
+    if args.compile:
+        # The same export loaded again, with its recursive net torch.compiled; the first evaluation
+        # compiles (timed here, excluded from the rounds).
+        compiled = load_ours(base, arch, dataset, work / f"export-{label.split()[0]}-compiled")
+        compiled.compile_net()
+        t = time.perf_counter()
+        run_ours(compiled, dataset, B)
+        log(f"  ours+compile: first evaluation (compiles) {time.perf_counter() - t:.1f} s {elapsed()}")
+
+    full, early, upr, comp = [], [], [], []
     for r in range(rounds):
-        order = ["ours", "upstream", "early"] if r % 2 == 0 else ["early", "upstream", "ours"]
+        order = ["ours", "upstream", "early", "compiled"] if r % 2 == 0 else ["compiled", "early", "upstream", "ours"]
         for side in order:
             if side == "ours":
                 full.append(run_ours(ours, dataset, B))
                 x = full[-1]
+            elif side == "compiled" and compiled is not None:
+                comp.append(run_ours(compiled, dataset, B))
+                x = comp[-1]
             elif side == "upstream" and up is not None:
                 upr.append(run_upstream(drv, up, dataset, B))
                 x = upr[-1]
@@ -471,6 +484,22 @@ def bench_config(label: str, arch: ArchConfig, dataset: Path, args, drv, work: P
     if len(full) > 1:
         same = same_candidates(full[0]["result"], full[-1]["result"])
         log(f"  ours deterministic across rounds (same top-2 everywhere): {same}")
+    if comp:
+        line, eps_c = speed_line("ours+compile", comp)
+        log(f"\n  ours with compile_net() (`trm-kaggle evaluate --compile`), median of {rounds} round(s):")
+        log(HEADER)
+        log(line)
+        msg = f"  ours+compile / ours: {eps_c / eps_ours:.2f}x"
+        if upr:
+            bad_c, q_diff_c = compare(comp[0], upr[0], drv)
+            paired = [(c["n"] / c["total"]) / (u["n"] / u["total"]) for c, u in zip(comp, upr)]
+            msg += (f"; ours+compile / upstream: {eps_c / eps_up:.2f}x (paired per-round "
+                    f"{', '.join(f'{x:.2f}x' for x in paired)}); against upstream's predictions: "
+                    + (f"{len(bad_c)} MISMATCH(ES), e.g. {bad_c[0]}" if bad_c else
+                       f"IDENTICAL (largest mean sigmoid(q_halt) difference {q_diff_c:.1e})"))
+            out["ratio_compiled"] = eps_c / eps_up
+            out["mismatches_compiled"] = len(bad_c)
+        log(msg)
 
     if early:
         fr, er = full[0]["result"], early[0]["result"]
@@ -541,6 +570,8 @@ def main() -> None:
     ap.add_argument("--paper-steps", type=int, default=1, help="ACT steps the paper config runs (extrapolated to 16)")
     ap.add_argument("--parity-rows", type=int, default=8)
     ap.add_argument("--skip-paper", action="store_true")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time ours after compile_net() (torch.compile; needs a C++ compiler on CPU)")
     ap.add_argument("--skip-estimate", action="store_true")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 task, num_aug 1, 1 round, no paper parity")
     ap.add_argument("--threads", type=int, default=None,
@@ -615,6 +646,10 @@ def main() -> None:
     log(f"  time outside the model (decoding, voting, metrics, data): ours {100 * rs['outside'][0]:.2f} %"
         + (f", upstream {100 * rs['outside'][1]:.2f} %" if len(rs["outside"]) > 1 else "")
         + " of the end-to-end time: the end-to-end ratio is the models' speed ratio")
+    if "ratio_compiled" in rs:
+        log(f"  small model with --compile: {rs['ratio_compiled']:.2f}x upstream (target >= 3x: "
+            f"{'met' if rs['ratio_compiled'] >= 3 else 'NOT met'}); prediction mismatches: "
+            f"{rs['mismatches_compiled']}")
     if "early_speedup" in rs:
         log(f"  early exit: {rs['early_speedup']:.2f}x the full-length speed at halt fraction {args.halt_fraction}")
     if rp and "ratio" in rp:

@@ -233,3 +233,25 @@ def test_command_line_on_an_export(dataset, tmp_path, capsys):
     assert "token_accuracy (per token over all augmented copies; NOT a solve rate)" in out
     assert sorted(p.name for p in (tmp_path / "rep" / "pictures").iterdir()) == ["1a2e2828.png", "e872b94a.png"]
     assert main(["evaluate", "--weights", str(tmp_path / "missing"), "--data", str(dataset)]) == 2
+
+
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("c++", "g++", "clang++")),
+                    reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_model_gives_the_same_evaluation(dataset, tmp_path, capsys):
+    """`evaluate --compile` (compile_net) votes for the same candidates as the eager model."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.train.checkpoint import export_inference
+
+    torch._dynamo.reset()
+    model = make_model(dataset, H_cycles=2)
+    eager = evaluate(model, dataset, batch_size=32, device="cpu")
+    model.compile_net()
+    compiled = evaluate(model, dataset, batch_size=32, device="cpu")
+    np.testing.assert_allclose(compiled.predictions.q_halt, eager.predictions.q_halt, atol=1e-4)
+    assert (compiled.predictions.tokens != eager.predictions.tokens).mean() < 1e-3  # float32 rounding only
+    assert compiled.metrics == eager.metrics
+    export_inference(tmp_path / "export", make_model(dataset, H_cycles=2), arch=model.arch, seq_len=model.seq_len,
+                     vocab_size=model.vocab_size)
+    assert main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(dataset), "--device", "cpu",
+                 "--compile", "--no-progress"]) == 0
+    assert capsys.readouterr().out.startswith("ARC Prize score (micro-average over ")

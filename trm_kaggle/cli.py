@@ -296,6 +296,10 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--device", default="auto")
     p.add_argument("--early-exit", action="store_true", help="rows leave the batch at their first q_halt > 0")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the recursive network first: a one-off compile (~10-60 s; on CPU it needs a "
+                        "C++ compiler), then fused element-wise work; for long runs (the gain is measured by "
+                        "benchmarks/bench_evaluate.py --compile: 1.07x on the 2-core build CPU)")
     p.add_argument("--max-steps", type=int, default=None, help="ACT steps (default: the model's halt_max_steps)")
     p.add_argument("--weighting", choices=["count", "q_halt"], default="count", help="vote by count or sigmoid(q_halt)")
     p.add_argument("--tasks", default=None, help="comma-separated task ids to draw in the report")
@@ -314,6 +318,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     model, _, note = load_model_for_dataset(args.weights, args.data, device)
     if note:
         print(f"note: {note}", file=sys.stderr)
+    if args.compile:
+        model.compile_net()  # lazy: compiles in the first batch
     result = evaluate(model, args.data, batch_size=args.batch_size, device=device, early_exit=args.early_exit,
                       max_steps=args.max_steps, weighting=args.weighting, progress=args.progress)
     print(format_metrics(result.summary()))
