@@ -73,3 +73,50 @@ def test_cpu_swiglu_matches_reference(dtype, tol):
     y = mlp(x.to(dtype), residual=x.to(dtype))
     assert y.dtype == dtype
     assert (y.double() - ref).abs().max() / ref.abs().max() < tol
+
+
+def _model_step(arch, batch):
+    """Logits and gradients of one training step of a fixed-seed model (random puzzle rows)."""
+    from trm_kaggle.model import TinyRecursiveModel, act_loss
+
+    torch.manual_seed(0)
+    model = TinyRecursiveModel(arch, 30, 10, 5).train()
+    with torch.no_grad():
+        model.puzzle_emb.weights.normal_()
+    carry, out = model(model.initial_carry(batch), batch)
+    loss, _ = act_loss(out, carry.current_data["labels"], carry.halted, carry.steps)
+    loss.backward()
+    return out["logits"].float(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def _rel(a, b):
+    return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
+
+
+def test_cpu_fast_paths_compute_what_the_plain_path_computes(monkeypatch):
+    """The whole model (forward + backward) on the CPU-specific paths (oneDNN, complex RoPE, float32
+    attention under bf16, hand-written norm backward) against the plain path every other device
+    (CUDA) runs, with the same weights and batch. float32: equal up to rounding. bf16: both are
+    compared with the float32 result, and the CPU path must be about as accurate as the plain one
+    (bf16 through the recursion moves gradients by 10-50 % on either path)."""
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.model import layers
+
+    kw = dict(hidden_size=64, num_heads=4, expansion=4, H_cycles=2, L_cycles=2, L_layers=2, halt_max_steps=2,
+              puzzle_emb_len=2)
+    g = torch.Generator().manual_seed(0)
+    batch = {"inputs": torch.randint(0, 10, (8, 30), generator=g), "labels": torch.randint(0, 10, (8, 30), generator=g),
+             "puzzle_identifiers": torch.randint(0, 5, (8,), generator=g, dtype=torch.int32)}
+    fp32, bf16 = ArchConfig(**kw, forward_dtype="float32"), ArchConfig(**kw, forward_dtype="bfloat16")
+
+    monkeypatch.setattr(layers, "ONEDNN_MIN_MACS", 0)  # oneDNN on every matmul of this small model
+    fast32, fast16 = _model_step(fp32, batch), _model_step(bf16, batch)
+    monkeypatch.setattr(layers, "cpu_fast_path", lambda x: False)
+    plain32, plain16 = _model_step(fp32, batch), _model_step(bf16, batch)
+
+    assert _rel(fast32[0], plain32[0]) < 1e-5
+    for n, g_plain in plain32[1].items():
+        assert _rel(fast32[1][n], g_plain) < 1e-4, n
+    assert _rel(fast16[0], plain32[0]) <= 1.25 * _rel(plain16[0], plain32[0]) + 0.005
+    for n, g32 in plain32[1].items():
+        assert _rel(fast16[1][n], g32) <= 1.25 * _rel(plain16[1][n], g32) + 0.01, n

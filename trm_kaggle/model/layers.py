@@ -64,6 +64,12 @@ def trunc_normal_(tensor: torch.Tensor, std: float = 1.0, lower: float = -2.0, u
 # ---------------------------------------------------------------------------
 
 
+def cpu_fast_path(x: torch.Tensor) -> bool:
+    """Whether x takes the CPU-specific paths below. Every other device runs the plain path,
+    the one CUDA runs; tests switch this off to check that the two compute the same."""
+    return x.device.type == "cpu"
+
+
 class _RMSNorm(torch.autograd.Function):
     """RMSNorm with a hand-written backward: dx = r * (g - y * mean(g * y)), y = x * r.
 
@@ -93,7 +99,7 @@ class _RMSNorm(torch.autograd.Function):
 def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm without a learned weight over the last axis, statistics in float32."""
     if (x.dtype in (torch.float32, torch.bfloat16) and torch.is_grad_enabled() and x.requires_grad
-            and x.device.type == "cpu" and not torch.compiler.is_compiling()):
+            and cpu_fast_path(x) and not torch.compiler.is_compiling()):
         return _RMSNorm.apply(x, eps)
     if x.dtype == torch.float32 and hasattr(F, "rms_norm"):
         return F.rms_norm(x, (x.shape[-1],), eps=eps)
@@ -179,7 +185,7 @@ ONEDNN_MIN_MACS = 1 << 25
 
 
 def _cpu_fp32(x: torch.Tensor, w: torch.Tensor) -> bool:
-    return x.device.type == "cpu" and x.dtype == torch.float32 and w.dtype == torch.float32
+    return cpu_fast_path(x) and x.dtype == torch.float32 and w.dtype == torch.float32
 
 
 def _use_onednn(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -305,7 +311,7 @@ class SwiGLU(nn.Module):
             else:  # SiLU and the gating product run inside the two matmuls' epilogues
                 h = _onednn_linear(x, w_up, _onednn_linear(x, w_gate, None, "swish"), "mul")
             return self.down_proj(h, residual)
-        if x.device.type == "cpu":  # two contiguous halves here too (bf16 on CPU)
+        if cpu_fast_path(x):  # two contiguous halves here too (bf16 on CPU)
             w = self.gate_up_proj.cast_weight
             w = w if w is not None else self.gate_up_proj.weight.to(x.dtype)
             gate, up = linear(x, w[: self.inner]), linear(x, w[self.inner:])
@@ -347,7 +353,7 @@ class Attention(nn.Module):
                 residual: Optional[torch.Tensor] = None) -> torch.Tensor:
         B, S, D = x.shape
         w = self.qkv_proj.cast_weight if self.qkv_proj.cast_weight is not None else self.qkv_proj.weight
-        if (cos_sin is not None and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
+        if (cos_sin is not None and cpu_fast_path(x) and x.dtype in (torch.float32, torch.bfloat16)
                 and self.head_dim % 2 == 0):
             # RoPE as one complex multiplication. Attention only needs the dot products q.k,
             # which do not change when q and k list their head dimensions in the same
@@ -362,7 +368,7 @@ class Attention(nn.Module):
             w = w if w.dtype == x.dtype else w.to(x.dtype)
             qkv = linear(x, w[self._qk_pair_order(w.device)]).view(B, S, 3, self.num_heads, self.head_dim)
             qkv = qkv.float()  # no-op in float32
-            cos, sin = (t.float() for t in cos_sin)  # float32 tables on CPU (see TinyRecursiveModel.inner)
+            cos, sin = (t.float() for t in cos_sin)  # float32 tables (see TinyRecursiveModel.inner): no-op
             c, s = cos[:, None, None, :half], sin[:, None, None, half:]  # sin_signed's 2nd half is +sin
             # split/unbind (not indexing): their backward is one concatenation, not a zero-filled
             # buffer per piece.
