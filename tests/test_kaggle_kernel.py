@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from trm_kaggle.config import ArchConfig
-from trm_kaggle.kaggle import bundle
+from trm_kaggle.kaggle import bundle, sandbox
+from trm_kaggle.kaggle.metadata import BundleIds
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.train.checkpoint import export_inference
 
@@ -20,7 +21,7 @@ def test_kernel_runs_offline_from_the_bundle(tmp_path):
     from trm_kaggle.errors import TRMError
 
     try:
-        bundle.probe_netns()
+        sandbox.probe_netns()
     except TRMError as e:  # visible as a skip with its reason, never as a pass
         pytest.skip(f"no network namespace on this machine, so the offline run cannot be proven: {e}")
     arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
@@ -28,10 +29,10 @@ def test_kernel_runs_offline_from_the_bundle(tmp_path):
     torch.manual_seed(0)
     export_inference(tmp_path / "weights", TinyRecursiveModel(arch, 900, 12, 4), arch=arch, seq_len=900,
                      vocab_size=12, mean_embedding=True)
-    bundle.build_bundle(tmp_path / "bundle", ids=bundle.BundleIds(), weights=tmp_path / "weights", download=False,
+    bundle.build_bundle(tmp_path / "bundle", ids=BundleIds(), weights=tmp_path / "weights", download=False,
                         log=lambda _: None)
-    report = bundle.execute(tmp_path / "bundle", max_tasks=2, time_budget=600, finetune_steps=2, num_aug=1,
-                            device="cpu", echo=lambda _: None)
+    report = sandbox.execute(tmp_path / "bundle", max_tasks=2, time_budget=600, finetune_steps=2, num_aug=1,
+                             device="cpu", echo=lambda _: None)
     assert report["ok"], report["problems"]
     assert report["trm_kaggle_in_venv"], report["trm_kaggle_file"]  # installed from the wheels, not the checkout
     assert report["submission_valid"] and "score" in report

@@ -127,7 +127,8 @@ def test_parameters_cell(name):
 
 
 def test_kaggle_kernel_parameters_match_the_bundle():
-    from trm_kaggle.kaggle.bundle import PARAMETER_NAMES, adapt_notebook, BundleIds
+    from trm_kaggle.kaggle.kernel import PARAMETER_NAMES, adapt_notebook
+    from trm_kaggle.kaggle.metadata import BundleIds
 
     assert set(PARAMETER_NAMES) <= PARAMETERS["kaggle_submission"]
     nb = json.loads((NOTEBOOKS / "kaggle_submission.ipynb").read_text())

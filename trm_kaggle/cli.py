@@ -475,7 +475,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from trm_kaggle.data.build_arc import build_arc
     from trm_kaggle.data.verify import format_summary, verify_dataset
     from trm_kaggle.evaluate.report import evaluate, write_report
-    from trm_kaggle.kaggle.bundle import BundleIds, build_bundle
+    from trm_kaggle.kaggle.bundle import build_bundle
+    from trm_kaggle.kaggle.metadata import BundleIds
     from trm_kaggle.kaggle.solve import solve
     from trm_kaggle.train.checkpoint import load_model_for_dataset
     from trm_kaggle.train.loop import train

@@ -1,0 +1,101 @@
+"""--execute (trm_kaggle.kaggle.sandbox): command construction and sandbox layout only.
+
+The run itself is slow; tests/test_kaggle_kernel.py runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle import kernel as K
+from trm_kaggle.kaggle import metadata as M
+from trm_kaggle.kaggle import sandbox as S
+
+from conftest import IDS
+
+
+def test_papermill_command_passes_every_parameter(tmp_path):
+    layout = S.SandboxLayout(tmp_path / "sandbox", IDS)
+    params = S.papermill_parameters(layout, time_budget=None, finetune_steps=5, num_aug=3, device="cpu")
+    assert tuple(params) == K.PARAMETER_NAMES
+    assert params["WHEELS_DIR"] == str(tmp_path / "sandbox" / "input" / "trm-kaggle-wheels")
+    assert params["WEIGHTS_DIR"] == str(tmp_path / "sandbox" / "input" / "trm-kaggle-weights")
+    assert params["KAGGLE_INPUT"] == str(tmp_path / "sandbox" / "input")
+    assert params["KAGGLE_WORKING"] == str(tmp_path / "sandbox" / "working")
+    cmd = S.papermill_command(Path("nb.ipynb"), Path("out.ipynb"), kernel=S.KERNEL_NAME, cwd=layout.working,
+                              parameters=params, python="/py", execution_timeout=60)
+    assert cmd[:5] == ["/py", "-m", "papermill", "nb.ipynb", "out.ipynb"]
+    assert cmd[cmd.index("-k") + 1] == S.KERNEL_NAME and cmd[cmd.index("--cwd") + 1] == str(layout.working)
+    passed = {cmd[i + 1]: cmd[i + 2] for i, a in enumerate(cmd) if a == "-p"}
+    assert passed == {"KAGGLE_INPUT": params["KAGGLE_INPUT"], "KAGGLE_WORKING": params["KAGGLE_WORKING"],
+                      "TIME_BUDGET": "None", "FINETUNE_STEPS": "5", "NUM_AUG": "3", "DEVICE": "cpu",
+                      "WHEELS_DIR": params["WHEELS_DIR"], "WEIGHTS_DIR": params["WEIGHTS_DIR"]}
+    assert cmd[cmd.index("--execution-timeout") + 1] == "60"
+
+
+def test_netns_wrapper_and_probe():
+    inner = ["/py", "-m", "papermill", "a", "b"]
+    cmd = S.netns_wrapper(("--net",), inner, unshare="/usr/bin/unshare", python="/py")
+    assert cmd[:3] == ["/usr/bin/unshare", "--net", "--"]
+    assert cmd[3:5] == ["/py", "-c"] and "if_nameindex" in cmd[5] and cmd[6:] == inner
+    tried = []
+
+    def runner(cmd, **kw):
+        tried.append(cmd[1:cmd.index("--")])
+        return subprocess.CompletedProcess(cmd, 0 if "--map-root-user" in cmd else 1, "", "unshare: denied")
+
+    assert S.probe_netns(unshare="/usr/bin/unshare", runner=runner) == ("--net", "--map-root-user")
+    assert tried == [["--net"], ["--net", "--map-root-user"]]
+    with pytest.raises(TRMError, match="refusing to run the kernel with network"):
+        S.probe_netns(unshare="/usr/bin/unshare",
+                      runner=lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "unshare: denied"))
+    # the bootstrap refuses to exec when the namespace has more than loopback
+    assert 'names != ["lo"]' in S.NETNS_BOOTSTRAP and "os.execvp" in S.NETNS_BOOTSTRAP
+
+
+def test_shadow_site_hides_the_repos_own_install(tmp_path):
+    site = tmp_path / "site-packages"
+    for d in ("torch", "numpy", "ipykernel", "trm_kaggle", "trm_kaggle-0.1.0.dist-info", "trm_kaggle_extras"):
+        (site / d).mkdir(parents=True)
+    (site / "__editable___trm_kaggle_0_1_0_finder.py").write_text("MAPPING = {}\n")
+    (site / "__editable__.trm_kaggle-0.1.0.pth").write_text("import __editable___trm_kaggle_0_1_0_finder\n")
+    (site / "easy-install.pth").write_text("/opt/other\n/work/repo\n")
+    (site / "distutils-precedence.pth").write_text("import os\n")
+    made = S.build_shadow_site([site, tmp_path / "absent"], tmp_path / "shadow", repo=Path("/work/repo"))
+    assert len(made) == 1
+    names = sorted(p.name for p in made[0].iterdir())
+    assert names == ["distutils-precedence.pth", "easy-install.pth", "ipykernel", "numpy", "torch",
+                     "trm_kaggle_extras"]
+    assert (made[0] / "torch").is_symlink() and (made[0] / "torch").resolve() == (site / "torch").resolve()
+    assert (made[0] / "easy-install.pth").read_text() == "/opt/other\n"
+
+
+def test_sandbox_env_isolates(tmp_path):
+    layout = S.SandboxLayout(tmp_path / "sb", IDS)
+    env = S.sandbox_env(layout, {"PATH": "/usr/bin", "PYTHONPATH": "/work/main", "PIP_INDEX_URL": "http://x"})
+    assert "PYTHONPATH" not in env and "PIP_INDEX_URL" not in env
+    assert env["PATH"].split(":")[0] == str(layout.venv / "bin") and env["VIRTUAL_ENV"] == str(layout.venv)
+    assert env["JUPYTER_PATH"] == str(layout.jupyter)
+
+
+def test_prepare_sandbox_layout(bundle_copy, tmp_path):
+    challenges = tmp_path / "arc-agi_evaluation_challenges.json"
+    tasks = {f"t{i}": {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]} for i in range(3)}
+    challenges.write_text(json.dumps(tasks))
+    (tmp_path / "arc-agi_evaluation_solutions.json").write_text(json.dumps({k: [[[2]]] for k in tasks}))
+    layout = S.prepare_sandbox(bundle_copy, IDS, challenges, max_tasks=2)
+    assert layout.root == bundle_copy.absolute() / "sandbox"
+    assert (layout.wheels / M.DATASET_META).is_file() and (layout.weights / "weights.safetensors").is_file()
+    assert layout.challenges == layout.root / "input" / "arc-prize-2025" / "arc-agi_test_challenges.json"
+    assert list(json.loads(layout.challenges.read_text())) == ["t0", "t1"]
+    assert json.loads(layout.solutions.read_text()) == {"t0": [[[2]]], "t1": [[[2]]]}
+    assert not str(layout.solutions).startswith(str(layout.input))  # the kernel cannot see the solutions
+    assert layout.working.is_dir()
+    again = S.prepare_sandbox(bundle_copy, IDS, challenges, max_tasks=1)  # a second run replaces the first
+    assert list(json.loads(again.challenges.read_text())) == ["t0"]
+    assert callable(S.execute)

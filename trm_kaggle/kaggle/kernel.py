@@ -1,0 +1,83 @@
+"""The kernel: the submission notebook, its parameters cell pointed at the bundle's datasets, and
+kernel-metadata.json: `build_kernel`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Callable
+
+from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle.metadata import (
+    DEFAULT_PREFIX, KERNEL_META, BundleIds, _has_meta, _publishable_modes, kernel_metadata,
+)
+
+DEFAULT_NOTEBOOK = Path("notebooks") / "kaggle_submission.ipynb"
+
+#: Names of the notebook's papermill `parameters` cell that the sandbox sets.
+PARAMETER_NAMES = ("KAGGLE_INPUT", "KAGGLE_WORKING", "TIME_BUDGET", "FINETUNE_STEPS", "NUM_AUG", "DEVICE",
+                   "WHEELS_DIR", "WEIGHTS_DIR")
+
+
+def _read_notebook(path: Path) -> dict:
+    if not path.is_file():
+        raise TRMError(f"notebook {path} does not exist yet (it is written separately: "
+                       f"{DEFAULT_NOTEBOOK}); pass another one with --notebook")
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise TRMError(f"{path}: not a readable notebook: {e}") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise TRMError(f"{path}: not a Jupyter notebook (no 'cells' list)")
+    return nb
+
+
+def _cell_source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def parameters_cell(nb: dict) -> dict | None:
+    for cell in nb["cells"]:
+        if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
+            return cell
+    return None
+
+
+def adapt_notebook(nb: dict, ids: BundleIds) -> tuple[dict, list[str]]:
+    """Point the parameters cell at this bundle's slugs (when --slug-prefix is not the default); warnings."""
+    warnings = []
+    cell = parameters_cell(nb)
+    if cell is None:
+        return nb, ["the notebook has no cell tagged 'parameters': papermill (--execute) adds one at the top"]
+    src = _cell_source(cell)
+    default = BundleIds(ids.user, DEFAULT_PREFIX)
+    for old, new in ((default.wheels_slug, ids.wheels_slug), (default.weights_slug, ids.weights_slug)):
+        src = src.replace(old, new)
+    cell["source"] = src.splitlines(keepends=True)
+    missing = [n for n in PARAMETER_NAMES if not re.search(rf"^\s*{n}\s*[:=]", src, re.M)]
+    if missing:
+        warnings.append(f"the parameters cell does not set {', '.join(missing)}")
+    for slug in (ids.wheels_slug, ids.weights_slug):
+        if slug not in src:
+            warnings.append(f"the parameters cell does not mention the dataset slug {slug!r}: check that the "
+                            f"kernel finds /kaggle/input/{slug}")
+    return nb, warnings
+
+
+def build_kernel(out_dir: str | os.PathLike, notebook: str | os.PathLike, *, ids: BundleIds,
+                 enable_gpu: bool = False, log: Callable[[str], None] = print) -> dict:
+    notebook = Path(notebook)
+    nb, warnings = adapt_notebook(_read_notebook(notebook), ids)
+    for w in warnings:
+        log(f"warning: {notebook}: {w}")
+    with atomic_directory(out_dir, is_replaceable=_has_meta(KERNEL_META)) as tmp:
+        atomic_write_text(tmp / notebook.name, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+        meta = kernel_metadata(ids, notebook.name, enable_gpu=enable_gpu)
+        atomic_write_json(tmp / KERNEL_META, meta, indent=2)
+        _publishable_modes(tmp)
+    return {"id": ids.kernel_id, "code_file": notebook.name, "notebook": str(notebook), "warnings": warnings}

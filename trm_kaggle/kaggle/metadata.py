@@ -1,0 +1,295 @@
+"""Ids, file names and metadata of the Kaggle bundle: slugs and `BundleIds`, the dataset-metadata.json and
+kernel-metadata.json dicts and their validation (`validate_bundle`), manifest.json.
+
+The bottom layer of the bundle modules (wheels, weights_dataset, kernel, push, sandbox, bundle): it imports
+none of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from trm_kaggle import __version__
+from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.errors import TRMError
+
+# ---------------------------------------------------------------------------
+# Constants
+# ---------------------------------------------------------------------------
+
+COMPETITION = "arc-prize-2025"
+DEFAULT_USER = "your-kaggle-user"
+DEFAULT_PREFIX = "trm-kaggle"
+LICENSE = "apache-2.0"
+
+DATASET_META = "dataset-metadata.json"
+KERNEL_META = "kernel-metadata.json"
+MANIFEST = "manifest.json"
+MODEL_CARD = "MODEL_CARD.md"
+
+_SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
+_USER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+
+
+def _default_repo() -> Path:
+    here = Path(__file__).resolve().parents[2]
+    return here if (here / "pyproject.toml").is_file() else Path.cwd()
+
+
+REPO_ROOT = _default_repo()
+
+
+# ---------------------------------------------------------------------------
+# Ids and slugs
+# ---------------------------------------------------------------------------
+
+
+def title_to_slug(title: str) -> str:
+    """Kaggle's rule: the slug is the lower-cased title with dashes (other characters dropped)."""
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
+def slug_problem(slug: Any) -> str | None:
+    """Why `slug` is not a valid Kaggle slug (lowercase letters, digits, hyphens, 6-50 characters), or None."""
+    if not isinstance(slug, str):
+        return f"must be a string, got {type(slug).__name__}"
+    if not 6 <= len(slug) <= 50:
+        return f"{slug!r} must have 6 to 50 characters (has {len(slug)})"
+    if not _SLUG_RE.match(slug):
+        return f"{slug!r} may hold only lowercase letters, digits and hyphens (not at either end)"
+    return None
+
+
+def id_problem(ident: Any) -> str | None:
+    """Why `ident` is not "<user>/<slug>", or None."""
+    if not isinstance(ident, str) or ident.count("/") != 1:
+        return f"{ident!r} must look like '<user>/<slug>'"
+    user, slug = ident.split("/")
+    if not _USER_RE.match(user):
+        return f"{ident!r}: user {user!r} is not a Kaggle user name"
+    problem = slug_problem(slug)
+    return f"{ident!r}: slug {problem}" if problem else None
+
+
+@dataclass(frozen=True)
+class BundleIds:
+    """`<user>/<prefix>-wheels`, `<user>/<prefix>-weights`, `<user>/<prefix>-submission`."""
+
+    user: str = DEFAULT_USER
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def wheels_slug(self) -> str:
+        return f"{self.prefix}-wheels"
+
+    @property
+    def weights_slug(self) -> str:
+        return f"{self.prefix}-weights"
+
+    @property
+    def kernel_slug(self) -> str:
+        return f"{self.prefix}-submission"
+
+    @property
+    def wheels_id(self) -> str:
+        return f"{self.user}/{self.wheels_slug}"
+
+    @property
+    def weights_id(self) -> str:
+        return f"{self.user}/{self.weights_slug}"
+
+    @property
+    def kernel_id(self) -> str:
+        return f"{self.user}/{self.kernel_slug}"
+
+    def check(self) -> "BundleIds":
+        for ident in (self.wheels_id, self.weights_id, self.kernel_id):
+            problem = id_problem(ident)
+            if problem:
+                raise TRMError(f"--user/--slug-prefix give an invalid Kaggle id: {problem}")
+        return self
+
+
+def default_user() -> str:
+    return os.environ.get("KAGGLE_USERNAME") or DEFAULT_USER
+
+
+# ---------------------------------------------------------------------------
+# Small helpers
+# ---------------------------------------------------------------------------
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path, extra: dict | None = None) -> dict:
+    """`manifest.json`: sha256 and size of every other file in `directory` (recursively)."""
+    files = {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            rel = p.relative_to(directory).as_posix()
+            files[rel] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    manifest = {"trm_kaggle_version": __version__, **(extra or {}), "files": files}
+    atomic_write_json(directory / MANIFEST, manifest, indent=2)
+    _publishable_modes(directory)
+    return manifest
+
+
+def _publishable_modes(directory: Path) -> None:
+    """Files 0644 (scripts 0755) and directories 0755: temporary files are created 0600."""
+    for p in [directory, *directory.rglob("*")]:
+        if p.is_dir():
+            p.chmod(0o755)
+        elif p.is_file():
+            p.chmod(0o755 if p.suffix == ".sh" else 0o644)
+
+
+def dataset_metadata(ident: str, title: str | None = None) -> dict:
+    return {"title": title or ident.split("/", 1)[1], "id": ident, "licenses": [{"name": LICENSE}]}
+
+
+def _has_meta(name: str) -> Callable[[Path], bool]:
+    return lambda p: (p / name).is_file()
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------------------
+# Kernel metadata
+# ---------------------------------------------------------------------------
+
+
+def kernel_metadata(ids: BundleIds, code_file: str, *, enable_gpu: bool = False) -> dict:
+    return {"id": ids.kernel_id, "title": ids.kernel_slug, "code_file": code_file, "language": "python",
+            "kernel_type": "notebook", "is_private": True, "enable_gpu": bool(enable_gpu), "enable_internet": False,
+            "dataset_sources": [ids.wheels_id, ids.weights_id], "competition_sources": [COMPETITION],
+            "kernel_sources": [], "model_sources": []}
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def _field_problems(meta: Any, fields: dict[str, type | tuple]) -> list[tuple[str, str]]:
+    if not isinstance(meta, dict):
+        return [("(file)", "must hold a JSON object")]
+    out = []
+    for name, typ in fields.items():
+        if name not in meta:
+            out.append((name, "required field missing"))
+        elif not isinstance(meta[name], typ) or (typ is str and not meta[name]):
+            out.append((name, f"must be {getattr(typ, '__name__', typ)}, got {meta[name]!r}"))
+    return out
+
+
+def _raise(path: str | os.PathLike, problems: list[tuple[str, str]]) -> None:
+    if problems:
+        lines = [f"{path}: field '{f}': {msg}" for f, msg in problems]
+        raise TRMError(lines[0] if len(lines) == 1 else
+                       f"{len(lines)} metadata problems:\n  " + "\n  ".join(lines))
+
+
+def dataset_metadata_problems(meta: Any) -> list[tuple[str, str]]:
+    problems = _field_problems(meta, {"title": str, "id": str, "licenses": list})
+    if problems and problems[0][0] == "(file)":
+        return problems
+    if isinstance(meta.get("id"), str) and (p := id_problem(meta["id"])):
+        problems.append(("id", p))
+    if isinstance(meta.get("title"), str) and not 6 <= len(meta["title"]) <= 50:
+        problems.append(("title", f"{meta['title']!r} must have 6 to 50 characters"))
+    lic = meta.get("licenses")
+    if isinstance(lic, list) and (not lic or not all(isinstance(x, dict) and isinstance(x.get("name"), str)
+                                                     for x in lic)):
+        problems.append(("licenses", "must be a non-empty list of {\"name\": ...}"))
+    return problems
+
+
+def validate_dataset_metadata(meta: Any, path: str | os.PathLike = DATASET_META) -> None:
+    _raise(path, dataset_metadata_problems(meta))
+
+
+def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets: Iterable[str]) -> list:
+    problems = _field_problems(meta, {
+        "id": str, "title": str, "code_file": str, "language": str, "kernel_type": str, "is_private": bool,
+        "enable_gpu": bool, "enable_internet": bool, "dataset_sources": list, "competition_sources": list,
+        "kernel_sources": list, "model_sources": list})
+    if problems and problems[0][0] == "(file)":
+        return problems
+    if isinstance(meta.get("id"), str) and (p := id_problem(meta["id"])):
+        problems.append(("id", p))
+    if isinstance(meta.get("id"), str) and isinstance(meta.get("title"), str) and "/" in meta["id"]:
+        slug = meta["id"].split("/", 1)[1]
+        if title_to_slug(meta["title"]) != slug:
+            problems.append(("title", f"{meta['title']!r} gives the slug {title_to_slug(meta['title'])!r}, "
+                                      f"but id has {slug!r} (Kaggle derives the slug from the title)"))
+    if meta.get("language") not in (None, "python"):
+        problems.append(("language", f"must be 'python', got {meta['language']!r}"))
+    if meta.get("kernel_type") not in (None, "notebook", "script"):
+        problems.append(("kernel_type", f"must be 'notebook' or 'script', got {meta['kernel_type']!r}"))
+    if meta.get("enable_internet") is not False and "enable_internet" in meta:
+        problems.append(("enable_internet", "must be false: ARC Prize submissions run without internet"))
+    code = meta.get("code_file")
+    if isinstance(code, str) and code and kernel_dir is not None and not (Path(kernel_dir) / code).is_file():
+        problems.append(("code_file", f"{code!r} does not exist in {kernel_dir}"))
+    known = set(bundle_datasets)
+    for src in meta.get("dataset_sources") or []:
+        if src not in known:
+            problems.append(("dataset_sources", f"{src!r} is not a dataset of this bundle "
+                                                f"({', '.join(sorted(known)) or 'none'})"))
+    comp = meta.get("competition_sources")
+    if isinstance(comp, list) and COMPETITION not in comp:
+        problems.append(("competition_sources", f"must include {COMPETITION!r}"))
+    return problems
+
+
+def validate_kernel_metadata(meta: Any, kernel_dir: Path | None, bundle_datasets: Iterable[str],
+                             path: str | os.PathLike = KERNEL_META) -> None:
+    _raise(path, kernel_metadata_problems(meta, kernel_dir, bundle_datasets))
+
+
+def _load_meta(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TRMError(f"{path}: missing (build the bundle first)") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise TRMError(f"{path}: unreadable: {e}") from None
+
+
+def validate_bundle(out_dir: str | os.PathLike) -> dict:
+    """Check every metadata file of a bundle; TRMError naming the file and field. Returns the ids."""
+    out = Path(out_dir)
+    problems: list[str] = []
+    ids: dict[str, str] = {}
+    for part in ("wheels", "weights"):
+        path = out / part / DATASET_META
+        meta = _load_meta(path)
+        problems += [f"{path}: field '{f}': {m}" for f, m in dataset_metadata_problems(meta)]
+        if isinstance(meta, dict) and isinstance(meta.get("id"), str):
+            ids[part] = meta["id"]
+    wheels = list((out / "wheels").glob("trm_kaggle-*.whl"))
+    if not wheels:
+        problems.append(f"{out / 'wheels'}: field '(files)': no trm_kaggle wheel")
+    path = out / "kernel" / KERNEL_META
+    meta = _load_meta(path)
+    problems += [f"{path}: field '{f}': {m}" for f, m in kernel_metadata_problems(meta, out / "kernel",
+                                                                                   ids.values())]
+    if problems:
+        raise TRMError(problems[0] if len(problems) == 1 else
+                       f"{len(problems)} metadata problems:\n  " + "\n  ".join(problems))
+    ids["kernel"] = meta["id"]
+    return ids

