@@ -50,7 +50,14 @@ D = hidden = 128, I = SwiGLU inner width = 512:
     heads      3 * 2*seq_len*D*vocab (lm_head fwd + bwd) + 3 * 2*D*2 (q_head)
 
 Element-wise work (norms, rope, softmax, SiLU), the embedding and the optimizer
-are not counted. Achieved GFLOP/s = FLOPs/example * examples/s; it is printed
+are not counted.
+
+Kernel floor (float32): every matmul of one training step (forward, input gradient,
+weight gradient) and every attention call, each timed alone with the kernel our
+model uses for it (oneDNN linear, BLAS for weight gradients, torch's SDPA), best of
+5, times its count per step. Everything else is left out, so batch / floor is an
+upper bound on the examples/s these kernels allow; the script prints it as a
+multiple of upstream's rate, which says whether a target ratio is reachable at all. Achieved GFLOP/s = FLOPs/example * examples/s; it is printed
 beside the measured float32 matmul peak (2048x2048 matmul, best and median of 7)
 and the bfloat16 matmul rate (256x256, and 2048x2048 when it finishes quickly).
 """
@@ -69,6 +76,7 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 import torch
+import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -116,6 +124,56 @@ def matmul_rate(n: int, dtype: torch.dtype, reps: int):
         times.append(time.perf_counter() - t)
     flop = 2 * n**3 / 1e9
     return flop / statistics.median(times), flop / min(times)
+
+
+def kernel_floor(a: dict, batch: int, reps: int = 5) -> tuple[float, dict]:
+    """Seconds per training step that our float32 kernels alone need: every matmul (forward, input
+    gradient, weight gradient) and attention call of one step, each timed in isolation (best of
+    `reps`) with the kernel our model uses for it, times its count per step. Element-wise work,
+    norms, embeddings, loss and optimizer are left out, so this is a lower bound on the step time:
+    batch / floor is the most examples/s these kernels allow."""
+    S, D = a["puzzle_emb_len"] + SEQ_LEN, a["hidden_size"]
+    inner, M = swiglu_width(D, a["expansion"]), batch * S
+    H, hd = a["num_heads"], D // a["num_heads"]
+    fwd_calls = a["H_cycles"] * (a["L_cycles"] + 1) * a["L_layers"]  # every recursion step, every layer
+    bwd_calls = (a["L_cycles"] + 1) * a["L_layers"]  # the last H cycle only
+
+    def best(fn) -> float:
+        for _ in range(2):
+            fn()
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    def linear_time(k: int, n: int) -> float:  # x (M, k) @ w.T (n, k): the forward's and dx's kernel
+        x, w = torch.randn(batch, S, k), torch.randn(n, k)
+        return best(lambda: layers.linear(x, w))
+
+    def dw_time(k: int, n: int) -> float:  # dy.T (n, M) @ x (M, k): the weight gradient (BLAS)
+        dy, x = torch.randn(M, n), torch.randn(M, k)
+        return best(lambda: dy.t() @ x)
+
+    # (in, out) of qkv, o, gate, up, down
+    shapes = [(D, 3 * D), (D, D), (D, inner), (D, inner), (inner, D)]
+    t_fwd = sum(linear_time(k, n) for k, n in shapes)
+    t_dx = sum(linear_time(n, k) for k, n in shapes)
+    t_dw = sum(dw_time(k, n) for k, n in shapes)
+    q, k, v = (torch.randn(batch, H, S, hd, requires_grad=True) for _ in range(3))
+    t_att_fwd = best(lambda: F.scaled_dot_product_attention(q.detach(), k.detach(), v.detach()))
+    g = torch.randn(batch, H, S, hd)
+
+    def att_fwd_bwd():
+        y = F.scaled_dot_product_attention(q, k, v)
+        y.backward(g)
+
+    t_att_bwd = max(best(att_fwd_bwd) - t_att_fwd, 0.0)
+    parts = {"matmuls forward": fwd_calls * t_fwd, "matmuls backward (dx)": bwd_calls * t_dx,
+             "matmuls backward (dw)": bwd_calls * t_dw, "attention forward": fwd_calls * t_att_fwd,
+             "attention backward": bwd_calls * t_att_bwd}
+    return sum(parts.values()), parts
 
 
 def make_batches(n: int, batch: int, seed: int) -> List[Dict[str, torch.Tensor]]:
@@ -348,6 +406,12 @@ def main(argv=None) -> int:
     print(f"bf16 matmul (256x256, 5 runs): best {bf16:.1f} GFLOP/s, median {bf16_med:.1f} GFLOP/s; 2048x2048 best "
           f"{bf16_big:.1f} GFLOP/s = {bf16_big / peak:.2f}x the fp32 peak (forward_dtype='auto' measures this "
           f"ratio and uses bf16 on CPUs where it is >= 1.3)")
+    floor, parts = kernel_floor(a, args.batch) if args.dtype == "float32" else (float("nan"), {})
+    if parts:
+        print(f"float32 kernel floor of one step (each kernel timed alone, best of 5, times its count per step; "
+              f"element-wise work, norms, loss and optimizer excluded): {floor:.2f} s = at most "
+              f"{args.batch / floor:.1f} examples/s: "
+              + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()))
     med = {k: statistics.median(v) for k, v in rates.items()}
     dtypes = {t.name: t.dtype for t in trainers}
     for name, v in med.items():
@@ -364,6 +428,9 @@ def main(argv=None) -> int:
             print(f"ratio {name}/upstream: {med[name] / med['upstream']:.2f}x (median of per-round ratios "
                   f"{statistics.median(pair):.2f}x, range {min(pair):.2f}-{max(pair):.2f}; per CPU-second "
                   f"{statistics.median(cpu_pair):.2f}x); target >= 1.5x")
+        if parts:
+            print(f"the float32 kernel floor allows at most {args.batch / floor / med['upstream']:.2f}x upstream's "
+                  f"median rate; ours reaches {100 * med['ours'] * floor / args.batch:.0f} % of that floor's rate")
     else:
         print("upstream baseline not run (pass --upstream-dir DIR holding upstream's models/ package)")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
