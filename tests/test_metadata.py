@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle import metadata as M
 
-from conftest import IDS, USER
+from conftest import IDS, USER, _edit
 
 
 @pytest.mark.parametrize("part", ["wheels", "weights"])
@@ -29,16 +28,6 @@ def test_manifest_sha256_matches_files(built, part):
 # ---------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------
-
-
-def _edit(path: Path, **changes):
-    meta = json.loads(path.read_text())
-    for k, v in changes.items():
-        if v is KeyError:
-            del meta[k]
-        else:
-            meta[k] = v
-    path.write_text(json.dumps(meta))
 
 
 @pytest.mark.parametrize("changes, field, words", [
