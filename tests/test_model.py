@@ -130,7 +130,7 @@ def test_attention_block_matches_naive_reference():
     emb = torch.cat((freqs, freqs), -1)
     x = torch.randn(3, S, 32)
     block = model.layers[0]
-    ours = block(x, model.rotary_emb(torch.float32))
+    ours = block(x, model.rotary_emb())
     ref = naive_block(block, x, emb.cos(), emb.sin(), 1e-5)
     torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
 
@@ -228,7 +228,7 @@ def _manual_step(model, batch, grad_cycles):
     z_H = model.H_init.expand(B, model.total_len, -1)
     z_L = model.L_init.expand(B, model.total_len, -1)
     x = model.input_embeddings(batch["inputs"], batch["puzzle_identifiers"], torch.float32)
-    cs = model.rotary_emb(torch.float32)
+    cs = model.rotary_emb()
     for h in range(a.H_cycles):
         with torch.set_grad_enabled(h >= a.H_cycles - grad_cycles):
             for _ in range(a.L_cycles):

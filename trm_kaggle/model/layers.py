@@ -1,9 +1,9 @@
 """Building blocks of the TRM network: init, norm, rope, attention, SwiGLU, blocks.
 
-Parameters are always float32. Activations run in the model's compute dtype
-(see `trm_kaggle.model.dtype`: usually bfloat16 on CUDA, float32 or bfloat16 on
-CPU); a layer casts its float32 weight to
-the activation dtype only when the two differ, so the float32 path has no casts.
+Parameters are always float32. Activations run in the model's compute dtype (see
+`trm_kaggle.model.dtype`: usually bfloat16 on CUDA, float32 or bfloat16 on CPU); a
+layer casts its float32 weight to the activation dtype only when the two differ, so
+the float32 path has no casts.
 Module and weight names follow upstream so its checkpoints map one to one
 (see `trm_kaggle.model.upstream`).
 
@@ -110,7 +110,7 @@ def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE tables for every position (prefix + sequence), cached per dtype.
+    """RoPE tables for every position (prefix + sequence), always float32.
 
     Half-split layout as upstream: dimension i pairs with i + head_dim/2, i.e.
     rope(x) = x * cos + cat(-x2, x1) * sin with cos/sin = [freqs, freqs]. The sign
@@ -126,15 +126,12 @@ class RotaryEmbedding(nn.Module):
         # Not persistent: a pure function of the config, and upstream does not save them either.
         self.register_buffer("cos_cached", torch.cat((cos, cos), dim=-1), persistent=False)
         self.register_buffer("sin_signed", torch.cat((-sin, sin), dim=-1), persistent=False)
-        self._cast: dict = {}
 
-    def forward(self, dtype: torch.dtype) -> CosSin:
-        if dtype == self.cos_cached.dtype:
-            return self.cos_cached, self.sin_signed
-        key = (dtype, self.cos_cached.device)
-        if key not in self._cast:  # cast once, not on every layer call
-            self._cast = {key: (self.cos_cached.to(dtype), self.sin_signed.to(dtype))}
-        return self._cast[key]
+    def forward(self) -> CosSin:
+        """(cos, sin_signed), float32 whatever the activation dtype: q and k rotate in float32 and are
+        cast back, as upstream does (its tables stay float32 buffers). No-op casts unless the module
+        itself was converted (`model.half()`)."""
+        return self.cos_cached.float(), self.sin_signed.float()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
@@ -368,7 +365,7 @@ class Attention(nn.Module):
             w = w if w.dtype == x.dtype else w.to(x.dtype)
             qkv = linear(x, w[self._qk_pair_order(w.device)]).view(B, S, 3, self.num_heads, self.head_dim)
             qkv = qkv.float()  # no-op in float32
-            cos, sin = (t.float() for t in cos_sin)  # float32 tables (see TinyRecursiveModel.inner): no-op
+            cos, sin = cos_sin  # float32 tables (RotaryEmbedding)
             c, s = cos[:, None, None, :half], sin[:, None, None, half:]  # sin_signed's 2nd half is +sin
             # split/unbind (not indexing): their backward is one concatenation, not a zero-filled
             # buffer per piece.

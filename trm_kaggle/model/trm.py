@@ -255,9 +255,7 @@ class TinyRecursiveModel(nn.Module):
               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One supervision step from (z_H, z_L): returns new z_H, z_L (detached), logits, q_halt, q_continue."""
         dtype = z_H.dtype
-        # RoPE rotates in float32 whatever the activation dtype, as upstream does (its cos/sin
-        # buffers stay float32 and q, k are cast to them and back).
-        cos_sin = self.rotary_emb(torch.float32) if self.rotary_emb is not None else None
+        cos_sin = self.rotary_emb() if self.rotary_emb is not None else None  # float32 tables
         x = self.input_embeddings(batch["inputs"], batch["puzzle_identifiers"], dtype)
         cast = dtype != torch.float32
         if cast:
