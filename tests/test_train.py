@@ -60,6 +60,25 @@ def test_resume_reproduces_the_uninterrupted_run_exactly(sudoku4, tmp_path):
     assert all(torch.equal(sa["ema"][k], sb["ema"][k]) for k in sa["ema"])
 
 
+def test_resume_keeps_the_dtype_auto_chose(sudoku4, tmp_path, monkeypatch):
+    """forward_dtype=auto on CPU is a timing: a resumed run keeps the checkpoint's dtype (here bf16)
+    even when this process measures otherwise, and still reproduces the uninterrupted run."""
+    from trm_kaggle.model import dtype as dtype_mod
+
+    wide = ["arch.hidden_size=128", "arch.num_heads=4", "arch.forward_dtype=auto"]
+    monkeypatch.setattr(dtype_mod, "cpu_bf16_speedup", lambda threads: 2.0)  # bf16 measured fast
+    full = train(cfg_for(sudoku4, tmp_path / "a", "max_steps=4", *wide))
+    train(cfg_for(sudoku4, tmp_path / "b", "max_steps=2", *wide))
+    state = ckpt.load_train_state(ckpt.list_states(tmp_path / "b")[-1])
+    assert state["forward_dtype"] == "bfloat16" and state["carries"][0][0]["z_H"].dtype == torch.bfloat16
+    monkeypatch.setattr(dtype_mod, "cpu_bf16_speedup", lambda threads: 0.5)  # now it would pick float32
+    resumed = train(cfg_for(sudoku4, tmp_path / "b", "max_steps=4", *wide))
+    assert full.step == resumed.step == 4
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    state = ckpt.load_train_state(ckpt.list_states(tmp_path / "b")[-1])
+    assert state["forward_dtype"] == "bfloat16"
+
+
 def test_gradient_accumulation_keeps_the_global_batch(sudoku4, tmp_path):
     train(cfg_for(sudoku4, tmp_path / "full", "max_steps=3"))
     train(cfg_for(sudoku4, tmp_path / "acc", "max_steps=3", "micro_batch_size=2"))

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
+from trm_kaggle.model.dtype import DTYPES
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.trm import Carry, TinyRecursiveModel
 from trm_kaggle.optim.adam_atan2 import AdamATan2
@@ -34,7 +35,7 @@ from trm_kaggle.optim.ema import EMA
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.data import PuzzleLoader
-from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, setup_runtime
+from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cosine_lr, cycles_at, exploration_at
 
 log = logging.getLogger(__name__)
@@ -446,6 +447,7 @@ def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fi
         "config": cfg.model_dump_json(),
         "dataset_fingerprint": fingerprint,
         "world_size": rt.world_size,
+        "forward_dtype": dtype_name(rt.dtype),  # what "auto" resolved to: a resume keeps it
         "model_shape": {"seq_len": model.seq_len, "vocab_size": model.vocab_size,
                         "num_puzzle_identifiers": model.num_puzzle_identifiers},
         "model": model.state_dict(),
@@ -469,6 +471,13 @@ def _resume(path, cfg, rt, model, dense, sparse, ema, loader, fingerprint):
     if state["dataset_fingerprint"] != fingerprint:
         raise TRMError(f"{path}: the dataset changed since this checkpoint (fingerprint "
                        f"{state['dataset_fingerprint']} != {fingerprint}); choose another checkpoint_path")
+    saved_dtype = state.get("forward_dtype")
+    if saved_dtype is not None and saved_dtype != dtype_name(rt.dtype) and cfg.arch.forward_dtype == "auto":
+        # "auto" on a CPU is a timing; the run keeps the arithmetic it started with.
+        log.warning("resuming in the checkpoint's %s (forward_dtype=auto would pick %s here)", saved_dtype,
+                    dtype_name(rt.dtype))
+        rt.dtype = DTYPES[saved_dtype]
+        model.forward_dtype = rt.dtype
     model.load_state_dict(state["model"])
     if ema is not None and state.get("ema") is not None:
         ema.load_state_dict(state["ema"])
