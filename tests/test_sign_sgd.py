@@ -117,6 +117,10 @@ def _worker(rank, port, out_dir):
         emb = embedding_with_grad(TABLE, RANK_IDS[rank], RANK_GRADS[rank])
         SignSGD(emb, lr=0.1, weight_decay=0.5).step()
         torch.save(emb.weights.clone(), os.path.join(out_dir, f"rank{rank}.pt"))
+        # Both ranks leave together: a rank that tears gloo down while its peer is still
+        # inside the last collective aborts that peer ("terminate called without an active
+        # exception"), which made this test flaky under load.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
