@@ -9,33 +9,33 @@ from trm_kaggle.optim import AdamATan2, fused_available
 
 
 def test_two_steps_by_hand():
+    """adam-atan2 0.0.3 (what `pip install adam-atan2` gives upstream):
+    p *= 1 - lr*wd; p -= (lr / bc1) * atan2(m, sqrt(v) / sqrt(bc2))."""
     lr, wd, b1, b2 = 0.1, 0.1, 0.9, 0.95
     p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
     opt = AdamATan2([p], lr=lr, betas=(b1, b2), weight_decay=wd)
 
-    # Step 1, g = [0.5, -1, 0]. m = 0.1 g, v = 0.05 g^2, bc1 = 0.1, bc2 = 0.05, so
-    # m/bc1 = g and sqrt(v)/sqrt(bc2) = |g|: atan2(g, |g|) = +-pi/4, and atan2(0, 0) = 0.
-    # p = p * (1 - 0.01) - 0.1 * [pi/4, -pi/4, 0]
+    # Step 1, g = [0.5, -1, 0]: m = 0.1 g = [0.05, -0.1, 0], v = 0.05 g^2, bc1 = 0.1, bc2 = 0.05.
+    # sqrt(v) / sqrt(bc2) = |g| = [0.5, 1, 0]; atan2(m, |g|) = [atan(0.1), -atan(0.1), atan2(0, 0) = 0]
+    # with atan(0.1) = 0.0996686525; the step size lr / bc1 = 1.0, so each weight moves by
+    # 0.997 lr (0.0.2's rule, atan2(m / bc1, ...), would have moved it by pi/4 lr = 0.785 lr).
+    # p = p * 0.99 - [0.0996686525, -0.0996686525, 0] = [0.8903313475, -1.8803313475, 0.495]
     p.grad = torch.tensor([0.5, -1.0, 0.0])
     opt.step()
-    q = math.pi / 4
-    step1 = [0.99 - 0.1 * q, -1.98 + 0.1 * q, 0.495]
-    torch.testing.assert_close(p.detach(), torch.tensor(step1), rtol=0, atol=1e-7)
+    torch.testing.assert_close(p.detach(), torch.tensor([0.8903313475, -1.8803313475, 0.495]), rtol=0, atol=1e-7)
 
-    # Step 2, g = [0.5, 1, 2]; bc1 = 1 - 0.81 = 0.19, bc2 = 1 - 0.9025 = 0.0975.
+    # Step 2, g = [0.5, 1, 2]; bc1 = 1 - 0.81 = 0.19, bc2 = 1 - 0.9025 = 0.0975, lr / bc1 = 0.5263157895.
     #   elem 0: m = 0.9*0.05 + 0.1*0.5 = 0.095,  v = 0.95*0.0125 + 0.05*0.25 = 0.024375
-    #           m/bc1 = 0.5, sqrt(v/bc2) = sqrt(0.25) = 0.5 -> atan2 = pi/4
+    #           sqrt(v / bc2) = sqrt(0.25) = 0.5 -> atan2(0.095, 0.5) = atan(0.19) = 0.1877619465
     #   elem 1: m = 0.9*(-0.1) + 0.1*1 = 0.01,   v = 0.95*0.05 + 0.05*1 = 0.0975
-    #           m/bc1 = 0.01/0.19, sqrt(v/bc2) = 1 -> atan(0.052631579) = 0.052583061
+    #           sqrt(v / bc2) = 1 -> atan(0.01) = 0.0099996667
     #   elem 2: m = 0.2, v = 0.05*4 = 0.2
-    #           m/bc1 = 1.052631579, sqrt(0.2/0.0975) = 1.432229729 -> atan(0.734959) = 0.633806
+    #           sqrt(0.2 / 0.0975) = 1.4322297296 -> atan2(0.2, 1.4322297296) = 0.1387451989
+    #   p = step1 * 0.99 - 0.5263157895 * atan2 = [0.7826059569, -1.8667910165, 0.4170262111]
     p.grad = torch.tensor([0.5, 1.0, 2.0])
     opt.step()
-    upd = [math.pi / 4, math.atan2(0.01 / 0.19, 1.0), math.atan2(0.2 / 0.19, math.sqrt(0.2 / 0.0975))]
-    assert upd[1] == pytest.approx(0.052583061, abs=1e-8)
-    assert upd[2] == pytest.approx(0.633806, abs=1e-6)
-    step2 = [s * 0.99 - 0.1 * u for s, u in zip(step1, upd)]
-    torch.testing.assert_close(p.detach(), torch.tensor(step2), rtol=0, atol=1e-6)
+    torch.testing.assert_close(p.detach(), torch.tensor([0.7826059569, -1.8667910165, 0.4170262111]),
+                               rtol=0, atol=1e-6)
 
     st = opt.state[p]
     assert st["step"].item() == 2
@@ -43,12 +43,23 @@ def test_two_steps_by_hand():
     torch.testing.assert_close(st["exp_avg_sq"], torch.tensor([0.024375, 0.0975, 0.2]))
 
 
+def test_first_step_moves_a_weight_by_about_lr():
+    """At step 1 m / sqrt(v / bc2) = 0.1 sign(g), so |update| = lr * atan(0.1) / 0.1 = 0.99669 lr
+    whatever the gradient's size (0.0.2's rule gave pi/4 lr)."""
+    p = torch.nn.Parameter(torch.zeros(3))
+    opt = AdamATan2([p], lr=1e-3, weight_decay=0.0)
+    p.grad = torch.tensor([1e-6, -3.0, 1e4])
+    opt.step()
+    torch.testing.assert_close(p.detach(), torch.tensor([-0.99668652e-3, 0.99668652e-3, -0.99668652e-3]),
+                               rtol=1e-6, atol=0)
+
+
 def reference_step(p, g, m, v, t, lr, b1, b2, wd):
-    """The package's per-element math, written out on float64 tensors."""
+    """The package's (0.0.3) per-element math, written out on float64 tensors."""
     p = p * (1 - lr * wd)
     m = m + (1 - b1) * (g - m)
     v = v + (1 - b2) * (g * g - v)
-    p = p - lr * torch.atan2(m / (1 - b1**t), torch.sqrt(v) / math.sqrt(1 - b2**t))
+    p = p - (lr / (1 - b1**t)) * torch.atan2(m, torch.sqrt(v) / math.sqrt(1 - b2**t))
     return p, m, v
 
 
@@ -83,7 +94,8 @@ def test_defaults_are_upstreams_and_update_is_bounded():
     opt.param_groups[0]["lr"] = 0.5  # schedulers write the lr into the group
     p.grad = torch.tensor([1e30, -1e-30, 3.0, 0.0])
     opt.step()
-    assert torch.all(p.abs() <= 0.5 * math.pi / 2 + 1e-6)
+    # step 1: the bound is lr * pi/2 / (1 - beta1) = 0.5 * pi/2 / 0.1
+    assert torch.all(p.abs() <= 0.5 * math.pi / 2 / 0.1 + 1e-6)
     assert p[3].item() == 0.0
 
 
@@ -122,3 +134,17 @@ def test_fused_package_agrees_with_foreach():
         o1.step()
         o2.step()
     torch.testing.assert_close(p1, p2, rtol=1e-5, atol=1e-6)
+
+
+def test_an_old_package_kernel_is_never_used(monkeypatch):
+    """adam-atan2 0.0.2's kernel computes another rule: it must not replace ours when installed."""
+    from importlib import metadata
+
+    from trm_kaggle.optim import adam_atan2 as mod
+
+    monkeypatch.setattr(metadata, "version", lambda name: "0.0.2")
+    assert mod._load_fused_backend() is None
+    monkeypatch.setattr(metadata, "version", lambda name: (_ for _ in ()).throw(metadata.PackageNotFoundError(name)))
+    assert mod._load_fused_backend() is None
+    monkeypatch.setattr(metadata, "version", lambda name: "0.0.3")
+    assert mod._package_version() == (0, 0, 3)

@@ -1,21 +1,24 @@
 """AdamATan2: Adam with atan2 in place of the epsilon division ("Scaling Exponents
 Across Parameterizations and Optimizers", arXiv 2407.05872), as upstream trains TRM.
 
-Matches the `adam-atan2` package that upstream's requirements.txt installs
-(PyPI `adam-atan2`, the fused CUDA kernel from the HRM authors), which uses
-atan2 without the a/b scaling constants of the separate `adam-atan2-pytorch`
-package. Per element, with step t counted from 1:
+The rule is that of the `adam-atan2` package as `pip install adam-atan2` installs it
+for upstream's requirements.txt: version 0.0.3, a fused CUDA kernel
+(`csrc/adam_atan2.cu` in its sdist). Per element, with step t counted from 1:
 
     p  *= 1 - lr * weight_decay                      (decoupled decay, first)
     m   = lerp(m, g, 1 - beta1)
     v   = lerp(v, g*g, 1 - beta2)
-    p  -= lr * atan2(m / (1 - beta1^t), sqrt(v) / sqrt(1 - beta2^t))
+    p  -= (lr / (1 - beta1^t)) * atan2(m, sqrt(v) / sqrt(1 - beta2^t))
 
-The bias-corrected m sits inside atan2 (not as a factor lr / bc1 outside it).
-atan2 needs no epsilon and bounds every update by lr * pi/2.
+The first-moment bias correction scales the step outside the atan2. (Version 0.0.2
+put it inside, `lr * atan2(m / bc1, ...)`: at step 1 that moves a weight by
+lr * pi/4 = 0.785 lr, where 0.0.3 moves it by lr * atan2(0.1 g, |g|) / 0.1 = 0.997 lr.)
+atan2 needs no epsilon; every update is bounded by lr * pi/2 / (1 - beta1^t).
 
-This is a pure-PyTorch multi-tensor (`torch._foreach_*`) version; when the fused
-package imports and a group's tensors are on CUDA, its kernel is used instead.
+This is a pure-PyTorch multi-tensor (`torch._foreach_*`) version that runs on every
+device. Where the package's compiled kernel imports, its version is 0.0.3 or newer
+(the same rule) and a group's tensors are on CUDA, the kernel is used instead; an
+older package is ignored, so results never depend on which version is installed.
 State layout (`step` float32 tensor, `exp_avg`, `exp_avg_sq`) is the package's.
 """
 
@@ -28,10 +31,40 @@ import torch
 from torch import Tensor
 from torch.optim.optimizer import Optimizer
 
-try:  # the compiled extension of the `adam-atan2` package (CUDA only)
-    import adam_atan2_backend as _fused_backend  # type: ignore[import-not-found]
-except Exception:  # noqa: BLE001 - any import failure means "not available"
-    _fused_backend = None
+# The first version of the `adam-atan2` package whose kernel computes the rule above.
+FUSED_MIN_VERSION = (0, 0, 3)
+
+
+def _package_version() -> tuple[int, ...] | None:
+    """The installed `adam-atan2` distribution's version, or None when it cannot be read."""
+    from importlib import metadata
+
+    try:
+        text = metadata.version("adam-atan2")
+    except metadata.PackageNotFoundError:
+        return None
+    parts = []
+    for piece in text.split("+")[0].split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or None
+
+
+def _load_fused_backend():
+    """The package's compiled kernel when it computes our rule (>= 0.0.3), else None."""
+    version = _package_version()
+    if version is None or version < FUSED_MIN_VERSION:
+        return None  # absent, or 0.0.2's kernel (bias correction inside the atan2): never used
+    try:  # the compiled extension of the `adam-atan2` package (CUDA only)
+        import adam_atan2_backend  # type: ignore[import-not-found]
+    except Exception:  # noqa: BLE001 - any import failure means "not available"
+        return None
+    return adam_atan2_backend
+
+
+_fused_backend = _load_fused_backend()
 
 
 def fused_available() -> bool:
@@ -115,16 +148,16 @@ def _step_foreach(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2,
         gs = [grads[i] for i in idx]
         ms = [exp_avgs[i] for i in idx]
         vs = [exp_avg_sqs[i] for i in idx]
-        bc1 = 1.0 - beta1**t
-        bc2 = 1.0 - beta2**t
+        # The scalars as the kernel forms them: in double precision, then used in the tensors' dtype.
+        step_size = lr / (1.0 - beta1**t)
+        bc2_sqrt = math.sqrt(1.0 - beta2**t)
 
         if wd != 0:
             torch._foreach_mul_(ps, 1.0 - lr * wd)
         torch._foreach_lerp_(ms, gs, 1.0 - beta1)
         torch._foreach_lerp_(vs, torch._foreach_mul(gs, gs), 1.0 - beta2)
-        # atan2(m/bc1, sqrt(v)/sqrt(bc2)) == atan2(m * sqrt(bc2)/bc1, sqrt(v)): scale one operand only.
-        num = torch._foreach_mul(ms, math.sqrt(bc2) / bc1)
         den = torch._foreach_sqrt(vs)
-        for n, d in zip(num, den):  # no foreach atan2 in PyTorch
-            torch.atan2(n, d, out=n)
-        torch._foreach_add_(ps, num, alpha=-lr)
+        torch._foreach_div_(den, bc2_sqrt)
+        for m, d in zip(ms, den):  # no foreach atan2 in PyTorch; the result overwrites den
+            torch.atan2(m, d, out=d)
+        torch._foreach_add_(ps, den, alpha=-step_size)
