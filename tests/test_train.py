@@ -15,7 +15,7 @@ from trm_kaggle.data.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.loop import train
-from trm_kaggle.train.schedules import cosine_lr, cycles_at, exploration_at
+from trm_kaggle.train.schedules import cosine_lr, cycles_at, exploration_at, lr_at_step, total_train_steps
 from trm_kaggle.train.settings import load_train_config
 
 TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_cycles=2", "arch.L_cycles=2",
@@ -171,6 +171,10 @@ def test_schedules():
     assert cosine_lr(0, 1.0, 10, 100, 0.1) == 0.0 and cosine_lr(5, 1.0, 10, 100, 0.1) == 0.5
     assert cosine_lr(10, 1.0, 10, 100, 0.1) == pytest.approx(1.0) and cosine_lr(100, 1.0, 10, 100, 0.1) == pytest.approx(0.1)
     assert cosine_lr(60, 2.0, 10, 100, 1.0) == 2.0  # upstream's default min ratio 1.0: constant
+    # upstream counts the step before computing its rate: the first optimizer step uses lr(1), not lr(0) = 0
+    assert lr_at_step(0, 1.0, 10, 100, 0.1) == pytest.approx(0.1) and lr_at_step(9, 1.0, 10, 100, 0.1) == 1.0
+    # upstream's length: int(epochs * groups * mean examples / batch) = int(7.875) = 7 (a ceil would give 8)
+    assert total_train_steps(3, 7, 1.5, 4) == 7 and total_train_steps(1, 1, 1.0, 768) == 1
     cfg = load_train_config(overrides=["arch.H_cycles=3", "arch.L_cycles=6", "curriculum.start_H_cycles=1",
                                        "curriculum.start_L_cycles=2", "curriculum.epochs=10",
                                        "halt_schedule.start_prob=0.5", "halt_schedule.end_prob=0.1",

@@ -36,7 +36,7 @@ from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.data import PuzzleLoader
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
-from trm_kaggle.train.schedules import cosine_lr, cycles_at, exploration_at
+from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,9 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     ema = EMA(model, cfg.ema_rate) if cfg.ema else None
     fingerprint = ckpt.dataset_fingerprint(cfg.data_paths)
     steps_per_epoch = max(1e-9, loader.batches_per_epoch)
-    total_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))  # the schedule's length; max_steps only stops early
+    # the schedule's length (upstream's formula); max_steps only stops early
+    total_steps = total_train_steps(cfg.epochs, loader.total_groups, loader.metadata.mean_puzzle_examples,
+                                    cfg.global_batch_size)
     stop_at = min(total_steps, cfg.max_steps) if cfg.max_steps else total_steps
 
     step, carries = 0, None
@@ -294,9 +296,9 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             batch = {k: batch[k].to(rt.device, non_blocking=True) for k in ("inputs", "labels", "puzzle_identifiers")}
             epoch = step / steps_per_epoch
 
-            # schedules: lr, recursion curriculum, halting exploration
-            lr = cosine_lr(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
-            emb_lr = cosine_lr(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+            # schedules: lr (of optimizer step `step + 1`, as upstream), recursion curriculum, halting exploration
+            lr = lr_at_step(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+            emb_lr = lr_at_step(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
             if dense is not None:
                 for g in dense.param_groups:
                     g["lr"] = lr

@@ -7,6 +7,21 @@ import math
 from trm_kaggle.config import TrainConfig
 
 
+def total_train_steps(epochs: int, total_groups: int, mean_puzzle_examples: float, global_batch_size: int) -> int:
+    """The schedule's length in optimizer steps, computed as upstream does: the product in this
+    order, then truncated with int(). (At least 1: a dataset smaller than one global batch per
+    run still trains a step, where upstream would train none.)"""
+    return max(1, int(epochs * total_groups * mean_puzzle_examples / global_batch_size))
+
+
+def lr_at_step(completed_steps: int, base_lr: float, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """The learning rate of the next optimizer step, after `completed_steps` steps.
+
+    Upstream increments its step counter before computing the rate, so optimizer step k
+    (k = 1, 2, ...) uses cosine_lr(k): the first step already has lr(1) > 0."""
+    return cosine_lr(completed_steps + 1, base_lr, warmup_steps, total_steps, min_ratio)
+
+
 def cosine_lr(step: int, base_lr: float, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
     """Linear warmup from 0, then cosine decay to `min_ratio * base_lr` (upstream's schedule;
     its default min_ratio 1.0 means constant after warmup)."""
