@@ -312,7 +312,7 @@ def check_same(ours: Ours, up: Upstream, data) -> str:
     ok = all(o <= 3 * u + 1e-6 for o, u in zip(eo, eu))
     fmt = lambda e: f"logits {e[0]:.1e}, loss {e[1]:.1e}, grads {e[2]:.1e}"  # noqa: E731
     return (f"{'OK' if ok else 'MISMATCH'}: relative error against a float64 run of upstream: "
-            f"ours [{fmt(eo)}], upstream in the same dtype [{fmt(eu)}]")
+            f"ours [{fmt(eo)}], upstream in the same dtype ({up.dtype}) [{fmt(eu)}]")
 
 
 def time_block(step: Callable, batches, start: int, n: int):
@@ -365,7 +365,11 @@ def main(argv=None) -> int:
         print(f"ours runs in {ours_dtype}, upstream in {args.dtype}")
     ours = Ours(a, args.batch, False, ours_dtype)
     if up is not None and not args.no_check:
-        print("same weights, one step, ours vs upstream:", check_same(ours, up, batches[0]))
+        # Like with like: the check runs upstream in ours' dtype, even when the timed upstream runs in
+        # another (bf16 rounding through 21 recursive calls is far larger than float32's; comparing
+        # ours in bf16 with upstream in float32 would only measure that).
+        twin = up if ours_dtype == args.dtype else Upstream(a, args.batch, args.upstream_dir, ours_dtype)
+        print(f"same weights, one step, ours vs upstream, both in {ours_dtype}:", check_same(ours, twin, batches[0]))
     trainers = [ours] + ([up] if up is not None else [])
     if args.compile:
         compiled = Ours(a, args.batch, True, ours_dtype)
