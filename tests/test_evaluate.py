@@ -235,6 +235,37 @@ def test_command_line_on_an_export(dataset, tmp_path, capsys):
     assert main(["evaluate", "--weights", str(tmp_path / "missing"), "--data", str(dataset)]) == 2
 
 
+def test_command_line_pools_saved_votes_like_the_api(dataset, tmp_path, capsys):
+    """`evaluate --save-votes` then `--pool-with`: upstream's aggregated pass@K over two checkpoints."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.evaluate.vote import VoteTable
+    from trm_kaggle.train.checkpoint import export_inference, load_model_for_dataset
+
+    for name, seed in (("early", 1), ("late", 2)):
+        model = make_model(dataset, seed=seed)
+        export_inference(tmp_path / name, model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    common = ["--data", str(dataset), "--device", "cpu", "--batch-size", "32", "--no-progress"]
+    assert main(["evaluate", "--weights", str(tmp_path / "early"), "--save-votes", str(tmp_path / "v1.npz")]
+                + common) == 0
+    assert main(["evaluate", "--weights", str(tmp_path / "late"), "--pool-with", str(tmp_path / "v1.npz"),
+                 "--save-votes", str(tmp_path / "v2.npz")] + common) == 0
+    out = capsys.readouterr().out
+    assert "POOLED with 1 earlier evaluation" in out
+    # the same numbers through the Python API
+    early = evaluate(load_model_for_dataset(tmp_path / "early", dataset, "cpu")[0], dataset, batch_size=32)
+    late = evaluate(load_model_for_dataset(tmp_path / "late", dataset, "cpu")[0], dataset, batch_size=32,
+                    pool_with=early.table)
+    assert f"pass@1 {late.pass_at_k_task_macro[1]:.4f}" in out.split("POOLED")[1]
+    assert late.votes.ranked(("12997ef3", 1))[0]["votes"] <= 18 and len(late.table) == len(early.table)
+    # --save-votes keeps this evaluation's votes only, never the pooled ones
+    saved = VoteTable.load(tmp_path / "v2.npz")
+    assert len(saved) == len(early.table) and np.array_equal(saved.keys, late.table.keys)
+    (tmp_path / "junk.npz").write_text("junk")
+    assert main(["evaluate", "--weights", str(tmp_path / "late"), "--pool-with", str(tmp_path / "junk.npz")]
+                + common) == 2
+    assert "junk.npz: not a votes file" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("c++", "g++", "clang++")),
                     reason="torch.compile on CPU needs a C++ compiler")
 def test_compiled_model_gives_the_same_evaluation(dataset, tmp_path, capsys):

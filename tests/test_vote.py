@@ -144,3 +144,91 @@ def test_ranked_grids_for_submissions_drop_empty_grids():
     out = r.ranked_grids()
     assert len(out[s]) == 1 and same(out[s][0], A)
     assert len(r.ranked_grids(drop_empty=False)[s]) == 2
+
+
+# ---------------------------------------------------------------------------
+# Upstream's reported ARC/pass@K: votes pooled over every evaluation of a run
+# ---------------------------------------------------------------------------
+
+
+def upstream_pooled_pass_at_k(rounds, truths, ks):
+    """Upstream's evaluators/arc.py with aggregated_voting=True, from its formulas: one dict of
+    predictions that every evaluation round appends to and none clears; per test input the
+    candidates rank by (count, mean sigmoid q) descending (a stable sort: ties keep first
+    appearance); pass@K = mean over tasks of the fraction of test inputs solved in the top K."""
+    preds: dict = {}
+    for votes in rounds:  # never cleared between rounds
+        for (task, test), grid, q in votes:
+            preds.setdefault((task, test), []).append((grid.shape, grid.tobytes(), 1 / (1 + np.exp(-q))))
+    tasks: dict = {}
+    for task, test in truths:
+        tasks.setdefault(task, []).append(test)
+    correct = {k: 0.0 for k in ks}
+    for task, tests in tasks.items():
+        solved = {k: 0 for k in ks}
+        for test in tests:
+            p_map: dict = {}
+            for shape, data, q in preds.get((task, test), []):
+                stats = p_map.setdefault((shape, data), [0, 0.0])
+                stats[0] += 1
+                stats[1] += q
+            for stats in p_map.values():
+                stats[1] /= stats[0]
+            ranked = sorted(p_map.items(), key=lambda kv: kv[1], reverse=True)
+            truth = truths[(task, test)]
+            for k in ks:
+                solved[k] += any(h == (truth.shape, truth.tobytes()) for h, _ in ranked[:k])
+        for k in ks:
+            correct[k] += solved[k] / len(tests)
+    return {k: correct[k] / len(tasks) for k in ks}
+
+
+def test_pooled_votes_reproduce_upstreams_aggregated_pass_at_k():
+    rng = np.random.default_rng(4)
+    pool = [A, B, C, D, np.array([[7, 7]], dtype=np.uint8)]
+    slots = [(f"task{t}", i) for t in range(6) for i in range(1 + t % 2)]
+    truths = {s: pool[int(rng.integers(len(pool)))] for s in slots}
+    rounds = []
+    for r in range(4):  # four evaluations during one training run; later ones lean towards the truth
+        votes = []
+        for s in slots:
+            flat = s[0] in ("task0", "task3")  # q_halt exactly 0 there: exact ties, broken by first appearance
+            for _ in range(int(rng.integers(1, 6))):
+                grid = truths[s] if rng.random() < 0.15 * r else pool[int(rng.integers(len(pool)))]
+                votes.append((s, grid, 0.0 if flat else float(rng.normal())))
+        rounds.append(votes)
+    ks = (1, 2, 3, 5)
+    tables = [VoteTable.from_grids(v) for v in rounds]
+    pooled = tables[0]
+    differs = False
+    for n in range(1, len(rounds) + 1):
+        if n > 1:
+            pooled = pooled.merge(tables[n - 1])  # oldest first, as upstream appended
+        ours = score(pooled.tally(), truths, ks).pass_at_k_task_macro
+        expected = upstream_pooled_pass_at_k(rounds[:n], truths, ks)
+        assert ours == pytest.approx(expected, abs=1e-12), f"after evaluation {n}"
+        alone = score(tables[n - 1].tally(), truths, ks).pass_at_k_task_macro
+        differs |= alone != pytest.approx(expected, abs=1e-12)
+    assert differs, "the case must be one where pooling changes the reported numbers"
+
+
+def test_votes_file_round_trip_and_refusals(tmp_path):
+    from trm_kaggle.errors import DataError
+
+    table = VoteTable.from_grids([(("t", 0), A, 0.5), (("u|1", 1), C, -2.0), (("t", 0), B, 1.0)])
+    path = tmp_path / "votes.npz"
+    table.save(path)
+    back = VoteTable.load(path)
+    assert back.slots == table.slots and np.array_equal(back.keys, table.keys)
+    assert np.array_equal(back.slot, table.slot) and np.array_equal(back.q_halt, table.q_halt)
+    assert np.array_equal(back.order, table.order)
+    assert [c["votes"] for c in back.tally().ranked(("t", 0))] == [1, 1]
+    VoteTable.from_grids([]).save(tmp_path / "empty.npz")
+    assert len(VoteTable.load(tmp_path / "empty.npz")) == 0
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    for bad in (tmp_path / "bad.npz", tmp_path / "missing.npz"):
+        with pytest.raises(DataError, match=bad.name):
+            VoteTable.load(bad)
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    with pytest.raises(DataError, match="not a votes file"):
+        VoteTable.load(tmp_path / "other.npz")

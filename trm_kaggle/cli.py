@@ -305,6 +305,11 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--tasks", default=None, help="comma-separated task ids to draw in the report")
     p.add_argument("--first", type=int, default=5, help="draw the first N tasks when --tasks is not given")
     p.add_argument("--no-pictures", action="store_true")
+    p.add_argument("--save-votes", default=None, metavar="FILE",
+                   help="write this evaluation's votes (.npz) so later evaluations can pool with them")
+    p.add_argument("--pool-with", nargs="+", default=None, metavar="FILE",
+                   help="pool with the votes of earlier evaluations (files of --save-votes, oldest first): "
+                        "how upstream's aggregated voting reports ARC/pass@K; off by default")
     _common(p)
     p.set_defaults(func=cmd_evaluate)
 
@@ -314,6 +319,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from trm_kaggle.train.checkpoint import load_model_for_dataset
     from trm_kaggle.train.runtime import pick_device
 
+    from trm_kaggle.evaluate.vote import VoteTable
+
+    pooled = None
+    for path in args.pool_with or []:  # read first: a bad file stops before any inference
+        table = VoteTable.load(path)
+        pooled = table if pooled is None else pooled.merge(table)
+    extra = {"pooled_evaluations": len(args.pool_with)} if args.pool_with else {}
     device = pick_device(args.device)
     model, _, note = load_model_for_dataset(args.weights, args.data, device)
     if note:
@@ -321,8 +333,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.compile:
         model.compile_net()  # lazy: compiles in the first batch
     result = evaluate(model, args.data, batch_size=args.batch_size, device=device, early_exit=args.early_exit,
-                      max_steps=args.max_steps, weighting=args.weighting, progress=args.progress)
-    print(format_metrics(result.summary()))
+                      max_steps=args.max_steps, weighting=args.weighting, pool_with=pooled, progress=args.progress)
+    print(format_metrics({**result.summary(), **extra}))
+    if args.save_votes:
+        result.table.save(args.save_votes)  # this evaluation's votes only, never the pooled ones
     if args.report_dir:
         tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
         paths = write_report(result, args.report_dir, tasks=tasks, first_n=args.first, pictures=not args.no_pictures)
@@ -334,13 +348,19 @@ def format_metrics(s: dict) -> str:
     """The evaluation's numbers, each under its own unmistakable name."""
     passk = ", ".join(f"pass@{k} {v:.4f}" for k, v in s["pass_at_k_task_macro"].items())
     t = s["timing"]
-    return "\n".join([
+    lines = []
+    pooled = s.get("pooled_evaluations", 0)
+    if pooled:
+        lines.append(f"POOLED with {pooled} earlier evaluation{'s' if pooled > 1 else ''} (upstream's aggregated "
+                     "voting): the numbers below are not this model's alone")
+    lines += [
         f"ARC Prize score (micro-average over {s['num_test_outputs']} test outputs, 2 attempts): {s['arc_prize_score']:.4f}",
         f"per-task macro pass@K over {s['num_tasks']} tasks (upstream's ARC/pass@K): {passk}",
         f"token_accuracy (per token over all augmented copies; NOT a solve rate): {s['token_accuracy']:.4f}",
         f"{s['num_examples']:,} examples, {t['examples_per_second']:.1f} examples/s, "
         f"{100 * t['share_outside_model']:.1f} % of the time outside the model",
-    ])
+    ]
+    return "\n".join(lines)
 
 
 def _add_validate_submission(sub) -> None:

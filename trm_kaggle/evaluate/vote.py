@@ -31,14 +31,18 @@ counts, predicted or not.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from trm_kaggle.atomic import atomic_write
+from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.decode import grid_to_key, key_shapes, key_to_grid
 
 PASS_KS = (1, 2, 5, 10, 100, 1000)
+VOTES_FORMAT = "trm_kaggle.votes/1"
 ATTEMPTS = 2  # ARC Prize: two attempts per test output
 Slot = tuple[str, int]
 Weighting = Literal["count", "q_halt"]
@@ -116,6 +120,34 @@ class VoteTable:
 
     def tally(self, weighting: Weighting = "count") -> "VoteResult":
         return tally(self, weighting)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the votes to an .npz file (atomically; plain arrays, loadable without pickle)."""
+        width = self.keys.dtype.itemsize
+        arrays = {
+            "format": np.array(VOTES_FORMAT),
+            "slot_tasks": np.array([t for t, _ in self.slots], dtype=str),
+            "slot_tests": np.array([i for _, i in self.slots], dtype=np.int64),
+            "slot": self.slot, "q_halt": self.q_halt, "order": self.order,
+            "keys": np.ascontiguousarray(self.keys).view(np.uint8).reshape(len(self.keys), width),
+        }
+        atomic_write(path, lambda f: np.savez(f, **arrays))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "VoteTable":
+        """Votes written by `save` (e.g. `trm-kaggle evaluate --save-votes`); one clear error otherwise."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if str(z["format"]) != VOTES_FORMAT:
+                    raise ValueError(f"format {str(z['format'])!r}")
+                keys = z["keys"]
+                slots = list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist()))
+                return cls(slots, z["slot"], np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1),
+                           z["q_halt"], z["order"])
+        except FileNotFoundError:
+            raise DataError(f"{path}: no such votes file") from None
+        except (OSError, KeyError, ValueError, IndexError) as e:
+            raise DataError(f"{path}: not a votes file written by `trm-kaggle evaluate --save-votes` ({e})") from None
 
 
 @dataclass
