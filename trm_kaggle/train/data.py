@@ -103,8 +103,8 @@ def _check_structure(path: Path, split: Split) -> None:
                         f"{split.metadata.num_puzzle_identifiers - 1} (num_puzzle_identifiers)")
 
 
-def _merge_metadata(paths: list[Path], metas: list[DatasetMetadata], num_examples: int,
-                    num_puzzles: int, num_groups: int) -> DatasetMetadata:
+def _merge_metadata(paths: list[Path], metas: list[DatasetMetadata], num_puzzles: int,
+                    num_groups: int) -> DatasetMetadata:
     first = metas[0]
     for path, meta in zip(paths[1:], metas[1:]):
         for field in _MUST_AGREE:
@@ -117,7 +117,9 @@ def _merge_metadata(paths: list[Path], metas: list[DatasetMetadata], num_example
         pad_id=first.pad_id, ignore_label_id=first.ignore_label_id, blank_identifier_id=first.blank_identifier_id,
         vocab_size=first.vocab_size, seq_len=first.seq_len,
         num_puzzle_identifiers=sum(m.num_puzzle_identifiers for m in metas),
-        total_groups=num_groups, mean_puzzle_examples=num_examples / max(1, num_puzzles),
+        # upstream's arithmetic (the schedule's length truncates a product of this value)
+        total_groups=num_groups, mean_puzzle_examples=sum(m.mean_puzzle_examples * m.total_puzzles for m in metas)
+        / max(1, sum(m.total_puzzles for m in metas)),
         total_puzzles=num_puzzles, sets=[SET_NAME],
     )
 
@@ -180,8 +182,7 @@ class PuzzleLoader:
         self.puzzle_offsets = [0, *np.cumsum(n_pz).tolist()]
         self.group_offsets = [0, *np.cumsum(n_gr).tolist()]
         self.identifier_offsets = [0, *np.cumsum([m.num_puzzle_identifiers for m in metas]).tolist()][:-1]
-        self.metadata = _merge_metadata(self.dataset_paths, metas, self.example_offsets[-1],
-                                        self.puzzle_offsets[-1], self.group_offsets[-1])
+        self.metadata = _merge_metadata(self.dataset_paths, metas, self.puzzle_offsets[-1], self.group_offsets[-1])
 
         # Merged index arrays, int64, in memory (they are small: one entry per puzzle or group).
         # puzzle p owns global examples [_puzzle_starts[p], _puzzle_starts[p+1]);
