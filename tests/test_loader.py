@@ -18,7 +18,7 @@ import torch
 
 from trm_kaggle.data.format import DatasetWriter
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.train.data import IGNORE_LABEL_ID, EvalBatch, PuzzleLoader
+from trm_kaggle.data.loader import IGNORE_LABEL_ID, EvalBatch, PuzzleLoader
 
 SEQ_LEN, VOCAB = 8, 6
 

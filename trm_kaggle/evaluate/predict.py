@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from trm_kaggle.data.format import load_identifiers
 from trm_kaggle.errors import TRMError
-from trm_kaggle.train.data import PuzzleLoader
+from trm_kaggle.data.loader import PuzzleLoader
 
 
 @dataclass

@@ -106,7 +106,7 @@ def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int
     """Exact and token accuracy on (up to `max_examples` of) the tasks' demonstration pairs, the only
     answers known inside the kernel: fine-tuning should raise them."""
     from trm_kaggle.data.format import load_split
-    from trm_kaggle.train.data import IGNORE_LABEL_ID
+    from trm_kaggle.data.loader import IGNORE_LABEL_ID
 
     split = load_split(data_dir, "train")
     idx = np.linspace(0, split.num_examples - 1, num=min(max_examples, split.num_examples)).astype(np.int64)
@@ -130,7 +130,7 @@ def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int
 
 def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None):
     """Fine-tune from the pretrained export; returns the run directory (resumes an earlier run)."""
-    from trm_kaggle.train.data import PuzzleLoader
+    from trm_kaggle.data.loader import PuzzleLoader
     from trm_kaggle.train.loop import train
 
     probe = PuzzleLoader([str(data_dir)], "train", 1, seed=cfg.seed, prefetch=0)

@@ -34,7 +34,7 @@ from trm_kaggle.optim.adam_atan2 import AdamATan2
 from trm_kaggle.optim.ema import EMA
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.data import PuzzleLoader
+from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cosine_lr, cycles_at, exploration_at
 

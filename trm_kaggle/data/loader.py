@@ -1,4 +1,4 @@
-"""The training and evaluation data loader.
+"""Datasets -> batches: the training and evaluation data loader.
 
 `PuzzleLoader` reads one or more dataset directories (ours or upstream's: the format
 is the same, see `trm_kaggle.data.format`) and yields batches of torch tensors:
@@ -43,8 +43,8 @@ import torch
 from trm_kaggle.data.format import SET_NAME, DatasetMetadata, Split, load_identifiers, load_split
 from trm_kaggle.errors import DataError, TRMError
 
-# Label value the losses ignore (the same constant as `trm_kaggle.model.losses.IGNORE_LABEL_ID`;
-# kept here too so that the loader does not depend on the model package).
+# The label value the losses ignore. Upstream's batches replace the dataset's ignore label
+# (0 in ARC datasets) by -100; the model's losses import it from here.
 IGNORE_LABEL_ID = -100
 
 STATE_VERSION = 1
