@@ -219,7 +219,7 @@ def test_report_files(dataset, tmp_path):
 
 def test_command_line_on_an_export(dataset, tmp_path, capsys):
     from trm_kaggle.cli import main
-    from trm_kaggle.train.checkpoint import export_inference
+    from trm_kaggle.model.export import export_inference
 
     model = make_model(dataset, H_cycles=1)
     export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
@@ -240,7 +240,7 @@ def test_command_line_on_an_export(dataset, tmp_path, capsys):
 def test_compiled_model_gives_the_same_evaluation(dataset, tmp_path, capsys):
     """`evaluate --compile` (compile_net) votes for the same candidates as the eager model."""
     from trm_kaggle.cli import main
-    from trm_kaggle.train.checkpoint import export_inference
+    from trm_kaggle.model.export import export_inference
 
     torch._dynamo.reset()
     model = make_model(dataset, H_cycles=2)

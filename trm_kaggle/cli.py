@@ -257,7 +257,7 @@ def cmd_import_upstream(args: argparse.Namespace) -> int:
     from trm_kaggle.model.trm import TinyRecursiveModel
     from trm_kaggle.model.upstream import (arch_config_from_upstream_yaml, from_upstream_state_dict, read_all_config,
                                            read_checkpoint)
-    from trm_kaggle.train.checkpoint import export_inference
+    from trm_kaggle.model.export import export_inference
 
     ckpt_path = Path(args.checkpoint)
     run_cfg = read_all_config(args.config or ckpt_path.parent)
@@ -311,7 +311,7 @@ def _add_evaluate(sub) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from trm_kaggle.evaluate.report import evaluate, write_report
-    from trm_kaggle.train.checkpoint import load_model_for_dataset
+    from trm_kaggle.model.export import load_model_for_dataset
     from trm_kaggle.train.runtime import pick_device
 
     device = pick_device(args.device)
@@ -403,7 +403,7 @@ def _add_submit(sub) -> None:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from trm_kaggle.config import SolveConfig
-    from trm_kaggle.kaggle.solve import solve
+    from trm_kaggle.solve.solve import solve
 
     report = solve(SolveConfig(**_config_kwargs(args, SolveConfig.model_fields)))
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
@@ -429,11 +429,11 @@ def _add_estimate(sub) -> None:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from trm_kaggle.config import ArchConfig
-    from trm_kaggle.kaggle.estimate import estimate, format_estimate
+    from trm_kaggle.solve.estimate import estimate, format_estimate
     from trm_kaggle.train.runtime import pick_device
 
     if args.weights:
-        from trm_kaggle.train.checkpoint import read_export
+        from trm_kaggle.model.export import read_export
 
         config, _ = read_export(args.weights)
         arch, seq_len, vocab = ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"]
@@ -477,8 +477,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from trm_kaggle.evaluate.report import evaluate, write_report
     from trm_kaggle.kaggle.bundle import build_bundle
     from trm_kaggle.kaggle.metadata import BundleIds
-    from trm_kaggle.kaggle.solve import solve
-    from trm_kaggle.train.checkpoint import load_model_for_dataset
+    from trm_kaggle.solve.solve import solve
+    from trm_kaggle.model.export import load_model_for_dataset
     from trm_kaggle.train.loop import train
     from trm_kaggle.train.settings import load_train_config
 
