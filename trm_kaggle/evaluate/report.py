@@ -26,7 +26,6 @@ Command line:
 from __future__ import annotations
 
 import io
-import json
 import os
 import time
 from dataclasses import dataclass, field
