@@ -180,7 +180,8 @@ def _add_train(sub) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from trm_kaggle.train.checkpoint import export_run
     from trm_kaggle.train.loop import train
-    from trm_kaggle.train.settings import describe_presets, dump_config, load_train_config
+    from trm_kaggle.train.presets import describe_presets
+    from trm_kaggle.train.settings import dump_config, load_train_config
 
     if args.list_presets:
         print(describe_presets())
