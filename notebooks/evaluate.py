@@ -28,7 +28,7 @@
 #
 # The defaults evaluate the smoke run of the `train` notebook on the dataset of `build_dataset`: all 120
 # ARC-AGI-2 evaluation tasks x 9 augmented copies (1,503 predictions of up to 4 ACT steps each). That is slow on
-# a CPU (about 1 to 5 examples/s for the smoke model on 2 cores): use a GPU, or point `DATA_DIR` at a smaller
+# a CPU (a few examples/s for the smoke model; benchmarks/bench_evaluate.py measures a machine): use a GPU, or point `DATA_DIR` at a smaller
 # dataset (fewer tasks or a smaller `NUM_AUG`) for a quick look.
 
 # %% tags=["parameters"]
