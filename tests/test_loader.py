@@ -411,3 +411,15 @@ def test_reads_upstream_dataset_without_total_puzzles(tmp_path):
     assert batch["inputs"].dtype == torch.int32 and (batch["labels"][:, 7] == IGNORE_LABEL_ID).all()
     test_loader = PuzzleLoader(root, "test", global_batch_size=4)
     assert sum(i.num_real for i in test_loader) == sum(sizes)
+
+
+def test_examples_gathers_the_rows_asked_for_in_order(mixed):
+    path, layouts = mixed
+    lay = layouts["test"]
+    loader = PuzzleLoader(path, "test", global_batch_size=4, prefetch=0)
+    wanted = [5, 0, 3, 3]
+    batch = loader.examples(wanted)
+    _, decoded = decode(batch["inputs"])
+    assert decoded.tolist() == wanted
+    assert batch["puzzle_identifiers"].tolist() == lay.puzzle_identifier[lay.example_puzzle[wanted]].tolist()
+    assert (batch["labels"][:, 7] == IGNORE_LABEL_ID).all()
