@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch
 
+from trm_kaggle import xla
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.trm import TinyRecursiveModel
@@ -41,15 +42,22 @@ def seconds_per_call(fn: Callable[[], object], device: torch.device, repeats: in
     The step timer of the solver: `estimate` times training and inference steps with it, and
     `trm_kaggle.solve.solve.inference_seconds` the inference step it reserves time for.
     """
-    fn()  # warm-up
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    fn()  # warm-up (on XLA: the compilation)
+    _wait(device)
     t = time.perf_counter()
     for _ in range(repeats):
         fn()
+        if device.type == "xla":
+            xla.step_boundary()  # one call, one program (else the repeats would form a new, larger graph)
+    _wait(device)
+    return (time.perf_counter() - t) / repeats
+
+
+def _wait(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - t) / repeats
+    elif device.type == "xla":
+        xla.wait()
 
 
 def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = 100, finetune_steps: int = 500,
