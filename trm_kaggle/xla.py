@@ -181,6 +181,12 @@ def from_host_(tensors: list[torch.Tensor], host: list[torch.Tensor]) -> None:
         t.copy_(h.to(t.device))
 
 
+def no_grad_for(device: torch.device):
+    """The no-gradient mode for inference on `device`: inference_mode, except on XLA, whose tensors
+    cannot be inference tensors (no_grad there)."""
+    return torch.no_grad() if torch.device(device).type == "xla" else torch.inference_mode()
+
+
 def all_reduce_(tensors: list[torch.Tensor]) -> None:
     """Sum each tensor across replicas, in place: one XLA all-reduce inside the step's graph."""
     import torch_xla.core.xla_model as xm

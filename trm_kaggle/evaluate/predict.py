@@ -131,7 +131,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     model.eval()
     bar = tqdm(total=N, desc="predict", unit="ex", disable=not progress, dynamic_ncols=True)
     try:
-        with torch.inference_mode():
+        with xla.no_grad_for(device):
             for item in loader:
                 n = item.num_real
                 if n == 0:

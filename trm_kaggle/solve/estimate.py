@@ -91,7 +91,7 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = 100, finetune
     eval_carry = model.initial_carry(eval_batch)
 
     def eval_step():
-        with torch.inference_mode():
+        with xla.no_grad_for(device):
             model(eval_carry, eval_batch)
 
     row_step_s = seconds_per_call(eval_step, device, repeats) / rows

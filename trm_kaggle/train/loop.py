@@ -241,9 +241,10 @@ def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, bat
     if rt.device.type == "xla":
         xla.step_boundary()  # XLA: run the reduction before the host reads it
     model.train(was_training)
-    n = max(1.0, totals[0].item())
-    return {"eval_examples": int(totals[0].item()), "eval_exact_accuracy": totals[1].item() / n,
-            "eval_token_accuracy": totals[2].item() / n, "eval_steps": totals[3].item() / n}
+    count, exact, token, steps = totals.tolist()  # one host read
+    n = max(1.0, count)
+    return {"eval_examples": int(count), "eval_exact_accuracy": exact / n, "eval_token_accuracy": token / n,
+            "eval_steps": steps / n}
 
 
 def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None,
@@ -400,7 +401,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                 if e > last_eval_epoch:
                     last_eval_epoch = e
                     result.eval_metrics = _evaluate(model, ema, cfg, rt)
-                    metric_log.write({"step": step, "epoch": step / steps_per_epoch, **result.eval_metrics})
+                    metric_log.write({"step": step, "epoch": step / steps_per_epoch, **result.eval_metrics,
+                                      **(watch.record() if watch is not None else {})})  # XLA: eval compilations
                     if cfg.checkpoint_every_eval:
                         _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint)
                     if on_eval is not None and on_eval(step, result.eval_metrics):
@@ -465,7 +467,10 @@ def _evaluate(model, ema, cfg, rt) -> dict[str, float]:
     if ema is None:
         return evaluate_split(model, cfg, rt)
     with ema.applied(model):
-        return evaluate_split(model, cfg, rt)
+        metrics = evaluate_split(model, cfg, rt)
+    if rt.device.type == "xla":
+        xla.step_boundary()  # XLA: restore the live weights now, not inside the next step's graph
+    return metrics
 
 
 def _gather_carries(carries: list[Carry], rt: Runtime) -> list[Any]:
