@@ -240,3 +240,17 @@ def test_out_of_memory_retries_with_a_smaller_micro_batch(sudoku4, tmp_path, mon
     train(cfg_for(sudoku4, tmp_path / "ref", "max_steps=3", "micro_batch_size=2"))
     a, b = final_params(tmp_path / "auto"), final_params(tmp_path / "ref")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_ranks_that_disagree_about_resuming_are_refused(monkeypatch, tmp_path):
+    """On several hosts checkpoint_path must be shared: a rank that finds no state while another does is an error."""
+    from trm_kaggle.train import loop
+    from trm_kaggle.train.runtime import Runtime
+
+    rt = Runtime(torch.device("cpu"), torch.float32, "test", rank=0, world_size=2)
+    monkeypatch.setattr(loop, "all_reduce_", lambda ts: None)  # the other rank found nothing: the sum stays 1
+    with pytest.raises(TRMError, match="1 of 2 ranks find a train state .*filesystem every host sees"):
+        loop._check_every_rank_sees([tmp_path / "state_step00000004.pt"], tmp_path, rt)
+    loop._check_every_rank_sees([], tmp_path, rt)  # nobody resumes: fine
+    monkeypatch.setattr(loop, "all_reduce_", lambda ts: ts[0].mul_(2))  # both found one
+    loop._check_every_rank_sees([tmp_path / "state_step00000004.pt"], tmp_path, rt)

@@ -249,3 +249,32 @@ def test_collectives_of_a_single_replica(xla_device):
     (got_t, got_flags), = xla.gather_to_cpu([t, flags], world=1)
     assert torch.equal(got_t, torch.arange(6.0).view(2, 3)) and torch.equal(got_flags, torch.tensor([True, False]))
     assert xla.all_gather_rows(t).shape == (2, 3)
+
+
+def test_submit_on_xla_writes_cpus_submission(xla_device, tmp_path):
+    """`trm-kaggle submit --device xla`: dataset, fine-tuning (train on XLA), inference and voting give
+    the submission the CPU gives."""
+    from conftest import random_task
+
+    from trm_kaggle.config import ArchConfig, SolveConfig
+    from trm_kaggle.model.export import export_inference
+    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.solve.solve import solve
+
+    rng = np.random.default_rng(0)
+    challenges = tmp_path / "challenges.json"
+    challenges.write_text(json.dumps({f"t{i:03d}": random_task(rng, max_side=5)[0] for i in range(2)}))
+    arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
+                      puzzle_emb_len=1, forward_dtype="float32")
+    torch.manual_seed(0)
+    export_inference(tmp_path / "weights", TinyRecursiveModel(arch, 900, 12, 10), arch=arch, seq_len=900,
+                     vocab_size=12, mean_embedding=True)
+    reports = {}
+    for device in ("cpu", "xla"):
+        reports[device] = solve(SolveConfig(
+            challenges=str(challenges), weights=str(tmp_path / "weights"), output=str(tmp_path / f"{device}.json"),
+            work_dir=str(tmp_path / f"work_{device}"), num_aug=2, finetune_steps=3, global_batch_size=8,
+            eval_batch_size=16, device=device, progress=False, safety_margin=0.0))
+    assert reports["xla"]["valid"] and reports["xla"]["errors"] == [] and reports["xla"]["finetune_steps"] == 3
+    assert (tmp_path / "xla.json").read_text() == (tmp_path / "cpu.json").read_text()
+    assert reports["xla"]["after_finetune"] == pytest.approx(reports["cpu"]["after_finetune"], abs=TOL)

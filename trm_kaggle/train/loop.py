@@ -289,6 +289,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
 
     step, carries = 0, None
     states = ckpt.list_states(run_dir)
+    if rt.distributed:
+        _check_every_rank_sees(states, run_dir, rt)
     if states:
         step, carries = _resume(states[-1], cfg, rt, model, dense, sparse, ema, loader, fingerprint)
         if rt.is_main:
@@ -471,6 +473,19 @@ def _evaluate(model, ema, cfg, rt) -> dict[str, float]:
     if rt.device.type == "xla":
         xla.step_boundary()  # XLA: restore the live weights now, not inside the next step's graph
     return metrics
+
+
+def _check_every_rank_sees(states: list[Path], run_dir: Path, rt: Runtime) -> None:
+    """Every rank resumes or none does: on several hosts, checkpoint_path must be a directory all of them
+    see (rank 0 writes the states), or the ranks that find none would start over from other weights."""
+    seen = torch.tensor([1.0 if states else 0.0]).to(rt.device)
+    all_reduce_([seen])
+    if rt.device.type == "xla":
+        xla.step_boundary()  # XLA: run the reduction before the host reads it
+    count = int(seen.item())
+    if count not in (0, rt.world_size):
+        raise TRMError(f"{count} of {rt.world_size} ranks find a train state in {run_dir}: put checkpoint_path on a "
+                       "filesystem every host sees (rank 0 writes the states; every rank reads them to resume)")
 
 
 def _gather_carries(carries: list[Carry], rt: Runtime) -> list[Any]:

@@ -103,7 +103,7 @@ def _check_xla_config(cfg: TrainConfig, world_size: int) -> None:
     if cfg.auto_batch:
         raise TRMError("auto_batch=True retries a step after an out-of-memory error, which XLA reports when the step "
                        "is compiled, not while it is recorded; set micro_batch_size=N instead")
-    if world_size == 1 and xla.local_devices() > 1:
+    if world_size == 1 and xla.device_kind() != "CPU" and xla.local_devices() > 1:
         log.warning("this host has %d XLA devices and this run uses one: `trm-kaggle train --xla-launch ...` runs a "
                     "replica on each", xla.local_devices())
 
