@@ -13,7 +13,7 @@ from typing import Callable
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle.metadata import (
-    DEFAULT_PREFIX, KERNEL_META, BundleIds, has_meta, publishable_modes, kernel_metadata,
+    DEFAULT_PREFIX, KERNEL_META, BundleIds, publishable_modes, kernel_metadata,
 )
 
 DEFAULT_NOTEBOOK = Path("notebooks") / "kaggle_submission.ipynb"
@@ -76,7 +76,7 @@ def build_kernel(out_dir: str | os.PathLike, notebook: str | os.PathLike, *, ids
     nb, warnings = adapt_notebook(read_notebook(notebook), ids)
     for w in warnings:
         log(f"warning: {notebook}: {w}")
-    with atomic_directory(out_dir, is_replaceable=has_meta(KERNEL_META)) as tmp:
+    with atomic_directory(out_dir, kind="kaggle kernel") as tmp:
         atomic_write_text(tmp / notebook.name, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         meta = kernel_metadata(ids, notebook.name, enable_gpu=enable_gpu)
         atomic_write_json(tmp / KERNEL_META, meta, indent=2)

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write_json
@@ -157,11 +157,6 @@ def publishable_modes(directory: Path) -> None:
 
 def dataset_metadata(ident: str, title: str | None = None) -> dict:
     return {"title": title or ident.split("/", 1)[1], "id": ident, "licenses": [{"name": LICENSE}]}
-
-
-def has_meta(name: str) -> Callable[[Path], bool]:
-    """A test for `atomic_directory(is_replaceable=...)`: the directory holds the metadata file `name`."""
-    return lambda p: (p / name).is_file()
 
 
 def tail_lines(text: str, lines: int = 25) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle.metadata import (
-    DATASET_META, LICENSE, MODEL_CARD, REPO_ROOT, BundleIds, has_meta, dataset_metadata, write_manifest,
+    DATASET_META, LICENSE, MODEL_CARD, REPO_ROOT, BundleIds, dataset_metadata, write_manifest,
 )
 from trm_kaggle.kaggle.wheels import install_line
 
@@ -117,7 +117,7 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
             n_tensors = len(list(f.keys()))
     except Exception as e:
         raise TRMError(f"{export_dir / 'weights.safetensors'}: unreadable safetensors file: {e}") from None
-    with atomic_directory(out_dir, is_replaceable=has_meta(DATASET_META)) as tmp:
+    with atomic_directory(out_dir, kind="kaggle weights dataset") as tmp:
         log(f"copying the export {export_dir}")
         for name in ("weights.safetensors", "config.json"):
             shutil.copy2(export_dir / name, tmp / name)

@@ -80,7 +80,7 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
         "puzzle_embedding": "mean" if mean_embedding else "full",
         "info": info or {},
     }
-    with atomic_directory(out_dir, is_replaceable=lambda p: (p / "config.json").exists()) as tmp:
+    with atomic_directory(out_dir, kind="export") as tmp:
         save_file(tensors, str(tmp / "weights.safetensors"), metadata={"format": EXPORT_FORMAT})
         os.chmod(tmp / "weights.safetensors", 0o644)  # safetensors writes it private; exports are shared
         atomic_write_json(tmp / "config.json", config, indent=2)
