@@ -78,20 +78,13 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON",
                         "than 10 levels)") from None
 
 
-def read_json(path: str | os.PathLike, what: str = "JSON file", hint: str | None = None,
-              on_duplicate: Callable[[str], None] | None = None) -> Any:
-    """Parsed JSON of a file, or DataError naming the file and the one problem.
-
-    `what` names the file's role in messages ("dataset.json", "challenges file"); `hint` is added
-    when the file does not exist (e.g. what usually produces it).
-    """
-    path = Path(path)
+def _read_bytes(path: Path, what: str, hint: str | None) -> bytes:
     try:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise DataError(f"{path}: {what} of {size:,} bytes is larger than the {MAX_BYTES:,} bytes this "
                             "package reads")
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{path}: {what} not found" + (f" ({hint})" if hint else "")) from None
     except IsADirectoryError:
@@ -100,4 +93,24 @@ def read_json(path: str | os.PathLike, what: str = "JSON file", hint: str | None
         raise DataError(f"{path}: {what} not found (a part of the path is a file, not a directory)") from None
     except OSError as e:
         raise DataError(f"{path}: unreadable {what}: {e.strerror or e}") from None
-    return parse_json(data, str(path), what, on_duplicate)
+
+
+def read_text(path: str | os.PathLike, what: str = "text file", hint: str | None = None) -> str:
+    """A text file (YAML configs, JSON lines) decoded as `read_json` decodes, with the same one-line errors."""
+    path = Path(path)
+    try:
+        return _text(_read_bytes(path, what, hint))
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: unreadable {what}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                        f"{e.start}; save it as UTF-8)") from None
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file", hint: str | None = None,
+              on_duplicate: Callable[[str], None] | None = None) -> Any:
+    """Parsed JSON of a file, or DataError naming the file and the one problem.
+
+    `what` names the file's role in messages ("dataset.json", "challenges file"); `hint` is added
+    when the file does not exist (e.g. what usually produces it).
+    """
+    path = Path(path)
+    return parse_json(_read_bytes(path, what, hint), str(path), what, on_duplicate)

@@ -12,6 +12,7 @@ from typing import Callable
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
     DEFAULT_PREFIX, KERNEL_META, BundleIds, publishable_modes, kernel_metadata,
 )
@@ -28,10 +29,7 @@ def read_notebook(path: Path) -> dict:
     if not path.is_file():
         raise TRMError(f"notebook {path} does not exist yet (it is written separately: "
                        f"{DEFAULT_NOTEBOOK}); pass another one with --notebook")
-    try:
-        nb = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise TRMError(f"{path}: not a readable notebook: {e}") from None
+    nb = read_json(path, "notebook")
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise TRMError(f"{path}: not a Jupyter notebook (no 'cells' list)")
     return nb

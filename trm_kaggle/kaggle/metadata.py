@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from trm_kaggle import __version__
-from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
 
 # ---------------------------------------------------------------------------
 # Constants
@@ -134,10 +135,11 @@ def sha256_file(path: Path) -> str:
 
 
 def write_manifest(directory: Path, extra: dict | None = None) -> dict:
-    """`manifest.json`: sha256 and size of every other file in `directory` (recursively)."""
+    """`manifest.json`: sha256 and size of every other file in `directory` (recursively; the owner
+    record `atomic_directory` adds afterwards is bookkeeping, not content)."""
     files = {}
     for p in sorted(directory.rglob("*")):
-        if p.is_file() and p.name != MANIFEST:
+        if p.is_file() and p.name not in (MANIFEST, OWNER_RECORD):
             rel = p.relative_to(directory).as_posix()
             files[rel] = {"sha256": sha256_file(p), "size": p.stat().st_size}
     manifest = {"trm_kaggle_version": __version__, **(extra or {}), "files": files}
@@ -240,7 +242,9 @@ def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets
     if meta.get("enable_internet") is not False and "enable_internet" in meta:
         problems.append(("enable_internet", "must be false: ARC Prize submissions run without internet"))
     code = meta.get("code_file")
-    if isinstance(code, str) and code and kernel_dir is not None and not (Path(kernel_dir) / code).is_file():
+    if isinstance(code, str) and code and Path(code).name != code:  # a name read from a file: never a path
+        problems.append(("code_file", f"{code!r} must be a file name in the kernel folder, not a path"))
+    elif isinstance(code, str) and code and kernel_dir is not None and not (Path(kernel_dir) / code).is_file():
         problems.append(("code_file", f"{code!r} does not exist in {kernel_dir}"))
     known = set(bundle_datasets)
     for src in meta.get("dataset_sources") or []:
@@ -259,12 +263,7 @@ def validate_kernel_metadata(meta: Any, kernel_dir: Path | None, bundle_datasets
 
 
 def _load_meta(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TRMError(f"{path}: missing (build the bundle first)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise TRMError(f"{path}: unreadable: {e}") from None
+    return read_json(path, "metadata file", hint="build the bundle first")
 
 
 def validate_bundle(out_dir: str | os.PathLike) -> dict:

@@ -28,6 +28,7 @@ import torch
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_text
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, resize_puzzle_embedding
 from trm_kaggle.model.trm import TinyRecursiveModel
 
@@ -213,13 +214,13 @@ def read_all_config(path: Union[str, os.PathLike]) -> Dict[str, Any]:
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, "all_config.yaml")
+    text = read_text(path, "run config", hint="upstream writes all_config.yaml beside its checkpoints")
     try:
-        with open(path, encoding="utf-8") as f:
-            cfg = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise TRMError(f"{path}: not found (upstream writes all_config.yaml beside its checkpoints)") from None
+        cfg = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise TRMError(f"{path}: not valid YAML: {err}") from None
+        raise TRMError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    except RecursionError:
+        raise TRMError(f"{path}: not a run config: nested too deeply") from None
     if not isinstance(cfg, dict):
         raise TRMError(f"{path}: expected a mapping at the top level")
     return cfg
