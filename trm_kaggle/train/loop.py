@@ -29,7 +29,7 @@ from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.dtype import DTYPES
-from trm_kaggle.model.export import PUZZLE_EMB_KEY, read_export, resize_puzzle_embedding
+from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.model.trm import Carry, TinyRecursiveModel
@@ -106,9 +106,7 @@ def load_initial_weights(model: TinyRecursiveModel, path: str) -> None:
     if key in state and model.puzzle_emb is not None and state[key].shape != model.puzzle_emb.weights.shape:
         state = dict(state)
         state[key] = resize_puzzle_embedding(state[key], model.puzzle_emb.weights.shape[0])
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise TRMError(f"{path}: weights do not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    fit_state_dict(model, state, str(path))
 
 
 def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel):
