@@ -255,8 +255,8 @@ class SolveConfig(_Config):
     weights: str  # an export directory (trm-kaggle export / import-upstream)
     output: str = "submission.json"
     work_dir: str = "ttt_work"  # dataset, fine-tuning states (a restarted kernel resumes from them)
-    time_budget: Optional[float] = None  # seconds for everything; None = no limit
-    safety_margin: float = 60.0  # seconds kept free at the end of the budget
+    time_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False)  # seconds for everything; None = no limit
+    safety_margin: float = Field(60.0, ge=0, allow_inf_nan=False)  # seconds kept free at the end of the budget
     num_aug: int = Field(100, ge=0)  # augmentations per task, for fine-tuning and for voting
     finetune: Literal["embeddings", "all", "none"] = "embeddings"
     finetune_steps: int = Field(500, ge=0)

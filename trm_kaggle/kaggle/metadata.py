@@ -148,6 +148,26 @@ def write_manifest(directory: Path, extra: dict | None = None) -> dict:
     return manifest
 
 
+def verify_manifest(directory: Path) -> int:
+    """Check every file `manifest.json` lists against its size and sha256; TRMError naming the first
+    that is missing or differs (a weights file changed or cut short after the build). Returns the count."""
+    directory = Path(directory)
+    manifest = read_json(directory / MANIFEST, MANIFEST, hint="build the bundle first")
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise TRMError(f"{directory / MANIFEST}: no 'files' to check")
+    for rel, entry in files.items():
+        path = directory / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:  # a name read from a file: never a path outside
+            raise TRMError(f"{directory / MANIFEST}: entry {rel!r} is not a path inside {directory}")
+        if not isinstance(entry, dict) or not path.is_file():
+            raise TRMError(f"{path}: listed in {MANIFEST} but missing; rebuild the bundle")
+        if path.stat().st_size != entry.get("size") or sha256_file(path) != entry.get("sha256"):
+            raise TRMError(f"{path}: differs from {MANIFEST} (size {path.stat().st_size:,} bytes, manifest "
+                           f"{entry.get('size')}); it changed after the build: rebuild the bundle")
+    return len(files)
+
+
 def publishable_modes(directory: Path) -> None:
     """Files 0644 (scripts 0755) and directories 0755: temporary files are created 0600."""
     for p in [directory, *directory.rglob("*")]:
