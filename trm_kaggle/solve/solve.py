@@ -218,7 +218,7 @@ def solve(cfg: SolveConfig) -> dict[str, Any]:
         raise
     except Exception as e:  # the model path failed: the fallback on disk stays the answer
         report["errors"].append(str(e) if isinstance(e, TRMError) else f"{type(e).__name__}: {e}")
-        if not isinstance(e, TRMError):
+        if work.is_dir():
             _note(work / "error.log", traceback.format_exc())
         log.error("model path failed (%s); the submission holds the fallback answers", e)
         candidates = {}
