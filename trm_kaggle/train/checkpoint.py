@@ -118,7 +118,7 @@ def load_train_state(path: Path) -> dict[str, Any]:
         raise TRMError(f"{path}: no such checkpoint") from None
     except Exception as e:  # truncated zip, foreign pickle, ...
         raise TRMError(f"{path}: not a readable train state (truncated or not written by trm-kaggle?): "
-                       f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+                       f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}") from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise TRMError(f"{path}: not a trm-kaggle train state (for upstream step_N files use `trm-kaggle import-upstream`)")
     return state
