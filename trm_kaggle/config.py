@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Config(BaseModel):
@@ -100,6 +100,69 @@ class MazeBuildConfig(_Config):
     progress: bool = True
 
 
+class CodeRepairBuildConfig(_Config):
+    """`trm-kaggle build-code-repair`: (buggy, fixed) Python snippets as token grids.
+
+    The corpus is a directory of .py files (None: this interpreter's standard library).
+    Snippets are functions, or blocks inside functions, that fit the `grid` (ROWSxCOLS).
+    Synthetic bug types are listed in `trm_kaggle.data.code_bugs.BUG_TYPES`; `lint` adds
+    pairs from `ruff --fix` ("auto": when ruff is installed).
+    """
+
+    output_dir: str
+    corpus: Optional[str] = None
+    grid: str = "64x48"  # rows x columns; a row holds one line of code
+    tokens: Literal["char", "bpe"] = "char"
+    bpe_vocab_size: int = Field(1024, ge=95)  # pieces, the 95 printable characters included (tokens = this + 2)
+    bug_types: Optional[list[str]] = None  # synthetic types to make; None = all
+    mutations_per_type: int = Field(1, ge=1)  # pairs of each type per snippet, at most
+    lint: Literal["auto", "on", "off"] = "auto"
+    min_lines: int = Field(3, ge=1)
+    max_snippets_per_file: Optional[int] = Field(None, ge=1)
+    strip_docstrings: bool = False  # docstrings take most of a small grid; doctests live in them
+    max_files: Optional[int] = Field(None, ge=1)  # a seeded sample of the corpus (quick experiments)
+    val_fraction: float = Field(0.05, ge=0.0, lt=1.0)  # of the files
+    test_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    seed: int = 0
+    workers: int = Field(0, ge=0)  # 0 = one per CPU core
+    progress: bool = True
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, v: str) -> str:
+        parts = v.lower().split("x")
+        if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"grid must be ROWSxCOLS with positive sizes, e.g. 64x48, got {v!r}")
+        return f"{int(parts[0])}x{int(parts[1])}"
+
+    @property
+    def rows(self) -> int:
+        return int(self.grid.split("x")[0])
+
+    @property
+    def cols(self) -> int:
+        return int(self.grid.split("x")[1])
+
+
+class RepairEvalConfig(_Config):
+    """`trm-kaggle evaluate-repair`: exact-fix rates of a model on a code-repair test split.
+
+    `doctests` and `test_command` run the code the model wrote (and the reference fix) in
+    a subprocess, in a temporary directory, each run stopped after `time_limit` seconds.
+    """
+
+    weights: str
+    data: str
+    batch_size: int = Field(64, ge=1)
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    max_examples: Optional[int] = Field(None, ge=1)  # the first N test pairs
+    doctests: bool = False
+    test_command: Optional[str] = None  # run in the directory holding snippet.py; "{file}" is its path
+    time_limit: float = Field(10.0, gt=0)
+    report: Optional[str] = None  # write the metrics and every example's outcome here (JSON)
+    progress: bool = True
+
+
 # ---------------------------------------------------------------------------
 # Model (upstream `config/arch/trm.yaml`)
 # ---------------------------------------------------------------------------
@@ -151,6 +214,29 @@ class HaltScheduleConfig(_Config):
     epochs: int = 0  # 0 = off
 
 
+class TrainStage(_Config):
+    """One stage of a data curriculum: while it lasts, training samples only the examples it allows.
+
+    The filter reads per-example metadata (a code-repair dataset's repair_meta.jsonl):
+    `bug_types` (None = all) and `max_difficulty` (None = no cap). The stage's learning rate
+    is the run's schedule times `lr_scale`, or the schedule rescaled to the base `lr` when
+    that is given. `share` is the stage's part of the run's steps; shares are normalised.
+    """
+
+    name: str = ""
+    bug_types: Optional[list[str]] = None
+    max_difficulty: Optional[float] = None
+    lr: Optional[float] = Field(None, gt=0)
+    lr_scale: float = Field(1.0, gt=0)
+    share: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_lr(self) -> "TrainStage":
+        if self.lr is not None and self.lr_scale != 1.0:
+            raise ValueError("a stage sets lr or lr_scale, not both")
+        return self
+
+
 class TrainConfig(_Config):
     arch: ArchConfig = Field(default_factory=ArchConfig)
     data_paths: list[str] = Field(default_factory=list)
@@ -200,6 +286,8 @@ class TrainConfig(_Config):
 
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     halt_schedule: HaltScheduleConfig = Field(default_factory=HaltScheduleConfig)
+    # data curriculum: stages in order over the run's steps (empty = sample everything throughout)
+    stages: list[TrainStage] = Field(default_factory=list)
 
     @field_validator("global_batch_size", "epochs")
     @classmethod

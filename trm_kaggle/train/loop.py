@@ -37,6 +37,7 @@ from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.data import PuzzleLoader
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
+from trm_kaggle.train.stages import StagePlan
 
 log = logging.getLogger(__name__)
 
@@ -267,6 +268,11 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     total_steps = total_train_steps(cfg.epochs, loader.total_groups, loader.metadata.mean_puzzle_examples,
                                     cfg.global_batch_size)
     stop_at = min(total_steps, cfg.max_steps) if cfg.max_steps else total_steps
+    stages = StagePlan.from_config(cfg, loader, stop_at) if cfg.stages else None
+    if stages is not None:
+        loader.set_group_filter(stages.group_mask_at)
+        if rt.is_main:
+            log.warning("data curriculum: %s", stages.describe())
 
     step, carries = 0, None
     states = ckpt.list_states(run_dir)
@@ -297,8 +303,10 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             epoch = step / steps_per_epoch
 
             # schedules: lr (of optimizer step `step + 1`, as upstream), recursion curriculum, halting exploration
-            lr = lr_at_step(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
-            emb_lr = lr_at_step(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+            # (a data curriculum scales both by its current stage's factor)
+            factor = stages.lr_factor(step) if stages is not None else 1.0
+            lr = factor * lr_at_step(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+            emb_lr = factor * lr_at_step(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
             if dense is not None:
                 for g in dense.param_groups:
                     g["lr"] = lr
@@ -348,6 +356,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             sums["steps_logged"] = sums.get("steps_logged", 0) + 1
             if step % cfg.log_interval == 0 or step == stop_at:
                 record = _summarise(sums, step, step / steps_per_epoch, lr, cfg.global_batch_size)
+                if stages is not None:
+                    record["stage"] = stages.index_at(step - 1) + 1  # the stage of the step just taken
                 elapsed = time.perf_counter() - t_start
                 record["examples_per_s"] = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
                 record["elapsed_s"] = elapsed

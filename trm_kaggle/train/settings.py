@@ -155,6 +155,36 @@ PRESETS: dict[str, dict] = {
         "ema": True,
         "ema_rate": 0.99,
     }),
+    "repair-cpu": _preset("base", "code repair on a CPU: a small model for short snippets (build-code-repair "
+                          "--grid 8x32 --strip-docstrings), float32, no puzzle embedding (every pair is its own)", {
+        "arch": {"hidden_size": 128, "num_heads": 4, "expansion": 2.0, "H_cycles": 2, "L_cycles": 2, "L_layers": 2,
+                 "halt_max_steps": 4, "puzzle_emb_ndim": 0, "forward_dtype": "float32"},
+        "global_batch_size": 64,
+        "lr": 1e-3,
+        "lr_warmup_steps": 50,
+        "weight_decay": 0.1,
+        "epochs": 20,
+        "eval_interval": None,
+        "ema": False,
+        "device": "cpu",
+    }),
+    # --- data curricula ---
+    "repair-curriculum": _preset("modifier", "the code-repair spec's five stages: syntax bugs first, then logic "
+                                 "bugs by difficulty, all bugs at half the LR last (needs repair_meta.jsonl)", {
+        "stages": [
+            {"name": "syntax", "bug_types": ["missing_colon", "unbalanced_bracket", "bad_indent"],
+             "max_difficulty": 0.3, "share": 0.15},
+            {"name": "syntax+operators", "bug_types": ["missing_colon", "unbalanced_bracket", "bad_indent",
+                                                       "flipped_comparison", "wrong_operator"],
+             "max_difficulty": 0.45, "share": 0.2},
+            {"name": "+returns,off-by-one,lint", "bug_types": ["missing_colon", "unbalanced_bracket", "bad_indent",
+                                                               "flipped_comparison", "wrong_operator",
+                                                               "removed_return", "off_by_one", "lint"],
+             "max_difficulty": 0.6, "share": 0.2},
+            {"name": "all types", "max_difficulty": 0.75, "share": 0.2},
+            {"name": "all", "lr_scale": 0.5, "share": 0.25},
+        ],
+    }),
     # --- ablations: modifiers to combine with a base preset ---
     "no-ema": _preset("modifier", "turn off the EMA of the weights (ema=False)", {"ema": False}),
     **{

@@ -1,0 +1,92 @@
+"""Linter-derived repair pairs: what `ruff --fix` would change in a snippet.
+
+ruff (an optional dependency: `pip install -e '.[repair]'`) checks a batch of snippets
+in one subprocess call and reports each violation with its fix as text edits. Each
+safe fix becomes its own pair, labelled with its rule code: the buggy side is the
+snippet as written, the fixed side the snippet with that one fix applied, so the pair
+differs at one place, like the synthetic ones. ruff reads the code; nothing runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+from trm_kaggle.errors import TRMError
+
+# Rule families whose safe fixes repair something a reader would call a mistake or a
+# clumsy construct (comparisons, f-strings without fields, old idioms, redundant calls).
+RULES = ["E7", "F5", "F6", "UP", "SIM", "C4", "PIE", "RET", "PERF", "PLR1714", "RUF0"]
+TARGET_VERSION = "py310"
+TIME_LIMIT_S = 120.0
+
+
+@dataclass(frozen=True)
+class LintFix:
+    snippet: int  # index into the list given to `lint_fixes`
+    rule: str
+    fixed: str
+    line: int  # 1-based line of the violation in the snippet
+
+
+def ruff_binary() -> str | None:
+    """The ruff executable of this environment, or None when ruff is not installed."""
+    try:
+        from ruff.__main__ import find_ruff_bin
+
+        return os.fsdecode(find_ruff_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("ruff")
+
+
+def lint_fixes(snippets: list[str], ruff: str, time_limit: float = TIME_LIMIT_S) -> list[LintFix]:
+    """Every safe single-violation fix ruff offers for `snippets`, in snippet order."""
+    if not snippets:
+        return []
+    with tempfile.TemporaryDirectory(prefix="trm-ruff-") as tmp:
+        for i, text in enumerate(snippets):
+            with open(os.path.join(tmp, f"s{i:06d}.py"), "w", encoding="ascii") as f:
+                f.write(text + "\n")
+        cmd = [ruff, "check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json",
+               "--target-version", TARGET_VERSION, "--select", ",".join(RULES), tmp]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit)
+        except subprocess.TimeoutExpired:
+            raise TRMError(f"ruff took more than {time_limit:.0f} s on {len(snippets)} snippets") from None
+        except OSError as e:
+            raise TRMError(f"cannot run ruff ({ruff}): {e.strerror}") from None
+        if done.returncode != 0:
+            raise TRMError(f"ruff failed (exit {done.returncode}): {done.stderr.strip()[:300]}")
+    out = []
+    for v in json.loads(done.stdout or "[]"):
+        fix = v.get("fix") or {}
+        if fix.get("applicability") != "safe" or not fix.get("edits"):
+            continue
+        index = int(os.path.basename(v["filename"])[1:7])
+        fixed = _apply(snippets[index], fix["edits"])
+        if fixed is not None and fixed != snippets[index]:
+            out.append(LintFix(index, v["code"], fixed, int(v["location"]["row"])))
+    out.sort(key=lambda f: (f.snippet, f.line, f.rule))
+    return out
+
+
+def _apply(text: str, edits: list[dict]) -> str | None:
+    """`text` with ruff's edits (1-based rows and columns) applied; None if they overlap."""
+    starts = [0]
+    for line in text.split("\n"):
+        starts.append(starts[-1] + len(line) + 1)
+
+    def offset(loc: dict) -> int:
+        return starts[loc["row"] - 1] + loc["column"] - 1
+
+    spans = sorted((offset(e["location"]), offset(e["end_location"]), e.get("content") or "") for e in edits)
+    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+        return None
+    source = text + "\n"  # ruff saw the file with its final newline
+    for start, end, content in reversed(spans):
+        source = source[:start] + content + source[end:]
+    return source[:-1] if source.endswith("\n") else None
