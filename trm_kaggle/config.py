@@ -113,7 +113,7 @@ class CodeRepairBuildConfig(_Config):
     corpus: Optional[str] = None
     grid: str = "64x48"  # rows x columns; a row holds one line of code
     tokens: Literal["char", "bpe"] = "char"
-    bpe_vocab_size: int = Field(1024, ge=95)  # pieces, the 95 printable characters included (tokens = this + 2)
+    bpe_vocab_size: int = Field(1024, ge=95, le=32000)  # pieces, the 95 printable characters included (tokens = this + 2)
     bug_types: Optional[list[str]] = None  # synthetic types to make; None = all
     mutations_per_type: int = Field(1, ge=1)  # pairs of each type per snippet, at most
     lint: Literal["auto", "on", "off"] = "auto"
@@ -155,7 +155,7 @@ class RepairEvalConfig(_Config):
     data: str
     batch_size: int = Field(64, ge=1)
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    max_examples: Optional[int] = Field(None, ge=1)  # the first N test pairs
+    max_runs: Optional[int] = Field(None, ge=1)  # run doctests / the test command on the first N chosen pairs
     doctests: bool = False
     test_command: Optional[str] = None  # run in the directory holding snippet.py; "{file}" is its path
     time_limit: float = Field(10.0, gt=0)

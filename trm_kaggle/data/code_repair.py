@@ -428,7 +428,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
             (writer.tmp_dir / TOKENIZER_FILE).write_text(tokenizer_json, encoding="utf-8")
         tasks = [files[i:i + FILES_PER_TASK] for i in range(0, len(files), FILES_PER_TASK)]
         workers = min(_workers(cfg.workers), len(tasks))
-        bar = tqdm(total=len(files), unit="file", desc="build-code-repair", disable=not cfg.progress)
+        bar = tqdm(total=len(files), unit="file", desc="build-code-repair", disable=not cfg.progress, leave=False)
         try:
             for results in _run(tasks, workers, init_args):
                 for r in results:
@@ -475,6 +475,22 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
                    duplicates=dict(duplicates), pairs=info["pairs"], total_pairs=total,
                    pairs_per_second=total / max(seconds, 1e-9), workers=workers, lint=bool(ruff))
     return summary
+
+
+def format_build_summary(s: dict) -> str:
+    """What `trm-kaggle build-code-repair` prints: totals, speed, skips, then pairs per type and split."""
+    skipped = ", ".join(f"{v} {k}" for k, v in sorted(s["skipped_files"].items())) or "none"
+    lines = [f"built {s['output_dir']}: {s['total_pairs']:,} pairs ({s['train']['examples']:,} train / "
+             f"{s['val']['examples']:,} val / {s['test']['examples']:,} test) from {s['files']:,} files in "
+             f"{s['seconds']:.1f} s, {s['pairs_per_second']:,.0f} pairs/s on {s['workers']} worker(s)",
+             f"  files skipped: {skipped}; duplicates dropped: {s['duplicates'].get('snippets', 0):,} snippets, "
+             f"{s['duplicates'].get('pairs', 0):,} pairs; linter pairs {'on' if s['lint'] else 'off'}",
+             f"  {'bug type':<20}{'train':>9}{'val':>9}{'test':>9}"]
+    for name in code_bugs.BUG_TYPES:
+        counts = [s["pairs"][split].get(name, 0) for split in SPLITS]
+        if any(counts):
+            lines.append(f"  {name:<20}" + "".join(f"{c:>9,}" for c in counts))
+    return "\n".join(lines)
 
 
 def _run(tasks: list[list[str]], workers: int, init_args: tuple) -> Iterator[list[FileResult]]:

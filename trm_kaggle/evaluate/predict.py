@@ -33,7 +33,7 @@ from trm_kaggle.train.data import PuzzleLoader
 class Predictions:
     """Model outputs for every test-split example, in dataset order (row i = example i)."""
 
-    tokens: np.ndarray  # (N, seq_len) uint8: argmax of the logits
+    tokens: np.ndarray  # (N, seq_len) argmax of the logits: uint8 (int16 for vocabularies over 256 tokens)
     q_halt: np.ndarray  # (N,) float32: q_halt logit at the step the example stopped
     steps: np.ndarray  # (N,) int32: ACT steps run
     puzzle_index: np.ndarray  # (N,) int64: puzzle of the split the example belongs to
@@ -116,7 +116,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
         raise TRMError(f"the model was built for seq_len {seq_len_model}, {dataset_dir} has {meta.seq_len}")
 
     N, L = loader.num_examples, meta.seq_len
-    tokens = np.zeros((N, L), dtype=np.uint8)
+    tokens = np.zeros((N, L), dtype=np.uint8 if _wide_tokens(model) is None else np.int16)
     q_halt = np.zeros(N, dtype=np.float32)
     steps_run = np.full(N, -1, dtype=np.int32)  # -1: not predicted (deadline)
     puzzle_index = np.zeros(N, dtype=np.int64)
@@ -160,12 +160,17 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                        seconds_total=time.perf_counter() - t_start, device=str(device))
 
 
+def _wide_tokens(model: torch.nn.Module) -> torch.dtype | None:
+    """int16 when the model's vocabulary does not fit uint8 (a BPE code-repair model), else None."""
+    return torch.int16 if getattr(model, "vocab_size", 0) > 256 else None
+
+
 def _run_batch(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_steps: int, early_exit: bool):
     """(tokens uint8 (B, L), q_halt float32 (B,), steps int32 (B,), (rows forwarded, calls)) of one batch."""
     B = batch["inputs"].shape[0]
     device = batch["inputs"].device
     L = batch["inputs"].shape[1]
-    tokens = torch.empty(B, L, dtype=torch.uint8, device=device)
+    tokens = torch.empty(B, L, dtype=_wide_tokens(model) or torch.uint8, device=device)
     q_out = torch.empty(B, dtype=torch.float32, device=device)
     steps_out = torch.empty(B, dtype=torch.int32, device=device)
     active = torch.arange(B, device=device)  # original row of each row still running
@@ -187,7 +192,7 @@ def _run_batch(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_steps
             all_done = last or bool(done.all())
             idx = active if all_done else active[done]
             logits = out["logits"] if all_done else out["logits"][done]
-            tokens[idx] = logits.argmax(-1).to(torch.uint8)
+            tokens[idx] = logits.argmax(-1).to(tokens.dtype)
             q_out[idx] = q if all_done else q[done]
             steps_out[idx] = step
             if all_done:
