@@ -157,9 +157,9 @@ PRESETS: dict[str, dict] = {
     }),
     "repair-cpu": _preset("base", "code repair on a CPU: a small model for short snippets (build-code-repair "
                           "--grid 8x32 --strip-docstrings), float32, no puzzle embedding (every pair is its own)", {
-        "arch": {"hidden_size": 128, "num_heads": 4, "expansion": 2.0, "H_cycles": 2, "L_cycles": 2, "L_layers": 2,
+        "arch": {"hidden_size": 64, "num_heads": 4, "expansion": 2.0, "H_cycles": 2, "L_cycles": 2, "L_layers": 2,
                  "halt_max_steps": 4, "puzzle_emb_ndim": 0, "forward_dtype": "float32"},
-        "global_batch_size": 64,
+        "global_batch_size": 32,
         "lr": 1e-3,
         "lr_warmup_steps": 50,
         "weight_decay": 0.1,
