@@ -83,7 +83,10 @@ def _apply(text: str, edits: list[dict]) -> str | None:
     def offset(loc: dict) -> int:
         return starts[loc["row"] - 1] + loc["column"] - 1
 
-    spans = sorted((offset(e["location"]), offset(e["end_location"]), e.get("content") or "") for e in edits)
+    try:
+        spans = sorted((offset(e["location"]), offset(e["end_location"]), e.get("content") or "") for e in edits)
+    except (KeyError, IndexError, TypeError):  # an edit outside the text: not one we can trust
+        return None
     if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
         return None
     source = text + "\n"  # ruff saw the file with its final newline

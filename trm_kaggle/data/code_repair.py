@@ -304,7 +304,12 @@ def process_files(paths: list[str]) -> list[FileResult]:
             if w.ruff:
                 lint_jobs.append((result, sp, text))
     if lint_jobs:
-        for fix in code_lint.lint_fixes([text for _, _, text in lint_jobs], w.ruff):
+        try:
+            fixes = code_lint.lint_fixes([text for _, _, text in lint_jobs], w.ruff)
+        except TRMError:  # ruff failed on this batch: its files keep their synthetic pairs, and it is counted
+            fixes = []
+            results[0].rejected["ruff_failed_batches"] = 1
+        for fix in fixes:
             result, sp, text = lint_jobs[fix.snippet]
             if not code_bugs.parses(fix.fixed):
                 result.rejected["fixed_does_not_parse"] = result.rejected.get("fixed_does_not_parse", 0) + 1
