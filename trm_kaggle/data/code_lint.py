@@ -61,8 +61,12 @@ def lint_fixes(snippets: list[str], ruff: str, time_limit: float = TIME_LIMIT_S)
             raise TRMError(f"cannot run ruff ({ruff}): {e.strerror}") from None
         if done.returncode != 0:
             raise TRMError(f"ruff failed (exit {done.returncode}): {done.stderr.strip()[:300]}")
+    try:
+        violations = json.loads(done.stdout or "[]")
+    except json.JSONDecodeError as e:
+        raise TRMError(f"ruff printed something other than JSON ({e})") from None
     out = []
-    for v in json.loads(done.stdout or "[]"):
+    for v in violations:
         fix = v.get("fix") or {}
         if fix.get("applicability") != "safe" or not fix.get("edits"):
             continue
