@@ -1,5 +1,7 @@
 """Synthetic bugs: every mutation type breaks a snippet the way its label says, at one place."""
 
+import collections
+
 import numpy as np
 import pytest
 
@@ -92,7 +94,7 @@ def test_validate_pair_reasons():
 
 def test_mutate_labels_counts_and_determinism():
     def run(seed):
-        rejected = {}
+        rejected = collections.Counter()
         out = list(B.mutate(B.Snippet(SNIPPET), B.SYNTHETIC, 2, np.random.default_rng(seed), rejected))
         return out, rejected
 

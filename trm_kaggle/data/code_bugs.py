@@ -24,6 +24,7 @@ differs, and parses or not according to its category. Nothing here runs the code
 from __future__ import annotations
 
 import ast
+import collections
 import io
 import re
 import tokenize
@@ -386,7 +387,7 @@ class Mutation:
 
 
 def mutate(s: Snippet, bug_types: list[str], per_type: int, rng: np.random.Generator,
-           rejected: dict[str, int]) -> Iterator[Mutation]:
+           rejected: collections.Counter) -> Iterator[Mutation]:
     """Up to `per_type` valid, distinct mutations of each type, sites drawn at random.
 
     Sites are tried in a random order until `per_type` of them pass `validate_pair`, so a
@@ -398,7 +399,7 @@ def mutate(s: Snippet, bug_types: list[str], per_type: int, rng: np.random.Gener
         try:
             edits = SITES[bug_type](s)
         except (tokenize.TokenError, SyntaxError, IndexError):  # a snippet the tokenizer reads differently
-            rejected["no_sites"] = rejected.get("no_sites", 0) + 1
+            rejected["no_sites"] += 1
             continue
         kept = 0
         for i in rng.permutation(len(edits)):
@@ -410,7 +411,7 @@ def mutate(s: Snippet, bug_types: list[str], per_type: int, rng: np.random.Gener
                 continue
             reason = validate_pair(bug_type, buggy, s.text, fixed_parses=True)
             if reason:
-                rejected[reason] = rejected.get(reason, 0) + 1
+                rejected[reason] += 1
                 continue
             seen.add(buggy)
             kept += 1

@@ -133,11 +133,13 @@ def _child_bodies(node: ast.AST) -> Iterator[list[ast.stmt]]:
 
 
 def _docstring_lines(node: ast.AST) -> tuple[int, int] | None:
-    """(first, last) line of a function's or class's docstring when it has whole lines to itself."""
-    if isinstance(node, (*_FUNCTIONS, ast.ClassDef)) and node.body:
-        first = node.body[0]
+    """(first, last) line of a function's or class's docstring when it has whole lines to itself and
+    something follows it (a body left empty would not parse)."""
+    if isinstance(node, (*_FUNCTIONS, ast.ClassDef)) and len(node.body) > 1:
+        first, after = node.body[0], node.body[1]
         if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str) and len(node.body) > 1):
+                and isinstance(first.value.value, str) and node.lineno < first.lineno
+                and first.end_lineno < after.lineno):
             return first.lineno, first.end_lineno
     return None
 
@@ -160,9 +162,9 @@ def extract_snippets(source: str, tree: ast.Module, fits: Callable[[list[str]], 
         drop: set[int] = set()
         if strip_docstrings:
             for inner in ast.walk(node):
-                span = _docstring_lines(inner)
-                if span:
-                    drop.update(range(span[0], span[1] + 1))
+                doc = _docstring_lines(inner)
+                if doc:
+                    drop.update(range(doc[0], doc[1] + 1))
         indent, kept = " " * node.col_offset, []
         for n in range(start, node.end_lineno + 1):
             if n in drop:
@@ -233,7 +235,7 @@ class FileResult:
     path: str
     skipped: str | None = None  # why the whole file was skipped
     snippets: list[SnippetPairs] = field(default_factory=list)
-    rejected: dict[str, int] = field(default_factory=dict)  # pairs refused by validation, by reason
+    rejected: collections.Counter = field(default_factory=collections.Counter)  # pairs refused, by reason
 
 
 @dataclass
@@ -265,7 +267,7 @@ def process_files(paths: list[str]) -> list[FileResult]:
     w = _worker
     rows, cols = w.cfg.rows, w.cfg.cols
     bug_types = w.cfg.bug_types or code_bugs.SYNTHETIC
-    results, lint_jobs = [], []  # lint_jobs: (result, snippet, text) for one ruff call at the end
+    results, lint_jobs = [], []  # lint_jobs: (result, pairs, snippet) for one ruff call at the end
 
     def fits(lines: list[str]) -> bool:
         return w.tokens.fits(lines, rows, cols)
@@ -294,7 +296,7 @@ def process_files(paths: list[str]) -> list[FileResult]:
             try:
                 snippet = code_bugs.Snippet(text)
             except (SyntaxError, ValueError, RecursionError, MemoryError):  # a block such as 'elif' alone
-                result.rejected["snippet_does_not_parse"] = result.rejected.get("snippet_does_not_parse", 0) + 1
+                result.rejected["snippet_does_not_parse"] += 1
                 continue
             fixed = w.tokens.grid(text, rows, cols)
             sp = SnippetPairs(line, len(snippet.lines), _digest(text))
@@ -302,20 +304,20 @@ def process_files(paths: list[str]) -> list[FileResult]:
             for m in code_bugs.mutate(snippet, bug_types, w.cfg.mutations_per_type, rng, result.rejected):
                 _add_pair(sp, result, m.bug_type, None, m.buggy, text, fixed, m.depth)
             if w.ruff:
-                lint_jobs.append((result, sp, text))
+                lint_jobs.append((result, sp, snippet))
     if lint_jobs:
         try:
-            fixes = code_lint.lint_fixes([text for _, _, text in lint_jobs], w.ruff)
+            fixes = code_lint.lint_fixes([snippet.text for _, _, snippet in lint_jobs], w.ruff)
         except TRMError:  # ruff failed on this batch: its files keep their synthetic pairs, and it is counted
             fixes = []
             results[0].rejected["ruff_failed_batches"] = 1
         for fix in fixes:
-            result, sp, text = lint_jobs[fix.snippet]
+            result, sp, snippet = lint_jobs[fix.snippet]
             if not code_bugs.parses(fix.fixed):
-                result.rejected["fixed_does_not_parse"] = result.rejected.get("fixed_does_not_parse", 0) + 1
+                result.rejected["fixed_does_not_parse"] += 1
                 continue
-            line = text.split("\n")[fix.line - 1]
-            _add_pair(sp, result, "lint", fix.rule, text, fix.fixed, None, (len(line) - len(line.lstrip())) // 4)
+            depth = snippet.depth_at(snippet.offset(fix.line, 0))
+            _add_pair(sp, result, "lint", fix.rule, snippet.text, fix.fixed, None, depth)
     return results
 
 
@@ -327,7 +329,7 @@ def _add_pair(sp: SnippetPairs, result: FileResult, bug_type: str, rule: str | N
     if fixed_grid is None:
         fixed_grid = w.tokens.grid(fixed, rows, cols)
     if buggy_grid is None or fixed_grid is None:  # the edit made a line too long for the grid
-        result.rejected["does_not_fit"] = result.rejected.get("does_not_fit", 0) + 1
+        result.rejected["does_not_fit"] += 1
         return
     score = code_bugs.difficulty(bug_type, max(buggy.count("\n"), fixed.count("\n")) + 1, rows, depth)
     sp.pairs.append(Pair(bug_type, rule, score, buggy_grid, fixed_grid, _digest(buggy, fixed)))
