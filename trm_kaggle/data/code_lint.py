@@ -9,11 +9,11 @@ differs at one place, like the synthetic ones. ruff reads the code; nothing runs
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 
 from trm_kaggle.errors import TRMError
@@ -44,23 +44,30 @@ def ruff_binary() -> str | None:
 
 
 def lint_fixes(snippets: list[str], ruff: str, time_limit: float = TIME_LIMIT_S) -> list[LintFix]:
-    """Every safe single-violation fix ruff offers for `snippets`, in snippet order."""
+    """Every safe single-violation fix ruff offers for `snippets`, in snippet order.
+
+    The snippets go to ruff as one file on its standard input, two blank lines apart (no
+    file to write; the selected rules look no further than a statement or a function), and
+    each violation is mapped back to its snippet by line. A fix reaching outside its snippet
+    is dropped.
+    """
     if not snippets:
         return []
-    with tempfile.TemporaryDirectory(prefix="trm-ruff-") as tmp:
-        for i, text in enumerate(snippets):
-            with open(os.path.join(tmp, f"s{i:06d}.py"), "w", encoding="ascii") as f:
-                f.write(text + "\n")
-        cmd = [ruff, "check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json",
-               "--target-version", TARGET_VERSION, "--select", ",".join(RULES), tmp]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit)
-        except subprocess.TimeoutExpired:
-            raise TRMError(f"ruff took more than {time_limit:.0f} s on {len(snippets)} snippets") from None
-        except OSError as e:
-            raise TRMError(f"cannot run ruff ({ruff}): {e.strerror}") from None
-        if done.returncode != 0:
-            raise TRMError(f"ruff failed (exit {done.returncode}): {done.stderr.strip()[:300]}")
+    first_rows, row = [], 1
+    for text in snippets:
+        first_rows.append(row)
+        row += text.count("\n") + 3
+    cmd = [ruff, "check", "--isolated", "--no-cache", "--exit-zero", "--output-format", "json",
+           "--target-version", TARGET_VERSION, "--select", ",".join(RULES), "--stdin-filename", "snippets.py", "-"]
+    try:
+        done = subprocess.run(cmd, input="\n\n\n".join(snippets) + "\n", capture_output=True, text=True,
+                              timeout=time_limit)
+    except subprocess.TimeoutExpired:
+        raise TRMError(f"ruff took more than {time_limit:.0f} s on {len(snippets)} snippets") from None
+    except OSError as e:
+        raise TRMError(f"cannot run ruff ({ruff}): {e.strerror}") from None
+    if done.returncode != 0:
+        raise TRMError(f"ruff failed (exit {done.returncode}): {done.stderr.strip()[:300]}")
     try:
         violations = json.loads(done.stdout or "[]")
     except json.JSONDecodeError as e:
@@ -70,26 +77,31 @@ def lint_fixes(snippets: list[str], ruff: str, time_limit: float = TIME_LIMIT_S)
         fix = v.get("fix") or {}
         if fix.get("applicability") != "safe" or not fix.get("edits"):
             continue
-        index = int(os.path.basename(v["filename"])[1:7])
-        fixed = _apply(snippets[index], fix["edits"])
-        if fixed is not None and fixed != snippets[index]:
-            out.append(LintFix(index, v["code"], fixed, int(v["location"]["row"])))
+        index = bisect.bisect_right(first_rows, v["location"]["row"]) - 1
+        text = snippets[index]
+        fixed = _apply(text, fix["edits"], first_rows[index] - 1)
+        if fixed is not None and fixed != text:
+            out.append(LintFix(index, v["code"], fixed, v["location"]["row"] - first_rows[index] + 1))
     out.sort(key=lambda f: (f.snippet, f.line, f.rule))
     return out
 
 
-def _apply(text: str, edits: list[dict]) -> str | None:
-    """`text` with ruff's edits (1-based rows and columns) applied; None if they overlap."""
+def _apply(text: str, edits: list[dict], row_shift: int) -> str | None:
+    """`text` with ruff's edits applied (1-based rows of the whole file, `row_shift` rows before this
+    snippet); None if they overlap or reach outside the snippet (its final newline aside)."""
     starts = [0]
     for line in text.split("\n"):
         starts.append(starts[-1] + len(line) + 1)
 
     def offset(loc: dict) -> int:
-        return starts[loc["row"] - 1] + loc["column"] - 1
+        row, lines = loc["row"] - row_shift, len(starts) - 1
+        if not (1 <= row <= lines or (row == lines + 1 and loc["column"] == 1)):  # the start of the next line
+            raise IndexError(row)
+        return starts[row - 1] + loc["column"] - 1
 
     try:
         spans = sorted((offset(e["location"]), offset(e["end_location"]), e.get("content") or "") for e in edits)
-    except (KeyError, IndexError, TypeError):  # an edit outside the text: not one we can trust
+    except (KeyError, IndexError, TypeError):  # an edit outside the snippet: not one we can trust
         return None
     if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
         return None

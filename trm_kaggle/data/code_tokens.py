@@ -29,13 +29,12 @@ from trm_kaggle.data.grids import TEXT_EOL, TEXT_PAD, TEXT_VOCAB_SIZE, grid_to_t
 from trm_kaggle.errors import DataError, TRMError
 
 PRINTABLE = [chr(c) for c in range(32, 127)]  # the characters both vocabularies can write
-_PRINTABLE_SET = frozenset(PRINTABLE)
 TOKENIZER_FILE = "tokenizer.json"  # a BPE dataset's vocabulary, at the dataset root
 
 
 def printable(text: str) -> bool:
-    """True when every character is printable ASCII or a newline."""
-    return text.isascii() and all(ch in _PRINTABLE_SET for ch in text.replace("\n", ""))
+    """True when every character is printable ASCII or a newline (for ASCII, isprintable() is 32..126)."""
+    return text.isascii() and text.replace("\n", "").isprintable()
 
 
 class CharTokens:
