@@ -82,7 +82,7 @@ from trm_kaggle.evaluate.report import evaluate  # noqa: E402
 from trm_kaggle.evaluate.vote import PASS_KS  # noqa: E402
 from trm_kaggle.model.trm import TinyRecursiveModel  # noqa: E402
 from trm_kaggle.model.upstream import to_upstream_state_dict  # noqa: E402
-from trm_kaggle.train.checkpoint import export_inference, load_model_for_dataset  # noqa: E402
+from trm_kaggle.model.export import export_inference, load_model_for_dataset  # noqa: E402
 
 SEQ_LEN, VOCAB = 900, 12
 Q_TOL = 1e-5  # mean sigmoid(q_halt) of a candidate: float32 outputs of two implementations, 16 steps deep
@@ -626,7 +626,7 @@ def main() -> None:
                           check_parity=not q, steps_to=16, rounds=args.paper_rounds)
 
     if not args.skip_estimate:
-        from trm_kaggle.kaggle.estimate import estimate, format_estimate
+        from trm_kaggle.solve.estimate import estimate, format_estimate
         t = time.perf_counter()
         e = estimate(small, tasks=120, num_aug=100, finetune_steps=500, batch_size=4, eval_batch_size=8, repeats=1)
         log(f"\n== trm-kaggle estimate, small config on this CPU (fine-tune batch 4, eval batch 8, 1 repeat; "

@@ -46,13 +46,13 @@ DOCTESTS = False  # run doctests on fixes and predictions (runs code: see above)
 # %%
 import difflib
 
-from trm_kaggle.cli import export_run
 from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig
 from trm_kaggle.data.code_repair import build_code_repair, format_build_summary, load_repair_tokens, read_repair_meta
 from trm_kaggle.data.format import load_split
 from trm_kaggle.data.verify import verify_dataset
 from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
-from trm_kaggle.train.checkpoint import load_model_for_dataset
+from trm_kaggle.model.export import load_model_for_dataset
+from trm_kaggle.train.checkpoint import export_run
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.settings import load_train_config
 

@@ -28,7 +28,7 @@
 #
 # The defaults evaluate the smoke run of the `train` notebook on the dataset of `build_dataset`: all 120
 # ARC-AGI-2 evaluation tasks x 9 augmented copies (1,503 predictions of up to 4 ACT steps each). That is slow on
-# a CPU (about 1 to 5 examples/s for the smoke model on 2 cores): use a GPU, or point `DATA_DIR` at a smaller
+# a CPU (a few examples/s for the smoke model; benchmarks/bench_evaluate.py measures a machine): use a GPU, or point `DATA_DIR` at a smaller
 # dataset (fewer tasks or a smaller `NUM_AUG`) for a quick look.
 
 # %% tags=["parameters"]
@@ -45,7 +45,7 @@ from IPython.display import Image, Markdown, display
 
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.evaluate.report import evaluate, task_picture_png, write_report
-from trm_kaggle.train.checkpoint import load_inference_model
+from trm_kaggle.model.export import load_inference_model
 from trm_kaggle.train.runtime import pick_device
 
 # %% [markdown]

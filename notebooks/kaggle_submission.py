@@ -16,7 +16,7 @@
 # # TRM on ARC Prize 2025: offline submission kernel
 #
 # The competition kernel (internet off). It installs `trm_kaggle` from the attached wheels dataset without
-# network, then calls `trm_kaggle.kaggle.solve.solve`: the hidden test tasks' demonstration pairs become an
+# network, then calls `trm_kaggle.solve.solve.solve`: the hidden test tasks' demonstration pairs become an
 # augmented dataset, the pretrained weights are fine-tuned on it (new puzzle embeddings start from the mean
 # trained row) until the time budget says stop, every augmented test input is predicted, and the votes become
 # `submission.json`. A complete, valid submission is written in every case (tasks without predictions get a
@@ -90,7 +90,7 @@ logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", for
 # %%
 from trm_kaggle.config import SolveConfig
 from trm_kaggle.evaluate.submission import check_submission, expected_counts
-from trm_kaggle.kaggle.solve import solve
+from trm_kaggle.solve.solve import solve
 
 weights = WEIGHTS_DIR or first_dir_with("weights.safetensors")
 if weights is None:  # solve() still writes a valid fallback submission, and reports the error

@@ -17,7 +17,7 @@
 #
 # Trains a TRM on a dataset made by `build_dataset` with `trm_kaggle.train.loop.train` (the same engine as
 # `trm-kaggle train`), plots the training curves from the run's `metrics.jsonl` and exports inference weights
-# (`weights.safetensors` + `config.json`) with `trm_kaggle.cli.export_run` (`trm-kaggle export`).
+# (`weights.safetensors` + `config.json`) with `trm_kaggle.train.checkpoint.export_run` (`trm-kaggle export`).
 #
 # The defaults are a smoke run: the `cpu-smoke` preset (hidden size 64, float32, on the CPU) for a few steps,
 # a couple of minutes on a laptop CPU. It shows the mechanics, not a useful model; upstream's ARC-AGI-2 recipe
@@ -34,7 +34,7 @@ MEAN_EMBEDDING = False  # keep only the mean puzzle-embedding row in the export 
 # %%
 import matplotlib.pyplot as plt
 
-from trm_kaggle.cli import export_run
+from trm_kaggle.train.checkpoint import export_run
 from trm_kaggle.train.loop import read_metrics, train
 from trm_kaggle.train.settings import dump_config, load_train_config
 

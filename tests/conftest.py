@@ -73,7 +73,7 @@ def make_fake_wheel(directory: Path, name: str, version: str, requires: list[str
 def make_export(path: Path) -> Path:
     from trm_kaggle.config import ArchConfig
     from trm_kaggle.model.trm import TinyRecursiveModel
-    from trm_kaggle.train.checkpoint import export_inference
+    from trm_kaggle.model.export import export_inference
 
     arch = ArchConfig(hidden_size=16, num_heads=2, expansion=2.0, H_cycles=1, L_cycles=1, L_layers=1,
                       halt_max_steps=2, puzzle_emb_len=2, forward_dtype="float32")

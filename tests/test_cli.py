@@ -1,8 +1,10 @@
 """The command line as users type it: upstream's flags, clear errors, no tracebacks."""
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +80,36 @@ def test_pipeline_runs_end_to_end(tmp_path, capsys):
     from trm_kaggle.evaluate.submission import check_submission
     check_submission(w / "submission.json", w / "unseen_challenges.json")
     assert (w / "report" / "report.md").exists() and (w / "bundle" / "kernel" / "kernel-metadata.json").exists()
+
+
+def _options(help_text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", help_text))
+
+
+def test_bundle_command_takes_build_bundle_options():
+    repo = Path(__file__).resolve().parent.parent
+    script = subprocess.run([sys.executable, str(repo / "build_bundle.py"), "--help"], capture_output=True,
+                            text=True, cwd=repo)
+    command = run("bundle", "--help")
+    assert script.returncode == command.returncode == 0
+    assert _options(command.stdout) == _options(script.stdout)
+    assert {"--weights", "--no-download", "--execute", "--push", "--max-tasks"} <= _options(command.stdout)
+    assert "out_dir" in command.stdout and "out_dir" in script.stdout
+
+
+def test_common_flags_on_every_subcommand_but_bundle(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    commands = re.findall(r"^    ([a-z][a-z-]+)(?: |$)", capsys.readouterr().out, re.M)
+    assert "train" in commands and "bundle" in commands and len(commands) == 16  # build-code-repair, evaluate-repair
+    for name in commands:
+        with pytest.raises(SystemExit) as done:
+            main([name, "--help"])
+        assert done.value.code == 0
+        options = _options(capsys.readouterr().out)
+        if name == "bundle":
+            assert "--no-progress" not in options  # exactly build_bundle.py's options
+        else:
+            assert {"--no-progress", "-v", "--verbose"} <= options, name
+    assert main(["train", "--no-progress", "--preset", "cpu-smoke", "--print-config"]) == 0
+    assert "progress: false" in capsys.readouterr().out

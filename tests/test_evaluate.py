@@ -219,7 +219,7 @@ def test_report_files(dataset, tmp_path):
 
 def test_command_line_on_an_export(dataset, tmp_path, capsys):
     from trm_kaggle.cli import main
-    from trm_kaggle.train.checkpoint import export_inference
+    from trm_kaggle.model.export import export_inference
 
     model = make_model(dataset, H_cycles=1)
     export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
@@ -239,7 +239,7 @@ def test_command_line_pools_saved_votes_like_the_api(dataset, tmp_path, capsys):
     """`evaluate --save-votes` then `--pool-with`: upstream's aggregated pass@K over two checkpoints."""
     from trm_kaggle.cli import main
     from trm_kaggle.evaluate.vote import VoteTable
-    from trm_kaggle.train.checkpoint import export_inference, load_model_for_dataset
+    from trm_kaggle.model.export import export_inference, load_model_for_dataset
 
     for name, seed in (("early", 1), ("late", 2)):
         model = make_model(dataset, seed=seed)
@@ -271,7 +271,7 @@ def test_command_line_pools_saved_votes_like_the_api(dataset, tmp_path, capsys):
 def test_compiled_model_gives_the_same_evaluation(dataset, tmp_path, capsys):
     """`evaluate --compile` (compile_net) votes for the same candidates as the eager model."""
     from trm_kaggle.cli import main
-    from trm_kaggle.train.checkpoint import export_inference
+    from trm_kaggle.model.export import export_inference
 
     torch._dynamo.reset()
     model = make_model(dataset, H_cycles=2)

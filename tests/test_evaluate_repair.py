@@ -212,7 +212,8 @@ def test_cli_with_a_trained_export(dataset, tmp_path):
 
     run, weights = tmp_path / "run", tmp_path / "weights"
     assert main(["train", "--preset", "repair-cpu", f"data_paths=[{dataset}]", f"checkpoint_path={run}", "max_steps=1",
-                 "arch.hidden_size=16", "global_batch_size=4", "progress=False", "--export", str(weights)]) == 0
+                 "arch.hidden_size=16", "arch.H_cycles=1", "arch.L_cycles=1", "arch.halt_max_steps=1",
+                 "global_batch_size=4", "progress=False", "--export", str(weights)]) == 0
     p = subprocess.run([sys.executable, "-m", "trm_kaggle", "evaluate-repair", "--weights", str(weights), "--data",
                         str(dataset), "--device", "cpu", "--no-progress", "--report", str(tmp_path / "r.json")],
                        capture_output=True, text=True)

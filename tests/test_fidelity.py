@@ -33,9 +33,10 @@ import torch.nn.functional as F
 from conftest import random_task, write_prefix_subset
 from trm_kaggle.config import ArcBuildConfig, ArchConfig
 from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.loader import PuzzleLoader
+from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.data import PuzzleLoader
 from trm_kaggle.train.loop import exploration_draws, train
 from trm_kaggle.train.settings import load_train_config
 
@@ -71,7 +72,7 @@ def _initial_export(path: Path, seq_len: int, vocab: int) -> Path:
     model = TinyRecursiveModel(ArchConfig(**ARCH), seq_len, vocab, SAVED_ROWS)
     with torch.no_grad():  # a table worth averaging: row 0 (the blank id) is not zero here
         model.puzzle_emb.weights.copy_(torch.randn(SAVED_ROWS, ARCH["hidden_size"]))
-    return ckpt.export_inference(path, model, arch=ArchConfig(**ARCH), seq_len=seq_len, vocab_size=vocab)
+    return export_inference(path, model, arch=ArchConfig(**ARCH), seq_len=seq_len, vocab_size=vocab)
 
 
 # ---------------------------------------------------------------------------
@@ -109,7 +110,7 @@ def ref_loss(outputs: dict, labels: torch.Tensor) -> torch.Tensor:
 
 class Reference:
     def __init__(self, export: Path, dataset: Path):
-        config, tensors = ckpt.read_export(export)
+        config, tensors = read_export(export)
         meta = json.loads((dataset / "train" / "dataset.json").read_text())
         self.model = TinyRecursiveModel(ArchConfig(**ARCH), meta["seq_len"], meta["vocab_size"],
                                         meta["num_puzzle_identifiers"]).train()

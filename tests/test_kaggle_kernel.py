@@ -12,7 +12,7 @@ from trm_kaggle.config import ArchConfig
 from trm_kaggle.kaggle import bundle, sandbox
 from trm_kaggle.kaggle.metadata import BundleIds
 from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.train.checkpoint import export_inference
+from trm_kaggle.model.export import export_inference
 
 pytest.importorskip("papermill", reason="the notebooks extra (papermill, ipykernel) is needed to run notebooks")
 

@@ -1,4 +1,4 @@
-"""The training/evaluation data loader (trm_kaggle.train.data).
+"""The training/evaluation data loader (trm_kaggle.data.loader).
 
 Every dataset here is tiny and written with `DatasetWriter`. Each example's input row
 spells its own example index (base-5 digits in tokens 1..5, positions 0..6) and, in
@@ -18,7 +18,7 @@ import torch
 
 from trm_kaggle.data.format import DatasetWriter
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.train.data import IGNORE_LABEL_ID, EvalBatch, PuzzleLoader
+from trm_kaggle.data.loader import IGNORE_LABEL_ID, EvalBatch, PuzzleLoader
 
 SEQ_LEN, VOCAB = 8, 6
 
@@ -411,3 +411,15 @@ def test_reads_upstream_dataset_without_total_puzzles(tmp_path):
     assert batch["inputs"].dtype == torch.int32 and (batch["labels"][:, 7] == IGNORE_LABEL_ID).all()
     test_loader = PuzzleLoader(root, "test", global_batch_size=4)
     assert sum(i.num_real for i in test_loader) == sum(sizes)
+
+
+def test_examples_gathers_the_rows_asked_for_in_order(mixed):
+    path, layouts = mixed
+    lay = layouts["test"]
+    loader = PuzzleLoader(path, "test", global_batch_size=4, prefetch=0)
+    wanted = [5, 0, 3, 3]
+    batch = loader.examples(wanted)
+    _, decoded = decode(batch["inputs"])
+    assert decoded.tolist() == wanted
+    assert batch["puzzle_identifiers"].tolist() == lay.puzzle_identifier[lay.example_puzzle[wanted]].tolist()
+    assert (batch["labels"][:, 7] == IGNORE_LABEL_ID).all()

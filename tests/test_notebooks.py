@@ -252,7 +252,8 @@ def test_code_repair_notebook_executes(tmp_path, kernel_name):
         (corpus / f"mod{k}.py").write_text(module_source(k))
     nb = run_notebook("code_repair", tmp_path, kernel_name, CORPUS=str(corpus), DATA_DIR="data", GRID="12x48",
                       STRIP_DOCSTRINGS=False, MAX_FILES=None, SEED=1, RUN_DIR="run", PRESET="repair-cpu",
-                      OVERRIDES=["max_steps=2", "global_batch_size=4", "arch.hidden_size=16", "progress=False"],
+                      OVERRIDES=["max_steps=2", "global_batch_size=4", "arch.hidden_size=16", "arch.H_cycles=1",
+                                 "arch.L_cycles=1", "arch.halt_max_steps=1", "progress=False"],
                       EXPORT_DIR="weights", DOCTESTS=True)
     text = text_outputs(nb)
     assert "built data:" in text and "trained 2 steps" in text

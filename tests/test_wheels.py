@@ -28,7 +28,7 @@ def test_trm_kaggle_wheel_installs_offline(built, tmp_path):
     assert len(wheels) == 1 and f"-{__version__}-" in wheels[0].name
     target = tmp_path / "site"
     _install_target(wheels[0], target)
-    for rel in ("trm_kaggle/__init__.py", "trm_kaggle/kaggle/solve.py", "trm_kaggle/kaggle/bundle.py",
+    for rel in ("trm_kaggle/__init__.py", "trm_kaggle/solve/solve.py", "trm_kaggle/kaggle/bundle.py",
                 "trm_kaggle/model/trm.py", "trm_kaggle/evaluate/submission.py"):
         assert (target / rel).is_file(), rel
     with zipfile.ZipFile(wheels[0]) as z:

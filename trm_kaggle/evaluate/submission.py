@@ -1,12 +1,13 @@
 """Kaggle ARC Prize submissions: build, write, validate and score them.
 
-The file format (see docs/KAGGLE.md)::
+The file format (the README's "Kaggle submissions" section)::
 
     {task_id: [{"attempt_1": grid, "attempt_2": grid}, ...]}
 
 with every task id of the challenges file, one dict per test input in the order
 of the task's test inputs, and both attempts always present. A grid is a
-rectangular list of rows of plain ints 0..9, each side 1..30.
+rectangular list of rows of plain ints 0..9, each side 1..30
+(`trm_kaggle.data.arc.grid_problem`, the same check as for the tasks).
 
 Building (`make_submission`)
 ----------------------------
@@ -56,10 +57,10 @@ from typing import Any, Iterable, Mapping, NamedTuple
 import numpy as np
 
 from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.data.arc import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.jsonio import read_json
 
-MAX_SIDE = 30
 ATTEMPTS = ("attempt_1", "attempt_2")
 FALLBACKS = ("input", "blank")
 
@@ -67,50 +68,8 @@ Grid = list[list[int]]
 GridKey = tuple[tuple[int, ...], ...]
 
 # ---------------------------------------------------------------------------
-# Grid checks
+# Grids (checked by `trm_kaggle.data.arc.grid_problem`)
 # ---------------------------------------------------------------------------
-
-
-def grid_problem(grid: Any, allow_numpy: bool = False) -> str | None:
-    """Why `grid` is not a valid ARC grid, or None when it is.
-
-    Strict: values must be plain `int` (bool is refused). With `allow_numpy`, numpy
-    integer arrays and numpy integer scalars inside lists are accepted too (used for
-    model candidates, which are converted to plain ints before they are written).
-    """
-    if isinstance(grid, np.ndarray):
-        if not allow_numpy:
-            return "a numpy array, not a JSON list of rows"
-        if grid.ndim != 2:
-            return f"a {grid.ndim}-d array, not a 2-d grid"
-        if grid.dtype.kind not in "iu":
-            return f"values of dtype {grid.dtype}, not integers"
-        h, w = grid.shape
-        if not (1 <= h <= MAX_SIDE and 1 <= w <= MAX_SIDE):
-            return f"size {h}x{w} is outside 1..{MAX_SIDE} on a side"
-        if grid.min() < 0 or grid.max() > 9:
-            bad = np.argwhere((grid < 0) | (grid > 9))[0]
-            return f"value {grid[tuple(bad)]} at row {bad[0]}, column {bad[1]} is not 0..9"
-        return None
-    if not isinstance(grid, list) or not grid:
-        return "not a non-empty list of rows"
-    width = None
-    for r, row in enumerate(grid):
-        if isinstance(row, np.ndarray) and allow_numpy:
-            row = row.tolist() if row.ndim == 1 else row
-        if not isinstance(row, list) or not row:
-            return f"row {r} is not a non-empty list"
-        if width is None:
-            width = len(row)
-        elif len(row) != width:
-            return f"not rectangular (row 0 has {width} cells, row {r} has {len(row)})"
-        for c, v in enumerate(row):
-            ok = type(v) is int or (allow_numpy and isinstance(v, np.integer))
-            if not ok or not 0 <= v <= 9:
-                return f"value {v!r} at row {r}, column {c} is not an integer 0..9"
-    if len(grid) > MAX_SIDE or width > MAX_SIDE:
-        return f"size {len(grid)}x{width} is outside 1..{MAX_SIDE} on a side"
-    return None
 
 
 def _plain(grid: Any) -> Grid:
@@ -167,17 +126,6 @@ def load_solutions(source: str | os.PathLike | Mapping) -> dict[str, list[Grid]]
     return out
 
 
-def _load_challenges_raw(source: str | os.PathLike | Mapping) -> dict:
-    if isinstance(source, (str, os.PathLike)):
-        raw = read_json_file(source, "challenges file")
-        where = str(source)
-    else:
-        raw, where = source, "challenges"
-    if not isinstance(raw, Mapping):
-        raise DataError(f"{where}: challenges must map task ids to tasks, found {type(raw).__name__}")
-    return dict(raw)
-
-
 def _test_list(task: Any) -> list | None:
     """The raw test list of a challenge task, or None when it has none."""
     if isinstance(task, Mapping) and isinstance(task.get("test"), list):
@@ -187,7 +135,7 @@ def _test_list(task: Any) -> list | None:
 
 def expected_counts(challenges: str | os.PathLike | Mapping) -> dict[str, int]:
     """Number of dicts each task's submission entry must hold (0 for a task without a test list)."""
-    raw = _load_challenges_raw(challenges)
+    raw = read_challenges(challenges)
     return {task_id: len(_test_list(task) or []) for task_id, task in raw.items()}
 
 
@@ -224,8 +172,6 @@ def _test_input(pair: Any, i: int) -> tuple[Grid | None, str | None]:
 
 def _task_problem(task_id: str, task: Any) -> str | None:
     """A one-line description of what is wrong with a challenge task (None when fine)."""
-    from trm_kaggle.data.arc import parse_task  # local import: keeps this module light to import
-
     try:
         parse_task(task_id, task, "challenges")
     except DataError as e:
@@ -250,7 +196,7 @@ def make_submission(challenges: str | os.PathLike | Mapping,
     """
     if fallback not in FALLBACKS:
         raise TRMError(f"unknown submission fallback {fallback!r}; choose one of {', '.join(FALLBACKS)}")
-    raw = _load_challenges_raw(challenges)
+    raw = read_challenges(challenges)
     candidates = candidates or {}
     notes: dict[str, list[str]] = {}
 
@@ -553,6 +499,6 @@ def format_score(report: ScoreReport, max_rows: int = 30) -> str:
 
 __all__ = [
     "ATTEMPTS", "BuiltSubmission", "FALLBACKS", "ScoreReport", "TaskScore", "check_submission",
-    "expected_counts", "format_score", "grid_problem", "load_solutions", "load_submission",
+    "expected_counts", "format_score", "load_solutions", "load_submission",
     "make_submission", "read_json_file", "score_submission", "validate_submission", "write_submission",
 ]

@@ -1,6 +1,6 @@
 """The offline Kaggle bundle: two datasets and a kernel, validated, pushable, and runnable in a local sandbox.
 
-`build_bundle.py OUT_DIR` (a thin wrapper around `main`) assembles::
+`build_bundle.py OUT_DIR` (a thin wrapper around `main`), or `trm-kaggle bundle OUT_DIR`, assembles::
 
     OUT_DIR/wheels/   dataset <user>/<prefix>-wheels: the trm_kaggle wheel built from the repo, wheels of every
                       runtime dependency Kaggle's image lacks (for CPython 3.11, manylinux x86_64), extra
@@ -19,7 +19,8 @@ a fresh virtual environment, inside a network namespace with no network at all.
 Network use: only `pip download` of the dependency wheels (skipped with `download=False` / `--no-download`)
 and the `kaggle` CLI with `--push`.
 
-This module only orchestrates (`build_bundle`) and holds the command line (`make_parser`, `main`); each part
+This module only orchestrates (`build_bundle`) and holds the command line (`add_arguments`, `run`, shared by
+`build_bundle.py` and `trm-kaggle bundle`); each part
 lives in its own module, and data flows one way (each imports only those above it):
 
     metadata.py         ids, slugs, file names, dataset/kernel metadata and its validation, manifests
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from trm_kaggle.errors import TRMError
-from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, _read_notebook, build_kernel
+from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, read_notebook, build_kernel
 from trm_kaggle.kaggle.metadata import (
     DEFAULT_PREFIX, DEFAULT_USER, REPO_ROOT, BundleIds, default_user, validate_bundle,
 )
@@ -51,7 +52,8 @@ from trm_kaggle.kaggle.wheels import (
 )
 
 #: The bundle's entry points; import anything else from the module that defines it.
-__all__ = ["BundleIds", "build_bundle", "execute", "main", "make_parser", "push", "validate_bundle"]
+__all__ = ["BundleIds", "add_arguments", "build_bundle", "execute", "main", "make_parser", "push", "run",
+           "validate_bundle"]
 
 
 def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | os.PathLike | None = None,
@@ -66,7 +68,7 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
         raise TRMError(f"{out} exists and is not a directory")
     repo = Path(repo)
     notebook = Path(notebook) if notebook else repo / DEFAULT_NOTEBOOK
-    _read_notebook(notebook)  # fail before any slow step
+    read_notebook(notebook)  # fail before any slow step
     if weights is None:
         weights = default_weights(repo)
         if weights is None:
@@ -86,12 +88,20 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     return report
 
 
+DESCRIPTION = ("Assemble the offline Kaggle bundle: OUT_DIR/wheels (dataset), OUT_DIR/weights (dataset), "
+               "OUT_DIR/kernel (the submission notebook); validate it; optionally run it offline in a "
+               "sandbox (--execute) and publish it (--push).")
+
+
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="build_bundle.py",
-        description="Assemble the offline Kaggle bundle: OUT_DIR/wheels (dataset), OUT_DIR/weights (dataset), "
-                    "OUT_DIR/kernel (the submission notebook); validate it; optionally run it offline in a "
-                    "sandbox (--execute) and publish it (--push).")
+    """`build_bundle.py`'s parser; `trm-kaggle bundle` adds the same arguments (`add_arguments`)."""
+    p = argparse.ArgumentParser(prog="build_bundle.py", description=DESCRIPTION)
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The bundle's command-line options, shared by `build_bundle.py` and `trm-kaggle bundle`."""
     p.add_argument("out_dir", help="output directory (its parts are replaced atomically)")
     g = p.add_argument_group("ids")
     g.add_argument("--user", default=None, help=f"Kaggle user (default: $KAGGLE_USERNAME or {DEFAULT_USER!r})")
@@ -131,11 +141,15 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--device", default="cpu", help="DEVICE (default %(default)s)")
     g.add_argument("--execute-timeout", type=float, default=3600,
                    help="stop the notebook run after this many seconds (default %(default)s)")
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    """`build_bundle.py`: parse the command line and `run` it."""
+    return run(make_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build (and optionally execute and push) the bundle the parsed options describe; the exit status."""
     try:
         ids = BundleIds(args.user or default_user(), args.slug_prefix).check()
         target = Target(python_version=args.python_version,

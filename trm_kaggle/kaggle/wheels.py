@@ -30,7 +30,7 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle.metadata import (
-    DATASET_META, REPO_ROOT, BundleIds, _has_meta, _tail, dataset_metadata, write_manifest,
+    DATASET_META, REPO_ROOT, BundleIds, has_meta, tail_lines, dataset_metadata, write_manifest,
 )
 
 try:  # packaging is everywhere pip is; fall back to pip's vendored copy
@@ -178,7 +178,7 @@ def build_project_wheel(dest: Path, repo: Path = REPO_ROOT, builder: str = "auto
             wheels = sorted(out.glob("*.whl"))
             if res.returncode != 0 or len(wheels) != 1:
                 raise TRMError(f"building the trm_kaggle wheel failed ({' '.join(cmd)}):\n"
-                               f"{_tail(res.stdout + res.stderr)}")
+                               f"{tail_lines(res.stdout + res.stderr)}")
             built = wheels[0]
         else:
             raise TRMError(f"unknown wheel builder {builder!r} (auto, pip, builtin)")
@@ -287,7 +287,7 @@ def pip_download(spec: str, target: Target, dest: Path) -> Path:
     wheels = sorted(dest.glob("*.whl"))
     if res.returncode != 0 or not wheels:
         raise TRMError(f"no wheel of {spec!r} for CPython {target.python_version} {target.platforms[0]}: "
-                       f"{_tail(res.stderr or res.stdout, 6)}\n(give a prebuilt one with --extra-wheel, or mark "
+                       f"{tail_lines(res.stderr or res.stdout, 6)}\n(give a prebuilt one with --extra-wheel, or mark "
                        f"the package as preinstalled with --kaggle-has)")
     return wheels[0]
 
@@ -366,7 +366,7 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
         if not p.is_file() or p.suffix != ".whl":
             raise TRMError(f"--extra-wheel {p}: not a .whl file")
     extra_names = [canonicalize_name(wheel_name_version(p)[0]) for p in extras]
-    with atomic_directory(out_dir, is_replaceable=_has_meta(DATASET_META)) as tmp:
+    with atomic_directory(out_dir, is_replaceable=has_meta(DATASET_META)) as tmp:
         log(f"building the trm_kaggle wheel from {repo}")
         own = build_project_wheel(tmp, repo, builder=builder, log=log)
         roots = wheel_requirements(own, target.marker_environment())

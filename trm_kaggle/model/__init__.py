@@ -1,10 +1,11 @@
-"""The TRM network, its losses, and import/export of upstream checkpoints."""
+"""Batches -> predictions: the TRM network and its ACT loop (`trm.py`, `layers.py`, `dtype.py`), its
+losses (`losses.py`), inference rollouts (`rollout.py`), inference exports (`export.py`) and upstream's
+checkpoints (`upstream.py`)."""
 
-from .losses import IGNORE_LABEL_ID, act_loss, softmax_cross_entropy, stablemax_cross_entropy
-from .trm import Carry, PuzzleEmbedding, TinyRecursiveModel, prefix_length, resolve_forward_dtype
+from trm_kaggle.model.losses import act_loss, softmax_cross_entropy, stablemax_cross_entropy
+from trm_kaggle.model.trm import Carry, PuzzleEmbedding, TinyRecursiveModel, prefix_length, resolve_forward_dtype
 
 __all__ = [
-    "IGNORE_LABEL_ID",
     "Carry",
     "PuzzleEmbedding",
     "TinyRecursiveModel",

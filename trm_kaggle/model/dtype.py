@@ -7,7 +7,7 @@ float32 in every case; the forward dtype is that of the activations and matmuls.
 * CUDA: bfloat16 on GPUs with native bf16 (compute capability >= 8.0: A100, H100,
   L4, ...; upstream's dtype), else float32 (T4, P100: Kaggle's older GPUs);
 * CPU: bfloat16 only where a bf16 matmul is *measured* to be clearly faster than a
-  float32 one on this machine. CPUs with AVX512_BF16 or AMX (AMD Zen 4+, Intel
+  float32 one on the machine it runs on. CPUs with AVX512_BF16 or AMX (AMD Zen 4+, Intel
   Sapphire Rapids+) run bf16 matmuls about 2x faster than float32; CPUs without
   them (AVX2 only, e.g. most laptops and Kaggle's CPU kernels) emulate them
   hundreds of times slower, where upstream's default bfloat16 is unusable.
@@ -22,15 +22,15 @@ from typing import Tuple, Union
 
 import torch
 
-from ..config import ArchConfig
+from trm_kaggle.config import ArchConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # bf16 must beat float32 by this factor before "auto" gives up float32's precision for it.
 CPU_BF16_MIN_SPEEDUP = 1.3
 # Narrower models stay float32 on CPU: their time goes to the (float32) attention and the
-# element-wise work, where bf16 only adds conversions (hidden 64, ARC, inference: bf16 took
-# 1.36x float32's time on the Zen 4 build machine; hidden 128 training: 0.66x).
+# element-wise work, where bf16 only adds conversions, so bf16 is slower below this width
+# even on CPUs with fast bf16 matmuls (benchmarks/bench_train_cpu.py --ours-dtype measures it).
 CPU_BF16_MIN_HIDDEN = 128
 
 

@@ -146,10 +146,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> 
 # ---------------------------------------------------------------------------
 
 # float32 matmuls on CPU go through oneDNN (`mkldnn._linear_pointwise`, the kernel
-# torch.compile uses for frozen CPU linears) instead of ATen's BLAS call: on the
-# 2-core AMD EPYC (Zen 4) this project runs on it is 1.3-1.6x faster for these
-# shapes, and it can fuse the SwiGLU activation, the gating product and the
-# residual add into the matmul's epilogue. Same float32 arithmetic (only the
+# torch.compile uses for frozen CPU linears) instead of ATen's BLAS call: for the
+# model's shapes its kernels beat the BLAS call on the CPUs measured so far, and it
+# can fuse the SwiGLU activation, the gating product and the residual add into the
+# matmul's epilogue (compare on a machine with `TRM_ONEDNN=0` against the default in
+# benchmarks/bench_train_cpu.py). Same float32 arithmetic (only the
 # summation order of a dot product may differ). Gradients with respect to the
 # input use oneDNN too; weight gradients (a long reduction over batch x sequence)
 # stay with BLAS, which is faster there. Other devices and dtypes use F.linear.
@@ -176,8 +177,10 @@ def _probe_onednn() -> bool:
 ONEDNN_LINEAR = _probe_onednn()
 
 
-# Below this many multiply-adds per matmul, oneDNN's per-call overhead (~30 us, a custom
-# op) outweighs its faster kernel (measured crossover: 1e7-3e7 on this CPU).
+# Below this many multiply-adds per matmul, oneDNN's per-call overhead (a custom op)
+# outweighs its faster kernel. The crossover depends on the CPU; this threshold sits at
+# the top of the measured range, so small matmuls never pay the overhead (re-measure with
+# benchmarks/bench_train_cpu.py, with and without TRM_ONEDNN=0, before moving it).
 ONEDNN_MIN_MACS = 1 << 25
 
 

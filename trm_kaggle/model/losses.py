@@ -29,7 +29,8 @@ from typing import Dict, Tuple
 import torch
 import torch.nn.functional as F
 
-IGNORE_LABEL_ID = -100  # upstream's batches replace the dataset's ignore label (0) by -100
+from trm_kaggle.data.loader import IGNORE_LABEL_ID
+
 
 
 class _StablemaxCE(torch.autograd.Function):

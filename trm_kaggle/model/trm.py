@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ArchConfig
-from .dtype import resolve_forward_dtype
-from .layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
+from trm_kaggle.config import ArchConfig
+from trm_kaggle.model.dtype import resolve_forward_dtype
+from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
 
 def prefix_length(arch: ArchConfig) -> int:
     """Positions taken by the puzzle embedding in front of the sequence (upstream's rule)."""

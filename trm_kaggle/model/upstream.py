@@ -12,24 +12,27 @@ mlp.gate_up_proj, mlp.down_proj, mlp_t.gate_up_proj, mlp_t.down_proj}.weight.
 Our `TinyRecursiveModel` uses the same tensors under shorter names
 (`embed_tokens.weight`, `layers.<i>....`), so the mapping is a pure renaming;
 values are converted to float32 (upstream stores H_init/L_init in bfloat16).
-The run's `all_config.yaml` sits beside the checkpoints.
+The run's `all_config.yaml` sits beside the checkpoints. `import_upstream` turns
+a checkpoint and its config into one of our exports (`trm_kaggle.model.export`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
-from ..config import ArchConfig
-from ..errors import TRMError
-from .trm import TinyRecursiveModel
+from trm_kaggle.config import ArchConfig
+from trm_kaggle.data.format import load_metadata
+from trm_kaggle.errors import TRMError
+from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, resize_puzzle_embedding
+from trm_kaggle.model.trm import TinyRecursiveModel
 
 COMPILE_PREFIX = "_orig_mod."
 UPSTREAM_PREFIX = "model.inner."
-PUZZLE_EMB_KEY = "puzzle_emb.weights"
 
 # (ours, upstream) for names that differ; anything else maps to itself.
 _RENAMES = [
@@ -110,13 +113,6 @@ def to_upstream_state_dict(state: Union[TinyRecursiveModel, Mapping[str, torch.T
                 value = value.to(target)
         out[prefix + _rename(name, _RENAMES)] = value.clone()
     return out
-
-
-def resize_puzzle_embedding(table: torch.Tensor, num_identifiers: int) -> torch.Tensor:
-    """A table of `num_identifiers` rows, every row the mean of the saved rows (upstream's rule on load)."""
-    if table.shape[0] == num_identifiers:
-        return table
-    return table.mean(dim=0, keepdim=True).expand(num_identifiers, -1).contiguous()
 
 
 def load_upstream_state_dict(model: TinyRecursiveModel, state: Mapping[str, Any], source: str = "state dict") -> None:
@@ -227,3 +223,42 @@ def read_all_config(path: Union[str, os.PathLike]) -> Dict[str, Any]:
     if not isinstance(cfg, dict):
         raise TRMError(f"{path}: expected a mapping at the top level")
     return cfg
+
+
+# ---------------------------------------------------------------------------
+# From an upstream run to our export (`trm-kaggle import-upstream`)
+# ---------------------------------------------------------------------------
+
+# Sequence length of upstream's datasets by vocabulary size, when the run's dataset is not at hand.
+DEFAULT_SEQ_LEN = {12: 900, 11: 81, 6: 900}  # ARC, Sudoku-Extreme, Maze-Hard
+
+
+def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.PathLike],
+                    config: Union[str, os.PathLike, None] = None, seq_len: Optional[int] = None,
+                    mean_embedding: bool = False) -> TinyRecursiveModel:
+    """Convert upstream's `step_<N>` file (with its run's all_config.yaml) into an export in `out`.
+
+    `config` defaults to the all_config.yaml beside the checkpoint. The sequence length comes
+    from `seq_len`, else from the run's dataset when it is at hand, else from the vocabulary
+    (`DEFAULT_SEQ_LEN`). Returns the model that was exported.
+    """
+    ckpt_path = Path(checkpoint)
+    run_cfg = read_all_config(config or ckpt_path.parent)
+    arch = arch_config_from_upstream_yaml(run_cfg)
+    tensors = from_upstream_state_dict(read_checkpoint(ckpt_path), str(ckpt_path))
+    vocab = tensors["embed_tokens.weight"].shape[0]
+    num_ids = tensors[PUZZLE_EMB_KEY].shape[0] if PUZZLE_EMB_KEY in tensors else 1
+    for d in run_cfg.get("data_paths") or []:
+        if seq_len is None and (Path(d) / "train" / "dataset.json").exists():
+            seq_len = load_metadata(d, "train").seq_len
+    seq_len = seq_len or DEFAULT_SEQ_LEN.get(vocab)
+    if seq_len is None:
+        raise TRMError(f"cannot tell the sequence length of this vocabulary ({vocab} tokens): pass --seq-len")
+    model = TinyRecursiveModel(arch, seq_len, vocab, num_ids)
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise TRMError(f"{ckpt_path}: does not fit the config {config or 'all_config.yaml'} "
+                       f"(missing {missing[:3]}, unexpected {unexpected[:3]}); is --seq-len right?")
+    export_inference(out, model, arch=arch, seq_len=seq_len, vocab_size=vocab, mean_embedding=mean_embedding,
+                     info={"source": str(ckpt_path), "imported_from": "upstream"})
+    return model

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import Optimizer
 
-from ..model.trm import PuzzleEmbedding
+from trm_kaggle.model.trm import PuzzleEmbedding
 
 
 class SignSGD(Optimizer):

@@ -1,1 +1,1 @@
-"""Training: data loading, the training loop and its checkpoints."""
+"""Training: the loop, its settings (presets and overrides), schedules, runtime and train states."""

@@ -26,15 +26,18 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from trm_kaggle.config import TrainConfig
+from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.dtype import DTYPES
+from trm_kaggle.model.export import PUZZLE_EMB_KEY, read_export, resize_puzzle_embedding
 from trm_kaggle.model.losses import act_loss
+from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.model.trm import Carry, TinyRecursiveModel
+from trm_kaggle.model.upstream import load_upstream_checkpoint
 from trm_kaggle.optim.adam_atan2 import AdamATan2
 from trm_kaggle.optim.ema import EMA
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.data import PuzzleLoader
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
 from trm_kaggle.train.stages import StagePlan
@@ -92,18 +95,15 @@ def build_model(cfg: TrainConfig, loader: PuzzleLoader, rt: Runtime) -> TinyRecu
 
 def load_initial_weights(model: TinyRecursiveModel, path: str) -> None:
     """Weights from one of our exports, our train states, or an upstream `step_<N>` file."""
-    from trm_kaggle.model.upstream import load_upstream_checkpoint, resize_puzzle_embedding
-
     p = Path(path)
     if p.is_dir():
-        config, tensors = ckpt.read_export(p)
-        state = tensors
-    elif ckpt._STATE_RE.search(p.name):
+        _, state = read_export(p)
+    elif ckpt.is_state_file(p):
         state = ckpt.load_train_state(p)["model"]
     else:
         load_upstream_checkpoint(model, p)
         return
-    key = "puzzle_emb.weights"
+    key = PUZZLE_EMB_KEY
     if key in state and model.puzzle_emb is not None and state[key].shape != model.puzzle_emb.weights.shape:
         state = dict(state)
         state[key] = resize_puzzle_embedding(state[key], model.puzzle_emb.weights.shape[0])
@@ -204,7 +204,7 @@ class MetricLog:
 @torch.no_grad()
 def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, batch_size: int | None = None
                    ) -> dict[str, float]:
-    """Exact accuracy of the test split's examples after halt_max_steps steps (or early exit).
+    """Exact accuracy of the test split's examples after halt_max_steps ACT steps.
 
     This is per-example accuracy on the (augmented) test split, not the ARC score:
     `trm-kaggle evaluate` votes over augmentations and reports pass@K / the ARC Prize score.
@@ -216,12 +216,9 @@ def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, bat
     totals = torch.zeros(4, dtype=torch.float64, device=rt.device)
     for item in loader:
         batch = {k: item.batch[k].to(rt.device) for k in ("inputs", "labels", "puzzle_identifiers")}
-        carry = model.initial_carry(batch)
-        for _ in range(cfg.arch.halt_max_steps):
-            carry, out = model(carry, batch)
-            if carry.halted.all():
-                break
-        _, m = act_loss(out, carry.current_data["labels"], torch.ones_like(carry.halted), carry.steps,
+        r = act_rollout(model, batch, cfg.arch.halt_max_steps)
+        carry = r.carry
+        _, m = act_loss(r.outputs, carry.current_data["labels"], torch.ones_like(carry.halted), carry.steps,
                         cfg.arch.loss_type)
         totals += torch.stack([m["count"].double(), m["exact_accuracy"].double(), m["token_accuracy"].double(),
                                m["steps"].double()])

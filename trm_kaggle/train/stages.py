@@ -19,7 +19,7 @@ from trm_kaggle.config import TrainConfig, TrainStage
 from trm_kaggle.data.code_bugs import BUG_TYPES
 from trm_kaggle.data.code_repair import read_repair_meta
 from trm_kaggle.errors import TRMError
-from trm_kaggle.train.data import PuzzleLoader
+from trm_kaggle.data.loader import PuzzleLoader
 
 
 def stage_bounds(stages: list[TrainStage], run_steps: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""The training and evaluation data loader.
+"""Datasets -> batches: the training and evaluation data loader.
 
 `PuzzleLoader` reads one or more dataset directories (ours or upstream's: the format
 is the same, see `trm_kaggle.data.format`) and yields batches of torch tensors:
@@ -43,8 +43,8 @@ import torch
 from trm_kaggle.data.format import SET_NAME, DatasetMetadata, Split, load_identifiers, load_split
 from trm_kaggle.errors import DataError, TRMError
 
-# Label value the losses ignore (the same constant as `trm_kaggle.model.losses.IGNORE_LABEL_ID`;
-# kept here too so that the loader does not depend on the model package).
+# The label value the losses ignore. Upstream's batches replace the dataset's ignore label
+# (0 in ARC datasets) by -100; the model's losses import it from here.
 IGNORE_LABEL_ID = -100
 
 STATE_VERSION = 1
@@ -468,6 +468,15 @@ class PuzzleLoader:
         return {"inputs": torch.from_numpy(inputs), "labels": torch.from_numpy(labels),
                 "puzzle_identifiers": torch.from_numpy(identifiers)}
 
+    def examples(self, example_indices: Sequence[int] | np.ndarray) -> dict[str, torch.Tensor]:
+        """One batch holding the given global example indices, in that order (any split, any mode)."""
+        example_ids = np.asarray(example_indices, dtype=np.int64)
+        return self._gather(example_ids, self._puzzle_of(example_ids))
+
+    def _puzzle_of(self, example_ids: np.ndarray) -> np.ndarray:
+        """Global puzzle index of each global example index."""
+        return np.searchsorted(self._puzzle_starts, example_ids, side="right") - 1
+
     # ------------------------------------------------------------------
     # Iteration
     # ------------------------------------------------------------------
@@ -535,7 +544,7 @@ class PuzzleLoader:
                 example_ids = np.full(L, -1, dtype=np.int64)
                 example_ids[:hi - lo] = np.arange(lo, hi)
                 puzzle_ids = np.full(L, -1, dtype=np.int64)
-                puzzle_ids[:hi - lo] = np.searchsorted(self._puzzle_starts, example_ids[:hi - lo], side="right") - 1
+                puzzle_ids[:hi - lo] = self._puzzle_of(example_ids[:hi - lo])
                 batch = self._gather(example_ids, puzzle_ids)
                 yield EvalBatch(batch, hi - lo, torch.from_numpy(example_ids), torch.from_numpy(puzzle_ids),
                                 end - start), None

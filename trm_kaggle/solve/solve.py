@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import traceback
 from pathlib import Path
@@ -27,8 +26,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
-from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.data.arc import read_challenges
+from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.format import load_split
+from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
+from trm_kaggle.evaluate.report import evaluate
+from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
+from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
+from trm_kaggle.model.rollout import act_rollout
+from trm_kaggle.solve.estimate import seconds_per_call
+from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train.loop import train
+from trm_kaggle.train.runtime import pick_device
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +72,6 @@ def _link_challenges(cfg: SolveConfig, work: Path) -> str:
 
 def build_unseen_dataset(cfg: SolveConfig, work: Path) -> Path:
     """The augmented dataset of the challenges' tasks; reused when a previous run built the same one."""
-    from trm_kaggle.data.build_arc import build_arc
-
     data_dir = work / "data"
     build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(cfg, work),
                                subsets=[SUBSET], test_set_name=SUBSET, test_set_name2=SUBSET, num_aug=cfg.num_aug,
@@ -81,8 +90,6 @@ def build_unseen_dataset(cfg: SolveConfig, work: Path) -> Path:
 
 def inference_seconds(model, data_dir: Path, cfg: SolveConfig, device: torch.device) -> float:
     """Seconds to predict the whole test split, from timing one batch for one ACT step."""
-    from trm_kaggle.data.format import load_split
-
     test = load_split(data_dir, "test")
     n = test.num_examples
     rows = min(n, cfg.eval_batch_size)
@@ -92,12 +99,7 @@ def inference_seconds(model, data_dir: Path, cfg: SolveConfig, device: torch.dev
     model.eval()
     with torch.inference_mode():
         carry = model.initial_carry(batch)
-        model(carry, batch)  # warm-up
-        t = time.perf_counter()
-        model(carry, batch)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        per_row_step = (time.perf_counter() - t) / rows
+        per_row_step = seconds_per_call(lambda: model(carry, batch), device) / rows
     return per_row_step * n * model.arch.halt_max_steps * 1.3 + 5.0  # 30% + 5 s for decoding and voting
 
 
@@ -105,21 +107,13 @@ def inference_seconds(model, data_dir: Path, cfg: SolveConfig, device: torch.dev
 def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int = 64) -> dict[str, float]:
     """Exact and token accuracy on (up to `max_examples` of) the tasks' demonstration pairs, the only
     answers known inside the kernel: fine-tuning should raise them."""
-    from trm_kaggle.data.format import load_split
-    from trm_kaggle.train.data import IGNORE_LABEL_ID
-
-    split = load_split(data_dir, "train")
-    idx = np.linspace(0, split.num_examples - 1, num=min(max_examples, split.num_examples)).astype(np.int64)
-    puzzle = np.searchsorted(split.puzzle_indices, idx, side="right") - 1
-    labels = torch.from_numpy(split.labels[idx].astype(np.int64))
-    labels[labels == (split.metadata.ignore_label_id if split.metadata.ignore_label_id is not None else -1)] = IGNORE_LABEL_ID
-    batch = {"inputs": torch.from_numpy(split.inputs[idx].astype(np.int32)).to(device), "labels": labels.to(device),
-             "puzzle_identifiers": torch.from_numpy(split.puzzle_identifiers[puzzle].astype(np.int32)).to(device)}
+    loader = PuzzleLoader([str(data_dir)], "train", 1, prefetch=0)
+    n = loader.num_examples
+    idx = np.linspace(0, n - 1, num=min(max_examples, n)).astype(np.int64)
+    batch = {k: v.to(device) for k, v in loader.examples(idx).items()}
     was = model.training
     model.eval()
-    carry = model.initial_carry(batch)
-    for _ in range(model.arch.halt_max_steps):
-        carry, out = model(carry, batch)
+    out = act_rollout(model, batch, model.arch.halt_max_steps).outputs
     model.train(was)
     mask = batch["labels"] != IGNORE_LABEL_ID
     right = (out["logits"].argmax(-1) == batch["labels"]) & mask
@@ -130,9 +124,6 @@ def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int
 
 def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None):
     """Fine-tune from the pretrained export; returns the run directory (resumes an earlier run)."""
-    from trm_kaggle.train.data import PuzzleLoader
-    from trm_kaggle.train.loop import train
-
     probe = PuzzleLoader([str(data_dir)], "train", 1, seed=cfg.seed, prefetch=0)
     batch = max(1, min(cfg.global_batch_size, probe.max_examples_per_epoch))
     tcfg = TrainConfig(
@@ -147,29 +138,17 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
 
 
 def load_finetuned(run_dir: Path, device: torch.device):
-    from trm_kaggle.train import checkpoint as ckpt
-    from trm_kaggle.model.trm import TinyRecursiveModel
-
-    state = ckpt.load_train_state(ckpt.list_states(run_dir)[-1])
-    tcfg = TrainConfig.model_validate_json(state["config"])
-    shape = state["model_shape"]
-    model = TinyRecursiveModel(tcfg.arch, shape["seq_len"], shape["vocab_size"], shape["num_puzzle_identifiers"])
-    model.load_state_dict(state["model"])
+    """The fine-tuned model of the run's newest train state (live weights: fine-tuning keeps no EMA)."""
+    model, _, _ = model_from_train_state(ckpt.load_train_state(ckpt.newest_state(run_dir)), use_ema=False)
     return model.to(device)
 
 
 def solve(cfg: SolveConfig) -> dict[str, Any]:
     """Write cfg.output in every case; returns a report of what happened."""
-    from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
-    from trm_kaggle.train.checkpoint import load_model_for_dataset
-    from trm_kaggle.train.runtime import pick_device
-
     budget = Budget(cfg.time_budget, cfg.safety_margin)
     work = Path(cfg.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    challenges = json.loads(Path(cfg.challenges).read_text()) if Path(cfg.challenges).is_file() else None
-    if not isinstance(challenges, dict):
-        raise DataError(f"{cfg.challenges}: not a readable challenges file (a JSON object of tasks)")
+    challenges = read_challenges(cfg.challenges)
     report: dict[str, Any] = {"tasks": len(challenges), "stages": {}, "errors": []}
     candidates: dict = {}
     t = time.time()
@@ -194,8 +173,6 @@ def solve(cfg: SolveConfig) -> dict[str, Any]:
             report["errors"].append("no time left for fine-tuning: predicting with the pretrained weights")
 
         t = time.time()
-        from trm_kaggle.evaluate.report import evaluate
-
         result = evaluate(model, data_dir, batch_size=cfg.eval_batch_size, device=device, early_exit=cfg.early_exit,
                           deadline=budget.deadline())
         candidates = result.candidates
@@ -213,6 +190,5 @@ def solve(cfg: SolveConfig) -> dict[str, Any]:
     report.update(output=str(cfg.output), valid=not problems, validation_problems=problems[:5],
                   task_problems=dict(list(built.problems.items())[:20]),
                   predicted=sum(1 for v in candidates.values() if v), elapsed_s=round(time.time() - budget.start, 1))
-    atomic_report = work / "solve_report.json"
-    atomic_report.write_text(json.dumps(report, indent=2, default=str))
+    atomic_write_text(work / "solve_report.json", json.dumps(report, indent=2, default=str))
     return report

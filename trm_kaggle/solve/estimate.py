@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -34,7 +35,12 @@ class Estimate:
         return self.finetune_s + self.inference_s
 
 
-def _timed(fn, repeats: int, device: torch.device) -> float:
+def seconds_per_call(fn: Callable[[], object], device: torch.device, repeats: int = 1) -> float:
+    """Wall-clock seconds of one call of `fn` on `device`: one warm-up call, then the mean of `repeats`.
+
+    The step timer of the solver: `estimate` times training and inference steps with it, and
+    `trm_kaggle.solve.solve.inference_seconds` the inference step it reserves time for.
+    """
     fn()  # warm-up
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -70,7 +76,7 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = 100, finetune
         if model.puzzle_emb is not None:
             model.puzzle_emb.clear()
 
-    step_s = _timed(train_step, repeats, device)
+    step_s = seconds_per_call(train_step, device, repeats)
     rows = eval_batch_size
     eval_batch = batch(rows)
     model.eval()
@@ -80,7 +86,7 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = 100, finetune
         with torch.inference_mode():
             model(eval_carry, eval_batch)
 
-    row_step_s = _timed(eval_step, repeats, device) / rows
+    row_step_s = seconds_per_call(eval_step, device, repeats) / rows
     test_examples = tasks * TEST_INPUTS_PER_TASK * (num_aug + 1)
     return Estimate(str(device), step_s, row_step_s, finetune_steps * step_s,
                     test_examples * arch.halt_max_steps * row_step_s)

@@ -1,0 +1,26 @@
+"""How long the kernel takes: the step timer and the extrapolation built on it."""
+
+from __future__ import annotations
+
+import torch
+
+from trm_kaggle.config import ArchConfig
+from trm_kaggle.solve.estimate import KAGGLE_LIMIT_S, estimate, format_estimate, seconds_per_call
+
+ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
+                  puzzle_emb_len=1, forward_dtype="float32")
+
+
+def test_step_timer_warms_up_once_then_averages():
+    calls = []
+    seconds = seconds_per_call(lambda: calls.append(1), torch.device("cpu"), repeats=3)
+    assert len(calls) == 4 and seconds >= 0.0
+
+
+def test_estimate_extrapolates_both_rates():
+    e = estimate(ARCH, tasks=2, num_aug=1, finetune_steps=10, batch_size=2, eval_batch_size=4, seq_len=16,
+                 vocab_size=12, repeats=1)
+    assert e.finetune_step_s > 0 and e.row_step_s > 0
+    assert e.finetune_s == 10 * e.finetune_step_s
+    assert e.total_s == e.finetune_s + e.inference_s < KAGGLE_LIMIT_S
+    assert "fits in Kaggle's 12 h limit" in format_estimate(e, 2, 1, 10)

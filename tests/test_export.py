@@ -1,0 +1,89 @@
+"""Inference exports: the one mean-row rule, writing and reading, resizing, and rebuilding from a train state."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from trm_kaggle.config import ArchConfig, TrainConfig
+from trm_kaggle.model.export import (PUZZLE_EMB_KEY, export_inference, load_inference_model, mean_puzzle_row,
+                                     model_from_train_state, read_export, resize_puzzle_embedding)
+from trm_kaggle.model.trm import TinyRecursiveModel
+
+ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
+                  puzzle_emb_len=1, forward_dtype="float32")
+
+# a 3-row table whose row 0 (the blank identifier) is far from the others
+TABLE = torch.tensor([[9.0, -3.0], [1.0, 2.0], [3.0, 4.0]])
+# by hand, over ALL rows: ((9 + 1 + 3) / 3, (-3 + 2 + 4) / 3)
+MEAN_ALL_ROWS = torch.tensor([[13.0 / 3.0, 1.0]])
+
+
+def model_with_table(num_ids: int = 3) -> TinyRecursiveModel:
+    torch.manual_seed(0)
+    model = TinyRecursiveModel(ARCH, 8, 5, num_ids)
+    with torch.no_grad():
+        model.puzzle_emb.weights.copy_(torch.randn(num_ids, model.puzzle_emb.weights.shape[1]))
+    return model
+
+
+def test_mean_row_is_the_mean_of_every_row_including_the_blank_one():
+    row = mean_puzzle_row(TABLE)
+    assert row.shape == (1, 2)
+    torch.testing.assert_close(row, MEAN_ALL_ROWS)
+    assert not torch.allclose(row, TABLE[1:].mean(0, keepdim=True))  # dropping row 0 is another rule
+
+
+def test_resize_fills_every_row_with_the_mean_row():
+    assert resize_puzzle_embedding(TABLE, 3) is TABLE
+    resized = resize_puzzle_embedding(TABLE, 5)
+    torch.testing.assert_close(resized, MEAN_ALL_ROWS.expand(5, -1))
+
+
+def test_mean_embedding_export_keeps_the_mean_of_all_rows(tmp_path):
+    model = model_with_table(4)
+    table = model.puzzle_emb.weights.detach().clone()
+    export_inference(tmp_path / "e", model, arch=ARCH, seq_len=8, vocab_size=5, mean_embedding=True)
+    config, tensors = read_export(tmp_path / "e")
+    assert config["puzzle_embedding"] == "mean" and config["num_puzzle_identifiers"] == 4
+    by_hand = sum(table[i] for i in range(4)) / 4  # row 0 included
+    torch.testing.assert_close(tensors[PUZZLE_EMB_KEY], by_hand.view(1, -1))
+    assert not torch.allclose(tensors[PUZZLE_EMB_KEY], table[1:].mean(0, keepdim=True))
+
+
+def test_full_export_round_trip_and_resized_load(tmp_path):
+    model = model_with_table(3)
+    export_inference(tmp_path / "e", model, arch=ARCH, seq_len=8, vocab_size=5, info={"note": "x"})
+    loaded, config = load_inference_model(tmp_path / "e")
+    assert config["info"] == {"note": "x"} and config["puzzle_embedding"] == "full"
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor)
+    # more identifiers (unseen puzzles): every row starts from the mean of all saved rows
+    bigger, _ = load_inference_model(tmp_path / "e", num_puzzle_identifiers=7)
+    torch.testing.assert_close(bigger.puzzle_emb.weights, mean_puzzle_row(model.puzzle_emb.weights).expand(7, -1))
+
+
+def train_state(model: TinyRecursiveModel, ema: dict | None) -> dict:
+    cfg = TrainConfig(arch=ARCH, data_paths=["d"])
+    return {"config": cfg.model_dump_json(), "model": model.state_dict(), "ema": ema,
+            "model_shape": {"seq_len": 8, "vocab_size": 5, "num_puzzle_identifiers": 3}}
+
+
+@pytest.mark.parametrize("use_ema", [True, False])
+def test_model_from_train_state_uses_the_ema_weights_when_asked(use_ema):
+    live = model_with_table(3)
+    shadow = {n: torch.full_like(p, 0.5) for n, p in live.named_parameters()}
+    model, cfg, ema = model_from_train_state(train_state(live, shadow), use_ema=use_ema)
+    assert cfg.data_paths == ["d"] and ema is use_ema
+    expected = shadow["lm_head.weight"] if use_ema else live.lm_head.weight
+    torch.testing.assert_close(model.lm_head.weight, expected)
+    # no shadow in the state: the live weights, whatever was asked
+    model, _, ema = model_from_train_state(train_state(live, None), use_ema=True)
+    assert ema is False and torch.equal(model.lm_head.weight, live.lm_head.weight)
+
+
+def test_export_config_is_plain_json(tmp_path):
+    export_inference(tmp_path / "e", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5)
+    assert json.loads((tmp_path / "e" / "config.json").read_text())["arch"] == ARCH.model_dump()

@@ -1,0 +1,126 @@
+"""Data flows one way: tasks -> dataset -> batches -> model -> votes -> submission -> bundle.
+
+Every import of every module of the package (function-level imports included) is read
+with `ast` and checked against the layer it may reach: a lower layer never imports a
+higher one, and imports are absolute.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import trm_kaggle
+
+PACKAGE = Path(trm_kaggle.__file__).parent
+
+# The layer of each top-level module or subpackage.
+LAYER_OF = {
+    "__init__": "base", "errors": "base", "jsonio": "base", "atomic": "base", "config": "base",
+    "data": "data",  # tasks -> dataset -> batches
+    "model": "model",  # batches -> predictions (and exports of the weights)
+    "optim": "optim",
+    "train": "train",
+    "evaluate": "evaluate",  # predictions -> votes -> submission
+    "solve": "solve",  # the Kaggle kernel's job: test-time training + evaluation in a budget
+    "kaggle": "kaggle",  # the bundle
+    "cli": "top", "__main__": "top", "pipeline": "top",
+}
+
+# What each layer may import. evaluate/ reads batches and runs the model, but never the training code.
+MAY_IMPORT = {
+    "base": {"base"},
+    "data": {"base", "data"},
+    "model": {"base", "data", "model"},
+    "optim": {"base", "data", "model", "optim"},
+    "train": {"base", "data", "model", "optim", "train"},
+    "evaluate": {"base", "data", "model", "evaluate"},
+    "solve": {"base", "data", "model", "optim", "train", "evaluate", "solve"},
+    "kaggle": {"base", "data", "model", "evaluate", "kaggle"},
+    "top": set(LAYER_OF.values()),
+}
+
+
+def layer(module: str) -> str:
+    """Layer of a dotted module name inside the package ('trm_kaggle.data.arc' -> 'data')."""
+    parts = module.split(".")
+    assert parts[0] == "trm_kaggle", module
+    return LAYER_OF[parts[1]] if len(parts) > 1 else "base"
+
+
+def package_modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    return ".".join(rel.parts)
+
+
+def imports_of(path: Path) -> list[tuple[int, str, int]]:
+    """(line, imported module, relative level) of every import in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, 0) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if base == "trm_kaggle" and node.level == 0:  # `from trm_kaggle import x`: x may be a subpackage
+                found += [(node.lineno, f"trm_kaggle.{alias.name}", 0) for alias in node.names]
+            else:
+                found.append((node.lineno, base, node.level))
+    return found
+
+
+def upward_imports(path: Path, name: str | None = None) -> list[str]:
+    """The imports of `path` (module `name`, by default its own) that break the layering, as readable lines."""
+    name = name or module_name(path)
+    here = layer(name)
+    bad = []
+    for line, target, level in imports_of(path):
+        if level:
+            bad.append(f"{name}:{line}: relative import (use `from trm_kaggle... import`)")
+            continue
+        parts = target.split(".")
+        if parts[0] != "trm_kaggle" or len(parts) == 1:
+            continue
+        if parts[1] not in LAYER_OF:
+            if (PACKAGE / parts[1]).with_suffix(".py").exists() or (PACKAGE / parts[1]).is_dir():
+                bad.append(f"{name}:{line}: trm_kaggle.{parts[1]} has no layer in LAYER_OF")
+            continue  # a name of the package itself, such as `from trm_kaggle import __version__`
+        there = layer(target)
+        if there not in MAY_IMPORT[here]:
+            bad.append(f"{name}:{line}: the {here} layer imports {target} ({there})")
+    return bad
+
+
+def test_every_module_has_a_layer():
+    for path in package_modules():
+        top = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        assert top in LAYER_OF, f"{path}: add its layer to LAYER_OF"
+
+
+@pytest.mark.parametrize("path", package_modules(), ids=lambda p: module_name(p))
+def test_imports_follow_the_data_flow(path):
+    assert upward_imports(path) == []
+
+
+def test_an_upward_import_is_caught(tmp_path):
+    """The check itself: an upward import (at module level or in a function) or a relative one fails."""
+    for name, source in (("trm_kaggle.data.x", "from trm_kaggle.model.trm import TinyRecursiveModel\n"),
+                         ("trm_kaggle.evaluate.x", "def f():\n    from trm_kaggle.train import loop\n"),
+                         ("trm_kaggle.model.x", "from trm_kaggle import train\n"),
+                         ("trm_kaggle.model.y", "import trm_kaggle.solve.solve\n"),
+                         ("trm_kaggle.model.z", "from .trm import TinyRecursiveModel\n")):
+        path = tmp_path / "x.py"
+        path.write_text(source)
+        assert upward_imports(path, name), name
+    path.write_text("from trm_kaggle.data.loader import PuzzleLoader\nfrom trm_kaggle import __version__\n")
+    assert upward_imports(path, "trm_kaggle.evaluate.x") == []
+
+
+def test_the_package_docstring_states_the_data_flow():
+    assert "tasks -> dataset -> batches -> model -> votes -> submission -> bundle" in " ".join(
+        trm_kaggle.__doc__.split())

@@ -1,0 +1,51 @@
+"""The one ACT rollout: full-length runs equal a plain loop over the steps; early exit stops rows and compacts."""
+
+from __future__ import annotations
+
+import torch
+
+from trm_kaggle.config import ArchConfig
+from trm_kaggle.model.rollout import act_rollout
+from trm_kaggle.model.trm import TinyRecursiveModel
+
+ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=3,
+                  puzzle_emb_len=1, forward_dtype="float32")
+
+
+def model_and_batch(rows: int = 6):
+    torch.manual_seed(0)
+    model = TinyRecursiveModel(ARCH, 8, 5, 4).eval()
+    batch = {"inputs": torch.randint(0, 5, (rows, 8), dtype=torch.int32),
+             "labels": torch.randint(0, 5, (rows, 8), dtype=torch.int32),
+             "puzzle_identifiers": torch.randint(0, 4, (rows,), dtype=torch.int32)}
+    return model, batch
+
+
+@torch.no_grad()
+def test_full_length_rollout_equals_the_plain_loop():
+    model, batch = model_and_batch()
+    carry = model.initial_carry(batch)
+    for _ in range(3):
+        carry, out = model(carry, batch)
+    r = act_rollout(model, batch, 3)
+    assert torch.equal(r.tokens, out["logits"].argmax(-1).to(torch.uint8))
+    assert torch.equal(r.q_halt, out["q_halt_logits"].float())
+    assert (r.steps == 3).all() and (r.rows_forwarded, r.calls) == (6 * 3, 3)
+    assert torch.equal(r.outputs["logits"], out["logits"]) and torch.equal(r.carry.steps, carry.steps)
+
+
+@torch.no_grad()
+def test_early_exit_stops_rows_and_forwards_only_the_rest():
+    model, batch = model_and_batch()
+    model.q_head.bias.zero_()  # from "almost never halt" to a q_halt whose sign differs from row to row
+    model.q_head.weight.normal_(0.0, 10.0)
+    full = act_rollout(model, batch, 3)
+    q1 = act_rollout(model, batch, 1).q_halt
+    early = act_rollout(model, batch, 3, early_exit=True)
+    stopped = q1 > 0
+    assert 0 < int(stopped.sum()) < 6
+    assert torch.equal(early.steps[stopped], torch.ones(int(stopped.sum()), dtype=torch.int32))
+    assert (early.steps[~stopped] == 3).all()
+    assert early.rows_forwarded == 6 + 2 * int((~stopped).sum())
+    # a row that runs to the end gets the same prediction as in the full-length run
+    assert torch.equal(early.tokens[~stopped], full.tokens[~stopped])

@@ -1,0 +1,169 @@
+"""Inference exports: a trained model as `weights.safetensors` + `config.json`, and back.
+
+An export is a directory with no pickle in it. `config.json` records the
+architecture, the sequence length, the vocabulary and the puzzle-embedding table
+it holds: "full" (one row per puzzle identifier it was trained on) or "mean" (a
+single row, which is all that unseen tasks need; 2.4 GB less for
+arc2concept-aug-1000).
+
+The mean row has one rule everywhere (`mean_puzzle_row`): the mean over ALL rows
+of the table, row 0 (the blank identifier) included. It is upstream's load-time
+rule: when a checkpoint's table has another row count than the model, upstream's
+pretrain.py fills every row with `torch.mean(saved_table, dim=0)`. Exports with
+`mean_embedding=True`, loading an export for a dataset with other identifiers and
+importing an upstream checkpoint all use it.
+
+`model_from_train_state` rebuilds the model a train state describes (the state is
+read by `trm_kaggle.train.checkpoint`; this module never reads train files itself).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trm_kaggle import __version__
+from trm_kaggle.atomic import atomic_directory, atomic_write_json
+from trm_kaggle.config import ArchConfig, TrainConfig
+from trm_kaggle.data.format import load_metadata
+from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
+from trm_kaggle.model.trm import TinyRecursiveModel
+
+EXPORT_FORMAT = "trm_kaggle.inference"
+PUZZLE_EMB_KEY = "puzzle_emb.weights"
+
+
+# ---------------------------------------------------------------------------
+# The puzzle-embedding table for unseen puzzles
+# ---------------------------------------------------------------------------
+
+
+def mean_puzzle_row(table: torch.Tensor) -> torch.Tensor:
+    """The (1, D) mean of every row of a (N, D) puzzle-embedding table, row 0 (blank) included."""
+    return table.mean(dim=0, keepdim=True)
+
+
+def resize_puzzle_embedding(table: torch.Tensor, num_identifiers: int) -> torch.Tensor:
+    """A table of `num_identifiers` rows, every row `mean_puzzle_row(table)`; unchanged when the count fits."""
+    if table.shape[0] == num_identifiers:
+        return table
+    return mean_puzzle_row(table).expand(num_identifiers, -1).contiguous()
+
+
+# ---------------------------------------------------------------------------
+# Writing and reading exports
+# ---------------------------------------------------------------------------
+
+
+def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch: ArchConfig, seq_len: int,
+                     vocab_size: int, mean_embedding: bool = False, info: dict | None = None) -> Path:
+    """Write `weights.safetensors` + `config.json` (atomically, as a directory)."""
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+    num_ids = None
+    if PUZZLE_EMB_KEY in tensors:
+        num_ids = tensors[PUZZLE_EMB_KEY].shape[0]
+        if mean_embedding:
+            tensors[PUZZLE_EMB_KEY] = mean_puzzle_row(tensors[PUZZLE_EMB_KEY])
+    config = {
+        "format": EXPORT_FORMAT,
+        "trm_kaggle_version": __version__,
+        "arch": arch.model_dump(),
+        "seq_len": seq_len,
+        "vocab_size": vocab_size,
+        "num_puzzle_identifiers": num_ids,
+        "puzzle_embedding": "mean" if mean_embedding else "full",
+        "info": info or {},
+    }
+    with atomic_directory(out_dir, is_replaceable=lambda p: (p / "config.json").exists()) as tmp:
+        save_file(tensors, str(tmp / "weights.safetensors"), metadata={"format": EXPORT_FORMAT})
+        os.chmod(tmp / "weights.safetensors", 0o644)  # safetensors writes it private; exports are shared
+        atomic_write_json(tmp / "config.json", config, indent=2)
+    return Path(out_dir)
+
+
+def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config, tensors) of an export directory; clear errors for missing, truncated or foreign files."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    cfg_path, w_path = path / "config.json", path / "weights.safetensors"
+    config = read_json(cfg_path, "config.json", hint=f"is {path} an export made by `trm-kaggle export`?")
+    if not isinstance(config, dict) or config.get("format") != EXPORT_FORMAT:
+        raise TRMError(f"{cfg_path}: not a trm-kaggle inference config")
+    try:
+        tensors = load_file(str(w_path))
+    except FileNotFoundError:
+        raise TRMError(f"{w_path}: missing") from None
+    except (SafetensorError, OSError, ValueError) as e:
+        raise TRMError(f"{w_path}: unreadable or truncated safetensors file: {e}") from None
+    return config, tensors
+
+
+# ---------------------------------------------------------------------------
+# Loading a model
+# ---------------------------------------------------------------------------
+
+
+def load_inference_model(path: str | os.PathLike, num_puzzle_identifiers: int | None = None,
+                         device: str | torch.device = "cpu"):
+    """The exported model. With `num_puzzle_identifiers` (e.g. for new tasks), the table is resized and
+    every row starts from the mean row (`mean_puzzle_row`, upstream's rule for unseen puzzles)."""
+    config, tensors = read_export(path)
+    arch = ArchConfig(**config["arch"])
+    n = num_puzzle_identifiers or (config.get("num_puzzle_identifiers") or 1)
+    if PUZZLE_EMB_KEY in tensors:
+        tensors[PUZZLE_EMB_KEY] = resize_puzzle_embedding(tensors[PUZZLE_EMB_KEY], n)
+    model = TinyRecursiveModel(arch, config["seq_len"], config["vocab_size"], n)
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise TRMError(f"{path}: weights do not fit the config (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model.to(device), config
+
+
+def load_model_for_dataset(weights: str | os.PathLike, dataset_dir: str | os.PathLike,
+                           device: str | torch.device = "cpu") -> tuple[torch.nn.Module, dict, str | None]:
+    """An exported model sized for `dataset_dir`'s puzzle identifiers, and a note for the user if resized.
+
+    Unseen puzzles (more identifiers than the export holds) get rows equal to the mean row;
+    a model trained on another dataset with as many or more rows is loaded as is, with a warning note.
+    """
+    n_ids = load_metadata(dataset_dir, "train").num_puzzle_identifiers
+    config, _ = read_export(weights)
+    saved = config.get("num_puzzle_identifiers") or 1
+    if config.get("puzzle_embedding") == "mean" or saved < n_ids:
+        model, config = load_inference_model(weights, num_puzzle_identifiers=n_ids, device=device)
+        note = None if config.get("puzzle_embedding") == "mean" else (
+            f"the export has {saved} puzzle embeddings, the dataset {n_ids} identifiers: every row starts "
+            "from the mean of the saved rows")
+        return model, config, note
+    model, config = load_inference_model(weights, device=device)
+    note = None if saved == n_ids else (
+        f"the export has {saved} puzzle embeddings but the dataset {n_ids} identifiers: was it trained on "
+        "another dataset? Its per-puzzle embeddings will not match these puzzles")
+    return model, config, note
+
+
+def model_from_train_state(state: dict[str, Any], use_ema: bool = True) -> tuple[TinyRecursiveModel, TrainConfig, bool]:
+    """(model, its training config, whether EMA weights were used) of a loaded train state.
+
+    With `use_ema` and an EMA shadow in the state, the model gets the EMA weights
+    (what exports ship); otherwise the live weights.
+    """
+    cfg = TrainConfig.model_validate_json(state["config"])
+    shape = state["model_shape"]
+    model = TinyRecursiveModel(cfg.arch, shape["seq_len"], shape["vocab_size"], shape["num_puzzle_identifiers"])
+    model.load_state_dict(state["model"])
+    ema = bool(use_ema and state.get("ema"))
+    if ema:
+        with torch.no_grad():
+            params = dict(model.named_parameters())
+            for name, tensor in state["ema"].items():
+                params[name].copy_(tensor)
+    return model, cfg, ema

@@ -1,0 +1,198 @@
+"""Named training presets: upstream's README recipes, a few CPU recipes, and ablations to combine.
+
+A base preset sets a whole recipe; a modifier changes a few fields and is meant to
+follow a base (`arc2+T3n6+no-ema`). `trm_kaggle.train.settings.load_train_config`
+applies them in the order given, later ones winning, before a config file and
+`key=value` overrides.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any, Iterable
+
+from trm_kaggle.errors import TRMError
+
+_ARC_RECIPE: dict = {
+    # upstream README "ARC-AGI-1/2" command: arch.L_layers=2 arch.H_cycles=3 arch.L_cycles=4 ema=True,
+    # everything else from cfg_pretrain.yaml (spelled out so a base preset fully sets its recipe)
+    "arch": {"L_layers": 2, "H_cycles": 3, "L_cycles": 4, "mlp_t": False, "pos_encodings": "rope"},
+    "global_batch_size": 768,
+    "epochs": 100000,
+    "eval_interval": 10000,
+    "lr": 1e-4,
+    "puzzle_emb_lr": 1e-2,
+    "weight_decay": 0.1,
+    "puzzle_emb_weight_decay": 0.1,
+    "ema": True,
+}
+
+_SMALL_DATA_RECIPE: dict = {
+    # upstream README Sudoku-Extreme / Maze-Hard commands
+    "evaluators": [],
+    "global_batch_size": 768,
+    "epochs": 50000,
+    "eval_interval": 5000,
+    "lr": 1e-4,
+    "puzzle_emb_lr": 1e-4,
+    "weight_decay": 1.0,
+    "puzzle_emb_weight_decay": 1.0,
+    "ema": True,
+}
+
+
+def _with(base: dict, **changes: Any) -> dict:
+    """A copy of a nested preset dict with `changes` merged in (`arch` merged key by key)."""
+    out = json.loads(json.dumps(base))
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key].update(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _preset(kind: str, description: str, overrides: dict) -> dict:
+    return {"kind": kind, "description": description, "overrides": overrides}
+
+
+#: Named presets: name -> {"kind": "base" | "modifier", "description": str, "overrides": nested dict}.
+#: A base preset sets a whole recipe; a modifier changes a few fields and is meant to follow a base
+#: (`arc2+T3n6+no-ema`). Presets apply in the order given and later ones win.
+PRESETS: dict[str, dict] = {
+    # --- upstream README recipes ---
+    "arc1": _preset("base", "ARC-AGI-1 (upstream README): data/arc1concept-aug-1000, T=3 n=4, EMA",
+                    _with(_ARC_RECIPE, data_paths=["data/arc1concept-aug-1000"])),
+    "arc2": _preset("base", "ARC-AGI-2 (upstream README): data/arc2concept-aug-1000, T=3 n=4, EMA",
+                    _with(_ARC_RECIPE, data_paths=["data/arc2concept-aug-1000"])),
+    "sudoku-mlp": _preset("base", "Sudoku-Extreme with the MLP mixer (upstream README, ~87%): T=3 n=6, no positions",
+                          _with(_SMALL_DATA_RECIPE, data_paths=["data/sudoku-extreme-1k-aug-1000"],
+                                arch={"L_layers": 2, "H_cycles": 3, "L_cycles": 6, "mlp_t": True,
+                                      "pos_encodings": "none"})),
+    "sudoku-att": _preset("base", "Sudoku-Extreme with attention + RoPE (upstream README, ~75%): T=3 n=6",
+                          _with(_SMALL_DATA_RECIPE, data_paths=["data/sudoku-extreme-1k-aug-1000"],
+                                arch={"L_layers": 2, "H_cycles": 3, "L_cycles": 6, "mlp_t": False,
+                                      "pos_encodings": "rope"})),
+    "maze": _preset("base", "Maze-Hard 30x30 (upstream README): data/maze-30x30-hard-1k, attention, T=3 n=4",
+                    _with(_SMALL_DATA_RECIPE, data_paths=["data/maze-30x30-hard-1k"],
+                          arch={"L_layers": 2, "H_cycles": 3, "L_cycles": 4, "mlp_t": False,
+                                "pos_encodings": "rope"})),
+    "cpu-smoke": _preset("base", "tiny model for a one-minute laptop CPU run (hidden 64, 50 steps, float32)", {
+        "arch": {"hidden_size": 64, "num_heads": 4, "expansion": 2.0, "H_cycles": 2, "L_cycles": 2,
+                 "halt_max_steps": 4, "puzzle_emb_len": 2, "forward_dtype": "float32"},
+        "global_batch_size": 32,
+        "lr": 1e-3,
+        "lr_warmup_steps": 10,
+        "max_steps": 50,
+        "eval_interval": None,
+        "device": "cpu",
+    }),
+    "sudoku4-cpu": _preset("base", "generated 4x4 Sudoku on a CPU: mlp_t, T=2 n=2, reaches >80% held-out in minutes "
+                           "(benchmarks/bench_learn_sudoku.py)", {
+        "arch": {"hidden_size": 64, "num_heads": 4, "expansion": 4.0, "H_cycles": 2, "L_cycles": 2, "L_layers": 2,
+                 "halt_max_steps": 3, "mlp_t": True, "pos_encodings": "none", "puzzle_emb_len": 1,
+                 "forward_dtype": "float32"},
+        "global_batch_size": 64,
+        "lr": 3e-3,
+        "lr_warmup_steps": 20,
+        "puzzle_emb_lr": 1e-3,
+        "epochs": 1000,
+        "eval_interval": 2,
+        "ema": False,
+        "device": "cpu",
+    }),
+    "arc-cpu": _preset("base", "a small ARC model a CPU trains in minutes (the shipped weights/ and the pipeline; "
+                       "far below the paper's model)", {
+        "arch": {"hidden_size": 64, "num_heads": 4, "expansion": 2.0, "H_cycles": 2, "L_cycles": 2, "L_layers": 2,
+                 "halt_max_steps": 4, "puzzle_emb_len": 2, "forward_dtype": "float32"},
+        "global_batch_size": 32,
+        "lr": 1e-3,
+        "lr_warmup_steps": 20,
+        "puzzle_emb_lr": 1e-2,
+        "epochs": 1000,
+        "eval_interval": None,
+        "ema": True,
+        "ema_rate": 0.99,
+    }),
+    # --- ablations: modifiers to combine with a base preset ---
+    "no-ema": _preset("modifier", "turn off the EMA of the weights (ema=False)", {"ema": False}),
+    **{
+        f"T{t}n{n}": _preset("modifier", f"recursion depth T={t} (arch.H_cycles), n={n} (arch.L_cycles)",
+                             {"arch": {"H_cycles": t, "L_cycles": n}})
+        for t, n in ((2, 2), (2, 6), (3, 4), (3, 6), (4, 6))
+    },
+    "attention": _preset("modifier", "self-attention with RoPE (arch.mlp_t=False, pos_encodings=rope)",
+                         {"arch": {"mlp_t": False, "pos_encodings": "rope"}}),
+    "mlp-t": _preset("modifier", "MLP across the sequence instead of attention (arch.mlp_t=True, pos_encodings=none)",
+                     {"arch": {"mlp_t": True, "pos_encodings": "none"}}),
+    "act-8": _preset("modifier", "fewer supervision steps: arch.halt_max_steps=8", {"arch": {"halt_max_steps": 8}}),
+    "act-4": _preset("modifier", "fewer supervision steps: arch.halt_max_steps=4", {"arch": {"halt_max_steps": 4}}),
+    **{
+        f"batch{b}": _preset("modifier", f"global_batch_size={b}"
+                             + (" (upstream README's one-GPU Maze-Hard run)" if b == 128 else ""),
+                             {"global_batch_size": b})
+        for b in (128, 512, 1024, 2048)
+    },
+    "large": _preset("modifier", "larger model: arch.hidden_size=768, num_heads=12 (64 per head)",
+                     {"arch": {"hidden_size": 768, "num_heads": 12}}),
+    # --- data curricula ---
+    "repair-curriculum": _preset("modifier", "the code-repair spec's five stages: syntax bugs first, then logic "
+                                 "bugs by difficulty, all bugs at half the LR last (needs repair_meta.jsonl)", {
+        "stages": [
+            {"name": "syntax", "bug_types": ["missing_colon", "unbalanced_bracket", "bad_indent"],
+             "max_difficulty": 0.3, "share": 0.15},
+            {"name": "syntax+operators", "bug_types": ["missing_colon", "unbalanced_bracket", "bad_indent",
+                                                       "flipped_comparison", "wrong_operator"],
+             "max_difficulty": 0.45, "share": 0.2},
+            {"name": "+returns,off-by-one,lint", "bug_types": ["missing_colon", "unbalanced_bracket", "bad_indent",
+                                                               "flipped_comparison", "wrong_operator",
+                                                               "removed_return", "off_by_one", "lint"],
+             "max_difficulty": 0.6, "share": 0.2},
+            {"name": "all types", "max_difficulty": 0.75, "share": 0.2},
+            {"name": "all", "lr_scale": 0.5, "share": 0.25},
+        ],
+    }),
+}
+
+# code repair on a CPU: arc-cpu's small model without a puzzle embedding (every pair is its own puzzle)
+PRESETS["repair-cpu"] = _preset(
+    "base", "code repair on a CPU: the arc-cpu model without a puzzle embedding, for short snippets "
+    "(build-code-repair --grid 8x32 --strip-docstrings), no EMA",
+    _with(PRESETS["arc-cpu"]["overrides"], arch={"puzzle_emb_ndim": 0}, lr_warmup_steps=50, epochs=20, ema=False,
+          device="cpu"))
+
+_PRESET_LOOKUP = {name.lower(): name for name in PRESETS}
+
+
+def expand_preset_names(names: Iterable[str] | str) -> list[str]:
+    """`["arc2+T3n6", "no-ema"]` -> `["arc2", "T3n6", "no-ema"]`, checked against PRESETS (case-insensitive)."""
+    if isinstance(names, str):
+        names = [names]
+    out: list[str] = []
+    for item in names:
+        for part in str(item).split("+"):
+            part = part.strip()
+            if not part:
+                continue
+            name = _PRESET_LOOKUP.get(part.lower())
+            if name is None:
+                close = difflib.get_close_matches(part.lower(), list(_PRESET_LOOKUP), n=1)
+                hint = f" (did you mean {_PRESET_LOOKUP[close[0]]}?)" if close else ""
+                raise TRMError(f"unknown preset {part!r}{hint}; valid presets: {', '.join(PRESETS)}")
+            out.append(name)
+    return out
+
+
+def describe_presets() -> str:
+    """One line per preset, base recipes first (for `--list-presets`)."""
+    width = max(map(len, PRESETS))
+    lines = []
+    titles = (("base", "Recipes (pick one):"), ("modifier", "Modifiers (combine after a recipe, later wins):"))
+    for kind, title in titles:
+        lines.append(title)
+        for name, entry in PRESETS.items():
+            if entry["kind"] == kind:
+                lines.append(f"  {name:<{width}}  {entry['description']}")
+    lines.append("Combine with --preset A --preset B or --preset A+B; key=value overrides apply last.")
+    return "\n".join(lines)
