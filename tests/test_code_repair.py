@@ -207,6 +207,7 @@ def test_strip_docstrings():
     (["--corpus", "{tmp}/empty", "--grid", "64x0"], "grid must be ROWSxCOLS"),
     (["--corpus", "{tmp}/onlybad"], "no repair pairs in the train split"),
     (["--bug-types", "typo"], "unknown bug type 'typo'"),
+    (["--corpus", "{tmp}/onlybad/a.py"], "corpus {tmp}/onlybad/a.py: not a directory"),
 ])
 def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
     (tmp_path / "empty").mkdir()

@@ -1,6 +1,7 @@
 """evaluate-repair: exact-fix rates per bug type against the copy-input baseline, and code runs with a time limit."""
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -223,3 +224,11 @@ def test_cli_with_a_trained_export(dataset, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "trm_kaggle", "evaluate-repair", "--weights", str(weights), "--data",
                           str(tmp_path), "--no-progress"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+    broken = tmp_path / "broken"  # a code-repair dataset whose metadata was damaged
+    shutil.copytree(dataset, broken)
+    (broken / "test" / "repair_meta.jsonl").write_text("{not json\n")
+    bad = subprocess.run([sys.executable, "-m", "trm_kaggle", "evaluate-repair", "--weights", str(weights), "--data",
+                          str(broken), "--no-progress"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == bad.stderr.strip().splitlines()[-1]  # one line
+    assert "repair_meta.jsonl:1: not a repair metadata record" in bad.stderr
