@@ -113,7 +113,7 @@ class CodeRepairBuildConfig(_Config):
     corpus: Optional[str] = None
     grid: str = "64x48"  # rows x columns; a row holds one line of code
     tokens: Literal["char", "bpe"] = "char"
-    bpe_vocab_size: int = Field(1024, ge=95, le=32000)  # pieces, the 95 printable characters included (tokens = this + 2)
+    bpe_vocab_size: int = Field(1024, ge=95, le=32000)  # pieces, the 95 printable characters among them (+2 tokens)
     bug_types: Optional[list[str]] = None  # synthetic types to make; None = all
     mutations_per_type: int = Field(1, ge=1)  # pairs of each type per snippet, at most
     lint: Literal["auto", "on", "off"] = "auto"

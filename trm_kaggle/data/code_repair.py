@@ -47,7 +47,8 @@ from tqdm import tqdm
 
 from trm_kaggle.config import CodeRepairBuildConfig
 from trm_kaggle.data import code_bugs, code_lint
-from trm_kaggle.data.code_tokens import TOKENIZER_FILE, CharTokens, Tokens, printable, tokens_from_description, train_bpe
+from trm_kaggle.data.code_tokens import (TOKENIZER_FILE, CharTokens, Tokens, printable, tokens_from_description,
+                                         train_bpe)
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
 from trm_kaggle.data.grids import build_summary
 from trm_kaggle.errors import DataError, TRMError

@@ -19,7 +19,6 @@ counting a skip is cheaper than raising.
 from __future__ import annotations
 
 import json
-import string
 from pathlib import Path
 from typing import Iterable
 
