@@ -233,7 +233,7 @@ def test_cli_builds(corpus, tmp_path, capsys):
 
 
 def test_read_repair_meta_errors(tmp_path):
-    with pytest.raises(DataError, match="missing"):
+    with pytest.raises(DataError, match="repair metadata not found"):
         read_repair_meta(tmp_path, "train")
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "repair_meta.jsonl").write_text('{"bug_type": "x"}\n')

@@ -62,5 +62,5 @@ def test_bpe_fits_counts_tokens_not_characters(bpe):
 def test_token_description_errors(tmp_path):
     with pytest.raises(DataError, match="unknown token scheme"):
         tokens_from_description({"kind": "words"}, tmp_path)
-    with pytest.raises(DataError, match="tokenizer.json: cannot read"):
+    with pytest.raises(DataError, match="tokenizer.json: BPE vocabulary not found"):
         tokens_from_description({"kind": "bpe", "vocab_size": 10}, tmp_path)

@@ -231,4 +231,4 @@ def test_cli_with_a_trained_export(dataset, tmp_path):
                           str(broken), "--no-progress"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == bad.stderr.strip().splitlines()[-1]  # one line
-    assert "repair_meta.jsonl:1: not a repair metadata record" in bad.stderr
+    assert "repair_meta.jsonl:1: unreadable repair metadata record" in bad.stderr

@@ -10,13 +10,13 @@ differs at one place, like the synthetic ones. ruff reads the code; nothing runs
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import parse_json
 
 # Rule families whose safe fixes repair something a reader would call a mistake or a
 # clumsy construct (comparisons, f-strings without fields, old idioms, redundant calls).
@@ -68,10 +68,7 @@ def lint_fixes(snippets: list[str], ruff: str, time_limit: float = TIME_LIMIT_S)
         raise TRMError(f"cannot run ruff ({ruff}): {e.strerror}") from None
     if done.returncode != 0:
         raise TRMError(f"ruff failed (exit {done.returncode}): {done.stderr.strip()[:300]}")
-    try:
-        violations = json.loads(done.stdout or "[]")
-    except json.JSONDecodeError as e:
-        raise TRMError(f"ruff printed something other than JSON ({e})") from None
+    violations = parse_json(done.stdout or "[]", "ruff check", "output")
     out = []
     for v in violations:
         fix = v.get("fix") or {}

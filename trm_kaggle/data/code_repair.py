@@ -52,6 +52,8 @@ from trm_kaggle.data.code_tokens import (TOKENIZER_FILE, CharTokens, Tokens, pri
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
 from trm_kaggle.data.grids import build_summary
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.jsonio import parse_json, read_json, read_text
+from trm_kaggle.lifetime import exit_with_parent
 
 SPLITS = ("train", "val", "test")
 META_FILE = "repair_meta.jsonl"
@@ -254,6 +256,11 @@ def _init_worker(cfg_json: str, root: str, tokens_desc: dict, tokenizer_json: st
     global _worker
     cfg = CodeRepairBuildConfig.model_validate_json(cfg_json)
     _worker = _Worker(cfg, Path(root), tokens_from_description(tokens_desc, tokenizer_json=tokenizer_json), ruff)
+
+
+def _init_pool_worker(parent: int, *init_args) -> None:
+    exit_with_parent(parent)  # a killed build must not leave workers blocked on the pool's queue forever
+    _init_worker(*init_args)
 
 
 def _read_source(path: Path) -> str:
@@ -511,7 +518,8 @@ def _run(tasks: list[list[str]], workers: int, init_args: tuple) -> Iterator[lis
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # a forked child must not reuse the parent's thread pool
     try:
-        with multiprocessing.get_context(method).Pool(workers, initializer=_init_worker, initargs=init_args) as pool:
+        with multiprocessing.get_context(method).Pool(workers, initializer=_init_pool_worker,
+                                                      initargs=(os.getpid(), *init_args)) as pool:
             yield from _bounded_imap(pool, process_files, tasks, in_flight=4 * workers)
     finally:
         if saved is None:
@@ -543,36 +551,33 @@ def read_repair_meta(dataset_dir: str | os.PathLike, split: str) -> RepairMeta:
     if split not in SPLITS:
         raise TRMError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     path = Path(dataset_dir) / split / META_FILE
+    text = read_text(path, "repair metadata", hint=f"is {dataset_dir} a code-repair dataset? build it with "
+                                                    "trm-kaggle build-code-repair")
     bug_type, category, difficulty, source, line = [], [], [], [], []
-    try:
-        f = open(path, encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing (is {dataset_dir} a code-repair dataset? build it with "
-                        "trm-kaggle build-code-repair)") from None
-    with f:
-        for n, text in enumerate(f, start=1):
-            try:
-                r = json.loads(text)
-                bug_type.append(str(r["bug_type"]))
-                category.append(str(r["category"]))
-                difficulty.append(float(r["difficulty"]))
-                source.append(str(r["source"]))
-                line.append(int(r["line"]))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                raise DataError(f"{path}:{n}: not a repair metadata record ({e})") from None
+    for n, record in enumerate(text.splitlines(), start=1):
+        r = parse_json(record, f"{path}:{n}", "repair metadata record")
+        try:
+            bug_type.append(str(r["bug_type"]))
+            category.append(str(r["category"]))
+            difficulty.append(float(r["difficulty"]))
+            source.append(str(r["source"]))
+            line.append(int(r["line"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{path}:{n}: not a repair metadata record ({type(e).__name__}: {e})") from None
     return RepairMeta(np.array(bug_type, dtype=object), np.array(category, dtype=object),
                       np.array(difficulty, dtype=np.float64), source, np.array(line, dtype=np.int64))
 
 
+def read_repair_info(dataset_dir: str | os.PathLike) -> dict:
+    """A code-repair dataset's build_info.json (its token scheme and grid shape among the rest)."""
+    info = read_json(Path(dataset_dir) / "build_info.json", "build_info.json",
+                     hint=f"is {dataset_dir} a code-repair dataset?")
+    if not isinstance(info, dict) or info.get("builder") != "code-repair":
+        builder = info.get("builder") if isinstance(info, dict) else None
+        raise DataError(f"{dataset_dir}: not a code-repair dataset (built by {builder!r})")
+    return info
+
+
 def load_repair_tokens(dataset_dir: str | os.PathLike) -> Tokens:
-    """The token scheme a code-repair dataset was built with (from its build_info.json)."""
-    path = Path(dataset_dir) / "build_info.json"
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing (is {dataset_dir} a code-repair dataset?)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise DataError(f"{path}: unreadable ({e})") from None
-    if info.get("builder") != "code-repair":
-        raise DataError(f"{dataset_dir}: not a code-repair dataset (built by {info.get('builder')!r})")
-    return tokens_from_description(info.get("tokens"), dataset_dir)
+    """The token scheme a code-repair dataset was built with."""
+    return tokens_from_description(read_repair_info(dataset_dir).get("tokens"), dataset_dir)

@@ -26,6 +26,7 @@ import numpy as np
 
 from trm_kaggle.data.grids import TEXT_EOL, TEXT_PAD, TEXT_VOCAB_SIZE, grid_to_text, text_to_grid
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.jsonio import read_text
 
 PRINTABLE = [chr(c) for c in range(32, 127)]  # the characters both vocabularies can write
 TOKENIZER_FILE = "tokenizer.json"  # a BPE dataset's vocabulary, at the dataset root
@@ -144,11 +145,8 @@ def tokens_from_description(desc: dict, dataset_dir: str | Path | None = None, t
         return CharTokens()
     if kind == "bpe":
         if tokenizer_json is None:
-            path = Path(dataset_dir) / TOKENIZER_FILE  # a fixed name inside the dataset, never one read from data
-            try:
-                tokenizer_json = path.read_text(encoding="utf-8")
-            except OSError as e:
-                raise DataError(f"{path}: cannot read the BPE vocabulary ({e.strerror})") from None
+            # a fixed name inside the dataset, never one read from data
+            tokenizer_json = read_text(Path(dataset_dir) / TOKENIZER_FILE, "BPE vocabulary")
         try:
             tokens = BpeTokens(tokenizer_json)
         except Exception as e:  # the tokenizers library raises its own exception types

@@ -22,7 +22,6 @@ seconds: that bounds time, it is not a sandbox.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import shlex
 import signal
@@ -31,14 +30,13 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import RepairEvalConfig
-from trm_kaggle.data.code_repair import load_repair_tokens, read_repair_meta
+from trm_kaggle.data.code_repair import load_repair_tokens, read_repair_info, read_repair_meta
 from trm_kaggle.data.format import load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.predict import predict_split
@@ -142,7 +140,7 @@ def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch
     """Predict the test split of cfg.data with `model`, score every pair, run code when asked."""
     t0 = time.perf_counter()
     tokens = load_repair_tokens(cfg.data)
-    rows, cols = json.loads((Path(cfg.data) / "build_info.json").read_text())["grid_shape"]
+    rows, cols = read_repair_info(cfg.data)["grid_shape"]
     split = load_split(cfg.data, "test")
     meta = read_repair_meta(cfg.data, "test")
     if split.num_examples == 0:
