@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import time
 import traceback
 from pathlib import Path
@@ -34,6 +36,7 @@ from trm_kaggle.data.format import load_split
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
 from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.solve.estimate import seconds_per_call
@@ -70,12 +73,20 @@ def _link_challenges(cfg: SolveConfig, work: Path) -> str:
     return str(src / "arc")
 
 
-def build_unseen_dataset(cfg: SolveConfig, work: Path) -> Path:
-    """The augmented dataset of the challenges' tasks; reused when a previous run built the same one."""
+def export_canvas(weights: str | os.PathLike) -> int:
+    """The canvas side an export was trained on (seq_len = side * side; 30 for upstream's ARC models)."""
+    seq_len = int(read_json(Path(weights) / "config.json", "export config.json").get("seq_len", 900))
+    side = math.isqrt(seq_len)
+    return side if side * side == seq_len and 1 <= side <= 30 else 30
+
+
+def build_unseen_dataset(cfg: SolveConfig, work: Path, canvas: int = 30) -> Path:
+    """The augmented dataset of the challenges' tasks on the model's canvas (a task with a larger grid is
+    left out and gets the fallback); reused when a previous run built the same one."""
     data_dir = work / "data"
     build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(cfg, work),
                                subsets=[SUBSET], test_set_name=SUBSET, test_set_name2=SUBSET, num_aug=cfg.num_aug,
-                               seed=cfg.seed, skip_invalid=True, progress=cfg.progress)
+                               seed=cfg.seed, skip_invalid=True, canvas=canvas, progress=cfg.progress)
     info = data_dir / "build_info.json"
     if info.exists():
         try:
@@ -154,7 +165,7 @@ def solve(cfg: SolveConfig) -> dict[str, Any]:
     t = time.time()
     try:
         device = pick_device(cfg.device)
-        data_dir = build_unseen_dataset(cfg, work)
+        data_dir = build_unseen_dataset(cfg, work, export_canvas(cfg.weights))
         report["stages"]["dataset_s"] = round(time.time() - t, 1)
 
         model, export_cfg, _ = load_model_for_dataset(cfg.weights, data_dir, device)
