@@ -35,7 +35,7 @@ def _say(text: str) -> None:
 
 def learning_summary(run_dir: Path) -> str:
     """First against last tenth of the logged training steps: did the loss fall and the accuracy rise?"""
-    records, _ = read_metrics(run_dir)
+    records, _ = read_metrics(run_dir) if (Path(run_dir) / "metrics.jsonl").exists() else ([], [])
     if len(records) < 2:
         return "too few logged steps to compare"
     n = max(1, len(records) // 10)
@@ -81,7 +81,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> flo
     def fit() -> str:
         tcfg = load_train_config(presets=["arc-cpu"], overrides=[
             f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={cfg.train_seconds}",
-            f"seed={cfg.seed}", f"progress={cfg.progress}"])
+            f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5"])
         r = train(tcfg)
         export_run(run_dir, weights)
         return (f"{r.step} steps in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} examples/s; "
