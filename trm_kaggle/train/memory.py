@@ -36,6 +36,9 @@ GB = 1024**3
 # the loader maps data pages, and the machine runs other things.
 DEFAULT_MEMORY_FRACTION = 0.75
 OPTIMIZER_STATE_FLOATS = {"adam_atan2": 2, "adamw": 2, "lion": 1}
+# The loader's in-memory index arrays: puzzle starts and sizes (int64), identifiers (int32), and the
+# split's own puzzle_indices / puzzle_identifiers as read (the example arrays stay memory-mapped).
+LOADER_BYTES_PER_PUZZLE = 8 + 8 + 4 + 8 + 4
 
 
 @dataclass
@@ -169,7 +172,7 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     # The loss works on float32 logits: the upcast, stablemax's log-probabilities and its gradient.
     loss_work = 3 * seq_len * vocab_size * 4
     return MemoryEstimate(
-        baseline=baseline + 3 * 8 * num_puzzles,  # puzzle/group index arrays and identifiers, int64
+        baseline=baseline + LOADER_BYTES_PER_PUZZLE * num_puzzles,
         weights=4 * P,
         gradients=4 * P if trains_weights else 0,
         optimizer=4 * P * OPTIMIZER_STATE_FLOATS.get(cfg.optimizer, 2) if trains_weights else 0,
