@@ -62,6 +62,9 @@ def _add_build_arc(sub) -> None:
     _flag(p, "puzzle_identifiers_start", type=int, default=None, help="first puzzle identifier (default 1)")
     _flag(p, "workers", type=int, default=None, help="processes (default: one per CPU core)")
     _flag(p, "max_tasks", type=int, default=None, help="keep the first N tasks of each subset (quick experiments)")
+    _flag(p, "canvas", type=int, default=None,
+          help="side N of the square canvas, seq_len N*N (default 30, upstream's); tasks with a larger grid are "
+               "left out (small canvases make CPU experiments far cheaper)")
     _flag(p, "skip_invalid", action="store_true", default=None, help="skip and report malformed tasks")
     _common(p)
     p.set_defaults(func=cmd_build_arc)
@@ -233,6 +236,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.export:
         export_run(result.run_dir, args.export, mean_embedding=args.mean_embedding)
         print(f"exported to {args.export}")
+    return 0
+
+
+def _add_doctor(sub) -> None:
+    p = sub.add_parser("doctor", help="what this machine is, and what train would choose on it",
+                       description="Print the CPU, memory, accelerators and torch build, then what `train` would "
+                                   "choose for a preset and dataset: device, dtype (and why), threads, micro-batch, "
+                                   "expected peak memory, and warnings for choices that will not fit.")
+    p.add_argument("data", nargs="?", default=None, metavar="DATA", help="a dataset directory (default: ARC shapes)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="train overrides, upstream style")
+    p.add_argument("--preset", action="append", default=[], help="named preset (see train --list-presets)")
+    p.add_argument("--json", action="store_true", help="print everything as JSON")
+    _common(p)
+    p.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from trm_kaggle.doctor import run_doctor
+
+    data, overrides = args.data, list(args.overrides)
+    if data is not None and "=" in data:  # `doctor key=value` without a dataset
+        data, overrides = None, [data] + overrides
+    print(run_doctor(args.preset, data, overrides, args.json))
     return 0
 
 
@@ -496,10 +522,12 @@ def _add_pipeline(sub) -> None:
     _flag(p, "work_dir", default=None, help="where everything is written (default runs/pipeline)")
     _flag(p, "num_aug", type=int, default=None, help="augmentations per task (default 4)")
     _flag(p, "train_seconds", type=float, default=None, help="training time limit (default 180 s)")
-    _flag(p, "eval_tasks", type=int, default=None, help="ARC-AGI-2 evaluation tasks in the test split (default 10: "
-                                                         "inference at seq_len 900 is costly on a CPU)")
-    _flag(p, "unseen_tasks", type=int, default=None, help="ARC-AGI-2 evaluation tasks used as unseen challenges "
-                                                           "(default 5)")
+    _flag(p, "canvas", type=int, default=None, help="canvas side: only tasks whose grids fit it (default 12; "
+                                                     "30 is upstream's, far slower on a CPU)")
+    _flag(p, "eval_tasks", type=int, default=None, help="ARC-AGI-2 evaluation tasks (fitting the canvas) in the test "
+                                                         "split (default 3)")
+    _flag(p, "unseen_tasks", type=int, default=None, help="further ARC-AGI-2 evaluation tasks (fitting the canvas) "
+                                                           "used as unseen challenges (default 2)")
     _flag(p, "seed", type=int, default=None, help="random seed (default 42)")
     _common(p)
     p.set_defaults(func=cmd_pipeline)
@@ -544,8 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_build_code_repair, _add_verify,
-                _add_train, _add_export, _add_import_upstream, _add_evaluate, _add_evaluate_repair, _add_submit,
-                _add_validate_submission, _add_score, _add_estimate, _add_bundle):
+                _add_train, _add_doctor, _add_export, _add_import_upstream, _add_evaluate, _add_evaluate_repair,
+                _add_submit, _add_validate_submission, _add_score, _add_estimate, _add_bundle):
         add(sub)
     return parser
 

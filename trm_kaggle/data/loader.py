@@ -31,6 +31,7 @@ Where we differ from upstream:
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -199,7 +200,7 @@ class PuzzleLoader:
             [np.where(s.puzzle_identifiers == blank, blank, s.puzzle_identifiers.astype(np.int64) + off)
              for s, off in zip(self.splits, self.identifier_offsets)]).astype(np.int32)
 
-        self.identifier_names = self._merged_identifier_names(metas)
+        self._metas = metas  # identifier_names reads identifiers.json on first use
 
         # --- iteration state: what the consumer has received so far (never what is prefetched) ---
         self._state = {"epoch": 0, "position": 0, "batch_in_epoch": 0, "step": 0}
@@ -212,10 +213,14 @@ class PuzzleLoader:
     # Metadata helpers
     # ------------------------------------------------------------------
 
-    def _merged_identifier_names(self, metas: list[DatasetMetadata]) -> list[str] | None:
-        """Concatenated identifiers.json lists (index = merged identifier), or None if any is missing."""
+    @functools.cached_property
+    def identifier_names(self) -> list[str] | None:
+        """Concatenated identifiers.json lists (index = merged identifier), or None if any is missing.
+
+        Read on first use, not when the loader opens: training never needs the names, and for
+        upstream's 1000-augmentation ARC datasets they are a million Python strings (~120 MB)."""
         names: list[str] = []
-        for path, meta in zip(self.dataset_paths, metas):
+        for path, meta in zip(self.dataset_paths, self._metas):
             if not (path / "identifiers.json").is_file():
                 return None
             ids = load_identifiers(path)
