@@ -32,13 +32,19 @@ from trm_kaggle.model.trm import Carry
 class Rollout:
     """What one batch's rollout produced; row i is row i of the batch given."""
 
-    tokens: torch.Tensor  # uint8 (B, seq_len): argmax of the logits at the step the row stopped
+    tokens: torch.Tensor  # (B, seq_len) argmax of the logits at the step the row stopped: uint8, or int16
+    #                       for a vocabulary wider than a byte (see `token_dtype`)
     q_halt: torch.Tensor  # float32 (B,): q_halt logit at that step
     steps: torch.Tensor  # int32 (B,): ACT steps the row ran
     carry: Carry  # the carry after the last model call (rows still running then; all rows without early exit)
     outputs: dict[str, torch.Tensor]  # the model outputs of the last call (same rows as `carry`)
     rows_forwarded: int  # sum over model calls of the rows passed (compaction shows here)
     calls: int  # model calls
+
+
+def token_dtype(model: torch.nn.Module) -> torch.dtype:
+    """uint8 holds every vocabulary of ARC, Sudoku and Maze; a BPE code-repair model needs int16."""
+    return torch.int16 if getattr(model, "vocab_size", 0) > 256 else torch.uint8
 
 
 def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_steps: int,
@@ -52,7 +58,7 @@ def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_step
         compact = device.type != "xla"
     if not compact:
         return _masked_rollout(model, batch, max_steps, early_exit)
-    tokens = torch.empty(B, L, dtype=torch.uint8, device=device)
+    tokens = torch.empty(B, L, dtype=token_dtype(model), device=device)
     q_out = torch.empty(B, dtype=torch.float32, device=device)
     steps_out = torch.empty(B, dtype=torch.int32, device=device)
     active = torch.arange(B, device=device)  # original row of each row still running
@@ -74,7 +80,7 @@ def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_step
             all_done = last or bool(done.all())
             idx = active if all_done else active[done]
             logits = out["logits"] if all_done else out["logits"][done]
-            tokens[idx] = logits.argmax(-1).to(torch.uint8)
+            tokens[idx] = logits.argmax(-1).to(tokens.dtype)
             q_out[idx] = q if all_done else q[done]
             steps_out[idx] = step
             if all_done:
@@ -99,7 +105,7 @@ def _masked_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_
     B, L = batch["inputs"].shape
     xla_device = batch["inputs"].device.type == "xla"
     carry = model.initial_carry(batch)
-    tokens = torch.zeros(B, L, dtype=torch.uint8, device=carry.steps.device)
+    tokens = torch.zeros(B, L, dtype=token_dtype(model), device=carry.steps.device)
     q_out = torch.zeros(B, dtype=torch.float32, device=carry.steps.device)
     steps_out = torch.zeros(B, dtype=torch.int32, device=carry.steps.device)
     stopped = torch.zeros(B, dtype=torch.bool, device=carry.steps.device)
@@ -111,7 +117,7 @@ def _masked_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_
         last = step == max_steps
         new = ~stopped if last else (q > 0) & ~stopped if early_exit else None
         if new is not None:
-            tokens = torch.where(new.view(-1, 1), out["logits"].argmax(-1).to(torch.uint8), tokens)
+            tokens = torch.where(new.view(-1, 1), out["logits"].argmax(-1).to(tokens.dtype), tokens)
             q_out = torch.where(new, q, q_out)
             steps_out = torch.where(new, carry.steps, steps_out)  # the model's step count: equal to `step` here
             stopped = stopped | new

@@ -46,8 +46,10 @@ from trm_kaggle.optim.adam_atan2 import AdamATan2
 from trm_kaggle.optim.ema import EMA
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train.memory import MemoryWatch, memory_aware_micro_batch
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
+from trm_kaggle.train.stages import StagePlan
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +292,11 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
                           world_size=rt.world_size)
     local_batch = cfg.global_batch_size // rt.world_size
-    micro = min(cfg.micro_batch_size or local_batch, local_batch)
+    meta = loader.metadata
+    micro = memory_aware_micro_batch(cfg, seq_len=meta.seq_len, vocab_size=meta.vocab_size,
+                                     num_puzzle_identifiers=meta.num_puzzle_identifiers, num_puzzles=meta.total_puzzles,
+                                     device=rt.device, dtype=rt.dtype, local_batch=local_batch,
+                                     world_size=rt.world_size, log=log if rt.is_main else None)
     if local_batch % micro:
         raise TRMError(f"micro_batch_size {micro} must divide the per-rank batch {local_batch}")
     on_xla = rt.device.type == "xla"
@@ -308,6 +314,11 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     total_steps = total_train_steps(cfg.epochs, loader.total_groups, loader.metadata.mean_puzzle_examples,
                                     cfg.global_batch_size)
     stop_at = min(total_steps, cfg.max_steps) if cfg.max_steps else total_steps
+    stages = StagePlan.from_config(cfg, loader, stop_at) if cfg.stages else None
+    if stages is not None:
+        loader.set_group_filter(stages.group_mask_at)
+        if rt.is_main:
+            log.warning("data curriculum: %s", stages.describe())
 
     step, carries = 0, None
     states = ckpt.list_states(run_dir)
@@ -316,6 +327,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     if states:
         path, state = ckpt.load_newest_state(run_dir, quarantine=rt.is_main)
         step, carries = _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint)
+        if carries is not None and len(carries) != local_batch // micro:  # another micro-batch size now
+            carries = _resplit(carries, micro)
         if rt.is_main:
             log.warning("resuming %s from step %d", run_dir, step)
             drop_metrics_after(run_dir / "metrics.jsonl", step)
@@ -330,28 +343,31 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     result = TrainResult(run_dir, step, 0.0, is_main=rt.is_main)
     bar = tqdm(total=stop_at, initial=step, disable=not (cfg.progress and rt.is_main), unit="step", dynamic_ncols=True)
     t_start, step_start = time.perf_counter(), step
+    memory_watch = MemoryWatch(rt.device, log if rt.is_main else None)
     last_eval_epoch = math.floor(step / steps_per_epoch / cfg.eval_interval) if cfg.eval_interval else None
     batches = iter(loader)
     position = loader  # what a train state records of the data stream
-    watch = None
+    compile_watch = None
     if on_xla:  # XLA: batches go to the device ahead of use; compilations are counted per step
         batches = position = xla.DeviceBatches(loader, rt.device)
-        watch = xla.CompileWatch(warn=rt.is_main)
+        compile_watch = xla.CompileWatch(warn=rt.is_main)
     pending: list[torch.Tensor] = []  # per-step metrics, read on the host once per log interval
     try:
         while step < stop_at:
             if deadline is not None and time.time() >= deadline:
                 log.warning("time budget reached at step %d: stopping training", step)
                 break
-            if watch is not None:
-                watch.begin_step()
+            if compile_watch is not None:
+                compile_watch.begin_step()
             batch = next(batches)  # the training stream is endless; the loader counts epochs
             batch = {k: batch[k].to(rt.device, non_blocking=True) for k in ("inputs", "labels", "puzzle_identifiers")}
             epoch = step / steps_per_epoch
 
             # schedules: lr (of optimizer step `step + 1`, as upstream), recursion curriculum, halting exploration
-            lr = lr_at_step(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
-            emb_lr = lr_at_step(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+            # (a data curriculum scales both by its current stage's factor)
+            factor = stages.lr_factor(step) if stages is not None else 1.0
+            lr = factor * lr_at_step(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+            emb_lr = factor * lr_at_step(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
             if dense is not None:
                 for g in dense.param_groups:
                     g["lr"] = lr
@@ -393,8 +409,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             if ema is not None:
                 ema.update(model)
             step += 1
-            if watch is not None:
-                watch.end_step(step)  # XLA: the step boundary; warns when a step after the warm-up compiled
+            if compile_watch is not None:
+                compile_watch.end_step(step)  # XLA: the step boundary; warns when a step after the warm-up compiled
 
             # bookkeeping (a host read waits for the device: once per log interval, not per step)
             pending.append(metrics)
@@ -405,17 +421,22 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                         sums[key] = sums.get(key, 0.0) + v
                 pending = []
                 record = _summarise(sums, step, step / steps_per_epoch, lr, cfg.global_batch_size)
+                if stages is not None:
+                    record["stage"] = stages.index_at(step - 1) + 1  # the stage of the step just taken
                 elapsed = time.perf_counter() - t_start
                 record["examples_per_s"] = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
                 record["elapsed_s"] = elapsed
-                if watch is not None:  # XLA: compilations so far, compile and execute seconds
-                    record.update(watch.record())
+                record.update(memory_watch.sample())
+                if compile_watch is not None:  # XLA: compilations so far, compile and execute seconds
+                    record.update(compile_watch.record())
                     if rt.is_main and cfg.progress:
-                        bar.write(watch.describe(step, record), file=sys.stderr)
+                        bar.write(compile_watch.describe(step, record), file=sys.stderr)
                 metric_log.write(record)
                 result.metrics = record
+                mem = record.get("cuda_max_allocated_gb", record.get("peak_rss_gb", 0.0))
                 bar.set_postfix(loss=f"{record['loss']:.3f}", exact=f"{record['exact_accuracy']:.3f}",
-                                lr=f"{lr:.1e}", ex_s=f"{record['examples_per_s']:.0f}", refresh=False)
+                                lr=f"{lr:.1e}", ex_s=f"{record['examples_per_s']:.0f}", mem=f"{mem:.2f}G",
+                                refresh=False)
                 sums = {}
                 if on_step:
                     on_step(step, record)
@@ -428,13 +449,14 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                     last_eval_epoch = e
                     result.eval_metrics = _evaluate(model, ema, cfg, rt)
                     metric_log.write({"step": step, "epoch": step / steps_per_epoch, **result.eval_metrics,
-                                      **(watch.record() if watch is not None else {})})  # XLA: eval compilations
+                                      **(compile_watch.record() if compile_watch is not None else {})})  # XLA: eval compilations
                     if cfg.checkpoint_every_eval:
                         _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint)
                     if on_eval is not None and on_eval(step, result.eval_metrics):
                         break
     finally:
         bar.close()
+        memory_watch.close()
         if on_xla:
             batches.close()
     _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint)
