@@ -67,6 +67,12 @@ def list_states(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def newest_step(run_dir: str | os.PathLike) -> int:
+    """The step of the newest train state in `run_dir`; 0 when there is none."""
+    states = list_states(Path(run_dir))
+    return int(_STATE_RE.search(states[-1].name).group(1)) if states else 0
+
+
 def newest_state(run: str | os.PathLike) -> Path:
     """`run` itself when it is a state file, else the newest state in the run directory."""
     run = Path(run)
