@@ -392,6 +392,7 @@ def _add_submit(sub) -> None:
     p.add_argument("--early-exit", action="store_true", default=None)
     p.add_argument("--fallback", choices=["input", "blank"], default=None)
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for fine-tuning (default: one per core)")
     p.add_argument("--seed", type=int, default=None)
     _flag(p, "H_cycles", type=int, default=None, help="test-time recursion depth (default: the export's)")
     _flag(p, "L_cycles", type=int, default=None, help="test-time latent updates per cycle (default: the export's)")

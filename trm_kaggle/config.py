@@ -245,6 +245,7 @@ class SolveConfig(_Config):
     early_exit: bool = False
     fallback: Literal["input", "blank"] = "input"
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    threads: Optional[int] = Field(None, ge=1)  # CPU threads for fine-tuning; None = one per core
     seed: int = 0
     progress: bool = True
 

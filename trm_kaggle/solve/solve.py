@@ -142,8 +142,8 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
             global_batch_size=batch, lr=cfg.lr, puzzle_emb_lr=cfg.puzzle_emb_lr,
             lr_warmup_steps=min(100, max(1, cfg.finetune_steps // 10)), epochs=1_000_000,
             max_steps=phase.until_step, eval_interval=None, freeze_weights=phase.freeze_weights, ema=False,
-            seed=cfg.seed, device=cfg.device, checkpoint_path=str(run_dir), checkpoint_keep=1, progress=cfg.progress,
-            log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
+            seed=cfg.seed, device=cfg.device, threads=cfg.threads, checkpoint_path=str(run_dir), checkpoint_keep=1,
+            progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
         result = train(tcfg, deadline=deadline)
         if result.step < phase.until_step:
             break  # out of time
