@@ -311,23 +311,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     extra = {"pooled_evaluations": len(args.pool_with)} if args.pool_with else {}
     device = pick_device(args.device)
     summaries = {}
-    for mode in modes:
+    while modes:
+        mode = modes.pop(0)
         model, _, note = load_model_for_dataset(args.weights, args.data, device)
-        if note and mode == modes[0]:
+        if note and not summaries:
             print(f"note: {note}", file=sys.stderr)
         ids_note = apply_task_ids(model, mode, seed=args.task_id_seed)
-        if ids_note and mode == modes[0] and modes != ["own"]:
-            print(f"note: {ids_note}", file=sys.stderr)
+        if ids_note and args.task_ids != ["own"]:
+            # every puzzle has the same row whatever the mode: one evaluation answers for all of them
+            print(f"note: {ids_note}; evaluating once", file=sys.stderr)
+            mode, modes = "/".join([mode] + modes), []
         if args.compile:
             model.compile_net()  # lazy: compiles in the first batch
         result = evaluate(model, args.data, batch_size=args.batch_size, device=device, early_exit=args.early_exit,
                           max_steps=args.max_steps, weighting=args.weighting, pool_with=pooled,
                           progress=args.progress)
         summaries[mode] = {**result.summary(), **extra}
-        if modes != ["own"]:
+        if args.task_ids != ["own"]:
             print(f"== task ids: {mode}")
         print(format_metrics(summaries[mode]))
-    if len(modes) > 1:
+    if len(summaries) > 1:
         print(format_task_id_table(summaries))
     if args.save_votes:
         result.table.save(args.save_votes)  # this evaluation's votes only, never the pooled ones

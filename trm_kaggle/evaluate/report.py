@@ -277,14 +277,14 @@ def format_metrics(s: dict) -> str:
 
 
 def format_task_id_table(summaries: dict[str, dict]) -> str:
-    """One row per `--task-ids` mode: does the model need its own task id? (`summary()` of each evaluation)"""
-    lines = ["task ids | ARC Prize score (95 % CI)      | pass@2 tasks (95 % CI)         | token_accuracy",
-             "---------|--------------------------------|--------------------------------|---------------"]
+    """A markdown table, one row per `--task-ids` mode (`summary()` of each evaluation): does the model need its
+    own task id?"""
+    lines = ["| task ids | ARC Prize score (95 % CI) | pass@2, tasks (95 % CI) | token_accuracy |", "|---|---|---|---|"]
     for mode, s in summaries.items():
         a, p = s["arc_prize_score_ci95"], s["pass_at_2_task_macro_ci95"]
-        lines.append(f"{mode:<8} | {s['arc_prize_score']:.4f} ({a[0]:.4f}-{a[1]:.4f})        | "
-                     f"{s['pass_at_k_task_macro'].get('2', float('nan')):.4f} ({p[0]:.4f}-{p[1]:.4f})        | "
-                     f"{s['token_accuracy']:.4f}")
+        lines.append(f"| {mode} | {s['arc_prize_score']:.4f} ({a[0]:.4f}-{a[1]:.4f}) | "
+                     f"{s['pass_at_k_task_macro'].get('2', float('nan')):.4f} ({p[0]:.4f}-{p[1]:.4f}) | "
+                     f"{s['token_accuracy']:.4f} |")
     return "\n".join(lines)
 
 
