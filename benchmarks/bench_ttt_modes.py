@@ -109,20 +109,28 @@ def main() -> None:
                             checkpoint_path=str(work / "pretrain"), log_interval=max(1, args.pretrain_steps // 4)))
     export_run(run.run_dir, work / "full")
     export_run(run.run_dir, work / "mean", mean_embedding=True)
-    print(f"pretraining: {run.step} steps of {args.batch_size} in {time.process_time() - t:.0f} CPU s, last loss "
-          f"{run.metrics.get('loss', float('nan')):.3f}, training-batch token accuracy "
-          f"{run.metrics.get('token_accuracy', float('nan')):.3f}; {run.parameters}")
+    if run.metrics:
+        print(f"pretraining: {run.step} steps of {args.batch_size} in {time.process_time() - t:.0f} CPU s, last "
+              f"loss {run.metrics['loss']:.3f}, training-batch token accuracy {run.metrics['token_accuracy']:.3f}; "
+              f"{run.parameters}")
+    else:
+        print(f"pretraining: reused the {run.step}-step run in {run.run_dir}; {run.parameters}")
 
     # 2. does the pretrained model need its own task ids? (the pretraining tasks' test pairs)
     t = time.process_time()
-    summaries = {}
+    summaries, tokens = {}, {}
     for mode in TASK_ID_MODES:
         model, _, _ = load_model_for_dataset(work / "full", pre, device)
-        apply_task_ids(model, mode, seed=0)
-        summaries[mode] = evaluate(model, pre, batch_size=64, device=device).summary()
+        note = apply_task_ids(model, mode, seed=0)
+        if note:
+            raise SystemExit(f"task ids: {note}")
+        result = evaluate(model, pre, batch_size=64, device=device)
+        summaries[mode], tokens[mode] = result.summary(), result.predictions.tokens
     print(f"\ntask ids on the {summaries['own']['num_test_outputs']} test outputs of the pretraining tasks "
           f"({time.process_time() - t:.0f} CPU s):")
     print(format_task_id_table(summaries))
+    print("augmented test predictions (of " + f"{len(tokens['own'])}) whose grid differs from the one with its own "
+          "row: " + ", ".join(f"{m} {int((tokens[m] != tokens['own']).any(1).sum())}" for m in TASK_ID_MODES[1:]))
 
     # 3. fine-tuning modes on the held-out tasks, same budget and seeds
     base, _, _ = load_model_for_dataset(work / "mean", held, device)
@@ -132,7 +140,7 @@ def main() -> None:
     for seed in args.seeds:
         for mode in MODES:
             cfg = SolveConfig(challenges=str(work / "src" / "arc_held_challenges.json"), weights=str(work / "mean"),
-                              work_dir=str(work / f"ttt-{mode}-{seed}"), finetune=mode,
+                              work_dir=str(work / f"ttt-{mode}-{seed}-lr{args.lr:g}"), finetune=mode,
                               embeddings_fraction=args.embeddings_fraction, finetune_steps=args.steps,
                               global_batch_size=args.batch_size, lr=args.lr, puzzle_emb_lr=args.puzzle_emb_lr,
                               device="cpu", threads=args.threads, seed=seed, progress=False)
