@@ -122,10 +122,11 @@ def test_the_default_follows_the_evidence_a_staged_schedule():
 @pytest.fixture(scope="module")
 def unseen_data(unseen, tmp_path_factory) -> Path:
     """The augmented dataset of the unseen tasks (built once; fine-tuning tests call `finetune` on it)."""
+    from trm_kaggle.data.arc import read_challenges
     from trm_kaggle.solve.solve import build_unseen_dataset
 
     work = tmp_path_factory.mktemp("unseen_data")
-    return build_unseen_dataset(cfg(unseen, work, num_aug=1), work)
+    return build_unseen_dataset(cfg(unseen, work, num_aug=1), work, read_challenges(unseen[0]))
 
 
 @pytest.fixture
