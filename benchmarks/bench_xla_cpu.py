@@ -33,9 +33,10 @@ TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_c
         "progress=False", "deterministic=True", "seed=3", "ema=True"]
 
 
-def run(name: str, data: Path, run_dir: Path, steps: int, device: str, replicas: int = 1) -> dict:
+def run(name: str, data: Path, run_dir: Path, steps: int, device: str, replicas: int = 1,
+        extra: tuple[str, ...] = ()) -> dict:
     cmd = [sys.executable, "-m", "trm_kaggle", "train", f"data_paths=[{data}]", f"checkpoint_path={run_dir}",
-           f"max_steps={steps}", f"device={device}", *TINY]
+           f"max_steps={steps}", f"device={device}", *TINY, *extra]
     if replicas > 1:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -67,7 +68,8 @@ def main() -> None:
     data = work / "sudoku4"
     build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=200, num_test=8, progress=False))
     print(f"{args.steps} steps each; {os.cpu_count()} CPU cores; work dir {work}")
-    results = [run("cpu eager", data, work / "cpu", args.steps, "cpu"),
+    # one thread for eager: two on 2 shared cores made its step time swing 20x between runs
+    results = [run("cpu eager (1 thread)", data, work / "cpu", args.steps, "cpu", extra=["threads=1"]),
                run("xla, 1 replica", data, work / "xla1", args.steps, "xla"),
                run("xla, 2 replicas (torchrun)", data, work / "xla2", args.steps, "xla", replicas=2)]
     base = results[0]
