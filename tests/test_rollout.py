@@ -49,3 +49,21 @@ def test_early_exit_stops_rows_and_forwards_only_the_rest():
     assert early.rows_forwarded == 6 + 2 * int((~stopped).sum())
     # a row that runs to the end gets the same prediction as in the full-length run
     assert torch.equal(early.tokens[~stopped], full.tokens[~stopped])
+
+
+@torch.no_grad()
+def test_masked_rollout_equals_the_compacting_one():
+    """compact=False (XLA's default: fixed shapes) keeps stopped rows in the batch and freezes their
+    results: the same tokens, steps and q_halt as compaction, with every row forwarded at every call."""
+    model, batch = model_and_batch()
+    model.q_head.bias.zero_()
+    model.q_head.weight.normal_(0.0, 10.0)
+    for early_exit in (False, True):
+        compacted = act_rollout(model, batch, 3, early_exit=early_exit)
+        masked = act_rollout(model, batch, 3, early_exit=early_exit, compact=False)
+        assert torch.equal(masked.tokens, compacted.tokens)
+        assert torch.equal(masked.steps, compacted.steps)
+        # compaction runs the last rows in a smaller batch: float rounding may differ in the last bits
+        assert torch.allclose(masked.q_halt, compacted.q_halt, rtol=1e-5, atol=1e-5)
+        assert masked.calls == compacted.calls and masked.rows_forwarded == 6 * masked.calls
+    assert 1 in act_rollout(model, batch, 3, early_exit=True, compact=False).steps.tolist()  # some rows stopped early

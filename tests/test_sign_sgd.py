@@ -138,3 +138,20 @@ def test_two_process_gloo_gathers_rows(tmp_path):
     # row 2: grads [2, 0] + [-5, 1] = [-3, 1] -> sign [-1, 1]
     torch.testing.assert_close(w0[2], TABLE[2] * 0.95 - 0.1 * torch.tensor([-1.0, 1.0]))
     assert torch.equal(w0[[1, 3, 4, 7]], TABLE[[1, 3, 4, 7]])
+
+
+def test_static_form_equals_the_unique_form():
+    """static_sign_sgd_ (XLA's form: no unique(), every shape fixed by the batch) makes the same update,
+    repeated ids included (their gradients summed; a zero sum still decays the row)."""
+    from trm_kaggle.optim.sign_sgd import sparse_sign_sgd_, static_sign_sgd_
+
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(10, 4, generator=g)
+    ids = torch.tensor([3, 7, 3, 0, 9, 7, 3, 5])
+    grads = torch.randn(8, 4, generator=g)
+    grads[4] = 0.0  # row 9: sign 0, decay only
+    a, b = table.clone(), table.clone()
+    sparse_sign_sgd_(a, ids, grads, lr=0.1, weight_decay=0.5)
+    static_sign_sgd_(b, ids, grads, lr=0.1, weight_decay=0.5)
+    assert torch.allclose(a, b, rtol=0, atol=1e-7)
+    assert not torch.equal(a, table) and torch.equal(a[[1, 2, 4, 6, 8]], table[[1, 2, 4, 6, 8]])

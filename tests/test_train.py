@@ -289,3 +289,17 @@ def test_no_readable_state_is_one_clear_error(sudoku4, tmp_path):
     (run / "state_step00000003.pt").write_bytes(b"junk")
     with pytest.raises(TRMError, match="no readable train state"):
         train(cfg_for(sudoku4, run, "max_steps=4"))
+
+
+def test_ranks_that_disagree_about_resuming_are_refused(monkeypatch, tmp_path):
+    """On several hosts checkpoint_path must be shared: a rank that finds no state while another does is an error."""
+    from trm_kaggle.train import loop
+    from trm_kaggle.train.runtime import Runtime
+
+    rt = Runtime(torch.device("cpu"), torch.float32, "test", rank=0, world_size=2)
+    monkeypatch.setattr(loop, "all_reduce_", lambda ts: None)  # the other rank found nothing: the sum stays 1
+    with pytest.raises(TRMError, match="1 of 2 ranks find a train state .*filesystem every host sees"):
+        loop._check_every_rank_sees([tmp_path / "state_step00000004.pt"], tmp_path, rt)
+    loop._check_every_rank_sees([], tmp_path, rt)  # nobody resumes: fine
+    monkeypatch.setattr(loop, "all_reduce_", lambda ts: ts[0].mul_(2))  # both found one
+    loop._check_every_rank_sees([tmp_path / "state_step00000004.pt"], tmp_path, rt)

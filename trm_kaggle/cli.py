@@ -214,13 +214,14 @@ def _add_train(sub) -> None:
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--export", default=None, metavar="DIR", help="export inference weights here when done")
     p.add_argument("--mean-embedding", action="store_true", help="with --export: keep only the mean puzzle row")
+    p.add_argument("--xla-launch", action="store_true",
+                   help="run a replica on every TPU chip of this host with torch_xla's launcher; implies device=xla "
+                        "(on a CPU host start replicas with torchrun instead)")
     _common(p)
     p.set_defaults(func=cmd_train)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from trm_kaggle.train.checkpoint import export_run
-    from trm_kaggle.train.loop import train
     from trm_kaggle.train.presets import describe_presets
     from trm_kaggle.train.settings import dump_config, load_train_config
 
@@ -232,12 +233,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.print_config:
         print(dump_config(cfg))
         return 0
-    result = train(cfg)
-    print(result.summary())
-    if args.export:
-        export_run(result.run_dir, args.export, mean_embedding=args.mean_embedding)
-        print(f"exported to {args.export}: {_export_parameters(args.export)}")
+    if args.xla_launch:
+        from trm_kaggle import xla
+
+        if cfg.device not in ("xla", "auto"):
+            raise TRMError(f"--xla-launch starts XLA replicas, but the config says device={cfg.device}")
+        cfg = cfg.model_copy(update={"device": "xla"})
+        xla.launch(_train_replica, cfg, args.export, args.mean_embedding)
+        return 0
+    _train_replica(cfg, args.export, args.mean_embedding)
     return 0
+
+
+def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
+    """Train; the first replica prints the summary and exports (every process under torchrun)."""
+    from trm_kaggle.train.checkpoint import export_run
+    from trm_kaggle.train.loop import train
+
+    result = train(cfg)
+    if not result.is_main:
+        return
+    print(result.summary(), flush=True)
+    if export:
+        export_run(result.run_dir, export, mean_embedding=mean_embedding)
+        print(f"exported to {export}: {_export_parameters(export)}")
 
 
 def _add_doctor(sub) -> None:
@@ -495,7 +514,7 @@ def _add_submit(sub) -> None:
     p.add_argument("--eval-batch-size", type=int, default=None)
     p.add_argument("--early-exit", action="store_true", default=None)
     p.add_argument("--fallback", choices=["input", "blank"], default=None)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps", "xla"], default=None)
     p.add_argument("--threads", type=int, default=None, help="CPU threads for fine-tuning (default: one per core)")
     p.add_argument("--seed", type=int, default=None)
     _flag(p, "H_cycles", type=int, default=None, help="test-time recursion depth (default: the export's)")

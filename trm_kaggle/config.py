@@ -307,7 +307,7 @@ class TrainConfig(_Config):
     load_checkpoint: Optional[str] = None  # an upstream step_<N> file or one of ours, for initial weights
 
     # ours: hardware and run control
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    device: Literal["auto", "cpu", "cuda", "mps", "xla"] = "auto"  # auto: XLA when torch_xla and PJRT_DEVICE are set
     compile: bool = False
     micro_batch_size: Optional[int] = None  # per-rank examples per forward; smaller than the local batch = accumulation
     auto_batch: bool = False  # pick micro_batch_size from free device memory, halve it on out-of-memory
@@ -369,7 +369,7 @@ class SolveConfig(_Config):
     eval_batch_size: int = Field(256, ge=1)
     early_exit: bool = False
     fallback: Literal["input", "blank"] = "input"
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    device: Literal["auto", "cpu", "cuda", "mps", "xla"] = "auto"
     threads: Optional[int] = Field(None, ge=1, le=4096)  # CPU threads for fine-tuning; None = one per core
     seed: int = 0
     progress: bool = True

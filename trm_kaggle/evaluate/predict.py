@@ -7,7 +7,9 @@ puzzle it belongs to and the number of ACT steps it ran.
 
 Steps: like upstream, evaluation runs `halt_max_steps` ACT steps on every example;
 with `early_exit=True` an example stops as soon as its q_halt logit is > 0 and leaves
-the batch (`trm_kaggle.model.rollout.act_rollout` runs each batch).
+the batch (`trm_kaggle.model.rollout.act_rollout` runs each batch). On XLA the last
+batch keeps its padding rows and early exit masks rows instead: every batch has the
+same shape, so one compiled program serves them all.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from trm_kaggle import xla
 from trm_kaggle.data.format import load_identifiers
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.errors import TRMError
@@ -63,6 +66,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":  # pragma: no cover - no MPS here
         torch.mps.synchronize()
+    elif device.type == "xla":
+        xla.wait()
 
 
 def _halt_max_steps(model: torch.nn.Module) -> int:
@@ -126,7 +131,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     model.eval()
     bar = tqdm(total=N, desc="predict", unit="ex", disable=not progress, dynamic_ncols=True)
     try:
-        with torch.inference_mode():
+        with xla.no_grad_for(device):
             for item in loader:
                 n = item.num_real
                 if n == 0:
@@ -136,11 +141,13 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                 if deadline is not None and time.time() >= deadline:
                     continue  # out of time: keep walking the split (cheap) to fill the bookkeeping only
                 puzzle_identifier[rows] = item.batch["puzzle_identifiers"][:n].numpy()
-                batch = {k: v[:n] for k, v in item.batch.items()}
+                static = device.type == "xla"  # keep the padding rows: one batch shape for every batch
+                batch = item.batch if static else {k: v[:n] for k, v in item.batch.items()}
                 t0 = time.perf_counter()
                 batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
                 r = act_rollout(model, batch, steps_max, early_exit)
-                out_tok, out_q, out_steps = r.tokens.cpu().numpy(), r.q_halt.cpu().numpy(), r.steps.cpu().numpy()
+                out_tok, out_q, out_steps = (r.tokens.cpu().numpy()[:n], r.q_halt.cpu().numpy()[:n],
+                                             r.steps.cpu().numpy()[:n])
                 _sync(device)
                 seconds_model += time.perf_counter() - t0
                 tokens[rows], q_halt[rows], steps_run[rows] = out_tok, out_q, out_steps

@@ -11,6 +11,7 @@ float32 in every case; the forward dtype is that of the activations and matmuls.
   Sapphire Rapids+) run bf16 matmuls about 2x faster than float32; CPUs without
   them (AVX2 only, e.g. most laptops and Kaggle's CPU kernels) emulate them
   hundreds of times slower, where upstream's default bfloat16 is unusable.
+* XLA: bfloat16 on TPUs (native there; upstream's dtype), float32 on other PJRT devices;
 * MPS and anything else: float32.
 """
 
@@ -22,6 +23,7 @@ from typing import Optional, Tuple, Union
 
 import torch
 
+from trm_kaggle import xla
 from trm_kaggle.config import ArchConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -112,4 +114,9 @@ def resolve_forward_dtype(arch: ArchConfig, device: Union[str, torch.device], *,
                                     "weights, norms and attention")
         return torch.float32, (f"auto: bf16 matmuls measured at {speedup:.2g}x the float32 rate on this CPU (no fast "
                                "bf16 units), so float32")
+    if device.type == "xla":
+        kind = xla.device_kind()
+        if kind == "TPU":
+            return torch.bfloat16, "auto: TPU (XLA) has native bfloat16 (upstream's dtype)"
+        return torch.float32, f"auto: XLA on {kind}, float32"
     return torch.float32, f"auto: {device.type} device, float32"

@@ -6,6 +6,11 @@ stopped rows leave the carry and the batch, so later steps run on fewer rows
 (that is where the time is saved; masking would cost as much as running them).
 Each row keeps the prediction of the step at which it stopped.
 
+On XLA (`compact=False`, its default there) shapes must not change: stopped rows stay in
+the batch and their results are frozen by masks, each ACT step ends at a step boundary
+(so one compiled program serves every step), and the loop ends when every row has stopped.
+Same results, no time saved per step.
+
 Every inference path runs its batches through `act_rollout`: evaluation
 (`trm_kaggle.evaluate.predict`), the test-split check during training
 (`trm_kaggle.train.loop.evaluate_split`) and the demonstration accuracy of the
@@ -19,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from trm_kaggle import xla
 from trm_kaggle.model.trm import Carry
 
 
@@ -42,10 +48,16 @@ def token_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_steps: int,
-                early_exit: bool = False) -> Rollout:
-    """Run `batch` for up to `max_steps` ACT steps (see the module docstring)."""
+                early_exit: bool = False, compact: bool | None = None) -> Rollout:
+    """Run `batch` for up to `max_steps` ACT steps (see the module docstring).
+
+    compact: stopped rows leave the batch (default) or stay, masked (default on XLA)."""
     B, L = batch["inputs"].shape
     device = batch["inputs"].device
+    if compact is None:
+        compact = device.type != "xla"
+    if not compact:
+        return _masked_rollout(model, batch, max_steps, early_exit)
     tokens = torch.empty(B, L, dtype=token_dtype(model), device=device)
     q_out = torch.empty(B, dtype=torch.float32, device=device)
     steps_out = torch.empty(B, dtype=torch.int32, device=device)
@@ -85,3 +97,35 @@ def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_step
         # (a model built with early_exit=True marks q_halt > 0 rows halted itself)
         carry = replace(carry, halted=torch.zeros_like(carry.halted))
     return Rollout(tokens, q_out, steps_out, carry, out, rows, calls)
+
+
+def _masked_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_steps: int,
+                    early_exit: bool) -> Rollout:
+    """act_rollout with fixed shapes: a stopped row keeps running, but its results are frozen."""
+    B, L = batch["inputs"].shape
+    xla_device = batch["inputs"].device.type == "xla"
+    carry = model.initial_carry(batch)
+    tokens = torch.zeros(B, L, dtype=token_dtype(model), device=carry.steps.device)
+    q_out = torch.zeros(B, dtype=torch.float32, device=carry.steps.device)
+    steps_out = torch.zeros(B, dtype=torch.int32, device=carry.steps.device)
+    stopped = torch.zeros(B, dtype=torch.bool, device=carry.steps.device)
+    calls = 0
+    for step in range(1, max_steps + 1):
+        carry, out = model(carry, batch)
+        calls += 1
+        q = out["q_halt_logits"].float()
+        last = step == max_steps
+        new = ~stopped if last else (q > 0) & ~stopped if early_exit else None
+        if new is not None:
+            tokens = torch.where(new.view(-1, 1), out["logits"].argmax(-1).to(tokens.dtype), tokens)
+            q_out = torch.where(new, q, q_out)
+            steps_out = torch.where(new, carry.steps, steps_out)  # the model's step count: equal to `step` here
+            stopped = stopped | new
+        all_stopped = stopped.all() if early_exit and not last else None
+        if xla_device:
+            xla.step_boundary()  # one program per ACT step (the first differs: it starts from the initial carry)
+        if last or (all_stopped is not None and bool(all_stopped)):
+            break
+        # rows continue from their state: never let the model restart them
+        carry = replace(carry, halted=torch.zeros_like(carry.halted))
+    return Rollout(tokens, q_out, steps_out, carry, out, B * calls, calls)

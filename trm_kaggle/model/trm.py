@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trm_kaggle.config import RECURSION_FIELDS, ArchConfig
+from trm_kaggle.errors import TRMError
 from trm_kaggle.model.dtype import resolve_forward_dtype
 from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
 
@@ -258,6 +259,9 @@ class TinyRecursiveModel(nn.Module):
         their backwards) around the matmuls; the matmuls stay oneDNN kernels on CPU. Compilation
         is lazy: it happens in the first training step (and the first no-grad call), and needs a
         C++ compiler on CPU. Same arithmetic as eager up to float32 rounding."""
+        if self.H_init.device.type == "xla":
+            raise TRMError("compiling the network is torch.compile (inductor), which does not run on XLA devices; "
+                           "XLA compiles the model itself: drop --compile")
         self._compiled_net = torch.compile(self._net, **compile_kwargs)
 
     def recurse(self, z_H: torch.Tensor, z_L: torch.Tensor, x: torch.Tensor,
@@ -270,8 +274,10 @@ class TinyRecursiveModel(nn.Module):
         if self.H_cycles > 1:
             # No gradient here. In eager mode inference_mode, which skips all autograd bookkeeping
             # (~8 % faster than no_grad on CPU); torch.compile does not mix with it (its cached
-            # graph state would become inference tensors), so compiled runs use no_grad.
-            compiled = self._compiled_net is not None or torch.compiler.is_compiling()
+            # graph state would become inference tensors), so compiled runs use no_grad, and so do
+            # XLA tensors (which cannot be inference tensors).
+            compiled = (self._compiled_net is not None or torch.compiler.is_compiling()
+                        or z_H.device.type == "xla")
             with torch.no_grad() if compiled else torch.inference_mode():
                 for _ in range(self.H_cycles - 1):
                     injection = z_H + x

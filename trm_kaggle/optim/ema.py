@@ -42,7 +42,10 @@ class EMA:
         backup = {n: params[n].detach().clone() for n in self.shadow}
         with torch.no_grad():
             for n, t in self.shadow.items():
-                params[n].copy_(t)
+                # On XLA a plain copy_ would let the weight share the shadow's buffer; the next training step,
+                # which updates the shadow in place, would then need another program (a recompilation).
+                # `t * 1.0` is exact and gives the weight a buffer of its own.
+                params[n].copy_(t * 1.0 if t.device.type == "xla" else t)
         try:
             yield model
         finally:

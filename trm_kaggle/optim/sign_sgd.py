@@ -12,6 +12,10 @@ summed first):
 Under torch.distributed every rank gathers all ranks' (ids, grads) before the
 update, so all replicas of the table stay identical. Upstream: lr 1e-2 (ARC),
 1e-4 (Sudoku), weight_decay 0.1.
+
+On XLA the same rule runs in a static-shape form (`static_sign_sgd_`): `unique()` returns as
+many rows as there are distinct ids, a shape that changes with every batch and would
+recompile the step each time.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.optim.optimizer import Optimizer
 
+from trm_kaggle import xla
 from trm_kaggle.model.trm import PuzzleEmbedding
 
 
@@ -90,6 +95,9 @@ def gather_rows(ids: torch.Tensor, grads: torch.Tensor):
 
 def sparse_sign_sgd_(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor, lr: float, weight_decay: float) -> None:
     """In place: decay and sign-step the rows of `table` named by `ids` (gradients of repeated ids summed)."""
+    if table.device.type == "xla":
+        static_sign_sgd_(table, ids, grads, lr, weight_decay)
+        return
     ids, grads = gather_rows(ids, grads)
     unique, inverse = ids.unique(return_inverse=True)
     summed = torch.zeros(unique.shape[0], grads.shape[1], dtype=grads.dtype, device=grads.device)
@@ -97,3 +105,24 @@ def sparse_sign_sgd_(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor
     rows = table[unique]
     rows.mul_(1.0 - lr * weight_decay).add_(summed.sign().to(rows.dtype), alpha=-lr)
     table[unique] = rows
+
+
+def static_sign_sgd_(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor, lr: float, weight_decay: float
+                     ) -> None:
+    """`sparse_sign_sgd_` with every shape fixed by the batch size (for XLA; any device computes it).
+
+    Rows with equal ids get the sum of their gradients through an (n x n) equality matrix, a
+    matmul of n^2 * dim multiply-adds, where n is the global batch: no `unique()`, and no
+    table-sized dense gradient either (the ARC table is gigabytes). Repeated ids then write the
+    same new row, so the scatter's order does not matter. On XLA the rows of all replicas are
+    gathered inside the step's graph (by gloo on host copies on a CPU host, see trm_kaggle.xla)."""
+    if table.device.type == "xla" and xla.replica()[1] > 1:
+        if xla.host_collectives():
+            host = gather_rows(*xla.to_host([ids, grads]))
+            ids, grads = (t.to(table.device) for t in host)
+        else:
+            ids, grads = xla.all_gather_rows(ids), xla.all_gather_rows(grads)
+    same = (ids.view(-1, 1) == ids.view(1, -1)).to(grads.dtype)
+    summed = same @ grads
+    rows = table[ids] * (1.0 - lr * weight_decay) - lr * summed.sign().to(table.dtype)
+    table.index_copy_(0, ids, rows)

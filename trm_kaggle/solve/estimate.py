@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from trm_kaggle import xla
 from trm_kaggle.config import ArchConfig, SolveConfig, TrainConfig
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.trm import TinyRecursiveModel
@@ -59,15 +60,22 @@ def seconds_per_call(fn: Callable[[], object], device: torch.device, repeats: in
     The step timer of the solver: `estimate` times training and inference steps with it, and
     `trm_kaggle.solve.solve.inference_seconds` the inference step it reserves time for.
     """
-    fn()  # warm-up
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    fn()  # warm-up (on XLA: the compilation)
+    _wait(device)
     t = time.perf_counter()
     for _ in range(repeats):
         fn()
+        if device.type == "xla":
+            xla.step_boundary()  # one call, one program (else the repeats would form a new, larger graph)
+    _wait(device)
+    return (time.perf_counter() - t) / repeats
+
+
+def _wait(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - t) / repeats
+    elif device.type == "xla":
+        xla.wait()
 
 
 _SOLVE = SolveConfig.model_fields
@@ -116,7 +124,7 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
     eval_carry = model.initial_carry(eval_batch)
 
     def eval_step():
-        with torch.inference_mode():
+        with xla.no_grad_for(device):
             model(eval_carry, eval_batch)
 
     row_step_s = seconds_per_call(eval_step, device, repeats) / rows

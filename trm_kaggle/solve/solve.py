@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trm_kaggle import xla
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
 from trm_kaggle.data.arc import read_challenges
@@ -115,7 +116,7 @@ def inference_seconds(model, data_dir: Path, cfg: SolveConfig, device: torch.dev
              "labels": torch.zeros(rows, test.metadata.seq_len, dtype=torch.int32, device=device),
              "puzzle_identifiers": torch.zeros(rows, dtype=torch.int32, device=device)}
     model.eval()
-    with torch.inference_mode():
+    with xla.no_grad_for(device):
         carry = model.initial_carry(batch)
         per_row_step = seconds_per_call(lambda: model(carry, batch), device) / rows
     return per_row_step * n * model.arch.halt_max_steps * 1.3 + 5.0  # 30% + 5 s for decoding and voting

@@ -3,7 +3,8 @@
 A train state (`state_step00001234.pt`) holds everything a run needs to continue
 as if it had never stopped: model, EMA shadow, both optimizers, step and epoch,
 RNG state, the data loader's position, every rank's ACT carry, the config, and a
-fingerprint of the dataset. Written atomically (temp file + rename); the newest
+fingerprint of the dataset, every tensor on the CPU (so a state written on a GPU or
+a TPU resumes on any device). Written atomically (temp file + rename); the newest
 `keep` states are kept. Loaded with `torch.load(weights_only=True)`: no pickle.
 
 `export_run` turns a run's newest state into an inference export
@@ -108,13 +109,24 @@ def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int)
     """Write the state atomically, then delete all but the newest `keep` states."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = state_path(run_dir, step)
-    payload = {"format": STATE_FORMAT, "version": __version__, "step": step, **state}
+    payload = {"format": STATE_FORMAT, "version": __version__, "step": step, **_to_cpu(state)}
     # Streamed into the temporary file: serialising into memory first would hold a second copy of
     # the whole state (the puzzle table alone is 2.4 GB for upstream's ARC datasets) at every save.
     atomic_write(path, lambda f: torch.save(payload, f), mode="wb")
     for old in list_states(run_dir)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return path
+
+
+def _to_cpu(value: Any) -> Any:
+    """Every tensor of a nested state on the CPU: a state from a GPU or a TPU (XLA) resumes anywhere."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
 
 
 def load_train_state(path: Path) -> dict[str, Any]:

@@ -8,10 +8,15 @@ The ACT carry (latent states of the examples still being worked on) persists fro
 one batch to the next; rows that halted take fresh examples. Everything that
 decides the run (loader position, carries, RNG, optimizer moments, EMA shadow) is
 saved in the train state, so a resumed CPU run reproduces the uninterrupted one.
+
+On XLA (TPUs) the same loop runs with a step boundary per optimizer step, batches moved to
+the device ahead of use and compile metrics in the log; the calls into `trm_kaggle.xla`
+are marked "XLA:".
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -25,6 +30,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.atomic import atomic_write_text
@@ -64,6 +70,7 @@ class TrainResult:
     eval_metrics: dict[str, float] = field(default_factory=dict)
     examples_per_second: float = 0.0
     parameters: ParameterCount | None = None
+    is_main: bool = True  # rank 0 (the replica that logs and saves)
 
     def summary(self) -> str:
         """What a person wants to read when training ends (metrics under their exact names)."""
@@ -178,6 +185,14 @@ def _carry_state(carry: Carry) -> dict[str, Any]:
             "current_data": {k: v.cpu() for k, v in carry.current_data.items()}}
 
 
+def _carry_tensors(carry: Carry) -> list[torch.Tensor]:
+    return [carry.z_H, carry.z_L, carry.steps, carry.halted, *carry.current_data.values()]
+
+
+def _carry_from_tensors(ts: list[torch.Tensor], like: Carry) -> Carry:
+    return Carry(ts[0], ts[1], ts[2], ts[3], dict(zip(like.current_data, ts[4:])))
+
+
 def _carry_from_state(s: dict[str, Any], device: torch.device) -> Carry:
     return Carry(s["z_H"].to(device), s["z_L"].to(device), s["steps"].to(device), s["halted"].to(device),
                  {k: v.to(device) for k, v in s["current_data"].items()})
@@ -250,11 +265,14 @@ def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, bat
         totals += torch.stack([m["count"].double(), m["exact_accuracy"].double(), m["token_accuracy"].double(),
                                m["steps"].double()])
     if rt.distributed:
-        dist.all_reduce(totals)
+        all_reduce_([totals])
+    if rt.device.type == "xla":
+        xla.step_boundary()  # XLA: run the reduction before the host reads it
     model.train(was_training)
-    n = max(1.0, totals[0].item())
-    return {"eval_examples": int(totals[0].item()), "eval_exact_accuracy": totals[1].item() / n,
-            "eval_token_accuracy": totals[2].item() / n, "eval_steps": totals[3].item() / n}
+    count, exact, token, steps = totals.tolist()  # one host read
+    n = max(1.0, count)
+    return {"eval_examples": int(count), "eval_exact_accuracy": exact / n, "eval_token_accuracy": token / n,
+            "eval_steps": steps / n}
 
 
 def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None,
@@ -273,7 +291,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     run_dir = default_run_dir(cfg)
     if rt.is_main and cfg.progress:
         print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
-              f"{rt.world_size} process(es)", file=sys.stderr, flush=True)
+              f"{rt.world_size} replica(s)", file=sys.stderr, flush=True)
 
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
                           world_size=rt.world_size)
@@ -285,11 +303,15 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                                      world_size=rt.world_size, log=log if rt.is_main else None)
     if local_batch % micro:
         raise TRMError(f"micro_batch_size {micro} must divide the per-rank batch {local_batch}")
-    model = build_model(cfg, loader, rt)
+    on_xla = rt.device.type == "xla"
+    with xla.one_at_a_time() if on_xla else contextlib.nullcontext():
+        if on_xla:  # XLA: thread replicas (TPU v2/v3 cores) share torch's generator; each seeds and draws in turn
+            torch.manual_seed(cfg.seed)
+        model = build_model(cfg, loader, rt)
     if rt.is_main and cfg.progress:
         print(f"trm-kaggle train: {model.parameter_count()}", file=sys.stderr, flush=True)
     if rt.distributed:
-        broadcast_model_(model)
+        broadcast_model_(model, rt.rank)
     dense, sparse = make_optimizers(cfg, model)
     ema = EMA(model, cfg.ema_rate) if cfg.ema else None
     fingerprint = ckpt.dataset_fingerprint(cfg.data_paths)
@@ -305,7 +327,10 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             log.warning("data curriculum: %s", stages.describe())
 
     step, carries = 0, None
-    if ckpt.list_states(run_dir):
+    states = ckpt.list_states(run_dir)
+    if rt.distributed:
+        _check_every_rank_sees(states, run_dir, rt)
+    if states:
         path, state = ckpt.load_newest_state(run_dir, quarantine=rt.is_main)
         step, carries = _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint)
         if carries is not None and len(carries) != local_batch // micro:  # another micro-batch size now
@@ -321,17 +346,25 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
 
     model.train()
     sums: dict[str, float] = {}
-    result = TrainResult(run_dir, step, 0.0, parameters=model.parameter_count())
+    result = TrainResult(run_dir, step, 0.0, parameters=model.parameter_count(), is_main=rt.is_main)
     bar = tqdm(total=stop_at, initial=step, disable=not (cfg.progress and rt.is_main), unit="step", dynamic_ncols=True)
     t_start, step_start = time.perf_counter(), step
     memory_watch = MemoryWatch(rt.device, log if rt.is_main else None)
     last_eval_epoch = math.floor(step / steps_per_epoch / cfg.eval_interval) if cfg.eval_interval else None
     batches = iter(loader)
+    position = loader  # what a train state records of the data stream
+    compile_watch = None
+    if on_xla:  # XLA: batches go to the device ahead of use; compilations are counted per step
+        batches = position = xla.DeviceBatches(loader, rt.device)
+        compile_watch = xla.CompileWatch(warn=rt.is_main)
+    pending: list[torch.Tensor] = []  # per-step metrics, read on the host once per log interval
     try:
         while step < stop_at:
             if deadline is not None and time.time() >= deadline:
                 log.warning("time budget reached at step %d: stopping training", step)
                 break
+            if compile_watch is not None:
+                compile_watch.begin_step()
             batch = next(batches)  # the training stream is endless; the loader counts epochs
             batch = {k: batch[k].to(rt.device, non_blocking=True) for k in ("inputs", "labels", "puzzle_identifiers")}
             epoch = step / steps_per_epoch
@@ -382,13 +415,17 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             if ema is not None:
                 ema.update(model)
             step += 1
+            if compile_watch is not None:
+                compile_watch.end_step(step)  # XLA: the step boundary; warns when a step after the warm-up compiled
 
-            # bookkeeping
-            m = dict(zip(["loss"] + _METRIC_NAMES, metrics.tolist()))
-            for key, v in m.items():
-                sums[key] = sums.get(key, 0.0) + v
+            # bookkeeping (a host read waits for the device: once per log interval, not per step)
+            pending.append(metrics)
             sums["steps_logged"] = sums.get("steps_logged", 0) + 1
             if step % cfg.log_interval == 0 or step == stop_at:
+                for values in pending:
+                    for key, v in zip(["loss"] + _METRIC_NAMES, values.tolist()):
+                        sums[key] = sums.get(key, 0.0) + v
+                pending = []
                 record = _summarise(sums, step, step / steps_per_epoch, lr, cfg.global_batch_size)
                 if stages is not None:
                     record["stage"] = stages.index_at(step - 1) + 1  # the stage of the step just taken
@@ -396,6 +433,10 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                 record["examples_per_s"] = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
                 record["elapsed_s"] = elapsed
                 record.update(memory_watch.sample())
+                if compile_watch is not None:  # XLA: compilations so far, compile and execute seconds
+                    record.update(compile_watch.record())
+                    if rt.is_main and cfg.progress:
+                        bar.write(compile_watch.describe(step, record), file=sys.stderr)
                 metric_log.write(record)
                 result.metrics = record
                 mem = record.get("cuda_max_allocated_gb", record.get("peak_rss_gb", 0.0))
@@ -413,15 +454,18 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                 if e > last_eval_epoch:
                     last_eval_epoch = e
                     result.eval_metrics = _evaluate(model, ema, cfg, rt)
-                    metric_log.write({"step": step, "epoch": step / steps_per_epoch, **result.eval_metrics})
+                    metric_log.write({"step": step, "epoch": step / steps_per_epoch, **result.eval_metrics,
+                                      **(compile_watch.record() if compile_watch is not None else {})})  # XLA: eval compilations
                     if cfg.checkpoint_every_eval:
-                        _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint)
+                        _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint)
                     if on_eval is not None and on_eval(step, result.eval_metrics):
                         break
     finally:
         bar.close()
         memory_watch.close()
-    _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint)
+        if on_xla:
+            batches.close()
+    _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint)
     metric_log.close()
     elapsed = time.perf_counter() - t_start
     result.step, result.epoch = step, step / steps_per_epoch
@@ -477,10 +521,32 @@ def _evaluate(model, ema, cfg, rt) -> dict[str, float]:
     if ema is None:
         return evaluate_split(model, cfg, rt)
     with ema.applied(model):
-        return evaluate_split(model, cfg, rt)
+        metrics = evaluate_split(model, cfg, rt)
+    if rt.device.type == "xla":
+        xla.step_boundary()  # XLA: restore the live weights now, not inside the next step's graph
+    return metrics
+
+
+def _check_every_rank_sees(states: list[Path], run_dir: Path, rt: Runtime) -> None:
+    """Every rank resumes or none does: on several hosts, checkpoint_path must be a directory all of them
+    see (rank 0 writes the states), or the ranks that find none would start over from other weights."""
+    seen = torch.tensor([1.0 if states else 0.0]).to(rt.device)
+    all_reduce_([seen])
+    if rt.device.type == "xla":
+        xla.step_boundary()  # XLA: run the reduction before the host reads it
+    count = int(seen.item())
+    if count not in (0, rt.world_size):
+        raise TRMError(f"{count} of {rt.world_size} ranks find a train state in {run_dir}: put checkpoint_path on a "
+                       "filesystem every host sees (rank 0 writes the states; every rank reads them to resume)")
 
 
 def _gather_carries(carries: list[Carry], rt: Runtime) -> list[Any]:
+    if rt.distributed and rt.device.type == "xla" and not xla.host_collectives():  # XLA: in-graph all-gather
+        flat = [t for c in carries for t in _carry_tensors(c)]
+        per_rank = xla.gather_to_cpu(flat, rt.world_size)
+        n = len(flat) // len(carries)
+        return [[_carry_state(_carry_from_tensors(ts[i * n:(i + 1) * n], carries[0])) for i in range(len(carries))]
+                for ts in per_rank]
     local = [_carry_state(c) for c in carries]
     if not rt.distributed:
         return [local]

@@ -1,8 +1,9 @@
 """Where training runs: device, precision, processes, threads, seeds.
 
-Device auto-detection is CUDA > MPS > CPU. Under torchrun (WORLD_SIZE > 1) the
-process group is initialised with NCCL on GPUs and gloo on CPU; each rank uses
-`cuda:LOCAL_RANK` when GPUs are present.
+Device auto-detection is XLA (torch_xla installed and PJRT_DEVICE set) > CUDA > MPS > CPU.
+Under torchrun (WORLD_SIZE > 1) the process group is initialised with NCCL on GPUs and
+gloo on CPU; each rank uses `cuda:LOCAL_RANK` when GPUs are present. On XLA the replicas
+and their collectives are torch_xla's (`trm_kaggle.xla`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 
@@ -39,6 +41,8 @@ class Runtime:
 
 
 def pick_device(requested: str) -> torch.device:
+    if requested == "xla" or (requested == "auto" and xla.wanted()):
+        return xla.device()
     if requested == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -63,10 +67,14 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(cfg.device)
-    if device.type == "cuda":
+    if device.type == "xla":  # XLA's replicas (processes or threads), not torch.distributed's ranks
+        rank, world_size = xla.replica()
+        local_rank = rank
+        _check_xla_config(cfg, world_size)
+    elif device.type == "cuda":
         device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
         torch.cuda.set_device(device)
-    if world_size > 1 and not dist.is_initialized():
+    if world_size > 1 and device.type != "xla" and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     if device.type == "cpu":
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
@@ -88,15 +96,43 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
     return Runtime(device, dtype, reason, rank, world_size, local_rank)
 
 
-def broadcast_model_(model: torch.nn.Module) -> None:
+def _check_xla_config(cfg: TrainConfig, world_size: int) -> None:
+    if cfg.compile:
+        raise TRMError("compile=True is torch.compile (inductor), which does not run on XLA devices; XLA compiles "
+                       "the whole training step itself: drop compile=True")
+    if cfg.auto_batch:
+        raise TRMError("auto_batch=True retries a step after an out-of-memory error, which XLA reports when the step "
+                       "is compiled, not while it is recorded; set micro_batch_size=N instead")
+    if world_size == 1 and xla.device_kind() != "CPU" and xla.local_devices() > 1:
+        log.warning("this host has %d XLA devices and this run uses one: `trm-kaggle train --xla-launch ...` runs a "
+                    "replica on each", xla.local_devices())
+
+
+def broadcast_model_(model: torch.nn.Module, rank: int = 0) -> None:
     """Rank 0's parameters and buffers to every rank (so all ranks start from the same weights)."""
-    for t in list(model.parameters()) + list(model.buffers()):
-        dist.broadcast(t.data, src=0)
+    tensors = [t.data for t in list(model.parameters()) + list(model.buffers())]
+    on_xla = bool(tensors) and tensors[0].device.type == "xla"
+    if on_xla and not xla.host_collectives():
+        xla.broadcast_(tensors, rank)
+        return
+    host = xla.to_host(tensors) if on_xla else tensors  # XLA on a CPU host: gloo, on host copies
+    for t in host:
+        dist.broadcast(t, src=0)
+    if on_xla:
+        xla.from_host_(tensors, host)
 
 
 def all_reduce_(tensors: list[torch.Tensor]) -> None:
     """Sum tensors across ranks in one flat buffer (one collective instead of one per tensor)."""
     if not tensors:
+        return
+    if tensors[0].device.type == "xla":
+        if not xla.host_collectives():
+            xla.all_reduce_(tensors)  # inside the step's graph: one XLA all-reduce of the whole list
+            return
+        host = xla.to_host(tensors)  # XLA on a CPU host: gloo, on host copies (trm_kaggle.xla)
+        all_reduce_(host)
+        xla.from_host_(tensors, host)
         return
     flat = torch.cat([t.reshape(-1) for t in tensors])
     dist.all_reduce(flat)
