@@ -21,6 +21,7 @@ def test_estimate_extrapolates_both_rates():
     e = estimate(ARCH, tasks=2, num_aug=1, finetune_steps=10, batch_size=2, eval_batch_size=4, seq_len=16,
                  vocab_size=12, repeats=1)
     assert e.finetune_step_s > 0 and e.row_step_s > 0
-    assert e.finetune_s == 10 * e.finetune_step_s
+    assert e.finetune_s == 2 * 10 * e.finetune_step_s  # every task is fine-tuned on its own
     assert e.total_s == e.finetune_s + e.inference_s < KAGGLE_LIMIT_S
     assert "fits in Kaggle's 12 h limit" in format_estimate(e, 2, 1, 10)
+    assert "10 fine-tuning steps per task" in format_estimate(e, 2, 1, 10)

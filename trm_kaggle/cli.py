@@ -337,19 +337,32 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def _add_submit(sub) -> None:
+    from trm_kaggle.config import count_or_auto
+
     p = sub.add_parser("submit", help="unseen tasks -> submission.json: test-time training + voting, within a budget",
-                       description="Builds the augmented dataset of the challenges' demonstration pairs, fine-tunes "
-                                   "the pretrained weights on it (new puzzle rows start from the mean row), predicts "
-                                   "with augmentation voting and writes a valid submission.json in every case.")
+                       description="Writes a valid fallback submission at once, then solves each task on its own: "
+                                   "an augmented dataset of its demonstration pairs, fine-tuning of the pretrained "
+                                   "weights (new puzzle rows start from the mean row), prediction with augmentation "
+                                   "voting. Tasks are sharded over one worker process per visible GPU (or --workers "
+                                   "on CPU); submission.json lists every task in every case.")
     p.add_argument("--challenges", required=True, help="challenges JSON (e.g. arc-agi_test_challenges.json)")
     p.add_argument("--weights", required=True, help="export directory (trm-kaggle export / import-upstream)")
     p.add_argument("--output", default="submission.json")
-    p.add_argument("--work-dir", default="ttt_work", help="dataset + fine-tuning states (a rerun resumes)")
+    p.add_argument("--work-dir", default="ttt_work", help="per-task datasets, states and results (a rerun resumes)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for everything (default: no limit)")
     p.add_argument("--safety-margin", type=float, default=None, help="seconds kept free (default 60)")
-    p.add_argument("--num-aug", type=int, default=None, help="augmentations per task (default 100)")
+    p.add_argument("--plan-margin", type=float, default=None,
+                   help="share of each worker's time that 'auto' leaves unplanned (default 0.15)")
+    p.add_argument("--num-aug", type=count_or_auto, default=None,
+                   help="augmentations per task, or auto (fit the budget) (default 100)")
     p.add_argument("--finetune", choices=["embeddings", "all", "none"], default=None)
-    p.add_argument("--finetune-steps", type=int, default=None)
+    p.add_argument("--finetune-steps", type=count_or_auto, default=None,
+                   help="fine-tuning steps per task, or auto (fit the budget) (default 500)")
+    p.add_argument("--max-tasks", type=int, default=None,
+                   help="the model works on the first N tasks; the others get the fallback (all are submitted)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes, one device each (default: one per visible GPU, else 1)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads per worker (default: cores / workers)")
     p.add_argument("--batch-size", dest="global_batch_size", type=int, default=None)
     p.add_argument("--eval-batch-size", type=int, default=None)
     p.add_argument("--early-exit", action="store_true", default=None)
@@ -366,7 +379,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     report = solve(SolveConfig(**_config_kwargs(args, SolveConfig.model_fields)))
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
-          f"{report['predicted']} test inputs with model predictions, {report['elapsed_s']} s")
+          f"{report['answered']} answered by the model, {report['predicted']} test inputs with model predictions, "
+          f"{report['elapsed_s']} s")
     for e in report["errors"]:
         print(f"warning: {e}", file=sys.stderr)
     return 0 if report["valid"] else 1
@@ -379,7 +393,7 @@ def _add_estimate(sub) -> None:
     src.add_argument("--preset", help="a training preset's architecture, e.g. arc2")
     p.add_argument("--tasks", type=int, default=120)
     p.add_argument("--num-aug", type=int, default=100)
-    p.add_argument("--finetune-steps", type=int, default=500)
+    p.add_argument("--finetune-steps", type=int, default=500, help="per task (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--eval-batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")

@@ -1,8 +1,10 @@
 """How long will the Kaggle kernel take? Measured on this device, extrapolated to the hidden test set.
 
-The kernel's time is (fine-tuning steps x seconds per step) + (test examples x ACT steps x seconds per row-step),
-where test examples = tasks x test inputs per task x (num_aug + 1). Both rates are measured here with the
-real architecture (random weights: speed does not depend on their values) on random ARC-shaped batches.
+Every task is fine-tuned and predicted on its own, so the kernel's time is
+tasks x (fine-tuning steps x seconds per step) + (test examples x ACT steps x seconds per row-step),
+where test examples = tasks x test inputs per task x (num_aug + 1) (`finetune_seconds`, `inference_seconds`;
+the kernel's plan, `trm_kaggle.solve.plan`, uses the same two). Both rates are measured here with the real
+architecture (random weights: speed does not depend on their values) on random ARC-shaped batches.
 """
 
 from __future__ import annotations
@@ -35,11 +37,21 @@ class Estimate:
         return self.finetune_s + self.inference_s
 
 
+def finetune_seconds(tasks: int, steps: int, step_s: float) -> float:
+    """Seconds of fine-tuning `tasks` tasks for `steps` steps each."""
+    return tasks * steps * step_s
+
+
+def inference_seconds(examples: float, act_steps: int, row_step_s: float) -> float:
+    """Seconds of predicting `examples` augmented test inputs for `act_steps` ACT steps each."""
+    return examples * act_steps * row_step_s
+
+
 def seconds_per_call(fn: Callable[[], object], device: torch.device, repeats: int = 1) -> float:
     """Wall-clock seconds of one call of `fn` on `device`: one warm-up call, then the mean of `repeats`.
 
-    The step timer of the solver: `estimate` times training and inference steps with it, and
-    `trm_kaggle.solve.solve.inference_seconds` the inference step it reserves time for.
+    The step timer of the solver: `estimate` times training and inference steps with it, and so does the
+    kernel's plan (`trm_kaggle.solve.plan.measure_rates`, through `estimate`).
     """
     fn()  # warm-up
     if device.type == "cuda":
@@ -88,8 +100,8 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = 100, finetune
 
     row_step_s = seconds_per_call(eval_step, device, repeats) / rows
     test_examples = tasks * TEST_INPUTS_PER_TASK * (num_aug + 1)
-    return Estimate(str(device), step_s, row_step_s, finetune_steps * step_s,
-                    test_examples * arch.halt_max_steps * row_step_s)
+    return Estimate(str(device), step_s, row_step_s, finetune_seconds(tasks, finetune_steps, step_s),
+                    inference_seconds(test_examples, arch.halt_max_steps, row_step_s))
 
 
 def format_estimate(e: Estimate, tasks: int, num_aug: int, finetune_steps: int) -> str:
@@ -98,7 +110,7 @@ def format_estimate(e: Estimate, tasks: int, num_aug: int, finetune_steps: int) 
 
     fits = "fits" if e.total_s < KAGGLE_LIMIT_S else "does NOT fit"
     return "\n".join([
-        f"estimate on {e.device} for {tasks} tasks, num_aug {num_aug}, {finetune_steps} fine-tuning steps:",
+        f"estimate on {e.device} for {tasks} tasks, num_aug {num_aug}, {finetune_steps} fine-tuning steps per task:",
         f"  fine-tuning  {hms(e.finetune_s):>12}  ({e.finetune_step_s:.3f} s per step)",
         f"  inference    {hms(e.inference_s):>12}  ({e.row_step_s * 1e3:.2f} ms per example per ACT step)",
         f"  total        {hms(e.total_s):>12}  -> {fits} in Kaggle's 12 h limit ({e.total_s / KAGGLE_LIMIT_S:.0%})",

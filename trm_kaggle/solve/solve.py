@@ -1,27 +1,36 @@
 """Unseen tasks -> submission.json, inside a hard time budget (the Kaggle kernel's job).
 
-    challenges -> augmented dataset of their demonstration pairs (new puzzle identifiers)
-               -> pretrained weights, new embedding rows = the mean trained row
-               -> fine-tune (embeddings only, or all weights) until the budget says stop
-               -> predict every augmented test input -> vote -> submission.json
+    challenges -> the fallback submission, written at once (valid whatever happens next)
+               -> one unit per task (the first max_tasks) -> shards, one worker per device (`shard.py`)
+               -> per worker: one timed batch -> its plan (`plan.py`) -> per task (`unit.py`):
+                  augmented dataset of its demonstration pairs (new puzzle identifiers)
+                  -> pretrained weights, new embedding rows = the mean trained row
+                  -> fine-tune (embeddings only, or all weights) until its share of the budget says stop
+                  -> predict every augmented test input -> vote -> units/u<index>/result.json
+               -> merge every result -> submission.json (tasks without one keep the fallback)
 
-The budget is planned backwards: the time inference needs is measured on one batch
-and reserved (plus a safety margin) before fine-tuning starts, so fine-tuning
-stops early instead of inference running out of time. Whatever happens — a bad
-task, an exception in the model path, the budget running out — a complete, valid
-submission is written: tasks without predictions get the documented fallback.
-The work directory keeps the dataset and fine-tuning states, so a restarted kernel
-resumes instead of starting over.
+The budget is planned backwards: each worker times one batch on its device, reserves what inference will
+need (plus a safety margin) and fine-tunes with the rest, so fine-tuning stops early instead of inference
+running out of time. Whatever happens — a bad task, an exception in the model path, a worker killed, the
+budget running out — a complete, valid submission is written: tasks without predictions get the
+documented fallback. The work directory keeps each finished task's result, so a restarted run answers
+only the tasks still missing.
+
+This module holds the building blocks of a task's model path (dataset, fine-tuning, demonstration accuracy)
+and `solve`, which orders everything.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -30,13 +39,15 @@ from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
 from trm_kaggle.data.arc import read_challenges
 from trm_kaggle.data.build_arc import build_arc
-from trm_kaggle.data.format import load_split
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
-from trm_kaggle.evaluate.report import evaluate
+from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
-from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
+from trm_kaggle.model.export import model_from_train_state
 from trm_kaggle.model.rollout import act_rollout
-from trm_kaggle.solve.estimate import seconds_per_call
+from trm_kaggle.solve.plan import Budget
+from trm_kaggle.solve.shard import (
+    Outcome, Unit, WorkerSpec, assign, collect, make_units, run_in_process, run_spawned, task_digest,
+)
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.runtime import pick_device
@@ -44,20 +55,6 @@ from trm_kaggle.train.runtime import pick_device
 log = logging.getLogger(__name__)
 
 SUBSET = "unseen"
-
-
-class Budget:
-    """Wall-clock budget: `left()` seconds until the safety margin starts."""
-
-    def __init__(self, seconds: float | None, margin: float):
-        self.start = time.time()
-        self.end = None if seconds is None else self.start + seconds - margin
-
-    def left(self) -> float:
-        return float("inf") if self.end is None else self.end - time.time()
-
-    def deadline(self, reserve: float = 0.0) -> float | None:
-        return None if self.end is None else self.end - reserve
 
 
 def _link_challenges(cfg: SolveConfig, work: Path) -> str:
@@ -88,21 +85,6 @@ def build_unseen_dataset(cfg: SolveConfig, work: Path) -> Path:
     return data_dir
 
 
-def inference_seconds(model, data_dir: Path, cfg: SolveConfig, device: torch.device) -> float:
-    """Seconds to predict the whole test split, from timing one batch for one ACT step."""
-    test = load_split(data_dir, "test")
-    n = test.num_examples
-    rows = min(n, cfg.eval_batch_size)
-    batch = {"inputs": torch.from_numpy(test.inputs[:rows].astype("int32")).to(device),
-             "labels": torch.zeros(rows, test.metadata.seq_len, dtype=torch.int32, device=device),
-             "puzzle_identifiers": torch.zeros(rows, dtype=torch.int32, device=device)}
-    model.eval()
-    with torch.inference_mode():
-        carry = model.initial_carry(batch)
-        per_row_step = seconds_per_call(lambda: model(carry, batch), device) / rows
-    return per_row_step * n * model.arch.halt_max_steps * 1.3 + 5.0  # 30% + 5 s for decoding and voting
-
-
 @torch.no_grad()
 def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int = 64) -> dict[str, float]:
     """Exact and token accuracy on (up to `max_examples` of) the tasks' demonstration pairs, the only
@@ -131,8 +113,8 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
         global_batch_size=batch, lr=cfg.lr, puzzle_emb_lr=cfg.puzzle_emb_lr,
         lr_warmup_steps=min(100, max(1, cfg.finetune_steps // 10)), epochs=1_000_000, max_steps=cfg.finetune_steps,
         eval_interval=None, freeze_weights=(cfg.finetune == "embeddings"), ema=False, seed=cfg.seed,
-        device=cfg.device, checkpoint_path=str(work / "finetune"), checkpoint_keep=1, progress=cfg.progress,
-        log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
+        device=cfg.device, threads=cfg.threads, checkpoint_path=str(work / "finetune"), checkpoint_keep=1,
+        progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
     result = train(tcfg, deadline=deadline)
     return result
 
@@ -143,52 +125,141 @@ def load_finetuned(run_dir: Path, device: torch.device):
     return model.to(device)
 
 
-def solve(cfg: SolveConfig) -> dict[str, Any]:
-    """Write cfg.output in every case; returns a report of what happened."""
-    budget = Budget(cfg.time_budget, cfg.safety_margin)
-    work = Path(cfg.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    challenges = read_challenges(cfg.challenges)
-    report: dict[str, Any] = {"tasks": len(challenges), "stages": {}, "errors": []}
-    candidates: dict = {}
-    t = time.time()
-    try:
-        device = pick_device(cfg.device)
-        data_dir = build_unseen_dataset(cfg, work)
-        report["stages"]["dataset_s"] = round(time.time() - t, 1)
 
-        model, export_cfg, _ = load_model_for_dataset(cfg.weights, data_dir, device)
-        arch = ArchConfig(**export_cfg["arch"])
-        reserve = inference_seconds(model, data_dir, cfg, device)
-        report["inference_reserve_s"] = round(reserve, 1)
-        if cfg.finetune != "none" and cfg.finetune_steps > 0 and budget.left() > reserve:
-            report["before_finetune"] = demo_accuracy(model, data_dir, device)
-            t = time.time()
-            result = finetune(cfg, arch, data_dir, work, budget.deadline(reserve))
-            report["stages"]["finetune_s"] = round(time.time() - t, 1)
-            report["finetune_steps"] = result.step
-            model = load_finetuned(result.run_dir, device)
-            report["after_finetune"] = demo_accuracy(model, data_dir, device)
-        elif cfg.finetune != "none":
-            report["errors"].append("no time left for fine-tuning: predicting with the pretrained weights")
 
-        t = time.time()
-        result = evaluate(model, data_dir, batch_size=cfg.eval_batch_size, device=device, early_exit=cfg.early_exit,
-                          deadline=budget.deadline())
-        candidates = result.candidates
-        report["stages"]["predict_s"] = round(time.time() - t, 1)
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:  # the model path failed: the fallback still yields a complete submission
-        report["errors"].append(f"{type(e).__name__}: {e}")
-        (work / "error.log").write_text(traceback.format_exc())
-        log.error("model path failed (%s); writing a fallback submission. Details in %s", e, work / "error.log")
+# ---------------------------------------------------------------------------
+# The whole job
+# ---------------------------------------------------------------------------
 
+
+def write_answers(cfg: SolveConfig, challenges: dict, candidates: dict) -> tuple[dict[str, str], list[str]]:
+    """Write the submission of every task (the model's candidates first, then the fallback chain) to
+    cfg.output; (per-task problems, validation problems). With no candidates this is the fallback
+    submission, which depends on nothing but the challenges."""
     built = make_submission(challenges, candidates, fallback=cfg.fallback)
     write_submission(cfg.output, built.submission)
-    problems = validate_submission(cfg.output, challenges)
-    report.update(output=str(cfg.output), valid=not problems, validation_problems=problems[:5],
-                  task_problems=dict(list(built.problems.items())[:20]),
-                  predicted=sum(1 for v in candidates.values() if v), elapsed_s=round(time.time() - budget.start, 1))
-    atomic_write_text(work / "solve_report.json", json.dumps(report, indent=2, default=str))
+    return built.problems, validate_submission(cfg.output, challenges)
+
+
+def settings_key(cfg: SolveConfig) -> dict:
+    """What a task's result is made of besides the task: a later run reuses it only when this is equal."""
+    h = hashlib.sha256()
+    for name in ("config.json", "weights.safetensors"):
+        try:
+            h.update((Path(cfg.weights) / name).read_bytes())
+        except OSError:
+            h.update(b"missing")
+    fields = ("num_aug", "finetune", "finetune_steps", "global_batch_size", "lr", "puzzle_emb_lr", "eval_batch_size",
+              "early_exit", "seed")
+    return {"weights": h.hexdigest()[:16], **{f: getattr(cfg, f) for f in fields}}
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def worker_devices(cfg: SolveConfig) -> tuple[str, list[str | None], int | None]:
+    """(the workers' device, CUDA_VISIBLE_DEVICES of each worker, CPU threads per worker).
+
+    One worker per visible CUDA device by default, each seeing only its own; on CPU `workers` processes
+    share the cores; MPS has one device."""
+    device = pick_device(cfg.device).type
+    if device == "cuda":
+        count = torch.cuda.device_count()
+        workers = cfg.workers or count
+        if workers > count:
+            raise TRMError(f"workers={workers} but {count} CUDA device(s) are visible: one worker per device")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = [v.strip() for v in visible.split(",")] if visible else [str(i) for i in range(count)]
+        return "cuda", (ids[:workers] if workers > 1 else [None]), cfg.threads
+    workers = cfg.workers or 1
+    if device == "mps" and workers > 1:
+        raise TRMError(f"workers={workers}: MPS has one device, so one worker")
+    threads = cfg.threads or (max(1, usable_cores() // workers) if device == "cpu" else None)
+    return device, [None] * workers, threads
+
+
+def _echo(cfg: SolveConfig) -> Callable[[str], None]:
+    if cfg.progress:
+        return lambda line: print(line, file=sys.stderr, flush=True)
+    return log.info
+
+
+def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
+          on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
+    """Write cfg.output in every case; returns a report of what happened.
+
+    `echo` gets one line per phase (default: stderr with `progress`, else the log); `on_poll` is called while
+    spawned workers run (tests use it to kill one)."""
+    budget = Budget(cfg.time_budget, cfg.safety_margin)
+    say = echo or _echo(cfg)
+    challenges = read_challenges(cfg.challenges)
+    report: dict[str, Any] = {"tasks": len(challenges), "errors": []}
+    task_problems, problems = write_answers(cfg, challenges, {})
+    say(budget.line("fallback", f"{cfg.output} holds a valid answer for each of the {len(challenges)} tasks"))
+
+    units, left_out = make_units(challenges, cfg.max_tasks)
+    report.update(model_tasks=len(units), left_out=left_out)
+    say(budget.line("tasks", f"the model works on {len(units)} of {len(challenges)} tasks"
+                    + (f" (max_tasks {cfg.max_tasks})" if cfg.max_tasks else "")
+                    + (f"; {len(left_out)} malformed tasks keep the fallback" if left_out else "")))
+    work, key = Path(cfg.work_dir), settings_key(cfg)
+    outcomes: list[Outcome] = []
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        device, visible, threads = worker_devices(cfg)
+        shards = assign(units, len(visible))
+        specs = [WorkerSpec(i, device, shard, cfg.model_dump_json(), key, str(work), budget.start, budget.end,
+                            threads, visible[i]) for i, shard in enumerate(shards)]
+        say(budget.line("workers", f"{len(specs)} on {device}" + (f", {threads} CPU threads each" if threads else "")
+                        + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
+        if len(specs) == 1:
+            outcomes = [run_in_process(specs[0], say)]
+        else:  # stop stragglers after the budget's end, leaving half the safety margin to write the answers
+            stop_at = None if budget.end is None else budget.end + min(30.0, cfg.safety_margin / 2)
+            outcomes = run_spawned(specs, say, stop_at=stop_at, on_poll=on_poll)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # the model path failed before any worker ran: the fallback submission stands
+        report["errors"].append(f"{type(e).__name__}: {e}")
+        log.error("model path failed (%s): the submission keeps the fallback answers", e)
+    for out in outcomes:
+        if out.error:
+            lost = out.units - out.done
+            report["errors"].append(f"worker {out.worker} ({out.device}): {out.error}; {lost} of its {out.units} "
+                                    f"tasks keep the fallback" + (f"; log: {out.log}" if out.log else ""))
+            say(budget.line(f"worker {out.worker}", report["errors"][-1]))
+
+    keys = {u.index: {**key, "task": task_digest(challenges[u.task_id])} for u in units}
+    candidates, task_reports = collect(work, units, keys)
+    task_problems, problems = write_answers(cfg, challenges, candidates)
+    report.update(_summarise(task_reports))
+    report.update(workers=[o.as_dict() for o in outcomes], task_reports=task_reports, output=str(cfg.output),
+                  valid=not problems, validation_problems=problems[:5],
+                  task_problems=dict(list(task_problems.items())[:20]),
+                  answered=len(task_reports), predicted=sum(1 for v in candidates.values() if v),
+                  elapsed_s=round(time.time() - budget.start, 1))
+    say(budget.line("submission", f"{cfg.output}: {'valid' if not problems else 'INVALID'}; {len(task_reports)} "
+                    f"of {len(challenges)} tasks answered by the model, {report['predicted']} test inputs with "
+                    f"model predictions"))
+    try:
+        atomic_write_text(work / "solve_report.json", json.dumps(report, indent=2, default=str))
+    except OSError as e:
+        report["errors"].append(f"solve_report.json not written: {e}")
     return report
+
+
+def _summarise(task_reports: dict[str, dict]) -> dict[str, Any]:
+    """Means over the tasks that were fine-tuned: demonstration accuracy before and after, steps."""
+    tuned = [r for r in task_reports.values() if "after_finetune" in r]
+    if not tuned:
+        return {}
+    out: dict[str, Any] = {"finetuned_tasks": len(tuned),
+                           "mean_finetune_steps": sum(r["finetune_steps"] for r in tuned) / len(tuned)}
+    for when in ("before_finetune", "after_finetune"):
+        out[when] = {k: sum(r[when][k] for r in tuned) / len(tuned)
+                     for k in ("demo_exact_accuracy", "demo_token_accuracy")}
+    return out
