@@ -52,13 +52,15 @@ def _quiet_builder():
 
 
 def run_units(spec: WorkerSpec, emit: Callable[[str], None],
-              on_unit: Callable[[Unit], None] | None = None) -> Plan:
-    """Plan, then solve each of the spec's units that has no reusable result; returns the plan."""
+              on_unit: Callable[[Unit], None] | None = None) -> Plan | None:
+    """Plan, then solve each of the spec's units that has no reusable result; returns the plan (None when the
+    deadline had passed before the worker started)."""
     with _quiet_builder():
         return _run_units(spec, emit, on_unit)
 
 
-def _run_units(spec: WorkerSpec, emit: Callable[[str], None], on_unit: Callable[[Unit], None] | None) -> Plan:
+def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
+               on_unit: Callable[[Unit], None] | None) -> Plan | None:
     cfg = SolveConfig.model_validate_json(spec.config)
     budget = Budget.until(spec.start, spec.deadline)
     if spec.threads:
@@ -71,6 +73,9 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None], on_unit: Callable[
     export, _ = read_export(cfg.weights)  # unreadable weights fail the worker at once, not each task
     rates = available = None
     if spec.deadline is not None:  # something to fit: time one batch of each kind on this device
+        if spec.deadline <= time.time():
+            emit(budget.line("plan", f"worker {spec.worker}: no time left; its {len(todo)} tasks keep the fallback"))
+            return None
         rates = measure_rates(ArchConfig(**export["arch"]), export["seq_len"], export["vocab_size"], cfg, device)
         available = spec.deadline - time.time()
     plan = make_plan(cfg, [(u.test_inputs, u.train_pairs) for u in todo], rates, available, spec.worker)
@@ -87,6 +92,9 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None], on_unit: Callable[
                                   "threads": spec.threads})
     for k, unit in enumerate(todo):
         left = todo[k:]
+        if spec.deadline is not None and time.time() >= spec.deadline:
+            emit(budget.line("deadline", f"{len(left)} tasks left unanswered keep the fallback"))
+            break
         finetune_by = None
         if rates is not None:  # an equal share of what remains after every remaining task's inference
             reserve = sum(reserve_seconds(u.test_inputs * (plan.num_aug + 1), rates) for u in left)
