@@ -25,3 +25,16 @@ def test_estimate_extrapolates_both_rates():
     assert e.total_s == e.finetune_s + e.inference_s < KAGGLE_LIMIT_S
     assert "fits in Kaggle's 12 h limit" in format_estimate(e, 2, 1, 10)
     assert "10 fine-tuning steps per task" in format_estimate(e, 2, 1, 10)
+
+
+def test_estimate_command_per_device(tmp_path, capsys):
+    from conftest import make_export
+
+    from trm_kaggle.cli import main
+
+    weights = make_export(tmp_path / "w")
+    assert main(["estimate", "--weights", str(weights), "--tasks", "5", "--devices", "2", "--num-aug", "1",
+                 "--finetune-steps", "3", "--batch-size", "2", "--eval-batch-size", "4", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "for 3 tasks, num_aug 1, 3 fine-tuning steps per task" in out and "5 tasks over 2 devices" in out
+    assert main(["estimate", "--weights", str(weights), "--devices", "0"]) == 2

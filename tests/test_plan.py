@@ -11,7 +11,8 @@ import torch
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.solve.estimate import inference_seconds
 from trm_kaggle.solve.plan import (
-    AUTO_MAX_AUG, AUTO_MAX_STEPS, INFERENCE_SHARE, Budget, Rates, hms, make_plan, measure_rates, reserve_seconds,
+    AUTO_MAX_AUG, AUTO_MAX_STEPS, INFERENCE_SHARE, Budget, Rates, batch_sizes, hms, make_plan, measure_rates,
+    reserve_seconds,
 )
 
 RATES = Rates("cuda:0 (test)", step_s=0.5, row_step_s=0.02, halt_max_steps=16, batch=64, eval_batch=256)
@@ -77,8 +78,15 @@ def test_no_budget_needs_no_timing_and_refuses_auto():
 def test_measured_rates_come_from_a_timed_batch():
     arch = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
                       puzzle_emb_len=1, forward_dtype="float32")
-    r = measure_rates(arch, 16, 12, cfg(global_batch_size=2, eval_batch_size=4), torch.device("cpu"))
+    r = measure_rates(arch, 16, 12, torch.device("cpu"), 2, 4)
     assert r.device == "cpu" and r.step_s > 0 and r.row_step_s > 0 and (r.batch, r.eval_batch) == (2, 4)
+
+
+def test_the_timed_batches_are_the_sizes_the_tasks_will_use():
+    c = cfg(num_aug=1, global_batch_size=64, eval_batch_size=256)
+    assert batch_sizes(c, [(1, 3), (2, 4)]) == (8, 4)  # 4 pairs x 2 copies; 2 test inputs x 2 copies
+    assert batch_sizes(cfg(num_aug=200), [(1, 3)]) == (64, 201)
+    assert batch_sizes(cfg(num_aug="auto"), [(1, 3)]) == (64, 256)
 
 
 def test_budget_lines_show_elapsed_and_left():

@@ -392,6 +392,8 @@ def _add_estimate(sub) -> None:
     src.add_argument("--weights", help="an export directory (its architecture is timed)")
     src.add_argument("--preset", help="a training preset's architecture, e.g. arc2")
     p.add_argument("--tasks", type=int, default=120)
+    p.add_argument("--devices", type=int, default=1,
+                   help="devices the kernel shards the tasks over: the estimate is per device (default 1)")
     p.add_argument("--num-aug", type=int, default=100)
     p.add_argument("--finetune-steps", type=int, default=500, help="per task (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=64)
@@ -414,10 +416,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         from trm_kaggle.train.settings import load_train_config
 
         arch, seq_len, vocab = load_train_config(presets=[args.preset]).arch, 900, 12
-    e = estimate(arch, tasks=args.tasks, num_aug=args.num_aug, finetune_steps=args.finetune_steps,
+    if args.devices < 1:
+        raise TRMError(f"--devices must be >= 1, got {args.devices}")
+    tasks = -(-args.tasks // args.devices)  # the busiest device's share
+    e = estimate(arch, tasks=tasks, num_aug=args.num_aug, finetune_steps=args.finetune_steps,
                  batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, device=pick_device(args.device),
                  seq_len=seq_len, vocab_size=vocab)
-    print(format_estimate(e, args.tasks, args.num_aug, args.finetune_steps))
+    print(format_estimate(e, tasks, args.num_aug, args.finetune_steps)
+          + (f"\n(per device: {args.tasks} tasks over {args.devices} devices)" if args.devices > 1 else ""))
     return 0
 
 

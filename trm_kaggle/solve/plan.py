@@ -85,14 +85,24 @@ class Rates:
     eval_batch: int
 
 
-def measure_rates(arch: ArchConfig, seq_len: int, vocab_size: int, cfg: SolveConfig,
-                  device: torch.device) -> Rates:
-    """One timed batch of each kind on `device`, with the export's architecture (`estimate`'s timer)."""
-    e = estimate(arch, tasks=1, num_aug=0, finetune_steps=0, batch_size=cfg.global_batch_size,
-                 eval_batch_size=cfg.eval_batch_size, device=device, seq_len=seq_len, vocab_size=vocab_size,
-                 repeats=1)
-    return Rates(device_name(device), e.finetune_step_s, e.row_step_s, arch.halt_max_steps, cfg.global_batch_size,
-                 cfg.eval_batch_size)
+def measure_rates(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, batch: int,
+                  eval_batch: int) -> Rates:
+    """One timed batch of each kind on `device` (`estimate`'s timer), with the export's architecture and the
+    batch sizes the worker will use (`batch_sizes`)."""
+    e = estimate(arch, tasks=1, num_aug=0, finetune_steps=0, batch_size=batch, eval_batch_size=eval_batch,
+                 device=device, seq_len=seq_len, vocab_size=vocab_size, repeats=1)
+    return Rates(device_name(device), e.finetune_step_s, e.row_step_s, arch.halt_max_steps, batch, eval_batch)
+
+
+def batch_sizes(cfg: SolveConfig, units: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """(fine-tuning batch, prediction batch) of the worker's largest task: a task's dataset holds
+    (num_aug + 1) copies of its pairs, and a batch is never larger than that. With auto num_aug, the full
+    configured sizes (the plan has not chosen num_aug yet)."""
+    if cfg.num_aug == "auto" or not units:
+        return cfg.global_batch_size, cfg.eval_batch_size
+    copies = cfg.num_aug + 1
+    return (min(cfg.global_batch_size, max(d for _, d in units) * copies),
+            min(cfg.eval_batch_size, max(t for t, _ in units) * copies))
 
 
 def device_name(device: torch.device) -> str:

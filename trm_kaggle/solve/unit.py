@@ -26,7 +26,9 @@ from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.data.arc import read_challenges
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.model.export import load_model_for_dataset, read_export
-from trm_kaggle.solve.plan import TASK_OVERHEAD_S, Budget, Plan, hms, make_plan, measure_rates, reserve_seconds
+from trm_kaggle.solve.plan import (
+    TASK_OVERHEAD_S, Budget, Plan, batch_sizes, hms, make_plan, measure_rates, reserve_seconds,
+)
 from trm_kaggle.solve.shard import (
     Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result,
 )
@@ -76,7 +78,9 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
         if spec.deadline <= time.time():
             emit(budget.line("plan", f"worker {spec.worker}: no time left; its {len(todo)} tasks keep the fallback"))
             return None
-        rates = measure_rates(ArchConfig(**export["arch"]), export["seq_len"], export["vocab_size"], cfg, device)
+        batch, eval_batch = batch_sizes(cfg, [(u.test_inputs, u.train_pairs) for u in todo])
+        rates = measure_rates(ArchConfig(**export["arch"]), export["seq_len"], export["vocab_size"], device, batch,
+                              eval_batch)
         available = spec.deadline - time.time()
     plan = make_plan(cfg, [(u.test_inputs, u.train_pairs) for u in todo], rates, available, spec.worker)
     spec.plan_file.parent.mkdir(parents=True, exist_ok=True)
