@@ -59,4 +59,4 @@ def test_kernel_answers_every_task_offline_from_the_bundle(tmp_path):
     text = "\n".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
     assert f"the model works on 2 of {TASKS} tasks (max_tasks 2)" in text
     assert "[worker 0]" in text and "[worker 1]" in text and "] plan: worker 1 on cpu" in text
-    assert f"2 tasks answered by the model" in text and "elapsed" in text and "left" in text
+    assert "2 tasks answered by the model" in text and "elapsed" in text and "left" in text

@@ -151,23 +151,50 @@ def test_malformed_task_is_reported_and_the_rest_predicted(unseen, tmp_path):
     assert "broken" in report["task_problems"]
 
 
+def test_a_failing_task_costs_that_task_alone(unseen, tmp_path, monkeypatch):
+    from trm_kaggle.solve import unit
+
+    ch = json.loads(unseen[0].read_text())
+    victim = list(ch)[1]
+    real = unit.build_unseen_dataset
+
+    def build(c, work):
+        if victim in json.loads(Path(c.challenges).read_text()):
+            raise RuntimeError("boom")
+        return real(c, work)
+
+    monkeypatch.setattr(unit, "build_unseen_dataset", build)
+    lines = []
+    report = solve(cfg(unseen, tmp_path, finetune="none"), echo=lines.append)
+    assert report["valid"] and report["answered"] == 3
+    assert report["errors"] == [f"task {victim}: RuntimeError: boom (it keeps the fallback)"]
+    assert any(f"task {victim} (2/4): FAILED (RuntimeError: boom)" in line for line in lines)
+    sub = json.loads((tmp_path / "submission.json").read_text())
+    assert sub[victim][0]["attempt_1"] == ch[victim]["test"][0]["input"]
+
+
 # ---------------------------------------------------------------------------
 # Workers: one process per device; any number of them gives the same submission
 # ---------------------------------------------------------------------------
 
 
+BUDGET = 900.0  # seconds: generous for a loaded CI machine; each worker plans inside it
+
+
 @pytest.fixture(scope="module")
 def one_worker(unseen, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("one_worker")
-    report = solve(cfg(unseen, tmp))
+    report = solve(cfg(unseen, tmp, time_budget=BUDGET))
     return report, tmp
 
 
 def test_two_cpu_workers_give_the_same_submission_as_one(unseen, one_worker, tmp_path):
     report1, tmp1 = one_worker
     lines = []
-    report2 = solve(cfg(unseen, tmp_path, workers=2), echo=lines.append)
+    report2 = solve(cfg(unseen, tmp_path, workers=2, time_budget=BUDGET), echo=lines.append)
     assert report1["valid"] and report2["valid"] and not report1["errors"] and not report2["errors"]
+    assert report1["elapsed_s"] < BUDGET and report2["elapsed_s"] < BUDGET  # within the budget, as planned
+    assert all(w["plan"]["fits"] and w["plan"]["rates"]["step_s"] > 0 for w in report1["workers"] + report2["workers"])
     assert [w["units"] for w in report2["workers"]] == [2, 2] and report1["workers"][0]["units"] == 4
     assert [w["exitcode"] for w in report2["workers"]] == [0, 0]
     assert report1["predicted"] > 0 and report2["answered"] == report1["answered"] == 4

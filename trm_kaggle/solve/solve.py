@@ -28,7 +28,6 @@ import logging
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,13 +39,12 @@ from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConf
 from trm_kaggle.data.arc import read_challenges
 from trm_kaggle.data.build_arc import build_arc
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
-from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
 from trm_kaggle.model.export import model_from_train_state
 from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.shard import (
-    Outcome, Unit, WorkerSpec, assign, collect, make_units, run_in_process, run_spawned, task_digest,
+    Outcome, WorkerSpec, assign, collect, make_units, run_in_process, run_spawned, task_digest,
 )
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.loop import train
@@ -161,23 +159,22 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def worker_devices(cfg: SolveConfig) -> tuple[str, list[str | None], int | None]:
+def worker_devices(cfg: SolveConfig, say: Callable[[str], None]) -> tuple[str, list[str | None], int | None]:
     """(the workers' device, CUDA_VISIBLE_DEVICES of each worker, CPU threads per worker).
 
     One worker per visible CUDA device by default, each seeing only its own; on CPU `workers` processes
-    share the cores; MPS has one device."""
+    share the cores; MPS has one device. More workers than devices are cut to one per device (said, not
+    refused: a wrong WORKERS must not cost the kernel its submission)."""
     device = pick_device(cfg.device).type
+    count = torch.cuda.device_count() if device == "cuda" else 1
+    workers = cfg.workers or count
+    if device != "cpu" and workers > count:
+        say(f"warning: workers={workers} but {count} {device} device(s): one worker per device, {count} in all")
+        workers = count
     if device == "cuda":
-        count = torch.cuda.device_count()
-        workers = cfg.workers or count
-        if workers > count:
-            raise TRMError(f"workers={workers} but {count} CUDA device(s) are visible: one worker per device")
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         ids = [v.strip() for v in visible.split(",")] if visible else [str(i) for i in range(count)]
         return "cuda", (ids[:workers] if workers > 1 else [None]), cfg.threads
-    workers = cfg.workers or 1
-    if device == "mps" and workers > 1:
-        raise TRMError(f"workers={workers}: MPS has one device, so one worker")
     threads = cfg.threads or (max(1, usable_cores() // workers) if device == "cpu" else None)
     return device, [None] * workers, threads
 
@@ -198,7 +195,7 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     say = echo or _echo(cfg)
     challenges = read_challenges(cfg.challenges)
     report: dict[str, Any] = {"tasks": len(challenges), "errors": []}
-    task_problems, problems = write_answers(cfg, challenges, {})
+    write_answers(cfg, challenges, {})
     say(budget.line("fallback", f"{cfg.output} holds a valid answer for each of the {len(challenges)} tasks"))
 
     units, left_out = make_units(challenges, cfg.max_tasks)
@@ -210,9 +207,10 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     outcomes: list[Outcome] = []
     try:
         work.mkdir(parents=True, exist_ok=True)
-        device, visible, threads = worker_devices(cfg)
+        device, visible, threads = worker_devices(cfg, say)
         shards = assign(units, len(visible))
-        specs = [WorkerSpec(i, device, shard, cfg.model_dump_json(), key, str(work), budget.start, budget.end,
+        quiet = cfg if len(visible) == 1 else cfg.model_copy(update={"progress": False})  # no bars in log files
+        specs = [WorkerSpec(i, device, shard, quiet.model_dump_json(), key, str(work), budget.start, budget.end,
                             threads, visible[i]) for i, shard in enumerate(shards)]
         say(budget.line("workers", f"{len(specs)} on {device}" + (f", {threads} CPU threads each" if threads else "")
                         + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
@@ -236,13 +234,15 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     keys = {u.index: {**key, "task": task_digest(challenges[u.task_id])} for u in units}
     candidates, task_reports = collect(work, units, keys)
     task_problems, problems = write_answers(cfg, challenges, candidates)
+    failed = {t: r["error"] for t, r in task_reports.items() if "error" in r}
+    report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
     report.update(_summarise(task_reports))
     report.update(workers=[o.as_dict() for o in outcomes], task_reports=task_reports, output=str(cfg.output),
                   valid=not problems, validation_problems=problems[:5],
                   task_problems=dict(list(task_problems.items())[:20]),
-                  answered=len(task_reports), predicted=sum(1 for v in candidates.values() if v),
+                  answered=len(task_reports) - len(failed), predicted=sum(1 for v in candidates.values() if v),
                   elapsed_s=round(time.time() - budget.start, 1))
-    say(budget.line("submission", f"{cfg.output}: {'valid' if not problems else 'INVALID'}; {len(task_reports)} "
+    say(budget.line("submission", f"{cfg.output}: {'valid' if not problems else 'INVALID'}; {report['answered']} "
                     f"of {len(challenges)} tasks answered by the model, {report['predicted']} test inputs with "
                     f"model predictions"))
     try:

@@ -36,6 +36,9 @@ from trm_kaggle.solve.solve import build_unseen_dataset, demo_accuracy, finetune
 from trm_kaggle.train.runtime import pick_device
 
 
+PARTS = ("src", "data", "finetune")  # what a task's run writes beside its task.json and result.json
+
+
 class _NoDummyLabelNote(logging.Filter):
     """Unseen tasks never have test outputs: the builder's note that it filled dummy labels is noise here."""
 
@@ -93,7 +96,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
             if u not in todo and on_unit is not None:
                 on_unit(u)
     ucfg = cfg.model_copy(update={"num_aug": plan.num_aug, "finetune_steps": plan.finetune_steps,
-                                  "threads": spec.threads})
+                                  "threads": spec.threads, "device": spec.device})
     for k, unit in enumerate(todo):
         left = todo[k:]
         if spec.deadline is not None and time.time() >= spec.deadline:
@@ -112,10 +115,9 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
         except Exception as e:
             if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
                 torch.cuda.empty_cache()
-            udir = unit_dir(spec.work, unit)
-            try:
-                udir.mkdir(parents=True, exist_ok=True)
-                (udir / "error.log").write_text(traceback.format_exc())
+            try:  # the task keeps its fallback; its result says why
+                write_result(spec.work, unit, keys[unit.index], {}, {"error": f"{type(e).__name__}: {e}"}, False)
+                (unit_dir(spec.work, unit) / "error.log").write_text(traceback.format_exc())
             except OSError:
                 pass
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})",
@@ -130,7 +132,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     """One task: dataset -> fine-tuning (until `finetune_by`) -> predictions (until `predict_by`) -> vote.
     Writes the unit's result.json and returns its report."""
     udir = unit_dir(work, unit)
-    for part in ("finetune", "data"):  # a task's run always starts fresh: only complete results are reused
+    for part in PARTS:  # a task's run always starts fresh: only complete results are reused
         shutil.rmtree(udir / part, ignore_errors=True)
     udir.mkdir(parents=True, exist_ok=True)
     task_file = udir / "task.json"
@@ -164,7 +166,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     candidates = {i: grids for (task_id, i), grids in res.candidates.items() if task_id == unit.task_id}
     complete = bool(predicted.all()) and (cfg.finetune == "none" or steps >= cfg.finetune_steps)
     write_result(work, unit, key, candidates, report, complete)
-    for part in ("finetune", "data"):  # ours, and no longer needed: keep /kaggle/working small
+    for part in PARTS:  # ours, and no longer needed: keep /kaggle/working small
         shutil.rmtree(udir / part, ignore_errors=True)
     return report
 
