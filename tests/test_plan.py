@@ -64,7 +64,8 @@ def test_fixed_settings_are_kept_and_described():
     text = plan.describe()
     assert text.startswith("worker 3 on cuda:0 (test): 30 tasks (40 test inputs), num_aug 10, 100 fine-tuning steps")
     assert "0.5 s per fine-tuning step (64 rows)" in text and "20 ms per row and ACT step (256 rows, 16 steps)" in text
-    assert "until the deadline (15% kept free by auto)" in text
+    assert text.endswith("of 277h46m40s until the deadline")
+    assert make_plan(cfg(num_aug="auto"), UNITS, RATES, 1e4).describe().endswith("until the deadline (15% kept free)")
     assert plan.as_dict()["fits"] is True
 
 

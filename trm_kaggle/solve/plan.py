@@ -32,8 +32,9 @@ AUTO_MAX_AUG = 1000  # upstream's evaluation recipe votes over 1000 augmentation
 AUTO_MAX_STEPS = 2000  # fine-tuning steps per task
 INFERENCE_SHARE = 0.5  # with fine-tuning, inference gets at most this share of the planned time
 DECODE_OVERHEAD = 1.3  # measured inference rate x 1.3: decoding, voting, the last partial batch
-TASK_OVERHEAD_S = 2.0  # per task: dataset build, model load, train-state save (not timed)
+TASK_OVERHEAD_S = 2.0  # an allowance per task for dataset build, model load, train-state save (not timed)
 DEMO_ROWS = 64  # demonstration examples scored before and after fine-tuning (`solve.demo_accuracy`)
+MIN_PLAN_S = 10.0  # a worker with less time than this before the deadline starts nothing (timing alone costs more)
 
 
 def hms(seconds: float) -> str:
@@ -152,7 +153,8 @@ class Plan:
         parts = (f"fine-tuning {hms(self.finetune_s)} + inference {hms(self.inference_s)} reserved + per-task "
                  f"overhead {hms(self.overhead_s)} = {hms(self.total_s)}")
         if self.fits:
-            budget = f"of {hms(self.available_s)} until the deadline ({self.margin:.0%} kept free by auto)"
+            kept = f" ({self.margin:.0%} kept free)" if self.auto else ""
+            budget = f"of {hms(self.available_s)} until the deadline{kept}"
         else:
             budget = f"of {hms(self.available_s)}: does NOT fit, fine-tuning stops early at the deadline"
         return f"{head}; {timed}; {parts} {budget}"

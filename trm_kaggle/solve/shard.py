@@ -265,14 +265,17 @@ def _read_plan(spec: WorkerSpec) -> dict | None:
         return None
 
 
-def run_in_process(spec: WorkerSpec, emit: Emit) -> Outcome:
-    """The one worker in the caller's process (no spawn: nothing to shard). An exception costs its units."""
+def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] | None = None) -> Outcome:
+    """The one worker in the caller's process (no spawn: nothing to shard). An exception costs its units.
+    `on_answer()` runs after each unit (the caller merges what is answered so far)."""
     from trm_kaggle.solve.unit import run_units
 
     out = Outcome(spec.worker, spec.device, len(spec.units), pid=os.getpid())
 
     def done(_unit: Unit) -> None:
         out.done += 1
+        if on_answer is not None:
+            on_answer()
 
     try:
         run_units(spec, emit=emit, on_unit=done)
@@ -286,9 +289,11 @@ def run_in_process(spec: WorkerSpec, emit: Emit) -> Outcome:
 
 
 def run_spawned(specs: list[WorkerSpec], emit: Emit, *, stop_at: float | None = None, poll_s: float = 0.2,
+                on_answer: Callable[[], None] | None = None,
                 on_poll: Callable[[list[Outcome]], None] | None = None) -> list[Outcome]:
     """One spawned process per spec; relays their log lines until all have ended, stops any still running
-    at `stop_at` (a time.time() value). `on_poll(outcomes)` runs at every poll (tests kill workers with it)."""
+    at `stop_at` (a time.time() value). `on_answer()` runs after a poll that saw units finish (the caller
+    merges what is answered so far); `on_poll(outcomes)` at every poll (tests kill workers with it)."""
     ctx = multiprocessing.get_context("spawn")  # never fork: CUDA and threads do not survive it
     outcomes, procs, offsets = [], [], []
     for spec in specs:
@@ -302,7 +307,8 @@ def run_spawned(specs: list[WorkerSpec], emit: Emit, *, stop_at: float | None = 
         offsets.append(0)
         outcomes.append(Outcome(spec.worker, spec.device, len(spec.units), pid=p.pid, log=str(spec.log)))
 
-    def relay() -> None:
+    def relay() -> int:
+        finished = 0
         for i, spec in enumerate(specs):
             try:
                 with open(spec.events, "rb") as f:
@@ -321,9 +327,12 @@ def run_spawned(specs: list[WorkerSpec], emit: Emit, *, stop_at: float | None = 
                     emit(f"[worker {spec.worker}] {event['line']}")
                 if "unit" in event:
                     outcomes[i].done += 1
+                    finished += 1
+        return finished
 
     while True:
-        relay()
+        if relay() and on_answer is not None:
+            on_answer()
         if on_poll is not None:
             on_poll(outcomes)
         if not any(p.is_alive() for p in procs):

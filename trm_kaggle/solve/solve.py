@@ -7,7 +7,8 @@
                   -> pretrained weights, new embedding rows = the mean trained row
                   -> fine-tune (embeddings only, or all weights) until its share of the budget says stop
                   -> predict every augmented test input -> vote -> units/u<index>/result.json
-               -> merge every result -> submission.json (tasks without one keep the fallback)
+               -> merge the results into submission.json after every finished task (a kernel stopped by the
+                  platform keeps every answer so far; tasks without one keep the fallback)
 
 The budget is planned backwards: each worker times one batch on its device, reserves what inference will
 need (plus a safety margin) and fine-tunes with the rest, so fine-tuning stops early instead of inference
@@ -204,6 +205,18 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
                     + (f" (max_tasks {cfg.max_tasks})" if cfg.max_tasks else "")
                     + (f"; {len(left_out)} malformed tasks keep the fallback" if left_out else "")))
     work, key = Path(cfg.work_dir), settings_key(cfg)
+    keys = {u.index: {**key, "task": task_digest(challenges[u.task_id])} for u in units}
+
+    def merge() -> tuple[dict, dict, dict[str, str], list[str]]:
+        candidates, task_reports = collect(work, units, keys)
+        return (candidates, task_reports, *write_answers(cfg, challenges, candidates))
+
+    def merge_so_far() -> None:  # the submission holds every answer so far: a kernel killed at 12 h keeps them
+        try:
+            merge()
+        except Exception as e:  # noqa: BLE001 - the final merge reports it; the workers must go on
+            log.warning("merging the answers so far failed: %s", e)
+
     outcomes: list[Outcome] = []
     try:
         work.mkdir(parents=True, exist_ok=True)
@@ -215,10 +228,10 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
         say(budget.line("workers", f"{len(specs)} on {device}" + (f", {threads} CPU threads each" if threads else "")
                         + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
         if len(specs) == 1:
-            outcomes = [run_in_process(specs[0], say)]
+            outcomes = [run_in_process(specs[0], say, on_answer=merge_so_far)]
         else:  # stop stragglers after the budget's end, leaving half the safety margin to write the answers
             stop_at = None if budget.end is None else budget.end + min(30.0, cfg.safety_margin / 2)
-            outcomes = run_spawned(specs, say, stop_at=stop_at, on_poll=on_poll)
+            outcomes = run_spawned(specs, say, stop_at=stop_at, on_answer=merge_so_far, on_poll=on_poll)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # the model path failed before any worker ran: the fallback submission stands
@@ -231,9 +244,7 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
                                     f"tasks keep the fallback" + (f"; log: {out.log}" if out.log else ""))
             say(budget.line(f"worker {out.worker}", report["errors"][-1]))
 
-    keys = {u.index: {**key, "task": task_digest(challenges[u.task_id])} for u in units}
-    candidates, task_reports = collect(work, units, keys)
-    task_problems, problems = write_answers(cfg, challenges, candidates)
+    candidates, task_reports, task_problems, problems = merge()
     failed = {t: r["error"] for t, r in task_reports.items() if "error" in r}
     report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
     report.update(_summarise(task_reports))

@@ -27,7 +27,7 @@ from trm_kaggle.data.arc import read_challenges
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.model.export import load_model_for_dataset, read_export
 from trm_kaggle.solve.plan import (
-    TASK_OVERHEAD_S, Budget, Plan, batch_sizes, hms, make_plan, measure_rates, reserve_seconds,
+    MIN_PLAN_S, TASK_OVERHEAD_S, Budget, Plan, batch_sizes, hms, make_plan, measure_rates, reserve_seconds,
 )
 from trm_kaggle.solve.shard import (
     Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result,
@@ -78,8 +78,9 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
     export, _ = read_export(cfg.weights)  # unreadable weights fail the worker at once, not each task
     rates = available = None
     if spec.deadline is not None:  # something to fit: time one batch of each kind on this device
-        if spec.deadline <= time.time():
-            emit(budget.line("plan", f"worker {spec.worker}: no time left; its {len(todo)} tasks keep the fallback"))
+        if spec.deadline - time.time() < MIN_PLAN_S:
+            emit(budget.line("plan", f"worker {spec.worker}: no time left to plan; its {len(todo)} tasks keep the "
+                                     f"fallback"))
             return None
         batch, eval_batch = batch_sizes(cfg, [(u.test_inputs, u.train_pairs) for u in todo])
         rates = measure_rates(ArchConfig(**export["arch"]), export["seq_len"], export["vocab_size"], device, batch,
