@@ -86,8 +86,8 @@ import torch
 import trm_kaggle
 
 print(f"trm_kaggle {trm_kaggle.__version__} from {trm_kaggle.__file__}")
-gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {len(gpus)} GPU(s): {', '.join(gpus) or 'none'}")
+# the count only: naming the GPUs here would start CUDA in this process, on a GPU a worker needs whole
+print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {torch.cuda.device_count()} GPU(s) visible")
 logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
 
 # %% [markdown]
