@@ -54,15 +54,15 @@ def versions() -> dict:
 def main() -> None:
     out = Path(os.environ.get("KAGGLE_WORKING", "/kaggle/working"))
     pip = shlex.split(os.environ.get("TRM_KAGGLE_PIP", f"{shlex.quote(sys.executable)} -m pip"))
-    facts = versions()
-    print(json.dumps(facts), flush=True)
-    if facts["torch"] is None:
-        sys.exit("error: torch does not import here: run this kernel on Kaggle's GPU image")
     cuda_home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     nvcc = shutil.which("nvcc") or (str(cuda_home / "bin" / "nvcc") if (cuda_home / "bin" / "nvcc").is_file() else None)
     if nvcc is None:
         sys.exit("error: no nvcc (on PATH or in $CUDA_HOME/bin): run this kernel with a GPU accelerator "
                  "(Kaggle's GPU images ship the CUDA toolkit)")
+    facts = versions()
+    print(json.dumps(facts), flush=True)
+    if facts["torch"] is None:
+        sys.exit("error: torch does not import here: run this kernel on Kaggle's GPU image")
     os.environ["PATH"] = f"{Path(nvcc).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", ARCH_LIST)
     facts.update(nvcc=run([nvcc, "--version"], "nvcc --version").strip().splitlines()[-1],

@@ -271,6 +271,7 @@ def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] |
     from trm_kaggle.solve.unit import run_units
 
     out = Outcome(spec.worker, spec.device, len(spec.units), pid=os.getpid())
+    spec.plan_file.unlink(missing_ok=True)  # an earlier run's
 
     def done(_unit: Unit) -> None:
         out.done += 1
