@@ -151,6 +151,7 @@ class WorkerSpec:
     worker: int
     device: str  # a SolveConfig.device value, as the worker sees its devices
     units: list[Unit]
+    tasks: dict[str, dict]  # the units' tasks, as the parent read them (workers never re-read the file)
     config: str  # the SolveConfig, as JSON
     key: dict  # what a reusable result must have been made with (`reusable`)
     work: str

@@ -40,7 +40,9 @@ from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConf
 from trm_kaggle.data.arc import read_challenges
 from trm_kaggle.data.build_arc import build_arc
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
+from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.export import model_from_train_state
 from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.solve.plan import Budget
@@ -56,30 +58,33 @@ log = logging.getLogger(__name__)
 SUBSET = "unseen"
 
 
-def _link_challenges(cfg: SolveConfig, work: Path) -> str:
-    """Expose the challenges file under upstream's naming so the ARC builder reads it (no solutions)."""
-    src = work / "src"
-    src.mkdir(parents=True, exist_ok=True)
+def _link_challenges(tasks: dict, work: Path) -> str:
+    """Write the tasks to predict under upstream's naming so the ARC builder reads them (no solutions).
+
+    Written atomically from the parsed challenges (never a byte copy that a full disk can cut short),
+    in a folder named by their content hash: other challenges give another prefix, so another dataset.
+    """
+    text = json.dumps(tasks, sort_keys=True)
+    src = work / "src" / hashlib.sha256(text.encode()).hexdigest()[:16]
     target = src / f"arc_{SUBSET}_challenges.json"
-    if not target.exists() or target.read_bytes() != Path(cfg.challenges).read_bytes():
-        target.write_bytes(Path(cfg.challenges).read_bytes())
+    if not target.is_file():
+        atomic_write_text(target, text)
     return str(src / "arc")
 
 
-def build_unseen_dataset(cfg: SolveConfig, work: Path) -> Path:
-    """The augmented dataset of the challenges' tasks; reused when a previous run built the same one."""
+def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict) -> Path:
+    """The augmented dataset of `tasks` (the parsed challenges); reused when a previous run built the same one."""
     data_dir = work / "data"
-    build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(cfg, work),
+    build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(tasks, work),
                                subsets=[SUBSET], test_set_name=SUBSET, test_set_name2=SUBSET, num_aug=cfg.num_aug,
                                seed=cfg.seed, skip_invalid=True, progress=cfg.progress)
-    info = data_dir / "build_info.json"
-    if info.exists():
-        try:
-            if json.loads(info.read_text())["config"] == build_cfg.model_dump(exclude={"progress", "workers"}):
-                log.info("reusing the dataset in %s", data_dir)
-                return data_dir
-        except (KeyError, json.JSONDecodeError):
-            pass
+    try:
+        info = read_json(data_dir / "build_info.json", "build_info.json")
+        if info["config"] == build_cfg.model_dump(exclude={"progress", "workers"}):
+            log.info("reusing the dataset in %s", data_dir)
+            return data_dir
+    except (DataError, KeyError, TypeError):  # none yet, or unreadable: build it again
+        pass
     build_arc(build_cfg)
     return data_dir
 
@@ -120,10 +125,8 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
 
 def load_finetuned(run_dir: Path, device: torch.device):
     """The fine-tuned model of the run's newest train state (live weights: fine-tuning keeps no EMA)."""
-    model, _, _ = model_from_train_state(ckpt.load_train_state(ckpt.newest_state(run_dir)), use_ema=False)
+    model, _, _ = model_from_train_state(ckpt.load_newest_state(run_dir)[1], use_ema=False)
     return model.to(device)
-
-
 
 
 # ---------------------------------------------------------------------------
@@ -131,13 +134,24 @@ def load_finetuned(run_dir: Path, device: torch.device):
 # ---------------------------------------------------------------------------
 
 
-def write_answers(cfg: SolveConfig, challenges: dict, candidates: dict) -> tuple[dict[str, str], list[str]]:
-    """Write the submission of every task (the model's candidates first, then the fallback chain) to
-    cfg.output; (per-task problems, validation problems). With no candidates this is the fallback
-    submission, which depends on nothing but the challenges."""
+def _write_answer(cfg: SolveConfig, challenges: dict, candidates: dict, duplicates: set[str]) -> dict:
+    """Build, write (atomically) and validate the submission; returns its part of the report."""
     built = make_submission(challenges, candidates, fallback=cfg.fallback)
     write_submission(cfg.output, built.submission)
-    return built.problems, validate_submission(cfg.output, challenges)
+    problems = validate_submission(cfg.output, challenges)
+    task_problems = {t: "appears more than once in the challenges file: answered with the fallback"
+                     for t in sorted(duplicates)}
+    task_problems.update(built.problems)
+    return {"output": str(cfg.output), "valid": not problems, "validation_problems": problems[:5],
+            "task_problems": dict(list(task_problems.items())[:20])}
+
+
+def _note(path: Path, text: str) -> None:
+    """Write a log file of the work dir; a failure (full disk, read-only) only costs the log."""
+    try:
+        atomic_write_text(path, text)
+    except OSError as e:
+        log.warning("could not write %s: %s", path, e.strerror or e)
 
 
 def settings_key(cfg: SolveConfig) -> dict:
@@ -190,26 +204,31 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
           on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
     """Write cfg.output in every case; returns a report of what happened.
 
+    Once the challenges file is read, nothing can stop a valid submission from reaching cfg.output: the
+    fallback answer is written first, from the challenges in memory, before the work dir is touched; the
+    answers replace it task by task as workers finish them. Logs in the work dir are optional.
     `echo` gets one line per phase (default: stderr with `progress`, else the log); `on_poll` is called while
     spawned workers run (tests use it to kill one)."""
     budget = Budget(cfg.time_budget, cfg.safety_margin)
     say = echo or _echo(cfg)
-    challenges = read_challenges(cfg.challenges)
+    duplicates: set[str] = set()
+    challenges = read_challenges(cfg.challenges, duplicates)
     report: dict[str, Any] = {"tasks": len(challenges), "errors": []}
-    write_answers(cfg, challenges, {})
+    report.update(_write_answer(cfg, challenges, {}, duplicates))  # the fallback, on disk before anything else
     say(budget.line("fallback", f"{cfg.output} holds a valid answer for each of the {len(challenges)} tasks"))
 
-    units, left_out = make_units(challenges, cfg.max_tasks)
+    units, left_out = make_units({k: v for k, v in challenges.items() if k not in duplicates}, cfg.max_tasks)
     report.update(model_tasks=len(units), left_out=left_out)
     say(budget.line("tasks", f"the model works on {len(units)} of {len(challenges)} tasks"
                     + (f" (max_tasks {cfg.max_tasks})" if cfg.max_tasks else "")
-                    + (f"; {len(left_out)} malformed tasks keep the fallback" if left_out else "")))
+                    + (f"; {len(left_out)} malformed tasks keep the fallback" if left_out else "")
+                    + (f"; {len(duplicates)} repeated ids keep the fallback" if duplicates else "")))
     work, key = Path(cfg.work_dir), settings_key(cfg)
     keys = {u.index: {**key, "task": task_digest(challenges[u.task_id])} for u in units}
 
-    def merge() -> tuple[dict, dict, dict[str, str], list[str]]:
+    def merge() -> tuple[dict, dict, dict]:
         candidates, task_reports = collect(work, units, keys)
-        return (candidates, task_reports, *write_answers(cfg, challenges, candidates))
+        return candidates, task_reports, _write_answer(cfg, challenges, candidates, duplicates)
 
     def merge_so_far() -> None:  # the submission holds every answer so far: a kernel killed at 12 h keeps them
         try:
@@ -219,12 +238,16 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
 
     outcomes: list[Outcome] = []
     try:
+        if budget.left() <= 0:
+            raise TRMError(f"the time budget ({cfg.time_budget} s) is used up by the safety margin "
+                           f"({cfg.safety_margin} s): nothing left for the model")
         work.mkdir(parents=True, exist_ok=True)
         device, visible, threads = worker_devices(cfg, say)
         shards = assign(units, len(visible))
         quiet = cfg if len(visible) == 1 else cfg.model_copy(update={"progress": False})  # no bars in log files
-        specs = [WorkerSpec(i, device, shard, quiet.model_dump_json(), key, str(work), budget.start, budget.end,
-                            threads, visible[i]) for i, shard in enumerate(shards)]
+        specs = [WorkerSpec(i, device, shard, {u.task_id: challenges[u.task_id] for u in shard},
+                            quiet.model_dump_json(), key, str(work), budget.start, budget.end, threads, visible[i])
+                 for i, shard in enumerate(shards)]
         say(budget.line("workers", f"{len(specs)} on {device}" + (f", {threads} CPU threads each" if threads else "")
                         + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
         if len(specs) == 1:
@@ -234,9 +257,9 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
             outcomes = run_spawned(specs, say, stop_at=stop_at, on_answer=merge_so_far, on_poll=on_poll)
     except KeyboardInterrupt:
         raise
-    except Exception as e:  # the model path failed before any worker ran: the fallback submission stands
-        report["errors"].append(f"{type(e).__name__}: {e}")
-        log.error("model path failed (%s): the submission keeps the fallback answers", e)
+    except Exception as e:  # the model path failed before any worker ran: the fallback on disk stays the answer
+        report["errors"].append(str(e) if isinstance(e, TRMError) else f"{type(e).__name__}: {e}")
+        log.error("model path failed (%s); the submission holds the fallback answers", e)
     for out in outcomes:
         if out.error:
             lost = out.units - out.done
@@ -244,22 +267,18 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
                                     f"tasks keep the fallback" + (f"; log: {out.log}" if out.log else ""))
             say(budget.line(f"worker {out.worker}", report["errors"][-1]))
 
-    candidates, task_reports, task_problems, problems = merge()
+    candidates, task_reports, answer = merge()
     failed = {t: r["error"] for t, r in task_reports.items() if "error" in r}
     report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
     report.update(_summarise(task_reports))
-    report.update(workers=[o.as_dict() for o in outcomes], task_reports=task_reports, output=str(cfg.output),
-                  valid=not problems, validation_problems=problems[:5],
-                  task_problems=dict(list(task_problems.items())[:20]),
+    report.update(answer, workers=[o.as_dict() for o in outcomes], task_reports=task_reports,
                   answered=len(task_reports) - len(failed), predicted=sum(1 for v in candidates.values() if v),
                   elapsed_s=round(time.time() - budget.start, 1))
-    say(budget.line("submission", f"{cfg.output}: {'valid' if not problems else 'INVALID'}; {report['answered']} "
-                    f"of {len(challenges)} tasks answered by the model, {report['predicted']} test inputs with "
-                    f"model predictions"))
-    try:
-        atomic_write_text(work / "solve_report.json", json.dumps(report, indent=2, default=str))
-    except OSError as e:
-        report["errors"].append(f"solve_report.json not written: {e}")
+    say(budget.line("submission", f"{cfg.output}: {'valid' if report['valid'] else 'INVALID'}; "
+                    f"{report['answered']} of {len(challenges)} tasks answered by the model, {report['predicted']} "
+                    f"test inputs with model predictions"))
+    if work.is_dir():
+        _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
     return report
 
 

@@ -23,7 +23,6 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.data.arc import read_challenges
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.model.export import load_model_for_dataset, read_export
 from trm_kaggle.solve.plan import (
@@ -36,7 +35,7 @@ from trm_kaggle.solve.solve import build_unseen_dataset, demo_accuracy, finetune
 from trm_kaggle.train.runtime import pick_device
 
 
-PARTS = ("src", "data", "finetune")  # what a task's run writes beside its task.json and result.json
+PARTS = ("src", "data", "finetune")  # what a task's run writes beside its result.json
 
 
 class _NoDummyLabelNote(logging.Filter):
@@ -71,7 +70,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
     if spec.threads:
         torch.set_num_threads(spec.threads)
     device = pick_device(spec.device)
-    challenges = read_challenges(cfg.challenges)
+    challenges = spec.tasks
     keys = {u.index: {**spec.key, "task": task_digest(challenges[u.task_id])} for u in spec.units}
     todo = [u for u in spec.units if not reusable(read_result(spec.work, u), keys[u.index])]
 
@@ -136,13 +135,10 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     for part in PARTS:  # a task's run always starts fresh: only complete results are reused
         shutil.rmtree(udir / part, ignore_errors=True)
     udir.mkdir(parents=True, exist_ok=True)
-    task_file = udir / "task.json"
-    atomic_write_json(task_file, {unit.task_id: task})
-    cfg = cfg.model_copy(update={"challenges": str(task_file)})
     report: dict = {"num_aug": cfg.num_aug, "planned_steps": cfg.finetune_steps}
 
     t = time.time()
-    data_dir = build_unseen_dataset(cfg, udir)
+    data_dir = build_unseen_dataset(cfg, udir, {unit.task_id: task})
     model, export_cfg, _ = load_model_for_dataset(cfg.weights, data_dir, device)
     report["dataset_s"] = round(time.time() - t, 2)
     steps = 0

@@ -27,9 +27,11 @@ from tqdm.auto import tqdm
 
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.loader import PuzzleLoader
-from trm_kaggle.errors import TRMError
+from trm_kaggle.atomic import atomic_write_text
+from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.jsonio import parse_json, read_text
 from trm_kaggle.model.dtype import DTYPES
-from trm_kaggle.model.export import PUZZLE_EMB_KEY, read_export, resize_puzzle_embedding
+from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.model.trm import Carry, TinyRecursiveModel
@@ -72,8 +74,30 @@ class TrainResult:
 
 def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     """(training records, evaluation records) of a run's metrics.jsonl."""
-    records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line]
+    path = Path(run_dir) / "metrics.jsonl"
+    records = [parse_json(line, f"{path}:{i}", "metrics record")
+               for i, line in enumerate(read_text(path, "metrics.jsonl").splitlines(), 1) if line.strip()]
     return [r for r in records if "loss" in r], [r for r in records if "eval_exact_accuracy" in r]
+
+
+def drop_metrics_after(path: Path, step: int) -> None:
+    """On resume at `step`: keep the records of steps <= step, atomically. The steps after it are
+    trained again, so metrics.jsonl holds each step once. A line cut off by a kill is dropped too."""
+    if not path.is_file():
+        return
+    kept, dropped = [], 0
+    for line in read_text(path, "metrics.jsonl").splitlines():
+        try:
+            record = parse_json(line, str(path), "metrics record") if line.strip() else None
+        except DataError:
+            record = None
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
+            kept.append(line)
+        elif line.strip():
+            dropped += 1
+    if dropped:
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+        log.warning("metrics.jsonl: dropped %d records after step %d (those steps run again)", dropped, step)
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:
@@ -106,9 +130,7 @@ def load_initial_weights(model: TinyRecursiveModel, path: str) -> None:
     if key in state and model.puzzle_emb is not None and state[key].shape != model.puzzle_emb.weights.shape:
         state = dict(state)
         state[key] = resize_puzzle_embedding(state[key], model.puzzle_emb.weights.shape[0])
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise TRMError(f"{path}: weights do not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    fit_state_dict(model, state, str(path))
 
 
 def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel):
@@ -305,16 +327,17 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     stop_at = min(total_steps, cfg.max_steps) if cfg.max_steps else total_steps
 
     step, carries = 0, None
-    states = ckpt.list_states(run_dir)
-    if states:
-        step, carries = _resume(states[-1], cfg, rt, model, dense, sparse, ema, loader, fingerprint)
+    if ckpt.list_states(run_dir):
+        path, state = ckpt.load_newest_state(run_dir, quarantine=rt.is_main)
+        step, carries = _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint)
         if rt.is_main:
             log.warning("resuming %s from step %d", run_dir, step)
+            drop_metrics_after(run_dir / "metrics.jsonl", step)
     forward = torch.compile(model) if cfg.compile else model
     metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
     if rt.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+        atomic_write_text(run_dir / "config.json", cfg.model_dump_json(indent=2))
 
     model.train()
     sums: dict[str, float] = {}
@@ -499,8 +522,7 @@ def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fi
     ckpt.save_train_state(run_dir, step, state, cfg.checkpoint_keep)
 
 
-def _resume(path, cfg, rt, model, dense, sparse, ema, loader, fingerprint):
-    state = ckpt.load_train_state(path)
+def _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint):
     saved = TrainConfig.model_validate_json(state["config"])
     diffs = [k for k in TrainConfig.model_fields if k not in _RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
     if diffs:
