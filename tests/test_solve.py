@@ -329,3 +329,44 @@ def test_a_budget_inside_the_safety_margin_writes_the_fallback_at_once(unseen, t
     assert report["valid"] and "safety margin" in report["errors"][0]
     assert not (tmp_path / "work").exists()
     check_submission(tmp_path / "submission.json", unseen[0])
+
+
+def test_workers_end_when_the_kernel_is_killed(unseen, tmp_path):
+    """A notebook kernel killed mid-run (kill -9, out of memory) must not leave workers holding the devices."""
+    import subprocess
+    import sys
+    import time
+
+    children = Path("/proc/self/task")
+    if not children.is_dir():
+        pytest.skip("needs Linux /proc to find the worker processes")
+    c = cfg(unseen, tmp_path, workers=2, finetune_steps=200)
+    script = f"from trm_kaggle.config import SolveConfig\nfrom trm_kaggle.solve.solve import solve\n" \
+             f"solve(SolveConfig.model_validate_json({c.model_dump_json()!r}))\n"
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        workers: list[int] = []
+        deadline = time.time() + 120
+        while len(workers) < 2 and time.time() < deadline:  # both workers started (they write their plans)
+            time.sleep(0.2)
+            if len(list((tmp_path / "work" / "workers").glob("w*.plan.json"))) == 2:
+                tasks = Path(f"/proc/{parent.pid}/task")
+                workers = [int(p) for t in tasks.iterdir() for p in (t / "children").read_text().split()]
+                workers = [p for p in workers if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(workers) >= 2, "the workers did not start"
+    finally:
+        parent.kill()
+        parent.wait()
+    end = time.time() + 10
+    while time.time() < end and any(map(running, workers)):
+        time.sleep(0.2)
+    alive = [p for p in workers if running(p)]
+    assert not alive, f"workers {alive} outlived their parent"
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (Linux /proc)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data.arc import parse_task
 from trm_kaggle.errors import DataError
+from trm_kaggle.lifetime import exit_with_parent
 
 RESULT = "result.json"
 KEEP_CANDIDATES = 10  # per test input: make_submission skips invalid or repeated grids, so keep a few
@@ -207,7 +208,8 @@ def event_writer(path: Path) -> Callable[[dict], None]:
 
 
 def _child(spec: WorkerSpec) -> None:
-    """A spawned worker: output into its log file, its one device, then its units."""
+    """A spawned worker: ends with its parent, output into its log file, its one device, then its units."""
+    exit_with_parent(multiprocessing.parent_process().pid)  # a kernel killed mid-run leaves no GPU busy
     spec.log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(spec.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
