@@ -19,7 +19,7 @@ PACKAGE = Path(trm_kaggle.__file__).parent
 # The layer of each top-level module or subpackage.
 LAYER_OF = {
     "__init__": "base", "errors": "base", "jsonio": "base", "atomic": "base", "config": "base", "names": "base",
-    "lifetime": "base",
+    "lifetime": "base", "hardware": "base",
     "data": "data",  # tasks -> dataset -> batches
     "model": "model",  # batches -> predictions (and exports of the weights)
     "optim": "optim",
@@ -27,7 +27,7 @@ LAYER_OF = {
     "evaluate": "evaluate",  # predictions -> votes -> submission
     "solve": "solve",  # the Kaggle kernel's job: test-time training + evaluation in a budget
     "kaggle": "kaggle",  # the bundle
-    "cli": "top", "__main__": "top", "pipeline": "top",
+    "cli": "top", "__main__": "top", "pipeline": "top", "doctor": "top",
 }
 
 # What each layer may import. evaluate/ reads batches and runs the model, but never the training code.

@@ -25,6 +25,8 @@ PARAMETERS = {
     "evaluate": {"WEIGHTS_DIR", "DATA_DIR", "REPORT_DIR", "BATCH_SIZE", "DEVICE", "TASKS", "N_PICTURES"},
     "kaggle_submission": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "WEIGHTS_DIR", "CHALLENGES", "TIME_BUDGET",
                           "FINETUNE_STEPS", "NUM_AUG", "MAX_TASKS", "WORKERS", "DEVICE"},
+    "code_repair": {"CORPUS", "DATA_DIR", "GRID", "STRIP_DOCSTRINGS", "MAX_FILES", "SEED", "RUN_DIR", "PRESET",
+                    "OVERRIDES", "EXPORT_DIR", "DOCTESTS"},
 }
 
 
@@ -238,3 +240,22 @@ def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
     assert list(report["tasks"]) == ["ev0"]
     assert (tmp_path / "report" / "pictures" / "ev0.png").is_file()
     assert sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])) == 1
+
+
+def test_code_repair_notebook_executes(tmp_path, kernel_name):
+    """Build from a five-file corpus, train 2 steps, evaluate (doctests included) on the held-out file."""
+    from test_code_repair import module_source
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for k in range(1, 6):
+        (corpus / f"mod{k}.py").write_text(module_source(k))
+    nb = run_notebook("code_repair", tmp_path, kernel_name, CORPUS=str(corpus), DATA_DIR="data", GRID="12x48",
+                      STRIP_DOCSTRINGS=False, MAX_FILES=None, SEED=1, RUN_DIR="run", PRESET="repair-cpu",
+                      OVERRIDES=["max_steps=2", "global_batch_size=4", "arch.hidden_size=16", "arch.H_cycles=1",
+                                 "arch.L_cycles=1", "arch.halt_max_steps=1", "progress=False"],
+                      EXPORT_DIR="weights", DOCTESTS=True)
+    text = text_outputs(nb)
+    assert "built data:" in text and "trained 2 steps" in text
+    assert "exact-fix rate" in text and "overall" in text and "doctests:" in text
+    assert (tmp_path / "weights" / "weights.safetensors").is_file()

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.data.arc import parse_task
+from trm_kaggle.data.arc import MAX_GRID, parse_task
+from trm_kaggle.data.build_arc import task_fits
 from trm_kaggle.errors import DataError
 from trm_kaggle.lifetime import exit_with_parent
 
@@ -53,8 +54,10 @@ class Unit:
         return f"u{self.index:05d}"
 
 
-def make_units(challenges: dict, max_tasks: int | None = None) -> tuple[list[Unit], dict[str, str]]:
-    """Units for the well-formed tasks among the first `max_tasks`; {task id: why not} for the others."""
+def make_units(challenges: dict, max_tasks: int | None = None, canvas: int = MAX_GRID
+               ) -> tuple[list[Unit], dict[str, str]]:
+    """Units for the well-formed tasks among the first `max_tasks` whose grids fit the model's `canvas`;
+    {task id: why not} for the others."""
     units, left_out = [], {}
     for index, (task_id, task) in enumerate(challenges.items()):
         if max_tasks is not None and index >= max_tasks:
@@ -63,6 +66,9 @@ def make_units(challenges: dict, max_tasks: int | None = None) -> tuple[list[Uni
             parsed = parse_task(str(task_id), task, "challenges")
         except DataError as e:
             left_out[str(task_id)] = str(e)
+            continue
+        if not task_fits(parsed, canvas):
+            left_out[str(task_id)] = f"a grid larger than the model's {canvas}x{canvas} canvas"
             continue
         units.append(Unit(index, str(task_id), len(parsed.test_inputs), len(parsed.train)))
     return units, left_out

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -37,7 +38,7 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
-from trm_kaggle.data.arc import read_challenges
+from trm_kaggle.data.arc import MAX_GRID, read_challenges
 from trm_kaggle.data.build_arc import build_arc
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import DataError, TRMError
@@ -72,12 +73,20 @@ def _link_challenges(tasks: dict, work: Path) -> str:
     return str(src / "arc")
 
 
-def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict) -> Path:
-    """The augmented dataset of `tasks` (the parsed challenges); reused when a previous run built the same one."""
+def export_canvas(weights: str | os.PathLike) -> int:
+    """The canvas side an export was trained on (seq_len = side * side; 30 for upstream's ARC models)."""
+    seq_len = int(read_json(Path(weights) / "config.json", "export config.json").get("seq_len", 900))
+    side = math.isqrt(seq_len)
+    return side if side * side == seq_len and 1 <= side <= 30 else 30
+
+
+def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict, canvas: int = 30) -> Path:
+    """The augmented dataset of `tasks` (the parsed challenges) on the model's canvas (a task with a larger
+    grid is left out and gets the fallback); reused when a previous run built the same one."""
     data_dir = work / "data"
     build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(tasks, work),
                                subsets=[SUBSET], test_set_name=SUBSET, test_set_name2=SUBSET, num_aug=cfg.num_aug,
-                               seed=cfg.seed, skip_invalid=True, progress=cfg.progress)
+                               seed=cfg.seed, skip_invalid=True, canvas=canvas, progress=cfg.progress)
     try:
         info = read_json(data_dir / "build_info.json", "build_info.json")
         if info["config"] == build_cfg.model_dump(exclude={"progress", "workers"}):
@@ -217,11 +226,16 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     report.update(_write_answer(cfg, challenges, {}, duplicates))  # the fallback, on disk before anything else
     say(budget.line("fallback", f"{cfg.output} holds a valid answer for each of the {len(challenges)} tasks"))
 
-    units, left_out = make_units({k: v for k, v in challenges.items() if k not in duplicates}, cfg.max_tasks)
+    try:
+        canvas = export_canvas(cfg.weights)
+    except Exception:  # noqa: BLE001 - unreadable weights: the worker reports them, the fallback stands
+        canvas = MAX_GRID
+    units, left_out = make_units({k: v for k, v in challenges.items() if k not in duplicates}, cfg.max_tasks,
+                                 canvas)
     report.update(model_tasks=len(units), left_out=left_out)
     say(budget.line("tasks", f"the model works on {len(units)} of {len(challenges)} tasks"
                     + (f" (max_tasks {cfg.max_tasks})" if cfg.max_tasks else "")
-                    + (f"; {len(left_out)} malformed tasks keep the fallback" if left_out else "")
+                    + (f"; {len(left_out)} malformed or too large tasks keep the fallback" if left_out else "")
                     + (f"; {len(duplicates)} repeated ids keep the fallback" if duplicates else "")))
     work, key = Path(cfg.work_dir), settings_key(cfg)
     keys = {u.index: {**key, "task": task_digest(challenges[u.task_id])} for u in units}

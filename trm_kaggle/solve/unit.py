@@ -23,6 +23,7 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.data.arc import MAX_GRID
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.model.export import load_model_for_dataset, read_export
 from trm_kaggle.solve.plan import (
@@ -31,7 +32,7 @@ from trm_kaggle.solve.plan import (
 from trm_kaggle.solve.shard import (
     Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result,
 )
-from trm_kaggle.solve.solve import build_unseen_dataset, demo_accuracy, finetune, load_finetuned
+from trm_kaggle.solve.solve import build_unseen_dataset, demo_accuracy, export_canvas, finetune, load_finetuned
 from trm_kaggle.train.runtime import pick_device
 
 
@@ -75,6 +76,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
     todo = [u for u in spec.units if not reusable(read_result(spec.work, u), keys[u.index])]
 
     export, _ = read_export(cfg.weights)  # unreadable weights fail the worker at once, not each task
+    canvas = export_canvas(cfg.weights)
     rates = available = None
     if spec.deadline is not None:  # something to fit: time one batch of each kind on this device
         if spec.deadline - time.time() < MIN_PLAN_S:
@@ -110,7 +112,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
         t0 = time.time()
         try:
             report = solve_unit(ucfg, unit, challenges[unit.task_id], keys[unit.index], spec.work, device,
-                                finetune_by, spec.deadline)
+                                finetune_by, spec.deadline, canvas)
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})", _summary(report, time.time() - t0)))
         except Exception as e:
             if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
@@ -128,9 +130,9 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
 
 
 def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, device: torch.device,
-               finetune_by: float | None, predict_by: float | None) -> dict:
-    """One task: dataset -> fine-tuning (until `finetune_by`) -> predictions (until `predict_by`) -> vote.
-    Writes the unit's result.json and returns its report."""
+               finetune_by: float | None, predict_by: float | None, canvas: int = MAX_GRID) -> dict:
+    """One task: dataset (on the model's `canvas`) -> fine-tuning (until `finetune_by`) -> predictions (until
+    `predict_by`) -> vote. Writes the unit's result.json and returns its report."""
     udir = unit_dir(work, unit)
     for part in PARTS:  # a task's run always starts fresh: only complete results are reused
         shutil.rmtree(udir / part, ignore_errors=True)
@@ -138,7 +140,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     report: dict = {"num_aug": cfg.num_aug, "planned_steps": cfg.finetune_steps}
 
     t = time.time()
-    data_dir = build_unseen_dataset(cfg, udir, {unit.task_id: task})
+    data_dir = build_unseen_dataset(cfg, udir, {unit.task_id: task}, canvas)
     model, export_cfg, _ = load_model_for_dataset(cfg.weights, data_dir, device)
     report["dataset_s"] = round(time.time() - t, 2)
     steps = 0
