@@ -148,10 +148,10 @@ def test_a_failing_task_costs_that_task_alone(unseen, tmp_path, monkeypatch):
     victim = list(ch)[1]
     real = unit.build_unseen_dataset
 
-    def build(c, work, tasks):
+    def build(c, work, tasks, *rest):
         if victim in tasks:
             raise RuntimeError("boom")
-        return real(c, work, tasks)
+        return real(c, work, tasks, *rest)
 
     monkeypatch.setattr(unit, "build_unseen_dataset", build)
     lines = []
