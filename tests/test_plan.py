@@ -15,7 +15,8 @@ from trm_kaggle.solve.plan import (
     reserve_seconds,
 )
 
-RATES = Rates("cuda:0 (test)", step_s=0.5, row_step_s=0.02, halt_max_steps=16, batch=64, eval_batch=256)
+RATES = Rates("cuda:0 (test)", step_s=0.5, embeddings_step_s=0.4, row_step_s=0.02, halt_max_steps=16, batch=64,
+              eval_batch=256)
 UNITS = [(1, 3)] * 20 + [(2, 4)] * 10  # (test inputs, demonstration pairs) of 30 tasks
 
 
@@ -24,7 +25,7 @@ def cfg(**kw) -> SolveConfig:
 
 
 def test_auto_fits_the_budget_with_the_margin():
-    c = cfg(num_aug="auto", finetune_steps="auto", plan_margin=0.2)
+    c = cfg(num_aug="auto", finetune_steps="auto", plan_margin=0.2, finetune="all")
     plan = make_plan(c, UNITS, RATES, 10_000.0, worker=1)
     assert plan.auto == ("num_aug", "finetune_steps") and plan.fits
     assert 0 < plan.num_aug < AUTO_MAX_AUG and 0 < plan.finetune_steps < AUTO_MAX_STEPS
@@ -32,7 +33,8 @@ def test_auto_fits_the_budget_with_the_margin():
     assert plan.total_s <= planned  # the margin stays free
     # inference takes at most its share; one more augmentation would not fit in it
     assert plan.inference_s <= INFERENCE_SHARE * planned
-    more = make_plan(cfg(num_aug=plan.num_aug + 1, finetune_steps="auto", plan_margin=0.2), UNITS, RATES, 10_000.0)
+    more = make_plan(cfg(num_aug=plan.num_aug + 1, finetune_steps="auto", plan_margin=0.2, finetune="all"), UNITS,
+                     RATES, 10_000.0)
     assert more.inference_s > INFERENCE_SHARE * (planned - plan.overhead_s) - 1e-6
     # fine-tuning spends the rest: one more step per task would pass the planned time
     assert plan.total_s + len(UNITS) * RATES.step_s > planned
@@ -48,6 +50,18 @@ def test_auto_augmentations_without_finetuning_use_the_whole_plan():
     assert rich.num_aug == AUTO_MAX_AUG
 
 
+def test_auto_steps_price_each_step_by_what_it_trains():
+    # num_aug 30: every task has 64 or more demonstration rows, so the overhead is the one the plan reserved
+    staged = make_plan(cfg(num_aug=30, finetune_steps="auto"), UNITS, RATES, 5_000.0)
+    every = make_plan(cfg(num_aug=30, finetune_steps="auto", finetune="all"), UNITS, RATES, 5_000.0)
+    assert staged.finetune_steps > every.finetune_steps > 0  # steps on the rows alone are cheaper
+    for plan, mode in ((staged, "embeddings-then-all"), (every, "all")):  # the most steps that fit
+        room = 5_000.0 * 0.85 - plan.overhead_s - plan.inference_s
+        one_more = make_plan(cfg(num_aug=30, finetune_steps=plan.finetune_steps + 1, finetune=mode), UNITS, RATES,
+                             5_000.0)
+        assert plan.finetune_s <= room < one_more.finetune_s
+
+
 def test_auto_steps_around_a_fixed_num_aug_and_caps():
     plan = make_plan(cfg(num_aug=8, finetune_steps="auto"), UNITS, RATES, 1e9)
     assert plan.num_aug == 8 and plan.finetune_steps == AUTO_MAX_STEPS
@@ -59,11 +73,14 @@ def test_auto_steps_around_a_fixed_num_aug_and_caps():
 def test_fixed_settings_are_kept_and_described():
     plan = make_plan(cfg(num_aug=10, finetune_steps=100), UNITS, RATES, 1e6, worker=3)
     assert (plan.num_aug, plan.finetune_steps, plan.auto) == (10, 100, ())
-    assert plan.finetune_s == 30 * 100 * 0.5
+    # the default staged schedule: per task 50 steps on the rows alone, then 50 on every weight
+    assert plan.finetune_s == pytest.approx(30 * (50 * 0.4 + 50 * 0.5))
+    assert make_plan(cfg(num_aug=10, finetune_steps=100, finetune="all"), UNITS, RATES, 1e6).finetune_s == 30 * 100 * 0.5
     assert plan.inference_s == pytest.approx(inference_seconds(40 * 11, 16, 0.02) * 1.3 + 30)
     text = plan.describe()
     assert text.startswith("worker 3 on cuda:0 (test): 30 tasks (40 test inputs), num_aug 10, 100 fine-tuning steps")
-    assert "0.5 s per fine-tuning step (64 rows)" in text and "20 ms per row and ACT step (256 rows, 16 steps)" in text
+    assert "0.5 s per fine-tuning step of every weight, 0.4 s of the puzzle rows alone (64 rows)" in text
+    assert "20 ms per row and ACT step (256 rows, 16 steps)" in text
     assert text.endswith("of 277h46m40s until the deadline")
     assert make_plan(cfg(num_aug="auto"), UNITS, RATES, 1e4).describe().endswith("until the deadline (15% kept free)")
     assert plan.as_dict()["fits"] is True

@@ -339,6 +339,10 @@ class TrainConfig(_Config):
 # ---------------------------------------------------------------------------
 
 
+FinetuneMode = Literal["embeddings-then-all", "all", "embeddings", "none"]
+TaskIdMode = Literal["own", "blank", "random", "mean"]  # `evaluate --task-ids` (trm_kaggle.model.export.task_id_table)
+
+
 def count_or_auto(text: str) -> int | str:
     """A command-line value of SolveConfig.num_aug or finetune_steps: a whole number, or 'auto'."""
     return text if text == "auto" else int(text)
@@ -359,11 +363,18 @@ class SolveConfig(_Config):
     safety_margin: float = Field(60.0, ge=0, allow_inf_nan=False)  # seconds kept free at the end of the budget
     plan_margin: float = Field(0.15, ge=0.0, lt=1.0)  # share of each worker's time that "auto" leaves unplanned
     num_aug: Union[int, Literal["auto"]] = 100  # augmentations per task, for fine-tuning and for voting
-    finetune: Literal["embeddings", "all", "none"] = "embeddings"
-    finetune_steps: Union[int, Literal["auto"]] = 500  # per task
+    # What test-time training updates. "embeddings-then-all" spends the first `embeddings_fraction` of the steps
+    # on the new puzzle rows alone, then trains every weight: published TRM runs on unseen ARC tasks found
+    # embeddings-only fine-tuning near useless and full or staged fine-tuning best (README, "Test-time training").
+    finetune: FinetuneMode = "embeddings-then-all"
+    embeddings_fraction: float = Field(0.5, ge=0.0, le=1.0)  # embeddings-then-all: share of steps on rows alone
+    finetune_steps: Union[int, Literal["auto"]] = 500  # per task (each task is fine-tuned on its own)
+    # Test-time recursion (the same weights, deeper or shallower): None keeps the export's value.
+    H_cycles: Optional[int] = Field(None, ge=1, le=256)  # bounds: ArchConfig's
+    L_cycles: Optional[int] = Field(None, ge=1, le=256)
+    halt_max_steps: Optional[int] = Field(None, ge=1, le=4096)
     max_tasks: Optional[int] = Field(None, ge=1)  # the model works on the first N tasks; every task is submitted
     workers: Optional[int] = Field(None, ge=1)  # processes, one device each; None = one per visible GPU, else 1
-    threads: Optional[int] = Field(None, ge=1)  # CPU threads per worker; None = cores / workers
     global_batch_size: int = Field(64, ge=1)
     lr: float = 1e-4
     puzzle_emb_lr: float = 1e-2
@@ -371,6 +382,7 @@ class SolveConfig(_Config):
     early_exit: bool = False
     fallback: Literal["input", "blank"] = "input"
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    threads: Optional[int] = Field(None, ge=1, le=4096)  # CPU threads per worker; None = cores / workers
     seed: int = 0
     progress: bool = True
 
@@ -387,6 +399,13 @@ class SolveConfig(_Config):
         if auto and self.time_budget is None:
             raise ValueError(f"{' and '.join(auto)}='auto' is chosen to fit the time budget: set time_budget")
         return self
+
+    def recursion(self) -> dict[str, int]:
+        """The test-time recursion settings that differ from the export's (H_cycles, L_cycles, halt_max_steps)."""
+        return {k: getattr(self, k) for k in RECURSION_FIELDS if getattr(self, k) is not None}
+
+
+RECURSION_FIELDS = ("H_cycles", "L_cycles", "halt_max_steps")  # arch fields a model can change without new weights
 
 
 # ---------------------------------------------------------------------------

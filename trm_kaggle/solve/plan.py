@@ -12,7 +12,8 @@ demonstration accuracy before and after fine-tuning).
 `auto` settings fit that sum into the worker's time minus `plan_margin` (a share kept free for what the
 timed batch does not see): NUM_AUG is the largest count (at most `AUTO_MAX_AUG`) whose inference fits in
 `INFERENCE_SHARE` of the planned time (all of it without fine-tuning), and FINETUNE_STEPS spends the rest
-(at most `AUTO_MAX_STEPS` per task). Fixed settings are kept; the plan then says whether they fit, and the
+(at most `AUTO_MAX_STEPS` per task, each step priced by what the fine-tuning mode trains in it). Fixed
+settings are kept; the plan then says whether they fit, and the
 deadline still stops fine-tuning early where they do not.
 """
 
@@ -76,10 +77,12 @@ class Budget:
 
 @dataclass
 class Rates:
-    """Seconds of one fine-tuning step (a `batch`-row batch) and of one row for one ACT step, on `device`."""
+    """Seconds of one fine-tuning step (a `batch`-row batch) training every weight (`step_s`) or the puzzle rows
+    alone (`embeddings_step_s`), and of one row for one ACT step, on `device`."""
 
     device: str
     step_s: float
+    embeddings_step_s: float
     row_step_s: float
     halt_max_steps: int
     batch: int
@@ -92,7 +95,8 @@ def measure_rates(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch
     batch sizes the worker will use (`batch_sizes`)."""
     e = estimate(arch, tasks=1, num_aug=0, finetune_steps=0, batch_size=batch, eval_batch_size=eval_batch,
                  device=device, seq_len=seq_len, vocab_size=vocab_size, repeats=1)
-    return Rates(device_name(device), e.finetune_step_s, e.row_step_s, arch.halt_max_steps, batch, eval_batch)
+    return Rates(device_name(device), e.finetune_step_s, e.embeddings_step_s, e.row_step_s, arch.halt_max_steps,
+                 batch, eval_batch)
 
 
 def batch_sizes(cfg: SolveConfig, units: Sequence[tuple[int, int]]) -> tuple[int, int]:
@@ -148,8 +152,9 @@ class Plan:
                 f"fine-tuning steps per task{tag('finetune_steps')}")
         if r is None:
             return f"{head}; no time limit, so nothing to fit and nothing timed"
-        timed = (f"timed batch: {r.step_s:.3g} s per fine-tuning step ({r.batch} rows), "
-                 f"{r.row_step_s * 1e3:.3g} ms per row and ACT step ({r.eval_batch} rows, {r.halt_max_steps} steps)")
+        timed = (f"timed batch: {r.step_s:.3g} s per fine-tuning step of every weight, {r.embeddings_step_s:.3g} s "
+                 f"of the puzzle rows alone ({r.batch} rows), {r.row_step_s * 1e3:.3g} ms per row and ACT step "
+                 f"({r.eval_batch} rows, {r.halt_max_steps} steps)")
         parts = (f"fine-tuning {hms(self.finetune_s)} + inference {hms(self.inference_s)} reserved + per-task "
                  f"overhead {hms(self.overhead_s)} = {hms(self.total_s)}")
         if self.fits:
@@ -195,6 +200,17 @@ def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates |
             return AUTO_MAX_AUG
         return max(0, min(AUTO_MAX_AUG, math.floor((seconds - tasks * 1.0) / per_copy) - 1))
 
+    def tune(steps: int) -> float:  # every task's fine-tuning, each step priced by what it trains
+        return finetune_seconds(tasks, cfg.finetune, cfg.embeddings_fraction, steps, rates.step_s,
+                                rates.embeddings_step_s)
+
+    def most_steps(seconds: float) -> int:  # the most steps per task whose fine-tuning fits in `seconds`
+        lo, hi = 0, AUTO_MAX_STEPS
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if tune(mid) <= seconds else (lo, mid - 1)
+        return lo
+
     planned = max(0.0, available_s * (1 - cfg.plan_margin) - overhead(DEMO_ROWS))
     steps = cfg.finetune_steps if tuning else 0
     if cfg.num_aug == "auto":
@@ -203,12 +219,10 @@ def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates |
         elif steps == "auto":
             num_aug = most_aug(planned * INFERENCE_SHARE)
         else:
-            num_aug = most_aug(planned - finetune_seconds(tasks, steps, rates.step_s))
+            num_aug = most_aug(planned - tune(steps))
     else:
         num_aug = cfg.num_aug
     if steps == "auto":
-        left = planned - infer(num_aug)
-        steps = 0 if tasks == 0 or rates.step_s <= 0 else math.floor(left / (tasks * rates.step_s))
-        steps = max(0, min(AUTO_MAX_STEPS, steps))
-    return Plan(worker, rates, tasks, rows, num_aug, steps, auto, infer(num_aug),
-                finetune_seconds(tasks, steps, rates.step_s), overhead(num_aug), available_s, cfg.plan_margin)
+        steps = most_steps(planned - infer(num_aug)) if tasks else 0
+    return Plan(worker, rates, tasks, rows, num_aug, steps, auto, infer(num_aug), tune(steps), overhead(num_aug),
+                available_s, cfg.plan_margin)

@@ -5,7 +5,8 @@
                -> per worker: one timed batch -> its plan (`plan.py`) -> per task (`unit.py`):
                   augmented dataset of its demonstration pairs (new puzzle identifiers)
                   -> pretrained weights, new embedding rows = the mean trained row
-                  -> fine-tune (embeddings only, or all weights) until its share of the budget says stop
+                  -> fine-tune (puzzle rows, all weights, or rows first then all) until its share of the
+                     budget says stop
                   -> predict every augmented test input -> vote -> units/u<index>/result.json
                -> merge the results into submission.json after every finished task (a kernel stopped by the
                   platform keeps every answer so far; tasks without one keep the fallback)
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 
 from trm_kaggle.atomic import atomic_write_text
-from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
+from trm_kaggle.config import RECURSION_FIELDS, ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
 from trm_kaggle.data.arc import MAX_GRID, read_challenges
 from trm_kaggle.data.build_arc import build_arc
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
@@ -50,8 +51,9 @@ from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.shard import (
     Outcome, WorkerSpec, assign, collect, make_units, run_in_process, run_spawned, task_digest,
 )
+from trm_kaggle.solve.schedule import finetune_phases
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.loop import train
+from trm_kaggle.train.loop import TrainResult, train
 from trm_kaggle.train.runtime import pick_device
 
 log = logging.getLogger(__name__)
@@ -117,18 +119,29 @@ def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int
             "demo_examples": len(idx)}
 
 
-def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None):
-    """Fine-tune from the pretrained export; returns the run directory (resumes an earlier run)."""
+def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None) -> TrainResult:
+    """Fine-tune from the pretrained export, phase by phase (`finetune_phases`), in one run directory.
+
+    Each phase resumes the run where the previous one stopped (a restarted kernel resumes too: finished
+    phases are skipped). Stops early at `deadline`. Returns the result of the last phase that ran.
+    """
     probe = PuzzleLoader([str(data_dir)], "train", 1, seed=cfg.seed, prefetch=0)
     batch = max(1, min(cfg.global_batch_size, probe.max_examples_per_epoch))
-    tcfg = TrainConfig(
-        arch=arch, data_paths=[str(data_dir)], load_checkpoint=str(Path(cfg.weights).absolute()),
-        global_batch_size=batch, lr=cfg.lr, puzzle_emb_lr=cfg.puzzle_emb_lr,
-        lr_warmup_steps=min(100, max(1, cfg.finetune_steps // 10)), epochs=1_000_000, max_steps=cfg.finetune_steps,
-        eval_interval=None, freeze_weights=(cfg.finetune == "embeddings"), ema=False, seed=cfg.seed,
-        device=cfg.device, threads=cfg.threads, checkpoint_path=str(work / "finetune"), checkpoint_keep=1,
-        progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
-    result = train(tcfg, deadline=deadline)
+    run_dir = work / "finetune"
+    result = TrainResult(run_dir, ckpt.newest_step(run_dir), 0.0)
+    for phase in finetune_phases(cfg.finetune, cfg.embeddings_fraction, cfg.finetune_steps):
+        if result.step >= phase.until_step:
+            continue  # done by an earlier run
+        tcfg = TrainConfig(
+            arch=arch, data_paths=[str(data_dir)], load_checkpoint=str(Path(cfg.weights).absolute()),
+            global_batch_size=batch, lr=cfg.lr, puzzle_emb_lr=cfg.puzzle_emb_lr,
+            lr_warmup_steps=min(100, max(1, cfg.finetune_steps // 10)), epochs=1_000_000,
+            max_steps=phase.until_step, eval_interval=None, freeze_weights=phase.freeze_weights, ema=False,
+            seed=cfg.seed, device=cfg.device, threads=cfg.threads, checkpoint_path=str(run_dir), checkpoint_keep=1,
+            progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
+        result = train(tcfg, deadline=deadline)
+        if result.step < phase.until_step:
+            break  # out of time
     return result
 
 
@@ -171,8 +184,8 @@ def settings_key(cfg: SolveConfig) -> dict:
             h.update((Path(cfg.weights) / name).read_bytes())
         except OSError:
             h.update(b"missing")
-    fields = ("num_aug", "finetune", "finetune_steps", "global_batch_size", "lr", "puzzle_emb_lr", "eval_batch_size",
-              "early_exit", "seed")
+    fields = ("num_aug", "finetune", "embeddings_fraction", "finetune_steps", *RECURSION_FIELDS, "global_batch_size",
+              "lr", "puzzle_emb_lr", "eval_batch_size", "early_exit", "seed")
     return {"weights": h.hexdigest()[:16], **{f: getattr(cfg, f) for f in fields}}
 
 

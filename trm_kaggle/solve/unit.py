@@ -17,6 +17,7 @@ import logging
 import shutil
 import time
 import traceback
+from dataclasses import asdict
 from typing import Callable
 
 import torch
@@ -32,6 +33,7 @@ from trm_kaggle.solve.plan import (
 from trm_kaggle.solve.shard import (
     Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result,
 )
+from trm_kaggle.solve.schedule import finetune_phases
 from trm_kaggle.solve.solve import build_unseen_dataset, demo_accuracy, export_canvas, finetune, load_finetuned
 from trm_kaggle.train.runtime import pick_device
 
@@ -84,8 +86,8 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
                                      f"fallback"))
             return None
         batch, eval_batch = batch_sizes(cfg, [(u.test_inputs, u.train_pairs) for u in todo])
-        rates = measure_rates(ArchConfig(**export["arch"]), export["seq_len"], export["vocab_size"], device, batch,
-                              eval_batch)
+        arch = ArchConfig(**{**export["arch"], **cfg.recursion()})  # what will run: a recipe's recursion too
+        rates = measure_rates(arch, export["seq_len"], export["vocab_size"], device, batch, eval_batch)
         available = spec.deadline - time.time()
     plan = make_plan(cfg, [(u.test_inputs, u.train_pairs) for u in todo], rates, available, spec.worker)
     spec.plan_file.parent.mkdir(parents=True, exist_ok=True)
@@ -141,14 +143,17 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
 
     t = time.time()
     data_dir = build_unseen_dataset(cfg, udir, {unit.task_id: task}, canvas)
-    model, export_cfg, _ = load_model_for_dataset(cfg.weights, data_dir, device)
+    model, _, _ = load_model_for_dataset(cfg.weights, data_dir, device)
+    model.set_recursion(**cfg.recursion())  # a test-time recipe may recurse deeper or stop sooner
     report["dataset_s"] = round(time.time() - t, 2)
     steps = 0
     if cfg.finetune != "none" and cfg.finetune_steps > 0:
         if finetune_by is None or finetune_by > time.time():
             report["before_finetune"] = demo_accuracy(model, data_dir, device)
+            report["finetune_schedule"] = [asdict(p) for p in finetune_phases(cfg.finetune, cfg.embeddings_fraction,
+                                                                              cfg.finetune_steps)]
             t = time.time()
-            result = finetune(cfg, ArchConfig(**export_cfg["arch"]), data_dir, udir, finetune_by)
+            result = finetune(cfg, model.arch, data_dir, udir, finetune_by)
             steps = result.step
             report["finetune_s"] = round(time.time() - t, 2)
             model = load_finetuned(result.run_dir, device)
