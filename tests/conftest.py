@@ -95,7 +95,7 @@ def make_export(path: Path) -> Path:
 def make_notebook(path: Path) -> Path:
     """A stand-in for notebooks/kaggle_submission.ipynb (nbformat 4 JSON; checked by nbformat when installed)."""
     params = ('KAGGLE_INPUT = "/kaggle/input"\nKAGGLE_WORKING = "/kaggle/working"\nTIME_BUDGET = 3600\n'
-              'FINETUNE_STEPS = 10\nNUM_AUG = 2\nDEVICE = "auto"\n'
+              'FINETUNE_STEPS = 10\nNUM_AUG = 2\nMAX_TASKS = None\nWORKERS = None\nDEVICE = "auto"\n'
               'WHEELS_DIR = KAGGLE_INPUT + "/trm-kaggle-wheels"\nWEIGHTS_DIR = KAGGLE_INPUT + "/trm-kaggle-weights"\n')
 
     def cell(i, src, tags=()):

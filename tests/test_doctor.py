@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import pytest
 
 from trm_kaggle import hardware
 from trm_kaggle.cli import main

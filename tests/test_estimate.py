@@ -23,10 +23,10 @@ def test_estimate_times_both_kinds_of_step_and_prices_every_mode():
     e = estimate(ARCH, tasks=2, num_aug=1, finetune_steps=10, finetune="embeddings-then-all", embeddings_fraction=0.3,
                  batch_size=2, eval_batch_size=4, seq_len=16, vocab_size=12, repeats=1)
     assert e.finetune_step_s > 0 and e.embeddings_step_s > 0 and e.row_step_s > 0
-    # 3 steps on the rows alone, then 7 on every weight
-    assert e.finetune_s == pytest.approx(3 * e.embeddings_step_s + 7 * e.finetune_step_s)
-    assert e.finetune_seconds("all") == pytest.approx(10 * e.finetune_step_s)
-    assert e.finetune_seconds("embeddings") == pytest.approx(10 * e.embeddings_step_s)
+    # per task (each is fine-tuned on its own): 3 steps on the rows alone, then 7 on every weight
+    assert e.finetune_s == pytest.approx(2 * (3 * e.embeddings_step_s + 7 * e.finetune_step_s))
+    assert e.finetune_seconds("all") == pytest.approx(2 * 10 * e.finetune_step_s)
+    assert e.finetune_seconds("embeddings") == pytest.approx(2 * 10 * e.embeddings_step_s)
     assert e.finetune_seconds("none") == 0.0
     assert e.total_s == e.finetune_s + e.inference_s < KAGGLE_LIMIT_S
     text = format_estimate(e, 2, 1)
@@ -57,7 +57,20 @@ def test_estimate_command_applies_a_recipe(capsys, tmp_path, monkeypatch):
     assert main(["estimate", "--weights", str(tmp_path / "w"), "--tasks", "2", "--recipe", "nvarc",
                  "--finetune-steps", "4", "--batch-size", "2", "--eval-batch-size", "2", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "num_aug 128, 4 fine-tuning steps (embeddings-then-all)" in out
+    assert "num_aug 128, 4 fine-tuning steps per task (embeddings-then-all)" in out
     assert (timed[0].H_cycles, timed[0].halt_max_steps, timed[0].hidden_size) == (4, 10, ARCH.hidden_size)
     assert main(["estimate", "--tasks", "2"]) == 2
     assert "needs --weights EXPORT_DIR or --preset NAME" in capsys.readouterr().err
+
+
+def test_estimate_command_per_device(tmp_path, capsys):
+    from conftest import make_export
+
+    from trm_kaggle.cli import main
+
+    weights = make_export(tmp_path / "w")
+    assert main(["estimate", "--weights", str(weights), "--tasks", "5", "--devices", "2", "--num-aug", "1",
+                 "--finetune-steps", "3", "--batch-size", "2", "--eval-batch-size", "4", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "for 3 tasks, num_aug 1, 3 fine-tuning steps per task" in out and "5 tasks over 2 devices" in out
+    assert main(["estimate", "--weights", str(weights), "--devices", "0"]) == 2

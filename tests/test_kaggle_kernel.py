@@ -2,22 +2,31 @@
 
 Builds a bundle (no downloads) with a tiny model, then runs notebooks/kaggle_submission.ipynb with papermill
 in a new network namespace and a fresh virtual environment that sees the preinstalled packages (torch,
-numpy) but must install trm_kaggle from the bundle's wheels; the submission it writes must be valid.
+numpy) but must install trm_kaggle from the bundle's wheels. The competition folder holds 40 tasks; the model
+works on 2 of them (MAX_TASKS), sharded over 2 worker processes spawned from the notebook's kernel, and the
+submission must answer all 40.
 """
 
+import json
+
+import numpy as np
 import pytest
 import torch
 
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.kaggle import bundle, sandbox
-from trm_kaggle.kaggle.metadata import BundleIds
-from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.kaggle.metadata import COMPETITION, BundleIds
 from trm_kaggle.model.export import export_inference
+from trm_kaggle.model.trm import TinyRecursiveModel
+
+from conftest import random_task
 
 pytest.importorskip("papermill", reason="the notebooks extra (papermill, ipykernel) is needed to run notebooks")
 
+TASKS = 40
 
-def test_kernel_runs_offline_from_the_bundle(tmp_path):
+
+def test_kernel_answers_every_task_offline_from_the_bundle(tmp_path):
     from trm_kaggle.errors import TRMError
 
     try:
@@ -29,10 +38,25 @@ def test_kernel_runs_offline_from_the_bundle(tmp_path):
     torch.manual_seed(0)
     export_inference(tmp_path / "weights", TinyRecursiveModel(arch, 900, 12, 4), arch=arch, seq_len=900,
                      vocab_size=12, mean_embedding=True)
+    rng = np.random.default_rng(0)
+    tasks = {f"{i:08x}": random_task(rng, n_train=2, n_test=1 + i % 2, max_side=6) for i in range(TASKS)}
+    challenges = tmp_path / "arc-agi_evaluation_challenges.json"
+    challenges.write_text(json.dumps({k: v[0] for k, v in tasks.items()}))
+    (tmp_path / "arc-agi_evaluation_solutions.json").write_text(json.dumps({k: v[1] for k, v in tasks.items()}))
     bundle.build_bundle(tmp_path / "bundle", ids=BundleIds(), weights=tmp_path / "weights", download=False,
                         log=lambda _: None)
-    report = sandbox.execute(tmp_path / "bundle", max_tasks=2, time_budget=600, finetune_steps=2, num_aug=1,
-                             device="cpu", echo=lambda _: None)
+    report = sandbox.execute(tmp_path / "bundle", challenges=challenges, max_tasks=2, workers=2, time_budget=600,
+                             finetune_steps=2, num_aug=1, device="cpu", echo=lambda _: None)
     assert report["ok"], report["problems"]
     assert report["trm_kaggle_in_venv"], report["trm_kaggle_file"]  # installed from the wheels, not the checkout
-    assert report["submission_valid"] and "score" in report
+    # the competition file holds every task, and the submission answers every one of them
+    layout_challenges = tmp_path / "bundle" / "sandbox" / "input" / COMPETITION / "arc-agi_test_challenges.json"
+    assert len(json.loads(layout_challenges.read_text())) == report["tasks"] == TASKS
+    assert report["submission_valid"] and report["score"]["total"] == sum(1 + i % 2 for i in range(TASKS))
+    submission = json.loads((tmp_path / "bundle" / "sandbox" / "working" / "submission.json").read_text())
+    assert set(submission) == set(tasks)
+    executed = json.loads((tmp_path / "bundle" / "sandbox" / "executed.ipynb").read_text())
+    text = "\n".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+    assert f"the model works on 2 of {TASKS} tasks (max_tasks 2)" in text
+    assert "[worker 0]" in text and "[worker 1]" in text and "] plan: worker 1 on cpu" in text
+    assert "2 tasks answered by the model" in text and "elapsed" in text and "left" in text

@@ -41,7 +41,8 @@ def test_manifest_sha256_matches_files(built, part):
     ({"dataset_sources": [f"{USER}/trm-kaggle-wheels", "someone/other-dataset"]}, "dataset_sources",
      "not a dataset of this bundle"),
     ({"enable_internet": True}, "enable_internet", "must be false"),
-    ({"competition_sources": []}, "competition_sources", "arc-prize-2025"),
+    ({"competition_sources": []}, "competition_sources", "must name the competition"),
+    ({"competition_sources": ["ARC Prize"]}, "competition_sources", "lowercase"),
     ({"language": KeyError}, "language", "required"),
     ({"is_private": "yes"}, "is_private", "must be bool"),
 ])

@@ -21,7 +21,8 @@ from conftest import IDS
 
 def test_papermill_command_passes_every_parameter(tmp_path):
     layout = S.SandboxLayout(tmp_path / "sandbox", IDS)
-    params = S.papermill_parameters(layout, time_budget=None, finetune_steps=5, num_aug=3, device="cpu")
+    params = S.papermill_parameters(layout, time_budget=None, finetune_steps=5, num_aug="auto", device="cpu",
+                                    max_tasks=2, workers=None)
     assert tuple(params) == K.PARAMETER_NAMES
     assert params["WHEELS_DIR"] == str(tmp_path / "sandbox" / "input" / "trm-kaggle-wheels")
     assert params["WEIGHTS_DIR"] == str(tmp_path / "sandbox" / "input" / "trm-kaggle-weights")
@@ -33,8 +34,9 @@ def test_papermill_command_passes_every_parameter(tmp_path):
     assert cmd[cmd.index("-k") + 1] == S.KERNEL_NAME and cmd[cmd.index("--cwd") + 1] == str(layout.working)
     passed = {cmd[i + 1]: cmd[i + 2] for i, a in enumerate(cmd) if a == "-p"}
     assert passed == {"KAGGLE_INPUT": params["KAGGLE_INPUT"], "KAGGLE_WORKING": params["KAGGLE_WORKING"],
-                      "TIME_BUDGET": "None", "FINETUNE_STEPS": "5", "NUM_AUG": "3", "DEVICE": "cpu",
-                      "WHEELS_DIR": params["WHEELS_DIR"], "WEIGHTS_DIR": params["WEIGHTS_DIR"]}
+                      "TIME_BUDGET": "None", "FINETUNE_STEPS": "5", "NUM_AUG": "auto", "MAX_TASKS": "2",
+                      "WORKERS": "None", "DEVICE": "cpu", "WHEELS_DIR": params["WHEELS_DIR"],
+                      "WEIGHTS_DIR": params["WEIGHTS_DIR"]}
     assert cmd[cmd.index("--execution-timeout") + 1] == "60"
 
 
@@ -88,14 +90,15 @@ def test_prepare_sandbox_layout(bundle_copy, tmp_path):
     tasks = {f"t{i}": {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]} for i in range(3)}
     challenges.write_text(json.dumps(tasks))
     (tmp_path / "arc-agi_evaluation_solutions.json").write_text(json.dumps({k: [[[2]]] for k in tasks}))
-    layout = S.prepare_sandbox(bundle_copy, IDS, challenges, max_tasks=2)
+    layout = S.prepare_sandbox(bundle_copy, IDS, challenges, competition="arc-prize-2099")
     assert layout.root == bundle_copy.absolute() / "sandbox"
     assert (layout.wheels / M.DATASET_META).is_file() and (layout.weights / "weights.safetensors").is_file()
-    assert layout.challenges == layout.root / "input" / "arc-prize-2025" / "arc-agi_test_challenges.json"
-    assert list(json.loads(layout.challenges.read_text())) == ["t0", "t1"]
-    assert json.loads(layout.solutions.read_text()) == {"t0": [[[2]]], "t1": [[[2]]]}
+    assert layout.challenges == layout.root / "input" / "arc-prize-2099" / "arc-agi_test_challenges.json"
+    # every task: MAX_TASKS limits the model's work inside the kernel, never the file it must answer
+    assert list(json.loads(layout.challenges.read_text())) == ["t0", "t1", "t2"]
+    assert json.loads(layout.solutions.read_text()) == {k: [[[2]]] for k in tasks}
     assert not str(layout.solutions).startswith(str(layout.input))  # the kernel cannot see the solutions
     assert layout.working.is_dir()
-    again = S.prepare_sandbox(bundle_copy, IDS, challenges, max_tasks=1)  # a second run replaces the first
-    assert list(json.loads(again.challenges.read_text())) == ["t0"]
+    again = S.prepare_sandbox(bundle_copy, IDS, challenges)  # a second run replaces the first
+    assert again.challenges.parent.name == M.COMPETITION and not layout.challenges.exists()
     assert callable(S.execute)

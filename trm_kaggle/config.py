@@ -7,7 +7,7 @@ comment says otherwise.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -343,26 +343,38 @@ FinetuneMode = Literal["embeddings-then-all", "all", "embeddings", "none"]
 TaskIdMode = Literal["own", "blank", "random", "mean"]  # `evaluate --task-ids` (trm_kaggle.model.export.task_id_table)
 
 
-class SolveConfig(_Config):
-    """`trm-kaggle solve`: a challenges file -> submission.json within a wall-clock budget."""
+def count_or_auto(text: str) -> int | str:
+    """A command-line value of SolveConfig.num_aug or finetune_steps: a whole number, or 'auto'."""
+    return text if text == "auto" else int(text)
 
-    challenges: str  # e.g. /kaggle/input/arc-prize-2025/arc-agi_test_challenges.json
+
+class SolveConfig(_Config):
+    """`trm-kaggle submit`: a challenges file -> submission.json within a wall-clock budget.
+
+    Every task is solved on its own (its own augmented dataset, fine-tuning run and vote), so a task's
+    answer does not depend on which worker solved it or on the other tasks.
+    """
+
+    challenges: str  # e.g. /kaggle/input/<competition>/arc-agi_test_challenges.json
     weights: str  # an export directory (trm-kaggle export / import-upstream)
     output: str = "submission.json"
-    work_dir: str = "ttt_work"  # dataset, fine-tuning states (a restarted kernel resumes from them)
+    work_dir: str = "ttt_work"  # per task: dataset, fine-tuning state, result (a restarted run resumes)
     time_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False)  # seconds for everything; None = no limit
     safety_margin: float = Field(60.0, ge=0, allow_inf_nan=False)  # seconds kept free at the end of the budget
-    num_aug: int = Field(100, ge=0)  # augmentations per task, for fine-tuning and for voting
+    plan_margin: float = Field(0.15, ge=0.0, lt=1.0)  # share of each worker's time that "auto" leaves unplanned
+    num_aug: Union[int, Literal["auto"]] = 100  # augmentations per task, for fine-tuning and for voting
     # What test-time training updates. "embeddings-then-all" spends the first `embeddings_fraction` of the steps
     # on the new puzzle rows alone, then trains every weight: published TRM runs on unseen ARC tasks found
     # embeddings-only fine-tuning near useless and full or staged fine-tuning best (README, "Test-time training").
     finetune: FinetuneMode = "embeddings-then-all"
     embeddings_fraction: float = Field(0.5, ge=0.0, le=1.0)  # embeddings-then-all: share of steps on rows alone
-    finetune_steps: int = Field(500, ge=0)
+    finetune_steps: Union[int, Literal["auto"]] = 500  # per task (each task is fine-tuned on its own)
     # Test-time recursion (the same weights, deeper or shallower): None keeps the export's value.
     H_cycles: Optional[int] = Field(None, ge=1, le=256)  # bounds: ArchConfig's
     L_cycles: Optional[int] = Field(None, ge=1, le=256)
     halt_max_steps: Optional[int] = Field(None, ge=1, le=4096)
+    max_tasks: Optional[int] = Field(None, ge=1)  # the model works on the first N tasks; every task is submitted
+    workers: Optional[int] = Field(None, ge=1)  # processes, one device each; None = one per visible GPU, else 1
     global_batch_size: int = Field(64, ge=1)
     lr: float = 1e-4
     puzzle_emb_lr: float = 1e-2
@@ -370,9 +382,23 @@ class SolveConfig(_Config):
     early_exit: bool = False
     fallback: Literal["input", "blank"] = "input"
     device: Literal["auto", "cpu", "cuda", "mps", "xla"] = "auto"
-    threads: Optional[int] = Field(None, ge=1, le=4096)  # CPU threads for fine-tuning; None = one per core
+    threads: Optional[int] = Field(None, ge=1, le=4096)  # CPU threads per worker; None = cores / workers
     seed: int = 0
     progress: bool = True
+
+    @field_validator("num_aug", "finetune_steps")
+    @classmethod
+    def _count_or_auto(cls, v):
+        if v != "auto" and v < 0:
+            raise ValueError("must be >= 0 or 'auto'")
+        return v
+
+    @model_validator(mode="after")
+    def _auto_needs_a_budget(self) -> "SolveConfig":
+        auto = [n for n in ("num_aug", "finetune_steps") if getattr(self, n) == "auto"]
+        if auto and self.time_budget is None:
+            raise ValueError(f"{' and '.join(auto)}='auto' is chosen to fit the time budget: set time_budget")
+        return self
 
     def recursion(self) -> dict[str, int]:
         """The test-time recursion settings that differ from the export's (H_cycles, L_cycles, halt_max_steps)."""

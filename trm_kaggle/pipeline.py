@@ -97,7 +97,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> flo
         challenges, solutions = work / "unseen_challenges.json", work / "unseen_solutions.json"
         write_challenges(evaluation2[len(evaluation2) - cfg.unseen_tasks:], challenges, solutions)
         r = solve(SolveConfig(challenges=str(challenges), weights=str(weights), output=str(work / "submission.json"),
-                              work_dir=str(work / "ttt"), num_aug=cfg.num_aug, finetune_steps=10,
+                              work_dir=str(work / "ttt"), num_aug=cfg.num_aug, finetune_steps=2,
                               global_batch_size=16, eval_batch_size=64, seed=cfg.seed, progress=cfg.progress))
         score = format_score(score_submission(work / "submission.json", solutions), max_rows=5)
         return f"{work / 'submission.json'}: {'valid' if r['valid'] else 'INVALID'}\n{score}"

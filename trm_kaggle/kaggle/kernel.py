@@ -1,5 +1,5 @@
-"""The kernel: the submission notebook, its parameters cell pointed at the bundle's datasets, and
-kernel-metadata.json: `build_kernel`.
+"""The kernels: the submission notebook, its parameters cell pointed at the bundle's datasets, and
+kernel-metadata.json (`build_kernel`); the optional adam-atan2 wheel kernel (`build_wheel_kernel`).
 """
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ from typing import Callable
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.kaggle import adam_atan2_wheel
 from trm_kaggle.kaggle.metadata import (
-    DEFAULT_PREFIX, KERNEL_META, BundleIds, publishable_modes, kernel_metadata,
+    COMPETITION, DEFAULT_PREFIX, KERNEL_META, BundleIds, kernel_metadata, publishable_modes, wheel_kernel_metadata,
 )
 
 DEFAULT_NOTEBOOK = Path("notebooks") / "kaggle_submission.ipynb"
 
 #: Names of the notebook's papermill `parameters` cell that the sandbox sets.
-PARAMETER_NAMES = ("KAGGLE_INPUT", "KAGGLE_WORKING", "TIME_BUDGET", "FINETUNE_STEPS", "NUM_AUG", "DEVICE",
-                   "WHEELS_DIR", "WEIGHTS_DIR")
+PARAMETER_NAMES = ("KAGGLE_INPUT", "KAGGLE_WORKING", "TIME_BUDGET", "FINETUNE_STEPS", "NUM_AUG", "MAX_TASKS",
+                   "WORKERS", "DEVICE", "WHEELS_DIR", "WEIGHTS_DIR")
+WHEEL_SCRIPT = "build_adam_atan2_wheel.py"
 
 
 def read_notebook(path: Path) -> dict:
@@ -69,14 +71,24 @@ def adapt_notebook(nb: dict, ids: BundleIds) -> tuple[dict, list[str]]:
 
 
 def build_kernel(out_dir: str | os.PathLike, notebook: str | os.PathLike, *, ids: BundleIds,
-                 enable_gpu: bool = False, log: Callable[[str], None] = print) -> dict:
+                 enable_gpu: bool = True, competition: str = COMPETITION, log: Callable[[str], None] = print) -> dict:
     notebook = Path(notebook)
     nb, warnings = adapt_notebook(read_notebook(notebook), ids)
     for w in warnings:
         log(f"warning: {notebook}: {w}")
     with atomic_directory(out_dir, kind="kaggle kernel") as tmp:
         atomic_write_text(tmp / notebook.name, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-        meta = kernel_metadata(ids, notebook.name, enable_gpu=enable_gpu)
+        meta = kernel_metadata(ids, notebook.name, enable_gpu=enable_gpu, competition=competition)
         atomic_write_json(tmp / KERNEL_META, meta, indent=2)
         publishable_modes(tmp)
-    return {"id": ids.kernel_id, "code_file": notebook.name, "notebook": str(notebook), "warnings": warnings}
+    return {"id": ids.kernel_id, "code_file": notebook.name, "notebook": str(notebook), "warnings": warnings,
+            "competition": competition, "enable_gpu": enable_gpu}
+
+
+def build_wheel_kernel(out_dir: str | os.PathLike, *, ids: BundleIds) -> dict:
+    """The adam-atan2 wheel kernel: `adam_atan2_wheel.py` as a script kernel with its metadata."""
+    with atomic_directory(out_dir, kind="kaggle adam-atan2 wheel kernel") as tmp:
+        atomic_write_text(tmp / WHEEL_SCRIPT, Path(adam_atan2_wheel.__file__).read_text())
+        atomic_write_json(tmp / KERNEL_META, wheel_kernel_metadata(ids, WHEEL_SCRIPT), indent=2)
+        publishable_modes(tmp)
+    return {"id": ids.wheel_kernel_id, "code_file": WHEEL_SCRIPT}

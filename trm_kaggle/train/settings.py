@@ -18,7 +18,6 @@ suggests the closest valid one.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Mapping, Optional, Sequence, Union
 

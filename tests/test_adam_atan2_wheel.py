@@ -1,0 +1,83 @@
+"""The adam-atan2 wheel kernel's script, run here with a stand-in pip and nvcc (it needs a Kaggle GPU machine
+for real; it has not run on Kaggle from these tests): its steps, its output and its manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+from trm_kaggle.kaggle import adam_atan2_wheel
+
+SCRIPT = Path(adam_atan2_wheel.__file__)
+
+FAKE_PIP = textwrap.dedent('''
+    import json, os, sys, zipfile
+    from pathlib import Path
+    args = sys.argv[1:]
+    with open(os.environ["PIP_CALLS"], "a") as f:
+        f.write(json.dumps(args) + "\\n")
+    if args[0] == "wheel":  # pip wheel ... --wheel-dir DIR adam-atan2==0.0.3
+        out = Path(args[args.index("--wheel-dir") + 1])
+        with zipfile.ZipFile(out / "adam_atan2-0.0.3-cp311-cp311-linux_x86_64.whl", "w") as z:
+            z.writestr("adam_atan2_backend.py", "LOADED = True\\n")
+            z.writestr("adam_atan2-0.0.3.dist-info/METADATA", "Name: adam-atan2\\nVersion: 0.0.3\\n")
+    elif args[0] == "install":  # pip install ... --target DIR WHEEL
+        zipfile.ZipFile(args[-1]).extractall(args[args.index("--target") + 1])
+''')
+
+
+def run_script(tmp_path, with_nvcc: bool = True):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (tmp_path / "pip.py").write_text(FAKE_PIP)
+    if with_nvcc:
+        nvcc = bin_dir / "nvcc"
+        nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+        nvcc.chmod(0o755)
+    env = {**os.environ, "KAGGLE_WORKING": str(tmp_path / "working"), "PIP_CALLS": str(tmp_path / "calls.jsonl"),
+           "TRM_KAGGLE_PIP": f"{sys.executable} {tmp_path / 'pip.py'}", "CUDA_HOME": str(tmp_path / "no-cuda"),
+           "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"}
+    env.pop("TORCH_CUDA_ARCH_LIST", None)
+    return subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, cwd=tmp_path)
+
+
+def test_builds_checks_and_describes_the_wheel(tmp_path):
+    res = run_script(tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    # built against the image's torch (no isolated build with another torch), without dependencies
+    assert calls[0][0] == "wheel" and {"--no-deps", "--no-build-isolation"} <= set(calls[0])
+    assert calls[0][-1] == adam_atan2_wheel.PACKAGE == "adam-atan2==0.0.3"
+    assert calls[1][0] == "install" and "--target" in calls[1]  # a private directory for the import check
+    working = tmp_path / "working"
+    wheel = working / "wheels" / "adam_atan2-0.0.3-cp311-cp311-linux_x86_64.whl"
+    assert zipfile.is_zipfile(wheel) and not (working / "import-check").exists()
+    assert "adam_atan2_backend loads beside torch" in res.stdout
+    manifest = json.loads((working / "manifest.json").read_text())
+    assert manifest["wheel"] == wheel.name and manifest["size"] == wheel.stat().st_size
+    import torch
+
+    assert manifest["built_on"]["torch"] == torch.__version__
+    assert manifest["built_on"]["nvcc"].startswith("Cuda compilation tools, release 12.4")
+    assert manifest["built_on"]["arch_list"] == adam_atan2_wheel.ARCH_LIST  # every GPU Kaggle lends
+    assert "--extra-wheel" in res.stdout
+
+
+def test_without_nvcc_it_stops_clearly(tmp_path):
+    res = run_script(tmp_path, with_nvcc=False)
+    assert res.returncode == 1 and "error: no nvcc" in res.stderr and "GPU accelerator" in res.stderr
+    assert not (tmp_path / "calls.jsonl").exists() and not (tmp_path / "working" / "manifest.json").exists()
+
+
+def test_the_script_uses_the_standard_library_only():
+    import ast
+
+    tree = ast.parse(SCRIPT.read_text())
+    modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert modules <= set(sys.stdlib_module_names) | {"__future__"}, modules

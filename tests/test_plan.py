@@ -1,0 +1,117 @@
+"""The kernel's time plan (trm_kaggle.solve.plan): auto settings fit the budget with the stated margin, fixed
+ones are kept and said not to fit, the phase lines show elapsed and remaining time."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.solve.estimate import inference_seconds
+from trm_kaggle.solve.plan import (
+    AUTO_MAX_AUG, AUTO_MAX_STEPS, INFERENCE_SHARE, Budget, Rates, batch_sizes, hms, make_plan, measure_rates,
+    reserve_seconds,
+)
+
+RATES = Rates("cuda:0 (test)", step_s=0.5, embeddings_step_s=0.4, row_step_s=0.02, halt_max_steps=16, batch=64,
+              eval_batch=256)
+UNITS = [(1, 3)] * 20 + [(2, 4)] * 10  # (test inputs, demonstration pairs) of 30 tasks
+
+
+def cfg(**kw) -> SolveConfig:
+    return SolveConfig(challenges="c.json", weights="w", time_budget=3600, **kw)
+
+
+def test_auto_fits_the_budget_with_the_margin():
+    c = cfg(num_aug="auto", finetune_steps="auto", plan_margin=0.2, finetune="all")
+    plan = make_plan(c, UNITS, RATES, 10_000.0, worker=1)
+    assert plan.auto == ("num_aug", "finetune_steps") and plan.fits
+    assert 0 < plan.num_aug < AUTO_MAX_AUG and 0 < plan.finetune_steps < AUTO_MAX_STEPS
+    planned = 10_000.0 * (1 - 0.2)
+    assert plan.total_s <= planned  # the margin stays free
+    # inference takes at most its share; one more augmentation would not fit in it
+    assert plan.inference_s <= INFERENCE_SHARE * planned
+    more = make_plan(cfg(num_aug=plan.num_aug + 1, finetune_steps="auto", plan_margin=0.2, finetune="all"), UNITS,
+                     RATES, 10_000.0)
+    assert more.inference_s > INFERENCE_SHARE * (planned - plan.overhead_s) - 1e-6
+    # fine-tuning spends the rest: one more step per task would pass the planned time
+    assert plan.total_s + len(UNITS) * RATES.step_s > planned
+    assert plan.inference_s == pytest.approx(sum(reserve_seconds(t * (plan.num_aug + 1), RATES) for t, _ in UNITS))
+
+
+def test_auto_augmentations_without_finetuning_use_the_whole_plan():
+    plan = make_plan(cfg(num_aug="auto", finetune="none"), UNITS, RATES, 3_000.0)
+    assert plan.finetune_steps == 0 and plan.finetune_s == 0 and plan.fits
+    assert plan.total_s <= 3_000.0 * 0.85 < make_plan(cfg(num_aug=plan.num_aug + 1, finetune="none"), UNITS, RATES,
+                                                       3_000.0).total_s
+    rich = make_plan(cfg(num_aug="auto", finetune="none"), UNITS, RATES, 1e9)
+    assert rich.num_aug == AUTO_MAX_AUG
+
+
+def test_auto_steps_price_each_step_by_what_it_trains():
+    # num_aug 30: every task has 64 or more demonstration rows, so the overhead is the one the plan reserved
+    staged = make_plan(cfg(num_aug=30, finetune_steps="auto"), UNITS, RATES, 5_000.0)
+    every = make_plan(cfg(num_aug=30, finetune_steps="auto", finetune="all"), UNITS, RATES, 5_000.0)
+    assert staged.finetune_steps > every.finetune_steps > 0  # steps on the rows alone are cheaper
+    for plan, mode in ((staged, "embeddings-then-all"), (every, "all")):  # the most steps that fit
+        room = 5_000.0 * 0.85 - plan.overhead_s - plan.inference_s
+        one_more = make_plan(cfg(num_aug=30, finetune_steps=plan.finetune_steps + 1, finetune=mode), UNITS, RATES,
+                             5_000.0)
+        assert plan.finetune_s <= room < one_more.finetune_s
+
+
+def test_auto_steps_around_a_fixed_num_aug_and_caps():
+    plan = make_plan(cfg(num_aug=8, finetune_steps="auto"), UNITS, RATES, 1e9)
+    assert plan.num_aug == 8 and plan.finetune_steps == AUTO_MAX_STEPS
+    starved = make_plan(cfg(num_aug=500, finetune_steps="auto"), UNITS, RATES, 60.0)
+    assert starved.finetune_steps == 0 and not starved.fits  # fixed settings are kept, and said not to fit
+    assert "does NOT fit" in starved.describe()
+
+
+def test_fixed_settings_are_kept_and_described():
+    plan = make_plan(cfg(num_aug=10, finetune_steps=100), UNITS, RATES, 1e6, worker=3)
+    assert (plan.num_aug, plan.finetune_steps, plan.auto) == (10, 100, ())
+    # the default staged schedule: per task 50 steps on the rows alone, then 50 on every weight
+    assert plan.finetune_s == pytest.approx(30 * (50 * 0.4 + 50 * 0.5))
+    assert make_plan(cfg(num_aug=10, finetune_steps=100, finetune="all"), UNITS, RATES, 1e6).finetune_s == 30 * 100 * 0.5
+    assert plan.inference_s == pytest.approx(inference_seconds(40 * 11, 16, 0.02) * 1.3 + 30)
+    text = plan.describe()
+    assert text.startswith("worker 3 on cuda:0 (test): 30 tasks (40 test inputs), num_aug 10, 100 fine-tuning steps")
+    assert "0.5 s per fine-tuning step of every weight, 0.4 s of the puzzle rows alone (64 rows)" in text
+    assert "20 ms per row and ACT step (256 rows, 16 steps)" in text
+    assert text.endswith("of 277h46m40s until the deadline")
+    assert make_plan(cfg(num_aug="auto"), UNITS, RATES, 1e4).describe().endswith("until the deadline (15% kept free)")
+    assert plan.as_dict()["fits"] is True
+
+
+def test_no_budget_needs_no_timing_and_refuses_auto():
+    plan = make_plan(SolveConfig(challenges="c", weights="w", num_aug=3), UNITS, None, None)
+    assert plan.fits and "no time limit" in plan.describe()
+    with pytest.raises(ValueError, match="time_budget"):
+        SolveConfig(challenges="c", weights="w", finetune_steps="auto")
+
+
+def test_measured_rates_come_from_a_timed_batch():
+    arch = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
+                      puzzle_emb_len=1, forward_dtype="float32")
+    r = measure_rates(arch, 16, 12, torch.device("cpu"), 2, 4)
+    assert r.device == "cpu" and r.step_s > 0 and r.row_step_s > 0 and (r.batch, r.eval_batch) == (2, 4)
+
+
+def test_the_timed_batches_are_the_sizes_the_tasks_will_use():
+    c = cfg(num_aug=1, global_batch_size=64, eval_batch_size=256)
+    assert batch_sizes(c, [(1, 3), (2, 4)]) == (8, 4)  # 4 pairs x 2 copies; 2 test inputs x 2 copies
+    assert batch_sizes(cfg(num_aug=200), [(1, 3)]) == (64, 201)
+    assert batch_sizes(cfg(num_aug="auto"), [(1, 3)]) == (64, 256)
+
+
+def test_budget_lines_show_elapsed_and_left():
+    b = Budget(3600, 60, start=time.time() - 125)
+    line = b.line("plan", "worker 0 ...")
+    assert line.startswith("[elapsed 2m0") and ", left 56m5" in line and line.endswith("] plan: worker 0 ...")
+    assert Budget(None, 60).line("tasks").endswith("left no limit] tasks")
+    assert hms(5.25) == "5.2s" and hms(3725) == "1h02m05s" and hms(float("inf")) == "no limit"
+    until = Budget.until(100.0, 200.0)
+    assert until.start == 100.0 and until.deadline(10) == 190.0

@@ -1,0 +1,95 @@
+"""Kaggle script kernel: build the adam-atan2 wheel on a Kaggle GPU machine and save it as the kernel's output.
+
+adam-atan2 is published as CUDA source only, so an offline kernel can install it only from a wheel built
+for the exact Python, torch and CUDA of Kaggle's image. This script is that build: `build_bundle.py
+--wheel-kernel` writes it with its kernel-metadata.json (a GPU for nvcc, internet for pip). After it ran:
+
+    kaggle kernels output <user>/<prefix>-adam-atan2-wheel -p adam-atan2/
+    python build_bundle.py bundle/ --extra-wheel adam-atan2/wheels/adam_atan2-0.0.3-*.whl
+
+It needs only the standard library. It builds against the image's own torch (`--no-build-isolation`; an
+isolated build would download another torch), for every GPU generation Kaggle lends (`ARCH_LIST`: the
+build machine's own GPU may differ from the one the submission gets), imports the wheel's extension from a
+private directory to prove that it loads beside that torch, and writes manifest.json with the versions it
+was built for. TRM_KAGGLE_PIP and KAGGLE_WORKING replace the pip command and the output directory (the
+repository's tests run it with a stand-in pip and nvcc).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = "adam-atan2==0.0.3"  # the version upstream's requirements resolve to (see the README's fidelity notes)
+EXTENSION = "adam_atan2_backend"  # the compiled module the package provides
+# P100, V100, T4, A100, A10, L4, H100 (+ PTX for newer ones); TORCH_CUDA_ARCH_LIST in the environment wins
+ARCH_LIST = "6.0;7.0;7.5;8.0;8.6;8.9;9.0+PTX"
+
+
+def run(cmd: list[str], what: str) -> str:
+    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    print(res.stdout[-4000:], res.stderr[-4000:], sep="\n", flush=True)
+    if res.returncode != 0:
+        sys.exit(f"error: {what} failed with status {res.returncode} (output above)")
+    return res.stdout
+
+
+def versions() -> dict:
+    """Python, torch and CUDA of this image: the wheel works only where all three are the same."""
+    probe = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
+             "'gpu': torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}))")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    found = json.loads(res.stdout) if res.returncode == 0 else {"torch": None, "cuda": None, "gpu": None}
+    return {"python": platform.python_version(), "platform": platform.machine(), **found}
+
+
+def main() -> None:
+    out = Path(os.environ.get("KAGGLE_WORKING", "/kaggle/working"))
+    pip = shlex.split(os.environ.get("TRM_KAGGLE_PIP", f"{shlex.quote(sys.executable)} -m pip"))
+    cuda_home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    nvcc = shutil.which("nvcc") or (str(cuda_home / "bin" / "nvcc") if (cuda_home / "bin" / "nvcc").is_file() else None)
+    if nvcc is None:
+        sys.exit("error: no nvcc (on PATH or in $CUDA_HOME/bin): run this kernel with a GPU accelerator "
+                 "(Kaggle's GPU images ship the CUDA toolkit)")
+    facts = versions()
+    print(json.dumps(facts), flush=True)
+    if facts["torch"] is None:
+        sys.exit("error: torch does not import here: run this kernel on Kaggle's GPU image")
+    os.environ["PATH"] = f"{Path(nvcc).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", ARCH_LIST)
+    facts.update(nvcc=run([nvcc, "--version"], "nvcc --version").strip().splitlines()[-1],
+                 arch_list=os.environ["TORCH_CUDA_ARCH_LIST"])
+
+    wheels = out / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), PACKAGE],
+        f"building {PACKAGE}")
+    built = sorted(wheels.glob("adam_atan2-*.whl"))
+    if len(built) != 1:
+        sys.exit(f"error: expected one adam_atan2 wheel in {wheels}, found {[p.name for p in built]}")
+    wheel = built[0]
+
+    check = out / "import-check"  # a private target: the image's site-packages stay as they were
+    shutil.rmtree(check, ignore_errors=True)
+    run([*pip, "install", "--no-deps", "--no-index", "--target", str(check), str(wheel)], "installing the wheel")
+    run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(check)!r}); import torch, {EXTENSION}; "
+                               f"print('{EXTENSION} loads beside torch', torch.__version__)"], "importing the wheel")
+    shutil.rmtree(check)
+
+    manifest = {"package": PACKAGE, "wheel": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+                "size": wheel.stat().st_size, "built_on": facts}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    print(f"built {wheel} for Python {facts['python']}, torch {facts['torch']}, CUDA {facts['cuda']}: download "
+          f"this kernel's output and pass the wheel to build_bundle.py --extra-wheel", flush=True)
+
+
+if __name__ == "__main__":
+    main()
