@@ -171,7 +171,9 @@ class TrainConfig(_Config):
     weight_decay: float = 0.1
     puzzle_emb_lr: float = 1e-2
     puzzle_emb_weight_decay: float = 0.1
-    optimizer: Literal["adam_atan2", "adamw"] = "adam_atan2"
+    # lion: one moment, sign updates (trm_kaggle.optim.lion); usually wants a 3-10x smaller lr, a 3-10x larger
+    # weight_decay and beta2=0.99 (the `lion` preset sets the optimizer and beta2)
+    optimizer: Literal["adam_atan2", "adamw", "lion"] = "adam_atan2"
 
     ema: bool = False
     ema_rate: float = 0.999
@@ -188,6 +190,10 @@ class TrainConfig(_Config):
     compile: bool = False
     micro_batch_size: Optional[int] = None  # per-rank examples per forward; smaller than the local batch = accumulation
     auto_batch: bool = False  # pick micro_batch_size from free device memory, halve it on out-of-memory
+    # recompute the grad-carrying recursion cycle's activations in backward instead of keeping them: less memory,
+    # more time (benchmarks/bench_grad_checkpointing.py). Here, not in ArchConfig: it changes neither the function
+    # nor the weights, so exports and upstream configs never carry it and a run may resume with it toggled.
+    grad_checkpointing: bool = False
     threads: Optional[int] = None  # CPU threads; None = one per core
     deterministic: bool = False  # torch deterministic algorithms (CPU runs reproduce bit for bit)
     max_steps: Optional[int] = None  # stop early (smoke runs, benchmarks)

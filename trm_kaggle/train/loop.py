@@ -36,6 +36,7 @@ from trm_kaggle.model.trm import Carry, TinyRecursiveModel
 from trm_kaggle.model.upstream import load_upstream_checkpoint
 from trm_kaggle.optim.adam_atan2 import AdamATan2
 from trm_kaggle.optim.ema import EMA
+from trm_kaggle.optim.lion import Lion
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
@@ -119,6 +120,8 @@ def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel):
         dense = None
     elif cfg.optimizer == "adamw":
         dense = torch.optim.AdamW(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    elif cfg.optimizer == "lion":
+        dense = Lion(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     else:
         dense = AdamATan2(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     sparse = None
