@@ -45,9 +45,10 @@ from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, to
 log = logging.getLogger(__name__)
 
 # config fields that may differ between a run and its resumption
-_RESUMABLE_CHANGES = {"max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
-                      "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
-                      "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path"}
+RESUMABLE_CHANGES = {"max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
+                     "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
+                     "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
+                     "grad_checkpointing"}
 
 
 @dataclass
@@ -87,7 +88,7 @@ def default_run_dir(cfg: TrainConfig) -> Path:
 def build_model(cfg: TrainConfig, loader: PuzzleLoader, rt: Runtime) -> TinyRecursiveModel:
     meta = loader.metadata
     model = TinyRecursiveModel(cfg.arch, meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers,
-                               forward_dtype=rt.dtype)
+                               forward_dtype=rt.dtype, grad_checkpointing=cfg.grad_checkpointing)
     if cfg.load_checkpoint:
         load_initial_weights(model, cfg.load_checkpoint)
     return model.to(rt.device)
@@ -466,7 +467,7 @@ def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fi
 def _resume(path, cfg, rt, model, dense, sparse, ema, loader, fingerprint):
     state = ckpt.load_train_state(path)
     saved = TrainConfig.model_validate_json(state["config"])
-    diffs = [k for k in TrainConfig.model_fields if k not in _RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
+    diffs = [k for k in TrainConfig.model_fields if k not in RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
     if diffs:
         raise TRMError(f"{path.parent} holds a run with a different config ({', '.join(diffs)}); "
                        "resume with the same settings or choose another checkpoint_path")
