@@ -7,9 +7,10 @@ comment says otherwise.
 
 from __future__ import annotations
 
+import re
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Config(BaseModel):
@@ -213,6 +214,78 @@ class TrainConfig(_Config):
         if v < 1:
             raise ValueError("must be >= 1")
         return v
+
+
+# ---------------------------------------------------------------------------
+# Experiments: grids of training runs (`trm-kaggle sweep`)
+# ---------------------------------------------------------------------------
+
+#: What a name that becomes a directory may look like (sweep, variant and run names).
+SAFE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+=-]{0,119}$"
+
+
+class SweepVariant(_Config):
+    """One value of a sweep axis: presets and `key=value` overrides applied on top of the sweep's base."""
+
+    name: str = Field(pattern=SAFE_NAME_PATTERN)  # part of the run directory's name
+    presets: list[str] = Field(default_factory=list)
+    overrides: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, v):
+        """A string is shorthand: `baseline` (no change), `key=value` (one override), else presets `A+B`."""
+        if not isinstance(v, str):
+            return v
+        text = v.strip()
+        if text in ("baseline", ""):
+            return {"name": "baseline"}
+        # a derived name keeps the safe characters; explicit names are checked as they are
+        name = re.sub(r"[^A-Za-z0-9._+=-]+", "-", text).strip("-.")[:60] or "variant"
+        if "=" in text:
+            return {"name": name, "overrides": [text]}
+        return {"name": name, "presets": [text]}
+
+
+class SweepGrid(_Config):
+    """A grid of training runs: one variant from every axis, for every seed (`trm-kaggle sweep`).
+
+    In a YAML file (read with `yaml.safe_load`):
+
+        name: sudoku4-lr
+        presets: [sudoku4-cpu]                # every run
+        overrides: [max_steps=600]            # every run
+        axes:
+          - [baseline, no-ema, attention+T3n6]   # presets (`baseline`: none)
+          - ["lr=1e-3", "lr=3e-3"]                # key=value overrides
+          - [{name: big, presets: [large], overrides: [lr=3e-4]}]
+        seeds: [0, 1]
+    """
+
+    name: str = Field(pattern=SAFE_NAME_PATTERN)
+    description: str = ""
+    presets: list[str] = Field(default_factory=list)
+    overrides: list[str] = Field(default_factory=list)
+    axes: list[list[SweepVariant]] = Field(default_factory=list)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+
+    @field_validator("axes")
+    @classmethod
+    def _axes(cls, axes: list[list[SweepVariant]]) -> list[list[SweepVariant]]:
+        for i, axis in enumerate(axes):
+            if not axis:
+                raise ValueError(f"axis {i} is empty")
+            names = [v.name for v in axis]
+            if len(set(names)) != len(names):
+                raise ValueError(f"axis {i} repeats a variant name: {names}")
+        return axes
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"repeated seed in {seeds}")
+        return seeds
 
 
 # ---------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from trm_kaggle.optim.ema import EMA
 from trm_kaggle.optim.lion import Lion
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train.metrics import METRICS_FILE
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
 
@@ -70,12 +71,6 @@ class TrainResult:
             text += (f"\ntest split: exact accuracy {self.eval_metrics['eval_exact_accuracy']:.3f} over "
                      f"{self.eval_metrics['eval_examples']} examples (per augmented example; not the ARC Prize score)")
         return text
-
-
-def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
-    """(training records, evaluation records) of a run's metrics.jsonl."""
-    records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line]
-    return [r for r in records if "loss" in r], [r for r in records if "eval_exact_accuracy" in r]
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:
@@ -164,7 +159,7 @@ class MetricLog:
 
     def __init__(self, run_dir: Path, cfg: TrainConfig, enabled: bool):
         self.enabled = enabled
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_FILE
         self.tb = self.wandb = None
         if not enabled:
             return
