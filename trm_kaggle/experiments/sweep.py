@@ -134,14 +134,12 @@ class PlannedRun:
         return cmd + self.overrides + list(extra)
 
 
-def _quoted(value: str) -> str:
-    """A string value in the override grammar, whatever characters it holds."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequence[str] = (),
                config_file: str | None = None, overrides: Sequence[str] = ()) -> list[PlannedRun]:
     """Every run of the grid with its settings resolved and checked (a bad one stops the sweep before it starts)."""
+    if any(ch in str(sweep_dir) for ch in "'\\"):
+        raise TRMError(f"{sweep_dir}: a sweep directory's path may not hold single quotes or backslashes (runs get it as "
+                       "the override checkpoint_path='...')")
     plan = []
     for combo in itertools.product(*grid.axes):
         variant = "_".join(v.name for v in combo) or "baseline"
@@ -151,7 +149,7 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
                 raise TRMError(f"sweep {grid.name}: run name {name[:60]}... is too long; give the variants short names")
             run_presets = [*presets, *grid.presets, *(p for v in combo for p in v.presets)]
             run_overrides = [*grid.overrides, *overrides, *(o for v in combo for o in v.overrides), f"seed={seed}",
-                             f"checkpoint_path={_quoted(str(Path(sweep_dir) / name))}"]
+                             f"checkpoint_path='{Path(sweep_dir) / name}'"]
             try:
                 cfg = load_train_config(config_file, run_presets, run_overrides)
             except TRMError as err:
@@ -409,8 +407,8 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
             job.log.close()
             rec = job.rec
             rec.pop("pid", None)
-            rec.update(returncode=returncode, finished=_now(), seconds=round(rec["seconds"] + time.perf_counter()
-                                                                             - job.t0, 1))
+            rec.update(returncode=returncode, finished=_now(),
+                       seconds=round(rec["seconds"] + time.perf_counter() - job.t0, 3))
             if returncode == 0:
                 rec.update(state="done", error=None)
                 say(f"done    {rec['name']} ({rec['seconds']:.0f} s)")
@@ -445,7 +443,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
                 job.log.close()
                 job.rec.pop("pid", None)
                 job.rec.update(state="pending", error="interrupted", finished=_now(),
-                               seconds=round(job.rec["seconds"] + time.perf_counter() - job.t0, 1))
+                               seconds=round(job.rec["seconds"] + time.perf_counter() - job.t0, 3))
             save()
             raise KeyboardInterrupt from None
         finally:
