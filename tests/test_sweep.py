@@ -22,7 +22,7 @@ from trm_kaggle.experiments import sweep as S
 FAKE_TRAIN = r"""
 import json, os, sys, time
 args = sys.argv[1:]
-run_dir = next(a.split("=", 1)[1].strip("'") for a in args if a.startswith("checkpoint_path="))
+run_dir = os.path.dirname(args[args.index("--config") + 1])  # <run>/run_config.yaml
 name = os.path.basename(run_dir)
 def note(**kw):
     with open(os.path.join(run_dir, "fake.jsonl"), "a") as f:
@@ -45,8 +45,9 @@ note(end=time.time())
 def fake_train(tmp_path, monkeypatch):
     script = tmp_path / "fake_train.py"
     script.write_text(FAKE_TRAIN)
-    monkeypatch.setattr(S.PlannedRun, "command", lambda self, extra=(): [sys.executable, str(script),
-                                                                          *self.overrides, *extra])
+    real = S.PlannedRun.command  # [python, -m, trm_kaggle, train, *arguments]
+    monkeypatch.setattr(S.PlannedRun, "command",
+                        lambda self, run_dir, extra=(): [sys.executable, str(script), *real(self, run_dir, extra)[4:]])
     return script
 
 
@@ -82,6 +83,14 @@ def test_builtin_grids_are_the_studys():
     assert (cfg["baseline_s1"].seed, cfg["baseline_s1"].checkpoint_path) == (1, str(Path("sw") / "baseline_s1"))
     # sudoku-att already uses attention: that variant repeats the baseline, and the sweep says so
     assert S.repeated_variants(plan) == [["baseline", "attention"]]
+    # a variant changes what it names whatever the base says: it applies on top of the base's overrides
+    plan = S.plan_sweep(S.load_grid("ablations"), "sw", presets=["sudoku4-cpu"],
+                        overrides=["ema=True", "arch.halt_max_steps=16"])
+    cfg = {r.variant: r.config for r in plan}
+    assert (cfg["baseline"].ema, cfg["no-ema"].ema, cfg["act-8"].ema) == (True, False, True)
+    assert (cfg["baseline"].arch.halt_max_steps, cfg["act-8"].arch.halt_max_steps) == (16, 8)
+    assert (cfg["baseline"].arch.mlp_t, cfg["attention"].arch.mlp_t) == (True, False)
+    assert S.repeated_variants(plan) == []
 
 
 def test_yaml_grid_and_the_order_of_layers(tmp_path):
@@ -95,19 +104,21 @@ def test_yaml_grid_and_the_order_of_layers(tmp_path):
     cfg = {r.name: r.config for r in plan}
     assert list(cfg) == ["baseline_weight_decay=0.5_s3", "T3n6_weight_decay=0.5_s3", "big_weight_decay=0.5_s3"]
     base, deep, big = cfg.values()
-    # grid overrides < command-line overrides < the variant's; presets: command line, grid, variant
+    # base: command-line presets, grid presets, grid overrides, command-line overrides; then the variants
     assert (base.lr, deep.lr, big.lr) == (0.2, 0.2, 0.3)
     assert base.max_steps == 7 and base.weight_decay == 0.5 and base.seed == 3 and not base.ema
     assert (deep.arch.H_cycles, deep.arch.L_cycles) == (3, 6) and big.arch.hidden_size == 768
-    assert plan[2].presets == ["no-ema", "cpu-smoke", "large"]
+    assert (plan[2].presets, plan[2].overrides) == (["large"], ["lr=0.3", "weight_decay=0.5"])
 
 
 def test_a_path_with_odd_characters_reaches_train_unchanged(tmp_path):
-    odd = tmp_path / "my sweep, [v2] {x}=y"
+    from trm_kaggle.train.settings import dump_config, load_train_config
+
+    odd = tmp_path / "my sweep, [v2] {x}=y it's \\"
     (run,) = S.plan_sweep(grid("a"), odd)
     assert run.config.checkpoint_path == str(odd / "a_s0")
-    with pytest.raises(TRMError, match="may not hold single quotes or backslashes"):
-        S.plan_sweep(grid("a"), tmp_path / "it's")
+    (tmp_path / "c.yaml").write_text(dump_config(run.config))  # what the run's process reads
+    assert load_train_config(tmp_path / "c.yaml") == run.config
 
 
 @pytest.mark.parametrize("text, message", [
@@ -133,9 +144,9 @@ def test_bad_runs_and_commands_are_refused_before_anything_runs(tmp_path, capsys
     path = tmp_path / "g.yaml"
     path.write_text("axes: [[baseline, nope]]\n")
     assert main(["sweep", str(path), "--sweep-dir", str(tmp_path / "sw")]) == 2
-    assert capsys.readouterr().err.startswith("error: sweep g, run nope_s0: unknown preset 'nope'")
+    assert capsys.readouterr().err.startswith("error: sweep g, variant nope: unknown preset 'nope'")
     assert main(["sweep", "tn", "arch.L_cyclez=3", "--sweep-dir", str(tmp_path / "sw")]) == 2
-    assert "run T2n2_s0: " in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("error: sweep tn: the base settings: override 'arch.L_cyclez=3'")
     assert main(["sweep", "no-such-grid"]) == 2
     assert "neither a built-in grid (tn, ablations, batch) nor a grid file" in capsys.readouterr().err
     assert main(["sweep", "tn", "--seeds", "1,1", "--sweep-dir", str(tmp_path / "sw")]) == 2
@@ -155,8 +166,8 @@ def test_list_grids_and_dry_run(tmp_path, capsys):
     assert main(["sweep", "batch", "--preset", "cpu-smoke", "--seeds", "0,1", "--dry-run",
                  "--sweep-dir", str(tmp_path / "sw")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 6 and lines[0].split()[:2] == ["batch512_s0", "new"]
-    assert "-m trm_kaggle train --preset cpu-smoke --preset batch512" in lines[0] and "seed=0" in lines[0]
+    assert lines[0] == "base: --preset cpu-smoke" and len(lines) == 7
+    assert lines[1].split() == ["batch512_s0", "new", "--preset", "batch512"]
     assert not (tmp_path / "sw").exists()
 
 
@@ -312,12 +323,13 @@ def test_a_sweep_of_real_training_runs(tmp_path, monkeypatch):
     g = SweepGrid(name="real", presets=["cpu-smoke"], axes=[["baseline", "lr=0.01"]],
                   overrides=["arch.hidden_size=16", "arch.num_heads=2", "arch.L_layers=1", "global_batch_size=4",
                              "max_steps=2", "log_interval=1"])
-    sd = tmp_path / "sw"
+    sd = tmp_path / "a sweep, it's [1]"  # reaches train through run_config.yaml, unparsed
     summary = S.run_sweep(g, sd, overrides=[f"data_paths=[{data}]"], parallel=2, progress=False, poll_seconds=0.1)
     assert (summary.done, summary.failed) == (2, 0), summary.describe()
     for run in ("baseline_s0", "lr=0.01_s0"):
         assert "trained 2 steps" in (sd / run / "train.log").read_text()
-        assert json.loads((sd / run / "config.json").read_text())["threads"] == 1  # 2 cores, 2 at a time
+        config = json.loads((sd / run / "config.json").read_text())
+        assert config["threads"] == 1 and config["checkpoint_path"] == str(sd / run)  # 2 cores, 2 runs at a time
     assert json.loads((sd / "lr=0.01_s0" / "config.json").read_text())["lr"] == 0.01
     again = S.run_sweep(g, sd, overrides=[f"data_paths=[{data}]"], parallel=2, progress=False)
     assert (again.done, again.skipped) == (2, 2)

@@ -544,8 +544,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Options of `sweep` that take a value (its key=value overrides may come anywhere on the line).
+_SWEEP_VALUE_FLAGS = ("--preset", "--config", "--seeds", "--sweep-dir", "--sweep_dir", "--parallel")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = []
+    if argv[:1] == ["sweep"]:
+        # argparse takes positionals in one run, so `sweep GRID --preset P key=value` would leave the
+        # overrides unmatched: they are split off first and joined again after parsing.
+        from trm_kaggle.train.overrides import split_cli_args
+
+        flags, overrides = split_cli_args(argv[1:], value_flags=_SWEEP_VALUE_FLAGS)
+        argv = argv[:1] + flags
     args = build_parser().parse_args(argv)
+    if overrides:
+        args.overrides = list(args.overrides) + overrides
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:

@@ -353,9 +353,16 @@ def _figure(width: float, height: float, rows: int, cols: int):
 
 
 def _png(fig) -> bytes:
+    """The figure as a PNG of 128 colours: a third of the full-colour file's size, the same to the eye."""
+    from PIL import Image  # a dependency of matplotlib
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
-    return buf.getvalue()
+    image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").quantize(colors=128,
+                                                                           method=Image.Quantize.MEDIANCUT)
+    out = io.BytesIO()
+    image.save(out, format="PNG", optimize=True)
+    return out.getvalue()
 
 
 def plot_curves(runs: Sequence[RunData], metric: str) -> bytes:
@@ -369,7 +376,8 @@ def plot_curves(runs: Sequence[RunData], metric: str) -> bytes:
             ax = axes[row][col]
             for group, pts in curves.items():
                 xs = [x_of(p) for p in pts]
-                line, = ax.plot(xs, [p[2] for p in pts], label=group, linewidth=1.4)
+                line, = ax.plot(xs, [p[2] for p in pts], label=group, linewidth=1.4,
+                                marker="o" if len(pts) <= 30 else None, markersize=3)
                 if any(p[3] != p[4] for p in pts):
                     ax.fill_between(xs, [p[3] for p in pts], [p[4] for p in pts], color=line.get_color(), alpha=0.18,
                                     linewidth=0)
@@ -401,7 +409,7 @@ def plot_final(runs: Sequence[RunData], metric: str) -> bytes:
     ax.bar(range(len(names)), means, color="#8fb3d9", edgecolor="#345")
     for i, values in enumerate(finals.values()):
         ax.scatter([i] * len(values), values, color="#222", s=14, zorder=3)
-        ax.annotate(f"{means[i]:.3f}", (i, means[i]), textcoords="offset points", xytext=(0, 4), ha="center",
+        ax.annotate(f"{means[i]:.3f}", (i, max(values)), textcoords="offset points", xytext=(0, 5), ha="center",
                     fontsize=8)
     ax.set_xticks(range(len(names)), names, rotation=20 if len(names) > 4 else 0, ha="right" if len(names) > 4
                   else "center", fontsize=8)

@@ -4,12 +4,15 @@
       sweep.json            the grid, the base settings, and per run: variant, seed, settings, command,
                             state (pending/running/done/failed), error line, attempts, timings (atomic writes)
       .sweep.lock           held while a sweep process works here
-      <variant>_s<seed>/    a run directory: config.json, metrics.jsonl, state_step*.pt, train.log
+      <variant>_s<seed>/    a run directory: run_config.yaml (from the sweep), train.log, and train's
+                            config.json, metrics.jsonl, state_step*.pt
 
-A run's settings are layered like `trm-kaggle train`'s: presets (the command line's, the grid's, then
-the run's variants'), the `--config` file, then overrides (the grid's, the command line's, the variants',
-then `seed=`). Runs go one after another, or `parallel` at a time as separate processes: one GPU each
-(CUDA_VISIBLE_DEVICES) where the runs use CUDA, the cores split between them on CPU.
+A run's settings: the base (the command line's and the grid's presets, the `--config` file, the grid's
+and the command line's overrides), then its variants' presets and overrides on top, then its seed and
+directory. The sweep resolves and checks every run's settings before any starts, and each run's process
+reads them from `<run>/run_config.yaml` (`trm-kaggle train --config`). Runs go one after another, or
+`parallel` at a time: one GPU each (CUDA_VISIBLE_DEVICES) where the runs use CUDA, the cores split
+between them on CPU.
 
 Running the same command again skips done runs and starts the others: `train` resumes each from the
 newest train state in its directory. A run whose settings changed is refused, unless only settings a
@@ -40,12 +43,12 @@ import pydantic
 import yaml
 from tqdm.auto import tqdm
 
-from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.train.loop import RESUMABLE_CHANGES
-from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.train.settings import apply_overrides, dump_config, load_train_config
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ SWEEP_FORMAT = "trm_kaggle.sweep"
 SWEEP_FILE = "sweep.json"
 LOCK_FILE = ".sweep.lock"
 LOG_FILE = "train.log"
+RUN_CONFIG = "run_config.yaml"  # a run's resolved settings, written by the sweep, read by its train process
 
 #: The study's grids (the TPU guide's e2 ablations and e3 scaling), to combine with a base recipe and data.
 BUILTIN_GRIDS: dict[str, SweepGrid] = {
@@ -119,44 +123,49 @@ class PlannedRun:
     name: str  # the run directory's name: <variant>_s<seed>
     variant: str  # the variants' names joined by "_" (runs of one variant differ only in their seed)
     seed: int
-    presets: list[str]
-    config_file: str | None
+    presets: list[str]  # the variants' presets and overrides, applied on top of the base
     overrides: list[str]
-    config: TrainConfig
+    config: TrainConfig  # everything resolved; the run's process reads it from RUN_CONFIG
 
-    def command(self, extra: Sequence[str] = ()) -> list[str]:
-        """`trm-kaggle train` with this run's settings, as a module call of this interpreter."""
-        cmd = [sys.executable, "-m", "trm_kaggle", "train"]
-        for p in self.presets:
-            cmd += ["--preset", p]
-        if self.config_file:
-            cmd += ["--config", self.config_file]
-        return cmd + self.overrides + list(extra)
+    def command(self, run_dir: Path, extra: Sequence[str] = ()) -> list[str]:
+        """`trm-kaggle train` on this run's resolved settings, as a module call of this interpreter."""
+        return [sys.executable, "-m", "trm_kaggle", "train", "--config", str(run_dir / RUN_CONFIG), *extra]
+
+    def describe(self) -> str:
+        return " ".join([*(f"--preset {p}" for p in self.presets), *self.overrides]) or "(the base)"
 
 
 def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequence[str] = (),
                config_file: str | None = None, overrides: Sequence[str] = ()) -> list[PlannedRun]:
-    """Every run of the grid with its settings resolved and checked (a bad one stops the sweep before it starts)."""
-    if any(ch in str(sweep_dir) for ch in "'\\"):
-        raise TRMError(f"{sweep_dir}: a sweep directory's path may not hold single quotes or backslashes (runs get it as "
-                       "the override checkpoint_path='...')")
+    """Every run of the grid with its settings resolved and checked (a bad one stops the sweep before it starts).
+
+    The base is the command line's and the grid's presets, the config file, the grid's and the command line's
+    overrides; each variant's presets and overrides then apply on top of it, so a variant always changes what
+    it names (`no-ema` turns EMA off even on a base with `ema=True`)."""
+    try:
+        base = load_train_config(config_file, [*presets, *grid.presets], [*grid.overrides, *overrides])
+    except TRMError as err:
+        raise TRMError(f"sweep {grid.name}: the base settings: {err}") from None
+    except pydantic.ValidationError as err:
+        raise TRMError(f"sweep {grid.name}: the base settings: {_validation_message(err)}") from None
     plan = []
     for combo in itertools.product(*grid.axes):
         variant = "_".join(v.name for v in combo) or "baseline"
+        run_presets = [p for v in combo for p in v.presets]
+        run_overrides = [o for v in combo for o in v.overrides]
+        try:
+            cfg = apply_overrides(base, run_overrides, presets=run_presets)
+        except TRMError as err:
+            raise TRMError(f"sweep {grid.name}, variant {variant}: {err}") from None
+        except pydantic.ValidationError as err:
+            raise TRMError(f"sweep {grid.name}, variant {variant}: {_validation_message(err)}") from None
         for seed in grid.seeds:
             name = f"{variant}_s{seed}"
             if not is_safe_name(name):
                 raise TRMError(f"sweep {grid.name}: run name {name[:60]}... is too long; give the variants short names")
-            run_presets = [*presets, *grid.presets, *(p for v in combo for p in v.presets)]
-            run_overrides = [*grid.overrides, *overrides, *(o for v in combo for o in v.overrides), f"seed={seed}",
-                             f"checkpoint_path='{Path(sweep_dir) / name}'"]
-            try:
-                cfg = load_train_config(config_file, run_presets, run_overrides)
-            except TRMError as err:
-                raise TRMError(f"sweep {grid.name}, run {name}: {err}") from None
-            except pydantic.ValidationError as err:
-                raise TRMError(f"sweep {grid.name}, run {name}: {_validation_message(err)}") from None
-            plan.append(PlannedRun(name, variant, seed, run_presets, config_file, run_overrides, cfg))
+            run_cfg = TrainConfig.model_validate({**cfg.model_dump(), "seed": seed,
+                                                  "checkpoint_path": str(Path(sweep_dir) / name)})
+            plan.append(PlannedRun(name, variant, seed, run_presets, run_overrides, run_cfg))
     return plan
 
 
@@ -200,10 +209,10 @@ def is_safe_name(name: object) -> bool:
     return isinstance(name, str) and re.fullmatch(SAFE_NAME_PATTERN, name) is not None
 
 
-def _merge_plan(doc: dict | None, grid: SweepGrid, plan: Sequence[PlannedRun], sweep_dir: Path) -> dict:
+def _merge_plan(doc: dict | None, grid: SweepGrid, base: dict, plan: Sequence[PlannedRun], sweep_dir: Path) -> dict:
     """sweep.json's document with the plan's runs added or checked against their records."""
     doc = doc or {"format": SWEEP_FORMAT, "version": 1, "created": _now(), "runs": []}
-    doc["grid"] = grid.model_dump(mode="json")
+    doc["grid"], doc["base"] = grid.model_dump(mode="json"), base
     records = {rec["name"]: rec for rec in doc["runs"]}
     for run in plan:
         rec = records.get(run.name)
@@ -213,6 +222,8 @@ def _merge_plan(doc: dict | None, grid: SweepGrid, plan: Sequence[PlannedRun], s
             doc["runs"].append(rec)
             records[run.name] = rec
         else:
+            rec.setdefault("attempts", 0)
+            rec["seconds"] = float(rec.get("seconds") or 0.0)
             try:
                 before = TrainConfig.model_validate(rec.get("settings") or {})
             except pydantic.ValidationError:
@@ -227,7 +238,7 @@ def _merge_plan(doc: dict | None, grid: SweepGrid, plan: Sequence[PlannedRun], s
                 rec["state"], rec["error"] = "pending", "interrupted"
             if changed and rec["state"] == "done":
                 rec["state"] = "pending"  # e.g. a larger max_steps: train continues from the run's last state
-        rec.update(presets=run.presets, config_file=run.config_file, overrides=run.overrides,
+        rec.update(variant_presets=run.presets, variant_overrides=run.overrides,
                    settings=run.config.model_dump(mode="json"))
     return doc
 
@@ -344,6 +355,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         raise TRMError(f"--parallel {parallel}: must be at least 1")
     sweep_dir = Path(sweep_dir)
     plan = plan_sweep(grid, sweep_dir, presets=presets, config_file=config_file, overrides=overrides)
+    base = {"presets": [*presets, *grid.presets], "config": config_file, "overrides": [*grid.overrides, *overrides]}
     for names in repeated_variants(plan):
         log.warning("variants %s give the same settings on this base: their runs repeat each other",
                     " and ".join(names))
@@ -355,8 +367,9 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
     if dry_run:
         doc = read_sweep(sweep_dir) if sweep_dir.is_dir() else None
         states = {rec["name"]: rec["state"] for rec in (doc or {}).get("runs", [])}
+        print(f"base: {_describe_base(base)}")
         for run in plan:
-            print(f"{run.name:<40} {states.get(run.name, 'new'):<8} {shlex.join(run.command())}")
+            print(f"{run.name:<40} {states.get(run.name, 'new'):<8} {run.describe()}")
         return SweepSummary(sweep_dir, len(plan), 0, 0, sum(s == "done" for s in states.values()), 0.0)
 
     if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and any(sweep_dir.iterdir()):
@@ -364,7 +377,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
     sweep_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     with _locked(sweep_dir):
-        doc = _merge_plan(read_sweep(sweep_dir), grid, plan, sweep_dir)
+        doc = _merge_plan(read_sweep(sweep_dir), grid, base, plan, sweep_dir)
         path = sweep_dir / SWEEP_FILE
 
         def save() -> None:
@@ -390,9 +403,9 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
             elif run.config.threads is None:
                 extra.append(f"threads={threads}")
                 env["OMP_NUM_THREADS"] = str(threads)
-            cmd = run.command(extra)
             run_dir = sweep_dir / run.name
-            run_dir.mkdir(parents=True, exist_ok=True)
+            cmd = run.command(run_dir, extra)
+            atomic_write_text(run_dir / RUN_CONFIG, dump_config(run.config))
             logf = open(run_dir / LOG_FILE, "ab")
             rec["attempts"] += 1
             logf.write(f"--- sweep attempt {rec['attempts']} {_now()}: {shlex.join(cmd)}\n".encode())
@@ -453,6 +466,12 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         done = sum(by_name[run.name]["state"] == "done" for run in plan)
         return SweepSummary(sweep_dir, len(plan), done, len(failures), skipped, time.perf_counter() - t_start,
                             failures)
+
+
+def _describe_base(base: dict) -> str:
+    words = [*(f"--preset {p}" for p in base["presets"]), *([f"--config {base['config']}"] if base["config"] else []),
+             *base["overrides"]]
+    return " ".join(words) or "(defaults)"
 
 
 def _main_thread() -> bool:
