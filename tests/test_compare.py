@@ -86,8 +86,9 @@ def test_a_sweep_still_running(tmp_path):
     sweep = tmp_path / "sweep"
     write_run(sweep / "a_s0", ["seed=0"], train=[(5, 2.0, 1.0, 0.5, 0.8), (10, 4.0, 0.5, 0.75, 0.9)])
     write_run(sweep / "b_s0", ["seed=0", "lr=0.01"], train=[(5, 3.0, 2.0, 0.25, 0.6)], tail='{"step": 10, "lo')
+    (sweep / "b_s0" / "config.json").write_text('{"arch": {"hidden_si')  # unreadable: the sweep's record serves
     records = [{"name": "a_s0", "variant": "a", "seed": 0, "state": "done"},
-               {"name": "b_s0", "variant": "b", "seed": 0, "state": "running"},
+               {"name": "b_s0", "variant": "b", "seed": 0, "state": "running", "settings": {"lr": 0.02}},
                {"name": "c_s0", "variant": "c", "seed": 0, "state": "pending", "settings": {"lr": 0.5}}]
     (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": records}))
     paths = write_comparison([sweep], tmp_path / "out")
@@ -96,6 +97,7 @@ def test_a_sweep_still_running(tmp_path):
                                                                       ("c_s0", "pending", "")]
     assert [r["group"] for r in rows.values()] == ["a", "b", "c"]  # the sweep's variants
     assert rows["c_s0"]["lr"] == "0.5"  # settings of a run not started yet: the sweep's record
+    assert rows["b_s0"]["lr"] == "0.02" and rows["a_s0"]["lr"] == "0.0001"
     assert paths["metric"] == "exact_accuracy"  # nothing evaluated: the training batches' accuracy
     assert "(1 done)" in paths["markdown_text"]
     assert_png(paths["curves"])

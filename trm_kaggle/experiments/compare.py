@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import pydantic
+
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
@@ -69,14 +71,19 @@ def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _config(run_dir: Path, fallback: dict | None) -> dict:
-    """The run's config.json (what train ran), else the sweep's record of its settings."""
+def _config(run_dir: Path, recorded: dict | None) -> dict:
+    """The run's config.json (what train ran), else the sweep's record of its settings (a run not started yet,
+    or a config.json that cannot be read: one run's bad file costs that run its settings columns alone)."""
     path = run_dir / "config.json"
     if path.exists():
-        data = read_json(path, "run config")
+        try:
+            data = read_json(path, "run config")
+        except TRMError as err:
+            log.warning("%s", err)
+            data = None
         if isinstance(data, dict):
             return data
-    return fallback or {}
+    return recorded or {}
 
 
 def parameter_counts(config: dict) -> tuple[int, int] | None:
@@ -90,7 +97,7 @@ def parameter_counts(config: dict) -> tuple[int, int] | None:
     try:
         cfg = TrainConfig.model_validate(config)
         metas = [load_metadata(p, "train") for p in cfg.data_paths]
-    except Exception as err:  # noqa: BLE001 - a run from elsewhere: its dataset may not be here
+    except (TRMError, pydantic.ValidationError) as err:  # a run from elsewhere: its dataset may not be here
         log.info("no parameter count: %s", err)
         return None
     if not metas:
@@ -231,6 +238,11 @@ COLUMNS = [
 ]
 
 
+def _best(records: list[dict], key: str) -> float | None:
+    values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+    return max(values) if values else None
+
+
 def summarise(run: RunData) -> dict[str, Any]:
     """The metric columns of one run (None where it has no value yet)."""
     last = run.train[-1] if run.train else {}
@@ -239,13 +251,13 @@ def summarise(run: RunData) -> dict[str, Any]:
         batch = run.settings.get("global_batch_size")
         out.update(steps=last["step"], wall_s=last["wall_s"], loss=last.get("loss"),
                    exact_accuracy=last.get("exact_accuracy"), token_accuracy=last.get("token_accuracy"),
-                   best_exact_accuracy=max(r.get("exact_accuracy", -math.inf) for r in run.train))
+                   best_exact_accuracy=_best(run.train, "exact_accuracy"))
         if batch and last["wall_s"] > 0:  # training examples per second of wall time, evaluations included
             out["examples_per_s"] = last["step"] * batch / last["wall_s"]
     if run.evals:
         out.update(eval_exact_accuracy=run.evals[-1].get("eval_exact_accuracy"),
                    eval_token_accuracy=run.evals[-1].get("eval_token_accuracy"),
-                   best_eval_exact_accuracy=max(r.get("eval_exact_accuracy", -math.inf) for r in run.evals))
+                   best_eval_exact_accuracy=_best(run.evals, "eval_exact_accuracy"))
     if run.parameters:
         out["parameters"], out["parameters_with_puzzle_table"] = run.parameters
     return out
