@@ -17,47 +17,33 @@ Multi-tensor (`torch._foreach_*`) and device-agnostic; state layout `exp_avg`.
 
 from __future__ import annotations
 
-from typing import Iterable, List, Tuple, Union
+from typing import Iterable, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch.optim.optimizer import Optimizer
 
+from trm_kaggle.optim.common import check_hyperparameters, closure_loss, with_grads
+
 
 class Lion(Optimizer):
     def __init__(self, params: Iterable, lr: Union[float, Tensor] = 1e-4, betas: Tuple[float, float] = (0.9, 0.99),
                  weight_decay: float = 0.0):
-        if not lr >= 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not (0.0 <= betas[0] <= 1.0 and 0.0 <= betas[1] <= 1.0):
-            raise ValueError(f"Invalid betas: {betas}")
-        if not weight_decay >= 0.0:
-            raise ValueError(f"Invalid weight_decay: {weight_decay}")
+        check_hyperparameters(lr, weight_decay, betas)
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
-            params: List[Tensor] = []
-            grads: List[Tensor] = []
-            moments: List[Tensor] = []
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("Lion does not support sparse gradients")
-                state = self.state[p]
-                if len(state) == 0:
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                params.append(p)
-                grads.append(p.grad)
-                moments.append(state["exp_avg"])
+            params = with_grads(group, "Lion")
             if not params:
                 continue
+            for p in params:
+                if len(self.state[p]) == 0:
+                    self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            grads = [p.grad for p in params]
+            moments = [self.state[p]["exp_avg"] for p in params]
             lr = float(group["lr"])
             beta1, beta2 = group["betas"]
             wd = group["weight_decay"]
