@@ -200,6 +200,16 @@ def test_a_failure_is_recorded_and_the_sweep_goes_on_then_a_rerun_skips_done_run
     assert (sd / "fail_s0" / "train.log").read_text().count("--- sweep attempt") == 2
 
 
+def test_a_run_that_cannot_start_is_a_failed_run(tmp_path, fake_train, monkeypatch):
+    fake = S.PlannedRun.command
+    monkeypatch.setattr(S.PlannedRun, "command", lambda self, run_dir, extra=(): (
+        [str(tmp_path / "no-such-python")] if self.name.startswith("missing") else fake(self, run_dir, extra)))
+    summary = S.run_sweep(grid("missing", "ok"), tmp_path / "sw", progress=False, poll_seconds=0.02)
+    assert (summary.done, summary.failed) == (1, 1)
+    rec = records(tmp_path / "sw")["missing_s0"]
+    assert rec["state"] == "failed" and rec["error"].startswith(f"cannot start {tmp_path / 'no-such-python'}: ")
+
+
 def test_the_cli_exit_status_counts_failed_runs(tmp_path, fake_train, capsys):
     path = tmp_path / "g.yaml"
     path.write_text("axes: [[{name: ok}, {name: fail}]]\n")

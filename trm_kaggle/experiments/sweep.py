@@ -410,10 +410,20 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
             rec["attempts"] += 1
             logf.write(f"--- sweep attempt {rec['attempts']} {_now()}: {shlex.join(cmd)}\n".encode())
             logf.flush()
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)  # Ctrl-C reaches the sweep only; it stops the children
-            rec.update(state="running", error=None, started=_now(), finished=None, returncode=None, pid=proc.pid,
-                       command=cmd, gpu=env.get("CUDA_VISIBLE_DEVICES") if _uses_cuda(run.config) else None)
+            rec.update(started=_now(), finished=None, returncode=None, command=cmd,
+                       gpu=env.get("CUDA_VISIBLE_DEVICES") if _uses_cuda(run.config) else None)
+            try:
+                proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                        start_new_session=True)  # Ctrl-C reaches the sweep only; it stops children
+            except OSError as err:
+                logf.close()
+                free.append(slot)
+                rec.update(state="failed", error=f"cannot start {cmd[0]}: {err.strerror or err}", finished=_now())
+                failures.append((rec["name"], rec["error"]))
+                say(f"FAILED  {rec['name']}: {rec['error']}")
+                bar.update()
+                return
+            rec.update(state="running", error=None, pid=proc.pid)
             running.append(_Job(rec, proc, slot, time.perf_counter(), logf))
 
         def finish(job: _Job, returncode: int) -> None:
@@ -450,7 +460,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
                     bar.update()
                     save()
                 bar.set_postfix_str(", ".join(j.rec["name"] for j in running), refresh=False)
-        except (KeyboardInterrupt, _Interrupted):
+        except BaseException as err:  # Ctrl-C, SIGTERM, or anything else: no child outlives the sweep
             _stop(running)
             for job in running:
                 job.log.close()
@@ -458,7 +468,9 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
                 job.rec.update(state="pending", error="interrupted", finished=_now(),
                                seconds=round(job.rec["seconds"] + time.perf_counter() - job.t0, 3))
             save()
-            raise KeyboardInterrupt from None
+            if isinstance(err, (KeyboardInterrupt, _Interrupted)):
+                raise KeyboardInterrupt from None
+            raise
         finally:
             bar.close()
             if previous is not None:
