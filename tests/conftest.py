@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import zipfile
 from pathlib import Path
 
@@ -15,6 +16,14 @@ import pytest
 
 from trm_kaggle.kaggle import bundle as B
 from trm_kaggle.kaggle import metadata as M
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (for process groups in tests: a fixed port collides when
+    test runs share a machine)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def random_grid(rng: np.random.Generator, max_side: int = 8, colours: int = 10) -> list[list[int]]:

@@ -1,13 +1,13 @@
 """SignSGD on the sparse puzzle-embedding rows: touched rows only, decay, distributed gather."""
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from conftest import free_port
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.model import PuzzleEmbedding, TinyRecursiveModel, act_loss
 from trm_kaggle.optim import AdamATan2, SignSGD
@@ -125,15 +125,9 @@ def _worker(rank, port, out_dir):
         dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed not available")
 def test_two_process_gloo_gathers_rows(tmp_path):
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
     w0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
     w1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
     assert torch.equal(w0, w1)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import free_port
 from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig, TrainConfig
 from trm_kaggle.data.sudoku import build_sudoku
@@ -111,7 +112,7 @@ def test_two_gloo_processes_equal_one_process(sudoku4, tmp_path):
                          capture_output=True, text=True, env=env)
     assert one.returncode == 0, one.stderr[-2000:]
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                          "29517", "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'two'}", *args],
+                          str(free_port()), "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'two'}", *args],
                          capture_output=True, text=True, env=env)
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = final_params(tmp_path / "one"), final_params(tmp_path / "two")
