@@ -99,7 +99,7 @@ def test_bad_task_names_file_task_and_problem(tmp_path, task, solutions, message
 
 def test_unreadable_json_names_file_and_position(tmp_path):
     prefix = _write(tmp_path, '{"t1": {"train": [}')
-    with pytest.raises(DataError, match=r"bad_x_challenges.json: unreadable JSON file: .* line 1, column"):
+    with pytest.raises(DataError, match=r"bad_x_challenges.json: unreadable challenges file: .* line 1, column"):
         load_prefix_subset(prefix, "x")
 
 

@@ -286,3 +286,37 @@ def test_compiled_model_gives_the_same_evaluation(dataset, tmp_path, capsys):
     assert main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(dataset), "--device", "cpu",
                  "--compile", "--no-progress"]) == 0
     assert capsys.readouterr().out.startswith("ARC Prize score (micro-average over ")
+
+
+# ---------------------------------------------------------------------------
+# Task ids are data (issue 10): refused before inference when illegal, encoded when they name a file
+# ---------------------------------------------------------------------------
+
+
+def _renamed(dataset, tmp_path, new_id: str):
+    """A copy of the dataset whose task 12997ef3 is called `new_id` (in test_puzzles.json and identifiers.json)."""
+    copy = tmp_path / "renamed"
+    shutil.copytree(dataset, copy)
+    for name in ("test_puzzles.json", "identifiers.json"):
+        text = (copy / name).read_text()
+        (copy / name).write_text(text.replace('"12997ef3', json.dumps(new_id)[:-1]))
+    return copy
+
+
+@pytest.mark.parametrize("bad_id", ["../../outside", "/etc/evil", "nul\x00id", "z" * 300])
+def test_illegal_ids_in_test_puzzles_stop_before_inference(dataset, tmp_path, monkeypatch, bad_id):
+    import trm_kaggle.evaluate.report as R
+
+    monkeypatch.setattr(R, "predict_split", lambda *a, **k: pytest.fail("inference must not start"))
+    with pytest.raises(DataError, match="task id"):
+        evaluate(make_model(dataset, Oracle), _renamed(dataset, tmp_path, bad_id), batch_size=64)
+
+
+def test_pictures_of_odd_ids_stay_in_their_folder(dataset, tmp_path):
+    odd = ".hidden %2F-id"
+    data = _renamed(dataset, tmp_path, odd)
+    result = evaluate(make_model(data, Oracle), data, batch_size=64)
+    paths = write_report(result, tmp_path / "rep", tasks=[odd])
+    assert [p.name for p in (tmp_path / "rep" / "pictures").iterdir()] == ["%2Ehidden%20%252F-id.png"]
+    assert paths[f"picture:{odd}"].read_bytes()[:8] == PNG_MAGIC
+    assert json.loads(paths["json"].read_text())["tasks"][odd]["test"][0]["solved"]

@@ -87,3 +87,69 @@ def test_model_from_train_state_uses_the_ema_weights_when_asked(use_ema):
 def test_export_config_is_plain_json(tmp_path):
     export_inference(tmp_path / "e", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5)
     assert json.loads((tmp_path / "e" / "config.json").read_text())["arch"] == ARCH.model_dump()
+
+
+# ---------------------------------------------------------------------------
+# A config.json that does not describe its weights (issue 10): one line, never silently wrong outputs
+# ---------------------------------------------------------------------------
+
+
+def _set(cfg: dict, dotted: str, value) -> None:
+    *path, last = dotted.split(".")
+    for k in path:
+        cfg = cfg[k]
+    if value is KeyError:
+        del cfg[last]
+    else:
+        cfg[last] = value
+
+
+CONFIG_EDITS = [
+    ("arch.num_heads", 4, "num_heads: 2 in the weights, 4 in config.json"),  # no tensor shape changes
+    ("arch.puzzle_emb_len", 2, "puzzle_emb_len: 1 in the weights, 2 in config.json"),
+    ("arch.H_cycles", 3, "H_cycles"),
+    ("seq_len", 9, "seq_len: 8 in the weights"),
+    ("surprise", 1, "surprise: Extra inputs are not permitted"),
+    ("arch.surprise", 1, "arch.surprise: Extra inputs are not permitted"),
+    ("seq_len", KeyError, "seq_len: Field required"),
+    ("arch", KeyError, "arch: Field required"),
+    ("arch.hidden_size", "big", "arch.hidden_size: Input should be a valid integer"),
+    ("arch.num_heads", 0, "arch.num_heads: Input should be greater than or equal to 1"),
+    ("arch.halt_max_steps", 0, "arch.halt_max_steps: Input should be greater than or equal to 1"),
+    ("arch.num_heads", 3, "not divisible by num_heads"),
+    ("arch.expansion", -1, "arch.expansion: Input should be greater than 0"),
+    ("vocab_size", None, "vocab_size: Input should be a valid integer"),
+    ("puzzle_embedding", "half", "puzzle_embedding: Input should be 'full' or 'mean'"),
+    ("arch", [], "arch: Input should be a valid dictionary"),
+]
+
+
+@pytest.mark.parametrize("key, value, words", CONFIG_EDITS)
+def test_an_edited_config_is_refused_with_one_line(tmp_path, key, value, words):
+    from trm_kaggle.errors import TRMError
+
+    export_inference(tmp_path / "exp", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5)
+    cfg = json.loads((tmp_path / "exp" / "config.json").read_text())
+    _set(cfg, key, value)
+    (tmp_path / "exp" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(TRMError) as e:
+        load_inference_model(tmp_path / "exp")
+    assert words in str(e.value) and "config.json" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_weights_of_another_shape_name_the_tensor_and_both_shapes(tmp_path):
+    from safetensors.torch import save_file
+
+    from trm_kaggle.errors import TRMError
+
+    export_inference(tmp_path / "exp", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5)
+    _, tensors = read_export(tmp_path / "exp")
+    tensors["lm_head.weight"] = torch.zeros(7, 16)
+    del tensors["q_head.bias"]
+    tensors["extra.weight"] = torch.zeros(1)
+    save_file(tensors, str(tmp_path / "exp" / "weights.safetensors"))  # no recorded config: an older export
+    with pytest.raises(TRMError) as e:
+        load_inference_model(tmp_path / "exp")
+    msg = str(e.value)
+    assert "lm_head.weight (7, 16) in the file, (5, 16) in the model" in msg
+    assert "missing keys q_head.bias" in msg and "keys this model does not have extra.weight" in msg

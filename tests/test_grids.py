@@ -147,7 +147,7 @@ def test_jsonl_groups_puzzles_and_interleaved_splits(tmp_path):
 
 
 @pytest.mark.parametrize("bad,words", [
-    ("{not json", "not valid JSON"),
+    ("{not json", "unreadable JSON line"),
     (json.dumps({"split": "train", "group": 1, "input": [[1]]}), "missing key(s) label"),
     (json.dumps({"split": "dev", "group": 1, "input": [[1]], "label": [[1]]}), "split must be"),
     (line("train", "g", None, 1, shape=(2, 4)), "input has shape (2, 4), expected (3, 4)"),

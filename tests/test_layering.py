@@ -18,7 +18,8 @@ PACKAGE = Path(trm_kaggle.__file__).parent
 
 # The layer of each top-level module or subpackage.
 LAYER_OF = {
-    "__init__": "base", "errors": "base", "jsonio": "base", "atomic": "base", "config": "base",
+    "__init__": "base", "errors": "base", "jsonio": "base", "atomic": "base", "config": "base", "names": "base",
+    "lifetime": "base",
     "data": "data",  # tasks -> dataset -> batches
     "model": "model",  # batches -> predictions (and exports of the weights)
     "optim": "optim",

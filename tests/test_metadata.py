@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from trm_kaggle.atomic import OWNER_RECORD
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle import metadata as M
 
@@ -17,7 +18,8 @@ from conftest import IDS, USER, _edit
 def test_manifest_sha256_matches_files(built, part):
     d = built / part
     manifest = json.loads((d / M.MANIFEST).read_text())
-    on_disk = {p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file() and p.name != M.MANIFEST}
+    on_disk = {p.relative_to(d).as_posix() for p in d.rglob("*")
+               if p.is_file() and p.name not in (M.MANIFEST, OWNER_RECORD)}
     assert set(manifest["files"]) == on_disk
     for rel, entry in manifest["files"].items():
         data = (d / rel).read_bytes()

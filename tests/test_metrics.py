@@ -43,6 +43,28 @@ def test_a_resume_at_the_last_logged_step_is_seen_by_its_clock(tmp_path):
     assert [r["wall_s"] for r in train] == [50.0, 100.0, 140.0]
 
 
+def test_start_step_joins_the_clocks_where_neither_step_nor_clock_goes_back(tmp_path):
+    """Records of this version name the step their process began at. Here the resumed process (from the state
+    at step 20, the file already cut back to it) takes longer to its first log than the first process ran."""
+    run = tmp_path / "r"
+    run.mkdir()
+    lines = [{"step": 10, "loss": 2.0, "elapsed_s": 5.0, "start_step": 0},
+             {"step": 20, "loss": 1.0, "elapsed_s": 10.0, "start_step": 0},
+             {"step": 30, "loss": 0.5, "elapsed_s": 12.0, "start_step": 20}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    train, _ = read_metrics(run)
+    assert [(r["step"], r["wall_s"]) for r in train] == [(10, 5.0), (20, 10.0), (30, 22.0)]
+
+
+def test_drop_metrics_after_keeps_each_step_once(tmp_path):
+    from trm_kaggle.train.metrics import drop_metrics_after
+
+    run = write_run(tmp_path / "r", train=[(10, 5.0, 1.5, 0.1, 0.5), (20, 9.0, 1.0, 0.3, 0.7)], evals=[(20, 0.25, 0.6)],
+                    tail='{"step": 30, "lo')
+    drop_metrics_after(run / "metrics.jsonl", 10)
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [10]
+
+
 @pytest.mark.parametrize("tail", ['{"step": 30, "loss": 0.', "not json\n", '["a list"]\n', '{"loss": 1}\n'])
 def test_unreadable_lines_are_skipped(tmp_path, tail):
     run = write_run(tmp_path / "r", train=[(10, 5.0, 1.5, 0.1, 0.5), (20, 9.0, 1.0, 0.3, 0.7)], tail=tail)

@@ -64,3 +64,17 @@ def test_credentials_file_is_found(no_credentials, monkeypatch):
     (no_credentials / ".kaggle").mkdir()
     (no_credentials / ".kaggle" / "kaggle.json").write_text("{}")
     assert P.kaggle_credentials().endswith("kaggle.json")
+
+
+@pytest.mark.parametrize("damage", ["changed", "truncated", "removed"])
+def test_push_checks_every_file_against_the_manifest_first(bundle_copy, damage):
+    weights = bundle_copy / "weights" / "weights.safetensors"
+    data = weights.read_bytes()
+    if damage == "changed":
+        weights.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    elif damage == "truncated":
+        weights.write_bytes(data[: len(data) // 2])
+    else:
+        weights.unlink()
+    with pytest.raises(TRMError, match="weights.safetensors: .*(differs from|missing).*rebuild the bundle"):
+        P.push(bundle_copy, runner=lambda *a, **k: pytest.fail("must not upload"))

@@ -112,3 +112,58 @@ def test_submit_validate_and_score_commands(unseen, tmp_path, capsys):
     bad.pop(next(iter(bad)))
     out.write_text(json.dumps(bad))
     assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 2
+
+
+# ---------------------------------------------------------------------------
+# Hostile and careless input (issue 10): a submission in every case, one bad task costs that task alone
+# ---------------------------------------------------------------------------
+
+
+def test_bad_ids_and_repeated_ids_cost_their_task_alone(unseen, tmp_path):
+    good = json.loads(unseen[0].read_text())
+    task = next(iter(good.values()))
+    bad = {"sep|||t1|||0123456789": task, "../escape": task, "/abs": task, "dup00001": task}
+    body = json.dumps({**good, **bad})
+    body = body[:-1] + ', "dup00001": ' + json.dumps(task) + "}"  # the same id twice in one file
+    path = tmp_path / "hostile.json"
+    path.write_text(body)
+    report = solve(cfg(unseen, tmp_path, challenges=str(path), finetune="none"))
+    assert report["valid"] and report["predicted"] == sum(len(t["test"]) for t in good.values())
+    assert set(bad) <= set(report["task_problems"])
+    sub = json.loads((tmp_path / "submission.json").read_text())
+    assert set(sub) == set(good) | set(bad)
+    assert sub["dup00001"][0]["attempt_1"] == task["test"][0]["input"]  # the fallback
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hostile.json", "submission.json", "work"]
+
+
+def test_a_work_dir_that_cannot_be_written_still_gives_a_submission(unseen, tmp_path):
+    (tmp_path / "file").write_text("a regular file")
+    report = solve(cfg(unseen, tmp_path, work_dir=str(tmp_path / "file" / "work")))
+    assert report["valid"] and report["errors"] and report["predicted"] == 0
+    check_submission(tmp_path / "submission.json", unseen[0])
+    assert (tmp_path / "file").read_text() == "a regular file"
+
+
+def test_a_full_disk_in_the_work_dir_costs_its_logs_not_the_submission(unseen, tmp_path, monkeypatch):
+    import errno
+
+    import trm_kaggle.solve.solve as S
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(S, "atomic_write_text", full)  # the challenges copy, error.log and solve_report.json
+    report = solve(cfg(unseen, tmp_path))
+    assert report["valid"] and "No space left" in report["errors"][0]
+    check_submission(tmp_path / "submission.json", unseen[0])
+
+
+def test_a_budget_inside_the_safety_margin_writes_the_fallback_at_once(unseen, tmp_path):
+    import time
+
+    t0 = time.perf_counter()
+    report = solve(cfg(unseen, tmp_path, time_budget=5, safety_margin=60))
+    assert time.perf_counter() - t0 < 5  # no dataset build, no timing batch
+    assert report["valid"] and "safety margin" in report["errors"][0]
+    assert not (tmp_path / "work").exists()
+    check_submission(tmp_path / "submission.json", unseen[0])

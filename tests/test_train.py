@@ -257,3 +257,45 @@ def test_out_of_memory_retries_with_a_smaller_micro_batch(sudoku4, tmp_path, mon
     train(cfg_for(sudoku4, tmp_path / "ref", "max_steps=3", "micro_batch_size=2"))
     a, b = final_params(tmp_path / "auto"), final_params(tmp_path / "ref")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---------------------------------------------------------------------------
+# Resume after a crash (issue 10): a truncated newest state, metrics past the resumed step
+# ---------------------------------------------------------------------------
+
+
+def steps_logged(run: Path) -> list[int]:
+    return [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "foreign bytes"])
+def test_resume_falls_back_to_the_newest_readable_state(sudoku4, tmp_path, caplog, damage):
+    run = tmp_path / "run"
+    train(cfg_for(sudoku4, run, "max_steps=2", "checkpoint_keep=3"))
+    train(cfg_for(sudoku4, run, "max_steps=4", "checkpoint_keep=3"))
+    newest = ckpt.list_states(run)[-1]
+    data = newest.read_bytes()
+    newest.write_bytes({"truncated": data[: len(data) // 2], "empty": b"", "foreign bytes": b"\x00" * 100}[damage])
+    resumed = train(cfg_for(sudoku4, run, "max_steps=6", "checkpoint_keep=3"))
+    assert resumed.step == 6
+    assert "trying the previous state" in caplog.text and "renamed to state_step00000004.pt.corrupt" in caplog.text
+    assert (run / "state_step00000004.pt.corrupt").exists()  # kept for inspection, never deleted
+    assert steps_logged(run) == [1, 2, 3, 4, 5, 6]  # steps 3-4 ran again: logged once
+
+
+def test_metrics_past_the_resumed_step_are_logged_once(sudoku4, tmp_path):
+    run = tmp_path / "run"
+    train(cfg_for(sudoku4, run, "max_steps=3"))
+    with open(run / "metrics.jsonl", "a") as f:  # a run killed after logging steps 4-5 but before saving them
+        f.write(json.dumps({"step": 4, "loss": 1.0}) + "\n" + json.dumps({"step": 5, "loss": 1.0}) + "\n")
+        f.write('{"step": 6, "lo')  # and cut off mid-line
+    train(cfg_for(sudoku4, run, "max_steps=5"))
+    assert steps_logged(run) == [1, 2, 3, 4, 5]
+
+
+def test_no_readable_state_is_one_clear_error(sudoku4, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "state_step00000003.pt").write_bytes(b"junk")
+    with pytest.raises(TRMError, match="no readable train state"):
+        train(cfg_for(sudoku4, run, "max_steps=4"))

@@ -127,7 +127,7 @@ def test_foreign_keys_and_wrong_shapes_give_trm_error():
     with pytest.raises(TRMError, match="shapes do not match"):
         load_upstream_state_dict(tiny(1), wide)
     mlp_t = to_upstream_state_dict(tiny(0, mlp_t=True, pos_encodings="none"))
-    with pytest.raises(TRMError, match="does not match the model config"):
+    with pytest.raises(TRMError, match="do not match the model config"):
         load_upstream_state_dict(tiny(1), mlp_t)
 
 

@@ -4,7 +4,9 @@ Files are written to a temporary sibling and renamed over the target (rename is
 atomic on POSIX within one filesystem). Directories are built in a temporary
 sibling named `<target>.partial-<pid>` and renamed into place at the end, so a
 killed build leaves only a `.partial-*` directory that no loader mistakes for a
-dataset; the next build removes such leftovers when their process is gone.
+dataset; the next build removes such leftovers when their process is gone. Each finished
+directory holds an owner record (`OWNER_RECORD`: its kind and every entry written), the
+only proof on which an existing directory is ever replaced.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
 
 PARTIAL_MARK = ".partial-"
 
@@ -84,24 +87,64 @@ def remove_stale_partials(target: Path) -> list[Path]:
     return removed
 
 
+OWNER_RECORD = ".trm_kaggle_output.json"
+OWNER_FORMAT = "trm_kaggle.output"
+
+
+def _entries(directory: Path) -> list[str]:
+    """Every file and folder under `directory`, as sorted relative POSIX paths."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*"))
+
+
+def write_owner_record(directory: Path, kind: str) -> None:
+    """Record in `directory` that we wrote it, as a `kind`, with exactly the entries it holds now."""
+    atomic_write_json(directory / OWNER_RECORD, {"format": OWNER_FORMAT, "kind": kind, "entries": _entries(directory)},
+                      indent=1)
+
+
+def owner_problem(directory: Path, kind: str) -> str | None:
+    """Why `directory` is not provably a `kind` this package wrote (None when it is).
+
+    The proof is the owner record `atomic_directory` leaves in each output: it names the
+    kind and every entry written. A directory holding anything the record does not list
+    (a file the user added, a run's train states) is not ours to replace.
+    """
+    record_path = directory / OWNER_RECORD
+    if not record_path.is_file():
+        return "it holds no record that this package wrote it"
+    try:
+        record = read_json(record_path, "owner record")
+    except TRMError as e:
+        return str(e)
+    if not isinstance(record, dict) or record.get("format") != OWNER_FORMAT or not isinstance(record.get("entries"), list):
+        return f"{record_path} is not an owner record of this package"
+    if record.get("kind") != kind:
+        return f"it is a {record.get('kind')!r} output, not a {kind!r}"
+    foreign = sorted(set(_entries(directory)) - set(record["entries"]) - {OWNER_RECORD})
+    if foreign:
+        return f"it holds {len(foreign)} entries this package did not write there (e.g. {foreign[0]!r})"
+    return None
+
+
 @contextlib.contextmanager
-def atomic_directory(target: str | os.PathLike, *, is_replaceable: Callable[[Path], bool] | None = None) -> Iterator[Path]:
+def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     """Yield a fresh temporary directory; on success move it to `target`.
 
-    An existing `target` is replaced only when `is_replaceable(target)` says it is
-    something we built before (for example a dataset); anything else is refused so
-    that a typo never deletes unrelated files. The old directory is removed only
-    after the new one is in place.
+    `kind` names what is built ("dataset", "export", ...). An existing non-empty `target`
+    is replaced only when `owner_problem` proves it is a `kind` we wrote and holds nothing
+    else; anything else is refused, so a typo never deletes unrelated files (a run
+    directory, a dataset someone added notes to). The old directory is removed only after
+    the new one is in place.
     """
     target = Path(target).absolute()
     if target.exists():
         if not target.is_dir():
             raise TRMError(f"{target} exists and is not a directory")
-        if any(target.iterdir()) and not (is_replaceable and is_replaceable(target)):
-            raise TRMError(
-                f"{target} exists, is not empty and does not look like output of this command; "
-                "refusing to replace it (choose another output directory or remove it)"
-            )
+        if any(target.iterdir()):
+            problem = owner_problem(target, kind)
+            if problem:
+                raise TRMError(f"{target} exists, is not empty and is not a {kind} written by this package "
+                               f"({problem}); refusing to replace it (choose another output directory)")
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(target)
     tmp = target.parent / f"{target.name}{PARTIAL_MARK}{os.getpid()}"
@@ -110,6 +153,7 @@ def atomic_directory(target: str | os.PathLike, *, is_replaceable: Callable[[Pat
     tmp.mkdir()
     try:
         yield tmp
+        write_owner_record(tmp, kind)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -6,7 +6,8 @@ the result. Flag names follow upstream's scripts (`--input-file-prefix`,
 `--num-aug`, ...); both dashes and underscores are accepted. Every subcommand
 takes the common flags (`--no-progress`, `-v`), except `bundle`, whose options
 are exactly `build_bundle.py`'s. User errors print one `error:` line and exit
-with status 2; nothing half-written is left behind.
+with status 2; so does an OSError (the path, and what was needed: space, permission, a
+folder); nothing half-written is left behind.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import sys
 import pydantic
 
 from trm_kaggle import __version__
-from trm_kaggle.errors import TRMError
+from trm_kaggle.config import validation_line
+from trm_kaggle.errors import TRMError, os_error_line
 
 log = logging.getLogger("trm_kaggle")
 
@@ -569,8 +571,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except pydantic.ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'value'}: {err['msg']}" for err in e.errors())
-        print(f"error: invalid option: {problems}", file=sys.stderr)
+        print(f"error: invalid option: {validation_line(e)}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk, a read-only or missing folder, a file where a folder should be
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -10,7 +10,12 @@ from __future__ import annotations
 import re
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+def validation_line(e: ValidationError) -> str:
+    """A pydantic error as one line: `field.path: message; ...` (the CLI's and every config reader's)."""
+    return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'value'}: {err['msg']}" for err in e.errors())
 
 
 class _Config(BaseModel):
@@ -107,28 +112,57 @@ class MazeBuildConfig(_Config):
 
 
 class ArchConfig(_Config):
-    hidden_size: int = 512
-    num_heads: int = 8
-    expansion: float = 4.0
-    H_cycles: int = 3
-    L_cycles: int = 6  # upstream's ARC runs use 4
-    H_layers: int = 0  # kept for upstream configs; TRM has a single network
-    L_layers: int = 2
-    halt_max_steps: int = 16
-    halt_exploration_prob: float = 0.1
+    """The network. Bounds are far outside every published recipe; they stop a typo (`num_heads: 0`,
+    `halt_max_steps: 0`, a hidden size in the millions) before it becomes a traceback or a huge allocation."""
+
+    hidden_size: int = Field(512, ge=2, le=16384)
+    num_heads: int = Field(8, ge=1, le=1024)
+    expansion: float = Field(4.0, gt=0, le=64)
+    H_cycles: int = Field(3, ge=1, le=256)
+    L_cycles: int = Field(6, ge=1, le=256)  # upstream's ARC runs use 4
+    H_layers: int = Field(0, ge=0, le=256)  # kept for upstream configs; TRM has a single network
+    L_layers: int = Field(2, ge=1, le=256)
+    halt_max_steps: int = Field(16, ge=1, le=4096)
+    halt_exploration_prob: float = Field(0.1, ge=0, le=1)
     no_ACT_continue: bool = True
     pos_encodings: Literal["rope", "learned", "none"] = "rope"
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-5
-    puzzle_emb_ndim: Optional[int] = None  # None = hidden_size (upstream: ${.hidden_size})
-    puzzle_emb_len: int = 16
+    rope_theta: float = Field(10000.0, gt=0, allow_inf_nan=False)
+    rms_norm_eps: float = Field(1e-5, gt=0, lt=1)
+    puzzle_emb_ndim: Optional[int] = Field(None, ge=0, le=1 << 20)  # None = hidden_size (upstream: ${.hidden_size})
+    puzzle_emb_len: int = Field(16, ge=0, le=4096)
     mlp_t: bool = False
     forward_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # upstream: bfloat16
     loss_type: Literal["stablemax_cross_entropy", "softmax_cross_entropy"] = "stablemax_cross_entropy"
 
+    @model_validator(mode="after")
+    def _shapes_fit(self) -> "ArchConfig":
+        if not self.mlp_t and self.hidden_size % self.num_heads:  # the MLP mixer (mlp_t) has no heads
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if not self.mlp_t and self.pos_encodings == "rope" and (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(f"rope needs an even head size, hidden_size / num_heads is "
+                             f"{self.hidden_size // self.num_heads}")
+        if self.puzzle_emb_len and self.emb_ndim > self.puzzle_emb_len * self.hidden_size:
+            raise ValueError(f"puzzle_emb_ndim {self.emb_ndim} does not fit in puzzle_emb_len {self.puzzle_emb_len} "
+                             f"x hidden_size {self.hidden_size}")
+        return self
+
     @property
     def emb_ndim(self) -> int:
         return self.hidden_size if self.puzzle_emb_ndim is None else self.puzzle_emb_ndim
+
+
+class ExportConfig(_Config):
+    """`config.json` of an inference export (`trm_kaggle.model.export`): checked in full when read,
+    so a hand-edited or foreign file fails with one line naming the field."""
+
+    format: Literal["trm_kaggle.inference"]
+    trm_kaggle_version: str
+    arch: ArchConfig
+    seq_len: int = Field(ge=1, le=1 << 20)
+    vocab_size: int = Field(ge=2, le=1 << 20)
+    num_puzzle_identifiers: Optional[int] = Field(ge=1)  # None: the model has no puzzle embedding
+    puzzle_embedding: Literal["full", "mean"]
+    info: dict = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------
@@ -220,6 +254,8 @@ class TrainConfig(_Config):
 # Experiments: grids of training runs (`trm-kaggle sweep`)
 # ---------------------------------------------------------------------------
 
+MAX_SWEEP_RUNS = 10_000
+
 #: What a name that becomes a directory may look like (sweep, variant and run names).
 SAFE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+=-]{0,119}$"
 
@@ -266,8 +302,8 @@ class SweepGrid(_Config):
     description: str = ""
     presets: list[str] = Field(default_factory=list)
     overrides: list[str] = Field(default_factory=list)
-    axes: list[list[SweepVariant]] = Field(default_factory=list)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    axes: list[list[SweepVariant]] = Field(default_factory=list, max_length=16)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, max_length=1000)
 
     @field_validator("axes")
     @classmethod
@@ -287,6 +323,15 @@ class SweepGrid(_Config):
             raise ValueError(f"repeated seed in {seeds}")
         return seeds
 
+    @model_validator(mode="after")
+    def _size(self) -> "SweepGrid":
+        runs = len(self.seeds)
+        for axis in self.axes:
+            runs *= len(axis)
+        if runs > MAX_SWEEP_RUNS:  # a typo in a grid file, not a study
+            raise ValueError(f"{runs:,} runs; a grid holds at most {MAX_SWEEP_RUNS:,}")
+        return self
+
 
 # ---------------------------------------------------------------------------
 # Solving unseen tasks (the Kaggle kernel): test-time training + voting + submission
@@ -300,8 +345,8 @@ class SolveConfig(_Config):
     weights: str  # an export directory (trm-kaggle export / import-upstream)
     output: str = "submission.json"
     work_dir: str = "ttt_work"  # dataset, fine-tuning states (a restarted kernel resumes from them)
-    time_budget: Optional[float] = None  # seconds for everything; None = no limit
-    safety_margin: float = 60.0  # seconds kept free at the end of the budget
+    time_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False)  # seconds for everything; None = no limit
+    safety_margin: float = Field(60.0, ge=0, allow_inf_nan=False)  # seconds kept free at the end of the budget
     num_aug: int = Field(100, ge=0)  # augmentations per task, for fine-tuning and for voting
     finetune: Literal["embeddings", "all", "none"] = "embeddings"
     finetune_steps: int = Field(500, ge=0)

@@ -12,3 +12,28 @@ class TRMError(Exception):
 
 class DataError(TRMError):
     """Malformed task or dataset content. The message names the file, task and problem."""
+
+
+# What an operation needed, by errno: the second half of the one line an OSError becomes.
+_NEEDED = {
+    "ENOSPC": "free space on its disk", "EDQUOT": "free quota on its disk",
+    "EROFS": "a writable file system", "EACCES": "permission to read or write it",
+    "EPERM": "permission to read or write it", "ENOENT": "it (or its folder) to exist",
+    "ENOTDIR": "every part of the path before it to be a folder, not a file",
+    "EISDIR": "a file, not a folder", "EEXIST": "the path to be free (something is already there)",
+    "ENAMETOOLONG": "a shorter name", "EMFILE": "fewer open files", "EXDEV": "one file system",
+    "ENOTEMPTY": "an empty folder", "EIO": "a working disk",
+}
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an OSError: the path, what the system said, and what the operation needed."""
+    import errno
+
+    name = errno.errorcode.get(e.errno or 0, "")
+    path = e.filename if e.filename is not None else "(no path)"
+    if e.filename2 is not None:
+        path = f"{path} -> {e.filename2}"
+    said = e.strerror or str(e) or type(e).__name__
+    needed = _NEEDED.get(name)
+    return f"{path}: {said}" + (f" (needed: {needed})" if needed else "")

@@ -1,33 +1,116 @@
-"""Reading JSON files with one clear error: which file, and where in it, went wrong."""
+"""The one JSON reader: every JSON file (and JSON line) of the package is parsed here.
+
+Whatever is wrong with a file, the caller gets one `DataError` line naming the file and
+the problem, never a traceback: missing, a directory, unreadable, larger than `MAX_BYTES`,
+empty, not UTF-8 (UTF-8 with a byte-order mark and UTF-16/32 with one are read as text
+editors write them), truncated or otherwise invalid (with line and column), nested deeper
+than Python's parser goes (about 1,000 levels: its RecursionError becomes one line), or an
+object with the same key twice (JSON leaves that undefined;
+Python would keep the last value silently).
+"""
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trm_kaggle.errors import DataError
 
+MAX_BYTES = 4 << 30  # larger than any file the package writes (identifiers.json of 1,000 x 1,000 puzzles: ~40 MB)
 
-def read_json(path: str | os.PathLike, what: str = "JSON file", hint: str | None = None) -> Any:
-    """Parsed JSON, or DataError naming the file (and the line/column of a syntax error).
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def _text(data: bytes) -> str:
+    """Bytes -> text: UTF-8, or the encoding its byte-order mark names. UnicodeDecodeError otherwise."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return data.decode(encoding)
+    return data.decode("utf-8")
+
+
+def _no_duplicates(on_duplicate: Callable[[str], None] | None) -> Callable[[list], dict]:
+    def hook(pairs: list) -> dict:
+        out = dict(pairs)
+        if len(out) != len(pairs):
+            seen: set = set()
+            for key, _ in pairs:
+                if key in seen:
+                    if on_duplicate is None:
+                        raise DataError(f"the key {key!r} appears twice in one object")
+                    on_duplicate(key)
+                seen.add(key)
+            out = {}
+            for key, value in pairs:  # with a collector: the first occurrence is kept
+                out.setdefault(key, value)
+        return out
+
+    return hook
+
+
+def parse_json(data: bytes | str, where: str, what: str = "JSON",
+               on_duplicate: Callable[[str], None] | None = None) -> Any:
+    """Parsed JSON text, or DataError `"{where}: ..."` with one line for any problem.
+
+    `on_duplicate(key)` is called for each repeated key of an object (the first value is
+    kept); without it a repeated key is an error.
+    """
+    try:
+        text = _text(data) if isinstance(data, (bytes, bytearray)) else data
+    except UnicodeDecodeError as e:
+        raise DataError(f"{where}: unreadable {what}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                        f"{e.start}; save it as UTF-8)") from None
+    if not text.strip():
+        raise DataError(f"{where}: unreadable {what}: the file is empty")
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates(on_duplicate))
+    except json.JSONDecodeError as e:
+        end = " (the file ends early: truncated?)" if e.pos >= len(text.rstrip()) else ""
+        raise DataError(f"{where}: unreadable {what}: {e.msg} at line {e.lineno}, column {e.colno}{end}") from None
+    except DataError as e:
+        raise DataError(f"{where}: unreadable {what}: {e}") from None
+    except RecursionError:  # Python's parser recurses once per level and stops near sys.getrecursionlimit()
+        raise DataError(f"{where}: unreadable {what}: nested too deeply (no file of this package nests more "
+                        "than 10 levels)") from None
+
+
+def _read_bytes(path: Path, what: str, hint: str | None) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise DataError(f"{path}: {what} of {size:,} bytes is larger than the {MAX_BYTES:,} bytes this "
+                            "package reads")
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: {what} not found" + (f" ({hint})" if hint else "")) from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: {what} expected, found a directory") from None
+    except NotADirectoryError:
+        raise DataError(f"{path}: {what} not found (a part of the path is a file, not a directory)") from None
+    except OSError as e:
+        raise DataError(f"{path}: unreadable {what}: {e.strerror or e}") from None
+
+
+def read_text(path: str | os.PathLike, what: str = "text file", hint: str | None = None) -> str:
+    """A text file (YAML configs, JSON lines) decoded as `read_json` decodes, with the same one-line errors."""
+    path = Path(path)
+    try:
+        return _text(_read_bytes(path, what, hint))
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: unreadable {what}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                        f"{e.start}; save it as UTF-8)") from None
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file", hint: str | None = None,
+              on_duplicate: Callable[[str], None] | None = None) -> Any:
+    """Parsed JSON of a file, or DataError naming the file and the one problem.
 
     `what` names the file's role in messages ("dataset.json", "challenges file"); `hint` is added
     when the file does not exist (e.g. what usually produces it).
     """
     path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise DataError(f"{path}: {what} not found" + (f" ({hint})" if hint else "")) from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: unreadable {what}: {e.msg} at line {e.lineno}, column {e.colno} "
-                        f"(character {e.pos})") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: unreadable {what}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: {what} expected, found a directory") from None
-    except OSError as e:
-        raise DataError(f"{path}: unreadable {what}: {e.strerror or e}") from None
+    return parse_json(_read_bytes(path, what, hint), str(path), what, on_duplicate)

@@ -7,7 +7,7 @@
 
 Every grid is checked by `grid_problem` (rectangular, sides 1..30, values 0..9), the
 package's one grid check (submissions use it too), and every task must
-have train pairs and test inputs; a problem raises `DataError` naming the file,
+have train pairs and test inputs and a legal id (`trm_kaggle.names`); a problem raises `DataError` naming the file,
 the task and what is wrong. `strict=False` instead collects problems per task so
 a submission can still predict every task that is fine.
 """
@@ -25,6 +25,7 @@ import numpy as np
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.names import task_id_problem
 
 MAX_GRID = 30
 
@@ -124,7 +125,14 @@ def parse_grid(grid: Any, what: str) -> np.ndarray:
 
 
 def parse_task(task_id: str, raw: Any, where: str, solutions: Any = None, require_outputs: bool = False) -> ArcTask:
-    """Validate one task dict {"train": [...], "test": [...]}; `solutions` is its list of test outputs."""
+    """Validate one task dict {"train": [...], "test": [...]}; `solutions` is its list of test outputs.
+
+    The task id is checked too (`trm_kaggle.names.task_id_problem`): it becomes part of puzzle
+    names and file names, so an id with a path separator or `|||` is refused here, at load time.
+    """
+    id_problem = task_id_problem(task_id)
+    if id_problem:
+        raise DataError(f"{where}: task id {id_problem}")
     prefix = f"{where}: task {task_id}"
     try:
         if not isinstance(raw, dict):
@@ -190,15 +198,19 @@ def _parse_tasks(raw: Any, where: str, solutions: Any, sol_where: str, strict: b
 # ---------------------------------------------------------------------------
 
 
-def read_challenges(source: str | os.PathLike | Mapping) -> dict:
+def read_challenges(source: str | os.PathLike | Mapping, duplicates: set[str] | None = None) -> dict:
     """The raw `{task_id: task}` object of a Kaggle challenges file (or of a dict already loaded).
 
     The one reader of challenges files. Only the top level is checked (DataError naming the
     file when it is missing, unreadable or not a JSON object); tasks are checked by `parse_task`,
-    so a caller can still answer the good tasks of a file with malformed ones.
+    so a caller can still answer the good tasks of a file with malformed ones. A task id that
+    appears twice is an error, unless a `duplicates` set is given: then such ids are added to it
+    (the first occurrence is kept) and the caller decides (a submission answers them with the
+    fallback instead of guessing which copy was meant).
     """
     if isinstance(source, (str, os.PathLike)):
-        raw, where = read_json(source), str(source)
+        collect = None if duplicates is None else duplicates.add
+        raw, where = read_json(source, "challenges file", on_duplicate=collect), str(source)
     else:
         raw, where = source, "challenges"
     if not isinstance(raw, Mapping):
@@ -219,10 +231,17 @@ def write_challenges(tasks: Iterable[ArcTask], path: str | os.PathLike,
 
 def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike | None = None,
                     strict: bool = True) -> LoadReport:
-    """A Kaggle-style challenges file, with its solutions file when given."""
-    raw = read_challenges(challenges)
-    sol = read_json(Path(solutions)) if solutions is not None else None
-    return _parse_tasks(raw, str(challenges), sol, str(solutions), strict)
+    """A Kaggle-style challenges file, with its solutions file when given.
+
+    Not strict: a task id that appears twice costs that task alone (a problem, not loaded)."""
+    duplicates: set[str] | None = None if strict else set()
+    raw = read_challenges(challenges, duplicates)
+    sol = read_json(Path(solutions), "solutions file") if solutions is not None else None
+    report = _parse_tasks(raw, str(challenges), sol, str(solutions), strict)
+    for task_id in sorted(duplicates or ()):
+        report.tasks.pop(task_id, None)
+        report.problems[task_id] = f"{challenges}: task {task_id} appears more than once"
+    return report
 
 
 def prefix_paths(prefix: str, subset: str) -> tuple[Path, Path]:

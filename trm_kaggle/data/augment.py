@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from trm_kaggle.names import SEPARATOR  # noqa: F401 (defined beside the task-id rule that refuses it in ids)
+
 NUM_TRANSFORMS = 8
-SEPARATOR = "|||"
 IDENTITY_PERM = np.arange(10, dtype=np.uint8)
 # inverse transform of each id: rotations invert each other, reflections are their own inverse
 INVERSE_TRANSFORM = (0, 3, 2, 1, 4, 5, 6, 7)

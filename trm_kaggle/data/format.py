@@ -143,10 +143,6 @@ def finish_split(split_dir: Path, metadata: DatasetMetadata, puzzle_identifiers:
     atomic_write_json(split_dir / "dataset.json", metadata.model_dump())
 
 
-def looks_like_dataset(path: Path) -> bool:
-    return (path / "train" / "dataset.json").is_file() or (path / "identifiers.json").is_file()
-
-
 class SplitWriter:
     """Streams one split: add puzzles (each a block of examples), close groups, finish."""
 
@@ -228,7 +224,7 @@ class DatasetWriter:
         self._ctx = None
 
     def __enter__(self) -> "DatasetWriter":
-        self._ctx = atomic_directory(self.output_dir, is_replaceable=looks_like_dataset)
+        self._ctx = atomic_directory(self.output_dir, kind="dataset")
         self.tmp_dir = self._ctx.__enter__()
         self.train = SplitWriter(self.tmp_dir / "train", self.seq_len, self.vocab_size)
         self.test = SplitWriter(self.tmp_dir / "test", self.seq_len, self.vocab_size)

@@ -18,7 +18,6 @@ identifier 0); identifiers.json lists "<blank>" and then the names.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from tqdm import tqdm
 
 from trm_kaggle.data.format import BLANK_IDENTIFIER, DatasetWriter, SplitWriter
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.jsonio import parse_json
 
 Example = tuple[Any, Any]  # (input grid, label grid), arrays or nested lists
 Puzzle = tuple[str | None, Sequence[Example]]
@@ -208,9 +208,11 @@ def _write_jsonl(path: Path, writer: DatasetWriter, checker: _GridChecker, names
             pending.clear()
 
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, "rb")  # each line is decoded by the one JSON reader (one clear line for bad bytes)
     except FileNotFoundError:
         raise DataError(f"{path}: missing") from None
+    except OSError as e:
+        raise DataError(f"{path}: unreadable: {e.strerror or e}") from None
     with f:
         for line_no, text in enumerate(f, start=1):
             if not text.strip():
@@ -239,11 +241,8 @@ def _write_jsonl(path: Path, writer: DatasetWriter, checker: _GridChecker, names
             raise DataError(f"{path}: no lines of the {split_name} split")
 
 
-def _parse_jsonl_line(text: str, where: str) -> tuple[str, str | int, str | None, Any, Any]:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{where}: not valid JSON ({e.msg})") from None
+def _parse_jsonl_line(text: bytes | str, where: str) -> tuple[str, str | int, str | None, Any, Any]:
+    obj = parse_json(text, where, "JSON line")
     if not isinstance(obj, dict):
         raise DataError(f"{where}: expected a JSON object")
     missing = [k for k in ("split", "group", "input", "label") if k not in obj]

@@ -9,7 +9,6 @@ then test_puzzles.json against the test split when present.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,8 @@ import numpy as np
 
 from trm_kaggle.data.format import FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, load_identifiers, load_split
 from trm_kaggle.errors import DataError
+from trm_kaggle.jsonio import read_json
+from trm_kaggle.names import file_in
 
 _CHUNK_ROWS = 1 << 16
 
@@ -53,7 +54,8 @@ def verify_split(dataset_dir: Path, split: str, num_identifiers: int) -> SplitSu
     s = load_split(dataset_dir, split)
     m = s.metadata
     if m.sets != [SET_NAME]:
-        extra = [f"{name}__{f}.npy" for name in m.sets for f in FIELDS if not (d / f"{name}__{f}.npy").exists()]
+        # set names are data: looked up as encoded names inside the split folder only
+        extra = [f"{name}__{f}.npy" for name in m.sets for f in FIELDS if not file_in(d, f"{name}__{f}", ".npy").exists()]
         if extra:
             raise DataError(f"{d}: sets {m.sets} named in dataset.json but {extra[0]} is missing")
     if m.num_puzzle_identifiers != num_identifiers:
@@ -112,10 +114,7 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
     test_tasks = None
     tp = dataset_dir / "test_puzzles.json"
     if tp.exists():
-        try:
-            test_puzzles = json.loads(tp.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise DataError(f"{tp}: unreadable: {e}") from None
+        test_puzzles = read_json(tp, "test_puzzles.json")
         if not isinstance(test_puzzles, dict):
             raise DataError(f"{tp}: must map task ids to tasks")
         test_tasks = len(test_puzzles)

@@ -43,6 +43,7 @@ from trm_kaggle.evaluate.decode import (decode_split_tokens, example_puzzles, gr
 from trm_kaggle.evaluate.predict import Predictions, predict_split
 from trm_kaggle.evaluate.vote import PASS_KS, Metrics, Slot, VoteResult, VoteTable, Weighting, score
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.names import file_in, task_id_problem
 
 # The standard ARC palette, colours 0..9.
 ARC_PALETTE = ("#000000", "#0074D9", "#FF4136", "#2ECC40", "#FFDC00",
@@ -67,7 +68,11 @@ def load_test_set(dataset_dir: str | os.PathLike) -> TestSet:
     path = Path(dataset_dir) / "test_puzzles.json"
     raw = read_json(path, "test_puzzles.json", hint="ARC evaluation needs the test_puzzles.json an ARC builder writes")
     slots, inputs, truths, num_tests = [], {}, {}, {}
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: expected an object mapping task ids to tasks")
     for task_id, task in raw.items():
+        if task_id_problem(task_id):  # before any inference: ids become file names of the report
+            raise DataError(f"{path}: task id {task_id_problem(task_id)}")
         tests = task.get("test") if isinstance(task, dict) else None
         if not isinstance(tests, list) or not tests:
             raise DataError(f"{path}: task {task_id} has no test pairs")
@@ -343,14 +348,14 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
         raise TRMError(f"tasks not in the test set: {', '.join(unknown)}")
     paths: dict[str, Path] = {}
     pics: dict[str, str] = {}
+    atomic_write_json(out / "report.json", report, indent=1)  # first: the numbers never wait on a picture
     if pictures and chosen:
         (out / "pictures").mkdir(exist_ok=True)
         for task in chosen:
-            p = out / "pictures" / f"{task}.png"
+            p = file_in(out / "pictures", task, ".png")  # a task id is data: encoded, never a path
             save_task_picture(result, task, p, attempts=attempts)
             paths[f"picture:{task}"] = p
-            pics[task] = f"pictures/{task}.png"
-    atomic_write_json(out / "report.json", report, indent=1)
+            pics[task] = "pictures/" + p.name.replace("%", "%25")  # the link is a URL: its % escaped
     atomic_write_text(out / "report.md", _markdown(report, pics))
     paths["json"], paths["markdown"] = out / "report.json", out / "report.md"
     return paths

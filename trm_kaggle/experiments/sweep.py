@@ -40,15 +40,14 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import pydantic
-import yaml
 from tqdm.auto import tqdm
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text
-from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig
+from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.train.loop import RESUMABLE_CHANGES
-from trm_kaggle.train.settings import apply_overrides, dump_config, load_train_config
+from trm_kaggle.train.settings import apply_overrides, dump_config, load_train_config, read_config_file
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +78,6 @@ def describe_grids() -> str:
     return "\n".join(lines)
 
 
-def _validation_message(err: pydantic.ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in err.errors())
-
-
 def load_grid(spec: str) -> SweepGrid:
     """A built-in grid by name, or a grid from a YAML file (its name defaults to the file's stem)."""
     if spec in BUILTIN_GRIDS:
@@ -90,19 +85,12 @@ def load_grid(spec: str) -> SweepGrid:
     path = Path(spec)
     if not path.is_file():
         raise TRMError(f"{spec}: neither a built-in grid ({', '.join(BUILTIN_GRIDS)}) nor a grid file")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise TRMError(f"{path}: cannot read the grid file: {err}") from None
-    except yaml.YAMLError as err:
-        raise TRMError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
-    if not isinstance(data, dict):
-        raise TRMError(f"{path}: a grid file holds a mapping (name, presets, overrides, axes, seeds)")
+    data = read_config_file(path)  # yaml.safe_load; one line for an unreadable file or a non-mapping
     data.setdefault("name", path.stem)
     try:
         return SweepGrid.model_validate(data)
     except pydantic.ValidationError as err:
-        raise TRMError(f"{path}: bad grid: {_validation_message(err)}") from None
+        raise TRMError(f"{path}: bad grid: {validation_line(err)}") from None
 
 
 def with_seeds(grid: SweepGrid, seeds: Sequence[int]) -> SweepGrid:
@@ -110,7 +98,7 @@ def with_seeds(grid: SweepGrid, seeds: Sequence[int]) -> SweepGrid:
     try:
         return SweepGrid.model_validate({**grid.model_dump(), "seeds": list(seeds)})
     except pydantic.ValidationError as err:
-        raise TRMError(f"--seeds: {_validation_message(err)}") from None
+        raise TRMError(f"--seeds: {validation_line(err)}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -147,7 +135,7 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
     except TRMError as err:
         raise TRMError(f"sweep {grid.name}: the base settings: {err}") from None
     except pydantic.ValidationError as err:
-        raise TRMError(f"sweep {grid.name}: the base settings: {_validation_message(err)}") from None
+        raise TRMError(f"sweep {grid.name}: the base settings: {validation_line(err)}") from None
     plan = []
     for combo in itertools.product(*grid.axes):
         variant = "_".join(v.name for v in combo) or "baseline"
@@ -158,7 +146,7 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
         except TRMError as err:
             raise TRMError(f"sweep {grid.name}, variant {variant}: {err}") from None
         except pydantic.ValidationError as err:
-            raise TRMError(f"sweep {grid.name}, variant {variant}: {_validation_message(err)}") from None
+            raise TRMError(f"sweep {grid.name}, variant {variant}: {validation_line(err)}") from None
         for seed in grid.seeds:
             name = f"{variant}_s{seed}"
             if not is_safe_name(name):

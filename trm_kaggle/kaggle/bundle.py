@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, read_notebook, build_kernel
 from trm_kaggle.kaggle.metadata import (
     DEFAULT_PREFIX, DEFAULT_USER, REPO_ROOT, BundleIds, default_user, validate_bundle,
@@ -151,7 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Build (and optionally execute and push) the bundle the parsed options describe; the exit status."""
     try:
-        ids = BundleIds(args.user or default_user(), args.slug_prefix).check()
+        if args.user is not None and not args.user.strip():
+            raise TRMError("--user is empty: give your Kaggle user name (or leave --user out to use "
+                           "$KAGGLE_USERNAME)")
+        ids = BundleIds(args.user if args.user is not None else default_user(), args.slug_prefix).check()
         target = Target(python_version=args.python_version,
                         platforms=tuple(args.platform) if args.platform else DEFAULT_PLATFORMS)
         report = build_bundle(args.out_dir, ids=ids, weights=args.weights, notebook=args.notebook,
@@ -181,4 +184,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # parts already in place stay whole: each is renamed into place only when complete
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2

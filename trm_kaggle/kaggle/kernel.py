@@ -12,8 +12,9 @@ from typing import Callable
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
-    DEFAULT_PREFIX, KERNEL_META, BundleIds, has_meta, publishable_modes, kernel_metadata,
+    DEFAULT_PREFIX, KERNEL_META, BundleIds, publishable_modes, kernel_metadata,
 )
 
 DEFAULT_NOTEBOOK = Path("notebooks") / "kaggle_submission.ipynb"
@@ -28,10 +29,7 @@ def read_notebook(path: Path) -> dict:
     if not path.is_file():
         raise TRMError(f"notebook {path} does not exist yet (it is written separately: "
                        f"{DEFAULT_NOTEBOOK}); pass another one with --notebook")
-    try:
-        nb = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise TRMError(f"{path}: not a readable notebook: {e}") from None
+    nb = read_json(path, "notebook")
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise TRMError(f"{path}: not a Jupyter notebook (no 'cells' list)")
     return nb
@@ -76,7 +74,7 @@ def build_kernel(out_dir: str | os.PathLike, notebook: str | os.PathLike, *, ids
     nb, warnings = adapt_notebook(read_notebook(notebook), ids)
     for w in warnings:
         log(f"warning: {notebook}: {w}")
-    with atomic_directory(out_dir, is_replaceable=has_meta(KERNEL_META)) as tmp:
+    with atomic_directory(out_dir, kind="kaggle kernel") as tmp:
         atomic_write_text(tmp / notebook.name, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         meta = kernel_metadata(ids, notebook.name, enable_gpu=enable_gpu)
         atomic_write_json(tmp / KERNEL_META, meta, indent=2)

@@ -13,11 +13,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from trm_kaggle import __version__
-from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
 
 # ---------------------------------------------------------------------------
 # Constants
@@ -134,16 +135,37 @@ def sha256_file(path: Path) -> str:
 
 
 def write_manifest(directory: Path, extra: dict | None = None) -> dict:
-    """`manifest.json`: sha256 and size of every other file in `directory` (recursively)."""
+    """`manifest.json`: sha256 and size of every other file in `directory` (recursively; the owner
+    record `atomic_directory` adds afterwards is bookkeeping, not content)."""
     files = {}
     for p in sorted(directory.rglob("*")):
-        if p.is_file() and p.name != MANIFEST:
+        if p.is_file() and p.name not in (MANIFEST, OWNER_RECORD):
             rel = p.relative_to(directory).as_posix()
             files[rel] = {"sha256": sha256_file(p), "size": p.stat().st_size}
     manifest = {"trm_kaggle_version": __version__, **(extra or {}), "files": files}
     atomic_write_json(directory / MANIFEST, manifest, indent=2)
     publishable_modes(directory)
     return manifest
+
+
+def verify_manifest(directory: Path) -> int:
+    """Check every file `manifest.json` lists against its size and sha256; TRMError naming the first
+    that is missing or differs (a weights file changed or cut short after the build). Returns the count."""
+    directory = Path(directory)
+    manifest = read_json(directory / MANIFEST, MANIFEST, hint="build the bundle first")
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise TRMError(f"{directory / MANIFEST}: no 'files' to check")
+    for rel, entry in files.items():
+        path = directory / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:  # a name read from a file: never a path outside
+            raise TRMError(f"{directory / MANIFEST}: entry {rel!r} is not a path inside {directory}")
+        if not isinstance(entry, dict) or not path.is_file():
+            raise TRMError(f"{path}: listed in {MANIFEST} but missing; rebuild the bundle")
+        if path.stat().st_size != entry.get("size") or sha256_file(path) != entry.get("sha256"):
+            raise TRMError(f"{path}: differs from {MANIFEST} (size {path.stat().st_size:,} bytes, manifest "
+                           f"{entry.get('size')}); it changed after the build: rebuild the bundle")
+    return len(files)
 
 
 def publishable_modes(directory: Path) -> None:
@@ -157,11 +179,6 @@ def publishable_modes(directory: Path) -> None:
 
 def dataset_metadata(ident: str, title: str | None = None) -> dict:
     return {"title": title or ident.split("/", 1)[1], "id": ident, "licenses": [{"name": LICENSE}]}
-
-
-def has_meta(name: str) -> Callable[[Path], bool]:
-    """A test for `atomic_directory(is_replaceable=...)`: the directory holds the metadata file `name`."""
-    return lambda p: (p / name).is_file()
 
 
 def tail_lines(text: str, lines: int = 25) -> str:
@@ -245,7 +262,9 @@ def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets
     if meta.get("enable_internet") is not False and "enable_internet" in meta:
         problems.append(("enable_internet", "must be false: ARC Prize submissions run without internet"))
     code = meta.get("code_file")
-    if isinstance(code, str) and code and kernel_dir is not None and not (Path(kernel_dir) / code).is_file():
+    if isinstance(code, str) and code and Path(code).name != code:  # a name read from a file: never a path
+        problems.append(("code_file", f"{code!r} must be a file name in the kernel folder, not a path"))
+    elif isinstance(code, str) and code and kernel_dir is not None and not (Path(kernel_dir) / code).is_file():
         problems.append(("code_file", f"{code!r} does not exist in {kernel_dir}"))
     known = set(bundle_datasets)
     for src in meta.get("dataset_sources") or []:
@@ -264,12 +283,7 @@ def validate_kernel_metadata(meta: Any, kernel_dir: Path | None, bundle_datasets
 
 
 def _load_meta(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TRMError(f"{path}: missing (build the bundle first)") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise TRMError(f"{path}: unreadable: {e}") from None
+    return read_json(path, "metadata file", hint="build the bundle first")
 
 
 def validate_bundle(out_dir: str | os.PathLike) -> dict:

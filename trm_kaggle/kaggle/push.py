@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from trm_kaggle.kaggle.metadata import validate_bundle
+from trm_kaggle.kaggle.metadata import validate_bundle, verify_manifest
 
 
 def kaggle_credentials() -> str | None:
@@ -46,8 +46,11 @@ def _shell(cmd: Sequence[str]) -> str:
 
 def push(out_dir: str | os.PathLike, version_message: str | None = None, *,
          runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
-    """Validate, then run the kaggle commands. Without the CLI or credentials: print them and return 3."""
+    """Validate (metadata, and every shipped file against its manifest's sha256), then run the kaggle
+    commands. Without the CLI or credentials: print them and return 3."""
     validate_bundle(out_dir)
+    for part in ("wheels", "weights"):
+        verify_manifest(Path(out_dir) / part)
     cmds = push_commands(out_dir, version_message)
     cli, creds = shutil.which("kaggle"), kaggle_credentials()
     if not cli or not creds:

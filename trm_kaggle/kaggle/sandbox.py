@@ -377,7 +377,7 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     ids = BundleIds(user, prefix)
     if bundle_ids["weights"] != ids.weights_id:
         raise TRMError(f"{out}: the datasets' ids do not share a prefix ({bundle_ids})")
-    kmeta = json.loads((out / "kernel" / KERNEL_META).read_text())
+    kmeta = read_json(out / "kernel" / KERNEL_META, KERNEL_META)  # validated above: code_file is a plain name
     notebook = out / "kernel" / kmeta["code_file"]
     if importlib_missing("papermill"):
         raise TRMError("--execute needs papermill in this interpreter: pip install 'trm_kaggle[notebooks]'")

@@ -12,8 +12,9 @@ from typing import Any, Callable
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
-    DATASET_META, LICENSE, MODEL_CARD, REPO_ROOT, BundleIds, has_meta, dataset_metadata, write_manifest,
+    DATASET_META, LICENSE, MODEL_CARD, REPO_ROOT, BundleIds, dataset_metadata, write_manifest,
 )
 from trm_kaggle.kaggle.wheels import install_line
 
@@ -25,9 +26,10 @@ def is_export(path: Path) -> bool:
     if not cfg.is_file() or not (Path(path) / "weights.safetensors").is_file():
         return False
     try:
-        return json.loads(cfg.read_text()).get("format") == EXPORT_FORMAT
-    except (OSError, json.JSONDecodeError, AttributeError):
+        config = read_json(cfg, "config.json")
+    except TRMError:
         return False
+    return isinstance(config, dict) and config.get("format") == EXPORT_FORMAT
 
 
 def default_weights(repo: Path = REPO_ROOT) -> Path | None:
@@ -109,7 +111,7 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
     if not is_export(export_dir):
         raise TRMError(f"--weights {export_dir}: not an export (needs weights.safetensors + a config.json written "
                        f"by `trm-kaggle export` or `trm-kaggle import-upstream`)")
-    config = json.loads((export_dir / "config.json").read_text())
+    config = read_json(export_dir / "config.json", "config.json")
     try:  # the header must parse (cheap: no tensor is read)
         from safetensors import safe_open
 
@@ -117,7 +119,7 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
             n_tensors = len(list(f.keys()))
     except Exception as e:
         raise TRMError(f"{export_dir / 'weights.safetensors'}: unreadable safetensors file: {e}") from None
-    with atomic_directory(out_dir, is_replaceable=has_meta(DATASET_META)) as tmp:
+    with atomic_directory(out_dir, kind="kaggle weights dataset") as tmp:
         log(f"copying the export {export_dir}")
         for name in ("weights.safetensors", "config.json"):
             shutil.copy2(export_dir / name, tmp / name)

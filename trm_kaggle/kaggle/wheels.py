@@ -30,7 +30,7 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle.metadata import (
-    DATASET_META, REPO_ROOT, BundleIds, has_meta, tail_lines, dataset_metadata, write_manifest,
+    DATASET_META, REPO_ROOT, BundleIds, tail_lines, dataset_metadata, write_manifest,
 )
 
 try:  # packaging is everywhere pip is; fall back to pip's vendored copy
@@ -366,7 +366,7 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
         if not p.is_file() or p.suffix != ".whl":
             raise TRMError(f"--extra-wheel {p}: not a .whl file")
     extra_names = [canonicalize_name(wheel_name_version(p)[0]) for p in extras]
-    with atomic_directory(out_dir, is_replaceable=has_meta(DATASET_META)) as tmp:
+    with atomic_directory(out_dir, kind="kaggle wheels dataset") as tmp:
         log(f"building the trm_kaggle wheel from {repo}")
         own = build_project_wheel(tmp, repo, builder=builder, log=log)
         roots = wheel_requirements(own, target.marker_environment())

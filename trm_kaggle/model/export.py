@@ -19,15 +19,17 @@ read by `trm_kaggle.train.checkpoint`; this module never reads train files itsel
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
+import pydantic
 import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
-from trm_kaggle.config import ArchConfig, TrainConfig
+from trm_kaggle.config import ArchConfig, ExportConfig, TrainConfig, validation_line
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
@@ -80,30 +82,81 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
         "puzzle_embedding": "mean" if mean_embedding else "full",
         "info": info or {},
     }
-    with atomic_directory(out_dir, is_replaceable=lambda p: (p / "config.json").exists()) as tmp:
-        save_file(tensors, str(tmp / "weights.safetensors"), metadata={"format": EXPORT_FORMAT})
+    # the weights carry the shape-defining config they were saved with: a later edit of config.json
+    # (num_heads, puzzle_emb_len, ... change no tensor shape) is caught when loading
+    weights_meta = {"format": EXPORT_FORMAT, "config": json.dumps(_shape_config(config), sort_keys=True)}
+    with atomic_directory(out_dir, kind="export") as tmp:
+        save_file(tensors, str(tmp / "weights.safetensors"), metadata=weights_meta)
         os.chmod(tmp / "weights.safetensors", 0o644)  # safetensors writes it private; exports are shared
         atomic_write_json(tmp / "config.json", config, indent=2)
     return Path(out_dir)
 
 
+def _shape_config(config: dict) -> dict:
+    """What decides the model's computation: the arch (its dtype aside) and the sequence and vocabulary sizes."""
+    arch = {k: v for k, v in config["arch"].items() if k != "forward_dtype"}
+    return {"arch": arch, "seq_len": config["seq_len"], "vocab_size": config["vocab_size"]}
+
+
 def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(config, tensors) of an export directory; clear errors for missing, truncated or foreign files."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    """(config, tensors) of an export directory; one clear line for a missing, truncated or foreign file,
+    a config.json field that is missing, unknown, of the wrong type or out of bounds, and a config.json
+    edited after the weights were written."""
+    from safetensors import SafetensorError, safe_open
 
     path = Path(path)
     cfg_path, w_path = path / "config.json", path / "weights.safetensors"
-    config = read_json(cfg_path, "config.json", hint=f"is {path} an export made by `trm-kaggle export`?")
-    if not isinstance(config, dict) or config.get("format") != EXPORT_FORMAT:
+    raw = read_json(cfg_path, "config.json", hint=f"is {path} an export made by `trm-kaggle export`?")
+    if not isinstance(raw, dict) or raw.get("format") != EXPORT_FORMAT:
         raise TRMError(f"{cfg_path}: not a trm-kaggle inference config")
     try:
-        tensors = load_file(str(w_path))
+        config = ExportConfig.model_validate(raw).model_dump()
+    except pydantic.ValidationError as e:
+        raise TRMError(f"{cfg_path}: invalid export config: {validation_line(e)}") from None
+    try:
+        with safe_open(str(w_path), framework="pt") as f:
+            saved = (f.metadata() or {}).get("config")
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
     except FileNotFoundError:
         raise TRMError(f"{w_path}: missing") from None
     except (SafetensorError, OSError, ValueError) as e:
         raise TRMError(f"{w_path}: unreadable or truncated safetensors file: {e}") from None
+    if saved is not None:  # exports of older versions carry no config: nothing to compare
+        try:
+            saved = json.loads(saved)
+        except ValueError:
+            raise TRMError(f"{w_path}: its recorded config is not JSON") from None
+        ours = _shape_config(config)
+        changed = [f"{k}: {saved['arch'].get(k)!r} in the weights, {v!r} in config.json"
+                   for k, v in ours["arch"].items() if saved.get("arch", {}).get(k) != v]
+        changed += [f"{k}: {saved.get(k)!r} in the weights, {ours[k]!r} in config.json"
+                    for k in ("seq_len", "vocab_size") if saved.get(k) != ours[k]]
+        if changed:
+            raise TRMError(f"{cfg_path}: differs from the config the weights were saved with ({'; '.join(changed[:3])}"
+                           f"{' ...' if len(changed) > 3 else ''}): the model would compute something else")
     return config, tensors
+
+
+def fit_state_dict(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], source: str,
+                   display: Callable[[str], str] = str) -> None:
+    """Load `tensors` into `model` strictly, or TRMError naming the missing, unexpected and misshapen
+    tensors (each with both shapes): the one check behind every load of weights. `display` names a
+    tensor in messages (e.g. upstream's key for an upstream checkpoint)."""
+    expected = model.state_dict()
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(names[:4]) + (f" (+{len(names) - 4} more)" if len(names) > 4 else "")
+
+    missing = [display(k) for k in sorted(set(expected) - set(tensors))]
+    unexpected = [display(k) for k in sorted(set(tensors) - set(expected))]
+    bad = [f"{display(k)} {tuple(tensors[k].shape)} in the file, {tuple(v.shape)} in the model"
+           for k, v in expected.items() if k in tensors and tuple(tensors[k].shape) != tuple(v.shape)]
+    parts = ([f"missing keys {listed(missing)}"] if missing else []) + \
+            ([f"keys this model does not have {listed(unexpected)}"] if unexpected else []) + \
+            ([f"tensor shapes do not match: {listed(bad)}"] if bad else [])
+    if parts:
+        raise TRMError(f"{source}: weights do not match the model config: {'; '.join(parts)}")
+    model.load_state_dict(dict(tensors), strict=True)
 
 
 # ---------------------------------------------------------------------------
@@ -121,9 +174,7 @@ def load_inference_model(path: str | os.PathLike, num_puzzle_identifiers: int | 
     if PUZZLE_EMB_KEY in tensors:
         tensors[PUZZLE_EMB_KEY] = resize_puzzle_embedding(tensors[PUZZLE_EMB_KEY], n)
     model = TinyRecursiveModel(arch, config["seq_len"], config["vocab_size"], n)
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    if missing or unexpected:
-        raise TRMError(f"{path}: weights do not fit the config (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    fit_state_dict(model, tensors, str(Path(path) / "weights.safetensors"))
     return model.to(device), config
 
 
@@ -159,7 +210,7 @@ def model_from_train_state(state: dict[str, Any], use_ema: bool = True) -> tuple
     cfg = TrainConfig.model_validate_json(state["config"])
     shape = state["model_shape"]
     model = TinyRecursiveModel(cfg.arch, shape["seq_len"], shape["vocab_size"], shape["num_puzzle_identifiers"])
-    model.load_state_dict(state["model"])
+    fit_state_dict(model, state["model"], "train state")
     ema = bool(use_ema and state.get("ema"))
     if ema:
         with torch.no_grad():

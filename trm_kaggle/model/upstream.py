@@ -28,7 +28,8 @@ import torch
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
-from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, resize_puzzle_embedding
+from trm_kaggle.jsonio import read_text
+from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, fit_state_dict, resize_puzzle_embedding
 from trm_kaggle.model.trm import TinyRecursiveModel
 
 COMPILE_PREFIX = "_orig_mod."
@@ -124,21 +125,7 @@ def load_upstream_state_dict(model: TinyRecursiveModel, state: Mapping[str, Any]
         have = ours[PUZZLE_EMB_KEY].shape
         if have[1:] == want[1:] and have[0] != want[0]:
             ours[PUZZLE_EMB_KEY] = resize_puzzle_embedding(ours[PUZZLE_EMB_KEY], want[0])
-    missing = sorted(set(expected) - set(ours))
-    extra = sorted(set(ours) - set(expected))
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append("missing keys " + ", ".join(_rename(k, _RENAMES) for k in missing))
-        if extra:
-            parts.append("keys this model does not have " + ", ".join(_rename(k, _RENAMES) for k in extra))
-        raise TRMError(f"{source}: checkpoint does not match the model config: " + "; ".join(parts))
-    bad = [f"{_rename(k, _RENAMES)} {tuple(ours[k].shape)} (model {tuple(v.shape)})"
-           for k, v in expected.items() if ours[k].shape != v.shape]
-    if bad:
-        shown = ", ".join(bad[:4]) + (f" (+{len(bad) - 4} more)" if len(bad) > 4 else "")
-        raise TRMError(f"{source}: tensor shapes do not match the model config: {shown}")
-    model.load_state_dict(ours, strict=True)
+    fit_state_dict(model, ours, source, display=lambda k: _rename(k, _RENAMES))
 
 
 def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, torch.Tensor]:
@@ -213,13 +200,13 @@ def read_all_config(path: Union[str, os.PathLike]) -> Dict[str, Any]:
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, "all_config.yaml")
+    text = read_text(path, "run config", hint="upstream writes all_config.yaml beside its checkpoints")
     try:
-        with open(path, encoding="utf-8") as f:
-            cfg = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise TRMError(f"{path}: not found (upstream writes all_config.yaml beside its checkpoints)") from None
+        cfg = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise TRMError(f"{path}: not valid YAML: {err}") from None
+        raise TRMError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    except RecursionError:
+        raise TRMError(f"{path}: not a run config: nested too deeply") from None
     if not isinstance(cfg, dict):
         raise TRMError(f"{path}: expected a mapping at the top level")
     return cfg
@@ -255,10 +242,7 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     if seq_len is None:
         raise TRMError(f"cannot tell the sequence length of this vocabulary ({vocab} tokens): pass --seq-len")
     model = TinyRecursiveModel(arch, seq_len, vocab, num_ids)
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    if missing or unexpected:
-        raise TRMError(f"{ckpt_path}: does not fit the config {config or 'all_config.yaml'} "
-                       f"(missing {missing[:3]}, unexpected {unexpected[:3]}); is --seq-len right?")
+    fit_state_dict(model, tensors, f"{ckpt_path} (with {config or 'all_config.yaml'}; is --seq-len right?)")
     export_inference(out, model, arch=arch, seq_len=seq_len, vocab_size=vocab, mean_embedding=mean_embedding,
                      info={"source": str(ckpt_path), "imported_from": "upstream"})
     return model

@@ -16,6 +16,7 @@ resumes instead of starting over.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -33,7 +34,9 @@ from trm_kaggle.data.build_arc import build_arc
 from trm_kaggle.data.format import load_split
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.evaluate.report import evaluate
+from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
 from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.solve.estimate import seconds_per_call
@@ -60,30 +63,33 @@ class Budget:
         return None if self.end is None else self.end - reserve
 
 
-def _link_challenges(cfg: SolveConfig, work: Path) -> str:
-    """Expose the challenges file under upstream's naming so the ARC builder reads it (no solutions)."""
-    src = work / "src"
-    src.mkdir(parents=True, exist_ok=True)
+def _link_challenges(tasks: dict, work: Path) -> str:
+    """Write the tasks to predict under upstream's naming so the ARC builder reads them (no solutions).
+
+    Written atomically from the parsed challenges (never a byte copy that a full disk can cut short),
+    in a folder named by their content hash: other challenges give another prefix, so another dataset.
+    """
+    text = json.dumps(tasks, sort_keys=True)
+    src = work / "src" / hashlib.sha256(text.encode()).hexdigest()[:16]
     target = src / f"arc_{SUBSET}_challenges.json"
-    if not target.exists() or target.read_bytes() != Path(cfg.challenges).read_bytes():
-        target.write_bytes(Path(cfg.challenges).read_bytes())
+    if not target.is_file():
+        atomic_write_text(target, text)
     return str(src / "arc")
 
 
-def build_unseen_dataset(cfg: SolveConfig, work: Path) -> Path:
-    """The augmented dataset of the challenges' tasks; reused when a previous run built the same one."""
+def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict) -> Path:
+    """The augmented dataset of `tasks` (the parsed challenges); reused when a previous run built the same one."""
     data_dir = work / "data"
-    build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(cfg, work),
+    build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(tasks, work),
                                subsets=[SUBSET], test_set_name=SUBSET, test_set_name2=SUBSET, num_aug=cfg.num_aug,
                                seed=cfg.seed, skip_invalid=True, progress=cfg.progress)
-    info = data_dir / "build_info.json"
-    if info.exists():
-        try:
-            if json.loads(info.read_text())["config"] == build_cfg.model_dump(exclude={"progress", "workers"}):
-                log.info("reusing the dataset in %s", data_dir)
-                return data_dir
-        except (KeyError, json.JSONDecodeError):
-            pass
+    try:
+        info = read_json(data_dir / "build_info.json", "build_info.json")
+        if info["config"] == build_cfg.model_dump(exclude={"progress", "workers"}):
+            log.info("reusing the dataset in %s", data_dir)
+            return data_dir
+    except (DataError, KeyError, TypeError):  # none yet, or unreadable: build it again
+        pass
     build_arc(build_cfg)
     return data_dir
 
@@ -139,23 +145,54 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
 
 def load_finetuned(run_dir: Path, device: torch.device):
     """The fine-tuned model of the run's newest train state (live weights: fine-tuning keeps no EMA)."""
-    model, _, _ = model_from_train_state(ckpt.load_train_state(ckpt.newest_state(run_dir)), use_ema=False)
+    model, _, _ = model_from_train_state(ckpt.load_newest_state(run_dir)[1], use_ema=False)
     return model.to(device)
 
 
+def _write_answer(cfg: SolveConfig, challenges: dict, candidates: dict, duplicates: set[str]) -> dict:
+    """Build, write (atomically) and validate the submission; returns its part of the report."""
+    built = make_submission(challenges, candidates, fallback=cfg.fallback)
+    write_submission(cfg.output, built.submission)
+    problems = validate_submission(cfg.output, challenges)
+    task_problems = {t: "appears more than once in the challenges file: answered with the fallback"
+                     for t in sorted(duplicates)}
+    task_problems.update(built.problems)
+    return {"output": str(cfg.output), "valid": not problems, "validation_problems": problems[:5],
+            "task_problems": dict(list(task_problems.items())[:20])}
+
+
+def _note(path: Path, text: str) -> None:
+    """Write a log file of the work dir; a failure (full disk, read-only) only costs the log."""
+    try:
+        atomic_write_text(path, text)
+    except OSError as e:
+        log.warning("could not write %s: %s", path, e.strerror or e)
+
+
 def solve(cfg: SolveConfig) -> dict[str, Any]:
-    """Write cfg.output in every case; returns a report of what happened."""
+    """Write cfg.output in every case; returns a report of what happened.
+
+    Once the challenges file is read, nothing can stop a valid submission from reaching cfg.output:
+    the fallback answer is written first, from the challenges in memory, before the work dir is
+    touched; the model path then replaces it when it succeeds. Logs in the work dir are optional."""
     budget = Budget(cfg.time_budget, cfg.safety_margin)
-    work = Path(cfg.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    challenges = read_challenges(cfg.challenges)
+    duplicates: set[str] = set()
+    challenges = read_challenges(cfg.challenges, duplicates)
     report: dict[str, Any] = {"tasks": len(challenges), "stages": {}, "errors": []}
+    report.update(_write_answer(cfg, challenges, {}, duplicates))  # the fallback, on disk before anything else
     candidates: dict = {}
+    work = Path(cfg.work_dir)
     t = time.time()
     try:
+        if budget.left() <= 0:
+            raise TRMError(f"the time budget ({cfg.time_budget} s) is used up by the safety margin "
+                           f"({cfg.safety_margin} s): nothing left for the model")
         device = pick_device(cfg.device)
-        data_dir = build_unseen_dataset(cfg, work)
+        work.mkdir(parents=True, exist_ok=True)
+        data_dir = build_unseen_dataset(cfg, work, {k: v for k, v in challenges.items() if k not in duplicates})
         report["stages"]["dataset_s"] = round(time.time() - t, 1)
+        if budget.left() <= 0:
+            raise TRMError("the time budget ran out while building the dataset")
 
         model, export_cfg, _ = load_model_for_dataset(cfg.weights, data_dir, device)
         arch = ArchConfig(**export_cfg["arch"])
@@ -179,16 +216,16 @@ def solve(cfg: SolveConfig) -> dict[str, Any]:
         report["stages"]["predict_s"] = round(time.time() - t, 1)
     except KeyboardInterrupt:
         raise
-    except Exception as e:  # the model path failed: the fallback still yields a complete submission
-        report["errors"].append(f"{type(e).__name__}: {e}")
-        (work / "error.log").write_text(traceback.format_exc())
-        log.error("model path failed (%s); writing a fallback submission. Details in %s", e, work / "error.log")
+    except Exception as e:  # the model path failed: the fallback on disk stays the answer
+        report["errors"].append(str(e) if isinstance(e, TRMError) else f"{type(e).__name__}: {e}")
+        if work.is_dir():
+            _note(work / "error.log", traceback.format_exc())
+        log.error("model path failed (%s); the submission holds the fallback answers", e)
+        candidates = {}
 
-    built = make_submission(challenges, candidates, fallback=cfg.fallback)
-    write_submission(cfg.output, built.submission)
-    problems = validate_submission(cfg.output, challenges)
-    report.update(output=str(cfg.output), valid=not problems, validation_problems=problems[:5],
-                  task_problems=dict(list(built.problems.items())[:20]),
-                  predicted=sum(1 for v in candidates.values() if v), elapsed_s=round(time.time() - budget.start, 1))
-    atomic_write_text(work / "solve_report.json", json.dumps(report, indent=2, default=str))
+    if candidates:
+        report.update(_write_answer(cfg, challenges, candidates, duplicates))
+    report.update(predicted=sum(1 for v in candidates.values() if v), elapsed_s=round(time.time() - budget.start, 1))
+    if work.is_dir():
+        _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
     return report

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -26,6 +27,8 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.export import export_inference, model_from_train_state
+
+log = logging.getLogger(__name__)
 
 STATE_FORMAT = "trm_kaggle.train_state"
 _STATE_RE = re.compile(r"state_step(\d+)\.pt$")
@@ -67,13 +70,32 @@ def list_states(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def newest_state(run: str | os.PathLike) -> Path:
-    """`run` itself when it is a state file, else the newest state in the run directory."""
-    run = Path(run)
-    states = [run] if run.is_file() else list_states(run)
+def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> tuple[Path, dict[str, Any]]:
+    """(path, state) of the newest train state in `run_dir` that loads.
+
+    A newer state that is truncated or corrupt (a kill during a copy, a full disk) does not block
+    the run: it is skipped with a warning and the next older one is tried. With `quarantine`
+    (resuming, which will write new states beside it) the bad file is renamed to `<name>.corrupt`:
+    kept for inspection, never deleted, and no longer mistaken for the newest state.
+    """
+    states = list_states(Path(run_dir))
     if not states:
-        raise TRMError(f"{run}: no train state (state_step*.pt) to export")
-    return states[-1]
+        raise TRMError(f"{run_dir}: no train state (state_step*.pt)")
+    errors = []
+    for path in reversed(states):
+        try:
+            state = load_train_state(path)
+        except TRMError as e:
+            errors.append(str(e))
+            if quarantine:
+                bad = path.with_name(path.name + ".corrupt")
+                os.replace(path, bad)
+                log.warning("%s; renamed to %s (kept, not deleted); trying the previous state", e, bad.name)
+            else:
+                log.warning("%s; trying the previous state", e)
+            continue
+        return path, state
+    raise TRMError(f"{run_dir}: no readable train state ({len(errors)} tried; newest: {errors[0]})")
 
 
 def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int) -> Path:
@@ -96,7 +118,7 @@ def load_train_state(path: Path) -> dict[str, Any]:
         raise TRMError(f"{path}: no such checkpoint") from None
     except Exception as e:  # truncated zip, foreign pickle, ...
         raise TRMError(f"{path}: not a readable train state (truncated or not written by trm-kaggle?): "
-                       f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+                       f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}") from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise TRMError(f"{path}: not a trm-kaggle train state (for upstream step_N files use `trm-kaggle import-upstream`)")
     return state
@@ -109,9 +131,8 @@ def load_train_state(path: Path) -> dict[str, Any]:
 
 def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: bool = False,
                use_ema: bool = True) -> Path:
-    """Inference export of a run's newest train state (EMA weights when the run kept them)."""
-    path = newest_state(run)
-    state = load_train_state(path)
+    """Inference export of a run's newest readable train state (EMA weights when the run kept them)."""
+    path, state = (Path(run), load_train_state(Path(run))) if Path(run).is_file() else load_newest_state(run)
     model, cfg, ema = model_from_train_state(state, use_ema=use_ema)
     shape = state["model_shape"]
     info = {"source": str(path), "step": state["step"], "ema": ema, "data_paths": cfg.data_paths,

@@ -27,9 +27,10 @@ from tqdm.auto import tqdm
 
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.loader import PuzzleLoader
+from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.dtype import DTYPES
-from trm_kaggle.model.export import PUZZLE_EMB_KEY, read_export, resize_puzzle_embedding
+from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.model.trm import Carry, TinyRecursiveModel
@@ -39,7 +40,7 @@ from trm_kaggle.optim.ema import EMA
 from trm_kaggle.optim.lion import Lion
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.metrics import METRICS_FILE
+from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
 
@@ -103,9 +104,7 @@ def load_initial_weights(model: TinyRecursiveModel, path: str) -> None:
     if key in state and model.puzzle_emb is not None and state[key].shape != model.puzzle_emb.weights.shape:
         state = dict(state)
         state[key] = resize_puzzle_embedding(state[key], model.puzzle_emb.weights.shape[0])
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise TRMError(f"{path}: weights do not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    fit_state_dict(model, state, str(path))
 
 
 def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel):
@@ -265,16 +264,17 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     stop_at = min(total_steps, cfg.max_steps) if cfg.max_steps else total_steps
 
     step, carries = 0, None
-    states = ckpt.list_states(run_dir)
-    if states:
-        step, carries = _resume(states[-1], cfg, rt, model, dense, sparse, ema, loader, fingerprint)
+    if ckpt.list_states(run_dir):
+        path, state = ckpt.load_newest_state(run_dir, quarantine=rt.is_main)
+        step, carries = _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint)
         if rt.is_main:
             log.warning("resuming %s from step %d", run_dir, step)
+            drop_metrics_after(run_dir / METRICS_FILE, step)
     forward = torch.compile(model) if cfg.compile else model
     metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
     if rt.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+        atomic_write_text(run_dir / "config.json", cfg.model_dump_json(indent=2))
 
     model.train()
     sums: dict[str, float] = {}
@@ -347,6 +347,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                 elapsed = time.perf_counter() - t_start
                 record["examples_per_s"] = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
                 record["elapsed_s"] = elapsed
+                record["start_step"] = step_start  # where this process began: readers join resumed runs' clocks
                 metric_log.write(record)
                 result.metrics = record
                 bar.set_postfix(loss=f"{record['loss']:.3f}", exact=f"{record['exact_accuracy']:.3f}",
@@ -459,8 +460,7 @@ def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fi
     ckpt.save_train_state(run_dir, step, state, cfg.checkpoint_keep)
 
 
-def _resume(path, cfg, rt, model, dense, sparse, ema, loader, fingerprint):
-    state = ckpt.load_train_state(path)
+def _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint):
     saved = TrainConfig.model_validate_json(state["config"])
     diffs = [k for k in TrainConfig.model_fields if k not in RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
     if diffs:

@@ -26,6 +26,7 @@ import yaml
 
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import parse_json, read_text
 from trm_kaggle.train.overrides import UPSTREAM_ONLY, ConfigLayers, Interpolation
 from trm_kaggle.train.presets import PRESETS, expand_preset_names
 
@@ -39,17 +40,13 @@ def read_config_file(path: Union[str, os.PathLike]) -> dict:
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, "all_config.yaml")
+    text = read_text(path, "config file")
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise TRMError(f"{path}: config file not found") from None
-    except OSError as err:
-        raise TRMError(f"{path}: cannot read: {err.strerror}") from None
-    try:
-        data = json.loads(text) if path.lower().endswith(".json") else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise TRMError(f"{path}: not valid {'JSON' if path.lower().endswith('.json') else 'YAML'}: {err}") from None
+        data = parse_json(text, path, "config file") if path.lower().endswith(".json") else yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise TRMError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    except RecursionError:
+        raise TRMError(f"{path}: not a config: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -1,0 +1,69 @@
+"""Names read from data: which task ids are legal, and how any such name becomes a file name.
+
+A task id comes from a file we did not write, and it ends up in puzzle names (joined with
+the augmentation separator `|||`), in reports, in submissions and in file names. Two rules:
+
+* `task_id_problem` decides at load time (`trm_kaggle.data.arc`, the one task reader):
+  1..MAX_TASK_ID characters, printable, none of `/ \\ :` or NUL, not `.` or `..`, no `|||`.
+  Kaggle's ids (8 hex digits) and every id of the ARC repositories pass.
+* `safe_filename` / `file_in` turn any name into a path that stays inside its folder,
+  whatever the name holds (ids of older datasets, names typed by hand): characters other
+  than letters, digits, `-`, `_` and `.` are %-encoded, a leading dot is encoded, and a long
+  name is cut and ends with a hash of the whole name so that distinct names stay distinct.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+SEPARATOR = "|||"  # joins a task id and its augmentation in puzzle names (upstream's convention)
+MAX_TASK_ID = 128
+MAX_FILE_STEM = 120  # bytes; file systems allow 255, suffixes and temporary-file prefixes need the rest
+
+_FORBIDDEN = set("/\\:\x00")
+_PLAIN = re.compile(r"[A-Za-z0-9_\-.]")
+
+
+def shown(name: str) -> str:
+    """`name` for a one-line message: quoted, escaped and cut at 40 characters."""
+    return repr(name[:40]) + ("..." if len(name) > 40 else "")
+
+
+def task_id_problem(task_id: object) -> str | None:
+    """Why `task_id` is not a legal task id, or None."""
+    if not isinstance(task_id, str):
+        return f"must be a string, not {type(task_id).__name__}"
+    shown_id = shown(task_id)
+    if not 1 <= len(task_id) <= MAX_TASK_ID:
+        return f"{shown_id} must have 1 to {MAX_TASK_ID} characters (has {len(task_id)})"
+    if task_id in (".", ".."):
+        return f"{shown_id} is not a name"
+    bad = sorted({c for c in task_id if c in _FORBIDDEN or not c.isprintable()})
+    if bad:
+        return f"{shown_id} holds {', '.join(repr(c) for c in bad)} (path separators and control characters are refused)"
+    if SEPARATOR in task_id:
+        return f"{shown_id} holds {SEPARATOR!r}, the separator of augmented puzzle names"
+    return None
+
+
+def safe_filename(name: str, suffix: str = "") -> str:
+    """A file name for `name` (plus `suffix`, e.g. ".png") that is one plain path component."""
+    encoded = "".join(c if _PLAIN.match(c) else "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in name)
+    if not encoded or encoded[0] == "." or encoded[0] == "-":
+        encoded = f"%{ord(encoded[0]):02X}{encoded[1:]}" if encoded else "%empty"  # "%e" is no escape: no other name encodes to it
+    if len(encoded) > MAX_FILE_STEM:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        encoded = f"{encoded[:MAX_FILE_STEM - 17]}~{digest}"
+    return encoded + suffix
+
+
+def file_in(folder: str | os.PathLike, name: str, suffix: str = "") -> Path:
+    """`folder / safe_filename(name, suffix)`, checked to lie directly inside `folder`."""
+    folder = Path(folder)
+    path = folder / safe_filename(name, suffix)
+    if path.parent != folder or path.name in ("", ".", ".."):  # cannot happen after encoding; never trust it
+        raise ValueError(f"{name!r} does not make a file name inside {folder}")
+    return path
