@@ -21,9 +21,9 @@ from trm_kaggle.errors import TRMError
 from conftest import write_prefix_subset
 
 
-def locate(row: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
-    """(grid, offset) of an encoded 30x30 canvas, asserting the EOS border and PAD elsewhere."""
-    g = row.reshape(30, 30).astype(int)
+def locate(row: np.ndarray, side: int = 30) -> tuple[np.ndarray, tuple[int, int]]:
+    """(grid, offset) of an encoded side x side canvas, asserting the EOS border and PAD elsewhere."""
+    g = row.reshape(side, side).astype(int)
     cells = np.argwhere(g >= 2)
     r0, c0 = cells.min(axis=0)
     r1, c1 = cells.max(axis=0) + 1
@@ -31,9 +31,9 @@ def locate(row: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
     assert (grid >= 2).all(), "grid cells must be colours"
     expected = np.zeros_like(g)
     expected[r0:r1, c0:c1] = grid
-    if r1 < 30:
+    if r1 < side:
         expected[r1, c0:c1] = 1
-    if c1 < 30:
+    if c1 < side:
         expected[r0:r1, c1] = 1
     assert np.array_equal(g, expected), "EOS border or PAD wrong"
     return grid - 2, (int(r0), int(c0))
@@ -233,3 +233,31 @@ def test_killed_rebuild_keeps_the_old_dataset(tmp_path):
     _kill_mid_build(_start_build(out, 150), out)
     assert (out / "train" / "all__inputs.npy").read_bytes() == before
     verify_dataset(out)
+
+
+def test_a_smaller_canvas_keeps_the_tasks_that_fit(arc_prefix, tmp_path):
+    """--canvas 6: seq_len 36, the fixture's tasks (sides up to 6) all kept, a task with a 7-wide grid left out,
+    and every example still decodes to its augmented pair inside the 6x6 canvas."""
+    big = {"train": [{"input": [[1] * 7], "output": [[2]]}], "test": [{"input": [[3]]}]}
+    raw = json.loads(Path(f"{arc_prefix}_training_challenges.json").read_text())
+    Path(f"{arc_prefix}_training_challenges.json").write_text(json.dumps({**raw, "wide": big}))
+    sol = json.loads(Path(f"{arc_prefix}_training_solutions.json").read_text())
+    Path(f"{arc_prefix}_training_solutions.json").write_text(json.dumps({**sol, "wide": [[[4]]]}))
+    out = tmp_path / "c6"
+    summary = build(arc_prefix, out, canvas=6)
+    assert summary["canvas"] == 6 and summary["tasks"] == 9
+    assert any("1 of 7 tasks have a grid larger than the 6x6 canvas" in n for n in summary["notes"])
+    verify_dataset(out)  # raises at the first problem
+    ids = load_identifiers(out)
+    assert not any(name.startswith("wide") for name in ids)
+    tasks = {**load_prefix_subset(str(arc_prefix), "training").tasks,
+             **load_prefix_subset(str(arc_prefix), "evaluation").tasks}
+    for split in ("train", "test"):
+        s = load_split(out, split)
+        assert s.metadata.seq_len == 36 and s.inputs.shape[1] == 36
+        for p, ident in enumerate(s.puzzle_identifiers[:12]):
+            task_id, t, perm = parse_aug_name(ids[ident])
+            k = s.puzzle_indices[p]
+            grid, _ = locate(s.inputs[k], side=6)
+            first = tasks[task_id].test_inputs[0] if split == "test" else tasks[task_id].train[0][0]
+            assert np.array_equal(grid, augment_grid(first, t, perm))

@@ -104,6 +104,18 @@ def test_a_sweep_still_running(tmp_path):
     assert_png(paths["bars"])
 
 
+def test_peak_memory_is_the_largest_logged_interval_peak(tmp_path):
+    run = write_run(tmp_path / "r", train=[(1, 1.0, 2.0, 0.0, 0.1), (2, 2.0, 1.0, 0.0, 0.2)])
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for record, gb in zip(lines, (0.75, 0.5)):
+        record.update(peak_rss_gb=gb, max_rss_gb=0.9)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    from trm_kaggle.experiments.compare import summarise
+
+    (loaded,) = load_runs([run])
+    assert summarise(loaded)["peak_memory_gb"] == 0.75
+
+
 def test_several_sweeps_keep_their_names_apart(tmp_path):
     for name in ("s1", "s2"):
         write_run(tmp_path / name / "a_s0", ["seed=0"], train=[(5, 2.0, 1.0, 0.5, 0.8)])

@@ -19,7 +19,7 @@ PACKAGE = Path(trm_kaggle.__file__).parent
 # The layer of each top-level module or subpackage.
 LAYER_OF = {
     "__init__": "base", "errors": "base", "jsonio": "base", "atomic": "base", "config": "base", "names": "base",
-    "lifetime": "base",
+    "lifetime": "base", "hardware": "base",
     "data": "data",  # tasks -> dataset -> batches
     "model": "model",  # batches -> predictions (and exports of the weights)
     "optim": "optim",
@@ -28,7 +28,7 @@ LAYER_OF = {
     "solve": "solve",  # the Kaggle kernel's job: test-time training + evaluation in a budget
     "experiments": "experiments",  # grids of training runs and their comparison
     "kaggle": "kaggle",  # the bundle
-    "cli": "top", "__main__": "top", "pipeline": "top",
+    "cli": "top", "__main__": "top", "pipeline": "top", "doctor": "top",
 }
 
 # What each layer may import. evaluate/ reads batches and runs the model, but never the training code.

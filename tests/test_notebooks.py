@@ -26,6 +26,8 @@ PARAMETERS = {
     "kaggle_submission": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "WEIGHTS_DIR", "CHALLENGES", "TIME_BUDGET",
                           "FINETUNE_STEPS", "NUM_AUG", "DEVICE"},
     "analysis": {"DIRS", "OUT_DIR", "METRIC"},
+    "code_repair": {"CORPUS", "DATA_DIR", "GRID", "STRIP_DOCSTRINGS", "MAX_FILES", "SEED", "RUN_DIR", "PRESET",
+                    "OVERRIDES", "EXPORT_DIR", "DOCTESTS"},
 }
 
 
@@ -264,3 +266,22 @@ def test_analysis_notebook_executes_on_a_hand_made_sweep(tmp_path, kernel_name):
     assert "Metric of the plots: `eval_exact_accuracy`" in text
     assert sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])) == 2
     assert {p.name for p in (tmp_path / "cmp").iterdir()} == {"table.md", "table.csv", "curves.png", "final.png"}
+
+
+def test_code_repair_notebook_executes(tmp_path, kernel_name):
+    """Build from a five-file corpus, train 2 steps, evaluate (doctests included) on the held-out file."""
+    from test_code_repair import module_source
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for k in range(1, 6):
+        (corpus / f"mod{k}.py").write_text(module_source(k))
+    nb = run_notebook("code_repair", tmp_path, kernel_name, CORPUS=str(corpus), DATA_DIR="data", GRID="12x48",
+                      STRIP_DOCSTRINGS=False, MAX_FILES=None, SEED=1, RUN_DIR="run", PRESET="repair-cpu",
+                      OVERRIDES=["max_steps=2", "global_batch_size=4", "arch.hidden_size=16", "arch.H_cycles=1",
+                                 "arch.L_cycles=1", "arch.halt_max_steps=1", "progress=False"],
+                      EXPORT_DIR="weights", DOCTESTS=True)
+    text = text_outputs(nb)
+    assert "built data:" in text and "trained 2 steps" in text
+    assert "exact-fix rate" in text and "overall" in text and "doctests:" in text
+    assert (tmp_path / "weights" / "weights.safetensors").is_file()

@@ -167,3 +167,24 @@ def test_a_budget_inside_the_safety_margin_writes_the_fallback_at_once(unseen, t
     assert report["valid"] and "safety margin" in report["errors"][0]
     assert not (tmp_path / "work").exists()
     check_submission(tmp_path / "submission.json", unseen[0])
+
+
+def test_a_small_canvas_model_answers_the_tasks_that_fit_and_falls_back_on_the_rest(unseen, tmp_path):
+    """A model trained on a 10x10 canvas (seq_len 100): the unseen dataset is built on its canvas; a task
+    with a larger grid is left out of it and gets the fallback, the others are predicted."""
+    from trm_kaggle.solve.solve import export_canvas
+
+    torch.manual_seed(0)
+    export_inference(tmp_path / "w10", TinyRecursiveModel(ARCH, 100, 12, 4), arch=ARCH, seq_len=100, vocab_size=12,
+                     mean_embedding=True)
+    assert export_canvas(tmp_path / "w10") == 10 and export_canvas(unseen[1]) == 30
+    ch = {"small": {"train": [{"input": [[1, 2], [3, 4]], "output": [[4, 3], [2, 1]]}], "test": [{"input": [[5, 6]]}]},
+          "large": {"train": [{"input": [[1] * 12], "output": [[2] * 12]}], "test": [{"input": [[3] * 11]}]}}
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(ch))
+    report = solve(cfg(unseen, tmp_path, challenges=str(path), weights=str(tmp_path / "w10"), finetune="none",
+                       num_aug=1))
+    assert report["valid"] and not report["errors"] and report["predicted"] == 1
+    sub = json.loads((tmp_path / "submission.json").read_text())
+    assert sub["large"][0]["attempt_1"] == [[3] * 11]  # the fallback: the test input
+    assert validate_submission(tmp_path / "submission.json", path) == []

@@ -62,6 +62,9 @@ def _add_build_arc(sub) -> None:
     _flag(p, "puzzle_identifiers_start", type=int, default=None, help="first puzzle identifier (default 1)")
     _flag(p, "workers", type=int, default=None, help="processes (default: one per CPU core)")
     _flag(p, "max_tasks", type=int, default=None, help="keep the first N tasks of each subset (quick experiments)")
+    _flag(p, "canvas", type=int, default=None,
+          help="side N of the square canvas, seq_len N*N (default 30, upstream's); tasks with a larger grid are "
+               "left out (small canvases make CPU experiments far cheaper)")
     _flag(p, "skip_invalid", action="store_true", default=None, help="skip and report malformed tasks")
     _common(p)
     p.set_defaults(func=cmd_build_arc)
@@ -139,6 +142,41 @@ def cmd_build_maze(args: argparse.Namespace) -> int:
     _reject_source_repo(args)
     summary = build_maze(MazeBuildConfig(**_config_kwargs(args, MazeBuildConfig.model_fields)))
     print(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+def _add_build_code_repair(sub) -> None:
+    p = sub.add_parser("build-code-repair", help="(buggy, fixed) Python snippets as token grids, from a corpus",
+                       description="Cuts functions (or blocks) that fit the grid from a directory of Python files "
+                                   "(default: this interpreter's standard library), breaks each with labelled "
+                                   "synthetic bugs (and ruff's fixes, when ruff is installed), validates and "
+                                   "deduplicates the pairs and splits them train/val/test by source file.")
+    _flag(p, "output_dir", required=True, help="dataset directory to create (replaced atomically if it is a dataset)")
+    _flag(p, "corpus", default=None, help="directory of .py files (default: the standard library)")
+    _flag(p, "grid", default=None, help="ROWSxCOLS, one line of code per row (default 64x48)")
+    _flag(p, "tokens", choices=["char", "bpe"], default=None, help="characters (default) or BPE pieces")
+    _flag(p, "bpe_vocab_size", type=int, default=None, help="BPE pieces, printable characters included (default 1024)")
+    _flag(p, "bug_types", nargs="+", default=None, help="synthetic bug types to make (default: all)")
+    _flag(p, "mutations_per_type", type=int, default=None, help="pairs of each type per snippet (default 1)")
+    _flag(p, "lint", choices=["auto", "on", "off"], default=None, help="ruff pairs (default auto: if installed)")
+    _flag(p, "min_lines", type=int, default=None, help="shortest snippet (default 3 lines)")
+    _flag(p, "max_snippets_per_file", type=int, default=None)
+    _flag(p, "strip_docstrings", action="store_true", default=None, help="drop docstrings (more snippets fit)")
+    _flag(p, "max_files", type=int, default=None, help="a seeded sample of N corpus files")
+    _flag(p, "val_fraction", type=float, default=None, help="share of files in val/ (default 0.05)")
+    _flag(p, "test_fraction", type=float, default=None, help="share of files in test/ (default 0.1)")
+    _flag(p, "seed", type=int, default=None)
+    _flag(p, "workers", type=int, default=None, help="processes (default: one per CPU core)")
+    _common(p)
+    p.set_defaults(func=cmd_build_code_repair)
+
+
+def cmd_build_code_repair(args: argparse.Namespace) -> int:
+    from trm_kaggle.config import CodeRepairBuildConfig
+    from trm_kaggle.data.code_repair import build_code_repair, format_build_summary
+
+    summary = build_code_repair(CodeRepairBuildConfig(**_config_kwargs(args, CodeRepairBuildConfig.model_fields)))
+    print(format_build_summary(summary))
     return 0
 
 
@@ -271,6 +309,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_doctor(sub) -> None:
+    p = sub.add_parser("doctor", help="what this machine is, and what train would choose on it",
+                       description="Print the CPU, memory, accelerators and torch build, then what `train` would "
+                                   "choose for a preset and dataset: device, dtype (and why), threads, micro-batch, "
+                                   "expected peak memory, and warnings for choices that will not fit.")
+    p.add_argument("data", nargs="?", default=None, metavar="DATA", help="a dataset directory (default: ARC shapes)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="train overrides, upstream style")
+    p.add_argument("--preset", action="append", default=[], help="named preset (see train --list-presets)")
+    p.add_argument("--json", action="store_true", help="print everything as JSON")
+    _common(p)
+    p.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from trm_kaggle.doctor import run_doctor
+
+    data, overrides = args.data, list(args.overrides)
+    if data is not None and "=" in data:  # `doctor key=value` without a dataset
+        data, overrides = None, [data] + overrides
+    print(run_doctor(args.preset, data, overrides, args.json))
+    return 0
+
+
 def _add_export(sub) -> None:
     p = sub.add_parser("export", help="safetensors + config.json from a run (for inference and Kaggle)")
     p.add_argument("run", help="run directory (newest state) or a state_step*.pt file")
@@ -369,6 +430,45 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
         paths = write_report(result, args.report_dir, tasks=tasks, first_n=args.first, pictures=not args.no_pictures)
         print(f"report: {paths['markdown']}")
+    return 0
+
+
+def _add_evaluate_repair(sub) -> None:
+    p = sub.add_parser("evaluate-repair", help="exact-fix rate of a code-repair model, per bug type, vs copying",
+                       description="Predicts the test split of a build-code-repair dataset and reports the exact-fix "
+                                   "rate overall and per bug type, the outcomes (fixed / unchanged / changed wrongly) "
+                                   "and the copy-the-input baseline. --doctests and --test-command RUN THE CODE "
+                                   "(reference fixes and model outputs) in a subprocess with a time limit.")
+    p.add_argument("--weights", required=True, help="export directory (trm-kaggle train --export / export)")
+    p.add_argument("--data", required=True, help="code-repair dataset directory")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None)
+    p.add_argument("--doctests", action="store_true", default=None,
+                   help="run the doctests of pairs whose fix has some, on the fix and on the prediction")
+    p.add_argument("--test-command", default=None,
+                   help="command run in the directory of snippet.py ({file} is its path), e.g. 'python {file}'")
+    p.add_argument("--time-limit", type=float, default=None, help="seconds per run (default 10)")
+    p.add_argument("--max-runs", type=int, default=None, help="run code for the first N chosen pairs only")
+    p.add_argument("--report", default=None, help="write metrics and every pair's outcome here (JSON)")
+    _common(p)
+    p.set_defaults(func=cmd_evaluate_repair)
+
+
+def cmd_evaluate_repair(args: argparse.Namespace) -> int:
+    from trm_kaggle.config import RepairEvalConfig
+    from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
+    from trm_kaggle.model.export import load_model_for_dataset
+    from trm_kaggle.train.runtime import pick_device
+
+    cfg = RepairEvalConfig(**_config_kwargs(args, RepairEvalConfig.model_fields))
+    device = pick_device(cfg.device)
+    model, _, note = load_model_for_dataset(cfg.weights, cfg.data, device)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    result = evaluate_repair(model, cfg, device)
+    print(format_repair_report(result))
+    if cfg.report:
+        print(f"report: {cfg.report}")
     return 0
 
 
@@ -492,10 +592,12 @@ def _add_pipeline(sub) -> None:
     _flag(p, "work_dir", default=None, help="where everything is written (default runs/pipeline)")
     _flag(p, "num_aug", type=int, default=None, help="augmentations per task (default 4)")
     _flag(p, "train_seconds", type=float, default=None, help="training time limit (default 180 s)")
-    _flag(p, "eval_tasks", type=int, default=None, help="ARC-AGI-2 evaluation tasks in the test split (default 10: "
-                                                         "inference at seq_len 900 is costly on a CPU)")
-    _flag(p, "unseen_tasks", type=int, default=None, help="ARC-AGI-2 evaluation tasks used as unseen challenges "
-                                                           "(default 5)")
+    _flag(p, "canvas", type=int, default=None, help="canvas side: only tasks whose grids fit it (default 12; "
+                                                     "30 is upstream's, far slower on a CPU)")
+    _flag(p, "eval_tasks", type=int, default=None, help="ARC-AGI-2 evaluation tasks (fitting the canvas) in the test "
+                                                         "split (default 3)")
+    _flag(p, "unseen_tasks", type=int, default=None, help="further ARC-AGI-2 evaluation tasks (fitting the canvas) "
+                                                           "used as unseen challenges (default 2)")
     _flag(p, "seed", type=int, default=None, help="random seed (default 42)")
     _common(p)
     p.set_defaults(func=cmd_pipeline)
@@ -539,9 +641,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"trm-kaggle {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_verify, _add_train,
-                _add_sweep, _add_compare, _add_export, _add_import_upstream, _add_evaluate, _add_submit, _add_validate_submission, _add_score,
-                _add_estimate, _add_bundle):
+    for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_build_code_repair, _add_verify,
+                _add_train, _add_sweep, _add_compare, _add_doctor, _add_export, _add_import_upstream, _add_evaluate,
+                _add_evaluate_repair, _add_submit, _add_validate_submission, _add_score, _add_estimate, _add_bundle):
         add(sub)
     return parser
 

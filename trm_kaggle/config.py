@@ -52,6 +52,9 @@ class ArcBuildConfig(_Config):
     workers: int = 0  # 0 = one per CPU core
     skip_invalid: bool = False  # skip (and report) malformed tasks instead of stopping; for unseen Kaggle tasks
     max_tasks: Optional[int] = Field(None, ge=1)  # keep the first N tasks of each subset (quick experiments)
+    # ours: side of the square canvas (seq_len = canvas^2); tasks with a larger grid are left out.
+    # Upstream's is 30; small canvases make CPU experiments hundreds of times cheaper per example.
+    canvas: int = Field(30, ge=1, le=30)
     progress: bool = True
 
     @field_validator("num_aug")
@@ -103,6 +106,69 @@ class MazeBuildConfig(_Config):
     num_train: int = Field(1000, ge=1)
     num_test: int = Field(200, ge=1)
     min_path_length: Optional[int] = None
+    progress: bool = True
+
+
+class CodeRepairBuildConfig(_Config):
+    """`trm-kaggle build-code-repair`: (buggy, fixed) Python snippets as token grids.
+
+    The corpus is a directory of .py files (None: this interpreter's standard library).
+    Snippets are functions, or blocks inside functions, that fit the `grid` (ROWSxCOLS).
+    Synthetic bug types are listed in `trm_kaggle.data.code_bugs.BUG_TYPES`; `lint` adds
+    pairs from `ruff --fix` ("auto": when ruff is installed).
+    """
+
+    output_dir: str
+    corpus: Optional[str] = None
+    grid: str = "64x48"  # rows x columns; a row holds one line of code
+    tokens: Literal["char", "bpe"] = "char"
+    bpe_vocab_size: int = Field(1024, ge=95, le=32000)  # pieces, the 95 printable characters among them (+2 tokens)
+    bug_types: Optional[list[str]] = None  # synthetic types to make; None = all
+    mutations_per_type: int = Field(1, ge=1)  # pairs of each type per snippet, at most
+    lint: Literal["auto", "on", "off"] = "auto"
+    min_lines: int = Field(3, ge=1)
+    max_snippets_per_file: Optional[int] = Field(None, ge=1)
+    strip_docstrings: bool = False  # docstrings take most of a small grid; doctests live in them
+    max_files: Optional[int] = Field(None, ge=1)  # a seeded sample of the corpus (quick experiments)
+    val_fraction: float = Field(0.05, ge=0.0, lt=1.0)  # of the files
+    test_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    seed: int = 0
+    workers: int = Field(0, ge=0)  # 0 = one per CPU core
+    progress: bool = True
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, v: str) -> str:
+        parts = v.lower().split("x")
+        if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"grid must be ROWSxCOLS with positive sizes, e.g. 64x48, got {v!r}")
+        return f"{int(parts[0])}x{int(parts[1])}"
+
+    @property
+    def rows(self) -> int:
+        return int(self.grid.split("x")[0])
+
+    @property
+    def cols(self) -> int:
+        return int(self.grid.split("x")[1])
+
+
+class RepairEvalConfig(_Config):
+    """`trm-kaggle evaluate-repair`: exact-fix rates of a model on a code-repair test split.
+
+    `doctests` and `test_command` run the code the model wrote (and the reference fix) in
+    a subprocess, in a temporary directory, each run stopped after `time_limit` seconds.
+    """
+
+    weights: str
+    data: str
+    batch_size: int = Field(64, ge=1)
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    max_runs: Optional[int] = Field(None, ge=1)  # run doctests / the test command on the first N chosen pairs
+    doctests: bool = False
+    test_command: Optional[str] = None  # run in the directory holding snippet.py; "{file}" is its path
+    time_limit: float = Field(10.0, gt=0)
+    report: Optional[str] = None  # write the metrics and every example's outcome here (JSON)
     progress: bool = True
 
 
@@ -186,6 +252,29 @@ class HaltScheduleConfig(_Config):
     epochs: int = 0  # 0 = off
 
 
+class TrainStage(_Config):
+    """One stage of a data curriculum: while it lasts, training samples only the examples it allows.
+
+    The filter reads per-example metadata (a code-repair dataset's repair_meta.jsonl):
+    `bug_types` (None = all) and `max_difficulty` (None = no cap). The stage's learning rate
+    is the run's schedule times `lr_scale`, or the schedule rescaled to the base `lr` when
+    that is given. `share` is the stage's part of the run's steps; shares are normalised.
+    """
+
+    name: str = ""
+    bug_types: Optional[list[str]] = None
+    max_difficulty: Optional[float] = None
+    lr: Optional[float] = Field(None, gt=0)
+    lr_scale: float = Field(1.0, gt=0)
+    share: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_lr(self) -> "TrainStage":
+        if self.lr is not None and self.lr_scale != 1.0:
+            raise ValueError("a stage sets lr or lr_scale, not both")
+        return self
+
+
 class TrainConfig(_Config):
     arch: ArchConfig = Field(default_factory=ArchConfig)
     data_paths: list[str] = Field(default_factory=list)
@@ -241,6 +330,8 @@ class TrainConfig(_Config):
 
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     halt_schedule: HaltScheduleConfig = Field(default_factory=HaltScheduleConfig)
+    # data curriculum: stages in order over the run's steps (empty = sample everything throughout)
+    stages: list[TrainStage] = Field(default_factory=list)
 
     @field_validator("global_batch_size", "epochs")
     @classmethod
@@ -372,7 +463,10 @@ class PipelineConfig(_Config):
     work_dir: str = "runs/pipeline"  # everything is written here
     num_aug: int = 4  # augmentations per task
     train_seconds: float = 180.0  # training time limit
-    eval_tasks: int = 10  # ARC-AGI-2 evaluation tasks in the test split (inference at seq_len 900 is costly on a CPU)
-    unseen_tasks: int = 5  # ARC-AGI-2 evaluation tasks used as unseen challenges
+    # Side of the canvas: tasks whose grids fit it (seq_len canvas^2). At upstream's 30 a CPU manages too few
+    # steps in a few minutes to learn anything visible; at 12 it learns within the budget (README).
+    canvas: int = Field(12, ge=1, le=30)
+    eval_tasks: int = 3  # ARC-AGI-2 evaluation tasks (that fit the canvas) in the test split
+    unseen_tasks: int = 2  # further ARC-AGI-2 evaluation tasks (that fit the canvas) as unseen challenges
     seed: int = 42
     progress: bool = True

@@ -48,7 +48,6 @@ from trm_kaggle.errors import DataError
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.names import shown
 
-SEQ_LEN = MAX_GRID * MAX_GRID
 VOCAB_SIZE = 12  # PAD, EOS, colours 0..9
 PAD, EOS, COLOUR0 = 0, 1, 2
 RETRIES_FACTOR = 5
@@ -146,7 +145,7 @@ def plan_augmentations(pairs: list[tuple[np.ndarray, np.ndarray]], num_aug: int,
 
 
 # ---------------------------------------------------------------------------
-# Pass 2: encoding into the 30x30 canvas
+# Pass 2: encoding into the canvas (30 x 30, upstream's, unless --canvas says otherwise)
 # ---------------------------------------------------------------------------
 
 
@@ -158,7 +157,7 @@ IN_SWAPPED_CLASS = np.array([t in SHAPE_CLASSES[1] for t in range(8)])
 
 
 def place(out: np.ndarray, first: np.ndarray, values: np.ndarray, h: int, w: int,
-          rows: np.ndarray, cols: np.ndarray) -> None:
+          rows: np.ndarray, cols: np.ndarray, side: int = MAX_GRID) -> None:
     """Write n encoded grids of shape (h, w) into the flat token array `out`.
 
     Grid i goes to the canvas starting at flat position first[i], top-left corner at
@@ -167,25 +166,25 @@ def place(out: np.ndarray, first: np.ndarray, values: np.ndarray, h: int, w: int
     Everything is one 1-D scatter per kind of cell: no Python loop over grids.
     """
     rr, cc = np.divmod(np.arange(h * w, dtype=np.int32), np.int32(w))
-    corner = first + rows * MAX_GRID + cols
-    out[(corner[:, None] + (rr * MAX_GRID + cc)).ravel()] = values.ravel()
-    below = rows + h < MAX_GRID
-    out[(corner[below, None] + (h * MAX_GRID + np.arange(w, dtype=np.int32))).ravel()] = EOS
-    right = cols + w < MAX_GRID
-    out[(corner[right, None] + (np.arange(h, dtype=np.int32) * MAX_GRID + w)).ravel()] = EOS
+    corner = first + rows * side + cols
+    out[(corner[:, None] + (rr * side + cc)).ravel()] = values.ravel()
+    below = rows + h < side
+    out[(corner[below, None] + (h * side + np.arange(w, dtype=np.int32))).ravel()] = EOS
+    right = cols + w < side
+    out[(corner[right, None] + (np.arange(h, dtype=np.int32) * side + w)).ravel()] = EOS
 
 
 def encode_puzzles(pairs: list[tuple[np.ndarray, np.ndarray]], transforms: np.ndarray, perms: np.ndarray,
-                   translate: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """inputs, labels of shape (P * E, 900): puzzle-major, examples in order.
+                   translate: bool, rng: np.random.Generator, side: int = MAX_GRID) -> tuple[np.ndarray, np.ndarray]:
+    """inputs, labels of shape (P * E, side * side): puzzle-major, examples in order.
 
     Puzzle p is the task under (transforms[p], perms[p]). In the train split
     (`translate`) every example but one random one per puzzle moves to a random
     offset that keeps both its input and output grid inside the canvas.
     """
-    P, E = len(transforms), len(pairs)
-    inputs = np.zeros(P * E * SEQ_LEN, dtype=np.uint8)
-    labels = np.zeros(P * E * SEQ_LEN, dtype=np.uint8)
+    P, E, seq_len = len(transforms), len(pairs), side * side
+    inputs = np.zeros(P * E * seq_len, dtype=np.uint8)
+    labels = np.zeros(P * E * seq_len, dtype=np.uint8)
     at_origin = rng.integers(0, E, size=P) if translate else None
     swapped = IN_SWAPPED_CLASS[transforms]
     for e, (a, b) in enumerate(pairs):
@@ -202,15 +201,15 @@ def encode_puzzles(pairs: list[tuple[np.ndarray, np.ndarray]], transforms: np.nd
             cols = np.zeros(len(sel), dtype=np.int32)
             if translate:
                 moved = at_origin[sel] != e
-                rows[moved] = rng.integers(0, MAX_GRID - max(ha, hb) + 1, size=int(moved.sum()))
-                cols[moved] = rng.integers(0, MAX_GRID - max(wa, wb) + 1, size=int(moved.sum()))
-            first = ((sel * E + e) * SEQ_LEN).astype(np.int32)
+                rows[moved] = rng.integers(0, side - max(ha, hb) + 1, size=int(moved.sum()))
+                cols[moved] = rng.integers(0, side - max(wa, wb) + 1, size=int(moved.sum()))
+            first = ((sel * E + e) * seq_len).astype(np.int32)
             # colour lookup as one flat take: token of colour c in puzzle i is lut[10 * i + c]
             lut = (perms[sel] + COLOUR0).ravel()
             row_base = (np.arange(len(sel), dtype=np.int32) * 10)[:, None]
-            place(inputs, first, lut.take(row_base + sa.reshape(4, -1)[pick]), ha, wa, rows, cols)
-            place(labels, first, lut.take(row_base + sb.reshape(4, -1)[pick]), hb, wb, rows, cols)
-    return inputs.reshape(P * E, SEQ_LEN), labels.reshape(P * E, SEQ_LEN)
+            place(inputs, first, lut.take(row_base + sa.reshape(4, -1)[pick]), ha, wa, rows, cols, side)
+            place(labels, first, lut.take(row_base + sb.reshape(4, -1)[pick]), hb, wb, rows, cols, side)
+    return inputs.reshape(P * E, seq_len), labels.reshape(P * E, seq_len)
 
 
 # ---------------------------------------------------------------------------
@@ -238,16 +237,16 @@ def _plan_job(args: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _write_job(args) -> int:
-    i, seed, transforms, perms, train_row, test_row, paths = args
+    i, seed, transforms, perms, train_row, test_row, paths, side = args
     job = _WORKER_JOBS[i]
     rng = job.rng(seed, 1)
     written = 0
     for split, pairs, first_row in (("train", job.train_split_pairs, train_row), ("test", job.test_split_pairs, test_row)):
         if not pairs:
             continue
-        inputs, labels = encode_puzzles(pairs, transforms, perms, translate=(split == "train"), rng=rng)
-        write_rows_at(paths[split]["inputs"], np.uint8, SEQ_LEN, first_row, inputs)
-        write_rows_at(paths[split]["labels"], np.uint8, SEQ_LEN, first_row, labels)
+        inputs, labels = encode_puzzles(pairs, transforms, perms, translate=(split == "train"), rng=rng, side=side)
+        write_rows_at(paths[split]["inputs"], np.uint8, side * side, first_row, inputs)
+        write_rows_at(paths[split]["labels"], np.uint8, side * side, first_row, labels)
         written += len(inputs)
     return written
 
@@ -298,8 +297,14 @@ def collect_jobs(cfg: ArcBuildConfig) -> tuple[list[TaskJob], list[str]]:
                 if task.test_outputs is None:
                     notes.append(f"subset {subset}: no solutions, test labels filled with a dummy [[0]]")
                     break
-        tasks = list(report.tasks.values())[:cfg.max_tasks]
-        jobs += [TaskJob(subset, t, in_test) for t in tasks]
+        tasks = list(report.tasks.values())
+        if cfg.canvas < MAX_GRID:  # keep the tasks whose every grid fits the smaller canvas
+            fitting = [t for t in tasks if task_fits(t, cfg.canvas)]
+            if len(fitting) < len(tasks):
+                notes.append(f"subset {subset}: {len(tasks) - len(fitting)} of {len(tasks)} tasks have a grid larger "
+                             f"than the {cfg.canvas}x{cfg.canvas} canvas and are left out")
+            tasks = fitting
+        jobs += [TaskJob(subset, t, in_test) for t in tasks[:cfg.max_tasks]]
     if not any(j.in_test_set for j in jobs):
         notes.append(f"no subset is named {cfg.test_set_name!r}: the test split is empty")
     train_ids = {j.task.id for j in jobs if not j.in_test_set}
@@ -310,6 +315,12 @@ def collect_jobs(cfg: ArcBuildConfig) -> tuple[list[TaskJob], list[str]]:
     if not jobs:
         raise DataError("no (valid) tasks found in the given subsets")
     return jobs, notes
+
+
+def task_fits(task: ArcTask, side: int) -> bool:
+    """Whether every grid of the task (known test outputs included) fits a side x side canvas."""
+    grids = [g for pair in task.train for g in pair] + list(task.test_inputs) + list(task.test_outputs or [])
+    return all(g.shape[0] <= side and g.shape[1] <= side for g in grids)
 
 
 def build_arc(cfg: ArcBuildConfig) -> dict:
@@ -375,14 +386,14 @@ def build_arc(cfg: ArcBuildConfig) -> dict:
             paths[split] = {}
             for field in ("inputs", "labels"):
                 path = tmp / split / f"{SET_NAME}__{field}.npy"
-                f = NpyFile(path, np.uint8, SEQ_LEN)
+                f = NpyFile(path, np.uint8, cfg.canvas * cfg.canvas)
                 f.preallocate(total_rows)
                 f.close()
                 paths[split][field] = str(path)
 
         # Pass 2: every worker writes its tasks' rows in place.
-        args = [(i, cfg.seed, plans[i][0], plans[i][1], int(splits["train"][0][i]), int(splits["test"][0][i]), paths)
-                for i in range(len(jobs))]
+        args = [(i, cfg.seed, plans[i][0], plans[i][1], int(splits["train"][0][i]), int(splits["test"][0][i]), paths,
+                 cfg.canvas) for i in range(len(jobs))]
         for _ in _run(_write_job, args, jobs, workers, "write examples", cfg.progress):
             pass
         log.info("wrote examples at %.1f s", time.perf_counter() - t0)
@@ -397,7 +408,7 @@ def build_arc(cfg: ArcBuildConfig) -> dict:
         for split, (_, total_rows, puzzle_indices, group_indices, identifiers) in splits.items():
             total_puzzles = len(puzzle_indices) - 1
             metas[split] = DatasetMetadata(
-                vocab_size=VOCAB_SIZE, seq_len=SEQ_LEN, num_puzzle_identifiers=num_identifiers,
+                vocab_size=VOCAB_SIZE, seq_len=cfg.canvas * cfg.canvas, num_puzzle_identifiers=num_identifiers,
                 total_groups=len(group_indices) - 1, total_puzzles=total_puzzles,
                 mean_puzzle_examples=total_rows / max(1, total_puzzles))
             finish_split(tmp / split, metas[split], identifiers, puzzle_indices, group_indices)
@@ -406,7 +417,7 @@ def build_arc(cfg: ArcBuildConfig) -> dict:
                           {j.task.id: _with_dummy_outputs(j.task) for j in jobs if j.in_test_set})
         summary = {
             "output_dir": str(Path(cfg.output_dir).absolute()),
-            "tasks": len(jobs),
+            "tasks": len(jobs), "canvas": cfg.canvas,
             "puzzle_identifiers": num_identifiers,
             "train_examples": splits["train"][1], "test_examples": splits["test"][1],
             "train_puzzles": metas["train"].total_puzzles, "test_puzzles": metas["test"].total_puzzles,

@@ -281,19 +281,29 @@ def text_to_grid(text: str, rows: int = 64, cols: int = 48) -> np.ndarray:
     lines = text.split("\n")
     if len(lines) > rows:
         raise DataError(f"text has {len(lines)} lines, more than the {rows} rows of the grid")
+    # the whole text at once (code-repair builders encode thousands of snippets a second):
+    # each character's line and column come from the newline positions
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    newline = codes == 10
+    line_of = np.cumsum(newline) - newline
+    line_start = np.concatenate([[0], np.flatnonzero(newline) + 1])
+    col_of = np.arange(len(codes)) - line_start[line_of]
+    lengths = np.diff(np.append(line_start, len(codes) + 1)) - 1
+    bad = ~newline & ((codes < TEXT_FIRST_CHAR) | (codes > 126))
+    if bad.any() or lengths.max() > cols:  # report the first line with a problem, its length first
+        first_bad = int(np.argmax(bad)) if bad.any() else len(codes)
+        bad_line = int(line_of[first_bad]) if bad.any() else len(lines)
+        r = int(np.argmax(lengths > cols)) if lengths.max() > cols else len(lines)
+        if r <= bad_line:
+            raise DataError(f"line {r + 1} has {lengths[r]} characters, more than the {cols} columns of the grid")
+        ch = text[first_bad]
+        raise DataError(f"line {bad_line + 1}, column {col_of[first_bad] + 1}: character {ch!r} "
+                        f"(U+{ord(ch):04X}) is not printable ASCII")
     grid = np.full((rows, cols), TEXT_PAD, dtype=np.uint8)
-    for r, line in enumerate(lines):
-        if len(line) > cols:
-            raise DataError(f"line {r + 1} has {len(line)} characters, more than the {cols} columns of the grid")
-        codes = np.frombuffer(line.encode("utf-32-le"), dtype=np.uint32)
-        bad = np.flatnonzero((codes < TEXT_FIRST_CHAR) | (codes > 126))
-        if bad.size:
-            ch = line[bad[0]]
-            raise DataError(f"line {r + 1}, column {bad[0] + 1}: character {ch!r} (U+{ord(ch):04X}) "
-                            "is not printable ASCII")
-        grid[r, :len(line)] = codes - TEXT_FIRST_CHAR + 2
-        if len(line) < cols:
-            grid[r, len(line)] = TEXT_EOL
+    chars = ~newline
+    grid[line_of[chars], col_of[chars]] = codes[chars] - TEXT_FIRST_CHAR + 2
+    short = np.flatnonzero(lengths < cols)
+    grid[short, lengths[short]] = TEXT_EOL
     return grid
 
 

@@ -31,6 +31,7 @@ Where we differ from upstream:
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -199,22 +200,27 @@ class PuzzleLoader:
             [np.where(s.puzzle_identifiers == blank, blank, s.puzzle_identifiers.astype(np.int64) + off)
              for s, off in zip(self.splits, self.identifier_offsets)]).astype(np.int32)
 
-        self.identifier_names = self._merged_identifier_names(metas)
+        self._metas = metas  # identifier_names reads identifiers.json on first use
 
         # --- iteration state: what the consumer has received so far (never what is prefetched) ---
         self._state = {"epoch": 0, "position": 0, "batch_in_epoch": 0, "step": 0}
         self._generation = 0  # bumped by load_state_dict; a live iterator of an older generation stops
-        self._order_cache: tuple[int, np.ndarray] | None = None
+        self._order_cache: tuple[int, np.ndarray | None, np.ndarray] | None = None
         self._exact_counts: dict[int, int] = {}
+        self._group_mask_at: Callable[[int], np.ndarray | None] | None = None
 
     # ------------------------------------------------------------------
     # Metadata helpers
     # ------------------------------------------------------------------
 
-    def _merged_identifier_names(self, metas: list[DatasetMetadata]) -> list[str] | None:
-        """Concatenated identifiers.json lists (index = merged identifier), or None if any is missing."""
+    @functools.cached_property
+    def identifier_names(self) -> list[str] | None:
+        """Concatenated identifiers.json lists (index = merged identifier), or None if any is missing.
+
+        Read on first use, not when the loader opens: training never needs the names, and for
+        upstream's 1000-augmentation ARC datasets they are a million Python strings (~120 MB)."""
         names: list[str] = []
-        for path, meta in zip(self.dataset_paths, metas):
+        for path, meta in zip(self.dataset_paths, self._metas):
             if not (path / "identifiers.json").is_file():
                 return None
             ids = load_identifiers(path)
@@ -339,17 +345,47 @@ class PuzzleLoader:
         self._generation += 1
 
     # ------------------------------------------------------------------
+    # Sampling filter (a data curriculum sets it)
+    # ------------------------------------------------------------------
+
+    def set_group_filter(self, mask_at: Callable[[int], np.ndarray | None] | None) -> None:
+        """Sample training batches only from some groups: `mask_at(step)` is a boolean mask over all
+        groups (global numbering) for the batch drawn at global step `step`, or None for every group.
+
+        A batch draws from the allowed groups of the epoch's shuffled order. When the mask changes
+        from one step to the next, the epoch ends there and the next batch opens a new epoch, so
+        every batch honours the mask of its own step. `mask_at` must be a pure function of the step
+        (and thread-safe: the prefetch thread calls it): then a resumed stream is the same stream.
+        Set it before iterating.
+        """
+        self._group_mask_at = mask_at
+
+    def groups_where(self, example_mask: np.ndarray) -> np.ndarray:
+        """Group mask from a mask over all examples: a group passes when every example in it does
+        (a group's puzzle is drawn at random, so a partly allowed group could yield the rest)."""
+        example_mask = np.asarray(example_mask, dtype=bool)
+        if example_mask.shape != (self.num_examples,):
+            raise TRMError(f"example mask of shape {example_mask.shape}, expected ({self.num_examples},)")
+        puzzle_ok = np.logical_and.reduceat(example_mask, self._puzzle_starts[:-1])
+        return np.logical_and.reduceat(puzzle_ok, self._group_starts[:-1])
+
+    def _mask(self, step: int) -> np.ndarray | None:
+        return None if self._group_mask_at is None or step < 0 else self._group_mask_at(step)
+
+    # ------------------------------------------------------------------
     # Sampling (training)
     # ------------------------------------------------------------------
 
-    def _group_order(self, epoch: int) -> np.ndarray:
-        """The shuffled order of all groups (all datasets together) for `epoch`."""
+    def _group_order(self, epoch: int, mask: np.ndarray | None = None) -> np.ndarray:
+        """The shuffled order of all groups (all datasets together) for `epoch`, keeping those `mask` allows."""
         cached = self._order_cache  # read once: the prefetch thread may replace it
-        if cached is not None and cached[0] == epoch:
-            return cached[1]
+        if cached is not None and cached[0] == epoch and cached[1] is mask:
+            return cached[2]
         rng = np.random.default_rng([_seed_words(self.seed), epoch, _ORDER_TAG])
         order = rng.permutation(self.total_groups)
-        self._order_cache = (epoch, order)
+        if mask is not None:
+            order = order[mask[order]]
+        self._order_cache = (epoch, mask, order)
         return order
 
     def _batch_rng(self, epoch: int, batch_in_epoch: int) -> np.random.Generator:
@@ -478,8 +514,17 @@ class PuzzleLoader:
         def produce():
             epoch, position, b, step = start["epoch"], start["position"], start["batch_in_epoch"], start["step"]
             while until_epoch is None or epoch < until_epoch:
-                order = self._group_order(epoch)
+                mask = self._mask(step)
+                if position and not _same_mask(mask, self._mask(step - 1)):
+                    # the filter changed: close this epoch so the next batch draws under the new mask
+                    epoch, position, b = epoch + 1, 0, 0
+                    yield None, {"epoch": epoch, "position": 0, "batch_in_epoch": 0, "step": step}
+                    continue
+                order = self._group_order(epoch, mask)
                 sampled = self._sample_batch(order, position, epoch, b)
+                if sampled is None and position == 0 and mask is not None:
+                    raise TRMError(f"the sampling filter of step {step} allows {len(order)} groups, too few "
+                                   f"to fill a batch of {self.global_batch_size}")
                 if sampled is None:
                     # Drop-last: the rest of this epoch's groups cannot fill a batch. Report the
                     # rollover as a state-only item so `epoch` advances when it is consumed.
@@ -540,6 +585,10 @@ class PuzzleLoader:
         if self.prefetch == 0:
             return deliver(produce())
         return deliver(_prefetched(produce, self.prefetch))
+
+
+def _same_mask(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return a is b or (a is not None and b is not None and np.array_equal(a, b))
 
 
 _DONE = object()

@@ -24,14 +24,14 @@ from tqdm.auto import tqdm
 from trm_kaggle.data.format import load_identifiers
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.errors import TRMError
-from trm_kaggle.model.rollout import act_rollout
+from trm_kaggle.model.rollout import act_rollout, token_dtype
 
 
 @dataclass
 class Predictions:
     """Model outputs for every test-split example, in dataset order (row i = example i)."""
 
-    tokens: np.ndarray  # (N, seq_len) uint8: argmax of the logits
+    tokens: np.ndarray  # (N, seq_len) argmax of the logits: uint8 (int16 for vocabularies over 256 tokens)
     q_halt: np.ndarray  # (N,) float32: q_halt logit at the step the example stopped
     steps: np.ndarray  # (N,) int32: ACT steps run
     puzzle_index: np.ndarray  # (N,) int64: puzzle of the split the example belongs to
@@ -114,7 +114,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
         raise TRMError(f"the model was built for seq_len {seq_len_model}, {dataset_dir} has {meta.seq_len}")
 
     N, L = loader.num_examples, meta.seq_len
-    tokens = np.zeros((N, L), dtype=np.uint8)
+    tokens = np.zeros((N, L), dtype=np.int16 if token_dtype(model) == torch.int16 else np.uint8)
     q_halt = np.zeros(N, dtype=np.float32)
     steps_run = np.full(N, -1, dtype=np.int32)  # -1: not predicted (deadline)
     puzzle_index = np.zeros(N, dtype=np.int64)

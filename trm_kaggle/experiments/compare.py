@@ -8,7 +8,8 @@ subdirectories are runs or sweeps. Runs whose settings differ only in their seed
 
 * table.csv: one row per run: final and best exact accuracy (on the test split when the run evaluated,
   and on its training batches), token accuracy, loss, steps, wall time, examples/s, parameters (with and
-  without the puzzle-embedding table), then the settings that differ between runs.
+  without the puzzle-embedding table), peak training memory where the run logged it, then the settings
+  that differ between runs.
 * table.md: the same per group (mean ± standard deviation over seeds) and per run.
 * curves.png: the metric and the training loss against step and against wall time, one line per group
   (the mean over its seeds at each logged step, the band spanning their min to max).
@@ -228,6 +229,7 @@ COLUMNS = [
     ("examples_per_s", "examples/s", ".1f"),
     ("parameters", "parameters", "int"),
     ("parameters_with_puzzle_table", "+ puzzle table", "int"),
+    ("peak_memory_gb", "peak memory (GB)", ".2f"),
     ("loss", "final loss", ".4f"),
     ("eval_exact_accuracy", "final exact (test)", ".3f"),
     ("best_eval_exact_accuracy", "best exact (test)", ".3f"),
@@ -254,6 +256,8 @@ def summarise(run: RunData) -> dict[str, Any]:
                    best_exact_accuracy=_best(run.train, "exact_accuracy"))
         if batch and last["wall_s"] > 0:  # training examples per second of wall time, evaluations included
             out["examples_per_s"] = last["step"] * batch / last["wall_s"]
+        # the training loop's per-interval peaks: CUDA's max_memory_allocated, else the process's RSS
+        out["peak_memory_gb"] = _best(run.train, "cuda_max_allocated_gb") or _best(run.train, "peak_rss_gb")
     if run.evals:
         out.update(eval_exact_accuracy=run.evals[-1].get("eval_exact_accuracy"),
                    eval_token_accuracy=run.evals[-1].get("eval_token_accuracy"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 
@@ -66,26 +66,36 @@ def cpu_bf16_speedup(num_threads: int) -> float:
     return _matmul_rate(384, torch.bfloat16, 5, 0.2) / _matmul_rate(384, torch.float32, 5, 0.2)
 
 
-def resolve_forward_dtype(arch: ArchConfig, device: Union[str, torch.device]) -> Tuple[torch.dtype, str]:
-    """The activation dtype for `arch.forward_dtype` on `device`, and a sentence saying why."""
+def resolve_forward_dtype(arch: ArchConfig, device: Union[str, torch.device], *,
+                          bf16_speedup: Optional[float] = None,
+                          cuda_capability: Optional[Tuple[int, int]] = None) -> Tuple[torch.dtype, str]:
+    """The activation dtype for `arch.forward_dtype` on `device`, and a sentence saying why.
+
+    `bf16_speedup` (CPU) and `cuda_capability` replace the measurement and the device query,
+    for deciding about another machine (`trm-kaggle doctor` with given hardware facts)."""
     device = torch.device(device)
+    measured = bf16_speedup is not None
+
+    def speedup_here() -> float:
+        return bf16_speedup if measured else cpu_bf16_speedup(torch.get_num_threads())
+
     if arch.forward_dtype != "auto":
         dtype = DTYPES[arch.forward_dtype]
         reason = f"forward_dtype={arch.forward_dtype} set explicitly"
         if device.type == "cpu" and dtype != torch.float32:
-            speedup = cpu_bf16_speedup(torch.get_num_threads())
+            speedup = speedup_here()
             if speedup < CPU_BF16_MIN_SPEEDUP:
                 reason += (f" (warning: reduced-precision matmuls run at {speedup:.2g}x the float32 rate on this "
                            "CPU, which has no fast bf16 units; forward_dtype=auto would use float32)")
         return dtype, reason
     if device.type == "cuda":
-        if not torch.cuda.is_available():
+        if cuda_capability is None and not torch.cuda.is_available():
             return torch.float32, "auto: no CUDA device available, float32"
         # Native bf16 needs compute capability 8.0 (Ampere) or newer. torch.cuda.is_bf16_supported()
         # also says yes on a T4 (7.5) or P100 (6.0), where bf16 is emulated and slow: those get
         # float32 (float16 is there for inference as an explicit forward_dtype=float16; training in
         # float16 would need loss scaling, which upstream's recipes do not use).
-        major, minor = torch.cuda.get_device_capability(device)
+        major, minor = cuda_capability or torch.cuda.get_device_capability(device)
         if major >= 8 or torch.version.hip:
             return torch.bfloat16, (f"auto: CUDA device (compute capability {major}.{minor}) has native bfloat16 "
                                     "(upstream's dtype)")
@@ -95,7 +105,7 @@ def resolve_forward_dtype(arch: ArchConfig, device: Union[str, torch.device]) ->
         if arch.hidden_size < CPU_BF16_MIN_HIDDEN:
             return torch.float32, (f"auto: CPU and hidden_size {arch.hidden_size} < {CPU_BF16_MIN_HIDDEN} "
                                    "(too narrow for bf16 matmuls to pay), so float32")
-        speedup = cpu_bf16_speedup(torch.get_num_threads())
+        speedup = speedup_here()
         if speedup >= CPU_BF16_MIN_SPEEDUP:
             return torch.bfloat16, (f"auto: bf16 matmuls measured {speedup:.1f}x faster than float32 on this CPU "
                                     "(AVX512_BF16/AMX), so bfloat16 activations (upstream's dtype) with float32 "

@@ -26,7 +26,8 @@ from trm_kaggle.model.trm import Carry
 class Rollout:
     """What one batch's rollout produced; row i is row i of the batch given."""
 
-    tokens: torch.Tensor  # uint8 (B, seq_len): argmax of the logits at the step the row stopped
+    tokens: torch.Tensor  # (B, seq_len) argmax of the logits at the step the row stopped: uint8, or int16
+    #                       for a vocabulary wider than a byte (see `token_dtype`)
     q_halt: torch.Tensor  # float32 (B,): q_halt logit at that step
     steps: torch.Tensor  # int32 (B,): ACT steps the row ran
     carry: Carry  # the carry after the last model call (rows still running then; all rows without early exit)
@@ -35,12 +36,17 @@ class Rollout:
     calls: int  # model calls
 
 
+def token_dtype(model: torch.nn.Module) -> torch.dtype:
+    """uint8 holds every vocabulary of ARC, Sudoku and Maze; a BPE code-repair model needs int16."""
+    return torch.int16 if getattr(model, "vocab_size", 0) > 256 else torch.uint8
+
+
 def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_steps: int,
                 early_exit: bool = False) -> Rollout:
     """Run `batch` for up to `max_steps` ACT steps (see the module docstring)."""
     B, L = batch["inputs"].shape
     device = batch["inputs"].device
-    tokens = torch.empty(B, L, dtype=torch.uint8, device=device)
+    tokens = torch.empty(B, L, dtype=token_dtype(model), device=device)
     q_out = torch.empty(B, dtype=torch.float32, device=device)
     steps_out = torch.empty(B, dtype=torch.int32, device=device)
     active = torch.arange(B, device=device)  # original row of each row still running
@@ -62,7 +68,7 @@ def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_step
             all_done = last or bool(done.all())
             idx = active if all_done else active[done]
             logits = out["logits"] if all_done else out["logits"][done]
-            tokens[idx] = logits.argmax(-1).to(torch.uint8)
+            tokens[idx] = logits.argmax(-1).to(tokens.dtype)
             q_out[idx] = q if all_done else q[done]
             steps_out[idx] = step
             if all_done:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import os
 import time
 import traceback
 from pathlib import Path
@@ -77,12 +79,20 @@ def _link_challenges(tasks: dict, work: Path) -> str:
     return str(src / "arc")
 
 
-def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict) -> Path:
-    """The augmented dataset of `tasks` (the parsed challenges); reused when a previous run built the same one."""
+def export_canvas(weights: str | os.PathLike) -> int:
+    """The canvas side an export was trained on (seq_len = side * side; 30 for upstream's ARC models)."""
+    seq_len = int(read_json(Path(weights) / "config.json", "export config.json").get("seq_len", 900))
+    side = math.isqrt(seq_len)
+    return side if side * side == seq_len and 1 <= side <= 30 else 30
+
+
+def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict, canvas: int = 30) -> Path:
+    """The augmented dataset of `tasks` (the parsed challenges) on the model's canvas (a task with a larger
+    grid is left out and gets the fallback); reused when a previous run built the same one."""
     data_dir = work / "data"
     build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(tasks, work),
                                subsets=[SUBSET], test_set_name=SUBSET, test_set_name2=SUBSET, num_aug=cfg.num_aug,
-                               seed=cfg.seed, skip_invalid=True, progress=cfg.progress)
+                               seed=cfg.seed, skip_invalid=True, canvas=canvas, progress=cfg.progress)
     try:
         info = read_json(data_dir / "build_info.json", "build_info.json")
         if info["config"] == build_cfg.model_dump(exclude={"progress", "workers"}):
@@ -189,7 +199,8 @@ def solve(cfg: SolveConfig) -> dict[str, Any]:
                            f"({cfg.safety_margin} s): nothing left for the model")
         device = pick_device(cfg.device)
         work.mkdir(parents=True, exist_ok=True)
-        data_dir = build_unseen_dataset(cfg, work, {k: v for k, v in challenges.items() if k not in duplicates})
+        data_dir = build_unseen_dataset(cfg, work, {k: v for k, v in challenges.items() if k not in duplicates},
+                                        export_canvas(cfg.weights))
         report["stages"]["dataset_s"] = round(time.time() - t, 1)
         if budget.left() <= 0:
             raise TRMError("the time budget ran out while building the dataset")

@@ -13,7 +13,6 @@ fingerprint of the dataset. Written atomically (temp file + rename); the newest
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import os
@@ -103,9 +102,9 @@ def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = state_path(run_dir, step)
     payload = {"format": STATE_FORMAT, "version": __version__, "step": step, **state}
-    buf = io.BytesIO()
-    torch.save(payload, buf)
-    atomic_write(path, lambda f: f.write(buf.getbuffer()), mode="wb")
+    # Streamed into the temporary file: serialising into memory first would hold a second copy of
+    # the whole state (the puzzle table alone is 2.4 GB for upstream's ARC datasets) at every save.
+    atomic_write(path, lambda f: torch.save(payload, f), mode="wb")
     for old in list_states(run_dir)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return path

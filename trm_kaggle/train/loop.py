@@ -41,8 +41,10 @@ from trm_kaggle.optim.lion import Lion
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after
+from trm_kaggle.train.memory import MemoryWatch, memory_aware_micro_batch
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
+from trm_kaggle.train.stages import StagePlan
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +250,11 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
                           world_size=rt.world_size)
     local_batch = cfg.global_batch_size // rt.world_size
-    micro = min(cfg.micro_batch_size or local_batch, local_batch)
+    meta = loader.metadata
+    micro = memory_aware_micro_batch(cfg, seq_len=meta.seq_len, vocab_size=meta.vocab_size,
+                                     num_puzzle_identifiers=meta.num_puzzle_identifiers, num_puzzles=meta.total_puzzles,
+                                     device=rt.device, dtype=rt.dtype, local_batch=local_batch,
+                                     world_size=rt.world_size, log=log if rt.is_main else None)
     if local_batch % micro:
         raise TRMError(f"micro_batch_size {micro} must divide the per-rank batch {local_batch}")
     model = build_model(cfg, loader, rt)
@@ -262,11 +268,18 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     total_steps = total_train_steps(cfg.epochs, loader.total_groups, loader.metadata.mean_puzzle_examples,
                                     cfg.global_batch_size)
     stop_at = min(total_steps, cfg.max_steps) if cfg.max_steps else total_steps
+    stages = StagePlan.from_config(cfg, loader, stop_at) if cfg.stages else None
+    if stages is not None:
+        loader.set_group_filter(stages.group_mask_at)
+        if rt.is_main:
+            log.warning("data curriculum: %s", stages.describe())
 
     step, carries = 0, None
     if ckpt.list_states(run_dir):
         path, state = ckpt.load_newest_state(run_dir, quarantine=rt.is_main)
         step, carries = _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint)
+        if carries is not None and len(carries) != local_batch // micro:  # another micro-batch size now
+            carries = _resplit(carries, micro)
         if rt.is_main:
             log.warning("resuming %s from step %d", run_dir, step)
             drop_metrics_after(run_dir / METRICS_FILE, step)
@@ -281,6 +294,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     result = TrainResult(run_dir, step, 0.0)
     bar = tqdm(total=stop_at, initial=step, disable=not (cfg.progress and rt.is_main), unit="step", dynamic_ncols=True)
     t_start, step_start = time.perf_counter(), step
+    memory_watch = MemoryWatch(rt.device, log if rt.is_main else None)
     last_eval_epoch = math.floor(step / steps_per_epoch / cfg.eval_interval) if cfg.eval_interval else None
     batches = iter(loader)
     try:
@@ -293,8 +307,10 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             epoch = step / steps_per_epoch
 
             # schedules: lr (of optimizer step `step + 1`, as upstream), recursion curriculum, halting exploration
-            lr = lr_at_step(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
-            emb_lr = lr_at_step(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+            # (a data curriculum scales both by its current stage's factor)
+            factor = stages.lr_factor(step) if stages is not None else 1.0
+            lr = factor * lr_at_step(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+            emb_lr = factor * lr_at_step(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
             if dense is not None:
                 for g in dense.param_groups:
                     g["lr"] = lr
@@ -344,14 +360,19 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             sums["steps_logged"] = sums.get("steps_logged", 0) + 1
             if step % cfg.log_interval == 0 or step == stop_at:
                 record = _summarise(sums, step, step / steps_per_epoch, lr, cfg.global_batch_size)
+                if stages is not None:
+                    record["stage"] = stages.index_at(step - 1) + 1  # the stage of the step just taken
                 elapsed = time.perf_counter() - t_start
                 record["examples_per_s"] = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
                 record["elapsed_s"] = elapsed
                 record["start_step"] = step_start  # where this process began: readers join resumed runs' clocks
+                record.update(memory_watch.sample())
                 metric_log.write(record)
                 result.metrics = record
+                mem = record.get("cuda_max_allocated_gb", record.get("peak_rss_gb", 0.0))
                 bar.set_postfix(loss=f"{record['loss']:.3f}", exact=f"{record['exact_accuracy']:.3f}",
-                                lr=f"{lr:.1e}", ex_s=f"{record['examples_per_s']:.0f}", refresh=False)
+                                lr=f"{lr:.1e}", ex_s=f"{record['examples_per_s']:.0f}", mem=f"{mem:.2f}G",
+                                refresh=False)
                 sums = {}
                 if on_step:
                     on_step(step, record)
@@ -370,6 +391,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                         break
     finally:
         bar.close()
+        memory_watch.close()
     _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint)
     metric_log.close()
     elapsed = time.perf_counter() - t_start

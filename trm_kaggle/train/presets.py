@@ -139,7 +139,31 @@ PRESETS: dict[str, dict] = {
                     {"optimizer": "lion", "beta2": 0.99}),
     "large": _preset("modifier", "larger model: arch.hidden_size=768, num_heads=12 (64 per head)",
                      {"arch": {"hidden_size": 768, "num_heads": 12}}),
+    # --- data curricula ---
+    "repair-curriculum": _preset("modifier", "the code-repair spec's five stages: syntax bugs first, then logic "
+                                 "bugs by difficulty, all bugs at half the LR last (needs repair_meta.jsonl)", {
+        "stages": [
+            {"name": "syntax", "bug_types": ["missing_colon", "unbalanced_bracket", "bad_indent"],
+             "max_difficulty": 0.3, "share": 0.15},
+            {"name": "syntax+operators", "bug_types": ["missing_colon", "unbalanced_bracket", "bad_indent",
+                                                       "flipped_comparison", "wrong_operator"],
+             "max_difficulty": 0.45, "share": 0.2},
+            {"name": "+returns,off-by-one,lint", "bug_types": ["missing_colon", "unbalanced_bracket", "bad_indent",
+                                                               "flipped_comparison", "wrong_operator",
+                                                               "removed_return", "off_by_one", "lint"],
+             "max_difficulty": 0.6, "share": 0.2},
+            {"name": "all types", "max_difficulty": 0.75, "share": 0.2},
+            {"name": "all", "lr_scale": 0.5, "share": 0.25},
+        ],
+    }),
 }
+
+# code repair on a CPU: arc-cpu's small model without a puzzle embedding (every pair is its own puzzle)
+PRESETS["repair-cpu"] = _preset(
+    "base", "code repair on a CPU: the arc-cpu model without a puzzle embedding, for short snippets "
+    "(build-code-repair --grid 8x32 --strip-docstrings), no EMA",
+    _with(PRESETS["arc-cpu"]["overrides"], arch={"puzzle_emb_ndim": 0}, lr_warmup_steps=50, epochs=20, ema=False,
+          device="cpu"))
 
 _PRESET_LOOKUP = {name.lower(): name for name in PRESETS}
 

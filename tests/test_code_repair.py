@@ -1,0 +1,249 @@
+"""build-code-repair: snippets from a corpus -> validated, deduplicated pairs, split by file, in upstream's format."""
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trm_kaggle.cli import main
+from trm_kaggle.config import CodeRepairBuildConfig
+from trm_kaggle.data import code_bugs
+from trm_kaggle.data.code_lint import ruff_binary
+from trm_kaggle.data.code_repair import (assign_splits, build_code_repair, corpus_files, extract_snippets,
+                                         load_repair_tokens, normalised, read_repair_meta)
+from trm_kaggle.data.format import load_split
+from trm_kaggle.data.verify import verify_dataset
+from trm_kaggle.errors import DataError
+
+GRID = "12x48"
+
+
+def module_source(k: int) -> str:
+    """A small module whose functions differ from those of module k' != k."""
+    return f'''"""Module {k}."""
+
+
+def scale_{k}(values, factor):
+    out = []
+    for i in range(len(values)):
+        if values[i] > {k}:
+            out.append(values[i] * factor + {k})
+    return out
+
+
+class Box{k}:
+    def __init__(self, w, h):
+        self.w = w
+        self.h = max(h, w)
+
+    def area(self, pad):
+        if self.w < 0 or self.h == {k}:
+            return 0
+        return (self.w + pad) * (self.h - pad)
+
+
+def first_{k}(items, key):
+    for n, item in enumerate(items):
+        if item is not None and key in item:
+            return n
+    return -{k}
+'''
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    root = tmp_path / "corpus"
+    (root / "pkg").mkdir(parents=True)
+    for k in range(1, 10):
+        (root / ("pkg" if k % 2 else "") / f"mod{k}.py").write_text(module_source(k))
+    (root / "copy_of_mod1.py").write_text(module_source(1))  # the same code twice: deduplicated
+    (root / "broken.py").write_text("def f(:\n    pass\n")  # does not parse: skipped and counted
+    (root / "latin1.py").write_bytes("x = 'caf\xe9'\n".encode("latin-1"))  # not UTF-8
+    (root / "gone.py").symlink_to(root / "missing-target.py")  # unreadable
+    (root / "site-packages").mkdir()
+    (root / "site-packages" / "ignored.py").write_text(module_source(99))
+    return root
+
+
+def build(corpus: Path, out: Path, **kw) -> dict:
+    kw = {"grid": GRID, "workers": 1, "progress": False, "lint": "off", "val_fraction": 0.2, "test_fraction": 0.2,
+          **kw}
+    return build_code_repair(CodeRepairBuildConfig(output_dir=str(out), corpus=str(corpus), **kw))
+
+
+def all_pairs(out: Path):
+    """(split, example, buggy text, fixed text, meta record) of every example."""
+    tokens = load_repair_tokens(out)
+    rows, cols = json.loads((out / "build_info.json").read_text())["grid_shape"]
+    for split in ("train", "val", "test"):
+        s = load_split(out, split)
+        records = [json.loads(line) for line in (out / split / "repair_meta.jsonl").read_text().splitlines()]
+        assert len(records) == s.num_examples
+        for i, r in enumerate(records):
+            yield (split, i, tokens.text(s.inputs[i].reshape(rows, cols)), tokens.text(s.labels[i].reshape(rows, cols)),
+                   r)
+
+
+def test_build_verify_and_labels(corpus, tmp_path):
+    out = tmp_path / "ds"
+    s = build(corpus, out)
+    verify_dataset(out)  # upstream's part of the layout checks out; val/ and the metadata are extra files
+    assert load_split(out, "val").num_examples == s["val"]["examples"] > 0
+    assert s["skipped_files"] == {"does_not_parse": 1, "not_utf8": 1, "unreadable": 1}
+    assert s["files"] == 13  # site-packages is not part of a corpus
+    assert s["duplicates"]["snippets"] > 0
+    info = json.loads((out / "build_info.json").read_text())
+    assert info["tokens"] == {"kind": "char", "vocab_size": 97}
+    assert load_split(out, "train").metadata.ignore_label_id is None  # padding is a target
+    seen_types = set()
+    for split, i, buggy, fixed, r in all_pairs(out):
+        seen_types.add(r["bug_type"])
+        assert r["example"] == i and r["category"] == code_bugs.BUG_TYPES[r["bug_type"]].category
+        assert 0 <= r["difficulty"] <= 1
+        assert buggy != fixed and code_bugs.parses(fixed)
+        assert code_bugs.parses(buggy) is (r["category"] != "syntax")
+        assert "site-packages" not in r["source"]
+    assert seen_types == set(code_bugs.SYNTHETIC)
+
+
+def test_split_by_file_no_leak_and_no_duplicate(corpus, tmp_path):
+    out = tmp_path / "ds"
+    build(corpus, out, mutations_per_type=2)
+    files_of = {"train": set(), "val": set(), "test": set()}
+    pairs, snippets_of = set(), {"train": set(), "val": set(), "test": set()}
+    for split, _, buggy, fixed, r in all_pairs(out):
+        files_of[split].add(r["source"])
+        key = (normalised(buggy), normalised(fixed))
+        assert key not in pairs, "a pair was written twice"
+        pairs.add(key)
+        snippets_of[split].add(normalised(fixed))
+    assert all(files_of.values())
+    assert not (files_of["train"] & files_of["val"]) and not (files_of["train"] & files_of["test"])
+    assert not (files_of["val"] & files_of["test"])
+    # copy_of_mod1.py and pkg/mod1.py hold the same code: only the first (in name order) contributes it
+    used = set().union(*files_of.values())
+    assert "copy_of_mod1.py" in used and "pkg/mod1.py" not in used
+    assert not (snippets_of["train"] & snippets_of["test"]), "the same snippet in train and test"
+
+
+def test_assign_splits_keeps_every_split_and_is_seeded():
+    files = [f"f{i}.py" for i in range(20)]
+    a = assign_splits(files, 0, 0.1, 0.2)
+    assert sorted(a.values()).count("test") == 4 and sorted(a.values()).count("val") == 2
+    assert a == assign_splits(files, 0, 0.1, 0.2) and a != assign_splits(files, 1, 0.1, 0.2)
+    tiny = assign_splits(["a.py", "b.py", "c.py"], 0, 0.01, 0.01)
+    assert sorted(tiny.values()) == ["test", "train", "val"]
+
+
+def _digest(out: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(out.rglob("*")):
+        if p.is_file() and p.name != "build_info.json":
+            h.update(p.relative_to(out).as_posix().encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def test_deterministic_for_a_seed_and_any_worker_count(corpus, tmp_path):
+    build(corpus, tmp_path / "a", seed=3)
+    build(corpus, tmp_path / "b", seed=3, workers=2)
+    build(corpus, tmp_path / "c", seed=4)
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+    assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
+
+
+def test_bpe_tokens(corpus, tmp_path):
+    pytest.importorskip("tokenizers")
+    out = tmp_path / "bpe"
+    s = build(corpus, out, tokens="bpe", bpe_vocab_size=160, grid="12x24")
+    assert s["vocab_size"] == 162 and (out / "tokenizer.json").is_file()
+    verify_dataset(out)
+    n = 0
+    for _, _, buggy, fixed, r in all_pairs(out):
+        assert code_bugs.parses(fixed) and code_bugs.parses(buggy) is (r["category"] != "syntax")
+        n += 1
+    assert n == s["total_pairs"]
+
+
+@pytest.mark.skipif(ruff_binary() is None, reason="linter pairs need ruff: pip install -e '.[repair]'")
+def test_linter_pairs(tmp_path):
+    root = tmp_path / "lint"
+    root.mkdir()
+    for k in range(3):
+        (root / f"m{k}.py").write_text(f"def check_{k}(x, items):\n    if not x in items:\n        return {k}\n"
+                                       f"    return f'found'\n")
+    out = tmp_path / "ds"
+    build(root, out, lint="on", bug_types=["missing_colon"], val_fraction=0.0, test_fraction=0.0)
+    lint = [(b, f, r) for _, _, b, f, r in all_pairs(out) if r["bug_type"] == "lint"]
+    rules = {r["rule"] for _, _, r in lint}
+    assert {"E713", "F541"} <= rules
+    for buggy, fixed, r in lint:
+        assert r["category"] == "lint" and code_bugs.parses(buggy) and code_bugs.parses(fixed)
+        if r["rule"] == "E713":
+            assert "not x in items" in buggy and "x not in items" in fixed and "f'found'" in fixed
+
+
+def test_extract_snippets_descends_into_functions_too_large():
+    source = "def big(a):\n" + "".join(f"    x{i} = a\n" for i in range(20)) + \
+             "    for i in range(a):\n        if i:\n            print(i)\n    return a\n"
+    tree = code_bugs.parse(source)
+    out = extract_snippets(source, tree, lambda lines: max(map(len, lines)) <= 40, 3, 8, False)
+    assert [t for _, t in out] == ["for i in range(a):\n    if i:\n        print(i)"]
+    assert out[0][0] == 22
+
+
+def test_strip_docstrings():
+    source = 'def f(a):\n    """Doc\n    string."""\n    b = a\n    return b\n'
+    out = extract_snippets(source, code_bugs.parse(source), lambda lines: True, 3, 8, True)
+    assert [t for _, t in out] == ["def f(a):\n    b = a\n    return b"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--corpus", "{tmp}/nowhere"], "corpus {tmp}/nowhere: no such directory"),
+    (["--corpus", "{tmp}/empty"], "corpus {tmp}/empty: no Python (.py) files"),
+    (["--corpus", "{tmp}/empty", "--grid", "64x0"], "grid must be ROWSxCOLS"),
+    (["--corpus", "{tmp}/onlybad"], "no repair pairs in the train split"),
+    (["--bug-types", "typo"], "unknown bug type 'typo'"),
+    (["--corpus", "{tmp}/onlybad/a.py"], "corpus {tmp}/onlybad/a.py: not a directory"),
+])
+def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "onlybad").mkdir()
+    (tmp_path / "onlybad" / "a.py").write_text("def f(:\n")
+    p = subprocess.run([sys.executable, "-m", "trm_kaggle", "build-code-repair", "--output-dir", str(tmp_path / "o"),
+                        *[a.format(tmp=tmp_path) for a in args]], capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    errors = [line for line in p.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0] == p.stderr.strip().splitlines()[-1], p.stderr  # progress bars aside
+    assert errors[0].startswith("error: ") and message.format(tmp=tmp_path) in errors[0]
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_builds(corpus, tmp_path, capsys):
+    out = tmp_path / "ds"
+    assert main(["build-code-repair", "--output-dir", str(out), "--corpus", str(corpus), "--grid", GRID,
+                 "--workers", "1", "--lint", "off", "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "pairs/s" in text and "missing_colon" in text
+    assert read_repair_meta(out, "train").bug_type.size == load_split(out, "train").num_examples
+
+
+def test_read_repair_meta_errors(tmp_path):
+    with pytest.raises(DataError, match="repair metadata not found"):
+        read_repair_meta(tmp_path, "train")
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "repair_meta.jsonl").write_text('{"bug_type": "x"}\n')
+    with pytest.raises(DataError, match="repair_meta.jsonl:1"):
+        read_repair_meta(tmp_path, "train")
+
+
+def test_default_corpus_is_the_standard_library():
+    from trm_kaggle.data.code_repair import default_corpus
+
+    files = corpus_files(default_corpus())
+    assert "json/decoder.py" in files and not any("site-packages" in f for f in files)
+    assert np.all(np.array(files[:-1]) <= np.array(files[1:]))  # sorted

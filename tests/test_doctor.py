@@ -1,0 +1,85 @@
+"""`trm-kaggle doctor`: this machine, and invented ones (hardware facts handed to `diagnose`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from trm_kaggle import hardware
+from trm_kaggle.cli import main
+from trm_kaggle.doctor import diagnose
+from trm_kaggle.train.memory import DEFAULT_MEMORY_FRACTION
+from trm_kaggle.train.settings import load_train_config
+
+GB = 2**30
+LAPTOP = hardware.HardwareFacts(system="Linux", machine="x86_64", cpu_model="Laptop i5", cores=4,
+                                isa=["avx2", "fma"], memory_total=16 * GB, memory_available=8 * GB,
+                                torch_version="2.13.0", cpu_bf16_speedup=0.004)
+
+
+def cfg(*overrides, presets=("cpu-smoke",)):
+    return load_train_config(None, list(presets), ["progress=False", *overrides])
+
+
+def test_laptop_without_fast_bf16_trains_in_float32():
+    plan = diagnose(cfg("arch.hidden_size=128", "arch.num_heads=4", "arch.forward_dtype=auto"), LAPTOP, baseline=0)
+    assert plan.device == "cpu" and plan.dtype == "float32" and "no fast" in plan.dtype_reason
+    assert plan.threads == 4 and plan.micro_batch == plan.local_batch and not plan.warnings
+    forced = diagnose(cfg("arch.forward_dtype=bfloat16"), LAPTOP, baseline=0)
+    assert forced.dtype == "bfloat16" and any("no fast bf16" in w for w in forced.warnings)
+
+
+def test_a_fast_bf16_cpu_picks_bf16_for_wide_models():
+    server = replace(LAPTOP, isa=["avx512_bf16", "amx_bf16"], cpu_bf16_speedup=3.5)
+    assert diagnose(cfg("arch.hidden_size=128", "arch.num_heads=4", "arch.forward_dtype=auto"), server,
+                    baseline=0).dtype == "bfloat16"
+    assert diagnose(cfg("arch.hidden_size=64", "arch.forward_dtype=auto"), server, baseline=0).dtype == "float32"
+
+
+def test_small_memory_warns_and_auto_batch_picks_a_micro_batch():
+    tiny = replace(LAPTOP, memory_available=int(0.5 * GB))
+    plain = diagnose(cfg("global_batch_size=256", "arch.forward_dtype=float32"), tiny, baseline=0)
+    assert plain.micro_batch == 256 and any("set auto_batch=True" in w for w in plain.warnings)
+    auto = diagnose(cfg("global_batch_size=256", "auto_batch=True", "arch.forward_dtype=float32"), tiny, baseline=0)
+    assert auto.micro_batch is not None and auto.micro_batch < 256 and 256 % auto.micro_batch == 0
+    assert auto.expected_peak <= DEFAULT_MEMORY_FRACTION * tiny.memory_available
+    hopeless = diagnose(cfg("arch.forward_dtype=float32"), replace(LAPTOP, memory_available=GB // 64), baseline=0)
+    assert hopeless.micro_batch is None and any("even micro_batch_size=1" in w for w in hopeless.warnings)
+
+
+def test_an_old_gpu_gets_float32_and_is_planned_against_its_own_memory():
+    t4 = replace(LAPTOP, gpus=[hardware.GPUInfo("Tesla T4", 15 * GB, (7, 5), free_bytes=14 * GB)])
+    arc = ("device=auto", "arch.forward_dtype=auto", "arch.hidden_size=128", "arch.num_heads=4", "arch.L_cycles=4",
+           "global_batch_size=768")
+    plan = diagnose(cfg(*arc), t4, baseline=0)
+    assert plan.device == "cuda" and plan.dtype == "float32" and "7.5" in plan.dtype_reason
+    assert plan.available == 14 * GB
+    assert any("over 90 %" in w and "retry" in w for w in plan.warnings)  # 768 rows of seq 900 do not fit 14 GB
+    h100 = replace(LAPTOP, gpus=[hardware.GPUInfo("H100", 80 * GB, (9, 0), free_bytes=79 * GB)])
+    assert diagnose(cfg(*arc), h100, baseline=0).dtype == "bfloat16"
+
+
+def test_a_dataset_sets_the_shapes_and_the_puzzle_table(tmp_path):
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data.sudoku import build_sudoku
+
+    data = tmp_path / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=20, num_test=4, progress=False))
+    plan = diagnose(cfg("arch.forward_dtype=float32"), LAPTOP, str(data), baseline=0)
+    assert (plan.seq_len, plan.vocab_size, plan.puzzle_rows) == (16, 6, 1) and plan.data == str(data)
+    missing = diagnose(cfg(f"data_paths=[{tmp_path / 'gone'}]", "arch.forward_dtype=float32"), LAPTOP, baseline=0)
+    assert missing.seq_len == 900 and any("is not here" in w for w in missing.warnings)
+
+
+def test_command_line(capsys, tmp_path):
+    assert main(["doctor", "--preset", "cpu-smoke", "arch.forward_dtype=float32"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CPU: ") and "memory:" in out and "torch " in out
+    assert "train --preset cpu-smoke would use:" in out and "expected peak memory" in out
+    assert main(["doctor", "--json", "arch.forward_dtype=float32"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["machine"]["cores"] >= 1 and d["plan"]["device"] in ("cpu", "cuda", "mps")
+    assert main(["doctor", str(tmp_path / "nope")]) == 2
+    assert "nope: no such dataset directory" in capsys.readouterr().err

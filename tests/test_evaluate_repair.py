@@ -1,0 +1,234 @@
+"""evaluate-repair: exact-fix rates per bug type against the copy-input baseline, and code runs with a time limit."""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from test_code_repair import module_source
+from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig
+from trm_kaggle.data.code_repair import build_code_repair, read_repair_meta
+from trm_kaggle.data.format import load_split
+from trm_kaggle.evaluate.repair import (doctest_command, evaluate_repair, format_repair_report, outcome, repair_table,
+                                        run_code)
+
+DOCTESTED = '''
+
+def double(x, y):
+    """Twice x, plus y.
+
+    >>> double(2, 1)
+    5
+    """
+    if x < 0:
+        return 0
+    return x * 2 + y
+'''
+
+
+def test_outcomes():
+    assert outcome("a = 1", "a = 2", "a = 2") == "fixed"
+    assert outcome("a = 1", "a = 2", "a = 1") == "unchanged"
+    assert outcome("a = 1", "a = 2", "a = 3") == "changed_wrongly"
+
+
+def test_repair_table_against_hand_computed_values():
+    types = ["missing_colon", "missing_colon", "missing_colon", "off_by_one", "off_by_one"]
+    outcomes = ["fixed", "unchanged", "fixed", "changed_wrongly", "fixed"]
+    copy = ["unchanged"] * 5
+    acc = np.array([1.0, 0.9, 1.0, 0.5, 1.0])
+    copy_acc = np.array([0.9, 0.9, 0.8, 0.7, 0.6])
+    t = repair_table(types, outcomes, copy, acc, copy_acc)
+    assert t["overall"] == {"pairs": 5, "exact_fix_rate": 3 / 5, "copy_exact_fix_rate": 0.0, "fixed": 3,
+                            "unchanged": 1, "changed_wrongly": 1, "token_accuracy": pytest.approx(0.88),
+                            "copy_token_accuracy": pytest.approx(0.78)}
+    mc, ob = t["per_bug_type"]["missing_colon"], t["per_bug_type"]["off_by_one"]
+    assert (mc["pairs"], mc["exact_fix_rate"], mc["unchanged"], mc["changed_wrongly"]) == (3, 2 / 3, 1, 0)
+    assert mc["token_accuracy"] == pytest.approx(2.9 / 3) and mc["copy_token_accuracy"] == pytest.approx(2.6 / 3)
+    assert (ob["pairs"], ob["exact_fix_rate"], ob["fixed"], ob["changed_wrongly"]) == (2, 0.5, 1, 1)
+    # a baseline pair whose sides were equal would count as fixed for the copy baseline
+    assert repair_table(["x"], ["fixed"], ["fixed"], np.ones(1), np.ones(1))["overall"]["copy_exact_fix_rate"] == 1.0
+
+
+# ---------------------------------------------------------------------------
+# running code
+# ---------------------------------------------------------------------------
+
+
+def test_run_code_passes_fails_and_stops_a_loop_at_the_time_limit():
+    py = f"{sys.executable} {{file}}"
+    assert run_code("print('hi')", py, 20).status == "passed"
+    r = run_code("raise SystemExit(3)", py, 20)
+    assert r.status == "failed"
+    t0 = time.perf_counter()
+    r = run_code("while True:\n    pass", py, 1.0)
+    assert r.status == "timeout" and time.perf_counter() - t0 < 10
+
+
+def test_run_code_kills_the_children_of_the_command_too(tmp_path):
+    marker = tmp_path / "still-running"
+    child = f"import time, pathlib; time.sleep(3); pathlib.Path({str(marker)!r}).write_text('x')"
+    code = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}])\nwhile True:\n    pass"
+    assert run_code(code, [sys.executable, "{file}"], 1.0).status == "timeout"
+    time.sleep(3.5)
+    assert not marker.exists(), "a grandchild survived the time limit"
+
+
+def test_run_code_works_in_a_temporary_directory():
+    r = run_code("import os\nprint(os.listdir('.'))", f"{sys.executable} {{file}}", 20)
+    assert r.status == "passed" and "['snippet.py']" in r.output
+
+
+def test_doctests_in_a_subprocess():
+    good = DOCTESTED.strip()
+    assert run_code(good, doctest_command(), 30).status == "passed"
+    assert run_code(good.replace("x * 2 + y", "x * 2 - y"), doctest_command(), 30).status == "failed"
+
+
+# ---------------------------------------------------------------------------
+# the evaluation, with stand-in models whose answers are known
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Carry:
+    halted: torch.Tensor
+
+
+class AnswerModel(torch.nn.Module):
+    """Predicts `answer(inputs)` in one ACT step (an oracle or a copier): enough for predict_split."""
+
+    def __init__(self, vocab_size: int, seq_len: int, answer):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.arch = SimpleNamespace(halt_max_steps=1)
+        self.vocab_size, self.seq_len, self.answer = vocab_size, seq_len, answer
+
+    def initial_carry(self, batch):
+        return _Carry(torch.zeros(len(batch["inputs"]), dtype=torch.bool))
+
+    def forward(self, carry, batch):
+        tokens = self.answer(batch["inputs"]).long()
+        logits = torch.nn.functional.one_hot(tokens, self.vocab_size).float()
+        return carry, {"logits": logits, "q_halt_logits": torch.zeros(len(tokens))}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    for k in range(1, 7):
+        (root / f"mod{k}.py").write_text(module_source(k) + DOCTESTED.replace("double", f"double_{k}"))
+    out = root.parent / "repair-ds"
+    build_code_repair(CodeRepairBuildConfig(output_dir=str(out), corpus=str(root), grid="12x48", workers=1,
+                                            lint="off", progress=False, test_fraction=0.34, val_fraction=0.0))
+    return out
+
+
+def oracle_for(data: Path):
+    """Looks each input row up among the test split's pairs."""
+    s = load_split(data, "test")
+    table = {bytes(np.asarray(x, dtype=np.int64)): np.asarray(y) for x, y in zip(s.inputs, s.labels)}
+    return lambda inputs: torch.as_tensor(np.stack([table[bytes(x.numpy().astype(np.int64))] for x in inputs]))
+
+
+def evaluate_with(data: Path, answer, **kw):
+    meta = load_split(data, "test").metadata
+    model = AnswerModel(meta.vocab_size, meta.seq_len, answer)
+    return evaluate_repair(model, RepairEvalConfig(weights="-", data=str(data), batch_size=7, progress=False, **kw))
+
+
+def test_copy_model_scores_like_the_baseline(dataset):
+    ev = evaluate_with(dataset, lambda inputs: inputs)
+    o = ev.table["overall"]
+    n = load_split(dataset, "test").num_examples
+    assert o["pairs"] == n > 0
+    assert (o["exact_fix_rate"], o["copy_exact_fix_rate"], o["unchanged"], o["fixed"]) == (0.0, 0.0, n, 0)
+    assert o["token_accuracy"] == pytest.approx(o["copy_token_accuracy"]) and o["token_accuracy"] < 1
+
+
+def test_oracle_fixes_everything_and_half_an_oracle_half(dataset):
+    oracle = oracle_for(dataset)
+    ev = evaluate_with(dataset, oracle)
+    assert ev.table["overall"]["exact_fix_rate"] == 1.0 and ev.table["overall"]["token_accuracy"] == 1.0
+    assert all(r["exact_fix_rate"] == 1.0 for r in ev.table["per_bug_type"].values())
+
+    # fix the even examples, answer the odd ones with an empty grid: hand-count per bug type
+    seen = {"n": 0}
+
+    def half(inputs):
+        out = oracle(inputs).clone()
+        for j in range(len(out)):
+            if (seen["n"] + j) % 2:
+                out[j] = 0
+        seen["n"] += len(out)
+        return out
+
+    ev = evaluate_with(dataset, half)
+    types = read_repair_meta(dataset, "test").bug_type
+    for t, r in ev.table["per_bug_type"].items():
+        idx = np.flatnonzero(types == t)
+        assert r["fixed"] == int(np.sum(idx % 2 == 0)) and r["changed_wrongly"] == int(np.sum(idx % 2 == 1)), t
+    text = format_repair_report(ev)
+    assert "overall" in text and "copy input" in text
+
+
+def test_doctests_run_on_fix_and_prediction(dataset, tmp_path):
+    report = tmp_path / "report.json"
+    ev = evaluate_with(dataset, lambda inputs: inputs, doctests=True, time_limit=30, report=str(report))
+    runs = ev.runs["doctests"]
+    assert runs["pairs"] > 0 and runs["reference"] == {"passed": runs["pairs"]}
+    assert sum(runs["predicted"].values()) == runs["pairs"]
+    # copying the buggy code: some doctests fail (the flipped sign, the removed return, ...)
+    assert runs["predicted"].get("failed", 0) > 0
+    saved = json.loads(report.read_text())
+    assert saved["table"]["overall"]["pairs"] == len(saved["examples"])
+    assert sum("doctests" in e for e in saved["examples"]) == runs["pairs"]
+
+
+def test_bpe_vocabularies_wider_than_a_byte_are_predicted_whole(tmp_path):
+    pytest.importorskip("tokenizers")
+    root = tmp_path / "corpus"
+    root.mkdir()
+    for k in range(1, 5):
+        (root / f"mod{k}.py").write_text(module_source(k))
+    out = tmp_path / "bpe"
+    build_code_repair(CodeRepairBuildConfig(output_dir=str(out), corpus=str(root), grid="12x32", tokens="bpe",
+                                            bpe_vocab_size=400, workers=1, lint="off", progress=False,
+                                            test_fraction=0.5, val_fraction=0.0))
+    assert load_split(out, "test").metadata.vocab_size > 256
+    ev = evaluate_with(out, oracle_for(out))
+    assert ev.table["overall"]["exact_fix_rate"] == 1.0
+
+
+def test_cli_with_a_trained_export(dataset, tmp_path):
+    from trm_kaggle.cli import main
+
+    run, weights = tmp_path / "run", tmp_path / "weights"
+    assert main(["train", "--preset", "repair-cpu", f"data_paths=[{dataset}]", f"checkpoint_path={run}", "max_steps=1",
+                 "arch.hidden_size=16", "arch.H_cycles=1", "arch.L_cycles=1", "arch.halt_max_steps=1",
+                 "global_batch_size=4", "progress=False", "--export", str(weights)]) == 0
+    p = subprocess.run([sys.executable, "-m", "trm_kaggle", "evaluate-repair", "--weights", str(weights), "--data",
+                        str(dataset), "--device", "cpu", "--no-progress", "--report", str(tmp_path / "r.json")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "exact-fix rate" in p.stdout and "overall" in p.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["table"]["overall"]["pairs"] > 0
+    bad = subprocess.run([sys.executable, "-m", "trm_kaggle", "evaluate-repair", "--weights", str(weights), "--data",
+                          str(tmp_path), "--no-progress"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+    broken = tmp_path / "broken"  # a code-repair dataset whose metadata was damaged
+    shutil.copytree(dataset, broken)
+    (broken / "test" / "repair_meta.jsonl").write_text("{not json\n")
+    bad = subprocess.run([sys.executable, "-m", "trm_kaggle", "evaluate-repair", "--weights", str(weights), "--data",
+                          str(broken), "--no-progress"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == bad.stderr.strip().splitlines()[-1]  # one line
+    assert "repair_meta.jsonl:1: unreadable repair metadata record" in bad.stderr

@@ -1,0 +1,66 @@
+"""Hardware facts read from the operating system, and the RSS sampler, on this machine and on invented ones."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trm_kaggle import hardware
+
+MEMINFO = "MemTotal:       16384000 kB\nMemFree:          100000 kB\nMemAvailable:    8192000 kB\nBuffers: 1 kB\n"
+CPUINFO_X86 = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+               "flags\t\t: fpu sse2 avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile\n\n"
+               "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu sse2 avx2 fma\n")
+CPUINFO_ARM = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes sve\nModel\t: Raspberry Pi 5\n"
+
+
+def test_meminfo_and_cpuinfo_from_files(tmp_path):
+    (tmp_path / "meminfo").write_text(MEMINFO)
+    assert hardware.read_meminfo(tmp_path / "meminfo") == (16384000 * 1024, 8192000 * 1024)
+    assert hardware.read_meminfo(tmp_path / "missing") == (None, None)
+    (tmp_path / "cpuinfo").write_text(CPUINFO_X86)
+    model, isa = hardware.read_cpuinfo(tmp_path / "cpuinfo")
+    assert model == "Intel(R) Xeon(R) Platinum 8480+"
+    assert isa == ["avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]
+    (tmp_path / "arm").write_text(CPUINFO_ARM)
+    assert hardware.read_cpuinfo(tmp_path / "arm") == ("Raspberry Pi 5", ["asimd", "sve"])
+
+
+def test_cgroup_limits_v1_and_v2(tmp_path):
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.max").write_text("4294967296\n")
+    (v2 / "memory.current").write_text("1073741824\n")
+    assert hardware.cgroup_memory(v2) == (4 * 2**30, 2**30)
+    (v2 / "memory.max").write_text("max\n")
+    assert hardware.cgroup_memory(v2) == (None, None)
+    v1 = tmp_path / "v1" / "memory"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text("2147483648")
+    (v1 / "memory.usage_in_bytes").write_text("536870912")
+    assert hardware.cgroup_memory(tmp_path / "v1") == (2 * 2**30, 2**29)
+    (v1 / "memory.limit_in_bytes").write_text(str(2**63 - 4096))  # v1's "no limit"
+    assert hardware.cgroup_memory(tmp_path / "v1") == (None, None)
+    assert hardware.cgroup_memory(tmp_path / "none") == (None, None)
+
+
+def test_this_machine():
+    facts = hardware.gather()
+    assert facts.cores >= 1 and facts.cpu_model and facts.torch_version
+    if facts.system == "Linux":
+        assert facts.memory_total > 0 and 0 < facts.memory_available <= facts.memory_total
+    assert hardware.current_rss() > 0 and hardware.peak_rss() >= hardware.current_rss() // 2
+    assert "torch_version" in facts.as_dict()
+
+
+def test_rss_sampler_sees_a_peak_and_starts_new_intervals():
+    sampler = hardware.RSSSampler(interval_s=0.005)
+    try:
+        before = sampler.take()
+        block = np.ones(300 * 2**20 // 8)  # 300 MB, written
+        del block
+        peak = sampler.take()  # the interval that held the block
+        after = sampler.take()  # a new interval without it
+    finally:
+        sampler.close()
+    assert peak - before > 250 * 2**20
+    assert after < peak - 250 * 2**20

@@ -1,0 +1,583 @@
+"""`trm-kaggle build-code-repair`: (buggy, fixed) pairs of Python snippets as token grids.
+
+One streaming pass over a corpus of Python files (by default this interpreter's
+standard library, always there offline):
+
+    files --(split by file: train / val / test)--> worker processes, a few files per task:
+        read, parse, cut snippets that fit the grid (functions, else the blocks inside them)
+        -> synthetic bugs (trm_kaggle.data.code_bugs) + ruff fixes (trm_kaggle.data.code_lint)
+        -> validated pairs, encoded as grids (trm_kaggle.data.code_tokens)
+    --> main process, in file order: drop duplicates (normalised hashes), write each pair
+        to its split through the shared DatasetWriter.
+
+Layout: upstream's format (identifiers.json, train/ and test/), plus
+
+    val/                  the validation split, the same layout (upstream's readers never look at it)
+    <split>/repair_meta.jsonl   line i describes example i: bug_type, category, rule (lint pairs),
+                                difficulty, source (file, relative to the corpus), line, lines
+    tokenizer.json        the BPE vocabulary (BPE datasets only)
+    build_info.json       the config, the token scheme, counts and skips
+
+Each pair is its own group and puzzle with the blank identifier: sampling then picks
+pairs one by one, which is what lets a curriculum filter them by bug type.
+Labels keep the padding as a target (ignore_label_id None): the model must also say
+where the code ends, or its output could not be read back as text.
+
+Memory stays bounded: tasks are submitted a few at a time, results are written as
+they arrive, and only the 16-byte hashes of the pairs seen are kept.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from trm_kaggle.config import CodeRepairBuildConfig
+from trm_kaggle.data import code_bugs, code_lint
+from trm_kaggle.data.code_tokens import (TOKENIZER_FILE, CharTokens, Tokens, printable, tokens_from_description,
+                                         train_bpe)
+from trm_kaggle.data.format import DatasetWriter, SplitWriter
+from trm_kaggle.data.grids import build_summary
+from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.jsonio import parse_json, read_json, read_text
+from trm_kaggle.lifetime import exit_with_parent
+
+SPLITS = ("train", "val", "test")
+META_FILE = "repair_meta.jsonl"
+FILES_PER_TASK = 8  # files a worker handles per task (ruff then runs once for all their snippets)
+_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
+
+
+# ---------------------------------------------------------------------------
+# Corpus and splits
+# ---------------------------------------------------------------------------
+
+
+def default_corpus() -> Path:
+    """The running interpreter's standard library."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def corpus_files(root: Path) -> list[str]:
+    """Relative paths (POSIX, sorted) of the .py files under `root`; installed packages, caches and
+    hidden directories are left out, and directory links are not followed."""
+    if not root.exists():
+        raise DataError(f"corpus {root}: no such directory")
+    if not root.is_dir():
+        raise DataError(f"corpus {root}: not a directory")
+    found = []
+    for d, dirs, files in os.walk(root, onerror=None):
+        dirs[:] = [x for x in dirs if x not in _SKIP_DIRS and not x.startswith(".")]
+        rel = Path(d).relative_to(root)
+        found.extend((rel / f).as_posix() for f in files if f.endswith(".py") and not f.startswith("."))
+    if not found:
+        raise DataError(f"corpus {root}: no Python (.py) files")
+    return sorted(found)
+
+
+def _stable_hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def assign_splits(files: list[str], seed: int, val_fraction: float, test_fraction: float) -> dict[str, str]:
+    """file -> split. A seeded shuffle of the sorted names; the first files go to test, the next to val.
+
+    Every file's snippets stay in one split, so no code is shared between training and
+    evaluation. With a non-zero fraction each held-out split gets at least one file
+    while train keeps at least one.
+    """
+    n = len(files)
+    order = np.random.default_rng([seed, 1]).permutation(n)
+    n_test = round(n * test_fraction) or int(test_fraction > 0 and n >= 2)
+    n_val = round(n * val_fraction) or int(val_fraction > 0 and n - n_test >= 2)
+    n_test, n_val = min(n_test, n - 1), min(n_val, max(0, n - 1 - n_test))
+    split = {}
+    for rank, i in enumerate(order):
+        split[files[i]] = "test" if rank < n_test else "val" if rank < n_test + n_val else "train"
+    return split
+
+
+# ---------------------------------------------------------------------------
+# Snippets
+# ---------------------------------------------------------------------------
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_BLOCKS = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.AsyncWith, ast.Try, ast.Match) + (
+    (ast.TryStar,) if hasattr(ast, "TryStar") else ())
+
+
+def _first_line(node: ast.stmt) -> int:
+    """A definition starts at its first decorator."""
+    return min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])
+
+
+def _child_bodies(node: ast.AST) -> Iterator[list[ast.stmt]]:
+    for name in ("body", "orelse", "finalbody"):
+        body = getattr(node, name, None)
+        if isinstance(body, list):
+            yield body
+    for handler in getattr(node, "handlers", []):
+        yield handler.body
+    for case in getattr(node, "cases", []):
+        yield case.body
+
+
+def _docstring_lines(node: ast.AST) -> tuple[int, int] | None:
+    """(first, last) line of a function's or class's docstring when it has whole lines to itself and
+    something follows it (a body left empty would not parse)."""
+    if isinstance(node, (*_FUNCTIONS, ast.ClassDef)) and len(node.body) > 1:
+        first, after = node.body[0], node.body[1]
+        if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str) and node.lineno < first.lineno
+                and first.end_lineno < after.lineno):
+            return first.lineno, first.end_lineno
+    return None
+
+
+def extract_snippets(source: str, tree: ast.Module, fits: Callable[[list[str]], bool], min_lines: int,
+                     max_lines: int, strip_docstrings: bool) -> list[tuple[int, str]]:
+    """(first line in the file, text) of each function that fits, else of the blocks inside it.
+
+    A snippet is dedented to column 0 and its lines right-stripped; one whose lines are
+    not all indented at least as far as its first (a multi-line string, say) is left out.
+    """
+    lines = source.split("\n")
+    out: list[tuple[int, str]] = []
+
+    def cut(node: ast.stmt) -> str | None:
+        start = _first_line(node)
+        span = node.end_lineno - start + 1
+        if span < min_lines or (span > max_lines and not strip_docstrings) or span > 4 * max_lines:
+            return None  # cheap bounds before the work (docstrings rarely make up 3/4 of a block)
+        drop: set[int] = set()
+        if strip_docstrings:
+            for inner in ast.walk(node):
+                doc = _docstring_lines(inner)
+                if doc:
+                    drop.update(range(doc[0], doc[1] + 1))
+        indent, kept = " " * node.col_offset, []
+        for n in range(start, node.end_lineno + 1):
+            if n in drop:
+                continue
+            line = lines[n - 1].rstrip()
+            if line and not line.startswith(indent):
+                return None
+            kept.append(line[node.col_offset:])
+        if not min_lines <= len(kept) <= max_lines or not fits(kept):
+            return None
+        text = "\n".join(kept)
+        return text if printable(text) else None
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, _FUNCTIONS + _BLOCKS):
+                text = cut(node)
+                if text is not None:
+                    out.append((_first_line(node), text))
+                    continue
+            if isinstance(node, _FUNCTIONS + _BLOCKS + (ast.ClassDef,)):
+                for child in _child_bodies(node):
+                    visit(child)
+
+    visit(tree.body)
+    return out
+
+
+def normalised(text: str) -> str:
+    """The text hashed for deduplication: indentation kept, other runs of spaces collapsed, blank lines dropped."""
+    out = []
+    for line in text.split("\n"):
+        words = line.split()
+        if words:
+            out.append(" " * (len(line) - len(line.lstrip(" "))) + " ".join(words))
+    return "\n".join(out)
+
+
+def _digest(*texts: str) -> bytes:
+    return hashlib.blake2b("\x00".join(normalised(t) for t in texts).encode(), digest_size=16).digest()
+
+
+# ---------------------------------------------------------------------------
+# Worker: files -> validated, encoded pairs
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Pair:
+    bug_type: str
+    rule: str | None
+    difficulty: float
+    buggy: np.ndarray  # (rows, cols) token grid
+    fixed: np.ndarray
+    digest: bytes
+
+
+@dataclass
+class SnippetPairs:
+    line: int
+    lines: int
+    digest: bytes  # of the snippet as written (the fixed side of its synthetic pairs)
+    pairs: list[Pair] = field(default_factory=list)
+
+
+@dataclass
+class FileResult:
+    path: str
+    skipped: str | None = None  # why the whole file was skipped
+    snippets: list[SnippetPairs] = field(default_factory=list)
+    rejected: collections.Counter = field(default_factory=collections.Counter)  # pairs refused, by reason
+
+
+@dataclass
+class _Worker:
+    cfg: CodeRepairBuildConfig
+    root: Path
+    tokens: Tokens
+    ruff: str | None
+
+
+_worker: _Worker | None = None
+
+
+def _init_worker(cfg_json: str, root: str, tokens_desc: dict, tokenizer_json: str | None, ruff: str | None) -> None:
+    global _worker
+    cfg = CodeRepairBuildConfig.model_validate_json(cfg_json)
+    _worker = _Worker(cfg, Path(root), tokens_from_description(tokens_desc, tokenizer_json=tokenizer_json), ruff)
+
+
+def _init_pool_worker(parent: int, *init_args) -> None:
+    exit_with_parent(parent)  # a killed build must not leave workers blocked on the pool's queue forever
+    _init_worker(*init_args)
+
+
+def _read_source(path: Path) -> str:
+    """The file as text with "\\n" line ends; OSError or UnicodeDecodeError when it cannot be read."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def process_files(paths: list[str]) -> list[FileResult]:
+    """Pairs of a few corpus files (runs in a worker process; see `_init_worker`)."""
+    w = _worker
+    rows, cols = w.cfg.rows, w.cfg.cols
+    bug_types = w.cfg.bug_types or code_bugs.SYNTHETIC
+    results, lint_jobs = [], []  # lint_jobs: (result, pairs, snippet) for one ruff call at the end
+
+    def fits(lines: list[str]) -> bool:
+        return w.tokens.fits(lines, rows, cols)
+
+    for rel in paths:
+        result = FileResult(rel)
+        results.append(result)
+        try:
+            source = _read_source(w.root / rel)
+            tree = code_bugs.parse(source)
+        except UnicodeDecodeError:
+            result.skipped = "not_utf8"
+            continue
+        except OSError:
+            result.skipped = "unreadable"
+            continue
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            result.skipped = "does_not_parse"
+            continue
+        rng = np.random.default_rng([w.cfg.seed, _stable_hash(rel)])
+        snippets = extract_snippets(source, tree, fits, w.cfg.min_lines, rows, w.cfg.strip_docstrings)
+        if w.cfg.max_snippets_per_file and len(snippets) > w.cfg.max_snippets_per_file:
+            keep = np.sort(rng.choice(len(snippets), w.cfg.max_snippets_per_file, replace=False))
+            snippets = [snippets[i] for i in keep]
+        for line, text in snippets:
+            try:
+                snippet = code_bugs.Snippet(text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):  # a block such as 'elif' alone
+                result.rejected["snippet_does_not_parse"] += 1
+                continue
+            fixed = w.tokens.grid(text, rows, cols)
+            sp = SnippetPairs(line, len(snippet.lines), _digest(text))
+            result.snippets.append(sp)
+            for m in code_bugs.mutate(snippet, bug_types, w.cfg.mutations_per_type, rng, result.rejected):
+                _add_pair(sp, result, m.bug_type, None, m.buggy, text, fixed, m.depth)
+            if w.ruff:
+                lint_jobs.append((result, sp, snippet))
+    if lint_jobs:
+        try:
+            fixes = code_lint.lint_fixes([snippet.text for _, _, snippet in lint_jobs], w.ruff)
+        except TRMError:  # ruff failed on this batch: its files keep their synthetic pairs, and it is counted
+            fixes = []
+            results[0].rejected["ruff_failed_batches"] = 1
+        for fix in fixes:
+            result, sp, snippet = lint_jobs[fix.snippet]
+            if not code_bugs.parses(fix.fixed):
+                result.rejected["fixed_does_not_parse"] += 1
+                continue
+            depth = snippet.depth_at(snippet.offset(fix.line, 0))
+            _add_pair(sp, result, "lint", fix.rule, snippet.text, fix.fixed, None, depth)
+    return results
+
+
+def _add_pair(sp: SnippetPairs, result: FileResult, bug_type: str, rule: str | None, buggy: str, fixed: str,
+              fixed_grid: np.ndarray | None, depth: int) -> None:
+    w = _worker
+    rows, cols = w.cfg.rows, w.cfg.cols
+    buggy_grid = w.tokens.grid(buggy, rows, cols)
+    if fixed_grid is None:
+        fixed_grid = w.tokens.grid(fixed, rows, cols)
+    if buggy_grid is None or fixed_grid is None:  # the edit made a line too long for the grid
+        result.rejected["does_not_fit"] += 1
+        return
+    score = code_bugs.difficulty(bug_type, max(buggy.count("\n"), fixed.count("\n")) + 1, rows, depth)
+    sp.pairs.append(Pair(bug_type, rule, score, buggy_grid, fixed_grid, _digest(buggy, fixed)))
+
+
+# ---------------------------------------------------------------------------
+# The build
+# ---------------------------------------------------------------------------
+
+
+def _bounded_imap(pool, fn, tasks: Iterable, in_flight: int) -> Iterator:
+    """pool.imap with at most `in_flight` tasks submitted ahead (Pool.imap queues every task and
+    every finished result, which is unbounded when the consumer is the slower side)."""
+    pending: collections.deque = collections.deque()
+    for task in tasks:
+        pending.append(pool.apply_async(fn, (task,)))
+        if len(pending) >= in_flight:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
+def _workers(requested: int) -> int:
+    if requested:
+        return requested
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _train_tokens(cfg: CodeRepairBuildConfig, root: Path, train_files: list[str]) -> Tokens:
+    if cfg.tokens == "char":
+        return CharTokens()
+
+    def lines() -> Iterator[str]:  # the train split's files only: held-out code does not shape the vocabulary
+        for rel in train_files:
+            try:
+                yield from _read_source(root / rel).split("\n")
+            except (OSError, UnicodeDecodeError):
+                continue  # counted when the file is processed
+
+    return train_bpe(lines(), cfg.bpe_vocab_size)
+
+
+def _lint_binary(mode: str) -> str | None:
+    if mode == "off":
+        return None
+    ruff = code_lint.ruff_binary()
+    if ruff is None and mode == "on":
+        raise TRMError("lint=on needs ruff: pip install -e '.[repair]' (or lint=auto to skip linter pairs)")
+    return ruff
+
+
+class _MetaWriter:
+    """One split's repair_meta.jsonl, a line per example, written as the examples are."""
+
+    def __init__(self, split_dir: Path):
+        split_dir.mkdir(parents=True, exist_ok=True)
+        self.f = open(split_dir / META_FILE, "w", encoding="utf-8")
+        self.count = 0
+
+    def write(self, pair: Pair, source: str, sp: SnippetPairs) -> None:
+        record = {"example": self.count, "bug_type": pair.bug_type,
+                  "category": code_bugs.BUG_TYPES[pair.bug_type].category, "difficulty": pair.difficulty,
+                  "source": source, "line": sp.line, "lines": sp.lines}
+        if pair.rule:
+            record["rule"] = pair.rule
+        self.f.write(json.dumps(record) + "\n")
+        self.count += 1
+
+
+def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
+    """Build the dataset at cfg.output_dir; returns a summary (counts per split and bug type, speed)."""
+    started = time.time()
+    for name in cfg.bug_types or []:
+        if name not in code_bugs.SYNTHETIC:
+            raise TRMError(f"unknown bug type {name!r}; known: {', '.join(code_bugs.SYNTHETIC)}")
+    root = Path(cfg.corpus).expanduser() if cfg.corpus else default_corpus()
+    files = corpus_files(root)
+    if cfg.max_files and cfg.max_files < len(files):
+        files = sorted(np.random.default_rng([cfg.seed, 2]).choice(files, cfg.max_files, replace=False).tolist())
+    split_of = assign_splits(files, cfg.seed, cfg.val_fraction, cfg.test_fraction)
+    ruff = _lint_binary(cfg.lint)
+    tokens = _train_tokens(cfg, root, [f for f in files if split_of[f] == "train"])
+    tokenizer_json = getattr(tokens, "json", None)
+    init_args = (cfg.model_dump_json(), str(root), tokens.describe(), tokenizer_json, ruff)
+
+    seen: set[bytes] = set()
+    counts = {s: collections.Counter() for s in SPLITS}
+    skipped, rejected = collections.Counter(), collections.Counter()
+    duplicates = collections.Counter()
+    info: dict[str, Any] = {"builder": "code-repair", "config": cfg.model_dump(), "corpus": str(root),
+                            "python": sys.version.split()[0], "grid_shape": [cfg.rows, cfg.cols],
+                            "tokens": tokens.describe(), "lint": bool(ruff),
+                            "bug_types": {n: b.category for n, b in code_bugs.BUG_TYPES.items()}}
+    with DatasetWriter(cfg.output_dir, seq_len=cfg.rows * cfg.cols, vocab_size=tokens.vocab_size, build_info=info,
+                       ignore_label_id=None) as writer:
+        val = SplitWriter(writer.tmp_dir / "val", writer.seq_len, writer.vocab_size)
+        splits = {"train": writer.train, "val": val, "test": writer.test}
+        metas = {s: _MetaWriter(writer.tmp_dir / s) for s in SPLITS}
+        if tokenizer_json is not None:
+            (writer.tmp_dir / TOKENIZER_FILE).write_text(tokenizer_json, encoding="utf-8")
+        tasks = [files[i:i + FILES_PER_TASK] for i in range(0, len(files), FILES_PER_TASK)]
+        workers = min(_workers(cfg.workers), len(tasks))
+        bar = tqdm(total=len(files), unit="file", desc="build-code-repair", disable=not cfg.progress, leave=False)
+        try:
+            for results in _run(tasks, workers, init_args):
+                for r in results:
+                    bar.update()
+                    if r.skipped:
+                        skipped[r.skipped] += 1
+                        continue
+                    rejected.update(r.rejected)
+                    split = split_of[r.path]
+                    for sp in r.snippets:
+                        if sp.digest in seen:  # the same code in an earlier file (or earlier in this one)
+                            duplicates["snippets"] += 1
+                            continue
+                        seen.add(sp.digest)
+                        for pair in sp.pairs:
+                            if pair.digest in seen:
+                                duplicates["pairs"] += 1
+                                continue
+                            seen.add(pair.digest)
+                            splits[split].add_puzzle(pair.buggy.reshape(1, -1), pair.fixed.reshape(1, -1), 0)
+                            splits[split].end_group()
+                            metas[split].write(pair, r.path, sp)
+                            counts[split][pair.bug_type] += 1
+                bar.set_postfix(pairs=sum(sum(c.values()) for c in counts.values()), refresh=False)
+        finally:
+            bar.close()
+            for m in metas.values():
+                m.f.close()
+        total = sum(sum(c.values()) for c in counts.values())
+        if not counts["train"]:
+            raise DataError(f"corpus {root}: no repair pairs in the train split ({len(files)} files, "
+                            f"{sum(skipped.values())} skipped, {total} pairs in all): do any functions fit the "
+                            f"{cfg.rows}x{cfg.cols} grid? (try a larger --grid or --strip-docstrings)")
+        val.finish(len(writer.identifiers), writer.pad_id, writer.ignore_label_id)
+        info.update(files={s: sum(1 for f in files if split_of[f] == s) for s in SPLITS},
+                    skipped_files=dict(skipped), rejected_pairs=dict(rejected), duplicates=dict(duplicates),
+                    pairs={s: dict(sorted(counts[s].items())) for s in SPLITS})
+        writer.build_info = info
+    summary = build_summary(writer, started)
+    n_val = sum(counts["val"].values())
+    summary["val"] = {"groups": n_val, "puzzles": n_val, "examples": n_val}  # one pair per group and puzzle
+    seconds = time.time() - started
+    summary.update(files=len(files), skipped_files=dict(skipped), rejected_pairs=dict(rejected),
+                   duplicates=dict(duplicates), pairs=info["pairs"], total_pairs=total,
+                   pairs_per_second=total / max(seconds, 1e-9), workers=workers, lint=bool(ruff))
+    return summary
+
+
+def format_build_summary(s: dict) -> str:
+    """What `trm-kaggle build-code-repair` prints: totals, speed, skips, then pairs per type and split."""
+    skipped = ", ".join(f"{v} {k}" for k, v in sorted(s["skipped_files"].items())) or "none"
+    lines = [f"built {s['output_dir']}: {s['total_pairs']:,} pairs ({s['train']['examples']:,} train / "
+             f"{s['val']['examples']:,} val / {s['test']['examples']:,} test) from {s['files']:,} files in "
+             f"{s['seconds']:.1f} s, {s['pairs_per_second']:,.0f} pairs/s on {s['workers']} worker(s)",
+             f"  files skipped: {skipped}; duplicates dropped: {s['duplicates'].get('snippets', 0):,} snippets, "
+             f"{s['duplicates'].get('pairs', 0):,} pairs; linter pairs {'on' if s['lint'] else 'off'}",
+             f"  {'bug type':<20}{'train':>9}{'val':>9}{'test':>9}"]
+    for name in code_bugs.BUG_TYPES:
+        counts = [s["pairs"][split].get(name, 0) for split in SPLITS]
+        if any(counts):
+            lines.append(f"  {name:<20}" + "".join(f"{c:>9,}" for c in counts))
+    return "\n".join(lines)
+
+
+def _run(tasks: list[list[str]], workers: int, init_args: tuple) -> Iterator[list[FileResult]]:
+    """process_files over the tasks, in order: inline for one worker, else in a process pool."""
+    if workers <= 1:
+        _init_worker(*init_args)
+        yield from map(process_files, tasks)
+        return
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # a forked child must not reuse the parent's thread pool
+    try:
+        with multiprocessing.get_context(method).Pool(workers, initializer=_init_pool_worker,
+                                                      initargs=(os.getpid(), *init_args)) as pool:
+            yield from _bounded_imap(pool, process_files, tasks, in_flight=4 * workers)
+    finally:
+        if saved is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
+
+
+# ---------------------------------------------------------------------------
+# Reading the metadata back (curriculum, evaluation)
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class RepairMeta:
+    """Per-example metadata of one split; arrays indexed by example."""
+
+    bug_type: np.ndarray  # str objects
+    category: np.ndarray
+    difficulty: np.ndarray  # float64
+    source: list[str]  # file relative to the corpus (shown to people, never opened)
+    line: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.difficulty)
+
+
+def read_repair_meta(dataset_dir: str | os.PathLike, split: str) -> RepairMeta:
+    if split not in SPLITS:
+        raise TRMError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    path = Path(dataset_dir) / split / META_FILE
+    text = read_text(path, "repair metadata", hint=f"is {dataset_dir} a code-repair dataset? build it with "
+                                                    "trm-kaggle build-code-repair")
+    bug_type, category, difficulty, source, line = [], [], [], [], []
+    for n, record in enumerate(text.splitlines(), start=1):
+        r = parse_json(record, f"{path}:{n}", "repair metadata record")
+        try:
+            bug_type.append(str(r["bug_type"]))
+            category.append(str(r["category"]))
+            difficulty.append(float(r["difficulty"]))
+            source.append(str(r["source"]))
+            line.append(int(r["line"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{path}:{n}: not a repair metadata record ({type(e).__name__}: {e})") from None
+    return RepairMeta(np.array(bug_type, dtype=object), np.array(category, dtype=object),
+                      np.array(difficulty, dtype=np.float64), source, np.array(line, dtype=np.int64))
+
+
+def read_repair_info(dataset_dir: str | os.PathLike) -> dict:
+    """A code-repair dataset's build_info.json (its token scheme and grid shape among the rest)."""
+    info = read_json(Path(dataset_dir) / "build_info.json", "build_info.json",
+                     hint=f"is {dataset_dir} a code-repair dataset?")
+    if not isinstance(info, dict) or info.get("builder") != "code-repair":
+        builder = info.get("builder") if isinstance(info, dict) else None
+        raise DataError(f"{dataset_dir}: not a code-repair dataset (built by {builder!r})")
+    return info
+
+
+def load_repair_tokens(dataset_dir: str | os.PathLike) -> Tokens:
+    """The token scheme a code-repair dataset was built with."""
+    return tokens_from_description(read_repair_info(dataset_dir).get("tokens"), dataset_dir)

@@ -1,0 +1,176 @@
+"""`trm-kaggle doctor`: what this machine is, and what `train` would choose on it.
+
+The machine part lists the CPU (model, cores, the ISA features that decide speed),
+memory, accelerators and the torch build. The plan part resolves a preset (and a
+dataset, when given) the way `train` would: device, activation dtype with its
+measured reason, threads, the micro-batch a memory-aware run picks and the expected
+peak memory (`train/memory.py`), with warnings for choices that will not fit.
+
+`diagnose` takes the hardware facts as an argument, so tests can ask it about
+machines that are not this one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from trm_kaggle import hardware
+from trm_kaggle.errors import TRMError
+
+GB = hardware.GB
+# Assumed when no dataset is given: an ARC dataset (30 x 30 canvas, 12 tokens), no puzzle table.
+DEFAULT_SEQ_LEN, DEFAULT_VOCAB = 900, 12
+
+
+@dataclass
+class Plan:
+    device: str
+    dtype: str
+    dtype_reason: str
+    threads: int
+    local_batch: int
+    micro_batch: int | None  # None: not even one example fits
+    expected_peak: int
+    available: int | None
+    memory_parts: dict[str, int]
+    parameters: int
+    puzzle_rows: int
+    puzzle_values: int
+    seq_len: int
+    vocab_size: int
+    data: str | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _device_for(requested: str, facts: hardware.HardwareFacts) -> str:
+    if requested != "auto":
+        return requested
+    if facts.gpus:
+        return "cuda"
+    return "mps" if facts.mps else "cpu"
+
+
+def _dataset_shape(data: str | None) -> tuple[int, int, int, int]:
+    """(seq_len, vocab, puzzle identifiers, puzzles) of a dataset's train split, or the ARC defaults."""
+    if data is None:
+        return DEFAULT_SEQ_LEN, DEFAULT_VOCAB, 0, 0
+    from trm_kaggle.data.format import load_metadata
+
+    meta = load_metadata(data, "train")
+    return meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers, meta.total_puzzles
+
+
+def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, baseline: int | None = None) -> Plan:
+    """What `train` would do with `cfg` (a TrainConfig) on a machine with `facts`."""
+    from trm_kaggle.model.dtype import resolve_forward_dtype
+    from trm_kaggle.train.memory import DEFAULT_MEMORY_FRACTION, estimate_training_memory, largest_fitting_micro_batch
+    from trm_kaggle.train.runtime import dtype_name
+
+    warnings = []
+    if data is None and cfg.data_paths:
+        if os.path.isdir(cfg.data_paths[0]):
+            data = cfg.data_paths[0]
+        else:
+            warnings.append(f"the preset's dataset {cfg.data_paths[0]} is not here: planned with ARC shapes "
+                            "and no puzzle table (pass DATA for the real figures)")
+    seq_len, vocab, rows, puzzles = _dataset_shape(data)
+    device = _device_for(cfg.device, facts)
+    gpu = facts.gpus[0] if facts.gpus else None
+    dtype, reason = resolve_forward_dtype(cfg.arch, device, bf16_speedup=facts.cpu_bf16_speedup,
+                                          cuda_capability=gpu.capability if gpu and device == "cuda" else None)
+    threads = cfg.threads or facts.cores
+    local_batch = cfg.global_batch_size
+    # The activations are probed on this machine's own device of that kind when it has one, else on the CPU.
+    probe_device = device if (device == "cpu" or (device == "cuda" and torch.cuda.is_available())
+                              or (device == "mps" and facts.mps and torch.backends.mps.is_available())) else "cpu"
+    est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab, num_puzzle_identifiers=rows,
+                                   num_puzzles=puzzles, device=probe_device, dtype=dtype,
+                                   baseline=hardware.current_rss() if baseline is None else baseline)
+    if device == "cuda" and gpu is not None:
+        available = gpu.free_bytes if gpu.free_bytes is not None else gpu.total_bytes
+        est.baseline = 0  # the process's own memory is host memory, not the GPU's
+    else:
+        available = facts.memory_available
+    requested = min(cfg.micro_batch_size or local_batch, local_batch)
+    micro: int | None = requested
+    if available is not None:
+        fitting = largest_fitting_micro_batch(est, local_batch, int(DEFAULT_MEMORY_FRACTION * available))
+        if fitting is None:
+            micro = None
+            warnings.append(f"even micro_batch_size=1 needs about {est.total(1) / GB:.2f} GB, more than "
+                            f"{DEFAULT_MEMORY_FRACTION:.0%} of the {available / GB:.2f} GB available: train refuses "
+                            "to start with auto_batch=True; use a smaller model, dataset or another machine")
+        elif cfg.auto_batch and device in ("cpu", "mps"):
+            micro = min(fitting, requested)
+            while local_batch % micro:
+                micro -= 1
+        elif est.total(requested) > 0.9 * available:
+            warnings.append(f"micro_batch_size={requested} needs about {est.total(requested) / GB:.2f} GB, over 90 % "
+                            f"of the {available / GB:.2f} GB available" + (
+                                "; the run will retry with smaller micro-batches when CUDA runs out" if device == "cuda"
+                                else f"; set auto_batch=True (it would pick {fitting}) or micro_batch_size={fitting}"))
+    if est.puzzle_table > GB:
+        warnings.append(f"the puzzle-embedding table alone takes {est.puzzle_table / GB:.2f} GB "
+                        f"({rows:,} identifiers x {cfg.arch.emb_ndim} floats)")
+    if device == "cpu" and dtype == torch.float32 and cfg.arch.forward_dtype not in ("auto", "float32"):
+        warnings.append("reduced precision was asked for, but this CPU has no fast bf16 units")
+    if "slow" in reason or "warning" in reason:
+        warnings.append(reason)
+    peak = est.total(micro or 1)
+    return Plan(device, dtype_name(dtype), reason, threads, local_batch, micro, peak, available, est.parts(micro or 1),
+                est.parameters, rows, rows * cfg.arch.emb_ndim, seq_len, vocab, data, warnings)
+
+
+def machine_lines(f: hardware.HardwareFacts) -> list[str]:
+    mem = (f"{f.memory_total / GB:.1f} GB total, {f.memory_available / GB:.1f} GB available"
+           if f.memory_total and f.memory_available is not None else "unknown")
+    lines = [f"CPU: {f.cpu_model} ({f.machine}), {f.cores} cores; ISA: {', '.join(f.isa) or 'none detected'}; "
+             f"torch CPU capability {f.torch_cpu_capability}",
+             f"memory: {mem}"]
+    if f.cpu_bf16_speedup is not None:
+        lines.append(f"bf16 matmuls: {f.cpu_bf16_speedup:.2g}x the float32 rate on this CPU (measured)")
+    for i, g in enumerate(f.gpus):
+        free = f", {g.free_bytes / GB:.1f} GB free" if g.free_bytes is not None else ""
+        lines.append(f"GPU {i}: {g.name}, {g.total_bytes / GB:.1f} GB{free}, compute capability "
+                     f"{g.capability[0]}.{g.capability[1]}")
+    if not f.gpus:
+        lines.append("GPU: none visible to torch" + ("; Apple MPS available" if f.mps else ""))
+    lines.append(f"torch {f.torch_version}" + (f", CUDA {f.torch_cuda}" if f.torch_cuda else ", CPU build")
+                 + f"; BLAS {f.blas}; oneDNN {f.onednn}")
+    return lines
+
+
+def plan_lines(p: Plan, preset: str) -> list[str]:
+    data = p.data or f"none given: assuming ARC (seq_len {p.seq_len}, vocab {p.vocab_size}), no puzzle table"
+    micro = "none fits" if p.micro_batch is None else f"{p.micro_batch} of the per-rank batch {p.local_batch}"
+    lines = [f"train --preset {preset} would use:",
+             f"  data: {data}",
+             f"  device {p.device}; dtype {p.dtype} ({p.dtype_reason}); {p.threads} threads",
+             f"  {p.parameters:,} parameters without the puzzle-embedding table, "
+             f"{p.parameters + p.puzzle_values:,} with it ({p.puzzle_rows:,} rows)",
+             f"  micro-batch: {micro}; expected peak memory {p.expected_peak / GB:.2f} GB"
+             + (f" of {p.available / GB:.2f} GB available" if p.available is not None else ""),
+             "  memory by part: " + ", ".join(f"{k} {v / GB:.3f} GB" for k, v in p.memory_parts.items() if v)]
+    lines += [f"  warning: {w}" for w in p.warnings]
+    return lines
+
+
+def run_doctor(presets: list[str], data: str | None, overrides: list[str], as_json: bool) -> str:
+    from trm_kaggle.model.dtype import cpu_bf16_speedup
+    from trm_kaggle.train.settings import load_train_config
+
+    if data is not None and not os.path.isdir(data):
+        raise TRMError(f"{data}: no such dataset directory")
+    cfg = load_train_config(None, presets, list(overrides) + ["progress=False"])
+    facts = hardware.gather()
+    torch.set_num_threads(cfg.threads or facts.cores)  # the measurement runs with train's thread count
+    facts.cpu_bf16_speedup = cpu_bf16_speedup(torch.get_num_threads())
+    plan = diagnose(cfg, facts, data)
+    if as_json:
+        return json.dumps({"machine": facts.as_dict(), "plan": plan.__dict__}, indent=2, default=str)
+    name = "+".join(presets) if presets else "(defaults)"
+    return "\n".join(machine_lines(facts) + [""] + plan_lines(plan, name))

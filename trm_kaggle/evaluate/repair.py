@@ -1,0 +1,216 @@
+"""`trm-kaggle evaluate-repair`: how often a model writes exactly the fix, per bug type.
+
+Every test pair's predicted grid is read back as text and compared with the reference
+fix. Each pair gets one outcome:
+
+    fixed            the prediction is the fix, character for character
+    unchanged        the prediction is the buggy input (the model copied it)
+    changed_wrongly  anything else
+
+Beside the model stands the baseline that copies its input. Its exact-fix rate is 0 by
+construction (the builder keeps only pairs whose sides differ), which is the point: a
+model that learnt only to copy scores 0 here, however high its token accuracy (the
+share of grid cells equal to the label, reported for both).
+
+Running code (opt-in): `doctests` runs the doctests of the pairs whose reference fix
+has some, on the fix and on the prediction; `test_command` runs a command of yours on
+both. Either RUNS THE CODE IT IS GIVEN (the model's output included) in a subprocess,
+in a fresh temporary directory, killed with its process group after `time_limit`
+seconds: that bounds time, it is not a sandbox.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.config import RepairEvalConfig
+from trm_kaggle.data.code_repair import load_repair_tokens, read_repair_info, read_repair_meta
+from trm_kaggle.data.format import load_split
+from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.evaluate.predict import predict_split
+
+OUTCOMES = ("fixed", "unchanged", "changed_wrongly")
+
+
+def outcome(buggy: str, fixed: str, predicted: str) -> str:
+    if predicted == fixed:
+        return "fixed"
+    return "unchanged" if predicted == buggy else "changed_wrongly"
+
+
+def repair_table(bug_types: list[str], outcomes: list[str], copy_outcomes: list[str], token_acc: np.ndarray,
+                 copy_token_acc: np.ndarray) -> dict:
+    """Rates overall and per bug type, for the model and the copy-input baseline.
+
+    token_acc / copy_token_acc: per pair, the share of grid cells equal to the label.
+    """
+    def row(idx: np.ndarray) -> dict:
+        n = len(idx)
+        counts = collections.Counter(outcomes[i] for i in idx)
+        copy_fixed = sum(copy_outcomes[i] == "fixed" for i in idx)
+        return {"pairs": n, "exact_fix_rate": counts["fixed"] / n if n else float("nan"),
+                "copy_exact_fix_rate": copy_fixed / n if n else float("nan"),
+                **{k: counts[k] for k in OUTCOMES},
+                "token_accuracy": float(np.mean(token_acc[idx])) if n else float("nan"),
+                "copy_token_accuracy": float(np.mean(copy_token_acc[idx])) if n else float("nan")}
+
+    types = np.asarray(bug_types, dtype=object)
+    return {"overall": row(np.arange(len(types))),
+            "per_bug_type": {t: row(np.flatnonzero(types == t)) for t in sorted(set(bug_types))}}
+
+
+# ---------------------------------------------------------------------------
+# Running code in a subprocess
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    status: str  # "passed", "failed" (non-zero exit) or "timeout"
+    seconds: float
+    output: str  # the last 2,000 characters of stdout + stderr
+
+
+def run_code(code: str, command: str | list[str], time_limit: float) -> RunResult:
+    """Write `code` to snippet.py in a new temporary directory and run `command` there.
+
+    A string command is split like a shell line, after "{file}" becomes the file's path;
+    nothing goes through a shell. The command runs in its own process group, which is
+    killed when `time_limit` seconds have passed. The directory is removed afterwards.
+    """
+    with tempfile.TemporaryDirectory(prefix="trm-repair-run-") as tmp:
+        path = os.path.join(tmp, "snippet.py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(code + "\n")
+        argv = (shlex.split(command.replace("{file}", shlex.quote(path))) if isinstance(command, str)
+                else [a.replace("{file}", path) for a in command])
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.Popen(argv, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            raise TRMError(f"cannot run the test command {argv[0]!r}: {e.strerror}") from None
+        try:
+            out, _ = proc.communicate(timeout=time_limit)
+            status = "passed" if proc.returncode == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: children of the command too
+            out, _ = proc.communicate()
+            status = "timeout"
+        text = out.decode("utf-8", errors="replace")
+        return RunResult(status, time.perf_counter() - t0, text[-2000:])
+
+
+def doctest_command() -> list[str]:
+    """This interpreter in isolated mode, running the doctests of snippet.py."""
+    return [sys.executable, "-I", "-m", "doctest", "{file}"]
+
+
+# ---------------------------------------------------------------------------
+# The evaluation
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class RepairEvaluation:
+    table: dict
+    examples: list[dict]  # per test pair: bug type, source, line, outcome, and runs when asked
+    runs: dict  # doctest / test-command totals (empty when none was asked for)
+    seconds: float
+
+    def summary(self) -> dict:
+        return {"table": self.table, "runs": self.runs, "seconds": self.seconds}
+
+
+def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch.device | str = "cpu"
+                    ) -> RepairEvaluation:
+    """Predict the test split of cfg.data with `model`, score every pair, run code when asked."""
+    t0 = time.perf_counter()
+    tokens = load_repair_tokens(cfg.data)
+    rows, cols = read_repair_info(cfg.data)["grid_shape"]
+    split = load_split(cfg.data, "test")
+    meta = read_repair_meta(cfg.data, "test")
+    if split.num_examples == 0:
+        raise DataError(f"{cfg.data}: the test split holds no pairs (build with a larger --test-fraction)")
+    if len(meta) != split.num_examples:
+        raise DataError(f"{cfg.data}/test/repair_meta.jsonl: {len(meta)} records for {split.num_examples} examples")
+    preds = predict_split(model, cfg.data, batch_size=cfg.batch_size, device=device, progress=cfg.progress)
+
+    labels = np.asarray(split.labels)
+    inputs = np.asarray(split.inputs)
+    token_acc = (preds.tokens.astype(np.int64) == labels).mean(axis=1)
+    copy_acc = (inputs == labels).mean(axis=1)
+    examples, outcomes, copy_outcomes = [], [], []
+    for i in range(split.num_examples):
+        buggy = tokens.text(inputs[i].reshape(rows, cols))
+        fixed = tokens.text(labels[i].reshape(rows, cols))
+        predicted = tokens.text(preds.tokens[i].reshape(rows, cols))
+        outcomes.append(outcome(buggy, fixed, predicted))
+        copy_outcomes.append(outcome(buggy, fixed, buggy))
+        examples.append({"example": i, "bug_type": meta.bug_type[i], "source": meta.source[i],
+                         "line": int(meta.line[i]), "outcome": outcomes[-1], "buggy": buggy, "fixed": fixed,
+                         "predicted": predicted})
+    table = repair_table(list(meta.bug_type), outcomes, copy_outcomes, token_acc, copy_acc)
+    runs = {}
+    if cfg.doctests:
+        runs["doctests"] = _run_all(examples, doctest_command(), cfg, only_with_doctests=True)
+    if cfg.test_command:
+        runs["test_command"] = _run_all(examples, cfg.test_command, cfg, only_with_doctests=False)
+    result = RepairEvaluation(table, examples, runs, time.perf_counter() - t0)
+    if cfg.report:
+        atomic_write_json(cfg.report, {**result.summary(), "examples": examples}, indent=1)
+    return result
+
+
+def _run_all(examples: list[dict], command: str | list[str], cfg: RepairEvalConfig, only_with_doctests: bool) -> dict:
+    """Run `command` on the reference fix and on the prediction of each chosen pair; totals by status."""
+    chosen = [e for e in examples if ">>>" in e["fixed"]] if only_with_doctests else examples
+    if cfg.max_runs is not None:
+        chosen = chosen[:cfg.max_runs]
+    reference, predicted = collections.Counter(), collections.Counter()
+    key = "doctests" if only_with_doctests else "test_command"
+    for e in chosen:
+        ref = run_code(e["fixed"], command, cfg.time_limit)
+        pred = ref if e["predicted"] == e["fixed"] else run_code(e["predicted"], command, cfg.time_limit)
+        e[key] = {"reference": ref.status, "predicted": pred.status}
+        reference[ref.status] += 1
+        predicted[pred.status] += 1
+    return {"pairs": len(chosen), "reference": dict(reference), "predicted": dict(predicted)}
+
+
+def format_repair_report(ev: RepairEvaluation) -> str:
+    """The table `trm-kaggle evaluate-repair` prints."""
+    head = (f"{'bug type':<20}{'pairs':>7}{'exact fix':>11}{'copy input':>12}{'fixed':>7}{'unchanged':>11}"
+            f"{'changed wrongly':>17}{'token acc':>11}{'copy tok':>10}")
+    lines = ["exact-fix rate: the prediction read back as text equals the fix (copy input: the baseline that "
+             "returns the buggy code)", head]
+
+    def line(name: str, r: dict) -> str:
+        return (f"{name:<20}{r['pairs']:>7}{r['exact_fix_rate']:>11.3f}{r['copy_exact_fix_rate']:>12.3f}"
+                f"{r['fixed']:>7}{r['unchanged']:>11}{r['changed_wrongly']:>17}{r['token_accuracy']:>11.4f}"
+                f"{r['copy_token_accuracy']:>10.4f}")
+
+    for name, r in ev.table["per_bug_type"].items():
+        lines.append(line(name, r))
+    lines.append(line("overall", ev.table["overall"]))
+    for key, r in ev.runs.items():
+        lines.append(f"{key}: {r['pairs']} pairs run; reference fix {_statuses(r['reference'])}; "
+                     f"model output {_statuses(r['predicted'])}")
+    return "\n".join(lines)
+
+
+def _statuses(counts: dict) -> str:
+    return ", ".join(f"{counts.get(s, 0)} {s}" for s in ("passed", "failed", "timeout"))

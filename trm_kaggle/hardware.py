@@ -1,0 +1,239 @@
+"""What this machine is: CPU, memory, accelerators, the torch build; and how much memory we use.
+
+Read from the operating system without extra packages: /proc on Linux, `sysctl` on macOS.
+Everything the doctor and the memory-aware trainer decide from is gathered in one
+`HardwareFacts` value, so tests can hand them invented machines.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+GB = 1024**3
+
+# CPU features that decide what runs fast here (the names /proc/cpuinfo uses on x86).
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve")
+
+
+@dataclass
+class GPUInfo:
+    name: str
+    total_bytes: int
+    capability: tuple[int, int]
+    free_bytes: int | None = None
+
+
+@dataclass
+class HardwareFacts:
+    system: str  # "Linux", "Darwin", ...
+    machine: str  # "x86_64", "arm64", ...
+    cpu_model: str
+    cores: int  # logical CPUs this process may use
+    isa: list[str]  # ISA_FLAGS present
+    memory_total: int | None  # bytes; None where it cannot be read
+    memory_available: int | None
+    gpus: list[GPUInfo] = field(default_factory=list)
+    mps: bool = False
+    torch_version: str = ""
+    torch_cuda: str | None = None
+    torch_cpu_capability: str = ""
+    blas: str = ""
+    onednn: str = ""
+    cpu_bf16_speedup: float | None = None  # bf16 / float32 matmul rate here (model/dtype.py measures it)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------
+# Memory of the machine and of this process
+# ---------------------------------------------------------------------------
+
+
+def read_meminfo(path: str | os.PathLike = "/proc/meminfo") -> tuple[int | None, int | None]:
+    """(MemTotal, MemAvailable) in bytes from a Linux meminfo file; (None, None) if unreadable."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None, None
+    values = {}
+    for line in text.splitlines():
+        m = re.match(r"(\w+):\s+(\d+)\s*kB", line)
+        if m:
+            values[m.group(1)] = int(m.group(2)) * 1024
+    return values.get("MemTotal"), values.get("MemAvailable", values.get("MemFree"))
+
+
+def cgroup_memory(root: str | os.PathLike = "/sys/fs/cgroup") -> tuple[int | None, int | None]:
+    """(limit, usage) in bytes of this process's cgroup (containers, Kaggle); (None, None) without a limit."""
+    for limit_name, usage_name in (("memory.max", "memory.current"),  # cgroup v2
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):  # v1
+        try:
+            limit = (Path(root) / limit_name).read_text().strip()
+        except OSError:
+            continue
+        if not limit.isdigit() or int(limit) >= (1 << 60):  # "max", or v1's "unlimited" huge number
+            return None, None
+        try:
+            usage = int((Path(root) / usage_name).read_text().strip())
+        except (OSError, ValueError):
+            usage = None
+        return int(limit), usage
+    return None, None
+
+
+def _sysctl(name: str) -> str | None:
+    try:
+        return subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def memory() -> tuple[int | None, int | None]:
+    """(total, available) bytes of memory for this process: the machine's, capped by a cgroup limit."""
+    total, available = read_meminfo()
+    if total is None and sys.platform == "darwin":
+        size = _sysctl("hw.memsize")
+        total = int(size) if size and size.isdigit() else None
+        available = _darwin_available(total)
+    limit, usage = cgroup_memory()
+    if limit is not None:
+        total = min(total, limit) if total else limit
+        free_in_group = limit - (usage or 0)
+        available = min(available, free_in_group) if available is not None else free_in_group
+    return total, available
+
+
+def _darwin_available(total: int | None) -> int | None:
+    try:
+        out = subprocess.run(["vm_stat"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    page = int(re.search(r"page size of (\d+)", out).group(1)) if "page size of" in out else 4096
+    pages = sum(int(m.group(1)) for m in re.finditer(r"Pages (?:free|inactive|speculative):\s+(\d+)", out))
+    return pages * page if pages else total
+
+
+def current_rss() -> int:
+    """Resident memory of this process now, in bytes (0 where it cannot be read)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return peak_rss()  # no current figure on macOS without extra packages: the peak bounds it
+
+
+def peak_rss() -> int:
+    """The highest resident memory this process has had, in bytes (ru_maxrss: kB on Linux, bytes on macOS)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+class RSSSampler:
+    """The highest resident memory seen since the last `take()`, sampled by a background thread.
+
+    The kernel's own high-water mark (VmHWM, ru_maxrss) can only be reset for the whole
+    process, which would falsify every other reader of it; sampling leaves it alone. Spikes
+    shorter than the interval can be missed, so `take()` also folds in the current value."""
+
+    def __init__(self, interval_s: float = 0.02):
+        import threading
+
+        self.interval_s = interval_s
+        self._peak = current_rss()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            rss = current_rss()
+            with self._lock:
+                self._peak = max(self._peak, rss)
+
+    def take(self) -> int:
+        """Peak bytes since the previous call (or since creation), then start a new interval."""
+        rss = current_rss()
+        with self._lock:
+            peak, self._peak = max(self._peak, rss), rss
+        return peak
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+# ---------------------------------------------------------------------------
+# CPU, accelerators, torch build
+# ---------------------------------------------------------------------------
+
+
+def read_cpuinfo(path: str | os.PathLike = "/proc/cpuinfo") -> tuple[str, list[str]]:
+    """(model name, ISA_FLAGS present) from a Linux cpuinfo file; ("", []) if unreadable."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return "", []
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                  if line.startswith(("model name", "Model", "Hardware"))), "")
+    flags: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            flags.update(line.split(":", 1)[1].split())
+    return model, [f for f in ISA_FLAGS if f in flags]
+
+
+def _cpu() -> tuple[str, list[str]]:
+    model, isa = read_cpuinfo()
+    if not model and sys.platform == "darwin":
+        model = _sysctl("machdep.cpu.brand_string") or platform.processor()
+        features = " ".join(filter(None, (_sysctl("machdep.cpu.features"), _sysctl("machdep.cpu.leaf7_features"))))
+        isa = [f for f in ISA_FLAGS if f.upper().replace("_", ".") in features.upper()]
+        if platform.machine() == "arm64":
+            isa.append("asimd")
+    return model or platform.processor() or "unknown", isa
+
+
+def _torch_build() -> tuple[str, str]:
+    """(BLAS, oneDNN) as torch's build configuration names them."""
+    import torch
+
+    text = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=(\w+)", text)
+    onednn = re.search(r"(?:oneDNN|MKL-DNN|Intel\(R\) MKL-DNN)[^\n]*?(v[\d.]+)", text)
+    mkl = "Math Kernel Library" in text or "MKL" in (blas.group(1).upper() if blas else "")
+    blas_name = blas.group(1) if blas else ("mkl" if mkl else "unknown")
+    dnn = onednn.group(1) if onednn else ("available" if torch.backends.mkldnn.is_available() else "not built")
+    return blas_name, dnn
+
+
+def gather() -> HardwareFacts:
+    """The facts of the machine this process runs on."""
+    import torch
+
+    model, isa = _cpu()
+    total, available = memory()
+    gpus = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            try:
+                free = torch.cuda.mem_get_info(i)[0]
+            except RuntimeError:
+                free = None
+            gpus.append(GPUInfo(p.name, p.total_memory, (p.major, p.minor), free))
+    mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    blas, onednn = _torch_build()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return HardwareFacts(platform.system(), platform.machine(), model, cores, isa, total, available, gpus, mps,
+                         torch.__version__, torch.version.cuda, torch.backends.cpu.get_cpu_capability(), blas, onednn)

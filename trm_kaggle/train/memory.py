@@ -1,0 +1,287 @@
+"""How much memory a training run needs, and the largest micro-batch that fits.
+
+A run holds, besides the Python/torch process itself:
+
+    weights 4P, gradients 4P, optimizer moments (AdamATan2/AdamW 8P), EMA shadow 4P
+    (P = trainable parameters, float32), reduced-precision weight casts 2P (bf16/fp16),
+    the puzzle-embedding table (identifiers x emb_ndim x 4), the ACT carry of the local
+    batch (z_H and z_L, B x (prefix + seq_len) x hidden), and per example of a
+    micro-batch: the activations autograd keeps for the one recursion cycle that carries
+    gradients, plus the transient work of one network call and of the loss.
+
+The activations are not guessed from a formula: `probe_activations` runs one forward
+of a one-row and a two-row batch through the real model (puzzle table of 2 rows,
+one H cycle) on the target device under `saved_tensors_hooks` and counts the bytes
+autograd keeps per extra row, so the figure follows the code paths this device runs
+(oneDNN on CPU, bf16 casts, attention kernels). The rest is arithmetic on the config.
+`benchmarks/bench_memory.py` compares the estimate with the measured peak RSS of real
+runs, and tests/test_memory.py holds it within a stated error.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+
+from trm_kaggle.config import ArchConfig, TrainConfig
+from trm_kaggle.errors import TRMError
+
+GB = 1024**3
+# Of the memory available when training starts, the share a memory-aware run plans to use.
+# The rest is headroom: the allocator keeps memory that tensors freed between micro-batches
+# (benchmarks/bench_memory.py measures real peaks up to about a quarter above the estimate),
+# the loader maps data pages, and the machine runs other things.
+DEFAULT_MEMORY_FRACTION = 0.75
+OPTIMIZER_STATE_FLOATS = {"adam_atan2": 2, "adamw": 2, "lion": 1}
+# The loader's in-memory index arrays: puzzle starts and sizes (int64), identifiers (int32), and the
+# split's own puzzle_indices / puzzle_identifiers as read (the example arrays stay memory-mapped).
+LOADER_BYTES_PER_PUZZLE = 8 + 8 + 4 + 8 + 4
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes, by part; `total(micro)` is the expected peak for a micro-batch of `micro` rows."""
+
+    baseline: int  # the process before the model: Python, torch, the dataset's index arrays
+    weights: int
+    gradients: int
+    optimizer: int
+    ema: int
+    weight_casts: int
+    puzzle_table: int
+    carry: int  # the local batch's ACT carry
+    activations_per_example: int  # kept by autograd for the grad-carrying cycle
+    workspace_per_example: int  # transient: one network call's temporaries and the loss
+    parameters: int = 0
+
+    def fixed(self) -> int:
+        return (self.baseline + self.weights + self.gradients + self.optimizer + self.ema + self.weight_casts
+                + self.puzzle_table + self.carry)
+
+    def total(self, micro: int) -> int:
+        return self.fixed() + micro * (self.activations_per_example + self.workspace_per_example)
+
+    def parts(self, micro: int) -> dict[str, int]:
+        return {"process": self.baseline, "weights": self.weights, "gradients": self.gradients,
+                "optimizer": self.optimizer, "EMA": self.ema, "bf16 weight casts": self.weight_casts,
+                "puzzle table": self.puzzle_table, "ACT carry": self.carry,
+                f"activations ({micro} per micro-batch)": micro * self.activations_per_example,
+                "workspace": micro * self.workspace_per_example}
+
+
+def _dtype_bytes(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+# Sequence lengths of the probe's forwards when the real one is long (see probe_activations).
+PROBE_LENGTHS = (32, 64, 96)
+
+
+def probe_activations(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device | str,
+                      dtype: torch.dtype) -> tuple[int, int]:
+    """(bytes autograd keeps per example for one training step, bytes of one network call's share).
+
+    Each figure is the difference between a two-row and a one-row forward (with the loss), so
+    that what does not grow with the batch (weight casts, RoPE tables) drops out. A long
+    sequence is not run at its length: the bytes are a quadratic in the length (attention
+    kernels that keep the score matrix add the square term), fitted exactly through probes at
+    PROBE_LENGTHS and evaluated at `seq_len`. With `mlp_t` the token-mixing width itself
+    depends on the length, so the probe runs at the real length. Cached per configuration."""
+    key = (arch.model_dump_json(), vocab_size, str(torch.device(device)), dtype)
+    if arch.mlp_t or seq_len <= PROBE_LENGTHS[-1]:
+        per_example = _probe(key[0], seq_len, *key[1:])
+    else:  # the quadratic through the three probes, in Lagrange form
+        per_example = 0.0
+        for i, xi in enumerate(PROBE_LENGTHS):
+            term = float(_probe(key[0], xi, *key[1:]))
+            for j, xj in enumerate(PROBE_LENGTHS):
+                if j != i:
+                    term *= (seq_len - xj) / (xi - xj)
+            per_example += term
+        per_example = max(0, int(round(per_example)))
+    return per_example, per_example // (arch.L_cycles + 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _probe(arch_json: str, seq_len: int, vocab_size: int, device: str, dtype: torch.dtype) -> int:
+    from trm_kaggle.model.losses import act_loss
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    arch = ArchConfig.model_validate_json(arch_json)
+    dev = torch.device(device)
+    small = arch.model_copy(update={"H_cycles": 1})  # the no-grad cycles keep nothing
+    # Built on the meta device and given zero-filled memory: what autograd keeps depends on the
+    # shapes and code paths only, and random initialisation of a large model would cost seconds.
+    with torch.device("meta"):
+        model = TinyRecursiveModel(small, seq_len, vocab_size, 2, forward_dtype=dtype)
+    model = model.to_empty(device=dev).train()
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            t.zero_()
+    weights = {t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())}
+
+    def saved(rows: int) -> int:
+        batch = {"inputs": torch.zeros(rows, seq_len, dtype=torch.int32, device=dev),
+                 "labels": torch.ones(rows, seq_len, dtype=torch.int64, device=dev),
+                 "puzzle_identifiers": torch.ones(rows, dtype=torch.int32, device=dev)}
+        storages: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            st = t.untyped_storage()
+            if st.data_ptr() not in weights:
+                storages[st.data_ptr()] = max(storages.get(st.data_ptr(), 0), st.nbytes())
+            return t
+
+        no_exploration = (torch.ones(rows, device=dev), torch.zeros(rows, dtype=torch.int32, device=dev))
+        # fork_rng: the probe must not move the generator that initialises the run's model
+        with torch.random.fork_rng(devices=[]), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            carry, out = model(model.initial_carry(batch), batch, exploration=no_exploration)
+            act_loss(out, carry.current_data["labels"], carry.halted, carry.steps, arch.loss_type)
+        if model.puzzle_emb is not None:
+            model.puzzle_emb.clear()
+        return sum(storages.values())
+
+    return max(0, saved(2) - saved(1))
+
+
+def count_parameters(arch: ArchConfig, seq_len: int, vocab_size: int) -> int:
+    """Trainable parameters of the model (built on the meta device: nothing is allocated)."""
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    with torch.device("meta"):
+        return TinyRecursiveModel(arch, seq_len, vocab_size, 1).num_parameters()
+
+
+def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int, num_puzzle_identifiers: int,
+                             num_puzzles: int = 0, device: torch.device | str = "cpu",
+                             dtype: torch.dtype = torch.float32, baseline: int = 0, world_size: int = 1
+                             ) -> MemoryEstimate:
+    """The parts of a run's memory on one rank (see the module docstring)."""
+    from trm_kaggle.model.trm import prefix_length
+
+    arch = cfg.arch
+    P = count_parameters(arch, seq_len, vocab_size)
+    trains_weights = not cfg.freeze_weights
+    per_example, per_call = probe_activations(arch, seq_len, vocab_size, device, dtype)
+    local_batch = max(1, cfg.global_batch_size // world_size)
+    width = prefix_length(arch) + seq_len
+    act_bytes = _dtype_bytes(dtype)
+    # The loss works on float32 logits: the upcast, stablemax's log-probabilities and its gradient.
+    loss_work = 3 * seq_len * vocab_size * 4
+    return MemoryEstimate(
+        baseline=baseline + LOADER_BYTES_PER_PUZZLE * num_puzzles,
+        weights=4 * P,
+        gradients=4 * P if trains_weights else 0,
+        optimizer=4 * P * OPTIMIZER_STATE_FLOATS.get(cfg.optimizer, 2) if trains_weights else 0,
+        ema=4 * P if cfg.ema and trains_weights else 0,
+        weight_casts=act_bytes * P if dtype != torch.float32 else 0,
+        puzzle_table=num_puzzle_identifiers * arch.emb_ndim * 4 if arch.emb_ndim else 0,
+        carry=local_batch * (2 * width * arch.hidden_size * act_bytes + seq_len * (4 + 8)),
+        activations_per_example=per_example,
+        workspace_per_example=per_call + loss_work,
+        parameters=P,
+    )
+
+
+def largest_fitting_micro_batch(est: MemoryEstimate, local_batch: int, budget: int) -> int | None:
+    """The largest divisor of `local_batch` whose expected peak fits in `budget` bytes; None if even 1 does not."""
+    for micro in sorted((d for d in range(1, local_batch + 1) if local_batch % d == 0), reverse=True):
+        if est.total(micro) <= budget:
+            return micro
+    return None
+
+
+def plan_micro_batch(est: MemoryEstimate, local_batch: int, available: int, fraction: float = DEFAULT_MEMORY_FRACTION,
+                     requested: int | None = None) -> int:
+    """The micro-batch a memory-aware run uses: the largest that fits `fraction` of the memory available
+    (never above `requested`); refuses, before anything starts, when a single example does not fit."""
+    budget = int(fraction * available)
+    cap = min(requested or local_batch, local_batch)
+    micro = largest_fitting_micro_batch(est, local_batch, budget)
+    if micro is None:
+        raise TRMError(f"this run needs about {est.total(1) / GB:.2f} GB even with micro_batch_size=1 "
+                       f"(fixed {est.fixed() / GB:.2f} GB: puzzle table {est.puzzle_table / GB:.2f} GB, "
+                       f"weights and optimizer {(est.weights + est.gradients + est.optimizer + est.ema) / GB:.2f} GB; "
+                       f"one example's activations {est.activations_per_example / GB:.2f} GB), but "
+                       f"{fraction:.0%} of the {available / GB:.2f} GB available is {budget / GB:.2f} GB: "
+                       "use a smaller model or dataset, or a machine with more memory")
+    while local_batch % micro or micro > cap:  # a divisor of the local batch, at most the one asked for
+        micro -= 1
+    return max(1, micro)
+
+
+def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int, num_puzzle_identifiers: int,
+                             num_puzzles: int, device: torch.device, dtype: torch.dtype, local_batch: int,
+                             world_size: int = 1, log=None) -> int:
+    """`micro_batch_size` for an `auto_batch=True` run on CPU or MPS: from the estimate and the memory
+    available now (see `plan_micro_batch`). CUDA runs keep the configured size and halve it on
+    out-of-memory errors, which CUDA raises as exceptions (a CPU run that overcommits is killed by the
+    operating system instead, with no chance to retry)."""
+    from trm_kaggle import hardware
+
+    requested = min(cfg.micro_batch_size or local_batch, local_batch)
+    if not cfg.auto_batch or device.type not in ("cpu", "mps"):
+        return requested
+    _, available = hardware.memory()
+    if available is None:
+        if log:
+            log.warning("auto_batch: the available memory cannot be read here; keeping micro_batch_size=%d", requested)
+        return requested
+    rss = hardware.current_rss()
+    est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab_size,
+                                   num_puzzle_identifiers=num_puzzle_identifiers, num_puzzles=num_puzzles,
+                                   device=device, dtype=dtype, baseline=rss, world_size=world_size)
+    # Available memory is shared by the ranks of one machine; this process already holds `rss`.
+    share = available // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world_size))) + rss
+    micro = plan_micro_batch(est, local_batch, share, requested=requested)
+    if log:
+        log.warning("auto_batch: micro_batch_size=%d of the local batch %d (expected peak %.2f GB of %.2f GB "
+                    "available to this process; gradient accumulation keeps the global batch)",
+                    micro, local_batch, est.total(micro) / GB, share / GB)
+    return micro
+
+
+class MemoryWatch:
+    """Peak memory per log interval, and a warning when it nears what the machine has.
+
+    CPU/MPS: the peak resident memory of the process in the interval (sampled; see
+    `hardware.RSSSampler`) and the lifetime peak the kernel records. CUDA: torch's max
+    allocated bytes in the interval."""
+
+    WARN_FRACTION = 0.9
+
+    def __init__(self, device: torch.device, log=None):
+        from trm_kaggle import hardware
+
+        self.device, self.log, self.hw = device, log, hardware
+        self.warned = False
+        self.sampler = None
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        else:
+            self.sampler = hardware.RSSSampler()
+
+    def sample(self) -> dict[str, float]:
+        if self.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            limit = torch.cuda.mem_get_info(self.device)[1]
+            record = {"cuda_max_allocated_gb": peak / GB}
+        else:
+            peak = self.sampler.take()
+            _, available = self.hw.memory()
+            limit = None if available is None else available + self.hw.current_rss()
+            record = {"peak_rss_gb": peak / GB, "max_rss_gb": self.hw.peak_rss() / GB}
+        if limit and peak > self.WARN_FRACTION * limit and not self.warned and self.log:
+            self.warned = True
+            self.log.warning("memory: the peak of the last interval, %.2f GB, is above %d %% of the %.2f GB this "
+                             "process can use; set auto_batch=True or a smaller micro_batch_size before it runs out",
+                             peak / GB, round(100 * self.WARN_FRACTION), limit / GB)
+        return record
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
