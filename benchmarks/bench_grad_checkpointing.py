@@ -135,7 +135,8 @@ def main() -> None:
           f"{statistics.median(times[True]):.3f} s; per-pair ratios {', '.join(f'{r:.2f}' for r in ratios)}")
     train_ratio = (mem[True]["peak"] - mem[True]["base"]) / max(1, mem[False]["peak"] - mem[False]["base"])
     print(f"checkpointing / plain: training memory {train_ratio:.2f}x, whole-process peak "
-          f"{mem[True]['peak'] / mem[False]['peak']:.2f}x, step time {statistics.median(ratios):.2f}x (median of pairs)")
+          f"{mem[True]['peak'] / mem[False]['peak']:.2f}x, step time {statistics.median(ratios):.2f}x "
+          "(median of pairs)")
 
 
 if __name__ == "__main__":

@@ -262,7 +262,8 @@ def _add_sweep(sub) -> None:
     _flag(p, "sweep_dir", default=None, help="where the runs go (default runs/sweeps/<grid name>)")
     p.add_argument("--parallel", type=int, default=1, metavar="N",
                    help="runs at once: one GPU each where the runs use CUDA, else the CPU cores split between them")
-    _flag(p, "dry_run", action="store_true", help="print the runs and their commands, run nothing")
+    _flag(p, "dry_run", action="store_true",
+          help="print the base settings and every run with its variant; run nothing")
     _flag(p, "list_grids", action="store_true", help="print the built-in grids and exit")
     _common(p)
     p.set_defaults(func=cmd_sweep)
