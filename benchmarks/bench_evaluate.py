@@ -631,7 +631,7 @@ def main() -> None:
         e = estimate(small, tasks=120, num_aug=100, finetune_steps=500, batch_size=4, eval_batch_size=8, repeats=1)
         log(f"\n== trm-kaggle estimate, small config on this CPU (fine-tune batch 4, eval batch 8, 1 repeat; "
             f"{time.perf_counter() - t:.0f} s) {elapsed()}")
-        log(format_estimate(e, 120, 100, 500))
+        log(format_estimate(e, 120, 100))
 
     log(f"\n== summary {elapsed()}")
     n_default = sum(len(challenges[t]["test"]) for t in list(challenges)[:40]) * 101

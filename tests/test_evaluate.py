@@ -16,6 +16,7 @@ from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.predict import predict_split
 from trm_kaggle.evaluate.report import evaluate, write_report
+from trm_kaggle.evaluate.stats import wilson_interval
 from trm_kaggle.model.trm import TinyRecursiveModel
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -207,6 +208,14 @@ def test_report_files(dataset, tmp_path):
     assert t[0]["top"][0]["votes"] == 9 and t[0]["top"][0]["correct"] and t[0]["distinct_candidates"] == 1
     md = paths["markdown"].read_text()
     assert "ARC Prize score" in md and "token_accuracy" in md and "12997ef3" in md
+    # every output solved: the intervals and the category rows say so
+    n = report["summary"]["num_test_outputs"]
+    assert report["summary"]["arc_prize_score_ci95"] == pytest.approx(list(wilson_interval(n, n)))
+    b = report["summary"]["breakdown"]
+    assert b["same shape"]["test_outputs"] + b["reshaped"]["test_outputs"] == n
+    assert sum(c["test_outputs"] for k, c in b.items() if k.startswith("largest side")) == n
+    assert all(c["solved"] == c["test_outputs"] for c in b.values())
+    assert "| same shape |" in md and "95 % CI" in md
     png = tmp_path / "rep" / "pictures" / "12997ef3.png"
     assert png.read_bytes()[:8] == PNG_MAGIC
     assert not (tmp_path / "rep" / "pictures" / "05a7bcf2.png").exists()
@@ -286,6 +295,40 @@ def test_compiled_model_gives_the_same_evaluation(dataset, tmp_path, capsys):
     assert main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(dataset), "--device", "cpu",
                  "--compile", "--no-progress"]) == 0
     assert capsys.readouterr().out.startswith("ARC Prize score (micro-average over ")
+
+
+def test_task_id_modes_from_the_command_line(dataset, tmp_path, capsys):
+    """`evaluate --task-ids own blank random mean` on an export that kept its trained table."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.model.export import apply_task_ids, export_inference
+
+    model = make_model(dataset, H_cycles=1)
+    with torch.no_grad():  # distinct trained rows, so that which row a puzzle gets matters
+        model.puzzle_emb.weights.copy_(torch.randn(model.puzzle_emb.weights.shape, generator=torch.Generator()
+                                                   .manual_seed(0)) * 3)
+    export_inference(tmp_path / "full", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    common = ["--data", str(dataset), "--device", "cpu", "--batch-size", "64", "--max-steps", "1", "--no-progress"]
+    assert main(["evaluate", "--weights", str(tmp_path / "full"), "--task-ids", "own", "blank", "random", "mean"]
+                + common) == 0
+    out = capsys.readouterr().out
+    for mode in ("own", "blank", "random", "mean"):
+        assert f"== task ids: {mode}\nARC Prize score" in out
+        assert any(line.startswith(f"| {mode} | ") for line in out.splitlines())
+    assert "| task ids | ARC Prize score (95 % CI) |" in out
+    # the modes change what the model predicts (same weights, other rows)
+    own = evaluate(model, dataset, batch_size=64, max_steps=1).predictions.tokens
+    apply_task_ids(model, "blank")
+    assert (evaluate(model, dataset, batch_size=64, max_steps=1).predictions.tokens != own).any()
+    # an export with the mean row alone cannot tell the modes apart, and says so
+    export_inference(tmp_path / "mean", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size,
+                     mean_embedding=True)
+    assert main(["evaluate", "--weights", str(tmp_path / "mean"), "--task-ids", "blank", "mean"] + common) == 0
+    printed = capsys.readouterr()
+    assert "own, blank, random and mean give the same answers" in printed.err and "evaluating once" in printed.err
+    assert printed.out.count("ARC Prize score (micro") == 1 and "== task ids: blank/mean\n" in printed.out
+    assert main(["evaluate", "--weights", str(tmp_path / "full"), "--task-ids", "own", "mean", "--report-dir",
+                 str(tmp_path / "r")] + common) == 2
+    assert "take one --task-ids mode at a time" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from trm_kaggle.config import ArchConfig, TrainConfig
-from trm_kaggle.model.export import (PUZZLE_EMB_KEY, export_inference, load_inference_model, mean_puzzle_row,
-                                     model_from_train_state, read_export, resize_puzzle_embedding)
+from trm_kaggle.errors import TRMError
+from trm_kaggle.model.export import (PUZZLE_EMB_KEY, apply_task_ids, export_inference, export_parameter_count,
+                                     load_inference_model, mean_puzzle_row, model_from_train_state, read_export,
+                                     resize_puzzle_embedding, task_id_table)
 from trm_kaggle.model.trm import TinyRecursiveModel
 
 ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
@@ -90,6 +92,55 @@ def test_export_config_is_plain_json(tmp_path):
 
 
 # ---------------------------------------------------------------------------
+# Task-id modes (`evaluate --task-ids`) and parameter counts
+# ---------------------------------------------------------------------------
+
+
+def test_task_id_modes_replace_every_row_by_their_rule():
+    table = torch.arange(12.0).reshape(6, 2)
+    assert torch.equal(task_id_table(table, "own"), table)
+    assert torch.equal(task_id_table(table, "blank"), table[:1].expand(6, 2))
+    assert torch.equal(task_id_table(table, "mean"), mean_puzzle_row(table).expand(6, 2))
+    rand = task_id_table(table, "random", seed=1)
+    picked = (rand[:, 0] / 2).long()  # row i of the table is (2i, 2i + 1)
+    assert torch.equal(rand, table[picked])
+    assert (picked >= 1).all() and (picked[1:] != torch.arange(1, 6)).all()  # a trained row, never its own
+    assert torch.equal(task_id_table(table, "random", seed=1), rand)  # seeded
+    assert any(not torch.equal(task_id_table(table, "random", seed=s), rand) for s in range(2, 6))
+    with pytest.raises(TRMError, match="unknown task-id mode"):
+        task_id_table(table, "zero")
+    with pytest.raises(TRMError, match="at least two trained identifiers"):
+        task_id_table(table[:2], "random")
+
+
+def test_apply_task_ids_changes_the_model_or_says_why_it_cannot():
+    model = model_with_table(5)
+    before = model.puzzle_emb.weights.clone()
+    assert apply_task_ids(model, "blank") is None
+    assert torch.equal(model.puzzle_emb.weights, before[:1].expand(5, -1))
+    mean_export = model_with_table(5)
+    with torch.no_grad():
+        mean_export.puzzle_emb.weights.copy_(resize_puzzle_embedding(mean_export.puzzle_emb.weights[:1], 5))
+    assert "same answers" in apply_task_ids(mean_export, "random")
+    with pytest.raises(TRMError):
+        apply_task_ids(model, "nope")
+
+
+def test_parameter_counts_with_and_without_the_puzzle_table(tmp_path):
+    model = model_with_table(7)
+    count = model.parameter_count()
+    assert count.weights == model.num_parameters() == sum(p.numel() for p in model.parameters())
+    assert (count.puzzle_rows, count.puzzle_dim) == (7, ARCH.hidden_size)
+    assert count.total == count.weights + 7 * ARCH.hidden_size
+    assert str(count) == (f"{count.weights:,} parameters without the puzzle-embedding table, {count.total:,} with it "
+                          f"(7 rows x {ARCH.hidden_size})")
+    # an export keeping only the mean row still reports the table it was trained with
+    export_inference(tmp_path / "e", model, arch=ARCH, seq_len=8, vocab_size=5, mean_embedding=True)
+    config, tensors = read_export(tmp_path / "e")
+    assert tensors[PUZZLE_EMB_KEY].shape[0] == 1
+    assert export_parameter_count(config) == count
+
+
 # A config.json that does not describe its weights (issue 10): one line, never silently wrong outputs
 # ---------------------------------------------------------------------------
 

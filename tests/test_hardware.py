@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
+import pytest
 
 from trm_kaggle import hardware
 
@@ -64,3 +68,16 @@ def test_rss_sampler_sees_a_peak_and_starts_new_intervals():
         sampler.close()
     assert peak - before > 250 * 2**20
     assert after < peak - 250 * 2**20
+
+
+def test_peak_rss_of_a_subprocess_is_its_own_not_its_parents():
+    """ru_maxrss of a child carries its parent's size over on Linux; peak_rss must not (the memory tests compare
+    a child's peak with an estimate, whatever the size of the test process that started it)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the carry-over is a Linux behaviour")
+    ballast = bytearray(300 * 2**20)
+    ballast[::4096] = b"\x01" * len(ballast[::4096])  # touch every page: 300 MB resident here
+    code = "from trm_kaggle import hardware; print(hardware.peak_rss())"
+    child = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert child < 250 * 2**20 and hardware.peak_rss() >= 300 * 2**20
+    del ballast

@@ -525,3 +525,14 @@ def test_compile_net_matches_eager(dtype):
     assert (l_e - l_c).abs().max() <= tol * l_e.abs().max()
     for n, g in g_e.items():
         assert (g - g_c[n]).norm() <= tol * 3 * g.norm() + 1e-8, n
+
+
+def test_set_recursion_changes_depth_and_act_steps_with_the_same_weights():
+    model = tiny_model()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    model.set_recursion(H_cycles=4, halt_max_steps=7)
+    assert (model.H_cycles, model.arch.H_cycles, model.arch.halt_max_steps) == (4, 4, 7)
+    assert model.L_cycles == model.arch.L_cycles == tiny_arch().L_cycles
+    assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match="only H_cycles, L_cycles, halt_max_steps"):
+        model.set_recursion(hidden_size=8)

@@ -114,6 +114,84 @@ def test_submit_validate_and_score_commands(unseen, tmp_path, capsys):
     assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 2
 
 
+def test_the_default_follows_the_evidence_a_staged_schedule():
+    c = SolveConfig(challenges="c.json", weights="w")
+    assert (c.finetune, c.embeddings_fraction) == ("embeddings-then-all", 0.5)
+
+
+@pytest.fixture(scope="module")
+def unseen_data(unseen, tmp_path_factory) -> Path:
+    """The augmented dataset of the unseen tasks (built once; fine-tuning tests call `finetune` on it)."""
+    from trm_kaggle.data.arc import read_challenges
+    from trm_kaggle.solve.solve import build_unseen_dataset
+
+    work = tmp_path_factory.mktemp("unseen_data")
+    return build_unseen_dataset(cfg(unseen, work, num_aug=1), work, read_challenges(unseen[0]))
+
+
+@pytest.fixture
+def recorded_phases(unseen, monkeypatch):
+    """Wraps the training call of `finetune`: per phase (frozen?, until step, step reached, weights unchanged?)."""
+    import trm_kaggle.solve.solve as S
+    from trm_kaggle.train import checkpoint as ckpt
+
+    _, tensors = read_export(unseen[1])
+    seen, real = [], S.train
+
+    def recording(tcfg, **kw):
+        result = real(tcfg, **kw)
+        state = ckpt.load_train_state(ckpt.list_states(result.run_dir)[-1])
+        seen.append((tcfg.freeze_weights, tcfg.max_steps, result.step,
+                     torch.equal(state["model"]["lm_head.weight"], tensors["lm_head.weight"])))
+        return result
+
+    monkeypatch.setattr(S, "train", recording)
+    return seen
+
+
+def test_staged_finetuning_switches_to_all_weights_at_the_exact_step(unseen, unseen_data, tmp_path, recorded_phases):
+    from trm_kaggle.solve.solve import finetune
+
+    c = cfg(unseen, tmp_path, finetune="embeddings-then-all", embeddings_fraction=0.5, finetune_steps=3, num_aug=1,
+            global_batch_size=4)
+    assert finetune(c, ARCH, unseen_data, tmp_path, deadline=None).step == 3
+    # round(0.5 * 3 = 1.5) = 2: steps 1-2 train the rows alone (weights untouched), step 3 every weight
+    assert recorded_phases == [(True, 2, 2, True), (False, 3, 3, False)]
+    # one run: the second phase resumed at step 2 instead of starting over
+    steps = [json.loads(line)["step"] for line in (tmp_path / "finetune" / "metrics.jsonl").open()]
+    assert steps == [1, 2, 3]
+    # a restarted kernel finds both phases done and trains nothing
+    recorded_phases.clear()
+    assert finetune(c, ARCH, unseen_data, tmp_path, deadline=None).step == 3 and recorded_phases == []
+
+
+def test_a_restart_inside_the_first_phase_finishes_it_then_trains_every_weight(unseen, unseen_data, tmp_path,
+                                                                               recorded_phases):
+    from trm_kaggle.solve.solve import finetune
+
+    c = cfg(unseen, tmp_path, finetune="embeddings-then-all", embeddings_fraction=0.6, finetune_steps=3, num_aug=1,
+            global_batch_size=4)
+    # an earlier kernel stopped after one step of the first phase (here: a run of one embeddings step)
+    finetune(c.model_copy(update={"finetune": "embeddings", "finetune_steps": 1}), ARCH, unseen_data, tmp_path, None)
+    assert finetune(c, ARCH, unseen_data, tmp_path, deadline=None).step == 3
+    assert recorded_phases == [(True, 1, 1, True), (True, 2, 2, True), (False, 3, 3, False)]
+
+
+def test_full_finetuning_and_test_time_recursion_in_solve(unseen, tmp_path, recorded_phases, monkeypatch):
+    import trm_kaggle.solve.solve as S
+
+    used, real = [], S.evaluate
+    monkeypatch.setattr(S, "evaluate", lambda model, *a, **kw: used.append(model.arch) or real(model, *a, **kw))
+    report = solve(cfg(unseen, tmp_path, finetune="all", finetune_steps=1, num_aug=1, H_cycles=2,
+                       halt_max_steps=3, global_batch_size=4))
+    assert report["valid"] and not report["errors"]
+    assert recorded_phases == [(False, 1, 1, False)]  # every weight from the first step
+    assert report["finetune_schedule"] == [{"freeze_weights": False, "until_step": 1}]
+    assert (used[0].H_cycles, used[0].L_cycles, used[0].halt_max_steps) == (2, ARCH.L_cycles, 3)
+    run = json.loads((tmp_path / "work" / "finetune" / "config.json").read_text())
+    assert (run["arch"]["H_cycles"], run["arch"]["halt_max_steps"]) == (2, 3)  # fine-tuned at that depth too
+
+
 # ---------------------------------------------------------------------------
 # Hostile and careless input (issue 10): a submission in every case, one bad task costs that task alone
 # ---------------------------------------------------------------------------

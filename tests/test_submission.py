@@ -328,8 +328,10 @@ def test_micro_and_macro_averages_differ():
     assert report.task_macro_average == pytest.approx(0.75)
     assert (report.solved, report.total, report.tasks_fully_solved) == (2, 3, 1)
     text = format_score(report)
-    assert text.splitlines()[0] == "ARC Prize score (micro-average over 3 test outputs, pass@2): 0.6667"
-    assert "macro-average (not the ARC Prize score): 0.7500" in text
+    # 95 % Wilson intervals: 2 of 3 test outputs; 1.5 of 2 tasks (worked by hand in test_vote.py)
+    assert text.splitlines()[0] == ("ARC Prize score (micro-average over 3 test outputs, pass@2): 0.6667 "
+                                    "(95 % CI 0.2077-0.9385, Wilson, unit: test outputs)")
+    assert "macro-average (not the ARC Prize score): 0.7500 (95 % CI 0.1979-0.9733, Wilson, unit: tasks)" in text
 
 
 def test_missing_task_scores_zero():

@@ -13,6 +13,7 @@ from conftest import free_port
 from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig, TrainConfig
 from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.export import load_inference_model, read_export
 from trm_kaggle.train import checkpoint as ckpt
@@ -143,9 +144,14 @@ def test_checkpoint_retention_and_bad_files(sudoku4, tmp_path):
         ckpt.load_train_state(foreign)
 
 
-def test_export_with_mean_embedding_and_reload(sudoku4, tmp_path):
-    train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"))
+def test_export_with_mean_embedding_and_reload(sudoku4, tmp_path, capsys):
+    result = train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"))
+    count = result.parameters
+    assert count.puzzle_rows == load_metadata(sudoku4, "train").num_puzzle_identifiers
+    assert result.summary().startswith(f"model: {count}\n")
     assert main(["export", str(tmp_path / "r"), "--out", str(tmp_path / "exp"), "--mean-embedding"]) == 0
+    assert capsys.readouterr().out.strip() == (f"exported to {tmp_path / 'exp'}: {count} (the export keeps only "
+                                               "its mean row)")
     config = json.loads((tmp_path / "exp" / "config.json").read_text())
     assert config["puzzle_embedding"] == "mean" and config["seq_len"] == 16
     model, _ = load_inference_model(tmp_path / "exp", num_puzzle_identifiers=5)

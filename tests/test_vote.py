@@ -92,6 +92,16 @@ def test_metrics_on_a_constructed_example():
     # micro over the 3 test outputs, top-2: x0 and y0 solved
     assert m.arc_prize_score == pytest.approx(2 / 3)
     assert (m.num_tasks, m.num_test_outputs) == (2, 3)
+    # 95 % Wilson intervals, worked by hand (z^2 = 3.841459):
+    # ARC Prize score, 2 of 3 test outputs: centre (0.666667 + 0.640243) / 2.280486 = 0.573085,
+    #   half 1.959964 / 2.280486 * sqrt(0.074074 + 0.106709) = 0.365426
+    assert m.arc_prize_score_ci95 == pytest.approx((0.207660, 0.938508), abs=1e-6)
+    # pass@2 over 2 tasks (0.5 + 1 = 1.5 "solved"): centre (0.75 + 0.960365) / 2.920729 = 0.585595,
+    #   half 1.959964 / 2.920729 * sqrt(0.09375 + 0.240091) = 0.387727
+    assert m.pass_at_2_ci95 == pytest.approx((0.197867, 0.973323), abs=1e-6)
+    d = m.as_dict()
+    assert d["arc_prize_score_ci95"] == pytest.approx([0.207660, 0.938508], abs=1e-6)
+    assert d["pass_at_2_task_macro_ci95"] == pytest.approx([0.197867, 0.973323], abs=1e-6)
 
 
 def test_unpredicted_and_wrong_slots_count_as_unsolved():

@@ -18,6 +18,12 @@ def test_weights_dataset(built, inputs):
     card = (w / M.MODEL_CARD).read_text()
     assert "data/arc-tiny" in card and "trm-kaggle train x" in card and "exact_accuracy" in card
     assert "arch.hidden_size: `16`" in card
+    from trm_kaggle.model.export import export_parameter_count
+
+    count = export_parameter_count(json.loads((w / "config.json").read_text()))
+    assert count.puzzle_rows == 3 and count.total == count.weights + 3 * 16
+    assert (f"- parameters: {count.weights:,} parameters without the puzzle-embedding table, {count.total:,} with it "
+            "(3 rows x 16); the export ships the mean row alone") in card
     assert json.loads((w / M.DATASET_META).read_text())["id"] == f"{USER}/trm-kaggle-weights"
     from trm_kaggle.model.export import load_inference_model
 

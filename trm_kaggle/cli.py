@@ -16,11 +16,12 @@ import argparse
 import json
 import logging
 import sys
+from typing import get_args
 
 import pydantic
 
 from trm_kaggle import __version__
-from trm_kaggle.config import validation_line
+from trm_kaggle.config import FinetuneMode, TaskIdMode, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
 
 log = logging.getLogger("trm_kaggle")
@@ -235,7 +236,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(result.summary())
     if args.export:
         export_run(result.run_dir, args.export, mean_embedding=args.mean_embedding)
-        print(f"exported to {args.export}")
+        print(f"exported to {args.export}: {_export_parameters(args.export)}")
     return 0
 
 
@@ -348,13 +349,30 @@ def cmd_export(args: argparse.Namespace) -> int:
     from trm_kaggle.train.checkpoint import export_run
 
     export_run(args.run, args.out, args.mean_embedding, use_ema=not args.no_ema)
-    print(f"exported to {args.out}")
+    print(f"exported to {args.out}: {_export_parameters(args.out)}")
     return 0
 
 
+def _export_parameters(export_dir) -> str:
+    """The parameter counts of an export, without and with the table it was trained with."""
+    from trm_kaggle.jsonio import read_json
+    from trm_kaggle.model.export import export_parameter_count
+
+    config = read_json(f"{export_dir}/config.json", "config.json")
+    counted = export_parameter_count(config)
+    kept = " (the export keeps only its mean row)" if config.get("puzzle_embedding") == "mean" else ""
+    return f"{counted}{kept}"
+
+
 def _add_import_upstream(sub) -> None:
-    p = sub.add_parser("import-upstream", help="convert an upstream step_<N> checkpoint to our export format")
-    p.add_argument("checkpoint", help="upstream step_<N> file (with or without _orig_mod. prefix, bf16 or fp32)")
+    p = sub.add_parser("import-upstream", help="convert an upstream step_<N> checkpoint to our export format",
+                       description="Convert an upstream step_<N> checkpoint, local or on the Hugging Face Hub, to an "
+                                   "export. A Hub source is hf://owner/repo[@revision][/path] (path: the folder "
+                                   "with step_<N> files and all_config.yaml, or one step_<N> file); a plain "
+                                   "owner/repo[...] is read as one only when no local path of that name exists. "
+                                   "Hub downloads need: pip install \"trm_kaggle[hub]\".")
+    p.add_argument("checkpoint", help="upstream step_<N> file (with or without _orig_mod. prefix, bf16 or fp32), or "
+                                      "hf://owner/repo[@revision][/path]")
     p.add_argument("--config", default=None, help="the run's all_config.yaml (default: beside the checkpoint)")
     p.add_argument("--out", required=True, help="export directory to create")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: from the run's dataset, "
@@ -369,8 +387,8 @@ def cmd_import_upstream(args: argparse.Namespace) -> int:
 
     model = import_upstream(args.checkpoint, args.out, config=args.config, seq_len=args.seq_len,
                             mean_embedding=args.mean_embedding)
-    print(f"imported {args.checkpoint} ({model.num_parameters():,} parameters, {model.num_puzzle_identifiers:,} "
-          f"puzzle rows) into {args.out}")
+    print(f"imported {args.checkpoint} into {args.out}: {model.parameter_count()}"
+          + (" (the export keeps only its mean row)" if args.mean_embedding else ""))
     return 0
 
 
@@ -401,30 +419,52 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--pool-with", nargs="+", default=None, metavar="FILE",
                    help="pool with the votes of earlier evaluations (files of --save-votes, oldest first): "
                         "how upstream's aggregated voting reports ARC/pass@K; off by default")
+    p.add_argument("--task-ids", nargs="+", default=["own"], choices=get_args(TaskIdMode), metavar="MODE",
+                   help="which puzzle-embedding row each puzzle gets: own (as trained, default), blank (identifier "
+                        "0), random (another trained identifier's, seeded), mean (the mean row); several modes "
+                        "evaluate one after the other and end with a comparison: does the model need its task id?")
+    p.add_argument("--task-id-seed", type=int, default=0, help="seed of --task-ids random (default 0)")
     _common(p)
     p.set_defaults(func=cmd_evaluate)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from trm_kaggle.evaluate.report import evaluate, format_metrics, write_report
+    from trm_kaggle.evaluate.report import evaluate, format_metrics, format_task_id_table, write_report
     from trm_kaggle.evaluate.vote import VoteTable
-    from trm_kaggle.model.export import load_model_for_dataset
+    from trm_kaggle.model.export import apply_task_ids, load_model_for_dataset
     from trm_kaggle.train.runtime import pick_device
 
+    modes = list(dict.fromkeys(args.task_ids))
+    if len(modes) > 1 and (args.save_votes or args.pool_with or args.report_dir):
+        raise TRMError("--save-votes, --pool-with and --report-dir take one --task-ids mode at a time")
     pooled = None
     for path in args.pool_with or []:  # read first: a bad file stops before any inference
         table = VoteTable.load(path)
         pooled = table if pooled is None else pooled.merge(table)
     extra = {"pooled_evaluations": len(args.pool_with)} if args.pool_with else {}
     device = pick_device(args.device)
-    model, _, note = load_model_for_dataset(args.weights, args.data, device)
-    if note:
-        print(f"note: {note}", file=sys.stderr)
-    if args.compile:
-        model.compile_net()  # lazy: compiles in the first batch
-    result = evaluate(model, args.data, batch_size=args.batch_size, device=device, early_exit=args.early_exit,
-                      max_steps=args.max_steps, weighting=args.weighting, pool_with=pooled, progress=args.progress)
-    print(format_metrics({**result.summary(), **extra}))
+    summaries = {}
+    while modes:
+        mode = modes.pop(0)
+        model, _, note = load_model_for_dataset(args.weights, args.data, device)
+        if note and not summaries:
+            print(f"note: {note}", file=sys.stderr)
+        ids_note = apply_task_ids(model, mode, seed=args.task_id_seed)
+        if ids_note and args.task_ids != ["own"]:
+            # every puzzle has the same row whatever the mode: one evaluation answers for all of them
+            print(f"note: {ids_note}; evaluating once", file=sys.stderr)
+            mode, modes = "/".join([mode] + modes), []
+        if args.compile:
+            model.compile_net()  # lazy: compiles in the first batch
+        result = evaluate(model, args.data, batch_size=args.batch_size, device=device, early_exit=args.early_exit,
+                          max_steps=args.max_steps, weighting=args.weighting, pool_with=pooled,
+                          progress=args.progress)
+        summaries[mode] = {**result.summary(), **extra}
+        if args.task_ids != ["own"]:
+            print(f"== task ids: {mode}")
+        print(format_metrics(summaries[mode]))
+    if len(summaries) > 1:
+        print(format_task_id_table(summaries))
     if args.save_votes:
         result.table.save(args.save_votes)  # this evaluation's votes only, never the pooled ones
     if args.report_dir:
@@ -513,31 +553,60 @@ def _add_submit(sub) -> None:
     p = sub.add_parser("submit", help="unseen tasks -> submission.json: test-time training + voting, within a budget",
                        description="Builds the augmented dataset of the challenges' demonstration pairs, fine-tunes "
                                    "the pretrained weights on it (new puzzle rows start from the mean row), predicts "
-                                   "with augmentation voting and writes a valid submission.json in every case.")
-    p.add_argument("--challenges", required=True, help="challenges JSON (e.g. arc-agi_test_challenges.json)")
-    p.add_argument("--weights", required=True, help="export directory (trm-kaggle export / import-upstream)")
+                                   "with augmentation voting and writes a valid submission.json in every case. "
+                                   "--recipe NAME sets several options at once (--list-recipes); flags win over it.")
+    p.add_argument("--challenges", help="challenges JSON (e.g. arc-agi_test_challenges.json)")
+    p.add_argument("--weights", help="export directory (trm-kaggle export / import-upstream)")
     p.add_argument("--output", default="submission.json")
     p.add_argument("--work-dir", default="ttt_work", help="dataset + fine-tuning states (a rerun resumes)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for everything (default: no limit)")
     p.add_argument("--safety-margin", type=float, default=None, help="seconds kept free (default 60)")
-    p.add_argument("--num-aug", type=int, default=None, help="augmentations per task (default 100)")
-    p.add_argument("--finetune", choices=["embeddings", "all", "none"], default=None)
-    p.add_argument("--finetune-steps", type=int, default=None)
+    _add_solve_options(p)
     p.add_argument("--batch-size", dest="global_batch_size", type=int, default=None)
     p.add_argument("--eval-batch-size", type=int, default=None)
     p.add_argument("--early-exit", action="store_true", default=None)
     p.add_argument("--fallback", choices=["input", "blank"], default=None)
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for fine-tuning (default: one per core)")
     p.add_argument("--seed", type=int, default=None)
+    _flag(p, "H_cycles", type=int, default=None, help="test-time recursion depth (default: the export's)")
+    _flag(p, "L_cycles", type=int, default=None, help="test-time latent updates per cycle (default: the export's)")
+    _flag(p, "halt_max_steps", type=int, default=None, help="test-time ACT steps (default: the export's)")
     _common(p)
     p.set_defaults(func=cmd_submit)
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
+def _add_solve_options(p: argparse.ArgumentParser) -> None:
+    """The test-time options `submit` and `estimate` share."""
+    p.add_argument("--recipe", default=None, help="a named test-time recipe (NAME or NAME+NAME; see --list-recipes)")
+    p.add_argument("--list-recipes", action="store_true", help="print the recipes and where they come from, and exit")
+    p.add_argument("--num-aug", type=int, default=None, help="augmentations per task (default 100)")
+    p.add_argument("--finetune", choices=get_args(FinetuneMode), default=None,
+                   help="what test-time training trains (default embeddings-then-all): the puzzle rows for the "
+                        "first --embeddings-fraction of the steps, then every weight; all; embeddings; none")
+    _flag(p, "embeddings_fraction", type=float, default=None,
+          help="embeddings-then-all: share of the steps that train the puzzle rows alone (default 0.5)")
+    p.add_argument("--finetune-steps", type=int, default=None, help="fine-tuning steps (default 500)")
+
+
+def _solve_config(args: argparse.Namespace, **required):
     from trm_kaggle.config import SolveConfig
+    from trm_kaggle.solve.recipes import solve_config
+
+    return solve_config(args.recipe, **{**_config_kwargs(args, SolveConfig.model_fields), **required})
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from trm_kaggle.solve.recipes import describe_recipes
     from trm_kaggle.solve.solve import solve
 
-    report = solve(SolveConfig(**_config_kwargs(args, SolveConfig.model_fields)))
+    if args.list_recipes:
+        print(describe_recipes())
+        return 0
+    missing = [f"--{k}" for k in ("challenges", "weights") if not getattr(args, k)]
+    if missing:
+        raise TRMError(f"submit needs {' and '.join(missing)}")
+    report = solve(_solve_config(args))
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
           f"{report['predicted']} test inputs with model predictions, {report['elapsed_s']} s")
     for e in report["errors"]:
@@ -546,13 +615,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _add_estimate(sub) -> None:
-    p = sub.add_parser("estimate", help="time the Kaggle kernel needs for N hidden tasks on this device")
-    src = p.add_mutually_exclusive_group(required=True)
+    p = sub.add_parser("estimate", help="time the Kaggle kernel needs for N hidden tasks on this device",
+                       description="Times a fine-tuning step that trains every weight, one that trains the puzzle "
+                                   "rows alone, and an inference step, then prices every --finetune mode. "
+                                   "--recipe applies a test-time recipe (its recursion depth and ACT steps too).")
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--weights", help="an export directory (its architecture is timed)")
     src.add_argument("--preset", help="a training preset's architecture, e.g. arc2")
     p.add_argument("--tasks", type=int, default=120)
-    p.add_argument("--num-aug", type=int, default=100)
-    p.add_argument("--finetune-steps", type=int, default=500)
+    _add_solve_options(p)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--eval-batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")
@@ -564,8 +635,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from trm_kaggle.config import ArchConfig
     from trm_kaggle.model.export import read_export
     from trm_kaggle.solve.estimate import estimate, format_estimate
+    from trm_kaggle.solve.recipes import describe_recipes
     from trm_kaggle.train.runtime import pick_device
 
+    if args.list_recipes:
+        print(describe_recipes())
+        return 0
+    if not (args.weights or args.preset):
+        raise TRMError("estimate needs --weights EXPORT_DIR or --preset NAME")
     if args.weights:
         config, _ = read_export(args.weights)
         arch, seq_len, vocab = ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"]
@@ -573,10 +650,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         from trm_kaggle.train.settings import load_train_config
 
         arch, seq_len, vocab = load_train_config(presets=[args.preset]).arch, 900, 12
-    e = estimate(arch, tasks=args.tasks, num_aug=args.num_aug, finetune_steps=args.finetune_steps,
-                 batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, device=pick_device(args.device),
-                 seq_len=seq_len, vocab_size=vocab)
-    print(format_estimate(e, args.tasks, args.num_aug, args.finetune_steps))
+    fields = ("recipe", "num_aug", "finetune", "embeddings_fraction", "finetune_steps")
+    cfg = _solve_config(argparse.Namespace(**{k: getattr(args, k) for k in fields}), challenges="-", weights="-")
+    arch = ArchConfig(**{**arch.model_dump(), **cfg.recursion()})
+    e = estimate(arch, tasks=args.tasks, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps,
+                 finetune=cfg.finetune, embeddings_fraction=cfg.embeddings_fraction, batch_size=args.batch_size,
+                 eval_batch_size=args.eval_batch_size, device=pick_device(args.device), seq_len=seq_len,
+                 vocab_size=vocab)
+    print(format_estimate(e, args.tasks, cfg.num_aug))
     return 0
 
 

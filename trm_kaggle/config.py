@@ -429,6 +429,10 @@ class SweepGrid(_Config):
 # ---------------------------------------------------------------------------
 
 
+FinetuneMode = Literal["embeddings-then-all", "all", "embeddings", "none"]
+TaskIdMode = Literal["own", "blank", "random", "mean"]  # `evaluate --task-ids` (trm_kaggle.model.export.task_id_table)
+
+
 class SolveConfig(_Config):
     """`trm-kaggle solve`: a challenges file -> submission.json within a wall-clock budget."""
 
@@ -439,8 +443,16 @@ class SolveConfig(_Config):
     time_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False)  # seconds for everything; None = no limit
     safety_margin: float = Field(60.0, ge=0, allow_inf_nan=False)  # seconds kept free at the end of the budget
     num_aug: int = Field(100, ge=0)  # augmentations per task, for fine-tuning and for voting
-    finetune: Literal["embeddings", "all", "none"] = "embeddings"
+    # What test-time training updates. "embeddings-then-all" spends the first `embeddings_fraction` of the steps
+    # on the new puzzle rows alone, then trains every weight: published TRM runs on unseen ARC tasks found
+    # embeddings-only fine-tuning near useless and full or staged fine-tuning best (README, "Test-time training").
+    finetune: FinetuneMode = "embeddings-then-all"
+    embeddings_fraction: float = Field(0.5, ge=0.0, le=1.0)  # embeddings-then-all: share of steps on rows alone
     finetune_steps: int = Field(500, ge=0)
+    # Test-time recursion (the same weights, deeper or shallower): None keeps the export's value.
+    H_cycles: Optional[int] = Field(None, ge=1, le=256)  # bounds: ArchConfig's
+    L_cycles: Optional[int] = Field(None, ge=1, le=256)
+    halt_max_steps: Optional[int] = Field(None, ge=1, le=4096)
     global_batch_size: int = Field(64, ge=1)
     lr: float = 1e-4
     puzzle_emb_lr: float = 1e-2
@@ -448,8 +460,16 @@ class SolveConfig(_Config):
     early_exit: bool = False
     fallback: Literal["input", "blank"] = "input"
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    threads: Optional[int] = Field(None, ge=1, le=4096)  # CPU threads for fine-tuning; None = one per core
     seed: int = 0
     progress: bool = True
+
+    def recursion(self) -> dict[str, int]:
+        """The test-time recursion settings that differ from the export's (H_cycles, L_cycles, halt_max_steps)."""
+        return {k: getattr(self, k) for k in RECURSION_FIELDS if getattr(self, k) is not None}
+
+
+RECURSION_FIELDS = ("H_cycles", "L_cycles", "halt_max_steps")  # arch fields a model can change without new weights
 
 
 # ---------------------------------------------------------------------------

@@ -130,7 +130,17 @@ def current_rss() -> int:
 
 
 def peak_rss() -> int:
-    """The highest resident memory this process has had, in bytes (ru_maxrss: kB on Linux, bytes on macOS)."""
+    """The highest resident memory this process has had, in bytes.
+
+    Linux: VmHWM of /proc/self/status, the high-water mark of this program's own memory. Not ru_maxrss there:
+    it carries over the resident size of the parent a subprocess was forked from (a child of a 2 GB process
+    reports 2 GB before it allocates anything). Elsewhere ru_maxrss (bytes on macOS)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import resource
     except ImportError:  # Windows

@@ -41,7 +41,8 @@ from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.decode import (decode_split_tokens, example_puzzles, grids_to_keys, puzzle_augmentations,
                                         side_of)
 from trm_kaggle.evaluate.predict import Predictions, predict_split
-from trm_kaggle.evaluate.vote import PASS_KS, Metrics, Slot, VoteResult, VoteTable, Weighting, score
+from trm_kaggle.evaluate.stats import category_breakdown, format_breakdown, format_interval
+from trm_kaggle.evaluate.vote import ATTEMPTS, PASS_KS, Metrics, Slot, VoteResult, VoteTable, Weighting, score
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in, task_id_problem
 
@@ -117,12 +118,19 @@ class EvalResult:
     def pass_at_k_task_macro(self) -> dict[int, float]:
         return self.metrics.pass_at_k_task_macro
 
+    def breakdown(self) -> dict[str, dict]:
+        """ARC Prize score by kind of output (same shape / reshaped, size buckets), with 95 % intervals."""
+        ts = self.test_set
+        solved = {s: 0 <= r < ATTEMPTS for s, r in self.metrics.truth_rank.items()}
+        return category_breakdown(ts.slots, ts.inputs, ts.truths, solved)
+
     def summary(self) -> dict:
         """JSON-serialisable metrics, counts and timing."""
         p = self.predictions
         return {
             "dataset": self.dataset_dir,
             **self.metrics.as_dict(),
+            "breakdown": self.breakdown(),
             "token_accuracy": self.token_accuracy,
             "num_examples": len(p),
             "well_formed_predictions": self.well_formed,
@@ -258,12 +266,30 @@ def format_metrics(s: dict) -> str:
         lines.append(f"POOLED with {pooled} earlier evaluation{'s' if pooled > 1 else ''} (upstream's aggregated "
                      "voting): the numbers below are not this model's alone")
     lines += [
-        f"ARC Prize score (micro-average over {s['num_test_outputs']} test outputs, 2 attempts): {s['arc_prize_score']:.4f}",
+        f"ARC Prize score (micro-average over {s['num_test_outputs']} test outputs, 2 attempts): "
+        f"{s['arc_prize_score']:.4f} ({format_interval(s['arc_prize_score_ci95'])}, Wilson, unit: test outputs)",
         f"per-task macro pass@K over {s['num_tasks']} tasks (upstream's ARC/pass@K): {passk}",
+        f"pass@2 (task macro) {s['pass_at_k_task_macro'].get('2', float('nan')):.4f} "
+        f"({format_interval(s['pass_at_2_task_macro_ci95'])}, Wilson, unit: tasks)",
         f"token_accuracy (per token over all augmented copies; NOT a solve rate): {s['token_accuracy']:.4f}",
-        f"{s['num_examples']:,} examples, {t['examples_per_second']:.1f} examples/s, "
-        f"{100 * t['share_outside_model']:.1f} % of the time outside the model",
     ]
+    if s.get("breakdown"):
+        lines += ["ARC Prize score by output (solved / test outputs, score, interval):",
+                  format_breakdown(s["breakdown"])]
+    lines.append(f"{s['num_examples']:,} examples, {t['examples_per_second']:.1f} examples/s, "
+                 f"{100 * t['share_outside_model']:.1f} % of the time outside the model")
+    return "\n".join(lines)
+
+
+def format_task_id_table(summaries: dict[str, dict]) -> str:
+    """A markdown table, one row per `--task-ids` mode (`summary()` of each evaluation): does the model need its
+    own task id?"""
+    lines = ["| task ids | ARC Prize score (95 % CI) | pass@2, tasks (95 % CI) | token_accuracy |", "|---|---|---|---|"]
+    for mode, s in summaries.items():
+        a, p = s["arc_prize_score_ci95"], s["pass_at_2_task_macro_ci95"]
+        lines.append(f"| {mode} | {s['arc_prize_score']:.4f} ({a[0]:.4f}-{a[1]:.4f}) | "
+                     f"{s['pass_at_k_task_macro'].get('2', float('nan')):.4f} ({p[0]:.4f}-{p[1]:.4f}) | "
+                     f"{s['token_accuracy']:.4f} |")
     return "\n".join(lines)
 
 
@@ -306,10 +332,12 @@ def _markdown(report: dict, pictures: dict[str, str]) -> str:
     s = report["summary"]
     lines = [f"# ARC evaluation: {s['dataset']}", "",
              f"- **ARC Prize score** (micro over {s['num_test_outputs']} test outputs, truth in the top-2 attempts): "
-             f"**{s['arc_prize_score']:.4f}**",
+             f"**{s['arc_prize_score']:.4f}** ({format_interval(s['arc_prize_score_ci95'])}, Wilson, unit: "
+             "test outputs)",
              "- **pass@K, task macro** (upstream's ARC/pass@K: mean over "
              f"{s['num_tasks']} tasks of the fraction of test inputs solved in the top K): "
-             + ", ".join(f"pass@{k} = {v:.4f}" for k, v in s["pass_at_k_task_macro"].items()),
+             + ", ".join(f"pass@{k} = {v:.4f}" for k, v in s["pass_at_k_task_macro"].items())
+             + f"; pass@2 {format_interval(s['pass_at_2_task_macro_ci95'])} (Wilson, unit: tasks)",
              f"- {s['num_examples']} augmented predictions, voting by {s['weighting']}"
              + (" (POOLED with earlier evaluations)" if s["pooled_with_other_evaluations"] else ""),
              f"- ACT steps: max {s['max_steps']}, mean {s['mean_steps']:.2f}, early exit {s['early_exit']}",
@@ -318,7 +346,11 @@ def _markdown(report: dict, pictures: dict[str, str]) -> str:
              "",
              f"Per-token diagnostic (not a solve rate): token_accuracy = {s['token_accuracy']:.4f}; "
              f"well-formed predictions = {s['well_formed_predictions']:.4f}",
-             "", "| task | test | solved (top-2) | truth rank (1 = best) | predictions | distinct | mean sigmoid(q_halt) | top votes |",
+             "", "| output category | solved / test outputs | ARC Prize score | 95 % CI (Wilson) |", "|---|---|---|---|"]
+    lines += [f"| {name} | {c['solved']} / {c['test_outputs']} | {c['arc_prize_score']:.4f} | "
+              f"{c['ci95'][0]:.4f}-{c['ci95'][1]:.4f} |" for name, c in s.get("breakdown", {}).items()
+              if c["test_outputs"]]
+    lines += ["", "| task | test | solved (top-2) | truth rank (1 = best) | predictions | distinct | mean sigmoid(q_halt) | top votes |",
              "|---|---|---|---|---|---|---|---|"]
     for task, entry in report["tasks"].items():
         for t in entry["test"]:

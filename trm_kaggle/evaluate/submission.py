@@ -59,6 +59,7 @@ import numpy as np
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data.arc import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.evaluate.stats import format_interval, wilson_interval
 from trm_kaggle.jsonio import read_json
 
 ATTEMPTS = ("attempt_1", "attempt_2")
@@ -403,6 +404,16 @@ class ScoreReport:
         return sum(t.fraction for t in self.tasks) / len(self.tasks) if self.tasks else 0.0
 
     @property
+    def score_ci95(self) -> tuple[float, float]:
+        """95 % Wilson interval of the ARC Prize score; unit: test outputs."""
+        return wilson_interval(self.solved, self.total)
+
+    @property
+    def task_macro_ci95(self) -> tuple[float, float]:
+        """95 % Wilson interval of the per-task macro-average (pass@2 over tasks); unit: tasks."""
+        return wilson_interval(sum(t.fraction for t in self.tasks), len(self.tasks))
+
+    @property
     def tasks_fully_solved(self) -> int:
         return sum(1 for t in self.tasks if t.outputs and t.solved == t.outputs)
 
@@ -470,10 +481,12 @@ def score_submission(submission: str | os.PathLike | Mapping,
 def format_score(report: ScoreReport, max_rows: int = 30) -> str:
     """One screen: the ARC Prize score line, totals, then a per-task table (truncated)."""
     lines = [
-        f"ARC Prize score (micro-average over {report.total} test outputs, pass@2): {report.score:.4f}",
+        f"ARC Prize score (micro-average over {report.total} test outputs, pass@2): {report.score:.4f} "
+        f"({format_interval(report.score_ci95)}, Wilson, unit: test outputs)",
         f"solved {report.solved} of {report.total} test outputs; "
         f"{report.tasks_fully_solved} of {len(report.tasks)} tasks fully solved",
-        f"per-task macro-average (not the ARC Prize score): {report.task_macro_average:.4f}",
+        f"per-task macro-average (not the ARC Prize score): {report.task_macro_average:.4f} "
+        f"({format_interval(report.task_macro_ci95)}, Wilson, unit: tasks)",
     ]
     if report.missing_tasks:
         lines.append(f"{len(report.missing_tasks)} tasks missing from the submission (scored 0)")

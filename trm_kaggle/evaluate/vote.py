@@ -40,6 +40,7 @@ import numpy as np
 from trm_kaggle.atomic import atomic_write
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.decode import grid_to_key, key_shapes, key_to_grid
+from trm_kaggle.evaluate.stats import wilson_interval
 
 PASS_KS = (1, 2, 5, 10, 100, 1000)
 VOTES_FORMAT = "trm_kaggle.votes/1"
@@ -271,9 +272,23 @@ class Metrics:
     num_test_outputs: int
     truth_rank: dict[Slot, int]  # -1: truth not among the candidates
 
+    @property
+    def arc_prize_score_ci95(self) -> tuple[float, float]:
+        """95 % Wilson interval of the ARC Prize score; unit: test outputs."""
+        solved = sum(1 for r in self.truth_rank.values() if 0 <= r < ATTEMPTS)
+        return wilson_interval(solved, self.num_test_outputs)
+
+    @property
+    def pass_at_2_ci95(self) -> tuple[float, float]:
+        """95 % Wilson interval of the task-macro pass@2; unit: tasks (`trm_kaggle.evaluate.stats`)."""
+        if ATTEMPTS not in self.pass_at_k_task_macro:
+            return 0.0, 1.0
+        return wilson_interval(self.pass_at_k_task_macro[ATTEMPTS] * self.num_tasks, self.num_tasks)
+
     def as_dict(self) -> dict:
-        return {"arc_prize_score": self.arc_prize_score,
+        return {"arc_prize_score": self.arc_prize_score, "arc_prize_score_ci95": list(self.arc_prize_score_ci95),
                 "pass_at_k_task_macro": {str(k): v for k, v in self.pass_at_k_task_macro.items()},
+                "pass_at_2_task_macro_ci95": list(self.pass_at_2_ci95),
                 "num_tasks": self.num_tasks, "num_test_outputs": self.num_test_outputs}
 
 

@@ -106,8 +106,8 @@ def parameter_counts(config: dict) -> tuple[int, int] | None:
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost
         model = TinyRecursiveModel(cfg.arch, metas[0].seq_len, metas[0].vocab_size,
                                    sum(m.num_puzzle_identifiers for m in metas))
-    weights = model.num_parameters()
-    return weights, weights + (model.puzzle_emb.weights.numel() if model.puzzle_emb is not None else 0)
+    count = model.parameter_count()
+    return count.weights, count.total
 
 
 def _is_run(path: Path) -> bool:

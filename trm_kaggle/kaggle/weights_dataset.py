@@ -45,6 +45,19 @@ def _md_value(v: Any) -> str:
     return f"`{v}`" if not isinstance(v, (dict, list)) else f"`{json.dumps(v)}`"
 
 
+def _parameters(config: dict) -> str:
+    """Parameter counts without and with the trained puzzle-embedding table, from the export's config."""
+    from trm_kaggle.model.export import export_parameter_count
+
+    try:
+        text = str(export_parameter_count(config))
+    except (KeyError, TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+        return f"unknown (the config does not describe the model: {e})"
+    if config.get("puzzle_embedding") == "mean":
+        text += "; the export ships the mean row alone"
+    return text
+
+
 def model_card(config: dict, export_dir: Path, ids: BundleIds) -> str:
     """MODEL_CARD.md from an export's config.json (architecture, and `info`: training command, data, metrics)."""
     arch = config.get("arch", {})
@@ -60,6 +73,7 @@ def model_card(config: dict, export_dir: Path, ids: BundleIds) -> str:
              "```", "",
              f"Offline install of the package: `{install_line(ids.wheels_slug)}` (dataset {ids.wheels_id}).", "",
              "## Model", ""]
+    lines.append(f"- parameters: {_parameters(config)}")
     for key in ("seq_len", "vocab_size", "num_puzzle_identifiers", "puzzle_embedding"):
         lines.append(f"- {key}: {_md_value(config.get(key))}")
     for key in ("hidden_size", "num_heads", "expansion", "H_cycles", "L_cycles", "L_layers", "halt_max_steps",

@@ -22,18 +22,18 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, get_args
 
 import pydantic
 import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
-from trm_kaggle.config import ArchConfig, ExportConfig, TrainConfig, validation_line
+from trm_kaggle.config import ArchConfig, ExportConfig, TaskIdMode, TrainConfig, validation_line
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
 
 EXPORT_FORMAT = "trm_kaggle.inference"
 PUZZLE_EMB_KEY = "puzzle_emb.weights"
@@ -54,6 +54,55 @@ def resize_puzzle_embedding(table: torch.Tensor, num_identifiers: int) -> torch.
     if table.shape[0] == num_identifiers:
         return table
     return mean_puzzle_row(table).expand(num_identifiers, -1).contiguous()
+
+
+# ---------------------------------------------------------------------------
+# Does the model need its own task id? (`trm-kaggle evaluate --task-ids`)
+# ---------------------------------------------------------------------------
+
+TASK_ID_MODES: tuple[str, ...] = get_args(TaskIdMode)
+
+
+def task_id_table(table: torch.Tensor, mode: str, seed: int = 0) -> torch.Tensor:
+    """The table with every puzzle's row replaced according to `mode`:
+
+    own     unchanged: each puzzle keeps the row it was trained with
+    blank   row 0 (identifier 0, "<blank>", never trained) for every puzzle
+    random  the row of another trained identifier (1..N-1, never its own), drawn per puzzle from `seed`
+    mean    `mean_puzzle_row(table)` for every puzzle: what an unseen task starts from
+    """
+    n = table.shape[0]
+    if mode == "own":
+        return table
+    if mode == "blank":
+        return table[:1].expand(n, -1).clone()
+    if mode == "mean":
+        return mean_puzzle_row(table).expand(n, -1).clone()
+    if mode == "random":
+        if n < 3:
+            raise TRMError(f"--task-ids random needs at least two trained identifiers; the table has {n} rows")
+        g = torch.Generator().manual_seed(seed)
+        pick = torch.randint(1, n - 1, (n,), generator=g)  # one of the N-2 trained rows other than its own ...
+        own = torch.arange(n)
+        pick = pick + ((pick >= own) & (own >= 1)).long()  # ... shifted past its own row (row 0 takes any)
+        return table[pick]
+    raise TRMError(f"unknown task-id mode {mode!r}: choose one of {', '.join(TASK_ID_MODES)}")
+
+
+def apply_task_ids(model: TinyRecursiveModel, mode: str, seed: int = 0) -> str | None:
+    """Replace the model's puzzle rows in place (`task_id_table`); returns a note when the modes cannot differ."""
+    if mode not in TASK_ID_MODES:
+        raise TRMError(f"unknown task-id mode {mode!r}: choose one of {', '.join(TASK_ID_MODES)}")
+    if model.puzzle_emb is None:
+        return "the model has no puzzle embedding (puzzle_emb_ndim=0): every task-id mode is the same model"
+    table = model.puzzle_emb.weights
+    if torch.equal(table, table[:1].expand_as(table)):
+        return ("every row of this model's puzzle-embedding table is the same (an export with --mean-embedding, "
+                "or one loaded for puzzles it was not trained on): own, blank, random and mean give the same "
+                "answers; the question needs an export that kept its full table")
+    with torch.no_grad():
+        table.copy_(task_id_table(table, mode, seed))
+    return None
 
 
 # ---------------------------------------------------------------------------
@@ -199,6 +248,14 @@ def load_model_for_dataset(weights: str | os.PathLike, dataset_dir: str | os.Pat
         f"the export has {saved} puzzle embeddings but the dataset {n_ids} identifiers: was it trained on "
         "another dataset? Its per-puzzle embeddings will not match these puzzles")
     return model, config, note
+
+
+def export_parameter_count(config: dict) -> ParameterCount:
+    """Parameters of an export's model without and with the puzzle table it was trained with (an export made
+    with --mean-embedding keeps one row but records the trained row count)."""
+    arch = ArchConfig(**config["arch"])
+    model = TinyRecursiveModel(arch, config["seq_len"], config["vocab_size"], 1)
+    return model.parameter_count(puzzle_rows=config.get("num_puzzle_identifiers") or 1)
 
 
 def model_from_train_state(state: dict[str, Any], use_ema: bool = True) -> tuple[TinyRecursiveModel, TrainConfig, bool]:

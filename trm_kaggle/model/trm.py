@@ -40,9 +40,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from trm_kaggle.config import ArchConfig
+from trm_kaggle.config import RECURSION_FIELDS, ArchConfig
 from trm_kaggle.model.dtype import resolve_forward_dtype
 from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
+
+
 
 def prefix_length(arch: ArchConfig) -> int:
     """Positions taken by the puzzle embedding in front of the sequence (upstream's rule)."""
@@ -51,6 +53,31 @@ def prefix_length(arch: ArchConfig) -> int:
     if arch.puzzle_emb_len == 0:
         return -(arch.emb_ndim // -arch.hidden_size)  # ceil(emb_ndim / hidden)
     return arch.puzzle_emb_len
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    """Parameters without and with the puzzle-embedding table.
+
+    The paper's parameter count (and `num_parameters()`) is the trained weights alone; the table, one row per
+    training puzzle identifier, is learned too and grows with the dataset, so both figures are printed.
+    """
+
+    weights: int
+    puzzle_rows: int
+    puzzle_dim: int
+
+    @property
+    def puzzle_table(self) -> int:
+        return self.puzzle_rows * self.puzzle_dim
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.puzzle_table
+
+    def __str__(self) -> str:
+        return (f"{self.weights:,} parameters without the puzzle-embedding table, {self.total:,} with it "
+                f"({self.puzzle_rows:,} rows x {self.puzzle_dim})")
 
 
 # ---------------------------------------------------------------------------
@@ -187,6 +214,21 @@ class TinyRecursiveModel(nn.Module):
     def num_parameters(self) -> int:
         """Trainable weights; the puzzle-embedding table is a buffer and is not counted (as upstream)."""
         return sum(p.numel() for p in self.parameters())
+
+    def parameter_count(self, puzzle_rows: Optional[int] = None) -> ParameterCount:
+        """Weights with and without the table; `puzzle_rows` (default: the rows held) e.g. for a trained table
+        that an export shrank to its mean row."""
+        rows = self.num_puzzle_identifiers if puzzle_rows is None else puzzle_rows
+        return ParameterCount(self.num_parameters(), rows if self.puzzle_emb is not None else 0, self.arch.emb_ndim)
+
+    def set_recursion(self, **changes: int) -> None:
+        """Recurse deeper or stop sooner with the same weights (test-time recipes): H_cycles, L_cycles,
+        halt_max_steps."""
+        unknown = set(changes) - set(RECURSION_FIELDS)
+        if unknown:
+            raise ValueError(f"only {', '.join(RECURSION_FIELDS)} change without new weights, not {sorted(unknown)}")
+        self.arch = ArchConfig(**{**self.arch.model_dump(), **changes})
+        self.H_cycles, self.L_cycles = self.arch.H_cycles, self.arch.L_cycles
 
     def input_embeddings(self, inputs: torch.Tensor, puzzle_identifiers: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """(B, prefix + seq_len, hidden): puzzle-embedding prefix + token embeddings, scaled by sqrt(hidden)."""

@@ -30,6 +30,7 @@ from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_text
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, fit_state_dict, resize_puzzle_embedding
+from trm_kaggle.model.hub import resolve_checkpoint, snapshot_commit
 from trm_kaggle.model.trm import TinyRecursiveModel
 
 COMPILE_PREFIX = "_orig_mod."
@@ -225,11 +226,13 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
                     mean_embedding: bool = False) -> TinyRecursiveModel:
     """Convert upstream's `step_<N>` file (with its run's all_config.yaml) into an export in `out`.
 
-    `config` defaults to the all_config.yaml beside the checkpoint. The sequence length comes
-    from `seq_len`, else from the run's dataset when it is at hand, else from the vocabulary
-    (`DEFAULT_SEQ_LEN`). Returns the model that was exported.
+    `checkpoint` is a local file or a Hugging Face source (`hf://owner/repo[@revision][/path]`, see
+    `trm_kaggle.model.hub`), downloaded into the user's cache first. `config` defaults to the
+    all_config.yaml beside the checkpoint. The sequence length comes from `seq_len`, else from the
+    run's dataset when it is at hand, else from the vocabulary (`DEFAULT_SEQ_LEN`). Returns the
+    model that was exported.
     """
-    ckpt_path = Path(checkpoint)
+    ckpt_path, hub_source = resolve_checkpoint(checkpoint)
     run_cfg = read_all_config(config or ckpt_path.parent)
     arch = arch_config_from_upstream_yaml(run_cfg)
     tensors = from_upstream_state_dict(read_checkpoint(ckpt_path), str(ckpt_path))
@@ -244,5 +247,6 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     model = TinyRecursiveModel(arch, seq_len, vocab, num_ids)
     fit_state_dict(model, tensors, f"{ckpt_path} (with {config or 'all_config.yaml'}; is --seq-len right?)")
     export_inference(out, model, arch=arch, seq_len=seq_len, vocab_size=vocab, mean_embedding=mean_embedding,
-                     info={"source": str(ckpt_path), "imported_from": "upstream"})
+                     info={"source": str(hub_source or ckpt_path), "imported_from": "upstream",
+                           **({"hub_commit": snapshot_commit(ckpt_path)} if hub_source else {})})
     return model

@@ -2,7 +2,7 @@
 
     challenges -> augmented dataset of their demonstration pairs (new puzzle identifiers)
                -> pretrained weights, new embedding rows = the mean trained row
-               -> fine-tune (embeddings only, or all weights) until the budget says stop
+               -> fine-tune (puzzle rows, all weights, or rows first then all) until the budget says stop
                -> predict every augmented test input -> vote -> submission.json
 
 The budget is planned backwards: the time inference needs is measured on one batch
@@ -23,6 +23,7 @@ import math
 import os
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,9 @@ from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
 from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.solve.estimate import seconds_per_call
+from trm_kaggle.solve.schedule import finetune_phases
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.loop import train
+from trm_kaggle.train.loop import TrainResult, train
 from trm_kaggle.train.runtime import pick_device
 
 log = logging.getLogger(__name__)
@@ -138,18 +140,29 @@ def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int
             "demo_examples": len(idx)}
 
 
-def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None):
-    """Fine-tune from the pretrained export; returns the run directory (resumes an earlier run)."""
+def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None) -> TrainResult:
+    """Fine-tune from the pretrained export, phase by phase (`finetune_phases`), in one run directory.
+
+    Each phase resumes the run where the previous one stopped (a restarted kernel resumes too: finished
+    phases are skipped). Stops early at `deadline`. Returns the result of the last phase that ran.
+    """
     probe = PuzzleLoader([str(data_dir)], "train", 1, seed=cfg.seed, prefetch=0)
     batch = max(1, min(cfg.global_batch_size, probe.max_examples_per_epoch))
-    tcfg = TrainConfig(
-        arch=arch, data_paths=[str(data_dir)], load_checkpoint=str(Path(cfg.weights).absolute()),
-        global_batch_size=batch, lr=cfg.lr, puzzle_emb_lr=cfg.puzzle_emb_lr,
-        lr_warmup_steps=min(100, max(1, cfg.finetune_steps // 10)), epochs=1_000_000, max_steps=cfg.finetune_steps,
-        eval_interval=None, freeze_weights=(cfg.finetune == "embeddings"), ema=False, seed=cfg.seed,
-        device=cfg.device, checkpoint_path=str(work / "finetune"), checkpoint_keep=1, progress=cfg.progress,
-        log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
-    result = train(tcfg, deadline=deadline)
+    run_dir = work / "finetune"
+    result = TrainResult(run_dir, ckpt.newest_step(run_dir), 0.0)
+    for phase in finetune_phases(cfg.finetune, cfg.embeddings_fraction, cfg.finetune_steps):
+        if result.step >= phase.until_step:
+            continue  # done by an earlier run
+        tcfg = TrainConfig(
+            arch=arch, data_paths=[str(data_dir)], load_checkpoint=str(Path(cfg.weights).absolute()),
+            global_batch_size=batch, lr=cfg.lr, puzzle_emb_lr=cfg.puzzle_emb_lr,
+            lr_warmup_steps=min(100, max(1, cfg.finetune_steps // 10)), epochs=1_000_000,
+            max_steps=phase.until_step, eval_interval=None, freeze_weights=phase.freeze_weights, ema=False,
+            seed=cfg.seed, device=cfg.device, threads=cfg.threads, checkpoint_path=str(run_dir), checkpoint_keep=1,
+            progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
+        result = train(tcfg, deadline=deadline)
+        if result.step < phase.until_step:
+            break  # out of time
     return result
 
 
@@ -206,7 +219,8 @@ def solve(cfg: SolveConfig) -> dict[str, Any]:
             raise TRMError("the time budget ran out while building the dataset")
 
         model, export_cfg, _ = load_model_for_dataset(cfg.weights, data_dir, device)
-        arch = ArchConfig(**export_cfg["arch"])
+        model.set_recursion(**cfg.recursion())  # a test-time recipe may recurse deeper or stop sooner
+        arch = model.arch
         reserve = inference_seconds(model, data_dir, cfg, device)
         report["inference_reserve_s"] = round(reserve, 1)
         if cfg.finetune != "none" and cfg.finetune_steps > 0 and budget.left() > reserve:
@@ -215,6 +229,8 @@ def solve(cfg: SolveConfig) -> dict[str, Any]:
             result = finetune(cfg, arch, data_dir, work, budget.deadline(reserve))
             report["stages"]["finetune_s"] = round(time.time() - t, 1)
             report["finetune_steps"] = result.step
+            report["finetune_schedule"] = [asdict(p) for p in finetune_phases(cfg.finetune, cfg.embeddings_fraction,
+                                                                              cfg.finetune_steps)]
             model = load_finetuned(result.run_dir, device)
             report["after_finetune"] = demo_accuracy(model, data_dir, device)
         elif cfg.finetune != "none":

@@ -69,6 +69,13 @@ def list_states(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def newest_step(run_dir: str | os.PathLike) -> int:
+    """The step a resumed run in `run_dir` continues from (its newest state that loads); 0 when there is none."""
+    if not list_states(Path(run_dir)):
+        return 0
+    return int(load_newest_state(run_dir)[1]["step"])
+
+
 def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> tuple[Path, dict[str, Any]]:
     """(path, state) of the newest train state in `run_dir` that loads.
 

@@ -33,7 +33,7 @@ from trm_kaggle.model.dtype import DTYPES
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.rollout import act_rollout
-from trm_kaggle.model.trm import Carry, TinyRecursiveModel
+from trm_kaggle.model.trm import Carry, ParameterCount, TinyRecursiveModel
 from trm_kaggle.model.upstream import load_upstream_checkpoint
 from trm_kaggle.optim.adam_atan2 import AdamATan2
 from trm_kaggle.optim.ema import EMA
@@ -48,11 +48,12 @@ from trm_kaggle.train.stages import StagePlan
 
 log = logging.getLogger(__name__)
 
-# config fields that may differ between a run and its resumption
+# config fields that may differ between a run and its resumption (freeze_weights: a staged test-time schedule
+# trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then)
 RESUMABLE_CHANGES = {"max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
                      "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
                      "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
-                     "grad_checkpointing"}
+                     "freeze_weights", "grad_checkpointing"}
 
 
 @dataclass
@@ -63,11 +64,13 @@ class TrainResult:
     metrics: dict[str, float] = field(default_factory=dict)
     eval_metrics: dict[str, float] = field(default_factory=dict)
     examples_per_second: float = 0.0
+    parameters: ParameterCount | None = None
 
     def summary(self) -> str:
         """What a person wants to read when training ends (metrics under their exact names)."""
         m = self.metrics
-        text = (f"trained {self.step} steps ({self.epoch:.2f} epochs) at {self.examples_per_second:.1f} examples/s; "
+        text = f"model: {self.parameters}\n" if self.parameters else ""
+        text += (f"trained {self.step} steps ({self.epoch:.2f} epochs) at {self.examples_per_second:.1f} examples/s; "
                 f"last loss {m.get('loss', float('nan')):.4f}, exact accuracy (train batches, halted rows) "
                 f"{m.get('exact_accuracy', float('nan')):.3f}; run directory {self.run_dir}")
         if self.eval_metrics:
@@ -258,6 +261,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     if local_batch % micro:
         raise TRMError(f"micro_batch_size {micro} must divide the per-rank batch {local_batch}")
     model = build_model(cfg, loader, rt)
+    if rt.is_main and cfg.progress:
+        print(f"trm-kaggle train: {model.parameter_count()}", file=sys.stderr, flush=True)
     if rt.distributed:
         broadcast_model_(model)
     dense, sparse = make_optimizers(cfg, model)
@@ -291,7 +296,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
 
     model.train()
     sums: dict[str, float] = {}
-    result = TrainResult(run_dir, step, 0.0)
+    result = TrainResult(run_dir, step, 0.0, parameters=model.parameter_count())
     bar = tqdm(total=stop_at, initial=step, disable=not (cfg.progress and rt.is_main), unit="step", dynamic_ncols=True)
     t_start, step_start = time.perf_counter(), step
     memory_watch = MemoryWatch(rt.device, log if rt.is_main else None)

@@ -1,0 +1,155 @@
+"""Upstream checkpoints on the Hugging Face Hub: `trm-kaggle import-upstream hf://owner/repo[@revision][/path]`.
+
+A source names a repository, optionally a revision (branch, tag or commit) after `@`, and optionally a path
+inside the repository: the folder that holds upstream's `step_<N>` files and their `all_config.yaml` (the newest
+step is taken), or one `step_<N>` file. `huggingface_hub` (optional: `pip install "trm_kaggle[hub]"`) downloads
+`all_config.yaml` and the step file(s) of that folder, nothing else, into the user's Hugging Face cache
+(`HF_HUB_CACHE`, by default ~/.cache/huggingface/hub); the import then reads them from there like a local
+checkpoint. Naming the step file fetches that one file alone: an ARC checkpoint with its full puzzle-embedding
+table is gigabytes.
+
+Which argument means the Hub: one that starts with `hf://` always; a plain `owner/repo[@revision][/path]` only
+when no local file or directory of that name exists (a local path always wins).
+
+Offline (`HF_HUB_OFFLINE=1`, or no network) a source is found only if an earlier download left it in the
+cache; otherwise the error says where to put the files instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from trm_kaggle.errors import TRMError
+
+HF_PREFIX = "hf://"
+CONFIG_NAME = "all_config.yaml"
+_SOURCE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[^/@]+))?(?:/(?P<path>.*))?$")
+_STEP = re.compile(r"^step_(\d+)$")
+_INSTALL = ('pip install "trm_kaggle[hub]" (or huggingface_hub), or download step_<N> and all_config.yaml '
+            "into one directory and pass the local step_<N> path")
+
+
+@dataclass(frozen=True)
+class HubSource:
+    repo_id: str
+    revision: str | None  # None: the default branch
+    path: str  # inside the repository, "" = its root
+
+    def __str__(self) -> str:
+        return HF_PREFIX + self.repo_id + (f"@{self.revision}" if self.revision else "") + \
+            (f"/{self.path}" if self.path else "")
+
+    @property
+    def step_file(self) -> bool:
+        """True when the path names one step_<N> file rather than a folder."""
+        return bool(self.path) and _STEP.match(self.path.rsplit("/", 1)[-1]) is not None
+
+    @property
+    def folder(self) -> str:
+        """The folder that holds the step file(s) and all_config.yaml."""
+        if not self.step_file:
+            return self.path
+        return self.path.rsplit("/", 1)[0] if "/" in self.path else ""
+
+    def allow_patterns(self) -> list[str]:
+        """What to download: the step file (or every step file of the folder) and the folder's all_config.yaml."""
+        prefix = f"{self.folder}/" if self.folder else ""
+        return [self.path if self.step_file else f"{prefix}step_*", f"{prefix}{CONFIG_NAME}"]
+
+
+def parse_hub_source(text: str | os.PathLike) -> HubSource | None:
+    """The Hub source `text` names, or None when it is a local path (rule in the module docstring)."""
+    text = os.fspath(text)
+    explicit = text.startswith(HF_PREFIX)
+    if not explicit and Path(text).exists():
+        return None
+    m = _SOURCE.match(text[len(HF_PREFIX):] if explicit else text)
+    if m is None:
+        if explicit:
+            raise TRMError(f"{text}: not a Hugging Face source; expected hf://owner/repo[@revision][/path]")
+        return None
+    parts = [p for p in (m["path"] or "").split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise TRMError(f"{text}: the path inside the repository may not contain '.' or '..'")
+    return HubSource(m["repo"], m["revision"], "/".join(parts))
+
+
+def download_checkpoint(source: HubSource, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The local path of the step file `source` names, downloaded into the Hugging Face cache (or found there).
+
+    With a folder, the newest step_<N> in it. Raises TRMError with one line saying what to install, or where to
+    place the files, when it cannot."""
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import (HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError,
+                                            RevisionNotFoundError)
+    except ImportError:
+        raise TRMError(f"{source}: reading checkpoints from the Hugging Face Hub needs huggingface_hub: "
+                       f"{_INSTALL}") from None
+    try:
+        root = Path(snapshot_download(source.repo_id, revision=source.revision, cache_dir=cache_dir,
+                                      allow_patterns=source.allow_patterns()))
+    except LocalEntryNotFoundError:
+        raise TRMError(f"{source}: not in the Hugging Face cache{_offline_note()} and the Hub cannot be reached: "
+                       f"run once with network access, or download step_<N> and {CONFIG_NAME} into one directory "
+                       "and pass the local step_<N> path") from None
+    except RevisionNotFoundError:
+        raise TRMError(f"{source}: the repository has no revision {source.revision!r}") from None
+    except RepositoryNotFoundError:
+        raise TRMError(f"{source}: no such model repository on the Hugging Face Hub (or it is private or gated: "
+                       "log in with `hf auth login`)") from None
+    except (HFValidationError, OSError, ValueError) as e:
+        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise TRMError(f"{source}: download failed: {detail}") from None
+    return _checkpoint_in(root, source)
+
+
+def _offline_note() -> str:
+    try:
+        from huggingface_hub import constants
+
+        cache = f" ({constants.HF_HUB_CACHE})"
+        return cache + (", offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else "")
+    except ImportError:  # pragma: no cover - only called after a successful import
+        return ""
+
+
+def _checkpoint_in(root: Path, source: HubSource) -> Path:
+    """The step file inside the downloaded snapshot `root`, with its all_config.yaml beside it."""
+    folder = root.joinpath(*source.folder.split("/")) if source.folder else root
+    where = f"{source} (cached in {folder})"
+    if source.step_file:
+        path = root.joinpath(*source.path.split("/"))
+        if not path.is_file():
+            raise TRMError(f"{where}: the snapshot has no {source.path} (a typo, or not downloaded yet while offline)")
+    else:
+        steps = [(int(m.group(1)), p) for p in folder.glob("step_*") if (m := _STEP.match(p.name)) and p.is_file()]
+        if not steps:
+            raise TRMError(f"{where}: no step_<N> checkpoint in this folder of the repository; name the folder that "
+                           "holds them, e.g. hf://owner/repo/path/to/run")
+        path = max(steps)[1]
+    if not (path.parent / CONFIG_NAME).is_file():
+        raise TRMError(f"{where}: no {CONFIG_NAME} beside {path.name}; upstream writes it with its checkpoints")
+    return path
+
+
+def snapshot_commit(path: Path) -> str | None:
+    """The commit of the cached snapshot a downloaded file lies in (`.../snapshots/<commit>/...`), if any."""
+    parts = Path(path).parts
+    return parts[parts.index("snapshots") + 1] if "snapshots" in parts[:-1] else None
+
+
+def resolve_checkpoint(checkpoint: str | os.PathLike) -> tuple[Path, HubSource | None]:
+    """(local path of the checkpoint, the Hub source it came from or None) for a path or a Hub source."""
+    source = parse_hub_source(checkpoint)
+    if source is None:
+        return Path(checkpoint), None
+    try:
+        return download_checkpoint(source), source
+    except TRMError as e:
+        if os.fspath(checkpoint).startswith(HF_PREFIX):
+            raise
+        raise TRMError(f"{os.fspath(checkpoint)}: no such local file; read as a Hugging Face source: {e}") from None
