@@ -35,7 +35,8 @@ MEAN_EMBEDDING = False  # keep only the mean puzzle-embedding row in the export 
 import matplotlib.pyplot as plt
 
 from trm_kaggle.train.checkpoint import export_run
-from trm_kaggle.train.loop import read_metrics, train
+from trm_kaggle.train.loop import train
+from trm_kaggle.train.metrics import read_metrics
 from trm_kaggle.train.settings import dump_config, load_train_config
 
 # %% [markdown]

@@ -150,3 +150,30 @@ def _edit(path: Path, **changes):
         else:
             meta[k] = v
     path.write_text(json.dumps(meta))
+
+
+# ---------------------------------------------------------------------------
+# Hand-made run directories (config.json + metrics.jsonl), shared by test_compare, test_metrics and
+# test_notebooks: values known in advance, no training.
+# ---------------------------------------------------------------------------
+
+
+def write_run(run_dir: Path, overrides: list[str] = (), train: list[tuple] = (), evals: list[tuple] = (),
+              tail: str = "") -> Path:
+    """A run directory as train leaves it. `train`: (step, elapsed_s, loss, exact, token) records;
+    `evals`: (step, eval_exact, eval_token); `tail`: raw text appended (a half-written line)."""
+    from trm_kaggle.train.settings import load_train_config
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = load_train_config(overrides=[f"checkpoint_path={run_dir}", *overrides])
+    (run_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+    lines = []
+    for step, elapsed, loss, exact, token in train:
+        lines.append({"step": step, "epoch": step / 10, "lr": 1e-3, "loss": loss, "exact_accuracy": exact,
+                      "token_accuracy": token, "examples_per_s": 1.0, "elapsed_s": elapsed})
+    for step, exact, token in evals:  # an evaluation record follows the training record of its step
+        at = next((i for i, r in enumerate(lines) if r["step"] == step and "loss" in r), len(lines) - 1)
+        lines.insert(at + 1, {"step": step, "epoch": step / 10, "eval_examples": 8, "eval_exact_accuracy": exact,
+                              "eval_token_accuracy": token, "eval_steps": 3.0})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + tail)
+    return run_dir

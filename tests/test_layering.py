@@ -27,6 +27,7 @@ LAYER_OF = {
     "train": "train",
     "evaluate": "evaluate",  # predictions -> votes -> submission
     "solve": "solve",  # the Kaggle kernel's job: test-time training + evaluation in a budget
+    "experiments": "experiments",  # grids of training runs and their comparison
     "kaggle": "kaggle",  # the bundle
     "cli": "top", "__main__": "top", "pipeline": "top", "doctor": "top",
 }
@@ -40,6 +41,7 @@ MAY_IMPORT = {
     "train": {"base", "data", "model", "optim", "train"},
     "evaluate": {"base", "data", "model", "evaluate"},
     "solve": {"base", "data", "model", "optim", "train", "evaluate", "solve"},
+    "experiments": {"base", "data", "model", "optim", "train", "evaluate", "experiments"},
     "kaggle": {"base", "data", "model", "evaluate", "kaggle"},
     "top": set(LAYER_OF.values()),
 }

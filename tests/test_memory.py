@@ -16,7 +16,8 @@ from trm_kaggle.config import ArchConfig, SudokuBuildConfig, TrainConfig
 from trm_kaggle.data.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.loop import read_metrics, train
+from trm_kaggle.train.loop import train
+from trm_kaggle.train.metrics import read_metrics
 from trm_kaggle.train.memory import (DEFAULT_MEMORY_FRACTION, MemoryEstimate, _probe, count_parameters, estimate_training_memory,
                                      largest_fitting_micro_batch, plan_micro_batch, probe_activations)
 from trm_kaggle.train.settings import load_train_config

@@ -262,6 +262,64 @@ def test_only_the_last_h_cycle_carries_gradient():
     assert not torch.allclose(full[key], expected[key], rtol=1e-3, atol=1e-6)
 
 
+def _step_grads(model, batch):
+    """Gradients of two supervision steps (weights and touched puzzle rows), and the bytes autograd saved."""
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel() * t.element_size())
+        return t
+
+    model.zero_grad()
+    carry = model.initial_carry(batch)
+    total = 0.0
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        for _ in range(2):
+            carry, out = model(carry, batch)
+            loss, _ = act_loss(out, carry.current_data["labels"], torch.ones_like(carry.halted), carry.steps)
+            total = total + loss
+    total.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    ids, rows = model.puzzle_emb.touched()
+    grads["puzzle_rows"] = rows.clone()
+    model.puzzle_emb.clear()
+    return grads, sum(saved)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(mlp_t=True, pos_encodings="none"), dict(forward_dtype="bfloat16")])
+def test_grad_checkpointing_gives_the_same_gradients_with_less_saved(kw):
+    """Checkpointing the grad-carrying cycle changes neither the loss's gradients nor the halting; autograd
+    keeps fewer bytes, and the network runs again in backward (L_cycles + 1 recomputed calls per step)."""
+    batch = make_batch(B=4)
+    results = []
+    for on in (False, True):
+        model = tiny_model(seed=2, H_cycles=2, L_cycles=3, **kw).train()
+        randomize_puzzle_table(model)
+        model.grad_checkpointing = on
+        calls = []
+        inner_net = model._net
+        model._net = lambda *a: calls.append(1) or inner_net(*a)
+        grads, saved = _step_grads(model, batch)
+        results.append((grads, saved, len(calls)))
+    (plain, saved_plain, calls_plain), (ckpt, saved_ckpt, calls_ckpt) = results
+    assert calls_plain == 2 * 2 * (3 + 1)  # 2 supervision steps x H_cycles x (L_cycles + 1)
+    assert calls_ckpt == calls_plain + 2 * (3 + 1)  # the grad-carrying cycle of each step runs again
+    assert saved_ckpt < 0.5 * saved_plain, (saved_ckpt, saved_plain)
+    assert plain.keys() == ckpt.keys()
+    for name, g in plain.items():
+        torch.testing.assert_close(ckpt[name], g, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_grad_checkpointing_is_off_without_autograd():
+    model = tiny_model(seed=2).eval()
+    model.grad_checkpointing = True
+    batch = make_batch()
+    with torch.no_grad():
+        _, out = model(model.initial_carry(batch), batch)
+    _, ref = tiny_model(seed=2).eval()(model.initial_carry(batch), batch)
+    torch.testing.assert_close(out["logits"], ref["logits"], rtol=0, atol=0)
+
+
 def test_logits_read_the_positions_after_the_prefix():
     model = tiny_model().eval()
     batch = make_batch()

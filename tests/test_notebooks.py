@@ -1,5 +1,5 @@
 """The notebooks in notebooks/: paired (.py percent + .ipynb) and in sync, committed without outputs, one
-papermill `parameters` cell with the documented names, and build_dataset executes end to end on CPU.
+papermill `parameters` cell with the documented names, and they execute end to end on CPU.
 
 Regenerate a pair after editing either side: `jupytext --sync notebooks/<name>.py` (or `.ipynb`).
 """
@@ -25,6 +25,7 @@ PARAMETERS = {
     "evaluate": {"WEIGHTS_DIR", "DATA_DIR", "REPORT_DIR", "BATCH_SIZE", "DEVICE", "TASKS", "N_PICTURES"},
     "kaggle_submission": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "WEIGHTS_DIR", "CHALLENGES", "TIME_BUDGET",
                           "FINETUNE_STEPS", "NUM_AUG", "MAX_TASKS", "WORKERS", "DEVICE"},
+    "analysis": {"DIRS", "OUT_DIR", "METRIC"},
     "code_repair": {"CORPUS", "DATA_DIR", "GRID", "STRIP_DOCSTRINGS", "MAX_FILES", "SEED", "RUN_DIR", "PRESET",
                     "OVERRIDES", "EXPORT_DIR", "DOCTESTS"},
 }
@@ -240,6 +241,31 @@ def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
     assert list(report["tasks"]) == ["ev0"]
     assert (tmp_path / "report" / "pictures" / "ev0.png").is_file()
     assert sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])) == 1
+
+
+def test_analysis_notebook_executes_on_a_hand_made_sweep(tmp_path, kernel_name):
+    """Two variants x two seeds, one run still running: the table and both plots appear inline."""
+    from conftest import write_run
+
+    sweep = tmp_path / "sweep"
+    records = []
+    for variant, lr in (("a", "0.001"), ("b", "0.01")):
+        for seed in (0, 1):
+            name = f"{variant}_s{seed}"
+            last = [] if name == "b_s1" else [(20, 8.0 + seed, 0.5, 0.5 + seed / 10, 0.9)]
+            write_run(sweep / name, [f"lr={lr}", f"seed={seed}", "eval_interval=1"],
+                      train=[(10, 4.0 + seed, 1.0, 0.25, 0.7)] + last, evals=[(10, 0.25 * seed, 0.5)])
+            records.append({"name": name, "variant": variant, "seed": seed,
+                            "state": "running" if name == "b_s1" else "done"})
+    (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": records}))
+
+    nb = run_notebook("analysis", tmp_path, kernel_name, DIRS=["sweep"], OUT_DIR="cmp", METRIC=None)
+    text = "\n".join("".join(o.get("data", {}).get("text/markdown", "")) for c in nb["cells"]
+                      for o in c.get("outputs", []))
+    assert "# Comparison of 4 runs (3 done)" in text and "| a | 2 | 2 done |" in text and "| b_s1 | 1 | running |" in text
+    assert "Metric of the plots: `eval_exact_accuracy`" in text
+    assert sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])) == 2
+    assert {p.name for p in (tmp_path / "cmp").iterdir()} == {"table.md", "table.csv", "curves.png", "final.png"}
 
 
 def test_code_repair_notebook_executes(tmp_path, kernel_name):

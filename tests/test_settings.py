@@ -297,6 +297,10 @@ def test_apply_overrides_to_existing_config():
     cfg = apply_overrides(base, ["lr=3e-4", "+run_name=x"])
     assert cfg.lr == 3e-4 and cfg.run_name == "x" and cfg.arch.hidden_size == 64
     assert base.lr == 1e-3
+    # presets on top of a config (a sweep's variant on its base): they beat the base's overrides
+    tuned = load_train_config(presets=["cpu-smoke"], overrides=["ema=True", "arch.halt_max_steps=16"])
+    cfg = apply_overrides(tuned, ["lr=5e-4"], presets=["no-ema+act-8"])
+    assert (cfg.ema, cfg.arch.halt_max_steps, cfg.lr, cfg.arch.hidden_size) == (False, 8, 5e-4, 64)
 
 
 def test_heads_must_divide_hidden():

@@ -106,7 +106,8 @@ def test_stage_lr_must_be_one_kind():
 
 
 def test_training_applies_the_stage_lr_and_logs_the_stage(tagged, tmp_path):
-    from trm_kaggle.train.loop import read_metrics, train
+    from trm_kaggle.train.loop import train
+    from trm_kaggle.train.metrics import read_metrics
     from trm_kaggle.train.settings import load_train_config
 
     cfg = load_train_config(presets=["cpu-smoke"], overrides=[

@@ -83,6 +83,22 @@ def test_resume_keeps_the_dtype_auto_chose(sudoku4, tmp_path, monkeypatch):
     assert state["forward_dtype"] == "bfloat16"
 
 
+def test_lion_and_grad_checkpointing_in_training(sudoku4, tmp_path):
+    """optimizer=lion resumes exactly (its moment is in the train state); grad_checkpointing trains the same
+    run (same gradients) and may be switched on or off when a run resumes."""
+    full = train(cfg_for(sudoku4, tmp_path / "a", "max_steps=4", "optimizer=lion", "lr=1e-3"))
+    train(cfg_for(sudoku4, tmp_path / "b", "max_steps=2", "optimizer=lion", "lr=1e-3", "grad_checkpointing=True"))
+    state = ckpt.load_train_state(ckpt.list_states(tmp_path / "b")[-1])
+    assert {"exp_avg"} == set(state["optimizer"]["state"][0])
+    resumed = train(cfg_for(sudoku4, tmp_path / "b", "max_steps=4", "optimizer=lion", "lr=1e-3"))
+    assert full.step == resumed.step == 4
+    for (sa, la), (sb, lb) in zip(losses(tmp_path / "a"), losses(tmp_path / "b"), strict=True):
+        assert sa == sb and la == pytest.approx(lb, rel=1e-5)
+    a, b = final_params(tmp_path / "a"), final_params(tmp_path / "b")
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-6, rtol=1e-5), k
+
+
 def test_gradient_accumulation_keeps_the_global_batch(sudoku4, tmp_path):
     train(cfg_for(sudoku4, tmp_path / "full", "max_steps=3"))
     train(cfg_for(sudoku4, tmp_path / "acc", "max_steps=3", "micro_batch_size=2"))

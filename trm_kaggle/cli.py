@@ -259,6 +259,77 @@ def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
         print(f"exported to {export}: {_export_parameters(export)}")
 
 
+def _seed_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers such as 0,1,2") from None
+
+
+def _add_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="run a grid of trainings (built-in tn, ablations, batch, or a YAML file)",
+                       description="Run every run of a grid (variants x seeds) as its own `trm-kaggle train` process "
+                                   "under one sweep directory, with sweep.json recording each run's state. The same "
+                                   "command again skips done runs and resumes the others. Exit status: the number "
+                                   "of failed runs (0: all done).")
+    p.add_argument("grid", nargs="?", help="a built-in grid (--list-grids) or a YAML grid file")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="settings of every run, upstream style (data_paths=[data/sudoku4] max_steps=600)")
+    p.add_argument("--preset", action="append", default=[], help="base preset of every run (e.g. sudoku4-cpu)")
+    p.add_argument("--config", default=None, help="YAML/JSON config file for every run")
+    p.add_argument("--seeds", type=_seed_list, default=None, metavar="S,S,...",
+                   help="the seeds axis, e.g. 0,1 (default: the grid's, else 0)")
+    _flag(p, "sweep_dir", default=None, help="where the runs go (default runs/sweeps/<grid name>)")
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="runs at once: one GPU each where the runs use CUDA, else the CPU cores split between them")
+    _flag(p, "dry_run", action="store_true",
+          help="print the base settings and every run with its variant; run nothing")
+    _flag(p, "list_grids", action="store_true", help="print the built-in grids and exit")
+    _common(p)
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from trm_kaggle.experiments.sweep import describe_grids, load_grid, run_sweep, with_seeds
+
+    if args.list_grids:
+        print(describe_grids())
+        return 0
+    if not args.grid:
+        raise TRMError("sweep: name a grid (trm-kaggle sweep --list-grids) or a YAML grid file")
+    grid = load_grid(args.grid)
+    if args.seeds is not None:
+        grid = with_seeds(grid, args.seeds)
+    summary = run_sweep(grid, args.sweep_dir or f"runs/sweeps/{grid.name}", presets=args.preset,
+                        config_file=args.config, overrides=args.overrides, parallel=args.parallel,
+                        progress=args.progress, dry_run=args.dry_run)
+    if not args.dry_run:
+        print(summary.describe())
+    return min(summary.failed, 100)
+
+
+def _add_compare(sub) -> None:
+    p = sub.add_parser("compare", help="table (Markdown, CSV) and plots of runs or sweeps",
+                       description="Read run directories, sweep directories (also while the sweep runs) or "
+                                   "directories of runs; write table.md, table.csv, curves.png and final.png.")
+    p.add_argument("dirs", nargs="+", metavar="DIR")
+    p.add_argument("--out", default=None, help="output directory (default: DIR/compare for one DIR, else compare)")
+    p.add_argument("--metric", default=None, help="metric of the curves and the bar chart (default: "
+                                                   "eval_exact_accuracy when runs evaluated, else exact_accuracy)")
+    _common(p)
+    p.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from trm_kaggle.experiments.compare import write_comparison
+
+    out = args.out or (f"{args.dirs[0].rstrip('/')}/compare" if len(args.dirs) == 1 else "compare")
+    paths = write_comparison(args.dirs, out, metric=args.metric)
+    print(paths["markdown_text"])
+    print("wrote " + ", ".join(str(paths[k]) for k in ("markdown", "csv", "curves", "bars") if paths.get(k)))
+    return 0
+
+
 def _add_doctor(sub) -> None:
     p = sub.add_parser("doctor", help="what this machine is, and what train would choose on it",
                        description="Print the CPU, memory, accelerators and torch build, then what `train` would "
@@ -692,14 +763,29 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_build_code_repair, _add_verify,
-                _add_train, _add_doctor, _add_export, _add_import_upstream, _add_evaluate, _add_evaluate_repair,
-                _add_submit, _add_validate_submission, _add_score, _add_estimate, _add_bundle):
+                _add_train, _add_sweep, _add_compare, _add_doctor, _add_export, _add_import_upstream, _add_evaluate,
+                _add_evaluate_repair, _add_submit, _add_validate_submission, _add_score, _add_estimate, _add_bundle):
         add(sub)
     return parser
 
 
+#: Options of `sweep` that take a value (its key=value overrides may come anywhere on the line).
+_SWEEP_VALUE_FLAGS = ("--preset", "--config", "--seeds", "--sweep-dir", "--sweep_dir", "--parallel")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = []
+    if argv[:1] == ["sweep"]:
+        # argparse takes positionals in one run, so `sweep GRID --preset P key=value` would leave the
+        # overrides unmatched: they are split off first and joined again after parsing.
+        from trm_kaggle.train.overrides import split_cli_args
+
+        flags, overrides = split_cli_args(argv[1:], value_flags=_SWEEP_VALUE_FLAGS)
+        argv = argv[:1] + flags
     args = build_parser().parse_args(argv)
+    if overrides:
+        args.overrides = list(args.overrides) + overrides
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:

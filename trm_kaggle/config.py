@@ -7,6 +7,7 @@ comment says otherwise.
 
 from __future__ import annotations
 
+import re
 from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -294,7 +295,9 @@ class TrainConfig(_Config):
     weight_decay: float = 0.1
     puzzle_emb_lr: float = 1e-2
     puzzle_emb_weight_decay: float = 0.1
-    optimizer: Literal["adam_atan2", "adamw"] = "adam_atan2"
+    # lion: one moment, sign updates (trm_kaggle.optim.lion); usually wants a 3-10x smaller lr, a 3-10x larger
+    # weight_decay and beta2=0.99 (the `lion` preset sets the optimizer and beta2)
+    optimizer: Literal["adam_atan2", "adamw", "lion"] = "adam_atan2"
 
     ema: bool = False
     ema_rate: float = 0.999
@@ -311,6 +314,10 @@ class TrainConfig(_Config):
     compile: bool = False
     micro_batch_size: Optional[int] = None  # per-rank examples per forward; smaller than the local batch = accumulation
     auto_batch: bool = False  # pick micro_batch_size from free device memory, halve it on out-of-memory
+    # recompute the grad-carrying recursion cycle's activations in backward instead of keeping them: less memory,
+    # more time (benchmarks/bench_grad_checkpointing.py). Here, not in ArchConfig: it changes neither the function
+    # nor the weights, so exports and upstream configs never carry it and a run may resume with it toggled.
+    grad_checkpointing: bool = False
     threads: Optional[int] = None  # CPU threads; None = one per core
     deterministic: bool = False  # torch deterministic algorithms (CPU runs reproduce bit for bit)
     max_steps: Optional[int] = None  # stop early (smoke runs, benchmarks)
@@ -332,6 +339,89 @@ class TrainConfig(_Config):
         if v < 1:
             raise ValueError("must be >= 1")
         return v
+
+
+# ---------------------------------------------------------------------------
+# Experiments: grids of training runs (`trm-kaggle sweep`)
+# ---------------------------------------------------------------------------
+
+MAX_SWEEP_RUNS = 10_000
+
+#: What a name that becomes a directory may look like (sweep, variant and run names).
+SAFE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+=-]{0,119}$"
+
+
+class SweepVariant(_Config):
+    """One value of a sweep axis: presets and `key=value` overrides applied on top of the sweep's base."""
+
+    name: str = Field(pattern=SAFE_NAME_PATTERN)  # part of the run directory's name
+    presets: list[str] = Field(default_factory=list)
+    overrides: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, v):
+        """A string is shorthand: `baseline` (no change), `key=value` (one override), else presets `A+B`."""
+        if not isinstance(v, str):
+            return v
+        text = v.strip()
+        if text in ("baseline", ""):
+            return {"name": "baseline"}
+        # a derived name keeps the safe characters; explicit names are checked as they are
+        name = re.sub(r"[^A-Za-z0-9._+=-]+", "-", text).strip("-.")[:60] or "variant"
+        if "=" in text:
+            return {"name": name, "overrides": [text]}
+        return {"name": name, "presets": [text]}
+
+
+class SweepGrid(_Config):
+    """A grid of training runs: one variant from every axis, for every seed (`trm-kaggle sweep`).
+
+    In a YAML file (read with `yaml.safe_load`):
+
+        name: sudoku4-lr
+        presets: [sudoku4-cpu]                # every run
+        overrides: [max_steps=600]            # every run
+        axes:
+          - [baseline, no-ema, attention+T3n6]   # presets (`baseline`: none)
+          - ["lr=1e-3", "lr=3e-3"]                # key=value overrides
+          - [{name: big, presets: [large], overrides: [lr=3e-4]}]
+        seeds: [0, 1]
+    """
+
+    name: str = Field(pattern=SAFE_NAME_PATTERN)
+    description: str = ""
+    presets: list[str] = Field(default_factory=list)
+    overrides: list[str] = Field(default_factory=list)
+    axes: list[list[SweepVariant]] = Field(default_factory=list, max_length=16)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, max_length=1000)
+
+    @field_validator("axes")
+    @classmethod
+    def _axes(cls, axes: list[list[SweepVariant]]) -> list[list[SweepVariant]]:
+        for i, axis in enumerate(axes):
+            if not axis:
+                raise ValueError(f"axis {i} is empty")
+            names = [v.name for v in axis]
+            if len(set(names)) != len(names):
+                raise ValueError(f"axis {i} repeats a variant name: {names}")
+        return axes
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"repeated seed in {seeds}")
+        return seeds
+
+    @model_validator(mode="after")
+    def _size(self) -> "SweepGrid":
+        runs = len(self.seeds)
+        for axis in self.axes:
+            runs *= len(axis)
+        if runs > MAX_SWEEP_RUNS:  # a typo in a grid file, not a study
+            raise ValueError(f"{runs:,} runs; a grid holds at most {MAX_SWEEP_RUNS:,}")
+        return self
 
 
 # ---------------------------------------------------------------------------

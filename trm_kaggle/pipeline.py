@@ -25,7 +25,8 @@ from trm_kaggle.kaggle.metadata import BundleIds
 from trm_kaggle.model.export import load_model_for_dataset
 from trm_kaggle.solve.solve import solve
 from trm_kaggle.train.checkpoint import export_run
-from trm_kaggle.train.loop import read_metrics, train
+from trm_kaggle.train.loop import train
+from trm_kaggle.train.metrics import read_metrics
 from trm_kaggle.train.settings import load_train_config
 
 
@@ -35,7 +36,7 @@ def _say(text: str) -> None:
 
 def learning_summary(run_dir: Path) -> str:
     """First against last tenth of the logged training steps: did the loss fall and the accuracy rise?"""
-    records, _ = read_metrics(run_dir) if (Path(run_dir) / "metrics.jsonl").exists() else ([], [])
+    records, _ = read_metrics(run_dir)  # none yet: ([], [])
     if len(records) < 2:
         return "too few logged steps to compare"
     n = max(1, len(records) // 10)

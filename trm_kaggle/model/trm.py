@@ -13,7 +13,9 @@ where x is the embedded input (a puzzle-embedding prefix + scaled token
 embeddings) and net(h, inj) runs the blocks on h + inj. Only the last H cycle is
 differentiated; the H_cycles - 1 before it run without autograd (inference_mode
 in eager, no_grad under torch.compile: deep supervision with a one-step gradient,
-as the paper). `compile_net()` torch.compiles `net` alone.
+as the paper). `compile_net()` torch.compiles `net` alone. With
+`grad_checkpointing`, each net call of that last cycle keeps only its inputs and
+runs again in backward (the same gradients, less memory, more time).
 
 Around that sits ACT (adaptive computation time): a `Carry` holding (z_H, z_L,
 steps, halted, current_data) persists across batches. Every call is one
@@ -36,6 +38,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from trm_kaggle.config import RECURSION_FIELDS, ArchConfig
 from trm_kaggle.errors import TRMError
@@ -144,7 +147,8 @@ class Carry:
 
 class TinyRecursiveModel(nn.Module):
     def __init__(self, arch: ArchConfig, seq_len: int, vocab_size: int, num_puzzle_identifiers: int,
-                 *, forward_dtype: Optional[torch.dtype] = None, early_exit: bool = False):
+                 *, forward_dtype: Optional[torch.dtype] = None, early_exit: bool = False,
+                 grad_checkpointing: bool = False):
         super().__init__()
         self.arch = arch
         self.seq_len = seq_len
@@ -156,6 +160,8 @@ class TinyRecursiveModel(nn.Module):
         self.forward_dtype = forward_dtype
         # Eval only: stop a row as soon as q_halt > 0 instead of running halt_max_steps.
         self.early_exit = early_exit
+        # Training only: recompute the grad-carrying cycle's activations in backward (TrainConfig.grad_checkpointing).
+        self.grad_checkpointing = grad_checkpointing
         self._compiled_net = None  # set by compile_net()
         # Schedules (recursion curriculum, halting exploration) change these during training.
         self.H_cycles, self.L_cycles = arch.H_cycles, arch.L_cycles
@@ -287,10 +293,20 @@ class TinyRecursiveModel(nn.Module):
             if not compiled:  # inference tensors may not be saved for backward: ordinary copies
                 z_H, z_L = z_H.clone(), z_L.clone()
         injection = z_H + x
+        net = self._checkpointed_net if self.grad_checkpointing and torch.is_grad_enabled() else self.net
         for _ in range(self.L_cycles):
-            z_L = self.net(z_L, injection, cos_sin)
-        z_H = self.net(z_H, z_L, cos_sin)
+            z_L = net(z_L, injection, cos_sin)
+        z_H = net(z_H, z_L, cos_sin)
         return z_H, z_L
+
+    def _checkpointed_net(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
+        """`net` keeping only its inputs for backward, where it runs again to rebuild its activations.
+
+        The memory of the grad-carrying cycle drops from every block's intermediates of L_cycles + 1 calls to
+        their inputs plus one call's intermediates. Non-reentrant checkpointing: the gradient graph is the
+        first pass's, so the weights cast for a reduced-precision pass (`_set_cast_weights`) still receive
+        their gradients; the recomputation casts them again (same values)."""
+        return checkpoint(self.net, h, injection, cos_sin, use_reentrant=False)
 
     def _set_cast_weights(self, dtype: Optional[torch.dtype]) -> None:
         # In reduced precision, cast each float32 weight once per pass (autograd

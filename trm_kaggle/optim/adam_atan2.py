@@ -31,6 +31,8 @@ import torch
 from torch import Tensor
 from torch.optim.optimizer import Optimizer
 
+from trm_kaggle.optim.common import check_hyperparameters, closure_loss, with_grads
+
 # The first version of the `adam-atan2` package whose kernel computes the rule above.
 FUSED_MIN_VERSION = (0, 0, 3)
 
@@ -75,22 +77,14 @@ class AdamATan2(Optimizer):
     def __init__(self, params: Iterable, lr: Union[float, Tensor] = 1e-4,
                  betas: Tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.1,
                  use_fused: Union[bool, None] = None):
-        if not lr >= 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-            raise ValueError(f"Invalid betas: {betas}")
-        if not weight_decay >= 0.0:
-            raise ValueError(f"Invalid weight_decay: {weight_decay}")
+        check_hyperparameters(lr, weight_decay, betas)
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
         # None: fused kernel when available and the tensors are on CUDA.
         self.use_fused = use_fused
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             fused = self.use_fused if self.use_fused is not None else fused_available()
             fused = fused and _fused_backend is not None and all(
@@ -100,11 +94,7 @@ class AdamATan2(Optimizer):
             exp_avgs: List[Tensor] = []
             exp_avg_sqs: List[Tensor] = []
             steps: List[Tensor] = []
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("AdamATan2 does not support sparse gradients")
+            for p in with_grads(group, "AdamATan2"):
                 state = self.state[p]
                 # The fused kernel reads the step count on the device; the foreach path
                 # needs it on the host to compute bias corrections without a sync.

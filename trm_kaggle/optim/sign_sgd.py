@@ -28,6 +28,7 @@ from torch.optim.optimizer import Optimizer
 
 from trm_kaggle import xla
 from trm_kaggle.model.trm import PuzzleEmbedding
+from trm_kaggle.optim.common import check_hyperparameters, closure_loss
 
 
 class SignSGD(Optimizer):
@@ -39,10 +40,7 @@ class SignSGD(Optimizer):
 
     def __init__(self, embeddings: Union[PuzzleEmbedding, Iterable[PuzzleEmbedding]],
                  lr: float = 1e-2, weight_decay: float = 0.1):
-        if not lr >= 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not weight_decay >= 0.0:
-            raise ValueError(f"Invalid weight_decay: {weight_decay}")
+        check_hyperparameters(lr, weight_decay)
         if isinstance(embeddings, PuzzleEmbedding):
             embeddings = [embeddings]
         self.embeddings: List[PuzzleEmbedding] = list(embeddings)
@@ -58,10 +56,7 @@ class SignSGD(Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             for table in group["params"]:
                 emb = self._owner(table)

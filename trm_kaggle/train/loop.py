@@ -34,8 +34,7 @@ from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.atomic import atomic_write_text
-from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import parse_json, read_text
+from trm_kaggle.errors import TRMError
 from trm_kaggle.model.dtype import DTYPES
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
 from trm_kaggle.model.losses import act_loss
@@ -44,8 +43,10 @@ from trm_kaggle.model.trm import Carry, ParameterCount, TinyRecursiveModel
 from trm_kaggle.model.upstream import load_upstream_checkpoint
 from trm_kaggle.optim.adam_atan2 import AdamATan2
 from trm_kaggle.optim.ema import EMA
+from trm_kaggle.optim.lion import Lion
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after
 from trm_kaggle.train.memory import MemoryWatch, memory_aware_micro_batch
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
@@ -55,10 +56,10 @@ log = logging.getLogger(__name__)
 
 # config fields that may differ between a run and its resumption (freeze_weights: a staged test-time schedule
 # trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then)
-_RESUMABLE_CHANGES = {"max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
-                      "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
-                      "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
-                      "freeze_weights"}
+RESUMABLE_CHANGES = {"max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
+                     "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
+                     "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
+                     "freeze_weights", "grad_checkpointing"}
 
 
 @dataclass
@@ -85,34 +86,6 @@ class TrainResult:
         return text
 
 
-def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
-    """(training records, evaluation records) of a run's metrics.jsonl."""
-    path = Path(run_dir) / "metrics.jsonl"
-    records = [parse_json(line, f"{path}:{i}", "metrics record")
-               for i, line in enumerate(read_text(path, "metrics.jsonl").splitlines(), 1) if line.strip()]
-    return [r for r in records if "loss" in r], [r for r in records if "eval_exact_accuracy" in r]
-
-
-def drop_metrics_after(path: Path, step: int) -> None:
-    """On resume at `step`: keep the records of steps <= step, atomically. The steps after it are
-    trained again, so metrics.jsonl holds each step once. A line cut off by a kill is dropped too."""
-    if not path.is_file():
-        return
-    kept, dropped = [], 0
-    for line in read_text(path, "metrics.jsonl").splitlines():
-        try:
-            record = parse_json(line, str(path), "metrics record") if line.strip() else None
-        except DataError:
-            record = None
-        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
-            kept.append(line)
-        elif line.strip():
-            dropped += 1
-    if dropped:
-        atomic_write_text(path, "".join(line + "\n" for line in kept))
-        log.warning("metrics.jsonl: dropped %d records after step %d (those steps run again)", dropped, step)
-
-
 def default_run_dir(cfg: TrainConfig) -> Path:
     if cfg.checkpoint_path:
         return Path(cfg.checkpoint_path)
@@ -123,7 +96,7 @@ def default_run_dir(cfg: TrainConfig) -> Path:
 def build_model(cfg: TrainConfig, loader: PuzzleLoader, rt: Runtime) -> TinyRecursiveModel:
     meta = loader.metadata
     model = TinyRecursiveModel(cfg.arch, meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers,
-                               forward_dtype=rt.dtype)
+                               forward_dtype=rt.dtype, grad_checkpointing=cfg.grad_checkpointing)
     if cfg.load_checkpoint:
         load_initial_weights(model, cfg.load_checkpoint)
     return model.to(rt.device)
@@ -154,6 +127,8 @@ def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel):
         dense = None
     elif cfg.optimizer == "adamw":
         dense = torch.optim.AdamW(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    elif cfg.optimizer == "lion":
+        dense = Lion(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     else:
         dense = AdamATan2(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     sparse = None
@@ -203,7 +178,7 @@ class MetricLog:
 
     def __init__(self, run_dir: Path, cfg: TrainConfig, enabled: bool):
         self.enabled = enabled
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_FILE
         self.tb = self.wandb = None
         if not enabled:
             return
@@ -376,7 +351,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             carries = _resplit(carries, micro)
         if rt.is_main:
             log.warning("resuming %s from step %d", run_dir, step)
-            drop_metrics_after(run_dir / "metrics.jsonl", step)
+            drop_metrics_after(run_dir / METRICS_FILE, step)
     forward = torch.compile(model) if cfg.compile else model
     metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
     if rt.is_main:
@@ -471,6 +446,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                 elapsed = time.perf_counter() - t_start
                 record["examples_per_s"] = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
                 record["elapsed_s"] = elapsed
+                record["start_step"] = step_start  # where this process began: readers join resumed runs' clocks
                 record.update(memory_watch.sample())
                 if compile_watch is not None:  # XLA: compilations so far, compile and execute seconds
                     record.update(compile_watch.record())
@@ -617,7 +593,7 @@ def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fi
 
 def _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint):
     saved = TrainConfig.model_validate_json(state["config"])
-    diffs = [k for k in TrainConfig.model_fields if k not in _RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
+    diffs = [k for k in TrainConfig.model_fields if k not in RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
     if diffs:
         raise TRMError(f"{path.parent} holds a run with a different config ({', '.join(diffs)}); "
                        "resume with the same settings or choose another checkpoint_path")

@@ -134,6 +134,9 @@ PRESETS: dict[str, dict] = {
                              {"global_batch_size": b})
         for b in (128, 512, 1024, 2048)
     },
+    "lion": _preset("modifier", "the Lion optimizer with its paper's beta2=0.99 (optimizer=lion); lr and weight_decay "
+                    "stay the recipe's: Lion usually wants lr 3-10x smaller and weight_decay as much larger",
+                    {"optimizer": "lion", "beta2": 0.99}),
     "large": _preset("modifier", "larger model: arch.hidden_size=768, num_heads=12 (64 per head)",
                      {"arch": {"hidden_size": 768, "num_heads": 12}}),
     # --- data curricula ---

@@ -113,10 +113,14 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
     return layers.build()
 
 
-def apply_overrides(cfg: TrainConfig, overrides: Sequence[str], notes: Optional[list[str]] = None) -> TrainConfig:
-    """A copy of `cfg` with hydra-style `key=value` overrides applied (`~key` resets to the default)."""
+def apply_overrides(cfg: TrainConfig, overrides: Sequence[str], notes: Optional[list[str]] = None,
+                    presets: Sequence[str] = ()) -> TrainConfig:
+    """A copy of `cfg` with named `presets` applied on top of it, then hydra-style `key=value` overrides
+    (`~key` resets to the default). A sweep's variants change a base config this way."""
     layers = ConfigLayers(notes if notes is not None else [])
     layers.tree = cfg.model_dump()
+    for name in expand_preset_names(list(presets)):
+        layers.apply_mapping(PRESETS[name]["overrides"], f"preset {name}")
     for text in ([overrides] if isinstance(overrides, str) else overrides):
         layers.apply_override(text)
     return layers.build()

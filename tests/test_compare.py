@@ -1,0 +1,168 @@
+"""trm-kaggle compare on hand-made run and sweep directories: table values worked out from the records,
+groups over seeds, settings that differ, a sweep still running, valid PNGs, clear errors."""
+
+import csv
+import io
+import json
+
+import pytest
+from conftest import write_run
+
+from trm_kaggle.cli import main
+from trm_kaggle.errors import TRMError
+from trm_kaggle.experiments.compare import load_runs, write_comparison
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def rows_of(path):
+    return {r["run"]: r for r in csv.DictReader(io.StringIO(path.read_text()))}
+
+
+def assert_png(path):
+    mpimg = pytest.importorskip("matplotlib.image")
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and len(data) > 2000
+    image = mpimg.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+@pytest.fixture
+def three_runs(tmp_path):
+    """ema True (seeds 0 and 1) and ema False (seed 0), batch 8; evaluations at steps 10 and 20."""
+    base = ["global_batch_size=8", "eval_interval=1"]
+    write_run(tmp_path / "runs" / "ema_s0", [*base, "ema=True", "seed=0"],
+              train=[(10, 4.0, 1.2, 0.10, 0.50), (20, 8.0, 0.8, 0.30, 0.70)], evals=[(10, 0.70, 0.9), (20, 0.50, 0.8)])
+    write_run(tmp_path / "runs" / "ema_s1", [*base, "ema=True", "seed=1"],
+              train=[(10, 6.0, 1.0, 0.20, 0.60), (20, 10.0, 0.6, 0.40, 0.80)], evals=[(10, 0.20, 0.6), (20, 0.70, 0.9)])
+    write_run(tmp_path / "runs" / "plain_s0", [*base, "ema=False", "seed=0"],
+              train=[(10, 5.0, 1.1, 0.00, 0.40), (20, 10.0, 0.9, 0.10, 0.45)], evals=[(20, 0.10, 0.3)])
+    return tmp_path / "runs"
+
+
+def test_table_values_from_the_records(three_runs, tmp_path):
+    paths = write_comparison([three_runs], tmp_path / "out")
+    rows = rows_of(paths["csv"])
+    assert list(rows) == ["ema_s0", "ema_s1", "plain_s0"]
+    r = rows["ema_s0"]
+    assert int(r["steps"]) == 20 and float(r["wall_s"]) == 8.0
+    assert float(r["examples_per_s"]) == pytest.approx(20 * 8 / 8.0)  # steps x global batch / wall time
+    assert float(r["loss"]) == 0.8 and float(r["exact_accuracy"]) == 0.3 and float(r["token_accuracy"]) == 0.7
+    assert float(r["eval_exact_accuracy"]) == 0.5 and float(r["best_eval_exact_accuracy"]) == 0.7  # final < best
+    assert float(r["eval_token_accuracy"]) == 0.8 and float(r["best_exact_accuracy"]) == 0.3
+    assert float(rows["ema_s1"]["best_eval_exact_accuracy"]) == 0.7
+    assert float(rows["plain_s0"]["examples_per_s"]) == pytest.approx(16.0)
+    # the only setting that differs (seed has its own column; checkpoint_path is bookkeeping)
+    assert [k for k in rows["ema_s0"] if k not in ("run", "group", "seed", "state")][-1] == "ema"
+    assert "checkpoint_path" not in rows["ema_s0"] and "global_batch_size" not in rows["ema_s0"]
+    assert (rows["ema_s0"]["ema"], rows["plain_s0"]["ema"]) == ("True", "False")
+    # the two ema runs differ only in their seed: one group; no dataset here, so no parameter count
+    assert rows["ema_s0"]["group"] == rows["ema_s1"]["group"] != rows["plain_s0"]["group"]
+    assert "parameters" not in rows["ema_s0"]
+
+    md = paths["markdown"].read_text()
+    group = next(line for line in md.splitlines() if line.startswith("| ema=True"))
+    # final exact (test) of the group: mean of 0.5 and 0.7 = 0.600, sample std = 0.141
+    assert "| 0.600 ± 0.141 |" in group and "| 2 |" in group
+    assert "| ema_s1 | 1 |" in md
+    assert paths["metric"] == "eval_exact_accuracy"
+    assert_png(paths["curves"])
+    assert_png(paths["bars"])
+
+
+def test_group_curves_mean_and_spread(three_runs):
+    from trm_kaggle.experiments.compare import group_curves
+
+    runs = load_runs([three_runs])
+    curves = group_curves(runs, "eval_exact_accuracy")
+    ema = curves[runs[0].group]
+    # step 10: 0.7 and 0.2 at walls 4 and 6 s; step 20: 0.5 and 0.7 at walls 8 and 10 s
+    assert ema == [(10, 5.0, pytest.approx(0.45), 0.2, 0.7), (20, 9.0, pytest.approx(0.6), 0.5, 0.7)]
+    assert curves[runs[2].group] == [(20, 10.0, 0.1, 0.1, 0.1)]
+
+
+def test_a_sweep_still_running(tmp_path):
+    """One run done, one running with a half-written last line, one pending without a directory yet."""
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "a_s0", ["seed=0"], train=[(5, 2.0, 1.0, 0.5, 0.8), (10, 4.0, 0.5, 0.75, 0.9)])
+    write_run(sweep / "b_s0", ["seed=0", "lr=0.01"], train=[(5, 3.0, 2.0, 0.25, 0.6)], tail='{"step": 10, "lo')
+    (sweep / "b_s0" / "config.json").write_text('{"arch": {"hidden_si')  # unreadable: the sweep's record serves
+    records = [{"name": "a_s0", "variant": "a", "seed": 0, "state": "done"},
+               {"name": "b_s0", "variant": "b", "seed": 0, "state": "running", "settings": {"lr": 0.02}},
+               {"name": "c_s0", "variant": "c", "seed": 0, "state": "pending", "settings": {"lr": 0.5}}]
+    (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": records}))
+    paths = write_comparison([sweep], tmp_path / "out")
+    rows = rows_of(paths["csv"])
+    assert [(k, r["state"], r["steps"]) for k, r in rows.items()] == [("a_s0", "done", "10"), ("b_s0", "running", "5"),
+                                                                      ("c_s0", "pending", "")]
+    assert [r["group"] for r in rows.values()] == ["a", "b", "c"]  # the sweep's variants
+    assert rows["c_s0"]["lr"] == "0.5"  # settings of a run not started yet: the sweep's record
+    assert rows["b_s0"]["lr"] == "0.02" and rows["a_s0"]["lr"] == "0.0001"
+    assert paths["metric"] == "exact_accuracy"  # nothing evaluated: the training batches' accuracy
+    assert "(1 done)" in paths["markdown_text"]
+    assert_png(paths["curves"])
+    assert_png(paths["bars"])
+
+
+def test_peak_memory_is_the_largest_logged_interval_peak(tmp_path):
+    run = write_run(tmp_path / "r", train=[(1, 1.0, 2.0, 0.0, 0.1), (2, 2.0, 1.0, 0.0, 0.2)])
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for record, gb in zip(lines, (0.75, 0.5)):
+        record.update(peak_rss_gb=gb, max_rss_gb=0.9)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    from trm_kaggle.experiments.compare import summarise
+
+    (loaded,) = load_runs([run])
+    assert summarise(loaded)["peak_memory_gb"] == 0.75
+
+
+def test_several_sweeps_keep_their_names_apart(tmp_path):
+    for name in ("s1", "s2"):
+        write_run(tmp_path / name / "a_s0", ["seed=0"], train=[(5, 2.0, 1.0, 0.5, 0.8)])
+        (tmp_path / name / "sweep.json").write_text(json.dumps(
+            {"format": "trm_kaggle.sweep", "runs": [{"name": "a_s0", "variant": "a", "seed": 0, "state": "done"}]}))
+    runs = load_runs([tmp_path / "s1", tmp_path / "s2"])
+    assert [(r.label, r.group) for r in runs] == [("s1/a_s0", "s1/a"), ("s2/a_s0", "s2/a")]
+
+
+def test_parameter_counts_from_the_dataset(tmp_path):
+    import torch
+
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data.sudoku import build_sudoku
+    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.train.settings import load_train_config
+
+    data = tmp_path / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=6, num_test=2, progress=False))
+    arch = ["arch.hidden_size=32", "arch.num_heads=2", "arch.puzzle_emb_len=2", "arch.L_layers=1"]
+    write_run(tmp_path / "r", [f"data_paths=[{data}]", *arch], train=[(1, 1.0, 1.0, 0.0, 0.0)])
+    (runs,) = load_runs([tmp_path / "r"])
+    cfg = load_train_config(overrides=arch)
+    n_ids = json.loads((data / "train" / "dataset.json").read_text())["num_puzzle_identifiers"]
+    torch.manual_seed(0)
+    weights = TinyRecursiveModel(cfg.arch, 16, 6, n_ids).num_parameters()  # 4x4 Sudoku: 16 cells, 6 tokens
+    assert runs.parameters == (weights, weights + n_ids * 32)  # the puzzle table: one 32-wide row per identifier
+
+
+def test_errors(three_runs, tmp_path, capsys):
+    with pytest.raises(TRMError, match="--metric no_such: no run logged it; logged metrics: .*eval_exact_accuracy"):
+        write_comparison([three_runs], tmp_path / "out", metric="no_such")
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: {tmp_path / 'empty'}: no runs here (a run "
+                                                            "directory has config.json or metrics.jsonl, a sweep "
+                                                            "directory sweep.json)"]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "runs": [{"name": "../../etc"}]}))
+    assert main(["compare", str(bad)]) == 2
+    assert "a run record without a plain directory name" in capsys.readouterr().err
+    assert not (bad / "compare").exists()  # nothing written
+
+
+def test_cli_prints_the_table_and_writes_beside_the_dir(three_runs, capsys):
+    assert main(["compare", str(three_runs), "--metric", "loss"]) == 0
+    out = capsys.readouterr().out
+    assert "Metric of the plots: `loss`" in out and "| ema_s0 | 0 |" in out
+    assert {p.name for p in (three_runs / "compare").iterdir()} == {"table.md", "table.csv", "curves.png", "final.png"}

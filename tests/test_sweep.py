@@ -1,0 +1,350 @@
+"""trm-kaggle sweep: grids (built-in, YAML, bad ones), the plan's layering, and the runner with stand-in
+children (a few lines of Python in place of `trm-kaggle train`): states, failures, resume, parallel slots,
+GPUs, interruption, locking; then one small sweep of real training processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trm_kaggle.cli import main
+from trm_kaggle.config import SweepGrid
+from trm_kaggle.errors import TRMError
+from trm_kaggle.experiments import sweep as S
+
+# Stands in for `trm-kaggle train`: records its argv/env/pid, then behaves as its run's name says.
+FAKE_TRAIN = r"""
+import json, os, sys, time
+args = sys.argv[1:]
+run_dir = os.path.dirname(args[args.index("--config") + 1])  # <run>/run_config.yaml
+name = os.path.basename(run_dir)
+def note(**kw):
+    with open(os.path.join(run_dir, "fake.jsonl"), "a") as f:
+        f.write(json.dumps(kw) + "\n")
+note(argv=args, start=time.time(), pid=os.getpid(), cuda=os.environ.get("CUDA_VISIBLE_DEVICES"),
+     omp=os.environ.get("OMP_NUM_THREADS"))
+if name.startswith("fail"):
+    print("some output")
+    print("error: boom in " + name, file=sys.stderr)
+    sys.exit(3)
+if name.startswith("crash"):
+    raise RuntimeError("a bug in " + name)
+if name.startswith("slow"):
+    time.sleep(float(os.environ.get("FAKE_SLEEP", "0.6")))
+note(end=time.time())
+"""
+
+
+@pytest.fixture
+def fake_train(tmp_path, monkeypatch):
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAIN)
+    real = S.PlannedRun.command  # [python, -m, trm_kaggle, train, *arguments]
+    monkeypatch.setattr(S.PlannedRun, "command",
+                        lambda self, run_dir, extra=(): [sys.executable, str(script), *real(self, run_dir, extra)[4:]])
+    return script
+
+
+def grid(*names, seeds=(0,), **kw) -> SweepGrid:
+    return SweepGrid(name="t", axes=[[{"name": n} for n in names]], seeds=list(seeds), **kw)
+
+
+def notes(sweep_dir: Path, run: str) -> list[dict]:
+    return [json.loads(line) for line in (sweep_dir / run / "fake.jsonl").read_text().splitlines()]
+
+
+def records(sweep_dir: Path) -> dict[str, dict]:
+    return {r["name"]: r for r in json.loads((sweep_dir / "sweep.json").read_text())["runs"]}
+
+
+# ---------------------------------------------------------------------------
+# Grids and the plan
+# ---------------------------------------------------------------------------
+
+
+def test_builtin_grids_are_the_studys():
+    def variants(name):
+        return [v.name for v in S.load_grid(name).axes[0]]
+
+    assert variants("tn") == ["T2n2", "T2n6", "T3n4", "T3n6", "T4n6"]
+    assert variants("ablations") == ["baseline", "no-ema", "attention", "act-8"]
+    assert variants("batch") == ["batch512", "batch1024", "batch2048"]
+    plan = S.plan_sweep(S.with_seeds(S.load_grid("ablations"), [0, 1]), "sw", presets=["sudoku-att"])
+    cfg = {r.name: r.config for r in plan}
+    assert list(cfg) == ["baseline_s0", "baseline_s1", "no-ema_s0", "no-ema_s1", "attention_s0", "attention_s1",
+                         "act-8_s0", "act-8_s1"]
+    assert cfg["baseline_s0"].ema and not cfg["no-ema_s1"].ema and cfg["act-8_s0"].arch.halt_max_steps == 8
+    assert (cfg["baseline_s1"].seed, cfg["baseline_s1"].checkpoint_path) == (1, str(Path("sw") / "baseline_s1"))
+    # sudoku-att already uses attention: that variant repeats the baseline, and the sweep says so
+    assert S.repeated_variants(plan) == [["baseline", "attention"]]
+    # a variant changes what it names whatever the base says: it applies on top of the base's overrides
+    plan = S.plan_sweep(S.load_grid("ablations"), "sw", presets=["sudoku4-cpu"],
+                        overrides=["ema=True", "arch.halt_max_steps=16"])
+    cfg = {r.variant: r.config for r in plan}
+    assert (cfg["baseline"].ema, cfg["no-ema"].ema, cfg["act-8"].ema) == (True, False, True)
+    assert (cfg["baseline"].arch.halt_max_steps, cfg["act-8"].arch.halt_max_steps) == (16, 8)
+    assert (cfg["baseline"].arch.mlp_t, cfg["attention"].arch.mlp_t) == (True, False)
+    assert S.repeated_variants(plan) == []
+
+
+def test_yaml_grid_and_the_order_of_layers(tmp_path):
+    path = tmp_path / "lr.yaml"
+    path.write_text("presets: [cpu-smoke]\noverrides: [lr=0.1, max_steps=7]\n"
+                    "axes:\n  - [baseline, T3n6, {name: big, presets: [large], overrides: [lr=0.3]}]\n"
+                    "  - [\"weight_decay=0.5\"]\nseeds: [3]\n")
+    g = S.load_grid(str(path))
+    assert g.name == "lr"  # the file's stem
+    plan = S.plan_sweep(g, tmp_path / "sw", overrides=["lr=0.2"], presets=["no-ema"])
+    cfg = {r.name: r.config for r in plan}
+    assert list(cfg) == ["baseline_weight_decay=0.5_s3", "T3n6_weight_decay=0.5_s3", "big_weight_decay=0.5_s3"]
+    base, deep, big = cfg.values()
+    # base: command-line presets, grid presets, grid overrides, command-line overrides; then the variants
+    assert (base.lr, deep.lr, big.lr) == (0.2, 0.2, 0.3)
+    assert base.max_steps == 7 and base.weight_decay == 0.5 and base.seed == 3 and not base.ema
+    assert (deep.arch.H_cycles, deep.arch.L_cycles) == (3, 6) and big.arch.hidden_size == 768
+    assert (plan[2].presets, plan[2].overrides) == (["large"], ["lr=0.3", "weight_decay=0.5"])
+
+
+def test_a_path_with_odd_characters_reaches_train_unchanged(tmp_path):
+    from trm_kaggle.train.settings import dump_config, load_train_config
+
+    odd = tmp_path / "my sweep, [v2] {x}=y it's \\"
+    (run,) = S.plan_sweep(grid("a"), odd)
+    assert run.config.checkpoint_path == str(odd / "a_s0")
+    (tmp_path / "c.yaml").write_text(dump_config(run.config))  # what the run's process reads
+    assert load_train_config(tmp_path / "c.yaml") == run.config
+
+
+@pytest.mark.parametrize("text, message", [
+    ("name: ../up\naxes: [[baseline]]\n", "bad grid: name: String should match pattern"),
+    ("axes: [[{name: ../x}]]\n", "bad grid: axes.0.0.name: String should match pattern"),
+    ("axes: [[]]\n", "bad grid: axes: Value error, axis 0 is empty"),
+    ("axes: [[a, a]]\n", "bad grid: axes: Value error, axis 0 repeats a variant name"),
+    ("seeds: [1, 1]\n", "bad grid: seeds: Value error, repeated seed"),
+    ("axes: [[baseline]]\nlearning_rate: 3\n", "bad grid: learning_rate: Extra inputs are not permitted"),
+    ("axes: [[baseline]\n", "not valid YAML"),
+    ("- a\n- b\n", "expected a mapping of settings at the top level, got list"),
+    ("axes: [[a, b, c, d, e, f, g, h, i, j]]\nseeds: " + str(list(range(1001))) + "\n", "bad grid: seeds: List should"),
+    ("axes: [" + ", ".join(["[a, b, c, d, e, f, g, h, i, j]"] * 5) + "]\n",
+     "bad grid: value: Value error, 100,000 runs; a grid holds at most 10,000"),
+])
+def test_a_bad_grid_file_is_one_clear_line(tmp_path, capsys, text, message):
+    path = tmp_path / "g.yaml"
+    path.write_text(text)
+    assert main(["sweep", str(path), "--sweep-dir", str(tmp_path / "sw")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: ") and message in err[0], err
+    assert not (tmp_path / "sw").exists()
+
+
+def test_bad_runs_and_commands_are_refused_before_anything_runs(tmp_path, capsys):
+    path = tmp_path / "g.yaml"
+    path.write_text("axes: [[baseline, nope]]\n")
+    assert main(["sweep", str(path), "--sweep-dir", str(tmp_path / "sw")]) == 2
+    assert capsys.readouterr().err.startswith("error: sweep g, variant nope: unknown preset 'nope'")
+    assert main(["sweep", "tn", "arch.L_cyclez=3", "--sweep-dir", str(tmp_path / "sw")]) == 2
+    assert capsys.readouterr().err.startswith("error: sweep tn: the base settings: override 'arch.L_cyclez=3'")
+    assert main(["sweep", "no-such-grid"]) == 2
+    assert "neither a built-in grid (tn, ablations, batch) nor a grid file" in capsys.readouterr().err
+    assert main(["sweep", "tn", "--seeds", "1,1", "--sweep-dir", str(tmp_path / "sw")]) == 2
+    assert "--seeds: seeds: Value error, repeated seed" in capsys.readouterr().err
+    assert main(["sweep", "tn", "--parallel", "0", "--sweep-dir", str(tmp_path / "sw")]) == 2
+    assert not (tmp_path / "sw").exists()
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "mine.txt").write_text("not a sweep")
+    assert main(["sweep", "tn", "--sweep-dir", str(tmp_path / "busy")]) == 2
+    assert "is not empty and holds no sweep.json" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["mine.txt"]
+
+
+def test_list_grids_and_dry_run(tmp_path, capsys):
+    assert main(["sweep", "--list-grids"]) == 0
+    assert "ablations" in capsys.readouterr().out
+    assert main(["sweep", "batch", "--preset", "cpu-smoke", "--seeds", "0,1", "--dry-run",
+                 "--sweep-dir", str(tmp_path / "sw")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "base: --preset cpu-smoke" and len(lines) == 7
+    assert lines[1].split() == ["batch512_s0", "new", "--preset", "batch512"]
+    assert not (tmp_path / "sw").exists()
+
+
+# ---------------------------------------------------------------------------
+# The runner (stand-in children)
+# ---------------------------------------------------------------------------
+
+
+def test_a_failure_is_recorded_and_the_sweep_goes_on_then_a_rerun_skips_done_runs(tmp_path, fake_train, capsys):
+    sd = tmp_path / "sw"
+    summary = S.run_sweep(grid("ok", "fail", "crash", "ok2"), sd, progress=False, poll_seconds=0.02)
+    assert (summary.total, summary.done, summary.failed, summary.skipped) == (4, 2, 2, 0)
+    recs = records(sd)
+    assert {n: r["state"] for n, r in recs.items()} == {"ok_s0": "done", "fail_s0": "failed", "crash_s0": "failed",
+                                                        "ok2_s0": "done"}
+    assert recs["fail_s0"]["error"] == "exit status 3: error: boom in fail_s0"
+    assert recs["crash_s0"]["error"] == "exit status 1: RuntimeError: a bug in crash_s0"
+    assert recs["ok_s0"]["returncode"] == 0 and recs["ok_s0"]["error"] is None and "pid" not in recs["ok_s0"]
+    assert all(r["attempts"] == 1 and r["seconds"] > 0 and r["started"] and r["finished"] for r in recs.values())
+    assert recs["ok_s0"]["settings"]["seed"] == 0 and "progress=False" in recs["ok_s0"]["command"]
+    assert "FAILED  fail_s0: exit status 3: error: boom in fail_s0" in capsys.readouterr().err
+    log = (sd / "fail_s0" / "train.log").read_text()
+    assert log.startswith("--- sweep attempt 1 ") and "some output" in log
+
+    again = S.run_sweep(grid("ok", "fail", "crash", "ok2"), sd, progress=False, poll_seconds=0.02)
+    assert (again.done, again.failed, again.skipped) == (2, 2, 2)
+    recs = records(sd)
+    assert [recs[n]["attempts"] for n in ("ok_s0", "fail_s0", "crash_s0", "ok2_s0")] == [1, 2, 2, 1]
+    assert len(notes(sd, "ok_s0")) == 2  # started and finished once
+    assert (sd / "fail_s0" / "train.log").read_text().count("--- sweep attempt") == 2
+
+
+def test_a_run_that_cannot_start_is_a_failed_run(tmp_path, fake_train, monkeypatch):
+    fake = S.PlannedRun.command
+    monkeypatch.setattr(S.PlannedRun, "command", lambda self, run_dir, extra=(): (
+        [str(tmp_path / "no-such-python")] if self.name.startswith("missing") else fake(self, run_dir, extra)))
+    summary = S.run_sweep(grid("missing", "ok"), tmp_path / "sw", progress=False, poll_seconds=0.02)
+    assert (summary.done, summary.failed) == (1, 1)
+    rec = records(tmp_path / "sw")["missing_s0"]
+    assert rec["state"] == "failed" and rec["error"].startswith(f"cannot start {tmp_path / 'no-such-python'}: ")
+
+
+def test_the_cli_exit_status_counts_failed_runs(tmp_path, fake_train, capsys):
+    path = tmp_path / "g.yaml"
+    path.write_text("axes: [[{name: ok}, {name: fail}]]\n")
+    assert main(["sweep", str(path), "--sweep-dir", str(tmp_path / "sw"), "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "1 of 2 runs done" in out and "1 failed" in out and f"trm-kaggle compare {tmp_path / 'sw'}" in out
+
+
+def test_parallel_runs_share_the_cpu_cores(tmp_path, fake_train, monkeypatch):
+    monkeypatch.setenv("FAKE_SLEEP", "1.0")
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    sd = tmp_path / "sw"
+    S.run_sweep(grid("slow-a", "slow-b", "slow-c"), sd, parallel=2, progress=False, poll_seconds=0.02)
+    spans = []
+    for run in ("slow-a_s0", "slow-b_s0", "slow-c_s0"):
+        first, last = notes(sd, run)
+        spans.append((first["start"], last["end"]))
+        assert first["omp"] == "4" and "threads=4" in first["argv"] and first["cuda"] is None
+    overlaps = [sum(a <= s < b for a, b in spans) for s, _ in spans]
+    assert max(overlaps) == 2  # two at a time, never three
+
+
+def test_one_gpu_per_parallel_run(tmp_path, fake_train, monkeypatch):
+    monkeypatch.setenv("FAKE_SLEEP", "1.0")
+    monkeypatch.setattr(S, "_uses_cuda", lambda cfg: True)
+    monkeypatch.setattr(S, "_visible_gpus", lambda: ["3", "5"])
+    sd = tmp_path / "sw"
+    with pytest.raises(TRMError, match="--parallel 3: 2 GPU"):
+        S.run_sweep(grid("slow-a", "slow-b"), sd, parallel=3, progress=False)
+    S.run_sweep(grid("slow-a", "slow-b"), sd, parallel=2, progress=False, poll_seconds=0.02)
+    a, b = notes(sd, "slow-a_s0")[0], notes(sd, "slow-b_s0")[0]
+    assert {a["cuda"], b["cuda"]} == {"3", "5"}  # they ran at the same time, each on its own GPU
+    assert not any(x.startswith("threads=") for x in a["argv"])
+    assert records(sd)["slow-a_s0"]["gpu"] == a["cuda"]
+
+
+def test_sigterm_stops_the_children_and_leaves_a_consistent_record(tmp_path, fake_train, monkeypatch):
+    monkeypatch.setenv("FAKE_SLEEP", "60")
+    sd = tmp_path / "sw"
+
+    def interrupt_once_running():
+        deadline = time.time() + 60
+        while not (sd / "slow-a_s0" / "fake.jsonl").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGTERM)  # run_sweep's handler is installed before any child starts
+
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    t0 = time.time()
+    with pytest.raises(KeyboardInterrupt):
+        S.run_sweep(grid("ok", "slow-a", "slow-b"), sd, parallel=2, progress=False, poll_seconds=0.02)
+    assert time.time() - t0 < 40
+    recs = records(sd)
+    assert recs["ok_s0"]["state"] == "done"
+    for name in ("slow-a_s0", "slow-b_s0"):
+        assert recs[name]["state"] == "pending" and recs[name]["error"] == "interrupted" and "pid" not in recs[name]
+    pid = notes(sd, "slow-a_s0")[0]["pid"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the child was stopped (and reaped)
+    assert signal.getsignal(signal.SIGTERM) == before  # the sweep's handler is gone
+
+    monkeypatch.setenv("FAKE_SLEEP", "0.1")
+    summary = S.run_sweep(grid("ok", "slow-a", "slow-b"), sd, parallel=2, progress=False, poll_seconds=0.02)
+    assert (summary.done, summary.skipped) == (3, 1)
+    assert records(sd)["slow-a_s0"]["attempts"] == 2 and records(sd)["slow-a_s0"]["error"] is None
+
+
+def test_changed_settings(tmp_path, fake_train):
+    sd = tmp_path / "sw"
+    S.run_sweep(grid("ok", overrides=["max_steps=5"]), sd, progress=False, poll_seconds=0.02)
+    # a setting a resumed run may change (here: train longer) re-opens the done run
+    summary = S.run_sweep(grid("ok", overrides=["max_steps=10"]), sd, progress=False, poll_seconds=0.02)
+    assert summary.skipped == 0 and records(sd)["ok_s0"]["attempts"] == 2
+    assert records(sd)["ok_s0"]["settings"]["max_steps"] == 10
+    with pytest.raises(TRMError, match="run ok_s0 was started with other settings \\(arch\\)"):
+        S.run_sweep(grid("ok", overrides=["max_steps=10", "arch.L_cycles=3"]), sd, progress=False)
+
+
+def test_one_sweep_process_per_directory(tmp_path, fake_train):
+    import fcntl
+
+    sd = tmp_path / "sw"
+    S.run_sweep(grid("ok"), sd, progress=False, poll_seconds=0.02)
+    with open(sd / ".sweep.lock", "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(TRMError, match="another sweep is running in this directory"):
+            S.run_sweep(grid("ok"), sd, progress=False)
+
+
+def test_a_child_left_running_by_a_killed_sweep_is_not_started_twice(tmp_path, fake_train):
+    sd = tmp_path / "sw"
+    S.run_sweep(grid("ok"), sd, progress=False, poll_seconds=0.02)
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "trm_kaggle", "ok_s0"])
+    try:
+        doc = json.loads((sd / "sweep.json").read_text())
+        doc["runs"][0].update(state="running", pid=orphan.pid)
+        (sd / "sweep.json").write_text(json.dumps(doc))
+        with pytest.raises(TRMError, match=f"run ok_s0 is still being trained by process {orphan.pid}"):
+            S.run_sweep(grid("ok"), sd, progress=False)
+    finally:
+        orphan.kill()
+        orphan.wait()
+    summary = S.run_sweep(grid("ok"), sd, progress=False, poll_seconds=0.02)  # gone: the run starts again
+    assert summary.done == 1 and records(sd)["ok_s0"]["attempts"] == 2
+
+
+# ---------------------------------------------------------------------------
+# Real training processes
+# ---------------------------------------------------------------------------
+
+
+def test_a_sweep_of_real_training_runs(tmp_path, monkeypatch):
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data.sudoku import build_sudoku
+    from trm_kaggle.experiments.compare import comparison_tables, load_runs
+
+    data = tmp_path / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=16, num_test=4, progress=False))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    g = SweepGrid(name="real", presets=["cpu-smoke"], axes=[["baseline", "lr=0.01"]],
+                  overrides=["arch.hidden_size=16", "arch.num_heads=2", "arch.L_layers=1", "global_batch_size=4",
+                             "max_steps=2", "log_interval=1"])
+    sd = tmp_path / "a sweep, it's [1]"  # reaches train through run_config.yaml, unparsed
+    summary = S.run_sweep(g, sd, overrides=[f"data_paths=[{data}]"], parallel=2, progress=False, poll_seconds=0.1)
+    assert (summary.done, summary.failed) == (2, 0), summary.describe()
+    for run in ("baseline_s0", "lr=0.01_s0"):
+        assert "trained 2 steps" in (sd / run / "train.log").read_text()
+        config = json.loads((sd / run / "config.json").read_text())
+        assert config["threads"] == 1 and config["checkpoint_path"] == str(sd / run)  # 2 cores, 2 runs at a time
+    assert json.loads((sd / "lr=0.01_s0" / "config.json").read_text())["lr"] == 0.01
+    again = S.run_sweep(g, sd, overrides=[f"data_paths=[{data}]"], parallel=2, progress=False)
+    assert (again.done, again.skipped) == (2, 2)
+    md, _ = comparison_tables(load_runs([sd]))
+    assert "| baseline | 1 | 1 done | 2 |" in md and "| lr=0.01 | 1 | 1 done | 2 |" in md

@@ -1,0 +1,465 @@
+"""`trm-kaggle compare`: a table and two plots from run directories and sweep directories.
+
+    compare DIR... -> OUT/table.md, OUT/table.csv, OUT/curves.png, OUT/final.png
+
+A DIR is a run directory (config.json, metrics.jsonl), a sweep directory (sweep.json lists its runs with
+their state, pending and running ones included: a sweep may still be running), or a directory whose
+subdirectories are runs or sweeps. Runs whose settings differ only in their seed form a group.
+
+* table.csv: one row per run: final and best exact accuracy (on the test split when the run evaluated,
+  and on its training batches), token accuracy, loss, steps, wall time, examples/s, parameters (with and
+  without the puzzle-embedding table), peak training memory where the run logged it, then the settings
+  that differ between runs.
+* table.md: the same per group (mean ± standard deviation over seeds) and per run.
+* curves.png: the metric and the training loss against step and against wall time, one line per group
+  (the mean over its seeds at each logged step, the band spanning their min to max).
+* final.png: the metric's final value per group (bar: mean; dots: the runs).
+
+The default metric is `eval_exact_accuracy` when any run evaluated (`eval_interval`), else the training
+batches' `exact_accuracy`. Plots use matplotlib's Agg canvas directly, never a global backend.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import pydantic
+
+from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
+from trm_kaggle.config import TrainConfig
+from trm_kaggle.errors import TRMError
+from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
+from trm_kaggle.jsonio import read_json
+from trm_kaggle.train.metrics import METRICS_FILE, read_metrics
+
+log = logging.getLogger(__name__)
+
+#: Settings that never change what a run learns: left out of "settings that differ" and of grouping.
+BOOKKEEPING = {"seed", "checkpoint_path", "run_name", "project_name", "progress", "threads", "log_interval",
+               "tensorboard", "wandb", "checkpoint_keep", "checkpoint_every_eval", "load_checkpoint"}
+
+
+@dataclass
+class RunData:
+    label: str  # unique among the compared runs
+    path: Path
+    source: str  # the sweep it belongs to ("" for a plain run)
+    variant: str | None  # the sweep's variant name
+    seed: int | None
+    state: str  # the sweep's record, else "-"
+    settings: dict[str, Any]  # flattened config: {"arch.L_cycles": 6, ...}
+    train: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    parameters: tuple[int, int] | None = None  # (weights, weights + puzzle table)
+    group: str = ""
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def _config(run_dir: Path, recorded: dict | None) -> dict:
+    """The run's config.json (what train ran), else the sweep's record of its settings (a run not started yet,
+    or a config.json that cannot be read: one run's bad file costs that run its settings columns alone)."""
+    path = run_dir / "config.json"
+    if path.exists():
+        try:
+            data = read_json(path, "run config")
+        except TRMError as err:
+            log.warning("%s", err)
+            data = None
+        if isinstance(data, dict):
+            return data
+    return recorded or {}
+
+
+def parameter_counts(config: dict) -> tuple[int, int] | None:
+    """(trainable weights, weights + puzzle-embedding table) of the run's model, built on the meta device
+    from its architecture and its dataset's shape; None when the dataset is not readable here."""
+    import torch
+
+    from trm_kaggle.data.format import load_metadata
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    try:
+        cfg = TrainConfig.model_validate(config)
+        metas = [load_metadata(p, "train") for p in cfg.data_paths]
+    except (TRMError, pydantic.ValidationError) as err:  # a run from elsewhere: its dataset may not be here
+        log.info("no parameter count: %s", err)
+        return None
+    if not metas:
+        return None
+    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+        model = TinyRecursiveModel(cfg.arch, metas[0].seq_len, metas[0].vocab_size,
+                                   sum(m.num_puzzle_identifiers for m in metas))
+    count = model.parameter_count()
+    return count.weights, count.total
+
+
+def _is_run(path: Path) -> bool:
+    return (path / "config.json").is_file() or (path / METRICS_FILE).is_file()
+
+
+def _sweep_runs(path: Path) -> list[RunData]:
+    doc = read_sweep(path)
+    runs = []
+    for rec in doc["runs"]:  # read_sweep checked every name: a plain directory name
+        run_dir = path / rec["name"]
+        config = _config(run_dir, rec.get("settings"))
+        runs.append(RunData(rec["name"], run_dir, path.name, rec.get("variant"), rec.get("seed"),
+                            str(rec.get("state", "-")), _flatten(config)))
+    return runs
+
+
+def _plain_run(path: Path) -> RunData:
+    config = _config(path, None)
+    return RunData(path.name, path, "", None, config.get("seed"), "-", _flatten(config))
+
+
+def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
+    """Every run under `dirs` (run, sweep, or parent directories), with unique labels."""
+    runs: list[RunData] = []
+    for d in map(Path, dirs):
+        if (d / SWEEP_FILE).is_file():
+            runs += _sweep_runs(d)
+        elif _is_run(d):
+            runs.append(_plain_run(d))
+        elif d.is_dir():
+            found = []
+            for child in sorted(p for p in d.iterdir() if p.is_dir()):
+                if (child / SWEEP_FILE).is_file():
+                    found += _sweep_runs(child)
+                elif _is_run(child):
+                    found.append(_plain_run(child))
+            if not found:
+                raise TRMError(f"{d}: no runs here (a run directory has config.json or metrics.jsonl, a sweep "
+                               f"directory {SWEEP_FILE})")
+            runs += found
+        else:
+            raise TRMError(f"{d}: no such directory")
+    sources = {r.source for r in runs if r.source}
+    if len(sources) > 1:  # runs of several sweeps: the sweep's name keeps their labels apart
+        for r in runs:
+            if r.source:
+                r.label = f"{r.source}/{r.label}"
+    seen: dict[str, int] = {}
+    for r in runs:
+        n = seen[r.label] = seen.get(r.label, 0) + 1
+        if n > 1:
+            r.label = f"{r.label} ({n})"
+    return runs
+
+
+def load_runs(dirs: Sequence[str | Path]) -> list[RunData]:
+    """find_runs + each run's metrics, parameter counts and group."""
+    runs = find_runs(dirs)
+    counts: dict[str, tuple[int, int] | None] = {}
+    for r in runs:
+        r.train, r.evals = read_metrics(r.path)
+        key = json.dumps({k: v for k, v in r.settings.items() if k.startswith("arch.") or k == "data_paths"},
+                         sort_keys=True, default=str)
+        if key not in counts:
+            counts[key] = parameter_counts(_unflatten(r.settings)) if r.settings else None
+        r.parameters = counts[key]
+    _assign_groups(runs)
+    return runs
+
+
+def _unflatten(flat: dict[str, Any]) -> dict:
+    tree: dict = {}
+    for key, value in flat.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return tree
+
+
+def differing_settings(runs: Sequence[RunData]) -> list[str]:
+    """The settings (dotted keys) whose values are not the same in every run, bookkeeping left out."""
+    keys = sorted({k for r in runs for k in r.settings if k not in BOOKKEEPING})
+    return [k for k in keys if len({json.dumps(r.settings.get(k), default=str) for r in runs}) > 1]
+
+
+def _assign_groups(runs: Sequence[RunData]) -> None:
+    """A group: the runs of one sweep variant, or plain runs whose settings differ only in bookkeeping (seeds)."""
+    groups: dict[tuple[str, str], list[RunData]] = {}
+    for r in runs:
+        if r.variant is not None:
+            key = r.variant
+        else:
+            key = json.dumps({k: v for k, v in r.settings.items() if k not in BOOKKEEPING}, sort_keys=True, default=str)
+        groups.setdefault((r.source, key), []).append(r)
+    several_sources = len({r.source for r in runs}) > 1
+    differ = differing_settings(runs)
+    for (source, key), members in groups.items():
+        if members[0].variant is not None:
+            label = f"{source}/{key}" if several_sources else key
+        elif len(members) == 1:
+            label = members[0].label
+        else:
+            label = ", ".join(f"{k}={members[0].settings.get(k)}" for k in differ) or members[0].label
+        for r in members:
+            r.group = label
+
+
+# ---------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------
+
+#: (key, heading, format) of the metric columns, in order.
+COLUMNS = [
+    ("steps", "steps", "int"),
+    ("wall_s", "wall time", "time"),
+    ("examples_per_s", "examples/s", ".1f"),
+    ("parameters", "parameters", "int"),
+    ("parameters_with_puzzle_table", "+ puzzle table", "int"),
+    ("peak_memory_gb", "peak memory (GB)", ".2f"),
+    ("loss", "final loss", ".4f"),
+    ("eval_exact_accuracy", "final exact (test)", ".3f"),
+    ("best_eval_exact_accuracy", "best exact (test)", ".3f"),
+    ("eval_token_accuracy", "final token (test)", ".3f"),
+    ("exact_accuracy", "final exact (train)", ".3f"),
+    ("best_exact_accuracy", "best exact (train)", ".3f"),
+    ("token_accuracy", "final token (train)", ".3f"),
+]
+
+
+def _best(records: list[dict], key: str) -> float | None:
+    values = [r[key] for r in records if isinstance(r.get(key), (int, float))]
+    return max(values) if values else None
+
+
+def summarise(run: RunData) -> dict[str, Any]:
+    """The metric columns of one run (None where it has no value yet)."""
+    last = run.train[-1] if run.train else {}
+    out: dict[str, Any] = {key: None for key, _, _ in COLUMNS}
+    if last:
+        batch = run.settings.get("global_batch_size")
+        out.update(steps=last["step"], wall_s=last["wall_s"], loss=last.get("loss"),
+                   exact_accuracy=last.get("exact_accuracy"), token_accuracy=last.get("token_accuracy"),
+                   best_exact_accuracy=_best(run.train, "exact_accuracy"))
+        if batch and last["wall_s"] > 0:  # training examples per second of wall time, evaluations included
+            out["examples_per_s"] = last["step"] * batch / last["wall_s"]
+        # the training loop's per-interval peaks: CUDA's max_memory_allocated, else the process's RSS
+        out["peak_memory_gb"] = _best(run.train, "cuda_max_allocated_gb") or _best(run.train, "peak_rss_gb")
+    if run.evals:
+        out.update(eval_exact_accuracy=run.evals[-1].get("eval_exact_accuracy"),
+                   eval_token_accuracy=run.evals[-1].get("eval_token_accuracy"),
+                   best_eval_exact_accuracy=_best(run.evals, "eval_exact_accuracy"))
+    if run.parameters:
+        out["parameters"], out["parameters_with_puzzle_table"] = run.parameters
+    return out
+
+
+def _fmt(value: Any, how: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if how == "int":
+        return f"{int(round(value)):,}"
+    if how == "time":
+        if value < 60:
+            return f"{value:.1f} s"
+        s = int(round(value))
+        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    return format(value, how)
+
+
+def _fmt_spread(values: list[float], how: str) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1 or how in ("int", "time"):
+        return _fmt(statistics.mean(values), how)
+    return f"{_fmt(statistics.mean(values), how)} ± {_fmt(statistics.stdev(values), how)}"
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
+    """(Markdown, CSV) of the runs: per group and per run in Markdown, per run in CSV."""
+    rows = [summarise(r) for r in runs]
+    columns = [c for c in COLUMNS if any(row[c[0]] is not None for row in rows)]  # drop what no run has
+    differ = differing_settings(runs)
+
+    csv_out = io.StringIO()
+    writer = csv.writer(csv_out, lineterminator="\n")
+    writer.writerow(["run", "group", "seed", "state"] + [k for k, _, _ in columns] + differ)
+    for r, row in zip(runs, rows):
+        settings = [json.dumps(r.settings.get(k), default=str) if isinstance(r.settings.get(k), (list, dict))
+                    else r.settings.get(k) for k in differ]
+        writer.writerow([r.label, r.group, r.seed, r.state] + [row[k] for k, _, _ in columns] + settings)
+
+    def setting(r: RunData, k: str) -> str:
+        v = r.settings.get(k)
+        return json.dumps(v, default=str) if isinstance(v, (list, dict)) else str(v)
+
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(runs):
+        groups.setdefault(r.group, []).append(i)
+    group_rows = []
+    for name, idx in groups.items():
+        states = [runs[i].state for i in idx]
+        state = ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states)) if states[0] != "-" else "-"
+        cells = [_fmt_spread([rows[i][k] for i in idx if rows[i][k] is not None], how) for k, _, how in columns]
+        group_rows.append([name, str(len(idx)), state] + cells + [setting(runs[idx[0]], k) for k in differ])
+    run_rows = [[r.label, str(r.seed if r.seed is not None else "-"), r.state]
+                + [_fmt(row[k], how) for k, _, how in columns] + [setting(r, k) for k in differ]
+                for r, row in zip(runs, rows)]
+    heads = [h for _, h, _ in columns]
+    md = ("## By group (mean ± standard deviation over seeds)\n\n"
+          + _markdown_table(["group", "runs", "state"] + heads + differ, group_rows)
+          + "\n\n## By run\n\n" + _markdown_table(["run", "seed", "state"] + heads + differ, run_rows) + "\n")
+    return md, csv_out.getvalue()
+
+
+# ---------------------------------------------------------------------------
+# The plots
+# ---------------------------------------------------------------------------
+
+
+def default_metric(runs: Sequence[RunData]) -> str:
+    return "eval_exact_accuracy" if any(r.evals for r in runs) else "exact_accuracy"
+
+
+def _series(run: RunData, metric: str) -> list[tuple[int, float, float]]:
+    """(step, wall_s, value) of `metric` in the run's evaluation or training records."""
+    records = run.evals if metric.startswith("eval_") else run.train
+    return [(r["step"], r["wall_s"], float(r[metric])) for r in records
+            if isinstance(r.get(metric), (int, float)) and math.isfinite(r[metric])]
+
+
+def group_curves(runs: Sequence[RunData], metric: str) -> dict[str, list[tuple[int, float, float, float, float]]]:
+    """Per group: (step, mean wall_s, mean, min, max) of `metric` over the group's runs at each logged step."""
+    by_group: dict[str, dict[int, list[tuple[float, float]]]] = {}
+    for r in runs:
+        points = by_group.setdefault(r.group, {})
+        for step, wall, value in _series(r, metric):
+            points.setdefault(step, []).append((wall, value))
+    return {g: [(s, statistics.mean(w for w, _ in pts), statistics.mean(v for _, v in pts),
+                 min(v for _, v in pts), max(v for _, v in pts)) for s, pts in sorted(points.items())]
+            for g, points in by_group.items() if points}
+
+
+def _figure(width: float, height: float, rows: int, cols: int):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(rows, cols, squeeze=False)
+
+
+def _png(fig) -> bytes:
+    """The figure as a PNG of 128 colours: a third of the full-colour file's size, the same to the eye."""
+    from PIL import Image  # a dependency of matplotlib
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").quantize(colors=128,
+                                                                           method=Image.Quantize.MEDIANCUT)
+    out = io.BytesIO()
+    image.save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
+def plot_curves(runs: Sequence[RunData], metric: str) -> bytes:
+    """PNG: `metric` (top) and the training loss (bottom) against step (left) and wall time (right)."""
+    fig, axes = _figure(12, 7.5, 2, 2)
+    longest = max((r.train[-1]["wall_s"] for r in runs if r.train), default=0.0)
+    unit, per = ("minutes", 60.0) if longest > 180 else ("seconds", 1.0)
+    for row, (name, log_scale) in enumerate(((metric, False), ("loss", True))):
+        curves = group_curves(runs, name)
+        for col, x_of in enumerate((lambda p: p[0], lambda p: p[1] / per)):
+            ax = axes[row][col]
+            for group, pts in curves.items():
+                xs = [x_of(p) for p in pts]
+                line, = ax.plot(xs, [p[2] for p in pts], label=group, linewidth=1.4,
+                                marker="o" if len(pts) <= 30 else None, markersize=3)
+                if any(p[3] != p[4] for p in pts):
+                    ax.fill_between(xs, [p[3] for p in pts], [p[4] for p in pts], color=line.get_color(), alpha=0.18,
+                                    linewidth=0)
+            ax.set_xlabel("step" if col == 0 else f"wall time ({unit})")
+            ax.set_ylabel(name)
+            if log_scale and curves:
+                ax.set_yscale("log")
+            elif "accuracy" in name:
+                ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+    axes[0][0].set_title(f"{metric} (line: mean over seeds, band: min to max)", fontsize=10)
+    axes[1][0].set_title("training loss", fontsize=10)
+    if any(group_curves(runs, metric).values()):
+        axes[0][1].legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+def plot_final(runs: Sequence[RunData], metric: str) -> bytes:
+    """PNG: the last value of `metric` per group (bar: mean over its runs; dots: each run)."""
+    finals: dict[str, list[float]] = {}
+    for r in runs:
+        series = _series(r, metric)
+        if series:
+            finals.setdefault(r.group, []).append(series[-1][2])
+    fig, axes = _figure(max(5.0, 1.1 * len(finals) + 2), 4.2, 1, 1)
+    ax = axes[0][0]
+    names = list(finals)
+    means = [statistics.mean(v) for v in finals.values()]
+    ax.bar(range(len(names)), means, color="#8fb3d9", edgecolor="#345")
+    for i, values in enumerate(finals.values()):
+        ax.scatter([i] * len(values), values, color="#222", s=14, zorder=3)
+        ax.annotate(f"{means[i]:.3f}", (i, max(values)), textcoords="offset points", xytext=(0, 5), ha="center",
+                    fontsize=8)
+    ax.set_xticks(range(len(names)), names, rotation=20 if len(names) > 4 else 0, ha="right" if len(names) > 4
+                  else "center", fontsize=8)
+    ax.set_ylabel(f"final {metric}")
+    if "accuracy" in metric:
+        ax.set_ylim(0, 1.05)
+    ax.set_title(f"final {metric} per group (bar: mean; dots: runs)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: str | None = None) -> dict[str, Any]:
+    """Write table.md, table.csv, curves.png and final.png into `out_dir`; returns their paths and the Markdown."""
+    runs = load_runs(dirs)
+    metric = metric or default_metric(runs)
+    if not any(_series(r, metric) for r in runs) and any(r.train for r in runs):
+        names = sorted({k for r in runs for rec in r.train[-1:] + r.evals[-1:] for k in rec
+                        if isinstance(rec[k], (int, float))} - {"step", "wall_s"})
+        raise TRMError(f"--metric {metric}: no run logged it; logged metrics: {', '.join(names)}")
+    out = Path(out_dir)
+    md, table_csv = comparison_tables(runs)
+    done = sum(r.state == "done" for r in runs)
+    header = (f"# Comparison of {len(runs)} runs" + (f" ({done} done)" if any(r.state != "-" for r in runs) else "")
+              + f"\n\nMetric of the plots: `{metric}`.\n\n")
+    paths: dict[str, Any] = {"markdown": out / "table.md", "csv": out / "table.csv", "markdown_text": header + md,
+                             "metric": metric, "runs": runs}
+    atomic_write_text(paths["markdown"], header + md)
+    atomic_write_text(paths["csv"], table_csv)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        log.warning("plots skipped: they need matplotlib (pip install matplotlib)")
+        return paths
+    paths["curves"], paths["bars"] = out / "curves.png", out / "final.png"
+    atomic_write_bytes(paths["curves"], plot_curves(runs, metric))
+    atomic_write_bytes(paths["bars"], plot_final(runs, metric))
+    return paths

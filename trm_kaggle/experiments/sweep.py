@@ -1,0 +1,495 @@
+"""`trm-kaggle sweep`: a grid of training runs, one `trm-kaggle train` process each, under one directory.
+
+    SWEEP_DIR/
+      sweep.json            the grid, the base settings, and per run: variant, seed, settings, command,
+                            state (pending/running/done/failed), error line, attempts, timings (atomic writes)
+      .sweep.lock           held while a sweep process works here
+      <variant>_s<seed>/    a run directory: run_config.yaml (from the sweep), train.log, and train's
+                            config.json, metrics.jsonl, state_step*.pt
+
+A run's settings: the base (the command line's and the grid's presets, the `--config` file, the grid's
+and the command line's overrides), then its variants' presets and overrides on top, then its seed and
+directory. The sweep resolves and checks every run's settings before any starts, and each run's process
+reads them from `<run>/run_config.yaml` (`trm-kaggle train --config`). Runs go one after another, or
+`parallel` at a time: one GPU each (CUDA_VISIBLE_DEVICES) where the runs use CUDA, the cores split
+between them on CPU.
+
+Running the same command again skips done runs and starts the others: `train` resumes each from the
+newest train state in its directory. A run whose settings changed is refused, unless only settings a
+resumed run may change did (a larger `max_steps` re-opens a done run, which then continues). A failing
+run is recorded with its error line and the sweep goes on. Ctrl-C (or SIGTERM) stops the running
+children, marks them pending and leaves sweep.json consistent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import pydantic
+from tqdm.auto import tqdm
+
+from trm_kaggle.atomic import atomic_write_json, atomic_write_text
+from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
+from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
+from trm_kaggle.train.loop import RESUMABLE_CHANGES
+from trm_kaggle.train.settings import apply_overrides, dump_config, load_train_config, read_config_file
+
+log = logging.getLogger(__name__)
+
+SWEEP_FORMAT = "trm_kaggle.sweep"
+SWEEP_FILE = "sweep.json"
+LOCK_FILE = ".sweep.lock"
+LOG_FILE = "train.log"
+RUN_CONFIG = "run_config.yaml"  # a run's resolved settings, written by the sweep, read by its train process
+
+#: The study's grids (the TPU guide's e2 ablations and e3 scaling), to combine with a base recipe and data.
+BUILTIN_GRIDS: dict[str, SweepGrid] = {
+    "tn": SweepGrid(name="tn", description="recursion depth T (arch.H_cycles) x n (arch.L_cycles)",
+                    axes=[["T2n2", "T2n6", "T3n4", "T3n6", "T4n6"]]),
+    "ablations": SweepGrid(name="ablations", description="the base recipe, without EMA, with attention, with 8 "
+                           "supervision steps", axes=[["baseline", "no-ema", "attention", "act-8"]]),
+    "batch": SweepGrid(name="batch", description="global batch size 512, 1024, 2048",
+                       axes=[["batch512", "batch1024", "batch2048"]]),
+}
+
+
+def describe_grids() -> str:
+    """One line per built-in grid (for `--list-grids`)."""
+    lines = ["Built-in grids (combine with a base: --preset RECIPE and data_paths=[...]):"]
+    for name, grid in BUILTIN_GRIDS.items():
+        variants = " | ".join(" x ".join(v.name for v in combo) for combo in itertools.product(*grid.axes))
+        lines.append(f"  {name:<10} {grid.description}: {variants}")
+    lines.append("A YAML file describes any other grid (see `SweepGrid` in trm_kaggle/config.py and the README).")
+    return "\n".join(lines)
+
+
+def load_grid(spec: str) -> SweepGrid:
+    """A built-in grid by name, or a grid from a YAML file (its name defaults to the file's stem)."""
+    if spec in BUILTIN_GRIDS:
+        return BUILTIN_GRIDS[spec].model_copy(deep=True)
+    path = Path(spec)
+    if not path.is_file():
+        raise TRMError(f"{spec}: neither a built-in grid ({', '.join(BUILTIN_GRIDS)}) nor a grid file")
+    data = read_config_file(path)  # yaml.safe_load; one line for an unreadable file or a non-mapping
+    data.setdefault("name", path.stem)
+    try:
+        return SweepGrid.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise TRMError(f"{path}: bad grid: {validation_line(err)}") from None
+
+
+def with_seeds(grid: SweepGrid, seeds: Sequence[int]) -> SweepGrid:
+    """The grid with its seeds axis replaced (validated: no repeats)."""
+    try:
+        return SweepGrid.model_validate({**grid.model_dump(), "seeds": list(seeds)})
+    except pydantic.ValidationError as err:
+        raise TRMError(f"--seeds: {validation_line(err)}") from None
+
+
+# ---------------------------------------------------------------------------
+# The plan: one resolved TrainConfig per (variant combination, seed)
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class PlannedRun:
+    name: str  # the run directory's name: <variant>_s<seed>
+    variant: str  # the variants' names joined by "_" (runs of one variant differ only in their seed)
+    seed: int
+    presets: list[str]  # the variants' presets and overrides, applied on top of the base
+    overrides: list[str]
+    config: TrainConfig  # everything resolved; the run's process reads it from RUN_CONFIG
+
+    def command(self, run_dir: Path, extra: Sequence[str] = ()) -> list[str]:
+        """`trm-kaggle train` on this run's resolved settings, as a module call of this interpreter."""
+        return [sys.executable, "-m", "trm_kaggle", "train", "--config", str(run_dir / RUN_CONFIG), *extra]
+
+    def describe(self) -> str:
+        return " ".join([*(f"--preset {p}" for p in self.presets), *self.overrides]) or "(the base)"
+
+
+def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequence[str] = (),
+               config_file: str | None = None, overrides: Sequence[str] = ()) -> list[PlannedRun]:
+    """Every run of the grid with its settings resolved and checked (a bad one stops the sweep before it starts).
+
+    The base is the command line's and the grid's presets, the config file, the grid's and the command line's
+    overrides; each variant's presets and overrides then apply on top of it, so a variant always changes what
+    it names (`no-ema` turns EMA off even on a base with `ema=True`)."""
+    try:
+        base = load_train_config(config_file, [*presets, *grid.presets], [*grid.overrides, *overrides])
+    except TRMError as err:
+        raise TRMError(f"sweep {grid.name}: the base settings: {err}") from None
+    except pydantic.ValidationError as err:
+        raise TRMError(f"sweep {grid.name}: the base settings: {validation_line(err)}") from None
+    plan = []
+    for combo in itertools.product(*grid.axes):
+        variant = "_".join(v.name for v in combo) or "baseline"
+        run_presets = [p for v in combo for p in v.presets]
+        run_overrides = [o for v in combo for o in v.overrides]
+        try:
+            cfg = apply_overrides(base, run_overrides, presets=run_presets)
+        except TRMError as err:
+            raise TRMError(f"sweep {grid.name}, variant {variant}: {err}") from None
+        except pydantic.ValidationError as err:
+            raise TRMError(f"sweep {grid.name}, variant {variant}: {validation_line(err)}") from None
+        for seed in grid.seeds:
+            name = f"{variant}_s{seed}"
+            if not is_safe_name(name):
+                raise TRMError(f"sweep {grid.name}: run name {name[:60]}... is too long; give the variants short names")
+            run_cfg = TrainConfig.model_validate({**cfg.model_dump(), "seed": seed,
+                                                  "checkpoint_path": str(Path(sweep_dir) / name)})
+            plan.append(PlannedRun(name, variant, seed, run_presets, run_overrides, run_cfg))
+    return plan
+
+
+def repeated_variants(plan: Sequence[PlannedRun]) -> list[list[str]]:
+    """Groups of variants whose runs have the same settings (a variant that changes nothing on this base)."""
+    by_settings: dict[str, list[str]] = {}
+    for run in plan:
+        settings = run.config.model_dump(mode="json", exclude={"seed", "checkpoint_path", "run_name"})
+        names = by_settings.setdefault(json.dumps(settings, sort_keys=True), [])
+        if run.variant not in names:
+            names.append(run.variant)
+    return [names for names in by_settings.values() if len(names) > 1]
+
+
+# ---------------------------------------------------------------------------
+# sweep.json
+# ---------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def read_sweep(sweep_dir: str | os.PathLike) -> dict | None:
+    """The sweep.json of `sweep_dir` (checked: format and run names), or None when there is none."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    if not path.exists():
+        return None
+    doc = read_json(path, "sweep.json")
+    if not isinstance(doc, dict) or doc.get("format") != SWEEP_FORMAT or not isinstance(doc.get("runs"), list):
+        raise TRMError(f"{path}: not a trm-kaggle sweep file")
+    for rec in doc["runs"]:
+        # a name read from a file becomes a directory: only plain names
+        if not isinstance(rec, dict) or not is_safe_name(rec.get("name")):
+            raise TRMError(f"{path}: a run record without a plain directory name: {str(rec)[:120]}")
+    return doc
+
+
+def is_safe_name(name: object) -> bool:
+    """True for a plain directory name (SAFE_NAME_PATTERN: no separators, no leading dot)."""
+    return isinstance(name, str) and re.fullmatch(SAFE_NAME_PATTERN, name) is not None
+
+
+def _merge_plan(doc: dict | None, grid: SweepGrid, base: dict, plan: Sequence[PlannedRun], sweep_dir: Path) -> dict:
+    """sweep.json's document with the plan's runs added or checked against their records."""
+    doc = doc or {"format": SWEEP_FORMAT, "version": 1, "created": _now(), "runs": []}
+    doc["grid"], doc["base"] = grid.model_dump(mode="json"), base
+    records = {rec["name"]: rec for rec in doc["runs"]}
+    for run in plan:
+        rec = records.get(run.name)
+        if rec is None:
+            rec = {"name": run.name, "variant": run.variant, "seed": run.seed, "state": "pending", "error": None,
+                   "attempts": 0, "started": None, "finished": None, "seconds": 0.0, "returncode": None}
+            doc["runs"].append(rec)
+            records[run.name] = rec
+        else:
+            rec.setdefault("attempts", 0)
+            rec["seconds"] = float(rec.get("seconds") or 0.0)
+            try:
+                before = TrainConfig.model_validate(rec.get("settings") or {})
+            except pydantic.ValidationError:
+                raise TRMError(f"{sweep_dir / SWEEP_FILE}: run {run.name} has unreadable settings") from None
+            changed = [k for k in TrainConfig.model_fields if getattr(before, k) != getattr(run.config, k)]
+            fixed = [k for k in changed if k not in RESUMABLE_CHANGES]
+            if fixed:
+                raise TRMError(f"{sweep_dir}: run {run.name} was started with other settings ({', '.join(fixed)}); "
+                               "run the sweep with its settings or choose another --sweep-dir")
+            if rec["state"] == "running":
+                _refuse_if_still_running(rec, sweep_dir)
+                rec["state"], rec["error"] = "pending", "interrupted"
+            if changed and rec["state"] == "done":
+                rec["state"] = "pending"  # e.g. a larger max_steps: train continues from the run's last state
+        rec.update(variant_presets=run.presets, variant_overrides=run.overrides,
+                   settings=run.config.model_dump(mode="json"))
+    return doc
+
+
+def _refuse_if_still_running(rec: dict, sweep_dir: Path) -> None:
+    """A record left `running` by a sweep that was killed outright: its child may still be at work."""
+    pid = rec.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return  # gone (or no /proc: nothing to check against)
+    if "trm_kaggle" in cmdline and rec["name"] in cmdline:
+        raise TRMError(f"{sweep_dir}: run {rec['name']} is still being trained by process {pid} of an earlier "
+                       f"sweep; wait for it or stop it (kill {pid}) first")
+
+
+@contextlib.contextmanager
+def _locked(sweep_dir: Path) -> Iterator[None]:
+    """One sweep process per directory (an advisory lock, released when the process ends however it ends)."""
+    try:
+        import fcntl
+    except ImportError:  # no fcntl (Windows): no lock
+        yield
+        return
+    with open(sweep_dir / LOCK_FILE, "a") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise TRMError(f"{sweep_dir}: another sweep is running in this directory") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+# ---------------------------------------------------------------------------
+# Running the plan
+# ---------------------------------------------------------------------------
+
+
+def _uses_cuda(cfg: TrainConfig) -> bool:
+    if cfg.device not in ("auto", "cuda"):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _visible_gpus() -> list[str]:
+    import torch
+
+    count = torch.cuda.device_count()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [x.strip() for x in visible.split(",") if x.strip()] if visible else [str(i) for i in range(count)]
+    return ids[:count]
+
+
+def error_line(log_path: Path, returncode: int) -> str:
+    """The line that says why a run failed: its `error:` line, else the last line of its log (a traceback's)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        lines = []
+    # only this attempt's lines: after the last header the sweep wrote
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("--- sweep attempt"):
+            lines = lines[i + 1:]
+            break
+    status = (f"killed by signal {signal.Signals(-returncode).name}" if returncode < 0 and
+              -returncode in signal.Signals._value2member_map_ else f"exit status {returncode}")
+    said = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1] if lines else "")
+    return f"{status}: {said}"[:500] if said else status
+
+
+@dataclass
+class _Job:
+    rec: dict
+    proc: subprocess.Popen
+    slot: int
+    t0: float
+    log: object
+
+
+@dataclass
+class SweepSummary:
+    sweep_dir: Path
+    total: int
+    done: int
+    failed: int
+    skipped: int  # done before this command started
+    seconds: float
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    def describe(self) -> str:
+        text = (f"sweep {self.sweep_dir}: {self.done} of {self.total} runs done ({self.skipped} before this command), "
+                f"{self.failed} failed, in {self.seconds:.0f} s")
+        text += "".join(f"\n  FAILED {name}: {err}" for name, err in self.failures)
+        return text + f"\ncompare them: trm-kaggle compare {self.sweep_dir}"
+
+
+class _Interrupted(BaseException):
+    """SIGTERM, handled like Ctrl-C."""
+
+
+def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequence[str] = (),
+              config_file: str | None = None, overrides: Sequence[str] = (), parallel: int = 1,
+              progress: bool = True, dry_run: bool = False, poll_seconds: float = 0.5) -> SweepSummary:
+    """Run (or continue) the grid's runs under `sweep_dir`; returns what became of them."""
+    if parallel < 1:
+        raise TRMError(f"--parallel {parallel}: must be at least 1")
+    sweep_dir = Path(sweep_dir)
+    plan = plan_sweep(grid, sweep_dir, presets=presets, config_file=config_file, overrides=overrides)
+    base = {"presets": [*presets, *grid.presets], "config": config_file, "overrides": [*grid.overrides, *overrides]}
+    for names in repeated_variants(plan):
+        log.warning("variants %s give the same settings on this base: their runs repeat each other",
+                    " and ".join(names))
+    cuda = any(_uses_cuda(run.config) for run in plan)
+    gpus = _visible_gpus() if cuda else []
+    if cuda and parallel > len(gpus):
+        raise TRMError(f"--parallel {parallel}: {len(gpus)} GPU(s) visible and each run takes one")
+    threads = max(1, (os.cpu_count() or 1) // parallel)
+    if dry_run:
+        doc = read_sweep(sweep_dir) if sweep_dir.is_dir() else None
+        states = {rec["name"]: rec["state"] for rec in (doc or {}).get("runs", [])}
+        print(f"base: {_describe_base(base)}")
+        for run in plan:
+            print(f"{run.name:<40} {states.get(run.name, 'new'):<8} {run.describe()}")
+        return SweepSummary(sweep_dir, len(plan), 0, 0, sum(s == "done" for s in states.values()), 0.0)
+
+    if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and any(sweep_dir.iterdir()):
+        raise TRMError(f"{sweep_dir} exists, is not empty and holds no {SWEEP_FILE}; choose another --sweep-dir")
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    with _locked(sweep_dir):
+        doc = _merge_plan(read_sweep(sweep_dir), grid, base, plan, sweep_dir)
+        path = sweep_dir / SWEEP_FILE
+
+        def save() -> None:
+            doc["updated"] = _now()
+            atomic_write_json(path, doc, indent=1)
+
+        save()
+        by_name = {rec["name"]: rec for rec in doc["runs"]}
+        todo = [(run, by_name[run.name]) for run in plan if by_name[run.name]["state"] != "done"]
+        skipped = len(plan) - len(todo)
+        failures: list[tuple[str, str]] = []
+        running: list[_Job] = []
+        free = list(range(parallel))
+        bar = tqdm(total=len(plan), initial=skipped, disable=not progress, unit="run", desc=f"sweep {grid.name}",
+                   dynamic_ncols=True)
+        say = bar.write if progress else (lambda text: print(text, file=sys.stderr, flush=True))
+
+        def start(run: PlannedRun, rec: dict, slot: int) -> None:
+            env = dict(os.environ)
+            extra = ["progress=False"]
+            if _uses_cuda(run.config):
+                env["CUDA_VISIBLE_DEVICES"] = gpus[slot]
+            elif run.config.threads is None:
+                extra.append(f"threads={threads}")
+                env["OMP_NUM_THREADS"] = str(threads)
+            run_dir = sweep_dir / run.name
+            cmd = run.command(run_dir, extra)
+            atomic_write_text(run_dir / RUN_CONFIG, dump_config(run.config))
+            logf = open(run_dir / LOG_FILE, "ab")
+            rec["attempts"] += 1
+            logf.write(f"--- sweep attempt {rec['attempts']} {_now()}: {shlex.join(cmd)}\n".encode())
+            logf.flush()
+            rec.update(started=_now(), finished=None, returncode=None, command=cmd,
+                       gpu=env.get("CUDA_VISIBLE_DEVICES") if _uses_cuda(run.config) else None)
+            try:
+                proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                        start_new_session=True)  # Ctrl-C reaches the sweep only; it stops children
+            except OSError as err:
+                logf.close()
+                free.append(slot)
+                rec.update(state="failed", error=f"cannot start {cmd[0]}: {err.strerror or err}", finished=_now())
+                failures.append((rec["name"], rec["error"]))
+                say(f"FAILED  {rec['name']}: {rec['error']}")
+                bar.update()
+                return
+            rec.update(state="running", error=None, pid=proc.pid)
+            running.append(_Job(rec, proc, slot, time.perf_counter(), logf))
+
+        def finish(job: _Job, returncode: int) -> None:
+            job.log.close()
+            rec = job.rec
+            rec.pop("pid", None)
+            rec.update(returncode=returncode, finished=_now(),
+                       seconds=round(rec["seconds"] + time.perf_counter() - job.t0, 3))
+            if returncode == 0:
+                rec.update(state="done", error=None)
+                say(f"done    {rec['name']} ({rec['seconds']:.0f} s)")
+            else:
+                rec.update(state="failed", error=error_line(sweep_dir / rec["name"] / LOG_FILE, returncode))
+                failures.append((rec["name"], rec["error"]))
+                say(f"FAILED  {rec['name']}: {rec['error']} (log: {sweep_dir / rec['name'] / LOG_FILE})")
+
+        def on_sigterm(signum, frame):
+            raise _Interrupted()
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm) if _main_thread() else None
+        try:
+            while todo or running:
+                while todo and free:
+                    start(*todo.pop(0), free.pop(0))
+                    save()
+                time.sleep(poll_seconds)
+                for job in list(running):
+                    rc = job.proc.poll()
+                    if rc is None:
+                        continue
+                    running.remove(job)
+                    free.append(job.slot)
+                    finish(job, rc)
+                    bar.update()
+                    save()
+                bar.set_postfix_str(", ".join(j.rec["name"] for j in running), refresh=False)
+        except BaseException as err:  # Ctrl-C, SIGTERM, or anything else: no child outlives the sweep
+            _stop(running)
+            for job in running:
+                job.log.close()
+                job.rec.pop("pid", None)
+                job.rec.update(state="pending", error="interrupted", finished=_now(),
+                               seconds=round(job.rec["seconds"] + time.perf_counter() - job.t0, 3))
+            save()
+            if isinstance(err, (KeyboardInterrupt, _Interrupted)):
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            bar.close()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        done = sum(by_name[run.name]["state"] == "done" for run in plan)
+        return SweepSummary(sweep_dir, len(plan), done, len(failures), skipped, time.perf_counter() - t_start,
+                            failures)
+
+
+def _describe_base(base: dict) -> str:
+    words = [*(f"--preset {p}" for p in base["presets"]), *([f"--config {base['config']}"] if base["config"] else []),
+             *base["overrides"]]
+    return " ".join(words) or "(defaults)"
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _stop(jobs: Sequence[_Job], grace_seconds: float = 30.0) -> None:
+    """SIGINT to every child's process group (train stops like after Ctrl-C), SIGKILL after the grace period."""
+    for job in jobs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(job.proc.pid, signal.SIGINT)
+    deadline = time.monotonic() + grace_seconds
+    for job in jobs:
+        try:
+            job.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(job.proc.pid, signal.SIGKILL)
+            job.proc.wait()

@@ -1,0 +1,95 @@
+"""Reading a run's metrics.jsonl (written by the training loop's MetricLog), also while the run writes it.
+
+Each line is one JSON record: training records carry `loss` (and `elapsed_s`, seconds since the
+process started training), evaluation records carry `eval_*` keys. A resumed run first drops the
+records past the step it resumes from (`drop_metrics_after`), then appends; its `elapsed_s` starts
+again from zero. The reader adds `wall_s`: wall-clock seconds of training up to each step, counted
+across resumptions (the time an interrupted process spent on steps that were trained again is not
+counted), and keeps one record per step (the last process's) also in a file written before
+resumptions dropped records, or by another program.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from pathlib import Path
+
+from trm_kaggle.atomic import atomic_write_text
+from trm_kaggle.errors import DataError
+from trm_kaggle.jsonio import parse_json, read_text
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _records(path: Path) -> list[tuple[str, object]]:
+    """(line, parsed record or None when the line is not JSON: a line cut off by a kill) of each non-empty line."""
+    out = []
+    for i, line in enumerate(read_text(path, METRICS_FILE).splitlines(), 1):
+        if line.strip():
+            try:
+                out.append((line, parse_json(line, f"{path}:{i}", "metrics record")))
+            except DataError:
+                out.append((line, None))
+    return out
+
+
+def drop_metrics_after(path: Path, step: int) -> None:
+    """On resume at `step`: keep the records of steps <= step, atomically. The steps after it are
+    trained again, so metrics.jsonl holds each step once. A line cut off by a kill is dropped too."""
+    if not path.is_file():
+        return
+    records = _records(path)
+    kept = [line for line, r in records if isinstance(r, dict) and isinstance(r.get("step"), int) and r["step"] <= step]
+    if len(kept) < len(records):
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+        log.warning("metrics.jsonl: dropped %d records after step %d (those steps run again)",
+                    len(records) - len(kept), step)
+
+
+def _new_process(last: tuple, step: int, elapsed: float, start: object) -> bool:
+    """Whether a training record comes from another process than the record before it."""
+    last_step, last_elapsed, last_start = last
+    if isinstance(start, int) and isinstance(last_start, int):
+        return start != last_start
+    return step <= last_step or elapsed < last_elapsed  # older files: the step or the clock went back
+
+
+def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
+    """(training records, evaluation records) of a run, one per step in step order, each with `wall_s`.
+
+    A line that is not a JSON record (the half-written last line of a running run) is skipped.
+    A run without metrics.jsonl yet has none."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return [], []
+    train: list[dict] = []
+    evals: dict[int, dict] = {}
+    offset, last, skipped = 0.0, None, 0
+    for _, record in _records(path):
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            skipped += 1
+            continue
+        step = record["step"]
+        if "loss" in record:
+            elapsed = float(record.get("elapsed_s", 0.0))
+            start = record.get("start_step")  # the step its process began at (files of older versions lack it)
+            if last is not None and _new_process(last, step, elapsed, start):
+                # resumed at `start` (else somewhere before `step`): its records replace the old ones from there on
+                resumed_at = start if isinstance(start, int) else step - 1
+                train = [r for r in train if r["step"] <= resumed_at]
+                evals = {s: r for s, r in evals.items() if s <= resumed_at}
+                offset = train[-1]["wall_s"] if train else 0.0
+            train.append({**record, "wall_s": offset + elapsed})
+            last = (step, elapsed, start)
+        elif any(key.startswith("eval_") for key in record):
+            evals[step] = dict(record)
+    if skipped:
+        log.info("%s: skipped %d unreadable line(s)", path, skipped)
+    steps = [r["step"] for r in train]
+    for step, record in evals.items():  # an evaluation follows the training record of its step
+        i = bisect.bisect_right(steps, step) - 1
+        record["wall_s"] = train[i]["wall_s"] if i >= 0 else 0.0
+    return train, [evals[s] for s in sorted(evals)]
