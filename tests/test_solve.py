@@ -473,3 +473,38 @@ def test_a_small_canvas_model_answers_the_tasks_that_fit_and_falls_back_on_the_r
     sub = json.loads((tmp_path / "submission.json").read_text())
     assert sub["large"][0]["attempt_1"] == [[3] * 11]  # the fallback: the test input
     assert validate_submission(tmp_path / "submission.json", path) == []
+
+
+# ---------------------------------------------------------------------------
+# Which device each worker gets (no GPU here: the device count and the device choice are stubbed)
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("visible, workers, expected, warned", [
+    (None, None, ["0", "1", "2", "3"], False),  # default: one worker per visible GPU
+    ("2,5,7,9", None, ["2", "5", "7", "9"], False),  # the ids the kernel was given, not 0..3
+    (None, 8, ["0", "1", "2", "3"], True),  # more workers than GPUs: cut to one each, said
+    (None, 2, ["0", "1"], False),
+    (None, 1, [None], False),  # one worker runs in the parent's device view
+])
+def test_one_worker_per_visible_gpu(monkeypatch, visible, workers, expected, warned):
+    import trm_kaggle.solve.solve as S
+
+    monkeypatch.setattr(S, "pick_device", lambda requested: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    said = []
+    c = SolveConfig(challenges="c.json", weights="w", device="cuda", workers=workers)
+    assert S.worker_devices(c, said.append) == ("cuda", expected, None)
+    assert bool(said) == warned and (not warned or "one worker per device, 4 in all" in said[0])
+
+
+def test_cpu_workers_share_the_cores(monkeypatch):
+    import trm_kaggle.solve.solve as S
+
+    monkeypatch.setattr(S, "usable_cores", lambda: 16)
+    c = SolveConfig(challenges="c.json", weights="w", device="cpu", workers=4)
+    assert S.worker_devices(c, print) == ("cpu", [None] * 4, 4)
+    assert S.worker_devices(c.model_copy(update={"threads": 2}), print) == ("cpu", [None] * 4, 2)
