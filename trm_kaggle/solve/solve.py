@@ -139,7 +139,7 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
             max_steps=phase.until_step, eval_interval=None, freeze_weights=phase.freeze_weights, ema=False,
             seed=cfg.seed, device=cfg.device, threads=cfg.threads, checkpoint_path=str(run_dir), checkpoint_keep=1,
             progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
-        result = train(tcfg, deadline=deadline)
+        result = train(tcfg, deadline=deadline, planned_resume=result.step > 0)
         if result.step < phase.until_step:
             break  # out of time
     return result

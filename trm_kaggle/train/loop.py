@@ -290,12 +290,15 @@ class TrainProgress:
 
 
 def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None,
-          on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None) -> TrainResult:
+          on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None,
+          planned_resume: bool = False) -> TrainResult:
     """Train (or resume) the run in `default_run_dir(cfg)`; returns the last metrics.
 
     `on_step(step, metrics)` is called at every log interval; `on_eval(step, eval_metrics)` after each
     evaluation, and training stops (saving its state) when it returns True. `deadline` (a time.time()
-    value) stops training before a step that would start after it, saving the state as usual."""
+    value) stops training before a step that would start after it, saving the state as usual.
+    `planned_resume`: the caller continues its own run on purpose (the next phase of a staged schedule),
+    so the resumption is logged at info level instead of as a warning."""
     if not cfg.data_paths:
         raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
     if cfg.time_limit is not None:
@@ -350,7 +353,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         if carries is not None and len(carries) != local_batch // micro:  # another micro-batch size now
             carries = _resplit(carries, micro)
         if rt.is_main:
-            log.warning("resuming %s from step %d", run_dir, step)
+            log.log(logging.INFO if planned_resume else logging.WARNING, "resuming %s from step %d", run_dir, step)
             drop_metrics_after(run_dir / METRICS_FILE, step)
     forward = torch.compile(model) if cfg.compile else model
     metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
