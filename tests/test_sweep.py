@@ -48,6 +48,7 @@ def fake_train(tmp_path, monkeypatch):
     real = S.PlannedRun.command  # [python, -m, trm_kaggle, train, *arguments]
     monkeypatch.setattr(S.PlannedRun, "command",
                         lambda self, run_dir, extra=(): [sys.executable, str(script), *real(self, run_dir, extra)[4:]])
+    monkeypatch.setattr(S, "check_data", lambda grid, plan: None)  # the stand-in needs no dataset
     return script
 
 
@@ -161,6 +162,29 @@ def test_bad_runs_and_commands_are_refused_before_anything_runs(tmp_path, capsys
     assert main(["sweep", "tn", "--sweep-dir", str(tmp_path / "busy")]) == 2
     assert "is not empty and holds no sweep.json" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["mine.txt"]
+
+
+def test_missing_or_unreadable_data_stops_the_sweep_before_any_run(tmp_path, capsys):
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data.sudoku import build_sudoku
+
+    sd = tmp_path / "sw"
+    assert main(["sweep", "ablations", "--preset", "cpu-smoke", "--sweep-dir", str(sd)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("error: sweep ablations, run baseline_s0: no data: set data_paths=[DIR] on the sweep's command "
+                       "line (a dataset built with trm-kaggle build-*)")
+    (tmp_path / "empty").mkdir()
+    assert main(["sweep", "ablations", "--preset", "cpu-smoke", f"data_paths=[{tmp_path / 'empty'}]",
+                 "--sweep-dir", str(sd)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: sweep ablations, run baseline_s0: data_paths: ") and "dataset.json" in err[-1]
+    assert not sd.exists()  # nothing started, nothing written
+    data = tmp_path / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=8, num_test=2, progress=False))
+    g = SweepGrid(name="d", axes=[["baseline", f"data_paths=[{data}, {tmp_path / 'empty'}]"]])
+    with pytest.raises(TRMError, match="run data_paths=.*: data_paths: "):  # a variant's own data is checked too
+        S.run_sweep(g, sd, overrides=[f"data_paths=[{data}]"], progress=False)
+    assert not sd.exists()
 
 
 def test_list_grids_and_dry_run(tmp_path, capsys):

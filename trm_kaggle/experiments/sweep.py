@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
+from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.train.loop import RESUMABLE_CHANGES
@@ -155,6 +156,23 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
                                                   "checkpoint_path": str(Path(sweep_dir) / name)})
             plan.append(PlannedRun(name, variant, seed, run_presets, run_overrides, run_cfg))
     return plan
+
+
+def check_data(grid: SweepGrid, plan: Sequence[PlannedRun]) -> None:
+    """Every run names data, and every dataset it names has a readable training split: a sweep that would
+    fail each of its runs the same way stops before the first one starts."""
+    checked: set[str] = set()
+    for run in plan:
+        if not run.config.data_paths:
+            raise TRMError(f"sweep {grid.name}, run {run.name}: no data: set data_paths=[DIR] on the sweep's command "
+                           f"line (a dataset built with trm-kaggle build-*)")
+        for path in run.config.data_paths:
+            if path not in checked:
+                checked.add(path)
+                try:
+                    load_metadata(path, "train")
+                except TRMError as err:
+                    raise TRMError(f"sweep {grid.name}, run {run.name}: data_paths: {err}") from None
 
 
 def repeated_variants(plan: Sequence[PlannedRun]) -> list[list[str]]:
@@ -362,6 +380,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
 
     if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and any(sweep_dir.iterdir()):
         raise TRMError(f"{sweep_dir} exists, is not empty and holds no {SWEEP_FILE}; choose another --sweep-dir")
+    check_data(grid, plan)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     with _locked(sweep_dir):
