@@ -700,6 +700,34 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_regress(sub) -> None:
+    p = sub.add_parser("regress", help="run the regression notebooks and compare their metrics with the baselines",
+                       description="Runs the regression notebooks (notebooks/regression) with papermill, several at "
+                                   "once where cores allow, reads the metrics each records, compares them with "
+                                   "baselines.json and writes OUT/report.md, OUT/history.jsonl and a plot of each "
+                                   "metric's history. Exit status: 0 when every metric holds (improvements are "
+                                   "reported), 1 when one regressed, 2 when one could not be compared.")
+    p.add_argument("names", nargs="*", metavar="NAME", help="notebooks to run (default: all)")
+    p.add_argument("--out", default="runs/regression", metavar="DIR",
+                   help="report, history and executed notebooks (default runs/regression)")
+    p.add_argument("--update-baselines", action="store_true",
+                   help="set the baselines (and the golden files) of the notebooks run to this run's values, "
+                        "recording the commit")
+    p.add_argument("--notebooks", default=None, metavar="DIR",
+                   help="folder of the notebooks and their baselines.json (default: notebooks/regression of this "
+                        "checkout)")
+    p.add_argument("--jobs", type=int, default=None, help="notebooks run at once (default: one per core)")
+    _common(p)
+    p.set_defaults(func=cmd_regress)
+
+
+def cmd_regress(args: argparse.Namespace) -> int:
+    from trm_kaggle.experiments.regress import regress
+
+    return regress(args.names, out=args.out, update=args.update_baselines, notebook_dir=args.notebooks,
+                   jobs=args.jobs)
+
+
 # ---------------------------------------------------------------------------
 # the main job on embedded defaults
 # ---------------------------------------------------------------------------
@@ -764,7 +792,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_build_code_repair, _add_verify,
                 _add_train, _add_sweep, _add_compare, _add_doctor, _add_export, _add_import_upstream, _add_evaluate,
-                _add_evaluate_repair, _add_submit, _add_validate_submission, _add_score, _add_estimate, _add_bundle):
+                _add_evaluate_repair, _add_submit, _add_validate_submission, _add_score, _add_estimate, _add_bundle,
+                _add_regress):
         add(sub)
     return parser
 

@@ -1,0 +1,89 @@
+"""Metrics a notebook records for `trm-kaggle regress`, and reading them back from the executed notebook.
+
+    from trm_kaggle.experiments.recorded import record
+    record("test_exact_accuracy", 0.93)                     # in a notebook cell
+    record("tasks_changed_votes", 1, "first: 00576224 test 0")
+
+`record` displays the metric as one output of the cell, under its own MIME type (`MIME`) beside a
+text line a reader sees; papermill keeps every output in the executed notebook, where `read_recorded`
+finds them. The metric lives in the notebook file itself: no side file to lose or mix up between runs.
+(papermill's old companion `scrapbook` works the same way, but it is unmaintained since 2020, declares
+neither its `six` import nor a modern nbformat, and pulls pandas and pyarrow in; a display output needs
+nothing but IPython, which every kernel has.)
+
+A value must be a finite number (an int, a float or a bool): NaN or infinity raises at once, in the cell
+that computed it. Names are plain (letters, digits, `_`, `-`, `.`), and a notebook records each name once.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from dataclasses import dataclass
+
+from trm_kaggle.errors import TRMError
+
+MIME = "application/vnd.trm-kaggle.metric+json"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One metric as a notebook recorded it."""
+
+    name: str
+    value: float
+    detail: str = ""  # what a reader needs when it changes (e.g. the first task that differs)
+
+
+def check_metric(name: object, value: object) -> float:
+    """The value as a float, or TRMError naming the metric and what is wrong with it."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise TRMError(f"metric name {name!r}: use letters, digits, '_', '-' and '.' (at most 100)")
+    if not isinstance(value, numbers.Real) or isinstance(value, complex):
+        raise TRMError(f"metric {name}: {value!r} is not a number")
+    if not math.isfinite(float(value)):
+        raise TRMError(f"metric {name}: {value} is not finite")
+    return float(value)
+
+
+def record(name: str, value: float, detail: str = "") -> None:
+    """Record a metric: a display output the runner reads back (in plain Python: one printed line).
+
+    Returns nothing, so that a cell ending with it shows the one line only."""
+    metric = Recorded(name, check_metric(name, value), str(detail))
+    text = f"metric {name} = {metric.value:g}" + (f" ({detail})" if detail else "")
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # plain Python without IPython: a reader still sees the line
+        print(text)
+        return
+    if get_ipython() is None:
+        print(text)
+        return
+    display({MIME: {"name": name, "value": metric.value, "detail": metric.detail}, "text/plain": text}, raw=True)
+
+
+def read_recorded(nb: dict, where: str) -> dict[str, Recorded]:
+    """Every metric recorded in an executed notebook (nbformat 4 as a dict), in cell order.
+
+    `where` names the notebook in errors: a malformed record or a name recorded twice is a TRMError."""
+    found: dict[str, Recorded] = {}
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list):
+        raise TRMError(f"{where}: not a notebook (no list of cells)")
+    for i, cell in enumerate(cells):
+        for out in cell.get("outputs", []) if isinstance(cell, dict) else []:
+            payload = out.get("data", {}).get(MIME) if isinstance(out, dict) else None
+            if payload is None:
+                continue
+            if not isinstance(payload, dict):
+                raise TRMError(f"{where}: cell {i}: a metric record that is not an object")
+            name = payload.get("name")
+            value = check_metric(name, payload.get("value"))
+            if name in found:
+                raise TRMError(f"{where}: metric {name} is recorded twice (cell {i} again); record each name once")
+            found[name] = Recorded(name, value, str(payload.get("detail", "")))
+    return found

@@ -1,0 +1,431 @@
+"""`trm-kaggle regress`: run the regression notebooks, compare what they record with the committed baselines.
+
+    notebooks/regression/                 (--notebooks DIR)
+      <name>.py + <name>.ipynb            a small deterministic CPU experiment that records its metrics
+                                          (`trm_kaggle.experiments.recorded.record`)
+      baselines.json                      per notebook and metric: value, tolerance, direction, and the commit
+                                          and date of the run that set the value
+      golden/                             the files the `golden` notebook compares against
+    OUT/                                  (--out, default runs/regression)
+      report.md                           this run: metric, baseline, now, verdict; errors; seconds per notebook
+      history.jsonl                       one line per run, appended: commit, time, every recorded metric
+      history/<notebook>.<metric>.png     each metric over the runs of history.jsonl, with its baseline band
+      executed/<name>.ipynb               the executed notebooks (their outputs and records)
+
+Notebooks run with papermill, several at once where cores allow (each pins its own threads), each in a
+kernel of this Python with the notebook's folder as working directory (the same as opening it in Jupyter)
+and two parameters when its `parameters` cell declares them: WORK_DIR (a fresh scratch folder, removed
+after a successful run) and UPDATE_GOLDEN (True with --update-baselines).
+
+Verdicts, for a baseline `value` with `tolerance` and `direction`:
+  higher: regressed below value - tolerance, improved above value + tolerance
+  lower:  regressed above value + tolerance, improved below value - tolerance
+  equal:  regressed outside value +- tolerance
+Exit status: 0 when every comparison holds (improvements are reported, so the baseline can be raised);
+1 when a metric regressed; 2 when a comparison could not be made (an unknown notebook, a baselines file
+that does not parse or lacks a metric, a notebook that failed or did not record a metric). Every problem
+is one line naming the notebook and the metric; no comparison is ever skipped in silence.
+
+`--update-baselines` is the only way baselines.json changes: it sets the value of each metric of the
+notebooks that ran to what they recorded, with the commit (suffixed `+dirty` when files other than the
+baselines and golden files differ from it) and the date. Tolerance and direction are a person's decision:
+a metric that baselines.json does not list yet is refused until someone adds it (value null).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Literal, Optional, Sequence
+
+import pydantic
+from pydantic import Field
+
+from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
+from trm_kaggle.config import validation_line
+from trm_kaggle.errors import TRMError
+from trm_kaggle.experiments.recorded import Recorded, read_recorded
+from trm_kaggle.jsonio import read_json
+from trm_kaggle.names import file_in
+
+BASELINES = "baselines.json"
+BASELINES_FORMAT = "trm_kaggle.regression-baselines"
+GOLDEN = "golden"  # a notebook's golden files live in <notebooks>/golden (ignored by the dirty check)
+HISTORY = "history.jsonl"
+PARAMETERS = ("WORK_DIR", "UPDATE_GOLDEN")  # what the runner passes, to the notebooks that declare them
+Verdict = Literal["ok", "improved", "regressed", "new"]  # new: no value yet (--update-baselines)
+
+
+def default_notebook_dir() -> Path:
+    """notebooks/regression of the checkout this package runs from."""
+    return Path(__file__).resolve().parents[2] / "notebooks" / "regression"
+
+
+# ---------------------------------------------------------------------------
+# baselines.json
+# ---------------------------------------------------------------------------
+
+
+class Baseline(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    value: Optional[float] = Field(None, allow_inf_nan=False)  # None: not measured yet (--update-baselines)
+    tolerance: float = Field(ge=0, allow_inf_nan=False)
+    direction: Literal["higher", "lower", "equal"]  # which way is better ("equal": neither)
+    commit: Optional[str] = None  # the commit whose run set `value`
+    date: Optional[str] = None
+
+    def describe(self) -> str:
+        better = {"higher": "higher is better", "lower": "lower is better", "equal": "must stay equal"}[self.direction]
+        return f"{'none' if self.value is None else f'{self.value:g}'} ({better}, tolerance {self.tolerance:g})"
+
+
+class BaselinesFile(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    format: Literal["trm_kaggle.regression-baselines"] = BASELINES_FORMAT
+    version: Literal[1] = 1
+    baselines: dict[str, dict[str, Baseline]]
+
+
+def load_baselines(path: Path) -> BaselinesFile:
+    raw = read_json(path, "baselines file", hint="it lists each notebook's metrics: value, tolerance, direction")
+    try:
+        return BaselinesFile.model_validate(raw)
+    except pydantic.ValidationError as e:
+        raise TRMError(f"{path}: not a baselines file: {validation_line(e)}") from None
+
+
+def save_baselines(path: Path, baselines: BaselinesFile) -> None:
+    atomic_write_text(path, json.dumps(baselines.model_dump(), indent=2) + "\n")
+
+
+def verdict(baseline: Baseline, now: float) -> Verdict:
+    if baseline.value is None:
+        return "new"
+    lo, hi = baseline.value - baseline.tolerance, baseline.value + baseline.tolerance
+    if baseline.direction == "higher":
+        return "regressed" if now < lo else "improved" if now > hi else "ok"
+    if baseline.direction == "lower":
+        return "regressed" if now > hi else "improved" if now < lo else "ok"
+    return "ok" if lo <= now <= hi else "regressed"
+
+
+# ---------------------------------------------------------------------------
+# running the notebooks
+# ---------------------------------------------------------------------------
+
+
+def list_notebooks(notebook_dir: Path) -> list[str]:
+    return sorted(p.stem for p in notebook_dir.glob("*.ipynb"))
+
+
+@dataclass
+class NotebookRun:
+    name: str
+    executed: Path
+    metrics: dict[str, Recorded] = field(default_factory=dict)
+    error: str | None = None  # why no metrics could be read
+    seconds: float = 0.0
+
+
+def _kernel_manager_class():
+    """A kernel manager that starts this very interpreter, whatever kernel specs PATH or Jupyter know of."""
+    from jupyter_client import KernelManager
+    from jupyter_client.kernelspec import KernelSpec
+
+    class ThisPython(KernelManager):
+        @property
+        def kernel_spec(self):
+            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                              display_name="trm-kaggle regress", language="python")
+
+    return ThisPython
+
+
+def _first_line(text: object) -> str:
+    lines = [s for s in str(text).strip().splitlines() if s.strip()]
+    return lines[0] if lines else ""
+
+
+def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool = False) -> NotebookRun:
+    """Execute one notebook with papermill and read its records (a failure becomes `error`, never raises)."""
+    import papermill
+
+    executed = out / "executed" / f"{name}.ipynb"
+    run = NotebookRun(name, executed)
+    source = notebook_dir / f"{name}.ipynb"
+    t0 = time.perf_counter()
+    work = None
+    try:
+        declared = papermill.inspect_notebook(str(source))
+        executed.parent.mkdir(parents=True, exist_ok=True)
+        (out / "work").mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=out / "work"))
+        given = {"WORK_DIR": str(work.resolve()), "UPDATE_GOLDEN": update_golden}
+        papermill.execute_notebook(str(source), str(executed), parameters={k: v for k, v in given.items()
+                                                                          if k in declared},
+                                   kernel_name="python3", language="python", cwd=str(notebook_dir),
+                                   progress_bar=False, kernel_manager_class=_kernel_manager_class())
+        run.metrics = read_recorded(json.loads(executed.read_text(encoding="utf-8")), f"{name} ({executed})")
+    except TRMError as e:
+        run.error = str(e)
+    except Exception as e:  # noqa: BLE001 - a failing notebook costs its own comparisons, not the others'
+        if type(e).__name__ == "PapermillExecutionError":
+            run.error = (f"the notebook failed in cell {e.exec_count}: {e.ename}: {_first_line(e.evalue)} "
+                         f"(see {executed})")
+        else:
+            run.error = f"{type(e).__name__}: {_first_line(e)}"
+    run.seconds = time.perf_counter() - t0
+    if run.error is None and work is not None:
+        shutil.rmtree(work, ignore_errors=True)  # ours; a failed run keeps it for a look
+    return run
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# ---------------------------------------------------------------------------
+# comparison, report, history
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    notebook: str
+    metric: str
+    baseline: Baseline
+    now: float
+    verdict: Verdict
+    detail: str = ""
+
+    @property
+    def line(self) -> str:
+        text = f"{self.notebook}.{self.metric} = {self.now:g}, baseline {self.baseline.describe()}"
+        return text + (f": {self.detail}" if self.detail else "")
+
+
+def compare(run: NotebookRun, expected: dict[str, Baseline], baselines_path: Path) -> tuple[list[Row], list[str]]:
+    """Rows for every expected metric, and one problem line for each that could not be compared."""
+    if run.error:
+        return [], [f"{run.name}: {run.error}"]
+    rows, problems = [], []
+    for metric, b in expected.items():
+        got = run.metrics.get(metric)
+        if got is None:
+            problems.append(f"{run.name}: metric {metric} was not recorded ({baselines_path} expects it; "
+                            f"executed notebook: {run.executed})")
+        else:
+            rows.append(Row(run.name, metric, b.model_copy(), got.value, verdict(b, got.value), got.detail))
+    for metric in sorted(set(run.metrics) - set(expected)):
+        problems.append(f"{run.name}: metric {metric} has no entry in {baselines_path}: add it with its tolerance "
+                        f"and direction (value null), then set it with --update-baselines")
+    return rows, problems
+
+
+def git_commit(notebook_dir: Path) -> str:
+    """HEAD of the checkout holding the notebooks (+dirty when files besides the baselines differ)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=notebook_dir, capture_output=True, text=True, timeout=30,
+                              check=True).stdout
+
+    try:
+        sha = git("rev-parse", "--short=12", "HEAD").strip()
+        top = Path(git("rev-parse", "--show-toplevel").strip())
+        ours = notebook_dir.resolve().relative_to(top.resolve()).as_posix()
+        changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return "unknown"
+    mine = (f"{ours}/{BASELINES}", f"{ours}/{GOLDEN}/")
+    dirty = [p for p in changed if not (p == mine[0] or p.startswith(mine[1]))]
+    return sha + ("+dirty" if dirty else "")
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def report_markdown(rows: list[Row], problems: list[str], runs: list[NotebookRun], commit: str, when: str,
+                    updated: bool) -> str:
+    lines = [f"# Regression notebooks: {when}", "",
+             f"Commit {commit}; {len(runs)} notebooks; "
+             + ("baselines updated from this run." if updated else "compared with the committed baselines."), "",
+             "| notebook | metric | baseline | now | verdict |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.notebook} | {r.metric} | {_md(r.baseline.describe())} | {r.now:g} | "
+                     f"{'**' + r.verdict + '**' if r.verdict != 'ok' else 'ok'} |")
+    notes = [r for r in rows if r.detail]
+    if notes:
+        lines += ["", "## Details", ""] + [f"* {r.notebook}.{r.metric}: {_md(r.detail)}" for r in notes]
+    if problems:
+        lines += ["", "## Not compared", ""] + [f"* {_md(p)}" for p in problems]
+    lines += ["", "## Notebooks", "", "| notebook | seconds | executed notebook |", "|---|---|---|"]
+    lines += [f"| {r.name} | {r.seconds:.0f} | {r.executed} |" for r in runs]
+    return "\n".join(lines) + "\n"
+
+
+def append_history(path: Path, commit: str, when: str, runs: list[NotebookRun]) -> None:
+    """One line per run of `regress`: the commit and every metric that was recorded."""
+    entry = {"time": when, "commit": commit,
+             "metrics": {r.name: {m: rec.value for m, rec in r.metrics.items()} for r in runs if not r.error}}
+    with open(path, "a", encoding="utf-8") as f:  # appending a whole line: earlier lines stay as they were
+        f.write(json.dumps(entry) + "\n")
+
+
+def read_history(path: Path) -> list[dict]:
+    """The entries of history.jsonl; a line that is not one (a run killed while writing) is skipped."""
+    if not path.is_file():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("metrics"), dict):
+            entries.append(entry)
+    return entries
+
+
+def plot_history(history: list[dict], notebook: str, metric: str, baseline: Baseline | None) -> bytes:
+    """PNG: the metric over the runs of the history (x: run, labelled by commit), with the baseline band."""
+    from trm_kaggle.experiments.compare import _figure, _png  # the package's one figure and PNG helpers
+
+    points = [(i, e["metrics"][notebook][metric], str(e.get("commit", "?"))[:8])
+              for i, e in enumerate(history) if isinstance(e["metrics"].get(notebook), dict)
+              and isinstance(e["metrics"][notebook].get(metric), (int, float))]
+    fig, axes = _figure(max(5.0, 0.35 * len(points) + 3), 3.4, 1, 1)
+    ax = axes[0][0]
+    if baseline is not None and baseline.value is not None:
+        ax.axhline(baseline.value, color="#2a6", linewidth=1, label=f"baseline {baseline.value:g}")
+        ax.axhspan(baseline.value - baseline.tolerance, baseline.value + baseline.tolerance, color="#2a6",
+                   alpha=0.15, linewidth=0, label=f"tolerance {baseline.tolerance:g} ({baseline.direction})")
+    if points:
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=4, color="#235",
+                linewidth=1.2, label="recorded")
+        step = max(1, len(points) // 12)
+        ax.set_xticks([p[0] for p in points][::step], [p[2] for p in points][::step], rotation=30, fontsize=7)
+    ax.set_xlabel("run (commit)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{notebook}.{metric} over {len(points)} runs", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return _png(fig)
+
+
+# ---------------------------------------------------------------------------
+# the command
+# ---------------------------------------------------------------------------
+
+
+def _check_request(names: Sequence[str], notebook_dir: Path, baselines: BaselinesFile, baselines_path: Path,
+                   update: bool) -> list[str]:
+    """The notebooks to run, after every check that needs no execution (TRMError for the first problem)."""
+    known = list_notebooks(notebook_dir)
+    if not known:
+        raise TRMError(f"{notebook_dir}: no regression notebooks (*.ipynb) here; run from a checkout of the "
+                       "repository or pass --notebooks DIR")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise TRMError(f"unknown regression notebook {unknown[0]!r}; the notebooks in {notebook_dir} are: "
+                       + ", ".join(known))
+    stale = sorted(set(baselines.baselines) - set(known))
+    if stale:
+        raise TRMError(f"{baselines_path} lists notebook {stale[0]!r}, which {notebook_dir} does not have: "
+                       "remove its entry or restore the notebook")
+    chosen = list(dict.fromkeys(names)) or known
+    for name in chosen:
+        expected = baselines.baselines.get(name)
+        if not expected:
+            raise TRMError(f"{baselines_path} has no metrics for notebook {name!r}: add each metric it records "
+                           "with its tolerance and direction (value null), then run --update-baselines")
+        missing = [m for m, b in expected.items() if b.value is None]
+        if missing and not update:
+            raise TRMError(f"{baselines_path}: {name}.{missing[0]} has no baseline value yet: run "
+                           f"`trm-kaggle regress {name} --update-baselines`")
+    return chosen
+
+
+def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression", update: bool = False,
+            notebook_dir: str | os.PathLike | None = None, jobs: int | None = None,
+            say: Callable[[str], None] = print, warn: Callable[[str], None] | None = None) -> int:
+    """Run the notebooks, compare, report, keep the history; returns the exit status (module docstring)."""
+    warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
+    notebook_dir = Path(notebook_dir) if notebook_dir is not None else default_notebook_dir()
+    out = Path(out)
+    if not notebook_dir.is_dir():
+        raise TRMError(f"{notebook_dir}: no such folder of regression notebooks (run from a checkout of the "
+                       "repository or pass --notebooks DIR)")
+    if out.resolve() == notebook_dir.resolve() or notebook_dir.resolve() in out.resolve().parents:
+        raise TRMError(f"--out {out} is inside {notebook_dir}: the executed notebooks would mix with the notebooks")
+    if jobs is not None and jobs < 1:
+        raise TRMError(f"--jobs must be >= 1, got {jobs}")
+    baselines_path = notebook_dir / BASELINES
+    baselines = load_baselines(baselines_path)
+    chosen = _check_request(names, notebook_dir, baselines, baselines_path, update)
+    commit = git_commit(notebook_dir)
+    if update and commit.endswith("+dirty"):
+        warn(f"warning: the checkout has uncommitted changes: the baselines record {commit}; commit the code "
+             "first so that the commit names what produced them")
+
+    out.mkdir(parents=True, exist_ok=True)
+    workers = min(len(chosen), jobs or usable_cores())
+    say(f"running {len(chosen)} regression notebooks ({', '.join(chosen)}), {workers} at a time")
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        runs = list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update), chosen))
+    for r in runs:
+        say(f"{r.name}: " + (f"FAILED: {r.error}" if r.error else f"{len(r.metrics)} metrics in {r.seconds:.0f} s"))
+
+    rows: list[Row] = []
+    problems: list[str] = []
+    for r in runs:
+        got, bad = compare(r, baselines.baselines[r.name], baselines_path)
+        rows += got
+        problems += bad
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if update:
+        for r in runs:
+            if r.error or any(p.startswith(f"{r.name}: ") for p in problems):
+                continue
+            for metric, b in baselines.baselines[r.name].items():
+                old = "none" if b.value is None else f"{b.value:g}"
+                b.value, b.commit, b.date = r.metrics[metric].value, commit, when[:10]
+                say(f"baseline {r.name}.{metric}: {old} -> {b.value:g}")
+        save_baselines(baselines_path, baselines)
+        say(f"updated {baselines_path}")
+
+    atomic_write_text(out / "report.md", report_markdown(rows, problems, runs, commit, when, update))
+    append_history(out / HISTORY, commit, when, runs)
+    history = read_history(out / HISTORY)
+    for r in runs:
+        for metric in r.metrics:
+            png = file_in(out / "history", f"{r.name}.{metric}", ".png")
+            atomic_write_bytes(png, plot_history(history, r.name, metric, baselines.baselines[r.name].get(metric)))
+
+    for row in rows:
+        if row.verdict == "improved" and not update:
+            say(f"improved: {row.line} (beyond the tolerance: raise the baseline with --update-baselines)")
+    regressed = [row for row in rows if row.verdict == "regressed"]
+    for row in regressed:
+        (say if update else warn)(f"{'accepted ' if update else ''}regression: {row.line}")
+    for p in problems:
+        warn(f"error: {p}")
+    say(f"report: {out / 'report.md'}; {len(rows)} comparisons, {len(regressed)} regressed, "
+        f"{sum(row.verdict == 'improved' for row in rows)} improved, {len(problems)} not compared")
+    if problems:
+        return 2
+    return 1 if regressed and not update else 0
