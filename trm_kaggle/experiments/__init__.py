@@ -1,1 +1,2 @@
-"""Experiments above single runs: grids of training runs (sweep.py) and their comparison (compare.py)."""
+"""Experiments above single runs: grids of training runs (sweep.py), their comparison (compare.py), and the
+regression notebooks' runner (regress.py, with recorded.py for the metrics the notebooks record)."""

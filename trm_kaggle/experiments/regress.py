@@ -182,7 +182,7 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         run.error = str(e)
     except Exception as e:  # noqa: BLE001 - a failing notebook costs its own comparisons, not the others'
         if type(e).__name__ == "PapermillExecutionError":
-            run.error = (f"the notebook failed in cell {e.exec_count}: {e.ename}: {_first_line(e.evalue)} "
+            run.error = (f"the notebook failed in cell [{e.exec_count}]: {e.ename}: {_first_line(e.evalue)} "
                          f"(see {executed})")
         else:
             run.error = f"{type(e).__name__}: {_first_line(e)}"

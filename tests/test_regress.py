@@ -1,0 +1,342 @@
+"""`trm-kaggle regress`: recorded metrics, baselines, verdicts, reports, bad input, and proof that the guard fails.
+
+Small stand-in notebooks (no model, a kernel each) check the runner; the planted-change tests run the real
+`golden` notebook against a temporary copy of the package in which one thing was broken on purpose, and check
+that `regress` names the notebook and the metric; the last test runs the whole suite on this checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trm_kaggle.cli import main
+from trm_kaggle.errors import TRMError
+from trm_kaggle.experiments import recorded as R
+from trm_kaggle.experiments import regress as G
+
+nbformat = pytest.importorskip("nbformat", reason="regress needs the notebooks extra: pip install -e '.[notebooks]'")
+pytest.importorskip("papermill", reason="regress needs the notebooks extra: pip install -e '.[notebooks]'")
+
+REPO = Path(__file__).resolve().parents[1]
+REGRESSION = REPO / "notebooks" / "regression"
+NAMES = ["code_repair_small", "golden", "learn_arc_small", "learn_sudoku4", "ttt_gain"]
+
+
+# ---------------------------------------------------------------------------
+# recorded metrics
+# ---------------------------------------------------------------------------
+
+
+def output(name, value, detail=""):
+    return {"output_type": "display_data", "metadata": {},
+            "data": {R.MIME: {"name": name, "value": value, "detail": detail}, "text/plain": f"metric {name}"}}
+
+
+def test_records_are_read_back_in_cell_order():
+    nb = {"cells": [{"cell_type": "code", "outputs": [output("a", 1), {"output_type": "stream", "text": "x"}]},
+                    {"cell_type": "markdown"}, {"cell_type": "code", "outputs": [output("b", 0.25, "why")]}]}
+    got = R.read_recorded(nb, "nb")
+    assert list(got) == ["a", "b"] and got["b"] == R.Recorded("b", 0.25, "why")
+
+
+@pytest.mark.parametrize("outputs, message", [
+    ([output("a", 1), output("a", 2)], "recorded twice"),
+    ([output("a", float("nan"))], "not finite"),
+    ([output("a", "high")], "not a number"),
+    ([output("a b", 1)], "metric name"),
+])
+def test_a_bad_record_is_one_error(outputs, message):
+    with pytest.raises(TRMError, match=message):
+        R.read_recorded({"cells": [{"cell_type": "code", "outputs": outputs}]}, "nb")
+
+
+def test_record_outside_a_kernel_prints_a_line_and_checks_the_value(capsys):
+    assert R.record("exact", 0.5, "3 of 6") is None
+    assert capsys.readouterr().out == "metric exact = 0.5 (3 of 6)\n"
+    for bad in (math.inf, float("nan"), "0.5", None):
+        with pytest.raises(TRMError):
+            R.record("exact", bad)
+
+
+# ---------------------------------------------------------------------------
+# verdicts and the baselines file
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direction, now, expected", [
+    ("higher", 0.80, "ok"), ("higher", 0.74, "regressed"), ("higher", 0.86, "improved"), ("higher", 0.75, "ok"),
+    ("lower", 0.80, "ok"), ("lower", 0.86, "regressed"), ("lower", 0.74, "improved"),
+    ("equal", 0.84, "ok"), ("equal", 0.86, "regressed"), ("equal", 0.74, "regressed"),
+])
+def test_verdict(direction, now, expected):
+    assert G.verdict(G.Baseline(value=0.8, tolerance=0.05, direction=direction), now) == expected
+
+
+def test_zero_tolerance_catches_any_change():
+    b = G.Baseline(value=0, tolerance=0, direction="lower")
+    assert G.verdict(b, 0) == "ok" and G.verdict(b, 1) == "regressed"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "unreadable baselines file"),
+    ('{"format": "trm_kaggle.regression-baselines", "version": 1}', "baselines: Field required"),
+    ('{"baselines": {"nb": {"m": {"value": 1, "tolerance": -1, "direction": "higher"}}}}', "tolerance"),
+    ('{"baselines": {"nb": {"m": {"value": 1, "tolerance": 0, "direction": "up"}}}}', "direction"),
+    ('{"baselines": {"nb": {"m": {"value": NaN, "tolerance": 0, "direction": "lower"}}}}', "value"),
+])
+def test_a_bad_baselines_file_is_one_error_naming_it(tmp_path, text, message):
+    path = tmp_path / "baselines.json"
+    path.write_text(text)
+    with pytest.raises(TRMError, match=message) as e:
+        G.load_baselines(path)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------------------
+# the runner, on stand-in notebooks
+# ---------------------------------------------------------------------------
+
+
+def write_notebook(folder: Path, name: str, code: str, parameters: str = "WORK_DIR = None\n") -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {name}"),
+                nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("from trm_kaggle.experiments.recorded import record\n" + code)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / f"{name}.ipynb")
+    return folder / f"{name}.ipynb"
+
+
+def write_baselines(folder: Path, entries: dict) -> Path:
+    path = folder / "baselines.json"
+    path.write_text(json.dumps({"format": "trm_kaggle.regression-baselines", "version": 1, "baselines": entries}))
+    return path
+
+
+def b(value, tolerance=0.05, direction="higher"):
+    return {"value": value, "tolerance": tolerance, "direction": direction, "commit": "abc", "date": "2026-01-01"}
+
+
+@pytest.fixture
+def suite(tmp_path):
+    """Two stand-in notebooks: `acc` records an accuracy of 0.8 (and checks its WORK_DIR), `count` a count."""
+    folder = tmp_path / "nbs"
+    write_notebook(folder, "acc", "import os\nassert os.path.isdir(WORK_DIR), WORK_DIR\nrecord('accuracy', 0.8)\n")
+    write_notebook(folder, "count", "record('changed', 0, 'nothing changed')\n")
+    write_baselines(folder, {"acc": {"accuracy": b(0.8)}, "count": {"changed": b(0, 0, "lower")}})
+    return folder
+
+
+def regress(capsys, folder, out, *args):
+    rc = main(["regress", "--notebooks", str(folder), "--out", str(out), *args])
+    o = capsys.readouterr()
+    return rc, o.out, o.err
+
+
+def test_a_run_that_holds_writes_report_history_and_plots(suite, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc, stdout, stderr = regress(capsys, suite, out)
+    assert rc == 0, stderr
+    assert "2 comparisons, 0 regressed, 0 improved, 0 not compared" in stdout
+    report = (out / "report.md").read_text()
+    assert "| acc | accuracy | 0.8 (higher is better, tolerance 0.05) | 0.8 | ok |" in report
+    assert "| count | changed | 0 (lower is better, tolerance 0) | 0 | ok |" in report
+    assert "count.changed: nothing changed" in report
+    rc, _, _ = regress(capsys, suite, out)  # a second run appends to the history
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    assert len(history) == 2 and history[1]["metrics"] == {"acc": {"accuracy": 0.8}, "count": {"changed": 0}}
+    assert (out / "history" / "acc.accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "history" / "count.changed.png").is_file()
+    assert json.loads((out / "executed" / "acc.ipynb").read_text())["cells"]
+    assert not list((out / "work").iterdir()), "the scratch folders of successful runs are removed"
+
+
+def test_a_regression_exits_1_naming_notebook_and_metric(suite, tmp_path, capsys):
+    write_baselines(suite, {"acc": {"accuracy": b(0.9)}, "count": {"changed": b(0, 0, "lower")}})
+    rc, stdout, stderr = regress(capsys, suite, tmp_path / "out", "acc")
+    assert rc == 1
+    assert "regression: acc.accuracy = 0.8, baseline 0.9 (higher is better, tolerance 0.05)" in stderr
+    assert "| acc | accuracy | 0.9 (higher is better, tolerance 0.05) | 0.8 | **regressed** |" in \
+        (tmp_path / "out" / "report.md").read_text()
+
+
+def test_an_improvement_is_reported_and_passes(suite, tmp_path, capsys):
+    write_baselines(suite, {"acc": {"accuracy": b(0.7)}, "count": {"changed": b(0, 0, "lower")}})
+    rc, stdout, _ = regress(capsys, suite, tmp_path / "out")
+    assert rc == 0
+    assert "improved: acc.accuracy = 0.8, baseline 0.7 (higher is better, tolerance 0.05) (beyond the tolerance: " \
+           "raise the baseline with --update-baselines)" in stdout
+
+
+def test_update_baselines_sets_values_and_commit_only_when_asked(suite, tmp_path, capsys):
+    before = (suite / "baselines.json").read_text()
+    write_baselines(suite, {"acc": {"accuracy": {"value": None, "tolerance": 0.1, "direction": "higher"}},
+                            "count": {"changed": b(0, 0, "lower")}})
+    rc, _, stderr = regress(capsys, suite, tmp_path / "out")  # no value yet, no flag: refused before running
+    assert rc == 2 and "acc.accuracy has no baseline value yet" in stderr
+    assert not (tmp_path / "out").exists()
+    rc, stdout, _ = regress(capsys, suite, tmp_path / "out", "acc", "--update-baselines")
+    assert rc == 0 and "baseline acc.accuracy: none -> 0.8" in stdout
+    data = json.loads((suite / "baselines.json").read_text())["baselines"]
+    assert data["acc"]["accuracy"]["value"] == 0.8 and data["acc"]["accuracy"]["tolerance"] == 0.1
+    assert data["acc"]["accuracy"]["commit"] == "unknown"  # not a git checkout
+    assert data["count"] == json.loads(before)["baselines"]["count"]  # not run: untouched
+
+
+@pytest.mark.parametrize("code, message", [
+    ("record('accuracy', 0.8)\nrecord('extra', 1)\n", "acc: metric extra has no entry in"),
+    ("accuracy = 0.8\n", "acc: metric accuracy was not recorded"),
+    ("raise ValueError('the data is gone')\n", "acc: the notebook failed in cell [3]: ValueError: the data is gone"),
+    ("record('accuracy', float('nan'))\n", "acc: the notebook failed in cell [3]: TRMError: metric accuracy: nan is not"),
+])
+def test_a_metric_that_cannot_be_compared_exits_2_naming_it(suite, tmp_path, capsys, code, message):
+    write_notebook(suite, "acc", code)
+    rc, stdout, stderr = regress(capsys, suite, tmp_path / "out")
+    assert rc == 2
+    lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and message in lines[0], stderr
+    assert "count: 1 metrics" in stdout  # the other notebook still ran and was compared
+    assert "| count | changed |" in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("args, baselines, message", [
+    (["nosuch"], None, "unknown regression notebook 'nosuch'; the notebooks in"),
+    ([], "{oops", "unreadable baselines file"),
+    ([], {"acc": {"accuracy": b(0.8)}}, "has no metrics for notebook 'count'"),
+    ([], {"acc": {"accuracy": b(0.8)}, "count": {"changed": b(0)}, "gone": {"x": b(1)}}, "lists notebook 'gone'"),
+])
+def test_bad_requests_fail_before_any_notebook_runs(suite, tmp_path, capsys, args, baselines, message):
+    if isinstance(baselines, str):
+        (suite / "baselines.json").write_text(baselines)
+    elif baselines is not None:
+        write_baselines(suite, baselines)
+    rc, _, stderr = regress(capsys, suite, tmp_path / "out", *args)
+    assert rc == 2 and stderr.count("\n") == 1 and stderr.startswith("error: ") and message in stderr, stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_inside_the_notebooks_folder_is_refused(suite, capsys):
+    rc, _, stderr = regress(capsys, suite, suite / "out")
+    assert rc == 2 and "is inside" in stderr
+
+
+# ---------------------------------------------------------------------------
+# the regression notebooks themselves
+# ---------------------------------------------------------------------------
+
+
+def test_the_regression_notebooks_are_pairs_in_sync_without_outputs():
+    from test_notebooks import pair_differences, parameters_cells
+
+    assert G.list_notebooks(REGRESSION) == NAMES and sorted(p.stem for p in REGRESSION.glob("*.py")) == NAMES
+    for name in NAMES:
+        assert pair_differences(REGRESSION / f"{name}.py", REGRESSION / f"{name}.ipynb") == [], \
+            f"run `jupytext --sync notebooks/regression/{name}.py`"
+        nb = json.loads((REGRESSION / f"{name}.ipynb").read_text())
+        assert all(c.get("outputs", []) == [] and c.get("execution_count") is None for c in nb["cells"])
+        cells = parameters_cells(nbformat.reads(json.dumps(nb), as_version=4))
+        assert len(cells) == 1 and "WORK_DIR = None" in cells[0].source, name
+        assert "torch.set_num_threads(1)" in (REGRESSION / f"{name}.py").read_text(), f"{name}: pin the threads"
+
+
+def test_every_baseline_is_set_from_a_recorded_run():
+    baselines = G.load_baselines(REGRESSION / G.BASELINES).baselines
+    assert sorted(baselines) == NAMES
+    for name, metrics in baselines.items():
+        for metric, base in metrics.items():
+            assert base.value is not None and base.commit and base.date, f"{name}.{metric}"
+            assert not base.commit.endswith("+dirty"), f"{name}.{metric}: set from uncommitted code"
+    assert all(b.value == 0 and b.tolerance == 0 for b in baselines["golden"].values())
+
+
+# ---------------------------------------------------------------------------
+# planted changes: the guard fails, naming the notebook and the metric
+# ---------------------------------------------------------------------------
+
+
+def planted_copy(tmp_path: Path, edit) -> Path:
+    """A copy of the package, the regression notebooks and the shipped weights, with `edit` applied."""
+    root = tmp_path / "repo"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    shutil.copytree(REPO / "trm_kaggle", root / "trm_kaggle", ignore=skip)
+    shutil.copytree(REGRESSION, root / "notebooks" / "regression", ignore=skip)
+    shutil.copytree(REPO / "weights" / "arc2-cpu-tiny", root / "weights" / "arc2-cpu-tiny")
+    edit(root)
+    return root
+
+
+def replace_once(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert text.count(old) == 1, f"{path}: the planted change no longer applies (the code moved): {old!r}"
+    path.write_text(text.replace(old, new))
+
+
+def perturb_weight(root: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    path = root / "weights" / "arc2-cpu-tiny" / "weights.safetensors"
+    tensors = load_file(path)
+    tensors["layers.0.mlp.down_proj.weight"][0, 0] += 1e-3  # about 2 % of the layer's mean magnitude
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def swap_rotations(root: Path) -> None:
+    """Augmentation: rot90 and rot270 trade places (the data builder and the decoder both use `dihedral`)."""
+    path = root / "trm_kaggle" / "data" / "augment.py"
+    replace_once(path, "    if t == 1:  # rot90 counter-clockwise", "    if t == 3:  # rot90 counter-clockwise (planted)")
+    replace_once(path, "    if t == 3:  # rot270", "    if t == 1:  # rot270 (planted)")
+
+
+def wrong_tie_break(root: Path) -> None:
+    """Votes: ties broken by the lowest mean confidence instead of the highest."""
+    replace_once(root / "trm_kaggle" / "evaluate" / "vote.py", "np.lexsort((first, -mean_q, -score, cand_slot))",
+                 "np.lexsort((first, mean_q, -score, cand_slot))")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("edit, caught, unchanged", [
+    (perturb_weight, {"tasks_changed_logits"}, set()),
+    (swap_rotations, {"tasks_changed_logits"}, set()),
+    (wrong_tie_break, {"tasks_changed_votes", "tasks_changed_submission"},
+     {"tasks_changed_predictions", "tasks_changed_logits"}),
+], ids=["perturbed-weight", "swapped-augmentation", "wrong-vote-tie-break"])
+def test_regress_catches_a_planted_change(tmp_path, edit, caught, unchanged):
+    root = planted_copy(tmp_path, edit)
+    env = {**os.environ, "PYTHONPATH": str(root)}  # the copy's package, in this process and in the kernel
+    r = subprocess.run([sys.executable, "-m", "trm_kaggle", "regress", "golden", "--out", str(tmp_path / "out")],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"running 1 regression notebooks (golden)" in r.stdout
+    regressed = {line.split(" = ")[0].removeprefix("regression: golden.") for line in r.stderr.splitlines()
+                 if line.startswith("regression: golden.")}
+    assert caught <= regressed, r.stderr
+    assert not regressed & unchanged, f"{regressed & unchanged} changed too: the planted change is not the only one"
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert all(f"| golden | {m} |" in report and "**regressed**" in report for m in caught)
+    assert "first: " in report  # the first task that changed is named
+
+
+# ---------------------------------------------------------------------------
+# the whole suite on this checkout (what CI runs)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_regression_suite_holds(tmp_path, capsys):
+    rc, stdout, stderr = regress(capsys, REGRESSION, tmp_path / "out")
+    assert rc == 0, stdout + stderr
+    report = (tmp_path / "out" / "report.md").read_text()
+    baselines = G.load_baselines(REGRESSION / G.BASELINES).baselines
+    for name, metrics in baselines.items():
+        for metric in metrics:
+            assert f"| {name} | {metric} |" in report
+            assert (tmp_path / "out" / "history" / f"{name}.{metric}.png").is_file()
