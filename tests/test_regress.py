@@ -196,7 +196,7 @@ def test_update_baselines_sets_values_and_commit_only_when_asked(suite, tmp_path
     ("record('accuracy', 0.8)\nrecord('extra', 1)\n", "acc: metric extra has no entry in"),
     ("accuracy = 0.8\n", "acc: metric accuracy was not recorded"),
     ("raise ValueError('the data is gone')\n", "acc: the notebook failed in cell [3]: ValueError: the data is gone"),
-    ("record('accuracy', float('nan'))\n", "acc: the notebook failed in cell [3]: TRMError: metric accuracy: nan is not"),
+    ("record('accuracy', float('nan'))\n", "acc: the notebook failed in cell [3]: TRMError: metric accuracy: nan is"),
 ])
 def test_a_metric_that_cannot_be_compared_exits_2_naming_it(suite, tmp_path, capsys, code, message):
     write_notebook(suite, "acc", code)
@@ -292,7 +292,7 @@ def perturb_weight(root: Path) -> None:
 def swap_rotations(root: Path) -> None:
     """Augmentation: rot90 and rot270 trade places (the data builder and the decoder both use `dihedral`)."""
     path = root / "trm_kaggle" / "data" / "augment.py"
-    replace_once(path, "    if t == 1:  # rot90 counter-clockwise", "    if t == 3:  # rot90 counter-clockwise (planted)")
+    replace_once(path, "    if t == 1:  # rot90 counter-clockwise", "    if t == 3:  # rot90, planted")
     replace_once(path, "    if t == 3:  # rot270", "    if t == 1:  # rot270 (planted)")
 
 
@@ -319,7 +319,7 @@ def test_regress_catches_a_planted_change(tmp_path, edit, caught, unchanged):
     regressed = {line.split(" = ")[0].removeprefix("regression: golden.") for line in r.stderr.splitlines()
                  if line.startswith("regression: golden.")}
     assert caught <= regressed, r.stderr
-    assert not regressed & unchanged, f"{regressed & unchanged} changed too: the planted change is not the only one"
+    assert not regressed & unchanged, f"{regressed & unchanged} changed too: more changed than the planted change"
     report = (tmp_path / "out" / "report.md").read_text()
     assert all(f"| golden | {m} |" in report and "**regressed**" in report for m in caught)
     assert "first: " in report  # the first task that changed is named

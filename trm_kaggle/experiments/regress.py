@@ -147,7 +147,9 @@ def _kernel_manager_class():
     class ThisPython(KernelManager):
         @property
         def kernel_spec(self):
-            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            # the kernel's own log (not the notebook's output) at errors only: no note per start about TCP
+            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                                    "--IPKernelApp.log_level=ERROR"],
                               display_name="trm-kaggle regress", language="python")
 
     return ThisPython
@@ -281,7 +283,8 @@ def report_markdown(rows: list[Row], problems: list[str], runs: list[NotebookRun
 def append_history(path: Path, commit: str, when: str, runs: list[NotebookRun]) -> None:
     """One line per run of `regress`: the commit and every metric that was recorded."""
     entry = {"time": when, "commit": commit,
-             "metrics": {r.name: {m: rec.value for m, rec in r.metrics.items()} for r in runs if not r.error}}
+             "metrics": {r.name: {m: rec.value for m, rec in r.metrics.items()} for r in runs if not r.error},
+             "seconds": {r.name: round(r.seconds, 1) for r in runs}}  # for the order of the next run, not a metric
     with open(path, "a", encoding="utf-8") as f:  # appending a whole line: earlier lines stay as they were
         f.write(json.dumps(entry) + "\n")
 
@@ -299,6 +302,14 @@ def read_history(path: Path) -> list[dict]:
         if isinstance(entry, dict) and isinstance(entry.get("metrics"), dict):
             entries.append(entry)
     return entries
+
+
+def last_seconds(history: list[dict]) -> dict[str, float]:
+    """Each notebook's seconds in the newest run that recorded them (empty without one)."""
+    for entry in reversed(history):
+        if isinstance(entry.get("seconds"), dict):
+            return {k: float(v) for k, v in entry["seconds"].items() if isinstance(v, (int, float))}
+    return {}
 
 
 def plot_history(history: list[dict], notebook: str, metric: str, baseline: Baseline | None) -> bytes:
@@ -384,6 +395,8 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
 
     out.mkdir(parents=True, exist_ok=True)
     workers = min(len(chosen), jobs or usable_cores())
+    last = last_seconds(read_history(out / HISTORY))
+    chosen.sort(key=lambda n: -last.get(n, 0.0))  # longest first: the cores stay busy until the end
     say(f"running {len(chosen)} regression notebooks ({', '.join(chosen)}), {workers} at a time")
     with ThreadPoolExecutor(max_workers=workers) as pool:
         runs = list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update), chosen))
