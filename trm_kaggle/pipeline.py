@@ -28,6 +28,7 @@ from trm_kaggle.train.checkpoint import export_run
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.metrics import read_metrics
 from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.wording import count
 
 
 def _say(text: str) -> None:
@@ -45,7 +46,7 @@ def learning_summary(run_dir: Path) -> str:
     def mean(rs, key):
         return sum(r[key] for r in rs) / len(rs)
 
-    return (f"learning (mean of the first vs the last {n} logged intervals): loss {mean(first, 'loss'):.3f} -> "
+    return (f"learning (mean of the first vs the last {count(n, 'logged interval')}): loss {mean(first, 'loss'):.3f} -> "
             f"{mean(last, 'loss'):.3f}, token accuracy {mean(first, 'token_accuracy'):.3f} -> "
             f"{mean(last, 'token_accuracy'):.3f}, exact accuracy {mean(first, 'exact_accuracy'):.3f} -> "
             f"{mean(last, 'exact_accuracy'):.3f} (training batches)")

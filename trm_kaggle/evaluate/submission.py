@@ -61,6 +61,7 @@ from trm_kaggle.data.arc import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.stats import format_interval, wilson_interval
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.wording import count
 
 ATTEMPTS = ("attempt_1", "attempt_2")
 FALLBACKS = ("input", "blank")
@@ -219,7 +220,7 @@ def make_submission(challenges: str | os.PathLike | Mapping,
         if task_id not in raw:
             note(task_id, "candidates given for a task that is not in the challenges; ignored")
         elif not 0 <= index < n:
-            note(task_id, f"candidates given for test index {index} but the task has {n} test inputs; ignored")
+            note(task_id, f"candidates given for test index {index} but the task has {count(n, 'test input')}; ignored")
         else:
             by_key[(task_id, index)] = grids
 
@@ -327,9 +328,9 @@ def validate_submission(submission_or_path: str | os.PathLike | Mapping,
         return problems
     for task_id, n in counts.items():
         if task_id not in submission:
-            problems.append(f"task {task_id}: missing from the submission ({n} test inputs)")
+            problems.append(f"task {task_id}: missing from the submission ({count(n, 'test input')})")
         elif isinstance(submission[task_id], list) and len(submission[task_id]) != n:
-            problems.append(f"task {task_id}: {len(submission[task_id])} attempt dicts for {n} test inputs "
+            problems.append(f"task {task_id}: {count(len(submission[task_id]), 'attempt dict')} for {count(n, 'test input')} "
                             f"(one per test input, in order)")
     for task_id in submission:
         if task_id not in counts:

@@ -126,7 +126,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--notebook", default=None, help=f"kernel notebook (default: <repo>/{DEFAULT_NOTEBOOK})")
     g.add_argument("--repo", default=str(REPO_ROOT), help="repository to build the trm_kaggle wheel from")
     g.add_argument("--extra-wheel", action="append", default=[], metavar="PATH",
-                   help="a prebuilt wheel to ship as well (e.g. adam-atan2 for Kaggle's torch/CUDA); repeatable")
+                   help="a prebuilt wheel to ship as well (e.g. adam-atan2 for Kaggle's torch/CUDA); repeatable "
+                        "(default: none)")
     g.add_argument("--kaggle-has", nargs="+", default=list(DEFAULT_KAGGLE_HAS), metavar="NAME",
                    help="distributions preinstalled on Kaggle, never shipped (default: %(default)s)")
     g.add_argument("--no-download", action="store_true",
@@ -149,7 +150,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("publish")
     g.add_argument("--push", action="store_true",
                    help="kaggle datasets create (or version) for both datasets, then kaggle kernels push")
-    g.add_argument("--version-message", default=None, help="push new dataset versions with this message")
+    g.add_argument("--version-message", default=None,
+                   help="push new dataset versions with this message (default: create the datasets)")
     g = p.add_argument_group("offline run (--execute)")
     g.add_argument("--execute", action="store_true",
                    help="run the kernel with papermill in OUT_DIR/sandbox: fresh venv, no network")
