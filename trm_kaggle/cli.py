@@ -729,8 +729,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from trm_kaggle.pipeline import run_pipeline
 
     cfg = PipelineConfig(**_config_kwargs(args, PipelineConfig.model_fields))
-    seconds = run_pipeline(cfg)
-    print(f"pipeline finished in {seconds:.1f} s; outputs under {cfg.work_dir}")
+    print(run_pipeline(cfg).describe())
     return 0
 
 

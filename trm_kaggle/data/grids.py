@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 from trm_kaggle.data.format import BLANK_IDENTIFIER, DatasetWriter, SplitWriter
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import parse_json
+from trm_kaggle.progress import tqdm
 
 Example = tuple[Any, Any]  # (input grid, label grid), arrays or nested lists
 Puzzle = tuple[str | None, Sequence[Example]]
