@@ -329,6 +329,13 @@ def task_fits(task: ArcTask, side: int) -> bool:
     return all(g.shape[0] <= side and g.shape[1] <= side for g in grids)
 
 
+def format_build_summary(s: dict) -> str:
+    """What `trm-kaggle build-arc` prints: the dataset, its counts and the time taken, then the notes."""
+    return "\n".join([f"built {s['output_dir']}: {s['tasks']:,} tasks, {s['puzzle_identifiers']:,} puzzle identifiers, "
+                      f"{s['train_examples']:,} train / {s['test_examples']:,} test examples in {s['seconds']:.1f} s"]
+                     + [f"  note: {note}" for note in s.get("notes", [])])
+
+
 def built_with(cfg: ArcBuildConfig) -> dict | None:
     """The summary of the dataset at cfg.output_dir when it was built with these settings (a rerun can reuse it),
     else None (none there, another build, or an unreadable build_info.json)."""

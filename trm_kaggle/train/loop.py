@@ -522,7 +522,8 @@ def _already_done(cfg, run_dir, step, stop_at, total_steps, steps_per_epoch, mod
         why = (f"the end of its schedule ({total_steps} steps for epochs={cfg.epochs}; a longer schedule needs "
                "another checkpoint_path)")
     evals = [r for r in evals if r["step"] == step]
-    return TrainResult(run_dir, step, step / steps_per_epoch, metrics=records[-1] if records else {},
+    last = {k: v for k, v in records[-1].items() if k != "wall_s"} if records else {}  # as the run logged it
+    return TrainResult(run_dir, step, step / steps_per_epoch, metrics=last,
                        eval_metrics={k: v for k, v in evals[-1].items() if k.startswith("eval_")} if evals else {},
                        parameters=model.parameter_count(), is_main=rt.is_main, start_step=step, already_done=why)
 
