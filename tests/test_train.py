@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import free_port
+from test_cli import summary_line
 from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig, TrainConfig
 from trm_kaggle.data.sudoku import build_sudoku
@@ -164,7 +165,7 @@ def test_export_with_mean_embedding_and_reload(sudoku4, tmp_path, capsys):
         read_export(tmp_path / "exp")
 
 
-def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path):
+def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path, capsys):
     from trm_kaggle.model.upstream import to_upstream_state_dict
 
     train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"))
@@ -182,7 +183,9 @@ def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path):
                                                 "pos_encodings", "puzzle_emb_len", "mlp_t", "no_ACT_continue"))
         + "  puzzle_emb_ndim: ${.hidden_size}\n  forward_dtype: bfloat16\n"
         f"data_paths: [{sudoku4}]\n")
+    capsys.readouterr()
     assert main(["import-upstream", str(up / "step_2"), "--out", str(tmp_path / "imported")]) == 0
+    assert summary_line(capsys.readouterr().out, tmp_path / "imported").group(1) == "imported"  # the builds' shape
     imported, _ = load_inference_model(tmp_path / "imported")
     batch = {"inputs": torch.randint(0, 6, (3, 16)), "puzzle_identifiers": torch.zeros(3, dtype=torch.long),
              "labels": torch.zeros(3, 16, dtype=torch.long)}
