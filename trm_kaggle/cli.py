@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from typing import get_args
 
 import pydantic
@@ -81,13 +82,10 @@ def _config_kwargs(args: argparse.Namespace, names) -> dict:
 
 def cmd_build_arc(args: argparse.Namespace) -> int:
     from trm_kaggle.config import ArcBuildConfig
-    from trm_kaggle.data.build_arc import build_arc
+    from trm_kaggle.data.build_arc import build_arc, format_build_summary
 
     cfg = ArcBuildConfig(**_config_kwargs(args, ArcBuildConfig.model_fields))
-    summary = build_arc(cfg)
-    print(f"built {summary['output_dir']}: {summary['tasks']:,} tasks, {summary['puzzle_identifiers']:,} puzzle "
-          f"identifiers, {summary['train_examples']:,} train / {summary['test_examples']:,} test examples "
-          f"in {summary['seconds']:.1f} s")
+    print(format_build_summary(build_arc(cfg)))
     return 0
 
 
@@ -120,11 +118,12 @@ def _reject_source_repo(args: argparse.Namespace) -> None:
 
 def cmd_build_sudoku(args: argparse.Namespace) -> int:
     from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data.grids import format_build_summary
     from trm_kaggle.data.sudoku import build_sudoku
 
     _reject_source_repo(args)
     summary = build_sudoku(SudokuBuildConfig(**_config_kwargs(args, SudokuBuildConfig.model_fields)))
-    print(json.dumps(summary, indent=2, default=str))
+    print(format_build_summary(summary, "Sudoku puzzles"))
     return 0
 
 
@@ -152,11 +151,12 @@ def _add_build_maze(sub) -> None:
 
 def cmd_build_maze(args: argparse.Namespace) -> int:
     from trm_kaggle.config import MazeBuildConfig
+    from trm_kaggle.data.grids import format_build_summary
     from trm_kaggle.data.maze import build_maze
 
     _reject_source_repo(args)
     summary = build_maze(MazeBuildConfig(**_config_kwargs(args, MazeBuildConfig.model_fields)))
-    print(json.dumps(summary, indent=2, default=str))
+    print(format_build_summary(summary, "mazes"))
     return 0
 
 
@@ -284,8 +284,9 @@ def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
         return
     print(result.summary(), flush=True)
     if export:
+        t = time.perf_counter()
         export_run(result.run_dir, export, mean_embedding=mean_embedding)
-        print(f"exported to {export}: {_export_parameters(export)}")
+        print(_exported_line(export, time.perf_counter() - t))
 
 
 def _seed_list(text: str) -> list[int]:
@@ -402,20 +403,23 @@ def _add_export(sub) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from trm_kaggle.train.checkpoint import export_run
 
+    t = time.perf_counter()
     export_run(args.run, args.out, args.mean_embedding, use_ema=not args.no_ema)
-    print(f"exported to {args.out}: {_export_parameters(args.out)}")
+    print(_exported_line(args.out, time.perf_counter() - t))
     return 0
 
 
-def _export_parameters(export_dir) -> str:
-    """The parameter counts of an export, without and with the table it was trained with."""
+def _exported_line(export_dir, seconds: float, verb: str = "exported") -> str:
+    """What export, train --export and import-upstream print: the export, its source and its parameter counts
+    (without and with the table it was trained with), in the build commands' shape."""
     from trm_kaggle.jsonio import read_json
     from trm_kaggle.model.export import export_parameter_count
 
     config = read_json(f"{export_dir}/config.json", "config.json")
-    counted = export_parameter_count(config)
+    info = config.get("info") or {}
+    source = f"step {info['step']} of {info['source']}, " if "step" in info and "source" in info else ""
     kept = " (the export keeps only its mean row)" if config.get("puzzle_embedding") == "mean" else ""
-    return f"{counted}{kept}"
+    return f"{verb} {export_dir}: {source}{export_parameter_count(config)}{kept} in {seconds:.1f} s"
 
 
 def _add_import_upstream(sub) -> None:
@@ -439,10 +443,12 @@ def _add_import_upstream(sub) -> None:
 def cmd_import_upstream(args: argparse.Namespace) -> int:
     from trm_kaggle.model.upstream import import_upstream
 
+    t = time.perf_counter()
     model = import_upstream(args.checkpoint, args.out, config=args.config, seq_len=args.seq_len,
                             mean_embedding=args.mean_embedding)
-    print(f"imported {args.checkpoint} into {args.out}: {model.parameter_count()}"
-          + (" (the export keeps only its mean row)" if args.mean_embedding else ""))
+    print(f"imported {args.out}: {args.checkpoint}, {model.parameter_count()}"
+          + (" (the export keeps only its mean row)" if args.mean_embedding else "")
+          + f" in {time.perf_counter() - t:.1f} s")
     return 0
 
 
@@ -794,8 +800,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from trm_kaggle.pipeline import run_pipeline
 
     cfg = PipelineConfig(**_config_kwargs(args, PipelineConfig.model_fields))
-    seconds = run_pipeline(cfg)
-    print(f"pipeline finished in {seconds:.1f} s; outputs under {cfg.work_dir}")
+    print(run_pipeline(cfg).describe())
     return 0
 
 

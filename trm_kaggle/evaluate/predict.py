@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from trm_kaggle import xla
 from trm_kaggle.data.format import load_identifiers
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.rollout import act_rollout, token_dtype
+from trm_kaggle.progress import tqdm
 
 
 @dataclass

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -185,13 +186,15 @@ def run(args: argparse.Namespace) -> int:
         ids = BundleIds(args.user if args.user is not None else default_user(), args.slug_prefix).check()
         target = Target(python_version=args.python_version,
                         platforms=tuple(args.platform) if args.platform else DEFAULT_PLATFORMS)
+        t = time.perf_counter()
         report = build_bundle(args.out_dir, ids=ids, weights=args.weights, notebook=args.notebook,
                               repo=Path(args.repo), extra_wheels=args.extra_wheel, kaggle_has=args.kaggle_has,
                               download=not args.no_download, target=target, enable_gpu=not args.cpu,
                               competition=args.competition, wheel_kernel=args.wheel_kernel,
                               builder=args.wheel_builder)
         w = report["wheels"]
-        print(f"bundle in {report['out_dir']} (metadata valid)")
+        print(f"built {report['out_dir']}: the Kaggle bundle (wheels, weights and kernel; metadata valid) in "
+              f"{time.perf_counter() - t:.1f} s")
         print(f"  wheels  {w['id']}: {w['trm_kaggle_wheel']}"
               + "".join(f", {f}" for f in w["shipped"].values())
               + f" ({w['total_bytes'] / 1e6:.1f} MB)")
@@ -208,9 +211,14 @@ def run(args: argparse.Namespace) -> int:
                         time_budget=args.time_budget, finetune_steps=args.finetune_steps, num_aug=args.num_aug,
                         device=args.device, workers=args.workers, timeout=args.execute_timeout,
                         repo=Path(args.repo))
-            print(f"execute: papermill rc {r['papermill_rc']}, trm_kaggle from {r['trm_kaggle_file']}, "
-                  f"submission valid against all {r['tasks']} tasks: {r['submission_valid']}"
-                  + (f", score {r['score']}" if "score" in r else ""))
+            score = r.get("score")
+            print(f"executed the kernel offline in {r['notebook_s']:.1f} s: papermill status {r['papermill_rc']}; "
+                  f"submission {'valid' if r['submission_valid'] else 'NOT valid'} against all {r['tasks']} tasks"
+                  + (f", score {score['score']:.4f} ({score['solved']} of {score['total']} test outputs)"
+                     if score else ""))
+            print(f"  trm_kaggle from {r['trm_kaggle_file']}"
+                  + (" (installed from the wheels)" if r["trm_kaggle_in_venv"] else ""))
+            print(f"  whole output: {r['log']}; executed notebook: {r['executed_notebook']}")
             if not r["ok"]:
                 for problem in r["problems"]:
                     print(f"error: {problem}", file=sys.stderr)
