@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -278,6 +279,7 @@ def run_block(block: Block, cwd: Path) -> None:
     else:  # pip lines were checked above; the environment already has what they install
         script = "\n".join(PIP_INSTALL.sub("true", ln) for ln in script_lines(block))
         cmd, stdin = ["bash", "-e", "-o", "pipefail", "-c", script], None
+    started = time.perf_counter()
     try:
         p = subprocess.run(cmd, input=stdin, cwd=cwd, env=block_env(), capture_output=True, text=True,
                            timeout=BLOCK_TIMEOUT_S)
@@ -288,6 +290,7 @@ def run_block(block: Block, cwd: Path) -> None:
         tail = (p.stdout + p.stderr)[-4000:]
         pytest.fail(f"{block.where}: the block failed (exit status {p.returncode}):\n{block.text}\n--- output tail ---\n"
                     f"{tail}")
+    print(f"{block.where}: {time.perf_counter() - started:.1f} s")  # shown with -rP: where the test's time goes
 
 
 @pytest.fixture(scope="session")
