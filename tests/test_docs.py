@@ -152,9 +152,10 @@ def script_lines(block: Block) -> list[str]:
     return out + ([cur] if cur else [])
 
 
-def test_pip_lines_name_extras_that_exist():
-    extras, problems, seen = pyproject_extras(), [], 0
-    for b in all_blocks():
+def pip_problems(found: list[Block], extras: set[str]) -> tuple[int, list[str]]:
+    """(pip install commands seen, extras they name that pyproject.toml lacks)."""
+    problems, seen = [], 0
+    for b in found:
         if b.language not in ("bash", "sh", "shell", "console"):
             continue
         for line in script_lines(b):
@@ -163,8 +164,21 @@ def test_pip_lines_name_extras_that_exist():
                 for group in re.findall(r"(?:\.|trm_kaggle)\[([^\]]*)\]", cmd):
                     problems += [f"{b.where}: extra {x!r} is not in pyproject.toml" for x in group.split(",")
                                  if x.strip() not in extras]
+    return seen, problems
+
+
+def test_pip_lines_name_extras_that_exist():
+    seen, problems = pip_problems(all_blocks(), pyproject_extras())
     assert seen, "no pip install line found in the docs"
     assert not problems, "\n".join(problems)
+
+
+def test_pip_check_catches_a_missing_extra(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text('<!-- not run: x -->\n```bash\npython -m pip install "torch==2.13.0" -e ".[dev,nope]" && ls\n'
+                    'pip install "trm_kaggle[hub]"\n```\n')
+    seen, problems = pip_problems(blocks(page), {"dev", "hub"})
+    assert seen == 2 and len(problems) == 1 and "'nope'" in problems[0], problems
 
 
 def test_readme_test_command_is_what_ci_runs():
