@@ -1,6 +1,6 @@
 """Kaggle ARC Prize submissions: build, write, validate and score them.
 
-The file format (the README's "Kaggle submissions" section)::
+The file format (docs/kaggle.md)::
 
     {task_id: [{"attempt_1": grid, "attempt_2": grid}, ...]}
 
