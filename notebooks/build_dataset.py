@@ -35,7 +35,7 @@ MAX_TASKS = 10  # first N tasks of each subset (None: all); inference at seq_len
 # %%
 from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data.arc import source_kwargs
-from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.build_arc import build_arc, format_build_summary
 from trm_kaggle.data.verify import format_summary, verify_dataset
 
 # %% [markdown]
@@ -47,11 +47,7 @@ from trm_kaggle.data.verify import format_summary, verify_dataset
 cfg = ArcBuildConfig(output_dir=OUTPUT_DIR, subsets=SUBSETS, test_set_name=TEST_SET_NAME, test_set_name2=TEST_SET_NAME,
                      num_aug=NUM_AUG, seed=SEED, max_tasks=MAX_TASKS, **source_kwargs(SOURCE))
 summary = build_arc(cfg)
-print(f"built {summary['output_dir']}: {summary['tasks']:,} tasks, {summary['puzzle_identifiers']:,} puzzle "
-      f"identifiers, {summary['train_examples']:,} train / {summary['test_examples']:,} test examples "
-      f"in {summary['seconds']:.1f} s")
-for note in summary["notes"]:
-    print("note:", note)
+print(format_build_summary(summary))  # what `trm-kaggle build-arc` prints, notes included
 
 # %% [markdown]
 # ## Verify

@@ -119,7 +119,9 @@ report = solve(SolveConfig(challenges=challenges, weights=weights,
                            work_dir=str(Path(KAGGLE_WORKING) / "ttt_work"), time_budget=TIME_BUDGET,
                            finetune_steps=FINETUNE_STEPS, num_aug=NUM_AUG, max_tasks=MAX_TASKS, workers=WORKERS,
                            device=DEVICE), echo=print)
-print(json.dumps({k: v for k, v in report.items() if k not in ("task_reports", "workers")}, indent=2, default=str))
+# per task reports, workers and fallback reasons are in ttt_work/solve_report.json (the reasons also in the lines above)
+print(json.dumps({k: v for k, v in report.items() if k not in ("task_reports", "workers", "fallback")}, indent=2,
+                 default=str))
 
 # %% [markdown]
 # ## Check the submission

@@ -1,5 +1,6 @@
 import hashlib
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -143,15 +144,18 @@ def test_encode_places_grids_with_eos_and_translation():
     assert (x == 3).all()
 
 
-def test_missing_solutions_give_dummy_labels(tmp_path):
+def test_missing_solutions_give_dummy_labels(tmp_path, caplog):
     rng = np.random.default_rng(5)
     from conftest import random_task
     prefix = tmp_path / "k"
     write_prefix_subset(prefix, "training", {"a": random_task(rng)})
     write_prefix_subset(prefix, "test", {"b": random_task(rng)}, solutions=False)
     out = tmp_path / "ds"
-    build_arc(ArcBuildConfig(output_dir=str(out), input_file_prefix=str(prefix), subsets=["training", "test"],
-                             test_set_name="test", num_aug=2, progress=False, workers=1))
+    with caplog.at_level(logging.INFO, logger="trm_kaggle"):
+        build_arc(ArcBuildConfig(output_dir=str(out), input_file_prefix=str(prefix), subsets=["training", "test"],
+                                 test_set_name="test", num_aug=2, progress=False, workers=1))
+    (note,) = [r for r in caplog.records if "test labels filled with a dummy" in r.getMessage()]
+    assert note.levelno == logging.INFO  # unsolved test tasks are what unseen challenges are
     test = load_split(out, "test")
     grid, _ = locate(test.labels[0])
     assert grid.tolist() == [[0]]
@@ -234,7 +238,7 @@ def test_killed_rebuild_keeps_the_old_dataset(tmp_path):
     verify_dataset(out)
 
 
-def test_a_smaller_canvas_keeps_the_tasks_that_fit(arc_prefix, tmp_path):
+def test_a_smaller_canvas_keeps_the_tasks_that_fit(arc_prefix, tmp_path, caplog):
     """--canvas 6: seq_len 36, the fixture's tasks (sides up to 6) all kept, a task with a 7-wide grid left out,
     and every example still decodes to its augmented pair inside the 6x6 canvas."""
     big = {"train": [{"input": [[1] * 7], "output": [[2]]}], "test": [{"input": [[3]]}]}
@@ -243,9 +247,13 @@ def test_a_smaller_canvas_keeps_the_tasks_that_fit(arc_prefix, tmp_path):
     sol = json.loads(Path(f"{arc_prefix}_training_solutions.json").read_text())
     Path(f"{arc_prefix}_training_solutions.json").write_text(json.dumps({**sol, "wide": [[[4]]]}))
     out = tmp_path / "c6"
-    summary = build(arc_prefix, out, canvas=6)
+    with caplog.at_level(logging.INFO, logger="trm_kaggle"):
+        summary = build(arc_prefix, out, canvas=6)
     assert summary["canvas"] == 6 and summary["tasks"] == 9
     assert any("1 of 7 tasks have a grid larger than the 6x6 canvas" in n for n in summary["notes"])
+    # what the canvas asks for is news (INFO), not a problem (WARNING)
+    (left_out,) = [r for r in caplog.records if "larger than the 6x6 canvas" in r.getMessage()]
+    assert left_out.levelno == logging.INFO
     verify_dataset(out)  # raises at the first problem
     ids = load_identifiers(out)
     assert not any(name.startswith("wide") for name in ids)

@@ -2,6 +2,7 @@
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -71,15 +72,115 @@ def test_sudoku_and_maze_generators_from_cli(tmp_path, capsys):
     assert main(["verify", str(tmp_path / "m")]) == 0
 
 
-def test_pipeline_runs_end_to_end(tmp_path, capsys):
+def _next_commands(summary: str) -> dict[str, list[str]]:
+    """The commands of summary.md's "Next" block, by subcommand."""
+    block = summary.split("## Next", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line) for line in block.splitlines() if line and not line.startswith("#")]
+    assert all(c[0] == "trm-kaggle" for c in commands), commands
+    return {c[1]: c[1:] for c in commands}
+
+
+@pytest.mark.slow
+def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys):
     w = tmp_path / "w"
-    assert main(["pipeline", "--work-dir", str(w), "--num-aug", "1", "--train-seconds", "3", "--eval-tasks", "2", "--unseen-tasks", "2",
-                 "--no-progress"]) == 0
+    args = ["pipeline", "--work-dir", str(w), "--num-aug", "1", "--train-seconds", "5", "--eval-tasks", "1",
+            "--unseen-tasks", "1", "--no-progress"]
+    assert main(args) == 0
     out = capsys.readouterr().out
-    assert "pipeline finished" in out and "OK" in out and "ARC Prize score" in out
+    assert "pipeline finished" in out and "OK" in out and "ARC Prize score" in out and "continued" not in out
+    assert out.strip().splitlines()[-1].endswith(f"summary: {w / 'summary.md'}")
     from trm_kaggle.evaluate.submission import check_submission
     check_submission(w / "submission.json", w / "unseen_challenges.json")
     assert (w / "report" / "report.md").exists() and (w / "bundle" / "kernel" / "kernel-metadata.json").exists()
+
+    # summary.md: what ran, figures, where the files are, what to do next; the training curve beside it
+    summary = (w / "summary.md").read_text()
+    for heading in ("## What ran", "## Figures", "## Files", "## Next"):
+        assert heading in summary, heading
+    steps = json.loads((w / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"]
+    assert f"| training | {steps} step{'s' if steps > 1 else ''} from scratch |" in summary
+    assert "- evaluation (1 task of the test split" in summary and "- submission (1 unseen task): valid" in summary
+    for path in ("report/report.md", "weights", "submission.json", "bundle", "training_curve.png"):
+        assert f"`{w / path}`" in summary, path
+    assert (w / "training_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the quick "next" commands run as written on the pipeline's outputs
+    commands = _next_commands(summary)
+    assert set(commands) == {"pipeline", "score", "evaluate", "submit", "compare", "bundle"}
+    for name in ("score", "evaluate", "compare"):
+        assert main(commands[name] + ["--no-progress"]) == 0, name
+    assert "ARC Prize score" in capsys.readouterr().out
+    assert commands["pipeline"][commands["pipeline"].index("--work-dir") + 1] == str(w)
+
+    # the same command again: the dataset is reused, training continues, and both say so
+    metrics_before = (w / "train" / "metrics.jsonl").read_text()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"{w} holds an earlier pipeline run: it continues" in out
+    assert "reused (an earlier run built it with these settings)" in out
+    last = json.loads((w / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"]
+    new = last - steps
+    assert new > 0 and (w / "train" / "metrics.jsonl").read_text().startswith(metrics_before)
+    assert f"continued the run in {w / 'train'} from step {steps}: {new} new step" in out
+    assert f"(continued the earlier run: {new} new training step{'s' if new > 1 else ''}, from step {steps} to " \
+           f"{last})" in out.strip().splitlines()[-1]
+    summary = (w / "summary.md").read_text()
+    assert f"This run continued an earlier one in the same folder: training resumed at step {steps}" in summary
+    assert "| dataset | reused `" in summary
+
+
+#: The final summary line of every build command (build-*, bundle, export, import-upstream): what it made and
+#: where, what that holds, how long it took; prose, one shape (a --json flag, where there is one, gives JSON).
+SUMMARY_LINE = re.compile(r"^(built|exported|imported) (?P<path>\S+): (?P<contents>.+) in \d+\.\d s(, .+)?$")
+
+
+def summary_line(out: str, path: Path) -> re.Match:
+    """The one summary line in a command's output, naming `path`."""
+    found = [m for m in map(SUMMARY_LINE.match, out.splitlines()) if m]
+    assert len(found) == 1, out
+    assert found[0]["path"] == str(path), (found[0]["path"], path)
+    return found[0]
+
+
+def test_build_commands_report_the_same_way(arc_prefix, inputs, tmp_path, capsys):
+    from test_code_repair import module_source
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for k in range(1, 6):
+        (corpus / f"mod{k}.py").write_text(module_source(k))
+    t = tmp_path
+    commands = {
+        t / "arc": ["build-arc", "--input-file-prefix", str(arc_prefix), "--output-dir", str(t / "arc"),
+                    "--subsets", "training", "evaluation", "--test-set-name", "evaluation", "--num-aug", "1",
+                    "--workers", "1", "--no-progress"],
+        t / "sudoku": ["build-sudoku", "--output-dir", str(t / "sudoku"), "--size", "4", "--num-train", "20",
+                       "--num-test", "5", "--no-progress"],
+        t / "maze": ["build-maze", "--output-dir", str(t / "maze"), "--size", "9", "--num-train", "5", "--num-test",
+                     "2", "--no-progress"],
+        t / "repair": ["build-code-repair", "--output-dir", str(t / "repair"), "--corpus", str(corpus), "--grid",
+                       "12x48", "--workers", "1", "--lint", "off", "--no-progress"],
+        t / "bundle": ["bundle", str(t / "bundle"), "--no-download", "--weights", str(inputs["export"]),
+                       "--notebook", str(inputs["notebook"]), "--extra-wheel", str(inputs["extra"])],
+        t / "run": ["train", "--preset", "cpu-smoke", f"data_paths=[{t / 'sudoku'}]", f"checkpoint_path={t / 'run'}",
+                    "global_batch_size=4", "max_steps=1", "--no-progress"],  # not a build: its run for export
+        t / "export": ["export", str(t / "run"), "--out", str(t / "export")],
+    }
+    contents = {}
+    for path, args in commands.items():
+        assert main(args) == 0, args
+        out = capsys.readouterr().out
+        if args[0] == "train":
+            continue
+        assert not out.lstrip().startswith(("{", "[")), out  # prose, not JSON
+        m = summary_line(out, path)
+        assert m.group(1) == ("exported" if args[0] == "export" else "built"), out
+        contents[args[0]] = m["contents"]
+    assert contents["build-arc"].startswith("9 tasks, ")
+    assert contents["build-sudoku"].startswith("20 train / 5 test Sudoku puzzles")
+    assert contents["build-maze"].startswith("5 train / 2 test mazes")
+    assert " pairs (" in contents["build-code-repair"]
+    assert contents["bundle"].startswith("the Kaggle bundle (wheels, weights and kernel; metadata valid)")
+    assert contents["export"].startswith(f"step 1 of {t / 'run' / 'state_step00000001.pt'}, ")
 
 
 def _options(help_text: str) -> set[str]:

@@ -363,3 +363,31 @@ def test_pictures_of_odd_ids_stay_in_their_folder(dataset, tmp_path):
     assert [p.name for p in (tmp_path / "rep" / "pictures").iterdir()] == ["%2Ehidden%20%252F-id.png"]
     assert paths[f"picture:{odd}"].read_bytes()[:8] == PNG_MAGIC
     assert json.loads(paths["json"].read_text())["tasks"][odd]["test"][0]["solved"]
+
+
+def test_max_tasks_predicts_and_scores_the_first_tasks_alone(dataset):
+    """--max-tasks: only the first N tasks' examples are predicted; their votes equal the full run's."""
+    model = make_model(dataset, seed=3)
+    full = evaluate(model, dataset, batch_size=16)
+    part = evaluate(model, dataset, batch_size=16, max_tasks=2)
+    first_two = list(full.test_set.task_ids)[:2]
+    assert part.test_set.task_ids == first_two
+    assert sorted(part.candidates) == sorted(s for s in full.candidates if s[0] in first_two)
+    kept = np.isin(full.predictions.puzzle_index, part.predictions.puzzle_index)
+    assert len(part.predictions) == int(kept.sum()) < len(full.predictions)
+    np.testing.assert_array_equal(part.predictions.tokens, full.predictions.tokens[kept])
+    for s in part.candidates:
+        assert [g.tolist() for g in part.candidates[s]] == [g.tolist() for g in full.candidates[s]]
+    assert part.summary()["num_examples"] == len(part.predictions)
+    with pytest.raises(Exception, match="max_tasks"):
+        evaluate(model, dataset, batch_size=16, max_tasks=0)
+
+
+def test_predict_split_on_picked_examples_matches_the_whole_split(dataset):
+    model = make_model(dataset, seed=4)
+    whole = predict_split(model, dataset, batch_size=5)
+    picked = np.array([0, 3, 4, 9, len(whole) - 1])
+    part = predict_split(model, dataset, batch_size=5, examples=picked)
+    np.testing.assert_array_equal(part.tokens, whole.tokens[picked])
+    np.testing.assert_array_equal(part.puzzle_index, whole.puzzle_index[picked])
+    np.testing.assert_allclose(part.q_halt, whole.q_halt[picked], rtol=1e-5, atol=1e-6)

@@ -232,3 +232,12 @@ def test_cli_with_a_trained_export(dataset, tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == bad.stderr.strip().splitlines()[-1]  # one line
     assert "repair_meta.jsonl:1: unreadable repair metadata record" in bad.stderr
+
+
+def test_max_examples_evaluates_the_first_pairs_alone(dataset):
+    n = load_split(dataset, "test").num_examples
+    assert n > 2
+    full = evaluate_with(dataset, lambda inputs: inputs)
+    part = evaluate_with(dataset, lambda inputs: inputs, max_examples=2)
+    assert part.table["overall"]["pairs"] == 2 and [e["example"] for e in part.examples] == [0, 1]
+    assert part.examples == full.examples[:2]

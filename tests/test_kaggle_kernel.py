@@ -15,7 +15,7 @@ import torch
 
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.kaggle import bundle, sandbox
-from trm_kaggle.kaggle.metadata import COMPETITION, BundleIds
+from trm_kaggle.kaggle.metadata import COMPETITION
 from trm_kaggle.model.export import export_inference
 from trm_kaggle.model.trm import TinyRecursiveModel
 
@@ -26,7 +26,8 @@ pytest.importorskip("papermill", reason="the notebooks extra (papermill, ipykern
 TASKS = 40
 
 
-def test_kernel_answers_every_task_offline_from_the_bundle(tmp_path):
+@pytest.mark.slow
+def test_kernel_answers_every_task_offline_from_the_bundle(tmp_path, capsys):
     from trm_kaggle.errors import TRMError
 
     try:
@@ -43,11 +44,24 @@ def test_kernel_answers_every_task_offline_from_the_bundle(tmp_path):
     challenges = tmp_path / "arc-agi_evaluation_challenges.json"
     challenges.write_text(json.dumps({k: v[0] for k, v in tasks.items()}))
     (tmp_path / "arc-agi_evaluation_solutions.json").write_text(json.dumps({k: v[1] for k, v in tasks.items()}))
-    bundle.build_bundle(tmp_path / "bundle", ids=BundleIds(), weights=tmp_path / "weights", download=False,
-                        log=lambda _: None)
-    report = sandbox.execute(tmp_path / "bundle", challenges=challenges, max_tasks=2, workers=2, time_budget=600,
-                             finetune_steps=2, num_aug=1, device="cpu", echo=lambda _: None)
-    assert report["ok"], report["problems"]
+    # as a person types it: build, then run the kernel offline (`build_bundle.py OUT --execute ...`)
+    rc = bundle.main([str(tmp_path / "bundle"), "--no-download", "--weights", str(tmp_path / "weights"), "--execute",
+                      "--challenges", str(challenges), "--max-tasks", "2", "--workers", "2", "--time-budget", "600",
+                      "--finetune-steps", "2", "--num-aug", "1", "--device", "cpu"])
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "bundle" / "sandbox" / "execute_report.json").read_text())
+    assert rc == 0 and report["ok"], (report["problems"], out)
+    assert report["parameters"]["WORKERS"] == 2 and report["parameters"]["MAX_TASKS"] == 2
+    # a summary, not the notebook's output: the kernel's phases, then where its whole output is
+    lines = out.strip().splitlines()
+    assert len(lines) <= 30, out
+    assert lines[-3].startswith("executed the kernel offline in ") and f"valid against all {TASKS} tasks" in lines[-3]
+    assert lines[-1] == f"  whole output: {report['log']}; executed notebook: {report['executed_notebook']}"
+    phases = [line for line in lines if line.startswith("  kernel ")]
+    assert any("] plan: worker 0 on cpu" in line for line in phases) and "] submission: " in phases[-1], out
+    log = (tmp_path / "bundle" / "sandbox" / "papermill.log").read_text()
+    assert "Executing Cell" in log and len(log.splitlines()) > 2 * len(lines)
+    assert "Executing Cell" not in out and "pip" not in out.replace("pip install --no-index", "")
     assert report["trm_kaggle_in_venv"], report["trm_kaggle_file"]  # installed from the wheels, not the checkout
     # the competition file holds every task, and the submission answers every one of them
     layout_challenges = tmp_path / "bundle" / "sandbox" / "input" / COMPETITION / "arc-agi_test_challenges.json"
@@ -57,6 +71,8 @@ def test_kernel_answers_every_task_offline_from_the_bundle(tmp_path):
     assert set(submission) == set(tasks)
     executed = json.loads((tmp_path / "bundle" / "sandbox" / "executed.ipynb").read_text())
     text = "\n".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+    assert "TqdmWarning" not in text and "TqdmWarning" not in log  # text bars without ipywidgets, no warning
     assert f"the model works on 2 of {TASKS} tasks (max_tasks 2)" in text
     assert "[worker 0]" in text and "[worker 1]" in text and "] plan: worker 1 on cpu" in text
     assert "2 tasks answered by the model" in text and "elapsed" in text and "left" in text
+    assert f"fallback: {TASKS - 2} tasks (" in text and "keep the fallback answer: beyond max_tasks 2" in text

@@ -172,7 +172,10 @@ def run_notebook(name: str, out_dir: Path, kernel: str, **parameters):
     executed = out_dir / f"{name}.executed.ipynb"
     papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(executed), parameters=parameters,
                                kernel_name=kernel, cwd=str(out_dir), progress_bar=False)
-    return json.loads(executed.read_text())
+    nb = json.loads(executed.read_text())
+    # a kernel without ipywidgets gets text bars, without tqdm.auto's warning about the missing widget
+    assert "TqdmWarning" not in text_outputs(nb) and "IProgress not found" not in text_outputs(nb)
+    return nb
 
 
 def text_outputs(nb: dict) -> str:

@@ -29,8 +29,9 @@ def test_push_without_credentials_prints_commands_and_fails(inputs, tmp_path, no
     out = tmp_path / "out"
     rc = B.main([str(out), "--no-download", "--user", USER, "--weights", str(inputs["export"]),
                  "--notebook", str(inputs["notebook"]), "--push"])
-    assert rc != 0
+    assert rc == 2  # the status of every input or setup problem (docs/reliability.md)
     cap = capsys.readouterr()
+    assert [line for line in cap.err.splitlines() if line.startswith("error:")] == cap.err.strip().splitlines()[-1:]
     assert f"kaggle datasets create -p {out.absolute() / 'wheels'}" in cap.out
     assert f"kaggle datasets create -p {out.absolute() / 'weights'}" in cap.out
     assert f"kaggle kernels push -p {out.absolute() / 'kernel'}" in cap.out

@@ -3,6 +3,7 @@ yield a valid file."""
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -139,6 +140,8 @@ def test_malformed_task_is_reported_and_the_rest_predicted(unseen, tmp_path):
     sub = json.loads((tmp_path / "submission.json").read_text())
     assert set(sub) == set(ch) and len(sub["broken"]) == 1 and sub["no_tests"] == []
     assert "broken" in report["task_problems"]
+    assert set(report["fallback"]) == {"broken", "no_tests"}
+    assert "task broken: train pair 0 input: not rectangular" in report["fallback"]["broken"]
 
 
 def test_a_failing_task_costs_that_task_alone(unseen, tmp_path, monkeypatch):
@@ -161,6 +164,11 @@ def test_a_failing_task_costs_that_task_alone(unseen, tmp_path, monkeypatch):
     assert any(f"task {victim} (2/4): FAILED (RuntimeError: boom)" in line for line in lines)
     sub = json.loads((tmp_path / "submission.json").read_text())
     assert sub[victim][0]["attempt_1"] == ch[victim]["test"][0]["input"]
+    # why it has the fallback: one line, and the same reason in the report
+    assert report["fallback"] == {victim: "the model path failed on it (RuntimeError: boom)"}
+    assert [line.split("] ", 1)[1] for line in lines if "keep" in line and "] fallback: " in line] == [
+        f"fallback: task {victim} keeps the fallback answer: the model path failed on it (RuntimeError: boom)"]
+    assert json.loads((tmp_path / "work" / "solve_report.json").read_text())["fallback"] == report["fallback"]
 
 
 # ---------------------------------------------------------------------------
@@ -227,6 +235,7 @@ def test_a_killed_worker_costs_only_its_unfinished_tasks(unseen, one_worker, tmp
     for task in answered:
         assert sub[task] == sub1[task]
     assert sub[lost][0]["attempt_1"] == ch[lost]["test"][0]["input"]
+    assert list(report["fallback"]) == [lost] and report["fallback"][lost].startswith("worker 1 failed (killed by")
     check_submission(tmp_path / "submission.json", unseen[0])
     fallback = make_submission(ch, {}).submission
     assert snapshot["answered"] and all(snapshot["submission"][t] == sub1[t] for t in snapshot["answered"])
@@ -267,6 +276,25 @@ def test_submit_covers_every_task_and_prints_the_plan(unseen, tmp_path, capsys):
     bad.pop(next(iter(bad)))
     out.write_text(json.dumps(bad))
     assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 2
+
+
+def test_submit_prints_the_training_banner_once_and_why_tasks_keep_the_fallback(unseen, tmp_path, capsys):
+    """Two tasks fine-tuned in two phases each: training's device and model lines once, not per task or phase;
+    one progress line per task; one line saying why the other tasks keep the fallback."""
+    challenges, weights = unseen
+    assert main(["submit", "--challenges", str(challenges), "--weights", str(weights), "--output",
+                 str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "w"), "--max-tasks", "2", "--num-aug", "1",
+                 "--finetune-steps", "2", "--batch-size", "8", "--eval-batch-size", "32", "--device", "cpu"]) == 0
+    lines = re.split(r"[\r\n]+", capsys.readouterr().err)
+    assert sum("trm-kaggle train: device cpu" in line for line in lines) == 1
+    assert sum("trm-kaggle train: " in line and "parameters" in line for line in lines) == 1
+    ids = list(json.loads(challenges.read_text()))
+    assert [re.search(r"\] task (\S+) \((\d)/2\): ", line).groups() for line in lines
+            if re.search(r"\] task \S+ \(\d/2\): ", line)] == [(ids[0], "1"), (ids[1], "2")]
+    why = "beyond max_tasks 2 (the model works on the first 2 tasks)"
+    assert [line.split("] ", 1)[1] for line in lines if "] fallback: " in line and "keep" in line] == [
+        f"fallback: 2 tasks ({ids[2]}, {ids[3]}) keep the fallback answer: {why}"]
+    assert json.loads((tmp_path / "w" / "solve_report.json").read_text())["fallback"] == {ids[2]: why, ids[3]: why}
 
 
 def test_submit_refuses_auto_without_a_budget(unseen, tmp_path, capsys):

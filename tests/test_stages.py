@@ -105,7 +105,9 @@ def test_stage_lr_must_be_one_kind():
         TrainStage(lr=0.1, lr_scale=2)
 
 
-def test_training_applies_the_stage_lr_and_logs_the_stage(tagged, tmp_path):
+def test_training_applies_the_stage_lr_and_logs_the_stage(tagged, tmp_path, caplog):
+    import logging
+
     from trm_kaggle.train.loop import train
     from trm_kaggle.train.metrics import read_metrics
     from trm_kaggle.train.settings import load_train_config
@@ -114,7 +116,10 @@ def test_training_applies_the_stage_lr_and_logs_the_stage(tagged, tmp_path):
         f"data_paths=[{tagged}]", f"checkpoint_path={tmp_path / 'run'}", "max_steps=8", "global_batch_size=4",
         "log_interval=1", "lr=0.001", "lr_warmup_steps=0", "progress=False", "arch.puzzle_emb_ndim=0",
         "stages=[{bug_types: [missing_colon], share: 1}, {lr_scale: 0.5, share: 2}, {lr: 0.01, share: 1}]"])
-    train(cfg)
+    with caplog.at_level(logging.INFO, logger="trm_kaggle"):
+        train(cfg)
+    plan = [r for r in caplog.records if r.getMessage().startswith("data curriculum: ")]
+    assert len(plan) == 1 and plan[0].levelno == logging.INFO  # the plan is news, not a problem
     records, _ = read_metrics(tmp_path / "run")
     assert [r["stage"] for r in records] == [1, 1, 2, 2, 2, 2, 3, 3]
     assert [r["lr"] for r in records] == pytest.approx([1e-3] * 2 + [5e-4] * 4 + [1e-2] * 2)

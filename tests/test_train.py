@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import free_port
+from test_cli import summary_line
 from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig, TrainConfig
 from trm_kaggle.data.sudoku import build_sudoku
@@ -151,8 +152,10 @@ def test_export_with_mean_embedding_and_reload(sudoku4, tmp_path, capsys):
     assert count.puzzle_rows == load_metadata(sudoku4, "train").num_puzzle_identifiers
     assert result.summary().startswith(f"model: {count}\n")
     assert main(["export", str(tmp_path / "r"), "--out", str(tmp_path / "exp"), "--mean-embedding"]) == 0
-    assert capsys.readouterr().out.strip() == (f"exported to {tmp_path / 'exp'}: {count} (the export keeps only "
-                                               "its mean row)")
+    out = capsys.readouterr().out.strip()
+    state = tmp_path / "r" / "state_step00000002.pt"
+    assert re.fullmatch(re.escape(f"exported {tmp_path / 'exp'}: step 2 of {state}, {count} (the export keeps only "
+                                  "its mean row) in ") + r"\d+\.\d s", out), out
     config = json.loads((tmp_path / "exp" / "config.json").read_text())
     assert config["puzzle_embedding"] == "mean" and config["seq_len"] == 16
     model, _ = load_inference_model(tmp_path / "exp", num_puzzle_identifiers=5)
@@ -162,7 +165,7 @@ def test_export_with_mean_embedding_and_reload(sudoku4, tmp_path, capsys):
         read_export(tmp_path / "exp")
 
 
-def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path):
+def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path, capsys):
     from trm_kaggle.model.upstream import to_upstream_state_dict
 
     train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"))
@@ -180,7 +183,9 @@ def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path):
                                                 "pos_encodings", "puzzle_emb_len", "mlp_t", "no_ACT_continue"))
         + "  puzzle_emb_ndim: ${.hidden_size}\n  forward_dtype: bfloat16\n"
         f"data_paths: [{sudoku4}]\n")
+    capsys.readouterr()
     assert main(["import-upstream", str(up / "step_2"), "--out", str(tmp_path / "imported")]) == 0
+    assert summary_line(capsys.readouterr().out, tmp_path / "imported").group(1) == "imported"  # the builds' shape
     imported, _ = load_inference_model(tmp_path / "imported")
     batch = {"inputs": torch.randint(0, 6, (3, 16)), "puzzle_identifiers": torch.zeros(3, dtype=torch.long),
              "labels": torch.zeros(3, 16, dtype=torch.long)}
@@ -331,6 +336,48 @@ def test_metrics_past_the_resumed_step_are_logged_once(sudoku4, tmp_path):
         f.write('{"step": 6, "lo')  # and cut off mid-line
     train(cfg_for(sudoku4, run, "max_steps=5"))
     assert steps_logged(run) == [1, 2, 3, 4, 5]
+
+
+def test_a_rerun_of_a_finished_run_says_so_and_changes_nothing(sudoku4, tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={run}", *TINY]
+    assert main([*args, "max_steps=3"]) == 0
+    assert "trained 3 steps" in capsys.readouterr().out
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main([*args, "max_steps=3"]) == 0
+    out = capsys.readouterr().out
+    assert "already done at step 3 (" in out and "max_steps=3 (raise it to train further)" in out
+    assert "nothing trained, metrics.jsonl unchanged; last logged loss " in out
+    assert "nan" not in out and "examples/s" not in out
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # metrics, states and config untouched
+    assert main([*args, "max_steps=5"]) == 0  # a higher limit continues, and says from where
+    assert "trained 2 new steps, resuming at step 3, to step 5 (" in capsys.readouterr().out
+    # a run at the end of its schedule (epochs) names that instead
+    done = train(cfg_for(sudoku4, tmp_path / "epoch", "epochs=1"))
+    again = train(cfg_for(sudoku4, tmp_path / "epoch", "epochs=1"))
+    assert again.already_done.startswith(f"the end of its schedule ({done.step} steps for epochs=1")
+    assert again.step == done.step and again.new_steps == 0 and again.metrics == done.metrics
+
+
+def test_normal_events_are_logged_at_info_level(sudoku4, tmp_path, caplog):
+    """Resuming, dropping the records of steps run again and reaching the time budget are what a run does,
+    not problems: INFO, never WARNING."""
+    import logging
+
+    run = tmp_path / "run"
+    with caplog.at_level(logging.INFO, logger="trm_kaggle"):
+        train(cfg_for(sudoku4, run, "max_steps=3"))
+        with open(run / "metrics.jsonl", "a") as f:  # a record of a step the state does not hold
+            f.write(json.dumps({"step": 4, "loss": 1.0}) + "\n")
+        result = train(cfg_for(sudoku4, run, "max_steps=1000", "time_limit=1"))
+    messages = {r.getMessage(): r.levelno for r in caplog.records}
+    assert messages[f"resuming {run} from step 3"] == logging.INFO
+    assert messages["metrics.jsonl: dropped 1 records after step 3 (those steps run again)"] == logging.INFO
+    assert messages[f"time budget reached at step {result.step}: stopping training"] == logging.INFO
+    assert result.stopped_by == "the time limit" and "stopped by the time limit" in result.summary()
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    # the interval cut short by the deadline is logged too: the last record is the last step's
+    assert steps_logged(run)[-1] == result.step
 
 
 def test_no_readable_state_is_one_clear_error(sudoku4, tmp_path):

@@ -119,11 +119,16 @@ def owner_problem(directory: Path, kind: str) -> str | None:
     if not isinstance(record, dict) or record.get("format") != OWNER_FORMAT or not isinstance(record.get("entries"), list):
         return f"{record_path} is not an owner record of this package"
     if record.get("kind") != kind:
-        return f"it is a {record.get('kind')!r} output, not a {kind!r}"
+        return f"it is {_a(repr(record.get('kind')))} output, not {_a(repr(kind))}"
     foreign = sorted(set(_entries(directory)) - set(record["entries"]) - {OWNER_RECORD})
     if foreign:
         return f"it holds {len(foreign)} entries this package did not write there (e.g. {foreign[0]!r})"
     return None
+
+
+def _a(noun: str) -> str:
+    """The noun with its indefinite article ('an export', 'a dataset'; quotes are looked through)."""
+    return ("an " if noun.lstrip("'\"")[:1].lower() in "aeiou" else "a ") + noun
 
 
 @contextlib.contextmanager
@@ -143,7 +148,7 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
         if any(target.iterdir()):
             problem = owner_problem(target, kind)
             if problem:
-                raise TRMError(f"{target} exists, is not empty and is not a {kind} written by this package "
+                raise TRMError(f"{target} exists, is not empty and is not {_a(kind)} written by this package "
                                f"({problem}); refusing to replace it (choose another output directory)")
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(target)

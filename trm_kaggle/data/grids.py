@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 from trm_kaggle.data.format import BLANK_IDENTIFIER, DatasetWriter, SplitWriter
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import parse_json
+from trm_kaggle.progress import tqdm
 
 Example = tuple[Any, Any]  # (input grid, label grid), arrays or nested lists
 Puzzle = tuple[str | None, Sequence[Example]]
@@ -166,6 +166,13 @@ def build_summary(writer: DatasetWriter, started: float) -> dict:
     summary["seq_len"], summary["vocab_size"] = writer.seq_len, writer.vocab_size
     summary["seconds"] = round(time.time() - started, 3)
     return summary
+
+
+def format_build_summary(s: dict, puzzles: str = "puzzles") -> str:
+    """What `trm-kaggle build-sudoku` / `build-maze` print (`build_summary`'s dict; `puzzles` names them)."""
+    return (f"built {s['output_dir']}: {s['train']['puzzles']:,} train / {s['test']['puzzles']:,} test {puzzles} "
+            f"({s['train']['examples']:,} / {s['test']['examples']:,} examples), seq_len {s['seq_len']}, vocab "
+            f"{s['vocab_size']} in {s['seconds']:.1f} s")
 
 
 # ---------------------------------------------------------------------------

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from tqdm import tqdm
 
 from trm_kaggle.config import MazeBuildConfig
 from trm_kaggle.data.augment import NUM_TRANSFORMS, dihedral
@@ -25,6 +24,7 @@ from trm_kaggle.data.format import DatasetWriter, SplitWriter
 from trm_kaggle.data.grids import (CsvChunk, build_summary, char_lut, first_bad_cell, raise_first_problem,
                                    read_puzzle_csv, select_rows, strings_to_codes)
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.progress import tqdm
 
 CHARSET = "# SGo"
 WALL, OPEN, START, GOAL, PATH = range(len(CHARSET))  # cell codes; token = code + 1

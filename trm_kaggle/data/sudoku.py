@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from tqdm import tqdm
 
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
 from trm_kaggle.data.grids import (CsvChunk, build_summary, char_lut, first_bad_cell, raise_first_problem,
                                    read_puzzle_csv, select_rows, strings_to_codes)
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.progress import tqdm
 
 RATING_DOC = ("guesses made by a depth-first solver applying naked and hidden singles before each guess, "
               "branching on the first cell with fewest candidates, digits in increasing order, "

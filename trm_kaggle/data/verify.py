@@ -18,6 +18,7 @@ from trm_kaggle.data.format import FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, l
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in
+from trm_kaggle.wording import count
 
 _CHUNK_ROWS = 1 << 16
 
@@ -140,7 +141,7 @@ def _check_test_puzzles(dataset_dir: Path, test_puzzles: dict, ids: list[str]) -
             raise DataError(f"{dataset_dir / 'test_puzzles.json'}: test puzzle {name} is not recorded")
         n_test = len(task.get("test", [])) if isinstance(task, dict) else -1
         if n_test != counts[p]:
-            raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {name} has {n_test} test inputs "
+            raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {name} has {count(n_test, 'test input')} "
                             f"but the test split holds {counts[p]} examples for it")
     missing = set(test_puzzles) - seen
     if missing:

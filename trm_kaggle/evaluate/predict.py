@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from trm_kaggle import xla
 from trm_kaggle.data.format import load_identifiers
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.rollout import act_rollout, token_dtype
+from trm_kaggle.progress import tqdm
 
 
 @dataclass
@@ -80,8 +80,8 @@ def _halt_max_steps(model: torch.nn.Module) -> int:
 def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_size: int = 256,
                   device: str | torch.device | None = None, early_exit: bool = False, *,
                   max_steps: int | None = None, progress: bool = False, prefetch: int = 1,
-                  deadline: float | None = None) -> Predictions:
-    """Predict every example of `dataset_dir`'s test split.
+                  deadline: float | None = None, examples: np.ndarray | None = None) -> Predictions:
+    """Predict every example of `dataset_dir`'s test split (or the rows `examples` picks).
 
     model       a `TinyRecursiveModel` (anything with initial_carry/forward and .arch)
     batch_size  examples per model call (the last batch is not padded)
@@ -90,6 +90,8 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     max_steps   ACT steps to run (default: arch.halt_max_steps)
     deadline    a time.time() value: batches that would start after it are skipped; their examples
                 keep steps == -1 ("not predicted") and cast no votes
+    examples    increasing example indices of the split to predict (quick runs on part of a split);
+                row i of the result is example examples[i]. Default: every example
 
     The model is put in eval mode for the call (its previous mode is restored after).
     """
@@ -118,7 +120,11 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     if seq_len_model != meta.seq_len:
         raise TRMError(f"the model was built for seq_len {seq_len_model}, {dataset_dir} has {meta.seq_len}")
 
-    N, L = loader.num_examples, meta.seq_len
+    if examples is not None:
+        examples = np.asarray(examples, dtype=np.int64)
+        if len(examples) and (np.any(np.diff(examples) <= 0) or examples[0] < 0 or examples[-1] >= loader.num_examples):
+            raise TRMError(f"examples must be increasing indices below {loader.num_examples}")
+    N, L = (loader.num_examples if examples is None else len(examples)), meta.seq_len
     tokens = np.zeros((N, L), dtype=np.int16 if token_dtype(model) == torch.int16 else np.uint8)
     q_halt = np.zeros(N, dtype=np.float32)
     steps_run = np.full(N, -1, dtype=np.int32)  # -1: not predicted (deadline)
@@ -137,23 +143,40 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                 if n == 0:
                     continue
                 rows = item.example_indices[:n].numpy()
-                puzzle_index[rows] = item.puzzle_indices[:n].numpy()
+                take = np.arange(n)  # the batch's rows that are predicted
+                if examples is not None:  # keep the picked rows; their place in the result is their rank
+                    if len(examples) == 0 or rows[0] > examples[-1]:
+                        break  # the split is walked in order: nothing picked is left
+                    at = np.minimum(np.searchsorted(examples, rows), len(examples) - 1)
+                    take = np.flatnonzero(examples[at] == rows)
+                    if len(take) == 0:
+                        continue
+                    rows = at[take]
+                puzzle_index[rows] = item.puzzle_indices[:n].numpy()[take]
                 if deadline is not None and time.time() >= deadline:
                     continue  # out of time: keep walking the split (cheap) to fill the bookkeeping only
-                puzzle_identifier[rows] = item.batch["puzzle_identifiers"][:n].numpy()
+                puzzle_identifier[rows] = item.batch["puzzle_identifiers"][:n].numpy()[take]
                 static = device.type == "xla"  # keep the padding rows: one batch shape for every batch
-                batch = item.batch if static else {k: v[:n] for k, v in item.batch.items()}
+                if static:
+                    batch = item.batch
+                else:
+                    batch = {k: v[:n] for k, v in item.batch.items()}
+                    if len(take) < n:
+                        index = torch.from_numpy(take)
+                        batch = {k: v[index] for k, v in batch.items()}
+                n_run = len(take)
                 t0 = time.perf_counter()
                 batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
                 r = act_rollout(model, batch, steps_max, early_exit)
-                out_tok, out_q, out_steps = (r.tokens.cpu().numpy()[:n], r.q_halt.cpu().numpy()[:n],
-                                             r.steps.cpu().numpy()[:n])
+                pick = take if static else slice(0, n_run)  # a static batch ran every row; keep the picked
+                out_tok, out_q, out_steps = (r.tokens.cpu().numpy()[pick], r.q_halt.cpu().numpy()[pick],
+                                             r.steps.cpu().numpy()[pick])
                 _sync(device)
                 seconds_model += time.perf_counter() - t0
                 tokens[rows], q_halt[rows], steps_run[rows] = out_tok, out_q, out_steps
                 forward_rows += r.rows_forwarded
                 forward_calls += r.calls
-                bar.update(n)
+                bar.update(n_run)
     finally:
         bar.close()
         model.train(was_training)

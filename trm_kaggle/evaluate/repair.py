@@ -147,14 +147,16 @@ def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch
         raise DataError(f"{cfg.data}: the test split holds no pairs (build with a larger --test-fraction)")
     if len(meta) != split.num_examples:
         raise DataError(f"{cfg.data}/test/repair_meta.jsonl: {len(meta)} records for {split.num_examples} examples")
-    preds = predict_split(model, cfg.data, batch_size=cfg.batch_size, device=device, progress=cfg.progress)
+    n = split.num_examples if cfg.max_examples is None else min(cfg.max_examples, split.num_examples)
+    preds = predict_split(model, cfg.data, batch_size=cfg.batch_size, device=device, progress=cfg.progress,
+                          examples=None if n == split.num_examples else np.arange(n))
 
-    labels = np.asarray(split.labels)
-    inputs = np.asarray(split.inputs)
+    labels = np.asarray(split.labels[:n])
+    inputs = np.asarray(split.inputs[:n])
     token_acc = (preds.tokens.astype(np.int64) == labels).mean(axis=1)
     copy_acc = (inputs == labels).mean(axis=1)
     examples, outcomes, copy_outcomes = [], [], []
-    for i in range(split.num_examples):
+    for i in range(n):
         buggy = tokens.text(inputs[i].reshape(rows, cols))
         fixed = tokens.text(labels[i].reshape(rows, cols))
         predicted = tokens.text(preds.tokens[i].reshape(rows, cols))
@@ -163,7 +165,7 @@ def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch
         examples.append({"example": i, "bug_type": meta.bug_type[i], "source": meta.source[i],
                          "line": int(meta.line[i]), "outcome": outcomes[-1], "buggy": buggy, "fixed": fixed,
                          "predicted": predicted})
-    table = repair_table(list(meta.bug_type), outcomes, copy_outcomes, token_acc, copy_acc)
+    table = repair_table(list(meta.bug_type[:n]), outcomes, copy_outcomes, token_acc, copy_acc)
     runs = {}
     if cfg.doctests:
         runs["doctests"] = _run_all(examples, doctest_command(), cfg, only_with_doctests=True)

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
-from trm_kaggle.data.format import load_split
+from trm_kaggle.data.format import load_identifiers, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.decode import (decode_split_tokens, example_puzzles, grids_to_keys, puzzle_augmentations,
                                         side_of)
@@ -45,6 +45,7 @@ from trm_kaggle.evaluate.stats import category_breakdown, format_breakdown, form
 from trm_kaggle.evaluate.vote import ATTEMPTS, PASS_KS, Metrics, Slot, VoteResult, VoteTable, Weighting, score
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in, task_id_problem
+from trm_kaggle.wording import count
 
 # The standard ARC palette, colours 0..9.
 ARC_PALETTE = ("#000000", "#0074D9", "#FF4136", "#2ECC40", "#FFDC00",
@@ -63,6 +64,13 @@ class TestSet:
     @property
     def task_ids(self) -> list[str]:
         return list(self.num_tests)
+
+    def only(self, task_ids: Sequence[str]) -> "TestSet":
+        """The same test set restricted to `task_ids` (kept in this set's order)."""
+        keep = set(task_ids)
+        slots = [s for s in self.slots if s[0] in keep]
+        return TestSet(slots, {s: self.inputs[s] for s in slots}, {s: self.truths[s] for s in slots},
+                       {t: n for t, n in self.num_tests.items() if t in keep})
 
 
 def load_test_set(dataset_dir: str | os.PathLike) -> TestSet:
@@ -147,28 +155,40 @@ class EvalResult:
 def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, *, batch_size: int = 256,
              device: str | torch.device | None = None, early_exit: bool = False, max_steps: int | None = None,
              weighting: Weighting = "count", ks: Sequence[int] = PASS_KS, check_inputs: bool = True,
-             pool_with: VoteTable | None = None, progress: bool = False, deadline: float | None = None) -> EvalResult:
+             pool_with: VoteTable | None = None, progress: bool = False, deadline: float | None = None,
+             max_tasks: int | None = None) -> EvalResult:
     """Predict the whole test split of `dataset_dir`, vote, and score against test_puzzles.json.
 
     pool_with: votes of an earlier evaluation to pool with (opt-in; default: this evaluation only).
+    max_tasks: only the first N tasks of the test split, in its order (quick runs); scores are over them.
     """
     t0 = time.perf_counter()
     test_set = load_test_set(dataset_dir)
-    preds = predict_split(model, dataset_dir, batch_size, device, early_exit, max_steps=max_steps, progress=progress,
-                          deadline=deadline)
-    t_pred = time.perf_counter()
-
     split = load_split(dataset_dir, "test")
     side = side_of(split.metadata.seq_len)
-    names = [preds.identifiers[int(i)] for i in split.puzzle_identifiers]
+    identifiers = load_identifiers(dataset_dir)
+    names = [identifiers[int(i)] for i in split.puzzle_identifiers]
     augs = puzzle_augmentations(names)
-    puzzle_of, position = example_puzzles(split.puzzle_indices, len(preds))
+    puzzle_of, position = example_puzzles(split.puzzle_indices)
+    rows = None  # every example
+    if max_tasks is not None:
+        if max_tasks < 1:
+            raise TRMError(f"max_tasks must be >= 1, got {max_tasks}")
+        first = np.unique(augs.task_index[puzzle_of], return_index=True)[1]  # where each task first appears
+        chosen = augs.task_index[puzzle_of][np.sort(first)][:max_tasks]
+        rows = np.flatnonzero(np.isin(augs.task_index[puzzle_of], chosen))
+        test_set = test_set.only([augs.task_ids[t] for t in chosen])
+        puzzle_of, position = puzzle_of[rows], position[rows]
+    preds = predict_split(model, dataset_dir, batch_size, device, early_exit, max_steps=max_steps, progress=progress,
+                          deadline=deadline, examples=rows)
+    t_pred = time.perf_counter()
     if not np.array_equal(puzzle_of, preds.puzzle_index):
         raise TRMError("predictions are not in the order of the dataset's test split")
     slot = _slots_of_examples(test_set, augs.task_ids, augs.task_index[puzzle_of], position, dataset_dir)
     decoded = decode_split_tokens(preds.tokens, puzzle_of, augs, side)
     if check_inputs:
-        _check_inputs(split.inputs, puzzle_of, augs, slot, test_set, side, dataset_dir)
+        inputs = split.inputs if rows is None else np.asarray(split.inputs[rows])
+        _check_inputs(inputs, puzzle_of, augs, slot, test_set, side, dataset_dir)
     t_decode = time.perf_counter()
 
     voted = preds.steps >= 0  # examples skipped at the deadline cast no vote
@@ -182,7 +202,8 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, *, batch_si
         candidates.setdefault(s, [])
     t_vote = time.perf_counter()
 
-    acc = token_accuracy(preds.tokens, split.labels, split.metadata.ignore_label_id)
+    acc = token_accuracy(preds.tokens, split.labels if rows is None else np.asarray(split.labels[rows]),
+                         split.metadata.ignore_label_id)
     t_end = time.perf_counter()
     total = t_end - t0
     timing = {
@@ -205,22 +226,22 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, *, batch_si
 def _slots_of_examples(test_set: TestSet, task_ids: list[str], task_of: np.ndarray, position: np.ndarray,
                        dataset_dir) -> np.ndarray:
     """Slot index (into test_set.slots) of every example, vectorised over examples."""
-    base, count = {}, {}
+    base, tests = {}, {}
     k = 0
     for t in test_set.task_ids:
-        base[t], count[t] = k, test_set.num_tests[t]
+        base[t], tests[t] = k, test_set.num_tests[t]
         k += test_set.num_tests[t]
-    missing = [t for t in task_ids if t not in base]
+    missing = [task_ids[t] for t in np.unique(task_of) if task_ids[t] not in base]  # tasks of these examples
     if missing:
         raise DataError(f"{dataset_dir}: test-split puzzles of tasks missing from test_puzzles.json: "
                         f"{', '.join(missing[:5])}")
-    task_base = np.array([base[t] for t in task_ids], dtype=np.int64)
-    task_count = np.array([count[t] for t in task_ids], dtype=np.int64)
+    task_base = np.array([base.get(t, -1) for t in task_ids], dtype=np.int64)
+    task_count = np.array([tests.get(t, 0) for t in task_ids], dtype=np.int64)
     over = position >= task_count[task_of]
     if over.any():
         e = int(np.flatnonzero(over)[0])
         raise DataError(f"{dataset_dir}: test example {e} is input {position[e]} of a puzzle of task "
-                        f"{task_ids[task_of[e]]}, which has only {task_count[task_of[e]]} test inputs")
+                        f"{task_ids[task_of[e]]}, which has only {count(int(task_count[task_of[e]]), 'test input')}")
     return task_base[task_of] + position
 
 

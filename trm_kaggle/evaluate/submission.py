@@ -1,6 +1,6 @@
 """Kaggle ARC Prize submissions: build, write, validate and score them.
 
-The file format (the README's "Kaggle submissions" section)::
+The file format (docs/kaggle.md)::
 
     {task_id: [{"attempt_1": grid, "attempt_2": grid}, ...]}
 
@@ -61,6 +61,7 @@ from trm_kaggle.data.arc import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.stats import format_interval, wilson_interval
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.wording import count
 
 ATTEMPTS = ("attempt_1", "attempt_2")
 FALLBACKS = ("input", "blank")
@@ -219,7 +220,7 @@ def make_submission(challenges: str | os.PathLike | Mapping,
         if task_id not in raw:
             note(task_id, "candidates given for a task that is not in the challenges; ignored")
         elif not 0 <= index < n:
-            note(task_id, f"candidates given for test index {index} but the task has {n} test inputs; ignored")
+            note(task_id, f"candidates given for test index {index} but the task has {count(n, 'test input')}; ignored")
         else:
             by_key[(task_id, index)] = grids
 
@@ -327,9 +328,9 @@ def validate_submission(submission_or_path: str | os.PathLike | Mapping,
         return problems
     for task_id, n in counts.items():
         if task_id not in submission:
-            problems.append(f"task {task_id}: missing from the submission ({n} test inputs)")
+            problems.append(f"task {task_id}: missing from the submission ({count(n, 'test input')})")
         elif isinstance(submission[task_id], list) and len(submission[task_id]) != n:
-            problems.append(f"task {task_id}: {len(submission[task_id])} attempt dicts for {n} test inputs "
+            problems.append(f"task {task_id}: {count(len(submission[task_id]), 'attempt dict')} for {count(n, 'test input')} "
                             f"(one per test input, in order)")
     for task_id in submission:
         if task_id not in counts:
@@ -342,7 +343,7 @@ def check_submission(submission_or_path: str | os.PathLike | Mapping,
     """Raise DataError with the first problem of `validate_submission` (and how many more)."""
     problems = validate_submission(submission_or_path, challenges_or_path)
     if problems:
-        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        more = f" (and {count(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
         where = f"{submission_or_path}: " if isinstance(submission_or_path, (str, os.PathLike)) else ""
         raise DataError(f"{where}invalid submission: {problems[0]}{more}")
 
@@ -360,7 +361,7 @@ def write_submission(path: str | os.PathLike, submission: Mapping,
     else:
         problems = _structure_problems(submission)
         if problems:
-            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+            more = f" (and {count(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
             raise DataError(f"invalid submission, not written to {path}: {problems[0]}{more}")
     atomic_write_json(path, submission)
     return Path(path)

@@ -404,7 +404,8 @@ def plot_curves(runs: Sequence[RunData], metric: str) -> bytes:
             elif "accuracy" in name:
                 ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
-    axes[0][0].set_title(f"{metric} (line: mean over seeds, band: min to max)", fontsize=10)
+    axes[0][0].set_title(metric if len(runs) == 1 else f"{metric} (line: mean over seeds, band: min to max)",
+                         fontsize=10)
     axes[1][0].set_title("training loss", fontsize=10)
     if any(group_curves(runs, metric).values()):
         axes[0][1].legend(fontsize=8, loc="best")

@@ -40,13 +40,13 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import pydantic
-from tqdm.auto import tqdm
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.progress import tqdm
 from trm_kaggle.train.loop import RESUMABLE_CHANGES
 from trm_kaggle.train.settings import apply_overrides, dump_config, load_train_config, read_config_file
 
@@ -75,7 +75,7 @@ def describe_grids() -> str:
     for name, grid in BUILTIN_GRIDS.items():
         variants = " | ".join(" x ".join(v.name for v in combo) for combo in itertools.product(*grid.axes))
         lines.append(f"  {name:<10} {grid.description}: {variants}")
-    lines.append("A YAML file describes any other grid (see `SweepGrid` in trm_kaggle/config.py and the README).")
+    lines.append("A YAML file describes any other grid (docs/experiments.md; `SweepGrid` in trm_kaggle/config.py).")
     return "\n".join(lines)
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -126,7 +127,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--notebook", default=None, help=f"kernel notebook (default: <repo>/{DEFAULT_NOTEBOOK})")
     g.add_argument("--repo", default=str(REPO_ROOT), help="repository to build the trm_kaggle wheel from")
     g.add_argument("--extra-wheel", action="append", default=[], metavar="PATH",
-                   help="a prebuilt wheel to ship as well (e.g. adam-atan2 for Kaggle's torch/CUDA); repeatable")
+                   help="a prebuilt wheel to ship as well (e.g. adam-atan2 for Kaggle's torch/CUDA); repeatable "
+                        "(default: none)")
     g.add_argument("--kaggle-has", nargs="+", default=list(DEFAULT_KAGGLE_HAS), metavar="NAME",
                    help="distributions preinstalled on Kaggle, never shipped (default: %(default)s)")
     g.add_argument("--no-download", action="store_true",
@@ -149,7 +151,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("publish")
     g.add_argument("--push", action="store_true",
                    help="kaggle datasets create (or version) for both datasets, then kaggle kernels push")
-    g.add_argument("--version-message", default=None, help="push new dataset versions with this message")
+    g.add_argument("--version-message", default=None,
+                   help="push new dataset versions with this message (default: create the datasets)")
     g = p.add_argument_group("offline run (--execute)")
     g.add_argument("--execute", action="store_true",
                    help="run the kernel with papermill in OUT_DIR/sandbox: fresh venv, no network")
@@ -183,13 +186,15 @@ def run(args: argparse.Namespace) -> int:
         ids = BundleIds(args.user if args.user is not None else default_user(), args.slug_prefix).check()
         target = Target(python_version=args.python_version,
                         platforms=tuple(args.platform) if args.platform else DEFAULT_PLATFORMS)
+        t = time.perf_counter()
         report = build_bundle(args.out_dir, ids=ids, weights=args.weights, notebook=args.notebook,
                               repo=Path(args.repo), extra_wheels=args.extra_wheel, kaggle_has=args.kaggle_has,
                               download=not args.no_download, target=target, enable_gpu=not args.cpu,
                               competition=args.competition, wheel_kernel=args.wheel_kernel,
                               builder=args.wheel_builder)
         w = report["wheels"]
-        print(f"bundle in {report['out_dir']} (metadata valid)")
+        print(f"built {report['out_dir']}: the Kaggle bundle (wheels, weights and kernel; metadata valid) in "
+              f"{time.perf_counter() - t:.1f} s")
         print(f"  wheels  {w['id']}: {w['trm_kaggle_wheel']}"
               + "".join(f", {f}" for f in w["shipped"].values())
               + f" ({w['total_bytes'] / 1e6:.1f} MB)")
@@ -206,9 +211,14 @@ def run(args: argparse.Namespace) -> int:
                         time_budget=args.time_budget, finetune_steps=args.finetune_steps, num_aug=args.num_aug,
                         device=args.device, workers=args.workers, timeout=args.execute_timeout,
                         repo=Path(args.repo))
-            print(f"execute: papermill rc {r['papermill_rc']}, trm_kaggle from {r['trm_kaggle_file']}, "
-                  f"submission valid against all {r['tasks']} tasks: {r['submission_valid']}"
-                  + (f", score {r['score']}" if "score" in r else ""))
+            score = r.get("score")
+            print(f"executed the kernel offline in {r['notebook_s']:.1f} s: papermill status {r['papermill_rc']}; "
+                  f"submission {'valid' if r['submission_valid'] else 'NOT valid'} against all {r['tasks']} tasks"
+                  + (f", score {score['score']:.4f} ({score['solved']} of {score['total']} test outputs)"
+                     if score else ""))
+            print(f"  trm_kaggle from {r['trm_kaggle_file']}"
+                  + (" (installed from the wheels)" if r["trm_kaggle_in_venv"] else ""))
+            print(f"  whole output: {r['log']}; executed notebook: {r['executed_notebook']}")
             if not r["ok"]:
                 for problem in r["problems"]:
                     print(f"error: {problem}", file=sys.stderr)

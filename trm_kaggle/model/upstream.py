@@ -233,6 +233,9 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     model that was exported.
     """
     ckpt_path, hub_source = resolve_checkpoint(checkpoint)
+    if not ckpt_path.is_file():  # before its config: a missing checkpoint is the problem to name
+        raise TRMError(f"{ckpt_path}: checkpoint file not found" + (
+            " (it is a directory: name one step_<N> file in it)" if ckpt_path.is_dir() else ""))
     run_cfg = read_all_config(config or ckpt_path.parent)
     arch = arch_config_from_upstream_yaml(run_cfg)
     tensors = from_upstream_state_dict(read_checkpoint(ckpt_path), str(ckpt_path))

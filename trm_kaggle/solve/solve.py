@@ -40,9 +40,9 @@ import torch
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import RECURSION_FIELDS, ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
 from trm_kaggle.data.arc import MAX_GRID, read_challenges
-from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.build_arc import build_arc, built_with
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
-from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.export import model_from_train_state
@@ -89,13 +89,9 @@ def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict, canvas: int 
     build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(tasks, work),
                                subsets=[SUBSET], test_set_name=SUBSET, test_set_name2=SUBSET, num_aug=cfg.num_aug,
                                seed=cfg.seed, skip_invalid=True, canvas=canvas, progress=cfg.progress)
-    try:
-        info = read_json(data_dir / "build_info.json", "build_info.json")
-        if info["config"] == build_cfg.model_dump(exclude={"progress", "workers"}):
-            log.info("reusing the dataset in %s", data_dir)
-            return data_dir
-    except (DataError, KeyError, TypeError):  # none yet, or unreadable: build it again
-        pass
+    if built_with(build_cfg) is not None:
+        log.info("reusing the dataset in %s", data_dir)
+        return data_dir
     build_arc(build_cfg)
     return data_dir
 
@@ -119,11 +115,14 @@ def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int
             "demo_examples": len(idx)}
 
 
-def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None) -> TrainResult:
+def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None,
+             banner: bool = False) -> TrainResult:
     """Fine-tune from the pretrained export, phase by phase (`finetune_phases`), in one run directory.
 
     Each phase resumes the run where the previous one stopped (a restarted kernel resumes too: finished
     phases are skipped). Stops early at `deadline`. Returns the result of the last phase that ran.
+    `banner`: the first phase prints training's device and model lines (a worker asks for them once, not
+    per task).
     """
     probe = PuzzleLoader([str(data_dir)], "train", 1, seed=cfg.seed, prefetch=0)
     batch = max(1, min(cfg.global_batch_size, probe.max_examples_per_epoch))
@@ -139,7 +138,8 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
             max_steps=phase.until_step, eval_interval=None, freeze_weights=phase.freeze_weights, ema=False,
             seed=cfg.seed, device=cfg.device, threads=cfg.threads, checkpoint_path=str(run_dir), checkpoint_keep=1,
             progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
-        result = train(tcfg, deadline=deadline, planned_resume=result.step > 0)
+        result = train(tcfg, deadline=deadline, banner=banner)
+        banner = False
         if result.step < phase.until_step:
             break  # out of time
     return result
@@ -264,6 +264,7 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
             log.warning("merging the answers so far failed: %s", e)
 
     outcomes: list[Outcome] = []
+    shards: list[list] = []
     try:
         if budget.left() <= 0:
             raise TRMError(f"the time budget ({cfg.time_budget} s) is used up by the safety margin "
@@ -298,15 +299,60 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     failed = {t: r["error"] for t, r in task_reports.items() if "error" in r}
     report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
     report.update(_summarise(task_reports))
+    # why each task without a model answer for every test input has the fallback: one reason per task
+    early = "the model path failed before any worker ran" + (f" ({report['errors'][0]})" if report["errors"] else "")
+    unanswered = {u.task_id: early for u in units}
+    for w, shard in enumerate(shards):
+        out = next((o for o in outcomes if o.worker == w), None)
+        if out is not None:
+            why = (f"worker {w} failed ({out.error})" if out.error else
+                   "the time budget ran out before the model reached it")
+            unanswered.update({u.task_id: why for u in shard})
+    fallback = fallback_reasons(challenges, units, left_out, duplicates, cfg.max_tasks, task_reports, candidates,
+                                unanswered)
     report.update(answer, workers=[o.as_dict() for o in outcomes], task_reports=task_reports,
                   answered=len(task_reports) - len(failed), predicted=sum(1 for v in candidates.values() if v),
-                  elapsed_s=round(time.time() - budget.start, 1))
+                  fallback=fallback, elapsed_s=round(time.time() - budget.start, 1))
+    by_reason: dict[str, list[str]] = {}
+    for task_id, why in fallback.items():
+        by_reason.setdefault(why, []).append(task_id)
+    for why, tasks in by_reason.items():  # one line per reason: a long list of tasks stays one line
+        shown_ids = ", ".join(tasks[:3]) + (", ..." if len(tasks) > 3 else "")
+        say(budget.line("fallback", (f"task {tasks[0]}" if len(tasks) == 1 else f"{len(tasks)} tasks ({shown_ids})")
+                        + f" keep{'s' if len(tasks) == 1 else ''} the fallback answer: {why}"))
     say(budget.line("submission", f"{cfg.output}: {'valid' if report['valid'] else 'INVALID'}; "
                     f"{report['answered']} of {len(challenges)} tasks answered by the model, {report['predicted']} "
                     f"test inputs with model predictions"))
     if work.is_dir():
         _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
     return report
+
+
+def fallback_reasons(challenges: dict, units: list, left_out: dict[str, str], duplicates: set[str],
+                     max_tasks: int | None, task_reports: dict[str, dict], candidates: dict,
+                     unanswered: dict[str, str]) -> dict[str, str]:
+    """{task id: why it holds the fallback answer (for some or all of its test inputs)}, in file order, for
+    every task without model candidates for each test input; `unanswered`: why a unit has no result at all."""
+    tests = {u.task_id: u.test_inputs for u in units}
+    reasons = {}
+    for task_id in challenges:
+        if task_id in duplicates:
+            why = "its id appears more than once in the challenges file"
+        elif task_id in left_out:
+            why = left_out[task_id]
+        elif task_id not in tests:
+            why = f"beyond max_tasks {max_tasks} (the model works on the first {max_tasks} tasks)"
+        elif "error" in task_reports.get(task_id, {}):
+            why = f"the model path failed on it ({task_reports[task_id]['error']})"
+        elif task_id not in task_reports:
+            why = unanswered.get(task_id, "no result from the model")
+        else:
+            missing = [i for i in range(tests[task_id]) if not candidates.get((task_id, i))]
+            if not missing:
+                continue
+            why = f"{len(missing)} of {tests[task_id]} test inputs without a model prediction (cut by the deadline)"
+        reasons[task_id] = why
+    return reasons
 
 
 def _summarise(task_reports: dict[str, dict]) -> dict[str, Any]:

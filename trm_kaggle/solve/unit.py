@@ -114,7 +114,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
         t0 = time.time()
         try:
             report = solve_unit(ucfg, unit, challenges[unit.task_id], keys[unit.index], spec.work, device,
-                                finetune_by, spec.deadline, canvas)
+                                finetune_by, spec.deadline, canvas, banner=k == 0)
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})", _summary(report, time.time() - t0)))
         except Exception as e:
             if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
@@ -132,9 +132,11 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
 
 
 def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, device: torch.device,
-               finetune_by: float | None, predict_by: float | None, canvas: int = MAX_GRID) -> dict:
+               finetune_by: float | None, predict_by: float | None, canvas: int = MAX_GRID,
+               banner: bool = False) -> dict:
     """One task: dataset (on the model's `canvas`) -> fine-tuning (until `finetune_by`) -> predictions (until
-    `predict_by`) -> vote. Writes the unit's result.json and returns its report."""
+    `predict_by`) -> vote. Writes the unit's result.json and returns its report. `banner`: fine-tuning prints
+    its device and model lines (the worker's first task)."""
     udir = unit_dir(work, unit)
     for part in PARTS:  # a task's run always starts fresh: only complete results are reused
         shutil.rmtree(udir / part, ignore_errors=True)
@@ -153,7 +155,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
             report["finetune_schedule"] = [asdict(p) for p in finetune_phases(cfg.finetune, cfg.embeddings_fraction,
                                                                               cfg.finetune_steps)]
             t = time.time()
-            result = finetune(cfg, model.arch, data_dir, udir, finetune_by)
+            result = finetune(cfg, model.arch, data_dir, udir, finetune_by, banner=banner)
             steps = result.step
             report["finetune_s"] = round(time.time() - t, 2)
             model = load_finetuned(result.run_dir, device)

@@ -28,7 +28,6 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
@@ -45,8 +44,9 @@ from trm_kaggle.optim.adam_atan2 import AdamATan2
 from trm_kaggle.optim.ema import EMA
 from trm_kaggle.optim.lion import Lion
 from trm_kaggle.optim.sign_sgd import SignSGD
+from trm_kaggle.progress import tqdm
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after
+from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics
 from trm_kaggle.train.memory import MemoryWatch, memory_aware_micro_batch
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
@@ -72,14 +72,30 @@ class TrainResult:
     examples_per_second: float = 0.0
     parameters: ParameterCount | None = None
     is_main: bool = True  # rank 0 (the replica that logs and saves)
+    start_step: int = 0  # the step this call began at (> 0: it resumed the run)
+    stopped_by: str = ""  # why training ended before its last step ("the time limit", ...); "" when it got there
+    already_done: str = ""  # the run had reached its last step before this call: what that step is (nothing trained)
+
+    @property
+    def new_steps(self) -> int:
+        """Optimizer steps this call took."""
+        return self.step - self.start_step
 
     def summary(self) -> str:
         """What a person wants to read when training ends (metrics under their exact names)."""
         m = self.metrics
         text = f"model: {self.parameters}\n" if self.parameters else ""
-        text += (f"trained {self.step} steps ({self.epoch:.2f} epochs) at {self.examples_per_second:.1f} examples/s; "
-                f"last loss {m.get('loss', float('nan')):.4f}, exact accuracy (train batches, halted rows) "
-                f"{m.get('exact_accuracy', float('nan')):.3f}; run directory {self.run_dir}")
+        last = (f"loss {m.get('loss', float('nan')):.4f}, exact accuracy (train batches, halted rows) "
+                f"{m.get('exact_accuracy', float('nan')):.3f}")
+        if self.already_done:
+            text += (f"already done at step {self.step} ({self.epoch:.2f} epochs): {self.already_done}; nothing "
+                     f"trained, metrics.jsonl unchanged; last logged {last}; run directory {self.run_dir}")
+        else:
+            steps = (f"{self.step} steps" if not self.start_step else
+                     f"{self.new_steps} new steps, resuming at step {self.start_step}, to step {self.step}")
+            text += (f"trained {steps} ({self.epoch:.2f} epochs) at {self.examples_per_second:.1f} examples/s"
+                     + (f", stopped by {self.stopped_by}" if self.stopped_by else "")
+                     + f"; last {last}; run directory {self.run_dir}")
         if self.eval_metrics:
             text += (f"\ntest split: exact accuracy {self.eval_metrics['eval_exact_accuracy']:.3f} over "
                      f"{self.eval_metrics['eval_examples']} examples (per augmented example; not the ARC Prize score)")
@@ -291,14 +307,15 @@ class TrainProgress:
 
 def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None,
           on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None,
-          planned_resume: bool = False) -> TrainResult:
+          banner: bool = True) -> TrainResult:
     """Train (or resume) the run in `default_run_dir(cfg)`; returns the last metrics.
 
     `on_step(step, metrics)` is called at every log interval; `on_eval(step, eval_metrics)` after each
     evaluation, and training stops (saving its state) when it returns True. `deadline` (a time.time()
     value) stops training before a step that would start after it, saving the state as usual.
-    `planned_resume`: the caller continues its own run on purpose (the next phase of a staged schedule),
-    so the resumption is logged at info level instead of as a warning."""
+    `banner`: print the device and model lines first (with `progress`); a caller that trains many small
+    runs in a row (test-time training, one per task) prints them once itself.
+    A run that had already reached its last step is left as it is (`TrainResult.already_done`)."""
     if not cfg.data_paths:
         raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
     if cfg.time_limit is not None:
@@ -306,7 +323,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         deadline = limit if deadline is None else min(deadline, limit)
     rt = setup_runtime(cfg)
     run_dir = default_run_dir(cfg)
-    if rt.is_main and cfg.progress:
+    if rt.is_main and cfg.progress and banner:
         print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
               f"{rt.world_size} replica(s)", file=sys.stderr, flush=True)
 
@@ -325,7 +342,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         if on_xla:  # XLA: thread replicas (TPU v2/v3 cores) share torch's generator; each seeds and draws in turn
             torch.manual_seed(cfg.seed)
         model = build_model(cfg, loader, rt)
-    if rt.is_main and cfg.progress:
+    if rt.is_main and cfg.progress and banner:
         print(f"trm-kaggle train: {model.parameter_count()}", file=sys.stderr, flush=True)
     if rt.distributed:
         broadcast_model_(model, rt.rank)
@@ -341,7 +358,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     if stages is not None:
         loader.set_group_filter(stages.group_mask_at)
         if rt.is_main:
-            log.warning("data curriculum: %s", stages.describe())
+            log.info("data curriculum: %s", stages.describe())
 
     step, carries = 0, None
     states = ckpt.list_states(run_dir)
@@ -350,10 +367,12 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     if states:
         path, state = ckpt.load_newest_state(run_dir, quarantine=rt.is_main)
         step, carries = _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint)
+        if step >= stop_at:  # run again after it ended: nothing to train, and nothing is rewritten
+            return _already_done(cfg, run_dir, step, stop_at, total_steps, steps_per_epoch, model, rt)
         if carries is not None and len(carries) != local_batch // micro:  # another micro-batch size now
             carries = _resplit(carries, micro)
         if rt.is_main:
-            log.log(logging.INFO if planned_resume else logging.WARNING, "resuming %s from step %d", run_dir, step)
+            log.info("resuming %s from step %d", run_dir, step)
             drop_metrics_after(run_dir / METRICS_FILE, step)
     forward = torch.compile(model) if cfg.compile else model
     metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
@@ -363,7 +382,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
 
     model.train()
     sums: dict[str, float] = {}
-    result = TrainResult(run_dir, step, 0.0, parameters=model.parameter_count(), is_main=rt.is_main)
+    result = TrainResult(run_dir, step, 0.0, parameters=model.parameter_count(), is_main=rt.is_main,
+                         start_step=step)
     bar = TrainProgress(stop_at, step, deadline, enabled=cfg.progress and rt.is_main)
     t_start, step_start = time.perf_counter(), step
     memory_watch = MemoryWatch(rt.device, log if rt.is_main else None)
@@ -378,7 +398,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     try:
         while step < stop_at:
             if deadline is not None and time.time() >= deadline:
-                log.warning("time budget reached at step %d: stopping training", step)
+                result.stopped_by = "the time limit" if cfg.time_limit is not None else "the deadline"
+                log.info("time budget reached at step %d: stopping training", step)
                 break
             if compile_watch is not None:
                 compile_watch.begin_step()
@@ -438,7 +459,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             # bookkeeping (a host read waits for the device: once per log interval, not per step)
             pending.append(metrics)
             sums["steps_logged"] = sums.get("steps_logged", 0) + 1
-            if step % cfg.log_interval == 0 or step == stop_at:
+            # the last interval is logged too when the deadline ends the run (the loop stops before the next step)
+            if step % cfg.log_interval == 0 or step == stop_at or (deadline is not None and time.time() >= deadline):
                 for values in pending:
                     for key, v in zip(["loss"] + _METRIC_NAMES, values.tolist()):
                         sums[key] = sums.get(key, 0.0) + v
@@ -476,6 +498,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                     if cfg.checkpoint_every_eval:
                         _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint)
                     if on_eval is not None and on_eval(step, result.eval_metrics):
+                        result.stopped_by = "the evaluation callback"
                         break
     finally:
         bar.close()
@@ -488,6 +511,21 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     result.step, result.epoch = step, step / steps_per_epoch
     result.examples_per_second = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
     return result
+
+
+def _already_done(cfg, run_dir, step, stop_at, total_steps, steps_per_epoch, model, rt) -> TrainResult:
+    """The result of a run that had ended before this call: its last logged metrics, read, not rewritten."""
+    records, evals = read_metrics(run_dir)
+    if cfg.max_steps and stop_at == cfg.max_steps and stop_at < total_steps:
+        why = f"max_steps={cfg.max_steps} (raise it to train further)"
+    else:
+        why = (f"the end of its schedule ({total_steps} steps for epochs={cfg.epochs}; a longer schedule needs "
+               "another checkpoint_path)")
+    evals = [r for r in evals if r["step"] == step]
+    last = {k: v for k, v in records[-1].items() if k != "wall_s"} if records else {}  # as the run logged it
+    return TrainResult(run_dir, step, step / steps_per_epoch, metrics=last,
+                       eval_metrics={k: v for k, v in evals[-1].items() if k.startswith("eval_")} if evals else {},
+                       parameters=model.parameter_count(), is_main=rt.is_main, start_step=step, already_done=why)
 
 
 def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch):
@@ -606,8 +644,8 @@ def _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint
     saved_dtype = state.get("forward_dtype")
     if saved_dtype is not None and saved_dtype != dtype_name(rt.dtype) and cfg.arch.forward_dtype == "auto":
         # "auto" on a CPU is a timing; the run keeps the arithmetic it started with.
-        log.warning("resuming in the checkpoint's %s (forward_dtype=auto would pick %s here)", saved_dtype,
-                    dtype_name(rt.dtype))
+        log.info("resuming in the checkpoint's %s (forward_dtype=auto would pick %s here)", saved_dtype,
+                 dtype_name(rt.dtype))
         rt.dtype = DTYPES[saved_dtype]
         model.forward_dtype = rt.dtype
     model.load_state_dict(state["model"])

@@ -238,9 +238,9 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     share = available // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world_size))) + rss
     micro = plan_micro_batch(est, local_batch, share, requested=requested)
     if log:
-        log.warning("auto_batch: micro_batch_size=%d of the local batch %d (expected peak %.2f GB of %.2f GB "
-                    "available to this process; gradient accumulation keeps the global batch)",
-                    micro, local_batch, est.total(micro) / GB, share / GB)
+        log.info("auto_batch: micro_batch_size=%d of the local batch %d (expected peak %.2f GB of %.2f GB "
+                 "available to this process; gradient accumulation keeps the global batch)",
+                 micro, local_batch, est.total(micro) / GB, share / GB)
     return micro
 
 

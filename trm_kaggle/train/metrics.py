@@ -45,7 +45,7 @@ def drop_metrics_after(path: Path, step: int) -> None:
     kept = [line for line, r in records if isinstance(r, dict) and isinstance(r.get("step"), int) and r["step"] <= step]
     if len(kept) < len(records):
         atomic_write_text(path, "".join(line + "\n" for line in kept))
-        log.warning("metrics.jsonl: dropped %d records after step %d (those steps run again)",
+        log.info("metrics.jsonl: dropped %d records after step %d (those steps run again)",
                     len(records) - len(kept), step)
 
 

@@ -129,3 +129,71 @@ def apply_overrides(cfg: TrainConfig, overrides: Sequence[str], notes: Optional[
 def dump_config(cfg: TrainConfig) -> str:
     """The whole config as YAML in our layout; `load_train_config(config_file=...)` reads it back exactly."""
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, default_flow_style=False)
+
+
+# ---------------------------------------------------------------------------
+# The settings, described (`trm-kaggle train --list-settings`)
+# ---------------------------------------------------------------------------
+
+
+def _type_name(annotation) -> str:
+    """A field's type as a user types it: `int`, `float or None`, `adam_atan2 | adamw | lion`, `list`."""
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(map(str, args))
+    if origin is typing.Union:
+        named = [_type_name(a) for a in args if a is not type(None)]
+        return " or ".join(named) + (" or None" if type(None) in args else "")
+    if origin in (list, tuple):
+        return "list"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _number(v) -> str:
+    return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+
+
+def _bounds(field) -> str:
+    """A field's numeric bounds ('>= 1', '> 0, finite', '0..1') from its pydantic metadata."""
+    low = high = ""
+    finite = False
+    for m in field.metadata:
+        for attr, sign in (("ge", ">="), ("gt", ">")):
+            if getattr(m, attr, None) is not None:
+                low = f"{sign} {_number(getattr(m, attr))}"
+        for attr, sign in (("le", "<="), ("lt", "<")):
+            if getattr(m, attr, None) is not None:
+                high = f"{sign} {_number(getattr(m, attr))}"
+        finite = finite or getattr(m, "allow_inf_nan", None) is False
+    parts = [p for p in (low, high) if p] + (["finite"] if finite else [])
+    return ", ".join(parts)
+
+
+def describe_settings() -> str:
+    """Every `key=value` setting of `train`: dotted key, type, default, bounds and what it does."""
+    from pydantic import BaseModel
+
+    rows = []
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            ann = field.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                walk(ann, f"{prefix}{name}.")
+                continue
+            default = field.get_default(call_default_factory=True)
+            rows.append((prefix + name, _type_name(ann), str(default),
+                         _bounds(field), field.description or ""))
+
+    walk(TrainConfig, "")
+    lines = ["Settings of `trm-kaggle train`, for key=value overrides, --config files and presets "
+             "(key = default  [type; bounds]):", ""]
+    for key, kind, default, bounds, text in rows:
+        lines.append(f"  {key} = {default}  [{'; '.join(p for p in (kind, bounds) if p)}]")
+        if text:
+            lines.append(f"      {text}")
+    lines += ["", "Upstream spellings work too (arch.loss.loss_type=..., +run_name=...); --print-config shows the "
+              "settings a command line resolves to."]
+    return "\n".join(lines)

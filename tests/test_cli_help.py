@@ -1,0 +1,146 @@
+"""`--help` that teaches: descriptions, help texts with defaults, required flags, the settings list; the
+wording of counts and of a few messages."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trm_kaggle.cli import build_parser, main
+from trm_kaggle.config import TrainConfig
+from trm_kaggle.model.trm import ParameterCount
+from trm_kaggle.wording import count
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+@pytest.mark.parametrize("name", sorted(subcommands()))
+def test_every_subcommand_describes_itself_and_every_option(name):
+    p = subcommands()[name]
+    assert p.description and len(p.description) > 40, f"{name}: no description"
+    for a in p._actions:
+        if isinstance(a, argparse._HelpAction) or a.help == argparse.SUPPRESS:
+            continue
+        what = a.option_strings[0] if a.option_strings else a.dest
+        assert a.help, f"{name} {what}: no help text"
+        takes_value = a.nargs != 0
+        if takes_value and a.option_strings:
+            assert "default" in a.help or "required" in a.help, f"{name} {what}: help names no default: {a.help}"
+        if a.required and a.option_strings:  # positionals are required by nature (no brackets in the usage)
+            assert "(required)" in a.help, f"{name} {what}: required but not shown as such"
+    p.format_help()  # every %-sequence in the texts is well formed
+
+
+def test_help_defaults_come_from_the_config_that_owns_them():
+    from trm_kaggle.config import ArcBuildConfig, SolveConfig
+
+    helps = {a.dest: a.help for a in subcommands()["build-arc"]._actions}
+    assert f"(default: {ArcBuildConfig.model_fields['num_aug'].default})" in helps["num_aug"]
+    helps = {a.dest: a.help for a in subcommands()["submit"]._actions}
+    assert f"(default: {SolveConfig.model_fields['finetune_steps'].default})" in helps["finetune_steps"]
+    assert "(required)" in {a.dest: a.help for a in subcommands()["evaluate"]._actions}["weights"]
+
+
+def test_train_help_points_to_a_settings_list_that_names_every_setting(capsys):
+    assert "--list-settings" in subcommands()["train"].format_help()
+    assert main(["train", "--list-settings"]) == 0
+    out = capsys.readouterr().out
+
+    def keys(model, prefix=""):
+        for name, field in model.model_fields.items():
+            sub = field.annotation
+            if isinstance(sub, type) and hasattr(sub, "model_fields"):
+                yield from keys(sub, f"{prefix}{name}.")
+            else:
+                yield prefix + name
+
+    listed = {line.split(" = ")[0].strip() for line in out.splitlines() if line.startswith("  ") and " = " in line
+              and not line.startswith("      ")}
+    assert listed == set(keys(TrainConfig))
+    assert "  lr = 0.0001  [float; > 0, finite]" in out
+    assert "  arch.L_cycles = 6  [int; >= 1, <= 256]" in out
+
+
+@pytest.mark.parametrize("override, field", [
+    ("lr=-1", "lr"), ("lr=nan", "lr"), ("lr=inf", "lr"), ("ema_rate=2", "ema_rate"), ("ema_rate=nan", "ema_rate"),
+    ("max_steps=-5", "max_steps"), ("time_limit=nan", "time_limit"), ("time_limit=-1", "time_limit"),
+    ("lr_warmup_steps=-10", "lr_warmup_steps"), (f"seed={2**70}", "seed"), ("weight_decay=-1e9", "weight_decay"),
+    ("log_interval=0", "log_interval"), ("threads=-4", "threads"), ("beta2=1.5", "beta2"),
+    ("checkpoint_keep=0", "checkpoint_keep"), ("curriculum.epochs=-1", "curriculum.epochs"),
+])
+def test_out_of_range_settings_are_one_error_line(override, field, capsys):
+    assert main(["train", "--print-config", override]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and field in err[0], err
+
+
+def test_submit_refuses_a_negative_seed(tmp_path, capsys):
+    assert main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path),
+                 "--seed", "-1", "--output", str(tmp_path / "s.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "seed" in err
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_counts_read_as_english():
+    assert count(1, "test input") == "1 test input"
+    assert count(2, "test input") == "2 test inputs"
+    assert count(0, "task") == "0 tasks"
+    assert count(12_345, "example") == "12,345 examples"
+    assert count(1, "query", "queries") == "1 query" and count(3, "query", "queries") == "3 queries"
+
+
+def test_a_model_without_a_puzzle_table_says_so():
+    assert str(ParameterCount(weights=1234, puzzle_rows=1, puzzle_dim=0)) == "1,234 parameters (no puzzle-embedding table)"
+    assert "(10 rows x 8)" in str(ParameterCount(weights=5, puzzle_rows=10, puzzle_dim=8))
+
+
+def test_refusing_to_replace_a_directory_uses_the_right_article(tmp_path):
+    from trm_kaggle.atomic import atomic_directory
+    from trm_kaggle.errors import TRMError
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(TRMError, match="is not an export written by this package"):
+        with atomic_directory(tmp_path / "mine", kind="export"):
+            pass
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_import_upstream_names_a_missing_checkpoint_not_its_config(tmp_path, capsys):
+    assert main(["import-upstream", str(tmp_path / "nonexistent"), "--out", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'nonexistent'}: checkpoint file not found" in err and "all_config.yaml" not in err
+    assert main(["import-upstream", str(tmp_path), "--out", str(tmp_path / "w")]) == 2
+    assert "it is a directory" in capsys.readouterr().err
+
+
+def test_default_output_directories_are_git_ignored():
+    """What the commands and the docs' examples create inside a clone never shows up as untracked files."""
+    from trm_kaggle.config import PipelineConfig, SolveConfig
+
+    ignored = {line.strip() for line in (REPO / ".gitignore").read_text().splitlines()}
+    wanted = {"runs/", f"/{SolveConfig.model_fields['work_dir'].default}/", "/bundle/", "/reports/",
+              f"/{SolveConfig.model_fields['output'].default}"}
+    assert PipelineConfig.model_fields["work_dir"].default.startswith("runs/")
+    assert wanted <= ignored, wanted - ignored
+
+
+def test_validate_submission_counts_in_the_singular(tmp_path):
+    import json
+
+    (tmp_path / "c.json").write_text(json.dumps({"abc": {"train": [{"input": [[1]], "output": [[2]]}],
+                                                          "test": [{"input": [[1]]}]}}))
+    (tmp_path / "s.json").write_text(json.dumps({"abc": [{"attempt_1": [[1]], "attempt_2": [[2]]}]}))
+    p = subprocess.run([sys.executable, "-m", "trm_kaggle", "validate-submission", str(tmp_path / "s.json"),
+                        "--challenges", str(tmp_path / "c.json")], capture_output=True, text=True)
+    assert p.returncode == 0 and "(1 task, 1 test input, two attempts each)" in p.stdout, p.stdout + p.stderr
