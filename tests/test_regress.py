@@ -146,7 +146,7 @@ def test_a_run_that_holds_writes_report_history_and_plots(suite, tmp_path, capsy
     out = tmp_path / "out"
     rc, stdout, stderr = regress(capsys, suite, out)
     assert rc == 0, stderr
-    assert "2 comparisons, 0 regressed, 0 improved, 0 not compared" in stdout
+    assert "2 comparisons: 0 regressed, 0 improved, 0 not compared" in stdout
     report = (out / "report.md").read_text()
     assert "| acc | accuracy | 0.8 (higher is better, tolerance 0.05) | 0.8 | ok |" in report
     assert "| count | changed | 0 (lower is better, tolerance 0) | 0 | ok |" in report
@@ -163,7 +163,7 @@ def test_a_run_that_holds_writes_report_history_and_plots(suite, tmp_path, capsy
 def test_a_regression_exits_1_naming_notebook_and_metric(suite, tmp_path, capsys):
     write_baselines(suite, {"acc": {"accuracy": b(0.9)}, "count": {"changed": b(0, 0, "lower")}})
     rc, stdout, stderr = regress(capsys, suite, tmp_path / "out", "acc")
-    assert rc == 1
+    assert rc == 1 and "running 1 regression notebook (acc)" in stdout
     assert "regression: acc.accuracy = 0.8, baseline 0.9 (higher is better, tolerance 0.05)" in stderr
     assert "| acc | accuracy | 0.9 (higher is better, tolerance 0.05) | 0.8 | **regressed** |" in \
         (tmp_path / "out" / "report.md").read_text()
@@ -204,7 +204,7 @@ def test_a_metric_that_cannot_be_compared_exits_2_naming_it(suite, tmp_path, cap
     assert rc == 2
     lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and message in lines[0], stderr
-    assert "count: 1 metrics" in stdout  # the other notebook still ran and was compared
+    assert "count: 1 metric in" in stdout  # the other notebook still ran and was compared
     assert "| count | changed |" in (tmp_path / "out" / "report.md").read_text()
 
 
@@ -315,7 +315,7 @@ def test_regress_catches_a_planted_change(tmp_path, edit, caught, unchanged):
     r = subprocess.run([sys.executable, "-m", "trm_kaggle", "regress", "golden", "--out", str(tmp_path / "out")],
                        cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert f"running 1 regression notebooks (golden)" in r.stdout
+    assert "running 1 regression notebook (golden)" in r.stdout
     regressed = {line.split(" = ")[0].removeprefix("regression: golden.") for line in r.stderr.splitlines()
                  if line.startswith("regression: golden.")}
     assert caught <= regressed, r.stderr

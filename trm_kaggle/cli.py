@@ -780,14 +780,14 @@ def _add_regress(sub) -> None:
                                    "reported), 1 when one regressed, 2 when one could not be compared.")
     p.add_argument("names", nargs="*", metavar="NAME", help="notebooks to run (default: all)")
     p.add_argument("--out", default="runs/regression", metavar="DIR",
-                   help="report, history and executed notebooks (default runs/regression)")
+                   help="where the report, the history and the executed notebooks go (default: runs/regression)")
     p.add_argument("--update-baselines", action="store_true",
                    help="set the baselines (and the golden files) of the notebooks run to this run's values, "
                         "recording the commit")
     p.add_argument("--notebooks", default=None, metavar="DIR",
                    help="folder of the notebooks and their baselines.json (default: notebooks/regression of this "
                         "checkout)")
-    p.add_argument("--jobs", type=int, default=None, help="notebooks run at once (default: one per core)")
+    p.add_argument("--jobs", type=int, default=None, help="notebooks run at once (default: one per usable CPU core)")
     _common(p)
     p.set_defaults(func=cmd_regress)
 

@@ -227,6 +227,11 @@ def _torch_build() -> tuple[str, str]:
     return blas_name, dnn
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the system has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def gather() -> HardwareFacts:
     """The facts of the machine this process runs on."""
     import torch
@@ -244,6 +249,6 @@ def gather() -> HardwareFacts:
             gpus.append(GPUInfo(p.name, p.total_memory, (p.major, p.minor), free))
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     blas, onednn = _torch_build()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return HardwareFacts(platform.system(), platform.machine(), model, cores, isa, total, available, gpus, mps,
-                         torch.__version__, torch.version.cuda, torch.backends.cpu.get_cpu_capability(), blas, onednn)
+    return HardwareFacts(platform.system(), platform.machine(), model, usable_cores(), isa, total, available, gpus,
+                         mps, torch.__version__, torch.version.cuda, torch.backends.cpu.get_cpu_capability(), blas,
+                         onednn)

@@ -47,6 +47,7 @@ UPDATE_GOLDEN = False  # write the golden files from this run instead of compari
 # %%
 import hashlib
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -148,42 +149,45 @@ if UPDATE_GOLDEN:
 before = {name: json.loads((golden / f"{name}.json").read_text()) for name in FILES}
 
 
-def close(a: dict, b: dict) -> tuple[bool, str]:
-    """Whether two logit summaries agree within the tolerance, and the largest relative difference."""
-    worst = max(((abs(a[k] - b[k]) / max(1.0, abs(b[k])), k) for k in b), default=(0.0, ""))
-    return worst[0] <= LOGIT_TOLERANCE and a.keys() == b.keys(), f"{worst[1]} differs by {worst[0]:.2e} (relative)"
+def deviation(a: dict, b: dict) -> tuple[float, str]:
+    """The largest relative difference between two logit summaries, and the statistic where it is."""
+    if a.keys() != b.keys():
+        return math.inf, "the list of statistics"
+    return max((abs(a[k] - b[k]) / max(1.0, abs(b[k])), k) for k in b)
+
+
+def what_changed(name: str, key: str, old, new) -> str | None:
+    """How one entry of a golden file differs from this run's (None: it does not)."""
+    label = f"test input {key.split('/')[1]}" if "/" in key else "the task"
+    if old is None or new is None:
+        return f"{label}: {'not in the golden file' if old is None else 'not produced by this run'}"
+    if name == "logits":
+        d, stat = deviation(new, old)
+        return f"{stat} differs by {d:.2e} (relative)" if d > LOGIT_TOLERANCE else None
+    if new == old:
+        return None
+    if name == "predictions":
+        if len(new) != len(old):
+            return f"{len(new)} augmented examples instead of {len(old)}"
+        return f"augmented example {next(i for i, (a, b) in enumerate(zip(new, old)) if a != b)} differs"
+    return f"{label} differs"
 
 
 def changed_tasks(name: str) -> list[tuple[str, str]]:
-    """(task, what changed) for every task whose entry differs from the golden file, in TASKS order."""
+    """(task, its first change) for every task whose entries differ from the golden file, in TASKS order."""
     old, new = before[name], json.loads(json.dumps(now[name]))  # through JSON: lists and floats as stored
     out = []
     for task in TASKS:
-        keys = sorted(k for k in set(old) | set(new) if k == task or k.startswith(task + "/"))
-        for key in keys:
-            if key not in old or key not in new:
-                out.append((task, f"{key} {'missing from the golden file' if key not in old else 'not produced'}"))
-                break
-            if name == "logits":
-                ok, how = close(new[key], old[key])
-                if not ok:
-                    out.append((task, how))
-                    break
-            elif new[key] != old[key]:
-                where = ""
-                if name == "predictions" and len(new[key]) == len(old[key]):
-                    first = next(i for i, (a, b) in enumerate(zip(new[key], old[key])) if a != b)
-                    where = f": augmented example {first}"
-                out.append((task, f"{key} differs{where}"))
-                break
-    extra = sorted(set(old) - {k for k in old for t in TASKS if k == t or k.startswith(t + "/")})
-    out += [(k, "in the golden file but not among TASKS") for k in extra]
-    return out
+        keys = sorted(k for k in set(old) | set(new) if k.split("/")[0] == task)
+        changes = [c for k in keys if (c := what_changed(name, k, old.get(k), new.get(k)))]
+        if changes:
+            out.append((task, changes[0]))
+    return out + [(k, "in the golden file but not among TASKS") for k in sorted(old) if k.split("/")[0] not in TASKS]
 
 
-worst = max((close(now["logits"][t], before["logits"][t])[1] for t in TASKS if t in before["logits"]),
-            key=lambda how: float(how.split(" by ")[1].split()[0]), default="nothing to compare")
-print(f"logits: the largest difference: {worst}; tolerance {LOGIT_TOLERANCE:g}")
+worst = max((deviation(now["logits"][t], before["logits"][t]) for t in TASKS if t in before["logits"]),
+            default=(0.0, "-"))
+print(f"logits: largest relative difference {worst[0]:.2e} ({worst[1]}); tolerance {LOGIT_TOLERANCE:g}")
 for name in FILES:
     diff = changed_tasks(name)
     detail = f"first: {diff[0][0]}: {diff[0][1]}" if diff else ""

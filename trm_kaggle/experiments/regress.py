@@ -35,7 +35,6 @@ a metric that baselines.json does not list yet is refused until someone adds it 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -54,9 +53,11 @@ from pydantic import Field
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import validation_line
 from trm_kaggle.errors import TRMError
+from trm_kaggle.hardware import usable_cores
 from trm_kaggle.experiments.recorded import Recorded, read_recorded
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in
+from trm_kaggle.wording import count
 
 BASELINES = "baselines.json"
 BASELINES_FORMAT = "trm_kaggle.regression-baselines"
@@ -163,6 +164,7 @@ def _first_line(text: object) -> str:
 def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool = False) -> NotebookRun:
     """Execute one notebook with papermill and read its records (a failure becomes `error`, never raises)."""
     import papermill
+    from papermill.exceptions import PapermillExecutionError
 
     executed = out / "executed" / f"{name}.ipynb"
     run = NotebookRun(name, executed)
@@ -182,23 +184,15 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         run.metrics = read_recorded(json.loads(executed.read_text(encoding="utf-8")), f"{name} ({executed})")
     except TRMError as e:
         run.error = str(e)
-    except Exception as e:  # noqa: BLE001 - a failing notebook costs its own comparisons, not the others'
-        if type(e).__name__ == "PapermillExecutionError":
-            run.error = (f"the notebook failed in cell [{e.exec_count}]: {e.ename}: {_first_line(e.evalue)} "
-                         f"(see {executed})")
-        else:
-            run.error = f"{type(e).__name__}: {_first_line(e)}"
+    except PapermillExecutionError as e:
+        run.error = (f"the notebook failed in cell [{e.exec_count}]: {e.ename}: {_first_line(e.evalue)} "
+                     f"(see {executed})")
+    except Exception as e:  # noqa: BLE001 - a kernel that died, a notebook papermill cannot read: this one's loss
+        run.error = f"{type(e).__name__}: {_first_line(e)}"
     run.seconds = time.perf_counter() - t0
     if run.error is None and work is not None:
         shutil.rmtree(work, ignore_errors=True)  # ours; a failed run keeps it for a look
     return run
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 # ---------------------------------------------------------------------------
@@ -249,7 +243,7 @@ def git_commit(notebook_dir: Path) -> str:
         sha = git("rev-parse", "--short=12", "HEAD").strip()
         top = Path(git("rev-parse", "--show-toplevel").strip())
         ours = notebook_dir.resolve().relative_to(top.resolve()).as_posix()
-        changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+        changed = [line[3:] for line in git("status", "--porcelain").splitlines()]  # untracked files too
     except (OSError, subprocess.SubprocessError, ValueError):
         return "unknown"
     mine = (f"{ours}/{BASELINES}", f"{ours}/{GOLDEN}/")
@@ -264,7 +258,7 @@ def _md(text: str) -> str:
 def report_markdown(rows: list[Row], problems: list[str], runs: list[NotebookRun], commit: str, when: str,
                     updated: bool) -> str:
     lines = [f"# Regression notebooks: {when}", "",
-             f"Commit {commit}; {len(runs)} notebooks; "
+             f"Commit {commit}; {count(len(runs), 'notebook')}; "
              + ("baselines updated from this run." if updated else "compared with the committed baselines."), "",
              "| notebook | metric | baseline | now | verdict |", "|---|---|---|---|---|"]
     for r in rows:
@@ -397,11 +391,12 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
     workers = min(len(chosen), jobs or usable_cores())
     last = last_seconds(read_history(out / HISTORY))
     chosen.sort(key=lambda n: -last.get(n, 0.0))  # longest first: the cores stay busy until the end
-    say(f"running {len(chosen)} regression notebooks ({', '.join(chosen)}), {workers} at a time")
+    say(f"running {count(len(chosen), 'regression notebook')} ({', '.join(chosen)}), {workers} at a time")
     with ThreadPoolExecutor(max_workers=workers) as pool:
         runs = list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update), chosen))
     for r in runs:
-        say(f"{r.name}: " + (f"FAILED: {r.error}" if r.error else f"{len(r.metrics)} metrics in {r.seconds:.0f} s"))
+        done = f"{count(len(r.metrics), 'metric')} in {r.seconds:.0f} s"
+        say(f"{r.name}: " + (f"FAILED: {r.error}" if r.error else done))
 
     rows: list[Row] = []
     problems: list[str] = []
@@ -437,7 +432,7 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
         (say if update else warn)(f"{'accepted ' if update else ''}regression: {row.line}")
     for p in problems:
         warn(f"error: {p}")
-    say(f"report: {out / 'report.md'}; {len(rows)} comparisons, {len(regressed)} regressed, "
+    say(f"report: {out / 'report.md'}; {count(len(rows), 'comparison')}: {len(regressed)} regressed, "
         f"{sum(row.verdict == 'improved' for row in rows)} improved, {len(problems)} not compared")
     if problems:
         return 2
