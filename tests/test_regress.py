@@ -197,6 +197,7 @@ def test_update_baselines_sets_values_and_commit_only_when_asked(suite, tmp_path
     ("accuracy = 0.8\n", "acc: metric accuracy was not recorded"),
     ("raise ValueError('the data is gone')\n", "acc: the notebook failed in cell [3]: ValueError: the data is gone"),
     ("record('accuracy', float('nan'))\n", "acc: the notebook failed in cell [3]: TRMError: metric accuracy: nan is"),
+    ("import os\nos._exit(3)\n", "acc: DeadKernelError: "),
 ])
 def test_a_metric_that_cannot_be_compared_exits_2_naming_it(suite, tmp_path, capsys, code, message):
     write_notebook(suite, "acc", code)

@@ -142,15 +142,16 @@ class NotebookRun:
 
 def _kernel_manager_class():
     """A kernel manager that starts this very interpreter, whatever kernel specs PATH or Jupyter know of."""
-    from jupyter_client import KernelManager
+    from jupyter_client import AsyncKernelManager
     from jupyter_client.kernelspec import KernelSpec
 
-    class ThisPython(KernelManager):
+    class ThisPython(AsyncKernelManager):  # nbclient drives kernels asynchronously
         @property
         def kernel_spec(self):
-            # the kernel's own log (not the notebook's output) at errors only: no note per start about TCP
+            # the kernel's own log (not the notebook's output) stays quiet: no note about TCP at each start, no
+            # "KeyboardInterrupt caught" at each stop; a kernel that dies is reported by papermill
             return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
-                                    "--IPKernelApp.log_level=ERROR"],
+                                    "--IPKernelApp.log_level=CRITICAL"],
                               display_name="trm-kaggle regress", language="python")
 
     return ThisPython
