@@ -202,7 +202,7 @@ def test_common_flags_on_every_subcommand_but_bundle(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     commands = re.findall(r"^    ([a-z][a-z-]+)(?: |$)", capsys.readouterr().out, re.M)
-    assert {"train", "bundle", "sweep", "compare", "doctor"} <= set(commands) and len(commands) == 19
+    assert {"train", "bundle", "sweep", "compare", "doctor"} <= set(commands) and len(commands) == 20
     for name in commands:
         with pytest.raises(SystemExit) as done:
             main([name, "--help"])
