@@ -694,7 +694,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     e = estimate(arch, tasks=tasks, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps,
                  finetune=cfg.finetune, embeddings_fraction=cfg.embeddings_fraction, batch_size=args.batch_size,
                  eval_batch_size=args.eval_batch_size, device=pick_device(args.device), seq_len=seq_len,
-                 vocab_size=vocab)
+                 vocab_size=vocab, say=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_estimate(e, tasks, cfg.num_aug)
           + (f"\n(per device: {args.tasks} tasks over {args.devices} devices)" if args.devices > 1 else ""))
     return 0

@@ -273,7 +273,8 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
         shards = assign(units, len(visible))
         quiet = cfg if len(visible) == 1 else cfg.model_copy(update={"progress": False})  # no bars in log files
         specs = [WorkerSpec(i, device, shard, {u.task_id: challenges[u.task_id] for u in shard},
-                            quiet.model_dump_json(), key, str(work), budget.start, budget.end, threads, visible[i])
+                            quiet.model_dump_json(), key, str(work), budget.start, budget.end, threads, visible[i],
+                            len(shards))
                  for i, shard in enumerate(shards)]
         say(budget.line("workers", f"{len(specs)} on {device}" + (f", {threads} CPU threads each" if threads else "")
                         + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
@@ -299,7 +300,8 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
     report.update(_summarise(task_reports))
     report.update(answer, workers=[o.as_dict() for o in outcomes], task_reports=task_reports,
-                  answered=len(task_reports) - len(failed), predicted=sum(1 for v in candidates.values() if v),
+                  answered=len({task for (task, _), grids in candidates.items() if grids}),  # not the fallback
+                  predicted=sum(1 for v in candidates.values() if v),
                   elapsed_s=round(time.time() - budget.start, 1))
     say(budget.line("submission", f"{cfg.output}: {'valid' if report['valid'] else 'INVALID'}; "
                     f"{report['answered']} of {len(challenges)} tasks answered by the model, {report['predicted']} "
