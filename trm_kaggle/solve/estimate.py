@@ -83,7 +83,7 @@ class StepTimes:
     spent_s: float
     cap_s: float
     notes: tuple[str, ...] = ()
-    sizing_s: float = 0.0  # CPU/MPS: the memory estimate before the timing (its first call imports torch's meta kernels)
+    sizing_s: float = 0.0  # CPU/MPS: the memory estimate before the timing (a first one imports torch's meta kernels)
 
 
 @dataclass
@@ -164,22 +164,19 @@ def _wait(device: torch.device) -> None:
 
 class StepTimer:
     """One step at a time of `arch` on `device` (random weights, random ARC-shaped batches), each announced
-    before it runs and reported after it (`say`), inside a cap of `cap_s` seconds
-    from `start` (default: now)."""
+    before it runs and reported after it (`say`), inside a cap of `cap_s` seconds from `start` (a
+    time.perf_counter() value, default now)."""
 
     def __init__(self, arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, n_ids: int, *,
                  cap_s: float, repeats: int = 1, say: Callable[[str], None] | None = None,
                  start: float | None = None):
-        self.start = time.perf_counter() if start is None else start  # a perf_counter() value
-        self.stop_at = self.start + cap_s
+        self.stop_at = (time.perf_counter() if start is None else start) + cap_s
         self.arch, self.seq_len, self.vocab_size, self.device, self.n_ids = arch, seq_len, vocab_size, device, n_ids
         self.repeats, self.say = repeats, say or (lambda line: None)
-        self.warm_up = device.type != "cpu"  # MPS compiles its kernels on the first call of each shape
+        # CPU: the one-row steps warm the code paths up; MPS compiles its kernels on the first call of each shape
+        self.warm_up = device.type != "cpu"
         self.model = TinyRecursiveModel(arch, seq_len, vocab_size, n_ids).to(device)
         self.optimizers: dict[bool, tuple] = {}
-
-    def spent(self) -> float:
-        return time.perf_counter() - self.start
 
     def fits(self, seconds: float) -> bool:
         """Whether `seconds` more of timing are expected to end inside the cap (with a quarter more: the same
@@ -280,8 +277,10 @@ def time_steps(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.de
         fit = fitting_batch(arch, seq_len=seq_len, vocab_size=vocab_size, num_puzzle_identifiers=n_ids,
                             device=device, processes=processes)
         if fit is not None and fit[0] < max(batch, eval_batch):
-            notes.append(f"the memory share ({fit[1] / GB:.1f} GB) holds batches of {max(1, fit[0])} rows")
-            batch, eval_batch = min(batch, max(1, fit[0])), min(eval_batch, max(1, fit[0]))
+            rows, share = max(1, fit[0]), f"the memory share ({fit[1] / GB:.1f} GB)"
+            notes.append(f"{share} holds batches of {rows} rows" if fit[0] else
+                         f"{share} is expected to be too small even for one row: batches of one row")
+            batch, eval_batch = min(batch, rows), min(eval_batch, rows)
         sizing_s = time.perf_counter() - t0
         t0 = time.perf_counter()
     # the cap counts the model's construction too; a sized batch is timed once per size
@@ -300,8 +299,8 @@ def time_steps(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.de
     if sized:  # larger batches where the cap leaves room: the prediction's growth too, then the puzzle-row step
         batch, step_s = timer.grow(lambda rows: timer.train(rows, False), batch, step_s, most, step_max, after=1)
         if batch < most:
-            notes.append(f"fine-tuning batch {batch} of {most}: the largest expected to take under {step_max:.3g} s "
-                         f"a step within the {cap_s:.3g} s cap")
+            notes.append(f"fine-tuning batch {batch} of {most} (more rows were expected to take over {step_max:.3g} s "
+                         f"a step, a third of the {cap_s:.3g} s cap, or not to fit in what it left)")
         eval_batch, eval_s = timer.grow(timer.infer, eval_batch, eval_s, eval_most, step_max, after=1)
         if eval_batch < eval_most:
             notes.append(f"prediction batch {eval_batch} of {eval_most}")
