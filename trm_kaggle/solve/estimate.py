@@ -15,7 +15,8 @@ Timing is bounded, announced and sized for the device (`time_steps`):
   memory estimate before it, a second or a few, is counted apart: `StepTimes.sizing_s`). A
   step expected to pass the cap is not started: the puzzle-row step is then priced as a step of every
   weight (an upper bound); without room for a prediction step there are no rates at all (the kernel's plan
-  is then its fixed small one);
+  is then its fixed small one). On XLA the steps a plan needs are timed whatever they cost: their first
+  calls are compilations, which the work would pay anyway;
 * each step is announced before it runs and its time said after (`say`);
 * on CPU and MPS the batches are sized here: at most what the memory share holds (`train/memory.py`),
   timed at one row first, then at the largest size expected to take at most `STEP_SHARE` of the cap a step,
@@ -47,7 +48,7 @@ from trm_kaggle.train.memory import GB, fitting_batch
 TEST_INPUTS_PER_TASK = 167 / 120
 KAGGLE_LIMIT_S = 12 * 3600
 TIMING_SHARE = 0.1  # timing takes at most this share of the time left ...
-TIMING_MAX_S = 60.0  # ... and never more than this
+TIMING_MAX_S = 30.0  # ... and never more than this
 MIN_TIMING_S = 2.0  # a cap shorter than this times nothing (the kernel's plan is then the fixed small one)
 STEP_SHARE = 1 / 3  # CPU/MPS: a batch grows while one step of it is expected to take at most this share of the cap
 NOISE = 1.25  # a step expected to take t seconds is started only where 1.25 t still fits the cap
@@ -253,6 +254,20 @@ class StepTimer:
         return rows, seconds
 
 
+def memory_batches(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, batch: int,
+                   eval_batch: int, n_ids: int = 2, processes: int = 1) -> tuple[int, int, str]:
+    """(fine-tuning batch, prediction batch, a note where they were cut): `batch` and `eval_batch` cut to
+    what this process's memory share holds (`train/memory.py`; `processes`: workers sharing the machine)."""
+    fit = fitting_batch(arch, seq_len=seq_len, vocab_size=vocab_size, num_puzzle_identifiers=n_ids, device=device,
+                        processes=processes)
+    if fit is None or fit[0] >= max(batch, eval_batch):
+        return batch, eval_batch, ""
+    rows, share = max(1, fit[0]), f"the memory share ({fit[1] / GB:.1f} GB)"
+    note = (f"{share} holds batches of {rows} rows" if fit[0] else
+            f"{share} is expected to be too small even for one row: batches of one row")
+    return min(batch, rows), min(eval_batch, rows), note
+
+
 def time_steps(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, *, batch: int,
                eval_batch: int, cap_s: float, n_ids: int = 2, repeats: int = 1, processes: int = 1,
                must_finish: bool = False, say: Callable[[str], None] | None = None) -> StepTimes | None:
@@ -274,13 +289,9 @@ def time_steps(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.de
         if say:
             say(f"sizing the batches for {device}: at most {batch} rows (fine-tuning) and {eval_batch} (prediction) "
                 "asked for ...")
-        fit = fitting_batch(arch, seq_len=seq_len, vocab_size=vocab_size, num_puzzle_identifiers=n_ids,
-                            device=device, processes=processes)
-        if fit is not None and fit[0] < max(batch, eval_batch):
-            rows, share = max(1, fit[0]), f"the memory share ({fit[1] / GB:.1f} GB)"
-            notes.append(f"{share} holds batches of {rows} rows" if fit[0] else
-                         f"{share} is expected to be too small even for one row: batches of one row")
-            batch, eval_batch = min(batch, rows), min(eval_batch, rows)
+        batch, eval_batch, note = memory_batches(arch, seq_len, vocab_size, device, batch, eval_batch, n_ids,
+                                                 processes)
+        notes += [note] if note else []
         sizing_s = time.perf_counter() - t0
         t0 = time.perf_counter()
     # the cap counts the model's construction too; a sized batch is timed once per size

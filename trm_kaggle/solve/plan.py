@@ -37,9 +37,8 @@ import torch
 
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.solve.estimate import (
-    MIN_TIMING_S, SIZED_DEVICES, finetune_seconds, inference_seconds, time_steps, timing_cap,
+    MIN_TIMING_S, SIZED_DEVICES, finetune_seconds, inference_seconds, memory_batches, time_steps, timing_cap,
 )
-from trm_kaggle.train.memory import fitting_batch
 
 AUTO_MAX_AUG = 1000  # upstream's evaluation recipe votes over 1000 augmentations per task
 AUTO_MAX_STEPS = 2000  # fine-tuning steps per task
@@ -115,7 +114,8 @@ def measure_rates(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch
     seconds (default `timing_cap(None)`); `say` gets a line before and after each timed step. None when the
     cap had no room for the steps a plan needs."""
     t = time_steps(arch, seq_len, vocab_size, device, batch=batch, eval_batch=eval_batch,
-                   cap_s=timing_cap(None) if cap_s is None else cap_s, processes=processes, say=say)
+                   cap_s=timing_cap(None) if cap_s is None else cap_s, processes=processes,
+                   must_finish=device.type == "xla", say=say)
     if t is None:
         return None
     return Rates(device_name(device), t.step_s, t.embeddings_step_s, t.row_step_s, arch.halt_max_steps, t.batch,
@@ -326,13 +326,11 @@ def plan_worker(cfg: SolveConfig, arch: ArchConfig, seq_len: int, vocab_size: in
     available_s = None if deadline is None else deadline - time.time()
     if available_s is None:
         if sized:
-            fit = fitting_batch(arch, seq_len=seq_len, vocab_size=vocab_size, num_puzzle_identifiers=2,
-                                device=device, processes=processes)
-            if fit is not None and max(1, fit[0]) < max(cfg.global_batch_size, cfg.eval_batch_size):
-                rows = max(1, fit[0])
-                batches = {"global_batch_size": min(cfg.global_batch_size, rows),
-                           "eval_batch_size": min(cfg.eval_batch_size, rows)}
-                notes.append(f"the memory share ({fit[1] / 1024**3:.1f} GB) holds batches of {rows} rows")
+            batch, eval_batch, note = memory_batches(arch, seq_len, vocab_size, device, cfg.global_batch_size,
+                                                     cfg.eval_batch_size, processes=processes)
+            if note:
+                batches = {"global_batch_size": batch, "eval_batch_size": eval_batch}
+                notes.append(note)
     else:
         cap = timing_cap(available_s)
         if cap < MIN_TIMING_S:

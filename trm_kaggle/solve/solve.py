@@ -300,7 +300,8 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
     report.update(_summarise(task_reports))
     report.update(answer, workers=[o.as_dict() for o in outcomes], task_reports=task_reports,
-                  answered=len({task for (task, _), grids in candidates.items() if grids}),  # not the fallback
+                  # tasks whose model path ran and predicted (a task cut before its first prediction is not one)
+                  answered=sum(1 for r in task_reports.values() if "error" not in r and r.get("predicted", 0) > 0),
                   predicted=sum(1 for v in candidates.values() if v),
                   elapsed_s=round(time.time() - budget.start, 1))
     say(budget.line("submission", f"{cfg.output}: {'valid' if report['valid'] else 'INVALID'}; "

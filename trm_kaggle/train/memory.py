@@ -1,4 +1,5 @@
-"""How much memory a training run needs, and the largest micro-batch that fits.
+"""How much memory a training run needs, the largest micro-batch that fits, and the largest batch a step
+may take (`fitting_batch`: the solver's plans on CPU and MPS).
 
 A run holds, besides the Python/torch process itself:
 
