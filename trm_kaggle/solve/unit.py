@@ -76,6 +76,14 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
     keys = {u.index: {**spec.key, "task": task_digest(challenges[u.task_id])} for u in spec.units}
     todo = [u for u in spec.units if not reusable(read_result(spec.work, u), keys[u.index])]
 
+    if not todo:  # nothing to time or plan for: every task of this worker has a reusable answer (or it has none)
+        emit(budget.line("resume", f"worker {spec.worker}: nothing to do"
+                                   + (f": {len(spec.units)} of {len(spec.units)} tasks already answered by an "
+                                      f"earlier run with these settings" if spec.units else "")))
+        for u in spec.units:
+            if on_unit is not None:
+                on_unit(u)
+        return None
     export, _ = read_export(cfg.weights)  # unreadable weights fail the worker at once, not each task
     canvas = export_canvas(cfg.weights)
     if spec.deadline is not None and spec.deadline - time.time() < MIN_PLAN_S:
