@@ -214,6 +214,7 @@ def test_a_metric_that_cannot_be_compared_exits_2_naming_it(suite, tmp_path, cap
     ([], "{oops", "unreadable baselines file"),
     ([], {"acc": {"accuracy": b(0.8)}}, "has no metrics for notebook 'count'"),
     ([], {"acc": {"accuracy": b(0.8)}, "count": {"changed": b(0)}, "gone": {"x": b(1)}}, "lists notebook 'gone'"),
+    (["--jobs", "0"], None, "--jobs must be >= 1"),
 ])
 def test_bad_requests_fail_before_any_notebook_runs(suite, tmp_path, capsys, args, baselines, message):
     if isinstance(baselines, str):
@@ -228,6 +229,34 @@ def test_bad_requests_fail_before_any_notebook_runs(suite, tmp_path, capsys, arg
 def test_out_inside_the_notebooks_folder_is_refused(suite, capsys):
     rc, _, stderr = regress(capsys, suite, suite / "out")
     assert rc == 2 and "is inside" in stderr
+
+
+def test_the_commit_is_marked_dirty_by_changes_other_than_baselines_and_golden_files(tmp_path):
+    repo, plain = tmp_path / "repo", tmp_path / "plain"
+    plain.mkdir()
+    assert G.git_commit(plain) == "unknown"  # not a checkout
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                       capture_output=True)
+
+    nbs = repo / "notebooks" / "regression"
+    (nbs / "golden").mkdir(parents=True)
+    for path in (nbs / "baselines.json", nbs / "golden" / "votes.json", repo / "code.py"):
+        path.write_text("1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "files")
+    clean = G.git_commit(nbs)
+    assert len(clean) == 12 and "+" not in clean
+    (nbs / "baselines.json").write_text("2\n")
+    (nbs / "golden" / "votes.json").write_text("2\n")
+    assert G.git_commit(nbs) == clean  # what --update-baselines itself writes
+    (repo / "code.py").write_text("2\n")
+    assert G.git_commit(nbs) == clean + "+dirty"
+    git("checkout", "code.py")
+    (repo / "new.py").write_text("")  # an untracked file counts too
+    assert G.git_commit(nbs) == clean + "+dirty"
 
 
 # ---------------------------------------------------------------------------
