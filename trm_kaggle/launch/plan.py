@@ -47,8 +47,8 @@ def cluster_config(launcher: str, options: dict) -> ClusterConfig:
     if wrong:
         raise TRMError(f"{', '.join(wrong)}: not an option of the {launcher} launcher")
     mine = {k: given.pop(k) for k in list(given) if k in K8S_OPTIONS + SLURM_OPTIONS}
-    if launcher == "slurm":
-        mine.setdefault("shared_dir", os.path.abspath(os.getcwd()))
+    if launcher == "slurm":  # a relative directory is taken from here, where the script is written
+        mine["shared_dir"] = os.path.abspath(mine.get("shared_dir") or os.getcwd())
     try:
         return ClusterConfig.model_validate({**given, "launcher": launcher, launcher: mine})
     except pydantic.ValidationError as err:
