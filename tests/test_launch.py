@@ -309,7 +309,8 @@ def test_slurm_script_has_the_allocation_and_the_torchrun_line(tmp_path, shared,
     srun = next(ln for ln in script.splitlines() if ln.startswith("srun "))
     assert srun.startswith("srun --nodes=4 --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'exec trm-kaggle "
                            "torchrun --nnodes 4 --nproc-per-node 8 --node-rank \"$SLURM_NODEID\" --rdzv-backend c10d "
-                           "--rdzv-endpoint \"$TRM_RDZV_HOST:29500\" --rdzv-id \"trm-$SLURM_JOB_ID\" ")
+                           "--rdzv-endpoint \"$TRM_RDZV_HOST:$TRM_RDZV_PORT\" --rdzv-id \"trm-$SLURM_JOB_ID\" ")
+    assert "TRM_RDZV_PORT=$((29500 + SLURM_JOB_ID % 1000))" in script.splitlines()
     assert srun.endswith("-m trm_kaggle train --config \"$TRM_RUN_DIR/run_config.yaml\"'")
     assert "#SBATCH --array" not in script
 
@@ -320,6 +321,7 @@ def test_slurm_script_has_the_allocation_and_the_torchrun_line(tmp_path, shared,
     (["--nodes", "0"], "--nodes"),
     (["--setup", "echo a\necho b"], "--setup"),
     (["--partition", "gpu queue"], "--partition"),
+    (["--rdzv-port", "65000"], "--rdzv-port 65000: SLURM jobs add their job id mod 1000"),
 ])
 def test_bad_slurm_input_is_one_error_line_and_nothing_is_written(tmp_path, shared, capsys, extra, message):
     out = tmp_path / "jobs"
@@ -360,7 +362,7 @@ def test_sweep_writes_one_valid_kubernetes_job_per_run(tmp_path, capsys):
                  "--launcher", "k8s", "--nodes", "2", "--gpus-per-node", "1", "--image", IMAGE, "--pvc", "runs",
                  "device=auto", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "8 run(s)" in printed and "trm-kaggle compare /workspace/runs/sweeps/ablations" in printed
+    assert "8 runs on 2 nodes x 1 worker" in printed and "trm-kaggle compare /workspace/runs/sweeps/ablations" in printed
     files = sorted(out.glob("*.yaml"))
     assert len(files) == 8
     names, run_dirs, ema = set(), set(), {}

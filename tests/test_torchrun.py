@@ -148,6 +148,7 @@ def test_a_worker_killed_after_the_first_state_restarts_the_group_and_loses_no_s
     logs = [(tmp_path / f"node{r}.log").read_text() for r in (0, 1)]
     assert codes == [0, 0], logs[1][-3000:]
     assert "exitcode: -9" in "".join(logs)  # torchrun saw the SIGKILL ...
+    assert "torchrun restarted this node's worker group (restart 1 of --max-restarts)" in "".join(logs)
     resumed = [json.loads(line)["start_step"] for line in (run / "metrics.jsonl").read_text().splitlines()
                if "loss" in line]
     assert resumed[0] == 0 and resumed[-1] in (5, 10)  # ... and the restarted group resumed from a train state
@@ -168,7 +169,7 @@ def test_a_node_that_never_joins_times_out_in_one_line_and_writes_nothing(data, 
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("error:")]
     assert len(errors) == 1 and errors[0] == lines[-1], proc.stderr
-    assert "not all of --nnodes 2 node(s) joined within 3 s" in errors[0] and "127.0.0.1" in errors[0]
+    assert "not all 2 nodes (--nnodes) joined within 3 s" in errors[0] and "127.0.0.1" in errors[0]
     assert "Traceback" not in proc.stderr
     assert time.monotonic() - t0 < 60  # the short timeout, not torch's 600 s
     assert not run.exists()  # no worker started: nothing written

@@ -21,6 +21,7 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.experiments.sweep import RUN_CONFIG
 from trm_kaggle.train.loop import default_run_dir
 from trm_kaggle.train.settings import dump_config
+from trm_kaggle.wording import count
 
 SETTINGS_FILE = RUN_CONFIG  # a run's resolved settings, as a sweep's runs have them
 NAME_LIMIT = 52  # Kubernetes: pod hostnames `<job>-<index>` stay within 63 characters
@@ -86,7 +87,7 @@ def cluster_settings(cfg: TrainConfig, cluster: ClusterConfig, what: str = "") -
     world = cluster.world_size
     if cfg.global_batch_size % world:
         raise TRMError(f"{where}global_batch_size {cfg.global_batch_size} does not split over {world} workers "
-                       f"({cluster.nodes} node(s) x {cluster.procs_per_node}): every worker takes the same share")
+                       f"({count(cluster.nodes, 'node')} x {cluster.procs_per_node}): every worker takes the same share")
     if cfg.micro_batch_size and (cfg.global_batch_size // world) % cfg.micro_batch_size:
         raise TRMError(f"{where}micro_batch_size {cfg.micro_batch_size} does not divide the per-worker batch "
                        f"{cfg.global_batch_size // world}")

@@ -26,6 +26,7 @@ from trm_kaggle.experiments.sweep import plan_sweep, repeated_variants
 from trm_kaggle.launch import files, k8s, slurm
 from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_volume
 from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.wording import count
 
 
 #: The options of each launcher (ClusterConfig's nested fields), by the name their flag carries.
@@ -72,9 +73,9 @@ class LaunchResult:
 
     def describe(self) -> str:
         c = self.cluster
-        what = (f"{len(self.jobs)} run(s)" if self.compare_dir else f"run {self.jobs[0].run}")
-        lines = [f"wrote {len(self.written)} file(s) to {c.out} ({len(self.unchanged)} unchanged): {what} on "
-                 f"{c.nodes} node(s) x {c.procs_per_node} worker(s), nothing submitted"]
+        what = (count(len(self.jobs), "run") if self.compare_dir else f"run {self.jobs[0].run}")
+        lines = [f"wrote {count(len(self.written), 'file')} to {c.out} ({len(self.unchanged)} unchanged): {what} "
+                 f"on {count(c.nodes, 'node')} x {count(c.procs_per_node, 'worker')}, nothing submitted"]
         lines += [f"  {p}" for p in self.written]
         lines.append(f"submit: {self.submit}")
         where = (f"claim {c.k8s.pvc} at {c.volume}" if c.launcher == "k8s" else c.volume)

@@ -6,7 +6,8 @@ The batch step, on the first node of the allocation:
 2. writes the run's resolved settings into `<run>/run_config.yaml` on the shared directory (atomically:
    a temporary file renamed into place), from a here-document in the script itself, so the script is
    all a submission needs;
-3. takes the first host of the allocation as the rendezvous host and starts one torchrun launcher per
+3. takes the first host of the allocation as the rendezvous host, on port `rdzv_port` + (job id mod
+   1000) so that jobs sharing a node (an array's, other users') do not meet, and starts one torchrun launcher per
    node with `srun` (`--kill-on-bad-exit`: a launcher that gives up stops the others); each launcher's
    node rank is its `SLURM_NODEID`, read by the shell srun starts on that node.
 
@@ -20,14 +21,20 @@ from __future__ import annotations
 import shlex
 
 from trm_kaggle.config import ClusterConfig
+from trm_kaggle.errors import TRMError
 from trm_kaggle.launch.jobs import SETTINGS_FILE, ClusterJob, torchrun_line
+from trm_kaggle.wording import count
 
 HEREDOC = "TRM_KAGGLE_SETTINGS"
+PORT_SPREAD = 1000  # the rendezvous port is --rdzv-port + (job id mod this)
 
 
 def render(cluster: ClusterConfig, jobs: list[ClusterJob], export: str | None = None,
            array_name: str | None = None) -> dict[str, str]:
     """{file name: script}: one script, a job array when there are several jobs (a sweep)."""
+    if cluster.rdzv_port + PORT_SPREAD - 1 > 65535:
+        raise TRMError(f"--rdzv-port {cluster.rdzv_port}: SLURM jobs add their job id mod {PORT_SPREAD} to it (jobs "
+                       f"may share a node), so it must be at most {65536 - PORT_SPREAD}")
     name = array_name or jobs[0].name
     return {f"{name}.sbatch": script(cluster, jobs, name, export)}
 
@@ -42,7 +49,8 @@ def script(cluster: ClusterConfig, jobs: list[ClusterJob], name: str, export: st
     array = len(jobs) > 1
     what = f"{len(jobs)} runs, one per array task" if array else f"run {jobs[0].run}"
     lines = ["#!/bin/bash",
-             f"# trm-kaggle: {what}, on {cluster.nodes} node(s) x {cluster.procs_per_node} worker(s); written, not "
+             f"# trm-kaggle: {what}, on {count(cluster.nodes, 'node')} x {count(cluster.procs_per_node, 'worker')}; "
+             "written, not "
              "submitted.",
              f"# Submit: sbatch {name}.sbatch  (again after a failure or a time limit: a run resumes from its newest "
              "train state; a done run ends at once)",
@@ -85,12 +93,14 @@ def script(cluster: ClusterConfig, jobs: list[ClusterJob], name: str, export: st
               'mkdir -p "$TRM_RUN_DIR"',
               f'settings "$task" > "$TRM_RUN_DIR/.{SETTINGS_FILE}.$SLURM_JOB_ID.tmp"',
               f'mv -f "$TRM_RUN_DIR/.{SETTINGS_FILE}.$SLURM_JOB_ID.tmp" "$TRM_RUN_DIR/{SETTINGS_FILE}"', "",
-              "# the rendezvous: the first host of the allocation",
+              "# the rendezvous: the first host of the allocation, on a port of this job's own (jobs of an",
+              "# array, or of other users, may share a node)",
               'TRM_RDZV_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-              "export TRM_RDZV_HOST",
-              f'echo "trm-kaggle: run ${{run_names[$task]}} on $SLURM_JOB_NUM_NODES node(s), rendezvous at '
-              f'$TRM_RDZV_HOST:{cluster.rdzv_port}"']
-    node = torchrun_line(cluster, endpoint=f"$TRM_RDZV_HOST:{cluster.rdzv_port}", node_rank="$SLURM_NODEID",
+              f"TRM_RDZV_PORT=$(({cluster.rdzv_port} + SLURM_JOB_ID % {PORT_SPREAD}))",
+              "export TRM_RDZV_HOST TRM_RDZV_PORT",
+              'echo "trm-kaggle: run ${run_names[$task]} on $SLURM_JOB_NUM_NODES node(s), rendezvous at '
+              '$TRM_RDZV_HOST:$TRM_RDZV_PORT"']
+    node = torchrun_line(cluster, endpoint="$TRM_RDZV_HOST:$TRM_RDZV_PORT", node_rank="$SLURM_NODEID",
                          rdzv_id="trm-$SLURM_JOB_ID", settings=f"$TRM_RUN_DIR/{SETTINGS_FILE}", export=export)
     per_node = "exec " + " ".join(_shell_word(t) for t in node)
     lines += ["# one torchrun launcher per node; $SLURM_NODEID is read on each node",

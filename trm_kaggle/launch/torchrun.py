@@ -137,7 +137,7 @@ def launch(args: argparse.Namespace) -> None:
     try:
         run(args)
     except RendezvousTimeoutError:
-        raise TRMError(f"{where}: not all of --nnodes {args.nnodes} node(s) joined within "
+        raise TRMError(f"{where}: not all {args.nnodes} nodes (--nnodes) joined within "
                        f"{join_timeout(args.rdzv_conf):g} s: start the same command on every node, with the same "
                        "--rdzv-endpoint and --rdzv-id, and check that each reaches the endpoint; no worker was "
                        "started (--rdzv-conf join_timeout=SECONDS sets the wait)") from None

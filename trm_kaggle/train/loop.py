@@ -325,8 +325,10 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     run_dir = default_run_dir(cfg)
     if rt.is_main and cfg.progress and banner:
         print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
-              f"{rt.world_size} replica(s)" + (f"; restart {rt.restart} of the worker group (torchrun)"
-                                               if rt.restart else ""), file=sys.stderr, flush=True)
+              f"{rt.world_size} replica(s)", file=sys.stderr, flush=True)
+    if rt.restart and rt.local_rank == 0:  # a worker of this node failed: said whatever the progress setting
+        log.warning("torchrun restarted this node's worker group (restart %d of --max-restarts); the run resumes "
+                    "from its newest train state", rt.restart)
 
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
                           world_size=rt.world_size)
