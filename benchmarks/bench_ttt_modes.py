@@ -15,7 +15,7 @@
    submit` runs), and measures demonstration accuracy before and after, then token accuracy and solves on the
    held-out tasks' test outputs (voted over augmentations, `trm_kaggle.evaluate.report.evaluate`).
 
-Everything runs through the package's own functions; the tables printed at the end go into the README. The model
+Everything runs through the package's own functions; the tables printed at the end go into docs/benchmarks.md. The model
 is tiny and trained for minutes, so absolute numbers are far below published TRM results; what the run can show
 is how the modes compare at equal cost on this scale.
 """

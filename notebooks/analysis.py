@@ -23,7 +23,7 @@
 #
 # `DIRS` takes sweep directories (`trm-kaggle sweep`), run directories (`trm-kaggle train`) or directories of
 # runs. A sweep that is still running is fine: runs show their state, and run the notebook again for fresh
-# curves. The defaults read the `ablations` sweep of the README:
+# curves. The defaults read the `ablations` sweep of docs/experiments.md:
 # `trm-kaggle sweep ablations --preset sudoku4-cpu ema=True ema_rate=0.99 data_paths=[data/sudoku4] --seeds 0,1`.
 
 # %% tags=["parameters"]

@@ -26,15 +26,16 @@
 #   outputs whose truth is among the top K candidates.
 # * **token accuracy**: per token, over all augmented copies. A diagnostic, not a solve rate.
 #
-# The defaults evaluate the smoke run of the `train` notebook on the dataset of `build_dataset`: all 120
-# ARC-AGI-2 evaluation tasks x 9 augmented copies (1,503 predictions of up to 4 ACT steps each). That is slow on
-# a CPU (a few examples/s for the smoke model; benchmarks/bench_evaluate.py measures a machine): use a GPU, or point `DATA_DIR` at a smaller
-# dataset (fewer tasks or a smaller `NUM_AUG`) for a quick look.
+# The defaults evaluate the shipped CPU export `weights/arc2-cpu-tiny` on the dataset of `build_dataset` (the
+# first 10 ARC-AGI-2 evaluation tasks x 9 augmented copies); `WEIGHTS_DIR = "runs/notebooks/weights/cpu-smoke"`
+# evaluates the `train` notebook's export instead. Inference at seq_len 900 is slow on a CPU (a few examples/s
+# for these small models; benchmarks/bench_evaluate.py measures a machine): use a GPU, or point `DATA_DIR` at a
+# smaller dataset (fewer tasks or a smaller `NUM_AUG`) for a quick look.
 
 # %% tags=["parameters"]
-WEIGHTS_DIR = "runs/notebooks/weights/cpu-smoke"  # an export (weights.safetensors + config.json)
+WEIGHTS_DIR = "weights/arc2-cpu-tiny"  # an export (weights.safetensors + config.json); the shipped one
 DATA_DIR = "runs/notebooks/data/arc2-aug-8"  # an ARC dataset with test_puzzles.json
-REPORT_DIR = "runs/notebooks/eval/cpu-smoke"  # report.json, report.md, pictures/
+REPORT_DIR = "runs/notebooks/eval/arc2-cpu-tiny"  # report.json, report.md, pictures/
 BATCH_SIZE = 256  # examples per forward pass
 DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda, mps
 TASKS = None  # task ids to draw, e.g. ["0934a4d8"]; None: the first N_PICTURES tasks of the test set

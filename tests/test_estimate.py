@@ -1,22 +1,126 @@
-"""How long the kernel takes: the step timer and the extrapolation built on it."""
+"""How long the kernel takes: the step timer, its cap and batch sizing, and the extrapolation built on it."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 import torch
 
+import trm_kaggle.solve.estimate as E
 from trm_kaggle.config import ArchConfig
-from trm_kaggle.solve.estimate import KAGGLE_LIMIT_S, estimate, format_estimate, seconds_per_call
+from trm_kaggle.solve.estimate import (
+    KAGGLE_LIMIT_S, StepTimer, estimate, format_estimate, seconds_per_call, time_steps, timing_cap,
+)
 from trm_kaggle.solve.schedule import MODES
 
 ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
                   puzzle_emb_len=1, forward_dtype="float32")
+CPU = torch.device("cpu")
 
 
 def test_step_timer_warms_up_once_then_averages():
     calls = []
-    seconds = seconds_per_call(lambda: calls.append(1), torch.device("cpu"), repeats=3)
-    assert len(calls) == 4 and seconds >= 0.0
+    seconds, how = seconds_per_call(lambda: calls.append(1), CPU, repeats=3)
+    assert len(calls) == 4 and seconds >= 0.0 and how == "mean of 3 calls after a warm-up"
+    calls.clear()
+    seconds, how = seconds_per_call(lambda: calls.append(1), CPU, repeats=1, warm_up=False)
+    assert len(calls) == 1 and how == "its first call, no warm-up"
+
+
+def test_a_call_past_the_cap_is_not_followed_by_another():
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.05)
+
+    seconds, how = seconds_per_call(slow, CPU, repeats=5, stop_at=time.perf_counter() + 0.01)
+    assert len(calls) == 1 and seconds >= 0.05 and "warm-up call alone" in how and "upper bound" in how
+    calls.clear()
+    seconds, how = seconds_per_call(slow, CPU, repeats=5, warm_up=False, stop_at=time.perf_counter() + 0.08)
+    assert len(calls) == 2 and how == "mean of 2 calls, no warm-up"
+
+
+def test_the_timing_cap_is_a_share_of_the_time_left_with_a_ceiling():
+    assert timing_cap(120) == pytest.approx(12.0)
+    assert timing_cap(12 * 3600) == timing_cap(None) == E.TIMING_MAX_S
+    assert timing_cap(-5) == 0.0
+
+
+@pytest.fixture
+def fake_steps(monkeypatch):
+    """Steps of a known cost that really take that long (sleeps: the cap is checked against the clock):
+    `cost[kind]` seconds per row; each call is recorded as (kind, rows). The memory share is stubbed."""
+    calls, cost = [], {"train": 0.02, "frozen": 0.01, "infer": 0.005}
+
+    def train(self, rows, freeze_weights):
+        kind = "frozen" if freeze_weights else "train"
+        calls.append((kind, rows))
+        what = "a fine-tuning step of " + ("the puzzle rows alone" if freeze_weights else "every weight")
+        return self._timed(what, rows, lambda: time.sleep(cost[kind] * rows))
+
+    def infer(self, rows):
+        calls.append(("infer", rows))
+        return self._timed("a prediction step", rows, lambda: time.sleep(cost["infer"] * rows))
+
+    monkeypatch.setattr(StepTimer, "train", train)
+    monkeypatch.setattr(StepTimer, "infer", infer)
+    monkeypatch.setattr(E, "fitting_batch", lambda arch, **kw: (10_000, 64 * 1024**3))
+    return calls, cost
+
+
+def test_cpu_batches_grow_from_one_row_until_a_step_would_pass_the_bound(fake_steps):
+    calls, cost = fake_steps
+    cost.update(train=0.01, frozen=0.005, infer=0.0025)
+    lines = []
+    # cap 3 s: a step may take 1 s (a third of it), so about 100 rows of fine-tuning at 0.01 s a row
+    t = time_steps(ARCH, 16, 12, CPU, batch=1024, eval_batch=1024, cap_s=3.0, say=lines.append)
+    assert calls[:2] == [("train", 1), ("infer", 1)]  # one row of each kind first
+    grown = [rows for kind, rows in calls[2:] if kind == "train"]
+    assert grown == sorted(set(grown)) and grown[-1] == t.batch  # then larger sizes, the largest kept
+    assert 16 <= t.batch <= 64 and t.batch & (t.batch - 1) == 0  # the largest power of two under the bound
+    assert t.step_s <= 1.0 < 2 * t.batch * cost["train"] * 1.0001
+    assert t.eval_batch > t.batch and ("infer", t.eval_batch) in calls  # a prediction row costs less
+    assert calls[-1] == ("frozen", t.batch)  # last: it freezes the weights
+    assert t.spent_s <= t.cap_s == 3.0
+    assert any(f"fine-tuning batch {t.batch} of 1024" in n for n in t.notes)
+    # every step announced before it ran and reported after, in order
+    assert lines[0].startswith("sizing the batches for cpu: at most 1024 rows (fine-tuning) and 1024 (prediction)")
+    assert lines[1] == "timing a fine-tuning step of every weight at batch 1 on cpu ..."
+    assert lines[2].startswith("a fine-tuning step of every weight at batch 1: ") and "no warm-up" in lines[2]
+    assert lines[3] == "timing a prediction step at batch 1 on cpu ..."
+    assert len(lines) == 1 + 2 * len(calls)
+
+
+def test_cpu_batches_are_cut_to_the_memory_share(fake_steps, monkeypatch):
+    monkeypatch.setattr(E, "fitting_batch", lambda arch, **kw: (4, 2 * 1024**3))
+    t = time_steps(ARCH, 16, 12, CPU, batch=64, eval_batch=256, cap_s=30.0)
+    assert (t.batch, t.eval_batch) == (4, 4)
+    assert "the memory share (2.0 GB) holds batches of 4 rows" in t.notes
+
+
+def test_without_room_for_a_prediction_step_nothing_more_is_timed(fake_steps):
+    calls, cost = fake_steps
+    cost["train"] = 0.3
+    lines = []
+    assert time_steps(ARCH, 16, 12, CPU, batch=8, eval_batch=8, cap_s=0.35, say=lines.append) is None
+    assert calls == [("train", 1)] and "leaves no room for a prediction step" in lines[-1]
+    # the command line's estimate needs its figures: it times the steps it needs whatever they cost
+    calls.clear()
+    t = time_steps(ARCH, 16, 12, CPU, batch=8, eval_batch=8, cap_s=0.35, must_finish=True)
+    assert calls[:2] == [("train", 1), ("infer", 1)] and t.batch == 1 and t.row_step_s < t.step_s
+    assert any("puzzle rows alone priced as one of every weight" in n for n in t.notes)
+    assert t.embeddings_step_s == t.step_s
+
+
+def test_configured_batches_are_timed_as_they_are_off_cpu(fake_steps, monkeypatch):
+    """CUDA and XLA keep the configured batches (the device is stubbed: a CPU tensor stands in for it)."""
+    calls, _ = fake_steps
+    monkeypatch.setattr(E, "SIZED_DEVICES", ())
+    t = time_steps(ARCH, 16, 12, CPU, batch=16, eval_batch=32, cap_s=30.0)
+    assert calls == [("train", 16), ("infer", 32), ("frozen", 16)] and (t.batch, t.eval_batch) == (16, 32)
+    assert not t.notes
 
 
 def test_estimate_times_both_kinds_of_step_and_prices_every_mode():
@@ -61,6 +165,35 @@ def test_estimate_command_applies_a_recipe(capsys, tmp_path, monkeypatch):
     assert (timed[0].H_cycles, timed[0].halt_max_steps, timed[0].hidden_size) == (4, 10, ARCH.hidden_size)
     assert main(["estimate", "--tasks", "2"]) == 2
     assert "needs --weights EXPORT_DIR or --preset NAME" in capsys.readouterr().err
+
+
+def test_estimate_prints_each_measurement_as_it_is_made(tmp_path, capsys, monkeypatch):
+    """Each step's line is out before the next step starts, the table comes last, and on a CPU the table's
+    batch is the one sized for the device (here the memory share's 4 rows, not the 16 asked for)."""
+    from conftest import make_export
+
+    from trm_kaggle.cli import main
+
+    weights = make_export(tmp_path / "w")
+    monkeypatch.setattr(E, "fitting_batch", lambda arch, **kw: (4, 3 * 1024**3))
+    seen_before, real = [], StepTimer._timed
+
+    def timed(self, what, rows, fn):
+        seen_before.append(capsys.readouterr().err)  # what was printed before this step started
+        return real(self, what, rows, fn)
+
+    monkeypatch.setattr(StepTimer, "_timed", timed)
+    assert main(["estimate", "--weights", str(weights), "--tasks", "3", "--num-aug", "1", "--finetune-steps", "2",
+                 "--batch-size", "16", "--eval-batch-size", "16", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert len(seen_before) >= 3
+    assert "sizing the batches for cpu" in seen_before[0]
+    for before in seen_before[1:]:  # the previous step: announced, then measured, before this one began
+        announce, measured = before.strip().splitlines()[-2:]
+        assert announce.startswith("timing ") and announce.endswith(" on cpu ...")
+        assert ": " in measured and " s (" in measured
+    assert "s per step of 4 rows training every weight" in out and "timed on 4 rows" in out
+    assert "the memory share (3.0 GB) holds batches of 4 rows" in out
 
 
 def test_estimate_command_per_device(tmp_path, capsys):

@@ -391,3 +391,13 @@ def test_predict_split_on_picked_examples_matches_the_whole_split(dataset):
     np.testing.assert_array_equal(part.tokens, whole.tokens[picked])
     np.testing.assert_array_equal(part.puzzle_index, whole.puzzle_index[picked])
     np.testing.assert_allclose(part.q_halt, whole.q_halt[picked], rtol=1e-5, atol=1e-6)
+
+
+def test_a_passed_deadline_still_predicts_the_examples_always_asked_for(dataset):
+    """A task whose time ran out still votes with its first (un-augmented) copies; nothing else runs."""
+    model = make_model(dataset, seed=5)
+    whole = predict_split(model, dataset, batch_size=4)
+    late = predict_split(model, dataset, batch_size=4, deadline=0.0, always=6)
+    assert (late.steps[:6] >= 0).all() and (late.steps[8:] == -1).all()  # batches of 4: the second one ends at 8
+    np.testing.assert_array_equal(late.tokens[:6], whole.tokens[:6])
+    assert (predict_split(model, dataset, batch_size=4, deadline=0.0).steps == -1).all()

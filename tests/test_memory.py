@@ -19,7 +19,8 @@ from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.metrics import read_metrics
 from trm_kaggle.train.memory import (DEFAULT_MEMORY_FRACTION, MemoryEstimate, _probe, count_parameters, estimate_training_memory,
-                                     largest_fitting_micro_batch, plan_micro_batch, probe_activations)
+                                     fitting_batch, largest_fitting_batch, largest_fitting_micro_batch,
+                                     plan_micro_batch, probe_activations)
 from trm_kaggle.train.settings import load_train_config
 
 GB = 2**30
@@ -78,6 +79,24 @@ def test_the_plan_is_the_largest_fitting_divisor():
     assert plan_micro_batch(e, 24, available=10_000, fraction=0.8, requested=6) == 6  # never above the request
     with pytest.raises(TRMError, match="even with micro_batch_size=1"):
         plan_micro_batch(e, 24, available=100, fraction=0.8)
+
+
+def test_the_largest_fitting_batch_grows_its_carry_with_its_rows():
+    e = MemoryEstimate(baseline=100, weights=0, gradients=0, optimizer=0, ema=0, weight_casts=0, puzzle_table=0,
+                       carry=3, activations_per_example=5, workspace_per_example=2)  # a one-row estimate
+    assert largest_fitting_batch(e, 100 + 10 * 7) == 7  # 10 bytes a row: carry, activations and workspace
+    assert largest_fitting_batch(e, 100 + 9) == 0  # not even one row
+
+
+def test_a_fitting_batch_shares_the_memory_between_processes(monkeypatch):
+    arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
+                      puzzle_emb_len=1, forward_dtype="float32")
+    monkeypatch.setattr(hardware, "memory", lambda: (64 * GB, 16 * GB))
+    one, share = fitting_batch(arch, seq_len=900, vocab_size=12, num_puzzle_identifiers=2, device="cpu")
+    four, share4 = fitting_batch(arch, seq_len=900, vocab_size=12, num_puzzle_identifiers=2, device="cpu", processes=4)
+    assert share - share4 == pytest.approx(12 * GB, rel=0.01) and one > four > 0
+    monkeypatch.setattr(hardware, "memory", lambda: (None, None))
+    assert fitting_batch(arch, seq_len=900, vocab_size=12, num_puzzle_identifiers=2, device="cpu") is None
 
 
 def _tiny_run(data, run, *extra):

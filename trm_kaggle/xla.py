@@ -70,7 +70,7 @@ def _torch_xla():
         import torch_xla
     except ImportError:
         raise TRMError("device=xla needs torch_xla built for this torch version (pip install torch_xla==<the torch "
-                       "version>; README section 'TPU')") from None
+                       "version>; see docs/tpu.md)") from None
     return torch_xla
 
 

@@ -1,6 +1,6 @@
 """Build an upstream-format ARC dataset: augment every task, encode it, stream it to disk.
 
-Semantics are upstream's `build_arc_dataset.py` (see README): per task, up to
+Semantics are upstream's `build_arc_dataset.py` (see docs/datasets.md): per task, up to
 `num_aug` distinct augmentations (dihedral transform x colour permutation fixing
 black), duplicates removed by hashing the augmented pairs, at most 5 x num_aug
 tries, the un-augmented task first; demonstration pairs go to the train split,

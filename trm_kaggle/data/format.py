@@ -1,4 +1,4 @@
-"""The on-disk dataset format shared with upstream (see README, "Dataset format").
+"""The on-disk dataset format shared with upstream (see docs/datasets.md, "The format").
 
     DATASET/
       identifiers.json       list[str], index = puzzle identifier, entry 0 is "<blank>"

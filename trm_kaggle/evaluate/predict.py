@@ -80,7 +80,8 @@ def _halt_max_steps(model: torch.nn.Module) -> int:
 def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_size: int = 256,
                   device: str | torch.device | None = None, early_exit: bool = False, *,
                   max_steps: int | None = None, progress: bool = False, prefetch: int = 1,
-                  deadline: float | None = None, examples: np.ndarray | None = None) -> Predictions:
+                  deadline: float | None = None, examples: np.ndarray | None = None,
+                  always: int = 0) -> Predictions:
     """Predict every example of `dataset_dir`'s test split (or the rows `examples` picks).
 
     model       a `TinyRecursiveModel` (anything with initial_carry/forward and .arch)
@@ -90,6 +91,8 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     max_steps   ACT steps to run (default: arch.halt_max_steps)
     deadline    a time.time() value: batches that would start after it are skipped; their examples
                 keep steps == -1 ("not predicted") and cast no votes
+    always      the first `always` examples are predicted whatever the deadline says (a task whose time ran
+                out still gets the votes of its un-augmented copies, which come first)
     examples    increasing example indices of the split to predict (quick runs on part of a split);
                 row i of the result is example examples[i]. Default: every example
 
@@ -153,7 +156,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                         continue
                     rows = at[take]
                 puzzle_index[rows] = item.puzzle_indices[:n].numpy()[take]
-                if deadline is not None and time.time() >= deadline:
+                if deadline is not None and rows[0] >= always and time.time() >= deadline:
                     continue  # out of time: keep walking the split (cheap) to fill the bookkeeping only
                 puzzle_identifier[rows] = item.batch["puzzle_identifiers"][:n].numpy()[take]
                 static = device.type == "xla"  # keep the padding rows: one batch shape for every batch

@@ -1,6 +1,6 @@
 """Kaggle ARC Prize submissions: build, write, validate and score them.
 
-The file format (the README's "Kaggle submissions" section)::
+The file format (docs/kaggle.md)::
 
     {task_id: [{"attempt_1": grid, "attempt_2": grid}, ...]}
 
@@ -343,7 +343,7 @@ def check_submission(submission_or_path: str | os.PathLike | Mapping,
     """Raise DataError with the first problem of `validate_submission` (and how many more)."""
     problems = validate_submission(submission_or_path, challenges_or_path)
     if problems:
-        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        more = f" (and {count(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
         where = f"{submission_or_path}: " if isinstance(submission_or_path, (str, os.PathLike)) else ""
         raise DataError(f"{where}invalid submission: {problems[0]}{more}")
 
@@ -361,7 +361,7 @@ def write_submission(path: str | os.PathLike, submission: Mapping,
     else:
         problems = _structure_problems(submission)
         if problems:
-            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+            more = f" (and {count(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
             raise DataError(f"invalid submission, not written to {path}: {problems[0]}{more}")
     atomic_write_json(path, submission)
     return Path(path)

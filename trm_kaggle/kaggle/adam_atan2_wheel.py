@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = "adam-atan2==0.0.3"  # the version upstream's requirements resolve to (see the README's fidelity notes)
+PACKAGE = "adam-atan2==0.0.3"  # the version upstream's requirements resolve to (see docs/fidelity.md)
 EXTENSION = "adam_atan2_backend"  # the compiled module the package provides
 # P100, V100, T4, A100, A10, L4, H100 (+ PTX for newer ones); TORCH_CUDA_ARCH_LIST in the environment wins
 ARCH_LIST = "6.0;7.0;7.5;8.0;8.6;8.9;9.0+PTX"

@@ -8,6 +8,24 @@ weight costs more than one that trains the puzzle rows alone (weight gradients a
 top of the backward pass both need), so both are timed and each mode is priced from its schedule
 (`schedule.py`). The rates are measured here with the real architecture (random weights: speed does not
 depend on their values) on random ARC-shaped batches.
+
+Timing is bounded, announced and sized for the device (`time_steps`):
+
+* it takes at most `timing_cap` seconds: a share of the time left, and never more than `TIMING_MAX_S` (the
+  memory estimate before it, a second or a few, is counted apart: `StepTimes.sizing_s`). A
+  step expected to pass the cap is not started: the puzzle-row step is then priced as a step of every
+  weight (an upper bound); without room for a prediction step there are no rates at all (the kernel's plan
+  is then its fixed small one). On XLA the steps a plan needs are timed whatever they cost: their first
+  calls are compilations, which the work would pay anyway;
+* each step is announced before it runs and its time said after (`say`);
+* on CPU and MPS the batches are sized here: at most what the memory share holds (`train/memory.py`),
+  timed at one row first, then at the largest size expected to take at most `STEP_SHARE` of the cap a step,
+  again from there while one fits; the largest size timed is the batch the work then uses. A budget
+  generous enough for the configured batch keeps it (so two runs with the same settings agree); a short
+  one gets steps short enough that timing them, and fitting several into each task, stays possible.
+  Each size is timed by its first call (no warm-up: the smaller sizes before it warm the code paths up; a
+  first call carries one-time costs, so it can only overstate). CUDA and XLA time the configured batches,
+  after one warm-up call.
 """
 
 from __future__ import annotations
@@ -24,10 +42,17 @@ from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.solve.schedule import MODES, finetune_phases, steps_by_kind
 from trm_kaggle.train.loop import make_optimizers
+from trm_kaggle.train.memory import GB, fitting_batch
 
 # ARC-AGI-2 evaluation: 120 tasks, 167 test inputs, 3.3 demonstration pairs per task on average
 TEST_INPUTS_PER_TASK = 167 / 120
 KAGGLE_LIMIT_S = 12 * 3600
+TIMING_SHARE = 0.1  # timing takes at most this share of the time left ...
+TIMING_MAX_S = 30.0  # ... and never more than this
+MIN_TIMING_S = 2.0  # a cap shorter than this times nothing (the kernel's plan is then the fixed small one)
+STEP_SHARE = 1 / 3  # CPU/MPS: a batch grows while one step of it is expected to take at most this share of the cap
+NOISE = 1.25  # a step expected to take t seconds is started only where 1.25 t still fits the cap
+SIZED_DEVICES = ("cpu", "mps")  # batches sized here; CUDA and XLA keep the configured ones (and halve on OOM)
 
 
 def finetune_seconds(tasks: int, mode: str, embeddings_fraction: float, steps: int, step_s: float,
@@ -44,6 +69,25 @@ def inference_seconds(examples: float, act_steps: int, row_step_s: float) -> flo
 
 
 @dataclass
+class StepTimes:
+    """What `time_steps` measured: seconds of one fine-tuning step of `batch` rows training every weight
+    (`step_s`) or the puzzle rows alone (`embeddings_step_s`), of one row for one ACT step (`row_step_s`,
+    timed on `eval_batch` rows); `spent_s` of the `cap_s` allowed; `notes`: how the batches were sized and
+    what was priced instead of timed."""
+
+    device: str
+    step_s: float
+    embeddings_step_s: float
+    row_step_s: float
+    batch: int
+    eval_batch: int
+    spent_s: float
+    cap_s: float
+    notes: tuple[str, ...] = ()
+    sizing_s: float = 0.0  # CPU/MPS: the memory estimate before the timing (a first one imports torch's meta kernels)
+
+
+@dataclass
 class Estimate:
     device: str
     finetune_step_s: float  # one step training every weight ("all")
@@ -54,6 +98,9 @@ class Estimate:
     embeddings_fraction: float
     mode: str
     inference_s: float
+    batch: int = 0  # rows of the timed fine-tuning step
+    eval_batch: int = 0  # rows of the timed prediction step
+    timing: StepTimes | None = None
 
     def finetune_seconds(self, mode: str | None = None) -> float:
         """Fine-tuning time of `mode` (default: the estimate's) over `finetune_steps` steps per task."""
@@ -69,21 +116,44 @@ class Estimate:
         return self.finetune_s + self.inference_s
 
 
-def seconds_per_call(fn: Callable[[], object], device: torch.device, repeats: int = 1) -> float:
-    """Wall-clock seconds of one call of `fn` on `device`: one warm-up call, then the mean of `repeats`.
+def timing_cap(left_s: float | None) -> float:
+    """Seconds the timing may take with `left_s` seconds left (None: no limit)."""
+    return TIMING_MAX_S if left_s is None else max(0.0, min(TIMING_SHARE * left_s, TIMING_MAX_S))
 
-    The step timer of the solver: `estimate` times training and inference steps with it, and so does the
-    kernel's plan (`trm_kaggle.solve.plan.measure_rates`, through `estimate`).
-    """
-    fn()  # warm-up (on XLA: the compilation)
-    _wait(device)
-    t = time.perf_counter()
-    for _ in range(repeats):
+
+def seconds_per_call(fn: Callable[[], object], device: torch.device, repeats: int = 1, *, warm_up: bool = True,
+                     stop_at: float | None = None) -> tuple[float, str]:
+    """(wall-clock seconds of one call of `fn` on `device`, what that figure is): one warm-up call, then the
+    mean of `repeats`; without `warm_up`, the mean of `repeats` calls from the first.
+
+    `stop_at` (a time.perf_counter() value): a call that ends past it is not followed by another, and the
+    calls so far give the figure (the warm-up's alone, which carries one-time costs, is an upper bound).
+    On XLA the warm-up is the compilation and one timed call always follows it. The step timer of the solver:
+    `StepTimer` times training and inference steps with it, for `estimate` and the kernel's plan."""
+
+    def over() -> bool:
+        return stop_at is not None and time.perf_counter() >= stop_at
+
+    if warm_up:
+        t = time.perf_counter()
+        fn()  # on XLA: the compilation
+        _wait(device)
+        first = time.perf_counter() - t
+        if over() and device.type != "xla":
+            return first, "the warm-up call alone, the cap was reached: an upper bound"
+    times: list[float] = []
+    for _ in range(max(1, repeats)):
+        t = time.perf_counter()
         fn()
         if device.type == "xla":
             xla.step_boundary()  # one call, one program (else the repeats would form a new, larger graph)
-    _wait(device)
-    return (time.perf_counter() - t) / repeats
+        _wait(device)
+        times.append(time.perf_counter() - t)
+        if over():
+            break
+    n = len(times)
+    what = f"mean of {n} calls" if n > 1 else ("1 call" if warm_up else "its first call")
+    return sum(times) / n, what + (" after a warm-up" if warm_up else ", no warm-up")
 
 
 def _wait(device: torch.device) -> None:
@@ -93,33 +163,57 @@ def _wait(device: torch.device) -> None:
         xla.wait()
 
 
-_SOLVE = SolveConfig.model_fields
+class StepTimer:
+    """One step at a time of `arch` on `device` (random weights, random ARC-shaped batches), each announced
+    before it runs and reported after it (`say`), inside a cap of `cap_s` seconds from `start` (a
+    time.perf_counter() value, default now)."""
 
+    def __init__(self, arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, n_ids: int, *,
+                 cap_s: float, repeats: int = 1, say: Callable[[str], None] | None = None,
+                 start: float | None = None):
+        self.stop_at = (time.perf_counter() if start is None else start) + cap_s
+        self.arch, self.seq_len, self.vocab_size, self.device, self.n_ids = arch, seq_len, vocab_size, device, n_ids
+        self.repeats, self.say = repeats, say or (lambda line: None)
+        # CPU: the one-row steps warm the code paths up; MPS compiles its kernels on the first call of each shape
+        self.warm_up = device.type != "cpu"
+        self.model = TinyRecursiveModel(arch, seq_len, vocab_size, n_ids).to(device)
+        self.optimizers: dict[bool, tuple] = {}
 
-def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_aug"].default,
-             finetune_steps: int = _SOLVE["finetune_steps"].default, finetune: str = _SOLVE["finetune"].default,
-             embeddings_fraction: float = _SOLVE["embeddings_fraction"].default, batch_size: int = 64,
-             eval_batch_size: int = 256, device: str | torch.device = "cpu", seq_len: int = 900,
-             vocab_size: int = 12, repeats: int = 2) -> Estimate:
-    device = torch.device(device)
-    n_ids = min(tasks * (num_aug + 1) + 1, 4096)
-    model = TinyRecursiveModel(arch, seq_len, vocab_size, n_ids).to(device)
+    def fits(self, seconds: float) -> bool:
+        """Whether `seconds` more of timing are expected to end inside the cap (with a quarter more: the same
+        step can take longer the next time on a machine that runs other work)."""
+        return time.perf_counter() + NOISE * seconds <= self.stop_at
 
-    def batch(rows: int) -> dict[str, torch.Tensor]:
-        return {"inputs": torch.randint(0, vocab_size, (rows, seq_len), device=device, dtype=torch.int32),
-                "labels": torch.randint(0, vocab_size, (rows, seq_len), device=device, dtype=torch.int64),
-                "puzzle_identifiers": torch.randint(0, n_ids, (rows,), device=device, dtype=torch.int32)}
+    def over(self) -> bool:
+        return time.perf_counter() >= self.stop_at
 
-    train_batch = batch(batch_size)
-    model.train()
-    carry = model.initial_carry(train_batch)
+    def _batch(self, rows: int) -> dict[str, torch.Tensor]:
+        d = self.device
+        return {"inputs": torch.randint(0, self.vocab_size, (rows, self.seq_len), device=d, dtype=torch.int32),
+                "labels": torch.randint(0, self.vocab_size, (rows, self.seq_len), device=d, dtype=torch.int64),
+                "puzzle_identifiers": torch.randint(0, self.n_ids, (rows,), device=d, dtype=torch.int32)}
 
-    def train_step_timer(freeze_weights: bool) -> float:
-        # the optimizers `trm-kaggle submit` builds for this kind of step (frozen: no weight gradients, no AdamATan2)
-        dense, sparse = make_optimizers(TrainConfig(arch=arch, freeze_weights=freeze_weights), model)
+    def _timed(self, what: str, rows: int, fn: Callable[[], object]) -> float:
+        self.say(f"timing {what} at batch {rows} on {self.device} ...")
+        seconds, how = seconds_per_call(fn, self.device, self.repeats, warm_up=self.warm_up, stop_at=self.stop_at)
+        self.say(f"{what} at batch {rows}: {seconds:.3g} s ({how})")
+        return seconds
+
+    def train(self, rows: int, freeze_weights: bool) -> float:
+        """Seconds of one fine-tuning step of `rows` rows, with the optimizers `trm-kaggle submit` builds for
+        this kind of step (frozen: no weight gradients, no AdamATan2). A frozen step leaves the weights frozen:
+        time every unfrozen step first."""
+        model, arch = self.model, self.arch
+        if freeze_weights not in self.optimizers:
+            self.optimizers[freeze_weights] = make_optimizers(TrainConfig(arch=arch, freeze_weights=freeze_weights),
+                                                              model)
+        dense, sparse = self.optimizers[freeze_weights]
+        batch = self._batch(rows)
+        model.train()
+        carry = model.initial_carry(batch)
 
         def train_step():
-            c, out = model(carry, train_batch)
+            c, out = model(carry, batch)
             loss, _ = act_loss(out, c.current_data["labels"], c.halted, c.steps, arch.loss_type)
             loss.backward()
             if dense is not None:
@@ -128,24 +222,131 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
             if sparse is not None:
                 sparse.step()
 
-        return seconds_per_call(train_step, device, repeats)
+        what = "a fine-tuning step of " + ("the puzzle rows alone" if freeze_weights else "every weight")
+        return self._timed(what, rows, train_step)
 
-    all_step_s = train_step_timer(False)
-    # last: it sets requires_grad=False on the weights; a model without puzzle rows has nothing to train there
-    emb_step_s = train_step_timer(True) if model.puzzle_emb is not None else 0.0
-    rows = eval_batch_size
-    eval_batch = batch(rows)
-    model.eval()
-    eval_carry = model.initial_carry(eval_batch)
+    def infer(self, rows: int) -> float:
+        """Seconds of one ACT step of prediction on `rows` rows."""
+        model, batch = self.model, self._batch(rows)
+        model.eval()
+        carry = model.initial_carry(batch)
 
-    def eval_step():
-        with xla.no_grad_for(device):
-            model(eval_carry, eval_batch)
+        def eval_step():
+            with xla.no_grad_for(self.device):
+                model(carry, batch)
 
-    row_step_s = seconds_per_call(eval_step, device, repeats) / rows
+        return self._timed("a prediction step", rows, eval_step)
+
+    def grow(self, step: Callable[[int], float], rows: int, seconds: float, most: int, step_max_s: float,
+             after: float) -> tuple[int, float]:
+        """(rows, seconds) of the largest batch timed: from `seconds` for a step of `rows` rows, time a larger
+        batch (the largest power of two, or `most`) expected to take at most `step_max_s` and to leave room in
+        the cap for `after` more steps as long; again from there, while one fits. Expected: the time per row
+        so far, which overstates it (a step's time grows slower than its rows)."""
+        while rows < most and not self.over():
+            per_row = seconds / rows
+            sizes = sorted({min(most, 2 ** k) for k in range(most.bit_length() + 1)} - set(range(rows + 1)))
+            fitting = [n for n in sizes if per_row * n <= step_max_s and self.fits(per_row * n * (1 + after))]
+            if not fitting:
+                break
+            rows = fitting[-1]
+            seconds = step(rows)
+        return rows, seconds
+
+
+def memory_batches(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, batch: int,
+                   eval_batch: int, n_ids: int = 2, processes: int = 1) -> tuple[int, int, str]:
+    """(fine-tuning batch, prediction batch, a note where they were cut): `batch` and `eval_batch` cut to
+    what this process's memory share holds (`train/memory.py`; `processes`: workers sharing the machine)."""
+    fit = fitting_batch(arch, seq_len=seq_len, vocab_size=vocab_size, num_puzzle_identifiers=n_ids, device=device,
+                        processes=processes)
+    if fit is None or fit[0] >= max(batch, eval_batch):
+        return batch, eval_batch, ""
+    rows, share = max(1, fit[0]), f"the memory share ({fit[1] / GB:.1f} GB)"
+    note = (f"{share} holds batches of {rows} rows" if fit[0] else
+            f"{share} is expected to be too small even for one row: batches of one row")
+    return min(batch, rows), min(eval_batch, rows), note
+
+
+def time_steps(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, *, batch: int,
+               eval_batch: int, cap_s: float, n_ids: int = 2, repeats: int = 1, processes: int = 1,
+               must_finish: bool = False, say: Callable[[str], None] | None = None) -> StepTimes | None:
+    """Time a fine-tuning step of every weight, a prediction step and a fine-tuning step of the puzzle rows
+    alone on `device`, in at most `cap_s` seconds (see the module docstring). On CUDA and XLA `batch` and
+    `eval_batch` are the sizes timed; on CPU and MPS they are the most a batch may have (`processes`: how many
+    workers share this machine's memory).
+
+    The first two are needed: None when the second is not expected to fit in the cap (an upper bound: a
+    prediction step costs less than a training step of as many rows), unless `must_finish`, which times them
+    whatever they cost. Larger sizes and the puzzle-row step are timed only where the cap leaves room (the
+    latter is otherwise priced as a step of every weight, which it never exceeds)."""
+    device = torch.device(device)
+    t0 = time.perf_counter()
+    notes: list[str] = []
+    sized = device.type in SIZED_DEVICES
+    sizing_s = 0.0
+    if sized:  # the memory share first: no timed batch may be larger than what the work could hold
+        if say:
+            say(f"sizing the batches for {device}: at most {batch} rows (fine-tuning) and {eval_batch} (prediction) "
+                "asked for ...")
+        batch, eval_batch, note = memory_batches(arch, seq_len, vocab_size, device, batch, eval_batch, n_ids,
+                                                 processes)
+        notes += [note] if note else []
+        sizing_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+    # the cap counts the model's construction too; a sized batch is timed once per size
+    timer = StepTimer(arch, seq_len, vocab_size, device, n_ids, cap_s=cap_s, repeats=1 if sized else repeats,
+                      say=say, start=t0)
+    step_max = STEP_SHARE * cap_s
+    most, eval_most = batch, eval_batch
+    if sized:  # one row of each first: the least a plan needs
+        batch = eval_batch = 1
+    step_s = timer.train(batch, False)
+    if not (must_finish or timer.fits(step_s * eval_batch / batch)):
+        if say:
+            say(f"the {cap_s:.3g} s cap leaves no room for a prediction step: nothing more is timed")
+        return None
+    eval_s = timer.infer(eval_batch)
+    if sized:  # larger batches where the cap leaves room: the prediction's growth too, then the puzzle-row step
+        batch, step_s = timer.grow(lambda rows: timer.train(rows, False), batch, step_s, most, step_max, after=1)
+        if batch < most:
+            notes.append(f"fine-tuning batch {batch} of {most} (more rows were expected to take over {step_max:.3g} s "
+                         f"a step, a third of the {cap_s:.3g} s cap, or not to fit in what it left)")
+        eval_batch, eval_s = timer.grow(timer.infer, eval_batch, eval_s, eval_most, step_max, after=1)
+        if eval_batch < eval_most:
+            notes.append(f"prediction batch {eval_batch} of {eval_most}")
+    if timer.model.puzzle_emb is None:  # a model without puzzle rows has nothing to train there
+        emb_step_s = 0.0
+    elif timer.fits(step_s):  # last: it freezes the weights
+        emb_step_s = timer.train(batch, True)
+    else:
+        emb_step_s = step_s
+        notes.append("the cap was reached: a step of the puzzle rows alone priced as one of every weight (an "
+                     "upper bound)")
+    return StepTimes(str(device), step_s, emb_step_s, eval_s / eval_batch, batch, eval_batch,
+                     time.perf_counter() - t0, cap_s, tuple(notes), sizing_s)
+
+
+_SOLVE = SolveConfig.model_fields
+
+
+def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_aug"].default,
+             finetune_steps: int = _SOLVE["finetune_steps"].default, finetune: str = _SOLVE["finetune"].default,
+             embeddings_fraction: float = _SOLVE["embeddings_fraction"].default, batch_size: int = 64,
+             eval_batch_size: int = 256, device: str | torch.device = "cpu", seq_len: int = 900,
+             vocab_size: int = 12, repeats: int = 2, cap_s: float | None = None,
+             say: Callable[[str], None] | None = None) -> Estimate:
+    """The kernel's time for `tasks` tasks on `device`, from steps timed here (`time_steps`: within `cap_s`
+    seconds, default `timing_cap(None)`, but a step of each needed kind whatever it costs; `say` gets each step
+    before and after it is timed)."""
+    n_ids = min(tasks * (num_aug + 1) + 1, 4096)
+    t = time_steps(arch, seq_len, vocab_size, torch.device(device), batch=batch_size, eval_batch=eval_batch_size,
+                   cap_s=timing_cap(None) if cap_s is None else cap_s, n_ids=n_ids, repeats=repeats,
+                   must_finish=True, say=say)
     test_examples = tasks * TEST_INPUTS_PER_TASK * (num_aug + 1)
-    return Estimate(str(device), all_step_s, emb_step_s, row_step_s, tasks, finetune_steps, embeddings_fraction,
-                    finetune, inference_seconds(test_examples, arch.halt_max_steps, row_step_s))
+    return Estimate(t.device, t.step_s, t.embeddings_step_s, t.row_step_s, tasks, finetune_steps, embeddings_fraction,
+                    finetune, inference_seconds(test_examples, arch.halt_max_steps, t.row_step_s), t.batch,
+                    t.eval_batch, t)
 
 
 def hms(s: float) -> str:
@@ -157,9 +358,10 @@ def format_estimate(e: Estimate, tasks: int, num_aug: int) -> str:
     lines = [
         f"estimate on {e.device} for {tasks} tasks, num_aug {num_aug}, {e.finetune_steps} fine-tuning steps per task "
         f"({e.mode}):",
-        f"  fine-tuning  {hms(e.finetune_s):>12}  ({e.finetune_step_s:.3f} s per step training every weight, "
-        f"{e.embeddings_step_s:.3f} s per step training the puzzle rows alone)",
-        f"  inference    {hms(e.inference_s):>12}  ({e.row_step_s * 1e3:.2f} ms per example per ACT step)",
+        f"  fine-tuning  {hms(e.finetune_s):>12}  ({e.finetune_step_s:.3f} s per step of {e.batch} rows training "
+        f"every weight, {e.embeddings_step_s:.3f} s per step training the puzzle rows alone)",
+        f"  inference    {hms(e.inference_s):>12}  ({e.row_step_s * 1e3:.2f} ms per example per ACT step, timed on "
+        f"{e.eval_batch} rows)",
         f"  total        {hms(e.total_s):>12}  -> {fits} in Kaggle's 12 h limit ({e.total_s / KAGGLE_LIMIT_S:.0%})",
         "  every fine-tuning mode (--finetune), same steps:",
     ]
@@ -167,4 +369,8 @@ def format_estimate(e: Estimate, tasks: int, num_aug: int) -> str:
         total = e.finetune_seconds(mode) + e.inference_s
         lines.append(f"    {'*' if mode == e.mode else ' '} {mode:<20} fine-tuning {hms(e.finetune_seconds(mode)):>10}"
                      f"  total {hms(total):>10}  ({total / KAGGLE_LIMIT_S:.0%} of 12 h)")
+    if e.timing is not None:
+        sizing = f"sized in {e.timing.sizing_s:.1f} s, " if e.timing.sizing_s else ""
+        lines.append(f"  {sizing}timed in {e.timing.spent_s:.1f} s (cap {e.timing.cap_s:.0f} s)"
+                     + "".join(f"; {note}" for note in e.timing.notes))
     return "\n".join(lines)

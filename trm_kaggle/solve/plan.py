@@ -1,8 +1,17 @@
 """The kernel's time plan: what each worker does with the time it has, and lines that say how it is going.
 
-    the worker's device -> one timed batch of each kind (`estimate`'s step timer) -> Rates
+    the worker's device -> one timed batch of each kind (`estimate`'s step timer), sized for the device and
+                           inside a timing cap -> Rates
     Rates + the worker's tasks + its seconds until the deadline -> Plan (augmentations, fine-tuning steps,
                                                                           seconds reserved for inference)
+
+`plan_worker` does both and returns the settings the tasks run with: on CPU and MPS the batches timed (at
+most what the memory share holds, grown while a step stays short: `estimate.time_steps`) are the batches
+the tasks use; CUDA and XLA keep the configured ones. Timing takes at most `estimate.timing_cap` of the time
+left; a budget too short for even that (`estimate.MIN_TIMING_S`), or a timing cut by its cap before a
+prediction step, gets the fixed small plan: nothing priced, no fine-tuning (nothing was timed to fit it),
+`SHORT_NUM_AUG` augmentations where num_aug is auto, `SHORT_BATCH` rows per batch on CPU and MPS, and each
+task predicting for an equal share of the time left.
 
 Every task is solved on its own, so a worker's time is the sum over its tasks of: fine-tuning
 (steps x seconds per step), inference (test inputs x (num_aug + 1) x ACT steps x seconds per row-step, plus
@@ -22,12 +31,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.solve.estimate import estimate, finetune_seconds, inference_seconds
+from trm_kaggle.solve.estimate import (
+    MIN_TIMING_S, SIZED_DEVICES, finetune_seconds, inference_seconds, memory_batches, time_steps, timing_cap,
+)
 
 AUTO_MAX_AUG = 1000  # upstream's evaluation recipe votes over 1000 augmentations per task
 AUTO_MAX_STEPS = 2000  # fine-tuning steps per task
@@ -36,6 +47,8 @@ DECODE_OVERHEAD = 1.3  # measured inference rate x 1.3: decoding, voting, the la
 TASK_OVERHEAD_S = 2.0  # an allowance per task for dataset build, model load, train-state save (not timed)
 DEMO_ROWS = 64  # demonstration examples scored before and after fine-tuning (`solve.demo_accuracy`)
 MIN_PLAN_S = 10.0  # a worker with less time than this before the deadline starts nothing (timing alone costs more)
+SHORT_NUM_AUG = 2  # the fixed small plan (a budget too short to time): augmentations where num_aug is auto ...
+SHORT_BATCH = 8  # ... and at most this many rows per batch on CPU and MPS
 
 
 def hms(seconds: float) -> str:
@@ -87,16 +100,26 @@ class Rates:
     halt_max_steps: int
     batch: int
     eval_batch: int
+    timing_s: float = 0.0  # what the timing took ...
+    cap_s: float | None = None  # ... of what it was allowed
+    notes: tuple[str, ...] = ()  # how the batches were sized, what was priced instead of timed
+    sizing_s: float = 0.0  # CPU/MPS: the memory estimate before the timing
 
 
 def measure_rates(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, batch: int,
-                  eval_batch: int) -> Rates:
-    """One timed batch of each kind on `device` (`estimate`'s timer), with the export's architecture and the
-    batch sizes the worker will use (`batch_sizes`)."""
-    e = estimate(arch, tasks=1, num_aug=0, finetune_steps=0, batch_size=batch, eval_batch_size=eval_batch,
-                 device=device, seq_len=seq_len, vocab_size=vocab_size, repeats=1)
-    return Rates(device_name(device), e.finetune_step_s, e.embeddings_step_s, e.row_step_s, arch.halt_max_steps,
-                 batch, eval_batch)
+                  eval_batch: int, *, cap_s: float | None = None, processes: int = 1,
+                  say: Callable[[str], None] | None = None) -> Rates | None:
+    """One timed batch of each kind on `device` (`estimate.time_steps`), with the export's architecture, the
+    batch sizes the worker will use (`batch_sizes`; on CPU and MPS the most it may use) and at most `cap_s`
+    seconds (default `timing_cap(None)`); `say` gets a line before and after each timed step. None when the
+    cap had no room for the steps a plan needs."""
+    t = time_steps(arch, seq_len, vocab_size, device, batch=batch, eval_batch=eval_batch,
+                   cap_s=timing_cap(None) if cap_s is None else cap_s, processes=processes,
+                   must_finish=device.type == "xla", say=say)
+    if t is None:
+        return None
+    return Rates(device_name(device), t.step_s, t.embeddings_step_s, t.row_step_s, arch.halt_max_steps, t.batch,
+                 t.eval_batch, t.spent_s, t.cap_s, t.notes, t.sizing_s)
 
 
 def batch_sizes(cfg: SolveConfig, units: Sequence[tuple[int, int]]) -> tuple[int, int]:
@@ -122,7 +145,7 @@ class Plan:
     """What one worker will do: its tasks, the settings it runs them with, and the seconds each part takes."""
 
     worker: int
-    rates: Rates | None  # None without a time limit: nothing to fit, so nothing is timed
+    rates: Rates | None  # None: nothing timed (no time limit, or too little time to time anything)
     tasks: int
     test_inputs: int
     num_aug: int
@@ -133,6 +156,10 @@ class Plan:
     overhead_s: float
     available_s: float | None  # until the deadline; None = no limit
     margin: float
+    batch: int = 0  # rows per fine-tuning batch (at most: a task with fewer demonstration rows uses them all)
+    eval_batch: int = 0  # rows per prediction batch (at most)
+    short: bool = False  # the fixed small plan: too little time to time anything
+    notes: tuple[str, ...] = ()  # batches changed for the device without timing (memory)
 
     @property
     def total_s(self) -> float:
@@ -144,17 +171,25 @@ class Plan:
 
     def describe(self) -> str:
         def tag(name: str) -> str:
-            return " (auto)" if name in self.auto else ""
+            return (" (fixed small plan)" if self.short else " (auto)") if name in self.auto else ""
 
         r = self.rates
         head = (f"worker {self.worker} on {r.device if r else 'its device'}: {self.tasks} tasks "
                 f"({self.test_inputs} test inputs), num_aug {self.num_aug}{tag('num_aug')}, {self.finetune_steps} "
                 f"fine-tuning steps per task{tag('finetune_steps')}")
+        batches = f"batches of {self.batch} rows (fine-tuning) and {self.eval_batch} (prediction)"
+        notes = "".join(f"; {n}" for n in self.notes)
+        if self.short:
+            return (f"{head}, {batches}{notes}: the fixed small plan, nothing priced, no fine-tuning (nothing timed "
+                    f"to fit it); each task predicts for an equal share of the {hms(self.available_s)} left")
         if r is None:
-            return f"{head}; no time limit, so nothing to fit and nothing timed"
+            return f"{head}, {batches}{notes}; no time limit, so nothing to fit and nothing timed"
         timed = (f"timed batch: {r.step_s:.3g} s per fine-tuning step of every weight, {r.embeddings_step_s:.3g} s "
                  f"of the puzzle rows alone ({r.batch} rows), {r.row_step_s * 1e3:.3g} ms per row and ACT step "
-                 f"({r.eval_batch} rows, {r.halt_max_steps} steps)")
+                 f"({r.eval_batch} rows, {r.halt_max_steps} steps); "
+                 + (f"sizing took {r.sizing_s:.1f} s, " if r.sizing_s else "") + f"timing {r.timing_s:.1f} s"
+                 + (f" of its {r.cap_s:.3g} s cap" if r.cap_s is not None else "")
+                 + "".join(f"; {n}" for n in r.notes))
         parts = (f"fine-tuning {hms(self.finetune_s)} + inference {hms(self.inference_s)} reserved + per-task "
                  f"overhead {hms(self.overhead_s)} = {hms(self.total_s)}")
         if self.fits:
@@ -173,22 +208,70 @@ def reserve_seconds(test_rows: int, rates: Rates) -> float:
     return inference_seconds(test_rows, rates.halt_max_steps, rates.row_step_s) * DECODE_OVERHEAD + 1.0
 
 
+def demo_rows(cfg: SolveConfig) -> int:
+    """Demonstration rows scored before and after fine-tuning: `DEMO_ROWS`, fewer where both batches are
+    smaller (a plan sized for a CPU: the diagnostic must not cost more than the work)."""
+    return min(DEMO_ROWS, max(cfg.global_batch_size, cfg.eval_batch_size))
+
+
+def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]], deadline: float
+                   ) -> tuple[float, float]:
+    """(fine-tune until, predict until), time.time() values, for the first of the tasks still to do, whose
+    (test inputs, demonstration pairs) are `units`, run with `cfg` under `plan`.
+
+    The time left is split afresh before each task, so a fast task leaves its time to the ones after it:
+    every task gets what the plan prices for it (dataset and model, demonstration scoring before and after,
+    inference with decoding and voting) and an equal share of the rest for fine-tuning. Where that leaves
+    less than a step, no task is fine-tuned (nor scored on its demonstrations) and the time left is split in
+    proportion to the prices. Under the fixed small plan (nothing priced, no fine-tuning) each task gets an
+    equal share.
+    Prediction stops at the task's end either way, so a task slower than priced cannot starve the next."""
+    now = time.time()
+    left_s = max(0.0, deadline - now)
+    r = plan.rates
+    if r is None:  # the fixed small plan: no fine-tuning, equal shares
+        return now, now + left_s / len(units)
+    n = plan.num_aug + 1
+
+    def priced(demo: bool) -> tuple[list[float], list[float]]:  # seconds before and after fine-tuning, per task
+        scored = [min(demo_rows(cfg), d * n) * r.halt_max_steps * r.row_step_s if demo else 0.0 for _, d in units]
+        return ([TASK_OVERHEAD_S + s for s in scored],
+                [s + reserve_seconds(t * n, r) for s, (t, _) in zip(scored, units)])
+
+    if cfg.finetune != "none" and plan.finetune_steps > 0:
+        before, after = priced(demo=True)
+        tune = (left_s - sum(before) - sum(after)) / len(units)
+        if tune >= min(r.step_s, r.embeddings_step_s or r.step_s):  # room for a step at least
+            finetune_by = now + before[0] + tune
+            return finetune_by, min(deadline, finetune_by + after[0])
+    before, after = priced(demo=False)  # no fine-tuning: nor its demonstration scoring
+    share = left_s * (before[0] + after[0]) / max(1e-9, sum(before) + sum(after))
+    return now, min(deadline, now + share)
+
+
 def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates | None, available_s: float | None,
-              worker: int = 0) -> Plan:
-    """The plan of a worker whose tasks have (test inputs, demonstration pairs) `units`, with `available_s`
-    seconds until the deadline (None: no limit, and then `rates` may be None)."""
+              worker: int = 0, notes: Sequence[str] = ()) -> Plan:
+    """The plan of a worker whose tasks have (test inputs, demonstration pairs) `units`, run with `cfg` (its
+    batches those of the device), with `available_s` seconds until the deadline (None: no limit, and then
+    `rates` is None). Rates None with a deadline: the fixed small plan."""
     tasks, rows = len(units), int(sum(t for t, _ in units))
     tuning = cfg.finetune != "none"
     auto = tuple(name for name in ("num_aug", "finetune_steps") if getattr(cfg, name) == "auto")
-    if available_s is None or rates is None:
-        if auto:
-            raise ValueError("auto settings need a time budget and timed rates")  # SolveConfig refuses it first
-        return Plan(worker, rates, tasks, rows, cfg.num_aug, cfg.finetune_steps if tuning else 0, (), 0.0, 0.0,
-                    0.0, None, cfg.plan_margin)
+    sizes = {"batch": cfg.global_batch_size, "eval_batch": cfg.eval_batch_size, "notes": tuple(notes)}
+    if rates is None:
+        if available_s is None:
+            if auto:
+                raise ValueError("auto settings need a time budget and timed rates")  # SolveConfig refuses it first
+            return Plan(worker, None, tasks, rows, cfg.num_aug, cfg.finetune_steps if tuning else 0, (), 0.0, 0.0,
+                        0.0, None, cfg.plan_margin, **sizes)
+        num_aug = SHORT_NUM_AUG if cfg.num_aug == "auto" else cfg.num_aug
+        return Plan(worker, None, tasks, rows, num_aug, 0, auto, 0.0, 0.0, 0.0, available_s, cfg.plan_margin,
+                    short=True, **sizes)
+    scored = demo_rows(cfg)
 
     def overhead(n: int) -> float:  # dataset, model load, demonstration accuracy before and after fine-tuning
-        demo_rows = sum(min(DEMO_ROWS, d * (n + 1)) for _, d in units) if tuning else 0
-        return tasks * TASK_OVERHEAD_S + 2 * demo_rows * rates.halt_max_steps * rates.row_step_s
+        demo = sum(min(scored, d * (n + 1)) for _, d in units) if tuning else 0
+        return tasks * TASK_OVERHEAD_S + 2 * demo * rates.halt_max_steps * rates.row_step_s
 
     def infer(n: int) -> float:  # the sum of every task's `reserve_seconds`
         return 0.0 if tasks == 0 else (inference_seconds(rows * (n + 1), rates.halt_max_steps, rates.row_step_s)
@@ -225,4 +308,43 @@ def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates |
     if steps == "auto":
         steps = most_steps(planned - infer(num_aug)) if tasks else 0
     return Plan(worker, rates, tasks, rows, num_aug, steps, auto, infer(num_aug), tune(steps), overhead(num_aug),
-                available_s, cfg.plan_margin)
+                available_s, cfg.plan_margin, **sizes)
+
+
+def plan_worker(cfg: SolveConfig, arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device,
+                units: Sequence[tuple[int, int]], deadline: float | None, *, worker: int = 0, processes: int = 1,
+                say: Callable[[str], None] | None = None) -> tuple[Plan, SolveConfig]:
+    """(the plan, the settings the tasks run with) of a worker whose tasks have (test inputs, demonstration
+    pairs) `units`, with `deadline` (a time.time() value; None: no limit). Times the steps when there is a
+    deadline to fit and time enough to time them (`say` gets each step before and after); on CPU and MPS the
+    tasks then run with the batches timed, and without a deadline with the configured ones cut to what the
+    memory share holds (`processes`: workers sharing this machine)."""
+    sized = device.type in SIZED_DEVICES
+    batches: dict[str, int] = {}
+    notes: list[str] = []
+    rates = None
+    available_s = None if deadline is None else deadline - time.time()
+    if available_s is None:
+        if sized:
+            batch, eval_batch, note = memory_batches(arch, seq_len, vocab_size, device, cfg.global_batch_size,
+                                                     cfg.eval_batch_size, processes=processes)
+            if note:
+                batches = {"global_batch_size": batch, "eval_batch_size": eval_batch}
+                notes.append(note)
+    else:
+        cap = timing_cap(available_s)
+        if cap < MIN_TIMING_S:
+            notes.append(f"{hms(available_s)} until the deadline is too short to time anything (timing may take "
+                         f"{cap:.2g} s, under {MIN_TIMING_S:.0f} s)")
+        else:
+            rates = measure_rates(arch, seq_len, vocab_size, device, *batch_sizes(cfg, units), cap_s=cap,
+                                  processes=processes, say=say)
+            available_s = deadline - time.time()
+            if rates is None:
+                notes.append(f"the timing stopped at its {cap:.3g} s cap before every step a plan needs was timed")
+        if sized:
+            batches = ({"global_batch_size": rates.batch, "eval_batch_size": rates.eval_batch} if rates else
+                       {"global_batch_size": min(cfg.global_batch_size, SHORT_BATCH),
+                        "eval_batch_size": min(cfg.eval_batch_size, SHORT_BATCH)})
+    run = cfg.model_copy(update=batches) if batches else cfg
+    return make_plan(run, units, rates, available_s, worker, notes), run

@@ -2,7 +2,7 @@
 
 A recipe sets a few `SolveConfig` fields: what fine-tuning trains, how deep the model recurses, how many ACT
 steps and augmentations it uses. Recipes combine with `+` (`nvarc+trelis`, later ones winning) and flags given
-on the command line win over them. Each records where its settings come from; the README cites the same.
+on the command line win over them. Each records where its settings come from; docs/test-time-training.md cites the same.
 """
 
 from __future__ import annotations

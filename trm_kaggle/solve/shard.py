@@ -166,6 +166,7 @@ class WorkerSpec:
     deadline: float | None  # time.time() by which every answer must be in
     threads: int | None = None  # CPU threads (torch.set_num_threads)
     visible_gpu: str | None = None  # CUDA_VISIBLE_DEVICES of a spawned worker
+    workers: int = 1  # how many workers this run has (CPU workers share the machine's memory)
 
     @property
     def events(self) -> Path:

@@ -274,7 +274,8 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
         shards = assign(units, len(visible))
         quiet = cfg if len(visible) == 1 else cfg.model_copy(update={"progress": False})  # no bars in log files
         specs = [WorkerSpec(i, device, shard, {u.task_id: challenges[u.task_id] for u in shard},
-                            quiet.model_dump_json(), key, str(work), budget.start, budget.end, threads, visible[i])
+                            quiet.model_dump_json(), key, str(work), budget.start, budget.end, threads, visible[i],
+                            len(shards))
                  for i, shard in enumerate(shards)]
         say(budget.line("workers", f"{len(specs)} on {device}" + (f", {threads} CPU threads each" if threads else "")
                         + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
@@ -311,7 +312,9 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     fallback = fallback_reasons(challenges, units, left_out, duplicates, cfg.max_tasks, task_reports, candidates,
                                 unanswered)
     report.update(answer, workers=[o.as_dict() for o in outcomes], task_reports=task_reports,
-                  answered=len(task_reports) - len(failed), predicted=sum(1 for v in candidates.values() if v),
+                  # tasks whose model path ran and predicted (a task cut before its first prediction is not one)
+                  answered=sum(1 for r in task_reports.values() if "error" not in r and r.get("predicted", 0) > 0),
+                  predicted=sum(1 for v in candidates.values() if v),
                   fallback=fallback, elapsed_s=round(time.time() - budget.start, 1))
     by_reason: dict[str, list[str]] = {}
     for task_id, why in fallback.items():

@@ -1,11 +1,12 @@
 """One worker's job: its tasks, one after another, on one device, inside the global deadline.
 
-    the export -> one timed batch of each kind on this device -> the worker's Plan (logged, and saved beside
-    its log) -> per task: its own augmented dataset -> its own fine-tuning run -> predict and vote
-    -> units/u<index>/result.json
+    the export -> one timed batch of each kind on this device (sized for it) -> the worker's Plan (logged,
+    and saved beside its log) -> per task: its own augmented dataset -> its own fine-tuning run -> predict
+    and vote -> units/u<index>/result.json
 
-Each task's fine-tuning gets an equal share of the time left after reserving inference for every task still
-to do, so a slow task cannot starve the ones after it, and a fast one leaves its time to them. A task that
+Before each task the time left is split again (`plan.task_deadlines`): each task gets what the plan prices
+for it and an equal share of the rest for fine-tuning, and stops predicting at its end, so a slow task
+cannot starve the ones after it, and a fast one leaves its time to them. A task that
 raises (a malformed grid the checks missed, CUDA running out of memory) gets no result and keeps its fallback
 answer; the worker goes on with the next.
 """
@@ -27,9 +28,7 @@ from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.data.arc import MAX_GRID
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.model.export import load_model_for_dataset, read_export
-from trm_kaggle.solve.plan import (
-    MIN_PLAN_S, TASK_OVERHEAD_S, Budget, Plan, batch_sizes, hms, make_plan, measure_rates, reserve_seconds,
-)
+from trm_kaggle.solve.plan import MIN_PLAN_S, Budget, Plan, demo_rows, hms, plan_worker, task_deadlines
 from trm_kaggle.solve.shard import (
     Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result,
 )
@@ -77,19 +76,24 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
     keys = {u.index: {**spec.key, "task": task_digest(challenges[u.task_id])} for u in spec.units}
     todo = [u for u in spec.units if not reusable(read_result(spec.work, u), keys[u.index])]
 
+    if not todo:  # nothing to time or plan for: every task of this worker has a reusable answer (or it has none)
+        emit(budget.line("resume", f"worker {spec.worker}: nothing to do"
+                                   + (f": {len(spec.units)} of {len(spec.units)} tasks already answered by an "
+                                      f"earlier run with these settings" if spec.units else "")))
+        for u in spec.units:
+            if on_unit is not None:
+                on_unit(u)
+        return None
     export, _ = read_export(cfg.weights)  # unreadable weights fail the worker at once, not each task
     canvas = export_canvas(cfg.weights)
-    rates = available = None
-    if spec.deadline is not None:  # something to fit: time one batch of each kind on this device
-        if spec.deadline - time.time() < MIN_PLAN_S:
-            emit(budget.line("plan", f"worker {spec.worker}: no time left to plan; its {len(todo)} tasks keep the "
-                                     f"fallback"))
-            return None
-        batch, eval_batch = batch_sizes(cfg, [(u.test_inputs, u.train_pairs) for u in todo])
-        arch = ArchConfig(**{**export["arch"], **cfg.recursion()})  # what will run: a recipe's recursion too
-        rates = measure_rates(arch, export["seq_len"], export["vocab_size"], device, batch, eval_batch)
-        available = spec.deadline - time.time()
-    plan = make_plan(cfg, [(u.test_inputs, u.train_pairs) for u in todo], rates, available, spec.worker)
+    if spec.deadline is not None and spec.deadline - time.time() < MIN_PLAN_S:
+        emit(budget.line("plan", f"worker {spec.worker}: no time left to plan; its {len(todo)} tasks keep the "
+                                 f"fallback"))
+        return None
+    arch = ArchConfig(**{**export["arch"], **cfg.recursion()})  # what will run: a recipe's recursion too
+    plan, cfg = plan_worker(cfg, arch, export["seq_len"], export["vocab_size"], device,
+                            [(u.test_inputs, u.train_pairs) for u in todo], spec.deadline, worker=spec.worker,
+                            processes=spec.workers, say=lambda line: emit(budget.line("plan", line)))
     spec.plan_file.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(spec.plan_file, plan.as_dict(), indent=2)
     emit(budget.line("plan", plan.describe()))
@@ -106,15 +110,14 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
         if spec.deadline is not None and time.time() >= spec.deadline:
             emit(budget.line("deadline", f"{len(left)} tasks left unanswered keep the fallback"))
             break
-        finetune_by = None
-        if rates is not None:  # an equal share of what remains after every remaining task's inference
-            reserve = sum(reserve_seconds(u.test_inputs * (plan.num_aug + 1), rates) for u in left)
-            share = (spec.deadline - time.time() - reserve - TASK_OVERHEAD_S * len(left)) / len(left)
-            finetune_by = time.time() + share
+        finetune_by = predict_by = None
+        if spec.deadline is not None:
+            finetune_by, predict_by = task_deadlines(ucfg, plan, [(u.test_inputs, u.train_pairs) for u in left],
+                                                     spec.deadline)
         t0 = time.time()
         try:
             report = solve_unit(ucfg, unit, challenges[unit.task_id], keys[unit.index], spec.work, device,
-                                finetune_by, spec.deadline, canvas, banner=k == 0)
+                                finetune_by, predict_by, canvas, banner=k == 0, hard_deadline=spec.deadline)
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})", _summary(report, time.time() - t0)))
         except Exception as e:
             if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
@@ -133,10 +136,12 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
 
 def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, device: torch.device,
                finetune_by: float | None, predict_by: float | None, canvas: int = MAX_GRID,
-               banner: bool = False) -> dict:
+               banner: bool = False, hard_deadline: float | None = None) -> dict:
     """One task: dataset (on the model's `canvas`) -> fine-tuning (until `finetune_by`) -> predictions (until
     `predict_by`) -> vote. Writes the unit's result.json and returns its report. `banner`: fine-tuning prints
-    its device and model lines (the worker's first task)."""
+    its device and model lines (the worker's first task). Before `hard_deadline` (the worker's own) the
+    un-augmented copies of the test inputs are predicted even when the task's time is up: a task slower than
+    priced still answers with their votes instead of keeping the fallback."""
     udir = unit_dir(work, unit)
     for part in PARTS:  # a task's run always starts fresh: only complete results are reused
         shutil.rmtree(udir / part, ignore_errors=True)
@@ -151,7 +156,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     steps = 0
     if cfg.finetune != "none" and cfg.finetune_steps > 0:
         if finetune_by is None or finetune_by > time.time():
-            report["before_finetune"] = demo_accuracy(model, data_dir, device)
+            report["before_finetune"] = demo_accuracy(model, data_dir, device, demo_rows(cfg))
             report["finetune_schedule"] = [asdict(p) for p in finetune_phases(cfg.finetune, cfg.embeddings_fraction,
                                                                               cfg.finetune_steps)]
             t = time.time()
@@ -159,14 +164,15 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
             steps = result.step
             report["finetune_s"] = round(time.time() - t, 2)
             model = load_finetuned(result.run_dir, device)
-            report["after_finetune"] = demo_accuracy(model, data_dir, device)
+            report["after_finetune"] = demo_accuracy(model, data_dir, device, demo_rows(cfg))
         else:
             report["note"] = "no time left for fine-tuning: predicted with the pretrained weights"
     report["finetune_steps"] = steps
 
     t = time.time()
+    always = unit.test_inputs if hard_deadline is None or time.time() < hard_deadline else 0
     res = evaluate(model, data_dir, batch_size=cfg.eval_batch_size, device=device, early_exit=cfg.early_exit,
-                   deadline=predict_by)
+                   deadline=predict_by, always=always)
     predicted = res.predictions.steps >= 0
     report.update(predict_s=round(time.time() - t, 2), examples=int(len(predicted)), predicted=int(predicted.sum()))
     candidates = {i: grids for (task_id, i), grids in res.candidates.items() if task_id == unit.task_id}
@@ -185,7 +191,7 @@ def _summary(report: dict, seconds: float) -> str:
                      f"exact accuracy {b['demo_exact_accuracy']:.2f} -> {a['demo_exact_accuracy']:.2f})")
     elif "note" in report:
         parts.append(report["note"])
-    cut = "" if report["predicted"] == report["examples"] else " (the rest cut by the deadline)"
+    cut = "" if report["predicted"] == report["examples"] else " (the rest cut: the task's time was up)"
     parts.append(f"{report['predicted']} of {report['examples']} augmented test inputs predicted in "
                  f"{hms(report['predict_s'])}{cut}")
     return "; ".join(parts) + f"; {hms(seconds)} in all"

@@ -1,4 +1,5 @@
-"""How much memory a training run needs, and the largest micro-batch that fits.
+"""How much memory a training run needs, the largest micro-batch that fits, and the largest batch a step
+may take (`fitting_batch`: the solver's plans on CPU and MPS).
 
 A run holds, besides the Python/torch process itself:
 
@@ -213,6 +214,45 @@ def plan_micro_batch(est: MemoryEstimate, local_batch: int, available: int, frac
     return max(1, micro)
 
 
+def memory_share(processes: int = 1) -> int | None:
+    """Bytes this process may plan with: its share of the memory available now, split evenly between the
+    `processes` that start together on this machine, plus what it already holds. None where unreadable."""
+    from trm_kaggle import hardware
+
+    _, available = hardware.memory()
+    if available is None:
+        return None
+    return available // max(1, processes) + hardware.current_rss()
+
+
+def largest_fitting_batch(est_one: MemoryEstimate, budget: int) -> int:
+    """The most rows one batch (a single micro-batch: no accumulation) may have for the expected peak to fit
+    in `budget` bytes, from the estimate of a one-row batch (its ACT carry grows with the rows too); 0 when
+    not even one row fits."""
+    per_row = est_one.carry + est_one.activations_per_example + est_one.workspace_per_example
+    return max(0, (budget - est_one.fixed() + est_one.carry) // max(1, per_row))
+
+
+def fitting_batch(arch: ArchConfig, *, seq_len: int, vocab_size: int, num_puzzle_identifiers: int,
+                  device: torch.device, processes: int = 1, fraction: float = DEFAULT_MEMORY_FRACTION
+                  ) -> tuple[int, int] | None:
+    """(rows, bytes): the largest batch a training step of every weight of `arch` may take on `device` within
+    `fraction` of this process's memory share (`memory_share`), and that share; None where the memory
+    cannot be read. A prediction batch keeps no activations for autograd, so it fits wherever a training
+    batch of as many rows does (an upper bound used for both)."""
+    from trm_kaggle import hardware
+    from trm_kaggle.model.dtype import resolve_forward_dtype
+
+    share = memory_share(processes)
+    if share is None:
+        return None
+    dtype, _ = resolve_forward_dtype(arch, device)
+    est = estimate_training_memory(TrainConfig(arch=arch, global_batch_size=1, ema=False), seq_len=seq_len,
+                                   vocab_size=vocab_size, num_puzzle_identifiers=num_puzzle_identifiers,
+                                   device=device, dtype=dtype, baseline=hardware.current_rss())
+    return largest_fitting_batch(est, int(fraction * share)), share
+
+
 def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int, num_puzzle_identifiers: int,
                              num_puzzles: int, device: torch.device, dtype: torch.dtype, local_batch: int,
                              world_size: int = 1, log=None) -> int:
@@ -225,17 +265,15 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     requested = min(cfg.micro_batch_size or local_batch, local_batch)
     if not cfg.auto_batch or device.type not in ("cpu", "mps"):
         return requested
-    _, available = hardware.memory()
-    if available is None:
+    # Available memory is shared by the ranks of one machine
+    share = memory_share(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    if share is None:
         if log:
             log.warning("auto_batch: the available memory cannot be read here; keeping micro_batch_size=%d", requested)
         return requested
-    rss = hardware.current_rss()
     est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab_size,
                                    num_puzzle_identifiers=num_puzzle_identifiers, num_puzzles=num_puzzles,
-                                   device=device, dtype=dtype, baseline=rss, world_size=world_size)
-    # Available memory is shared by the ranks of one machine; this process already holds `rss`.
-    share = available // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world_size))) + rss
+                                   device=device, dtype=dtype, baseline=hardware.current_rss(), world_size=world_size)
     micro = plan_micro_batch(est, local_batch, share, requested=requested)
     if log:
         log.info("auto_batch: micro_batch_size=%d of the local batch %d (expected peak %.2f GB of %.2f GB "

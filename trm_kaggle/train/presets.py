@@ -140,7 +140,7 @@ PRESETS: dict[str, dict] = {
     "large": _preset("modifier", "larger model: arch.hidden_size=768, num_heads=12 (64 per head)",
                      {"arch": {"hidden_size": 768, "num_heads": 12}}),
     # --- data curricula ---
-    "repair-curriculum": _preset("modifier", "the code-repair spec's five stages: syntax bugs first, then logic "
+    "repair-curriculum": _preset("modifier", "five code-repair stages: syntax bugs first, then logic "
                                  "bugs by difficulty, all bugs at half the LR last (needs repair_meta.jsonl)", {
         "stages": [
             {"name": "syntax", "bug_types": ["missing_colon", "unbalanced_bracket", "bad_indent"],
