@@ -82,7 +82,7 @@ def test_k8s_writes_a_settings_map_a_headless_service_and_an_indexed_job_that_va
     index = next(e for e in container["env"] if e["name"] == "JOB_COMPLETION_INDEX")
     assert "job-completion-index" in index["valueFrom"]["fieldRef"]["fieldPath"]
     assert {"name": "NCCL_DEBUG", "value": "INFO"} in container["env"]
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": 8}}
+    assert container["resources"] == {"requests": {"nvidia.com/gpu": 8}, "limits": {"nvidia.com/gpu": 8}}
     assert container["image"] == IMAGE and container["workingDir"] == "/workspace"
     assert pod["nodeSelector"] == {"gpu": "h100"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]

@@ -221,3 +221,25 @@ def test_the_train_arguments_are_found_in_a_torchrun_line():
                            "train", "--preset", "arc2", "lr=1e-3"])
     assert torchrun.trained_module_args(args) == ["--preset", "arc2", "lr=1e-3"]
     assert torchrun.trained_module_args(torchrun.parse(["script.py", "x"])) is None
+
+
+@pytest.mark.slow
+def test_a_launcher_stopped_by_sigterm_says_so_in_one_line(data, tmp_path):
+    """A scheduler's SIGTERM (a pod evicted, a job out of time) stops the workers; the launcher ends with one
+    line and 128 + 15, and a later start resumes from the newest state."""
+    run, log = tmp_path / "run", tmp_path / "node.log"
+    cmd = node_command(OURS, free_port(), run, data, nodes=1)
+    cmd[cmd.index("max_steps=12")] = "max_steps=100000"
+    proc = start(cmd, log)
+    try:
+        deadline = time.monotonic() + LIMIT
+        while not (run / "metrics.jsonl").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)  # to the launcher alone, as a scheduler does
+    finally:
+        code = finish([proc])[0]
+    errors = [ln for ln in log.read_text().splitlines() if ln.startswith("error:")]
+    assert code == 128 + signal.SIGTERM
+    assert errors == ["error: stopped by SIGTERM: the workers were stopped; started again, the run resumes from its "
+                      "newest train state"]

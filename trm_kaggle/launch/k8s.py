@@ -122,7 +122,8 @@ def pod_template(cluster: ClusterConfig, job: ClusterJob, *, container: str, com
                          {"name": "settings", "mountPath": SETTINGS_DIR, "readOnly": True},
                          {"name": "shm", "mountPath": "/dev/shm"}]}
     if cluster.gpus_per_node:
-        main["resources"] = {"limits": {GPU_RESOURCE: cluster.gpus_per_node}}
+        main["resources"] = {"requests": {GPU_RESOURCE: cluster.gpus_per_node},
+                              "limits": {GPU_RESOURCE: cluster.gpus_per_node}}
     spec: dict[str, Any] = {
         "containers": [main],
         "securityContext": {"fsGroup": UID},  # the image's non-root user may write to the claim

@@ -11,7 +11,8 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
   traceback. No worker was started: nothing is written. `--rdzv-conf join_timeout=SECONDS` sets the
   wait (torch's default: 600 s);
 * a worker group that failed past `--max-restarts` ends with one line naming the first failure
-  (its global rank, exit code or signal); the worker's own output above it says why;
+  (its global rank, exit code or signal); the worker's own output above it says why; a launcher stopped
+  by a signal (a scheduler's SIGTERM) says so in one line and exits with 128 + the signal's number;
 * TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless set: with the store torchrun shares between rounds of
   the rendezvous (its default since torch 2.5), a restarted worker group can read its peers' addresses
   from the round before (each node counts its restarts itself; pytorch/pytorch#135712). Here, on
@@ -128,6 +129,7 @@ def trained_module_args(args: argparse.Namespace) -> list[str] | None:
 
 def launch(args: argparse.Namespace) -> None:
     """Run torchrun's launch; its rendezvous and worker failures become one TRMError line."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
     from torch.distributed.run import run
@@ -146,6 +148,11 @@ def launch(args: argparse.Namespace) -> None:
                        "start every node again") from None
     except RendezvousError as err:
         raise TRMError(f"{where}: {type(err).__name__}: {_first_line(err)}") from None
+    except SignalException as err:  # a scheduler's SIGTERM (a pod evicted, a job out of time), a Ctrl-C
+        stopped = GroupFailed(f"stopped by {err.sigval.name}: the workers were stopped; started again, the run "
+                              "resumes from its newest train state")
+        stopped.exit_status = 128 + int(err.sigval)
+        raise stopped from None
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
         how = (f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit status {failure.exitcode}")
