@@ -208,6 +208,8 @@ def test_an_edited_manifest_is_not_overwritten_without_force(tmp_path, capsys):
     assert "lr: 0.001" in manifest.read_text() and "a note of mine" not in manifest.read_text()
     record = json.loads((out / RECORD).read_text())
     assert list(record["files"]) == ["arc2-2x8.yaml"] and len(record["files"]["arc2-2x8.yaml"]) == 1
+    # `kubectl apply -f DIR` reads every .json/.yaml/.yml file of DIR, hidden ones too: only manifests there
+    assert [p.name for p in out.iterdir() if p.suffix in (".json", ".yaml", ".yml")] == ["arc2-2x8.yaml"]
 
 
 def test_files_we_did_not_write_and_inputs_are_never_replaced(tmp_path, capsys):

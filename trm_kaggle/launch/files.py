@@ -1,6 +1,6 @@
 """Writing job files: atomically, and never over a file someone edited (or that we did not write).
 
-The output directory keeps a record, `.trm_kaggle_jobs.json`, of the SHA-256 of every file written
+The output directory keeps a record, `.trm_kaggle_jobs` (JSON), of the SHA-256 of every file written
 there. Writing again replaces a file only while it still holds what was written (its hash is in the
 record); a file edited since, or one the record does not know, is refused with one line unless
 `force`. Every file is checked before the first is written, so a refusal leaves the directory as it
@@ -23,7 +23,8 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in
 
-RECORD = ".trm_kaggle_jobs.json"
+# JSON without an extension: `kubectl apply -f DIR` reads every .json and .yaml file of DIR, hidden ones too
+RECORD = ".trm_kaggle_jobs"
 RECORD_FORMAT = "trm_kaggle.jobs"
 
 

@@ -95,7 +95,8 @@ def script(cluster: ClusterConfig, jobs: list[ClusterJob], name: str, export: st
               f'mv -f "$TRM_RUN_DIR/.{SETTINGS_FILE}.$SLURM_JOB_ID.tmp" "$TRM_RUN_DIR/{SETTINGS_FILE}"', "",
               "# the rendezvous: the first host of the allocation, on a port of this job's own (jobs of an",
               "# array, or of other users, may share a node)",
-              'TRM_RDZV_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+              # awk reads every line: `head -n 1` could end first and, with pipefail, SIGPIPE would stop the job
+              'TRM_RDZV_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | awk "NR == 1")',
               f"TRM_RDZV_PORT=$(({cluster.rdzv_port} + SLURM_JOB_ID % {PORT_SPREAD}))",
               "export TRM_RDZV_HOST TRM_RDZV_PORT",
               'echo "trm-kaggle: run ${run_names[$task]} on $SLURM_JOB_NUM_NODES node(s), rendezvous at '
