@@ -83,7 +83,7 @@ GOOD = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[3]]}]
     ({**GOOD, "train": []}, None, "no train pairs"),
     ({"train": GOOD["train"]}, None, "no test inputs"),
     ({**GOOD, "train": [{"input": [[1]]}]}, None, "train pair 0 needs 'input' and 'output'"),
-    (GOOD, {"t1": [[[1]], [[2]]]}, "2 solutions for 1 test inputs"),
+    (GOOD, {"t1": [[[1]], [[2]]]}, "2 solutions for 1 test input"),
     (GOOD, {"other": [[[1]]]}, "missing from the solutions file"),
     (GOOD, {"t1": [[[1, 2], [1]]]}, "solution 0: not rectangular"),
 ])

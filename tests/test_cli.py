@@ -202,14 +202,15 @@ def test_common_flags_on_every_subcommand_but_bundle(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     commands = re.findall(r"^    ([a-z][a-z-]+)(?: |$)", capsys.readouterr().out, re.M)
-    assert {"train", "bundle", "sweep", "compare", "doctor"} <= set(commands) and len(commands) == 20
+    assert {"train", "bundle", "sweep", "compare", "doctor", "launch", "torchrun", "regress"} <= set(commands)
+    assert len(commands) == 22
     for name in commands:
         with pytest.raises(SystemExit) as done:
             main([name, "--help"])
         assert done.value.code == 0
         options = _options(capsys.readouterr().out)
-        if name == "bundle":
-            assert "--no-progress" not in options  # exactly build_bundle.py's options
+        if name in ("bundle", "torchrun"):
+            assert "--no-progress" not in options  # exactly build_bundle.py's, or torchrun's, options
         else:
             assert {"--no-progress", "-v", "--verbose"} <= options, name
     assert main(["train", "--no-progress", "--preset", "cpu-smoke", "--print-config"]) == 0

@@ -28,6 +28,7 @@ LAYER_OF = {
     "evaluate": "evaluate",  # predictions -> votes -> submission
     "solve": "solve",  # the Kaggle kernel's job: test-time training + evaluation in a budget
     "experiments": "experiments",  # grids of training runs and their comparison
+    "launch": "launch",  # beyond one machine: torchrun checked, Kubernetes and SLURM job files
     "kaggle": "kaggle",  # the bundle
     "cli": "top", "__main__": "top", "pipeline": "top", "doctor": "top",
 }
@@ -43,6 +44,7 @@ MAY_IMPORT = {
     "solve": {"base", "data", "model", "optim", "train", "evaluate", "solve"},
     "experiments": {"base", "data", "model", "optim", "train", "evaluate", "experiments"},
     "kaggle": {"base", "data", "model", "evaluate", "kaggle"},
+    "launch": {"base", "data", "model", "optim", "train", "experiments", "launch"},
     "top": set(LAYER_OF.values()),
 }
 

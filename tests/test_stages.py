@@ -97,7 +97,7 @@ def test_plan_from_config_reads_the_metadata(tagged):
     with pytest.raises(TRMError, match="unknown bug type 'typo'"):
         StagePlan.from_config(cfg.model_copy(update={"stages": [TrainStage(bug_types=["typo"])]}), loader, 10)
     with pytest.raises(TRMError, match="allows no training example"):
-        StagePlan.from_config(cfg.model_copy(update={"stages": [TrainStage(max_difficulty=-1)]}), loader, 10)
+        StagePlan.from_config(cfg.model_copy(update={"stages": [TrainStage(bug_types=[TYPES[1]], max_difficulty=0.0)]}), loader, 10)
 
 
 def test_stage_lr_must_be_one_kind():

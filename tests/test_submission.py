@@ -184,7 +184,7 @@ def _set(path, value):
 MUTATIONS = {
     "missing task": (lambda s: s.pop("t2"), "t2", "missing"),
     "extra task": (_set(["zz"], [{"attempt_1": A, "attempt_2": B}]), "zz", "not in the challenges"),
-    "wrong count": (lambda s: s["t2"].pop(), "t2", "1 attempt dicts for 2 test inputs"),
+    "wrong count": (lambda s: s["t2"].pop(), "t2", "1 attempt dict for 2 test inputs"),
     "too many": (lambda s: s["t1"].append({"attempt_1": A, "attempt_2": B}), "t1", "2 attempt dicts for 1"),
     "missing attempt_2": (lambda s: s["t1"][0].pop("attempt_2"), "t1", "test 0: attempt_2 is missing"),
     "non-int value": (_set(["t2", 1, "attempt_1", 0, 0], 1.0), "t2", "test 1: attempt_1: value 1.0"),
@@ -234,7 +234,7 @@ def test_check_submission_names_first_problem_and_count():
     sub = _valid()
     sub["t1"][0]["attempt_1"] = [[10]]
     sub.pop("t2")
-    with pytest.raises(DataError, match=r"task t1: test 0: attempt_1.*\(and 1 more problems\)"):
+    with pytest.raises(DataError, match=r"task t1: test 0: attempt_1.*\(and 1 more problem\)"):
         check_submission(sub, small_challenges())
 
 
@@ -344,7 +344,7 @@ def test_missing_task_scores_zero():
     # short entries and non-dict items score 0 for the outputs they lack
     report = score_submission({"t1": [A], "t2": [{"attempt_1": B, "attempt_2": A}]}, sol)
     assert report.solved == 1 and [t.solved for t in report.tasks] == [0, 1]
-    assert "missing" in format_score(report) or "1 attempt dicts for 2" in format_score(report)
+    assert "missing" in format_score(report) or "1 attempt dict for 2" in format_score(report)
 
 
 def test_format_score_truncates_long_tables(real):

@@ -388,15 +388,52 @@ def test_no_readable_state_is_one_clear_error(sudoku4, tmp_path):
         train(cfg_for(sudoku4, run, "max_steps=4"))
 
 
-def test_ranks_that_disagree_about_resuming_are_refused(monkeypatch, tmp_path):
-    """On several hosts checkpoint_path must be shared: a rank that finds no state while another does is an error."""
+def test_every_rank_resumes_from_the_state_rank_0_chose(sudoku4, tmp_path, monkeypatch):
+    """Under torchrun rank 0 picks the newest state that loads and every rank reads that file, whatever it lists
+    itself; a rank that cannot (checkpoint_path not shared between hosts) stops every rank with one error."""
+    import shutil
+
     from trm_kaggle.train import loop
     from trm_kaggle.train.runtime import Runtime
 
-    rt = Runtime(torch.device("cpu"), torch.float32, "test", rank=0, world_size=2)
-    monkeypatch.setattr(loop, "all_reduce_", lambda ts: None)  # the other rank found nothing: the sum stays 1
-    with pytest.raises(TRMError, match="1 of 2 ranks find a train state .*filesystem every host sees"):
-        loop._check_every_rank_sees([tmp_path / "state_step00000004.pt"], tmp_path, rt)
-    loop._check_every_rank_sees([], tmp_path, rt)  # nobody resumes: fine
-    monkeypatch.setattr(loop, "all_reduce_", lambda ts: ts[0].mul_(2))  # both found one
-    loop._check_every_rank_sees([tmp_path / "state_step00000004.pt"], tmp_path, rt)
+    run = tmp_path / "run"
+    train(cfg_for(sudoku4, run, "max_steps=2"))
+    train(cfg_for(sudoku4, run, "max_steps=4"))
+    shutil.copy(ckpt.state_path(run, 4), ckpt.state_path(run, 6))  # a newer state rank 0 has not chosen
+    rank1 = Runtime(torch.device("cpu"), torch.float32, "test", rank=1, world_size=2)
+
+    def collectives(*sums):  # what the all-reduces return on this rank: rank 0's choice, then the ranks able
+        it = iter(sums)
+        monkeypatch.setattr(loop, "_sum_over_ranks", lambda value, rt: next(it))
+
+    collectives(4, 2)
+    path, state = loop._state_to_resume(run, rank1)
+    assert path == ckpt.state_path(run, 4) and state["step"] == 4
+    collectives(8, 1)  # rank 0 resumes from a state this rank does not see
+    with pytest.raises(TRMError, match="1 of 2 ranks cannot resume .*filesystem every host sees"):
+        loop._state_to_resume(run, rank1)
+    collectives(-1, 1)  # rank 0 finds no state at all, this rank finds some
+    with pytest.raises(TRMError, match="rank 1 finds train states .* where rank 0 finds none"):
+        loop._state_to_resume(run, rank1)
+    collectives(-2, 0)  # rank 0 finds none that loads
+    with pytest.raises(TRMError, match="rank 0 finds no readable train state"):
+        loop._state_to_resume(run, rank1)
+    collectives(-1, 2)
+    assert loop._state_to_resume(tmp_path / "fresh", rank1) is None  # nobody resumes: fine
+    rank0 = Runtime(torch.device("cpu"), torch.float32, "test", rank=0, world_size=2)
+    collectives(6, 2)  # rank 0 adds its own choice, the newest state that loads
+    path, state = loop._state_to_resume(run, rank0)
+    assert path == ckpt.state_path(run, 6)
+
+
+def test_a_write_cut_off_by_a_kill_leaves_no_temporary_behind_a_resume(sudoku4, tmp_path):
+    """A worker group killed while rank 0 wrote a state leaves `.state_step*.pt.*.tmp`; the next start removes
+    it (and only temporaries of the run's own files)."""
+    run = tmp_path / "run"
+    train(cfg_for(sudoku4, run, "max_steps=2"))
+    leftover = run / ".state_step00000003.pt.k2j4x9ab.tmp"
+    leftover.write_bytes(b"half a state")
+    other = run / ".notes.txt.abc.tmp"
+    other.write_text("not ours")
+    train(cfg_for(sudoku4, run, "max_steps=3"))
+    assert not leftover.exists() and other.exists()

@@ -77,5 +77,5 @@ def test_test_puzzle_count_mismatch(ds):
     tp = json.loads((ds / "test_puzzles.json").read_text())
     tp["e1"]["test"].pop()
     (ds / "test_puzzles.json").write_text(json.dumps(tp))
-    with pytest.raises(DataError, match="task e1 has 1 test inputs but the test split holds 2"):
+    with pytest.raises(DataError, match="task e1 has 1 test input but the test split holds 2"):
         verify_dataset(ds)

@@ -310,13 +310,18 @@ def _add_sweep(sub) -> None:
     p.add_argument("--config", default=None, help="YAML/JSON config file for every run (default: none)")
     p.add_argument("--seeds", type=_seed_list, default=None, metavar="S,S,...",
                    help="the seeds axis, e.g. 0,1 (default: the grid's, else 0)")
-    _flag(p, "sweep_dir", default=None, help="where the runs go (default runs/sweeps/<grid name>)")
+    _flag(p, "sweep_dir", default=None, help="where the runs go (default runs/sweeps/<grid name>; with --launcher: "
+                                             "on the shared volume)")
     p.add_argument("--parallel", type=int, default=1, metavar="N",
                    help="runs at once: one GPU each where the runs use CUDA, else the CPU cores split between them "
                         "(default: %(default)s)")
     _flag(p, "dry_run", action="store_true",
           help="print the base settings and every run with its variant; run nothing")
     _flag(p, "list_grids", action="store_true", help="print the built-in grids and exit")
+    p.add_argument("--launcher", choices=["k8s", "slurm"], default=None,
+                   help="write cluster job files instead of running: one Kubernetes job per run, or one SLURM job "
+                        "array; their runs land in --sweep-dir on the shared volume (default: run here)")
+    _cluster_options(p, None)
     _common(p)
     p.set_defaults(func=cmd_sweep)
 
@@ -332,6 +337,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     grid = load_grid(args.grid)
     if args.seeds is not None:
         grid = with_seeds(grid, args.seeds)
+    cluster = _cluster_values(args)
+    if args.launcher is not None:
+        from trm_kaggle.launch.plan import cluster_config, launch_sweep
+
+        if args.parallel != 1 or args.dry_run:
+            raise TRMError("--parallel and --dry-run run the sweep here; with --launcher the cluster runs it")
+        result = launch_sweep(cluster_config(args.launcher, cluster), grid, sweep_dir=args.sweep_dir,
+                              config_file=args.config, presets=args.preset, overrides=args.overrides)
+        print(result.describe())
+        return 0
+    given = [k for k, v in cluster.items() if v not in (None, [], False)]
+    if given:
+        raise TRMError(f"--{given[0].replace('_', '-')}: a cluster option; add --launcher k8s or --launcher slurm")
     summary = run_sweep(grid, args.sweep_dir or f"runs/sweeps/{grid.name}", presets=args.preset,
                         config_file=args.config, overrides=args.overrides, parallel=args.parallel,
                         progress=args.progress, dry_run=args.dry_run)
@@ -359,6 +377,154 @@ def cmd_compare(args: argparse.Namespace) -> int:
     paths = write_comparison(args.dirs, out, metric=args.metric)
     print(paths["markdown_text"])
     print("wrote " + ", ".join(str(paths[k]) for k in ("markdown", "csv", "curves", "bars") if paths.get(k)))
+    return 0
+
+
+def _add_torchrun(sub) -> None:
+    p = sub.add_parser("torchrun", help="torch's elastic launcher (torchrun), checked first, failures in one line",
+                       description="Run torchrun with torchrun's own arguments (`torchrun --help` lists them), e.g. "
+                                   "trm-kaggle torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
+                                   "--rdzv-endpoint HOST:PORT --max-restarts 3 -m trm_kaggle train --preset arc2. "
+                                   "Checked before the rendezvous: the endpoint has a port, the node counts and the "
+                                   "join timeout make sense, and `train`'s settings resolve. A rendezvous that times "
+                                   "out (--rdzv-conf join_timeout=SECONDS, torch's default 600) or a worker group "
+                                   "that fails past --max-restarts ends with one error line.")
+    p.add_argument("torchrun_args", nargs=argparse.REMAINDER, metavar="TORCHRUN_ARGS",
+                   help="torchrun's options, then the module or script and its arguments")
+    p.set_defaults(func=cmd_torchrun)
+
+
+def cmd_torchrun(args: argparse.Namespace) -> int:
+    from trm_kaggle.launch import torchrun
+
+    targs = torchrun.parse(args.torchrun_args)
+    train_args = torchrun.trained_module_args(targs)
+    if train_args is not None:  # bad settings: one line on every node now, not one per worker after the rendezvous
+        _train_settings(train_args)
+    torchrun.launch(targs)
+    return 0
+
+
+def _train_settings(argv: list[str]):
+    """The TrainConfig that `trm-kaggle train ARGV` would train with (raises on settings that do not resolve)."""
+    from trm_kaggle.train.settings import load_train_config
+
+    args = build_parser().parse_args(["train", *argv])
+    return load_train_config(args.config, args.preset, list(args.overrides))
+
+
+#: The options of the cluster launchers, by their ClusterConfig field (a value's flag may hold '=').
+_CLUSTER_VALUE_FLAGS = ("--nodes", "--gpus-per-node", "--out", "--name", "--max-restarts", "--rdzv-port",
+                        "--rdzv-timeout", "--env", "--export", "--image", "--pvc", "--mount", "--namespace", "--flavor",
+                        "--node-selector", "--toleration", "--shm-size", "--shared-dir", "--time", "--partition",
+                        "--account", "--cpus-per-task", "--setup", "--launcher")
+
+
+def _cluster_options(p: argparse.ArgumentParser, launcher: str | None) -> None:
+    """The options of `launch k8s` / `launch slurm` (launcher None: both sets, for `sweep --launcher`)."""
+    from trm_kaggle.config import ClusterConfig, K8sOptions, SlurmOptions
+
+    def default(model, name: str) -> str:
+        return f"(default: {model.model_fields[name].default})"
+
+    one = launcher is not None  # `launch`: nodes, GPUs and --out are required
+    g = p.add_argument_group("cluster")
+    g.add_argument("--nodes", type=int, required=one, default=None, help="machines, one torchrun launcher each"
+                   + ("" if one else " (required with --launcher)"))
+    g.add_argument("--gpus-per-node", dest="gpus_per_node", type=int, required=one, default=None,
+                   help="GPUs per node, one worker each; 0: CPU nodes, one worker each"
+                   + ("" if one else " (required with --launcher)"))
+    g.add_argument("--out", required=one, default=None, help="directory for the job files; nothing is submitted"
+                   + ("" if one else " (required with --launcher)"))
+    g.add_argument("--name", default=None, help="job name (default: from the run's name, or the grid's)")
+    g.add_argument("--max-restarts", dest="max_restarts", type=int, default=None,
+                   help="worker-group restarts torchrun makes after a failure; Kubernetes: also the Job's "
+                        f"backoffLimit {default(ClusterConfig, 'max_restarts')}")
+    g.add_argument("--rdzv-port", dest="rdzv_port", type=int, default=None,
+                   help=f"port of the rendezvous on the first node {default(ClusterConfig, 'rdzv_port')}")
+    g.add_argument("--rdzv-timeout", dest="rdzv_timeout", type=int, default=None,
+                   help=f"seconds the nodes wait for each other {default(ClusterConfig, 'rdzv_timeout')}")
+    g.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment of every worker, repeatable (e.g. NCCL_SOCKET_IFNAME=eth0) (default: none)")
+    if launcher is not None:
+        g.add_argument("--export", default=None, metavar="DIR",
+                       help="export inference weights here when training ends, on the shared volume (default: none)")
+    g.add_argument("--force", action="store_true", help="replace job files edited since they were written")
+    if launcher in ("k8s", None):
+        k = p.add_argument_group("kubernetes")
+        k.add_argument("--image", required=launcher == "k8s", default=None,
+                       help="container image built from the Dockerfile" + ("" if one else " (required with "
+                                                                            "--launcher k8s)"))
+        k.add_argument("--pvc", required=launcher == "k8s", default=None,
+                       help="PersistentVolumeClaim with the data and the runs, mounted in every pod"
+                       + ("" if one else " (required with --launcher k8s)"))
+        k.add_argument("--mount", default=None, help="where the claim is mounted (the pods' working directory); "
+                                                     f"data and runs lie inside {default(K8sOptions, 'mount')}")
+        k.add_argument("--namespace", default=None, help=f"namespace {default(K8sOptions, 'namespace')}")
+        k.add_argument("--flavor", choices=["job", "pytorchjob"], default=None,
+                       help="job: Indexed Job + headless Service; pytorchjob: Kubeflow PyTorchJob "
+                            f"{default(K8sOptions, 'flavor')}")
+        k.add_argument("--node-selector", dest="node_selector", action="append", default=[], metavar="KEY=VALUE",
+                       help="node label the pods need, repeatable (default: none)")
+        k.add_argument("--toleration", dest="tolerations", action="append", default=[],
+                       metavar="KEY[=VALUE][:EFFECT]", help="taint the pods tolerate, repeatable (default: none)")
+        k.add_argument("--shm-size", dest="shm_size", default=None,
+                       help=f"memory-backed /dev/shm for DataLoader workers and NCCL {default(K8sOptions, 'shm_size')}")
+    if launcher in ("slurm", None):
+        s = p.add_argument_group("slurm")
+        s.add_argument("--shared-dir", dest="shared_dir", default=None,
+                       help="a directory every node sees: the job's working directory; data and runs lie inside "
+                            "(default: the current directory)")
+        s.add_argument("--time", default=None, help=f"wall-time limit {default(SlurmOptions, 'time')}")
+        s.add_argument("--partition", default=None, help="partition (default: the cluster's)")
+        s.add_argument("--account", default=None, help="account (default: the cluster's)")
+        s.add_argument("--cpus-per-task", dest="cpus_per_task", type=int, default=None,
+                       help="CPU cores per node (default: the cluster's)")
+        s.add_argument("--setup", action="append", default=[], metavar="LINE",
+                       help="shell line run before training, repeatable, e.g. 'source ~/venvs/trm/bin/activate' "
+                            "(default: none)")
+
+
+def _cluster_values(args: argparse.Namespace) -> dict:
+    from trm_kaggle.config import ClusterConfig, K8sOptions, SlurmOptions
+
+    names = set(ClusterConfig.model_fields) | set(K8sOptions.model_fields) | set(SlurmOptions.model_fields)
+    return {k: v for k, v in vars(args).items() if k in names}
+
+
+def _add_launch(sub) -> None:
+    p = sub.add_parser("launch", help="write (never submit) Kubernetes or SLURM job files for a training",
+                       description="Write the job files that start a training on a cluster, from the settings a "
+                                   "local `trm-kaggle train` takes (--preset, --config, key=value), resolved and "
+                                   "checked first. Nothing is submitted: the last lines say how.")
+    kinds = p.add_subparsers(dest="launcher", metavar="LAUNCHER", help="k8s or slurm")
+    kinds.required = True
+    for launcher, help_text, description in (
+            ("k8s", "Kubernetes: an Indexed Job + headless Service (or a Kubeflow PyTorchJob)",
+             "Write one manifest (kubectl apply -f FILE): a ConfigMap with the resolved settings, a headless "
+             "Service for the rendezvous and an Indexed Job with one pod per node (--flavor pytorchjob: a Kubeflow "
+             "PyTorchJob), every pod running trm-kaggle torchrun ... -m trm_kaggle train."),
+            ("slurm", "SLURM: an sbatch script",
+             "Write an sbatch script: #SBATCH --nodes/--gpus-per-node/--time, the resolved settings written into "
+             "the run directory, the first host as the rendezvous, srun starting trm-kaggle torchrun on every "
+             "node.")):
+        q = kinds.add_parser(launcher, help=help_text, description=description)
+        q.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="training settings, upstream style")
+        q.add_argument("--preset", action="append", default=[], help="named preset, repeatable (default: none)")
+        q.add_argument("--config", default=None, help="YAML/JSON config file (default: none)")
+        _cluster_options(q, launcher)
+        _common(q)
+        _say_defaults(q)  # "(required)" after the required options
+        q.set_defaults(func=cmd_launch)
+    _common(p)
+    p.set_defaults(func=cmd_launch)
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from trm_kaggle.launch.plan import cluster_config, launch_training
+
+    cluster = cluster_config(args.launcher, _cluster_values(args))
+    print(launch_training(cluster, config_file=args.config, presets=args.preset, overrides=args.overrides).describe())
     return 0
 
 
@@ -889,7 +1055,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (_add_pipeline, _add_build_arc, _add_build_sudoku, _add_build_maze, _add_build_code_repair, _add_verify,
-                _add_train, _add_sweep, _add_compare, _add_doctor, _add_export, _add_import_upstream, _add_evaluate,
+                _add_train, _add_torchrun, _add_sweep, _add_launch, _add_compare, _add_doctor, _add_export, _add_import_upstream, _add_evaluate,
                 _add_evaluate_repair, _add_submit, _add_validate_submission, _add_score, _add_estimate, _add_bundle,
                 _add_regress):
         add(sub)
@@ -903,21 +1069,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Options of `sweep` that take a value (its key=value overrides may come anywhere on the line).
-_SWEEP_VALUE_FLAGS = ("--preset", "--config", "--seeds", "--sweep-dir", "--sweep_dir", "--parallel")
+#: Options of `sweep` and `launch` that take a value (their key=value overrides may come anywhere on the line).
+_SWEEP_VALUE_FLAGS = ("--preset", "--config", "--seeds", "--sweep-dir", "--sweep_dir", "--parallel",
+                      *_CLUSTER_VALUE_FLAGS)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides = []
-    if argv[:1] == ["sweep"]:
+    head = 2 if argv[:1] == ["launch"] else 1  # `launch k8s ...`: the launcher is a word, not an override
+    if argv[:1] in (["sweep"], ["launch"]):
         # argparse takes positionals in one run, so `sweep GRID --preset P key=value` would leave the
         # overrides unmatched: they are split off first and joined again after parsing.
         from trm_kaggle.train.overrides import split_cli_args
 
-        flags, overrides = split_cli_args(argv[1:], value_flags=_SWEEP_VALUE_FLAGS)
-        argv = argv[:1] + flags
-    args = build_parser().parse_args(argv)
+        flags, overrides = split_cli_args(argv[head:], value_flags=_SWEEP_VALUE_FLAGS)
+        argv = argv[:head] + flags
+    if argv[:1] == ["torchrun"] and argv[1:2] not in (["-h"], ["--help"]):
+        # torchrun's own options follow: argparse would take them for this parser's
+        args = argparse.Namespace(func=cmd_torchrun, torchrun_args=argv[1:], verbose=False)
+    else:
+        args = build_parser().parse_args(argv)
     if overrides:
         args.overrides = list(args.overrides) + overrides
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
@@ -926,7 +1098,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return getattr(e, "exit_status", 2)  # 2: bad input; a failed worker group says 1
     except pydantic.ValidationError as e:
         print(f"error: invalid option: {validation_line(e)}", file=sys.stderr)
         return 2

@@ -457,7 +457,7 @@ def score_submission(submission: str | os.PathLike | Mapping,
             notes.append("entry is not a list")
             entry = []
         elif len(entry) != len(outputs):
-            notes.append(f"{len(entry)} attempt dicts for {len(outputs)} test outputs")
+            notes.append(f"{count(len(entry), 'attempt dict')} for {count(len(outputs), 'test output')}")
         matched: list[str | None] = []
         for i, out in enumerate(outputs):
             want = _key(out)

@@ -273,19 +273,22 @@ def write_default_challenges(path: Path, solutions: Path) -> int:
 
 
 #: The kernel's own progress lines among papermill's output: solve's `[elapsed 3m05s, left 11h20m00s] phase: ...`.
-PHASE_LINE = re.compile(r"\[elapsed [^\]]*\] (?P<phase>[^:]*)")
+PHASE_LINE = re.compile(r"\[elapsed [^\]]*\] (?P<phase>[^:]*): (?P<text>.*)")
 
 
 def kernel_progress(echo: Callable[[str], None], first_tasks: int = 3, every_s: float = 30.0
                     ) -> Callable[[str], None]:
-    """A filter for the lines of the notebook run: the kernel's phase lines go to `echo` (its per-task lines only
-    the first `first_tasks`, then one each `every_s` seconds), the rest (cells, pip, bars) only to the log file."""
+    """A filter for the lines of the notebook run: the kernel's phase lines go to `echo` (of the planning only
+    each worker's plan, not its sizing and timing steps; its per-task lines only the first `first_tasks`, then one
+    each `every_s` seconds), the rest (cells, pip, bars) only to the log file."""
     seen = {"tasks": 0, "shown_at": 0.0}
 
     def take(line: str) -> None:
         m = PHASE_LINE.search(line)
         if m is None:
             return
+        if m.group("phase") == "plan" and not m.group("text").startswith("worker "):
+            return  # a sizing or timing step: the plan line that follows sums them up
         if m.group("phase").startswith("task "):
             seen["tasks"] += 1
             if seen["tasks"] > first_tasks and time.time() - seen["shown_at"] < every_s:

@@ -34,10 +34,12 @@ from trm_kaggle.kaggle.metadata import (
 )
 
 try:  # packaging is everywhere pip is; fall back to pip's vendored copy
+    from packaging.markers import Marker
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
     from packaging.utils import canonicalize_name, parse_wheel_filename
 except ImportError:  # pragma: no cover
+    from pip._vendor.packaging.markers import Marker
     from pip._vendor.packaging.requirements import Requirement
     from pip._vendor.packaging.specifiers import SpecifierSet
     from pip._vendor.packaging.utils import canonicalize_name, parse_wheel_filename
@@ -203,9 +205,9 @@ def _read_pyproject(path: Path) -> dict:
 
 def _with_extra(req: str, extra: str) -> str:
     r = Requirement(req)
-    marker = f'extra == "{extra}"' if r.marker is None else f'({r.marker}) and extra == "{extra}"'
-    r.marker = None
-    return f"{r}; {marker}"
+    # through packaging's Marker, as setuptools writes it (`a and extra == "x"`: no parentheses around one clause)
+    r.marker = Marker(f'extra == "{extra}"' if r.marker is None else f'({r.marker}) and extra == "{extra}"')
+    return str(r)
 
 
 def wheel_core_metadata(project: dict, readme: str | None) -> str:

@@ -105,6 +105,23 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
     raise TRMError(f"{run_dir}: no readable train state ({len(errors)} tried; newest: {errors[0]})")
 
 
+#: The files a run directory's writer replaces atomically (`trm_kaggle.atomic` writes `.<name>.<random>.tmp`
+#: beside each and renames it into place): a process killed mid-write leaves such a temporary behind.
+_TEMPORARY_RE = re.compile(r"^\.(state_step\d+\.pt|metrics\.jsonl|config\.json)\.[^.]+\.tmp$")
+
+
+def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
+    """Delete the temporaries of interrupted writes in a run directory (only when no writer is at work there:
+    the run's rank 0, before it starts). Returns what was removed."""
+    removed = []
+    if Path(run_dir).is_dir():
+        for p in Path(run_dir).iterdir():
+            if _TEMPORARY_RE.match(p.name) and p.is_file():
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return sorted(removed)
+
+
 def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int) -> Path:
     """Write the state atomically, then delete all but the newest `keep` states."""
     run_dir.mkdir(parents=True, exist_ok=True)

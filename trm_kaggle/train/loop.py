@@ -326,6 +326,9 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     if rt.is_main and cfg.progress and banner:
         print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
               f"{rt.world_size} replica(s)", file=sys.stderr, flush=True)
+    if rt.restart and rt.local_rank == 0:  # a worker of this node failed: said whatever the progress setting
+        log.warning("torchrun restarted this node's worker group (restart %d of --max-restarts); the run resumes "
+                    "from its newest train state", rt.restart)
 
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
                           world_size=rt.world_size)
@@ -361,11 +364,12 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             log.info("data curriculum: %s", stages.describe())
 
     step, carries = 0, None
-    states = ckpt.list_states(run_dir)
-    if rt.distributed:
-        _check_every_rank_sees(states, run_dir, rt)
-    if states:
-        path, state = ckpt.load_newest_state(run_dir, quarantine=rt.is_main)
+    if rt.is_main:  # temporaries of a writer killed mid-write (a worker group restarted by torchrun, a kill -9)
+        for leftover in ckpt.remove_stale_temporaries(run_dir):
+            log.info("removed %s, left by a write that was interrupted", leftover.name)
+    newest = _state_to_resume(run_dir, rt)
+    if newest is not None:
+        path, state = newest
         step, carries = _resume(path, state, cfg, rt, model, dense, sparse, ema, loader, fingerprint)
         if step >= stop_at:  # run again after it ended: nothing to train, and nothing is rewritten
             return _already_done(cfg, run_dir, step, stop_at, total_steps, steps_per_epoch, model, rt)
@@ -582,17 +586,53 @@ def _evaluate(model, ema, cfg, rt) -> dict[str, float]:
     return metrics
 
 
-def _check_every_rank_sees(states: list[Path], run_dir: Path, rt: Runtime) -> None:
-    """Every rank resumes or none does: on several hosts, checkpoint_path must be a directory all of them
-    see (rank 0 writes the states), or the ranks that find none would start over from other weights."""
-    seen = torch.tensor([1.0 if states else 0.0]).to(rt.device)
-    all_reduce_([seen])
+def _state_to_resume(run_dir: Path, rt: Runtime) -> tuple[Path, dict[str, Any]] | None:
+    """(path, state) every rank resumes from, or None when the run starts fresh.
+
+    Rank 0 (the only writer) picks the newest state that loads, setting aside a corrupt newer one, and every
+    rank then reads that very file: ranks never resume from different steps, whatever each of them lists (a
+    state being renamed into place, a shared filesystem that shows new files late). On several hosts
+    checkpoint_path must be a directory all of them see; a rank that cannot read the chosen state (or finds
+    states where rank 0 finds none) stops every rank with the same error instead of training diverged replicas.
+    """
+    if not rt.distributed:
+        return ckpt.load_newest_state(run_dir, quarantine=True) if ckpt.list_states(run_dir) else None
+    chosen, problem, code = None, None, 0  # code (rank 0's): the chosen step, -1 for no state, -2 for none readable
+    if rt.is_main:
+        code = -1
+        if ckpt.list_states(run_dir):
+            try:
+                chosen = ckpt.load_newest_state(run_dir, quarantine=True)
+                code = int(chosen[1]["step"])
+            except TRMError as err:
+                problem, code = str(err), -2
+    code = _sum_over_ranks(code, rt)  # every other rank adds 0: rank 0's code, on every rank
+    if code == -2:
+        problem = problem or f"rank 0 finds no readable train state in {run_dir}"
+    elif code == -1:
+        if ckpt.list_states(run_dir):
+            problem = f"rank {rt.rank} finds train states in {run_dir} where rank 0 finds none"
+    elif not rt.is_main:
+        try:
+            path = ckpt.state_path(run_dir, code)
+            chosen = path, ckpt.load_train_state(path)
+        except TRMError as err:
+            problem = f"rank {rt.rank}: {err}"
+    able = _sum_over_ranks(0 if problem else 1, rt)
+    if able != rt.world_size:
+        raise TRMError((problem + "; " if problem else "") +
+                       f"{rt.world_size - able} of {rt.world_size} ranks cannot resume from the state rank 0 chose in "
+                       f"{run_dir}: put checkpoint_path on a filesystem every host sees (rank 0 writes the states; "
+                       "every rank reads them to resume)")
+    return chosen
+
+
+def _sum_over_ranks(value: int, rt: Runtime) -> int:
+    total = torch.tensor([value], dtype=torch.int64).to(rt.device)
+    all_reduce_([total])
     if rt.device.type == "xla":
         xla.step_boundary()  # XLA: run the reduction before the host reads it
-    count = int(seen.item())
-    if count not in (0, rt.world_size):
-        raise TRMError(f"{count} of {rt.world_size} ranks find a train state in {run_dir}: put checkpoint_path on a "
-                       "filesystem every host sees (rank 0 writes the states; every rank reads them to resume)")
+    return int(total.item())
 
 
 def _gather_carries(carries: list[Carry], rt: Runtime) -> list[Any]:

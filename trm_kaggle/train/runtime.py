@@ -3,7 +3,9 @@
 Device auto-detection is XLA (torch_xla installed and PJRT_DEVICE set) > CUDA > MPS > CPU.
 Under torchrun (WORLD_SIZE > 1) the process group is initialised with NCCL on GPUs and
 gloo on CPU; each rank uses `cuda:LOCAL_RANK` when GPUs are present. On XLA the replicas
-and their collectives are torch_xla's (`trm_kaggle.xla`).
+and their collectives are torch_xla's (`trm_kaggle.xla`). torchrun numbers the restarts of
+its worker group (`--max-restarts`) in TORCHELASTIC_RESTART_COUNT; a restarted group
+resumes from the newest train state like any rerun (`trm_kaggle.train.loop`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Runtime:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    restart: int = 0  # torchrun's count of worker-group restarts (0: the first start)
 
     @property
     def is_main(self) -> bool:
@@ -93,7 +96,8 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
         if (dtype == torch.bfloat16) != bool(choice.item()):
             dtype = torch.bfloat16 if choice.item() else torch.float32
             reason = f"auto: {dtype_name(dtype)}, rank 0's choice (this rank measured otherwise: {reason})"
-    return Runtime(device, dtype, reason, rank, world_size, local_rank)
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    return Runtime(device, dtype, reason, rank, world_size, local_rank, restart)
 
 
 def _check_xla_config(cfg: TrainConfig, world_size: int) -> None:

@@ -1,0 +1,245 @@
+"""Training on several nodes with torch's elastic launcher, two launchers on 127.0.0.1 standing for two
+nodes (CPU, gloo): the same weights as one node, a worker killed and the group restarted, a node that
+never joins; and `trm-kaggle torchrun`'s checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import free_port
+from test_train import TINY
+from trm_kaggle.cli import main
+from trm_kaggle.config import SudokuBuildConfig
+from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.errors import TRMError
+from trm_kaggle.launch import torchrun
+from trm_kaggle.train import checkpoint as ckpt
+
+# 12 steps, a train state every epoch (5 steps): states at steps 5, 10 and 12
+SETTINGS = [*TINY, "max_steps=12", "eval_interval=1", "ema=True", "ema_rate=0.9"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]  # `torchrun`, as this interpreter runs it
+OURS = [sys.executable, "-m", "trm_kaggle", "torchrun"]  # `trm-kaggle torchrun`
+LIMIT = 240  # seconds a launch may take on a busy 2-core machine before the test gives up
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=40, num_test=8, num_aug=1, progress=False))
+    return out
+
+
+def node_command(launcher: list[str], port: int, run: Path, data: Path, *, nodes: int = 2, procs: int = 1,
+                 node_rank: int = 0, extra: tuple[str, ...] = ()) -> list[str]:
+    return [*launcher, "--nnodes", str(nodes), "--nproc-per-node", str(procs), "--node-rank", str(node_rank),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run.name, *extra,
+            "-m", "trm_kaggle", "train", f"data_paths=[{data}]", f"checkpoint_path={run}", *SETTINGS]
+
+
+def start(cmd: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = LIMIT) -> list[int]:
+    """Wait for every launcher; on a timeout, end the process groups these tests started, then fail."""
+    deadline = time.monotonic() + timeout
+    try:
+        return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def final_state(run: Path) -> dict:
+    return ckpt.load_train_state(ckpt.list_states(run)[-1])
+
+
+def assert_same_training(a: Path, b: Path) -> None:
+    sa, sb = final_state(a), final_state(b)
+    assert sa["step"] == sb["step"] == 12
+    for part in ("model", "ema"):
+        assert sa[part].keys() == sb[part].keys()
+        for k in sa[part]:
+            assert torch.equal(sa[part][k], sb[part][k]), f"{part}.{k} differs"
+
+
+def trained_steps(run: Path) -> list[int]:
+    return [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+@pytest.fixture(scope="module")
+def two_nodes(data, tmp_path_factory) -> Path:
+    """The uninterrupted run on two nodes (two torchrun launchers, one worker each), as the issue's command."""
+    run = tmp_path_factory.mktemp("two_nodes") / "run"
+    port = free_port()
+    procs = [start(node_command(TORCHRUN, port, run, data, node_rank=r), run.parent / f"node{r}.log")
+             for r in (0, 1)]
+    codes = finish(procs)
+    assert codes == [0, 0], (run.parent / "node1.log").read_text()[-3000:]
+    return run
+
+
+# ---------------------------------------------------------------------------
+# Two nodes, a killed worker, a node that never joins (slow: real launchers and workers)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_nodes_train_the_weights_of_one_node(data, two_nodes, tmp_path):
+    """World size 2 either way: two launchers of one worker == one launcher of two workers, bit for bit."""
+    run = tmp_path / "one_node"
+    codes = finish([start(node_command(TORCHRUN, free_port(), run, data, nodes=1, procs=2), tmp_path / "node.log")])
+    assert codes == [0], (tmp_path / "node.log").read_text()[-3000:]
+    assert_same_training(two_nodes, run)
+    assert final_state(two_nodes)["world_size"] == 2
+    assert trained_steps(two_nodes) == list(range(1, 13))
+
+
+# A worker of global rank 1 stops itself (SIGSTOP) once the run has its first train state and says its pid;
+# the test then kills it with SIGKILL. Only the first such worker does: the marker file tells the workers of
+# the restarted group (where any node may hold rank 1) to leave alone.
+STOPPER = '''
+import glob, os, signal, threading, time
+run, marker = os.environ.get("TRM_TEST_RUN"), os.environ.get("TRM_TEST_MARKER", "")
+if run and os.environ.get("RANK") == "1" and not os.path.exists(marker):
+    def stop():
+        while not glob.glob(os.path.join(run, "state_step*.pt")):
+            time.sleep(0.01)
+        with open(marker + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(marker + ".tmp", marker)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    threading.Thread(target=stop, daemon=True).start()
+'''
+
+
+@pytest.mark.slow
+def test_a_worker_killed_after_the_first_state_restarts_the_group_and_loses_no_step(data, two_nodes, tmp_path):
+    run, marker, hook = tmp_path / "run", tmp_path / "stopped", tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(STOPPER)
+    env = {"PYTHONPATH": os.pathsep.join([str(hook), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "TRM_TEST_RUN": str(run), "TRM_TEST_MARKER": str(marker)}
+    port = free_port()
+    procs = [start(node_command(OURS, port, run, data, node_rank=r, extra=("--max-restarts", "1")),
+                   tmp_path / f"node{r}.log", env) for r in (0, 1)]
+    try:
+        deadline = time.monotonic() + LIMIT
+        while not marker.exists():
+            assert all(p.poll() is None for p in procs), "a launcher ended before the worker was stopped"
+            assert time.monotonic() < deadline, "no train state appeared"
+            time.sleep(0.05)
+        states_then = [ckpt.list_states(run)]
+        os.kill(int(marker.read_text()), signal.SIGKILL)  # a worker of node 1 (global rank 1) dies outright
+    finally:
+        codes = finish(procs)
+    logs = [(tmp_path / f"node{r}.log").read_text() for r in (0, 1)]
+    assert codes == [0, 0], logs[1][-3000:]
+    assert "exitcode: -9" in "".join(logs)  # torchrun saw the SIGKILL ...
+    assert "torchrun restarted this node's worker group (restart 1 of --max-restarts)" in "".join(logs)
+    resumed = [json.loads(line)["start_step"] for line in (run / "metrics.jsonl").read_text().splitlines()
+               if "loss" in line]
+    assert resumed[0] == 0 and resumed[-1] in (5, 10)  # ... and the restarted group resumed from a train state
+    assert ckpt.state_path(run, 5) in states_then[0]
+    assert trained_steps(run) == list(range(1, 13))  # every step logged once: none lost, none repeated
+    assert_same_training(two_nodes, run)  # the weights of the uninterrupted run, bit for bit
+    assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.slow
+def test_a_node_that_never_joins_times_out_in_one_line_and_writes_nothing(data, tmp_path):
+    run = tmp_path / "run"
+    cmd = node_command(OURS, free_port(), run, data, extra=("--rdzv-conf", "join_timeout=3"))
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=LIMIT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0] == lines[-1], proc.stderr
+    assert "not all 2 nodes (--nnodes) joined within 3 s" in errors[0] and "127.0.0.1" in errors[0]
+    assert "Traceback" not in proc.stderr
+    assert time.monotonic() - t0 < 60  # the short timeout, not torch's 600 s
+    assert not run.exists()  # no worker started: nothing written
+
+
+# ---------------------------------------------------------------------------
+# `trm-kaggle torchrun`'s checks (fast: nothing is launched)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, host, port", [("node0:29500", "node0", 29500), ("10.1.2.3:1", "10.1.2.3", 1),
+                                              ("[fe80::1]:29400", "fe80::1", 29400)])
+def test_endpoints_with_a_port_parse(text, host, port):
+    ep = torchrun.parse_endpoint(text)
+    assert (ep.host, ep.port) == (host, port)
+
+
+@pytest.mark.parametrize("text", ["node0", "node0:", ":29500", "node0:http", "node0:70000", "fe80::1", "a b:1"])
+def test_endpoints_without_a_usable_port_are_refused(text):
+    with pytest.raises(TRMError, match="--rdzv-endpoint"):
+        torchrun.parse_endpoint(text)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0"], "expected HOST:PORT"),
+    (["--nnodes", "2", "--rdzv-backend", "c10d"], "expected HOST:PORT"),
+    (["--nnodes", "0"], "needs 1 <= MIN <= MAX"),
+    (["--nnodes", "3:2"], "needs 1 <= MIN <= MAX"),
+    (["--nnodes", "two"], "expected N or MIN:MAX"),
+    (["--rdzv-conf", "join_timeout=0"], "positive number of seconds"),
+    (["--nnodes", "1", "--bogus-flag", "1"], "torchrun: "),
+])
+def test_bad_launches_are_one_error_line_before_any_rendezvous(args, message, capsys, tmp_path):
+    code = main(["torchrun", *args, "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'run'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error:") and message in err[0], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_settings_are_checked_before_the_rendezvous(capsys):
+    code = main(["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:9",
+                 "-m", "trm_kaggle", "train", "--preset", "no-such-preset"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "unknown preset 'no-such-preset'" in err[0]
+
+
+def test_the_train_arguments_are_found_in_a_torchrun_line():
+    args = torchrun.parse(["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "-m", "trm_kaggle",
+                           "train", "--preset", "arc2", "lr=1e-3"])
+    assert torchrun.trained_module_args(args) == ["--preset", "arc2", "lr=1e-3"]
+    assert torchrun.trained_module_args(torchrun.parse(["script.py", "x"])) is None
+
+
+@pytest.mark.slow
+def test_a_launcher_stopped_by_sigterm_says_so_in_one_line(data, tmp_path):
+    """A scheduler's SIGTERM (a pod evicted, a job out of time) stops the workers; the launcher ends with one
+    line and 128 + 15, and a later start resumes from the newest state."""
+    run, log = tmp_path / "run", tmp_path / "node.log"
+    cmd = node_command(OURS, free_port(), run, data, nodes=1)
+    cmd[cmd.index("max_steps=12")] = "max_steps=100000"
+    proc = start(cmd, log)
+    try:
+        deadline = time.monotonic() + LIMIT
+        while not (run / "metrics.jsonl").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)  # to the launcher alone, as a scheduler does
+    finally:
+        code = finish([proc])[0]
+    errors = [ln for ln in log.read_text().splitlines() if ln.startswith("error:")]
+    assert code == 128 + signal.SIGTERM
+    assert errors == ["error: stopped by SIGTERM: the workers were stopped; started again, the run resumes from its "
+                      "newest train state"]

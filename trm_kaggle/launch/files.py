@@ -1,0 +1,93 @@
+"""Writing job files: atomically, and never over a file someone edited (or that we did not write).
+
+The output directory keeps a record, `.trm_kaggle_jobs` (JSON), of the SHA-256 of every file written
+there. Writing again replaces a file only while it still holds what was written (its hash is in the
+record); a file edited since, or one the record does not know, is refused with one line unless
+`force`. Every file is checked before the first is written, so a refusal leaves the directory as it
+was. A file whose new text equals the old one is left untouched. An input (the `--config` file) is
+never overwritten, even with `force`.
+
+The record is written before the files (listing the old and the new hash of each) and again after
+them (the new hashes alone): a write interrupted half way never makes a file of ours look edited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json
+from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
+from trm_kaggle.names import file_in
+
+# JSON without an extension: `kubectl apply -f DIR` reads every .json and .yaml file of DIR, hidden ones too
+RECORD = ".trm_kaggle_jobs"
+RECORD_FORMAT = "trm_kaggle.jobs"
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_record(out: Path) -> dict[str, list[str]]:
+    """{file name: hashes it may hold as we wrote it}; an unreadable or foreign record counts as none."""
+    path = out / RECORD
+    if not path.is_file():
+        return {}
+    try:
+        doc = read_json(path, "job-files record")
+    except TRMError:
+        return {}
+    if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT or not isinstance(doc.get("files"), dict):
+        return {}
+    return {k: [h for h in v if isinstance(h, str)] for k, v in doc["files"].items()
+            if isinstance(k, str) and isinstance(v, list)}
+
+
+def _save_record(out: Path, files: Mapping[str, list[str]]) -> None:
+    atomic_write_json(out / RECORD, {"format": RECORD_FORMAT, "files": dict(sorted(files.items()))}, indent=1)
+
+
+def write_job_files(out: Path, texts: Mapping[str, str], *, force: bool = False,
+                    inputs: Sequence[str | os.PathLike] = ()) -> tuple[list[Path], list[Path]]:
+    """Write `texts` ({file name: text}) into `out`; returns (written, unchanged) paths."""
+    if out.exists() and not out.is_dir():
+        raise TRMError(f"--out {out}: exists and is not a directory")
+    paths = {name: file_in(out, name) for name in texts}  # names are ours, and still checked to stay inside
+    protected = {Path(p).resolve() for p in inputs}
+    record = read_record(out) if out.is_dir() else {}
+    todo, unchanged = {}, []
+    for name, text in texts.items():
+        path, data = paths[name], text.encode()
+        if path.resolve() in protected:
+            raise TRMError(f"{path}: is an input of this command (--config); choose another --out")
+        if path.exists() or path.is_symlink():
+            if not path.is_file() or path.is_symlink():
+                raise TRMError(f"{path}: exists and is not a plain file; refusing to replace it")
+            current = digest(path.read_bytes())
+            if current == digest(data):
+                unchanged.append(path)
+                continue
+            why = ("was not written by trm-kaggle" if name not in record else
+                   "was edited since it was written" if current not in record[name] else None)
+            if why and not force:
+                raise TRMError(f"{path}: {why}; refusing to overwrite it (--force replaces it, or choose "
+                               "another --out); nothing was written")
+        todo[name] = data
+    if not todo:
+        return [], unchanged
+    out.mkdir(parents=True, exist_ok=True)
+    pending = dict(record)
+    for name, data in todo.items():
+        pending[name] = sorted({digest(data), *record.get(name, [])})
+    _save_record(out, pending)
+    for name, data in todo.items():
+        atomic_write_bytes(paths[name], data)
+    final = dict(record)
+    for name, data in todo.items():
+        final[name] = [digest(data)]
+    _save_record(out, final)
+    return [paths[name] for name in todo], unchanged

@@ -1,0 +1,139 @@
+"""`trm-kaggle launch k8s|slurm` and `trm-kaggle sweep --launcher k8s|slurm`: job files, not jobs.
+
+    launch_training(cluster, ...)     one training with a local run's settings (--preset, --config, key=value)
+    launch_sweep(cluster, grid, ...)  every run of a grid: one Kubernetes job per run, or one SLURM job array
+
+Both resolve and check everything before a file is written (settings that do not resolve, a data path
+outside the shared volume, a batch that does not split over the workers, a device the nodes do not
+have), render the files (`k8s`, `slurm`) and write them (`files`: atomically, never over an edited
+file without --force). Nothing is submitted: the result says the command that submits them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import pydantic
+
+from trm_kaggle.config import ClusterConfig, K8sOptions, SlurmOptions, SweepGrid
+from trm_kaggle.errors import TRMError
+from trm_kaggle.experiments.sweep import plan_sweep, repeated_variants
+from trm_kaggle.launch import files, k8s, slurm
+from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_volume
+from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.wording import count
+
+
+#: The options of each launcher (ClusterConfig's nested fields), by the name their flag carries.
+K8S_OPTIONS = tuple(K8sOptions.model_fields)
+SLURM_OPTIONS = tuple(SlurmOptions.model_fields)
+_FLAGS = {"tolerations": "--toleration"}
+
+
+def flag_of(field_name: str) -> str:
+    return _FLAGS.get(field_name, "--" + field_name.replace("_", "-"))
+
+
+def cluster_config(launcher: str, options: dict) -> ClusterConfig:
+    """ClusterConfig from the options given on a command line ({field: value}, None or [] when not given):
+    the other launcher's options are refused, the SLURM shared directory defaults to the current one."""
+    given = {k: v for k, v in options.items() if v not in (None, [], ())}
+    other = SLURM_OPTIONS if launcher == "k8s" else K8S_OPTIONS
+    wrong = [flag_of(k) for k in given if k in other]
+    if wrong:
+        raise TRMError(f"{', '.join(wrong)}: not an option of the {launcher} launcher")
+    mine = {k: given.pop(k) for k in list(given) if k in K8S_OPTIONS + SLURM_OPTIONS}
+    if launcher == "slurm":  # a relative directory is taken from here, where the script is written
+        mine["shared_dir"] = os.path.abspath(mine.get("shared_dir") or os.getcwd())
+    try:
+        return ClusterConfig.model_validate({**given, "launcher": launcher, launcher: mine})
+    except pydantic.ValidationError as err:
+        first = err.errors()[0]
+        names = [str(x) for x in first["loc"] if not str(x).isdigit() and x not in ("k8s", "slurm")]
+        message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "missing":
+            message = "required"
+        raise TRMError(f"{flag_of(names[-1]) if names else launcher}: {message}") from None
+
+
+@dataclass
+class LaunchResult:
+    cluster: ClusterConfig
+    jobs: list[ClusterJob]
+    written: list[Path]
+    unchanged: list[Path]
+    submit: str  # the command that submits them
+    compare_dir: str | None = None  # a sweep: where compare reads its runs on the cluster
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        c = self.cluster
+        what = (count(len(self.jobs), "run") if self.compare_dir else f"run {self.jobs[0].run}")
+        lines = [f"wrote {count(len(self.written), 'file')} to {c.out} ({len(self.unchanged)} unchanged): {what} "
+                 f"on {count(c.nodes, 'node')} x {count(c.procs_per_node, 'worker')}, nothing submitted"]
+        lines += [f"  {p}" for p in self.written]
+        lines.append(f"submit: {self.submit}")
+        where = (f"claim {c.k8s.pvc} at {c.volume}" if c.launcher == "k8s" else c.volume)
+        runs = self.compare_dir or self.jobs[0].run_dir
+        lines.append(f"runs on the shared volume ({where}): {runs}")
+        if self.compare_dir:
+            lines.append(f"compare them there: trm-kaggle compare {self.compare_dir}; submitting again skips done "
+                         "runs and resumes the others")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def launch_training(cluster: ClusterConfig, *, config_file: str | None = None, presets: Sequence[str] = (),
+                    overrides: Sequence[str] = ()) -> LaunchResult:
+    """Job files for one training with a local run's settings (`--preset`, `--config`, `key=value`)."""
+    cfg = load_train_config(config_file, presets, overrides)
+    settings = cluster_settings(cfg, cluster)
+    run = posixpath.basename(settings.checkpoint_path)
+    name = cluster.name or job_name(cfg.run_name or run)
+    export = on_volume(cluster.export, cluster.volume, "--export", "--mount" if cluster.launcher == "k8s"
+                       else "--shared-dir") if cluster.export else None
+    jobs = [ClusterJob(name, run, settings)]
+    return _write(cluster, jobs, export=export, inputs=[config_file] if config_file else [])
+
+
+def launch_sweep(cluster: ClusterConfig, grid: SweepGrid, *, sweep_dir: str | None = None,
+                 config_file: str | None = None, presets: Sequence[str] = (),
+                 overrides: Sequence[str] = ()) -> LaunchResult:
+    """Job files for every run of a grid: one job per run (Kubernetes) or one job array (SLURM), each run in
+    its own directory under the sweep directory on the shared volume."""
+    if cluster.export:
+        raise TRMError("--export applies to one training (trm-kaggle launch), not to a sweep's runs "
+                       "(export a run afterwards: trm-kaggle export RUN_DIR OUT)")
+    flag = "--mount" if cluster.launcher == "k8s" else "--shared-dir"
+    where = on_volume(sweep_dir or f"runs/sweeps/{grid.name}", cluster.volume, "--sweep-dir", flag)
+    plan = plan_sweep(grid, where, presets=presets, config_file=config_file, overrides=overrides)
+    notes = [f"variants {' and '.join(names)} give the same settings on this base: their runs repeat each other"
+             for names in repeated_variants(plan)]
+    base = cluster.name or job_name(grid.name, limit=24)
+    jobs, taken = [], set()
+    for run in plan:
+        name = job_name(f"{base}-{run.name}")
+        if name in taken:
+            name = job_name(f"{base}-{run.name}-{hashlib.sha256(run.name.encode()).hexdigest()[:6]}")
+        taken.add(name)
+        jobs.append(ClusterJob(name, run.name, cluster_settings(run.config, cluster, f"run {run.name}")))
+    result = _write(cluster, jobs, inputs=[config_file] if config_file else [], array_name=base)
+    result.compare_dir, result.notes = where, notes
+    return result
+
+
+def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[str], export: str | None = None,
+           array_name: str | None = None) -> LaunchResult:
+    if cluster.launcher == "k8s":
+        texts = k8s.render(cluster, jobs, export=export)
+        submit = "kubectl apply -f " + (str(Path(cluster.out) / next(iter(texts))) if len(texts) == 1 else cluster.out)
+    else:
+        texts = slurm.render(cluster, jobs, export=export, array_name=array_name)
+        submit = "sbatch " + str(Path(cluster.out) / next(iter(texts)))
+    written, unchanged = files.write_job_files(Path(cluster.out), texts, force=cluster.force, inputs=inputs)
+    return LaunchResult(cluster, jobs, written, unchanged, submit)

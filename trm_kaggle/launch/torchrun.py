@@ -1,0 +1,164 @@
+"""`trm-kaggle torchrun ARGS`: torch's elastic launcher, checked before it joins, its failures in one line.
+
+The arguments are torchrun's (torch.distributed.run's own parser) and so is everything that happens:
+the rendezvous, the worker processes, the restarts of the worker group (`--max-restarts`). This adds:
+
+* checks before the rendezvous: a multi-node launch names its endpoint as HOST:PORT (without a port
+  torchrun quietly takes 29400, which the other nodes may not), `--nnodes N` or `MIN:MAX` with
+  1 <= MIN <= MAX, and a positive `join_timeout` in `--rdzv-conf`;
+* a rendezvous that times out (a node never started, a different `--rdzv-id`, an endpoint it cannot
+  reach) ends with one line naming the endpoint, the nodes expected and the wait, instead of a
+  traceback. No worker was started: nothing is written. `--rdzv-conf join_timeout=SECONDS` sets the
+  wait (torch's default: 600 s);
+* a worker group that failed past `--max-restarts` ends with one line naming the first failure
+  (its global rank, exit code or signal); the worker's own output above it says why; a launcher stopped
+  by a signal (a scheduler's SIGTERM) says so in one line and exits with 128 + the signal's number;
+* TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless set: with the store torchrun shares between rounds of
+  the rendezvous (its default since torch 2.5), a restarted worker group can read its peers' addresses
+  from the round before (each node counts its restarts itself; pytorch/pytorch#135712). Here, on
+  torch 2.13 with gloo, every restarted group failed that way; with a fresh store per round (rank 0's
+  worker hosts it) every one resumed and finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from trm_kaggle.errors import TRMError
+
+DEFAULT_JOIN_TIMEOUT = 600  # seconds: torch's default for the c10d rendezvous
+SHARED_STORE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+class GroupFailed(TRMError):
+    """The worker group failed and torchrun had no restart left: not bad input, exit status 1."""
+
+    exit_status = 1
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_endpoint(text: str, what: str = "--rdzv-endpoint") -> Endpoint:
+    """HOST:PORT (IPv6 as [ADDR]:PORT) -> Endpoint; anything else is one error line naming `what`."""
+    text = (text or "").strip()
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:  # a bare IPv6 address: which colon starts the port is anybody's guess
+        sep = ""
+    if not sep or not host or not port:
+        raise TRMError(f"{what} {text!r}: expected HOST:PORT (e.g. node0.cluster:29500); every node must name the "
+                       "same host and port")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise TRMError(f"{what} {text!r}: the port must be a number from 1 to 65535")
+    if any(c.isspace() for c in host):
+        raise TRMError(f"{what} {text!r}: the host holds white space")
+    return Endpoint(host, int(port))
+
+
+def parse_nnodes(text: str) -> tuple[int, int]:
+    """`N` or `MIN:MAX` -> (min, max), checked."""
+    parts = text.split(":")
+    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
+        raise TRMError(f"--nnodes {text!r}: expected N or MIN:MAX (whole numbers)")
+    low, high = int(parts[0]), int(parts[-1])
+    if not 1 <= low <= high:
+        raise TRMError(f"--nnodes {text!r}: needs 1 <= MIN <= MAX")
+    return low, high
+
+
+def join_timeout(rdzv_conf: str) -> float:
+    """The rendezvous wait `--rdzv-conf join_timeout=S` asks for (torch's default when absent)."""
+    for item in (rdzv_conf or "").split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == "join_timeout":
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = -1.0
+            if not seconds > 0:
+                raise TRMError(f"--rdzv-conf join_timeout={value}: expected a positive number of seconds")
+            return seconds
+    return float(DEFAULT_JOIN_TIMEOUT)
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """torchrun's arguments, parsed by torchrun's parser (a bad one is one error line), then checked."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = "trm-kaggle torchrun"
+
+    def refuse(message: str) -> None:
+        raise TRMError(f"torchrun: {message}")
+
+    parser.error = refuse  # argparse's usage-and-exit becomes our one line
+    args = parser.parse_args(list(argv))
+    check(args)
+    return args
+
+
+def check(args: argparse.Namespace) -> None:
+    """What torchrun accepts but a multi-node run cannot live with (see the module's docstring)."""
+    _, high = parse_nnodes(args.nnodes)
+    join_timeout(args.rdzv_conf)
+    if args.max_restarts < 0:
+        raise TRMError(f"--max-restarts {args.max_restarts}: must be 0 or more")
+    if args.standalone:
+        return
+    if args.rdzv_endpoint or (high > 1 and args.rdzv_backend != "static"):  # static: --master-addr/--master-port
+        parse_endpoint(args.rdzv_endpoint)
+
+
+def trained_module_args(args: argparse.Namespace) -> list[str] | None:
+    """The `train` arguments when the workers run `-m trm_kaggle train ...`, else None."""
+    if args.module and args.training_script == "trm_kaggle" and args.training_script_args[:1] == ["train"]:
+        return list(args.training_script_args[1:])
+    return None
+
+
+def launch(args: argparse.Namespace) -> None:
+    """Run torchrun's launch; its rendezvous and worker failures become one TRMError line."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
+    from torch.distributed.run import run
+
+    where = f"rendezvous {args.rdzv_backend} at {args.rdzv_endpoint or 'localhost'} (id {args.rdzv_id})"
+    os.environ.setdefault(SHARED_STORE_SWITCH, "1")  # a fresh store per round: restarts work (module docstring)
+    try:
+        run(args)
+    except RendezvousTimeoutError:
+        raise TRMError(f"{where}: not all {args.nnodes} nodes (--nnodes) joined within "
+                       f"{join_timeout(args.rdzv_conf):g} s: start the same command on every node, with the same "
+                       "--rdzv-endpoint and --rdzv-id, and check that each reaches the endpoint; no worker was "
+                       "started (--rdzv-conf join_timeout=SECONDS sets the wait)") from None
+    except RendezvousClosedError:
+        raise TRMError(f"{where}: the rendezvous was closed (another node's launcher gave up or finished); "
+                       "start every node again") from None
+    except RendezvousError as err:
+        raise TRMError(f"{where}: {type(err).__name__}: {_first_line(err)}") from None
+    except SignalException as err:  # a scheduler's SIGTERM (a pod evicted, a job out of time), a Ctrl-C
+        stopped = GroupFailed(f"stopped by {err.sigval.name}: the workers were stopped; started again, the run "
+                              "resumes from its newest train state")
+        stopped.exit_status = 128 + int(err.sigval)
+        raise stopped from None
+    except ChildFailedError as err:
+        rank, failure = err.get_first_failure()
+        how = (f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit status {failure.exitcode}")
+        raise GroupFailed(f"training failed on rank {rank} ({how}) with no restart left (--max-restarts "
+                          f"{args.max_restarts}); the worker's own lines above say why") from None
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [""])[0][:300]
