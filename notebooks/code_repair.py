@@ -17,7 +17,7 @@
 #
 # The second TRM task family: (buggy, fixed) Python snippets as token grids.
 #
-# 1. **Build** a dataset with `trm_kaggle.data.code_repair.build_code_repair` (`trm-kaggle build-code-repair`):
+# 1. **Build** a dataset with `trm_kaggle.data.code.repair.build_code_repair` (`trm-kaggle build-code-repair`):
 #    snippets of a corpus (by default this interpreter's standard library), synthetic bugs labelled by type,
 #    pairs from `ruff --fix` when ruff is installed; split train/val/test by source file.
 # 2. **Train** a small TRM with `trm_kaggle.train.loop.train` (`trm-kaggle train`), optionally through the
@@ -47,7 +47,7 @@ DOCTESTS = False  # run doctests on fixes and predictions (runs code: see above)
 import difflib
 
 from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig
-from trm_kaggle.data.code_repair import build_code_repair, format_build_summary, load_repair_tokens, read_repair_meta
+from trm_kaggle.data.code.repair import build_code_repair, format_build_summary, load_repair_tokens, read_repair_meta
 from trm_kaggle.data.format import load_split
 from trm_kaggle.data.verify import verify_dataset
 from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report

@@ -5,7 +5,7 @@ import collections
 import numpy as np
 import pytest
 
-from trm_kaggle.data import code_bugs as B
+from trm_kaggle.data.code import bugs as B
 
 SNIPPET = """def total(items, limit):
     count = 0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trm_kaggle.data.code_lint import _apply, lint_fixes, ruff_binary
+from trm_kaggle.data.code.lint import _apply, lint_fixes, ruff_binary
 from trm_kaggle.errors import TRMError
 
 ruff = ruff_binary()

@@ -11,9 +11,9 @@ import pytest
 
 from trm_kaggle.cli import main
 from trm_kaggle.config import CodeRepairBuildConfig
-from trm_kaggle.data import code_bugs
-from trm_kaggle.data.code_lint import ruff_binary
-from trm_kaggle.data.code_repair import (assign_splits, build_code_repair, corpus_files, extract_snippets,
+from trm_kaggle.data.code import bugs as code_bugs
+from trm_kaggle.data.code.lint import ruff_binary
+from trm_kaggle.data.code.repair import (assign_splits, build_code_repair, corpus_files, extract_snippets,
                                          load_repair_tokens, normalised, read_repair_meta)
 from trm_kaggle.data.format import load_split
 from trm_kaggle.data.verify import verify_dataset
@@ -242,7 +242,7 @@ def test_read_repair_meta_errors(tmp_path):
 
 
 def test_default_corpus_is_the_standard_library():
-    from trm_kaggle.data.code_repair import default_corpus
+    from trm_kaggle.data.code.repair import default_corpus
 
     files = corpus_files(default_corpus())
     assert "json/decoder.py" in files and not any("site-packages" in f for f in files)

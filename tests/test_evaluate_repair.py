@@ -15,7 +15,7 @@ import torch
 
 from test_code_repair import module_source
 from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig
-from trm_kaggle.data.code_repair import build_code_repair, read_repair_meta
+from trm_kaggle.data.code.repair import build_code_repair, read_repair_meta
 from trm_kaggle.data.format import load_split
 from trm_kaggle.evaluate.repair import (doctest_command, evaluate_repair, format_repair_report, outcome, repair_table,
                                         run_code)

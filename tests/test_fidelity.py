@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from conftest import random_task, write_prefix_subset
 from trm_kaggle.config import ArcBuildConfig, ArchConfig
-from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.arc.build import build_arc
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trm_kaggle.data.format import load_identifiers, load_split
-from trm_kaggle.data.grids import (TEXT_EOL, TEXT_PAD, TEXT_VOCAB_SIZE, build_grid_dataset,
+from trm_kaggle.data.puzzles.grids import (TEXT_EOL, TEXT_PAD, TEXT_VOCAB_SIZE, build_grid_dataset,
                                    build_grid_dataset_from_jsonl, grid_to_text, text_to_grid)
 from trm_kaggle.errors import DataError
 

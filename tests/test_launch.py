@@ -17,7 +17,7 @@ from conftest import free_port
 from test_train import TINY
 from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.experiments.compare import write_comparison
 from trm_kaggle.launch import torchrun
 from trm_kaggle.launch.files import RECORD

@@ -50,7 +50,7 @@ MAY_IMPORT = {
 
 
 def layer(module: str) -> str:
-    """Layer of a dotted module name inside the package ('trm_kaggle.data.arc' -> 'data')."""
+    """Layer of a dotted module name inside the package ('trm_kaggle.data.arc.tasks' -> 'data')."""
     parts = module.split(".")
     assert parts[0] == "trm_kaggle", module
     return LAYER_OF[parts[1]] if len(parts) > 1 else "base"

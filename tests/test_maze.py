@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from trm_kaggle.config import MazeBuildConfig
-from trm_kaggle.data import maze
+from trm_kaggle.data.puzzles import maze
 from trm_kaggle.data.augment import dihedral
 from trm_kaggle.data.format import load_identifiers, load_split
-from trm_kaggle.data.maze import CHARSET, build_maze, generate_maze, maze_from_text, maze_to_text
+from trm_kaggle.data.puzzles.maze import CHARSET, build_maze, generate_maze, maze_from_text, maze_to_text
 from trm_kaggle.errors import DataError
 
 WALL, OPEN, START, GOAL, PATH = range(5)

@@ -13,7 +13,7 @@ import torch
 
 from trm_kaggle import hardware
 from trm_kaggle.config import ArchConfig, SudokuBuildConfig, TrainConfig
-from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.loop import train

@@ -217,7 +217,7 @@ def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
 
     from conftest import random_task, write_prefix_subset
     from trm_kaggle.config import ArcBuildConfig
-    from trm_kaggle.data.build_arc import build_arc
+    from trm_kaggle.data.arc.build import build_arc
 
     rng = np.random.default_rng(1)
     prefix = tmp_path / "src" / "arc-agi"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc import parse_task, write_challenges
-from trm_kaggle.data.build_arc import build_arc
-from trm_kaggle.data.rule_tasks import RULES, make_rule_task, rule_tasks, translate
+from trm_kaggle.data.arc.tasks import parse_task, write_challenges
+from trm_kaggle.data.arc.build import build_arc
+from trm_kaggle.data.arc.rule_tasks import RULES, make_rule_task, rule_tasks, translate
 
 
 def candidates(rule: str, grid: np.ndarray) -> list[np.ndarray]:

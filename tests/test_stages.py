@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from trm_kaggle.config import TrainConfig, TrainStage
-from trm_kaggle.data.grids import build_grid_dataset
+from trm_kaggle.data.puzzles.grids import build_grid_dataset
 from trm_kaggle.errors import TRMError
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.train.stages import StagePlan, stage_bounds

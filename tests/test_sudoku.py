@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data import sudoku
+from trm_kaggle.data.puzzles import sudoku
 from trm_kaggle.data.format import load_identifiers, load_split
-from trm_kaggle.data.sudoku import (apply_transforms, box_shape, build_sudoku, count_solutions, generate_sudoku,
+from trm_kaggle.data.puzzles.sudoku import (apply_transforms, box_shape, build_sudoku, count_solutions, generate_sudoku,
                                     random_transforms, seq_len_and_vocab, shuffle_sudoku, solve_sudoku,
                                     sudoku_rating, valid_solutions)
 from trm_kaggle.errors import DataError

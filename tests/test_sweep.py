@@ -166,7 +166,7 @@ def test_bad_runs_and_commands_are_refused_before_anything_runs(tmp_path, capsys
 
 def test_missing_or_unreadable_data_stops_the_sweep_before_any_run(tmp_path, capsys):
     from trm_kaggle.config import SudokuBuildConfig
-    from trm_kaggle.data.sudoku import build_sudoku
+    from trm_kaggle.data.puzzles.sudoku import build_sudoku
 
     sd = tmp_path / "sw"
     assert main(["sweep", "ablations", "--preset", "cpu-smoke", "--sweep-dir", str(sd)]) == 2
@@ -351,7 +351,7 @@ def test_a_child_left_running_by_a_killed_sweep_is_not_started_twice(tmp_path, f
 
 def test_a_sweep_of_real_training_runs(tmp_path, monkeypatch):
     from trm_kaggle.config import SudokuBuildConfig
-    from trm_kaggle.data.sudoku import build_sudoku
+    from trm_kaggle.data.puzzles.sudoku import build_sudoku
     from trm_kaggle.experiments.compare import comparison_tables, load_runs
 
     data = tmp_path / "sudoku4"

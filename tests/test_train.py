@@ -14,7 +14,7 @@ from conftest import free_port
 from test_cli import summary_line
 from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig, TrainConfig
-from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.export import load_inference_model, read_export

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.arc.build import build_arc
 from trm_kaggle.data.verify import format_summary, verify_dataset
 from trm_kaggle.errors import DataError
 

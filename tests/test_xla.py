@@ -27,7 +27,7 @@ import torch
 from trm_kaggle import xla
 from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train import runtime

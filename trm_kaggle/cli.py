@@ -82,7 +82,7 @@ def _config_kwargs(args: argparse.Namespace, names) -> dict:
 
 def cmd_build_arc(args: argparse.Namespace) -> int:
     from trm_kaggle.config import ArcBuildConfig
-    from trm_kaggle.data.build_arc import build_arc, format_build_summary
+    from trm_kaggle.data.arc.build import build_arc, format_build_summary
 
     cfg = ArcBuildConfig(**_config_kwargs(args, ArcBuildConfig.model_fields))
     print(format_build_summary(build_arc(cfg)))
@@ -118,8 +118,8 @@ def _reject_source_repo(args: argparse.Namespace) -> None:
 
 def cmd_build_sudoku(args: argparse.Namespace) -> int:
     from trm_kaggle.config import SudokuBuildConfig
-    from trm_kaggle.data.grids import format_build_summary
-    from trm_kaggle.data.sudoku import build_sudoku
+    from trm_kaggle.data.puzzles.grids import format_build_summary
+    from trm_kaggle.data.puzzles.sudoku import build_sudoku
 
     _reject_source_repo(args)
     summary = build_sudoku(SudokuBuildConfig(**_config_kwargs(args, SudokuBuildConfig.model_fields)))
@@ -151,8 +151,8 @@ def _add_build_maze(sub) -> None:
 
 def cmd_build_maze(args: argparse.Namespace) -> int:
     from trm_kaggle.config import MazeBuildConfig
-    from trm_kaggle.data.grids import format_build_summary
-    from trm_kaggle.data.maze import build_maze
+    from trm_kaggle.data.puzzles.grids import format_build_summary
+    from trm_kaggle.data.puzzles.maze import build_maze
 
     _reject_source_repo(args)
     summary = build_maze(MazeBuildConfig(**_config_kwargs(args, MazeBuildConfig.model_fields)))
@@ -188,7 +188,7 @@ def _add_build_code_repair(sub) -> None:
 
 def cmd_build_code_repair(args: argparse.Namespace) -> int:
     from trm_kaggle.config import CodeRepairBuildConfig
-    from trm_kaggle.data.code_repair import build_code_repair, format_build_summary
+    from trm_kaggle.data.code.repair import build_code_repair, format_build_summary
 
     summary = build_code_repair(CodeRepairBuildConfig(**_config_kwargs(args, CodeRepairBuildConfig.model_fields)))
     print(format_build_summary(summary))

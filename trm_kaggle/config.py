@@ -114,7 +114,7 @@ class CodeRepairBuildConfig(_Config):
 
     The corpus is a directory of .py files (None: this interpreter's standard library).
     Snippets are functions, or blocks inside functions, that fit the `grid` (ROWSxCOLS).
-    Synthetic bug types are listed in `trm_kaggle.data.code_bugs.BUG_TYPES`; `lint` adds
+    Synthetic bug types are listed in `trm_kaggle.data.code.bugs.BUG_TYPES`; `lint` adds
     pairs from `ruff --fix` ("auto": when ruff is installed).
     """
 

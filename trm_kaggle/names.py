@@ -3,7 +3,7 @@
 A task id comes from a file we did not write, and it ends up in puzzle names (joined with
 the augmentation separator `|||`), in reports, in submissions and in file names. Two rules:
 
-* `task_id_problem` decides at load time (`trm_kaggle.data.arc`, the one task reader):
+* `task_id_problem` decides at load time (`trm_kaggle.data.arc.tasks`, the one task reader):
   1..MAX_TASK_ID characters, printable, none of `/ \\ :` or NUL, not `.` or `..`, no `|||`.
   Kaggle's ids (8 hex digits) and every id of the ARC repositories pass.
 * `safe_filename` / `file_in` turn any name into a path that stays inside its folder,

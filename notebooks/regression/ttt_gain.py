@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Regression: test-time training helps on unseen tasks
 #
-# A small TRM pretrains on generated tasks with a known rule (`trm_kaggle.data.rule_tasks`, flips of 4x4 grids:
+# A small TRM pretrains on generated tasks with a known rule (`trm_kaggle.data.arc.rule_tasks`, flips of 4x4 grids:
 # left-right or up-down, a task's choice), and is exported with its puzzle rows replaced by their mean, as the
 # Kaggle kernel receives it. Then `trm_kaggle.solve.solve.solve` (what `trm-kaggle submit` runs) answers tasks
 # it never saw, twice on the same weights: with `finetune="none"` and with test-time training (`FINETUNE`, the
@@ -49,9 +49,9 @@ from pathlib import Path
 import torch
 
 from trm_kaggle.config import ArcBuildConfig, SolveConfig
-from trm_kaggle.data.arc import write_challenges
-from trm_kaggle.data.build_arc import build_arc
-from trm_kaggle.data.rule_tasks import rule_tasks
+from trm_kaggle.data.arc.tasks import write_challenges
+from trm_kaggle.data.arc.build import build_arc
+from trm_kaggle.data.arc.rule_tasks import rule_tasks
 from trm_kaggle.evaluate.submission import score_submission
 from trm_kaggle.experiments.recorded import record
 from trm_kaggle.solve.solve import solve

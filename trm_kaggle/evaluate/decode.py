@@ -1,6 +1,6 @@
 """Predicted token grids -> un-augmented ARC grids, as fixed-width byte keys for voting.
 
-Token encoding (see `trm_kaggle.data.build_arc`): a grid sits at the top-left of a
+Token encoding (see `trm_kaggle.data.arc.build`): a grid sits at the top-left of a
 side x side canvas (side 30, seq_len 900) as tokens 2..11 (colour + 2), PAD is 0 and
 EOS (1) marks the row below and the column right of the grid.
 

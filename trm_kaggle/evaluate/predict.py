@@ -1,7 +1,7 @@
 """Batched inference over every example of a dataset's test split.
 
 The test split of an ARC dataset holds every test input under every augmentation
-(see `trm_kaggle.data.build_arc`); `predict_split` runs the model on all of them, in
+(see `trm_kaggle.data.arc.build`); `predict_split` runs the model on all of them, in
 dataset order, and keeps per example the argmax token grid, the q_halt logit, the
 puzzle it belongs to and the number of ACT steps it ran.
 

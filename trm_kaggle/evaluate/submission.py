@@ -7,7 +7,7 @@ The file format (docs/kaggle.md)::
 with every task id of the challenges file, one dict per test input in the order
 of the task's test inputs, and both attempts always present. A grid is a
 rectangular list of rows of plain ints 0..9, each side 1..30
-(`trm_kaggle.data.arc.grid_problem`, the same check as for the tasks).
+(`trm_kaggle.data.arc.tasks.grid_problem`, the same check as for the tasks).
 
 Building (`make_submission`)
 ----------------------------
@@ -57,7 +57,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 import numpy as np
 
 from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.data.arc import grid_problem, parse_task, read_challenges
+from trm_kaggle.data.arc.tasks import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.stats import format_interval, wilson_interval
 from trm_kaggle.jsonio import read_json
@@ -70,7 +70,7 @@ Grid = list[list[int]]
 GridKey = tuple[tuple[int, ...], ...]
 
 # ---------------------------------------------------------------------------
-# Grids (checked by `trm_kaggle.data.arc.grid_problem`)
+# Grids (checked by `trm_kaggle.data.arc.tasks.grid_problem`)
 # ---------------------------------------------------------------------------
 
 

@@ -39,8 +39,8 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import RECURSION_FIELDS, ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
-from trm_kaggle.data.arc import MAX_GRID, read_challenges
-from trm_kaggle.data.build_arc import build_arc, built_with
+from trm_kaggle.data.arc.tasks import MAX_GRID, read_challenges
+from trm_kaggle.data.arc.build import build_arc, built_with
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
@@ -48,7 +48,7 @@ from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.export import model_from_train_state
 from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.solve.plan import Budget
-from trm_kaggle.solve.shard import (
+from trm_kaggle.solve.workers import (
     Outcome, WorkerSpec, assign, collect, make_units, run_in_process, run_spawned, task_digest,
 )
 from trm_kaggle.solve.schedule import finetune_phases

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from trm_kaggle.config import TrainConfig, TrainStage
-from trm_kaggle.data.code_bugs import BUG_TYPES
-from trm_kaggle.data.code_repair import read_repair_meta
+from trm_kaggle.data.code.bugs import BUG_TYPES
+from trm_kaggle.data.code.repair import read_repair_meta
 from trm_kaggle.errors import TRMError
 from trm_kaggle.data.loader import PuzzleLoader
 

@@ -5,8 +5,8 @@ standard library, always there offline):
 
     files --(split by file: train / val / test)--> worker processes, a few files per task:
         read, parse, cut snippets that fit the grid (functions, else the blocks inside them)
-        -> synthetic bugs (trm_kaggle.data.code_bugs) + ruff fixes (trm_kaggle.data.code_lint)
-        -> validated pairs, encoded as grids (trm_kaggle.data.code_tokens)
+        -> synthetic bugs (trm_kaggle.data.code.bugs) + ruff fixes (trm_kaggle.data.code.lint)
+        -> validated pairs, encoded as grids (trm_kaggle.data.code.tokens)
     --> main process, in file order: drop duplicates (normalised hashes), write each pair
         to its split through the shared DatasetWriter.
 
@@ -45,11 +45,12 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from trm_kaggle.config import CodeRepairBuildConfig
-from trm_kaggle.data import code_bugs, code_lint
-from trm_kaggle.data.code_tokens import (TOKENIZER_FILE, CharTokens, Tokens, printable, tokens_from_description,
+from trm_kaggle.data.code import bugs as code_bugs
+from trm_kaggle.data.code import lint as code_lint
+from trm_kaggle.data.code.tokens import (TOKENIZER_FILE, CharTokens, Tokens, printable, tokens_from_description,
                                          train_bpe)
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
-from trm_kaggle.data.grids import build_summary
+from trm_kaggle.data.puzzles.grids import build_summary
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import parse_json, read_json, read_text
 from trm_kaggle.lifetime import exit_with_parent

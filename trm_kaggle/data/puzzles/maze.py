@@ -21,7 +21,7 @@ import numpy as np
 from trm_kaggle.config import MazeBuildConfig
 from trm_kaggle.data.augment import NUM_TRANSFORMS, dihedral
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
-from trm_kaggle.data.grids import (CsvChunk, build_summary, char_lut, first_bad_cell, raise_first_problem,
+from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, first_bad_cell, raise_first_problem,
                                    read_puzzle_csv, select_rows, strings_to_codes)
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.progress import tqdm

@@ -52,7 +52,7 @@ BUG_TYPES: dict[str, BugType] = {b.name: b for b in [
     BugType("off_by_one", "logic", 0.6),
     BugType("swapped_arguments", "logic", 0.7),
     BugType("wrong_variable", "logic", 0.9),
-    BugType("lint", "lint", 0.3),  # pairs from `ruff --fix` (see trm_kaggle.data.code_lint)
+    BugType("lint", "lint", 0.3),  # pairs from `ruff --fix` (see trm_kaggle.data.code.lint)
 ]}
 SYNTHETIC = [name for name, b in BUG_TYPES.items() if b.category != "lint"]
 

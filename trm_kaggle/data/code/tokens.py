@@ -1,6 +1,6 @@
 """Source code as token grids: one line per row, characters or BPE pieces along the row.
 
-Two vocabularies, one layout (the layout of `trm_kaggle.data.grids.text_to_grid`):
+Two vocabularies, one layout (the layout of `trm_kaggle.data.puzzles.grids.text_to_grid`):
 token 0 pads, token 1 ends a line (left out when the line fills the row), and rows
 after the last line are all padding.
 
@@ -24,7 +24,7 @@ from typing import Iterable
 
 import numpy as np
 
-from trm_kaggle.data.grids import TEXT_EOL, TEXT_PAD, TEXT_VOCAB_SIZE, grid_to_text, text_to_grid
+from trm_kaggle.data.puzzles.grids import TEXT_EOL, TEXT_PAD, TEXT_VOCAB_SIZE, grid_to_text, text_to_grid
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_text
 

@@ -39,7 +39,7 @@ import numpy as np
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc import MAX_GRID, ArcTask, load_subset
+from trm_kaggle.data.arc.tasks import MAX_GRID, ArcTask, load_subset
 from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_augmentations
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_split,
                                     write_identifiers, write_rows_at)

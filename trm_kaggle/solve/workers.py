@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.data.arc import MAX_GRID, parse_task
-from trm_kaggle.data.build_arc import task_fits
+from trm_kaggle.data.arc.tasks import MAX_GRID, parse_task
+from trm_kaggle.data.arc.build import task_fits
 from trm_kaggle.errors import DataError
 from trm_kaggle.lifetime import exit_with_parent
 
@@ -223,7 +223,7 @@ def _child(spec: WorkerSpec) -> None:
     os.dup2(fd, 2)
     if spec.visible_gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible_gpu
-    from trm_kaggle.solve.unit import run_units  # torch starts here, after the device is chosen
+    from trm_kaggle.solve.worker import run_units  # torch starts here, after the device is chosen
 
     write = event_writer(spec.events)
     run_units(spec, emit=lambda line: write({"line": line}), on_unit=lambda unit: write({"unit": unit.index}))
@@ -278,7 +278,7 @@ def _read_plan(spec: WorkerSpec) -> dict | None:
 def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] | None = None) -> Outcome:
     """The one worker in the caller's process (no spawn: nothing to shard). An exception costs its units.
     `on_answer()` runs after each unit (the caller merges what is answered so far)."""
-    from trm_kaggle.solve.unit import run_units
+    from trm_kaggle.solve.worker import run_units
 
     out = Outcome(spec.worker, spec.device, len(spec.units), pid=os.getpid())
     spec.plan_file.unlink(missing_ok=True)  # an earlier run's

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc import load_prefix_subset
+from trm_kaggle.data.arc.tasks import load_prefix_subset
 from trm_kaggle.data.augment import augment_grid, parse_aug_name
-from trm_kaggle.data.build_arc import build_arc, encode_puzzles, plan_augmentations
+from trm_kaggle.data.arc.build import build_arc, encode_puzzles, plan_augmentations
 from trm_kaggle.data.format import load_identifiers, load_split
 from trm_kaggle.data.verify import verify_dataset
 from trm_kaggle.errors import TRMError
