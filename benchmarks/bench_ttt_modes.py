@@ -11,7 +11,7 @@
    (`trm-kaggle evaluate --task-ids`).
 3. For each fine-tuning mode (`embeddings`, `all`, `embeddings-then-all`), on the same budget (steps, batch,
    learning rates) and seeds: starts from the pretrained export with the held-out tasks' rows at the mean row,
-   fine-tunes on their augmented demonstration pairs (`trm_kaggle.solve.solve.finetune`, what `trm-kaggle
+   fine-tunes on their augmented demonstration pairs (`trm_kaggle.solve.task.finetune`, what `trm-kaggle
    submit` runs), and measures demonstration accuracy before and after, then token accuracy and solves on the
    held-out tasks' test outputs (voted over augmentations, `trm_kaggle.evaluate.report.evaluate`).
 
@@ -37,7 +37,7 @@ from trm_kaggle.evaluate.report import evaluate, format_task_id_table
 from trm_kaggle.evaluate.stats import wilson_interval
 from trm_kaggle.model.export import TASK_ID_MODES, apply_task_ids, load_model_for_dataset
 from trm_kaggle.solve.schedule import finetune_phases, steps_by_kind
-from trm_kaggle.solve.solve import demo_accuracy, finetune, load_finetuned
+from trm_kaggle.solve.task import demo_accuracy, finetune, load_finetuned
 from trm_kaggle.train.checkpoint import export_run
 from trm_kaggle.train.loop import train
 

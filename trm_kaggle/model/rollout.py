@@ -14,7 +14,7 @@ Same results, no time saved per step.
 Every inference path runs its batches through `act_rollout`: evaluation
 (`trm_kaggle.evaluate.predict`), the test-split check during training
 (`trm_kaggle.train.loop.evaluate_split`) and the demonstration accuracy of the
-Kaggle solver (`trm_kaggle.solve.solve.demo_accuracy`). Callers choose the grad
+Kaggle solver (`trm_kaggle.solve.task.demo_accuracy`). Callers choose the grad
 mode and put the model in eval mode.
 """
 

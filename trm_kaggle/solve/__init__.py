@@ -1,3 +1,5 @@
-"""Solving unseen tasks inside the Kaggle kernel: test-time training and voting in a time budget
-(`solve.py`), its fine-tuning schedule (`schedule.py`), named test-time recipes (`recipes.py`), and how long
-that takes on a device (`estimate.py`)."""
+"""Solving unseen tasks inside the Kaggle kernel, a one-way stack: `solve.py` (fallback first, shard, merge)
+-> `workers.py` (processes, no torch) -> `worker.py` (time a batch, plan, share the time between tasks)
+-> `task.py` (one task: dataset, fine-tune, predict, vote), all reading and writing the work directory through
+`workdir.py` (no torch). Beside them: the fine-tuning schedule (`schedule.py`), named test-time recipes
+(`recipes.py`), and how long the job takes on a device (`plan.py`, `estimate.py`)."""

