@@ -450,13 +450,17 @@ def test_a_full_disk_in_the_work_dir_costs_its_logs_not_the_submission(unseen, t
     import errno
 
     import trm_kaggle.solve.solve as S
+    import trm_kaggle.solve.workdir as W
 
-    def full(path, text):
+    def full(path, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(S, "atomic_write_text", full)  # the challenges copy, error.log and solve_report.json
-    report = solve(cfg(unseen, tmp_path))
-    assert report["valid"] and "No space left" in report["errors"][0]
+    monkeypatch.setattr(S, "atomic_write_text", full)  # solve_report.json
+    monkeypatch.setattr(W, "atomic_write_json", full)  # every task's result.json
+    lines = []
+    report = solve(cfg(unseen, tmp_path, finetune="none", max_tasks=1), echo=lines.append)
+    assert report["valid"] and report["answered"] == 0
+    assert any("FAILED (OSError: [Errno 28] No space left on device" in line for line in lines)
     check_submission(tmp_path / "submission.json", unseen[0])
 
 
