@@ -11,7 +11,8 @@ import yaml
 
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.train.overrides import parse_override, parse_value, split_cli_args, valid_keys
+from trm_kaggle.train.config_layers import valid_keys
+from trm_kaggle.train.overrides import parse_override, parse_value, split_cli_args
 from trm_kaggle.train.settings import apply_overrides, dump_config, is_upstream_run_config, load_train_config
 
 # ---------------------------------------------------------------------------

@@ -26,7 +26,8 @@ import yaml
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import parse_json, read_text
-from trm_kaggle.train.overrides import UPSTREAM_ONLY, ConfigLayers, Interpolation
+from trm_kaggle.train.config_layers import UPSTREAM_ONLY, ConfigLayers
+from trm_kaggle.train.overrides import Interpolation
 from trm_kaggle.train.presets import PRESETS, expand_preset_names
 
 # ---------------------------------------------------------------------------
