@@ -47,7 +47,7 @@ from IPython.display import Image, Markdown, display
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.evaluate.report import evaluate, task_picture_png, write_report
 from trm_kaggle.model.export import load_inference_model
-from trm_kaggle.train.runtime import pick_device
+from trm_kaggle.hardware import pick_device
 
 # %% [markdown]
 # ## Load the model

@@ -81,3 +81,36 @@ def test_peak_rss_of_a_subprocess_is_its_own_not_its_parents():
     child = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert child < 250 * 2**20 and hardware.peak_rss() >= 300 * 2**20
     del ballast
+
+
+def test_usable_cores_follow_the_affinity_mask(monkeypatch):
+    if not hasattr(hardware.os, "sched_getaffinity"):
+        pytest.skip("no affinity mask on this system")
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: {0, 3, 5})
+    monkeypatch.setattr(hardware.os, "cpu_count", lambda: 64)
+    assert hardware.usable_cores() == 3
+
+
+@pytest.mark.parametrize("visible, count, expected", [
+    (None, 3, ["0", "1", "2"]), ("2,5,7", 3, ["2", "5", "7"]), (" 4, 6 ,", 2, ["4", "6"]), ("1,2,3", 2, ["1", "2"]),
+    ("", 2, ["0", "1"]),
+])
+def test_visible_cuda_ids(monkeypatch, visible, count, expected):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert hardware.visible_cuda_ids(count) == expected
+
+
+def test_cores_and_visible_devices_are_read_in_hardware_py_alone():
+    """One owner: no other module counts cores or parses CUDA_VISIBLE_DEVICES (setting it for a child is fine)."""
+    import re
+    from pathlib import Path
+
+    package = Path(hardware.__file__).parent
+    reads = re.compile(r"cpu_count\(|sched_getaffinity|environ\.get\(\s*[\"']CUDA_VISIBLE_DEVICES|"
+                       r"environ\[[\"']CUDA_VISIBLE_DEVICES[\"']\](?!\s*=)")
+    found = [f"{p.relative_to(package)}:{n}" for p in sorted(package.rglob("*.py")) if p.name != "hardware.py"
+             for n, line in enumerate(p.read_text().splitlines(), 1) if reads.search(line.split("#")[0])]
+    assert found == []

@@ -247,7 +247,7 @@ def test_the_cli_exit_status_counts_failed_runs(tmp_path, fake_train, capsys):
 
 def test_parallel_runs_share_the_cpu_cores(tmp_path, fake_train, monkeypatch):
     monkeypatch.setenv("FAKE_SLEEP", "1.0")
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(S, "usable_cores", lambda: 8)
     sd = tmp_path / "sw"
     S.run_sweep(grid("slow-a", "slow-b", "slow-c"), sd, parallel=2, progress=False, poll_seconds=0.02)
     spans = []
@@ -356,7 +356,7 @@ def test_a_sweep_of_real_training_runs(tmp_path, monkeypatch):
 
     data = tmp_path / "sudoku4"
     build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=16, num_test=4, progress=False))
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(S, "usable_cores", lambda: 2)
     g = SweepGrid(name="real", presets=["cpu-smoke"], axes=[["baseline", "lr=0.01"]],
                   overrides=["arch.hidden_size=16", "arch.num_heads=2", "arch.L_layers=1", "global_batch_size=4",
                              "max_steps=2", "log_interval=1"])

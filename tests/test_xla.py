@@ -29,8 +29,8 @@ from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
+from trm_kaggle.hardware import pick_device
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train import runtime
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.metrics import read_metrics
 from trm_kaggle.train.settings import load_train_config
@@ -52,15 +52,15 @@ TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_c
 def test_auto_picks_xla_only_when_installed_and_requested(monkeypatch):
     sentinel = torch.device("meta")
     monkeypatch.setattr(xla, "device", lambda: sentinel)
-    monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("PJRT_DEVICE", "TPU")
     monkeypatch.setattr(xla, "installed", lambda: False)
-    assert runtime.pick_device("auto").type == "cpu"  # PJRT_DEVICE alone: no torch_xla, no XLA
+    assert pick_device("auto").type == "cpu"  # PJRT_DEVICE alone: no torch_xla, no XLA
     monkeypatch.setattr(xla, "installed", lambda: True)
-    assert runtime.pick_device("auto") is sentinel
-    assert runtime.pick_device("xla") is sentinel
+    assert pick_device("auto") is sentinel
+    assert pick_device("xla") is sentinel
     monkeypatch.delenv("PJRT_DEVICE")
-    assert runtime.pick_device("auto").type == "cpu"  # torch_xla installed but not asked for
+    assert pick_device("auto").type == "cpu"  # torch_xla installed but not asked for
 
 
 @pytest.mark.skipif(xla.installed(), reason="torch_xla is installed")

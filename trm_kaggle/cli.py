@@ -668,7 +668,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from trm_kaggle.evaluate.report import evaluate, format_metrics, format_task_id_table, write_report
     from trm_kaggle.evaluate.vote import VoteTable
     from trm_kaggle.model.export import apply_task_ids, load_model_for_dataset
-    from trm_kaggle.train.runtime import pick_device
+    from trm_kaggle.hardware import pick_device
 
     modes = list(dict.fromkeys(args.task_ids))
     if len(modes) > 1 and (args.save_votes or args.pool_with or args.report_dir):
@@ -740,7 +740,7 @@ def cmd_evaluate_repair(args: argparse.Namespace) -> int:
     from trm_kaggle.config import RepairEvalConfig
     from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
     from trm_kaggle.model.export import load_model_for_dataset
-    from trm_kaggle.train.runtime import pick_device
+    from trm_kaggle.hardware import pick_device
 
     cfg = RepairEvalConfig(**_config_kwargs(args, RepairEvalConfig.model_fields))
     device = pick_device(cfg.device)
@@ -913,7 +913,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from trm_kaggle.model.export import read_export
     from trm_kaggle.solve.estimate import estimate, format_estimate
     from trm_kaggle.solve.recipes import describe_recipes
-    from trm_kaggle.train.runtime import pick_device
+    from trm_kaggle.hardware import pick_device
 
     if args.list_recipes:
         print(describe_recipes())

@@ -14,6 +14,10 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where it is used: the worker processes choose their GPU before it starts
+    import torch
 
 GB = 1024**3
 
@@ -228,8 +232,41 @@ def _torch_build() -> tuple[str, str]:
 
 
 def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask where the system has one)."""
+    """The CPU cores this process may run on (its affinity mask where the system has one): the one count of
+    cores that threads, build workers and parallel runs are sized from."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def visible_cuda_ids(count: int) -> list[str]:
+    """The ids of the `count` CUDA devices this process sees, as a child's CUDA_VISIBLE_DEVICES names them: the
+    entries of our own CUDA_VISIBLE_DEVICES where it is set (a kernel given GPUs 2,5 hands out 2 and 5), else
+    0..count-1."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [x.strip() for x in visible.split(",") if x.strip()] if visible else [str(i) for i in range(count)]
+    return ids[:count]
+
+
+def pick_device(requested: str) -> torch.device:
+    """The torch device of a `device` setting: auto is XLA (torch_xla installed and PJRT_DEVICE set) > CUDA >
+    MPS > CPU; a device asked for but absent is one clear error."""
+    import torch
+
+    from trm_kaggle import xla
+    from trm_kaggle.errors import TRMError
+
+    if requested == "xla" or (requested == "auto" and xla.wanted()):
+        return xla.device()
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise TRMError("device=cuda requested but no CUDA device is available (use device=auto or device=cpu)")
+    if requested == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise TRMError("device=mps requested but MPS is not available")
+    return torch.device(requested)
 
 
 def gather() -> HardwareFacts:

@@ -45,6 +45,7 @@ from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
+from trm_kaggle.hardware import usable_cores, visible_cuda_ids
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train.loop import RESUMABLE_CHANGES
@@ -298,10 +299,7 @@ def _uses_cuda(cfg: TrainConfig) -> bool:
 def _visible_gpus() -> list[str]:
     import torch
 
-    count = torch.cuda.device_count()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = [x.strip() for x in visible.split(",") if x.strip()] if visible else [str(i) for i in range(count)]
-    return ids[:count]
+    return visible_cuda_ids(torch.cuda.device_count())
 
 
 def error_line(log_path: Path, returncode: int) -> str:
@@ -369,7 +367,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
     gpus = _visible_gpus() if cuda else []
     if cuda and parallel > len(gpus):
         raise TRMError(f"--parallel {parallel}: {len(gpus)} GPU(s) visible and each run takes one")
-    threads = max(1, (os.cpu_count() or 1) // parallel)
+    threads = max(1, usable_cores() // parallel)
     if dry_run:
         doc = read_sweep(sweep_dir) if sweep_dir.is_dir() else None
         states = {rec["name"]: rec["state"] for rec in (doc or {}).get("runs", [])}

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -38,11 +37,11 @@ from trm_kaggle.config import RECURSION_FIELDS, SolveConfig
 from trm_kaggle.data.arc.tasks import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
+from trm_kaggle.hardware import pick_device, usable_cores, visible_cuda_ids
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.task import export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
-from trm_kaggle.train.runtime import pick_device
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +84,6 @@ def settings_key(cfg: SolveConfig) -> dict:
     return {"weights": h.hexdigest()[:16], **{f: getattr(cfg, f) for f in fields}}
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def worker_devices(cfg: SolveConfig, say: Callable[[str], None]) -> tuple[str, list[str | None], int | None]:
     """(the workers' device, CUDA_VISIBLE_DEVICES of each worker, CPU threads per worker).
 
@@ -105,9 +97,7 @@ def worker_devices(cfg: SolveConfig, say: Callable[[str], None]) -> tuple[str, l
         say(f"warning: workers={workers} but {count} {device} device(s): one worker per device, {count} in all")
         workers = count
     if device == "cuda":
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        ids = [v.strip() for v in visible.split(",")] if visible else [str(i) for i in range(count)]
-        return "cuda", (ids[:workers] if workers > 1 else [None]), cfg.threads
+        return "cuda", (visible_cuda_ids(count)[:workers] if workers > 1 else [None]), cfg.threads
     threads = cfg.threads or (max(1, usable_cores() // workers) if device == "cpu" else None)
     return device, [None] * workers, threads
 

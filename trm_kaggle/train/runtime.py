@@ -1,6 +1,7 @@
 """Where training runs: device, precision, processes, threads, seeds.
 
-Device auto-detection is XLA (torch_xla installed and PJRT_DEVICE set) > CUDA > MPS > CPU.
+Device auto-detection is `trm_kaggle.hardware.pick_device`'s: XLA (torch_xla installed and PJRT_DEVICE
+set) > CUDA > MPS > CPU.
 Under torchrun (WORLD_SIZE > 1) the process group is initialised with NCCL on GPUs and
 gloo on CPU; each rank uses `cuda:LOCAL_RANK` when GPUs are present. On XLA the replicas
 and their collectives are torch_xla's (`trm_kaggle.xla`). torchrun numbers the restarts of
@@ -20,6 +21,7 @@ import torch.distributed as dist
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
+from trm_kaggle.hardware import pick_device, usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +43,6 @@ class Runtime:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
-
-
-def pick_device(requested: str) -> torch.device:
-    if requested == "xla" or (requested == "auto" and xla.wanted()):
-        return xla.device()
-    if requested == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise TRMError("device=cuda requested but no CUDA device is available (use device=auto or device=cpu)")
-    if requested == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise TRMError("device=mps requested but MPS is not available")
-    return torch.device(requested)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -81,7 +67,7 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     if device.type == "cpu":
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
-        torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // max(1, local_world)))
+        torch.set_num_threads(cfg.threads or max(1, usable_cores() // max(1, local_world)))
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
         if device.type == "cuda":

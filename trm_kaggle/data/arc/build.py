@@ -46,6 +46,7 @@ from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_a
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_split,
                                     write_identifiers, write_rows_at)
 from trm_kaggle.errors import DataError
+from trm_kaggle.hardware import usable_cores
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.names import shown
@@ -376,7 +377,7 @@ def build_arc(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = Non
     for level, note in leveled:
         log.log(level, note)
     notes = [note for _, note in leveled]
-    workers = cfg.workers or os.cpu_count() or 1
+    workers = cfg.workers or usable_cores()
     workers = max(1, min(workers, len(jobs)))
 
     # Pass 1: plans, in dataset order.

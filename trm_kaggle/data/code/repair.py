@@ -52,6 +52,7 @@ from trm_kaggle.data.code.tokens import (TOKENIZER_FILE, CharTokens, Tokens, pri
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
 from trm_kaggle.data.puzzles.grids import build_summary
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.hardware import usable_cores
 from trm_kaggle.jsonio import parse_json, read_json, read_text
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.progress import tqdm
@@ -362,12 +363,7 @@ def _bounded_imap(pool, fn, tasks: Iterable, in_flight: int) -> Iterator:
 
 
 def _workers(requested: int) -> int:
-    if requested:
-        return requested
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return requested or usable_cores()
 
 
 def _train_tokens(cfg: CodeRepairBuildConfig, root: Path, train_files: list[str]) -> Tokens:
