@@ -33,8 +33,8 @@ def setup(args: argparse.Namespace, checkpointing: bool):
     from trm_kaggle.config import ArchConfig, TrainConfig
     from trm_kaggle.model.losses import act_loss
     from trm_kaggle.model.trm import TinyRecursiveModel
-    from trm_kaggle.train.loop import make_optimizers
     from trm_kaggle.hardware import pick_device
+    from trm_kaggle.train.loop import make_optimizers, optimizer_step
 
     device = pick_device(args.device)
     torch.manual_seed(0)
@@ -56,9 +56,7 @@ def setup(args: argparse.Namespace, checkpointing: bool):
         carry, out = model(state["carry"], batch)
         loss, _ = act_loss(out, carry.current_data["labels"], carry.halted, carry.steps, arch.loss_type)
         (loss / args.batch).backward()
-        dense.step()
-        dense.zero_grad(set_to_none=True)
-        sparse.step()
+        optimizer_step(dense, sparse)
         if device.type == "cuda":
             torch.cuda.synchronize()
         state["carry"] = carry

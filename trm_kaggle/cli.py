@@ -931,7 +931,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise TRMError(f"--devices must be >= 1, got {args.devices}")
     fields = ("recipe", "num_aug", "finetune", "embeddings_fraction", "finetune_steps")
     cfg = _solve_config(argparse.Namespace(**{k: getattr(args, k) for k in fields}), challenges="-", weights="-")
-    arch = ArchConfig(**{**arch.model_dump(), **cfg.recursion()})
+    arch = arch.with_recursion(**cfg.recursion())
     tasks = -(-args.tasks // args.devices)  # the busiest device's share
     e = estimate(arch, tasks=tasks, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps,
                  finetune=cfg.finetune, embeddings_fraction=cfg.embeddings_fraction, batch_size=args.batch_size,

@@ -226,6 +226,15 @@ class ArchConfig(_Config):
     def emb_ndim(self) -> int:
         return self.hidden_size if self.puzzle_emb_ndim is None else self.puzzle_emb_ndim
 
+    def with_recursion(self, **changes: int) -> "ArchConfig":
+        """This network recursing deeper or stopping sooner (`RECURSION_FIELDS`: H_cycles, L_cycles,
+        halt_max_steps), checked like any ArchConfig: what the same weights run under a test-time recipe or a
+        recursion curriculum. Any other field would need other weights: refused."""
+        unknown = set(changes) - set(RECURSION_FIELDS)
+        if unknown:
+            raise ValueError(f"only {', '.join(RECURSION_FIELDS)} change without new weights, not {sorted(unknown)}")
+        return type(self)(**{**self.model_dump(), **changes})
+
 
 class ExportConfig(_Config):
     """`config.json` of an inference export (`trm_kaggle.model.export`): checked in full when read,

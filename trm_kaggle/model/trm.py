@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from trm_kaggle.config import RECURSION_FIELDS, ArchConfig
+from trm_kaggle.config import ArchConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.dtype import resolve_forward_dtype
 from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
@@ -165,8 +165,8 @@ class TinyRecursiveModel(nn.Module):
         # Training only: recompute the grad-carrying cycle's activations in backward (TrainConfig.grad_checkpointing).
         self.grad_checkpointing = grad_checkpointing
         self._compiled_net = None  # set by compile_net()
-        # Schedules (recursion curriculum, halting exploration) change these during training.
-        self.H_cycles, self.L_cycles = arch.H_cycles, arch.L_cycles
+        # The halting-exploration schedule changes this during training (the recursion curriculum changes
+        # `arch` itself: set_recursion).
         self.halt_exploration_prob = arch.halt_exploration_prob
 
         D = arch.hidden_size
@@ -227,11 +227,17 @@ class TinyRecursiveModel(nn.Module):
     def set_recursion(self, **changes: int) -> None:
         """Recurse deeper or stop sooner with the same weights (test-time recipes): H_cycles, L_cycles,
         halt_max_steps."""
-        unknown = set(changes) - set(RECURSION_FIELDS)
-        if unknown:
-            raise ValueError(f"only {', '.join(RECURSION_FIELDS)} change without new weights, not {sorted(unknown)}")
-        self.arch = ArchConfig(**{**self.arch.model_dump(), **changes})
-        self.H_cycles, self.L_cycles = self.arch.H_cycles, self.arch.L_cycles
+        self.arch = self.arch.with_recursion(**changes)
+
+    @property
+    def H_cycles(self) -> int:
+        """Recursion cycles per ACT step: held by `arch` alone (set_recursion changes it)."""
+        return self.arch.H_cycles
+
+    @property
+    def L_cycles(self) -> int:
+        """Latent updates per cycle: held by `arch` alone (set_recursion changes it)."""
+        return self.arch.L_cycles
 
     def input_embeddings(self, inputs: torch.Tensor, puzzle_identifiers: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """(B, prefix + seq_len, hidden): puzzle-embedding prefix + token embeddings, scaled by sqrt(hidden)."""

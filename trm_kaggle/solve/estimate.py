@@ -41,7 +41,7 @@ from trm_kaggle.config import ArchConfig, SolveConfig, TrainConfig
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.solve.schedule import MODES, finetune_phases, steps_by_kind
-from trm_kaggle.train.loop import make_optimizers
+from trm_kaggle.train.loop import make_optimizers, optimizer_step
 from trm_kaggle.train.memory import GB, fitting_batch
 
 # ARC-AGI-2 evaluation: 120 tasks, 167 test inputs, 3.3 demonstration pairs per task on average
@@ -216,11 +216,7 @@ class StepTimer:
             c, out = model(carry, batch)
             loss, _ = act_loss(out, c.current_data["labels"], c.halted, c.steps, arch.loss_type)
             loss.backward()
-            if dense is not None:
-                dense.step()
-                dense.zero_grad(set_to_none=True)
-            if sparse is not None:
-                sparse.step()
+            optimizer_step(dense, sparse)
 
         what = "a fine-tuning step of " + ("the puzzle rows alone" if freeze_weights else "every weight")
         return self._timed(what, rows, train_step)

@@ -153,6 +153,16 @@ def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel):
     return dense, sparse
 
 
+def optimizer_step(dense, sparse) -> None:
+    """Apply a step's gradients: the weights' optimizer (its gradients then dropped) and the puzzle rows' (which
+    keeps its own sparse gradients). Either may be None (frozen weights; a model without puzzle rows)."""
+    if dense is not None:
+        dense.step()
+        dense.zero_grad(set_to_none=True)
+    if sparse is not None:
+        sparse.step()
+
+
 def exploration_draws(seed: int, step: int, global_batch: int, halt_max_steps: int, rows: slice,
                       device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Halting-exploration randomness for the rows `rows` of the global batch at `step`.
@@ -422,7 +432,9 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             if sparse is not None:
                 for g in sparse.param_groups:
                     g["lr"] = emb_lr
-            model.H_cycles, model.L_cycles = cycles_at(cfg, epoch)
+            H_cycles, L_cycles = cycles_at(cfg, epoch)
+            if (H_cycles, L_cycles) != (model.H_cycles, model.L_cycles):
+                model.set_recursion(H_cycles=H_cycles, L_cycles=L_cycles)
             model.halt_exploration_prob = exploration_at(cfg, epoch)
 
             # forward/backward over micro-batches; each keeps its own ACT carry
@@ -449,11 +461,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             # gradients of all ranks, then the optimizer steps
             if rt.distributed:
                 all_reduce_([p.grad for p in model.parameters() if p.grad is not None] + [metrics])
-            if dense is not None:
-                dense.step()
-                dense.zero_grad(set_to_none=True)
-            if sparse is not None:
-                sparse.step()
+            optimizer_step(dense, sparse)
             if ema is not None:
                 ema.update(model)
             step += 1

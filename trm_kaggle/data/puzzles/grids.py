@@ -419,6 +419,32 @@ def first_bad_cell(bad: np.ndarray) -> tuple[int, int] | None:
     return r, int(np.argmax(bad[r]))
 
 
+def rows_of_length(chunk: CsvChunk, cells: int, what: str, problems: list[tuple[int, str]]) -> int:
+    """How many rows from the chunk's first have q and a of `cells` characters each; the first row that does
+    not adds its problem (`what` names the board: "a 9x9 sudoku"). Rows up to it are checked with numpy."""
+    for i, (q, a) in enumerate(zip(chunk.q, chunk.a)):
+        if len(q) != cells or len(a) != cells:
+            col, s = ("q", q) if len(q) != cells else ("a", a)
+            problems.append((i, f"{col} has {len(s)} characters, expected {cells} ({what})"))
+            return i
+    return len(chunk.lines)
+
+
+def decode_rows(chunk: CsvChunk, rows: int, cells: int, luts: tuple[np.ndarray, np.ndarray],
+                allowed: tuple[str, str], problems: list[tuple[int, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first `rows` rows' q and a as (rows, cells) codes through their `luts` (255: a character not allowed),
+    and the mask of rows whose every character is allowed. The first character a column does not allow adds
+    its problem (`allowed`: what each column expects, as the message says it)."""
+    q = strings_to_codes(chunk.q[:rows], cells, luts[0])
+    a = strings_to_codes(chunk.a[:rows], cells, luts[1])
+    for name, codes, expected in (("q", q, allowed[0]), ("a", a, allowed[1])):
+        bad = first_bad_cell(codes == 255)
+        if bad:
+            ch = getattr(chunk, name)[bad[0]][bad[1]]
+            problems.append((bad[0], f"{name} has {ch!r} at position {bad[1] + 1}, expected {expected}"))
+    return q, a, (q != 255).all(axis=1) & (a != 255).all(axis=1)
+
+
 def raise_first_problem(path: Path, lines: list[int], problems: list[tuple[int, str]]) -> None:
     """Raise DataError for the earliest row among (row in chunk, message) problems, if any
     (on a tie the problem listed first wins)."""

@@ -21,8 +21,8 @@ import numpy as np
 from trm_kaggle.config import MazeBuildConfig
 from trm_kaggle.data.augment import NUM_TRANSFORMS, dihedral
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
-from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, first_bad_cell, raise_first_problem,
-                                   read_puzzle_csv, select_rows, strings_to_codes)
+from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, decode_rows, first_bad_cell,
+                                           raise_first_problem, read_puzzle_csv, rows_of_length, select_rows)
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.progress import tqdm
 
@@ -190,21 +190,9 @@ def parse_maze_chunk(path: Path, chunk: CsvChunk, side: int) -> np.ndarray:
     """Validate and decode a chunk into (B, 2, side, side) cell codes (q, a)."""
     cells = side * side
     problems: list[tuple[int, str]] = []
-    good = len(chunk.lines)  # rows before the first one of a wrong length are checked with numpy
-    for i, (q, a) in enumerate(zip(chunk.q, chunk.a)):
-        if len(q) != cells or len(a) != cells:
-            col, s = ("q", q) if len(q) != cells else ("a", a)
-            problems.append((i, f"{col} has {len(s)} characters, expected {cells} (a {side}x{side} maze)"))
-            good = i
-            break
-    q = strings_to_codes(chunk.q[:good], cells, _LUT)
-    a = strings_to_codes(chunk.a[:good], cells, _LUT)
-    for name, codes in (("q", q), ("a", a)):
-        bad = first_bad_cell(codes == 255)
-        if bad:
-            ch = getattr(chunk, name)[bad[0]][bad[1]]
-            problems.append((bad[0], f"{name} has {ch!r} at position {bad[1] + 1}, expected one of {CHARSET!r}"))
-    ok_chars = (q != 255).all(axis=1) & (a != 255).all(axis=1)
+    good = rows_of_length(chunk, cells, f"a {side}x{side} maze", problems)
+    allowed = f"one of {CHARSET!r}"
+    q, a, ok_chars = decode_rows(chunk, good, cells, (_LUT, _LUT), (allowed, allowed), problems)
     leak = first_bad_cell(q == PATH)
     if leak:
         problems.append((leak[0], f"q has the path mark 'o' at position {leak[1] + 1}; "

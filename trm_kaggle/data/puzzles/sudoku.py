@@ -31,8 +31,8 @@ import numpy as np
 
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
-from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, first_bad_cell, raise_first_problem,
-                                   read_puzzle_csv, select_rows, strings_to_codes)
+from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, decode_rows, first_bad_cell,
+                                           raise_first_problem, read_puzzle_csv, rows_of_length, select_rows)
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.progress import tqdm
 
@@ -425,14 +425,7 @@ def parse_sudoku_chunk(path: Path, chunk: CsvChunk, n: int) -> SudokuRows:
     """Validate and decode a chunk; a problem raises DataError naming the first bad line."""
     cells = n * n
     problems: list[tuple[int, str]] = []  # (row in chunk, message); the earliest row is reported
-    # rows up to the first one of a wrong length can be checked with numpy
-    good = len(chunk.lines)
-    for i, (q, a) in enumerate(zip(chunk.q, chunk.a)):
-        if len(q) != cells or len(a) != cells:
-            col, s = ("q", q) if len(q) != cells else ("a", a)
-            problems.append((i, f"{col} has {len(s)} characters, expected {cells} (a {n}x{n} sudoku)"))
-            good = i
-            break
+    good = rows_of_length(chunk, cells, f"a {n}x{n} sudoku", problems)
     ratings = np.zeros(good, dtype=np.int64)
     for i, r in enumerate(chunk.rating[:good]):
         try:
@@ -440,14 +433,7 @@ def parse_sudoku_chunk(path: Path, chunk: CsvChunk, n: int) -> SudokuRows:
         except (ValueError, OverflowError):
             problems.append((i, f"rating {r!r} is not an integer"))
             break
-    q = strings_to_codes(chunk.q[:good], cells, _q_lut(n))
-    a = strings_to_codes(chunk.a[:good], cells, _a_lut(n))
-    for name, codes, expected in (("q", q, f"'.' or 0-{n}"), ("a", a, f"1-{n}")):
-        bad = first_bad_cell(codes == 255)
-        if bad:
-            ch = getattr(chunk, name)[bad[0]][bad[1]]
-            problems.append((bad[0], f"{name} has {ch!r} at position {bad[1] + 1}, expected {expected}"))
-    ok_chars = (q != 255).all(axis=1) & (a != 255).all(axis=1)
+    q, a, ok_chars = decode_rows(chunk, good, cells, (_q_lut(n), _a_lut(n)), (f"'.' or 0-{n}", f"1-{n}"), problems)
     clash = first_bad_cell((q != 0) & (q != a) & ok_chars[:, None])
     if clash:
         r, c = clash
