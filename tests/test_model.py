@@ -536,3 +536,16 @@ def test_set_recursion_changes_depth_and_act_steps_with_the_same_weights():
     assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
     with pytest.raises(ValueError, match="only H_cycles, L_cycles, halt_max_steps"):
         model.set_recursion(hidden_size=8)
+
+
+def test_the_cycle_counts_have_one_owner_the_arch():
+    """The model reads its cycle counts from `arch`: no second copy that a schedule could leave behind."""
+    model = tiny_model()
+    with pytest.raises(AttributeError):
+        model.L_cycles = 1  # only set_recursion changes them, and it changes `arch`
+    model.set_recursion(L_cycles=1)
+    assert model.L_cycles == model.arch.L_cycles == 1
+    arch = tiny_arch()
+    assert arch.with_recursion(H_cycles=5) == tiny_arch(H_cycles=5) and arch.H_cycles == tiny_arch().H_cycles
+    with pytest.raises(ValueError):
+        arch.with_recursion(H_cycles=0)  # checked like any ArchConfig
