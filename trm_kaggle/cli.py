@@ -665,48 +665,17 @@ def _add_evaluate(sub) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from trm_kaggle.evaluate.report import evaluate, format_metrics, format_task_id_table, write_report
-    from trm_kaggle.evaluate.vote import VoteTable
-    from trm_kaggle.model.export import apply_task_ids, load_model_for_dataset
-    from trm_kaggle.hardware import pick_device
+    from trm_kaggle.evaluate.run import evaluate_export
 
     modes = list(dict.fromkeys(args.task_ids))
     if len(modes) > 1 and (args.save_votes or args.pool_with or args.report_dir):
         raise TRMError("--save-votes, --pool-with and --report-dir take one --task-ids mode at a time")
-    pooled = None
-    for path in args.pool_with or []:  # read first: a bad file stops before any inference
-        table = VoteTable.load(path)
-        pooled = table if pooled is None else pooled.merge(table)
-    extra = {"pooled_evaluations": len(args.pool_with)} if args.pool_with else {}
-    device = pick_device(args.device)
-    summaries = {}
-    while modes:
-        mode = modes.pop(0)
-        model, _, note = load_model_for_dataset(args.weights, args.data, device)
-        if note and not summaries:
-            print(f"note: {note}", file=sys.stderr)
-        ids_note = apply_task_ids(model, mode, seed=args.task_id_seed)
-        if ids_note and args.task_ids != ["own"]:
-            # every puzzle has the same row whatever the mode: one evaluation answers for all of them
-            print(f"note: {ids_note}; evaluating once", file=sys.stderr)
-            mode, modes = "/".join([mode] + modes), []
-        if args.compile:
-            model.compile_net()  # lazy: compiles in the first batch
-        result = evaluate(model, args.data, batch_size=args.batch_size, device=device, early_exit=args.early_exit,
-                          max_steps=args.max_steps, weighting=args.weighting, pool_with=pooled,
-                          progress=args.progress, max_tasks=args.max_tasks)
-        summaries[mode] = {**result.summary(), **extra}
-        if args.task_ids != ["own"]:
-            print(f"== task ids: {mode}")
-        print(format_metrics(summaries[mode]))
-    if len(summaries) > 1:
-        print(format_task_id_table(summaries))
-    if args.save_votes:
-        result.table.save(args.save_votes)  # this evaluation's votes only, never the pooled ones
-    if args.report_dir:
-        tasks = [t for t in args.tasks.split(",") if t] if args.tasks else None
-        paths = write_report(result, args.report_dir, tasks=tasks, first_n=args.first, pictures=not args.no_pictures)
-        print(f"report: {paths['markdown']}")
+    evaluate_export(args.weights, args.data, task_ids=args.task_ids, task_id_seed=args.task_id_seed,
+                    batch_size=args.batch_size, device=args.device, early_exit=args.early_exit,
+                    compile=args.compile, max_steps=args.max_steps, weighting=args.weighting,
+                    pool_with=args.pool_with, save_votes=args.save_votes, report_dir=args.report_dir,
+                    tasks=[t for t in args.tasks.split(",") if t] if args.tasks else None, first=args.first,
+                    pictures=not args.no_pictures, progress=args.progress, max_tasks=args.max_tasks)
     return 0
 
 
@@ -909,36 +878,21 @@ def _add_estimate(sub) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from trm_kaggle.config import ArchConfig
-    from trm_kaggle.model.export import read_export
-    from trm_kaggle.solve.estimate import estimate, format_estimate
+    from trm_kaggle.solve.estimate import estimate_kernel
     from trm_kaggle.solve.recipes import describe_recipes
-    from trm_kaggle.hardware import pick_device
 
     if args.list_recipes:
         print(describe_recipes())
         return 0
     if not (args.weights or args.preset):
         raise TRMError("estimate needs --weights EXPORT_DIR or --preset NAME")
-    if args.weights:
-        config, _ = read_export(args.weights)
-        arch, seq_len, vocab = ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"]
-    else:
-        from trm_kaggle.train.settings import load_train_config
-
-        arch, seq_len, vocab = load_train_config(presets=[args.preset]).arch, 900, 12
     if args.devices < 1:
         raise TRMError(f"--devices must be >= 1, got {args.devices}")
     fields = ("recipe", "num_aug", "finetune", "embeddings_fraction", "finetune_steps")
     cfg = _solve_config(argparse.Namespace(**{k: getattr(args, k) for k in fields}), challenges="-", weights="-")
-    arch = arch.with_recursion(**cfg.recursion())
-    tasks = -(-args.tasks // args.devices)  # the busiest device's share
-    e = estimate(arch, tasks=tasks, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps,
-                 finetune=cfg.finetune, embeddings_fraction=cfg.embeddings_fraction, batch_size=args.batch_size,
-                 eval_batch_size=args.eval_batch_size, device=pick_device(args.device), seq_len=seq_len,
-                 vocab_size=vocab, say=lambda line: print(line, file=sys.stderr, flush=True))
-    print(format_estimate(e, tasks, cfg.num_aug)
-          + (f"\n(per device: {args.tasks} tasks over {args.devices} devices)" if args.devices > 1 else ""))
+    print(estimate_kernel(cfg, weights=args.weights, preset=args.preset, tasks=args.tasks, devices=args.devices,
+                          batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, device=args.device,
+                          say=lambda line: print(line, file=sys.stderr, flush=True)))
     return 0
 
 

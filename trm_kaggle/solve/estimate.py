@@ -38,11 +38,14 @@ import torch
 
 from trm_kaggle import xla
 from trm_kaggle.config import ArchConfig, SolveConfig, TrainConfig
+from trm_kaggle.hardware import pick_device
+from trm_kaggle.model.export import read_export
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.solve.schedule import MODES, finetune_phases, steps_by_kind
 from trm_kaggle.train.loop import make_optimizers, optimizer_step
 from trm_kaggle.train.memory import GB, fitting_batch
+from trm_kaggle.train.settings import load_train_config
 
 # ARC-AGI-2 evaluation: 120 tasks, 167 test inputs, 3.3 demonstration pairs per task on average
 TEST_INPUTS_PER_TASK = 167 / 120
@@ -370,3 +373,23 @@ def format_estimate(e: Estimate, tasks: int, num_aug: int) -> str:
         lines.append(f"  {sizing}timed in {e.timing.spent_s:.1f} s (cap {e.timing.cap_s:.0f} s)"
                      + "".join(f"; {note}" for note in e.timing.notes))
     return "\n".join(lines)
+
+
+def estimate_kernel(cfg: SolveConfig, *, weights: str | None = None, preset: str | None = None, tasks: int = 120,
+                    devices: int = 1, batch_size: int = 64, eval_batch_size: int = 64, device: str = "auto",
+                    say: Callable[[str], None] | None = None) -> str:
+    """`trm-kaggle estimate`: the kernel's time for `tasks` tasks shared over `devices` devices (the busiest
+    one's share is timed), for the architecture of the export `weights` or of the training preset `preset`
+    under `cfg`'s test-time recipe; the text the command prints."""
+    if weights:
+        config, _ = read_export(weights)
+        arch, seq_len, vocab = ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"]
+    else:
+        arch, seq_len, vocab = load_train_config(presets=[preset]).arch, 900, 12
+    arch = arch.with_recursion(**cfg.recursion())
+    share = -(-tasks // devices)  # the busiest device's share
+    e = estimate(arch, tasks=share, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps, finetune=cfg.finetune,
+                 embeddings_fraction=cfg.embeddings_fraction, batch_size=batch_size, eval_batch_size=eval_batch_size,
+                 device=pick_device(device), seq_len=seq_len, vocab_size=vocab, say=say)
+    return (format_estimate(e, share, cfg.num_aug)
+            + (f"\n(per device: {tasks} tasks over {devices} devices)" if devices > 1 else ""))

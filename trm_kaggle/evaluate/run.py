@@ -1,0 +1,66 @@
+"""`trm-kaggle evaluate`: an export on an ARC dataset's test split, as the command runs it.
+
+    export + dataset -> (per --task-ids mode: the puzzle-embedding rows chosen) -> predictions -> votes
+                     (pooled with earlier evaluations' saved votes) -> metrics -> printed, votes saved, report
+
+Printed lines go to `out` (stdout for the command), notes to `note` (stderr).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Sequence
+
+from trm_kaggle.evaluate.report import evaluate, format_metrics, format_task_id_table, write_report
+from trm_kaggle.evaluate.vote import VoteTable
+from trm_kaggle.hardware import pick_device
+from trm_kaggle.model.export import apply_task_ids, load_model_for_dataset
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def evaluate_export(weights: str, data: str, *, task_ids: Sequence[str] = ("own",), task_id_seed: int = 0,
+                    batch_size: int = 256, device: str = "auto", early_exit: bool = False, compile: bool = False,
+                    max_steps: int | None = None, weighting: str = "count", pool_with: Sequence[str] | None = None,
+                    save_votes: str | None = None, report_dir: str | None = None, tasks: list[str] | None = None,
+                    first: int = 5, pictures: bool = True, progress: bool = True, max_tasks: int | None = None,
+                    out: Callable[[str], None] = print, note: Callable[[str], None] = _stderr) -> dict[str, dict]:
+    """Evaluate `weights` on `data` once per task-id mode; returns {mode: summary}. Votes of `pool_with` (files
+    of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first."""
+    modes = list(dict.fromkeys(task_ids))
+    pooled = None
+    for path in pool_with or []:  # read first: a bad file stops before any inference
+        table = VoteTable.load(path)
+        pooled = table if pooled is None else pooled.merge(table)
+    extra = {"pooled_evaluations": len(pool_with)} if pool_with else {}
+    torch_device = pick_device(device)
+    summaries = {}
+    while modes:
+        mode = modes.pop(0)
+        model, _, load_note = load_model_for_dataset(weights, data, torch_device)
+        if load_note and not summaries:
+            note(f"note: {load_note}")
+        ids_note = apply_task_ids(model, mode, seed=task_id_seed)
+        if ids_note and list(task_ids) != ["own"]:
+            # every puzzle has the same row whatever the mode: one evaluation answers for all of them
+            note(f"note: {ids_note}; evaluating once")
+            mode, modes = "/".join([mode] + modes), []
+        if compile:
+            model.compile_net()  # lazy: compiles in the first batch
+        result = evaluate(model, data, batch_size=batch_size, device=torch_device, early_exit=early_exit,
+                          max_steps=max_steps, weighting=weighting, pool_with=pooled, progress=progress,
+                          max_tasks=max_tasks)
+        summaries[mode] = {**result.summary(), **extra}
+        if list(task_ids) != ["own"]:
+            out(f"== task ids: {mode}")
+        out(format_metrics(summaries[mode]))
+    if len(summaries) > 1:
+        out(format_task_id_table(summaries))
+    if save_votes:
+        result.table.save(save_votes)  # this evaluation's votes only, never the pooled ones
+    if report_dir:
+        paths = write_report(result, report_dir, tasks=tasks, first_n=first, pictures=pictures)
+        out(f"report: {paths['markdown']}")
+    return summaries
