@@ -1,2 +1,4 @@
-"""Tasks -> dataset -> batches: ARC tasks (read, checked, written), augmentations, the dataset builders and
-format, and the loader that turns a dataset into batches."""
+"""Tasks -> dataset -> batches, one room per kind of task: ARC (`arc/`: read, checked, built), grid puzzles
+(`puzzles/`: Sudoku, Maze, generic grids) and code repair (`code/`), beside what they share: the dataset
+format (`format.py`), its check (`verify.py`), augmentations (`augment.py`) and the loader that turns a dataset
+into batches (`loader.py`)."""

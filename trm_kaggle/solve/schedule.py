@@ -1,7 +1,7 @@
 """The fine-tuning schedule of test-time training: which steps train the puzzle rows alone, which every weight.
 
 `SolveConfig.finetune` names the mode; `finetune_phases` turns (mode, fraction, steps) into phases of one run,
-which `trm_kaggle.solve.solve.finetune` runs in turn (each resumes the run where the previous one stopped) and
+which `trm_kaggle.solve.task.finetune` runs in turn (each resumes the run where the previous one stopped) and
 `trm_kaggle.solve.estimate` prices (a step that trains every weight costs more than one that trains rows alone).
 """
 
