@@ -268,3 +268,27 @@ def test_a_smaller_canvas_keeps_the_tasks_that_fit(arc_prefix, tmp_path, caplog)
             grid, _ = locate(s.inputs[k], side=6)
             first = tasks[task_id].test_inputs[0] if split == "test" else tasks[task_id].train[0][0]
             assert np.array_equal(grid, augment_grid(first, t, perm))
+
+
+def test_parsed_tasks_in_memory_build_the_dataset_their_files_build(arc_prefix, tmp_path):
+    """The solver hands the builder parsed tasks, never a file: the same dataset, byte for byte, as from the
+    files; a rebuild with the same tasks is recognised (`built_with`), with other tasks it is not."""
+    from trm_kaggle.data.arc.build import built_with
+
+    common = dict(subsets=["training", "evaluation"], test_set_name="evaluation", num_aug=2, seed=3, workers=1,
+                  progress=False, canvas=12)
+    from_files = ArcBuildConfig(output_dir=str(tmp_path / "files"), input_file_prefix=str(arc_prefix), **common)
+    build_arc(from_files)
+    loaded = {s: load_prefix_subset(str(arc_prefix), s) for s in common["subsets"]}
+    in_memory = ArcBuildConfig(output_dir=str(tmp_path / "memory"), **common)
+    assert built_with(in_memory, loaded) is None
+    build_arc(in_memory, loaded)
+    files = sorted(p.relative_to(tmp_path / "files") for p in (tmp_path / "files").rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(tmp_path / "memory") for p in (tmp_path / "memory").rglob("*") if p.is_file())
+    for rel in files:
+        if rel.name not in ("build_info.json", ".trm_kaggle_output.json"):  # they name the source and the folder
+            assert (tmp_path / "files" / rel).read_bytes() == (tmp_path / "memory" / rel).read_bytes(), rel
+    assert built_with(in_memory, loaded) is not None
+    fewer = {**loaded, "training": load_prefix_subset(str(arc_prefix), "training")}
+    fewer["training"].tasks.pop(next(iter(fewer["training"].tasks)))
+    assert built_with(in_memory, fewer) is None and built_with(in_memory) is None
