@@ -355,6 +355,8 @@ class TrainConfig(_Config):
                                                                                      "which the run saves and stops")
     log_interval: int = Field(10, ge=1, description="steps between metrics.jsonl records")
     checkpoint_keep: int = Field(3, ge=1, description="newest train states kept in the run directory")
+    max_nonfinite_steps: int = Field(20, ge=1, le=1_000_000, description="steps in a row whose loss or gradients "
+                                     "are NaN or inf (each skipped) before the run stops as diverged")
     tensorboard: bool = Field(False, description="also write TensorBoard event files")
     wandb: bool = Field(False, description="also log to W&B in offline mode (never needs the network)")
     progress: bool = Field(True, description="show a progress bar")
