@@ -41,6 +41,7 @@ from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data.arc import MAX_GRID, ArcTask, load_subset
 from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_augmentations
+from trm_kaggle.data.contents import write_contents
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_split,
                                     write_identifiers, write_rows_at)
 from trm_kaggle.errors import DataError
@@ -453,6 +454,7 @@ def build_arc(cfg: ArcBuildConfig) -> dict:
         atomic_write_json(tmp / "build_info.json", {
             "builder": "trm_kaggle build-arc", "version": __version__,
             "config": cfg.model_dump(exclude={"progress", "workers"}), "summary": summary}, indent=2)
+        write_contents(tmp)  # last: what every file holds (resume and verify check it)
     return summary
 
 

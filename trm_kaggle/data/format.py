@@ -4,6 +4,7 @@
       identifiers.json       list[str], index = puzzle identifier, entry 0 is "<blank>"
       test_puzzles.json      ARC only: {task_id: task dict with test outputs}
       build_info.json        ours: how the dataset was built (upstream ignores it)
+      contents.json          ours: every file's size and sha256 (trm_kaggle.data.contents)
       train/ test/           dataset.json + all__{inputs,labels,puzzle_identifiers,
                              puzzle_indices,group_indices}.npy
 
@@ -28,6 +29,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
+from trm_kaggle.data.contents import write_contents
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import read_json
 
@@ -241,6 +243,7 @@ class DatasetWriter:
                 if self.test_puzzles is not None:
                     atomic_write_json(self.tmp_dir / "test_puzzles.json", self.test_puzzles)
                 atomic_write_json(self.tmp_dir / "build_info.json", self.build_info, indent=2)
+                write_contents(self.tmp_dir)  # last: what every file holds (resume and verify check it)
             except BaseException as e:  # finishing failed: discard the partial directory
                 self._ctx.__exit__(type(e), e, e.__traceback__)
                 raise

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trm_kaggle.data.contents import contents_hash
 from trm_kaggle.data.format import FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, load_identifiers, load_split
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import read_json
@@ -101,6 +102,7 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
         raise DataError(f"{dataset_dir}: only a partial build exists (was the build interrupted?)")
     if not (dataset_dir / "identifiers.json").exists() and not (dataset_dir / "train").exists():
         raise DataError(f"{dataset_dir}: not a dataset directory (expected identifiers.json, train/ and test/)")
+    contents_hash(dataset_dir, full=True)  # every byte as its builder recorded it (datasets with a record)
     ids = load_identifiers(dataset_dir)
     if not ids or ids[0] != BLANK_IDENTIFIER:
         raise DataError(f"{dataset_dir / 'identifiers.json'}: entry 0 must be '<blank>'")

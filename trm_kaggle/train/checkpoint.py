@@ -32,6 +32,7 @@ import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
+from trm_kaggle.data.contents import contents_hash
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.digest import content_digest
@@ -51,10 +52,16 @@ RUN_RECORD = "run.json"  # {"run_id": ...}: which run the directory's states bel
 
 
 def dataset_fingerprint(paths: list[str]) -> str:
-    """Changes when a dataset is rebuilt or replaced: hashes dataset.json files, array sizes and identifiers."""
+    """Changes when a dataset is rebuilt or replaced: the hash of its contents its builder recorded (checked
+    cheaply against the files), else (datasets built before such records) its dataset.json files, array
+    sizes and identifiers."""
     h = hashlib.sha256()
     for p in paths:
         root = Path(p)
+        recorded = contents_hash(root)
+        if recorded is not None:
+            h.update(f"contents:{recorded}".encode())
+            continue
         for rel in ("train/dataset.json", "test/dataset.json", "identifiers.json"):
             f = root / rel
             h.update(rel.encode())
