@@ -102,7 +102,6 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
         raise DataError(f"{dataset_dir}: only a partial build exists (was the build interrupted?)")
     if not (dataset_dir / "identifiers.json").exists() and not (dataset_dir / "train").exists():
         raise DataError(f"{dataset_dir}: not a dataset directory (expected identifiers.json, train/ and test/)")
-    contents_hash(dataset_dir, full=True)  # every byte as its builder recorded it (datasets with a record)
     ids = load_identifiers(dataset_dir)
     if not ids or ids[0] != BLANK_IDENTIFIER:
         raise DataError(f"{dataset_dir / 'identifiers.json'}: entry 0 must be '<blank>'")
@@ -122,6 +121,7 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
             raise DataError(f"{tp}: must map task ids to tasks")
         test_tasks = len(test_puzzles)
         _check_test_puzzles(dataset_dir, test_puzzles, ids)
+    contents_hash(dataset_dir, full=True)  # every byte as its builder recorded it (datasets with a record)
     size = sum(p.stat().st_size for p in dataset_dir.rglob("*") if p.is_file())
     return {"path": str(dataset_dir), "identifiers": len(ids), "test_tasks": test_tasks, "bytes": size,
             "splits": {k: v.__dict__ for k, v in splits.items()}}
