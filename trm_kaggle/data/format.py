@@ -306,6 +306,32 @@ def load_split(dataset_dir: str | os.PathLike, split: str) -> Split:
     return Split(name=split, metadata=meta, **arrays)
 
 
+_TOKEN_CHUNK_ROWS = 1 << 16
+
+
+def check_token_range(split_dir: Path, split: Split) -> None:
+    """DataError naming the file and row of the first input or label token outside 0..vocab_size-1 (a label may
+    also be the split's ignore_label_id). Reads the memory-mapped arrays once, in chunks."""
+    m = split.metadata
+    for name in ("inputs", "labels"):
+        a = getattr(split, name)
+        if np.issubdtype(a.dtype, np.unsignedinteger) and np.iinfo(a.dtype).max < m.vocab_size:
+            continue  # nothing this dtype holds can be outside
+        for start in range(0, len(a), _TOKEN_CHUNK_ROWS):
+            chunk = np.asarray(a[start:start + _TOKEN_CHUNK_ROWS])
+            if not chunk.size or (int(chunk.min()) >= 0 and int(chunk.max()) < m.vocab_size):
+                continue
+            bad = (chunk < 0) | (chunk >= m.vocab_size)
+            if name == "labels" and m.ignore_label_id is not None:
+                bad &= chunk != m.ignore_label_id
+            if bad.any():
+                row = start + int(np.argmax(bad.any(axis=1)))
+                token = int(chunk[row - start][bad[row - start]][0])
+                raise DataError(f"{split_dir}/{SET_NAME}__{name}.npy: row {row} has token {token}, outside 0.."
+                                f"{m.vocab_size - 1} (the vocabulary its dataset.json declares); rebuild the "
+                                f"dataset, or correct its vocab_size")
+
+
 def read_npy_header(path: str | os.PathLike) -> tuple[np.dtype, tuple[int, ...]]:
     """dtype and shape from a .npy header without reading the data."""
     with open(path, "rb") as f:
