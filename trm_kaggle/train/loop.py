@@ -48,7 +48,7 @@ from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics
-from trm_kaggle.train.memory import MemoryWatch, memory_aware_micro_batch
+from trm_kaggle.train.memory import MemoryWatch, is_out_of_memory, memory_aware_micro_batch, out_of_memory_error
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
 from trm_kaggle.train.stages import StagePlan
@@ -435,9 +435,11 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                 try:
                     carries, metrics = _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch)
                     break
-                except torch.OutOfMemoryError:
-                    if not cfg.auto_batch or micro == 1:
+                except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:  # any device's allocator
+                    if not is_out_of_memory(e):
                         raise
+                    if not cfg.auto_batch or micro == 1:
+                        raise out_of_memory_error(cfg, micro, rt.device, f"in training step {step + 1}") from None
                     # nothing was applied yet: drop the partial gradients, halve the micro-batch, retry
                     micro = _largest_divisor_at_most(local_batch, micro // 2)
                     model.zero_grad(set_to_none=True)
