@@ -157,3 +157,29 @@ def test_check_finite_names_the_first_bad_tensor_and_ignores_integer_tensors():
         check_finite({"a": torch.ones(3), "b": torch.tensor([1.0, float("nan"), float("inf"), 0.0])}, "f")
     with pytest.raises(TRMError, match="tensor h holds 1 non-finite value "):
         check_finite({"h": torch.tensor([float("inf")], dtype=torch.bfloat16)}, "f")
+
+
+def test_an_isolated_non_finite_step_is_skipped_and_training_goes_on(data, tmp_path, monkeypatch, caplog):
+    import logging
+
+    from trm_kaggle.train import loop
+
+    real, calls = loop._accumulate, []
+
+    def one_nan_gradient(forward, model, *args):
+        out = real(forward, model, *args)
+        calls.append(1)
+        if len(calls) == 2:  # the second step's gradients get a NaN
+            next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = float("nan")
+        return out
+
+    monkeypatch.setattr(loop, "_accumulate", one_nan_gradient)
+    caplog.set_level(logging.WARNING)
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=4", "ema=True")) == 0
+    assert "step 2: the loss or the gradients are not finite; step skipped (1 in a row" in caplog.text
+    assert len(calls) == 5  # four optimizer steps took five attempts
+    assert [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3, 4]
+    state = ckpt.load_train_state(ckpt.list_states(run)[-1])
+    for group in ("model", "ema"):
+        assert all(torch.isfinite(t).all() for t in state[group].values() if t.is_floating_point()), group

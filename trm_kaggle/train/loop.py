@@ -431,6 +431,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             # forward/backward over micro-batches; each keeps its own ACT carry
             if carries is None:
                 carries = [model.initial_carry(mb) for mb in _split(batch, micro)]
+            carries_before = carries  # what a skipped (non-finite) step leaves in place
             while True:
                 try:
                     carries, metrics = _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch)
@@ -458,6 +459,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             # (XLA: checked on the logged loss, a host read per step would cut its graph)
             if not on_xla and nonfinite.skip(step_is_finite(model, metrics[0]), step):
                 _drop_gradients(model)
+                carries = carries_before if len(carries_before) == len(carries) else _resplit(carries_before, micro)
                 log.warning("step %d: the loss or the gradients are not finite; step skipped (%d in a row, the run "
                             "stops at max_nonfinite_steps=%d)", step + 1, nonfinite.in_a_row, nonfinite.limit)
                 continue
