@@ -86,6 +86,10 @@ def test_a_state_of_another_run_copied_in_is_never_the_newest(data, tmp_path, ca
     # the export of the run takes the run's own newest state too
     assert main(["export", str(run), "--out", str(tmp_path / "w")]) == 0
     assert read_export(tmp_path / "w")[0]["info"]["step"] == 7
+    # a state of another run numbered below the run's own is not rotated away either
+    (run / "state_step00000001.pt").write_bytes(ckpt.list_states(other)[-1].read_bytes())
+    assert main(train_args(data, run, "max_steps=9", "checkpoint_keep=1")) == 0
+    assert states(run) == ["state_step00000001.pt", "state_step00000009.pt", "state_step99999999.pt"]
 
 
 def test_states_from_before_checksums_and_run_ids_are_resumed_with_a_note(data, tmp_path, caplog):

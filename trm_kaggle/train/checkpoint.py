@@ -191,10 +191,21 @@ def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int)
     # Streamed into the temporary file: serialising into memory first would hold a second copy of
     # the whole state (the puzzle table alone is 2.4 GB for upstream's ARC datasets) at every save.
     atomic_write(path, lambda f: torch.save(payload, f), mode="wb")
-    ours = [p for p in list_states(run_dir) if int(_STATE_RE.search(p.name).group(1)) <= step]
+    ours = [p for p in list_states(run_dir) if int(_STATE_RE.search(p.name).group(1)) <= step
+            and _written_by(p, payload["run_id"])]
     for old in ours[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return path
+
+
+def _written_by(path: Path, run_id: str | None) -> bool:
+    """Whether the state at `path` is this run's to rotate away: its run id is `run_id`, or it has none (written
+    before run ids). Read memory-mapped: the tensors are not loaded. An unreadable file is not ours to delete."""
+    try:
+        owner = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("run_id")
+    except Exception:  # noqa: BLE001 - truncated, foreign: left in place
+        return False
+    return owner is None or owner == run_id
 
 
 def _to_cpu(value: Any) -> Any:
