@@ -183,3 +183,19 @@ def test_an_isolated_non_finite_step_is_skipped_and_training_goes_on(data, tmp_p
     state = ckpt.load_train_state(ckpt.list_states(run)[-1])
     for group in ("model", "ema"):
         assert all(torch.isfinite(t).all() for t in state[group].values() if t.is_floating_point()), group
+
+
+def test_build_bundle_py_refuses_to_ship_non_finite_weights(export, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bad = tmp_path / "bad"
+    name = poisoned_export(export, bad, float("nan"))
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(repo / "build_bundle.py"), str(tmp_path / "bundle"), "--weights",
+                           str(bad), "--no-download"], capture_output=True, text=True, timeout=300)
+    err = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(err) == 1, done.stderr[-2000:]
+    assert f"tensor {name} holds 1 non-finite value" in err[0] and str(bad / "weights.safetensors") in err[0]
+    assert not (tmp_path / "bundle").exists()
