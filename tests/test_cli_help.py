@@ -66,7 +66,7 @@ def test_train_help_points_to_a_settings_list_that_names_every_setting(capsys):
     listed = {line.split(" = ")[0].strip() for line in out.splitlines() if line.startswith("  ") and " = " in line
               and not line.startswith("      ")}
     assert listed == set(keys(TrainConfig))
-    assert "  lr = 0.0001  [float; > 0, finite]" in out
+    assert "  lr = 0.0001  [float; > 0, <= 1e+30, finite]" in out
     assert "  arch.L_cycles = 6  [int; >= 1, <= 256]" in out
 
 

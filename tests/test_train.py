@@ -263,7 +263,7 @@ def test_out_of_memory_retries_with_a_smaller_micro_batch(sudoku4, tmp_path, mon
         return real_forward(self, carry, batch, exploration)
 
     monkeypatch.setattr(TinyRecursiveModel, "forward", forward)
-    with pytest.raises(torch.OutOfMemoryError):
+    with pytest.raises(TRMError, match="out of memory on cpu in training step 1: lower micro_batch_size"):
         train(cfg_for(sudoku4, tmp_path / "no", "max_steps=2"))
     train(cfg_for(sudoku4, tmp_path / "auto", "max_steps=3", "auto_batch=True"))
     monkeypatch.setattr(TinyRecursiveModel, "forward", real_forward)

@@ -279,7 +279,15 @@ def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
     from trm_kaggle.train.checkpoint import export_run
     from trm_kaggle.train.loop import train
 
-    result = train(cfg)
+    try:
+        result = train(cfg)
+    except (MemoryError, RuntimeError) as e:  # out of memory outside a step (the step says it itself)
+        from trm_kaggle.train.memory import is_out_of_memory, out_of_memory_error
+
+        if not is_out_of_memory(e):
+            raise
+        raise out_of_memory_error(cfg, cfg.micro_batch_size or cfg.global_batch_size, cfg.device,
+                                  "setting up, evaluating or saving the run") from None
     if not result.is_main:
         return
     print(result.summary(), flush=True)

@@ -7,8 +7,9 @@ comment says otherwise.
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -18,8 +19,39 @@ def validation_line(e: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'value'}: {err['msg']}" for err in e.errors())
 
 
+#: Above any learning rate that trains (`lr=1e30` still runs, and stops as diverged); keeps the optimizers'
+#: float32 step sizes finite.
+MAX_LR = 1e30
+#: Seeds go to numpy, torch and Python's random: non-negative 32-bit (numpy's legacy seeding takes no more).
+MAX_SEED = 2**32 - 1
+_INT64 = 2**63
+
+
+def _checked_number(value, where: str = ""):
+    """Every number of every config, whatever the field's own bounds: a float is finite (NaN slips through
+    comparisons, inf through lower bounds) and an int fits the 64-bit integers torch and numpy compute with."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}must be a finite number")
+    if isinstance(value, int) and not isinstance(value, bool) and not -_INT64 <= value < _INT64:
+        raise ValueError(f"{where}{value} is out of range (a 64-bit integer)")
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _checked_number(item, f"item {i}: ")
+    return value
+
+
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _finite_first(cls, value):  # before the field's bounds: "nan <= 1" fails with a puzzling message
+        return _checked_number(value) if isinstance(value, float) else value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _numbers_in_range(cls, value):
+        return _checked_number(value)
 
 
 # ---------------------------------------------------------------------------
@@ -46,10 +78,10 @@ class ArcBuildConfig(_Config):
     subsets: list[str] = Field(default_factory=lambda: list(ARC_DEFAULT_SUBSETS))
     test_set_name: str = "evaluation2"
     test_set_name2: str = "evaluation2"  # upstream's second test-set name; same default as upstream
-    seed: int = 42
+    seed: int = Field(42, ge=0, le=MAX_SEED)
     num_aug: int = 1000
     puzzle_identifiers_start: int = 1
-    workers: int = 0  # 0 = one per CPU core
+    workers: int = Field(0, ge=0, le=4096)  # 0 = one per CPU core
     skip_invalid: bool = False  # skip (and report) malformed tasks instead of stopping; for unseen Kaggle tasks
     max_tasks: Optional[int] = Field(None, ge=1)  # keep the first N tasks of each subset (quick experiments)
     # ours: side of the square canvas (seq_len = canvas^2); tasks with a larger grid are left out.
@@ -83,9 +115,9 @@ class SudokuBuildConfig(_Config):
     output_dir: str
     input_dir: Optional[str] = None
     subsample_size: Optional[int] = Field(None, ge=1)  # train split only, as upstream
-    min_difficulty: Optional[int] = None  # keep puzzles with rating >= this
+    min_difficulty: Optional[int] = Field(None, ge=0)  # keep puzzles with rating >= this
     num_aug: int = Field(0, ge=0)  # train split only, as upstream
-    seed: int = 42
+    seed: int = Field(42, ge=0, le=MAX_SEED)
     # offline generator (a CSV's board size is read from the file)
     size: Literal[4, 6, 9] = 9
     num_train: int = Field(1000, ge=1)
@@ -100,12 +132,12 @@ class MazeBuildConfig(_Config):
     input_dir: Optional[str] = None
     subsample_size: Optional[int] = Field(None, ge=1)
     aug: bool = False  # the 8 dihedral copies of each train maze
-    seed: int = 42
+    seed: int = Field(42, ge=0, le=MAX_SEED)
     # offline generator
-    size: int = Field(30, ge=5)
+    size: int = Field(30, ge=5, le=1024)
     num_train: int = Field(1000, ge=1)
     num_test: int = Field(200, ge=1)
-    min_path_length: Optional[int] = None
+    min_path_length: Optional[int] = Field(None, ge=0)
     progress: bool = True
 
 
@@ -132,7 +164,7 @@ class CodeRepairBuildConfig(_Config):
     max_files: Optional[int] = Field(None, ge=1)  # a seeded sample of the corpus (quick experiments)
     val_fraction: float = Field(0.05, ge=0.0, lt=1.0)  # of the files
     test_fraction: float = Field(0.1, ge=0.0, lt=1.0)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     workers: int = Field(0, ge=0)  # 0 = one per CPU core
     progress: bool = True
 
@@ -284,9 +316,9 @@ class TrainStage(_Config):
     name: str = Field("", description="shown in logs and metrics.jsonl")
     bug_types: Optional[list[str]] = Field(None, description="bug types sampled; None = all")
     max_difficulty: Optional[float] = Field(None, ge=0, le=1, description="hardest example sampled; None = no cap")
-    lr: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="the schedule rescaled to this base "
-                                                                             "rate")
-    lr_scale: float = Field(1.0, gt=0, allow_inf_nan=False, description="the schedule times this")
+    lr: Optional[float] = Field(None, gt=0, le=MAX_LR, allow_inf_nan=False,
+                                description="the schedule rescaled to this base rate")
+    lr_scale: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False, description="the schedule times this")
     share: float = Field(1.0, gt=0, allow_inf_nan=False, description="the stage's part of the run (normalised)")
 
     @model_validator(mode="after")
@@ -315,7 +347,8 @@ class TrainConfig(_Config):
     min_eval_interval: Optional[int] = Field(0, ge=0, description="first epoch that evaluates")
     checkpoint_every_eval: bool = Field(True, description="write a train state at every evaluation")
 
-    lr: float = Field(1e-4, gt=0, allow_inf_nan=False, description="peak learning rate of the weights")
+    lr: float = Field(1e-4, gt=0, le=MAX_LR, allow_inf_nan=False,
+                      description="peak learning rate of the weights")
     lr_min_ratio: float = Field(1.0, ge=0, le=1, description="the cosine schedule's floor as a share of lr "
                                                              "(1.0 = constant after warm-up, upstream's)")
     lr_warmup_steps: int = Field(2000, ge=0, description="optimizer steps of linear warm-up")
@@ -323,8 +356,8 @@ class TrainConfig(_Config):
                                                       "(Lion)")
     beta2: float = Field(0.95, ge=0, lt=1, description="second-moment decay (AdamATan2, AdamW) or momentum (Lion)")
     weight_decay: float = Field(0.1, ge=0, allow_inf_nan=False, description="decoupled weight decay of the weights")
-    puzzle_emb_lr: float = Field(1e-2, ge=0, allow_inf_nan=False, description="learning rate of the "
-                                                                             "puzzle-embedding rows (SignSGD)")
+    puzzle_emb_lr: float = Field(1e-2, ge=0, le=MAX_LR, allow_inf_nan=False,
+                                 description="learning rate of the puzzle-embedding rows (SignSGD)")
     puzzle_emb_weight_decay: float = Field(0.1, ge=0, allow_inf_nan=False, description="weight decay of the "
                                                                                        "puzzle-embedding rows")
     # lion: one moment, sign updates (trm_kaggle.optim.lion); usually wants a 3-10x smaller lr, a 3-10x larger
@@ -336,7 +369,7 @@ class TrainConfig(_Config):
     ema_rate: float = Field(0.999, ge=0, le=1, description="EMA decay per step")
     freeze_weights: bool = Field(False, description="train only the puzzle embeddings (test-time training)")
 
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of initialisation, data order and halting draws")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of initialisation, data order and halting draws")
     project_name: Optional[str] = Field(None, description="upstream's W&B project name; kept in the config")
     run_name: Optional[str] = Field(None, description="name of the run (default directory runs/<run_name>)")
     checkpoint_path: Optional[str] = Field(None, description="run directory; default runs/<run_name>")
@@ -364,6 +397,8 @@ class TrainConfig(_Config):
                                                                                      "which the run saves and stops")
     log_interval: int = Field(10, ge=1, description="steps between metrics.jsonl records")
     checkpoint_keep: int = Field(3, ge=1, description="newest train states kept in the run directory")
+    max_nonfinite_steps: int = Field(20, ge=1, le=1_000_000, description="steps in a row whose loss or gradients "
+                                     "are NaN or inf (each skipped) before the run stops as diverged")
     tensorboard: bool = Field(False, description="also write TensorBoard event files")
     wandb: bool = Field(False, description="also log to W&B in offline mode (never needs the network)")
     progress: bool = Field(True, description="show a progress bar")
@@ -436,7 +471,8 @@ class SweepGrid(_Config):
     presets: list[str] = Field(default_factory=list)
     overrides: list[str] = Field(default_factory=list)
     axes: list[list[SweepVariant]] = Field(default_factory=list, max_length=16)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, max_length=1000)
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(default_factory=lambda: [0], min_length=1,
+                                                                  max_length=1000)
 
     @field_validator("axes")
     @classmethod
@@ -508,14 +544,14 @@ class SolveConfig(_Config):
     max_tasks: Optional[int] = Field(None, ge=1)  # the model works on the first N tasks; every task is submitted
     workers: Optional[int] = Field(None, ge=1)  # processes, one device each; None = one per visible GPU, else 1
     global_batch_size: int = Field(64, ge=1)
-    lr: float = Field(1e-4, gt=0, allow_inf_nan=False)  # of the weights, while fine-tuning trains them
-    puzzle_emb_lr: float = Field(1e-2, gt=0, allow_inf_nan=False)
+    lr: float = Field(1e-4, gt=0, le=MAX_LR, allow_inf_nan=False)  # of the weights, while fine-tuning trains them
+    puzzle_emb_lr: float = Field(1e-2, gt=0, le=MAX_LR, allow_inf_nan=False)
     eval_batch_size: int = Field(256, ge=1)
     early_exit: bool = False
     fallback: Literal["input", "blank"] = "input"
     device: Literal["auto", "cpu", "cuda", "mps", "xla"] = "auto"
     threads: Optional[int] = Field(None, ge=1, le=4096)  # CPU threads per worker; None = cores / workers
-    seed: int = Field(0, ge=0, le=2**32 - 1)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     progress: bool = True
 
     @field_validator("num_aug", "finetune_steps")
@@ -556,7 +592,7 @@ class PipelineConfig(_Config):
     canvas: int = Field(12, ge=1, le=30)
     eval_tasks: int = Field(3, ge=1)  # ARC-AGI-2 evaluation tasks (that fit the canvas) in the test split
     unseen_tasks: int = Field(2, ge=1)  # further ARC-AGI-2 evaluation tasks (that fit the canvas) as unseen challenges
-    seed: int = Field(42, ge=0, le=2**32 - 1)
+    seed: int = Field(42, ge=0, le=MAX_SEED)
     progress: bool = True
 
 

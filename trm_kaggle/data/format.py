@@ -4,6 +4,7 @@
       identifiers.json       list[str], index = puzzle identifier, entry 0 is "<blank>"
       test_puzzles.json      ARC only: {task_id: task dict with test outputs}
       build_info.json        ours: how the dataset was built (upstream ignores it)
+      contents.json          ours: every file's size and sha256 (trm_kaggle.data.contents)
       train/ test/           dataset.json + all__{inputs,labels,puzzle_identifiers,
                              puzzle_indices,group_indices}.npy
 
@@ -28,6 +29,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
+from trm_kaggle.data.contents import write_contents
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import read_json
 
@@ -241,6 +243,7 @@ class DatasetWriter:
                 if self.test_puzzles is not None:
                     atomic_write_json(self.tmp_dir / "test_puzzles.json", self.test_puzzles)
                 atomic_write_json(self.tmp_dir / "build_info.json", self.build_info, indent=2)
+                write_contents(self.tmp_dir)  # last: what every file holds (resume and verify check it)
             except BaseException as e:  # finishing failed: discard the partial directory
                 self._ctx.__exit__(type(e), e, e.__traceback__)
                 raise
@@ -301,6 +304,32 @@ def load_split(dataset_dir: str | os.PathLike, split: str) -> Split:
         except (OSError, ValueError) as e:
             raise DataError(f"{path}: unreadable or truncated .npy file: {e}") from None
     return Split(name=split, metadata=meta, **arrays)
+
+
+_TOKEN_CHUNK_ROWS = 1 << 16
+
+
+def check_token_range(split_dir: Path, split: Split) -> None:
+    """DataError naming the file and row of the first input or label token outside 0..vocab_size-1 (a label may
+    also be the split's ignore_label_id). Reads the memory-mapped arrays once, in chunks."""
+    m = split.metadata
+    for name in ("inputs", "labels"):
+        a = getattr(split, name)
+        if np.issubdtype(a.dtype, np.unsignedinteger) and np.iinfo(a.dtype).max < m.vocab_size:
+            continue  # nothing this dtype holds can be outside
+        for start in range(0, len(a), _TOKEN_CHUNK_ROWS):
+            chunk = np.asarray(a[start:start + _TOKEN_CHUNK_ROWS])
+            if not chunk.size or (int(chunk.min()) >= 0 and int(chunk.max()) < m.vocab_size):
+                continue
+            bad = (chunk < 0) | (chunk >= m.vocab_size)
+            if name == "labels" and m.ignore_label_id is not None:
+                bad &= chunk != m.ignore_label_id
+            if bad.any():
+                row = start + int(np.argmax(bad.any(axis=1)))
+                token = int(chunk[row - start][bad[row - start]][0])
+                raise DataError(f"{split_dir}/{SET_NAME}__{name}.npy: row {row} has token {token}, outside 0.."
+                                f"{m.vocab_size - 1} (the vocabulary its dataset.json declares); rebuild the "
+                                f"dataset, or correct its vocab_size")
 
 
 def read_npy_header(path: str | os.PathLike) -> tuple[np.dtype, tuple[int, ...]]:

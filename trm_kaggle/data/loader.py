@@ -41,7 +41,8 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from trm_kaggle.data.format import SET_NAME, DatasetMetadata, Split, load_identifiers, load_split
+from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, Split, check_token_range, load_identifiers,
+                                    load_split)
 from trm_kaggle.errors import DataError, TRMError
 
 # The label value the losses ignore. Upstream's batches replace the dataset's ignore label
@@ -102,6 +103,7 @@ def _check_structure(path: Path, split: Split) -> None:
         # an identifier past the count would land in the next dataset's rows once offset
         raise DataError(f"{where}: puzzle identifiers {ids.min()}..{ids.max()} outside 0.."
                         f"{split.metadata.num_puzzle_identifiers - 1} (num_puzzle_identifiers)")
+    check_token_range(path / split.name, split)  # a token past the vocabulary is an IndexError deep in the model
 
 
 def _merge_metadata(paths: list[Path], metas: list[DatasetMetadata], num_puzzles: int,

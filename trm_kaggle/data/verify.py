@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from trm_kaggle.data.format import FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, load_identifiers, load_split
+from trm_kaggle.data.contents import contents_hash
+from trm_kaggle.data.format import (FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, check_token_range, load_identifiers,
+                                    load_split)
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in
 from trm_kaggle.wording import count
-
-_CHUNK_ROWS = 1 << 16
 
 
 @dataclass
@@ -78,14 +78,7 @@ def verify_split(dataset_dir: Path, split: str, num_identifiers: int) -> SplitSu
         raise DataError(f"{d}: {SET_NAME}__puzzle_identifiers has shape {pid.shape}, expected ({m.total_puzzles},)")
     if len(pid) and (pid.min() < 0 or pid.max() >= num_identifiers):
         raise DataError(f"{d}: puzzle identifier {int(pid.max())} outside the table of {num_identifiers}")
-    for name in ("inputs", "labels"):
-        a = getattr(s, name)
-        for start in range(0, n, _CHUNK_ROWS):
-            chunk = np.asarray(a[start:start + _CHUNK_ROWS])
-            lo, hi = int(chunk.min()), int(chunk.max())
-            if lo < 0 or hi >= m.vocab_size:
-                row = start + int(np.argmax(((chunk < 0) | (chunk >= m.vocab_size)).any(axis=1)))
-                raise DataError(f"{d}/{SET_NAME}__{name}.npy: row {row} has a token outside 0..{m.vocab_size - 1}")
+    check_token_range(d, s)
     mean = n / max(1, m.total_puzzles)
     if abs(mean - m.mean_puzzle_examples) > 1e-6 * max(1.0, mean):
         raise DataError(f"{d / 'dataset.json'}: mean_puzzle_examples {m.mean_puzzle_examples} but the arrays give {mean}")
@@ -120,6 +113,7 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
             raise DataError(f"{tp}: must map task ids to tasks")
         test_tasks = len(test_puzzles)
         _check_test_puzzles(dataset_dir, test_puzzles, ids)
+    contents_hash(dataset_dir, full=True)  # every byte as its builder recorded it (datasets with a record)
     size = sum(p.stat().st_size for p in dataset_dir.rglob("*") if p.is_file())
     return {"path": str(dataset_dir), "identifiers": len(ids), "test_tasks": test_tasks, "bytes": size,
             "splits": {k: v.__dict__ for k, v in splits.items()}}

@@ -88,6 +88,9 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     weights = Path(weights)
     if not is_export(weights):
         raise TRMError(f"--weights {weights}: not an export (needs weights.safetensors + config.json)")
+    from trm_kaggle.model.export import read_export  # torch: only when a bundle is built
+
+    read_export(weights)  # damaged, non-finite or edited-config weights are refused before any slow step
     out.mkdir(parents=True, exist_ok=True)
     report = {"out_dir": str(out.absolute()),
               "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,

@@ -126,13 +126,10 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
         raise TRMError(f"--weights {export_dir}: not an export (needs weights.safetensors + a config.json written "
                        f"by `trm-kaggle export` or `trm-kaggle import-upstream`)")
     config = read_json(export_dir / "config.json", "config.json")
-    try:  # the header must parse (cheap: no tensor is read)
-        from safetensors import safe_open
+    from trm_kaggle.model.export import read_export  # torch: only when a bundle is built
 
-        with safe_open(str(export_dir / "weights.safetensors"), framework="pt") as f:
-            n_tensors = len(list(f.keys()))
-    except Exception as e:
-        raise TRMError(f"{export_dir / 'weights.safetensors'}: unreadable safetensors file: {e}") from None
+    # what the kernel will load, checked as it will be: readable, bound to its config, intact, finite
+    n_tensors = len(read_export(export_dir)[1])
     with atomic_directory(out_dir, kind="kaggle weights dataset") as tmp:
         log(f"copying the export {export_dir}")
         for name in ("weights.safetensors", "config.json"):

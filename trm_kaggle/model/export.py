@@ -33,6 +33,8 @@ from trm_kaggle.config import ArchConfig, ExportConfig, TaskIdMode, TrainConfig,
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.model.digest import content_digest
+from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
 
 EXPORT_FORMAT = "trm_kaggle.inference"
@@ -133,7 +135,10 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
     }
     # the weights carry the shape-defining config they were saved with: a later edit of config.json
     # (num_heads, puzzle_emb_len, ... change no tensor shape) is caught when loading
-    weights_meta = {"format": EXPORT_FORMAT, "config": json.dumps(_shape_config(config), sort_keys=True)}
+    # and a checksum of the tensors, in the same file: bytes changed on disk or in a copy are caught when loading
+    weights_meta = {"format": EXPORT_FORMAT, "config": json.dumps(_shape_config(config), sort_keys=True),
+                    "sha256": content_digest(tensors)}
+    check_finite(tensors, f"{Path(out_dir) / 'weights.safetensors'} (not written)")
     with atomic_directory(out_dir, kind="export") as tmp:
         save_file(tensors, str(tmp / "weights.safetensors"), metadata=weights_meta)
         os.chmod(tmp / "weights.safetensors", 0o644)  # safetensors writes it private; exports are shared
@@ -165,11 +170,16 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     try:
         with safe_open(str(w_path), framework="pt") as f:
             saved = (f.metadata() or {}).get("config")
+            digest = (f.metadata() or {}).get("sha256")
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except FileNotFoundError:
         raise TRMError(f"{w_path}: missing") from None
     except (SafetensorError, OSError, ValueError) as e:
         raise TRMError(f"{w_path}: unreadable or truncated safetensors file: {e}") from None
+    if digest is not None and content_digest(tensors) != digest:  # older exports carry none: nothing to verify
+        raise TRMError(f"{w_path}: damaged: its tensors do not match the checksum written with them (bytes changed "
+                       f"on disk or in a copy); export the weights again")
+    check_finite(tensors, str(w_path))
     if saved is not None:  # exports of older versions carry no config: nothing to compare
         try:
             saved = json.loads(saved)

@@ -7,6 +7,12 @@ fingerprint of the dataset, every tensor on the CPU (so a state written on a GPU
 a TPU resumes on any device). Written atomically (temp file + rename); the newest
 `keep` states are kept. Loaded with `torch.load(weights_only=True)`: no pickle.
 
+Each state carries a checksum of its contents (`sha256`, inside the file, so both are
+replaced in one rename) and the id of its run (`run_id`, also kept in the run directory's
+`run.json`). Resuming verifies both: a damaged state is set aside by name and the newest
+good one is used; a state of another run copied into the directory is never taken as the
+newest. States written before checksums and run ids are accepted with a note.
+
 `export_run` turns a run's newest state into an inference export
 (`trm_kaggle.model.export`, which owns that format).
 """
@@ -18,20 +24,26 @@ import json
 import logging
 import os
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from trm_kaggle import __version__
-from trm_kaggle.atomic import atomic_write
+from trm_kaggle.atomic import atomic_write, atomic_write_json
+from trm_kaggle.data.contents import contents_hash
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
+from trm_kaggle.model.digest import content_digest
+from trm_kaggle.model.finite import NonFiniteTraining, first_nonfinite
 from trm_kaggle.model.export import export_inference, model_from_train_state
 
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "trm_kaggle.train_state"
 _STATE_RE = re.compile(r"state_step(\d+)\.pt$")
+RUN_RECORD = "run.json"  # {"run_id": ...}: which run the directory's states belong to
 
 
 # ---------------------------------------------------------------------------
@@ -40,10 +52,16 @@ _STATE_RE = re.compile(r"state_step(\d+)\.pt$")
 
 
 def dataset_fingerprint(paths: list[str]) -> str:
-    """Changes when a dataset is rebuilt or replaced: hashes dataset.json files, array sizes and identifiers."""
+    """Changes when a dataset is rebuilt or replaced: the hash of its contents its builder recorded (checked
+    cheaply against the files), else (datasets built before such records) its dataset.json files, array
+    sizes and identifiers."""
     h = hashlib.sha256()
     for p in paths:
         root = Path(p)
+        recorded = contents_hash(root)
+        if recorded is not None:
+            h.update(f"contents:{recorded}".encode())
+            continue
         for rel in ("train/dataset.json", "test/dataset.json", "identifiers.json"):
             f = root / rel
             h.update(rel.encode())
@@ -89,9 +107,18 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
     if not states:
         raise TRMError(f"{run_dir}: no train state (state_step*.pt)")
     errors = []
+    run_id = recorded_run_id(run_dir)
     for path in reversed(states):
         try:
             state = load_train_state(path)
+            owner = state.get("run_id")
+            if run_id is not None and owner is not None and owner != run_id:
+                raise ForeignState(f"{path}: written by another run (run id {owner}, this directory's run is "
+                                   f"{run_id}; see {RUN_RECORD}): not resumed from, left in place")
+        except ForeignState as e:
+            errors.append(str(e))
+            log.warning("%s; trying the previous state", e)
+            continue
         except TRMError as e:
             errors.append(str(e))
             if quarantine:
@@ -105,9 +132,35 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
     raise TRMError(f"{run_dir}: no readable train state ({len(errors)} tried; newest: {errors[0]})")
 
 
+class ForeignState(TRMError):
+    """A train state in a run directory that another run wrote (a copied-in file)."""
+
+
+def recorded_run_id(run_dir: str | os.PathLike) -> str | None:
+    """The run id in `run_dir`'s run.json; None when there is none (a new run, or one from before run ids)."""
+    record = Path(run_dir) / RUN_RECORD
+    if not record.is_file():
+        return None
+    value = read_json(record, RUN_RECORD)
+    if not isinstance(value, dict) or not isinstance(value.get("run_id"), str):
+        raise TRMError(f"{record}: not a run record (expected {{\"run_id\": \"...\"}})")
+    return value["run_id"]
+
+
+def claim_run_id(run_dir: Path, resumed: dict[str, Any] | None) -> str:
+    """The run id of the run in `run_dir`, recorded in run.json: the recorded one, else the resumed state's,
+    else a new one (the run's rank 0 calls this before writing states)."""
+    recorded = recorded_run_id(run_dir)
+    run_id = recorded or (resumed or {}).get("run_id") or uuid.uuid4().hex
+    if recorded != run_id:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(run_dir / RUN_RECORD, {"run_id": run_id}, indent=1)
+    return run_id
+
+
 #: The files a run directory's writer replaces atomically (`trm_kaggle.atomic` writes `.<name>.<random>.tmp`
 #: beside each and renames it into place): a process killed mid-write leaves such a temporary behind.
-_TEMPORARY_RE = re.compile(r"^\.(state_step\d+\.pt|metrics\.jsonl|config\.json)\.[^.]+\.tmp$")
+_TEMPORARY_RE = re.compile(r"^\.(state_step\d+\.pt|metrics\.jsonl|config\.json|run\.json)\.[^.]+\.tmp$")
 
 
 def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
@@ -123,16 +176,36 @@ def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
 
 
 def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int) -> Path:
-    """Write the state atomically, then delete all but the newest `keep` states."""
+    """Write the state (with the checksum of its contents) atomically, then delete all but the newest `keep`
+    states up to this step: a state numbered beyond it is not this run's (a copied-in file, or one set aside)
+    and neither counts nor is deleted. A state with NaN or inf weights is refused, not written."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = state_path(run_dir, step)
     payload = {"format": STATE_FORMAT, "version": __version__, "step": step, **_to_cpu(state)}
+    bad = first_nonfinite(payload.get("model") or {})
+    if bad is not None:
+        raise NonFiniteTraining(f"{path} (not written): tensor {bad[0]} of the model holds {bad[1]} NaN or inf "
+                                f"values; the run diverged (lower lr); the older train states are kept")
+    payload["run_id"] = recorded_run_id(run_dir)  # None: a state saved outside a training run
+    payload["sha256"] = content_digest(payload)
     # Streamed into the temporary file: serialising into memory first would hold a second copy of
     # the whole state (the puzzle table alone is 2.4 GB for upstream's ARC datasets) at every save.
     atomic_write(path, lambda f: torch.save(payload, f), mode="wb")
-    for old in list_states(run_dir)[:-keep] if keep > 0 else []:
+    ours = [p for p in list_states(run_dir) if int(_STATE_RE.search(p.name).group(1)) <= step
+            and _written_by(p, payload["run_id"])]
+    for old in ours[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
     return path
+
+
+def _written_by(path: Path, run_id: str | None) -> bool:
+    """Whether the state at `path` is this run's to rotate away: its run id is `run_id`, or it has none (written
+    before run ids). Read memory-mapped: the tensors are not loaded. An unreadable file is not ours to delete."""
+    try:
+        owner = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("run_id")
+    except Exception:  # noqa: BLE001 - truncated, foreign: left in place
+        return False
+    return owner is None or owner == run_id
 
 
 def _to_cpu(value: Any) -> Any:
@@ -156,6 +229,12 @@ def load_train_state(path: Path) -> dict[str, Any]:
                        f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}") from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise TRMError(f"{path}: not a trm-kaggle train state (for upstream step_N files use `trm-kaggle import-upstream`)")
+    digest = state.pop("sha256", None)
+    if digest is None:
+        log.warning("%s: written before train states carried a checksum; loaded unverified", path)
+    elif content_digest(state) != digest:
+        raise TRMError(f"{path}: damaged: its contents do not match the checksum written with them (bytes changed "
+                       f"on disk or in a copy)")
     return state
 
 

@@ -35,6 +35,7 @@ from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.dtype import DTYPES
+from trm_kaggle.model.finite import NonFiniteSteps, step_is_finite
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.rollout import act_rollout
@@ -47,7 +48,7 @@ from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics
-from trm_kaggle.train.memory import MemoryWatch, memory_aware_micro_batch
+from trm_kaggle.train.memory import MemoryWatch, is_out_of_memory, memory_aware_micro_batch, out_of_memory_error
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
 from trm_kaggle.train.stages import StagePlan
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 RESUMABLE_CHANGES = {"max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
                      "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
                      "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
-                     "freeze_weights", "grad_checkpointing"}
+                     "freeze_weights", "grad_checkpointing", "max_nonfinite_steps"}
 
 
 @dataclass
@@ -393,6 +394,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     if rt.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", cfg.model_dump_json(indent=2))
+        ckpt.claim_run_id(run_dir, newest[1] if newest is not None else None)  # the id every state records
 
     model.train()
     sums: dict[str, float] = {}
@@ -409,6 +411,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         batches = position = xla.DeviceBatches(loader, rt.device)
         compile_watch = xla.CompileWatch(warn=rt.is_main)
     pending: list[torch.Tensor] = []  # per-step metrics, read on the host once per log interval
+    nonfinite = NonFiniteSteps(cfg.max_nonfinite_steps)
     try:
         while step < stop_at:
             if deadline is not None and time.time() >= deadline:
@@ -440,13 +443,16 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             # forward/backward over micro-batches; each keeps its own ACT carry
             if carries is None:
                 carries = [model.initial_carry(mb) for mb in _split(batch, micro)]
+            carries_before = carries  # what a skipped (non-finite) step leaves in place
             while True:
                 try:
                     carries, metrics = _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch)
                     break
-                except torch.OutOfMemoryError:
-                    if not cfg.auto_batch or micro == 1:
+                except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:  # any device's allocator
+                    if not is_out_of_memory(e):
                         raise
+                    if not cfg.auto_batch or micro == 1:
+                        raise out_of_memory_error(cfg, micro, rt.device, f"in training step {step + 1}") from None
                     # nothing was applied yet: drop the partial gradients, halve the micro-batch, retry
                     micro = _largest_divisor_at_most(local_batch, micro // 2)
                     model.zero_grad(set_to_none=True)
@@ -461,6 +467,14 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             # gradients of all ranks, then the optimizer steps
             if rt.distributed:
                 all_reduce_([p.grad for p in model.parameters() if p.grad is not None] + [metrics])
+            # a NaN or inf loss or gradient: skip the step (as fp16 loss scaling would), stop after a bounded run of them
+            # (XLA: checked on the logged loss, a host read per step would cut its graph)
+            if not on_xla and nonfinite.skip(step_is_finite(model, metrics[0]), step):
+                _drop_gradients(model)
+                carries = carries_before if len(carries_before) == len(carries) else _resplit(carries_before, micro)
+                log.warning("step %d: the loss or the gradients are not finite; step skipped (%d in a row, the run "
+                            "stops at max_nonfinite_steps=%d)", step + 1, nonfinite.in_a_row, nonfinite.limit)
+                continue
             optimizer_step(dense, sparse)
             if ema is not None:
                 ema.update(model)
@@ -478,6 +492,9 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                         sums[key] = sums.get(key, 0.0) + v
                 pending = []
                 record = _summarise(sums, step, step / steps_per_epoch, lr, cfg.global_batch_size)
+                if on_xla and not math.isfinite(record["loss"]):  # XLA reads the loss once per interval
+                    nonfinite.in_a_row += 1
+                    nonfinite.stop(step - 1)
                 if stages is not None:
                     record["stage"] = stages.index_at(step - 1) + 1  # the stage of the step just taken
                 elapsed = time.perf_counter() - t_start
@@ -554,6 +571,13 @@ def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batc
         m = torch.stack([loss.detach().float()] + [m[n].float() for n in _METRIC_NAMES])
         metrics = m if metrics is None else metrics + m
     return new_carries, metrics
+
+
+def _drop_gradients(model) -> None:
+    """Forget a skipped step's gradients: the weights' and the puzzle rows' (the sparse optimizer's)."""
+    model.zero_grad(set_to_none=True)
+    if model.puzzle_emb is not None:
+        model.puzzle_emb.clear()
 
 
 def _largest_divisor_at_most(n: int, k: int) -> int:

@@ -282,6 +282,32 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     return micro
 
 
+# What the allocators say when memory runs out: CUDA and MPS raise torch.OutOfMemoryError (MPS: a RuntimeError in
+# older torch); the CPU allocator a RuntimeError ("DefaultCPUAllocator: can't allocate memory: you tried to
+# allocate ..."), Python and numpy a MemoryError: a memory limit (ulimit -v, a container's) shows as one of them.
+_OOM_MESSAGES = ("can't allocate memory", "out of memory", "not enough memory", "cannot allocate memory")
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """Whether `e` is an allocation that failed for want of memory, on any device."""
+    if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(e, RuntimeError) and any(m in str(e).lower() for m in _OOM_MESSAGES)
+
+
+def out_of_memory_error(cfg: TrainConfig, micro: int, device: torch.device | str, during: str) -> TRMError:
+    """One line for a run out of memory: where, and the settings that lower what it needs, first things first."""
+    kind = device if isinstance(device, str) else device.type
+    steps = [f"lower micro_batch_size (now {micro}; gradient accumulation keeps the global batch)"] if micro > 1 else []
+    if not cfg.auto_batch:
+        steps.append("set auto_batch=True (" + ("it halves the micro-batch on out-of-memory)" if kind == "cuda"
+                                                else "it sizes the micro-batch from the free memory)"))
+    steps.append(f"lower global_batch_size (now {cfg.global_batch_size}), set grad_checkpointing=True or lower "
+                 f"arch.hidden_size (now {cfg.arch.hidden_size})")
+    return TRMError(f"out of memory{'' if kind == 'auto' else ' on ' + kind} {during}: {'; or '.join(steps)}; "
+                    f"`trm-kaggle doctor` prints the expected peak of these settings")
+
+
 class MemoryWatch:
     """Peak memory per log interval, and a warning when it nears what the machine has.
 

@@ -43,6 +43,7 @@ from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data.arc.tasks import MAX_GRID, ArcTask, LoadReport, load_subset
 from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_augmentations
+from trm_kaggle.data.contents import write_contents
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_split,
                                     write_identifiers, write_rows_at)
 from trm_kaggle.errors import DataError
@@ -476,6 +477,7 @@ def build_arc(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = Non
         if loaded is not None:
             info["tasks"] = tasks_digest(loaded)
         atomic_write_json(tmp / "build_info.json", info, indent=2)
+        write_contents(tmp)  # last: what every file holds (resume and verify check it)
     return summary
 
 

@@ -1,0 +1,132 @@
+"""Out-of-range settings are refused where every command reads them, the pydantic configs: one `error:` line
+naming the setting, exit status 2, nothing written. Every number of every config is finite and fits 64 bits,
+whatever bounds its field adds."""
+
+from __future__ import annotations
+
+import math
+import typing
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+import trm_kaggle.config as config_module
+from trm_kaggle.cli import main
+
+BIG = str(2**70)
+
+
+def one_error_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+TRAIN = [  # the issue's examples, then their siblings
+    ("lr=-1", "lr"), ("lr=nan", "lr"), ("ema_rate=2", "ema_rate"), ("ema_rate=nan", "ema_rate"),
+    ("max_steps=-5", "max_steps"), ("time_limit=nan", "time_limit"), ("time_limit=-1", "time_limit"),
+    ("lr_warmup_steps=-10", "lr_warmup_steps"), (f"seed={BIG}", "seed"), ("weight_decay=-1e9", "weight_decay"),
+    ("log_interval=0", "log_interval"), ("threads=-4", "threads"),
+    ("lr=inf", "lr"), ("lr=1e31", "lr"), ("puzzle_emb_lr=-1", "puzzle_emb_lr"), ("puzzle_emb_lr=nan", "puzzle_emb_lr"),
+    ("ema_rate=-0.1", "ema_rate"), ("max_steps=0", "max_steps"), (f"max_steps={BIG}", "max_steps"),
+    ("time_limit=inf", "time_limit"), ("seed=-1", "seed"), ("weight_decay=nan", "weight_decay"),
+    ("weight_decay=inf", "weight_decay"), ("puzzle_emb_weight_decay=-1", "puzzle_emb_weight_decay"),
+    ("log_interval=-3", "log_interval"), ("threads=0", "threads"), ("global_batch_size=0", "global_batch_size"),
+    (f"global_batch_size={BIG}", "global_batch_size"), ("epochs=-1", "epochs"), (f"epochs={BIG}", "epochs"),
+    ("eval_interval=0", "eval_interval"), ("min_eval_interval=-1", "min_eval_interval"),
+    ("micro_batch_size=0", "micro_batch_size"), ("checkpoint_keep=0", "checkpoint_keep"),
+    ("lr_min_ratio=nan", "lr_min_ratio"), ("lr_min_ratio=2", "lr_min_ratio"), ("beta1=nan", "beta1"),
+    ("beta2=1", "beta2"), ("max_nonfinite_steps=0", "max_nonfinite_steps"),
+    ("arch.expansion=nan", "arch.expansion"), ("arch.rope_theta=inf", "arch.rope_theta"),
+    ("arch.rms_norm_eps=nan", "arch.rms_norm_eps"), ("arch.halt_exploration_prob=nan", "arch.halt_exploration_prob"),
+    ("arch.hidden_size=0", "arch.hidden_size"), (f"arch.puzzle_emb_ndim={BIG}", "arch.puzzle_emb_ndim"),
+    ("halt_schedule.start_prob=nan", "halt_schedule.start_prob"), ("curriculum.epochs=-1", "curriculum.epochs"),
+]
+
+
+@pytest.mark.parametrize("override, field", TRAIN)
+def test_training_settings(override, field, capsys):
+    assert main(["train", "--print-config", override]) == 2
+    line = one_error_line(capsys)
+    assert field in line, line
+
+
+def test_nan_is_called_not_finite_not_out_of_range(capsys):
+    assert main(["train", "--print-config", "ema_rate=nan"]) == 2
+    assert "ema_rate: Value error, must be a finite number" in one_error_line(capsys)
+
+
+SUBMIT = [
+    (["--seed", "-1"], "seed"), (["--seed", BIG], "seed"), (["--time-budget", "nan"], "time_budget"),
+    (["--time-budget", "-1"], "time_budget"), (["--time-budget", "inf"], "time_budget"),
+    (["--safety-margin", "nan"], "safety_margin"), (["--plan-margin", "1"], "plan_margin"),
+    (["--num-aug", "-1"], "num_aug"),
+    (["--num-aug", BIG], "num_aug"), (["--finetune-steps", "-2"], "finetune_steps"),
+    (["--embeddings-fraction", "nan"], "embeddings_fraction"), (["--threads", "-4"], "threads"),
+    (["--workers", "0"], "workers"), (["--batch-size", "0"], "global_batch_size"),
+]
+
+
+@pytest.mark.parametrize("flags, field", SUBMIT)
+def test_submit_settings(flags, field, tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path), "--output",
+                 str(out), "--work-dir", str(tmp_path / "work"), *flags]) == 2
+    assert field in one_error_line(capsys)
+    assert not out.exists() and not (tmp_path / "work").exists()
+
+
+BUILDERS = [
+    (["build-sudoku", "--seed", "-1"], "seed"), (["build-sudoku", "--seed", BIG], "seed"),
+    (["build-sudoku", "--min-difficulty", "-1"], "min_difficulty"),
+    (["build-maze", "--seed", "-1"], "seed"), (["build-maze", "--size", "100000"], "size"),
+    (["build-maze", "--min-path-length", "-1"], "min_path_length"),
+    (["build-arc", "--seed", "-1"], "seed"), (["build-arc", "--seed", BIG], "seed"),
+    (["build-arc", "--workers", "-4"], "workers"),
+    (["build-code-repair", "--seed", "-1"], "seed"), (["build-code-repair", "--val-fraction", "nan"], "val_fraction"),
+]
+
+
+@pytest.mark.parametrize("args, field", BUILDERS)
+def test_builder_settings(args, field, tmp_path, capsys):
+    out = tmp_path / "ds"
+    assert main([args[0], "--output-dir", str(out), *args[1:]]) == 2
+    assert field in one_error_line(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, field", [(["--seed", "-1"], "seed"), (["--train-seconds", "nan"], "train_seconds"),
+                                          (["--train-seconds", "inf"], "train_seconds"), (["--canvas", "31"], "canvas")])
+def test_pipeline_settings(flags, field, tmp_path, capsys):
+    assert main(["pipeline", "--work-dir", str(tmp_path / "p"), *flags]) == 2
+    assert field in one_error_line(capsys)
+    assert not (tmp_path / "p").exists()
+
+
+def test_sweep_seeds(tmp_path, capsys):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("name: g\nseeds: [0, -1]\n")
+    assert main(["sweep", str(grid), "--out", str(tmp_path / "sweeps"), "--dry-run"]) == 2
+    assert "seeds" in one_error_line(capsys)
+
+
+def configs() -> list[type[BaseModel]]:
+    return [m for m in vars(config_module).values() if isinstance(m, type) and issubclass(m, BaseModel)
+            and m.__module__ == config_module.__name__ and m is not config_module._Config]
+
+
+def number_fields():
+    for model in configs():
+        for name, field in model.model_fields.items():
+            kinds = {a for a in typing.get_args(field.annotation) or (field.annotation,)}
+            if float in kinds or int in kinds:
+                yield pytest.param(model, name, float in kinds, id=f"{model.__name__}.{name}")
+
+
+@pytest.mark.parametrize("model, name, is_float", list(number_fields()))
+def test_every_number_of_every_config_is_finite_and_fits_64_bits(model, name, is_float):
+    bad = [math.nan, math.inf, -math.inf] if is_float else [2**63, -(2**63) - 1, 2**70]
+    for value in bad:
+        with pytest.raises(ValidationError) as e:
+            model.model_validate({name: value})
+        assert any(err["loc"][:1] == (name,) for err in e.value.errors()), (name, value, e.value.errors())

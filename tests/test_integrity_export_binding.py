@@ -1,0 +1,120 @@
+"""An export's config.json is bound to its weights: the weights file records the architecture it was saved with
+(and a checksum of its tensors), and a config.json that disagrees is refused naming what differs. The shipped
+weights carry that record; exports without it (older ones) load as before."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from trm_kaggle.cli import main
+from trm_kaggle.errors import TRMError
+from trm_kaggle.model.digest import content_digest
+from trm_kaggle.model.export import read_export
+
+SHIPPED = Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"
+# sha256 of the tensor bytes of the shipped weights as trained (before their file recorded its config): the
+# re-written file must hold the very same bytes
+SHIPPED_TENSOR_BYTES = "64ed3bffb0004feb5b9d03ac4989193f0495cccffcd07c4631412171999a053c"
+
+
+def tensor_bytes(path: Path) -> bytes:
+    raw = path.read_bytes()
+    return raw[8 + int.from_bytes(raw[:8], "little"):]
+
+
+def test_the_shipped_weights_record_their_config_and_checksum_and_kept_their_tensors():
+    path = SHIPPED / "weights.safetensors"
+    assert hashlib.sha256(tensor_bytes(path)).hexdigest() == SHIPPED_TENSOR_BYTES
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata()
+    recorded = json.loads(meta["config"])
+    config = json.loads((SHIPPED / "config.json").read_text())
+    assert recorded["arch"]["num_heads"] == config["arch"]["num_heads"] == 4
+    assert recorded["arch"]["H_cycles"] == config["arch"]["H_cycles"] == 2
+    assert (recorded["seq_len"], recorded["vocab_size"]) == (config["seq_len"], config["vocab_size"])
+    assert meta["sha256"] == content_digest(load_file(path))
+    read_export(SHIPPED)
+
+
+EDITS = [
+    ("num_heads", 2, "num_heads: 4 in the weights, 2 in config.json"),
+    ("num_heads", 8, "num_heads: 4 in the weights, 8 in config.json"),
+    ("H_cycles", 3, "H_cycles: 2 in the weights, 3 in config.json"),
+    ("L_cycles", 4, "L_cycles: 2 in the weights, 4 in config.json"),
+    ("halt_max_steps", 16, "halt_max_steps: 4 in the weights, 16 in config.json"),
+    ("pos_encodings", "learned", "pos_encodings: 'rope' in the weights, 'learned' in config.json"),
+    ("rope_theta", 500.0, "rope_theta: 10000.0 in the weights, 500.0 in config.json"),
+]
+
+
+def edited_copy(tmp_path: Path, key: str, value) -> Path:
+    out = tmp_path / "edited"
+    shutil.copytree(SHIPPED, out)
+    config = json.loads((out / "config.json").read_text())
+    config["arch"][key] = value
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+@pytest.mark.parametrize("key, value, words", EDITS)
+def test_an_edited_config_of_the_shipped_weights_is_refused_naming_the_difference(tmp_path, capsys, key, value,
+                                                                                  words):
+    edited = edited_copy(tmp_path, key, value)
+    with pytest.raises(TRMError, match="differs from the config the weights were saved with"):
+        read_export(edited)
+    assert main(["bundle", str(tmp_path / "bundle"), "--weights", str(edited), "--no-download"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_submit_with_an_edited_config_says_what_differs_and_keeps_the_fallback(tmp_path, capsys):
+    edited = edited_copy(tmp_path, "num_heads", 2)
+    challenges = tmp_path / "c.json"
+    challenges.write_text(json.dumps({"00000001": {"train": [{"input": [[1, 2]], "output": [[2, 1]]}],
+                                                   "test": [{"input": [[3, 4]]}]}}))
+    main(["submit", "--challenges", str(challenges), "--weights", str(edited), "--output", str(tmp_path / "s.json"),
+          "--work-dir", str(tmp_path / "work"), "--num-aug", "1", "--finetune-steps", "0", "--device", "cpu",
+          "--no-progress"])
+    out, err = capsys.readouterr()
+    assert "num_heads: 4 in the weights, 2 in config.json" in err and "0 answered by the model" in out
+    assert json.loads((tmp_path / "s.json").read_text())["00000001"][0]["attempt_1"] == [[3, 4]]
+
+
+def test_exports_without_the_record_load_as_before(tmp_path):
+    """An export written before the weights recorded their config (or by another tool): nothing to compare, so
+    it loads, and so does an edit of its config.json (the behaviour it always had)."""
+    old = tmp_path / "old"
+    shutil.copytree(SHIPPED, old)
+    save_file(load_file(old / "weights.safetensors"), str(old / "weights.safetensors"),
+              metadata={"format": "trm_kaggle.inference"})
+    config, tensors = read_export(old)
+    assert config["arch"]["num_heads"] == 4 and len(tensors) == 15
+    edited = json.loads((old / "config.json").read_text())
+    edited["arch"]["H_cycles"] = 3
+    (old / "config.json").write_text(json.dumps(edited))
+    assert read_export(old)[0]["arch"]["H_cycles"] == 3
+
+
+def test_an_export_records_its_config_and_a_reexport_is_bound_again(tmp_path, capsys):
+    """`trm-kaggle export` of a run writes the record; the test-time recursion flags stay the way to change
+    H_cycles without new weights."""
+    from integrity_helpers import build_sudoku4, train_args
+
+    data = build_sudoku4(tmp_path / "sudoku4")
+    assert main(train_args(data, tmp_path / "run", "max_steps=1")) == 0
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "w")]) == 0
+    with safe_open(str(tmp_path / "w" / "weights.safetensors"), framework="pt") as f:
+        assert json.loads(f.metadata()["config"])["arch"]["H_cycles"] == 2
+    config = json.loads((tmp_path / "w" / "config.json").read_text())
+    config["arch"]["H_cycles"] = 5
+    (tmp_path / "w" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(TRMError, match="H_cycles: 2 in the weights, 5 in config.json"):
+        read_export(tmp_path / "w")

@@ -1,0 +1,97 @@
+"""Out of memory under a memory limit is one line saying what to lower, on every device's allocator: CUDA's
+OutOfMemoryError, the CPU allocator's RuntimeError, Python's MemoryError; auto_batch halves the micro-batch and
+goes on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from integrity_helpers import build_sudoku4, train_args
+from trm_kaggle.cli import main
+from trm_kaggle.train import loop
+from trm_kaggle.train.memory import is_out_of_memory
+
+CPU_ALLOCATOR = ("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to "
+                 "allocate 3221225472 bytes. Error code 12 (Cannot allocate memory)")
+OOM = [RuntimeError(CPU_ALLOCATOR), MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"),
+       RuntimeError("MPS backend out of memory (MPS allocated: 1 GB)")]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
+
+
+def one_error_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("error", OOM, ids=["cpu-allocator", "MemoryError", "cuda", "mps"])
+def test_out_of_memory_in_a_step_says_what_to_lower(data, tmp_path, capsys, monkeypatch, error):
+    def exhausted(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(loop, "_accumulate", exhausted)
+    assert main(train_args(data, tmp_path / "run", "max_steps=2", "micro_batch_size=4")) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("error: out of memory on cpu in training step 1: lower micro_batch_size (now 4;"), line
+    assert "auto_batch=True" in line and "global_batch_size (now 8)" in line and "trm-kaggle doctor" in line
+
+
+def test_out_of_memory_while_setting_up_says_so(data, tmp_path, capsys, monkeypatch):
+    def exhausted(*args, **kwargs):
+        raise RuntimeError(CPU_ALLOCATOR)
+
+    monkeypatch.setattr(loop, "build_model", exhausted)
+    assert main(train_args(data, tmp_path / "run", "max_steps=2")) == 2
+    line = one_error_line(capsys)
+    assert "out of memory on cpu setting up, evaluating or saving the run" in line and "micro_batch_size" in line
+
+
+def test_auto_batch_halves_the_micro_batch_on_any_allocator(data, tmp_path, monkeypatch, caplog):
+    real, calls = loop._accumulate, []
+
+    def once_exhausted(forward, model, batch, carries, micro, *args):
+        calls.append(micro)
+        if len(calls) == 1:
+            raise RuntimeError(CPU_ALLOCATOR)
+        return real(forward, model, batch, carries, micro, *args)
+
+    monkeypatch.setattr(loop, "_accumulate", once_exhausted)
+    assert main(train_args(data, tmp_path / "run", "max_steps=2", "auto_batch=True")) == 0
+    assert calls[:2] == [8, 4] and "out of memory: retrying with micro_batch_size=4" in caplog.text
+
+
+def test_other_runtime_errors_are_not_taken_for_out_of_memory():
+    assert all(is_out_of_memory(e) for e in OOM)
+    assert not is_out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)"))
+    assert not is_out_of_memory(ValueError("out of memory"))  # only the allocators' exception types
+
+
+@pytest.mark.slow  # about 20 s: a fresh interpreter imports torch and allocates until the limit
+def test_a_real_memory_limit(data, tmp_path):
+    """Under `ulimit -v` (RLIMIT_AS) a model too large for it fails with the line, not an allocator traceback."""
+    script = textwrap.dedent(f"""
+        import resource, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import torch, trm_kaggle.train.loop  # loaded before the limit: only the run's own memory is limited
+        from trm_kaggle.cli import main
+        from integrity_helpers import train_args
+        size = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize"))
+        resource.setrlimit(resource.RLIMIT_AS, (size + (300 << 20),) * 2)
+        sys.exit(main(train_args({str(data)!r}, {str(tmp_path / "run")!r}, "max_steps=2", "arch.hidden_size=1024",
+                                 "arch.num_heads=8", "global_batch_size=40")))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={"OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "1", "PATH": "/usr/bin:/bin"})
+    err = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(err) == 1, done.stderr[-3000:]
+    assert err[0].startswith("error: out of memory on cpu") and "micro_batch_size (now 40" in err[0], err

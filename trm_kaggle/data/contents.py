@@ -1,0 +1,92 @@
+"""What a dataset holds, recorded by its builder: `contents.json` lists every file with its size, its sha256
+and the sha256 of a few evenly spaced blocks of it.
+
+A training run records the dataset it started on (`dataset_fingerprint` in `trm_kaggle.train.checkpoint`)
+and a resume refuses another one. Sizes alone miss a dataset rebuilt in place with other contents and the
+same shapes (another seed, other tasks of the same count); the record's overall hash does not. Checking it
+is cheap: each file's size and sampled blocks are compared (a few MiB read, however large the dataset), so
+a file replaced after the build is caught as well. `trm-kaggle verify` compares the full hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
+from trm_kaggle.errors import DataError
+from trm_kaggle.jsonio import read_json
+
+CONTENTS_FILE = "contents.json"
+CONTENTS_FORMAT = "trm_kaggle.dataset_contents"
+_NOT_CONTENT = {CONTENTS_FILE, OWNER_RECORD, "build_info.json"}  # build_info.json: how, not what (it has timings)
+_BLOCK, _BLOCKS = 1 << 16, 16  # sampled: 16 blocks of 64 KiB per file
+
+
+def _sampled_sha256(path: Path, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if size <= _BLOCK * _BLOCKS:
+            h.update(f.read())
+        else:
+            for i in range(_BLOCKS):
+                f.seek((size - _BLOCK) * i // (_BLOCKS - 1))
+                h.update(f.read(_BLOCK))
+    return h.hexdigest()
+
+
+def _full_sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _content_files(dataset_dir: Path) -> list[str]:
+    return sorted(p.relative_to(dataset_dir).as_posix() for p in dataset_dir.rglob("*")
+                  if p.is_file() and p.relative_to(dataset_dir).as_posix() not in _NOT_CONTENT)
+
+
+def write_contents(dataset_dir: str | os.PathLike) -> str:
+    """Record every file of a dataset being built (the builder calls this last); returns the overall hash."""
+    root = Path(dataset_dir)
+    files = {}
+    for rel in _content_files(root):
+        size = (root / rel).stat().st_size
+        files[rel] = {"size": size, "sha256": _full_sha256(root / rel), "sampled_sha256": _sampled_sha256(root / rel,
+                                                                                                          size)}
+    overall = hashlib.sha256("".join(f"{rel}\0{v['sha256']}\n" for rel, v in files.items()).encode()).hexdigest()
+    atomic_write_json(root / CONTENTS_FILE, {"format": CONTENTS_FORMAT, "sha256": overall, "files": files}, indent=1)
+    return overall
+
+
+def _record(root: Path) -> dict | None:
+    path = root / CONTENTS_FILE
+    if not path.is_file():
+        return None
+    record = read_json(path, CONTENTS_FILE)
+    if not isinstance(record, dict) or record.get("format") != CONTENTS_FORMAT or \
+            not isinstance(record.get("files"), dict) or not isinstance(record.get("sha256"), str):
+        raise DataError(f"{path}: not a dataset contents record")
+    return record
+
+
+def contents_hash(dataset_dir: str | os.PathLike, full: bool = False) -> str | None:
+    """The recorded hash of a dataset's contents after checking its files against the record (sizes and sampled
+    blocks; every byte with `full`); None for a dataset built before records (nothing to check).
+    A file that differs from the record is a DataError naming it."""
+    root = Path(dataset_dir)
+    record = _record(root)
+    if record is None:
+        return None
+    for rel, want in record["files"].items():
+        path = root / rel
+        if not path.is_file():
+            raise DataError(f"{path}: missing (listed in {root / CONTENTS_FILE}); the dataset was changed after it "
+                            f"was built: rebuild it")
+        size = path.stat().st_size
+        same = size == want.get("size") and (
+            _full_sha256(path) == want.get("sha256") if full else _sampled_sha256(path, size) == want.get("sampled_sha256"))
+        if not same:
+            raise DataError(f"{path}: differs from the contents its builder recorded in {root / CONTENTS_FILE} "
+                            f"(changed or replaced after the build): rebuild the dataset")
+    return record["sha256"]

@@ -1,0 +1,81 @@
+"""Non-finite numbers (NaN, inf) caught where they arise: in weights read or written, and in training steps.
+
+Weights with a NaN compute NaN logits whose argmax is an arbitrary but valid-looking answer, so a
+run, an export or a submission built on them looks healthy: every place that reads or writes weights
+(export, the bundle, evaluate, submit) calls `check_finite` and refuses with one line naming the
+file and the tensor. Training skips a step whose loss or gradients are not finite (as fp16 loss
+scaling does) and stops after `max_nonfinite_steps` of them in a row (`NonFiniteSteps`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import torch
+
+from trm_kaggle.errors import TRMError
+
+
+def first_nonfinite(tensors: Mapping[str, torch.Tensor]) -> tuple[str, int] | None:
+    """(name, count of non-finite values) of the first floating-point tensor holding NaN or inf, else None."""
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            bad = int((~torch.isfinite(t.detach())).sum())
+            if bad:
+                return name, bad
+    return None
+
+
+def check_finite(tensors: Mapping[str, torch.Tensor], source: str) -> None:
+    """TRMError naming `source` (a file) and the first tensor with NaN or inf values."""
+    found = first_nonfinite(tensors)
+    if found is not None:
+        name, bad = found
+        total = tensors[name].numel()
+        raise TRMError(f"{source}: tensor {name} holds {bad} non-finite value{'s' if bad != 1 else ''} (NaN or inf) "
+                       f"of {total}: these weights come from a diverged training run and would answer nonsense")
+
+
+def all_finite(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
+    """A 0-dim bool tensor on the tensors' device: True when every value is finite (no host sync)."""
+    flags = [torch.isfinite(t).all() for t in tensors if t is not None]
+    return torch.stack(flags).all() if flags else torch.tensor(True)
+
+
+def step_is_finite(model: torch.nn.Module, loss: torch.Tensor) -> bool:
+    """Whether a step's loss and every gradient of the weights are finite (one host read)."""
+    return bool(all_finite([loss] + [p.grad for p in model.parameters() if p.grad is not None]))
+
+
+class NonFiniteSteps:
+    """Counts consecutive training steps whose loss or gradients are not finite; stops the run at `limit`.
+
+    `skip(finite, step)` is asked after backward and before the optimizer steps: True means drop this
+    step's gradients and do not step (the weights stay finite); after `limit` such steps in a row the
+    run stops with an error that says what to lower. A finite step resets the count.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.in_a_row = 0
+
+    def skip(self, finite: bool, step: int) -> bool:
+        if finite:
+            self.in_a_row = 0
+            return False
+        self.in_a_row += 1
+        if self.in_a_row >= self.limit:
+            self.stop(step)
+        return True
+
+    def stop(self, step: int) -> None:
+        raise NonFiniteTraining(
+            f"training diverged: the loss or the gradients were NaN or inf at {self.in_a_row} step(s) in a row, "
+            f"up to step {step + 1} (max_nonfinite_steps={self.limit}); lower lr (or puzzle_emb_lr), raise "
+            f"lr_warmup_steps, or train in float32; the train states written before hold finite weights")
+
+
+class NonFiniteTraining(TRMError):
+    """A training run stopped because its numbers were no longer finite (a failed run, not bad input)."""
+
+    exit_status = 1
