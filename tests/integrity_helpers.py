@@ -13,7 +13,7 @@ TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_c
 
 def build_sudoku4(out: Path, seed: int = 42) -> Path:
     from trm_kaggle.config import SudokuBuildConfig
-    from trm_kaggle.data.sudoku import build_sudoku
+    from trm_kaggle.data.puzzles.sudoku import build_sudoku
 
     build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=40, num_test=8, num_aug=1, seed=seed,
                                    progress=False))

@@ -12,9 +12,9 @@ import pytest
 from integrity_helpers import build_sudoku4, train_args
 from trm_kaggle.cli import main
 from trm_kaggle.config import ArcBuildConfig, MazeBuildConfig
-from trm_kaggle.data.build_arc import build_arc
+from trm_kaggle.data.arc.build import build_arc
 from trm_kaggle.data.contents import CONTENTS_FILE, contents_hash
-from trm_kaggle.data.maze import build_maze
+from trm_kaggle.data.puzzles.maze import build_maze
 from trm_kaggle.errors import DataError
 from trm_kaggle.train import checkpoint as ckpt
 
