@@ -47,6 +47,7 @@ from trm_kaggle.evaluate.submission import make_submission, validate_submission,
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.export import model_from_train_state
 from trm_kaggle.model.rollout import act_rollout
+from trm_kaggle.solve.cuda_check import cuda_problem
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.shard import (
     Outcome, WorkerSpec, assign, collect, make_units, run_in_process, run_spawned, task_digest,
@@ -203,6 +204,9 @@ def worker_devices(cfg: SolveConfig, say: Callable[[str], None]) -> tuple[str, l
     share the cores; MPS has one device. More workers than devices are cut to one per device (said, not
     refused: a wrong WORKERS must not cost the kernel its submission)."""
     device = pick_device(cfg.device).type
+    if device == "cuda" and (problem := cuda_problem()):  # every task would fail on it: the CPU answers instead
+        say(f"warning: {problem}: the workers run on the CPU instead")
+        device = "cpu"
     count = torch.cuda.device_count() if device == "cuda" else 1
     workers = cfg.workers or count
     if device != "cpu" and workers > count:
