@@ -240,10 +240,12 @@ if READY:
                 raise RuntimeError(f"no trm_kaggle*.whl under {KAGGLE_INPUT}: attach the wheels dataset or set "
                                    f"WHEELS_DIR")
             pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", wheels,
-                                  "--disable-pip-version-check", "trm_kaggle"], capture_output=True, text=True)
+                                  "--disable-pip-version-check", "--no-color", "trm_kaggle"], capture_output=True,
+                                 text=True)
             print(pip.stdout)
             if pip.returncode != 0:
-                last = (pip.stderr.strip().splitlines() or ["(no message)"])[-1]
+                said = [line.strip() for line in pip.stderr.splitlines() if line.strip()] or ["(no message)"]
+                last = ([line for line in said if line.startswith("ERROR")] or said)[-1]  # pip's own reason
                 raise RuntimeError(f"pip install --no-index --find-links {wheels} trm_kaggle failed "
                                    f"(status {pip.returncode}): {last}")
             importlib.invalidate_caches()
