@@ -358,6 +358,18 @@ def _rmtree(directory: Path) -> None:
 
 
 MOUNT_LAYOUTS = ("2025", "2026")
+SAMPLE_SUBMISSION = "sample_submission.json"
+
+
+def read_sample_submission(challenges: Path | None) -> dict | None:
+    """The competition's sample_submission.json beside a challenges file (None when there is none); TRMError
+    when it cannot be read or holds no object of task ids (checked before the sandbox is touched)."""
+    if challenges is None or not (Path(challenges).parent / SAMPLE_SUBMISSION).exists():
+        return None
+    sample = read_json(Path(challenges).parent / SAMPLE_SUBMISSION, "sample submission")
+    if not isinstance(sample, dict):
+        raise TRMError(f"{Path(challenges).parent / SAMPLE_SUBMISSION}: not a JSON object of task ids")
+    return sample
 
 
 def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None,
@@ -369,6 +381,7 @@ def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None,
     file, to prove the kernel copes)."""
     if mounts not in MOUNT_LAYOUTS:
         raise TRMError(f"mount layout {mounts!r}: one of {', '.join(MOUNT_LAYOUTS)}")
+    sample = read_sample_submission(challenges)  # the competition's, copied beside the challenges as Kaggle has it
     layout = SandboxLayout(Path(out_dir).absolute() / "sandbox", ids, competition, mounts)
     if layout.root.exists():
         if not (layout.root / SANDBOX_MARK).exists():
@@ -390,6 +403,8 @@ def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None,
             atomic_write_json(layout.solutions, {k: sols[k] for k in data if k in sols})
     else:
         write_default_challenges(layout.challenges, layout.solutions)
+    if sample is not None:
+        atomic_write_json(layout.competition / SAMPLE_SUBMISSION, sample)
     if alter is not None:
         alter(layout)
     _read_only(layout.input)  # as /kaggle/input is (root ignores it, but other users do not)
