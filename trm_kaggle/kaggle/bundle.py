@@ -169,7 +169,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--push", action="store_true",
                    help="kaggle datasets create (or version) for both datasets, then kaggle kernels push")
     g.add_argument("--version-message", default=None,
-                   help="push new dataset versions with this message (default: create the datasets)")
+                   help="the message of new dataset versions (each dataset is created the first time and versioned "
+                        "afterwards; default: a generic message)")
+    g.add_argument("--push-wait", type=float, default=1800, metavar="SECONDS",
+                   help="wait at most this long for both datasets to be ready before pushing the kernel "
+                        "(default %(default)s)")
     g = p.add_argument_group("offline run (--execute)")
     g.add_argument("--execute", action="store_true",
                    help="run the kernel with papermill in OUT_DIR/sandbox: fresh venv, no network")
@@ -246,7 +250,8 @@ def run(args: argparse.Namespace) -> int:
                     print(f"error: {problem}", file=sys.stderr)
                 return 1
         if args.push:
-            return push(args.out_dir, args.version_message)
+            return push(args.out_dir, args.version_message, wait_s=args.push_wait,
+                        poll_s=min(10.0, max(0.2, args.push_wait / 20)))
         return 0
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)
