@@ -7,7 +7,8 @@ KAGGLE_API_ENVIRONMENT=LOCALHOST sends the kaggle client: POST /api/v1/<Service>
 PUT of uploaded files to the URL StartBlobUpload hands out), runs COMMAND, writes every request it received to
 RECORD.json and exits with COMMAND's status. SCENARIO picks what the server answers:
 
-    ok                     datasets unknown at first, created, still processing once then ready; the kernel push accepted
+    ok                     datasets unknown at first, created, still processing once then ready; the kernel
+                           push accepted
     existing               both datasets exist already (so they are versioned)
     kernel-slug-taken      SaveKernel answers with an error
     invalid-source         SaveKernel accepts, but lists a dataset source as invalid

@@ -142,8 +142,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ship only the trm_kaggle wheel and --extra-wheel files (offline, CI)")
     g.add_argument("--python-version", action="append", default=None, metavar="X.Y",
                    help=f"a target Python of the dependency wheels, repeatable (default: "
-                        f"{' and '.join(DEFAULT_PYTHON_VERSIONS)}: Kaggle's image moved from 3.11 to 3.12; the kernel's "
-                        f"install picks the running one's)")
+                        f"{' and '.join(DEFAULT_PYTHON_VERSIONS)}: Kaggle's image moved from 3.11 to 3.12; the "
+                        f"kernel's install picks the running one's)")
     g.add_argument("--platform", action="append", default=None,
                    help="target platform tag, repeatable (default: manylinux x86_64 up to glibc 2.35)")
     g.add_argument("--wheel-builder", choices=("auto", "pip", "builtin"), default="auto",

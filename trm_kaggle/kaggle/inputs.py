@@ -3,8 +3,9 @@
 Kaggle mounts a competition at `<root>/<slug>/`, and newer images at `<root>/competitions/<slug>/`, so the
 kernel looks for `arc-agi_test_challenges.json` one and two folders below the root, whatever the folders
 are called: arc-prize-2024, arc-prize-2025, arc-prize-2026-arc-agi-2 or a renamed copy all work. It wants
-exactly one (files are told apart by resolved path, so an alias of the same mount is no second one): none or several stop the kernel with a list of what it did find (the notebook's CHALLENGES
-parameter names the file instead).
+exactly one (files are told apart by resolved path, so an alias of the same mount is no second one): none or
+several stop the kernel with a list of what it did find (the notebook's CHALLENGES parameter names the file
+instead).
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def push_kernel(api: Any, folder: Path, say: Callable[[str], None]) -> Any:
     answer = _call(f"kaggle kernels push {meta['id']}", lambda: api.kernels_push(str(folder)))
     url = getattr(answer, "url", None) or f"https://www.kaggle.com/code/{meta['id']}"
     version = getattr(answer, "version_number", None)
-    say(f"kernel {meta['id']}" + (f" version {version}" if version else "") + f" pushed"
+    say(f"kernel {meta['id']}" + (f" version {version}" if version else "") + " pushed"
         + (f" (machine {meta['machine_shape']})" if meta.get("machine_shape") else "") + f": {url}")
     say(f"  follow it: kaggle kernels status {meta['id']}")
     return answer
