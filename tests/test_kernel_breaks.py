@@ -3,7 +3,7 @@ Kaggle runs the kernel (papermill, offline, a fresh environment installing from 
 trm_kaggle.kaggle.sandbox), each ending with papermill status 0 and a submission.json that answers every task.
 
 One bundle (no downloads, a tiny model) is built for the whole module; each case breaks one thing in a fresh
-sandbox: no wheel, an offline install that cannot resolve, pydantic or torch unimportable on the image, weights
+sandbox: no wheel, an offline install that cannot resolve, a wheel for another Python, a truncated wheel, pydantic or torch unimportable on the image, weights
 missing, cut short or from another model, a GPU this torch build has no kernels for (simulated), and both of
 Kaggle's mount layouts (2025: input/<slug>/; 2026: input/competitions/<slug>/, input/datasets/<owner>/<slug>/),
 the latter with Kaggle's Save Version run, bad notebook parameters and a sample submission whose ids differ.
@@ -73,6 +73,16 @@ def _unresolvable_wheel(layout):  # the only trm_kaggle wheel needs a package no
     make_fake_wheel(layout.wheels, "trm_kaggle", "99.0", requires=["trm-missing-dependency>=1"])
 
 
+def _wheel_for_another_python(layout):  # the only trm_kaggle wheel is tagged for CPython 3.9
+    (wheel,) = layout.wheels.glob("trm_kaggle*.whl")
+    wheel.rename(wheel.with_name(wheel.name.replace("py3-none-any", "cp39-cp39-manylinux2014_x86_64")))
+
+
+def _truncate_wheel(layout):
+    (wheel,) = layout.wheels.glob("trm_kaggle*.whl")
+    wheel.write_bytes(wheel.read_bytes()[: wheel.stat().st_size // 2])
+
+
 def _remove_weights(layout):
     (layout.weights / "weights.safetensors").unlink()
 
@@ -102,7 +112,8 @@ except ImportError:
 '''
 
 
-@pytest.mark.parametrize("case", ["no wheel", "pip fails", "pydantic unimportable", "torch unimportable"])
+@pytest.mark.parametrize("case", ["no wheel", "pip fails", "wheel for another Python", "truncated wheel",
+                                  "pydantic unimportable", "torch unimportable"])
 def test_install_or_import_fails_the_fallback_stands(built, tmp_path, case):
     params, env, alter = {}, None, None
     if case == "no wheel":
@@ -110,6 +121,10 @@ def test_install_or_import_fails_the_fallback_stands(built, tmp_path, case):
         words = "installing trm_kaggle failed (no trm_kaggle*.whl under "
     elif case == "pip fails":
         alter, words = _unresolvable_wheel, "No matching distribution found for trm-missing-dependency"
+    elif case == "wheel for another Python":
+        alter, words = _wheel_for_another_python, "No matching distribution found for trm_kaggle"
+    elif case == "truncated wheel":
+        alter, words = _truncate_wheel, "installing trm_kaggle failed (pip install --no-index"
     elif case == "pydantic unimportable":
         env = stub_package(tmp_path / "broken", "pydantic", "simulated: pydantic is not importable")
         words = "importing trm_kaggle failed (ImportError: simulated: pydantic is not importable)"
