@@ -105,3 +105,9 @@ def test_check_machine_shape_names_every_offered_shape():
     for retired, replacement in M.RETIRED_SHAPES.items():
         with pytest.raises(TRMError, match=f"use {replacement}"):
             M.check_machine_shape(retired)
+
+
+def test_the_committed_notebook_carries_kaggles_block_for_web_uploads():
+    nb = json.loads((M.REPO_ROOT / "notebooks" / "kaggle_submission.ipynb").read_text())
+    assert nb["metadata"]["kaggle"] == M.notebook_kaggle_block(M.DEFAULT_MACHINE_SHAPE, [])
+    assert nb["metadata"]["kaggle"]["isInternetEnabled"] is False
