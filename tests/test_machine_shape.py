@@ -47,6 +47,10 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
     assert meta["docker_image"] == "gcr.io/kaggle-gpu-images/python:v160"
     assert meta["docker_image_pinning_type"] == "original"
     assert _nb_kaggle(out)["accelerator"] == "nvidiaTeslaT4"
+    out = tmp_path / "tpu"
+    assert _build(inputs, out, "--accelerator", "TpuV5E8") == 0
+    assert (_meta(out)["machine_shape"], _meta(out)["enable_gpu"], _meta(out)["enable_tpu"]) == ("TpuV5E8", False, True)
+    assert _nb_kaggle(out)["accelerator"] == "tpuV5E8" and _nb_kaggle(out)["isGpuEnabled"] is False
     out = tmp_path / "cpu"
     assert _build(inputs, out, "--cpu") == 0
     assert "machine_shape" not in _meta(out) and _meta(out)["enable_gpu"] is False
@@ -64,6 +68,7 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
     (["--slug-prefix", "TRM Kaggle!"], "--user/--slug-prefix give an invalid Kaggle id"),
     (["--user", "me/you"], "--user/--slug-prefix give an invalid Kaggle id"),
     (["--docker-image", "an image"], "--docker-image 'an image'"),
+    (["--accelerator", "TpuV5E8", "--wheel-kernel"], "--wheel-kernel builds a CUDA extension, which needs a GPU"),
 ])
 def test_bad_input_one_line_nothing_written(inputs, tmp_path, capsys, args, words):
     out = tmp_path / "out"

@@ -51,6 +51,7 @@ from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel
 from trm_kaggle.kaggle.metadata import (
     COMPETITION, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, DEFAULT_USER, MACHINE_SHAPES, REPO_ROOT, WHEEL_KERNEL_DIR,
     BundleIds, check_machine_shape, default_user, machine_fields, slug_problem, validate_bundle,
+    wheel_kernel_metadata,
 )
 from trm_kaggle.kaggle.push import push
 from trm_kaggle.kaggle.sandbox import execute, read_sample_submission
@@ -77,6 +78,8 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     if (problem := slug_problem(competition)):
         raise TRMError(f"--competition: the slug {problem}")
     machine_fields(check_machine_shape(machine_shape), docker_image)  # before anything is written
+    if wheel_kernel:
+        wheel_kernel_metadata(ids, "check.py", machine_shape=machine_shape)
     for t in targets or ([target] if target else []):
         check_python_version(t.python_version)
     out = Path(out_dir)

@@ -230,6 +230,10 @@ def check_machine_shape(shape: Any) -> str:
     return name
 
 
+def is_tpu(machine_shape: str | None) -> bool:
+    return bool(machine_shape) and machine_shape.startswith("Tpu")
+
+
 def notebook_kaggle_block(machine_shape: str | None, sources: Iterable[str] = ()) -> dict:
     """The `metadata.kaggle` block Kaggle's web UI writes into a notebook (the CLI reads kernel-metadata.json
     instead): the accelerator (first letter lower-cased, "none" on CPU), GPU on or off, internet off."""
@@ -246,6 +250,8 @@ def machine_fields(machine_shape: str | None, docker_image: str | None = None) -
     fields: dict[str, Any] = {}
     if machine_shape:
         fields["machine_shape"] = check_machine_shape(machine_shape)
+        if is_tpu(fields["machine_shape"]):  # a TPU machine has no GPU: ask for what it has
+            fields.update(enable_gpu=False, enable_tpu=True)
     if docker_image:
         if not isinstance(docker_image, str) or any(c.isspace() for c in docker_image):
             raise TRMError(f"--docker-image {docker_image!r}: give an image name such as "
@@ -270,6 +276,9 @@ def wheel_kernel_metadata(ids: BundleIds, code_file: str, *, machine_shape: str 
                           docker_image: str | None = None) -> dict:
     """The adam-atan2 wheel kernel's metadata: a script on a GPU (nvcc) with internet (pip downloads), on the
     submission kernel's accelerator and image so that the wheel matches them."""
+    if is_tpu(machine_shape):
+        raise TRMError(f"--wheel-kernel builds a CUDA extension, which needs a GPU: --accelerator {machine_shape} is "
+                       f"a TPU machine")
     return {"id": ids.wheel_kernel_id, "title": ids.wheel_kernel_slug, "code_file": code_file, "language": "python",
             "kernel_type": "script", "is_private": True, "enable_gpu": True, "enable_internet": True,
             "dataset_sources": [], "competition_sources": [], "kernel_sources": [], "model_sources": [],
