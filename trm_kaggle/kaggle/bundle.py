@@ -15,8 +15,8 @@
                       the adam-atan2 wheel on a Kaggle GPU machine, for a later --extra-wheel
 
 Each part is written atomically (built beside its target, renamed into place). `validate_bundle` checks all
-metadata before anything is pushed. `push` runs the `kaggle` CLI (or prints the commands when there are no
-credentials). `execute` runs the kernel notebook with papermill in a sandbox laid out like `/kaggle/input`, in
+metadata before anything is pushed. `push` publishes through the `kaggle` package (or prints the commands when
+there are no credentials). `execute` runs the kernel notebook with papermill in a sandbox laid out like `/kaggle/input`, in
 a fresh virtual environment, inside a network namespace with no network at all.
 
 Network use: only `pip download` of the dependency wheels (skipped with `download=False` / `--no-download`)
@@ -32,7 +32,7 @@ lives in its own module, and data flows one way (each imports only those above i
     kernel.py           the kernels: notebook adaptation, `build_kernel`; `build_wheel_kernel`
     adam_atan2_wheel.py the wheel kernel's script (standard library only)
     inputs.py           what the kernel finds under /kaggle/input (the challenges file)
-    push.py             `push` with the kaggle CLI
+    push.py             `push` through the kaggle package's API (answers read, datasets awaited)
     sandbox.py          `execute`: the kernel run offline in a network namespace and a fresh venv
 """
 
