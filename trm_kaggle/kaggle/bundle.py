@@ -16,8 +16,8 @@
 
 Each part is written atomically (built beside its target, renamed into place). `validate_bundle` checks all
 metadata before anything is pushed. `push` publishes through the `kaggle` package (or prints the commands when
-there are no credentials). `execute` runs the kernel notebook with papermill in a sandbox laid out like `/kaggle/input`, in
-a fresh virtual environment, inside a network namespace with no network at all.
+there are no credentials). `execute` runs the kernel notebook with papermill in a sandbox laid out like
+`/kaggle/input`, in a fresh virtual environment, inside a network namespace with no network at all.
 
 Network use: only `pip download` of the dependency wheels (skipped with `download=False` / `--no-download`)
 and the `kaggle` CLI with `--push`.
