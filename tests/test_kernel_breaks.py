@@ -6,7 +6,8 @@ One bundle (no downloads, a tiny model) is built for the whole module; each case
 sandbox: no wheel, an offline install that cannot resolve, a wheel for another Python, a truncated wheel,
 pydantic or torch unimportable on the image, weights missing, cut short or from another model, a GPU this torch
 build has no kernels for (simulated), and both of Kaggle's mount layouts (2025: input/<slug>/; 2026:
-input/competitions/<slug>/, input/datasets/<owner>/<slug>/), the 2025 one with Kaggle's Save Version run, bad notebook parameters and a sample submission whose ids differ.
+input/competitions/<slug>/, input/datasets/<owner>/<slug>/), the 2025 one with Kaggle's Save Version run, bad
+notebook parameters and a sample submission whose ids differ.
 """
 
 from __future__ import annotations
