@@ -101,15 +101,38 @@ def _foreign_config(layout):
 
 
 FAKE_GPU = '''
-try:  # a GPU whose compute capability this torch build has no kernels for
-    import torch
+# A GPU whose compute capability this torch build has no kernels for: torch.cuda is patched right after torch
+# is imported (only in the processes that import it: pip and papermill never pay for torch).
+import importlib.abc
+import sys
+
+
+def _patch(torch):
     torch.cuda.is_available = lambda: True
     torch.cuda.device_count = lambda: 1
     torch.cuda.get_arch_list = lambda: ["sm_50"]
     torch.cuda.get_device_capability = lambda i=None: (8, 9)
     torch.cuda.get_device_name = lambda i=None: "Simulated L4"
-except ImportError:
-    pass
+
+
+class _AfterTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        from importlib.util import find_spec
+        spec = find_spec("torch")
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _AfterTorch())
 '''
 
 
