@@ -122,6 +122,8 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
         sys.meta_path.remove(self)
         from importlib.util import find_spec
         spec = find_spec("torch")
+        if spec is None:
+            return None
         run = spec.loader.exec_module
 
         def exec_module(module):
