@@ -9,6 +9,7 @@ never starts CUDA (the workers need their GPUs whole); the solve then falls back
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -62,8 +63,18 @@ _CHILD = ("import json, sys\nfrom trm_kaggle.solve.cuda_check import probe\n"
           "print(json.dumps({'problem': probe()}))\n")
 
 
+_ANSWERS: dict[str | None, str | None] = {}  # per CUDA_VISIBLE_DEVICES: the GPUs do not change within a process
+
+
 def cuda_problem(timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """Why this machine's GPUs cannot run this torch build (asked in a child process), or None."""
+    """Why this machine's GPUs cannot run this torch build (asked once per process, in a child), or None."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible not in _ANSWERS:
+        _ANSWERS[visible] = _ask_child(timeout)
+    return _ANSWERS[visible]
+
+
+def _ask_child(timeout: float) -> str | None:
     try:
         res = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
