@@ -15,20 +15,28 @@
 # %% [markdown]
 # # TRM on ARC Prize: offline submission kernel
 #
-# The competition kernel (internet off). It installs `trm_kaggle` from the attached wheels dataset without
-# network, then calls `trm_kaggle.solve.solve.solve`: a valid fallback `submission.json` is written first;
-# then every task is solved on its own by one worker process per GPU (the tasks are sharded across them):
-# its demonstration pairs become an augmented dataset, the pretrained weights are fine-tuned on it (new puzzle
-# embeddings start from the mean trained row) until the worker's time plan says stop, every augmented test
-# input is predicted, and the votes become its answer. Each worker prints its plan at the start (tasks,
-# augmentations, fine-tuning steps, seconds reserved for inference, from a timed batch on its device) and a
-# line per task with the time elapsed and left. The merged submission lists every task and is checked at
-# the end.
+# The competition kernel (internet off). Its first code cell uses the standard library alone: it checks the
+# parameters, finds the challenges file and writes a valid fallback `submission.json` (both attempts for every
+# test input of every task), so that whatever fails afterwards (a missing wheel, an offline install that cannot
+# resolve, an image without pydantic or torch, damaged weights) the kernel still leaves a submission, and it
+# never raises. Then it installs `trm_kaggle` from the attached wheels dataset without network and calls
+# `trm_kaggle.solve.solve.solve`: every task is solved on its own by one worker process per GPU (the tasks are
+# sharded across them): its demonstration pairs become an augmented dataset, the pretrained weights are
+# fine-tuned on it (new puzzle embeddings start from the mean trained row) until the worker's time plan says
+# stop, every augmented test input is predicted, and the votes become its answer. Each worker prints its plan at
+# the start and a line per task with the time elapsed and left. The merged submission lists every task and is
+# checked at the end (against `sample_submission.json` too when the competition has one).
+#
+# Kaggle runs a competition notebook twice: the interactive "Save Version" run and, once submitted, the scored
+# rerun on the hidden test set (`KAGGLE_IS_COMPETITION_RERUN` is set there). With `MODE = "auto"` the save run is
+# a short check (the model works on `SAVE_MAX_TASKS` tasks within `SAVE_TIME_BUDGET` seconds; every task is
+# still submitted) and the rerun uses the whole plan; explicit `TIME_BUDGET` / `MAX_TASKS` override both.
 #
 # Attach: the wheels dataset (`trm_kaggle*.whl`), the weights dataset (`weights.safetensors` + `config.json`)
-# and the ARC competition (any year: the kernel finds the one `arc-agi_test_challenges.json` one or two folders
-# below the input root). Locally, point `KAGGLE_INPUT` / `KAGGLE_WORKING` at a tree shaped like
-# `/kaggle/input` and a writable directory.
+# and the ARC competition (any year, either mount layout: `/kaggle/input/<slug>/` or
+# `/kaggle/input/competitions/<slug>/`, datasets at `/kaggle/input/<slug>/` or
+# `/kaggle/input/datasets/<owner>/<slug>/`). Locally, point `KAGGLE_INPUT` / `KAGGLE_WORKING` at a tree shaped
+# like `/kaggle/input` and a writable directory.
 
 # %% tags=["parameters"]
 KAGGLE_INPUT = "/kaggle/input"  # attached datasets and the competition data (read-only on Kaggle)
@@ -36,25 +44,186 @@ KAGGLE_WORKING = "/kaggle/working"  # writable; submission.json and the work dir
 WHEELS_DIR = None  # None: the first directory under KAGGLE_INPUT holding a trm_kaggle*.whl (trm-kaggle-wheels)
 WEIGHTS_DIR = None  # None: the first directory under KAGGLE_INPUT holding weights.safetensors (trm-kaggle-weights)
 CHALLENGES = None  # None: the one */arc-agi_test_challenges.json (or */*/...) under KAGGLE_INPUT
-TIME_BUDGET = 11.5 * 3600  # seconds for everything (the kernel's hard limit is 12 h); None: no limit
+MODE = "auto"  # auto: "save" in Kaggle's interactive Save Version run, "full" in the scored rerun and elsewhere
+TIME_BUDGET = "auto"  # seconds for everything, or "auto": 11.5 h (full) / SAVE_TIME_BUDGET (save); None: no limit
 FINETUNE_STEPS = "auto"  # fine-tuning steps per task, or "auto": what the time plan fits
 NUM_AUG = "auto"  # augmentations per task (fine-tuning and voting), or "auto": what the time plan fits
-MAX_TASKS = None  # the model works on the first N tasks only (a quick run); every task is still submitted
+MAX_TASKS = "auto"  # the model works on the first N tasks only, or "auto": all (full) / SAVE_MAX_TASKS (save)
+SAVE_MAX_TASKS = 4  # the save run's check: this many tasks ...
+SAVE_TIME_BUDGET = 900  # ... within this many seconds
 WORKERS = None  # None: one worker process per visible GPU (1 on CPU)
 DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda, mps
+
+# %% [markdown]
+# ## Fallback first (standard library only)
+#
+# A bad parameter falls back to its default with a warning. The challenges file is found one or two folders
+# below `KAGGLE_INPUT` (the same file reachable twice, e.g. through a link, counts once), and a valid
+# `submission.json` is written before anything can fail: each test input's own grid as both attempts.
+
+# %%
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+READY = True  # False once a step fails: the later cells skip, the fallback submission stands
+FULL_BUDGET = 11.5 * 3600  # the kernel's hard limit is 12 h
+CHALLENGES_NAME = "arc-agi_test_challenges.json"
+
+
+def warn(line):
+    print(f"WARNING: {line}", flush=True)
+
+
+def checked(name, value, default, *, auto=False, none=False, number=False, least=1):
+    """`value` when it is a valid setting of `name`, else `default` with a warning (never an exception)."""
+    if (auto and value == "auto") or (none and value is None):
+        return value
+    if isinstance(value, str) and value.strip():
+        try:
+            value = float(value) if number else int(value)
+        except ValueError:
+            pass
+    good = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= least and (number or float(value).is_integer()))
+    if good:
+        return float(value) if number else int(value)
+    allowed = " or ".join([*(['"auto"'] if auto else []), *(["None"] if none else []),
+                           f"a {'number' if number else 'whole number'} >= {least}"])
+    warn(f"{name}={value!r} is not {allowed}: using {default!r}")
+    return default
+
+
+def checked_choice(name, value, choices, default):
+    if value in choices:
+        return value
+    warn(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}: using {default!r}")
+    return default
+
+
+def checked_dir(name, value, default):
+    if value is None or (isinstance(value, (str, os.PathLike)) and str(value)):
+        return value if value is not None else default
+    warn(f"{name}={value!r} is not a path: using {default!r}")
+    return default
+
+
+KAGGLE_ROOT = Path(os.sep, "kaggle")  # Kaggle's own folders, the defaults of the two paths below
+KAGGLE_INPUT = checked_dir("KAGGLE_INPUT", KAGGLE_INPUT, str(KAGGLE_ROOT / "input"))
+KAGGLE_WORKING = checked_dir("KAGGLE_WORKING", KAGGLE_WORKING, str(KAGGLE_ROOT / "working"))
+WHEELS_DIR, WEIGHTS_DIR, CHALLENGES = (checked_dir(n, v, None) for n, v in (
+    ("WHEELS_DIR", WHEELS_DIR), ("WEIGHTS_DIR", WEIGHTS_DIR), ("CHALLENGES", CHALLENGES)))
+MODE = checked_choice("MODE", MODE, ("auto", "save", "full"), "auto")
+TIME_BUDGET = checked("TIME_BUDGET", TIME_BUDGET, "auto", auto=True, none=True, number=True)
+FINETUNE_STEPS = checked("FINETUNE_STEPS", FINETUNE_STEPS, "auto", auto=True, least=0)
+NUM_AUG = checked("NUM_AUG", NUM_AUG, "auto", auto=True, least=0)
+MAX_TASKS = checked("MAX_TASKS", MAX_TASKS, "auto", auto=True, none=True)
+SAVE_MAX_TASKS = checked("SAVE_MAX_TASKS", SAVE_MAX_TASKS, 4)
+SAVE_TIME_BUDGET = checked("SAVE_TIME_BUDGET", SAVE_TIME_BUDGET, 900.0, number=True)
+WORKERS = checked("WORKERS", WORKERS, None, none=True)
+DEVICE = checked_choice("DEVICE", DEVICE, ("auto", "cpu", "cuda", "mps"), "auto")
+
+# Save Version run or scored rerun: Kaggle sets KAGGLE_KERNEL_RUN_TYPE in its kernels, and
+# KAGGLE_IS_COMPETITION_RERUN only in the rerun on the hidden test set
+on_kaggle = bool(os.environ.get("KAGGLE_KERNEL_RUN_TYPE") or os.environ.get("KAGGLE_URL_BASE"))
+rerun = bool(os.environ.get("KAGGLE_IS_COMPETITION_RERUN"))
+if MODE == "auto":
+    MODE = "save" if on_kaggle and not rerun else "full"
+    why = ("the scored rerun (KAGGLE_IS_COMPETITION_RERUN is set)" if rerun else
+           "Kaggle's interactive Save Version run (KAGGLE_IS_COMPETITION_RERUN is unset)" if on_kaggle else
+           "not on Kaggle")
+else:
+    why = "set by the MODE parameter"
+if TIME_BUDGET == "auto":
+    TIME_BUDGET = SAVE_TIME_BUDGET if MODE == "save" else FULL_BUDGET
+if MAX_TASKS == "auto":
+    MAX_TASKS = SAVE_MAX_TASKS if MODE == "save" else None
+if TIME_BUDGET is None and "auto" in (FINETUNE_STEPS, NUM_AUG):
+    warn(f"TIME_BUDGET=None with 'auto' counts: the counts are fitted to a budget, using {FULL_BUDGET:.0f} s")
+    TIME_BUDGET = FULL_BUDGET
+print(f"mode: {MODE} ({why}): " + ("the model works on " + (f"the first {MAX_TASKS} tasks" if MAX_TASKS else
+                                                             "every task")
+                                   + (f" within {TIME_BUDGET:.0f} s" if TIME_BUDGET else " without a time limit")
+                                   + "; every task is submitted"), flush=True)
+
+
+def find_challenges(root):
+    """The one challenges file one or two folders below `root` (by resolved path), or None with a warning."""
+    root = Path(root)
+    found = {}
+    for pattern in (f"*/{CHALLENGES_NAME}", f"*/*/{CHALLENGES_NAME}"):
+        for path in sorted(root.glob(pattern)):
+            if path.is_file():
+                found.setdefault(path.resolve(), path)
+    if len(found) == 1:
+        return next(iter(found.values()))
+    if not found:
+        warn(f"no {CHALLENGES_NAME} one or two folders below {root}: attach the ARC competition or set CHALLENGES")
+    else:
+        warn(f"{len(found)} different {CHALLENGES_NAME} files below {root}: "
+             f"{', '.join(str(p) for p in found.values())}; set CHALLENGES to the one to solve")
+    return None
+
+
+def is_grid(grid):
+    return (isinstance(grid, list) and 1 <= len(grid) <= 30 and all(isinstance(row, list) for row in grid)
+            and 1 <= len(grid[0]) <= 30 and all(len(row) == len(grid[0]) for row in grid)
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 9 for row in grid for v in row))
+
+
+def fallback_submission(challenges):
+    """Each test input's own grid as both attempts ([[0]] where the input is not a valid grid)."""
+    out = {}
+    for task_id, task in challenges.items():
+        tests = task.get("test") if isinstance(task, dict) else None
+        out[task_id] = []
+        for test in tests if isinstance(tests, list) else []:
+            grid = test.get("input") if isinstance(test, dict) else None
+            grid = grid if is_grid(grid) else [[0]]
+            out[task_id].append({"attempt_1": grid, "attempt_2": grid})
+    return out
+
+
+def write_atomically(path, text):
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+SUBMISSION = Path(KAGGLE_WORKING) / "submission.json"
+try:
+    CHALLENGES = CHALLENGES or find_challenges(KAGGLE_INPUT)
+    if CHALLENGES is None:
+        READY = False
+    else:
+        with open(CHALLENGES) as f:
+            challenge_data = json.load(f)
+        if not isinstance(challenge_data, dict):
+            raise ValueError("it does not hold a JSON object of tasks")
+        Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
+        write_atomically(SUBMISSION, json.dumps(fallback_submission(challenge_data)))
+        print(f"fallback: {SUBMISSION} answers all {len(challenge_data)} tasks of {CHALLENGES}", flush=True)
+except Exception as e:  # noqa: BLE001 - the notebook never raises: say what failed
+    READY = False
+    warn(f"the fallback submission could not be written ({type(e).__name__}: {e}); nothing else can run")
 
 # %% [markdown]
 # ## Install `trm_kaggle` offline
 #
 # Only when it is not importable yet: `pip install --no-index --find-links WHEELS_DIR trm_kaggle` (no network;
-# the wheels dataset carries every dependency Kaggle's image lacks).
+# the wheels dataset carries every dependency Kaggle's image lacks, for each Python it may run: pip picks the
+# wheels of the running one).
 
 # %%
 import importlib
 import importlib.util
 import subprocess
-import sys
-from pathlib import Path
 
 
 def first_dir_with(pattern):
@@ -63,48 +232,60 @@ def first_dir_with(pattern):
     return str(found[0].parent) if found else None
 
 
-if importlib.util.find_spec("trm_kaggle") is None:
-    wheels = WHEELS_DIR or first_dir_with("trm_kaggle*.whl")
-    if wheels is None:
-        raise FileNotFoundError(f"trm_kaggle is not installed and no trm_kaggle*.whl is under {KAGGLE_INPUT}: "
-                                "attach the wheels dataset or set WHEELS_DIR")
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", wheels,
-                          "--disable-pip-version-check", "trm_kaggle"], capture_output=True, text=True)
-    print(pip.stdout)
-    if pip.returncode != 0:
-        raise RuntimeError(f"offline install from {wheels} failed (status {pip.returncode}):\n{pip.stderr}")
-    importlib.invalidate_caches()
-else:
-    print("trm_kaggle is already importable: nothing installed")
+if READY:
+    try:
+        if importlib.util.find_spec("trm_kaggle") is None:
+            wheels = WHEELS_DIR or first_dir_with("trm_kaggle*.whl")
+            if wheels is None:
+                raise RuntimeError(f"no trm_kaggle*.whl under {KAGGLE_INPUT}: attach the wheels dataset or set "
+                                   f"WHEELS_DIR")
+            pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", wheels,
+                                  "--disable-pip-version-check", "--no-color", "trm_kaggle"], capture_output=True,
+                                 text=True)
+            print(pip.stdout)
+            if pip.returncode != 0:
+                said = [line.strip() for line in pip.stderr.splitlines() if line.strip()] or ["(no message)"]
+                last = ([line for line in said if line.startswith("ERROR")] or said)[-1]  # pip's own reason
+                raise RuntimeError(f"pip install --no-index --find-links {wheels} trm_kaggle failed "
+                                   f"(status {pip.returncode}): {last}")
+            importlib.invalidate_caches()
+        else:
+            print("trm_kaggle is already importable: nothing installed")
+    except Exception as e:  # noqa: BLE001 - the notebook never raises
+        READY = False
+        warn(f"installing trm_kaggle failed ({e}); the fallback submission.json stands")
 
 # %%
-import json
 import logging
 
-import torch
+if READY:
+    try:
+        import torch
 
-import trm_kaggle
+        import trm_kaggle
+        from trm_kaggle.config import SolveConfig
+        from trm_kaggle.evaluate.submission import check_submission, expected_counts
+        from trm_kaggle.solve.solve import solve
 
-print(f"trm_kaggle {trm_kaggle.__version__} from {trm_kaggle.__file__}")
-# the count only: naming the GPUs here would start CUDA in this process, on a GPU a worker needs whole
-print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {torch.cuda.device_count()} GPU(s) visible")
-logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
+        print(f"trm_kaggle {trm_kaggle.__version__} from {trm_kaggle.__file__}")
+        # the count only: naming the GPUs here would start CUDA in this process, on a GPU a worker needs whole
+        print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {torch.cuda.device_count()} GPU(s) "
+              f"visible")
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
+    except Exception as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
+        READY = False
+        warn(f"importing trm_kaggle failed ({type(e).__name__}: {e}); the fallback submission.json stands")
 
 # %% [markdown]
-# ## Inputs
+# ## Weights
 
 # %%
-from trm_kaggle.config import SolveConfig
-from trm_kaggle.evaluate.submission import check_submission, expected_counts
-from trm_kaggle.kaggle.inputs import find_challenges
-from trm_kaggle.solve.solve import solve
-
-weights = WEIGHTS_DIR or first_dir_with("weights.safetensors")
-if weights is None:  # solve() still writes a valid fallback submission, and reports the error
-    print(f"WARNING: no weights.safetensors under {KAGGLE_INPUT}: attach the weights dataset or set WEIGHTS_DIR")
-    weights = str(Path(KAGGLE_INPUT) / "weights-not-found")
-challenges = CHALLENGES or str(find_challenges(KAGGLE_INPUT))  # none or several: stops, listing what it found
-print(f"weights: {weights}\nchallenges: {challenges}")
+if READY:
+    weights = WEIGHTS_DIR or first_dir_with("weights.safetensors")
+    if weights is None:  # solve() still writes a valid fallback submission, and reports the error
+        warn(f"no weights.safetensors under {KAGGLE_INPUT}: attach the weights dataset or set WEIGHTS_DIR")
+        weights = str(Path(KAGGLE_INPUT) / "weights-not-found")
+    print(f"weights: {weights}\nchallenges: {CHALLENGES}")
 
 # %% [markdown]
 # ## Solve
@@ -114,25 +295,61 @@ print(f"weights: {weights}\nchallenges: {challenges}")
 # unfinished tasks, which keep the fallback answers written first.
 
 # %%
-report = solve(SolveConfig(challenges=challenges, weights=weights,
-                           output=str(Path(KAGGLE_WORKING) / "submission.json"),
-                           work_dir=str(Path(KAGGLE_WORKING) / "ttt_work"), time_budget=TIME_BUDGET,
-                           finetune_steps=FINETUNE_STEPS, num_aug=NUM_AUG, max_tasks=MAX_TASKS, workers=WORKERS,
-                           device=DEVICE), echo=print)
-# per task reports, workers and fallback reasons are in ttt_work/solve_report.json (the reasons also in the lines above)
-print(json.dumps({k: v for k, v in report.items() if k not in ("task_reports", "workers", "fallback")}, indent=2,
-                 default=str))
+report = None
+if READY:
+    try:
+        report = solve(SolveConfig(challenges=str(CHALLENGES), weights=weights, output=str(SUBMISSION),
+                                   work_dir=str(Path(KAGGLE_WORKING) / "ttt_work"), time_budget=TIME_BUDGET,
+                                   finetune_steps=FINETUNE_STEPS, num_aug=NUM_AUG, max_tasks=MAX_TASKS,
+                                   workers=WORKERS, device=DEVICE), echo=print)
+        # per task reports, workers and fallback reasons are in ttt_work/solve_report.json (also in the lines above)
+        print(json.dumps({k: v for k, v in report.items() if k not in ("task_reports", "workers", "fallback")},
+                         indent=2, default=str))
+    except Exception as e:  # noqa: BLE001 - the notebook never raises
+        warn(f"solving failed ({type(e).__name__}: {e}); the fallback submission.json stands")
 
 # %% [markdown]
 # ## Check the submission
 #
-# Every task of the challenges file, one entry per test input, both attempts present, valid grids.
+# Every task of the challenges file, one entry per test input, both attempts present, valid grids; when the
+# competition has a `sample_submission.json`, its task ids are compared too (the challenges file's are the ones
+# written).
 
 # %%
-check_submission(report["output"], challenges)
-counts = expected_counts(challenges)
-print(f"{report['output']}: valid ({len(counts)} tasks, {sum(counts.values())} test inputs, two attempts each); "
-      f"{report['answered']} tasks answered by the model, {report['predicted']} test inputs with model predictions; "
-      f"{report['elapsed_s']} s")
-for error in report["errors"]:
-    print("warning:", error)
+def check_against_sample(submission_path, challenges_path):
+    sample_path = Path(challenges_path).parent / "sample_submission.json"
+    if not sample_path.is_file():
+        return
+    try:
+        with open(sample_path) as f:
+            sample = set(json.load(f))
+        with open(submission_path) as f:
+            written = set(json.load(f))
+    except Exception as e:  # noqa: BLE001 - a check, never a reason to raise
+        warn(f"{sample_path} could not be read ({type(e).__name__}: {e}): task ids not compared")
+        return
+    if sample == written:
+        print(f"{sample_path.name}: the same {len(sample)} task ids")
+    else:
+        extra, missing = sorted(written - sample), sorted(sample - written)
+        warn(f"task ids differ from {sample_path}: {len(missing)} only there ({', '.join(missing[:5])}), "
+             f"{len(extra)} only in the challenges file ({', '.join(extra[:5])}); the challenges file's are written")
+
+
+if SUBMISSION.is_file() and CHALLENGES:
+    try:
+        if READY and report is not None:
+            check_submission(str(SUBMISSION), str(CHALLENGES))
+            counts = expected_counts(str(CHALLENGES))
+            print(f"{SUBMISSION}: valid ({len(counts)} tasks, {sum(counts.values())} test inputs, two attempts each); "
+                  f"{report['answered']} tasks answered by the model, {report['predicted']} test inputs with model "
+                  f"predictions; {report['elapsed_s']} s")
+            for error in report["errors"]:
+                print("warning:", error)
+        else:
+            print(f"{SUBMISSION}: the fallback answers (the model did not run)")
+        check_against_sample(SUBMISSION, CHALLENGES)
+    except Exception as e:  # noqa: BLE001 - the notebook never raises
+        warn(f"checking {SUBMISSION} failed ({type(e).__name__}: {e})")
+else:
+    warn(f"no submission was written: {SUBMISSION}")

@@ -24,7 +24,8 @@ PARAMETERS = {
     "train": {"DATA_DIR", "RUN_DIR", "PRESET", "OVERRIDES", "EXPORT_DIR", "MEAN_EMBEDDING"},
     "evaluate": {"WEIGHTS_DIR", "DATA_DIR", "REPORT_DIR", "BATCH_SIZE", "DEVICE", "TASKS", "N_PICTURES"},
     "kaggle_submission": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "WEIGHTS_DIR", "CHALLENGES", "TIME_BUDGET",
-                          "FINETUNE_STEPS", "NUM_AUG", "MAX_TASKS", "WORKERS", "DEVICE"},
+                          "FINETUNE_STEPS", "NUM_AUG", "MAX_TASKS", "WORKERS", "DEVICE", "MODE", "SAVE_MAX_TASKS",
+                          "SAVE_TIME_BUDGET"},
     "analysis": {"DIRS", "OUT_DIR", "METRIC"},
     "code_repair": {"CORPUS", "DATA_DIR", "GRID", "STRIP_DOCSTRINGS", "MAX_FILES", "SEED", "RUN_DIR", "PRESET",
                     "OVERRIDES", "EXPORT_DIR", "DOCTESTS"},
@@ -137,10 +138,16 @@ def test_kaggle_kernel_parameters_match_the_bundle():
     nb = json.loads((NOTEBOOKS / "kaggle_submission.ipynb").read_text())
     _, warnings = adapt_notebook(nb, BundleIds())
     assert warnings == []
-    # the offline install comes right after the parameters (papermill inserts its own cell between them)
+    # right after the parameters (papermill inserts its own cell between them), the fallback submission with the
+    # standard library alone; then the offline install
     code = [c for c in jupytext.read(NOTEBOOKS / "kaggle_submission.ipynb").cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", [])
-    assert "--no-index" in code[1].source and "sys.executable" in code[1].source
+    imported = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
+                for n in ast.walk(ast.parse(code[1].source)) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    assert imported and imported <= set(sys.stdlib_module_names), imported
+    assert "submission.json" in code[1].source and "os.replace" in code[1].source
+    assert "--no-index" in code[2].source and "sys.executable" in code[2].source
 
 
 # ---------------------------------------------------------------------------

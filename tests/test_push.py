@@ -1,17 +1,20 @@
-"""Publishing the bundle with the kaggle CLI (trm_kaggle.kaggle.push); nothing is ever sent."""
+"""Publishing the bundle through the kaggle package's API (trm_kaggle.kaggle.push), against a fake API object
+that records the calls; nothing is ever sent. tests/test_push_stub.py runs the real package against a local stub
+of Kaggle's server."""
 
 from __future__ import annotations
 
-import subprocess
+from types import SimpleNamespace
 
 import pytest
 
+from trm_kaggle.atomic import OWNER_RECORD
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle import bundle as B
 from trm_kaggle.kaggle import metadata as M
 from trm_kaggle.kaggle import push as P
 
-from conftest import USER, _edit
+from conftest import IDS, USER, _edit
 
 
 @pytest.fixture
@@ -20,9 +23,55 @@ def no_credentials(monkeypatch, tmp_path):
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-    for var in ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_CONFIG_DIR"):
+    for var in ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_CONFIG_DIR", "KAGGLE_API_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     return home
+
+
+class NotFound(Exception):
+    response = SimpleNamespace(status_code=404, text="Not Found")
+
+
+class FakeApi:
+    """The KaggleApi methods push uses. `existing`: datasets Kaggle already has; `statuses`: what
+    dataset_status answers in turn once a dataset exists; `answers`: fields of the answers to creates/pushes."""
+
+    def __init__(self, existing=(), statuses=("pending", "ready"), **answers):
+        self.existing, self.statuses, self.answers, self.calls = set(existing), list(statuses), answers, []
+        self.seen: dict[str, int] = {}
+
+    def dataset_status(self, ident):
+        self.calls.append(("status", ident))
+        if ident not in self.existing:
+            raise NotFound(ident)
+        i = self.seen[ident] = self.seen.get(ident, -1) + 1
+        return self.statuses[min(i, len(self.statuses) - 1)]
+
+    def _answer(self, kind, **fields):
+        return SimpleNamespace(**{**fields, **self.answers.get(kind, {})})
+
+    def dataset_create_new(self, folder, public, quiet, dir_mode, ignore_patterns):
+        ident = M.read_json(f"{folder}/{M.DATASET_META}")["id"]
+        self.calls.append(("create", ident, public, tuple(ignore_patterns)))
+        self.existing.add(ident)
+        return self._answer("create", error=None, url=f"https://kaggle/{ident}")
+
+    def dataset_create_version(self, folder, message, quiet, dir_mode, ignore_patterns):
+        ident = M.read_json(f"{folder}/{M.DATASET_META}")["id"]
+        self.calls.append(("version", ident, message, tuple(ignore_patterns)))
+        return self._answer("version", error=None)
+
+    def kernels_push(self, folder):
+        meta = M.read_json(f"{folder}/{M.KERNEL_META}")
+        self.calls.append(("push", meta["id"]))
+        return self._answer("push", error=None, invalid_dataset_sources=[], invalid_competition_sources=[],
+                            url=f"https://www.kaggle.com/code/{meta['id']}", version_number=1)
+
+
+def _push(bundle, api, **kw):
+    lines = []
+    rc = P.push(bundle, api=api, poll_s=0, say=lines.append, **kw)
+    return rc, lines
 
 
 def test_push_without_credentials_prints_commands_and_fails(inputs, tmp_path, no_credentials, capsys):
@@ -35,36 +84,87 @@ def test_push_without_credentials_prints_commands_and_fails(inputs, tmp_path, no
     assert f"kaggle datasets create -p {out.absolute() / 'wheels'}" in cap.out
     assert f"kaggle datasets create -p {out.absolute() / 'weights'}" in cap.out
     assert f"kaggle kernels push -p {out.absolute() / 'kernel'}" in cap.out
-    assert "credentials" in cap.err or "kaggle` command" in cap.err
+    assert "credentials" in cap.err
     assert (out / "kernel" / M.KERNEL_META).is_file()  # the bundle itself was built
 
 
-def test_push_with_credentials_runs_versions_in_order(bundle_copy, monkeypatch, no_credentials):
-    monkeypatch.setenv("KAGGLE_USERNAME", USER)
-    monkeypatch.setenv("KAGGLE_KEY", "not-a-real-key")
-    monkeypatch.setattr(P.shutil, "which", lambda name: f"/usr/bin/{name}")
-    ran = []
+def test_first_push_creates_waits_then_pushes(bundle_copy):
+    api = FakeApi()
+    rc, lines = _push(bundle_copy, api)
+    assert rc == 0
+    kinds = [c[0] for c in api.calls]
+    # each dataset: asked (404), created; then polled until ready; then the kernel
+    assert kinds[:4] == ["status", "create", "status", "create"] and kinds[-1] == "push"
+    assert kinds.index("push") > max(i for i, k in enumerate(kinds) if k == "status")
+    creates = [c for c in api.calls if c[0] == "create"]
+    assert [c[1] for c in creates] == [IDS.wheels_id, IDS.weights_id]
+    assert all(c[2] is False and OWNER_RECORD in c[3] for c in creates)  # private; bookkeeping not uploaded
+    assert f"dataset {IDS.wheels_id}: ready (0 s)" in lines
+    assert lines[-2] == f"kernel {IDS.kernel_id} version 1 pushed (machine NvidiaL4): " \
+                        f"https://www.kaggle.com/code/{IDS.kernel_id}"
+    assert lines[-1] == f"  follow it: kaggle kernels status {IDS.kernel_id}"
 
-    def runner(cmd, **kw):
-        ran.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0)
 
-    assert P.push(bundle_copy, "new weights", runner=runner) == 0
-    assert [c[:3] for c in ran] == [["kaggle", "datasets", "version"]] * 2 + [["kaggle", "kernels", "push"]]
-    assert ran[0][-2:] == ["-m", "new weights"]
+def test_later_pushes_version_the_datasets(bundle_copy):
+    api = FakeApi(existing={IDS.wheels_id, IDS.weights_id}, statuses=("ready",))
+    rc, lines = _push(bundle_copy, api, version_message="new weights")
+    assert rc == 0
+    assert [c[:3] for c in api.calls if c[0] == "version"] == [("version", IDS.wheels_id, "new weights"),
+                                                              ("version", IDS.weights_id, "new weights")]
+    assert not [c for c in api.calls if c[0] == "create"]
 
 
-def test_push_refuses_an_invalid_bundle(bundle_copy, monkeypatch):
+@pytest.mark.parametrize("answers, words", [
+    ({"create": {"error": 'The requested slug "trm-kaggle-wheels" is already in use by a dataset.'}},
+     "kaggle datasets create tester/trm-kaggle-wheels: Kaggle refused it: The requested slug"),
+    ({"push": {"error": "Notebook slug is already in use"}}, "Kaggle refused it: Notebook slug is already in use"),
+    ({"push": {"invalid_dataset_sources": ["tester/trm-kaggle-weights"]}},
+     "invalid dataset sources: tester/trm-kaggle-weights"),
+    ({"push": {"invalid_competition_sources": ["arc-prize-2026-arc-agi-2"]}},
+     "invalid competition sources: arc-prize-2026-arc-agi-2"),
+])
+def test_refusals_in_the_answer_stop_the_push(bundle_copy, answers, words):
+    api = FakeApi(**answers)
+    with pytest.raises(TRMError, match="Kaggle refused it") as e:
+        _push(bundle_copy, api)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_refusal_is_one_error_line_from_the_command(inputs, tmp_path, monkeypatch, capsys):
+    api = FakeApi(push={"error": "Notebook slug is already in use"})
+    monkeypatch.setattr(P, "kaggle_api", lambda: api)
+    monkeypatch.setattr(P, "missing_client", lambda: None)
+    monkeypatch.setenv("KAGGLE_API_TOKEN", "fake")
+    monkeypatch.setattr(P.time, "sleep", lambda s: None)
+    assert B.main([str(tmp_path / "out"), "--no-download", "--user", USER, "--weights", str(inputs["export"]),
+                   "--notebook", str(inputs["notebook"]), "--push"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: kaggle kernels push ") and "already in use" in err, err
+
+
+@pytest.mark.parametrize("statuses, words", [(("pending", "failed"), "ended in 'failed'"),
+                                             (("pending",), "not ready after 5 s")])
+def test_datasets_that_never_get_ready_stop_before_the_kernel(statuses, words):
+    api = FakeApi(existing={IDS.wheels_id}, statuses=statuses)
+    clock = iter(range(10_000)).__next__
+    with pytest.raises(TRMError, match=words):
+        P.wait_until_ready(api, [IDS.wheels_id], timeout_s=5, poll_s=1, say=lambda _: None, clock=clock,
+                           sleep=lambda s: None)
+
+
+def test_push_refuses_an_invalid_bundle(bundle_copy):
     _edit(bundle_copy / "kernel" / M.KERNEL_META, enable_internet=True)
     with pytest.raises(TRMError, match="enable_internet"):
-        P.push(bundle_copy, runner=lambda *a, **k: pytest.fail("must not run"))
+        P.push(bundle_copy, api=FakeApi())
 
 
-def test_credentials_file_is_found(no_credentials, monkeypatch):
+def test_credentials_are_found(no_credentials, monkeypatch):
     assert P.kaggle_credentials() is None
     (no_credentials / ".kaggle").mkdir()
-    (no_credentials / ".kaggle" / "kaggle.json").write_text("{}")
-    assert P.kaggle_credentials().endswith("kaggle.json")
+    (no_credentials / ".kaggle" / "access_token").write_text("token")
+    assert P.kaggle_credentials().endswith("access_token")
+    monkeypatch.setenv("KAGGLE_API_TOKEN", "x")
+    assert P.kaggle_credentials() == "KAGGLE_API_TOKEN"
 
 
 @pytest.mark.parametrize("damage", ["changed", "truncated", "removed"])
@@ -77,5 +177,7 @@ def test_push_checks_every_file_against_the_manifest_first(bundle_copy, damage):
         weights.write_bytes(data[: len(data) // 2])
     else:
         weights.unlink()
+    api = FakeApi()
     with pytest.raises(TRMError, match="weights.safetensors: .*(differs from|missing).*rebuild the bundle"):
-        P.push(bundle_copy, runner=lambda *a, **k: pytest.fail("must not upload"))
+        P.push(bundle_copy, api=api)
+    assert api.calls == []  # nothing uploaded

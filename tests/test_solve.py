@@ -557,6 +557,7 @@ def test_one_worker_per_visible_gpu(monkeypatch, visible, workers, expected, war
     import trm_kaggle.solve.solve as S
 
     monkeypatch.setattr(S, "pick_device", lambda requested: torch.device("cuda"))
+    monkeypatch.setattr(S, "cuda_problem", lambda: None)  # GPUs this torch build runs on
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

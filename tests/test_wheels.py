@@ -87,7 +87,7 @@ def test_wheels_dataset_contents(built, inputs):
     manifest = json.loads((w / M.MANIFEST).read_text())
     assert manifest["install"] == ("pip install --no-index --find-links /kaggle/input/trm-kaggle-wheels "
                                    "trm_kaggle adam-atan2")
-    assert manifest["shipped"] == {"adam-atan2": inputs["extra"].name}
+    assert manifest["shipped"] == {"adam-atan2": [inputs["extra"].name]}
     assert manifest["downloaded"] is False and manifest["not_shipped"] == []
 
 

@@ -3,20 +3,21 @@
 `build_bundle.py OUT_DIR` (a thin wrapper around `main`), or `trm-kaggle bundle OUT_DIR`, assembles::
 
     OUT_DIR/wheels/   dataset <user>/<prefix>-wheels: the trm_kaggle wheel built from the repo, wheels of every
-                      runtime dependency Kaggle's image lacks (for CPython 3.11, manylinux x86_64), extra
+                      runtime dependency Kaggle's image lacks (for CPython 3.11 and 3.12, manylinux x86_64), extra
                       prebuilt wheels (--extra-wheel, e.g. adam-atan2), install.sh, manifest.json,
                       dataset-metadata.json
     OUT_DIR/weights/  dataset <user>/<prefix>-weights: weights.safetensors + config.json of an export,
                       MODEL_CARD.md, manifest.json (sha256 and size of every file), dataset-metadata.json
     OUT_DIR/kernel/   kernel <user>/<prefix>-submission: the submission notebook + kernel-metadata.json
-                      (internet off, a GPU unless --cpu, the two datasets and the competition attached)
+                      (internet off, the accelerator --accelerator names unless --cpu, the two datasets and the
+                      competition attached)
     OUT_DIR/adam-atan2-kernel/  (--wheel-kernel) kernel <user>/<prefix>-adam-atan2-wheel: a script that builds
                       the adam-atan2 wheel on a Kaggle GPU machine, for a later --extra-wheel
 
 Each part is written atomically (built beside its target, renamed into place). `validate_bundle` checks all
-metadata before anything is pushed. `push` runs the `kaggle` CLI (or prints the commands when there are no
-credentials). `execute` runs the kernel notebook with papermill in a sandbox laid out like `/kaggle/input`, in
-a fresh virtual environment, inside a network namespace with no network at all.
+metadata before anything is pushed. `push` publishes through the `kaggle` package (or prints the commands when
+there are no credentials). `execute` runs the kernel notebook with papermill in a sandbox laid out like
+`/kaggle/input`, in a fresh virtual environment, inside a network namespace with no network at all.
 
 Network use: only `pip download` of the dependency wheels (skipped with `download=False` / `--no-download`)
 and the `kaggle` CLI with `--push`.
@@ -31,7 +32,7 @@ lives in its own module, and data flows one way (each imports only those above i
     kernel.py           the kernels: notebook adaptation, `build_kernel`; `build_wheel_kernel`
     adam_atan2_wheel.py the wheel kernel's script (standard library only)
     inputs.py           what the kernel finds under /kaggle/input (the challenges file)
-    push.py             `push` with the kaggle CLI
+    push.py             `push` through the kaggle package's API (answers read, datasets awaited)
     sandbox.py          `execute`: the kernel run offline in a network namespace and a fresh venv
 """
 
@@ -48,14 +49,15 @@ from trm_kaggle.config import count_or_auto
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_notebook
 from trm_kaggle.kaggle.metadata import (
-    COMPETITION, DEFAULT_PREFIX, DEFAULT_USER, REPO_ROOT, WHEEL_KERNEL_DIR, BundleIds, default_user, slug_problem,
-    validate_bundle,
+    COMPETITION, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, DEFAULT_USER, MACHINE_SHAPES, REPO_ROOT, WHEEL_KERNEL_DIR,
+    BundleIds, check_machine_shape, default_user, machine_fields, slug_problem, validate_bundle,
+    wheel_kernel_metadata,
 )
 from trm_kaggle.kaggle.push import push
-from trm_kaggle.kaggle.sandbox import execute
+from trm_kaggle.kaggle.sandbox import execute, read_sample_submission
 from trm_kaggle.kaggle.weights_dataset import build_weights, default_weights, is_export
 from trm_kaggle.kaggle.wheels import (
-    DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSION, Target, build_wheels,
+    DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_python_version,
 )
 
 #: The bundle's entry points; import anything else from the module that defines it.
@@ -66,14 +68,20 @@ __all__ = ["BundleIds", "add_arguments", "build_bundle", "execute", "main", "mak
 def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | os.PathLike | None = None,
                  notebook: str | os.PathLike | None = None, repo: Path = REPO_ROOT,
                  extra_wheels: Sequence[str | os.PathLike] = (), kaggle_has: Iterable[str] = DEFAULT_KAGGLE_HAS,
-                 download: bool = True, target: Target = Target(), enable_gpu: bool = True,
+                 download: bool = True, target: Target | None = None, enable_gpu: bool = True,
                  competition: str = COMPETITION, wheel_kernel: bool = False, builder: str = "auto",
-                 log: Callable[[str], None] = print) -> dict:
+                 log: Callable[[str], None] = print, targets: Sequence[Target] | None = None,
+                 machine_shape: str = DEFAULT_MACHINE_SHAPE, docker_image: str | None = None) -> dict:
     """wheels/, weights/ and kernel/ (and with `wheel_kernel` adam-atan2-kernel/) in `out_dir`, then
     `validate_bundle`. Returns a report."""
     ids.check()
     if (problem := slug_problem(competition)):
         raise TRMError(f"--competition: the slug {problem}")
+    machine_fields(check_machine_shape(machine_shape), docker_image)  # before anything is written
+    if wheel_kernel:
+        wheel_kernel_metadata(ids, "check.py", machine_shape=machine_shape)
+    for t in targets or ([target] if target else []):
+        check_python_version(t.python_version)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise TRMError(f"{out} exists and is not a directory")
@@ -95,12 +103,14 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     report = {"out_dir": str(out.absolute()),
               "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
                                      kaggle_has=kaggle_has, download=download, target=target, builder=builder,
-                                     log=log),
+                                     log=log, targets=targets),
               "weights": build_weights(out / "weights", weights, ids=ids, log=log),
               "kernel": build_kernel(out / "kernel", notebook, ids=ids, enable_gpu=enable_gpu,
-                                     competition=competition, log=log)}
+                                     competition=competition, log=log, machine_shape=machine_shape,
+                                     docker_image=docker_image)}
     if wheel_kernel:
-        report["wheel_kernel"] = build_wheel_kernel(out / WHEEL_KERNEL_DIR, ids=ids)
+        report["wheel_kernel"] = build_wheel_kernel(out / WHEEL_KERNEL_DIR, ids=ids, machine_shape=machine_shape,
+                                                    docker_image=docker_image)
     report["ids"] = validate_bundle(out)
     return report
 
@@ -136,7 +146,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="distributions preinstalled on Kaggle, never shipped (default: %(default)s)")
     g.add_argument("--no-download", action="store_true",
                    help="ship only the trm_kaggle wheel and --extra-wheel files (offline, CI)")
-    g.add_argument("--python-version", default=DEFAULT_PYTHON_VERSION, help="target Python (default %(default)s)")
+    g.add_argument("--python-version", action="append", default=None, metavar="X.Y",
+                   help=f"a target Python of the dependency wheels, repeatable (default: "
+                        f"{' and '.join(DEFAULT_PYTHON_VERSIONS)}: Kaggle's image moved from 3.11 to 3.12; the "
+                        f"kernel's install picks the running one's)")
     g.add_argument("--platform", action="append", default=None,
                    help="target platform tag, repeatable (default: manylinux x86_64 up to glibc 2.35)")
     g.add_argument("--wheel-builder", choices=("auto", "pip", "builtin"), default="auto",
@@ -147,7 +160,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "competition; arc-prize-2025 for last year's); the kernel finds its challenges file "
                         "whatever the folder is called")
     g.add_argument("--cpu", action="store_true",
-                   help="a CPU kernel (enable_gpu false); by default it asks for a GPU and uses every one it gets")
+                   help="a CPU kernel (enable_gpu false, no machine_shape); by default it asks for a GPU (see "
+                        "--accelerator) and uses every one it gets")
+    g.add_argument("--accelerator", default=DEFAULT_MACHINE_SHAPE, metavar="SHAPE",
+                   help=f"the kernels' machine_shape (default %(default)s: four L4s, what ARC Prize 2026 ARC-AGI-2 "
+                        f"kernels run on); one of {', '.join(MACHINE_SHAPES)}")
+    g.add_argument("--docker-image", default=None, metavar="IMAGE",
+                   help="pin the kernels' image (docker_image in the metadata, pinning 'original'; default: "
+                        "Kaggle's current image)")
     g.add_argument("--wheel-kernel", action="store_true",
                    help=f"also write OUT_DIR/{WHEEL_KERNEL_DIR}: a kernel that builds the adam-atan2 wheel on a "
                         f"Kaggle GPU machine (internet on) and saves it as output, for --extra-wheel")
@@ -155,7 +175,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--push", action="store_true",
                    help="kaggle datasets create (or version) for both datasets, then kaggle kernels push")
     g.add_argument("--version-message", default=None,
-                   help="push new dataset versions with this message (default: create the datasets)")
+                   help="the message of new dataset versions (each dataset is created the first time and versioned "
+                        "afterwards; default: a generic message)")
+    g.add_argument("--push-wait", type=float, default=1800, metavar="SECONDS",
+                   help="wait at most this long for both datasets to be ready before pushing the kernel "
+                        "(default %(default)s)")
     g = p.add_argument_group("offline run (--execute)")
     g.add_argument("--execute", action="store_true",
                    help="run the kernel with papermill in OUT_DIR/sandbox: fresh venv, no network")
@@ -187,25 +211,30 @@ def run(args: argparse.Namespace) -> int:
             raise TRMError("--user is empty: give your Kaggle user name (or leave --user out to use "
                            "$KAGGLE_USERNAME)")
         ids = BundleIds(args.user if args.user is not None else default_user(), args.slug_prefix).check()
-        target = Target(python_version=args.python_version,
-                        platforms=tuple(args.platform) if args.platform else DEFAULT_PLATFORMS)
+        platforms = tuple(args.platform) if args.platform else DEFAULT_PLATFORMS
+        targets = [Target(python_version=check_python_version(v), platforms=platforms)
+                   for v in dict.fromkeys(args.python_version or DEFAULT_PYTHON_VERSIONS)]
+        machine_shape = check_machine_shape(args.accelerator)
+        if args.execute and args.challenges:  # read before anything is built
+            read_sample_submission(Path(args.challenges))
         t = time.perf_counter()
         report = build_bundle(args.out_dir, ids=ids, weights=args.weights, notebook=args.notebook,
                               repo=Path(args.repo), extra_wheels=args.extra_wheel, kaggle_has=args.kaggle_has,
-                              download=not args.no_download, target=target, enable_gpu=not args.cpu,
+                              download=not args.no_download, targets=targets, enable_gpu=not args.cpu,
                               competition=args.competition, wheel_kernel=args.wheel_kernel,
-                              builder=args.wheel_builder)
+                              builder=args.wheel_builder, machine_shape=machine_shape,
+                              docker_image=args.docker_image)
         w = report["wheels"]
         print(f"built {report['out_dir']}: the Kaggle bundle (wheels, weights and kernel; metadata valid) in "
               f"{time.perf_counter() - t:.1f} s")
         print(f"  wheels  {w['id']}: {w['trm_kaggle_wheel']}"
-              + "".join(f", {f}" for f in w["shipped"].values())
+              + "".join(f", {f}" for files in w["shipped"].values() for f in files)
               + f" ({w['total_bytes'] / 1e6:.1f} MB)")
         print(f"          install: {w['install']}")
         print(f"  weights {report['weights']['id']}: " + ", ".join(report["weights"]["files"]))
         k = report["kernel"]
         print(f"  kernel  {k['id']}: {k['code_file']} (competition {k['competition']}, "
-              f"{'GPU' if k['enable_gpu'] else 'CPU only'})")
+              f"{k['machine_shape'] if k['enable_gpu'] else 'CPU only'})")
         if "wheel_kernel" in report:
             print(f"  kernel  {report['wheel_kernel']['id']}: {report['wheel_kernel']['code_file']} (builds the "
                   f"adam-atan2 wheel on a Kaggle GPU; not part of the submission)")
@@ -227,7 +256,8 @@ def run(args: argparse.Namespace) -> int:
                     print(f"error: {problem}", file=sys.stderr)
                 return 1
         if args.push:
-            return push(args.out_dir, args.version_message)
+            return push(args.out_dir, args.version_message, wait_s=args.push_wait,
+                        poll_s=min(10.0, max(0.2, args.push_wait / 20)))
         return 0
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -3,8 +3,9 @@
 Kaggle mounts a competition at `<root>/<slug>/`, and newer images at `<root>/competitions/<slug>/`, so the
 kernel looks for `arc-agi_test_challenges.json` one and two folders below the root, whatever the folders
 are called: arc-prize-2024, arc-prize-2025, arc-prize-2026-arc-agi-2 or a renamed copy all work. It wants
-exactly one: none or several stop the kernel with a list of what it did find (the notebook's CHALLENGES
-parameter names the file instead).
+exactly one (files are told apart by resolved path, so an alias of the same mount is no second one): none or
+several stop the kernel with a list of what it did find (the notebook's CHALLENGES parameter names the file
+instead).
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def find_challenges(root: str | os.PathLike) -> Path:
     if not root.is_dir():
         raise TRMError(f"the input root {root} is not a directory: attach the competition's data (or set "
                        f"CHALLENGES to the challenges file)")
-    found = sorted({p for pattern in PATTERNS for p in root.glob(pattern) if p.is_file()})
+    unique: dict[Path, Path] = {}  # the same file reached twice (a linked alias of a mount) counts once
+    for path in sorted(p for pattern in PATTERNS for p in root.glob(pattern) if p.is_file()):
+        unique.setdefault(path.resolve(), path)
+    found = sorted(unique.values())
     if len(found) == 1:
         return found[0]
     if not found:

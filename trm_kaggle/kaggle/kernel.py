@@ -15,7 +15,8 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle import adam_atan2_wheel
 from trm_kaggle.kaggle.metadata import (
-    COMPETITION, DEFAULT_PREFIX, KERNEL_META, BundleIds, kernel_metadata, publishable_modes, wheel_kernel_metadata,
+    COMPETITION, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, KERNEL_META, BundleIds, kernel_metadata,
+    notebook_kaggle_block, publishable_modes, wheel_kernel_metadata,
 )
 
 DEFAULT_NOTEBOOK = Path("notebooks") / "kaggle_submission.ipynb"
@@ -71,24 +72,35 @@ def adapt_notebook(nb: dict, ids: BundleIds) -> tuple[dict, list[str]]:
 
 
 def build_kernel(out_dir: str | os.PathLike, notebook: str | os.PathLike, *, ids: BundleIds,
-                 enable_gpu: bool = True, competition: str = COMPETITION, log: Callable[[str], None] = print) -> dict:
+                 enable_gpu: bool = True, competition: str = COMPETITION, log: Callable[[str], None] = print,
+                 machine_shape: str = DEFAULT_MACHINE_SHAPE, docker_image: str | None = None) -> dict:
+    """The submission kernel: the notebook (its parameters pointed at this bundle's datasets, Kaggle's own
+    `metadata.kaggle` block for uploads through the web UI) and kernel-metadata.json, whose `machine_shape` asks
+    for the accelerator (none on a CPU kernel)."""
     notebook = Path(notebook)
+    meta = kernel_metadata(ids, notebook.name, enable_gpu=enable_gpu, competition=competition,
+                           machine_shape=machine_shape, docker_image=docker_image)  # checked before any write
     nb, warnings = adapt_notebook(read_notebook(notebook), ids)
+    nb.setdefault("metadata", {})["kaggle"] = notebook_kaggle_block(meta.get("machine_shape"),
+                                                                    meta["dataset_sources"])
     for w in warnings:
         log(f"warning: {notebook}: {w}")
     with atomic_directory(out_dir, kind="kaggle kernel") as tmp:
         atomic_write_text(tmp / notebook.name, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-        meta = kernel_metadata(ids, notebook.name, enable_gpu=enable_gpu, competition=competition)
         atomic_write_json(tmp / KERNEL_META, meta, indent=2)
         publishable_modes(tmp)
     return {"id": ids.kernel_id, "code_file": notebook.name, "notebook": str(notebook), "warnings": warnings,
-            "competition": competition, "enable_gpu": enable_gpu}
+            "competition": competition, "enable_gpu": enable_gpu, "machine_shape": meta.get("machine_shape"),
+            "docker_image": docker_image}
 
 
-def build_wheel_kernel(out_dir: str | os.PathLike, *, ids: BundleIds) -> dict:
-    """The adam-atan2 wheel kernel: `adam_atan2_wheel.py` as a script kernel with its metadata."""
+def build_wheel_kernel(out_dir: str | os.PathLike, *, ids: BundleIds, machine_shape: str = DEFAULT_MACHINE_SHAPE,
+                       docker_image: str | None = None) -> dict:
+    """The adam-atan2 wheel kernel: `adam_atan2_wheel.py` as a script kernel with its metadata (on the
+    submission kernel's accelerator and image: the wheel must match the torch and CUDA it runs with)."""
+    meta = wheel_kernel_metadata(ids, WHEEL_SCRIPT, machine_shape=machine_shape, docker_image=docker_image)
     with atomic_directory(out_dir, kind="kaggle adam-atan2 wheel kernel") as tmp:
         atomic_write_text(tmp / WHEEL_SCRIPT, Path(adam_atan2_wheel.__file__).read_text())
-        atomic_write_json(tmp / KERNEL_META, wheel_kernel_metadata(ids, WHEEL_SCRIPT), indent=2)
+        atomic_write_json(tmp / KERNEL_META, meta, indent=2)
         publishable_modes(tmp)
-    return {"id": ids.wheel_kernel_id, "code_file": WHEEL_SCRIPT}
+    return {"id": ids.wheel_kernel_id, "code_file": WHEEL_SCRIPT, "machine_shape": meta.get("machine_shape")}

@@ -38,6 +38,18 @@ WHEEL_KERNEL_DIR = "adam-atan2-kernel"  # the bundle's optional second kernel (`
 MANIFEST = "manifest.json"
 MODEL_CARD = "MODEL_CARD.md"
 
+#: Kaggle's accelerators (`machine_shape` in kernel-metadata.json, `kaggle kernels push --accelerator`) as offered
+#: in 2026. ARC Prize 2026's ARC-AGI-2 kernels run on NvidiaL4 (four L4s); some shapes are offered only inside
+#: particular competitions.
+MACHINE_SHAPES: dict[str, str] = {
+    "NvidiaL4": "L4 x 4", "NvidiaL4X1": "one L4", "NvidiaTeslaT4": "T4 x 2", "NvidiaTeslaT4Highmem": "T4 x 2, more RAM",
+    "NvidiaTeslaA100": "A100", "NvidiaH100": "H100", "NvidiaRtxPro6000": "RTX Pro 6000", "TpuV5E8": "TPU v5e-8",
+    "TpuV6E8": "TPU v6e-8",
+}
+#: Retired shapes and what replaces each: the CLI only warns about them and the session gets Kaggle's default.
+RETIRED_SHAPES: dict[str, str] = {"NvidiaTeslaP100": "NvidiaTeslaT4", "TpuV38": "TpuV5E8", "Tpu1VmV38": "TpuV5E8"}
+DEFAULT_MACHINE_SHAPE = "NvidiaL4"
+
 _SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
 _USER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
@@ -203,20 +215,74 @@ def tail_lines(text: str, lines: int = 25) -> str:
 # ---------------------------------------------------------------------------
 
 
+def check_machine_shape(shape: Any) -> str:
+    """`shape` when Kaggle offers it (its exact spelling returned for any letter case); TRMError naming the
+    replacement of a retired shape, or the offered ones for an unknown name. Any kernel's metadata uses it."""
+    if not isinstance(shape, str) or not shape.strip():
+        raise TRMError(f"accelerator {shape!r}: give one of {', '.join(MACHINE_SHAPES)}")
+    by_case = {k.lower(): k for k in (*MACHINE_SHAPES, *RETIRED_SHAPES)}
+    name = by_case.get(shape.strip().lower())
+    if name in RETIRED_SHAPES:
+        raise TRMError(f"accelerator {name} is retired on Kaggle (a push asking for it runs on the default "
+                       f"instead): use {RETIRED_SHAPES[name]}")
+    if name is None:
+        raise TRMError(f"accelerator {shape!r} is not one Kaggle offers: {', '.join(MACHINE_SHAPES)}")
+    return name
+
+
+def is_tpu(machine_shape: str | None) -> bool:
+    return bool(machine_shape) and machine_shape.startswith("Tpu")
+
+
+def notebook_kaggle_block(machine_shape: str | None, sources: Iterable[str] = ()) -> dict:
+    """The `metadata.kaggle` block Kaggle's web UI writes into a notebook (the CLI reads kernel-metadata.json
+    instead): the accelerator (first letter lower-cased, "none" on CPU), GPU on or off, internet off."""
+    accelerator = machine_shape[0].lower() + machine_shape[1:] if machine_shape else "none"
+    return {"accelerator": accelerator, "dataSources": [{"sourceType": "datasetVersion", "sourceId": s}
+                                                        for s in sources],
+            "isGpuEnabled": bool(machine_shape) and machine_shape.startswith("Nvidia"),
+            "isInternetEnabled": False, "language": "python", "sourceType": "notebook"}
+
+
+def machine_fields(machine_shape: str | None, docker_image: str | None = None) -> dict:
+    """kernel-metadata.json's accelerator and image fields: `machine_shape` (checked) and `docker_image` with
+    its pinning (`original`: the run uses exactly that image)."""
+    fields: dict[str, Any] = {}
+    if machine_shape:
+        fields["machine_shape"] = check_machine_shape(machine_shape)
+        if is_tpu(fields["machine_shape"]):  # a TPU machine has no GPU: ask for what it has
+            fields.update(enable_gpu=False, enable_tpu=True)
+    if docker_image:
+        if not isinstance(docker_image, str) or any(c.isspace() for c in docker_image):
+            raise TRMError(f"--docker-image {docker_image!r}: give an image name such as "
+                           f"gcr.io/kaggle-gpu-images/python:<tag>")
+        fields.update(docker_image=docker_image, docker_image_pinning_type="original")
+    return fields
+
+
 def kernel_metadata(ids: BundleIds, code_file: str, *, enable_gpu: bool = True,
-                    competition: str = COMPETITION) -> dict:
-    """The submission kernel's metadata: a notebook, internet off, the bundle's datasets and the competition."""
+                    competition: str = COMPETITION, machine_shape: str | None = None,
+                    docker_image: str | None = None) -> dict:
+    """The submission kernel's metadata: a notebook, internet off, the bundle's datasets and the competition;
+    `machine_shape` (a GPU kernel only) asks for that accelerator instead of Kaggle's default."""
     return {"id": ids.kernel_id, "title": ids.kernel_slug, "code_file": code_file, "language": "python",
             "kernel_type": "notebook", "is_private": True, "enable_gpu": bool(enable_gpu), "enable_internet": False,
             "dataset_sources": [ids.wheels_id, ids.weights_id], "competition_sources": [competition],
-            "kernel_sources": [], "model_sources": []}
+            "kernel_sources": [], "model_sources": [],
+            **machine_fields(machine_shape if enable_gpu else None, docker_image)}
 
 
-def wheel_kernel_metadata(ids: BundleIds, code_file: str) -> dict:
-    """The adam-atan2 wheel kernel's metadata: a script on a GPU (nvcc) with internet (pip downloads)."""
+def wheel_kernel_metadata(ids: BundleIds, code_file: str, *, machine_shape: str | None = None,
+                          docker_image: str | None = None) -> dict:
+    """The adam-atan2 wheel kernel's metadata: a script on a GPU (nvcc) with internet (pip downloads), on the
+    submission kernel's accelerator and image so that the wheel matches them."""
+    if is_tpu(machine_shape):
+        raise TRMError(f"--wheel-kernel builds a CUDA extension, which needs a GPU: --accelerator {machine_shape} is "
+                       f"a TPU machine")
     return {"id": ids.wheel_kernel_id, "title": ids.wheel_kernel_slug, "code_file": code_file, "language": "python",
             "kernel_type": "script", "is_private": True, "enable_gpu": True, "enable_internet": True,
-            "dataset_sources": [], "competition_sources": [], "kernel_sources": [], "model_sources": []}
+            "dataset_sources": [], "competition_sources": [], "kernel_sources": [], "model_sources": [],
+            **machine_fields(machine_shape, docker_image)}
 
 
 # ---------------------------------------------------------------------------
@@ -291,6 +357,11 @@ def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets
                                 ("kernel_type", "script", "it runs as `python <code_file>`")):
             if name in meta and meta[name] != want:
                 problems.append((name, f"must be {json.dumps(want)}: {why}"))
+    if "machine_shape" in meta:
+        try:
+            check_machine_shape(meta["machine_shape"])
+        except TRMError as e:
+            problems.append(("machine_shape", str(e)))
     code = meta.get("code_file")
     if isinstance(code, str) and code and Path(code).name != code:  # a name read from a file: never a path
         problems.append(("code_file", f"{code!r} must be a file name in the kernel folder, not a path"))

@@ -1,35 +1,54 @@
-"""Publishing a built bundle: validate it, then `kaggle datasets create|version` and `kaggle kernels push`
-(or print those commands when the `kaggle` CLI or credentials are missing): `push`.
+"""Publishing a built bundle: validate it, then through the `kaggle` package's Python API create each dataset
+the first time (version it afterwards), wait until both are ready, and push the kernel: `push`.
+
+Kaggle's CLI exits 0 on many refusals that its server only reports in the answer (a slug in use, invalid dataset
+or competition sources), so the answers are read here and any error stops the push with one `error:` line.
+Without the `kaggle` package (and `six`, which kaggle 2.x imports without declaring it) or credentials, the
+equivalent commands are printed instead. Bookkeeping files (the owner record of the bundle's directories) are
+never uploaded.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
-import subprocess
+import shlex
 import sys
+import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable
 
-from trm_kaggle.kaggle.metadata import WHEEL_KERNEL_DIR, validate_bundle, verify_manifest
+from trm_kaggle.atomic import OWNER_RECORD
+from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
+from trm_kaggle.kaggle.metadata import DATASET_META, KERNEL_META, WHEEL_KERNEL_DIR, validate_bundle, verify_manifest
+
+#: Files of the bundle's directories that are ours, not the dataset's: never uploaded.
+BOOKKEEPING = [OWNER_RECORD]
+DATASET_PARTS = ("wheels", "weights")
+READY, FAILED = "ready", ("failed", "deleted")
 
 
 def kaggle_credentials() -> str | None:
-    """Where the kaggle CLI would find credentials, or None."""
+    """Where the kaggle package would find credentials, or None."""
     if os.environ.get("KAGGLE_USERNAME") and os.environ.get("KAGGLE_KEY"):
         return "KAGGLE_USERNAME/KAGGLE_KEY"
+    if os.environ.get("KAGGLE_API_TOKEN"):
+        return "KAGGLE_API_TOKEN"
     dirs = [os.environ.get("KAGGLE_CONFIG_DIR"), Path.home() / ".kaggle",
             Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kaggle"]
     for d in dirs:
-        if d and (Path(d) / "kaggle.json").is_file():
-            return str(Path(d) / "kaggle.json")
+        for name in ("kaggle.json", "access_token"):
+            if d and (Path(d) / name).is_file():
+                return str(Path(d) / name)
     return None
 
 
 def push_commands(out_dir: str | os.PathLike, version_message: str | None = None) -> list[list[str]]:
+    """The `kaggle` commands that publish the bundle by hand (create the datasets, or version them)."""
     out = Path(out_dir).absolute()
     cmds = []
-    for part in ("wheels", "weights"):
+    for part in DATASET_PARTS:
         if version_message:
             cmds.append(["kaggle", "datasets", "version", "-p", str(out / part), "-m", version_message])
         else:
@@ -40,38 +59,165 @@ def push_commands(out_dir: str | os.PathLike, version_message: str | None = None
     return cmds
 
 
-def _shell(cmd: Sequence[str]) -> str:
-    import shlex
-
+def _shell(cmd: list[str]) -> str:
     return " ".join(shlex.quote(c) for c in cmd)
 
 
-def push(out_dir: str | os.PathLike, version_message: str | None = None, *,
-         runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
-    """Validate (metadata, and every shipped file against its manifest's sha256), then run the kaggle
-    commands. Without the CLI or credentials: print them and return 2, the status of every input or setup
-    problem (one `error:` line on stderr)."""
-    validate_bundle(out_dir)
-    for part in ("wheels", "weights"):
-        verify_manifest(Path(out_dir) / part)
-    cmds = push_commands(out_dir, version_message)
-    cli, creds = shutil.which("kaggle"), kaggle_credentials()
-    if not cli or not creds:
-        why = []
-        if not cli:
-            why.append("the `kaggle` command is not installed (pip install kaggle)")
-        if not creds:
-            why.append("no Kaggle credentials (~/.kaggle/kaggle.json, or KAGGLE_USERNAME and KAGGLE_KEY)")
-        print("Run these commands to publish the bundle (datasets first; wait until they are processed before "
-              "the kernel runs):")
-        for c in cmds:
-            print("  " + _shell(c))
-        print(f"error: not pushed: {'; '.join(why)}", file=sys.stderr)
-        return 2
-    for c in cmds:
-        print("$ " + _shell(c), flush=True)
-        res = runner(c)
-        if res.returncode != 0:
-            print(f"error: `{_shell(c)}` failed with status {res.returncode}", file=sys.stderr)
-            return res.returncode or 1
+def missing_client() -> str | None:
+    """Why the `kaggle` package cannot run here (None when it can)."""
+    for module, hint in (("kaggle", "pip install kaggle six"), ("six", "pip install six: kaggle imports it")):
+        if importlib.util.find_spec(module) is None:
+            return f"the `{module}` package is not installed ({hint}, or pip install 'trm_kaggle[kaggle]')"
+    return None
+
+
+def kaggle_api() -> Any:
+    """The authenticated `KaggleApi` (importing the `kaggle` package authenticates, from the environment)."""
+    try:
+        from kaggle.api.kaggle_api_extended import KaggleApi
+    except SystemExit:  # kaggle exits when it finds no credentials
+        raise TRMError("the kaggle package found no credentials") from None
+    api = KaggleApi()
+    try:
+        api.authenticate()
+    except SystemExit:
+        raise TRMError("the kaggle package found no credentials") from None
+    return api
+
+
+def _answer_error(answer: Any) -> str | None:
+    """The error a Kaggle answer carries (an `error` field, or invalid sources a kernel push reports)."""
+    if answer is None:
+        return "no answer"
+    problems = []
+    error = getattr(answer, "error", None)
+    if error:
+        problems.append(str(error))
+    for field, what in (("invalid_dataset_sources", "dataset"), ("invalid_competition_sources", "competition"),
+                        ("invalid_kernel_sources", "kernel"), ("invalid_model_sources", "model")):
+        invalid = getattr(answer, field, None)
+        if invalid:
+            problems.append(f"invalid {what} sources: {', '.join(map(str, invalid))}")
+    return "; ".join(problems) or None
+
+
+def _call(what: str, fn: Callable[[], Any]) -> Any:
+    """`fn()`, its errors (HTTP, refusals in the answer) turned into one TRMError naming `what`."""
+    try:
+        answer = fn()
+    except TRMError:
+        raise
+    except Exception as e:  # noqa: BLE001 - requests' HTTPError, ValueError from the client's checks, ...
+        raise TRMError(f"{what}: {_http_reason(e)}") from None
+    problem = _answer_error(answer)
+    if problem:
+        raise TRMError(f"{what}: Kaggle refused it: {problem}")
+    return answer
+
+
+def _http_reason(e: Exception) -> str:
+    response = getattr(e, "response", None)
+    if response is not None and getattr(response, "status_code", None):
+        body = (getattr(response, "text", "") or "").strip().replace("\n", " ")[:200]
+        return f"HTTP {response.status_code}" + (f": {body}" if body else "")
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+
+
+def _status_code(e: Exception) -> int | None:
+    response = getattr(e, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def dataset_exists(api: Any, ident: str) -> bool:
+    """Whether Kaggle has the dataset `ident` (a 404 says it does not; any other failure stops the push)."""
+    try:
+        api.dataset_status(ident)
+        return True
+    except Exception as e:  # noqa: BLE001
+        if _status_code(e) == 404:
+            return False
+        raise TRMError(f"asking Kaggle for the dataset {ident}: {_http_reason(e)}") from None
+
+
+def publish_dataset(api: Any, folder: Path, message: str, say: Callable[[str], None]) -> str:
+    """Create the dataset in `folder` the first time, else a new version; returns what was done."""
+    ident = read_json(folder / DATASET_META, DATASET_META)["id"]
+    if dataset_exists(api, ident):
+        say(f"dataset {ident}: new version ({message!r})")
+        _call(f"kaggle datasets version {ident}", lambda: api.dataset_create_version(
+            str(folder), message, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
+        return "versioned"
+    say(f"dataset {ident}: created (private)")
+    _call(f"kaggle datasets create {ident}", lambda: api.dataset_create_new(
+        str(folder), public=False, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
+    return "created"
+
+
+def wait_until_ready(api: Any, idents: list[str], *, timeout_s: float, poll_s: float,
+                     say: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
+                     sleep: Callable[[float], None] = time.sleep) -> None:
+    """Poll each dataset's status until all are ready (a line each time one changes); TRMError when one
+    fails or `timeout_s` passes: a kernel pushed before its datasets are processed runs without them."""
+    start, waiting, last = clock(), list(idents), {}
+    while waiting:
+        for ident in list(waiting):
+            status = str(_call(f"kaggle datasets status {ident}", lambda: api.dataset_status(ident))).lower()
+            if status != last.get(ident):
+                say(f"dataset {ident}: {status} ({clock() - start:.0f} s)")
+                last[ident] = status
+            if status == READY:
+                waiting.remove(ident)
+            elif status in FAILED:
+                raise TRMError(f"dataset {ident}: Kaggle's processing ended in {status!r}; see its page on Kaggle")
+        if waiting:
+            if clock() - start >= timeout_s:
+                raise TRMError(f"datasets not ready after {timeout_s:.0f} s: {', '.join(waiting)} "
+                               f"({', '.join(last[i] for i in waiting)}); push the kernel later with "
+                               f"`kaggle kernels push -p KERNEL_DIR`")
+            sleep(poll_s)
+
+
+def push_kernel(api: Any, folder: Path, say: Callable[[str], None]) -> Any:
+    meta = read_json(folder / KERNEL_META, KERNEL_META)
+    answer = _call(f"kaggle kernels push {meta['id']}", lambda: api.kernels_push(str(folder)))
+    url = getattr(answer, "url", None) or f"https://www.kaggle.com/code/{meta['id']}"
+    version = getattr(answer, "version_number", None)
+    say(f"kernel {meta['id']}" + (f" version {version}" if version else "") + " pushed"
+        + (f" (machine {meta['machine_shape']})" if meta.get("machine_shape") else "") + f": {url}")
+    say(f"  follow it: kaggle kernels status {meta['id']}")
+    return answer
+
+
+def push(out_dir: str | os.PathLike, version_message: str | None = None, *, api: Any = None,
+         wait_s: float = 1800.0, poll_s: float = 10.0, say: Callable[[str], None] = print) -> int:
+    """Validate (metadata, and every shipped file against its manifest's sha256), then publish: datasets
+    (created the first time, versioned afterwards), a bounded wait until both are ready, the kernel(s). Without
+    the `kaggle` package or credentials: print the commands and return 2, the status of every input or setup
+    problem (one `error:` line on stderr); a refusal from Kaggle raises TRMError (one line, status 2 too)."""
+    out = Path(out_dir)
+    validate_bundle(out)
+    for part in DATASET_PARTS:
+        verify_manifest(out / part)
+    if api is None:
+        why = [w for w in (missing_client(),) if w]
+        if not kaggle_credentials():
+            why.append("no Kaggle credentials (~/.kaggle/kaggle.json, KAGGLE_USERNAME and KAGGLE_KEY, or "
+                       "KAGGLE_API_TOKEN)")
+        if why:
+            say("Run these commands to publish the bundle (datasets first; wait until `kaggle datasets status` "
+                "says ready before pushing the kernel):")
+            for c in push_commands(out, version_message):
+                say("  " + _shell(c))
+            print(f"error: not pushed: {'; '.join(why)}", file=sys.stderr)
+            return 2
+        api = kaggle_api()
+    message = version_message or "a new build of the trm_kaggle bundle"
+    idents = []
+    for part in DATASET_PARTS:
+        publish_dataset(api, out / part, message, say)
+        idents.append(read_json(out / part / DATASET_META, DATASET_META)["id"])
+    wait_until_ready(api, idents, timeout_s=wait_s, poll_s=poll_s, say=say)
+    push_kernel(api, out / "kernel", say)
+    if (out / WHEEL_KERNEL_DIR).is_dir():
+        push_kernel(api, out / WHEEL_KERNEL_DIR, say)
     return 0

@@ -109,6 +109,9 @@ class SandboxLayout:
     root: Path
     ids: BundleIds
     competition_slug: str = COMPETITION
+    #: Kaggle's mount layout: "2025" puts every input at input/<slug>/; "2026" puts competitions at
+    #: input/competitions/<slug>/ and datasets at input/datasets/<owner>/<slug>/.
+    mounts: str = "2025"
 
     @property
     def input(self) -> Path:
@@ -118,16 +121,21 @@ class SandboxLayout:
     def working(self) -> Path:
         return self.root / "working"
 
+    def _dataset(self, slug: str) -> Path:
+        return self.input / "datasets" / self.ids.user / slug if self.mounts == "2026" else self.input / slug
+
     @property
     def wheels(self) -> Path:
-        return self.input / self.ids.wheels_slug
+        return self._dataset(self.ids.wheels_slug)
 
     @property
     def weights(self) -> Path:
-        return self.input / self.ids.weights_slug
+        return self._dataset(self.ids.weights_slug)
 
     @property
     def competition(self) -> Path:
+        if self.mounts == "2026":
+            return self.input / "competitions" / self.competition_slug
         return self.input / self.competition_slug
 
     @property
@@ -349,11 +357,32 @@ def _rmtree(directory: Path) -> None:
     shutil.rmtree(directory, onerror=retry)
 
 
+MOUNT_LAYOUTS = ("2025", "2026")
+SAMPLE_SUBMISSION = "sample_submission.json"
+
+
+def read_sample_submission(challenges: Path | None) -> dict | None:
+    """The competition's sample_submission.json beside a challenges file (None when there is none); TRMError
+    when it cannot be read or holds no object of task ids (checked before the sandbox is touched)."""
+    if challenges is None or not (Path(challenges).parent / SAMPLE_SUBMISSION).exists():
+        return None
+    sample = read_json(Path(challenges).parent / SAMPLE_SUBMISSION, "sample submission")
+    if not isinstance(sample, dict):
+        raise TRMError(f"{Path(challenges).parent / SAMPLE_SUBMISSION}: not a JSON object of task ids")
+    return sample
+
+
 def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None,
-                    competition: str = COMPETITION) -> SandboxLayout:
-    """OUT_DIR/sandbox laid out like /kaggle/input, with the whole challenges file at input/<competition>/
-    (the kernel's MAX_TASKS limits the tasks the model works on, never the file it must answer)."""
-    layout = SandboxLayout(Path(out_dir).absolute() / "sandbox", ids, competition)
+                    competition: str = COMPETITION, mounts: str = "2025",
+                    alter: Callable[[SandboxLayout], None] | None = None) -> SandboxLayout:
+    """OUT_DIR/sandbox laid out like /kaggle/input (`mounts`: Kaggle's 2025 or 2026 layout), with the whole
+    challenges file in the competition's folder (the kernel's MAX_TASKS limits the tasks the model works on, never
+    the file it must answer). `alter` may change the inputs before they are made read-only (a missing or damaged
+    file, to prove the kernel copes)."""
+    if mounts not in MOUNT_LAYOUTS:
+        raise TRMError(f"mount layout {mounts!r}: one of {', '.join(MOUNT_LAYOUTS)}")
+    sample = read_sample_submission(challenges)  # the competition's, copied beside the challenges as Kaggle has it
+    layout = SandboxLayout(Path(out_dir).absolute() / "sandbox", ids, competition, mounts)
     if layout.root.exists():
         if not (layout.root / SANDBOX_MARK).exists():
             raise TRMError(f"{layout.root} exists and is not a sandbox made by --execute; remove it")
@@ -374,6 +403,10 @@ def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None,
             atomic_write_json(layout.solutions, {k: sols[k] for k in data if k in sols})
     else:
         write_default_challenges(layout.challenges, layout.solutions)
+    if sample is not None:
+        atomic_write_json(layout.competition / SAMPLE_SUBMISSION, sample)
+    if alter is not None:
+        alter(layout)
     _read_only(layout.input)  # as /kaggle/input is (root ignores it, but other users do not)
     return layout
 
@@ -382,7 +415,8 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
             time_budget: float | None = 900, finetune_steps: int | str = 10, num_aug: int | str = 2,
             device: str = "cpu", workers: int | None = None, timeout: float | None = 3600,
             execution_timeout: int | None = None, repo: Path | None = REPO_ROOT,
-            echo: Callable[[str], None] = print) -> dict:
+            echo: Callable[[str], None] = print, mounts: str = "2025", parameters: dict[str, Any] | None = None,
+            kernel_env: dict[str, str] | None = None, alter: Callable[[SandboxLayout], None] | None = None) -> dict:
     """Run the bundle's kernel notebook offline, like Kaggle would, and validate its submission.
 
     1. validate the bundle; find a way to make a network namespace (`unshare --net`, else with
@@ -399,7 +433,9 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
        working/submission.json against the whole challenges file (and scores it when solutions are known).
 
     `max_tasks` (MAX_TASKS) limits the tasks the model works on; the others get the fallback, and the
-    submission must still answer every task.
+    submission must still answer every task. `mounts` picks Kaggle's 2025 or 2026 input layout; `parameters`
+    sets (or overrides) notebook parameters, `kernel_env` adds to the kernel's environment (e.g.
+    KAGGLE_KERNEL_RUN_TYPE, as in Kaggle's Save Version run) and `alter` changes the inputs before the run.
     """
     from trm_kaggle.evaluate.submission import check_submission, score_submission
 
@@ -418,11 +454,12 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     variant = probe_netns()
     echo(f"network namespace: unshare {' '.join(variant)} (only loopback inside)")
 
-    layout = prepare_sandbox(out, ids, Path(challenges) if challenges else None, kmeta["competition_sources"][0])
+    layout = prepare_sandbox(out, ids, Path(challenges) if challenges else None, kmeta["competition_sources"][0],
+                             mounts=mounts, alter=alter)
     echo(f"sandbox: {layout.root}")
     python = create_sandbox_venv(layout, repo=repo)
     env = sandbox_env(layout)
-    probe = _venv_probe(python, "import trm_kaggle", env, layout.run_cwd)
+    probe = _venv_probe(python, "import trm_kaggle", env, layout.run_cwd)  # before `env` adds anything
     if probe.returncode == 0:
         raise TRMError(f"the sandbox venv {layout.venv} still sees an installed trm_kaggle; cannot prove the "
                        f"offline install")
@@ -431,9 +468,11 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
         raise TRMError(f"the sandbox venv lacks torch/numpy/ipykernel/pip from the base interpreter: "
                        f"{tail_lines(probe.stderr, 3)} (pip install 'trm_kaggle[notebooks]')")
     write_kernelspec(layout, python)
+    env.update(kernel_env or {})
 
     params = papermill_parameters(layout, time_budget=time_budget, finetune_steps=finetune_steps, num_aug=num_aug,
                                   device=device, max_tasks=max_tasks, workers=workers)
+    params.update(parameters or {})
     cmd = netns_wrapper(variant, papermill_command(notebook, layout.executed, kernel=KERNEL_NAME,
                                                    cwd=layout.working, parameters=params,
                                                    execution_timeout=execution_timeout))

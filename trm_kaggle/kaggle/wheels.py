@@ -54,9 +54,13 @@ DEFAULT_KAGGLE_HAS: tuple[str, ...] = (
     "torch", "numpy", "pydantic", "pydantic-core", "annotated-types", "typing-extensions",
     "tqdm", "pyyaml", "safetensors",
 )
-#: Kaggle's image: CPython 3.11 on Ubuntu 22.04 (glibc 2.35), x86_64. pip matches --platform tags exactly
-#: (only manylinux2014/2010 expand to their older aliases), so every glibc level up to 2.35 is listed.
+#: Kaggle's image: CPython 3.11 (2025) or 3.12 (2026) on Ubuntu 22.04 (glibc 2.35), x86_64. The wheels dataset
+#: serves both by default; pip picks the wheels of the interpreter it runs under. pip matches --platform tags
+#: exactly (only manylinux2014/2010 expand to their older aliases), so every glibc level up to 2.35 is listed.
 DEFAULT_PYTHON_VERSION = "3.11"
+DEFAULT_PYTHON_VERSIONS: tuple[str, ...] = ("3.11", "3.12")
+#: The interpreters trm_kaggle runs on (requires-python >= 3.10) that torch publishes wheels for.
+SUPPORTED_PYTHON_VERSIONS: tuple[str, ...] = ("3.10", "3.11", "3.12", "3.13")
 DEFAULT_PLATFORMS: tuple[str, ...] = (
     "manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_5_x86_64", "manylinux_2_12_x86_64",
     "manylinux_2_24_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64", "manylinux_2_31_x86_64",
@@ -67,6 +71,14 @@ DEFAULT_PLATFORMS: tuple[str, ...] = (
 # ---------------------------------------------------------------------------
 # Wheels
 # ---------------------------------------------------------------------------
+
+
+def check_python_version(version: str) -> str:
+    """`version` ("3.12") when the wheels dataset can serve it; TRMError naming the ones it can."""
+    if not isinstance(version, str) or version.strip() not in SUPPORTED_PYTHON_VERSIONS:
+        raise TRMError(f"--python-version {version!r}: the wheels can target CPython "
+                       f"{', '.join(SUPPORTED_PYTHON_VERSIONS)} (trm_kaggle needs Python >= 3.10)")
+    return version.strip()
 
 
 @dataclass(frozen=True)
@@ -359,9 +371,14 @@ def install_line(slug: str, names: Sequence[str] = ("trm_kaggle",), root: str = 
 
 def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REPO_ROOT,
                  extra_wheels: Sequence[str | os.PathLike] = (), kaggle_has: Iterable[str] = DEFAULT_KAGGLE_HAS,
-                 download: bool = True, target: Target = Target(), downloader: Downloader = pip_download,
-                 builder: str = "auto", log: Callable[[str], None] = print) -> dict:
-    """The wheels dataset in `out_dir` (replaced atomically). Returns a report (also in manifest.json)."""
+                 download: bool = True, target: Target | None = None, downloader: Downloader = pip_download,
+                 builder: str = "auto", log: Callable[[str], None] = print,
+                 targets: Sequence[Target] | None = None) -> dict:
+    """The wheels dataset in `out_dir` (replaced atomically), with the dependency wheels of every target
+    interpreter (`targets`, or the one `target`; default CPython 3.11 and 3.12). Returns a report (also in
+    manifest.json)."""
+    targets = tuple(targets) if targets else (target,) if target else tuple(
+        Target(python_version=v) for v in DEFAULT_PYTHON_VERSIONS)
     kaggle_has = sorted({canonicalize_name(n) for n in kaggle_has})
     extras = [Path(p) for p in extra_wheels]
     for p in extras:
@@ -371,22 +388,32 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
     with atomic_directory(out_dir, kind="kaggle wheels dataset") as tmp:
         log(f"building the trm_kaggle wheel from {repo}")
         own = build_project_wheel(tmp, repo, builder=builder, log=log)
-        roots = wheel_requirements(own, target.marker_environment())
-        for p in extras:  # an extra wheel's own dependencies must be there too
-            roots += wheel_requirements(p, target.marker_environment())
-        shipped: dict[str, str] = {}
+
+        def roots_for(t: Target) -> list[Requirement]:
+            roots = wheel_requirements(own, t.marker_environment())
+            for p in extras:  # an extra wheel's own dependencies must be there too
+                roots += wheel_requirements(p, t.marker_environment())
+            return roots
+
+        roots = [r for t in targets for r in roots_for(t)]
+        shipped: dict[str, list[str]] = {}
         missing: list[str] = []
         preinstalled: list[str] = sorted({canonicalize_name(r.name) for r in roots} & set(kaggle_has))
         if download:
+            found: set[str] = set()
             with tempfile.TemporaryDirectory(prefix="trm_dl_") as dl:
-                log(f"resolving runtime dependencies for CPython {target.python_version} (preinstalled on Kaggle: "
-                    f"{', '.join(kaggle_has) or 'none'})")
-                res = resolve_dependencies(roots, target=target, kaggle_has=kaggle_has, workdir=Path(dl),
-                                           downloader=downloader, provided=extra_names)
-                for name, path in sorted(res.wheels.items()):
-                    shutil.copy2(path, tmp / path.name)
-                    shipped[name] = path.name
-                preinstalled = sorted(res.preinstalled)
+                for i, t in enumerate(targets):  # a pure wheel serves every target; a cp3XY one its own
+                    log(f"resolving runtime dependencies for CPython {t.python_version} (preinstalled on Kaggle: "
+                        f"{', '.join(kaggle_has) or 'none'})")
+                    res = resolve_dependencies(roots_for(t), target=t, kaggle_has=kaggle_has,
+                                               workdir=Path(dl) / f"py{t.python_version}", downloader=downloader,
+                                               provided=extra_names)
+                    for name, path in sorted(res.wheels.items()):
+                        if path.name not in shipped.get(name, []):
+                            shutil.copy2(path, tmp / path.name)
+                            shipped.setdefault(name, []).append(path.name)
+                    found |= res.preinstalled
+                preinstalled = sorted(found)
         else:
             missing = sorted({canonicalize_name(r.name) for r in roots} - set(kaggle_has) - set(extra_names))
             if missing:
@@ -394,7 +421,7 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
                     f"the offline install will fail without them")
         for p, name in zip(extras, extra_names):
             shutil.copy2(p, tmp / p.name)
-            shipped[name] = p.name
+            shipped[name] = [p.name]
         names = ["trm_kaggle", *extra_names]
         line = install_line(ids.wheels_slug, names)
         atomic_write_text(tmp / "install.sh", (
@@ -408,8 +435,8 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
         report = {"id": ids.wheels_id, "install": line, "trm_kaggle_wheel": own.name, "shipped": shipped,
                   "assumed_preinstalled": preinstalled, "kaggle_has": kaggle_has, "downloaded": download,
                   "not_shipped": missing,
-                  "target": {"python_version": target.python_version, "implementation": target.implementation,
-                             "platforms": list(target.platforms)}}
+                  "targets": [{"python_version": t.python_version, "implementation": t.implementation,
+                               "platforms": list(t.platforms)} for t in targets]}
         manifest = write_manifest(tmp, report)
     report["total_bytes"] = sum(f["size"] for n, f in manifest["files"].items() if n.endswith(".whl"))
     return report

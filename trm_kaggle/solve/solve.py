@@ -38,6 +38,7 @@ from trm_kaggle.data.arc.tasks import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
 from trm_kaggle.hardware import pick_device, usable_cores, visible_cuda_ids
+from trm_kaggle.solve.cuda_check import cuda_problem
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.task import export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
@@ -91,6 +92,9 @@ def worker_devices(cfg: SolveConfig, say: Callable[[str], None]) -> tuple[str, l
     share the cores; MPS has one device. More workers than devices are cut to one per device (said, not
     refused: a wrong WORKERS must not cost the kernel its submission)."""
     device = pick_device(cfg.device).type
+    if device == "cuda" and (problem := cuda_problem()):  # every task would fail on it: the CPU answers instead
+        say(f"warning: {problem}: the workers run on the CPU instead")
+        device = "cpu"
     count = torch.cuda.device_count() if device == "cuda" else 1
     workers = cfg.workers or count
     if device != "cpu" and workers > count:

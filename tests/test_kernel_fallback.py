@@ -1,0 +1,152 @@
+"""The submission kernel's first code cell, run here as the notebook runs it: standard library only, it checks the
+parameters (a bad one falls back to its default with a warning, never an exception), picks the save-run or
+full mode, finds the challenges file in either mount layout (the same file reached twice counts once) and writes
+a valid fallback submission.json before anything else can fail."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trm_kaggle.evaluate.submission import check_submission
+from trm_kaggle.kaggle.inputs import find_challenges
+
+from conftest import random_task
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "kaggle_submission.ipynb"
+NAME = "arc-agi_test_challenges.json"
+
+
+def _code_cells() -> list[str]:
+    nb = json.loads(NOTEBOOK.read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def run_fallback_cell(tmp_path: Path, monkeypatch, env: dict | None = None, **params) -> tuple[dict, str]:
+    """The parameters cell, papermill's overrides (`params`), then the fallback cell; (its globals, its output)."""
+    for name in ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE", "KAGGLE_IS_COMPETITION_RERUN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    cells = _code_cells()
+    scope: dict = {}
+    exec(cells[0], scope)
+    scope.update(KAGGLE_INPUT=str(tmp_path / "input"), KAGGLE_WORKING=str(tmp_path / "working"))
+    scope.update(params)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(cells[1], scope)  # must not raise, whatever the parameters
+    return scope, out.getvalue()
+
+
+def write_competition(directory: Path, n: int = 4, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    tasks = {f"{seed:02d}{i:06x}": random_task(rng, n_train=2, n_test=1 + i % 2, max_side=5)[0] for i in range(n)}
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / NAME).write_text(json.dumps(tasks))
+    return directory / NAME
+
+
+@pytest.mark.parametrize("layout", ["input/arc-prize-2025", "input/competitions/arc-prize-2026-arc-agi-2"])
+def test_fallback_written_first_in_either_mount_layout(tmp_path, monkeypatch, layout):
+    challenges = write_competition(tmp_path / layout)
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    submission = tmp_path / "working" / "submission.json"
+    assert scope["READY"] and Path(scope["CHALLENGES"]) == challenges
+    check_submission(submission, challenges)  # every task, every test input, both attempts, valid grids
+    tasks = json.loads(challenges.read_text())
+    answer = json.loads(submission.read_text())
+    assert all(a["attempt_1"] == t["input"] for k in tasks for a, t in zip(answer[k], tasks[k]["test"]))
+    assert f"answers all {len(tasks)} tasks" in out and "WARNING" not in out
+    assert not list((tmp_path / "working").glob(".*partial*"))  # written atomically: no temporary left
+
+
+def test_the_same_competition_reached_twice_counts_once(tmp_path, monkeypatch):
+    challenges = write_competition(tmp_path / "input" / "competitions" / "arc-prize-2026-arc-agi-2")
+    (tmp_path / "input" / "arc-prize-2026-arc-agi-2").symlink_to(challenges.parent)  # an alias of the mount
+    (tmp_path / "input" / "datasets" / "me" / "copy").mkdir(parents=True)
+    (tmp_path / "input" / "datasets" / "me" / "copy" / NAME).symlink_to(challenges)  # three down: not searched
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    assert scope["READY"] and Path(scope["CHALLENGES"]).resolve() == challenges.resolve(), out
+    assert find_challenges(tmp_path / "input").resolve() == challenges.resolve()  # the package's own search too
+
+
+def test_two_different_competitions_stop_the_model_but_never_raise(tmp_path, monkeypatch):
+    write_competition(tmp_path / "input" / "arc-prize-2025", seed=1)
+    write_competition(tmp_path / "input" / "competitions" / "arc-prize-2026-arc-agi-2", seed=2)
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    assert scope["READY"] is False and "2 different arc-agi_test_challenges.json files" in out
+    assert "set CHALLENGES" in out
+
+
+@pytest.mark.parametrize("challenges_text, words", [
+    (None, "no arc-agi_test_challenges.json"),
+    ("{not json", "could not be written (JSONDecodeError"),
+    ("[1, 2]", "does not hold a JSON object"),
+])
+def test_no_usable_challenges_file_never_raises(tmp_path, monkeypatch, challenges_text, words):
+    (tmp_path / "input" / "comp").mkdir(parents=True)
+    if challenges_text is not None:
+        (tmp_path / "input" / "comp" / NAME).write_text(challenges_text)
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    assert scope["READY"] is False and words in out and out.count("WARNING") == 1, out
+
+
+def test_malformed_tasks_still_get_a_valid_fallback(tmp_path, monkeypatch):
+    tasks = {"aaaaaaaa": {"train": [], "test": [{"input": [[1, 2], [3]]}, {"input": [[11]]}, {"x": 1}]},
+             "bbbbbbbb": {"train": [], "test": [{"input": [[True]]}]}, "cccccccc": {"train": []}}
+    (tmp_path / "input" / "comp").mkdir(parents=True)
+    (tmp_path / "input" / "comp" / NAME).write_text(json.dumps(tasks))
+    scope, _ = run_fallback_cell(tmp_path, monkeypatch)
+    answer = json.loads((tmp_path / "working" / "submission.json").read_text())
+    assert answer == {"aaaaaaaa": [{"attempt_1": [[0]], "attempt_2": [[0]]}] * 3,
+                      "bbbbbbbb": [{"attempt_1": [[0]], "attempt_2": [[0]]}], "cccccccc": []}
+
+
+@pytest.mark.parametrize("params, expected, warned", [
+    ({"TIME_BUDGET": "abc"}, {"TIME_BUDGET": 11.5 * 3600}, ["TIME_BUDGET='abc'"]),
+    ({"TIME_BUDGET": -5}, {"TIME_BUDGET": 11.5 * 3600}, ["TIME_BUDGET=-5"]),
+    ({"TIME_BUDGET": float("nan")}, {"TIME_BUDGET": 11.5 * 3600}, ["TIME_BUDGET=nan"]),
+    ({"TIME_BUDGET": "600"}, {"TIME_BUDGET": 600.0}, []),  # a number given as text is taken
+    ({"NUM_AUG": -1}, {"NUM_AUG": "auto"}, ["NUM_AUG=-1"]),
+    ({"NUM_AUG": 2.5, "FINETUNE_STEPS": True}, {"NUM_AUG": "auto", "FINETUNE_STEPS": "auto"},
+     ["NUM_AUG=2.5", "FINETUNE_STEPS=True"]),
+    ({"MAX_TASKS": 0, "WORKERS": "two"}, {"MAX_TASKS": None, "WORKERS": None}, ["MAX_TASKS=0", "WORKERS='two'"]),
+    ({"DEVICE": "gpu", "MODE": "fast"}, {"DEVICE": "auto", "MODE": "full"}, ["DEVICE='gpu'", "MODE='fast'"]),
+    ({"TIME_BUDGET": None, "NUM_AUG": "auto"}, {"TIME_BUDGET": 11.5 * 3600}, ["TIME_BUDGET=None with 'auto'"]),
+    ({"TIME_BUDGET": None, "NUM_AUG": 2, "FINETUNE_STEPS": 3}, {"TIME_BUDGET": None, "NUM_AUG": 2}, []),
+    ({"KAGGLE_INPUT": 3}, {"READY": False}, ["KAGGLE_INPUT=3", "no arc-agi_test_challenges.json"]),
+])
+def test_bad_parameters_degrade_to_defaults_with_a_warning(tmp_path, monkeypatch, params, expected, warned):
+    write_competition(tmp_path / "input" / "comp")
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, **params)
+    for name, value in expected.items():
+        assert scope[name] == value, (name, scope[name], out)
+    warnings = [line for line in out.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) >= len(warned) and all(any(w in line for line in warnings) for w in warned), out
+    if not warned:
+        assert not warnings, out
+
+
+@pytest.mark.parametrize("env, params, mode, max_tasks, budget", [
+    ({}, {}, "full", None, 11.5 * 3600),  # not on Kaggle
+    ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, {}, "save", 4, 900.0),  # Kaggle's Save Version run
+    ({"KAGGLE_KERNEL_RUN_TYPE": "Batch", "KAGGLE_IS_COMPETITION_RERUN": "True"}, {}, "full", None, 11.5 * 3600),
+    ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, {"MAX_TASKS": 10, "TIME_BUDGET": 1200}, "save", 10, 1200.0),
+    ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, {"MODE": "full"}, "full", None, 11.5 * 3600),
+    ({"KAGGLE_IS_COMPETITION_RERUN": "1", "KAGGLE_URL_BASE": "https://www.kaggle.com"}, {"MODE": "save"}, "save", 4,
+     900.0),
+])
+def test_save_run_and_rerun(tmp_path, monkeypatch, env, params, mode, max_tasks, budget):
+    write_competition(tmp_path / "input" / "comp")
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, env=env, **params)
+    assert (scope["MODE"], scope["MAX_TASKS"], scope["TIME_BUDGET"]) == (mode, max_tasks, budget)
+    first = out.splitlines()[0]
+    assert first.startswith(f"mode: {mode} (") and "every task is submitted" in first
+    if mode == "save" and not params:
+        assert "Save Version" in first and "the first 4 tasks within 900 s" in first

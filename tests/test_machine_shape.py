@@ -1,0 +1,118 @@
+"""The accelerator and image a bundle's kernels ask Kaggle for (machine_shape, docker_image, the notebook's own
+metadata.kaggle block), and bad input to build_bundle.py: one `error:` line, status 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle import bundle as B
+from trm_kaggle.kaggle import metadata as M
+
+from conftest import IDS, USER
+
+
+def _build(inputs, out, *extra) -> int:
+    return B.main([str(out), "--no-download", "--user", USER, "--weights", str(inputs["export"]),
+                   "--notebook", str(inputs["notebook"]), *extra])
+
+
+def _meta(out, part="kernel") -> dict:
+    return json.loads((out / part / M.KERNEL_META).read_text())
+
+
+def _nb_kaggle(out) -> dict:
+    return json.loads((out / "kernel" / "kaggle_submission.ipynb").read_text())["metadata"]["kaggle"]
+
+
+def test_default_is_four_l4s_for_both_kernels(built, inputs, tmp_path, capsys):
+    assert _meta(built)["machine_shape"] == "NvidiaL4" and "docker_image" not in _meta(built)
+    block = _nb_kaggle(built)
+    assert block["accelerator"] == "nvidiaL4" and block["isGpuEnabled"] is True
+    assert block["isInternetEnabled"] is False and block["language"] == "python"
+    out = tmp_path / "out"
+    assert _build(inputs, out, "--wheel-kernel") == 0
+    assert _meta(out, M.WHEEL_KERNEL_DIR)["machine_shape"] == "NvidiaL4"  # the wheel matches the kernel's machine
+    assert "competition arc-prize-2026-arc-agi-2, NvidiaL4)" in capsys.readouterr().out
+
+
+def test_accelerator_image_and_cpu(inputs, tmp_path):
+    out = tmp_path / "t4"
+    assert _build(inputs, out, "--accelerator", "nvidiateslat4", "--docker-image",
+                  "gcr.io/kaggle-gpu-images/python:v160") == 0
+    meta = _meta(out)
+    assert meta["machine_shape"] == "NvidiaTeslaT4"  # Kaggle's spelling, whatever the letter case given
+    assert meta["docker_image"] == "gcr.io/kaggle-gpu-images/python:v160"
+    assert meta["docker_image_pinning_type"] == "original"
+    assert _nb_kaggle(out)["accelerator"] == "nvidiaTeslaT4"
+    out = tmp_path / "tpu"
+    assert _build(inputs, out, "--accelerator", "TpuV5E8") == 0
+    assert (_meta(out)["machine_shape"], _meta(out)["enable_gpu"], _meta(out)["enable_tpu"]) == ("TpuV5E8", False, True)
+    assert _nb_kaggle(out)["accelerator"] == "tpuV5E8" and _nb_kaggle(out)["isGpuEnabled"] is False
+    out = tmp_path / "cpu"
+    assert _build(inputs, out, "--cpu") == 0
+    assert "machine_shape" not in _meta(out) and _meta(out)["enable_gpu"] is False
+    assert _nb_kaggle(out)["accelerator"] == "none" and _nb_kaggle(out)["isGpuEnabled"] is False
+    M.validate_bundle(out)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--accelerator", "NvidiaTeslaP100"], "accelerator NvidiaTeslaP100 is retired on Kaggle"),
+    (["--accelerator", "TpuV38"], "use TpuV5E8"),
+    (["--accelerator", "NvidiaV100"], "'NvidiaV100' is not one Kaggle offers: NvidiaL4, NvidiaL4X1,"),
+    (["--accelerator", ""], "give one of NvidiaL4"),
+    (["--python-version", "3.9"], "--python-version '3.9': the wheels can target CPython 3.10, 3.11, 3.12, 3.13"),
+    (["--python-version", "3.12", "--python-version", "three"], "--python-version 'three'"),
+    (["--slug-prefix", "TRM Kaggle!"], "--user/--slug-prefix give an invalid Kaggle id"),
+    (["--user", "me/you"], "--user/--slug-prefix give an invalid Kaggle id"),
+    (["--docker-image", "an image"], "--docker-image 'an image'"),
+    (["--accelerator", "TpuV5E8", "--wheel-kernel"], "--wheel-kernel builds a CUDA extension, which needs a GPU"),
+])
+def test_bad_input_one_line_nothing_written(inputs, tmp_path, capsys, args, words):
+    out = tmp_path / "out"
+    assert _build(inputs, out, *args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and words in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text, words", [("{broken", "sample submission"), ("[1]", "not a JSON object")])
+def test_unreadable_sample_submission_stops_before_the_build(inputs, tmp_path, capsys, text, words):
+    comp = tmp_path / "comp"
+    comp.mkdir()
+    (comp / "arc-agi_test_challenges.json").write_text("{}")
+    (comp / "sample_submission.json").write_text(text)
+    out = tmp_path / "out"
+    assert _build(inputs, out, "--execute", "--challenges", str(comp / "arc-agi_test_challenges.json")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and words in err and "sample_submission.json" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("shape, ok", [("NvidiaL4X1", True), ("NvidiaH100", True), ("TpuV6E8", True),
+                                       ("NvidiaTeslaP100", False), ("Tpu1VmV38", False), (4, False)])
+def test_kernel_metadata_validation_checks_the_shape(tmp_path, shape, ok):
+    (tmp_path / "nb.ipynb").write_text("{}")
+    meta = M.kernel_metadata(IDS, "nb.ipynb")
+    meta["machine_shape"] = shape
+    if ok:
+        M.validate_kernel_metadata(meta, tmp_path, [IDS.wheels_id, IDS.weights_id])
+    else:
+        with pytest.raises(TRMError, match="machine_shape"):
+            M.validate_kernel_metadata(meta, tmp_path, [IDS.wheels_id, IDS.weights_id])
+
+
+def test_check_machine_shape_names_every_offered_shape():
+    for shape in M.MACHINE_SHAPES:
+        assert M.check_machine_shape(shape.upper()) == shape
+    for retired, replacement in M.RETIRED_SHAPES.items():
+        with pytest.raises(TRMError, match=f"use {replacement}"):
+            M.check_machine_shape(retired)
+
+
+def test_the_committed_notebook_carries_kaggles_block_for_web_uploads():
+    nb = json.loads((M.REPO_ROOT / "notebooks" / "kaggle_submission.ipynb").read_text())
+    assert nb["metadata"]["kaggle"] == M.notebook_kaggle_block(M.DEFAULT_MACHINE_SHAPE, [])
+    assert nb["metadata"]["kaggle"]["isInternetEnabled"] is False
