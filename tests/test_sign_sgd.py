@@ -126,6 +126,7 @@ def _worker(rank, port, out_dir):
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed not available")
+@pytest.mark.slow
 def test_two_process_gloo_gathers_rows(tmp_path):
     mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
     w0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
