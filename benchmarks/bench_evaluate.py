@@ -255,8 +255,8 @@ def parity(ours, up, batch: dict) -> str:
 # ---------------------------------------------------------------------------
 
 
-def run_ours(model, dataset: Path, batch_size: int, early_exit: bool = False) -> dict:
-    res = evaluate(model, dataset, batch_size=batch_size, device="cpu", early_exit=early_exit)
+def run_ours(model, dataset: Path, batch_size: int, early_exit: bool = False, device: str = "cpu") -> dict:
+    res = evaluate(model, dataset, batch_size=batch_size, device=device, early_exit=early_exit)
     t = res.timing
     return {"result": res, "n": len(res.predictions), "total": t["seconds_total"], "model": t["seconds_model"],
             "rows": res.predictions.forward_rows, "mean_steps": float(res.predictions.steps.mean())}

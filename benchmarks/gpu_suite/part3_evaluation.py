@@ -1,0 +1,242 @@
+"""Part 3: evaluation throughput (ours end to end, ours' and upstream's models side by side on the same weights
+and batches, predictions compared), the Kaggle solve of unseen tasks with its time plan (the plan's estimate
+against the measured time per task), and a projection to Kaggle's 4 x L4 for the hidden set (240 tasks, 12 h).
+
+The model is the paper's ARC config (hidden 512, H_cycles 3, L_cycles 4, 16 ACT steps) with random weights and a
+q head calibrated so that about half the rows would halt early (benchmarks/bench_evaluate.py's
+`random_model` / `calibrate_halting`): the figures are speeds and agreement, not accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import bench_evaluate as E
+from benchmarks.gpu_suite.context import NOMINAL_TFLOPS, REPO, Context
+from benchmarks.gpu_suite.report import PartReport
+
+TITLE = "evaluation throughput, the Kaggle solve and its time plan, the 4 x L4 projection"
+#: Kaggle's hidden set and kernel: 240 tasks, 12 hours, 4 x L4 (121 TFLOP/s dense bf16, 300 GB/s each).
+HIDDEN_TASKS, KAGGLE_HOURS, KAGGLE_GPUS = 240, 12.0, 4
+L4_TFLOPS, L4_GBS = 121.0, 300.0
+#: Memory bandwidth in GB/s by a substring of the device name (data sheets), for the pessimistic projection.
+BANDWIDTH_GBS = {"H200": 4800.0, "H100 80GB HBM3": 3350.0, "H100 PCIe": 2000.0, "H100": 3350.0,
+                 "A100": 2039.0, "L4": 300.0}
+
+
+def sizes(ctx: Context) -> dict:
+    if ctx.smoke:
+        return dict(arch=(32, 2, 2, 2, 4), batch=8, rounds=1, solve_budget=40.0, solve_tasks=2,
+                    solve=dict(num_aug=1, finetune_steps=2, safety_margin=5.0, eval_batch_size=8,
+                               global_batch_size=8, threads=1), weights=REPO / "weights" / "arc2-cpu-tiny")
+    return dict(arch=(512, 8, 3, 4, 16), batch=256, rounds=3, solve_budget=300.0, solve_tasks=12,
+                solve=dict(num_aug="auto", finetune_steps="auto", safety_margin=20.0), weights=None)
+
+
+def run(rep: PartReport, ctx: Context) -> None:
+    from benchmarks.gpu_suite.prepare import read_manifest
+
+    s = sizes(ctx)
+    read_manifest(ctx.prepared)
+    work = rep.out / "_work"
+    work.mkdir(parents=True, exist_ok=True)
+    with rep.stage("evaluation"):
+        evaluation(rep, ctx, s, work)
+    with rep.stage("solve"):
+        solve_tasks(rep, ctx, s, work)
+    with rep.stage("projection"):
+        projection(rep, ctx)
+    import shutil
+    shutil.rmtree(work, ignore_errors=True)  # ours: exports, datasets and fine-tuning runs of this part
+
+
+# ---------------------------------------------------------------------------
+# Evaluation throughput and agreement
+# ---------------------------------------------------------------------------
+
+
+def evaluation(rep: PartReport, ctx: Context, s: dict, work: Path) -> None:
+    from trm_kaggle.data.format import load_metadata, load_split
+
+    ds = ctx.prepared / "data" / "arc"
+    arch = E.make_arch(*s["arch"])
+    meta = load_metadata(ds, "test")
+    n = load_split(ds, "test").num_examples
+    bs = min(s["batch"], n)
+    base = E.random_model(arch, meta.num_puzzle_identifiers, seed=0)
+    bias, _, _ = E.calibrate_halting(base, E.first_batch(ds, min(bs, 16)), 0.5, seed=0)
+    ours = E.load_ours(base, arch, ds, work / "export")
+    E.run_ours(ours, ds, bs, device=str(ctx.device))  # warm-up: CUDA kernels, caches
+    runs = [E.run_ours(ours, ds, bs, device=str(ctx.device)) for _ in range(s["rounds"])]
+    early = E.run_ours(ours, ds, bs, early_exit=True, device=str(ctx.device))
+    eps = statistics.median(r["n"] / r["total"] for r in runs)
+    model_eps = statistics.median(r["n"] / r["model"] for r in runs)
+    res = {"examples": n, "batch": bs, "rounds": s["rounds"], "arch": list(s["arch"]), "q_bias": bias,
+           "ours_end_to_end_examples_per_s": eps, "ours_model_examples_per_s": model_eps,
+           "share_outside_model": statistics.median((r["total"] - r["model"]) / r["total"] for r in runs),
+           "early_exit_examples_per_s": early["n"] / early["total"], "early_exit_mean_steps": early["mean_steps"],
+           "deterministic": E.same_candidates(runs[0]["result"], runs[-1]["result"])}
+    rows = [["ours, end to end (predict + decode + vote + score)", eps, None],
+            ["ours, model only", model_eps, None],
+            ["ours, early exit, end to end", res["early_exit_examples_per_s"], None]]
+    if ctx.upstream is None:
+        rep.skip("upstream's model on the same weights and batches", ctx.upstream_why or "upstream not given")
+    else:
+        side = side_by_side(ctx, ours, arch, ds, bs)
+        res["side_by_side"] = side
+        rows += [["ours, model loop on the same batches", side["ours_examples_per_s"], None],
+                 ["upstream, model loop on the same batches", side["upstream_examples_per_s"],
+                  side["ours_examples_per_s"] / side["upstream_examples_per_s"]]]
+    rep.skip("upstream's ARC evaluator (evaluators/arc.py: voting and pass@K)",
+             "not driven by the suite: the side by side compares the models' predictions per example; "
+             "benchmarks/bench_evaluate.py compares the whole evaluator on CPU")
+    rep.set("evaluation", res)
+    rep.table(f"evaluation, {n} augmented test inputs, batch {bs}, {arch.halt_max_steps} ACT steps",
+              ["side", "examples/s", "ours / upstream"], rows,
+              note=f"mean ACT steps with early exit {early['mean_steps']:.2f} of {arch.halt_max_steps}")
+    if "side_by_side" in res and not res["side_by_side"]["same_predictions"]:
+        raise RuntimeError(f"ours and upstream predict differently on {res['side_by_side']['differing_rows']} rows")
+
+
+def side_by_side(ctx: Context, ours, arch, ds: Path, bs: int) -> dict:
+    """Both models (upstream's loads our weights) through every ACT step on the same batches: predictions and
+    q_halt compared, model-loop time of each."""
+    from trm_kaggle.data.format import load_metadata, load_split
+    from trm_kaggle.model.upstream import to_upstream_state_dict
+
+    import importlib
+    trm = importlib.import_module("models.recursive_reasoning.trm")
+    losses = importlib.import_module("models.losses")
+    meta = load_metadata(ds, "test")
+    n = load_split(ds, "test").num_examples
+    cfg = dict(E.upstream_arch(arch), batch_size=bs, seq_len=meta.seq_len, vocab_size=meta.vocab_size,
+               num_puzzle_identifiers=meta.num_puzzle_identifiers)
+    with ctx.device:
+        up = losses.ACTLossHead(trm.TinyRecursiveReasoningModel_ACTV1(cfg), loss_type="stablemax_cross_entropy")
+    up.load_state_dict(to_upstream_state_dict(ours, compiled=False, init_dtype=None), strict=True)
+    up.eval()
+    ours = ours.to(ctx.device).eval()
+    everything = {k: v.to(ctx.device) for k, v in E.first_batch(ds, n).items()}
+    T = arch.halt_max_steps
+    preds, qs, seconds = {"ours": [], "upstream": []}, {"ours": [], "upstream": []}, {"ours": 0.0, "upstream": 0.0}
+    with torch.inference_mode(), ctx.device:
+        for start in range(0, n, bs):
+            batch = {k: v[start:start + bs] for k, v in everything.items()}
+            for side in ("ours", "upstream"):
+                ctx.sync()
+                t = time.perf_counter()
+                if side == "ours":
+                    c = ours.initial_carry(batch)
+                    for _ in range(T):
+                        c, o = ours(c, batch)
+                    p, q = o["logits"].argmax(-1), o["q_halt_logits"]
+                else:
+                    c = up.initial_carry(batch)
+                    for _ in range(T):
+                        c, _, _, o, _ = up(carry=c, batch=batch, return_keys={"preds", "q_halt_logits"})
+                    p, q = o["preds"], o["q_halt_logits"]
+                ctx.sync()
+                seconds[side] += time.perf_counter() - t
+                preds[side].append(p.cpu())
+                qs[side].append(q.float().cpu())
+    po, pu = torch.cat(preds["ours"]), torch.cat(preds["upstream"])
+    differing = int((po != pu).any(-1).sum())
+    return {"rows": n, "act_steps": T, "same_predictions": differing == 0, "differing_rows": differing,
+            "max_abs_q_halt_diff": float((torch.cat(qs["ours"]) - torch.cat(qs["upstream"])).abs().max()),
+            "ours_examples_per_s": n / seconds["ours"], "upstream_examples_per_s": n / seconds["upstream"]}
+
+
+# ---------------------------------------------------------------------------
+# The Kaggle solve and its time plan
+# ---------------------------------------------------------------------------
+
+
+def paper_export(work: Path, ctx: Context) -> Path:
+    """A random export of the paper's ARC config (one puzzle row: unseen tasks start from it)."""
+    from trm_kaggle.model.export import export_inference
+
+    arch = E.make_arch(512, 8, 3, 4, 16)
+    model = E.random_model(arch, 1, seed=0)
+    return export_inference(work / "paper-weights", model, arch=arch, seq_len=E.SEQ_LEN, vocab_size=E.VOCAB)
+
+
+def solve_tasks(rep: PartReport, ctx: Context, s: dict, work: Path) -> None:
+    from trm_kaggle.config import SolveConfig
+    from trm_kaggle.solve.solve import solve
+
+    challenges = ctx.prepared / "data" / "unseen_challenges.json"
+    weights = s["weights"] or paper_export(work, ctx)
+    budget = min(s["solve_budget"], max(rep.left() - 30, 10))
+    cfg = SolveConfig(challenges=str(challenges), weights=str(weights), output=str(work / "submission.json"),
+                      work_dir=str(work / "ttt"), time_budget=budget, max_tasks=s["solve_tasks"],
+                      device=ctx.device.type, workers=1, progress=False, **s["solve"])
+    lines: list[str] = []
+    t = time.time()
+    report = solve(cfg, echo=lines.append)
+    wall = time.time() - t
+    plan_path = work / "ttt" / "workers" / "w0.plan.json"
+    plan = json.loads(plan_path.read_text()) if plan_path.is_file() else None
+    tasks = report["task_reports"]
+    per_task = {tid: round(sum(r.get(k, 0.0) for k in ("dataset_s", "finetune_s", "predict_s")), 3)
+                for tid, r in tasks.items()}
+    measured = statistics.mean(per_task.values()) if per_task else None
+    estimate = (plan["total_s"] / plan["tasks"]) if plan and plan.get("tasks") else None
+    res = {"tasks": report["tasks"], "answered": report["answered"], "valid": report["valid"],
+           "errors": report["errors"], "budget_s": budget, "wall_s": wall, "elapsed_s": report["elapsed_s"],
+           "plan": plan, "measured_s_per_task": per_task, "measured_mean_s": measured, "estimate_s_per_task": estimate,
+           "estimate_error": (measured - estimate) / estimate if (measured and estimate) else None,
+           "settings": {k: str(v) for k, v in s["solve"].items()}, "weights": str(weights), "log": lines[-12:]}
+    rep.set("solve", res)
+    rows = [[tid, per_task[tid], tasks[tid].get("finetune_steps"), tasks[tid].get("predicted"),
+             tasks[tid].get("examples")] for tid in per_task]
+    rep.table(f"Kaggle solve of {len(per_task)} unseen tasks ({budget:.0f} s budget)",
+              ["task", "seconds", "fine-tuning steps", "predicted", "augmented inputs"], rows,
+              note=(f"plan: {estimate:.1f} s per task" if estimate else "plan: none (nothing timed)")
+              + (f"; measured {measured:.1f} s per task ({100 * res['estimate_error']:+.0f} %; goal within 20 %)"
+                 if res["estimate_error"] is not None else "")
+              + f"; submission valid: {report['valid']}")
+    if not report["valid"]:
+        raise RuntimeError("the solve wrote an invalid submission")
+
+
+def projection(rep: PartReport, ctx: Context) -> None:
+    """Kaggle's 4 x L4 from the measured cost per task: scaled by the ratio of dense bf16 peaks (compute-bound,
+    optimistic) and by the ratio of memory bandwidths (pessimistic)."""
+    solved = rep.data["results"].get("solve")
+    if not solved or not solved.get("measured_mean_s"):
+        rep.skip("4 x L4 projection", "no measured time per task (the solve stage did not run or answered nothing)")
+        return
+    per_task = solved["measured_mean_s"]
+    if ctx.cuda:
+        name = torch.cuda.get_device_name(ctx.device)
+        tflops = next((v[0] for k, v in NOMINAL_TFLOPS.items() if k in name), None)
+        gbs = next((v for k, v in BANDWIDTH_GBS.items() if k in name), None)
+    elif ctx.smoke:  # the arithmetic only: an L4's own rates, so the slow-down is 1
+        name, tflops, gbs = "cpu (smoke mode: L4 rates assumed)", L4_TFLOPS, L4_GBS
+    else:
+        name, tflops, gbs = str(ctx.device), None, None
+    if tflops is None or gbs is None:
+        rep.skip("4 x L4 projection", f"no data-sheet rates for {name}: the scaling to an L4 is unknown")
+        return
+    budget_per_task = KAGGLE_HOURS * 3600 * KAGGLE_GPUS / HIDDEN_TASKS
+    rows, res = [], {}
+    for label, factor in (("compute-bound (bf16 peak ratio)", tflops / L4_TFLOPS),
+                          ("bandwidth-bound (memory bandwidth ratio)", gbs / L4_GBS)):
+        l4_task = per_task * factor
+        total_h = l4_task * HIDDEN_TASKS / KAGGLE_GPUS / 3600
+        res[label] = {"factor": factor, "l4_s_per_task": l4_task, "hours_for_240_tasks": total_h,
+                      "fits_12h": total_h <= KAGGLE_HOURS, "headroom": budget_per_task / l4_task}
+        rows.append([label, factor, l4_task, total_h, total_h <= KAGGLE_HOURS, budget_per_task / l4_task])
+    res["assumptions"] = (f"the measured mean seconds per task here ({per_task:.1f} s, this part's solve settings and "
+                          f"plan) times the ratio of {name}'s to an L4's data-sheet rate; {HIDDEN_TASKS} tasks shared "
+                          f"evenly by {KAGGLE_GPUS} workers (one per L4) with no start-up cost; the kernel's own "
+                          f"plan fits its settings (num_aug, fine-tuning steps) to {budget_per_task:.0f} s per task, "
+                          f"so 'headroom' says how much more work per task the 12 h would allow")
+    rep.set("projection", res)
+    rep.table(f"projection to Kaggle's {KAGGLE_GPUS} x L4, {HIDDEN_TASKS} tasks in {KAGGLE_HOURS:.0f} h",
+              ["assumption", "slow-down", "L4 s/task", "hours", "fits", "headroom"], rows, note=res["assumptions"])
