@@ -74,7 +74,7 @@ def train_ours(cfg, seconds: float) -> list[tuple[int, float, float]]:
         curve.append((step, elapsed, float(m["eval_exact_accuracy"])))
         return elapsed > seconds
 
-    train(cfg, on_eval=on_eval, banner=False)
+    train(cfg, on_eval=on_eval, deadline=time.time() + seconds, banner=False)
     return curve
 
 
@@ -108,9 +108,7 @@ def train_upstream(cfg, ctx: Context, seconds: float) -> list[tuple[int, float, 
                                                                  lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
     curve: list[tuple[int, float, float]] = []
     carry, step, start, last_epoch = None, 0, time.perf_counter(), 0
-    for batch, state in train_loader.iterate():
-        if batch is None:
-            continue
+    for batch in train_loader.iterate():
         batch = {k: v.to(dev) for k, v in batch.items()}
         model.train()
         with dev:
@@ -129,13 +127,13 @@ def train_upstream(cfg, ctx: Context, seconds: float) -> list[tuple[int, float, 
         dense.step()
         sparse.zero_grad()
         dense.zero_grad()
-        epoch = state["epoch"]
+        if time.perf_counter() - start > seconds:  # as ours: no step starts after the deadline
+            break
+        epoch = train_loader.epoch
         if epoch - last_epoch >= cfg.eval_interval:  # as ours: every eval_interval epochs
             last_epoch = epoch
             elapsed = time.perf_counter() - start
             curve.append((step, elapsed, exact_accuracy(model, test_loader, dev, a.halt_max_steps)))
-            if elapsed > seconds:
-                break
     return curve
 
 
