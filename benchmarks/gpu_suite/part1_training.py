@@ -42,7 +42,7 @@ def sizes(ctx: Context) -> dict:
         return dict(arch=SMOKE, seq_len=16, num_ids=8, parity_batch=4, batch=4, warmup=1, compile_warmup=2,
                     min_steps=2, variant_s=0.5, matmul_n=256, compile_kwargs={"backend": "aot_eager"},
                     max_batch=None, pytest_timeout=120)
-    return dict(arch=PAPER, seq_len=900, num_ids=1000, parity_batch=8, batch=128, warmup=2, compile_warmup=3,
+    return dict(arch=PAPER, seq_len=900, num_ids=1000, parity_batch=128, batch=128, warmup=2, compile_warmup=3,
                 min_steps=5, variant_s=20.0, matmul_n=8192, compile_kwargs={}, max_batch=8192, pytest_timeout=180)
 
 
@@ -185,7 +185,7 @@ def parity(rep: PartReport, ctx: Context, s: dict) -> None:
     rows, res = [], {}
     for name, dtype, comp in VARIANTS[1:]:
         if rep.left() < 30 and not ctx.smoke:
-            rep.skip(f"parity {name}", "the part's time cap was near")
+            rep.skip(f"parity {name}", "the part's time cap was near", cut=True)
             continue
         t = _trainer(s, ctx, dtype, comp, s["parity_batch"], keep=comp and s["parity_batch"] == s["batch"])
         t.model.load_state_dict(state)
@@ -255,7 +255,22 @@ def time_trainer(t, batches, ctx: Context, warmup: int, min_steps: int, seconds:
     return {"steps": n, "seconds": wall, "step_s": wall / n, "warmup_s": warm_s, "peak_gib": peak}
 
 
+def upstream_trainer(s: dict, ctx: Context, dtype: str, compile_model: bool, batch: int) -> B.Upstream:
+    t = B.Upstream(s["arch"], batch, str(ctx.upstream), dtype, device=ctx.device, seq_len=s["seq_len"], vocab=VOCAB,
+                   num_ids=s["num_ids"])
+    if compile_model:  # as upstream's pretrain.py does (unless DISABLE_COMPILE): the whole loss head + model
+        t.model = torch.compile(t.model, **s["compile_kwargs"])
+    return t
+
+
+RATIOS = (("ours compile bf16", "upstream compile bf16"), ("ours eager bf16", "upstream eager bf16"),
+          ("ours compile bf16", "upstream eager bf16"), ("ours eager fp32", "upstream eager fp32"),
+          ("ours compile fp32", "upstream eager fp32"))
+
+
 def throughput(rep: PartReport, ctx: Context, s: dict) -> None:
+    """Each side in turn (ours first, upstream's compiled step last: its whole-model compile is the slowest to
+    start); the report is updated after each, so a time cap that ends the part keeps what was measured."""
     a, batch = s["arch"], s["batch"]
     flops = B.flops_per_example(a, s["seq_len"], VOCAB)
     batches = B.make_batches(4, batch, 1, s["seq_len"], VOCAB, s["num_ids"], ctx.device)
@@ -265,52 +280,54 @@ def throughput(rep: PartReport, ctx: Context, s: dict) -> None:
     sides: list[tuple[str, str, object]] = [(n, d, (lambda d=d, c=c: _trainer(s, ctx, d, c, batch)))
                                             for n, d, c in VARIANTS]
     if ctx.upstream is not None:
-        for dtype, tag in (("float32", "fp32"), ("bfloat16", "bf16")):
-            sides.append((f"upstream eager {tag}", dtype, (lambda d=dtype: B.Upstream(
-                a, batch, str(ctx.upstream), d, device=ctx.device, seq_len=s["seq_len"], vocab=VOCAB,
-                num_ids=s["num_ids"]))))
-    results, rows = {}, []
-    for i, (name, dtype, make) in enumerate(sides):
-        budget = rep.left() - 60 * (not ctx.smoke)  # keep a minute for the largest-batch search
-        if budget < (5 if ctx.smoke else 30):
-            rep.skip(f"throughput {name}", "the part's time cap was near")
-            continue
-        seconds = min(s["variant_s"], budget / (2 * (len(sides) - i)))
-        t = None
-        try:
-            t = make()
-            compiled = "compile" in name
-            r = time_trainer(t, batches, ctx, s["compile_warmup"] if compiled else s["warmup"], s["min_steps"],
-                             seconds)
-        except torch.cuda.OutOfMemoryError as e:
-            rep.note(f"{name}: out of memory at batch {batch} ({str(e).splitlines()[0]})")
-            continue
-        finally:
+        for name, dtype, comp in (("upstream eager fp32", "float32", False), ("upstream eager bf16", "bfloat16", False),
+                                  ("upstream compile bf16", "bfloat16", True)):
+            sides.append((name, dtype, (lambda d=dtype, c=comp: upstream_trainer(s, ctx, d, c, batch))))
+    results: dict[str, dict] = {}
+    rows: list[list] = []
+    ratios: dict[str, float] = {}
+    summary = {"batch": batch, "seq_len": s["seq_len"], "arch": a, "flops_per_example": flops,
+               "matmul_tflops_measured": peaks, "nominal_tflops_bf16_tf32": nom, "sides": results, "ratios": ratios,
+               "targets": {"ours bf16 / upstream bf16": 1.3, "mfu compile bf16 (H100)": 0.40}}
+    rep.set("throughput", summary)
+    try:
+        for i, (name, dtype, make) in enumerate(sides):
+            budget = rep.left() - 60 * (not ctx.smoke)  # keep a minute for the largest-batch search
+            if budget < (5 if ctx.smoke else 30):
+                rep.skip(f"throughput {name}", "the part's time cap was near", cut=True)
+                continue
+            seconds = min(s["variant_s"], budget / (2 * (len(sides) - i)))
             t = None
-            if ctx.cuda:
-                torch.cuda.empty_cache()
-        eps = batch / r["step_s"]
-        achieved = flops * eps / 1e12
-        r.update(examples_per_s=eps, tflops=achieved, mfu_measured=achieved / peaks[dtype],
-                 mfu_nominal=(achieved / nom[0]) if (nom and dtype == "bfloat16") else None)
-        results[name] = r
-        rows.append([name, r["steps"], r["step_s"], eps, achieved, r["mfu_measured"], r["mfu_nominal"],
-                     r["peak_gib"], r["warmup_s"]])
-        ctx.say(f"  {name}: {eps:.1f} examples/s")
-    ratios = {}
-    for ours, up in (("ours eager bf16", "upstream eager bf16"), ("ours compile bf16", "upstream eager bf16"),
-                     ("ours eager fp32", "upstream eager fp32"), ("ours compile fp32", "upstream eager fp32")):
-        if ours in results and up in results:
-            ratios[f"{ours} / {up}"] = results[ours]["examples_per_s"] / results[up]["examples_per_s"]
-    rep.set("throughput", {"batch": batch, "seq_len": s["seq_len"], "arch": a, "flops_per_example": flops,
-                           "matmul_tflops_measured": peaks, "nominal_tflops_bf16_tf32": nom, "sides": results,
-                           "ratios": ratios, "targets": {"ours bf16 / upstream bf16": 1.3, "mfu compile bf16": 0.40}})
-    rep.table(f"training throughput, batch {batch}, {flops / 1e9:.1f} GFLOP per example",
-              ["side", "steps", "s/step", "examples/s", "TFLOP/s", "MFU (measured peak)", "MFU (data sheet)",
-               "peak GiB", "warm-up s"], rows,
-              note=(f"measured matmul peaks: bf16 {peaks['bfloat16']:.1f}, fp32 {peaks['float32']:.1f} TFLOP/s; "
-                    f"data sheet (bf16, tf32): {nom}; ratios: "
-                    + (", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) or "none (no upstream)")))
+            try:
+                t = make()
+                warmup = s["compile_warmup"] if "compile" in name else s["warmup"]
+                r = time_trainer(t, batches, ctx, warmup, s["min_steps"], seconds)
+            except Exception as e:  # noqa: BLE001 - out of memory, a compile error: this side alone
+                results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+                rep.note(f"throughput {name}: {results[name]['error']}")
+                continue
+            finally:
+                t = None
+                if ctx.cuda:
+                    torch.cuda.empty_cache()
+            eps = batch / r["step_s"]
+            achieved = flops * eps / 1e12
+            r.update(examples_per_s=eps, tflops=achieved, mfu_measured=achieved / peaks[dtype],
+                     mfu_nominal=(achieved / nom[0]) if (nom and dtype == "bfloat16") else None)
+            results[name] = r
+            rows.append([name, r["steps"], r["step_s"], eps, achieved, r["mfu_measured"], r["mfu_nominal"],
+                         r["peak_gib"], r["warmup_s"]])
+            ctx.say(f"  {name}: {eps:.1f} examples/s")
+            for ours, up in RATIOS:
+                if "examples_per_s" in results.get(ours, {}) and "examples_per_s" in results.get(up, {}):
+                    ratios[f"{ours} / {up}"] = results[ours]["examples_per_s"] / results[up]["examples_per_s"]
+    finally:
+        rep.table(f"training throughput, batch {batch}, {flops / 1e9:.1f} GFLOP per example",
+                  ["side", "steps", "s/step", "examples/s", "TFLOP/s", "MFU (measured peak)", "MFU (data sheet)",
+                   "peak GiB", "warm-up s"], rows,
+                  note=(f"measured matmul peaks: bf16 {peaks['bfloat16']:.1f}, fp32 {peaks['float32']:.1f} TFLOP/s; "
+                        f"data sheet (bf16, tf32): {nom}; ratios: "
+                        + (", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) or "none (no upstream)")))
 
 
 def max_batch(rep: PartReport, ctx: Context, s: dict) -> None:
@@ -320,6 +337,8 @@ def max_batch(rep: PartReport, ctx: Context, s: dict) -> None:
         rep.skip("largest batch", "needs CUDA (torch.cuda.max_memory_allocated and out-of-memory errors)")
         return
     b, fit, failed, tried = s["batch"], 0, None, []
+    res = {"largest_fitting": fit, "first_failing": failed, "tried": tried, "variant": "ours eager bf16"}
+    rep.set("max_batch", res)  # updated after each try: a time cap keeps what was found
     while b <= s["max_batch"] and rep.left() > 20:
         t = data = None
         try:
@@ -330,10 +349,10 @@ def max_batch(rep: PartReport, ctx: Context, s: dict) -> None:
             peak = torch.cuda.max_memory_allocated(ctx.device)
             tried.append({"batch": b, "fits": True, "peak_gib": peak / 2**30, "mib_per_example": peak / b / 2**20,
                           "step_s": step_s})
-            fit = b
+            fit = res["largest_fitting"] = b
         except torch.cuda.OutOfMemoryError:
             tried.append({"batch": b, "fits": False})
-            failed = b
+            failed = res["first_failing"] = b
         finally:
             t = data = None
             torch.cuda.empty_cache()
@@ -343,8 +362,9 @@ def max_batch(rep: PartReport, ctx: Context, s: dict) -> None:
             b = (fit + failed) // 2
         else:
             break
-    rep.set("max_batch", {"largest_fitting": fit, "first_failing": failed, "tried": tried,
-                          "variant": "ours eager bf16"})
+    else:
+        if b <= s["max_batch"]:
+            rep.skip("largest batch: the search", f"stopped at batch {b}: the part's time cap was near", cut=True)
     rep.table("largest batch (ours eager bf16, one training step)", ["batch", "fits", "peak GiB", "MiB/example",
                                                                     "s/step"],
               [[x["batch"], x["fits"], x.get("peak_gib"), x.get("mib_per_example"), x.get("step_s")] for x in tried])

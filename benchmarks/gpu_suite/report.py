@@ -48,8 +48,9 @@ class PartReport:
     def table(self, title: str, header: list[str], rows: list[list[Any]], note: str = "") -> None:
         self.data["tables"].append({"title": title, "header": header, "rows": rows, "note": note})
 
-    def skip(self, what: str, why: str) -> None:
-        self.data["skipped"].append({"what": what, "why": why})
+    def skip(self, what: str, why: str, cut: bool = False) -> None:
+        """`what` was not measured; `cut`: because the time cap was near (the part is then `partial`)."""
+        self.data["skipped"].append({"what": what, "why": why, "cut_by_time_cap": cut})
 
     def note(self, text: str) -> None:
         self.data["notes"].append(text)
@@ -91,7 +92,8 @@ class PartReport:
         d["results"] = _finite(d["results"], "results", d["non_finite"])
         for t in d["tables"]:
             t["rows"] = _finite(t["rows"], f"table {t['title']!r}", d["non_finite"])
-        if d["status"] == "ok" and (any(s["status"] != "ok" for s in d["stages"].values()) or d["non_finite"]):
+        if d["status"] == "ok" and (any(s["status"] != "ok" for s in d["stages"].values()) or d["non_finite"]
+                                    or any(s["cut_by_time_cap"] for s in d["skipped"])):
             d["status"] = "partial"
         self.out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.out / REPORT_JSON, d, indent=2)
