@@ -72,6 +72,7 @@ def test_smoke_mode_runs_every_part_and_writes_sound_reports(prepared, tmp_path)
 
     p1 = reports[1]["results"]
     assert p1["environment"]["device"] == "cpu" and p1["environment"]["torch"]
+    assert Path(p1["environment"]["trm_kaggle_outside_the_repo"]).name == "trm_kaggle"  # a fresh import worked
     assert p1["cuda_tests"]["ok"] and "test_cuda.py" in p1["cuda_tests"]["files"]
     assert p1["cuda_tests"]["skipped"] >= 5 and p1["cuda_tests"]["failures"] == 0  # no CUDA here
     par = p1["parity"]["variants"]

@@ -75,7 +75,7 @@ def environment(rep: PartReport, ctx: Context) -> None:
            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
            "device": str(ctx.device), "trm_kaggle": trm_kaggle.__version__,
            "trm_kaggle_from": str(Path(trm_kaggle.__file__).parent),
-           "trm_kaggle_from_wheel": "site-packages" in trm_kaggle.__file__ or "/tmp/site" in trm_kaggle.__file__,
+           "trm_kaggle_outside_the_repo": import_outside_repo(),
            "tf32_matmul_allowed": torch.backends.cuda.matmul.allow_tf32,
            "upstream": str(ctx.upstream) if ctx.upstream else None}
     if ctx.cuda:
@@ -91,6 +91,23 @@ def environment(rep: PartReport, ctx: Context) -> None:
         rep.skip("upstream side by side", ctx.upstream_why or "upstream not given")
     rep.set("environment", env)
     rep.table("environment", ["what", "value"], [[k, v] for k, v in env.items()])
+
+
+def import_outside_repo() -> str:
+    """Where a fresh interpreter, away from the repository (its folder dropped from PYTHONPATH), imports
+    trm_kaggle from: on the GPU machine the cp312 wheel installed in /tmp/site (`python -m` puts the repository
+    first on sys.path, so the suite itself runs on the checkout's code)."""
+    import os
+    import tempfile
+
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPO]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    code = "import trm_kaggle, trm_kaggle.config, trm_kaggle.model, trm_kaggle.solve.solve; print(trm_kaggle.__file__)"
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, "-c", code], cwd=d, env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        return "import failed: " + ((r.stderr.strip().splitlines() or ["?"])[-1])
+    return str(Path(r.stdout.strip()).parent)
 
 
 # ---------------------------------------------------------------------------
