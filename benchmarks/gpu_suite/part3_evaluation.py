@@ -9,6 +9,7 @@ q head calibrated so that about half the rows would halt early (benchmarks/bench
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
@@ -87,25 +88,75 @@ def evaluation(rep: PartReport, ctx: Context, s: dict, work: Path) -> None:
     if ctx.upstream is None:
         rep.skip("upstream's model on the same weights and batches", ctx.upstream_why or "upstream not given")
     else:
-        side = side_by_side(ctx, ours, arch, ds, bs)
+        side = side_by_side(ctx, ours, runs[0], arch, ds, bs, work)
         res["side_by_side"] = side
         rows += [["ours, model loop on the same batches", side["ours_examples_per_s"], None],
                  ["upstream, model loop on the same batches", side["upstream_examples_per_s"],
                   side["ours_examples_per_s"] / side["upstream_examples_per_s"]]]
-    rep.skip("upstream's ARC evaluator (evaluators/arc.py: voting and pass@K)",
-             "not driven by the suite: the side by side compares the models' predictions per example; "
-             "benchmarks/bench_evaluate.py compares the whole evaluator on CPU")
+        ue = side["upstream_evaluator"]
+        if ue is None:
+            rep.skip("upstream's ARC evaluator (evaluators/arc.py)", side["upstream_evaluator_missing"])
+        else:
+            rows.append(["upstream's evaluator, end to end (model + update_batch + result)",
+                         ue["end_to_end_examples_per_s"], eps / ue["end_to_end_examples_per_s"]])
     rep.set("evaluation", res)
     rep.table(f"evaluation, {n} augmented test inputs, batch {bs}, {arch.halt_max_steps} ACT steps",
               ["side", "examples/s", "ours / upstream"], rows,
               note=f"mean ACT steps with early exit {early['mean_steps']:.2f} of {arch.halt_max_steps}")
-    if "side_by_side" in res and not res["side_by_side"]["same_predictions"]:
-        raise RuntimeError(f"ours and upstream predict differently on {res['side_by_side']['differing_rows']} rows")
+    side = res.get("side_by_side")
+    if side and not side["same_predictions"]:
+        raise RuntimeError(f"ours and upstream predict differently on {side['differing_rows']} rows")
+    if side and side["upstream_evaluator"] and not side["upstream_evaluator"]["same_votes"]:
+        raise RuntimeError(f"ours and upstream's evaluator disagree: {side['upstream_evaluator']['mismatches'][:3]}")
 
 
-def side_by_side(ctx: Context, ours, arch, ds: Path, bs: int) -> dict:
-    """Both models (upstream's loads our weights) through every ACT step on the same batches: predictions and
-    q_halt compared, model-loop time of each."""
+def upstream_arc_evaluator(ds: Path):
+    """Upstream's ARC evaluator (evaluators/arc.py) for dataset `ds` and the helpers it needs, or the reason it
+    cannot be imported (it needs numba and, through upstream's dataset builder, argdantic)."""
+    import importlib
+
+    try:
+        arc = importlib.import_module("evaluators.arc")
+        common = importlib.import_module("dataset.common")
+        builder = importlib.import_module("dataset.build_arc_dataset")
+    except Exception as e:  # noqa: BLE001 - a missing dependency: the evaluator comparison is skipped
+        return None, f"cannot import upstream's evaluators/arc.py: {type(e).__name__}: {e}"
+    meta = common.PuzzleDatasetMetadata(**json.loads((ds / "test" / "dataset.json").read_text()))
+    import numpy as np
+
+    for dtype in (np.int32, np.int64):  # numba compiles _crop once per process and dtype: not timed
+        arc._crop(np.full(900, 2, dtype=dtype))
+    return (arc.ARC(str(ds), meta), builder.grid_hash), None
+
+
+@contextlib.contextmanager
+def process_group_of_one():
+    """A gloo group of one process: upstream's evaluator gathers its votes with torch.distributed even alone."""
+    import socket
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def side_by_side(ctx: Context, ours, ours_run: dict, arch, ds: Path, bs: int, work: Path) -> dict:
+    """Both models (upstream's loads our weights) through every ACT step on the same batches, in the dataset's
+    order: predictions and q_halt compared row by row, model-loop time of each. Then, when upstream's evaluator
+    imports, its votes (evaluators/arc.py: update_batch per batch, result at the end, as pretrain.py's evaluate
+    runs them) against ours' (`ours_run`, benchmarks/bench_evaluate.py's `compare`: candidates, vote counts,
+    mean sigmoid(q_halt), top-2 attempts, pass@K)."""
+    from types import SimpleNamespace
+
     from trm_kaggle.data.format import load_metadata, load_split
     from trm_kaggle.model.upstream import to_upstream_state_dict
 
@@ -121,9 +172,11 @@ def side_by_side(ctx: Context, ours, arch, ds: Path, bs: int) -> dict:
     up.load_state_dict(to_upstream_state_dict(ours, compiled=False, init_dtype=None), strict=True)
     up.eval()
     ours = ours.to(ctx.device).eval()
+    evaluator, why = upstream_arc_evaluator(ds)
     everything = {k: v.to(ctx.device) for k, v in E.first_batch(ds, n).items()}
     T = arch.halt_max_steps
     preds, qs, seconds = {"ours": [], "upstream": []}, {"ours": [], "upstream": []}, {"ours": 0.0, "upstream": 0.0}
+    update_s = 0.0
     with torch.inference_mode(), ctx.device:
         for start in range(0, n, bs):
             batch = {k: v[start:start + bs] for k, v in everything.items()}
@@ -135,20 +188,44 @@ def side_by_side(ctx: Context, ours, arch, ds: Path, bs: int) -> dict:
                     for _ in range(T):
                         c, o = ours(c, batch)
                     p, q = o["logits"].argmax(-1), o["q_halt_logits"]
-                else:
-                    c = up.initial_carry(batch)
-                    for _ in range(T):
-                        c, _, _, o, _ = up(carry=c, batch=batch, return_keys={"preds", "q_halt_logits"})
+                else:  # as pretrain.py's evaluate: ACT steps until every row has halted
+                    c, done, steps = up.initial_carry(batch), False, 0
+                    while not done:
+                        c, _, _, o, done = up(carry=c, batch=batch, return_keys=set(evaluator[0].required_outputs)
+                                              if evaluator else {"preds", "q_halt_logits"})
+                        steps += 1
                     p, q = o["preds"], o["q_halt_logits"]
                 ctx.sync()
                 seconds[side] += time.perf_counter() - t
+                if side == "upstream" and evaluator is not None:
+                    t = time.perf_counter()
+                    evaluator[0].update_batch(batch, o)
+                    update_s += time.perf_counter() - t
                 preds[side].append(p.cpu())
                 qs[side].append(q.float().cpu())
     po, pu = torch.cat(preds["ours"]), torch.cat(preds["upstream"])
     differing = int((po != pu).any(-1).sum())
-    return {"rows": n, "act_steps": T, "same_predictions": differing == 0, "differing_rows": differing,
-            "max_abs_q_halt_diff": float((torch.cat(qs["ours"]) - torch.cat(qs["upstream"])).abs().max()),
-            "ours_examples_per_s": n / seconds["ours"], "upstream_examples_per_s": n / seconds["upstream"]}
+    out = {"rows": n, "act_steps": T, "same_predictions": differing == 0, "differing_rows": differing,
+           "max_abs_q_halt_diff": float((torch.cat(qs["ours"]) - torch.cat(qs["upstream"])).abs().max()),
+           "ours_examples_per_s": n / seconds["ours"], "upstream_examples_per_s": n / seconds["upstream"],
+           "upstream_evaluator": None, "upstream_evaluator_missing": why}
+    if evaluator is not None:
+        ev, grid_hash = evaluator
+        sub_dir = work / "upstream_submission"
+        sub_dir.mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        with process_group_of_one():
+            arc = ev.result(str(sub_dir), rank=0, world_size=1)
+        result_s = time.perf_counter() - t
+        drv = SimpleNamespace(grid_hash=grid_hash,
+                              submission=lambda _ev: json.loads((sub_dir / "submission.json").read_text()))
+        bad, q_diff = E.compare(ours_run, {"out": {"evaluator": ev, "arc": arc}}, drv)
+        total = seconds["upstream"] + update_s + result_s
+        out["upstream_evaluator"] = {
+            "end_to_end_examples_per_s": n / total, "update_batch_s": update_s, "result_s": result_s,
+            "pass_at_k": {k: v for k, v in arc.items()}, "mismatches": bad[:20], "same_votes": not bad,
+            "max_mean_q_diff": q_diff, "ours_end_to_end_examples_per_s": ours_run["n"] / ours_run["total"]}
+    return out
 
 
 # ---------------------------------------------------------------------------
