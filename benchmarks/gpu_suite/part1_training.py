@@ -285,6 +285,24 @@ RATIOS = (("ours compile bf16", "upstream compile bf16"), ("ours eager bf16", "u
           ("ours compile fp32", "upstream eager fp32"))
 
 
+def targets_met(results: dict, ratios: dict) -> dict:
+    """The targets, where measured: ours' best bf16 step >= 1.3x upstream's best bf16 step (upstream compiles by
+    default), MFU of ours compiled in bf16 >= 40 % of the data sheet's peak (stated for an H100)."""
+    def best(prefix: str) -> float | None:
+        rates = [r["examples_per_s"] for n, r in results.items() if n.startswith(prefix) and n.endswith("bf16")
+                 and "examples_per_s" in r]
+        return max(rates) if rates else None
+
+    out = {}
+    o, u = best("ours"), best("upstream")
+    if o and u:
+        out["ours best bf16 / upstream best bf16 >= 1.3"] = {"value": o / u, "met": o / u >= 1.3}
+    mfu = results.get("ours compile bf16", {}).get("mfu_nominal")
+    if mfu is not None:
+        out["MFU ours compile bf16 >= 0.40"] = {"value": mfu, "met": mfu >= 0.40}
+    return out
+
+
 def throughput(rep: PartReport, ctx: Context, s: dict) -> None:
     """Each side in turn (ours first, upstream's compiled step last: its whole-model compile is the slowest to
     start); the report is updated after each, so a time cap that ends the part keeps what was measured."""
@@ -338,6 +356,7 @@ def throughput(rep: PartReport, ctx: Context, s: dict) -> None:
             for ours, up in RATIOS:
                 if "examples_per_s" in results.get(ours, {}) and "examples_per_s" in results.get(up, {}):
                     ratios[f"{ours} / {up}"] = results[ours]["examples_per_s"] / results[up]["examples_per_s"]
+            summary["targets_met"] = targets_met(results, ratios)
     finally:
         rep.table(f"training throughput, batch {batch}, {flops / 1e9:.1f} GFLOP per example",
                   ["side", "steps", "s/step", "examples/s", "TFLOP/s", "MFU (measured peak)", "MFU (data sheet)",

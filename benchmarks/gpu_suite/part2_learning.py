@@ -39,7 +39,7 @@ def run(rep: PartReport, ctx: Context) -> None:
     read_manifest(ctx.prepared)
     data = ctx.prepared / "data" / "sudoku4"
     work = rep.out / "_work"
-    seconds = min(s["seconds"], max((rep.left() - 20) / 2, 1.0))
+    seconds = min(s["seconds"], max((rep.left() - 40) / 3.2, 1.0))  # two sides, each within hard_limit()
     curves: dict[str, list[tuple[int, float, float]]] = {}
     cfg = config(ctx, data, work, s["overrides"])
     with rep.stage("ours"):
@@ -63,6 +63,12 @@ def config(ctx: Context, data: Path, work: Path, overrides: list[str]):
         f"device={ctx.device.type}", *overrides])
 
 
+def hard_limit(seconds: float) -> float:
+    """Each side stops at its first evaluation after `seconds`, and in any case before a step that would start
+    after this many seconds (evaluations come every few epochs, so the last one can come late)."""
+    return 1.5 * seconds + 10
+
+
 def train_ours(cfg, seconds: float) -> list[tuple[int, float, float]]:
     from trm_kaggle.train.loop import train
 
@@ -74,7 +80,7 @@ def train_ours(cfg, seconds: float) -> list[tuple[int, float, float]]:
         curve.append((step, elapsed, float(m["eval_exact_accuracy"])))
         return elapsed > seconds
 
-    train(cfg, on_eval=on_eval, deadline=time.time() + seconds, banner=False)
+    train(cfg, on_eval=on_eval, deadline=time.time() + hard_limit(seconds), banner=False)
     return curve
 
 
@@ -127,13 +133,15 @@ def train_upstream(cfg, ctx: Context, seconds: float) -> list[tuple[int, float, 
         dense.step()
         sparse.zero_grad()
         dense.zero_grad()
-        if time.perf_counter() - start > seconds:  # as ours: no step starts after the deadline
+        if time.perf_counter() - start > hard_limit(seconds):  # as ours: no step starts after the hard limit
             break
         epoch = train_loader.epoch
         if epoch - last_epoch >= cfg.eval_interval:  # as ours: every eval_interval epochs
             last_epoch = epoch
             elapsed = time.perf_counter() - start
             curve.append((step, elapsed, exact_accuracy(model, test_loader, dev, a.halt_max_steps)))
+            if elapsed > seconds:  # as ours: the first evaluation after `seconds` is the last
+                break
     return curve
 
 
@@ -167,8 +175,15 @@ def summarise(rep: PartReport, curves: dict, seconds: float, cfg) -> None:
         res[side] = {"points": [{"step": s, "seconds": t, "exact": a} for s, t, a in c],
                      "best_exact": max((a for _, _, a in c), default=None), "steps": c[-1][0] if c else 0,
                      "seconds_to_target": reached}
+    verdict = None
+    if "ours" in curves and "upstream" in curves:
+        # at the latest time both curves reach: each side's last evaluation by then
+        t = min(curves["ours"][-1][1], curves["upstream"][-1][1])
+        at = {side: next((a for _, s_, a in reversed(c) if s_ <= t), None) for side, c in curves.items()}
+        verdict = {"at_seconds": t, "ours": at["ours"], "upstream": at["upstream"],
+                   "ours_not_worse": None if None in at.values() else at["ours"] >= at["upstream"]}
     rep.set("learning", {"target": TARGET, "seconds": seconds, "sides": res, "without_a_point": empty,
-                         "recipe": "sudoku4-cpu", "batch": cfg.global_batch_size})
+                         "at_equal_time": verdict, "recipe": "sudoku4-cpu", "batch": cfg.global_batch_size})
     rows = [[side, r["steps"], r["points"][-1]["seconds"] if r["points"] else None, r["best_exact"],
              r["seconds_to_target"]] for side, r in res.items()]
     rep.table(f"held-out exact solve rate after {seconds:.0f} s each (target {TARGET})",

@@ -267,6 +267,8 @@ def solve_tasks(rep: PartReport, ctx: Context, s: dict, work: Path) -> None:
            "errors": report["errors"], "budget_s": budget, "wall_s": wall, "elapsed_s": report["elapsed_s"],
            "plan": plan, "measured_s_per_task": per_task, "measured_mean_s": measured, "estimate_s_per_task": estimate,
            "estimate_error": (measured - estimate) / estimate if (measured and estimate) else None,
+           "estimate_within_20_percent": abs(measured - estimate) <= 0.2 * estimate if (measured and estimate)
+           else None,
            "settings": {k: str(v) for k, v in s["solve"].items()}, "weights": str(weights), "log": lines[-12:]}
     rep.set("solve", res)
     rows = [[tid, per_task[tid], tasks[tid].get("finetune_steps"), tasks[tid].get("predicted"),
