@@ -262,7 +262,11 @@ def solve_tasks(rep: PartReport, ctx: Context, s: dict, work: Path) -> None:
     per_task = {tid: round(sum(r.get(k, 0.0) for k in ("dataset_s", "finetune_s", "predict_s")), 3)
                 for tid, r in tasks.items()}
     measured = statistics.mean(per_task.values()) if per_task else None
-    estimate = (plan["total_s"] / plan["tasks"]) if plan and plan.get("tasks") else None
+    priced = bool(plan and plan.get("tasks") and plan.get("rates") and not plan.get("short"))
+    estimate = plan["total_s"] / plan["tasks"] if priced else None
+    if not priced:
+        rep.note("the solve's plan priced nothing (" + ("no plan file" if not plan else "the fixed small plan: too "
+                 "little time to time a batch" if plan.get("short") else "nothing timed") + "): no estimate to compare")
     res = {"tasks": report["tasks"], "answered": report["answered"], "valid": report["valid"],
            "errors": report["errors"], "budget_s": budget, "wall_s": wall, "elapsed_s": report["elapsed_s"],
            "plan": plan, "measured_s_per_task": per_task, "measured_mean_s": measured, "estimate_s_per_task": estimate,
