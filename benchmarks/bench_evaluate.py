@@ -209,9 +209,9 @@ def calibrate_halting(model: TinyRecursiveModel, batch: dict, fraction: float, s
     b = -float(torch.quantile(raw.max(1).values, 1.0 - fraction))
     with torch.no_grad():
         model.q_head.bias[0] = b
-    above = (raw + b > 0).numpy()
+    above = (raw + b > 0).cpu().numpy()
     exit_step = np.where(above.any(1), above.argmax(1) + 1, T)
-    return b, raw.numpy(), exit_step
+    return b, raw.cpu().numpy(), exit_step
 
 
 def load_ours(model: TinyRecursiveModel, arch: ArchConfig, dataset: Path, export_dir: Path):

@@ -69,8 +69,9 @@ def evaluation(rep: PartReport, ctx: Context, s: dict, work: Path) -> None:
     meta = load_metadata(ds, "test")
     n = load_split(ds, "test").num_examples
     bs = min(s["batch"], n)
-    base = E.random_model(arch, meta.num_puzzle_identifiers, seed=0)
-    bias, _, _ = E.calibrate_halting(base, E.first_batch(ds, min(bs, 16)), 0.5, seed=0)
+    base = E.random_model(arch, meta.num_puzzle_identifiers, seed=0).to(ctx.device)
+    probe = {k: v.to(ctx.device) for k, v in E.first_batch(ds, min(bs, 16)).items()}
+    bias, _, _ = E.calibrate_halting(base, probe, 0.5, seed=0)
     ours = E.load_ours(base, arch, ds, work / "export")
     E.run_ours(ours, ds, bs, device=str(ctx.device))  # warm-up: CUDA kernels, caches
     runs = [E.run_ours(ours, ds, bs, device=str(ctx.device)) for _ in range(s["rounds"])]
