@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -128,7 +129,8 @@ def cuda_tests(rep: PartReport, ctx: Context, timeout: float) -> None:
     if not files:
         rep.skip("pytest -m cuda", f"no test file under {REPO / 'tests'} marks a test `cuda`")
         return
-    junit = rep.out / "_pytest_cuda.xml"
+    scratch = tempfile.TemporaryDirectory(prefix="gpu_suite_pytest_")
+    junit = Path(scratch.name) / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-o", "addopts=-ra",
            f"--junitxml={junit}", *[str(f.relative_to(REPO)) for f in files]]
     try:
@@ -143,7 +145,7 @@ def cuda_tests(rep: PartReport, ctx: Context, timeout: float) -> None:
         for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
             for k in counts:
                 counts[k] += int(suite.get(k, 0))
-        junit.unlink()
+    scratch.cleanup()
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
     # pytest's exit code 5 (nothing collected) counts as no failure: every cuda test deselected or none present
     ok = rc in (0, 5) and counts["failures"] == 0 and counts["errors"] == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,16 +45,15 @@ def run(rep: PartReport, ctx: Context) -> None:
 
     s = sizes(ctx)
     read_manifest(ctx.prepared)
-    work = rep.out / "_work"
-    work.mkdir(parents=True, exist_ok=True)
-    with rep.stage("evaluation"):
-        evaluation(rep, ctx, s, work)
-    with rep.stage("solve"):
-        solve_tasks(rep, ctx, s, work)
+    # scratch (exports, datasets, fine-tuning runs) outside --out: only the report goes back from a GPU machine
+    with tempfile.TemporaryDirectory(prefix="gpu_suite_part3_") as tmp:
+        work = Path(tmp)
+        with rep.stage("evaluation"):
+            evaluation(rep, ctx, s, work)
+        with rep.stage("solve"):
+            solve_tasks(rep, ctx, s, work)
     with rep.stage("projection"):
         projection(rep, ctx)
-    import shutil
-    shutil.rmtree(work, ignore_errors=True)  # ours: exports, datasets and fine-tuning runs of this part
 
 
 # ---------------------------------------------------------------------------
