@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from benchmarks.gpu_suite import __main__ as suite
 from benchmarks.gpu_suite import prepare as P
 from benchmarks.gpu_suite.context import make_context
 from benchmarks.gpu_suite.report import REPORT_JSON, REPORT_MD
+from trm_kaggle.errors import TRMError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -199,3 +202,35 @@ def test_every_test_that_needs_cuda_is_marked_cuda():
                 if needs.search(p.read_text()) and not CUDA_MARK.search(p.read_text())]
     assert unmarked == []
     assert {"test_cuda.py", "test_adam_atan2.py"} <= {p.name for p in cuda_test_files()}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_prepare_exports_upstream_code_from_a_checkout(tmp_path):
+    """A git checkout is exported at the pinned commit when it has it, else at its HEAD (said so); only the code
+    and configs travel (not upstream's data files); a stub wandb module is added."""
+    src = tmp_path / "upstream"
+    (src / "models" / "recursive_reasoning").mkdir(parents=True)
+    (src / "models" / "recursive_reasoning" / "trm.py").write_text("X = 1\n")
+    (src / "pretrain.py").write_text("import wandb\n")
+    (src / "kaggle").mkdir()
+    (src / "kaggle" / "big.json").write_text("{}")
+    git = ["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(src)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    (src / "pretrain.py").write_text("uncommitted\n")  # the export takes the commit, not the work tree
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    manifest = {"missing": []}
+    info = P.copy_upstream(str(src), tmp_path / "out", manifest, say=lambda m: None)
+    out = tmp_path / "out"
+    assert info["commit"] == head and info["pinned"] is False
+    assert any(P.UPSTREAM_COMMIT[:12] in m and head[:12] in m for m in manifest["missing"])
+    assert (out / "pretrain.py").read_text() == "import wandb\n" and not (out / "kaggle").exists()
+    assert "def init" in (out / "wandb" / "__init__.py").read_text()
+    # not a checkout: copied as it is, commit unknown
+    shutil.rmtree(src / ".git")
+    manifest = {"missing": []}
+    info = P.copy_upstream(str(src), tmp_path / "out2", manifest, say=lambda m: None)
+    assert info["commit"] is None and (tmp_path / "out2" / "pretrain.py").read_text() == "uncommitted\n"
+    with pytest.raises(TRMError, match="no models/recursive_reasoning/trm.py"):
+        P.copy_upstream(str(tmp_path / "out2" / "wandb"), tmp_path / "out3", {"missing": []}, say=lambda m: None)
