@@ -222,14 +222,32 @@ def parity(rep: PartReport, ctx: Context, s: dict) -> None:
                      "ok": ok}
         rows.append([name, d_logits, abs(loss - r_loss), d_grads, rel_logits, rel_grads, f"{tol[0]:g}/{tol[1]:g}", ok])
         del t
+    same = against_upstream(ctx, s) if ctx.upstream is not None else None
     rep.set("parity", {"reference": "ours eager fp32", "batch": s["parity_batch"], "loss_reference": r_loss,
-                       "compile_kwargs": s["compile_kwargs"], "variants": res})
+                       "compile_kwargs": s["compile_kwargs"], "variants": res, "ours_vs_upstream": same})
     rep.table("parity against float32 eager (one training step, same weights and batch)",
               ["variant", "max|d logits|", "|d loss|", "max|d grad|", "rel logits", "rel grads", "tolerance", "ok"],
               rows, note="rel = max |difference| / max |float32 eager value| (grads: the worst parameter)")
-    bad = [n for n, r in res.items() if not r["ok"]]
+    if same is not None:
+        rep.note(f"ours against upstream, float32, same weights, one step on {same['rows']} rows: {same['line']}")
+    bad = [n for n, r in res.items() if not r["ok"]] + (["ours vs upstream"] if same and not same["ok"] else [])
     if bad:
         raise RuntimeError(f"parity outside tolerance: {', '.join(bad)}")
+
+
+UPSTREAM_CHECK_ROWS = 4  # float64 copies of the paper's model: a few rows keep them small
+
+
+def against_upstream(ctx: Context, s: dict) -> dict:
+    """benchmarks/bench_train_cpu.py's `check_same` on this device: upstream's initial weights loaded into ours,
+    one step of each and of a float64 copy of upstream; ours passes when its error against the float64 answer is
+    within 3x upstream's own float32 error."""
+    rows = min(UPSTREAM_CHECK_ROWS, s["parity_batch"])
+    data = B.make_batches(1, rows, 3, s["seq_len"], VOCAB, s["num_ids"], ctx.device)[0]
+    ours = _trainer(s, ctx, "float32", False, rows)
+    up = upstream_trainer(s, ctx, "float32", False, rows)
+    line = B.check_same(ours, up, data)
+    return {"rows": rows, "ok": line.startswith("OK"), "line": line}
 
 
 # ---------------------------------------------------------------------------
