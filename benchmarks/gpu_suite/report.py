@@ -23,8 +23,9 @@ REPORT_JSON = "gpu_report.json"
 REPORT_MD = "gpu_report.md"
 
 
-class PartTimeout(Exception):
-    """The part ran past its hard time cap."""
+class PartTimeout(BaseException):
+    """The part ran past its hard time cap (a BaseException: the `except Exception` that keeps one measurement's
+    failure to itself must not swallow it)."""
 
 
 class PartReport:
