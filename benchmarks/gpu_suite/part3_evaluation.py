@@ -33,7 +33,7 @@ BANDWIDTH_GBS = {"H200": 4800.0, "H100 80GB HBM3": 3350.0, "H100 PCIe": 2000.0, 
 
 def sizes(ctx: Context) -> dict:
     if ctx.smoke:
-        return dict(arch=(32, 2, 2, 2, 4), batch=8, rounds=1, solve_budget=40.0, solve_tasks=2,
+        return dict(arch=(32, 2, 2, 2, 4), batch=8, rounds=1, solve_budget=120.0, solve_tasks=2,
                     solve=dict(num_aug=1, finetune_steps=2, safety_margin=5.0, eval_batch_size=8,
                                global_batch_size=8, threads=1), weights=REPO / "weights" / "arc2-cpu-tiny")
     return dict(arch=(512, 8, 3, 4, 16), batch=256, rounds=3, solve_budget=300.0, solve_tasks=12,
