@@ -106,9 +106,8 @@ def prepare(out: str | os.PathLike, *, upstream_dir: str | None = None, download
         atomic_write_json(tmp / "PREPARED.json", manifest, indent=2)
     for m in manifest["missing"]:
         say(f"warning: {m}")
-    say("\nOn the GPU machine, from the repository root with this folder beside it (the device tool: "
-        f"carry [\"{os.path.relpath(out.absolute(), REPO) if out.absolute().is_relative_to(REPO) else out}\"]), "
-        "one command per part:")
+    say(f"\nOn the GPU machine, from the repository root with {out} copied along beside the code, one command "
+        "per part:")
     for c in manifest["commands"]:
         say(f"  {c}")
     return manifest
