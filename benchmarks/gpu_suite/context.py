@@ -15,9 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PREPARED = REPO / ".gpu_suite"
 UPSTREAM_ENV = "TRM_UPSTREAM_DIR"
 #: Nominal dense (no sparsity) peak matmul rates in TFLOP/s, from the vendors' data sheets, by a substring of
-#: torch.cuda.get_device_name(): (bf16, tf32). MFU is also given against the bf16 matmul rate measured here.
+#: torch.cuda.get_device_name(), first match in this order (L40S before L4): (bf16, tf32). MFU is also given
+#: against the bf16 matmul rate measured here.
 NOMINAL_TFLOPS = {"H200": (989.0, 494.0), "H100 80GB HBM3": (989.0, 494.0), "H100 PCIe": (756.0, 378.0),
-                  "H100": (989.0, 494.0), "A100": (312.0, 156.0), "L4": (121.0, 60.0), "T4": (65.0, 8.1)}
+                  "H100": (989.0, 494.0), "A100": (312.0, 156.0), "L40S": (362.0, 183.0), "L4": (121.0, 60.0), "T4": (65.0, 8.1)}
 
 
 def upstream_missing_reason(path: Path | None) -> str | None:

@@ -28,7 +28,7 @@ HIDDEN_TASKS, KAGGLE_HOURS, KAGGLE_GPUS = 240, 12.0, 4
 L4_TFLOPS, L4_GBS = 121.0, 300.0
 #: Memory bandwidth in GB/s by a substring of the device name (data sheets), for the pessimistic projection.
 BANDWIDTH_GBS = {"H200": 4800.0, "H100 80GB HBM3": 3350.0, "H100 PCIe": 2000.0, "H100": 3350.0,
-                 "A100": 2039.0, "L4": 300.0}
+                 "A100": 2039.0, "L40S": 864.0, "L4": 300.0}
 
 
 def sizes(ctx: Context) -> dict:
