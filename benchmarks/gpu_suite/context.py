@@ -18,7 +18,8 @@ UPSTREAM_ENV = "TRM_UPSTREAM_DIR"
 #: torch.cuda.get_device_name(), first match in this order (L40S before L4): (bf16, tf32). MFU is also given
 #: against the bf16 matmul rate measured here.
 NOMINAL_TFLOPS = {"H200": (989.0, 494.0), "H100 80GB HBM3": (989.0, 494.0), "H100 PCIe": (756.0, 378.0),
-                  "H100": (989.0, 494.0), "A100": (312.0, 156.0), "L40S": (362.0, 183.0), "L4": (121.0, 60.0), "T4": (65.0, 8.1)}
+                  "H100": (989.0, 494.0), "A100": (312.0, 156.0), "L40S": (362.0, 183.0), "L4": (121.0, 60.0),
+                  "T4": (65.0, 8.1)}
 
 
 def upstream_missing_reason(path: Path | None) -> str | None:
