@@ -209,9 +209,9 @@ def calibrate_halting(model: TinyRecursiveModel, batch: dict, fraction: float, s
     b = -float(torch.quantile(raw.max(1).values, 1.0 - fraction))
     with torch.no_grad():
         model.q_head.bias[0] = b
-    above = (raw + b > 0).numpy()
+    above = (raw + b > 0).cpu().numpy()
     exit_step = np.where(above.any(1), above.argmax(1) + 1, T)
-    return b, raw.numpy(), exit_step
+    return b, raw.cpu().numpy(), exit_step
 
 
 def load_ours(model: TinyRecursiveModel, arch: ArchConfig, dataset: Path, export_dir: Path):
@@ -255,8 +255,8 @@ def parity(ours, up, batch: dict) -> str:
 # ---------------------------------------------------------------------------
 
 
-def run_ours(model, dataset: Path, batch_size: int, early_exit: bool = False) -> dict:
-    res = evaluate(model, dataset, batch_size=batch_size, device="cpu", early_exit=early_exit)
+def run_ours(model, dataset: Path, batch_size: int, early_exit: bool = False, device: str = "cpu") -> dict:
+    res = evaluate(model, dataset, batch_size=batch_size, device=device, early_exit=early_exit)
     t = res.timing
     return {"result": res, "n": len(res.predictions), "total": t["seconds_total"], "model": t["seconds_model"],
             "rows": res.predictions.forward_rows, "mean_steps": float(res.predictions.steps.mean())}

@@ -100,14 +100,14 @@ def arch_dict(args) -> dict:
                 rope_theta=10000.0, rms_norm_eps=1e-5, puzzle_emb_ndim=128, puzzle_emb_len=16, mlp_t=False)
 
 
-def flops_per_example(a: dict) -> float:
-    S, D = a["puzzle_emb_len"] + SEQ_LEN, a["hidden_size"]
+def flops_per_example(a: dict, seq_len: int = SEQ_LEN, vocab: int = VOCAB) -> float:
+    S, D = a["puzzle_emb_len"] + seq_len, a["hidden_size"]
     inner = swiglu_width(D, a["expansion"])
     blk = 2 * S * D * 3 * D + 2 * S * S * D + 2 * S * S * D + 2 * S * D * D + 2 * S * D * 2 * inner + 2 * S * inner * D
     net = a["L_layers"] * blk
     fwd = a["H_cycles"] * (a["L_cycles"] + 1) * net
     bwd = 2 * (a["L_cycles"] + 1) * net
-    heads = 3 * 2 * SEQ_LEN * D * VOCAB + 3 * 2 * D * 2
+    heads = 3 * 2 * seq_len * D * vocab + 3 * 2 * D * 2
     return float(fwd + bwd + heads)
 
 
@@ -177,15 +177,17 @@ def kernel_floor(a: dict, batch: int, reps: int = 5) -> tuple[float, dict]:
     return sum(parts.values()), parts
 
 
-def make_batches(n: int, batch: int, seed: int) -> List[Dict[str, torch.Tensor]]:
+def make_batches(n: int, batch: int, seed: int, seq_len: int = SEQ_LEN, vocab: int = VOCAB, num_ids: int = NUM_IDS,
+                 device: str | torch.device = "cpu") -> List[Dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
-        out.append({
-            "inputs": torch.randint(0, VOCAB, (batch, SEQ_LEN), generator=g, dtype=torch.int32),
-            "labels": torch.randint(1, VOCAB, (batch, SEQ_LEN), generator=g, dtype=torch.int32).long(),
-            "puzzle_identifiers": torch.randint(0, NUM_IDS, (batch,), generator=g, dtype=torch.int32),
-        })
+        b = {
+            "inputs": torch.randint(0, vocab, (batch, seq_len), generator=g, dtype=torch.int32),
+            "labels": torch.randint(1, vocab, (batch, seq_len), generator=g, dtype=torch.int32).long(),
+            "puzzle_identifiers": torch.randint(0, num_ids, (batch,), generator=g, dtype=torch.int32),
+        }
+        out.append({k: v.to(device) for k, v in b.items()})
     return out
 
 
@@ -195,14 +197,16 @@ def make_batches(n: int, batch: int, seed: int) -> List[Dict[str, torch.Tensor]]
 
 
 class Ours:
-    def __init__(self, a: dict, batch: int, compile_net: bool, dtype: str = "float32"):
+    def __init__(self, a: dict, batch: int, compile_net: bool, dtype: str = "float32", *,
+                 device: str | torch.device = "cpu", seq_len: int = SEQ_LEN, vocab: int = VOCAB,
+                 num_ids: int = NUM_IDS, compile_kwargs: dict | None = None):
         arch = ArchConfig(**{k: v for k, v in a.items()}, forward_dtype=dtype, loss_type="stablemax_cross_entropy")
-        self.model = TinyRecursiveModel(arch, SEQ_LEN, VOCAB, NUM_IDS).train()
+        self.model = TinyRecursiveModel(arch, seq_len, vocab, num_ids).to(device).train()
         self.dtype = dtype
         self.name = "ours+compile" if compile_net else "ours"
         self.batch = batch
         if compile_net:
-            self.model.compile_net()  # lazy: compilation happens in the first step
+            self.model.compile_net(**(compile_kwargs or {}))  # lazy: compilation happens in the first step
         self.opt = torch.optim.AdamW(self.model.parameters(), **ADAMW)
         self.sparse = SignSGD(self.model.puzzle_emb, **SPARSE)
         self.carry = None
@@ -227,14 +231,21 @@ class Ours:
 class Upstream:
     name = "upstream"
 
-    def __init__(self, a: dict, batch: int, upstream_dir: str, dtype: str = "float32"):
-        sys.path.insert(0, upstream_dir)
+    def __init__(self, a: dict, batch: int, upstream_dir: str, dtype: str = "float32", *,
+                 device: str | torch.device = "cpu", seq_len: int = SEQ_LEN, vocab: int = VOCAB,
+                 num_ids: int = NUM_IDS):
+        if upstream_dir not in sys.path:
+            sys.path.insert(0, upstream_dir)
         trm = importlib.import_module("models.recursive_reasoning.trm")
         losses = importlib.import_module("models.losses")
         sparse = importlib.import_module("models.sparse_embedding")
-        cfg = dict(a, batch_size=batch, seq_len=SEQ_LEN, vocab_size=VOCAB, num_puzzle_identifiers=NUM_IDS,
+        cfg = dict(a, batch_size=batch, seq_len=seq_len, vocab_size=vocab, num_puzzle_identifiers=num_ids,
                    forward_dtype=dtype)
-        self.model = losses.ACTLossHead(trm.TinyRecursiveReasoningModel_ACTV1(cfg), loss_type="stablemax_cross_entropy")
+        # Upstream makes its tensors (weights, carries) under `with torch.device("cuda")`, as pretrain.py does.
+        self.device = torch.device(device)
+        with self.device:
+            self.model = losses.ACTLossHead(trm.TinyRecursiveReasoningModel_ACTV1(cfg),
+                                            loss_type="stablemax_cross_entropy")
         self.model.train()
         self.dtype = dtype
         self.batch = batch
@@ -245,15 +256,17 @@ class Upstream:
         self.carry = None
 
     def forward_loss(self, data):
-        if self.carry is None:
-            self.carry = self.model.initial_carry(data)
-        self.carry, loss, _, out, _ = self.model(carry=self.carry, batch=data, return_keys=["logits"])
+        with self.device:
+            if self.carry is None:
+                self.carry = self.model.initial_carry(data)
+            self.carry, loss, _, out, _ = self.model(carry=self.carry, batch=data, return_keys=["logits"])
         return (1 / self.batch) * loss, out
 
     def step(self, data):
         loss, _ = self.forward_loss(data)
         loss.backward()
-        self.sparse.step()
+        with self.device:
+            self.sparse.step()
         self.opt.step()
         self.sparse.zero_grad()
         self.opt.zero_grad()

@@ -121,6 +121,7 @@ def test_state_dict_round_trip_continues_identically():
     torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not (torch.cuda.is_available() and fused_available()), reason="needs CUDA and the adam-atan2 package")
 def test_fused_package_agrees_with_foreach():
     torch.manual_seed(0)

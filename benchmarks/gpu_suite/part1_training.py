@@ -1,0 +1,426 @@
+"""Part 1: the machine, the CUDA tests, bf16 and torch.compile parity, training throughput and MFU of the paper's
+ARC config (ours in four variants, upstream's step beside them), and the largest batch that fits.
+
+The training step, the batches and the FLOP count are those of benchmarks/bench_train_cpu.py (`Ours`,
+`Upstream`, `make_batches`, `flops_per_example`, whose docstring gives the formula): one step = one ACT step,
+forward -> loss -> backward -> AdamW on the dense weights -> each project's sparse SignSGD on the puzzle rows.
+FLOPs per example (multiply-add = 2), S = 16 + 900 positions, D = 512, I = SwiGLU width:
+    block = 2*S*D*3D + 4*S*S*D + 2*S*D*D + 2*S*D*2I + 2*S*I*D;  net = L_layers * block
+    step  = H_cycles*(L_cycles+1)*net (forward) + 2*(L_cycles+1)*net (backward of the last H cycle) + heads
+MFU = FLOPs per example * examples/s / the device's peak: the data sheet's dense bf16 rate for the bf16 variants
+and the bf16 matmul rate measured here (8192^3); the float32 variants against the float32 matmul rate measured
+here (TF32 as torch leaves it: off).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import torch
+
+from benchmarks import bench_train_cpu as B
+from benchmarks.gpu_suite.context import NOMINAL_TFLOPS, REPO, Context, timed
+from benchmarks.gpu_suite.report import PartReport
+
+TITLE = "environment, CUDA tests, parity, training throughput and MFU"
+VOCAB = 12  # ARC: PAD, EOS, 10 colours
+
+PAPER = dict(hidden_size=512, num_heads=8, expansion=4, H_cycles=3, L_cycles=4, H_layers=0, L_layers=2,
+             halt_max_steps=16, halt_exploration_prob=0.1, no_ACT_continue=True, pos_encodings="rope",
+             rope_theta=10000.0, rms_norm_eps=1e-5, puzzle_emb_ndim=512, puzzle_emb_len=16, mlp_t=False)
+SMOKE = dict(PAPER, hidden_size=32, num_heads=2, expansion=2, H_cycles=2, L_cycles=2, halt_max_steps=4,
+             puzzle_emb_ndim=32, puzzle_emb_len=2)
+
+
+def sizes(ctx: Context) -> dict:
+    if ctx.smoke:
+        return dict(arch=SMOKE, seq_len=16, num_ids=8, parity_batch=4, batch=4, warmup=1, compile_warmup=2,
+                    min_steps=2, variant_s=0.5, matmul_n=256, compile_kwargs={"backend": "aot_eager"},
+                    max_batch=None, pytest_timeout=120)
+    return dict(arch=PAPER, seq_len=900, num_ids=1000, parity_batch=128, batch=128, warmup=2, compile_warmup=3,
+                min_steps=5, variant_s=20.0, matmul_n=8192, compile_kwargs={}, max_batch=8192, pytest_timeout=180)
+
+
+def run(rep: PartReport, ctx: Context) -> None:
+    s = sizes(ctx)
+    s["trainers"] = {}  # (dtype, compile, batch) -> a trainer parity made, reused by throughput (no recompiling)
+    with rep.stage("environment"):
+        environment(rep, ctx)
+    with rep.stage("cuda_tests"):
+        cuda_tests(rep, ctx, s["pytest_timeout"])
+    with rep.stage("parity"):
+        parity(rep, ctx, s)
+    with rep.stage("throughput"):
+        throughput(rep, ctx, s)
+    with rep.stage("max_batch"):
+        max_batch(rep, ctx, s)
+
+
+# ---------------------------------------------------------------------------
+# The machine
+# ---------------------------------------------------------------------------
+
+
+def environment(rep: PartReport, ctx: Context) -> None:
+    import platform
+
+    import trm_kaggle
+
+    env = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+           "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+           "device": str(ctx.device), "trm_kaggle": trm_kaggle.__version__,
+           "trm_kaggle_from": str(Path(trm_kaggle.__file__).parent),
+           "trm_kaggle_outside_the_repo": import_outside_repo(),
+           "tf32_matmul_allowed": torch.backends.cuda.matmul.allow_tf32,
+           "upstream": str(ctx.upstream) if ctx.upstream else None}
+    if ctx.cuda:
+        p = torch.cuda.get_device_properties(ctx.device)
+        cap = torch.cuda.get_device_capability(ctx.device)
+        env.update(gpu=p.name, capability=f"{cap[0]}.{cap[1]}", memory_gib=round(p.total_memory / 2**30, 2),
+                   multiprocessors=p.multi_processor_count, gpus=torch.cuda.device_count(),
+                   bf16_supported=torch.cuda.is_bf16_supported(), tf32_capable=cap >= (8, 0))
+    else:
+        env.update(gpu=None, capability=None, memory_gib=None, bf16_supported=None, tf32_capable=None)
+        rep.note(f"device {ctx.device}: no CUDA figures (GPU name, capability, memory)")
+    if ctx.upstream is None:
+        rep.skip("upstream side by side", ctx.upstream_why or "upstream not given")
+    rep.set("environment", env)
+    rep.table("environment", ["what", "value"], [[k, v] for k, v in env.items()])
+
+
+def import_outside_repo() -> str:
+    """Where a fresh interpreter, away from the repository (its folder dropped from PYTHONPATH), imports
+    trm_kaggle from: on the GPU machine the cp312 wheel installed in /tmp/site (`python -m` puts the repository
+    first on sys.path, so the suite itself runs on the checkout's code)."""
+    import os
+    import tempfile
+
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPO]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    code = "import trm_kaggle, trm_kaggle.config, trm_kaggle.model, trm_kaggle.solve.solve; print(trm_kaggle.__file__)"
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, "-c", code], cwd=d, env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        return "import failed: " + ((r.stderr.strip().splitlines() or ["?"])[-1])
+    return str(Path(r.stdout.strip()).parent)
+
+
+# ---------------------------------------------------------------------------
+# pytest -m cuda
+# ---------------------------------------------------------------------------
+
+CUDA_MARK = re.compile(r"pytest\.mark\.cuda\b")
+
+
+def cuda_test_files(tests: Path = REPO / "tests") -> list[Path]:
+    """The test files holding a test marked `cuda` (passed by name, so that pytest does not import the modules
+    that need packages a bare GPU machine lacks)."""
+    return sorted(p for p in tests.glob("test_*.py") if CUDA_MARK.search(p.read_text()))
+
+
+def cuda_tests(rep: PartReport, ctx: Context, timeout: float) -> None:
+    files = cuda_test_files()
+    if not files:
+        rep.skip("pytest -m cuda", f"no test file under {REPO / 'tests'} marks a test `cuda`")
+        return
+    scratch = tempfile.TemporaryDirectory(prefix="gpu_suite_pytest_")
+    junit = Path(scratch.name) / "junit.xml"
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-o", "addopts=-ra",
+           f"--junitxml={junit}", *[str(f.relative_to(REPO)) for f in files]]
+    try:
+        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=min(timeout, max(rep.left(), 1)))
+        tail = (res.stdout + res.stderr).strip().splitlines()[-12:]
+        rc = res.returncode
+    except subprocess.TimeoutExpired:
+        tail, rc = ["timed out"], None
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    if junit.is_file():
+        root = ET.parse(junit).getroot()
+        for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+            for k in counts:
+                counts[k] += int(suite.get(k, 0))
+    scratch.cleanup()
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    # pytest's exit code 5 (nothing collected) counts as no failure: every cuda test deselected or none present
+    ok = rc in (0, 5) and counts["failures"] == 0 and counts["errors"] == 0
+    rep.set("cuda_tests", {"command": " ".join(cmd[1:3] + cmd[3:5] + [str(f.relative_to(REPO)) for f in files]),
+                           "files": [f.name for f in files], "returncode": rc, "ok": ok, **counts, "tail": tail})
+    rep.table("pytest -m cuda", ["files", "passed", "failed", "errors", "skipped", "ok"],
+              [[len(files), counts["passed"], counts["failures"], counts["errors"], counts["skipped"], ok]],
+              note="" if ctx.cuda else "no CUDA here: the cuda tests skip")
+    if not ok:
+        raise RuntimeError(f"pytest -m cuda failed (exit {rc}): {' / '.join(tail[-3:])}")
+
+
+# ---------------------------------------------------------------------------
+# Parity: bf16 and compile against float32 eager, same weights, same batch
+# ---------------------------------------------------------------------------
+
+VARIANTS = [("ours eager fp32", "float32", False), ("ours eager bf16", "bfloat16", False),
+            ("ours compile fp32", "float32", True), ("ours compile bf16", "bfloat16", True)]
+#: Largest relative difference (max |diff| / max |float32 eager|) accepted, by dtype: float32 reorders sums
+#: (compile fuses), bf16 keeps 8 bits of mantissa through H_cycles * (L_cycles + 1) recursive calls; a
+#: gradient's worst parameter (often a small one, a norm's or a bias's) drifts furthest.
+PARITY_TOL = {"float32": (1e-3, 1e-3), "bfloat16": (0.1, 0.3)}  # (logits and loss, gradients)
+
+
+def _trainer(s: dict, ctx: Context, dtype: str, compile_net: bool, batch: int, keep: bool = False) -> B.Ours:
+    key = (dtype, compile_net, batch)
+    if key in s["trainers"]:
+        return s["trainers"].pop(key)
+    t = B.Ours(s["arch"], batch, compile_net, dtype, device=ctx.device, seq_len=s["seq_len"], vocab=VOCAB,
+                  num_ids=s["num_ids"], compile_kwargs=s["compile_kwargs"])
+    if keep:
+        s["trainers"][key] = t
+    return t
+
+
+def _one_step(t, data, seed: int = 0):
+    torch.manual_seed(seed)  # the same halting-exploration draws for every variant
+    loss, out = t.forward_loss(data)
+    loss.backward()
+    grads = {n: p.grad.detach().float().clone() for n, p in t.model.named_parameters() if p.grad is not None}
+    t.opt.zero_grad(set_to_none=True)
+    t.sparse.zero_grad()
+    t.carry = None
+    return out["logits"].detach().float(), float(loss.item()), grads
+
+
+def parity(rep: PartReport, ctx: Context, s: dict) -> None:
+    data = B.make_batches(1, s["parity_batch"], 1, s["seq_len"], VOCAB, s["num_ids"], ctx.device)[0]
+    torch.manual_seed(0)
+    ref = _trainer(s, ctx, "float32", False, s["parity_batch"])
+    with torch.no_grad():  # a non-zero puzzle table, so that the rows matter
+        w = ref.model.puzzle_emb.weights
+        w.copy_(torch.randn(w.shape, generator=torch.Generator().manual_seed(7)).to(w.device))
+    state = ref.model.state_dict()
+    r_logits, r_loss, r_grads = _one_step(ref, data)
+    rows, res = [], {}
+    for name, dtype, comp in VARIANTS[1:]:
+        if rep.left() < 30 and not ctx.smoke:
+            rep.skip(f"parity {name}", "the part's time cap was near", cut=True)
+            continue
+        t = _trainer(s, ctx, dtype, comp, s["parity_batch"], keep=comp and s["parity_batch"] == s["batch"])
+        t.model.load_state_dict(state)
+        logits, loss, grads = _one_step(t, data)
+        d_logits = (logits - r_logits).abs().max().item()
+        d_grads = max((grads[n] - g).abs().max().item() for n, g in r_grads.items())
+        rel_logits = d_logits / max(r_logits.abs().max().item(), 1e-30)
+        rel_grads = max(((grads[n] - g).abs().max() / g.abs().max().clamp_min(1e-30)).item()
+                        for n, g in r_grads.items())
+        rel_loss = abs(loss - r_loss) / max(abs(r_loss), 1e-30)
+        tol = PARITY_TOL[dtype]
+        ok = max(rel_logits, rel_loss) <= tol[0] and rel_grads <= tol[1]
+        res[name] = {"max_abs_logits": d_logits, "max_abs_loss": abs(loss - r_loss), "max_abs_grads": d_grads,
+                     "rel_logits": rel_logits, "rel_loss": rel_loss, "rel_grads": rel_grads, "tolerance": tol,
+                     "ok": ok}
+        rows.append([name, d_logits, abs(loss - r_loss), d_grads, rel_logits, rel_grads, f"{tol[0]:g}/{tol[1]:g}", ok])
+        del t
+    same = against_upstream(ctx, s) if ctx.upstream is not None else None
+    rep.set("parity", {"reference": "ours eager fp32", "batch": s["parity_batch"], "loss_reference": r_loss,
+                       "compile_kwargs": s["compile_kwargs"], "variants": res, "ours_vs_upstream": same})
+    rep.table("parity against float32 eager (one training step, same weights and batch)",
+              ["variant", "max|d logits|", "|d loss|", "max|d grad|", "rel logits", "rel grads", "tolerance", "ok"],
+              rows, note="rel = max |difference| / max |float32 eager value| (grads: the worst parameter)")
+    if same is not None:
+        rep.note(f"ours against upstream, float32, same weights, one step on {same['rows']} rows: {same['line']}")
+    bad = [n for n, r in res.items() if not r["ok"]] + (["ours vs upstream"] if same and not same["ok"] else [])
+    if bad:
+        raise RuntimeError(f"parity outside tolerance: {', '.join(bad)}")
+
+
+UPSTREAM_CHECK_ROWS = 4  # float64 copies of the paper's model: a few rows keep them small
+
+
+def against_upstream(ctx: Context, s: dict) -> dict:
+    """benchmarks/bench_train_cpu.py's `check_same` on this device: upstream's initial weights loaded into ours,
+    one step of each and of a float64 copy of upstream; ours passes when its error against the float64 answer is
+    within 3x upstream's own float32 error."""
+    rows = min(UPSTREAM_CHECK_ROWS, s["parity_batch"])
+    data = B.make_batches(1, rows, 3, s["seq_len"], VOCAB, s["num_ids"], ctx.device)[0]
+    ours = _trainer(s, ctx, "float32", False, rows)
+    up = upstream_trainer(s, ctx, "float32", False, rows)
+    line = B.check_same(ours, up, data)
+    return {"rows": rows, "ok": line.startswith("OK"), "line": line}
+
+
+# ---------------------------------------------------------------------------
+# Throughput and MFU
+# ---------------------------------------------------------------------------
+
+
+def matmul_tflops(ctx: Context, n: int, dtype: torch.dtype, reps: int = 10) -> float:
+    a = torch.randn(n, n, device=ctx.device).to(dtype)
+    b = torch.randn(n, n, device=ctx.device).to(dtype)
+    for _ in range(3):
+        a @ b
+    best = min(timed(lambda: a @ b, ctx) for _ in range(reps))
+    return 2 * n**3 / best / 1e12
+
+
+def nominal(ctx: Context) -> tuple[float, float] | None:
+    if not ctx.cuda:
+        return None
+    name = torch.cuda.get_device_name(ctx.device)
+    return next((v for k, v in NOMINAL_TFLOPS.items() if k in name), None)
+
+
+def time_trainer(t, batches, ctx: Context, warmup: int, min_steps: int, seconds: float) -> dict:
+    """Warm-up steps (compilation included), then steps until both `min_steps` and `seconds` are reached."""
+    if ctx.cuda:
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    w = time.perf_counter()
+    for i in range(warmup):
+        t.step(batches[i % len(batches)])
+    ctx.sync()
+    warm_s = time.perf_counter() - w
+    n, start = 0, time.perf_counter()
+    while n < min_steps or time.perf_counter() - start < seconds:
+        t.step(batches[(warmup + n) % len(batches)])
+        n += 1
+        if n % 4 == 0:
+            ctx.sync()
+    ctx.sync()
+    wall = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated(ctx.device) / 2**30 if ctx.cuda else None
+    return {"steps": n, "seconds": wall, "step_s": wall / n, "warmup_s": warm_s, "peak_gib": peak}
+
+
+def upstream_trainer(s: dict, ctx: Context, dtype: str, compile_model: bool, batch: int) -> B.Upstream:
+    t = B.Upstream(s["arch"], batch, str(ctx.upstream), dtype, device=ctx.device, seq_len=s["seq_len"], vocab=VOCAB,
+                   num_ids=s["num_ids"])
+    if compile_model:  # as upstream's pretrain.py does (unless DISABLE_COMPILE): the whole loss head + model
+        t.model = torch.compile(t.model, **s["compile_kwargs"])
+    return t
+
+
+RATIOS = (("ours compile bf16", "upstream compile bf16"), ("ours eager bf16", "upstream eager bf16"),
+          ("ours compile bf16", "upstream eager bf16"), ("ours eager fp32", "upstream eager fp32"),
+          ("ours compile fp32", "upstream eager fp32"))
+
+
+def targets_met(results: dict, ratios: dict) -> dict:
+    """The targets, where measured: ours' best bf16 step >= 1.3x upstream's best bf16 step (upstream compiles by
+    default), MFU of ours compiled in bf16 >= 40 % of the data sheet's peak (stated for an H100)."""
+    def best(prefix: str) -> float | None:
+        rates = [r["examples_per_s"] for n, r in results.items() if n.startswith(prefix) and n.endswith("bf16")
+                 and "examples_per_s" in r]
+        return max(rates) if rates else None
+
+    out = {}
+    o, u = best("ours"), best("upstream")
+    if o and u:
+        out["ours best bf16 / upstream best bf16 >= 1.3"] = {"value": o / u, "met": o / u >= 1.3}
+    mfu = results.get("ours compile bf16", {}).get("mfu_nominal")
+    if mfu is not None:
+        out["MFU ours compile bf16 >= 0.40"] = {"value": mfu, "met": mfu >= 0.40}
+    return out
+
+
+def throughput(rep: PartReport, ctx: Context, s: dict) -> None:
+    """Each side in turn (ours first, upstream's compiled step last: its whole-model compile is the slowest to
+    start); the report is updated after each, so a time cap that ends the part keeps what was measured."""
+    a, batch = s["arch"], s["batch"]
+    flops = B.flops_per_example(a, s["seq_len"], VOCAB)
+    batches = B.make_batches(4, batch, 1, s["seq_len"], VOCAB, s["num_ids"], ctx.device)
+    peaks = {"bfloat16": matmul_tflops(ctx, s["matmul_n"], torch.bfloat16),
+             "float32": matmul_tflops(ctx, s["matmul_n"], torch.float32)}
+    nom = nominal(ctx)
+    sides: list[tuple[str, str, object]] = [(n, d, (lambda d=d, c=c: _trainer(s, ctx, d, c, batch)))
+                                            for n, d, c in VARIANTS]
+    if ctx.upstream is not None:
+        for name, dtype, comp in (("upstream eager fp32", "float32", False), ("upstream eager bf16", "bfloat16", False),
+                                  ("upstream compile bf16", "bfloat16", True)):
+            sides.append((name, dtype, (lambda d=dtype, c=comp: upstream_trainer(s, ctx, d, c, batch))))
+    results: dict[str, dict] = {}
+    rows: list[list] = []
+    ratios: dict[str, float] = {}
+    summary = {"batch": batch, "seq_len": s["seq_len"], "arch": a, "flops_per_example": flops,
+               "matmul_tflops_measured": peaks, "nominal_tflops_bf16_tf32": nom, "sides": results, "ratios": ratios,
+               "targets": {"ours bf16 / upstream bf16": 1.3, "mfu compile bf16 (H100)": 0.40}}
+    rep.set("throughput", summary)
+    try:
+        for i, (name, dtype, make) in enumerate(sides):
+            budget = rep.left() - 60 * (not ctx.smoke)  # keep a minute for the largest-batch search
+            if budget < (5 if ctx.smoke else 30):
+                rep.skip(f"throughput {name}", "the part's time cap was near", cut=True)
+                continue
+            seconds = min(s["variant_s"], budget / (2 * (len(sides) - i)))
+            t = None
+            try:
+                t = make()
+                warmup = s["compile_warmup"] if "compile" in name else s["warmup"]
+                r = time_trainer(t, batches, ctx, warmup, s["min_steps"], seconds)
+            except Exception as e:  # noqa: BLE001 - out of memory, a compile error: this side alone
+                results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+                rep.note(f"throughput {name}: {results[name]['error']}")
+                continue
+            finally:
+                t = None
+                if ctx.cuda:
+                    torch.cuda.empty_cache()
+            eps = batch / r["step_s"]
+            achieved = flops * eps / 1e12
+            r.update(examples_per_s=eps, tflops=achieved, mfu_measured=achieved / peaks[dtype],
+                     mfu_nominal=(achieved / nom[0]) if (nom and dtype == "bfloat16") else None)
+            results[name] = r
+            rows.append([name, r["steps"], r["step_s"], eps, achieved, r["mfu_measured"], r["mfu_nominal"],
+                         r["peak_gib"], r["warmup_s"]])
+            ctx.say(f"  {name}: {eps:.1f} examples/s")
+            for ours, up in RATIOS:
+                if "examples_per_s" in results.get(ours, {}) and "examples_per_s" in results.get(up, {}):
+                    ratios[f"{ours} / {up}"] = results[ours]["examples_per_s"] / results[up]["examples_per_s"]
+            summary["targets_met"] = targets_met(results, ratios)
+    finally:
+        rep.table(f"training throughput, batch {batch}, {flops / 1e9:.1f} GFLOP per example",
+                  ["side", "steps", "s/step", "examples/s", "TFLOP/s", "MFU (measured peak)", "MFU (data sheet)",
+                   "peak GiB", "warm-up s"], rows,
+                  note=(f"measured matmul peaks: bf16 {peaks['bfloat16']:.1f}, fp32 {peaks['float32']:.1f} TFLOP/s; "
+                        f"data sheet (bf16, tf32): {nom}; ratios: "
+                        + (", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) or "none (no upstream)")))
+
+
+def max_batch(rep: PartReport, ctx: Context, s: dict) -> None:
+    """The largest batch of ours (eager, bf16) that runs a training step, by doubling then one step between the
+    last that fit and the first that did not; peak memory per example at each."""
+    if not ctx.cuda:
+        rep.skip("largest batch", "needs CUDA (torch.cuda.max_memory_allocated and out-of-memory errors)")
+        return
+    b, fit, failed, tried = s["batch"], 0, None, []
+    res = {"largest_fitting": fit, "first_failing": failed, "tried": tried, "variant": "ours eager bf16"}
+    rep.set("max_batch", res)  # updated after each try: a time cap keeps what was found
+    while b <= s["max_batch"] and rep.left() > 20:
+        t = data = None
+        try:
+            t = _trainer(s, ctx, "bfloat16", False, b)
+            data = B.make_batches(1, b, 2, s["seq_len"], VOCAB, s["num_ids"], ctx.device)[0]
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+            step_s = timed(lambda: t.step(data), ctx)
+            peak = torch.cuda.max_memory_allocated(ctx.device)
+            tried.append({"batch": b, "fits": True, "peak_gib": peak / 2**30, "mib_per_example": peak / b / 2**20,
+                          "step_s": step_s})
+            fit = res["largest_fitting"] = b
+        except torch.cuda.OutOfMemoryError:
+            tried.append({"batch": b, "fits": False})
+            failed = res["first_failing"] = b
+        finally:
+            t = data = None
+            torch.cuda.empty_cache()
+        if failed is None:
+            b *= 2
+        elif failed - fit > max(fit // 4, 1) and b != (fit + failed) // 2:
+            b = (fit + failed) // 2
+        else:
+            break
+    else:
+        if b <= s["max_batch"]:
+            rep.skip("largest batch: the search", f"stopped at batch {b}: the part's time cap was near", cut=True)
+    rep.table("largest batch (ours eager bf16, one training step)", ["batch", "fits", "peak GiB", "MiB/example",
+                                                                    "s/step"],
+              [[x["batch"], x["fits"], x.get("peak_gib"), x.get("mib_per_example"), x.get("step_s")] for x in tried])

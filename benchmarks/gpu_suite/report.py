@@ -1,0 +1,196 @@
+"""The one report writer of the GPU suite: every part fills a `PartReport` stage by stage and writes
+`gpu_report.json` + `gpu_report.md` (+ the PNGs it made) into its output folder.
+
+A stage that raises is recorded (its error and the last lines of its traceback) and the part goes on with
+the next stage; a part that raises outside a stage, or runs past its time cap, is recorded as failed. A
+non-finite number never reaches the JSON as NaN: it is written as null and listed under `non_finite`, and
+the part's status says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from trm_kaggle.atomic import atomic_write_json, atomic_write_text
+
+REPORT_JSON = "gpu_report.json"
+REPORT_MD = "gpu_report.md"
+
+
+class PartTimeout(BaseException):
+    """The part ran past its hard time cap (a BaseException: the `except Exception` that keeps one measurement's
+    failure to itself must not swallow it)."""
+
+
+class PartReport:
+    def __init__(self, part: int, title: str, smoke: bool, out: Path, cap_s: float):
+        self.out = Path(out)
+        self.data: dict[str, Any] = {"part": part, "title": title, "smoke": smoke, "status": "ok", "error": None,
+                                     "cap_s": cap_s, "seconds": None, "stages": {}, "results": {}, "tables": [],
+                                     "figures": [], "skipped": [], "notes": [], "non_finite": []}
+        self._t0 = time.perf_counter()
+        self.deadline = time.monotonic() + cap_s
+
+    # -- filling -------------------------------------------------------------------------------------------
+
+    def left(self) -> float:
+        """Seconds left before the part's time cap."""
+        return self.deadline - time.monotonic()
+
+    def set(self, name: str, value: Any) -> None:
+        self.data["results"][name] = value
+
+    def table(self, title: str, header: list[str], rows: list[list[Any]], note: str = "") -> None:
+        self.data["tables"].append({"title": title, "header": header, "rows": rows, "note": note})
+
+    def skip(self, what: str, why: str, cut: bool = False) -> None:
+        """`what` was not measured; `cut`: because the time cap was near (the part is then `partial`)."""
+        self.data["skipped"].append({"what": what, "why": why, "cut_by_time_cap": cut})
+
+    def note(self, text: str) -> None:
+        self.data["notes"].append(text)
+
+    def figure(self, path: Path, caption: str) -> None:
+        self.data["figures"].append({"file": Path(path).name, "caption": caption})
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Run one stage: its time and status are recorded; an exception is recorded and swallowed (the part goes
+        on), except a PartTimeout, which ends the part."""
+        t = time.perf_counter()
+        rec = {"status": "ok", "seconds": None, "error": None}
+        self.data["stages"][name] = rec
+        try:
+            yield
+        except PartTimeout:
+            rec["status"] = "failed"
+            rec["error"] = "the part's time cap ran out during this stage"
+            raise
+        except Exception as e:  # noqa: BLE001 - recorded; the other stages still run
+            rec["status"] = "failed"
+            rec["error"] = f"{type(e).__name__}: {e}"
+            rec["traceback"] = traceback.format_exc().strip().splitlines()[-8:]
+        finally:
+            rec["seconds"] = round(time.perf_counter() - t, 3)
+
+    def fail(self, error: BaseException) -> None:
+        self.data["status"] = "failed"
+        self.data["error"] = f"{type(error).__name__}: {error}"
+        self.data["traceback"] = traceback.format_exception(error)[-8:]
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def finish(self) -> dict:
+        """Settle the status, write both files, return the report."""
+        d = self.data
+        d["seconds"] = round(time.perf_counter() - self._t0, 3)
+        d["results"] = _finite(d["results"], "results", d["non_finite"])
+        for t in d["tables"]:
+            t["rows"] = _finite(t["rows"], f"table {t['title']!r}", d["non_finite"])
+        if d["status"] == "ok" and (any(s["status"] != "ok" for s in d["stages"].values()) or d["non_finite"]
+                                    or any(s["cut_by_time_cap"] for s in d["skipped"])):
+            d["status"] = "partial"
+        self.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.out / REPORT_JSON, d, indent=2)
+        atomic_write_text(self.out / REPORT_MD, markdown(d))
+        return d
+
+
+def _finite(value: Any, where: str, bad: list[str]) -> Any:
+    """`value` with every non-finite float replaced by None (its place appended to `bad`)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        bad.append(where)
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{where}.{k}", bad) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, f"{where}[{i}]", bad) for i, v in enumerate(value)]
+    return value
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        a = abs(v)
+        return f"{v:.3g}" if a < 1e-2 or a >= 1e5 else (f"{v:.3f}" if a < 10 else f"{v:.1f}")
+    return str(v)
+
+
+def text_table(header: list[str], rows: list[list[Any]]) -> str:
+    cells = [[str(h) for h in header]] + [[fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def md_table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def markdown(d: dict) -> str:
+    mode = " (smoke mode: CPU, tiny sizes; the figures prove the code path, not a speed)" if d["smoke"] else ""
+    lines = [f"# GPU suite, part {d['part']}: {d['title']}", "",
+             f"Status: **{d['status']}**{mode}; {d['seconds']} s of a {d['cap_s']:.0f} s cap."]
+    if d["error"]:
+        lines += ["", f"Error: `{d['error']}`"]
+    for t in d["tables"]:
+        lines += ["", f"## {t['title']}", "", md_table(t["header"], t["rows"])]
+        if t["note"]:
+            lines += ["", t["note"]]
+    for f in d["figures"]:
+        lines += ["", f"![{f['caption']}]({f['file']})"]
+    lines += ["", "## Stages", "", md_table(["stage", "status", "seconds", "error"],
+                                            [[k, v["status"], v["seconds"], v["error"] or ""]
+                                             for k, v in d["stages"].items()])]
+    if d["skipped"]:
+        lines += ["", "## Not measured", ""] + [f"* {s['what']}: {s['why']}" for s in d["skipped"]]
+    if d["notes"]:
+        lines += ["", "## Notes", ""] + [f"* {n}" for n in d["notes"]]
+    if d["non_finite"]:
+        lines += ["", "Non-finite values (written as null): " + ", ".join(d["non_finite"])]
+    return "\n".join(lines) + "\n"
+
+
+def print_summary(d: dict, say: Callable[[str], None] = print) -> None:
+    say(f"== part {d['part']} ({d['title']}): {d['status']} in {d['seconds']} s"
+        + (f" -- {d['error']}" if d["error"] else ""))
+    for t in d["tables"]:
+        say(f"\n{t['title']}\n{text_table(t['header'], t['rows'])}")
+    failed = {k: v["error"] for k, v in d["stages"].items() if v["status"] != "ok"}
+    for k, e in failed.items():
+        say(f"stage {k} FAILED: {e}")
+    for s in d["skipped"]:
+        say(f"not measured: {s['what']}: {s['why']}")
+
+
+@contextlib.contextmanager
+def hard_cap(seconds: float) -> Iterator[None]:
+    """Raise PartTimeout in the main thread after `seconds` (the parts also watch their deadline themselves;
+    this catches a stage that does not return)."""
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise PartTimeout(f"ran past its time cap of {seconds:.0f} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

@@ -1,0 +1,118 @@
+"""Tests that need a CUDA GPU (marked `cuda`; `pytest -m cuda` runs them, the GPU suite's part 1 too). Without
+CUDA they skip. Imports stay light (trm_kaggle, torch, numpy): a bare GPU machine runs this file from wheels."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from trm_kaggle.config import ArchConfig, SudokuBuildConfig
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
+from trm_kaggle.model import TinyRecursiveModel, act_loss, resolve_forward_dtype
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+SEQ, VOCAB, IDS = 16, 11, 5
+
+
+def tiny(dtype: str = "float32", seed: int = 0) -> TinyRecursiveModel:
+    torch.manual_seed(seed)
+    arch = ArchConfig(hidden_size=64, num_heads=4, expansion=2, H_cycles=2, L_cycles=2, L_layers=2, halt_max_steps=4,
+                      puzzle_emb_len=2, forward_dtype=dtype, pos_encodings="rope")
+    return TinyRecursiveModel(arch, SEQ, VOCAB, IDS)
+
+
+def batch(device: str, B: int = 8) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    b = {"inputs": torch.randint(0, VOCAB, (B, SEQ), generator=g),
+         "labels": torch.randint(1, VOCAB, (B, SEQ), generator=g),
+         "puzzle_identifiers": torch.randint(0, IDS, (B,), generator=g, dtype=torch.int32)}
+    return {k: v.to(device) for k, v in b.items()}
+
+
+def step(model: TinyRecursiveModel, data: dict) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    model.train()
+    torch.manual_seed(5)
+    carry, out = model(model.initial_carry(data), data)
+    loss, _ = act_loss(out, carry.current_data["labels"], carry.halted, carry.steps)
+    loss.backward()
+    grads = {n: p.grad.detach().float().cpu() for n, p in model.named_parameters() if p.grad is not None}
+    return out["logits"].detach().float().cpu(), loss.detach().float().cpu(), grads
+
+
+def test_float32_step_on_cuda_matches_the_cpu():
+    cpu, gpu = tiny(), tiny().cuda()
+    gpu.load_state_dict(cpu.state_dict())
+    lc, loss_c, gc = step(cpu, batch("cpu"))
+    lg, loss_g, gg = step(gpu, batch("cuda"))
+    torch.testing.assert_close(lg, lc, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(loss_g, loss_c, rtol=1e-4, atol=1e-5)
+    for n in gc:
+        torch.testing.assert_close(gg[n], gc[n], rtol=1e-2, atol=1e-4)
+
+
+def test_bf16_is_chosen_on_ampere_and_later_and_keeps_float32_weights():
+    dtype, why = resolve_forward_dtype(ArchConfig(), "cuda")
+    major = torch.cuda.get_device_capability()[0]
+    assert dtype == (torch.bfloat16 if major >= 8 else torch.float32), why
+    ref, model = tiny(), tiny("bfloat16").cuda()
+    model.load_state_dict(ref.state_dict())
+    logits, loss, grads = step(model, batch("cuda"))
+    l32, _, _ = step(ref.cuda(), batch("cuda"))
+    assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads.values())
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert (logits - l32).abs().max() < 0.25 * l32.abs().max()
+
+
+def test_compile_net_on_cuda_matches_eager():
+    torch._dynamo.reset()
+    eager, compiled = tiny().cuda(), tiny().cuda()
+    compiled.compile_net()
+    le, _, ge = step(eager, batch("cuda"))
+    lc, _, gc = step(compiled, batch("cuda"))
+    torch.testing.assert_close(lc, le, rtol=1e-3, atol=1e-3)
+    for n in ge:
+        torch.testing.assert_close(gc[n], ge[n], rtol=1e-2, atol=1e-4)
+
+
+def test_nccl_world_of_one_all_reduces_and_broadcasts():
+    import torch.distributed as dist
+
+    from trm_kaggle.train.runtime import all_reduce_, broadcast_model_
+
+    if not dist.is_nccl_available():
+        pytest.skip("this torch build has no NCCL")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        x = [torch.ones(3, device="cuda"), torch.full((2,), 2.0, device="cuda")]
+        all_reduce_(x)
+        assert x[0].tolist() == [1.0, 1.0, 1.0] and x[1].tolist() == [2.0, 2.0]
+        model = tiny().cuda()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        broadcast_model_(model)
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    finally:
+        dist.destroy_process_group()
+
+
+def test_training_on_cuda_runs_and_its_losses_are_finite(tmp_path: Path):
+    import json
+
+    from trm_kaggle.train.loop import train
+    from trm_kaggle.train.settings import load_train_config
+
+    data = tmp_path / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=40, num_test=8, progress=False))
+    cfg = load_train_config(presets=["sudoku4-cpu"], overrides=[
+        f"data_paths=[{data}]", f"checkpoint_path={tmp_path / 'run'}", "device=cuda", "max_steps=4",
+        "global_batch_size=8", "progress=False", "eval_interval=null", "log_interval=1"])
+    train(cfg)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert losses and all(torch.isfinite(torch.tensor(v)) for v in losses)
