@@ -46,6 +46,7 @@ from trm_kaggle.optim.lion import Lion
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics
 from trm_kaggle.train.memory import MemoryWatch, memory_aware_micro_batch
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
@@ -378,6 +379,9 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         if rt.is_main:
             log.info("resuming %s from step %d", run_dir, step)
             drop_metrics_after(run_dir / METRICS_FILE, step)
+    scaler = LossScaler(rt.dtype, rt.device)  # float16: loss scaling (after a resume settled the dtype)
+    if newest is not None:
+        scaler.load_state_dict(newest[1].get("amp"))
     forward = torch.compile(model) if cfg.compile else model
     metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
     if rt.is_main:
@@ -430,7 +434,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                 carries = [model.initial_carry(mb) for mb in _split(batch, micro)]
             while True:
                 try:
-                    carries, metrics = _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch)
+                    carries, metrics = _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch,
+                                                   scaler)
                     break
                 except torch.OutOfMemoryError:
                     if not cfg.auto_batch or micro == 1:
@@ -449,12 +454,10 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             # gradients of all ranks, then the optimizer steps
             if rt.distributed:
                 all_reduce_([p.grad for p in model.parameters() if p.grad is not None] + [metrics])
+            stepped = scaler.step(dense, sparse, model)  # float16: skipped whole on inf/nan gradients
             if dense is not None:
-                dense.step()
                 dense.zero_grad(set_to_none=True)
-            if sparse is not None:
-                sparse.step()
-            if ema is not None:
+            if ema is not None and stepped:
                 ema.update(model)
             step += 1
             if compile_watch is not None:
@@ -477,6 +480,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                 record["elapsed_s"] = elapsed
                 record["start_step"] = step_start  # where this process began: readers join resumed runs' clocks
                 record.update(memory_watch.sample())
+                record.update(scaler.record())
                 if compile_watch is not None:  # XLA: compilations so far, compile and execute seconds
                     record.update(compile_watch.record())
                     if rt.is_main and cfg.progress:
@@ -500,7 +504,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                     metric_log.write({"step": step, "epoch": step / steps_per_epoch, **result.eval_metrics,
                                       **(compile_watch.record() if compile_watch is not None else {})})  # XLA: eval compilations
                     if cfg.checkpoint_every_eval:
-                        _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint)
+                        _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint, scaler)
                     if on_eval is not None and on_eval(step, result.eval_metrics):
                         result.stopped_by = "the evaluation callback"
                         break
@@ -509,7 +513,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         memory_watch.close()
         if on_xla:
             batches.close()
-    _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint)
+    _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint, scaler)
     metric_log.close()
     elapsed = time.perf_counter() - t_start
     result.step, result.epoch = step, step / steps_per_epoch
@@ -532,7 +536,7 @@ def _already_done(cfg, run_dir, step, stop_at, total_steps, steps_per_epoch, mod
                        parameters=model.parameter_count(), is_main=rt.is_main, start_step=step, already_done=why)
 
 
-def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch):
+def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch, scaler=None):
     """Forward + backward of every micro-batch of `batch`; returns the new carries and summed metrics."""
     metrics, new_carries = None, []
     for k, mb in enumerate(_split(batch, micro)):
@@ -541,7 +545,8 @@ def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batc
                                  slice(first, first + micro), rt.device)
         carry, out = forward(carries[k], mb, exploration=expl)
         loss, m = act_loss(out, carry.current_data["labels"], carry.halted, carry.steps, cfg.arch.loss_type)
-        (loss / cfg.global_batch_size).backward()
+        scaled = loss / cfg.global_batch_size
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()
         new_carries.append(carry)
         m = torch.stack([loss.detach().float()] + [m[n].float() for n in _METRIC_NAMES])
         metrics = m if metrics is None else metrics + m
@@ -650,7 +655,7 @@ def _gather_carries(carries: list[Carry], rt: Runtime) -> list[Any]:
     return everyone
 
 
-def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint) -> None:
+def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint, scaler=None) -> None:
     all_carries = _gather_carries(carries, rt) if carries is not None else None
     if not rt.is_main:
         return
@@ -668,6 +673,7 @@ def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fi
         "rng_torch": torch.get_rng_state(),
         "loader": json.dumps(loader.state_dict()),
         "carries": all_carries,
+        "amp": scaler.state_dict() if scaler is not None else None,  # float16's loss scale
     }
     ckpt.save_train_state(run_dir, step, state, cfg.checkpoint_keep)
 
