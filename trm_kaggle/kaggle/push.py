@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from trm_kaggle.kaggle.metadata import WHEEL_KERNEL_DIR, validate_bundle, verify_manifest
+from trm_kaggle.kaggle.metadata import (
+    DATA_DIR, KERNEL_META, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR, train_kernel_metadata_problems, validate_bundle,
+    verify_manifest, _raise,
+)
 
 
 def kaggle_credentials() -> str | None:
@@ -54,7 +57,11 @@ def push(out_dir: str | os.PathLike, version_message: str | None = None, *,
     validate_bundle(out_dir)
     for part in ("wheels", "weights"):
         verify_manifest(Path(out_dir) / part)
-    cmds = push_commands(out_dir, version_message)
+    return _run_commands(push_commands(out_dir, version_message), runner)
+
+
+def _run_commands(cmds: list[list[str]], runner: Callable[..., subprocess.CompletedProcess]) -> int:
+    """Run the kaggle commands in order, or print them (status 2) without the CLI or credentials."""
     cli, creds = shutil.which("kaggle"), kaggle_credentials()
     if not cli or not creds:
         why = []
@@ -75,3 +82,32 @@ def push(out_dir: str | os.PathLike, version_message: str | None = None, *,
             print(f"error: `{_shell(c)}` failed with status {res.returncode}", file=sys.stderr)
             return res.returncode or 1
     return 0
+
+
+def training_push_commands(out_dir: str | os.PathLike, version_message: str | None = None) -> list[list[str]]:
+    """The data and wheels datasets that are there, then the training kernel (each push is a new session)."""
+    out = Path(out_dir).absolute()
+    cmds = []
+    for part in (DATA_DIR, "wheels"):
+        if (out / part).is_dir():
+            cmds.append(["kaggle", "datasets", "version", "-p", str(out / part), "-m", version_message]
+                        if version_message else ["kaggle", "datasets", "create", "-p", str(out / part)])
+    if (out / TRAIN_KERNEL_DIR).is_dir():
+        cmds.append(["kaggle", "kernels", "push", "-p", str(out / TRAIN_KERNEL_DIR)])
+    return cmds
+
+
+def push_training(out_dir: str | os.PathLike, version_message: str | None = None, *,
+                  runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
+    """`push` for training on Kaggle: check the data dataset against its manifest and the training kernel's
+    metadata, then run (or print) the kaggle commands."""
+    import json
+
+    out = Path(out_dir)
+    if (out / DATA_DIR).is_dir():
+        verify_manifest(out / DATA_DIR)
+    meta_path = out / TRAIN_KERNEL_DIR / KERNEL_META
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        _raise(meta_path, train_kernel_metadata_problems(meta, meta_path.parent, meta.get("dataset_sources") or []))
+    return _run_commands(training_push_commands(out_dir, version_message), runner)

@@ -56,8 +56,10 @@ from trm_kaggle.train.stages import StagePlan
 log = logging.getLogger(__name__)
 
 # config fields that may differ between a run and its resumption (freeze_weights: a staged test-time schedule
-# trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then)
-RESUMABLE_CHANGES = {"max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
+# trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then;
+# data_paths: the same dataset mounted elsewhere, e.g. by the next Kaggle session: its fingerprint, checked
+# separately, tells whether it is the same data)
+RESUMABLE_CHANGES = {"data_paths", "max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
                      "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
                      "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
                      "freeze_weights", "grad_checkpointing"}
