@@ -158,12 +158,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("training on Kaggle (instead of the submission bundle; docs/kaggle-training.md)")
     g.add_argument("--dataset", default=None, metavar="DIR",
                    help=f"pack a built dataset (verified, with its manifest) as OUT_DIR/{DATA_DIR} (dataset "
-                        "<user>/<prefix>-data)")
+                        "<user>/<prefix>-data; default: none)")
     g.add_argument("--train-kernel", action="store_true",
                    help=f"write OUT_DIR/{TRAIN_KERNEL_DIR} (kernel <user>/<prefix>-train, the training notebook) "
                         "and OUT_DIR/wheels; key=value settings after OUT_DIR go to the run")
     g.add_argument("--preset", action="append", default=[], metavar="NAME",
-                   help="the training kernel's preset (repeatable; trm-kaggle train --help lists them)")
+                   help="the training kernel's preset (repeatable; trm-kaggle train --help lists them; required "
+                        "with --train-kernel, default: none)")
     g.add_argument("overrides", nargs="*", default=[], metavar="key=value",
                    help="the training kernel's settings on top of --preset (with --train-kernel)")
     g.add_argument("--machine-shape", default=TRAIN_MACHINE_SHAPE,
