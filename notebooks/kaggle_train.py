@@ -108,4 +108,4 @@ if REPORT is not None:
     print(f"status: {REPORT.status}; step {REPORT.start_step} -> {REPORT.step} of {REPORT.target_step}; "
           f"{REPORT.seconds:.0f} s" + (f"; {REPORT.message}" if REPORT.message else ""))
 for p in sorted(Path(KAGGLE_WORKING).glob("*")):
-    print(f"  {p.name}{'/' if p.is_dir() else ''}")
+    print(f"  {p.name}{' (folder)' if p.is_dir() else ''}")

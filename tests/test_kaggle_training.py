@@ -179,6 +179,34 @@ def test_bad_inputs_are_one_line_and_keep_the_previous_state(built, tmp_path):
     assert json.loads((tmp_path / "w" / "session.json").read_text())["ok"] is False
 
 
+def test_a_budget_shorter_than_one_step_and_out_of_memory_keep_the_previous_state(built, tmp_path, monkeypatch):
+    prev = tmp_path / "prev"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    state = ckpt.list_states(prev / "run")[-1]
+    before = state.read_bytes()
+    import trm_kaggle.train.loop as loop
+
+    real_train = loop.train  # the budget left for training: a microsecond, whatever this machine's speed
+    monkeypatch.setattr(loop, "train", lambda cfg, **kw: real_train(cfg.model_copy(update={"time_limit": 1e-6})))
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", echo=lines.append)
+    assert not r.ok and "ended before one training step" in lines[-1] and lines[-1].startswith("error:")
+    assert [x for x in lines if x.startswith("error:")] == lines[-1:]
+    assert state.read_bytes() == before and ckpt.newest_step(tmp_path / "w" / "run") == 2  # the copy, resumable
+
+    def out_of_memory(cfg, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(loop, "train", out_of_memory)
+    lines.clear()
+    r = run_session(input_root=prev, working=tmp_path / "w2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and lines[-1].startswith("error: out of memory") and "does not fit" in lines[-1]
+    assert state.read_bytes() == before and ckpt.newest_step(tmp_path / "w2" / "run") == 2
+
+
 def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):
     meta = json.loads((built / "train-kernel" / "kernel-metadata.json").read_text())
     assert meta["machine_shape"] == "NvidiaTeslaT4" and meta["enable_gpu"] is True
