@@ -221,13 +221,47 @@ def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):
     assert "error:" in capsys.readouterr().err and not (tmp_path / "o" / "train-kernel").exists()
     assert bundle_main([str(tmp_path / "o"), "--dataset", str(tmp_path / "missing"), "--no-download"]) == 2
     assert "not a directory" in capsys.readouterr().err
-    # key=value settings after the options, another previous kernel, the first session
+    # key=value settings after the options, the first session
     assert bundle_main([str(tmp_path / "o"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download",
-                        "--continue-from", "someone/old-run-kernel", "lr=1e-3", "--user", "tester"]) == 0
-    meta = json.loads((tmp_path / "o" / "train-kernel" / "kernel-metadata.json").read_text())
-    assert meta["kernel_sources"] == ["someone/old-run-kernel"]
+                        "lr=1e-3", "--user", "tester"]) == 0
     assert "lr=1e-3" in (tmp_path / "o" / "train-kernel" / "kaggle_train.ipynb").read_text()
     assert cli_main(["bundle", str(tmp_path / "p"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download",
                      "--first-session", "--user", "tester"]) == 0
     assert json.loads((tmp_path / "p" / "train-kernel" / "kernel-metadata.json").read_text())["kernel_sources"] == []
     assert sys.executable  # the sandbox kernel runs this interpreter
+
+
+def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
+    """--continue-from: `kaggle kernels output` (a stand-in here) becomes the run-state dataset, which the kernel
+    attaches instead of kernel_sources; an output without a loadable state is one error, nothing written."""
+    session_out = tmp_path / "session"
+    run_session(input_root=tmp_path / "none", working=session_out, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    calls = []
+
+    def kaggle_output(cmd, **kw):  # kaggle kernels output USER/KERNEL -p DIR
+        calls.append(cmd[:4])
+        shutil.copytree(session_out, cmd[-1], dirs_exist_ok=True)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    report = build_training(tmp_path / "b", ids=IDS, train_kernel=True, presets=["sudoku4-cpu"], overrides=SETTINGS,
+                            continue_from="tester/trm-kaggle-train", runner=kaggle_output, download=False,
+                            log=lambda _: None)
+    assert calls == [["kaggle", "kernels", "output", "tester/trm-kaggle-train"]]
+    assert report["run_state"]["step"] == 2 and verify_manifest(tmp_path / "b" / "run-state") > 3
+    meta = json.loads((tmp_path / "b" / "train-kernel" / "kernel-metadata.json").read_text())
+    assert meta["kernel_sources"] == [] and meta["dataset_sources"][-1] == "tester/trm-kaggle-run-state"
+    assert json.loads((tmp_path / "b" / "run-state" / "dataset-metadata.json").read_text())["id"] == \
+        "tester/trm-kaggle-run-state"
+    assert [c[-1].split("/")[-1] for c in training_push_commands(tmp_path / "b")] == \
+        ["wheels", "run-state", "train-kernel"]
+
+    def empty_output(cmd, **kw):
+        Path(cmd[-1], "session.json").write_text("{}")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    with pytest.raises(TRMError, match="no train state that loads"):
+        build_training(tmp_path / "c", ids=IDS, train_kernel=True, presets=["sudoku4-cpu"], overrides=SETTINGS,
+                       continue_from="tester/trm-kaggle-train", runner=empty_output, download=False,
+                       log=lambda _: None)
+    assert not (tmp_path / "c" / "run-state").exists()

@@ -54,10 +54,11 @@ from trm_kaggle.config import count_or_auto
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_notebook
 from trm_kaggle.kaggle.metadata import (
-    COMPETITION, DATA_DIR, DEFAULT_PREFIX, DEFAULT_USER, REPO_ROOT, TRAIN_KERNEL_DIR, TRAIN_MACHINE_SHAPE,
+    COMPETITION, DATA_DIR, DEFAULT_PREFIX, DEFAULT_USER, REPO_ROOT, RUN_STATE_DIR, TRAIN_KERNEL_DIR,
+    TRAIN_MACHINE_SHAPE,
     WHEEL_KERNEL_DIR, BundleIds, default_user, slug_problem, validate_bundle,
 )
-from trm_kaggle.kaggle.train_kernel import build_data, build_train_kernel
+from trm_kaggle.kaggle.train_kernel import build_data, build_train_kernel, fetch_run_state
 from trm_kaggle.kaggle.push import push, push_training
 from trm_kaggle.kaggle.sandbox import execute
 from trm_kaggle.kaggle.weights_dataset import build_weights, default_weights, is_export
@@ -170,7 +171,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--machine-shape", default=TRAIN_MACHINE_SHAPE,
                    help="the training kernel's accelerator (default %(default)s: T4 x 2, float16)")
     g.add_argument("--continue-from", default=None, metavar="USER/KERNEL",
-                   help="resume from the output of this kernel (default: the training kernel's own previous "
+                   help=f"resume from this kernel's latest output through a dataset instead of kernel_sources: "
+                        f"`kaggle kernels output` into OUT_DIR/{RUN_STATE_DIR} (dataset <user>/<prefix>-run-state, "
+                        "created or versioned by --push) (default: none; the kernel attaches its own previous "
                         "version)")
     g.add_argument("--first-session", action="store_true",
                    help="no previous output attached (the first push of a new training kernel, which cannot name "
@@ -209,11 +212,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str | os.PathLike | None = None,
                    train_kernel: bool = False, presets: Sequence[str] = (), overrides: Sequence[str] = (),
                    machine_shape: str = TRAIN_MACHINE_SHAPE, previous: str | None = None,
+                   continue_from: str | None = None, runner=None,
                    time_budget: float | None = None, repo: Path = REPO_ROOT, download: bool = True,
                    target: Target = Target(), kaggle_has: Iterable[str] = DEFAULT_KAGGLE_HAS,
                    extra_wheels: Sequence[str | os.PathLike] = (), builder: str = "auto",
                    log: Callable[[str], None] = print) -> dict:
-    """OUT_DIR/data (with `dataset`), OUT_DIR/wheels and OUT_DIR/train-kernel (with `train_kernel`)."""
+    """OUT_DIR/data (with `dataset`), OUT_DIR/wheels and OUT_DIR/train-kernel (with `train_kernel`), and
+    OUT_DIR/run-state (with `continue_from`: that kernel's output as a dataset the training kernel attaches)."""
     ids.check()
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -226,24 +231,29 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
 
         check_training_settings(presets, overrides)
     out.mkdir(parents=True, exist_ok=True)
+    if continue_from is not None and not train_kernel:
+        raise TRMError("--continue-from goes with --train-kernel (the kernel that resumes from it)")
     if dataset is not None:
         report["data"] = build_data(out / DATA_DIR, dataset, ids=ids, log=log)
+    if continue_from is not None:
+        report["run_state"] = fetch_run_state(out / RUN_STATE_DIR, continue_from, ids=ids, log=log,
+                                              **({"runner": runner} if runner is not None else {}))
     if train_kernel:
         report["wheels"] = build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
                                         kaggle_has=kaggle_has, download=download, target=target, builder=builder,
                                         log=log)
         report["train_kernel"] = build_train_kernel(out / TRAIN_KERNEL_DIR, ids=ids, presets=presets,
                                                     overrides=overrides, repo=repo, machine_shape=machine_shape,
-                                                    previous=previous, time_budget=time_budget)
+                                                    previous=previous, run_state=continue_from is not None,
+                                                    time_budget=time_budget)
     return report
 
 
 def _run_training(args: argparse.Namespace, ids: BundleIds, target: Target) -> int:
     t = time.perf_counter()
-    previous = "" if args.first_session else args.continue_from
     report = build_training(args.out_dir, ids=ids, dataset=args.dataset, train_kernel=args.train_kernel,
                             presets=args.preset, overrides=args.overrides, machine_shape=args.machine_shape,
-                            previous=previous, time_budget=args.train_budget, repo=Path(args.repo),
+                            previous="" if args.first_session else None, continue_from=args.continue_from, time_budget=args.train_budget, repo=Path(args.repo),
                             download=not args.no_download, target=target, kaggle_has=args.kaggle_has,
                             extra_wheels=args.extra_wheel, builder=args.wheel_builder)
     print(f"built {report['out_dir']}: training on Kaggle in {time.perf_counter() - t:.1f} s")
@@ -251,13 +261,18 @@ def _run_training(args: argparse.Namespace, ids: BundleIds, target: Target) -> i
         d = report["data"]
         print(f"  data    {d['id']}: {d['files']} files ({d['bytes'] / 1e6:.1f} MB), examples "
               + ", ".join(f"{k} {v:,}" for k, v in d["examples"].items()))
+    if "run_state" in report:
+        r = report["run_state"]
+        print(f"  run     {r['id']}: the output of {r['kernel']} ({r['files']} files; newest state step {r['step']})")
     if "wheels" in report:
         print(f"  wheels  {report['wheels']['id']}: {report['wheels']['trm_kaggle_wheel']}")
     if "train_kernel" in report:
         k = report["train_kernel"]
         print(f"  kernel  {k['id']}: {k['code_file']} (preset {' '.join(k['presets'])}"
               + (f", {' '.join(k['overrides'])}" if k["overrides"] else "")
-              + f"; {k['machine_shape']}; previous output: {', '.join(k['kernel_sources']) or 'none'})")
+              + f"; {k['machine_shape']}; previous output: "
+              + (', '.join(k['kernel_sources']) or ('the run-state dataset' if 'run_state' in report else 'none'))
+              + ")")
     if args.push:
         return push_training(args.out_dir, args.version_message)
     return 0

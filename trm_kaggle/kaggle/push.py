@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from trm_kaggle.kaggle.metadata import (
-    DATA_DIR, KERNEL_META, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR, train_kernel_metadata_problems, validate_bundle,
+    DATA_DIR, KERNEL_META, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR, train_kernel_metadata_problems, validate_bundle,
     verify_manifest, _raise,
 )
 
@@ -88,7 +88,7 @@ def training_push_commands(out_dir: str | os.PathLike, version_message: str | No
     """The data and wheels datasets that are there, then the training kernel (each push is a new session)."""
     out = Path(out_dir).absolute()
     cmds = []
-    for part in (DATA_DIR, "wheels"):
+    for part in (DATA_DIR, "wheels", RUN_STATE_DIR):
         if (out / part).is_dir():
             cmds.append(["kaggle", "datasets", "version", "-p", str(out / part), "-m", version_message]
                         if version_message else ["kaggle", "datasets", "create", "-p", str(out / part)])
@@ -104,8 +104,9 @@ def push_training(out_dir: str | os.PathLike, version_message: str | None = None
     import json
 
     out = Path(out_dir)
-    if (out / DATA_DIR).is_dir():
-        verify_manifest(out / DATA_DIR)
+    for part in (DATA_DIR, RUN_STATE_DIR):
+        if (out / part).is_dir():
+            verify_manifest(out / part)
     meta_path = out / TRAIN_KERNEL_DIR / KERNEL_META
     if meta_path.is_file():
         meta = json.loads(meta_path.read_text())

@@ -2,7 +2,8 @@
 (`build_train_kernel`): notebooks/kaggle_train.ipynb with its parameters set, plus kernel-metadata.json.
 
 The kernel's sessions are run by `trm_kaggle.kaggle_training.run_session`; each new version of the kernel
-attaches the previous version's output through `kernel_sources` (see docs/kaggle-training.md).
+attaches the previous version's output through `kernel_sources`, or, with `--continue-from USER/KERNEL`, as
+a run-state dataset downloaded with `kaggle kernels output` (`fetch_run_state`; see docs/kaggle-training.md).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -19,8 +21,8 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle.kernel import _cell_source, parameters_cell, read_notebook
 from trm_kaggle.kaggle.metadata import (
     DATASET_META, KERNEL_META, MANIFEST, TRAIN_MACHINE_SHAPE, BundleIds, data_id, dataset_metadata, id_problem,
-    publishable_modes, train_kernel_id, train_kernel_metadata, train_kernel_metadata_problems, _raise,
-    write_manifest,
+    publishable_modes, run_state_id, tail_lines, train_kernel_id, train_kernel_metadata,
+    train_kernel_metadata_problems, _raise, write_manifest,
 )
 
 TRAIN_NOTEBOOK = Path("notebooks") / "kaggle_train.ipynb"
@@ -46,6 +48,45 @@ def build_data(out_dir: str | os.PathLike, dataset_dir: str | os.PathLike, *, id
         manifest = write_manifest(tmp, {"id": data_id(ids), "source": str(src)})
     return {"id": data_id(ids), "source": str(src), "files": len(manifest["files"]), "bytes": summary["bytes"],
             "examples": {k: v["examples"] for k, v in summary["splits"].items()}}
+
+
+def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
+                    runner: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+                    log: Callable[[str], None] = print) -> dict:
+    """`out_dir`: the latest output of `kernel` (`kaggle kernels output`) as dataset `<user>/<prefix>-run-state`,
+    for a training kernel that resumes from a dataset instead of `kernel_sources`. The output must hold a train
+    state that loads (the newest such state is what the next session resumes from); replaced atomically."""
+    from trm_kaggle.train import checkpoint as ckpt
+
+    if (problem := id_problem(kernel)):
+        raise TRMError(f"--continue-from: {problem}")
+    if shutil.which("kaggle") is None and runner is subprocess.run:
+        raise TRMError("--continue-from needs the `kaggle` command (pip install kaggle) and Kaggle credentials: "
+                       f"it runs `kaggle kernels output {kernel} -p DIR`")
+    with atomic_directory(out_dir, kind="kaggle run-state dataset") as tmp:
+        log(f"downloading the output of {kernel}")
+        res = runner(["kaggle", "kernels", "output", kernel, "-p", str(tmp)], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise TRMError(f"`kaggle kernels output {kernel}` failed with status {res.returncode}: "
+                           f"{tail_lines(res.stderr or res.stdout, 3)}")
+        steps = [_newest_step(f) for f in sorted({p.parent for p in tmp.rglob("state_step*.pt")})]
+        if not any(s is not None for s in steps):
+            raise TRMError(f"the output of {kernel} holds no train state that loads (state_step*.pt): nothing to "
+                           "continue from")
+        step = max(s for s in steps if s is not None)
+        atomic_write_json(tmp / DATASET_META, dataset_metadata(run_state_id(ids)), indent=2)
+        manifest = write_manifest(tmp, {"id": run_state_id(ids), "kernel": kernel, "step": step})
+    return {"id": run_state_id(ids), "kernel": kernel, "step": step, "files": len(manifest["files"])}
+
+
+def _newest_step(folder: Path) -> int | None:
+    """The step of the newest state in `folder` that loads, or None."""
+    from trm_kaggle.train import checkpoint as ckpt
+
+    try:
+        return int(ckpt.load_newest_state(folder)[1]["step"])
+    except TRMError:
+        return None
 
 
 def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) -> None:
@@ -75,19 +116,21 @@ def set_parameters(nb: dict, values: dict[str, object]) -> dict:
 def build_train_kernel(out_dir: str | os.PathLike, *, ids: BundleIds, presets: Sequence[str],
                        overrides: Sequence[str] = (), notebook: str | os.PathLike | None = None,
                        repo: Path | None = None, machine_shape: str = TRAIN_MACHINE_SHAPE,
-                       previous: str | None = None, time_budget: float | None = None) -> dict:
+                       previous: str | None = None, run_state: bool = False,
+                       time_budget: float | None = None) -> dict:
     """`out_dir`: the training notebook with PRESET and OVERRIDES set, and its kernel-metadata.json."""
     from trm_kaggle.kaggle.metadata import REPO_ROOT
 
     check_training_settings(presets, overrides)
     if previous and (problem := id_problem(previous)):
-        raise TRMError(f"--continue-from: {problem}")
+        raise TRMError(f"the previous kernel: {problem}")
     notebook = Path(notebook) if notebook else Path(repo or REPO_ROOT) / TRAIN_NOTEBOOK
     values: dict[str, object] = {"PRESET": " ".join(presets), "OVERRIDES": list(overrides)}
     if time_budget is not None:
         values["TIME_BUDGET"] = float(time_budget)
     nb = set_parameters(read_notebook(notebook), values)
-    meta = train_kernel_metadata(ids, notebook.name, machine_shape=machine_shape, previous=previous)
+    meta = train_kernel_metadata(ids, notebook.name, machine_shape=machine_shape, previous=previous,
+                                 run_state=run_state)
     with atomic_directory(out_dir, kind="kaggle training kernel") as tmp:
         atomic_write_text(tmp / notebook.name, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         atomic_write_json(tmp / KERNEL_META, meta, indent=2)
