@@ -77,6 +77,9 @@ class LossScaler:
             return True
         rows = model.puzzle_emb.rows_with_grad() if model.puzzle_emb is not None else []
         steps = _Steps(dense, sparse, rows)
+        if all(p.grad is None for p in steps.param_groups[0]["params"]):  # nothing trained this step: no check
+            steps.step()
+            return True
         before = self.scaler.get_scale()
         self.scaler.unscale_(steps)
         self.scaler.step(steps)
