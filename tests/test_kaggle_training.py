@@ -185,11 +185,19 @@ def test_a_budget_shorter_than_one_step_and_out_of_memory_keep_the_previous_stat
                 data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
     state = ckpt.list_states(prev / "run")[-1]
     before = state.read_bytes()
+    # a previous output trained on other data is refused, never resumed or restarted
+    other = tmp_path / "other-data"
+    build_sudoku(SudokuBuildConfig(output_dir=str(other), size=4, num_train=30, num_test=8, num_aug=1, progress=False))
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "w0", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=other, time_budget=None, echo=lines.append)
+    assert r.status == "refused" and "another dataset" in lines[-1] and not (tmp_path / "w0" / "run").exists()
+
     import trm_kaggle.train.loop as loop
 
     real_train = loop.train  # the budget left for training: a microsecond, whatever this machine's speed
     monkeypatch.setattr(loop, "train", lambda cfg, **kw: real_train(cfg.model_copy(update={"time_limit": 1e-6})))
-    lines: list[str] = []
+    lines.clear()
     r = run_session(input_root=prev, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
                     data_dir=built / "data", echo=lines.append)
     assert not r.ok and "ended before one training step" in lines[-1] and lines[-1].startswith("error:")
