@@ -2,9 +2,7 @@
 float32, a skipped step on injected inf, exact resume with the scale in the train state."""
 
 import json
-from pathlib import Path
 
-import pytest
 import torch
 
 from test_model import make_batch, randomize_puzzle_table, tiny_model

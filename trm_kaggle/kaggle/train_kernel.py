@@ -56,7 +56,6 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
     """`out_dir`: the latest output of `kernel` (`kaggle kernels output`) as dataset `<user>/<prefix>-run-state`,
     for a training kernel that resumes from a dataset instead of `kernel_sources`. The output must hold a train
     state that loads (the newest such state is what the next session resumes from); replaced atomically."""
-    from trm_kaggle.train import checkpoint as ckpt
 
     if (problem := id_problem(kernel)):
         raise TRMError(f"--continue-from: {problem}")
