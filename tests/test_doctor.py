@@ -48,12 +48,12 @@ def test_small_memory_warns_and_auto_batch_picks_a_micro_batch():
     assert hopeless.micro_batch is None and any("even micro_batch_size=1" in w for w in hopeless.warnings)
 
 
-def test_an_old_gpu_gets_float32_and_is_planned_against_its_own_memory():
+def test_an_old_gpu_gets_float16_and_is_planned_against_its_own_memory():
     t4 = replace(LAPTOP, gpus=[hardware.GPUInfo("Tesla T4", 15 * GB, (7, 5), free_bytes=14 * GB)])
     arc = ("device=auto", "arch.forward_dtype=auto", "arch.hidden_size=128", "arch.num_heads=4", "arch.L_cycles=4",
            "global_batch_size=768")
     plan = diagnose(cfg(*arc), t4, baseline=0)
-    assert plan.device == "cuda" and plan.dtype == "float32" and "7.5" in plan.dtype_reason
+    assert plan.device == "cuda" and plan.dtype == "float16" and "7.5" in plan.dtype_reason
     assert plan.available == 14 * GB
     assert any("over 90 %" in w and "retry" in w for w in plan.warnings)  # 768 rows of seq 900 do not fit 14 GB
     h100 = replace(LAPTOP, gpus=[hardware.GPUInfo("H100", 80 * GB, (9, 0), free_bytes=79 * GB)])

@@ -32,6 +32,7 @@ LAYER_OF = {
     "launch": "launch",  # beyond one machine: torchrun checked, Kubernetes and SLURM job files
     "kaggle": "kaggle",  # the bundle
     "cli": "top", "__main__": "top", "pipeline": "top", "doctor": "top",
+    "kaggle_training": "top",  # a session of the Kaggle training kernel: train, export, the curve
 }
 
 # What each layer may import. evaluate/ reads batches and runs the model, but never the training code.
@@ -44,7 +45,7 @@ MAY_IMPORT = {
     "evaluate": {"base", "data", "model", "evaluate"},
     "solve": {"base", "data", "model", "optim", "train", "evaluate", "solve"},
     "experiments": {"base", "data", "model", "optim", "train", "evaluate", "experiments"},
-    "kaggle": {"base", "data", "model", "evaluate", "kaggle"},
+    "kaggle": {"base", "data", "model", "evaluate", "train", "kaggle"},  # train: the training kernel's settings
     "launch": {"base", "data", "model", "optim", "train", "experiments", "launch"},
     "top": set(LAYER_OF.values()),
 }

@@ -463,11 +463,13 @@ def test_resolve_forward_dtype(monkeypatch):
     if not torch.cuda.is_available():
         assert resolve_forward_dtype(ArchConfig(), "cuda")[0] == torch.float32
     assert resolve_forward_dtype(ArchConfig(), "mps")[0] == torch.float32
-    # CUDA: native bf16 from compute capability 8.0; a T4 (7.5, emulated bf16) gets float32
+    # CUDA: native bf16 from compute capability 8.0; a T4 (7.5, emulated bf16) or V100 gets float16 (trained
+    # with loss scaling), as does a P100 (6.0); consumer Pascal (6.1: float16 at 1/64 the rate) float32
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.version, "hip", None)
-    for capability, expected in (((7, 5), torch.float32), ((6, 0), torch.float32), ((8, 0), torch.bfloat16),
-                                 ((9, 0), torch.bfloat16)):
+    for capability, expected in (((7, 5), torch.float16), ((7, 0), torch.float16), ((6, 0), torch.float16),
+                                 ((6, 1), torch.float32), ((5, 2), torch.float32), ((8, 0), torch.bfloat16),
+                                 ((8, 9), torch.bfloat16), ((9, 0), torch.bfloat16)):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
         dtype, why = resolve_forward_dtype(ArchConfig(), "cuda")
         assert dtype == expected and f"{capability[0]}.{capability[1]}" in why

@@ -26,6 +26,8 @@ PARAMETERS = {
     "kaggle_submission": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "WEIGHTS_DIR", "CHALLENGES", "TIME_BUDGET",
                           "FINETUNE_STEPS", "NUM_AUG", "MAX_TASKS", "WORKERS", "DEVICE", "MODE", "SAVE_MAX_TASKS",
                           "SAVE_TIME_BUDGET"},
+    "kaggle_train": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "DATA_DIR", "PRESET", "OVERRIDES", "TIME_BUDGET",
+                     "SAVE_MARGIN", "SESSION_STEPS", "DEVICE"},
     "analysis": {"DIRS", "OUT_DIR", "METRIC"},
     "code_repair": {"CORPUS", "DATA_DIR", "GRID", "STRIP_DOCSTRINGS", "MAX_FILES", "SEED", "RUN_DIR", "PRESET",
                     "OVERRIDES", "EXPORT_DIR", "DOCTESTS"},

@@ -237,8 +237,9 @@ class ArchConfig(_Config):
     mlp_t: bool = Field(False, description="mix positions with an MLP instead of attention (the paper's Sudoku "
                                            "model)")
     forward_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="activation dtype; auto = bfloat16 where the device runs it natively and fast, else "
-                            "float32 (upstream: bfloat16)")
+        "auto", description="activation dtype; auto = bfloat16 where the device runs it natively and fast, "
+                            "float16 with loss scaling on CUDA GPUs without bf16 but with fast float16 (T4, V100), "
+                            "else float32 (upstream: bfloat16)")
     loss_type: Literal["stablemax_cross_entropy", "softmax_cross_entropy"] = Field(
         "stablemax_cross_entropy", description="token loss (upstream's stablemax, or softmax)")
 

@@ -14,6 +14,11 @@
     OUT_DIR/adam-atan2-kernel/  (--wheel-kernel) kernel <user>/<prefix>-adam-atan2-wheel: a script that builds
                       the adam-atan2 wheel on a Kaggle GPU machine, for a later --extra-wheel
 
+Training on Kaggle instead (`--dataset DIR` and/or `--train-kernel --preset P [key=value ...]`, see
+train_kernel.py): OUT_DIR/data/ (dataset <user>/<prefix>-data: a verified copy of a built dataset with its
+manifest), OUT_DIR/wheels/ and OUT_DIR/train-kernel/ (kernel <user>/<prefix>-train: notebooks/kaggle_train.ipynb
+on a T4 x 2 machine, resuming from its own previous output).
+
 Each part is written atomically (built beside its target, renamed into place). `validate_bundle` checks all
 metadata before anything is pushed. `push` publishes through the `kaggle` package (or prints the commands when
 there are no credentials). `execute` runs the kernel notebook with papermill in a sandbox laid out like
@@ -30,6 +35,7 @@ lives in its own module, and data flows one way (each imports only those above i
     wheels.py           the wheels dataset: the offline trm_kaggle wheel, dependency resolution, `build_wheels`
     weights_dataset.py  the weights dataset: model card, `build_weights`
     kernel.py           the kernels: notebook adaptation, `build_kernel`; `build_wheel_kernel`
+    train_kernel.py     training on Kaggle: the data dataset (`build_data`), the training kernel
     adam_atan2_wheel.py the wheel kernel's script (standard library only)
     inputs.py           what the kernel finds under /kaggle/input (the challenges file)
     push.py             `push` through the kaggle package's API (answers read, datasets awaited)
@@ -49,12 +55,13 @@ from trm_kaggle.config import count_or_auto
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_notebook
 from trm_kaggle.kaggle.metadata import (
-    COMPETITION, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, DEFAULT_USER, MACHINE_SHAPES, REPO_ROOT, WHEEL_KERNEL_DIR,
-    BundleIds, check_machine_shape, default_user, machine_fields, slug_problem, validate_bundle,
-    wheel_kernel_metadata,
+    COMPETITION, DATA_DIR, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, DEFAULT_USER, MACHINE_SHAPES, REPO_ROOT,
+    RUN_STATE_DIR, TRAIN_KERNEL_DIR, TRAIN_MACHINE_SHAPE, WHEEL_KERNEL_DIR, BundleIds, check_machine_shape,
+    default_user, machine_fields, slug_problem, validate_bundle, wheel_kernel_metadata,
 )
-from trm_kaggle.kaggle.push import push
+from trm_kaggle.kaggle.push import push, push_training
 from trm_kaggle.kaggle.sandbox import execute, read_sample_submission
+from trm_kaggle.kaggle.train_kernel import build_data, build_train_kernel, fetch_run_state
 from trm_kaggle.kaggle.weights_dataset import build_weights, default_weights, is_export
 from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_python_version,
@@ -102,7 +109,7 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     out.mkdir(parents=True, exist_ok=True)
     report = {"out_dir": str(out.absolute()),
               "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
-                                     kaggle_has=kaggle_has, download=download, target=target, builder=builder,
+                                     kaggle_has=kaggle_has, download=download, targets=targets, builder=builder,
                                      log=log, targets=targets),
               "weights": build_weights(out / "weights", weights, ids=ids, log=log),
               "kernel": build_kernel(out / "kernel", notebook, ids=ids, enable_gpu=enable_gpu,
@@ -162,15 +169,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cpu", action="store_true",
                    help="a CPU kernel (enable_gpu false, no machine_shape); by default it asks for a GPU (see "
                         "--accelerator) and uses every one it gets")
-    g.add_argument("--accelerator", default=DEFAULT_MACHINE_SHAPE, metavar="SHAPE",
-                   help=f"the kernels' machine_shape (default %(default)s: four L4s, what ARC Prize 2026 ARC-AGI-2 "
-                        f"kernels run on); one of {', '.join(MACHINE_SHAPES)}")
+    g.add_argument("--accelerator", default=None, metavar="SHAPE",
+                   help=f"the kernels' machine_shape (default: {DEFAULT_MACHINE_SHAPE}, four L4s, what ARC Prize 2026 "
+                        f"ARC-AGI-2 kernels run on; with --train-kernel {TRAIN_MACHINE_SHAPE}, T4 x 2 in float16); "
+                        f"one of {', '.join(MACHINE_SHAPES)}")
     g.add_argument("--docker-image", default=None, metavar="IMAGE",
                    help="pin the kernels' image (docker_image in the metadata, pinning 'original'; default: "
                         "Kaggle's current image)")
     g.add_argument("--wheel-kernel", action="store_true",
                    help=f"also write OUT_DIR/{WHEEL_KERNEL_DIR}: a kernel that builds the adam-atan2 wheel on a "
                         f"Kaggle GPU machine (internet on) and saves it as output, for --extra-wheel")
+    g = p.add_argument_group("training on Kaggle (instead of the submission bundle; docs/kaggle-training.md)")
+    g.add_argument("--dataset", default=None, metavar="DIR",
+                   help=f"pack a built dataset (verified, with its manifest) as OUT_DIR/{DATA_DIR} (dataset "
+                        "<user>/<prefix>-data; default: none)")
+    g.add_argument("--train-kernel", action="store_true",
+                   help=f"write OUT_DIR/{TRAIN_KERNEL_DIR} (kernel <user>/<prefix>-train, the training notebook) "
+                        "and OUT_DIR/wheels; key=value settings after OUT_DIR go to the run")
+    g.add_argument("--preset", action="append", default=[], metavar="NAME",
+                   help="the training kernel's preset (repeatable; trm-kaggle train --help lists them; required "
+                        "with --train-kernel, default: none)")
+    g.add_argument("overrides", nargs="*", default=[], metavar="key=value",
+                   help="the training kernel's settings on top of --preset (with --train-kernel)")
+    g.add_argument("--continue-from", default=None, metavar="USER/KERNEL",
+                   help=f"resume from this kernel's latest output through a dataset instead of kernel_sources: "
+                        f"`kaggle kernels output` into OUT_DIR/{RUN_STATE_DIR} (dataset <user>/<prefix>-run-state, "
+                        "created or versioned by --push) (default: none; the kernel attaches its own previous "
+                        "version)")
+    g.add_argument("--first-session", action="store_true",
+                   help="no previous output attached (the first push of a new training kernel, which cannot name "
+                        "itself before it exists)")
+    g.add_argument("--train-budget", type=float, default=None, metavar="SECONDS",
+                   help="TIME_BUDGET of each training session (default: the notebook's 11.5 h)")
     g = p.add_argument_group("publish")
     g.add_argument("--push", action="store_true",
                    help="kaggle datasets create (or version) for both datasets, then kaggle kernels push")
@@ -200,8 +230,79 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`build_bundle.py`: parse the command line and `run` it."""
-    return run(make_parser().parse_args(argv))
+    """`build_bundle.py`: parse the command line and `run` it (key=value settings may follow any option)."""
+    return run(make_parser().parse_intermixed_args(argv))
+
+
+def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str | os.PathLike | None = None,
+                   train_kernel: bool = False, presets: Sequence[str] = (), overrides: Sequence[str] = (),
+                   machine_shape: str = TRAIN_MACHINE_SHAPE, previous: str | None = None,
+                   continue_from: str | None = None, runner=None,
+                   time_budget: float | None = None, repo: Path = REPO_ROOT, download: bool = True,
+                   targets: Sequence[Target] | None = None, kaggle_has: Iterable[str] = DEFAULT_KAGGLE_HAS,
+                   extra_wheels: Sequence[str | os.PathLike] = (), builder: str = "auto",
+                   log: Callable[[str], None] = print) -> dict:
+    """OUT_DIR/data (with `dataset`), OUT_DIR/wheels and OUT_DIR/train-kernel (with `train_kernel`), and
+    OUT_DIR/run-state (with `continue_from`: that kernel's output as a dataset the training kernel attaches)."""
+    ids.check()
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise TRMError(f"{out} exists and is not a directory")
+    if overrides and not train_kernel:
+        raise TRMError(f"key=value settings ({overrides[0]}) go to the training kernel: add --train-kernel")
+    report: dict = {"out_dir": str(out.absolute())}
+    if train_kernel:  # settings first: fail before any slow step
+        from trm_kaggle.kaggle.train_kernel import check_training_settings
+
+        check_training_settings(presets, overrides)
+    out.mkdir(parents=True, exist_ok=True)
+    if continue_from is not None and not train_kernel:
+        raise TRMError("--continue-from goes with --train-kernel (the kernel that resumes from it)")
+    if dataset is not None:
+        report["data"] = build_data(out / DATA_DIR, dataset, ids=ids, log=log)
+    if continue_from is not None:
+        report["run_state"] = fetch_run_state(out / RUN_STATE_DIR, continue_from, ids=ids, log=log,
+                                              **({"runner": runner} if runner is not None else {}))
+    if train_kernel:
+        report["wheels"] = build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
+                                        kaggle_has=kaggle_has, download=download, targets=targets, builder=builder,
+                                        log=log)
+        report["train_kernel"] = build_train_kernel(out / TRAIN_KERNEL_DIR, ids=ids, presets=presets,
+                                                    overrides=overrides, repo=repo, machine_shape=machine_shape,
+                                                    previous=previous, run_state=continue_from is not None,
+                                                    time_budget=time_budget)
+    return report
+
+
+def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Target]) -> int:
+    t = time.perf_counter()
+    report = build_training(args.out_dir, ids=ids, dataset=args.dataset, train_kernel=args.train_kernel,
+                            presets=args.preset, overrides=args.overrides,
+                            machine_shape=check_machine_shape(args.accelerator or TRAIN_MACHINE_SHAPE),
+                            previous="" if args.first_session else None, continue_from=args.continue_from,
+                            time_budget=args.train_budget, repo=Path(args.repo),
+                            download=not args.no_download, targets=targets, kaggle_has=args.kaggle_has,
+                            extra_wheels=args.extra_wheel, builder=args.wheel_builder)
+    print(f"built {report['out_dir']}: training on Kaggle in {time.perf_counter() - t:.1f} s")
+    if "data" in report:
+        d = report["data"]
+        print(f"  data    {d['id']}: {d['files']} files ({d['bytes'] / 1e6:.1f} MB), examples "
+              + ", ".join(f"{k} {v:,}" for k, v in d["examples"].items()))
+    if "run_state" in report:
+        r = report["run_state"]
+        print(f"  run     {r['id']}: the output of {r['kernel']} ({r['files']} files; newest state step {r['step']})")
+    if "wheels" in report:
+        print(f"  wheels  {report['wheels']['id']}: {report['wheels']['trm_kaggle_wheel']}")
+    if "train_kernel" in report:
+        k = report["train_kernel"]
+        print(f"  kernel  {k['id']}: {k['code_file']} (preset {' '.join(k['presets'])}"
+              + (f", {' '.join(k['overrides'])}" if k["overrides"] else "")
+              + f"; {k['machine_shape']}; previous output: "
+              + (', '.join(k['kernel_sources']) or ('the run-state dataset' if 'run_state' in report else 'none'))
+              + ")")
+    if args.push:
+        return push_training(args.out_dir, args.version_message)
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -214,7 +315,11 @@ def run(args: argparse.Namespace) -> int:
         platforms = tuple(args.platform) if args.platform else DEFAULT_PLATFORMS
         targets = [Target(python_version=check_python_version(v), platforms=platforms)
                    for v in dict.fromkeys(args.python_version or DEFAULT_PYTHON_VERSIONS)]
-        machine_shape = check_machine_shape(args.accelerator)
+        if args.dataset is not None or args.train_kernel:
+            return _run_training(args, ids, targets)
+        if args.overrides:
+            raise TRMError(f"unexpected argument {args.overrides[0]!r}: key=value settings go with --train-kernel")
+        machine_shape = check_machine_shape(args.accelerator or DEFAULT_MACHINE_SHAPE)
         if args.execute and args.challenges:  # read before anything is built
             read_sample_submission(Path(args.challenges))
         t = time.perf_counter()

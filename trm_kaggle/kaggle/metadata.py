@@ -421,3 +421,63 @@ def validate_bundle(out_dir: str | os.PathLike) -> dict:
     if wheel_meta is not None:
         ids["wheel_kernel"] = wheel_meta["id"]
     return ids
+
+
+# ---------------------------------------------------------------------------
+# The training kernel and the data dataset (build_bundle.py --train-kernel, --dataset)
+# ---------------------------------------------------------------------------
+
+TRAIN_KERNEL_DIR = "train-kernel"
+DATA_DIR = "data"
+RUN_STATE_DIR = "run-state"  # --continue-from: a kernel's output as a dataset
+#: The training kernel's accelerator: T4 x 2, the GPUs every Kaggle user gets (float16 there, see model/dtype.py).
+TRAIN_MACHINE_SHAPE = "NvidiaTeslaT4"
+
+
+def data_id(ids: BundleIds) -> str:
+    """`<user>/<prefix>-data`: the training data as a Kaggle dataset."""
+    return f"{ids.user}/{ids.prefix}-data"
+
+
+def run_state_id(ids: BundleIds) -> str:
+    """`<user>/<prefix>-run-state`: a training kernel's output, downloaded and published as a dataset."""
+    return f"{ids.user}/{ids.prefix}-run-state"
+
+
+def train_kernel_id(ids: BundleIds) -> str:
+    """`<user>/<prefix>-train`: the training kernel."""
+    return f"{ids.user}/{ids.prefix}-train"
+
+
+def train_kernel_metadata(ids: BundleIds, code_file: str, *, machine_shape: str = TRAIN_MACHINE_SHAPE,
+                          previous: str | None = None, run_state: bool = False) -> dict:
+    """The training kernel's metadata: a notebook on a GPU, internet off (everything comes from the datasets),
+    the wheels and data datasets, and as `kernel_sources` the output of `previous` (default: the kernel itself,
+    so each new version starts from the last version's output; "" for none: the first push of a new kernel,
+    which cannot name itself before it exists). With `run_state` the previous output comes as the run-state
+    dataset instead (`build_bundle.py --continue-from`), and no kernel is attached."""
+    kid = train_kernel_id(ids)
+    datasets = [ids.wheels_id, data_id(ids)] + ([run_state_id(ids)] if run_state else [])
+    previous = "" if run_state else previous
+    return {"id": kid, "title": kid.split("/", 1)[1], "code_file": code_file, "language": "python",
+            "kernel_type": "notebook", "is_private": True, "enable_gpu": True, "enable_internet": False,
+            **machine_fields(machine_shape), "dataset_sources": datasets,
+            "competition_sources": [], "kernel_sources": [] if previous == "" else [previous or kid],
+            "model_sources": []}
+
+
+def train_kernel_metadata_problems(meta: Any, kernel_dir: Path | None, datasets: Iterable[str]) -> list:
+    """The common kernel checks, then the training kernel's own: a GPU, a machine shape, a previous output."""
+    problems = [p for p in kernel_metadata_problems(meta, kernel_dir, datasets, submission=False)
+                if p[0] not in ("enable_internet", "kernel_type")]
+    if problems and problems[0][0] == "(file)":
+        return problems
+    if meta.get("kernel_type") != "notebook":
+        problems.append(("kernel_type", "must be 'notebook': the training kernel is a notebook"))
+    if not isinstance(meta.get("machine_shape"), str) or not meta.get("machine_shape"):
+        problems.append(("machine_shape", f"must name the accelerator, e.g. {TRAIN_MACHINE_SHAPE!r}"))
+    sources = meta.get("kernel_sources")
+    if not isinstance(sources, list) or len(sources) > 1 or any(id_problem(s) for s in sources):
+        problems.append(("kernel_sources", "must list the one kernel whose output the session resumes from "
+                                           "(or none, for the first session)"))
+    return problems

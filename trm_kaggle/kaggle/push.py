@@ -21,7 +21,10 @@ from typing import Any, Callable
 from trm_kaggle.atomic import OWNER_RECORD
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.kaggle.metadata import DATASET_META, KERNEL_META, WHEEL_KERNEL_DIR, validate_bundle, verify_manifest
+from trm_kaggle.kaggle.metadata import (
+    DATA_DIR, DATASET_META, KERNEL_META, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR, _raise,
+    train_kernel_metadata_problems, validate_bundle, verify_manifest,
+)
 
 #: Files of the bundle's directories that are ours, not the dataset's: never uploaded.
 BOOKKEEPING = [OWNER_RECORD]
@@ -198,26 +201,68 @@ def push(out_dir: str | os.PathLike, version_message: str | None = None, *, api:
     validate_bundle(out)
     for part in DATASET_PARTS:
         verify_manifest(out / part)
+    kernels = [out / "kernel"] + ([out / WHEEL_KERNEL_DIR] if (out / WHEEL_KERNEL_DIR).is_dir() else [])
+    return publish([out / part for part in DATASET_PARTS], kernels, push_commands(out, version_message),
+                   version_message or "a new build of the trm_kaggle bundle", api=api, wait_s=wait_s,
+                   poll_s=poll_s, say=say)
+
+
+def publish(datasets: list[Path], kernels: list[Path], commands: list[list[str]], message: str, *,
+            api: Any = None, wait_s: float = 1800.0, poll_s: float = 10.0,
+            say: Callable[[str], None] = print) -> int:
+    """Publish checked folders: each dataset created or versioned, a bounded wait until all are ready, then
+    each kernel. Without the `kaggle` package or credentials: print `commands` (what does it by hand), return 2."""
     if api is None:
         why = [w for w in (missing_client(),) if w]
         if not kaggle_credentials():
             why.append("no Kaggle credentials (~/.kaggle/kaggle.json, KAGGLE_USERNAME and KAGGLE_KEY, or "
                        "KAGGLE_API_TOKEN)")
         if why:
-            say("Run these commands to publish the bundle (datasets first; wait until `kaggle datasets status` "
-                "says ready before pushing the kernel):")
-            for c in push_commands(out, version_message):
+            say("Run these commands to publish (datasets first; wait until `kaggle datasets status` says ready "
+                "before pushing the kernel):")
+            for c in commands:
                 say("  " + _shell(c))
             print(f"error: not pushed: {'; '.join(why)}", file=sys.stderr)
             return 2
         api = kaggle_api()
-    message = version_message or "a new build of the trm_kaggle bundle"
     idents = []
-    for part in DATASET_PARTS:
-        publish_dataset(api, out / part, message, say)
-        idents.append(read_json(out / part / DATASET_META, DATASET_META)["id"])
+    for folder in datasets:
+        publish_dataset(api, folder, message, say)
+        idents.append(read_json(folder / DATASET_META, DATASET_META)["id"])
     wait_until_ready(api, idents, timeout_s=wait_s, poll_s=poll_s, say=say)
-    push_kernel(api, out / "kernel", say)
-    if (out / WHEEL_KERNEL_DIR).is_dir():
-        push_kernel(api, out / WHEEL_KERNEL_DIR, say)
+    for folder in kernels:
+        push_kernel(api, folder, say)
     return 0
+
+
+def training_push_commands(out_dir: str | os.PathLike, version_message: str | None = None) -> list[list[str]]:
+    """The data, wheels and run-state datasets that are there, then the training kernel, by hand."""
+    out = Path(out_dir).absolute()
+    cmds = []
+    for part in (DATA_DIR, "wheels", RUN_STATE_DIR):
+        if (out / part).is_dir():
+            cmds.append(["kaggle", "datasets", "version", "-p", str(out / part), "-m", version_message]
+                        if version_message else ["kaggle", "datasets", "create", "-p", str(out / part)])
+    if (out / TRAIN_KERNEL_DIR).is_dir():
+        cmds.append(["kaggle", "kernels", "push", "-p", str(out / TRAIN_KERNEL_DIR)])
+    return cmds
+
+
+def push_training(out_dir: str | os.PathLike, version_message: str | None = None, *, api: Any = None,
+                  wait_s: float = 1800.0, poll_s: float = 10.0, say: Callable[[str], None] = print) -> int:
+    """`push` for training on Kaggle: check the data and run-state datasets against their manifests and the
+    training kernel's metadata, then publish the datasets that are there and the training kernel (each push
+    starts a new session)."""
+    out = Path(out_dir)
+    for part in (DATA_DIR, RUN_STATE_DIR):
+        if (out / part).is_dir():
+            verify_manifest(out / part)
+    meta_path = out / TRAIN_KERNEL_DIR / KERNEL_META
+    if meta_path.is_file():
+        meta = read_json(meta_path, KERNEL_META)
+        _raise(meta_path, train_kernel_metadata_problems(meta, meta_path.parent, meta.get("dataset_sources") or []))
+    datasets = [out / part for part in (DATA_DIR, "wheels", RUN_STATE_DIR) if (out / part).is_dir()]
+    kernels = [out / TRAIN_KERNEL_DIR] if meta_path.is_file() else []
+    return publish(datasets, kernels, training_push_commands(out, version_message),
+                   version_message or "a new build of the trm_kaggle training bundle", api=api, wait_s=wait_s,
+                   poll_s=poll_s, say=say)

@@ -5,7 +5,9 @@ float32 in every case; the forward dtype is that of the activations and matmuls.
 
 "auto" picks:
 * CUDA: bfloat16 on GPUs with native bf16 (compute capability >= 8.0: A100, H100,
-  L4, ...; upstream's dtype), else float32 (T4, P100: Kaggle's older GPUs);
+  L4, ...; upstream's dtype); float16 with loss scaling (train/amp.py) on older GPUs with
+  fast float16 (T4, V100: tensor cores; P100); float32 on the rest (consumer Pascal and
+  older, where float16 arithmetic is slower than float32);
 * CPU: bfloat16 only where a bf16 matmul is *measured* to be clearly faster than a
   float32 one on the machine it runs on. CPUs with AVX512_BF16 or AMX (AMD Zen 4+, Intel
   Sapphire Rapids+) run bf16 matmuls about 2x faster than float32; CPUs without
@@ -28,6 +30,8 @@ from trm_kaggle.config import ArchConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+# Pascal GPUs whose float16 arithmetic runs at twice the float32 rate (P100, Jetson TX2); other 6.x at 1/64.
+FAST_FP16_PASCAL = ((6, 0), (6, 2))
 # bf16 must beat float32 by this factor before "auto" gives up float32's precision for it.
 CPU_BF16_MIN_SPEEDUP = 1.3
 # Narrower models stay float32 on CPU: their time goes to the (float32) attention and the
@@ -94,15 +98,19 @@ def resolve_forward_dtype(arch: ArchConfig, device: Union[str, torch.device], *,
         if cuda_capability is None and not torch.cuda.is_available():
             return torch.float32, "auto: no CUDA device available, float32"
         # Native bf16 needs compute capability 8.0 (Ampere) or newer. torch.cuda.is_bf16_supported()
-        # also says yes on a T4 (7.5) or P100 (6.0), where bf16 is emulated and slow: those get
-        # float32 (float16 is there for inference as an explicit forward_dtype=float16; training in
-        # float16 would need loss scaling, which upstream's recipes do not use).
+        # also says yes on a T4 (7.5) or P100 (6.0), where bf16 is emulated and slow. Those run float16
+        # several times faster than float32 (tensor cores from 7.0; P100 and Jetson TX2 at twice the
+        # float32 rate), trained with loss scaling; consumer Pascal (6.1) runs float16 at 1/64 the rate.
         major, minor = cuda_capability or torch.cuda.get_device_capability(device)
         if major >= 8 or torch.version.hip:
             return torch.bfloat16, (f"auto: CUDA device (compute capability {major}.{minor}) has native bfloat16 "
                                     "(upstream's dtype)")
-        return torch.float32, (f"auto: CUDA device with compute capability {major}.{minor} (< 8.0, e.g. T4 or P100) "
-                               "has no native bfloat16, so float32")
+        if major >= 7 or (major, minor) in FAST_FP16_PASCAL:
+            return torch.float16, (f"auto: CUDA device with compute capability {major}.{minor} (< 8.0, e.g. T4) has "
+                                   "no native bfloat16 but fast float16: float16 activations with loss scaling, "
+                                   "float32 weights, norms and losses")
+        return torch.float32, (f"auto: CUDA device with compute capability {major}.{minor} has neither native "
+                               "bfloat16 nor fast float16, so float32")
     if device.type == "cpu":
         if arch.hidden_size < CPU_BF16_MIN_HIDDEN:
             return torch.float32, (f"auto: CPU and hidden_size {arch.hidden_size} < {CPU_BF16_MIN_HIDDEN} "

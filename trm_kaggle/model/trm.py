@@ -126,6 +126,10 @@ class PuzzleEmbedding(nn.Module):
             return done[0]
         return torch.cat([i for i, _ in done]), torch.cat([g for _, g in done])
 
+    def rows_with_grad(self) -> List[torch.Tensor]:
+        """The recorded row copies that received a gradient (loss scaling unscales and checks them in place)."""
+        return [rows for _, rows in self._pending if rows.grad is not None]
+
     def clear(self) -> None:
         """Forget the recorded rows (the optimizer calls this after its step)."""
         self._pending = []

@@ -47,6 +47,7 @@ from trm_kaggle.optim.lion import Lion
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics
 from trm_kaggle.train.memory import MemoryWatch, is_out_of_memory, memory_aware_micro_batch, out_of_memory_error
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
@@ -56,8 +57,10 @@ from trm_kaggle.train.stages import StagePlan
 log = logging.getLogger(__name__)
 
 # config fields that may differ between a run and its resumption (freeze_weights: a staged test-time schedule
-# trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then)
-RESUMABLE_CHANGES = {"max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
+# trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then;
+# data_paths: the same dataset mounted elsewhere, e.g. by the next Kaggle session: its fingerprint, checked
+# separately, tells whether it is the same data)
+RESUMABLE_CHANGES = {"data_paths", "max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
                      "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
                      "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
                      "freeze_weights", "grad_checkpointing", "max_nonfinite_steps"}
@@ -389,6 +392,9 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         if rt.is_main:
             log.info("resuming %s from step %d", run_dir, step)
             drop_metrics_after(run_dir / METRICS_FILE, step)
+    scaler = LossScaler(rt.dtype, rt.device)  # float16: loss scaling (after a resume settled the dtype)
+    if newest is not None:
+        scaler.load_state_dict(newest[1].get("amp"))
     forward = torch.compile(model) if cfg.compile else model
     metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
     if rt.is_main:
@@ -446,7 +452,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             carries_before = carries  # what a skipped (non-finite) step leaves in place
             while True:
                 try:
-                    carries, metrics = _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch)
+                    carries, metrics = _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch,
+                                                   scaler)
                     break
                 except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:  # any device's allocator
                     if not is_out_of_memory(e):
@@ -467,16 +474,24 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             # gradients of all ranks, then the optimizer steps
             if rt.distributed:
                 all_reduce_([p.grad for p in model.parameters() if p.grad is not None] + [metrics])
-            # a NaN or inf loss or gradient: skip the step (as fp16 loss scaling would), stop after a bounded run of them
-            # (XLA: checked on the logged loss, a host read per step would cut its graph)
-            if not on_xla and nonfinite.skip(step_is_finite(model, metrics[0]), step):
+            # a NaN or inf loss or gradient: skip the step, stop after a bounded run of them (XLA: checked on the
+            # logged loss, a host read per step would cut its graph). Under float16 an inf gradient is the loss
+            # scale's business (the scaler skips the step and lowers the scale): only a non-finite loss counts here.
+            finite = bool(torch.isfinite(metrics[0])) if scaler.enabled else step_is_finite(model, metrics[0])
+            if not on_xla and nonfinite.skip(finite, step):
                 _drop_gradients(model)
                 carries = carries_before if len(carries_before) == len(carries) else _resplit(carries_before, micro)
                 log.warning("step %d: the loss or the gradients are not finite; step skipped (%d in a row, the run "
                             "stops at max_nonfinite_steps=%d)", step + 1, nonfinite.in_a_row, nonfinite.limit)
                 continue
-            optimizer_step(dense, sparse)
-            if ema is not None:
+            if scaler.enabled:
+                stepped = scaler.step(dense, sparse, model)  # skipped whole on inf/nan gradients
+                if dense is not None:
+                    dense.zero_grad(set_to_none=True)
+            else:
+                optimizer_step(dense, sparse)
+                stepped = True
+            if ema is not None and stepped:
                 ema.update(model)
             step += 1
             if compile_watch is not None:
@@ -502,6 +517,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                 record["elapsed_s"] = elapsed
                 record["start_step"] = step_start  # where this process began: readers join resumed runs' clocks
                 record.update(memory_watch.sample())
+                record.update(scaler.record())
                 if compile_watch is not None:  # XLA: compilations so far, compile and execute seconds
                     record.update(compile_watch.record())
                     if rt.is_main and cfg.progress:
@@ -525,7 +541,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
                     metric_log.write({"step": step, "epoch": step / steps_per_epoch, **result.eval_metrics,
                                       **(compile_watch.record() if compile_watch is not None else {})})  # XLA: eval compilations
                     if cfg.checkpoint_every_eval:
-                        _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint)
+                        _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint, scaler)
                     if on_eval is not None and on_eval(step, result.eval_metrics):
                         result.stopped_by = "the evaluation callback"
                         break
@@ -534,7 +550,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         memory_watch.close()
         if on_xla:
             batches.close()
-    _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint)
+    _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint, scaler)
     metric_log.close()
     elapsed = time.perf_counter() - t_start
     result.step, result.epoch = step, step / steps_per_epoch
@@ -557,7 +573,7 @@ def _already_done(cfg, run_dir, step, stop_at, total_steps, steps_per_epoch, mod
                        parameters=model.parameter_count(), is_main=rt.is_main, start_step=step, already_done=why)
 
 
-def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch):
+def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch, scaler=None):
     """Forward + backward of every micro-batch of `batch`; returns the new carries and summed metrics."""
     metrics, new_carries = None, []
     for k, mb in enumerate(_split(batch, micro)):
@@ -566,7 +582,8 @@ def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batc
                                  slice(first, first + micro), rt.device)
         carry, out = forward(carries[k], mb, exploration=expl)
         loss, m = act_loss(out, carry.current_data["labels"], carry.halted, carry.steps, cfg.arch.loss_type)
-        (loss / cfg.global_batch_size).backward()
+        scaled = loss / cfg.global_batch_size
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()
         new_carries.append(carry)
         m = torch.stack([loss.detach().float()] + [m[n].float() for n in _METRIC_NAMES])
         metrics = m if metrics is None else metrics + m
@@ -682,7 +699,7 @@ def _gather_carries(carries: list[Carry], rt: Runtime) -> list[Any]:
     return everyone
 
 
-def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint) -> None:
+def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fingerprint, scaler=None) -> None:
     all_carries = _gather_carries(carries, rt) if carries is not None else None
     if not rt.is_main:
         return
@@ -700,6 +717,7 @@ def _save(run_dir, step, cfg, rt, model, dense, sparse, ema, loader, carries, fi
         "rng_torch": torch.get_rng_state(),
         "loader": json.dumps(loader.state_dict()),
         "carries": all_carries,
+        "amp": scaler.state_dict() if scaler is not None else None,  # float16's loss scale
     }
     ckpt.save_train_state(run_dir, step, state, cfg.checkpoint_keep)
 

@@ -1,0 +1,275 @@
+"""Training on Kaggle: the data dataset, the training kernel's build, and its sessions run with papermill in an
+offline sandbox laid out like /kaggle/input (a network namespace where `unshare` allows one): two chained
+sessions end where one uninterrupted run ends; a truncated newest state resumes from the one before; no
+previous output starts a new run; a previous output of another config is refused with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from test_notebooks import kernel_name  # noqa: F401 (the session-scoped Jupyter kernel of this interpreter)
+from test_train import TINY
+from trm_kaggle.cli import main as cli_main
+from trm_kaggle.config import SudokuBuildConfig
+from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle.bundle import build_training, main as bundle_main
+from trm_kaggle.kaggle.metadata import BundleIds, verify_manifest
+from trm_kaggle.kaggle.push import training_push_commands
+from trm_kaggle.kaggle.sandbox import netns_wrapper, papermill_command, probe_netns
+from trm_kaggle.kaggle_training import run_session
+from trm_kaggle.train import checkpoint as ckpt
+
+IDS = BundleIds("tester", "trm-kaggle")
+# the tiny model of the training tests, 6 steps in all; seeds and deterministic CPU kernels make runs comparable
+SETTINGS = [o for o in TINY if not o.startswith("progress")] + ["max_steps=6", "progress=False"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """A sudoku dataset packed as the data dataset, the wheels and the training kernel (no downloads)."""
+    root = tmp_path_factory.mktemp("training")
+    build_sudoku(SudokuBuildConfig(output_dir=str(root / "sudoku4"), size=4, num_train=40, num_test=8, num_aug=1,
+                                   progress=False))
+    build_training(root / "bundle", ids=IDS, dataset=root / "sudoku4", train_kernel=True, presets=["sudoku4-cpu"],
+                   overrides=SETTINGS, download=False, log=lambda _: None)
+    return root / "bundle"
+
+
+def inputs(tmp: Path, bundle: Path, previous: Path | None = None) -> Path:
+    """A /kaggle/input look-alike: the data and wheels datasets, and a previous session's output."""
+    root = tmp / "input"
+    shutil.copytree(bundle / "data", root / "datasets" / IDS.user / "trm-kaggle-data")
+    shutil.copytree(bundle / "wheels", root / "datasets" / IDS.user / "trm-kaggle-wheels")
+    if previous is not None:
+        shutil.copytree(previous, root / "trm-kaggle-train")
+    for p in [*root.rglob("*"), root]:  # read-only, as on Kaggle
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    return root
+
+
+def session(tmp: Path, bundle: Path, kernel: str, previous: Path | None = None, **parameters) -> tuple[Path, str]:
+    """Run the built training notebook with papermill in `tmp` (offline); (working folder, kernel log)."""
+    tmp.mkdir(parents=True)
+    working = tmp / "working"
+    working.mkdir()
+    params = {"KAGGLE_INPUT": str(inputs(tmp, bundle, previous)), "KAGGLE_WORKING": str(working),
+              "TIME_BUDGET": None, **parameters}
+    cmd = papermill_command(bundle / "train-kernel" / "kaggle_train.ipynb", tmp / "executed.ipynb", kernel=kernel,
+                            cwd=working, parameters=params)
+    try:
+        cmd = netns_wrapper(probe_netns(), cmd)
+    except TRMError:
+        pass  # no network namespace here: the notebook reaches for no network either way
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
+    assert res.returncode == 0, res.stderr[-3000:]  # the notebook never raises
+    nb = json.loads((tmp / "executed.ipynb").read_text())
+    text = "\n".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+    return working, text
+
+
+def final_model(run: Path) -> dict[str, torch.Tensor]:
+    return ckpt.load_train_state(ckpt.list_states(run)[-1])["model"]
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    """The exports hold equal tensors (their headers name the run folder they came from)."""
+    x, y = load_file(a / "weights.safetensors"), load_file(b / "weights.safetensors")
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def report(working: Path) -> dict:
+    return json.loads((working / "session.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(built, tmp_path_factory, kernel_name):
+    return session(tmp_path_factory.mktemp("full") / "s", built, kernel_name)
+
+
+@pytest.fixture(scope="module")
+def first(built, tmp_path_factory, kernel_name):
+    """Session 1, stopped by its budget after 3 of the 6 steps (a step budget: the same stop every time)."""
+    return session(tmp_path_factory.mktemp("first") / "s", built, kernel_name, SESSION_STEPS=3)
+
+
+@pytest.mark.slow
+def test_two_chained_sessions_equal_one_uninterrupted_run(built, uninterrupted, first, tmp_path, kernel_name):
+    full, log_full = uninterrupted
+    assert report(full)["status"] == "done" and report(full)["step"] == 6
+    assert "no previous train state" in log_full and "the run is done: step 6 of 6" in log_full
+    one, log_one = first
+    assert report(one)["status"] == "trained" and report(one)["step"] == 3
+    assert "starting a new run" in log_one and "run the kernel again" in log_one
+    for name in ("weights/weights.safetensors", "training_curve.png", "run/metrics.jsonl"):
+        assert (one / name).is_file(), name
+    two, log_two = session(tmp_path / "second", built, kernel_name, previous=one)
+    r = report(two)
+    assert r["status"] == "done" and (r["start_step"], r["step"]) == (3, 6)
+    assert r["resumed_from"].endswith("state_step00000003.pt") and "resuming" in log_two
+    a, b = final_model(full / "run"), final_model(two / "run")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert same_weights(full / "weights", two / "weights")
+    # the metrics of both sessions, one line per step
+    assert [json.loads(x)["step"] for x in (two / "run" / "metrics.jsonl").read_text().splitlines()] == list(range(1, 7))
+    # the previous output is untouched (read-only input)
+    assert ckpt.list_states(one / "run")[-1].name == "state_step00000003.pt"
+
+    # a session given a finished run says so and only exports
+    three, log_three = session(tmp_path / "third", built, kernel_name, previous=two)
+    assert report(three)["status"] == "done" and "exporting only" in log_three
+    assert same_weights(full / "weights", three / "weights")
+
+
+@pytest.mark.slow
+def test_a_previous_output_of_another_config_is_refused_in_one_line(built, first, tmp_path, kernel_name):
+    one, _ = first
+    other = tmp_path / "other-bundle"
+    shutil.copytree(built, other)
+    nb_path = other / "train-kernel" / "kaggle_train.ipynb"
+    nb_path.write_text(nb_path.read_text().replace("arch.L_cycles=2", "arch.L_cycles=3"))
+    working, log = session(tmp_path / "s", other, kernel_name, previous=one)
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "another model or config" in errors[0] and "L_cycles" in errors[0], log
+    assert report(working)["status"] == "refused" and not (working / "run").exists()  # nothing trained
+
+
+def test_a_truncated_newest_state_resumes_from_the_one_before(built, tmp_path):
+    """Direct (no papermill): the previous output holds states 2 and 4, the newest cut short."""
+    data = built / "data"
+    prev = tmp_path / "prev"
+    assert run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu",
+                       overrides=SETTINGS + ["checkpoint_keep=3"], data_dir=data, time_budget=None, session_steps=2,
+                       echo=lambda _: None).step == 2
+    assert run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu",
+                       overrides=SETTINGS + ["checkpoint_keep=3"], data_dir=data, time_budget=None, session_steps=2,
+                       echo=lambda _: None).step == 4
+    newest = ckpt.list_states(prev / "run")[-1]
+    newest.write_bytes(newest.read_bytes()[:1000])
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "prev", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=data, time_budget=None, session_steps=1, echo=lines.append)
+    assert r.ok and r.resumed_from.endswith("state_step00000002.pt") and (r.start_step, r.step) == (2, 3), lines
+    assert len(newest.read_bytes()) == 1000  # the input is never renamed or rewritten
+
+
+def test_bad_inputs_are_one_line_and_keep_the_previous_state(built, tmp_path):
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    time_budget=None, echo=lines.append)
+    assert not r.ok and [x for x in lines if x.startswith("error:")] == lines[-1:] and "no dataset" in lines[-1]
+    lines.clear()
+    r = run_session(input_root=tmp_path, working=tmp_path / "w", preset="no-such-preset", data_dir=built / "data",
+                    echo=lines.append)
+    assert not r.ok and lines[-1].startswith("error:") and "no-such-preset" in lines[-1]
+    # a budget shorter than the margin: nothing trained, one line
+    lines.clear()
+    r = run_session(input_root=tmp_path, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=5, margin=10, echo=lines.append)
+    assert not r.ok and "leaves no time to train" in lines[-1] and not (tmp_path / "w" / "run").exists()
+    assert json.loads((tmp_path / "w" / "session.json").read_text())["ok"] is False
+
+
+def test_a_budget_shorter_than_one_step_and_out_of_memory_keep_the_previous_state(built, tmp_path, monkeypatch):
+    prev = tmp_path / "prev"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    state = ckpt.list_states(prev / "run")[-1]
+    before = state.read_bytes()
+    # a previous output trained on other data is refused, never resumed or restarted
+    other = tmp_path / "other-data"
+    build_sudoku(SudokuBuildConfig(output_dir=str(other), size=4, num_train=30, num_test=8, num_aug=1, progress=False))
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "w0", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=other, time_budget=None, echo=lines.append)
+    assert r.status == "refused" and "another dataset" in lines[-1] and not (tmp_path / "w0" / "run").exists()
+
+    import trm_kaggle.train.loop as loop
+
+    real_train = loop.train  # the budget left for training: a microsecond, whatever this machine's speed
+    monkeypatch.setattr(loop, "train", lambda cfg, **kw: real_train(cfg.model_copy(update={"time_limit": 1e-6})))
+    lines.clear()
+    r = run_session(input_root=prev, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", echo=lines.append)
+    assert not r.ok and "ended before one training step" in lines[-1] and lines[-1].startswith("error:")
+    assert [x for x in lines if x.startswith("error:")] == lines[-1:]
+    assert state.read_bytes() == before and ckpt.newest_step(tmp_path / "w" / "run") == 2  # the copy, resumable
+
+    def out_of_memory(cfg, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(loop, "train", out_of_memory)
+    lines.clear()
+    r = run_session(input_root=prev, working=tmp_path / "w2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and lines[-1].startswith("error: out of memory") and "does not fit" in lines[-1]
+    assert state.read_bytes() == before and ckpt.newest_step(tmp_path / "w2" / "run") == 2
+
+
+def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):
+    meta = json.loads((built / "train-kernel" / "kernel-metadata.json").read_text())
+    assert meta["machine_shape"] == "NvidiaTeslaT4" and meta["enable_gpu"] is True
+    assert meta["dataset_sources"] == ["tester/trm-kaggle-wheels", "tester/trm-kaggle-data"]
+    assert meta["kernel_sources"] == ["tester/trm-kaggle-train"]  # its own previous version
+    assert verify_manifest(built / "data") > 5
+    assert (built / "data" / "dataset-metadata.json").is_file()
+    cmds = training_push_commands(built)
+    assert [c[1:3] for c in cmds] == [["datasets", "create"], ["datasets", "create"], ["kernels", "push"]]
+    # the command line: a bad preset and a bad dataset are one error line, exit 2, nothing written
+    assert bundle_main([str(tmp_path / "o"), "--train-kernel", "--preset", "nope", "--no-download"]) == 2
+    assert "error:" in capsys.readouterr().err and not (tmp_path / "o" / "train-kernel").exists()
+    assert bundle_main([str(tmp_path / "o"), "--dataset", str(tmp_path / "missing"), "--no-download"]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    # key=value settings after the options, the first session
+    assert bundle_main([str(tmp_path / "o"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download",
+                        "lr=1e-3", "--user", "tester"]) == 0
+    assert "lr=1e-3" in (tmp_path / "o" / "train-kernel" / "kaggle_train.ipynb").read_text()
+    assert cli_main(["bundle", str(tmp_path / "p"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download",
+                     "--first-session", "--user", "tester"]) == 0
+    assert json.loads((tmp_path / "p" / "train-kernel" / "kernel-metadata.json").read_text())["kernel_sources"] == []
+    assert sys.executable  # the sandbox kernel runs this interpreter
+
+
+def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
+    """--continue-from: `kaggle kernels output` (a stand-in here) becomes the run-state dataset, which the kernel
+    attaches instead of kernel_sources; an output without a loadable state is one error, nothing written."""
+    session_out = tmp_path / "session"
+    run_session(input_root=tmp_path / "none", working=session_out, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    calls = []
+
+    def kaggle_output(cmd, **kw):  # kaggle kernels output USER/KERNEL -p DIR
+        calls.append(cmd[:4])
+        shutil.copytree(session_out, cmd[-1], dirs_exist_ok=True)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    report = build_training(tmp_path / "b", ids=IDS, train_kernel=True, presets=["sudoku4-cpu"], overrides=SETTINGS,
+                            continue_from="tester/trm-kaggle-train", runner=kaggle_output, download=False,
+                            log=lambda _: None)
+    assert calls == [["kaggle", "kernels", "output", "tester/trm-kaggle-train"]]
+    assert report["run_state"]["step"] == 2 and verify_manifest(tmp_path / "b" / "run-state") > 3
+    meta = json.loads((tmp_path / "b" / "train-kernel" / "kernel-metadata.json").read_text())
+    assert meta["kernel_sources"] == [] and meta["dataset_sources"][-1] == "tester/trm-kaggle-run-state"
+    assert json.loads((tmp_path / "b" / "run-state" / "dataset-metadata.json").read_text())["id"] == \
+        "tester/trm-kaggle-run-state"
+    assert [c[-1].split("/")[-1] for c in training_push_commands(tmp_path / "b")] == \
+        ["wheels", "run-state", "train-kernel"]
+
+    def empty_output(cmd, **kw):
+        Path(cmd[-1], "session.json").write_text("{}")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    with pytest.raises(TRMError, match="no train state that loads"):
+        build_training(tmp_path / "c", ids=IDS, train_kernel=True, presets=["sudoku4-cpu"], overrides=SETTINGS,
+                       continue_from="tester/trm-kaggle-train", runner=empty_output, download=False,
+                       log=lambda _: None)
+    assert not (tmp_path / "c" / "run-state").exists()

@@ -1,0 +1,254 @@
+"""One session of the Kaggle training kernel (notebooks/kaggle_train.py): resume, train to the time budget, save.
+
+A Kaggle session lasts at most 12 hours; a long run is a chain of sessions, each given the previous one's
+output (`/kaggle/working` of the kernel's previous version) as an input. A session:
+
+1. finds the dataset under the input root (the folder holding `identifiers.json` and `train/`);
+2. finds the newest complete train state in the previous output: every `state_step*.pt` under the input
+   root, the newest of each folder that loads (a truncated or corrupt one is skipped with a warning and the
+   one before it used, as `trm-kaggle train` resumes); a state of another model or config, or of another
+   dataset, is refused with one line and nothing is trained (a run is never silently restarted);
+3. copies that state and the metrics log to `<working>/run/` (the inputs are read-only and stay untouched)
+   and resumes there, with `time_limit` set to what is left of the budget minus a margin for the final
+   save, export and picture; training stops at a step boundary with a full train state;
+4. writes `<working>/weights/` (an export the submission bundle takes as `--weights`),
+   `<working>/training_curve.png` and `<working>/session.json` (what the session did, in figures).
+
+A run that had reached its last step says so and only exports. Every problem is one line starting with
+`error:` in the kernel log and a `session.json` with `"ok": false`; `run_session` never raises (the notebook
+must finish, so that its output, the previous state included, becomes the next session's input).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.config import TrainConfig
+from trm_kaggle.errors import TRMError
+
+log = logging.getLogger(__name__)
+
+RUN = "run"  # the run directory under the working folder
+WEIGHTS = "weights"  # the export
+CURVE = "training_curve.png"
+SESSION = "session.json"
+DEFAULT_BUDGET = 11.5 * 3600  # seconds: Kaggle stops a session at 12 h
+DEFAULT_MARGIN = 600.0  # seconds kept for the final save, the export and the picture
+
+
+@dataclass
+class SessionReport:
+    ok: bool = False
+    status: str = ""  # trained | done | refused | error
+    message: str = ""
+    start_step: int = 0
+    step: int = 0
+    target_step: int = 0
+    resumed_from: str | None = None
+    stopped_by: str = ""
+    seconds: float = 0.0
+    weights: str | None = None
+    curve: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def find_dataset(input_root: Path) -> Path | None:
+    """The one dataset folder (identifiers.json + train/dataset.json) under the input root, or None."""
+    found = sorted({p.parent.resolve() for p in input_root.rglob("identifiers.json")
+                    if (p.parent / "train" / "dataset.json").is_file()})
+    if len(found) > 1:
+        raise TRMError(f"{len(found)} datasets under {input_root} ({', '.join(map(str, found[:4]))}): set DATA_DIR "
+                       "to the one to train on")
+    return found[0] if found else None
+
+
+def previous_state(input_root: Path, exclude: Path) -> tuple[Path, dict[str, Any]] | None:
+    """(path, state) of the newest train state that loads among the run folders under the input root."""
+    from trm_kaggle.train import checkpoint as ckpt
+
+    folders = sorted({p.parent.resolve() for p in input_root.rglob("state_step*.pt")} - {exclude.resolve()})
+    best = None
+    for folder in folders:
+        try:
+            path, state = ckpt.load_newest_state(folder)  # never quarantines: the inputs are read-only
+        except TRMError as e:
+            log.warning("%s", e)
+            continue
+        if best is None or int(state["step"]) > int(best[1]["step"]):
+            best = (path, state)
+    return best
+
+
+def refuse_other_run(path: Path, state: dict[str, Any], cfg: TrainConfig) -> None:
+    """TRMError when the previous state belongs to another model or config, or was trained on other data."""
+    from trm_kaggle.train import checkpoint as ckpt
+    from trm_kaggle.train.loop import RESUMABLE_CHANGES
+
+    saved = TrainConfig.model_validate_json(state["config"])
+    diffs = [k for k in TrainConfig.model_fields if k not in RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
+    if diffs:
+        detail = ", ".join(f"{k}: {_short(getattr(saved, k))} there, {_short(getattr(cfg, k))} here" for k in diffs[:3])
+        raise TRMError(f"the previous output {path} holds a run of another model or config ({detail}); refusing "
+                       "to resume it or to start over: detach that output, or build the kernel with its settings")
+    fingerprint = ckpt.dataset_fingerprint(cfg.data_paths)
+    if state.get("dataset_fingerprint") != fingerprint:
+        raise TRMError(f"the previous output {path} was trained on another dataset (fingerprint "
+                       f"{state.get('dataset_fingerprint')} != {fingerprint} of {cfg.data_paths[0]}); refusing to "
+                       "resume it: attach the dataset it was trained on")
+
+
+def _short(value: Any) -> str:
+    text = value.model_dump_json() if hasattr(value, "model_dump_json") else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def copy_state(path: Path, run_dir: Path) -> Path:
+    """The state file (and the run's metrics.jsonl, config.json) copied into run_dir, each renamed into place
+    whole (a copy cut short leaves a temporary the next start removes, never a truncated state)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for src in (path, path.parent / "metrics.jsonl", path.parent / "config.json"):
+        if src.is_file():
+            tmp = run_dir / f".{src.name}.copy.tmp"
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, run_dir / src.name)
+    return run_dir / path.name
+
+
+def schedule_end(cfg: TrainConfig) -> int:
+    """The step a run of `cfg` ends at: max_steps, or the end of its schedule (upstream's formula)."""
+    from trm_kaggle.data.loader import PuzzleLoader
+    from trm_kaggle.train.schedules import total_train_steps
+
+    loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed)
+    total = total_train_steps(cfg.epochs, loader.total_groups, loader.metadata.mean_puzzle_examples,
+                              cfg.global_batch_size)
+    return min(total, cfg.max_steps) if cfg.max_steps else total
+
+
+def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, preset: Sequence[str] | str = (),
+                overrides: Sequence[str] = (), data_dir: str | os.PathLike | None = None,
+                time_budget: float | None = DEFAULT_BUDGET, margin: float = DEFAULT_MARGIN,
+                session_steps: int | None = None, started: float | None = None,
+                echo: Callable[[str], None] = print) -> SessionReport:
+    """One session (see the module docstring); never raises. `session_steps` caps the steps this session
+    trains (a deterministic stand-in for the time budget); `started` is when the kernel started (time.time(),
+    default now): the install before this call counts against the budget."""
+    started = time.time() if started is None else started
+    report = SessionReport()
+    working = Path(working)
+    try:
+        _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
+                 list(overrides), data_dir, time_budget, margin, session_steps, started, echo)
+    except TRMError as e:
+        report.ok, report.status, report.message = False, report.status or "error", str(e)
+        echo(f"error: {e}")
+    except Exception as e:  # noqa: BLE001 (the kernel must finish: its output is the next session's input)
+        report.ok, report.status = False, "error"
+        report.message = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+        if _is_out_of_memory(e):
+            report.message = (f"out of memory ({report.message}): the preset does not fit this device; set "
+                              "auto_batch=True, a smaller global_batch_size or another preset")
+        echo(f"error: {report.message}")
+        log.debug("%s", traceback.format_exc())
+    report.seconds = round(time.time() - started, 1)
+    try:
+        working.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(working / SESSION, asdict(report), indent=2)
+    except OSError as e:
+        echo(f"error: could not write {working / SESSION}: {e}")
+    return report
+
+
+def _is_out_of_memory(e: BaseException) -> bool:
+    import torch
+
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def _session(report: SessionReport, input_root: Path, working: Path, presets: list[str], overrides: list[str],
+             data_dir, time_budget, margin, session_steps, started, echo) -> None:
+    from trm_kaggle.pipeline import write_training_curve
+    from trm_kaggle.train import checkpoint as ckpt
+    from trm_kaggle.train.loop import train
+    from trm_kaggle.train.settings import load_train_config
+
+    run_dir = working / RUN
+    data = Path(data_dir) if data_dir else find_dataset(input_root)
+    if data is None or not (data / "train" / "dataset.json").is_file():
+        raise TRMError(f"no dataset under {input_root if data is None else data}: attach the data dataset "
+                       "(build_bundle.py --dataset DIR) or set DATA_DIR")
+    cfg = load_train_config(presets=presets, overrides=[f"data_paths=[{data}]", f"checkpoint_path={run_dir}",
+                                                        *overrides])
+    target = schedule_end(cfg)
+    report.target_step = target
+    echo(f"dataset: {data}; the run ends at step {target}")
+
+    if ckpt.list_states(run_dir):  # this session already trained (the notebook run again in place)
+        start = ckpt.newest_step(run_dir)
+        echo(f"resuming the states already in {run_dir} (step {start})")
+    else:
+        found = previous_state(input_root, run_dir)
+        if found is None:
+            start = 0
+            echo(f"no previous train state under {input_root}: starting a new run")
+        else:
+            path, state = found
+            try:
+                refuse_other_run(path, state, cfg)
+            except TRMError:
+                report.status = "refused"
+                raise
+            start = int(state["step"])
+            report.resumed_from = str(path)
+            copy_state(path, run_dir)
+            echo(f"previous output: {path} (step {start}) copied to {run_dir}; resuming")
+    report.start_step = report.step = start
+
+    if start >= target:
+        report.status = "done"
+        echo(f"the run is done: step {start} of {target}; exporting only")
+    else:
+        changes = {}
+        if session_steps is not None:
+            changes["max_steps"] = min(target, start + int(session_steps))
+        if time_budget is not None:
+            left = float(time_budget) - (time.time() - started) - float(margin)
+            if left <= 0:
+                raise TRMError(f"the time budget ({time_budget:.0f} s, {margin:.0f} s of it kept for the final save) "
+                               f"leaves no time to train: raise TIME_BUDGET or lower SAVE_MARGIN; the previous "
+                               "state is kept as it was")
+            changes["time_limit"] = left
+        cfg = cfg.model_copy(update=changes)
+        echo(f"training from step {start} to step {cfg.max_steps or target}"
+             + (f", at most {changes['time_limit']:.0f} s" if "time_limit" in changes else ""))
+        result = train(cfg)
+        report.step, report.stopped_by = result.step, result.stopped_by
+        if result.new_steps == 0 and not result.already_done:
+            raise TRMError(f"the time budget ended before one training step (step {start}): raise TIME_BUDGET "
+                           "or lower SAVE_MARGIN; the previous state is kept as it was")
+        echo(result.summary())
+        report.status = "done" if result.step >= target else "trained"
+        if report.status == "done":
+            echo(f"the run is done: step {result.step} of {target}")
+        else:
+            echo(f"stopped at step {result.step} of {target} ({result.stopped_by or 'the session step budget'}); "
+                 "run the kernel again (a new version) to continue")
+
+    export = ckpt.export_run(run_dir, working / WEIGHTS)
+    report.weights = str(export)
+    echo(f"weights: {export} (build_bundle.py --weights takes this folder)")
+    try:
+        line = write_training_curve(run_dir, working / CURVE)
+        report.curve = str(working / CURVE) if (working / CURVE).is_file() else None
+        echo(line)
+    except (OSError, ValueError, TRMError) as e:  # a picture is never worth the session
+        report.notes.append(f"training curve skipped: {e}")
+    report.ok = True
