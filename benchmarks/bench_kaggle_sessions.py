@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from trm_kaggle.config import MazeBuildConfig, SudokuBuildConfig
-from trm_kaggle.data.maze import build_maze
-from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.data.puzzles.maze import build_maze
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.schedules import total_train_steps
 from trm_kaggle.train.settings import load_train_config

@@ -20,7 +20,7 @@ from test_notebooks import kernel_name  # noqa: F401 (the session-scoped Jupyter
 from test_train import TINY
 from trm_kaggle.cli import main as cli_main
 from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle.bundle import build_training, main as bundle_main
 from trm_kaggle.kaggle.metadata import BundleIds, verify_manifest

@@ -109,7 +109,7 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     out.mkdir(parents=True, exist_ok=True)
     report = {"out_dir": str(out.absolute()),
               "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
-                                     kaggle_has=kaggle_has, download=download, targets=targets, builder=builder,
+                                     kaggle_has=kaggle_has, download=download, target=target, builder=builder,
                                      log=log, targets=targets),
               "weights": build_weights(out / "weights", weights, ids=ids, log=log),
               "kernel": build_kernel(out / "kernel", notebook, ids=ids, enable_gpu=enable_gpu,
@@ -278,7 +278,8 @@ def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Ta
     t = time.perf_counter()
     report = build_training(args.out_dir, ids=ids, dataset=args.dataset, train_kernel=args.train_kernel,
                             presets=args.preset, overrides=args.overrides,
-                            machine_shape=check_machine_shape(args.accelerator or TRAIN_MACHINE_SHAPE),
+                            machine_shape=check_machine_shape(TRAIN_MACHINE_SHAPE if args.accelerator is None
+                                                              else args.accelerator),
                             previous="" if args.first_session else None, continue_from=args.continue_from,
                             time_budget=args.train_budget, repo=Path(args.repo),
                             download=not args.no_download, targets=targets, kaggle_has=args.kaggle_has,
@@ -319,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
             return _run_training(args, ids, targets)
         if args.overrides:
             raise TRMError(f"unexpected argument {args.overrides[0]!r}: key=value settings go with --train-kernel")
-        machine_shape = check_machine_shape(args.accelerator or DEFAULT_MACHINE_SHAPE)
+        machine_shape = check_machine_shape(DEFAULT_MACHINE_SHAPE if args.accelerator is None else args.accelerator)
         if args.execute and args.challenges:  # read before anything is built
             read_sample_submission(Path(args.challenges))
         t = time.perf_counter()

@@ -474,21 +474,26 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             # gradients of all ranks, then the optimizer steps
             if rt.distributed:
                 all_reduce_([p.grad for p in model.parameters() if p.grad is not None] + [metrics])
-            # a NaN or inf loss or gradient: skip the step, stop after a bounded run of them (XLA: checked on the
-            # logged loss, a host read per step would cut its graph). Under float16 an inf gradient is the loss
-            # scale's business (the scaler skips the step and lowers the scale): only a non-finite loss counts here.
-            finite = bool(torch.isfinite(metrics[0])) if scaler.enabled else step_is_finite(model, metrics[0])
-            if not on_xla and nonfinite.skip(finite, step):
-                _drop_gradients(model)
-                carries = carries_before if len(carries_before) == len(carries) else _resplit(carries_before, micro)
-                log.warning("step %d: the loss or the gradients are not finite; step skipped (%d in a row, the run "
-                            "stops at max_nonfinite_steps=%d)", step + 1, nonfinite.in_a_row, nonfinite.limit)
-                continue
             if scaler.enabled:
-                stepped = scaler.step(dense, sparse, model)  # skipped whole on inf/nan gradients
+                # float16: inf/nan gradients are the loss scale's business (the step is skipped whole and the scale
+                # lowered); a loss that is itself not finite is no overflow a lower scale mends: it counts toward
+                # max_nonfinite_steps like any non-finite step
+                stepped = scaler.step(dense, sparse, model)
                 if dense is not None:
                     dense.zero_grad(set_to_none=True)
+                if nonfinite.skip(stepped or bool(torch.isfinite(metrics[0])), step):
+                    log.warning("step %d: the loss is not finite (%d in a row, the run stops at "
+                                "max_nonfinite_steps=%d)", step + 1, nonfinite.in_a_row, nonfinite.limit)
             else:
+                # a NaN or inf loss or gradient: skip the step, stop after a bounded run of them (XLA: checked on
+                # the logged loss, a host read per step would cut its graph)
+                if not on_xla and nonfinite.skip(step_is_finite(model, metrics[0]), step):
+                    _drop_gradients(model)
+                    carries = carries_before if len(carries_before) == len(carries) else _resplit(carries_before,
+                                                                                                    micro)
+                    log.warning("step %d: the loss or the gradients are not finite; step skipped (%d in a row, the "
+                                "run stops at max_nonfinite_steps=%d)", step + 1, nonfinite.in_a_row, nonfinite.limit)
+                    continue
                 optimizer_step(dense, sparse)
                 stepped = True
             if ema is not None and stepped:
