@@ -1,5 +1,5 @@
 """A GPU that this torch build has no kernels for (or whose first CUDA operation fails) sends the solve's workers
-to the CPU with one warning, instead of failing every task (trm_kaggle.solve.cuda_check)."""
+to the CPU with one warning, instead of failing every task (trm_kaggle.hardware.cuda_problem)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from trm_kaggle.config import SolveConfig
-from trm_kaggle.solve import cuda_check as C
+from trm_kaggle import hardware as C
 
 
 @pytest.mark.parametrize("capability, arch_list, ok", [

@@ -38,7 +38,7 @@ from trm_kaggle.data.arc.tasks import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
 from trm_kaggle.hardware import pick_device, usable_cores, visible_cuda_ids
-from trm_kaggle.solve.cuda_check import cuda_problem
+from trm_kaggle.hardware import cuda_problem
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.task import export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
