@@ -45,6 +45,7 @@ from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.locks import SUBMIT_LOCK, directory_lock
 from trm_kaggle.model.export import model_from_train_state
 from trm_kaggle.model.rollout import act_rollout
 from trm_kaggle.solve.plan import Budget
@@ -224,6 +225,13 @@ def _echo(cfg: SolveConfig) -> Callable[[str], None]:
 
 def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
           on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
+    """`_solve` as the only writer of cfg.work_dir: a second submit there is refused before it writes anything."""
+    with directory_lock(cfg.work_dir, SUBMIT_LOCK, "submit", required=False):
+        return _solve(cfg, echo=echo, on_poll=on_poll)
+
+
+def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
+           on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
     """Write cfg.output in every case; returns a report of what happened.
 
     Once the challenges file is read, nothing can stop a valid submission from reaching cfg.output: the
@@ -265,6 +273,7 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
 
     outcomes: list[Outcome] = []
     shards: list[list] = []
+    causes: list[str] = []  # why the model path failed, for `model_failure`
     try:
         if budget.left() <= 0:
             raise TRMError(f"the time budget ({cfg.time_budget} s) is used up by the safety margin "
@@ -288,9 +297,11 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
         raise
     except Exception as e:  # the model path failed before any worker ran: the fallback on disk stays the answer
         report["errors"].append(str(e) if isinstance(e, TRMError) else f"{type(e).__name__}: {e}")
+        causes.append(report["errors"][-1])
         log.error("model path failed (%s); the submission holds the fallback answers", e)
     for out in outcomes:
         if out.error:
+            causes.append(out.error)
             lost = out.units - out.done
             report["errors"].append(f"worker {out.worker} ({out.device}): {out.error}; {lost} of its {out.units} "
                                     f"tasks keep the fallback" + (f"; log: {out.log}" if out.log else ""))
@@ -299,6 +310,7 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     candidates, task_reports, answer = merge()
     failed = {t: r["error"] for t, r in task_reports.items() if "error" in r}
     report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
+    report["model_failed"] = model_failure(len(units), task_reports, causes + list(failed.values()))
     report.update(_summarise(task_reports))
     # why each task without a model answer for every test input has the fallback: one reason per task
     early = "the model path failed before any worker ran" + (f" ({report['errors'][0]})" if report["errors"] else "")
@@ -329,6 +341,19 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     if work.is_dir():
         _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
     return report
+
+
+def model_failure(model_tasks: int, task_reports: dict[str, dict], causes: list[str]) -> str | None:
+    """Why the model could not run on any of its `model_tasks` tasks (each one's model path failed), or None.
+
+    None too when some task ran (whatever it predicted) or when no error stopped the model (a time budget
+    that ran out first is not a failure of the model). `causes` are the errors met, in order; the most
+    frequent one is the answer, said once for every task it cost."""
+    if not model_tasks or not causes or any("error" not in r for r in task_reports.values()):
+        return None
+    causes = [c.removeprefix("TRMError: ").removeprefix("DataError: ") for c in causes]  # a worker's, typed
+    most = max(dict.fromkeys(causes), key=causes.count)
+    return most + (f" (and {len(set(causes)) - 1} other error(s))" if len(set(causes)) > 1 else "")
 
 
 def fallback_reasons(challenges: dict, units: list, left_out: dict[str, str], duplicates: set[str],

@@ -34,6 +34,7 @@ from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.errors import TRMError
+from trm_kaggle.locks import TRAIN_LOCK, directory_lock
 from trm_kaggle.model.dtype import DTYPES
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
 from trm_kaggle.model.losses import act_loss
@@ -308,6 +309,14 @@ class TrainProgress:
 def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None,
           on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None,
           banner: bool = True) -> TrainResult:
+    """Train (or resume) the run in `default_run_dir(cfg)`, as its only writer (see `_train`)."""
+    with contextlib.ExitStack() as held:
+        return _train(cfg, held, on_step=on_step, on_eval=on_eval, deadline=deadline, banner=banner)
+
+
+def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[int, dict], None] | None = None,
+           on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None,
+           banner: bool = True) -> TrainResult:
     """Train (or resume) the run in `default_run_dir(cfg)`; returns the last metrics.
 
     `on_step(step, metrics)` is called at every log interval; `on_eval(step, eval_metrics)` after each
@@ -323,6 +332,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         deadline = limit if deadline is None else min(deadline, limit)
     rt = setup_runtime(cfg)
     run_dir = default_run_dir(cfg)
+    if rt.is_main:  # one writer per run directory: a second training here is refused before it touches anything
+        held.enter_context(directory_lock(run_dir, TRAIN_LOCK, "training"))
     if rt.is_main and cfg.progress and banner:
         print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
               f"{rt.world_size} replica(s)", file=sys.stderr, flush=True)
@@ -378,6 +389,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         if rt.is_main:
             log.info("resuming %s from step %d", run_dir, step)
             drop_metrics_after(run_dir / METRICS_FILE, step)
+    elif rt.is_main:  # a fresh start: records of a process killed before its first state would be duplicates
+        drop_metrics_after(run_dir / METRICS_FILE, 0)
     forward = torch.compile(model) if cfg.compile else model
     metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
     if rt.is_main:
