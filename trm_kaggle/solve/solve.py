@@ -182,7 +182,8 @@ def settings_key(cfg: SolveConfig) -> dict:
     h = hashlib.sha256()
     for name in ("config.json", "weights.safetensors"):
         try:
-            h.update((Path(cfg.weights) / name).read_bytes())
+            path = Path(cfg.weights) / name  # a device or FIFO is never read (it may never end): the load refuses it
+            h.update(path.read_bytes() if path.is_file() else b"not a regular file")
         except OSError:
             h.update(b"missing")
     fields = ("num_aug", "finetune", "embeddings_fraction", "finetune_steps", *RECURSION_FIELDS, "global_batch_size",
