@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data.arc import MAX_GRID, parse_task
 from trm_kaggle.data.build_arc import task_fits
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, describe
 from trm_kaggle.lifetime import exit_with_parent
 
 RESULT = "result.json"
@@ -291,7 +291,7 @@ def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] |
     try:
         run_units(spec, emit=emit, on_unit=done)
     except Exception as e:  # the worker failed as a whole (no device, unreadable weights, ...)
-        out.error = f"{type(e).__name__}: {e}"
+        out.error = describe(e)
         spec.log.parent.mkdir(parents=True, exist_ok=True)
         spec.log.write_text(traceback.format_exc())
         out.log = str(spec.log)

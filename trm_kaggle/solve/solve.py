@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -352,9 +353,11 @@ def model_failure(model_tasks: int, task_reports: dict[str, dict], causes: list[
     frequent one is the answer, said once for every task it cost."""
     if not model_tasks or not causes or any("error" not in r for r in task_reports.values()):
         return None
-    causes = [c.removeprefix("TRMError: ").removeprefix("DataError: ") for c in causes]  # a worker's, typed
-    most = max(dict.fromkeys(causes), key=causes.count)
-    return most + (f" (and {len(set(causes)) - 1} other error(s))" if len(set(causes)) > 1 else "")
+    kinds = [re.sub(r"\d+", "#", c) for c in causes]  # one kind: the same error of tasks in other folders
+    most = max(dict.fromkeys(kinds), key=kinds.count)
+    others = len(set(kinds)) - 1
+    return causes[kinds.index(most)] + (f" (and {others} other kind{'s' if others > 1 else ''} of error)"
+                                        if others else "")
 
 
 def fallback_reasons(challenges: dict, units: list, left_out: dict[str, str], duplicates: set[str],

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.loader import PuzzleLoader
-from trm_kaggle.atomic import atomic_write_text
+from trm_kaggle.atomic import append_line, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import TRAIN_LOCK, directory_lock
 from trm_kaggle.model.dtype import DTYPES
@@ -218,8 +218,7 @@ class MetricLog:
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_line(self.path, json.dumps(record))
         step = record.get("step", 0)
         for k, v in record.items():
             if isinstance(v, (int, float)) and k != "step":
