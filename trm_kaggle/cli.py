@@ -1107,6 +1107,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:
+        if getattr(args, "command", None):
+            from trm_kaggle.command_io import precheck
+
+            precheck(args.command, args)  # outputs against inputs, writability, selections: before any work
         return args.func(args)
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)

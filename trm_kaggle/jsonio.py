@@ -106,19 +106,22 @@ def _read_bytes(path: Path, what: str, hint: str | None, max_bytes: int = MAX_BY
         raise DataError(f"{path}: {what} not found (a part of the path is a file, not a directory)") from None
     except OSError as e:
         raise DataError(f"{path}: unreadable {what}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise DataError(f"{path}: {what} expected, found a directory")
+        kind = not_regular(st.st_mode)
+        if kind:
+            target = os.path.realpath(path)
+            links = f" (it links to {target})" if target != os.path.abspath(path) else ""
+            raise DataError(f"{path}: {what} must be a regular file, not {kind}{links}; it is not read (it may "
+                            "never end)")
+    except BaseException:
+        os.close(fd)
+        raise
+    too_large = f"{path}: {what} of {{:,}} bytes is larger than the {max_bytes:,} bytes this package reads"
     with os.fdopen(fd, "rb") as f:
         try:
-            st = os.fstat(fd)
-            if stat.S_ISDIR(st.st_mode):
-                raise DataError(f"{path}: {what} expected, found a directory")
-            kind = not_regular(st.st_mode)
-            if kind:
-                target = os.path.realpath(path)
-                links = f" (it links to {target})" if target != os.path.abspath(path) else ""
-                raise DataError(f"{path}: {what} must be a regular file, not {kind}{links}; it is not read (it may "
-                                "never end)")
-            too_large = (f"{path}: {what} of {{:,}} bytes is larger than the {max_bytes:,} bytes this package "
-                         "reads")
             if st.st_size > max_bytes:
                 raise DataError(too_large.format(st.st_size))
             data = f.read(max_bytes + 1)
