@@ -60,7 +60,8 @@ def _compare(args: argparse.Namespace) -> IO:
 
 
 def _launch(args: argparse.Namespace) -> IO:
-    return [Input(args.config, "--config")] if args.config else [], [Output(args.out, "--out", "folder")]
+    # the job files are checked one by one against the inputs where they are written (trm_kaggle.launch.files)
+    return [], [Output(args.out, "--out", "folder")]
 
 
 def _export(args: argparse.Namespace) -> IO:

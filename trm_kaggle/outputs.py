@@ -88,7 +88,7 @@ def overlap_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str |
                         "choose an output outside the inputs")
             if inp.tree and (_inside(o, i) or any(_same(p, i) for p in o.parents if p.exists())):
                 via = "" if _inside(o_plain, i_plain) else " (through a link)"
-                return (f"{_shown(out)} lies inside the input {_shown(inp)}{via}: an input folder is never "
+                return (f"{_shown(out)} is inside the input {_shown(inp)}{via}: an input folder is never "
                         "written into; choose an output outside it")
     for k, a in enumerate(outputs):
         for b in outputs[k + 1:]:
