@@ -90,12 +90,13 @@ def not_regular(mode: int) -> str | None:
                 else "not a regular file")
 
 
-def _read_bytes(path: Path, what: str, hint: str | None, max_bytes: int = MAX_BYTES) -> bytes:
+def _read_bytes(path: Path, what: str, hint: str | None, max_bytes: int | None = None) -> bytes:
     """The bytes of a regular file, at most `max_bytes` of them.
 
     Opened without blocking and checked on the open descriptor: a device (/dev/zero, /dev/urandom, also
     behind a symbolic link), a FIFO or a socket is refused before a byte is read (it may never end, or
     never start), and a file that grows past the cap while it is read is refused too."""
+    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
