@@ -154,3 +154,20 @@ def test_outputs_beside_the_inputs_pass(tmp_path):
     check_io([Input(tmp_path / "run", "run folder")], [Output(tmp_path / "run" / "compare", "--out", "folder")])
     with pytest.raises(TRMError, match="is also the input"):
         check_io([Input(tmp_path / "c.json", "--challenges")], [Output(tmp_path / "x" / ".." / "c.json", "--output")])
+
+
+def test_sweep_import_and_repair_evaluation(world, capsys):
+    before = contents(world)
+    (world / "sw").mkdir()
+    (world / "sw" / "grid.yaml").write_text("variants: {a: {}}\n")
+    line = one_error_line(capsys, main(["sweep", str(world / "sw" / "grid.yaml"), "--sweep-dir", str(world / "sw")]))
+    assert "--sweep-dir" in line and "holds the input grid file" in line
+    (world / "up").mkdir()
+    (world / "up" / "step_10").write_bytes(b"upstream")
+    line = one_error_line(capsys, main(["import-upstream", str(world / "up" / "step_10"), "--out", str(world / "up")]))
+    assert "holds the input checkpoint" in line
+    line = one_error_line(capsys, main(["evaluate-repair", "--weights", str(world / "exp"), "--data",
+                                        str(world / "data"), "--report", str(world / "data" / "test_puzzles.json")]))
+    assert "--report" in line and "is inside the input --data" in line
+    assert {k: v for k, v in contents(world).items() if not k.startswith(("sw/", "up/"))} == before
+    assert (world / "up" / "step_10").read_bytes() == b"upstream"
