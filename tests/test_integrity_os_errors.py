@@ -148,3 +148,17 @@ def test_an_error_without_a_path_is_not_given_a_fake_one(tmp_path):
     assert "metrics.jsonl" in os_error_line(e.value)
     atomic_write_text(tmp_path / "ok.txt", "fine")  # a write that succeeds is untouched by the naming
     assert (tmp_path / "ok.txt").read_text() == "fine"
+
+
+def test_an_export_cut_by_the_limit_names_the_export(tmp_path):
+    """safetensors reports the system's error in its own words ("... (os error 27)"): one line naming the export."""
+    code = ("import sys\nsys.path.insert(0, sys.argv[2])\nfrom conftest import make_export\n"
+            "from trm_kaggle.errors import os_error_line\n"
+            "try:\n    make_export(__import__('pathlib').Path(sys.argv[1]))\n"
+            "except OSError as e:\n    print(os_error_line(e))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "exp"), str(Path(__file__).parent)],
+                       capture_output=True, text=True, preexec_fn=lambda: resource.setrlimit(
+                           resource.RLIMIT_FSIZE, (4096, 4096)), timeout=300)
+    assert r.stdout.strip() == f"{tmp_path / 'exp'}: File too large (needed: a file size limit that allows it " \
+                               "(ulimit -f))", r.stdout + r.stderr
+    assert not (tmp_path / "exp").exists() and not list(tmp_path.glob("exp.partial-*"))

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from trm_kaggle.errors import TRMError, with_path
+from trm_kaggle.errors import TRMError, as_os_error, with_path
 from trm_kaggle.jsonio import read_json
 
 PARTIAL_MARK = ".partial-"
@@ -201,9 +201,12 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     try:
         yield tmp
         write_owner_record(tmp, kind)
-    except OSError as e:  # a streamed write's error names no file: it names the output being built
+    except Exception as e:  # a streamed write's error names no file (or only in a library's words): name the output
         shutil.rmtree(tmp, ignore_errors=True)
-        raise with_path(e, target) from None
+        named = as_os_error(e, target)
+        if named is None:
+            raise
+        raise named from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

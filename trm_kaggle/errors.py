@@ -49,6 +49,23 @@ def os_error_line(e: OSError) -> str:
     return (f"{path}: " if path is not None else "") + said + (f" (needed: {needed})" if needed else "")
 
 
+def as_os_error(e: BaseException, path) -> OSError | None:
+    """`e` as an OSError naming `path` (its own file when it names one), or None when it is no system error.
+
+    Besides an OSError, an error of a library that gives the system's error only in its message is one
+    (safetensors' writer: "Error while serializing: I/O error: File too large (os error 27)")."""
+    import os
+    import re
+
+    if isinstance(e, OSError):
+        return with_path(e, path)
+    found = re.search(r"\(os error (\d+)\)", str(e))
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code), str(path))
+
+
 def describe(e: BaseException) -> str:
     """One line for an exception caught to keep going (a task that failed): a user's problem as the CLI says
     it, an OSError with its file and what was needed, anything else with its type."""
