@@ -84,7 +84,7 @@ def test_submit_work_dir_inside_the_export_or_equal_to_the_output_is_refused(wor
     ("--save-votes", "exp/config.json", "is inside the input --weights"),
     ("--save-votes", "votes.npz", "is also the input --pool-with file"),      # over the votes it pools with
     ("--report-dir", "data", "is also the input --data"),
-    ("--report-dir", ".", "holds the input"),                                # a report folder holding the inputs
+    ("--report-dir", "exp/report", "is inside the input --weights"),         # a report inside the export
 ])
 def test_evaluate_never_writes_over_or_into_its_inputs(world, capsys, flag, path, words):
     before = contents(world)
@@ -171,3 +171,29 @@ def test_sweep_import_and_repair_evaluation(world, capsys):
     assert "--report" in line and "is inside the input --data" in line
     assert {k: v for k, v in contents(world).items() if not k.startswith(("sw/", "up/"))} == before
     assert (world / "up" / "step_10").read_bytes() == b"upstream"
+
+
+def test_a_folder_output_refuses_only_inputs_among_what_it_writes(world):
+    """A settings file a sweep (or a cluster job) put in the run folder is read, never written: allowed; a
+    train state there is what the rotation deletes: refused."""
+    from trm_kaggle.cli import build_parser
+    from trm_kaggle.command_io import command_io
+
+    (world / "run" / "run_config.yaml").write_text(f"data_paths: [{world / 'data'}]\n")
+    args = build_parser().parse_args(["train", "--config", str(world / "run" / "run_config.yaml"),
+                                      f"checkpoint_path={world / 'run'}"])
+    check_io(*command_io("train", args))
+    args = build_parser().parse_args(["train", "--config", str(world / "run" / "run_config.yaml"),
+                                      f"checkpoint_path={world / 'run'}",
+                                      f"load_checkpoint={world / 'run' / 'state_step00000005.pt'}"])
+    with pytest.raises(TRMError, match="holds the input load_checkpoint"):
+        check_io(*command_io("train", args))
+    (world / "work").mkdir()
+    (world / "work" / "c.json").write_text("{}")
+    args = build_parser().parse_args(["submit", "--challenges", str(world / "work" / "c.json"), "--weights",
+                                      str(world / "exp"), "--work-dir", str(world / "work")])
+    check_io(*command_io("submit", args))  # beside what submit writes there
+    args = build_parser().parse_args(["submit", "--challenges", str(world / "work" / "solve_report.json"),
+                                      "--weights", str(world / "exp"), "--work-dir", str(world / "work")])
+    with pytest.raises(TRMError, match="--work-dir .* holds the input --challenges"):
+        check_io(*command_io("submit", args))

@@ -29,6 +29,12 @@ def _build(args: argparse.Namespace) -> IO:
     return inputs, [Output(args.output_dir, "--output-dir", "replaced")]
 
 
+#: What `train` writes in its run folder (a settings file a sweep or a cluster job put there is read, not written).
+RUN_ENTRIES = ("config.json", "metrics.jsonl", "state_step*", ".state_step*", "tensorboard", "wandb", ".train.lock")
+#: What `submit` writes in its --work-dir.
+WORK_ENTRIES = ("src", "data", "units", "workers", "solve_report.json", ".submit.lock")
+
+
 def _train(args: argparse.Namespace) -> IO:
     if args.list_presets or args.list_settings or args.print_config:
         return [], []
@@ -40,7 +46,7 @@ def _train(args: argparse.Namespace) -> IO:
     inputs = [Input(p, "data path", tree=True) for p in cfg.data_paths]
     inputs += [Input(p, name) for p, name in ((args.config, "--config"), (cfg.load_checkpoint, "load_checkpoint"))
                if p and "://" not in str(p)]
-    return inputs, [Output(default_run_dir(cfg), "run folder (checkpoint_path)", "folder"),
+    return inputs, [Output(default_run_dir(cfg), "run folder (checkpoint_path)", "folder", RUN_ENTRIES),
                     Output(args.export, "--export", "replaced")]
 
 
@@ -56,7 +62,8 @@ def _sweep(args: argparse.Namespace) -> IO:
 
 def _compare(args: argparse.Namespace) -> IO:
     out = args.out or (f"{args.dirs[0].rstrip('/')}/compare" if len(args.dirs) == 1 else "compare")
-    return [Input(d, "run folder") for d in args.dirs], [Output(out, "--out", "folder")]
+    tables = ("table.md", "table.csv", "curves.png", "final.png")
+    return [Input(d, "run folder") for d in args.dirs], [Output(out, "--out", "folder", tables)]
 
 
 def _launch(args: argparse.Namespace) -> IO:
@@ -77,7 +84,8 @@ def _import_upstream(args: argparse.Namespace) -> IO:
 def _evaluate(args: argparse.Namespace) -> IO:
     inputs = [Input(args.weights, "--weights", tree=True), Input(args.data, "--data", tree=True)]
     inputs += [Input(p, "--pool-with file") for p in args.pool_with or []]
-    return inputs, [Output(args.save_votes, "--save-votes"), Output(args.report_dir, "--report-dir", "folder")]
+    report = ("report.json", "report.md", "pictures")
+    return inputs, [Output(args.save_votes, "--save-votes"), Output(args.report_dir, "--report-dir", "folder", report)]
 
 
 def _evaluate_repair(args: argparse.Namespace) -> IO:
@@ -89,7 +97,7 @@ def _submit(args: argparse.Namespace) -> IO:
     if args.list_recipes or not (args.challenges and args.weights):
         return [], []
     return ([Input(args.challenges, "--challenges"), Input(args.weights, "--weights", tree=True)],
-            [Output(args.output, "--output"), Output(args.work_dir, "--work-dir", "folder")])
+            [Output(args.output, "--output"), Output(args.work_dir, "--work-dir", "folder", WORK_ENTRIES)])
 
 
 def _regress(args: argparse.Namespace) -> IO:

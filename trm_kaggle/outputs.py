@@ -7,7 +7,7 @@ or a bind mount is the same file under another name). An output is refused when:
 
 * it is an input (same path, or the same file through a link);
 * it would replace or hold an input: the input lies inside an output folder (a folder replaced
-  as a whole, or one the command writes into);
+  as a whole, or one the command writes into, where the entries it writes are known: one of them);
 * it lies inside an input folder whose every file is an input (a dataset, an export, a corpus);
 * two outputs are one path.
 
@@ -19,6 +19,7 @@ or a file in the way is said now, not after an hour of work.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,11 @@ class Output:
     path: str | os.PathLike
     what: str
     kind: Literal["file", "folder", "replaced"] = "file"
+    writes: tuple[str, ...] | None = None  # a folder: the entries it writes (glob patterns); None: any
+
+    def could_replace(self, inside: Path) -> bool:
+        """Whether writing this folder may replace `inside`, a path inside it (relative)."""
+        return self.writes is None or any(fnmatch.fnmatchcase(inside.parts[0], p) for p in self.writes)
 
 
 def _resolved(path: str | os.PathLike) -> Path:
@@ -82,7 +88,9 @@ def overlap_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str |
                 via = "" if o_plain == i_plain else " (through a link)" if o == i else \
                     " (the same file: a hard link)" if o.is_file() else " (the same folder)"
                 return f"{_shown(out)} is also the input {_shown(inp)}{via}: an output never overwrites an input"
-            if _inside(i, o) or (i.exists() and any(_same(p, o) for p in i.parents if p.exists())):
+            holder = o if _inside(i, o) else next((p for p in i.parents if p.exists() and _same(p, o)), None) \
+                if i.exists() else None
+            if holder is not None and out.could_replace(i.relative_to(holder)):
                 via = "" if _inside(i_plain, o_plain) else " (through a link)"
                 return (f"{_shown(out)} holds the input {_shown(inp)}{via}: writing it could replace the input; "
                         "choose an output outside the inputs")
