@@ -120,6 +120,8 @@ def writable_problem(out: Output) -> str | None:
             return f"{shown} is a folder; a file is written there"
         if out.kind != "file" and not path.is_dir():
             return f"{shown} is a file; a folder is written there"
+        if out.kind == "file" and not os.access(path, os.W_OK):  # protected on purpose: not ours to replace
+            return f"{shown} is read-only; make it writable or choose another path"
     receiver = path if (out.kind == "folder" and path.is_dir()) else path.parent
     existing = _nearest_existing(receiver)
     if not existing.is_dir():
