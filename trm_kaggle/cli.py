@@ -869,6 +869,10 @@ def _solve_config(args: argparse.Namespace, **required):
     return solve_config(args.recipe, **{**_config_kwargs(args, SolveConfig.model_fields), **required})
 
 
+#: `submit`'s exit status when the model ran on none of its tasks (the valid fallback submission is written).
+MODEL_FAILED_STATUS = 3
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from trm_kaggle.solve.recipes import describe_recipes
     from trm_kaggle.solve.solve import solve
@@ -891,10 +895,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
     for e in report["errors"]:
         print(f"warning: {e}", file=sys.stderr)
     return 0 if report["valid"] else 1
-
-
-#: `submit`'s exit status when the model ran on none of its tasks (the valid fallback submission is written).
-MODEL_FAILED_STATUS = 3
 
 
 def _add_estimate(sub) -> None:
