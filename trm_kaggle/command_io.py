@@ -9,8 +9,10 @@ have none. `bundle` checks its own in `trm_kaggle.kaggle.bundle.run`, which `bui
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
-from typing import Callable
+import logging
+from typing import Callable, Iterator
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.outputs import Input, Output, check_io
@@ -29,6 +31,17 @@ def _build(args: argparse.Namespace) -> IO:
     return inputs, [Output(args.output_dir, "--output-dir", "replaced")]
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No log records while the block runs."""
+    level = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(level)
+
+
 #: What `train` writes in its run folder (a settings file a sweep or a cluster job put there is read, not written).
 RUN_ENTRIES = ("config.json", "metrics.jsonl", "state_step*", ".state_step*", "tensorboard", "wandb", ".train.lock")
 #: What `submit` writes in its --work-dir.
@@ -42,7 +55,8 @@ def _train(args: argparse.Namespace) -> IO:
     from trm_kaggle.train.settings import load_train_config
 
     overrides = list(args.overrides) + ([] if args.progress else ["progress=False"])
-    cfg = load_train_config(args.config, args.preset, overrides)
+    with _quiet():  # the command loads them again and says its notes (upstream spellings...) once
+        cfg = load_train_config(args.config, args.preset, overrides)
     inputs = [Input(p, "data path", tree=True) for p in cfg.data_paths]
     inputs += [Input(p, name) for p, name in ((args.config, "--config"), (cfg.load_checkpoint, "load_checkpoint"))
                if p and "://" not in str(p)]
