@@ -54,12 +54,12 @@ class Output:
 
 
 def _resolved(path: str | os.PathLike) -> Path:
-    return Path(os.path.realpath(os.path.expanduser(os.fspath(path))))
+    return Path(os.path.realpath(os.fspath(path)))
 
 
 def _plain(path: str | os.PathLike) -> Path:
     """The absolute path as written (links not followed)."""
-    return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
+    return Path(os.path.abspath(os.fspath(path)))
 
 
 def _inside(child: Path, parent: Path) -> bool:
@@ -113,7 +113,7 @@ def _nearest_existing(path: Path) -> Path:
 
 def writable_problem(out: Output) -> str | None:
     """Why `out` cannot be written (a file in the way, a read-only or forbidden folder), or None."""
-    path = Path(os.path.abspath(os.path.expanduser(os.fspath(out.path))))
+    path = Path(os.path.abspath(os.fspath(out.path)))
     shown = _shown(out)
     if path.exists():
         if out.kind == "file" and path.is_dir():
