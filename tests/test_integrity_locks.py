@@ -160,3 +160,29 @@ def test_sweep_takes_the_same_lock(tmp_path, holder):
     with pytest.raises(TRMError, match="another sweep is running in this directory"):
         with S._locked(tmp_path / "sw"):
             pass
+
+
+@pytest.mark.slow  # a submit process: ~20 s on a loaded 2-core machine
+def test_two_real_submits_on_one_work_dir(tmp_path, capsys):
+    """A submit at work in another process: a second one on its --work-dir is refused, and the first one's
+    submission is neither replaced by a fallback nor short of a task."""
+    task = {"train": [{"input": [[1, 2], [3, 4]], "output": [[4, 3], [2, 1]]}], "test": [{"input": [[2, 1]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({f"t{i}": task for i in range(2)}))
+    make_export(tmp_path / "exp")
+    args = ["--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"), "--work-dir",
+            str(tmp_path / "work"), "--num-aug", "1", "--finetune-steps", "100000", "--time-budget", "90",
+            "--safety-margin", "1", "--batch-size", "4", "--device", "cpu", "--workers", "1", "--no-progress"]
+    first = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "submit", *args, "--output", str(tmp_path / "a.json")],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        lock = tmp_path / "work" / SUBMIT_LOCK
+        deadline = time.time() + 120
+        while not lock.is_file() or lock.read_text().split()[:1] != [str(first.pid)]:
+            assert first.poll() is None and time.time() < deadline, first.stderr.read()
+            time.sleep(0.1)
+        line = one_error_line(capsys, main(["submit", *args, "--output", str(tmp_path / "b.json")]))
+        assert f"another submit is running in this directory: process {first.pid}" in line
+        assert not (tmp_path / "b.json").exists() and first.poll() is None
+    finally:
+        first.kill()
+        first.wait(timeout=60)
