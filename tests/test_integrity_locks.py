@@ -172,8 +172,8 @@ def test_two_real_submits_on_one_work_dir(tmp_path, capsys):
     args = ["--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"), "--work-dir",
             str(tmp_path / "work"), "--num-aug", "1", "--finetune-steps", "100000", "--time-budget", "90",
             "--safety-margin", "1", "--batch-size", "4", "--device", "cpu", "--workers", "1", "--no-progress"]
-    first = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "submit", *args, "--output", str(tmp_path / "a.json")],
-                             stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "submit", *args, "--output",
+                              str(tmp_path / "a.json")], stderr=subprocess.PIPE, text=True)
     try:
         lock = tmp_path / "work" / SUBMIT_LOCK
         deadline = time.time() + 120

@@ -85,7 +85,8 @@ CHILD = """
 import resource, sys, numpy as np, torch
 from trm_kaggle.atomic import atomic_write, atomic_write_text, append_line
 from trm_kaggle.errors import os_error_line
-writers = {"torch.save": lambda: atomic_write(sys.argv[1] + "/a.pt", lambda f: torch.save({"x": torch.zeros(100_000)}, f)),
+writers = {"torch.save": lambda: atomic_write(sys.argv[1] + "/a.pt",
+                                              lambda f: torch.save({"x": torch.zeros(100_000)}, f)),
            "numpy savez": lambda: atomic_write(sys.argv[1] + "/a.npz", lambda f: np.savez(f, x=np.zeros(100_000))),
            "text": lambda: atomic_write_text(sys.argv[1] + "/a.txt", "x" * 1_000_000),
            "append": lambda: append_line(sys.argv[1] + "/metrics.jsonl", "x" * 1_000_000)}
