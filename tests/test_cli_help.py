@@ -84,7 +84,7 @@ def test_out_of_range_settings_are_one_error_line(override, field, capsys):
 
 
 def test_submit_refuses_a_negative_seed(tmp_path, capsys):
-    assert main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path),
+    assert main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w"),
                  "--seed", "-1", "--output", str(tmp_path / "s.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "seed" in err

@@ -20,7 +20,7 @@ PACKAGE = Path(trm_kaggle.__file__).parent
 # The layer of each top-level module or subpackage.
 LAYER_OF = {
     "__init__": "base", "errors": "base", "jsonio": "base", "atomic": "base", "config": "base", "names": "base",
-    "lifetime": "base", "hardware": "base", "wording": "base", "progress": "base",
+    "lifetime": "base", "hardware": "base", "wording": "base", "progress": "base", "locks": "base", "outputs": "base",
     "xla": "base",  # PyTorch/XLA helpers: the model, optimizers, training and inference all call them
     "data": "data",  # tasks -> dataset -> batches
     "model": "model",  # batches -> predictions (and exports of the weights)
@@ -31,7 +31,7 @@ LAYER_OF = {
     "experiments": "experiments",  # grids of training runs and their comparison
     "launch": "launch",  # beyond one machine: torchrun checked, Kubernetes and SLURM job files
     "kaggle": "kaggle",  # the bundle
-    "cli": "top", "__main__": "top", "pipeline": "top", "doctor": "top",
+    "cli": "top", "__main__": "top", "pipeline": "top", "doctor": "top", "command_io": "top",
     "kaggle_training": "top",  # a session of the Kaggle training kernel: train, export, the curve
 }
 

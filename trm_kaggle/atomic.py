@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, as_os_error, with_path
 from trm_kaggle.jsonio import read_json
 
 PARTIAL_MARK = ".partial-"
@@ -48,22 +48,64 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = No
     atomic_write(path, lambda f: f.write(text), mode="w")
 
 
+class _Recorder:
+    """A file object that remembers the first OSError of its writes.
+
+    torch's archive writer turns a failed write (a full disk, a file size limit) into
+    "RuntimeError: [enforce fail at inline_container.cc:...] unexpected pos", which names neither
+    the file nor the cause; the OSError recorded here restores both."""
+
+    def __init__(self, f: Any):
+        self._f, self.error = f, None
+
+    def write(self, data: Any) -> Any:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str = "wb") -> None:
-    """Call `write(fileobj)` on a temporary sibling, fsync it, then rename it over `path`."""
+    """Call `write(fileobj)` on a temporary sibling, fsync it, then rename it over `path`.
+
+    Any OSError of the write (a full disk, a file size limit) names `path`, also when the writer
+    (torch, numpy) reported it in its own words."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private (0600); outputs are meant to be shared
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        f = os.fdopen(fd, mode)
+        recorder = _Recorder(f)
+        try:
+            with f:  # closing flushes too: its error is caught here as well
+                write(recorder)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise with_path(recorder.error or e, path) from None
+        except RuntimeError:
+            if recorder.error is None:
+                raise
+            raise with_path(recorder.error, path) from None
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line to a log file (metrics.jsonl); an OSError names the file."""
+    try:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+    except OSError as e:
+        raise with_path(e, path) from None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -159,6 +201,12 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     try:
         yield tmp
         write_owner_record(tmp, kind)
+    except Exception as e:  # a streamed write's error names no file (or only in a library's words): name the output
+        shutil.rmtree(tmp, ignore_errors=True)
+        named = as_os_error(e, target)
+        if named is None:
+            raise
+        raise named from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -780,7 +780,10 @@ def _add_submit(sub) -> None:
                                    "weights (new puzzle rows start from the mean row), prediction with augmentation "
                                    "voting. Tasks are sharded over one worker process per visible GPU (or --workers "
                                    "on CPU); submission.json lists every task in every case. --recipe NAME sets "
-                                   "several options at once (--list-recipes); flags win over it.")
+                                   "several options at once (--list-recipes); flags win over it. Exit status: 0 "
+                                   "done; 1 the submission is invalid; 2 bad input (nothing written); 3 the model "
+                                   "could not run on any task (unreadable weights, a setting it cannot run with): "
+                                   "the valid fallback submission is written.")
     p.add_argument("--challenges", help="challenges JSON, e.g. arc-agi_test_challenges.json (required unless "
                                         "--list-recipes)")
     p.add_argument("--weights", help="export directory: trm-kaggle export / import-upstream (required unless "
@@ -843,6 +846,10 @@ def _solve_config(args: argparse.Namespace, **required):
     return solve_config(args.recipe, **{**_config_kwargs(args, SolveConfig.model_fields), **required})
 
 
+#: `submit`'s exit status when the model ran on none of its tasks (the valid fallback submission is written).
+MODEL_FAILED_STATUS = 3
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from trm_kaggle.solve.recipes import describe_recipes
     from trm_kaggle.solve.solve import solve
@@ -857,6 +864,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
           f"{report['answered']} answered by the model, {count(report['predicted'], 'test input')} with model predictions, "
           f"{report['elapsed_s']} s")
+    if report.get("model_failed") and report["valid"]:  # one line for the cause, not one per task it cost
+        print(f"error: the model could not run on any of its {count(report['model_tasks'], 'task')}: "
+              f"{report['model_failed']}; {report['output']} holds the fallback answers (details: "
+              f"{args.work_dir}/solve_report.json)", file=sys.stderr)
+        return MODEL_FAILED_STATUS
     for e in report["errors"]:
         print(f"warning: {e}", file=sys.stderr)
     return 0 if report["valid"] else 1
@@ -1057,6 +1069,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:
+        if getattr(args, "command", None):
+            from trm_kaggle.command_io import precheck
+
+            precheck(args.command, args)  # outputs against inputs, writability, selections: before any work
         return args.func(args)
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)

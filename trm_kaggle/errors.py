@@ -23,7 +23,17 @@ _NEEDED = {
     "EISDIR": "a file, not a folder", "EEXIST": "the path to be free (something is already there)",
     "ENAMETOOLONG": "a shorter name", "EMFILE": "fewer open files", "EXDEV": "one file system",
     "ENOTEMPTY": "an empty folder", "EIO": "a working disk",
+    "EFBIG": "a file size limit that allows it (ulimit -f)",
 }
+
+
+def with_path(e: OSError, path) -> OSError:
+    """`e` naming `path` when it names no file (the OSError of a write names none)."""
+    if e.filename is not None:
+        return e
+    named = OSError(e.errno, e.strerror or str(e) or type(e).__name__, str(path))
+    named.__cause__ = e
+    return named
 
 
 def os_error_line(e: OSError) -> str:
@@ -31,9 +41,36 @@ def os_error_line(e: OSError) -> str:
     import errno
 
     name = errno.errorcode.get(e.errno or 0, "")
-    path = e.filename if e.filename is not None else "(no path)"
+    path = e.filename
     if e.filename2 is not None:
         path = f"{path} -> {e.filename2}"
     said = e.strerror or str(e) or type(e).__name__
     needed = _NEEDED.get(name)
-    return f"{path}: {said}" + (f" (needed: {needed})" if needed else "")
+    return (f"{path}: " if path is not None else "") + said + (f" (needed: {needed})" if needed else "")
+
+
+def as_os_error(e: BaseException, path) -> OSError | None:
+    """`e` as an OSError naming `path` (its own file when it names one), or None when it is no system error.
+
+    Besides an OSError, an error of a library that gives the system's error only in its message is one
+    (safetensors' writer: "Error while serializing: I/O error: File too large (os error 27)")."""
+    import os
+    import re
+
+    if isinstance(e, OSError):
+        return with_path(e, path)
+    found = re.search(r"\(os error (\d+)\)", str(e))
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code), str(path))
+
+
+def describe(e: BaseException) -> str:
+    """One line for an exception caught to keep going (a task that failed): a user's problem as the CLI says
+    it, an OSError with its file and what was needed, anything else with its type."""
+    if isinstance(e, TRMError):
+        return str(e)
+    if isinstance(e, OSError):
+        return os_error_line(e)
+    return f"{type(e).__name__}: {e}"

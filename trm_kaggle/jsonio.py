@@ -1,7 +1,8 @@
 """The one JSON reader: every JSON file (and JSON line) of the package is parsed here.
 
 Whatever is wrong with a file, the caller gets one `DataError` line naming the file and
-the problem, never a traceback: missing, a directory, unreadable, larger than `MAX_BYTES`,
+the problem, never a traceback: missing, a directory, a device, FIFO or socket (never read: it may never end),
+unreadable, larger than `MAX_BYTES` (at most that many bytes are ever read),
 empty, not UTF-8 (UTF-8 with a byte-order mark and UTF-16/32 with one are read as text
 editors write them), truncated or otherwise invalid (with line and column), nested deeper
 than Python's parser goes (about 1,000 levels: its RecursionError becomes one line), or an
@@ -14,6 +15,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,13 +80,25 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON",
                         "than 10 levels)") from None
 
 
-def _read_bytes(path: Path, what: str, hint: str | None) -> bytes:
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe (FIFO)"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of st_mode `mode` is when it is neither a regular file nor a directory (None otherwise)."""
+    return next((kind for test, kind in _KINDS if test(mode)), None if stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+                else "not a regular file")
+
+
+def _read_bytes(path: Path, what: str, hint: str | None, max_bytes: int | None = None) -> bytes:
+    """The bytes of a regular file, at most `max_bytes` of them.
+
+    Opened without blocking and checked on the open descriptor: a device (/dev/zero, /dev/urandom, also
+    behind a symbolic link), a FIFO or a socket is refused before a byte is read (it may never end, or
+    never start), and a file that grows past the cap while it is read is refused too."""
+    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise DataError(f"{path}: {what} of {size:,} bytes is larger than the {MAX_BYTES:,} bytes this "
-                            "package reads")
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise DataError(f"{path}: {what} not found" + (f" ({hint})" if hint else "")) from None
     except IsADirectoryError:
@@ -93,6 +107,30 @@ def _read_bytes(path: Path, what: str, hint: str | None) -> bytes:
         raise DataError(f"{path}: {what} not found (a part of the path is a file, not a directory)") from None
     except OSError as e:
         raise DataError(f"{path}: unreadable {what}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise DataError(f"{path}: {what} expected, found a directory")
+        kind = not_regular(st.st_mode)
+        if kind:
+            target = os.path.realpath(path)
+            links = f" (it links to {target})" if target != os.path.abspath(path) else ""
+            raise DataError(f"{path}: {what} must be a regular file, not {kind}{links}; it is not read (it may "
+                            "never end)")
+    except BaseException:
+        os.close(fd)
+        raise
+    too_large = f"{path}: {what} of {{:,}} bytes is larger than the {max_bytes:,} bytes this package reads"
+    with os.fdopen(fd, "rb") as f:
+        try:
+            if st.st_size > max_bytes:
+                raise DataError(too_large.format(st.st_size))
+            data = f.read(max_bytes + 1)
+            if len(data) > max_bytes:  # it grew while being read
+                raise DataError(too_large.format(len(data)) + " (it grew while being read)")
+            return data
+        except OSError as e:
+            raise DataError(f"{path}: unreadable {what}: {e.strerror or e}") from None
 
 
 def read_text(path: str | os.PathLike, what: str = "text file", hint: str | None = None) -> str:

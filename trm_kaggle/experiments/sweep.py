@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import pydantic
 
@@ -47,6 +47,7 @@ from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.locks import directory_lock
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train.loop import RESUMABLE_CHANGES
 from trm_kaggle.train.settings import apply_overrides, dump_config, load_train_config, read_config_file
@@ -264,23 +265,9 @@ def _refuse_if_still_running(rec: dict, sweep_dir: Path) -> None:
                        f"sweep; wait for it or stop it (kill {pid}) first")
 
 
-@contextlib.contextmanager
-def _locked(sweep_dir: Path) -> Iterator[None]:
-    """One sweep process per directory (an advisory lock, released when the process ends however it ends)."""
-    try:
-        import fcntl
-    except ImportError:  # no fcntl (Windows): no lock
-        yield
-        return
-    with open(sweep_dir / LOCK_FILE, "a") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise TRMError(f"{sweep_dir}: another sweep is running in this directory") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+def _locked(sweep_dir: Path):
+    """One sweep process per directory (the package's directory lock, released when the process ends)."""
+    return directory_lock(sweep_dir, LOCK_FILE, "sweep")
 
 
 # ---------------------------------------------------------------------------

@@ -66,6 +66,7 @@ from trm_kaggle.kaggle.weights_dataset import build_weights, default_weights, is
 from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_python_version,
 )
+from trm_kaggle.outputs import Input, Output, check_io
 
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "execute", "main", "make_parser", "push", "run",
@@ -306,9 +307,20 @@ def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Ta
     return 0
 
 
+def bundle_io(args: argparse.Namespace) -> tuple[list[Input], list[Output]]:
+    """What a bundle build reads and writes (checked against each other before anything is built)."""
+    repo = Path(args.repo)
+    inputs = [Input(repo, "--repo"), Input(args.notebook or repo / DEFAULT_NOTEBOOK, "--notebook")]
+    inputs += [Input(args.weights, "--weights", tree=True)] if args.weights else []
+    inputs += [Input(w, "--extra-wheel") for w in args.extra_wheel]
+    inputs += [Input(args.challenges, "--challenges")] if args.challenges else []
+    return inputs, [Output(args.out_dir, "OUT_DIR", "folder")]
+
+
 def run(args: argparse.Namespace) -> int:
     """Build (and optionally execute and push) the bundle the parsed options describe; the exit status."""
     try:
+        check_io(*bundle_io(args))  # before anything is built: no part of the bundle replaces an input
         if args.user is not None and not args.user.strip():
             raise TRMError("--user is empty: give your Kaggle user name (or leave --user out to use "
                            "$KAGGLE_USERNAME)")

@@ -32,7 +32,7 @@ from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import ArchConfig, ExportConfig, TaskIdMode, TrainConfig, validation_line
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import not_regular, read_json
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
@@ -160,6 +160,8 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
 
     path = Path(path)
     cfg_path, w_path = path / "config.json", path / "weights.safetensors"
+    if w_path.exists() and not_regular(w_path.stat().st_mode):  # a FIFO would block, a device never end
+        raise TRMError(f"{w_path}: weights must be a regular file, not {not_regular(w_path.stat().st_mode)}")
     raw = read_json(cfg_path, "config.json", hint=f"is {path} an export made by `trm-kaggle export`?")
     if not isinstance(raw, dict) or raw.get("format") != EXPORT_FORMAT:
         raise TRMError(f"{cfg_path}: not a trm-kaggle inference config")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import sys
 import time
 from pathlib import Path
@@ -37,8 +38,8 @@ from trm_kaggle.config import RECURSION_FIELDS, SolveConfig
 from trm_kaggle.data.arc.tasks import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
-from trm_kaggle.hardware import pick_device, usable_cores, visible_cuda_ids
-from trm_kaggle.hardware import cuda_problem
+from trm_kaggle.hardware import cuda_problem, pick_device, usable_cores, visible_cuda_ids
+from trm_kaggle.locks import SUBMIT_LOCK, directory_lock
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.task import export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
@@ -77,7 +78,8 @@ def settings_key(cfg: SolveConfig) -> dict:
     h = hashlib.sha256()
     for name in ("config.json", "weights.safetensors"):
         try:
-            h.update((Path(cfg.weights) / name).read_bytes())
+            path = Path(cfg.weights) / name  # a device or FIFO is never read (it may never end): the load refuses it
+            h.update(path.read_bytes() if path.is_file() else b"not a regular file")
         except OSError:
             h.update(b"missing")
     fields = ("num_aug", "finetune", "embeddings_fraction", "finetune_steps", *RECURSION_FIELDS, "global_batch_size",
@@ -114,6 +116,13 @@ def _echo(cfg: SolveConfig) -> Callable[[str], None]:
 
 def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
           on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
+    """`_solve` as the only writer of cfg.work_dir: a second submit there is refused before it writes anything."""
+    with directory_lock(cfg.work_dir, SUBMIT_LOCK, "submit", required=False):
+        return _solve(cfg, echo=echo, on_poll=on_poll)
+
+
+def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
+           on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
     """Write cfg.output in every case; returns a report of what happened.
 
     Once the challenges file is read, nothing can stop a valid submission from reaching cfg.output: the
@@ -155,6 +164,7 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
 
     outcomes: list[Outcome] = []
     shards: list[list] = []
+    causes: list[str] = []  # why the model path failed, for `model_failure`
     try:
         if budget.left() <= 0:
             raise TRMError(f"the time budget ({cfg.time_budget} s) is used up by the safety margin "
@@ -178,9 +188,11 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
         raise
     except Exception as e:  # the model path failed before any worker ran: the fallback on disk stays the answer
         report["errors"].append(str(e) if isinstance(e, TRMError) else f"{type(e).__name__}: {e}")
+        causes.append(report["errors"][-1])
         log.error("model path failed (%s); the submission holds the fallback answers", e)
     for out in outcomes:
         if out.error:
+            causes.append(out.error)
             lost = out.units - out.done
             report["errors"].append(f"worker {out.worker} ({out.device}): {out.error}; {lost} of its {out.units} "
                                     f"tasks keep the fallback" + (f"; log: {out.log}" if out.log else ""))
@@ -189,6 +201,7 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     candidates, task_reports, answer = merge()
     failed = {t: r["error"] for t, r in task_reports.items() if "error" in r}
     report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
+    report["model_failed"] = model_failure(len(units), task_reports, causes + list(failed.values()))
     report.update(_summarise(task_reports))
     # why each task without a model answer for every test input has the fallback: one reason per task
     early = "the model path failed before any worker ran" + (f" ({report['errors'][0]})" if report["errors"] else "")
@@ -219,6 +232,21 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     if work.is_dir():
         _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
     return report
+
+
+def model_failure(model_tasks: int, task_reports: dict[str, dict], causes: list[str]) -> str | None:
+    """Why the model could not run on any of its `model_tasks` tasks (each one's model path failed), or None.
+
+    None too when some task ran (whatever it predicted) or when no error stopped the model (a time budget
+    that ran out first is not a failure of the model). `causes` are the errors met, in order; the most
+    frequent one is the answer, said once for every task it cost."""
+    if not model_tasks or not causes or any("error" not in r for r in task_reports.values()):
+        return None
+    kinds = [re.sub(r"\d+", "#", c) for c in causes]  # one kind: the same error of tasks in other folders
+    most = max(dict.fromkeys(kinds), key=kinds.count)
+    others = len(set(kinds)) - 1
+    return causes[kinds.index(most)] + (f" (and {others} other kind{'s' if others > 1 else ''} of error)"
+                                        if others else "")
 
 
 def fallback_reasons(challenges: dict, units: list, left_out: dict[str, str], duplicates: set[str],

@@ -23,6 +23,7 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.errors import describe
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model.export import read_export
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget, Plan, hms, plan_worker, task_deadlines
@@ -113,12 +114,12 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
             if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
                 torch.cuda.empty_cache()
             try:  # the task keeps its fallback; its result says why
-                write_result(spec.work, unit, keys[unit.index], {}, {"error": f"{type(e).__name__}: {e}"}, False)
+                write_result(spec.work, unit, keys[unit.index], {}, {"error": describe(e)}, False)
                 (unit_dir(spec.work, unit) / "error.log").write_text(traceback.format_exc())
             except OSError:
                 pass
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})",
-                             f"FAILED ({type(e).__name__}: {e}); it keeps the fallback answer"))
+                             f"FAILED ({describe(e)}); it keeps the fallback answer"))
         if on_unit is not None:
             on_unit(unit)
     return plan

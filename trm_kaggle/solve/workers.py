@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from trm_kaggle.errors import describe
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.solve.workdir import Unit, WorkerSpec
 
@@ -137,7 +138,7 @@ def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] |
     try:
         run_units(spec, emit=emit, on_unit=done)
     except Exception as e:  # the worker failed as a whole (no device, unreadable weights, ...)
-        out.error = f"{type(e).__name__}: {e}"
+        out.error = describe(e)
         spec.log.parent.mkdir(parents=True, exist_ok=True)
         spec.log.write_text(traceback.format_exc())
         out.log = str(spec.log)

@@ -32,8 +32,9 @@ import torch.distributed as dist
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.loader import PuzzleLoader
-from trm_kaggle.atomic import atomic_write_text
+from trm_kaggle.atomic import append_line, atomic_write_text
 from trm_kaggle.errors import TRMError
+from trm_kaggle.locks import TRAIN_LOCK, directory_lock
 from trm_kaggle.model.dtype import DTYPES
 from trm_kaggle.model.finite import NonFiniteSteps, step_is_finite
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
@@ -231,8 +232,7 @@ class MetricLog:
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_line(self.path, json.dumps(record))
         step = record.get("step", 0)
         for k, v in record.items():
             if isinstance(v, (int, float)) and k != "step":
@@ -322,6 +322,14 @@ class TrainProgress:
 def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None,
           on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None,
           banner: bool = True) -> TrainResult:
+    """Train (or resume) the run in `default_run_dir(cfg)`, as its only writer (see `_train`)."""
+    with contextlib.ExitStack() as held:
+        return _train(cfg, held, on_step=on_step, on_eval=on_eval, deadline=deadline, banner=banner)
+
+
+def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[int, dict], None] | None = None,
+           on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None,
+           banner: bool = True) -> TrainResult:
     """Train (or resume) the run in `default_run_dir(cfg)`; returns the last metrics.
 
     `on_step(step, metrics)` is called at every log interval; `on_eval(step, eval_metrics)` after each
@@ -337,6 +345,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         deadline = limit if deadline is None else min(deadline, limit)
     rt = setup_runtime(cfg)
     run_dir = default_run_dir(cfg)
+    if rt.is_main:  # one writer per run directory: a second training here is refused before it touches anything
+        held.enter_context(directory_lock(run_dir, TRAIN_LOCK, "training"))
     if rt.is_main and cfg.progress and banner:
         print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
               f"{rt.world_size} replica(s)", file=sys.stderr, flush=True)
@@ -392,6 +402,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
         if rt.is_main:
             log.info("resuming %s from step %d", run_dir, step)
             drop_metrics_after(run_dir / METRICS_FILE, step)
+    elif rt.is_main:  # a fresh start: records of a process killed before its first state would be duplicates
+        drop_metrics_after(run_dir / METRICS_FILE, 0)
     scaler = LossScaler(rt.dtype, rt.device)  # float16: loss scaling (after a resume settled the dtype)
     if newest is not None:
         scaler.load_state_dict(newest[1].get("amp"))

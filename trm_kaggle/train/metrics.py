@@ -2,7 +2,8 @@
 
 Each line is one JSON record: training records carry `loss` (and `elapsed_s`, seconds since the
 process started training), evaluation records carry `eval_*` keys. A resumed run first drops the
-records past the step it resumes from (`drop_metrics_after`), then appends; its `elapsed_s` starts
+records past the step it resumes from (`drop_metrics_after`; a start with no state to resume from, after a
+process killed before its first state, drops them all), then appends; its `elapsed_s` starts
 again from zero. The reader adds `wall_s`: wall-clock seconds of training up to each step, counted
 across resumptions (the time an interrupted process spent on steps that were trained again is not
 counted), and keeps one record per step (the last process's) also in a file written before

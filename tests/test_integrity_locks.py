@@ -1,0 +1,188 @@
+"""One writer per directory: `train` (its run folder) and `submit` (its --work-dir) take the lock `sweep` takes.
+
+A second writer is refused with one line naming the holder; a lock left by a process that is gone is
+taken over; the lock is released when the holder ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trm_kaggle.cli import main
+from trm_kaggle.config import SudokuBuildConfig
+from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.errors import TRMError
+from trm_kaggle.locks import SUBMIT_LOCK, TRAIN_LOCK, directory_lock
+
+from conftest import make_export
+
+TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_cycles=1", "arch.L_cycles=1",
+        "arch.L_layers=1", "arch.halt_max_steps=2", "arch.puzzle_emb_len=2", "arch.forward_dtype=float32",
+        "global_batch_size=8", "eval_interval=null", "log_interval=1", "device=cpu", "threads=1", "seed=0"]
+
+HOLDER = """
+import sys, time
+from trm_kaggle.locks import directory_lock
+with directory_lock(sys.argv[1], sys.argv[2], sys.argv[3]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def one_error_line(capsys, rc: int) -> str:
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING:", "note:"))]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+@pytest.fixture
+def holder():
+    """Start a process that holds a directory lock (as a running train or submit does); yields its starter."""
+    started = []
+
+    def start(directory: Path, name: str, what: str) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), name, what], stdout=subprocess.PIPE,
+                             text=True)
+        assert p.stdout.readline().strip() == "held"
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture(scope="module")
+def sudoku4(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=16, num_test=4, num_aug=1, progress=False))
+    return out
+
+
+def test_a_second_holder_is_refused_naming_the_first(tmp_path, holder):
+    p = holder(tmp_path / "d", TRAIN_LOCK, "training")
+    with pytest.raises(TRMError) as e:
+        with directory_lock(tmp_path / "d", TRAIN_LOCK, "training"):
+            pass
+    assert f"another training is running in this directory: process {p.pid}" in str(e.value)
+    assert f"kill {p.pid}" in str(e.value) and "\n" not in str(e.value)
+    with directory_lock(tmp_path / "d", SUBMIT_LOCK, "submit"):  # another lock of the same folder is free
+        pass
+
+
+def test_a_lock_of_a_process_that_is_gone_is_taken_over(tmp_path, holder):
+    p = holder(tmp_path / "d", TRAIN_LOCK, "training")
+    p.send_signal(signal.SIGKILL)  # killed while holding it: the kernel drops the lock
+    p.wait()
+    assert str(p.pid) in (tmp_path / "d" / TRAIN_LOCK).read_text()  # its record is still there
+    with directory_lock(tmp_path / "d", TRAIN_LOCK, "training"):
+        assert (tmp_path / "d" / TRAIN_LOCK).read_text().split()[0] == str(os.getpid())
+    # a record left by a dead process with no flock at all (a file copied in) is stale too
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / TRAIN_LOCK).write_text(f"{p.pid} {os.uname().nodename} trm-kaggle train\n")
+    with directory_lock(tmp_path / "e", TRAIN_LOCK, "training"):
+        pass
+
+
+def test_the_lock_is_released_when_the_block_ends(tmp_path):
+    for _ in range(2):
+        with directory_lock(tmp_path, TRAIN_LOCK, "training"):
+            pass
+    with pytest.raises(RuntimeError):
+        with directory_lock(tmp_path, TRAIN_LOCK, "training"):
+            raise RuntimeError("boom")
+    with directory_lock(tmp_path, TRAIN_LOCK, "training"):
+        pass
+
+
+@pytest.mark.slow  # starts a training process: ~20 s on a loaded 2-core machine
+def test_two_trainings_on_one_run_folder(sudoku4, tmp_path, capsys):
+    """A real training in another process holds its run folder: a second `train` there is refused before
+    it writes anything, whatever the first one is doing."""
+    run = tmp_path / "run"
+    args = [f"data_paths=[{sudoku4}]", f"checkpoint_path={run}", *TINY]
+    first = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "train", *args, "max_steps=100000",
+                              "--no-progress"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (run / TRAIN_LOCK).is_file() or (run / TRAIN_LOCK).read_text().split()[:1] != [str(first.pid)]:
+            assert first.poll() is None and time.time() < deadline, first.stderr.read()
+            time.sleep(0.1)
+        before = (run / "metrics.jsonl").read_bytes() if (run / "metrics.jsonl").is_file() else None
+        line = one_error_line(capsys, main(["train", *args, "max_steps=100000", "--no-progress"]))
+        assert f"{run}: another training is running in this directory: process {first.pid}" in line
+        assert first.poll() is None  # the first one goes on
+        after = (run / "metrics.jsonl").read_bytes() if (run / "metrics.jsonl").is_file() else None
+        assert before is None or after.startswith(before)  # the refused one dropped none of its records
+    finally:
+        first.kill()
+        first.wait(timeout=60)
+
+
+def test_a_training_under_a_held_lock_writes_nothing(sudoku4, tmp_path, capsys, holder):
+    run = tmp_path / "run"
+    holder(run, TRAIN_LOCK, "training")
+    line = one_error_line(capsys, main(["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={run}", *TINY,
+                                        "max_steps=2", "--no-progress"]))
+    assert "another training is running" in line
+    assert sorted(p.name for p in run.iterdir()) == [TRAIN_LOCK]
+
+
+def test_two_submits_on_one_work_dir(tmp_path, capsys, holder):
+    """A submit running on --work-dir holds it: a second one is refused before it writes anything (its
+    --output included), with one line."""
+    (tmp_path / "c.json").write_text('{"t1": {"train": [{"input": [[1]], "output": [[2]]}], '
+                                     '"test": [{"input": [[1]]}]}}')
+    make_export(tmp_path / "exp")
+    holder(tmp_path / "work", SUBMIT_LOCK, "submit")
+    rc = main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"), "--output",
+               str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "work"), "--no-progress"])
+    assert "another submit is running in this directory" in one_error_line(capsys, rc)
+    assert not (tmp_path / "s.json").exists() and sorted(p.name for p in (tmp_path / "work").iterdir()) == [
+        SUBMIT_LOCK]
+
+
+def test_sweep_takes_the_same_lock(tmp_path, holder):
+    from trm_kaggle.experiments import sweep as S
+
+    holder(tmp_path / "sw", S.LOCK_FILE, "sweep")
+    with pytest.raises(TRMError, match="another sweep is running in this directory"):
+        with S._locked(tmp_path / "sw"):
+            pass
+
+
+@pytest.mark.slow  # a submit process: ~20 s on a loaded 2-core machine
+def test_two_real_submits_on_one_work_dir(tmp_path, capsys):
+    """A submit at work in another process: a second one on its --work-dir is refused, and the first one's
+    submission is neither replaced by a fallback nor short of a task."""
+    task = {"train": [{"input": [[1, 2], [3, 4]], "output": [[4, 3], [2, 1]]}], "test": [{"input": [[2, 1]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({f"t{i}": task for i in range(2)}))
+    make_export(tmp_path / "exp")
+    args = ["--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"), "--work-dir",
+            str(tmp_path / "work"), "--num-aug", "1", "--finetune-steps", "100000", "--time-budget", "90",
+            "--safety-margin", "1", "--batch-size", "4", "--device", "cpu", "--workers", "1", "--no-progress"]
+    first = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "submit", *args, "--output",
+                              str(tmp_path / "a.json")], stderr=subprocess.PIPE, text=True)
+    try:
+        lock = tmp_path / "work" / SUBMIT_LOCK
+        deadline = time.time() + 120
+        while not lock.is_file() or lock.read_text().split()[:1] != [str(first.pid)]:
+            assert first.poll() is None and time.time() < deadline, first.stderr.read()
+            time.sleep(0.1)
+        line = one_error_line(capsys, main(["submit", *args, "--output", str(tmp_path / "b.json")]))
+        assert f"another submit is running in this directory: process {first.pid}" in line
+        assert not (tmp_path / "b.json").exists() and first.poll() is None
+    finally:
+        first.kill()
+        first.wait(timeout=60)

@@ -1,0 +1,165 @@
+"""An OS error names its file and its cause: never "(no path)", never torch's "unexpected pos".
+
+A write that fails (a full disk, a file size limit under `ulimit -f`) raises an OSError without a file
+name, and torch's archive writer turns it into "inline_container.cc:672 unexpected pos". Atomic writes,
+appended logs and directory builds put the path back, and the cause is said once.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import trm_kaggle.atomic as A
+from trm_kaggle.atomic import append_line, atomic_directory, atomic_write, atomic_write_text
+from trm_kaggle.errors import describe, os_error_line
+
+from conftest import make_export
+
+LIMIT = 64 * 1024  # bytes a process may write into one file in these tests
+
+
+def limit_file_size():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
+
+
+def run_limited(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m trm_kaggle ARGS` under a file size limit (as `ulimit -f` sets it)."""
+    return subprocess.run([sys.executable, "-m", "trm_kaggle", *args], capture_output=True, text=True, cwd=cwd,
+                          preexec_fn=limit_file_size, timeout=300)
+
+
+WRITERS = {
+    "torch.save": lambda f: torch.save({"x": torch.zeros(100_000)}, f),
+    "numpy savez": lambda f: np.savez(f, x=np.zeros(100_000)),
+    "text": lambda f: f.write(b"x" * 1_000_000),
+}
+
+
+def _full_disk_after(limit: int, monkeypatch):
+    """Make every file opened by atomic_write report a full disk once `limit` bytes were written to it."""
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def write(self, data):
+            self.n += len(data)
+            if self.n > limit:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(A.os, "fdopen", lambda fd, mode: Full(real(fd, mode)))
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_full_disk_names_the_file_whatever_wrote_it(tmp_path, monkeypatch, writer):
+    _full_disk_after(10_000, monkeypatch)
+    with pytest.raises(OSError) as e:
+        atomic_write(tmp_path / "out.bin", WRITERS[writer])
+    line = os_error_line(e.value)
+    assert line.startswith(f"{tmp_path / 'out.bin'}: No space left on device (needed: free space")
+    assert "unexpected pos" not in line and list(tmp_path.iterdir()) == []  # no temporary left behind
+
+
+CHILD = """
+import resource, sys, numpy as np, torch
+from trm_kaggle.atomic import atomic_write, atomic_write_text, append_line
+from trm_kaggle.errors import os_error_line
+writers = {"torch.save": lambda: atomic_write(sys.argv[1] + "/a.pt",
+                                              lambda f: torch.save({"x": torch.zeros(100_000)}, f)),
+           "numpy savez": lambda: atomic_write(sys.argv[1] + "/a.npz", lambda f: np.savez(f, x=np.zeros(100_000))),
+           "text": lambda: atomic_write_text(sys.argv[1] + "/a.txt", "x" * 1_000_000),
+           "append": lambda: append_line(sys.argv[1] + "/metrics.jsonl", "x" * 1_000_000)}
+for name, write in writers.items():
+    try:
+        write()
+        print(name, "written")
+    except OSError as e:
+        print(name, "|", os_error_line(e))
+"""
+
+
+def test_a_file_size_limit_names_the_file_and_the_limit(tmp_path):
+    r = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], capture_output=True, text=True,
+                       preexec_fn=limit_file_size, timeout=300)
+    lines = dict(line.split(" | ") for line in r.stdout.splitlines())
+    assert set(lines) == {"torch.save", "numpy savez", "text", "append"}, r.stdout + r.stderr
+    for name, line in lines.items():
+        assert line.endswith("File too large (needed: a file size limit that allows it (ulimit -f))"), line
+        assert line.startswith(str(tmp_path) + "/"), line
+
+
+def test_a_build_cut_by_the_limit_names_its_output(tmp_path):
+    """A dataset streamed to files inside its build folder: the error names the dataset, nothing half-built."""
+    r = run_limited("build-sudoku", "--output-dir", str(tmp_path / "ds"), "--size", "4", "--num-train", "3000",
+                    "--num-test", "4", "--num-aug", "3", "--no-progress", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"error: {tmp_path / 'ds'}: File too large (needed: a file size limit"), r.stderr
+    assert "(no path)" not in r.stderr and not (tmp_path / "ds").exists()
+    assert not list(tmp_path.glob("ds.partial-*"))
+
+
+@pytest.mark.slow  # a submit process with two fine-tuned tasks: ~40 s on a loaded 2-core machine
+def test_submit_under_a_file_size_limit_says_the_cause_once(tmp_path):
+    """Every task's train state is cut by the limit: one line with a file and the cause, not one torch
+    message per task; the fallback submission is written."""
+    task = {"train": [{"input": [[1, 2], [3, 4]], "output": [[4, 3], [2, 1]]}], "test": [{"input": [[2, 1]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({f"t{i}": task for i in range(2)}))
+    make_export(tmp_path / "exp")
+    r = run_limited("submit", "--challenges", "c.json", "--weights", "exp", "--output", "s.json", "--work-dir", "w",
+                    "--num-aug", "1", "--finetune-steps", "1", "--batch-size", "4", "--eval-batch-size", "16",
+                    "--device", "cpu", "--workers", "1", "--no-progress", cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.count("File too large") == 1 and "ulimit -f" in r.stderr, r.stderr
+    assert "unexpected pos" not in r.stderr and "(no path)" not in r.stderr and "Traceback" not in r.stderr
+    assert "state_step" in r.stderr  # the file that could not be written
+    assert json.loads((tmp_path / "s.json").read_text()).keys() == {"t0", "t1"}
+
+
+def test_an_error_without_a_path_is_not_given_a_fake_one(tmp_path):
+    line = os_error_line(OSError(errno.EFBIG, os.strerror(errno.EFBIG)))
+    assert line == "File too large (needed: a file size limit that allows it (ulimit -f))"
+    assert describe(OSError(errno.ENOSPC, "No space left on device", "/x/y")).startswith("/x/y: No space left")
+    with pytest.raises(OSError) as e:
+        with atomic_directory(tmp_path / "out", kind="dataset") as tmp:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # a streamed write inside the build
+    assert e.value.filename == str((tmp_path / "out").absolute()) and not (tmp_path / "out").exists()
+    with pytest.raises(OSError) as e:
+        append_line(tmp_path / "missing" / "metrics.jsonl", "{}")
+    assert "metrics.jsonl" in os_error_line(e.value)
+    atomic_write_text(tmp_path / "ok.txt", "fine")  # a write that succeeds is untouched by the naming
+    assert (tmp_path / "ok.txt").read_text() == "fine"
+
+
+def test_an_export_cut_by_the_limit_names_the_export(tmp_path):
+    """safetensors reports the system's error in its own words ("... (os error 27)"): one line naming the export."""
+    code = ("import sys\nsys.path.insert(0, sys.argv[2])\nfrom conftest import make_export\n"
+            "from trm_kaggle.errors import os_error_line\n"
+            "try:\n    make_export(__import__('pathlib').Path(sys.argv[1]))\n"
+            "except OSError as e:\n    print(os_error_line(e))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "exp"), str(Path(__file__).parent)],
+                       capture_output=True, text=True, preexec_fn=lambda: resource.setrlimit(
+                           resource.RLIMIT_FSIZE, (4096, 4096)), timeout=300)
+    assert r.stdout.strip() == f"{tmp_path / 'exp'}: File too large (needed: a file size limit that allows it " \
+                               "(ulimit -f))", r.stdout + r.stderr
+    assert not (tmp_path / "exp").exists() and not list(tmp_path.glob("exp.partial-*"))

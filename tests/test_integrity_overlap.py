@@ -1,0 +1,199 @@
+"""An output never overwrites an input: every command checks its outputs against its inputs before any work.
+
+Each case runs the real command line (`trm_kaggle.cli.main`) with an output that is an input (same path,
+a symbolic link, a hard link), that holds one, or that lies inside an input folder, and asserts one
+`error:` line, exit status 2 and every input byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from trm_kaggle.cli import main
+from trm_kaggle.errors import TRMError
+from trm_kaggle.outputs import Input, Output, check_io
+
+from conftest import make_export
+
+
+def one_error_line(capsys, rc: int) -> str:
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING:", "note:"))]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def contents(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def world(tmp_path):
+    """Inputs of every kind: a challenges file (with a hard link and a symbolic link to it), an export,
+    a dataset-like folder, a run folder with a train state, a votes file."""
+    (tmp_path / "c.json").write_text('{"t1": {"train": [], "test": [{"input": [[1]]}]}}')
+    os.link(tmp_path / "c.json", tmp_path / "hard.json")
+    (tmp_path / "soft.json").symlink_to(tmp_path / "c.json")
+    make_export(tmp_path / "exp")
+    (tmp_path / "exp-link").symlink_to(tmp_path / "exp")
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    (tmp_path / "data" / "train" / "dataset.json").write_text("{}")
+    (tmp_path / "data" / "test_puzzles.json").write_text("{}")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "state_step00000005.pt").write_bytes(b"state")
+    (tmp_path / "votes.npz").write_bytes(b"votes")
+    return tmp_path
+
+
+def submit(world: Path, output: str, work: str = "work", challenges: str = "c.json", weights: str = "exp"):
+    return main(["submit", "--challenges", str(world / challenges), "--weights", str(world / weights),
+                 "--output", str(world / output), "--work-dir", str(world / work), "--no-progress"])
+
+
+@pytest.mark.parametrize("output, words", [
+    ("c.json", "is also the input --challenges"),                        # onto its own challenges file
+    ("hard.json", "a hard link"),                                       # a hard link to it
+    ("soft.json", "through a link"),                                    # a symbolic link to it
+    ("exp/config.json", "is inside the input --weights"),               # the export's config.json
+    ("exp/weights.safetensors", "is inside the input --weights"),
+    ("exp-link/config.json", "through a link"),                         # the export through a link
+    ("exp", "is also the input --weights"),                             # the export folder itself
+])
+def test_submit_never_overwrites_its_inputs(world, capsys, output, words):
+    before = contents(world)
+    line = one_error_line(capsys, submit(world, output))
+    assert words in line and "--output" in line, line
+    assert contents(world) == before and not (world / "work").exists()
+
+
+def test_submit_work_dir_inside_the_export_or_equal_to_the_output_is_refused(world, capsys):
+    before = contents(world)
+    assert "is inside the input --weights" in one_error_line(capsys, submit(world, "s.json", work="exp/ttt"))
+    assert "are one path" in one_error_line(capsys, submit(world, "w2", work="w2"))
+    assert contents(world) == before
+
+
+@pytest.mark.parametrize("flag, path, words", [
+    ("--save-votes", "data/train/dataset.json", "is inside the input --data"),  # onto a dataset file
+    ("--save-votes", "data/votes.npz", "is inside the input --data"),           # a new file inside the dataset
+    ("--save-votes", "exp/config.json", "is inside the input --weights"),
+    ("--save-votes", "votes.npz", "is also the input --pool-with file"),      # over the votes it pools with
+    ("--report-dir", "data", "is also the input --data"),
+    ("--report-dir", "exp/report", "is inside the input --weights"),         # a report inside the export
+])
+def test_evaluate_never_writes_over_or_into_its_inputs(world, capsys, flag, path, words):
+    before = contents(world)
+    args = ["evaluate", "--weights", str(world / "exp"), "--data", str(world / "data"), flag, str(world / path)]
+    if flag == "--save-votes":
+        args += ["--pool-with", str(world / "votes.npz")]
+    line = one_error_line(capsys, main(args))
+    assert words in line, line
+    assert contents(world) == before
+
+
+def test_export_and_train_outputs_against_their_inputs(world, capsys):
+    before = contents(world)
+    assert "is also the input run" in one_error_line(capsys, main(["export", str(world / "run"), "--out",
+                                                                   str(world / "run")]))
+    state = world / "run" / "state_step00000005.pt"
+    assert "holds the input run" in one_error_line(capsys, main(["export", str(state), "--out", str(world / "run")]))
+    data = f"data_paths=[{world / 'data'}]"
+    for run_dir, words in ((world / "data", "is also the input data path"),
+                           (world / "data" / "run", "is inside the input data path")):
+        line = one_error_line(capsys, main(["train", data, f"checkpoint_path={run_dir}", "--no-progress"]))
+        assert words in line, line
+    line = one_error_line(capsys, main(["train", data, f"checkpoint_path={world / 'r2'}", "--export",
+                                        str(world / "data"), "--no-progress"]))
+    assert "--export" in line and "is also the input data path" in line
+    # a run that would rotate away the state it starts from
+    line = one_error_line(capsys, main(["train", data, f"checkpoint_path={world / 'run'}",
+                                        f"load_checkpoint={state}", "--no-progress"]))
+    assert "holds the input load_checkpoint" in line
+    assert contents(world) == before and not (world / "r2").exists()
+
+
+def test_builders_never_replace_or_write_into_their_sources(world, capsys, arc_prefix):
+    before = contents(arc_prefix.parent)
+    line = one_error_line(capsys, main(["build-arc", "--input-file-prefix", str(arc_prefix), "--output-dir",
+                                        str(arc_prefix.parent), "--no-progress"]))
+    assert "holds the input --input-file-prefix file" in line
+    line = one_error_line(capsys, main(["build-sudoku", "--input-dir", str(world / "data"), "--output-dir",
+                                        str(world / "data" / "out"), "--no-progress"]))
+    assert "is inside the input --input-dir" in line
+    line = one_error_line(capsys, main(["build-maze", "--input-dir", str(world / "data"), "--output-dir",
+                                        str(world / "data"), "--no-progress"]))
+    assert "is also the input --input-dir" in line
+    assert contents(arc_prefix.parent) == before
+
+
+def test_compare_and_bundle(world, capsys):
+    before = contents(world)
+    line = one_error_line(capsys, main(["compare", str(world / "run"), "--out", str(world / "run")]))
+    assert "is also the input run folder" in line
+    # a bundle whose weights/ part would replace the export it ships
+    (world / "bundle").mkdir()
+    os.rename(world / "exp", world / "bundle" / "weights")
+    line = one_error_line(capsys, main(["bundle", str(world / "bundle"), "--weights", str(world / "bundle" / "weights"),
+                                        "--no-download"]))
+    assert "OUT_DIR" in line and "holds the input --weights" in line
+    os.rename(world / "bundle" / "weights", world / "exp")
+    assert contents(world) == before
+
+
+def test_outputs_beside_the_inputs_pass(tmp_path):
+    """The check refuses overlaps only: outputs next to the inputs, and a table inside a run folder, pass."""
+    (tmp_path / "c.json").write_text("{}")
+    (tmp_path / "run").mkdir()
+    check_io([Input(tmp_path / "c.json", "--challenges"), Input(tmp_path / "exp", "--weights", tree=True)],
+             [Output(tmp_path / "s.json", "--output"), Output(tmp_path / "work", "--work-dir", "folder")])
+    check_io([Input(tmp_path / "run", "run folder")], [Output(tmp_path / "run" / "compare", "--out", "folder")])
+    with pytest.raises(TRMError, match="is also the input"):
+        check_io([Input(tmp_path / "c.json", "--challenges")], [Output(tmp_path / "x" / ".." / "c.json", "--output")])
+
+
+def test_sweep_import_and_repair_evaluation(world, capsys):
+    before = contents(world)
+    (world / "sw").mkdir()
+    (world / "sw" / "grid.yaml").write_text("variants: {a: {}}\n")
+    line = one_error_line(capsys, main(["sweep", str(world / "sw" / "grid.yaml"), "--sweep-dir", str(world / "sw")]))
+    assert "--sweep-dir" in line and "holds the input grid file" in line
+    (world / "up").mkdir()
+    (world / "up" / "step_10").write_bytes(b"upstream")
+    line = one_error_line(capsys, main(["import-upstream", str(world / "up" / "step_10"), "--out", str(world / "up")]))
+    assert "holds the input checkpoint" in line
+    line = one_error_line(capsys, main(["evaluate-repair", "--weights", str(world / "exp"), "--data",
+                                        str(world / "data"), "--report", str(world / "data" / "test_puzzles.json")]))
+    assert "--report" in line and "is inside the input --data" in line
+    assert {k: v for k, v in contents(world).items() if not k.startswith(("sw/", "up/"))} == before
+    assert (world / "up" / "step_10").read_bytes() == b"upstream"
+
+
+def test_a_folder_output_refuses_only_inputs_among_what_it_writes(world):
+    """A settings file a sweep (or a cluster job) put in the run folder is read, never written: allowed; a
+    train state there is what the rotation deletes: refused."""
+    from trm_kaggle.cli import build_parser
+    from trm_kaggle.command_io import command_io
+
+    (world / "run" / "run_config.yaml").write_text(f"data_paths: [{world / 'data'}]\n")
+    args = build_parser().parse_args(["train", "--config", str(world / "run" / "run_config.yaml"),
+                                      f"checkpoint_path={world / 'run'}"])
+    check_io(*command_io("train", args))
+    args = build_parser().parse_args(["train", "--config", str(world / "run" / "run_config.yaml"),
+                                      f"checkpoint_path={world / 'run'}",
+                                      f"load_checkpoint={world / 'run' / 'state_step00000005.pt'}"])
+    with pytest.raises(TRMError, match="holds the input load_checkpoint"):
+        check_io(*command_io("train", args))
+    (world / "work").mkdir()
+    (world / "work" / "c.json").write_text("{}")
+    args = build_parser().parse_args(["submit", "--challenges", str(world / "work" / "c.json"), "--weights",
+                                      str(world / "exp"), "--work-dir", str(world / "work")])
+    check_io(*command_io("submit", args))  # beside what submit writes there
+    args = build_parser().parse_args(["submit", "--challenges", str(world / "work" / "solve_report.json"),
+                                      "--weights", str(world / "exp"), "--work-dir", str(world / "work")])
+    with pytest.raises(TRMError, match="--work-dir .* holds the input --challenges"):
+        check_io(*command_io("submit", args))

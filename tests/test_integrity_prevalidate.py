@@ -1,0 +1,108 @@
+"""Outputs and selections are checked before the work, not after it.
+
+An output that cannot be written (a read-only folder, a file where a folder is needed, a folder where a
+file is written) and an `evaluate --tasks` id the test split lacks are refused with one `error:` line
+before any model is loaded or any data is read for training. `/proc/sys` stands for a read-only mount:
+it refuses writes even to root.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import trm_kaggle.evaluate.report as report_mod
+import trm_kaggle.model.export as export_mod
+from trm_kaggle.cli import main
+
+from conftest import make_export
+
+READ_ONLY = Path("/proc/sys")
+
+
+def one_error_line(capsys, rc: int) -> str:
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING:", "note:"))]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if a model is loaded or an evaluation starts: the refusal must come first."""
+    def forbidden(*a, **k):
+        raise AssertionError("the work started before the outputs were checked")
+
+    monkeypatch.setattr(export_mod, "load_model_for_dataset", forbidden)
+    monkeypatch.setattr(report_mod, "evaluate", forbidden)
+
+
+@pytest.fixture
+def world(tmp_path):
+    make_export(tmp_path / "exp")
+    (tmp_path / "data").mkdir()
+    test = {"input": [[1, 2]], "output": [[2, 1]]}
+    (tmp_path / "data" / "test_puzzles.json").write_text(json.dumps({"aa01": {"test": [test]},
+                                                                      "bb02": {"test": [test, test]}}))
+    (tmp_path / "plain").write_text("a file")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "c.json").write_text('{"t1": {"train": [], "test": [{"input": [[1]]}]}}')
+    return tmp_path
+
+
+def evaluate(world: Path, *extra: str) -> list[str]:
+    return ["evaluate", "--weights", str(world / "exp"), "--data", str(world / "data"), "--no-progress", *extra]
+
+
+@pytest.mark.skipif(not READ_ONLY.is_dir(), reason="needs /proc/sys")
+@pytest.mark.parametrize("flag, where", [("--save-votes", "votes.npz"), ("--report-dir", "report")])
+def test_evaluate_refuses_a_read_only_output_before_evaluating(world, capsys, no_work, flag, where):
+    line = one_error_line(capsys, main(evaluate(world, flag, str(READ_ONLY / where))))
+    assert flag in line and "/proc/sys is not writable" in line
+
+
+@pytest.mark.parametrize("flag, where, words", [
+    ("--save-votes", "plain/votes.npz", "is a file, not a folder"),     # a file where a folder is needed
+    ("--save-votes", "folder", "is a folder; a file is written there"),  # a folder where the file would go
+    ("--report-dir", "plain", "is a file; a folder is written there"),
+])
+def test_evaluate_refuses_outputs_in_the_way(world, capsys, no_work, flag, where, words):
+    line = one_error_line(capsys, main(evaluate(world, flag, str(world / where))))
+    assert words in line, line
+    assert (world / "plain").read_text() == "a file"
+
+
+@pytest.mark.parametrize("tasks, unknown", [("zz99", "zz99"), ("aa01,nope", "nope"), ("bb02,x1,x2", "x1, x2")])
+def test_evaluate_refuses_unknown_task_ids_before_evaluating(world, capsys, no_work, tasks, unknown):
+    line = one_error_line(capsys, main(evaluate(world, "--report-dir", str(world / "r"), "--tasks", tasks)))
+    assert f"--tasks: {unknown} not in the test split" in line and "aa01" in line
+    assert not (world / "r").exists()
+
+
+def test_known_task_ids_pass_the_check(world, monkeypatch):
+    """The check lets known ids through: the command goes on to its work (here stopped at the model load)."""
+    def reached(*a, **k):
+        raise SystemExit("reached the work")
+
+    monkeypatch.setattr(export_mod, "load_model_for_dataset", reached)
+    with pytest.raises(SystemExit, match="reached the work"):
+        main(evaluate(world, "--report-dir", str(world / "r"), "--tasks", "bb02,aa01"))
+
+
+@pytest.mark.skipif(not READ_ONLY.is_dir(), reason="needs /proc/sys")
+def test_train_submit_and_export_refuse_unwritable_outputs(world, capsys):
+    line = one_error_line(capsys, main(["train", f"data_paths=[{world / 'data'}]",
+                                        f"checkpoint_path={READ_ONLY / 'run'}", "--no-progress"]))
+    assert "checkpoint_path" in line and "not writable" in line
+    line = one_error_line(capsys, main(["train", f"data_paths=[{world / 'data'}]", f"checkpoint_path={world / 'r'}",
+                                        "--export", str(world / "plain" / "exp"), "--no-progress"]))
+    assert "--export" in line and "is a file, not a folder" in line and not (world / "r").exists()
+    line = one_error_line(capsys, main(["submit", "--challenges", str(world / "c.json"), "--weights",
+                                        str(world / "exp"), "--output", str(READ_ONLY / "s.json"), "--work-dir",
+                                        str(world / "w")]))
+    assert "--output" in line and "not writable" in line and not (world / "w").exists()
+    line = one_error_line(capsys, main(["export", str(world / "data"), "--out", str(READ_ONLY / "e")]))
+    assert "--out" in line and "not writable" in line

@@ -1,0 +1,105 @@
+"""`submit` says when the model could not run on any task: exit status 3, one line, the fallback written.
+
+Truncated weights, a config.json that is not a file, a budget the safety margin uses up, an error on
+every task: the submission is still the valid fallback, the command exits 3 (documented in its help),
+and the cause is said once, not once per task. The Kaggle kernel calls the package's `solve()` and
+reads its report, never an exit status, so this status cannot make it raise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import trm_kaggle.solve.unit as unit_mod
+from trm_kaggle.cli import MODEL_FAILED_STATUS, build_parser, main
+from trm_kaggle.evaluate.submission import check_submission
+from trm_kaggle.solve.solve import model_failure
+
+from conftest import make_export
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = {"train": [{"input": [[1, 2], [3, 4]], "output": [[4, 3], [2, 1]]}], "test": [{"input": [[2, 1], [4, 3]]}]}
+
+
+@pytest.fixture
+def world(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps({f"task{i}": TASK for i in range(3)}))
+    make_export(tmp_path / "exp")
+    return tmp_path
+
+
+def submit(world: Path, *extra: str, weights: str = "exp") -> list[str]:
+    return ["submit", "--challenges", str(world / "c.json"), "--weights", str(world / weights), "--output",
+            str(world / "s.json"), "--work-dir", str(world / "work"), "--num-aug", "1", "--finetune-steps", "1",
+            "--batch-size", "4", "--eval-batch-size", "16", "--device", "cpu", "--workers", "1", "--no-progress",
+            *extra]
+
+
+def failed_once(capsys, rc: int, world: Path) -> str:
+    """The contract: status 3, one error line, no per-task warning, a valid fallback submission."""
+    err = capsys.readouterr().err
+    assert rc == MODEL_FAILED_STATUS == 3, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: the model could not run on any of its 3 tasks: "), err
+    check_submission(world / "s.json", world / "c.json")
+    return lines[0]
+
+
+def test_truncated_weights(world, capsys):
+    data = (world / "exp" / "weights.safetensors").read_bytes()
+    (world / "exp" / "weights.safetensors").write_bytes(data[: len(data) // 2])
+    line = failed_once(capsys, main(submit(world)), world)
+    assert "weights.safetensors" in line and "truncated" in line and "s.json holds the fallback answers" in line
+
+
+def test_weights_missing_entirely(world, capsys):
+    (world / "exp" / "weights.safetensors").unlink()
+    assert "weights.safetensors" in failed_once(capsys, main(submit(world)), world)
+
+
+def test_a_config_json_that_is_a_device(world, capsys):
+    (world / "exp" / "config.json").unlink()
+    (world / "exp" / "config.json").symlink_to("/dev/urandom")
+    line = failed_once(capsys, main(submit(world)), world)
+    assert "config.json must be a regular file, not a character device" in line
+
+
+def test_a_budget_the_safety_margin_uses_up(world, capsys):
+    line = failed_once(capsys, main(submit(world, "--time-budget", "5", "--safety-margin", "60")), world)
+    assert "safety margin" in line
+
+
+def test_an_error_on_every_task_is_said_once(world, capsys, monkeypatch):
+    """Each task fails in its own folder (another path, another number): one line, the cause once."""
+    def broken(cfg, unit, *a, **k):
+        raise OSError(27, "File too large", f"{world}/work/units/u{unit.index:05d}/finetune/state_step1.pt")
+
+    monkeypatch.setattr(unit_mod, "solve_unit", broken)
+    line = failed_once(capsys, main(submit(world)), world)
+    assert line.count("File too large") == 1 and "ulimit -f" in line and "other kind" not in line
+
+
+def test_a_model_that_runs_exits_0(world, capsys):
+    assert main(submit(world, "--max-tasks", "1")) == 0
+    out = capsys.readouterr()
+    assert "1 answered by the model" in out.out and "error" not in out.err
+    check_submission(world / "s.json", world / "c.json")
+
+
+def test_model_failure_reasons():
+    assert model_failure(0, {}, ["x"]) is None                        # no task for the model
+    assert model_failure(2, {"a": {"predicted": 0}}, ["x"]) is None   # a task ran (the deadline cut it)
+    assert model_failure(2, {}, []) is None                           # nothing failed: the budget ran out
+    assert model_failure(2, {"a": {"error": "e"}, "b": {"error": "e"}}, ["u1: bad", "u2: bad", "other"]) == \
+        "u1: bad (and 1 other kind of error)"
+
+
+def test_the_status_is_documented_and_the_kernel_reads_the_report():
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["submit"]
+    assert "3 the model could not run on any task" in sub.description
+    kernel = (REPO / "notebooks" / "kaggle_submission.py").read_text()
+    assert "report = solve(" in kernel  # the package's API, not the command line and its exit status
+    assert "sys.exit" not in kernel and "trm_kaggle.cli" not in kernel and "trm-kaggle submit" not in kernel

@@ -1,0 +1,164 @@
+"""What each `trm-kaggle` command reads and writes, checked by `trm_kaggle.outputs.check_io` before it runs.
+
+`cli.main` calls `precheck(command, args)` for every command, before the command does any work; each
+declaration below names the command's inputs and outputs from its parsed arguments (and, for `train`,
+from the settings they resolve to). Commands that write nothing (verify, score, doctor, estimate, ...)
+have none. `bundle` checks its own in `trm_kaggle.kaggle.bundle.run`, which `build_bundle.py` shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import logging
+from typing import Callable, Iterator
+
+from trm_kaggle.errors import TRMError
+from trm_kaggle.outputs import Input, Output, check_io
+
+IO = tuple[list[Input], list[Output]]
+
+
+def _build(args: argparse.Namespace) -> IO:
+    inputs = []
+    prefix = getattr(args, "input_file_prefix", None)
+    if prefix:  # PREFIX_<subset>_challenges.json and its solutions: each file is an input
+        inputs += [Input(p, "--input-file-prefix file") for p in sorted(glob.glob(glob.escape(prefix) + "_*"))]
+    for name in ("task_dir", "input_dir", "corpus"):
+        if getattr(args, name, None):
+            inputs.append(Input(getattr(args, name), "--" + name.replace("_", "-"), tree=True))
+    return inputs, [Output(args.output_dir, "--output-dir", "replaced")]
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No log records while the block runs."""
+    level = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(level)
+
+
+#: What `train` writes in its run folder (a settings file a sweep or a cluster job put there is read, not written).
+RUN_ENTRIES = ("config.json", "metrics.jsonl", "state_step*", ".state_step*", "tensorboard", "wandb", ".train.lock")
+#: What `submit` writes in its --work-dir.
+WORK_ENTRIES = ("src", "data", "units", "workers", "solve_report.json", ".submit.lock")
+
+
+def _train(args: argparse.Namespace) -> IO:
+    if args.list_presets or args.list_settings or args.print_config:
+        return [], []
+    from trm_kaggle.train.loop import default_run_dir
+    from trm_kaggle.train.settings import load_train_config
+
+    overrides = list(args.overrides) + ([] if args.progress else ["progress=False"])
+    with _quiet():  # the command loads them again and says its notes (upstream spellings...) once
+        cfg = load_train_config(args.config, args.preset, overrides)
+    inputs = [Input(p, "data path", tree=True) for p in cfg.data_paths]
+    inputs += [Input(p, name) for p, name in ((args.config, "--config"), (cfg.load_checkpoint, "load_checkpoint"))
+               if p and "://" not in str(p)]
+    return inputs, [Output(default_run_dir(cfg), "run folder (checkpoint_path)", "folder", RUN_ENTRIES),
+                    Output(args.export, "--export", "replaced")]
+
+
+def _sweep(args: argparse.Namespace) -> IO:
+    if args.list_grids or not args.grid or args.launcher is not None:
+        return [], []
+    from pathlib import Path
+
+    inputs = [Input(p, name) for p, name in ((args.grid, "grid file"), (args.config, "--config"))
+              if p and Path(p).is_file()]
+    return inputs, [Output(args.sweep_dir, "--sweep-dir", "folder")] if args.sweep_dir else []
+
+
+def _compare(args: argparse.Namespace) -> IO:
+    out = args.out or (f"{args.dirs[0].rstrip('/')}/compare" if len(args.dirs) == 1 else "compare")
+    tables = ("table.md", "table.csv", "curves.png", "final.png")
+    return [Input(d, "run folder") for d in args.dirs], [Output(out, "--out", "folder", tables)]
+
+
+def _launch(args: argparse.Namespace) -> IO:
+    # the job files are checked one by one against the inputs where they are written (trm_kaggle.launch.files)
+    return [], [Output(args.out, "--out", "folder")]
+
+
+def _export(args: argparse.Namespace) -> IO:
+    return [Input(args.run, "run")], [Output(args.out, "--out", "replaced")]
+
+
+def _import_upstream(args: argparse.Namespace) -> IO:
+    inputs = [Input(p, name) for p, name in ((args.checkpoint, "checkpoint"), (args.config, "--config"))
+              if p and not str(p).startswith("hf://")]
+    return inputs, [Output(args.out, "--out", "replaced")]
+
+
+def _evaluate(args: argparse.Namespace) -> IO:
+    inputs = [Input(args.weights, "--weights", tree=True), Input(args.data, "--data", tree=True)]
+    inputs += [Input(p, "--pool-with file") for p in args.pool_with or []]
+    report = ("report.json", "report.md", "pictures")
+    return inputs, [Output(args.save_votes, "--save-votes"), Output(args.report_dir, "--report-dir", "folder", report)]
+
+
+def _evaluate_repair(args: argparse.Namespace) -> IO:
+    return ([Input(args.weights, "--weights", tree=True), Input(args.data, "--data", tree=True)],
+            [Output(args.report, "--report")])
+
+
+def _submit(args: argparse.Namespace) -> IO:
+    if args.list_recipes or not (args.challenges and args.weights):
+        return [], []
+    return ([Input(args.challenges, "--challenges"), Input(args.weights, "--weights", tree=True)],
+            [Output(args.output, "--output"), Output(args.work_dir, "--work-dir", "folder", WORK_ENTRIES)])
+
+
+def _regress(args: argparse.Namespace) -> IO:
+    from trm_kaggle.experiments.regress import default_notebook_dir
+
+    notebooks = args.notebooks or default_notebook_dir()
+    return [Input(notebooks, "--notebooks", tree=True)], [Output(args.out, "--out", "folder")]
+
+
+def _pipeline(args: argparse.Namespace) -> IO:
+    from trm_kaggle.config import PipelineConfig
+
+    work_dir = args.work_dir or PipelineConfig.model_fields["work_dir"].get_default()
+    return [], [Output(work_dir, "--work-dir", "folder")]
+
+
+DECLARATIONS: dict[str, Callable[[argparse.Namespace], IO]] = {
+    "build-arc": _build, "build-sudoku": _build, "build-maze": _build, "build-code-repair": _build,
+    "train": _train, "sweep": _sweep, "compare": _compare, "launch": _launch, "export": _export,
+    "import-upstream": _import_upstream, "evaluate": _evaluate, "evaluate-repair": _evaluate_repair,
+    "submit": _submit, "regress": _regress, "pipeline": _pipeline,
+}
+
+
+def command_io(command: str, args: argparse.Namespace) -> IO:
+    """(inputs, outputs) of `command` run with `args`; ([], []) for a command that writes nothing."""
+    declare = DECLARATIONS.get(command)
+    return declare(args) if declare is not None else ([], [])
+
+
+def _selection_problem(command: str, args: argparse.Namespace) -> str | None:
+    """A selection that would only fail after the work: `evaluate --tasks` naming tasks the test split lacks."""
+    if command == "evaluate" and args.report_dir and args.tasks:
+        from trm_kaggle.evaluate.report import load_test_set
+
+        known = load_test_set(args.data).num_tests
+        unknown = [t for t in args.tasks.split(",") if t and t not in known]
+        if unknown:
+            return (f"--tasks: {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''} not in the test split of "
+                    f"{args.data} ({len(known)} tasks, e.g. {', '.join(list(known)[:3])})")
+    return None
+
+
+def precheck(command: str, args: argparse.Namespace) -> None:
+    """Before `command` does any work: refuse (TRMError, one line) outputs that overlap its inputs or cannot be
+    written, and selections that name what is not there."""
+    check_io(*command_io(command, args))
+    problem = _selection_problem(command, args)
+    if problem:
+        raise TRMError(problem)

@@ -1,0 +1,143 @@
+"""Outputs against inputs, before any work: an output never replaces, holds or lies inside an input.
+
+Every command that writes names what it reads (`Input`) and what it writes (`Output`), and
+`check_io` compares them once, before the first byte is read or written. Paths are compared
+resolved (symbolic links followed, `..` removed) and, where both exist, by identity (a hard link
+or a bind mount is the same file under another name). An output is refused when:
+
+* it is an input (same path, or the same file through a link);
+* it would replace or hold an input: the input lies inside an output folder (a folder replaced
+  as a whole, or one the command writes into, where the entries it writes are known: one of them);
+* it lies inside an input folder whose every file is an input (a dataset, an export, a corpus);
+* two outputs are one path.
+
+Then each output must be writable where it will be written: a file is not a folder and a folder
+not a file, no part of the path is a file, and the folder that receives it (the output folder
+itself, or the nearest existing parent) accepts writes. A read-only mount, a missing permission
+or a file in the way is said now, not after an hour of work.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Literal
+
+from trm_kaggle.errors import TRMError
+
+
+@dataclass(frozen=True)
+class Input:
+    """A path a command reads. `tree`: a folder all of whose contents are inputs (nothing may be written
+    inside it); otherwise only the path itself (a run folder whose comparison table may go inside it)."""
+
+    path: str | os.PathLike
+    what: str
+    tree: bool = False
+
+
+@dataclass(frozen=True)
+class Output:
+    """A path a command writes: `file` (replaced atomically), `folder` (written into, e.g. a run folder)
+    or `replaced` (a folder built beside and renamed over the old one)."""
+
+    path: str | os.PathLike
+    what: str
+    kind: Literal["file", "folder", "replaced"] = "file"
+    writes: tuple[str, ...] | None = None  # a folder: the entries it writes (glob patterns); None: any
+
+    def could_replace(self, inside: Path) -> bool:
+        """Whether writing this folder may replace `inside`, a path inside it (relative)."""
+        return self.writes is None or any(fnmatch.fnmatchcase(inside.parts[0], p) for p in self.writes)
+
+
+def _resolved(path: str | os.PathLike) -> Path:
+    return Path(os.path.realpath(os.fspath(path)))
+
+
+def _plain(path: str | os.PathLike) -> Path:
+    """The absolute path as written (links not followed)."""
+    return Path(os.path.abspath(os.fspath(path)))
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child != parent and parent in child.parents
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _shown(item: Input | Output) -> str:
+    return f"{item.what} {os.fspath(item.path)}"
+
+
+def overlap_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str | None:
+    """Why an output may not be written where it is (the first reason), or None."""
+    inputs, outputs = list(inputs), list(outputs)
+    for out in outputs:
+        o, o_plain = _resolved(out.path), _plain(out.path)
+        for inp in inputs:
+            i, i_plain = _resolved(inp.path), _plain(inp.path)
+            if o == i or (o.exists() and i.exists() and _same(o, i)):
+                via = "" if o_plain == i_plain else " (through a link)" if o == i else \
+                    " (the same file: a hard link)" if o.is_file() else " (the same folder)"
+                return f"{_shown(out)} is also the input {_shown(inp)}{via}: an output never overwrites an input"
+            holder = o if _inside(i, o) else next((p for p in i.parents if p.exists() and _same(p, o)), None) \
+                if i.exists() else None
+            if holder is not None and out.could_replace(i.relative_to(holder)):
+                via = "" if _inside(i_plain, o_plain) else " (through a link)"
+                return (f"{_shown(out)} holds the input {_shown(inp)}{via}: writing it could replace the input; "
+                        "choose an output outside the inputs")
+            if inp.tree and (_inside(o, i) or any(_same(p, i) for p in o.parents if p.exists())):
+                via = "" if _inside(o_plain, i_plain) else " (through a link)"
+                return (f"{_shown(out)} is inside the input {_shown(inp)}{via}: an input folder is never "
+                        "written into; choose an output outside it")
+    for k, a in enumerate(outputs):
+        for b in outputs[k + 1:]:
+            if _resolved(a.path) == _resolved(b.path):
+                return f"{_shown(a)} and {_shown(b)} are one path: give each output its own"
+    return None
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def writable_problem(out: Output) -> str | None:
+    """Why `out` cannot be written (a file in the way, a read-only or forbidden folder), or None."""
+    path = Path(os.path.abspath(os.fspath(out.path)))
+    shown = _shown(out)
+    if path.exists():
+        if out.kind == "file" and path.is_dir():
+            return f"{shown} is a folder; a file is written there"
+        if out.kind != "file" and not path.is_dir():
+            return f"{shown} is a file; a folder is written there"
+        if out.kind == "file" and not os.access(path, os.W_OK):  # protected on purpose: not ours to replace
+            return f"{shown} is read-only; make it writable or choose another path"
+    receiver = path if (out.kind == "folder" and path.is_dir()) else path.parent
+    existing = _nearest_existing(receiver)
+    if not existing.is_dir():
+        return f"{shown}: {existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (f"{shown}: {existing} is not writable (read-only, or no permission); choose an output where this "
+                "user can write")
+    return None
+
+
+def check_io(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
+    """Raise TRMError (one line) when an output overlaps an input or cannot be written; before any work."""
+    inputs = [i for i in inputs if i.path not in (None, "")]
+    outputs = [o for o in outputs if o.path not in (None, "")]
+    problem = overlap_problem(inputs, outputs)
+    if problem is None:
+        problem = next(filter(None, (writable_problem(o) for o in outputs)), None)
+    if problem:
+        raise TRMError(problem)
