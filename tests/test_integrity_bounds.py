@@ -70,7 +70,8 @@ SUBMIT = [
 @pytest.mark.parametrize("flags, field", SUBMIT)
 def test_submit_settings(flags, field, tmp_path, capsys):
     out = tmp_path / "s.json"
-    assert main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path), "--output",
+    (tmp_path / "w").mkdir()  # the weights folder: an input, apart from the outputs
+    assert main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w"), "--output",
                  str(out), "--work-dir", str(tmp_path / "work"), *flags]) == 2
     assert field in one_error_line(capsys)
     assert not out.exists() and not (tmp_path / "work").exists()

@@ -18,7 +18,7 @@ import pytest
 
 from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.sudoku import build_sudoku
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import SUBMIT_LOCK, TRAIN_LOCK, directory_lock
 

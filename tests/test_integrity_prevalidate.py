@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import trm_kaggle.evaluate.report as report_mod
-import trm_kaggle.model.export as export_mod
+import trm_kaggle.evaluate.run as evaluate_run  # where evaluate loads its model
 from trm_kaggle.cli import main
 
 from conftest import make_export
@@ -36,7 +36,7 @@ def no_work(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("the work started before the outputs were checked")
 
-    monkeypatch.setattr(export_mod, "load_model_for_dataset", forbidden)
+    monkeypatch.setattr(evaluate_run, "load_model_for_dataset", forbidden)
     monkeypatch.setattr(report_mod, "evaluate", forbidden)
 
 
@@ -87,7 +87,7 @@ def test_known_task_ids_pass_the_check(world, monkeypatch):
     def reached(*a, **k):
         raise SystemExit("reached the work")
 
-    monkeypatch.setattr(export_mod, "load_model_for_dataset", reached)
+    monkeypatch.setattr(evaluate_run, "load_model_for_dataset", reached)
     with pytest.raises(SystemExit, match="reached the work"):
         main(evaluate(world, "--report-dir", str(world / "r"), "--tasks", "bb02,aa01"))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import trm_kaggle.solve.unit as unit_mod
+import trm_kaggle.solve.worker as unit_mod
 from trm_kaggle.cli import MODEL_FAILED_STATUS, build_parser, main
 from trm_kaggle.evaluate.submission import check_submission
 from trm_kaggle.solve.solve import model_failure
