@@ -28,15 +28,15 @@
 # writes this notebook with its metadata; see docs/kaggle-training.md.
 
 # %% tags=["parameters"]
-KAGGLE_INPUT = "/kaggle/input"  # attached datasets and the previous session's output (read-only on Kaggle)
+KAGGLE_INPUT = "/kaggle/input"  # attached datasets and the previous Kaggle session's output (read-only on Kaggle)
 KAGGLE_WORKING = "/kaggle/working"  # writable; the run, the export and the curve go here (the kernel's output)
 WHEELS_DIR = None  # None: the first directory under KAGGLE_INPUT holding a trm_kaggle*.whl (trm-kaggle-wheels)
 DATA_DIR = None  # None: the one dataset (identifiers.json + train/) under KAGGLE_INPUT (trm-kaggle-data)
 PRESET = "sudoku-mlp"  # the training preset(s), e.g. "sudoku-mlp" or "arc2 no-ema" (trm-kaggle train --preset)
 OVERRIDES = []  # key=value settings on top of the preset, e.g. ["global_batch_size=256"]
-TIME_BUDGET = 11.5 * 3600  # seconds this session may use in all (Kaggle stops a session at 12 h); None: no limit
+TIME_BUDGET = 11.5 * 3600  # seconds this Kaggle session may use in all (Kaggle stops a session at 12 h); None: no limit
 SAVE_MARGIN = 600  # seconds of TIME_BUDGET kept for the final save, the export and the curve
-SESSION_STEPS = None  # None: train until the budget; N: at most N steps this session (a quick, exact stop)
+SESSION_STEPS = None  # None: train until the budget; N: at most N steps this Kaggle session (a quick, exact stop)
 DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda
 
 # %% [markdown]
@@ -81,7 +81,7 @@ else:
     print("trm_kaggle is already importable: nothing installed")
 
 # %% [markdown]
-# ## Train this session
+# ## Train this Kaggle session
 #
 # One line per stage: the dataset, the previous state (or a new run), the training range, the result, the export.
 
@@ -101,7 +101,7 @@ if READY:
                          session_steps=SESSION_STEPS, started=STARTED)
 
 # %% [markdown]
-# ## What this session left in `/kaggle/working`
+# ## What this Kaggle session left in `/kaggle/working`
 
 # %%
 if REPORT is not None:

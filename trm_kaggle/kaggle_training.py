@@ -138,7 +138,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
                 time_budget: float | None = DEFAULT_BUDGET, margin: float = DEFAULT_MARGIN,
                 session_steps: int | None = None, started: float | None = None,
                 echo: Callable[[str], None] = print) -> SessionReport:
-    """One session (see the module docstring); never raises. `session_steps` caps the steps this session
+    """One session (see the module docstring); never raises. `session_steps` caps the steps this Kaggle session
     trains (a deterministic stand-in for the time budget); `started` is when the kernel started (time.time(),
     default now): the install before this call counts against the budget."""
     started = time.time() if started is None else started
@@ -191,7 +191,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     report.target_step = target
     echo(f"dataset: {data}; the run ends at step {target}")
 
-    if ckpt.list_states(run_dir):  # this session already trained (the notebook run again in place)
+    if ckpt.list_states(run_dir):  # this Kaggle session already trained (the notebook run again in place)
         start = ckpt.newest_step(run_dir)
         echo(f"resuming the states already in {run_dir} (step {start})")
     else:
