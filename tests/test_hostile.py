@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_helpers import one_error_line
 from trm_kaggle.atomic import OWNER_RECORD, atomic_directory, atomic_write_text
 from trm_kaggle.cli import main
 from trm_kaggle.errors import DataError, TRMError, os_error_line
@@ -30,16 +31,6 @@ from trm_kaggle.kaggle import bundle as B
 from trm_kaggle.names import file_in, safe_filename, task_id_problem
 
 from conftest import make_export, random_task, write_prefix_subset
-
-
-def one_error_line(capsys, rc: int) -> str:
-    """The CLI's contract for bad input: status 2, one `error:` line on stderr, no traceback."""
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING:", "note:"))]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def snapshot(root: Path) -> dict[str, int]:

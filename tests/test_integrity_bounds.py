@@ -10,16 +10,11 @@ import typing
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from cli_helpers import one_error_line
 import trm_kaggle.config as config_module
 from trm_kaggle.cli import main
 
 BIG = str(2**70)
-
-
-def one_error_line(capsys) -> str:
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
 
 
 TRAIN = [  # the examples, then their siblings

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import one_error_line
 from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.puzzles.sudoku import build_sudoku
@@ -35,14 +36,6 @@ with directory_lock(sys.argv[1], sys.argv[2], sys.argv[3]):
     print("held", flush=True)
     time.sleep(120)
 """
-
-
-def one_error_line(capsys, rc: int) -> str:
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING:", "note:"))]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from integrity_helpers import build_sudoku4, train_args
+from cli_helpers import one_error_line
 from trm_kaggle.cli import main
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import NonFiniteSteps, NonFiniteTraining, check_finite
@@ -29,12 +30,6 @@ def export(data, tmp_path_factory):
     assert main(train_args(data, root / "run", "max_steps=2")) == 0
     assert main(["export", str(root / "run"), "--out", str(root / "w")]) == 0
     return root / "w"
-
-
-def one_error_line(capsys) -> str:
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
-    assert len(err) == 1, err
-    return err[0]
 
 
 @pytest.mark.parametrize("setting", ["lr=1e30", "puzzle_emb_lr=1e30", "lr=1e29"])

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from integrity_helpers import build_sudoku4, train_args
+from cli_helpers import one_error_line
 from trm_kaggle.cli import main
 from trm_kaggle.train import loop
 from trm_kaggle.train.memory import is_out_of_memory
@@ -26,12 +27,6 @@ OOM = [RuntimeError(CPU_ALLOCATOR), MemoryError(), torch.OutOfMemoryError("CUDA 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
-
-
-def one_error_line(capsys) -> str:
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
 
 
 @pytest.mark.parametrize("error", OOM, ids=["cpu-allocator", "MemoryError", "cuda", "mps"])

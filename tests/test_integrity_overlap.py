@@ -12,20 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import one_error_line
 from trm_kaggle.cli import main
 from trm_kaggle.errors import TRMError
 from trm_kaggle.outputs import Input, Output, check_io
 
 from conftest import make_export
-
-
-def one_error_line(capsys, rc: int) -> str:
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING:", "note:"))]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def contents(root: Path) -> dict[str, bytes]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import one_error_line
 import trm_kaggle.evaluate.report as report_mod
 import trm_kaggle.evaluate.run as evaluate_run  # where evaluate loads its model
 from trm_kaggle.cli import main
@@ -20,14 +21,6 @@ from trm_kaggle.cli import main
 from conftest import make_export
 
 READ_ONLY = Path("/proc/sys")
-
-
-def one_error_line(capsys, rc: int) -> str:
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING:", "note:"))]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 @pytest.fixture

@@ -16,20 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import one_error_line
 import trm_kaggle.jsonio as J
 from trm_kaggle.cli import main
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.model.export import read_export
 
 from conftest import make_export
-
-
-def one_error_line(capsys, rc: int) -> str:
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("WARNING:", "note:"))]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import yaml
 
 from conftest import free_port
 from test_train import TINY
+from cli_helpers import one_error_line
 from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.puzzles.sudoku import build_sudoku
@@ -44,12 +45,6 @@ def docs_of(path: Path) -> list[dict]:
 
 def by_kind(docs: list[dict]) -> dict[str, dict]:
     return {d["kind"]: d for d in docs}
-
-
-def one_error_line(capsys) -> str:
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
 
 
 # ---------------------------------------------------------------------------

@@ -108,7 +108,8 @@ def append_line(path: str | os.PathLike, line: str) -> None:
         raise with_path(e, path) from None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this pid runs on this machine (one we may not signal counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -123,7 +124,7 @@ def remove_stale_partials(target: Path) -> list[Path]:
     removed = []
     for p in target.parent.glob(target.name + PARTIAL_MARK + "*"):
         suffix = p.name[len(target.name + PARTIAL_MARK):]
-        if suffix.isdigit() and not _pid_alive(int(suffix)):
+        if suffix.isdigit() and not pid_alive(int(suffix)):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed

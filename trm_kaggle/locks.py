@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from trm_kaggle.atomic import pid_alive
 from trm_kaggle.errors import TRMError
 
 TRAIN_LOCK = ".train.lock"
@@ -43,16 +44,6 @@ def _read_holder(path: Path) -> tuple[int | None, str, str]:
         return int(pid), host, " ".join(command).strip()
     except (OSError, ValueError):
         return None, "", ""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _busy(directory: Path, path: Path, what: str) -> TRMError:
@@ -100,7 +91,7 @@ def directory_lock(directory: str | os.PathLike, name: str, what: str, required:
                     raise
         if not locked:  # no flock here: a recorded live process on this host holds it; a dead one's is stale
             pid, host, _ = _read_holder(path)
-            if pid and pid != os.getpid() and host == socket.gethostname() and _pid_alive(pid):
+            if pid and pid != os.getpid() and host == socket.gethostname() and pid_alive(pid):
                 raise _busy(directory, path, what)
         with contextlib.suppress(OSError):  # the record only serves the messages: a full disk costs it alone
             f.seek(0)
