@@ -52,7 +52,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--grid", default="64x48")
     p.add_argument("--tokens", default="char", choices=["char", "bpe"])
-    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2: the build machine's cores)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--strip-docstrings", action="store_true")
     p.add_argument("--lint", default="auto", choices=["auto", "on", "off"])
     p.add_argument("--repeat", type=int, default=1)

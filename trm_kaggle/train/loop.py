@@ -61,9 +61,9 @@ log = logging.getLogger(__name__)
 # trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then;
 # data_paths: the same dataset mounted elsewhere, e.g. by the next Kaggle session: its fingerprint, checked
 # separately, tells whether it is the same data)
-RESUMABLE_CHANGES = {"data_paths", "max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep", "tensorboard", "wandb",
-                     "device", "compile", "micro_batch_size", "auto_batch", "threads", "load_checkpoint",
-                     "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
+RESUMABLE_CHANGES = {"data_paths", "max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep",
+                     "tensorboard", "wandb", "device", "compile", "micro_batch_size", "auto_batch", "threads",
+                     "load_checkpoint", "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
                      "freeze_weights", "grad_checkpointing", "max_nonfinite_steps"}
 
 
