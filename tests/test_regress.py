@@ -160,6 +160,33 @@ def test_a_run_that_holds_writes_report_history_and_plots(suite, tmp_path, capsy
     assert not list((out / "work").iterdir()), "the scratch folders of successful runs are removed"
 
 
+def test_each_kernel_starts_in_the_notebooks_folder_whatever_the_process_folder(tmp_path, capsys, monkeypatch):
+    """Notebooks read paths relative to their folder. papermill's `cwd` changes the whole process's folder, which
+    notebooks run at once on threads undo for one another; the kernel's own start folder does not depend on it
+    (here papermill's chdir does nothing, as when another thread has just changed the folder back)."""
+    import contextlib
+
+    import papermill.execute
+
+    folder = tmp_path / "nbs"
+    (folder / "beside.txt").parent.mkdir(parents=True)
+    (folder / "beside.txt").write_text("next to the notebooks")
+    code = ("import os\nfrom pathlib import Path\n"
+            f"assert Path.cwd().resolve() == Path({str(folder.resolve())!r}), os.getcwd()\n"
+            "record('found', float(Path('beside.txt').is_file()))\n")
+    for name in ("a", "b", "c"):
+        write_notebook(folder, name, code)
+    write_baselines(folder, {n: {"found": b(1.0, 0)} for n in ("a", "b", "c")})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(papermill.execute, "chdir", lambda path: contextlib.nullcontext())
+    rc, stdout, stderr = regress(capsys, folder, tmp_path / "out", "--jobs", "3")
+    assert rc == 0, stdout + stderr
+    assert "3 comparisons: 0 regressed" in stdout
+    assert Path.cwd() == elsewhere
+
+
 def test_a_regression_exits_1_naming_notebook_and_metric(suite, tmp_path, capsys):
     write_baselines(suite, {"acc": {"accuracy": b(0.9)}, "count": {"changed": b(0, 0, "lower")}})
     rc, stdout, stderr = regress(capsys, suite, tmp_path / "out", "acc")

@@ -178,10 +178,14 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         (out / "work").mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=out / "work"))
         given = {"WORK_DIR": str(work.resolve()), "UPDATE_GOLDEN": update_golden}
+        # the kernel starts in the notebook's folder (its relative paths are written from there) through the
+        # client's resources, not papermill's `cwd`: that one changes the whole process's folder, and two
+        # notebooks run at once on threads would each start their kernel in the other's (or in neither)
         papermill.execute_notebook(str(source), str(executed), parameters={k: v for k, v in given.items()
                                                                           if k in declared},
-                                   kernel_name="python3", language="python", cwd=str(notebook_dir),
-                                   progress_bar=False, kernel_manager_class=_kernel_manager_class())
+                                   kernel_name="python3", language="python", progress_bar=False,
+                                   resources={"metadata": {"path": str(notebook_dir.resolve())}},
+                                   kernel_manager_class=_kernel_manager_class())
         run.metrics = read_recorded(json.loads(executed.read_text(encoding="utf-8")), f"{name} ({executed})")
     except TRMError as e:
         run.error = str(e)
