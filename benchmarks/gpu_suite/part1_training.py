@@ -40,16 +40,15 @@ SMOKE = dict(PAPER, hidden_size=32, num_heads=2, expansion=2, H_cycles=2, L_cycl
 
 def sizes(ctx: Context) -> dict:
     if ctx.smoke:
-        return dict(arch=SMOKE, seq_len=16, num_ids=8, parity_batch=4, batch=4, warmup=1, compile_warmup=2,
+        return dict(arch=SMOKE, seq_len=16, num_ids=8, parity_rows=2, parity_batches=2, batch=4, warmup=1, compile_warmup=2,
                     min_steps=2, variant_s=0.5, matmul_n=256, compile_kwargs={"backend": "aot_eager"},
                     max_batch=None, pytest_timeout=120)
-    return dict(arch=PAPER, seq_len=900, num_ids=1000, parity_batch=128, batch=128, warmup=2, compile_warmup=3,
+    return dict(arch=PAPER, seq_len=900, num_ids=1000, parity_rows=4, parity_batches=6, batch=128, warmup=2, compile_warmup=3,
                 min_steps=5, variant_s=20.0, matmul_n=8192, compile_kwargs={}, max_batch=8192, pytest_timeout=180)
 
 
 def run(rep: PartReport, ctx: Context) -> None:
     s = sizes(ctx)
-    s["trainers"] = {}  # (dtype, compile, batch) -> a trainer parity made, reused by throughput (no recompiling)
     with rep.stage("environment"):
         environment(rep, ctx)
     with rep.stage("cuda_tests"):
@@ -159,95 +158,101 @@ def cuda_tests(rep: PartReport, ctx: Context, timeout: float) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Parity: bf16 and compile against float32 eager, same weights, same batch
+# Parity: eager and compiled, float32 and bf16, all measured against a float64 run of the same weights
 # ---------------------------------------------------------------------------
 
 VARIANTS = [("ours eager fp32", "float32", False), ("ours eager bf16", "bfloat16", False),
             ("ours compile fp32", "float32", True), ("ours compile bf16", "bfloat16", True)]
-#: Largest relative difference (max |diff| / max |float32 eager|) accepted, by dtype: float32 reorders sums
-#: (compile fuses), bf16 keeps 8 bits of mantissa through H_cycles * (L_cycles + 1) recursive calls; a
-#: gradient's worst parameter (often a small one, a norm's or a bias's) drifts furthest.
-PARITY_TOL = {"float32": (1e-3, 1e-3), "bfloat16": (0.1, 0.3)}  # (logits and loss, gradients)
+#: A compiled variant is judged against the eager run in its dtype, both measured against float64 (within
+#: B.PARITY_RATIO x + a floor): compiling changes the order of float32 sums, which the recursion amplifies as
+#: much as any other reordering. At the paper's depth (15 recursive net calls a step, 5 of them with gradient)
+#: rounding grows so much that bf16's one-step gradients are O(1) away from float64's, for upstream's code
+#: just as for ours (measured on CPU at hidden 128: relative gradient error 0.7 to 2.4 for both), so bf16 is
+#: judged by the loss alone (a mean over every position: bf16 keeps it within about 1e-3) and, with upstream's
+#: code at hand, side by side with upstream in bf16.
+LOSS_TOL = {"float32": 1e-4, "bfloat16": 5e-2}
+BASELINE = {"ours compile fp32": "ours eager fp32", "ours compile bf16": "ours eager bf16"}
 
 
-def _trainer(s: dict, ctx: Context, dtype: str, compile_net: bool, batch: int, keep: bool = False) -> B.Ours:
-    key = (dtype, compile_net, batch)
-    if key in s["trainers"]:
-        return s["trainers"].pop(key)
-    t = B.Ours(s["arch"], batch, compile_net, dtype, device=ctx.device, seq_len=s["seq_len"], vocab=VOCAB,
+def _trainer(s: dict, ctx: Context, dtype: str, compile_net: bool, batch: int) -> B.Ours:
+    return B.Ours(s["arch"], batch, compile_net, dtype, device=ctx.device, seq_len=s["seq_len"], vocab=VOCAB,
                   num_ids=s["num_ids"], compile_kwargs=s["compile_kwargs"])
-    if keep:
-        s["trainers"][key] = t
-    return t
-
-
-def _one_step(t, data, seed: int = 0):
-    torch.manual_seed(seed)  # the same halting-exploration draws for every variant
-    loss, out = t.forward_loss(data)
-    loss.backward()
-    grads = {n: p.grad.detach().float().clone() for n, p in t.model.named_parameters() if p.grad is not None}
-    t.opt.zero_grad(set_to_none=True)
-    t.sparse.zero_grad()
-    t.carry = None
-    return out["logits"].detach().float(), float(loss.item()), grads
 
 
 def parity(rep: PartReport, ctx: Context, s: dict) -> None:
-    data = B.make_batches(1, s["parity_batch"], 1, s["seq_len"], VOCAB, s["num_ids"], ctx.device)[0]
+    """One training step (forward, ACT loss, backward) of each variant on the same weights and the same
+    `parity_batches` batches of `parity_rows` rows, against a float64 run: per figure the geometric mean over
+    the batches of the relative error (`B.relative_errors`); also each variant's largest absolute difference
+    from float32 eager on the first batch."""
+    rows = s["parity_rows"]
+    batches = B.make_batches(s["parity_batches"], rows, 5, s["seq_len"], VOCAB, s["num_ids"], ctx.device)
     torch.manual_seed(0)
-    ref = _trainer(s, ctx, "float32", False, s["parity_batch"])
+    base = _trainer(s, ctx, "float32", False, rows)
     with torch.no_grad():  # a non-zero puzzle table, so that the rows matter
-        w = ref.model.puzzle_emb.weights
+        w = base.model.puzzle_emb.weights
         w.copy_(torch.randn(w.shape, generator=torch.Generator().manual_seed(7)).to(w.device))
-    state = ref.model.state_dict()
-    r_logits, r_loss, r_grads = _one_step(ref, data)
-    rows, res = [], {}
-    for name, dtype, comp in VARIANTS[1:]:
+    state = {k: v.clone() for k, v in base.model.state_dict().items()}
+    exact = [B.step_outputs(B.float64_copy(base), b, i) for i, b in enumerate(batches)]
+    del base
+    rows_out, res, first = [], {}, None
+    for name, dtype, comp in VARIANTS:
         if rep.left() < 30 and not ctx.smoke:
             rep.skip(f"parity {name}", "the part's time cap was near", cut=True)
             continue
-        t = _trainer(s, ctx, dtype, comp, s["parity_batch"], keep=comp and s["parity_batch"] == s["batch"])
+        t = _trainer(s, ctx, dtype, comp, rows)
         t.model.load_state_dict(state)
-        logits, loss, grads = _one_step(t, data)
-        d_logits = (logits - r_logits).abs().max().item()
-        d_grads = max((grads[n] - g).abs().max().item() for n, g in r_grads.items())
-        rel_logits = d_logits / max(r_logits.abs().max().item(), 1e-30)
-        rel_grads = max(((grads[n] - g).abs().max() / g.abs().max().clamp_min(1e-30)).item()
-                        for n, g in r_grads.items())
-        rel_loss = abs(loss - r_loss) / max(abs(r_loss), 1e-30)
-        tol = PARITY_TOL[dtype]
-        ok = max(rel_logits, rel_loss) <= tol[0] and rel_grads <= tol[1]
-        res[name] = {"max_abs_logits": d_logits, "max_abs_loss": abs(loss - r_loss), "max_abs_grads": d_grads,
-                     "rel_logits": rel_logits, "rel_loss": rel_loss, "rel_grads": rel_grads, "tolerance": tol,
-                     "ok": ok}
-        rows.append([name, d_logits, abs(loss - r_loss), d_grads, rel_logits, rel_grads, f"{tol[0]:g}/{tol[1]:g}", ok])
+        steps = [B.step_outputs(t, b, i) for i, b in enumerate(batches)]
         del t
-    same = against_upstream(ctx, s) if ctx.upstream is not None else None
-    rep.set("parity", {"reference": "ours eager fp32", "batch": s["parity_batch"], "loss_reference": r_loss,
-                       "compile_kwargs": s["compile_kwargs"], "variants": res, "ours_vs_upstream": same})
-    rep.table("parity against float32 eager (one training step, same weights and batch)",
-              ["variant", "max|d logits|", "|d loss|", "max|d grad|", "rel logits", "rel grads", "tolerance", "ok"],
-              rows, note="rel = max |difference| / max |float32 eager value| (grads: the worst parameter)")
-    if same is not None:
-        rep.note(f"ours against upstream, float32, same weights, one step on {same['rows']} rows: {same['line']}")
-    bad = [n for n, r in res.items() if not r["ok"]] + (["ours vs upstream"] if same and not same["ok"] else [])
+        errors = dict(zip(B.ERROR_NAMES, B.typical_errors([B.relative_errors(o, r) for o, r in zip(steps, exact)])))
+        if first is None:
+            first = steps[0]
+        logits, loss, grads = steps[0]
+        r = {"errors_vs_float64": errors,
+             "max_abs_logits": (logits - first[0]).abs().max().item(), "max_abs_loss": abs(loss - first[1]),
+             "max_abs_grads": max((grads[n] - g).abs().max().item() for n, g in first[2].items())}
+        if name in BASELINE:
+            base_errors = res.get(BASELINE[name], {}).get("errors_vs_float64")
+            r["judged_by"] = f"within {B.PARITY_RATIO:g}x {BASELINE[name]}'s errors + {B.PARITY_FLOOR[dtype]:.1e}"
+            r["ok"] = base_errors is not None and B.within(errors.values(), base_errors.values(), dtype)
+        else:
+            r["judged_by"] = f"loss error <= {LOSS_TOL[dtype]:g}"
+            r["ok"] = errors["loss"] <= LOSS_TOL[dtype]
+        res[name] = r
+        rows_out.append([name, errors["logits"], errors["loss"], errors["grads"], r["max_abs_logits"],
+                         r["max_abs_loss"], r["max_abs_grads"], r["judged_by"], r["ok"]])
+    same = against_upstream(ctx, s) if ctx.upstream is not None else {}
+    rep.set("parity", {"reference": "float64 (same weights, same batches)", "rows": rows,
+                       "batches": s["parity_batches"], "compile_kwargs": s["compile_kwargs"], "variants": res,
+                       "ours_vs_upstream": same or None})
+    rep.table(f"parity: one training step against float64, {s['parity_batches']} batches of {rows} rows",
+              ["variant", "rel logits", "rel loss", "rel grads", "max|d logits|", "|d loss|", "max|d grad|",
+               "judged by", "ok"], rows_out,
+              note="rel: against float64, geometric mean over the batches (logits: max |diff| / max |value|; "
+                   "grads: the worst parameter's ||diff|| / ||value||); max|d ...|: against ours eager fp32, "
+                   "first batch")
+    for dtype, c in same.items():
+        rep.note(f"ours against upstream, {dtype}, same weights, {c['batches']} batches of {c['rows']} rows: "
+                 f"{c['line']}")
+    bad = [n for n, r in res.items() if not r["ok"]] + [f"ours vs upstream {d}" for d, c in same.items()
+                                                         if not c["ok"]]
     if bad:
         raise RuntimeError(f"parity outside tolerance: {', '.join(bad)}")
 
 
-UPSTREAM_CHECK_ROWS = 4  # float64 copies of the paper's model: a few rows keep them small
-
-
 def against_upstream(ctx: Context, s: dict) -> dict:
-    """benchmarks/bench_train_cpu.py's `check_same` on this device: upstream's initial weights loaded into ours,
-    one step of each and of a float64 copy of upstream; ours passes when its error against the float64 answer is
-    within 3x upstream's own float32 error."""
-    rows = min(UPSTREAM_CHECK_ROWS, s["parity_batch"])
-    data = B.make_batches(1, rows, 3, s["seq_len"], VOCAB, s["num_ids"], ctx.device)[0]
-    ours = _trainer(s, ctx, "float32", False, rows)
-    up = upstream_trainer(s, ctx, "float32", False, rows)
-    line = B.check_same(ours, up, data)
-    return {"rows": rows, "ok": line.startswith("OK"), "line": line}
+    """benchmarks/bench_train_cpu.py's `compare_with_upstream` on this device, in float32 and in bf16:
+    upstream's initial weights loaded into ours, one step of each and of a float64 copy of upstream per batch;
+    ours passes when its typical error against the float64 answer is within B.PARITY_RATIO x upstream's own."""
+    rows = s["parity_rows"]
+    batches = B.make_batches(s["parity_batches"], rows, 3, s["seq_len"], VOCAB, s["num_ids"], ctx.device)
+    out = {}
+    for dtype in ("float32", "bfloat16"):
+        ours = _trainer(s, ctx, dtype, False, rows)
+        up = upstream_trainer(s, ctx, dtype, False, rows)
+        c = B.compare_with_upstream(ours, up, batches)
+        out[dtype] = {**c, "rows": rows, "line": B.check_same_line(c)}
+        del ours, up
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -328,6 +333,9 @@ def throughput(rep: PartReport, ctx: Context, s: dict) -> None:
     start); the report is updated after each, so a time cap that ends the part keeps what was measured."""
     a, batch = s["arch"], s["batch"]
     flops = B.flops_per_example(a, s["seq_len"], VOCAB)
+    # Parity compiled the same net code at another batch size: start afresh, so that each side here compiles
+    # static graphs for this batch (a second shape would otherwise make dynamo compile shape-generic code).
+    torch._dynamo.reset()
     batches = B.make_batches(4, batch, 1, s["seq_len"], VOCAB, s["num_ids"], ctx.device)
     peaks = {"bfloat16": matmul_tflops(ctx, s["matmul_n"], torch.bfloat16),
              "float32": matmul_tflops(ctx, s["matmul_n"], torch.float32)}
