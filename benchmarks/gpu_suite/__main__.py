@@ -13,6 +13,7 @@ and the others still run. Exit status: 0 when every part ran clean, 1 when one f
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -76,8 +77,14 @@ def cmd_prepare(args) -> int:
     from benchmarks.gpu_suite.prepare import prepare
 
     prepare(args.out, upstream_dir=args.upstream_dir, download=not (args.no_download or args.smoke),
-            smoke=args.smoke, max_mib=args.max_mib)
+            smoke=args.smoke, max_mib=args.max_mib, python=args.python)
     return 0
+
+
+def python_version(text: str) -> str:
+    if not re.fullmatch(r"3\.\d{1,2}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a CPython version such as 3.12")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--no-download", action="store_true", help="no PyPI: ship our wheel only (offline)")
     pr.add_argument("--smoke", action="store_true", help="tiny datasets, no download (tests)")
     pr.add_argument("--max-mib", type=float, default=60.0, help="refuse a prepared folder larger than this")
+    pr.add_argument("--python", default="3.12", metavar="X.Y", type=python_version,
+                    help="the GPU machine's Python, for which the wheels are chosen (default 3.12; this machine's "
+                         "own version rehearses the install here)")
     pr.set_defaults(func=cmd_prepare)
     r = sub.add_parser("run", help="run one part (or all) and write its report")
     r.add_argument("--part", required=True, choices=["1", "2", "3", "all"])

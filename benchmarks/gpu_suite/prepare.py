@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -81,14 +82,15 @@ def folder_bytes(path: Path) -> int:
 
 
 def prepare(out: str | os.PathLike, *, upstream_dir: str | None = None, download: bool = True, smoke: bool = False,
-            max_mib: float = 60.0, say=print) -> dict:
+            max_mib: float = 60.0, python: str = "3.12", say=print) -> dict:
     out = Path(out)
     sizes = SMOKE if smoke else FULL
     upstream_dir = upstream_dir or os.environ.get(UPSTREAM_ENV)
     manifest: dict = {"smoke": smoke, "downloaded": download, "missing": [], "sizes": sizes}
     with atomic_directory(out, kind=KIND) as tmp:
-        say(f"[1/4] wheels for CPython 3.12 manylinux x86_64 -> {out / 'wheels'}")
-        manifest["wheels"] = wheels(tmp / "wheels", download, smoke, upstream_dir is not None, manifest, say)
+        say(f"[1/4] wheels for CPython {python} manylinux x86_64 -> {out / 'wheels'}")
+        manifest["wheels"] = wheels(tmp / "wheels", download, smoke, upstream_dir is not None, manifest, say,
+                                    python=python)
         say(f"[2/4] upstream's code -> {out / 'upstream'}")
         manifest["upstream"] = copy_upstream(upstream_dir, tmp / "upstream", manifest, say)
         say(f"[3/4] datasets -> {out / 'data'}")
@@ -113,16 +115,17 @@ def prepare(out: str | os.PathLike, *, upstream_dir: str | None = None, download
     return manifest
 
 
-def wheels(dest: Path, download: bool, smoke: bool, with_upstream: bool, manifest: dict, say) -> dict:
+def wheels(dest: Path, download: bool, smoke: bool, with_upstream: bool, manifest: dict, say,
+           python: str = "3.12") -> dict:
     from packaging.requirements import Requirement
 
     from trm_kaggle.kaggle.metadata import BundleIds
-    from trm_kaggle.kaggle.wheels import Target, pip_download, resolve_dependencies
-    from trm_kaggle.kaggle.wheels import build_wheels
+    from trm_kaggle.kaggle.wheels import Target, build_wheels, resolve_dependencies
 
-    target = Target(python_version="3.12", platforms=PLATFORMS)
+    target = Target(python_version=python, platforms=PLATFORMS)
     report = build_wheels(dest, ids=BundleIds(), kaggle_has=GPU_HAS, download=download, target=target,
-                          builder="builtin" if smoke else "auto", log=lambda m: say(f"  {m}"))
+                          builder="builtin" if smoke else "auto", log=lambda m: say(f"  {m}"),
+                          host="the GPU machine")
     shipped = dict(report["shipped"])
     if report["not_shipped"]:
         manifest["missing"].append(f"wheels not shipped (no download): {', '.join(report['not_shipped'])}; the "
@@ -133,7 +136,7 @@ def wheels(dest: Path, download: bool, smoke: bool, with_upstream: bool, manifes
             with tempfile.TemporaryDirectory(prefix="gpu_suite_dl_") as dl:
                 try:
                     res = resolve_dependencies([Requirement(name)], target=target, kaggle_has=GPU_HAS,
-                                               workdir=Path(dl), downloader=pip_download,
+                                               workdir=Path(dl), downloader=download_or_build,
                                                provided=[*shipped, *upstream_shipped])
                 except TRMError as e:
                     upstream_failed[name] = str(e).splitlines()[0]
@@ -150,6 +153,25 @@ def wheels(dest: Path, download: bool, smoke: bool, with_upstream: bool, manifes
         (dest / f).unlink(missing_ok=True)
     return {"trm_kaggle": report["trm_kaggle_wheel"], "shipped": shipped, "upstream_shipped": upstream_shipped,
             "assumed_on_gpu": sorted(GPU_HAS), "target": report["targets"][0]}
+
+
+def download_or_build(spec: str, target, dest: Path) -> Path:
+    """The wheel pip downloads for `spec`; failing that, for a pure-Python project published only as source
+    (hydra-core's antlr4-python3-runtime), the wheel pip builds from it here, which serves any CPython 3.
+    A build that is not pure Python (its wheel names this machine's interpreter) is refused."""
+    from trm_kaggle.kaggle.wheels import pip_download
+
+    try:
+        return pip_download(spec, target, dest)
+    except TRMError as no_wheel:
+        with tempfile.TemporaryDirectory(prefix="gpu_suite_build_") as t:
+            res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-binary", ":all:",
+                                  "--disable-pip-version-check", "-q", "-w", t, spec], capture_output=True, text=True)
+            built = sorted(Path(t).glob("*-py3-none-any.whl")) + sorted(Path(t).glob("*-py2.py3-none-any.whl"))
+            if res.returncode != 0 or not built:
+                raise no_wheel from None
+            dest.mkdir(parents=True, exist_ok=True)
+            return Path(shutil.copy2(built[0], dest / built[0].name))
 
 
 def copy_upstream(src: str | None, dest: Path, manifest: dict, say) -> dict | None:

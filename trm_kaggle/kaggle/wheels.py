@@ -300,8 +300,10 @@ def pip_download(spec: str, target: Target, dest: Path) -> Path:
     res = subprocess.run(cmd, capture_output=True, text=True)
     wheels = sorted(dest.glob("*.whl"))
     if res.returncode != 0 or not wheels:
+        # pip's warnings (an index location it skips, a cache it cannot write) would hide its error
+        said = "\n".join(x for x in (res.stderr or res.stdout).splitlines() if not x.startswith("WARNING: "))
         raise TRMError(f"no wheel of {spec!r} for CPython {target.python_version} {target.platforms[0]}: "
-                       f"{tail_lines(res.stderr or res.stdout, 6)}\n(give a prebuilt one with --extra-wheel, or mark "
+                       f"{tail_lines(said, 6)}\n(give a prebuilt one with --extra-wheel, or mark "
                        f"the package as preinstalled with --kaggle-has)")
     return wheels[0]
 
@@ -373,7 +375,7 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
                  extra_wheels: Sequence[str | os.PathLike] = (), kaggle_has: Iterable[str] = DEFAULT_KAGGLE_HAS,
                  download: bool = True, target: Target | None = None, downloader: Downloader = pip_download,
                  builder: str = "auto", log: Callable[[str], None] = print,
-                 targets: Sequence[Target] | None = None) -> dict:
+                 targets: Sequence[Target] | None = None, host: str = "Kaggle") -> dict:
     """The wheels dataset in `out_dir` (replaced atomically), with the dependency wheels of every target
     interpreter (`targets`, or the one `target`; default CPython 3.11 and 3.12). Returns a report (also in
     manifest.json)."""
@@ -403,7 +405,7 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
             found: set[str] = set()
             with tempfile.TemporaryDirectory(prefix="trm_dl_") as dl:
                 for i, t in enumerate(targets):  # a pure wheel serves every target; a cp3XY one its own
-                    log(f"resolving runtime dependencies for CPython {t.python_version} (preinstalled on Kaggle: "
+                    log(f"resolving runtime dependencies for CPython {t.python_version} (preinstalled on {host}: "
                         f"{', '.join(kaggle_has) or 'none'})")
                     res = resolve_dependencies(roots_for(t), target=t, kaggle_has=kaggle_has,
                                                workdir=Path(dl) / f"py{t.python_version}", downloader=downloader,
@@ -417,7 +419,7 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
         else:
             missing = sorted({canonicalize_name(r.name) for r in roots} - set(kaggle_has) - set(extra_names))
             if missing:
-                log(f"warning: --no-download: not shipping {', '.join(missing)} (not preinstalled on Kaggle); "
+                log(f"warning: --no-download: not shipping {', '.join(missing)} (not preinstalled on {host}); "
                     f"the offline install will fail without them")
         for p, name in zip(extras, extra_names):
             shutil.copy2(p, tmp / p.name)
