@@ -302,7 +302,8 @@ def _field_problems(meta: Any, fields: dict[str, type | tuple]) -> list[tuple[st
     return out
 
 
-def _raise(path: str | os.PathLike, problems: list[tuple[str, str]]) -> None:
+def raise_problems(path: str | os.PathLike, problems: list[tuple[str, str]]) -> None:
+    """One error naming the file and every (field, problem) found in it; nothing when there are none."""
     if problems:
         lines = [f"{path}: field '{f}': {msg}" for f, msg in problems]
         raise TRMError(lines[0] if len(lines) == 1 else
@@ -325,7 +326,7 @@ def dataset_metadata_problems(meta: Any) -> list[tuple[str, str]]:
 
 
 def validate_dataset_metadata(meta: Any, path: str | os.PathLike = DATASET_META) -> None:
-    _raise(path, dataset_metadata_problems(meta))
+    raise_problems(path, dataset_metadata_problems(meta))
 
 
 def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets: Iterable[str],
@@ -384,7 +385,7 @@ def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets
 
 def validate_kernel_metadata(meta: Any, kernel_dir: Path | None, bundle_datasets: Iterable[str],
                              path: str | os.PathLike = KERNEL_META, submission: bool = True) -> None:
-    _raise(path, kernel_metadata_problems(meta, kernel_dir, bundle_datasets, submission))
+    raise_problems(path, kernel_metadata_problems(meta, kernel_dir, bundle_datasets, submission))
 
 
 def _load_meta(path: Path) -> Any:

@@ -22,7 +22,7 @@ from trm_kaggle.atomic import OWNER_RECORD
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
-    DATA_DIR, DATASET_META, KERNEL_META, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR, _raise,
+    DATA_DIR, DATASET_META, KERNEL_META, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR, raise_problems,
     train_kernel_metadata_problems, validate_bundle, verify_manifest,
 )
 
@@ -260,7 +260,7 @@ def push_training(out_dir: str | os.PathLike, version_message: str | None = None
     meta_path = out / TRAIN_KERNEL_DIR / KERNEL_META
     if meta_path.is_file():
         meta = read_json(meta_path, KERNEL_META)
-        _raise(meta_path, train_kernel_metadata_problems(meta, meta_path.parent, meta.get("dataset_sources") or []))
+        raise_problems(meta_path, train_kernel_metadata_problems(meta, meta_path.parent, meta.get("dataset_sources") or []))
     datasets = [out / part for part in (DATA_DIR, "wheels", RUN_STATE_DIR) if (out / part).is_dir()]
     kernels = [out / TRAIN_KERNEL_DIR] if meta_path.is_file() else []
     return publish(datasets, kernels, training_push_commands(out, version_message),

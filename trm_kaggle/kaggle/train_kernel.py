@@ -22,7 +22,7 @@ from trm_kaggle.kaggle.kernel import _cell_source, parameters_cell, read_noteboo
 from trm_kaggle.kaggle.metadata import (
     DATASET_META, KERNEL_META, MANIFEST, TRAIN_MACHINE_SHAPE, BundleIds, data_id, dataset_metadata, id_problem,
     publishable_modes, run_state_id, tail_lines, train_kernel_id, train_kernel_metadata,
-    train_kernel_metadata_problems, _raise, write_manifest,
+    train_kernel_metadata_problems, raise_problems, write_manifest,
 )
 
 TRAIN_NOTEBOOK = Path("notebooks") / "kaggle_train.ipynb"
@@ -133,7 +133,7 @@ def build_train_kernel(out_dir: str | os.PathLike, *, ids: BundleIds, presets: S
     with atomic_directory(out_dir, kind="kaggle training kernel") as tmp:
         atomic_write_text(tmp / notebook.name, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         atomic_write_json(tmp / KERNEL_META, meta, indent=2)
-        _raise(tmp / KERNEL_META, train_kernel_metadata_problems(meta, tmp, meta["dataset_sources"]))
+        raise_problems(tmp / KERNEL_META, train_kernel_metadata_problems(meta, tmp, meta["dataset_sources"]))
         publishable_modes(tmp)
     return {"id": train_kernel_id(ids), "code_file": notebook.name, "machine_shape": machine_shape,
             "presets": list(presets), "overrides": list(overrides), "kernel_sources": meta["kernel_sources"],

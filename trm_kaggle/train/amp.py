@@ -48,7 +48,7 @@ class _Steps:
 
 
 class LossScaler:
-    """Scales the loss and steps the optimizers under float16; a pass-through for other dtypes."""
+    """Scales the loss and steps the optimizers under float16 (`scale` is a pass-through for other dtypes)."""
 
     def __init__(self, dtype: torch.dtype, device: torch.device):
         self.enabled = dtype == torch.float16
@@ -67,14 +67,10 @@ class LossScaler:
     def step(self, dense, sparse, model) -> bool:
         """The optimizer steps of one training step (after backward and any all-reduce); False when skipped.
 
-        Under float16: unscale every gradient (the weights' and the touched puzzle rows'), take the steps
-        only if all are finite, and adapt the scale."""
+        Float16 only (other dtypes step through `train.loop.optimizer_step`): unscale every gradient (the
+        weights' and the touched puzzle rows'), take the steps only if all are finite, and adapt the scale."""
         if not self.enabled:
-            if dense is not None:
-                dense.step()
-            if sparse is not None:
-                sparse.step()
-            return True
+            raise RuntimeError("LossScaler.step is float16's optimizer step; other dtypes use optimizer_step")
         rows = model.puzzle_emb.rows_with_grad() if model.puzzle_emb is not None else []
         steps = _Steps(dense, sparse, rows)
         if all(p.grad is None for p in steps.param_groups[0]["params"]):  # nothing trained this step: no check
