@@ -41,18 +41,26 @@ def one_step_gradients(dtype: torch.dtype) -> tuple[dict[str, torch.Tensor], tor
 
 
 def test_a_float16_step_matches_a_float32_step():
-    """Stated tolerance: every weight's (and the puzzle rows') unscaled float16 gradient is within 5 % (relative
-    L2) of the float32 gradient (measured: at most 2 %, the token embedding), and the gradients are float32
-    tensors (weights and optimizer state stay float32)."""
+    """Every weight's (and the puzzle rows') unscaled float16 gradient is nearer the float32 gradient than
+    bfloat16's, side by side on the same weights and batch: float16 keeps 3 more mantissa bits, so at most half
+    bfloat16's relative error (measured: a fifth or less, on draws where float16's own error is 2 % and where it
+    is 13 %: the recursion amplifies rounding by a factor that depends on the draw). A loss scale applied
+    twice or not undone would be off by 2**16. The gradients are float32 tensors (weights and optimizer state
+    stay float32)."""
     g16, rows16, scaler = one_step_gradients(torch.float16)
+    gbf, rowsbf, _ = one_step_gradients(torch.bfloat16)
     g32, rows32, _ = one_step_gradients(torch.float32)
     assert scaler.enabled and scaler.scaler.get_scale() == 2.0**16
-    assert set(g16) == set(g32) and len(g16) > 5
+    assert set(g16) == set(g32) == set(gbf) and len(g16) > 5
+
+    def err(g, name):
+        return ((g[name] - g32[name]).norm() / g32[name].norm()).item()
+
     for name in g32:
         assert g16[name].dtype == torch.float32 and g32[name].norm() > 0, name
         assert not torch.equal(g16[name], g32[name]), name  # float16 arithmetic did run
-        assert (g16[name] - g32[name]).norm() <= 0.05 * g32[name].norm(), name
-    assert rows32.norm() > 0 and (rows16 - rows32).norm() <= 0.05 * rows32.norm()
+        assert err(g16, name) <= 0.5 * err(gbf, name) and err(g16, name) < 0.5, name
+    assert rows32.norm() > 0 and (rows16 - rows32).norm() <= 0.5 * (rowsbf - rows32).norm()
 
 
 def test_a_float16_run_keeps_float32_weights_and_logs_its_scale(sudoku4, tmp_path):
