@@ -64,6 +64,8 @@ def test_finetuning_all_weights_raises_demonstration_accuracy(unseen, tmp_path):
     assert task["after_finetune"]["demo_token_accuracy"] > task["before_finetune"]["demo_token_accuracy"] + 0.05
     check_submission(tmp_path / "submission.json", unseen[0])
     assert task["predicted"] == task["examples"] > 0  # every augmented test input was predicted
+    # the whole task's time (what the plan prices) holds its parts and the demonstration scoring around them
+    assert task["task_s"] >= task["dataset_s"] + task["finetune_s"] + task["predict_s"] > 0
 
 
 def test_embeddings_only_finetuning_leaves_the_weights(unseen, tmp_path):
