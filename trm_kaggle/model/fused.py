@@ -357,14 +357,15 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
-def self_check(device_type: str) -> Optional[str]:
-    """None when every Triton kernel matches the reference on small random inputs on this device (float32
-    and, on CUDA, bfloat16), else what failed."""
+def self_check(device_type: str, dtypes: Optional[Tuple[torch.dtype, ...]] = None) -> Optional[str]:
+    """None when every Triton kernel matches the reference on small random inputs on this device (in `dtypes`;
+    by default float32 and, on CUDA, bfloat16), else what failed."""
     try:
         device = torch.device(device_type)
         g = torch.Generator().manual_seed(0)
         M, S, D, I, half = 40, 20, 64, 96, 16  # noqa: E741  (2 rows of 20 positions, 2 heads of 32)
-        dtypes = (torch.float32, torch.bfloat16) if device_type == "cuda" else (torch.float32,)
+        if dtypes is None:
+            dtypes = (torch.float32, torch.bfloat16) if device_type == "cuda" else (torch.float32,)
         for dtype in dtypes:
             tol = 1e-4 if dtype == torch.float32 else 2e-2
 

@@ -245,15 +245,24 @@ def _pow2(n: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, triton.next_power_of_2(max(n, 1))))
 
 
-def _tiles(M: int, N: int, K: int, dtype: torch.dtype, dual: bool) -> Tuple[int, int, int, dict]:
+def _tiles(M: int, N: int, K: int, dtype: torch.dtype, dual: bool,
+           device: torch.device) -> Tuple[int, int, int, dict]:
     """(BM, BN, BK, launch options) of a matmul: small tiles in the interpreter (its time grows with the number
-    of programs and their size alike), fixed GPU tiles elsewhere."""
+    of programs and their size alike), fixed GPU tiles elsewhere: 128 x 128 (two accumulators: 128 x 64) with
+    K tiles of 64 bf16 elements on sm90+ (3 stages of 32 KiB: 96 KiB of the 228 KiB of shared memory), of 32
+    elsewhere (48 KiB: a block gets at most 99 KiB on an L4, 163 on an A100, 64 on a T4); float32 tiles half as
+    deep."""
     if INTERPRETED:
         return _pow2(M, 16, 64), _pow2(N, 16, 64), _pow2(K, 16, 64), {}
-    bk = 32 if dtype == torch.float32 else 64
+    hopper = torch.cuda.get_device_capability(device) >= (9, 0)
+    bk = (64 if hopper else 32) // (2 if dtype == torch.float32 else 1)
     bn = 64 if dual else 128
-    return _pow2(M, 16, 128), _pow2(N, 16, bn), _pow2(K, 16, bk), {"num_warps": 8 if bn == 128 or dual else 4,
-                                                                     "num_stages": 3}
+    return _pow2(M, 16, 128), _pow2(N, 16, bn), _pow2(K, 16, bk), {"num_warps": 8, "num_stages": 3}
+
+
+def _rows(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """t with unit column stride (what the kernels assume of everything but a matmul's A and B)."""
+    return t if t is None or t.stride(-1) == 1 else t.contiguous()
 
 
 def _common(dtype: torch.dtype) -> dict:
@@ -268,8 +277,10 @@ def mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, pre: Optional[t
     pre, res_scale, post: float32 (M,)."""
     M, K = a.shape
     N = b.shape[1]
+    res, x = _rows(res), _rows(x)
+    pre, res_scale, post = (t if t is None else t.contiguous() for t in (pre, res_scale, post))
     c = torch.empty(M, N, device=a.device, dtype=out_dtype)
-    BM, BN, BK, opts = _tiles(M, N, K, a.dtype, dual=False)
+    BM, BN, BK, opts = _tiles(M, N, K, a.dtype, False, a.device)
     tiles_n = triton.cdiv(N, BN)
     sums = torch.empty(M, tiles_n, device=a.device, dtype=torch.float32) if part else None
     dummy = c  # unused pointers (their flag is off)
@@ -287,11 +298,12 @@ def mm(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, pre: Optional[t
 def swiglu(x: torch.Tensor, w: torch.Tensor, rs: Optional[torch.Tensor],
            save: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """(h (M, I), [g | u] (M, 2I), or an empty tensor unless `save`) of `_swiglu_kernel`."""
+    x, w = _rows(x), _rows(w)
     M, K = x.shape
     I = w.shape[0] // 2  # noqa: E741
     h = torch.empty(M, I, device=x.device, dtype=x.dtype)
     gu = torch.empty(M, 2 * I, device=x.device, dtype=x.dtype) if save else x.new_empty(0)
-    BM, BN, BK, opts = _tiles(M, I, K, x.dtype, dual=True)
+    BM, BN, BK, opts = _tiles(M, I, K, x.dtype, True, x.device)
     grid = (triton.cdiv(M, BM) * triton.cdiv(I, BN),)
     _swiglu_kernel[grid](x, w, h, gu if save else h, rs if rs is not None else h, M, I, K, x.stride(0),
                          w.stride(0), HAS_RS=rs is not None, SAVE=save, BM=BM, BN=BN, BK=BK, **_common(x.dtype),
@@ -301,11 +313,12 @@ def swiglu(x: torch.Tensor, w: torch.Tensor, rs: Optional[torch.Tensor],
 
 def dswiglu(dv: torch.Tensor, wd: torch.Tensor, gu: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """([dg | du] (M, 2I), h (M, I)) of `_dswiglu_kernel`."""
+    dv, wd, gu = _rows(dv), _rows(wd), gu.contiguous()
     M, D = dv.shape
     I = wd.shape[1]  # noqa: E741
     dgu = torch.empty(M, 2 * I, device=dv.device, dtype=dv.dtype)
     h = torch.empty(M, I, device=dv.device, dtype=dv.dtype)
-    BM, BN, BK, opts = _tiles(M, I, D, dv.dtype, dual=False)
+    BM, BN, BK, opts = _tiles(M, I, D, dv.dtype, False, dv.device)
     grid = (triton.cdiv(M, BM) * triton.cdiv(I, BN),)
     _dswiglu_kernel[grid](dv, wd, gu, dgu, h, M, I, D, dv.stride(0), wd.stride(0), BM=BM, BN=BN, BK=BK,
                           **_common(dv.dtype), **opts)
@@ -314,10 +327,11 @@ def dswiglu(dv: torch.Tensor, wd: torch.Tensor, gu: torch.Tensor) -> Tuple[torch
 
 def qkv_rope(x: torch.Tensor, w: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """`_qkv_rope_kernel`: x (M, D) with rows in (batch, position) order, cos/sin (S, head_dim / 2) float32."""
+    x, w, cos, sin = _rows(x), _rows(w), cos.contiguous(), sin.contiguous()
     M, D = x.shape
     S, half = cos.shape
     out = torch.empty(M, 3 * D, device=x.device, dtype=x.dtype)
-    BM, BN, BK, opts = _tiles(M, 3 * D // 2, D, x.dtype, dual=True)
+    BM, BN, BK, opts = _tiles(M, 3 * D // 2, D, x.dtype, True, x.device)
     grid = (triton.cdiv(M, BM) * triton.cdiv(3 * D // 2, BN),)
     _qkv_rope_kernel[grid](x, w, out, cos, sin, M, D, S, half, x.stride(0), w.stride(0), BM=BM, BN=BN, BK=BK,
                            **_common(x.dtype), **opts)
@@ -326,6 +340,7 @@ def qkv_rope(x: torch.Tensor, w: torch.Tensor, cos: torch.Tensor, sin: torch.Ten
 
 def rope_back(g: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """`_rope_back_kernel`: g (M, 3D) contiguous."""
+    g, cos, sin = g.contiguous(), cos.contiguous(), sin.contiguous()
     M, D3 = g.shape
     S, half = cos.shape
     out = torch.empty_like(g)
