@@ -54,7 +54,13 @@ def scaled_matmul_emulated(qx: torch.Tensor, sx: torch.Tensor, qw: torch.Tensor,
 
 def fp8_capable(device: torch.device) -> bool:
     """Whether `torch._scaled_mm` with row-wise scales runs on this CUDA device (compute capability 8.9+)."""
-    return device.type == "cuda" and hasattr(torch, "_scaled_mm") and torch.cuda.get_device_capability(device) >= (8, 9)
+    return device.type == "cuda" and _cuda_capability(device.index) >= (8, 9)
+
+
+@torch.compiler.assume_constant_result
+def _cuda_capability(index: Optional[int]) -> Tuple[int, int]:
+    """(major, minor) of a CUDA device (a constant for torch.compile: asked once, outside the graph)."""
+    return torch.cuda.get_device_capability(index)
 
 
 def fp8_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -66,7 +72,7 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     qw, sw = quantise_rows(w)
     if x.device.type == "cuda":
         if not fp8_capable(x.device):
-            cap = ".".join(map(str, torch.cuda.get_device_capability(x.device)))
+            cap = ".".join(map(str, _cuda_capability(x.device.index)))
             raise TRMError(f"arch.fp8=nograd needs a CUDA GPU of compute capability 8.9 or newer (L4, H100); "
                            f"this one is {cap}: set arch.fp8=off")
         if K % _ALIGN == 0 and N % _ALIGN == 0:

@@ -10,8 +10,9 @@ then needs x1 nowhere as a tensor: the O projection's epilogue adds the residual
 row (u), rstd scales the rows of the gate/up product in its epilogue, where SwiGLU runs too, and the down
 projection's epilogue adds the residual rstd * u. RoPE runs in the QKV projection's epilogue, dSwiGLU in the
 down projection's backward matmul. Per block call that removes, against the plain path: the RoPE pass over
-q and k, the gate/up output (2 x the SwiGLU width per row) written and read back, the first norm's output
-written and read back, and (in backward) the same passes again.
+q and k, the gate/up output (2 x the SwiGLU width per row) written and read back, the first norm's pass (u
+read, its output written), and in backward the dSwiGLU pass over the gate/up gradient (the backward adds two
+light passes of its own: the sums' gradient folded into du, and rs * x for a weight gradient).
 
 Three sub-layer ops carry it, each an autograd Function whose backward is matmuls plus the fused kernels:
 `qkv` (QKV + RoPE), `o_res` (O + residual -> u and its row sums of squares) and `mlp` (the SwiGLU MLP with the
@@ -48,7 +49,6 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.model.fp8 import Fp8Ops
 from trm_kaggle.model.layers import Block, CastedLinear, CosSin, rms_norm
 
-KERNELS = ("auto", "torch", "triton")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
