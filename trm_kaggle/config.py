@@ -242,6 +242,15 @@ class ArchConfig(_Config):
                             "else float32 (upstream: bfloat16)")
     loss_type: Literal["stablemax_cross_entropy", "softmax_cross_entropy"] = Field(
         "stablemax_cross_entropy", description="token loss (upstream's stablemax, or softmax)")
+    kernels: Literal["auto", "torch", "triton"] = Field(
+        "torch", description="the blocks' kernels: torch = the plain path (upstream's arithmetic); triton = fused "
+                             "Triton kernels (the norm folded into the next matmul, SwiGLU, RoPE and the residual "
+                             "in the matmuls' epilogues; CUDA); auto = triton on CUDA where Triton imports and "
+                             "its kernels pass a self-check, else torch (model/fused.py)")
+    fp8: Literal["off", "nograd"] = Field(
+        "off", description="nograd: the blocks' matmuls in float8 e4m3 with row-wise scales in every network "
+                           "call without autograd (the H_cycles - 1 cycles before the gradient's, and inference); "
+                           "CUDA compute capability 8.9+, emulated on CPU (model/fp8.py)")
 
     @model_validator(mode="after")
     def _shapes_fit(self) -> "ArchConfig":
@@ -575,6 +584,8 @@ class SolveConfig(_Config):
 
 
 RECURSION_FIELDS = ("H_cycles", "L_cycles", "halt_max_steps")  # arch fields a model can change without new weights
+#: arch fields that choose how the network computes, not what: the same weights run under any of their values
+EXECUTION_FIELDS = ("forward_dtype", "kernels", "fp8")
 
 
 # ---------------------------------------------------------------------------

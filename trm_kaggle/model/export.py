@@ -29,7 +29,7 @@ import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
-from trm_kaggle.config import ArchConfig, ExportConfig, TaskIdMode, TrainConfig, validation_line
+from trm_kaggle.config import EXECUTION_FIELDS, ArchConfig, ExportConfig, TaskIdMode, TrainConfig, validation_line
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import not_regular, read_json
@@ -147,8 +147,9 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
 
 
 def _shape_config(config: dict) -> dict:
-    """What decides the model's computation: the arch (its dtype aside) and the sequence and vocabulary sizes."""
-    arch = {k: v for k, v in config["arch"].items() if k != "forward_dtype"}
+    """What decides the model's computation: the arch (how it computes aside: dtype, kernels, fp8) and the
+    sequence and vocabulary sizes."""
+    arch = {k: v for k, v in config["arch"].items() if k not in EXECUTION_FIELDS}
     return {"arch": arch, "seq_len": config["seq_len"], "vocab_size": config["vocab_size"]}
 
 

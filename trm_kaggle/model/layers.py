@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -415,8 +415,15 @@ class Block(nn.Module):
         else:
             self.self_attn = Attention(hidden_size, num_heads)
         self.mlp = SwiGLU(hidden_size, expansion)
+        # Another path for this block (fused kernels, float8: `trm_kaggle.model.fused.block_dispatch`), set by
+        # the model where its arch asks for one: returns the block's output, or None for the path below.
+        self.dispatch: Optional[Callable[..., Optional[torch.Tensor]]] = None
 
     def forward(self, x: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
+        if self.dispatch is not None:
+            y = self.dispatch(self, x, cos_sin)
+            if y is not None:
+                return y
         if self.use_mlp_t:
             xt = x.transpose(1, 2)
             x = rms_norm(self.mlp_t(xt, residual=xt), self.eps).transpose(1, 2)

@@ -43,6 +43,7 @@ from torch.utils.checkpoint import checkpoint
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.dtype import resolve_forward_dtype
+from trm_kaggle.model.fused import block_dispatch
 from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
 
 
@@ -201,6 +202,9 @@ class TinyRecursiveModel(nn.Module):
             Block(D, arch.num_heads, arch.expansion, arch.rms_norm_eps, mlp_t=arch.mlp_t, total_len=self.total_len)
             for _ in range(arch.L_layers)
         )
+        dispatch = block_dispatch(arch)  # arch.kernels / arch.fp8; None: the blocks' own path
+        for block in self.layers:
+            block.dispatch = dispatch
 
         # Initial latent states: fixed random vectors (buffers, saved, not trained)
         self.register_buffer("H_init", trunc_normal_(torch.empty(D), std=1.0), persistent=True)
