@@ -44,9 +44,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class TrainingInterrupted(KeyboardInterrupt):
     """A run stopped by SIGINT or SIGTERM after saving its state; str(e) is the line to show."""
 
-    def __init__(self, message: str, signum: int):
+    def __init__(self, message: str, signum: int, step: int = 0, path=None):
         super().__init__(message)
-        self.signum = signum
+        self.signum, self.step, self.path = signum, step, path
         self.exit_status = 128 + signum
 
 
@@ -164,4 +164,4 @@ class StopControl:
         if self.rt.distributed:
             self._sum([False])
         return TrainingInterrupted(f"stopped by {signal_name(self.signum)} at step {step}: train state saved to "
-                                   f"{path}; run the same command again to resume from it", self.signum)
+                                   f"{path}; run the same command again to resume from it", self.signum, step, path)
