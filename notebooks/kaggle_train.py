@@ -106,7 +106,7 @@ if not isinstance(OVERRIDES, (list, tuple)) or not all(isinstance(o, str) for o 
     OVERRIDES = []
 TIME_BUDGET = checked_number("TIME_BUDGET", TIME_BUDGET, 11.5 * 3600, none=True, least=1)
 SAVE_MARGIN = checked_number("SAVE_MARGIN", SAVE_MARGIN, 600.0)
-SAVE_EVERY_S = checked_number("SAVE_EVERY_S", SAVE_EVERY_S, 300.0, none=True, least=1)
+SAVE_EVERY_S = checked_number("SAVE_EVERY_S", SAVE_EVERY_S, 300.0, none=True, least=0.001)
 SESSION_STEPS = checked_number("SESSION_STEPS", SESSION_STEPS, None, none=True, least=1, whole=True)
 if DEVICE not in ("auto", "cpu", "cuda", "mps"):
     warn(f"DEVICE={DEVICE!r} is not one of 'auto', 'cpu', 'cuda', 'mps': using 'auto'")

@@ -302,3 +302,62 @@ def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
                        continue_from="tester/trm-kaggle-train", runner=empty_output, download=False,
                        log=lambda _: None)
     assert not (tmp_path / "c" / "run-state").exists()
+
+
+def test_a_session_saves_on_a_timer_and_a_stop_signal_ends_it_saved(built, tmp_path, monkeypatch):
+    """Timed states on the way (save_every_s; the stops module's clock advanced one second per look here), and a
+    SIGTERM (Kaggle's stop) saves the step it ends: status "interrupted" in session.json, one line, no raise."""
+    import signal
+
+    from trm_kaggle.train import stops
+
+    now = [0.0]
+    monkeypatch.setattr(stops, "monotonic", lambda: now.__setitem__(0, now[0] + 1.0) or now[0])
+    import trm_kaggle.train.loop as loop
+
+    real_train = loop.train
+
+    def stopped_at_step_7(cfg, **kw):
+        return real_train(cfg, on_step=lambda step, r: step == 7 and os.kill(os.getpid(), signal.SIGTERM), **kw)
+
+    monkeypatch.setattr(loop, "train", stopped_at_step_7)
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "none", working=tmp_path / "w", preset="sudoku4-cpu",
+                    overrides=[o for o in SETTINGS if not o.startswith("max_steps")] + ["checkpoint_keep=100"],
+                    data_dir=built / "data", time_budget=None, save_every_s=2.5, echo=lines.append)
+    assert not r.ok and r.status == "interrupted" and r.step == 7 and r.stopped_by == "SIGTERM"
+    assert lines[-1] == (f"stopped by SIGTERM at step 7: train state saved to {tmp_path / 'w' / 'run'}/"
+                         "state_step00000007.pt; run the kernel again (a new version) to continue from it"), lines
+    assert any(line.startswith("training from step 0 to step ") and line.endswith("a train state every 2.5 s")
+               for line in lines), lines
+    assert [int(p.name[10:18]) for p in ckpt.list_states(tmp_path / "w" / "run")] == [2, 5, 7]
+    record = json.loads((tmp_path / "w" / "session.json").read_text())
+    assert record["status"] == "interrupted" and record["step"] == 7
+
+
+def test_the_training_range_names_the_step_the_run_ends_at(built, tmp_path):
+    """The reproducer: "training from step 0 to step 20000" for a run whose schedule ends at 3,125."""
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "none", working=tmp_path / "w", preset="sudoku4-cpu",
+                    overrides=[o for o in SETTINGS if not o.startswith("max_steps")] + ["max_steps=20000", "epochs=2"],
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    assert r.ok and r.target_step < 20000, lines
+    assert f"training from step 0 to step 1, a train state every 300 s" in lines, lines
+    r = run_session(input_root=tmp_path / "w", working=tmp_path / "w2", preset="sudoku4-cpu",
+                    overrides=[o for o in SETTINGS if not o.startswith("max_steps")] + ["max_steps=20000", "epochs=2"],
+                    data_dir=built / "data", time_budget=None, save_every_s=None, echo=lines.append)
+    assert r.ok and f"training from step 1 to step {r.target_step}" in lines, lines
+
+
+@pytest.mark.parametrize("package", ["pydantic", "torch"])
+def test_the_notebook_never_raises_when_a_dependency_cannot_be_imported(built, tmp_path, kernel_name, package):
+    """The reproducer: with pydantic broken the training notebook raised and wrote no session.json."""
+    broken = tmp_path / "broken" / package
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text(f"raise ImportError('simulated: {package} is not importable')\n")
+    working, log = session(tmp_path / "s", built, kernel_name, env={"PYTHONPATH": str(broken.parent)})
+    record = json.loads((working / "session.json").read_text())
+    assert record["ok"] is False and f"ImportError: simulated: {package} is not importable" in record["message"]
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"simulated: {package} is not importable" in errors[0], log[-3000:]
+    assert "Traceback" not in log and not (working / "run").exists()
