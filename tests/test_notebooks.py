@@ -143,12 +143,7 @@ def test_kaggle_kernel_parameters_match_the_bundle():
     assert warnings == []
     # right after the parameters (papermill inserts its own cell between them), the fallback submission with the
     # standard library alone; then the offline install
-    code = [c for c in jupytext.read(NOTEBOOKS / "kaggle_submission.ipynb").cells if c.cell_type == "code"]
-    assert "parameters" in code[0].metadata.get("tags", [])
-    imported = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
-                for n in ast.walk(ast.parse(code[1].source)) if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in n.names}
-    assert imported and imported <= set(sys.stdlib_module_names), imported
+    code = standard_library_first("kaggle_submission")
     assert "submission.json" in code[1].source and "os.replace" in code[1].source
     assert "--no-index" in code[2].source and "sys.executable" in code[2].source
     # the kernel prefers the challenges file of the competition its metadata attaches (--competition)
@@ -158,15 +153,21 @@ def test_kaggle_kernel_parameters_match_the_bundle():
     assert "\nCOMPETITION = 'arc-prize-2025'  # this kernel's competition" in params
 
 
-def test_kaggle_training_notebook_writes_its_report_first_with_the_standard_library():
-    """Its first code cell after the parameters imports the standard library alone and writes session.json (so an
-    image without pydantic or torch still leaves the reason); every later cell catches what it runs."""
-    code = [c for c in jupytext.read(NOTEBOOKS / "kaggle_train.ipynb").cells if c.cell_type == "code"]
+def standard_library_first(name: str) -> list:
+    """The notebook's code cells, checked: the parameters first, then a cell importing the standard library alone."""
+    code = [c for c in jupytext.read(NOTEBOOKS / f"{name}.ipynb").cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", [])
     imported = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
                 for n in ast.walk(ast.parse(code[1].source)) if isinstance(n, (ast.Import, ast.ImportFrom))
                 for a in n.names}
     assert imported and imported <= set(sys.stdlib_module_names), imported
+    return code
+
+
+def test_kaggle_training_notebook_writes_its_report_first_with_the_standard_library():
+    """Its first code cell after the parameters imports the standard library alone and writes session.json (so an
+    image without pydantic or torch still leaves the reason); every later cell catches what it runs."""
+    code = standard_library_first("kaggle_train")
     assert "session.json" in code[1].source and "os.replace" in code[1].source
     for cell in code[2:]:
         tree = ast.parse(cell.source)

@@ -76,7 +76,8 @@ def default_scratch() -> Path:
     kaggle_temp = Path("/kaggle/temp")
     if kaggle_temp.is_dir() and os.access(kaggle_temp, os.W_OK):
         return kaggle_temp / SCRATCH
-    return Path(tempfile.gettempdir()) / f"{SCRATCH}-{os.getuid()}"
+    user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""  # one folder per user on a shared machine
+    return Path(tempfile.gettempdir()) / f"{SCRATCH}{user}"
 
 
 def input_roots(input_root: Path, scratch: Path, echo: Callable[[str], None]) -> list[Path]:

@@ -586,9 +586,8 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
                     try:
                         with control.cuttable():  # a stop signal cuts it short (it changes no weight)
                             result.eval_metrics = _evaluate(model, ema, cfg, rt)
-                    except EvaluationCut as cut:
+                    except EvaluationCut as cut:  # the last complete evaluation's metrics stand
                         model.train()
-                        result.eval_metrics = {}
                         log.warning("step %d: evaluation cut short by %s", step, cut)
                         break
                     last_eval_s = time.perf_counter() - t_eval
