@@ -44,6 +44,7 @@ KAGGLE_WORKING = "/kaggle/working"  # writable; submission.json and the work dir
 WHEELS_DIR = None  # None: the first directory under KAGGLE_INPUT holding a trm_kaggle*.whl (trm-kaggle-wheels)
 WEIGHTS_DIR = None  # None: the first directory under KAGGLE_INPUT holding weights.safetensors (trm-kaggle-weights)
 CHALLENGES = None  # None: the one */arc-agi_test_challenges.json (or */*/...) under KAGGLE_INPUT
+COMPETITION = "arc-prize-2026-arc-agi-2"  # this kernel's competition: its challenges file wins when several are found
 MODE = "auto"  # auto: "save" in Kaggle's interactive Save Version run, "full" in the scored rerun and elsewhere
 TIME_BUDGET = "auto"  # seconds for everything, or "auto": 11.5 h (full) / SAVE_TIME_BUDGET (save); None: no limit
 FINETUNE_STEPS = "auto"  # fine-tuning steps per task, or "auto": what the time plan fits
@@ -113,8 +114,9 @@ def checked_dir(name, value, default):
 KAGGLE_ROOT = Path(os.sep, "kaggle")  # Kaggle's own folders, the defaults of the two paths below
 KAGGLE_INPUT = checked_dir("KAGGLE_INPUT", KAGGLE_INPUT, str(KAGGLE_ROOT / "input"))
 KAGGLE_WORKING = checked_dir("KAGGLE_WORKING", KAGGLE_WORKING, str(KAGGLE_ROOT / "working"))
-WHEELS_DIR, WEIGHTS_DIR, CHALLENGES = (checked_dir(n, v, None) for n, v in (
-    ("WHEELS_DIR", WHEELS_DIR), ("WEIGHTS_DIR", WEIGHTS_DIR), ("CHALLENGES", CHALLENGES)))
+WHEELS_DIR, WEIGHTS_DIR, CHALLENGES, COMPETITION = (checked_dir(n, v, None) for n, v in (
+    ("WHEELS_DIR", WHEELS_DIR), ("WEIGHTS_DIR", WEIGHTS_DIR), ("CHALLENGES", CHALLENGES),
+    ("COMPETITION", COMPETITION)))
 MODE = checked_choice("MODE", MODE, ("auto", "save", "full"), "auto")
 TIME_BUDGET = checked("TIME_BUDGET", TIME_BUDGET, "auto", auto=True, none=True, number=True)
 FINETUNE_STEPS = checked("FINETUNE_STEPS", FINETUNE_STEPS, "auto", auto=True, least=0)
@@ -149,8 +151,9 @@ print(f"mode: {MODE} ({why}): " + ("the model works on " + (f"the first {MAX_TAS
                                    + "; every task is submitted"), flush=True)
 
 
-def find_challenges(root):
-    """The one challenges file one or two folders below `root` (by resolved path), or None with a warning."""
+def find_challenges(root, competition):
+    """The one challenges file one or two folders below `root` (by resolved path); of several, the one in the
+    folder named for `competition` (said in a line); else None with a warning."""
     root = Path(root)
     found = {}
     for pattern in (f"*/{CHALLENGES_NAME}", f"*/*/{CHALLENGES_NAME}"):
@@ -161,9 +164,15 @@ def find_challenges(root):
         return next(iter(found.values()))
     if not found:
         warn(f"no {CHALLENGES_NAME} one or two folders below {root}: attach the ARC competition or set CHALLENGES")
-    else:
-        warn(f"{len(found)} different {CHALLENGES_NAME} files below {root}: "
-             f"{', '.join(str(p) for p in found.values())}; set CHALLENGES to the one to solve")
+        return None
+    own = [p for p in found.values() if p.parent.name == competition]
+    if len(own) == 1:
+        others = [str(p) for p in found.values() if p != own[0]]
+        print(f"{len(found)} different {CHALLENGES_NAME} files below {root}: using {own[0]}, the one of this "
+              f"kernel's competition {competition} (not {', '.join(others)})", flush=True)
+        return own[0]
+    warn(f"{len(found)} different {CHALLENGES_NAME} files below {root}, none of them the competition {competition}'s "
+         f"alone: {', '.join(str(p) for p in found.values())}; set CHALLENGES to the one to solve")
     return None
 
 
@@ -198,7 +207,7 @@ def write_atomically(path, text):
 
 SUBMISSION = Path(KAGGLE_WORKING) / "submission.json"
 try:
-    CHALLENGES = CHALLENGES or find_challenges(KAGGLE_INPUT)
+    CHALLENGES = CHALLENGES or find_challenges(KAGGLE_INPUT, COMPETITION)
     if CHALLENGES is None:
         READY = False
     else:

@@ -18,26 +18,129 @@
 # A Kaggle session lasts at most 12 hours. This kernel trains one run across as many sessions as it needs: each
 # new version of the kernel gets the previous version's output as an input, finds the newest complete train
 # state there, copies it to `/kaggle/working/run/` and resumes; it trains until its time budget (minus a margin
-# for the final save) and stops at a step boundary with a full train state, `metrics.jsonl`,
+# for the final save), saves a train state every `SAVE_EVERY_S` seconds on the way (a session killed outright
+# loses at most that much) and stops at a step boundary with a full train state, `metrics.jsonl`,
 # `training_curve.png` and `weights/` (an export the submission bundle takes as `--weights`). A run that has
-# reached its last step says so and only exports. Problems are one `error:` line; the notebook never raises,
-# and the previous state is never overwritten or deleted (the inputs are read-only; the copy lives in working).
+# reached its last step says so and only exports. The previous state is never overwritten or deleted (the inputs
+# are read-only; the copy lives in working).
 #
-# Attach: the wheels dataset (`trm_kaggle*.whl`), the data dataset (a dataset built by `trm-kaggle build-*`)
-# and this kernel's own output (`kernel_sources`). `python build_bundle.py OUT --train-kernel --preset P`
-# writes this notebook with its metadata; see docs/kaggle-training.md.
+# The first code cell uses the standard library alone: it checks the parameters and writes `session.json`
+# saying the session has not finished, so that whatever fails afterwards (no wheel, an offline install that
+# cannot resolve, an image without pydantic or torch) the output says why. Problems are one `error:` line; the
+# notebook never raises.
+#
+# Attach: the wheels dataset (`trm_kaggle*.whl`), the data dataset (`data.tar` + `manifest.json`, which the
+# session checks and unpacks into `/kaggle/temp`) and this kernel's own output (`kernel_sources`), or a run-state
+# dataset. `python build_bundle.py OUT --train-kernel --preset P` writes this notebook with its metadata; see
+# docs/kaggle-training.md.
 
 # %% tags=["parameters"]
 KAGGLE_INPUT = "/kaggle/input"  # attached datasets and the previous Kaggle session's output (read-only on Kaggle)
 KAGGLE_WORKING = "/kaggle/working"  # writable; the run, the export and the curve go here (the kernel's output)
 WHEELS_DIR = None  # None: the first directory under KAGGLE_INPUT holding a trm_kaggle*.whl (trm-kaggle-wheels)
-DATA_DIR = None  # None: the one dataset (identifiers.json + train/) under KAGGLE_INPUT (trm-kaggle-data)
+DATA_DIR = None  # None: the one dataset under KAGGLE_INPUT (trm-kaggle-data, unpacked), or a folder to train on
 PRESET = "sudoku-mlp"  # the training preset(s), e.g. "sudoku-mlp" or "arc2 no-ema" (trm-kaggle train --preset)
 OVERRIDES = []  # key=value settings on top of the preset, e.g. ["global_batch_size=256"]
 TIME_BUDGET = 11.5 * 3600  # seconds this Kaggle session may use in all (Kaggle stops a session at 12 h); None: no limit
 SAVE_MARGIN = 600  # seconds of TIME_BUDGET kept for the final save, the export and the curve
+SAVE_EVERY_S = 300  # seconds between train states saved on the way (a killed session loses at most this); None: off
 SESSION_STEPS = None  # None: train until the budget; N: at most N steps this Kaggle session (a quick, exact stop)
+UNPACK_DIR = None  # None: /kaggle/temp (else the system's temporary folder); where packed datasets are unpacked
 DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda
+
+# %% [markdown]
+# ## Parameters checked, `session.json` written first (standard library only)
+#
+# A bad parameter falls back to its default with a warning. `session.json` says "not finished" until the session
+# rewrites it with what it did; a session stopped by an error says why there too.
+
+# %%
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+STARTED = time.time()  # the install counts against the budget
+READY = True  # False once a step fails: the later cells skip, session.json keeps the reason
+
+
+def warn(line):
+    print(f"WARNING: {line}", flush=True)
+
+
+def checked_number(name, value, default, *, none=False, least=0.0, whole=False):
+    """`value` when it is a valid setting of `name`, else `default` with a warning (never an exception)."""
+    if none and value is None:
+        return None
+    if isinstance(value, str) and value.strip():
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    good = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= least and (not whole or float(value).is_integer()))
+    if good:
+        return int(value) if whole else float(value)
+    warn(f"{name}={value!r} is not {'None or ' if none else ''}a {'whole ' if whole else ''}number >= {least:g}: "
+         f"using {default!r}")
+    return default
+
+
+def checked_text(name, value, default, *, none=False):
+    if (none and value is None) or (isinstance(value, (str, os.PathLike)) and str(value).strip()):
+        return value
+    warn(f"{name}={value!r} is not {'None or ' if none else ''}a non-empty text: using {default!r}")
+    return default
+
+
+KAGGLE_ROOT = Path(os.sep, "kaggle")  # Kaggle's own folders, the defaults of the two paths below
+KAGGLE_INPUT = checked_text("KAGGLE_INPUT", KAGGLE_INPUT, str(KAGGLE_ROOT / "input"))
+KAGGLE_WORKING = checked_text("KAGGLE_WORKING", KAGGLE_WORKING, str(KAGGLE_ROOT / "working"))
+WHEELS_DIR, DATA_DIR, UNPACK_DIR = (checked_text(n, v, None, none=True) for n, v in (
+    ("WHEELS_DIR", WHEELS_DIR), ("DATA_DIR", DATA_DIR), ("UNPACK_DIR", UNPACK_DIR)))
+PRESET = checked_text("PRESET", PRESET, "sudoku-mlp")
+if not isinstance(OVERRIDES, (list, tuple)) or not all(isinstance(o, str) for o in OVERRIDES):
+    warn(f"OVERRIDES={OVERRIDES!r} is not a list of key=value texts: using []")
+    OVERRIDES = []
+TIME_BUDGET = checked_number("TIME_BUDGET", TIME_BUDGET, 11.5 * 3600, none=True, least=1)
+SAVE_MARGIN = checked_number("SAVE_MARGIN", SAVE_MARGIN, 600.0)
+SAVE_EVERY_S = checked_number("SAVE_EVERY_S", SAVE_EVERY_S, 300.0, none=True, least=0.001)
+SESSION_STEPS = checked_number("SESSION_STEPS", SESSION_STEPS, None, none=True, least=1, whole=True)
+if DEVICE not in ("auto", "cpu", "cuda", "mps"):
+    warn(f"DEVICE={DEVICE!r} is not one of 'auto', 'cpu', 'cuda', 'mps': using 'auto'")
+    DEVICE = "auto"
+
+SESSION = Path(KAGGLE_WORKING) / "session.json"
+
+
+def write_session(status, message):
+    """session.json (atomically): what stopped this session, for `kaggle kernels output` readers."""
+    record = {"ok": False, "status": status, "message": message, "seconds": round(time.time() - STARTED, 1)}
+    tmp = SESSION.with_name(f".{SESSION.name}.partial-{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=2)
+    os.replace(tmp, SESSION)
+
+
+def fail(message):
+    """The reason this session stops, as one error line and in session.json (never an exception)."""
+    global READY
+    READY = False
+    print(f"error: {message}", flush=True)
+    try:
+        write_session("error", message)
+    except OSError as e:
+        print(f"error: could not write {SESSION}: {e}", flush=True)
+
+
+try:
+    Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
+    write_session("started", "the session has not finished (stopped before it wrote its report)")
+except OSError as e:
+    READY = False
+    print(f"error: {KAGGLE_WORKING} is not writable ({e}): nothing can run", flush=True)
 
 # %% [markdown]
 # ## Install `trm_kaggle` offline
@@ -48,12 +151,6 @@ DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda
 import importlib
 import importlib.util
 import subprocess
-import sys
-import time
-from pathlib import Path
-
-STARTED = time.time()  # the install counts against the budget
-READY = True
 
 
 def first_dir_with(pattern):
@@ -62,50 +159,65 @@ def first_dir_with(pattern):
     return str(found[0].parent) if found else None
 
 
-if importlib.util.find_spec("trm_kaggle") is None:
-    wheels = WHEELS_DIR or first_dir_with("trm_kaggle*.whl")
-    if wheels is None:
-        READY = False
-        print(f"error: trm_kaggle is not installed and no trm_kaggle*.whl is under {KAGGLE_INPUT}: attach the "
-              "wheels dataset or set WHEELS_DIR")
-    else:
-        pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", wheels,
-                              "--disable-pip-version-check", "trm_kaggle"], capture_output=True, text=True)
-        print(pip.stdout)
-        if pip.returncode != 0:
-            READY = False
-            print(f"error: offline install from {wheels} failed (status {pip.returncode}): "
-                  f"{(pip.stderr.strip().splitlines() or [''])[-1]}")
-        importlib.invalidate_caches()
-else:
-    print("trm_kaggle is already importable: nothing installed")
+if READY:
+    try:
+        if importlib.util.find_spec("trm_kaggle") is None:
+            wheels = WHEELS_DIR or first_dir_with("trm_kaggle*.whl")
+            if wheels is None:
+                raise RuntimeError(f"trm_kaggle is not installed and no trm_kaggle*.whl is under {KAGGLE_INPUT}: "
+                                   "attach the wheels dataset or set WHEELS_DIR")
+            pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", wheels,
+                                  "--disable-pip-version-check", "--no-color", "trm_kaggle"], capture_output=True,
+                                 text=True)
+            print(pip.stdout)
+            if pip.returncode != 0:
+                said = [line.strip() for line in pip.stderr.splitlines() if line.strip()] or ["(no message)"]
+                last = ([line for line in said if line.startswith("ERROR")] or said)[-1]  # pip's own reason
+                raise RuntimeError(f"offline install from {wheels} failed (status {pip.returncode}): {last}")
+            importlib.invalidate_caches()
+        else:
+            print("trm_kaggle is already importable: nothing installed")
+    except Exception as e:  # noqa: BLE001 - the notebook never raises
+        fail(f"installing trm_kaggle failed ({e})")
 
 # %% [markdown]
 # ## Train this Kaggle session
 #
-# One line per stage: the dataset, the previous state (or a new run), the training range, the result, the export.
+# One line per stage: the packed datasets checked and unpacked, the dataset, the previous state (or a new run), the
+# training range, the result, the export.
 
 # %%
 REPORT = None
 if READY:
-    import logging
+    try:
+        import logging
 
-    import trm_kaggle
-    from trm_kaggle.kaggle_training import run_session
+        import trm_kaggle
+        from trm_kaggle.kaggle_training import run_session
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
-    print(f"trm_kaggle {trm_kaggle.__version__}")
-    overrides = list(OVERRIDES) + ([f"device={DEVICE}"] if DEVICE and DEVICE != "auto" else [])
-    REPORT = run_session(input_root=KAGGLE_INPUT, working=KAGGLE_WORKING, preset=str(PRESET).split(),
-                         overrides=overrides, data_dir=DATA_DIR, time_budget=TIME_BUDGET, margin=SAVE_MARGIN,
-                         session_steps=SESSION_STEPS, started=STARTED)
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
+        print(f"trm_kaggle {trm_kaggle.__version__}")
+    except Exception as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
+        fail(f"importing trm_kaggle failed ({type(e).__name__}: {e})")
+if READY:
+    try:
+        overrides = list(OVERRIDES) + ([f"device={DEVICE}"] if DEVICE and DEVICE != "auto" else [])
+        REPORT = run_session(input_root=KAGGLE_INPUT, working=KAGGLE_WORKING, preset=str(PRESET).split(),
+                             overrides=overrides, data_dir=DATA_DIR, time_budget=TIME_BUDGET, margin=SAVE_MARGIN,
+                             session_steps=SESSION_STEPS, started=STARTED, save_every_s=SAVE_EVERY_S,
+                             scratch=UNPACK_DIR)
+    except BaseException as e:  # noqa: BLE001 - run_session never raises; a second Ctrl-C may
+        fail(f"the session stopped ({type(e).__name__}: {e})")
 
 # %% [markdown]
 # ## What this Kaggle session left in `/kaggle/working`
 
 # %%
-if REPORT is not None:
-    print(f"status: {REPORT.status}; step {REPORT.start_step} -> {REPORT.step} of {REPORT.target_step}; "
-          f"{REPORT.seconds:.0f} s" + (f"; {REPORT.message}" if REPORT.message else ""))
-for p in sorted(Path(KAGGLE_WORKING).glob("*")):
-    print(f"  {p.name}{' (folder)' if p.is_dir() else ''}")
+try:
+    if REPORT is not None:
+        print(f"status: {REPORT.status}; step {REPORT.start_step} -> {REPORT.step} of {REPORT.target_step}; "
+              f"{REPORT.seconds:.0f} s" + (f"; {REPORT.message}" if REPORT.message else ""))
+    for p in sorted(Path(KAGGLE_WORKING).glob("*")):
+        print(f"  {p.name}{' (folder)' if p.is_dir() else ''}")
+except Exception as e:  # noqa: BLE001 - the notebook never raises
+    warn(f"listing {KAGGLE_WORKING} failed ({type(e).__name__}: {e})")

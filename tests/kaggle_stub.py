@@ -5,7 +5,9 @@
 Inside the new (private) network namespace it brings up loopback, serves http://localhost:80 (where
 KAGGLE_API_ENVIRONMENT=LOCALHOST sends the kaggle client: POST /api/v1/<Service>/<Method> with JSON bodies, and
 PUT of uploaded files to the URL StartBlobUpload hands out), runs COMMAND, writes every request it received to
-RECORD.json and exits with COMMAND's status. SCENARIO picks what the server answers:
+RECORD.json, the bytes of every uploaded file to RECORD.blobs/<n> (the n-th StartBlobUpload, whose answer's token
+is `blob-<n>`), and exits with COMMAND's status. An access token is introspected as the user `tokenowner`.
+SCENARIO picks what the server answers:
 
     ok                     datasets unknown at first, created, still processing once then ready; the kernel
                            push accepted
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 def bring_up_loopback() -> None:
@@ -34,8 +37,8 @@ def bring_up_loopback() -> None:
 
 
 class Kaggle:
-    def __init__(self, scenario: str):
-        self.scenario = scenario
+    def __init__(self, scenario: str, blobs: Path):
+        self.scenario, self.blobs_dir = scenario, blobs
         self.requests: list[dict] = []
         self.datasets: dict[str, int] = {}  # "owner/slug" -> times its status was asked since it was made
         self.blobs = 0
@@ -47,8 +50,12 @@ class Kaggle:
         with self.lock:
             self.requests.append({"method": method, "path": path, "auth": auth, "body": body})
             name = path.rsplit("/", 1)[-1]
-            if method == "PUT":
+            if method == "PUT":  # /upload/<n>: the file's bytes, kept (appended: an upload may come in parts)
+                with open(self.blobs_dir / path.rsplit("/", 1)[-1], "ab") as f:
+                    f.write(body.pop("data"))
                 return 200, {}
+            if name == "IntrospectToken":
+                return 200, {"active": True, "username": "tokenowner"}
             if name == "StartBlobUpload":
                 self.blobs += 1
                 return 200, {"token": f"blob-{self.blobs}", "createUrl": f"http://localhost/upload/{self.blobs}"}
@@ -85,7 +92,7 @@ def serve(kaggle: Kaggle) -> ThreadingHTTPServer:
             length = int(self.headers.get("Content-Length") or 0)
             data = self.rfile.read(length) if length else b""
             if self.command == "PUT":
-                body = {"bytes": len(data)}
+                body = {"bytes": len(data), "data": data}
             else:
                 try:
                     body = json.loads(data or b"{}")
@@ -114,7 +121,9 @@ def main() -> int:
     record, scenario, sep, *command = sys.argv[1:]
     assert sep == "--" and command, __doc__
     bring_up_loopback()
-    kaggle = Kaggle(scenario)
+    blobs = Path(record + ".blobs")
+    blobs.mkdir()
+    kaggle = Kaggle(scenario, blobs)
     server = serve(kaggle)
     try:
         rc = subprocess.run(command).returncode

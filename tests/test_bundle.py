@@ -6,6 +6,8 @@ test_push, test_sandbox); the bundle they share is built once by the fixtures in
 
 from __future__ import annotations
 
+import pytest
+
 from trm_kaggle.kaggle import bundle as B
 
 
@@ -23,3 +25,20 @@ def test_weights_must_be_an_export(inputs, tmp_path, capsys):
     rc = B.main([str(tmp_path / "out"), "--no-download", "--weights", str(tmp_path / "notexport"),
                  "--notebook", str(inputs["notebook"])])
     assert rc == 2 and "not an export" in capsys.readouterr().err
+
+
+def test_execute_rehearses_the_mount_layout_asked_for(inputs, tmp_path, monkeypatch, capsys):
+    """`--execute --mounts 2026` runs the kernel in 2026's layout (tests/test_kaggle_kernel.py runs it for real)."""
+    seen = {}
+
+    def fake_execute(out, **kw):
+        seen.update(kw)
+        return {"notebook_s": 1.0, "papermill_rc": 0, "submission_valid": True, "tasks": 1, "trm_kaggle_file": "x",
+                "trm_kaggle_in_venv": True, "log": "log", "executed_notebook": "nb", "ok": True, "problems": []}
+
+    monkeypatch.setattr(B, "execute", fake_execute)
+    assert B.main([str(tmp_path / "out"), "--no-download", "--user", "tester", "--weights", str(inputs["export"]),
+                   "--notebook", str(inputs["notebook"]), "--execute", "--mounts", "2026"]) == 0
+    assert seen["mounts"] == "2026" and "executed the kernel offline (2026 mounts)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        B.main([str(tmp_path / "out"), "--execute", "--mounts", "2027"])  # argparse: not one of the layouts

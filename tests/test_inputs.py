@@ -47,6 +47,14 @@ def test_several_stop_listing_them(tmp_path):
     assert f"arc-prize-2025/{CHALLENGES_NAME}" in msg and f"competitions/arc-prize-2026-arc-agi-2/{CHALLENGES_NAME}" in msg
 
 
+def test_of_several_the_kernels_own_competition_wins(tmp_path):
+    put(tmp_path, f"arc-prize-2025/{CHALLENGES_NAME}")
+    own = put(tmp_path, f"competitions/arc-prize-2026-arc-agi-2/{CHALLENGES_NAME}")
+    assert find_challenges(tmp_path, "arc-prize-2026-arc-agi-2") == own
+    with pytest.raises(TRMError, match="2 files named"):  # a competition whose folder is not there: no guess
+        find_challenges(tmp_path, "arc-prize-2024")
+
+
 def test_missing_root(tmp_path):
     with pytest.raises(TRMError, match="is not a directory"):
         find_challenges(tmp_path / "nope")

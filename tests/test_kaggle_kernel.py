@@ -44,10 +44,12 @@ def test_kernel_answers_every_task_offline_from_the_bundle(tmp_path, capsys):
     challenges = tmp_path / "arc-agi_evaluation_challenges.json"
     challenges.write_text(json.dumps({k: v[0] for k, v in tasks.items()}))
     (tmp_path / "arc-agi_evaluation_solutions.json").write_text(json.dumps({k: v[1] for k, v in tasks.items()}))
-    # as a person types it: build, then run the kernel offline (`build_bundle.py OUT --execute ...`)
+    # as a person types it: build, then run the kernel offline (`build_bundle.py OUT --execute ...`), in the mount
+    # layout of 2026's images (competitions/<slug>/, datasets/<owner>/<slug>/)
     rc = bundle.main([str(tmp_path / "bundle"), "--no-download", "--weights", str(tmp_path / "weights"), "--execute",
                       "--challenges", str(challenges), "--max-tasks", "2", "--workers", "2", "--time-budget", "600",
-                      "--finetune-steps", "2", "--num-aug", "1", "--device", "cpu"])
+                      "--finetune-steps", "2", "--num-aug", "1", "--device", "cpu", "--mounts", "2026",
+                      "--user", "tester"])
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "bundle" / "sandbox" / "execute_report.json").read_text())
     assert rc == 0 and report["ok"], (report["problems"], out)
@@ -55,7 +57,8 @@ def test_kernel_answers_every_task_offline_from_the_bundle(tmp_path, capsys):
     # a summary, not the notebook's output: the kernel's phases, then where its whole output is
     lines = out.strip().splitlines()
     assert len(lines) <= 30, out
-    assert lines[-3].startswith("executed the kernel offline in ") and f"valid against all {TASKS} tasks" in lines[-3]
+    assert lines[-3].startswith("executed the kernel offline (2026 mounts) in ") and \
+        f"valid against all {TASKS} tasks" in lines[-3]
     assert lines[-1] == f"  whole output: {report['log']}; executed notebook: {report['executed_notebook']}"
     phases = [line for line in lines if line.startswith("  kernel ")]
     assert any("] plan: worker 0 on cpu" in line for line in phases) and "] submission: " in phases[-1], out
@@ -64,7 +67,10 @@ def test_kernel_answers_every_task_offline_from_the_bundle(tmp_path, capsys):
     assert "Executing Cell" not in out and "pip" not in out.replace("pip install --no-index", "")
     assert report["trm_kaggle_in_venv"], report["trm_kaggle_file"]  # installed from the wheels, not the checkout
     # the competition file holds every task, and the submission answers every one of them
-    layout_challenges = tmp_path / "bundle" / "sandbox" / "input" / COMPETITION / "arc-agi_test_challenges.json"
+    sandbox_input = tmp_path / "bundle" / "sandbox" / "input"
+    layout_challenges = sandbox_input / "competitions" / COMPETITION / "arc-agi_test_challenges.json"
+    assert sorted(p.name for p in sandbox_input.iterdir()) == ["competitions", "datasets"]
+    assert list((sandbox_input / "datasets" / "tester" / "trm-kaggle-wheels").glob("trm_kaggle-*.whl"))
     assert len(json.loads(layout_challenges.read_text())) == report["tasks"] == TASKS
     assert report["submission_valid"] and report["score"]["total"] == sum(1 + i % 2 for i in range(TASKS))
     submission = json.loads((tmp_path / "bundle" / "sandbox" / "working" / "submission.json").read_text())

@@ -1,7 +1,8 @@
 """Training on Kaggle: the data dataset, the training kernel's build, and its sessions run with papermill in an
 offline sandbox laid out like /kaggle/input (a network namespace where `unshare` allows one): two chained
 sessions end where one uninterrupted run ends; a truncated newest state resumes from the one before; no
-previous output starts a new run; a previous output of another config is refused with one line."""
+previous output starts a new run; a previous output of another config is refused with one line; timed saves
+and a stop signal within a session; the notebook never raises, pydantic or torch unimportable included."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from trm_kaggle.kaggle.bundle import build_training, main as bundle_main
 from trm_kaggle.kaggle.metadata import BundleIds, verify_manifest
 from trm_kaggle.kaggle.push import training_push_commands
 from trm_kaggle.kaggle.sandbox import netns_wrapper, papermill_command, probe_netns
+from trm_kaggle import kaggle_training
 from trm_kaggle.kaggle_training import run_session
 from trm_kaggle.train import checkpoint as ckpt
 
@@ -45,6 +47,13 @@ def built(tmp_path_factory) -> Path:
     return root / "bundle"
 
 
+@pytest.fixture(autouse=True)
+def scratch(tmp_path, monkeypatch) -> Path:
+    """Packed datasets unpack under the test's folder (the default is the system's temporary folder)."""
+    monkeypatch.setattr(kaggle_training, "default_scratch", lambda: tmp_path / "scratch")
+    return tmp_path / "scratch"
+
+
 def inputs(tmp: Path, bundle: Path, previous: Path | None = None) -> Path:
     """A /kaggle/input look-alike: the data and wheels datasets, and a previous session's output."""
     root = tmp / "input"
@@ -57,24 +66,28 @@ def inputs(tmp: Path, bundle: Path, previous: Path | None = None) -> Path:
     return root
 
 
-def session(tmp: Path, bundle: Path, kernel: str, previous: Path | None = None, **parameters) -> tuple[Path, str]:
+def session(tmp: Path, bundle: Path, kernel: str, previous: Path | None = None, input_root: Path | None = None,
+            env: dict | None = None, **parameters) -> tuple[Path, str]:
     """Run the built training notebook with papermill in `tmp` (offline); (working folder, kernel log)."""
     tmp.mkdir(parents=True)
     working = tmp / "working"
     working.mkdir()
-    params = {"KAGGLE_INPUT": str(inputs(tmp, bundle, previous)), "KAGGLE_WORKING": str(working),
-              "TIME_BUDGET": None, **parameters}
+    params = {"KAGGLE_INPUT": str(input_root or inputs(tmp, bundle, previous)), "KAGGLE_WORKING": str(working),
+              "TIME_BUDGET": None, "UNPACK_DIR": str(tmp / "scratch"), **parameters}
     cmd = papermill_command(bundle / "train-kernel" / "kaggle_train.ipynb", tmp / "executed.ipynb", kernel=kernel,
                             cwd=working, parameters=params)
     try:
         cmd = netns_wrapper(probe_netns(), cmd)
     except TRMError:
         pass  # no network namespace here: the notebook reaches for no network either way
-    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg", **(env or {})})
     assert res.returncode == 0, res.stderr[-3000:]  # the notebook never raises
-    nb = json.loads((tmp / "executed.ipynb").read_text())
-    text = "\n".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
-    return working, text
+    return working, executed_text(tmp / "executed.ipynb")
+
+
+def executed_text(notebook: Path) -> str:
+    nb = json.loads(notebook.read_text())
+    return "\n".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
 
 
 def final_model(run: Path) -> dict[str, torch.Tensor]:
@@ -220,8 +233,12 @@ def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):
     assert meta["machine_shape"] == "NvidiaTeslaT4" and meta["enable_gpu"] is True
     assert meta["dataset_sources"] == ["tester/trm-kaggle-wheels", "tester/trm-kaggle-data"]
     assert meta["kernel_sources"] == ["tester/trm-kaggle-train"]  # its own previous version
-    assert verify_manifest(built / "data") > 5
-    assert (built / "data" / "dataset-metadata.json").is_file()
+    # the data dataset is flat (an upload sends no subfolders): the archive, its manifest, the metadata
+    assert sorted(p.name for p in (built / "data").iterdir() if not p.name.startswith(".")) == \
+        ["data.tar", "dataset-metadata.json", "manifest.json"]
+    assert verify_manifest(built / "data") == 2
+    inside = json.loads((built / "data" / "manifest.json").read_text())["archive"]["files"]
+    assert {"identifiers.json", "train/dataset.json", "train/all__inputs.npy", "test/all__labels.npy"} <= set(inside)
     cmds = training_push_commands(built)
     assert [c[1:3] for c in cmds] == [["datasets", "create"], ["datasets", "create"], ["kernels", "push"]]
     # the command line: a bad preset and a bad dataset are one error line, exit 2, nothing written
@@ -256,7 +273,19 @@ def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
                             continue_from="tester/trm-kaggle-train", runner=kaggle_output, download=False,
                             log=lambda _: None)
     assert calls == [["kaggle", "kernels", "output", "tester/trm-kaggle-train"]]
-    assert report["run_state"]["step"] == 2 and verify_manifest(tmp_path / "b" / "run-state") > 3
+    assert report["run_state"]["step"] == 2 and verify_manifest(tmp_path / "b" / "run-state") == 2
+    inside = json.loads((tmp_path / "b" / "run-state" / "manifest.json").read_text())["archive"]["files"]
+    assert {"run/state_step00000002.pt", "weights/weights.safetensors", "session.json"} <= set(inside)
+    assert not [p for p in (tmp_path / "b" / "run-state").iterdir() if p.is_dir()]  # flat: all of it uploads
+    # attached as Kaggle attaches it (read-only), the packed state is what the next session resumes from
+    attached = tmp_path / "input" / "datasets" / "tester" / "trm-kaggle-run-state"
+    shutil.copytree(tmp_path / "b" / "run-state", attached)
+    attached.chmod(0o555)
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "input", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    assert r.ok and (r.start_step, r.step) == (2, 3) and "state_step00000002.pt" in r.resumed_from, lines
+    assert any("run-state.tar checked and unpacked in" in line for line in lines), lines
     meta = json.loads((tmp_path / "b" / "train-kernel" / "kernel-metadata.json").read_text())
     assert meta["kernel_sources"] == [] and meta["dataset_sources"][-1] == "tester/trm-kaggle-run-state"
     assert json.loads((tmp_path / "b" / "run-state" / "dataset-metadata.json").read_text())["id"] == \
@@ -273,3 +302,62 @@ def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
                        continue_from="tester/trm-kaggle-train", runner=empty_output, download=False,
                        log=lambda _: None)
     assert not (tmp_path / "c" / "run-state").exists()
+
+
+def test_a_session_saves_on_a_timer_and_a_stop_signal_ends_it_saved(built, tmp_path, monkeypatch):
+    """Timed states on the way (save_every_s; the stops module's clock advanced one second per look here), and a
+    SIGTERM (Kaggle's stop) saves the step it ends: status "interrupted" in session.json, one line, no raise."""
+    import signal
+
+    from trm_kaggle.train import stops
+
+    now = [0.0]
+    monkeypatch.setattr(stops, "monotonic", lambda: now.__setitem__(0, now[0] + 1.0) or now[0])
+    import trm_kaggle.train.loop as loop
+
+    real_train = loop.train
+
+    def stopped_at_step_7(cfg, **kw):
+        return real_train(cfg, on_step=lambda step, r: step == 7 and os.kill(os.getpid(), signal.SIGTERM), **kw)
+
+    monkeypatch.setattr(loop, "train", stopped_at_step_7)
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "none", working=tmp_path / "w", preset="sudoku4-cpu",
+                    overrides=[o for o in SETTINGS if not o.startswith("max_steps")] + ["checkpoint_keep=100"],
+                    data_dir=built / "data", time_budget=None, save_every_s=2.5, echo=lines.append)
+    assert not r.ok and r.status == "interrupted" and r.step == 7 and r.stopped_by == "SIGTERM"
+    assert lines[-1] == (f"stopped by SIGTERM at step 7: train state saved to {tmp_path / 'w' / 'run'}/"
+                         "state_step00000007.pt; run the kernel again (a new version) to continue from it"), lines
+    assert any(line.startswith("training from step 0 to step ") and line.endswith("a train state every 2.5 s")
+               for line in lines), lines
+    assert [int(p.name[10:18]) for p in ckpt.list_states(tmp_path / "w" / "run")] == [2, 5, 7]
+    record = json.loads((tmp_path / "w" / "session.json").read_text())
+    assert record["status"] == "interrupted" and record["step"] == 7
+
+
+def test_the_training_range_names_the_step_the_run_ends_at(built, tmp_path):
+    """The reproducer: "training from step 0 to step 20000" for a run whose schedule ends at 3,125."""
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "none", working=tmp_path / "w", preset="sudoku4-cpu",
+                    overrides=[o for o in SETTINGS if not o.startswith("max_steps")] + ["max_steps=20000", "epochs=2"],
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    assert r.ok and r.target_step < 20000, lines
+    assert f"training from step 0 to step 1, a train state every 300 s" in lines, lines
+    r = run_session(input_root=tmp_path / "w", working=tmp_path / "w2", preset="sudoku4-cpu",
+                    overrides=[o for o in SETTINGS if not o.startswith("max_steps")] + ["max_steps=20000", "epochs=2"],
+                    data_dir=built / "data", time_budget=None, save_every_s=None, echo=lines.append)
+    assert r.ok and f"training from step 1 to step {r.target_step}" in lines, lines
+
+
+@pytest.mark.parametrize("package", ["pydantic", "torch"])
+def test_the_notebook_never_raises_when_a_dependency_cannot_be_imported(built, tmp_path, kernel_name, package):
+    """The reproducer: with pydantic broken the training notebook raised and wrote no session.json."""
+    broken = tmp_path / "broken" / package
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text(f"raise ImportError('simulated: {package} is not importable')\n")
+    working, log = session(tmp_path / "s", built, kernel_name, env={"PYTHONPATH": str(broken.parent)})
+    record = json.loads((working / "session.json").read_text())
+    assert record["ok"] is False and f"ImportError: simulated: {package} is not importable" in record["message"]
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"simulated: {package} is not importable" in errors[0], log[-3000:]
+    assert "Traceback" not in log and not (working / "run").exists()

@@ -76,12 +76,29 @@ def test_the_same_competition_reached_twice_counts_once(tmp_path, monkeypatch):
     assert find_challenges(tmp_path / "input").resolve() == challenges.resolve()  # the package's own search too
 
 
-def test_two_different_competitions_stop_the_model_but_never_raise(tmp_path, monkeypatch):
+def test_of_two_competitions_the_kernel_takes_its_own_and_says_so(tmp_path, monkeypatch):
+    """The reproducer: two attached challenges files left no submission at all. The kernel knows its competition
+    (COMPETITION, which the bundle sets to the one its metadata attaches) and answers that one's tasks."""
     write_competition(tmp_path / "input" / "arc-prize-2025", seed=1)
-    write_competition(tmp_path / "input" / "competitions" / "arc-prize-2026-arc-agi-2", seed=2)
+    own = write_competition(tmp_path / "input" / "competitions" / "arc-prize-2026-arc-agi-2", seed=2)
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    assert scope["READY"] and Path(scope["CHALLENGES"]) == own, out
+    lines = [line for line in out.splitlines() if "2 different arc-agi_test_challenges.json files" in line]
+    assert len(lines) == 1 and f"using {own}, the one of this kernel's competition arc-prize-2026-arc-agi-2" in \
+        lines[0] and "arc-prize-2025" in lines[0] and "WARNING" not in out
+    check_submission(tmp_path / "working" / "submission.json", own)
+    assert find_challenges(tmp_path / "input", "arc-prize-2026-arc-agi-2") == own  # the package's own search too
+    # last year's kernel (COMPETITION=arc-prize-2025) takes last year's file
+    scope, _ = run_fallback_cell(tmp_path, monkeypatch, COMPETITION="arc-prize-2025")
+    assert Path(scope["CHALLENGES"]).parent.name == "arc-prize-2025"
+
+
+def test_two_competitions_neither_its_own_stop_the_model_but_never_raise(tmp_path, monkeypatch):
+    write_competition(tmp_path / "input" / "arc-prize-2024", seed=1)
+    write_competition(tmp_path / "input" / "competitions" / "arc-prize-2025", seed=2)
     scope, out = run_fallback_cell(tmp_path, monkeypatch)
     assert scope["READY"] is False and "2 different arc-agi_test_challenges.json files" in out
-    assert "set CHALLENGES" in out
+    assert "none of them the competition arc-prize-2026-arc-agi-2's alone" in out and "set CHALLENGES" in out
 
 
 @pytest.mark.parametrize("challenges_text, words", [

@@ -23,11 +23,12 @@ PARAMETERS = {
     "build_dataset": {"OUTPUT_DIR", "SOURCE", "SUBSETS", "TEST_SET_NAME", "NUM_AUG", "SEED", "MAX_TASKS"},
     "train": {"DATA_DIR", "RUN_DIR", "PRESET", "OVERRIDES", "EXPORT_DIR", "MEAN_EMBEDDING"},
     "evaluate": {"WEIGHTS_DIR", "DATA_DIR", "REPORT_DIR", "BATCH_SIZE", "DEVICE", "TASKS", "N_PICTURES"},
-    "kaggle_submission": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "WEIGHTS_DIR", "CHALLENGES", "TIME_BUDGET",
+    "kaggle_submission": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "WEIGHTS_DIR", "CHALLENGES", "COMPETITION",
+                          "TIME_BUDGET",
                           "FINETUNE_STEPS", "NUM_AUG", "MAX_TASKS", "WORKERS", "DEVICE", "MODE", "SAVE_MAX_TASKS",
                           "SAVE_TIME_BUDGET"},
     "kaggle_train": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "DATA_DIR", "PRESET", "OVERRIDES", "TIME_BUDGET",
-                     "SAVE_MARGIN", "SESSION_STEPS", "DEVICE"},
+                     "SAVE_MARGIN", "SAVE_EVERY_S", "SESSION_STEPS", "UNPACK_DIR", "DEVICE"},
     "analysis": {"DIRS", "OUT_DIR", "METRIC"},
     "code_repair": {"CORPUS", "DATA_DIR", "GRID", "STRIP_DOCSTRINGS", "MAX_FILES", "SEED", "RUN_DIR", "PRESET",
                     "OVERRIDES", "EXPORT_DIR", "DOCTESTS"},
@@ -142,14 +143,38 @@ def test_kaggle_kernel_parameters_match_the_bundle():
     assert warnings == []
     # right after the parameters (papermill inserts its own cell between them), the fallback submission with the
     # standard library alone; then the offline install
-    code = [c for c in jupytext.read(NOTEBOOKS / "kaggle_submission.ipynb").cells if c.cell_type == "code"]
+    code = standard_library_first("kaggle_submission")
+    assert "submission.json" in code[1].source and "os.replace" in code[1].source
+    assert "--no-index" in code[2].source and "sys.executable" in code[2].source
+    # the kernel prefers the challenges file of the competition its metadata attaches (--competition)
+    adapted, _ = adapt_notebook(json.loads((NOTEBOOKS / "kaggle_submission.ipynb").read_text()), BundleIds(),
+                                "arc-prize-2025")
+    params = "".join(next(c for c in adapted["cells"] if "parameters" in c["metadata"].get("tags", []))["source"])
+    assert "\nCOMPETITION = 'arc-prize-2025'  # this kernel's competition" in params
+
+
+def standard_library_first(name: str) -> list:
+    """The notebook's code cells, checked: the parameters first, then a cell importing the standard library alone."""
+    code = [c for c in jupytext.read(NOTEBOOKS / f"{name}.ipynb").cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", [])
     imported = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
                 for n in ast.walk(ast.parse(code[1].source)) if isinstance(n, (ast.Import, ast.ImportFrom))
                 for a in n.names}
     assert imported and imported <= set(sys.stdlib_module_names), imported
-    assert "submission.json" in code[1].source and "os.replace" in code[1].source
-    assert "--no-index" in code[2].source and "sys.executable" in code[2].source
+    return code
+
+
+def test_kaggle_training_notebook_writes_its_report_first_with_the_standard_library():
+    """Its first code cell after the parameters imports the standard library alone and writes session.json (so an
+    image without pydantic or torch still leaves the reason); every later cell catches what it runs."""
+    code = standard_library_first("kaggle_train")
+    assert "session.json" in code[1].source and "os.replace" in code[1].source
+    for cell in code[2:]:
+        tree = ast.parse(cell.source)
+        risky = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign,
+                                                             ast.If, ast.Try))]
+        assert not risky, cell.source
+        assert "try:" in cell.source, cell.source
 
 
 # ---------------------------------------------------------------------------

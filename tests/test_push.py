@@ -181,3 +181,55 @@ def test_push_checks_every_file_against_the_manifest_first(bundle_copy, damage):
     with pytest.raises(TRMError, match="weights.safetensors: .*(differs from|missing).*rebuild the bundle"):
         P.push(bundle_copy, api=api)
     assert api.calls == []  # nothing uploaded
+
+
+def test_created_is_said_after_kaggle_accepted_the_create(bundle_copy):
+    """The reproducer: "created (private)" was printed before the create call, also when Kaggle refused it."""
+    api = FakeApi(create={"error": "The requested slug is reserved"})
+    lines: list[str] = []
+    with pytest.raises(TRMError, match="reserved"):
+        P.push(bundle_copy, api=api, poll_s=0, say=lines.append)
+    assert not [line for line in lines if "created" in line], lines
+    rc, lines = _push(bundle_copy, FakeApi())
+    assert rc == 0 and f"dataset {IDS.wheels_id}: created (private)" in lines
+
+
+def test_a_dataset_folder_with_subfolders_is_refused_before_any_upload(bundle_copy):
+    """An upload sends a folder's files, not its subfolders: a bundle built before packing would lose them."""
+    (bundle_copy / "weights" / "extra").mkdir()
+    api = FakeApi()
+    with pytest.raises(TRMError, match=r"weights: holds folders \(extra\) that an upload to Kaggle leaves out"):
+        P.push(bundle_copy, api=api, poll_s=0, say=lambda _: None)
+    assert not [c for c in api.calls if c[0] in ("create", "version")]
+
+
+def test_the_owner_comes_from_the_credentials(no_credentials, monkeypatch):
+    said: list[str] = []
+    assert P.owner(push=False, say=said.append) == (M.DEFAULT_USER, None)
+    assert "a placeholder" in said[-1] and "--user" in said[-1]
+    config = no_credentials / "cfg"
+    config.mkdir()
+    (config / "kaggle.json").write_text('{"username": "from-json", "key": "k"}')
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(config))
+    assert P.owner(push=False, say=said.append)[0] == "from-json" and str(config / "kaggle.json") in said[-1]
+    monkeypatch.setenv("KAGGLE_USERNAME", "from-env")
+    assert P.owner(push=False, say=said.append)[0] == "from-env"
+    # with --push, the client's own answer (an access token names its user only when the client asks Kaggle)
+    monkeypatch.setattr(P, "missing_client", lambda: None)
+    monkeypatch.setattr(P, "kaggle_api", lambda: SimpleNamespace(get_config_value=lambda name: "token-owner"))
+    user, api = P.owner(push=True, say=said.append)
+    assert user == "token-owner" and api is not None and "the kaggle client's credentials" in said[-1]
+
+
+def test_push_wait_serves_the_training_push(inputs, tmp_path, monkeypatch, capsys):
+    """The reproducer: --push-wait was ignored with --train-kernel (it waited up to 1,800 s)."""
+    seen = {}
+
+    def fake_push_training(out, message, **kw):
+        seen.update(kw)
+        return 0
+
+    monkeypatch.setattr(B, "push_training", fake_push_training)
+    assert B.main([str(tmp_path / "out"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download", "--user", USER,
+                   "--push", "--push-wait", "42"]) == 0
+    assert seen["wait_s"] == 42 and seen["poll_s"] <= 10

@@ -1,21 +1,33 @@
 """`build_bundle.py --push` with the real `kaggle` package against a local stub of Kaggle's API (tests/kaggle_stub.py),
 both inside a private network namespace (`unshare -rn`): nothing leaves the machine. Fake credentials come from a
 throwaway KAGGLE_CONFIG_DIR. Checks what Kaggle would receive (the kernel's machine shape, sources and internet
-setting; the uploaded files) and that a refusal in Kaggle's answer fails the command with one error line."""
+setting; the uploaded files) and that a refusal in Kaggle's answer fails the command with one error line; the owner
+taken from the credentials; and the training bundle rebuilt from exactly the uploaded bytes, trained on for two
+sessions with a SIGKILL in between, the second resuming from the first's newest complete state."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import make_export
+from test_kaggle_training import SETTINGS, executed_text
+from test_notebooks import kernel_name  # noqa: F401 (the session-scoped Jupyter kernel of this interpreter)
+from trm_kaggle.config import SudokuBuildConfig
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle.sandbox import netns_wrapper, papermill_command, probe_netns
+from trm_kaggle.train import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow
 
@@ -43,15 +55,17 @@ def export(tmp_path_factory):
     return make_export(tmp_path_factory.mktemp("push_stub") / "export")
 
 
-def run(namespace, tmp_path, scenario, command) -> tuple[subprocess.CompletedProcess, list[dict]]:
+def run(namespace, tmp_path, scenario, command, token: bool = False) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """COMMAND against the stub; credentials: kaggle.json (user tester), or with `token` an access token alone."""
     config = tmp_path / "kaggle_config"
     config.mkdir(exist_ok=True)
-    (config / "kaggle.json").write_text(json.dumps({"username": "tester", "key": "not-a-real-key"}))
-    (config / "kaggle.json").chmod(0o600)
+    if not token:
+        (config / "kaggle.json").write_text(json.dumps({"username": "tester", "key": "not-a-real-key"}))
+        (config / "kaggle.json").chmod(0o600)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAGGLE_") and "proxy" not in k.lower()}
     env.update(KAGGLE_CONFIG_DIR=str(config), KAGGLE_API_ENVIRONMENT="LOCALHOST", HOME=str(tmp_path / "home"),
-               NO_PROXY="*")
-    record = tmp_path / f"requests-{scenario}.json"
+               NO_PROXY="*", **({"KAGGLE_API_TOKEN": "not-a-real-token"} if token else {}))
+    record = tmp_path / f"requests-{scenario}-{len(list(tmp_path.glob('requests-*.json')))}.json"
     res = subprocess.run([namespace, "-rn", sys.executable, str(STUB), str(record), scenario, "--", *command],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     return res, (json.loads(record.read_text()) if record.is_file() else [])
@@ -124,3 +138,128 @@ def test_the_cli_alone_exits_0_on_a_refusal(namespace, export, tmp_path):
     res, requests = run(namespace, tmp_path, "kernel-slug-taken", [cli, "kernels", "push", "-p", str(out / "kernel")])
     assert calls(requests, "SaveKernel") and "already in use" in res.stdout + res.stderr
     assert res.returncode == 0
+
+
+def test_without_user_the_owner_is_the_access_tokens(namespace, export, tmp_path):
+    """The reproducer: without --user or $KAGGLE_USERNAME pushes went to `your-kaggle-user` though the credentials
+    named the account. An access token names its user when the client asks Kaggle (IntrospectToken)."""
+    cmd = [c for c in push_command(tmp_path / "out", export) if c not in ("--user", "tester")]
+    res, requests = run(namespace, tmp_path, "ok", cmd, token=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert calls(requests, "IntrospectToken") and "owner: tokenowner (the kaggle client's credentials)" in res.stdout
+    assert [b["ownerSlug"] for b in calls(requests, "CreateDataset")] == ["tokenowner", "tokenowner"]
+    (kernel,) = calls(requests, "SaveKernel")
+    assert kernel["slug"] == "tokenowner/trm-kaggle-submission"
+    assert kernel["datasetDataSources"] == ["tokenowner/trm-kaggle-wheels", "tokenowner/trm-kaggle-weights"]
+
+
+def received(requests: list[dict], blobs: Path, ident: str, dest: Path) -> Path:
+    """The dataset `ident` as Kaggle received it: every file its create or version call names, each from the bytes
+    uploaded for its token (nothing else: what the upload left out is not there)."""
+    names = {f"blob-{i}": b["name"] for i, b in enumerate(calls(requests, "StartBlobUpload"), 1)}
+    owner, slug = ident.split("/")
+    made = [b for b in calls(requests, "CreateDataset") if (b["ownerSlug"], b["slug"]) == (owner, slug)]
+    made += [b["body"] for b in calls(requests, "CreateDatasetVersion") if (b["ownerSlug"], b["datasetSlug"]) ==
+             (owner, slug)]
+    assert len(made) == 1, (ident, made)
+    dest.mkdir(parents=True)
+    for f in made[0]["files"]:
+        shutil.copyfile(blobs / f["token"].split("-")[1], dest / names[f["token"]])
+    return dest
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (its children, theirs, ...), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def session_command(notebook: Path, tmp: Path, input_root: Path, kernel: str, **parameters) -> list[str]:
+    working = tmp / "working"
+    working.mkdir(parents=True)
+    params = {"KAGGLE_INPUT": str(input_root), "KAGGLE_WORKING": str(working), "TIME_BUDGET": None,
+              "UNPACK_DIR": str(tmp / "scratch"), **parameters}
+    cmd = papermill_command(notebook, tmp / "executed.ipynb", kernel=kernel, cwd=working, parameters=params)
+    try:
+        return netns_wrapper(probe_netns(), cmd)
+    except TRMError:
+        return cmd  # no network namespace here: the notebook reaches for no network either way
+
+
+def test_the_training_bundle_arrives_whole_and_a_killed_session_is_resumed(namespace, tmp_path, kernel_name):
+    """The reproducer: the data and run-state datasets were uploaded without their folders (train/, test/, run/),
+    so the kernel found no dataset, and a killed session without an evaluation kept nothing. Here the bundle is
+    pushed to the stub (owner from kaggle.json: no --user), both datasets are rebuilt from exactly the bytes it
+    received, and the kernel it received trains on them: the first session killed outright at a random moment,
+    the second resuming from the first's newest complete state."""
+    data = tmp_path / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=40, num_test=8, num_aug=1, progress=False))
+    settings = [o for o in SETTINGS if not o.startswith("max_steps")] + ["max_steps=100000"]
+    res, requests = run(namespace, tmp_path, "ok", [
+        sys.executable, str(REPO / "build_bundle.py"), str(tmp_path / "bundle"), "--dataset", str(data),
+        "--train-kernel", "--preset", "sudoku4-cpu", *settings, "--no-download", "--push", "--push-wait", "30"])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "owner: tester (the kaggle client's credentials)" in res.stdout  # kaggle.json's user, no --user given
+    blobs = Path(str(next(tmp_path.glob("requests-ok-*.json"))) + ".blobs")
+
+    # /kaggle/input as the session would see it: the datasets as received, read-only
+    inputs = tmp_path / "input"
+    got = received(requests, blobs, "tester/trm-kaggle-data", inputs / "datasets" / "tester" / "trm-kaggle-data")
+    received(requests, blobs, "tester/trm-kaggle-wheels", inputs / "datasets" / "tester" / "trm-kaggle-wheels")
+    assert sorted(p.name for p in got.iterdir()) == ["data.tar", "manifest.json"]  # all of it: nothing was left out
+    for p in [*inputs.rglob("*"), inputs]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    (kernel,) = calls(requests, "SaveKernel")
+    assert kernel["slug"] == "tester/trm-kaggle-train" and kernel["datasetDataSources"] == [
+        "tester/trm-kaggle-wheels", "tester/trm-kaggle-data"] and kernel["kernelDataSources"] == [kernel["slug"]]
+    notebook = tmp_path / "kaggle_train.ipynb"
+    notebook.write_text(kernel["text"])  # the notebook Kaggle received
+
+    # session 1: a train state every 0.5 s, killed outright (the whole process tree) at a random moment
+    one = tmp_path / "one"
+    proc = subprocess.Popen(session_command(notebook, one, inputs, kernel_name, SAVE_EVERY_S=0.5),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "MPLBACKEND": "Agg"})
+    run_dir = one / "working" / "run"
+    try:
+        deadline = time.monotonic() + 240
+        while not ckpt.list_states(run_dir):
+            assert proc.poll() is None and time.monotonic() < deadline, "session 1 ended or saved nothing"
+            time.sleep(0.05)
+        time.sleep(random.Random(int(os.environ.get("TRM_TEST_SEED", "39"))).uniform(0.0, 2.0))
+        assert proc.poll() is None, "session 1 ended before the kill"
+    finally:
+        for pid in [*descendants(proc.pid), proc.pid]:
+            os.kill(pid, signal.SIGKILL)
+        proc.wait()
+    newest = ckpt.newest_step(run_dir)  # the newest state that loads (a write cut off leaves only a temporary)
+    assert newest >= 1
+    report = json.loads((one / "working" / "session.json").read_text())
+    assert report["ok"] is False and report["status"] == "started"  # it says it did not finish
+
+    # session 2: the first one's output attached as the previous version's (kernel_sources), read-only
+    previous = tmp_path / "input2"
+    shutil.copytree(inputs / "datasets", previous / "datasets", symlinks=True)
+    shutil.copytree(one / "working", previous / "trm-kaggle-train", ignore=shutil.ignore_patterns(".*"))
+    for p in [*previous.rglob("*"), previous]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    two = tmp_path / "two"
+    res = subprocess.run(session_command(notebook, two, previous, kernel_name, SESSION_STEPS=2), capture_output=True,
+                         text=True, env={**os.environ, "MPLBACKEND": "Agg"})
+    assert res.returncode == 0, res.stderr[-3000:]  # the notebook never raises
+    log = executed_text(two / "executed.ipynb")
+    report = json.loads((two / "working" / "session.json").read_text())
+    assert report["ok"] and (report["start_step"], report["step"]) == (newest, newest + 2), log[-3000:]
+    assert report["resumed_from"].endswith(f"state_step{newest:08d}.pt")
+    assert "data.tar checked and unpacked in" in log and "a train state every 300 s" in log

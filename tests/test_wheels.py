@@ -82,11 +82,10 @@ def test_wheels_dataset_contents(built, inputs):
     assert meta == {"title": "trm-kaggle-wheels", "id": f"{USER}/trm-kaggle-wheels",
                     "licenses": [{"name": "apache-2.0"}]}
     install = (w / "install.sh").read_text()
-    assert "pip install --no-index --find-links" in install and "/kaggle/input/trm-kaggle-wheels" in install
-    assert "trm_kaggle adam-atan2" in install
+    assert "pip install --no-index --find-links" in install and "trm_kaggle adam-atan2" in install
     manifest = json.loads((w / M.MANIFEST).read_text())
-    assert manifest["install"] == ("pip install --no-index --find-links /kaggle/input/trm-kaggle-wheels "
-                                   "trm_kaggle adam-atan2")
+    assert manifest["install"] == ('pip install --no-index --find-links "$(find /kaggle/input -maxdepth 3 -type d '
+                                   '-name trm-kaggle-wheels -print -quit)" trm_kaggle adam-atan2')
     assert manifest["shipped"] == {"adam-atan2": [inputs["extra"].name]}
     assert manifest["downloaded"] is False and manifest["not_shipped"] == []
 
@@ -144,3 +143,25 @@ def test_target_pip_arguments():
     assert "manylinux2014_x86_64" in plats and "manylinux_2_17_x86_64" in plats
     env = W.Target("3.11").marker_environment()
     assert env["python_version"] == "3.11" and env["sys_platform"] == "linux"
+
+
+@pytest.mark.parametrize("layout", ["2025", "2026"])
+def test_the_install_commands_find_the_wheels_in_either_mount_layout(built, tmp_path, layout):
+    """The reproducer: install.sh and the manifest's install line named /kaggle/input/trm-kaggle-wheels, which
+    2026's layout (input/datasets/<owner>/<slug>/) does not have. Both run here with a `pip` that prints its
+    arguments."""
+    root = tmp_path / "input"
+    mounted = root / "trm-kaggle-wheels" if layout == "2025" else root / "datasets" / USER / "trm-kaggle-wheels"
+    shutil.copytree(built / "wheels", mounted)
+    (root / "datasets" / USER / "trm-kaggle-weights").mkdir(parents=True)  # another dataset beside it
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "pip").write_text('#!/bin/sh\necho "$@"\n')
+    (fake / "pip").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin"}
+    res = subprocess.run(["sh", str(mounted / "install.sh")], capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and res.stdout.split() == [
+        "install", "--no-index", "--find-links", str(mounted), "trm_kaggle", "adam-atan2"], res.stderr
+    line = W.install_line("trm-kaggle-wheels", ["trm_kaggle", "adam-atan2"], root=str(root))
+    res = subprocess.run(["sh", "-c", line], capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and res.stdout.split()[3] == str(mounted), res.stdout + res.stderr

@@ -280,7 +280,7 @@ def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
     from trm_kaggle.train.loop import train
 
     try:
-        result = train(cfg)
+        result = train(cfg, signals=True)  # SIGINT/SIGTERM: a state saved, then TrainingInterrupted
     except (MemoryError, RuntimeError) as e:  # out of memory outside a step (the step says it itself)
         from trm_kaggle.train.memory import is_out_of_memory, out_of_memory_error
 
@@ -1083,9 +1083,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a full disk, a read-only or missing folder, a file where a folder should be
         print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C; a training run stopped by SIGINT/SIGTERM says where it saved
+        print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)
+        return getattr(e, "exit_status", 130)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ def validation_line(e: ValidationError) -> str:
 MAX_LR = 1e30
 #: Seeds go to numpy, torch and Python's random: non-negative 32-bit (numpy's legacy seeding takes no more).
 MAX_SEED = 2**32 - 1
+#: A week: a timed save (`save_every_s`) further apart than that never happens in a run of any scheduler.
+MAX_SAVE_EVERY_S = 7 * 24 * 3600.0
 _INT64 = 2**63
 
 
@@ -405,6 +407,9 @@ class TrainConfig(_Config):
                                                              "keeps its length)")
     time_limit: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="seconds of training after "
                                                                                      "which the run saves and stops")
+    save_every_s: Optional[float] = Field(None, gt=0, le=MAX_SAVE_EVERY_S, allow_inf_nan=False,
+                                          description="seconds between timed train states (a kill loses at most "
+                                                      "this much training); None = at evaluations and the end")
     log_interval: int = Field(10, ge=1, description="steps between metrics.jsonl records")
     checkpoint_keep: int = Field(3, ge=1, description="newest train states kept in the run directory")
     max_nonfinite_steps: int = Field(20, ge=1, le=1_000_000, description="steps in a row whose loss or gradients "

@@ -3,15 +3,21 @@
 A Kaggle session lasts at most 12 hours; a long run is a chain of sessions, each given the previous one's
 output (`/kaggle/working` of the kernel's previous version) as an input. A session:
 
-1. finds the dataset under the input root (the folder holding `identifiers.json` and `train/`);
-2. finds the newest complete train state in the previous output: every `state_step*.pt` under the input
-   root, the newest of each folder that loads (a truncated or corrupt one is skipped with a warning and the
-   one before it used, as `trm-kaggle train` resumes); a state of another model or config, or of another
-   dataset, is refused with one line and nothing is trained (a run is never silently restarted);
-3. copies that state and the metrics log to `<working>/run/` (the inputs are read-only and stay untouched)
+1. checks and unpacks the packed datasets under the input root (the data, and a run's state attached as a
+   dataset: an archive and a manifest of every file in it, `trm_kaggle.kaggle.packed`) into a scratch folder
+   outside the working folder (`/kaggle/temp` on Kaggle); a file missing or changed is one error line;
+2. finds the dataset among the inputs (the folder holding `identifiers.json` and `train/`);
+3. finds the newest complete train state in the previous output: every `state_step*.pt` among the inputs,
+   the newest of each folder that loads (a truncated or corrupt one is skipped with a warning and the one
+   before it used, as `trm-kaggle train` resumes); a state of another model or config, or of another dataset,
+   is refused with one line and nothing is trained (a run is never silently restarted);
+4. copies that state and the metrics log to `<working>/run/` (the inputs are read-only and stay untouched)
    and resumes there, with `time_limit` set to what is left of the budget minus a margin for the final
-   save, export and picture; training stops at a step boundary with a full train state;
-4. writes `<working>/weights/` (an export the submission bundle takes as `--weights`),
+   save, export and picture, and a train state saved every `save_every_s` seconds (a session killed outright
+   loses at most that much); an evaluation that would end after the limit is skipped; SIGINT or SIGTERM
+   save a state and end the session (status "interrupted"); training stops at a step boundary with a full
+   train state;
+5. writes `<working>/weights/` (an export the submission bundle takes as `--weights`),
    `<working>/training_curve.png` and `<working>/session.json` (what the session did, in figures).
 
 A run that had reached its last step says so and only exports. Every problem is one line starting with
@@ -24,6 +30,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
+import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -42,6 +50,8 @@ CURVE = "training_curve.png"
 SESSION = "session.json"
 DEFAULT_BUDGET = 11.5 * 3600  # seconds: Kaggle stops a session at 12 h
 DEFAULT_MARGIN = 600.0  # seconds kept for the final save, the export and the picture
+DEFAULT_SAVE_EVERY = 300.0  # seconds between timed train states: a session killed outright loses at most this
+SCRATCH = "trm-kaggle-inputs"  # the unpacked datasets, under /kaggle/temp (never in the kernel's output)
 
 
 @dataclass
@@ -60,21 +70,41 @@ class SessionReport:
     notes: list[str] = field(default_factory=list)
 
 
-def find_dataset(input_root: Path) -> Path | None:
-    """The one dataset folder (identifiers.json + train/dataset.json) under the input root, or None."""
-    found = sorted({p.parent.resolve() for p in input_root.rglob("identifiers.json")
+def default_scratch() -> Path:
+    """Where packed datasets are unpacked: /kaggle/temp on Kaggle (scratch, not the kernel's output, which
+    becomes the next session's input), else the system's temporary folder."""
+    kaggle_temp = Path("/kaggle/temp")
+    if kaggle_temp.is_dir() and os.access(kaggle_temp, os.W_OK):
+        return kaggle_temp / SCRATCH
+    user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""  # one folder per user on a shared machine
+    return Path(tempfile.gettempdir()) / f"{SCRATCH}{user}"
+
+
+def input_roots(input_root: Path, scratch: Path, echo: Callable[[str], None]) -> list[Path]:
+    """The input root, then the folder of each packed dataset under it (checked, unpacked into `scratch`)."""
+    from trm_kaggle.kaggle.packed import open_all
+
+    return [input_root, *open_all(input_root, scratch, say=echo)] if input_root.is_dir() else [input_root]
+
+
+def find_dataset(roots: Path | Sequence[Path]) -> Path | None:
+    """The one dataset folder (identifiers.json + train/dataset.json) under the input roots, or None."""
+    roots = [roots] if isinstance(roots, Path) else list(roots)
+    found = sorted({p.parent.resolve() for root in roots for p in root.rglob("identifiers.json")
                     if (p.parent / "train" / "dataset.json").is_file()})
     if len(found) > 1:
-        raise TRMError(f"{len(found)} datasets under {input_root} ({', '.join(map(str, found[:4]))}): set DATA_DIR "
+        raise TRMError(f"{len(found)} datasets among the inputs ({', '.join(map(str, found[:4]))}): set DATA_DIR "
                        "to the one to train on")
     return found[0] if found else None
 
 
-def previous_state(input_root: Path, exclude: Path) -> tuple[Path, dict[str, Any]] | None:
-    """(path, state) of the newest train state that loads among the run folders under the input root."""
+def previous_state(roots: Path | Sequence[Path], exclude: Path) -> tuple[Path, dict[str, Any]] | None:
+    """(path, state) of the newest train state that loads among the run folders under the input roots."""
     from trm_kaggle.train import checkpoint as ckpt
 
-    folders = sorted({p.parent.resolve() for p in input_root.rglob("state_step*.pt")} - {exclude.resolve()})
+    roots = [roots] if isinstance(roots, Path) else list(roots)
+    folders = sorted({p.parent.resolve() for root in roots for p in root.rglob("state_step*.pt")}
+                     - {exclude.resolve()})
     best = None
     for folder in folders:
         try:
@@ -137,16 +167,30 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
                 overrides: Sequence[str] = (), data_dir: str | os.PathLike | None = None,
                 time_budget: float | None = DEFAULT_BUDGET, margin: float = DEFAULT_MARGIN,
                 session_steps: int | None = None, started: float | None = None,
+                save_every_s: float | None = DEFAULT_SAVE_EVERY, scratch: str | os.PathLike | None = None,
                 echo: Callable[[str], None] = print) -> SessionReport:
     """One session (see the module docstring); never raises. `session_steps` caps the steps this Kaggle session
     trains (a deterministic stand-in for the time budget); `started` is when the kernel started (time.time(),
-    default now): the install before this call counts against the budget."""
+    default now): the install before this call counts against the budget. `save_every_s` (None: off; a
+    `save_every_s=` in `overrides` wins) spaces the timed train states; `scratch` is where packed datasets are
+    unpacked (default `default_scratch()`)."""
     started = time.time() if started is None else started
     report = SessionReport()
     working = Path(working)
+    timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
     try:
         _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
-                 list(overrides), data_dir, time_budget, margin, session_steps, started, echo)
+                 [*timed, *overrides], data_dir, time_budget, margin, session_steps, started,
+                 Path(scratch) if scratch is not None else default_scratch(), echo)
+    except KeyboardInterrupt as e:  # SIGINT/SIGTERM (TrainingInterrupted): the state is saved; the next session
+        report.ok, report.status = False, "interrupted"  # resumes from it
+        if hasattr(e, "signum"):
+            report.step, report.stopped_by = e.step, signal.Signals(e.signum).name
+            report.message = (f"stopped by {report.stopped_by} at step {e.step}: train state saved to {e.path}; run "
+                              "the kernel again (a new version) to continue from it")
+        else:  # a second Ctrl-C: stopped at once, the newest state saved before it stands
+            report.message = "interrupted before it finished: the next session resumes from the newest saved state"
+        echo(report.message)
     except TRMError as e:
         report.ok, report.status, report.message = False, report.status or "error", str(e)
         echo(f"error: {e}")
@@ -174,14 +218,18 @@ def _is_out_of_memory(e: BaseException) -> bool:
 
 
 def _session(report: SessionReport, input_root: Path, working: Path, presets: list[str], overrides: list[str],
-             data_dir, time_budget, margin, session_steps, started, echo) -> None:
+             data_dir, time_budget, margin, session_steps, started, scratch, echo) -> None:
+    from trm_kaggle.kaggle.packed import open_packed, packed_manifest
     from trm_kaggle.pipeline import write_training_curve
     from trm_kaggle.train import checkpoint as ckpt
     from trm_kaggle.train.loop import train
     from trm_kaggle.train.settings import load_train_config
 
     run_dir = working / RUN
-    data = Path(data_dir) if data_dir else find_dataset(input_root)
+    roots = input_roots(input_root, scratch, echo)
+    data = Path(data_dir) if data_dir else find_dataset(roots)
+    if data_dir and packed_manifest(data) is not None:  # DATA_DIR names the attached (packed) data dataset
+        data = open_packed(data, scratch, say=echo)
     if data is None or not (data / "train" / "dataset.json").is_file():
         raise TRMError(f"no dataset under {input_root if data is None else data}: attach the data dataset "
                        "(build_bundle.py --dataset DIR) or set DATA_DIR")
@@ -195,7 +243,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         start = ckpt.newest_step(run_dir)
         echo(f"resuming the states already in {run_dir} (step {start})")
     else:
-        found = previous_state(input_root, run_dir)
+        found = previous_state(roots, run_dir)
         if found is None:
             start = 0
             echo(f"no previous train state under {input_root}: starting a new run")
@@ -227,9 +275,10 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
                                "state is kept as it was")
             changes["time_limit"] = left
         cfg = cfg.model_copy(update=changes)
-        echo(f"training from step {start} to step {cfg.max_steps or target}"
-             + (f", at most {changes['time_limit']:.0f} s" if "time_limit" in changes else ""))
-        result = train(cfg)
+        echo(f"training from step {start} to step {min(cfg.max_steps or target, target)}"
+             + (f", at most {changes['time_limit']:.0f} s" if "time_limit" in changes else "")
+             + (f", a train state every {cfg.save_every_s:g} s" if cfg.save_every_s else ""))
+        result = train(cfg, signals=True)
         report.step, report.stopped_by = result.step, result.stopped_by
         if result.new_steps == 0 and not result.already_done:
             raise TRMError(f"the time budget ended before one training step (step {start}): raise TIME_BUDGET "

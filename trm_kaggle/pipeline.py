@@ -170,7 +170,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
         tcfg = load_train_config(presets=["arc-cpu"], overrides=[
             f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={cfg.train_seconds}",
             f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5"])
-        r = train(tcfg)
+        r = train(tcfg, signals=True)  # Ctrl-C: the state saved first, then the pipeline stops as interrupted
         export_run(run_dir, weights)
         facts.update(step=r.step, start_step=r.start_step, new_steps=r.new_steps, already_done=r.already_done,
                      examples_per_s=r.examples_per_second, parameters=str(r.parameters) if r.parameters else None,

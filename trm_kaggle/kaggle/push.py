@@ -22,8 +22,9 @@ from trm_kaggle.atomic import OWNER_RECORD
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
-    DATA_DIR, DATASET_META, KERNEL_META, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR, raise_problems,
-    train_kernel_metadata_problems, validate_bundle, verify_manifest,
+    DATA_DIR, DATASET_META, DEFAULT_USER, KERNEL_META, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR,
+    configured_user, id_problem, kaggle_config_dirs, raise_problems, train_kernel_metadata_problems,
+    validate_bundle, verify_manifest,
 )
 
 #: Files of the bundle's directories that are ours, not the dataset's: never uploaded.
@@ -38,13 +39,32 @@ def kaggle_credentials() -> str | None:
         return "KAGGLE_USERNAME/KAGGLE_KEY"
     if os.environ.get("KAGGLE_API_TOKEN"):
         return "KAGGLE_API_TOKEN"
-    dirs = [os.environ.get("KAGGLE_CONFIG_DIR"), Path.home() / ".kaggle",
-            Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kaggle"]
-    for d in dirs:
+    for d in kaggle_config_dirs():
         for name in ("kaggle.json", "access_token"):
-            if d and (Path(d) / name).is_file():
-                return str(Path(d) / name)
+            if (d / name).is_file():
+                return str(d / name)
     return None
+
+
+def owner(push: bool, say: Callable[[str], None] = print) -> tuple[str, Any]:
+    """(the Kaggle user the bundle's ids belong to when --user is not given, the authenticated API or None).
+
+    With `push` (and the `kaggle` package and credentials) the client's own answer: it authenticates as a push
+    would (an access token is asked about over the network) and names its user. Otherwise, with no network:
+    $KAGGLE_USERNAME, else kaggle.json's username, else the placeholder (said in one line)."""
+    if push and missing_client() is None and kaggle_credentials():
+        api = kaggle_api()
+        user = api.get_config_value("username")
+        if isinstance(user, str) and not id_problem(f"{user}/{DEFAULT_USER}"):
+            say(f"owner: {user} (the kaggle client's credentials)")
+            return user, api
+        return configured_user()[0] or DEFAULT_USER, api
+    user, where = configured_user()
+    if user is None:
+        say(f"owner: {DEFAULT_USER}, a placeholder ({where}); pass --user YOU")
+        return DEFAULT_USER, None
+    say(f"owner: {user} (from {where})")
+    return user, None
 
 
 def push_commands(out_dir: str | os.PathLike, version_message: str | None = None) -> list[list[str]]:
@@ -146,14 +166,23 @@ def publish_dataset(api: Any, folder: Path, message: str, say: Callable[[str], N
     """Create the dataset in `folder` the first time, else a new version; returns what was done."""
     ident = read_json(folder / DATASET_META, DATASET_META)["id"]
     if dataset_exists(api, ident):
-        say(f"dataset {ident}: new version ({message!r})")
         _call(f"kaggle datasets version {ident}", lambda: api.dataset_create_version(
             str(folder), message, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
+        say(f"dataset {ident}: new version uploaded ({message!r})")
         return "versioned"
-    say(f"dataset {ident}: created (private)")
     _call(f"kaggle datasets create {ident}", lambda: api.dataset_create_new(
         str(folder), public=False, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
+    say(f"dataset {ident}: created (private)")
     return "created"
+
+
+def refuse_subfolders(folder: Path) -> None:
+    """An upload sends a folder's files, not its subfolders: a dataset folder holding one would arrive without
+    it (the bundle packs its datasets with folders into one archive)."""
+    nested = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if nested:
+        raise TRMError(f"{folder}: holds folders ({', '.join(nested[:3])}) that an upload to Kaggle leaves out; "
+                       "rebuild the bundle (its datasets with folders are packed into one archive)")
 
 
 def wait_until_ready(api: Any, idents: list[str], *, timeout_s: float, poll_s: float,
@@ -225,6 +254,8 @@ def publish(datasets: list[Path], kernels: list[Path], commands: list[list[str]]
             print(f"error: not pushed: {'; '.join(why)}", file=sys.stderr)
             return 2
         api = kaggle_api()
+    for folder in datasets:  # every refusal before the first upload
+        refuse_subfolders(folder)
     idents = []
     for folder in datasets:
         publish_dataset(api, folder, message, say)

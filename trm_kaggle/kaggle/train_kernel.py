@@ -1,6 +1,10 @@
 """Training on Kaggle: a built dataset as its own Kaggle dataset (`build_data`), and the training kernel
 (`build_train_kernel`): notebooks/kaggle_train.ipynb with its parameters set, plus kernel-metadata.json.
 
+Both datasets with folders (the data, and a run's state with `--continue-from`) are packed: an archive and a
+manifest of every file inside it (`trm_kaggle.kaggle.packed`), which the kernel checks and unpacks; an upload
+to Kaggle sends a folder's files, not its subfolders.
+
 The kernel's sessions are run by `trm_kaggle.kaggle_training.run_session`; each new version of the kernel
 attaches the previous version's output through `kernel_sources`, or, with `--continue-from USER/KERNEL`, as
 a run-state dataset downloaded with `kaggle kernels output` (`fetch_run_state`; see docs/kaggle-training.md).
@@ -10,28 +14,39 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
-from trm_kaggle.kaggle.kernel import _cell_source, parameters_cell, read_notebook
+from trm_kaggle.kaggle.kernel import read_notebook, set_parameters
 from trm_kaggle.kaggle.metadata import (
-    DATASET_META, KERNEL_META, MANIFEST, TRAIN_MACHINE_SHAPE, BundleIds, data_id, dataset_metadata, id_problem,
+    DATASET_META, KERNEL_META, TRAIN_MACHINE_SHAPE, BundleIds, data_id, dataset_metadata, id_problem,
     publishable_modes, run_state_id, tail_lines, train_kernel_id, train_kernel_metadata,
     train_kernel_metadata_problems, raise_problems, write_manifest,
 )
+from trm_kaggle.kaggle.packed import ARCHIVE_KEY, pack
 
 TRAIN_NOTEBOOK = Path("notebooks") / "kaggle_train.ipynb"
 
 
+DATA_ARCHIVE = "data.tar"
+RUN_STATE_ARCHIVE = "run-state.tar"
+
+
+def _top_level_visible(rel: str) -> bool:
+    """Not a hidden file or folder at the top (bookkeeping, editors' files)."""
+    return not rel.startswith(".")
+
+
 def build_data(out_dir: str | os.PathLike, dataset_dir: str | os.PathLike, *, ids: BundleIds,
                log: Callable[[str], None] = print) -> dict:
-    """`out_dir`: a verified copy of the dataset, `manifest.json` (sha256 and size of every file) and
-    `dataset-metadata.json` for `<user>/<prefix>-data`; replaced atomically, the source is only read."""
+    """`out_dir`: the verified dataset packed as `data.tar`, `manifest.json` (sha256 and size of the archive and
+    of every file in it) and `dataset-metadata.json` for `<user>/<prefix>-data`; replaced atomically, the source
+    is only read."""
     from trm_kaggle.data.verify import verify_dataset
 
     src = Path(dataset_dir)
@@ -39,14 +54,11 @@ def build_data(out_dir: str | os.PathLike, dataset_dir: str | os.PathLike, *, id
     if Path(out_dir).resolve() == src.resolve() or src.resolve() in Path(out_dir).resolve().parents:
         raise TRMError(f"--dataset {src}: the output {out_dir} lies inside it; choose another OUT_DIR")
     with atomic_directory(out_dir, kind="kaggle data dataset") as tmp:
-        log(f"copying the dataset {src} ({summary['bytes'] / 1e6:.1f} MB)")
-        for p in sorted(src.iterdir()):
-            if p.name in (DATASET_META, MANIFEST) or p.name.startswith("."):
-                continue
-            (shutil.copytree if p.is_dir() else shutil.copy2)(p, tmp / p.name)
+        log(f"packing the dataset {src} ({summary['bytes'] / 1e6:.1f} MB) as {DATA_ARCHIVE}")
+        entry = pack(src, tmp, DATA_ARCHIVE, keep=_top_level_visible)
         atomic_write_json(tmp / DATASET_META, dataset_metadata(data_id(ids)), indent=2)
-        manifest = write_manifest(tmp, {"id": data_id(ids), "source": str(src)})
-    return {"id": data_id(ids), "source": str(src), "files": len(manifest["files"]), "bytes": summary["bytes"],
+        write_manifest(tmp, {"id": data_id(ids), "source": str(src), ARCHIVE_KEY: entry})
+    return {"id": data_id(ids), "source": str(src), "files": len(entry["files"]), "bytes": summary["bytes"],
             "examples": {k: v["examples"] for k, v in summary["splits"].items()}}
 
 
@@ -62,20 +74,24 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
     if shutil.which("kaggle") is None and runner is subprocess.run:
         raise TRMError("--continue-from needs the `kaggle` command (pip install kaggle) and Kaggle credentials: "
                        f"it runs `kaggle kernels output {kernel} -p DIR`")
-    with atomic_directory(out_dir, kind="kaggle run-state dataset") as tmp:
+    Path(out_dir).absolute().parent.mkdir(parents=True, exist_ok=True)
+    with atomic_directory(out_dir, kind="kaggle run-state dataset") as tmp, \
+            tempfile.TemporaryDirectory(prefix=".download-", dir=Path(out_dir).absolute().parent) as download:
         log(f"downloading the output of {kernel}")
-        res = runner(["kaggle", "kernels", "output", kernel, "-p", str(tmp)], capture_output=True, text=True)
+        res = runner(["kaggle", "kernels", "output", kernel, "-p", download], capture_output=True, text=True)
         if res.returncode != 0:
             raise TRMError(f"`kaggle kernels output {kernel}` failed with status {res.returncode}: "
                            f"{tail_lines(res.stderr or res.stdout, 3)}")
-        steps = [_newest_step(f) for f in sorted({p.parent for p in tmp.rglob("state_step*.pt")})]
+        steps = [_newest_step(f) for f in sorted({p.parent for p in Path(download).rglob("state_step*.pt")})]
         if not any(s is not None for s in steps):
             raise TRMError(f"the output of {kernel} holds no train state that loads (state_step*.pt): nothing to "
                            "continue from")
         step = max(s for s in steps if s is not None)
+        log(f"packing it as {RUN_STATE_ARCHIVE} (newest state: step {step})")
+        entry = pack(download, tmp, RUN_STATE_ARCHIVE, keep=_top_level_visible)
         atomic_write_json(tmp / DATASET_META, dataset_metadata(run_state_id(ids)), indent=2)
-        manifest = write_manifest(tmp, {"id": run_state_id(ids), "kernel": kernel, "step": step})
-    return {"id": run_state_id(ids), "kernel": kernel, "step": step, "files": len(manifest["files"])}
+        write_manifest(tmp, {"id": run_state_id(ids), "kernel": kernel, "step": step, ARCHIVE_KEY: entry})
+    return {"id": run_state_id(ids), "kernel": kernel, "step": step, "files": len(entry["files"])}
 
 
 def _newest_step(folder: Path) -> int | None:
@@ -95,21 +111,6 @@ def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) ->
     if not presets:
         raise TRMError("--train-kernel needs --preset NAME (trm-kaggle train --help lists the presets)")
     load_train_config(presets=list(presets), overrides=list(overrides))
-
-
-def set_parameters(nb: dict, values: dict[str, object]) -> dict:
-    """The notebook with `NAME = ...` lines of its parameters cell replaced by `values` (Python literals)."""
-    cell = parameters_cell(nb)
-    if cell is None:
-        raise TRMError("the training notebook has no cell tagged 'parameters'")
-    src = _cell_source(cell)
-    for name, value in values.items():
-        pattern = re.compile(rf"^{name} = .*?(  # .*)?$", re.M)
-        if not pattern.search(src):
-            raise TRMError(f"the training notebook's parameters cell does not set {name}")
-        src = pattern.sub(lambda m, v=value, n=name: f"{n} = {v!r}{m.group(1) or ''}", src, count=1)
-    cell["source"] = src.splitlines(keepends=True)
-    return nb
 
 
 def build_train_kernel(out_dir: str | os.PathLike, *, ids: BundleIds, presets: Sequence[str],

@@ -68,8 +68,12 @@ def model_card(config: dict, export_dir: Path, ids: BundleIds) -> str:
              f"{config.get('trm_kaggle_version', '?')} (`weights.safetensors` + `config.json`, no pickle).", "",
              "## Use", "",
              "```python",
+             "from pathlib import Path",
+             "",
              "from trm_kaggle.model.export import load_inference_model",
-             f'model, config = load_inference_model("/kaggle/input/{ids.weights_slug}")',
+             "",
+             f'weights = next(Path("/kaggle/input").glob("**/{ids.weights_slug}"))  # either mount layout',
+             "model, config = load_inference_model(weights)",
              "```", "",
              f"Offline install of the package: `{install_line(ids.wheels_slug)}` (dataset {ids.wheels_id}).", "",
              "## Model", ""]

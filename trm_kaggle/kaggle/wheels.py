@@ -368,7 +368,10 @@ def resolve_dependencies(roots: Sequence[Requirement], *, target: Target, kaggle
 
 
 def install_line(slug: str, names: Sequence[str] = ("trm_kaggle",), root: str = "/kaggle/input") -> str:
-    return f"pip install --no-index --find-links {root}/{slug} {' '.join(names)}"
+    """The offline install in a kernel's shell, whichever mount layout Kaggle uses: the wheels dataset is found by
+    its slug (`<root>/<slug>/` in 2025's layout, `<root>/datasets/<owner>/<slug>/` in 2026's)."""
+    return (f'pip install --no-index --find-links "$(find {root} -maxdepth 3 -type d -name {slug} -print -quit)" '
+            f"{' '.join(names)}")
 
 
 def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REPO_ROOT,
@@ -428,10 +431,11 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
         line = install_line(ids.wheels_slug, names)
         atomic_write_text(tmp / "install.sh", (
             "#!/bin/sh\n"
-            f"# Offline install of trm_kaggle from the Kaggle dataset {ids.wheels_id}.\n"
-            f"# Attached to a kernel it appears at /kaggle/input/{ids.wheels_slug}; pass another directory as $1.\n"
+            f"# Offline install of trm_kaggle from the Kaggle dataset {ids.wheels_id}: the wheels lie beside this\n"
+            f"# script, wherever Kaggle mounts the dataset (/kaggle/input/{ids.wheels_slug} in 2025's layout,\n"
+            f"# /kaggle/input/datasets/{ids.user}/{ids.wheels_slug} in 2026's); pass another directory as $1.\n"
             "set -e\n"
-            f'WHEELS="${{1:-/kaggle/input/{ids.wheels_slug}}}"\n'
+            'WHEELS="${1:-$(dirname "$0")}"\n'
             f'pip install --no-index --find-links "$WHEELS" {" ".join(names)}\n'))
         atomic_write_json(tmp / DATASET_META, dataset_metadata(ids.wheels_id), indent=2)
         report = {"id": ids.wheels_id, "install": line, "trm_kaggle_wheel": own.name, "shipped": shipped,

@@ -54,6 +54,7 @@ from trm_kaggle.train.memory import MemoryWatch, is_out_of_memory, memory_aware_
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
 from trm_kaggle.train.stages import StagePlan
+from trm_kaggle.train.stops import EvaluationCut, StopControl, expected_eval_seconds
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ log = logging.getLogger(__name__)
 RESUMABLE_CHANGES = {"data_paths", "max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep",
                      "tensorboard", "wandb", "device", "compile", "micro_batch_size", "auto_batch", "threads",
                      "load_checkpoint", "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
-                     "freeze_weights", "grad_checkpointing", "max_nonfinite_steps"}
+                     "freeze_weights", "grad_checkpointing", "max_nonfinite_steps", "save_every_s"}
 
 
 @dataclass
@@ -321,15 +322,16 @@ class TrainProgress:
 
 def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = None,
           on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None,
-          banner: bool = True) -> TrainResult:
+          banner: bool = True, signals: bool = False) -> TrainResult:
     """Train (or resume) the run in `default_run_dir(cfg)`, as its only writer (see `_train`)."""
     with contextlib.ExitStack() as held:
-        return _train(cfg, held, on_step=on_step, on_eval=on_eval, deadline=deadline, banner=banner)
+        return _train(cfg, held, on_step=on_step, on_eval=on_eval, deadline=deadline, banner=banner,
+                      signals=signals)
 
 
 def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[int, dict], None] | None = None,
            on_eval: Callable[[int, dict], bool | None] | None = None, deadline: float | None = None,
-           banner: bool = True) -> TrainResult:
+           banner: bool = True, signals: bool = False) -> TrainResult:
     """Train (or resume) the run in `default_run_dir(cfg)`; returns the last metrics.
 
     `on_step(step, metrics)` is called at every log interval; `on_eval(step, eval_metrics)` after each
@@ -337,6 +339,10 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
     value) stops training before a step that would start after it, saving the state as usual.
     `banner`: print the device and model lines first (with `progress`); a caller that trains many small
     runs in a row (test-time training, one per task) prints them once itself.
+    A train state is saved every `cfg.save_every_s` seconds and when the run ends. With `signals` (the
+    `train` command, the Kaggle session) SIGINT and SIGTERM save a state and end the run with
+    `TrainingInterrupted` (see `trm_kaggle.train.stops`); an evaluation that would end after the deadline is
+    skipped, with a warning.
     A run that had already reached its last step is left as it is (`TrainResult.already_done`)."""
     if not cfg.data_paths:
         raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
@@ -430,12 +436,23 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
         compile_watch = xla.CompileWatch(warn=rt.is_main)
     pending: list[torch.Tensor] = []  # per-step metrics, read on the host once per log interval
     nonfinite = NonFiniteSteps(cfg.max_nonfinite_steps)
+    control = held.enter_context(StopControl(
+        rt, save_every_s=cfg.save_every_s, deadline=deadline, every=cfg.log_interval, signals=signals,
+        deadline_name="the time limit" if cfg.time_limit is not None else "the deadline"))
+    last_eval_s = _last_evaluation_seconds(run_dir) if deadline is not None and cfg.eval_interval else None
+    test_batches = None  # counted when an evaluation first needs an estimate of its length
     try:
         while step < stop_at:
-            if deadline is not None and time.time() >= deadline:
-                result.stopped_by = "the time limit" if cfg.time_limit is not None else "the deadline"
-                log.info("time budget reached at step %d: stopping training", step)
+            decision = control.poll(step)
+            if decision.stop:
+                result.stopped_by = decision.stop
+                if control.signum is None:
+                    log.info("time budget reached at step %d: stopping training", step)
                 break
+            if decision.save:  # a timed save: a kill loses at most save_every_s of training
+                _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint, scaler)
+                control.saved(step)
+                log.info("step %d: train state saved (save_every_s=%g)", step, cfg.save_every_s)
             if compile_watch is not None:
                 compile_watch.begin_step()
             batch = next(batches)  # the training stream is endless; the loader counts epochs
@@ -554,11 +571,32 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
                 e = math.floor(step / steps_per_epoch / cfg.eval_interval)
                 if e > last_eval_epoch:
                     last_eval_epoch = e
-                    result.eval_metrics = _evaluate(model, ema, cfg, rt)
+                    expected = None
+                    if deadline is not None:  # an evaluation must end before the deadline, or not start
+                        if last_eval_s is None and test_batches is None:
+                            test_batches = len(PuzzleLoader(cfg.data_paths_test or cfg.data_paths, "test",
+                                                            cfg.global_batch_size, seed=cfg.seed, prefetch=0))
+                        expected = expected_eval_seconds(last_eval_s, test_batches, cfg.arch.halt_max_steps,
+                                                         (time.perf_counter() - t_start) / (step - step_start))
+                    if expected is not None and not control.eval_fits(expected):
+                        log.warning("step %d: evaluation skipped: it would end after %s (about %.0f s needed, "
+                                    "%.0f s left)", step, control.deadline_name, expected, deadline - time.time())
+                        continue
+                    t_eval = time.perf_counter()
+                    try:
+                        with control.cuttable():  # a stop signal cuts it short (it changes no weight)
+                            result.eval_metrics = _evaluate(model, ema, cfg, rt)
+                    except EvaluationCut as cut:  # the last complete evaluation's metrics stand
+                        model.train()
+                        log.warning("step %d: evaluation cut short by %s", step, cut)
+                        break
+                    last_eval_s = time.perf_counter() - t_eval
                     metric_log.write({"step": step, "epoch": step / steps_per_epoch, **result.eval_metrics,
+                                      "evaluation_s": round(last_eval_s, 3),
                                       **(compile_watch.record() if compile_watch is not None else {})})  # XLA: eval compilations
                     if cfg.checkpoint_every_eval:
                         _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint, scaler)
+                        control.saved(step)
                     if on_eval is not None and on_eval(step, result.eval_metrics):
                         result.stopped_by = "the evaluation callback"
                         break
@@ -567,12 +605,23 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
         memory_watch.close()
         if on_xla:
             batches.close()
-    _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint, scaler)
+    if control.saved_step != step:  # the state of the last step (a stop, the deadline, the schedule's end)
+        _save(run_dir, step, cfg, rt, model, dense, sparse, ema, position, carries, fingerprint, scaler)
+        control.saved(step)
     metric_log.close()
     elapsed = time.perf_counter() - t_start
     result.step, result.epoch = step, step / steps_per_epoch
     result.examples_per_second = (step - step_start) * cfg.global_batch_size / max(elapsed, 1e-9)
+    if control.signum is not None:  # SIGINT or SIGTERM: saved above; the caller stops as after Ctrl-C
+        raise control.interrupted(step, ckpt.state_path(run_dir, step))
     return result
+
+
+def _last_evaluation_seconds(run_dir: Path) -> float | None:
+    """How long the run's last evaluation took (metrics.jsonl's `evaluation_s`), None before the first."""
+    evals = read_metrics(run_dir)[1] if (run_dir / METRICS_FILE).is_file() else []
+    timed = [r["evaluation_s"] for r in evals if isinstance(r.get("evaluation_s"), (int, float))]
+    return float(timed[-1]) if timed else None
 
 
 def _already_done(cfg, run_dir, step, stop_at, total_steps, steps_per_epoch, model, rt) -> TrainResult:

@@ -1,0 +1,144 @@
+"""Datasets with folders shipped whole (trm_kaggle.kaggle.packed): one archive and a manifest of every file in it;
+the kernel checks and unpacks it, or checks the files where Kaggle unpacked them; anything missing, cut short,
+changed, linked or outside its folder is one error naming it, and nothing half unpacked is left."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle.metadata import sha256_file, verify_manifest, write_manifest
+from trm_kaggle.kaggle.packed import ARCHIVE_KEY, open_all, open_packed, pack, packed_manifest
+
+FILES = {"identifiers.json": b'["<blank>"]', "train/dataset.json": b"{}", "train/all__inputs.npy": bytes(range(256)) * 40,
+         "test/dataset.json": b'{"x": 1}', "deep/er/still/file.bin": b"\x00" * 5}
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    root = tmp_path / "source"
+    for rel, data in FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (root / ".hidden").write_text("bookkeeping")
+    return root
+
+
+def packed(tmp_path: Path, source: Path, name: str = "data.tar") -> Path:
+    out = tmp_path / "dataset"
+    out.mkdir()
+    entry = pack(source, out, name, keep=lambda rel: not rel.startswith("."))
+    write_manifest(out, {ARCHIVE_KEY: entry})
+    return out
+
+
+def same_files(root: Path) -> bool:
+    return all((root / rel).read_bytes() == data for rel, data in FILES.items())
+
+
+def test_pack_and_open_round_trip(tmp_path, source):
+    out = packed(tmp_path, source)
+    assert sorted(p.name for p in out.iterdir()) == ["data.tar", "manifest.json"]  # flat: an upload sends it all
+    assert verify_manifest(out) == 1 and set(packed_manifest(out)[ARCHIVE_KEY]["files"]) == set(FILES)
+    said: list[str] = []
+    root = open_packed(out, tmp_path / "scratch", say=said.append)
+    assert root.parent == tmp_path / "scratch" and same_files(root) and not (root / ".hidden").exists()
+    assert "checked and unpacked in" in said[-1]
+    assert open_packed(out, tmp_path / "scratch", say=said.append) == root and "unpacked before" in said[-1]
+    assert open_all(tmp_path, tmp_path / "scratch2", say=said.append) == [tmp_path / "scratch2" / root.name]
+    # the archive is reproducible: the same files give the same bytes
+    again = tmp_path / "again"
+    again.mkdir()
+    pack(source, again, "data.tar", keep=lambda rel: not rel.startswith("."))
+    assert (again / "data.tar").read_bytes() == (out / "data.tar").read_bytes()
+
+
+@pytest.mark.parametrize("where", ["in place", "in a folder of its name"])
+def test_files_kaggle_unpacked_are_checked_where_they_are(tmp_path, source, where):
+    out = packed(tmp_path, source)
+    root = out if where == "in place" else out / "data"
+    with tarfile.open(out / "data.tar") as tar:
+        tar.extractall(root, filter="data")
+    (out / "data.tar").unlink()
+    assert open_packed(out, tmp_path / "scratch", say=lambda _: None) == root
+    (root / "train" / "all__inputs.npy").write_bytes(b"x" * len(FILES["train/all__inputs.npy"]))  # same size
+    with pytest.raises(TRMError, match="all__inputs.npy: differs from manifest.json"):
+        open_packed(out, tmp_path / "scratch", say=lambda _: None)
+
+
+def test_an_upload_without_its_archive_or_files_is_one_error(tmp_path, source):
+    out = packed(tmp_path, source)
+    (out / "data.tar").unlink()
+    with pytest.raises(TRMError, match="neither data.tar nor its 5 files .* the upload is incomplete"):
+        open_packed(out, tmp_path / "scratch", say=lambda _: None)
+
+
+def test_an_archive_cut_short_is_refused_before_unpacking(tmp_path, source):
+    out = packed(tmp_path, source)
+    data = (out / "data.tar").read_bytes()
+    (out / "data.tar").write_bytes(data[: len(data) // 2])
+    with pytest.raises(TRMError, match="data.tar: differs from .*manifest.json .* cut short or changed"):
+        open_packed(out, tmp_path / "scratch", say=lambda _: None)
+    assert not (tmp_path / "scratch").exists() or not list((tmp_path / "scratch").iterdir())
+
+
+def rewrite_archive(out: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> None:
+    """Replace data.tar and record its new digest as the manifest's (a consistent upload of a bad archive)."""
+    with tarfile.open(out / "data.tar", "w") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["files"]["data.tar"] = {"sha256": sha256_file(out / "data.tar"), "size": (out / "data.tar").stat().st_size}
+    atomic_write_json(out / "manifest.json", manifest)
+
+
+def info(name: str, size: int = 0, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    t = tarfile.TarInfo(name)
+    t.size, t.type, t.linkname = size, kind, link
+    return t
+
+
+@pytest.mark.parametrize("case, words", [
+    ("changed member", "train/dataset.json differs from its sha256"),
+    ("link", "'identifiers.json' is a link or a special file"),
+    ("unlisted", "holds '../escape', which manifest.json does not list"),
+    ("missing", "lacks 4 file(s)"),
+])
+def test_a_bad_archive_is_one_error_and_leaves_nothing(tmp_path, source, case, words):
+    out = packed(tmp_path, source)
+    good = {rel: data for rel, data in FILES.items()}
+    if case == "changed member":
+        members = [(info(r, len(d)), d if r != "train/dataset.json" else b"[]") for r, d in good.items()]
+    elif case == "link":
+        members = [(info("identifiers.json", kind=tarfile.SYMTYPE, link="/etc/passwd"), None)]
+    elif case == "unlisted":
+        members = [(info("../escape", 1), b"x")]
+    else:
+        members = [(info("identifiers.json", len(good["identifiers.json"])), good["identifiers.json"])]
+    rewrite_archive(out, members)
+    with pytest.raises(TRMError) as e:
+        open_packed(out, tmp_path / "scratch", say=lambda _: None)
+    assert words in str(e.value)
+    leftovers = list((tmp_path / "scratch").glob("*")) if (tmp_path / "scratch").exists() else []
+    assert leftovers == [] and not (tmp_path / "escape").exists()
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"name": "../data.tar", "files": {"a": {"sha256": "0", "size": 1}}}, "must name a .tar file"),
+    ({"name": "data.tar", "files": {"../../etc/passwd": {"sha256": "0", "size": 1}}}, "is not a file inside"),
+    ({"name": "data.tar", "files": {"/abs": {"sha256": "0", "size": 1}}}, "is not a file inside"),
+    ({"name": "data.tar", "files": {}}, "must name a .tar file"),
+])
+def test_names_read_from_the_manifest_never_leave_the_folder(tmp_path, source, entry, words):
+    out = packed(tmp_path, source)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest[ARCHIVE_KEY] = entry
+    atomic_write_json(out / "manifest.json", manifest)
+    with pytest.raises(TRMError, match=words):
+        open_packed(out, tmp_path / "scratch", say=lambda _: None)

@@ -1,0 +1,178 @@
+"""Kaggle datasets with folders, shipped whole: one archive beside a manifest of every file inside it.
+
+An upload to Kaggle (the `kaggle` client, or `kaggle datasets create -p DIR` by hand) sends the files of DIR,
+not its subfolders, so a dataset with folders (a built dataset's `train/` and `test/`, a run's `run/` and
+`weights/`) would arrive without them. Such a dataset is packed instead (`pack`): DIR holds `<name>.tar`
+(uncompressed; entries sorted, owners and times fixed) and `manifest.json`, whose `archive` entry lists every
+file inside the archive with its size and sha256 (its `files` list the archive itself, as every manifest of
+the bundle does).
+
+Inside the kernel `open_packed` checks the archive against the manifest and unpacks it into a scratch folder
+(`<stem>-<digest>/`, built beside and renamed into place: a kill leaves no half folder; found again, it is
+reused), or, when Kaggle unpacked the archive itself, checks its files where they are (in DIR, or in
+DIR/<stem>/). A file missing, cut short or changed, an entry that is a link or leaves its folder, stops with one
+line naming it: a run is never started on part of its data, nor restarted for want of its state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO, Callable
+
+from trm_kaggle.atomic import OWNER_RECORD, atomic_directory, owner_problem
+from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import read_json
+from trm_kaggle.kaggle.metadata import DATASET_META, MANIFEST, sha256_file
+
+ARCHIVE_KEY = "archive"  # manifest.json's entry for the packed folder
+UNPACKED = "unpacked kaggle dataset"  # the kind of the scratch folders (their owner record)
+_SKIPPED = {MANIFEST, DATASET_META, OWNER_RECORD}
+
+
+class _Hashing:
+    """A file read by tarfile, hashed on the way."""
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.sha = f, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.sha.update(data)
+        return data
+
+
+def pack(src: str | os.PathLike, dest: str | os.PathLike, name: str,
+         keep: Callable[[str], bool] = lambda rel: True) -> dict[str, Any]:
+    """`dest/<name>` (a tar) of every file under `src` whose relative path `keep` accepts (bookkeeping files
+    never); returns the manifest's `archive` entry: {"name": name, "files": {path: {"sha256", "size"}}}."""
+    src = Path(src)
+    files: dict[str, dict[str, Any]] = {}
+    paths = sorted(p for p in src.rglob("*") if p.is_file() and not p.is_symlink())
+    with tarfile.open(Path(dest) / name, "w", format=tarfile.PAX_FORMAT) as tar:
+        for p in paths:
+            rel = p.relative_to(src).as_posix()
+            if (p.parent == src and p.name in _SKIPPED) or p.name == OWNER_RECORD or not keep(rel):
+                continue
+            info = tarfile.TarInfo(rel)
+            info.size, info.mtime, info.mode = p.stat().st_size, 0, 0o644
+            with open(p, "rb") as f:
+                reader = _Hashing(f)
+                tar.addfile(info, reader)
+            files[rel] = {"sha256": reader.sha.hexdigest(), "size": info.size}
+    if not files:
+        raise TRMError(f"{src}: no files to pack")
+    return {"name": name, "files": files}
+
+
+def packed_manifest(folder: Path) -> dict | None:
+    """The manifest of a packed dataset in `folder` (one with an `archive` entry), else None."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None
+    manifest = read_json(path, MANIFEST)
+    return manifest if isinstance(manifest, dict) and ARCHIVE_KEY in manifest else None
+
+
+def _checked_entry(folder: Path, manifest: dict) -> tuple[str, dict[str, dict]]:
+    """(archive name, {path: {sha256, size}}) of a manifest, every name checked: a plain .tar file name, and
+    relative paths that stay inside their folder (names read from a file never become paths unchecked)."""
+    where = folder / MANIFEST
+    entry = manifest.get(ARCHIVE_KEY)
+    name = entry.get("name") if isinstance(entry, dict) else None
+    files = entry.get("files") if isinstance(entry, dict) else None
+    if not isinstance(name, str) or Path(name).name != name or not name.endswith(".tar") or not isinstance(files, dict) \
+            or not files:
+        raise TRMError(f"{where}: its '{ARCHIVE_KEY}' entry must name a .tar file in {folder} and list its files")
+    for rel, f in files.items():
+        parts = PurePosixPath(rel).parts
+        if not rel or rel.startswith("/") or ".." in parts or "\\" in rel or not isinstance(f, dict) \
+                or not isinstance(f.get("size"), int) or not isinstance(f.get("sha256"), str):
+            raise TRMError(f"{where}: entry {rel!r} is not a file inside the archive with its size and sha256")
+    return name, files
+
+
+def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Callable[[str], None] = print) -> Path:
+    """The folder holding the packed dataset of `folder`, every file checked against its manifest: unpacked
+    into `scratch`, or where Kaggle unpacked it. TRMError naming the first file that is missing or differs."""
+    folder = Path(folder)
+    manifest = packed_manifest(folder)
+    if manifest is None:
+        raise TRMError(f"{folder}: no {MANIFEST} of a packed dataset")
+    name, files = _checked_entry(folder, manifest)
+    archive = folder / name
+    if archive.is_file():
+        outer = (manifest.get("files") or {}).get(name) or {}
+        if archive.stat().st_size != outer.get("size") or sha256_file(archive) != outer.get("sha256"):
+            raise TRMError(f"{archive}: differs from {folder / MANIFEST} (size {archive.stat().st_size:,} bytes, "
+                           f"manifest {outer.get('size')}): the upload was cut short or changed; upload it again")
+        dest = Path(scratch) / f"{Path(name).stem}-{outer['sha256'][:16]}"
+        if dest.is_dir() and owner_problem(dest, UNPACKED) is None and _problem(dest, files, digests=False) is None:
+            say(f"{folder}: {len(files)} files of {name}, unpacked before in {dest}")
+            return dest
+        with atomic_directory(dest, kind=UNPACKED) as tmp:
+            _unpack(archive, tmp, files)
+        say(f"{folder}: {len(files)} files of {name} checked and unpacked in {dest}")
+        return dest
+    for root in (folder, folder / Path(name).stem):  # unpacked by Kaggle: in place, or in a folder of its name
+        if all((root / rel).is_file() for rel in files):
+            problem = _problem(root, files, digests=True)
+            if problem:
+                raise TRMError(f"{folder}: {problem}")
+            say(f"{folder}: {len(files)} files of {name} found unpacked in {root}, checked")
+            return root
+    missing = next(rel for rel in files if not (folder / rel).is_file())
+    raise TRMError(f"{folder}: neither {name} nor its {len(files)} files ({missing}, ...) are there, though "
+                   f"{MANIFEST} lists them: the upload is incomplete; upload the dataset again")
+
+
+def _problem(root: Path, files: dict[str, dict], digests: bool) -> str | None:
+    """Why the files under `root` are not those of the manifest (sizes; with `digests` sha256 too), or None."""
+    for rel, f in files.items():
+        path = root / rel
+        if not path.is_file():
+            return f"{path}: listed in {MANIFEST} but missing"
+        if path.stat().st_size != f["size"] or (digests and sha256_file(path) != f["sha256"]):
+            return f"{path}: differs from {MANIFEST} (size {path.stat().st_size:,} bytes, manifest {f['size']:,})"
+    return None
+
+
+def _unpack(archive: Path, dest: Path, files: dict[str, dict]) -> None:
+    """Every regular file of the archive into `dest`, each checked against the manifest as it is written."""
+    seen = set()
+    try:
+        with tarfile.open(archive, "r:") as tar:
+            for member in tar:
+                if member.isdir():
+                    continue
+                rel = member.name
+                if rel not in files:
+                    raise TRMError(f"{archive}: holds {rel!r}, which {MANIFEST} does not list")
+                if not member.isreg():
+                    raise TRMError(f"{archive}: {rel!r} is a link or a special file, not a regular file")
+                want = files[rel]
+                if member.size != want["size"]:
+                    raise TRMError(f"{archive}: {rel} has {member.size:,} bytes, {MANIFEST} says {want['size']:,}")
+                target = dest.joinpath(*PurePosixPath(rel).parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                sha = hashlib.sha256()
+                with tar.extractfile(member) as src, open(target, "wb") as out:
+                    for block in iter(lambda: src.read(1 << 20), b""):
+                        sha.update(block)
+                        out.write(block)
+                if sha.hexdigest() != want["sha256"]:
+                    raise TRMError(f"{archive}: {rel} differs from its sha256 in {MANIFEST}")
+                seen.add(rel)
+    except tarfile.TarError as e:
+        raise TRMError(f"{archive}: not a readable tar archive ({e})") from None
+    missing = sorted(set(files) - seen)
+    if missing:
+        raise TRMError(f"{archive}: lacks {len(missing)} file(s) {MANIFEST} lists ({missing[0]}, ...)")
+
+
+def open_all(root: str | os.PathLike, scratch: str | os.PathLike, say: Callable[[str], None] = print) -> list[Path]:
+    """`open_packed` for every packed dataset under `root` (each folder holding such a manifest), in order."""
+    folders = sorted({p.parent for p in Path(root).rglob(MANIFEST) if p.is_file()})
+    return [open_packed(f, scratch, say) for f in folders if packed_manifest(f) is not None]
