@@ -338,7 +338,7 @@ def test_submit_refuses_auto_without_a_budget(unseen, tmp_path, capsys):
     challenges, weights = unseen
     assert main(["submit", "--challenges", str(challenges), "--weights", str(weights), "--num-aug", "auto"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: invalid option:") and "time_budget" in err and "Traceback" not in err
+    assert err.startswith("error: invalid option:") and "set --time-budget" in err and "Traceback" not in err
 
 
 def test_the_default_follows_the_evidence_a_staged_schedule():

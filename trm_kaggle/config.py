@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
-def validation_line(e: ValidationError) -> str:
-    """A pydantic error as one line: `field.path: message; ...` (the CLI's and every config reader's)."""
-    return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'value'}: {err['msg']}" for err in e.errors())
+def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = None) -> str:
+    """A pydantic error as one line: `field.path: message; ...` (the CLI's and every config reader's).
+
+    `names` maps a field to what the user typed for it (the CLI: `train_seconds` -> `--train-seconds`): the
+    field of each error is shown by that name, and so are the fields a whole-model error's message names."""
+    names = names or {}
+
+    def one(err) -> str:
+        loc = [str(part) for part in err["loc"]]
+        msg = err["msg"]
+        if loc:
+            loc[0] = names.get(loc[0], loc[0])
+        elif names:  # a check across fields: its message names them
+            msg = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: names.get(m[0], m[0]), msg)
+        return f"{'.'.join(loc) or 'value'}: {msg}"
+
+    return "; ".join(one(err) for err in e.errors())
 
 
 #: Above any learning rate that trains (`lr=1e30` still runs, and stops as diverged); keeps the optimizers'
