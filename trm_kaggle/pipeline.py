@@ -33,7 +33,7 @@ from trm_kaggle.model.export import load_model_for_dataset
 from trm_kaggle.solve.solve import solve
 from trm_kaggle.train.checkpoint import export_run, list_states
 from trm_kaggle.train.loop import train
-from trm_kaggle.train.metrics import read_metrics
+from trm_kaggle.train.metrics import read_metrics, shown
 from trm_kaggle.train.settings import load_train_config
 from trm_kaggle.wording import count
 
@@ -45,9 +45,15 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def _mean(records: list[dict], key: str) -> float | None:
+    """The mean of `key` over the records that have a value for it (None: none has: no data, not 0)."""
+    values = [r[key] for r in records if r.get(key) is not None]
+    return sum(values) / len(values) if values else None
+
+
 def learning_figures(run_dir: Path) -> dict[str, Any] | None:
     """Mean loss and accuracies of the first against the last tenth of the logged training intervals (None with
-    fewer than two)."""
+    fewer than two). An accuracy is None where no row halted in those intervals."""
     records, _ = read_metrics(run_dir)  # none yet: ([], [])
     if len(records) < 2:
         return None
@@ -55,8 +61,12 @@ def learning_figures(run_dir: Path) -> dict[str, Any] | None:
     first, last = records[:n], records[-n:]
     figures: dict[str, Any] = {"intervals": n}
     for key in ("loss", "token_accuracy", "exact_accuracy"):
-        figures[key] = (sum(r[key] for r in first) / n, sum(r[key] for r in last) / n)
+        figures[key] = (_mean(first, key), _mean(last, key))
     return figures
+
+
+def _change(pair: tuple[float | None, float | None]) -> str:
+    return f"{shown(pair[0])} -> {shown(pair[1])}"
 
 
 def learning_summary(run_dir: Path) -> str:
@@ -65,9 +75,9 @@ def learning_summary(run_dir: Path) -> str:
     if f is None:
         return "too few logged steps to compare"
     return (f"learning (mean of the first vs the last {count(f['intervals'], 'logged interval')}): "
-            f"loss {f['loss'][0]:.3f} -> {f['loss'][1]:.3f}, "
-            f"token accuracy {f['token_accuracy'][0]:.3f} -> {f['token_accuracy'][1]:.3f}, "
-            f"exact accuracy {f['exact_accuracy'][0]:.3f} -> {f['exact_accuracy'][1]:.3f} (training batches)")
+            f"loss {_change(f['loss'])}, token accuracy {_change(f['token_accuracy'])}, "
+            f"exact accuracy {_change(f['exact_accuracy'])} (training batches"
+            + ("; no data: no row halted in those intervals)" if None in f["token_accuracy"] else ")"))
 
 
 def write_training_curve(run_dir: Path, path: Path) -> str:
@@ -307,8 +317,9 @@ def summary_markdown(result: PipelineResult) -> str:
     learning = f.get("learning")
     if learning:
         steps += (f"; first vs last {count(learning['intervals'], 'logged interval')}: loss "
-                  f"{learning['loss'][0]:.3f} -> {learning['loss'][1]:.3f}, token accuracy "
-                  f"{learning['token_accuracy'][0]:.3f} -> {learning['token_accuracy'][1]:.3f} (training batches)")
+                  f"{_change(learning['loss'])}, token accuracy {_change(learning['token_accuracy'])} (training "
+                  "batches" + ("; no data: no row halted in those intervals)" if None in learning["token_accuracy"]
+                               else ")"))
     lines.append(f"- training: {steps}")
     pass2 = e["pass_at_k_task_macro"].get("2", float("nan"))
     lines.append(f"- evaluation ({count(e['num_tasks'], 'task')} of the test split, "
