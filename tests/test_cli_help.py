@@ -129,7 +129,7 @@ def test_default_output_directories_are_git_ignored():
     from trm_kaggle.config import PipelineConfig, SolveConfig
 
     ignored = {line.strip() for line in (REPO / ".gitignore").read_text().splitlines()}
-    wanted = {"runs/", f"/{SolveConfig.model_fields['work_dir'].default}/", "/bundle/", "/reports/",
+    wanted = {"runs/", f"/{SolveConfig(challenges='c', weights='w').work_dir}/", "/bundle/", "/reports/",
               f"/{SolveConfig.model_fields['output'].default}"}
     assert PipelineConfig.model_fields["work_dir"].default.startswith("runs/")
     assert wanted <= ignored, wanted - ignored

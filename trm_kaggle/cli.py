@@ -789,7 +789,8 @@ def _add_submit(sub) -> None:
     p.add_argument("--weights", help="export directory: trm-kaggle export / import-upstream (required unless "
                                      "--list-recipes)")
     p.add_argument("--output", default="submission.json", help="the submission to write (atomically)")
-    p.add_argument("--work-dir", default="ttt_work", help="per-task datasets, states and results (a rerun resumes)")
+    p.add_argument("--work-dir", default=None, help="per-task datasets, states and results; a rerun resumes "
+                                                    "(default: beside --output, named after it: OUTPUT-ttt)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for everything (default: no limit)")
     p.add_argument("--safety-margin", type=float, default=None, help="seconds kept free at the end of the budget")
     p.add_argument("--plan-margin", type=float, default=None,
@@ -860,14 +861,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     missing = [f"--{k}" for k in ("challenges", "weights") if not getattr(args, k)]
     if missing:
         raise TRMError(f"submit needs {' and '.join(missing)}")
-    report = solve(_solve_config(args))
+    cfg = _solve_config(args)
+    report = solve(cfg)
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
           f"{report['answered']} answered by the model, {count(report['predicted'], 'test input')} with model predictions, "
           f"{report['elapsed_s']} s")
     if report.get("model_failed") and report["valid"]:  # one line for the cause, not one per task it cost
         print(f"error: the model could not run on any of its {count(report['model_tasks'], 'task')}: "
               f"{report['model_failed']}; {report['output']} holds the fallback answers (details: "
-              f"{args.work_dir}/solve_report.json)", file=sys.stderr)
+              f"{cfg.work_dir}/solve_report.json)", file=sys.stderr)
         return MODEL_FAILED_STATUS
     for e in report["errors"]:
         print(f"warning: {e}", file=sys.stderr)

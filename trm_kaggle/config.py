@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import PurePath
 from typing import Annotated, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -526,6 +527,13 @@ FinetuneMode = Literal["embeddings-then-all", "all", "embeddings", "none"]
 TaskIdMode = Literal["own", "blank", "random", "mean"]  # `evaluate --task-ids` (trm_kaggle.model.export.task_id_table)
 
 
+def default_work_dir(output: str) -> str:
+    """`submit`'s work folder when none is named: beside the submission, named after it (runs/s.json ->
+    runs/s-ttt), so that it lands where its output does and two submissions in one folder keep theirs apart."""
+    path = PurePath(output)
+    return str(path.with_name(f"{path.stem}-ttt"))
+
+
 def count_or_auto(text: str) -> int | str:
     """A command-line value of SolveConfig.num_aug or finetune_steps: a whole number, or 'auto'."""
     return text if text == "auto" else int(text)
@@ -541,7 +549,8 @@ class SolveConfig(_Config):
     challenges: str  # e.g. /kaggle/input/<competition>/arc-agi_test_challenges.json
     weights: str  # an export directory (trm-kaggle export / import-upstream)
     output: str = "submission.json"
-    work_dir: str = "ttt_work"  # per task: dataset, fine-tuning state, result (a restarted run resumes)
+    # per task: dataset, fine-tuning state, result (a restarted run resumes); None: beside `output`, named after it
+    work_dir: Optional[str] = None
     time_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False)  # seconds for everything; None = no limit
     safety_margin: float = Field(60.0, ge=0, allow_inf_nan=False)  # seconds kept free at the end of the budget
     plan_margin: float = Field(0.15, ge=0.0, lt=1.0)  # share of each worker's time that "auto" leaves unplanned
@@ -568,6 +577,13 @@ class SolveConfig(_Config):
     threads: Optional[int] = Field(None, ge=1, le=4096)  # CPU threads per worker; None = cores / workers
     seed: int = Field(0, ge=0, le=MAX_SEED)
     progress: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _work_dir_beside_output(cls, data):
+        if isinstance(data, dict) and data.get("work_dir") is None:
+            data = {**data, "work_dir": default_work_dir(data.get("output") or "submission.json")}
+        return data
 
     @field_validator("num_aug", "finetune_steps")
     @classmethod

