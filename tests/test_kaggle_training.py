@@ -232,7 +232,7 @@ def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):
     # key=value settings after the options, the first session
     assert bundle_main([str(tmp_path / "o"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download",
                         "lr=1e-3", "--user", "tester"]) == 0
-    assert "lr=1e-3" in (tmp_path / "o" / "train-kernel" / "kaggle_train.ipynb").read_text()
+    assert "OVERRIDES = {'lr': '1e-3'}" in (tmp_path / "o" / "train-kernel" / "kaggle_train.ipynb").read_text()
     assert cli_main(["bundle", str(tmp_path / "p"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download",
                      "--first-session", "--user", "tester"]) == 0
     assert json.loads((tmp_path / "p" / "train-kernel" / "kernel-metadata.json").read_text())["kernel_sources"] == []
