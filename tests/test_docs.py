@@ -248,6 +248,24 @@ def test_readme_test_command_is_what_ci_runs():
     assert line in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
+def test_readme_says_what_the_install_brings_on_each_platform():
+    """The pin is not "a CPU build" everywhere: from PyPI, Linux gets the CUDA build and its GPU wheels (GBs), macOS
+    and Windows a CPU build; the README says so, with the laptop's CPU-only line from PyTorch's index pinning the
+    same torch as the test command, and the measured sizes a link away."""
+    readme = (ROOT / "README.md").read_text()
+    text = " ".join(prose(ROOT / "README.md", inline_code=True).split())
+    pins = set(re.findall(r'"torch==([^"]+)"', readme))
+    assert len(pins) == 1, f"the README pins torch differently in different lines: {pins}"
+    cpu = [ln for b in blocks(ROOT / "README.md") for ln in script_lines(b)
+           if "--index-url https://download.pytorch.org/whl/cpu" in ln]
+    assert cpu and f'"torch=={pins.pop()}"' in cpu[0] and '-e ".[arc]"' in cpu[0], cpu
+    for words in ("Linux gets torch's CUDA build and 19 nvidia-*/cuda-*/triton wheels", "macOS and Windows a CPU build",
+                  "benchmarks.md#what-the-install-downloads"):
+        assert words in text, words
+    assert "19 `nvidia-*`/`cuda-*`/`triton` wheels" in (ROOT / "docs" / "benchmarks.md").read_text()
+    assert "a CPU build of torch" not in text  # the claim that held only for this machine's pip
+
+
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 
 
