@@ -27,8 +27,8 @@ def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = Non
         msg = err["msg"]
         if loc:
             loc[0] = names.get(loc[0], loc[0])
-        elif names:  # a check across fields: its message names them
-            msg = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: names.get(m[0], m[0]), msg)
+        elif names:  # a check across fields: its message names them (snake_case words only: `device` is English)
+            msg = re.sub(r"\b[A-Za-z]\w*_\w+\b", lambda m: names.get(m[0], m[0]), msg)
         return f"{'.'.join(loc) or 'value'}: {msg}"
 
     return "; ".join(one(err) for err in e.errors())
