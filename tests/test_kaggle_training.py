@@ -136,7 +136,7 @@ def test_a_previous_output_of_another_config_is_refused_in_one_line(built, first
     other = tmp_path / "other-bundle"
     shutil.copytree(built, other)
     nb_path = other / "train-kernel" / "kaggle_train.ipynb"
-    nb_path.write_text(nb_path.read_text().replace("arch.L_cycles=2", "arch.L_cycles=3"))
+    nb_path.write_text(nb_path.read_text().replace("'arch.L_cycles': '2'", "'arch.L_cycles': '3'"))
     working, log = session(tmp_path / "s", other, kernel_name, previous=one)
     errors = [line for line in log.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "another model or config" in errors[0] and "L_cycles" in errors[0], log
