@@ -40,6 +40,7 @@ from trm_kaggle.solve.schedule import finetune_phases, steps_by_kind
 from trm_kaggle.solve.task import demo_accuracy, finetune, load_finetuned
 from trm_kaggle.train.checkpoint import export_run
 from trm_kaggle.train.loop import train
+from trm_kaggle.train.metrics import shown
 
 MODES = ("embeddings", "all", "embeddings-then-all")
 
@@ -111,7 +112,8 @@ def main() -> None:
     export_run(run.run_dir, work / "mean", mean_embedding=True)
     if run.metrics:
         print(f"pretraining: {run.step} steps of {args.batch_size} in {time.process_time() - t:.0f} CPU s, last "
-              f"loss {run.metrics['loss']:.3f}, training-batch token accuracy {run.metrics['token_accuracy']:.3f}; "
+              f"loss {run.metrics['loss']:.3f}, training-batch token accuracy "
+              f"{shown(run.metrics.get('token_accuracy'))}; "
               f"{run.parameters}")
     else:
         print(f"pretraining: reused the {run.step}-step run in {run.run_dir}; {run.parameters}")

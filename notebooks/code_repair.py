@@ -39,7 +39,7 @@ MAX_FILES = 300  # a seeded sample of the corpus (None: all of it)
 SEED = 0
 RUN_DIR = "runs/notebooks/train/code-repair"  # run directory (a second run resumes from its newest state)
 PRESET = "repair-cpu+repair-curriculum"  # presets joined with "+"; see trm-kaggle train --list-presets
-OVERRIDES = ["max_steps=60", "progress=False"]  # upstream-style key=value overrides
+OVERRIDES = {"max_steps": 60, "progress": False}  # settings on top of the presets (docs/notebooks.md: other forms)
 EXPORT_DIR = "runs/notebooks/weights/code-repair"  # inference export to create
 DOCTESTS = False  # run doctests on fixes and predictions (runs code: see above)
 
@@ -54,6 +54,7 @@ from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
 from trm_kaggle.model.export import load_model_for_dataset
 from trm_kaggle.train.checkpoint import export_run
 from trm_kaggle.train.loop import train
+from trm_kaggle.train.overrides import override_list
 from trm_kaggle.train.settings import load_train_config
 
 # %% [markdown]
@@ -93,7 +94,7 @@ for i in range(train_split.num_examples):
 # ## Train
 
 # %%
-train_cfg = load_train_config(presets=[PRESET], overrides=OVERRIDES)
+train_cfg = load_train_config(presets=[PRESET], overrides=override_list(OVERRIDES))
 train_cfg.data_paths = [str(DATA_DIR)]
 train_cfg.checkpoint_path = str(RUN_DIR)
 result = train(train_cfg)

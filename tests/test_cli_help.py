@@ -129,7 +129,7 @@ def test_default_output_directories_are_git_ignored():
     from trm_kaggle.config import PipelineConfig, SolveConfig
 
     ignored = {line.strip() for line in (REPO / ".gitignore").read_text().splitlines()}
-    wanted = {"runs/", f"/{SolveConfig.model_fields['work_dir'].default}/", "/bundle/", "/reports/",
+    wanted = {"runs/", f"/{SolveConfig(challenges='c', weights='w').work_dir}/", "/bundle/", "/reports/",
               f"/{SolveConfig.model_fields['output'].default}"}
     assert PipelineConfig.model_fields["work_dir"].default.startswith("runs/")
     assert wanted <= ignored, wanted - ignored
@@ -144,3 +144,59 @@ def test_validate_submission_counts_in_the_singular(tmp_path):
     p = subprocess.run([sys.executable, "-m", "trm_kaggle", "validate-submission", str(tmp_path / "s.json"),
                         "--challenges", str(tmp_path / "c.json")], capture_output=True, text=True)
     assert p.returncode == 0 and "(1 task, 1 test input, two attempts each)" in p.stdout, p.stdout + p.stderr
+
+
+def all_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Every parser whose help a user can print: the top level, each subcommand, launch's launchers, build_bundle.py."""
+    from trm_kaggle.kaggle.bundle import make_parser
+
+    found = {"trm-kaggle": build_parser(), "build_bundle.py": make_parser()}
+    todo = list(found.items())
+    while todo:
+        name, p = todo.pop()
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub, q in a.choices.items():
+                    found[f"{name} {sub}"] = q
+                    todo.append((f"{name} {sub}", q))
+    return found
+
+
+def test_help_texts_print_percent_signs_as_percent_signs():
+    """argparse %-formats option help (where `%%` is one `%`) but not a description or an epilog: `95 %% intervals`
+    printed as written in `evaluate --help` and `score --help`."""
+    helps = {name: p.format_help() for name, p in all_parsers().items()}
+    assert len(helps) > 25
+    doubled = [f"{name}: {line.strip()}" for name, text in helps.items() for line in text.splitlines() if "%%" in line]
+    assert not doubled, "\n".join(doubled)
+    assert "95 % interval" in " ".join(helps["trm-kaggle evaluate"].split())
+    assert "95 % interval" in " ".join(helps["trm-kaggle score"].split())
+
+
+def test_the_bare_command_and_help_point_to_pipeline(capsys):
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: trm-kaggle") and "Start with `trm-kaggle pipeline`" in err
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    assert "Start with `trm-kaggle pipeline`" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("flag", ["--train-seconds", "--train_seconds"])
+def test_a_bad_value_is_named_by_the_flag_as_typed(flag, tmp_path, capsys):
+    from cli_helpers import one_error_line
+
+    rc = main(["pipeline", flag, "0", "--work-dir", str(tmp_path / "p")])
+    assert one_error_line(capsys, rc) == f"error: invalid option: {flag}: Input should be greater than 0"
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_check_across_options_names_each_by_its_flag(tmp_path, capsys):
+    from cli_helpers import one_error_line
+
+    (tmp_path / "c.json").write_text('{"t1": {"train": [], "test": [{"input": [[1]]}]}}')
+    rc = main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(REPO / "weights" / "arc2-cpu-tiny"),
+               "--output", str(tmp_path / "s.json"), "--num-aug", "auto"])
+    line = one_error_line(capsys, rc)
+    assert "--num-aug='auto'" in line and "set --time-budget" in line and "time_budget" not in line, line

@@ -166,3 +166,39 @@ def test_cli_prints_the_table_and_writes_beside_the_dir(three_runs, capsys):
     out = capsys.readouterr().out
     assert "Metric of the plots: `loss`" in out and "| ema_s0 | 0 |" in out
     assert {p.name for p in (three_runs / "compare").iterdir()} == {"table.md", "table.csv", "curves.png", "final.png"}
+
+
+def test_an_interval_without_halted_rows_is_a_gap_not_a_zero(tmp_path):
+    """Intervals in which no row halted carry no accuracy (this version) or 0.0 with halted_examples 0 (older
+    files): either way the curve breaks there, the finals skip it, and a group without any value is "no data"."""
+    import math
+
+    from trm_kaggle.experiments.compare import group_curves, plot_curves, plot_final
+
+    runs = tmp_path / "runs"
+    mixed = write_run(runs / "mixed", ["seed=0"])
+    lines = [{"step": 5, "loss": 2.0, "halted_examples": 0, "elapsed_s": 1.0},
+             {"step": 10, "loss": 1.5, "exact_accuracy": 0.25, "token_accuracy": 0.5, "halted_examples": 8,
+              "elapsed_s": 2.0},
+             {"step": 15, "loss": 1.2, "exact_accuracy": 0.0, "token_accuracy": 0.0, "halted_examples": 0,
+              "elapsed_s": 3.0}]  # an older version's invented zeros
+    (mixed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    never = write_run(runs / "never", ["seed=0", "lr=1e-3"])
+    (never / "metrics.jsonl").write_text(json.dumps({"step": 5, "loss": 2.0, "halted_examples": 0,
+                                                     "elapsed_s": 1.0}) + "\n")
+    loaded = load_runs([runs])
+    curves = group_curves(loaded, "token_accuracy")
+    assert list(curves) == [loaded[0].group]  # the run without any value draws no curve
+    (s5, _, v5, _, _), (s10, _, v10, lo, hi), (s15, _, v15, _, _) = curves[loaded[0].group]
+    assert (s5, s10, s15) == (5, 10, 15) and math.isnan(v5) and math.isnan(v15) and v10 == lo == hi == 0.5
+    paths = write_comparison([runs], tmp_path / "out", metric="token_accuracy")
+    by_run = {line.split("|")[1].strip(): line for line in paths["markdown_text"].splitlines()
+              if line.startswith(("| mixed", "| never"))}
+    assert "| no data |" in by_run["mixed"] and "| 0.250 |" in by_run["mixed"]  # final: no data; best: 0.25
+    assert by_run["never"].count("| no data ") == 3
+    csv_rows = rows_of(paths["csv"])
+    assert csv_rows["mixed"]["token_accuracy"] == "" and csv_rows["never"]["best_exact_accuracy"] == ""
+    assert_png(paths["curves"])
+    assert_png(paths["bars"])
+    plot_curves(loaded, "exact_accuracy")  # no group has a value at the last step: still drawn, nothing at 0
+    plot_final(loaded, "exact_accuracy")

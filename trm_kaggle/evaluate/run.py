@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 from typing import Callable, Sequence
 
-from trm_kaggle.evaluate.report import evaluate, format_metrics, format_task_id_table, write_report
+from trm_kaggle.evaluate.report import (check_report_dir, evaluate, format_metrics, format_task_id_table, weights_record,
+                                        write_report)
 from trm_kaggle.evaluate.vote import VoteTable
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model.export import apply_task_ids, load_model_for_dataset
@@ -35,6 +36,10 @@ def evaluate_export(weights: str, data: str, *, task_ids: Sequence[str] = ("own"
         table = VoteTable.load(path)
         pooled = table if pooled is None else pooled.merge(table)
     extra = {"pooled_evaluations": len(pool_with)} if pool_with else {}
+    record = None
+    if report_dir:  # before any inference: a folder holding the report of other weights is refused
+        record = weights_record(weights)
+        check_report_dir(report_dir, record)
     torch_device = pick_device(device)
     summaries = {}
     while modes:
@@ -61,6 +66,6 @@ def evaluate_export(weights: str, data: str, *, task_ids: Sequence[str] = ("own"
     if save_votes:
         result.table.save(save_votes)  # this evaluation's votes only, never the pooled ones
     if report_dir:
-        paths = write_report(result, report_dir, tasks=tasks, first_n=first, pictures=pictures)
+        paths = write_report(result, report_dir, tasks=tasks, first_n=first, pictures=pictures, weights=record)
         out(f"report: {paths['markdown']}")
     return summaries

@@ -17,6 +17,10 @@ subdirectories are runs or sweeps. Runs whose settings differ only in their seed
 
 The default metric is `eval_exact_accuracy` when any run evaluated (`eval_interval`), else the training
 batches' `exact_accuracy`. Plots use matplotlib's Agg canvas directly, never a global backend.
+
+A training interval in which no row halted has no accuracy (`HALTED_ROW_METRICS`): the table says "no data"
+where a run has none, a curve breaks there instead of dropping to 0, and a group without any value is named
+"no data" on the plots, never drawn as a zero.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.train.metrics import METRICS_FILE, read_metrics
+from trm_kaggle.train.metrics import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -267,9 +271,18 @@ def summarise(run: RunData) -> dict[str, Any]:
     return out
 
 
-def _fmt(value: Any, how: str) -> str:
+#: The metric columns averaged over halted rows: a run with training records but no value shows NO_DATA there.
+_HALTED_COLUMNS = {"exact_accuracy", "best_exact_accuracy", "token_accuracy"}
+
+
+def _has_records(run: RunData, key: str) -> bool:
+    """Whether a missing value of column `key` is "no data" (the run logged records for it) rather than "-"."""
+    return bool(run.evals) if key.startswith(("eval_", "best_eval_")) else bool(run.train) and key in _HALTED_COLUMNS
+
+
+def _fmt(value: Any, how: str, no_data: bool = False) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
+        return NO_DATA if no_data else "-"
     if how == "int":
         return f"{int(round(value)):,}"
     if how == "time":
@@ -280,9 +293,9 @@ def _fmt(value: Any, how: str) -> str:
     return format(value, how)
 
 
-def _fmt_spread(values: list[float], how: str) -> str:
+def _fmt_spread(values: list[float], how: str, no_data: bool = False) -> str:
     if not values:
-        return "-"
+        return NO_DATA if no_data else "-"
     if len(values) == 1 or how in ("int", "time"):
         return _fmt(statistics.mean(values), how)
     return f"{_fmt(statistics.mean(values), how)} ± {_fmt(statistics.stdev(values), how)}"
@@ -297,7 +310,8 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
 def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
     """(Markdown, CSV) of the runs: per group and per run in Markdown, per run in CSV."""
     rows = [summarise(r) for r in runs]
-    columns = [c for c in COLUMNS if any(row[c[0]] is not None for row in rows)]  # drop what no run has
+    # drop what no run has; an accuracy no interval had data for stays, saying so
+    columns = [c for c in COLUMNS if any(row[c[0]] is not None or _has_records(r, c[0]) for r, row in zip(runs, rows))]
     differ = differing_settings(runs)
 
     csv_out = io.StringIO()
@@ -319,10 +333,11 @@ def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
     for name, idx in groups.items():
         states = [runs[i].state for i in idx]
         state = ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states)) if states[0] != "-" else "-"
-        cells = [_fmt_spread([rows[i][k] for i in idx if rows[i][k] is not None], how) for k, _, how in columns]
+        cells = [_fmt_spread([rows[i][k] for i in idx if rows[i][k] is not None], how,
+                             any(_has_records(runs[i], k) for i in idx)) for k, _, how in columns]
         group_rows.append([name, str(len(idx)), state] + cells + [setting(runs[idx[0]], k) for k in differ])
     run_rows = [[r.label, str(r.seed if r.seed is not None else "-"), r.state]
-                + [_fmt(row[k], how) for k, _, how in columns] + [setting(r, k) for k in differ]
+                + [_fmt(row[k], how, _has_records(r, k)) for k, _, how in columns] + [setting(r, k) for k in differ]
                 for r, row in zip(runs, rows)]
     heads = [h for _, h, _ in columns]
     md = ("## By group (mean ± standard deviation over seeds)\n\n"
@@ -340,23 +355,36 @@ def default_metric(runs: Sequence[RunData]) -> str:
     return "eval_exact_accuracy" if any(r.evals for r in runs) else "exact_accuracy"
 
 
-def _series(run: RunData, metric: str) -> list[tuple[int, float, float]]:
-    """(step, wall_s, value) of `metric` in the run's evaluation or training records."""
+def _series(run: RunData, metric: str, gaps: bool = False) -> list[tuple[int, float, float]]:
+    """(step, wall_s, value) of `metric` in the run's evaluation or training records; with `gaps`, a training
+    interval without a value for an average over halted rows is a NaN point (a curve breaks there)."""
     records = run.evals if metric.startswith("eval_") else run.train
-    return [(r["step"], r["wall_s"], float(r[metric])) for r in records
-            if isinstance(r.get(metric), (int, float)) and math.isfinite(r[metric])]
+    gaps = gaps and records is run.train and metric in HALTED_ROW_METRICS
+    return [(r["step"], r["wall_s"], float(r[metric]) if _finite(r.get(metric)) else math.nan) for r in records
+            if _finite(r.get(metric)) or (gaps and r.get(metric) is None)]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def group_curves(runs: Sequence[RunData], metric: str) -> dict[str, list[tuple[int, float, float, float, float]]]:
-    """Per group: (step, mean wall_s, mean, min, max) of `metric` over the group's runs at each logged step."""
+    """Per group: (step, mean wall_s, mean, min, max) of `metric` over the group's runs at each logged step; NaN
+    where none of them has a value there (no row halted). A group with no value at all is left out."""
     by_group: dict[str, dict[int, list[tuple[float, float]]]] = {}
     for r in runs:
         points = by_group.setdefault(r.group, {})
-        for step, wall, value in _series(r, metric):
+        for step, wall, value in _series(r, metric, gaps=True):
             points.setdefault(step, []).append((wall, value))
-    return {g: [(s, statistics.mean(w for w, _ in pts), statistics.mean(v for _, v in pts),
-                 min(v for _, v in pts), max(v for _, v in pts)) for s, pts in sorted(points.items())]
-            for g, points in by_group.items() if points}
+
+    def point(step: int, pts: list[tuple[float, float]]) -> tuple[int, float, float, float, float]:
+        values = [v for _, v in pts if math.isfinite(v)]
+        if not values:
+            return step, statistics.mean(w for w, _ in pts), math.nan, math.nan, math.nan
+        return step, statistics.mean(w for w, _ in pts), statistics.mean(values), min(values), max(values)
+
+    curves = {g: [point(s, pts) for s, pts in sorted(points.items())] for g, points in by_group.items()}
+    return {g: pts for g, pts in curves.items() if any(math.isfinite(p[2]) for p in pts)}
 
 
 def _figure(width: float, height: float, rows: int, cols: int):
@@ -386,17 +414,22 @@ def plot_curves(runs: Sequence[RunData], metric: str) -> bytes:
     fig, axes = _figure(12, 7.5, 2, 2)
     longest = max((r.train[-1]["wall_s"] for r in runs if r.train), default=0.0)
     unit, per = ("minutes", 60.0) if longest > 180 else ("seconds", 1.0)
+    groups = list(dict.fromkeys(r.group for r in runs))
     for row, (name, log_scale) in enumerate(((metric, False), ("loss", True))):
         curves = group_curves(runs, name)
+        missing = [g for g in groups if g not in curves]
         for col, x_of in enumerate((lambda p: p[0], lambda p: p[1] / per)):
             ax = axes[row][col]
             for group, pts in curves.items():
                 xs = [x_of(p) for p in pts]
                 line, = ax.plot(xs, [p[2] for p in pts], label=group, linewidth=1.4,
                                 marker="o" if len(pts) <= 30 else None, markersize=3)
-                if any(p[3] != p[4] for p in pts):
+                if any(p[3] != p[4] for p in pts if math.isfinite(p[2])):
                     ax.fill_between(xs, [p[3] for p in pts], [p[4] for p in pts], color=line.get_color(), alpha=0.18,
                                     linewidth=0)
+            if missing:  # said, not drawn: a group without a value is no curve at 0
+                ax.text(0.5, 0.5, f"{NO_DATA}: " + ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else ""),
+                        transform=ax.transAxes, ha="center", va="center", fontsize=9, color="#555")
             ax.set_xlabel("step" if col == 0 else f"wall time ({unit})")
             ax.set_ylabel(name)
             if log_scale and curves:
@@ -414,17 +447,21 @@ def plot_curves(runs: Sequence[RunData], metric: str) -> bytes:
 
 def plot_final(runs: Sequence[RunData], metric: str) -> bytes:
     """PNG: the last value of `metric` per group (bar: mean over its runs; dots: each run)."""
-    finals: dict[str, list[float]] = {}
+    finals: dict[str, list[float]] = {r.group: [] for r in runs}  # a group without a value: named, no bar
     for r in runs:
         series = _series(r, metric)
         if series:
-            finals.setdefault(r.group, []).append(series[-1][2])
+            finals[r.group].append(series[-1][2])
     fig, axes = _figure(max(5.0, 1.1 * len(finals) + 2), 4.2, 1, 1)
     ax = axes[0][0]
     names = list(finals)
-    means = [statistics.mean(v) for v in finals.values()]
+    means = [statistics.mean(v) if v else math.nan for v in finals.values()]
     ax.bar(range(len(names)), means, color="#8fb3d9", edgecolor="#345")
     for i, values in enumerate(finals.values()):
+        if not values:
+            ax.annotate(NO_DATA, (i, 0), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=8,
+                        color="#555")
+            continue
         ax.scatter([i] * len(values), values, color="#222", s=14, zorder=3)
         ax.annotate(f"{means[i]:.3f}", (i, max(values)), textcoords="offset points", xytext=(0, 5), ha="center",
                     fontsize=8)
@@ -442,7 +479,8 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
     """Write table.md, table.csv, curves.png and final.png into `out_dir`; returns their paths and the Markdown."""
     runs = load_runs(dirs)
     metric = metric or default_metric(runs)
-    if not any(_series(r, metric) for r in runs) and any(r.train for r in runs):
+    no_data = not any(_series(r, metric) for r in runs)
+    if no_data and any(r.train for r in runs) and metric not in HALTED_ROW_METRICS:
         names = sorted({k for r in runs for rec in r.train[-1:] + r.evals[-1:] for k in rec
                         if isinstance(rec[k], (int, float))} - {"step", "wall_s"})
         raise TRMError(f"--metric {metric}: no run logged it; logged metrics: {', '.join(names)}")
@@ -450,7 +488,9 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
     md, table_csv = comparison_tables(runs)
     done = sum(r.state == "done" for r in runs)
     header = (f"# Comparison of {len(runs)} runs" + (f" ({done} done)" if any(r.state != "-" for r in runs) else "")
-              + f"\n\nMetric of the plots: `{metric}`.\n\n")
+              + f"\n\nMetric of the plots: `{metric}`"
+              + (f" ({NO_DATA} yet: no row halted in any logged interval)" if no_data and any(r.train for r in runs)
+                 else "") + ".\n\n")
     paths: dict[str, Any] = {"markdown": out / "table.md", "csv": out / "table.csv", "markdown_text": header + md,
                              "metric": metric, "runs": runs}
     atomic_write_text(paths["markdown"], header + md)

@@ -164,7 +164,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="target platform tag, repeatable (default: manylinux x86_64 up to glibc 2.35)")
     g.add_argument("--wheel-builder", choices=("auto", "pip", "builtin"), default="auto",
                    help="how to build the trm_kaggle wheel offline: pip wheel --no-build-isolation, or the built-in "
-                        "PEP 427 builder; auto = pip when this interpreter has setuptools>=70.1 (or wheel)")
+                        "PEP 427 builder; auto = pip when this interpreter has setuptools>=77.0.3")
     g.add_argument("--competition", default=COMPETITION,
                    help="the competition the kernel is attached to (default: %(default)s, the current ARC-AGI-2 "
                         "competition; arc-prize-2025 for last year's); the kernel finds its challenges file "

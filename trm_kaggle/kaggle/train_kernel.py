@@ -29,6 +29,7 @@ from trm_kaggle.kaggle.metadata import (
     train_kernel_metadata_problems, raise_problems, write_manifest,
 )
 from trm_kaggle.kaggle.packed import ARCHIVE_KEY, pack
+from trm_kaggle.train.overrides import override_mapping
 
 TRAIN_NOTEBOOK = Path("notebooks") / "kaggle_train.ipynb"
 
@@ -125,7 +126,8 @@ def build_train_kernel(out_dir: str | os.PathLike, *, ids: BundleIds, presets: S
     if previous and (problem := id_problem(previous)):
         raise TRMError(f"the previous kernel: {problem}")
     notebook = Path(notebook) if notebook else Path(repo or REPO_ROOT) / TRAIN_NOTEBOOK
-    values: dict[str, object] = {"PRESET": " ".join(presets), "OVERRIDES": list(overrides)}
+    # a mapping, as the notebook's default: a parameters line with no `=` inside, which papermill can read
+    values: dict[str, object] = {"PRESET": " ".join(presets), "OVERRIDES": override_mapping(overrides)}
     if time_budget is not None:
         values["TIME_BUDGET"] = float(time_budget)
     nb = set_parameters(read_notebook(notebook), values)

@@ -3,8 +3,8 @@ interpreter (dependency resolution and `pip download`), install.sh and the manif
 
 Network use: only `pip download` of the dependency wheels (skipped with `download=False` / `--no-download`).
 The trm_kaggle wheel is built offline: `pip wheel --no-deps --no-index --no-build-isolation` with this
-interpreter's setuptools when it can (setuptools >= 70.1, or older with `wheel`), else by `build_pure_wheel`, a
-PEP 427 builder for this pure-Python package (same files and metadata).
+interpreter's setuptools when it can (>= 77.0.3, as pyproject.toml asks), else by `build_pure_wheel`, a PEP 427
+builder for this pure-Python package (same files and metadata).
 
 Kaggle's image is assumed to already hold `DEFAULT_KAGGLE_HAS` (and their own dependencies): those are never
 shipped. The dependency walk stops at them, so the packages *they* need are assumed present too. Override
@@ -151,21 +151,23 @@ def copy_project_sources(repo: Path, dest: Path) -> Path:
     return dest
 
 
+#: The oldest setuptools that builds this project (pyproject.toml's build-system says the same).
+SETUPTOOLS_MIN = (77, 0, 3)
+
+
 def can_build_without_isolation() -> str | None:
-    """Why `pip wheel --no-build-isolation` cannot work in this interpreter (None when it can): it needs
-    setuptools >= 64 and a bdist_wheel command (setuptools >= 70.1 has one, older ones need `wheel`)."""
+    """Why `pip wheel --no-build-isolation` cannot work in this interpreter (None when it can): it needs the
+    setuptools pyproject.toml's build-system asks for, 77.0.3 or newer (older ones reject `project.license` as
+    an SPDX string; they also lack bdist_wheel before 70.1)."""
     import importlib.metadata as md
-    import importlib.util
 
     try:
         version = md.version("setuptools")
     except md.PackageNotFoundError:
         return "setuptools is not installed"
-    nums = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
-    if nums < (64, 0):
-        return f"setuptools {version} is older than 64"
-    if nums < (70, 1) and importlib.util.find_spec("wheel") is None:
-        return f"setuptools {version} has no bdist_wheel and the `wheel` package is not installed"
+    nums = tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+    if nums < SETUPTOOLS_MIN:
+        return f"setuptools {version} is older than {'.'.join(map(str, SETUPTOOLS_MIN))}"
     return None
 
 
@@ -223,11 +225,13 @@ def _with_extra(req: str, extra: str) -> str:
 
 
 def wheel_core_metadata(project: dict, readme: str | None) -> str:
-    """METADATA (core metadata 2.1) for a `[project]` table."""
-    lines = ["Metadata-Version: 2.1", f"Name: {project['name']}", f"Version: {project['version']}"]
+    """METADATA for a `[project]` table: core metadata 2.4 (where License-Expression is defined) for an SPDX
+    `license` string, as setuptools writes it, else 2.1."""
+    lic = project.get("license")
+    version = "2.4" if isinstance(lic, str) else "2.1"
+    lines = [f"Metadata-Version: {version}", f"Name: {project['name']}", f"Version: {project['version']}"]
     if project.get("description"):
         lines.append(f"Summary: {project['description']}")
-    lic = project.get("license")
     if isinstance(lic, dict) and lic.get("text"):
         lines.append(f"License: {lic['text']}")
     elif isinstance(lic, str):

@@ -199,6 +199,22 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     return config, tensors
 
 
+def export_digest(path: str | os.PathLike) -> str:
+    """The sha256 of an export's tensors (`content_digest`): the one written in its weights file, or for an older
+    export that carries none, computed from the tensors. What a report records of the weights it evaluated."""
+    from safetensors import SafetensorError, safe_open
+
+    w_path = Path(path) / "weights.safetensors"
+    try:
+        with safe_open(str(w_path), framework="pt") as f:
+            digest = (f.metadata() or {}).get("sha256")
+    except FileNotFoundError:
+        raise TRMError(f"{w_path}: missing") from None
+    except (SafetensorError, OSError, ValueError) as e:
+        raise TRMError(f"{w_path}: unreadable or truncated safetensors file: {e}") from None
+    return digest or content_digest(read_export(path)[1])
+
+
 def fit_state_dict(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], source: str,
                    display: Callable[[str], str] = str) -> None:
     """Load `tensors` into `model` strictly, or TRMError naming the missing, unexpected and misshapen

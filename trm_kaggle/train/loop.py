@@ -49,7 +49,7 @@ from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.amp import LossScaler
-from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics
+from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics, shown
 from trm_kaggle.train.memory import MemoryWatch, is_out_of_memory, memory_aware_micro_batch, out_of_memory_error
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
@@ -92,7 +92,7 @@ class TrainResult:
         m = self.metrics
         text = f"model: {self.parameters}\n" if self.parameters else ""
         last = (f"loss {m.get('loss', float('nan')):.4f}, exact accuracy (train batches, halted rows) "
-                f"{m.get('exact_accuracy', float('nan')):.3f}")
+                f"{shown(m.get('exact_accuracy'))}")
         if self.already_done:
             text += (f"already done at step {self.step} ({self.epoch:.2f} epochs): {self.already_done}; nothing "
                      f"trained, metrics.jsonl unchanged; last logged {last}; run directory {self.run_dir}")
@@ -559,7 +559,7 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
                 metric_log.write(record)
                 result.metrics = record
                 mem = record.get("cuda_max_allocated_gb", record.get("peak_rss_gb", 0.0))
-                bar.note(loss=f"{record['loss']:.3f}", exact=f"{record['exact_accuracy']:.3f}", lr=f"{lr:.1e}",
+                bar.note(loss=f"{record['loss']:.3f}", exact=shown(record.get("exact_accuracy")), lr=f"{lr:.1e}",
                          ex_s=f"{record['examples_per_s']:.0f}", mem=f"{mem:.2f}G")
                 sums = {}
                 if on_step:
@@ -682,13 +682,15 @@ _METRIC_NAMES = ["count", "lm_loss", "q_halt_loss", "token_accuracy", "exact_acc
 
 
 def _summarise(sums: dict[str, float], step: int, epoch: float, lr: float, global_batch: int) -> dict[str, float]:
-    n = max(1.0, sums.get("count", 0.0))  # rows that halted in the interval
-    return {"step": step, "epoch": epoch, "lr": lr,
-            "loss": sums["loss"] / max(1, global_batch) / max(1, sums["steps_logged"]),
-            "lm_loss": sums["lm_loss"] / n, "q_halt_loss": sums["q_halt_loss"] / n,
-            "token_accuracy": sums["token_accuracy"] / n, "exact_accuracy": sums["exact_accuracy"] / n,
-            "q_halt_accuracy": sums["q_halt_accuracy"] / n, "act_steps": sums["steps"] / n,
-            "halted_examples": int(sums.get("count", 0.0))}
+    n = sums.get("count", 0.0)  # rows that halted in the interval
+    record = {"step": step, "epoch": epoch, "lr": lr,
+              "loss": sums["loss"] / max(1, global_batch) / max(1, sums["steps_logged"])}
+    if n > 0:  # averages over the halted rows (HALTED_ROW_METRICS): with none, no value rather than a false 0
+        record.update({"lm_loss": sums["lm_loss"] / n, "q_halt_loss": sums["q_halt_loss"] / n,
+                       "token_accuracy": sums["token_accuracy"] / n, "exact_accuracy": sums["exact_accuracy"] / n,
+                       "q_halt_accuracy": sums["q_halt_accuracy"] / n, "act_steps": sums["steps"] / n})
+    record["halted_examples"] = int(n)
+    return record
 
 
 def _evaluate(model, ema, cfg, rt) -> dict[str, float]:

