@@ -5,7 +5,7 @@
 
 Both resolve and check everything before a file is written (settings that do not resolve, a data path
 outside the shared volume, a batch that does not split over the workers, a device the nodes do not
-have), render the files (`k8s`, `slurm`) and write them (`files`: atomically, never over an edited
+have, a run folder, export or job file inside a dataset: `check_outputs`), render the files (`k8s`, `slurm`) and write them (`files`: atomically, never over an edited
 file without --force). Nothing is submitted: the result says the command that submits them.
 """
 
@@ -25,6 +25,9 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.experiments.sweep import plan_sweep, repeated_variants
 from trm_kaggle.launch import files, k8s, slurm
 from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_volume
+from trm_kaggle.locks import LOCK_FILE
+from trm_kaggle.outputs import Output, overlap_problem
+from trm_kaggle.train.run_io import training_io
 from trm_kaggle.train.settings import load_train_config
 from trm_kaggle.wording import count
 
@@ -127,6 +130,18 @@ def launch_sweep(cluster: ClusterConfig, grid: SweepGrid, *, sweep_dir: str | No
     return result
 
 
+def check_outputs(cluster: ClusterConfig, jobs: list[ClusterJob], texts: dict[str, str], export: str | None) -> None:
+    """Refuse, before a file is written, what `train` would refuse on the nodes (`training_io`, on the paths
+    they use: a run folder or --export inside a dataset, a run folder holding the checkpoint it loads) and
+    job files that would land inside a dataset or over a file a run reads."""
+    for job in jobs:
+        inputs, outputs = training_io(job.settings, job.run_dir, export=export)
+        job_files = Output(cluster.out, "--out", "folder", (*texts, files.RECORD, LOCK_FILE))
+        problem = overlap_problem(inputs, outputs) or overlap_problem(inputs, [job_files])
+        if problem:
+            raise TRMError((f"run {job.run}: " if len(jobs) > 1 else "") + problem)
+
+
 def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[str], export: str | None = None,
            array_name: str | None = None) -> LaunchResult:
     if cluster.launcher == "k8s":
@@ -135,5 +150,6 @@ def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[s
     else:
         texts = slurm.render(cluster, jobs, export=export, array_name=array_name)
         submit = "sbatch " + str(Path(cluster.out) / next(iter(texts)))
+    check_outputs(cluster, jobs, texts, export)
     written, unchanged = files.write_job_files(Path(cluster.out), texts, force=cluster.force, inputs=inputs)
     return LaunchResult(cluster, jobs, written, unchanged, submit)

@@ -39,7 +39,7 @@ from trm_kaggle.data.arc.tasks import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
 from trm_kaggle.hardware import cuda_problem, pick_device, usable_cores, visible_cuda_ids
-from trm_kaggle.locks import SUBMIT_LOCK, directory_lock
+from trm_kaggle.locks import directory_lock
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.task import export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
@@ -117,7 +117,7 @@ def _echo(cfg: SolveConfig) -> Callable[[str], None]:
 def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
           on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
     """`_solve` as the only writer of cfg.work_dir: a second submit there is refused before it writes anything."""
-    with directory_lock(cfg.work_dir, SUBMIT_LOCK, "submit", required=False):
+    with directory_lock(cfg.work_dir, "submit", required=False):
         return _solve(cfg, echo=echo, on_poll=on_poll)
 
 
