@@ -24,6 +24,7 @@ import pydantic
 from trm_kaggle import __version__
 from trm_kaggle.config import FinetuneMode, TaskIdMode, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
+from trm_kaggle.stdout import checked_stdout
 from trm_kaggle.wording import count
 
 log = logging.getLogger("trm_kaggle")
@@ -766,8 +767,9 @@ def _add_score(sub) -> None:
 def cmd_score(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from trm_kaggle.evaluate.submission import format_score, score_submission
+    from trm_kaggle.evaluate.submission import check_scorable, format_score, score_submission
 
+    check_scorable(args.submission, args.solutions)  # validated first, as validate-submission does
     report = score_submission(args.submission, args.solutions)
     print(json.dumps(dataclasses.asdict(report), indent=2) if args.json else format_score(report))
     return 0
@@ -1069,11 +1071,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:
-        if getattr(args, "command", None):
-            from trm_kaggle.command_io import precheck
+        with checked_stdout():  # the results reach stdout, or the command fails: never a silent success
+            if getattr(args, "command", None):
+                from trm_kaggle.command_io import precheck
 
-            precheck(args.command, args)  # outputs against inputs, writability, selections: before any work
-        return args.func(args)
+                precheck(args.command, args)  # outputs against inputs, writability, selections: before any work
+            return args.func(args)
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)
         return getattr(e, "exit_status", 2)  # 2: bad input; a failed worker group says 1
