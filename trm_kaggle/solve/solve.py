@@ -181,9 +181,12 @@ def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
                         + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
         if len(specs) == 1:
             outcomes = [run_in_process(specs[0], say, on_answer=merge_so_far)]
-        else:  # stop stragglers after the budget's end, leaving half the safety margin to write the answers
-            stop_at = None if budget.end is None else budget.end + min(30.0, cfg.safety_margin / 2)
-            outcomes = run_spawned(specs, say, stop_at=stop_at, on_answer=merge_so_far, on_poll=on_poll)
+        else:  # stragglers get SIGTERM a quarter into the safety margin and SIGKILL at its middle: every grace
+            # lies inside the margin, whose second half merges and writes the answers
+            grace = min(15.0, cfg.safety_margin / 4)
+            stop_at, kill_at = (None, None) if budget.end is None else (budget.end + grace, budget.end + 2 * grace)
+            outcomes = run_spawned(specs, say, stop_at=stop_at, kill_at=kill_at, on_answer=merge_so_far,
+                                   on_poll=on_poll)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # the model path failed before any worker ran: the fallback on disk stays the answer
@@ -218,7 +221,7 @@ def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
                   # tasks whose model path ran and predicted (a task cut before its first prediction is not one)
                   answered=sum(1 for r in task_reports.values() if "error" not in r and r.get("predicted", 0) > 0),
                   predicted=sum(1 for v in candidates.values() if v),
-                  fallback=fallback, elapsed_s=round(time.time() - budget.start, 1))
+                  fallback=fallback, elapsed_s=round(time.monotonic() - budget.start, 1))
     by_reason: dict[str, list[str]] = {}
     for task_id, why in fallback.items():
         by_reason.setdefault(why, []).append(task_id)
