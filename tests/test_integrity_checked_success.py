@@ -203,11 +203,45 @@ def test_score_refuses_what_validate_submission_refuses(tmp_path, capsys, change
                            "scored): ") and words in line
 
 
+@pytest.mark.parametrize("command", ["score", "validate-submission"])
+def test_a_file_without_tasks_validates_nothing(tmp_path, capsys, command):
+    """Against `{}` every submission would pass: "valid" (or a score of 0 over 0 outputs) would check nothing."""
+    (tmp_path / "empty.json").write_text("{}")
+    flag = "--solutions" if command == "score" else "--challenges"
+    line = one_error_line(capsys, main([command, str(tmp_path / "empty.json"), flag, str(tmp_path / "empty.json")]))
+    assert "empty.json: holds no task, so a submission checked against it proves nothing" in line
+
+
 def test_score_of_a_valid_submission(tmp_path, capsys):
     (tmp_path / "s.json").write_text(json.dumps(GOOD))
     (tmp_path / "sol.json").write_text(json.dumps(SOLUTIONS))
     assert main(["score", str(tmp_path / "s.json"), "--solutions", str(tmp_path / "sol.json")]) == 0
     assert "pass@2): 1.0000" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------
+# regress --update-baselines
+# ---------------------------------------------------------------------------
+
+
+def test_an_update_that_set_no_baseline_does_not_say_updated(tmp_path, capsys):
+    nbformat = pytest.importorskip("nbformat", reason="regress needs the notebooks extra")
+    pytest.importorskip("papermill", reason="regress needs the notebooks extra")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("WORK_DIR = None\n", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("raise RuntimeError('the data is gone')\n")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    (tmp_path / "nbs").mkdir()
+    nbformat.write(nb, tmp_path / "nbs" / "a.ipynb")
+    (tmp_path / "nbs" / "baselines.json").write_text(json.dumps({
+        "format": "trm_kaggle.regression-baselines", "version": 1,
+        "baselines": {"a": {"m": {"value": None, "tolerance": 0.1, "direction": "higher"}}}}))
+    before = (tmp_path / "nbs" / "baselines.json").read_bytes()
+    rc = main(["regress", "--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out"), "--update-baselines"])
+    cap = capsys.readouterr()
+    assert rc == 2 and "updated" not in cap.out and "baselines.json is unchanged" in cap.err, cap
+    assert (tmp_path / "nbs" / "baselines.json").read_bytes() == before
+    assert "compared with the committed baselines" in (tmp_path / "out" / "report.md").read_text()
 
 
 # ---------------------------------------------------------------------------

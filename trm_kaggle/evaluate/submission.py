@@ -343,7 +343,11 @@ def submission_problems(submission_or_path: str | os.PathLike | Mapping, counts:
     return problems
 
 
-def _refuse(submission_or_path: str | os.PathLike | Mapping, problems: list[str], note: str = "") -> None:
+def _refuse(submission_or_path: str | os.PathLike | Mapping, problems: list[str], note: str = "",
+            counts: Mapping[str, int] | None = None, source: str | os.PathLike | Mapping = "") -> None:
+    if counts is not None and not counts:  # every submission would pass: "valid" would have checked nothing
+        where = f"{source}: " if isinstance(source, (str, os.PathLike)) else ""
+        raise DataError(f"{where}holds no task, so a submission checked against it proves nothing")
     if problems:
         more = f" (and {count(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
         where = f"{submission_or_path}: " if isinstance(submission_or_path, (str, os.PathLike)) else ""
@@ -352,8 +356,11 @@ def _refuse(submission_or_path: str | os.PathLike | Mapping, problems: list[str]
 
 def check_submission(submission_or_path: str | os.PathLike | Mapping,
                      challenges_or_path: str | os.PathLike | Mapping) -> None:
-    """Raise DataError with the first problem of `validate_submission` (and how many more)."""
-    _refuse(submission_or_path, validate_submission(submission_or_path, challenges_or_path))
+    """Raise DataError with the first problem of `validate_submission` (and how many more), or when the
+    challenges hold no task."""
+    counts = expected_counts(challenges_or_path)
+    _refuse(submission_or_path, submission_problems(submission_or_path, counts), counts=counts,
+            source=challenges_or_path)
 
 
 def check_scorable(submission_or_path: str | os.PathLike | Mapping,
@@ -362,7 +369,7 @@ def check_scorable(submission_or_path: str | os.PathLike | Mapping,
     a submission Kaggle would refuse (an extra key, an extra or missing task id, a bad grid) has no score."""
     counts = {task_id: len(grids) for task_id, grids in load_solutions(solutions).items()}
     _refuse(submission_or_path, submission_problems(submission_or_path, counts, "solutions"),
-            " (Kaggle would refuse it, so it is not scored)")
+            " (Kaggle would refuse it, so it is not scored)", counts=counts, source=solutions)
 
 
 def write_submission(path: str | os.PathLike, submission: Mapping,

@@ -428,6 +428,7 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
         rows += got
         problems += bad
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    changed = 0
     if update:
         for r in runs:
             if r.error or any(p.startswith(f"{r.name}: ") for p in problems):
@@ -435,11 +436,15 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
             for metric, b in baselines.baselines[r.name].items():
                 old = "none" if b.value is None else f"{b.value:g}"
                 b.value, b.commit, b.date = r.metrics[metric].value, commit, when[:10]
+                changed += 1
                 say(f"baseline {r.name}.{metric}: {old} -> {b.value:g}")
-        save_baselines(baselines_path, baselines)
-        say(f"updated {baselines_path}")
+        if changed:
+            save_baselines(baselines_path, baselines)
+            say(f"updated {baselines_path}: {count(changed, 'baseline')}")
+        else:  # never "updated" when nothing was: every notebook failed or missed a metric
+            warn(f"note: {baselines_path} is unchanged: no notebook ran cleanly, so no baseline was set")
 
-    atomic_write_text(out / "report.md", report_markdown(rows, problems, runs, commit, when, update))
+    atomic_write_text(out / "report.md", report_markdown(rows, problems, runs, commit, when, changed > 0))
     append_history(out / HISTORY, commit, when, runs)
     history = read_history(out / HISTORY)
     for r in runs:
