@@ -234,10 +234,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """`build_bundle.py`: parse the command line and `run` it (key=value settings may follow any option); as
     `trm-kaggle bundle`, an interrupt and a closed stdout are one line each."""
-    args = make_parser().parse_intermixed_args(argv)
     try:
         with checked_stdout():
-            return run(args)
+            return run(make_parser().parse_intermixed_args(argv))
     except StdoutError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

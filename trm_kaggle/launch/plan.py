@@ -138,13 +138,17 @@ def check_outputs(cluster: ClusterConfig, jobs: list[ClusterJob], texts: dict[st
     they use: a run folder or --export inside a dataset, a run folder holding the checkpoint it loads), and
     job files (--out, written here) inside a dataset or over a file a run reads, as the nodes name them and
     as the settings `given` name them here."""
-    job_files = Output(cluster.out, "--out", "folder", (*texts, files.RECORD, LOCK_FILE))
-    for k, job in enumerate(jobs):
+    read = []
+    for job in jobs:
         inputs, outputs = training_io(job.settings, job.run_dir, export=export)
-        here = training_io(given[k], job.run_dir)[0] if k < len(given) else []
-        problem = overlap_problem(inputs, outputs) or overlap_problem(inputs + here, [job_files])
+        problem = overlap_problem(inputs, outputs)
         if problem:
             raise TRMError((f"run {job.run}: " if len(jobs) > 1 else "") + problem)
+        read += inputs
+    read += [i for cfg in given for i in training_io(cfg, cfg.checkpoint_path or ".")[0]]
+    problem = overlap_problem(read, [Output(cluster.out, "--out", "folder", (*texts, files.RECORD, LOCK_FILE))])
+    if problem:
+        raise TRMError(problem)
 
 
 def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[str], export: str | None = None,
