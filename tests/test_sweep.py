@@ -16,6 +16,7 @@ import pytest
 from trm_kaggle.cli import main
 from trm_kaggle.config import SweepGrid
 from trm_kaggle.errors import TRMError
+from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.experiments import sweep as S
 
 # Stands in for `trm-kaggle train`: records its argv/env/pid, then behaves as its run's name says.
@@ -321,7 +322,7 @@ def test_one_sweep_process_per_directory(tmp_path, fake_train):
 
     sd = tmp_path / "sw"
     S.run_sweep(grid("ok"), sd, progress=False, poll_seconds=0.02)
-    with open(sd / ".sweep.lock", "a") as f:
+    with open(sd / LOCK_FILE, "a") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         with pytest.raises(TRMError, match="another sweep is running in this directory"):
             S.run_sweep(grid("ok"), sd, progress=False)

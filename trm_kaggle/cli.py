@@ -24,6 +24,7 @@ import pydantic
 from trm_kaggle import __version__
 from trm_kaggle.config import FinetuneMode, TaskIdMode, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
+from trm_kaggle.stdout import checked_stdout
 from trm_kaggle.wording import count
 
 log = logging.getLogger("trm_kaggle")
@@ -766,8 +767,9 @@ def _add_score(sub) -> None:
 def cmd_score(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from trm_kaggle.evaluate.submission import format_score, score_submission
+    from trm_kaggle.evaluate.submission import check_scorable, format_score, score_submission
 
+    check_scorable(args.submission, args.solutions)  # validated first, as validate-submission does
     report = score_submission(args.submission, args.solutions)
     print(json.dumps(dataclasses.asdict(report), indent=2) if args.json else format_score(report))
     return 0
@@ -861,8 +863,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     missing = [f"--{k}" for k in ("challenges", "weights") if not getattr(args, k)]
     if missing:
         raise TRMError(f"submit needs {' and '.join(missing)}")
-    cfg = _solve_config(args)
-    report = solve(cfg)
+    report = solve(_solve_config(args), start=getattr(args, "started", None))
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
           f"{report['answered']} answered by the model, {count(report['predicted'], 'test input')} with model predictions, "
           f"{report['elapsed_s']} s")
@@ -1076,6 +1077,7 @@ def typed_flags(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, s
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()  # submit's --time-budget counts from here: its imports and checks are spent too
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # the bare command: where to start, not argparse's "COMMAND is required"
         print(build_parser().format_usage().rstrip() + f"\ntrm-kaggle: {START_HERE}; `trm-kaggle --help` lists every "
@@ -1097,14 +1099,16 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     if overrides:
         args.overrides = list(args.overrides) + overrides
+    args.started = started
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:
-        if getattr(args, "command", None):
-            from trm_kaggle.command_io import precheck
+        with checked_stdout():  # the results reach stdout, or the command fails: never a silent success
+            if getattr(args, "command", None):
+                from trm_kaggle.command_io import precheck
 
-            precheck(args.command, args)  # outputs against inputs, writability, selections: before any work
-        return args.func(args)
+                precheck(args.command, args)  # outputs against inputs, writability, selections: before any work
+            return args.func(args)
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)
         return getattr(e, "exit_status", 2)  # 2: bad input; a failed worker group says 1

@@ -15,6 +15,7 @@ import logging
 from typing import Callable, Iterator
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.outputs import Input, Output, check_io
 
 IO = tuple[list[Input], list[Output]]
@@ -42,26 +43,21 @@ def _quiet() -> Iterator[None]:
         logging.disable(level)
 
 
-#: What `train` writes in its run folder (a settings file a sweep or a cluster job put there is read, not written).
-RUN_ENTRIES = ("config.json", "metrics.jsonl", "state_step*", ".state_step*", "tensorboard", "wandb", ".train.lock")
 #: What `submit` writes in its --work-dir.
-WORK_ENTRIES = ("src", "data", "units", "workers", "solve_report.json", ".submit.lock")
+WORK_ENTRIES = ("src", "data", "units", "workers", "solve_report.json", LOCK_FILE)
 
 
 def _train(args: argparse.Namespace) -> IO:
     if args.list_presets or args.list_settings or args.print_config:
         return [], []
     from trm_kaggle.train.loop import default_run_dir
+    from trm_kaggle.train.run_io import training_io
     from trm_kaggle.train.settings import load_train_config
 
     overrides = list(args.overrides) + ([] if args.progress else ["progress=False"])
     with _quiet():  # the command loads them again and says its notes (upstream spellings...) once
         cfg = load_train_config(args.config, args.preset, overrides)
-    inputs = [Input(p, "data path", tree=True) for p in cfg.data_paths]
-    inputs += [Input(p, name) for p, name in ((args.config, "--config"), (cfg.load_checkpoint, "load_checkpoint"))
-               if p and "://" not in str(p)]
-    return inputs, [Output(default_run_dir(cfg), "run folder (checkpoint_path)", "folder", RUN_ENTRIES),
-                    Output(args.export, "--export", "replaced")]
+    return training_io(cfg, default_run_dir(cfg), export=args.export, config_file=args.config)
 
 
 def _sweep(args: argparse.Namespace) -> IO:

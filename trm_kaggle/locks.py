@@ -1,15 +1,20 @@
-"""One writer per directory: the lock `train`, `submit` and `sweep` take on the folder they write.
+"""One writer per directory: the one lock every command takes on the folder it writes.
 
-Two processes writing one run directory interleave its metrics.jsonl and rotate each other's train
-states; two submits on one work dir race on the same task folders. Each of these commands holds an
-advisory lock on a file inside its directory for as long as it writes there; a second one is refused
-with one line that names the holder.
+Two processes writing one folder interleave its files: two trainings rotate each other's train states, a
+training inside a sweep's folder mixes with the sweep's record, two submits race on the same task folders,
+two `regress --update-baselines` each rewrite baselines.json from what they read first (one update is lost).
+So every command that writes into a folder it keeps (`train` its run folder, `submit` its --work-dir,
+`sweep` its --sweep-dir, `pipeline` its --work-dir, `regress` its --out and, updating baselines, its
+notebooks folder, `launch` its --out) holds the same lock, the file `LOCK_FILE` in that folder, for as long
+as it writes there; whichever command comes second is refused with one line naming the command that holds
+the folder. Readers that must not see a folder half rewritten (`regress` comparing with the baselines an
+update is rewriting) take it shared: any number of readers, or one writer.
 
-The lock is `flock` on `<directory>/<name>`: the kernel drops it when its process ends, however it ends
+The lock is `flock` on `<directory>/LOCK_FILE`: the kernel drops it when its process ends, however it ends
 (`kill -9` included), so a lock left by a dead process is never an obstacle: the next writer simply takes
-it (stale-lock detection costs nothing). The holder's pid, host and command are written into the file,
-for the message only. Where `flock` is not available (no `fcntl`, or a file system that refuses it), the
-recorded pid decides: a lock whose process is gone on this host is stale and taken over.
+it (stale-lock detection costs nothing). The holder's pid, host, what it does and its command are written
+into the file, for the message only. Where `flock` is not available (no `fcntl`, or a file system that
+refuses it), the recorded pid decides: a lock whose process is gone on this host is stale and taken over.
 """
 
 from __future__ import annotations
@@ -26,52 +31,60 @@ from typing import Iterator
 from trm_kaggle.atomic import pid_alive
 from trm_kaggle.errors import TRMError
 
-TRAIN_LOCK = ".train.lock"
-SUBMIT_LOCK = ".submit.lock"
+LOCK_FILE = ".trm_kaggle.lock"
 
 log = logging.getLogger(__name__)
 
 
-def _holder_record() -> str:
+def _holder_record(what: str) -> str:
     command = " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]])[:200]
-    return f"{os.getpid()} {socket.gethostname()} {command}\n"
+    return f"{os.getpid()} {socket.gethostname()} {what}\t{command}\n".replace("\n", " ").rstrip() + "\n"
 
 
-def _read_holder(path: Path) -> tuple[int | None, str, str]:
-    """(pid, host, command) recorded in a lock file; (None, '', '') when unreadable."""
+def _read_holder(path: Path) -> tuple[int | None, str, str, str]:
+    """(pid, host, what, command) recorded in a lock file; (None, '', '', '') when unreadable."""
     try:
-        pid, host, *command = path.read_text(errors="replace").split(" ", 2)
-        return int(pid), host, " ".join(command).strip()
+        pid, host, rest = path.read_text(errors="replace").split(" ", 2)
+        what, _, command = rest.partition("\t")
+        return int(pid), host, what.strip(), command.strip()
     except (OSError, ValueError):
-        return None, "", ""
+        return None, "", "", ""
 
 
-def _busy(directory: Path, path: Path, what: str) -> TRMError:
-    pid, host, command = _read_holder(path)
-    who = f"process {pid}" + (f" on {host}" if host and host != socket.gethostname() else "") if pid else "a process"
+def _busy(directory: Path, path: Path) -> TRMError:
+    pid, host, what, command = _read_holder(path)
+    here = not host or host == socket.gethostname()
+    if pid and here and not pid_alive(pid):  # the record of a reader that is gone: another one holds it
+        pid, what, command = None, "", ""
+    who = f"process {pid}" + ("" if here else f" on {host}") if pid else "a process"
     doing = f" ({command})" if command else ""
-    stop = f"stop it (kill {pid})" if pid and (not host or host == socket.gethostname()) else "stop it"
-    return TRMError(f"{directory}: another {what} is running in this directory: {who}{doing}; wait for it or "
-                    f"{stop}, or choose another directory")
+    stop = f"stop it (kill {pid})" if pid and here else "stop it"
+    return TRMError(f"{directory}: another {what or 'trm-kaggle command'} is running in this directory: {who}{doing}; "
+                    f"wait for it or {stop}, or choose another directory")
 
 
 @contextlib.contextmanager
-def directory_lock(directory: str | os.PathLike, name: str, what: str, required: bool = True) -> Iterator[None]:
-    """Hold the lock `name` of `directory` (created if missing) while the block runs.
+def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = True,
+                   shared: bool = False) -> Iterator[None]:
+    """Hold the lock of `directory` (created if missing) while the block runs.
 
-    `what` names the writer in the refusal ("training", "submit", "sweep"). Raises TRMError at once when
-    another live process holds it. `required=False`: a directory where no lock file can be made (read-only,
-    full) runs the block unlocked, with a warning (a submit must still write its fallback answer)."""
+    `what` names this command in the holder record ("training", "submit", "sweep", ...), which is what a
+    refused one reads. Raises TRMError at once when another live process holds it (`shared`: when a
+    writer holds it; readers share it). `required=False`: a directory where no lock file can be made
+    (read-only, full) runs the block unlocked, with a warning for a writer (a submit must still write its
+    fallback answer; a reader of a read-only folder has no writer to fear)."""
     directory = Path(directory)
-    path = directory / name
+    path = directory / LOCK_FILE
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        if not shared:
+            directory.mkdir(parents=True, exist_ok=True)
         f = open(path, "a+")
     except OSError as e:
         if required:
             raise
-        log.warning("%s: no lock taken (%s); make sure no other %s uses this directory", directory,
-                    e.strerror or e, what)
+        if not shared:
+            log.warning("%s: no lock taken (%s); make sure no other command writes in this directory", directory,
+                        e.strerror or e)
         yield
         return
     try:
@@ -82,21 +95,21 @@ def directory_lock(directory: str | os.PathLike, name: str, what: str, required:
         locked = False
         if fcntl is not None:
             try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(f.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                 locked = True
             except BlockingIOError:
-                raise _busy(directory, path, what) from None
+                raise _busy(directory, path) from None
             except OSError as e:
                 if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                     raise
         if not locked:  # no flock here: a recorded live process on this host holds it; a dead one's is stale
-            pid, host, _ = _read_holder(path)
+            pid, host, _, _ = _read_holder(path)
             if pid and pid != os.getpid() and host == socket.gethostname() and pid_alive(pid):
-                raise _busy(directory, path, what)
+                raise _busy(directory, path)
         with contextlib.suppress(OSError):  # the record only serves the messages: a full disk costs it alone
             f.seek(0)
             f.truncate()
-            f.write(_holder_record())
+            f.write(_holder_record(what))
             f.flush()
         try:
             yield

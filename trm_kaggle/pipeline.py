@@ -29,6 +29,7 @@ from trm_kaggle.evaluate.report import evaluate, format_metrics, write_report
 from trm_kaggle.evaluate.submission import format_score, score_submission
 from trm_kaggle.kaggle.bundle import build_bundle
 from trm_kaggle.kaggle.metadata import BundleIds
+from trm_kaggle.locks import directory_lock
 from trm_kaggle.model.export import load_model_for_dataset
 from trm_kaggle.solve.solve import solve
 from trm_kaggle.train.checkpoint import export_run, list_states
@@ -244,17 +245,18 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
     if list_states(run_dir):
         echo(f"{work} holds an earlier pipeline run: it continues (the dataset is reused when its settings match, "
              f"training resumes from its last step, the later stages run again on the new weights)")
-    t_all = time.perf_counter()
-    for i, (key, name, stage) in enumerate(stages, 1):
-        t = time.perf_counter()
-        echo(f"[{i}/{len(stages)}] {name} ...")
-        echo(stage())
-        seconds = time.perf_counter() - t
-        result.stages.append((key, facts.pop("did"), seconds))
-        echo(f"[{i}/{len(stages)}] done in {seconds:.1f} s")
-    result.seconds = time.perf_counter() - t_all
-    result.summary = work / SUMMARY
-    atomic_write_text(result.summary, summary_markdown(result))
+    with directory_lock(work, "pipeline"):  # one writer per folder: a second pipeline here is refused at once
+        t_all = time.perf_counter()
+        for i, (key, name, stage) in enumerate(stages, 1):
+            t = time.perf_counter()
+            echo(f"[{i}/{len(stages)}] {name} ...")
+            echo(stage())
+            seconds = time.perf_counter() - t
+            result.stages.append((key, facts.pop("did"), seconds))
+            echo(f"[{i}/{len(stages)}] done in {seconds:.1f} s")
+        result.seconds = time.perf_counter() - t_all
+        result.summary = work / SUMMARY
+        atomic_write_text(result.summary, summary_markdown(result))
     return result
 
 

@@ -89,7 +89,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     device      where to run; default: the device of the model's first parameter or buffer
     early_exit  stop each example at its first step with q_halt > 0 (batch compaction)
     max_steps   ACT steps to run (default: arch.halt_max_steps)
-    deadline    a time.time() value: batches that would start after it are skipped; their examples
+    deadline    a time.monotonic() value: batches that would start after it are skipped; their examples
                 keep steps == -1 ("not predicted") and cast no votes
     always      the first `always` examples are predicted whatever the deadline says (a task whose time ran
                 out still gets the votes of its un-augmented copies, which come first)
@@ -156,7 +156,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                         continue
                     rows = at[take]
                 puzzle_index[rows] = item.puzzle_indices[:n].numpy()[take]
-                if deadline is not None and rows[0] >= always and time.time() >= deadline:
+                if deadline is not None and rows[0] >= always and time.monotonic() >= deadline:
                     continue  # out of time: keep walking the split (cheap) to fill the bookkeeping only
                 puzzle_identifier[rows] = item.batch["puzzle_identifiers"][:n].numpy()[take]
                 static = device.type == "xla"  # keep the padding rows: one batch shape for every batch

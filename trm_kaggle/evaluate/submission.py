@@ -318,11 +318,16 @@ def validate_submission(submission_or_path: str | os.PathLike | Mapping,
     side 1..30. Each message names the task id and, where it applies, the test index.
     An unreadable file raises DataError instead.
     """
+    return submission_problems(submission_or_path, expected_counts(challenges_or_path))
+
+
+def submission_problems(submission_or_path: str | os.PathLike | Mapping, counts: Mapping[str, int],
+                        source: str = "challenges") -> list[str]:
+    """`validate_submission` against `counts`, the number of test inputs of each task of `source`."""
     if isinstance(submission_or_path, (str, os.PathLike)):
         submission: Any = load_submission(submission_or_path)
     else:
         submission = submission_or_path
-    counts = expected_counts(challenges_or_path)
     problems = _structure_problems(submission)
     if not isinstance(submission, dict):
         return problems
@@ -334,18 +339,37 @@ def validate_submission(submission_or_path: str | os.PathLike | Mapping,
                             f"(one per test input, in order)")
     for task_id in submission:
         if task_id not in counts:
-            problems.append(f"task {task_id}: not in the challenges (extra task ids are not allowed)")
+            problems.append(f"task {task_id}: not in the {source} (extra task ids are not allowed)")
     return problems
+
+
+def _refuse(submission_or_path: str | os.PathLike | Mapping, problems: list[str], note: str = "",
+            counts: Mapping[str, int] | None = None, source: str | os.PathLike | Mapping = "") -> None:
+    if counts is not None and not counts:  # every submission would pass: "valid" would have checked nothing
+        where = f"{source}: " if isinstance(source, (str, os.PathLike)) else ""
+        raise DataError(f"{where}holds no task, so a submission checked against it proves nothing")
+    if problems:
+        more = f" (and {count(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
+        where = f"{submission_or_path}: " if isinstance(submission_or_path, (str, os.PathLike)) else ""
+        raise DataError(f"{where}invalid submission{note}: {problems[0]}{more}")
 
 
 def check_submission(submission_or_path: str | os.PathLike | Mapping,
                      challenges_or_path: str | os.PathLike | Mapping) -> None:
-    """Raise DataError with the first problem of `validate_submission` (and how many more)."""
-    problems = validate_submission(submission_or_path, challenges_or_path)
-    if problems:
-        more = f" (and {count(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
-        where = f"{submission_or_path}: " if isinstance(submission_or_path, (str, os.PathLike)) else ""
-        raise DataError(f"{where}invalid submission: {problems[0]}{more}")
+    """Raise DataError with the first problem of `validate_submission` (and how many more), or when the
+    challenges hold no task."""
+    counts = expected_counts(challenges_or_path)
+    _refuse(submission_or_path, submission_problems(submission_or_path, counts), counts=counts,
+            source=challenges_or_path)
+
+
+def check_scorable(submission_or_path: str | os.PathLike | Mapping,
+                   solutions: str | os.PathLike | Mapping) -> None:
+    """`check_submission` against a solutions file (its task ids and test outputs stand for the challenges):
+    a submission Kaggle would refuse (an extra key, an extra or missing task id, a bad grid) has no score."""
+    counts = {task_id: len(grids) for task_id, grids in load_solutions(solutions).items()}
+    _refuse(submission_or_path, submission_problems(submission_or_path, counts, "solutions"),
+            " (Kaggle would refuse it, so it is not scored)", counts=counts, source=solutions)
 
 
 def write_submission(path: str | os.PathLike, submission: Mapping,
@@ -512,7 +536,7 @@ def format_score(report: ScoreReport, max_rows: int = 30) -> str:
 
 
 __all__ = [
-    "ATTEMPTS", "BuiltSubmission", "FALLBACKS", "ScoreReport", "TaskScore", "check_submission",
-    "expected_counts", "format_score", "load_solutions", "load_submission",
+    "ATTEMPTS", "BuiltSubmission", "FALLBACKS", "ScoreReport", "TaskScore", "check_scorable", "check_submission",
+    "expected_counts", "submission_problems", "format_score", "load_solutions", "load_submission",
     "make_submission", "read_json_file", "score_submission", "validate_submission", "write_submission",
 ]

@@ -30,10 +30,16 @@ is one line naming the notebook and the metric; no comparison is ever skipped in
 notebooks that ran to what they recorded, with the commit (suffixed `+dirty` when files other than the
 baselines and golden files differ from it) and the date. Tolerance and direction are a person's decision:
 a metric that baselines.json does not list yet is refused until someone adds it (value null).
+
+One writer per folder (`trm_kaggle.locks`): an update holds the notebooks folder from before it reads
+baselines.json until it has saved it, so a second update (or a comparison, which would read half an update)
+is refused in one line instead of saving over the first one's values; comparisons share the folder with one
+another. Two runs on one --out are refused the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -56,6 +62,7 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores
 from trm_kaggle.experiments.recorded import Recorded, read_recorded
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
 from trm_kaggle.wording import count
 
@@ -384,6 +391,17 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
         raise TRMError(f"--out {out} is inside {notebook_dir}: the executed notebooks would mix with the notebooks")
     if jobs is not None and jobs < 1:
         raise TRMError(f"--jobs must be >= 1, got {jobs}")
+    # one writer per folder (trm_kaggle.locks): an update holds the notebooks folder (baselines.json and golden/
+    # are read at the start and written at the end: a second update would drop the first one's values), a
+    # comparison shares it with other comparisons; --out is held from its first write
+    with contextlib.ExitStack() as held:
+        held.enter_context(directory_lock(notebook_dir, "regress --update-baselines" if update else "regress",
+                                          shared=not update, required=update))
+        return _regress(names, out, update, notebook_dir, jobs, say, warn, held)
+
+
+def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, jobs: int | None,
+             say: Callable[[str], None], warn: Callable[[str], None], held: contextlib.ExitStack) -> int:
     baselines_path = notebook_dir / BASELINES
     baselines = load_baselines(baselines_path)
     chosen = _check_request(names, notebook_dir, baselines, baselines_path, update)
@@ -392,7 +410,7 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
         warn(f"warning: the checkout has uncommitted changes: the baselines record {commit}; commit the code "
              "first so that the commit names what produced them")
 
-    out.mkdir(parents=True, exist_ok=True)
+    held.enter_context(directory_lock(out, "regress"))
     workers = min(len(chosen), jobs or usable_cores())
     last = last_seconds(read_history(out / HISTORY))
     chosen.sort(key=lambda n: -last.get(n, 0.0))  # longest first: the cores stay busy until the end
@@ -410,6 +428,7 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
         rows += got
         problems += bad
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    changed = 0
     if update:
         for r in runs:
             if r.error or any(p.startswith(f"{r.name}: ") for p in problems):
@@ -417,11 +436,15 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
             for metric, b in baselines.baselines[r.name].items():
                 old = "none" if b.value is None else f"{b.value:g}"
                 b.value, b.commit, b.date = r.metrics[metric].value, commit, when[:10]
+                changed += 1
                 say(f"baseline {r.name}.{metric}: {old} -> {b.value:g}")
-        save_baselines(baselines_path, baselines)
-        say(f"updated {baselines_path}")
+        if changed:
+            save_baselines(baselines_path, baselines)
+            say(f"updated {baselines_path}: {count(changed, 'baseline')}")
+        else:  # never "updated" when nothing was: every notebook failed or missed a metric
+            warn(f"note: {baselines_path} is unchanged: no notebook ran cleanly, so no baseline was set")
 
-    atomic_write_text(out / "report.md", report_markdown(rows, problems, runs, commit, when, update))
+    atomic_write_text(out / "report.md", report_markdown(rows, problems, runs, commit, when, changed > 0))
     append_history(out / HISTORY, commit, when, runs)
     history = read_history(out / HISTORY)
     for r in runs:

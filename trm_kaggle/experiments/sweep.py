@@ -3,7 +3,7 @@
     SWEEP_DIR/
       sweep.json            the grid, the base settings, and per run: variant, seed, settings, command,
                             state (pending/running/done/failed), error line, attempts, timings (atomic writes)
-      .sweep.lock           held while a sweep process works here
+      .trm_kaggle.lock      held while a sweep process works here (the lock `train` takes too)
       <variant>_s<seed>/    a run directory: run_config.yaml (from the sweep), train.log, and train's
                             config.json, metrics.jsonl, state_step*.pt
 
@@ -47,16 +47,17 @@ from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.locks import directory_lock
+from trm_kaggle.locks import LOCK_FILE, directory_lock
+from trm_kaggle.outputs import overlap_problem
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train.loop import RESUMABLE_CHANGES
+from trm_kaggle.train.run_io import training_io
 from trm_kaggle.train.settings import apply_overrides, dump_config, load_train_config, read_config_file
 
 log = logging.getLogger(__name__)
 
 SWEEP_FORMAT = "trm_kaggle.sweep"
 SWEEP_FILE = "sweep.json"
-LOCK_FILE = ".sweep.lock"
 LOG_FILE = "train.log"
 RUN_CONFIG = "run_config.yaml"  # a run's resolved settings, written by the sweep, read by its train process
 
@@ -161,13 +162,17 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
 
 
 def check_data(grid: SweepGrid, plan: Sequence[PlannedRun]) -> None:
-    """Every run names data, and every dataset it names has a readable training split: a sweep that would
-    fail each of its runs the same way stops before the first one starts."""
+    """Every run names data, every dataset it names has a readable training split, and no run folder lies
+    inside a dataset or holds the checkpoint it loads (`training_io`, as `train` checks it): a sweep that
+    would fail each of its runs the same way stops before the first one starts."""
     checked: set[str] = set()
     for run in plan:
         if not run.config.data_paths:
             raise TRMError(f"sweep {grid.name}, run {run.name}: no data: set data_paths=[DIR] on the sweep's command "
                            f"line (a dataset built with trm-kaggle build-*)")
+        problem = overlap_problem(*training_io(run.config, run.config.checkpoint_path))
+        if problem:
+            raise TRMError(f"sweep {grid.name}, run {run.name}: {problem}")
         for path in run.config.data_paths:
             if path not in checked:
                 checked.add(path)
@@ -267,7 +272,7 @@ def _refuse_if_still_running(rec: dict, sweep_dir: Path) -> None:
 
 def _locked(sweep_dir: Path):
     """One sweep process per directory (the package's directory lock, released when the process ends)."""
-    return directory_lock(sweep_dir, LOCK_FILE, "sweep")
+    return directory_lock(sweep_dir, "sweep")
 
 
 # ---------------------------------------------------------------------------
@@ -363,7 +368,8 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
             print(f"{run.name:<40} {states.get(run.name, 'new'):<8} {run.describe()}")
         return SweepSummary(sweep_dir, len(plan), 0, 0, sum(s == "done" for s in states.values()), 0.0)
 
-    if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and any(sweep_dir.iterdir()):
+    if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and any(
+            p.name != LOCK_FILE for p in sweep_dir.iterdir()):  # a lock file alone: a command that wrote nothing
         raise TRMError(f"{sweep_dir} exists, is not empty and holds no {SWEEP_FILE}; choose another --sweep-dir")
     check_data(grid, plan)
     sweep_dir.mkdir(parents=True, exist_ok=True)

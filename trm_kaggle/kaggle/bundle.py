@@ -67,6 +67,7 @@ from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_python_version,
 )
 from trm_kaggle.outputs import Input, Output, check_io
+from trm_kaggle.stdout import StdoutError, checked_stdout
 
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "execute", "main", "make_parser", "push", "run",
@@ -104,9 +105,9 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     weights = Path(weights)
     if not is_export(weights):
         raise TRMError(f"--weights {weights}: not an export (needs weights.safetensors + config.json)")
-    from trm_kaggle.model.export import read_export  # torch: only when a bundle is built
+    from trm_kaggle.model.export import check_export  # torch: only when a bundle is built
 
-    read_export(weights)  # damaged, non-finite or edited-config weights are refused before any slow step
+    check_export(weights)  # damaged, non-finite weights, or a config.json they do not fit: before any slow step
     out.mkdir(parents=True, exist_ok=True)
     report = {"out_dir": str(out.absolute()),
               "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
@@ -237,8 +238,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`build_bundle.py`: parse the command line and `run` it (key=value settings may follow any option)."""
-    return run(make_parser().parse_intermixed_args(argv))
+    """`build_bundle.py`: parse the command line and `run` it (key=value settings may follow any option); as
+    `trm-kaggle bundle`, an interrupt and a closed stdout are one line each."""
+    try:
+        with checked_stdout():
+            return run(make_parser().parse_intermixed_args(argv))
+    except StdoutError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str | os.PathLike | None = None,
@@ -376,7 +386,8 @@ def run(args: argparse.Namespace) -> int:
             score = r.get("score")
             print(f"executed the kernel offline ({args.mounts} mounts) in {r['notebook_s']:.1f} s: papermill status "
                   f"{r['papermill_rc']}; "
-                  f"submission {'valid' if r['submission_valid'] else 'NOT valid'} against all {r['tasks']} tasks"
+                  f"submission {'valid' if r['submission_valid'] else 'NOT valid'} against all {r['tasks']} tasks; "
+                  f"the model answered {r['answered']} of the {r['model_tasks'] or 0} tasks it worked on"
                   + (f", score {score['score']:.4f} ({score['solved']} of {score['total']} test outputs)"
                      if score else ""))
             print(f"  trm_kaggle from {r['trm_kaggle_file']}"

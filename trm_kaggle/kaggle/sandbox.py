@@ -11,6 +11,7 @@ notebook's pip sees no trm_kaggle, installs the wheel into the venv, and the ker
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -289,7 +290,7 @@ def kernel_progress(echo: Callable[[str], None], first_tasks: int = 3, every_s: 
     """A filter for the lines of the notebook run: the kernel's phase lines go to `echo` (of the planning only
     each worker's plan, not its sizing and timing steps; its per-task lines only the first `first_tasks`, then one
     each `every_s` seconds), the rest (cells, pip, bars) only to the log file."""
-    seen = {"tasks": 0, "shown_at": 0.0}
+    seen = {"tasks": 0, "shown_at": -float(every_s)}
 
     def take(line: str) -> None:
         m = PHASE_LINE.search(line)
@@ -299,9 +300,9 @@ def kernel_progress(echo: Callable[[str], None], first_tasks: int = 3, every_s: 
             return  # a sizing or timing step: the plan line that follows sums them up
         if m.group("phase").startswith("task "):
             seen["tasks"] += 1
-            if seen["tasks"] > first_tasks and time.time() - seen["shown_at"] < every_s:
+            if seen["tasks"] > first_tasks and time.monotonic() - seen["shown_at"] < every_s:
                 return
-            seen["shown_at"] = time.time()
+            seen["shown_at"] = time.monotonic()
         echo(f"  kernel {line.strip()}")
 
     return take
@@ -316,7 +317,7 @@ def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout
     with open(log_path, "w") as logf:
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
-        deadline = None if timeout is None else time.time() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         import threading
 
         def pump():
@@ -328,18 +329,28 @@ def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout
         t = threading.Thread(target=pump, daemon=True)
         t.start()
         try:
-            proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.time()))
+            proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 15)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
+            _stop_group(proc)
             t.join(5)
             raise TRMError(f"--execute: the notebook ran past {timeout:.0f} s; log: {log_path}") from None
+        except KeyboardInterrupt:  # its own session gets no Ctrl-C from the terminal: stopped here, not left running
+            _stop_group(proc)
+            raise
         t.join(5)
     return proc.returncode
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the notebook run's process group, SIGKILL after 20 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, 15)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        proc.wait()
 
 
 def _read_only(directory: Path) -> None:
@@ -440,7 +451,7 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     from trm_kaggle.evaluate.submission import check_submission, score_submission
 
     out = Path(out_dir).absolute()
-    t0 = time.time()
+    t0 = time.monotonic()
     bundle_ids = validate_bundle(out)
     user, wheels_slug = bundle_ids["wheels"].split("/")
     prefix = wheels_slug[: -len("-wheels")] if wheels_slug.endswith("-wheels") else wheels_slug
@@ -477,12 +488,12 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
                                                    cwd=layout.working, parameters=params,
                                                    execution_timeout=execution_timeout))
     echo(f"running {notebook.name} with papermill, offline; its phases below, its whole output in {layout.log}")
-    t1 = time.time()
+    t1 = time.monotonic()
     rc = _run_logged(cmd, env=env, cwd=layout.run_cwd, log_path=layout.log, timeout=timeout,
                      echo=kernel_progress(echo))
     report: dict[str, Any] = {"sandbox": str(layout.root), "network_namespace": "unshare " + " ".join(variant),
                               "venv": str(layout.venv), "papermill_rc": rc, "executed_notebook": str(layout.executed),
-                              "log": str(layout.log), "notebook_s": round(time.time() - t1, 1),
+                              "log": str(layout.log), "notebook_s": round(time.monotonic() - t1, 1),
                               "parameters": params}
     where = _venv_probe(python, "import trm_kaggle, importlib.metadata as m; print(trm_kaggle.__file__); "
                                 "print(m.version('trm_kaggle'))", env, layout.run_cwd)
@@ -517,11 +528,39 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
         problems.append(f"{submission}: not written")
     report["submission"] = str(submission)
     report["tasks"] = len(read_challenges(layout.challenges))
+    report.update(model_answers(layout))
+    if report["answered"] == 0:  # a valid submission of fallback answers proves the bundle's files, not its model
+        problems.append(f"the model answered no task: {report['model_problem']} (whole output: {layout.log})")
     report["problems"] = problems
-    report["elapsed_s"] = round(time.time() - t0, 1)
+    report["elapsed_s"] = round(time.monotonic() - t0, 1)
     report["ok"] = not problems
     atomic_write_json(layout.root / "execute_report.json", report, indent=2)
     return report
+
+
+def model_answers(layout: SandboxLayout) -> dict[str, Any]:
+    """What the kernel's solve says of the model: {"answered": tasks answered by the model, "model_tasks": tasks
+    it worked on, "model_problem": why it answered none}, from the report solve writes in its work dir (the
+    notebook's ttt_work/); answered 0 when there is none (the model never ran)."""
+    path = layout.working / "ttt_work" / "solve_report.json"
+    try:
+        report = read_json(path, "solve report")
+    except TRMError as e:
+        return {"answered": 0, "model_tasks": None,
+                "model_problem": f"no report of the model's work ({e}): installing or importing trm_kaggle, or "
+                                 "the solve itself, failed"}
+    answered, tasks = report.get("answered"), report.get("model_tasks")
+    answered = answered if isinstance(answered, int) and not isinstance(answered, bool) else 0
+    tasks = tasks if isinstance(tasks, int) and not isinstance(tasks, bool) else None
+    if answered:
+        why = None
+    elif tasks == 0:
+        why = "it was given none (every task malformed, too large for its canvas, or MAX_TASKS 0)"
+    else:
+        why = (report.get("model_failed") or next(iter(report.get("errors") or []), None)
+               or "the time budget ran out before it answered a task")
+        why = f"0 of the {tasks} tasks it worked on: {str(why)[:300]}"
+    return {"answered": answered, "model_tasks": tasks, "model_problem": why}
 
 
 def importlib_missing(module: str) -> bool:

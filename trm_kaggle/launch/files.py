@@ -8,7 +8,9 @@ was. A file whose new text equals the old one is left untouched. An input (the `
 never overwritten, even with `force`.
 
 The record is written before the files (listing the old and the new hash of each) and again after
-them (the new hashes alone): a write interrupted half way never makes a file of ours look edited.
+them (the new hashes alone): a write interrupted half way never makes a file of ours look edited. The
+writing holds the folder's lock (`trm_kaggle.locks`): a second launch writing there at once, which would
+save a record without the first one's files, is refused in one line.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Mapping, Sequence
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
 
 # JSON without an extension: `kubectl apply -f DIR` reads every .json and .yaml file of DIR, hidden ones too
@@ -51,13 +54,9 @@ def _save_record(out: Path, files: Mapping[str, list[str]]) -> None:
     atomic_write_json(out / RECORD, {"format": RECORD_FORMAT, "files": dict(sorted(files.items()))}, indent=1)
 
 
-def write_job_files(out: Path, texts: Mapping[str, str], *, force: bool = False,
-                    inputs: Sequence[str | os.PathLike] = ()) -> tuple[list[Path], list[Path]]:
-    """Write `texts` ({file name: text}) into `out`; returns (written, unchanged) paths."""
-    if out.exists() and not out.is_dir():
-        raise TRMError(f"--out {out}: exists and is not a directory")
-    paths = {name: file_in(out, name) for name in texts}  # names are ours, and still checked to stay inside
-    protected = {Path(p).resolve() for p in inputs}
+def _plan(out: Path, texts: Mapping[str, str], paths: Mapping[str, Path], force: bool,
+          protected: set[Path]) -> tuple[dict[str, bytes], list[Path], dict[str, list[str]]]:
+    """({name: data} to write, paths already holding their text, the record) or TRMError for the first refusal."""
     record = read_record(out) if out.is_dir() else {}
     todo, unchanged = {}, []
     for name, text in texts.items():
@@ -77,17 +76,33 @@ def write_job_files(out: Path, texts: Mapping[str, str], *, force: bool = False,
                 raise TRMError(f"{path}: {why}; refusing to overwrite it (--force replaces it, or choose "
                                "another --out); nothing was written")
         todo[name] = data
+    return todo, unchanged, record
+
+
+def write_job_files(out: Path, texts: Mapping[str, str], *, force: bool = False,
+                    inputs: Sequence[str | os.PathLike] = ()) -> tuple[list[Path], list[Path]]:
+    """Write `texts` ({file name: text}) into `out`; returns (written, unchanged) paths."""
+    if out.exists() and not out.is_dir():
+        raise TRMError(f"--out {out}: exists and is not a directory")
+    paths = {name: file_in(out, name) for name in texts}  # names are ours, and still checked to stay inside
+    protected = {Path(p).resolve() for p in inputs}
+    todo, unchanged, _ = _plan(out, texts, paths, force, protected)  # every refusal before the first byte
     if not todo:
         return [], unchanged
-    out.mkdir(parents=True, exist_ok=True)
-    pending = dict(record)
-    for name, data in todo.items():
-        pending[name] = sorted({digest(data), *record.get(name, [])})
-    _save_record(out, pending)
-    for name, data in todo.items():
-        atomic_write_bytes(paths[name], data)
-    final = dict(record)
-    for name, data in todo.items():
-        final[name] = [digest(data)]
-    _save_record(out, final)
+    # one writer per folder (trm_kaggle.locks): two launches writing here at once would each save a record
+    # without the other's files, which would then look foreign; under the lock the check runs again
+    with directory_lock(out, "launch"):
+        todo, unchanged, record = _plan(out, texts, paths, force, protected)
+        if not todo:
+            return [], unchanged
+        pending = dict(record)
+        for name, data in todo.items():
+            pending[name] = sorted({digest(data), *record.get(name, [])})
+        _save_record(out, pending)
+        for name, data in todo.items():
+            atomic_write_bytes(paths[name], data)
+        final = dict(record)
+        for name, data in todo.items():
+            final[name] = [digest(data)]
+        _save_record(out, final)
     return [paths[name] for name in todo], unchanged

@@ -5,8 +5,9 @@
 
 Both resolve and check everything before a file is written (settings that do not resolve, a data path
 outside the shared volume, a batch that does not split over the workers, a device the nodes do not
-have), render the files (`k8s`, `slurm`) and write them (`files`: atomically, never over an edited
-file without --force). Nothing is submitted: the result says the command that submits them.
+have, a run folder, export or job file inside a dataset: `check_outputs`), render the files (`k8s`,
+`slurm`) and write them (`files`: atomically, never over an edited file without --force). Nothing is
+submitted: the result says the command that submits them.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from typing import Sequence
 
 import pydantic
 
-from trm_kaggle.config import ClusterConfig, K8sOptions, SlurmOptions, SweepGrid
+from trm_kaggle.config import ClusterConfig, K8sOptions, SlurmOptions, SweepGrid, TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.experiments.sweep import plan_sweep, repeated_variants
 from trm_kaggle.launch import files, k8s, slurm
 from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_volume
+from trm_kaggle.locks import LOCK_FILE
+from trm_kaggle.outputs import Output, overlap_problem
+from trm_kaggle.train.run_io import training_io
 from trm_kaggle.train.settings import load_train_config
 from trm_kaggle.wording import count
 
@@ -98,7 +102,7 @@ def launch_training(cluster: ClusterConfig, *, config_file: str | None = None, p
     export = on_volume(cluster.export, cluster.volume, "--export", "--mount" if cluster.launcher == "k8s"
                        else "--shared-dir") if cluster.export else None
     jobs = [ClusterJob(name, run, settings)]
-    return _write(cluster, jobs, export=export, inputs=[config_file] if config_file else [])
+    return _write(cluster, jobs, export=export, inputs=[config_file] if config_file else [], given=[cfg])
 
 
 def launch_sweep(cluster: ClusterConfig, grid: SweepGrid, *, sweep_dir: str | None = None,
@@ -122,18 +126,39 @@ def launch_sweep(cluster: ClusterConfig, grid: SweepGrid, *, sweep_dir: str | No
             name = job_name(f"{base}-{run.name}-{hashlib.sha256(run.name.encode()).hexdigest()[:6]}")
         taken.add(name)
         jobs.append(ClusterJob(name, run.name, cluster_settings(run.config, cluster, f"run {run.name}")))
-    result = _write(cluster, jobs, inputs=[config_file] if config_file else [], array_name=base)
+    result = _write(cluster, jobs, inputs=[config_file] if config_file else [], array_name=base,
+                    given=[run.config for run in plan])
     result.compare_dir, result.notes = where, notes
     return result
 
 
+def check_outputs(cluster: ClusterConfig, jobs: list[ClusterJob], texts: dict[str, str], export: str | None,
+                  given: Sequence[TrainConfig] = ()) -> None:
+    """Refuse, before a file is written, what `train` would refuse on the nodes (`training_io`, on the paths
+    they use: a run folder or --export inside a dataset, a run folder holding the checkpoint it loads), and
+    job files (--out, written here) inside a dataset or over a file a run reads, as the nodes name them and
+    as the settings `given` name them here."""
+    read = []
+    for job in jobs:
+        inputs, outputs = training_io(job.settings, job.run_dir, export=export)
+        problem = overlap_problem(inputs, outputs)
+        if problem:
+            raise TRMError((f"run {job.run}: " if len(jobs) > 1 else "") + problem)
+        read += inputs
+    read += [i for cfg in given for i in training_io(cfg, cfg.checkpoint_path or ".")[0]]
+    problem = overlap_problem(read, [Output(cluster.out, "--out", "folder", (*texts, files.RECORD, LOCK_FILE))])
+    if problem:
+        raise TRMError(problem)
+
+
 def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[str], export: str | None = None,
-           array_name: str | None = None) -> LaunchResult:
+           array_name: str | None = None, given: Sequence[TrainConfig] = ()) -> LaunchResult:
     if cluster.launcher == "k8s":
         texts = k8s.render(cluster, jobs, export=export)
         submit = "kubectl apply -f " + (str(Path(cluster.out) / next(iter(texts))) if len(texts) == 1 else cluster.out)
     else:
         texts = slurm.render(cluster, jobs, export=export, array_name=array_name)
         submit = "sbatch " + str(Path(cluster.out) / next(iter(texts)))
+    check_outputs(cluster, jobs, texts, export, given)
     written, unchanged = files.write_job_files(Path(cluster.out), texts, force=cluster.force, inputs=inputs)
     return LaunchResult(cluster, jobs, written, unchanged, submit)

@@ -256,6 +256,23 @@ def load_inference_model(path: str | os.PathLike, num_puzzle_identifiers: int | 
     return model.to(device), config
 
 
+def check_export(path: str | os.PathLike) -> dict:
+    """The config of an export whose tensors were loaded into the model its config.json describes, as `submit`
+    and the Kaggle kernel will load them: `read_export`'s checks, then every tensor's name and shape (an export
+    without the record of its config, whose config.json says another hidden size or vocabulary, is refused
+    here, not in every task of a submission). The puzzle table is checked by its row width alone (a table of
+    any length is resized to the tasks at hand)."""
+    config, tensors = read_export(path)
+    if PUZZLE_EMB_KEY in tensors:
+        tensors[PUZZLE_EMB_KEY] = tensors[PUZZLE_EMB_KEY][:1]
+    try:
+        model = TinyRecursiveModel(ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"], 1)
+    except (ValueError, AssertionError) as e:  # an architecture the model cannot be built with
+        raise TRMError(f"{Path(path) / 'config.json'}: the model it describes cannot be built: {e}") from None
+    fit_state_dict(model, tensors, str(Path(path) / "weights.safetensors"))
+    return config
+
+
 def load_model_for_dataset(weights: str | os.PathLike, dataset_dir: str | os.PathLike,
                            device: str | torch.device = "cpu") -> tuple[torch.nn.Module, dict, str | None]:
     """An exported model sized for `dataset_dir`'s puzzle identifiers, and a note for the user if resized.

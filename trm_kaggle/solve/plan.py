@@ -63,28 +63,32 @@ def hms(seconds: float) -> str:
 
 
 class Budget:
-    """Wall-clock budget: `left()` seconds until the safety margin starts; `line()` for the phase log."""
+    """The time budget: `left()` seconds until the safety margin starts; `line()` for the phase log.
+
+    Measured on the monotonic clock (`time.monotonic()`, one clock for every process of this machine: the
+    workers share the parent's start and end): a step of the wall clock (NTP, a suspended machine's clock
+    reset, a user's `date -s`) neither ends the budget early nor stretches it."""
 
     def __init__(self, seconds: float | None, margin: float, start: float | None = None):
-        self.start = time.time() if start is None else start
+        self.start = time.monotonic() if start is None else start
         self.end = None if seconds is None else self.start + seconds - margin
 
     @classmethod
     def until(cls, start: float, end: float | None) -> "Budget":
-        """The budget that started at `start` (time.time()) and ends at `end` (None: no limit)."""
+        """The budget that started at `start` (time.monotonic()) and ends at `end` (None: no limit)."""
         budget = cls(None, 0.0, start)
         budget.end = end
         return budget
 
     def left(self) -> float:
-        return float("inf") if self.end is None else self.end - time.time()
+        return float("inf") if self.end is None else self.end - time.monotonic()
 
     def deadline(self, reserve: float = 0.0) -> float | None:
         return None if self.end is None else self.end - reserve
 
     def line(self, phase: str, detail: str = "") -> str:
         """`[elapsed 3m05s, left 11h20m00s] phase: detail`: one line per phase of the kernel."""
-        where = f"[elapsed {hms(time.time() - self.start)}, left {hms(self.left())}]"
+        where = f"[elapsed {hms(time.monotonic() - self.start)}, left {hms(self.left())}]"
         return f"{where} {phase}" + (f": {detail}" if detail else "")
 
 
@@ -216,7 +220,7 @@ def demo_rows(cfg: SolveConfig) -> int:
 
 def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]], deadline: float
                    ) -> tuple[float, float]:
-    """(fine-tune until, predict until), time.time() values, for the first of the tasks still to do, whose
+    """(fine-tune until, predict until), time.monotonic() values, for the first of the tasks still to do, whose
     (test inputs, demonstration pairs) are `units`, run with `cfg` under `plan`.
 
     The time left is split afresh before each task, so a fast task leaves its time to the ones after it:
@@ -226,7 +230,7 @@ def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]
     proportion to the prices. Under the fixed small plan (nothing priced, no fine-tuning) each task gets an
     equal share.
     Prediction stops at the task's end either way, so a task slower than priced cannot starve the next."""
-    now = time.time()
+    now = time.monotonic()
     left_s = max(0.0, deadline - now)
     r = plan.rates
     if r is None:  # the fixed small plan: no fine-tuning, equal shares
@@ -315,7 +319,7 @@ def plan_worker(cfg: SolveConfig, arch: ArchConfig, seq_len: int, vocab_size: in
                 units: Sequence[tuple[int, int]], deadline: float | None, *, worker: int = 0, processes: int = 1,
                 say: Callable[[str], None] | None = None) -> tuple[Plan, SolveConfig]:
     """(the plan, the settings the tasks run with) of a worker whose tasks have (test inputs, demonstration
-    pairs) `units`, with `deadline` (a time.time() value; None: no limit). Times the steps when there is a
+    pairs) `units`, with `deadline` (a time.monotonic() value; None: no limit). Times the steps when there is a
     deadline to fit and time enough to time them (`say` gets each step before and after); on CPU and MPS the
     tasks then run with the batches timed, and without a deadline with the configured ones cut to what the
     memory share holds (`processes`: workers sharing this machine)."""
@@ -323,7 +327,7 @@ def plan_worker(cfg: SolveConfig, arch: ArchConfig, seq_len: int, vocab_size: in
     batches: dict[str, int] = {}
     notes: list[str] = []
     rates = None
-    available_s = None if deadline is None else deadline - time.time()
+    available_s = None if deadline is None else deadline - time.monotonic()
     if available_s is None:
         if sized:
             batch, eval_batch, note = memory_batches(arch, seq_len, vocab_size, device, cfg.global_batch_size,
@@ -339,7 +343,7 @@ def plan_worker(cfg: SolveConfig, arch: ArchConfig, seq_len: int, vocab_size: in
         else:
             rates = measure_rates(arch, seq_len, vocab_size, device, *batch_sizes(cfg, units), cap_s=cap,
                                   processes=processes, say=say)
-            available_s = deadline - time.time()
+            available_s = deadline - time.monotonic()
             if rates is None:
                 notes.append(f"the timing stopped at its {cap:.3g} s cap before every step a plan needs was timed")
         if sized:

@@ -39,7 +39,7 @@ from trm_kaggle.data.arc.tasks import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
 from trm_kaggle.hardware import cuda_problem, pick_device, usable_cores, visible_cuda_ids
-from trm_kaggle.locks import SUBMIT_LOCK, directory_lock
+from trm_kaggle.locks import directory_lock
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.task import export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
@@ -115,14 +115,15 @@ def _echo(cfg: SolveConfig) -> Callable[[str], None]:
 
 
 def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
-          on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
-    """`_solve` as the only writer of cfg.work_dir: a second submit there is refused before it writes anything."""
-    with directory_lock(cfg.work_dir, SUBMIT_LOCK, "submit", required=False):
-        return _solve(cfg, echo=echo, on_poll=on_poll)
+          on_poll: Callable[[list[Outcome]], None] | None = None, start: float | None = None) -> dict[str, Any]:
+    """`_solve` as the only writer of cfg.work_dir: a second submit there is refused before it writes anything.
+    The budget counts from `start` (a time.monotonic() value, e.g. when the command started; default now)."""
+    with directory_lock(cfg.work_dir, "submit", required=False):
+        return _solve(cfg, echo=echo, on_poll=on_poll, start=start)
 
 
 def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
-           on_poll: Callable[[list[Outcome]], None] | None = None) -> dict[str, Any]:
+           on_poll: Callable[[list[Outcome]], None] | None = None, start: float | None = None) -> dict[str, Any]:
     """Write cfg.output in every case; returns a report of what happened.
 
     Once the challenges file is read, nothing can stop a valid submission from reaching cfg.output: the
@@ -130,7 +131,7 @@ def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     answers replace it task by task as workers finish them. Logs in the work dir are optional.
     `echo` gets one line per phase (default: stderr with `progress`, else the log); `on_poll` is called while
     spawned workers run (tests use it to kill one)."""
-    budget = Budget(cfg.time_budget, cfg.safety_margin)
+    budget = Budget(cfg.time_budget, cfg.safety_margin, start)
     say = echo or _echo(cfg)
     duplicates: set[str] = set()
     challenges = read_challenges(cfg.challenges, duplicates)
@@ -181,9 +182,12 @@ def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
                         + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
         if len(specs) == 1:
             outcomes = [run_in_process(specs[0], say, on_answer=merge_so_far)]
-        else:  # stop stragglers after the budget's end, leaving half the safety margin to write the answers
-            stop_at = None if budget.end is None else budget.end + min(30.0, cfg.safety_margin / 2)
-            outcomes = run_spawned(specs, say, stop_at=stop_at, on_answer=merge_so_far, on_poll=on_poll)
+        else:  # stragglers get SIGTERM a quarter into the safety margin and SIGKILL at its middle: every grace
+            # lies inside the margin, whose second half merges and writes the answers
+            grace = min(15.0, cfg.safety_margin / 4)
+            stop_at, kill_at = (None, None) if budget.end is None else (budget.end + grace, budget.end + 2 * grace)
+            outcomes = run_spawned(specs, say, stop_at=stop_at, kill_at=kill_at, on_answer=merge_so_far,
+                                   on_poll=on_poll)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # the model path failed before any worker ran: the fallback on disk stays the answer
@@ -218,7 +222,7 @@ def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
                   # tasks whose model path ran and predicted (a task cut before its first prediction is not one)
                   answered=sum(1 for r in task_reports.values() if "error" not in r and r.get("predicted", 0) > 0),
                   predicted=sum(1 for v in candidates.values() if v),
-                  fallback=fallback, elapsed_s=round(time.time() - budget.start, 1))
+                  fallback=fallback, elapsed_s=round(time.monotonic() - budget.start, 1))
     by_reason: dict[str, list[str]] = {}
     for task_id, why in fallback.items():
         by_reason.setdefault(why, []).append(task_id)

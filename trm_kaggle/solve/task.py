@@ -114,11 +114,19 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
             max_steps=phase.until_step, eval_interval=None, freeze_weights=phase.freeze_weights, ema=False,
             seed=cfg.seed, device=cfg.device, threads=cfg.threads, checkpoint_path=str(run_dir), checkpoint_keep=1,
             progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
-        result = train(tcfg, deadline=deadline, banner=banner)
+        result = train(tcfg, deadline=on_train_clock(deadline), banner=banner)
         banner = False
         if result.step < phase.until_step:
             break  # out of time
     return result
+
+
+def on_train_clock(deadline: float | None) -> float | None:
+    """`deadline` (a time.monotonic() value, as every deadline of the solve) on the clock `train` compares its
+    `deadline` with: time.time() in trm_kaggle.train.loop. Converted when each phase starts, so a step of the
+    wall clock while a phase runs still moves that phase's end (the rest of the task and the worker keep to
+    the monotonic deadline)."""
+    return None if deadline is None else time.time() + (deadline - time.monotonic())
 
 
 def load_finetuned(run_dir: Path, device: torch.device):
@@ -141,37 +149,38 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     udir.mkdir(parents=True, exist_ok=True)
     report: dict = {"num_aug": cfg.num_aug, "planned_steps": cfg.finetune_steps}
 
-    t = start = time.time()
+    t = start = time.monotonic()
     data_dir = build_unseen_dataset(cfg, udir, {unit.task_id: task}, canvas)
     model, _, _ = load_model_for_dataset(cfg.weights, data_dir, device)
     model.set_recursion(**cfg.recursion())  # a test-time recipe may recurse deeper or stop sooner
-    report["dataset_s"] = round(time.time() - t, 2)
+    report["dataset_s"] = round(time.monotonic() - t, 2)
     steps = 0
     if cfg.finetune != "none" and cfg.finetune_steps > 0:
-        if finetune_by is None or finetune_by > time.time():
+        if finetune_by is None or finetune_by > time.monotonic():
             report["before_finetune"] = demo_accuracy(model, data_dir, device, demo_rows(cfg))
             report["finetune_schedule"] = [asdict(p) for p in finetune_phases(cfg.finetune, cfg.embeddings_fraction,
                                                                               cfg.finetune_steps)]
-            t = time.time()
+            t = time.monotonic()
             result = finetune(cfg, model.arch, data_dir, udir, finetune_by, banner=banner)
             steps = result.step
-            report["finetune_s"] = round(time.time() - t, 2)
+            report["finetune_s"] = round(time.monotonic() - t, 2)
             model = load_finetuned(result.run_dir, device)
             report["after_finetune"] = demo_accuracy(model, data_dir, device, demo_rows(cfg))
         else:
             report["note"] = "no time left for fine-tuning: predicted with the pretrained weights"
     report["finetune_steps"] = steps
 
-    t = time.time()
-    always = unit.test_inputs if hard_deadline is None or time.time() < hard_deadline else 0
+    t = time.monotonic()
+    always = unit.test_inputs if hard_deadline is None or time.monotonic() < hard_deadline else 0
     res = evaluate(model, data_dir, batch_size=cfg.eval_batch_size, device=device, early_exit=cfg.early_exit,
                    deadline=predict_by, always=always)
     predicted = res.predictions.steps >= 0
-    report.update(predict_s=round(time.time() - t, 2), examples=int(len(predicted)), predicted=int(predicted.sum()))
+    report.update(predict_s=round(time.monotonic() - t, 2), examples=int(len(predicted)),
+                  predicted=int(predicted.sum()))
     candidates = {i: grids for (task_id, i), grids in res.candidates.items() if task_id == unit.task_id}
     complete = bool(predicted.all()) and (cfg.finetune == "none" or steps >= cfg.finetune_steps)
     # the whole task, as the plan prices it: dataset, model load, demonstration accuracy, fine-tuning, prediction
-    report["task_s"] = round(time.time() - start, 2)
+    report["task_s"] = round(time.monotonic() - start, 2)
     write_result(work, unit, key, candidates, report, complete)
     for part in PARTS:  # ours, and no longer needed: keep /kaggle/working small
         shutil.rmtree(udir / part, ignore_errors=True)

@@ -155,8 +155,8 @@ class WorkerSpec:
     config: str  # the SolveConfig, as JSON
     key: dict  # what a reusable result must have been made with (`reusable`)
     work: str
-    start: float  # the kernel's start (time.time()), for elapsed times in log lines
-    deadline: float | None  # time.time() by which every answer must be in
+    start: float  # the kernel's start (time.monotonic(): the same clock in every process), for elapsed times
+    deadline: float | None  # time.monotonic() by which every answer must be in
     threads: int | None = None  # CPU threads (torch.set_num_threads)
     visible_gpu: str | None = None  # CUDA_VISIBLE_DEVICES of a spawned worker
     workers: int = 1  # how many workers this run has (CPU workers share the machine's memory)

@@ -77,7 +77,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
         return None
     export, _ = read_export(cfg.weights)  # unreadable weights fail the worker at once, not each task
     canvas = export_canvas(cfg.weights)
-    if spec.deadline is not None and spec.deadline - time.time() < MIN_PLAN_S:
+    if spec.deadline is not None and spec.deadline - time.monotonic() < MIN_PLAN_S:
         emit(budget.line("plan", f"worker {spec.worker}: no time left to plan; its {len(todo)} tasks keep the "
                                  f"fallback"))
         return None
@@ -98,18 +98,18 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
                                   "threads": spec.threads, "device": spec.device})
     for k, unit in enumerate(todo):
         left = todo[k:]
-        if spec.deadline is not None and time.time() >= spec.deadline:
+        if spec.deadline is not None and time.monotonic() >= spec.deadline:
             emit(budget.line("deadline", f"{len(left)} tasks left unanswered keep the fallback"))
             break
         finetune_by = predict_by = None
         if spec.deadline is not None:
             finetune_by, predict_by = task_deadlines(ucfg, plan, [(u.test_inputs, u.train_pairs) for u in left],
                                                      spec.deadline)
-        t0 = time.time()
+        t0 = time.monotonic()
         try:
             report = solve_unit(ucfg, unit, challenges[unit.task_id], keys[unit.index], spec.work, device,
                                 finetune_by, predict_by, canvas, banner=k == 0, hard_deadline=spec.deadline)
-            emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})", _summary(report, time.time() - t0)))
+            emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})", _summary(report, time.monotonic() - t0)))
         except Exception as e:
             if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
                 torch.cuda.empty_cache()

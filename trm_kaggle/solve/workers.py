@@ -146,12 +146,28 @@ def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] |
     return out
 
 
-def run_spawned(specs: list[WorkerSpec], emit: Emit, *, stop_at: float | None = None, poll_s: float = 0.2,
-                on_answer: Callable[[], None] | None = None,
+def stop_workers(procs: list, kill_at: float) -> None:
+    """SIGTERM to every worker still running (with SIGCONT: a stopped one takes it at once), SIGKILL to those
+    still alive at `kill_at` (a time.monotonic() value): the whole grace ends there, however many workers."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            with contextlib.suppress(OSError):
+                os.kill(p.pid, signal.SIGCONT)
+    for p in procs:
+        p.join(max(0.0, kill_at - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+
+
+def run_spawned(specs: list[WorkerSpec], emit: Emit, *, stop_at: float | None = None, kill_at: float | None = None,
+                poll_s: float = 0.2, on_answer: Callable[[], None] | None = None,
                 on_poll: Callable[[list[Outcome]], None] | None = None) -> list[Outcome]:
     """One spawned process per spec; relays their log lines until all have ended, stops any still running
-    at `stop_at` (a time.time() value). `on_answer()` runs after a poll that saw units finish (the caller
-    merges what is answered so far); `on_poll(outcomes)` at every poll (tests kill workers with it)."""
+    at `stop_at` (a time.monotonic() value), killing those still alive at `kill_at` (default 5 s later).
+    `on_answer()` runs after a poll that saw units finish (the caller merges what is answered so far);
+    `on_poll(outcomes)` at every poll (tests stop or kill workers with it)."""
     ctx = multiprocessing.get_context("spawn")  # never fork: CUDA and threads do not survive it
     outcomes, procs, offsets = [], [], []
     for spec in specs:
@@ -195,18 +211,13 @@ def run_spawned(specs: list[WorkerSpec], emit: Emit, *, stop_at: float | None = 
             on_poll(outcomes)
         if not any(p.is_alive() for p in procs):
             break
-        if stop_at is not None and time.time() >= stop_at:
-            for p in procs:
-                if p.is_alive():
-                    p.terminate()
-            for p in procs:
-                p.join(5)
-                if p.is_alive():
-                    p.kill()
+        if stop_at is not None and time.monotonic() >= stop_at:
+            stop_workers(procs, stop_at + 5.0 if kill_at is None else kill_at)
             break
         time.sleep(poll_s)
+    reaped = time.monotonic() + 1.0  # ended or killed: gone at once (one in uninterruptible I/O is left behind)
     for p, out, spec in zip(procs, outcomes, specs):
-        p.join(5)
+        p.join(max(0.0, reaped - time.monotonic()))
         out.exitcode = p.exitcode
         if p.exitcode != 0:
             last = _last_line(spec.log)

@@ -34,7 +34,7 @@ from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.atomic import append_line, atomic_write_text
 from trm_kaggle.errors import TRMError
-from trm_kaggle.locks import TRAIN_LOCK, directory_lock
+from trm_kaggle.locks import directory_lock
 from trm_kaggle.model.dtype import DTYPES
 from trm_kaggle.model.finite import NonFiniteSteps, step_is_finite
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
@@ -352,7 +352,7 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
     rt = setup_runtime(cfg)
     run_dir = default_run_dir(cfg)
     if rt.is_main:  # one writer per run directory: a second training here is refused before it touches anything
-        held.enter_context(directory_lock(run_dir, TRAIN_LOCK, "training"))
+        held.enter_context(directory_lock(run_dir, "training"))
     if rt.is_main and cfg.progress and banner:
         print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
               f"{rt.world_size} replica(s)", file=sys.stderr, flush=True)

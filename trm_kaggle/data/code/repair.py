@@ -409,7 +409,7 @@ class _MetaWriter:
 
 def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
     """Build the dataset at cfg.output_dir; returns a summary (counts per split and bug type, speed)."""
-    started = time.time()
+    started = time.monotonic()
     for name in cfg.bug_types or []:
         if name not in code_bugs.SYNTHETIC:
             raise TRMError(f"unknown bug type {name!r}; known: {', '.join(code_bugs.SYNTHETIC)}")
@@ -482,7 +482,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
     summary = build_summary(writer, started)
     n_val = sum(counts["val"].values())
     summary["val"] = {"groups": n_val, "puzzles": n_val, "examples": n_val}  # one pair per group and puzzle
-    seconds = time.time() - started
+    seconds = time.monotonic() - started
     summary.update(files=len(files), skipped_files=dict(skipped), rejected_pairs=dict(rejected),
                    duplicates=dict(duplicates), pairs=info["pairs"], total_pairs=total,
                    pairs_per_second=total / max(seconds, 1e-9), workers=workers, lint=bool(ruff))

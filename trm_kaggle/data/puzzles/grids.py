@@ -120,7 +120,7 @@ def build_grid_dataset(
     "<blank>" is skipped) so that ids stay stable across datasets; other names follow in
     first-seen order. Both iterables are consumed once, group by group.
     """
-    started = time.time()
+    started = time.monotonic()
     checker = _GridChecker(vocab_size, grid_shape)
     names = _Identifiers()
     for name in identifiers or []:
@@ -164,7 +164,7 @@ def build_summary(writer: DatasetWriter, started: float) -> dict:
         examples = getattr(writer, name).num_examples
         summary[name] = {"groups": meta.total_groups, "puzzles": meta.total_puzzles, "examples": examples}
     summary["seq_len"], summary["vocab_size"] = writer.seq_len, writer.vocab_size
-    summary["seconds"] = round(time.time() - started, 3)
+    summary["seconds"] = round(time.monotonic() - started, 3)
     return summary
 
 
@@ -188,7 +188,7 @@ def build_grid_dataset_from_jsonl(path: str | os.PathLike, output_dir: str | os.
     puzzles in a row merge into one); a group's lines must be consecutive. Splits may
     interleave. Errors name the line.
     """
-    started = time.time()
+    started = time.monotonic()
     path = Path(path)
     checker = _GridChecker(vocab_size, grid_shape)
     names = _Identifiers()

@@ -247,7 +247,7 @@ def _generate_split(split: SplitWriter, name: str, count: int, cfg: MazeBuildCon
 
 def build_maze(cfg: MazeBuildConfig) -> dict:
     """Build a Maze dataset (CSV import when cfg.input_dir is set, else generation); returns a summary."""
-    started = time.time()
+    started = time.monotonic()
     if cfg.subsample_size is not None and cfg.subsample_size < 1:
         raise TRMError(f"subsample_size must be >= 1, got {cfg.subsample_size}")
     if cfg.input_dir is None and (cfg.num_train < 1 or cfg.num_test < 1):

@@ -536,7 +536,7 @@ def _check_config(cfg: SudokuBuildConfig) -> None:
 
 def build_sudoku(cfg: SudokuBuildConfig) -> dict:
     """Build a Sudoku dataset (CSV import when cfg.input_dir is set, else generation); returns a summary."""
-    started = time.time()
+    started = time.monotonic()
     _check_config(cfg)
     # independent streams, so that e.g. changing num_aug does not change the subsample
     rng_sub, rng_aug, rng_gen = (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(3))

@@ -1,0 +1,240 @@
+"""Concurrency across commands: a folder has one writer, whichever command writes it.
+
+Every command that keeps writing into a folder (train, submit, sweep, pipeline, regress, launch) takes the
+same lock (`trm_kaggle.locks.LOCK_FILE` in that folder): a second command there, of any kind, is refused at
+once with one line naming the first, and writes nothing. `regress --update-baselines` holds its notebooks
+folder (a second update would save baselines.json from what it read before the first saved: one update
+lost); comparisons share it with each other, not with an update.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import one_error_line
+from trm_kaggle.cli import main
+from trm_kaggle.config import SudokuBuildConfig
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
+from trm_kaggle.errors import TRMError
+from trm_kaggle.locks import LOCK_FILE, directory_lock
+
+from conftest import make_export
+
+TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_cycles=1", "arch.L_cycles=1",
+        "arch.L_layers=1", "arch.halt_max_steps=2", "arch.puzzle_emb_len=2", "arch.forward_dtype=float32",
+        "global_batch_size=8", "eval_interval=null", "log_interval=1", "device=cpu", "threads=1", "seed=0"]
+
+HOLDER = """
+import sys, time
+from trm_kaggle.locks import directory_lock
+with directory_lock(sys.argv[1], sys.argv[2], shared=sys.argv[3] == "shared"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def holder():
+    """Start a process holding a folder's lock as the command `what` would; yields the starter."""
+    started = []
+
+    def start(directory: Path, what: str, shared: bool = False) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), what, "shared" if shared else "x"],
+                             stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "held"
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture(scope="module")
+def sudoku4(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=16, num_test=4, num_aug=1, progress=False))
+    return out
+
+
+@pytest.mark.parametrize("first, second", [("sweep", "training"), ("training", "submit"), ("submit", "sweep"),
+                                           ("pipeline", "training"), ("regress", "launch"), ("launch", "regress")])
+def test_one_lock_whichever_commands_meet(tmp_path, holder, first, second):
+    p = holder(tmp_path / "d", first)
+    with pytest.raises(TRMError) as e:
+        with directory_lock(tmp_path / "d", second):
+            pass
+    line = str(e.value)
+    assert f"another {first} is running in this directory: process {p.pid}" in line and "\n" not in line
+    assert sorted(x.name for x in (tmp_path / "d").iterdir()) == [LOCK_FILE]
+
+
+def test_readers_share_a_folder_a_writer_does_not(tmp_path, holder):
+    (tmp_path / "d").mkdir()  # a reader makes no folder
+    holder(tmp_path / "d", "regress", shared=True)
+    with directory_lock(tmp_path / "d", "regress", shared=True):  # two comparisons at once
+        pass
+    with pytest.raises(TRMError, match="another regress is running in this directory"):
+        with directory_lock(tmp_path / "d", "regress --update-baselines"):
+            pass
+    w = holder(tmp_path / "e", "regress --update-baselines")
+    with pytest.raises(TRMError, match=f"another regress --update-baselines is running .*process {w.pid}"):
+        with directory_lock(tmp_path / "e", "regress", shared=True):
+            pass
+
+
+def test_train_in_a_running_sweeps_folder_is_refused(sudoku4, tmp_path, capsys, holder):
+    """The reproducer: `train checkpoint_path=<a sweep's folder>` while the sweep runs."""
+    sweep_dir = tmp_path / "sw"
+    sweep_dir.mkdir()
+    (sweep_dir / "sweep.json").write_text("{}")
+    p = holder(sweep_dir, "sweep")
+    line = one_error_line(capsys, main(["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={sweep_dir}", *TINY,
+                                        "max_steps=2", "--no-progress"]))
+    assert f"{sweep_dir}: another sweep is running in this directory: process {p.pid}" in line
+    assert sorted(x.name for x in sweep_dir.iterdir()) == [LOCK_FILE, "sweep.json"]
+
+
+def test_a_sweep_in_a_running_trainings_folder_is_refused(sudoku4, tmp_path, capsys, holder):
+    run = tmp_path / "run"
+    p = holder(run, "training")
+    rc = main(["sweep", "tn", "--sweep-dir", str(run), f"data_paths=[{sudoku4}]", *TINY, "max_steps=1",
+               "--no-progress"])
+    assert f"another training is running in this directory: process {p.pid}" in one_error_line(capsys, rc)
+    assert sorted(x.name for x in run.iterdir()) == [LOCK_FILE]
+
+
+def test_a_submit_in_a_running_trainings_folder_is_refused(tmp_path, capsys, holder):
+    (tmp_path / "c.json").write_text('{"t1": {"train": [{"input": [[1]], "output": [[2]]}], '
+                                     '"test": [{"input": [[1]]}]}}')
+    make_export(tmp_path / "exp")
+    p = holder(tmp_path / "run", "training")
+    rc = main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"), "--output",
+               str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "run"), "--no-progress"])
+    assert f"another training is running in this directory: process {p.pid}" in one_error_line(capsys, rc)
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_a_pipeline_in_a_busy_folder_is_refused_before_its_first_stage(tmp_path, capsys, holder):
+    p = holder(tmp_path / "w", "submit")
+    rc = main(["pipeline", "--work-dir", str(tmp_path / "w"), "--train-seconds", "1", "--no-progress"])
+    assert f"another submit is running in this directory: process {p.pid}" in one_error_line(capsys, rc)
+    assert sorted(x.name for x in (tmp_path / "w").iterdir()) == [LOCK_FILE]
+
+
+def test_a_launch_into_a_folder_another_launch_writes_is_refused(sudoku4, tmp_path, capsys, holder, monkeypatch):
+    """Two launches writing one --out at once would each save a record of written files without the other's."""
+    monkeypatch.chdir(tmp_path)
+    args = ["launch", "slurm", "--nodes", "1", "--gpus-per-node", "0", "--time", "1:00:00", "--out", "jobs",
+            "--shared-dir", str(sudoku4.parent.parent), f"data_paths=[{sudoku4}]", "global_batch_size=8",
+            "device=cpu"]
+    p = holder(tmp_path / "jobs", "launch")
+    assert f"another launch is running in this directory: process {p.pid}" in one_error_line(capsys, main(args))
+    assert sorted(x.name for x in (tmp_path / "jobs").iterdir()) == [LOCK_FILE]
+    p.kill()
+    p.wait()
+    assert main(args) == 0  # the lock ends with its holder
+    capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------
+# regress: baselines
+# ---------------------------------------------------------------------------
+
+
+nbformat = pytest.importorskip("nbformat", reason="regress needs the notebooks extra")
+
+
+def stand_in_notebooks(folder: Path, seconds: float = 0.0) -> Path:
+    """Notebooks a and b recording a value each (after `seconds`), and their baselines (values not set yet)."""
+    for name, value in (("a", 0.25), ("b", 0.75)):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell("WORK_DIR = None\n", metadata={"tags": ["parameters"]}),
+                    nbformat.v4.new_code_cell(f"import time\ntime.sleep({seconds})\n"
+                                              "from trm_kaggle.experiments.recorded import record\n"
+                                              f"record('m', {value})\n")]
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        folder.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    entry = {"value": None, "tolerance": 0.01, "direction": "higher"}
+    (folder / "baselines.json").write_text(json.dumps({"format": "trm_kaggle.regression-baselines", "version": 1,
+                                                       "baselines": {"a": {"m": entry}, "b": {"m": entry}}}))
+    return folder
+
+
+def test_an_update_while_another_update_holds_the_notebooks_is_refused(tmp_path, capsys, holder):
+    nbs = stand_in_notebooks(tmp_path / "nbs")
+    before = (nbs / "baselines.json").read_bytes()
+    p = holder(nbs, "regress --update-baselines")
+    for extra in (["--update-baselines"], []):  # an update, and a comparison (it would read half an update)
+        rc = main(["regress", "a", "--notebooks", str(nbs), "--out", str(tmp_path / "out"), *extra])
+        line = one_error_line(capsys, rc)
+        assert f"{nbs}: another regress --update-baselines is running in this directory: process {p.pid}" in line
+    assert (nbs / "baselines.json").read_bytes() == before and not (tmp_path / "out").exists()
+
+
+def test_a_regress_on_an_out_folder_in_use_is_refused(tmp_path, capsys, holder):
+    nbs = stand_in_notebooks(tmp_path / "nbs")
+    p = holder(tmp_path / "out", "regress")
+    rc = main(["regress", "a", "--notebooks", str(nbs), "--out", str(tmp_path / "out"), "--update-baselines"])
+    assert f"another regress is running in this directory: process {p.pid}" in one_error_line(capsys, rc)
+    assert sorted(x.name for x in (tmp_path / "out").iterdir()) == [LOCK_FILE]
+    assert json.loads((nbs / "baselines.json").read_text())["baselines"]["a"]["m"]["value"] is None
+
+
+@pytest.mark.slow  # two regress processes, a notebook kernel each: ~30 s on a loaded 2-core machine
+def test_two_updates_at_once_lose_nothing(tmp_path):
+    """The reproducer: two `regress --update-baselines` on one notebooks folder at once (here each updating its
+    own notebook). Without one writer both said "updated" and the second save dropped the first's value."""
+    nbs = stand_in_notebooks(tmp_path / "nbs", seconds=3.0)
+
+    def start(name: str, out: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "trm_kaggle", "regress", name, "--notebooks", str(nbs),
+                                 "--out", str(tmp_path / out), "--update-baselines"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    first = start("a", "out-a")
+    deadline = time.monotonic() + 60
+    while not (nbs / LOCK_FILE).is_file() or not (nbs / LOCK_FILE).read_text().startswith(f"{first.pid} "):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.05)
+    second = start("b", "out-b")
+    out2, err2 = second.communicate(timeout=120)
+    out1, err1 = first.communicate(timeout=120)
+    assert first.returncode == 0, err1
+    assert second.returncode == 2 and "updated" not in out2
+    lines = [line for line in err2.splitlines() if line.strip()]
+    assert len(lines) == 1 and "another regress --update-baselines is running in this directory" in lines[0], err2
+    # the refused update, run again once the first has ended: both values are kept
+    again = start("b", "out-b")
+    assert again.wait(timeout=120) == 0, again.communicate()
+    saved = json.loads((nbs / "baselines.json").read_text())["baselines"]
+    assert saved["a"]["m"]["value"] == 0.25 and saved["b"]["m"]["value"] == 0.75
+
+
+@pytest.mark.slow  # a sweep process training a run: ~25 s on a loaded 2-core machine
+def test_train_inside_a_real_running_sweep_is_refused(sudoku4, tmp_path, capsys):
+    sweep_dir = tmp_path / "sw"
+    p = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "sweep", "tn", "--sweep-dir", str(sweep_dir),
+                          f"data_paths=[{sudoku4}]", *TINY, "max_steps=100000", "--no-progress"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (sweep_dir / "sweep.json").is_file():
+            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read()
+            time.sleep(0.1)
+        rc = main(["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={sweep_dir}", *TINY, "max_steps=2",
+                   "--no-progress"])
+        assert f"another sweep is running in this directory: process {p.pid}" in one_error_line(capsys, rc)
+        assert not (sweep_dir / "metrics.jsonl").exists() and not list(sweep_dir.glob("state_step*"))
+        assert p.poll() is None  # the sweep goes on
+    finally:
+        p.terminate()
+        p.wait(timeout=60)

@@ -1,0 +1,130 @@
+"""Interrupts: `python build_bundle.py` stopped by Ctrl-C says `interrupted` in one line (status 130), as
+`trm-kaggle bundle` does, never a traceback, at whatever stage it was: building a part, creating the
+sandbox, or running the kernel offline (whose notebook run, in a session of its own that the terminal's
+Ctrl-C does not reach, is stopped with it instead of running on).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle import bundle as B
+from trm_kaggle.kaggle import sandbox
+
+from conftest import make_export, make_notebook
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def interrupted_once(capsys, rc: int) -> None:
+    err = capsys.readouterr().err
+    assert rc == 130 and err == "interrupted\n", err
+
+
+def ctrl_c(*_args, **_kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("stage", ["build_bundle", "execute", "push"])
+def test_build_bundle_interrupted_at_any_stage_says_one_line(tmp_path, capsys, monkeypatch, stage):
+    monkeypatch.setattr(B, stage, ctrl_c)
+    args = [str(tmp_path / "out"), "--no-download", "--weights", str(make_export(tmp_path / "exp")),
+            "--notebook", str(make_notebook(tmp_path / "nb.ipynb"))]
+    rc = B.main(args + {"build_bundle": [], "execute": ["--execute"], "push": ["--push"]}[stage])
+    interrupted_once(capsys, rc)
+
+
+def test_trm_kaggle_bundle_says_the_same(tmp_path, capsys, monkeypatch):
+    from trm_kaggle.cli import main
+
+    monkeypatch.setattr(B, "build_bundle", ctrl_c)
+    interrupted_once(capsys, main(["bundle", str(tmp_path / "out"), "--no-download", "--weights",
+                                   str(make_export(tmp_path / "exp"))]))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_an_interrupted_notebook_run_stops_its_process_group(tmp_path):
+    """The notebook runs in its own session (papermill and its kernel): Ctrl-C reaches only this process, which
+    stops the whole group before it says `interrupted`."""
+    if not Path("/proc").is_dir():
+        pytest.skip("needs Linux /proc")
+    pids = tmp_path / "pids"
+    cmd = ["sh", "-c", f"sleep 300 & echo $! > {pids}; echo started; wait"]
+    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        timer.start()
+        sandbox._run_logged(cmd, env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log", timeout=60,
+                            echo=lambda _: None)
+    timer.cancel()
+    grandchild = int(pids.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild), "the notebook run outlived the interrupted command"
+    assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.slow  # a bundle built and its kernel started offline in a sandbox: ~1-2 min on a loaded machine
+def test_build_bundle_execute_interrupted_while_the_kernel_runs(tmp_path):
+    """The reproducer: `python build_bundle.py OUT --execute` and Ctrl-C (SIGINT to its process group, as a
+    terminal sends it) while the notebook runs."""
+    pytest.importorskip("papermill")
+    try:
+        sandbox.probe_netns()
+    except TRMError as e:
+        pytest.skip(f"no network namespace on this machine: {e}")
+    (tmp_path / "c.json").write_text(json.dumps({"t1": {"train": [{"input": [[1]], "output": [[2]]}],
+                                                        "test": [{"input": [[1]]}]}}))
+    p = subprocess.Popen([sys.executable, str(REPO / "build_bundle.py"), str(tmp_path / "out"), "--no-download",
+                          "--weights", str(make_export(tmp_path / "exp")), "--execute", "--challenges",
+                          str(tmp_path / "c.json"), "--time-budget", "600", "--finetune-steps", "100000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen = []
+    try:
+        for line in p.stdout:
+            seen.append(line)
+            if "with papermill, offline" in line:
+                break
+        assert p.poll() is None, "".join(seen) + p.stderr.read()
+        time.sleep(3)  # papermill and its kernel are starting
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", err
+    assert "Traceback" not in err
+    sandbox_dir = str(tmp_path / "out" / "sandbox")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = [d.name for d in Path("/proc").iterdir() if d.name.isdigit() and _cmdline_has(d, sandbox_dir)]
+        if not left:
+            break
+        time.sleep(0.5)
+    assert not left, f"processes of the notebook run still running: {left}"
+
+
+def _cmdline_has(proc: Path, text: str) -> bool:
+    try:
+        return text.encode() in (proc / "cmdline").read_bytes() and _alive(int(proc.name))
+    except OSError:
+        return False

@@ -1,0 +1,78 @@
+"""A command's results reach standard output, or the command fails: never a silent success.
+
+Python sets `sys.stdout` to None when the process starts with it closed (`trm-kaggle score ... >&-`), and
+`print` then writes nothing: the command would exit 0 having shown nothing. A reader that went away
+(`... | head -0`) or a device that refuses writes (`> /dev/full`) fail a write, or only the flush at exit,
+where Python prints "Exception ignored ..." and exits 120. `checked_stdout` makes each of these one
+`error:` line (TRMError), and leaves nothing for the interpreter to report at exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+from typing import Iterator, TextIO
+
+from trm_kaggle.errors import TRMError
+
+_WHY = {errno.EPIPE: "its reader closed the pipe", errno.ENOSPC: "its device is full",
+        errno.EBADF: "it is closed"}
+
+
+class StdoutError(TRMError):
+    """Standard output could not take the results."""
+
+
+def _discard(stream: TextIO) -> None:
+    """Point a failed stream's descriptor at /dev/null: what it still buffers goes nowhere, silently (the
+    interpreter's flush at exit has nothing left to report)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a stream without a descriptor: nothing to do
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, stream.fileno())
+        os.close(fd)
+
+
+class _Checked:
+    """sys.stdout as it was, whose failed writes and flushes are StdoutError (once: the stream is discarded)."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def _failed(self, e: OSError) -> StdoutError:
+        _discard(self._stream)
+        why = _WHY.get(e.errno or 0, e.strerror or str(e) or type(e).__name__)
+        return StdoutError(f"the results could not be printed: standard output failed ({why}); send it to a file "
+                           "or to /dev/null instead")
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise self._failed(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise self._failed(e) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def checked_stdout() -> Iterator[None]:
+    """Run a command whose results go to stdout: StdoutError before it starts when stdout is closed, and when
+    a write or the last flush fails."""
+    stream = sys.stdout
+    if stream is None:
+        raise StdoutError("standard output is closed, so the results could not be printed; send it to a file or "
+                          "to /dev/null instead of closing it")
+    sys.stdout = checked = _Checked(stream)
+    try:
+        yield
+        checked.flush()  # what is still buffered: a full device or a gone reader is said now, not at exit
+    finally:
+        sys.stdout = stream
