@@ -20,7 +20,8 @@ the median examples/s over rounds, its ratio to compacting's (median of the per-
 forwarded (sum over model calls of the rows passed), the calls, and whether the predictions (tokens, steps)
 agree with compacting's row for row, with the largest q_halt difference: other batch sizes take other BLAS
 kernels, whose last-bit differences grow over the recursion (H_cycles * (L_cycles + 1) net calls per ACT
-step) and can flip a near-tie argmax of a row that ran many steps.
+step) and can flip a near-tie argmax of a row that ran many steps. The last side, batch after batch with half
+the batch, is the control: the same code as the first full-length side, another batch size.
 """
 
 from __future__ import annotations
@@ -75,11 +76,11 @@ def set_mean_steps(model, examples, args) -> None:
     model.q_head.bias[0] = hi
 
 
-def compacting(model, examples, args, early_exit: bool) -> dict:
-    n, out = args.examples, {"rows": 0, "calls": 0}
+def compacting(model, examples, args, early_exit: bool, batch_size: int | None = None) -> dict:
+    n, out, size = args.examples, {"rows": 0, "calls": 0}, batch_size or args.batch_size
     tokens, steps, q_halt = [], [], []
-    for at in range(0, n, args.batch_size):
-        batch = {k: v[at:at + args.batch_size] for k, v in examples.items()}
+    for at in range(0, n, size):
+        batch = {k: v[at:at + size] for k, v in examples.items()}
         r = act_rollout(model, batch, args.max_steps, early_exit)
         tokens.append(r.tokens)
         steps.append(r.steps)
@@ -129,6 +130,7 @@ def main() -> None:
         "early exit: continuous, shrinking": lambda: continuous(model, examples, args, True, True),
         "full length: batch after batch": lambda: compacting(model, examples, args, False),
         "full length: continuous": lambda: continuous(model, examples, args, False, True),
+        "full length: half the batch": lambda: compacting(model, examples, args, False, max(1, args.batch_size // 2)),
     }
     baseline = {"early exit": "early exit: compacting", "full length": "full length: batch after batch"}
     print(f"{args.examples} examples, batch {args.batch_size} (continuous: "
