@@ -50,14 +50,19 @@ class Oracle(TinyRecursiveModel):
         self.rows_per_call: list[int] = []
         self.depth_per_call: list[list[int]] = []
 
-    def inner(self, z_H, z_L, batch):
+    def inner(self, z_H, z_L, batch, logits=True):
         labels = batch["labels"].clamp(min=0).long()  # ignored label (-100) = PAD
-        logits = 10.0 * F.one_hot(labels, self.vocab_size).float()
-        q = type(self).halt(batch).to(logits.device).float()
+        q = type(self).halt(batch).to(labels.device).float()
         self.rows_per_call.append(int(labels.shape[0]))
-        # z_H counts the steps since the row's (re)start: a reset row comes back as H_init
+        # z_H counts the steps since the row's (re)start at its first position (a reset row comes back as
+        # H_init) and holds the answer at the others, where `decode` reads it
         self.depth_per_call.append((z_H[:, 0, 0] - self.H_init[0]).round().long().tolist())
-        return z_H + 1, z_L, logits, q, torch.zeros_like(q)
+        z_H = z_H + 1
+        z_H[:, self.prefix_len:, :self.vocab_size] = 10.0 * F.one_hot(labels, self.vocab_size).float()
+        return z_H, z_L, self.decode(z_H) if logits else None, q, torch.zeros_like(q)
+
+    def decode(self, z_H):
+        return z_H[:, self.prefix_len:, :self.vocab_size]
 
 
 def truths_of(dataset):
@@ -108,30 +113,35 @@ def test_a_wrong_model_scores_zero(dataset):
     """The metric can fail: an oracle shifted by one colour solves nothing."""
 
     class Shifted(Oracle):
-        def inner(self, z_H, z_L, batch):
-            z_H, z_L, logits, q, qc = super().inner(z_H, z_L, batch)
-            colour = logits[..., 2:]
-            return z_H, z_L, torch.cat([logits[..., :2], colour.roll(1, dims=-1)], -1), q, qc
+        def decode(self, z_H):
+            logits = super().decode(z_H)
+            return torch.cat([logits[..., :2], logits[..., 2:].roll(1, dims=-1)], -1)
 
     result = evaluate(make_model(dataset, Shifted), dataset, batch_size=64)
     assert result.arc_prize_score == 0.0 and result.pass_at_k_task_macro[1000] == 0.0
 
 
-def test_early_exit_compacts_the_batch_and_keeps_predictions(dataset, monkeypatch):
+def test_early_exit_refills_a_fixed_batch_and_keeps_predictions(dataset, monkeypatch):
     model = make_model(dataset, Oracle)
     full = predict_split(model, dataset, batch_size=16)
-    assert sum(model.rows_per_call) == full.forward_rows == 2 * len(full)
+    # 45 examples in 3 batches of 15 (as many batches as 16 takes, the last one as full as the others)
+    assert model.rows_per_call == [15] * 6 and full.forward_rows == 2 * len(full)
 
     # rows of even puzzle identifiers say "halt" after step 1, odd ones do not
     monkeypatch.setattr(Oracle, "halt", staticmethod(
         lambda batch: torch.where(batch["puzzle_identifiers"] % 2 == 0, 3.0, -3.0)))
     model.rows_per_call.clear()
+    model.depth_per_call.clear()
     early = predict_split(model, dataset, batch_size=16, early_exit=True)
     even = full.puzzle_identifier % 2 == 0
     assert 0 < even.sum() < len(full)
+    # a halted row takes the next example at once: 15 rows per call while examples wait, then (CPU) the
+    # stopped rows leave the batch; every row is forwarded once per step it runs
+    rows = model.rows_per_call
+    assert rows[0] == 15 and all(a >= b for a, b in zip(rows, rows[1:])) and rows[-1] < 15
     assert early.forward_rows == sum(model.rows_per_call) == len(full) + int((~even).sum())
-    # the step-2 calls ran on the unhalted rows only (compaction, not masking)
-    assert model.rows_per_call[1::2] == [int((~even[a:a + 16]).sum()) for a in range(0, len(full), 16)]
+    # every call runs a row on its example's first or second step: a continuing row was never restarted
+    assert set(sum(model.depth_per_call, [])) <= {0, 1} and 1 in sum(model.depth_per_call, [])
     assert np.array_equal(early.steps, np.where(even, 1, 2))
     assert np.array_equal(early.tokens, full.tokens)
     assert np.array_equal(early.q_halt, np.where(even, 3.0, -3.0).astype(np.float32))
@@ -140,7 +150,7 @@ def test_early_exit_compacts_the_batch_and_keeps_predictions(dataset, monkeypatc
     monkeypatch.setattr(Oracle, "halt", staticmethod(lambda batch: torch.full(batch["labels"].shape[:1], 3.0)))
     model.rows_per_call.clear()
     all_halt = predict_split(model, dataset, batch_size=16, early_exit=True)
-    assert all_halt.forward_rows == len(full) and (all_halt.steps == 1).all()
+    assert all_halt.forward_rows == len(full) and (all_halt.steps == 1).all()  # 3 calls of 15 rows
     assert np.array_equal(all_halt.tokens, full.tokens)
     # without early exit the same oracle still runs every step
     model.rows_per_call.clear()
@@ -169,7 +179,7 @@ def test_early_exit_on_a_real_model_equals_the_full_runs_row_by_row(dataset):
     halts = one.q_halt > 0
     assert 0 < halts.sum() < len(one)
     assert np.array_equal(early.steps, np.where(halts, 1, 2))
-    assert early.forward_rows == len(one) + int((~halts).sum())
+    assert early.forward_rows == len(one) + int((~halts).sum())  # each row forwarded once per step it runs
     assert np.array_equal(early.tokens[halts], one.tokens[halts])
     assert np.array_equal(early.tokens[~halts], two.tokens[~halts])
     assert not np.array_equal(one.tokens, two.tokens)  # the second step changes something
@@ -272,6 +282,32 @@ def test_a_report_records_its_weights_and_is_never_written_over_another_exports(
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "rep").iterdir()} == before
     shutil.copytree(tmp_path / "a", tmp_path / "copy-of-a")  # the same tensors elsewhere: the same weights
     assert evaluate_into("copy-of-a") == 0 and evaluate_into("a") == 0
+
+
+@pytest.mark.parametrize("dtype, expected", [("auto", torch.float32), ("export", torch.bfloat16),
+                                             ("float16", torch.float16)])
+def test_evaluation_runs_in_auto_dtype_whatever_the_export_was_trained_in(dataset, tmp_path, monkeypatch, dtype,
+                                                                         expected):
+    """The default ("auto", the command's too) decides per device: float32 for this narrow model on a CPU, though
+    the export was trained in bfloat16; "export" keeps the export's dtype."""
+    from trm_kaggle.cli import build_parser
+    from trm_kaggle.evaluate.run import evaluate_export
+    from trm_kaggle.model.export import export_inference
+
+    model = make_model(dataset, forward_dtype="bfloat16")
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+
+    class Ran(Exception):
+        pass
+
+    def evaluate_in(model, *args, **kwargs):
+        raise Ran(model.compute_dtype("cpu"))
+
+    monkeypatch.setattr("trm_kaggle.evaluate.run.evaluate", evaluate_in)
+    with pytest.raises(Ran) as ran:
+        evaluate_export(str(tmp_path / "export"), str(dataset), device="cpu", dtype=dtype, progress=False)
+    assert ran.value.args[0] == expected
+    assert build_parser().parse_args(["evaluate", "--weights", "w", "--data", "d"]).dtype == "auto"
 
 
 def test_command_line_pools_saved_votes_like_the_api(dataset, tmp_path, capsys):

@@ -100,7 +100,10 @@ def test_doctests_in_a_subprocess():
 
 @dataclass
 class _Carry:
+    z_H: torch.Tensor
+    steps: torch.Tensor
     halted: torch.Tensor
+    current_data: dict
 
 
 class AnswerModel(torch.nn.Module):
@@ -113,12 +116,18 @@ class AnswerModel(torch.nn.Module):
         self.vocab_size, self.seq_len, self.answer = vocab_size, seq_len, answer
 
     def initial_carry(self, batch):
-        return _Carry(torch.zeros(len(batch["inputs"]), dtype=torch.bool))
+        n = len(batch["inputs"])
+        return _Carry(torch.zeros(n, 0), torch.zeros(n, dtype=torch.int32), torch.ones(n, dtype=torch.bool), {})
 
-    def forward(self, carry, batch):
-        tokens = self.answer(batch["inputs"]).long()
-        logits = torch.nn.functional.one_hot(tokens, self.vocab_size).float()
-        return carry, {"logits": logits, "q_halt_logits": torch.zeros(len(tokens))}
+    def forward(self, carry, batch, logits=True):
+        z_H = torch.nn.functional.one_hot(self.answer(batch["inputs"]).long(), self.vocab_size).float()
+        out = {"q_halt_logits": torch.zeros(len(z_H))}
+        if logits:
+            out["logits"] = self.decode(z_H)
+        return _Carry(z_H, torch.ones(len(z_H), dtype=torch.int32), carry.halted, dict(batch)), out
+
+    def decode(self, z_H):
+        return z_H  # the answer's one-hot rows
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,15 @@
-"""The one ACT rollout: full-length runs equal a plain loop over the steps; early exit stops rows and compacts."""
+"""ACT rollouts: full-length runs equal a plain loop over the steps; early exit stops rows and compacts; continuous
+batching (a fixed batch refilled from a queue) gives the compacting rollout's predictions row for row."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from trm_kaggle.config import ArchConfig
-from trm_kaggle.model.rollout import act_rollout
+from trm_kaggle.model.rollout import ContinuousRollout, act_rollout, balanced_slots
 from trm_kaggle.model.trm import TinyRecursiveModel
 
 ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=3,
@@ -77,3 +81,111 @@ def test_masked_rollout_equals_the_compacting_one():
         assert torch.allclose(masked.q_halt, compacted.q_halt, rtol=1e-5, atol=1e-5)
         assert masked.calls == compacted.calls and masked.rows_forwarded == 6 * masked.calls
     assert 1 in act_rollout(model, batch, 3, early_exit=True, compact=False).steps.tolist()  # some rows stopped early
+
+
+def chunks(batch, sizes):
+    """The batch as a stream of chunks of these sizes (a loader's batches need not match the slots)."""
+    at = 0
+    for n in sizes:
+        yield {k: v[at:at + n] for k, v in batch.items()}
+        at += n
+
+
+def collect(groups):
+    """The Finished groups of a continuous rollout in the source's order: (ids, tokens, q_halt, steps, data)."""
+    ids = np.concatenate([g.ids for g in groups])
+    order = torch.from_numpy(np.argsort(ids))
+    return (np.sort(ids), torch.cat([g.tokens for g in groups])[order], torch.cat([g.q_halt for g in groups])[order],
+            torch.cat([g.steps for g in groups])[order],
+            {k: torch.cat([g.data[k] for g in groups])[order] for k in groups[0].data})
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("early_exit", [False, True])
+def test_continuous_batching_equals_the_compacting_rollout_row_for_row(early_exit):
+    """Any number of slots (dividing the 13 examples or not, more than them), fed by chunks of other sizes,
+    shrinking at the end or not: each example's tokens and steps are those of the one-batch rollout, its q_halt
+    too up to the last bits (BLAS picks other kernels for other batch sizes: q_halt ~ 40 here differed by 1e-4
+    with 1 or 2 slots)."""
+    model, batch = model_and_batch(13)
+    halting_differs_by_row(model, batch)
+    ref = act_rollout(model, batch, 3, early_exit=early_exit)
+    if early_exit:
+        assert 1 in ref.steps.tolist() and 3 in ref.steps.tolist()  # rows stop at different steps
+    for slots in (1, 2, 4, 5, 13, 20):
+        for shrink in (False, True):
+            r = ContinuousRollout(model, slots, 3, early_exit, shrink_at_end=shrink)
+            ids, tokens, q_halt, steps, data = collect(list(r.run(chunks(batch, [3, 7, 3]))))
+            assert ids.tolist() == list(range(13))
+            assert torch.equal(tokens, ref.tokens), (slots, shrink)
+            assert torch.equal(steps, ref.steps), (slots, shrink)
+            assert torch.allclose(q_halt, ref.q_halt, rtol=1e-5, atol=1e-5), (slots, shrink)
+            assert all(torch.equal(data[k], batch[k]) for k in batch)  # each example's own entries come back
+            if shrink:  # nothing idles: each example is forwarded once per step it runs
+                assert r.rows_forwarded == int(ref.steps.sum())
+            else:
+                assert r.rows_forwarded == slots * r.calls
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the tensor-to-host conversions made under it (what syncs with a GPU: .cpu(), .item(), ...)."""
+
+    READS = {torch.Tensor.cpu, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+             torch.Tensor.__float__}
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += func in self.READS
+        return func(*args, **(kwargs or {}))
+
+
+@torch.no_grad()
+def test_one_shape_one_host_read_per_step_and_lm_head_only_for_stopped_rows():
+    model, batch = model_and_batch(13)
+    halting_differs_by_row(model, batch)
+    shapes, decoded = [], []
+    model.layers[0].register_forward_pre_hook(lambda m, args: shapes.append(args[0].shape[0]))
+    model.lm_head.register_forward_pre_hook(lambda m, args: decoded.append(args[0].shape[0]))
+    r = ContinuousRollout(model, 4, 3, early_exit=True, shrink_at_end=False)
+    with HostReads() as reads:
+        groups = list(r.run(chunks(batch, [13])))
+    assert sum(map(len, groups)) == 13
+    assert set(shapes) == {4}  # the network always ran the same batch shape
+    assert reads.count == r.calls  # the stop mask, once per ACT step
+    assert sum(decoded) == 13 < 4 * r.calls  # each example decoded once, at the step it stopped
+    ref = act_rollout(model, batch, 3, early_exit=True)
+    assert r.calls < 3 * 4  # fewer calls than 4 batches of 4 rows (13 examples) at full length: rows refilled
+    assert int(ref.steps.sum()) < 13 * 3
+
+
+@torch.no_grad()
+def test_examples_refused_by_may_start_never_start():
+    """The deadline's rule: from the first refused example on, nothing starts; those before it all finish."""
+    model, batch = model_and_batch(13)
+    r = ContinuousRollout(model, 4, 3)
+    ids, _, _, steps, _ = collect(list(r.run(chunks(batch, [5, 8]), may_start=lambda i: i < 6)))
+    assert ids.tolist() == list(range(6)) and (steps == 3).all()
+    assert list(ContinuousRollout(model, 4, 3).run(chunks(batch, [13]), may_start=lambda i: False)) == []
+    assert list(ContinuousRollout(model, 4, 3).run(chunks(batch, [0]))) == []
+
+
+@torch.no_grad()
+def test_the_masked_path_xla_runs_gives_the_same_predictions():
+    """XLA's path (batch after batch, each padded to the slots, stopped rows masked), run here on CPU."""
+    model, batch = model_and_batch(13)
+    halting_differs_by_row(model, batch)
+    for early_exit in (False, True):
+        ref = act_rollout(model, batch, 3, early_exit=early_exit)
+        r = ContinuousRollout(model, 5, 3, early_exit)
+        r.masked = True
+        ids, tokens, q_halt, steps, _ = collect(list(r.run(chunks(batch, [13]))))
+        assert ids.tolist() == list(range(13)) and torch.equal(tokens, ref.tokens) and torch.equal(steps, ref.steps)
+        assert torch.allclose(q_halt, ref.q_halt, rtol=1e-5, atol=1e-5)
+        assert r.rows_forwarded == 5 * r.calls  # 3 padded batches of 5 rows
+
+
+def test_balanced_slots():
+    assert [balanced_slots(n, 16) for n in (45, 48, 49, 16, 5, 0)] == [15, 16, 13, 16, 5, 16]

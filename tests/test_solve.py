@@ -56,6 +56,16 @@ def results(work: Path) -> dict[str, dict]:
     return out
 
 
+def test_the_solve_runs_in_auto_dtype_unless_told_otherwise():
+    """An export trained in float32 (a CPU preset) fine-tunes and predicts in what "auto" picks on the device it
+    runs on (bfloat16 on a recent GPU); "export" keeps the export's dtype; a recipe's recursion holds either way."""
+    base = dict(challenges="challenges.json", weights="weights")
+    assert SolveConfig(**base).run_arch(ARCH) == ARCH.model_copy(update={"forward_dtype": "auto"})
+    assert SolveConfig(**base, forward_dtype="export").run_arch(ARCH) == ARCH
+    assert (SolveConfig(**base, forward_dtype="bfloat16", H_cycles=3).run_arch(ARCH)
+            == ARCH.model_copy(update={"forward_dtype": "bfloat16", "H_cycles": 3}))
+
+
 def test_finetuning_all_weights_raises_demonstration_accuracy(unseen, tmp_path):
     report = solve(cfg(unseen, tmp_path, finetune="all", finetune_steps=15, lr=3e-3, puzzle_emb_lr=3e-2,
                        max_tasks=1))

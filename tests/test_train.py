@@ -462,3 +462,49 @@ def test_a_write_cut_off_by_a_kill_leaves_no_temporary_behind_a_resume(sudoku4, 
     other.write_text("not ours")
     train(cfg_for(sudoku4, run, "max_steps=3"))
     assert not leftover.exists() and other.exists()
+
+
+@torch.no_grad()
+def test_the_test_split_check_equals_one_full_length_rollout_of_the_split(sudoku4, tmp_path):
+    """evaluate_split (a fixed batch refilled from the split, only the last step decoded) gives the metrics of
+    every test example run in one batch through all its steps and scored by the loss head, with a batch size
+    that does not divide the split. The model answers with each example's solution or its input (by the parity
+    of the input's sum), so each example's score depends on its own labels."""
+    import torch.nn.functional as F
+
+    from trm_kaggle.data.loader import PuzzleLoader
+    from trm_kaggle.model.losses import act_loss
+    from trm_kaggle.model.rollout import act_rollout
+    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.train.loop import evaluate_split
+    from trm_kaggle.train.runtime import Runtime
+
+    class SolvesEven(TinyRecursiveModel):
+        def inner(self, z_H, z_L, batch, logits=True):
+            z_H, z_L, _, q, qc = super().inner(z_H, z_L, batch, logits=False)
+            even = (batch["inputs"].sum(-1) % 2 == 0).view(-1, 1)
+            answer = torch.where(even, batch["labels"].clamp(min=0), batch["inputs"]).long()
+            z_H = z_H.clone()
+            z_H[:, self.prefix_len:, :self.vocab_size] = F.one_hot(answer, self.vocab_size).float()
+            return z_H, z_L, self.decode(z_H) if logits else None, q, qc
+
+        def decode(self, z_H):
+            return z_H[:, self.prefix_len:, :self.vocab_size]
+
+    cfg = cfg_for(sudoku4, tmp_path / "r", "global_batch_size=3")
+    meta = load_metadata(sudoku4, "train")
+    torch.manual_seed(0)
+    model = SolvesEven(cfg.arch, meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers)
+    loader = PuzzleLoader([str(sudoku4)], "test", 1, prefetch=0)
+    assert loader.num_examples % 3
+    batch = loader.examples(range(loader.num_examples))
+    r = act_rollout(model.eval(), batch, cfg.arch.halt_max_steps)
+    _, m = act_loss(r.outputs, batch["labels"], torch.ones_like(r.carry.halted), r.carry.steps)
+    got = evaluate_split(model.train(), cfg, Runtime(torch.device("cpu"), torch.float32, "float32"))
+    assert model.training  # the caller's mode is restored
+    n = int(m["count"])
+    assert got["eval_examples"] == n == loader.num_examples
+    assert 0 < float(m["exact_accuracy"]) < n and 0 < float(m["token_accuracy"]) < n
+    assert got["eval_exact_accuracy"] == pytest.approx(float(m["exact_accuracy"]) / n, abs=1e-12)
+    assert got["eval_token_accuracy"] == pytest.approx(float(m["token_accuracy"]) / n, rel=1e-6)
+    assert got["eval_steps"] == cfg.arch.halt_max_steps

@@ -22,7 +22,7 @@ from typing import get_args
 import pydantic
 
 from trm_kaggle import __version__
-from trm_kaggle.config import FinetuneMode, TaskIdMode, validation_line
+from trm_kaggle.config import FinetuneMode, InferenceDtype, TaskIdMode, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.stdout import checked_stdout
 from trm_kaggle.wording import count
@@ -646,7 +646,12 @@ def _add_evaluate(sub) -> None:
                    help="write report.json, report.md and grid pictures here (default: no report)")
     p.add_argument("--batch-size", type=int, default=256, help="examples per model call")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps or xla")
-    p.add_argument("--early-exit", action="store_true", help="rows leave the batch at their first q_halt > 0")
+    p.add_argument("--early-exit", action="store_true",
+                   help="an example stops at its first q_halt > 0 and its row takes the next example")
+    p.add_argument("--dtype", choices=get_args(InferenceDtype), default="auto",
+                   help="activation dtype: auto decides per device (bfloat16 on GPUs with native bf16, float32 on "
+                        "most CPUs: trm-kaggle doctor says why), whatever the weights were trained in; export keeps "
+                        "the export's forward_dtype")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the recursive network first: a one-off compile (on CPU it needs a C++ "
                         "compiler), then fused element-wise work; worth it when the run is long against the "
@@ -681,7 +686,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise TRMError("--save-votes, --pool-with and --report-dir take one --task-ids mode at a time")
     evaluate_export(args.weights, args.data, task_ids=args.task_ids, task_id_seed=args.task_id_seed,
                     batch_size=args.batch_size, device=args.device, early_exit=args.early_exit,
-                    compile=args.compile, max_steps=args.max_steps, weighting=args.weighting,
+                    dtype=args.dtype, compile=args.compile, max_steps=args.max_steps, weighting=args.weighting,
                     pool_with=args.pool_with, save_votes=args.save_votes, report_dir=args.report_dir,
                     tasks=[t for t in args.tasks.split(",") if t] if args.tasks else None, first=args.first,
                     pictures=not args.no_pictures, progress=args.progress, max_tasks=args.max_tasks)
@@ -809,7 +814,10 @@ def _add_submit(sub) -> None:
     p.add_argument("--eval-batch-size", type=int, default=None,
                    help="prediction examples per model call (on CPU and MPS an upper limit, as --batch-size)")
     p.add_argument("--early-exit", action="store_true", default=None,
-                   help="rows leave a prediction batch at their first q_halt > 0")
+                   help="an example stops at its first q_halt > 0 and its prediction row takes the next example")
+    p.add_argument("--dtype", dest="forward_dtype", choices=get_args(InferenceDtype), default=None,
+                   help="activation dtype of fine-tuning and prediction: auto decides per device, whatever the "
+                        "weights were trained in; export keeps the export's forward_dtype")
     p.add_argument("--fallback", choices=["input", "blank"], default=None,
                    help="attempts for tasks the model does not answer: the test input (then its transpose), or "
                         "blank grids")

@@ -227,6 +227,12 @@ class RepairEvalConfig(_Config):
 # ---------------------------------------------------------------------------
 
 
+# The activation dtype inference runs in (`evaluate --dtype`, `SolveConfig.forward_dtype`): "auto" decides per
+# device (`trm_kaggle.model.dtype`) whatever the run that trained the weights was set to; "export" keeps the
+# export's own forward_dtype; or a dtype by name.
+InferenceDtype = Literal["auto", "export", "float32", "bfloat16", "float16"]
+
+
 class ArchConfig(_Config):
     """The network. Bounds are far outside every published recipe; they stop a typo (`num_heads: 0`,
     `halt_max_steps: 0`, a hidden size in the millions) before it becomes a traceback or a huge allocation."""
@@ -293,6 +299,10 @@ class ArchConfig(_Config):
         if unknown:
             raise ValueError(f"only {', '.join(RECURSION_FIELDS)} change without new weights, not {sorted(unknown)}")
         return type(self)(**{**self.model_dump(), **changes})
+
+    def for_inference(self, dtype: InferenceDtype) -> "ArchConfig":
+        """This network running in `dtype` (`InferenceDtype`): the same weights in another activation dtype."""
+        return self if dtype == "export" else type(self)(**{**self.model_dump(), "forward_dtype": dtype})
 
 
 class ExportConfig(_Config):
@@ -586,6 +596,7 @@ class SolveConfig(_Config):
     puzzle_emb_lr: float = Field(1e-2, gt=0, le=MAX_LR, allow_inf_nan=False)
     eval_batch_size: int = Field(256, ge=1)
     early_exit: bool = False
+    forward_dtype: InferenceDtype = "auto"  # of fine-tuning and prediction (see InferenceDtype)
     fallback: Literal["input", "blank"] = "input"
     device: Literal["auto", "cpu", "cuda", "mps", "xla"] = "auto"
     threads: Optional[int] = Field(None, ge=1, le=4096)  # CPU threads per worker; None = cores / workers
@@ -616,6 +627,10 @@ class SolveConfig(_Config):
     def recursion(self) -> dict[str, int]:
         """The test-time recursion settings that differ from the export's (H_cycles, L_cycles, halt_max_steps)."""
         return {k: getattr(self, k) for k in RECURSION_FIELDS if getattr(self, k) is not None}
+
+    def run_arch(self, arch: ArchConfig) -> ArchConfig:
+        """What the solve runs of an export's `arch`: its test-time recursion, in its forward dtype."""
+        return arch.with_recursion(**self.recursion()).for_inference(self.forward_dtype)
 
 
 RECURSION_FIELDS = ("H_cycles", "L_cycles", "halt_max_steps")  # arch fields a model can change without new weights

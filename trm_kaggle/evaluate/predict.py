@@ -6,10 +6,12 @@ dataset order, and keeps per example the argmax token grid, the q_halt logit, th
 puzzle it belongs to and the number of ACT steps it ran.
 
 Steps: like upstream, evaluation runs `halt_max_steps` ACT steps on every example;
-with `early_exit=True` an example stops as soon as its q_halt logit is > 0 and leaves
-the batch (`trm_kaggle.model.rollout.act_rollout` runs each batch). On XLA the last
-batch keeps its padding rows and early exit masks rows instead: every batch has the
-same shape, so one compiled program serves them all.
+with `early_exit=True` an example stops as soon as its q_halt logit is > 0. The examples
+run through a fixed batch of `batch_size` rows (fewer when that evens out the last batch),
+each stopped row taking the next example of the split at once
+(`trm_kaggle.model.rollout.ContinuousRollout`: no batch ever changes shape). On XLA the
+batches run one after the other, each padded to the same shape, and early exit masks rows
+instead: one compiled program serves them all.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from trm_kaggle import xla
 from trm_kaggle.data.format import load_identifiers
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.errors import TRMError
-from trm_kaggle.model.rollout import act_rollout, token_dtype
+from trm_kaggle.model.rollout import ContinuousRollout, balanced_slots, token_dtype
 from trm_kaggle.progress import tqdm
 
 
@@ -43,11 +45,12 @@ class Predictions:
     dataset_dir: str = ""
     max_steps: int = 0
     early_exit: bool = False
-    forward_rows: int = 0  # sum over model calls of the rows passed (compaction shows here)
+    forward_rows: int = 0  # sum over model calls of the rows passed (every call passes the batch's slots)
     forward_calls: int = 0
-    seconds_model: float = 0.0  # time spent inside the model calls (device synchronised)
+    seconds_model: float = 0.0  # time spent in the rollout, the loader's time left out (device synchronised)
     seconds_total: float = 0.0  # the whole of predict_split, data loading included
     device: str = "cpu"
+    dtype: str = ""  # the activations' dtype (the model's forward dtype on `device`)
     extra: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -85,9 +88,9 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     """Predict every example of `dataset_dir`'s test split (or the rows `examples` picks).
 
     model       a `TinyRecursiveModel` (anything with initial_carry/forward and .arch)
-    batch_size  examples per model call (the last batch is not padded)
+    batch_size  rows per model call (at most: fewer when that evens out the last batch)
     device      where to run; default: the device of the model's first parameter or buffer
-    early_exit  stop each example at its first step with q_halt > 0 (batch compaction)
+    early_exit  stop each example at its first step with q_halt > 0 (its row takes the next example)
     max_steps   ACT steps to run (default: arch.halt_max_steps)
     deadline    a time.monotonic() value: batches that would start after it are skipped; their examples
                 keep steps == -1 ("not predicted") and cast no votes
@@ -133,53 +136,68 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     steps_run = np.full(N, -1, dtype=np.int32)  # -1: not predicted (deadline)
     puzzle_index = np.zeros(N, dtype=np.int64)
     puzzle_identifier = np.zeros(N, dtype=np.int64)
-    forward_rows = forward_calls = 0
-    seconds_model = 0.0
+    stream_rows = np.zeros(N, dtype=np.int64)  # the result row of each example, in the order they are queued
+    queued = 0
+    walk_only = False  # after the rollout: the rest of the split is walked for its bookkeeping alone
+    seconds_source = 0.0
 
+    def source():
+        """The examples to predict, one loader batch at a time (CPU tensors); fills the bookkeeping of all."""
+        nonlocal queued, seconds_source
+        t = time.perf_counter()
+        for item in loader:
+            n = item.num_real
+            if n == 0:
+                continue
+            rows = item.example_indices[:n].numpy()
+            take = np.arange(n)  # the batch's rows that are predicted
+            if examples is not None:  # keep the picked rows; their place in the result is their rank
+                if len(examples) == 0 or rows[0] > examples[-1]:
+                    break  # the split is walked in order: nothing picked is left
+                at = np.minimum(np.searchsorted(examples, rows), len(examples) - 1)
+                take = np.flatnonzero(examples[at] == rows)
+                if len(take) == 0:
+                    continue
+                rows = at[take]
+            puzzle_index[rows] = item.puzzle_indices[:n].numpy()[take]
+            puzzle_identifier[rows] = item.batch["puzzle_identifiers"][:n].numpy()[take]
+            if walk_only:
+                continue
+            batch = {k: v[:n] for k, v in item.batch.items()}
+            if len(take) < n:
+                index = torch.from_numpy(take)
+                batch = {k: v[index] for k, v in batch.items()}
+            stream_rows[queued:queued + len(rows)] = rows
+            queued += len(rows)
+            seconds_source += time.perf_counter() - t
+            yield batch
+            t = time.perf_counter()
+        seconds_source += time.perf_counter() - t
+
+    def may_start(i: int) -> bool:
+        """Examples that would start after the deadline are skipped (the first `always` are not)."""
+        return deadline is None or stream_rows[i] < always or time.monotonic() < deadline
+
+    slots = batch_size if device.type == "xla" else balanced_slots(N, batch_size)  # XLA: one shape for every run
+    rollout = ContinuousRollout(model, slots, steps_max, early_exit, device=device)
     was_training = model.training
     model.eval()
     bar = tqdm(total=N, desc="predict", unit="ex", disable=not progress, dynamic_ncols=True)
+    t0 = time.perf_counter()
+    stream = source()
     try:
         with xla.no_grad_for(device):
-            for item in loader:
-                n = item.num_real
-                if n == 0:
-                    continue
-                rows = item.example_indices[:n].numpy()
-                take = np.arange(n)  # the batch's rows that are predicted
-                if examples is not None:  # keep the picked rows; their place in the result is their rank
-                    if len(examples) == 0 or rows[0] > examples[-1]:
-                        break  # the split is walked in order: nothing picked is left
-                    at = np.minimum(np.searchsorted(examples, rows), len(examples) - 1)
-                    take = np.flatnonzero(examples[at] == rows)
-                    if len(take) == 0:
-                        continue
-                    rows = at[take]
-                puzzle_index[rows] = item.puzzle_indices[:n].numpy()[take]
-                if deadline is not None and rows[0] >= always and time.monotonic() >= deadline:
-                    continue  # out of time: keep walking the split (cheap) to fill the bookkeeping only
-                puzzle_identifier[rows] = item.batch["puzzle_identifiers"][:n].numpy()[take]
-                static = device.type == "xla"  # keep the padding rows: one batch shape for every batch
-                if static:
-                    batch = item.batch
-                else:
-                    batch = {k: v[:n] for k, v in item.batch.items()}
-                    if len(take) < n:
-                        index = torch.from_numpy(take)
-                        batch = {k: v[index] for k, v in batch.items()}
-                n_run = len(take)
-                t0 = time.perf_counter()
-                batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-                r = act_rollout(model, batch, steps_max, early_exit)
-                pick = take if static else slice(0, n_run)  # a static batch ran every row; keep the picked
-                out_tok, out_q, out_steps = (r.tokens.cpu().numpy()[pick], r.q_halt.cpu().numpy()[pick],
-                                             r.steps.cpu().numpy()[pick])
-                _sync(device)
-                seconds_model += time.perf_counter() - t0
-                tokens[rows], q_halt[rows], steps_run[rows] = out_tok, out_q, out_steps
-                forward_rows += r.rows_forwarded
-                forward_calls += r.calls
-                bar.update(n_run)
+            for done in rollout.run(stream, may_start):
+                rows = stream_rows[done.ids]
+                tokens[rows] = done.tokens.cpu().numpy()
+                q_halt[rows] = done.q_halt.cpu().numpy()
+                steps_run[rows] = done.steps.cpu().numpy()
+                bar.update(len(rows))
+        _sync(device)
+        seconds_model = time.perf_counter() - t0 - seconds_source
+        walk_only = True
+        for _ in stream:  # skipped at the deadline: their bookkeeping still
+            pass
     finally:
         bar.close()
         model.train(was_training)
@@ -187,5 +205,8 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     return Predictions(tokens=tokens, q_halt=q_halt, steps=steps_run, puzzle_index=puzzle_index,
                        puzzle_identifier=puzzle_identifier, identifiers=identifiers,
                        dataset_dir=str(Path(dataset_dir)), max_steps=steps_max, early_exit=early_exit,
-                       forward_rows=forward_rows, forward_calls=forward_calls, seconds_model=seconds_model,
-                       seconds_total=time.perf_counter() - t_start, device=str(device))
+                       forward_rows=rollout.rows_forwarded, forward_calls=rollout.calls,
+                       seconds_model=seconds_model,
+                       seconds_total=time.perf_counter() - t_start, device=str(device),
+                       dtype=str(model.compute_dtype(device)).removeprefix("torch.")
+                       if hasattr(model, "compute_dtype") else "")

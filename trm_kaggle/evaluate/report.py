@@ -148,6 +148,7 @@ class EvalResult:
             "max_steps": p.max_steps,
             "mean_steps": float(p.steps.mean()) if len(p) else 0.0,
             "forward_rows": p.forward_rows,
+            "dtype": p.dtype,
             "timing": self.timing,
         }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, Sequence
 
+from trm_kaggle.config import InferenceDtype
 from trm_kaggle.evaluate.report import (check_report_dir, evaluate, format_metrics, format_task_id_table, weights_record,
                                         write_report)
 from trm_kaggle.evaluate.vote import VoteTable
@@ -23,13 +24,15 @@ def _stderr(line: str) -> None:
 
 
 def evaluate_export(weights: str, data: str, *, task_ids: Sequence[str] = ("own",), task_id_seed: int = 0,
-                    batch_size: int = 256, device: str = "auto", early_exit: bool = False, compile: bool = False,
+                    batch_size: int = 256, device: str = "auto", early_exit: bool = False,
+                    dtype: InferenceDtype = "auto", compile: bool = False,
                     max_steps: int | None = None, weighting: str = "count", pool_with: Sequence[str] | None = None,
                     save_votes: str | None = None, report_dir: str | None = None, tasks: list[str] | None = None,
                     first: int = 5, pictures: bool = True, progress: bool = True, max_tasks: int | None = None,
                     out: Callable[[str], None] = print, note: Callable[[str], None] = _stderr) -> dict[str, dict]:
     """Evaluate `weights` on `data` once per task-id mode; returns {mode: summary}. Votes of `pool_with` (files
-    of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first."""
+    of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first. `dtype`:
+    the activation dtype (`InferenceDtype`; "auto" decides per device whatever the export was trained in)."""
     modes = list(dict.fromkeys(task_ids))
     pooled = None
     for path in pool_with or []:  # read first: a bad file stops before any inference
@@ -45,6 +48,7 @@ def evaluate_export(weights: str, data: str, *, task_ids: Sequence[str] = ("own"
     while modes:
         mode = modes.pop(0)
         model, _, load_note = load_model_for_dataset(weights, data, torch_device)
+        model.arch = model.arch.for_inference(dtype)
         if load_note and not summaries:
             note(f"note: {load_note}")
         ids_note = apply_task_ids(model, mode, seed=task_id_seed)

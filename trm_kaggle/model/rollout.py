@@ -1,27 +1,46 @@
-"""Inference with ACT: run one batch through its supervision steps until every row has stopped.
+"""Inference with ACT: run examples through their supervision steps until every one has stopped.
 
-Like upstream's evaluation, a row runs `max_steps` steps. With `early_exit=True`
-a row stops as soon as its q_halt logit is > 0, and the batch is *compacted*: the
-stopped rows leave the carry and the batch, so later steps run on fewer rows
-(that is where the time is saved; masking would cost as much as running them).
-Each row keeps the prediction of the step at which it stopped.
+Like upstream's evaluation, an example runs `max_steps` steps. With `early_exit=True` it
+stops as soon as its q_halt logit is > 0 and keeps the prediction of that step.
 
-On XLA (`compact=False`, its default there) shapes must not change: stopped rows stay in
-the batch and their results are frozen by masks, each ACT step ends at a step boundary
-(so one compiled program serves every step), and the loop ends when every row has stopped.
-Same results, no time saved per step.
+`ContinuousRollout` is what inference runs: a FIXED batch of `slots` rows fed from a queue
+of examples not yet started (continuous batching, as the training carry restarts its
+halted rows on new data). After every ACT step the rows that stopped are decoded
+(`lm_head` for them alone: `TinyRecursiveModel.decode`) and their slots restart from
+H_init/L_init on the next examples of the queue. While examples wait, the batch never
+changes shape: no recompiles of a compiled network, no new attention plans, and one graph
+could serve every step. Once the queue is empty, slots without an example idle until the
+last rows stop (CUDA), or the stopped rows leave the batch (CPU and MPS, where a new shape
+costs nothing: `shrink_at_end`). The host reads one (slots,) bool mask per ACT step (which
+rows stopped: it decides what to decode and refill) and copies the finished rows' results
+once per `slots` finished rows. Without early exit every slot finishes at the same step, so
+it runs the examples batch after batch, as before (`balanced_slots` keeps the last batch
+as full as the others).
+Every inference path runs it: evaluation (`trm_kaggle.evaluate.predict`), the test-split
+check during training (`trm_kaggle.train.loop.evaluate_split`) and the demonstration
+accuracy of the Kaggle solver (`trm_kaggle.solve.task.demo_accuracy`). Callers choose the
+grad mode and put the model in eval mode.
 
-Every inference path runs its batches through `act_rollout`: evaluation
-(`trm_kaggle.evaluate.predict`), the test-split check during training
-(`trm_kaggle.train.loop.evaluate_split`) and the demonstration accuracy of the
-Kaggle solver (`trm_kaggle.solve.task.demo_accuracy`). Callers choose the grad
-mode and put the model in eval mode.
+`act_rollout` runs ONE batch, every row's logits kept, and is the reference the continuous
+rollout is tested against. With early exit it *compacts*: stopped rows leave the carry and
+the batch, so later steps run on fewer rows (a new shape at each step where rows stop, and
+a host read of the stop mask at every step).
+
+On XLA (`compact=False`, its default there) shapes must not change and a host read cuts the
+step's graph: stopped rows stay in the batch and their results are frozen by masks, each ACT
+step ends at a step boundary (so one compiled program serves every step), and the loop ends
+when every row has stopped. The continuous rollout runs XLA batch after batch on this path,
+each batch padded to `slots` rows.
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass, replace
+from typing import Callable, Iterable, Iterator
 
+import numpy as np
 import torch
 
 from trm_kaggle import xla
@@ -129,3 +148,179 @@ def _masked_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_
         # rows continue from their state: never let the model restart them
         carry = replace(carry, halted=torch.zeros_like(carry.halted))
     return Rollout(tokens, q_out, steps_out, carry, out, B * calls, calls)
+
+
+@dataclass
+class Finished:
+    """Examples a continuous rollout finished; row i is the `ids[i]`-th example its source gave (from 0)."""
+
+    ids: np.ndarray  # int64 (n,)
+    tokens: torch.Tensor  # (n, seq_len) argmax of the logits at the step the example stopped (`token_dtype`)
+    q_halt: torch.Tensor  # float32 (n,): q_halt logit at that step
+    steps: torch.Tensor  # int32 (n,): ACT steps the example ran
+    data: dict[str, torch.Tensor]  # the examples' batch entries as the model saw them (labels, for accuracy)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def balanced_slots(total: int, batch_size: int) -> int:
+    """The fewest slots that run `total` examples in as many batches as `batch_size` would, evenly: the last
+    batch is as full as the others (without early exit no slot idles at the end)."""
+    if total <= 0:
+        return batch_size
+    return math.ceil(total / math.ceil(total / batch_size))
+
+
+class _Queue:
+    """The examples not yet started, in the order the source gives them; chunks are pulled when needed.
+    The first example `may_start(i)` (i: its number in the source) refuses ends the queue."""
+
+    def __init__(self, source: Iterable[dict[str, torch.Tensor]], may_start: Callable[[int], bool] | None):
+        self.source, self.may_start = iter(source), may_start
+        self.chunks: deque = deque()  # [chunk, rows of it taken]
+        self.taken = 0  # examples taken so far
+        self.ended = False
+
+    def take(self, n: int) -> tuple[np.ndarray, dict[str, torch.Tensor] | None]:
+        """Up to `n` next examples: (their numbers, their batch entries), or (empty, None) once ended."""
+        parts, first = [], self.taken
+        while self.taken - first < n and not self.ended:
+            if not self.chunks:
+                chunk = next(self.source, None)
+                if chunk is None:
+                    self.ended = True
+                elif len(next(iter(chunk.values()))):
+                    self.chunks.append([chunk, 0])
+                continue
+            chunk, at = self.chunks[0]
+            rows = len(next(iter(chunk.values())))
+            k = min(n - (self.taken - first), rows - at)
+            if self.may_start is not None:
+                allowed = next((j for j in range(k) if not self.may_start(self.taken + j)), k)
+                self.ended, k = allowed < k, allowed
+            if k:
+                parts.append({key: v[at:at + k] for key, v in chunk.items()})
+                self.taken += k
+            if at + k == rows:
+                self.chunks.popleft()
+            else:
+                self.chunks[0][1] = at + k
+        if self.ended:
+            self.chunks.clear()
+        if not parts:
+            return np.zeros(0, dtype=np.int64), None
+        merged = parts[0] if len(parts) == 1 else {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+        return np.arange(first, self.taken, dtype=np.int64), merged
+
+
+class ContinuousRollout:
+    """Examples through the model in a fixed batch of `slots` rows (see the module docstring).
+
+    run(source) takes the examples as an iterable of batch dicts (CPU or device tensors, any number of rows
+    each; inputs and puzzle_identifiers, plus whatever else the caller wants back in `Finished.data`) and
+    yields `Finished` groups in the order the examples stop. `calls` and `rows_forwarded` count the model
+    calls and the rows they were given.
+
+    shrink_at_end: once the queue is empty no stopped row can be refilled, and with this the stopped rows
+    leave the batch (compaction, for the drain only). Default: on CPU and MPS, where a new shape costs nothing
+    and an idle row costs as much as a busy one; not on CUDA (compiled graphs and attention plans keep one
+    shape) nor XLA."""
+
+    def __init__(self, model: torch.nn.Module, slots: int, max_steps: int, early_exit: bool = False,
+                 device: torch.device | str | None = None, shrink_at_end: bool | None = None):
+        if slots < 1 or max_steps < 1:
+            raise ValueError(f"slots and max_steps must be >= 1, got {slots} and {max_steps}")
+        self.model, self.slots, self.max_steps, self.early_exit = model, slots, max_steps, early_exit
+        if device is None:
+            device = next(iter(model.buffers()), torch.empty(0)).device
+        self.device = torch.device(device)
+        self.shrink_at_end = self.device.type in ("cpu", "mps") if shrink_at_end is None else shrink_at_end
+        self.masked = self.device.type == "xla"  # batch after batch, stopped rows masked (`act_rollout`)
+        self.calls = self.rows_forwarded = 0
+
+    def run(self, source: Iterable[dict[str, torch.Tensor]],
+            may_start: Callable[[int], bool] | None = None) -> Iterator[Finished]:
+        queue = _Queue(source, may_start)
+        if self.masked:
+            yield from self._batch_after_batch(queue)
+            return
+        model, B, device = self.model, self.slots, self.device
+        ids, rows = queue.take(B)
+        if rows is None:
+            return
+        if self.shrink_at_end and queue.ended:
+            B = len(ids)  # fewer examples than slots
+        batch = {k: torch.zeros((B,) + tuple(v.shape[1:]), dtype=v.dtype, device=device) for k, v in rows.items()}
+        slot_id = np.full(B, -1, dtype=np.int64)  # the example each slot runs, -1: idle
+        self._load(batch, slot_id, np.arange(len(ids)), ids, rows)
+        carry = model.initial_carry(batch)  # every slot halted: the first call loads the examples
+        pending: list[Finished] = []
+        while True:
+            carry, out = model(carry, batch, logits=False)
+            self.calls += 1
+            self.rows_forwarded += B
+            q = out["q_halt_logits"].float()
+            done = carry.steps >= self.max_steps
+            if self.early_exit:
+                done = done | (q > 0)
+            stopped = np.flatnonzero(done.cpu().numpy() & (slot_id >= 0))  # the host read of this step
+            if len(stopped):
+                at = torch.from_numpy(stopped).to(device)
+                pending.append(Finished(slot_id[stopped].copy(),
+                                        model.decode(carry.z_H[at]).argmax(-1).to(token_dtype(model)), q[at],
+                                        carry.steps[at], {k: v[at] for k, v in carry.current_data.items()}))
+                slot_id[stopped] = -1
+            free = np.flatnonzero(slot_id < 0)
+            if len(free) and not queue.ended:
+                ids, rows = queue.take(len(free))
+                if rows is not None:
+                    self._load(batch, slot_id, free[:len(ids)], ids, rows)
+            running = slot_id >= 0
+            if pending and (sum(map(len, pending)) >= self.slots or not running.any()):
+                yield _merge(pending)
+                pending = []
+            if not running.any():
+                return
+            # free slots restart: on their new example, or idle on their old one (their state stays bounded);
+            # every other row continues from its state (a model built with early_exit=True would halt it)
+            halted = np.zeros(B, dtype=bool)
+            halted[free] = True
+            if self.shrink_at_end and queue.ended and not running.all():
+                keep = np.flatnonzero(running)
+                at = torch.from_numpy(keep).to(device)
+                batch = {k: v[at] for k, v in batch.items()}
+                carry = replace(carry, z_H=carry.z_H[at], z_L=carry.z_L[at], steps=carry.steps[at],
+                                current_data={k: v[at] for k, v in carry.current_data.items()})
+                halted, slot_id, B = halted[keep], slot_id[keep], len(keep)
+            carry = replace(carry, halted=torch.from_numpy(halted).to(device))
+
+    def _load(self, batch: dict[str, torch.Tensor], slot_id: np.ndarray, slots: np.ndarray, ids: np.ndarray,
+              rows: dict[str, torch.Tensor]) -> None:
+        at = torch.from_numpy(slots).to(self.device)
+        for k, v in batch.items():
+            v[at] = rows[k].to(self.device, non_blocking=True)
+        slot_id[slots] = ids
+
+    def _batch_after_batch(self, queue: _Queue) -> Iterator[Finished]:
+        """One batch of `slots` rows at a time (the last padded), stopped rows masked: XLA's fixed shapes without
+        a host read inside an ACT step (`act_rollout`, compact=False)."""
+        while True:
+            ids, rows = queue.take(self.slots)
+            if rows is None:
+                return
+            n = len(ids)
+            batch = {k: torch.cat([v, v.new_zeros((self.slots - n,) + tuple(v.shape[1:]))]).to(self.device)
+                     for k, v in rows.items()}
+            r = act_rollout(self.model, batch, self.max_steps, self.early_exit, compact=False)
+            self.calls += r.calls
+            self.rows_forwarded += r.rows_forwarded
+            yield Finished(ids, r.tokens[:n], r.q_halt[:n], r.steps[:n], {k: v[:n] for k, v in batch.items()})
+
+
+def _merge(parts: list[Finished]) -> Finished:
+    if len(parts) == 1:
+        return parts[0]
+    return Finished(np.concatenate([p.ids for p in parts]), torch.cat([p.tokens for p in parts]),
+                    torch.cat([p.q_halt for p in parts]), torch.cat([p.steps for p in parts]),
+                    {k: torch.cat([p.data[k] for p in parts]) for k in parts[0].data})

@@ -331,9 +331,14 @@ class TinyRecursiveModel(nn.Module):
             if isinstance(m, CastedLinear):
                 m.cast_weight = None if dtype is None else m.weight.to(dtype)
 
-    def inner(self, z_H: torch.Tensor, z_L: torch.Tensor, batch: Dict[str, torch.Tensor]
-              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One supervision step from (z_H, z_L): returns new z_H, z_L (detached), logits, q_halt, q_continue."""
+    def decode(self, z_H: torch.Tensor) -> torch.Tensor:
+        """Token logits (B, seq_len, vocab) of the answer positions of z_H (its prefix positions hold no tokens)."""
+        return self.lm_head(z_H[:, self.prefix_len:])
+
+    def inner(self, z_H: torch.Tensor, z_L: torch.Tensor, batch: Dict[str, torch.Tensor], logits: bool = True
+              ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """One supervision step from (z_H, z_L): returns new z_H, z_L (detached), logits (None with
+        logits=False: a caller that decodes only some rows calls `decode` on them), q_halt, q_continue."""
         dtype = z_H.dtype
         cos_sin = self.rotary_emb() if self.rotary_emb is not None else None  # float32 tables
         x = self.input_embeddings(batch["inputs"], batch["puzzle_identifiers"], dtype)
@@ -345,9 +350,8 @@ class TinyRecursiveModel(nn.Module):
         finally:
             if cast:
                 self._set_cast_weights(None)
-        logits = self.lm_head(z_H[:, self.prefix_len:])  # the answer positions only
         q = self.q_head(z_H[:, 0]).float()  # first prefix position summarises the state
-        return z_H.detach(), z_L.detach(), logits, q[..., 0], q[..., 1]
+        return z_H.detach(), z_L.detach(), self.decode(z_H) if logits else None, q[..., 0], q[..., 1]
 
     # -- ACT ----------------------------------------------------------------
 
@@ -366,10 +370,12 @@ class TinyRecursiveModel(nn.Module):
         )
 
     def forward(self, carry: Carry, batch: Dict[str, torch.Tensor],
-                exploration: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> Tuple[Carry, Dict[str, torch.Tensor]]:
+                exploration: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
+                logits: bool = True) -> Tuple[Carry, Dict[str, torch.Tensor]]:
         """One supervision step. `exploration` = (uniform (B,), min_steps (B,)) draws for the halting
         exploration; the trainer derives them from (seed, step) and the row's place in the global batch,
-        so runs are identical across resumes and across any number of ranks. Without it, torch's RNG is used."""
+        so runs are identical across resumes and across any number of ranks. Without it, torch's RNG is used.
+        `logits=False` leaves "logits" out of the outputs (inference decodes the rows that stop: `decode`)."""
         a = self.arch
         dtype = carry.z_H.dtype
         # Halted rows restart from the initial states on the new batch's example.
@@ -380,8 +386,9 @@ class TinyRecursiveModel(nn.Module):
         data = {k: torch.where(carry.halted.view((-1,) + (1,) * (v.ndim - 1)), v, carry.current_data[k])
                 for k, v in batch.items()}
 
-        z_H, z_L, logits, q_halt, q_continue = self.inner(z_H, z_L, data)
-        outputs = {"logits": logits, "q_halt_logits": q_halt, "q_continue_logits": q_continue}
+        z_H, z_L, token_logits, q_halt, q_continue = self.inner(z_H, z_L, data, logits)
+        outputs = {"logits": token_logits} if logits else {}
+        outputs.update(q_halt_logits=q_halt, q_continue_logits=q_continue)
 
         with torch.no_grad():
             steps = steps + 1
@@ -397,7 +404,7 @@ class TinyRecursiveModel(nn.Module):
                 halted = halted & (steps >= min_steps)
                 if not a.no_ACT_continue:
                     # Q-learning target for "continue" from one more step (no replay buffer / target net, as upstream).
-                    _, _, _, next_halt, next_cont = self.inner(z_H, z_L, data)
+                    _, _, _, next_halt, next_cont = self.inner(z_H, z_L, data, logits=False)
                     outputs["target_q_continue"] = torch.sigmoid(
                         torch.where(is_last, next_halt, torch.maximum(next_halt, next_cont)))
             elif not self.training and self.early_exit:

@@ -386,7 +386,7 @@ def estimate_kernel(cfg: SolveConfig, *, weights: str | None = None, preset: str
         arch, seq_len, vocab = ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"]
     else:
         arch, seq_len, vocab = load_train_config(presets=[preset]).arch, 900, 12
-    arch = arch.with_recursion(**cfg.recursion())
+    arch = cfg.run_arch(arch)
     share = -(-tasks // devices)  # the busiest device's share
     e = estimate(arch, tasks=share, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps, finetune=cfg.finetune,
                  embeddings_fraction=cfg.embeddings_fraction, batch_size=batch_size, eval_batch_size=eval_batch_size,

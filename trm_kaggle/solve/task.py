@@ -30,7 +30,7 @@ from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
-from trm_kaggle.model.rollout import act_rollout
+from trm_kaggle.model.rollout import ContinuousRollout
 from trm_kaggle.solve.plan import demo_rows
 from trm_kaggle.solve.schedule import finetune_phases
 from trm_kaggle.solve.workdir import Unit, unit_dir, write_result
@@ -79,13 +79,15 @@ def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int
     loader = PuzzleLoader([str(data_dir)], "train", 1, prefetch=0)
     n = loader.num_examples
     idx = np.linspace(0, n - 1, num=min(max_examples, n)).astype(np.int64)
-    batch = {k: v.to(device) for k, v in loader.examples(idx).items()}
+    batch = loader.examples(idx)
     was = model.training
     model.eval()
-    out = act_rollout(model, batch, model.arch.halt_max_steps).outputs
+    rollout = ContinuousRollout(model, len(idx), model.arch.halt_max_steps, device=device)
+    done = next(rollout.run([batch]))  # one batch: every row stops at the last step
     model.train(was)
-    mask = batch["labels"] != IGNORE_LABEL_ID
-    right = (out["logits"].argmax(-1) == batch["labels"]) & mask
+    labels = done.data["labels"]
+    mask = labels != IGNORE_LABEL_ID
+    right = (done.tokens.long() == labels.long()) & mask
     return {"demo_exact_accuracy": float((right.sum(-1) == mask.sum(-1)).float().mean()),
             "demo_token_accuracy": float(right.sum() / mask.sum().clamp_min(1)),
             "demo_examples": len(idx)}
@@ -152,7 +154,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     t = start = time.monotonic()
     data_dir = build_unseen_dataset(cfg, udir, {unit.task_id: task}, canvas)
     model, _, _ = load_model_for_dataset(cfg.weights, data_dir, device)
-    model.set_recursion(**cfg.recursion())  # a test-time recipe may recurse deeper or stop sooner
+    model.arch = cfg.run_arch(model.arch)  # a test-time recipe may recurse deeper or stop sooner; dtype per device
     report["dataset_s"] = round(time.monotonic() - t, 2)
     steps = 0
     if cfg.finetune != "none" and cfg.finetune_steps > 0:

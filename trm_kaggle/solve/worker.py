@@ -81,7 +81,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
         emit(budget.line("plan", f"worker {spec.worker}: no time left to plan; its {len(todo)} tasks keep the "
                                  f"fallback"))
         return None
-    arch = ArchConfig(**export["arch"]).with_recursion(**cfg.recursion())  # what will run: a recipe's recursion too
+    arch = cfg.run_arch(ArchConfig(**export["arch"]))  # what will run: a recipe's recursion too, its dtype
     plan, cfg = plan_worker(cfg, arch, export["seq_len"], export["vocab_size"], device,
                             [(u.test_inputs, u.train_pairs) for u in todo], spec.deadline, worker=spec.worker,
                             processes=spec.workers, say=lambda line: emit(budget.line("plan", line)))

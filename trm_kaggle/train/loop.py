@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
-from trm_kaggle.data.loader import PuzzleLoader
+from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.atomic import append_line, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import directory_lock
@@ -39,7 +39,7 @@ from trm_kaggle.model.dtype import DTYPES
 from trm_kaggle.model.finite import NonFiniteSteps, step_is_finite
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
 from trm_kaggle.model.losses import act_loss
-from trm_kaggle.model.rollout import act_rollout
+from trm_kaggle.model.rollout import ContinuousRollout, balanced_slots
 from trm_kaggle.model.trm import Carry, ParameterCount, TinyRecursiveModel
 from trm_kaggle.model.upstream import load_upstream_checkpoint
 from trm_kaggle.optim.adam_atan2 import AdamATan2
@@ -256,20 +256,28 @@ def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, bat
 
     This is per-example accuracy on the (augmented) test split, not the ARC score:
     `trm-kaggle evaluate` votes over augmentations and reports pass@K / the ARC Prize score.
+    The examples run through a fixed batch (`ContinuousRollout`); only the last step's logits are decoded.
     """
     loader = PuzzleLoader(cfg.data_paths_test or cfg.data_paths, "test", batch_size or cfg.global_batch_size,
                           seed=cfg.seed, rank=rt.rank, world_size=rt.world_size)
+    local_batch = (batch_size or cfg.global_batch_size) // rt.world_size
+    slots = local_batch if rt.device.type == "xla" else balanced_slots(
+        math.ceil(loader.num_examples / rt.world_size), local_batch)
+    rollout = ContinuousRollout(model, slots, cfg.arch.halt_max_steps, device=rt.device)
+    source = ({k: item.batch[k][:item.num_real] for k in ("inputs", "labels", "puzzle_identifiers")}
+              for item in loader)
     was_training = model.training
     model.eval()
     totals = torch.zeros(4, dtype=torch.float64, device=rt.device)
-    for item in loader:
-        batch = {k: item.batch[k].to(rt.device) for k in ("inputs", "labels", "puzzle_identifiers")}
-        r = act_rollout(model, batch, cfg.arch.halt_max_steps)
-        carry = r.carry
-        _, m = act_loss(r.outputs, carry.current_data["labels"], torch.ones_like(carry.halted), carry.steps,
-                        cfg.arch.loss_type)
-        totals += torch.stack([m["count"].double(), m["exact_accuracy"].double(), m["token_accuracy"].double(),
-                               m["steps"].double()])
+    for done in rollout.run(source):
+        labels = done.data["labels"]
+        valid = labels != IGNORE_LABEL_ID
+        counts = valid.sum(-1)
+        right = (valid & (done.tokens.long() == labels.long())).sum(-1)
+        real = counts > 0  # rows with a label to score (padding has none)
+        totals += torch.stack([real.sum().double(), (real & (right == counts)).sum().double(),
+                               torch.where(real, right / counts.clamp_min(1), 0.0).sum().double(),
+                               torch.where(real, done.steps, 0).sum().double()])
     if rt.distributed:
         all_reduce_([totals])
     if rt.device.type == "xla":

@@ -16,8 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 from trm_kaggle.config import TrainConfig, TrainStage
-from trm_kaggle.data.code.bugs import BUG_TYPES
-from trm_kaggle.data.code.repair import read_repair_meta
 from trm_kaggle.errors import TRMError
 from trm_kaggle.data.loader import PuzzleLoader
 
@@ -67,6 +65,8 @@ class StagePlan:
             bug_type, difficulty = example_meta
             allowed = np.ones(len(bug_type), dtype=bool)
             if stage.bug_types is not None:
+                from trm_kaggle.data.code.bugs import BUG_TYPES  # here: training without stages never needs it
+
                 unknown = sorted(set(stage.bug_types) - set(BUG_TYPES))
                 if unknown:
                     raise TRMError(f"stages[{k}]: unknown bug type {unknown[0]!r}; known: {', '.join(BUG_TYPES)}")
@@ -83,6 +83,8 @@ class StagePlan:
 
 def _example_meta(loader: PuzzleLoader) -> tuple[np.ndarray, np.ndarray]:
     """(bug type, difficulty) of every training example, in the loader's global example order."""
+    from trm_kaggle.data.code.repair import read_repair_meta  # the code-repair builder: imported when used
+
     bug_types, difficulties = [], []
     for k, path in enumerate(loader.dataset_paths):
         meta = read_repair_meta(path, loader.split)

@@ -1,0 +1,227 @@
+"""Benchmark: time to the first training step and to the first evaluation, ours beside upstream's.
+
+    python benchmarks/bench_startup.py                                    # ours only, on this CPU
+    python benchmarks/bench_startup.py --upstream-dir PATH/TO/TinyRecursiveModels   # + upstream's, alternated
+    python benchmarks/bench_startup.py --upstream-dir DIR --device cuda   # the same on a GPU
+
+Each side runs in a fresh Python process, timed from the moment the process is started (interpreter start,
+imports, dataset opening, model and optimizers, the first step, then training to the first evaluation), so
+that neither pays one-time costs for the other: in one process the second side finds torch's lazily imported
+modules loaded (the first torch optimizer imports `torch._dynamo`: seconds here) and, on a GPU, CUDA started.
+
+* ours: `trm_kaggle.train.loop.train` with the `sudoku4-cpu` preset (benchmarks/bench_learn_sudoku.py's recipe)
+  on generated 4x4 Sudoku, evaluating the held-out puzzles every 2 epochs as that recipe does;
+* upstream: its model, ACT loss head and sparse SignSGD (`models/` of `--upstream-dir`, which needs `einops`),
+  driven as the GPU suite's part 2 drives them (benchmarks/gpu_suite/part2_learning.py): the same architecture,
+  batch, learning rates, our loader's batches and this package's AdamATan2, upstream's evaluation of every
+  held-out puzzle after all its ACT steps at the same epoch.
+* part 2's way (with `--upstream-dir`): both in one process, ours first, each on the clock part 2 gives it:
+  ours from the call of train(), upstream's from after its model and optimizers were built. The difference
+  from the fresh processes is what that order and those clocks add to ours' figures.
+
+Printed per side (median over `--rounds`, sides alternated): seconds to its imports done and the process's CPU
+seconds by then, seconds to the end of the first training step and the CPU seconds from the imports to it
+(CPU seconds are what load from other processes inflates least), seconds to the end of the first evaluation,
+the evaluation's own seconds (from the end of the step before it; ours includes the train state it writes at
+every evaluation, as upstream's pretrain.py does by default), the step it came after, and the steps per
+second in between.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def ours(args: dict, start: float | None) -> dict:
+    """Ours' train(); times are seconds after `start` (None: part 2's clock, from the call of train())."""
+    from trm_kaggle.train.loop import train
+    from trm_kaggle.train.settings import load_train_config
+
+    t = {"imports": time.time() - start if start else 0.0, "cpu_imports": time.process_time()}
+    cfg = load_train_config(presets=["sudoku4-cpu"], overrides=[
+        f"data_paths=[{args['data']}]", f"checkpoint_path={args['run']}", "seed=0", "progress=False",
+        "log_interval=1", f"threads={args['threads']}", f"device={args['device']}"])
+    steps: list[float] = []
+    start = start or time.time()
+
+    def on_step(step: int, m: dict) -> None:
+        steps.append(time.time() - start)
+        t.setdefault("cpu_first_step", time.process_time())
+
+    def on_eval(step: int, m: dict) -> bool:
+        t["eval_end"], t["eval_step"] = time.time() - start, step
+        return True
+
+    train(cfg, on_step=on_step, on_eval=on_eval, banner=False)
+    t.update(first_step=steps[0], before_eval=steps[-1], steps=len(steps))
+    return t
+
+
+def upstream(args: dict, start: float | None) -> dict:
+    """Upstream's model, loss head and sparse SignSGD as part 2 drives them; `start` None: part 2's clock, from
+    after the model and optimizers are built."""
+    import torch
+
+    sys.path.insert(0, args["upstream"])
+    import models.losses as losses
+    import models.recursive_reasoning.trm as trm
+    import models.sparse_embedding as sparse_mod
+
+    from trm_kaggle.data.loader import PuzzleLoader
+    from trm_kaggle.optim.adam_atan2 import AdamATan2
+    from trm_kaggle.train.settings import load_train_config
+
+    t = {"imports": time.time() - start if start else 0.0, "cpu_imports": time.process_time()}
+    dev = torch.device(args["device"])
+    torch.set_num_threads(args["threads"])
+    cfg = load_train_config(presets=["sudoku4-cpu"], overrides=[f"data_paths=[{args['data']}]", "seed=0"])
+    torch.manual_seed(cfg.seed)
+    train_loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, prefetch=0)
+    test_loader = PuzzleLoader(cfg.data_paths, "test", cfg.global_batch_size, prefetch=0)
+    meta, a = train_loader.metadata, cfg.arch
+    arch = dict(halt_exploration_prob=a.halt_exploration_prob, halt_max_steps=a.halt_max_steps, H_cycles=a.H_cycles,
+                L_cycles=a.L_cycles, H_layers=a.H_layers, L_layers=a.L_layers, hidden_size=a.hidden_size,
+                num_heads=a.num_heads, expansion=a.expansion, puzzle_emb_ndim=a.emb_ndim,
+                pos_encodings=a.pos_encodings, rope_theta=a.rope_theta, rms_norm_eps=a.rms_norm_eps,
+                forward_dtype="float32", mlp_t=a.mlp_t, puzzle_emb_len=a.puzzle_emb_len,
+                no_ACT_continue=a.no_ACT_continue, batch_size=cfg.global_batch_size, seq_len=meta.seq_len,
+                vocab_size=meta.vocab_size, num_puzzle_identifiers=meta.num_puzzle_identifiers)
+    with dev:
+        model = losses.ACTLossHead(trm.TinyRecursiveReasoningModel_ACTV1(arch), loss_type=a.loss_type)
+    dense = AdamATan2(model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    sparse = sparse_mod.CastedSparseEmbeddingSignSGD_Distributed(model.model.puzzle_emb.buffers(), world_size=1,
+                                                                 lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
+    start = start or time.time()
+    carry, step, steps = None, 0, []
+    for batch in train_loader.iterate():
+        batch = {k: v.to(dev) for k, v in batch.items()}
+        model.train()
+        with dev:
+            if carry is None:
+                carry = model.initial_carry(batch)
+            carry, loss, _, _, _ = model(carry=carry, batch=batch, return_keys=[])
+        ((1 / cfg.global_batch_size) * loss).backward()
+        step += 1
+        scale = min(1.0, step / max(cfg.lr_warmup_steps, 1))
+        for g in dense.param_groups:
+            g["lr"] = cfg.lr * scale
+        for g in sparse.param_groups:
+            g["lr"] = cfg.puzzle_emb_lr * scale
+        with dev:
+            sparse.step()
+        dense.step()
+        sparse.zero_grad()
+        dense.zero_grad()
+        _sync(args["device"])
+        steps.append(time.time() - start)
+        t.setdefault("cpu_first_step", time.process_time())
+        if train_loader.epoch >= cfg.eval_interval:  # the first evaluation: every held-out puzzle, all ACT steps
+            model.eval()
+            with torch.inference_mode(), dev:
+                for item in test_loader:
+                    b = {k: v.to(dev) for k, v in item.batch.items()}
+                    carry_e = model.initial_carry(b)
+                    for _ in range(a.halt_max_steps):
+                        carry_e, _, _, out, _ = model(carry=carry_e, batch=b, return_keys={"preds"})
+                    int(((out["preds"] == b["labels"]) | (b["labels"] < 0)).all(-1)[:item.num_real].sum())
+            t["eval_end"], t["eval_step"] = time.time() - start, step
+            break
+    t.update(first_step=steps[0], before_eval=steps[-1], steps=len(steps))
+    return t
+
+
+def child(args: dict) -> None:
+    if args["mode"] == "part2":  # both in this process, ours first, each on part 2's clock
+        out = {"ours": ours(args, None), "upstream": upstream(args, None)}
+    else:
+        out = {args["mode"]: (ours if args["mode"] == "ours" else upstream)(args, args["spawned"])}
+    print("RESULT " + json.dumps(out))
+
+
+def run_child(mode: str, args: dict) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    spec = json.dumps({**args, "mode": mode, "spawned": time.time()})
+    proc = subprocess.run([sys.executable, __file__, "--child", spec], capture_output=True, text=True, env=env,
+                          cwd=REPO)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode or line is None:
+        raise SystemExit(f"{mode} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    out = {}
+    for side, t in json.loads(line[len("RESULT "):]).items():
+        out[side] = {"imports": t["imports"], "cpu_imports": t["cpu_imports"], "first_step": t["first_step"],
+                     "eval_end": t["eval_end"],
+                     "eval_s": t["eval_end"] - t["before_eval"], "eval_step": t["eval_step"],
+                     "cpu_to_step": t["cpu_first_step"] - t["cpu_imports"],
+                     "steps_per_s": (t["steps"] - 1) / max(t["before_eval"] - t["first_step"], 1e-9)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--upstream-dir", default=None, help="a checkout of upstream's code (its models/ package)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--train", type=int, default=500, help="training puzzles (the first evaluation comes after "
+                                                           "2 epochs of them)")
+    ap.add_argument("--test", type=int, default=200, help="held-out puzzles")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine")
+    ap.add_argument("--work-dir", default=None)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(json.loads(args.child))
+        return
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data.puzzles.sudoku import build_sudoku
+
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_startup_"))
+    data = work / "sudoku4"
+    if not data.exists():
+        build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=args.train, num_test=args.test, seed=0,
+                                       progress=False))
+    modes = ["ours"] + (["upstream", "part2"] if args.upstream_dir else [])
+    runs: dict[str, list[dict]] = {}
+    for r in range(args.rounds):
+        for mode in modes:
+            spec = {"data": str(data), "run": str(work / f"run_{mode}_{r}"), "threads": args.threads,
+                    "upstream": args.upstream_dir, "device": args.device}
+            for side, res in run_child(mode, spec).items():
+                runs.setdefault(side if mode != "part2" else f"{side} (part 2)", []).append(res)
+    print(f"4x4 Sudoku, {args.train} training / {args.test} held-out puzzles, sudoku4-cpu recipe, {args.device}, "
+          f"{args.threads} thread(s), median of {args.rounds} rounds; seconds from the process start (part 2: "
+          f"both sides in one process, ours first, each on part 2's clock)")
+    print(f"{'side':18s} {'imports':>8s} {'cpu s':>6s} {'1st step':>9s} {'cpu s':>6s} {'1st eval':>9s} "
+          f"{'eval s':>7s} {'at step':>8s} {'steps/s':>8s}")
+    med = {}
+    for name, rs in runs.items():
+        med[name] = m = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        print(f"{name:18s} {m['imports']:8.2f} {m['cpu_imports']:6.2f} {m['first_step']:9.2f} {m['cpu_to_step']:6.2f} "
+              f"{m['eval_end']:9.2f} {m['eval_s']:7.2f} {m['eval_step']:8.0f} {m['steps_per_s']:8.2f}")
+    for a, b in (("ours", "upstream"), ("ours (part 2)", "upstream (part 2)")):
+        if a in med and b in med:
+            o, u = med[a], med[b]
+            print(f"{a} - {b}: first step {o['first_step'] - u['first_step']:+.2f} s, first evaluation "
+                  f"{o['eval_end'] - u['eval_end']:+.2f} s (per round: "
+                  + ", ".join(f"{x['first_step'] - y['first_step']:+.2f}/{x['eval_end'] - y['eval_end']:+.2f}"
+                              for x, y in zip(runs[a], runs[b])) + ")")
+
+
+if __name__ == "__main__":
+    main()
