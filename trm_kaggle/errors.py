@@ -14,6 +14,15 @@ class DataError(TRMError):
     """Malformed task or dataset content. The message names the file, task and problem."""
 
 
+class UnreadableFile(DataError):
+    """A file that cannot be read: missing, a directory, a device, FIFO or socket, no permission, a failing disk.
+    Its bytes were never looked at, so it is never called damaged, renamed or replaced on that account."""
+
+
+class DamagedFile(DataError):
+    """A file that was read and holds the wrong bytes: truncated, corrupt, or not matching its checksum."""
+
+
 # What an operation needed, by errno: the second half of the one line an OSError becomes.
 _NEEDED = {
     "ENOSPC": "free space on its disk", "EDQUOT": "free quota on its disk",
