@@ -13,6 +13,8 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from trm_kaggle.names import name_problem
+
 
 def validation_line(e: ValidationError) -> str:
     """A pydantic error as one line: `field.path: message; ...` (the CLI's and every config reader's)."""
@@ -101,6 +103,14 @@ class ArcBuildConfig(_Config):
     def _start(cls, v: int) -> int:
         if v < 1:
             raise ValueError("puzzle_identifiers_start must be >= 1 (0 is the blank identifier)")
+        return v
+
+    @field_validator("subsets", "test_set_name", "test_set_name2")
+    @classmethod
+    def _subset_names(cls, v):
+        for name in [v] if isinstance(v, str) else v:  # each becomes a file or folder name of the source
+            if problem := name_problem(name):
+                raise ValueError(f"the subset name {problem}")
         return v
 
 
@@ -410,6 +420,14 @@ class TrainConfig(_Config):
     # data curriculum: stages in order over the run's steps (empty = sample everything throughout)
     stages: list[TrainStage] = Field(default_factory=list, description="data curriculum stages, in order (empty "
                                                                        "= sample everything throughout)")
+
+    @field_validator("run_name")
+    @classmethod
+    def _run_name(cls, v: Optional[str]) -> Optional[str]:
+        if v and (problem := name_problem(v)):  # runs/<run_name> must stay inside runs/ ("": the default name)
+            raise ValueError(f"{problem}: a run name is one folder name inside runs/ (checkpoint_path names a run "
+                             "folder anywhere)")
+        return v
 
     @field_validator("global_batch_size", "epochs")
     @classmethod

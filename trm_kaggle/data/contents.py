@@ -18,6 +18,7 @@ from typing import BinaryIO
 from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import open_regular, read_json
+from trm_kaggle.names import relative_path_problem, shown
 
 CONTENTS_FILE = "contents.json"
 CONTENTS_FORMAT = "trm_kaggle.dataset_contents"
@@ -80,6 +81,10 @@ def contents_hash(dataset_dir: str | os.PathLike, full: bool = False) -> str | N
     if record is None:
         return None
     for rel, want in record["files"].items():
+        if problem := relative_path_problem(rel):  # a name read from a file: never a path outside the dataset
+            raise DataError(f"{root / CONTENTS_FILE}: the file name {problem}")
+        if not isinstance(want, dict):
+            raise DataError(f"{root / CONTENTS_FILE}: the entry of {shown(rel)} is not an object")
         path = root / rel
         if not os.path.lexists(path):
             raise DataError(f"{path}: missing (listed in {root / CONTENTS_FILE}); the dataset was changed after it "

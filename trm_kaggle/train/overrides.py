@@ -13,6 +13,7 @@ import re
 from typing import Any, Iterable, Sequence
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.wording import clipped
 
 # the value of a `~key` override (back to the default), and of a key a tree does not hold
 MISSING = object()
@@ -55,7 +56,7 @@ class _Parser:
         self.s, self.i = text, 0
 
     def error(self, what: str) -> ValueError:
-        return ValueError(f"{what} at position {self.i} in {self.s!r}")
+        return ValueError(f"{what} at position {self.i} in {clipped(self.s)}")
 
     def ws(self) -> None:
         while self.i < len(self.s) and self.s[self.i].isspace():
@@ -176,19 +177,19 @@ def parse_override(text: str) -> tuple[str, Any]:
     """`"+arch.L_cycles=4"` -> `("arch.L_cycles", 4)`. A `~key` (hydra delete) gives the value MISSING."""
     raw = text.strip()
     if "=" not in raw and not raw.startswith("~"):
-        raise TRMError(f"override {text!r}: expected key=value (for example arch.L_cycles=4)")
+        raise TRMError(f"override {clipped(text)}: expected key=value (for example arch.L_cycles=4)")
     key, _, value = raw.partition("=")
     key = key.strip()
     delete = key.startswith("~")
     key = key.lstrip("+~").strip()
     if not key or not re.match(r"^[A-Za-z_][A-Za-z0-9_.]*$", key) or ".." in key or key.endswith("."):
-        raise TRMError(f"override {text!r}: {key!r} is not a config key")
+        raise TRMError(f"override {clipped(text)}: {clipped(key)} is not a config key")
     if delete:
         return key, MISSING
     try:
         return key, parse_value(value)
     except ValueError as err:
-        raise TRMError(f"override {text!r}: cannot parse the value: {err}") from None
+        raise TRMError(f"override {clipped(text)}: cannot parse the value: {err}") from None
 
 
 # ---------------------------------------------------------------------------
