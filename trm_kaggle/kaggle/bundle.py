@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import count_or_auto
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_notebook
@@ -107,6 +108,9 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     from trm_kaggle.model.export import read_export  # torch: only when a bundle is built
 
     read_export(weights)  # damaged, non-finite or edited-config weights are refused before any slow step
+    _check_parts(out, {"wheels": "kaggle wheels dataset", "weights": "kaggle weights dataset",
+                       "kernel": "kaggle kernel", **({WHEEL_KERNEL_DIR: "kaggle adam-atan2 wheel kernel"}
+                                                     if wheel_kernel else {})})
     out.mkdir(parents=True, exist_ok=True)
     report = {"out_dir": str(out.absolute()),
               "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
@@ -235,6 +239,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(make_parser().parse_intermixed_args(argv))
 
 
+def _check_parts(out: Path, parts: dict[str, str]) -> None:
+    """Every part's refusal (a foreign folder in its place, a dangling link, a read-only folder), before the
+    first part is built: {folder name: the kind its builder writes}."""
+    for name, kind in parts.items():
+        if problem := replace_problem(out / name, kind, f"OUT_DIR part {name}/"):
+            raise TRMError(problem)
+
+
 def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str | os.PathLike | None = None,
                    train_kernel: bool = False, presets: Sequence[str] = (), overrides: Sequence[str] = (),
                    machine_shape: str = TRAIN_MACHINE_SHAPE, previous: str | None = None,
@@ -256,6 +268,10 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
         from trm_kaggle.kaggle.train_kernel import check_training_settings
 
         check_training_settings(presets, overrides)
+    _check_parts(out, {**({DATA_DIR: "kaggle data dataset"} if dataset is not None else {}),
+                       **({RUN_STATE_DIR: "kaggle run-state dataset"} if continue_from is not None else {}),
+                       **({"wheels": "kaggle wheels dataset", TRAIN_KERNEL_DIR: "kaggle training kernel"}
+                          if train_kernel else {})})
     out.mkdir(parents=True, exist_ok=True)
     if continue_from is not None and not train_kernel:
         raise TRMError("--continue-from goes with --train-kernel (the kernel that resumes from it)")
