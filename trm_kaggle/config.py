@@ -26,6 +26,16 @@ def validation_line(e: ValidationError) -> str:
 MAX_LR = 1e30
 #: Seeds go to numpy, torch and Python's random: non-negative 32-bit (numpy's legacy seeding takes no more).
 MAX_SEED = 2**32 - 1
+#: Rows of a puzzle-embedding table (a dataset's, an export's): each costs hidden_size floats in memory, in
+#: every train state and optimizer; upstream's largest ARC dataset has ~1.3 M.
+MAX_PUZZLE_IDENTIFIERS = 1 << 24
+#: The first identifier of a built ARC dataset: every one below it is a blank entry of identifiers.json and a
+#: row of the table (upstream raises it to stack datasets: past the ~1.3 M of the largest).
+MAX_IDENTIFIERS_START = 1 << 22
+#: Augmentations per puzzle (upstream's recipes use 1000): each multiplies the dataset's rows.
+MAX_NUM_AUG = 100_000
+#: Puzzles a generator makes per split (Sudoku, Maze).
+MAX_GENERATED = 10_000_000
 _INT64 = 2**63
 
 
@@ -81,7 +91,7 @@ class ArcBuildConfig(_Config):
     test_set_name: str = "evaluation2"
     test_set_name2: str = "evaluation2"  # upstream's second test-set name; same default as upstream
     seed: int = Field(42, ge=0, le=MAX_SEED)
-    num_aug: int = 1000
+    num_aug: int = Field(1000, le=MAX_NUM_AUG)
     puzzle_identifiers_start: int = 1
     workers: int = Field(0, ge=0, le=4096)  # 0 = one per CPU core
     skip_invalid: bool = False  # skip (and report) malformed tasks instead of stopping; for unseen Kaggle tasks
@@ -103,6 +113,10 @@ class ArcBuildConfig(_Config):
     def _start(cls, v: int) -> int:
         if v < 1:
             raise ValueError("puzzle_identifiers_start must be >= 1 (0 is the blank identifier)")
+        if v > MAX_IDENTIFIERS_START:  # each identifier below it is written out and is a row of the model
+            raise ValueError(f"puzzle_identifiers_start must be at most {MAX_IDENTIFIERS_START:,}: every "
+                             "identifier below it is a blank entry of identifiers.json and a row of the "
+                             "puzzle-embedding table")
         return v
 
     @field_validator("subsets", "test_set_name", "test_set_name2")
@@ -126,12 +140,12 @@ class SudokuBuildConfig(_Config):
     input_dir: Optional[str] = None
     subsample_size: Optional[int] = Field(None, ge=1)  # train split only, as upstream
     min_difficulty: Optional[int] = Field(None, ge=0)  # keep puzzles with rating >= this
-    num_aug: int = Field(0, ge=0)  # train split only, as upstream
+    num_aug: int = Field(0, ge=0, le=MAX_NUM_AUG)  # train split only, as upstream
     seed: int = Field(42, ge=0, le=MAX_SEED)
     # offline generator (a CSV's board size is read from the file)
     size: Literal[4, 6, 9] = 9
-    num_train: int = Field(1000, ge=1)
-    num_test: int = Field(200, ge=1)
+    num_train: int = Field(1000, ge=1, le=MAX_GENERATED)
+    num_test: int = Field(200, ge=1, le=MAX_GENERATED)
     progress: bool = True
 
 
@@ -145,8 +159,8 @@ class MazeBuildConfig(_Config):
     seed: int = Field(42, ge=0, le=MAX_SEED)
     # offline generator
     size: int = Field(30, ge=5, le=1024)
-    num_train: int = Field(1000, ge=1)
-    num_test: int = Field(200, ge=1)
+    num_train: int = Field(1000, ge=1, le=MAX_GENERATED)
+    num_test: int = Field(200, ge=1, le=MAX_GENERATED)
     min_path_length: Optional[int] = Field(None, ge=0)
     progress: bool = True
 
@@ -288,7 +302,7 @@ class ExportConfig(_Config):
     arch: ArchConfig
     seq_len: int = Field(ge=1, le=1 << 20)
     vocab_size: int = Field(ge=2, le=1 << 20)
-    num_puzzle_identifiers: Optional[int] = Field(ge=1)  # None: the model has no puzzle embedding
+    num_puzzle_identifiers: Optional[int] = Field(ge=1, le=MAX_PUZZLE_IDENTIFIERS)  # None: no puzzle embedding
     puzzle_embedding: Literal["full", "mean"]
     info: dict = Field(default_factory=dict)
 
@@ -473,7 +487,7 @@ class SweepVariant(_Config):
 class SweepGrid(_Config):
     """A grid of training runs: one variant from every axis, for every seed (`trm-kaggle sweep`).
 
-    In a YAML file (read with `yaml.safe_load`):
+    In a YAML file (read by `trm_kaggle.yamlio`):
 
         name: sudoku4-lr
         presets: [sudoku4-cpu]                # every run

@@ -170,19 +170,26 @@ def _read_bytes(path: Path, what: str, hint: str | None, max_bytes: int | None =
             size = os.fstat(f.fileno()).st_size
             if size > max_bytes:
                 raise DataError(too_large.format(size))
-            data = f.read(max_bytes + 1)
-            if len(data) > max_bytes:  # it grew while being read
+            data = f.read(size + 1)  # read(n) allocates n bytes first: never the cap itself
+            while len(data) > size and len(data) <= max_bytes:  # it grew while being read: the rest, still capped
+                more = f.read(min(1 << 20, max_bytes + 1 - len(data)))
+                if not more:
+                    break
+                data += more
+            if len(data) > max_bytes:
                 raise DataError(too_large.format(len(data)) + " (it grew while being read)")
             return data
         except OSError as e:
             raise UnreadableFile(cannot_read(path, what, e)) from None
 
 
-def read_text(path: str | os.PathLike, what: str = "text file", hint: str | None = None) -> str:
-    """A text file (YAML configs, JSON lines) decoded as `read_json` decodes, with the same one-line errors."""
+def read_text(path: str | os.PathLike, what: str = "text file", hint: str | None = None,
+              max_bytes: int | None = None) -> str:
+    """A text file (YAML configs, JSON lines) decoded as `read_json` decodes, with the same one-line errors;
+    at most `max_bytes` (default `MAX_BYTES`)."""
     path = Path(path)
     try:
-        return _text(_read_bytes(path, what, hint))
+        return _text(_read_bytes(path, what, hint, max_bytes))
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: unreadable {what}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
                         f"{e.start}; save it as UTF-8)") from None

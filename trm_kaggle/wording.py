@@ -10,9 +10,13 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 
 def clipped(value: object, limit: int = 80) -> str:
     """`repr(value)` for a one-line message, at most about `limit` characters: a value typed or read from a file
-    may be megabytes long (an expanded YAML alias, a pasted file), and its message stays one short line."""
-    text = value if isinstance(value, str) else None
-    if text is not None and len(text) > limit:  # cut before repr: a huge string is never copied whole
-        return repr(text[:limit]) + f"... ({len(text):,} characters)"
-    shown = repr(value)
-    return shown if len(shown) <= limit else shown[:limit] + f"... ({len(shown):,} characters)"
+    may be megabytes long (a pasted file), or nested lists that share their items (a YAML alias bomb: bytes on
+    disk, gigabytes as text), and its message stays one short line. The text is built bounded
+    (`reprlib`), never whole and then cut."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother = 3, limit, limit
+    short.maxlist = short.maxtuple = short.maxdict = short.maxset = 6
+    text = short.repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

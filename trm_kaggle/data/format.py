@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationError
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
+from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, validation_line
 from trm_kaggle.data.contents import write_contents
 from trm_kaggle.errors import DamagedFile, DataError, UnreadableFile
 from trm_kaggle.jsonio import open_regular, read_failure, read_json, readable_file
@@ -45,12 +46,13 @@ class DatasetMetadata(BaseModel):
     pad_id: int = 0
     ignore_label_id: int | None = 0
     blank_identifier_id: int = 0
-    vocab_size: int
-    seq_len: int
-    num_puzzle_identifiers: int
-    total_groups: int
+    # read from a file, they size the model (embeddings, the puzzle table) before any array is looked at
+    vocab_size: int = Field(ge=1, le=1 << 20)
+    seq_len: int = Field(ge=1, le=1 << 20)
+    num_puzzle_identifiers: int = Field(ge=1, le=MAX_PUZZLE_IDENTIFIERS)
+    total_groups: int = Field(ge=0)
     mean_puzzle_examples: float
-    total_puzzles: int
+    total_puzzles: int = Field(ge=0)
     sets: list[str] = [SET_NAME]
 
 
@@ -281,13 +283,15 @@ class Split:
 def load_metadata(dataset_dir: str | os.PathLike, split: str) -> DatasetMetadata:
     path = Path(dataset_dir) / split / "dataset.json"
     raw = read_json(path, "dataset.json", hint=f"is {dataset_dir} a dataset directory?")
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: not a dataset.json (expected an object)")
     if "total_puzzles" not in raw:  # HRM-era files lack it; it equals len(puzzle_indices) - 1
         idx = load_array(Path(dataset_dir) / split / f"{SET_NAME}__puzzle_indices.npy", mmap=True)
         raw["total_puzzles"] = len(idx) - 1
     try:
         return DatasetMetadata(**raw)
-    except Exception as e:
-        raise DataError(f"{path}: not a dataset.json: {e}") from None
+    except ValidationError as e:
+        raise DataError(f"{path}: not a dataset.json: {validation_line(e)}") from None
 
 
 def load_split(dataset_dir: str | os.PathLike, split: str) -> Split:

@@ -28,10 +28,11 @@ import torch
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import DamagedFile, TRMError
-from trm_kaggle.jsonio import open_regular, read_failure, read_text, readable_file
+from trm_kaggle.jsonio import open_regular, read_failure, readable_file
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, fit_state_dict, resize_puzzle_embedding
 from trm_kaggle.model.hub import resolve_checkpoint, snapshot_commit
 from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.yamlio import read_yaml
 
 COMPILE_PREFIX = "_orig_mod."
 UPSTREAM_PREFIX = "model.inner."
@@ -196,18 +197,10 @@ def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
 
 def read_all_config(path: Union[str, os.PathLike]) -> Dict[str, Any]:
     """Parse an upstream run's all_config.yaml (a file, or the checkpoint directory holding it)."""
-    import yaml
-
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, "all_config.yaml")
-    text = read_text(path, "run config", hint="upstream writes all_config.yaml beside its checkpoints")
-    try:
-        cfg = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise TRMError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
-    except RecursionError:
-        raise TRMError(f"{path}: not a run config: nested too deeply") from None
+    cfg = read_yaml(path, "run config", hint="upstream writes all_config.yaml beside its checkpoints")
     if not isinstance(cfg, dict):
         raise TRMError(f"{path}: expected a mapping at the top level")
     return cfg

@@ -40,7 +40,7 @@ import numpy as np
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
-from trm_kaggle.config import ArcBuildConfig
+from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, ArcBuildConfig
 from trm_kaggle.data.arc.tasks import MAX_GRID, ArcTask, LoadReport, load_subset
 from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_augmentations
 from trm_kaggle.data.contents import write_contents
@@ -396,6 +396,10 @@ def build_arc(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = Non
     P = np.array([len(tr) for tr, _ in plans], dtype=np.int64)
     E_train = np.array([len(j.train_split_pairs) for j in jobs], dtype=np.int64)
     E_test = np.array([len(j.test_split_pairs) for j in jobs], dtype=np.int64)
+    if cfg.puzzle_identifiers_start + int(P.sum()) > MAX_PUZZLE_IDENTIFIERS:  # before the names are laid out
+        raise DataError(f"{cfg.puzzle_identifiers_start:,} + {int(P.sum()):,} puzzle identifiers are more than the "
+                        f"{MAX_PUZZLE_IDENTIFIERS:,} a dataset may hold (each is a row of the puzzle-embedding "
+                        "table): lower --num-aug or --puzzle-identifiers-start")
     first_id = cfg.puzzle_identifiers_start + np.concatenate([[0], np.cumsum(P)[:-1]])
     names = ["<blank>"] * cfg.puzzle_identifiers_start
     for job, (tr, pm) in zip(jobs, plans):
