@@ -207,8 +207,8 @@ def replace_problem(target: str | os.PathLike, kind: str, what: str = "output") 
     if problem:
         return problem
     if real.is_dir() and any(real.iterdir()) and (problem := owner_problem(real, kind)):
-        return (f"{Path(target).absolute()} exists, is not empty and is not {_a(kind)} written by this package ({problem}); "
-                "refusing to replace it (choose another output directory)")
+        return (f"{Path(target).absolute()} exists, is not empty and is not {_a(kind)} written by this package "
+                f"({problem}); refusing to replace it (choose another output directory)")
     return None
 
 

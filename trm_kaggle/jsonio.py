@@ -3,7 +3,8 @@
 
 Whatever is wrong with a file, the caller gets one `DataError` line naming the file and
 the problem, never a traceback: missing, a directory, a device, FIFO or socket (never read: it may never end),
-unreadable (no permission: `UnreadableFile`, never called damaged), larger than `MAX_BYTES` (at most that many bytes are ever read),
+unreadable (no permission: `UnreadableFile`, never called damaged), larger than `MAX_BYTES` (at most
+that many bytes are ever read),
 empty, not UTF-8 (UTF-8 with a byte-order mark and UTF-16/32 with one are read as text
 editors write them), truncated or otherwise invalid (with line and column), nested deeper
 than Python's parser goes (about 1,000 levels: its RecursionError becomes one line), or an

@@ -47,7 +47,8 @@ def name_problem(name: object) -> str | None:
         return f"{shown_name} is not a name"
     bad = sorted({c for c in name if c in _FORBIDDEN or not c.isprintable()})
     if bad:
-        return f"{shown_name} holds {', '.join(repr(c) for c in bad)} (path separators and control characters are refused)"
+        return (f"{shown_name} holds {', '.join(repr(c) for c in bad)} (path separators and control characters are "
+                "refused)")
     return None
 
 

@@ -91,8 +91,8 @@ def contents_hash(dataset_dir: str | os.PathLike, full: bool = False) -> str | N
                             f"was built: rebuild it")
         with open_regular(path, "dataset file") as f:  # a FIFO never blocks; no permission is not a change
             size = os.fstat(f.fileno()).st_size
-            same = size == want.get("size") and (
-                _full_sha256(f) == want.get("sha256") if full else _sampled_sha256(f, size) == want.get("sampled_sha256"))
+            same = size == want.get("size") and (_full_sha256(f) == want.get("sha256") if full else
+                                                 _sampled_sha256(f, size) == want.get("sampled_sha256"))
         if not same:
             raise DataError(f"{path}: differs from the contents its builder recorded in {root / CONTENTS_FILE} "
                             f"(changed or replaced after the build): rebuild the dataset")
