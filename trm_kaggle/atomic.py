@@ -82,7 +82,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private (0600); outputs are meant to be shared
-        f = os.fdopen(fd, mode)
+        f = os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")  # text: UTF-8 whatever the locale
         recorder = _Recorder(f)
         try:
             with f:  # closing flushes too: its error is caught here as well
@@ -105,7 +105,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
 def append_line(path: str | os.PathLike, line: str) -> None:
     """Append one line to a log file (metrics.jsonl); an OSError names the file."""
     try:
-        with open(path, "a") as f:
+        with open(path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
     except OSError as e:
         raise with_path(e, path) from None

@@ -24,7 +24,8 @@ import pydantic
 from trm_kaggle import __version__
 from trm_kaggle.config import FinetuneMode, TaskIdMode, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
-from trm_kaggle.wording import count
+from trm_kaggle.names import typed_name
+from trm_kaggle.wording import count, escape_what_the_console_cannot_show
 
 log = logging.getLogger("trm_kaggle")
 
@@ -652,7 +653,7 @@ def _add_evaluate(sub) -> None:
                         "compile (benchmarks/bench_evaluate.py --compile measures both on your machine)")
     p.add_argument("--max-steps", type=int, default=None, help="ACT steps (default: the model's halt_max_steps)")
     p.add_argument("--weighting", choices=["count", "q_halt"], default="count", help="vote by count or sigmoid(q_halt)")
-    p.add_argument("--tasks", default=None,
+    p.add_argument("--tasks", default=None, type=typed_name,
                    help="comma-separated task ids to draw in the report (default: the first --first tasks)")
     p.add_argument("--first", type=int, default=5, help="draw the first N tasks when --tasks is not given")
     p.add_argument("--no-pictures", action="store_true", help="write the report without grid pictures")
@@ -1049,6 +1050,7 @@ _SWEEP_VALUE_FLAGS = ("--preset", "--config", "--seeds", "--sweep-dir", "--sweep
 
 
 def main(argv: list[str] | None = None) -> int:
+    escape_what_the_console_cannot_show()  # a task id the locale cannot encode is escaped, never a traceback
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides = []
     head = 2 if argv[:1] == ["launch"] else 1  # `launch k8s ...`: the launcher is a word, not an override

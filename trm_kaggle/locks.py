@@ -40,7 +40,7 @@ def _holder_record() -> str:
 def _read_holder(path: Path) -> tuple[int | None, str, str]:
     """(pid, host, command) recorded in a lock file; (None, '', '') when unreadable."""
     try:
-        pid, host, *command = path.read_text(errors="replace").split(" ", 2)
+        pid, host, *command = path.read_text(encoding="utf-8", errors="replace").split(" ", 2)
         return int(pid), host, " ".join(command).strip()
     except (OSError, ValueError):
         return None, "", ""
@@ -66,7 +66,7 @@ def directory_lock(directory: str | os.PathLike, name: str, what: str, required:
     path = directory / name
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+")
+        f = open(path, "a+", encoding="utf-8")
     except OSError as e:
         if required:
             raise

@@ -72,6 +72,17 @@ def task_id_problem(task_id: object) -> str | None:
     return problem
 
 
+def typed_name(text: str) -> str:
+    """A name typed on the command line (task ids), as the text it is in files. Where the locale's file-system
+    encoding is not UTF-8 (LC_ALL=C), Python hands non-ASCII bytes of argv over as surrogate escapes ('é' arrives
+    as '\\udcc3\\udca9'); names in our files are UTF-8, so the bytes are read again as UTF-8 (unchanged where
+    they are not UTF-8)."""
+    try:
+        return os.fsencode(text).decode("utf-8")
+    except UnicodeError:
+        return text
+
+
 def safe_filename(name: str, suffix: str = "") -> str:
     """A file name for `name` (plus `suffix`, e.g. ".png") that is one plain path component."""
     encoded = "".join(c if _PLAIN.match(c) else "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in name)

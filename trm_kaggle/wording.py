@@ -1,6 +1,9 @@
-"""Words a person reads: counts ("1 test input", "2 test inputs") and values echoed in a message, bounded."""
+"""Words a person reads: counts ("1 test input", "2 test inputs"), values echoed in a message (bounded), and a
+console that never fails on a character it cannot show."""
 
 from __future__ import annotations
+
+import sys
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
@@ -20,3 +23,13 @@ def clipped(value: object, limit: int = 80) -> str:
     short.maxlist = short.maxtuple = short.maxdict = short.maxset = 6
     text = short.repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def escape_what_the_console_cannot_show() -> None:
+    """Standard output and error escape (`\\xe9`) what their encoding cannot encode, instead of raising: under
+    LC_ALL=C or PYTHONIOENCODING=ascii a task id such as `é-tâche` must not cost a command its report or its
+    exit status. Files are another matter: the package writes them as UTF-8 whatever the locale."""
+    for stream in (sys.stdout, sys.stderr):
+        # surrogateescape (the C locale's) fails on é as strict does
+        if getattr(stream, "errors", None) in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")

@@ -417,15 +417,20 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
         raise TRMError(f"tasks not in the test set: {', '.join(unknown)}")
     paths: dict[str, Path] = {}
     pics: dict[str, str] = {}
-    atomic_write_json(out / "report.json", report, indent=1)  # first: the numbers never wait on a picture
-    if pictures and chosen:
+    pngs: dict[Path, bytes] = {}
+    for task in chosen if pictures else []:
+        p = file_in(out / "pictures", task, ".png")  # a task id is data: encoded, never a path
+        pngs[p] = task_picture_png(result, task, attempts=attempts)
+        paths[f"picture:{task}"] = p
+        pics[task] = "pictures/" + p.name.replace("%", "%25")  # the link is a URL: its % escaped
+    markdown = _markdown(report, pics)
+    # every part is made before the first is written: a picture that cannot be drawn leaves the old report whole
+    atomic_write_json(out / "report.json", report, indent=1)
+    if pngs:
         (out / "pictures").mkdir(exist_ok=True)
-        for task in chosen:
-            p = file_in(out / "pictures", task, ".png")  # a task id is data: encoded, never a path
-            save_task_picture(result, task, p, attempts=attempts)
-            paths[f"picture:{task}"] = p
-            pics[task] = "pictures/" + p.name.replace("%", "%25")  # the link is a URL: its % escaped
-    atomic_write_text(out / "report.md", _markdown(report, pics))
+    for p, png in pngs.items():
+        atomic_write_bytes(p, png)
+    atomic_write_text(out / "report.md", markdown)  # UTF-8 whatever the locale (task ids such as é-tâche)
     paths["json"], paths["markdown"] = out / "report.json", out / "report.md"
     return paths
 

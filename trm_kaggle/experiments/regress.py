@@ -242,7 +242,7 @@ def git_commit(notebook_dir: Path) -> str:
     """HEAD of the checkout holding the notebooks (+dirty when files besides the baselines differ)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=notebook_dir, capture_output=True, text=True, timeout=30,
-                              check=True).stdout
+                              check=True, encoding="utf-8", errors="replace").stdout
 
     try:
         sha = git("rev-parse", "--short=12", "HEAD").strip()

@@ -68,6 +68,7 @@ from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_python_version,
 )
 from trm_kaggle.outputs import Input, Output, check_io
+from trm_kaggle.wording import escape_what_the_console_cannot_show
 
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "execute", "main", "make_parser", "push", "run",
@@ -236,6 +237,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`build_bundle.py`: parse the command line and `run` it (key=value settings may follow any option)."""
+    escape_what_the_console_cannot_show()
     return run(make_parser().parse_intermixed_args(argv))
 
 

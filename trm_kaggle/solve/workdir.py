@@ -110,7 +110,7 @@ def write_result(work: str | os.PathLike, unit: Unit, key: dict, candidates: dic
 def read_result(work: str | os.PathLike, unit: Unit) -> dict | None:
     """The unit's result, or None when there is none (or it is unreadable, or of another task)."""
     try:
-        result = json.loads((unit_dir(work, unit) / RESULT).read_text())
+        result = json.loads((unit_dir(work, unit) / RESULT).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(result, dict) or result.get("task") != unit.task_id or \
