@@ -196,6 +196,27 @@ def read_text(path: str | os.PathLike, what: str = "text file", hint: str | None
                         f"{e.start}; save it as UTF-8)") from None
 
 
+def read_json_lines(path: str | os.PathLike, what: str = "JSON lines file") -> list[tuple[int, str, Any]]:
+    """(line number, text, value) of each non-empty line of a JSON-lines file (a log appended to: metrics.jsonl,
+    regress's history.jsonl). A line that is not one JSON value (cut off by a kill, bytes that are not UTF-8
+    such as 0x00 0xff) has the value None, and text "" when it is not even UTF-8: one bad line never costs
+    the others. The file itself is read as `read_json` reads (a FIFO or no permission: one line)."""
+    out = []
+    for number, raw in enumerate(_read_bytes(Path(path), what, None).split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8-sig").rstrip("\r")  # a byte-order mark (Windows editors) is no content
+        except UnicodeDecodeError:
+            out.append((number, "", None))
+            continue
+        try:
+            out.append((number, text, parse_json(text, f"{path}:{number}", what)))
+        except DataError:
+            out.append((number, text, None))
+    return out
+
+
 def read_json(path: str | os.PathLike, what: str = "JSON file", hint: str | None = None,
               on_duplicate: Callable[[str], None] | None = None) -> Any:
     """Parsed JSON of a file, or DataError naming the file and the one problem.

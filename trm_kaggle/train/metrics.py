@@ -17,8 +17,7 @@ import logging
 from pathlib import Path
 
 from trm_kaggle.atomic import atomic_write_text
-from trm_kaggle.errors import DataError
-from trm_kaggle.jsonio import parse_json, read_text
+from trm_kaggle.jsonio import read_json_lines
 
 log = logging.getLogger(__name__)
 
@@ -26,15 +25,9 @@ METRICS_FILE = "metrics.jsonl"
 
 
 def _records(path: Path) -> list[tuple[str, object]]:
-    """(line, parsed record or None when the line is not JSON: a line cut off by a kill) of each non-empty line."""
-    out = []
-    for i, line in enumerate(read_text(path, METRICS_FILE).splitlines(), 1):
-        if line.strip():
-            try:
-                out.append((line, parse_json(line, f"{path}:{i}", "metrics record")))
-            except DataError:
-                out.append((line, None))
-    return out
+    """(line, parsed record or None when the line is not JSON: a line cut off by a kill, bytes that are not
+    UTF-8) of each non-empty line."""
+    return [(text, value) for _, text, value in read_json_lines(path, METRICS_FILE)]
 
 
 def drop_metrics_after(path: Path, step: int) -> None:
