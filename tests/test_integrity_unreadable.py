@@ -336,3 +336,32 @@ def test_the_gate_itself(tmp_path, monkeypatch):
         J.open_regular(tmp_path / "f", "thing")
     assert J.read_failure(OSError(errno.EINVAL, "Invalid argument"), "p", "x") is None  # a seek past the end
     assert isinstance(J.read_failure(OSError(errno.EIO, "I/O"), "p", "x"), UnreadableFile)
+
+
+# ---------------------------------------------------------------------------
+# Found by the second round: more readers and the appended log
+# ---------------------------------------------------------------------------
+
+
+def test_a_fifo_metrics_log_is_refused_before_training(data, trained, tmp_path, capsys, fifo):
+    run = copy_run(trained, tmp_path / "run")
+    fifo(run / "metrics.jsonl")
+    t0 = time.perf_counter()
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=3")))
+    assert time.perf_counter() - t0 < 20 and "metrics.jsonl" in line and "pipe (FIFO)" in line
+    assert ckpt.newest_step(run) == 3  # nothing trained
+
+
+def test_appending_to_a_fifo_log_never_waits(tmp_path, fifo):
+    from trm_kaggle.atomic import append_line
+    from trm_kaggle.errors import TRMError
+
+    with pytest.raises(TRMError, match="a log must be a regular file, not a pipe"):
+        append_line(fifo(tmp_path / "metrics.jsonl"), "{}")
+
+
+def test_load_checkpoint_that_is_a_fifo(data, tmp_path, capsys, fifo):
+    for name in ("step_10", "state_step00000001.pt"):
+        line = one_error_line(capsys, main(train_args(data, tmp_path / "run", "max_steps=1",
+                                                      f"load_checkpoint={fifo(tmp_path / name)}")))
+        assert name in line and "pipe (FIFO)" in line

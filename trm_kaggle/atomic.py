@@ -12,6 +12,7 @@ only proof on which an existing directory is ever replaced.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import os
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from trm_kaggle.errors import TRMError, as_os_error, with_path
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import not_regular, read_json
 from trm_kaggle.outputs import Output, link_problem, writable_problem
 
 PARTIAL_MARK = ".partial-"
@@ -103,9 +104,24 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:
-    """Append one line to a log file (metrics.jsonl); an OSError names the file."""
+    """Append one line to a log file (metrics.jsonl), UTF-8; an OSError names the file. Anything but a regular
+    file in its place is refused, never waited on (a FIFO's open for writing waits for a reader)."""
     try:
-        with open(path, "a", encoding="utf-8") as f:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # a FIFO without a reader
+            raise TRMError(f"{path}: a log must be a regular file, not a pipe (FIFO)") from None
+        raise with_path(e, path) from None
+    try:
+        kind = not_regular(os.fstat(fd).st_mode)  # a directory cannot be opened for writing at all
+        if kind:
+            raise TRMError(f"{path}: a log must be a regular file, not {kind}")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(line + "\n")
     except OSError as e:
         raise with_path(e, path) from None

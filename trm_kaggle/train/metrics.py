@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 from pathlib import Path
 
 from trm_kaggle.atomic import atomic_write_text
@@ -32,8 +33,9 @@ def _records(path: Path) -> list[tuple[str, object]]:
 
 def drop_metrics_after(path: Path, step: int) -> None:
     """On resume at `step`: keep the records of steps <= step, atomically. The steps after it are
-    trained again, so metrics.jsonl holds each step once. A line cut off by a kill is dropped too."""
-    if not path.is_file():
+    trained again, so metrics.jsonl holds each step once. A line cut off by a kill is dropped too. Anything but
+    a regular file in its place (a FIFO the appends would wait on) is refused here, before training starts."""
+    if not os.path.lexists(path):
         return
     records = _records(path)
     kept = [line for line, r in records if isinstance(r, dict) and isinstance(r.get("step"), int) and r["step"] <= step]
@@ -57,7 +59,7 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     A line that is not a JSON record (the half-written last line of a running run) is skipped.
     A run without metrics.jsonl yet has none."""
     path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):  # a FIFO or a folder in its place is named by the reader, not taken for none
         return [], []
     train: list[dict] = []
     evals: dict[int, dict] = {}
