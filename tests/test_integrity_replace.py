@@ -236,3 +236,22 @@ def test_a_bundle_part_that_is_a_dangling_link(inputs, tmp_path, capsys):
                  "--notebook", str(inputs["notebook"]), "--extra-wheel", str(inputs["extra"])])
     assert "dangling link" in one_error_line(capsys, rc)
     assert sorted(p.name for p in out.iterdir()) == ["kernel"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/null link"])
+def test_a_special_file_in_place_of_an_output_file_is_not_replaced(tmp_path, capsys, kind):
+    (tmp_path / "c.json").write_text(json.dumps({"t": {"train": [{"input": [[1]], "output": [[1]]}],
+                                                        "test": [{"input": [[1]]}]}}))
+    make_export(tmp_path / "exp")
+    out = tmp_path / "s.json"
+    if kind == "fifo":
+        os.mkfifo(out)
+    else:
+        out.symlink_to("/dev/null")
+    line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+                                        str(tmp_path / "exp"), "--output", str(out), "--work-dir",
+                                        str(tmp_path / "w"), "--no-progress"]))
+    assert "not a file: it is not replaced" in line
+    assert (out.is_fifo() if kind == "fifo" else out.is_symlink()) and Path("/dev/null").is_char_device()
+    with pytest.raises(TRMError, match="not a file: it is not replaced"):
+        atomic_write_text(out, "x")

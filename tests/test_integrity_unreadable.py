@@ -365,3 +365,14 @@ def test_load_checkpoint_that_is_a_fifo(data, tmp_path, capsys, fifo):
         line = one_error_line(capsys, main(train_args(data, tmp_path / "run", "max_steps=1",
                                                       f"load_checkpoint={fifo(tmp_path / name)}")))
         assert name in line and "pipe (FIFO)" in line
+
+
+def test_a_fifo_in_a_submit_work_dir_never_waits(tmp_path, fifo):
+    from trm_kaggle.solve.workdir import Unit, read_result, unit_dir
+
+    unit = Unit(index=0, task_id="t0", test_inputs=1, train_pairs=1)
+    unit_dir(tmp_path, unit).mkdir(parents=True)
+    fifo(unit_dir(tmp_path, unit) / "result.json")
+    t0 = time.perf_counter()
+    assert read_result(tmp_path, unit) is None  # unreadable: the task runs again
+    assert time.perf_counter() - t0 < 20

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 from trm_kaggle.errors import TRMError, as_os_error, with_path
 from trm_kaggle.jsonio import not_regular, read_json
-from trm_kaggle.outputs import Output, link_problem, writable_problem
+from trm_kaggle.outputs import Output, link_problem, special_kind, writable_problem
 
 PARTIAL_MARK = ".partial-"
 OLD_MARK = ".old-"
@@ -79,6 +79,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
     Any OSError of the write (a full disk, a file size limit) names `path`, also when the writer
     (torch, numpy) reported it in its own words."""
     path = written_path(path)
+    if kind := special_kind(path):  # a FIFO or a device someone put there is not ours to replace
+        raise TRMError(f"{path} is {kind}, not a file: it is not replaced (choose another path)")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import not_regular
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,14 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What `path` is when it is neither a regular file nor a folder (a FIFO, a device, a socket), else None."""
+    try:
+        return not_regular(os.stat(path).st_mode)
+    except OSError:
+        return None
+
+
 def link_problem(path: str | os.PathLike, what: str = "output") -> str | None:
     """Why `path` cannot be written through: a symbolic link to nothing (None for anything else)."""
     path = Path(path)
@@ -132,6 +141,8 @@ def writable_problem(out: Output) -> str | None:
             return f"{shown} is a folder; a file is written there"
         if out.kind != "file" and not path.is_dir():
             return f"{shown} is a file; a folder is written there"
+        if out.kind == "file" and (kind := special_kind(path)):
+            return f"{shown} is {kind}, not a file: it is not replaced (choose another path)"
         if out.kind == "file" and not os.access(path, os.W_OK):  # protected on purpose: not ours to replace
             return f"{shown} is read-only; make it writable or choose another path"
         # replacing a folder renames it: an immutable one (chattr +i) or a read-only mount refuses that, even
