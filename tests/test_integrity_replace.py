@@ -255,3 +255,32 @@ def test_a_special_file_in_place_of_an_output_file_is_not_replaced(tmp_path, cap
     assert (out.is_fifo() if kind == "fifo" else out.is_symlink()) and Path("/dev/null").is_char_device()
     with pytest.raises(TRMError, match="not a file: it is not replaced"):
         atomic_write_text(out, "x")
+
+
+def test_a_loop_of_links_is_named(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(TRMError, match="a loop of symbolic links"):
+        make_export(tmp_path / "a")
+    assert leftovers(tmp_path) == []
+
+
+def test_another_writer_finishing_first_leaves_no_old_folder(tmp_path, monkeypatch):
+    """Two replacements of one output at once: the one whose rename comes second fails, and removes the old
+    output it moved aside (the other writer's is in place) as well as its own partial folder."""
+    make_export(tmp_path / "exp")
+    real = os.replace
+
+    def the_other_writer_first(src, dst):
+        if ".partial-" in Path(src).name:
+            make_fake = tmp_path / "other"
+            make_fake.mkdir()
+            (make_fake / "x").write_text("the other writer's")
+            real(make_fake, dst)
+            raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), str(src), None, str(dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(A.os, "replace", the_other_writer_first)
+    with pytest.raises(OSError):
+        make_export(tmp_path / "exp")
+    assert leftovers(tmp_path) == [] and (tmp_path / "exp" / "x").read_text() == "the other writer's"

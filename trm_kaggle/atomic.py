@@ -275,6 +275,8 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     except BaseException:
         if moved and not target.exists():
             os.replace(old, target)  # the old output back where it was
+        elif moved:  # another writer's output took its place meanwhile: the old one is superseded
+            shutil.rmtree(old, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if moved:

@@ -19,6 +19,7 @@ or a file in the way is said now, not after an hour of work.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 from dataclasses import dataclass
@@ -123,7 +124,13 @@ def special_kind(path: str | os.PathLike) -> str | None:
 def link_problem(path: str | os.PathLike, what: str = "output") -> str | None:
     """Why `path` cannot be written through: a symbolic link to nothing (None for anything else)."""
     path = Path(path)
-    if path.is_symlink() and not path.exists():
+    if not path.is_symlink():
+        return None
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"{what} {os.fspath(path)} is a loop of symbolic links (a dangling link): remove the link"
         return (f"{what} {os.fspath(path)} is a symbolic link to {os.path.realpath(path)}, which does not exist "
                 "(a dangling link): create what it points to, or remove the link")
     return None
