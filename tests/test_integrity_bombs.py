@@ -202,3 +202,48 @@ def test_an_export_that_declares_a_huge_table(tmp_path, capsys):
 
     with pytest.raises(Exception, match="num_puzzle_identifiers"):
         read_export(tmp_path / "exp")
+
+
+# ---------------------------------------------------------------------------
+# Found by the second round
+# ---------------------------------------------------------------------------
+
+
+def test_a_deeply_nested_override_is_one_line(capsys):
+    line = quick_line(capsys, ["train", "data_paths=" + "[" * 5000 + "]" * 5000, "--print-config"])
+    assert "nested too deeply" in line
+
+
+def test_merge_keys_cannot_hide_a_bomb(tmp_path, capsys):
+    text = "data_paths: [&a {x: 1, y: 2}, &b {<<: [*a, *a, *a, *a]}"
+    names = ["b"]
+    for i in range(12):
+        text += f", &m{i} [" + ", ".join([f"*{names[-1]}"] * 8) + "]"
+        names.append(f"m{i}")
+    (tmp_path / "c.yaml").write_text(text + "]\n")
+    assert "expands to more than" in quick_line(capsys, ["train", "--config", str(tmp_path / "c.yaml"),
+                                                         "--print-config"])
+
+
+def test_submit_num_aug_is_bounded_before_any_task(tmp_path, capsys):
+    (tmp_path / "c.json").write_text(json.dumps({"t": {"train": [{"input": [[1]], "output": [[1]]}],
+                                                        "test": [{"input": [[1]]}]}}))
+    make_export(tmp_path / "exp")
+    line = quick_line(capsys, ["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"),
+                               "--output", str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "w"),
+                               "--num-aug", str(10**9), "--no-progress"])
+    assert "num_aug" in line and "at most 100,000" in line
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_a_library_error_caught_to_keep_going_is_one_bounded_line():
+    import pydantic
+
+    from trm_kaggle.config import ArcBuildConfig
+    from trm_kaggle.errors import describe
+
+    with pytest.raises(pydantic.ValidationError) as e:
+        ArcBuildConfig(output_dir="x", num_aug=10**9)
+    line = describe(e.value)
+    assert "\n" not in line and "num_aug" in line
+    assert len(describe(RuntimeError("x" * 100_000))) < 600

@@ -594,6 +594,13 @@ class SolveConfig(_Config):
             raise ValueError("must be >= 0 or 'auto'")
         return v
 
+    @field_validator("num_aug")
+    @classmethod
+    def _num_aug_bound(cls, v):
+        if v != "auto" and v > MAX_NUM_AUG:  # each task's dataset is built with it: refused here, not per task
+            raise ValueError(f"must be at most {MAX_NUM_AUG:,} or 'auto'")
+        return v
+
     @model_validator(mode="after")
     def _auto_needs_a_budget(self) -> "SolveConfig":
         auto = [n for n in ("num_aug", "finetune_steps") if getattr(self, n) == "auto"]
@@ -618,7 +625,7 @@ class PipelineConfig(_Config):
     """`trm-kaggle pipeline`: every stage on embedded defaults, offline, in minutes on a CPU."""
 
     work_dir: str = "runs/pipeline"  # everything is written here
-    num_aug: int = Field(4, ge=1)  # augmentations per task
+    num_aug: int = Field(4, ge=1, le=MAX_NUM_AUG)  # augmentations per task
     train_seconds: float = Field(180.0, gt=0, allow_inf_nan=False)  # training time limit
     # Side of the canvas: tasks whose grids fit it (seq_len canvas^2). At upstream's 30 a CPU manages too few
     # steps in a few minutes to learn anything visible; at 12 it learns within the budget (docs/benchmarks.md).

@@ -79,7 +79,10 @@ def describe(e: BaseException) -> str:
     """One line for an exception caught to keep going (a task that failed): a user's problem as the CLI says
     it, an OSError with its file and what was needed, anything else with its type."""
     if isinstance(e, TRMError):
-        return str(e)
-    if isinstance(e, OSError):
-        return os_error_line(e)
-    return f"{type(e).__name__}: {e}"
+        text = str(e)
+    elif isinstance(e, OSError):
+        text = os_error_line(e)
+    else:
+        text = f"{type(e).__name__}: {e}"
+    text = " ".join(text.split())  # one line, also for a library's multi-line message (pydantic's)
+    return text if len(text) <= 500 else text[:500] + "..."

@@ -192,6 +192,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key, parse_value(value)
     except ValueError as err:
         raise TRMError(f"override {clipped(text)}: cannot parse the value: {err}") from None
+    except RecursionError:  # the parser goes one level down per bracket
+        raise TRMError(f"override {clipped(text)}: cannot parse the value: nested too deeply") from None
 
 
 # ---------------------------------------------------------------------------
