@@ -170,3 +170,21 @@ def test_every_text_file_of_the_package_is_opened_as_utf8(tmp_path):
     planted.write_text("open(p)\nopen(p, 'w')\nos.fdopen(fd, mode)\nPath(p).read_text()\nq.write_text(s)\n"
                        "subprocess.run(c, text=True)\nopen(p, 'rb')\nread_text(p)\nopen(p, encoding='utf-8')\n")
     assert len(_text_opens_without_encoding(planted)) == 6
+
+
+def test_a_path_with_bytes_that_are_not_utf8_in_a_report(evaluated, tmp_path):
+    """A folder name holding a byte that is not UTF-8 (0xe9, latin-1's é) reaches Python as a surrogate escape:
+    the report naming it is still written, as UTF-8, the byte escaped."""
+    import shutil
+
+    from trm_kaggle.atomic import atomic_write_text
+
+    atomic_write_text(tmp_path / "a.md", "ds\udce9")
+    assert (tmp_path / "a.md").read_bytes() == b"ds\\udce9"
+    data = os.fsencode(tmp_path) + b"/ds\xe9"
+    shutil.copytree(os.fsencode(evaluated / "ds"), data)
+    r = run(["evaluate", "--weights", str(evaluated / "exp"), "--data", os.fsdecode(data), "--device", "cpu",
+             "--no-progress", "--report-dir", str(tmp_path / "rep")], {"LC_ALL": "C.UTF-8"}, tmp_path)
+    no_traceback(r)
+    assert r.returncode == 0
+    assert "ds\\udce9" in (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")

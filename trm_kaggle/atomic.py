@@ -85,7 +85,10 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private (0600); outputs are meant to be shared
-        f = os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")  # text: UTF-8 whatever the locale
+        # text: UTF-8 whatever the locale; a path holding bytes that are not UTF-8 (a surrogate escape) is
+        # written escaped ("\udce9"), so the file stays UTF-8 and the write never fails on it
+        binary = "b" in mode
+        f = os.fdopen(fd, mode, encoding=None if binary else "utf-8", errors=None if binary else "backslashreplace")
         recorder = _Recorder(f)
         try:
             with f:  # closing flushes too: its error is caught here as well
@@ -123,7 +126,7 @@ def append_line(path: str | os.PathLike, line: str) -> None:
         os.close(fd)
         raise
     try:
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
+        with os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace") as f:
             f.write(line + "\n")
     except OSError as e:
         raise with_path(e, path) from None
