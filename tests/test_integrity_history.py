@@ -81,3 +81,14 @@ def test_a_metrics_log_with_bytes_that_are_not_utf8_resumes(tmp_path):
     assert main(train_args(data, run, "max_steps=3")) == 0
     assert [r["step"] for r in read_metrics(run)[0]] == [1, 2, 3]
     assert b"\xff" not in (run / "metrics.jsonl").read_bytes()  # dropped when the resume rewrote the log
+
+
+def test_history_values_that_are_not_finite_are_left_out_of_the_plot(tmp_path):
+    from trm_kaggle.experiments.regress import plot_history
+
+    path = tmp_path / "history.jsonl"
+    path.write_text("\n".join(json.dumps({"commit": c, "metrics": {"acc": {"accuracy": v}}})
+                              for c, v in (("a", 0.8), ("b", 1e999), ("c", float("nan")), ("d", 0.7))) + "\n")
+    history = read_history(path)
+    assert len(history) == 4
+    assert plot_history(history, "acc", "accuracy", None)[:8] == b"\x89PNG\r\n\x1a\n"

@@ -35,6 +35,7 @@ a metric that baselines.json does not list yet is refused until someone adds it 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -325,7 +326,8 @@ def plot_history(history: list[dict], notebook: str, metric: str, baseline: Base
 
     points = [(i, e["metrics"][notebook][metric], str(e.get("commit", "?"))[:8])
               for i, e in enumerate(history) if isinstance(e["metrics"].get(notebook), dict)
-              and isinstance(e["metrics"][notebook].get(metric), (int, float))]
+              and isinstance(e["metrics"][notebook].get(metric), (int, float))
+              and math.isfinite(e["metrics"][notebook][metric])]  # a history line may say 1e999 or NaN
     fig, axes = _figure(max(5.0, 0.35 * len(points) + 3), 3.4, 1, 1)
     ax = axes[0][0]
     if baseline is not None and baseline.value is not None:
