@@ -68,7 +68,7 @@ def _full_disk_after(limit: int, monkeypatch):
         def __exit__(self, *exc):
             self.f.close()
 
-    monkeypatch.setattr(A.os, "fdopen", lambda fd, mode: Full(real(fd, mode)))
+    monkeypatch.setattr(A.os, "fdopen", lambda fd, mode, **kw: Full(real(fd, mode, **kw)))
 
 
 @pytest.mark.parametrize("writer", list(WRITERS))

@@ -12,6 +12,8 @@ only proof on which an existing directory is ever replaced.
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import json
 import os
 import shutil
@@ -20,9 +22,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from trm_kaggle.errors import TRMError, as_os_error, with_path
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import not_regular, read_json
+from trm_kaggle.outputs import Output, link_problem, special_kind, writable_problem
 
 PARTIAL_MARK = ".partial-"
+OLD_MARK = ".old-"
 
 
 def _current_umask() -> int:
@@ -74,12 +78,17 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
 
     Any OSError of the write (a full disk, a file size limit) names `path`, also when the writer
     (torch, numpy) reported it in its own words."""
-    path = Path(path)
+    path = written_path(path)
+    if kind := special_kind(path):  # a FIFO or a device someone put there is not ours to replace
+        raise TRMError(f"{path} is {kind}, not a file: it is not replaced (choose another path)")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private (0600); outputs are meant to be shared
-        f = os.fdopen(fd, mode)
+        # text: UTF-8 whatever the locale; a path holding bytes that are not UTF-8 (a surrogate escape) is
+        # written escaped ("\udce9"), so the file stays UTF-8 and the write never fails on it
+        binary = "b" in mode
+        f = os.fdopen(fd, mode, encoding=None if binary else "utf-8", errors=None if binary else "backslashreplace")
         recorder = _Recorder(f)
         try:
             with f:  # closing flushes too: its error is caught here as well
@@ -100,9 +109,24 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:
-    """Append one line to a log file (metrics.jsonl); an OSError names the file."""
+    """Append one line to a log file (metrics.jsonl), UTF-8; an OSError names the file. Anything but a regular
+    file in its place is refused, never waited on (a FIFO's open for writing waits for a reader)."""
     try:
-        with open(path, "a") as f:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # a FIFO without a reader
+            raise TRMError(f"{path}: a log must be a regular file, not a pipe (FIFO)") from None
+        raise with_path(e, path) from None
+    try:
+        kind = not_regular(os.fstat(fd).st_mode)  # a directory cannot be opened for writing at all
+        if kind:
+            raise TRMError(f"{path}: a log must be a regular file, not {kind}")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        with os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace") as f:
             f.write(line + "\n")
     except OSError as e:
         raise with_path(e, path) from None
@@ -120,12 +144,19 @@ def pid_alive(pid: int) -> bool:
 
 
 def remove_stale_partials(target: Path) -> list[Path]:
-    """Delete `<target>.partial-<pid>` directories whose building process is gone."""
+    """Delete `<target>.partial-<pid>` directories whose building process is gone, and `<target>.old-<pid>` ones
+    whose replacement is in place (a process killed while it removed the old output; with no `target`, the old
+    one is all there is, and it is kept)."""
     removed = []
-    for p in target.parent.glob(target.name + PARTIAL_MARK + "*"):
-        suffix = p.name[len(target.name + PARTIAL_MARK):]
-        if suffix.isdigit() and not pid_alive(int(suffix)):
-            shutil.rmtree(p, ignore_errors=True)
+    for mark in (PARTIAL_MARK, OLD_MARK):
+        for p in target.parent.glob(glob.escape(target.name + mark) + "*"):
+            suffix = p.name[len(target.name + mark):]
+            if not suffix.isdigit() or pid_alive(int(suffix)) or (mark == OLD_MARK and not target.is_dir()):
+                continue
+            if p.is_symlink():  # an older version renamed a linked output's link itself
+                p.unlink()
+            else:
+                shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
     return removed
 
@@ -174,6 +205,34 @@ def _a(noun: str) -> str:
     return ("an " if noun.lstrip("'\"")[:1].lower() in "aeiou" else "a ") + noun
 
 
+def written_path(path: str | os.PathLike) -> Path:
+    """Where an output named `path` is written: through a symbolic link, at the path it points to (the link is
+    left as it is, and no `.old-`/`.partial-` file is made beside it); a dangling link is refused with its own
+    message (nothing is created at the path it names)."""
+    path = Path(path)
+    if not path.is_symlink():
+        return path
+    if problem := link_problem(path):
+        raise TRMError(problem)
+    return Path(os.path.realpath(path))
+
+
+def replace_problem(target: str | os.PathLike, kind: str, what: str = "output") -> str | None:
+    """Why `atomic_directory(target, kind=kind)` would refuse (None when it would not): each refusal, said before
+    a byte is written. A dangling link, a file or a read-only (or immutable) folder in the way, a folder that
+    cannot receive the new one, or a non-empty folder this package did not write as a `kind`."""
+    real = Path(os.path.realpath(target))
+    if real.exists() and not real.is_dir():
+        return f"{Path(target).absolute()} exists and is not a directory"
+    problem = writable_problem(Output(Path(target).absolute(), what, "replaced"))
+    if problem:
+        return problem
+    if real.is_dir() and any(real.iterdir()) and (problem := owner_problem(real, kind)):
+        return (f"{Path(target).absolute()} exists, is not empty and is not {_a(kind)} written by this package "
+                f"({problem}); refusing to replace it (choose another output directory)")
+    return None
+
+
 @contextlib.contextmanager
 def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     """Yield a fresh temporary directory; on success move it to `target`.
@@ -181,18 +240,16 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     `kind` names what is built ("dataset", "export", ...). An existing non-empty `target`
     is replaced only when `owner_problem` proves it is a `kind` we wrote and holds nothing
     else; anything else is refused, so a typo never deletes unrelated files (a run
-    directory, a dataset someone added notes to). The old directory is removed only after
-    the new one is in place.
+    directory, a dataset someone added notes to). Every refusal (`replace_problem`) comes before
+    the temporary directory exists. Through a symbolic link the output is built and replaced where
+    the link points. The old directory is removed only after the new one is in place; whatever
+    fails, no `.partial-<pid>` or `.old-<pid>` directory is left behind (the old output is put back
+    when the new one could not take its place).
     """
-    target = Path(target).absolute()
-    if target.exists():
-        if not target.is_dir():
-            raise TRMError(f"{target} exists and is not a directory")
-        if any(target.iterdir()):
-            problem = owner_problem(target, kind)
-            if problem:
-                raise TRMError(f"{target} exists, is not empty and is not {_a(kind)} written by this package "
-                               f"({problem}); refusing to replace it (choose another output directory)")
+    problem = replace_problem(target, kind)
+    if problem:
+        raise TRMError(problem)
+    target = written_path(Path(target).absolute())
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(target)
     tmp = target.parent / f"{target.name}{PARTIAL_MARK}{os.getpid()}"
@@ -211,10 +268,19 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = None
-    if target.exists():
-        old = target.parent / f"{target.name}.old-{os.getpid()}"
-        os.replace(target, old)
-    os.replace(tmp, target)
-    if old is not None:
+    old = target.parent / f"{target.name}{OLD_MARK}{os.getpid()}"
+    moved = False
+    try:
+        if target.exists():
+            os.replace(target, old)
+            moved = True
+        os.replace(tmp, target)
+    except BaseException:
+        if moved and not target.exists():
+            os.replace(old, target)  # the old output back where it was
+        elif moved:  # another writer's output took its place meanwhile: the old one is superseded
+            shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if moved:
         shutil.rmtree(old, ignore_errors=True)

@@ -24,8 +24,9 @@ import pydantic
 from trm_kaggle import __version__
 from trm_kaggle.config import FinetuneMode, InferenceDtype, TaskIdMode, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
+from trm_kaggle.names import typed_name
 from trm_kaggle.stdout import checked_stdout
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, escape_what_the_console_cannot_show
 
 log = logging.getLogger("trm_kaggle")
 
@@ -658,7 +659,7 @@ def _add_evaluate(sub) -> None:
                         "compile (benchmarks/bench_evaluate.py --compile measures both on your machine)")
     p.add_argument("--max-steps", type=int, default=None, help="ACT steps (default: the model's halt_max_steps)")
     p.add_argument("--weighting", choices=["count", "q_halt"], default="count", help="vote by count or sigmoid(q_halt)")
-    p.add_argument("--tasks", default=None,
+    p.add_argument("--tasks", default=None, type=typed_name,
                    help="comma-separated task ids to draw in the report (default: the first --first tasks)")
     p.add_argument("--first", type=int, default=5, help="draw the first N tasks when --tasks is not given")
     p.add_argument("--no-pictures", action="store_true", help="write the report without grid pictures")
@@ -1086,6 +1087,7 @@ def typed_flags(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, s
 
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # submit's --time-budget counts from here: its imports and checks are spent too
+    escape_what_the_console_cannot_show()  # a task id the locale cannot encode is escaped, never a traceback
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # the bare command: where to start, not argparse's "COMMAND is required"
         print(build_parser().format_usage().rstrip() + f"\ntrm-kaggle: {START_HERE}; `trm-kaggle --help` lists every "

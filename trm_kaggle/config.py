@@ -14,6 +14,8 @@ from typing import Annotated, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from trm_kaggle.names import name_problem
+
 
 def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = None) -> str:
     """A pydantic error as one line: `field.path: message; ...` (the CLI's and every config reader's).
@@ -41,6 +43,16 @@ MAX_LR = 1e30
 MAX_SEED = 2**32 - 1
 #: A week: a timed save (`save_every_s`) further apart than that never happens in a run of any scheduler.
 MAX_SAVE_EVERY_S = 7 * 24 * 3600.0
+#: Rows of a puzzle-embedding table (a dataset's, an export's): each costs hidden_size floats in memory, in
+#: every train state and optimizer; upstream's largest ARC dataset has ~1.3 M.
+MAX_PUZZLE_IDENTIFIERS = 1 << 24
+#: The first identifier of a built ARC dataset: every one below it is a blank entry of identifiers.json and a
+#: row of the table (upstream raises it to stack datasets: past the ~1.3 M of the largest).
+MAX_IDENTIFIERS_START = 1 << 22
+#: Augmentations per puzzle (upstream's recipes use 1000): each multiplies the dataset's rows.
+MAX_NUM_AUG = 100_000
+#: Puzzles a generator makes per split (Sudoku, Maze).
+MAX_GENERATED = 10_000_000
 _INT64 = 2**63
 
 
@@ -96,7 +108,7 @@ class ArcBuildConfig(_Config):
     test_set_name: str = "evaluation2"
     test_set_name2: str = "evaluation2"  # upstream's second test-set name; same default as upstream
     seed: int = Field(42, ge=0, le=MAX_SEED)
-    num_aug: int = 1000
+    num_aug: int = Field(1000, le=MAX_NUM_AUG)
     puzzle_identifiers_start: int = 1
     workers: int = Field(0, ge=0, le=4096)  # 0 = one per CPU core
     skip_invalid: bool = False  # skip (and report) malformed tasks instead of stopping; for unseen Kaggle tasks
@@ -118,6 +130,18 @@ class ArcBuildConfig(_Config):
     def _start(cls, v: int) -> int:
         if v < 1:
             raise ValueError("puzzle_identifiers_start must be >= 1 (0 is the blank identifier)")
+        if v > MAX_IDENTIFIERS_START:  # each identifier below it is written out and is a row of the model
+            raise ValueError(f"puzzle_identifiers_start must be at most {MAX_IDENTIFIERS_START:,}: every "
+                             "identifier below it is a blank entry of identifiers.json and a row of the "
+                             "puzzle-embedding table")
+        return v
+
+    @field_validator("subsets", "test_set_name", "test_set_name2")
+    @classmethod
+    def _subset_names(cls, v):
+        for name in [v] if isinstance(v, str) else v:  # each becomes a file or folder name of the source
+            if problem := name_problem(name):
+                raise ValueError(f"the subset name {problem}")
         return v
 
 
@@ -133,12 +157,12 @@ class SudokuBuildConfig(_Config):
     input_dir: Optional[str] = None
     subsample_size: Optional[int] = Field(None, ge=1)  # train split only, as upstream
     min_difficulty: Optional[int] = Field(None, ge=0)  # keep puzzles with rating >= this
-    num_aug: int = Field(0, ge=0)  # train split only, as upstream
+    num_aug: int = Field(0, ge=0, le=MAX_NUM_AUG)  # train split only, as upstream
     seed: int = Field(42, ge=0, le=MAX_SEED)
     # offline generator (a CSV's board size is read from the file)
     size: Literal[4, 6, 9] = 9
-    num_train: int = Field(1000, ge=1)
-    num_test: int = Field(200, ge=1)
+    num_train: int = Field(1000, ge=1, le=MAX_GENERATED)
+    num_test: int = Field(200, ge=1, le=MAX_GENERATED)
     progress: bool = True
 
 
@@ -152,8 +176,8 @@ class MazeBuildConfig(_Config):
     seed: int = Field(42, ge=0, le=MAX_SEED)
     # offline generator
     size: int = Field(30, ge=5, le=1024)
-    num_train: int = Field(1000, ge=1)
-    num_test: int = Field(200, ge=1)
+    num_train: int = Field(1000, ge=1, le=MAX_GENERATED)
+    num_test: int = Field(200, ge=1, le=MAX_GENERATED)
     min_path_length: Optional[int] = Field(None, ge=0)
     progress: bool = True
 
@@ -314,7 +338,7 @@ class ExportConfig(_Config):
     arch: ArchConfig
     seq_len: int = Field(ge=1, le=1 << 20)
     vocab_size: int = Field(ge=2, le=1 << 20)
-    num_puzzle_identifiers: Optional[int] = Field(ge=1)  # None: the model has no puzzle embedding
+    num_puzzle_identifiers: Optional[int] = Field(ge=1, le=MAX_PUZZLE_IDENTIFIERS)  # None: no puzzle embedding
     puzzle_embedding: Literal["full", "mean"]
     info: dict = Field(default_factory=dict)
 
@@ -450,6 +474,14 @@ class TrainConfig(_Config):
     stages: list[TrainStage] = Field(default_factory=list, description="data curriculum stages, in order (empty "
                                                                        "= sample everything throughout)")
 
+    @field_validator("run_name")
+    @classmethod
+    def _run_name(cls, v: Optional[str]) -> Optional[str]:
+        if v and (problem := name_problem(v)):  # runs/<run_name> must stay inside runs/ ("": the default name)
+            raise ValueError(f"{problem}: a run name is one folder name inside runs/ (checkpoint_path names a run "
+                             "folder anywhere)")
+        return v
+
     @field_validator("global_batch_size", "epochs")
     @classmethod
     def _positive(cls, v: int) -> int:
@@ -494,7 +526,7 @@ class SweepVariant(_Config):
 class SweepGrid(_Config):
     """A grid of training runs: one variant from every axis, for every seed (`trm-kaggle sweep`).
 
-    In a YAML file (read with `yaml.safe_load`):
+    In a YAML file (read by `trm_kaggle.yamlio`):
 
         name: sudoku4-lr
         presets: [sudoku4-cpu]                # every run
@@ -617,6 +649,13 @@ class SolveConfig(_Config):
             raise ValueError("must be >= 0 or 'auto'")
         return v
 
+    @field_validator("num_aug")
+    @classmethod
+    def _num_aug_bound(cls, v):
+        if v != "auto" and v > MAX_NUM_AUG:  # each task's dataset is built with it: refused here, not per task
+            raise ValueError(f"must be at most {MAX_NUM_AUG:,} or 'auto'")
+        return v
+
     @model_validator(mode="after")
     def _auto_needs_a_budget(self) -> "SolveConfig":
         auto = [n for n in ("num_aug", "finetune_steps") if getattr(self, n) == "auto"]
@@ -647,7 +686,7 @@ class PipelineConfig(_Config):
     """`trm-kaggle pipeline`: every stage on embedded defaults, offline, in minutes on a CPU."""
 
     work_dir: str = "runs/pipeline"  # everything is written here
-    num_aug: int = Field(4, ge=1)  # augmentations per task
+    num_aug: int = Field(4, ge=1, le=MAX_NUM_AUG)  # augmentations per task
     train_seconds: float = Field(180.0, gt=0, allow_inf_nan=False)  # training time limit
     # Side of the canvas: tasks whose grids fit it (seq_len canvas^2). At upstream's 30 a CPU manages too few
     # steps in a few minutes to learn anything visible; at 12 it learns within the budget (docs/benchmarks.md).

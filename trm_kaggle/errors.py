@@ -14,6 +14,15 @@ class DataError(TRMError):
     """Malformed task or dataset content. The message names the file, task and problem."""
 
 
+class UnreadableFile(DataError):
+    """A file that cannot be read: missing, a directory, a device, FIFO or socket, no permission, a failing disk.
+    Its bytes were never looked at, so it is never called damaged, renamed or replaced on that account."""
+
+
+class DamagedFile(DataError):
+    """A file that was read and holds the wrong bytes: truncated, corrupt, or not matching its checksum."""
+
+
 # What an operation needed, by errno: the second half of the one line an OSError becomes.
 _NEEDED = {
     "ENOSPC": "free space on its disk", "EDQUOT": "free quota on its disk",
@@ -70,7 +79,10 @@ def describe(e: BaseException) -> str:
     """One line for an exception caught to keep going (a task that failed): a user's problem as the CLI says
     it, an OSError with its file and what was needed, anything else with its type."""
     if isinstance(e, TRMError):
-        return str(e)
-    if isinstance(e, OSError):
-        return os_error_line(e)
-    return f"{type(e).__name__}: {e}"
+        text = str(e)
+    elif isinstance(e, OSError):
+        text = os_error_line(e)
+    else:
+        text = f"{type(e).__name__}: {e}"
+    text = " ".join(text.split())  # one line, also for a library's multi-line message (pydantic's)
+    return text if len(text) <= 500 else text[:500] + "..."

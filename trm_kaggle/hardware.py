@@ -65,7 +65,7 @@ class HardwareFacts:
 def read_meminfo(path: str | os.PathLike = "/proc/meminfo") -> tuple[int | None, int | None]:
     """(MemTotal, MemAvailable) in bytes from a Linux meminfo file; (None, None) if unreadable."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError:
         return None, None
     values = {}
@@ -81,13 +81,13 @@ def cgroup_memory(root: str | os.PathLike = "/sys/fs/cgroup") -> tuple[int | Non
     for limit_name, usage_name in (("memory.max", "memory.current"),  # cgroup v2
                                    ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):  # v1
         try:
-            limit = (Path(root) / limit_name).read_text().strip()
+            limit = (Path(root) / limit_name).read_text(encoding="utf-8").strip()
         except OSError:
             continue
         if not limit.isdigit() or int(limit) >= (1 << 60):  # "max", or v1's "unlimited" huge number
             return None, None
         try:
-            usage = int((Path(root) / usage_name).read_text().strip())
+            usage = int((Path(root) / usage_name).read_text(encoding="utf-8").strip())
         except (OSError, ValueError):
             usage = None
         return int(limit), usage
@@ -96,7 +96,8 @@ def cgroup_memory(root: str | os.PathLike = "/sys/fs/cgroup") -> tuple[int | Non
 
 def _sysctl(name: str) -> str | None:
     try:
-        return subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5).stdout.strip() or None
+        return subprocess.run(["sysctl", "-n", name], capture_output=True, timeout=5, encoding="utf-8",
+                              errors="replace").stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -118,7 +119,7 @@ def memory() -> tuple[int | None, int | None]:
 
 def _darwin_available(total: int | None) -> int | None:
     try:
-        out = subprocess.run(["vm_stat"], capture_output=True, text=True, timeout=5).stdout
+        out = subprocess.run(["vm_stat"], capture_output=True, timeout=5, encoding="utf-8", errors="replace").stdout
     except (OSError, subprocess.SubprocessError):
         return None
     page = int(re.search(r"page size of (\d+)", out).group(1)) if "page size of" in out else 4096
@@ -129,7 +130,7 @@ def _darwin_available(total: int | None) -> int | None:
 def current_rss() -> int:
     """Resident memory of this process now, in bytes (0 where it cannot be read)."""
     try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        pages = int(Path("/proc/self/statm").read_text(encoding="utf-8").split()[1])
         return pages * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return peak_rss()  # no current figure on macOS without extra packages: the peak bounds it
@@ -142,7 +143,7 @@ def peak_rss() -> int:
     it carries over the resident size of the parent a subprocess was forked from (a child of a 2 GB process
     reports 2 GB before it allocates anything). Elsewhere ru_maxrss (bytes on macOS)."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024  # kB
     except (OSError, ValueError, IndexError):
@@ -197,7 +198,7 @@ class RSSSampler:
 def read_cpuinfo(path: str | os.PathLike = "/proc/cpuinfo") -> tuple[str, list[str]]:
     """(model name, ISA_FLAGS present) from a Linux cpuinfo file; ("", []) if unreadable."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError:
         return "", []
     model = next((line.split(":", 1)[1].strip() for line in text.splitlines()
@@ -364,7 +365,8 @@ def cuda_problem(timeout: float = PROBE_TIMEOUT_S) -> str | None:
 
 def _ask_child(timeout: float) -> str | None:
     try:
-        res = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=timeout)
+        res = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, timeout=timeout, encoding="utf-8",
+                             errors="replace")
     except subprocess.TimeoutExpired:
         return f"the CUDA check did not finish in {timeout:.0f} s"
     except OSError as e:

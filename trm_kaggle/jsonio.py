@@ -1,8 +1,10 @@
-"""The one JSON reader: every JSON file (and JSON line) of the package is parsed here.
+"""The one JSON reader: every JSON file (and JSON line) of the package is parsed here; and the one gate
+(`open_regular`) through which every file we did not just write is opened, JSON or not.
 
 Whatever is wrong with a file, the caller gets one `DataError` line naming the file and
 the problem, never a traceback: missing, a directory, a device, FIFO or socket (never read: it may never end),
-unreadable, larger than `MAX_BYTES` (at most that many bytes are ever read),
+unreadable (no permission: `UnreadableFile`, never called damaged), larger than `MAX_BYTES` (at most
+that many bytes are ever read),
 empty, not UTF-8 (UTF-8 with a byte-order mark and UTF-16/32 with one are read as text
 editors write them), truncated or otherwise invalid (with line and column), nested deeper
 than Python's parser goes (about 1,000 levels: its RecursionError becomes one line), or an
@@ -13,13 +15,14 @@ Python would keep the last value silently).
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, UnreadableFile
 
 MAX_BYTES = 4 << 30  # larger than any file the package writes (identifiers.json of 1,000 x 1,000 puzzles: ~40 MB)
 
@@ -90,57 +93,128 @@ def not_regular(mode: int) -> str | None:
                 else "not a regular file")
 
 
-def _read_bytes(path: Path, what: str, hint: str | None, max_bytes: int | None = None) -> bytes:
-    """The bytes of a regular file, at most `max_bytes` of them.
+def open_regular(path: str | os.PathLike, what: str = "file", hint: str | None = None) -> BinaryIO:
+    """`path` opened for reading in binary, checked to be a regular file: the one gate of every reader of a
+    file we did not just write (JSON, train states, weights, dataset arrays).
 
-    Opened without blocking and checked on the open descriptor: a device (/dev/zero, /dev/urandom, also
-    behind a symbolic link), a FIFO or a socket is refused before a byte is read (it may never end, or
-    never start), and a file that grows past the cap while it is read is refused too."""
-    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
+    Whatever stops the read is an `UnreadableFile` line naming the cause: missing, a directory, a device,
+    FIFO or socket, no permission, a failing disk. Such a file is not damaged (its bytes were never looked at)
+    and nothing may be renamed or replaced on its account. The file is opened without blocking and checked on
+    the open descriptor: a FIFO (whose open() waits for a writer forever), a device (/dev/zero, /dev/urandom,
+    also behind a symbolic link) or a socket is refused before a byte is read."""
+    path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise DataError(f"{path}: {what} not found" + (f" ({hint})" if hint else "")) from None
+        raise UnreadableFile(f"{path}: {what} not found" + (f" ({hint})" if hint else "")) from None
     except IsADirectoryError:
-        raise DataError(f"{path}: {what} expected, found a directory") from None
+        raise UnreadableFile(f"{path}: {what} expected, found a directory") from None
     except NotADirectoryError:
-        raise DataError(f"{path}: {what} not found (a part of the path is a file, not a directory)") from None
-    except OSError as e:
-        raise DataError(f"{path}: unreadable {what}: {e.strerror or e}") from None
+        raise UnreadableFile(f"{path}: {what} not found (a part of the path is a file, not a directory)") from None
+    except OSError as e:  # no permission, a failing disk, too many open files
+        raise UnreadableFile(cannot_read(path, what, e)) from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise DataError(f"{path}: {what} expected, found a directory")
+            raise UnreadableFile(f"{path}: {what} expected, found a directory")
         kind = not_regular(st.st_mode)
         if kind:
             target = os.path.realpath(path)
             links = f" (it links to {target})" if target != os.path.abspath(path) else ""
-            raise DataError(f"{path}: {what} must be a regular file, not {kind}{links}; it is not read (it may "
-                            "never end)")
+            raise UnreadableFile(f"{path}: {what} must be a regular file, not {kind}{links}; it is not read (it may "
+                                 "never end)")
+        if hasattr(os, "O_NONBLOCK"):  # a regular file reads alike either way; readers expect a blocking file
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+def cannot_read(path: str | os.PathLike, what: str, e: OSError) -> str:
+    """One line for an OSError met while opening or reading `path`: it cannot be read, which is not damage."""
+    said = e.strerror or str(e) or type(e).__name__
+    if isinstance(e, PermissionError):
+        return (f"{path}: cannot read {what}: {said} (a permission, not damage: the file was left as it is; "
+                "give this user read access to it)")
+    return f"{path}: cannot read {what}: {said}"
+
+
+#: What the system says when a read fails whatever the file holds (a failing or vanished disk, a permission taken
+#: away): not damage. Other OSErrors of a parser (EINVAL of a seek past the end of a truncated file) are damage.
+READ_FAILURES = frozenset({errno.EIO, errno.EACCES, errno.EPERM, errno.ENXIO, errno.ENODEV, errno.ESTALE,
+                           errno.ETIMEDOUT})
+
+
+def read_failure(e: BaseException, path: str | os.PathLike, what: str) -> UnreadableFile | None:
+    """`e`, an error of a parser reading `path`, as the `UnreadableFile` it is when the system failed the read
+    (`READ_FAILURES`); None when it says something about the bytes (damage, for the caller to name)."""
+    if isinstance(e, OSError) and e.errno in READ_FAILURES:
+        return UnreadableFile(cannot_read(path, what, e))
+    return None
+
+
+def readable_file(path: str | os.PathLike, what: str = "file", hint: str | None = None) -> os.stat_result:
+    """The stat of `path` after `open_regular` opened it (and closed it again): for readers that need a path
+    (numpy's memory maps, safetensors), so that they never block on a FIFO nor call a missing permission damage."""
+    with open_regular(path, what, hint) as f:
+        return os.fstat(f.fileno())
+
+
+def _read_bytes(path: Path, what: str, hint: str | None, max_bytes: int | None = None) -> bytes:
+    """The bytes of a regular file (`open_regular`), at most `max_bytes` of them; a file that grows past the
+    cap while it is read is refused."""
+    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
     too_large = f"{path}: {what} of {{:,}} bytes is larger than the {max_bytes:,} bytes this package reads"
-    with os.fdopen(fd, "rb") as f:
+    with open_regular(path, what, hint) as f:
         try:
-            if st.st_size > max_bytes:
-                raise DataError(too_large.format(st.st_size))
-            data = f.read(max_bytes + 1)
-            if len(data) > max_bytes:  # it grew while being read
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise DataError(too_large.format(size))
+            data = f.read(size + 1)  # read(n) allocates n bytes first: never the cap itself
+            while len(data) > size and len(data) <= max_bytes:  # it grew while being read: the rest, still capped
+                more = f.read(min(1 << 20, max_bytes + 1 - len(data)))
+                if not more:
+                    break
+                data += more
+            if len(data) > max_bytes:
                 raise DataError(too_large.format(len(data)) + " (it grew while being read)")
             return data
         except OSError as e:
-            raise DataError(f"{path}: unreadable {what}: {e.strerror or e}") from None
+            raise UnreadableFile(cannot_read(path, what, e)) from None
 
 
-def read_text(path: str | os.PathLike, what: str = "text file", hint: str | None = None) -> str:
-    """A text file (YAML configs, JSON lines) decoded as `read_json` decodes, with the same one-line errors."""
+def read_text(path: str | os.PathLike, what: str = "text file", hint: str | None = None,
+              max_bytes: int | None = None) -> str:
+    """A text file (YAML configs, JSON lines) decoded as `read_json` decodes, with the same one-line errors;
+    at most `max_bytes` (default `MAX_BYTES`)."""
     path = Path(path)
     try:
-        return _text(_read_bytes(path, what, hint))
+        return _text(_read_bytes(path, what, hint, max_bytes))
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: unreadable {what}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
                         f"{e.start}; save it as UTF-8)") from None
+
+
+def read_json_lines(path: str | os.PathLike, what: str = "JSON lines file") -> list[tuple[int, str, Any]]:
+    """(line number, text, value) of each non-empty line of a JSON-lines file (a log appended to: metrics.jsonl,
+    regress's history.jsonl). A line that is not one JSON value (cut off by a kill, bytes that are not UTF-8
+    such as 0x00 0xff) has the value None, and text "" when it is not even UTF-8: one bad line never costs
+    the others. The file itself is read as `read_json` reads (a FIFO or no permission: one line)."""
+    out = []
+    for number, raw in enumerate(_read_bytes(Path(path), what, None).split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8-sig").rstrip("\r")  # a byte-order mark (Windows editors) is no content
+        except UnicodeDecodeError:
+            out.append((number, "", None))
+            continue
+        try:
+            out.append((number, text, parse_json(text, f"{path}:{number}", what)))
+        except DataError:
+            out.append((number, text, None))
+    return out
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file", hint: str | None = None,

@@ -44,7 +44,7 @@ def _holder_record(what: str) -> str:
 def _read_holder(path: Path) -> tuple[int | None, str, str, str]:
     """(pid, host, what, command) recorded in a lock file; (None, '', '', '') when unreadable."""
     try:
-        pid, host, rest = path.read_text(errors="replace").split(" ", 2)
+        pid, host, rest = path.read_text(encoding="utf-8", errors="replace").split(" ", 2)
         what, _, command = rest.partition("\t")
         return int(pid), host, what.strip(), command.strip()
     except (OSError, ValueError):
@@ -78,7 +78,7 @@ def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = 
     try:
         if not shared:
             directory.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+")
+        f = open(path, "a+", encoding="utf-8")
     except OSError as e:
         if required:
             raise

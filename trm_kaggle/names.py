@@ -1,7 +1,9 @@
 """Names read from data: which task ids are legal, and how any such name becomes a file name.
 
 A task id comes from a file we did not write, and it ends up in puzzle names (joined with
-the augmentation separator `|||`), in reports, in submissions and in file names. Two rules:
+the augmentation separator `|||`), in reports, in submissions and in file names. Run names, subset
+names and the relative paths a record lists (`contents.json`) follow the same rule
+(`name_problem`, `relative_path_problem`): none leaves the folder it is joined to. Two rules:
 
 * `task_id_problem` decides at load time (`trm_kaggle.data.arc.tasks`, the one task reader):
   1..MAX_TASK_ID characters, printable, none of `/ \\ :` or NUL, not `.` or `..`, no `|||`.
@@ -32,21 +34,53 @@ def shown(name: str) -> str:
     return repr(name[:40]) + ("..." if len(name) > 40 else "")
 
 
+def name_problem(name: object) -> str | None:
+    """Why `name` cannot be one plain folder or file name inside its parent (None when it can): 1..MAX_TASK_ID
+    printable characters, none of `/ \\ :` or NUL, not `.` or `..`. A name given by a user or read from a file
+    (a run name, a subset) that becomes a path is checked here, so that it never leaves its folder."""
+    if not isinstance(name, str):
+        return f"must be a string, not {type(name).__name__}"
+    shown_name = shown(name)
+    if not 1 <= len(name) <= MAX_TASK_ID:
+        return f"{shown_name} must have 1 to {MAX_TASK_ID} characters (has {len(name)})"
+    if name in (".", ".."):
+        return f"{shown_name} is not a name"
+    bad = sorted({c for c in name if c in _FORBIDDEN or not c.isprintable()})
+    if bad:
+        return (f"{shown_name} holds {', '.join(repr(c) for c in bad)} (path separators and control characters are "
+                "refused)")
+    return None
+
+
+def relative_path_problem(rel: object) -> str | None:
+    """Why `rel`, a relative path read from a file (`a/b.npy`, POSIX separators), could leave the folder it is
+    joined to, or None: every part is a plain name (`name_problem`), so no absolute path and no `..`."""
+    if not isinstance(rel, str):
+        return f"must be a string, not {type(rel).__name__}"
+    for part in rel.split("/"):
+        problem = name_problem(part)
+        if problem:
+            return f"{shown(rel)}: part {problem}"
+    return None
+
+
 def task_id_problem(task_id: object) -> str | None:
     """Why `task_id` is not a legal task id, or None."""
-    if not isinstance(task_id, str):
-        return f"must be a string, not {type(task_id).__name__}"
-    shown_id = shown(task_id)
-    if not 1 <= len(task_id) <= MAX_TASK_ID:
-        return f"{shown_id} must have 1 to {MAX_TASK_ID} characters (has {len(task_id)})"
-    if task_id in (".", ".."):
-        return f"{shown_id} is not a name"
-    bad = sorted({c for c in task_id if c in _FORBIDDEN or not c.isprintable()})
-    if bad:
-        return f"{shown_id} holds {', '.join(repr(c) for c in bad)} (path separators and control characters are refused)"
-    if SEPARATOR in task_id:
-        return f"{shown_id} holds {SEPARATOR!r}, the separator of augmented puzzle names"
-    return None
+    problem = name_problem(task_id)
+    if problem is None and SEPARATOR in task_id:
+        return f"{shown(task_id)} holds {SEPARATOR!r}, the separator of augmented puzzle names"
+    return problem
+
+
+def typed_name(text: str) -> str:
+    """A name typed on the command line (task ids), as the text it is in files. Where the locale's file-system
+    encoding is not UTF-8 (LC_ALL=C), Python hands non-ASCII bytes of argv over as surrogate escapes ('é' arrives
+    as '\\udcc3\\udca9'); names in our files are UTF-8, so the bytes are read again as UTF-8 (unchanged where
+    they are not UTF-8)."""
+    try:
+        return os.fsencode(text).decode("utf-8")
+    except UnicodeError:
+        return text
 
 
 def safe_filename(name: str, suffix: str = "") -> str:

@@ -19,6 +19,7 @@ or a file in the way is said now, not after an hour of work.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import not_regular
 
 
 @dataclass(frozen=True)
@@ -111,17 +113,50 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What `path` is when it is neither a regular file nor a folder (a FIFO, a device, a socket), else None."""
+    try:
+        return not_regular(os.stat(path).st_mode)
+    except OSError:
+        return None
+
+
+def link_problem(path: str | os.PathLike, what: str = "output") -> str | None:
+    """Why `path` cannot be written through: a symbolic link to nothing (None for anything else)."""
+    path = Path(path)
+    if not path.is_symlink():
+        return None
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"{what} {os.fspath(path)} is a loop of symbolic links (a dangling link): remove the link"
+        return (f"{what} {os.fspath(path)} is a symbolic link to {os.path.realpath(path)}, which does not exist "
+                "(a dangling link): create what it points to, or remove the link")
+    return None
+
+
 def writable_problem(out: Output) -> str | None:
-    """Why `out` cannot be written (a file in the way, a read-only or forbidden folder), or None."""
-    path = Path(os.path.abspath(os.fspath(out.path)))
+    """Why `out` cannot be written (a dangling link, a file in the way, a read-only, immutable or forbidden
+    folder), or None. Through a symbolic link, where it points is checked: the output is written there."""
+    if problem := link_problem(out.path, out.what):
+        return problem
+    path = Path(os.path.realpath(os.fspath(out.path)))
     shown = _shown(out)
     if path.exists():
         if out.kind == "file" and path.is_dir():
             return f"{shown} is a folder; a file is written there"
         if out.kind != "file" and not path.is_dir():
             return f"{shown} is a file; a folder is written there"
+        if out.kind == "file" and (kind := special_kind(path)):
+            return f"{shown} is {kind}, not a file: it is not replaced (choose another path)"
         if out.kind == "file" and not os.access(path, os.W_OK):  # protected on purpose: not ours to replace
             return f"{shown} is read-only; make it writable or choose another path"
+        # replacing a folder renames it: an immutable one (chattr +i) or a read-only mount refuses that, even
+        # to root, after the whole new output was built; access() reports both
+        if out.kind == "replaced" and not os.access(path, os.W_OK):
+            return (f"{shown} is read-only or immutable (see lsattr) and cannot be replaced; make it writable or "
+                    "choose another path")
     receiver = path if (out.kind == "folder" and path.is_dir()) else path.parent
     existing = _nearest_existing(receiver)
     if not existing.is_dir():

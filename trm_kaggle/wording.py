@@ -1,8 +1,35 @@
-"""Counts in sentences a person reads: "1 test input", "2 test inputs"."""
+"""Words a person reads: counts ("1 test input", "2 test inputs"), values echoed in a message (bounded), and a
+console that never fails on a character it cannot show."""
 
 from __future__ import annotations
+
+import sys
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """`n` and the noun, singular for exactly one (`plural` where adding an "s" is wrong); thousands separated."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def clipped(value: object, limit: int = 80) -> str:
+    """`repr(value)` for a one-line message, at most about `limit` characters: a value typed or read from a file
+    may be megabytes long (a pasted file), or nested lists that share their items (a YAML alias bomb: bytes on
+    disk, gigabytes as text), and its message stays one short line. The text is built bounded
+    (`reprlib`), never whole and then cut."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother = 3, limit, limit
+    short.maxlist = short.maxtuple = short.maxdict = short.maxset = 6
+    text = short.repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def escape_what_the_console_cannot_show() -> None:
+    """Standard output and error escape (`\\xe9`) what their encoding cannot encode, instead of raising: under
+    LC_ALL=C or PYTHONIOENCODING=ascii a task id such as `é-tâche` must not cost a command its report or its
+    exit status. Files are another matter: the package writes them as UTF-8 whatever the locale."""
+    for stream in (sys.stdout, sys.stderr):
+        # surrogateescape (the C locale's) fails on é as strict does
+        if getattr(stream, "errors", None) in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")

@@ -13,10 +13,12 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
 from trm_kaggle.errors import DataError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import open_regular, read_json
+from trm_kaggle.names import relative_path_problem, shown
 
 CONTENTS_FILE = "contents.json"
 CONTENTS_FORMAT = "trm_kaggle.dataset_contents"
@@ -24,21 +26,21 @@ _NOT_CONTENT = {CONTENTS_FILE, OWNER_RECORD, "build_info.json"}  # build_info.js
 _BLOCK, _BLOCKS = 1 << 16, 16  # sampled: 16 blocks of 64 KiB per file
 
 
-def _sampled_sha256(path: Path, size: int) -> str:
+def _sampled_sha256(f: BinaryIO, size: int) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        if size <= _BLOCK * _BLOCKS:
-            h.update(f.read())
-        else:
-            for i in range(_BLOCKS):
-                f.seek((size - _BLOCK) * i // (_BLOCKS - 1))
-                h.update(f.read(_BLOCK))
+    if size <= _BLOCK * _BLOCKS:
+        f.seek(0)
+        h.update(f.read())
+    else:
+        for i in range(_BLOCKS):
+            f.seek((size - _BLOCK) * i // (_BLOCKS - 1))
+            h.update(f.read(_BLOCK))
     return h.hexdigest()
 
 
-def _full_sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+def _full_sha256(f: BinaryIO) -> str:
+    f.seek(0)
+    return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _content_files(dataset_dir: Path) -> list[str]:
@@ -51,9 +53,9 @@ def write_contents(dataset_dir: str | os.PathLike) -> str:
     root = Path(dataset_dir)
     files = {}
     for rel in _content_files(root):
-        size = (root / rel).stat().st_size
-        files[rel] = {"size": size, "sha256": _full_sha256(root / rel), "sampled_sha256": _sampled_sha256(root / rel,
-                                                                                                          size)}
+        with open_regular(root / rel, "dataset file") as f:
+            size = os.fstat(f.fileno()).st_size
+            files[rel] = {"size": size, "sha256": _full_sha256(f), "sampled_sha256": _sampled_sha256(f, size)}
     overall = hashlib.sha256("".join(f"{rel}\0{v['sha256']}\n" for rel, v in files.items()).encode()).hexdigest()
     atomic_write_json(root / CONTENTS_FILE, {"format": CONTENTS_FORMAT, "sha256": overall, "files": files}, indent=1)
     return overall
@@ -61,7 +63,7 @@ def write_contents(dataset_dir: str | os.PathLike) -> str:
 
 def _record(root: Path) -> dict | None:
     path = root / CONTENTS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):  # a FIFO or a directory in its place is refused by the reader, not ignored
         return None
     record = read_json(path, CONTENTS_FILE)
     if not isinstance(record, dict) or record.get("format") != CONTENTS_FORMAT or \
@@ -79,13 +81,18 @@ def contents_hash(dataset_dir: str | os.PathLike, full: bool = False) -> str | N
     if record is None:
         return None
     for rel, want in record["files"].items():
+        if problem := relative_path_problem(rel):  # a name read from a file: never a path outside the dataset
+            raise DataError(f"{root / CONTENTS_FILE}: the file name {problem}")
+        if not isinstance(want, dict):
+            raise DataError(f"{root / CONTENTS_FILE}: the entry of {shown(rel)} is not an object")
         path = root / rel
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise DataError(f"{path}: missing (listed in {root / CONTENTS_FILE}); the dataset was changed after it "
                             f"was built: rebuild it")
-        size = path.stat().st_size
-        same = size == want.get("size") and (
-            _full_sha256(path) == want.get("sha256") if full else _sampled_sha256(path, size) == want.get("sampled_sha256"))
+        with open_regular(path, "dataset file") as f:  # a FIFO never blocks; no permission is not a change
+            size = os.fstat(f.fileno()).st_size
+            same = size == want.get("size") and (_full_sha256(f) == want.get("sha256") if full else
+                                                 _sampled_sha256(f, size) == want.get("sampled_sha256"))
         if not same:
             raise DataError(f"{path}: differs from the contents its builder recorded in {root / CONTENTS_FILE} "
                             f"(changed or replaced after the build): rebuild the dataset")

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationError
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
+from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, validation_line
 from trm_kaggle.data.contents import write_contents
-from trm_kaggle.errors import DataError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.errors import DamagedFile, DataError, UnreadableFile
+from trm_kaggle.jsonio import open_regular, read_failure, read_json, readable_file
 
 SPLITS = ("train", "test")
 SET_NAME = "all"
@@ -45,12 +46,13 @@ class DatasetMetadata(BaseModel):
     pad_id: int = 0
     ignore_label_id: int | None = 0
     blank_identifier_id: int = 0
-    vocab_size: int
-    seq_len: int
-    num_puzzle_identifiers: int
-    total_groups: int
+    # read from a file, they size the model (embeddings, the puzzle table) before any array is looked at
+    vocab_size: int = Field(ge=1, le=1 << 20)
+    seq_len: int = Field(ge=1, le=1 << 20)
+    num_puzzle_identifiers: int = Field(ge=1, le=MAX_PUZZLE_IDENTIFIERS)
+    total_groups: int = Field(ge=0)
     mean_puzzle_examples: float
-    total_puzzles: int
+    total_puzzles: int = Field(ge=0)
     sets: list[str] = [SET_NAME]
 
 
@@ -281,13 +283,15 @@ class Split:
 def load_metadata(dataset_dir: str | os.PathLike, split: str) -> DatasetMetadata:
     path = Path(dataset_dir) / split / "dataset.json"
     raw = read_json(path, "dataset.json", hint=f"is {dataset_dir} a dataset directory?")
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: not a dataset.json (expected an object)")
     if "total_puzzles" not in raw:  # HRM-era files lack it; it equals len(puzzle_indices) - 1
-        idx = np.load(Path(dataset_dir) / split / f"{SET_NAME}__puzzle_indices.npy", mmap_mode="r")
+        idx = load_array(Path(dataset_dir) / split / f"{SET_NAME}__puzzle_indices.npy", mmap=True)
         raw["total_puzzles"] = len(idx) - 1
     try:
         return DatasetMetadata(**raw)
-    except Exception as e:
-        raise DataError(f"{path}: not a dataset.json: {e}") from None
+    except ValidationError as e:
+        raise DataError(f"{path}: not a dataset.json: {validation_line(e)}") from None
 
 
 def load_split(dataset_dir: str | os.PathLike, split: str) -> Split:
@@ -295,15 +299,22 @@ def load_split(dataset_dir: str | os.PathLike, split: str) -> Split:
     d = Path(dataset_dir) / split
     arrays = {}
     for field in FIELDS:
-        path = d / f"{SET_NAME}__{field}.npy"
-        try:
-            arrays[field] = np.load(path, mmap_mode="r" if field in ("inputs", "labels") else None,
-                                    allow_pickle=False)
-        except FileNotFoundError:
-            raise DataError(f"{path}: missing") from None
-        except (OSError, ValueError) as e:
-            raise DataError(f"{path}: unreadable or truncated .npy file: {e}") from None
+        arrays[field] = load_array(d / f"{SET_NAME}__{field}.npy", mmap=field in ("inputs", "labels"))
     return Split(name=split, metadata=meta, **arrays)
+
+
+def load_array(path: Path, mmap: bool = False) -> np.ndarray:
+    """One .npy array of a dataset (memory-mapped with `mmap`). `UnreadableFile` when it cannot be read (missing,
+    no permission, a FIFO, device or directory: checked first, so that nothing waits on a FIFO), `DamagedFile`
+    when its bytes are not a .npy array."""
+    if not os.path.lexists(path):
+        raise UnreadableFile(f"{path}: missing")
+    readable_file(path, ".npy array")
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise read_failure(e, path, ".npy array") or DamagedFile(f"{path}: unreadable or truncated .npy file: "
+                                                                 f"{e}") from None
 
 
 _TOKEN_CHUNK_ROWS = 1 << 16
@@ -334,7 +345,7 @@ def check_token_range(split_dir: Path, split: Split) -> None:
 
 def read_npy_header(path: str | os.PathLike) -> tuple[np.dtype, tuple[int, ...]]:
     """dtype and shape from a .npy header without reading the data."""
-    with open(path, "rb") as f:
+    with open_regular(path, ".npy array") as f:
         version = np.lib.format.read_magic(f)
         read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, _fortran, dtype = read(f)

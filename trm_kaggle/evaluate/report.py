@@ -54,12 +54,17 @@ ARC_PALETTE = ("#000000", "#0074D9", "#FF4136", "#2ECC40", "#FFDC00",
 
 @dataclass
 class TestSet:
-    """test_puzzles.json as arrays: every (task_id, test_index) with its input and truth."""
+    """test_puzzles.json as arrays: every (task_id, test_index) with its input, and its truth where it is known
+    (a test pair without an output, e.g. an unseen challenge, is predicted and never scored)."""
 
     slots: list[Slot]
     inputs: dict[Slot, np.ndarray]
-    truths: dict[Slot, np.ndarray]
+    truths: dict[Slot, np.ndarray]  # the labeled slots only
     num_tests: dict[str, int]
+
+    @property
+    def labeled(self) -> list[Slot]:
+        return [s for s in self.slots if s in self.truths]
 
     @property
     def task_ids(self) -> list[str]:
@@ -69,8 +74,8 @@ class TestSet:
         """The same test set restricted to `task_ids` (kept in this set's order)."""
         keep = set(task_ids)
         slots = [s for s in self.slots if s[0] in keep]
-        return TestSet(slots, {s: self.inputs[s] for s in slots}, {s: self.truths[s] for s in slots},
-                       {t: n for t, n in self.num_tests.items() if t in keep})
+        return TestSet(slots, {s: self.inputs[s] for s in slots},
+                       {s: self.truths[s] for s in slots if s in self.truths}, {t: n for t, n in self.num_tests.items() if t in keep})
 
 
 def load_test_set(dataset_dir: str | os.PathLike) -> TestSet:
@@ -89,14 +94,17 @@ def load_test_set(dataset_dir: str | os.PathLike) -> TestSet:
         for i, pair in enumerate(tests):
             try:
                 x = np.array(pair["input"], dtype=np.uint8)
-                y = np.array(pair["output"], dtype=np.uint8)
+                y = None if "output" not in pair else np.array(pair["output"], dtype=np.uint8)  # None: unknown
             except (KeyError, TypeError, ValueError):
-                raise DataError(f"{path}: task {task_id} test pair {i} needs a rectangular 'input' and 'output'") from None
-            if x.ndim != 2 or y.ndim != 2:
+                raise DataError(f"{path}: task {task_id} test pair {i} needs a rectangular 'input' (and 'output' "
+                                "where it is known)") from None
+            if x.ndim != 2 or (y is not None and y.ndim != 2):
                 raise DataError(f"{path}: task {task_id} test pair {i}: grids must be 2-D")
             s = (task_id, i)
             slots.append(s)
-            inputs[s], truths[s] = x, y
+            inputs[s] = x
+            if y is not None:
+                truths[s] = y
     return TestSet(slots, inputs, truths, num_tests)
 
 
@@ -130,7 +138,7 @@ class EvalResult:
         """ARC Prize score by kind of output (same shape / reshaped, size buckets), with 95 % intervals."""
         ts = self.test_set
         solved = {s: 0 <= r < ATTEMPTS for s, r in self.metrics.truth_rank.items()}
-        return category_breakdown(ts.slots, ts.inputs, ts.truths, solved)
+        return category_breakdown(ts.labeled, ts.inputs, ts.truths, solved)
 
     def summary(self) -> dict:
         """JSON-serialisable metrics, counts and timing."""
@@ -138,6 +146,7 @@ class EvalResult:
         return {
             "dataset": self.dataset_dir,
             **self.metrics.as_dict(),
+            "unlabeled_test_outputs": len(self.test_set.slots) - len(self.test_set.truths),  # predicted, not scored
             "breakdown": self.breakdown(),
             "token_accuracy": self.token_accuracy,
             "num_examples": len(p),
@@ -288,6 +297,9 @@ def format_metrics(s: dict) -> str:
     if pooled:
         lines.append(f"POOLED with {pooled} earlier evaluation{'s' if pooled > 1 else ''} (upstream's aggregated "
                      "voting): the numbers below are not this model's alone")
+    if s.get("unlabeled_test_outputs"):
+        lines.append(f"{count(s['unlabeled_test_outputs'], 'test output')} with no known answer: predicted, not "
+                     "scored (the numbers below leave them out)")
     lines += [
         f"ARC Prize score (micro-average over {s['num_test_outputs']} test outputs, 2 attempts): "
         f"{s['arc_prize_score']:.4f} ({format_interval(s['arc_prize_score_ci95'])}, Wilson, unit: test outputs)",
@@ -330,24 +342,26 @@ def task_report(result: EvalResult, top: int = 5) -> dict:
     tasks: dict[str, dict] = {}
     for s in ts.slots:
         task, i = s
-        truth = ts.truths[s]
+        truth = ts.truths.get(s)  # None: no output known, nothing to score
         top_list = []
         for c in votes.ranked(s, limit=top):
             g = c.pop("grid")
-            top_list.append({**c, "shape": list(g.shape), "correct": bool(g.shape == truth.shape and np.array_equal(g, truth))})
+            top_list.append({**c, "shape": list(g.shape), "correct": None if truth is None else
+                             bool(g.shape == truth.shape and np.array_equal(g, truth))})
         entry = tasks.setdefault(task, {"test": []})
         entry["test"].append({
             "test_index": i,
-            "solved": 0 <= ranks.get(s, -1) < 2,
+            "solved": None if truth is None else 0 <= ranks.get(s, -1) < 2,
             "truth_rank": ranks.get(s, -1) + 1 if ranks.get(s, -1) >= 0 else None,  # 1 = best
-            "truth_shape": list(truth.shape),
+            "truth_shape": None if truth is None else list(truth.shape),
             "predictions": n_votes.get(s, 0),
             "distinct_candidates": n_cand.get(s, 0),
             "mean_sigmoid_q_halt": mean_q.get(s),
             "top": top_list,
         })
     for entry in tasks.values():
-        entry["solved_fraction"] = float(np.mean([t["solved"] for t in entry["test"]]))
+        known = [t["solved"] for t in entry["test"] if t["solved"] is not None]
+        entry["solved_fraction"] = float(np.mean(known)) if known else None
     return {"summary": result.summary(), "tasks": tasks}
 
 
@@ -384,7 +398,8 @@ def _markdown(report: dict, pictures: dict[str, str]) -> str:
                              for c in t["top"]) or "-"
             mq = "-" if t["mean_sigmoid_q_halt"] is None else f"{t['mean_sigmoid_q_halt']:.3f}"
             rank = "-" if t["truth_rank"] is None else str(t["truth_rank"])
-            lines.append(f"| {task} | {t['test_index']} | {'yes' if t['solved'] else 'no'} | {rank} | "
+            solved = "no output known" if t["solved"] is None else "yes" if t["solved"] else "no"
+            lines.append(f"| {task} | {t['test_index']} | {solved} | {rank} | "
                          f"{t['predictions']} | {t['distinct_candidates']} | {mq} | {tops} |")
     lines += ["", "Top votes: vote count per candidate, best first; `*` marks the correct grid."]
     if pictures:
@@ -440,15 +455,20 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
         raise TRMError(f"tasks not in the test set: {', '.join(unknown)}")
     paths: dict[str, Path] = {}
     pics: dict[str, str] = {}
-    atomic_write_json(out / "report.json", report, indent=1)  # first: the numbers never wait on a picture
-    if pictures and chosen:
+    pngs: dict[Path, bytes] = {}
+    for task in chosen if pictures else []:
+        p = file_in(out / "pictures", task, ".png")  # a task id is data: encoded, never a path
+        pngs[p] = task_picture_png(result, task, attempts=attempts)
+        paths[f"picture:{task}"] = p
+        pics[task] = "pictures/" + p.name.replace("%", "%25")  # the link is a URL: its % escaped
+    markdown = _markdown(report, pics)
+    # every part is made before the first is written: a picture that cannot be drawn leaves the old report whole
+    atomic_write_json(out / "report.json", report, indent=1)
+    if pngs:
         (out / "pictures").mkdir(exist_ok=True)
-        for task in chosen:
-            p = file_in(out / "pictures", task, ".png")  # a task id is data: encoded, never a path
-            save_task_picture(result, task, p, attempts=attempts)
-            paths[f"picture:{task}"] = p
-            pics[task] = "pictures/" + p.name.replace("%", "%25")  # the link is a URL: its % escaped
-    atomic_write_text(out / "report.md", _markdown(report, pics))
+    for p, png in pngs.items():
+        atomic_write_bytes(p, png)
+    atomic_write_text(out / "report.md", markdown)  # UTF-8 whatever the locale (task ids such as é-tâche)
     paths["json"], paths["markdown"] = out / "report.json", out / "report.md"
     return paths
 
@@ -489,7 +509,7 @@ def task_picture_png(result: EvalResult, task: str, attempts: int = 2) -> bytes:
         ranked = result.votes.ranked(s, limit=attempts)
         rank = result.metrics.truth_rank.get(s, -1)
         _draw_grid(axes[i][0], ts.inputs[s], f"test {i} input")
-        _draw_grid(axes[i][1], ts.truths[s], "truth")
+        _draw_grid(axes[i][1], ts.truths.get(s), "truth")
         for a in range(attempts):
             c = ranked[a] if a < len(ranked) else None
             title = f"attempt {a + 1}" + ("" if c is None else f": {c['votes']} votes" + (" ✓" if rank == a else ""))

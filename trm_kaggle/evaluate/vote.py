@@ -39,6 +39,7 @@ import numpy as np
 
 from trm_kaggle.atomic import atomic_write
 from trm_kaggle.errors import DataError
+from trm_kaggle.jsonio import open_regular, read_failure
 from trm_kaggle.evaluate.decode import grid_to_key, key_shapes, key_to_grid
 from trm_kaggle.evaluate.stats import wilson_interval
 
@@ -137,18 +138,18 @@ class VoteTable:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "VoteTable":
         """Votes written by `save` (e.g. `trm-kaggle evaluate --save-votes`); one clear error otherwise."""
+        if not os.path.lexists(path):
+            raise DataError(f"{path}: no such votes file")
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with open_regular(path, "votes file") as f, np.load(f, allow_pickle=False) as z:
                 if str(z["format"]) != VOTES_FORMAT:
                     raise ValueError(f"format {str(z['format'])!r}")
                 keys = z["keys"]
                 slots = list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist()))
                 return cls(slots, z["slot"], np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1),
                            z["q_halt"], z["order"])
-        except FileNotFoundError:
-            raise DataError(f"{path}: no such votes file") from None
         except (OSError, KeyError, ValueError, IndexError) as e:
-            raise DataError(f"{path}: not a votes file written by `trm-kaggle evaluate --save-votes` ({e})") from None
+            raise read_failure(e, path, "votes file") or DataError(f"{path}: not a votes file written by `trm-kaggle evaluate --save-votes` ({e})") from None
 
 
 @dataclass

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -61,7 +62,7 @@ from trm_kaggle.config import validation_line
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores
 from trm_kaggle.experiments.recorded import Recorded, read_recorded
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import read_json, read_json_lines
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
 from trm_kaggle.wording import count
@@ -249,7 +250,7 @@ def git_commit(notebook_dir: Path) -> str:
     """HEAD of the checkout holding the notebooks (+dirty when files besides the baselines differ)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=notebook_dir, capture_output=True, text=True, timeout=30,
-                              check=True).stdout
+                              check=True, encoding="utf-8", errors="replace").stdout
 
     try:
         sha = git("rev-parse", "--short=12", "HEAD").strip()
@@ -291,22 +292,30 @@ def append_history(path: Path, commit: str, when: str, runs: list[NotebookRun]) 
     entry = {"time": when, "commit": commit,
              "metrics": {r.name: {m: rec.value for m, rec in r.metrics.items()} for r in runs if not r.error},
              "seconds": {r.name: round(r.seconds, 1) for r in runs}}  # for the order of the next run, not a metric
+    # a file that does not end a line (a run killed while writing, bytes appended by something else) gets one
+    # first: the new entry is a whole line of its own, never glued to the broken one
+    broken = path.is_file() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
     with open(path, "a", encoding="utf-8") as f:  # appending a whole line: earlier lines stay as they were
-        f.write(json.dumps(entry) + "\n")
+        f.write(("\n" if broken else "") + json.dumps(entry) + "\n")
 
 
-def read_history(path: Path) -> list[dict]:
-    """The entries of history.jsonl; a line that is not one (a run killed while writing) is skipped."""
-    if not path.is_file():
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1)
+
+
+def read_history(path: Path, warn: Callable[[str], None] | None = None) -> list[dict]:
+    """The entries of history.jsonl. A line that is not one (a run killed while writing, bytes that are not UTF-8
+    or not JSON) is skipped, and `warn` is told how many were."""
+    if not os.path.lexists(path):
         return []
-    entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(entry, dict) and isinstance(entry.get("metrics"), dict):
-            entries.append(entry)
+    lines = read_json_lines(path, "history file")
+    entries = [v for _, _, v in lines if isinstance(v, dict) and isinstance(v.get("metrics"), dict)]
+    if len(entries) < len(lines) and warn is not None:
+        bad = [n for n, _, v in lines if not (isinstance(v, dict) and isinstance(v.get("metrics"), dict))]
+        warn(f"warning: {path}: {len(bad)} of {count(len(lines), 'line')} skipped (not UTF-8, not JSON, or not a "
+             f"history entry; first: line {bad[0]}); the other entries are kept")
     return entries
 
 
@@ -324,7 +333,8 @@ def plot_history(history: list[dict], notebook: str, metric: str, baseline: Base
 
     points = [(i, e["metrics"][notebook][metric], str(e.get("commit", "?"))[:8])
               for i, e in enumerate(history) if isinstance(e["metrics"].get(notebook), dict)
-              and isinstance(e["metrics"][notebook].get(metric), (int, float))]
+              and isinstance(e["metrics"][notebook].get(metric), (int, float))
+              and math.isfinite(e["metrics"][notebook][metric])]  # a history line may say 1e999 or NaN
     fig, axes = _figure(max(5.0, 0.35 * len(points) + 3), 3.4, 1, 1)
     ax = axes[0][0]
     if baseline is not None and baseline.value is not None:
@@ -412,7 +422,7 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
 
     held.enter_context(directory_lock(out, "regress"))
     workers = min(len(chosen), jobs or usable_cores())
-    last = last_seconds(read_history(out / HISTORY))
+    last = last_seconds(read_history(out / HISTORY, warn))  # before the notebooks: a FIFO or no permission stops
     chosen.sort(key=lambda n: -last.get(n, 0.0))  # longest first: the cores stay busy until the end
     say(f"running {count(len(chosen), 'regression notebook')} ({', '.join(chosen)}), {workers} at a time")
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -89,7 +89,7 @@ def load_grid(spec: str) -> SweepGrid:
     path = Path(spec)
     if not path.is_file():
         raise TRMError(f"{spec}: neither a built-in grid ({', '.join(BUILTIN_GRIDS)}) nor a grid file")
-    data = read_config_file(path)  # yaml.safe_load; one line for an unreadable file or a non-mapping
+    data = read_config_file(path)  # the one YAML reader; one line for an unreadable file or a non-mapping
     data.setdefault("name", path.stem)
     try:
         return SweepGrid.model_validate(data)

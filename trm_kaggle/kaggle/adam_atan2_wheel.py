@@ -35,7 +35,7 @@ ARCH_LIST = "6.0;7.0;7.5;8.0;8.6;8.9;9.0+PTX"
 
 def run(cmd: list[str], what: str) -> str:
     print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace")
     print(res.stdout[-4000:], res.stderr[-4000:], sep="\n", flush=True)
     if res.returncode != 0:
         sys.exit(f"error: {what} failed with status {res.returncode} (output above)")
@@ -46,7 +46,7 @@ def versions() -> dict:
     """Python, torch and CUDA of this image: the wheel works only where all three are the same."""
     probe = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
              "'gpu': torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}))")
-    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, encoding="utf-8", errors="replace")
     found = json.loads(res.stdout) if res.returncode == 0 else {"torch": None, "cuda": None, "gpu": None}
     return {"python": platform.python_version(), "platform": platform.machine(), **found}
 
@@ -86,7 +86,7 @@ def main() -> None:
 
     manifest = {"package": PACKAGE, "wheel": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
                 "size": wheel.stat().st_size, "built_on": facts}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     print(f"built {wheel} for Python {facts['python']}, torch {facts['torch']}, CUDA {facts['cuda']}: download "
           f"this kernel's output and pass the wheel to build_bundle.py --extra-wheel", flush=True)
 

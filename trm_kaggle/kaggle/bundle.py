@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import count_or_auto
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_notebook
@@ -68,6 +69,7 @@ from trm_kaggle.kaggle.wheels import (
 )
 from trm_kaggle.outputs import Input, Output, check_io
 from trm_kaggle.stdout import StdoutError, checked_stdout
+from trm_kaggle.wording import escape_what_the_console_cannot_show
 
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "execute", "main", "make_parser", "push", "run",
@@ -108,6 +110,9 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     from trm_kaggle.model.export import check_export  # torch: only when a bundle is built
 
     check_export(weights)  # damaged, non-finite weights, or a config.json they do not fit: before any slow step
+    _check_parts(out, {"wheels": "kaggle wheels dataset", "weights": "kaggle weights dataset",
+                       "kernel": "kaggle kernel", **({WHEEL_KERNEL_DIR: "kaggle adam-atan2 wheel kernel"}
+                                                     if wheel_kernel else {})})
     out.mkdir(parents=True, exist_ok=True)
     report = {"out_dir": str(out.absolute()),
               "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
@@ -240,6 +245,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """`build_bundle.py`: parse the command line and `run` it (key=value settings may follow any option); as
     `trm-kaggle bundle`, an interrupt and a closed stdout are one line each."""
+    escape_what_the_console_cannot_show()
     try:
         with checked_stdout():
             return run(make_parser().parse_intermixed_args(argv))
@@ -249,6 +255,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _check_parts(out: Path, parts: dict[str, str]) -> None:
+    """Every part's refusal (a foreign folder in its place, a dangling link, a read-only folder), before the
+    first part is built: {folder name: the kind its builder writes}."""
+    for name, kind in parts.items():
+        if problem := replace_problem(out / name, kind, f"OUT_DIR part {name}/"):
+            raise TRMError(problem)
 
 
 def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str | os.PathLike | None = None,
@@ -272,6 +286,10 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
         from trm_kaggle.kaggle.train_kernel import check_training_settings
 
         check_training_settings(presets, overrides)
+    _check_parts(out, {**({DATA_DIR: "kaggle data dataset"} if dataset is not None else {}),
+                       **({RUN_STATE_DIR: "kaggle run-state dataset"} if continue_from is not None else {}),
+                       **({"wheels": "kaggle wheels dataset", TRAIN_KERNEL_DIR: "kaggle training kernel"}
+                          if train_kernel else {})})
     out.mkdir(parents=True, exist_ok=True)
     if continue_from is not None and not train_kernel:
         raise TRMError("--continue-from goes with --train-kernel (the kernel that resumes from it)")

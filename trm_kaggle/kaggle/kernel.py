@@ -119,7 +119,7 @@ def build_wheel_kernel(out_dir: str | os.PathLike, *, ids: BundleIds, machine_sh
     submission kernel's accelerator and image: the wheel must match the torch and CUDA it runs with)."""
     meta = wheel_kernel_metadata(ids, WHEEL_SCRIPT, machine_shape=machine_shape, docker_image=docker_image)
     with atomic_directory(out_dir, kind="kaggle adam-atan2 wheel kernel") as tmp:
-        atomic_write_text(tmp / WHEEL_SCRIPT, Path(adam_atan2_wheel.__file__).read_text())
+        atomic_write_text(tmp / WHEEL_SCRIPT, Path(adam_atan2_wheel.__file__).read_text(encoding="utf-8"))
         atomic_write_json(tmp / KERNEL_META, meta, indent=2)
         publishable_modes(tmp)
     return {"id": ids.wheel_kernel_id, "code_file": WHEEL_SCRIPT, "machine_shape": meta.get("machine_shape")}

@@ -209,7 +209,8 @@ def build_shadow_site(site_dirs: Sequence[Path], shadow: Path, *, repo: Path | N
             if is_hidden_entry(entry.name):
                 continue
             if entry.suffix == ".pth" and entry.is_file():
-                (dest / entry.name).write_text(filter_pth(entry.read_text(errors="replace"), repo))
+                text = entry.read_text(encoding="utf-8", errors="replace")
+                (dest / entry.name).write_text(filter_pth(text, repo), encoding="utf-8")
             else:
                 (dest / entry.name).symlink_to(entry)
         made.append(dest)
@@ -233,19 +234,19 @@ def create_sandbox_venv(layout: SandboxLayout, *, repo: Path | None = REPO_ROOT)
     # setuptools than ensurepip's, which an offline pip cannot fetch. The base's pip runs with the venv's python
     # (so it installs into the venv); bin/pip and bin/pip3 are shims for `!pip` in notebooks.
     res = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(layout.venv)], capture_output=True,
-                         text=True)
+                         text=True, encoding="utf-8", errors="replace")
     if res.returncode != 0:
         raise TRMError(f"creating the sandbox venv failed: {tail_lines(res.stderr or res.stdout, 5)}")
     python = layout.venv / "bin" / "python"
     for name in ("pip", "pip3"):
         shim = layout.venv / "bin" / name
-        shim.write_text(f'#!/bin/sh\nexec "{python}" -m pip "$@"\n')
+        shim.write_text(f'#!/bin/sh\nexec "{python}" -m pip "$@"\n', encoding="utf-8")
         shim.chmod(0o755)
     sp = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                        capture_output=True, text=True, check=True).stdout.strip()
+                        capture_output=True, text=True, check=True, encoding="utf-8", errors="replace").stdout.strip()
     shadows = build_shadow_site(base_site_dirs(), layout.shadow, repo=repo)
     lines = "".join(f"import site; site.addsitedir({str(s)!r})\n" for s in shadows)
-    (Path(sp) / "zz_kaggle_base_image.pth").write_text(lines)
+    (Path(sp) / "zz_kaggle_base_image.pth").write_text(lines, encoding="utf-8")
     return python
 
 
@@ -272,7 +273,7 @@ def write_kernelspec(layout: SandboxLayout, python: Path) -> Path:
     spec_dir.mkdir(parents=True, exist_ok=True)
     (spec_dir / "kernel.json").write_text(json.dumps({
         "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "trm_kaggle sandbox (offline)", "language": "python"}, indent=1))
+        "display_name": "trm_kaggle sandbox (offline)", "language": "python"}, indent=1), encoding="utf-8")
     return spec_dir
 
 
@@ -309,14 +310,15 @@ def kernel_progress(echo: Callable[[str], None], first_tasks: int = 3, every_s: 
 
 
 def _venv_probe(python: Path, code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, cwd=cwd)
+    return subprocess.run([str(python), "-c", code], capture_output=True, env=env, cwd=cwd, encoding="utf-8",
+                          errors="replace")
 
 
 def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout: float | None,
                 echo: Callable[[str], None]) -> int:
-    with open(log_path, "w") as logf:
+    with open(log_path, "w", encoding="utf-8") as logf:
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+                                start_new_session=True, encoding="utf-8", errors="replace")
         deadline = None if timeout is None else time.monotonic() + timeout
         import threading
 
@@ -400,7 +402,7 @@ def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None,
         _rmtree(layout.root)
     for d in (layout.input, layout.working, layout.run_cwd, layout.competition, layout.jupyter / "runtime"):
         d.mkdir(parents=True, exist_ok=True)
-    (layout.root / SANDBOX_MARK).write_text("made by trm_kaggle.kaggle.bundle.execute\n")
+    (layout.root / SANDBOX_MARK).write_text("made by trm_kaggle.kaggle.bundle.execute\n", encoding="utf-8")
     # copies, not links: a kernel that wrote into its (on Kaggle read-only) inputs must not alter the bundle
     shutil.copytree(Path(out_dir) / "wheels", layout.wheels)
     shutil.copytree(Path(out_dir) / "weights", layout.weights)
@@ -505,7 +507,7 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     problems = []
     if rc != 0:
         try:
-            last = tail_lines(layout.log.read_text(errors="replace"), 8)
+            last = tail_lines(layout.log.read_text(encoding="utf-8", errors="replace"), 8)
         except OSError:
             last = ""
         problems.append(f"papermill exited with status {rc} (whole output: {layout.log})"

@@ -190,7 +190,7 @@ def build_project_wheel(dest: Path, repo: Path = REPO_ROOT, builder: str = "auto
         elif builder == "pip":
             cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation",
                    "--disable-pip-version-check", "-q", "-w", str(out), str(src)]
-            res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+            res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, encoding="utf-8", errors="replace")
             wheels = sorted(out.glob("*.whl"))
             if res.returncode != 0 or len(wheels) != 1:
                 raise TRMError(f"building the trm_kaggle wheel failed ({' '.join(cmd)}):\n"
@@ -212,7 +212,7 @@ def _read_pyproject(path: Path) -> dict:
         except ImportError:
             from pip._vendor import tomli as tomllib
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise TRMError(f"{path}: unreadable: {e}") from None
 
@@ -259,8 +259,8 @@ def build_pure_wheel(src: Path, out: Path) -> Path:
     name = re.sub(r"[-_.]+", "_", project["name"])
     version = project["version"]
     readme_name = project.get("readme")
-    readme = (src / readme_name).read_text() if isinstance(readme_name, str) and (src / readme_name).is_file() \
-        else None
+    readme_path = src / readme_name if isinstance(readme_name, str) else None
+    readme = readme_path.read_text(encoding="utf-8") if readme_path is not None and readme_path.is_file() else None
     packages = [p for p in sorted(src.iterdir()) if p.is_dir() and (p / "__init__.py").is_file()]
     dist_info = f"{name}-{version}.dist-info"
     files: list[tuple[str, bytes]] = []
@@ -301,7 +301,7 @@ def pip_download(spec: str, target: Target, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
            *target.pip_args(), "-d", str(dest), spec]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace")
     wheels = sorted(dest.glob("*.whl"))
     if res.returncode != 0 or not wheels:
         # pip's warnings (an index location it skips, a cache it cannot write) would hide its error

@@ -31,8 +31,8 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import EXECUTION_FIELDS, ArchConfig, ExportConfig, TaskIdMode, TrainConfig, validation_line
 from trm_kaggle.data.format import load_metadata
-from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import not_regular, read_json
+from trm_kaggle.errors import DamagedFile, TRMError
+from trm_kaggle.jsonio import read_failure, read_json, readable_file
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
@@ -161,8 +161,8 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
 
     path = Path(path)
     cfg_path, w_path = path / "config.json", path / "weights.safetensors"
-    if w_path.exists() and not_regular(w_path.stat().st_mode):  # a FIFO would block, a device never end
-        raise TRMError(f"{w_path}: weights must be a regular file, not {not_regular(w_path.stat().st_mode)}")
+    if os.path.lexists(w_path):  # a FIFO would block safetensors, a device never end; safetensors calls a
+        readable_file(w_path, "weights")  # missing permission "No such file": the cause is named here instead
     raw = read_json(cfg_path, "config.json", hint=f"is {path} an export made by `trm-kaggle export`?")
     if not isinstance(raw, dict) or raw.get("format") != EXPORT_FORMAT:
         raise TRMError(f"{cfg_path}: not a trm-kaggle inference config")
@@ -177,11 +177,12 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except FileNotFoundError:
         raise TRMError(f"{w_path}: missing") from None
-    except (SafetensorError, OSError, ValueError) as e:
-        raise TRMError(f"{w_path}: unreadable or truncated safetensors file: {e}") from None
+    except (SafetensorError, OSError, ValueError) as e:  # a failing disk is no damage: `read_failure` tells
+        raise read_failure(e, w_path, "weights") or DamagedFile(f"{w_path}: unreadable or truncated safetensors "
+                                                               f"file: {e}") from None
     if digest is not None and content_digest(tensors) != digest:  # older exports carry none: nothing to verify
-        raise TRMError(f"{w_path}: damaged: its tensors do not match the checksum written with them (bytes changed "
-                       f"on disk or in a copy); export the weights again")
+        raise DamagedFile(f"{w_path}: damaged: its tensors do not match the checksum written with them (bytes changed "
+                          f"on disk or in a copy); export the weights again")
     check_finite(tensors, str(w_path))
     if saved is not None:  # exports of older versions carry no config: nothing to compare
         try:

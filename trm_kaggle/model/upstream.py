@@ -27,11 +27,12 @@ import torch
 
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.data.format import load_metadata
-from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import read_text
+from trm_kaggle.errors import DamagedFile, TRMError
+from trm_kaggle.jsonio import open_regular, read_failure, readable_file
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, fit_state_dict, resize_puzzle_embedding
 from trm_kaggle.model.hub import resolve_checkpoint, snapshot_commit
 from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.yamlio import read_yaml
 
 COMPILE_PREFIX = "_orig_mod."
 UPSTREAM_PREFIX = "model.inner."
@@ -132,15 +133,15 @@ def load_upstream_state_dict(model: TinyRecursiveModel, state: Mapping[str, Any]
 def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, torch.Tensor]:
     """Raw tensors of a torch checkpoint file, loaded safely (weights_only) on the CPU."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise TRMError(f"{path}: checkpoint file not found")
-    try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as err:  # noqa: BLE001 - truncated zip, pickle of foreign objects, text file, ...
-        detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        detail = detail.split(". ")[0][:160]
-        raise TRMError(f"{path}: not a readable PyTorch checkpoint (truncated or foreign file?): "
-                       f"{type(err).__name__}: {detail}") from None
+    with open_regular(path, "checkpoint file") as f:  # a FIFO never blocks; a missing permission is said as such
+        try:
+            state = torch.load(f, weights_only=True, map_location="cpu")
+        except Exception as err:  # noqa: BLE001 - truncated zip, pickle of foreign objects, text file, ...
+            detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            detail = detail.split(". ")[0][:160]
+            raise read_failure(err, path, "checkpoint file") or DamagedFile(
+                f"{path}: not a readable PyTorch checkpoint (truncated or foreign file?): "
+                f"{type(err).__name__}: {detail}") from None
     if not isinstance(state, Mapping):
         raise TRMError(f"{path}: expected a state dict, found a {type(state).__name__}")
     return dict(state)
@@ -196,18 +197,10 @@ def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
 
 def read_all_config(path: Union[str, os.PathLike]) -> Dict[str, Any]:
     """Parse an upstream run's all_config.yaml (a file, or the checkpoint directory holding it)."""
-    import yaml
-
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, "all_config.yaml")
-    text = read_text(path, "run config", hint="upstream writes all_config.yaml beside its checkpoints")
-    try:
-        cfg = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise TRMError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
-    except RecursionError:
-        raise TRMError(f"{path}: not a run config: nested too deeply") from None
+    cfg = read_yaml(path, "run config", hint="upstream writes all_config.yaml beside its checkpoints")
     if not isinstance(cfg, dict):
         raise TRMError(f"{path}: expected a mapping at the top level")
     return cfg
@@ -233,9 +226,9 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     model that was exported.
     """
     ckpt_path, hub_source = resolve_checkpoint(checkpoint)
-    if not ckpt_path.is_file():  # before its config: a missing checkpoint is the problem to name
-        raise TRMError(f"{ckpt_path}: checkpoint file not found" + (
-            " (it is a directory: name one step_<N> file in it)" if ckpt_path.is_dir() else ""))
+    if ckpt_path.is_dir():  # before its config: a missing checkpoint is the problem to name
+        raise TRMError(f"{ckpt_path}: checkpoint file not found (it is a directory: name one step_<N> file in it)")
+    readable_file(ckpt_path, "checkpoint file")  # missing, a FIFO, no permission: said before its config
     run_cfg = read_all_config(config or ckpt_path.parent)
     arch = arch_config_from_upstream_yaml(run_cfg)
     tensors = from_upstream_state_dict(read_checkpoint(ckpt_path), str(ckpt_path))

@@ -26,7 +26,8 @@ from typing import Any
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data.arc.build import task_fits
 from trm_kaggle.data.arc.tasks import MAX_GRID, parse_task
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.jsonio import read_json
 
 
 RESULT = "result.json"
@@ -109,9 +110,12 @@ def write_result(work: str | os.PathLike, unit: Unit, key: dict, candidates: dic
 
 def read_result(work: str | os.PathLike, unit: Unit) -> dict | None:
     """The unit's result, or None when there is none (or it is unreadable, or of another task)."""
+    path = unit_dir(work, unit) / RESULT
+    if not os.path.lexists(path):
+        return None
     try:
-        result = json.loads((unit_dir(work, unit) / RESULT).read_text())
-    except (OSError, ValueError):
+        result = read_json(path, "unit result")  # the one reader: a FIFO in its place is never waited on
+    except TRMError:
         return None
     if not isinstance(result, dict) or result.get("task") != unit.task_id or \
             not isinstance(result.get("candidates"), dict):

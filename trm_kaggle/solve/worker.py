@@ -115,7 +115,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
                 torch.cuda.empty_cache()
             try:  # the task keeps its fallback; its result says why
                 write_result(spec.work, unit, keys[unit.index], {}, {"error": describe(e)}, False)
-                (unit_dir(spec.work, unit) / "error.log").write_text(traceback.format_exc())
+                (unit_dir(spec.work, unit) / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
             except OSError:
                 pass
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})",

@@ -52,7 +52,7 @@ Emit = Callable[[str], None]
 def event_writer(path: Path) -> Callable[[dict], None]:
     """Append one JSON line per event and flush it (the parent reads the file while the worker runs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(path, "a", buffering=1)
+    f = open(path, "a", buffering=1, encoding="utf-8")
 
     def write(event: dict) -> None:
         f.write(json.dumps(event) + "\n")
@@ -68,6 +68,8 @@ def _child(spec: WorkerSpec) -> None:
     fd = os.open(spec.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    for stream in (sys.stdout, sys.stderr):  # a log file: UTF-8 like every file, whatever the locale
+        stream.reconfigure(encoding="utf-8", errors="backslashreplace")
     if spec.visible_gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = spec.visible_gpu
     from trm_kaggle.solve.worker import run_units  # torch starts here, after the device is chosen
@@ -109,7 +111,7 @@ def _describe_exit(code: int | None) -> str:
 
 def _last_line(path: Path) -> str:
     try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        lines = [ln for ln in path.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
     return lines[-1].strip()[:300] if lines else ""
@@ -117,7 +119,7 @@ def _last_line(path: Path) -> str:
 
 def _read_plan(spec: WorkerSpec) -> dict | None:
     try:
-        return json.loads(spec.plan_file.read_text())
+        return json.loads(spec.plan_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
@@ -140,7 +142,7 @@ def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] |
     except Exception as e:  # the worker failed as a whole (no device, unreadable weights, ...)
         out.error = describe(e)
         spec.log.parent.mkdir(parents=True, exist_ok=True)
-        spec.log.write_text(traceback.format_exc())
+        spec.log.write_text(traceback.format_exc(), encoding="utf-8")
         out.log = str(spec.log)
     out.plan = _read_plan(spec)
     return out

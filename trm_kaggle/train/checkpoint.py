@@ -10,8 +10,9 @@ a TPU resumes on any device). Written atomically (temp file + rename); the newes
 Each state carries a checksum of its contents (`sha256`, inside the file, so both are
 replaced in one rename) and the id of its run (`run_id`, also kept in the run directory's
 `run.json`). Resuming verifies both: a damaged state is set aside by name and the newest
-good one is used; a state of another run copied into the directory is never taken as the
-newest. States written before checksums and run ids are accepted with a note.
+good one is used (a state that cannot be read, e.g. for want of permission, is not damaged: it
+stops the resume and is left as it is); a state of another run copied into the directory is
+never taken as the newest. States written before checksums and run ids are accepted with a note.
 
 `export_run` turns a run's newest state into an inference export
 (`trm_kaggle.model.export`, which owns that format).
@@ -33,8 +34,8 @@ import torch
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
 from trm_kaggle.data.contents import contents_hash
-from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
+from trm_kaggle.jsonio import open_regular, read_failure, read_json
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import NonFiniteTraining, first_nonfinite
 from trm_kaggle.model.export import export_inference, model_from_train_state
@@ -66,7 +67,9 @@ def dataset_fingerprint(paths: list[str]) -> str:
             f = root / rel
             h.update(rel.encode())
             if f.exists():
-                h.update(f.read_bytes() if f.stat().st_size < (1 << 20) else str(f.stat().st_size).encode())
+                with open_regular(f, rel) as opened:  # a FIFO in place of a file never blocks
+                    size = os.fstat(opened.fileno()).st_size
+                    h.update(opened.read() if size < (1 << 20) else str(size).encode())
         for split in ("train", "test"):
             f = root / split / "all__inputs.npy"
             h.update(str(f.stat().st_size if f.exists() else -1).encode())
@@ -98,15 +101,19 @@ def newest_step(run_dir: str | os.PathLike) -> int:
 def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> tuple[Path, dict[str, Any]]:
     """(path, state) of the newest train state in `run_dir` that loads.
 
-    A newer state that is truncated or corrupt (a kill during a copy, a full disk) does not block
-    the run: it is skipped with a warning and the next older one is tried. With `quarantine`
-    (resuming, which will write new states beside it) the bad file is renamed to `<name>.corrupt`:
-    kept for inspection, never deleted, and no longer mistaken for the newest state.
+    A newer state that is damaged (truncated, corrupt, its checksum wrong: a kill during a copy, a full disk)
+    does not block the run: it is skipped with a warning and the next older one is tried. With `quarantine`
+    (resuming, which will write new states beside it) each damaged file newer than the state resumed from is
+    renamed to `<name>.corrupt`: kept for inspection, never deleted, and no longer mistaken for the newest
+    state; when no state loads, nothing is renamed. A state that cannot be read at all (no permission, a
+    directory, a FIFO or device, a failing disk) is not damaged: it stops the load with one line naming the
+    cause, and nothing is renamed (resuming from an older state would throw its steps away).
     """
     states = list_states(Path(run_dir))
     if not states:
         raise TRMError(f"{run_dir}: no train state (state_step*.pt)")
-    errors = []
+    errors: list[str] = []
+    damaged: list[Path] = []
     run_id = recorded_run_id(run_dir)
     for path in reversed(states):
         try:
@@ -115,21 +122,22 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
             if run_id is not None and owner is not None and owner != run_id:
                 raise ForeignState(f"{path}: written by another run (run id {owner}, this directory's run is "
                                    f"{run_id}; see {RUN_RECORD}): not resumed from, left in place")
-        except ForeignState as e:
+        except UnreadableFile as e:
+            raise UnreadableFile(f"{e}; no train state of {run_dir} was renamed or resumed from") from None
+        except (ForeignState, DamagedFile) as e:
             errors.append(str(e))
+            if isinstance(e, DamagedFile):
+                damaged.append(path)
             log.warning("%s; trying the previous state", e)
             continue
-        except TRMError as e:
-            errors.append(str(e))
-            if quarantine:
-                bad = path.with_name(path.name + ".corrupt")
-                os.replace(path, bad)
-                log.warning("%s; renamed to %s (kept, not deleted); trying the previous state", e, bad.name)
-            else:
-                log.warning("%s; trying the previous state", e)
-            continue
+        if quarantine:
+            for bad in damaged:
+                os.replace(bad, bad.with_name(bad.name + ".corrupt"))
+                log.warning("%s: renamed to %s (kept, not deleted): resuming from %s", bad, bad.name + ".corrupt",
+                            path.name)
         return path, state
-    raise TRMError(f"{run_dir}: no readable train state ({len(errors)} tried; newest: {errors[0]})")
+    kept = " (left in place: no good state to resume from; move them away to start afresh)" if damaged else ""
+    raise TRMError(f"{run_dir}: no readable train state ({len(errors)} tried; newest: {errors[0]}){kept}")
 
 
 class ForeignState(TRMError):
@@ -220,21 +228,24 @@ def _to_cpu(value: Any) -> Any:
 
 
 def load_train_state(path: Path) -> dict[str, Any]:
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise TRMError(f"{path}: no such checkpoint") from None
-    except Exception as e:  # truncated zip, foreign pickle, ...
-        raise TRMError(f"{path}: not a readable train state (truncated or not written by trm-kaggle?): "
-                       f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}") from None
+    """The state in `path`, checked against its checksum. `UnreadableFile` when it cannot be read (missing, no
+    permission, not a regular file: not damaged), `DamagedFile` when its bytes are wrong."""
+    with open_regular(path, "train state") as f:  # a FIFO never blocks, a missing permission is not damage
+        try:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as e:  # truncated zip, foreign pickle, ...; a failing disk is no damage: `read_failure`
+            raise read_failure(e, path, "train state") or DamagedFile(
+                f"{path}: not a readable train state (truncated or not written by trm-kaggle?): "
+                f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}") from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise TRMError(f"{path}: not a trm-kaggle train state (for upstream step_N files use `trm-kaggle import-upstream`)")
+        raise DamagedFile(f"{path}: not a trm-kaggle train state (for upstream step_N files use "
+                          "`trm-kaggle import-upstream`)")
     digest = state.pop("sha256", None)
     if digest is None:
         log.warning("%s: written before train states carried a checksum; loaded unverified", path)
     elif content_digest(state) != digest:
-        raise TRMError(f"{path}: damaged: its contents do not match the checksum written with them (bytes changed "
-                       f"on disk or in a copy)")
+        raise DamagedFile(f"{path}: damaged: its contents do not match the checksum written with them (bytes "
+                          f"changed on disk or in a copy)")
     return state
 
 

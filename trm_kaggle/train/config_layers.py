@@ -24,6 +24,7 @@ import pydantic
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.train.overrides import MISSING, Interpolation, parse_override
+from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def _suggest(key: str) -> str:
 def _unknown_key(key: str, source: str) -> TRMError:
     hint = _suggest(key)
     hint = f"; did you mean {hint}?" if hint else "; see `trm-kaggle train --help` for the settings"
-    return TRMError(f"{source}: unknown config key {key!r}{hint}")
+    return TRMError(f"{source}: unknown config key {clipped(key)}{hint}")
 
 
 # ---------------------------------------------------------------------------
@@ -243,7 +244,7 @@ class ConfigLayers:
     def apply_override(self, text: str) -> None:
         key, value = parse_override(text)
         raw = text.partition("=")[2] if value is not MISSING else None
-        self.assign(key, value, f"override {text.strip()!r}", raw=raw)
+        self.assign(key, value, f"override {clipped(text.strip())}", raw=raw)
 
     # --- interpolations ---
 
@@ -298,7 +299,7 @@ class ConfigLayers:
                 got = e.get("input")
                 detail = f"{key}: {e['msg']}"
                 if not isinstance(got, (dict, pydantic.BaseModel)):
-                    detail += f" (got {got!r})"
+                    detail += f" (got {clipped(got)})"
                 if where:
                     detail += f" [from {where}]"
                 problems.append(detail)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 from pathlib import Path
 
 from trm_kaggle.atomic import atomic_write_text
-from trm_kaggle.errors import DataError
-from trm_kaggle.jsonio import parse_json, read_text
+from trm_kaggle.jsonio import read_json_lines
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +40,16 @@ def shown(value: float | None, spec: str = ".3f") -> str:
 
 
 def _records(path: Path) -> list[tuple[str, object]]:
-    """(line, parsed record or None when the line is not JSON: a line cut off by a kill) of each non-empty line."""
-    out = []
-    for i, line in enumerate(read_text(path, METRICS_FILE).splitlines(), 1):
-        if line.strip():
-            try:
-                out.append((line, parse_json(line, f"{path}:{i}", "metrics record")))
-            except DataError:
-                out.append((line, None))
-    return out
+    """(line, parsed record or None when the line is not JSON: a line cut off by a kill, bytes that are not
+    UTF-8) of each non-empty line."""
+    return [(text, value) for _, text, value in read_json_lines(path, METRICS_FILE)]
 
 
 def drop_metrics_after(path: Path, step: int) -> None:
     """On resume at `step`: keep the records of steps <= step, atomically. The steps after it are
-    trained again, so metrics.jsonl holds each step once. A line cut off by a kill is dropped too."""
-    if not path.is_file():
+    trained again, so metrics.jsonl holds each step once. A line cut off by a kill is dropped too. Anything but
+    a regular file in its place (a FIFO the appends would wait on) is refused here, before training starts."""
+    if not os.path.lexists(path):
         return
     records = _records(path)
     kept = [line for line, r in records if isinstance(r, dict) and isinstance(r.get("step"), int) and r["step"] <= step]
@@ -78,7 +73,7 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     A line that is not a JSON record (the half-written last line of a running run) is skipped.
     A run without metrics.jsonl yet has none."""
     path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):  # a FIFO or a folder in its place is named by the reader, not taken for none
         return [], []
     train: list[dict] = []
     evals: dict[int, dict] = {}

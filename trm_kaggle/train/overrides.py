@@ -16,6 +16,7 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.wording import clipped
 
 # the value of a `~key` override (back to the default), and of a key a tree does not hold
 MISSING = object()
@@ -25,7 +26,9 @@ MISSING = object()
 # ---------------------------------------------------------------------------
 
 _INT_RE = re.compile(r"^[+-]?\d(?:_?\d)*$")
-_FLOAT_RE = re.compile(r"^[+-]?(?:\d(?:_?\d)*\.?(?:\d(?:_?\d)*)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d+)?$")
+# the fraction follows a required dot: with an optional one, a run of digits splits between the two groups in
+# every way, and a 100,000-digit value took hours to refuse
+_FLOAT_RE = re.compile(r"^[+-]?(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d+)?$")
 _SPECIAL_FLOATS = {"inf": float("inf"), "+inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
 _NULLS = {"null", "None", "NULL", "Null", "~"}
 
@@ -58,7 +61,7 @@ class _Parser:
         self.s, self.i = text, 0
 
     def error(self, what: str) -> ValueError:
-        return ValueError(f"{what} at position {self.i} in {self.s!r}")
+        return ValueError(f"{what} at position {self.i} in {clipped(self.s)}")
 
     def ws(self) -> None:
         while self.i < len(self.s) and self.s[self.i].isspace():
@@ -179,19 +182,21 @@ def parse_override(text: str) -> tuple[str, Any]:
     """`"+arch.L_cycles=4"` -> `("arch.L_cycles", 4)`. A `~key` (hydra delete) gives the value MISSING."""
     raw = text.strip()
     if "=" not in raw and not raw.startswith("~"):
-        raise TRMError(f"override {text!r}: expected key=value (for example arch.L_cycles=4)")
+        raise TRMError(f"override {clipped(text)}: expected key=value (for example arch.L_cycles=4)")
     key, _, value = raw.partition("=")
     key = key.strip()
     delete = key.startswith("~")
     key = key.lstrip("+~").strip()
     if not key or not re.match(r"^[A-Za-z_][A-Za-z0-9_.]*$", key) or ".." in key or key.endswith("."):
-        raise TRMError(f"override {text!r}: {key!r} is not a config key")
+        raise TRMError(f"override {clipped(text)}: {clipped(key)} is not a config key")
     if delete:
         return key, MISSING
     try:
         return key, parse_value(value)
     except ValueError as err:
-        raise TRMError(f"override {text!r}: cannot parse the value: {err}") from None
+        raise TRMError(f"override {clipped(text)}: cannot parse the value: {err}") from None
+    except RecursionError:  # the parser goes one level down per bracket
+        raise TRMError(f"override {clipped(text)}: cannot parse the value: nested too deeply") from None
 
 
 # ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import yaml
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import parse_json, read_text
+from trm_kaggle.yamlio import MAX_YAML_BYTES, parse_yaml
 from trm_kaggle.train.config_layers import UPSTREAM_ONLY, ConfigLayers
 from trm_kaggle.train.overrides import Interpolation
 from trm_kaggle.train.presets import PRESETS, expand_preset_names
@@ -40,13 +41,10 @@ def read_config_file(path: Union[str, os.PathLike]) -> dict:
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, "all_config.yaml")
-    text = read_text(path, "config file")
-    try:
-        data = parse_json(text, path, "config file") if path.lower().endswith(".json") else yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise TRMError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
-    except RecursionError:
-        raise TRMError(f"{path}: not a config: nested too deeply") from None
+    text = read_text(path, "config file", max_bytes=MAX_YAML_BYTES)
+    # one reader per format: aliases budgeted, repeated keys refused, errors one short line
+    data = parse_json(text, path, "config file") if path.lower().endswith(".json") else \
+        parse_yaml(text, path, "config file")
     if data is None:
         return {}
     if not isinstance(data, dict):

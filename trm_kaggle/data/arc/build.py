@@ -40,7 +40,7 @@ import numpy as np
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
-from trm_kaggle.config import ArcBuildConfig
+from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, ArcBuildConfig
 from trm_kaggle.data.arc.tasks import MAX_GRID, ArcTask, LoadReport, load_subset, source_kwargs
 from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_augmentations
 from trm_kaggle.data.contents import write_contents
@@ -52,12 +52,16 @@ from trm_kaggle.jsonio import read_json
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.names import shown
 from trm_kaggle.progress import tqdm
+from trm_kaggle.wording import count
 
 VOCAB_SIZE = 12  # PAD, EOS, colours 0..9
 PAD, EOS, COLOUR0 = 0, 1, 2
 RETRIES_FACTOR = 5
 log = logging.getLogger(__name__)
-DUMMY_OUTPUT = np.zeros((1, 1), dtype=np.uint8)  # upstream's stand-in for unknown test outputs
+# upstream's stand-in for an unknown test output: it still lays out and augments the pair (so the inputs are
+# upstream's), but its label rows are written as the ignore label: never trained on, never scored
+DUMMY_OUTPUT = np.zeros((1, 1), dtype=np.uint8)
+IGNORE_LABEL = PAD  # the datasets' ignore_label_id (DatasetWriter's default)
 
 
 @dataclass
@@ -76,6 +80,13 @@ class TaskJob:
     @property
     def train_split_pairs(self) -> list[tuple[np.ndarray, np.ndarray]]:
         return self.task.train + ([] if self.in_test_set else self.test_pairs)
+
+    def unlabeled(self, split: str) -> list[int]:
+        """Positions, among the split's pairs of this task, of the test pairs whose output is unknown."""
+        if self.task.test_outputs is not None or (split == "train") == self.in_test_set:
+            return []
+        first = 0 if split == "test" else len(self.task.train)
+        return list(range(first, first + len(self.task.test_inputs)))
 
     @property
     def test_split_pairs(self) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -250,6 +261,9 @@ def _write_job(args) -> int:
         if not pairs:
             continue
         inputs, labels = encode_puzzles(pairs, transforms, perms, translate=(split == "train"), rng=rng, side=side)
+        unknown = job.unlabeled(split)
+        if unknown:  # no output known: every copy's label row is ignored (no dummy answer trained on or scored)
+            labels.reshape(len(transforms), len(pairs), -1)[:, unknown] = IGNORE_LABEL
         write_rows_at(paths[split]["inputs"], np.uint8, side * side, first_row, inputs)
         write_rows_at(paths[split]["labels"], np.uint8, side * side, first_row, labels)
         written += len(inputs)
@@ -292,7 +306,7 @@ def collect_jobs(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = 
     """Load every subset (from `loaded` when given, else from cfg's source); returns the jobs in dataset order
     and notes for the user, each with its logging level: WARNING for a problem with the data (a malformed task,
     an empty or contaminated test split), INFO for what the settings ask for (tasks too large for the canvas
-    left out, dummy labels of unsolved test tasks)."""
+    left out, test pairs without a known output)."""
     test_sets = {cfg.test_set_name, cfg.test_set_name2}
     jobs, notes = [], []
     for subset in cfg.subsets:
@@ -306,12 +320,14 @@ def collect_jobs(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = 
         for task_id, problem in report.problems.items():
             notes.append((logging.WARNING, f"skipped malformed task {shown(task_id)}: {problem}"))
         in_test = subset in test_sets
-        if in_test:
-            for task in report.tasks.values():
-                if task.test_outputs is None:
-                    notes.append((logging.INFO, f"subset {subset}: no solutions, test labels filled with a dummy "
-                                                "[[0]]"))
-                    break
+        unsolved = [t.id for t in report.tasks.values() if t.test_outputs is None]
+        if unsolved:  # per task: a subset may mix solved and unsolved tasks
+            which = ("no task has test outputs" if len(unsolved) == len(report.tasks) else
+                     f"{len(unsolved)} of {count(len(report.tasks), 'task')} have no test outputs (e.g. "
+                     f"{shown(unsolved[0])})")
+            notes.append((logging.INFO, f"subset {subset}: {which}: " + (
+                "their test inputs carry no label: predicted, never scored" if in_test else
+                "their test pairs carry no label: never trained on")))
         tasks = list(report.tasks.values())
         if cfg.canvas < MAX_GRID:  # keep the tasks whose every grid fits the smaller canvas
             fitting = [t for t in tasks if task_fits(t, cfg.canvas)]
@@ -413,6 +429,10 @@ def build_arc(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = Non
     P = np.array([len(tr) for tr, _ in plans], dtype=np.int64)
     E_train = np.array([len(j.train_split_pairs) for j in jobs], dtype=np.int64)
     E_test = np.array([len(j.test_split_pairs) for j in jobs], dtype=np.int64)
+    if cfg.puzzle_identifiers_start + int(P.sum()) > MAX_PUZZLE_IDENTIFIERS:  # before the names are laid out
+        raise DataError(f"{cfg.puzzle_identifiers_start:,} + {int(P.sum()):,} puzzle identifiers are more than the "
+                        f"{MAX_PUZZLE_IDENTIFIERS:,} a dataset may hold (each is a row of the puzzle-embedding "
+                        "table): lower --num-aug or --puzzle-identifiers-start")
     first_id = cfg.puzzle_identifiers_start + np.concatenate([[0], np.cumsum(P)[:-1]])
     names = ["<blank>"] * cfg.puzzle_identifiers_start
     for job, (tr, pm) in zip(jobs, plans):
@@ -478,8 +498,8 @@ def build_arc(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = Non
                 mean_puzzle_examples=total_rows / max(1, total_puzzles))
             finish_split(tmp / split, metas[split], identifiers, puzzle_indices, group_indices)
         write_identifiers(tmp, names)
-        atomic_write_json(tmp / "test_puzzles.json",
-                          {j.task.id: _with_dummy_outputs(j.task) for j in jobs if j.in_test_set})
+        atomic_write_json(tmp / "test_puzzles.json",  # an unknown output is left out: nothing to score against
+                          {j.task.id: j.task.to_json(with_outputs=True) for j in jobs if j.in_test_set})
         summary = {
             "output_dir": str(Path(cfg.output_dir).absolute()),
             "tasks": len(jobs), "canvas": cfg.canvas,
@@ -497,9 +517,3 @@ def build_arc(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = Non
         write_contents(tmp)  # last: what every file holds (resume and verify check it)
     return summary
 
-
-def _with_dummy_outputs(task: ArcTask) -> dict:
-    d = task.to_json(with_outputs=True)
-    for pair in d["test"]:
-        pair.setdefault("output", DUMMY_OUTPUT.tolist())
-    return d

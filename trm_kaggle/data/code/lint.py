@@ -61,7 +61,7 @@ def lint_fixes(snippets: list[str], ruff: str, time_limit: float = TIME_LIMIT_S)
            "--target-version", TARGET_VERSION, "--select", ",".join(RULES), "--stdin-filename", "snippets.py", "-"]
     try:
         done = subprocess.run(cmd, input="\n\n\n".join(snippets) + "\n", capture_output=True, text=True,
-                              timeout=time_limit)
+                              timeout=time_limit, encoding="utf-8", errors="replace")
     except subprocess.TimeoutExpired:
         raise TRMError(f"ruff took more than {time_limit:.0f} s on {len(snippets)} snippets") from None
     except OSError as e:

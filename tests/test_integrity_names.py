@@ -1,0 +1,117 @@
+"""A name that becomes a path never leaves its folder: run names, subset names, the file names a record lists.
+
+`runs/<run_name>` is where `train` writes when no checkpoint_path is given: a run name is one plain folder
+name, checked like a task id (`trm_kaggle.names.name_problem`): no separator, no `..`, no control
+character; an absolute path or `../..` is refused in one line before anything is written. The same rule
+holds for the subset names `build-arc` turns into file names, and for the relative paths a dataset's
+`contents.json` lists (`relative_path_problem`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import one_error_line
+from integrity_helpers import TINY, build_sudoku4
+from trm_kaggle.cli import main
+from trm_kaggle.names import name_problem, relative_path_problem, task_id_problem
+
+ESCAPES = ["../../escapeK7", "/tmp/absK8-{tmp}", "..", ".", "a/b", "a\\b", "c:", "x\x01y", "tab\there", "x" * 100_000]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
+
+
+def everything(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("name", ESCAPES)
+def test_a_run_name_that_would_leave_runs_is_refused(data, tmp_path, capsys, monkeypatch, name):
+    name = name.format(tmp=tmp_path.name)
+    work = tmp_path / "work" / "deep"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    line = one_error_line(capsys, main(["train", f"data_paths=[{data}]", *TINY, "max_steps=1", f"+run_name={name}"]))
+    assert "run_name" in line and "one folder name inside runs/" in line, line
+    assert len(line) < 600  # a long name is echoed cut
+    assert everything(tmp_path) == {"work", "work/deep"}  # nothing written, neither inside nor outside
+    assert not Path(f"/tmp/absK8-{tmp_path.name}").exists()
+
+
+def test_a_run_name_in_a_config_file_is_checked_alike(data, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for text in ("run_name: ../../escapeK9\n", 'run_name: "/etc/cron.d/x"\n', '{"run_name": "a/../../b"}'):
+        cfg = tmp_path / ("c.json" if text.startswith("{") else "c.yaml")
+        cfg.write_text(text)
+        line = one_error_line(capsys, main(["train", "--config", str(cfg), f"data_paths=[{data}]", *TINY,
+                                            "max_steps=1"]))
+        assert "run_name" in line, line
+        cfg.unlink()
+    assert not (tmp_path / "runs").exists() and not (tmp_path.parent.parent / "escapeK9").exists()
+
+
+def test_an_upstream_run_config_with_an_escaping_run_name(data, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "all_config.yaml").write_text("run_name: ../../up\narch:\n  name: recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1\n"
+                                              "  loss:\n    name: losses@ACTLossHead\n    loss_type: stablemax_cross_entropy\n")
+    line = one_error_line(capsys, main(["train", "--config", str(tmp_path / "all_config.yaml"),
+                                        f"data_paths=[{data}]", *TINY, "max_steps=1"]))
+    assert "run_name" in line
+
+
+def test_a_launch_with_an_escaping_run_name_writes_nothing(tmp_path, capsys):
+    line = one_error_line(capsys, main(["launch", "slurm", "--nodes", "1", "--gpus-per-node", "1", "--out",
+                                        str(tmp_path / "jobs"), "--shared-dir",
+                                        str(tmp_path), "data_paths=[data/x]", "+run_name=../../escapeL"]))
+    assert "run_name" in line
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_a_plain_run_name_still_goes_under_runs(data, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", f"data_paths=[{data}]", *TINY, "max_steps=1", "+run_name=plain-é.1"]) == 0
+    assert (tmp_path / "runs" / "plain-é.1" / "state_step00000001.pt").is_file()
+    assert main(["train", f"data_paths=[{data}]", *TINY, "max_steps=1", "+run_name="]) == 0  # "": the default name
+    assert (tmp_path / "runs" / f"trm-{data.name}").is_dir()
+
+
+@pytest.mark.parametrize("flag, value", [("--subsets", "../../etc"), ("--subsets", "/abs"), ("--test-set-name", ".."),
+                                         ("--test-set-name", "a/b"), ("--subsets", "")])
+def test_subset_names_become_file_names_and_are_checked(tmp_path, capsys, flag, value, arc_prefix):
+    args = ["build-arc", "--input-file-prefix", str(arc_prefix), "--output-dir", str(tmp_path / "ds"),
+            "--subsets", "training", "evaluation", "--test-set-name", "evaluation", "--num-aug", "0", "--workers", "1",
+            "--no-progress"]
+    i = args.index(flag)
+    args[i + 1] = value
+    line = one_error_line(capsys, main(args))
+    assert "subset name" in line, line
+    assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("rel", ["../outside.npy", "/etc/hostname", "train/../../x", "", "a//b"])
+def test_contents_json_names_never_read_outside_the_dataset(data, tmp_path, capsys, rel):
+    ds = Path(shutil.copytree(data, tmp_path / "ds"))
+    record = json.loads((ds / "contents.json").read_text())
+    record["files"][rel] = {"size": 1, "sha256": "0", "sampled_sha256": "0"}
+    (ds / "contents.json").write_text(json.dumps(record))
+    (tmp_path / "outside.npy").write_bytes(b"x")
+    line = one_error_line(capsys, main(["verify", str(ds)]))
+    assert "contents.json: the file name" in line, line
+
+
+def test_the_rules():
+    for good in ("run1", "plain-é.1", "a b", "x" * 128):
+        assert name_problem(good) is None
+    for bad in ("", ".", "..", "a/b", "/a", "a\\b", "a:b", "a\x00b", "a\nb", "x" * 129, None, 3):
+        assert name_problem(bad), bad
+    assert relative_path_problem("train/all__inputs.npy") is None
+    for bad in ("/abs", "../x", "a/../b", "a//b", "a/", "a/./b"):
+        assert relative_path_problem(bad), bad
+    assert task_id_problem("a|||b") and name_problem("a|||b") is None  # the separator matters to task ids only

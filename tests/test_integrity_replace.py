@@ -1,0 +1,286 @@
+"""Replacing an output leaves nothing beside it, and every refusal comes before the first byte is written.
+
+One helper replaces every output folder (`trm_kaggle.atomic.atomic_directory`, checked by `replace_problem`)
+and one writes every file (`atomic_write`). Through a symbolic link the output is written where the link
+points (the link stays a link; no `.old-<pid>` link is left beside it); a dangling link is refused with
+its own message; a read-only or immutable folder is refused before the new output is built; when the final
+rename fails anyway, the old output is put back and the `.partial-<pid>` folder removed. A bundle checks all
+of its parts before it writes the first.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import trm_kaggle.atomic as A
+from cli_helpers import one_error_line
+from integrity_helpers import build_sudoku4, train_args
+from trm_kaggle.atomic import atomic_directory, atomic_write_text, remove_stale_partials
+from trm_kaggle.cli import main
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle import bundle as B
+
+from conftest import USER, make_export
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("run")
+    data = build_sudoku4(root / "data")
+    assert main(train_args(data, root / "run", "max_steps=2")) == 0
+    return root / "run"
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".old-" in p.name or ".partial-" in p.name or
+                  p.name.endswith(".tmp"))
+
+
+def export(run: Path, out: Path) -> list[str]:
+    return ["export", str(run), "--out", str(out)]
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+@pytest.fixture
+def immutable():
+    """immutable(path): `chattr +i path` (removed again at the end); skips where chattr is not allowed."""
+    made = []
+
+    def make(path: Path) -> Path:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)],
+                                                            capture_output=True).returncode:
+            pytest.skip("chattr +i is not allowed here (needs CAP_LINUX_IMMUTABLE)")
+        made.append(path)
+        return path
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], check=False)
+
+
+# ---------------------------------------------------------------------------
+# Through a symbolic link
+# ---------------------------------------------------------------------------
+
+
+def test_export_through_a_symlink_leaves_no_old_link(run, tmp_path, capsys):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    for _ in range(2):  # the first fills the empty folder, the second replaces the export in it
+        assert main(export(run, tmp_path / "link")) == 0
+    assert leftovers(tmp_path) == []
+    assert (tmp_path / "link").is_symlink() and os.readlink(tmp_path / "link") == "real"
+    assert (tmp_path / "real" / "weights.safetensors").is_file()
+
+
+def test_build_arc_through_a_symlink_leaves_no_old_link(tmp_path, arc_prefix):
+    (tmp_path / "real-ds").mkdir()
+    (tmp_path / "ds").symlink_to(tmp_path / "real-ds")
+    args = ["build-arc", "--input-file-prefix", str(arc_prefix), "--subsets", "training", "evaluation",
+            "--test-set-name", "evaluation", "--num-aug", "0", "--workers", "1", "--no-progress",
+            "--output-dir", str(tmp_path / "ds")]
+    for _ in range(2):
+        assert main(args) == 0
+    assert leftovers(tmp_path) == []
+    assert (tmp_path / "ds").is_symlink() and (tmp_path / "real-ds" / "test_puzzles.json").is_file()
+
+
+def test_a_link_in_a_parent_folder(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "elsewhere")
+    for _ in range(2):
+        make_export(tmp_path / "via" / "exp")
+    assert leftovers(tmp_path / "elsewhere") == [] and (tmp_path / "elsewhere" / "exp" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("command", ["export", "import-upstream", "build-sudoku"])
+def test_a_dangling_link_is_refused_with_its_own_message(run, tmp_path, capsys, command):
+    (tmp_path / "out").symlink_to(tmp_path / "nowhere")
+    args = {"export": export(run, tmp_path / "out"),
+            "import-upstream": ["import-upstream", str(tmp_path / "step_1"), "--out", str(tmp_path / "out")],
+            "build-sudoku": ["build-sudoku", "--output-dir", str(tmp_path / "out"), "--size", "4",
+                             "--num-train", "4", "--num-test", "2", "--no-progress"]}[command]
+    if command == "import-upstream":
+        (tmp_path / "step_1").write_bytes(b"x")
+    for _ in range(2):  # a new try leaves no more than the first
+        line = one_error_line(capsys, main(args))
+        assert "dangling link" in line and "Not a directory" not in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out"] + (["step_1"] if command == "import-upstream"
+                                                                            else []))
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_file_output_through_links(tmp_path, capsys):
+    (tmp_path / "target.txt").write_text("old")
+    (tmp_path / "link.txt").symlink_to("target.txt")
+    atomic_write_text(tmp_path / "link.txt", "new")
+    assert (tmp_path / "link.txt").is_symlink() and (tmp_path / "target.txt").read_text() == "new"
+    (tmp_path / "dangling.txt").symlink_to(tmp_path / "gone" / "x.txt")
+    with pytest.raises(TRMError, match="dangling link"):
+        atomic_write_text(tmp_path / "dangling.txt", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.txt", "link.txt", "target.txt"]
+
+
+def test_a_file_output_of_a_command_that_is_a_dangling_link(tmp_path, capsys):
+    (tmp_path / "c.json").write_text(json.dumps({"t": {"train": [{"input": [[1]], "output": [[1]]}],
+                                                        "test": [{"input": [[1]]}]}}))
+    make_export(tmp_path / "exp")
+    (tmp_path / "s.json").symlink_to(tmp_path / "no" / "s.json")
+    line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+                                        str(tmp_path / "exp"), "--output", str(tmp_path / "s.json"),
+                                        "--work-dir", str(tmp_path / "w"), "--no-progress"]))
+    assert "--output" in line and "dangling link" in line
+    assert not (tmp_path / "w").exists()
+
+
+# ---------------------------------------------------------------------------
+# Refused before the first byte
+# ---------------------------------------------------------------------------
+
+
+def test_an_immutable_export_is_refused_before_it_is_built(run, tmp_path, capsys, immutable):
+    assert main(export(run, tmp_path / "exp")) == 0
+    before = sorted(p.name for p in (tmp_path / "exp").iterdir())
+    immutable(tmp_path / "exp")
+    for _ in range(2):
+        line = one_error_line(capsys, main(export(run, tmp_path / "exp")))
+        assert "immutable" in line, line
+    assert leftovers(tmp_path) == [] and sorted(p.name for p in (tmp_path / "exp").iterdir()) == before
+
+
+def test_an_export_into_an_immutable_folder(run, tmp_path, capsys, immutable):
+    (tmp_path / "locked").mkdir()
+    immutable(tmp_path / "locked")
+    line = one_error_line(capsys, main(export(run, tmp_path / "locked" / "exp")))
+    assert "locked" in line and "not writable" in line, line
+    assert leftovers(tmp_path) == [] and not any((tmp_path / "locked").iterdir())
+
+
+def test_a_failed_final_rename_puts_the_old_output_back(tmp_path, monkeypatch):
+    make_export(tmp_path / "exp")
+    before = (tmp_path / "exp" / "weights.safetensors").read_bytes()
+    real = os.replace
+
+    def refuse_the_new_one(src, dst):
+        if ".partial-" in Path(src).name:  # the finished folder renamed into place
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(src), None, str(dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(A.os, "replace", refuse_the_new_one)
+    with pytest.raises(PermissionError):
+        make_export(tmp_path / "exp")
+    assert leftovers(tmp_path) == []
+    assert (tmp_path / "exp" / "weights.safetensors").read_bytes() == before
+
+
+def test_stale_leftovers_of_a_killed_replacement(tmp_path):
+    (tmp_path / "out").mkdir()
+    pid = dead_pid()
+    (tmp_path / f"out.old-{pid}").mkdir()  # killed while the old output was removed: the new one is in place
+    (tmp_path / f"out.old-{pid + 1}").symlink_to("out")  # an older version renamed a linked output's link
+    (tmp_path / f"out.partial-{pid}").mkdir()
+    (tmp_path / f"out.old-{os.getpid()}").mkdir()  # a live process's: not touched
+    remove_stale_partials(tmp_path / "out")
+    assert leftovers(tmp_path) == sorted([f"out.old-{os.getpid()}"] + ([f"out.old-{pid + 1}"]
+                                                                       if A.pid_alive(pid + 1) else []))
+    (tmp_path / "gone.old-1").mkdir()  # no output in place: the old one is all there is, and it is kept
+    remove_stale_partials(tmp_path / "gone")
+    assert (tmp_path / "gone.old-1").is_dir() or A.pid_alive(1)
+
+
+def test_the_helper_refuses_before_yielding(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    entered = []
+    with pytest.raises(TRMError, match="not an? 'export' written by this package|not an export written"):
+        with atomic_directory(tmp_path / "mine", kind="export"):
+            entered.append(True)
+    assert not entered and leftovers(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------
+# Bundles: every part checked before the first is written
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("part", ["weights", "kernel"])
+def test_a_bundle_with_a_foreign_part_writes_nothing(inputs, tmp_path, capsys, part):
+    out = tmp_path / "bundle"
+    (out / part).mkdir(parents=True)
+    (out / part / "mine.txt").write_text("not the package's")
+    rc = B.main([str(out), "--no-download", "--user", USER, "--weights", str(inputs["export"]),
+                 "--notebook", str(inputs["notebook"]), "--extra-wheel", str(inputs["extra"])])
+    line = one_error_line(capsys, rc)
+    assert f"{part}" in line and "refusing to replace it" in line, line
+    assert sorted(p.name for p in out.iterdir()) == [part]  # no wheels/ (nor anything else) was written
+    assert (out / part / "mine.txt").read_text() == "not the package's"
+
+
+def test_a_bundle_part_that_is_a_dangling_link(inputs, tmp_path, capsys):
+    out = tmp_path / "bundle"
+    out.mkdir()
+    (out / "kernel").symlink_to(tmp_path / "nowhere")
+    rc = B.main([str(out), "--no-download", "--user", USER, "--weights", str(inputs["export"]),
+                 "--notebook", str(inputs["notebook"]), "--extra-wheel", str(inputs["extra"])])
+    assert "dangling link" in one_error_line(capsys, rc)
+    assert sorted(p.name for p in out.iterdir()) == ["kernel"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/null link"])
+def test_a_special_file_in_place_of_an_output_file_is_not_replaced(tmp_path, capsys, kind):
+    (tmp_path / "c.json").write_text(json.dumps({"t": {"train": [{"input": [[1]], "output": [[1]]}],
+                                                        "test": [{"input": [[1]]}]}}))
+    make_export(tmp_path / "exp")
+    out = tmp_path / "s.json"
+    if kind == "fifo":
+        os.mkfifo(out)
+    else:
+        out.symlink_to("/dev/null")
+    line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+                                        str(tmp_path / "exp"), "--output", str(out), "--work-dir",
+                                        str(tmp_path / "w"), "--no-progress"]))
+    assert "not a file: it is not replaced" in line
+    assert (out.is_fifo() if kind == "fifo" else out.is_symlink()) and Path("/dev/null").is_char_device()
+    with pytest.raises(TRMError, match="not a file: it is not replaced"):
+        atomic_write_text(out, "x")
+
+
+def test_a_loop_of_links_is_named(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(TRMError, match="a loop of symbolic links"):
+        make_export(tmp_path / "a")
+    assert leftovers(tmp_path) == []
+
+
+def test_another_writer_finishing_first_leaves_no_old_folder(tmp_path, monkeypatch):
+    """Two replacements of one output at once: the one whose rename comes second fails, and removes the old
+    output it moved aside (the other writer's is in place) as well as its own partial folder."""
+    make_export(tmp_path / "exp")
+    real = os.replace
+
+    def the_other_writer_first(src, dst):
+        if ".partial-" in Path(src).name:
+            make_fake = tmp_path / "other"
+            make_fake.mkdir()
+            (make_fake / "x").write_text("the other writer's")
+            real(make_fake, dst)
+            raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), str(src), None, str(dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(A.os, "replace", the_other_writer_first)
+    with pytest.raises(OSError):
+        make_export(tmp_path / "exp")
+    assert leftovers(tmp_path) == [] and (tmp_path / "exp" / "x").read_text() == "the other writer's"

@@ -1,0 +1,378 @@
+"""A file that cannot be read is not damaged, and a special file never makes a command wait.
+
+Every reader of a train state, of weights or of a dataset opens it through one gate
+(`trm_kaggle.jsonio.open_regular`): a missing permission, a directory, a FIFO, a device or a failing
+disk is one line naming that cause (`UnreadableFile`), and nothing is renamed or restarted on its account.
+Only bytes that were read and found wrong (truncated, a checksum that differs) are damage
+(`DamagedFile`), and a damaged state is set aside only when a good one remains to resume from.
+
+This machine's tests run as root, where `chmod 000` stops no read: a missing permission is simulated
+at the one gate (its `os.open` raises EACCES for the chosen file); a test with a real `chmod` runs
+where the tests do not run as root, and skips only there.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import trm_kaggle.jsonio as J
+from cli_helpers import one_error_line
+from integrity_helpers import build_sudoku4, flip_inside_largest_entry, train_args
+from trm_kaggle.cli import main
+from trm_kaggle.errors import DamagedFile, UnreadableFile
+from trm_kaggle.data.format import load_split
+from trm_kaggle.model.export import read_export
+from trm_kaggle.train import checkpoint as ckpt
+
+from conftest import make_export
+
+AS_ROOT = os.geteuid() == 0
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
+
+
+@pytest.fixture(scope="module")
+def trained(data, tmp_path_factory):
+    """A run with states at steps 2 and 3 (copied by each test that changes it)."""
+    run = tmp_path_factory.mktemp("trained") / "run"
+    for n in (2, 3):
+        assert main(train_args(data, run, f"max_steps={n}", "checkpoint_keep=3")) == 0
+    return run
+
+
+def copy_run(trained: Path, to: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(trained, to))
+
+
+def forbid(monkeypatch, *names: str) -> None:
+    """Opening a file of one of these names through the one gate fails as a missing permission does."""
+    real = os.open
+
+    def fake_open(path, flags, *args, **kwargs):
+        if Path(path).name in names:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(J.os, "open", fake_open)
+
+
+def listing(run: Path) -> list[str]:
+    return sorted(p.name for p in run.iterdir())
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    """make(path): a FIFO at `path`. A watchdog opens each for writing after 30 s, so that a reader blocked in
+    open() wakes (the test then fails on its time, instead of hanging the suite)."""
+    made, done = [], threading.Event()
+
+    def watchdog():
+        if done.wait(30):
+            return
+        for p in made:
+            try:
+                os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=watchdog, daemon=True)
+    thread.start()
+
+    def make(path: Path) -> Path:
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        os.mkfifo(path)
+        made.append(path)
+        return path
+
+    yield make
+    done.set()
+
+
+# ---------------------------------------------------------------------------
+# Train states
+# ---------------------------------------------------------------------------
+
+
+def test_an_unreadable_only_state_is_named_and_left_as_it_is(data, trained, tmp_path, capsys, monkeypatch):
+    run = copy_run(trained, tmp_path / "run")
+    (run / "state_step00000002.pt").unlink()
+    before, metrics = listing(run), (run / "metrics.jsonl").read_bytes()
+    forbid(monkeypatch, "state_step00000003.pt")
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=6")))
+    assert "state_step00000003.pt" in line and "Permission denied" in line and "not damage" in line, line
+    assert listing(run) == before  # nothing renamed .corrupt, no new state
+    assert (run / "metrics.jsonl").read_bytes() == metrics  # the metrics were not restarted
+
+
+def test_an_unreadable_newest_state_is_not_skipped_for_an_older_one(data, trained, tmp_path, capsys, monkeypatch):
+    """Resuming from step 2 would silently throw step 3 away (and rotate it out later)."""
+    run = copy_run(trained, tmp_path / "run")
+    before = listing(run)
+    forbid(monkeypatch, "state_step00000003.pt")
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=6")))
+    assert "state_step00000003.pt: cannot read train state: Permission denied" in line, line
+    assert listing(run) == before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "/dev/zero link", "dangling link"])
+def test_a_state_that_is_not_a_regular_file_is_named_quickly(data, trained, tmp_path, capsys, fifo, kind):
+    run = copy_run(trained, tmp_path / "run")
+    newest = run / "state_step00000003.pt"
+    newest.unlink()
+    if kind == "fifo":
+        fifo(newest)
+    elif kind == "directory":
+        newest.mkdir()
+    elif kind == "/dev/zero link":
+        newest.symlink_to("/dev/zero")
+    else:
+        newest.symlink_to(tmp_path / "nowhere.pt")
+    before = listing(run)
+    t0 = time.perf_counter()
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=6")))
+    assert time.perf_counter() - t0 < 20
+    words = {"fifo": "not a pipe (FIFO)", "directory": "found a directory", "/dev/zero link": "character device",
+             "dangling link": "not found"}[kind]
+    assert "state_step00000003.pt" in line and words in line, line
+    assert listing(run) == before
+
+
+def test_a_failing_disk_is_not_damage(trained, tmp_path, monkeypatch):
+    run = copy_run(trained, tmp_path / "run")
+
+    def eio(*a, **k):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(ckpt.torch, "load", eio)
+    with pytest.raises(UnreadableFile, match="cannot read train state: Input/output error"):
+        ckpt.load_newest_state(run, quarantine=True)
+    assert not list(run.glob("*.corrupt"))
+
+
+def test_damage_is_set_aside_only_when_a_good_state_remains(data, trained, tmp_path, capsys):
+    run = copy_run(trained, tmp_path / "run")
+    for name in ("state_step00000002.pt", "state_step00000003.pt"):
+        flip_inside_largest_entry(run / name)
+        with pytest.raises(DamagedFile, match="damaged"):
+            ckpt.load_train_state(run / name)
+    before = listing(run)
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=6")))
+    assert "no readable train state" in line and "left in place" in line, line
+    assert listing(run) == before  # nothing renamed: there was nothing to resume from instead
+
+
+def test_a_damaged_newest_state_beside_a_good_one_is_set_aside(data, trained, tmp_path):
+    run = copy_run(trained, tmp_path / "run")
+    (run / "state_step00000003.pt").write_bytes((run / "state_step00000003.pt").read_bytes()[:4000])
+    assert main(train_args(data, run, "max_steps=4", "checkpoint_keep=3")) == 0
+    assert (run / "state_step00000003.pt.corrupt").is_file()
+    assert ckpt.newest_step(run) == 4
+
+
+def test_export_of_a_run_whose_state_cannot_be_read(trained, tmp_path, capsys, monkeypatch):
+    run = copy_run(trained, tmp_path / "run")
+    forbid(monkeypatch, "state_step00000003.pt")
+    line = one_error_line(capsys, main(["export", str(run), "--out", str(tmp_path / "exp")]))
+    assert "state_step00000003.pt" in line and "Permission denied" in line, line
+    assert not (tmp_path / "exp").exists()
+
+
+@pytest.mark.skipif(AS_ROOT, reason="root reads a file whatever its permission: the simulated tests above cover it")
+def test_a_real_missing_permission(trained, tmp_path, capsys, data):
+    run = copy_run(trained, tmp_path / "run")
+    (run / "state_step00000003.pt").chmod(0)
+    before = listing(run)
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=6")))
+    assert "Permission denied" in line and listing(run) == before
+
+
+# ---------------------------------------------------------------------------
+# Weights
+# ---------------------------------------------------------------------------
+
+
+def test_unreadable_weights_name_the_permission_not_missing(tmp_path, monkeypatch):
+    make_export(tmp_path / "exp")
+    forbid(monkeypatch, "weights.safetensors")
+    with pytest.raises(UnreadableFile) as e:
+        read_export(tmp_path / "exp")
+    assert "weights.safetensors: cannot read weights: Permission denied" in str(e.value)
+    assert "missing" not in str(e.value)
+
+
+def test_submit_with_unreadable_weights_says_permission(tmp_path, capsys, monkeypatch):
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[2, 1]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t0": task}))
+    make_export(tmp_path / "exp")
+    forbid(monkeypatch, "weights.safetensors")
+    main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"), "--output",
+          str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "work"), "--num-aug", "1", "--finetune-steps", "1",
+          "--device", "cpu", "--workers", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert "weights.safetensors" in err and "Permission denied" in err and "missing" not in err, err
+    assert json.loads((tmp_path / "s.json").read_text())  # the fallback submission is still written
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_weights_that_are_not_a_regular_file(tmp_path, fifo, kind):
+    make_export(tmp_path / "exp")
+    w = tmp_path / "exp" / "weights.safetensors"
+    if kind == "fifo":
+        fifo(w)
+    else:
+        w.unlink()
+        w.mkdir()
+    with pytest.raises(UnreadableFile, match="weights" + (" must be a regular file" if kind == "fifo"
+                                                          else " expected, found a directory")):
+        read_export(tmp_path / "exp")
+
+
+def test_truncated_weights_are_damage(tmp_path):
+    make_export(tmp_path / "exp")
+    w = tmp_path / "exp" / "weights.safetensors"
+    w.write_bytes(w.read_bytes()[:100])
+    with pytest.raises(DamagedFile, match="truncated"):
+        read_export(tmp_path / "exp")
+
+
+# ---------------------------------------------------------------------------
+# Datasets
+# ---------------------------------------------------------------------------
+
+
+def copy_data(data: Path, to: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(data, to))
+
+
+@pytest.mark.parametrize("name", ["train/all__inputs.npy", "train/all__puzzle_indices.npy",
+                                  "train/dataset.json", "identifiers.json", "contents.json"])
+@pytest.mark.parametrize("command", ["train", "verify"])
+def test_a_fifo_in_a_dataset_never_hangs(data, tmp_path, capsys, fifo, name, command):
+    ds = copy_data(data, tmp_path / "ds")
+    fifo(ds / name)
+    args = train_args(ds, tmp_path / "run", "max_steps=2") if command == "train" else ["verify", str(ds)]
+    t0 = time.perf_counter()
+    line = one_error_line(capsys, main(args))
+    assert time.perf_counter() - t0 < 20
+    assert Path(name).name in line and "pipe (FIFO)" in line, line
+
+
+def test_train_and_verify_with_a_fifo_end_in_a_process_of_their_own(data, tmp_path):
+    """The reproducer, as a user runs it: each command ends by itself, with one line."""
+    ds = copy_data(data, tmp_path / "ds")
+    (ds / "train" / "all__inputs.npy").unlink()
+    os.mkfifo(ds / "train" / "all__inputs.npy")
+    for args in (train_args(ds, tmp_path / "run", "max_steps=2"), ["verify", str(ds)]):
+        r = subprocess.run([sys.executable, "-m", "trm_kaggle", *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert "all__inputs.npy" in r.stderr and "pipe (FIFO)" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero link", "directory", "permission"])
+def test_other_unreadable_dataset_arrays(data, tmp_path, capsys, monkeypatch, kind):
+    ds = copy_data(data, tmp_path / "ds")
+    arr = ds / "train" / "all__labels.npy"
+    arr.unlink()
+    if kind == "/dev/zero link":
+        arr.symlink_to("/dev/zero")
+    elif kind == "directory":
+        arr.mkdir()
+    else:
+        np.save(arr, np.zeros((1, 16), dtype=np.uint8))
+        forbid(monkeypatch, "all__labels.npy")
+    with pytest.raises(UnreadableFile, match="all__labels.npy"):
+        load_split(ds, "train")
+    line = one_error_line(capsys, main(["verify", str(ds)]))
+    assert "all__labels.npy" in line and {"permission": "Permission denied", "directory": "directory",
+                                          "/dev/zero link": "character device"}[kind] in line, line
+
+
+def test_a_truncated_dataset_array_is_damage(data, tmp_path):
+    ds = copy_data(data, tmp_path / "ds")
+    arr = ds / "train" / "all__puzzle_identifiers.npy"
+    arr.write_bytes(arr.read_bytes()[:20])
+    with pytest.raises(DamagedFile, match="unreadable or truncated .npy file"):
+        load_split(ds, "train")
+
+
+def test_import_upstream_of_a_fifo_checkpoint(tmp_path, capsys, fifo):
+    step = fifo(tmp_path / "step_10")
+    line = one_error_line(capsys, main(["import-upstream", str(step), "--out", str(tmp_path / "exp")]))
+    assert "step_10" in line and "pipe (FIFO)" in line
+
+
+def test_votes_file_that_cannot_be_read(tmp_path, fifo):
+    from trm_kaggle.evaluate.vote import VoteTable
+
+    votes = fifo(tmp_path / "votes.npz")
+    with pytest.raises(UnreadableFile, match="votes file must be a regular file"):
+        VoteTable.load(votes)
+
+
+def test_the_gate_itself(tmp_path, monkeypatch):
+    (tmp_path / "f").write_bytes(b"abc")
+    with J.open_regular(tmp_path / "f", "thing") as f:
+        assert f.read() == b"abc"
+    forbid(monkeypatch, "f")
+    with pytest.raises(UnreadableFile, match=r"f: cannot read thing: Permission denied \(a permission, not damage"):
+        J.open_regular(tmp_path / "f", "thing")
+    assert J.read_failure(OSError(errno.EINVAL, "Invalid argument"), "p", "x") is None  # a seek past the end
+    assert isinstance(J.read_failure(OSError(errno.EIO, "I/O"), "p", "x"), UnreadableFile)
+
+
+# ---------------------------------------------------------------------------
+# Found by the second round: more readers and the appended log
+# ---------------------------------------------------------------------------
+
+
+def test_a_fifo_metrics_log_is_refused_before_training(data, trained, tmp_path, capsys, fifo):
+    run = copy_run(trained, tmp_path / "run")
+    fifo(run / "metrics.jsonl")
+    t0 = time.perf_counter()
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=3")))
+    assert time.perf_counter() - t0 < 20 and "metrics.jsonl" in line and "pipe (FIFO)" in line
+    assert ckpt.newest_step(run) == 3  # nothing trained
+
+
+def test_appending_to_a_fifo_log_never_waits(tmp_path, fifo):
+    from trm_kaggle.atomic import append_line
+    from trm_kaggle.errors import TRMError
+
+    with pytest.raises(TRMError, match="a log must be a regular file, not a pipe"):
+        append_line(fifo(tmp_path / "metrics.jsonl"), "{}")
+
+
+def test_load_checkpoint_that_is_a_fifo(data, tmp_path, capsys, fifo):
+    for name in ("step_10", "state_step00000001.pt"):
+        line = one_error_line(capsys, main(train_args(data, tmp_path / "run", "max_steps=1",
+                                                      f"load_checkpoint={fifo(tmp_path / name)}")))
+        assert name in line and "pipe (FIFO)" in line
+
+
+def test_a_fifo_in_a_submit_work_dir_never_waits(tmp_path, fifo):
+    from trm_kaggle.solve.workdir import Unit, read_result, unit_dir
+
+    unit = Unit(index=0, task_id="t0", test_inputs=1, train_pairs=1)
+    unit_dir(tmp_path, unit).mkdir(parents=True)
+    fifo(unit_dir(tmp_path, unit) / "result.json")
+    t0 = time.perf_counter()
+    assert read_result(tmp_path, unit) is None  # unreadable: the task runs again
+    assert time.perf_counter() - t0 < 20
