@@ -646,10 +646,11 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--batch-size", type=int, default=256, help="examples per model call")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps or xla")
     p.add_argument("--early-exit", action="store_true", help="rows leave the batch at their first q_halt > 0")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the recursive network first: a one-off compile (on CPU it needs a C++ "
-                        "compiler), then fused element-wise work; worth it when the run is long against the "
-                        "compile (benchmarks/bench_evaluate.py --compile measures both on your machine)")
+    p.add_argument("--compile", nargs="?", const="on", default="auto", choices=["auto", "on", "off"],
+                   help="torch.compile the model's regions (one block for every layer, the ACT step): a one-off "
+                        "compile, then fused element-wise work; auto (default) = on CUDA only, where it pays; "
+                        "--compile alone = on (on CPU it needs a C++ compiler; benchmarks/bench_evaluate.py "
+                        "--compile measures both on your machine)")
     p.add_argument("--max-steps", type=int, default=None, help="ACT steps (default: the model's halt_max_steps)")
     p.add_argument("--weighting", choices=["count", "q_halt"], default="count", help="vote by count or sigmoid(q_halt)")
     p.add_argument("--tasks", default=None,
@@ -807,6 +808,13 @@ def _add_submit(sub) -> None:
                    help="prediction examples per model call (on CPU and MPS an upper limit, as --batch-size)")
     p.add_argument("--early-exit", action="store_true", default=None,
                    help="rows leave a prediction batch at their first q_halt > 0")
+    p.add_argument("--compile", nargs="?", const="on", default=None, choices=["auto", "on", "off"],
+                   help="torch.compile fine-tuning and predictions by region: auto (default) = on CUDA only; "
+                        "--compile alone = on")
+    p.add_argument("--compile-cache", default=None, metavar="FILE",
+                   help="a compile cache made for this GPU and torch (a bundle's compile_cache.bin, with its "
+                        "compile_cache.json beside it): loaded when both match, else ignored with one line; a "
+                        "cache is code, give only one you made (default: none)")
     p.add_argument("--fallback", choices=["input", "blank"], default=None,
                    help="attempts for tasks the model does not answer: the test input (then its transpose), or "
                         "blank grids")
