@@ -158,6 +158,15 @@ def test_regions_give_eagers_outputs_and_gradients():
         assert (g - g_c[n]).norm() <= 1e-4 * g.norm() + 1e-8, n
 
 
+def test_dynamos_eager_backend_compiles_each_block_and_trains():
+    """backend="eager" cannot run a nested region's backward: each block compiles on its own there."""
+    eager, compiled = tiny_model().train(), tiny_model().train()
+    compiled.compile_net(backend="eager")
+    l_e, g_e = step(eager, make_batch())
+    l_c, g_c = step(compiled, make_batch())
+    assert torch.allclose(l_e, l_c, atol=1e-5) and all(torch.allclose(g, g_c[n], atol=1e-5) for n, g in g_e.items())
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_CXX, reason="torch.compile on CPU needs a C++ compiler")
 def test_inductor_regions_give_eagers_outputs_and_gradients_over_act_steps():

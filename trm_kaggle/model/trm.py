@@ -337,7 +337,9 @@ class TinyRecursiveModel(nn.Module):
                            "XLA compiles the model itself: use compile off (or auto)")
         regions = Regions(**compile_kwargs)
         graphs = {"mode": "reduce-overhead"} if cuda_graphs else {}
-        if _block_region is not None:
+        # dynamo's "eager" backend runs a nested region's backward without the fake tensors torch requires
+        # there ("fake_mode should be enabled for HOPs", torch 2.13): with it, each block compiles on its own
+        if _block_region is not None and compile_kwargs.get("backend") != "eager":
             self._compiled_net = regions.region(self._regional_net, eager=self._net, **graphs)
         else:  # no nested regions in this torch: one compiled function runs every block
             run_block = regions.region(_run_block, **graphs)
