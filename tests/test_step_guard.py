@@ -15,8 +15,8 @@ import logging
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
+from benchmarks.bench_sync_free import HostReads
 from integrity_helpers import build_sudoku4, train_args
 from trm_kaggle.cli import main
 from trm_kaggle.model.trm import Carry
@@ -37,31 +37,6 @@ def data(tmp_path_factory):
 def sync_free(monkeypatch):
     """The CUDA step's mode on this CPU: the finite check on the device, step counts on the device."""
     monkeypatch.setattr(loop, "SYNC_FREE_DEVICES", ("cuda", "cpu"))
-
-
-# What reads a tensor's values into Python, or gives a shape that depends on them: on CUDA, each waits for the
-# device (a host sync).
-_READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__repr__", "__format__", "cpu",
-          "numpy", "nonzero", "argwhere", "unique", "unique_consecutive", "masked_select", "_local_scalar_dense"}
-
-
-class HostReads(TorchFunctionMode):
-    """Counts the tensor-to-Python conversions and data-dependent shapes asked for from Python code."""
-
-    def __init__(self):
-        super().__init__()
-        self.count, self.seen = 0, []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        mask_index = name == "__getitem__" and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool
-                                                   for i in (args[1] if isinstance(args[1], tuple) else (args[1],)))
-        single_where = name == "where" and len(args) + len(kwargs) == 1
-        if name in _READS or mask_index or single_where:
-            self.count += 1
-            self.seen.append(name)
-        return func(*args, **kwargs)
 
 
 def reads_of_a_run(data, run, steps: int, *extra: str) -> HostReads:
