@@ -307,10 +307,13 @@ if READY:
 report = None
 if READY:
     try:
+        # a compile cache the bundle ships beside the weights (--compile-cache): used when torch and GPU match
+        cache = Path(weights) / "compile_cache.bin"
         report = solve(SolveConfig(challenges=str(CHALLENGES), weights=weights, output=str(SUBMISSION),
                                    work_dir=str(Path(KAGGLE_WORKING) / "ttt_work"), time_budget=TIME_BUDGET,
                                    finetune_steps=FINETUNE_STEPS, num_aug=NUM_AUG, max_tasks=MAX_TASKS,
-                                   workers=WORKERS, device=DEVICE), echo=print)
+                                   workers=WORKERS, device=DEVICE,
+                                   compile_cache=str(cache) if cache.is_file() else None), echo=print)
         # per task reports, workers and fallback reasons are in ttt_work/solve_report.json (also in the lines above)
         print(json.dumps({k: v for k, v in report.items() if k not in ("task_reports", "workers", "fallback")},
                          indent=2, default=str))

@@ -341,6 +341,7 @@ def test_command_line_pools_saved_votes_like_the_api(dataset, tmp_path, capsys):
     assert "junk.npz: not a votes file" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # inductor's C++ compile, twice
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("c++", "g++", "clang++")),
                     reason="torch.compile on CPU needs a C++ compiler")
 def test_compiled_model_gives_the_same_evaluation(dataset, tmp_path, capsys):

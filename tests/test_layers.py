@@ -120,3 +120,31 @@ def test_cpu_fast_paths_compute_what_the_plain_path_computes(monkeypatch):
     assert _rel(fast16[0], plain32[0]) <= 1.25 * _rel(plain16[0], plain32[0]) + 0.005
     for n, g32 in plain32[1].items():
         assert _rel(fast16[1][n], g32) <= 1.25 * _rel(plain16[1][n], g32) + 0.01, n
+
+
+def _rope_by_concatenation(x, cos, sin_signed):
+    """RoPE as it was written before the roll: the halves swapped by concatenating the two slices."""
+    half = x.shape[-1] // 2
+    return torch.addcmul(x * cos, torch.cat((x[..., half:], x[..., :half]), dim=-1), sin_signed)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("head_dim", [2, 8, 64])
+def test_rope_by_roll_is_bit_identical_to_rope_by_concatenation(dtype, head_dim):
+    """apply_rope swaps the halves with a roll: the very values of the concatenation, forward and backward."""
+    torch.manual_seed(head_dim)
+    cos, sin = RotaryEmbedding(head_dim, 13, 10000.0)()
+    x = (torch.randn(3, 13, 2, 4, head_dim) * 5).to(dtype).requires_grad_(True)
+    y = x.detach().clone().requires_grad_(True)
+    c, s = cos[:, None, None, :], sin[:, None, None, :]
+    got, want = apply_rope(x, c, s), _rope_by_concatenation(y, c, s)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    g = torch.randn_like(got)
+    got.backward(g)
+    want.backward(g)
+    assert torch.equal(x.grad, y.grad)
+    # and it is a rotation: the other half's sign is the one upstream's rotate_half gives
+    half = head_dim // 2
+    ref = x.detach().double() * c.double() + torch.cat((-x.detach()[..., half:], x.detach()[..., :half]), -1).double() \
+        * torch.cat((s[..., half:], s[..., half:]), -1).double()
+    assert torch.allclose(got.detach().double(), ref, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-2)

@@ -507,6 +507,7 @@ def _has_cxx() -> bool:
     return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
 
 
+@pytest.mark.slow  # inductor's C++ compile: 45-100 s on two shared cores
 @pytest.mark.skipif(not _has_cxx(), reason="torch.compile on CPU needs a C++ compiler")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_compile_net_matches_eager(dtype):

@@ -653,10 +653,11 @@ def _add_evaluate(sub) -> None:
                    help="activation dtype: auto decides per device (bfloat16 on GPUs with native bf16, float32 on "
                         "most CPUs: trm-kaggle doctor says why), whatever the weights were trained in; export keeps "
                         "the export's forward_dtype")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the recursive network first: a one-off compile (on CPU it needs a C++ "
-                        "compiler), then fused element-wise work; worth it when the run is long against the "
-                        "compile (benchmarks/bench_evaluate.py --compile measures both on your machine)")
+    p.add_argument("--compile", nargs="?", const="on", default="auto", choices=["auto", "on", "off"],
+                   help="torch.compile the model's regions (one block for every layer, the ACT step): a one-off "
+                        "compile, then fused element-wise work; auto (default) = on CUDA only, where it pays; "
+                        "--compile alone = on (on CPU it needs a C++ compiler; benchmarks/bench_evaluate.py "
+                        "--compile measures both on your machine)")
     p.add_argument("--max-steps", type=int, default=None, help="ACT steps (default: the model's halt_max_steps)")
     p.add_argument("--weighting", choices=["count", "q_halt"], default="count", help="vote by count or sigmoid(q_halt)")
     p.add_argument("--tasks", default=None, type=typed_name,
@@ -819,6 +820,13 @@ def _add_submit(sub) -> None:
     p.add_argument("--dtype", dest="forward_dtype", choices=get_args(InferenceDtype), default=None,
                    help="activation dtype of fine-tuning and prediction: auto decides per device, whatever the "
                         "weights were trained in; export keeps the export's forward_dtype")
+    p.add_argument("--compile", nargs="?", const="on", default=None, choices=["auto", "on", "off"],
+                   help="torch.compile fine-tuning and predictions by region: auto (default) = on CUDA only; "
+                        "--compile alone = on")
+    p.add_argument("--compile-cache", default=None, metavar="FILE",
+                   help="a compile cache made for this GPU and torch (a bundle's compile_cache.bin, with its "
+                        "compile_cache.json beside it): loaded when both match, else ignored with one line; a "
+                        "cache is code, give only one you made (default: none)")
     p.add_argument("--fallback", choices=["input", "blank"], default=None,
                    help="attempts for tasks the model does not answer: the test input (then its transpose), or "
                         "blank grids")

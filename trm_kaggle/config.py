@@ -389,6 +389,22 @@ class TrainStage(_Config):
         return self
 
 
+#: torch.compile of the model (`trm_kaggle.model.compiling`): auto = on for CUDA, off elsewhere; on; off.
+CompileSetting = Literal["auto", "on", "off"]
+_COMPILE_SPELLINGS = {"auto": "auto", "on": "on", "true": "on", "yes": "on", "1": "on",
+                      "off": "off", "false": "off", "no": "off", "0": "off"}
+
+
+def compile_setting(value) -> str:
+    """A compile setting in its one spelling: 'auto', 'on' or 'off'. True/False (the setting's old values, still
+    what `compile=True` in an override or a saved config gives) mean on/off; ValueError for anything else."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str) and value.strip().lower() in _COMPILE_SPELLINGS:
+        return _COMPILE_SPELLINGS[value.strip().lower()]
+    raise ValueError(f"{value!r} is not a compile setting: auto, on or off (True and False mean on and off)")
+
+
 class TrainConfig(_Config):
     """`trm-kaggle train`: upstream's `cfg_pretrain.yaml` names and defaults, then ours (hardware and run control).
 
@@ -440,7 +456,12 @@ class TrainConfig(_Config):
     # ours: hardware and run control
     device: Literal["auto", "cpu", "cuda", "mps", "xla"] = Field(
         "auto", description="auto: XLA when torch_xla and PJRT_DEVICE are set, else CUDA, MPS, CPU")
-    compile: bool = Field(False, description="torch.compile the recursive network")
+    compile: CompileSetting = Field("auto", description="torch.compile one transformer block (shared by the "
+                                                        "layers), the ACT restart and the loss: auto = on CUDA "
+                                                        "only; on; off")
+    # CUDA graphs (torch.compile's reduce-overhead mode) for the compiled network: fixed shapes replay as one
+    # launch. Opt-in: no GPU figure yet says it pays; ignored (with one line) off CUDA or without compile.
+    cuda_graphs: bool = Field(False, description="replay the compiled network as CUDA graphs (CUDA, with compile)")
     micro_batch_size: Optional[int] = Field(None, ge=1, description="per-rank examples per forward (gradient "
                                                                     "accumulation); None = the whole local batch")
     auto_batch: bool = Field(False, description="pick micro_batch_size from free memory (CPU, MPS); halve it on "
@@ -488,6 +509,11 @@ class TrainConfig(_Config):
         if v < 1:
             raise ValueError("must be >= 1")
         return v
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_spelling(cls, v):
+        return compile_setting(v)
 
 
 # ---------------------------------------------------------------------------
@@ -629,6 +655,10 @@ class SolveConfig(_Config):
     eval_batch_size: int = Field(256, ge=1)
     early_exit: bool = False
     forward_dtype: InferenceDtype = "auto"  # of fine-tuning and prediction (see InferenceDtype)
+    compile: CompileSetting = "auto"  # fine-tuning and predictions (auto: on CUDA)
+    # A compile cache shipped with the weights (`trm-kaggle bundle --compile-cache`), loaded when it was made by
+    # this torch for this GPU: a file the bundle's author chose, checked against its recorded digest.
+    compile_cache: Optional[str] = None
     fallback: Literal["input", "blank"] = "input"
     device: Literal["auto", "cpu", "cuda", "mps", "xla"] = "auto"
     threads: Optional[int] = Field(None, ge=1, le=4096)  # CPU threads per worker; None = cores / workers
@@ -641,6 +671,11 @@ class SolveConfig(_Config):
         if isinstance(data, dict) and data.get("work_dir") is None:
             data = {**data, "work_dir": default_work_dir(data.get("output") or "submission.json")}
         return data
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_spelling(cls, v):
+        return compile_setting(v)
 
     @field_validator("num_aug", "finetune_steps")
     @classmethod

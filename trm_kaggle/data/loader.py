@@ -143,6 +143,8 @@ class PuzzleLoader:
     test_mode          None = (split == "test"): True walks every example once in order, padded;
                        False samples training batches epoch after epoch
     prefetch           batches prepared ahead by a background thread (0 = none)
+    pin_memory         batches in page-locked memory (CUDA training): a `non_blocking` copy of such a batch
+                       to the GPU runs beside the host instead of making it wait
 
     Training: iterate `loader` (endless) or `loader.iterate(until_epoch=N)`; `state_dict()`
     after any number of consumed batches, `load_state_dict()` on a fresh loader, and the
@@ -151,7 +153,7 @@ class PuzzleLoader:
 
     def __init__(self, dataset_paths: str | os.PathLike | Sequence[str | os.PathLike], split: str = "train",
                  global_batch_size: int = 768, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 test_mode: bool | None = None, prefetch: int = 1):
+                 test_mode: bool | None = None, prefetch: int = 1, pin_memory: bool = False):
         self.dataset_paths = _as_path_list(dataset_paths)
         self.split = split
         self.test_mode = (split == "test") if test_mode is None else bool(test_mode)
@@ -159,6 +161,7 @@ class PuzzleLoader:
         self.global_batch_size = int(global_batch_size)
         self.rank, self.world_size = int(rank), int(world_size)
         self.prefetch = max(0, int(prefetch))
+        self.pin_memory = bool(pin_memory)
 
         if self.global_batch_size < 1:
             raise TRMError(f"global_batch_size must be >= 1, got {global_batch_size}")
@@ -446,9 +449,12 @@ class PuzzleLoader:
     def _gather(self, example_ids: np.ndarray, puzzle_ids: np.ndarray) -> dict[str, torch.Tensor]:
         """Rows of the memory-mapped datasets as int32 tensors; ids < 0 give padding rows."""
         n, seq_len = len(example_ids), self.metadata.seq_len
-        inputs = np.empty((n, seq_len), dtype=np.int32)
-        labels = np.empty((n, seq_len), dtype=np.int32)
-        identifiers = np.empty(n, dtype=np.int32)
+        # numpy views of the tensors handed out: filled in place, in pinned memory when asked for (torch's
+        # pinned allocator reuses a block only after the copies recorded on it have finished)
+        out = {"inputs": torch.empty((n, seq_len), dtype=torch.int32, pin_memory=self.pin_memory),
+               "labels": torch.empty((n, seq_len), dtype=torch.int32, pin_memory=self.pin_memory),
+               "puzzle_identifiers": torch.empty(n, dtype=torch.int32, pin_memory=self.pin_memory)}
+        inputs, labels, identifiers = (out[k].numpy() for k in ("inputs", "labels", "puzzle_identifiers"))
 
         real = np.flatnonzero(example_ids >= 0)
         # Read in ascending order (sequential access to the memory maps), write back in batch order.
@@ -472,8 +478,7 @@ class PuzzleLoader:
             inputs[pad] = self.metadata.pad_id
             labels[pad] = IGNORE_LABEL_ID
             identifiers[pad] = self.metadata.blank_identifier_id
-        return {"inputs": torch.from_numpy(inputs), "labels": torch.from_numpy(labels),
-                "puzzle_identifiers": torch.from_numpy(identifiers)}
+        return out
 
     def examples(self, example_indices: Sequence[int] | np.ndarray) -> dict[str, torch.Tensor]:
         """One batch holding the given global example indices, in that order (any split, any mode)."""

@@ -16,6 +16,7 @@ from trm_kaggle.evaluate.report import (check_report_dir, evaluate, format_metri
                                         write_report)
 from trm_kaggle.evaluate.vote import VoteTable
 from trm_kaggle.hardware import pick_device
+from trm_kaggle.model.compiling import compile_model
 from trm_kaggle.model.export import apply_task_ids, load_model_for_dataset
 
 
@@ -25,7 +26,7 @@ def _stderr(line: str) -> None:
 
 def evaluate_export(weights: str, data: str, *, task_ids: Sequence[str] = ("own",), task_id_seed: int = 0,
                     batch_size: int = 256, device: str = "auto", early_exit: bool = False,
-                    dtype: InferenceDtype = "auto", compile: bool = False,
+                    dtype: InferenceDtype = "auto", compile: str | bool = "auto",
                     max_steps: int | None = None, weighting: str = "count", pool_with: Sequence[str] | None = None,
                     save_votes: str | None = None, report_dir: str | None = None, tasks: list[str] | None = None,
                     first: int = 5, pictures: bool = True, progress: bool = True, max_tasks: int | None = None,
@@ -56,8 +57,7 @@ def evaluate_export(weights: str, data: str, *, task_ids: Sequence[str] = ("own"
             # every puzzle has the same row whatever the mode: one evaluation answers for all of them
             note(f"note: {ids_note}; evaluating once")
             mode, modes = "/".join([mode] + modes), []
-        if compile:
-            model.compile_net()  # lazy: compiles in the first batch
+        compile_model(model, compile, torch_device)  # auto: on CUDA; lazy: compiles in the first batch
         result = evaluate(model, data, batch_size=batch_size, device=torch_device, early_exit=early_exit,
                           max_steps=max_steps, weighting=weighting, pool_with=pooled, progress=progress,
                           max_tasks=max_tasks)

@@ -63,7 +63,7 @@ from trm_kaggle.kaggle.metadata import (
 from trm_kaggle.kaggle.push import owner, push, push_training
 from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, execute, read_sample_submission
 from trm_kaggle.kaggle.train_kernel import build_data, build_train_kernel, fetch_run_state
-from trm_kaggle.kaggle.weights_dataset import build_weights, default_weights, is_export
+from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache, default_weights, is_export
 from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_python_version,
 )
@@ -82,9 +82,11 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
                  download: bool = True, target: Target | None = None, enable_gpu: bool = True,
                  competition: str = COMPETITION, wheel_kernel: bool = False, builder: str = "auto",
                  log: Callable[[str], None] = print, targets: Sequence[Target] | None = None,
-                 machine_shape: str = DEFAULT_MACHINE_SHAPE, docker_image: str | None = None) -> dict:
+                 machine_shape: str = DEFAULT_MACHINE_SHAPE, docker_image: str | None = None,
+                 compile_cache: str | os.PathLike | None = None) -> dict:
     """wheels/, weights/ and kernel/ (and with `wheel_kernel` adam-atan2-kernel/) in `out_dir`, then
-    `validate_bundle`. Returns a report."""
+    `validate_bundle`. Returns a report. `compile_cache`: a compile cache for the kernel's GPU, shipped beside the
+    weights."""
     ids.check()
     if (problem := slug_problem(competition)):
         raise TRMError(f"--competition: the slug {problem}")
@@ -113,12 +115,14 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     _check_parts(out, {"wheels": "kaggle wheels dataset", "weights": "kaggle weights dataset",
                        "kernel": "kaggle kernel", **({WHEEL_KERNEL_DIR: "kaggle adam-atan2 wheel kernel"}
                                                      if wheel_kernel else {})})
+    if compile_cache is not None:
+        check_compile_cache(compile_cache)  # so is a cache that does not match its record
     out.mkdir(parents=True, exist_ok=True)
     report = {"out_dir": str(out.absolute()),
               "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
                                      kaggle_has=kaggle_has, download=download, target=target, builder=builder,
                                      log=log, targets=targets),
-              "weights": build_weights(out / "weights", weights, ids=ids, log=log),
+              "weights": build_weights(out / "weights", weights, ids=ids, log=log, compile_cache=compile_cache),
               "kernel": build_kernel(out / "kernel", notebook, ids=ids, enable_gpu=enable_gpu,
                                      competition=competition, log=log, machine_shape=machine_shape,
                                      docker_image=docker_image)}
@@ -185,6 +189,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--docker-image", default=None, metavar="IMAGE",
                    help="pin the kernels' image (docker_image in the metadata, pinning 'original'; default: "
                         "Kaggle's current image)")
+    g.add_argument("--compile-cache", default=None, metavar="FILE",
+                   help="ship a compile cache beside the weights: a compile_cache.bin (with its compile_cache.json) "
+                        "written on the kernel's GPU type with the kernel's torch, e.g. by an earlier kernel run "
+                        "(ttt_work/compile/); the kernel loads it when torch and GPU match, else ignores it with "
+                        "one line. A cache is code: ship only one you made (default: none)")
     g.add_argument("--wheel-kernel", action="store_true",
                    help=f"also write OUT_DIR/{WHEEL_KERNEL_DIR}: a kernel that builds the adam-atan2 wheel on a "
                         f"Kaggle GPU machine (internet on) and saves it as output, for --extra-wheel")
@@ -352,6 +361,7 @@ def bundle_io(args: argparse.Namespace) -> tuple[list[Input], list[Output]]:
     inputs = [Input(repo, "--repo"), Input(args.notebook or repo / DEFAULT_NOTEBOOK, "--notebook")]
     inputs += [Input(args.weights, "--weights", tree=True)] if args.weights else []
     inputs += [Input(w, "--extra-wheel") for w in args.extra_wheel]
+    inputs += [Input(args.compile_cache, "--compile-cache")] if getattr(args, "compile_cache", None) else []
     inputs += [Input(args.challenges, "--challenges")] if args.challenges else []
     return inputs, [Output(args.out_dir, "OUT_DIR", "folder")]
 
@@ -381,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
                               download=not args.no_download, targets=targets, enable_gpu=not args.cpu,
                               competition=args.competition, wheel_kernel=args.wheel_kernel,
                               builder=args.wheel_builder, machine_shape=machine_shape,
-                              docker_image=args.docker_image)
+                              docker_image=args.docker_image, compile_cache=args.compile_cache)
         w = report["wheels"]
         print(f"built {report['out_dir']}: the Kaggle bundle (wheels, weights and kernel; metadata valid) in "
               f"{time.perf_counter() - t:.1f} s")
@@ -389,7 +399,9 @@ def run(args: argparse.Namespace) -> int:
               + "".join(f", {f}" for files in w["shipped"].values() for f in files)
               + f" ({w['total_bytes'] / 1e6:.1f} MB)")
         print(f"          install: {w['install']}")
-        print(f"  weights {report['weights']['id']}: " + ", ".join(report["weights"]["files"]))
+        print(f"  weights {report['weights']['id']}: " + ", ".join(report["weights"]["files"])
+              + (f" (compile cache for {report['weights']['compile_cache']})" if report["weights"].get("compile_cache")
+                 else ""))
         k = report["kernel"]
         print(f"  kernel  {k['id']}: {k['code_file']} (competition {k['competition']}, "
               f"{k['machine_shape'] if k['enable_gpu'] else 'CPU only'})")

@@ -1,5 +1,7 @@
 """The weights dataset: an export's weights.safetensors + config.json, MODEL_CARD.md and the manifest:
-`build_weights`.
+`build_weights`; with `compile_cache`, a compile cache made for the kernel's GPU and torch
+(compile_cache.bin + compile_cache.json, see `trm_kaggle.model.compiling`), which the kernel loads when both
+match.
 """
 
 from __future__ import annotations
@@ -120,9 +122,28 @@ def model_card(config: dict, export_dir: Path, ids: BundleIds) -> str:
     return "\n".join(lines)
 
 
+def check_compile_cache(path: str | os.PathLike) -> dict:
+    """A compile cache file to ship (`--compile-cache`): its record beside it, its digest the record's. Returns the
+    record; TRMError naming the file otherwise. Its target (torch, GPU) is the kernel's to match, not this
+    machine's."""
+    import hashlib
+
+    from trm_kaggle.model.compiling import MAX_CACHE_BYTES, read_cache_record
+
+    path = Path(path)
+    if not path.is_file():
+        raise TRMError(f"--compile-cache {path}: no such file (a compile_cache.bin written by `trm-kaggle submit` or "
+                       f"`train` on the target GPU)")
+    record = read_cache_record(path)
+    if path.stat().st_size > MAX_CACHE_BYTES or hashlib.sha256(path.read_bytes()).hexdigest() != record["sha256"]:
+        raise TRMError(f"--compile-cache {path}: its sha256 differs from its record's (damaged or replaced)")
+    return record
+
+
 def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, ids: BundleIds,
-                  log: Callable[[str], None] = print) -> dict:
-    """The weights dataset in `out_dir` from an export directory (replaced atomically)."""
+                  log: Callable[[str], None] = print, compile_cache: str | os.PathLike | None = None) -> dict:
+    """The weights dataset in `out_dir` from an export directory (replaced atomically), with `compile_cache`
+    (checked by `check_compile_cache`) beside the weights."""
     export_dir = Path(export_dir)
     if not export_dir.is_dir():
         raise TRMError(f"--weights {export_dir}: no such directory")
@@ -134,6 +155,7 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
 
     # what the kernel will load, checked as it will be: readable, bound to its config, intact, finite
     n_tensors = len(read_export(export_dir)[1])
+    cache_record = check_compile_cache(compile_cache) if compile_cache is not None else None
     with atomic_directory(out_dir, kind="kaggle weights dataset") as tmp:
         log(f"copying the export {export_dir}")
         for name in ("weights.safetensors", "config.json"):
@@ -142,7 +164,16 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
             shutil.copy2(export_dir / MODEL_CARD, tmp / MODEL_CARD)
         else:
             atomic_write_text(tmp / MODEL_CARD, model_card(config, export_dir, ids))
+        if cache_record is not None:
+            from trm_kaggle.model.compiling import CACHE_FILE, CACHE_RECORD
+
+            target = cache_record["target"]
+            log(f"adding the compile cache {compile_cache} (torch {target.get('torch')}, {target.get('device')}"
+                + (f" sm_{''.join(map(str, target['capability']))}" if target.get("capability") else "") + ")")
+            shutil.copy2(compile_cache, tmp / CACHE_FILE)
+            shutil.copy2(Path(compile_cache).with_name(CACHE_RECORD), tmp / CACHE_RECORD)
         atomic_write_json(tmp / DATASET_META, dataset_metadata(ids.weights_id), indent=2)
         manifest = write_manifest(tmp, {"id": ids.weights_id, "export": str(export_dir)})
     return {"id": ids.weights_id, "export": str(export_dir), "tensors": n_tensors,
-            "files": {k: v["size"] for k, v in manifest["files"].items()}}
+            "files": {k: v["size"] for k, v in manifest["files"].items()},
+            "compile_cache": cache_record["target"] if cache_record is not None else None}

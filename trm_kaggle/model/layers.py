@@ -12,7 +12,7 @@ order), used by training and evaluation alike:
 * matmuls through oneDNN with the SiLU, the SwiGLU gating product and the
   residual add fused into their epilogues (`linear`, `_onednn_linear`);
 * RoPE as one complex multiplication on a head-dimension order in which q and k
-  are projected (`Attention.forward`);
+  are projected (`Attention.forward`; eager only: compiled, the plain path's roll fuses);
 * RMSNorm with a hand-written backward (`_RMSNorm`).
 bf16 on CPU (chosen by forward_dtype="auto" where bf16 matmuls are fast, see
 `trm_kaggle.model.dtype`) runs the matmuls in bf16 but RoPE, attention and the norms
@@ -115,7 +115,7 @@ class RotaryEmbedding(nn.Module):
     Half-split layout as upstream: dimension i pairs with i + head_dim/2, i.e.
     rope(x) = x * cos + cat(-x2, x1) * sin with cos/sin = [freqs, freqs]. The sign
     of the first half is folded into the cached sin, so applying it is
-    x * cos + cat(x2, x1) * sin_signed: one copy and no negation per call.
+    x * cos + roll(x, head_dim/2) * sin_signed: no concatenation and no negation per call.
     """
 
     def __init__(self, head_dim: int, max_positions: int, base: float):
@@ -135,10 +135,12 @@ class RotaryEmbedding(nn.Module):
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
-    """x: (..., head_dim) with cos/sin_signed broadcastable to it (see RotaryEmbedding)."""
-    half = x.shape[-1] // 2
-    swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
-    return torch.addcmul(x * cos, swapped, sin_signed)
+    """x: (..., head_dim) with cos/sin_signed broadcastable to it (see RotaryEmbedding).
+
+    The halves swap places by a roll of half the head dimension: the same values as concatenating
+    (x2, x1), but one indexing expression instead of a new buffer built from two slices, so that a
+    compiler fuses the rotation (and its backward, a roll back) into the kernels around it."""
+    return torch.addcmul(x * cos, torch.roll(x, x.shape[-1] // 2, -1), sin_signed)
 
 
 # ---------------------------------------------------------------------------
@@ -336,25 +338,28 @@ class Attention(nn.Module):
         self.head_dim = hidden_size // num_heads
         self.qkv_proj = CastedLinear(hidden_size, 3 * hidden_size)
         self.o_proj = CastedLinear(hidden_size, hidden_size)
+        # A buffer (moved with the module, never saved), so that no forward creates it: a compiled block
+        # must not store tensors on itself.
+        self.register_buffer("qk_pair_order", self._pair_order(num_heads, self.head_dim) if self.head_dim % 2 == 0
+                             else torch.arange(3 * hidden_size), persistent=False)
 
-    def _qk_pair_order(self, device: torch.device) -> torch.Tensor:
+    @staticmethod
+    def _pair_order(num_heads: int, head_dim: int) -> torch.Tensor:
         """Row order of qkv_proj.weight that interleaves each q/k head as (x0, x_h, x1, x_h+1, ...), h = head_dim/2."""
-        key = (self.num_heads, self.head_dim, device)
-        if getattr(self, "_perm_key", None) != key:
-            hd, half, D = self.head_dim, self.head_dim // 2, self.num_heads * self.head_dim
-            with torch.inference_mode(False):  # a normal tensor even if first built under inference_mode
-                within = torch.arange(hd).view(2, half).t().reshape(-1)  # 0, h, 1, h+1, ...
-                qk = (torch.arange(2 * self.num_heads)[:, None] * hd + within).reshape(-1)
-                self._perm = torch.cat((qk, torch.arange(2 * D, 3 * D))).to(device)
-            self._perm_key = key
-        return self._perm
+        half, D = head_dim // 2, num_heads * head_dim
+        within = torch.arange(head_dim).view(2, half).t().reshape(-1)  # 0, h, 1, h+1, ...
+        qk = (torch.arange(2 * num_heads)[:, None] * head_dim + within).reshape(-1)
+        return torch.cat((qk, torch.arange(2 * D, 3 * D)))
 
     def forward(self, x: torch.Tensor, cos_sin: Optional[CosSin],
                 residual: Optional[torch.Tensor] = None) -> torch.Tensor:
         B, S, D = x.shape
         w = self.qkv_proj.cast_weight if self.qkv_proj.cast_weight is not None else self.qkv_proj.weight
         if (cos_sin is not None and cpu_fast_path(x) and x.dtype in (torch.float32, torch.bfloat16)
-                and self.head_dim % 2 == 0):
+                and self.head_dim % 2 == 0 and not torch.compiler.is_compiling()):
+            # (Eager only. Compiled, the plain path below fuses its roll into the kernels around it; and
+            # inductor with a nested compile region gave wrong input gradients for the permuted weight
+            # below, torch 2.13.)
             # RoPE as one complex multiplication. Attention only needs the dot products q.k,
             # which do not change when q and k list their head dimensions in the same
             # other order; so q and k are projected with their rows permuted to pair
@@ -366,19 +371,15 @@ class Attention(nn.Module):
             # attention is several times slower in bf16 at these head sizes (its backward ~5x).
             half = self.head_dim // 2
             w = w if w.dtype == x.dtype else w.to(x.dtype)
-            qkv = linear(x, w[self._qk_pair_order(w.device)]).view(B, S, 3, self.num_heads, self.head_dim)
+            qkv = linear(x, w[self.qk_pair_order]).view(B, S, 3, self.num_heads, self.head_dim)
             qkv = qkv.float()  # no-op in float32
             cos, sin = cos_sin  # float32 tables (RotaryEmbedding)
             c, s = cos[:, None, None, :half], sin[:, None, None, half:]  # sin_signed's 2nd half is +sin
             # split/unbind (not indexing): their backward is one concatenation, not a zero-filled
             # buffer per piece.
             qk, v = qkv.split((2, 1), dim=2)
-            if torch.compiler.is_compiling():  # the same arithmetic in real numbers, for inductor to fuse
-                re, im = qk.unflatten(-1, (half, 2)).unbind(-1)
-                qk = torch.stack((re * c - im * s, re * s + im * c), dim=-1).flatten(-2)
-            else:
-                rot = torch.complex(c, s)
-                qk = torch.view_as_real(torch.view_as_complex(qk.unflatten(-1, (half, 2))) * rot).flatten(-2)
+            rot = torch.complex(c, s)
+            qk = torch.view_as_real(torch.view_as_complex(qk.unflatten(-1, (half, 2))) * rot).flatten(-2)
             q, k = qk.unbind(2)
             v = v.squeeze(2)
             y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=False)

@@ -13,7 +13,9 @@ where x is the embedded input (a puzzle-embedding prefix + scaled token
 embeddings) and net(h, inj) runs the blocks on h + inj. Only the last H cycle is
 differentiated; the H_cycles - 1 before it run without autograd (inference_mode
 in eager, no_grad under torch.compile: deep supervision with a one-step gradient,
-as the paper). `compile_net()` torch.compiles `net` alone. With
+as the paper). `compile_net()` torch.compiles regions, not the whole model: `net` with
+one block traced once for every layer, and the ACT step around `inner` (see
+`trm_kaggle.model.compiling`). With
 `grad_checkpointing`, each net call of that last cycle keeps only its inputs and
 runs again in backward (the same gradients, less memory, more time).
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -42,9 +44,51 @@ from torch.utils.checkpoint import checkpoint
 
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.errors import TRMError
+from trm_kaggle.model.compiling import Regions
 from trm_kaggle.model.dtype import resolve_forward_dtype
 from trm_kaggle.model.fused import block_dispatch
 from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
+
+
+def _run_block(block: Block, h: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
+    return block(h, cos_sin)
+
+
+# One transformer block as a region torch.compile traces once and reuses for every layer (both layers of the
+# network are the same code on other weights). A no-op outside torch.compile. None where this torch lacks it:
+# compile_net then compiles this one function, shared by the blocks, on its own.
+_block_region = (torch.compiler.nested_compile_region(_run_block)
+                 if hasattr(torch.compiler, "nested_compile_region") else None)
+
+
+def _act_begin(halted: torch.Tensor, z_H: torch.Tensor, z_L: torch.Tensor, steps: torch.Tensor,
+               current: Dict[str, torch.Tensor], batch: Dict[str, torch.Tensor], H_init: torch.Tensor,
+               L_init: torch.Tensor):
+    """The ACT step's start: halted rows restart from the initial states on the new batch's example."""
+    reset = halted.view(-1, 1, 1)
+    z_H = torch.where(reset, H_init.to(z_H.dtype), z_H)
+    z_L = torch.where(reset, L_init.to(z_L.dtype), z_L)
+    steps = torch.where(halted, 0, steps)
+    data = {k: torch.where(halted.view((-1,) + (1,) * (v.ndim - 1)), v, current[k]) for k, v in batch.items()}
+    return z_H, z_L, steps, data
+
+
+def _act_end(steps: torch.Tensor, q_halt: torch.Tensor, q_continue: torch.Tensor,
+             explore: Optional[Tuple[torch.Tensor, torch.Tensor]], halt_max_steps: int, no_ACT_continue: bool,
+             training: bool, early_exit: bool):
+    """The halting rule after one step: (steps, is_last, halted). `explore` = (the rows that explore, their
+    drawn minimum of steps), in training only."""
+    steps = steps + 1
+    is_last = steps >= halt_max_steps
+    halted = is_last
+    if training and halt_max_steps > 1:
+        halted = halted | ((q_halt > 0) if no_ACT_continue else (q_halt > q_continue))
+        # Exploration: some rows must run at least U{2..halt_max_steps} steps.
+        below, draw = explore
+        halted = halted & (steps >= below * draw)
+    elif not training and early_exit:
+        halted = halted | (q_halt > 0)
+    return steps, is_last, halted
 
 
 
@@ -169,7 +213,10 @@ class TinyRecursiveModel(nn.Module):
         self.early_exit = early_exit
         # Training only: recompute the grad-carrying cycle's activations in backward (TrainConfig.grad_checkpointing).
         self.grad_checkpointing = grad_checkpointing
-        self._compiled_net = None  # set by compile_net()
+        self._compiled_net = None  # set by compile_net(), with the other compiled regions:
+        self._regions: Optional[Regions] = None
+        self._act_begin, self._act_end = _act_begin, _act_end
+        self._cuda_graphs = False
         # The halting-exploration schedule changes this during training (the recursion curriculum changes
         # `arch` itself: set_recursion).
         self.halt_exploration_prob = arch.halt_exploration_prob
@@ -268,23 +315,50 @@ class TinyRecursiveModel(nn.Module):
             return self._compiled_net(h, injection, cos_sin)
         return self._net(h, injection, cos_sin)
 
-    def _net(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
+    def _net(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin],
+             run_block: Callable = _run_block) -> torch.Tensor:
         h = h + injection
         for block in self.layers:
-            h = block(h, cos_sin)
+            h = run_block(block, h, cos_sin)
         return h
 
-    def compile_net(self, **compile_kwargs) -> None:
-        """torch.compile the recursive network (`net`, where nearly all the time goes), not the ACT
-        wrapper around it: one small graph, compiled once with and once without autograd (and again
-        per new batch shape). Inductor fuses the element-wise work (norms, RoPE, SiLU gating and
-        their backwards) around the matmuls; the matmuls stay oneDNN kernels on CPU. Compilation
-        is lazy: it happens in the first training step (and the first no-grad call), and needs a
-        C++ compiler on CPU. Same arithmetic as eager up to float32 rounding."""
+    def _regional_net(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
+        """`_net` for torch.compile: each block a nested region (traced once, reused by every layer)."""
+        return self._net(h, injection, cos_sin, _block_region)
+
+    def compile_net(self, cuda_graphs: bool = False, **compile_kwargs) -> None:
+        """torch.compile the model's regions (lazily: each compiles at its first call, and again for a new
+        batch shape or grad mode): the recursive network `net`, where nearly all the time goes, with one
+        transformer block traced once and reused by every layer; the ACT step's restart and halting rule
+        around `inner`. Not the whole model (its recursion would unroll into every network call of a step).
+        `compiled(fn)` adds another function (the trainer's loss) to the same compile. Inductor fuses the
+        element-wise work (norms, RoPE, SiLU gating and their backwards) around the matmuls. Same
+        arithmetic as eager up to float32 rounding. A compile that fails runs eagerly from then on, with one
+        warning (`trm_kaggle.model.compiling.Regions`). `cuda_graphs`: the network replays as CUDA graphs
+        (torch.compile's reduce-overhead mode; CUDA only). `compile_kwargs` go to torch.compile."""
         if self.H_init.device.type == "xla":
             raise TRMError("compiling the network is torch.compile (inductor), which does not run on XLA devices; "
-                           "XLA compiles the model itself: drop --compile")
-        self._compiled_net = torch.compile(self._net, **compile_kwargs)
+                           "XLA compiles the model itself: use compile off (or auto)")
+        regions = Regions(**compile_kwargs)
+        graphs = {"mode": "reduce-overhead"} if cuda_graphs else {}
+        # dynamo's "eager" backend runs a nested region's backward without the fake tensors torch requires
+        # there ("fake_mode should be enabled for HOPs", torch 2.13): with it, each block compiles on its own
+        if _block_region is not None and compile_kwargs.get("backend") != "eager":
+            self._compiled_net = regions.region(self._regional_net, eager=self._net, **graphs)
+        else:  # no nested regions in this torch: one compiled function runs every block
+            run_block = regions.region(_run_block, **graphs)
+            self._compiled_net = lambda h, injection, cos_sin: self._net(h, injection, cos_sin, run_block)
+        self._act_begin, self._act_end = regions.region(_act_begin), regions.region(_act_end)
+        self._regions, self._cuda_graphs = regions, cuda_graphs
+
+    def compiled(self, fn: Callable) -> Callable:
+        """`fn` compiled as one more region of `compile_net`'s compile (its fallback shared); `fn` itself when the
+        model is not compiled."""
+        return fn if self._regions is None else self._regions.region(fn)
+
+    @property
+    def is_compiled(self) -> bool:
+        return self._regions is not None
 
     def recurse(self, z_H: torch.Tensor, z_L: torch.Tensor, x: torch.Tensor,
                 cos_sin: Optional[CosSin]) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -350,6 +424,8 @@ class TinyRecursiveModel(nn.Module):
         finally:
             if cast:
                 self._set_cast_weights(None)
+        if self._cuda_graphs:  # the carry outlives this step: not in memory the next step's graph replays reuse
+            z_H, z_L = z_H.clone(), z_L.clone()
         q = self.q_head(z_H[:, 0]).float()  # first prefix position summarises the state
         return z_H.detach(), z_L.detach(), self.decode(z_H) if logits else None, q[..., 0], q[..., 1]
 
@@ -377,37 +453,28 @@ class TinyRecursiveModel(nn.Module):
         so runs are identical across resumes and across any number of ranks. Without it, torch's RNG is used.
         `logits=False` leaves "logits" out of the outputs (inference decodes the rows that stop: `decode`)."""
         a = self.arch
-        dtype = carry.z_H.dtype
-        # Halted rows restart from the initial states on the new batch's example.
-        reset = carry.halted.view(-1, 1, 1)
-        z_H = torch.where(reset, self.H_init.to(dtype), carry.z_H)
-        z_L = torch.where(reset, self.L_init.to(dtype), carry.z_L)
-        steps = torch.where(carry.halted, 0, carry.steps)
-        data = {k: torch.where(carry.halted.view((-1,) + (1,) * (v.ndim - 1)), v, carry.current_data[k])
-                for k, v in batch.items()}
+        if self._cuda_graphs:  # a new step: the graphs' outputs of the last one are no longer read
+            torch.compiler.cudagraph_mark_step_begin()
+        z_H, z_L, steps, data = self._act_begin(carry.halted, carry.z_H, carry.z_L, carry.steps, carry.current_data,
+                                                batch, self.H_init, self.L_init)
 
         z_H, z_L, token_logits, q_halt, q_continue = self.inner(z_H, z_L, data, logits)
         outputs = {"logits": token_logits} if logits else {}
         outputs.update(q_halt_logits=q_halt, q_continue_logits=q_continue)
 
         with torch.no_grad():
-            steps = steps + 1
-            is_last = steps >= a.halt_max_steps
-            halted = is_last
+            explore = None
             if self.training and a.halt_max_steps > 1:
-                halted = halted | ((q_halt > 0) if a.no_ACT_continue else (q_halt > q_continue))
-                # Exploration: some rows must run at least U{2..halt_max_steps} steps.
                 if exploration is None:
                     exploration = (torch.rand_like(q_halt), torch.randint_like(steps, 2, a.halt_max_steps + 1))
-                explore = exploration[0] < self.halt_exploration_prob
-                min_steps = explore * exploration[1]
-                halted = halted & (steps >= min_steps)
-                if not a.no_ACT_continue:
-                    # Q-learning target for "continue" from one more step (no replay buffer / target net, as upstream).
-                    _, _, _, next_halt, next_cont = self.inner(z_H, z_L, data, logits=False)
-                    outputs["target_q_continue"] = torch.sigmoid(
-                        torch.where(is_last, next_halt, torch.maximum(next_halt, next_cont)))
-            elif not self.training and self.early_exit:
-                halted = halted | (q_halt > 0)
+                # compared here: the probability follows a schedule, and a compiled rule would recompile per value
+                explore = (exploration[0] < self.halt_exploration_prob, exploration[1])
+            steps, is_last, halted = self._act_end(steps, q_halt, q_continue, explore, a.halt_max_steps,
+                                                   a.no_ACT_continue, self.training, self.early_exit)
+            if self.training and a.halt_max_steps > 1 and not a.no_ACT_continue:
+                # Q-learning target for "continue" from one more step (no replay buffer / target net, as upstream).
+                _, _, _, next_halt, next_cont = self.inner(z_H, z_L, data, logits=False)
+                outputs["target_q_continue"] = torch.sigmoid(
+                    torch.where(is_last, next_halt, torch.maximum(next_halt, next_cont)))
 
         return Carry(z_H, z_L, steps, halted, data), outputs

@@ -20,6 +20,11 @@ device. Where the package's compiled kernel imports, its version is 0.0.3 or new
 (the same rule) and a group's tensors are on CUDA, the kernel is used instead; an
 older package is ignored, so results never depend on which version is installed.
 State layout (`step` float32 tensor, `exp_avg`, `exp_avg_sq`) is the package's.
+
+The foreach path keeps the step count on the host and forms the bias corrections there, in double
+precision, as the kernel does; on CUDA (and with `capturable=True` anywhere) the count lives on the
+device and the corrections are formed there too: no host read of the count, so that a training step
+never waits for the device (the same rule; the corrections round in float32 instead of double).
 """
 
 from __future__ import annotations
@@ -76,11 +81,13 @@ def fused_available() -> bool:
 class AdamATan2(Optimizer):
     def __init__(self, params: Iterable, lr: Union[float, Tensor] = 1e-4,
                  betas: Tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.1,
-                 use_fused: Union[bool, None] = None):
+                 use_fused: Union[bool, None] = None, capturable: Union[bool, None] = None):
         check_hyperparameters(lr, weight_decay, betas)
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
         # None: fused kernel when available and the tensors are on CUDA.
         self.use_fused = use_fused
+        # None: the step count on the device for CUDA tensors, on the host elsewhere.
+        self.capturable = capturable
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -96,9 +103,10 @@ class AdamATan2(Optimizer):
             steps: List[Tensor] = []
             for p in with_grads(group, "AdamATan2"):
                 state = self.state[p]
-                # The fused kernel reads the step count on the device; the foreach path
-                # needs it on the host to compute bias corrections without a sync.
-                step_device = p.device if fused else torch.device("cpu")
+                # The fused kernel reads the step count on the device; so does the capturable foreach path.
+                # The other foreach path keeps it on the host, where its bias corrections are formed.
+                on_device = fused or (self.capturable if self.capturable is not None else p.is_cuda)
+                step_device = p.device if on_device else torch.device("cpu")
                 if len(state) == 0:
                     state["step"] = torch.zeros((), dtype=torch.float32, device=step_device)
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -117,6 +125,8 @@ class AdamATan2(Optimizer):
             wd = group["weight_decay"]
             if fused:
                 _step_fused(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, wd)
+            elif steps[0].device.type != "cpu" or (self.capturable and steps[0].device == params[0].device):
+                _step_foreach_on_device(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, wd)
             else:
                 _step_foreach(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, wd)
         return loss
@@ -151,3 +161,29 @@ def _step_foreach(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2,
         for m, d in zip(ms, den):  # no foreach atan2 in PyTorch; the result overwrites den
             torch.atan2(m, d, out=d)
         torch._foreach_add_(ps, den, alpha=-step_size)
+
+
+def _step_foreach_on_device(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, wd) -> None:
+    """`_step_foreach` with the step counts on the parameters' device: the bias corrections are tensors there
+    (per parameter, so counts that differ need no grouping), and nothing is read on the host."""
+    torch._foreach_add_(steps, 1)
+    # step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t), both (per parameter) 0-dim tensors
+    bc1 = torch._foreach_pow(beta1, steps)
+    torch._foreach_sub_(bc1, 1.0)  # beta1^t - 1 = -(1 - beta1^t)
+    step_size = torch._foreach_div(bc1, lr)
+    torch._foreach_reciprocal_(step_size)  # -(lr / (1 - beta1^t)): the update's sign folded in
+    bc2 = torch._foreach_pow(beta2, steps)
+    torch._foreach_neg_(bc2)
+    torch._foreach_add_(bc2, 1.0)
+    torch._foreach_sqrt_(bc2)
+
+    if wd != 0:
+        torch._foreach_mul_(params, 1.0 - lr * wd)
+    torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta1)
+    torch._foreach_lerp_(exp_avg_sqs, torch._foreach_mul(grads, grads), 1.0 - beta2)
+    den = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(den, bc2)
+    for m, d in zip(exp_avgs, den):
+        torch.atan2(m, d, out=d)
+    torch._foreach_mul_(den, step_size)
+    torch._foreach_add_(params, den)

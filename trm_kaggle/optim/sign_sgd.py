@@ -13,14 +13,16 @@ Under torch.distributed every rank gathers all ranks' (ids, grads) before the
 update, so all replicas of the table stay identical. Upstream: lr 1e-2 (ARC),
 1e-4 (Sudoku), weight_decay 0.1.
 
-On XLA the same rule runs in a static-shape form (`static_sign_sgd_`): `unique()` returns as
-many rows as there are distinct ids, a shape that changes with every batch and would
-recompile the step each time.
+On XLA and CUDA the same rule runs in a static-shape form (`static_sign_sgd_`): `unique()` returns as
+many rows as there are distinct ids, a shape that changes with every batch: XLA would recompile
+the step each time, and CUDA would wait for the count (a host sync every step).
+`step(active=...)` takes a 0-dim bool on the device: where it is False the rows keep their values
+(a step skipped as not finite, decided without a host read, see `trm_kaggle.train.step_guard`).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, List, Union
+from typing import Iterable, List, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -55,7 +57,9 @@ class SignSGD(Optimizer):
         raise RuntimeError("SignSGD: a parameter group holds a tensor that is not a registered puzzle-embedding table")
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, active: Optional[torch.Tensor] = None):
+        """Apply and forget the recorded rows' gradients; `active` (0-dim bool): False leaves the rows as they
+        were (the gradients are forgotten all the same)."""
         loss = closure_loss(closure)
         for group in self.param_groups:
             for table in group["params"]:
@@ -65,7 +69,8 @@ class SignSGD(Optimizer):
                 if touched is None:
                     continue
                 ids, grads = touched
-                sparse_sign_sgd_(table, ids, grads, lr=float(group["lr"]), weight_decay=group["weight_decay"])
+                sparse_sign_sgd_(table, ids, grads, lr=float(group["lr"]), weight_decay=group["weight_decay"],
+                                 active=active)
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -88,10 +93,12 @@ def gather_rows(ids: torch.Tensor, grads: torch.Tensor):
     return torch.cat(all_ids), torch.cat(all_grads)
 
 
-def sparse_sign_sgd_(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor, lr: float, weight_decay: float) -> None:
-    """In place: decay and sign-step the rows of `table` named by `ids` (gradients of repeated ids summed)."""
-    if table.device.type == "xla":
-        static_sign_sgd_(table, ids, grads, lr, weight_decay)
+def sparse_sign_sgd_(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor, lr: float, weight_decay: float,
+                     active: Optional[torch.Tensor] = None) -> None:
+    """In place: decay and sign-step the rows of `table` named by `ids` (gradients of repeated ids summed);
+    where `active` (0-dim bool) is False, nothing changes."""
+    if table.device.type in ("xla", "cuda") or active is not None:  # no data-dependent shapes: no host sync
+        static_sign_sgd_(table, ids, grads, lr, weight_decay, active)
         return
     ids, grads = gather_rows(ids, grads)
     unique, inverse = ids.unique(return_inverse=True)
@@ -102,9 +109,9 @@ def sparse_sign_sgd_(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor
     table[unique] = rows
 
 
-def static_sign_sgd_(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor, lr: float, weight_decay: float
-                     ) -> None:
-    """`sparse_sign_sgd_` with every shape fixed by the batch size (for XLA; any device computes it).
+def static_sign_sgd_(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor, lr: float, weight_decay: float,
+                     active: Optional[torch.Tensor] = None) -> None:
+    """`sparse_sign_sgd_` with every shape fixed by the batch size (for XLA and CUDA; any device computes it).
 
     Rows with equal ids get the sum of their gradients through an (n x n) equality matrix, a
     matmul of n^2 * dim multiply-adds, where n is the global batch: no `unique()`, and no
@@ -117,7 +124,12 @@ def static_sign_sgd_(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor
             ids, grads = (t.to(table.device) for t in host)
         else:
             ids, grads = xla.all_gather_rows(ids), xla.all_gather_rows(grads)
+    elif table.device.type != "xla":
+        ids, grads = gather_rows(ids, grads)
     same = (ids.view(-1, 1) == ids.view(1, -1)).to(grads.dtype)
     summed = same @ grads
-    rows = table[ids] * (1.0 - lr * weight_decay) - lr * summed.sign().to(table.dtype)
+    old = table[ids]
+    rows = old * (1.0 - lr * weight_decay) - lr * summed.sign().to(table.dtype)
+    if active is not None:
+        rows = torch.where(active, rows, old)
     table.index_copy_(0, ids, rows)

@@ -29,6 +29,7 @@ from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.model.compiling import compile_model
 from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
 from trm_kaggle.model.rollout import ContinuousRollout
 from trm_kaggle.solve.plan import demo_rows
@@ -115,6 +116,7 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
             lr_warmup_steps=min(100, max(1, cfg.finetune_steps // 10)), epochs=1_000_000,
             max_steps=phase.until_step, eval_interval=None, freeze_weights=phase.freeze_weights, ema=False,
             seed=cfg.seed, device=cfg.device, threads=cfg.threads, checkpoint_path=str(run_dir), checkpoint_keep=1,
+            compile=cfg.compile,
             progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
         result = train(tcfg, deadline=on_train_clock(deadline), banner=banner)
         banner = False
@@ -155,6 +157,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     data_dir = build_unseen_dataset(cfg, udir, {unit.task_id: task}, canvas)
     model, _, _ = load_model_for_dataset(cfg.weights, data_dir, device)
     model.arch = cfg.run_arch(model.arch)  # a test-time recipe may recurse deeper or stop sooner; dtype per device
+    compile_model(model, cfg.compile, device)  # regions; the process's compiled code serves every task
     report["dataset_s"] = round(time.monotonic() - t, 2)
     steps = 0
     if cfg.finetune != "none" and cfg.finetune_steps > 0:
@@ -167,6 +170,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
             steps = result.step
             report["finetune_s"] = round(time.monotonic() - t, 2)
             model = load_finetuned(result.run_dir, device)
+            compile_model(model, cfg.compile, device)
             report["after_finetune"] = demo_accuracy(model, data_dir, device, demo_rows(cfg))
         else:
             report["note"] = "no time left for fine-tuning: predicted with the pretrained weights"

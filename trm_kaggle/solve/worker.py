@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 import traceback
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -25,10 +26,14 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.errors import describe
 from trm_kaggle.hardware import pick_device
+from trm_kaggle.model.compiling import load_compile_cache, resolve_compile, save_compile_cache
 from trm_kaggle.model.export import read_export
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget, Plan, hms, plan_worker, task_deadlines
 from trm_kaggle.solve.task import export_canvas, solve_unit
 from trm_kaggle.solve.workdir import Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result
+
+
+COMPILE_DIR = "compile"  # the work directory's compile cache (trm_kaggle.model.compiling)
 
 
 class _NoDummyLabelNote(logging.Filter):
@@ -96,6 +101,12 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
                 on_unit(u)
     ucfg = cfg.model_copy(update={"num_aug": plan.num_aug, "finetune_steps": plan.finetune_steps,
                                   "threads": spec.threads, "device": spec.device})
+    compiled = resolve_compile(cfg.compile, device)
+    if compiled:  # the bundle's cache for this GPU and torch (its author's choice), and what this machine kept
+        say = lambda line: emit(budget.line("compile", line))  # noqa: E731
+        if cfg.compile_cache:
+            load_compile_cache(cfg.compile_cache, device, trusted=True, say=say)
+        load_compile_cache(Path(spec.work) / COMPILE_DIR, device, say=say)
     for k, unit in enumerate(todo):
         left = todo[k:]
         if spec.deadline is not None and time.monotonic() >= spec.deadline:
@@ -122,6 +133,8 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
                              f"FAILED ({describe(e)}); it keeps the fallback answer"))
         if on_unit is not None:
             on_unit(unit)
+    if compiled:  # for the next run here, or a bundle's --compile-cache
+        save_compile_cache(Path(spec.work) / COMPILE_DIR, device)
     return plan
 
 

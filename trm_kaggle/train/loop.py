@@ -36,7 +36,8 @@ from trm_kaggle.atomic import append_line, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.model.dtype import DTYPES
-from trm_kaggle.model.finite import NonFiniteSteps, step_is_finite
+from trm_kaggle.model.compiling import compile_model, compiled_graphs, load_compile_cache, save_compile_cache
+from trm_kaggle.model.finite import NonFiniteSteps, all_finite, step_is_finite
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.rollout import ContinuousRollout, balanced_slots
@@ -55,6 +56,7 @@ from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dty
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
 from trm_kaggle.train.stages import StagePlan
 from trm_kaggle.train.stops import EvaluationCut, StopControl, expected_eval_seconds
+from trm_kaggle.train.step_guard import StepGuard, keep_carries
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,12 @@ log = logging.getLogger(__name__)
 RESUMABLE_CHANGES = {"data_paths", "max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep",
                      "tensorboard", "wandb", "device", "compile", "micro_batch_size", "auto_batch", "threads",
                      "load_checkpoint", "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
-                     "freeze_weights", "grad_checkpointing", "max_nonfinite_steps", "save_every_s"}
+                     "freeze_weights", "grad_checkpointing", "max_nonfinite_steps", "save_every_s", "cuda_graphs"}
+
+# Devices whose steady-state training step runs without a host read: the finite check decided on the device
+# (`trm_kaggle.train.step_guard`), exploration draws made there, the puzzle rows' update without `unique()`.
+# On a CPU a host read costs nothing, and a skipped step keeps its step number there (as it always has).
+SYNC_FREE_DEVICES = ("cuda",)
 
 
 @dataclass
@@ -141,32 +148,37 @@ def load_initial_weights(model: TinyRecursiveModel, path: str) -> None:
     fit_state_dict(model, state, str(path))
 
 
-def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel):
+def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel, capturable: bool | None = None):
+    """The weights' optimizer and the puzzle rows' SignSGD. `capturable`: step counts on the device (no host read
+    per step; None: where the optimizer chooses, on the device for CUDA)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.freeze_weights:
         for p in params:
             p.requires_grad_(False)
         dense = None
     elif cfg.optimizer == "adamw":
-        dense = torch.optim.AdamW(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+        dense = torch.optim.AdamW(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
+                                  capturable=bool(capturable) and bool(params) and params[0].is_cuda)
     elif cfg.optimizer == "lion":
         dense = Lion(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     else:
-        dense = AdamATan2(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+        dense = AdamATan2(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
+                          capturable=capturable)
     sparse = None
     if model.puzzle_emb is not None:
         sparse = SignSGD(model.puzzle_emb, lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
     return dense, sparse
 
 
-def optimizer_step(dense, sparse) -> None:
+def optimizer_step(dense, sparse, active: torch.Tensor | None = None) -> None:
     """Apply a step's gradients: the weights' optimizer (its gradients then dropped) and the puzzle rows' (which
-    keeps its own sparse gradients). Either may be None (frozen weights; a model without puzzle rows)."""
+    keeps its own sparse gradients). Either may be None (frozen weights; a model without puzzle rows).
+    `active` (0-dim bool on the device): False leaves the puzzle rows as they were (see StepGuard)."""
     if dense is not None:
         dense.step()
         dense.zero_grad(set_to_none=True)
     if sparse is not None:
-        sparse.step()
+        sparse.step(active=active)
 
 
 def exploration_draws(seed: int, step: int, global_batch: int, halt_max_steps: int, rows: slice,
@@ -175,10 +187,16 @@ def exploration_draws(seed: int, step: int, global_batch: int, halt_max_steps: i
 
     Drawn from a generator keyed by (seed, step) over the whole global batch, so a
     row gets the same draw whatever the number of ranks or micro-batches and after a resume.
+    On CUDA the generator is CUDA's and the draws are made there: nothing is copied from the
+    host, so the step does not wait for a copy (CUDA's random stream is not the CPU's: the
+    same seed draws other values on a CPU, the contract holds on each).
     """
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    u = torch.rand(global_batch, generator=g)[rows]
-    m = torch.randint(2, max(3, halt_max_steps + 1), (global_batch,), generator=g, dtype=torch.int32)[rows]
+    device = torch.device(device)
+    where = device if device.type == "cuda" else torch.device("cpu")
+    g = torch.Generator(device=where).manual_seed(seed * 1_000_003 + step)
+    u = torch.rand(global_batch, generator=g, device=where)[rows]
+    m = torch.randint(2, max(3, halt_max_steps + 1), (global_batch,), generator=g, dtype=torch.int32,
+                      device=where)[rows]
     return u.to(device), m.to(device)
 
 
@@ -369,7 +387,7 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
                     "from its newest train state", rt.restart)
 
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
-                          world_size=rt.world_size)
+                          world_size=rt.world_size, pin_memory=rt.device.type == "cuda")  # copies that do not wait
     local_batch = cfg.global_batch_size // rt.world_size
     meta = loader.metadata
     micro = memory_aware_micro_batch(cfg, seq_len=meta.seq_len, vocab_size=meta.vocab_size,
@@ -387,7 +405,7 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
         print(f"trm-kaggle train: {model.parameter_count()}", file=sys.stderr, flush=True)
     if rt.distributed:
         broadcast_model_(model, rt.rank)
-    dense, sparse = make_optimizers(cfg, model)
+    dense, sparse = make_optimizers(cfg, model, capturable=True if rt.device.type in SYNC_FREE_DEVICES else None)
     ema = EMA(model, cfg.ema_rate) if cfg.ema else None
     fingerprint = ckpt.dataset_fingerprint(cfg.data_paths)
     steps_per_epoch = max(1e-9, loader.batches_per_epoch)
@@ -421,7 +439,14 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
     scaler = LossScaler(rt.dtype, rt.device)  # float16: loss scaling (after a resume settled the dtype)
     if newest is not None:
         scaler.load_state_dict(newest[1].get("amp"))
-    forward = torch.compile(model) if cfg.compile else model
+    # torch.compile by region (one block for every layer, the ACT step around it, the loss), never the whole model
+    forward, loss_fn = model, act_loss
+    if compile_model(model, cfg.compile, rt.device, cfg.cuda_graphs):
+        loss_fn = model.compiled(act_loss)
+        load_compile_cache(run_dir, rt.device)  # what an earlier process of this run compiled (ours only)
+    cache_graphs = compiled_graphs() if model.is_compiled and rt.is_main else None  # saved when this grows
+    # the steady-state step without a host read (see SYNC_FREE_DEVICES); float16's loss scaler reads its own
+    guard = StepGuard(model, dense, ema) if rt.device.type in SYNC_FREE_DEVICES and not scaler.enabled else None
     metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
     if rt.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -442,7 +467,9 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
     if on_xla:  # XLA: batches go to the device ahead of use; compilations are counted per step
         batches = position = xla.DeviceBatches(loader, rt.device)
         compile_watch = xla.CompileWatch(warn=rt.is_main)
-    pending: list[torch.Tensor] = []  # per-step metrics, read on the host once per log interval
+    # per step: (its index, its metrics, its finite verdict when decided on the device), read on the host once per
+    # log interval
+    pending: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
     nonfinite = NonFiniteSteps(cfg.max_nonfinite_steps)
     control = held.enter_context(StopControl(
         rt, save_every_s=cfg.save_every_s, deadline=deadline, every=cfg.log_interval, signals=signals,
@@ -490,7 +517,7 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
             while True:
                 try:
                     carries, metrics = _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch,
-                                                   scaler)
+                                                   scaler, loss_fn)
                     break
                 except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:  # any device's allocator
                     if not is_out_of_memory(e):
@@ -511,6 +538,7 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
             # gradients of all ranks, then the optimizer steps
             if rt.distributed:
                 all_reduce_([p.grad for p in model.parameters() if p.grad is not None] + [metrics])
+            verdict = None  # the step's finite check when decided on the device
             if scaler.enabled:
                 # float16: inf/nan gradients are the loss scale's business (the step is skipped whole and the scale
                 # lowered); a loss that is itself not finite is no overflow a lower scale mends: it counts toward
@@ -521,6 +549,17 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
                 if nonfinite.skip(stepped or bool(torch.isfinite(metrics[0])), step):
                     log.warning("step %d: the loss is not finite (%d in a row, the run stops at "
                                 "max_nonfinite_steps=%d)", step + 1, nonfinite.in_a_row, nonfinite.limit)
+            elif guard is not None and guard.save():
+                # decided on the device: the step's updates run, and are undone where it was not finite; the host
+                # reads the verdict with the metrics (step_guard.py)
+                verdict = all_finite([metrics[0]] + [p.grad for p in model.parameters() if p.grad is not None])
+                optimizer_step(dense, sparse, active=verdict)
+                if ema is not None:
+                    ema.update(model)
+                guard.undo_unless(verdict)
+                carries = keep_carries(verdict, carries, carries_before if len(carries_before) == len(carries)
+                                       else _resplit(carries_before, micro))
+                stepped = False  # the EMA has been updated (and undone where it had to be)
             else:
                 # a NaN or inf loss or gradient: skip the step, stop after a bounded run of them (XLA: checked on
                 # the logged loss, a host read per step would cut its graph)
@@ -536,18 +575,20 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
             if ema is not None and stepped:
                 ema.update(model)
             step += 1
+            if cache_graphs is not None and compiled_graphs() != cache_graphs:  # something new compiled: keep it
+                cache_graphs = compiled_graphs()
+                save_compile_cache(run_dir, rt.device)
             if compile_watch is not None:
                 compile_watch.end_step(step)  # XLA: the step boundary; warns when a step after the warm-up compiled
 
             # bookkeeping (a host read waits for the device: once per log interval, not per step)
-            pending.append(metrics)
+            pending.append((step - 1, metrics, verdict))
             sums["steps_logged"] = sums.get("steps_logged", 0) + 1
             # the last interval is logged too when the deadline ends the run (the loop stops before the next step)
             if step % cfg.log_interval == 0 or step == stop_at or (deadline is not None and time.time() >= deadline):
-                for values in pending:
-                    for key, v in zip(["loss"] + _METRIC_NAMES, values.tolist()):
-                        sums[key] = sums.get(key, 0.0) + v
+                _read_pending(pending, sums, nonfinite)
                 pending = []
+            if not pending and "loss" in sums:  # just read (an interval whose steps were all skipped joins the next)
                 record = _summarise(sums, step, step / steps_per_epoch, lr, cfg.global_batch_size)
                 if on_xla and not math.isfinite(record["loss"]):  # XLA reads the loss once per interval
                     nonfinite.in_a_row += 1
@@ -647,7 +688,7 @@ def _already_done(cfg, run_dir, step, stop_at, total_steps, steps_per_epoch, mod
                        parameters=model.parameter_count(), is_main=rt.is_main, start_step=step, already_done=why)
 
 
-def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch, scaler=None):
+def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch, scaler=None, loss_fn=act_loss):
     """Forward + backward of every micro-batch of `batch`; returns the new carries and summed metrics."""
     metrics, new_carries = None, []
     for k, mb in enumerate(_split(batch, micro)):
@@ -655,13 +696,34 @@ def _accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batc
         expl = exploration_draws(cfg.seed, step, cfg.global_batch_size, cfg.arch.halt_max_steps,
                                  slice(first, first + micro), rt.device)
         carry, out = forward(carries[k], mb, exploration=expl)
-        loss, m = act_loss(out, carry.current_data["labels"], carry.halted, carry.steps, cfg.arch.loss_type)
+        loss, m = loss_fn(out, carry.current_data["labels"], carry.halted, carry.steps, cfg.arch.loss_type)
         scaled = loss / cfg.global_batch_size
         (scaler.scale(scaled) if scaler is not None else scaled).backward()
         new_carries.append(carry)
         m = torch.stack([loss.detach().float()] + [m[n].float() for n in _METRIC_NAMES])
         metrics = m if metrics is None else metrics + m
     return new_carries, metrics
+
+
+def _read_pending(pending: list, sums: dict[str, float], nonfinite: NonFiniteSteps) -> None:
+    """Add the pending steps' metrics to `sums` with one host read. A step whose finite check was decided on the
+    device carries its verdict: the verdicts are replayed through `nonfinite` in step order (its warning per
+    skipped step, its stop), and a skipped step's metrics are left out."""
+    if not pending:
+        return
+    metrics = torch.stack([m for _, m, _ in pending])
+    verdicts = [v for _, _, v in pending if v is not None]
+    flat = torch.cat([metrics.flatten()] + ([torch.stack(verdicts).to(metrics.dtype)] if verdicts else [])).tolist()
+    width = metrics.shape[1]
+    decided = iter(flat[len(pending) * width:])
+    for i, (at, _, verdict) in enumerate(pending):
+        if verdict is not None and nonfinite.skip(next(decided) > 0, at):
+            log.warning("step %d: the loss or the gradients were not finite; step skipped (%d in a row, the run "
+                        "stops at max_nonfinite_steps=%d)", at + 1, nonfinite.in_a_row, nonfinite.limit)
+            sums["steps_logged"] -= 1
+            continue
+        for key, v in zip(["loss"] + _METRIC_NAMES, flat[i * width:(i + 1) * width]):
+            sums[key] = sums.get(key, 0.0) + v
 
 
 def _drop_gradients(model) -> None:

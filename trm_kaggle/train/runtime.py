@@ -87,9 +87,9 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
 
 
 def _check_xla_config(cfg: TrainConfig, world_size: int) -> None:
-    if cfg.compile:
-        raise TRMError("compile=True is torch.compile (inductor), which does not run on XLA devices; XLA compiles "
-                       "the whole training step itself: drop compile=True")
+    if cfg.compile == "on":  # auto is off here
+        raise TRMError("compile=on is torch.compile (inductor), which does not run on XLA devices; XLA compiles "
+                       "the whole training step itself: use compile=auto or compile=off")
     if cfg.auto_batch:
         raise TRMError("auto_batch=True retries a step after an out-of-memory error, which XLA reports when the step "
                        "is compiled, not while it is recorded; set micro_batch_size=N instead")
