@@ -91,6 +91,21 @@ def test_export_config_is_plain_json(tmp_path):
     assert json.loads((tmp_path / "e" / "config.json").read_text())["arch"] == ARCH.model_dump()
 
 
+def test_an_export_of_a_fused_float8_run_loads_where_neither_runs(tmp_path):
+    """A run trained with arch.kernels=triton and arch.fp8=nograd exports weights a CPU loads and runs: the export
+    records kernels=auto (torch where Triton cannot run) and fp8=off; the tensors are the run's."""
+    fused = ARCH.model_copy(update={"kernels": "triton", "fp8": "nograd"})
+    model = model_with_table()
+    export_inference(tmp_path / "e", model, arch=fused, seq_len=8, vocab_size=5)
+    recorded = json.loads((tmp_path / "e" / "config.json").read_text())["arch"]
+    assert (recorded["kernels"], recorded["fp8"]) == ("auto", "off")
+    assert {k: v for k, v in recorded.items() if k not in ("kernels", "fp8")} == {
+        k: v for k, v in ARCH.model_dump().items() if k not in ("kernels", "fp8")}
+    loaded = load_inference_model(tmp_path / "e", device="cpu")[0]
+    for key, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], tensor), key
+
+
 # ---------------------------------------------------------------------------
 # Task-id modes (`evaluate --task-ids`) and parameter counts
 # ---------------------------------------------------------------------------

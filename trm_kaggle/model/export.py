@@ -126,7 +126,7 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
     config = {
         "format": EXPORT_FORMAT,
         "trm_kaggle_version": __version__,
-        "arch": arch.model_dump(),
+        "arch": portable_arch(arch),
         "seq_len": seq_len,
         "vocab_size": vocab_size,
         "num_puzzle_identifiers": num_ids,
@@ -144,6 +144,18 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
         os.chmod(tmp / "weights.safetensors", 0o644)  # safetensors writes it private; exports are shared
         atomic_write_json(tmp / "config.json", config, indent=2)
     return Path(out_dir)
+
+
+def portable_arch(arch: ArchConfig) -> dict:
+    """The arch an export records: how its run computed is no promise about where the export runs. Fused Triton
+    kernels become `auto` (Triton where it imports and passes its self-check, else torch: a CPU-only Kaggle kernel
+    still loads the weights) and float8 becomes `off` (the inference that wants it opts in): neither changes a
+    tensor."""
+    record = arch.model_dump()
+    if record.get("kernels") == "triton":
+        record["kernels"] = "auto"
+    record["fp8"] = "off"
+    return record
 
 
 def _shape_config(config: dict) -> dict:
