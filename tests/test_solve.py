@@ -69,7 +69,7 @@ def test_the_solve_runs_in_auto_dtype_unless_told_otherwise():
 def test_finetuning_all_weights_raises_demonstration_accuracy(unseen, tmp_path):
     report = solve(cfg(unseen, tmp_path, finetune="all", finetune_steps=15, lr=3e-3, puzzle_emb_lr=3e-2,
                        max_tasks=1))
-    assert report["valid"] and not report["errors"] and report["answered"] == 1
+    assert report["valid"] and not report["errors"] and len(report["task_reports"]) == 1
     (task,) = report["task_reports"].values()
     assert task["finetune_steps"] == 15 and task["complete"]
     assert task["after_finetune"]["demo_token_accuracy"] > task["before_finetune"]["demo_token_accuracy"] + 0.05
@@ -604,3 +604,31 @@ def test_cpu_workers_share_the_cores(monkeypatch):
     c = SolveConfig(challenges="c.json", weights="w", device="cpu", workers=4)
     assert S.worker_devices(c, print) == ("cpu", [None] * 4, 4)
     assert S.worker_devices(c.model_copy(update={"threads": 2}), print) == ("cpu", [None] * 4, 2)
+
+
+def test_a_task_predicted_whole_without_a_valid_grid_is_neither_answered_nor_called_cut(unseen, tmp_path):
+    """A model whose every token is the padding token decodes no grid: the task ran to its end with time to
+    spare, so it counts as unanswered and its fallback says why, not "cut by the deadline"."""
+    torch.manual_seed(0)
+    model = TinyRecursiveModel(ARCH, 900, 12, 10)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()  # every logit equal: argmax is token 0, the padding
+    export_inference(tmp_path / "blank", model, arch=ARCH, seq_len=900, vocab_size=12, mean_embedding=True)
+    report = solve(cfg((unseen[0], tmp_path / "blank"), tmp_path, finetune="none", max_tasks=1, time_budget=600))
+    (task,) = report["task_reports"].values()
+    assert report["valid"] and task["predicted"] == task["examples"] and task["cut_inputs"] == []
+    assert report["answered"] == 0
+    why = report["fallback"][next(iter(report["task_reports"]))]
+    assert why == "1 of 1 test inputs without a model answer (predicted whole, but no valid grid decoded)"
+
+
+def test_fallback_reasons_tell_a_cut_input_from_one_without_a_valid_grid():
+    from types import SimpleNamespace
+
+    from trm_kaggle.solve.solve import fallback_reasons
+
+    units = [SimpleNamespace(task_id="t", test_inputs=3)]
+    reasons = fallback_reasons({"t": {}}, units, {}, set(), None, {"t": {"cut_inputs": [2]}},
+                               {("t", 0): [[[1]]], ("t", 1): [], ("t", 2): []}, {})
+    assert reasons == {"t": "2 of 3 test inputs without a model answer (1 cut by the deadline; 1 predicted whole, "
+                            "but no valid grid decoded)"}

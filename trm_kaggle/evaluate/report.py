@@ -231,7 +231,9 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, *, batch_si
     return EvalResult(metrics=metrics, votes=votes, table=table, predictions=preds, test_set=test_set,
                       candidates=candidates, token_accuracy=acc,
                       well_formed=float(decoded.well_formed.mean()) if len(preds) else 1.0, timing=timing,
-                      dataset_dir=str(dataset_dir), weighting=weighting, pooled=pool_with is not None)
+                      dataset_dir=str(dataset_dir), weighting=weighting, pooled=pool_with is not None,
+                      # slots with an example the deadline skipped: a slot without candidates is cut, not unsolvable
+                      extra={"cut_slots": [test_set.slots[i] for i in np.unique(slot[~voted])]})
 
 
 def _slots_of_examples(test_set: TestSet, task_ids: list[str], task_of: np.ndarray, position: np.ndarray,

@@ -219,8 +219,10 @@ def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     fallback = fallback_reasons(challenges, units, left_out, duplicates, cfg.max_tasks, task_reports, candidates,
                                 unanswered)
     report.update(answer, workers=[o.as_dict() for o in outcomes], task_reports=task_reports,
-                  # tasks whose model path ran and predicted (a task cut before its first prediction is not one)
-                  answered=sum(1 for r in task_reports.values() if "error" not in r and r.get("predicted", 0) > 0),
+                  # tasks with a model answer for some test input (a task cut before its first prediction, or
+                  # whose predictions decoded to no valid grid, is not one)
+                  answered=sum(1 for u in units if "error" not in task_reports.get(u.task_id, {"error": ""})
+                               and any(candidates.get((u.task_id, i)) for i in range(u.test_inputs))),
                   predicted=sum(1 for v in candidates.values() if v),
                   fallback=fallback, elapsed_s=round(time.monotonic() - budget.start, 1))
     by_reason: dict[str, list[str]] = {}
@@ -275,7 +277,11 @@ def fallback_reasons(challenges: dict, units: list, left_out: dict[str, str], du
             missing = [i for i in range(tests[task_id]) if not candidates.get((task_id, i))]
             if not missing:
                 continue
-            why = f"{len(missing)} of {tests[task_id]} test inputs without a model prediction (cut by the deadline)"
+            cut = set(task_reports[task_id].get("cut_inputs", []))
+            causes = [("cut by the deadline", sum(i in cut for i in missing)),
+                      ("predicted whole, but no valid grid decoded", sum(i not in cut for i in missing))]
+            why = (f"{len(missing)} of {tests[task_id]} test inputs without a model answer ("
+                   + "; ".join(f"{n} {what}" if len(missing) > 1 else what for what, n in causes if n) + ")")
         reasons[task_id] = why
     return reasons
 

@@ -184,6 +184,8 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     report.update(predict_s=round(time.monotonic() - t, 2), examples=int(len(predicted)),
                   predicted=int(predicted.sum()))
     candidates = {i: grids for (task_id, i), grids in res.candidates.items() if task_id == unit.task_id}
+    # test inputs with a copy the deadline skipped: the others were predicted whole (no candidate = no valid grid)
+    report["cut_inputs"] = sorted(i for task_id, i in res.extra.get("cut_slots", []) if task_id == unit.task_id)
     complete = bool(predicted.all()) and (cfg.finetune == "none" or steps >= cfg.finetune_steps)
     # the whole task, as the plan prices it: dataset, model load, demonstration accuracy, fine-tuning, prediction
     report["task_s"] = round(time.monotonic() - start, 2)
