@@ -34,7 +34,8 @@ def test_execute_rehearses_the_mount_layout_asked_for(inputs, tmp_path, monkeypa
     def fake_execute(out, **kw):
         seen.update(kw)
         return {"notebook_s": 1.0, "papermill_rc": 0, "submission_valid": True, "tasks": 1, "trm_kaggle_file": "x",
-                "trm_kaggle_in_venv": True, "log": "log", "executed_notebook": "nb", "ok": True, "problems": []}
+                "trm_kaggle_in_venv": True, "log": "log", "executed_notebook": "nb", "ok": True, "problems": [],
+                "answered": 1, "model_tasks": 1}
 
     monkeypatch.setattr(B, "execute", fake_execute)
     assert B.main([str(tmp_path / "out"), "--no-download", "--user", "tester", "--weights", str(inputs["export"]),

@@ -324,7 +324,7 @@ def test_time_budget_must_be_a_positive_number(tmp_path, capsys, budget):
     (tmp_path / "c.json").write_text(GOOD_TEXT)
     line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", "w",
                                         "--output", str(tmp_path / "s.json"), f"--time-budget={budget}"]))
-    assert "time_budget" in line
+    assert "--time-budget" in line
     assert not (tmp_path / "s.json").exists()
 
 

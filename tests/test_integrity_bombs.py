@@ -153,7 +153,7 @@ def test_build_arc_numbers_are_bounded_where_read(tmp_path, capsys, arc_prefix, 
             "--test-set-name", "evaluation", "--num-aug", "0", "--workers", "1", "--no-progress",
             "--output-dir", str(tmp_path / "ds"), flag, value]
     line = quick_line(capsys, args)
-    assert flag.strip("-").replace("-", "_") in line, line
+    assert flag in line, line
     assert not (tmp_path / "ds").exists()
 
 
@@ -232,7 +232,7 @@ def test_submit_num_aug_is_bounded_before_any_task(tmp_path, capsys):
     line = quick_line(capsys, ["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"),
                                "--output", str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "w"),
                                "--num-aug", str(10**9), "--no-progress"])
-    assert "num_aug" in line and "at most 100,000" in line
+    assert "--num-aug" in line and "at most 100,000" in line
     assert not (tmp_path / "s.json").exists()
 
 

@@ -68,7 +68,7 @@ def test_submit_settings(flags, field, tmp_path, capsys):
     (tmp_path / "w").mkdir()  # the weights folder: an input, apart from the outputs
     assert main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w"), "--output",
                  str(out), "--work-dir", str(tmp_path / "work"), *flags]) == 2
-    assert field in one_error_line(capsys)
+    assert flags[0] in one_error_line(capsys)  # the flag as typed (`field` is the setting behind it)
     assert not out.exists() and not (tmp_path / "work").exists()
 
 
@@ -87,7 +87,7 @@ BUILDERS = [
 def test_builder_settings(args, field, tmp_path, capsys):
     out = tmp_path / "ds"
     assert main([args[0], "--output-dir", str(out), *args[1:]]) == 2
-    assert field in one_error_line(capsys)
+    assert args[1] in one_error_line(capsys)  # the flag as typed (`field` is the setting behind it)
     assert not out.exists()
 
 
@@ -95,7 +95,7 @@ def test_builder_settings(args, field, tmp_path, capsys):
                                           (["--train-seconds", "inf"], "train_seconds"), (["--canvas", "31"], "canvas")])
 def test_pipeline_settings(flags, field, tmp_path, capsys):
     assert main(["pipeline", "--work-dir", str(tmp_path / "p"), *flags]) == 2
-    assert field in one_error_line(capsys)
+    assert flags[0] in one_error_line(capsys)  # the flag as typed (`field` is the setting behind it)
     assert not (tmp_path / "p").exists()
 
 

@@ -37,4 +37,4 @@ def test_list_recipes_and_errors_from_the_command_line(capsys):
     assert main(["submit", "--weights", "w"]) == 2
     assert "error: submit needs --challenges" in capsys.readouterr().err
     assert main(["submit", "--challenges", "c", "--weights", "w", "--embeddings-fraction", "1.5"]) == 2
-    assert "embeddings_fraction" in capsys.readouterr().err
+    assert "--embeddings-fraction" in capsys.readouterr().err

@@ -316,12 +316,12 @@ def test_progress_bar_without_a_deadline_counts_steps_and_with_one_the_nearer_en
     steps.advance(1)
     assert steps.bar.total == 10 and steps.bar.n == 1
     # 20 steps at ~0.05 s each end long before a 1-hour deadline: the bar's total is their time, with the steps
-    near = TrainProgress(20, 0, time.time() + 3600, enabled=True)
+    near = TrainProgress(20, 0, time.monotonic() + 3600, enabled=True)
     time.sleep(0.1)
     near.advance(2)
     assert near.bar.total < 60 and near.extra["step"] == "2/20"
     # a schedule of 135,532 steps bounded by a 5 s deadline: the bar counts toward the deadline's 5 s
-    far = TrainProgress(135_532, 0, time.time() + 5, enabled=True)
+    far = TrainProgress(135_532, 0, time.monotonic() + 5, enabled=True)
     time.sleep(0.05)
     far.advance(1)
     assert far.bar.total == pytest.approx(5, abs=0.2) and far.extra["step"] == "1"

@@ -149,7 +149,7 @@ def test_expected_eval_seconds():
 
 def test_eval_fits_before_the_deadline():
     rt = Runtime(device=__import__("torch").device("cpu"), dtype=None, dtype_reason="")
-    c = StopControl(rt, save_every_s=None, deadline=time.time() + 100, deadline_name="the time limit")
+    c = StopControl(rt, save_every_s=None, deadline=time.monotonic() + 100, deadline_name="the time limit")
     assert c.eval_fits(50) and not c.eval_fits(150)
     assert StopControl(rt, save_every_s=None, deadline=None, deadline_name="").eval_fits(1e9)
 

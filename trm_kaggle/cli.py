@@ -880,7 +880,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     missing = [f"--{k}" for k in ("challenges", "weights") if not getattr(args, k)]
     if missing:
         raise TRMError(f"submit needs {' and '.join(missing)}")
-    report = solve(_solve_config(args), start=getattr(args, "started", None))
+    cfg = _solve_config(args)
+    report = solve(cfg, start=getattr(args, "started", None))
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
           f"{report['answered']} answered by the model, {count(report['predicted'], 'test input')} with model predictions, "
           f"{report['elapsed_s']} s")

@@ -161,7 +161,7 @@ def configured_user() -> tuple[str | None, str]:
         if not path.is_file():
             continue
         try:
-            user = json.loads(path.read_text()).get("username")
+            user = json.loads(path.read_text(encoding="utf-8")).get("username")
         except (OSError, ValueError, AttributeError):
             continue
         if isinstance(user, str) and _USER_RE.match(user):

@@ -118,19 +118,11 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
             seed=cfg.seed, device=cfg.device, threads=cfg.threads, checkpoint_path=str(run_dir), checkpoint_keep=1,
             compile=cfg.compile,
             progress=cfg.progress, log_interval=max(1, min(50, cfg.finetune_steps // 10 or 1)))
-        result = train(tcfg, deadline=on_train_clock(deadline), banner=banner)
+        result = train(tcfg, deadline=deadline, banner=banner)  # both on the monotonic clock
         banner = False
         if result.step < phase.until_step:
             break  # out of time
     return result
-
-
-def on_train_clock(deadline: float | None) -> float | None:
-    """`deadline` (a time.monotonic() value, as every deadline of the solve) on the clock `train` compares its
-    `deadline` with: time.time() in trm_kaggle.train.loop. Converted when each phase starts, so a step of the
-    wall clock while a phase runs still moves that phase's end (the rest of the task and the worker keep to
-    the monotonic deadline)."""
-    return None if deadline is None else time.time() + (deadline - time.monotonic())
 
 
 def load_finetuned(run_dir: Path, device: torch.device):

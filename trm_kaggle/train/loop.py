@@ -314,7 +314,7 @@ class TrainProgress:
 
     def __init__(self, stop_at: int, step: int, deadline: float | None, enabled: bool):
         self.stop_at, self.step0, self.deadline = stop_at, step, deadline
-        self.t0 = time.time()
+        self.t0 = time.monotonic()
         self.extra: dict[str, str] = {}
         if deadline is None:
             self.bar = tqdm(total=stop_at, initial=step, disable=not enabled, unit="step", dynamic_ncols=True)
@@ -333,7 +333,7 @@ class TrainProgress:
         if self.deadline is None:
             self.bar.update()
             return
-        elapsed = time.time() - self.t0
+        elapsed = time.monotonic() - self.t0
         pace = elapsed / max(1, step - self.step0)  # seconds per step so far
         by_steps = pace * (self.stop_at - self.step0)
         self.bar.total = round(min(self.budget, by_steps), 1)
@@ -361,8 +361,8 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
     """Train (or resume) the run in `default_run_dir(cfg)`; returns the last metrics.
 
     `on_step(step, metrics)` is called at every log interval; `on_eval(step, eval_metrics)` after each
-    evaluation, and training stops (saving its state) when it returns True. `deadline` (a time.time()
-    value) stops training before a step that would start after it, saving the state as usual.
+    evaluation, and training stops (saving its state) when it returns True. `deadline` (a time.monotonic()
+    value: a step of the wall clock neither cuts nor stretches the run) stops training before a step that would start after it, saving the state as usual.
     `banner`: print the device and model lines first (with `progress`); a caller that trains many small
     runs in a row (test-time training, one per task) prints them once itself.
     A train state is saved every `cfg.save_every_s` seconds and when the run ends. With `signals` (the
@@ -373,7 +373,7 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
     if not cfg.data_paths:
         raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
     if cfg.time_limit is not None:
-        limit = time.time() + cfg.time_limit
+        limit = time.monotonic() + cfg.time_limit
         deadline = limit if deadline is None else min(deadline, limit)
     rt = setup_runtime(cfg)
     run_dir = default_run_dir(cfg)
@@ -585,7 +585,7 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
             pending.append((step - 1, metrics, verdict))
             sums["steps_logged"] = sums.get("steps_logged", 0) + 1
             # the last interval is logged too when the deadline ends the run (the loop stops before the next step)
-            if step % cfg.log_interval == 0 or step == stop_at or (deadline is not None and time.time() >= deadline):
+            if step % cfg.log_interval == 0 or step == stop_at or (deadline is not None and time.monotonic() >= deadline):
                 _read_pending(pending, sums, nonfinite)
                 pending = []
             if not pending and "loss" in sums:  # just read (an interval whose steps were all skipped joins the next)
@@ -629,7 +629,7 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
                                                          (time.perf_counter() - t_start) / (step - step_start))
                     if expected is not None and not control.eval_fits(expected):
                         log.warning("step %d: evaluation skipped: it would end after %s (about %.0f s needed, "
-                                    "%.0f s left)", step, control.deadline_name, expected, deadline - time.time())
+                                    "%.0f s left)", step, control.deadline_name, expected, deadline - time.monotonic())
                         continue
                     t_eval = time.perf_counter()
                     try:

@@ -126,7 +126,7 @@ class StopControl:
         """Before the optimizer step `step + 1`: save now? stop now?"""
         if self.rt.distributed and step % self.every:
             return Decision()
-        past_deadline = self.deadline is not None and time.time() >= self.deadline
+        past_deadline = self.deadline is not None and monotonic() >= self.deadline
         due = self.save_every_s is not None and monotonic() - self.last_save >= self.save_every_s
         flags = [past_deadline, self.signum == signal.SIGINT, self.signum == signal.SIGTERM, due]
         if self.rt.distributed:
@@ -145,7 +145,7 @@ class StopControl:
 
     def eval_fits(self, seconds: float) -> bool:
         """Whether an evaluation of about `seconds` ends before the deadline (rank 0's answer on every rank)."""
-        fits = self.deadline is None or time.time() + seconds <= self.deadline
+        fits = self.deadline is None or monotonic() + seconds <= self.deadline
         if self.rt.distributed:
             fits = self._sum([fits if self.rt.is_main else False])[0] > 0
         return fits
