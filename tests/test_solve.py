@@ -282,7 +282,9 @@ def test_submit_covers_every_task_and_prints_the_plan(unseen, tmp_path, capsys):
                  "--time-budget", "40", "--safety-margin", "0", "--max-tasks", "1", "--batch-size", "8",
                  "--eval-batch-size", "32", "--device", "cpu"]) == 0
     cap = capsys.readouterr()
-    assert "1 answered by the model" in cap.out
+    assert "4 tasks, " in cap.out and " answered by the model" in cap.out
+    (task,) = json.loads((tmp_path / "w" / "solve_report.json").read_text())["task_reports"].values()
+    assert task["predicted"] == task["examples"] > 0  # the model predicted its task (this tiny one decodes no grid)
     plan = next(line for line in cap.err.splitlines() if "] plan: worker 0" in line)
     assert "fine-tuning steps per task (auto)" in plan and "timed batch:" in plan and "reserved" in plan
     assert "the model works on 1 of 4 tasks (max_tasks 1)" in cap.err
