@@ -438,7 +438,7 @@ class Leftovers:
 
     listing: list[str]
     problems: list[str]
-    written: dict[str, tuple[str, str]]  # path -> (page, digest) of its last writer
+    written: dict[str, dict[str, str]]  # path -> {page: digest of what that page last wrote there}
 
     def add(self, block: Block, cwd: Path, paths: list[str]) -> None:
         shown = sorted({"/".join(p.split("/")[:3]) for p in paths})
@@ -453,11 +453,12 @@ class Leftovers:
         page = rel(block.page)
         for path in paths:
             d = digest(cwd / path)
-            other = self.written.get(path)
-            if other and other[0] != page and other[1] != d:
-                self.problems.append(f"{block.where}: writes {path} with other contents than {other[0]} did: the "
+            writers = self.written.setdefault(path, {})
+            others = [other for other, theirs in writers.items() if other != page and theirs != d]
+            if others:
+                self.problems.append(f"{block.where}: writes {path} with other contents than {others[0]} did: the "
                                      "pages share an output path with different settings; give each its own")
-            self.written[path] = (page, d)
+            writers[page] = d
 
 
 @dataclass
@@ -489,6 +490,38 @@ def test_the_pipeline_block_writes_its_folder_alone_and_a_short_log(pipeline_run
     assert not pipeline_run.leftovers.problems, "\n".join(pipeline_run.leftovers.problems)
     err = pipeline_run.stderr
     assert "\r" not in err and len(err.encode()) < 10_000, f"{len(err.encode())} bytes of stderr:\n{err[-3000:]}"
+
+
+def test_leftover_check_catches_stray_unignored_and_shared_outputs(tmp_path):
+    """The checks themselves, on blocks that write by hand: a file outside the announced names and not ignored
+    (grid.yaml at the root), and a second page writing a dataset path with other contents (a smaller rebuild)."""
+    pages = {}
+    for name, note in (("a.md", "writes data/sudoku4"), ("b.md", "writes data/sudoku4"), ("c.md", "writes runs/x")):
+        pages[name] = tmp_path / name
+        pages[name].write_text(f"<!-- run: {note} -->\n```bash\nls\n```\n")
+    a, b, c = (blocks(pages[n])[0] for n in ("a.md", "b.md", "c.md"))
+    cwd = tmp_path / "clone"
+    (cwd / "data" / "sudoku4").mkdir(parents=True)
+    leftovers = Leftovers([], [], {})
+
+    def step(block: Block, writes: dict[str, str]) -> None:
+        before = tree(cwd)
+        time.sleep(0.01)
+        for path, text in writes.items():
+            (cwd / path).parent.mkdir(parents=True, exist_ok=True)
+            (cwd / path).write_text(text)
+        leftovers.add(block, cwd, left_behind(before, tree(cwd)))
+
+    step(a, {"data/sudoku4/train.npy": "2000 puzzles"})
+    step(b, {"data/sudoku4/train.npy": "2000 puzzles"})  # the same settings again: the same bytes, allowed
+    assert leftovers.problems == []
+    step(b, {"data/sudoku4/train.npy": "200 puzzles"})
+    step(c, {"runs/x/out.json": "{}", "grid.yaml": "name: g"})
+    assert len(leftovers.problems) == 3, leftovers.problems
+    assert "writes data/sudoku4/train.npy with other contents than a.md did" in leftovers.problems[0]
+    assert "left grid.yaml outside what its marker announces (runs/x)" in leftovers.problems[1]
+    assert "left grid.yaml that .gitignore does not ignore" in leftovers.problems[2]
+    assert leftovers.listing[-1] == "c.md:2: 2 path(s) under grid.yaml, runs/x/out.json"
 
 
 def interleaved(seed: int) -> list[Block]:
