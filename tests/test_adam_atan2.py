@@ -149,3 +149,21 @@ def test_an_old_package_kernel_is_never_used(monkeypatch):
     assert mod._load_fused_backend() is None
     monkeypatch.setattr(metadata, "version", lambda name: "0.0.3")
     assert mod._package_version() == (0, 0, 3)
+
+
+def test_step_counts_on_the_device_give_the_hosts_steps():
+    """capturable: the count and bias corrections live with the weights (no host read), the same rule to float32
+    rounding of the corrections."""
+    torch.manual_seed(0)
+    host = [torch.randn(50, 30, requires_grad=True), torch.randn(7, requires_grad=True)]
+    dev = [p.detach().clone().requires_grad_(True) for p in host]
+    a, b = AdamATan2(host, lr=1e-2), AdamATan2(dev, lr=1e-2, capturable=True)
+    for _ in range(20):
+        for p, q in zip(host, dev):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        a.step()
+        b.step()
+    assert b.state[dev[0]]["step"].device == dev[0].device and float(b.state[dev[0]]["step"]) == 20.0
+    for p, q in zip(host, dev):
+        assert torch.allclose(p, q, atol=1e-6, rtol=0), (p - q).abs().max()

@@ -152,15 +152,22 @@ def _step_foreach(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2,
         step_size = lr / (1.0 - beta1**t)
         bc2_sqrt = math.sqrt(1.0 - beta2**t)
 
-        if wd != 0:
-            torch._foreach_mul_(ps, 1.0 - lr * wd)
-        torch._foreach_lerp_(ms, gs, 1.0 - beta1)
-        torch._foreach_lerp_(vs, torch._foreach_mul(gs, gs), 1.0 - beta2)
-        den = torch._foreach_sqrt(vs)
-        torch._foreach_div_(den, bc2_sqrt)
-        for m, d in zip(ms, den):  # no foreach atan2 in PyTorch; the result overwrites den
-            torch.atan2(m, d, out=d)
+        den = _decay_and_direction(ps, gs, ms, vs, lr, beta1, beta2, wd, bc2_sqrt)
         torch._foreach_add_(ps, den, alpha=-step_size)
+
+
+def _decay_and_direction(ps, gs, ms, vs, lr, beta1, beta2, wd, bc2_sqrt) -> List[Tensor]:
+    """Decay the weights, update both moments; returns atan2(m, sqrt(v) / bc2_sqrt) per weight, the update's
+    direction before its step size (`bc2_sqrt`: one number, or one 0-dim tensor per weight)."""
+    if wd != 0:
+        torch._foreach_mul_(ps, 1.0 - lr * wd)
+    torch._foreach_lerp_(ms, gs, 1.0 - beta1)
+    torch._foreach_lerp_(vs, torch._foreach_mul(gs, gs), 1.0 - beta2)
+    den = torch._foreach_sqrt(vs)
+    torch._foreach_div_(den, bc2_sqrt)
+    for m, d in zip(ms, den):  # no foreach atan2 in PyTorch; the result overwrites den
+        torch.atan2(m, d, out=d)
+    return den
 
 
 def _step_foreach_on_device(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, wd) -> None:
@@ -176,14 +183,6 @@ def _step_foreach_on_device(params, grads, exp_avgs, exp_avg_sqs, steps, lr, bet
     torch._foreach_neg_(bc2)
     torch._foreach_add_(bc2, 1.0)
     torch._foreach_sqrt_(bc2)
-
-    if wd != 0:
-        torch._foreach_mul_(params, 1.0 - lr * wd)
-    torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta1)
-    torch._foreach_lerp_(exp_avg_sqs, torch._foreach_mul(grads, grads), 1.0 - beta2)
-    den = torch._foreach_sqrt(exp_avg_sqs)
-    torch._foreach_div_(den, bc2)
-    for m, d in zip(exp_avgs, den):
-        torch.atan2(m, d, out=d)
+    den = _decay_and_direction(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, wd, bc2)
     torch._foreach_mul_(den, step_size)
     torch._foreach_add_(params, den)
