@@ -116,3 +116,23 @@ def test_training_on_cuda_runs_and_its_losses_are_finite(tmp_path: Path):
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if "loss" in r]
     assert losses and all(torch.isfinite(torch.tensor(v)) for v in losses)
+
+
+def test_predicting_with_device_cuda_moves_a_cpu_model_there(tmp_path: Path):
+    """The Python entry points that take a device move the model there (`hardware.place_model`): a CPU model
+    asked to predict on CUDA runs there and predicts what it predicts on the CPU (float32, up to rounding)."""
+    from trm_kaggle.evaluate.predict import predict_split
+
+    data = tmp_path / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=20, num_test=16, progress=False))
+    torch.manual_seed(0)
+    arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=2, L_cycles=2, L_layers=1, halt_max_steps=2,
+                      puzzle_emb_len=1, forward_dtype="float32")
+    from trm_kaggle.data.format import load_metadata
+
+    meta = load_metadata(data, "test")
+    model = TinyRecursiveModel(arch, meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers)
+    on_cpu = predict_split(model, data, batch_size=8, device="cpu")
+    on_cuda = predict_split(model, data, batch_size=8, device="cuda")
+    assert next(model.parameters()).device.type == "cuda" and on_cuda.device.startswith("cuda")
+    assert (on_cpu.tokens == on_cuda.tokens).mean() > 0.99

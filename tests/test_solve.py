@@ -342,6 +342,16 @@ def test_submit_refuses_auto_without_a_budget(unseen, tmp_path, capsys):
     assert err.startswith("error: invalid option:") and "time_budget" in err and "Traceback" not in err
 
 
+def test_demonstration_accuracy_refuses_a_device_this_machine_lacks_in_one_line(unseen_data):
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.solve.task import demo_accuracy
+
+    model = TinyRecursiveModel(ARCH, 900, 12, 10)
+    assert demo_accuracy(model, unseen_data, torch.device("cpu"), 4)["demo_examples"] == 4
+    with pytest.raises(TRMError, match=r"^device=cuda:99 requested but this machine has \w+ CUDA device\(s\)$"):
+        demo_accuracy(model, unseen_data, torch.device("cuda", 99), 4)
+
+
 def test_the_default_follows_the_evidence_a_staged_schedule():
     c = SolveConfig(challenges="c.json", weights="w")
     assert (c.finetune, c.embeddings_fraction) == ("embeddings-then-all", 0.5)
