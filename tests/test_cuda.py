@@ -136,3 +136,20 @@ def test_predicting_with_device_cuda_moves_a_cpu_model_there(tmp_path: Path):
     on_cuda = predict_split(model, data, batch_size=8, device="cuda")
     assert next(model.parameters()).device.type == "cuda" and on_cuda.device.startswith("cuda")
     assert (on_cpu.tokens == on_cuda.tokens).mean() > 0.99
+
+
+def test_float64_attention_on_cuda_gets_the_layout_upstreams_view_needs():
+    """The float64 reference of parity runs upstream's attention, which moves the heads behind the positions and
+    calls `.view`; on CUDA float64 runs torch's math kernel, whose output does not allow that view (the first H100
+    run's parity died on it). The harness's `flash_layout` wrapper (put in front of upstream's attention in the
+    suite's process) makes it allow it, with the same values."""
+    import torch.nn.functional as F
+
+    from benchmarks.bench_train_cpu import flash_layout
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, dtype=torch.float64, device="cuda", generator=g) for _ in range(3))
+    out = flash_layout(F.scaled_dot_product_attention)(q, k, v)
+    viewed = out.transpose(1, 2).view(2, 16, 32)  # what upstream's models/layers.py does after attention
+    want = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 16, 32)
+    assert torch.equal(viewed, want)
