@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -201,7 +202,8 @@ def test_estimate_prints_each_measurement_as_it_is_made(tmp_path, capsys, monkey
         announce, measured = before.strip().splitlines()[-2:]
         assert announce.startswith("timing ") and announce.endswith(" on cpu ...")
         assert ": " in measured and " s (" in measured
-    assert "s per step of 4 rows training every weight" in out and "timed on 4 rows" in out
+    # the batch timed is at most what the memory share holds (how far it grows depends on this machine's speed)
+    assert re.search(r"s per step of [1-4] rows training every weight", out) and re.search(r"timed on [1-4] rows", out)
     assert "the memory share (3.0 GB) holds batches of 4 rows" in out
 
 
