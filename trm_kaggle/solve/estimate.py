@@ -12,19 +12,23 @@ depend on their values) on random ARC-shaped batches.
 Timing is bounded, announced and sized for the device (`time_steps`):
 
 * it takes at most `timing_cap` seconds: a share of the time left, at least `TIMING_FLOOR_S` where the time
-  left allows it, and never more than `TIMING_MAX_S`. The cap counts everything from the memory estimate on
-  (`StepTimer.sizing_s` says how much of it that took), except a device's start-up: the first call on CUDA
-  creates the context and loads the kernel libraries (seconds, paid once per process, and by the work too),
-  so one untimed step of each kind runs before the cap's clock starts (`StepTimes.startup_s`). A step
+  left allows it, and never more than `TIMING_MAX_S`. The cap counts the model's construction and every
+  call; it leaves out what comes once per process before any timing: the memory estimate on CPU and MPS (its
+  first run imports torch's meta kernels: seconds on a busy machine; `StepTimes.sizing_s`) and a device's
+  start-up (the first call on CUDA creates the context and loads the kernel libraries: seconds, paid by the
+  work too), for which one untimed step of each kind runs before the cap's clock starts
+  (`StepTimes.startup_s`). Both are said; the kernel's plan fits the time left after them. A step
   expected to pass the cap is not started: the puzzle-row step is then priced as a step of every weight (an
   upper bound); without room for a prediction step there are no rates at all (the kernel's plan is then its
   fixed small one). On XLA the steps a plan needs are timed whatever they cost: their first calls are
   compilations, which the work would pay anyway;
 * every figure is one warm-up call (a new batch shape's one-time costs: kernel choice, memory) and then the
-  median of `REPEATS` timed calls; a call that ends past the cap is the last, and the calls so far give it;
+  median of up to `REPEATS` timed calls: the repeats stop once the figure has taken `STEP_SHARE` of the cap
+  (one timed call at least), and a call that ends past the cap is the last, the calls so far giving it;
 * each step is announced before it runs and its time said after (`say`);
 * on CPU and MPS the batches are sized here: at most what the memory share holds (`train/memory.py`),
-  timed at one row first, then at the largest size expected to take at most `STEP_SHARE` of the cap a step,
+  timed at one row first, then at the largest size whose warm-up and one timed call are expected to take at
+  most `STEP_SHARE` of the cap,
   again from there while one fits; the largest size timed is the batch the work then uses. A budget
   generous enough for the configured batch keeps it (so two runs with the same settings agree); a short
   one gets steps short enough that timing them, and fitting several into each task, stays possible.
@@ -61,7 +65,8 @@ TIMING_MAX_S = 30.0  # ... and never more than this
 REPEATS = 3  # timed calls per figure after its warm-up call: the median is kept
 STARTUP_DEVICES = ("cuda",)  # the first call in a process starts the device up: done before the cap's clock
 MIN_TIMING_S = 2.0  # a cap shorter than this times nothing (the kernel's plan is then the fixed small one)
-STEP_SHARE = 1 / 3  # CPU/MPS: a batch grows while timing it is expected to take at most this share of the cap
+STEP_SHARE = 1 / 3  # a figure's repeats stop at this share of the cap; CPU/MPS batches grow while its warm-up
+LEAST_CALLS = 2  # and one timed call (the least a figure takes) are expected to fit in it
 NOISE = 1.25  # a step expected to take t seconds is started only where 1.25 t still fits the cap
 SIZED_DEVICES = ("cpu", "mps")  # batches sized here; CUDA and XLA keep the configured ones (and halve on OOM)
 
@@ -83,8 +88,8 @@ def inference_seconds(examples: float, act_steps: int, row_step_s: float) -> flo
 class StepTimes:
     """What `time_steps` measured: seconds of one fine-tuning step of `batch` rows training every weight
     (`step_s`) or the puzzle rows alone (`embeddings_step_s`), of one row for one ACT step (`row_step_s`,
-    timed on `eval_batch` rows); `spent_s` of the `cap_s` allowed (the sizing counted, a device's start-up
-    not); `notes`: how the batches were sized and what was priced instead of timed."""
+    timed on `eval_batch` rows); `spent_s` of the `cap_s` allowed (the sizing and a device's start-up before
+    it, not counted); `notes`: how the batches were sized and what was priced instead of timed."""
 
     device: str
     step_s: float
@@ -95,7 +100,7 @@ class StepTimes:
     spent_s: float
     cap_s: float
     notes: tuple[str, ...] = ()
-    sizing_s: float = 0.0  # CPU/MPS: the memory estimate first, part of spent_s (a first one imports meta kernels)
+    sizing_s: float = 0.0  # CPU/MPS: the memory estimate, before the timing (a first one imports meta kernels)
     startup_s: float = 0.0  # CUDA: the untimed first steps, outside the cap
     repeats: int = REPEATS  # timed calls per figure (at most: the cap can end one sooner)
 
@@ -137,13 +142,15 @@ def timing_cap(left_s: float | None) -> float:
 
 
 def seconds_per_call(fn: Callable[[], object], device: torch.device, repeats: int = REPEATS, *,
-                     warm_up: bool = True, stop_at: float | None = None) -> tuple[float, str]:
+                     warm_up: bool = True, stop_at: float | None = None,
+                     repeat_until: float | None = None) -> tuple[float, str]:
     """(wall-clock seconds of one call of `fn` on `device`, what that figure is): one warm-up call, then the
     median of `repeats` calls (the median: one call slowed by other work on a shared machine does not move
     it); without `warm_up`, the median of `repeats` calls from the first.
 
     `stop_at` (a time.perf_counter() value): a call that ends past it is not followed by another, and the
     calls so far give the figure (the warm-up's alone, which carries one-time costs, is an upper bound).
+    `repeat_until`: no timed call starts after it once one has run (the figure's own share of the time).
     On XLA the warm-up is the compilation and one timed call always follows it. The step timer of the solver:
     `StepTimer` times training and inference steps with it, for `estimate` and the kernel's plan."""
 
@@ -165,7 +172,7 @@ def seconds_per_call(fn: Callable[[], object], device: torch.device, repeats: in
             xla.step_boundary()  # one call, one program (else the repeats would form a new, larger graph)
         _wait(device)
         times.append(time.perf_counter() - t)
-        if over():
+        if over() or (repeat_until is not None and time.perf_counter() >= repeat_until):
             break
     n = len(times)
     what = f"median of {n} calls" if n > 1 else ("1 call" if warm_up else "its first call")
@@ -188,16 +195,13 @@ class StepTimer:
                  cap_s: float, repeats: int = REPEATS, say: Callable[[str], None] | None = None,
                  start: float | None = None):
         self.stop_at = (time.perf_counter() if start is None else start) + cap_s
+        self.cap_s = cap_s
         self.arch, self.seq_len, self.vocab_size, self.device, self.n_ids = arch, seq_len, vocab_size, device, n_ids
         self.repeats, self.say = repeats, say or (lambda line: None)
         self.startup_s = 0.0
         self._model: TinyRecursiveModel | None = None
         self.optimizers: dict[bool, tuple] = {}
 
-    @property
-    def calls(self) -> int:
-        """Calls per figure: the warm-up and the timed ones."""
-        return 1 + max(1, self.repeats)
 
     @property
     def model(self) -> TinyRecursiveModel:
@@ -236,7 +240,8 @@ class StepTimer:
 
     def _timed(self, what: str, rows: int, fn: Callable[[], object]) -> float:
         self.say(f"timing {what} at batch {rows} on {self.device} ...")
-        seconds, how = seconds_per_call(fn, self.device, self.repeats, stop_at=self.stop_at)
+        seconds, how = seconds_per_call(fn, self.device, self.repeats, stop_at=self.stop_at,
+                                        repeat_until=time.perf_counter() + STEP_SHARE * self.cap_s)
         self.say(f"{what} at batch {rows}: {seconds:.3g} s ({how})")
         return seconds
 
@@ -286,14 +291,14 @@ class StepTimer:
              after: float) -> tuple[int, float]:
         """(rows, seconds) of the largest batch timed: from `seconds` for a step of `rows` rows, time a larger
         batch (the largest power of two, or `most`) whose step is expected to take at most `step_max_s` and
-        whose figure (`calls` steps) to leave room in the cap for `after` more steps as long; again from there,
-        while one fits. Expected: the time per row
-        so far, which overstates it (a step's time grows slower than its rows)."""
+        whose figure (at least `LEAST_CALLS` steps) to leave room in the cap for `after` more steps as long;
+        again from there, while one fits. Expected: the time per row so far, which overstates it (a step's time
+        grows slower than its rows)."""
         while rows < most and not self.over():
             per_row = seconds / rows
             sizes = sorted({min(most, 2 ** k) for k in range(most.bit_length() + 1)} - set(range(rows + 1)))
             fitting = [n for n in sizes if per_row * n <= step_max_s
-                       and self.fits(per_row * n * (self.calls + after))]
+                       and self.fits(per_row * n * (LEAST_CALLS + after))]
             if not fitting:
                 break
             rows = fitting[-1]
@@ -319,8 +324,8 @@ def time_steps(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.de
                eval_batch: int, cap_s: float, n_ids: int = 2, repeats: int = REPEATS, processes: int = 1,
                must_finish: bool = False, say: Callable[[str], None] | None = None) -> StepTimes | None:
     """Time a fine-tuning step of every weight, a prediction step and a fine-tuning step of the puzzle rows
-    alone on `device`, in at most `cap_s` seconds from the call (see the module docstring; a device's start-up
-    is not counted). On CUDA and XLA `batch` and `eval_batch` are the sizes timed; on CPU and MPS they are the
+    alone on `device`, in at most `cap_s` seconds (see the module docstring: the sizing and a device's start-up
+    come before the cap's clock). On CUDA and XLA `batch` and `eval_batch` are the sizes timed; on CPU and MPS they are the
     most a batch may have (`processes`: how many workers share this machine's memory).
 
     The first two are needed: None when the second is not expected to fit in the cap (an upper bound: a
@@ -340,11 +345,12 @@ def time_steps(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.de
                                                  processes)
         notes += [note] if note else []
         sizing_s = time.perf_counter() - t0
-    # the cap counts the sizing, the model's construction and every call, but not the device's start-up
+        t0 = time.perf_counter()
+    # the cap counts the model's construction and every call, but not the sizing nor the device's start-up
     timer = StepTimer(arch, seq_len, vocab_size, device, n_ids, cap_s=cap_s, repeats=repeats, say=say, start=t0)
     timer.start_up()
-    calls = timer.calls
-    step_max = STEP_SHARE * cap_s / calls  # a figure (its warm-up and timed calls) at most a third of the cap
+    calls = LEAST_CALLS  # what a figure takes at least: its warm-up and one timed call
+    step_max = STEP_SHARE * cap_s / calls  # those at most a third of the cap
     most, eval_most = batch, eval_batch
     if sized:  # one row of each first: the least a plan needs
         batch = eval_batch = 1
@@ -423,7 +429,7 @@ def format_estimate(e: Estimate, tasks: int, num_aug: int) -> str:
         lines.append(f"    {'*' if mode == e.mode else ' '} {mode:<20} fine-tuning {hms(e.finetune_seconds(mode)):>10}"
                      f"  total {hms(total):>10}  ({total / KAGGLE_LIMIT_S:.0%} of 12 h)")
     if e.timing is not None:
-        sizing = f" (sizing {e.timing.sizing_s:.1f} s)" if e.timing.sizing_s else ""
+        sizing = f" after {e.timing.sizing_s:.1f} s of sizing" if e.timing.sizing_s else ""
         startup = (f", after a start-up of {e.timing.startup_s:.1f} s not counted" if e.timing.startup_s else "")
         lines.append(f"  timed in {e.timing.spent_s:.1f} s{sizing} of a {e.timing.cap_s:.0f} s cap{startup}; each "
                      f"figure the median of up to {e.timing.repeats} calls after a warm-up call"
