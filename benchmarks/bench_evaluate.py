@@ -214,9 +214,11 @@ def calibrate_halting(model: TinyRecursiveModel, batch: dict, fraction: float, s
     return b, raw.cpu().numpy(), exit_step
 
 
-def load_ours(model: TinyRecursiveModel, arch: ArchConfig, dataset: Path, export_dir: Path):
+def load_ours(model: TinyRecursiveModel, arch: ArchConfig, dataset: Path, export_dir: Path,
+              device: str | torch.device = "cpu"):
+    """`model` exported and loaded back for `dataset` onto `device`, as `trm-kaggle evaluate` loads it."""
     export_inference(export_dir, model, arch=arch, seq_len=SEQ_LEN, vocab_size=VOCAB)
-    loaded, _config, note = load_model_for_dataset(export_dir, dataset)
+    loaded, _config, note = load_model_for_dataset(export_dir, dataset, device)
     if note:
         log(f"  load note: {note}")
     return loaded.eval()
@@ -255,8 +257,10 @@ def parity(ours, up, batch: dict) -> str:
 # ---------------------------------------------------------------------------
 
 
-def run_ours(model, dataset: Path, batch_size: int, early_exit: bool = False, device: str = "cpu") -> dict:
-    res = evaluate(model, dataset, batch_size=batch_size, device=device, early_exit=early_exit)
+def run_ours(model, dataset: Path, batch_size: int, early_exit: bool = False, device: str | None = None,
+             max_tasks: int | None = None) -> dict:
+    """`evaluate` timed (device None: where the model is; max_tasks: the split's first tasks alone)."""
+    res = evaluate(model, dataset, batch_size=batch_size, device=device, early_exit=early_exit, max_tasks=max_tasks)
     t = res.timing
     return {"result": res, "n": len(res.predictions), "total": t["seconds_total"], "model": t["seconds_model"],
             "rows": res.predictions.forward_rows, "mean_steps": float(res.predictions.steps.mean())}

@@ -232,6 +232,32 @@ class Ours:
         self.sparse.zero_grad()
 
 
+def flash_layout(sdpa: Callable) -> Callable:
+    """`sdpa` (torch's scaled_dot_product_attention as upstream's models/layers.py imports it) with its
+    (B, H, S, D) output laid out as the flash, memory-efficient and cuDNN kernels (and the CPU's) lay it out:
+    heads and head dimension adjacent in memory. Upstream moves the heads behind the positions and calls
+    `.view(B, S, H * D)`, which needs that layout; the math kernel, CUDA's only one for float64 (the
+    reference of the parity checks), returns a plain contiguous (B, H, S, D) tensor, and `.view` fails. Any
+    other output is returned as it is (no copy), so timed runs are untouched."""
+
+    def attention(*args, **kwargs):
+        out = sdpa(*args, **kwargs)
+        if out.dim() == 4 and not (out.stride(-1) == 1 and out.stride(1) == out.shape[-1]):
+            out = out.transpose(1, 2).contiguous().transpose(1, 2)
+        return out
+
+    attention.flash_layout = True
+    return attention
+
+
+def patch_upstream_attention() -> None:
+    """Give upstream's attention (`models.layers`, imported) the layout `.view` needs (`flash_layout`), at
+    import time and inside this process only: upstream's files are never edited."""
+    layers = importlib.import_module("models.layers")
+    if not getattr(layers.scaled_dot_product_attention, "flash_layout", False):
+        layers.scaled_dot_product_attention = flash_layout(layers.scaled_dot_product_attention)
+
+
 class Upstream:
     name = "upstream"
 
@@ -243,6 +269,7 @@ class Upstream:
         trm = importlib.import_module("models.recursive_reasoning.trm")
         losses = importlib.import_module("models.losses")
         sparse = importlib.import_module("models.sparse_embedding")
+        patch_upstream_attention()
         cfg = dict(a, batch_size=batch, seq_len=seq_len, vocab_size=vocab, num_puzzle_identifiers=num_ids,
                    forward_dtype=dtype)
         # Upstream makes its tensors (weights, carries) under `with torch.device("cuda")`, as pretrain.py does.
@@ -329,23 +356,30 @@ def within(errors, baseline, dtype: str) -> bool:
     return all(e <= PARITY_RATIO * b + PARITY_FLOOR[dtype] for e, b in zip(errors, baseline))
 
 
-def float64_copy(t):
-    """A float64 copy of a trainer (weights, buffers, activations): the exact answer its arithmetic approximates."""
-    ref = copy.copy(t)
-    ref.carry = None
-    ref.model = copy.deepcopy(t.model)
+def float64_model(model: torch.nn.Module) -> torch.nn.Module:
+    """A float64 copy of ours (TinyRecursiveModel) or of upstream's model (its ACTLossHead): weights, buffers and
+    activations, the exact answer their arithmetic approximates."""
+    ref = copy.deepcopy(model)
     # Upstream's sparse rows are a buffer that takes gradients: cast under no_grad so that it stays a leaf.
-    trained = [n for n, b in ref.model.named_buffers() if b.requires_grad]
+    trained = [n for n, b in ref.named_buffers() if b.requires_grad]
     with torch.no_grad():
-        ref.model.double()
-    for n, b in ref.model.named_buffers():
+        ref.double()
+    for n, b in ref.named_buffers():
         b.requires_grad_(n in trained)
-    ref.make_optimizers()  # the copy's own (an optimizer's deepcopy keeps only its state, not its tables)
-    if isinstance(t, Upstream):
-        inner = ref.model.model.inner
+    if hasattr(ref, "model") and hasattr(ref.model, "inner"):  # upstream's ACTLossHead
+        inner = ref.model.inner
         inner.forward_dtype = inner.embed_tokens.cast_to = inner.puzzle_emb.cast_to = torch.float64
     else:
-        ref.model.forward_dtype = torch.float64
+        ref.forward_dtype = torch.float64
+    return ref
+
+
+def float64_copy(t):
+    """A float64 copy of a trainer (`float64_model` of its model, its own optimizers)."""
+    ref = copy.copy(t)
+    ref.carry = None
+    ref.model = float64_model(t.model)
+    ref.make_optimizers()  # the copy's own (an optimizer's deepcopy keeps only its state, not its tables)
     return ref
 
 

@@ -116,3 +116,40 @@ def test_training_on_cuda_runs_and_its_losses_are_finite(tmp_path: Path):
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if "loss" in r]
     assert losses and all(torch.isfinite(torch.tensor(v)) for v in losses)
+
+
+def test_predicting_with_device_cuda_moves_a_cpu_model_there(tmp_path: Path):
+    """The Python entry points that take a device move the model there (`hardware.place_model`): a CPU model
+    asked to predict on CUDA runs there and predicts what it predicts on the CPU (float32, up to rounding)."""
+    from trm_kaggle.evaluate.predict import predict_split
+
+    data = tmp_path / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=20, num_test=16, progress=False))
+    torch.manual_seed(0)
+    arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=2, L_cycles=2, L_layers=1, halt_max_steps=2,
+                      puzzle_emb_len=1, forward_dtype="float32")
+    from trm_kaggle.data.format import load_metadata
+
+    meta = load_metadata(data, "test")
+    model = TinyRecursiveModel(arch, meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers)
+    on_cpu = predict_split(model, data, batch_size=8, device="cpu")
+    on_cuda = predict_split(model, data, batch_size=8, device="cuda")
+    assert next(model.parameters()).device.type == "cuda" and on_cuda.device.startswith("cuda")
+    assert (on_cpu.tokens == on_cuda.tokens).mean() > 0.99
+
+
+def test_float64_attention_on_cuda_gets_the_layout_upstreams_view_needs():
+    """The float64 reference of parity runs upstream's attention, which moves the heads behind the positions and
+    calls `.view`; on CUDA float64 runs torch's math kernel, whose output does not allow that view (the first H100
+    run's parity died on it). The harness's `flash_layout` wrapper (put in front of upstream's attention in the
+    suite's process) makes it allow it, with the same values."""
+    import torch.nn.functional as F
+
+    from benchmarks.bench_train_cpu import flash_layout
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, dtype=torch.float64, device="cuda", generator=g) for _ in range(3))
+    out = flash_layout(F.scaled_dot_product_attention)(q, k, v)
+    viewed = out.transpose(1, 2).view(2, 16, 32)  # what upstream's models/layers.py does after attention
+    want = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(2, 16, 32)
+    assert torch.equal(viewed, want)

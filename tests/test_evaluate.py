@@ -468,3 +468,17 @@ def test_a_passed_deadline_still_predicts_the_examples_always_asked_for(dataset)
     assert (late.steps[:6] >= 0).all() and (late.steps[8:] == -1).all()  # batches of 4: the second one ends at 8
     np.testing.assert_array_equal(late.tokens[:6], whole.tokens[:6])
     assert (predict_split(model, dataset, batch_size=4, deadline=0.0).steps == -1).all()
+
+
+@pytest.mark.parametrize("entry", ["evaluate", "predict_split"])
+def test_a_device_this_machine_lacks_is_refused_in_one_line_before_any_work(dataset, entry):
+    """The Python entry points put the model on the device they are given (`hardware.place_model`); one this
+    machine lacks is one line, not a device-mismatch error from deep inside a model call."""
+    from trm_kaggle.errors import TRMError
+
+    model = make_model(dataset)
+    call = {"evaluate": lambda: evaluate(model, dataset, device="cuda:99"),
+            "predict_split": lambda: predict_split(model, dataset, device="cuda:99")}[entry]
+    with pytest.raises(TRMError, match=r"^device=cuda:99 requested but this machine has \w+ CUDA device\(s\)$"):
+        call()
+    assert next(model.parameters()).device.type == "cpu"  # left where it was

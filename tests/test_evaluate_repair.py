@@ -250,3 +250,12 @@ def test_max_examples_evaluates_the_first_pairs_alone(dataset):
     part = evaluate_with(dataset, lambda inputs: inputs, max_examples=2)
     assert part.table["overall"]["pairs"] == 2 and [e["example"] for e in part.examples] == [0, 1]
     assert part.examples == full.examples[:2]
+
+
+def test_a_device_this_machine_lacks_is_refused_in_one_line(dataset):
+    from trm_kaggle.errors import TRMError
+
+    meta = load_split(dataset, "test").metadata
+    model = AnswerModel(meta.vocab_size, meta.seq_len, lambda inputs: inputs)
+    with pytest.raises(TRMError, match=r"^device=cuda:99 requested but this machine has \w+ CUDA device\(s\)$"):
+        evaluate_repair(model, RepairEvalConfig(weights="-", data=str(dataset), progress=False), "cuda:99")

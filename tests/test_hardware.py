@@ -114,3 +114,23 @@ def test_cores_and_visible_devices_are_read_in_hardware_py_alone():
     found = [f"{p.relative_to(package)}:{n}" for p in sorted(package.rglob("*.py")) if p.name != "hardware.py"
              for n, line in enumerate(p.read_text().splitlines(), 1) if reads.search(line.split("#")[0])]
     assert found == []
+
+
+def test_place_model_moves_the_model_or_refuses_in_one_line():
+    import torch
+
+    from trm_kaggle.errors import TRMError
+
+    model = torch.nn.Linear(2, 2)
+    assert hardware.place_model(model) == torch.device("cpu")  # None: where the weights are
+    assert hardware.place_model(torch.nn.ReLU()) == torch.device("cpu")  # no weights at all
+    assert hardware.place_model(model, "meta") == torch.device("meta")  # moved, in place
+    assert model.weight.device.type == "meta" and hardware.place_model(model).type == "meta"
+    with pytest.raises(TRMError, match=r"^cannot move the model from meta to cpu: ") as e:
+        hardware.place_model(model, "cpu")  # a meta model has no values to copy
+    assert "\n" not in str(e.value)
+    for bad, why in (("cuda:99", r"^device=cuda:99 requested but this machine has \w+ CUDA device\(s\)$"),
+                     ("gpu", r"^device='gpu' is not a device \(")):
+        with pytest.raises(TRMError, match=why) as e:
+            hardware.place_model(torch.nn.Linear(2, 2), bad)
+        assert "\n" not in str(e.value)

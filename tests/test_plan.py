@@ -100,10 +100,10 @@ ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles
 
 def test_measured_rates_come_from_a_timed_batch():
     lines = []
-    r = measure_rates(ARCH, 16, 12, torch.device("cpu"), 2, 4, cap_s=30.0, say=lines.append)
+    r = measure_rates(ARCH, 16, 12, torch.device("cpu"), 2, 4, cap_s=60.0, say=lines.append)
     assert r.device == "cpu" and r.step_s > 0 and r.row_step_s > 0
     # on a CPU the sizes asked for are the most a batch may have: a tiny model grows to them
-    assert (r.batch, r.eval_batch) == (2, 4) and 0 < r.timing_s <= r.cap_s == 30.0
+    assert (r.batch, r.eval_batch) == (2, 4) and 0 < r.timing_s <= r.cap_s == 60.0
     assert "timing a fine-tuning step of every weight at batch 1 on cpu ..." in lines
     assert "timed batch:" in make_plan(cfg(num_aug=1), UNITS, r, 100.0).describe()
 

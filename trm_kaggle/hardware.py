@@ -272,6 +272,47 @@ def pick_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
+def place_model(model: "torch.nn.Module", device: "str | torch.device | None" = None) -> "torch.device":
+    """Put `model` on `device` and return that device: the one rule of the Python entry points that take a
+    model and a device (`evaluate`, `predict_split`, `evaluate_repair`, the solver's demonstration accuracy).
+
+    None: where the model's weights are (the CPU for a model without any). A device given is resolved as the
+    `device` setting is (`pick_device`: auto, cpu, cuda, cuda:1, mps, xla); one this machine lacks is refused
+    in one line. The model is moved in place (`nn.Module.to`), so a caller that passes a CPU model and
+    device="cuda" gets its model back on the GPU."""
+    import itertools
+
+    import torch
+
+    from trm_kaggle.errors import TRMError
+
+    tensors = list(itertools.chain(model.parameters(), model.buffers()))
+    if device is None:
+        return tensors[0].device if tensors else torch.device("cpu")
+    if isinstance(device, str) and device in ("auto", "xla", "cuda", "mps"):
+        target = pick_device(device)
+    else:
+        try:
+            target = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise TRMError(f"device={device!r} is not a device ({str(e).splitlines()[0]})") from None
+    if target.type == "cuda" and (not torch.cuda.is_available() or (target.index or 0) >= torch.cuda.device_count()):
+        raise TRMError(f"device={target} requested but this machine has "
+                       f"{torch.cuda.device_count() if torch.cuda.is_available() else 'no'} CUDA device(s)")
+    if target.type == "cuda" and target.index is None:
+        target = torch.device("cuda", torch.cuda.current_device())
+    if target.type == "mps":
+        pick_device("mps")  # one line when MPS is absent
+    if any(t.device != target for t in tensors):
+        try:
+            model.to(target)
+        except (RuntimeError, NotImplementedError) as e:
+            here = sorted({str(t.device) for t in tensors})
+            raise TRMError(f"cannot move the model from {', '.join(here)} to {target}: "
+                           f"{str(e).splitlines()[0]}") from None
+    return target
+
+
 def gather() -> HardwareFacts:
     """The facts of the machine this process runs on."""
     import torch

@@ -1,13 +1,15 @@
-"""The GPU proof: prepare everything a bare GPU machine lacks here, then run three parts there.
+"""The GPU proof: prepare everything a bare GPU machine lacks here, then run it there in one command.
 
     python -m benchmarks.gpu_suite prepare [--upstream-dir DIR] [--out .gpu_suite]    # here, with PyPI
-    python -m benchmarks.gpu_suite run --part 1 --out DIR                              # there, one per part
+    python -m benchmarks.gpu_suite run --part all --out DIR                            # there: one lend, 480 s
+    python -m benchmarks.gpu_suite run --part 3 --out DIR                              # one part alone
     python -m benchmarks.gpu_suite run --part all --out DIR --smoke                    # CPU, tiny, seconds
 
-`prepare` prints the exact commands for the GPU machine. Each part writes gpu_report.json and gpu_report.md
-(+ PNGs) into --out (with --part all: --out/part1 ...) and prints a short table; a part that fails records why
-and the others still run. Exit status: 0 when every part ran clean, 1 when one failed or a stage of it did,
-2 for bad input. See docs/gpu.md.
+`prepare` prints the exact command for the GPU machine. `run` shares its --budget between the stages of the
+parts asked for, by priority (benchmarks/gpu_suite/schedule.py); each part writes gpu_report.json and
+gpu_report.md (+ PNGs) into --out (with --part all: --out/part1 ...) after every stage, and prints a short
+table at the end; a stage that fails or is skipped is recorded and the others still run. Exit status: 0
+when every part ran clean, 1 when a stage failed or was skipped, 2 for bad input. See docs/gpu.md.
 """
 
 from __future__ import annotations
@@ -20,29 +22,39 @@ from pathlib import Path
 from trm_kaggle.errors import TRMError, os_error_line
 
 PARTS = {1: "part1_training", 2: "part2_learning", 3: "part3_evaluation"}
-CAP_S = 540.0  # 9 minutes: one part, one 10-minute command on a borrowed GPU
-SMOKE_CAP_S = 300.0  # generous: CI machines are shared
+BUDGET_S = 480.0  # --part all: one 10-minute command on a borrowed GPU, compile included
+PART_BUDGET_S = 480.0  # one part alone
+SMOKE_BUDGET_S = 300.0  # generous: CI machines are shared
 
 
-def run_part(n: int, out: Path, ctx, cap_s: float) -> dict:
-    """Run part n into `out` under its time cap; always writes its report (failed or not) and returns it."""
+def run_parts(parts: list[int], out: Path, ctx, budget_s: float) -> list[dict]:
+    """Every stage of `parts` in one schedule inside `budget_s` seconds; each part's report written after each
+    of its stages and at the end; returns the reports."""
     import importlib
 
-    from benchmarks.gpu_suite.report import PartReport, hard_cap, print_summary
+    from benchmarks.gpu_suite import schedule
+    from benchmarks.gpu_suite.report import PartReport, print_summary
 
-    mod = importlib.import_module(f"benchmarks.gpu_suite.{PARTS[n]}")
-    rep = PartReport(n, mod.TITLE, ctx.smoke, out, cap_s)
+    mods = {n: importlib.import_module(f"benchmarks.gpu_suite.{PARTS[n]}") for n in parts}
+    reports = {n: PartReport(n, mods[n].TITLE, ctx.smoke, out / f"part{n}" if len(parts) > 1 else out, budget_s)
+               for n in parts}
+    states: dict[int, dict] = {}
+    for n in parts:
+        try:
+            states[n] = mods[n].setup(reports[n], ctx)
+        except Exception as e:  # noqa: BLE001 - recorded in the part's report; the other parts still run
+            reports[n].fail(e)
     try:
-        with hard_cap(cap_s + 15):  # the parts watch rep.left() themselves; this ends one that does not return
-            mod.run(rep, ctx)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # noqa: BLE001 - recorded in the report; the next part still runs
-        rep.fail(e)
-    d = rep.finish()
-    print_summary(d, ctx.say)
-    ctx.say(f"report: {out / 'gpu_report.md'}")
-    return d
+        planned = schedule.plan({n: mods[n].stages() for n in parts}, budget_s)
+        schedule.run(planned, reports, states, ctx, budget_s, ctx.say)
+    finally:
+        for n, st in states.items():
+            mods[n].teardown(st)
+    done = [reports[n].finish() for n in parts]
+    for n, d in zip(parts, done):
+        print_summary(d, ctx.say)
+        ctx.say(f"report: {reports[n].out / 'gpu_report.md'}")
+    return done
 
 
 def cmd_run(args) -> int:
@@ -55,22 +67,22 @@ def cmd_run(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise TRMError(f"--out {out}: exists and is not a folder")
-    cap = args.cap_s or (SMOKE_CAP_S if args.smoke else CAP_S)
-    ctx.say(f"GPU suite on {ctx.device}{' (smoke mode)' if ctx.smoke else ''}; prepared folder {ctx.prepared}"
-            f"{'' if ctx.prepared.is_dir() else ' (absent)'}; upstream: {ctx.upstream or ctx.upstream_why}")
-    statuses = []
+    budget = args.budget or (SMOKE_BUDGET_S if args.smoke else BUDGET_S if args.part == "all" else PART_BUDGET_S)
+    if budget <= 0:
+        raise TRMError(f"--budget must be > 0 seconds, got {budget:g}")
+    ctx.say(f"GPU suite on {ctx.device}{' (smoke mode)' if ctx.smoke else ''}; budget {budget:.0f} s; prepared "
+            f"folder {ctx.prepared}{'' if ctx.prepared.is_dir() else ' (absent)'}; upstream: "
+            f"{ctx.upstream or ctx.upstream_why}")
     threads = torch.get_num_threads()
+    if ctx.smoke and ctx.device.type == "cpu":
+        # a code-path check on a shared CI machine: one thread is several times faster there than threads
+        # contending for its cores (training sets its own count; the schedule runs in this one thread)
+        torch.set_num_threads(1)
     try:
-        for n in parts:
-            if ctx.smoke and ctx.device.type == "cpu":
-                # a code-path check on a shared CI machine: one thread is several times faster there than
-                # threads contending for its cores (set before each part: training sets its own count)
-                torch.set_num_threads(1)
-            d = run_part(n, out / f"part{n}" if len(parts) > 1 else out, ctx, cap)
-            statuses.append(d["status"])
+        reports = run_parts(parts, out, ctx, budget)
     finally:
         torch.set_num_threads(threads)
-    return 0 if all(s == "ok" for s in statuses) else 1
+    return 0 if all(d["status"] == "ok" for d in reports) else 1
 
 
 def cmd_prepare(args) -> int:
@@ -102,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the GPU machine's Python, for which the wheels are chosen (default 3.12; this machine's "
                          "own version rehearses the install here)")
     pr.set_defaults(func=cmd_prepare)
-    r = sub.add_parser("run", help="run one part (or all) and write its report")
+    r = sub.add_parser("run", help="run the parts (all: one lend) and write their reports")
     r.add_argument("--part", required=True, choices=["1", "2", "3", "all"])
     r.add_argument("--out", required=True, help="folder for gpu_report.json, gpu_report.md and PNGs")
     r.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, seconds (what CI runs)")
@@ -110,7 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--upstream-dir", default=None,
                    help=f"upstream's code (default: ${UPSTREAM_ENV}, else the prepared copy)")
     r.add_argument("--device", default=None, help="default: cuda when available (cpu in smoke mode)")
-    r.add_argument("--cap-s", type=float, default=None, help=f"time cap per part (default {CAP_S:.0f} s)")
+    r.add_argument("--budget", "--cap-s", type=float, default=None, dest="budget",
+                   help=f"seconds for all the stages asked for, shared by priority (default {BUDGET_S:.0f}; "
+                        f"{SMOKE_BUDGET_S:.0f} with --smoke)")
     r.set_defaults(func=cmd_run)
     return p
 

@@ -50,6 +50,9 @@ def upstream_importable(path: Path) -> str | None:
             importlib.import_module(mod)
     except Exception as e:  # noqa: BLE001 - a missing dependency (einops, pydantic) or broken copy
         return f"cannot import upstream's models from {path}: {type(e).__name__}: {e}"
+    from benchmarks.bench_train_cpu import patch_upstream_attention
+
+    patch_upstream_attention()  # float64 on CUDA: the layout upstream's `.view` needs (every use in this process)
     return None
 
 

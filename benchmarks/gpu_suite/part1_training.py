@@ -1,5 +1,7 @@
 """Part 1: the machine, the CUDA tests, bf16 and torch.compile parity, training throughput and MFU of the paper's
-ARC config (ours in four variants, upstream's step beside them), and the largest batch that fits.
+ARC config (ours in four variants, upstream's step beside them), the largest batch that fits, and a profile of
+the compiled step (benchmarks/gpu_suite/profile.py). Ours' variants, and ours compiled, come from
+benchmarks/gpu_suite/variants.py.
 
 The training step, the batches and the FLOP count are those of benchmarks/bench_train_cpu.py (`Ours`,
 `Upstream`, `make_batches`, `flops_per_example`, whose docstring gives the formula): one step = one ACT step,
@@ -25,10 +27,11 @@ from pathlib import Path
 import torch
 
 from benchmarks import bench_train_cpu as B
+from benchmarks.gpu_suite import variants
 from benchmarks.gpu_suite.context import NOMINAL_TFLOPS, REPO, Context, timed
 from benchmarks.gpu_suite.report import PartReport
 
-TITLE = "environment, CUDA tests, parity, training throughput and MFU"
+TITLE = "environment, CUDA tests, parity, training throughput and MFU, the profile"
 VOCAB = 12  # ARC: PAD, EOS, 10 colours
 
 PAPER = dict(hidden_size=512, num_heads=8, expansion=4, H_cycles=3, L_cycles=4, H_layers=0, L_layers=2,
@@ -39,26 +42,52 @@ SMOKE = dict(PAPER, hidden_size=32, num_heads=2, expansion=2, H_cycles=2, L_cycl
 
 
 def sizes(ctx: Context) -> dict:
+    """compile_kwargs: parity's compiled variants; timed_compile_kwargs: the throughput's and the profile's (the
+    same on a GPU; in smoke mode parity checks the compiled numerics with aot_eager, the timed stages only the
+    harness's path, with dynamo's cheaper eager backend)."""
     if ctx.smoke:
-        return dict(arch=SMOKE, seq_len=16, num_ids=8, parity_rows=2, parity_batches=2, batch=4, warmup=1, compile_warmup=2,
-                    min_steps=2, variant_s=0.5, matmul_n=256, compile_kwargs={"backend": "aot_eager"},
-                    max_batch=None, pytest_timeout=120)
-    return dict(arch=PAPER, seq_len=900, num_ids=1000, parity_rows=4, parity_batches=6, batch=128, warmup=2, compile_warmup=3,
-                min_steps=5, variant_s=20.0, matmul_n=8192, compile_kwargs={}, max_batch=8192, pytest_timeout=180)
+        return dict(arch=SMOKE, seq_len=16, num_ids=8, parity_rows=2, parity_batches=2, batch=4, warmup=1,
+                    compile_warmup=2, min_steps=2, variant_s=0.2, matmul_n=256, compile_kwargs={"backend": "aot_eager"},
+                    timed_compile_kwargs={"backend": "eager"}, max_batch=None, pytest_timeout=120)
+    return dict(arch=PAPER, seq_len=900, num_ids=1000, parity_rows=4, parity_batches=6, batch=128, warmup=2,
+                compile_warmup=3, min_steps=5, variant_s=10.0, matmul_n=8192, compile_kwargs={},
+                timed_compile_kwargs={}, max_batch=8192, pytest_timeout=180)
 
 
-def run(rep: PartReport, ctx: Context) -> None:
-    s = sizes(ctx)
-    with rep.stage("environment"):
-        environment(rep, ctx)
-    with rep.stage("cuda_tests"):
-        cuda_tests(rep, ctx, s["pytest_timeout"])
-    with rep.stage("parity"):
-        parity(rep, ctx, s)
-    with rep.stage("throughput"):
-        throughput(rep, ctx, s)
-    with rep.stage("max_batch"):
-        max_batch(rep, ctx, s)
+def setup(rep: PartReport, ctx: Context) -> dict:
+    return {"s": sizes(ctx)}
+
+
+def teardown(state: dict) -> None:
+    pass
+
+
+def _in_stage(name: str, fn):
+    def run(rep: PartReport, ctx: Context, state: dict) -> None:
+        with rep.stage(name):
+            fn(rep, ctx, state["s"])
+    return run
+
+
+def _throughput(names: tuple[str, ...]):
+    return lambda rep, ctx, s: throughput(rep, ctx, {**s, "compile_kwargs": s["timed_compile_kwargs"]}, names)
+
+
+def stages():
+    """This part's stages for the schedule (benchmarks/gpu_suite/schedule.py), each with its share of the 480 s
+    budget and the least seconds it starts with. Throughput comes in two: ours' best variant and upstream's
+    compiled bf16 step first, the other variants with whatever time the lend has left at its end."""
+    from benchmarks.gpu_suite.profile import profile_stage
+    from benchmarks.gpu_suite.schedule import Stage
+
+    return [Stage("environment", _in_stage("environment", lambda rep, ctx, s: environment(rep, ctx)), 5, 3),
+            Stage("throughput_best", _in_stage("throughput_best", _throughput(BEST)), 80, 30),
+            Stage("cuda_tests", _in_stage("cuda_tests", lambda rep, ctx, s: cuda_tests(rep, ctx, s["pytest_timeout"])),
+                  50, 20),
+            Stage("parity", _in_stage("parity", parity), 50, 25),
+            Stage("max_batch", _in_stage("max_batch", max_batch), 20, 10),
+            Stage("profile", lambda rep, ctx, state: profile_stage(rep, ctx, state["s"]), 45, 20),
+            Stage("throughput_rest", _in_stage("throughput_rest", _throughput(REST)), 0, 20)]
 
 
 # ---------------------------------------------------------------------------
@@ -161,22 +190,28 @@ def cuda_tests(rep: PartReport, ctx: Context, timeout: float) -> None:
 # Parity: eager and compiled, float32 and bf16, all measured against a float64 run of the same weights
 # ---------------------------------------------------------------------------
 
-VARIANTS = [("ours eager fp32", "float32", False), ("ours eager bf16", "bfloat16", False),
-            ("ours compile fp32", "float32", True), ("ours compile bf16", "bfloat16", True)]
-#: A compiled variant is judged against the eager run in its dtype, both measured against float64 (within
-#: B.PARITY_RATIO x + a floor): compiling changes the order of float32 sums, which the recursion amplifies as
-#: much as any other reordering. At the paper's depth (15 recursive net calls a step, 5 of them with gradient)
-#: rounding grows so much that bf16's one-step gradients are O(1) away from float64's, for upstream's code
-#: just as for ours (measured on CPU at hidden 128: relative gradient error 0.7 to 2.4 for both), so bf16 is
-#: judged by the loss alone (a mean over every position: bf16 keeps it within about 1e-3) and, with upstream's
-#: code at hand, side by side with upstream in bf16.
+#: A compiled variant is judged against the eager run in its dtype (its `baseline` in variants.VARIANTS), both
+#: measured against float64 (within B.PARITY_RATIO x + a floor): compiling changes the order of float32 sums,
+#: which the recursion amplifies as much as any other reordering. At the paper's depth (15 recursive net calls
+#: a step, 5 of them with gradient) rounding grows so much that bf16's one-step gradients are O(1) away from
+#: float64's, for upstream's code just as for ours (measured on CPU at hidden 128: relative gradient error 0.7
+#: to 2.4 for both), so bf16 eager is judged by the loss alone (a mean over every position: bf16 keeps it
+#: within about 1e-3) and, with upstream's code at hand, side by side with upstream in bf16.
 LOSS_TOL = {"float32": 1e-4, "bfloat16": 5e-2}
-BASELINE = {"ours compile fp32": "ours eager fp32", "ours compile bf16": "ours eager bf16"}
 
 
-def _trainer(s: dict, ctx: Context, dtype: str, compile_net: bool, batch: int) -> B.Ours:
-    return B.Ours(s["arch"], batch, compile_net, dtype, device=ctx.device, seq_len=s["seq_len"], vocab=VOCAB,
-                  num_ids=s["num_ids"], compile_kwargs=s["compile_kwargs"])
+def _trainer(s: dict, ctx: Context, v: variants.Variant, batch: int, state: dict | None = None) -> B.Ours:
+    """Ours' trainer for variant `v` (`state`: the weights to start from), as `variants` makes it."""
+    t = B.Ours(s["arch"], batch, False, v.dtype, device=ctx.device, seq_len=s["seq_len"], vocab=VOCAB,
+               num_ids=s["num_ids"])
+    if state is not None:
+        t.model.load_state_dict(state)
+    model = v.make(t.model, **s["compile_kwargs"])
+    if model is not t.model:  # another module: the optimizers follow its weights
+        t.model = model
+        t.make_optimizers()
+    t.name = v.name
+    return t
 
 
 def parity(rep: PartReport, ctx: Context, s: dict) -> None:
@@ -186,8 +221,9 @@ def parity(rep: PartReport, ctx: Context, s: dict) -> None:
     from float32 eager on the first batch."""
     rows = s["parity_rows"]
     batches = B.make_batches(s["parity_batches"], rows, 5, s["seq_len"], VOCAB, s["num_ids"], ctx.device)
+    torch._dynamo.reset()  # the throughput stage compiled the net at another batch: static graphs here too
     torch.manual_seed(0)
-    base = _trainer(s, ctx, "float32", False, rows)
+    base = _trainer(s, ctx, variants.variant(variants.EAGER["float32"]), rows)
     with torch.no_grad():  # a non-zero puzzle table, so that the rows matter
         w = base.model.puzzle_emb.weights
         w.copy_(torch.randn(w.shape, generator=torch.Generator().manual_seed(7)).to(w.device))
@@ -195,12 +231,12 @@ def parity(rep: PartReport, ctx: Context, s: dict) -> None:
     exact = [B.step_outputs(B.float64_copy(base), b, i) for i, b in enumerate(batches)]
     del base
     rows_out, res, first = [], {}, None
-    for name, dtype, comp in VARIANTS:
-        if rep.left() < 30 and not ctx.smoke:
-            rep.skip(f"parity {name}", "the part's time cap was near", cut=True)
+    for v in variants.VARIANTS:
+        name, dtype = v.name, v.dtype
+        if rep.left() < 10 and not ctx.smoke:
+            rep.skip(f"parity {name}", "its stage's allowance was spent", cut=True)
             continue
-        t = _trainer(s, ctx, dtype, comp, rows)
-        t.model.load_state_dict(state)
+        t = _trainer(s, ctx, v, rows, state)
         steps = [B.step_outputs(t, b, i) for i, b in enumerate(batches)]
         del t
         errors = dict(zip(B.ERROR_NAMES, B.typical_errors([B.relative_errors(o, r) for o, r in zip(steps, exact)])))
@@ -210,9 +246,9 @@ def parity(rep: PartReport, ctx: Context, s: dict) -> None:
         r = {"errors_vs_float64": errors,
              "max_abs_logits": (logits - first[0]).abs().max().item(), "max_abs_loss": abs(loss - first[1]),
              "max_abs_grads": max((grads[n] - g).abs().max().item() for n, g in first[2].items())}
-        if name in BASELINE:
-            base_errors = res.get(BASELINE[name], {}).get("errors_vs_float64")
-            r["judged_by"] = f"within {B.PARITY_RATIO:g}x {BASELINE[name]}'s errors + {B.PARITY_FLOOR[dtype]:.1e}"
+        if v.baseline is not None:
+            base_errors = res.get(v.baseline, {}).get("errors_vs_float64")
+            r["judged_by"] = f"within {B.PARITY_RATIO:g}x {v.baseline}'s errors + {B.PARITY_FLOOR[dtype]:.1e}"
             r["ok"] = base_errors is not None and B.within(errors.values(), base_errors.values(), dtype)
         else:
             r["judged_by"] = f"loss error <= {LOSS_TOL[dtype]:g}"
@@ -247,7 +283,7 @@ def against_upstream(ctx: Context, s: dict) -> dict:
     batches = B.make_batches(s["parity_batches"], rows, 3, s["seq_len"], VOCAB, s["num_ids"], ctx.device)
     out = {}
     for dtype in ("float32", "bfloat16"):
-        ours = _trainer(s, ctx, dtype, False, rows)
+        ours = _trainer(s, ctx, variants.variant(variants.EAGER[dtype]), rows)
         up = upstream_trainer(s, ctx, dtype, False, rows)
         c = B.compare_with_upstream(ours, up, batches)
         out[dtype] = {**c, "rows": rows, "line": B.check_same_line(c)}
@@ -305,16 +341,22 @@ def upstream_trainer(s: dict, ctx: Context, dtype: str, compile_model: bool, bat
     return t
 
 
-THROUGHPUT_ORDER = ("ours eager bf16", "ours compile bf16", "upstream eager bf16", "upstream compile bf16",
-                    "ours eager fp32", "ours compile fp32", "upstream eager fp32")
-RATIOS = (("ours compile bf16", "upstream compile bf16"), ("ours eager bf16", "upstream eager bf16"),
-          ("ours compile bf16", "upstream eager bf16"), ("ours eager fp32", "upstream eager fp32"),
-          ("ours compile fp32", "upstream eager fp32"))
+#: Ours' best variant and upstream's compiled bf16 step (the throughput target) first; the other variants in
+#: a later stage, from the time the lend has left: bf16 first, float32 after.
+BEST = (variants.BEST, "upstream compile bf16")
+REST = tuple([v.name for v in variants.VARIANTS if v.dtype == "bfloat16" and v.name != variants.BEST]
+             + ["upstream eager bf16"]
+             + [v.name for v in variants.VARIANTS if v.dtype == "float32" and v.name != variants.BEST]
+             + ["upstream eager fp32"])
+RATIOS = tuple(dict.fromkeys((
+    (variants.BEST, "upstream compile bf16"), ("ours compile bf16", "upstream compile bf16"),
+    ("ours eager bf16", "upstream eager bf16"), ("ours compile bf16", "upstream eager bf16"),
+    ("ours eager fp32", "upstream eager fp32"), ("ours compile fp32", "upstream eager fp32"))))
 
 
 def targets_met(results: dict, ratios: dict) -> dict:
     """The targets, where measured: ours' best bf16 step >= 1.3x upstream's best bf16 step (upstream compiles by
-    default), MFU of ours compiled in bf16 >= 40 % of the data sheet's peak (stated for an H100)."""
+    default), MFU of ours' best variant >= 40 % of the data sheet's peak (stated for an H100)."""
     def best(prefix: str) -> float | None:
         rates = [r["examples_per_s"] for n, r in results.items() if n.startswith(prefix) and n.endswith("bf16")
                  and "examples_per_s" in r]
@@ -324,77 +366,80 @@ def targets_met(results: dict, ratios: dict) -> dict:
     o, u = best("ours"), best("upstream")
     if o and u:
         out["ours best bf16 / upstream best bf16 >= 1.3"] = {"value": o / u, "met": o / u >= 1.3}
-    mfu = results.get("ours compile bf16", {}).get("mfu_nominal")
+    mfu = results.get(variants.BEST, {}).get("mfu_nominal")
     if mfu is not None:
-        out["MFU ours compile bf16 >= 0.40"] = {"value": mfu, "met": mfu >= 0.40}
+        out[f"MFU {variants.BEST} >= 0.40"] = {"value": mfu, "met": mfu >= 0.40}
     return out
 
 
-def throughput(rep: PartReport, ctx: Context, s: dict) -> None:
-    """Each side in turn, those the targets need first (bf16: ours eager and compiled, then upstream's eager and
-    compiled step), the float32 ones after them: compiling takes minutes at this size, and a time cap that
-    ends the part keeps what was measured (the report is updated after each side)."""
+def throughput(rep: PartReport, ctx: Context, s: dict, names: tuple[str, ...]) -> None:
+    """The sides `names` in turn (the two stages share one summary and one table, each updated after every
+    side, so a stage ended at its allowance keeps what it measured). Each side gets an equal part of what the
+    stage has left, at most `variant_s` seconds of timed steps after its warm-up."""
     a, batch = s["arch"], s["batch"]
     flops = B.flops_per_example(a, s["seq_len"], VOCAB)
-    # Parity compiled the same net code at another batch size: start afresh, so that each side here compiles
-    # static graphs for this batch (a second shape would otherwise make dynamo compile shape-generic code).
+    # Another stage compiled the same net code at another batch size: start afresh, so that each side here
+    # compiles static graphs for this batch (a second shape would otherwise make dynamo compile shape-generic code).
     torch._dynamo.reset()
     batches = B.make_batches(4, batch, 1, s["seq_len"], VOCAB, s["num_ids"], ctx.device)
-    peaks = {"bfloat16": matmul_tflops(ctx, s["matmul_n"], torch.bfloat16),
-             "float32": matmul_tflops(ctx, s["matmul_n"], torch.float32)}
-    nom = nominal(ctx)
-    makers = {n: (n, d, (lambda d=d, c=c: _trainer(s, ctx, d, c, batch))) for n, d, c in VARIANTS}
-    if ctx.upstream is not None:
-        makers.update({n: (n, d, (lambda d=d, c=c: upstream_trainer(s, ctx, d, c, batch))) for n, d, c in
-                       (("upstream eager bf16", "bfloat16", False), ("upstream compile bf16", "bfloat16", True),
-                        ("upstream eager fp32", "float32", False))})
-    sides = [makers[n] for n in THROUGHPUT_ORDER if n in makers]
-    results: dict[str, dict] = {}
-    rows: list[list] = []
-    ratios: dict[str, float] = {}
-    summary = {"batch": batch, "seq_len": s["seq_len"], "arch": a, "flops_per_example": flops,
-               "matmul_tflops_measured": peaks, "nominal_tflops_bf16_tf32": nom, "sides": results, "ratios": ratios,
-               "targets": {"ours bf16 / upstream bf16": 1.3, "mfu compile bf16 (H100)": 0.40}}
-    rep.set("throughput", summary)
-    try:
-        for i, (name, dtype, make) in enumerate(sides):
-            budget = rep.left() - 60 * (not ctx.smoke)  # keep a minute for the largest-batch search
-            if budget < (5 if ctx.smoke else 30):
-                rep.skip(f"throughput {name}", "the part's time cap was near", cut=True)
-                continue
-            seconds = min(s["variant_s"], budget / (2 * (len(sides) - i)))
-            t = None
-            try:
-                t = make()
-                warmup = s["compile_warmup"] if "compile" in name else s["warmup"]
-                r = time_trainer(t, batches, ctx, warmup, s["min_steps"], seconds)
-            except Exception as e:  # noqa: BLE001 - out of memory, a compile error: this side alone
-                results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-                rep.note(f"throughput {name}: {results[name]['error']}")
-                continue
-            finally:
-                t = None
-                if ctx.cuda:
-                    torch.cuda.empty_cache()
-            eps = batch / r["step_s"]
-            achieved = flops * eps / 1e12
-            r.update(examples_per_s=eps, tflops=achieved, mfu_measured=achieved / peaks[dtype],
-                     mfu_nominal=(achieved / nom[0]) if (nom and dtype == "bfloat16") else None)
-            results[name] = r
-            rows.append([name, r["steps"], r["step_s"], eps, achieved, r["mfu_measured"], r["mfu_nominal"],
-                         r["peak_gib"], r["warmup_s"]])
-            ctx.say(f"  {name}: {eps:.1f} examples/s")
-            for ours, up in RATIOS:
-                if "examples_per_s" in results.get(ours, {}) and "examples_per_s" in results.get(up, {}):
-                    ratios[f"{ours} / {up}"] = results[ours]["examples_per_s"] / results[up]["examples_per_s"]
-            summary["targets_met"] = targets_met(results, ratios)
-    finally:
+    summary = rep.data["results"].get("throughput")
+    if summary is None:
+        peaks = {"bfloat16": matmul_tflops(ctx, s["matmul_n"], torch.bfloat16),
+                 "float32": matmul_tflops(ctx, s["matmul_n"], torch.float32)}
+        summary = {"batch": batch, "seq_len": s["seq_len"], "arch": a, "flops_per_example": flops,
+                   "matmul_tflops_measured": peaks, "nominal_tflops_bf16_tf32": nominal(ctx), "sides": {},
+                   "ratios": {}, "targets": {"ours bf16 / upstream bf16": 1.3, "mfu compile bf16 (H100)": 0.40}}
+        rep.set("throughput", summary)
         rep.table(f"training throughput, batch {batch}, {flops / 1e9:.1f} GFLOP per example",
                   ["side", "steps", "s/step", "examples/s", "TFLOP/s", "MFU (measured peak)", "MFU (data sheet)",
-                   "peak GiB", "warm-up s"], rows,
-                  note=(f"measured matmul peaks: bf16 {peaks['bfloat16']:.1f}, fp32 {peaks['float32']:.1f} TFLOP/s; "
-                        f"data sheet (bf16, tf32): {nom}; ratios: "
-                        + (", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) or "none (no upstream)")))
+                   "peak GiB", "warm-up s"], [])
+    table = next(t for t in rep.data["tables"] if t["title"].startswith("training throughput"))
+    results, ratios, peaks, nom = summary["sides"], summary["ratios"], summary["matmul_tflops_measured"], \
+        summary["nominal_tflops_bf16_tf32"]
+    # name: (dtype, whether its first steps compile, the trainer's maker)
+    makers = {v.name: (v.dtype, v.make is not variants.eager, (lambda v=v: _trainer(s, ctx, v, batch)))
+              for v in variants.VARIANTS}
+    if ctx.upstream is not None:
+        makers.update({n: (d, c, (lambda d=d, c=c: upstream_trainer(s, ctx, d, c, batch))) for n, d, c in
+                       (("upstream eager bf16", "bfloat16", False), ("upstream compile bf16", "bfloat16", True),
+                        ("upstream eager fp32", "float32", False))})
+    sides = [n for n in names if n in makers]
+    for i, name in enumerate(sides):
+        dtype, compiles, make = makers[name]
+        left = rep.left()
+        if left < (1 if ctx.smoke else 15):
+            rep.skip(f"throughput {name}", "its stage's allowance was spent", cut=True)
+            continue
+        seconds = min(s["variant_s"], left / (2 * (len(sides) - i)))
+        t = None
+        try:
+            t = make()
+            warmup = s["compile_warmup"] if compiles else s["warmup"]
+            r = time_trainer(t, batches, ctx, warmup, s["min_steps"], seconds)
+        except Exception as e:  # noqa: BLE001 - out of memory, a compile error: this side alone
+            results[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            rep.note(f"throughput {name}: {results[name]['error']}")
+            continue
+        finally:
+            t = None
+            if ctx.cuda:
+                torch.cuda.empty_cache()
+        eps = batch / r["step_s"]
+        achieved = flops * eps / 1e12
+        r.update(examples_per_s=eps, tflops=achieved, mfu_measured=achieved / peaks[dtype],
+                 mfu_nominal=(achieved / nom[0]) if (nom and dtype == "bfloat16") else None)
+        results[name] = r
+        table["rows"].append([name, r["steps"], r["step_s"], eps, achieved, r["mfu_measured"], r["mfu_nominal"],
+                              r["peak_gib"], r["warmup_s"]])
+        ctx.say(f"  {name}: {eps:.1f} examples/s")
+        for ours, up in RATIOS:
+            if "examples_per_s" in results.get(ours, {}) and "examples_per_s" in results.get(up, {}):
+                ratios[f"{ours} / {up}"] = results[ours]["examples_per_s"] / results[up]["examples_per_s"]
+        summary["targets_met"] = targets_met(results, ratios)
+        table["note"] = (f"measured matmul peaks: bf16 {peaks['bfloat16']:.1f}, fp32 {peaks['float32']:.1f} "
+                         f"TFLOP/s; data sheet (bf16, tf32): {nom}; ratios: "
+                         + (", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) or "none (no upstream)"))
+        rep.write()
 
 
 def max_batch(rep: PartReport, ctx: Context, s: dict) -> None:
@@ -406,10 +451,12 @@ def max_batch(rep: PartReport, ctx: Context, s: dict) -> None:
     b, fit, failed, tried = s["batch"], 0, None, []
     res = {"largest_fitting": fit, "first_failing": failed, "tried": tried, "variant": "ours eager bf16"}
     rep.set("max_batch", res)  # updated after each try: a time cap keeps what was found
-    while b <= s["max_batch"] and rep.left() > 20:
+    last = 0.0  # seconds of the last try: the next (a larger batch) is started with twice that left
+    while b <= s["max_batch"] and rep.left() > 2 * last + 2:
         t = data = None
+        started = time.perf_counter()
         try:
-            t = _trainer(s, ctx, "bfloat16", False, b)
+            t = _trainer(s, ctx, variants.variant(variants.EAGER["bfloat16"]), b)
             data = B.make_batches(1, b, 2, s["seq_len"], VOCAB, s["num_ids"], ctx.device)[0]
             torch.cuda.reset_peak_memory_stats(ctx.device)
             step_s = timed(lambda: t.step(data), ctx)
@@ -423,6 +470,7 @@ def max_batch(rep: PartReport, ctx: Context, s: dict) -> None:
         finally:
             t = data = None
             torch.cuda.empty_cache()
+        last = time.perf_counter() - started
         if failed is None:
             b *= 2
         elif failed - fit > max(fit // 4, 1) and b != (fit + failed) // 2:
@@ -431,7 +479,7 @@ def max_batch(rep: PartReport, ctx: Context, s: dict) -> None:
             break
     else:
         if b <= s["max_batch"]:
-            rep.skip("largest batch: the search", f"stopped at batch {b}: the part's time cap was near", cut=True)
+            rep.skip("largest batch: the search", f"stopped at batch {b}: its stage's allowance was spent", cut=True)
     rep.table("largest batch (ours eager bf16, one training step)", ["batch", "fits", "peak GiB", "MiB/example",
                                                                     "s/step"],
               [[x["batch"], x["fits"], x.get("peak_gib"), x.get("mib_per_example"), x.get("step_s")] for x in tried])

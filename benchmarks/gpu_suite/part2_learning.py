@@ -30,16 +30,32 @@ def sizes(ctx: Context) -> dict:
     if ctx.smoke:
         return dict(seconds=2.0, overrides=["global_batch_size=16", "arch.hidden_size=16", "arch.num_heads=2",
                                              "eval_interval=1", "threads=1"])
-    return dict(seconds=210.0, overrides=[])
+    return dict(seconds=60.0, overrides=[])
 
 
-def run(rep: PartReport, ctx: Context) -> None:
+def setup(rep: PartReport, ctx: Context) -> dict:
     from benchmarks.gpu_suite.prepare import read_manifest
 
-    s = sizes(ctx)
     read_manifest(ctx.prepared)
+    return {"s": sizes(ctx)}
+
+
+def teardown(state: dict) -> None:
+    pass
+
+
+def stages():
+    """This part's one stage for the schedule (benchmarks/gpu_suite/schedule.py): both curves and their plot."""
+    from benchmarks.gpu_suite.schedule import Stage
+
+    return [Stage("learning", lambda rep, ctx, state: learning(rep, ctx, state["s"]), 55, 25)]
+
+
+def learning(rep: PartReport, ctx: Context, s: dict) -> None:
+    """Ours, then upstream, for the same seconds each: as many as the stage's allowance holds for both (each
+    side can run to `hard_limit` of them), at most `sizes()["seconds"]`."""
     data = ctx.prepared / "data" / "sudoku4"
-    seconds = min(s["seconds"], max((rep.left() - 40) / 3.2, 1.0))  # two sides, each within hard_limit()
+    seconds = min(s["seconds"], max((rep.left() - 25) / 3.2, 1.0))
     curves: dict[str, list[tuple[int, float, float]]] = {}
     # scratch (the training run's states) outside --out: only the report and its PNG go back from a GPU machine
     with tempfile.TemporaryDirectory(prefix="gpu_suite_part2_") as work:

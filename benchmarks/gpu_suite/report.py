@@ -1,17 +1,16 @@
 """The one report writer of the GPU suite: every part fills a `PartReport` stage by stage and writes
-`gpu_report.json` + `gpu_report.md` (+ the PNGs it made) into its output folder.
+`gpu_report.json` + `gpu_report.md` (+ the PNGs it made) into its output folder, after each stage (status
+`running`) and at the end.
 
 A stage that raises is recorded (its error and the last lines of its traceback) and the part goes on with
-the next stage; a part that raises outside a stage, or runs past its time cap, is recorded as failed. A
-non-finite number never reaches the JSON as NaN: it is written as null and listed under `non_finite`, and
-the part's status says so.
+the next stage; a part whose set-up raises is recorded as failed. A non-finite number never reaches the JSON
+as NaN: it is written as null and listed under `non_finite`, and the part's status says so.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import signal
 import time
 import traceback
 from pathlib import Path
@@ -24,23 +23,28 @@ REPORT_MD = "gpu_report.md"
 
 
 class PartTimeout(BaseException):
-    """The part ran past its hard time cap (a BaseException: the `except Exception` that keeps one measurement's
-    failure to itself must not swallow it)."""
+    """A stage ran past its time (a BaseException: the `except Exception` that keeps one measurement's failure
+    to itself must not swallow it)."""
 
 
 class PartReport:
-    def __init__(self, part: int, title: str, smoke: bool, out: Path, cap_s: float):
+    def __init__(self, part: int, title: str, smoke: bool, out: Path, budget_s: float):
         self.out = Path(out)
-        self.data: dict[str, Any] = {"part": part, "title": title, "smoke": smoke, "status": "ok", "error": None,
-                                     "cap_s": cap_s, "seconds": None, "stages": {}, "results": {}, "tables": [],
-                                     "figures": [], "skipped": [], "notes": [], "non_finite": []}
+        self.data: dict[str, Any] = {"part": part, "title": title, "smoke": smoke, "status": "running",
+                                     "error": None, "budget_s": budget_s, "seconds": None, "schedule": [],
+                                     "stages": {}, "results": {}, "tables": [], "figures": [], "skipped": [],
+                                     "notes": [], "non_finite": []}
         self._t0 = time.perf_counter()
-        self.deadline = time.monotonic() + cap_s
+        self.deadline = time.monotonic() + budget_s
 
     # -- filling -------------------------------------------------------------------------------------------
 
+    def begin(self, allowance_s: float) -> None:
+        """The next stage may use `allowance_s` seconds (`left()` counts them down)."""
+        self.deadline = time.monotonic() + allowance_s
+
     def left(self) -> float:
-        """Seconds left before the part's time cap."""
+        """Seconds left of the running stage's allowance."""
         return self.deadline - time.monotonic()
 
     def set(self, name: str, value: Any) -> None:
@@ -68,9 +72,9 @@ class PartReport:
         self.data["stages"][name] = rec
         try:
             yield
-        except PartTimeout:
+        except PartTimeout as e:
             rec["status"] = "failed"
-            rec["error"] = "the part's time cap ran out during this stage"
+            rec["error"] = str(e) or "its time ran out"
             raise
         except Exception as e:  # noqa: BLE001 - recorded; the other stages still run
             rec["status"] = "failed"
@@ -86,20 +90,31 @@ class PartReport:
 
     # -- writing -------------------------------------------------------------------------------------------
 
-    def finish(self) -> dict:
-        """Settle the status, write both files, return the report."""
-        d = self.data
+    def write(self) -> dict:
+        """Write both files as they stand (status `running` until `finish`); returns what was written."""
+        d = dict(self.data)
         d["seconds"] = round(time.perf_counter() - self._t0, 3)
+        d["non_finite"] = list(d["non_finite"])
         d["results"] = _finite(d["results"], "results", d["non_finite"])
-        for t in d["tables"]:
-            t["rows"] = _finite(t["rows"], f"table {t['title']!r}", d["non_finite"])
-        if d["status"] == "ok" and (any(s["status"] != "ok" for s in d["stages"].values()) or d["non_finite"]
-                                    or any(s["cut_by_time_cap"] for s in d["skipped"])):
-            d["status"] = "partial"
+        d["tables"] = [{**t, "rows": _finite(t["rows"], f"table {t['title']!r}", d["non_finite"])}
+                       for t in d["tables"]]
         self.out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.out / REPORT_JSON, d, indent=2)
         atomic_write_text(self.out / REPORT_MD, markdown(d))
         return d
+
+    def finish(self) -> dict:
+        """Settle the status, write both files, return the report."""
+        d = self.data
+        if d["status"] == "running":
+            d["status"] = "ok"
+        d["non_finite"] = []
+        written = self.write()
+        if d["status"] == "ok" and (any(s["status"] != "ok" for s in d["stages"].values()) or written["non_finite"]
+                                    or any(s["cut_by_time_cap"] for s in d["skipped"])):
+            d["status"] = "partial"
+            written = self.write()
+        return written
 
 
 def _finite(value: Any, where: str, bad: list[str]) -> Any:
@@ -143,7 +158,8 @@ def md_table(header: list[str], rows: list[list[Any]]) -> str:
 def markdown(d: dict) -> str:
     mode = " (smoke mode: CPU, tiny sizes; the figures prove the code path, not a speed)" if d["smoke"] else ""
     lines = [f"# GPU suite, part {d['part']}: {d['title']}", "",
-             f"Status: **{d['status']}**{mode}; {d['seconds']} s of a {d['cap_s']:.0f} s cap."]
+             f"Status: **{d['status']}**{mode}; {d['seconds']} s since the run began, of a {d['budget_s']:.0f} s "
+             f"budget shared by its stages."]
     if d["error"]:
         lines += ["", f"Error: `{d['error']}`"]
     for t in d["tables"]:
@@ -152,6 +168,10 @@ def markdown(d: dict) -> str:
             lines += ["", t["note"]]
     for f in d["figures"]:
         lines += ["", f"![{f['caption']}]({f['file']})"]
+    if d["schedule"]:
+        lines += ["", "## Schedule", "", md_table(["stage", "share s", "allowance s", "seconds", "CPU s", "status"],
+                                                  [[e["stage"], e["share_s"], e["allowance_s"], e["seconds"],
+                                                    e.get("cpu_s"), e["status"]] for e in d["schedule"]])]
     lines += ["", "## Stages", "", md_table(["stage", "status", "seconds", "error"],
                                             [[k, v["status"], v["seconds"], v["error"] or ""]
                                              for k, v in d["stages"].items()])]
@@ -174,23 +194,3 @@ def print_summary(d: dict, say: Callable[[str], None] = print) -> None:
         say(f"stage {k} FAILED: {e}")
     for s in d["skipped"]:
         say(f"not measured: {s['what']}: {s['why']}")
-
-
-@contextlib.contextmanager
-def hard_cap(seconds: float) -> Iterator[None]:
-    """Raise PartTimeout in the main thread after `seconds` (the parts also watch their deadline themselves;
-    this catches a stage that does not return)."""
-    if not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def on_alarm(signum, frame):
-        raise PartTimeout(f"ran past its time cap of {seconds:.0f} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)

@@ -28,6 +28,7 @@ from trm_kaggle import xla
 from trm_kaggle.data.format import load_identifiers
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.errors import TRMError
+from trm_kaggle.hardware import place_model
 from trm_kaggle.model.rollout import ContinuousRollout, balanced_slots, token_dtype
 from trm_kaggle.progress import tqdm
 
@@ -89,7 +90,8 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
 
     model       a `TinyRecursiveModel` (anything with initial_carry/forward and .arch)
     batch_size  rows per model call (at most: fewer when that evens out the last batch)
-    device      where to run; default: the device of the model's first parameter or buffer
+    device      where to run; default: where the model's weights are. The model is moved there
+                (`hardware.place_model`; a device this machine lacks is refused in one line)
     early_exit  stop each example at its first step with q_halt > 0 (its row takes the next example)
     max_steps   ACT steps to run (default: arch.halt_max_steps)
     deadline    a time.monotonic() value: batches that would start after it are skipped; their examples
@@ -102,12 +104,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     The model is put in eval mode for the call (its previous mode is restored after).
     """
     t_start = time.perf_counter()
-    if device is None:
-        first = next(iter(model.parameters()), None)
-        if first is None:
-            first = next(iter(model.buffers()), None)
-        device = first.device if first is not None else torch.device("cpu")
-    device = torch.device(device)
+    device = place_model(model, device)
     steps_max = _halt_max_steps(model) if max_steps is None else int(max_steps)
     if steps_max < 1:
         raise TRMError(f"max_steps must be >= 1, got {steps_max}")

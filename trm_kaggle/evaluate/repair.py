@@ -40,6 +40,7 @@ from trm_kaggle.data.code.repair import load_repair_tokens, read_repair_info, re
 from trm_kaggle.data.format import load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.predict import predict_split
+from trm_kaggle.hardware import place_model
 
 OUTCOMES = ("fixed", "unchanged", "changed_wrongly")
 
@@ -135,10 +136,12 @@ class RepairEvaluation:
         return {"table": self.table, "runs": self.runs, "seconds": self.seconds}
 
 
-def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch.device | str = "cpu"
+def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch.device | str | None = None
                     ) -> RepairEvaluation:
-    """Predict the test split of cfg.data with `model`, score every pair, run code when asked."""
+    """Predict the test split of cfg.data with `model`, score every pair, run code when asked. `device`: where
+    to run (default: where the model's weights are); the model is moved there (`hardware.place_model`)."""
     t0 = time.perf_counter()
+    device = place_model(model, device)
     tokens = load_repair_tokens(cfg.data)
     rows, cols = read_repair_info(cfg.data)["grid_shape"]
     split = load_split(cfg.data, "test")

@@ -43,6 +43,7 @@ from trm_kaggle.evaluate.decode import (decode_split_tokens, example_puzzles, gr
 from trm_kaggle.evaluate.predict import Predictions, predict_split
 from trm_kaggle.evaluate.stats import category_breakdown, format_breakdown, format_interval
 from trm_kaggle.evaluate.vote import ATTEMPTS, PASS_KS, Metrics, Slot, VoteResult, VoteTable, Weighting, score
+from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in, task_id_problem
 from trm_kaggle.wording import count
@@ -172,8 +173,11 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, *, batch_si
     pool_with: votes of an earlier evaluation to pool with (opt-in; default: this evaluation only).
     max_tasks: only the first N tasks of the test split, in its order (quick runs); scores are over them.
     deadline, always: see `predict_split`.
+    device: where to run (default: where the model's weights are); the model is moved there, and a device this
+    machine lacks is refused in one line before any work (`hardware.place_model`).
     """
     t0 = time.perf_counter()
+    device = place_model(model, device)
     test_set = load_test_set(dataset_dir)
     split = load_split(dataset_dir, "test")
     side = side_of(split.metadata.seq_len)

@@ -8,10 +8,11 @@
 `plan_worker` does both and returns the settings the tasks run with: on CPU and MPS the batches timed (at
 most what the memory share holds, grown while a step stays short: `estimate.time_steps`) are the batches
 the tasks use; CUDA and XLA keep the configured ones. Timing takes at most `estimate.timing_cap` of the time
-left; a budget too short for even that (`estimate.MIN_TIMING_S`), or a timing cut by its cap before a
-prediction step, gets the fixed small plan: nothing priced, no fine-tuning (nothing was timed to fit it),
-`SHORT_NUM_AUG` augmentations where num_aug is auto, `SHORT_BATCH` rows per batch on CPU and MPS, and each
-task predicting for an equal share of the time left.
+left (the memory estimate and CUDA's start-up, its first untimed steps, come before and are not counted; the
+plan fits the time left after the timing); a budget too short for even that (`estimate.MIN_TIMING_S`), or a
+timing cut by its cap before a prediction step, gets the fixed small plan: nothing priced, no fine-tuning
+(nothing was timed to fit it), `SHORT_NUM_AUG` augmentations where num_aug is auto, `SHORT_BATCH` rows per
+batch on CPU and MPS, and each task predicting for an equal share of the time left.
 
 Every task is solved on its own, so a worker's time is the sum over its tasks of: fine-tuning
 (steps x seconds per step), inference (test inputs x (num_aug + 1) x ACT steps x seconds per row-step, plus
@@ -107,7 +108,8 @@ class Rates:
     timing_s: float = 0.0  # what the timing took ...
     cap_s: float | None = None  # ... of what it was allowed
     notes: tuple[str, ...] = ()  # how the batches were sized, what was priced instead of timed
-    sizing_s: float = 0.0  # CPU/MPS: the memory estimate before the timing
+    sizing_s: float = 0.0  # CPU/MPS: the memory estimate, before the timing and its cap
+    startup_s: float = 0.0  # CUDA: its start-up (the first untimed steps), outside the timing and its cap
 
 
 def measure_rates(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, batch: int,
@@ -123,7 +125,7 @@ def measure_rates(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch
     if t is None:
         return None
     return Rates(device_name(device), t.step_s, t.embeddings_step_s, t.row_step_s, arch.halt_max_steps, t.batch,
-                 t.eval_batch, t.spent_s, t.cap_s, t.notes, t.sizing_s)
+                 t.eval_batch, t.spent_s, t.cap_s, t.notes, t.sizing_s, t.startup_s)
 
 
 def batch_sizes(cfg: SolveConfig, units: Sequence[tuple[int, int]]) -> tuple[int, int]:
@@ -191,7 +193,8 @@ class Plan:
         timed = (f"timed batch: {r.step_s:.3g} s per fine-tuning step of every weight, {r.embeddings_step_s:.3g} s "
                  f"of the puzzle rows alone ({r.batch} rows), {r.row_step_s * 1e3:.3g} ms per row and ACT step "
                  f"({r.eval_batch} rows, {r.halt_max_steps} steps); "
-                 + (f"sizing took {r.sizing_s:.1f} s, " if r.sizing_s else "") + f"timing {r.timing_s:.1f} s"
+                 + (f"start-up {r.startup_s:.1f} s (not counted), " if r.startup_s else "")
+                 + (f"sizing {r.sizing_s:.1f} s, " if r.sizing_s else "") + f"timing {r.timing_s:.1f} s"
                  + (f" of its {r.cap_s:.3g} s cap" if r.cap_s is not None else "")
                  + "".join(f"; {n}" for n in r.notes))
         parts = (f"fine-tuning {hms(self.finetune_s)} + inference {hms(self.inference_s)} reserved + per-task "

@@ -28,6 +28,7 @@ from trm_kaggle.data.arc.tasks import MAX_GRID, LoadReport, parse_task
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.report import evaluate
+from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.compiling import compile_model
 from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
@@ -76,7 +77,8 @@ def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict, canvas: int 
 @torch.no_grad()
 def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int = 64) -> dict[str, float]:
     """Exact and token accuracy on (up to `max_examples` of) the tasks' demonstration pairs, the only
-    answers known inside the kernel: fine-tuning should raise them."""
+    answers known inside the kernel: fine-tuning should raise them. The model is moved to `device`."""
+    device = place_model(model, device)
     loader = PuzzleLoader([str(data_dir)], "train", 1, prefetch=0)
     n = loader.num_examples
     idx = np.linspace(0, n - 1, num=min(max_examples, n)).astype(np.int64)
