@@ -507,3 +507,25 @@ def test_the_one_lend_schedule_fills_480_seconds_as_docs_gpu_md_says():
     rows = re.findall(r"^\| (\w+) \| (\d) \| (\d+) \|", text, re.M)
     assert [(int(p), name) for name, p, _ in rows] == list(ORDER)
     assert {(int(p), name): float(share) for name, p, share in rows} == shares
+
+
+def test_the_fused_rows_compute_the_same_weights_another_way_and_run_on_cuda_only():
+    """The fused Triton and float8 rows of the suite's table: the variant keeps the model's weights, changes how
+    its blocks compute (arch.kernels=triton, arch.fp8) and compiles it through the one adapter; they are marked
+    CUDA-only, so a CPU run lists them as not measured instead of failing."""
+    import torch
+
+    from benchmarks.gpu_suite import variants
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    for name, fp8 in (("ours fused compile bf16", "off"), ("ours fused fp8 compile bf16", "nograd")):
+        v = variants.variant(name)
+        assert v.cuda_only and v.dtype == "bfloat16" and v.baseline == "ours eager bf16"
+        model = TinyRecursiveModel(ArchConfig(hidden_size=32, num_heads=2, puzzle_emb_len=1), 8, 5, 3)
+        before = {k: t.clone() for k, t in model.state_dict().items()}
+        made = v.make(model)
+        assert (made.arch.kernels, made.arch.fp8) == ("triton", fp8) and made.is_compiled
+        assert all(block.dispatch is not None for block in made.layers)
+        assert all(torch.equal(made.state_dict()[k], t) for k, t in before.items())
+    assert not any(v.cuda_only for v in variants.VARIANTS if v.name in (variants.BEST, *variants.EAGER.values()))

@@ -233,6 +233,9 @@ def parity(rep: PartReport, ctx: Context, s: dict) -> None:
     rows_out, res, first = [], {}, None
     for v in variants.VARIANTS:
         name, dtype = v.name, v.dtype
+        if v.cuda_only and ctx.device.type != "cuda":
+            rep.skip(f"parity {name}", "needs a CUDA GPU (Triton kernels, float8 matmuls)")
+            continue
         if rep.left() < 10 and not ctx.smoke:
             rep.skip(f"parity {name}", "its stage's allowance was spent", cut=True)
             continue
@@ -344,12 +347,15 @@ def upstream_trainer(s: dict, ctx: Context, dtype: str, compile_model: bool, bat
 #: Ours' best variant and upstream's compiled bf16 step (the throughput target) first; the other variants in
 #: a later stage, from the time the lend has left: bf16 first, float32 after.
 BEST = (variants.BEST, "upstream compile bf16")
-REST = tuple([v.name for v in variants.VARIANTS if v.dtype == "bfloat16" and v.name != variants.BEST]
+REST = tuple([v.name for v in variants.VARIANTS if v.cuda_only]  # the fused rows: what the speed targets wait on
+             + [v.name for v in variants.VARIANTS if v.dtype == "bfloat16" and v.name != variants.BEST
+                and not v.cuda_only]
              + ["upstream eager bf16"]
              + [v.name for v in variants.VARIANTS if v.dtype == "float32" and v.name != variants.BEST]
              + ["upstream eager fp32"])
 RATIOS = tuple(dict.fromkeys((
     (variants.BEST, "upstream compile bf16"), ("ours compile bf16", "upstream compile bf16"),
+    *((v.name, "upstream compile bf16") for v in variants.VARIANTS if v.cuda_only),
     ("ours eager bf16", "upstream eager bf16"), ("ours compile bf16", "upstream eager bf16"),
     ("ours eager fp32", "upstream eager fp32"), ("ours compile fp32", "upstream eager fp32"))))
 
@@ -398,7 +404,10 @@ def throughput(rep: PartReport, ctx: Context, s: dict, names: tuple[str, ...]) -
         summary["nominal_tflops_bf16_tf32"]
     # name: (dtype, whether its first steps compile, the trainer's maker)
     makers = {v.name: (v.dtype, v.make is not variants.eager, (lambda v=v: _trainer(s, ctx, v, batch)))
-              for v in variants.VARIANTS}
+              for v in variants.VARIANTS if not v.cuda_only or ctx.device.type == "cuda"}
+    for v in variants.VARIANTS:
+        if v.cuda_only and v.name in names and v.name not in makers:
+            rep.skip(f"throughput {v.name}", "needs a CUDA GPU (Triton kernels, float8 matmuls)")
     if ctx.upstream is not None:
         makers.update({n: (d, c, (lambda d=d, c=c: upstream_trainer(s, ctx, d, c, batch))) for n, d, c in
                        (("upstream eager bf16", "bfloat16", False), ("upstream compile bf16", "bfloat16", True),

@@ -7,7 +7,7 @@ first calls compile).
 
 `VARIANTS` are ours' sides of the throughput table and of parity: a name, a dtype, and `make`, a function that
 turns the freshly built eager model (its weights already set) into the model the variant runs. A new variant
-(fused kernels, fp8) is one row here; `BEST` names the one that stands against upstream's compiled bf16 step in
+is one row here (the fused Triton kernels and float8 rows run on CUDA only); `BEST` names the one that stands against upstream's compiled bf16 step in
 the lend's first stage.
 """
 
@@ -34,6 +34,22 @@ def compiled(model: torch.nn.Module, **compile_kwargs) -> torch.nn.Module:
     return ours_compiled(model, **compile_kwargs)
 
 
+def fused(fp8: bool) -> Callable[..., torch.nn.Module]:
+    """Ours with the fused Triton block kernels (`arch.kernels=triton`; with `fp8`, float8 in the no-grad net
+    calls too: `arch.fp8=nograd`), compiled: the same weights, another way of computing them."""
+    def make(model: torch.nn.Module, **compile_kwargs) -> torch.nn.Module:
+        from trm_kaggle.config import ArchConfig
+        from trm_kaggle.model.fused import block_dispatch, fused_variant
+
+        model.arch = ArchConfig(**fused_variant(model.arch, fp8=fp8))
+        dispatch = block_dispatch(model.arch)
+        for block in model.layers:
+            block.dispatch = dispatch
+        return ours_compiled(model, **compile_kwargs)
+
+    return make
+
+
 @dataclass(frozen=True)
 class Variant:
     """One of ours' sides. `make(model, **compile_kwargs)` returns the model to run (the same module changed in
@@ -44,6 +60,7 @@ class Variant:
     dtype: str  # "float32" or "bfloat16"
     make: Callable[..., torch.nn.Module]
     baseline: str | None = None
+    cuda_only: bool = False  # Triton's kernels and float8 matmuls: measured on a GPU, skipped (and said) elsewhere
 
 
 VARIANTS = (
@@ -51,6 +68,8 @@ VARIANTS = (
     Variant("ours eager bf16", "bfloat16", eager),
     Variant("ours compile fp32", "float32", compiled, baseline="ours eager fp32"),
     Variant("ours compile bf16", "bfloat16", compiled, baseline="ours eager bf16"),
+    Variant("ours fused compile bf16", "bfloat16", fused(fp8=False), baseline="ours eager bf16", cuda_only=True),
+    Variant("ours fused fp8 compile bf16", "bfloat16", fused(fp8=True), baseline="ours eager bf16", cuda_only=True),
 )
 #: Ours' best variant: timed first, beside upstream's compiled bf16 step (the throughput target).
 BEST = "ours compile bf16"
