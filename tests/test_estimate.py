@@ -237,6 +237,9 @@ class FakeClock:
     def time(self) -> float:
         return self.now
 
+    def monotonic(self) -> float:
+        return self.now
+
     def sleep(self, seconds: float) -> None:
         self.now += seconds
 
@@ -298,7 +301,7 @@ def test_cuda_start_up_is_left_out_and_a_short_budget_still_prices_a_plan(fake_d
                    "infer": lambda rows: 0.1 * rows / 256},
                   first_call=lambda kind, rows, price: 1.5, startup=8.0)
     c = SolveConfig(challenges="c.json", weights="w", time_budget=97, num_aug="auto", finetune_steps="auto")
-    plan, run = P.plan_worker(c, PAPER, 900, 12, torch.device("cuda"), [(1, 3)] * 12, clock.time() + 73.0)
+    plan, run = P.plan_worker(c, PAPER, 900, 12, torch.device("cuda"), [(1, 3)] * 12, clock.monotonic() + 73.0)
     r = plan.rates
     assert r is not None and not plan.short, plan.describe()
     assert dev.calls[:2] == [("train", 1), ("infer", 1)] and r.startup_s >= 8.0  # the start-up, untimed

@@ -110,10 +110,13 @@ def layout_with_report(tmp_path: Path, report: dict | None) -> sandbox.SandboxLa
     ({"answered": 0, "model_tasks": 0}, 0, "it was given none"),
     ({"answered": "2", "model_tasks": 3}, 0, "0 of the 3 tasks"),  # not a count: nothing is taken on trust
     ({"answered": 2, "model_tasks": 3}, 2, None),
+    # it ran and predicted, but decoded no valid grid: that proves the model ran, and says why nothing counts
+    ({"answered": 0, "ran": 2, "model_tasks": 3}, 0, "it predicted 2, but decoded no valid grid"),
 ])
 def test_the_execute_verdict_reads_what_the_model_answered(tmp_path, report, answered, words):
     got = sandbox.model_answers(layout_with_report(tmp_path, report))
     assert got["answered"] == answered
+    assert got["ran"] == max(answered, report.get("ran", 0) if report else 0)
     assert (got["model_problem"] is None) if words is None else (words in got["model_problem"])
 
 

@@ -94,13 +94,13 @@ def test_submit_with_a_backward_wall_clock_step_keeps_its_budget(unseen, tmp_pat
     assert 0 < task["finetune_steps"] < 100_000  # fine-tuned, and stopped by the budget
 
 
-@pytest.mark.slow  # fine-tuning that should stop at its deadline: ~30 s when it does not
+@pytest.mark.slow  # fine-tuning that stops at its deadline: ~3 s (minutes when it does not)
 def test_a_wall_clock_step_during_fine_tuning_does_not_stretch_it(unseen, tmp_path, monkeypatch):
     import trm_kaggle.train.loop as L
     from trm_kaggle.data.arc.tasks import read_challenges
     from trm_kaggle.solve.task import build_unseen_dataset, finetune
 
-    c = cfg(unseen, tmp_path, finetune_steps=20, global_batch_size=4)
+    c = cfg(unseen, tmp_path, finetune_steps=5_000, global_batch_size=4)  # far more than 3 s hold on any machine
     data = build_unseen_dataset(c, tmp_path / "u", dict(list(read_challenges(unseen[0]).items())[:1]))
     real, calls = time.time, []
 
@@ -114,7 +114,9 @@ def test_a_wall_clock_step_during_fine_tuning_does_not_stretch_it(unseen, tmp_pa
             return real() - (7200.0 if len(calls) > 2 else 0.0)
 
     monkeypatch.setattr(L, "time", Clock())
-    assert finetune(c, ARCH, data, tmp_path / "run", time.monotonic() + 3.0).step < 20
+    t0 = time.monotonic()
+    assert finetune(c, ARCH, data, tmp_path / "run", t0 + 3.0).step < 5_000
+    assert time.monotonic() - t0 < 3.0 + 10.0
 
 
 def test_fine_tuning_reads_the_deadline_on_the_training_loop_s_clock(unseen, tmp_path):

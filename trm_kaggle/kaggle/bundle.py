@@ -418,6 +418,8 @@ def run(args: argparse.Namespace) -> int:
                   f"{r['papermill_rc']}; "
                   f"submission {'valid' if r['submission_valid'] else 'NOT valid'} against all {r['tasks']} tasks; "
                   f"the model answered {r['answered']} of the {r['model_tasks'] or 0} tasks it worked on"
+                  + (f" (it predicted {r['ran'] - r['answered']} more, but decoded no valid grid)"
+                     if r.get("ran", 0) > r["answered"] else "")
                   + (f", score {score['score']:.4f} ({score['solved']} of {score['total']} test outputs)"
                      if score else ""))
             print(f"  trm_kaggle from {r['trm_kaggle_file']}"

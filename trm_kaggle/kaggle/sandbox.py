@@ -531,7 +531,7 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     report["submission"] = str(submission)
     report["tasks"] = len(read_challenges(layout.challenges))
     report.update(model_answers(layout))
-    if report["answered"] == 0:  # a valid submission of fallback answers proves the bundle's files, not its model
+    if report["ran"] == 0:  # a valid submission of fallback answers proves the bundle's files, not its model
         problems.append(f"the model answered no task: {report['model_problem']} (whole output: {layout.log})")
     report["problems"] = problems
     report["elapsed_s"] = round(time.monotonic() - t0, 1)
@@ -541,28 +541,34 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
 
 
 def model_answers(layout: SandboxLayout) -> dict[str, Any]:
-    """What the kernel's solve says of the model: {"answered": tasks answered by the model, "model_tasks": tasks
-    it worked on, "model_problem": why it answered none}, from the report solve writes in its work dir (the
-    notebook's ttt_work/); answered 0 when there is none (the model never ran)."""
+    """What the kernel's solve says of the model: {"answered": tasks answered by the model, "ran": tasks it
+    predicted (a valid grid decoded or not: the proof that it ran), "model_tasks": tasks it worked on,
+    "model_problem": why it answered none}, from the report solve writes in its work dir (the notebook's
+    ttt_work/); answered and ran 0 when there is none (the model never ran)."""
     path = layout.working / "ttt_work" / "solve_report.json"
     try:
         report = read_json(path, "solve report")
     except TRMError as e:
-        return {"answered": 0, "model_tasks": None,
+        return {"answered": 0, "ran": 0, "model_tasks": None,
                 "model_problem": f"no report of the model's work ({e}): installing or importing trm_kaggle, or "
                                  "the solve itself, failed"}
-    answered, tasks = report.get("answered"), report.get("model_tasks")
-    answered = answered if isinstance(answered, int) and not isinstance(answered, bool) else 0
-    tasks = tasks if isinstance(tasks, int) and not isinstance(tasks, bool) else None
+    def count(key: str) -> int | None:
+        value = report.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    answered, tasks = count("answered") or 0, count("model_tasks")
+    ran = max(answered, count("ran") or 0)  # a report without "ran" (an older wheel): its answered tasks ran
     if answered:
         why = None
+    elif ran:
+        why = f"0 of the {tasks} tasks it worked on: it predicted {ran}, but decoded no valid grid"
     elif tasks == 0:
         why = "it was given none (every task malformed, too large for its canvas, or MAX_TASKS 0)"
     else:
         why = (report.get("model_failed") or next(iter(report.get("errors") or []), None)
                or "the time budget ran out before it answered a task")
         why = f"0 of the {tasks} tasks it worked on: {str(why)[:300]}"
-    return {"answered": answered, "model_tasks": tasks, "model_problem": why}
+    return {"answered": answered, "ran": ran, "model_tasks": tasks, "model_problem": why}
 
 
 def importlib_missing(module: str) -> bool:

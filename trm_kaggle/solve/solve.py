@@ -223,6 +223,9 @@ def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
                   # whose predictions decoded to no valid grid, is not one)
                   answered=sum(1 for u in units if "error" not in task_reports.get(u.task_id, {"error": ""})
                                and any(candidates.get((u.task_id, i)) for i in range(u.test_inputs))),
+                  # tasks whose model path ran and predicted, whether or not a valid grid came out: the proof
+                  # that the model ran, which answered alone cannot give for a model that decodes no grid
+                  ran=sum(1 for r in task_reports.values() if "error" not in r and r.get("predicted", 0) > 0),
                   predicted=sum(1 for v in candidates.values() if v),
                   fallback=fallback, elapsed_s=round(time.monotonic() - budget.start, 1))
     by_reason: dict[str, list[str]] = {}
@@ -233,8 +236,10 @@ def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
         say(budget.line("fallback", (f"task {tasks[0]}" if len(tasks) == 1 else f"{len(tasks)} tasks ({shown_ids})")
                         + f" keep{'s' if len(tasks) == 1 else ''} the fallback answer: {why}"))
     say(budget.line("submission", f"{cfg.output}: {'valid' if report['valid'] else 'INVALID'}; "
-                    f"{report['answered']} of {len(challenges)} tasks answered by the model, {report['predicted']} "
-                    f"test inputs with model predictions"))
+                    f"{report['answered']} of {len(challenges)} tasks answered by the model"
+                    + (f" ({report['ran'] - report['answered']} more predicted, but decoded no valid grid)"
+                       if report["ran"] > report["answered"] else "")
+                    + f", {report['predicted']} test inputs with model predictions"))
     if work.is_dir():
         _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
     return report
