@@ -200,3 +200,27 @@ def test_a_check_across_options_names_each_by_its_flag(tmp_path, capsys):
                "--output", str(tmp_path / "s.json"), "--num-aug", "auto"])
     line = one_error_line(capsys, rc)
     assert "--num-aug='auto'" in line and "set --time-budget" in line and "time_budget" not in line, line
+
+
+def test_help_imports_no_torch():
+    """The parser of every command is built without torch (each command imports it when it runs): `--help` and a
+    mistyped flag answer at once."""
+    code = ("import sys\nfrom trm_kaggle.cli import main\n"
+            "for argv in (['--help'], ['train', '--help'], ['submit', '--help'], ['launch', 'k8s', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print('torch' in sys.modules, file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0 and p.stderr.strip() == "False", p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--bogus"], ["--config"]])
+def test_torchrun_reads_the_train_arguments_as_train_does(args, capsys):
+    """`torchrun ... -m trm_kaggle train ARGS` checks ARGS before the rendezvous with `train`'s parser alone: the
+    same help, the same error lines and status as `trm-kaggle train ARGS`."""
+    def run(argv):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        return done.value.code, capsys.readouterr()
+
+    assert run(["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:9", "-m",
+                "trm_kaggle", "train", *args]) == run(["train", *args])

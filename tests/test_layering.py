@@ -220,3 +220,9 @@ def test_a_planted_cycle_is_caught():
     assert len(cycles) == 1 and {"trm_kaggle.solve.workdir", "trm_kaggle.solve.solve"} <= set(cycles[0])
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_each_cli_room_stays_small():
+    """The command line is one room per family of commands (trm_kaggle/cli/): none grows past 300 lines."""
+    rooms = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE / "cli").glob("*.py")}
+    assert len(rooms) >= 8 and {name for name, lines in rooms.items() if lines >= 300} == set(), rooms

@@ -66,6 +66,7 @@ def test_builtin_wheel_builder_makes_an_installable_wheel(tmp_path):
     assert "trm-kaggle = trm_kaggle.cli:main" in entry
     _install_target(wheel, tmp_path / "site")
     assert (tmp_path / "site" / "trm_kaggle" / "kaggle" / "bundle.py").is_file()
+    assert (tmp_path / "site" / "trm_kaggle" / "cli" / "__init__.py").is_file()  # the script's package, not a module
     assert (tmp_path / "site" / "bin" / "trm-kaggle").is_file()
     if W.can_build_without_isolation() is None:  # same contents as setuptools' wheel
         pip_wheel = W.build_project_wheel(tmp_path / "pip", builder="pip", log=lambda _: None)

@@ -1,0 +1,164 @@
+"""`trm-kaggle evaluate`, `evaluate-repair`, `validate-submission` and `score`: a model's predictions voted
+and scored against known answers, and submissions checked against their challenges."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import get_args
+
+from trm_kaggle.cli.common import common_flags, config_kwargs
+from trm_kaggle.config import InferenceDtype, TaskIdMode
+from trm_kaggle.errors import TRMError
+from trm_kaggle.names import typed_name
+from trm_kaggle.wording import count
+
+
+def add_evaluate(sub) -> None:
+    p = sub.add_parser("evaluate", help="predict an ARC dataset's test split, vote, score, write a per-task report",
+                       description="Predict every augmented copy of every test input of an ARC dataset, undo the "
+                                   "augmentations, vote per test input and score: the ARC Prize score and "
+                                   "upstream's pass@K with 95 % intervals, token accuracy, a breakdown by kind of "
+                                   "output; --report-dir adds a per-task report with pictures.")
+    p.add_argument("--weights", required=True, help="export directory (weights.safetensors + config.json)")
+    p.add_argument("--data", required=True, help="ARC dataset directory (with test_puzzles.json)")
+    p.add_argument("--max-tasks", type=int, default=None,
+                   help="only the first N tasks of the test split, for a quick run (default: every task)")
+    p.add_argument("--report-dir", default=None,
+                   help="write report.json, report.md and grid pictures here (default: no report)")
+    p.add_argument("--batch-size", type=int, default=256, help="examples per model call")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps or xla")
+    p.add_argument("--early-exit", action="store_true",
+                   help="an example stops at its first q_halt > 0 and its row takes the next example")
+    p.add_argument("--dtype", choices=get_args(InferenceDtype), default="auto",
+                   help="activation dtype: auto decides per device (bfloat16 on GPUs with native bf16, float32 on "
+                        "most CPUs: trm-kaggle doctor says why), whatever the weights were trained in; export keeps "
+                        "the export's forward_dtype")
+    p.add_argument("--compile", nargs="?", const="on", default="auto", choices=["auto", "on", "off"],
+                   help="torch.compile the model's regions (one block for every layer, the ACT step): a one-off "
+                        "compile, then fused element-wise work; auto (default) = on CUDA only, where it pays; "
+                        "--compile alone = on (on CPU it needs a C++ compiler; benchmarks/bench_evaluate.py "
+                        "--compile measures both on your machine)")
+    p.add_argument("--max-steps", type=int, default=None, help="ACT steps (default: the model's halt_max_steps)")
+    p.add_argument("--weighting", choices=["count", "q_halt"], default="count", help="vote by count or sigmoid(q_halt)")
+    p.add_argument("--tasks", default=None, type=typed_name,
+                   help="comma-separated task ids to draw in the report (default: the first --first tasks)")
+    p.add_argument("--first", type=int, default=5, help="draw the first N tasks when --tasks is not given")
+    p.add_argument("--no-pictures", action="store_true", help="write the report without grid pictures")
+    p.add_argument("--save-votes", default=None, metavar="FILE",
+                   help="write this evaluation's votes (.npz) so later evaluations can pool with them "
+                        "(default: not written)")
+    p.add_argument("--pool-with", nargs="+", default=None, metavar="FILE",
+                   help="pool with the votes of earlier evaluations (files of --save-votes, oldest first): "
+                        "how upstream's aggregated voting reports ARC/pass@K (default: this evaluation's votes "
+                        "alone)")
+    p.add_argument("--task-ids", nargs="+", default=["own"], choices=get_args(TaskIdMode), metavar="MODE",
+                   help="which puzzle-embedding row each puzzle gets: own (as trained, default), blank (identifier "
+                        "0), random (another trained identifier's, seeded), mean (the mean row); several modes "
+                        "evaluate one after the other and end with a comparison: does the model need its task id?")
+    p.add_argument("--task-id-seed", type=int, default=0, help="seed of --task-ids random (default 0)")
+    common_flags(p)
+    p.set_defaults(func=cmd_evaluate)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from trm_kaggle.evaluate.run import evaluate_export
+
+    modes = list(dict.fromkeys(args.task_ids))
+    if len(modes) > 1 and (args.save_votes or args.pool_with or args.report_dir):
+        raise TRMError("--save-votes, --pool-with and --report-dir take one --task-ids mode at a time")
+    evaluate_export(args.weights, args.data, task_ids=args.task_ids, task_id_seed=args.task_id_seed,
+                    batch_size=args.batch_size, device=args.device, early_exit=args.early_exit,
+                    dtype=args.dtype, compile=args.compile, max_steps=args.max_steps, weighting=args.weighting,
+                    pool_with=args.pool_with, save_votes=args.save_votes, report_dir=args.report_dir,
+                    tasks=[t for t in args.tasks.split(",") if t] if args.tasks else None, first=args.first,
+                    pictures=not args.no_pictures, progress=args.progress, max_tasks=args.max_tasks)
+    return 0
+
+
+def add_evaluate_repair(sub) -> None:
+    p = sub.add_parser("evaluate-repair", help="exact-fix rate of a code-repair model, per bug type, vs copying",
+                       description="Predicts the test split of a build-code-repair dataset and reports the exact-fix "
+                                   "rate overall and per bug type, the outcomes (fixed / unchanged / changed wrongly) "
+                                   "and the copy-the-input baseline. --doctests and --test-command RUN THE CODE "
+                                   "(reference fixes and model outputs) in a subprocess with a time limit.")
+    p.add_argument("--weights", required=True, help="export directory (trm-kaggle train --export / export)")
+    p.add_argument("--data", required=True, help="code-repair dataset directory")
+    p.add_argument("--max-examples", type=int, default=None,
+                   help="only the first N pairs of the test split, for a quick run (default: every pair)")
+    p.add_argument("--batch-size", type=int, default=None, help="examples per model call")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None, help="where the model runs")
+    p.add_argument("--doctests", action="store_true", default=None,
+                   help="run the doctests of pairs whose fix has some, on the fix and on the prediction")
+    p.add_argument("--test-command", default=None,
+                   help="command run in the directory of snippet.py ({file} is its path), e.g. 'python {file}' "
+                        "(default: none)")
+    p.add_argument("--time-limit", type=float, default=None, help="seconds per run")
+    p.add_argument("--max-runs", type=int, default=None,
+                   help="run code for the first N chosen pairs only (default: every chosen pair)")
+    p.add_argument("--report", default=None,
+                   help="write metrics and every pair's outcome here (JSON) (default: not written)")
+    common_flags(p)
+    p.set_defaults(func=cmd_evaluate_repair)
+
+
+def cmd_evaluate_repair(args: argparse.Namespace) -> int:
+    from trm_kaggle.config import RepairEvalConfig
+    from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
+    from trm_kaggle.model.export import load_model_for_dataset
+    from trm_kaggle.hardware import pick_device
+
+    cfg = RepairEvalConfig(**config_kwargs(args, RepairEvalConfig.model_fields))
+    device = pick_device(cfg.device)
+    model, _, note = load_model_for_dataset(cfg.weights, cfg.data, device)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    result = evaluate_repair(model, cfg, device)
+    print(format_repair_report(result))
+    if cfg.report:
+        print(f"report: {cfg.report}")
+    return 0
+
+
+def add_validate_submission(sub) -> None:
+    p = sub.add_parser("validate-submission", help="check a submission.json against its challenges file",
+                       description="Check a submission against the challenges file it answers: every task id, one "
+                                   "entry per test input in order, attempt_1 and attempt_2 present, grids with sides "
+                                   "1..30 and values 0..9. Prints the first problem (exit 2) or that it is valid.")
+    p.add_argument("submission", help="the submission.json to check")
+    p.add_argument("--challenges", required=True, help="the challenges JSON it answers")
+    common_flags(p)
+    p.set_defaults(func=cmd_validate_submission)
+
+
+def cmd_validate_submission(args: argparse.Namespace) -> int:
+    from trm_kaggle.evaluate.submission import check_submission, expected_counts
+
+    check_submission(args.submission, args.challenges)
+    counts = expected_counts(args.challenges)
+    print(f"{args.submission}: valid ({count(len(counts), 'task')}, {count(sum(counts.values()), 'test input')}, "
+          "two attempts each)")
+    return 0
+
+
+def add_score(sub) -> None:
+    p = sub.add_parser("score", help="ARC Prize score of a submission against known solutions",
+                       description="Score a submission against known solutions: the ARC Prize score (either attempt "
+                                   "right, over test outputs) with its 95 % interval, and the per-task breakdown.")
+    p.add_argument("submission", help="the submission.json to score")
+    p.add_argument("--solutions", required=True, help="the solutions JSON (e.g. arc-agi_evaluation_solutions.json)")
+    p.add_argument("--json", action="store_true", help="print the per-task breakdown as JSON")
+    common_flags(p)
+    p.set_defaults(func=cmd_score)
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from trm_kaggle.evaluate.submission import check_scorable, format_score, score_submission
+
+    check_scorable(args.submission, args.solutions)  # validated first, as validate-submission does
+    report = score_submission(args.submission, args.solutions)
+    print(json.dumps(dataclasses.asdict(report), indent=2) if args.json else format_score(report))
+    return 0

@@ -1,0 +1,189 @@
+"""`trm-kaggle train`, `doctor`, `export` and `import-upstream`: a training run on this machine, what it
+would choose here, and the inference exports made from a run or from upstream's checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from trm_kaggle.cli.common import command_parser, common_flags, say_defaults
+from trm_kaggle.errors import TRMError
+
+
+def add_train(sub) -> None:
+    p = sub.add_parser("train", help="train a TRM (single device or under torchrun)",
+                       description="Train a TRM. Settings: --preset NAME (repeatable, or NAME+NAME), --config FILE "
+                                   "(ours or upstream's all_config.yaml), then upstream-style overrides "
+                                   "such as arch.L_cycles=4 ema=True +run_name=x data_paths=[data/arc2]. "
+                                   "--list-settings prints every setting with its default, bounds and meaning. "
+                                   "Running the same command again resumes from the run's newest state.")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, upstream style")
+    p.add_argument("--config", default=None, help="YAML/JSON config file: ours, or upstream's all_config.yaml "
+                                                   "(default: none)")
+    p.add_argument("--preset", action="append", default=[], help="named preset, repeatable (see --list-presets) "
+                                                                 "(default: none, upstream's defaults)")
+    p.add_argument("--list-presets", action="store_true", help="print the presets and exit")
+    p.add_argument("--list-settings", action="store_true",
+                   help="print every setting (key, default, bounds, meaning) and exit")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--export", default=None, metavar="DIR",
+                   help="export inference weights here when done (default: no export)")
+    p.add_argument("--mean-embedding", action="store_true", help="with --export: keep only the mean puzzle row")
+    p.add_argument("--xla-launch", action="store_true",
+                   help="run a replica on every TPU chip of this host with torch_xla's launcher; implies device=xla "
+                        "(on a CPU host start replicas with torchrun instead)")
+    common_flags(p)
+    p.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from trm_kaggle.train.presets import describe_presets
+    from trm_kaggle.train.settings import dump_config, load_train_config
+
+    if args.list_presets:
+        print(describe_presets())
+        return 0
+    if args.list_settings:
+        from trm_kaggle.train.settings import describe_settings
+
+        print(describe_settings())
+        return 0
+    overrides = list(args.overrides) + ([] if args.progress else ["progress=False"])
+    cfg = load_train_config(args.config, args.preset, overrides)
+    if args.print_config:
+        print(dump_config(cfg))
+        return 0
+    if args.xla_launch:
+        from trm_kaggle import xla
+
+        if cfg.device not in ("xla", "auto"):
+            raise TRMError(f"--xla-launch starts XLA replicas, but the config says device={cfg.device}")
+        cfg = cfg.model_copy(update={"device": "xla"})
+        xla.launch(_train_replica, cfg, args.export, args.mean_embedding)
+        return 0
+    _train_replica(cfg, args.export, args.mean_embedding)
+    return 0
+
+
+def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
+    """Train; the first replica prints the summary and exports (every process under torchrun)."""
+    from trm_kaggle.train.checkpoint import export_run
+    from trm_kaggle.train.loop import train
+
+    try:
+        result = train(cfg, signals=True)  # SIGINT/SIGTERM: a state saved, then TrainingInterrupted
+    except (MemoryError, RuntimeError) as e:  # out of memory outside a step (the step says it itself)
+        from trm_kaggle.train.memory import is_out_of_memory, out_of_memory_error
+
+        if not is_out_of_memory(e):
+            raise
+        raise out_of_memory_error(cfg, cfg.micro_batch_size or cfg.global_batch_size, cfg.device,
+                                  "setting up, evaluating or saving the run") from None
+    if not result.is_main:
+        return
+    print(result.summary(), flush=True)
+    if export:
+        t = time.perf_counter()
+        export_run(result.run_dir, export, mean_embedding=mean_embedding)
+        print(_exported_line(export, time.perf_counter() - t))
+
+
+def train_settings(argv: list[str]):
+    """The TrainConfig that `trm-kaggle train ARGV` would train with (raises on settings that do not resolve)."""
+    from trm_kaggle.train.settings import load_train_config
+
+    parser, sub = command_parser()  # `trm-kaggle` with `train` alone: the same parse, the same error lines
+    add_train(sub)
+    say_defaults(sub.choices["train"])
+    args = parser.parse_args(["train", *argv])
+    return load_train_config(args.config, args.preset, list(args.overrides))
+
+
+def add_doctor(sub) -> None:
+    p = sub.add_parser("doctor", help="what this machine is, and what train would choose on it",
+                       description="Print the CPU, memory, accelerators and torch build, then what `train` would "
+                                   "choose for a preset and dataset: device, dtype (and why), threads, micro-batch, "
+                                   "expected peak memory, and warnings for choices that will not fit.")
+    p.add_argument("data", nargs="?", default=None, metavar="DATA", help="a dataset directory (default: ARC shapes)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="train overrides, upstream style")
+    p.add_argument("--preset", action="append", default=[],
+                   help="named preset, repeatable (see train --list-presets) (default: none)")
+    p.add_argument("--json", action="store_true", help="print everything as JSON")
+    common_flags(p)
+    p.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from trm_kaggle.doctor import run_doctor
+
+    data, overrides = args.data, list(args.overrides)
+    if data is not None and "=" in data:  # `doctor key=value` without a dataset
+        data, overrides = None, [data] + overrides
+    print(run_doctor(args.preset, data, overrides, args.json))
+    return 0
+
+
+def add_export(sub) -> None:
+    p = sub.add_parser("export", help="safetensors + config.json from a run (for inference and Kaggle)",
+                       description="Write an inference export (weights.safetensors + config.json + model card) "
+                                   "from a run's newest train state or a given state file; EMA weights when the "
+                                   "run kept them. evaluate, submit and the Kaggle bundle read exports.")
+    p.add_argument("run", help="run directory (newest state) or a state_step*.pt file")
+    p.add_argument("--out", required=True, help="export directory to create")
+    p.add_argument("--mean-embedding", action="store_true",
+                   help="replace the per-puzzle table by its mean row (unseen tasks need only that; ~30 MB)")
+    p.add_argument("--no-ema", action="store_true", help="export the live weights instead of the EMA average")
+    common_flags(p)
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from trm_kaggle.train.checkpoint import export_run
+
+    t = time.perf_counter()
+    export_run(args.run, args.out, args.mean_embedding, use_ema=not args.no_ema)
+    print(_exported_line(args.out, time.perf_counter() - t))
+    return 0
+
+
+def _exported_line(export_dir, seconds: float, verb: str = "exported") -> str:
+    """What export, train --export and import-upstream print: the export, its source and its parameter counts
+    (without and with the table it was trained with), in the build commands' shape."""
+    from trm_kaggle.jsonio import read_json
+    from trm_kaggle.model.export import export_parameter_count
+
+    config = read_json(f"{export_dir}/config.json", "config.json")
+    info = config.get("info") or {}
+    source = f"step {info['step']} of {info['source']}, " if "step" in info and "source" in info else ""
+    kept = " (the export keeps only its mean row)" if config.get("puzzle_embedding") == "mean" else ""
+    return f"{verb} {export_dir}: {source}{export_parameter_count(config)}{kept} in {seconds:.1f} s"
+
+
+def add_import_upstream(sub) -> None:
+    p = sub.add_parser("import-upstream", help="convert an upstream step_<N> checkpoint to our export format",
+                       description="Convert an upstream step_<N> checkpoint, local or on the Hugging Face Hub, to an "
+                                   "export. A Hub source is hf://owner/repo[@revision][/path] (path: the folder "
+                                   "with step_<N> files and all_config.yaml, or one step_<N> file); a plain "
+                                   "owner/repo[...] is read as one only when no local path of that name exists. "
+                                   "Hub downloads need: pip install \"trm_kaggle[hub]\".")
+    p.add_argument("checkpoint", help="upstream step_<N> file (with or without _orig_mod. prefix, bf16 or fp32), or "
+                                      "hf://owner/repo[@revision][/path]")
+    p.add_argument("--config", default=None, help="the run's all_config.yaml (default: beside the checkpoint)")
+    p.add_argument("--out", required=True, help="export directory to create")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: from the run's dataset, "
+                                                             "else 900 for ARC/Maze vocabularies, 81 for Sudoku)")
+    p.add_argument("--mean-embedding", action="store_true", help="keep only the mean puzzle-embedding row")
+    common_flags(p)
+    p.set_defaults(func=cmd_import_upstream)
+
+
+def cmd_import_upstream(args: argparse.Namespace) -> int:
+    from trm_kaggle.model.upstream import import_upstream
+
+    t = time.perf_counter()
+    model = import_upstream(args.checkpoint, args.out, config=args.config, seq_len=args.seq_len,
+                            mean_embedding=args.mean_embedding)
+    print(f"imported {args.out}: {args.checkpoint}, {model.parameter_count()}"
+          + (" (the export keeps only its mean row)" if args.mean_embedding else "")
+          + f" in {time.perf_counter() - t:.1f} s")
+    return 0
