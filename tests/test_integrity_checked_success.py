@@ -8,7 +8,11 @@
 * `score` validates first, as `validate-submission` does (extra keys, extra or missing task ids, counts,
   grids), and scores nothing Kaggle would refuse.
 * A command whose results cannot reach stdout (closed, a gone reader, a full device) fails in one line, with
-  no traceback, instead of exiting 0 having shown nothing.
+  no traceback, instead of exiting 0 having shown nothing; so does a help, usage or version text.
+* `submit` on challenges that hold no task (`{}`) is refused as bad input (nothing to answer), as
+  `validate-submission` and `score` refuse them: one check.
+* The bundle's `--notebook` must be a submission kernel this package can run (its parameters cell sets what
+  the bundle and the sandbox set, and it calls the package's fallback-first `solve`), or nothing is built.
 """
 
 from __future__ import annotations
@@ -215,6 +219,17 @@ def test_a_file_without_tasks_validates_nothing(tmp_path, capsys, command):
     assert "empty.json: holds no task, so a submission checked against it proves nothing" in line
 
 
+@pytest.mark.parametrize("content", ["{}", "\ufeff{ }\n"])
+def test_submit_on_challenges_without_tasks_is_bad_input(tmp_path, capsys, content):
+    """The reproducer: `submit` on `{}` wrote an empty "valid" submission and said "0 tasks", status 0."""
+    (tmp_path / "empty.json").write_text(content, encoding="utf-8")
+    rc = main(["submit", "--challenges", str(tmp_path / "empty.json"), "--weights", str(make_export(tmp_path / "exp")),
+               "--output", str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "w"), "--no-progress"])
+    line = one_error_line(capsys, rc)
+    assert f"{tmp_path / 'empty.json'}: holds no task, so there is nothing to answer" in line
+    assert not (tmp_path / "s.json").exists() and not (tmp_path / "w").exists()  # nothing written
+
+
 def test_score_of_a_valid_submission(tmp_path, capsys):
     (tmp_path / "s.json").write_text(json.dumps(GOOD))
     (tmp_path / "sol.json").write_text(json.dumps(SOLUTIONS))
@@ -310,3 +325,104 @@ def test_build_bundle_with_stdout_closed_builds_nothing(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.strip().startswith("error: standard output is closed"), r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "out").exists()
+
+
+def parse_with_stdout(monkeypatch, stream, argv):
+    from trm_kaggle.cli import build_parser
+    from trm_kaggle.stdout import parse_checked
+
+    monkeypatch.setattr(sys, "stdout", stream)
+    return parse_checked(build_parser().parse_args, argv)
+
+
+class Full:
+    """A stdout on a full device: writes are buffered, the flush fails."""
+
+    def write(self, text):
+        return len(text)
+
+    def flush(self):
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("stream, words", [(Refusing(), "its reader closed the pipe"), (Full(), "its device is full")])
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["--version"]])
+def test_a_help_that_cannot_be_printed_is_an_error(monkeypatch, capsys, stream, words, argv):
+    """argparse swallows a failed write of its help and exits 0: it is one line and status 2 instead."""
+    with pytest.raises(SystemExit) as e:
+        parse_with_stdout(monkeypatch, stream, argv)
+    assert e.value.code == 2
+    line = one_error_line(capsys)
+    assert "standard output failed" in line and words in line
+
+
+def test_a_help_that_is_printed_still_exits_0(capsys):
+    from trm_kaggle.cli import build_parser
+    from trm_kaggle.stdout import parse_checked
+
+    with pytest.raises(SystemExit) as e:
+        parse_checked(build_parser().parse_args, ["score", "--help"])
+    assert e.value.code == 0 and "--solutions" in capsys.readouterr().out
+    assert parse_checked(build_parser().parse_args, ["doctor"]).command == "doctor"  # parsing as before
+
+
+@pytest.mark.parametrize("command", ["--help", "train --help", "--version", "bundle --help", "build_bundle.py --help"])
+def test_help_on_a_full_device_from_the_command_line(command):
+    """The reproducer: `trm-kaggle --help > /dev/full` exited 0."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    run = [sys.executable, str(REPO / "build_bundle.py")] if command.startswith("build_bundle.py") else \
+        [sys.executable, "-m", "trm_kaggle"]
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([*run, *command.split()[command.startswith("build_bundle.py"):]], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "its device is full" in lines[0], r.stderr
+
+
+# ---------------------------------------------------------------------------
+# the bundle's notebook
+# ---------------------------------------------------------------------------
+
+
+def edited_notebook(path: Path, edit) -> Path:
+    nb = json.loads(make_notebook(path).read_text())
+    edit(nb)
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def _source(nb: dict, i: int, text: str) -> None:
+    nb["cells"][i]["source"] = text.splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("notebook, words", [
+    ("notebooks/train.ipynb", "its parameters cell does not set KAGGLE_INPUT"),
+    ("notebooks/kaggle_train.ipynb", "its parameters cell does not set FINETUNE_STEPS"),
+    (lambda nb: nb["cells"][0]["metadata"].update(tags=[]), "no code cell is tagged 'parameters'"),
+    (lambda nb: _source(nb, 1, "print('no model here')\n"), "no code cell calls solve() imported from "
+                                                            "trm_kaggle.solve.solve"),
+    (lambda nb: _source(nb, 1, "def solve(x):\n    pass\n\nsolve(1)\n"), "no code cell calls solve()"),
+    (lambda nb: _source(nb, 1, "from trm_kaggle.solve.solve import solve\n"), "no code cell calls solve()"),
+    (lambda nb: _source(nb, 0, "KAGGLE_INPUT = '/kaggle/input'\n"),
+     "its parameters cell does not set KAGGLE_WORKING, TIME_BUDGET"),
+    (lambda nb: nb["metadata"]["kernelspec"].update(language="R", name="ir"), "its kernel language is 'R'"),
+])
+def test_a_notebook_that_is_no_submission_kernel_is_refused(tmp_path, capsys, notebook, words):
+    """The reproducer: `--notebook notebooks/train.ipynb` built a bundle and said "metadata valid"."""
+    path = REPO / notebook if isinstance(notebook, str) else edited_notebook(tmp_path / "nb.ipynb", notebook)
+    rc = B.main([str(tmp_path / "out"), "--no-download", "--weights", str(make_export(tmp_path / "exp")),
+                 "--notebook", str(path)])
+    line = one_error_line(capsys, rc)
+    assert f"{path}: not a submission kernel this package can run: {words}" in line
+    assert not (tmp_path / "out").exists()  # refused before any part was built
+
+
+def test_the_shipped_kernel_and_magics_pass_the_notebook_check(tmp_path):
+    from trm_kaggle.kaggle.kernel import kernel_notebook_problem
+
+    assert kernel_notebook_problem(json.loads((REPO / "notebooks" / "kaggle_submission.ipynb").read_text())) is None
+    nb = json.loads(edited_notebook(tmp_path / "nb.ipynb", lambda nb: _source(
+        nb, 1, "!pip install x\n%time y = 1\nfrom trm_kaggle.solve.solve import solve as run\nreport = run(None)\n"
+    )).read_text())
+    assert kernel_notebook_problem(nb) is None  # shell and magic lines, an alias

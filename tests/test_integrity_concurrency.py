@@ -1,10 +1,12 @@
 """Concurrency across commands: a folder has one writer, whichever command writes it.
 
-Every command that keeps writing into a folder (train, submit, sweep, pipeline, regress, launch) takes the
-same lock (`trm_kaggle.locks.LOCK_FILE` in that folder): a second command there, of any kind, is refused at
-once with one line naming the first, and writes nothing. `regress --update-baselines` holds its notebooks
-folder (a second update would save baselines.json from what it read before the first saved: one update
-lost); comparisons share it with each other, not with an update.
+Every command that keeps writing into a folder (train, submit, sweep, pipeline, regress, launch, the bundle)
+takes the same lock (`trm_kaggle.locks.LOCK_FILE` in that folder): a second command there, of any kind, is
+refused at once with one line naming the first, and writes nothing. `regress --update-baselines` holds its
+notebooks folder (a second update would save baselines.json from what it read before the first saved: one
+update lost); comparisons share it with each other, not with an update. A sweep holds every run folder of
+its grid from its start (each run's train process is handed its own), and the bundle holds OUT_DIR from its
+first byte through --execute and --push.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from trm_kaggle.cli import main
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import LOCK_FILE, directory_lock
 
-from conftest import make_export
+from conftest import make_export, make_notebook
 from integrity_helpers import TINY, build_sudoku4
 
 
@@ -129,6 +131,156 @@ def test_a_launch_into_a_folder_another_launch_writes_is_refused(sudoku4, tmp_pa
     p.wait()
     assert main(args) == 0  # the lock ends with its holder
     capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------
+# a sweep's run folders
+# ---------------------------------------------------------------------------
+
+# Stands in for a sweep's `trm-kaggle train`: takes its own run folder's lock as train does (it must go through:
+# the sweep handed it down), then tries the next run's folder, which no train started yet, as another command
+# would; writes what it met into its folder.
+SWEEP_CHILD = r"""
+import json, os, sys
+from trm_kaggle.errors import TRMError
+from trm_kaggle.locks import directory_lock
+args = sys.argv[1:]
+run_dir = os.path.dirname(args[args.index("--config") + 1])
+other = os.path.join(os.path.dirname(run_dir), os.environ["OTHER_RUN"])
+met = {}
+with directory_lock(run_dir, "training"):
+    met["own"] = "held"
+    try:
+        with directory_lock(other, "training"):
+            met["other"] = "taken"
+    except TRMError as e:
+        met["other"] = str(e)
+with open(os.path.join(run_dir, "met.json"), "w") as f:
+    json.dump(met, f)
+"""
+
+
+def stand_in_sweep(tmp_path: Path, monkeypatch):
+    from trm_kaggle.config import SweepGrid
+    from trm_kaggle.experiments import sweep as S
+
+    script = tmp_path / "child.py"
+    script.write_text(SWEEP_CHILD)
+    real = S.PlannedRun.command
+    monkeypatch.setattr(S.PlannedRun, "command",
+                        lambda self, run_dir, extra=(): [sys.executable, str(script), *real(self, run_dir, extra)[4:]])
+    monkeypatch.setattr(S, "check_data", lambda grid, plan: None)  # the stand-in needs no dataset
+    return S, SweepGrid(name="t", axes=[[{"name": "a"}, {"name": "b"}]], seeds=[0])
+
+
+def test_a_sweep_holds_the_run_folders_it_has_not_started(tmp_path, monkeypatch):
+    """The reproducer: `train checkpoint_path=<a run folder of a running sweep>` ran in a run folder the sweep had
+    not started yet, and the sweep's own run of it failed later. The sweep holds each run folder from its start:
+    its own train process goes through, any other command is refused."""
+    import os
+
+    S, g = stand_in_sweep(tmp_path, monkeypatch)
+    monkeypatch.setenv("OTHER_RUN", "b_s0")  # the run a_s0 looks at b_s0, not started yet
+    summary = S.run_sweep(g, tmp_path / "sw", progress=False, poll_seconds=0.02)
+    assert (summary.done, summary.failed) == (2, 0), summary.describe()
+    met = json.loads((tmp_path / "sw" / "a_s0" / "met.json").read_text())
+    assert met["own"] == "held"
+    assert f"{tmp_path / 'sw' / 'b_s0'}: another sweep is running in this directory: process {os.getpid()}" \
+        in met["other"]
+    with directory_lock(tmp_path / "sw" / "b_s0", "training"):  # the sweep has ended: the folders are free
+        pass
+
+
+def test_train_in_a_run_folder_a_sweep_holds_is_refused(sudoku4, tmp_path, capsys):
+    """`train` in a run folder as a running sweep holds it (not started: only the lock file in it)."""
+    run = tmp_path / "sw" / "T2n6_s0"
+    with directory_lock(run, "sweep"):
+        line = one_error_line(capsys, main(["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={run}", *TINY,
+                                            "max_steps=2", "--no-progress"]))
+        assert f"{run}: another sweep is running in this directory" in line
+        assert sorted(x.name for x in run.iterdir()) == [LOCK_FILE]
+
+
+def test_a_sweep_whose_run_folder_is_busy_is_refused_before_it_starts(tmp_path, monkeypatch, holder):
+    """A training already running in one of the grid's run folders (here a run the grid has gained since the
+    sweep last ran): the sweep is refused at once and writes nothing (it would have failed that run later)."""
+    from trm_kaggle.config import SweepGrid
+
+    S, g = stand_in_sweep(tmp_path, monkeypatch)
+    monkeypatch.setenv("OTHER_RUN", "x")
+    sw = tmp_path / "sw"
+    S.run_sweep(SweepGrid(name="t", axes=[[{"name": "a"}]], seeds=[0]), sw, progress=False, poll_seconds=0.02)
+    before = (sw / "sweep.json").read_bytes()
+    p = holder(sw / "b_s0", "training")
+    with pytest.raises(TRMError, match=f"b_s0: another training is running in this directory: process {p.pid}"):
+        S.run_sweep(g, sw, progress=False, poll_seconds=0.02)
+    assert (sw / "sweep.json").read_bytes() == before and sorted(x.name for x in (sw / "b_s0").iterdir()) == [LOCK_FILE]
+
+
+def test_a_lock_handed_down_goes_to_that_child_alone(tmp_path):
+    """`hand_down`: the child handed the lock works under it; a process it was not handed to is refused, and the
+    folder stays held while the child runs though the parent has closed its own copy."""
+    from trm_kaggle.locks import hand_down
+
+    child = ("import sys, time\nfrom trm_kaggle.locks import directory_lock\n"
+             "with directory_lock(sys.argv[1], 'training'):\n    print('held', flush=True)\n    time.sleep(60)\n")
+    env = dict(__import__("os").environ)
+    with directory_lock(tmp_path / "d", "sweep") as lock:
+        p = subprocess.Popen([sys.executable, "-c", child, str(tmp_path / "d")], env=env, stdout=subprocess.PIPE,
+                             text=True, pass_fds=hand_down(lock, env))
+    try:
+        assert p.stdout.readline().strip() == "held"
+        stranger = subprocess.run([sys.executable, "-c", child, str(tmp_path / "d")], capture_output=True, text=True,
+                                  timeout=60)
+        assert stranger.returncode != 0 and "another sweep is running in this directory" in stranger.stderr
+    finally:
+        p.kill()
+        p.wait()
+    with directory_lock(tmp_path / "d", "training"):  # both holders gone: free
+        pass
+
+
+# ---------------------------------------------------------------------------
+# the bundle's OUT_DIR
+# ---------------------------------------------------------------------------
+
+
+def bundle_args(tmp_path: Path, *extra: str) -> list[str]:
+    return [str(tmp_path / "out"), "--no-download", "--user", "tester", "--weights",
+            str(make_export(tmp_path / "exp")), "--notebook", str(make_notebook(tmp_path / "nb.ipynb")), *extra]
+
+
+@pytest.mark.parametrize("what", ["bundle", "training"])
+def test_a_bundle_into_an_out_dir_in_use_is_refused(tmp_path, capsys, holder, what):
+    """The reproducer: two `build_bundle.py OUT --execute` on one OUT_DIR; the second deleted the first's
+    sandbox while its kernel ran. A second one is refused at once, and builds nothing."""
+    from trm_kaggle.kaggle import bundle as B
+
+    p = holder(tmp_path / "out", what)
+    line = one_error_line(capsys, B.main(bundle_args(tmp_path, "--execute")))
+    assert f"{tmp_path / 'out'}: another {what} is running in this directory: process {p.pid}" in line
+    assert sorted(x.name for x in (tmp_path / "out").iterdir()) == [LOCK_FILE]
+
+
+def test_a_bundle_holds_its_out_dir_through_execute(tmp_path, capsys, monkeypatch):
+    from trm_kaggle.kaggle import bundle as B
+
+    seen = []
+
+    def execute(out_dir, **_):  # the sandbox's run: a second bundle meanwhile is refused
+        with pytest.raises(TRMError, match="another bundle is running in this directory"):
+            with directory_lock(out_dir, "bundle"):
+                pass
+        seen.append(out_dir)
+        return {"notebook_s": 1.0, "papermill_rc": 0, "submission_valid": True, "tasks": 1, "answered": 1,
+                "model_tasks": 1, "trm_kaggle_file": "x", "trm_kaggle_in_venv": True, "log": "log",
+                "executed_notebook": "nb", "ok": True, "problems": []}
+
+    monkeypatch.setattr(B, "execute", execute)
+    assert B.main(bundle_args(tmp_path, "--execute")) == 0 and seen == [str(tmp_path / "out")]
+    capsys.readouterr()
+    with directory_lock(tmp_path / "out", "bundle"):  # released at the end
+        pass
 
 
 # ---------------------------------------------------------------------------

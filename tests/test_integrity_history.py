@@ -3,18 +3,23 @@
 Both are read line by line by one reader (`trm_kaggle.jsonio.read_json_lines`): a line that is not UTF-8
 (bytes such as 0x00 0xff), not JSON or cut off by a kill is skipped, the others are kept, and `regress`
 says how many it skipped; its next entry is appended as a line of its own. The file itself is opened like
-every input (a FIFO or a folder in its place: one line, before any notebook runs).
+every input (a FIFO or a folder in its place: one line, before any notebook runs). A run whose metrics.jsonl
+cannot be read at all costs `compare` that run alone: the others are compared, one warning line per run left
+out says why (table.md too), and the status is 0; a compare of only such runs is one `error:` line.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 from cli_helpers import one_error_line
+from conftest import write_run
 from integrity_helpers import build_sudoku4, train_args
 from test_regress import b, write_baselines, write_notebook
 from trm_kaggle.cli import main
@@ -92,3 +97,72 @@ def test_history_values_that_are_not_finite_are_left_out_of_the_plot(tmp_path):
     history = read_history(path)
     assert len(history) == 4
     assert plot_history(history, "acc", "accuracy", None)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def spoil(run: Path, how: str, monkeypatch) -> None:
+    """Make `run`'s metrics.jsonl unreadable as a whole: a FIFO, a folder, or a missing permission (simulated at
+    the one gate: root reads whatever the mode says)."""
+    metrics = run / "metrics.jsonl"
+    if how == "fifo":
+        metrics.unlink()
+        os.mkfifo(metrics)
+    elif how == "folder":
+        metrics.unlink()
+        metrics.mkdir()
+    else:
+        import trm_kaggle.jsonio as J
+
+        real = os.open
+
+        def forbidden(path, flags, *args, **kwargs):
+            if Path(path) == metrics:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+            return real(path, flags, *args, **kwargs)
+
+        monkeypatch.setattr(J.os, "open", forbidden)
+
+
+@pytest.mark.parametrize("how, words", [("fifo", "not a pipe (FIFO)"), ("folder", "found a directory"),
+                                        ("permission", "Permission denied")])
+def test_compare_leaves_out_a_run_whose_metrics_cannot_be_read(tmp_path, capsys, caplog, monkeypatch, how, words):
+    """The reproducer: one run's metrics.jsonl a FIFO made `compare` fail as a whole."""
+    runs = three_runs(tmp_path)
+    spoil(runs / "b", how, monkeypatch)
+    assert main(["compare", str(runs), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith("run b left out of the comparison: ") \
+        and str(runs / "b" / "metrics.jsonl") in warnings[0] and words in warnings[0], warnings
+    assert "| a |" in out and "| c |" in out and "| b |" not in out
+    assert "Left out: b: " in (tmp_path / "out" / "table.md").read_text()
+
+
+def three_runs(tmp_path: Path) -> Path:
+    runs = tmp_path / "runs"
+    for name, seed in (("a", 0), ("b", 1), ("c", 2)):
+        write_run(runs / name, [f"seed={seed}"], train=[(10, 4.0, 1.2, 0.1, 0.5), (20, 8.0, 0.8, 0.3, 0.7)])
+    return runs
+
+
+def test_compare_from_the_command_line_says_one_line_per_run_left_out(tmp_path):
+    import subprocess
+    import sys
+
+    runs = three_runs(tmp_path)
+    spoil(runs / "b", "fifo", None)
+    r = subprocess.run([sys.executable, "-m", "trm_kaggle", "compare", str(runs), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=120)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 0 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("WARNING: run b left out of the comparison: ") and "FIFO" in lines[0]
+
+
+def test_a_compare_of_only_unreadable_runs_is_an_error(tmp_path, capsys, monkeypatch):
+    runs = tmp_path / "runs"
+    for name in ("a", "b"):
+        write_run(runs / name, train=[(10, 4.0, 1.2, 0.1, 0.5)])
+        spoil(runs / name, "fifo", monkeypatch)
+    rc = main(["compare", str(runs), "--out", str(tmp_path / "out")])
+    line = one_error_line(capsys, rc)
+    assert line.startswith("error: no run could be read: a: ") and "(and 1 more runs)" in line
+    assert not (tmp_path / "out").exists()

@@ -1,7 +1,8 @@
 """Interrupts: `python build_bundle.py` stopped by Ctrl-C says `interrupted` in one line (status 130), as
 `trm-kaggle bundle` does, never a traceback, at whatever stage it was: building a part, creating the
 sandbox, or running the kernel offline (whose notebook run, in a session of its own that the terminal's
-Ctrl-C does not reach, is stopped with it instead of running on).
+Ctrl-C does not reach, is stopped with it instead of running on). SIGTERM (`kill`, a scheduler's stop) does
+the same with `interrupted: stopped by SIGTERM` and status 143.
 """
 
 from __future__ import annotations
@@ -81,10 +82,77 @@ def test_an_interrupted_notebook_run_stops_its_process_group(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+# A bundle command in a process of its own whose build is a stand-in and whose --execute runs a stand-in notebook
+# run through the sandbox's runner (a session of its own with a child that would outlive it): what SIGTERM meets.
+TERMINATED = r"""
+import sys
+from pathlib import Path
+from trm_kaggle.kaggle import bundle as B, sandbox
+
+entry, stage, out, export, notebook = sys.argv[1:6]
+pids = Path(out).parent / "pids"
+
+def build_bundle(out_dir, **kw):
+    if stage == "build":
+        pids.write_text("")
+        import time
+        time.sleep(300)
+    return {"out_dir": out_dir, "wheels": {"id": "w", "trm_kaggle_wheel": "t.whl", "shipped": {}, "total_bytes": 0,
+                                           "install": "pip"},
+            "weights": {"id": "x", "files": []}, "kernel": {"id": "k", "code_file": "nb.ipynb", "competition": "c",
+                                                            "enable_gpu": False, "machine_shape": None}}
+
+def execute(out_dir, **kw):
+    sandbox._run_logged(["sh", "-c", f"sleep 300 & echo $! > {pids}; wait"], env=None, cwd=Path(out_dir).parent,
+                        log_path=Path(out_dir).parent / "log", timeout=600, echo=lambda _: None)
+
+B.build_bundle, B.execute = build_bundle, execute
+args = [out, "--no-download", "--user", "tester", "--weights", export, "--notebook", notebook, "--execute"]
+if entry == "trm-kaggle bundle":
+    from trm_kaggle.cli import main
+    sys.exit(main(["bundle", *args]))
+sys.exit(B.main(args))
+"""
+
+
+@pytest.mark.parametrize("stage", ["build", "execute"])
+@pytest.mark.parametrize("entry", ["build_bundle.py", "trm-kaggle bundle"])
+def test_sigterm_stops_the_bundle_and_its_notebook_run(tmp_path, entry, stage):
+    """The reproducer: SIGTERM to `build_bundle.py --execute` (to its pid, as `kill` sends it) ended it and left
+    the notebook run (its own process group) running. Now it stops that group, says one line and exits 143."""
+    if not Path("/proc").is_dir():
+        pytest.skip("needs Linux /proc")
+    p = subprocess.Popen([sys.executable, "-c", TERMINATED, entry, stage, str(tmp_path / "out"),
+                          str(make_export(tmp_path / "exp")), str(make_notebook(tmp_path / "nb.ipynb"))],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    pids = tmp_path / "pids"
+    try:
+        deadline = time.monotonic() + 120
+        while not (pids.is_file() and (stage == "build" or pids.read_text().strip())):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.05)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert p.returncode == 143 and lines == ["interrupted: stopped by SIGTERM"], err
+    if stage == "execute":
+        grandchild = int(pids.read_text())
+        deadline = time.monotonic() + 30
+        while _alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(grandchild), "the notebook run outlived the terminated command"
+
+
 @pytest.mark.slow  # a bundle built and its kernel started offline in a sandbox: ~1-2 min on a loaded machine
-def test_build_bundle_execute_interrupted_while_the_kernel_runs(tmp_path):
+@pytest.mark.parametrize("signum, status, line", [(signal.SIGINT, 130, "interrupted"),
+                                                  (signal.SIGTERM, 143, "interrupted: stopped by SIGTERM")])
+def test_build_bundle_execute_interrupted_while_the_kernel_runs(tmp_path, signum, status, line):
     """The reproducer: `python build_bundle.py OUT --execute` and Ctrl-C (SIGINT to its process group, as a
-    terminal sends it) while the notebook runs."""
+    terminal sends it), or SIGTERM to its process alone (`kill PID`), while the notebook runs."""
     pytest.importorskip("papermill")
     try:
         sandbox.probe_netns()
@@ -99,19 +167,22 @@ def test_build_bundle_execute_interrupted_while_the_kernel_runs(tmp_path):
                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
     seen = []
     try:
-        for line in p.stdout:
-            seen.append(line)
-            if "with papermill, offline" in line:
+        for printed in p.stdout:
+            seen.append(printed)
+            if "with papermill, offline" in printed:
                 break
         assert p.poll() is None, "".join(seen) + p.stderr.read()
         time.sleep(3)  # papermill and its kernel are starting
-        os.killpg(p.pid, signal.SIGINT)
+        if signum == signal.SIGINT:
+            os.killpg(p.pid, signum)
+        else:
+            p.send_signal(signum)
         out, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    assert p.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", err
+    assert p.returncode == status and err.strip().splitlines()[-1] == line, err
     assert "Traceback" not in err
     sandbox_dir = str(tmp_path / "out" / "sandbox")
     deadline = time.monotonic() + 30

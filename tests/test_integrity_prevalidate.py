@@ -3,7 +3,8 @@
 An output that cannot be written (a read-only folder, a file where a folder is needed, a folder where a
 file is written) and an `evaluate --tasks` id the test split lacks are refused with one `error:` line
 before any model is loaded or any data is read for training. `/proc/sys` stands for a read-only mount:
-it refuses writes even to root.
+it refuses writes even to root. `train` runs every check of its settings against its data before it makes
+its run folder: a refusal leaves no folder behind.
 """
 
 from __future__ import annotations
@@ -83,6 +84,34 @@ def test_known_task_ids_pass_the_check(world, monkeypatch):
     monkeypatch.setattr(evaluate_run, "load_model_for_dataset", reached)
     with pytest.raises(SystemExit, match="reached the work"):
         main(evaluate(world, "--report-dir", str(world / "r"), "--tasks", "bb02,aa01"))
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("global_batch_size=4096", "global_batch_size 4096 is larger than the at most 40 examples"),
+    ("micro_batch_size=3", "micro_batch_size 3 must divide the per-rank batch 8"),
+    pytest.param("tensorboard=True", "tensorboard=True needs the tensorboard package",
+                 marks=pytest.mark.skipif(_has("tensorboard"), reason="tensorboard is installed here")),
+    pytest.param("wandb=True", "wandb=True needs the wandb package",
+                 marks=pytest.mark.skipif(_has("wandb"), reason="wandb is installed here")),
+])
+def test_train_refuses_its_settings_before_it_makes_its_run_folder(tmp_path, capsys, setting, words):
+    """The reproducer: a global batch larger than the dataset left a run folder with config.json and run.json;
+    other refusals left the folder and its lock file."""
+    from integrity_helpers import build_sudoku4, train_args
+
+    data = build_sudoku4(tmp_path / "data")
+    rc = main(train_args(data, tmp_path / "runs" / "r", setting, "max_steps=1"))
+    assert words in one_error_line(capsys, rc)
+    assert not (tmp_path / "runs").exists()  # nothing made: not the run folder, not its parent
 
 
 @pytest.mark.skipif(not READ_ONLY.is_dir(), reason="needs /proc/sys")

@@ -15,6 +15,12 @@ The lock is `flock` on `<directory>/LOCK_FILE`: the kernel drops it when its pro
 it (stale-lock detection costs nothing). The holder's pid, host, what it does and its command are written
 into the file, for the message only. Where `flock` is not available (no `fcntl`, or a file system that
 refuses it), the recorded pid decides: a lock whose process is gone on this host is stale and taken over.
+
+A command that checks its inputs before it writes calls `refuse_if_held` first (a busy folder is refused at
+once, and nothing is created) and takes the lock where it writes its first byte. A command that starts
+children to write under its lock (a sweep's trainings, each in a run folder the sweep holds from its start)
+hands the lock down (`hand_down`): the child's `directory_lock` of that folder goes through, everyone else's
+is still refused, and the folder stays held until the parent and the child have both ended.
 """
 
 from __future__ import annotations
@@ -26,13 +32,16 @@ import os
 import socket
 import stat
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, MutableMapping
 
 from trm_kaggle.atomic import pid_alive
 from trm_kaggle.errors import TRMError
 
 LOCK_FILE = ".trm_kaggle.lock"
+#: The environment variable naming the lock files' descriptors a child was handed (`hand_down`).
+HANDED_DOWN = "TRM_KAGGLE_HELD_LOCKS"
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +73,12 @@ def _busy(directory: Path, path: Path) -> TRMError:
                     f"wait for it or {stop}, or choose another directory")
 
 
-def _open_lock_file(path: Path):
-    """The lock file, opened for reading and writing (created if missing). Its record is rewritten, so only a
-    plain file of its own is ever opened: a symbolic link (never followed: its target would be overwritten), a
-    file with other names (a hard link: the same), a FIFO or a device is one TRMError, never a hang."""
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+def _open_lock_file(path: Path, create: bool = True):
+    """The lock file, opened for reading and writing (created if missing, with `create`). Its record is
+    rewritten, so only a plain file of its own is ever opened: a symbolic link (never followed: its target would
+    be overwritten), a file with other names (a hard link: the same), a FIFO or a device is one TRMError, never a
+    hang."""
+    flags = os.O_RDWR | (os.O_CREAT if create else 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as e:
@@ -86,18 +96,103 @@ def _open_lock_file(path: Path):
     return os.fdopen(fd, "r+", encoding="utf-8")
 
 
+@dataclass
+class HeldLock:
+    """A folder's lock this process holds (what `directory_lock` yields): `fd` is its lock file's descriptor;
+    `handed_down` once a child shares it."""
+
+    directory: Path
+    fd: int
+    handed_down: bool = False
+
+
+def hand_down(lock: HeldLock, env: MutableMapping[str, str]) -> tuple[int, ...]:
+    """Let a child process work under `lock`: adds the lock file's descriptor to the child's environment `env`
+    and returns the descriptors to pass it (`subprocess.Popen(..., env=env, pass_fds=...)`). The child's
+    `directory_lock` of that folder then goes through without taking a lock of its own (parent and child hold
+    one open lock file: the folder stays held until both have ended, and its record keeps naming the parent)."""
+    env[HANDED_DOWN] = ",".join(dict.fromkeys([*filter(None, env.get(HANDED_DOWN, "").split(",")), str(lock.fd)]))
+    lock.handed_down = True
+    return (lock.fd,)
+
+
+def _handed_down(path: Path) -> int | None:
+    """The descriptor of `path` this process was handed by the holder of its lock (`hand_down`), else None:
+    a descriptor named in HANDED_DOWN that is open here on that very file (the same device and inode)."""
+    names = os.environ.get(HANDED_DOWN, "")
+    if not names:
+        return None
+    try:
+        here = os.lstat(path)
+    except OSError:
+        return None
+    for name in names.split(","):
+        try:
+            fd = int(name)
+            held = os.fstat(fd)
+        except (ValueError, OSError):  # not a number, or not open in this process (a grandchild)
+            continue
+        if (held.st_dev, held.st_ino) == (here.st_dev, here.st_ino):
+            return fd
+    return None
+
+
+def _take(f, directory: Path, path: Path, shared: bool):
+    """Lock the open lock file `f` (non-blocking) or raise `_busy`; returns fcntl when flock holds it, else None
+    (no flock here: a live recorded holder on this host was refused, a dead one's record is stale)."""
+    try:
+        import fcntl
+    except ImportError:  # no fcntl (Windows): the recorded pid decides
+        fcntl = None
+    if fcntl is not None:
+        try:
+            fcntl.flock(f.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            return fcntl
+        except BlockingIOError:
+            raise _busy(directory, path) from None
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+    pid, host, _, _ = _read_holder(path)
+    if pid and pid != os.getpid() and host == socket.gethostname() and pid_alive(pid):
+        raise _busy(directory, path)
+    return None
+
+
+def refuse_if_held(directory: str | os.PathLike) -> None:
+    """TRMError naming the holder when another live process holds `directory`'s lock; creates and writes
+    nothing. A command that checks its inputs before its first write calls this first (a busy folder is refused
+    at once) and takes `directory_lock` where it writes its first byte (which decides: the check is no lock)."""
+    path = Path(directory) / LOCK_FILE
+    if not os.path.lexists(path) or _handed_down(path) is not None:
+        return
+    try:
+        f = _open_lock_file(path, create=False)
+    except FileNotFoundError:
+        return
+    except OSError:  # cannot be opened for writing here (a read-only folder): `directory_lock` says it
+        return
+    with f:
+        if (locker := _take(f, Path(directory), path, shared=False)) is not None:
+            locker.flock(f.fileno(), locker.LOCK_UN)
+
+
 @contextlib.contextmanager
 def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = True,
-                   shared: bool = False) -> Iterator[None]:
-    """Hold the lock of `directory` (created if missing) while the block runs.
+                   shared: bool = False) -> Iterator[HeldLock | None]:
+    """Hold the lock of `directory` (created if missing) while the block runs; yields it (None when unlocked).
 
     `what` names this command in the holder record ("training", "submit", "sweep", ...), which is what a
     refused one reads. Raises TRMError at once when another live process holds it (`shared`: when a
     writer holds it; readers share it). `required=False`: a directory where no lock file can be made
     (read-only, full) runs the block unlocked, with a warning for a writer (a submit must still write its
-    fallback answer; a reader of a read-only folder has no writer to fear)."""
+    fallback answer; a reader of a read-only folder has no writer to fear). A lock handed down by the parent
+    that holds it (`hand_down`) is used as it is."""
     directory = Path(directory)
     path = directory / LOCK_FILE
+    if (fd := _handed_down(path)) is not None:
+        yield HeldLock(directory, fd)
+        return
     try:
         if not shared:
             directory.mkdir(parents=True, exist_ok=True)
@@ -108,38 +203,22 @@ def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = 
         if not shared:
             log.warning("%s: no lock taken (%s); make sure no other command writes in this directory", directory,
                         e.strerror or e)
-        yield
+        yield None
         return
-    try:
-        import fcntl
-    except ImportError:  # no fcntl (Windows): the recorded pid decides
-        fcntl = None
     with f:
-        locked = False
-        if fcntl is not None:
-            try:
-                fcntl.flock(f.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-                locked = True
-            except BlockingIOError:
-                raise _busy(directory, path) from None
-            except OSError as e:
-                if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                    raise
-        if not locked:  # no flock here: a recorded live process on this host holds it; a dead one's is stale
-            pid, host, _, _ = _read_holder(path)
-            if pid and pid != os.getpid() and host == socket.gethostname() and pid_alive(pid):
-                raise _busy(directory, path)
+        locker = _take(f, directory, path, shared)
         with contextlib.suppress(OSError):  # the record only serves the messages: a full disk costs it alone
             f.seek(0)
             f.truncate()
             f.write(_holder_record(what))
             f.flush()
+        held = HeldLock(directory, f.fileno())
         try:
-            yield
+            yield held
         finally:
-            if locked:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-            else:
+            if locker is None:  # no flock: the record was the lock
                 with contextlib.suppress(OSError):
                     f.seek(0)
                     f.truncate()
+            elif not held.handed_down:  # a child may still hold it: closing ours leaves it held until it ends
+                locker.flock(f.fileno(), locker.LOCK_UN)

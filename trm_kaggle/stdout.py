@@ -5,6 +5,9 @@ Python sets `sys.stdout` to None when the process starts with it closed (`trm-ka
 (`... | head -0`) or a device that refuses writes (`> /dev/full`) fail a write, or only the flush at exit,
 where Python prints "Exception ignored ..." and exits 120. `checked_stdout` makes each of these one
 `error:` line (TRMError), and leaves nothing for the interpreter to report at exit.
+
+Help, usage and `--version` go through `parse_checked`: argparse prints them itself and swallows a failed
+write, so `--help > /dev/full` would exit 0 having shown nothing; there it is one `error:` line and status 2.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import contextlib
 import errno
 import os
 import sys
-from typing import Iterator, TextIO
+from typing import Callable, Iterator, Sequence, TextIO, TypeVar
 
 from trm_kaggle.errors import TRMError
+
+Parsed = TypeVar("Parsed")
 
 _WHY = {errno.EPIPE: "its reader closed the pipe", errno.ENOSPC: "its device is full",
         errno.EBADF: "it is closed"}
@@ -74,5 +79,27 @@ def checked_stdout() -> Iterator[None]:
     try:
         yield
         checked.flush()  # what is still buffered: a full device or a gone reader is said now, not at exit
+    finally:
+        sys.stdout = stream
+
+
+def parse_checked(parse: Callable[[Sequence[str] | None], Parsed], argv: Sequence[str] | None) -> Parsed:
+    """`parse(argv)` (an argparse parser's `parse_args`), whose help, usage and version text reach standard
+    output or fail: when argparse has printed one and exits, what it wrote is flushed, and a write or flush that
+    fails (a full device, a reader that went away) is one `error:` line on stderr and SystemExit(2) (argparse
+    itself swallows the error and exits 0). With stdout closed argparse prints them on stderr, as it does."""
+    stream = sys.stdout
+    if stream is None:
+        return parse(argv)
+    sys.stdout = checked = _Checked(stream)
+    try:
+        try:
+            return parse(argv)
+        except SystemExit:
+            checked.flush()  # the help argparse printed: its failure is said now, not lost at exit
+            raise
+    except StdoutError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     finally:
         sys.stdout = stream

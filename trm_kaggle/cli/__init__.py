@@ -30,7 +30,7 @@ from trm_kaggle.cli.kaggle import add_bundle, add_estimate, add_pipeline, add_su
 from trm_kaggle.cli.train import add_doctor, add_export, add_import_upstream, add_train
 from trm_kaggle.config import validation_line
 from trm_kaggle.errors import TRMError, os_error_line
-from trm_kaggle.stdout import checked_stdout
+from trm_kaggle.stdout import checked_stdout, parse_checked
 from trm_kaggle.wording import escape_what_the_console_cannot_show
 
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         # torchrun's own options follow: argparse would take them for this parser's
         args = argparse.Namespace(func=cmd_torchrun, torchrun_args=argv[1:], verbose=False)
     else:
-        args = build_parser().parse_args(argv)
+        args = parse_checked(build_parser().parse_args, argv)  # help that cannot be printed: status 2
     if overrides:
         args.overrides = list(args.overrides) + overrides
     args.started = started

@@ -512,11 +512,7 @@ class PuzzleLoader:
             raise TRMError("iterate() samples training batches; this loader is in test mode (use iterate_test)")
         start = dict(self._state)
         lo, hi = self.rank * self.local_batch_size, (self.rank + 1) * self.local_batch_size
-        max_one_epoch = self._max_examples_per_epoch()
-        if max_one_epoch < self.global_batch_size:
-            raise TRMError(f"global_batch_size {self.global_batch_size} is larger than the at most "
-                           f"{max_one_epoch} examples one epoch of {', '.join(map(str, self.dataset_paths))} "
-                           f"({self.split}) provides: no batch could ever be filled")
+        self.check_batch_fills()
 
         def produce():
             epoch, position, b, step = start["epoch"], start["position"], start["batch_in_epoch"], start["step"]
@@ -567,6 +563,14 @@ class PuzzleLoader:
     def max_examples_per_epoch(self) -> int:
         """The largest global batch an epoch can fill (the sum of every group's largest puzzle)."""
         return self._max_examples_per_epoch()
+
+    def check_batch_fills(self) -> None:
+        """TRMError when one epoch cannot fill a training batch (`iterate` checks it; `train` before it writes)."""
+        max_one_epoch = self._max_examples_per_epoch()
+        if max_one_epoch < self.global_batch_size:
+            raise TRMError(f"global_batch_size {self.global_batch_size} is larger than the at most "
+                           f"{max_one_epoch} examples one epoch of {', '.join(map(str, self.dataset_paths))} "
+                           f"({self.split}) provides: no batch could ever be filled")
 
     def _max_examples_per_epoch(self) -> int:
         """Examples an epoch yields at most (every group's largest puzzle)."""

@@ -343,11 +343,19 @@ def submission_problems(submission_or_path: str | os.PathLike | Mapping, counts:
     return problems
 
 
+def require_tasks(tasks: Mapping, source: str | os.PathLike | Mapping, consequence: str) -> None:
+    """DataError when a challenges or solutions file (`source`) holds no task (`{}`): `consequence` says what
+    that leaves (a check that proves nothing, nothing to answer). One rule for validate-submission, score and
+    submit."""
+    if not tasks:
+        where = f"{source}: " if isinstance(source, (str, os.PathLike)) else ""
+        raise DataError(f"{where}holds no task, so {consequence}")
+
+
 def _refuse(submission_or_path: str | os.PathLike | Mapping, problems: list[str], note: str = "",
             counts: Mapping[str, int] | None = None, source: str | os.PathLike | Mapping = "") -> None:
-    if counts is not None and not counts:  # every submission would pass: "valid" would have checked nothing
-        where = f"{source}: " if isinstance(source, (str, os.PathLike)) else ""
-        raise DataError(f"{where}holds no task, so a submission checked against it proves nothing")
+    if counts is not None:  # every submission would pass: "valid" would have checked nothing
+        require_tasks(counts, source, "a submission checked against it proves nothing")
     if problems:
         more = f" (and {count(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
         where = f"{submission_or_path}: " if isinstance(submission_or_path, (str, os.PathLike)) else ""

@@ -21,6 +21,10 @@ batches' `exact_accuracy`. Plots use matplotlib's Agg canvas directly, never a g
 A training interval in which no row halted has no accuracy (`HALTED_ROW_METRICS`): the table says "no data"
 where a run has none, a curve breaks there instead of dropping to 0, and a group without any value is named
 "no data" on the plots, never drawn as a zero.
+
+One bad run costs that run alone: a run whose metrics.jsonl cannot be read at all (a FIFO, a folder, a missing
+permission) is left out with one warning line saying why and a note in table.md, and the others are compared
+(exit status 0); when no run can be read, compare fails in one line (exit status 2).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import pydantic
 
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import TrainConfig
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.train.metrics import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, read_metrics
@@ -169,18 +173,36 @@ def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
 
 
 def load_runs(dirs: Sequence[str | Path]) -> list[RunData]:
-    """find_runs + each run's metrics, parameter counts and group."""
-    runs = find_runs(dirs)
+    """find_runs + each run's metrics, parameter counts and group (runs whose metrics cannot be read left out)."""
+    return _read_runs(dirs)[0]
+
+
+def _read_runs(dirs: Sequence[str | Path]) -> tuple[list[RunData], list[tuple[str, str]]]:
+    """(the runs, [(label, why) of each run left out]). A run whose metrics.jsonl cannot be read at all (a FIFO,
+    a folder, a missing permission) costs that run alone: it is left out with one warning line saying why (its
+    bad lines alone cost nothing: `read_metrics`); TRMError when no run is left."""
+    runs, left_out = [], []
+    for r in find_runs(dirs):
+        try:
+            r.train, r.evals = read_metrics(r.path)
+        except (TRMError, OSError) as err:
+            why = os_error_line(err) if isinstance(err, OSError) else str(err)
+            log.warning("run %s left out of the comparison: %s", r.label, why)
+            left_out.append((r.label, why))
+            continue
+        runs.append(r)
+    if not runs:
+        more = f" (and {len(left_out) - 1} more runs)" if len(left_out) > 1 else ""
+        raise TRMError(f"no run could be read: {left_out[0][0]}: {left_out[0][1]}{more}")
     counts: dict[str, tuple[int, int] | None] = {}
     for r in runs:
-        r.train, r.evals = read_metrics(r.path)
         key = json.dumps({k: v for k, v in r.settings.items() if k.startswith("arch.") or k == "data_paths"},
                          sort_keys=True, default=str)
         if key not in counts:
             counts[key] = parameter_counts(_unflatten(r.settings)) if r.settings else None
         r.parameters = counts[key]
     _assign_groups(runs)
-    return runs
+    return runs, left_out
 
 
 def _unflatten(flat: dict[str, Any]) -> dict:
@@ -476,8 +498,9 @@ def plot_final(runs: Sequence[RunData], metric: str) -> bytes:
 
 
 def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: str | None = None) -> dict[str, Any]:
-    """Write table.md, table.csv, curves.png and final.png into `out_dir`; returns their paths and the Markdown."""
-    runs = load_runs(dirs)
+    """Write table.md, table.csv, curves.png and final.png into `out_dir`; returns their paths and the Markdown
+    (and `left_out`: the runs that could not be read, each named in table.md too)."""
+    runs, left_out = _read_runs(dirs)
     metric = metric or default_metric(runs)
     no_data = not any(_series(r, metric) for r in runs)
     if no_data and any(r.train for r in runs) and metric not in HALTED_ROW_METRICS:
@@ -490,9 +513,10 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
     header = (f"# Comparison of {len(runs)} runs" + (f" ({done} done)" if any(r.state != "-" for r in runs) else "")
               + f"\n\nMetric of the plots: `{metric}`"
               + (f" ({NO_DATA} yet: no row halted in any logged interval)" if no_data and any(r.train for r in runs)
-                 else "") + ".\n\n")
+                 else "") + ".\n\n"
+              + "".join(f"Left out: {label}: {why}\n\n" for label, why in left_out))
     paths: dict[str, Any] = {"markdown": out / "table.md", "csv": out / "table.csv", "markdown_text": header + md,
-                             "metric": metric, "runs": runs}
+                             "metric": metric, "runs": runs, "left_out": left_out}
     atomic_write_text(paths["markdown"], header + md)
     atomic_write_text(paths["csv"], table_csv)
     try:

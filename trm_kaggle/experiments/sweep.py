@@ -5,7 +5,9 @@
                             state (pending/running/done/failed), error line, attempts, timings (atomic writes)
       .trm_kaggle.lock      held while a sweep process works here (the lock `train` takes too)
       <variant>_s<seed>/    a run directory: run_config.yaml (from the sweep), train.log, and train's
-                            config.json, metrics.jsonl, state_step*.pt
+                            config.json, metrics.jsonl, state_step*.pt; its .trm_kaggle.lock is held by the
+                            sweep from its start to its end and handed down to the run's train process, so
+                            no other command trains in a run folder of a running sweep, started or not
 
 A run's settings: the base (the command line's and the grid's presets, the `--config` file, the grid's
 and the command line's overrides), then its variants' presets and overrides on top, then its seed and
@@ -47,7 +49,7 @@ from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.locks import LOCK_FILE, directory_lock
+from trm_kaggle.locks import LOCK_FILE, directory_lock, hand_down, refuse_if_held
 from trm_kaggle.outputs import overlap_problem
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train.loop import RESUMABLE_CHANGES
@@ -275,6 +277,23 @@ def _locked(sweep_dir: Path):
     return directory_lock(sweep_dir, "sweep")
 
 
+def _room_for_open_files(runs: int) -> None:
+    """The sweep holds every run's folder, one open lock file each: the soft limit of open files raised toward
+    the hard one where a large grid needs it, else one line before anything is written."""
+    try:
+        import resource
+    except ImportError:  # no such limit to raise here
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = runs + 256  # the runs' locks, and room for everything else the sweep opens
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise TRMError(f"the sweep holds each of its {runs} runs' folders (one open file each), and this process may "
+                       f"open at most {hard} files: raise `ulimit -n` or split the grid")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
 # ---------------------------------------------------------------------------
 # Running the plan
 # ---------------------------------------------------------------------------
@@ -372,10 +391,15 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
             p.name != LOCK_FILE for p in sweep_dir.iterdir()):  # a lock file alone: a command that wrote nothing
         raise TRMError(f"{sweep_dir} exists, is not empty and holds no {SWEEP_FILE}; choose another --sweep-dir")
     check_data(grid, plan)
+    for run in plan:  # a run folder another command works in: refused before anything is made
+        refuse_if_held(sweep_dir / run.name)
+    _room_for_open_files(len(plan))
     sweep_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    with _locked(sweep_dir):
+    with _locked(sweep_dir), contextlib.ExitStack() as runs_held:
         doc = _merge_plan(read_sweep(sweep_dir), grid, base, plan, sweep_dir)
+        # every run's folder, held from now to the end (each run's train process is handed its own)
+        held = {run.name: runs_held.enter_context(directory_lock(sweep_dir / run.name, "sweep")) for run in plan}
         path = sweep_dir / SWEEP_FILE
 
         def save() -> None:
@@ -412,6 +436,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
                        gpu=env.get("CUDA_VISIBLE_DEVICES") if _uses_cuda(run.config) else None)
             try:
                 proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                        pass_fds=hand_down(held[run.name], env),  # its folder's lock, shared
                                         start_new_session=True)  # Ctrl-C reaches the sweep only; it stops children
             except OSError as err:
                 logf.close()

@@ -45,8 +45,11 @@ lives in its own module, and data flows one way (each imports only those above i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -54,7 +57,7 @@ from typing import Callable, Iterable, Sequence
 from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import count_or_auto
 from trm_kaggle.errors import TRMError, os_error_line
-from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_notebook
+from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_kernel_notebook
 from trm_kaggle.kaggle.metadata import (
     COMPETITION, DATA_DIR, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, DEFAULT_USER, MACHINE_SHAPES, REPO_ROOT,
     RUN_STATE_DIR, TRAIN_KERNEL_DIR, TRAIN_MACHINE_SHAPE, WHEEL_KERNEL_DIR, BundleIds, check_machine_shape,
@@ -67,8 +70,9 @@ from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache
 from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_python_version,
 )
+from trm_kaggle.locks import directory_lock, refuse_if_held
 from trm_kaggle.outputs import Input, Output, check_io
-from trm_kaggle.stdout import StdoutError, checked_stdout
+from trm_kaggle.stdout import StdoutError, checked_stdout, parse_checked
 from trm_kaggle.wording import escape_what_the_console_cannot_show
 
 #: The bundle's entry points; import anything else from the module that defines it.
@@ -83,10 +87,11 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
                  competition: str = COMPETITION, wheel_kernel: bool = False, builder: str = "auto",
                  log: Callable[[str], None] = print, targets: Sequence[Target] | None = None,
                  machine_shape: str = DEFAULT_MACHINE_SHAPE, docker_image: str | None = None,
-                 compile_cache: str | os.PathLike | None = None) -> dict:
+                 compile_cache: str | os.PathLike | None = None, held: contextlib.ExitStack | None = None) -> dict:
     """wheels/, weights/ and kernel/ (and with `wheel_kernel` adam-atan2-kernel/) in `out_dir`, then
     `validate_bundle`. Returns a report. `compile_cache`: a compile cache for the kernel's GPU, shipped beside the
-    weights."""
+    weights. `out_dir`'s lock is taken after every check, before the first byte is written, and kept in `held`
+    (as `run` keeps it through --execute and --push), else released on return."""
     ids.check()
     if (problem := slug_problem(competition)):
         raise TRMError(f"--competition: the slug {problem}")
@@ -100,7 +105,7 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
         raise TRMError(f"{out} exists and is not a directory")
     repo = Path(repo)
     notebook = Path(notebook) if notebook else repo / DEFAULT_NOTEBOOK
-    read_notebook(notebook)  # fail before any slow step
+    read_kernel_notebook(notebook)  # a notebook this package can run, checked before any slow step
     if weights is None:
         weights = default_weights(repo)
         if weights is None:
@@ -117,20 +122,30 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
                                                      if wheel_kernel else {})})
     if compile_cache is not None:
         check_compile_cache(compile_cache)  # so is a cache that does not match its record
-    out.mkdir(parents=True, exist_ok=True)
-    report = {"out_dir": str(out.absolute()),
-              "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
-                                     kaggle_has=kaggle_has, download=download, target=target, builder=builder,
-                                     log=log, targets=targets),
-              "weights": build_weights(out / "weights", weights, ids=ids, log=log, compile_cache=compile_cache),
-              "kernel": build_kernel(out / "kernel", notebook, ids=ids, enable_gpu=enable_gpu,
-                                     competition=competition, log=log, machine_shape=machine_shape,
-                                     docker_image=docker_image)}
-    if wheel_kernel:
-        report["wheel_kernel"] = build_wheel_kernel(out / WHEEL_KERNEL_DIR, ids=ids, machine_shape=machine_shape,
-                                                    docker_image=docker_image)
-    report["ids"] = validate_bundle(out)
+    with _out_dir_lock(out, held):
+        report = {"out_dir": str(out.absolute()),
+                  "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
+                                         kaggle_has=kaggle_has, download=download, target=target, builder=builder,
+                                         log=log, targets=targets),
+                  "weights": build_weights(out / "weights", weights, ids=ids, log=log, compile_cache=compile_cache),
+                  "kernel": build_kernel(out / "kernel", notebook, ids=ids, enable_gpu=enable_gpu,
+                                         competition=competition, log=log, machine_shape=machine_shape,
+                                         docker_image=docker_image)}
+        if wheel_kernel:
+            report["wheel_kernel"] = build_wheel_kernel(out / WHEEL_KERNEL_DIR, ids=ids, machine_shape=machine_shape,
+                                                        docker_image=docker_image)
+        report["ids"] = validate_bundle(out)
     return report
+
+
+def _out_dir_lock(out: Path, held: contextlib.ExitStack | None) -> contextlib.AbstractContextManager:
+    """OUT_DIR made and its one-writer lock taken (`trm_kaggle.locks`: a second bundle there, building or
+    executing, is refused in one line), for the block; kept in `held` instead when given."""
+    lock = directory_lock(out, "bundle")
+    if held is None:
+        return lock
+    held.enter_context(lock)
+    return contextlib.nullcontext()
 
 
 DESCRIPTION = ("Assemble the offline Kaggle bundle: OUT_DIR/wheels (dataset), OUT_DIR/weights (dataset), "
@@ -257,13 +272,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     escape_what_the_console_cannot_show()
     try:
         with checked_stdout():
-            return run(make_parser().parse_intermixed_args(argv))
+            return run(parse_checked(make_parser().parse_intermixed_args, argv))
     except StdoutError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (`Terminated`)
+        print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)
+        return getattr(e, "exit_status", 130)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's stop, `kill`), taken as Ctrl-C is: whatever runs is stopped, the notebook run's
+    process group included (`sandbox._run_logged`), with one line and status 128 + 15."""
+
+    exit_status = 128 + signal.SIGTERM
+
+    def __init__(self) -> None:
+        super().__init__("stopped by SIGTERM")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises `Terminated` while the block runs (only the main thread can take a signal handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _check_parts(out: Path, parts: dict[str, str]) -> None:
@@ -281,9 +323,10 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
                    time_budget: float | None = None, repo: Path = REPO_ROOT, download: bool = True,
                    targets: Sequence[Target] | None = None, kaggle_has: Iterable[str] = DEFAULT_KAGGLE_HAS,
                    extra_wheels: Sequence[str | os.PathLike] = (), builder: str = "auto",
-                   log: Callable[[str], None] = print) -> dict:
+                   log: Callable[[str], None] = print, held: contextlib.ExitStack | None = None) -> dict:
     """OUT_DIR/data (with `dataset`), OUT_DIR/wheels and OUT_DIR/train-kernel (with `train_kernel`), and
-    OUT_DIR/run-state (with `continue_from`: that kernel's output as a dataset the training kernel attaches)."""
+    OUT_DIR/run-state (with `continue_from`: that kernel's output as a dataset the training kernel attaches).
+    OUT_DIR's lock as `build_bundle` takes it."""
     ids.check()
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -299,22 +342,22 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
                        **({RUN_STATE_DIR: "kaggle run-state dataset"} if continue_from is not None else {}),
                        **({"wheels": "kaggle wheels dataset", TRAIN_KERNEL_DIR: "kaggle training kernel"}
                           if train_kernel else {})})
-    out.mkdir(parents=True, exist_ok=True)
     if continue_from is not None and not train_kernel:
         raise TRMError("--continue-from goes with --train-kernel (the kernel that resumes from it)")
-    if dataset is not None:
-        report["data"] = build_data(out / DATA_DIR, dataset, ids=ids, log=log)
-    if continue_from is not None:
-        report["run_state"] = fetch_run_state(out / RUN_STATE_DIR, continue_from, ids=ids, log=log,
-                                              **({"runner": runner} if runner is not None else {}))
-    if train_kernel:
-        report["wheels"] = build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
-                                        kaggle_has=kaggle_has, download=download, targets=targets, builder=builder,
-                                        log=log)
-        report["train_kernel"] = build_train_kernel(out / TRAIN_KERNEL_DIR, ids=ids, presets=presets,
-                                                    overrides=overrides, repo=repo, machine_shape=machine_shape,
-                                                    previous=previous, run_state=continue_from is not None,
-                                                    time_budget=time_budget)
+    with _out_dir_lock(out, held):
+        if dataset is not None:
+            report["data"] = build_data(out / DATA_DIR, dataset, ids=ids, log=log)
+        if continue_from is not None:
+            report["run_state"] = fetch_run_state(out / RUN_STATE_DIR, continue_from, ids=ids, log=log,
+                                                  **({"runner": runner} if runner is not None else {}))
+        if train_kernel:
+            report["wheels"] = build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
+                                            kaggle_has=kaggle_has, download=download, targets=targets,
+                                            builder=builder, log=log)
+            report["train_kernel"] = build_train_kernel(out / TRAIN_KERNEL_DIR, ids=ids, presets=presets,
+                                                        overrides=overrides, repo=repo, machine_shape=machine_shape,
+                                                        previous=previous, run_state=continue_from is not None,
+                                                        time_budget=time_budget)
     return report
 
 
@@ -323,7 +366,8 @@ def _push_options(args: argparse.Namespace) -> dict:
     return {"wait_s": args.push_wait, "poll_s": min(10.0, max(0.2, args.push_wait / 20))}
 
 
-def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Target], api=None) -> int:
+def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Target], api,
+                  held: contextlib.ExitStack) -> int:
     t = time.perf_counter()
     report = build_training(args.out_dir, ids=ids, dataset=args.dataset, train_kernel=args.train_kernel,
                             presets=args.preset, overrides=args.overrides,
@@ -332,7 +376,7 @@ def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Ta
                             previous="" if args.first_session else None, continue_from=args.continue_from,
                             time_budget=args.train_budget, repo=Path(args.repo),
                             download=not args.no_download, targets=targets, kaggle_has=args.kaggle_has,
-                            extra_wheels=args.extra_wheel, builder=args.wheel_builder)
+                            extra_wheels=args.extra_wheel, builder=args.wheel_builder, held=held)
     print(f"built {report['out_dir']}: training on Kaggle in {time.perf_counter() - t:.1f} s")
     if "data" in report:
         d = report["data"]
@@ -367,9 +411,16 @@ def bundle_io(args: argparse.Namespace) -> tuple[list[Input], list[Output]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build (and optionally execute and push) the bundle the parsed options describe; the exit status."""
+    """Build (and optionally execute and push) the bundle the parsed options describe; the exit status. OUT_DIR
+    is held (one writer) from the first byte written to the end; SIGTERM stops it as Ctrl-C does."""
+    with contextlib.ExitStack() as held, _sigterm_as_interrupt():
+        return _run(args, held)
+
+
+def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     try:
         check_io(*bundle_io(args))  # before anything is built: no part of the bundle replaces an input
+        refuse_if_held(args.out_dir)  # a bundle building or executing there: refused at once, nothing made
         if args.user is not None and not args.user.strip():
             raise TRMError("--user is empty: give your Kaggle user name (or leave --user out to use the account "
                            "of your Kaggle credentials)")
@@ -379,7 +430,7 @@ def run(args: argparse.Namespace) -> int:
         targets = [Target(python_version=check_python_version(v), platforms=platforms)
                    for v in dict.fromkeys(args.python_version or DEFAULT_PYTHON_VERSIONS)]
         if args.dataset is not None or args.train_kernel:
-            return _run_training(args, ids, targets, api)
+            return _run_training(args, ids, targets, api, held)
         if args.overrides:
             raise TRMError(f"unexpected argument {args.overrides[0]!r}: key=value settings go with --train-kernel")
         machine_shape = check_machine_shape(DEFAULT_MACHINE_SHAPE if args.accelerator is None else args.accelerator)
@@ -391,7 +442,7 @@ def run(args: argparse.Namespace) -> int:
                               download=not args.no_download, targets=targets, enable_gpu=not args.cpu,
                               competition=args.competition, wheel_kernel=args.wheel_kernel,
                               builder=args.wheel_builder, machine_shape=machine_shape,
-                              docker_image=args.docker_image, compile_cache=args.compile_cache)
+                              docker_image=args.docker_image, compile_cache=args.compile_cache, held=held)
         w = report["wheels"]
         print(f"built {report['out_dir']}: the Kaggle bundle (wheels, weights and kernel; metadata valid) in "
               f"{time.perf_counter() - t:.1f} s")

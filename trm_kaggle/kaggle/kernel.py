@@ -4,6 +4,7 @@ kernel-metadata.json (`build_kernel`); the optional adam-atan2 wheel kernel (`bu
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -25,6 +26,8 @@ DEFAULT_NOTEBOOK = Path("notebooks") / "kaggle_submission.ipynb"
 PARAMETER_NAMES = ("KAGGLE_INPUT", "KAGGLE_WORKING", "TIME_BUDGET", "FINETUNE_STEPS", "NUM_AUG", "MAX_TASKS",
                    "WORKERS", "DEVICE", "WHEELS_DIR", "WEIGHTS_DIR")
 WHEEL_SCRIPT = "build_adam_atan2_wheel.py"
+#: The package's fallback-first entry a submission kernel calls (`from trm_kaggle.solve.solve import solve`).
+SOLVE_MODULE, SOLVE_NAME = "trm_kaggle.solve.solve", "solve"
 
 
 def read_notebook(path: Path) -> dict:
@@ -36,6 +39,60 @@ def read_notebook(path: Path) -> dict:
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise TRMError(f"{path}: not a Jupyter notebook (no 'cells' list)")
     return nb
+
+
+def read_kernel_notebook(path: Path) -> dict:
+    """`read_notebook`, refused in one line unless it is a submission kernel this package can run
+    (`kernel_notebook_problem`): checked before a bundle does any work."""
+    nb = read_notebook(path)
+    if problem := kernel_notebook_problem(nb):
+        raise TRMError(f"{path}: not a submission kernel this package can run: {problem} (start from "
+                       f"{DEFAULT_NOTEBOOK})")
+    return nb
+
+
+def kernel_notebook_problem(nb: dict) -> str | None:
+    """Why a notebook is not a submission kernel the bundle can ship and run (None when it is one): a Python
+    notebook whose code cell tagged `parameters` sets every name the bundle and the sandbox set
+    (PARAMETER_NAMES), and which calls the package's `solve` (it writes a valid submission before anything
+    can fail, then the model's answers)."""
+    kernelspec = (nb.get("metadata") or {}).get("kernelspec") or {}
+    language = kernelspec.get("language") if isinstance(kernelspec, dict) else None
+    if language not in (None, "python"):
+        return f"its kernel language is {str(language)[:40]!r}, not python"
+    cell = parameters_cell(nb)
+    if cell is None:
+        return "no code cell is tagged 'parameters'"
+    missing = _unset_parameters(_cell_source(cell))
+    if missing:
+        return f"its parameters cell does not set {', '.join(missing)}"
+    if not _calls_solve(nb):
+        return f"no code cell calls {SOLVE_NAME}() imported from {SOLVE_MODULE}"
+    return None
+
+
+def _calls_solve(nb: dict) -> bool:
+    """Whether the notebook's code imports the package's `solve` and calls it (in any cells)."""
+    imported, called = set(), set()
+    for cell in nb["cells"]:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = re.sub(r"^(\s*)[!%].*$", r"\1pass", _cell_source(cell), flags=re.M)  # shell and magic lines
+        try:
+            tree = ast.parse(src)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == SOLVE_MODULE:
+                imported |= {a.asname or a.name for a in node.names if a.name == SOLVE_NAME}
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                called.add(node.func.id)
+    return bool(imported & called)
+
+
+def _unset_parameters(src: str) -> list[str]:
+    """The names of PARAMETER_NAMES a parameters cell's source does not set."""
+    return [n for n in PARAMETER_NAMES if not re.search(rf"^\s*{n}\s*[:=]", src, re.M)]
 
 
 def _cell_source(cell: dict) -> str:
@@ -80,7 +137,7 @@ def adapt_notebook(nb: dict, ids: BundleIds, competition: str | None = None) -> 
     if competition and re.search(r"^COMPETITION = ", src, re.M):  # the kernel prefers its competition's file
         set_parameters(nb, {"COMPETITION": competition})
         src = _cell_source(cell)
-    missing = [n for n in PARAMETER_NAMES if not re.search(rf"^\s*{n}\s*[:=]", src, re.M)]
+    missing = _unset_parameters(src)
     if missing:
         warnings.append(f"the parameters cell does not set {', '.join(missing)}")
     for slug in (ids.wheels_slug, ids.weights_slug):
@@ -99,7 +156,7 @@ def build_kernel(out_dir: str | os.PathLike, notebook: str | os.PathLike, *, ids
     notebook = Path(notebook)
     meta = kernel_metadata(ids, notebook.name, enable_gpu=enable_gpu, competition=competition,
                            machine_shape=machine_shape, docker_image=docker_image)  # checked before any write
-    nb, warnings = adapt_notebook(read_notebook(notebook), ids, competition)
+    nb, warnings = adapt_notebook(read_kernel_notebook(notebook), ids, competition)
     nb.setdefault("metadata", {})["kaggle"] = notebook_kaggle_block(meta.get("machine_shape"),
                                                                     meta["dataset_sources"])
     for w in warnings:

@@ -37,7 +37,9 @@ from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import RECURSION_FIELDS, SolveConfig
 from trm_kaggle.data.arc.tasks import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError
-from trm_kaggle.evaluate.submission import make_submission, validate_submission, write_submission
+from trm_kaggle.evaluate.submission import (
+    make_submission, require_tasks, validate_submission, write_submission,
+)
 from trm_kaggle.hardware import cuda_problem, pick_device, usable_cores, visible_cuda_ids
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.solve.plan import Budget
@@ -116,25 +118,30 @@ def _echo(cfg: SolveConfig) -> Callable[[str], None]:
 
 def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
           on_poll: Callable[[list[Outcome]], None] | None = None, start: float | None = None) -> dict[str, Any]:
-    """`_solve` as the only writer of cfg.work_dir: a second submit there is refused before it writes anything.
-    The budget counts from `start` (a time.monotonic() value, e.g. when the command started; default now)."""
+    """`_solve` as the only writer of cfg.work_dir: a second submit there is refused before it writes anything,
+    and so are challenges that hold no task (`{}`: nothing to answer, and an empty "valid" submission would have
+    checked nothing). The budget counts from `start` (a time.monotonic() value, e.g. when the command started;
+    default now)."""
+    start = time.monotonic() if start is None else start
+    duplicates: set[str] = set()
+    challenges = read_challenges(cfg.challenges, duplicates)
+    require_tasks(challenges, cfg.challenges, "there is nothing to answer")
     with directory_lock(cfg.work_dir, "submit", required=False):
-        return _solve(cfg, echo=echo, on_poll=on_poll, start=start)
+        return _solve(cfg, challenges, duplicates, echo=echo, on_poll=on_poll, start=start)
 
 
-def _solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
+def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Callable[[str], None] | None = None,
            on_poll: Callable[[list[Outcome]], None] | None = None, start: float | None = None) -> dict[str, Any]:
     """Write cfg.output in every case; returns a report of what happened.
 
-    Once the challenges file is read, nothing can stop a valid submission from reaching cfg.output: the
-    fallback answer is written first, from the challenges in memory, before the work dir is touched; the
-    answers replace it task by task as workers finish them. Logs in the work dir are optional.
+    Once the challenges file is read (`challenges`, with the ids it repeats in `duplicates`), nothing can stop a
+    valid submission from reaching cfg.output: the fallback answer is written first, from the challenges in
+    memory, before the work dir is touched; the answers replace it task by task as workers finish them. Logs in
+    the work dir are optional.
     `echo` gets one line per phase (default: stderr with `progress`, else the log); `on_poll` is called while
     spawned workers run (tests use it to kill one)."""
     budget = Budget(cfg.time_budget, cfg.safety_margin, start)
     say = echo or _echo(cfg)
-    duplicates: set[str] = set()
-    challenges = read_challenges(cfg.challenges, duplicates)
     report: dict[str, Any] = {"tasks": len(challenges), "errors": []}
     report.update(_write_answer(cfg, challenges, {}, duplicates))  # the fallback, on disk before anything else
     say(budget.line("fallback", f"{cfg.output} holds a valid answer for each of the {len(challenges)} tasks"))

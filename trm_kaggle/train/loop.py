@@ -34,7 +34,7 @@ from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.atomic import append_line, atomic_write_text
 from trm_kaggle.errors import TRMError
-from trm_kaggle.locks import directory_lock
+from trm_kaggle.locks import directory_lock, refuse_if_held
 from trm_kaggle.model.dtype import DTYPES
 from trm_kaggle.model.compiling import compile_model, compiled_graphs, load_compile_cache, save_compile_cache
 from trm_kaggle.model.finite import NonFiniteSteps, all_finite, step_is_finite
@@ -232,21 +232,33 @@ class MetricLog:
         self.tb = self.wandb = None
         if not enabled:
             return
+        self.check(cfg)
         if cfg.tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise TRMError("tensorboard=True needs the tensorboard package (pip install tensorboard)") from None
+            from torch.utils.tensorboard import SummaryWriter
+
             self.tb = SummaryWriter(str(run_dir / "tensorboard"))
         if cfg.wandb:
             import os
-            try:
-                import wandb
-            except ImportError:
-                raise TRMError("wandb=True needs the wandb package (pip install wandb)") from None
+
+            import wandb
+
             os.environ.setdefault("WANDB_MODE", "offline")
             self.wandb = wandb.init(project=cfg.project_name or "trm_kaggle", name=cfg.run_name,
                                     dir=str(run_dir), config=cfg.model_dump())
+
+    @staticmethod
+    def check(cfg: TrainConfig) -> None:
+        """TRMError when a logger the settings ask for cannot be imported (checked before the run folder is made)."""
+        if cfg.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+            except ImportError:
+                raise TRMError("tensorboard=True needs the tensorboard package (pip install tensorboard)") from None
+        if cfg.wandb:
+            try:
+                import wandb  # noqa: F401
+            except ImportError:
+                raise TRMError("wandb=True needs the wandb package (pip install wandb)") from None
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -377,8 +389,8 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
         deadline = limit if deadline is None else min(deadline, limit)
     rt = setup_runtime(cfg)
     run_dir = default_run_dir(cfg)
-    if rt.is_main:  # one writer per run directory: a second training here is refused before it touches anything
-        held.enter_context(directory_lock(run_dir, "training"))
+    if rt.is_main:  # a folder another command writes: refused at once (the lock itself is taken below)
+        refuse_if_held(run_dir)
     if rt.is_main and cfg.progress and banner:
         print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
               f"{rt.world_size} replica(s)", file=sys.stderr, flush=True)
@@ -418,6 +430,10 @@ def _train(cfg: TrainConfig, held: contextlib.ExitStack, *, on_step: Callable[[i
         loader.set_group_filter(stages.group_mask_at)
         if rt.is_main:
             log.info("data curriculum: %s", stages.describe())
+    loader.check_batch_fills()
+    MetricLog.check(cfg)
+    if rt.is_main:  # one writer per run directory, taken after every check that can refuse: nothing is made before
+        held.enter_context(directory_lock(run_dir, "training"))
 
     step, carries = 0, None
     if rt.is_main:  # temporaries of a writer killed mid-write (a worker group restarted by torchrun, a kill -9)
