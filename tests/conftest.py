@@ -24,8 +24,41 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from trm_kaggle.hardware import usable_cores  # noqa: E402
 from trm_kaggle.kaggle import bundle as B  # noqa: E402
 from trm_kaggle.kaggle import metadata as M  # noqa: E402
+
+
+# ---------------------------------------------------------------------------
+# Parallel runs (`pytest -n auto --dist loadscope`, the README's test command): one worker per core, each module
+# (or class) on one worker, the modules with the most slow tests handed out first so that no long one starts last
+# ---------------------------------------------------------------------------
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: a worker per usable core, at most 8 (each holds torch, models and data: about 1 GB)."""
+    return max(1, min(usable_cores(), 8))
+
+
+def pytest_configure(config) -> None:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers > 1:  # the cores shared between the workers: torch's threads would otherwise contend
+        torch.set_num_threads(max(1, usable_cores() // workers))
+
+
+def _scope(item) -> str:
+    """The unit `--dist loadscope` keeps on one worker: the test's module, or its class."""
+    return item.nodeid.rsplit("::", 1)[0].split("[", 1)[0]
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a plain run keeps the files' order
+    cost: dict[str, float] = {}  # seconds, roughly: a slow test's own figure (`slow(s=...)`), else 30
+    for item in items:
+        marker = item.get_closest_marker("slow")
+        cost[_scope(item)] = cost.get(_scope(item), 0.0) + (marker.kwargs.get("s", 30) if marker else 0.1)
+    items.sort(key=lambda item: -cost[_scope(item)])  # stable: each scope keeps its own order
 
 
 def free_port() -> int:

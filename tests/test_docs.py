@@ -243,9 +243,10 @@ def test_pip_check_catches_a_missing_extra(tmp_path):
 
 
 def test_readme_test_command_is_what_ci_runs():
-    line = 'python -m pip install "torch==2.13.0" -e ".[dev,notebooks]" && python -m pytest -q'
-    assert line in (ROOT / "README.md").read_text().splitlines()
+    install = 'python -m pip install "torch==2.13.0" -e ".[dev,notebooks]" && python -m pytest -q'
+    (line,) = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(install)]
     assert line in (ROOT / ".ci" / "run").read_text().splitlines()
+    assert " -n auto " in line  # the suite on every core (pytest-xdist, in the dev extra)
 
 
 def test_readme_says_what_the_install_brings_on_each_platform():
@@ -548,9 +549,7 @@ def test_the_shuffled_order_keeps_each_pages_order():
     assert interleaved(ORDER_SEED) == order and interleaved(ORDER_SEED + 1) != order
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("order", ["docs", "shuffled"])
-def test_every_block_runs_in_one_folder_and_leaves_only_what_it_announces(order, pipeline_run, tmp_path):
+def run_every_block(order: str, pipeline_run: PipelineRun, tmp_path: Path) -> None:
     """All pages' blocks in one clone, in the docs' order or shuffled; the pipeline's outputs copied in first."""
     cwd = make_clone(tmp_path / "clone")
     shutil.copytree(pipeline_run.out, cwd / PIPELINE)
@@ -565,3 +564,16 @@ def test_every_block_runs_in_one_folder_and_leaves_only_what_it_announces(order,
         leftovers.add(block, cwd, left_behind(before, tree(cwd)))
     print("\n".join(leftovers.listing))  # with -rP: every block and what it left
     assert not leftovers.problems, "\n".join(leftovers.problems) + context
+
+
+# The two orders are two classes, so that `pytest -n auto --dist loadscope` (CI) runs them on two workers at once.
+class TestTheDocsOrder:
+    @pytest.mark.slow(s=250)  # a CLI process per command: ~40 of them
+    def test_every_block_runs_in_one_folder_and_leaves_only_what_it_announces(self, pipeline_run, tmp_path):
+        run_every_block("docs", pipeline_run, tmp_path)
+
+
+class TestAShuffledOrder:
+    @pytest.mark.slow(s=250)
+    def test_every_block_runs_in_one_folder_and_leaves_only_what_it_announces(self, pipeline_run, tmp_path):
+        run_every_block("shuffled", pipeline_run, tmp_path)

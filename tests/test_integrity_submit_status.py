@@ -86,7 +86,9 @@ def test_an_error_on_every_task_is_said_once(world, capsys, monkeypatch):
 def test_a_model_that_runs_exits_0(world, capsys):
     assert main(submit(world, "--max-tasks", "1")) == 0
     out = capsys.readouterr()
-    assert "1 answered by the model" in out.out and "error" not in out.err
+    # the model ran on its one task (a tiny random model may decode no valid grid: said, and still status 0)
+    assert ("1 answered by the model" in out.out or "0 answered by the model (1 more predicted" in out.out), out.out
+    assert "error" not in out.err
     check_submission(world / "s.json", world / "c.json")
 
 

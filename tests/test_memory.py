@@ -142,11 +142,11 @@ CHILD = r"""
 import json, sys, torch
 from trm_kaggle import hardware
 from trm_kaggle.train.loop import train
-from trm_kaggle.train.memory import estimate_training_memory
+from trm_kaggle.train.memory import estimate_training_memory, training_rss
 from trm_kaggle.train.settings import load_train_config
 cfg = load_train_config(None, [], sys.argv[1:])
 torch.set_num_threads(1)
-est = estimate_training_memory(cfg, seq_len=81, vocab_size=11, num_puzzle_identifiers=1, baseline=hardware.current_rss())
+est = estimate_training_memory(cfg, seq_len=81, vocab_size=11, num_puzzle_identifiers=1, baseline=training_rss())
 train(cfg)
 print(json.dumps({"estimate": est.total(cfg.micro_batch_size or cfg.global_batch_size), "peak": hardware.peak_rss()}))
 """

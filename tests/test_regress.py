@@ -387,7 +387,7 @@ def test_regress_catches_a_planted_change(tmp_path, edit, caught, unchanged):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.slow(s=220)  # every regression notebook, two at a time
 def test_the_regression_suite_holds(tmp_path, capsys):
     rc, stdout, stderr = regress(capsys, REGRESSION, tmp_path / "out")
     assert rc == 0, stdout + stderr

@@ -115,8 +115,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     cfg = _solve_config(args)
     report = solve(cfg, start=getattr(args, "started", None))
     print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
-          f"{report['answered']} answered by the model, {count(report['predicted'], 'test input')} with model "
-          f"predictions, {report['elapsed_s']} s")
+          f"{report['answered']} answered by the model"
+          + (f" ({report['ran'] - report['answered']} more predicted, but decoded no valid grid)"
+             if report.get("ran", 0) > report["answered"] else "")
+          + f", {count(report['predicted'], 'test input')} with model predictions, {report['elapsed_s']} s")
     if report.get("model_failed") and report["valid"]:  # one line for the cause, not one per task it cost
         print(f"error: the model could not run on any of its {count(report['model_tasks'], 'task')}: "
               f"{report['model_failed']}; {report['output']} holds the fallback answers (details: "

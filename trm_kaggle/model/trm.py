@@ -46,7 +46,6 @@ from trm_kaggle.config import ArchConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.compiling import Regions
 from trm_kaggle.model.dtype import resolve_forward_dtype
-from trm_kaggle.model.fused import block_dispatch
 from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
 
 
@@ -249,9 +248,14 @@ class TinyRecursiveModel(nn.Module):
             Block(D, arch.num_heads, arch.expansion, arch.rms_norm_eps, mlp_t=arch.mlp_t, total_len=self.total_len)
             for _ in range(arch.L_layers)
         )
-        dispatch = block_dispatch(arch)  # arch.kernels / arch.fp8; None: the blocks' own path
-        for block in self.layers:
-            block.dispatch = dispatch
+        if arch.kernels != "torch" or arch.fp8 != "off":  # the fused kernels or float8: each block dispatches
+            # imported here: its compile-time constants import torch._dynamo, a second and a half of start-up
+            # that the default path (no dispatch at all) never pays
+            from trm_kaggle.model.fused import block_dispatch
+
+            dispatch = block_dispatch(arch)  # one for every block: a compiled block is traced once
+            for block in self.layers:
+                block.dispatch = dispatch
 
         # Initial latent states: fixed random vectors (buffers, saved, not trained)
         self.register_buffer("H_init", trunc_normal_(torch.empty(D), std=1.0), persistent=True)

@@ -225,6 +225,15 @@ def memory_share(processes: int = 1) -> int | None:
     return available // max(1, processes) + hardware.current_rss()
 
 
+def training_rss() -> int:
+    """This process's resident memory once what a training step imports is loaded: torch's optimizers import
+    torch._dynamo at their first parameter group (about 0.2 GB), which a baseline read before that must hold."""
+    import torch._dynamo  # noqa: F401
+    from trm_kaggle import hardware
+
+    return hardware.current_rss()
+
+
 def largest_fitting_batch(est_one: MemoryEstimate, budget: int) -> int:
     """The most rows one batch (a single micro-batch: no accumulation) may have for the expected peak to fit
     in `budget` bytes, from the estimate of a one-row batch (its ACT carry grows with the rows too); 0 when
@@ -249,7 +258,7 @@ def fitting_batch(arch: ArchConfig, *, seq_len: int, vocab_size: int, num_puzzle
     dtype, _ = resolve_forward_dtype(arch, device)
     est = estimate_training_memory(TrainConfig(arch=arch, global_batch_size=1, ema=False), seq_len=seq_len,
                                    vocab_size=vocab_size, num_puzzle_identifiers=num_puzzle_identifiers,
-                                   device=device, dtype=dtype, baseline=hardware.current_rss())
+                                   device=device, dtype=dtype, baseline=training_rss())
     return largest_fitting_batch(est, int(fraction * share)), share
 
 
@@ -273,7 +282,7 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
         return requested
     est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab_size,
                                    num_puzzle_identifiers=num_puzzle_identifiers, num_puzzles=num_puzzles,
-                                   device=device, dtype=dtype, baseline=hardware.current_rss(), world_size=world_size)
+                                   device=device, dtype=dtype, baseline=training_rss(), world_size=world_size)
     micro = plan_micro_batch(est, local_batch, share, requested=requested)
     if log:
         log.info("auto_batch: micro_batch_size=%d of the local batch %d (expected peak %.2f GB of %.2f GB "
