@@ -41,6 +41,8 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def pytest_configure(config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # keep the order below (xdist would put the largest modules first)
+        config.option.loadscopereorder = False
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if workers > 1:  # the cores shared between the workers: torch's threads would otherwise contend
         torch.set_num_threads(max(1, usable_cores() // workers))

@@ -317,10 +317,9 @@ def _venv_probe(python: Path, code: str, env: dict[str, str], cwd: Path) -> subp
 def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout: float | None,
                 echo: Callable[[str], None]) -> int:
     with open(log_path, "w", encoding="utf-8") as logf:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, encoding="utf-8", errors="replace")
-        deadline = None if timeout is None else time.monotonic() + timeout
         import threading
+
+        deadline = None if timeout is None else time.monotonic() + timeout
 
         def pump():
             for line in proc.stdout:
@@ -328,9 +327,11 @@ def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout
                 logf.flush()
                 echo(line.rstrip("\n"))
 
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True, encoding="utf-8", errors="replace")
         t = threading.Thread(target=pump, daemon=True)
-        t.start()
-        try:
+        try:  # from the moment the group exists: an interrupt while the pump starts stops it too
+            t.start()
             proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             _stop_group(proc)
