@@ -31,7 +31,7 @@ from trm_kaggle.kaggle import metadata as M  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # Parallel runs (`pytest -n auto --dist loadscope`, the README's test command): one worker per core, each module
-# (or class) on one worker, the modules with the most slow tests handed out first so that no long one starts last
+# (or class) on one worker, the costliest handed out first so that no long one starts last
 # ---------------------------------------------------------------------------
 
 
