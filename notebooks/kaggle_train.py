@@ -117,7 +117,7 @@ SESSION = Path(KAGGLE_WORKING) / "session.json"
 
 
 def write_session(status, message):
-    """session.json (atomically): what stopped this session, for `kaggle kernels output` readers."""
+    """session.json (atomically): what stopped this kernel run, for `kaggle kernels output` readers."""
     record = {"ok": False, "status": status, "message": message, "seconds": round(time.time() - STARTED, 1)}
     tmp = SESSION.with_name(f".{SESSION.name}.partial-{os.getpid()}")
     with open(tmp, "w") as f:
@@ -126,7 +126,7 @@ def write_session(status, message):
 
 
 def fail(message):
-    """The reason this session stops, as one error line and in session.json (never an exception)."""
+    """The reason this kernel run stops, as one error line and in session.json (never an exception)."""
     global READY
     READY = False
     print(f"error: {message}", flush=True)
