@@ -35,6 +35,7 @@ from trm_kaggle.kaggle import metadata as M  # noqa: E402
 # ---------------------------------------------------------------------------
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without xdist (`-p no:xdist`) has no such hook
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: a worker per usable core, at most 8 (each holds torch, models and data: about 1 GB)."""
     return max(1, min(usable_cores(), 8))
@@ -44,8 +45,19 @@ def pytest_configure(config) -> None:
     if hasattr(config.option, "loadscopereorder"):  # keep the order below (xdist would put the largest modules first)
         config.option.loadscopereorder = False
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-    if workers > 1:  # the cores shared between the workers: torch's threads would otherwise contend
-        torch.set_num_threads(max(1, usable_cores() // workers))
+    if workers > 1:
+        pin_to_own_cores(int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw")), workers)
+
+
+def pin_to_own_cores(worker: int, workers: int) -> None:
+    """Worker `worker` of `workers` keeps to its own share of the cores, and so does every process it starts (the
+    affinity mask is inherited, and the package sizes its threads from it: `hardware.usable_cores`). Without this
+    a test's command sized its threads for the whole machine while the other workers ran too, and torch's threads,
+    waiting on each other, lost their turns: the docs' commands took 1.6 times as long as on an idle machine."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(cores) >= workers:
+        os.sched_setaffinity(0, cores[worker::workers])
+    torch.set_num_threads(max(1, usable_cores() // (1 if len(cores) >= workers else workers)))
 
 
 def _scope(item) -> str:
@@ -69,6 +81,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_base(offsets) -> int:
+    """A port base that SLURM scripts add a job's id to (`base + offset`, one offset per job): every port they
+    will use is free now, not just the base."""
+    def bindable(port: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+            return True
+
+    for _ in range(200):
+        base = free_port() - min(offsets)
+        if 1024 <= base and base + 999 <= 65535 and all(bindable(base + o) for o in offsets):
+            return base
+    raise RuntimeError(f"no port base with {sorted(offsets)} free")
 
 
 def random_grid(rng: np.random.Generator, max_side: int = 8, colours: int = 10) -> list[list[int]]:

@@ -20,6 +20,7 @@ the environment running the tests already has them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -472,9 +473,36 @@ class PipelineRun:
 @pytest.fixture(scope="session")
 def pipeline_run(tmp_path_factory) -> PipelineRun:
     """The one `makes runs/pipeline` block, run once in a clone of its own (stdout and stderr to pipes, as in a
-    log); every run of the docs copies what it left."""
+    log); every run of the docs copies what it left. Under xdist the workers share it: the first to need it runs
+    it, holding a lock the others wait on, and leaves its result (or its failure) for them."""
+    from filelock import FileLock  # torch's own requirement
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    result = root / "docs-pipeline.json"
+    with FileLock(str(root / "docs-pipeline.lock")):
+        if not result.is_file():
+            try:
+                made = make_pipeline(root / "docs-pipeline")
+                saved = {"out": str(made.out), "stderr": made.stderr, "leftovers": vars(made.leftovers)}
+            except BaseException as e:  # pytest.fail, a time-out, an interrupt: the others fail without a rerun
+                saved = {"failed": f"{type(e).__name__}: {e}"}
+                raise
+            finally:
+                tmp = result.with_suffix(".tmp")
+                tmp.write_text(json.dumps(saved))
+                tmp.replace(result)
+        saved = json.loads(result.read_text())
+    if "failed" in saved:
+        pytest.fail(f"the pipeline block failed (in the first worker that ran it): {saved['failed']}")
+    return PipelineRun(Path(saved["out"]), Leftovers(**saved["leftovers"]), saved["stderr"])
+
+
+def make_pipeline(folder: Path) -> PipelineRun:
     maker = next(b for b in all_blocks() if b.makes_pipeline)
-    cwd = make_clone(tmp_path_factory.mktemp("pipeline"))
+    folder.mkdir()
+    cwd = make_clone(folder)
     before = tree(cwd)
     done = run_block(maker, cwd)
     leftovers = Leftovers([], [], {})

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import free_port
+from conftest import free_port_base
 from test_train import TINY
 from cli_helpers import one_error_line
 from trm_kaggle.cli import main
@@ -240,6 +240,8 @@ for task in $(seq 0 "${last:-0}"); do
 done
 '''
 
+JOB_PORTS = (200, 201)  # the scripts' port is base + SLURM_JOB_ID % 1000; the fake sbatch's ids are 4200, 4201
+
 FAKE_SRUN = r'''#!/bin/bash
 # Stand-in for srun: one task per node of the allocation, all on this machine; SLURM_NODEID tells them apart.
 nodes=$SLURM_JOB_NUM_NODES
@@ -285,7 +287,7 @@ def slurm_env(tmp_path) -> dict:
 
 def slurm_args(shared: Path, out: Path, *extra: str, nodes: int = 2) -> list[str]:
     return ["launch", "slurm", "--nodes", str(nodes), "--gpus-per-node", "0", "--out", str(out), "--shared-dir",
-            str(shared), "--time", "0:10:00", "--rdzv-port", str(free_port()), "--rdzv-timeout", "120",
+            str(shared), "--time", "0:10:00", "--rdzv-port", str(free_port_base(JOB_PORTS)), "--rdzv-timeout", "120",
             "data_paths=[data/sudoku4]", *TINY, *extra]
 
 
@@ -394,7 +396,7 @@ def test_sweep_as_a_slurm_job_array_lands_where_compare_reads_it_and_reruns_skip
     grid.write_text("name: lr\naxes:\n  - ['lr=1e-3', 'lr=3e-3']\n")
     out = tmp_path / "jobs"
     args = ["sweep", str(grid), "--launcher", "slurm", "--nodes", "1", "--gpus-per-node", "0", "--out", str(out),
-            "--shared-dir", str(shared), "--rdzv-port", str(free_port()), "--rdzv-timeout", "120",
+            "--shared-dir", str(shared), "--rdzv-port", str(free_port_base(JOB_PORTS)), "--rdzv-timeout", "120",
             "data_paths=[data/sudoku4]", *TINY, "max_steps=3"]
     assert main(args) == 0
     script = out / "lr.sbatch"
