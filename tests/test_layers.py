@@ -1,9 +1,12 @@
 """The CPU fast paths of the building blocks against plain float64 references."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from trm_kaggle.model import layers
 from trm_kaggle.model.layers import Attention, RotaryEmbedding, SwiGLU, apply_rope, rms_norm
 
 
@@ -148,3 +151,36 @@ def test_rope_by_roll_is_bit_identical_to_rope_by_concatenation(dtype, head_dim)
     ref = x.detach().double() * c.double() + torch.cat((-x.detach()[..., half:], x.detach()[..., :half]), -1).double() \
         * torch.cat((s[..., half:], s[..., half:]), -1).double()
     assert torch.allclose(got.detach().double(), ref, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-2)
+
+
+@pytest.mark.skipif(not layers.ONEDNN_LINEAR, reason="this torch build has no oneDNN")
+@pytest.mark.parametrize("residual", [False, True])
+def test_eager_onednn_path_is_the_custom_op_s_arithmetic(residual):
+    """Where torch._dynamo is not imported the oneDNN matmuls skip the custom op (whose first call imports it):
+    the same kernels, so the same output and gradients, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    x0, w0 = torch.randn(2, 40, 64, generator=g), torch.randn(96, 64, generator=g)
+    r0 = torch.randn(2, 40, 96, generator=g)
+    epilogue = "add" if residual else "none"
+    results = []
+    for run in (layers._onednn_linear, layers._EagerOneDNNLinear.apply):
+        x, w, r = (t.clone().requires_grad_(True) for t in (x0, w0, r0))
+        y = run(x, w, r if residual else None, epilogue)
+        (y * torch.cos(y)).sum().backward()
+        results.append([y, x.grad, w.grad, r.grad if residual else torch.zeros(())])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_the_oneDNN_matmuls_take_the_custom_op_once_torch_dynamo_is_imported(monkeypatch):
+    import torch._dynamo  # noqa: F401
+
+    calls = []
+    monkeypatch.setattr(layers, "_onednn_linear", lambda *a: calls.append("op") or layers._onednn_kernel(*a))
+    monkeypatch.setattr(layers, "_onednn_kernel", lambda *a: calls.append("kernel") or torch.zeros(()))
+    layers._onednn(torch.ones(1, 1), torch.ones(1, 1), None, "none")
+    assert calls == ["op", "kernel"]
+    calls.clear()
+    monkeypatch.delitem(sys.modules, "torch._dynamo")
+    layers._onednn(torch.ones(1, 1), torch.ones(1, 1), None, "none")
+    assert calls == ["kernel"]

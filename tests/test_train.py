@@ -508,3 +508,36 @@ def test_the_test_split_check_equals_one_full_length_rollout_of_the_split(sudoku
     assert got["eval_exact_accuracy"] == pytest.approx(float(m["exact_accuracy"]) / n, abs=1e-12)
     assert got["eval_token_accuracy"] == pytest.approx(float(m["token_accuracy"]) / n, rel=1e-6)
     assert got["eval_steps"] == cfg.arch.halt_max_steps
+
+
+_NO_DYNAMO = r"""
+import sys
+from trm_kaggle.cli import main
+from trm_kaggle.model import layers
+
+calls = []
+kernel = layers._onednn_kernel
+layers._onednn_kernel = lambda *a: calls.append(1) or kernel(*a)
+data, run, out = sys.argv[1:4]
+assert main(["train", f"data_paths=[{data}]", f"checkpoint_path={run}", *sys.argv[4:]]) == 0
+assert main(["export", run, "--out", f"{out}/weights"]) == 0
+from trm_kaggle.evaluate.predict import predict_split
+from trm_kaggle.model.export import load_model_for_dataset
+model = load_model_for_dataset(f"{out}/weights", data, "cpu")[0]
+assert (predict_split(model, data, batch_size=32).steps > 0).all()
+print("onednn calls", len(calls) if layers.ONEDNN_LINEAR else "n/a", "dynamo", "torch._dynamo" in sys.modules)
+"""
+
+
+def test_cpu_training_and_prediction_never_import_torch_dynamo(sudoku4, tmp_path):
+    """Eager CPU work keeps torch._dynamo unimported: its import is 1.2 s of every process's start-up (torch's
+    optimizers and custom ops import it on their first call; `optim.common` and `model.layers._onednn` avoid
+    those calls while nothing compiles). The model is wide enough that its matmuls take the oneDNN path.
+    (`deterministic=True` imports it: torch.use_deterministic_algorithms sets torch._inductor's options.)"""
+    p = subprocess.run([sys.executable, "-c", _NO_DYNAMO, str(sudoku4), str(tmp_path / "run"), str(tmp_path),
+                        *TINY, "arch.hidden_size=256", "arch.num_heads=4", "global_batch_size=32", "max_steps=2",
+                        "deterministic=False"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = p.stdout.strip().splitlines()[-1]
+    assert line.endswith("dynamo False"), line
+    assert not line.startswith("onednn calls 0 "), line  # the oneDNN matmuls ran, outside the custom op

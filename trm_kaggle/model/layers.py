@@ -10,7 +10,7 @@ Module and weight names follow upstream so its checkpoints map one to one
 float32 on CPU has faster paths with the same arithmetic (up to float32 rounding
 order), used by training and evaluation alike:
 * matmuls through oneDNN with the SiLU, the SwiGLU gating product and the
-  residual add fused into their epilogues (`linear`, `_onednn_linear`);
+  residual add fused into their epilogues (`linear`, `_onednn`);
 * RoPE as one complex multiplication on a head-dimension order in which q and k
   are projected (`Attention.forward`; eager only: compiled, the plain path's roll fuses);
 * RMSNorm with a hand-written backward (`_RMSNorm`).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Callable, Optional, Tuple
 
 import torch
@@ -201,16 +202,21 @@ def _needs_grad(*tensors: Optional[torch.Tensor]) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-@torch.library.custom_op("trm_kaggle::linear", mutates_args=())
-def _onednn_linear(x: torch.Tensor, w: torch.Tensor, other: Optional[torch.Tensor], epilogue: str) -> torch.Tensor:
+def _onednn_kernel(x: torch.Tensor, w: torch.Tensor, other: Optional[torch.Tensor], epilogue: str) -> torch.Tensor:
     """oneDNN x @ w.T followed, in the same pass, by `epilogue`: "none", "swish" (SiLU),
-    "add" (+ other) or "mul" (* other). A custom op, so that torch.compile keeps it as
-    one opaque kernel and fuses the element-wise work around it."""
+    "add" (+ other) or "mul" (* other)."""
     lp = torch.ops.mkldnn._linear_pointwise
     x, w = x.contiguous(), w.contiguous()
     if other is None:
         return lp(x, w, None, epilogue, [], "")
     return lp.binary(x, other.contiguous(), w, None, epilogue)
+
+
+@torch.library.custom_op("trm_kaggle::linear", mutates_args=())
+def _onednn_linear(x: torch.Tensor, w: torch.Tensor, other: Optional[torch.Tensor], epilogue: str) -> torch.Tensor:
+    """`_onednn_kernel` as a custom op, so that torch.compile keeps it as one opaque kernel and fuses the
+    element-wise work around it."""
+    return _onednn_kernel(x, w, other, epilogue)
 
 
 @_onednn_linear.register_fake
@@ -230,7 +236,7 @@ def _onednn_linear_backward(ctx, dy):
     x, w = ctx.saved_tensors
     dx = dw = dother = None
     if ctx.needs_input_grad[0]:  # oneDNN again: faster than BLAS for this product too
-        dx = _onednn_linear(dy, w.t().contiguous(), None, "none")
+        dx = _onednn(dy, w.t().contiguous(), None, "none")
     if ctx.needs_input_grad[1]:  # a long reduction over batch x sequence: BLAS is faster there
         dw = dy.reshape(-1, dy.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
     if ctx.epilogue == "add" and ctx.needs_input_grad[2]:
@@ -241,10 +247,33 @@ def _onednn_linear_backward(ctx, dy):
 _onednn_linear.register_autograd(_onednn_linear_backward, setup_context=_onednn_linear_setup)
 
 
+class _EagerOneDNNLinear(torch.autograd.Function):
+    """The custom op's forward and backward as a plain autograd function, for code that is not compiled."""
+
+    @staticmethod
+    def forward(x, w, other, epilogue):
+        return _onednn_kernel(x, w, other, epilogue)
+
+    setup_context = staticmethod(_onednn_linear_setup)
+    backward = staticmethod(_onednn_linear_backward)
+
+
+def _onednn(x: torch.Tensor, w: torch.Tensor, other: Optional[torch.Tensor], epilogue: str) -> torch.Tensor:
+    """The oneDNN product, through the custom op wherever torch.compile may be tracing (torch._dynamo imported),
+    else through `_EagerOneDNNLinear` (or the kernel itself when no gradient is needed). Same kernels, same
+    numbers: the custom op's first call imports torch._dynamo, 1.2 s of the start-up of every CPU process
+    (evaluate, submit, a Kaggle kernel) that never compiles."""
+    if "torch._dynamo" in sys.modules:
+        return _onednn_linear(x, w, other, epilogue)
+    if _needs_grad(x, w, other):
+        return _EagerOneDNNLinear.apply(x, w, other, epilogue)
+    return _onednn_kernel(x, w, other, epilogue)
+
+
 def linear(x: torch.Tensor, w: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
     """x @ w.T (+ residual) without bias: oneDNN for float32 on CPU, F.linear elsewhere."""
     if _use_onednn(x, w):
-        return _onednn_linear(x, w, residual, "none" if residual is None else "add")
+        return _onednn(x, w, residual, "none" if residual is None else "add")
     y = F.linear(x, w)
     return y if residual is None else y + residual
 
@@ -309,9 +338,9 @@ class SwiGLU(nn.Module):
             # backward run 2-3x slower on the strided halves of one [gate | up] output).
             w_gate, w_up = w[: self.inner], w[self.inner:]
             if _needs_grad(x, w):
-                h = F.silu(_onednn_linear(x, w_gate, None, "none")) * _onednn_linear(x, w_up, None, "none")
+                h = F.silu(_onednn(x, w_gate, None, "none")) * _onednn(x, w_up, None, "none")
             else:  # SiLU and the gating product run inside the two matmuls' epilogues
-                h = _onednn_linear(x, w_up, _onednn_linear(x, w_gate, None, "swish"), "mul")
+                h = _onednn(x, w_up, _onednn(x, w_gate, None, "swish"), "mul")
             return self.down_proj(h, residual)
         if cpu_fast_path(x):  # two contiguous halves here too (bf16 on CPU)
             w = self.gate_up_proj.cast_weight

@@ -34,9 +34,8 @@ from typing import Iterable, List, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch.optim.optimizer import Optimizer
 
-from trm_kaggle.optim.common import check_hyperparameters, closure_loss, with_grads
+from trm_kaggle.optim.common import BaseOptimizer, check_hyperparameters, closure_loss, with_grads
 
 # The first version of the `adam-atan2` package whose kernel computes the rule above.
 FUSED_MIN_VERSION = (0, 0, 3)
@@ -78,7 +77,7 @@ def fused_available() -> bool:
     return _fused_backend is not None
 
 
-class AdamATan2(Optimizer):
+class AdamATan2(BaseOptimizer):
     def __init__(self, params: Iterable, lr: Union[float, Tensor] = 1e-4,
                  betas: Tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.1,
                  use_fused: Union[bool, None] = None, capturable: Union[bool, None] = None):

@@ -1,11 +1,42 @@
-"""What every optimizer here does the same way: argument checks, the closure, the parameters with a gradient."""
+"""What every optimizer here does the same way: its base class, argument checks, the closure, the parameters
+with a gradient."""
 
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Callable, List, Optional, Sequence
 
 import torch
 from torch import Tensor
+from torch.optim.optimizer import Optimizer
+
+
+def _plain_until_compiling(name: str):
+    """`Optimizer.<name>` as it is written, while torch._dynamo has not been imported; torch's wrapped one after.
+
+    torch wraps four of Optimizer's methods so that torch.compile never traces into them, and the wrapper imports
+    torch._dynamo on its first call: 1.2 s of a CPU training process's start-up (3.8 s in all for a 3-step
+    `trm-kaggle train`), spent by every process that builds an optimizer. While torch._dynamo is not imported
+    nothing can be compiling, so the method itself does the same; once it is (a compiled model), torch's wrapper
+    runs as usual."""
+    wrapped = getattr(Optimizer, name)
+    plain = getattr(wrapped, "__wrapped__", wrapped)  # a torch that does not wrap it: the same method either way
+
+    @functools.wraps(plain)
+    def method(self, *args, **kwargs):
+        return (wrapped if "torch._dynamo" in sys.modules else plain)(self, *args, **kwargs)
+
+    return method
+
+
+class BaseOptimizer(Optimizer):
+    """torch's `Optimizer`, without its import of torch._dynamo at start-up (see `_plain_until_compiling`)."""
+
+    add_param_group = _plain_until_compiling("add_param_group")
+    zero_grad = _plain_until_compiling("zero_grad")
+    state_dict = _plain_until_compiling("state_dict")
+    load_state_dict = _plain_until_compiling("load_state_dict")
 
 
 def check_hyperparameters(lr: float, weight_decay: float, betas: Optional[Sequence[float]] = None) -> None:

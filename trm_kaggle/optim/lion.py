@@ -21,12 +21,11 @@ from typing import Iterable, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch.optim.optimizer import Optimizer
 
-from trm_kaggle.optim.common import check_hyperparameters, closure_loss, with_grads
+from trm_kaggle.optim.common import BaseOptimizer, check_hyperparameters, closure_loss, with_grads
 
 
-class Lion(Optimizer):
+class Lion(BaseOptimizer):
     def __init__(self, params: Iterable, lr: Union[float, Tensor] = 1e-4, betas: Tuple[float, float] = (0.9, 0.99),
                  weight_decay: float = 0.0):
         check_hyperparameters(lr, weight_decay, betas)

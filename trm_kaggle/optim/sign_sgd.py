@@ -26,14 +26,13 @@ from typing import Iterable, List, Optional, Union
 
 import torch
 import torch.distributed as dist
-from torch.optim.optimizer import Optimizer
 
 from trm_kaggle import xla
 from trm_kaggle.model.trm import PuzzleEmbedding
-from trm_kaggle.optim.common import check_hyperparameters, closure_loss
+from trm_kaggle.optim.common import BaseOptimizer, check_hyperparameters, closure_loss
 
 
-class SignSGD(Optimizer):
+class SignSGD(BaseOptimizer):
     """Optimizes `PuzzleEmbedding` tables; pass the module(s), not parameters.
 
     The param group holds each table (`module.weights`) so LR schedulers and

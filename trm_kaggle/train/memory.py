@@ -226,8 +226,9 @@ def memory_share(processes: int = 1) -> int | None:
 
 
 def training_rss() -> int:
-    """This process's resident memory once what a training step imports is loaded: torch's optimizers import
-    torch._dynamo at their first parameter group (about 0.2 GB), which a baseline read before that must hold."""
+    """This process's resident memory with torch._dynamo loaded (about 0.2 GB): the estimate imports it (its
+    models are built on the meta device, where torch's arange imports it), as does a compiled step, so a
+    baseline read before them must hold it."""
     import torch._dynamo  # noqa: F401
     from trm_kaggle import hardware
 
