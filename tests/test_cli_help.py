@@ -213,6 +213,23 @@ def test_help_imports_no_torch():
     assert p.returncode == 0 and p.stderr.strip() == "False", p.stderr[-2000:]
 
 
+def test_lists_plans_and_job_files_import_no_torch(tmp_path):
+    """Commands that only read settings and write text answer without torch (1-2 s of start-up): the recipe and
+    grid lists, a sweep's dry run on the CPU (device=auto asks torch whether CUDA is there, to check --parallel
+    against the GPUs), the job files of a cluster launch."""
+    code = ("import sys\nfrom trm_kaggle.cli import main\n"
+            "for argv in (['submit', '--list-recipes'], ['estimate', '--list-recipes'], ['sweep', '--list-grids'],\n"
+            "             ['sweep', 'ablations', 'data_paths=[d]', 'device=cpu', '--dry-run', '--sweep-dir',\n"
+            "              sys.argv[1] + '/s'],\n"
+            "             ['launch', 'k8s', '--preset', 'arc2', 'data_paths=[d]', '--nodes', '2', '--gpus-per-node',\n"
+            "              '8', '--image', 'r.example/trm:1', '--pvc', 'data', '--out', sys.argv[1] + '/k8s']):\n"
+            "    assert main(argv) == 0, argv\n"
+            "print('torch' in sys.modules, file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0 and p.stderr.strip().splitlines()[-1] == "False", p.stderr[-2000:]
+    assert (tmp_path / "k8s").is_dir()
+
+
 @pytest.mark.parametrize("args", [["--help"], ["--bogus"], ["--config"]])
 def test_torchrun_reads_the_train_arguments_as_train_does(args, capsys):
     """`torchrun ... -m trm_kaggle train ARGS` checks ARGS before the rendezvous with `train`'s parser alone: the

@@ -50,9 +50,8 @@ WORK_ENTRIES = ("src", "data", "units", "workers", "solve_report.json", LOCK_FIL
 def _train(args: argparse.Namespace) -> IO:
     if args.list_presets or args.list_settings or args.print_config:
         return [], []
-    from trm_kaggle.train.loop import default_run_dir
     from trm_kaggle.train.run_io import training_io
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.train.settings import default_run_dir, load_train_config
 
     overrides = list(args.overrides) + ([] if args.progress else ["progress=False"])
     with _quiet():  # the command loads them again and says its notes (upstream spellings...) once

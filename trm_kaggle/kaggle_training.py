@@ -120,7 +120,7 @@ def previous_state(roots: Path | Sequence[Path], exclude: Path) -> tuple[Path, d
 def refuse_other_run(path: Path, state: dict[str, Any], cfg: TrainConfig) -> None:
     """TRMError when the previous state belongs to another model or config, or was trained on other data."""
     from trm_kaggle.train import checkpoint as ckpt
-    from trm_kaggle.train.loop import RESUMABLE_CHANGES
+    from trm_kaggle.train.settings import RESUMABLE_CHANGES
 
     saved = TrainConfig.model_validate_json(state["config"])
     diffs = [k for k in TrainConfig.model_fields if k not in RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]

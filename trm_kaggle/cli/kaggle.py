@@ -104,11 +104,12 @@ MODEL_FAILED_STATUS = 3
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from trm_kaggle.solve.recipes import describe_recipes
-    from trm_kaggle.solve.solve import solve
 
-    if args.list_recipes:
+    if args.list_recipes:  # before torch: the list answers at once
         print(describe_recipes())
         return 0
+    from trm_kaggle.solve.solve import solve
+
     missing = [f"--{k}" for k in ("challenges", "weights") if not getattr(args, k)]
     if missing:
         raise TRMError(f"submit needs {' and '.join(missing)}")
@@ -153,12 +154,13 @@ def add_estimate(sub) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from trm_kaggle.solve.estimate import estimate_kernel
     from trm_kaggle.solve.recipes import describe_recipes
 
-    if args.list_recipes:
+    if args.list_recipes:  # before torch: the list answers at once
         print(describe_recipes())
         return 0
+    from trm_kaggle.solve.estimate import estimate_kernel
+
     if not (args.weights or args.preset):
         raise TRMError("estimate needs --weights EXPORT_DIR or --preset NAME")
     if args.devices < 1:

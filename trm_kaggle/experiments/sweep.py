@@ -52,9 +52,10 @@ from trm_kaggle.jsonio import read_json
 from trm_kaggle.locks import LOCK_FILE, directory_lock, hand_down, refuse_if_held
 from trm_kaggle.outputs import overlap_problem
 from trm_kaggle.progress import tqdm
-from trm_kaggle.train.loop import RESUMABLE_CHANGES
 from trm_kaggle.train.run_io import training_io
-from trm_kaggle.train.settings import apply_overrides, dump_config, load_train_config, read_config_file
+from trm_kaggle.train.settings import (
+    RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, read_config_file,
+)
 
 log = logging.getLogger(__name__)
 

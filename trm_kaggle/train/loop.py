@@ -54,20 +54,12 @@ from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metr
 from trm_kaggle.train.memory import MemoryWatch, is_out_of_memory, memory_aware_micro_batch, out_of_memory_error
 from trm_kaggle.train.runtime import Runtime, all_reduce_, broadcast_model_, dtype_name, setup_runtime
 from trm_kaggle.train.schedules import cycles_at, exploration_at, lr_at_step, total_train_steps
+from trm_kaggle.train.settings import RESUMABLE_CHANGES, default_run_dir
 from trm_kaggle.train.stages import StagePlan
 from trm_kaggle.train.stops import EvaluationCut, StopControl, expected_eval_seconds
 from trm_kaggle.train.step_guard import StepGuard, keep_carries
 
 log = logging.getLogger(__name__)
-
-# config fields that may differ between a run and its resumption (freeze_weights: a staged test-time schedule
-# trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then;
-# data_paths: the same dataset mounted elsewhere, e.g. by the next Kaggle session: its fingerprint, checked
-# separately, tells whether it is the same data)
-RESUMABLE_CHANGES = {"data_paths", "max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep",
-                     "tensorboard", "wandb", "device", "compile", "micro_batch_size", "auto_batch", "threads",
-                     "load_checkpoint", "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
-                     "freeze_weights", "grad_checkpointing", "max_nonfinite_steps", "save_every_s", "cuda_graphs"}
 
 # Devices whose steady-state training step runs without a host read: the finite check decided on the device
 # (`trm_kaggle.train.step_guard`), exploration draws made there, the puzzle rows' update without `unique()`.
@@ -113,13 +105,6 @@ class TrainResult:
             text += (f"\ntest split: exact accuracy {self.eval_metrics['eval_exact_accuracy']:.3f} over "
                      f"{self.eval_metrics['eval_examples']} examples (per augmented example; not the ARC Prize score)")
         return text
-
-
-def default_run_dir(cfg: TrainConfig) -> Path:
-    if cfg.checkpoint_path:
-        return Path(cfg.checkpoint_path)
-    name = cfg.run_name or "trm-" + "-".join(Path(p).name for p in cfg.data_paths)
-    return Path("runs") / name
 
 
 def build_model(cfg: TrainConfig, loader: PuzzleLoader, rt: Runtime) -> TinyRecursiveModel:

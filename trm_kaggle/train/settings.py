@@ -19,6 +19,7 @@ suggests the closest valid one.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 import yaml
@@ -30,6 +31,23 @@ from trm_kaggle.yamlio import MAX_YAML_BYTES, parse_yaml
 from trm_kaggle.train.config_layers import UPSTREAM_ONLY, ConfigLayers
 from trm_kaggle.train.overrides import Interpolation
 from trm_kaggle.train.presets import PRESETS, expand_preset_names
+
+# config fields that may differ between a run and its resumption (freeze_weights: a staged test-time schedule
+# trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then;
+# data_paths: the same dataset mounted elsewhere, e.g. by the next Kaggle session: its fingerprint, checked
+# separately, tells whether it is the same data)
+RESUMABLE_CHANGES = {"data_paths", "max_steps", "time_limit", "progress", "log_interval", "checkpoint_keep",
+                     "tensorboard", "wandb", "device", "compile", "micro_batch_size", "auto_batch", "threads",
+                     "load_checkpoint", "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
+                     "freeze_weights", "grad_checkpointing", "max_nonfinite_steps", "save_every_s", "cuda_graphs"}
+
+
+def default_run_dir(cfg: TrainConfig) -> Path:
+    """The run's folder: checkpoint_path, else runs/<run_name>, else runs/trm-<the datasets' folder names>."""
+    if cfg.checkpoint_path:
+        return Path(cfg.checkpoint_path)
+    name = cfg.run_name or "trm-" + "-".join(Path(p).name for p in cfg.data_paths)
+    return Path("runs") / name
 
 # ---------------------------------------------------------------------------
 # Config files
