@@ -57,7 +57,9 @@ def pin_to_own_cores(worker: int, workers: int) -> None:
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(cores) >= workers:
         os.sched_setaffinity(0, cores[worker::workers])
-    torch.set_num_threads(max(1, usable_cores() // (1 if len(cores) >= workers else workers)))
+        torch.set_num_threads(usable_cores())  # this worker's share
+    else:  # no affinity here (macOS): the threads alone are split
+        torch.set_num_threads(max(1, usable_cores() // workers))
 
 
 def _scope(item) -> str:

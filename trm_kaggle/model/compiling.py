@@ -65,6 +65,13 @@ KEY_ENV = "TRM_KAGGLE_CACHE_DIR"  # where the key lives (default: $XDG_CACHE_HOM
 # ---------------------------------------------------------------------------
 
 
+def may_be_tracing() -> bool:
+    """Whether torch.compile can be tracing now: not before torch._dynamo is imported. Eager code that checks
+    this first can skip the torch helpers whose first call imports it (1.2 s of a CPU process's start-up):
+    `optim.common.BaseOptimizer`, `model.layers._onednn`."""
+    return "torch._dynamo" in sys.modules
+
+
 def resolve_compile(setting: Any, device: str | torch.device) -> bool:
     """Whether to compile on `device`: on/True and off/False as said; auto = CUDA only (see the module text)."""
     choice = compile_setting(setting)

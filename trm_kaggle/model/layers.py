@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from trm_kaggle.model.compiling import may_be_tracing
 
 CosSin = Tuple[torch.Tensor, torch.Tensor]
 
@@ -263,7 +264,7 @@ def _onednn(x: torch.Tensor, w: torch.Tensor, other: Optional[torch.Tensor], epi
     else through `_EagerOneDNNLinear` (or the kernel itself when no gradient is needed). Same kernels, same
     numbers: the custom op's first call imports torch._dynamo, 1.2 s of the start-up of every CPU process
     (evaluate, submit, a Kaggle kernel) that never compiles."""
-    if "torch._dynamo" in sys.modules:
+    if may_be_tracing():
         return _onednn_linear(x, w, other, epilogue)
     if _needs_grad(x, w, other):
         return _EagerOneDNNLinear.apply(x, w, other, epilogue)

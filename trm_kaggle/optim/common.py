@@ -4,12 +4,13 @@ with a gradient."""
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Callable, List, Optional, Sequence
 
 import torch
 from torch import Tensor
 from torch.optim.optimizer import Optimizer
+
+from trm_kaggle.model.compiling import may_be_tracing
 
 
 def _plain_until_compiling(name: str):
@@ -25,7 +26,7 @@ def _plain_until_compiling(name: str):
 
     @functools.wraps(plain)
     def method(self, *args, **kwargs):
-        return (wrapped if "torch._dynamo" in sys.modules else plain)(self, *args, **kwargs)
+        return (wrapped if may_be_tracing() else plain)(self, *args, **kwargs)
 
     return method
 
