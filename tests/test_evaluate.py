@@ -454,7 +454,9 @@ def test_predict_split_on_picked_examples_matches_the_whole_split(dataset):
     model = make_model(dataset, seed=4)
     whole = predict_split(model, dataset, batch_size=5)
     picked = np.array([0, 3, 4, 9, len(whole) - 1])
-    part = predict_split(model, dataset, batch_size=5, examples=picked)
+    part = predict_split(model, dataset, batch_size=5, examples=picked, keep_logits=True)
+    assert whole.logits is None and part.logits.shape == part.tokens.shape + (model.vocab_size,)
+    np.testing.assert_array_equal(part.logits.argmax(-1), part.tokens)  # each example's own row of logits
     np.testing.assert_array_equal(part.tokens, whole.tokens[picked])
     np.testing.assert_array_equal(part.puzzle_index, whole.puzzle_index[picked])
     np.testing.assert_allclose(part.q_halt, whole.q_halt[picked], rtol=1e-5, atol=1e-6)
@@ -464,8 +466,9 @@ def test_a_passed_deadline_still_predicts_the_examples_always_asked_for(dataset)
     """A task whose time ran out still votes with its first (un-augmented) copies; nothing else runs."""
     model = make_model(dataset, seed=5)
     whole = predict_split(model, dataset, batch_size=4)
-    late = predict_split(model, dataset, batch_size=4, deadline=0.0, always=6)
+    late = predict_split(model, dataset, batch_size=4, deadline=0.0, always=6, keep_logits=True)
     assert (late.steps[:6] >= 0).all() and (late.steps[8:] == -1).all()  # batches of 4: the second one ends at 8
+    assert (late.logits[8:] == 0).all() and (late.logits[:6] != 0).any(axis=(1, 2)).all()  # zero: not predicted
     np.testing.assert_array_equal(late.tokens[:6], whole.tokens[:6])
     assert (predict_split(model, dataset, batch_size=4, deadline=0.0).steps == -1).all()
 

@@ -41,8 +41,9 @@ def test_full_length_rollout_equals_the_plain_loop():
     carry = model.initial_carry(batch)
     for _ in range(3):
         carry, out = model(carry, batch)
-    r = act_rollout(model, batch, 3)
+    r = act_rollout(model, batch, 3, keep_logits=True)
     assert torch.equal(r.tokens, out["logits"].argmax(-1).to(torch.uint8))
+    assert torch.equal(r.logits, out["logits"].float()) and act_rollout(model, batch, 3).logits is None
     assert torch.equal(r.q_halt, out["q_halt_logits"].float())
     assert (r.steps == 3).all() and (r.rows_forwarded, r.calls) == (6 * 3, 3)
     assert torch.equal(r.outputs["logits"], out["logits"]) and torch.equal(r.carry.steps, carry.steps)
@@ -61,9 +62,12 @@ def test_early_exit_stops_rows_and_forwards_only_the_rest():
     assert (early.steps[~stopped] >= 2).all()
     assert early.rows_forwarded == int(early.steps.sum())  # each row is forwarded once per step it runs
     # a row that stops after k steps gets the prediction of a k-step run
+    kept = act_rollout(model, batch, 3, early_exit=True, keep_logits=True).logits
     for k in (1, 2, 3):
         rows = early.steps == k
-        assert torch.equal(early.tokens[rows], (full if k == 3 else act_rollout(model, batch, k)).tokens[rows])
+        k_steps = act_rollout(model, batch, k, keep_logits=True)
+        assert torch.equal(early.tokens[rows], (full if k == 3 else k_steps).tokens[rows])
+        assert torch.allclose(kept[rows], k_steps.logits[rows], rtol=1e-5, atol=1e-5)  # the logits of that step
 
 
 @torch.no_grad()
@@ -73,9 +77,10 @@ def test_masked_rollout_equals_the_compacting_one():
     model, batch = model_and_batch()
     halting_differs_by_row(model, batch)
     for early_exit in (False, True):
-        compacted = act_rollout(model, batch, 3, early_exit=early_exit)
-        masked = act_rollout(model, batch, 3, early_exit=early_exit, compact=False)
+        compacted = act_rollout(model, batch, 3, early_exit=early_exit, keep_logits=True)
+        masked = act_rollout(model, batch, 3, early_exit=early_exit, compact=False, keep_logits=True)
         assert torch.equal(masked.tokens, compacted.tokens)
+        assert torch.allclose(masked.logits, compacted.logits, rtol=1e-5, atol=1e-5)
         assert torch.equal(masked.steps, compacted.steps)
         # compaction runs the last rows in a smaller batch: float rounding may differ in the last bits
         assert torch.allclose(masked.q_halt, compacted.q_halt, rtol=1e-5, atol=1e-5)
@@ -95,6 +100,8 @@ def collect(groups):
     """The Finished groups of a continuous rollout in the source's order: (ids, tokens, q_halt, steps, data)."""
     ids = np.concatenate([g.ids for g in groups])
     order = torch.from_numpy(np.argsort(ids))
+    if groups[0].logits is not None:  # kept: the tokens are their argmax
+        assert all(torch.equal(g.tokens, g.logits.argmax(-1).to(g.tokens.dtype)) for g in groups)
     return (np.sort(ids), torch.cat([g.tokens for g in groups])[order], torch.cat([g.q_halt for g in groups])[order],
             torch.cat([g.steps for g in groups])[order],
             {k: torch.cat([g.data[k] for g in groups])[order] for k in groups[0].data})
@@ -109,13 +116,18 @@ def test_continuous_batching_equals_the_compacting_rollout_row_for_row(early_exi
     with 1 or 2 slots)."""
     model, batch = model_and_batch(13)
     halting_differs_by_row(model, batch)
-    ref = act_rollout(model, batch, 3, early_exit=early_exit)
+    ref = act_rollout(model, batch, 3, early_exit=early_exit, keep_logits=True)
     if early_exit:
         assert 1 in ref.steps.tolist() and 3 in ref.steps.tolist()  # rows stop at different steps
     for slots in (1, 2, 4, 5, 13, 20):
         for shrink in (False, True):
-            r = ContinuousRollout(model, slots, 3, early_exit, shrink_at_end=shrink)
-            ids, tokens, q_halt, steps, data = collect(list(r.run(chunks(batch, [3, 7, 3]))))
+            r = ContinuousRollout(model, slots, 3, early_exit, shrink_at_end=shrink, keep_logits=slots == 4)
+            groups = list(r.run(chunks(batch, [3, 7, 3])))
+            ids, tokens, q_halt, steps, data = collect(groups)
+            if slots == 4:  # each example's logits at the step it stopped
+                order = torch.from_numpy(np.argsort(np.concatenate([g.ids for g in groups])))
+                logits = torch.cat([g.logits for g in groups])[order]
+                assert torch.allclose(logits, ref.logits, rtol=1e-5, atol=1e-5), shrink
             assert ids.tolist() == list(range(13))
             assert torch.equal(tokens, ref.tokens), (slots, shrink)
             assert torch.equal(steps, ref.steps), (slots, shrink)
@@ -179,9 +191,9 @@ def test_the_masked_path_xla_runs_gives_the_same_predictions():
     halting_differs_by_row(model, batch)
     for early_exit in (False, True):
         ref = act_rollout(model, batch, 3, early_exit=early_exit)
-        r = ContinuousRollout(model, 5, 3, early_exit)
+        r = ContinuousRollout(model, 5, 3, early_exit, keep_logits=True)
         r.masked = True
-        ids, tokens, q_halt, steps, _ = collect(list(r.run(chunks(batch, [13]))))
+        ids, tokens, q_halt, steps, _ = collect(list(r.run(chunks(batch, [13]))))  # tokens = logits' argmax
         assert ids.tolist() == list(range(13)) and torch.equal(tokens, ref.tokens) and torch.equal(steps, ref.steps)
         assert torch.allclose(q_halt, ref.q_halt, rtol=1e-5, atol=1e-5)
         assert r.rows_forwarded == 5 * r.calls  # 3 padded batches of 5 rows

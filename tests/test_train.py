@@ -525,6 +525,10 @@ from trm_kaggle.evaluate.predict import predict_split
 from trm_kaggle.model.export import load_model_for_dataset
 model = load_model_for_dataset(f"{out}/weights", data, "cpu")[0]
 assert (predict_split(model, data, batch_size=32).steps > 0).all()
+from trm_kaggle.train.memory import count_parameters, fitting_batch
+assert count_parameters(model.arch, model.seq_len, model.vocab_size) == model.num_parameters()
+assert fitting_batch(model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size, num_puzzle_identifiers=2,
+                     device="cpu")[0] > 0  # the solver's sizing: models on the meta device, a probe on the CPU
 print("onednn calls", len(calls) if layers.ONEDNN_LINEAR else "n/a", "dynamo", "torch._dynamo" in sys.modules)
 """
 
@@ -532,11 +536,13 @@ print("onednn calls", len(calls) if layers.ONEDNN_LINEAR else "n/a", "dynamo", "
 def test_cpu_training_and_prediction_never_import_torch_dynamo(sudoku4, tmp_path):
     """Eager CPU work keeps torch._dynamo unimported: its import is 1.2 s of every process's start-up (torch's
     optimizers and custom ops import it on their first call; `optim.common` and `model.layers._onednn` avoid
-    those calls while nothing compiles). The model is wide enough that its matmuls take the oneDNN path.
+    those calls while nothing compiles). The model is wide enough that its matmuls take the oneDNN path. The
+    memory estimate (`auto_batch`, the solver's sizing) builds models on the meta device, whose arithmetic
+    imports it: their RoPE tables and pair order are computed on the CPU.
     (`deterministic=True` imports it: torch.use_deterministic_algorithms sets torch._inductor's options.)"""
     p = subprocess.run([sys.executable, "-c", _NO_DYNAMO, str(sudoku4), str(tmp_path / "run"), str(tmp_path),
                         *TINY, "arch.hidden_size=256", "arch.num_heads=4", "global_batch_size=32", "max_steps=2",
-                        "deterministic=False"], capture_output=True, text=True, timeout=300)
+                        "deterministic=False", "auto_batch=True"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     line = p.stdout.strip().splitlines()[-1]
     assert line.endswith("dynamo False"), line

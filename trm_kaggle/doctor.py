@@ -66,6 +66,7 @@ def _dataset_shape(data: str | None) -> tuple[int, int, int, int]:
 
 def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, baseline: int | None = None) -> Plan:
     """What `train` would do with `cfg` (a TrainConfig) on a machine with `facts`."""
+    from trm_kaggle.model.compiling import resolve_compile
     from trm_kaggle.model.dtype import resolve_forward_dtype
     from trm_kaggle.train.memory import (
         DEFAULT_MEMORY_FRACTION, estimate_training_memory, largest_fitting_micro_batch, training_rss,
@@ -91,7 +92,8 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
                               or (device == "mps" and facts.mps and torch.backends.mps.is_available())) else "cpu"
     est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab, num_puzzle_identifiers=rows,
                                    num_puzzles=puzzles, device=probe_device, dtype=dtype,
-                                   baseline=training_rss() if baseline is None else baseline)
+                                   baseline=training_rss(resolve_compile(cfg.compile, device))
+                                   if baseline is None else baseline)
     if device == "cuda" and gpu is not None:
         available = gpu.free_bytes if gpu.free_bytes is not None else gpu.total_bytes
         est.baseline = 0  # the process's own memory is host memory, not the GPU's

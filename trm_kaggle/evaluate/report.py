@@ -167,12 +167,12 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, *, batch_si
              device: str | torch.device | None = None, early_exit: bool = False, max_steps: int | None = None,
              weighting: Weighting = "count", ks: Sequence[int] = PASS_KS, check_inputs: bool = True,
              pool_with: VoteTable | None = None, progress: bool = False, deadline: float | None = None,
-             max_tasks: int | None = None, always: int = 0) -> EvalResult:
+             max_tasks: int | None = None, always: int = 0, keep_logits: bool = False) -> EvalResult:
     """Predict the whole test split of `dataset_dir`, vote, and score against test_puzzles.json.
 
     pool_with: votes of an earlier evaluation to pool with (opt-in; default: this evaluation only).
     max_tasks: only the first N tasks of the test split, in its order (quick runs); scores are over them.
-    deadline, always: see `predict_split`.
+    deadline, always, keep_logits: see `predict_split` (the logits are `result.predictions.logits`).
     device: where to run (default: where the model's weights are); the model is moved there, and a device this
     machine lacks is refused in one line before any work (`hardware.place_model`).
     """
@@ -195,7 +195,7 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, *, batch_si
         test_set = test_set.only([augs.task_ids[t] for t in chosen])
         puzzle_of, position = puzzle_of[rows], position[rows]
     preds = predict_split(model, dataset_dir, batch_size, device, early_exit, max_steps=max_steps, progress=progress,
-                          deadline=deadline, examples=rows, always=always)
+                          deadline=deadline, examples=rows, always=always, keep_logits=keep_logits)
     t_pred = time.perf_counter()
     if not np.array_equal(puzzle_of, preds.puzzle_index):
         raise TRMError("predictions are not in the order of the dataset's test split")

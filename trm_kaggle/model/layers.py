@@ -122,12 +122,15 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, max_positions: int, base: float):
         super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        # Computed on the CPU, then put on the default device: arithmetic on the meta device (where the memory
+        # estimate builds models) runs torch._refs, whose first call imports torch._dynamo (1.2 s).
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim))
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32, device="cpu"), inv_freq)
         cos, sin = freqs.cos(), freqs.sin()
+        ambient = torch.empty(0).device
         # Not persistent: a pure function of the config, and upstream does not save them either.
-        self.register_buffer("cos_cached", torch.cat((cos, cos), dim=-1), persistent=False)
-        self.register_buffer("sin_signed", torch.cat((-sin, sin), dim=-1), persistent=False)
+        self.register_buffer("cos_cached", torch.cat((cos, cos), dim=-1).to(ambient), persistent=False)
+        self.register_buffer("sin_signed", torch.cat((-sin, sin), dim=-1).to(ambient), persistent=False)
 
     def forward(self) -> CosSin:
         """(cos, sin_signed), float32 whatever the activation dtype: q and k rotate in float32 and are
@@ -377,9 +380,10 @@ class Attention(nn.Module):
     def _pair_order(num_heads: int, head_dim: int) -> torch.Tensor:
         """Row order of qkv_proj.weight that interleaves each q/k head as (x0, x_h, x1, x_h+1, ...), h = head_dim/2."""
         half, D = head_dim // 2, num_heads * head_dim
-        within = torch.arange(head_dim).view(2, half).t().reshape(-1)  # 0, h, 1, h+1, ...
-        qk = (torch.arange(2 * num_heads)[:, None] * head_dim + within).reshape(-1)
-        return torch.cat((qk, torch.arange(2 * D, 3 * D)))
+        ambient, cpu = torch.empty(0).device, torch.device("cpu")  # on the CPU: see RotaryEmbedding
+        within = torch.arange(head_dim, device=cpu).view(2, half).t().reshape(-1)  # 0, h, 1, h+1, ...
+        qk = (torch.arange(2 * num_heads, device=cpu)[:, None] * head_dim + within).reshape(-1)
+        return torch.cat((qk, torch.arange(2 * D, 3 * D, device=cpu))).to(ambient)
 
     def forward(self, x: torch.Tensor, cos_sin: Optional[CosSin],
                 residual: Optional[torch.Tensor] = None) -> torch.Tensor:

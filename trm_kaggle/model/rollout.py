@@ -21,8 +21,7 @@ check during training (`trm_kaggle.train.loop.evaluate_split`) and the demonstra
 accuracy of the Kaggle solver (`trm_kaggle.solve.task.demo_accuracy`). Callers choose the
 grad mode and put the model in eval mode.
 
-`act_rollout` runs ONE batch, every row's logits kept, and is the reference the continuous
-rollout is tested against. With early exit it *compacts*: stopped rows leave the carry and
+`act_rollout` runs ONE batch and is the reference the continuous rollout is tested against. With early exit it *compacts*: stopped rows leave the carry and
 the batch, so later steps run on fewer rows (a new shape at each step where rows stop, and
 a host read of the stop mask at every step).
 
@@ -59,6 +58,7 @@ class Rollout:
     outputs: dict[str, torch.Tensor]  # the model outputs of the last call (same rows as `carry`)
     rows_forwarded: int  # sum over model calls of the rows passed (compaction shows here)
     calls: int  # model calls
+    logits: torch.Tensor | None = None  # float32 (B, seq_len, vocab) at the step the row stopped (keep_logits)
 
 
 def token_dtype(model: torch.nn.Module) -> torch.dtype:
@@ -67,17 +67,19 @@ def token_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_steps: int,
-                early_exit: bool = False, compact: bool | None = None) -> Rollout:
+                early_exit: bool = False, compact: bool | None = None, keep_logits: bool = False) -> Rollout:
     """Run `batch` for up to `max_steps` ACT steps (see the module docstring).
 
-    compact: stopped rows leave the batch (default) or stay, masked (default on XLA)."""
+    compact: stopped rows leave the batch (default) or stay, masked (default on XLA).
+    keep_logits: also return each row's float32 logits at the step it stopped (`Rollout.logits`)."""
     B, L = batch["inputs"].shape
     device = batch["inputs"].device
     if compact is None:
         compact = device.type != "xla"
     if not compact:
-        return _masked_rollout(model, batch, max_steps, early_exit)
+        return _masked_rollout(model, batch, max_steps, early_exit, keep_logits)
     tokens = torch.empty(B, L, dtype=token_dtype(model), device=device)
+    kept = None
     q_out = torch.empty(B, dtype=torch.float32, device=device)
     steps_out = torch.empty(B, dtype=torch.int32, device=device)
     active = torch.arange(B, device=device)  # original row of each row still running
@@ -100,6 +102,10 @@ def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_step
             idx = active if all_done else active[done]
             logits = out["logits"] if all_done else out["logits"][done]
             tokens[idx] = logits.argmax(-1).to(tokens.dtype)
+            if keep_logits:
+                if kept is None:
+                    kept = torch.empty((B,) + tuple(logits.shape[1:]), dtype=torch.float32, device=device)
+                kept[idx] = logits.float()
             q_out[idx] = q if all_done else q[done]
             steps_out[idx] = step
             if all_done:
@@ -115,11 +121,11 @@ def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_step
         # rows still running continue from their state: never let the model restart them
         # (a model built with early_exit=True marks q_halt > 0 rows halted itself)
         carry = replace(carry, halted=torch.zeros_like(carry.halted))
-    return Rollout(tokens, q_out, steps_out, carry, out, rows, calls)
+    return Rollout(tokens, q_out, steps_out, carry, out, rows, calls, kept)
 
 
 def _masked_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_steps: int,
-                    early_exit: bool) -> Rollout:
+                    early_exit: bool, keep_logits: bool = False) -> Rollout:
     """act_rollout with fixed shapes: a stopped row keeps running, but its results are frozen."""
     B, L = batch["inputs"].shape
     xla_device = batch["inputs"].device.type == "xla"
@@ -128,6 +134,7 @@ def _masked_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_
     q_out = torch.zeros(B, dtype=torch.float32, device=carry.steps.device)
     steps_out = torch.zeros(B, dtype=torch.int32, device=carry.steps.device)
     stopped = torch.zeros(B, dtype=torch.bool, device=carry.steps.device)
+    kept = None
     calls = 0
     for step in range(1, max_steps + 1):
         carry, out = model(carry, batch)
@@ -137,6 +144,9 @@ def _masked_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_
         new = ~stopped if last else (q > 0) & ~stopped if early_exit else None
         if new is not None:
             tokens = torch.where(new.view(-1, 1), out["logits"].argmax(-1).to(tokens.dtype), tokens)
+            if keep_logits:
+                logits = out["logits"].float()
+                kept = logits if kept is None else torch.where(new.view(-1, 1, 1), logits, kept)
             q_out = torch.where(new, q, q_out)
             steps_out = torch.where(new, carry.steps, steps_out)  # the model's step count: equal to `step` here
             stopped = stopped | new
@@ -147,7 +157,7 @@ def _masked_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_
             break
         # rows continue from their state: never let the model restart them
         carry = replace(carry, halted=torch.zeros_like(carry.halted))
-    return Rollout(tokens, q_out, steps_out, carry, out, B * calls, calls)
+    return Rollout(tokens, q_out, steps_out, carry, out, B * calls, calls, kept)
 
 
 @dataclass
@@ -159,6 +169,7 @@ class Finished:
     q_halt: torch.Tensor  # float32 (n,): q_halt logit at that step
     steps: torch.Tensor  # int32 (n,): ACT steps the example ran
     data: dict[str, torch.Tensor]  # the examples' batch entries as the model saw them (labels, for accuracy)
+    logits: torch.Tensor | None = None  # float32 (n, seq_len, vocab) at that step (`keep_logits`)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -225,10 +236,14 @@ class ContinuousRollout:
     shrink_at_end: once the queue is empty no stopped row can be refilled, and with this the stopped rows
     leave the batch (compaction, for the drain only). Default: on CPU and MPS, where a new shape costs nothing
     and an idle row costs as much as a busy one; not on CUDA (compiled graphs and attention plans keep one
-    shape) nor XLA."""
+    shape) nor XLA.
+
+    keep_logits: each `Finished` also holds the float32 logits its tokens are the argmax of (seq_len x vocab
+    floats per example: for analysis and regression checks, not needed to vote)."""
 
     def __init__(self, model: torch.nn.Module, slots: int, max_steps: int, early_exit: bool = False,
-                 device: torch.device | str | None = None, shrink_at_end: bool | None = None):
+                 device: torch.device | str | None = None, shrink_at_end: bool | None = None,
+                 keep_logits: bool = False):
         if slots < 1 or max_steps < 1:
             raise ValueError(f"slots and max_steps must be >= 1, got {slots} and {max_steps}")
         self.model, self.slots, self.max_steps, self.early_exit = model, slots, max_steps, early_exit
@@ -237,6 +252,7 @@ class ContinuousRollout:
         self.device = torch.device(device)
         self.shrink_at_end = self.device.type in ("cpu", "mps") if shrink_at_end is None else shrink_at_end
         self.masked = self.device.type == "xla"  # batch after batch, stopped rows masked (`act_rollout`)
+        self.keep_logits = keep_logits
         self.calls = self.rows_forwarded = 0
 
     def run(self, source: Iterable[dict[str, torch.Tensor]],
@@ -267,9 +283,10 @@ class ContinuousRollout:
             stopped = np.flatnonzero(done.cpu().numpy() & (slot_id >= 0))  # the host read of this step
             if len(stopped):
                 at = torch.from_numpy(stopped).to(device)
-                pending.append(Finished(slot_id[stopped].copy(),
-                                        model.decode(carry.z_H[at]).argmax(-1).to(token_dtype(model)), q[at],
-                                        carry.steps[at], {k: v[at] for k, v in carry.current_data.items()}))
+                logits = model.decode(carry.z_H[at])
+                pending.append(Finished(slot_id[stopped].copy(), logits.argmax(-1).to(token_dtype(model)), q[at],
+                                        carry.steps[at], {k: v[at] for k, v in carry.current_data.items()},
+                                        logits.float() if self.keep_logits else None))
                 slot_id[stopped] = -1
             free = np.flatnonzero(slot_id < 0)
             if len(free) and not queue.ended:
@@ -312,10 +329,12 @@ class ContinuousRollout:
             n = len(ids)
             batch = {k: torch.cat([v, v.new_zeros((self.slots - n,) + tuple(v.shape[1:]))]).to(self.device)
                      for k, v in rows.items()}
-            r = act_rollout(self.model, batch, self.max_steps, self.early_exit, compact=False)
+            r = act_rollout(self.model, batch, self.max_steps, self.early_exit, compact=False,
+                            keep_logits=self.keep_logits)
             self.calls += r.calls
             self.rows_forwarded += r.rows_forwarded
-            yield Finished(ids, r.tokens[:n], r.q_halt[:n], r.steps[:n], {k: v[:n] for k, v in batch.items()})
+            yield Finished(ids, r.tokens[:n], r.q_halt[:n], r.steps[:n], {k: v[:n] for k, v in batch.items()},
+                           None if r.logits is None else r.logits[:n])
 
 
 def _merge(parts: list[Finished]) -> Finished:
@@ -323,4 +342,5 @@ def _merge(parts: list[Finished]) -> Finished:
         return parts[0]
     return Finished(np.concatenate([p.ids for p in parts]), torch.cat([p.tokens for p in parts]),
                     torch.cat([p.q_halt for p in parts]), torch.cat([p.steps for p in parts]),
-                    {k: torch.cat([p.data[k] for p in parts]) for k in parts[0].data})
+                    {k: torch.cat([p.data[k] for p in parts]) for k in parts[0].data},
+                    None if parts[0].logits is None else torch.cat([p.logits for p in parts]))

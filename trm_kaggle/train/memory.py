@@ -225,11 +225,11 @@ def memory_share(processes: int = 1) -> int | None:
     return available // max(1, processes) + hardware.current_rss()
 
 
-def training_rss() -> int:
-    """This process's resident memory with torch._dynamo loaded (about 0.2 GB): the estimate imports it (its
-    models are built on the meta device, where torch's arange imports it), as does a compiled step, so a
-    baseline read before them must hold it."""
-    import torch._dynamo  # noqa: F401
+def training_rss(compiling: bool = False) -> int:
+    """This process's resident memory, the estimate's baseline. `compiling`: the run will compile, which
+    imports torch._dynamo (about 0.2 GB): it is imported first, so that the baseline holds it."""
+    if compiling:
+        import torch._dynamo  # noqa: F401
     from trm_kaggle import hardware
 
     return hardware.current_rss()
@@ -244,13 +244,12 @@ def largest_fitting_batch(est_one: MemoryEstimate, budget: int) -> int:
 
 
 def fitting_batch(arch: ArchConfig, *, seq_len: int, vocab_size: int, num_puzzle_identifiers: int,
-                  device: torch.device, processes: int = 1, fraction: float = DEFAULT_MEMORY_FRACTION
-                  ) -> tuple[int, int] | None:
+                  device: torch.device, processes: int = 1, fraction: float = DEFAULT_MEMORY_FRACTION,
+                  compiling: bool = False) -> tuple[int, int] | None:
     """(rows, bytes): the largest batch a training step of every weight of `arch` may take on `device` within
     `fraction` of this process's memory share (`memory_share`), and that share; None where the memory
     cannot be read. A prediction batch keeps no activations for autograd, so it fits wherever a training
-    batch of as many rows does (an upper bound used for both)."""
-    from trm_kaggle import hardware
+    batch of as many rows does (an upper bound used for both). `compiling`: see `training_rss`."""
     from trm_kaggle.model.dtype import resolve_forward_dtype
 
     share = memory_share(processes)
@@ -259,7 +258,7 @@ def fitting_batch(arch: ArchConfig, *, seq_len: int, vocab_size: int, num_puzzle
     dtype, _ = resolve_forward_dtype(arch, device)
     est = estimate_training_memory(TrainConfig(arch=arch, global_batch_size=1, ema=False), seq_len=seq_len,
                                    vocab_size=vocab_size, num_puzzle_identifiers=num_puzzle_identifiers,
-                                   device=device, dtype=dtype, baseline=training_rss())
+                                   device=device, dtype=dtype, baseline=training_rss(compiling))
     return largest_fitting_batch(est, int(fraction * share)), share
 
 
@@ -270,7 +269,7 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     available now (see `plan_micro_batch`). CUDA runs keep the configured size and halve it on
     out-of-memory errors, which CUDA raises as exceptions (a CPU run that overcommits is killed by the
     operating system instead, with no chance to retry)."""
-    from trm_kaggle import hardware
+    from trm_kaggle.model.compiling import resolve_compile
 
     requested = min(cfg.micro_batch_size or local_batch, local_batch)
     if not cfg.auto_batch or device.type not in ("cpu", "mps"):
@@ -283,7 +282,8 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
         return requested
     est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab_size,
                                    num_puzzle_identifiers=num_puzzle_identifiers, num_puzzles=num_puzzles,
-                                   device=device, dtype=dtype, baseline=training_rss(), world_size=world_size)
+                                   device=device, dtype=dtype, world_size=world_size,
+                                   baseline=training_rss(resolve_compile(cfg.compile, device)))
     micro = plan_micro_batch(est, local_batch, share, requested=requested)
     if log:
         log.info("auto_batch: micro_batch_size=%d of the local batch %d (expected peak %.2f GB of %.2f GB "

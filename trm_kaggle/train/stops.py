@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-import time
 from dataclasses import dataclass
 from time import monotonic
 from typing import Iterator
