@@ -13,7 +13,7 @@ from trm_kaggle.solve.estimate import inference_seconds
 import trm_kaggle.solve.plan as P
 from trm_kaggle.solve.plan import (
     AUTO_MAX_AUG, AUTO_MAX_STEPS, INFERENCE_SHARE, SHORT_BATCH, SHORT_NUM_AUG, TASK_OVERHEAD_S, Budget, Rates,
-    batch_sizes, hms, make_plan, measure_rates, plan_worker, reserve_seconds, task_deadlines,
+    DEMO_ROWS, batch_sizes, demo_rows, hms, make_plan, measure_rates, plan_worker, reserve_seconds, task_deadlines,
 )
 
 RATES = Rates("cuda:0 (test)", step_s=0.5, embeddings_step_s=0.4, row_step_s=0.02, halt_max_steps=16, batch=64,
@@ -52,13 +52,14 @@ def test_auto_augmentations_without_finetuning_use_the_whole_plan():
 
 
 def test_auto_steps_price_each_step_by_what_it_trains():
-    # num_aug 30: every task has 64 or more demonstration rows, so the overhead is the one the plan reserved
-    staged = make_plan(cfg(num_aug=30, finetune_steps="auto"), UNITS, RATES, 5_000.0)
-    every = make_plan(cfg(num_aug=30, finetune_steps="auto", finetune="all"), UNITS, RATES, 5_000.0)
+    # num_aug 63: every task has 64 or more demonstration rows and predicts 64 or more, so the overhead is the
+    # one the plan reserved
+    staged = make_plan(cfg(num_aug=63, finetune_steps="auto"), UNITS, RATES, 5_000.0)
+    every = make_plan(cfg(num_aug=63, finetune_steps="auto", finetune="all"), UNITS, RATES, 5_000.0)
     assert staged.finetune_steps > every.finetune_steps > 0  # steps on the rows alone are cheaper
     for plan, mode in ((staged, "embeddings-then-all"), (every, "all")):  # the most steps that fit
         room = 5_000.0 * 0.85 - plan.overhead_s - plan.inference_s
-        one_more = make_plan(cfg(num_aug=30, finetune_steps=plan.finetune_steps + 1, finetune=mode), UNITS, RATES,
+        one_more = make_plan(cfg(num_aug=63, finetune_steps=plan.finetune_steps + 1, finetune=mode), UNITS, RATES,
                              5_000.0)
         assert plan.finetune_s <= room < one_more.finetune_s
 
@@ -165,7 +166,9 @@ def test_each_task_gets_its_price_and_an_equal_share_of_the_rest():
     finetune_by, predict_by = task_deadlines(c, plan, units, time.monotonic() + 1_000.0)
     now = time.monotonic()
     demo = min(8, 4 * 4) * RATES.halt_max_steps * RATES.row_step_s  # one scoring of the first task's rows
-    priced = [TASK_OVERHEAD_S + 2 * min(8, d * 4) * 16 * 0.02 + reserve_seconds(t * 4, RATES) for t, d in units]
+    # scored: at most the batch (8), the task's demonstration rows and its predicted rows (t * 4)
+    priced = [TASK_OVERHEAD_S + 2 * min(8, t * 4, d * 4) * 16 * 0.02 + reserve_seconds(t * 4, RATES)
+              for t, d in units]
     tune = (1_000.0 - sum(priced)) / 3
     assert finetune_by - now == pytest.approx(TASK_OVERHEAD_S + demo + tune, abs=0.05)
     assert predict_by - finetune_by == pytest.approx(demo + reserve_seconds(2 * 4, RATES))
@@ -195,3 +198,12 @@ def test_budget_lines_show_elapsed_and_left():
     assert hms(5.25) == "5.2s" and hms(3725) == "1h02m05s" and hms(float("inf")) == "no limit"
     until = Budget.until(100.0, 200.0)
     assert until.start == 100.0 and until.deadline(10) == 190.0
+
+
+def test_demonstration_scoring_never_outgrows_the_batches_nor_the_tasks_predictions():
+    """Scored twice per task, the demonstrations cost at most twice its predictions (a CPU plan's small tasks)."""
+    assert demo_rows(cfg(global_batch_size=768, eval_batch_size=768)) == DEMO_ROWS
+    assert demo_rows(cfg(global_batch_size=16, eval_batch_size=24)) == 24
+    assert demo_rows(cfg(global_batch_size=768, eval_batch_size=768), test_rows=9) == 9
+    assert demo_rows(cfg(global_batch_size=16, eval_batch_size=24), test_rows=1000) == 24
+    assert demo_rows(cfg(), test_rows=0) == 1

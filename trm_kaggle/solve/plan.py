@@ -215,10 +215,13 @@ def reserve_seconds(test_rows: int, rates: Rates) -> float:
     return inference_seconds(test_rows, rates.halt_max_steps, rates.row_step_s) * DECODE_OVERHEAD + 1.0
 
 
-def demo_rows(cfg: SolveConfig) -> int:
+def demo_rows(cfg: SolveConfig, test_rows: int | None = None) -> int:
     """Demonstration rows scored before and after fine-tuning: `DEMO_ROWS`, fewer where both batches are
-    smaller (a plan sized for a CPU: the diagnostic must not cost more than the work)."""
-    return min(DEMO_ROWS, max(cfg.global_batch_size, cfg.eval_batch_size))
+    smaller (a plan sized for a CPU) or where the task predicts fewer rows (`test_rows`: its test inputs times
+    their copies). The diagnostic must not cost more than the work: scored twice, it costs at most twice the
+    task's predictions."""
+    rows = min(DEMO_ROWS, max(cfg.global_batch_size, cfg.eval_batch_size))
+    return rows if test_rows is None else max(1, min(rows, test_rows))
 
 
 def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]], deadline: float
@@ -241,7 +244,8 @@ def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]
     n = plan.num_aug + 1
 
     def priced(demo: bool) -> tuple[list[float], list[float]]:  # seconds before and after fine-tuning, per task
-        scored = [min(demo_rows(cfg), d * n) * r.halt_max_steps * r.row_step_s if demo else 0.0 for _, d in units]
+        scored = [min(demo_rows(cfg, t * n), d * n) * r.halt_max_steps * r.row_step_s if demo else 0.0
+                  for t, d in units]
         return ([TASK_OVERHEAD_S + s for s in scored],
                 [s + reserve_seconds(t * n, r) for s, (t, _) in zip(scored, units)])
 
@@ -277,7 +281,7 @@ def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates |
     scored = demo_rows(cfg)
 
     def overhead(n: int) -> float:  # dataset, model load, demonstration accuracy before and after fine-tuning
-        demo = sum(min(scored, d * (n + 1)) for _, d in units) if tuning else 0
+        demo = sum(min(scored, d * (n + 1), t * (n + 1)) for t, d in units) if tuning else 0
         return tasks * TASK_OVERHEAD_S + 2 * demo * rates.halt_max_steps * rates.row_step_s
 
     def infer(n: int) -> float:  # the sum of every task's `reserve_seconds`

@@ -154,9 +154,10 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     compile_model(model, cfg.compile, device)  # regions; the process's compiled code serves every task
     report["dataset_s"] = round(time.monotonic() - t, 2)
     steps = 0
+    demos = demo_rows(cfg, unit.test_inputs * (cfg.num_aug + 1))
     if cfg.finetune != "none" and cfg.finetune_steps > 0:
         if finetune_by is None or finetune_by > time.monotonic():
-            report["before_finetune"] = demo_accuracy(model, data_dir, device, demo_rows(cfg))
+            report["before_finetune"] = demo_accuracy(model, data_dir, device, demos)
             report["finetune_schedule"] = [asdict(p) for p in finetune_phases(cfg.finetune, cfg.embeddings_fraction,
                                                                               cfg.finetune_steps)]
             t = time.monotonic()
@@ -165,7 +166,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
             report["finetune_s"] = round(time.monotonic() - t, 2)
             model = load_finetuned(result.run_dir, device)
             compile_model(model, cfg.compile, device)
-            report["after_finetune"] = demo_accuracy(model, data_dir, device, demo_rows(cfg))
+            report["after_finetune"] = demo_accuracy(model, data_dir, device, demos)
         else:
             report["note"] = "no time left for fine-tuning: predicted with the pretrained weights"
     report["finetune_steps"] = steps
