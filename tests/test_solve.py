@@ -331,7 +331,7 @@ def test_submit_prints_the_training_banner_once_and_why_tasks_keep_the_fallback(
 def test_the_shipped_cpu_weights_answer_every_task_in_a_short_budget(tmp_path, capsys):
     """The shipped weights/arc2-cpu-tiny on a CPU with submit's default batches (64 and 256 rows) and a
     150-second budget: the plan is timed at batches sized for the CPU inside its cap (no call starts after it;
-    the one running then ends), and the model (not the fallback) answers both tasks. num_aug 8 and 10
+    the one running then ends), and the model (not the fallback) answers both tasks. num_aug 4 and 6
     fine-tuning steps keep the work after the plan short; a one-minute budget left the timing a 6.7 s cap that
     an idle machine already filled, and a busy one ran out of."""
     weights = Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"
@@ -342,7 +342,7 @@ def test_the_shipped_cpu_weights_answer_every_task_in_a_short_budget(tmp_path, c
     challenges.write_text(json.dumps({t.id: t.to_json(with_outputs=False) for t in small}))
     assert main(["submit", "--challenges", str(challenges), "--weights", str(weights), "--output",
                  str(tmp_path / "sub.json"), "--work-dir", str(tmp_path / "ttt"), "--time-budget", "150",
-                 "--safety-margin", "5", "--device", "cpu", "--num-aug", "8", "--finetune-steps", "10"]) == 0
+                 "--safety-margin", "5", "--device", "cpu", "--num-aug", "4", "--finetune-steps", "6"]) == 0
     cap = capsys.readouterr()
     assert "2 tasks, 2 answered by the model" in cap.out
     report = json.loads((tmp_path / "ttt" / "solve_report.json").read_text())
