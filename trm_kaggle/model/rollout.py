@@ -21,9 +21,10 @@ check during training (`trm_kaggle.train.loop.evaluate_split`) and the demonstra
 accuracy of the Kaggle solver (`trm_kaggle.solve.task.demo_accuracy`). Callers choose the
 grad mode and put the model in eval mode.
 
-`act_rollout` runs ONE batch and is the reference the continuous rollout is tested against. With early exit it *compacts*: stopped rows leave the carry and
-the batch, so later steps run on fewer rows (a new shape at each step where rows stop, and
-a host read of the stop mask at every step).
+`act_rollout` runs ONE batch and is the reference the continuous rollout is tested against.
+With early exit it *compacts*: stopped rows leave the carry and the batch, so later steps
+run on fewer rows (a new shape at each step where rows stop, and a host read of the stop
+mask at every step). Both keep the logits on request (`keep_logits`).
 
 On XLA (`compact=False`, its default there) shapes must not change and a host read cuts the
 step's graph: stopped rows stay in the batch and their results are frozen by masks, each ACT
