@@ -158,6 +158,22 @@ def test_regions_give_eagers_outputs_and_gradients():
         assert (g - g_c[n]).norm() <= 1e-4 * g.norm() + 1e-8, n
 
 
+@torch.no_grad()
+def test_batches_of_new_sizes_compile_at_most_once_more():
+    """The solve predicts each task in a batch of its own size: the second size compiles the regions again with
+    a symbolic batch, and every later size reuses those graphs (with static shapes, each size compiled anew)."""
+    graphs = []
+    model = tiny_model().eval()
+    model.compile_net(backend=recording_backend(graphs))
+    counts = []
+    for rows in (4, 6, 9, 13, 3):
+        batch = make_batch(rows)
+        carry, out = model(model.initial_carry(batch), batch)
+        assert out["logits"].shape[0] == rows
+        counts.append(len(graphs))
+    assert counts[0] < counts[1] == counts[-1], counts
+
+
 def test_dynamos_eager_backend_compiles_each_block_and_trains():
     """backend="eager" cannot run a nested region's backward: each block compiles on its own there."""
     eager, compiled = tiny_model().train(), tiny_model().train()

@@ -11,7 +11,11 @@ transformer block traced once and reused by every layer (`torch.compiler.nested_
 torch lacks it, one `torch.compile` of the block call that all blocks share), the ACT step's restart of halted
 rows and its halting rule, and in training the loss. Never the whole model: its recursion unrolls into
 H_cycles x (L_cycles + 1) network calls per ACT step, and compiling them all took a 45-second GPU run's whole
-budget (one step). Shapes are static (dynamic=False): a batch of another size compiles once more.
+budget (one step). Shapes start static; a second batch size compiles once more, with the batch dimension
+symbolic (torch's automatic dynamic shapes, `dynamic=None`), and that graph serves every size after it. A
+training run keeps one batch shape (static kernels, CUDA graphs); the Kaggle solve, whose tasks fine-tune and
+predict in batches of their own sizes, compiles each region at most twice instead of once per size (with
+`dynamic=False` dynamo stops compiling after 8 sizes and runs the rest eagerly).
 
 `auto` compiles on CUDA, where inductor's fused element-wise work pays (docs/benchmarks.md); on a CPU it stays
 off: a compiled step there was no faster than the eager one (whose matmuls already fuse their epilogues) and
@@ -127,7 +131,7 @@ class Regions:
     region of this compile runs its eager function. One warning per process and compile options."""
 
     def __init__(self, **compile_kwargs):
-        self.kwargs = {"dynamic": False, **compile_kwargs}
+        self.kwargs = {"dynamic": None, **compile_kwargs}  # static first, symbolic batch from a second size on
         self.key = repr(sorted(self.kwargs.items()))
         # the backward compiles with the forward, so that its failure too raises where the fallback catches it
         import torch._functorch.config as functorch_config

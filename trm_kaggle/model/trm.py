@@ -331,13 +331,13 @@ class TinyRecursiveModel(nn.Module):
         return self._net(h, injection, cos_sin, _block_region)
 
     def compile_net(self, cuda_graphs: bool = False, **compile_kwargs) -> None:
-        """torch.compile the model's regions (lazily: each compiles at its first call, and again for a new
-        batch shape or grad mode): the recursive network `net`, where nearly all the time goes, with one
-        transformer block traced once and reused by every layer; the ACT step's restart and halting rule
-        around `inner`. Not the whole model (its recursion would unroll into every network call of a step).
-        `compiled(fn)` adds another function (the trainer's loss) to the same compile. Inductor fuses the
-        element-wise work (norms, RoPE, SiLU gating and their backwards) around the matmuls. Same
-        arithmetic as eager up to float32 rounding. A compile that fails runs eagerly from then on, with one
+        """torch.compile the model's regions (lazily: each compiles at its first call, again for the other grad
+        mode, and once more at a second batch size, whose graph then takes any size): the recursive network
+        `net`, where nearly all the time goes, with one transformer block traced once and reused by every
+        layer; the ACT step's restart and halting rule around `inner`. Not the whole model (its recursion
+        would unroll into every network call of a step). `compiled(fn)` adds another function (the trainer's
+        loss) to the same compile. Inductor fuses the element-wise work (norms, RoPE, SiLU gating and their
+        backwards) around the matmuls. Same arithmetic as eager up to float32 rounding. A compile that fails runs eagerly from then on, with one
         warning (`trm_kaggle.model.compiling.Regions`). `cuda_graphs`: the network replays as CUDA graphs
         (torch.compile's reduce-overhead mode; CUDA only). `compile_kwargs` go to torch.compile."""
         if self.H_init.device.type == "xla":
