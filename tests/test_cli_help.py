@@ -213,6 +213,23 @@ def test_help_imports_no_torch():
     assert p.returncode == 0 and p.stderr.strip() == "False", p.stderr[-2000:]
 
 
+def test_an_interrupt_from_the_first_import_on_is_one_line(monkeypatch, capsys):
+    """The console script imports `trm_kaggle.cli` before `main` runs: that import holds only the standard
+    library, and a Ctrl-C in any later import (here: building the parser) is one line and status 130."""
+    code = ("import sys, trm_kaggle.cli\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('trm_kaggle', 'pydantic'))))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0 and p.stdout.strip() == "['trm_kaggle', 'trm_kaggle.cli']", p.stdout + p.stderr[-2000:]
+    import trm_kaggle.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert main(["train", "--help"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
 def test_lists_plans_and_job_files_import_no_torch(tmp_path):
     """Commands that only read settings and write text answer without torch (1-2 s of start-up): the recipe and
     grid lists, a sweep's dry run on the CPU (device=auto asks torch whether CUDA is there, to check --parallel

@@ -19,19 +19,8 @@ import logging
 import sys
 import time
 
-import pydantic
-
-from trm_kaggle.cli.cluster import add_launch, add_torchrun, cmd_torchrun
-from trm_kaggle.cli.common import SWEEP_VALUE_FLAGS, command_parser, say_defaults, typed_flags
-from trm_kaggle.cli.data import add_build_arc, add_build_code_repair, add_build_maze, add_build_sudoku, add_verify
-from trm_kaggle.cli.evaluate import add_evaluate, add_evaluate_repair, add_score, add_validate_submission
-from trm_kaggle.cli.experiments import add_compare, add_regress, add_sweep
-from trm_kaggle.cli.kaggle import add_bundle, add_estimate, add_pipeline, add_submit
-from trm_kaggle.cli.train import add_doctor, add_export, add_import_upstream, add_train
-from trm_kaggle.config import validation_line
-from trm_kaggle.errors import TRMError, os_error_line
-from trm_kaggle.stdout import checked_stdout, parse_checked
-from trm_kaggle.wording import escape_what_the_console_cannot_show
+# Nothing but the standard library at import time: the console script imports this module before `main` runs,
+# and a Ctrl-C during an import here would end in a traceback. `main` imports the rest under its handler.
 
 
 #: Where a new user starts: what the bare command and `--help` say.
@@ -40,6 +29,14 @@ START_HERE = ("new here? Start with `trm-kaggle pipeline`: ARC-AGI-2 data, a sho
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from trm_kaggle.cli.cluster import add_launch, add_torchrun
+    from trm_kaggle.cli.common import command_parser, say_defaults
+    from trm_kaggle.cli.data import add_build_arc, add_build_code_repair, add_build_maze, add_build_sudoku, add_verify
+    from trm_kaggle.cli.evaluate import add_evaluate, add_evaluate_repair, add_score, add_validate_submission
+    from trm_kaggle.cli.experiments import add_compare, add_regress, add_sweep
+    from trm_kaggle.cli.kaggle import add_bundle, add_estimate, add_pipeline, add_submit
+    from trm_kaggle.cli.train import add_doctor, add_export, add_import_upstream, add_train
+
     parser, sub = command_parser(f"{__doc__.split(chr(10))[0]} {START_HERE[0].upper()}{START_HERE[1:]}.")
     for add in (add_pipeline, add_build_arc, add_build_sudoku, add_build_maze, add_build_code_repair, add_verify,
                 add_train, add_torchrun, add_sweep, add_launch, add_compare, add_doctor, add_export,
@@ -58,6 +55,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # submit's --time-budget counts from here: its imports and checks are spent too
+    try:
+        return _main(argv, started)
+    except KeyboardInterrupt as e:  # Ctrl-C, from the first import on; a training run stopped by SIGINT/SIGTERM
+        print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)  # says where it saved
+        return getattr(e, "exit_status", 130)
+
+
+def _main(argv: list[str] | None, started: float) -> int:
+    import pydantic
+
+    from trm_kaggle.cli.cluster import cmd_torchrun
+    from trm_kaggle.cli.common import SWEEP_VALUE_FLAGS, typed_flags
+    from trm_kaggle.config import validation_line
+    from trm_kaggle.errors import TRMError, os_error_line
+    from trm_kaggle.stdout import checked_stdout, parse_checked
+    from trm_kaggle.wording import escape_what_the_console_cannot_show
+
     escape_what_the_console_cannot_show()  # a task id the locale cannot encode is escaped, never a traceback
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # the bare command: where to start, not argparse's "COMMAND is required"
@@ -99,6 +113,3 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a full disk, a read-only or missing folder, a file where a folder should be
         print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:  # Ctrl-C; a training run stopped by SIGINT/SIGTERM says where it saved
-        print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)
-        return getattr(e, "exit_status", 130)
