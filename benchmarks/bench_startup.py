@@ -75,73 +75,33 @@ def ours(args: dict, start: float | None) -> dict:
 
 
 def upstream(args: dict, start: float | None) -> dict:
-    """Upstream's model, loss head and sparse SignSGD as part 2 drives them; `start` None: part 2's clock, from
-    after the model and optimizers are built."""
+    """Upstream's model, loss head and sparse SignSGD as part 2 drives them (`UpstreamSide`); `start` None:
+    part 2's clock, from after the model and optimizers are built."""
     import torch
 
     sys.path.insert(0, args["upstream"])
-    import models.losses as losses
-    import models.recursive_reasoning.trm as trm
-    import models.sparse_embedding as sparse_mod
+    import models.losses  # noqa: F401  (upstream's imports count in its start-up)
+    import models.recursive_reasoning.trm  # noqa: F401
+    import models.sparse_embedding  # noqa: F401
 
-    from trm_kaggle.data.loader import PuzzleLoader
-    from trm_kaggle.optim.adam_atan2 import AdamATan2
+    from benchmarks.gpu_suite.part2_learning import UpstreamSide
     from trm_kaggle.train.settings import load_train_config
 
     t = {"imports": time.time() - start if start else 0.0, "cpu_imports": time.process_time()}
     dev = torch.device(args["device"])
     torch.set_num_threads(args["threads"])
     cfg = load_train_config(presets=["sudoku4-cpu"], overrides=[f"data_paths=[{args['data']}]", "seed=0"])
-    torch.manual_seed(cfg.seed)
-    train_loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, prefetch=0)
-    test_loader = PuzzleLoader(cfg.data_paths, "test", cfg.global_batch_size, prefetch=0)
-    meta, a = train_loader.metadata, cfg.arch
-    arch = dict(halt_exploration_prob=a.halt_exploration_prob, halt_max_steps=a.halt_max_steps, H_cycles=a.H_cycles,
-                L_cycles=a.L_cycles, H_layers=a.H_layers, L_layers=a.L_layers, hidden_size=a.hidden_size,
-                num_heads=a.num_heads, expansion=a.expansion, puzzle_emb_ndim=a.emb_ndim,
-                pos_encodings=a.pos_encodings, rope_theta=a.rope_theta, rms_norm_eps=a.rms_norm_eps,
-                forward_dtype="float32", mlp_t=a.mlp_t, puzzle_emb_len=a.puzzle_emb_len,
-                no_ACT_continue=a.no_ACT_continue, batch_size=cfg.global_batch_size, seq_len=meta.seq_len,
-                vocab_size=meta.vocab_size, num_puzzle_identifiers=meta.num_puzzle_identifiers)
-    with dev:
-        model = losses.ACTLossHead(trm.TinyRecursiveReasoningModel_ACTV1(arch), loss_type=a.loss_type)
-    dense = AdamATan2(model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
-    sparse = sparse_mod.CastedSparseEmbeddingSignSGD_Distributed(model.model.puzzle_emb.buffers(), world_size=1,
-                                                                 lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
+    side = UpstreamSide(cfg, dev)
     start = start or time.time()
-    carry, step, steps = None, 0, []
-    for batch in train_loader.iterate():
-        batch = {k: v.to(dev) for k, v in batch.items()}
-        model.train()
-        with dev:
-            if carry is None:
-                carry = model.initial_carry(batch)
-            carry, loss, _, _, _ = model(carry=carry, batch=batch, return_keys=[])
-        ((1 / cfg.global_batch_size) * loss).backward()
-        step += 1
-        scale = min(1.0, step / max(cfg.lr_warmup_steps, 1))
-        for g in dense.param_groups:
-            g["lr"] = cfg.lr * scale
-        for g in sparse.param_groups:
-            g["lr"] = cfg.puzzle_emb_lr * scale
-        with dev:
-            sparse.step()
-        dense.step()
-        sparse.zero_grad()
-        dense.zero_grad()
+    steps = []
+    for batch in side.train_loader.iterate():
+        side.train_step(batch)
         _sync(args["device"])
         steps.append(time.time() - start)
         t.setdefault("cpu_first_step", time.process_time())
-        if train_loader.epoch >= cfg.eval_interval:  # the first evaluation: every held-out puzzle, all ACT steps
-            model.eval()
-            with torch.inference_mode(), dev:
-                for item in test_loader:
-                    b = {k: v.to(dev) for k, v in item.batch.items()}
-                    carry_e = model.initial_carry(b)
-                    for _ in range(a.halt_max_steps):
-                        carry_e, _, _, out, _ = model(carry=carry_e, batch=b, return_keys={"preds"})
-                    int(((out["preds"] == b["labels"]) | (b["labels"] < 0)).all(-1)[:item.num_real].sum())
-            t["eval_end"], t["eval_step"] = time.time() - start, step
+        if side.train_loader.epoch >= cfg.eval_interval:  # the first evaluation: every held-out puzzle, all steps
+            side.exact_accuracy()
+            t["eval_end"], t["eval_step"] = time.time() - start, side.step
             break
     t.update(first_step=steps[0], before_eval=steps[-1], steps=len(steps))
     return t

@@ -100,83 +100,99 @@ def train_ours(cfg, seconds: float) -> list[tuple[int, float, float]]:
     return curve
 
 
-def train_upstream(cfg, ctx: Context, seconds: float) -> list[tuple[int, float, float]]:
-    """Upstream's model, loss head and sparse optimizer on our loader's batches (see the module docstring)."""
-    import importlib
+class UpstreamSide:
+    """Upstream's model, ACT loss head and sparse SignSGD (`models/` of its checkout, importable), built from our
+    config with the same architecture, batch, learning rates and weight decays, fed our loader's batches; the
+    dense optimizer is this package's AdamATan2 (see the module docstring). `benchmarks/bench_startup.py` runs
+    it too."""
 
-    from trm_kaggle.data.loader import PuzzleLoader
-    from trm_kaggle.optim.adam_atan2 import AdamATan2
+    def __init__(self, cfg, dev: torch.device):
+        import importlib
 
-    trm = importlib.import_module("models.recursive_reasoning.trm")
-    losses = importlib.import_module("models.losses")
-    sparse_mod = importlib.import_module("models.sparse_embedding")
-    torch.manual_seed(cfg.seed)
-    train_loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, prefetch=0)
-    test_loader = PuzzleLoader(cfg.data_paths, "test", cfg.global_batch_size, prefetch=0)
-    meta = train_loader.metadata
-    a = cfg.arch
-    arch = dict(halt_exploration_prob=a.halt_exploration_prob, halt_max_steps=a.halt_max_steps, H_cycles=a.H_cycles,
-                L_cycles=a.L_cycles, H_layers=a.H_layers, L_layers=a.L_layers, hidden_size=a.hidden_size,
-                num_heads=a.num_heads, expansion=a.expansion, puzzle_emb_ndim=a.emb_ndim,
-                pos_encodings=a.pos_encodings, rope_theta=a.rope_theta, rms_norm_eps=a.rms_norm_eps,
-                forward_dtype="float32", mlp_t=a.mlp_t, puzzle_emb_len=a.puzzle_emb_len,
-                no_ACT_continue=a.no_ACT_continue, batch_size=cfg.global_batch_size, seq_len=meta.seq_len,
-                vocab_size=meta.vocab_size, num_puzzle_identifiers=meta.num_puzzle_identifiers)
-    dev = ctx.device
-    with dev:
-        model = losses.ACTLossHead(trm.TinyRecursiveReasoningModel_ACTV1(arch), loss_type=a.loss_type)
-    dense = AdamATan2(model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
-    sparse = sparse_mod.CastedSparseEmbeddingSignSGD_Distributed(model.model.puzzle_emb.buffers(), world_size=1,
-                                                                 lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
-    curve: list[tuple[int, float, float]] = []
-    carry, step, start, last_epoch = None, 0, time.perf_counter(), 0
-    for batch in train_loader.iterate():
+        from trm_kaggle.data.loader import PuzzleLoader
+        from trm_kaggle.optim.adam_atan2 import AdamATan2
+
+        trm = importlib.import_module("models.recursive_reasoning.trm")
+        losses = importlib.import_module("models.losses")
+        sparse_mod = importlib.import_module("models.sparse_embedding")
+        torch.manual_seed(cfg.seed)
+        self.train_loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, prefetch=0)
+        self.test_loader = PuzzleLoader(cfg.data_paths, "test", cfg.global_batch_size, prefetch=0)
+        meta, a = self.train_loader.metadata, cfg.arch
+        arch = dict(halt_exploration_prob=a.halt_exploration_prob, halt_max_steps=a.halt_max_steps,
+                    H_cycles=a.H_cycles, L_cycles=a.L_cycles, H_layers=a.H_layers, L_layers=a.L_layers,
+                    hidden_size=a.hidden_size, num_heads=a.num_heads, expansion=a.expansion,
+                    puzzle_emb_ndim=a.emb_ndim, pos_encodings=a.pos_encodings, rope_theta=a.rope_theta,
+                    rms_norm_eps=a.rms_norm_eps, forward_dtype="float32", mlp_t=a.mlp_t,
+                    puzzle_emb_len=a.puzzle_emb_len, no_ACT_continue=a.no_ACT_continue,
+                    batch_size=cfg.global_batch_size, seq_len=meta.seq_len, vocab_size=meta.vocab_size,
+                    num_puzzle_identifiers=meta.num_puzzle_identifiers)
+        with dev:
+            self.model = losses.ACTLossHead(trm.TinyRecursiveReasoningModel_ACTV1(arch), loss_type=a.loss_type)
+        self.dense = AdamATan2(self.model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2),
+                               weight_decay=cfg.weight_decay)
+        self.sparse = sparse_mod.CastedSparseEmbeddingSignSGD_Distributed(
+            self.model.model.puzzle_emb.buffers(), world_size=1, lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
+        self.cfg, self.dev, self.carry, self.step = cfg, dev, None, 0
+
+    def train_step(self, batch: dict) -> None:
+        """One optimizer step on a loader batch (its carry kept between steps), after a linear warm-up."""
+        cfg, dev, model = self.cfg, self.dev, self.model
         batch = {k: v.to(dev) for k, v in batch.items()}
         model.train()
         with dev:
-            if carry is None:
-                carry = model.initial_carry(batch)
-            carry, loss, _, _, _ = model(carry=carry, batch=batch, return_keys=[])
+            if self.carry is None:
+                self.carry = model.initial_carry(batch)
+            self.carry, loss, _, _, _ = model(carry=self.carry, batch=batch, return_keys=[])
         ((1 / cfg.global_batch_size) * loss).backward()
-        step += 1
-        scale = min(1.0, step / max(cfg.lr_warmup_steps, 1))
-        for g in dense.param_groups:
+        self.step += 1
+        scale = min(1.0, self.step / max(cfg.lr_warmup_steps, 1))
+        for g in self.dense.param_groups:
             g["lr"] = cfg.lr * scale
-        for g in sparse.param_groups:
+        for g in self.sparse.param_groups:
             g["lr"] = cfg.puzzle_emb_lr * scale
         with dev:
-            sparse.step()
-        dense.step()
-        sparse.zero_grad()
-        dense.zero_grad()
+            self.sparse.step()
+        self.dense.step()
+        self.sparse.zero_grad()
+        self.dense.zero_grad()
+
+    def exact_accuracy(self) -> float:
+        """Share of the test split's real rows whose every labelled cell the model predicts right after all
+        `halt_max_steps` ACT steps."""
+        model, dev = self.model, self.dev
+        model.eval()
+        right = total = 0
+        with torch.inference_mode(), dev:
+            for item in self.test_loader:
+                batch = {k: v.to(dev) for k, v in item.batch.items()}
+                carry = model.initial_carry(batch)
+                for _ in range(self.cfg.arch.halt_max_steps):
+                    carry, _, _, out, _ = model(carry=carry, batch=batch, return_keys={"preds"})
+                labels = batch["labels"]
+                ok = ((out["preds"] == labels) | (labels < 0)).all(-1)[:item.num_real]
+                right += int(ok.sum())
+                total += item.num_real
+        return right / max(total, 1)
+
+
+def train_upstream(cfg, ctx: Context, seconds: float) -> list[tuple[int, float, float]]:
+    """Upstream's side (`UpstreamSide`) on the clock and evaluation schedule ours keeps."""
+    side = UpstreamSide(cfg, ctx.device)
+    curve: list[tuple[int, float, float]] = []
+    start, last_epoch = time.perf_counter(), 0
+    for batch in side.train_loader.iterate():
+        side.train_step(batch)
         if time.perf_counter() - start > hard_limit(seconds):  # as ours: no step starts after the hard limit
             break
-        epoch = train_loader.epoch
+        epoch = side.train_loader.epoch
         if epoch - last_epoch >= cfg.eval_interval:  # as ours: every eval_interval epochs
             last_epoch = epoch
             elapsed = time.perf_counter() - start
-            curve.append((step, elapsed, exact_accuracy(model, test_loader, dev, a.halt_max_steps)))
+            curve.append((side.step, elapsed, side.exact_accuracy()))
             if elapsed > seconds:  # as ours: the first evaluation after `seconds` is the last
                 break
     return curve
-
-
-def exact_accuracy(model, loader, dev: torch.device, steps: int) -> float:
-    """Share of the test split's real rows whose every labelled cell upstream's model predicts right after all
-    `steps` ACT steps."""
-    model.eval()
-    right = total = 0
-    with torch.inference_mode(), dev:
-        for item in loader:
-            batch = {k: v.to(dev) for k, v in item.batch.items()}
-            carry = model.initial_carry(batch)
-            for _ in range(steps):
-                carry, _, _, out, _ = model(carry=carry, batch=batch, return_keys={"preds"})
-            labels = batch["labels"]
-            ok = ((out["preds"] == labels) | (labels < 0)).all(-1)[:item.num_real]
-            right += int(ok.sum())
-            total += item.num_real
-    return right / max(total, 1)
 
 
 def summarise(rep: PartReport, curves: dict, seconds: float, cfg) -> None:
