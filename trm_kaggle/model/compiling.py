@@ -104,6 +104,15 @@ def compile_model(model, setting: Any, device: str | torch.device, cuda_graphs: 
     return True
 
 
+def apply_compile(model, setting: Any, device: str | torch.device, cuda_graphs: bool = False) -> Optional["Regions"]:
+    """Compile `model`'s regions from outside when `setting` resolves to on for `device`; the compile's
+    `Regions` (whose `region(fn)` compiles one more function, such as the trainer's loss, with the same
+    fallback), or None when nothing compiled."""
+    if not compile_model(model, setting, device, cuda_graphs):
+        return None
+    return model._regions
+
+
 # ---------------------------------------------------------------------------
 # Compiled regions, with an eager fallback
 # ---------------------------------------------------------------------------
