@@ -8,11 +8,10 @@ import time
 import pytest
 import torch
 
-import trm_kaggle.solve.estimate as E
+import trm_kaggle.solve.step_timer as T
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.solve.estimate import (
-    KAGGLE_LIMIT_S, StepTimer, estimate, format_estimate, seconds_per_call, time_steps, timing_cap,
-)
+from trm_kaggle.solve.estimate import KAGGLE_LIMIT_S, estimate, format_estimate
+from trm_kaggle.solve.step_timer import StepTimer, seconds_per_call, time_steps, timing_cap
 from trm_kaggle.solve.schedule import MODES
 
 ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
@@ -50,9 +49,9 @@ def test_a_call_past_the_cap_is_not_followed_by_another():
 def test_the_timing_cap_is_a_share_of_the_time_left_with_a_floor_and_a_ceiling():
     assert timing_cap(120) == pytest.approx(12.0)
     assert timing_cap(73) == pytest.approx(73 / 8)  # a short budget gets up to TIMING_FLOOR_S, an eighth of it
-    assert timing_cap(97) == pytest.approx(E.TIMING_FLOOR_S)
-    assert timing_cap(15) < E.MIN_TIMING_S  # too short to time anything
-    assert timing_cap(12 * 3600) == timing_cap(None) == E.TIMING_MAX_S
+    assert timing_cap(97) == pytest.approx(T.TIMING_FLOOR_S)
+    assert timing_cap(15) < T.MIN_TIMING_S  # too short to time anything
+    assert timing_cap(12 * 3600) == timing_cap(None) == T.TIMING_MAX_S
     assert timing_cap(-5) == 0.0
 
 
@@ -74,7 +73,7 @@ def fake_steps(monkeypatch):
 
     monkeypatch.setattr(StepTimer, "train", train)
     monkeypatch.setattr(StepTimer, "infer", infer)
-    monkeypatch.setattr(E, "fitting_batch", lambda arch, **kw: (10_000, 64 * 1024**3))
+    monkeypatch.setattr(T, "fitting_batch", lambda arch, **kw: (10_000, 64 * 1024**3))
     return calls, cost
 
 
@@ -104,7 +103,7 @@ def test_cpu_batches_grow_from_one_row_until_a_step_would_pass_the_bound(fake_st
 
 
 def test_cpu_batches_are_cut_to_the_memory_share(fake_steps, monkeypatch):
-    monkeypatch.setattr(E, "fitting_batch", lambda arch, **kw: (4, 2 * 1024**3))
+    monkeypatch.setattr(T, "fitting_batch", lambda arch, **kw: (4, 2 * 1024**3))
     t = time_steps(ARCH, 16, 12, CPU, batch=64, eval_batch=256, cap_s=30.0)
     assert (t.batch, t.eval_batch) == (4, 4)
     assert "the memory share (2.0 GB) holds batches of 4 rows" in t.notes
@@ -127,7 +126,7 @@ def test_without_room_for_a_prediction_step_nothing_more_is_timed(fake_steps):
 def test_configured_batches_are_timed_as_they_are_off_cpu(fake_steps, monkeypatch):
     """CUDA and XLA keep the configured batches (the device is stubbed: a CPU tensor stands in for it)."""
     calls, _ = fake_steps
-    monkeypatch.setattr(E, "SIZED_DEVICES", ())
+    monkeypatch.setattr(T, "SIZED_DEVICES", ())
     t = time_steps(ARCH, 16, 12, CPU, batch=16, eval_batch=32, cap_s=30.0)
     assert calls == [("train", 16), ("infer", 32), ("frozen", 16)] and (t.batch, t.eval_batch) == (16, 32)
     assert not t.notes
@@ -150,11 +149,9 @@ def test_estimate_times_both_kinds_of_step_and_prices_every_mode():
 
 def test_each_kind_of_step_is_timed_with_the_optimizers_submit_builds(monkeypatch):
     """The embeddings step is timed with the optimizers `submit` builds for it: no AdamATan2, SignSGD on the rows."""
-    import trm_kaggle.solve.estimate as E
-
     built = []
-    real = E.make_optimizers
-    monkeypatch.setattr(E, "make_optimizers", lambda cfg, model: built.append(cfg.freeze_weights) or real(cfg, model))
+    real = T.make_optimizers
+    monkeypatch.setattr(T, "make_optimizers", lambda cfg, model: built.append(cfg.freeze_weights) or real(cfg, model))
     estimate(ARCH, tasks=2, num_aug=1, finetune_steps=4, batch_size=2, eval_batch_size=2, seq_len=16, repeats=1)
     assert built == [False, True]
 
@@ -185,7 +182,7 @@ def test_estimate_prints_each_measurement_as_it_is_made(tmp_path, capsys, monkey
     from trm_kaggle.cli import main
 
     weights = make_export(tmp_path / "w")
-    monkeypatch.setattr(E, "fitting_batch", lambda arch, **kw: (4, 3 * 1024**3))
+    monkeypatch.setattr(T, "fitting_batch", lambda arch, **kw: (4, 3 * 1024**3))
     seen_before, real = [], StepTimer._timed
 
     def timed(self, what, rows, fn):
@@ -271,9 +268,9 @@ def fake_device(monkeypatch):
     import trm_kaggle.solve.plan as P
 
     clock = FakeClock()
-    monkeypatch.setattr(E, "time", clock)
+    monkeypatch.setattr(T, "time", clock)
     monkeypatch.setattr(P, "time", clock)
-    monkeypatch.setattr(E, "_wait", lambda device: None)
+    monkeypatch.setattr(T, "_wait", lambda device: None)
     monkeypatch.setattr(P, "device_name", lambda device: f"{device} (fake)")
 
     def install(steady: dict, first_call=lambda kind, rows, price: 0.0, startup: float = 0.0) -> FakeDevice:
@@ -324,7 +321,7 @@ def test_the_cap_is_honoured_and_first_calls_never_set_a_price(fake_device, monk
         clock.sleep(5.0)
         return (10_000, 64 * 1024**3)
 
-    monkeypatch.setattr(E, "fitting_batch", slow_memory_estimate)
+    monkeypatch.setattr(T, "fitting_batch", slow_memory_estimate)
     dev = install({"train": lambda rows: 0.4 + 0.05 * rows, "frozen": lambda rows: 0.2 + 0.03 * rows,
                    "infer": lambda rows: 0.05 + 0.01 * rows},
                   first_call=lambda kind, rows, price: (4.0 if kind == "frozen" else 2.0) * price)

@@ -87,7 +87,7 @@ def test_submit_with_a_backward_wall_clock_step_keeps_its_budget(unseen, tmp_pat
     """The wall clock 2 h behind a moment after the start: the budget, which fine-tuning would fill, still ends on
     time. 25 s gives the timing a 3.1 s cap, enough to time the steps and fine-tune; 16 s or less leaves it under
     `MIN_TIMING_S`, and the fixed small plan predicts with the pretrained weights."""
-    from trm_kaggle.solve.estimate import MIN_TIMING_S, timing_cap
+    from trm_kaggle.solve.step_timer import MIN_TIMING_S, timing_cap
 
     budget = 25.0
     assert timing_cap(budget) >= 1.5 * MIN_TIMING_S  # the timing runs, with room for a loaded machine

@@ -148,12 +148,12 @@ def test_cpu_tasks_run_with_the_batches_timed_and_gpus_with_the_configured_ones(
 def test_without_a_budget_cpu_batches_are_cut_to_the_memory_share_only(monkeypatch):
     monkeypatch.setattr(P, "measure_rates", lambda *a, **kw: pytest.fail("nothing is timed without a limit"))
     c = SolveConfig(challenges="c", weights="w", num_aug=3, global_batch_size=64, eval_batch_size=256)
-    import trm_kaggle.solve.estimate as E
+    import trm_kaggle.solve.step_timer as T
 
-    monkeypatch.setattr(E, "fitting_batch", lambda arch, **kw: (10_000, 8 * 1024**3))
+    monkeypatch.setattr(T, "fitting_batch", lambda arch, **kw: (10_000, 8 * 1024**3))
     plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, None)
     assert run == c and plan.rates is None and not plan.short  # the configured batches fit: kept as they are
-    monkeypatch.setattr(E, "fitting_batch", lambda arch, **kw: (24, 2 * 1024**3))
+    monkeypatch.setattr(T, "fitting_batch", lambda arch, **kw: (24, 2 * 1024**3))
     plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, None)
     assert (run.global_batch_size, run.eval_batch_size) == (24, 24)
     assert "the memory share (2.0 GB) holds batches of 24 rows" in plan.describe()

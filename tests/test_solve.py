@@ -17,7 +17,7 @@ from trm_kaggle.evaluate.submission import check_submission, make_submission, va
 from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.solve.estimate import timing_cap
+from trm_kaggle.solve.step_timer import timing_cap
 from trm_kaggle.solve.solve import solve
 from trm_kaggle.solve.task import build_unseen_dataset, finetune
 

@@ -1,15 +1,15 @@
 """The kernel's time plan: what each worker does with the time it has, and lines that say how it is going.
 
-    the worker's device -> one timed batch of each kind (`estimate`'s step timer), sized for the device and
+    the worker's device -> one timed batch of each kind (`step_timer.py`), sized for the device and
                            inside a timing cap -> Rates
     Rates + the worker's tasks + its seconds until the deadline -> Plan (augmentations, fine-tuning steps,
                                                                           seconds reserved for inference)
 
 `plan_worker` does both and returns the settings the tasks run with: on CPU and MPS the batches timed (at
-most what the memory share holds, grown while a step stays short: `estimate.time_steps`) are the batches
-the tasks use; CUDA and XLA keep the configured ones. Timing takes at most `estimate.timing_cap` of the time
+most what the memory share holds, grown while a step stays short: `step_timer.time_steps`) are the batches
+the tasks use; CUDA and XLA keep the configured ones. Timing takes at most `step_timer.timing_cap` of the time
 left (the memory estimate and CUDA's start-up, its first untimed steps, come before and are not counted; the
-plan fits the time left after the timing); a budget too short for even that (`estimate.MIN_TIMING_S`), or a
+plan fits the time left after the timing); a budget too short for even that (`step_timer.MIN_TIMING_S`), or a
 timing cut by its cap before a prediction step, gets the fixed small plan: nothing priced, no fine-tuning
 (nothing was timed to fit it), `SHORT_NUM_AUG` augmentations where num_aug is auto, `SHORT_BATCH` rows per
 batch on CPU and MPS, and each task predicting for an equal share of the time left.
@@ -37,9 +37,8 @@ from typing import Callable, Sequence
 import torch
 
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.solve.estimate import (
-    MIN_TIMING_S, SIZED_DEVICES, finetune_seconds, inference_seconds, memory_batches, time_steps, timing_cap,
-)
+from trm_kaggle.solve.estimate import finetune_seconds, inference_seconds
+from trm_kaggle.solve.step_timer import MIN_TIMING_S, SIZED_DEVICES, memory_batches, time_steps, timing_cap
 
 AUTO_MAX_AUG = 1000  # upstream's evaluation recipe votes over 1000 augmentations per task
 AUTO_MAX_STEPS = 2000  # fine-tuning steps per task
@@ -115,7 +114,7 @@ class Rates:
 def measure_rates(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, batch: int,
                   eval_batch: int, *, cap_s: float | None = None, processes: int = 1,
                   say: Callable[[str], None] | None = None) -> Rates | None:
-    """One timed batch of each kind on `device` (`estimate.time_steps`), with the export's architecture, the
+    """One timed batch of each kind on `device` (`step_timer.time_steps`), with the export's architecture, the
     batch sizes the worker will use (`batch_sizes`; on CPU and MPS the most it may use) and at most `cap_s`
     seconds (default `timing_cap(None)`); `say` gets a line before and after each timed step. None when the
     cap had no room for the steps a plan needs."""
