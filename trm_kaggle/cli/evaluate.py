@@ -156,7 +156,8 @@ def add_score(sub) -> None:
 def cmd_score(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from trm_kaggle.evaluate.submission import check_scorable, format_score, score_submission
+    from trm_kaggle.evaluate.scoring import format_score, score_submission
+    from trm_kaggle.evaluate.submission import check_scorable
 
     check_scorable(args.submission, args.solutions)  # validated first, as validate-submission does
     report = score_submission(args.submission, args.solutions)

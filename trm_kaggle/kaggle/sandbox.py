@@ -451,7 +451,8 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     sets (or overrides) notebook parameters, `kernel_env` adds to the kernel's environment (e.g.
     KAGGLE_KERNEL_RUN_TYPE, as in Kaggle's Save Version run) and `alter` changes the inputs before the run.
     """
-    from trm_kaggle.evaluate.submission import check_submission, score_submission
+    from trm_kaggle.evaluate.scoring import score_submission
+    from trm_kaggle.evaluate.submission import check_submission
 
     out = Path(out_dir).absolute()
     t0 = time.monotonic()
