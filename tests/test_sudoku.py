@@ -12,9 +12,9 @@ import pytest
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.puzzles import sudoku
 from trm_kaggle.data.format import load_identifiers, load_split
-from trm_kaggle.data.puzzles.sudoku import (apply_transforms, box_shape, build_sudoku, count_solutions, generate_sudoku,
-                                    random_transforms, seq_len_and_vocab, shuffle_sudoku, solve_sudoku,
-                                    sudoku_rating, valid_solutions)
+from trm_kaggle.data.puzzles.sudoku import (apply_transforms, build_sudoku, random_transforms, seq_len_and_vocab,
+                                           shuffle_sudoku, valid_solutions)
+from trm_kaggle.data.puzzles.sudoku_solver import box_shape, count_solutions, generate_sudoku, solve_sudoku, sudoku_rating
 from trm_kaggle.errors import DataError
 
 # Arto Inkala's "world's hardest sudoku" and its solution: needs guesses
