@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from cli_helpers import one_error_line
 import trm_kaggle.config as config_module
+from trm_kaggle.config.common import _Config
 from trm_kaggle.cli import main
 
 BIG = str(2**70)
@@ -108,7 +109,7 @@ def test_sweep_seeds(tmp_path, capsys):
 
 def configs() -> list[type[BaseModel]]:
     return [m for m in vars(config_module).values() if isinstance(m, type) and issubclass(m, BaseModel)
-            and m.__module__ == config_module.__name__ and m is not config_module._Config]
+            and m.__module__.startswith(config_module.__name__ + ".") and m is not _Config]
 
 
 def number_fields():

