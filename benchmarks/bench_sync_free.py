@@ -66,7 +66,7 @@ def main(argv=None) -> int:
 
     from trm_kaggle.config import SudokuBuildConfig
     from trm_kaggle.data.puzzles.sudoku import build_sudoku
-    from trm_kaggle.train import loop
+    from trm_kaggle.train import loop, nonfinite
     from trm_kaggle.train.settings import load_train_config
 
     print(f"torch {torch.__version__}, device {args.device}, hidden {args.hidden}, batch {args.batch}, load average "
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
         def run(mode: str, steps: int) -> tuple[float, int]:
             nonlocal runs
             runs += 1
-            loop.SYNC_FREE_DEVICES = ("cuda", "cpu") if mode == "device" else ()
+            nonfinite.SYNC_FREE_DEVICES = ("cuda", "cpu") if mode == "device" else ()
             cfg = load_train_config(overrides=[
                 f"data_paths=[{data}]", f"checkpoint_path={Path(tmp) / f'run{runs}'}", f"device={args.device}",
                 f"arch.hidden_size={args.hidden}", "arch.num_heads=4", "arch.H_cycles=2", "arch.L_cycles=2",

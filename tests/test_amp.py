@@ -11,7 +11,7 @@ from trm_kaggle.model.losses import act_loss
 from trm_kaggle.optim.adam_atan2 import AdamATan2
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train import loop
+from trm_kaggle.train import step
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.loop import train
 
@@ -81,14 +81,14 @@ def test_a_float16_run_keeps_float32_weights_and_logs_its_scale(sudoku4, tmp_pat
 def inject_inf_at(monkeypatch, steps: set[int]) -> None:
     """The loss of the training steps in `steps` (1-based, as logged) times inf: inf/nan gradients."""
     calls = {"n": 0}
-    real = loop.act_loss
+    real = step.act_loss
 
     def act_loss_with_inf(*args, **kwargs):
         loss, metrics = real(*args, **kwargs)
         calls["n"] += 1  # one call per micro-batch; the tests use one micro-batch per step
         return (loss * float("inf") if calls["n"] in steps else loss), metrics
 
-    monkeypatch.setattr(loop, "act_loss", act_loss_with_inf)
+    monkeypatch.setattr(step, "act_loss", act_loss_with_inf)
 
 
 def test_an_injected_inf_skips_the_step_and_lowers_the_scale(sudoku4, tmp_path, monkeypatch, caplog):

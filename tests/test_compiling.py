@@ -27,7 +27,7 @@ from trm_kaggle.model import act_loss
 from trm_kaggle.model import compiling
 from trm_kaggle.model.compiling import (CACHE_FILE, CACHE_RECORD, cuda_graph_options, load_compile_cache,
                                         resolve_compile, save_compile_cache)
-from trm_kaggle.train import loop
+from trm_kaggle.train import setup
 
 sys.path.insert(0, str(Path(__file__).parent))
 from integrity_helpers import build_sudoku4, train_args  # noqa: E402
@@ -99,15 +99,15 @@ def test_the_command_lines_take_the_setting(capsys, monkeypatch):
 
 def test_auto_does_not_compile_training_on_a_cpu(data, tmp_path, monkeypatch):
     seen = []
-    real = loop.compile_model
+    real = setup.apply_compile
 
     def spy(model, *a, **k):
         seen.append(real(model, *a, **k))
         return seen[-1]
 
-    monkeypatch.setattr(loop, "compile_model", spy)
+    monkeypatch.setattr(setup, "apply_compile", spy)
     assert main(train_args(data, tmp_path / "run", "max_steps=1")) == 0  # compile left at its default
-    assert seen == [False]
+    assert seen == [None]
     assert not (tmp_path / "run" / CACHE_FILE).exists()
 
 

@@ -37,7 +37,8 @@ from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.loop import exploration_draws, train
+from trm_kaggle.train.loop import train
+from trm_kaggle.train.step import exploration_draws
 from trm_kaggle.train.settings import load_train_config
 
 STEPS = 4

@@ -157,9 +157,9 @@ def test_check_finite_names_the_first_bad_tensor_and_ignores_integer_tensors():
 def test_an_isolated_non_finite_step_is_skipped_and_training_goes_on(data, tmp_path, monkeypatch, caplog):
     import logging
 
-    from trm_kaggle.train import loop
+    from trm_kaggle.train import step
 
-    real, calls = loop._accumulate, []
+    real, calls = step.accumulate, []
 
     def one_nan_gradient(forward, model, *args):
         out = real(forward, model, *args)
@@ -168,7 +168,7 @@ def test_an_isolated_non_finite_step_is_skipped_and_training_goes_on(data, tmp_p
             next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = float("nan")
         return out
 
-    monkeypatch.setattr(loop, "_accumulate", one_nan_gradient)
+    monkeypatch.setattr(step, "accumulate", one_nan_gradient)
     caplog.set_level(logging.WARNING)
     run = tmp_path / "run"
     assert main(train_args(data, run, "max_steps=4", "ema=True")) == 0

@@ -15,7 +15,7 @@ import torch
 from integrity_helpers import build_sudoku4, train_args
 from cli_helpers import one_error_line
 from trm_kaggle.cli import main
-from trm_kaggle.train import loop
+from trm_kaggle.train import setup, step
 from trm_kaggle.train.memory import is_out_of_memory
 
 CPU_ALLOCATOR = ("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to "
@@ -34,7 +34,7 @@ def test_out_of_memory_in_a_step_says_what_to_lower(data, tmp_path, capsys, monk
     def exhausted(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(loop, "_accumulate", exhausted)
+    monkeypatch.setattr(step, "accumulate", exhausted)
     assert main(train_args(data, tmp_path / "run", "max_steps=2", "micro_batch_size=4")) == 2
     line = one_error_line(capsys)
     assert line.startswith("error: out of memory on cpu in training step 1: lower micro_batch_size (now 4;"), line
@@ -45,14 +45,14 @@ def test_out_of_memory_while_setting_up_says_so(data, tmp_path, capsys, monkeypa
     def exhausted(*args, **kwargs):
         raise RuntimeError(CPU_ALLOCATOR)
 
-    monkeypatch.setattr(loop, "build_model", exhausted)
+    monkeypatch.setattr(setup, "build_model", exhausted)
     assert main(train_args(data, tmp_path / "run", "max_steps=2")) == 2
     line = one_error_line(capsys)
     assert "out of memory on cpu setting up, evaluating or saving the run" in line and "micro_batch_size" in line
 
 
 def test_auto_batch_halves_the_micro_batch_on_any_allocator(data, tmp_path, monkeypatch, caplog):
-    real, calls = loop._accumulate, []
+    real, calls = step.accumulate, []
 
     def once_exhausted(forward, model, batch, carries, micro, *args):
         calls.append(micro)
@@ -60,7 +60,7 @@ def test_auto_batch_halves_the_micro_batch_on_any_allocator(data, tmp_path, monk
             raise RuntimeError(CPU_ALLOCATOR)
         return real(forward, model, batch, carries, micro, *args)
 
-    monkeypatch.setattr(loop, "_accumulate", once_exhausted)
+    monkeypatch.setattr(step, "accumulate", once_exhausted)
     assert main(train_args(data, tmp_path / "run", "max_steps=2", "auto_batch=True")) == 0
     assert calls[:2] == [8, 4] and "out of memory: retrying with micro_batch_size=4" in caplog.text
 

@@ -73,7 +73,7 @@ def test_state_dict_round_trip_continues_identically():
 def test_the_trainer_builds_lion_from_the_config():
     from trm_kaggle.config import ArchConfig
     from trm_kaggle.model.trm import TinyRecursiveModel
-    from trm_kaggle.train.loop import make_optimizers
+    from trm_kaggle.train.optimizers import make_optimizers
 
     arch = ArchConfig(hidden_size=16, num_heads=2, L_layers=1, puzzle_emb_len=1, forward_dtype="float32")
     cfg = TrainConfig(arch=arch, optimizer="lion", beta1=0.8, beta2=0.99, weight_decay=1.0)

@@ -21,7 +21,7 @@ from integrity_helpers import build_sudoku4, train_args
 from trm_kaggle.cli import main
 from trm_kaggle.model.trm import Carry
 from trm_kaggle.optim.sign_sgd import sparse_sign_sgd_
-from trm_kaggle.train import loop
+from trm_kaggle.train import nonfinite, setup, step
 from trm_kaggle.train.step_guard import StepGuard, keep_carries
 
 #: Host reads per steady-state training step, at most (CUDA; a CPU in the same mode).
@@ -36,7 +36,7 @@ def data(tmp_path_factory):
 @pytest.fixture
 def sync_free(monkeypatch):
     """The CUDA step's mode on this CPU: the finite check on the device, step counts on the device."""
-    monkeypatch.setattr(loop, "SYNC_FREE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(nonfinite, "SYNC_FREE_DEVICES", ("cuda", "cpu"))
 
 
 def reads_of_a_run(data, run, steps: int, *extra: str) -> HostReads:
@@ -72,7 +72,7 @@ def test_the_sync_free_mode_trains_as_the_cpu_mode_does(data, tmp_path, monkeypa
     """Same data, draws, rule: the losses of the two modes agree to float32 rounding (the step counts' bias
     corrections round in float32 on the device, in double on the host)."""
     assert main(train_args(data, tmp_path / "host", "max_steps=6", "ema=True")) == 0
-    monkeypatch.setattr(loop, "SYNC_FREE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(nonfinite, "SYNC_FREE_DEVICES", ("cuda", "cpu"))
     assert main(train_args(data, tmp_path / "device", "max_steps=6", "ema=True")) == 0
     losses = [[r["loss"] for r in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())]
               for name in ("host", "device")]
@@ -96,7 +96,7 @@ def test_a_step_skipped_on_the_device_changes_nothing(data, tmp_path, monkeypatc
     """A NaN in step 2's gradients: weights, optimizer state, EMA, puzzle rows and carries after it are those
     before it; the skip is said (at the log read) as the host check says it, and its metrics are left out."""
     held, states = {}, []
-    real_make, real_ema, real_acc = loop.make_optimizers, loop.EMA, loop._accumulate
+    real_make, real_ema, real_acc = setup.make_optimizers, setup.EMA, step.accumulate
 
     def make(*a, **k):
         held["dense"], held["sparse"] = real_make(*a, **k)
@@ -113,9 +113,9 @@ def test_a_step_skipped_on_the_device_changes_nothing(data, tmp_path, monkeypatc
             next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = float("nan")
         return out
 
-    monkeypatch.setattr(loop, "make_optimizers", make)
-    monkeypatch.setattr(loop, "EMA", ema)
-    monkeypatch.setattr(loop, "_accumulate", accumulate)
+    monkeypatch.setattr(setup, "make_optimizers", make)
+    monkeypatch.setattr(setup, "EMA", ema)
+    monkeypatch.setattr(step, "accumulate", accumulate)
     caplog.set_level(logging.WARNING)
     run = tmp_path / "run"
     assert main(train_args(data, run, "max_steps=4", "ema=True", "log_interval=2")) == 0
@@ -200,8 +200,8 @@ def test_puzzle_rows_keep_their_values_when_the_step_is_inactive():
 
 
 def test_exploration_draws_of_a_row_do_not_depend_on_the_split():
-    whole = loop.exploration_draws(3, 17, 12, 8, slice(0, 12), torch.device("cpu"))
-    parts = [loop.exploration_draws(3, 17, 12, 8, slice(i, i + 4), torch.device("cpu")) for i in (0, 4, 8)]
+    whole = step.exploration_draws(3, 17, 12, 8, slice(0, 12), torch.device("cpu"))
+    parts = [step.exploration_draws(3, 17, 12, 8, slice(i, i + 4), torch.device("cpu")) for i in (0, 4, 8)]
     assert torch.equal(whole[0], torch.cat([p[0] for p in parts]))
     assert torch.equal(whole[1], torch.cat([p[1] for p in parts]))
 
@@ -210,11 +210,11 @@ def test_exploration_draws_of_a_row_do_not_depend_on_the_split():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_exploration_draws_are_made_on_the_device_and_keep_the_contract():
     dev = torch.device("cuda")
-    whole = loop.exploration_draws(3, 17, 12, 8, slice(0, 12), dev)
+    whole = step.exploration_draws(3, 17, 12, 8, slice(0, 12), dev)
     assert whole[0].device.type == "cuda"
-    parts = [loop.exploration_draws(3, 17, 12, 8, slice(i, i + 4), dev) for i in (0, 4, 8)]
+    parts = [step.exploration_draws(3, 17, 12, 8, slice(i, i + 4), dev) for i in (0, 4, 8)]
     assert torch.equal(whole[0], torch.cat([p[0] for p in parts]))
-    assert torch.equal(whole[1], loop.exploration_draws(3, 17, 12, 8, slice(0, 12), dev)[1])
+    assert torch.equal(whole[1], step.exploration_draws(3, 17, 12, 8, slice(0, 12), dev)[1])
     assert int(whole[1].min()) >= 2 and int(whole[1].max()) <= 8
 
 

@@ -216,8 +216,8 @@ def test_schedules():
 
 def test_curriculum_reaches_the_model(sudoku4, tmp_path):
     seen = []
-    import trm_kaggle.train.loop as loop_mod
-    orig = loop_mod.act_loss
+    import trm_kaggle.train.step as step_mod
+    orig = step_mod.act_loss
 
     def spy(*a, **k):
         seen.append(1)
@@ -309,7 +309,7 @@ def test_a_run_whose_rows_never_halt_records_no_accuracy_rather_than_zero(sudoku
 
 
 def test_progress_bar_without_a_deadline_counts_steps_and_with_one_the_nearer_end():
-    from trm_kaggle.train.loop import TrainProgress
+    from trm_kaggle.train.progress import TrainProgress
     import time
 
     steps = TrainProgress(10, 0, None, enabled=True)
@@ -418,7 +418,7 @@ def test_every_rank_resumes_from_the_state_rank_0_chose(sudoku4, tmp_path, monke
     itself; a rank that cannot (checkpoint_path not shared between hosts) stops every rank with one error."""
     import shutil
 
-    from trm_kaggle.train import loop
+    from trm_kaggle.train import state as train_state
     from trm_kaggle.train.runtime import Runtime
 
     run = tmp_path / "run"
@@ -429,25 +429,25 @@ def test_every_rank_resumes_from_the_state_rank_0_chose(sudoku4, tmp_path, monke
 
     def collectives(*sums):  # what the all-reduces return on this rank: rank 0's choice, then the ranks able
         it = iter(sums)
-        monkeypatch.setattr(loop, "_sum_over_ranks", lambda value, rt: next(it))
+        monkeypatch.setattr(train_state, "sum_over_ranks", lambda value, rt: next(it))
 
     collectives(4, 2)
-    path, state = loop._state_to_resume(run, rank1)
+    path, state = train_state.state_to_resume(run, rank1)
     assert path == ckpt.state_path(run, 4) and state["step"] == 4
     collectives(8, 1)  # rank 0 resumes from a state this rank does not see
     with pytest.raises(TRMError, match="1 of 2 ranks cannot resume .*filesystem every host sees"):
-        loop._state_to_resume(run, rank1)
+        train_state.state_to_resume(run, rank1)
     collectives(-1, 1)  # rank 0 finds no state at all, this rank finds some
     with pytest.raises(TRMError, match="rank 1 finds train states .* where rank 0 finds none"):
-        loop._state_to_resume(run, rank1)
+        train_state.state_to_resume(run, rank1)
     collectives(-2, 0)  # rank 0 finds none that loads
     with pytest.raises(TRMError, match="rank 0 finds no readable train state"):
-        loop._state_to_resume(run, rank1)
+        train_state.state_to_resume(run, rank1)
     collectives(-1, 2)
-    assert loop._state_to_resume(tmp_path / "fresh", rank1) is None  # nobody resumes: fine
+    assert train_state.state_to_resume(tmp_path / "fresh", rank1) is None  # nobody resumes: fine
     rank0 = Runtime(torch.device("cpu"), torch.float32, "test", rank=0, world_size=2)
     collectives(6, 2)  # rank 0 adds its own choice, the newest state that loads
-    path, state = loop._state_to_resume(run, rank0)
+    path, state = train_state.state_to_resume(run, rank0)
     assert path == ckpt.state_path(run, 6)
 
 
@@ -476,7 +476,7 @@ def test_the_test_split_check_equals_one_full_length_rollout_of_the_split(sudoku
     from trm_kaggle.model.losses import act_loss
     from trm_kaggle.model.rollout import act_rollout
     from trm_kaggle.model.trm import TinyRecursiveModel
-    from trm_kaggle.train.loop import evaluate_split
+    from trm_kaggle.train.evaluation import evaluate_split
     from trm_kaggle.train.runtime import Runtime
 
     class SolvesEven(TinyRecursiveModel):
@@ -513,11 +513,11 @@ def test_the_test_split_check_equals_one_full_length_rollout_of_the_split(sudoku
 _NO_DYNAMO = r"""
 import sys
 from trm_kaggle.cli import main
-from trm_kaggle.model import layers
+from trm_kaggle.model import cpu_kernels
 
 calls = []
-kernel = layers._onednn_kernel
-layers._onednn_kernel = lambda *a: calls.append(1) or kernel(*a)
+kernel = cpu_kernels._onednn_kernel
+cpu_kernels._onednn_kernel = lambda *a: calls.append(1) or kernel(*a)
 data, run, out = sys.argv[1:4]
 assert main(["train", f"data_paths=[{data}]", f"checkpoint_path={run}", *sys.argv[4:]]) == 0
 assert main(["export", run, "--out", f"{out}/weights"]) == 0
@@ -529,13 +529,13 @@ from trm_kaggle.train.memory import count_parameters, fitting_batch
 assert count_parameters(model.arch, model.seq_len, model.vocab_size) == model.num_parameters()
 assert fitting_batch(model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size, num_puzzle_identifiers=2,
                      device="cpu")[0] > 0  # the solver's sizing: models on the meta device, a probe on the CPU
-print("onednn calls", len(calls) if layers.ONEDNN_LINEAR else "n/a", "dynamo", "torch._dynamo" in sys.modules)
+print("onednn calls", len(calls) if cpu_kernels.ONEDNN_LINEAR else "n/a", "dynamo", "torch._dynamo" in sys.modules)
 """
 
 
 def test_cpu_training_and_prediction_never_import_torch_dynamo(sudoku4, tmp_path):
     """Eager CPU work keeps torch._dynamo unimported: its import is 1.2 s of every process's start-up (torch's
-    optimizers and custom ops import it on their first call; `optim.common` and `model.layers._onednn` avoid
+    optimizers and custom ops import it on their first call; `optim.common` and `model.cpu_kernels._onednn` avoid
     those calls while nothing compiles). The model is wide enough that its matmuls take the oneDNN path. The
     memory estimate (`auto_batch`, the solver's sizing) builds models on the meta device, whose arithmetic
     imports it: their RoPE tables and pair order are computed on the CPU.

@@ -22,7 +22,7 @@ from test_train import TINY, cfg_for, losses
 from trm_kaggle.config import SudokuBuildConfig, TrainConfig
 from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train import loop, stops
+from trm_kaggle.train import evaluation, stops
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.runtime import Runtime
 from trm_kaggle.train.stops import StopControl, TrainingInterrupted, expected_eval_seconds
@@ -124,14 +124,14 @@ def test_without_signals_a_caller_keeps_its_own_handlers(sudoku4, tmp_path):
 
 
 def test_a_signal_during_an_evaluation_cuts_it_short(sudoku4, tmp_path, monkeypatch):
-    real = loop.evaluate_split
+    real = evaluation.evaluate_split
 
     def slow_evaluation(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)  # arrives while the evaluation runs
         time.sleep(5)  # what the signal cuts short
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "evaluate_split", slow_evaluation)
+    monkeypatch.setattr(evaluation, "evaluate_split", slow_evaluation)
     run = tmp_path / "run"
     t = time.monotonic()
     with pytest.raises(TrainingInterrupted, match="stopped by SIGTERM at step 5"):
@@ -181,7 +181,7 @@ def test_a_measured_evaluation_that_fits_runs(sudoku4, tmp_path):
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if "eval_exact_accuracy" in r]
     assert [r["step"] for r in evals] == [5, 10] and all(r["evaluation_s"] > 0 for r in evals)
-    assert result.eval_metrics and loop._last_evaluation_seconds(run) == evals[-1]["evaluation_s"]
+    assert result.eval_metrics and evaluation.last_evaluation_seconds(run) == evals[-1]["evaluation_s"]
 
 
 def start_training(run: Path, data: Path, *extra: str) -> subprocess.Popen:

@@ -17,7 +17,7 @@ once per `slots` finished rows. Without early exit every slot finishes at the sa
 it runs the examples batch after batch, as before (`balanced_slots` keeps the last batch
 as full as the others).
 Every inference path runs it: evaluation (`trm_kaggle.evaluate.predict`), the test-split
-check during training (`trm_kaggle.train.loop.evaluate_split`) and the demonstration
+check during training (`trm_kaggle.train.evaluation.evaluate_split`) and the demonstration
 accuracy of the Kaggle solver (`trm_kaggle.solve.task.demo_accuracy`). Callers choose the
 grad mode and put the model in eval mode.
 

@@ -42,7 +42,7 @@ from trm_kaggle import xla
 from trm_kaggle.config import ArchConfig, TrainConfig
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.train.loop import make_optimizers, optimizer_step
+from trm_kaggle.train.optimizers import make_optimizers, optimizer_step
 from trm_kaggle.train.memory import GB, fitting_batch
 
 TIMING_SHARE = 0.1  # timing takes this share of the time left ...

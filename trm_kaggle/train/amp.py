@@ -67,7 +67,7 @@ class LossScaler:
     def step(self, dense, sparse, model) -> bool:
         """The optimizer steps of one training step (after backward and any all-reduce); False when skipped.
 
-        Float16 only (other dtypes step through `train.loop.optimizer_step`): unscale every gradient (the
+        Float16 only (other dtypes step through `train.optimizers.optimizer_step`): unscale every gradient (the
         weights' and the touched puzzle rows'), take the steps only if all are finite, and adapt the scale."""
         if not self.enabled:
             raise RuntimeError("LossScaler.step is float16's optimizer step; other dtypes use optimizer_step")

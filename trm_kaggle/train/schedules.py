@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from trm_kaggle.config import TrainConfig
 
@@ -52,3 +53,23 @@ def exploration_at(cfg: TrainConfig, epoch: float) -> float:
     start = p if h.start_prob is None else h.start_prob
     end = p if h.end_prob is None else h.end_prob
     return _ramp(start, end, epoch, h.epochs)
+
+
+@dataclass(frozen=True)
+class StepSchedule:
+    """What the schedules say for one optimizer step."""
+
+    lr: float  # the weights'
+    emb_lr: float  # the puzzle rows'
+    H_cycles: int
+    L_cycles: int
+    exploration: float  # halting exploration probability
+
+
+def schedule_at(cfg: TrainConfig, step: int, epoch: float, total_steps: int, lr_factor: float = 1.0) -> StepSchedule:
+    """The schedule of optimizer step `step + 1` (the learning rate as upstream's counter gives it), at `epoch`;
+    `lr_factor` scales both rates (a data curriculum's current stage)."""
+    lr = lr_factor * lr_at_step(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+    emb_lr = lr_factor * lr_at_step(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+    H_cycles, L_cycles = cycles_at(cfg, epoch)
+    return StepSchedule(lr, emb_lr, H_cycles, L_cycles, exploration_at(cfg, epoch))

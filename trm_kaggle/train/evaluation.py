@@ -1,0 +1,137 @@
+"""The test-split check during training: exact accuracy per (augmented) example, every `eval_interval` epochs.
+
+This is per-example accuracy, not the ARC score: `trm-kaggle evaluate` votes over augmentations and reports
+pass@K / the ARC Prize score. With EMA the shadow weights are evaluated, as upstream. `Evaluations` decides
+when one is due (upstream's `eval_interval` and `min_eval_interval`) and whether it ends before the deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from trm_kaggle import xla
+from trm_kaggle.config import TrainConfig
+from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
+from trm_kaggle.model.rollout import ContinuousRollout, balanced_slots
+from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.train.metrics import METRICS_FILE, read_metrics
+from trm_kaggle.train.runtime import Runtime, all_reduce_
+from trm_kaggle.train.stops import EvaluationCut, StopControl, expected_eval_seconds
+
+log = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, batch_size: int | None = None
+                   ) -> dict[str, float]:
+    """Exact accuracy of the test split's examples after halt_max_steps ACT steps.
+
+    The examples run through a fixed batch (`ContinuousRollout`); only the last step's logits are decoded.
+    """
+    loader = PuzzleLoader(cfg.data_paths_test or cfg.data_paths, "test", batch_size or cfg.global_batch_size,
+                          seed=cfg.seed, rank=rt.rank, world_size=rt.world_size)
+    local_batch = (batch_size or cfg.global_batch_size) // rt.world_size
+    slots = local_batch if rt.device.type == "xla" else balanced_slots(
+        math.ceil(loader.num_examples / rt.world_size), local_batch)
+    rollout = ContinuousRollout(model, slots, cfg.arch.halt_max_steps, device=rt.device)
+    source = ({k: item.batch[k][:item.num_real] for k in ("inputs", "labels", "puzzle_identifiers")}
+              for item in loader)
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(4, dtype=torch.float64, device=rt.device)
+    for done in rollout.run(source):
+        labels = done.data["labels"]
+        valid = labels != IGNORE_LABEL_ID
+        counts = valid.sum(-1)
+        right = (valid & (done.tokens.long() == labels.long())).sum(-1)
+        real = counts > 0  # rows with a label to score (padding has none)
+        totals += torch.stack([real.sum().double(), (real & (right == counts)).sum().double(),
+                               torch.where(real, right / counts.clamp_min(1), 0.0).sum().double(),
+                               torch.where(real, done.steps, 0).sum().double()])
+    if rt.distributed:
+        all_reduce_([totals])
+    if rt.device.type == "xla":
+        xla.step_boundary()  # XLA: run the reduction before the host reads it
+    model.train(was_training)
+    count, exact, token, steps = totals.tolist()  # one host read
+    n = max(1.0, count)
+    return {"eval_examples": int(count), "eval_exact_accuracy": exact / n, "eval_token_accuracy": token / n,
+            "eval_steps": steps / n}
+
+
+def evaluate_weights(model, ema, cfg: TrainConfig, rt: Runtime) -> dict[str, float]:
+    """`evaluate_split` of the weights upstream evaluates: the EMA's shadow where there is one."""
+    if ema is None:
+        return evaluate_split(model, cfg, rt)
+    with ema.applied(model):
+        metrics = evaluate_split(model, cfg, rt)
+    if rt.device.type == "xla":
+        xla.step_boundary()  # XLA: restore the live weights now, not inside the next step's graph
+    return metrics
+
+
+def last_evaluation_seconds(run_dir: Path) -> float | None:
+    """How long the run's last evaluation took (metrics.jsonl's `evaluation_s`), None before the first."""
+    evals = read_metrics(run_dir)[1] if (run_dir / METRICS_FILE).is_file() else []
+    timed = [r["evaluation_s"] for r in evals if isinstance(r.get("evaluation_s"), (int, float))]
+    return float(timed[-1]) if timed else None
+
+
+class Evaluations:
+    """When the run evaluates, and each evaluation's outcome.
+
+    One is due when the step completes an `eval_interval` of epochs (upstream's iteration), from the
+    iteration numbered `min_eval_interval` on (upstream: `_iter_id >= min_eval_interval`, counted from 0).
+    Under a deadline an evaluation that would end after it is skipped, with a warning: its length is the last
+    one measured, or (before the first) an estimate from the test split's batches and the step time.
+    """
+
+    def __init__(self, cfg: TrainConfig, rt: Runtime, run_dir: Path, steps_per_epoch: float, step: int,
+                 deadline: float | None):
+        self.cfg, self.rt, self.deadline, self.steps_per_epoch = cfg, rt, deadline, steps_per_epoch
+        self.interval = cfg.eval_interval
+        self.last_epoch = math.floor(step / steps_per_epoch / self.interval) if self.interval else None
+        self.last_s = last_evaluation_seconds(run_dir) if deadline is not None and self.interval else None
+        self.test_batches: int | None = None  # counted when an evaluation first needs an estimate of its length
+        self.metrics: dict[str, float] = {}
+        self.seconds = 0.0
+
+    def due(self, step: int) -> bool:
+        """Whether `step` (just taken) ends an interval that evaluates."""
+        if not self.interval:
+            return False
+        e = math.floor(step / self.steps_per_epoch / self.interval)
+        if e <= self.last_epoch:
+            return False
+        self.last_epoch = e
+        return e - 1 >= (self.cfg.min_eval_interval or 0)  # upstream's iteration e - 1
+
+    def run(self, model, ema, control: StopControl, step: int, seconds_per_step: float) -> str:
+        """Evaluate now: "done" (`metrics`, `seconds` set), "skipped" (it would end after the deadline) or "cut"
+        (a stop signal cut it short: the last complete evaluation's metrics stand)."""
+        if self.deadline is not None:  # an evaluation must end before the deadline, or not start
+            if self.last_s is None and self.test_batches is None:
+                self.test_batches = len(PuzzleLoader(self.cfg.data_paths_test or self.cfg.data_paths, "test",
+                                                     self.cfg.global_batch_size, seed=self.cfg.seed, prefetch=0))
+            expected = expected_eval_seconds(self.last_s, self.test_batches, self.cfg.arch.halt_max_steps,
+                                             seconds_per_step)
+            if expected is not None and not control.eval_fits(expected):
+                log.warning("step %d: evaluation skipped: it would end after %s (about %.0f s needed, %.0f s left)",
+                            step, control.deadline_name, expected, self.deadline - time.monotonic())
+                return "skipped"
+        t_eval = time.perf_counter()
+        try:
+            with control.cuttable():  # a stop signal cuts it short (it changes no weight)
+                metrics = evaluate_weights(model, ema, self.cfg, self.rt)
+        except EvaluationCut as cut:
+            model.train()
+            log.warning("step %d: evaluation cut short by %s", step, cut)
+            return "cut"
+        self.metrics, self.seconds = metrics, time.perf_counter() - t_eval
+        self.last_s = self.seconds
+        return "done"

@@ -1,0 +1,127 @@
+"""Writing a run's metrics: metrics.jsonl (plus TensorBoard / W&B, offline), one record per log interval.
+
+A step's metrics stay on the device until its interval's line is due: `LogWindow` holds them and reads
+them all with one host read, replaying the verdicts a `DeviceGuard` decided on the device (a skipped step's
+metrics are left out). `trm_kaggle.train.metrics` reads the file back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from trm_kaggle.atomic import append_line
+from trm_kaggle.config import TrainConfig
+from trm_kaggle.errors import TRMError
+from trm_kaggle.train.metrics import METRICS_FILE
+from trm_kaggle.train.step import METRIC_NAMES
+
+
+class MetricLog:
+    """metrics.jsonl in the run directory, plus optional TensorBoard / W&B (offline)."""
+
+    def __init__(self, run_dir: Path, cfg: TrainConfig, enabled: bool):
+        self.enabled = enabled
+        self.path = run_dir / METRICS_FILE
+        self.tb = self.wandb = None
+        if not enabled:
+            return
+        self.check(cfg)
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+        if cfg.wandb:
+            import os
+
+            import wandb
+
+            os.environ.setdefault("WANDB_MODE", "offline")
+            self.wandb = wandb.init(project=cfg.project_name or "trm_kaggle", name=cfg.run_name,
+                                    dir=str(run_dir), config=cfg.model_dump())
+
+    @staticmethod
+    def check(cfg: TrainConfig) -> None:
+        """TRMError when a logger the settings ask for cannot be imported (checked before the run folder is made)."""
+        if cfg.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+            except ImportError:
+                raise TRMError("tensorboard=True needs the tensorboard package (pip install tensorboard)") from None
+        if cfg.wandb:
+            try:
+                import wandb  # noqa: F401
+            except ImportError:
+                raise TRMError("wandb=True needs the wandb package (pip install wandb)") from None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        append_line(self.path, json.dumps(record))
+        step = record.get("step", 0)
+        for k, v in record.items():
+            if isinstance(v, (int, float)) and k != "step":
+                if self.tb:
+                    self.tb.add_scalar(k, v, step)
+        if self.wandb:
+            self.wandb.log(record, step=step)
+
+    def close(self) -> None:
+        if self.tb:
+            self.tb.close()
+        if self.wandb:
+            self.wandb.finish()
+
+
+class LogWindow:
+    """The steps since the last log record: (step index, metrics, device verdict) each, read on the host once."""
+
+    def __init__(self):
+        self.pending: list[tuple[int, torch.Tensor, torch.Tensor | None]] = []
+        self.sums: dict[str, float] = {}
+
+    def add(self, at: int, metrics: torch.Tensor, verdict: torch.Tensor | None) -> None:
+        self.pending.append((at, metrics, verdict))
+        self.sums["steps_logged"] = self.sums.get("steps_logged", 0) + 1
+
+    def read(self, replay: Callable[[bool, int], bool]) -> None:
+        """Add the pending steps' metrics to the sums with one host read. A step whose finite check was decided
+        on the device carries its verdict: `replay(finite, step)` says (in step order) whether it was skipped,
+        and a skipped step's metrics are left out."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        metrics = torch.stack([m for _, m, _ in pending])
+        verdicts = [v for _, _, v in pending if v is not None]
+        flat = torch.cat([metrics.flatten()] + ([torch.stack(verdicts).to(metrics.dtype)] if verdicts else [])).tolist()
+        width = metrics.shape[1]
+        decided = iter(flat[len(pending) * width:])
+        for i, (at, _, verdict) in enumerate(pending):
+            if verdict is not None and replay(next(decided) > 0, at):
+                self.sums["steps_logged"] -= 1
+                continue
+            for key, v in zip(["loss"] + METRIC_NAMES, flat[i * width:(i + 1) * width]):
+                self.sums[key] = self.sums.get(key, 0.0) + v
+
+    def record(self, step: int, epoch: float, lr: float, global_batch: int) -> dict[str, float] | None:
+        """The interval's record once its steps are read, None while some are pending or every step read so far
+        was skipped (those join the next interval); the sums start again."""
+        if self.pending or "loss" not in self.sums:
+            return None
+        record, self.sums = summarise(self.sums, step, epoch, lr, global_batch), {}
+        return record
+
+
+def summarise(sums: dict[str, float], step: int, epoch: float, lr: float, global_batch: int) -> dict[str, float]:
+    n = sums.get("count", 0.0)  # rows that halted in the interval
+    record = {"step": step, "epoch": epoch, "lr": lr,
+              "loss": sums["loss"] / max(1, global_batch) / max(1, sums["steps_logged"])}
+    if n > 0:  # averages over the halted rows (HALTED_ROW_METRICS): with none, no value rather than a false 0
+        record.update({"lm_loss": sums["lm_loss"] / n, "q_halt_loss": sums["q_halt_loss"] / n,
+                       "token_accuracy": sums["token_accuracy"] / n, "exact_accuracy": sums["exact_accuracy"] / n,
+                       "q_halt_accuracy": sums["q_halt_accuracy"] / n, "act_steps": sums["steps"] / n})
+    record["halted_examples"] = int(n)
+    return record

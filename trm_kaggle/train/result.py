@@ -1,0 +1,49 @@
+"""What a training call returns, and the sentence a person reads when it ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trm_kaggle.model.trm import ParameterCount
+from trm_kaggle.train.metrics import shown
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    epoch: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    eval_metrics: dict[str, float] = field(default_factory=dict)
+    examples_per_second: float = 0.0
+    parameters: ParameterCount | None = None
+    is_main: bool = True  # rank 0 (the replica that logs and saves)
+    start_step: int = 0  # the step this call began at (> 0: it resumed the run)
+    stopped_by: str = ""  # why training ended before its last step ("the time limit", ...); "" when it got there
+    already_done: str = ""  # the run had reached its last step before this call: what that step is (nothing trained)
+
+    @property
+    def new_steps(self) -> int:
+        """Optimizer steps this call took."""
+        return self.step - self.start_step
+
+    def summary(self) -> str:
+        """What a person wants to read when training ends (metrics under their exact names)."""
+        m = self.metrics
+        text = f"model: {self.parameters}\n" if self.parameters else ""
+        last = (f"loss {m.get('loss', float('nan')):.4f}, exact accuracy (train batches, halted rows) "
+                f"{shown(m.get('exact_accuracy'))}")
+        if self.already_done:
+            text += (f"already done at step {self.step} ({self.epoch:.2f} epochs): {self.already_done}; nothing "
+                     f"trained, metrics.jsonl unchanged; last logged {last}; run directory {self.run_dir}")
+        else:
+            steps = (f"{self.step} steps" if not self.start_step else
+                     f"{self.new_steps} new steps, resuming at step {self.start_step}, to step {self.step}")
+            text += (f"trained {steps} ({self.epoch:.2f} epochs) at {self.examples_per_second:.1f} examples/s"
+                     + (f", stopped by {self.stopped_by}" if self.stopped_by else "")
+                     + f"; last {last}; run directory {self.run_dir}")
+        if self.eval_metrics:
+            text += (f"\ntest split: exact accuracy {self.eval_metrics['eval_exact_accuracy']:.3f} over "
+                     f"{self.eval_metrics['eval_examples']} examples (per augmented example; not the ARC Prize score)")
+        return text

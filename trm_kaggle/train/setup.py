@@ -1,0 +1,190 @@
+"""Everything a training run does before its first step: check, build, resume, compile.
+
+`prepare(cfg, ...)` returns a `Run`: the run's settings and clocks, its `TrainState` (resumed from the newest
+train state in the run folder, if any) and the `StepSetup` every step shares. Every check that can refuse
+runs before the run folder is made or locked: a refused run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trm_kaggle import xla
+from trm_kaggle.atomic import atomic_write_text
+from trm_kaggle.config import TrainConfig
+from trm_kaggle.data.loader import PuzzleLoader
+from trm_kaggle.errors import TRMError
+from trm_kaggle.locks import directory_lock, refuse_if_held
+from trm_kaggle.model.compiling import apply_compile, compiled_graphs, load_compile_cache, save_compile_cache
+from trm_kaggle.optim.ema import EMA
+from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train import nonfinite
+from trm_kaggle.train.amp import LossScaler
+from trm_kaggle.train.memory import memory_aware_micro_batch
+from trm_kaggle.train.metric_log import MetricLog
+from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics
+from trm_kaggle.train.optimizers import make_optimizers
+from trm_kaggle.train.result import TrainResult
+from trm_kaggle.train.runtime import Runtime, broadcast_model_, setup_runtime
+from trm_kaggle.train.schedules import StepSchedule, total_train_steps
+from trm_kaggle.train.settings import default_run_dir
+from trm_kaggle.train.stages import StagePlan
+from trm_kaggle.train.state import TrainState, build_model, restore, save_state, state_to_resume
+from trm_kaggle.train.step import StepRules, StepSetup
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """A prepared training run."""
+
+    cfg: TrainConfig
+    rt: Runtime
+    run_dir: Path
+    loader: PuzzleLoader
+    state: TrainState
+    step: StepSetup
+    metric_log: MetricLog
+    steps_per_epoch: float
+    total_steps: int  # the schedule's length (upstream's formula)
+    stop_at: int  # where this run stops: the schedule's end, or max_steps
+    deadline: float | None  # a time.monotonic() value
+    stages: StagePlan | None = None
+    cache_graphs: int | None = None  # graphs compiled so far, where this process keeps a compile cache
+
+    def schedule(self) -> StepSchedule:
+        """The coming step's schedule (a data curriculum scales both rates by its stage's factor)."""
+        step = self.state.step
+        factor = self.stages.lr_factor(step) if self.stages is not None else 1.0
+        return self.step.rules.schedule(self.cfg, step, step / self.steps_per_epoch, self.total_steps, factor)
+
+    def save(self) -> None:
+        save_state(self.state, self.run_dir, self.cfg, self.rt)
+
+    def keep_compiled(self) -> None:
+        """Save the compile cache when something new compiled (rank 0, a compiled run)."""
+        if self.cache_graphs is not None and compiled_graphs() != self.cache_graphs:
+            self.cache_graphs = compiled_graphs()
+            save_compile_cache(self.run_dir, self.rt.device)
+
+
+def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | None, banner: bool,
+            rules: StepRules | None = None) -> Run | TrainResult:
+    """The run, ready for its first step; or the result of a run that had already ended (nothing to train)."""
+    if not cfg.data_paths:
+        raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
+    if cfg.time_limit is not None:
+        limit = time.monotonic() + cfg.time_limit
+        deadline = limit if deadline is None else min(deadline, limit)
+    rt = setup_runtime(cfg)
+    run_dir = default_run_dir(cfg)
+    if rt.is_main:  # a folder another command writes: refused at once (the lock itself is taken below)
+        refuse_if_held(run_dir)
+    if rt.is_main and cfg.progress and banner:
+        print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
+              f"{rt.world_size} replica(s)", file=sys.stderr, flush=True)
+    if rt.restart and rt.local_rank == 0:  # a worker of this node failed: said whatever the progress setting
+        log.warning("torchrun restarted this node's worker group (restart %d of --max-restarts); the run resumes "
+                    "from its newest train state", rt.restart)
+
+    loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
+                          world_size=rt.world_size, pin_memory=rt.device.type == "cuda")  # copies that do not wait
+    local_batch = cfg.global_batch_size // rt.world_size
+    meta = loader.metadata
+    micro = memory_aware_micro_batch(cfg, seq_len=meta.seq_len, vocab_size=meta.vocab_size,
+                                     num_puzzle_identifiers=meta.num_puzzle_identifiers, num_puzzles=meta.total_puzzles,
+                                     device=rt.device, dtype=rt.dtype, local_batch=local_batch,
+                                     world_size=rt.world_size, log=log if rt.is_main else None)
+    if local_batch % micro:
+        raise TRMError(f"micro_batch_size {micro} must divide the per-rank batch {local_batch}")
+    on_xla = rt.device.type == "xla"
+    with xla.one_at_a_time() if on_xla else contextlib.nullcontext():
+        if on_xla:  # XLA: thread replicas (TPU v2/v3 cores) share torch's generator; each seeds and draws in turn
+            torch.manual_seed(cfg.seed)
+        model = build_model(cfg, loader, rt)
+    if rt.is_main and cfg.progress and banner:
+        print(f"trm-kaggle train: {model.parameter_count()}", file=sys.stderr, flush=True)
+    if rt.distributed:
+        broadcast_model_(model, rt.rank)
+    sync_free = rt.device.type in nonfinite.SYNC_FREE_DEVICES
+    dense, sparse = make_optimizers(cfg, model, capturable=True if sync_free else None)
+    state = TrainState(model, dense, sparse, EMA(model, cfg.ema_rate) if cfg.ema else None, scaler=None,
+                       position=loader, fingerprint=ckpt.dataset_fingerprint(cfg.data_paths), micro=micro)
+    steps_per_epoch = max(1e-9, loader.batches_per_epoch)
+    total_steps = total_train_steps(cfg.epochs, loader.total_groups, meta.mean_puzzle_examples, cfg.global_batch_size)
+    stop_at = min(total_steps, cfg.max_steps) if cfg.max_steps else total_steps  # max_steps only stops early
+    stages = StagePlan.from_config(cfg, loader, stop_at) if cfg.stages else None
+    if stages is not None:
+        loader.set_group_filter(stages.group_mask_at)
+        if rt.is_main:
+            log.info("data curriculum: %s", stages.describe())
+    loader.check_batch_fills()
+    MetricLog.check(cfg)
+    if rt.is_main:  # one writer per run directory, taken after every check that can refuse: nothing is made before
+        held.enter_context(directory_lock(run_dir, "training"))
+
+    resumed = _resume(state, run_dir, cfg, rt)
+    if resumed is not None:
+        if state.step >= stop_at:  # run again after it ended: nothing to train, and nothing is rewritten
+            return _already_done(cfg, run_dir, state.step, stop_at, total_steps, steps_per_epoch, model, rt)
+        if rt.is_main:
+            log.info("resuming %s from step %d", run_dir, state.step)
+            drop_metrics_after(run_dir / METRICS_FILE, state.step)
+    state.scaler = LossScaler(rt.dtype, rt.device)  # float16: loss scaling (after a resume settled the dtype)
+    if resumed is not None:
+        state.scaler.load_state_dict(resumed.get("amp"))
+
+    # torch.compile by region (one block for every layer, the ACT step around it, the loss), never the whole model
+    rules = rules or StepRules()
+    regions = apply_compile(model, cfg.compile, rt.device, cfg.cuda_graphs)
+    if regions is not None:
+        load_compile_cache(run_dir, rt.device)  # what an earlier process of this run compiled (ours only)
+    policy = nonfinite.nonfinite_policy(state, rt, cfg.max_nonfinite_steps)
+    metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
+    if rt.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / "config.json", cfg.model_dump_json(indent=2))
+        ckpt.claim_run_id(run_dir, resumed)  # the id every state records
+    step = StepSetup(cfg, rt, local_batch, policy, forward=model,
+                     loss=regions.region(rules.loss) if regions is not None else rules.loss, rules=rules)
+    return Run(cfg, rt, run_dir, loader, state, step, metric_log, steps_per_epoch, total_steps, stop_at, deadline,
+               stages, cache_graphs=compiled_graphs() if regions is not None and rt.is_main else None)
+
+
+def _resume(state: TrainState, run_dir: Path, cfg: TrainConfig, rt: Runtime) -> dict[str, Any] | None:
+    """Restore the newest train state of `run_dir` into `state`; what it held, or None when the run starts fresh."""
+    if rt.is_main:  # temporaries of a writer killed mid-write (a worker group restarted by torchrun, a kill -9)
+        for leftover in ckpt.remove_stale_temporaries(run_dir):
+            log.info("removed %s, left by a write that was interrupted", leftover.name)
+    newest = state_to_resume(run_dir, rt)
+    if newest is None:
+        if rt.is_main:  # a fresh start: records of a process killed before its first state would be duplicates
+            drop_metrics_after(run_dir / METRICS_FILE, 0)
+        return None
+    path, saved = newest
+    restore(state, path, saved, cfg, rt)
+    return saved
+
+
+def _already_done(cfg, run_dir, step, stop_at, total_steps, steps_per_epoch, model, rt) -> TrainResult:
+    """The result of a run that had ended before this call: its last logged metrics, read, not rewritten."""
+    records, evals = read_metrics(run_dir)
+    if cfg.max_steps and stop_at == cfg.max_steps and stop_at < total_steps:
+        why = f"max_steps={cfg.max_steps} (raise it to train further)"
+    else:
+        why = (f"the end of its schedule ({total_steps} steps for epochs={cfg.epochs}; a longer schedule needs "
+               "another checkpoint_path)")
+    evals = [r for r in evals if r["step"] == step]
+    last = {k: v for k, v in records[-1].items() if k != "wall_s"} if records else {}  # as the run logged it
+    return TrainResult(run_dir, step, step / steps_per_epoch, metrics=last,
+                       eval_metrics={k: v for k, v in evals[-1].items() if k.startswith("eval_")} if evals else {},
+                       parameters=model.parameter_count(), is_main=rt.is_main, start_step=step, already_done=why)

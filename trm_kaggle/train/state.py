@@ -1,0 +1,249 @@
+"""The train state: everything a step changes, and everything a resumed run needs to go on as if never stopped.
+
+    TrainState = model + optimizers + EMA + loss scaler + loader position + ACT carries + step (+ dataset fingerprint)
+
+`save_state` writes it (rank 0, after gathering every rank's carries); `state_to_resume` chooses the file every
+rank resumes from and `restore` puts it back, refusing a run whose settings or dataset changed. The files
+themselves (names, checksums, rotation) are `trm_kaggle.train.checkpoint`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trm_kaggle import xla
+from trm_kaggle.config import TrainConfig
+from trm_kaggle.data.loader import PuzzleLoader
+from trm_kaggle.errors import TRMError
+from trm_kaggle.model.dtype import DTYPES
+from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
+from trm_kaggle.model.trm import Carry, TinyRecursiveModel
+from trm_kaggle.model.upstream import load_upstream_checkpoint
+from trm_kaggle.optim.ema import EMA
+from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train.amp import LossScaler
+from trm_kaggle.train.runtime import Runtime, all_reduce_, dtype_name
+from trm_kaggle.train.settings import RESUMABLE_CHANGES
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """What one optimizer step reads and writes. `micro` is the rows per micro-batch (halved by an out-of-memory
+    retry); `carries` holds one ACT carry per micro-batch (None until the first batch); `position` is what the
+    train state records of the data stream (the loader, or XLA's device-side batches over it)."""
+
+    model: TinyRecursiveModel
+    dense: torch.optim.Optimizer | None
+    sparse: torch.optim.Optimizer | None
+    ema: EMA | None
+    scaler: LossScaler
+    position: Any
+    fingerprint: str
+    micro: int
+    step: int = 0
+    carries: list[Carry] | None = None
+
+
+# ---------------------------------------------------------------------------
+# The model's first weights
+# ---------------------------------------------------------------------------
+
+
+def build_model(cfg: TrainConfig, loader: PuzzleLoader, rt: Runtime) -> TinyRecursiveModel:
+    meta = loader.metadata
+    model = TinyRecursiveModel(cfg.arch, meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers,
+                               forward_dtype=rt.dtype, grad_checkpointing=cfg.grad_checkpointing)
+    if cfg.load_checkpoint:
+        load_initial_weights(model, cfg.load_checkpoint)
+    return model.to(rt.device)
+
+
+def load_initial_weights(model: TinyRecursiveModel, path: str) -> None:
+    """Weights from one of our exports, our train states, or an upstream `step_<N>` file."""
+    p = Path(path)
+    if p.is_dir():
+        _, state = read_export(p)
+    elif ckpt.is_state_file(p):
+        state = ckpt.load_train_state(p)["model"]
+    else:
+        load_upstream_checkpoint(model, p)
+        return
+    key = PUZZLE_EMB_KEY
+    if key in state and model.puzzle_emb is not None and state[key].shape != model.puzzle_emb.weights.shape:
+        state = dict(state)
+        state[key] = resize_puzzle_embedding(state[key], model.puzzle_emb.weights.shape[0])
+    fit_state_dict(model, state, str(path))
+
+
+# ---------------------------------------------------------------------------
+# ACT carries: split into micro-batches, saved on the CPU
+# ---------------------------------------------------------------------------
+
+
+def resplit(carries: list[Carry], size: int) -> list[Carry]:
+    """The same rows' carries, cut into micro-batches of `size` rows."""
+    z_H = torch.cat([c.z_H for c in carries])
+    z_L = torch.cat([c.z_L for c in carries])
+    steps = torch.cat([c.steps for c in carries])
+    halted = torch.cat([c.halted for c in carries])
+    data = {k: torch.cat([c.current_data[k] for c in carries]) for k in carries[0].current_data}
+    return [Carry(z_H[i:i + size], z_L[i:i + size], steps[i:i + size], halted[i:i + size],
+                  {k: v[i:i + size] for k, v in data.items()}) for i in range(0, len(steps), size)]
+
+
+def _carry_state(carry: Carry) -> dict[str, Any]:
+    return {"z_H": carry.z_H.cpu(), "z_L": carry.z_L.cpu(), "steps": carry.steps.cpu(), "halted": carry.halted.cpu(),
+            "current_data": {k: v.cpu() for k, v in carry.current_data.items()}}
+
+
+def _carry_tensors(carry: Carry) -> list[torch.Tensor]:
+    return [carry.z_H, carry.z_L, carry.steps, carry.halted, *carry.current_data.values()]
+
+
+def _carry_from_tensors(ts: list[torch.Tensor], like: Carry) -> Carry:
+    return Carry(ts[0], ts[1], ts[2], ts[3], dict(zip(like.current_data, ts[4:])))
+
+
+def _carry_from_state(s: dict[str, Any], device: torch.device) -> Carry:
+    return Carry(s["z_H"].to(device), s["z_L"].to(device), s["steps"].to(device), s["halted"].to(device),
+                 {k: v.to(device) for k, v in s["current_data"].items()})
+
+
+def _gather_carries(carries: list[Carry], rt: Runtime) -> list[Any]:
+    """Every rank's carries (CPU copies), in rank order: a train state holds the whole global batch's."""
+    if rt.distributed and rt.device.type == "xla" and not xla.host_collectives():  # XLA: in-graph all-gather
+        flat = [t for c in carries for t in _carry_tensors(c)]
+        per_rank = xla.gather_to_cpu(flat, rt.world_size)
+        n = len(flat) // len(carries)
+        return [[_carry_state(_carry_from_tensors(ts[i * n:(i + 1) * n], carries[0])) for i in range(len(carries))]
+                for ts in per_rank]
+    local = [_carry_state(c) for c in carries]
+    if not rt.distributed:
+        return [local]
+    everyone = [None] * rt.world_size
+    dist.all_gather_object(everyone, local)
+    return everyone
+
+
+# ---------------------------------------------------------------------------
+# Save and restore
+# ---------------------------------------------------------------------------
+
+
+def save_state(state: TrainState, run_dir: Path, cfg: TrainConfig, rt: Runtime) -> None:
+    """Write `state` as the run's train state of its step (every rank calls it: the carries are gathered)."""
+    all_carries = _gather_carries(state.carries, rt) if state.carries is not None else None
+    if not rt.is_main:
+        return
+    model = state.model
+    saved = {
+        "config": cfg.model_dump_json(),
+        "dataset_fingerprint": state.fingerprint,
+        "world_size": rt.world_size,
+        "forward_dtype": dtype_name(rt.dtype),  # what "auto" resolved to: a resume keeps it
+        "model_shape": {"seq_len": model.seq_len, "vocab_size": model.vocab_size,
+                        "num_puzzle_identifiers": model.num_puzzle_identifiers},
+        "model": model.state_dict(),
+        "ema": state.ema.state_dict() if state.ema is not None else None,
+        "optimizer": state.dense.state_dict() if state.dense is not None else None,
+        "sparse_optimizer": state.sparse.state_dict() if state.sparse is not None else None,
+        "rng_torch": torch.get_rng_state(),
+        "loader": json.dumps(state.position.state_dict()),
+        "carries": all_carries,
+        "amp": state.scaler.state_dict() if state.scaler is not None else None,  # float16's loss scale
+    }
+    ckpt.save_train_state(run_dir, state.step, saved, cfg.checkpoint_keep)
+
+
+def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConfig, rt: Runtime) -> None:
+    """Put the saved train state `saved` (read from `path`) into `state`, refusing one of another run. The loss
+    scaler is restored by the caller, once the resumed dtype is known."""
+    previous = TrainConfig.model_validate_json(saved["config"])
+    diffs = [k for k in TrainConfig.model_fields
+             if k not in RESUMABLE_CHANGES and getattr(previous, k) != getattr(cfg, k)]
+    if diffs:
+        raise TRMError(f"{path.parent} holds a run with a different config ({', '.join(diffs)}); "
+                       "resume with the same settings or choose another checkpoint_path")
+    if saved["dataset_fingerprint"] != state.fingerprint:
+        raise TRMError(f"{path}: the dataset changed since this checkpoint (fingerprint "
+                       f"{saved['dataset_fingerprint']} != {state.fingerprint}); choose another checkpoint_path")
+    saved_dtype = saved.get("forward_dtype")
+    if saved_dtype is not None and saved_dtype != dtype_name(rt.dtype) and cfg.arch.forward_dtype == "auto":
+        # "auto" on a CPU is a timing; the run keeps the arithmetic it started with.
+        log.info("resuming in the checkpoint's %s (forward_dtype=auto would pick %s here)", saved_dtype,
+                 dtype_name(rt.dtype))
+        rt.dtype = DTYPES[saved_dtype]
+        state.model.forward_dtype = rt.dtype
+    state.model.load_state_dict(saved["model"])
+    for part, key in ((state.ema, "ema"), (state.dense, "optimizer"), (state.sparse, "sparse_optimizer")):
+        if part is not None and saved.get(key) is not None:
+            part.load_state_dict(saved[key])
+    torch.set_rng_state(saved["rng_torch"])
+    state.position.load_state_dict(json.loads(saved["loader"]))
+    state.step, state.carries = int(saved["step"]), None
+    saved_carries = saved.get("carries")
+    if saved_carries is not None and saved.get("world_size") == rt.world_size:
+        state.carries = [_carry_from_state(c, rt.device) for c in saved_carries[rt.rank]]
+        rows = sum(len(c.steps) for c in state.carries)
+        if len(state.carries) != rows // state.micro:  # another micro-batch size now
+            state.carries = resplit(state.carries, state.micro)
+    elif saved_carries is not None:
+        log.warning("world size changed since the checkpoint: ACT carries restart (results differ slightly)")
+
+
+def state_to_resume(run_dir: Path, rt: Runtime) -> tuple[Path, dict[str, Any]] | None:
+    """(path, state) every rank resumes from, or None when the run starts fresh.
+
+    Rank 0 (the only writer) picks the newest state that loads, setting aside a corrupt newer one, and every
+    rank then reads that very file: ranks never resume from different steps, whatever each of them lists (a
+    state being renamed into place, a shared filesystem that shows new files late). On several hosts
+    checkpoint_path must be a directory all of them see; a rank that cannot read the chosen state (or finds
+    states where rank 0 finds none) stops every rank with the same error instead of training diverged replicas.
+    """
+    if not rt.distributed:
+        return ckpt.load_newest_state(run_dir, quarantine=True) if ckpt.list_states(run_dir) else None
+    chosen, problem, code = None, None, 0  # code (rank 0's): the chosen step, -1 for no state, -2 for none readable
+    if rt.is_main:
+        code = -1
+        if ckpt.list_states(run_dir):
+            try:
+                chosen = ckpt.load_newest_state(run_dir, quarantine=True)
+                code = int(chosen[1]["step"])
+            except TRMError as err:
+                problem, code = str(err), -2
+    code = sum_over_ranks(code, rt)  # every other rank adds 0: rank 0's code, on every rank
+    if code == -2:
+        problem = problem or f"rank 0 finds no readable train state in {run_dir}"
+    elif code == -1:
+        if ckpt.list_states(run_dir):
+            problem = f"rank {rt.rank} finds train states in {run_dir} where rank 0 finds none"
+    elif not rt.is_main:
+        try:
+            path = ckpt.state_path(run_dir, code)
+            chosen = path, ckpt.load_train_state(path)
+        except TRMError as err:
+            problem = f"rank {rt.rank}: {err}"
+    able = sum_over_ranks(0 if problem else 1, rt)
+    if able != rt.world_size:
+        raise TRMError((problem + "; " if problem else "") +
+                       f"{rt.world_size - able} of {rt.world_size} ranks cannot resume from the state rank 0 chose in "
+                       f"{run_dir}: put checkpoint_path on a filesystem every host sees (rank 0 writes the states; "
+                       "every rank reads them to resume)")
+    return chosen
+
+
+def sum_over_ranks(value: int, rt: Runtime) -> int:
+    total = torch.tensor([value], dtype=torch.int64).to(rt.device)
+    all_reduce_([total])
+    if rt.device.type == "xla":
+        xla.step_boundary()  # XLA: run the reduction before the host reads it
+    return int(total.item())

@@ -1,0 +1,160 @@
+"""One optimizer step of TRM training, as upstream: one step per ACT supervision step.
+
+    batch -> (per micro-batch) carry, outputs = model(carry, micro) -> loss / global_batch -> backward
+          -> all-reduce gradients (DDP) -> the non-finite policy: optimizer steps + EMA, or a skip
+
+The ACT carry (latent states of the examples still being worked on) persists from one batch to the next;
+rows that halted take fresh examples. `StepRules` are the parts a recipe may replace without touching the
+driver (`trm_kaggle.train.loop`): the step's schedule (learning rates, recursion depth, halting
+exploration), how it is put into the model, and the loss of one supervision step.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from trm_kaggle.config import TrainConfig
+from trm_kaggle.model.losses import act_loss
+from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.train.memory import is_out_of_memory, out_of_memory_error
+from trm_kaggle.train.nonfinite import Applied, NonFinitePolicy, drop_gradients
+from trm_kaggle.train.optimizers import set_learning_rates
+from trm_kaggle.train.runtime import Runtime, all_reduce_
+from trm_kaggle.train.schedules import StepSchedule, schedule_at
+from trm_kaggle.train.state import TrainState, resplit
+
+log = logging.getLogger(__name__)
+
+#: The per-step sums `accumulate` returns after the loss (row 0), in this order.
+METRIC_NAMES = ["count", "lm_loss", "q_halt_loss", "token_accuracy", "exact_accuracy", "q_halt_accuracy", "steps"]
+
+
+def configure_model(model: TinyRecursiveModel, schedule: StepSchedule) -> None:
+    """Put the step's recursion depth and halting exploration into the model."""
+    if (schedule.H_cycles, schedule.L_cycles) != (model.H_cycles, model.L_cycles):
+        model.set_recursion(H_cycles=schedule.H_cycles, L_cycles=schedule.L_cycles)
+    model.halt_exploration_prob = schedule.exploration
+
+
+@dataclass
+class StepRules:
+    """What a recipe may change in a step.
+
+    * `schedule(cfg, step, epoch, total_steps, lr_factor) -> StepSchedule`: the coming step's learning rates,
+      recursion depth and halting exploration (a depth curriculum replaces it);
+    * `configure(model, schedule)`: puts the schedule into the model before the step (a recipe's detaching
+      or stochastic depth goes here);
+    * `loss(outputs, labels, halted, steps, loss_type) -> (loss, metrics)`: one supervision step's loss
+      (`steps`: each row's ACT step, for a weighting per supervision step).
+    """
+
+    schedule: Callable[..., StepSchedule] = schedule_at
+    configure: Callable[[TinyRecursiveModel, StepSchedule], None] = configure_model
+    loss: Callable = field(default_factory=lambda: act_loss)  # looked up when the rules are made
+
+
+@dataclass
+class StepSetup:
+    """What every step of a run shares (fixed at setup)."""
+
+    cfg: TrainConfig
+    rt: Runtime
+    local_batch: int  # this rank's rows of the global batch
+    policy: NonFinitePolicy
+    forward: Callable  # the model, or what calls it
+    loss: Callable  # rules.loss, compiled with the model when it is
+    rules: StepRules = field(default_factory=StepRules)
+
+
+def exploration_draws(seed: int, step: int, global_batch: int, halt_max_steps: int, rows: slice,
+                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Halting-exploration randomness for the rows `rows` of the global batch at `step`.
+
+    Drawn from a generator keyed by (seed, step) over the whole global batch, so a
+    row gets the same draw whatever the number of ranks or micro-batches and after a resume.
+    On CUDA the generator is CUDA's and the draws are made there: nothing is copied from the
+    host, so the step does not wait for a copy (CUDA's random stream is not the CPU's: the
+    same seed draws other values on a CPU, the contract holds on each).
+    """
+    device = torch.device(device)
+    where = device if device.type == "cuda" else torch.device("cpu")
+    g = torch.Generator(device=where).manual_seed(seed * 1_000_003 + step)
+    u = torch.rand(global_batch, generator=g, device=where)[rows]
+    m = torch.randint(2, max(3, halt_max_steps + 1), (global_batch,), generator=g, dtype=torch.int32,
+                      device=where)[rows]
+    return u.to(device), m.to(device)
+
+
+def split_batch(batch: dict[str, torch.Tensor], size: int) -> list[dict[str, torch.Tensor]]:
+    n = next(iter(batch.values())).shape[0]
+    return [{k: v[i:i + size] for k, v in batch.items()} for i in range(0, n, size)]
+
+
+def accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch, scaler=None, loss_fn=act_loss):
+    """Forward + backward of every micro-batch of `batch`; returns the new carries and summed metrics."""
+    metrics, new_carries = None, []
+    for k, mb in enumerate(split_batch(batch, micro)):
+        first = rt.rank * local_batch + k * micro
+        expl = exploration_draws(cfg.seed, step, cfg.global_batch_size, cfg.arch.halt_max_steps,
+                                 slice(first, first + micro), rt.device)
+        carry, out = forward(carries[k], mb, exploration=expl)
+        loss, m = loss_fn(out, carry.current_data["labels"], carry.halted, carry.steps, cfg.arch.loss_type)
+        scaled = loss / cfg.global_batch_size
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        new_carries.append(carry)
+        m = torch.stack([loss.detach().float()] + [m[n].float() for n in METRIC_NAMES])
+        metrics = m if metrics is None else metrics + m
+    return new_carries, metrics
+
+
+def _largest_divisor_at_most(n: int, k: int) -> int:
+    return max(d for d in range(1, max(1, k) + 1) if n % d == 0)
+
+
+def _forward_backward(state: TrainState, batch: dict[str, torch.Tensor], run: StepSetup) -> torch.Tensor:
+    """`accumulate` over the batch, halving the micro-batch on an out-of-memory error when `auto_batch` allows
+    (nothing was applied yet: the partial gradients are dropped and the same rows retried)."""
+    cfg, rt = run.cfg, run.rt
+    while True:
+        try:
+            state.carries, metrics = accumulate(run.forward, state.model, batch, state.carries, state.micro,
+                                                state.step, cfg, rt, run.local_batch, state.scaler, run.loss)
+            return metrics
+        except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:  # any device's allocator
+            if not is_out_of_memory(e):
+                raise
+            if not cfg.auto_batch or state.micro == 1:
+                raise out_of_memory_error(cfg, state.micro, rt.device, f"in training step {state.step + 1}") from None
+            state.micro = _largest_divisor_at_most(run.local_batch, state.micro // 2)
+            drop_gradients(state.model)
+            if rt.device.type == "cuda":
+                torch.cuda.empty_cache()
+            state.carries = resplit(state.carries, state.micro)
+            log.warning("out of memory: retrying with micro_batch_size=%d (gradient accumulation keeps "
+                        "the global batch)", state.micro)
+
+
+def train_step(state: TrainState, batch: dict[str, torch.Tensor], schedule: StepSchedule,
+               run: StepSetup) -> tuple[Applied, torch.Tensor]:
+    """One optimizer step on `batch` (already on the device) under `schedule`. Returns what the non-finite
+    policy did and the step's summed metrics (still on the device: the host reads them once per log interval).
+    `state.step` advances unless the step was skipped on the host."""
+    set_learning_rates(state.dense, state.sparse, schedule.lr, schedule.emb_lr)
+    run.rules.configure(state.model, schedule)
+    if state.carries is None:
+        state.carries = [state.model.initial_carry(mb) for mb in split_batch(batch, state.micro)]
+    carries_before = state.carries  # what a skipped (non-finite) step leaves in place
+
+    metrics = _forward_backward(state, batch, run)
+    if run.rt.distributed:  # gradients of all ranks, then the optimizer steps
+        all_reduce_([p.grad for p in state.model.parameters() if p.grad is not None] + [metrics])
+    if len(carries_before) != len(state.carries):  # an out-of-memory retry cut the micro-batches anew
+        carries_before = resplit(carries_before, state.micro)
+    applied = run.policy.apply(state, metrics, carries_before)
+    if applied.counted:
+        state.step += 1
+    return applied, metrics
