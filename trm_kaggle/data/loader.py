@@ -7,12 +7,9 @@ is the same, see `trm_kaggle.data.format`) and yields batches of torch tensors:
     labels              int32 (local_batch, seq_len), the dataset's ignore label -> IGNORE_LABEL_ID
     puzzle_identifiers  int32 (local_batch,)
 
-Training sampling follows upstream's loader: an epoch visits every group once, in a
-shuffled order; for each group one of its puzzles is picked at random and that
-puzzle's examples (a random subset of them, without replacement, when only part
-fits) are packed into the global batch until it is full. The incomplete batch at the
-end of an epoch is dropped. Several datasets are mixed: one shuffled order runs over
-the groups of all of them.
+Training sampling follows upstream's loader (`trm_kaggle.data.sampler`): an epoch visits
+every group once, in a shuffled order, one random puzzle of each group filling the global
+batch; the incomplete batch at the end of an epoch is dropped.
 
 Where we differ from upstream:
 * Identifiers of dataset k are offset by the identifier counts of datasets 0..k-1,
@@ -20,10 +17,8 @@ Where we differ from upstream:
   Upstream sums the counts but does not offset, so dataset 1's puzzle 5 and dataset
   0's puzzle 5 train the same row.
 * Every random draw comes from generators seeded by (seed, epoch) and
-  (seed, epoch, batch): the batch stream is a pure function of the seed, which is
-  what makes exact resume possible from a state of a few integers. Upstream draws
-  the group order and puzzle choice from a per-epoch generator, but the example
-  subsets from numpy's global RNG.
+  (seed, epoch, batch) (`sampler.py`): the batch stream is a pure function of the
+  seed, so a resume continues it exactly from a state of a few integers.
 * Test iteration walks the test examples of all datasets as one concatenated
   sequence (upstream yields each dataset separately) and reports, for every row, the
   global example and puzzle index, so predictions can be mapped back to puzzles.
@@ -43,6 +38,7 @@ import torch
 
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, Split, check_token_range, load_identifiers,
                                     load_split)
+from trm_kaggle.data.sampler import GroupSampler
 from trm_kaggle.errors import DataError, TRMError
 
 # The label value the losses ignore. Upstream's batches replace the dataset's ignore label
@@ -53,12 +49,6 @@ STATE_VERSION = 1
 
 # Metadata fields every merged dataset must agree on.
 _MUST_AGREE = ("seq_len", "vocab_size", "pad_id", "ignore_label_id", "blank_identifier_id")
-
-# Tags that keep the group-order and per-batch random streams apart. SeedSequence treats
-# trailing zeros as absent ([1, 2] and [1, 2, 0] seed the same stream), so every key
-# used below ends in a non-zero word.
-_ORDER_TAG = 1
-_BATCH_TAG = 2
 
 
 class EvalBatch(NamedTuple):
@@ -127,11 +117,6 @@ def _merge_metadata(paths: list[Path], metas: list[DatasetMetadata], num_puzzles
     )
 
 
-def _seed_words(seed: int) -> int:
-    # SeedSequence wants non-negative entropy; map negative seeds into range.
-    return int(seed) % (1 << 64)
-
-
 class PuzzleLoader:
     """Batches from one or more datasets' `split`, for training or evaluation.
 
@@ -192,14 +177,14 @@ class PuzzleLoader:
 
         # Merged index arrays, int64, in memory (they are small: one entry per puzzle or group).
         # puzzle p owns global examples [_puzzle_starts[p], _puzzle_starts[p+1]);
-        # group g owns global puzzles [_group_starts[g], _group_starts[g+1]).
+        # group g owns global puzzles [group_starts[g], group_starts[g+1]).
         self._puzzle_starts = np.concatenate(
             [s.puzzle_indices[:-1].astype(np.int64) + off for s, off in zip(self.splits, self.example_offsets)]
             + [np.array([self.example_offsets[-1]], dtype=np.int64)])
-        self._group_starts = np.concatenate(
+        group_starts = np.concatenate(
             [s.group_indices[:-1].astype(np.int64) + off for s, off in zip(self.splits, self.puzzle_offsets)]
             + [np.array([self.puzzle_offsets[-1]], dtype=np.int64)])
-        self._puzzle_sizes = np.diff(self._puzzle_starts)
+        self.sampler = GroupSampler(self.seed, self.global_batch_size, self._puzzle_starts, group_starts)
         blank = self.metadata.blank_identifier_id
         self._identifiers = np.concatenate(
             [np.where(s.puzzle_identifiers == blank, blank, s.puzzle_identifiers.astype(np.int64) + off)
@@ -210,8 +195,6 @@ class PuzzleLoader:
         # --- iteration state: what the consumer has received so far (never what is prefetched) ---
         self._state = {"epoch": 0, "position": 0, "batch_in_epoch": 0, "step": 0}
         self._generation = 0  # bumped by load_state_dict; a live iterator of an older generation stops
-        self._order_cache: tuple[int, np.ndarray | None, np.ndarray] | None = None
-        self._exact_counts: dict[int, int] = {}
         self._group_mask_at: Callable[[int], np.ndarray | None] | None = None
 
     # ------------------------------------------------------------------
@@ -285,23 +268,8 @@ class PuzzleLoader:
         return self.total_groups * self.metadata.mean_puzzle_examples / self.global_batch_size
 
     def exact_batches_in_epoch(self, epoch: int | None = None) -> int:
-        """The exact number of batches `epoch` (default: the current one) yields.
-
-        Replays that epoch's group order and puzzle draws without touching the data:
-        about a microsecond per group; cached per epoch.
-        """
-        epoch = self.epoch if epoch is None else int(epoch)
-        if epoch not in self._exact_counts:
-            order = self._group_order(epoch)
-            position, count = 0, 0
-            while True:
-                drawn = self._draw_puzzles(order, position, epoch, count)
-                if drawn is None:
-                    break
-                position += len(drawn[0])
-                count += 1
-            self._exact_counts[epoch] = count
-        return self._exact_counts[epoch]
+        """The exact number of batches `epoch` (default: the current one) yields (replayed, cached)."""
+        return self.sampler.batches_in_epoch(self.epoch if epoch is None else int(epoch))
 
     # ------------------------------------------------------------------
     # Resume
@@ -368,79 +336,10 @@ class PuzzleLoader:
     def groups_where(self, example_mask: np.ndarray) -> np.ndarray:
         """Group mask from a mask over all examples: a group passes when every example in it does
         (a group's puzzle is drawn at random, so a partly allowed group could yield the rest)."""
-        example_mask = np.asarray(example_mask, dtype=bool)
-        if example_mask.shape != (self.num_examples,):
-            raise TRMError(f"example mask of shape {example_mask.shape}, expected ({self.num_examples},)")
-        puzzle_ok = np.logical_and.reduceat(example_mask, self._puzzle_starts[:-1])
-        return np.logical_and.reduceat(puzzle_ok, self._group_starts[:-1])
+        return self.sampler.groups_where(example_mask)
 
     def _mask(self, step: int) -> np.ndarray | None:
         return None if self._group_mask_at is None or step < 0 else self._group_mask_at(step)
-
-    # ------------------------------------------------------------------
-    # Sampling (training)
-    # ------------------------------------------------------------------
-
-    def _group_order(self, epoch: int, mask: np.ndarray | None = None) -> np.ndarray:
-        """The shuffled order of all groups (all datasets together) for `epoch`, keeping those `mask` allows."""
-        cached = self._order_cache  # read once: the prefetch thread may replace it
-        if cached is not None and cached[0] == epoch and cached[1] is mask:
-            return cached[2]
-        rng = np.random.default_rng([_seed_words(self.seed), epoch, _ORDER_TAG])
-        order = rng.permutation(self.total_groups)
-        if mask is not None:
-            order = order[mask[order]]
-        self._order_cache = (epoch, mask, order)
-        return order
-
-    def _batch_rng(self, epoch: int, batch_in_epoch: int) -> np.random.Generator:
-        return np.random.default_rng([_seed_words(self.seed), epoch, _BATCH_TAG, batch_in_epoch + 1])
-
-    def _draw_puzzles(self, order: np.ndarray, position: int, epoch: int, batch_in_epoch: int):
-        """Pick one puzzle for each upcoming group until the global batch is full.
-
-        Returns (puzzles, sizes, rng) where sizes are the examples each puzzle contributes
-        (the last one possibly truncated), or None when the epoch's remaining groups cannot
-        fill a batch (the drop-last case). Each group gives at least one example, so the
-        next global_batch_size groups always suffice.
-        """
-        B = self.global_batch_size
-        groups = order[position:position + B]
-        if groups.size == 0:
-            return None
-        rng = self._batch_rng(epoch, batch_in_epoch)
-        first = self._group_starts[groups]
-        # one uniformly random puzzle per group (drawn for all candidate groups at once)
-        puzzles = first + rng.integers(0, self._group_starts[groups + 1] - first)
-        sizes = self._puzzle_sizes[puzzles]
-        filled = np.cumsum(sizes)
-        k = int(np.searchsorted(filled, B, side="left"))  # first group with which the batch is full
-        if k >= len(groups):
-            return None
-        puzzles, sizes = puzzles[:k + 1], sizes[:k + 1].copy()
-        sizes[k] = B - (filled[k - 1] if k else 0)
-        return puzzles, sizes, rng
-
-    def _sample_batch(self, order: np.ndarray, position: int, epoch: int, batch_in_epoch: int):
-        """(example indices, puzzle indices, groups used) of one global batch, or None (epoch over)."""
-        drawn = self._draw_puzzles(order, position, epoch, batch_in_epoch)
-        if drawn is None:
-            return None
-        puzzles, sizes, rng = drawn
-        full, full_sizes, last = puzzles[:-1], sizes[:-1], puzzles[-1]
-        # Puzzles that fit whole: all their examples, shuffled within the puzzle
-        # (sort by puzzle, then by a random key).
-        n_full = int(full_sizes.sum())
-        segment = np.repeat(np.arange(len(full)), full_sizes)
-        seg_start = np.repeat(np.cumsum(full_sizes) - full_sizes, full_sizes)
-        examples = np.repeat(self._puzzle_starts[full], full_sizes) + (np.arange(n_full) - seg_start)
-        examples = examples[np.lexsort((rng.random(n_full), segment))]
-        # The puzzle that completes the batch: a random subset of its examples, without replacement.
-        last_examples = self._puzzle_starts[last] + rng.choice(int(self._puzzle_sizes[last]), int(sizes[-1]),
-                                                               replace=False)
-        example_ids = np.concatenate([examples, last_examples])
-        puzzle_ids = np.repeat(puzzles, sizes)
-        return example_ids, puzzle_ids, len(puzzles)
 
     # ------------------------------------------------------------------
     # Gathering
@@ -523,8 +422,8 @@ class PuzzleLoader:
                     epoch, position, b = epoch + 1, 0, 0
                     yield None, {"epoch": epoch, "position": 0, "batch_in_epoch": 0, "step": step}
                     continue
-                order = self._group_order(epoch, mask)
-                sampled = self._sample_batch(order, position, epoch, b)
+                order = self.sampler.group_order(epoch, mask)
+                sampled = self.sampler.sample_batch(order, position, epoch, b)
                 if sampled is None and position == 0 and mask is not None:
                     raise TRMError(f"the sampling filter of step {step} allows {len(order)} groups, too few "
                                    f"to fill a batch of {self.global_batch_size}")
@@ -562,20 +461,15 @@ class PuzzleLoader:
     @property
     def max_examples_per_epoch(self) -> int:
         """The largest global batch an epoch can fill (the sum of every group's largest puzzle)."""
-        return self._max_examples_per_epoch()
+        return self.sampler.max_examples_per_epoch()
 
     def check_batch_fills(self) -> None:
         """TRMError when one epoch cannot fill a training batch (`iterate` checks it; `train` before it writes)."""
-        max_one_epoch = self._max_examples_per_epoch()
+        max_one_epoch = self.sampler.max_examples_per_epoch()
         if max_one_epoch < self.global_batch_size:
             raise TRMError(f"global_batch_size {self.global_batch_size} is larger than the at most "
                            f"{max_one_epoch} examples one epoch of {', '.join(map(str, self.dataset_paths))} "
                            f"({self.split}) provides: no batch could ever be filled")
-
-    def _max_examples_per_epoch(self) -> int:
-        """Examples an epoch yields at most (every group's largest puzzle)."""
-        largest = np.maximum.reduceat(self._puzzle_sizes, self._group_starts[:-1]) if self.total_groups else []
-        return int(np.sum(largest))
 
     def _consume(self, produce: Callable[[], Iterator[tuple[Any, dict | None]]]) -> Iterator[Any]:
         """Run `produce` (inline or on a prefetch thread); record each state when its item is consumed."""
