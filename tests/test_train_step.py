@@ -1,0 +1,105 @@
+"""The training step's seams: the non-finite policy chosen at setup, StepRules (what a recipe changes), and
+when the loop evaluates (eval_interval, min_eval_interval as upstream's)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_train import cfg_for
+from trm_kaggle.config import SudokuBuildConfig
+from trm_kaggle.data.puzzles.sudoku import build_sudoku
+from trm_kaggle.model.finite import NonFiniteSteps, NonFiniteTraining
+from trm_kaggle.model.losses import act_loss
+from trm_kaggle.train import nonfinite
+from trm_kaggle.train.amp import LossScaler
+from trm_kaggle.train.loop import train
+from trm_kaggle.train.runtime import Runtime
+from trm_kaggle.train.schedules import schedule_at
+from trm_kaggle.train.state import TrainState
+from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train.step import StepRules, configure_model
+
+
+@pytest.fixture(scope="module")
+def sudoku4(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=40, num_test=8, num_aug=1, progress=False))
+    return out
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _state(dtype=torch.float32, device="cpu") -> TrainState:
+    model = torch.nn.Linear(2, 2)
+    dense = torch.optim.SGD(model.parameters(), lr=0.1)
+    return TrainState(model, dense, None, None, LossScaler(dtype, torch.device(device)), position=None,
+                      fingerprint="", micro=1)
+
+
+def test_the_policy_follows_the_device_and_the_dtype(monkeypatch):
+    cpu = Runtime(torch.device("cpu"), torch.float32, "test")
+    assert type(nonfinite.nonfinite_policy(_state(), cpu, 3)) is nonfinite.HostCheck
+    assert nonfinite.nonfinite_policy(_state(), cpu, 3).per_step
+    monkeypatch.setattr(nonfinite, "SYNC_FREE_DEVICES", ("cuda", "cpu"))
+    assert type(nonfinite.nonfinite_policy(_state(), cpu, 3)) is nonfinite.DeviceGuard
+    scaled = _state(torch.float16)
+    if scaled.scaler.enabled:  # float16's scaler wins over the device's check wherever it is on
+        assert type(nonfinite.nonfinite_policy(scaled, cpu, 3)) is nonfinite.LossScaling
+
+
+def test_the_xla_check_reads_the_logged_loss_once_per_interval():
+    """Without a per-step check the run cannot skip a step it never saw: a non-finite logged loss stops it."""
+    policy = nonfinite.HostCheck(NonFiniteSteps(2), per_step=False)
+    policy.logged({"loss": 1.0}, 4)
+    with pytest.raises(NonFiniteTraining, match="1 step\\(s\\) in a row, up to step 5"):
+        policy.logged({"loss": float("nan")}, 5)
+
+
+def test_rules_replace_the_loss_and_the_schedule(sudoku4, tmp_path):
+    """A recipe's loss sees each supervision step's rows (here: it weights the loss by the rows' ACT step); a
+    schedule with lr 0 leaves every weight and puzzle row as it was, step after step."""
+    calls, weights = [], []
+
+    def weighted(outputs, labels, halted, steps, loss_type):
+        loss, metrics = act_loss(outputs, labels, halted, steps, loss_type)
+        calls.append(steps.clone())
+        return loss * steps.float().mean(), metrics
+
+    def frozen(cfg, step, epoch, total_steps, lr_factor=1.0):
+        s = schedule_at(cfg, step, epoch, total_steps, lr_factor)
+        return type(s)(0.0, 0.0, s.H_cycles, s.L_cycles, s.exploration)
+
+    def configure(model, schedule):
+        configure_model(model, schedule)
+        weights.append({k: v.clone() for k, v in model.state_dict().items()})
+
+    run = tmp_path / "rules"
+    result = train(cfg_for(sudoku4, run, "max_steps=3"), rules=StepRules(schedule=frozen, loss=weighted,
+                                                                        configure=configure))
+    assert result.step == 3 and len(calls) == 3 and [int(c.max()) for c in calls] == [1, 2, 3]
+    assert [r["lr"] for r in records(run)] == [0.0, 0.0, 0.0]
+    final = ckpt.load_train_state(ckpt.list_states(run)[-1])["model"]
+    for seen in weights[1:] + [final]:
+        assert all(torch.equal(weights[0][k], seen[k]) for k in final)
+
+
+def test_the_default_rules_are_upstreams(sudoku4, tmp_path):
+    """StepRules() trains exactly as no rules: the same losses, step for step."""
+    plain, ruled = tmp_path / "plain", tmp_path / "ruled"
+    train(cfg_for(sudoku4, plain, "max_steps=3"))
+    train(cfg_for(sudoku4, ruled, "max_steps=3"), rules=StepRules())
+    assert [r["loss"] for r in records(plain)] == [r["loss"] for r in records(ruled)]
+
+
+@pytest.mark.parametrize("min_eval_interval, evaluated", [(0, [5, 10, 15, 20]), (2, [15, 20])])
+def test_evaluation_starts_at_min_eval_interval_as_upstreams(sudoku4, tmp_path, min_eval_interval, evaluated):
+    """eval_interval=1 epoch (5 steps of 8 rows over 40 examples): upstream evaluates after iteration i
+    (counted from 0) only when i >= min_eval_interval."""
+    run = tmp_path / "run"
+    train(cfg_for(sudoku4, run, "max_steps=20", "epochs=4", "eval_interval=1",
+                  f"min_eval_interval={min_eval_interval}", "checkpoint_every_eval=False"))
+    assert [r["step"] for r in records(run) if "eval_exact_accuracy" in r] == evaluated
