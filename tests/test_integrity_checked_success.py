@@ -29,7 +29,7 @@ from cli_helpers import one_error_line
 from trm_kaggle.cli import main
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle import bundle as B
-from trm_kaggle.kaggle import sandbox
+from trm_kaggle.kaggle import rehearsal, sandbox
 from trm_kaggle.model.export import check_export
 
 from conftest import make_export, make_notebook
@@ -118,7 +118,7 @@ def layout_with_report(tmp_path: Path, report: dict | None) -> sandbox.SandboxLa
     ({"answered": 0, "ran": 2, "model_tasks": 3}, 0, "it predicted 2, but decoded no valid grid"),
 ])
 def test_the_execute_verdict_reads_what_the_model_answered(tmp_path, report, answered, words):
-    got = sandbox.model_answers(layout_with_report(tmp_path, report))
+    got = rehearsal.model_answers(layout_with_report(tmp_path, report))
     assert got["answered"] == answered
     assert got["ran"] == max(answered, report.get("ran", 0) if report else 0)
     assert (got["model_problem"] is None) if words is None else (words in got["model_problem"])
@@ -166,7 +166,7 @@ def test_execute_fails_when_the_kernel_answered_no_task(tmp_path, capsys, monkey
         config["arch"].update(hidden_size=64, num_heads=4)
         path.write_text(json.dumps(config))
 
-    monkeypatch.setattr(B, "execute", functools.partial(sandbox.execute, alter=foreign_config, echo=lambda _: None))
+    monkeypatch.setattr(B, "execute", functools.partial(rehearsal.execute, alter=foreign_config, echo=lambda _: None))
     rc = B.main([str(tmp_path / "out"), "--no-download", "--weights", str(make_export(tmp_path / "exp")),
                  "--execute", "--challenges", str(tmp_path / "arc-agi_evaluation_challenges.json"), "--max-tasks",
                  "1", "--time-budget", "300", "--finetune-steps", "1", "--num-aug", "1", "--workers", "1"])

@@ -22,7 +22,7 @@ import pytest
 import trm_kaggle
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.evaluate.submission import check_submission
-from trm_kaggle.kaggle import sandbox
+from trm_kaggle.kaggle import rehearsal
 from trm_kaggle.solve import plan as P
 from trm_kaggle.solve import solve as S
 from trm_kaggle.solve.workers import stop_workers
@@ -138,7 +138,7 @@ def test_fine_tuning_reads_the_deadline_on_the_training_loop_s_clock(unseen, tmp
 
 def test_the_offline_run_s_timeout_ignores_a_wall_clock_step(tmp_path, monkeypatch):
     wall_clock_steps(monkeypatch, 7200.0)
-    rc = sandbox._run_logged(["sh", "-c", "sleep 1.5; echo done"], env=dict(os.environ), cwd=tmp_path,
+    rc = rehearsal._run_logged(["sh", "-c", "sleep 1.5; echo done"], env=dict(os.environ), cwd=tmp_path,
                              log_path=tmp_path / "log", timeout=60, echo=lambda _: None)
     assert rc == 0 and (tmp_path / "log").read_text() == "done\n"
 

@@ -20,7 +20,7 @@ import pytest
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle import bundle as B
-from trm_kaggle.kaggle import sandbox
+from trm_kaggle.kaggle import rehearsal, sandbox
 
 from conftest import make_export, make_notebook
 
@@ -71,7 +71,7 @@ def test_an_interrupted_notebook_run_stops_its_process_group(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         timer.start()
-        sandbox._run_logged(cmd, env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log", timeout=60,
+        rehearsal._run_logged(cmd, env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / "log", timeout=60,
                             echo=lambda _: None)
     timer.cancel()
     grandchild = int(pids.read_text())
@@ -87,7 +87,7 @@ def test_an_interrupted_notebook_run_stops_its_process_group(tmp_path):
 TERMINATED = r"""
 import sys
 from pathlib import Path
-from trm_kaggle.kaggle import bundle as B, sandbox
+from trm_kaggle.kaggle import bundle as B, rehearsal
 
 entry, stage, out, export, notebook = sys.argv[1:6]
 pids = Path(out).parent / "pids"
@@ -103,8 +103,8 @@ def build_bundle(out_dir, **kw):
                                                             "enable_gpu": False, "machine_shape": None}}
 
 def execute(out_dir, **kw):
-    sandbox._run_logged(["sh", "-c", f"sleep 300 & echo $! > {pids}; wait"], env=None, cwd=Path(out_dir).parent,
-                        log_path=Path(out_dir).parent / "log", timeout=600, echo=lambda _: None)
+    rehearsal._run_logged(["sh", "-c", f"sleep 300 & echo $! > {pids}; wait"], env=None, cwd=Path(out_dir).parent,
+                          log_path=Path(out_dir).parent / "log", timeout=600, echo=lambda _: None)
 
 B.build_bundle, B.execute = build_bundle, execute
 args = [out, "--no-download", "--user", "tester", "--weights", export, "--notebook", notebook, "--execute"]

@@ -1,6 +1,6 @@
 """The submission kernel never raises and always leaves a valid submission: one break per case, each run as
 Kaggle runs the kernel (papermill, offline, a fresh environment installing from the bundle's wheels; see
-trm_kaggle.kaggle.sandbox), each ending with papermill status 0 and a submission.json that answers every task.
+trm_kaggle.kaggle.rehearsal), each ending with papermill status 0 and a submission.json that answers every task.
 
 One bundle (no downloads, a tiny model) is built for the whole module; each case breaks one thing in a fresh
 sandbox: no wheel, an offline install that cannot resolve, a wheel for another Python, a truncated wheel,
@@ -20,7 +20,7 @@ import pytest
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import check_submission
-from trm_kaggle.kaggle import bundle, sandbox
+from trm_kaggle.kaggle import bundle, rehearsal, sandbox
 
 from conftest import make_export, make_fake_wheel, random_task
 
@@ -54,7 +54,7 @@ def stub_package(directory: Path, name: str, message: str) -> dict:
 
 def run_case(built, alter=None, parameters=None, kernel_env=None, mounts="2025") -> tuple[dict, str]:
     out, challenges = built
-    report = sandbox.execute(out, challenges=challenges, max_tasks=1, time_budget=300, finetune_steps=1, num_aug=1,
+    report = rehearsal.execute(out, challenges=challenges, max_tasks=1, time_budget=300, finetune_steps=1, num_aug=1,
                              device="cpu", workers=1, timeout=600, echo=lambda _: None, alter=alter,
                              parameters=parameters, kernel_env=kernel_env, mounts=mounts)
     log = Path(report["log"]).read_text(errors="replace")

@@ -14,6 +14,7 @@ import pytest
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle import kernel as K
 from trm_kaggle.kaggle import metadata as M
+from trm_kaggle.kaggle import rehearsal as R
 from trm_kaggle.kaggle import sandbox as S
 
 from conftest import IDS
@@ -101,4 +102,4 @@ def test_prepare_sandbox_layout(bundle_copy, tmp_path):
     assert layout.working.is_dir()
     again = S.prepare_sandbox(bundle_copy, IDS, challenges)  # a second run replaces the first
     assert again.challenges.parent.name == M.COMPETITION and not layout.challenges.exists()
-    assert callable(S.execute)
+    assert callable(R.execute)

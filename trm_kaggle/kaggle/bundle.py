@@ -39,7 +39,8 @@ lives in its own module, and data flows one way (each imports only those above i
     adam_atan2_wheel.py the wheel kernel's script (standard library only)
     inputs.py           what the kernel finds under /kaggle/input (the challenges file)
     push.py             `push` through the kaggle package's API (answers read, datasets awaited)
-    sandbox.py          `execute`: the kernel run offline in a network namespace and a fresh venv
+    sandbox.py          the offline sandbox: /kaggle/input's layout, a fresh venv, a network namespace
+    rehearsal.py        `execute`: the kernel run offline in that sandbox
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ from trm_kaggle.kaggle.metadata import (
     machine_fields, slug_problem, validate_bundle, wheel_kernel_metadata,
 )
 from trm_kaggle.kaggle.push import owner, push, push_training
-from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, execute, read_sample_submission
+from trm_kaggle.kaggle.rehearsal import execute
+from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, read_sample_submission
 from trm_kaggle.kaggle.train_kernel import build_data, build_train_kernel, fetch_run_state
 from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache, default_weights, is_export
 from trm_kaggle.kaggle.wheels import (
@@ -283,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a scheduler's stop, `kill`), taken as Ctrl-C is: whatever runs is stopped, the notebook run's
-    process group included (`sandbox._run_logged`), with one line and status 128 + 15."""
+    process group included (`rehearsal._run_logged`), with one line and status 128 + 15."""
 
     exit_status = 128 + signal.SIGTERM
 

