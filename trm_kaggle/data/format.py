@@ -23,7 +23,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
@@ -358,10 +358,3 @@ def load_identifiers(dataset_dir: str | os.PathLike) -> list[str]:
     if not isinstance(ids, list) or not all(isinstance(s, str) for s in ids):
         raise DataError(f"{path}: must be a JSON list of strings")
     return ids
-
-
-def iter_groups(split: Split) -> Iterable[tuple[int, np.ndarray]]:
-    """(group id, puzzle ids of the group) for each group."""
-    gi = split.group_indices
-    for g in range(len(gi) - 1):
-        yield g, np.arange(gi[g], gi[g + 1])

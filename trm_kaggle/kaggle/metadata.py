@@ -169,11 +169,6 @@ def configured_user() -> tuple[str | None, str]:
     return None, "no $KAGGLE_USERNAME and no kaggle.json with a username"
 
 
-def default_user() -> str:
-    """`configured_user()`'s user, else the placeholder DEFAULT_USER."""
-    return configured_user()[0] or DEFAULT_USER
-
-
 # ---------------------------------------------------------------------------
 # Small helpers
 # ---------------------------------------------------------------------------
