@@ -92,7 +92,14 @@ class TrainConfig(_Config):
                                                                                        "puzzle-embedding rows")
     # lion: one moment, sign updates (trm_kaggle.optim.lion); usually wants a 3-10x smaller lr, a 3-10x larger
     # weight_decay and beta2=0.99 (the `lion` preset sets the optimizer and beta2)
-    optimizer: Literal["adam_atan2", "adamw", "lion"] = Field("adam_atan2", description="optimizer of the weights")
+    # muon: Muon for the recursive blocks' 2-D matrices, AdamATan2 for the rest (trm_kaggle.optim.muon, torch 2.9+)
+    optimizer: Literal["adam_atan2", "adamw", "lion", "muon"] = Field("adam_atan2",
+                                                                      description="optimizer of the weights")
+    # Muon's update is scaled to the RMS of an AdamW update (torch's adjust_lr_fn="match_rms_adamw"), so 1.0 reuses
+    # the lr tuned for AdamATan2
+    muon_lr_ratio: float = Field(1.0, gt=0, le=100, allow_inf_nan=False,
+                                 description="optimizer=muon: the hidden matrices' learning rate as a multiple of "
+                                             "lr (the schedule's); the other weights take lr itself")
 
     ema: bool = Field(False, description="keep an exponential moving average of the weights (evaluated and "
                                          "exported)")

@@ -1,8 +1,8 @@
 """The two optimizers of a TRM run, as upstream: one for the weights, SignSGD for the puzzle rows.
 
-The weights take AdamATan2 (upstream's), AdamW or Lion (`optimizer=`); the puzzle-embedding table takes
-SignSGD on the rows a batch touched. Both start at lr 0: the schedule sets each step's rate
-(`set_learning_rates`).
+The weights take AdamATan2 (upstream's), AdamW, Lion or Muon (`optimizer=`; Muon for the recursive blocks'
+matrices, AdamATan2 for the rest, as one optimizer); the puzzle-embedding table takes SignSGD on the rows a batch
+touched. Both start at lr 0: the schedule sets each step's rate (`set_learning_rates`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from __future__ import annotations
 import torch
 
 from trm_kaggle.config import TrainConfig
+from trm_kaggle.errors import TRMError
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.optim.adam_atan2 import AdamATan2
 from trm_kaggle.optim.lion import Lion
+from trm_kaggle.optim.muon import MuonWithAdam, muon_available, split_hidden_matrices
 from trm_kaggle.optim.sign_sgd import SignSGD
 
 
@@ -29,6 +31,8 @@ def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel, capturable: boo
                                   capturable=bool(capturable) and bool(params) and params[0].is_cuda)
     elif cfg.optimizer == "lion":
         dense = Lion(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    elif cfg.optimizer == "muon":
+        dense = make_muon(cfg, model, params, capturable)
     else:
         dense = AdamATan2(params, lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay,
                           capturable=capturable)
@@ -36,6 +40,19 @@ def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel, capturable: boo
     if model.puzzle_emb is not None:
         sparse = SignSGD(model.puzzle_emb, lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
     return dense, sparse
+
+
+def make_muon(cfg: TrainConfig, model: TinyRecursiveModel, params: list[torch.Tensor],
+              capturable: bool | None) -> MuonWithAdam:
+    """Muon for the 2-D weights of the recursive blocks (attention and MLP projections, the MLP across the
+    sequence), AdamATan2 for the rest: token embedding, lm and q heads, biases, norms (the puzzle rows are
+    SignSGD's, outside `parameters()`)."""
+    if not muon_available():
+        raise TRMError(f"optimizer=muon needs torch 2.9 or newer (torch.optim.Muon); this torch is "
+                       f"{torch.__version__}")
+    hidden, rest = split_hidden_matrices(model.layers.parameters(), params)
+    return MuonWithAdam(hidden, rest, lr=0.0, lr_ratio=cfg.muon_lr_ratio, betas=(cfg.beta1, cfg.beta2),
+                        weight_decay=cfg.weight_decay, capturable=capturable)
 
 
 def set_learning_rates(dense, sparse, lr: float, emb_lr: float) -> None:

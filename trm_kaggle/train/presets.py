@@ -137,6 +137,10 @@ PRESETS: dict[str, dict] = {
     "lion": _preset("modifier", "the Lion optimizer with its paper's beta2=0.99 (optimizer=lion); lr and weight_decay "
                     "stay the recipe's: Lion usually wants lr 3-10x smaller and weight_decay as much larger",
                     {"optimizer": "lion", "beta2": 0.99}),
+    "muon": _preset("modifier", "Muon for the recursive blocks' matrices, AdamATan2 for embeddings, norms and heads "
+                    "(optimizer=muon; momentum 0.95, Nesterov, 5 Newton-Schulz steps, update RMS matched to AdamW's "
+                    "so lr carries over; torch 2.9+; docs/recipes.md)",
+                    {"optimizer": "muon", "muon_lr_ratio": 1.0}),
     "large": _preset("modifier", "larger model: arch.hidden_size=768, num_heads=12 (64 per head)",
                      {"arch": {"hidden_size": 768, "num_heads": 12}}),
     # --- data curricula ---
