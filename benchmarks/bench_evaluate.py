@@ -78,7 +78,7 @@ from trm_kaggle.config import ArcBuildConfig, ArchConfig  # noqa: E402
 from trm_kaggle.data.arc.build import build_arc  # noqa: E402
 from trm_kaggle.data.format import load_metadata, load_split  # noqa: E402
 from trm_kaggle.evaluate.decode import example_puzzles, key_to_grid  # noqa: E402
-from trm_kaggle.evaluate.report import evaluate  # noqa: E402
+from trm_kaggle.evaluate.pipeline import evaluate  # noqa: E402
 from trm_kaggle.evaluate.vote import PASS_KS  # noqa: E402
 from trm_kaggle.model.trm import TinyRecursiveModel  # noqa: E402
 from trm_kaggle.model.upstream import to_upstream_state_dict  # noqa: E402

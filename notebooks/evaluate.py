@@ -15,7 +15,7 @@
 # %% [markdown]
 # # Evaluate exported weights on an ARC dataset
 #
-# Predicts every augmented test input of a dataset's test split with `trm_kaggle.evaluate.report.evaluate`,
+# Predicts every augmented test input of a dataset's test split with `trm_kaggle.evaluate.pipeline.evaluate`,
 # maps the predictions back through their augmentations, votes, and scores against `test_puzzles.json`. Then
 # writes the per-task report (`report.json`, `report.md`, pictures) with `write_report` and shows a few tasks.
 #
@@ -47,7 +47,8 @@ from pathlib import Path
 from IPython.display import Image, Markdown, display
 
 from trm_kaggle.data.format import load_metadata
-from trm_kaggle.evaluate.report import evaluate, task_picture_png, write_report
+from trm_kaggle.evaluate.pipeline import evaluate
+from trm_kaggle.evaluate.report import task_picture_png, write_report
 from trm_kaggle.model.export import load_inference_model
 from trm_kaggle.hardware import pick_device
 

@@ -15,7 +15,8 @@ from trm_kaggle.config import ArchConfig
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.predict import predict_split
-from trm_kaggle.evaluate.report import evaluate, write_report
+from trm_kaggle.evaluate.pipeline import evaluate
+from trm_kaggle.evaluate.report import write_report
 from trm_kaggle.evaluate.stats import wilson_interval
 from trm_kaggle.model.trm import TinyRecursiveModel
 
@@ -415,9 +416,9 @@ def _renamed(dataset, tmp_path, new_id: str):
 
 @pytest.mark.parametrize("bad_id", ["../../outside", "/etc/evil", "nul\x00id", "z" * 300])
 def test_illegal_ids_in_test_puzzles_stop_before_inference(dataset, tmp_path, monkeypatch, bad_id):
-    import trm_kaggle.evaluate.report as R
+    import trm_kaggle.evaluate.pipeline as P
 
-    monkeypatch.setattr(R, "predict_split", lambda *a, **k: pytest.fail("inference must not start"))
+    monkeypatch.setattr(P, "predict_split", lambda *a, **k: pytest.fail("inference must not start"))
     with pytest.raises(DataError, match="task id"):
         evaluate(make_model(dataset, Oracle), _renamed(dataset, tmp_path, bad_id), batch_size=64)
 

@@ -24,6 +24,7 @@ from test_integrity_task_content import task, write_tasks
 from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data.arc.build import build_arc
 from trm_kaggle.evaluate import report as R
+from trm_kaggle.evaluate.pipeline import evaluate
 from trm_kaggle.names import typed_name
 
 ID = "é-tâche"
@@ -104,7 +105,7 @@ def test_a_report_is_made_whole_before_it_is_written(evaluated, tmp_path, monkey
     from trm_kaggle.model.export import load_inference_model
 
     model, _ = load_inference_model(evaluated / "exp")
-    result = R.evaluate(model, evaluated / "ds", batch_size=8)
+    result = evaluate(model, evaluated / "ds", batch_size=8)
     R.write_report(result, tmp_path / "rep", first_n=2)
     before = {p.name: p.read_bytes() for p in (tmp_path / "rep").rglob("*") if p.is_file()}
     real = R.task_picture_png

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import one_error_line
-import trm_kaggle.evaluate.report as report_mod
 import trm_kaggle.evaluate.run as evaluate_run  # where evaluate loads its model
 from trm_kaggle.cli import main
 
@@ -31,7 +30,7 @@ def no_work(monkeypatch):
         raise AssertionError("the work started before the outputs were checked")
 
     monkeypatch.setattr(evaluate_run, "load_model_for_dataset", forbidden)
-    monkeypatch.setattr(report_mod, "evaluate", forbidden)
+    monkeypatch.setattr(evaluate_run, "evaluate", forbidden)
 
 
 @pytest.fixture

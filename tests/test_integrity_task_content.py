@@ -22,7 +22,8 @@ from trm_kaggle.cli import main
 from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data.arc.build import build_arc
 from trm_kaggle.data.format import load_split
-from trm_kaggle.evaluate.report import evaluate, write_report
+from trm_kaggle.evaluate.pipeline import evaluate
+from trm_kaggle.evaluate.report import write_report
 
 GRID = [[1, 2, 3], [4, 5, 6]]
 

@@ -143,7 +143,7 @@ def command_io(command: str, args: argparse.Namespace) -> IO:
 def _selection_problem(command: str, args: argparse.Namespace) -> str | None:
     """A selection that would only fail after the work: `evaluate --tasks` naming tasks the test split lacks."""
     if command == "evaluate" and args.report_dir and args.tasks:
-        from trm_kaggle.evaluate.report import load_test_set
+        from trm_kaggle.evaluate.pipeline import load_test_set
 
         known = load_test_set(args.data).num_tests
         unknown = [t for t in args.tasks.split(",") if t and t not in known]

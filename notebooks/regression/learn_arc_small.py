@@ -51,7 +51,7 @@ from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data.arc.tasks import write_challenges
 from trm_kaggle.data.arc.build import build_arc
 from trm_kaggle.data.arc.rule_tasks import rule_tasks
-from trm_kaggle.evaluate.report import evaluate
+from trm_kaggle.evaluate.pipeline import evaluate
 from trm_kaggle.experiments.recorded import record
 from trm_kaggle.model.export import load_model_for_dataset
 from trm_kaggle.train.checkpoint import export_run

@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     owners = {"pipeline": C.PipelineConfig, "build-arc": C.ArcBuildConfig, "build-sudoku": C.SudokuBuildConfig,
               "build-maze": C.MazeBuildConfig, "build-code-repair": C.CodeRepairBuildConfig,
-              "evaluate-repair": C.RepairEvalConfig, "submit": C.SolveConfig, "estimate": C.SolveConfig}
+              "evaluate": C.EvaluateConfig, "evaluate-repair": C.RepairEvalConfig, "submit": C.SolveConfig,
+              "estimate": C.SolveConfig}
     for name, subparser in sub.choices.items():
         say_defaults(subparser, owners.get(name))
     return parser

@@ -36,68 +36,54 @@ def cmd_torchrun(args: argparse.Namespace) -> int:
 
 
 def cluster_options(p: argparse.ArgumentParser, launcher: str | None) -> None:
-    """The options of `launch k8s` / `launch slurm` (launcher None: both sets, for `sweep --launcher`)."""
-    from trm_kaggle.config import ClusterConfig, K8sOptions, SlurmOptions
+    """The options of `launch k8s` / `launch slurm` (launcher None: both sets, for `sweep --launcher`); each one's
+    help is its field's description."""
+    from pydantic_core import PydanticUndefined
 
-    def default(model, name: str) -> str:
-        return f"(default: {model.model_fields[name].default})"
+    from trm_kaggle.config import ClusterConfig, K8sOptions, SlurmOptions, field_help
+
+    def option(group, name: str, model, *flags: str, more: str = "", required: bool = False, **kw) -> None:
+        """`--name` (or `flags`) for `model`'s field `name`; the default said from the field when it has one."""
+        default = model.model_fields[name].default
+        if not more and default not in (None, [], PydanticUndefined) and kw.get("action") != "store_true":
+            more = f" (default: {default})"
+        group.add_argument(*(flags or ["--" + name.replace("_", "-")]), dest=name, required=required,
+                           help=field_help(model, name, more), **kw)
 
     one = launcher is not None  # `launch`: nodes, GPUs and --out are required
+    needed = "" if one else " (required with --launcher)"
+    repeatable = " (repeatable; default: none)"
     g = p.add_argument_group("cluster")
-    g.add_argument("--nodes", type=int, required=one, default=None, help="machines, one torchrun launcher each"
-                   + ("" if one else " (required with --launcher)"))
-    g.add_argument("--gpus-per-node", dest="gpus_per_node", type=int, required=one, default=None,
-                   help="GPUs per node, one worker each; 0: CPU nodes, one worker each"
-                   + ("" if one else " (required with --launcher)"))
-    g.add_argument("--out", required=one, default=None, help="directory for the job files; nothing is submitted"
-                   + ("" if one else " (required with --launcher)"))
-    g.add_argument("--name", default=None, help="job name (default: from the run's name, or the grid's)")
-    g.add_argument("--max-restarts", dest="max_restarts", type=int, default=None,
-                   help="worker-group restarts torchrun makes after a failure; Kubernetes: also the Job's "
-                        f"backoffLimit {default(ClusterConfig, 'max_restarts')}")
-    g.add_argument("--rdzv-port", dest="rdzv_port", type=int, default=None,
-                   help=f"port of the rendezvous on the first node {default(ClusterConfig, 'rdzv_port')}")
-    g.add_argument("--rdzv-timeout", dest="rdzv_timeout", type=int, default=None,
-                   help=f"seconds the nodes wait for each other {default(ClusterConfig, 'rdzv_timeout')}")
-    g.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="environment of every worker, repeatable (e.g. NCCL_SOCKET_IFNAME=eth0) (default: none)")
+    option(g, "nodes", ClusterConfig, type=int, required=one, default=None, more=needed)
+    option(g, "gpus_per_node", ClusterConfig, type=int, required=one, default=None, more=needed)
+    option(g, "out", ClusterConfig, required=one, default=None, more=needed)
+    option(g, "name", ClusterConfig, default=None)
+    for name in ("max_restarts", "rdzv_port", "rdzv_timeout"):
+        option(g, name, ClusterConfig, type=int, default=None)
+    option(g, "env", ClusterConfig, action="append", default=[], metavar="KEY=VALUE", more=repeatable)
     if launcher is not None:
-        g.add_argument("--export", default=None, metavar="DIR",
-                       help="export inference weights here when training ends, on the shared volume (default: none)")
-    g.add_argument("--force", action="store_true", help="replace job files edited since they were written")
+        option(g, "export", ClusterConfig, default=None, metavar="DIR", more=" (default: none)")
+    option(g, "force", ClusterConfig, action="store_true")
     if launcher in ("k8s", None):
         k = p.add_argument_group("kubernetes")
-        k.add_argument("--image", required=launcher == "k8s", default=None,
-                       help="container image built from the Dockerfile" + ("" if one else " (required with "
-                                                                            "--launcher k8s)"))
-        k.add_argument("--pvc", required=launcher == "k8s", default=None,
-                       help="PersistentVolumeClaim with the data and the runs, mounted in every pod"
-                       + ("" if one else " (required with --launcher k8s)"))
-        k.add_argument("--mount", default=None, help="where the claim is mounted (the pods' working directory); "
-                                                     f"data and runs lie inside {default(K8sOptions, 'mount')}")
-        k.add_argument("--namespace", default=None, help=f"namespace {default(K8sOptions, 'namespace')}")
-        k.add_argument("--flavor", choices=["job", "pytorchjob"], default=None,
-                       help="job: Indexed Job + headless Service; pytorchjob: Kubeflow PyTorchJob "
-                            f"{default(K8sOptions, 'flavor')}")
-        k.add_argument("--node-selector", dest="node_selector", action="append", default=[], metavar="KEY=VALUE",
-                       help="node label the pods need, repeatable (default: none)")
-        k.add_argument("--toleration", dest="tolerations", action="append", default=[],
-                       metavar="KEY[=VALUE][:EFFECT]", help="taint the pods tolerate, repeatable (default: none)")
-        k.add_argument("--shm-size", dest="shm_size", default=None,
-                       help=f"memory-backed /dev/shm for DataLoader workers and NCCL {default(K8sOptions, 'shm_size')}")
+        for name in ("image", "pvc"):
+            option(k, name, K8sOptions, required=launcher == "k8s", default=None,
+                   more="" if one else " (required with --launcher k8s)")
+        for name in ("mount", "namespace"):
+            option(k, name, K8sOptions, default=None)
+        option(k, "flavor", K8sOptions, choices=["job", "pytorchjob"], default=None)
+        option(k, "node_selector", K8sOptions, action="append", default=[], metavar="KEY=VALUE", more=repeatable)
+        option(k, "tolerations", K8sOptions, "--toleration", action="append", default=[],
+               metavar="KEY[=VALUE][:EFFECT]", more=repeatable)
+        option(k, "shm_size", K8sOptions, default=None)
     if launcher in ("slurm", None):
         s = p.add_argument_group("slurm")
-        s.add_argument("--shared-dir", dest="shared_dir", default=None,
-                       help="a directory every node sees: the job's working directory; data and runs lie inside "
-                            "(default: the current directory)")
-        s.add_argument("--time", default=None, help=f"wall-time limit {default(SlurmOptions, 'time')}")
-        s.add_argument("--partition", default=None, help="partition (default: the cluster's)")
-        s.add_argument("--account", default=None, help="account (default: the cluster's)")
-        s.add_argument("--cpus-per-task", dest="cpus_per_task", type=int, default=None,
-                       help="CPU cores per node (default: the cluster's)")
-        s.add_argument("--setup", action="append", default=[], metavar="LINE",
-                       help="shell line run before training, repeatable, e.g. 'source ~/venvs/trm/bin/activate' "
-                            "(default: none)")
+        option(s, "shared_dir", SlurmOptions, default=None, more=" (default: the current directory)")
+        option(s, "time", SlurmOptions, default=None)
+        for name in ("partition", "account"):
+            option(s, name, SlurmOptions, default=None, more=" (default: the cluster's)")
+        option(s, "cpus_per_task", SlurmOptions, type=int, default=None, more=" (default: the cluster's)")
+        option(s, "setup", SlurmOptions, action="append", default=[], metavar="LINE", more=repeatable)
 
 
 def cluster_values(args: argparse.Namespace) -> dict:

@@ -1,16 +1,22 @@
-"""What every room of `trm-kaggle` shares: the flag helpers, the option lists `main` splits command lines
-with, the top of the parser, and help texts that say each option's default."""
+"""What every room of `trm-kaggle` shares: the flag helpers (an option that sets a config field takes its help
+from the field's description), the option lists `main` splits command lines with, the top of the parser, and
+help texts that say each option's default."""
 
 from __future__ import annotations
 
 import argparse
 
 from trm_kaggle import __version__
+from trm_kaggle.config import field_help
 
 
-def flag(parser: argparse.ArgumentParser, name: str, **kw) -> None:
-    """Add `--some-name` with `--some_name` as an alias (upstream's argdantic accepts the dashed form)."""
+def flag(parser, name: str, model=None, *, more: str = "", **kw) -> None:
+    """Add `--some-name` with `--some_name` as an alias (upstream's argdantic accepts the dashed form). With a
+    config `model`, the option sets its field `name` and its help is that field's description (`field_help`),
+    then `more`."""
     dashed, under = "--" + name.replace("_", "-"), "--" + name
+    if model is not None and "help" not in kw:
+        kw["help"] = field_help(model, name, more)
     parser.add_argument(*dict.fromkeys([dashed, under]), dest=name, **kw)
 
 
@@ -38,10 +44,9 @@ def say_defaults(parser: argparse.ArgumentParser, model=None) -> None:
             continue
         if "default" in a.help or "required" in a.help:
             continue
-        if model is not None and a.dest in model.model_fields:
+        value = a.default  # an option's own default wins over its field's (estimate's smaller batches)
+        if value is None and model is not None and a.dest in model.model_fields:
             value = model.model_fields[a.dest].get_default(call_default_factory=True)
-        else:
-            value = a.default
         if value is not None and value != []:
             shown = " ".join(map(str, value)) if isinstance(value, list) else str(value)
             a.help += f" (default: {shown.replace('%', '%%')})"

@@ -8,8 +8,8 @@ import json
 import sys
 from typing import get_args
 
-from trm_kaggle.cli.common import common_flags, config_kwargs
-from trm_kaggle.config import InferenceDtype, TaskIdMode
+from trm_kaggle.cli.common import common_flags, config_kwargs, flag
+from trm_kaggle.config import EvaluateConfig, InferenceDtype, RepairEvalConfig, TaskIdMode
 from trm_kaggle.errors import TRMError
 from trm_kaggle.names import typed_name
 from trm_kaggle.wording import count
@@ -23,25 +23,18 @@ def add_evaluate(sub) -> None:
                                    "output; --report-dir adds a per-task report with pictures.")
     p.add_argument("--weights", required=True, help="export directory (weights.safetensors + config.json)")
     p.add_argument("--data", required=True, help="ARC dataset directory (with test_puzzles.json)")
-    p.add_argument("--max-tasks", type=int, default=None,
-                   help="only the first N tasks of the test split, for a quick run (default: every task)")
+    flag(p, "max_tasks", EvaluateConfig, type=int, default=None)
     p.add_argument("--report-dir", default=None,
                    help="write report.json, report.md and grid pictures here (default: no report)")
-    p.add_argument("--batch-size", type=int, default=256, help="examples per model call")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps or xla")
-    p.add_argument("--early-exit", action="store_true",
-                   help="an example stops at its first q_halt > 0 and its row takes the next example")
-    p.add_argument("--dtype", choices=get_args(InferenceDtype), default="auto",
-                   help="activation dtype: auto decides per device (bfloat16 on GPUs with native bf16, float32 on "
-                        "most CPUs: trm-kaggle doctor says why), whatever the weights were trained in; export keeps "
-                        "the export's forward_dtype")
-    p.add_argument("--compile", nargs="?", const="on", default="auto", choices=["auto", "on", "off"],
-                   help="torch.compile the model's regions (one block for every layer, the ACT step): a one-off "
-                        "compile, then fused element-wise work; auto (default) = on CUDA only, where it pays; "
-                        "--compile alone = on (on CPU it needs a C++ compiler; benchmarks/bench_evaluate.py "
-                        "--compile measures both on your machine)")
-    p.add_argument("--max-steps", type=int, default=None, help="ACT steps (default: the model's halt_max_steps)")
-    p.add_argument("--weighting", choices=["count", "q_halt"], default="count", help="vote by count or sigmoid(q_halt)")
+    default = EvaluateConfig()  # the command's defaults are the config's
+    flag(p, "batch_size", EvaluateConfig, type=int, default=default.batch_size)
+    flag(p, "device", EvaluateConfig, default=default.device)
+    flag(p, "early_exit", EvaluateConfig, action="store_true")
+    flag(p, "dtype", EvaluateConfig, choices=get_args(InferenceDtype), default=default.dtype)
+    flag(p, "compile", EvaluateConfig, more="; --compile alone = on", nargs="?", const="on", default=default.compile,
+         choices=["auto", "on", "off"])
+    flag(p, "max_steps", EvaluateConfig, type=int, default=None)
+    flag(p, "weighting", EvaluateConfig, choices=["count", "q_halt"], default=default.weighting)
     p.add_argument("--tasks", default=None, type=typed_name,
                    help="comma-separated task ids to draw in the report (default: the first --first tasks)")
     p.add_argument("--first", type=int, default=5, help="draw the first N tasks when --tasks is not given")
@@ -68,12 +61,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     modes = list(dict.fromkeys(args.task_ids))
     if len(modes) > 1 and (args.save_votes or args.pool_with or args.report_dir):
         raise TRMError("--save-votes, --pool-with and --report-dir take one --task-ids mode at a time")
-    evaluate_export(args.weights, args.data, task_ids=args.task_ids, task_id_seed=args.task_id_seed,
-                    batch_size=args.batch_size, device=args.device, early_exit=args.early_exit,
-                    dtype=args.dtype, compile=args.compile, max_steps=args.max_steps, weighting=args.weighting,
+    cfg = EvaluateConfig(**config_kwargs(args, EvaluateConfig.model_fields))
+    evaluate_export(args.weights, args.data, cfg, task_ids=args.task_ids, task_id_seed=args.task_id_seed,
                     pool_with=args.pool_with, save_votes=args.save_votes, report_dir=args.report_dir,
                     tasks=[t for t in args.tasks.split(",") if t] if args.tasks else None, first=args.first,
-                    pictures=not args.no_pictures, progress=args.progress, max_tasks=args.max_tasks)
+                    pictures=not args.no_pictures)
     return 0
 
 
@@ -83,28 +75,21 @@ def add_evaluate_repair(sub) -> None:
                                    "rate overall and per bug type, the outcomes (fixed / unchanged / changed wrongly) "
                                    "and the copy-the-input baseline. --doctests and --test-command RUN THE CODE "
                                    "(reference fixes and model outputs) in a subprocess with a time limit.")
-    p.add_argument("--weights", required=True, help="export directory (trm-kaggle train --export / export)")
-    p.add_argument("--data", required=True, help="code-repair dataset directory")
-    p.add_argument("--max-examples", type=int, default=None,
-                   help="only the first N pairs of the test split, for a quick run (default: every pair)")
-    p.add_argument("--batch-size", type=int, default=None, help="examples per model call")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default=None, help="where the model runs")
-    p.add_argument("--doctests", action="store_true", default=None,
-                   help="run the doctests of pairs whose fix has some, on the fix and on the prediction")
-    p.add_argument("--test-command", default=None,
-                   help="command run in the directory of snippet.py ({file} is its path), e.g. 'python {file}' "
-                        "(default: none)")
-    p.add_argument("--time-limit", type=float, default=None, help="seconds per run")
-    p.add_argument("--max-runs", type=int, default=None,
-                   help="run code for the first N chosen pairs only (default: every chosen pair)")
-    p.add_argument("--report", default=None,
-                   help="write metrics and every pair's outcome here (JSON) (default: not written)")
+    for name in ("weights", "data"):
+        flag(p, name, RepairEvalConfig, required=True)
+    for name in ("max_examples", "batch_size"):
+        flag(p, name, RepairEvalConfig, type=int, default=None)
+    flag(p, "device", RepairEvalConfig, choices=["auto", "cpu", "cuda", "mps"], default=None)
+    flag(p, "doctests", RepairEvalConfig, action="store_true", default=None)
+    flag(p, "test_command", RepairEvalConfig, default=None)
+    flag(p, "time_limit", RepairEvalConfig, type=float, default=None)
+    flag(p, "max_runs", RepairEvalConfig, type=int, default=None)
+    flag(p, "report", RepairEvalConfig, default=None)
     common_flags(p)
     p.set_defaults(func=cmd_evaluate_repair)
 
 
 def cmd_evaluate_repair(args: argparse.Namespace) -> int:
-    from trm_kaggle.config import RepairEvalConfig
     from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
     from trm_kaggle.model.export import load_model_for_dataset
     from trm_kaggle.hardware import pick_device

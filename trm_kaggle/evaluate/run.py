@@ -11,12 +11,13 @@ from __future__ import annotations
 import sys
 from typing import Callable, Sequence
 
-from trm_kaggle.config import InferenceDtype
-from trm_kaggle.evaluate.report import (check_report_dir, evaluate, format_metrics, format_task_id_table, weights_record,
+from trm_kaggle.config import EvaluateConfig
+from trm_kaggle.evaluate.pipeline import evaluate
+from trm_kaggle.evaluate.report import (check_report_dir, format_metrics, format_task_id_table, weights_record,
                                         write_report)
 from trm_kaggle.evaluate.vote import VoteTable
 from trm_kaggle.hardware import pick_device
-from trm_kaggle.model.compiling import compile_model
+from trm_kaggle.model.compiling import apply_compile
 from trm_kaggle.model.export import apply_task_ids, load_model_for_dataset
 
 
@@ -24,16 +25,16 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def evaluate_export(weights: str, data: str, *, task_ids: Sequence[str] = ("own",), task_id_seed: int = 0,
-                    batch_size: int = 256, device: str = "auto", early_exit: bool = False,
-                    dtype: InferenceDtype = "auto", compile: str | bool = "auto",
-                    max_steps: int | None = None, weighting: str = "count", pool_with: Sequence[str] | None = None,
+def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, *,
+                    task_ids: Sequence[str] = ("own",), task_id_seed: int = 0, pool_with: Sequence[str] | None = None,
                     save_votes: str | None = None, report_dir: str | None = None, tasks: list[str] | None = None,
-                    first: int = 5, pictures: bool = True, progress: bool = True, max_tasks: int | None = None,
-                    out: Callable[[str], None] = print, note: Callable[[str], None] = _stderr) -> dict[str, dict]:
-    """Evaluate `weights` on `data` once per task-id mode; returns {mode: summary}. Votes of `pool_with` (files
-    of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first. `dtype`:
-    the activation dtype (`InferenceDtype`; "auto" decides per device whatever the export was trained in)."""
+                    first: int = 5, pictures: bool = True, out: Callable[[str], None] = print,
+                    note: Callable[[str], None] = _stderr, **settings) -> dict[str, dict]:
+    """Evaluate `weights` on `data` once per task-id mode; returns {mode: summary}. `cfg` (or its fields one by
+    one in `settings`) says how: the export is loaded on cfg.device, in cfg.dtype ("auto" decides per device
+    whatever the export was trained in), compiled as cfg.compile, then `evaluate`d. Votes of `pool_with` (files
+    of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first."""
+    cfg = (cfg or EvaluateConfig()).updated(**settings)
     modes = list(dict.fromkeys(task_ids))
     pooled = None
     for path in pool_with or []:  # read first: a bad file stops before any inference
@@ -44,12 +45,12 @@ def evaluate_export(weights: str, data: str, *, task_ids: Sequence[str] = ("own"
     if report_dir:  # before any inference: a folder holding the report of other weights is refused
         record = weights_record(weights)
         check_report_dir(report_dir, record)
-    torch_device = pick_device(device)
+    torch_device = pick_device(cfg.device)
     summaries = {}
     while modes:
         mode = modes.pop(0)
         model, _, load_note = load_model_for_dataset(weights, data, torch_device)
-        model.arch = model.arch.for_inference(dtype)
+        model.arch = model.arch.for_inference(cfg.dtype)
         if load_note and not summaries:
             note(f"note: {load_note}")
         ids_note = apply_task_ids(model, mode, seed=task_id_seed)
@@ -57,10 +58,8 @@ def evaluate_export(weights: str, data: str, *, task_ids: Sequence[str] = ("own"
             # every puzzle has the same row whatever the mode: one evaluation answers for all of them
             note(f"note: {ids_note}; evaluating once")
             mode, modes = "/".join([mode] + modes), []
-        compile_model(model, compile, torch_device)  # auto: on CUDA; lazy: compiles in the first batch
-        result = evaluate(model, data, batch_size=batch_size, device=torch_device, early_exit=early_exit,
-                          max_steps=max_steps, weighting=weighting, pool_with=pooled, progress=progress,
-                          max_tasks=max_tasks)
+        apply_compile(model, cfg.compile, torch_device)  # auto: on CUDA; lazy: compiles in the first batch
+        result = evaluate(model, data, cfg, device=torch_device, pool_with=pooled)
         summaries[mode] = {**result.summary(), **extra}
         if list(task_ids) != ["own"]:
             out(f"== task ids: {mode}")

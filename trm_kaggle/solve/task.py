@@ -27,7 +27,7 @@ from trm_kaggle.data.arc.build import build_arc, built_with
 from trm_kaggle.data.arc.tasks import MAX_GRID, LoadReport, parse_task
 from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import DataError
-from trm_kaggle.evaluate.report import evaluate
+from trm_kaggle.evaluate.pipeline import evaluate
 from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model.compiling import compile_model
