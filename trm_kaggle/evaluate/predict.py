@@ -47,7 +47,6 @@ class Predictions:
     max_steps: int = 0
     early_exit: bool = False
     forward_rows: int = 0  # sum over model calls of the rows passed (every call passes the batch's slots)
-    forward_calls: int = 0
     seconds_model: float = 0.0  # time spent in the rollout, the loader's time left out (device synchronised)
     seconds_total: float = 0.0  # the whole of predict_split, data loading included
     device: str = "cpu"
@@ -208,8 +207,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     return Predictions(tokens=tokens, q_halt=q_halt, steps=steps_run, puzzle_index=puzzle_index,
                        puzzle_identifier=puzzle_identifier, identifiers=identifiers,
                        dataset_dir=str(Path(dataset_dir)), max_steps=steps_max, early_exit=early_exit,
-                       forward_rows=rollout.rows_forwarded, forward_calls=rollout.calls,
-                       seconds_model=seconds_model,
+                       forward_rows=rollout.rows_forwarded, seconds_model=seconds_model,
                        seconds_total=time.perf_counter() - t_start, device=str(device),
                        dtype=str(model.compute_dtype(device)).removeprefix("torch.")
                        if hasattr(model, "compute_dtype") else "", logits=logits)
