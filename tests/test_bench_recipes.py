@@ -1,0 +1,99 @@
+"""benchmarks/bench_recipes.py: recipes, the FLOP count, and the harness end to end on a tiny 4x4 Sudoku."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from benchmarks.bench_recipes import (Curve, Recipe, accuracy_at, bench, make_task, parse_recipe, summarise,
+                                      training_flops)
+from trm_kaggle.config import ArchConfig
+from trm_kaggle.errors import TRMError
+
+
+def test_recipes_parse_presets_names_and_overrides():
+    assert parse_recipe("upstream") == Recipe("upstream")
+    assert parse_recipe("upstream").is_upstream
+    assert parse_recipe("no-ema+T2n2") == Recipe("no-ema+T2n2", ("no-ema", "T2n2"))
+    assert parse_recipe("fastlr:lr=3e-3") == Recipe("fastlr", (), ("lr=3e-3",))
+    assert parse_recipe("deep=T3n6:lr=3e-4,data_paths=[a,b]") == Recipe("deep", ("T3n6",),
+                                                                         ("lr=3e-4", "data_paths=[a,b]"))
+    assert parse_recipe("no-ema:lr=1e-3") == Recipe("no-ema:lr=1e-3", ("no-ema",), ("lr=1e-3",))
+    with pytest.raises(TRMError, match="unknown preset"):
+        parse_recipe("no-such-preset")
+    with pytest.raises(TRMError, match="not key=value"):
+        parse_recipe("x:lr")
+
+
+def test_training_flops_matches_a_hand_count():
+    # attention: S = 2 + 4 = 6, D = 8, SwiGLU width 256 (upstream rounds up to a multiple of 256)
+    arch = ArchConfig(hidden_size=8, num_heads=2, expansion=2.0, H_cycles=2, L_cycles=3, L_layers=1,
+                      puzzle_emb_len=2, mlp_t=False)
+    S, D, inner = 6, 8, 256
+    block = (2 * S * D * 3 * D + 2 * 2 * S * S * D + 2 * S * D * D) + (2 * S * D * 2 * inner + 2 * S * inner * D)
+    calls = 2 * (3 + 1) + 2 * (3 + 1)  # forward: T x (n + 1) calls; backward: 2 x the last cycle's n + 1
+    heads = 3 * (2 * 4 * D * 5 + 2 * D * 2)
+    assert training_flops(arch, seq_len=4, vocab_size=5) == calls * block + heads == 1_248_288
+    assert training_flops(arch, seq_len=4, vocab_size=5, examples=10) == 10 * 1_248_288
+    # mlp_t: the mixer is a SwiGLU along the S = 6 positions (width 256) for each of the D channels
+    mlp = arch.model_copy(update={"mlp_t": True, "pos_encodings": "none"})
+    mixer = 2 * D * S * 2 * inner + 2 * D * inner * S
+    assert training_flops(mlp, seq_len=4, vocab_size=5) == calls * (mixer + 2 * S * D * 2 * inner
+                                                                    + 2 * S * inner * D) + heads
+
+
+def _curve(recipe, seed, accs):
+    pts = [dict(step=i + 1, examples=10 * (i + 1), flops=100.0 * (i + 1), seconds=float(i + 1), accuracy=a)
+           for i, a in enumerate(accs)]
+    return Curve(recipe, seed, 10, 10.0, pts)
+
+
+def test_summary_costs_ratios_and_equal_budget():
+    curves = [_curve("upstream", 0, [0.1, 0.3, 0.5, 0.7]), _curve("fast", 0, [0.3, 0.6]),
+              _curve("upstream", 1, [0.0, 0.1, 0.4, 0.6]), _curve("fast", 1, [0.2, 0.5])]
+    s = summarise(curves, [0.2, 0.5, 0.9], "upstream")
+    up, fast = s["to_target"]["upstream"], s["to_target"]["fast"]
+    assert up["0.2"]["examples"] == {"median": 25.0, "min": 20, "max": 30} and up["0.2"]["reached"] == 2
+    assert fast["0.5"]["examples"] == {"median": 20.0, "min": 20, "max": 20}
+    ratio = fast["0.5"]["examples_ratio"]  # paired by seed: 20/30 and 20/40
+    assert (ratio["median"], ratio["min"], ratio["max"]) == pytest.approx((7 / 12, 0.5, 2 / 3))
+    assert math.isinf(up["0.9"]["seconds"]["median"]) and up["0.9"]["reached"] == 0
+    assert s["budgets"]["examples"] == 20  # the shortest run
+    assert s["at_budget"]["fast"]["examples"]["accuracy"]["median"] == pytest.approx(0.55)
+    assert s["at_budget"]["fast"]["examples"]["minus_upstream"]["median"] == pytest.approx(0.35)
+    assert accuracy_at(curves[0], "seconds", 0.5) == 0.0
+
+
+def test_harness_end_to_end_on_tiny_sudoku(tmp_path):
+    task = dataclasses.replace(make_task("sudoku4", num_train=64, num_test=16), eval_interval=1)
+    targets = [0.0, 0.5, 2.0]
+    report = bench(task, ["upstream", "fastlr:lr=1e-2"], seeds=2, budget_s=None, budget_examples=16 * 8,
+                   targets=targets, work=tmp_path, say=lambda *a, **k: None,
+                   extra=["global_batch_size=16", "arch.hidden_size=16", "arch.halt_max_steps=2",
+                          "arch.H_cycles=1", "arch.L_cycles=1"])
+    out = tmp_path / "report"
+    for suffix in ("json", "md", "png"):
+        assert (out / f"bench_recipes_sudoku4.{suffix}").stat().st_size > 0
+    saved = json.loads((out / "bench_recipes_sudoku4.json").read_text())
+    assert saved["configs"]["fastlr"]["lr"] == 1e-2 and saved["configs"]["upstream"]["lr"] == 3e-3
+    assert [(c["recipe"], c["seed"]) for c in saved["curves"]] == [("upstream", 0), ("fastlr", 0),
+                                                                    ("upstream", 1), ("fastlr", 1)]
+    for c in saved["curves"]:
+        assert c["points"] and c["points"][-1]["examples"] >= 16 * 8  # stopped at the first evaluation past it
+        for p in c["points"]:
+            assert p["examples"] == p["step"] * 16 and p["flops"] == pytest.approx(p["examples"] * c["flops_per_example"])
+        assert all(a["seconds"] < b["seconds"] for a, b in zip(c["points"], c["points"][1:]))
+    s = report["summary"]
+    for r in ("upstream", "fastlr"):
+        reached = [s["to_target"][r][str(t)] for t in targets]
+        assert reached[0]["reached"] == 2 and reached[-1]["reached"] == 0  # 0.0 at the first evaluation; 2.0 never
+        costs = [row["examples"]["median"] for row in reached]
+        assert costs == sorted(costs)  # a higher target never costs less
+    assert s["to_target"]["fastlr"]["0.0"]["examples_ratio"]["median"] == 1.0  # the same first evaluation
+    assert "examples_ratio" not in s["to_target"]["upstream"]["0.0"]
+    md = (out / "bench_recipes_sudoku4.md").read_text()
+    first = saved["curves"][1]["points"][0]["examples"]
+    assert f"| fastlr | 0 | 2/2 | {first:,} |" in md and "not reached" in md and "1.00x" in md
