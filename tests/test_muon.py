@@ -9,6 +9,7 @@ import torch
 
 from cli_helpers import one_error_line
 from test_model import make_batch, tiny_model
+from test_step_guard import MAX_HOST_READS_PER_STEP, reads_of_a_run
 from test_train import cfg_for, final_params, losses, sudoku4  # noqa: F401 (the module-scoped dataset)
 from trm_kaggle.cli import main
 from trm_kaggle.config import ArchConfig, TrainConfig
@@ -18,7 +19,7 @@ from trm_kaggle.optim.adam_atan2 import AdamATan2
 from trm_kaggle.optim.muon import MuonWithAdam
 from trm_kaggle.optim.sign_sgd import SignSGD
 from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train import optimizers
+from trm_kaggle.train import nonfinite, optimizers
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.optimizers import make_optimizers, optimizer_step, set_learning_rates
 from trm_kaggle.train.settings import load_train_config
@@ -139,6 +140,15 @@ def test_the_step_guard_puts_a_muon_step_back():
     assert not any(torch.equal(t, b) for t, b in zip(written, before) if t.is_floating_point() and t.numel() > 1)
     guard.undo_unless(torch.tensor(False))
     assert all(torch.equal(t, b) for t, b in zip(written, before))
+
+
+def test_a_steady_state_muon_step_reads_nothing_on_the_host(sudoku4, tmp_path, monkeypatch):
+    """CUDA's step on this CPU (the finite check and AdamATan2's step counts on the device): Muon's step reads
+    nothing on the host either, so 4 more steps add no read."""
+    monkeypatch.setattr(nonfinite, "SYNC_FREE_DEVICES", ("cuda", "cpu"))
+    four = reads_of_a_run(sudoku4, tmp_path / "a", 4, *MUON)
+    eight = reads_of_a_run(sudoku4, tmp_path / "b", 8, *MUON)
+    assert eight.count - four.count <= 4 * MAX_HOST_READS_PER_STEP, (eight.seen, four.seen)
 
 
 def test_a_muon_run_learns_and_resumes_exactly(sudoku4, tmp_path):
