@@ -10,7 +10,7 @@ singular vectors (five Newton-Schulz iterations, in bfloat16). Per matrix W of s
     W  *= 1 - lr * weight_decay                        (decoupled decay)
     W  -= adjust(lr, A, B) * O
 
-The arithmetic is torch's (`torch.optim._muon.muon`, the function behind `torch.optim.Muon`, torch 2.9+).
+The arithmetic is torch's (the function behind `torch.optim.Muon`, torch 2.9+).
 Only 2-D weights of the hidden layers take it: embeddings, heads, norms and biases train better with an
 element-wise optimizer (the Muon write-up's advice), here upstream's AdamATan2 (`trm_kaggle.optim.adam_atan2`),
 whose arithmetic and state layout are unchanged.
@@ -48,7 +48,7 @@ ADJUST_LR = "match_rms_adamw"
 
 
 def _torch_muon():
-    """torch's functional Muon step, or None before torch 2.9."""
+    """torch's functional Muon step, the function behind `torch.optim.Muon`, or None before torch 2.9."""
     try:
         from torch.optim._muon import muon
     except ImportError:
