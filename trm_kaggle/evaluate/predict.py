@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from trm_kaggle import xla
-from trm_kaggle.data.format import load_identifiers
+from trm_kaggle.data.format import DatasetMetadata, load_identifiers
 from trm_kaggle.data.loader import PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import place_model
@@ -81,6 +81,65 @@ def _halt_max_steps(model: torch.nn.Module) -> int:
     return int(arch.halt_max_steps)
 
 
+def _check_model_fits(model: torch.nn.Module, dataset_dir: str | os.PathLike, meta: DatasetMetadata) -> None:
+    """TRMError where the model's embedding table or sequence length does not fit the dataset."""
+    n_model = getattr(model, "num_puzzle_identifiers", None)
+    if n_model is not None and meta.num_puzzle_identifiers > n_model:
+        raise TRMError(f"{dataset_dir} has {meta.num_puzzle_identifiers} puzzle identifiers but the model's "
+                       f"embedding table only {n_model}: load the model with num_puzzle_identifiers="
+                       f"{meta.num_puzzle_identifiers} (new rows start from the mean embedding)")
+    seq_len_model = getattr(model, "seq_len", meta.seq_len)
+    if seq_len_model != meta.seq_len:
+        raise TRMError(f"the model was built for seq_len {seq_len_model}, {dataset_dir} has {meta.seq_len}")
+
+
+class _ExampleStream:
+    """The examples to predict, one loader batch at a time (CPU tensors, `batches`), with the bookkeeping of
+    every example walked: its puzzle, its identifier and, in the order they are queued, its result row
+    (`examples`: the picked rows, whose place in the result is their rank; None: every example)."""
+
+    def __init__(self, loader: PuzzleLoader, examples: np.ndarray | None, n: int):
+        self.loader, self.examples = loader, examples
+        self.puzzle_index = np.zeros(n, dtype=np.int64)
+        self.puzzle_identifier = np.zeros(n, dtype=np.int64)
+        self.stream_rows = np.zeros(n, dtype=np.int64)  # the result row of each example, in the order queued
+        self.queued = 0
+        self.walk_only = False  # after the rollout: the rest of the split is walked for its bookkeeping alone
+        self.seconds = 0.0  # spent producing the batches the rollout took
+
+    def batches(self):
+        examples = self.examples
+        t = time.perf_counter()
+        for item in self.loader:
+            n = item.num_real
+            if n == 0:
+                continue
+            rows = item.example_indices[:n].numpy()
+            take = np.arange(n)  # the batch's rows that are predicted
+            if examples is not None:  # keep the picked rows; their place in the result is their rank
+                if len(examples) == 0 or rows[0] > examples[-1]:
+                    break  # the split is walked in order: nothing picked is left
+                at = np.minimum(np.searchsorted(examples, rows), len(examples) - 1)
+                take = np.flatnonzero(examples[at] == rows)
+                if len(take) == 0:
+                    continue
+                rows = at[take]
+            self.puzzle_index[rows] = item.puzzle_indices[:n].numpy()[take]
+            self.puzzle_identifier[rows] = item.batch["puzzle_identifiers"][:n].numpy()[take]
+            if self.walk_only:
+                continue
+            batch = {k: v[:n] for k, v in item.batch.items()}
+            if len(take) < n:
+                index = torch.from_numpy(take)
+                batch = {k: v[index] for k, v in batch.items()}
+            self.stream_rows[self.queued:self.queued + len(rows)] = rows
+            self.queued += len(rows)
+            self.seconds += time.perf_counter() - t
+            yield batch
+            t = time.perf_counter()
+        self.seconds += time.perf_counter() - t
+
+
 def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_size: int = 256,
                   device: str | torch.device | None = None, early_exit: bool = False, *,
                   max_steps: int | None = None, progress: bool = False, prefetch: int = 1,
@@ -116,14 +175,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     identifiers = load_identifiers(dataset_dir)
     loader = PuzzleLoader(dataset_dir, split="test", global_batch_size=batch_size, test_mode=True, prefetch=prefetch)
     meta = loader.metadata
-    n_model = getattr(model, "num_puzzle_identifiers", None)
-    if n_model is not None and meta.num_puzzle_identifiers > n_model:
-        raise TRMError(f"{dataset_dir} has {meta.num_puzzle_identifiers} puzzle identifiers but the model's "
-                       f"embedding table only {n_model}: load the model with num_puzzle_identifiers="
-                       f"{meta.num_puzzle_identifiers} (new rows start from the mean embedding)")
-    seq_len_model = getattr(model, "seq_len", meta.seq_len)
-    if seq_len_model != meta.seq_len:
-        raise TRMError(f"the model was built for seq_len {seq_len_model}, {dataset_dir} has {meta.seq_len}")
+    _check_model_fits(model, dataset_dir, meta)
 
     if examples is not None:
         examples = np.asarray(examples, dtype=np.int64)
@@ -134,49 +186,11 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     q_halt = np.zeros(N, dtype=np.float32)
     steps_run = np.full(N, -1, dtype=np.int32)  # -1: not predicted (deadline)
     logits = np.zeros((N, L, getattr(model, "vocab_size", meta.vocab_size)), dtype=np.float32) if keep_logits else None
-    puzzle_index = np.zeros(N, dtype=np.int64)
-    puzzle_identifier = np.zeros(N, dtype=np.int64)
-    stream_rows = np.zeros(N, dtype=np.int64)  # the result row of each example, in the order they are queued
-    queued = 0
-    walk_only = False  # after the rollout: the rest of the split is walked for its bookkeeping alone
-    seconds_source = 0.0
-
-    def source():
-        """The examples to predict, one loader batch at a time (CPU tensors); fills the bookkeeping of all."""
-        nonlocal queued, seconds_source
-        t = time.perf_counter()
-        for item in loader:
-            n = item.num_real
-            if n == 0:
-                continue
-            rows = item.example_indices[:n].numpy()
-            take = np.arange(n)  # the batch's rows that are predicted
-            if examples is not None:  # keep the picked rows; their place in the result is their rank
-                if len(examples) == 0 or rows[0] > examples[-1]:
-                    break  # the split is walked in order: nothing picked is left
-                at = np.minimum(np.searchsorted(examples, rows), len(examples) - 1)
-                take = np.flatnonzero(examples[at] == rows)
-                if len(take) == 0:
-                    continue
-                rows = at[take]
-            puzzle_index[rows] = item.puzzle_indices[:n].numpy()[take]
-            puzzle_identifier[rows] = item.batch["puzzle_identifiers"][:n].numpy()[take]
-            if walk_only:
-                continue
-            batch = {k: v[:n] for k, v in item.batch.items()}
-            if len(take) < n:
-                index = torch.from_numpy(take)
-                batch = {k: v[index] for k, v in batch.items()}
-            stream_rows[queued:queued + len(rows)] = rows
-            queued += len(rows)
-            seconds_source += time.perf_counter() - t
-            yield batch
-            t = time.perf_counter()
-        seconds_source += time.perf_counter() - t
+    src = _ExampleStream(loader, examples, N)
 
     def may_start(i: int) -> bool:
         """Examples that would start after the deadline are skipped (the first `always` are not)."""
-        return deadline is None or stream_rows[i] < always or time.monotonic() < deadline
+        return deadline is None or src.stream_rows[i] < always or time.monotonic() < deadline
 
     slots = batch_size if device.type == "xla" else balanced_slots(N, batch_size)  # XLA: one shape for every run
     rollout = ContinuousRollout(model, slots, steps_max, early_exit, device=device, keep_logits=keep_logits)
@@ -184,11 +198,11 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     model.eval()
     bar = tqdm(total=N, desc="predict", unit="ex", disable=not progress, dynamic_ncols=True)
     t0 = time.perf_counter()
-    stream = source()
+    stream = src.batches()
     try:
         with xla.no_grad_for(device):
             for done in rollout.run(stream, may_start):
-                rows = stream_rows[done.ids]
+                rows = src.stream_rows[done.ids]
                 tokens[rows] = done.tokens.cpu().numpy()
                 q_halt[rows] = done.q_halt.cpu().numpy()
                 steps_run[rows] = done.steps.cpu().numpy()
@@ -196,16 +210,16 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                     logits[rows] = done.logits.cpu().numpy()
                 bar.update(len(rows))
         _sync(device)
-        seconds_model = time.perf_counter() - t0 - seconds_source
-        walk_only = True
+        seconds_model = time.perf_counter() - t0 - src.seconds
+        src.walk_only = True
         for _ in stream:  # skipped at the deadline: their bookkeeping still
             pass
     finally:
         bar.close()
         model.train(was_training)
 
-    return Predictions(tokens=tokens, q_halt=q_halt, steps=steps_run, puzzle_index=puzzle_index,
-                       puzzle_identifier=puzzle_identifier, identifiers=identifiers,
+    return Predictions(tokens=tokens, q_halt=q_halt, steps=steps_run, puzzle_index=src.puzzle_index,
+                       puzzle_identifier=src.puzzle_identifier, identifiers=identifiers,
                        dataset_dir=str(Path(dataset_dir)), max_steps=steps_max, early_exit=early_exit,
                        forward_rows=rollout.rows_forwarded, seconds_model=seconds_model,
                        seconds_total=time.perf_counter() - t_start, device=str(device),
