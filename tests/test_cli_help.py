@@ -258,3 +258,20 @@ def test_torchrun_reads_the_train_arguments_as_train_does(args, capsys):
 
     assert run(["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:9", "-m",
                 "trm_kaggle", "train", *args]) == run(["train", *args])
+
+
+@pytest.mark.parametrize("name", ["build-arc", "build-sudoku", "build-maze", "build-code-repair", "pipeline", "submit",
+                                  "evaluate", "evaluate-repair"])
+def test_an_option_that_sets_a_field_says_what_the_field_says(name):
+    """One text per setting: the help of an option that sets a config field starts with the field's description."""
+    from trm_kaggle import config as C
+
+    model = {"build-arc": C.ArcBuildConfig, "build-sudoku": C.SudokuBuildConfig, "build-maze": C.MazeBuildConfig,
+             "build-code-repair": C.CodeRepairBuildConfig, "pipeline": C.PipelineConfig, "submit": C.SolveConfig,
+             "evaluate": C.EvaluateConfig, "evaluate-repair": C.RepairEvalConfig}[name]
+    checked = 0
+    for a in subcommands()[name]._actions:
+        if a.option_strings and a.dest in model.model_fields and a.dest != "progress":  # --no-progress: common
+            assert a.help.startswith(C.field_help(model, a.dest)), (a.option_strings[0], a.help)
+            checked += 1
+    assert checked >= 5

@@ -127,3 +127,14 @@ def test_every_number_of_every_config_is_finite_and_fits_64_bits(model, name, is
         with pytest.raises(ValidationError) as e:
             model.model_validate({name: value})
         assert any(err["loc"][:1] == (name,) for err in e.value.errors()), (name, value, e.value.errors())
+
+
+@pytest.mark.parametrize("flags", [["--batch-size", "1000000000000"], ["--batch-size", "0"], ["--max-steps", "0"],
+                                   ["--max-tasks", "0"], ["--device", "gpu"]])
+def test_evaluate_settings(flags, tmp_path, capsys):
+    """trm-kaggle evaluate's settings are an EvaluateConfig: a value out of bounds is one line naming the flag."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "d").mkdir()
+    assert main(["evaluate", "--weights", str(tmp_path / "w"), "--data", str(tmp_path / "d"), "--no-progress",
+                 *flags]) == 2
+    assert flags[0] in one_error_line(capsys)

@@ -520,3 +520,19 @@ def test_split_then_load():
     cfg = load_train_config(presets=presets, overrides=overrides)
     assert cfg.ema is True  # overrides come after every preset
     assert cfg.arch.L_cycles == 4 and cfg.run_name == "x" and cfg.data_paths == ["data/arc2concept-aug-1000"]
+
+
+def test_submit_predicts_under_the_settings_of_an_evaluation():
+    """One shape for an evaluation's settings: EvaluateConfig (trm-kaggle evaluate), and the solve's by its names."""
+    from pydantic import ValidationError
+
+    from trm_kaggle.config import EvaluateConfig, SolveConfig
+
+    solve = SolveConfig(challenges="c.json", weights="w", eval_batch_size=32, early_exit=True, forward_dtype="float32",
+                        compile="off", device="cpu")
+    assert solve.evaluation() == EvaluateConfig(batch_size=32, early_exit=True, dtype="float32", compile="off",
+                                                device="cpu")
+    assert EvaluateConfig().updated(batch_size=8, compile=True) == EvaluateConfig(batch_size=8, compile="on")
+    for bad in ({"batch_size": 1 << 40}, {"max_steps": 0}, {"device": "gpu"}, {"no_such_setting": 1}):
+        with pytest.raises(ValidationError):
+            EvaluateConfig().updated(**bad)

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_LR, MAX_NUM_AUG, MAX_SEED, CompileSetting, _Config,
                                       compile_setting)
+from trm_kaggle.config.evaluate import EvaluateConfig
 from trm_kaggle.config.model import RECURSION_FIELDS, ArchConfig, InferenceDtype
 
 FinetuneMode = Literal["embeddings-then-all", "all", "embeddings", "none"]
@@ -139,6 +140,12 @@ class SolveConfig(_Config):
     def run_arch(self, arch: ArchConfig) -> ArchConfig:
         """What the solve runs of an export's `arch`: its test-time recursion, in its forward dtype."""
         return arch.with_recursion(**self.recursion()).for_inference(self.forward_dtype)
+
+    def evaluation(self) -> EvaluateConfig:
+        """The solve's prediction settings as an evaluation's (`trm_kaggle.evaluate.pipeline.evaluate`): the same
+        shape as `trm-kaggle evaluate`'s, under the solve's names."""
+        return EvaluateConfig(batch_size=self.eval_batch_size, device=self.device, early_exit=self.early_exit,
+                              dtype=self.forward_dtype, compile=self.compile)
 
 
 class PipelineConfig(_Config):
