@@ -3,9 +3,10 @@
 This package only parses arguments and calls the package, one room per family of commands: data.py (datasets),
 train.py (training, exports), evaluate.py (scores, submissions checked), kaggle.py (the kernel's job, its
 estimate, the bundle, the pipeline), cluster.py (torchrun, job files) and experiments.py (sweeps, comparisons,
-regressions); common.py holds what they share. Each `add_*` adds a subcommand's parser; each `cmd_*` turns its
-arguments into a config of `trm_kaggle.config` (or plain arguments) and prints the result; heavy imports wait
-inside the `cmd_*`. Flag names follow upstream's scripts (`--input-file-prefix`, `--num-aug`, ...); both dashes
+regressions); common.py holds what they share. Each `add_*` adds a subcommand's parser, whose options that set
+a config field take their help from the field's description (`common.flag`); each `cmd_*` turns its arguments
+into a config of `trm_kaggle.config` (or plain arguments) and prints the result; heavy imports wait inside the
+`cmd_*`. Flag names follow upstream's scripts (`--input-file-prefix`, `--num-aug`, ...); both dashes
 and underscores are accepted. Every subcommand takes the common flags (`--no-progress`, `-v`), except `bundle`,
 whose options are exactly `build_bundle.py`'s. User errors print one `error:` line and exit with status 2; so
 does an OSError (the path, and what was needed: space, permission, a folder); nothing half-written is left
