@@ -14,14 +14,15 @@ A recipe is a string:
 
 so any lever that is a preset or a setting plugs in without changing this file. Runs alternate seed-major,
 recipe-minor (seed 0: every recipe, then seed 1, ...), so slow spells of a shared machine fall on all recipes
-alike; each run is one thread (`--threads`) and starts from a fresh run folder.
+alike; each run is one thread (`--threads`) and starts from a fresh run folder, after every recipe has taken two
+unmeasured steps (what a process pays once, such as a lazy import, falls on no measured run).
 
 Each run evaluates the held-out split's exact accuracy (every cell right after the full halt_max_steps) every
 `eval_interval` epochs and records, at each evaluation: the step, the training examples seen (step x
 global_batch_size: one ACT supervision step of one row is one example), the training FLOPs (`training_flops`,
 from the model's shapes), the training seconds (wall clock since the run started, evaluations taken out) and
 the accuracy. A run stops at `--budget-s` training seconds or `--budget-examples` examples (the first
-evaluation at or past it). Reported per task (`--out`, default WORK_DIR/report):
+evaluation at or past it). `--eval-interval` changes the task's evaluation interval (epochs). Reported per task (`--out`, default WORK_DIR/report):
 
     bench_recipes_<task>.json   the configs, every curve, and the summary below
     bench_recipes_<task>.md     per recipe and target: examples, FLOPs and seconds to reach it, median and
@@ -77,7 +78,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -357,6 +358,16 @@ def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budge
     return curve
 
 
+def warm_up(cfg, run_dir: Path) -> None:
+    """Two unmeasured steps of `cfg` in a throwaway folder."""
+    from trm_kaggle.train.loop import train
+
+    shutil.rmtree(run_dir, ignore_errors=True)
+    train(cfg.model_copy(update={"max_steps": 2, "eval_interval": None, "checkpoint_path": str(run_dir)}),
+          banner=False)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------
 # Summary: time to each target, accuracy at an equal budget, ratios against upstream
 # ---------------------------------------------------------------------------
@@ -447,7 +458,7 @@ def markdown(task: str, summary: dict, meta: dict) -> str:
     """The report: cost to each target, then accuracy at the equal budgets."""
     up = summary["upstream"]
     lines = [f"# Time to accuracy: {task}", "",
-             f"{meta['seeds']} seeds per recipe, runs alternating seed-major; {meta['threads']} thread(s) per run on "
+             f"{meta['seeds']} seeds per recipe, runs alternating seed-major; {meta['threads']} per run on "
              f"{meta['device']}; budget {meta['budget']}. Median (min - max) over seeds; a seed that did not reach "
              f"a target counts as not reached. Ratios: the recipe's cost over upstream's, paired by seed (seeds "
              f"where both reached it); under 1x is cheaper.", "",
@@ -540,6 +551,8 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
               "seeds": seeds, "budget_s": budget_s, "budget_examples": budget_examples, "threads": threads,
               "configs": {n: c.model_dump(mode="json") for n, c in configs.items()}, "curves": []}
     t0 = time.perf_counter()
+    for r in parsed:  # what a process pays once (lazy imports, first allocations) falls on no measured run
+        warm_up(configs[r.name], work / "runs" / task.name / "warm-up")
     for seed in range(seeds):
         for r in parsed:
             cfg = run_config(task, r, data, work / "runs" / task.name / _slug(r.name) / f"seed{seed}", seed,
@@ -551,7 +564,8 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
     report["seconds"] = round(time.perf_counter() - t0, 1)
     budget = " and ".join(b for b in (f"{budget_s:g} training seconds" if budget_s is not None else "",
                                       f"{budget_examples:,.0f} examples" if budget_examples is not None else "") if b)
-    meta = {"seeds": seeds, "threads": threads or "all", "device": configs[names[0]].device, "budget": budget}
+    meta = {"seeds": seeds, "threads": f"{threads} thread{'s' if threads != 1 else ''}" if threads else "every thread",
+            "device": configs[names[0]].device, "budget": budget}
     _write_json(out / f"bench_recipes_{task.name}.json", report)
     md = markdown(task.name, report["summary"], meta)
     (out / f"bench_recipes_{task.name}.md").write_text(md, encoding="utf-8")
@@ -563,11 +577,15 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
 
 def paper_scale(data: Path, recipes: Sequence[str], *, work: Path, seeds: int = 1, budget_s: float = 1800.0,
                 targets: Sequence[float] = (0.2, 0.4, 0.6, 0.8), data_test: Path | None = None,
-                device: str = "cuda", say=print) -> dict:
+                device: str = "cuda", eval_interval: int | None = None, out: Path | None = None,
+                extra: Sequence[str] = (), say=print) -> dict:
     """The paper's scale on a GPU: the `sudoku-mlp` preset on Sudoku-Extreme 1k (`data`, upstream's dataset),
     every recipe against upstream's; what a GPU suite stage calls."""
-    return bench(make_task("sudoku-extreme"), recipes, seeds=seeds, budget_s=budget_s, targets=targets, work=work,
-                 data=data, data_test=data_test, threads=None, device=device, say=say)
+    task = make_task("sudoku-extreme")
+    if eval_interval is not None:
+        task = replace(task, eval_interval=eval_interval)
+    return bench(task, recipes, seeds=seeds, budget_s=budget_s, targets=targets, work=work, out=out, data=data,
+                 data_test=data_test, threads=None, device=device, extra=extra, say=say)
 
 
 def _slug(name: str) -> str:
@@ -603,6 +621,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", default="runs/bench_recipes", help="datasets (built once) and run folders")
     ap.add_argument("--out", default=None, help="report folder (default WORK_DIR/report)")
     ap.add_argument("--threads", type=int, default=1, help="CPU threads per run (0: one per core)")
+    ap.add_argument("--eval-interval", type=int, default=None, help="epochs between evaluations (default: the "
+                                                                     "task's, in its description above)")
     ap.add_argument("--device", default=None, help="default: cpu (the task's; auto with --gpu)")
     ap.add_argument("--gpu", action="store_true", help="the paper's scale: --task sudoku-extreme, every thread")
     ap.add_argument("--data", default=None, help="an existing dataset instead of building one (sudoku-extreme)")
@@ -610,6 +630,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*", help="key=value for every recipe's runs (applied before the recipe's)")
     args = ap.parse_args(argv)
     task = make_task("sudoku-extreme" if args.gpu else args.task)
+    if args.eval_interval is not None:
+        if args.eval_interval < 1:
+            print(f"error: --eval-interval must be >= 1 epoch, got {args.eval_interval}", file=sys.stderr)
+            return 2
+        task = replace(task, eval_interval=args.eval_interval)
     budget_s = args.budget_s if args.budget_s is not None or args.budget_examples is not None else 1200.0
     try:
         bench(task, args.recipes, seeds=args.seeds, budget_s=budget_s, budget_examples=args.budget_examples,
