@@ -49,7 +49,7 @@ from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.locks import LOCK_FILE, directory_lock, hand_down, refuse_if_held
+from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
 from trm_kaggle.outputs import overlap_problem
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train.run_io import training_io
@@ -381,12 +381,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         raise TRMError(f"--parallel {parallel}: {len(gpus)} GPU(s) visible and each run takes one")
     threads = max(1, usable_cores() // parallel)
     if dry_run:
-        doc = read_sweep(sweep_dir) if sweep_dir.is_dir() else None
-        states = {rec["name"]: rec["state"] for rec in (doc or {}).get("runs", [])}
-        print(f"base: {_describe_base(base)}")
-        for run in plan:
-            print(f"{run.name:<40} {states.get(run.name, 'new'):<8} {run.describe()}")
-        return SweepSummary(sweep_dir, len(plan), 0, 0, sum(s == "done" for s in states.values()), 0.0)
+        return _print_plan(plan, sweep_dir, base)
 
     if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and any(
             p.name != LOCK_FILE for p in sweep_dir.iterdir()):  # a lock file alone: a command that wrote nothing
@@ -419,50 +414,14 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         say = bar.write if progress else (lambda text: print(text, file=sys.stderr, flush=True))
 
         def start(run: PlannedRun, rec: dict, slot: int) -> None:
-            env = dict(os.environ)
-            extra = ["progress=False"]
-            if _uses_cuda(run.config):
-                env["CUDA_VISIBLE_DEVICES"] = gpus[slot]
-            elif run.config.threads is None:
-                extra.append(f"threads={threads}")
-                env["OMP_NUM_THREADS"] = str(threads)
-            run_dir = sweep_dir / run.name
-            cmd = run.command(run_dir, extra)
-            atomic_write_text(run_dir / RUN_CONFIG, dump_config(run.config))
-            logf = open(run_dir / LOG_FILE, "ab")
-            rec["attempts"] += 1
-            logf.write(f"--- sweep attempt {rec['attempts']} {_now()}: {shlex.join(cmd)}\n".encode())
-            logf.flush()
-            rec.update(started=_now(), finished=None, returncode=None, command=cmd,
-                       gpu=env.get("CUDA_VISIBLE_DEVICES") if _uses_cuda(run.config) else None)
-            try:
-                proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                        pass_fds=hand_down(held[run.name], env),  # its folder's lock, shared
-                                        start_new_session=True)  # Ctrl-C reaches the sweep only; it stops children
-            except OSError as err:
-                logf.close()
-                free.append(slot)
-                rec.update(state="failed", error=f"cannot start {cmd[0]}: {err.strerror or err}", finished=_now())
-                failures.append((rec["name"], rec["error"]))
-                say(f"FAILED  {rec['name']}: {rec['error']}")
-                bar.update()
+            job = _launch(run, rec, slot, sweep_dir, gpus, threads, held[run.name])
+            if job is not None:
+                running.append(job)
                 return
-            rec.update(state="running", error=None, pid=proc.pid)
-            running.append(_Job(rec, proc, slot, time.perf_counter(), logf))
-
-        def finish(job: _Job, returncode: int) -> None:
-            job.log.close()
-            rec = job.rec
-            rec.pop("pid", None)
-            rec.update(returncode=returncode, finished=_now(),
-                       seconds=round(rec["seconds"] + time.perf_counter() - job.t0, 3))
-            if returncode == 0:
-                rec.update(state="done", error=None)
-                say(f"done    {rec['name']} ({rec['seconds']:.0f} s)")
-            else:
-                rec.update(state="failed", error=error_line(sweep_dir / rec["name"] / LOG_FILE, returncode))
-                failures.append((rec["name"], rec["error"]))
-                say(f"FAILED  {rec['name']}: {rec['error']} (log: {sweep_dir / rec['name'] / LOG_FILE})")
+            free.append(slot)
+            failures.append((rec["name"], rec["error"]))
+            say(f"FAILED  {rec['name']}: {rec['error']}")
+            bar.update()
 
         def on_sigterm(signum, frame):
             raise _Interrupted()
@@ -480,17 +439,15 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
                         continue
                     running.remove(job)
                     free.append(job.slot)
-                    finish(job, rc)
+                    line = _finish(job, rc, sweep_dir)
+                    if job.rec["state"] == "failed":
+                        failures.append((job.rec["name"], job.rec["error"]))
+                    say(line)
                     bar.update()
                     save()
                 bar.set_postfix_str(", ".join(j.rec["name"] for j in running), refresh=False)
         except BaseException as err:  # Ctrl-C, SIGTERM, or anything else: no child outlives the sweep
-            _stop(running)
-            for job in running:
-                job.log.close()
-                job.rec.pop("pid", None)
-                job.rec.update(state="pending", error="interrupted", finished=_now(),
-                               seconds=round(job.rec["seconds"] + time.perf_counter() - job.t0, 3))
+            _put_back(running)
             save()
             if isinstance(err, (KeyboardInterrupt, _Interrupted)):
                 raise KeyboardInterrupt from None
@@ -502,6 +459,71 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         done = sum(by_name[run.name]["state"] == "done" for run in plan)
         return SweepSummary(sweep_dir, len(plan), done, len(failures), skipped, time.perf_counter() - t_start,
                             failures)
+
+
+def _print_plan(plan: Sequence[PlannedRun], sweep_dir: Path, base: dict) -> SweepSummary:
+    """--dry-run: the base and each run's state and settings, printed; nothing is started."""
+    doc = read_sweep(sweep_dir) if sweep_dir.is_dir() else None
+    states = {rec["name"]: rec["state"] for rec in (doc or {}).get("runs", [])}
+    print(f"base: {_describe_base(base)}")
+    for run in plan:
+        print(f"{run.name:<40} {states.get(run.name, 'new'):<8} {run.describe()}")
+    return SweepSummary(sweep_dir, len(plan), 0, 0, sum(s == "done" for s in states.values()), 0.0)
+
+
+def _launch(run: PlannedRun, rec: dict, slot: int, sweep_dir: Path, gpus: Sequence[str], threads: int,
+            lock: HeldLock) -> _Job | None:
+    """Start `run`'s training process in its folder (GPU `gpus[slot]`, or `threads` CPU threads), its log
+    appended to and its record updated; None when it cannot start (the record says why)."""
+    env = dict(os.environ)
+    extra = ["progress=False"]
+    if _uses_cuda(run.config):
+        env["CUDA_VISIBLE_DEVICES"] = gpus[slot]
+    elif run.config.threads is None:
+        extra.append(f"threads={threads}")
+        env["OMP_NUM_THREADS"] = str(threads)
+    run_dir = sweep_dir / run.name
+    cmd = run.command(run_dir, extra)
+    atomic_write_text(run_dir / RUN_CONFIG, dump_config(run.config))
+    logf = open(run_dir / LOG_FILE, "ab")
+    rec["attempts"] += 1
+    logf.write(f"--- sweep attempt {rec['attempts']} {_now()}: {shlex.join(cmd)}\n".encode())
+    logf.flush()
+    rec.update(started=_now(), finished=None, returncode=None, command=cmd,
+               gpu=env.get("CUDA_VISIBLE_DEVICES") if _uses_cuda(run.config) else None)
+    try:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                pass_fds=hand_down(lock, env),  # its folder's lock, shared
+                                start_new_session=True)  # Ctrl-C reaches the sweep only; it stops children
+    except OSError as err:
+        logf.close()
+        rec.update(state="failed", error=f"cannot start {cmd[0]}: {err.strerror or err}", finished=_now())
+        return None
+    rec.update(state="running", error=None, pid=proc.pid)
+    return _Job(rec, proc, slot, time.perf_counter(), logf)
+
+
+def _finish(job: _Job, returncode: int, sweep_dir: Path) -> str:
+    """Record how `job` ended (done or failed, its seconds); the line that says so."""
+    job.log.close()
+    rec = job.rec
+    rec.pop("pid", None)
+    rec.update(returncode=returncode, finished=_now(), seconds=round(rec["seconds"] + time.perf_counter() - job.t0, 3))
+    if returncode == 0:
+        rec.update(state="done", error=None)
+        return f"done    {rec['name']} ({rec['seconds']:.0f} s)"
+    rec.update(state="failed", error=error_line(sweep_dir / rec["name"] / LOG_FILE, returncode))
+    return f"FAILED  {rec['name']}: {rec['error']} (log: {sweep_dir / rec['name'] / LOG_FILE})"
+
+
+def _put_back(running: Sequence[_Job]) -> None:
+    """An interrupted sweep: its running jobs stopped (no child outlives the sweep) and pending again."""
+    _stop(running)
+    for job in running:
+        job.log.close()
+        job.rec.pop("pid", None)
+        job.rec.update(state="pending", error="interrupted", finished=_now(),
+                       seconds=round(job.rec["seconds"] + time.perf_counter() - job.t0, 3))
 
 
 def _describe_base(base: dict) -> str:
