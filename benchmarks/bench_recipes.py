@@ -22,7 +22,8 @@ Each run evaluates the held-out split's exact accuracy (every cell right after t
 global_batch_size: one ACT supervision step of one row is one example), the training FLOPs (`training_flops`,
 from the model's shapes), the training seconds (wall clock since the run started, evaluations taken out) and
 the accuracy. A run stops at `--budget-s` training seconds or `--budget-examples` examples (the first
-evaluation at or past it). `--eval-interval` changes the task's evaluation interval (epochs). Reported per task (`--out`, default WORK_DIR/report):
+evaluation at or past it); `--eval-interval` changes the task's evaluation interval (epochs). Reported per task
+(`--out`, default WORK_DIR/report):
 
     bench_recipes_<task>.json   the configs, every curve, and the summary below
     bench_recipes_<task>.md     per recipe and target: examples, FLOPs and seconds to reach it, median and

@@ -84,7 +84,8 @@ def test_harness_end_to_end_on_tiny_sudoku(tmp_path):
     for c in saved["curves"]:
         assert c["points"] and c["points"][-1]["examples"] >= 16 * 8  # stopped at the first evaluation past it
         for p in c["points"]:
-            assert p["examples"] == p["step"] * 16 and p["flops"] == pytest.approx(p["examples"] * c["flops_per_example"])
+            assert p["examples"] == p["step"] * 16
+            assert p["flops"] == pytest.approx(p["examples"] * c["flops_per_example"])
         assert all(a["seconds"] < b["seconds"] for a, b in zip(c["points"], c["points"][1:]))
     s = report["summary"]
     for r in ("upstream", "fastlr"):
