@@ -9,8 +9,8 @@ helps it, except where said), and times its first training steps (where the comp
 * eager: no compile;
 * whole model: `torch.compile(model)` around the ACT step, the loss eager (what `train` did with
   compile=True before the regional compile);
-* regional cold: `TinyRecursiveModel.compile_net()` (one block traced once for every layer, the ACT step's
-  restart and halting rule) and the loss (`model.compiled(act_loss)`), what `compile=auto` runs on CUDA;
+* regional cold: `apply_compile(model, "on", device)` (one block traced once for every layer, the ACT step's
+  restart and halting rule) and the loss (`regions.region(act_loss)`), what `compile=auto` runs on CUDA;
 * regional warm: the same in a new process and a new inductor cache, after loading the compile cache file the
   cold run saved (`trm_kaggle.model.compiling`), as a resumed run or a bundle's kernel does.
 Printed: seconds to the end of the first two steps (the compile happens there: with gradients, and the
@@ -42,7 +42,7 @@ def child(args) -> None:
     from benchmarks.bench_train_cpu import ADAMW, arch_dict, make_batches
     from trm_kaggle.config import ArchConfig
     from trm_kaggle.model import TinyRecursiveModel, act_loss
-    from trm_kaggle.model.compiling import load_compile_cache, save_compile_cache
+    from trm_kaggle.model.compiling import apply_compile, load_compile_cache, save_compile_cache
 
     torch.manual_seed(0)
     a = arch_dict(argparse.Namespace(heads=8))
@@ -61,8 +61,7 @@ def child(args) -> None:
     elif args.variant.startswith("regional"):
         if args.variant == "regional warm":
             loaded = load_compile_cache(args.cache, device, say=lambda line: None)
-        model.compile_net()
-        loss_fn = model.compiled(act_loss)
+        loss_fn = apply_compile(model, "on", device).region(act_loss)
     batches = make_batches(4, args.batch, seed=1, seq_len=seq_len, vocab=vocab, device=device)
     carry = None
 

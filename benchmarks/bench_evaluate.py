@@ -80,6 +80,7 @@ from trm_kaggle.data.format import load_metadata, load_split  # noqa: E402
 from trm_kaggle.evaluate.decode import example_puzzles, key_to_grid  # noqa: E402
 from trm_kaggle.evaluate.pipeline import evaluate  # noqa: E402
 from trm_kaggle.evaluate.vote import PASS_KS  # noqa: E402
+from trm_kaggle.model.compiling import apply_compile  # noqa: E402
 from trm_kaggle.model.trm import TinyRecursiveModel  # noqa: E402
 from trm_kaggle.model.upstream import to_upstream_state_dict  # noqa: E402
 from trm_kaggle.model.export import export_inference, load_model_for_dataset  # noqa: E402
@@ -412,7 +413,7 @@ def bench_config(label: str, arch: ArchConfig, dataset: Path, args, drv, work: P
         # The same export loaded again, with its recursive net torch.compiled; the first evaluation
         # compiles (timed here, excluded from the rounds).
         compiled = load_ours(base, arch, dataset, work / f"export-{label.split()[0]}-compiled")
-        compiled.compile_net()
+        apply_compile(compiled, "on", "cpu")
         t = time.perf_counter()
         run_ours(compiled, dataset, B)
         log(f"  ours+compile: first evaluation (compiles) {time.perf_counter() - t:.1f} s {elapsed()}")
@@ -490,7 +491,7 @@ def bench_config(label: str, arch: ArchConfig, dataset: Path, args, drv, work: P
         log(f"  ours deterministic across rounds (same top-2 everywhere): {same}")
     if comp:
         line, eps_c = speed_line("ours+compile", comp)
-        log(f"\n  ours with compile_net() (`trm-kaggle evaluate --compile`), median of {rounds} round(s):")
+        log(f"\n  ours with apply_compile (`trm-kaggle evaluate --compile`), median of {rounds} round(s):")
         log(HEADER)
         log(line)
         msg = f"  ours+compile / ours: {eps_c / eps_ours:.2f}x"
@@ -575,7 +576,7 @@ def main() -> None:
     ap.add_argument("--parity-rows", type=int, default=8)
     ap.add_argument("--skip-paper", action="store_true")
     ap.add_argument("--compile", action="store_true",
-                    help="also time ours after compile_net() (torch.compile; needs a C++ compiler on CPU)")
+                    help="also time ours after apply_compile (torch.compile; needs a C++ compiler on CPU)")
     ap.add_argument("--skip-estimate", action="store_true")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 task, num_aug 1, 1 round, no paper parity")
     ap.add_argument("--threads", type=int, default=None,

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_train_cpu.py                                   # ours only
     python benchmarks/bench_train_cpu.py --upstream-dir /tmp/upstream_trm  # + upstream, interleaved
-    python benchmarks/bench_train_cpu.py --upstream-dir DIR --compile      # + ours with compile_net()
+    python benchmarks/bench_train_cpu.py --upstream-dir DIR --compile      # + ours with apply_compile
     python benchmarks/bench_train_cpu.py --upstream-dir DIR --dtype bfloat16  # both sides in bf16
     python benchmarks/bench_train_cpu.py --upstream-dir DIR --ours-dtype auto  # ours as `train` runs here
 
@@ -35,7 +35,7 @@ Timing: `--warmup` steps per model, then `--repeats` rounds; in each round each
 model runs a block of `--steps` timed steps, alternating A B A B ... so that load
 from other processes hits both alike. Reported: the median examples/s over rounds
 (wall clock), and the median of the per-round ratios. With --compile a third
-model, ours after `TinyRecursiveModel.compile_net()`, joins the rotation; its
+model, ours after `apply_compile` (model/compiling.py), joins the rotation; its
 first two steps compile (with and without autograd) and the compile time is
 printed separately.
 
@@ -84,7 +84,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from trm_kaggle.config import ArchConfig  # noqa: E402
 from trm_kaggle.model import TinyRecursiveModel, act_loss, resolve_forward_dtype  # noqa: E402
-from trm_kaggle.model import layers  # noqa: E402
+from trm_kaggle.model import cpu_kernels, layers  # noqa: E402
+from trm_kaggle.model.compiling import apply_compile  # noqa: E402
 from trm_kaggle.model.layers import swiglu_width  # noqa: E402
 from trm_kaggle.model.upstream import from_upstream_state_dict  # noqa: E402
 from trm_kaggle.optim.sign_sgd import SignSGD  # noqa: E402
@@ -198,16 +199,16 @@ def make_batches(n: int, batch: int, seed: int, seq_len: int = SEQ_LEN, vocab: i
 
 
 class Ours:
-    def __init__(self, a: dict, batch: int, compile_net: bool, dtype: str = "float32", *,
+    def __init__(self, a: dict, batch: int, compiled: bool, dtype: str = "float32", *,
                  device: str | torch.device = "cpu", seq_len: int = SEQ_LEN, vocab: int = VOCAB,
                  num_ids: int = NUM_IDS, compile_kwargs: dict | None = None):
         arch = ArchConfig(**{k: v for k, v in a.items()}, forward_dtype=dtype, loss_type="stablemax_cross_entropy")
         self.model = TinyRecursiveModel(arch, seq_len, vocab, num_ids).to(device).train()
         self.dtype = dtype
-        self.name = "ours+compile" if compile_net else "ours"
+        self.name = "ours+compile" if compiled else "ours"
         self.batch = batch
-        if compile_net:
-            self.model.compile_net(**(compile_kwargs or {}))  # lazy: compilation happens in the first step
+        if compiled:
+            apply_compile(self.model, "on", device, **(compile_kwargs or {}))  # lazy: the first step compiles
         self.make_optimizers()
         self.carry = None
 
@@ -440,7 +441,7 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave torch's default)")
     p.add_argument("--compile", action="store_true",
-                   help="also time ours after TinyRecursiveModel.compile_net() (torch.compile of the recursive net)")
+                   help="also time ours after apply_compile (torch.compile of the recursive net)")
     p.add_argument("--no-check", action="store_true", help="skip the same-outputs check against upstream")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                    help="activation dtype of both models (default float32, the issue's comparison)")
@@ -457,7 +458,7 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}, os.cpu_count() {os.cpu_count()}, "
           f"load average {os.getloadavg()[0]:.1f} (other processes share these cores: compare ratios, not absolutes)")
-    print(f"our float32 CPU matmuls through oneDNN: {layers.ONEDNN_LINEAR}")
+    print(f"our float32 CPU matmuls through oneDNN: {cpu_kernels.ONEDNN_LINEAR}")
     print(f"config: hidden 128, heads {args.heads}, expansion 4, seq_len {SEQ_LEN} (+16 prefix = 97), vocab {VOCAB}, "
           f"batch {args.batch}, H_cycles 3, L_cycles 6, L_layers 2, rope, {args.dtype} activations, AdamW {ADAMW}")
     print("forward_dtype=auto on this CPU:", resolve_forward_dtype(ArchConfig(**a), "cpu")[1])

@@ -25,8 +25,8 @@ from trm_kaggle.cli import main
 from trm_kaggle.config import SolveConfig, TrainConfig, compile_setting
 from trm_kaggle.model import act_loss
 from trm_kaggle.model import compiling
-from trm_kaggle.model.compiling import (CACHE_FILE, CACHE_RECORD, cuda_graph_options, load_compile_cache,
-                                        resolve_compile, save_compile_cache)
+from trm_kaggle.model.compiling import (CACHE_FILE, CACHE_RECORD, apply_compile, compile_model, cuda_graph_options,
+                                        is_compiled, load_compile_cache, resolve_compile, save_compile_cache)
 from trm_kaggle.train import setup
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -118,6 +118,37 @@ def test_cuda_graphs_resolve_to_the_plain_compile_off_cuda(caplog):
     assert cuda_graph_options(True, "cpu") == {} and "cpu has no CUDA graphs" in caplog.text
 
 
+@pytest.mark.parametrize("compile_it", [apply_compile, compile_model])  # compile_model: the trainer's call today
+def test_cuda_graphs_mark_every_step_and_copy_the_carry_out(compile_it, monkeypatch):
+    """cuda_graphs on CUDA (here a CPU model compiled for "cuda", torch.compile recorded and left out): the
+    network compiles in reduce-overhead mode, every forward begins a new CUDA-graph step, and the carry holds
+    copies of the recursion's latents, not the memory the next replays reuse. Off CUDA, nothing of it."""
+    options, marks, latents = {}, [], []
+
+    def record(fn, **kw):
+        options[fn.__name__] = kw
+        return fn
+
+    monkeypatch.setattr(torch, "compile", record)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    model = tiny_model().train()
+    recurse = model.recurse
+    model.recurse = lambda *a: latents.append(recurse(*a)) or latents[-1]
+    compile_it(model, "on", "cuda", cuda_graphs=True)
+    net = "regional_net" if hasattr(torch.compiler, "nested_compile_region") else "_run_block"
+    assert options[net]["mode"] == "reduce-overhead" and "mode" not in options["act_end"]
+    batch = make_batch()
+    carry = model.initial_carry(batch)
+    for n in (1, 2):
+        carry, _ = model(carry, batch)
+        assert len(marks) == n
+        assert {carry.z_H.data_ptr(), carry.z_L.data_ptr()}.isdisjoint(z.data_ptr() for zs in latents for z in zs)
+    plain = tiny_model().train()
+    compile_it(plain, "on", "cpu", cuda_graphs=True)
+    plain(plain.initial_carry(batch), batch)
+    assert len(marks) == 2
+
+
 # ---------------------------------------------------------------------------
 # What is compiled: regions, the same numbers as eager
 # ---------------------------------------------------------------------------
@@ -135,7 +166,7 @@ def recording_backend(graphs):
 def test_one_block_is_traced_once_for_every_layer():
     graphs = []
     model = tiny_model(L_layers=3).train()
-    model.compile_net(backend=recording_backend(graphs))
+    apply_compile(model, "on", "cpu", backend=recording_backend(graphs))
     step(model, make_batch())
     calls = [n for g in graphs for n in g.graph.nodes if n.op == "call_function" and "invoke_subgraph" in str(n.target)]
     assert len(calls) >= 3  # the network's graph calls the block region once per layer ...
@@ -148,11 +179,11 @@ def test_regions_give_eagers_outputs_and_gradients():
     """dynamo + AOTAutograd over the regions (net with block regions, ACT begin/end, the loss): eager's
     logits and gradients to float32 rounding."""
     eager, compiled = tiny_model().train(), tiny_model().train()
-    compiled.compile_net(backend="aot_eager")
-    assert compiled.is_compiled and not eager.is_compiled
+    regions = apply_compile(compiled, "on", "cpu", backend="aot_eager")
+    assert is_compiled(compiled) and not is_compiled(eager)
     batch = make_batch()
     l_e, g_e = step(eager, batch)
-    l_c, g_c = step(compiled, batch, compiled.compiled(act_loss))
+    l_c, g_c = step(compiled, batch, regions.region(act_loss))
     assert torch.allclose(l_e, l_c, atol=1e-5, rtol=1e-5)
     for n, g in g_e.items():
         assert (g - g_c[n]).norm() <= 1e-4 * g.norm() + 1e-8, n
@@ -164,7 +195,7 @@ def test_batches_of_new_sizes_compile_at_most_once_more():
     a symbolic batch, and every later size reuses those graphs (with static shapes, each size compiled anew)."""
     graphs = []
     model = tiny_model().eval()
-    model.compile_net(backend=recording_backend(graphs))
+    apply_compile(model, "on", "cpu", backend=recording_backend(graphs))
     counts = []
     for rows in (4, 6, 9, 13, 3):
         batch = make_batch(rows)
@@ -177,7 +208,7 @@ def test_batches_of_new_sizes_compile_at_most_once_more():
 def test_dynamos_eager_backend_compiles_each_block_and_trains():
     """backend="eager" cannot run a nested region's backward: each block compiles on its own there."""
     eager, compiled = tiny_model().train(), tiny_model().train()
-    compiled.compile_net(backend="eager")
+    apply_compile(compiled, "on", "cpu", backend="eager")
     l_e, g_e = step(eager, make_batch())
     l_c, g_c = step(compiled, make_batch())
     assert torch.allclose(l_e, l_c, atol=1e-5) and all(torch.allclose(g, g_c[n], atol=1e-5) for n, g in g_e.items())
@@ -196,10 +227,10 @@ def test_inductor_regions_give_eagers_outputs_and_gradients_over_act_steps():
             layers.cpu_fast_path = lambda x: False
         try:
             eager, compiled = tiny_model().train(), tiny_model().train()
-            compiled.compile_net()
+            regions = apply_compile(compiled, "on", "cpu")
             batch = make_batch()
             c_e, c_c = eager.initial_carry(batch), compiled.initial_carry(batch)
-            loss_c = compiled.compiled(act_loss)
+            loss_c = regions.region(act_loss)
             for _ in range(3):
                 c_e, o_e = eager(c_e, batch)
                 c_c, o_c = compiled(c_c, batch)
@@ -230,15 +261,15 @@ def test_a_failing_compile_falls_back_to_eager_with_one_warning(caplog):
     calls = []
     bad = failing_backend(calls)
     eager, model = tiny_model().train(), tiny_model().train()
-    model.compile_net(backend=bad)
+    regions = apply_compile(model, "on", "cpu", backend=bad)
     batch = make_batch()
     l_e, g_e = step(eager, batch)
-    l_c, g_c = step(model, batch, model.compiled(act_loss))
+    l_c, g_c = step(model, batch, regions.region(act_loss))
     assert torch.equal(l_e, l_c) and all(torch.equal(g, g_c[n]) for n, g in g_e.items())  # eager's very numbers
     assert caplog.text.count("torch.compile failed") == 1 and "planted: this backend cannot compile" in caplog.text
     tried = len(calls)
     again = tiny_model().train()
-    again.compile_net(backend=bad)
+    apply_compile(again, "on", "cpu", backend=bad)
     step(again, batch)
     assert len(calls) == tried and caplog.text.count("torch.compile failed") == 1  # not tried again, not said again
 
@@ -252,7 +283,7 @@ def test_a_backward_that_fails_to_compile_falls_back_at_the_forward(caplog):
 
     backend = aot_autograd(fw_compiler=lambda g, _: g.forward, bw_compiler=bad_backward)
     eager, model = tiny_model().train(), tiny_model().train()
-    model.compile_net(backend=backend)
+    apply_compile(model, "on", "cpu", backend=backend)
     batch = make_batch()
     l_e, g_e = step(eager, batch)
     l_c, g_c = step(model, batch)  # (the no-grad calls before it ran compiled: equal to float32 rounding)
@@ -286,7 +317,7 @@ def test_training_compiles_its_regions_when_on(data, tmp_path, monkeypatch):
     assert main(train_args(data, tmp_path / "c", "max_steps=3", "compile=on")) == 0
     monkeypatch.setattr(torch, "compile", real)
     assert main(train_args(data, tmp_path / "e", "max_steps=3")) == 0
-    assert {"_regional_net", "_act_begin", "_act_end", "act_loss"} <= set(compiled), compiled
+    assert {"regional_net", "act_begin", "act_end", "act_loss"} <= set(compiled), compiled
     losses = [[r["loss"] for r in map(json.loads, (tmp_path / d / "metrics.jsonl").read_text().splitlines())]
               for d in ("c", "e")]
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)
@@ -371,12 +402,12 @@ _ROUND_TRIP = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from test_model import tiny_model, make_batch
     from trm_kaggle.model import act_loss
-    from trm_kaggle.model.compiling import load_compile_cache, save_compile_cache
+    from trm_kaggle.model.compiling import apply_compile, load_compile_cache, save_compile_cache
     from torch._dynamo.utils import counters
     if sys.argv[1] == "load":
         assert load_compile_cache(sys.argv[2], "cpu", say=print)
     m = tiny_model().train()
-    m.compile_net()
+    apply_compile(m, "on", "cpu")
     b = make_batch()
     carry, out = m(m.initial_carry(b), b)
     act_loss(out, carry.current_data["labels"], carry.halted, carry.steps)[0].backward()
@@ -423,7 +454,7 @@ def test_a_fresh_process_compiles_from_the_saved_cache(tmp_path):
 @pytest.mark.parametrize("cuda_graphs", [False, True])
 def test_cuda_regions_and_cuda_graphs_give_eagers_steps(cuda_graphs):
     eager, compiled = tiny_model().cuda().train(), tiny_model().cuda().train()
-    compiled.compile_net(cuda_graphs=cuda_graphs)
+    apply_compile(compiled, "on", "cuda", cuda_graphs=cuda_graphs)
     batch = {k: v.cuda() for k, v in make_batch().items()}
     c_e, c_c = eager.initial_carry(batch), compiled.initial_carry(batch)
     for _ in range(3):

@@ -67,10 +67,12 @@ def test_bf16_is_chosen_on_ampere_and_later_and_keeps_float32_weights():
     assert (logits - l32).abs().max() < 0.25 * l32.abs().max()
 
 
-def test_compile_net_on_cuda_matches_eager():
+def test_apply_compile_on_cuda_matches_eager():
+    from trm_kaggle.model.compiling import apply_compile
+
     torch._dynamo.reset()
     eager, compiled = tiny().cuda(), tiny().cuda()
-    compiled.compile_net()
+    apply_compile(compiled, "on", "cuda")
     le, _, ge = step(eager, batch("cuda"))
     lc, _, gc = step(compiled, batch("cuda"))
     torch.testing.assert_close(lc, le, rtol=1e-3, atol=1e-3)

@@ -346,14 +346,15 @@ def test_command_line_pools_saved_votes_like_the_api(dataset, tmp_path, capsys):
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("c++", "g++", "clang++")),
                     reason="torch.compile on CPU needs a C++ compiler")
 def test_compiled_model_gives_the_same_evaluation(dataset, tmp_path, capsys):
-    """`evaluate --compile` (compile_net) votes for the same candidates as the eager model."""
+    """`evaluate --compile` (apply_compile) votes for the same candidates as the eager model."""
     from trm_kaggle.cli import main
+    from trm_kaggle.model.compiling import apply_compile
     from trm_kaggle.model.export import export_inference
 
     torch._dynamo.reset()
     model = make_model(dataset, H_cycles=2)
     eager = evaluate(model, dataset, batch_size=32, device="cpu")
-    model.compile_net()
+    apply_compile(model, "on", "cpu")
     compiled = evaluate(model, dataset, batch_size=32, device="cpu")
     np.testing.assert_allclose(compiled.predictions.q_halt, eager.predictions.q_halt, atol=1e-4)
     assert (compiled.predictions.tokens != eager.predictions.tokens).mean() < 1e-3  # float32 rounding only

@@ -23,6 +23,7 @@ from trm_kaggle.config import ArchConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model import TinyRecursiveModel, act_loss
 from trm_kaggle.model import fused
+from trm_kaggle.model.compiling import apply_compile
 from trm_kaggle.model.layers import Block, RotaryEmbedding
 
 TRITON = importlib.util.find_spec("triton") is not None
@@ -283,7 +284,7 @@ def test_cuda_triton_training_step_compiles_and_matches_eager():
     eager = TinyRecursiveModel(arch, 16, 12, 8).cuda()
     compiled = TinyRecursiveModel(arch, 16, 12, 8).cuda()
     compiled.load_state_dict(eager.state_dict())
-    compiled.compile_net()
+    apply_compile(compiled, "on", "cuda")
     g = torch.Generator().manual_seed(1)
     data = {"inputs": torch.randint(0, 12, (4, 16), generator=g), "labels": torch.randint(1, 12, (4, 16), generator=g),
             "puzzle_identifiers": torch.randint(0, 8, (4,), generator=g, dtype=torch.int32)}

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trm_kaggle.model import layers
+from trm_kaggle.model import cpu_kernels, layers
 from trm_kaggle.model.layers import Attention, RotaryEmbedding, SwiGLU, apply_rope, rms_norm
 
 
@@ -103,7 +103,6 @@ def test_cpu_fast_paths_compute_what_the_plain_path_computes(monkeypatch):
     compared with the float32 result, and the CPU path must be about as accurate as the plain one
     (bf16 through the recursion moves gradients by 10-50 % on either path)."""
     from trm_kaggle.config import ArchConfig
-    from trm_kaggle.model import layers
 
     kw = dict(hidden_size=64, num_heads=4, expansion=4, H_cycles=2, L_cycles=2, L_layers=2, halt_max_steps=2,
               puzzle_emb_len=2)
@@ -112,7 +111,7 @@ def test_cpu_fast_paths_compute_what_the_plain_path_computes(monkeypatch):
              "puzzle_identifiers": torch.randint(0, 5, (8,), generator=g, dtype=torch.int32)}
     fp32, bf16 = ArchConfig(**kw, forward_dtype="float32"), ArchConfig(**kw, forward_dtype="bfloat16")
 
-    monkeypatch.setattr(layers, "ONEDNN_MIN_MACS", 0)  # oneDNN on every matmul of this small model
+    monkeypatch.setattr(cpu_kernels, "ONEDNN_MIN_MACS", 0)  # oneDNN on every matmul of this small model
     fast32, fast16 = _model_step(fp32, batch), _model_step(bf16, batch)
     monkeypatch.setattr(layers, "cpu_fast_path", lambda x: False)
     plain32, plain16 = _model_step(fp32, batch), _model_step(bf16, batch)
@@ -153,7 +152,7 @@ def test_rope_by_roll_is_bit_identical_to_rope_by_concatenation(dtype, head_dim)
     assert torch.allclose(got.detach().double(), ref, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-2)
 
 
-@pytest.mark.skipif(not layers.ONEDNN_LINEAR, reason="this torch build has no oneDNN")
+@pytest.mark.skipif(not cpu_kernels.ONEDNN_LINEAR, reason="this torch build has no oneDNN")
 @pytest.mark.parametrize("residual", [False, True])
 def test_eager_onednn_path_is_the_custom_op_s_arithmetic(residual):
     """Where torch._dynamo is not imported the oneDNN matmuls skip the custom op (whose first call imports it):
@@ -163,7 +162,7 @@ def test_eager_onednn_path_is_the_custom_op_s_arithmetic(residual):
     r0 = torch.randn(2, 40, 96, generator=g)
     epilogue = "add" if residual else "none"
     results = []
-    for run in (layers._onednn_linear, layers._EagerOneDNNLinear.apply):
+    for run in (cpu_kernels._onednn_linear, cpu_kernels._EagerOneDNNLinear.apply):
         x, w, r = (t.clone().requires_grad_(True) for t in (x0, w0, r0))
         y = run(x, w, r if residual else None, epilogue)
         (y * torch.cos(y)).sum().backward()
@@ -176,11 +175,11 @@ def test_the_oneDNN_matmuls_take_the_custom_op_once_torch_dynamo_is_imported(mon
     import torch._dynamo  # noqa: F401
 
     calls = []
-    monkeypatch.setattr(layers, "_onednn_linear", lambda *a: calls.append("op") or layers._onednn_kernel(*a))
-    monkeypatch.setattr(layers, "_onednn_kernel", lambda *a: calls.append("kernel") or torch.zeros(()))
-    layers._onednn(torch.ones(1, 1), torch.ones(1, 1), None, "none")
+    monkeypatch.setattr(cpu_kernels, "_onednn_linear", lambda *a: calls.append("op") or cpu_kernels._onednn_kernel(*a))
+    monkeypatch.setattr(cpu_kernels, "_onednn_kernel", lambda *a: calls.append("kernel") or torch.zeros(()))
+    cpu_kernels._onednn(torch.ones(1, 1), torch.ones(1, 1), None, "none")
     assert calls == ["op", "kernel"]
     calls.clear()
     monkeypatch.delitem(sys.modules, "torch._dynamo")
-    layers._onednn(torch.ones(1, 1), torch.ones(1, 1), None, "none")
+    cpu_kernels._onednn(torch.ones(1, 1), torch.ones(1, 1), None, "none")
     assert calls == ["kernel"]

@@ -10,12 +10,12 @@ compiling costs.
   step. On a CPU nothing waits: the host reads of tensor values that would wait on CUDA (`.item()`, `bool()`,
   `nonzero`, `unique`) are counted from the profiler instead, and the sync debug mode is said not measured.
 * Compile time of the whole model (`torch.compile` of it, forward and backward of a training step), of
-  `compile_net()` (through `ours_compiled`) and of one block (forward and backward), each the first step's time
-  minus a steady step's, cold (a fresh inductor and Triton cache folder, dynamo reset) and warm (again in a
-  fresh folder, after `torch.compiler.load_cache_artifacts` of what the cold compile saved with
-  `save_cache_artifacts`: what a Kaggle bundle carrying the cache would see). The most expensive comes last;
-  one that would not fit in what the stage has left is listed as not measured (smoke mode leaves the whole
-  model out).
+  ours' regions (`apply_compile()`, through `ours_compiled`) and of one block (forward and backward), each the
+  first step's time minus a steady step's, cold (a fresh inductor and Triton cache folder, dynamo reset) and
+  warm (again in a fresh folder, after `torch.compiler.load_cache_artifacts` of what the cold compile saved
+  with `save_cache_artifacts`: what a Kaggle bundle carrying the cache would see). The most expensive comes
+  last; one that would not fit in what the stage has left is listed as not measured (smoke mode leaves the
+  whole model out).
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def compile_targets(s: dict, ctx: Context) -> dict[str, Callable[[], Callable[[]
         t.model = torch.compile(t.model, **s["timed_compile_kwargs"])
         return lambda: t.step(batch)
 
-    targets = {"one block": block, "compile_net()": net, "whole model": whole}
+    targets = {"one block": block, "apply_compile()": net, "whole model": whole}
     if ctx.smoke:  # CI's time: the whole model alone costs more than the rest of the profile, by the same path
         del targets["whole model"]
     return targets

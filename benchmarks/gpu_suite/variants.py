@@ -2,8 +2,8 @@
 
 `ours_compiled(model)` is ours as a user gets it compiled, and ours' best variant's way of compiling: every stage
 that runs ours compiled (the throughput's best variant, parity's compiled variants, the evaluation in the user's
-dtype, the profile) goes through it. Today it is `TinyRecursiveModel.compile_net()` (the recursive net; lazy: the
-first calls compile).
+dtype, the profile) goes through it. Today it is `trm_kaggle.model.compiling.apply_compile` (the regions: the
+recursive net with one block traced once for every layer, the ACT step's rules; lazy: the first calls compile).
 
 `VARIANTS` are ours' sides of the throughput table and of parity: a name, a dtype, and `make`, a function that
 turns the freshly built eager model (its weights already set) into the model the variant runs. A new variant
@@ -21,7 +21,9 @@ import torch
 
 def ours_compiled(model: torch.nn.Module, **compile_kwargs) -> torch.nn.Module:
     """Ours compiled (see the module docstring). Returns the model to run."""
-    model.compile_net(**compile_kwargs)
+    from trm_kaggle.model.compiling import apply_compile
+
+    apply_compile(model, "on", model.H_init.device, **compile_kwargs)
     return model
 
 

@@ -1,21 +1,30 @@
 """torch.compile of the model: the setting (auto, on, off), the compiled regions and their eager fallback, the
 compile cache a folder keeps.
 
-    resolve_compile(setting, device) -> bool      auto: on for CUDA, off elsewhere
-    compile_model(model, setting, device) -> bool  TinyRecursiveModel.compile_net() where the setting says so
-    Regions                                        compiled functions that fall back to eager together
+    resolve_compile(setting, device) -> bool       auto: on for CUDA, off elsewhere
+    apply_compile(model, setting, device) -> Regions  the model's regions compiled, where the setting says so
+    is_compiled(model) -> bool
+    Regions                                         compiled functions that fall back to eager together
     load_compile_cache(folder, device) / save_compile_cache(folder, device)
 
-What `TinyRecursiveModel.compile_net()` compiles is regional: the recursive network's step with one
-transformer block traced once and reused by every layer (`torch.compiler.nested_compile_region`; where this
-torch lacks it, one `torch.compile` of the block call that all blocks share), the ACT step's restart of halted
-rows and its halting rule, and in training the loss. Never the whole model: its recursion unrolls into
+The compile is applied from outside the model: `apply_compile` replaces the callables a step of
+`TinyRecursiveModel` runs through with compiled versions. What it compiles is regional: the recursive network
+(`model.net`) with one transformer block traced once and reused by every layer
+(`torch.compiler.nested_compile_region`; where this torch lacks it, one `torch.compile` of the block call that
+all blocks share), the ACT step's restart of halted rows and its halting rule (`model.act_begin`,
+`model.act_end`), and in training the loss (`regions.region(act_loss)`). Never the whole model: its recursion
+unrolls into
 H_cycles x (L_cycles + 1) network calls per ACT step, and compiling them all took a 45-second GPU run's whole
 budget (one step). Shapes start static; a second batch size compiles once more, with the batch dimension
 symbolic (torch's automatic dynamic shapes, `dynamic=None`), and that graph serves every size after it. A
 training run keeps one batch shape (static kernels, CUDA graphs); the Kaggle solve, whose tasks fine-tune and
 predict in batches of their own sizes, compiles each region at most twice instead of once per size (with
 `dynamic=False` dynamo stops compiling after 8 sizes and runs the rest eagerly).
+
+`cuda_graphs` (CUDA only; elsewhere ignored, in one line): the network replays as CUDA graphs (torch.compile's
+reduce-overhead mode), and the model's step does what replays ask of it: each forward starts a new step
+(`torch.compiler.cudagraph_mark_step_begin`), and the recursion's latents, which the carry keeps into the next
+step, are copied out of the memory the next replays reuse.
 
 `auto` compiles on CUDA, where inductor's fused element-wise work pays (docs/benchmarks.md); on a CPU it stays
 off: a compiled step there was no faster than the eager one (whose matmuls already fuse their epilogues) and
@@ -40,11 +49,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import functools
 import json
 import logging
 import os
 import secrets
 import sys
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -52,7 +63,7 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json
 from trm_kaggle.config import compile_setting
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
 
 log = logging.getLogger(__name__)
@@ -72,7 +83,7 @@ KEY_ENV = "TRM_KAGGLE_CACHE_DIR"  # where the key lives (default: $XDG_CACHE_HOM
 def may_be_tracing() -> bool:
     """Whether torch.compile can be tracing now: not before torch._dynamo is imported. Eager code that checks
     this first can skip the torch helpers whose first call imports it (1.2 s of a CPU process's start-up):
-    `optim.common.BaseOptimizer`, `model.layers._onednn`."""
+    `optim.common.BaseOptimizer`, `model.cpu_kernels._onednn`."""
     return "torch._dynamo" in sys.modules
 
 
@@ -95,22 +106,93 @@ def cuda_graph_options(cuda_graphs: bool, device: str | torch.device) -> dict:
     return {}
 
 
-def compile_model(model, setting: Any, device: str | torch.device, cuda_graphs: bool = False) -> bool:
-    """`model.compile_net()` when `setting` resolves to on for `device` (the regions of the module text);
-    returns whether it did. XLA compiles on its own: there `auto` is off and `on` is refused by compile_net."""
+# ---------------------------------------------------------------------------
+# The compile, applied from outside the model
+# ---------------------------------------------------------------------------
+
+#: The Regions of each model apply_compile compiled (held here: the model itself keeps no compile state).
+_COMPILED: "weakref.WeakKeyDictionary[torch.nn.Module, Regions]" = weakref.WeakKeyDictionary()
+
+
+def _run_block(block, h: torch.Tensor, cos_sin) -> torch.Tensor:
+    return block(h, cos_sin)
+
+
+@functools.lru_cache(maxsize=None)
+def _block_region() -> Optional[Callable]:
+    """One transformer block as a region torch.compile traces once and reuses for every layer (the layers are the
+    same code on other weights): one for the process, so every model's network shares it. A no-op outside
+    torch.compile; None where this torch lacks it."""
+    nested = getattr(torch.compiler, "nested_compile_region", None)
+    return None if nested is None else nested(_run_block)
+
+
+def apply_compile(model, setting: Any, device: str | torch.device, cuda_graphs: bool = False,
+                  **compile_kwargs) -> Optional["Regions"]:
+    """Compile `model`'s regions (the module text) when `setting` resolves to on for `device`, by swapping
+    compiled versions in for its `net`, `act_begin` and `act_end` (lazily: each compiles at its first call,
+    again for the other grad mode, and once more at a second batch size). Returns the compile's `Regions`,
+    whose `region(fn)` compiles one more function (the trainer's loss) with the same fallback; None when
+    nothing compiled. Inductor fuses the element-wise work (norms, RoPE, SiLU gating and their backwards)
+    around the matmuls: the same arithmetic as eager up to float32 rounding. A model compiled before keeps its
+    regions. `cuda_graphs`: see the module text. `compile_kwargs` go to torch.compile (a backend, in tests).
+    XLA compiles on its own: there `auto` is off and `on` is refused."""
     if not resolve_compile(setting, device):
-        return False
-    model.compile_net(**cuda_graph_options(cuda_graphs, device))
-    return True
-
-
-def apply_compile(model, setting: Any, device: str | torch.device, cuda_graphs: bool = False) -> Optional["Regions"]:
-    """Compile `model`'s regions from outside when `setting` resolves to on for `device`; the compile's
-    `Regions` (whose `region(fn)` compiles one more function, such as the trainer's loss, with the same
-    fallback), or None when nothing compiled."""
-    if not compile_model(model, setting, device, cuda_graphs):
         return None
-    return model._regions
+    if model in _COMPILED:
+        return _COMPILED[model]
+    if model.H_init.device.type == "xla":
+        raise TRMError("compiling the network is torch.compile (inductor), which does not run on XLA devices; "
+                       "XLA compiles the model itself: use compile off (or auto)")
+    graphs = cuda_graph_options(cuda_graphs, device)
+    regions = Regions(**compile_kwargs)
+    block = _block_region()
+    # dynamo's "eager" backend runs a nested region's backward without the fake tensors torch requires
+    # there ("fake_mode should be enabled for HOPs", torch 2.13): with it, each block compiles on its own
+    if block is not None and compile_kwargs.get("backend") != "eager":
+        def regional_net(h, injection, cos_sin):  # each block a nested region: traced once, reused by every layer
+            return model.run_layers(h, injection, cos_sin, block)
+
+        model.net = regions.region(regional_net, eager=model.run_layers, **graphs)
+    else:  # no nested regions in this torch: one compiled function runs every block
+        run_block = regions.region(_run_block, **graphs)
+        model.net = lambda h, injection, cos_sin: model.run_layers(h, injection, cos_sin, run_block)
+    model.act_begin, model.act_end = regions.region(model.act_begin), regions.region(model.act_end)
+    model.cycles_in_inference_mode = False
+    if graphs:
+        _step_with_cuda_graphs(model)
+    _COMPILED[model] = regions
+    return regions
+
+
+def _step_with_cuda_graphs(model) -> None:
+    """Wrap the model's forward and recursion in what CUDA graph replays ask of a step (the module text)."""
+    forward, recurse = model.forward, model.recurse
+
+    def step(*args, **kwargs):
+        torch.compiler.cudagraph_mark_step_begin()  # the graphs' outputs of the last step are no longer read
+        return forward(*args, **kwargs)
+
+    def recurse_and_copy(*args, **kwargs):
+        z_H, z_L = recurse(*args, **kwargs)
+        return z_H.clone(), z_L.clone()  # the carry outlives this step: out of the memory replays reuse
+
+    model.forward, model.recurse = step, recurse_and_copy
+
+
+def is_compiled(model) -> bool:
+    """Whether apply_compile compiled `model`."""
+    return model in _COMPILED
+
+
+def regions_of(model) -> Optional["Regions"]:
+    """The Regions of `model`'s compile; None when it is not compiled."""
+    return _COMPILED.get(model)
+
+
+def compile_model(model, setting: Any, device: str | torch.device, cuda_graphs: bool = False) -> bool:
+    # kept for train/ and pipeline.py until they switch to apply_compile
+    return apply_compile(model, setting, device, cuda_graphs) is not None
 
 
 # ---------------------------------------------------------------------------
@@ -178,11 +260,6 @@ class Regions:
         _FAILED[self.key] = _first_line(e)
         log.warning("torch.compile failed (%s); running eagerly from here on (the same numbers, slower; "
                     "compile=off skips the attempt)", _FAILED[self.key])
-
-
-def is_compile_error(e: BaseException) -> bool:
-    """Whether `e` is torch.compile's (a compile that failed), not the computation's."""
-    return isinstance(e, _compile_errors())
 
 
 # ---------------------------------------------------------------------------

@@ -13,16 +13,18 @@ where x is the embedded input (a puzzle-embedding prefix + scaled token
 embeddings) and net(h, inj) runs the blocks on h + inj. Only the last H cycle is
 differentiated; the H_cycles - 1 before it run without autograd (inference_mode
 in eager, no_grad under torch.compile: deep supervision with a one-step gradient,
-as the paper). `compile_net()` torch.compiles regions, not the whole model: `net` with
-one block traced once for every layer, and the ACT step around `inner` (see
-`trm_kaggle.model.compiling`). With
-`grad_checkpointing`, each net call of that last cycle keeps only its inputs and
-runs again in backward (the same gradients, less memory, more time).
+as the paper). With `grad_checkpointing`, each net call of that last cycle keeps only
+its inputs and runs again in backward (the same gradients, less memory, more time).
 
 Around that sits ACT (adaptive computation time): a `Carry` holding (z_H, z_L,
 steps, halted, current_data) persists across batches. Every call is one
 supervision step; rows that halted on the previous call restart from
 H_init/L_init on a fresh example taken from the new batch.
+
+A step runs through three callables held as attributes: `net` and the ACT step's `act_begin`
+(restart) and `act_end` (halting rule). The model knows nothing of compiling:
+`trm_kaggle.model.compiling.apply_compile` swaps compiled versions in from outside (regions, not the
+whole model: one block traced once for every layer).
 
 The per-puzzle embedding table is *not* a parameter: it is a float32 buffer
 (upstream: `puzzle_emb.weights`) updated sparsely by SignSGD on the rows a step
@@ -43,26 +45,13 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from trm_kaggle.config import ArchConfig
-from trm_kaggle.errors import TRMError
-from trm_kaggle.model.compiling import Regions
 from trm_kaggle.model.dtype import resolve_forward_dtype
 from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
 
 
-def _run_block(block: Block, h: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
-    return block(h, cos_sin)
-
-
-# One transformer block as a region torch.compile traces once and reuses for every layer (both layers of the
-# network are the same code on other weights). A no-op outside torch.compile. None where this torch lacks it:
-# compile_net then compiles this one function, shared by the blocks, on its own.
-_block_region = (torch.compiler.nested_compile_region(_run_block)
-                 if hasattr(torch.compiler, "nested_compile_region") else None)
-
-
-def _act_begin(halted: torch.Tensor, z_H: torch.Tensor, z_L: torch.Tensor, steps: torch.Tensor,
-               current: Dict[str, torch.Tensor], batch: Dict[str, torch.Tensor], H_init: torch.Tensor,
-               L_init: torch.Tensor):
+def act_begin(halted: torch.Tensor, z_H: torch.Tensor, z_L: torch.Tensor, steps: torch.Tensor,
+              current: Dict[str, torch.Tensor], batch: Dict[str, torch.Tensor], H_init: torch.Tensor,
+              L_init: torch.Tensor):
     """The ACT step's start: halted rows restart from the initial states on the new batch's example."""
     reset = halted.view(-1, 1, 1)
     z_H = torch.where(reset, H_init.to(z_H.dtype), z_H)
@@ -72,9 +61,9 @@ def _act_begin(halted: torch.Tensor, z_H: torch.Tensor, z_L: torch.Tensor, steps
     return z_H, z_L, steps, data
 
 
-def _act_end(steps: torch.Tensor, q_halt: torch.Tensor, q_continue: torch.Tensor,
-             explore: Optional[Tuple[torch.Tensor, torch.Tensor]], halt_max_steps: int, no_ACT_continue: bool,
-             training: bool, early_exit: bool):
+def act_end(steps: torch.Tensor, q_halt: torch.Tensor, q_continue: torch.Tensor,
+            explore: Optional[Tuple[torch.Tensor, torch.Tensor]], halt_max_steps: int, no_ACT_continue: bool,
+            training: bool, early_exit: bool):
     """The halting rule after one step: (steps, is_last, halted). `explore` = (the rows that explore, their
     drawn minimum of steps), in training only."""
     steps = steps + 1
@@ -88,7 +77,6 @@ def _act_end(steps: torch.Tensor, q_halt: torch.Tensor, q_continue: torch.Tensor
     elif not training and early_exit:
         halted = halted | (q_halt > 0)
     return steps, is_last, halted
-
 
 
 def prefix_length(arch: ArchConfig) -> int:
@@ -212,10 +200,15 @@ class TinyRecursiveModel(nn.Module):
         self.early_exit = early_exit
         # Training only: recompute the grad-carrying cycle's activations in backward (TrainConfig.grad_checkpointing).
         self.grad_checkpointing = grad_checkpointing
-        self._compiled_net = None  # set by compile_net(), with the other compiled regions:
-        self._regions: Optional[Regions] = None
-        self._act_begin, self._act_end = _act_begin, _act_end
-        self._cuda_graphs = False
+        # What a step runs through, attributes so that they can be replaced from outside
+        # (`trm_kaggle.model.compiling.apply_compile` swaps in compiled ones): the recursive network, where
+        # nearly all the time goes, and the ACT step's restart of halted rows and its halting rule.
+        self.net: Callable[[torch.Tensor, torch.Tensor, Optional[CosSin]], torch.Tensor] = self.run_layers
+        self.act_begin, self.act_end = act_begin, act_end
+        # The gradient-free cycles run under inference_mode, which skips all autograd bookkeeping (~8 % faster
+        # than no_grad on CPU). A compiled network does not mix with it (its cached graph state would become
+        # inference tensors): apply_compile turns this off, and they run under no_grad.
+        self.cycles_in_inference_mode = True
         # The halting-exploration schedule changes this during training (the recursion curriculum changes
         # `arch` itself: set_recursion).
         self.halt_exploration_prob = arch.halt_exploration_prob
@@ -313,56 +306,14 @@ class TinyRecursiveModel(nn.Module):
             x = 0.707106781 * (x + self.embed_pos.weight.to(dtype))
         return self.embed_scale * x
 
-    def net(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
-        """The recursive network: the L_layers blocks applied to h + injection."""
-        if self._compiled_net is not None:
-            return self._compiled_net(h, injection, cos_sin)
-        return self._net(h, injection, cos_sin)
-
-    def _net(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin],
-             run_block: Callable = _run_block) -> torch.Tensor:
+    def run_layers(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin],
+                   run_block: Optional[Callable] = None) -> torch.Tensor:
+        """The recursive network (`net`): the L_layers blocks applied to h + injection. `run_block(block, h,
+        cos_sin)` runs each block where given (apply_compile's region of one block)."""
         h = h + injection
         for block in self.layers:
-            h = run_block(block, h, cos_sin)
+            h = block(h, cos_sin) if run_block is None else run_block(block, h, cos_sin)
         return h
-
-    def _regional_net(self, h: torch.Tensor, injection: torch.Tensor, cos_sin: Optional[CosSin]) -> torch.Tensor:
-        """`_net` for torch.compile: each block a nested region (traced once, reused by every layer)."""
-        return self._net(h, injection, cos_sin, _block_region)
-
-    def compile_net(self, cuda_graphs: bool = False, **compile_kwargs) -> None:
-        """torch.compile the model's regions (lazily: each compiles at its first call, again for the other grad
-        mode, and once more at a second batch size, whose graph then takes any size): the recursive network
-        `net`, where nearly all the time goes, with one transformer block traced once and reused by every
-        layer; the ACT step's restart and halting rule around `inner`. Not the whole model (its recursion
-        would unroll into every network call of a step). `compiled(fn)` adds another function (the trainer's
-        loss) to the same compile. Inductor fuses the element-wise work (norms, RoPE, SiLU gating and their
-        backwards) around the matmuls. Same arithmetic as eager up to float32 rounding. A compile that fails runs eagerly from then on, with one
-        warning (`trm_kaggle.model.compiling.Regions`). `cuda_graphs`: the network replays as CUDA graphs
-        (torch.compile's reduce-overhead mode; CUDA only). `compile_kwargs` go to torch.compile."""
-        if self.H_init.device.type == "xla":
-            raise TRMError("compiling the network is torch.compile (inductor), which does not run on XLA devices; "
-                           "XLA compiles the model itself: use compile off (or auto)")
-        regions = Regions(**compile_kwargs)
-        graphs = {"mode": "reduce-overhead"} if cuda_graphs else {}
-        # dynamo's "eager" backend runs a nested region's backward without the fake tensors torch requires
-        # there ("fake_mode should be enabled for HOPs", torch 2.13): with it, each block compiles on its own
-        if _block_region is not None and compile_kwargs.get("backend") != "eager":
-            self._compiled_net = regions.region(self._regional_net, eager=self._net, **graphs)
-        else:  # no nested regions in this torch: one compiled function runs every block
-            run_block = regions.region(_run_block, **graphs)
-            self._compiled_net = lambda h, injection, cos_sin: self._net(h, injection, cos_sin, run_block)
-        self._act_begin, self._act_end = regions.region(_act_begin), regions.region(_act_end)
-        self._regions, self._cuda_graphs = regions, cuda_graphs
-
-    def compiled(self, fn: Callable) -> Callable:
-        """`fn` compiled as one more region of `compile_net`'s compile (its fallback shared); `fn` itself when the
-        model is not compiled."""
-        return fn if self._regions is None else self._regions.region(fn)
-
-    @property
-    def is_compiled(self) -> bool:
-        return self._regions is not None
 
     def recurse(self, z_H: torch.Tensor, z_L: torch.Tensor, x: torch.Tensor,
                 cos_sin: Optional[CosSin]) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -372,19 +323,17 @@ class TinyRecursiveModel(nn.Module):
         formed once per cycle (upstream adds it again at every step; the values are identical).
         """
         if self.H_cycles > 1:
-            # No gradient here. In eager mode inference_mode, which skips all autograd bookkeeping
-            # (~8 % faster than no_grad on CPU); torch.compile does not mix with it (its cached
-            # graph state would become inference tensors), so compiled runs use no_grad, and so do
-            # XLA tensors (which cannot be inference tensors).
-            compiled = (self._compiled_net is not None or torch.compiler.is_compiling()
-                        or z_H.device.type == "xla")
-            with torch.no_grad() if compiled else torch.inference_mode():
+            # No gradient here: inference_mode where it may (see __init__), else no_grad: compiled, and on
+            # XLA, whose tensors cannot be inference tensors.
+            fast = (self.cycles_in_inference_mode and not torch.compiler.is_compiling()
+                    and z_H.device.type != "xla")
+            with torch.inference_mode() if fast else torch.no_grad():
                 for _ in range(self.H_cycles - 1):
                     injection = z_H + x
                     for _ in range(self.L_cycles):
                         z_L = self.net(z_L, injection, cos_sin)
                     z_H = self.net(z_H, z_L, cos_sin)
-            if not compiled:  # inference tensors may not be saved for backward: ordinary copies
+            if fast:  # inference tensors may not be saved for backward: ordinary copies
                 z_H, z_L = z_H.clone(), z_L.clone()
         injection = z_H + x
         net = self._checkpointed_net if self.grad_checkpointing and torch.is_grad_enabled() else self.net
@@ -428,8 +377,6 @@ class TinyRecursiveModel(nn.Module):
         finally:
             if cast:
                 self._set_cast_weights(None)
-        if self._cuda_graphs:  # the carry outlives this step: not in memory the next step's graph replays reuse
-            z_H, z_L = z_H.clone(), z_L.clone()
         q = self.q_head(z_H[:, 0]).float()  # first prefix position summarises the state
         return z_H.detach(), z_L.detach(), self.decode(z_H) if logits else None, q[..., 0], q[..., 1]
 
@@ -457,10 +404,8 @@ class TinyRecursiveModel(nn.Module):
         so runs are identical across resumes and across any number of ranks. Without it, torch's RNG is used.
         `logits=False` leaves "logits" out of the outputs (inference decodes the rows that stop: `decode`)."""
         a = self.arch
-        if self._cuda_graphs:  # a new step: the graphs' outputs of the last one are no longer read
-            torch.compiler.cudagraph_mark_step_begin()
-        z_H, z_L, steps, data = self._act_begin(carry.halted, carry.z_H, carry.z_L, carry.steps, carry.current_data,
-                                                batch, self.H_init, self.L_init)
+        z_H, z_L, steps, data = self.act_begin(carry.halted, carry.z_H, carry.z_L, carry.steps, carry.current_data,
+                                               batch, self.H_init, self.L_init)
 
         z_H, z_L, token_logits, q_halt, q_continue = self.inner(z_H, z_L, data, logits)
         outputs = {"logits": token_logits} if logits else {}
@@ -473,8 +418,8 @@ class TinyRecursiveModel(nn.Module):
                     exploration = (torch.rand_like(q_halt), torch.randint_like(steps, 2, a.halt_max_steps + 1))
                 # compared here: the probability follows a schedule, and a compiled rule would recompile per value
                 explore = (exploration[0] < self.halt_exploration_prob, exploration[1])
-            steps, is_last, halted = self._act_end(steps, q_halt, q_continue, explore, a.halt_max_steps,
-                                                   a.no_ACT_continue, self.training, self.early_exit)
+            steps, is_last, halted = self.act_end(steps, q_halt, q_continue, explore, a.halt_max_steps,
+                                                  a.no_ACT_continue, self.training, self.early_exit)
             if self.training and a.halt_max_steps > 1 and not a.no_ACT_continue:
                 # Q-learning target for "continue" from one more step (no replay buffer / target net, as upstream).
                 _, _, _, next_halt, next_cont = self.inner(z_H, z_L, data, logits=False)
@@ -482,3 +427,17 @@ class TinyRecursiveModel(nn.Module):
                     torch.where(is_last, next_halt, torch.maximum(next_halt, next_cont)))
 
         return Carry(z_H, z_L, steps, halted, data), outputs
+
+    # -- kept for train/loop.py until it takes apply_compile's regions and compiling.is_compiled: then delete --
+
+    def compiled(self, fn: Callable) -> Callable:
+        from trm_kaggle.model.compiling import regions_of
+
+        regions = regions_of(self)
+        return fn if regions is None else regions.region(fn)
+
+    @property
+    def is_compiled(self) -> bool:
+        from trm_kaggle.model.compiling import is_compiled
+
+        return is_compiled(self)

@@ -30,7 +30,7 @@ from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.pipeline import evaluate
 from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.model.compiling import compile_model
+from trm_kaggle.model.compiling import apply_compile
 from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
 from trm_kaggle.model.rollout import ContinuousRollout
 from trm_kaggle.solve.plan import demo_rows
@@ -151,7 +151,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     data_dir = build_unseen_dataset(cfg, udir, {unit.task_id: task}, canvas)
     model, _, _ = load_model_for_dataset(cfg.weights, data_dir, device)
     model.arch = cfg.run_arch(model.arch)  # a test-time recipe may recurse deeper or stop sooner; dtype per device
-    compile_model(model, cfg.compile, device)  # regions; the process's compiled code serves every task
+    apply_compile(model, cfg.compile, device)  # regions; the process's compiled code serves every task
     report["dataset_s"] = round(time.monotonic() - t, 2)
     steps = 0
     demos = demo_rows(cfg, unit.test_inputs * (cfg.num_aug + 1))
@@ -165,7 +165,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
             steps = result.step
             report["finetune_s"] = round(time.monotonic() - t, 2)
             model = load_finetuned(result.run_dir, device)
-            compile_model(model, cfg.compile, device)
+            apply_compile(model, cfg.compile, device)
             report["after_finetune"] = demo_accuracy(model, data_dir, device, demos)
         else:
             report["note"] = "no time left for fine-tuning: predicted with the pretrained weights"
