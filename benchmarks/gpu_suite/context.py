@@ -14,6 +14,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PREPARED = REPO / ".gpu_suite"
 UPSTREAM_ENV = "TRM_UPSTREAM_DIR"
+VOCAB = 12  # ARC: PAD, EOS, 10 colours (the training stages and the profile build models of it)
 #: Nominal dense (no sparsity) peak matmul rates in TFLOP/s, from the vendors' data sheets, by a substring of
 #: torch.cuda.get_device_name(), first match in this order (L40S before L4): (bf16, tf32). MFU is also given
 #: against the bf16 matmul rate measured here.

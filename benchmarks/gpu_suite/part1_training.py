@@ -28,11 +28,11 @@ import torch
 
 from benchmarks import bench_train_cpu as B
 from benchmarks.gpu_suite import variants
-from benchmarks.gpu_suite.context import NOMINAL_TFLOPS, REPO, Context, timed
+from benchmarks.gpu_suite.context import NOMINAL_TFLOPS, REPO, VOCAB, Context, timed
+from benchmarks.gpu_suite.profile import profile_stage
 from benchmarks.gpu_suite.report import PartReport
 
 TITLE = "environment, CUDA tests, parity, training throughput and MFU, the profile"
-VOCAB = 12  # ARC: PAD, EOS, 10 colours
 
 PAPER = dict(hidden_size=512, num_heads=8, expansion=4, H_cycles=3, L_cycles=4, H_layers=0, L_layers=2,
              halt_max_steps=16, halt_exploration_prob=0.1, no_ACT_continue=True, pos_encodings="rope",
@@ -77,7 +77,6 @@ def stages():
     """This part's stages for the schedule (benchmarks/gpu_suite/schedule.py), each with its share of the 480 s
     budget and the least seconds it starts with. Throughput comes in two: ours' best variant and upstream's
     compiled bf16 step first, the other variants with whatever time the lend has left at its end."""
-    from benchmarks.gpu_suite.profile import profile_stage
     from benchmarks.gpu_suite.schedule import Stage
 
     return [Stage("environment", _in_stage("environment", lambda rep, ctx, s: environment(rep, ctx)), 5, 3),

@@ -32,7 +32,7 @@ import torch
 
 from benchmarks import bench_train_cpu as B
 from benchmarks.gpu_suite import variants
-from benchmarks.gpu_suite.context import Context
+from benchmarks.gpu_suite.context import VOCAB, Context
 from benchmarks.gpu_suite.report import PartReport
 
 GROUPS = ("GEMM", "attention", "element-wise", "copies", "other")
@@ -77,8 +77,6 @@ def profile_stage(rep: PartReport, ctx: Context, s: dict) -> None:
 
 
 def _trainer(s: dict, ctx: Context, compiled: bool) -> B.Ours:
-    from benchmarks.gpu_suite.part1_training import VOCAB
-
     t = B.Ours(s["arch"], s["batch"], False, "bfloat16" if ctx.cuda else "float32", device=ctx.device,
                seq_len=s["seq_len"], vocab=VOCAB, num_ids=s["num_ids"])
     if compiled:
@@ -88,8 +86,6 @@ def _trainer(s: dict, ctx: Context, compiled: bool) -> B.Ours:
 
 def kernels_and_syncs(rep: PartReport, ctx: Context, s: dict, res: dict) -> None:
     from torch.profiler import ProfilerActivity, profile
-
-    from benchmarks.gpu_suite.part1_training import VOCAB
 
     torch._dynamo.reset()
     batches = B.make_batches(3, s["batch"], 4, s["seq_len"], VOCAB, s["num_ids"], ctx.device)
@@ -200,8 +196,6 @@ def first_minus_steady(step: Callable[[], object], ctx: Context) -> tuple[float,
 
 def compile_targets(s: dict, ctx: Context) -> dict[str, Callable[[], Callable[[], object]]]:
     """Each target: a maker of its step (called inside a fresh cache; the step's first call compiles)."""
-    from benchmarks.gpu_suite.part1_training import VOCAB
-
     batch = B.make_batches(1, s["batch"], 5, s["seq_len"], VOCAB, s["num_ids"], ctx.device)[0]
 
     def block():
