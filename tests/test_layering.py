@@ -21,7 +21,7 @@ PACKAGE = Path(trm_kaggle.__file__).parent
 LAYER_OF = {
     "__init__": "base", "errors": "base", "jsonio": "base", "atomic": "base", "config": "base", "names": "base",
     "lifetime": "base", "hardware": "base", "wording": "base", "progress": "base", "locks": "base", "outputs": "base",
-    "yamlio": "base",
+    "yamlio": "base", "faces": "base",
     "xla": "base",  # PyTorch/XLA helpers: the model, optimizers, training and inference all call them
     "stdout": "base",  # results reach standard output or the command fails (the CLI and build_bundle.py)
     "data": "data",  # tasks -> dataset -> batches
