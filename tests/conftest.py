@@ -24,6 +24,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from trm_kaggle.config import ArchConfig  # noqa: E402
 from trm_kaggle.hardware import usable_cores  # noqa: E402
 from trm_kaggle.kaggle import bundle as B  # noqa: E402
 from trm_kaggle.kaggle import metadata as M  # noqa: E402
@@ -167,6 +168,33 @@ def make_export(path: Path) -> Path:
     return export_inference(path, model, arch=arch, seq_len=900, vocab_size=12, mean_embedding=True,
                             info={"data_paths": ["data/arc-tiny"], "step": 7, "command": "trm-kaggle train x",
                                   "metrics": {"exact_accuracy": 0.25}})
+
+
+# The tiny models the tests build: one layer, one cycle, two ACT steps, float32 on every device; the solve's a
+# little wider (its tasks are real ARC tasks on a 30x30 canvas)
+TINY_ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
+                       puzzle_emb_len=1, forward_dtype="float32")
+SOLVE_ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
+                        puzzle_emb_len=1, forward_dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """A tiny 4x4 Sudoku dataset (`integrity_helpers.build_sudoku4`), built once per module."""
+    from integrity_helpers import build_sudoku4
+
+    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
+
+
+@pytest.fixture(scope="module")
+def sudoku4(tmp_path_factory) -> Path:
+    """A smaller 4x4 Sudoku dataset (16 training puzzles), built once per module."""
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data.puzzles.sudoku import build_sudoku
+
+    out = tmp_path_factory.mktemp("data") / "sudoku4"
+    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=16, num_test=4, num_aug=1, progress=False))
+    return out
 
 
 def small_unseen_tasks(root: Path, n: int, arch) -> tuple[Path, Path]:

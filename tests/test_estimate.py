@@ -11,11 +11,11 @@ import torch
 import trm_kaggle.solve.step_timer as T
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.solve.estimate import KAGGLE_LIMIT_S, estimate, format_estimate
-from trm_kaggle.solve.step_timer import StepTimer, seconds_per_call, time_steps, timing_cap
 from trm_kaggle.solve.schedule import MODES
+from trm_kaggle.solve.step_timer import StepTimer, seconds_per_call, time_steps, timing_cap
 
-ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
-                  puzzle_emb_len=1, forward_dtype="float32")
+from conftest import TINY_ARCH as ARCH
+
 CPU = torch.device("cpu")
 
 

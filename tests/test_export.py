@@ -7,15 +7,15 @@ import json
 import pytest
 import torch
 
-from trm_kaggle.config import ArchConfig, TrainConfig
+from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.export import (PUZZLE_EMB_KEY, apply_task_ids, export_inference, export_parameter_count,
                                      load_inference_model, mean_puzzle_row, model_from_train_state, read_export,
                                      resize_puzzle_embedding, task_id_table)
 from trm_kaggle.model.trm import TinyRecursiveModel
 
-ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
-                  puzzle_emb_len=1, forward_dtype="float32")
+from conftest import TINY_ARCH as ARCH
+
 
 # a 3-row table whose row 0 (the blank identifier) is far from the others
 TABLE = torch.tensor([[9.0, -3.0], [1.0, 2.0], [3.0, 4.0]])

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import one_error_line
-from integrity_helpers import TINY, build_sudoku4
+from integrity_helpers import TINY
 from trm_kaggle.cli import main
 from trm_kaggle.errors import DataError
 from trm_kaggle.wording import clipped
@@ -41,11 +41,6 @@ def quick_line(capsys, args: list[str], seconds: float = 10) -> str:
     assert time.perf_counter() - t0 < seconds, line
     assert len(line) < 400, line[:1000]
     return line
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
 
 
 # ---------------------------------------------------------------------------

@@ -20,17 +20,15 @@ from pathlib import Path
 import pytest
 
 import trm_kaggle
-from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.config import SolveConfig
 from trm_kaggle.evaluate.submission import check_submission
 from trm_kaggle.kaggle import rehearsal
 from trm_kaggle.solve import plan as P
 from trm_kaggle.solve import solve as S
 from trm_kaggle.solve.workers import stop_workers
 
-from conftest import small_unseen_tasks
+from conftest import SOLVE_ARCH as ARCH, small_unseen_tasks
 
-ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
-                  puzzle_emb_len=1, forward_dtype="float32")
 
 
 @pytest.fixture(scope="module")

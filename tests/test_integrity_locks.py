@@ -12,14 +12,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from cli_helpers import one_error_line
 from trm_kaggle.cli import main
-from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import LOCK_FILE, directory_lock
 
@@ -28,13 +25,6 @@ from conftest import make_export
 TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_cycles=1", "arch.L_cycles=1",
         "arch.L_layers=1", "arch.halt_max_steps=2", "arch.puzzle_emb_len=2", "arch.forward_dtype=float32",
         "global_batch_size=8", "eval_interval=null", "log_interval=1", "device=cpu", "threads=1", "seed=0"]
-
-@pytest.fixture(scope="module")
-def sudoku4(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("data") / "sudoku4"
-    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=16, num_test=4, num_aug=1, progress=False))
-    return out
-
 
 def test_a_second_holder_is_refused_naming_the_first(tmp_path, holder):
     p = holder(tmp_path / "d", "training")

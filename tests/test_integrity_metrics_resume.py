@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 
 from trm_kaggle.cli import main
-from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.metrics import read_metrics
 
@@ -26,13 +24,6 @@ TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_c
         "arch.L_layers=1", "arch.halt_max_steps=2", "arch.puzzle_emb_len=2", "arch.forward_dtype=float32",
         "global_batch_size=8", "lr_warmup_steps=1", "eval_interval=null", "log_interval=1", "device=cpu",
         "threads=1", "seed=0", "deterministic=True"]
-
-
-@pytest.fixture(scope="module")
-def sudoku4(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("data") / "sudoku4"
-    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=16, num_test=4, num_aug=1, progress=False))
-    return out
 
 
 def train(data: Path, run: Path, steps: int) -> int:

@@ -16,16 +16,11 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import one_error_line
-from integrity_helpers import TINY, build_sudoku4
+from integrity_helpers import TINY
 from trm_kaggle.cli import main
 from trm_kaggle.names import name_problem, relative_path_problem, task_id_problem
 
 ESCAPES = ["../../escapeK7", "/tmp/absK8-{tmp}", "..", ".", "a/b", "a\\b", "c:", "x\x01y", "tab\there", "x" * 100_000]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
 
 
 def everything(root: Path) -> set[str]:

@@ -10,18 +10,13 @@ import math
 import pytest
 import torch
 
-from integrity_helpers import build_sudoku4, train_args
+from integrity_helpers import train_args
 from cli_helpers import one_error_line
 from trm_kaggle.cli import main
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import NonFiniteSteps, NonFiniteTraining, check_finite
 from trm_kaggle.errors import TRMError
 from trm_kaggle.train import checkpoint as ckpt
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from integrity_helpers import build_sudoku4, train_args
+from integrity_helpers import train_args
 from cli_helpers import one_error_line
 from trm_kaggle.cli import main
 from trm_kaggle.train import setup, step
@@ -22,11 +22,6 @@ CPU_ALLOCATOR = ("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator:
                  "allocate 3221225472 bytes. Error code 12 (Cannot allocate memory)")
 OOM = [RuntimeError(CPU_ALLOCATOR), MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"),
        RuntimeError("MPS backend out of memory (MPS allocated: 1 GB)")]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
 
 
 @pytest.mark.parametrize("error", OOM, ids=["cpu-allocator", "MemoryError", "cuda", "mps"])

@@ -9,16 +9,11 @@ import logging
 import pytest
 import torch
 
-from integrity_helpers import build_sudoku4, flip_inside_largest_entry, flip_safetensors_data, train_args
+from integrity_helpers import flip_inside_largest_entry, flip_safetensors_data, train_args
 from trm_kaggle.cli import main
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.export import read_export
 from trm_kaggle.train import checkpoint as ckpt
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
 
 
 def states(run):

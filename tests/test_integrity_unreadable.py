@@ -27,7 +27,7 @@ import pytest
 
 import trm_kaggle.jsonio as J
 from cli_helpers import one_error_line
-from integrity_helpers import build_sudoku4, flip_inside_largest_entry, train_args
+from integrity_helpers import flip_inside_largest_entry, train_args
 from trm_kaggle.cli import main
 from trm_kaggle.errors import DamagedFile, UnreadableFile
 from trm_kaggle.data.format import load_split
@@ -37,11 +37,6 @@ from trm_kaggle.train import checkpoint as ckpt
 from conftest import make_export
 
 AS_ROOT = os.geteuid() == 0
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,15 @@ import time
 import pytest
 import torch
 
-from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.config import SolveConfig
 from trm_kaggle.solve.estimate import inference_seconds
 import trm_kaggle.solve.plan as P
 from trm_kaggle.solve.plan import (
     AUTO_MAX_AUG, AUTO_MAX_STEPS, INFERENCE_SHARE, SHORT_BATCH, SHORT_NUM_AUG, TASK_OVERHEAD_S, Budget, Rates,
     DEMO_ROWS, batch_sizes, demo_rows, hms, make_plan, measure_rates, plan_worker, reserve_seconds, task_deadlines,
 )
+
+from conftest import TINY_ARCH as ARCH
 
 RATES = Rates("cuda:0 (test)", step_s=0.5, embeddings_step_s=0.4, row_step_s=0.02, halt_max_steps=16, batch=64,
               eval_batch=256)
@@ -93,10 +95,6 @@ def test_no_budget_needs_no_timing_and_refuses_auto():
     assert plan.fits and "no time limit" in plan.describe()
     with pytest.raises(ValueError, match="time_budget"):
         SolveConfig(challenges="c", weights="w", finetune_steps="auto")
-
-
-ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
-                  puzzle_emb_len=1, forward_dtype="float32")
 
 
 def test_measured_rates_come_from_a_timed_batch():

