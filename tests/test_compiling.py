@@ -25,7 +25,7 @@ from trm_kaggle.cli import main
 from trm_kaggle.config import SolveConfig, TrainConfig, compile_setting
 from trm_kaggle.model import act_loss
 from trm_kaggle.model import compiling
-from trm_kaggle.model.compiling import (CACHE_FILE, CACHE_RECORD, apply_compile, compile_model, cuda_graph_options,
+from trm_kaggle.model.compiling import (CACHE_FILE, CACHE_RECORD, apply_compile, cuda_graph_options,
                                         is_compiled, load_compile_cache, resolve_compile, save_compile_cache)
 from trm_kaggle.train import setup
 
@@ -118,8 +118,22 @@ def test_cuda_graphs_resolve_to_the_plain_compile_off_cuda(caplog):
     assert cuda_graph_options(True, "cpu") == {} and "cpu has no CUDA graphs" in caplog.text
 
 
-@pytest.mark.parametrize("compile_it", [apply_compile, compile_model])  # compile_model: the trainer's call today
-def test_cuda_graphs_mark_every_step_and_copy_the_carry_out(compile_it, monkeypatch):
+def test_the_trainer_compiles_through_apply_compile_with_its_cuda_graphs_setting(data, tmp_path, monkeypatch):
+    """The trainer's path is the one spelling: `cuda_graphs=True` reaches apply_compile (whose CUDA-graph steps
+    the next test checks), and the loss compiles with the model's regions."""
+    seen = []
+    real = setup.apply_compile
+
+    def spy(model, setting, device, cuda_graphs=False, **kw):
+        seen.append((setting, cuda_graphs))
+        return real(model, setting, device, cuda_graphs, backend="eager", **kw)
+
+    monkeypatch.setattr(setup, "apply_compile", spy)
+    assert main(train_args(data, tmp_path / "run", "max_steps=1", "compile=on", "cuda_graphs=True")) == 0
+    assert seen == [("on", True)]
+
+
+def test_cuda_graphs_mark_every_step_and_copy_the_carry_out(monkeypatch):
     """cuda_graphs on CUDA (here a CPU model compiled for "cuda", torch.compile recorded and left out): the
     network compiles in reduce-overhead mode, every forward begins a new CUDA-graph step, and the carry holds
     copies of the recursion's latents, not the memory the next replays reuse. Off CUDA, nothing of it."""
@@ -134,7 +148,7 @@ def test_cuda_graphs_mark_every_step_and_copy_the_carry_out(compile_it, monkeypa
     model = tiny_model().train()
     recurse = model.recurse
     model.recurse = lambda *a: latents.append(recurse(*a)) or latents[-1]
-    compile_it(model, "on", "cuda", cuda_graphs=True)
+    apply_compile(model, "on", "cuda", cuda_graphs=True)
     net = "regional_net" if hasattr(torch.compiler, "nested_compile_region") else "_run_block"
     assert options[net]["mode"] == "reduce-overhead" and "mode" not in options["act_end"]
     batch = make_batch()
@@ -144,7 +158,7 @@ def test_cuda_graphs_mark_every_step_and_copy_the_carry_out(compile_it, monkeypa
         assert len(marks) == n
         assert {carry.z_H.data_ptr(), carry.z_L.data_ptr()}.isdisjoint(z.data_ptr() for zs in latents for z in zs)
     plain = tiny_model().train()
-    compile_it(plain, "on", "cpu", cuda_graphs=True)
+    apply_compile(plain, "on", "cpu", cuda_graphs=True)
     plain(plain.initial_carry(batch), batch)
     assert len(marks) == 2
 

@@ -32,7 +32,7 @@ from trm_kaggle.kaggle.bundle import build_bundle
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.kaggle.metadata import BundleIds
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.model.compiling import compile_model
+from trm_kaggle.model.compiling import apply_compile
 from trm_kaggle.model.export import load_model_for_dataset
 from trm_kaggle.solve.solve import solve
 from trm_kaggle.train.checkpoint import export_run, list_states
@@ -163,7 +163,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
     def assess() -> str:
         device = pick_device("auto")  # where training ran
         model, _, _ = load_model_for_dataset(weights, data_dir, device)
-        compile_model(model, "auto", device)  # on CUDA
+        apply_compile(model, "auto", device)  # on CUDA
         r = evaluate(model, data_dir, batch_size=128, device=device, progress=cfg.progress)
         paths = write_report(r, work / "report", first_n=3, weights=weights)
         facts.update(evaluation=r.summary(), did=f"{count(r.summary()['num_tasks'], 'task')} of the test split")

@@ -185,16 +185,6 @@ def is_compiled(model) -> bool:
     return model in _COMPILED
 
 
-def regions_of(model) -> Optional["Regions"]:
-    """The Regions of `model`'s compile; None when it is not compiled."""
-    return _COMPILED.get(model)
-
-
-def compile_model(model, setting: Any, device: str | torch.device, cuda_graphs: bool = False) -> bool:
-    # kept for train/ and pipeline.py until they switch to apply_compile
-    return apply_compile(model, setting, device, cuda_graphs) is not None
-
-
 # ---------------------------------------------------------------------------
 # Compiled regions, with an eager fallback
 # ---------------------------------------------------------------------------

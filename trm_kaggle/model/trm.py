@@ -427,17 +427,3 @@ class TinyRecursiveModel(nn.Module):
                     torch.where(is_last, next_halt, torch.maximum(next_halt, next_cont)))
 
         return Carry(z_H, z_L, steps, halted, data), outputs
-
-    # -- kept for train/loop.py until it takes apply_compile's regions and compiling.is_compiled: then delete --
-
-    def compiled(self, fn: Callable) -> Callable:
-        from trm_kaggle.model.compiling import regions_of
-
-        regions = regions_of(self)
-        return fn if regions is None else regions.region(fn)
-
-    @property
-    def is_compiled(self) -> bool:
-        from trm_kaggle.model.compiling import is_compiled
-
-        return is_compiled(self)
