@@ -173,8 +173,7 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
 
     t = time.monotonic()
     always = unit.test_inputs if hard_deadline is None or time.monotonic() < hard_deadline else 0
-    res = evaluate(model, data_dir, batch_size=cfg.eval_batch_size, device=device, early_exit=cfg.early_exit,
-                   deadline=predict_by, always=always)
+    res = evaluate(model, data_dir, cfg.evaluation(), device=device, deadline=predict_by, always=always)
     predicted = res.predictions.steps >= 0
     report.update(predict_s=round(time.monotonic() - t, 2), examples=int(len(predicted)),
                   predicted=int(predicted.sum()))
