@@ -8,7 +8,9 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from trm_kaggle.config.common import MAX_LR, MAX_SAVE_EVERY_S, MAX_SEED, CompileSetting, _Config, compile_setting
+from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_LR, MAX_SAVE_EVERY_S, MAX_SEED, CompileSetting, _Config,
+                                      compile_setting)
+from trm_kaggle.config.evaluate import EvaluateConfig
 from trm_kaggle.config.model import ArchConfig
 from trm_kaggle.names import name_problem
 
@@ -162,6 +164,12 @@ class TrainConfig(_Config):
             raise ValueError(f"{problem}: a run name is one folder name inside runs/ (checkpoint_path names a run "
                              "folder anywhere)")
         return v
+
+    def evaluation(self) -> EvaluateConfig:
+        """The test-split check's settings in the shape `trm-kaggle evaluate` and submit take: the global batch
+        (within an evaluation's bound), every ACT step."""
+        return EvaluateConfig(batch_size=min(self.global_batch_size, MAX_BATCH_SIZE),
+                              max_steps=self.arch.halt_max_steps)
 
     @field_validator("global_batch_size", "epochs")
     @classmethod

@@ -33,12 +33,14 @@ def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, bat
 
     The examples run through a fixed batch (`ContinuousRollout`); only the last step's logits are decoded.
     """
-    loader = PuzzleLoader(cfg.data_paths_test or cfg.data_paths, "test", batch_size or cfg.global_batch_size,
-                          seed=cfg.seed, rank=rt.rank, world_size=rt.world_size)
-    local_batch = (batch_size or cfg.global_batch_size) // rt.world_size
+    settings = cfg.evaluation()  # the shape every evaluation takes
+    batch_size = batch_size or settings.batch_size
+    loader = PuzzleLoader(cfg.data_paths_test or cfg.data_paths, "test", batch_size, seed=cfg.seed, rank=rt.rank,
+                          world_size=rt.world_size)
+    local_batch = batch_size // rt.world_size
     slots = local_batch if rt.device.type == "xla" else balanced_slots(
         math.ceil(loader.num_examples / rt.world_size), local_batch)
-    rollout = ContinuousRollout(model, slots, cfg.arch.halt_max_steps, device=rt.device)
+    rollout = ContinuousRollout(model, slots, settings.max_steps, device=rt.device)
     source = ({k: item.batch[k][:item.num_real] for k in ("inputs", "labels", "puzzle_identifiers")}
               for item in loader)
     was_training = model.training
