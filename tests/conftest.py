@@ -216,6 +216,18 @@ def small_unseen_tasks(root: Path, n: int, arch) -> tuple[Path, Path]:
     return root / "challenges.json", root / "weights"
 
 
+def solve_config(unseen: tuple[Path, Path], tmp_path: Path, **changes):
+    """A quick solve of the `unseen` tasks (a challenges file and weights, `small_unseen_tasks`) writing under
+    `tmp_path`: one augmentation, two fine-tuning steps, on the CPU, no safety margin; `changes` set the rest."""
+    from trm_kaggle.config import SolveConfig
+
+    challenges, weights = unseen
+    base = dict(challenges=str(challenges), weights=str(weights), output=str(tmp_path / "submission.json"),
+                work_dir=str(tmp_path / "work"), num_aug=1, finetune_steps=2, global_batch_size=8,
+                eval_batch_size=64, device="cpu", progress=False, safety_margin=0.0)
+    return SolveConfig(**{**base, **changes})
+
+
 def make_notebook(path: Path) -> Path:
     """A stand-in for notebooks/kaggle_submission.ipynb (nbformat 4 JSON; checked by nbformat when installed)."""
     params = ('KAGGLE_INPUT = "/kaggle/input"\nKAGGLE_WORKING = "/kaggle/working"\nTIME_BUDGET = 3600\n'

@@ -27,7 +27,7 @@ from trm_kaggle.solve import plan as P
 from trm_kaggle.solve import solve as S
 from trm_kaggle.solve.workers import stop_workers
 
-from conftest import SOLVE_ARCH as ARCH, small_unseen_tasks
+from conftest import SOLVE_ARCH as ARCH, small_unseen_tasks, solve_config
 
 
 
@@ -38,12 +38,7 @@ def unseen(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def cfg(unseen, tmp_path, **kw) -> SolveConfig:
-    challenges, weights = unseen
-    base = dict(challenges=str(challenges), weights=str(weights), output=str(tmp_path / "submission.json"),
-                work_dir=str(tmp_path / "work"), num_aug=1, finetune_steps=2, global_batch_size=8,
-                eval_batch_size=64, device="cpu", progress=False, safety_margin=0.0, workers=1)
-    base.update(kw)
-    return SolveConfig(**base)
+    return solve_config(unseen, tmp_path, **{"workers": 1, **kw})
 
 
 def wall_clock_steps(monkeypatch, by: float, after_s: float = 0.0, module=time) -> None:

@@ -21,7 +21,7 @@ from trm_kaggle.solve.solve import solve
 from trm_kaggle.solve.step_timer import timing_cap
 from trm_kaggle.solve.task import build_unseen_dataset, finetune
 
-from conftest import SOLVE_ARCH as ARCH, small_unseen_tasks
+from conftest import SOLVE_ARCH as ARCH, small_unseen_tasks, solve_config
 
 
 
@@ -31,13 +31,7 @@ def unseen(tmp_path_factory) -> tuple[Path, Path]:
     return small_unseen_tasks(tmp_path_factory.mktemp("unseen"), 4, ARCH)
 
 
-def cfg(unseen, tmp_path, **kw) -> SolveConfig:
-    challenges, weights = unseen
-    base = dict(challenges=str(challenges), weights=str(weights), output=str(tmp_path / "submission.json"),
-                work_dir=str(tmp_path / "work"), num_aug=1, finetune_steps=2, global_batch_size=8,
-                eval_batch_size=64, device="cpu", progress=False, safety_margin=0.0)
-    base.update(kw)
-    return SolveConfig(**base)
+cfg = solve_config
 
 
 def results(work: Path) -> dict[str, dict]:
