@@ -41,8 +41,7 @@ def child(args) -> None:
 
     from benchmarks.bench_train_cpu import ADAMW, arch_dict, make_batches
     from trm_kaggle.config import ArchConfig
-    from trm_kaggle.model import TinyRecursiveModel, act_loss
-    from trm_kaggle.model.compiling import apply_compile, load_compile_cache, save_compile_cache
+    from trm_kaggle.model import TinyRecursiveModel, act_loss, apply_compile, load_compile_cache, save_compile_cache
 
     torch.manual_seed(0)
     a = arch_dict(argparse.Namespace(heads=8))

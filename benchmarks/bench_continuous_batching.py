@@ -34,8 +34,7 @@ import numpy as np
 import torch
 
 from trm_kaggle.config import ArchConfig
-from trm_kaggle.model.rollout import ContinuousRollout, act_rollout, balanced_slots
-from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.model import ContinuousRollout, TinyRecursiveModel, act_rollout, balanced_slots
 
 
 def build(args) -> tuple[TinyRecursiveModel, dict[str, torch.Tensor]]:

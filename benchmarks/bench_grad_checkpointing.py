@@ -31,10 +31,9 @@ def setup(args: argparse.Namespace, checkpointing: bool):
     import torch
 
     from trm_kaggle.config import ArchConfig, TrainConfig
-    from trm_kaggle.model.losses import act_loss
-    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.model import TinyRecursiveModel, act_loss
     from trm_kaggle.hardware import pick_device
-    from trm_kaggle.train.optimizers import make_optimizers, optimizer_step
+    from trm_kaggle.train import make_optimizers, optimizer_step
 
     device = pick_device(args.device)
     torch.manual_seed(0)

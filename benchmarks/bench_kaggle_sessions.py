@@ -30,11 +30,8 @@ from pathlib import Path
 import torch
 
 from trm_kaggle.config import MazeBuildConfig, SudokuBuildConfig
-from trm_kaggle.data.puzzles.maze import build_maze
-from trm_kaggle.data.puzzles.sudoku import build_sudoku
-from trm_kaggle.train.loop import train
-from trm_kaggle.train.schedules import total_train_steps
-from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.data import build_maze, build_sudoku
+from trm_kaggle.train import load_train_config, total_train_steps, train
 
 SESSION_S = 11.5 * 3600 - 600
 RECIPES = {  # preset -> (dataset builder, upstream's groups, mean examples per group)

@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 
 from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.puzzles.sudoku import build_sudoku
-from trm_kaggle.train.loop import train
-from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.data import build_sudoku
+from trm_kaggle.train import load_train_config, train
 
 
 def main() -> None:

@@ -68,8 +68,7 @@ CONFIGS = [
 
 def build_data(root: Path) -> dict[str, Path]:
     from trm_kaggle.config import ArcBuildConfig, SudokuBuildConfig
-    from trm_kaggle.data.arc.build import build_arc
-    from trm_kaggle.data.puzzles.sudoku import build_sudoku
+    from trm_kaggle.data import build_arc, build_sudoku
 
     sudoku = root / "sudoku9"
     build_sudoku(SudokuBuildConfig(output_dir=str(sudoku), size=9, num_train=400, num_test=20, progress=False))

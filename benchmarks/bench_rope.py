@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trm_kaggle.model.layers import RotaryEmbedding, apply_rope  # noqa: E402
+from trm_kaggle.model import RotaryEmbedding, apply_rope  # noqa: E402
 
 
 def rope_cat(x, cos, sin):

@@ -51,8 +51,7 @@ def _sync(device: str) -> None:
 
 def ours(args: dict, start: float | None) -> dict:
     """Ours' train(); times are seconds after `start` (None: part 2's clock, from the call of train())."""
-    from trm_kaggle.train.loop import train
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.train import load_train_config, train
 
     t = {"imports": time.time() - start if start else 0.0, "cpu_imports": time.process_time()}
     cfg = load_train_config(presets=["sudoku4-cpu"], overrides=[
@@ -85,7 +84,7 @@ def upstream(args: dict, start: float | None) -> dict:
     import models.sparse_embedding  # noqa: F401
 
     from benchmarks.gpu_suite.part2_learning import UpstreamSide
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.train import load_train_config
 
     t = {"imports": time.time() - start if start else 0.0, "cpu_imports": time.process_time()}
     dev = torch.device(args["device"])
@@ -149,7 +148,7 @@ def main() -> None:
         child(json.loads(args.child))
         return
     from trm_kaggle.config import SudokuBuildConfig
-    from trm_kaggle.data.puzzles.sudoku import build_sudoku
+    from trm_kaggle.data import build_sudoku
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_startup_"))
     data = work / "sudoku4"

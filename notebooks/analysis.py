@@ -34,7 +34,7 @@ METRIC = None  # metric of the plots; None: eval_exact_accuracy when runs evalua
 # %%
 from IPython.display import Image, Markdown, display
 
-from trm_kaggle.experiments.compare import write_comparison
+from trm_kaggle.experiments import write_comparison
 
 # %% [markdown]
 # ## Table

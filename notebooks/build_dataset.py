@@ -34,9 +34,7 @@ MAX_TASKS = 10  # first N tasks of each subset (None: all); inference at seq_len
 
 # %%
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc.tasks import source_kwargs
-from trm_kaggle.data.arc.build import build_arc, dataset_name, format_build_summary
-from trm_kaggle.data.verify import format_summary, verify_dataset
+from trm_kaggle.data import build_arc, dataset_name, format_arc_build, format_summary, source_kwargs, verify_dataset
 
 # named by what makes it: the defaults write runs/notebooks/data/arc2-first10-aug-8
 OUTPUT_DIR = OUTPUT_DIR or f"runs/notebooks/data/{dataset_name(SOURCE, NUM_AUG, max_tasks=MAX_TASKS)}"
@@ -51,7 +49,7 @@ print(f"dataset: {OUTPUT_DIR}")
 cfg = ArcBuildConfig(output_dir=OUTPUT_DIR, subsets=SUBSETS, test_set_name=TEST_SET_NAME, test_set_name2=TEST_SET_NAME,
                      num_aug=NUM_AUG, seed=SEED, max_tasks=MAX_TASKS, **source_kwargs(SOURCE))
 summary = build_arc(cfg)
-print(format_build_summary(summary))  # what `trm-kaggle build-arc` prints, notes included
+print(format_arc_build(summary))  # what `trm-kaggle build-arc` prints, notes included
 
 # %% [markdown]
 # ## Verify

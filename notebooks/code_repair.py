@@ -47,15 +47,11 @@ DOCTESTS = False  # run doctests on fixes and predictions (runs code: see above)
 import difflib
 
 from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig
-from trm_kaggle.data.code.repair import build_code_repair, format_build_summary, load_repair_tokens, read_repair_meta
-from trm_kaggle.data.format import load_split
-from trm_kaggle.data.verify import verify_dataset
-from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
-from trm_kaggle.model.export import load_model_for_dataset
-from trm_kaggle.train.checkpoint import export_run
-from trm_kaggle.train.loop import train
-from trm_kaggle.train.overrides import override_list
-from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.data import (build_code_repair, format_repair_build, load_repair_tokens, load_split, read_repair_meta,
+                             verify_dataset)
+from trm_kaggle.evaluate import evaluate_repair, format_repair_report
+from trm_kaggle.model import load_model_for_dataset
+from trm_kaggle.train import export_run, load_train_config, override_list, train
 
 # %% [markdown]
 # ## Build
@@ -67,7 +63,7 @@ from trm_kaggle.train.settings import load_train_config
 build_cfg = CodeRepairBuildConfig(output_dir=DATA_DIR, corpus=CORPUS, grid=GRID, strip_docstrings=STRIP_DOCSTRINGS,
                                   max_files=MAX_FILES, seed=SEED, progress=False)
 summary = build_code_repair(build_cfg)
-print(format_build_summary(summary))
+print(format_repair_build(summary))
 verify_dataset(DATA_DIR)  # upstream's part of the layout: identifiers.json, train/, test/
 
 # %% [markdown]

@@ -46,10 +46,9 @@ from pathlib import Path
 
 from IPython.display import Image, Markdown, display
 
-from trm_kaggle.data.format import load_metadata
-from trm_kaggle.evaluate.pipeline import evaluate
-from trm_kaggle.evaluate.report import task_picture_png, write_report
-from trm_kaggle.model.export import load_inference_model
+from trm_kaggle.data import load_metadata
+from trm_kaggle.evaluate import evaluate, task_picture_png, write_report
+from trm_kaggle.model import load_inference_model
 from trm_kaggle.hardware import pick_device
 
 # under the weights' own name: another export's evaluation never lands on this one's report

@@ -20,7 +20,7 @@
 # test input of every task), so that whatever fails afterwards (a missing wheel, an offline install that cannot
 # resolve, an image without pydantic or torch, damaged weights) the kernel still leaves a submission, and it
 # never raises. Then it installs `trm_kaggle` from the attached wheels dataset without network and calls
-# `trm_kaggle.solve.solve.solve`: every task is solved on its own by one worker process per GPU (the tasks are
+# `trm_kaggle.solve.job.solve`: every task is solved on its own by one worker process per GPU (the tasks are
 # sharded across them): its demonstration pairs become an augmented dataset, the pretrained weights are
 # fine-tuned on it (new puzzle embeddings start from the mean trained row) until the worker's time plan says
 # stop, every augmented test input is predicted, and the votes become its answer. Each worker prints its plan at
@@ -273,8 +273,8 @@ if READY:
 
         import trm_kaggle
         from trm_kaggle.config import SolveConfig
-        from trm_kaggle.evaluate.submission import check_submission, expected_counts
-        from trm_kaggle.solve.solve import solve
+        from trm_kaggle.evaluate import check_submission, expected_counts
+        from trm_kaggle.solve import solve
 
         print(f"trm_kaggle {trm_kaggle.__version__} from {trm_kaggle.__file__}")
         # the count only: naming the GPUs here would start CUDA in this process, on a GPU a worker needs whole

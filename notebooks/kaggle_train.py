@@ -195,7 +195,7 @@ if READY:
 
         import trm_kaggle
         from trm_kaggle.kaggle_training import run_session
-        from trm_kaggle.train.overrides import override_list
+        from trm_kaggle.train import override_list
 
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
         print(f"trm_kaggle {trm_kaggle.__version__}")

@@ -34,11 +34,7 @@ MEAN_EMBEDDING = False  # keep only the mean puzzle-embedding row in the export 
 # %%
 import matplotlib.pyplot as plt
 
-from trm_kaggle.train.checkpoint import export_run
-from trm_kaggle.train.loop import train
-from trm_kaggle.train.metrics import read_metrics
-from trm_kaggle.train.overrides import override_list
-from trm_kaggle.train.settings import dump_config, load_train_config
+from trm_kaggle.train import dump_config, export_run, load_train_config, override_list, read_metrics, train
 
 RUN_DIR = RUN_DIR or f"runs/notebooks/train/{PRESET}"
 EXPORT_DIR = EXPORT_DIR or f"runs/notebooks/weights/{PRESET}"

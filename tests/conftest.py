@@ -240,7 +240,7 @@ def make_notebook(path: Path) -> Path:
 
     # what makes it a kernel the bundle accepts (kernel.kernel_notebook_problem): the parameters above, and a call of
     # the package's solve (never run: tests that execute a kernel run the real notebook)
-    code = "from trm_kaggle.solve.solve import solve\n\nif False:\n    solve(None)\nprint('stand-in')\n"
+    code = "from trm_kaggle.solve import solve\n\nif False:\n    solve(None)\nprint('stand-in')\n"
     nb = {"nbformat": 4, "nbformat_minor": 5, "cells": [cell(0, params, ["parameters"]), cell(1, code)],
           "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
                        "language_info": {"name": "python"}}}

@@ -46,7 +46,7 @@ def _fake_gpu(monkeypatch, capability=(9, 0), arch_list=("sm_50", "sm_60"), firs
 
 @pytest.mark.parametrize("case", ["no kernels", "first op fails"])
 def test_workers_fall_back_to_cpu_with_one_warning(monkeypatch, case):
-    import trm_kaggle.solve.solve as S
+    import trm_kaggle.solve.job as S
 
     if case == "no kernels":
         _fake_gpu(monkeypatch, capability=(9, 0), arch_list=("sm_50", "sm_60"))
@@ -63,7 +63,7 @@ def test_workers_fall_back_to_cpu_with_one_warning(monkeypatch, case):
 
 
 def test_usable_gpu_keeps_the_workers_on_it(monkeypatch):
-    import trm_kaggle.solve.solve as S
+    import trm_kaggle.solve.job as S
 
     _fake_gpu(monkeypatch, capability=(8, 9), arch_list=("sm_80", "sm_89"))
     monkeypatch.setattr(torch, "ones", lambda *a, **k: torch.zeros(4))  # the first operation works

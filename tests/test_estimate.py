@@ -10,7 +10,7 @@ import torch
 
 import trm_kaggle.solve.step_timer as T
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.solve.estimate import KAGGLE_LIMIT_S, estimate, format_estimate
+from trm_kaggle.solve.pricing import KAGGLE_LIMIT_S, estimate, format_estimate
 from trm_kaggle.solve.schedule import MODES
 from trm_kaggle.solve.step_timer import StepTimer, seconds_per_call, time_steps, timing_cap
 
@@ -157,7 +157,7 @@ def test_each_kind_of_step_is_timed_with_the_optimizers_submit_builds(monkeypatc
 
 
 def test_estimate_command_applies_a_recipe(capsys, tmp_path, monkeypatch):
-    import trm_kaggle.solve.estimate as E
+    import trm_kaggle.solve.pricing as E
     from trm_kaggle.cli import main
     from trm_kaggle.model.export import export_inference
     from trm_kaggle.model.trm import TinyRecursiveModel

@@ -28,8 +28,7 @@ import pytest
 from cli_helpers import one_error_line
 from trm_kaggle.cli import main
 from trm_kaggle.errors import TRMError
-from trm_kaggle.kaggle import bundle as B
-from trm_kaggle.kaggle import rehearsal, sandbox
+from trm_kaggle.kaggle import bundle as B, rehearsal, sandbox
 from trm_kaggle.model.export import check_export
 
 from conftest import make_export, make_notebook
@@ -401,9 +400,9 @@ def _source(nb: dict, i: int, text: str) -> None:
     ("notebooks/kaggle_train.ipynb", "its parameters cell does not set FINETUNE_STEPS"),
     (lambda nb: nb["cells"][0]["metadata"].update(tags=[]), "no code cell is tagged 'parameters'"),
     (lambda nb: _source(nb, 1, "print('no model here')\n"), "no code cell calls solve() imported from "
-                                                            "trm_kaggle.solve.solve"),
+                                                            "trm_kaggle.solve"),
     (lambda nb: _source(nb, 1, "def solve(x):\n    pass\n\nsolve(1)\n"), "no code cell calls solve()"),
-    (lambda nb: _source(nb, 1, "from trm_kaggle.solve.solve import solve\n"), "no code cell calls solve()"),
+    (lambda nb: _source(nb, 1, "from trm_kaggle.solve import solve\n"), "no code cell calls solve()"),
     (lambda nb: _source(nb, 0, "KAGGLE_INPUT = '/kaggle/input'\n"),
      "its parameters cell does not set KAGGLE_WORKING, TIME_BUDGET"),
     (lambda nb: nb["metadata"]["kernelspec"].update(language="R", name="ir"), "its kernel language is 'R'"),
@@ -423,6 +422,6 @@ def test_the_shipped_kernel_and_magics_pass_the_notebook_check(tmp_path):
 
     assert kernel_notebook_problem(json.loads((REPO / "notebooks" / "kaggle_submission.ipynb").read_text())) is None
     nb = json.loads(edited_notebook(tmp_path / "nb.ipynb", lambda nb: _source(
-        nb, 1, "!pip install x\n%time y = 1\nfrom trm_kaggle.solve.solve import solve as run\nreport = run(None)\n"
+        nb, 1, "!pip install x\n%time y = 1\nfrom trm_kaggle.solve import solve as run\nreport = run(None)\n"
     )).read_text())
     assert kernel_notebook_problem(nb) is None  # shell and magic lines, an alias

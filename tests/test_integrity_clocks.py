@@ -23,8 +23,7 @@ import trm_kaggle
 from trm_kaggle.config import SolveConfig
 from trm_kaggle.evaluate.submission import check_submission
 from trm_kaggle.kaggle import rehearsal
-from trm_kaggle.solve import plan as P
-from trm_kaggle.solve import solve as S
+from trm_kaggle.solve import job as S, plan as P
 from trm_kaggle.solve.workers import stop_workers
 
 from conftest import SOLVE_ARCH as ARCH, small_unseen_tasks, solve_config

@@ -23,7 +23,7 @@ from conftest import write_run
 from integrity_helpers import build_sudoku4, train_args
 from test_regress import b, write_baselines, write_notebook
 from trm_kaggle.cli import main
-from trm_kaggle.experiments.regress import read_history
+from trm_kaggle.experiments.regression import read_history
 from trm_kaggle.jsonio import read_json_lines
 from trm_kaggle.train.metrics import read_metrics
 
@@ -89,7 +89,7 @@ def test_a_metrics_log_with_bytes_that_are_not_utf8_resumes(tmp_path):
 
 
 def test_history_values_that_are_not_finite_are_left_out_of_the_plot(tmp_path):
-    from trm_kaggle.experiments.regress import plot_history
+    from trm_kaggle.experiments.regression import plot_history
 
     path = tmp_path / "history.jsonl"
     path.write_text("\n".join(json.dumps({"commit": c, "metrics": {"acc": {"accuracy": v}}})

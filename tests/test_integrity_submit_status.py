@@ -17,7 +17,7 @@ import trm_kaggle.solve.worker as unit_mod
 from trm_kaggle.cli import build_parser, main
 from trm_kaggle.cli.kaggle import MODEL_FAILED_STATUS
 from trm_kaggle.evaluate.submission import check_submission
-from trm_kaggle.solve.solve import model_failure
+from trm_kaggle.solve.job import model_failure
 
 from conftest import make_export
 

@@ -122,7 +122,7 @@ def test_an_upward_import_is_caught(tmp_path):
     for name, source in (("trm_kaggle.data.x", "from trm_kaggle.model.trm import TinyRecursiveModel\n"),
                          ("trm_kaggle.evaluate.x", "def f():\n    from trm_kaggle.train import loop\n"),
                          ("trm_kaggle.model.x", "from trm_kaggle import train\n"),
-                         ("trm_kaggle.model.y", "import trm_kaggle.solve.solve\n"),
+                         ("trm_kaggle.model.y", "import trm_kaggle.solve.job\n"),
                          ("trm_kaggle.model.z", "from .trm import TinyRecursiveModel\n")):
         path = tmp_path / "x.py"
         path.write_text(source)
@@ -152,6 +152,14 @@ def module_of(target: str, modules: set[str]) -> str | None:
     return None
 
 
+def face_target(target: str) -> str:
+    """`trm_kaggle.<package>.<name>` read through the package's face: the module that defines the name."""
+    parts = target.split(".")
+    if len(parts) == 3 and parts[0] == "trm_kaggle" and (PACKAGE / parts[1] / "__init__.py").is_file():
+        return face(parts[1])[0].get(parts[2], target)
+    return target
+
+
 def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
     """{module: the package modules it imports} from {module name: its source}."""
     modules = set(sources)
@@ -164,6 +172,7 @@ def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 targets = [f"{node.module}.{alias.name}" for alias in node.names]
+            targets = [face_target(t) for t in targets]  # a name imported through a face: its module
             edges |= {m for m in (module_of(t, modules) for t in targets) if m is not None and m != name}
         graph[name] = edges
     return graph
@@ -217,7 +226,7 @@ def test_a_planted_cycle_is_caught():
     sources = package_sources()
     sources["trm_kaggle.solve.workdir"] += "\ndef planted():\n    from trm_kaggle.solve import solve\n"
     cycles = import_cycles(import_graph(sources))
-    assert len(cycles) == 1 and {"trm_kaggle.solve.workdir", "trm_kaggle.solve.solve"} <= set(cycles[0])
+    assert len(cycles) == 1 and {"trm_kaggle.solve.workdir", "trm_kaggle.solve.job"} <= set(cycles[0])
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -226,3 +235,97 @@ def test_each_cli_room_stays_small():
     """The command line is one room per family of commands (trm_kaggle/cli/): none grows past 300 lines."""
     rooms = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE / "cli").glob("*.py")}
     assert len(rooms) >= 8 and {name for name, lines in rooms.items() if lines >= 300} == set(), rooms
+
+
+# ---------------------------------------------------------------------------
+# One public face per package: other layers and benchmarks/ import through it
+# ---------------------------------------------------------------------------
+
+REPO = PACKAGE.parent
+#: Files outside the package held to the faces: the benchmarks, the bundle builder, the notebooks' sources.
+OUTSIDE = sorted([*(REPO / "benchmarks").rglob("*.py"), REPO / "build_bundle.py", *(REPO / "notebooks").rglob("*.py")])
+
+
+def subpackages() -> list[str]:
+    return sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+
+
+def face(package: str) -> tuple[dict[str, str], set[str]]:
+    """(public name -> defining module, public submodules) of `trm_kaggle.<package>`: its `_EXPORTS` and
+    `_MODULES`, or for a package that imports its names eagerly (config) the names its `__init__` imports."""
+    tree = ast.parse((PACKAGE / package / "__init__.py").read_text())
+    exports, modules = {}, set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id == "_EXPORTS":
+                exports = {k: f"trm_kaggle.{package}.{v}" for k, v in ast.literal_eval(node.value).items()}
+            elif node.targets[0].id == "_MODULES":
+                modules = set(ast.literal_eval(node.value))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(f"trm_kaggle.{package}."):
+            exports.update({a.asname or a.name: node.module for a in node.names})
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            exports[node.name] = f"trm_kaggle.{package}"  # defined by the face itself (the CLI's main)
+    return exports, modules
+
+
+def face_problems(path: Path, name: str) -> list[str]:
+    """Imports of `path` (module `name`) that reach into another subpackage instead of through its face."""
+    home = name.split(".")[1] if name.startswith("trm_kaggle.") else None
+    packages = set(subpackages())
+    bad = []
+    for line, target, level in imports_of(path):
+        parts = target.split(".")
+        if level or parts[0] != "trm_kaggle" or len(parts) < 2 or parts[1] not in packages or parts[1] == home:
+            continue
+        if len(parts) > 2 and not (len(parts) == 3 and parts[2] in face(parts[1])[1]):
+            bad.append(f"{name}:{line}: imports {target}: import what it needs from trm_kaggle.{parts[1]}")
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.count(".") == 1:
+            package = node.module.split(".")[1]
+            if node.module.startswith("trm_kaggle.") and package in packages and package != home:
+                exports, modules = face(package)
+                bad += [f"{name}:{node.lineno}: {a.name} is not public in trm_kaggle.{package} (its __init__)"
+                        for a in node.names if a.name not in exports and a.name not in modules]
+    return bad
+
+
+def outside_name(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts)
+
+
+@pytest.mark.parametrize("path", package_modules() + OUTSIDE,
+                         ids=lambda p: module_name(p) if PACKAGE in p.parents else outside_name(p))
+def test_other_layers_import_through_each_packages_face(path):
+    name = module_name(path) if PACKAGE in path.parents else outside_name(path)
+    assert face_problems(path, name) == []
+
+
+def test_each_face_lists_names_its_modules_define():
+    """Every public name resolves to an object of the module the face names (imported: a typo is caught)."""
+    import importlib
+
+    for package in subpackages():
+        exports, modules = face(package)
+        if package != "cli":
+            assert exports, f"trm_kaggle.{package}: its __init__ lists no public name"
+        for public, module in exports.items():
+            assert hasattr(importlib.import_module(module), public), f"{module} has no {public}"
+            assert not (PACKAGE / package / f"{public}.py").exists(), f"{package}.{public} is a name and a module"
+        for module in modules:
+            assert (PACKAGE / package / f"{module}.py").exists() or (PACKAGE / package / module).is_dir()
+
+
+def test_a_reach_past_a_face_is_caught(tmp_path):
+    path = tmp_path / "x.py"
+    path.write_text("from trm_kaggle.model.trm import TinyRecursiveModel\n")
+    assert face_problems(path, "trm_kaggle.evaluate.x") and face_problems(path, "benchmarks.x")
+    assert face_problems(path, "trm_kaggle.model.x") == []  # inside its own package
+    path.write_text("from trm_kaggle.model import not_public_anywhere\n")
+    assert face_problems(path, "benchmarks.x")
+    path.write_text("from trm_kaggle.model import TinyRecursiveModel\n")
+    assert face_problems(path, "benchmarks.x") == []
+
+
+def test_no_benchmark_imports_itself_through_others():
+    sources = package_sources() | {outside_name(p): p.read_text() for p in OUTSIDE}
+    assert import_cycles(import_graph(sources)) == []

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trm_kaggle.config import SolveConfig
-from trm_kaggle.solve.estimate import inference_seconds
+from trm_kaggle.solve.pricing import inference_seconds
 import trm_kaggle.solve.plan as P
 from trm_kaggle.solve.plan import (
     AUTO_MAX_AUG, AUTO_MAX_STEPS, INFERENCE_SHARE, SHORT_BATCH, SHORT_NUM_AUG, TASK_OVERHEAD_S, Budget, Rates,

@@ -19,8 +19,7 @@ import pytest
 
 from trm_kaggle.cli import main
 from trm_kaggle.errors import TRMError
-from trm_kaggle.experiments import recorded as R
-from trm_kaggle.experiments import regress as G
+from trm_kaggle.experiments import recorded as R, regression as G
 
 nbformat = pytest.importorskip("nbformat", reason="regress needs the notebooks extra: pip install -e '.[notebooks]'")
 pytest.importorskip("papermill", reason="regress needs the notebooks extra: pip install -e '.[notebooks]'")

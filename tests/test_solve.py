@@ -17,7 +17,7 @@ from trm_kaggle.evaluate.submission import check_submission, make_submission, va
 from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.model.export import export_inference, read_export
 from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.solve.solve import solve
+from trm_kaggle.solve import solve
 from trm_kaggle.solve.step_timer import timing_cap
 from trm_kaggle.solve.task import build_unseen_dataset, finetune
 
@@ -482,7 +482,7 @@ def test_a_work_dir_that_cannot_be_written_still_gives_a_submission(unseen, tmp_
 def test_a_full_disk_in_the_work_dir_costs_its_logs_not_the_submission(unseen, tmp_path, monkeypatch):
     import errno
 
-    import trm_kaggle.solve.solve as S
+    import trm_kaggle.solve.job as S
     import trm_kaggle.solve.workdir as W
 
     def full(path, *args, **kwargs):
@@ -519,7 +519,7 @@ def test_workers_end_when_the_kernel_is_killed(unseen, tmp_path):
     if not children.is_dir():
         pytest.skip("needs Linux /proc to find the worker processes")
     c = cfg(unseen, tmp_path, workers=2, finetune_steps=200)
-    script = f"from trm_kaggle.config import SolveConfig\nfrom trm_kaggle.solve.solve import solve\n" \
+    script = f"from trm_kaggle.config import SolveConfig\nfrom trm_kaggle.solve import solve\n" \
              f"solve(SolveConfig.model_validate_json({c.model_dump_json()!r}))\n"
     parent = subprocess.Popen([sys.executable, "-c", script])
     try:
@@ -584,7 +584,7 @@ def test_a_small_canvas_model_answers_the_tasks_that_fit_and_falls_back_on_the_r
     (None, 1, [None], False),  # one worker runs in the parent's device view
 ])
 def test_one_worker_per_visible_gpu(monkeypatch, visible, workers, expected, warned):
-    import trm_kaggle.solve.solve as S
+    import trm_kaggle.solve.job as S
 
     monkeypatch.setattr(S, "pick_device", lambda requested: torch.device("cuda"))
     monkeypatch.setattr(S, "cuda_problem", lambda: None)  # GPUs this torch build runs on
@@ -600,7 +600,7 @@ def test_one_worker_per_visible_gpu(monkeypatch, visible, workers, expected, war
 
 
 def test_cpu_workers_share_the_cores(monkeypatch):
-    import trm_kaggle.solve.solve as S
+    import trm_kaggle.solve.job as S
 
     monkeypatch.setattr(S, "usable_cores", lambda: 16)
     c = SolveConfig(challenges="c.json", weights="w", device="cpu", workers=4)
@@ -627,7 +627,7 @@ def test_a_task_predicted_whole_without_a_valid_grid_is_neither_answered_nor_cal
 def test_fallback_reasons_tell_a_cut_input_from_one_without_a_valid_grid():
     from types import SimpleNamespace
 
-    from trm_kaggle.solve.solve import fallback_reasons
+    from trm_kaggle.solve.job import fallback_reasons
 
     units = [SimpleNamespace(task_id="t", test_inputs=3)]
     reasons = fallback_reasons({"t": {}}, units, {}, set(), None, {"t": {"cut_inputs": [2]}},

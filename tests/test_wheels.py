@@ -17,8 +17,7 @@ import pytest
 
 from trm_kaggle import __version__
 from trm_kaggle.errors import TRMError
-from trm_kaggle.kaggle import metadata as M
-from trm_kaggle.kaggle import wheels as W
+from trm_kaggle.kaggle import metadata as M, wheels as W
 
 from conftest import USER, make_fake_wheel
 
@@ -28,7 +27,7 @@ def test_trm_kaggle_wheel_installs_offline(built, tmp_path):
     assert len(wheels) == 1 and f"-{__version__}-" in wheels[0].name
     target = tmp_path / "site"
     _install_target(wheels[0], target)
-    for rel in ("trm_kaggle/__init__.py", "trm_kaggle/solve/solve.py", "trm_kaggle/kaggle/bundle.py",
+    for rel in ("trm_kaggle/__init__.py", "trm_kaggle/solve/job.py", "trm_kaggle/kaggle/bundle.py",
                 "trm_kaggle/model/trm.py", "trm_kaggle/evaluate/submission.py"):
         assert (target / rel).is_file(), rel
     with zipfile.ZipFile(wheels[0]) as z:

@@ -260,7 +260,7 @@ def test_submit_on_xla_writes_cpus_submission(xla_device, tmp_path):
     from trm_kaggle.config import ArchConfig, SolveConfig
     from trm_kaggle.model.export import export_inference
     from trm_kaggle.model.trm import TinyRecursiveModel
-    from trm_kaggle.solve.solve import solve
+    from trm_kaggle.solve import solve
 
     rng = np.random.default_rng(0)
     challenges = tmp_path / "challenges.json"

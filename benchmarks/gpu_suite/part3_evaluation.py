@@ -145,7 +145,7 @@ def judge_agreement(ours: dict, upstream: dict) -> dict:
 
 def user_dtype(arch, device: torch.device) -> tuple[torch.dtype, str]:
     """The dtype `trm-kaggle evaluate` runs this model in on `device` (forward_dtype auto)."""
-    from trm_kaggle.model.dtype import resolve_forward_dtype
+    from trm_kaggle.model import resolve_forward_dtype
 
     return resolve_forward_dtype(arch.model_copy(update={"forward_dtype": "auto"}), device)
 
@@ -155,7 +155,7 @@ def evaluation(rep: PartReport, ctx: Context, s: dict, work: Path) -> None:
     with upstream's code its model through our pipeline on the same rows, its evaluator on those predictions,
     and both sides judged against upstream's float64 run; without it, ours against its own float64 run
     (reported, not judged). Pieces are dropped, last first, when the stage's allowance runs short."""
-    from trm_kaggle.data.format import load_metadata
+    from trm_kaggle.data import load_metadata
 
     ds = ctx.prepared / "data" / "arc"
     arch = E.make_arch(*s["arch"])
@@ -259,7 +259,7 @@ def upstream_model(ctx: Context, ours, arch, meta) -> UpstreamForEvaluate:
     """Upstream's model with ours' weights, on the device, float32, as `evaluate` drives it."""
     import importlib
 
-    from trm_kaggle.model.upstream import to_upstream_state_dict
+    from trm_kaggle.model import to_upstream_state_dict
 
     trm = importlib.import_module("models.recursive_reasoning.trm")
     losses = importlib.import_module("models.losses")
@@ -278,8 +278,8 @@ def upstream_evaluator_on(ctx: Context, run: dict, ds: Path, work: Path) -> dict
     the same predictions in must give the same votes out."""
     from types import SimpleNamespace
 
-    from trm_kaggle.data.format import load_split
-    from trm_kaggle.evaluate.decode import example_puzzles
+    from trm_kaggle.data import load_split
+    from trm_kaggle.evaluate import example_puzzles
 
     evaluator, why = upstream_arc_evaluator(ds)
     if evaluator is None:
@@ -359,7 +359,7 @@ def process_group_of_one():
 
 def random_export(work: Path, sizes: tuple) -> Path:
     """A random export of the ARC config `sizes` (one puzzle row: unseen tasks start from it)."""
-    from trm_kaggle.model.export import export_inference
+    from trm_kaggle.model import export_inference
 
     arch = E.make_arch(*sizes)
     model = E.random_model(arch, 1, seed=0)
@@ -370,7 +370,7 @@ def solve_tasks(rep: PartReport, ctx: Context, s: dict, work: Path) -> None:
     """`trm-kaggle submit`'s solve of the unseen tasks with the stage's allowance as its budget (less what the
     export and the solve's start take), its plan priced on this device."""
     from trm_kaggle.config import SolveConfig
-    from trm_kaggle.solve.solve import solve
+    from trm_kaggle.solve import solve
 
     challenges = ctx.prepared / "data" / "unseen_challenges.json"
     weights = random_export(work, s["arch"])
@@ -459,7 +459,7 @@ def inference_projection(rep: PartReport, solved: dict, factors: dict[str, float
     """The hidden set's prediction alone at the evaluation's rate in the user's dtype, compiled (examples/s end
     to end, 16 ACT steps), scaled to an L4 the same two ways: at the solve plan's num_aug and at upstream's
     evaluation recipe (1000 augmentations per task)."""
-    from trm_kaggle.solve.estimate import TEST_INPUTS_PER_TASK
+    from trm_kaggle.solve import TEST_INPUTS_PER_TASK
 
     user = (rep.data["results"].get("evaluation") or {}).get("user")
     if not user:

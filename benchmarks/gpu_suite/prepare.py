@@ -122,8 +122,7 @@ def wheels(dest: Path, download: bool, smoke: bool, with_upstream: bool, manifes
            python: str = "3.12") -> dict:
     from packaging.requirements import Requirement
 
-    from trm_kaggle.kaggle.metadata import BundleIds
-    from trm_kaggle.kaggle.wheels import Target, build_wheels, resolve_dependencies
+    from trm_kaggle.kaggle import BundleIds, Target, build_wheels, resolve_dependencies
 
     target = Target(python_version=python, platforms=PLATFORMS)
     report = build_wheels(dest, ids=BundleIds(), kaggle_has=GPU_HAS, download=download, target=target,
@@ -162,7 +161,7 @@ def download_or_build(spec: str, target, dest: Path) -> Path:
     """The wheel pip downloads for `spec`; failing that, for a pure-Python project published only as source
     (hydra-core's antlr4-python3-runtime), the wheel pip builds from it here, which serves any CPython 3.
     A build that is not pure Python (its wheel names this machine's interpreter) is refused."""
-    from trm_kaggle.kaggle.wheels import pip_download
+    from trm_kaggle.kaggle import pip_download
 
     try:
         return pip_download(spec, target, dest)
@@ -224,9 +223,7 @@ def copy_upstream(src: str | None, dest: Path, manifest: dict, say) -> dict | No
 
 def datasets(dest: Path, sizes: dict, say) -> dict:
     from trm_kaggle.config import ArcBuildConfig, SudokuBuildConfig
-    from trm_kaggle.data.arc.tasks import load_subset, write_challenges
-    from trm_kaggle.data.arc.build import build_arc
-    from trm_kaggle.data.puzzles.sudoku import build_sudoku
+    from trm_kaggle.data import build_arc, build_sudoku, load_subset, write_challenges
 
     dest.mkdir(parents=True)
     build_sudoku(SudokuBuildConfig(output_dir=str(dest / "sudoku4"), size=4, num_train=sizes["sudoku_train"],

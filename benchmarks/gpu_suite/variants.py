@@ -21,7 +21,7 @@ import torch
 
 def ours_compiled(model: torch.nn.Module, **compile_kwargs) -> torch.nn.Module:
     """Ours compiled (see the module docstring). Returns the model to run."""
-    from trm_kaggle.model.compiling import apply_compile
+    from trm_kaggle.model import apply_compile
 
     apply_compile(model, "on", model.H_init.device, **compile_kwargs)
     return model
@@ -41,7 +41,7 @@ def fused(fp8: bool) -> Callable[..., torch.nn.Module]:
     calls too: `arch.fp8=nograd`), compiled: the same weights, another way of computing them."""
     def make(model: torch.nn.Module, **compile_kwargs) -> torch.nn.Module:
         from trm_kaggle.config import ArchConfig
-        from trm_kaggle.model.fused import block_dispatch, fused_variant
+        from trm_kaggle.model import block_dispatch, fused_variant
 
         model.arch = ArchConfig(**fused_variant(model.arch, fp8=fp8))
         dispatch = block_dispatch(model.arch)

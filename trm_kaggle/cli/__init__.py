@@ -85,7 +85,7 @@ def _main(argv: list[str] | None, started: float) -> int:
     if argv[:1] in (["sweep"], ["launch"]):
         # argparse takes positionals in one run, so `sweep GRID --preset P key=value` would leave the
         # overrides unmatched: they are split off first and joined again after parsing.
-        from trm_kaggle.train.overrides import split_cli_args
+        from trm_kaggle.train import split_cli_args
 
         flags, overrides = split_cli_args(argv[head:], value_flags=SWEEP_VALUE_FLAGS)
         argv = argv[:head] + flags

@@ -122,7 +122,7 @@ def add_launch(sub) -> None:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from trm_kaggle.launch.plan import cluster_config, launch_training
+    from trm_kaggle.launch import cluster_config, launch_training
 
     cluster = cluster_config(args.launcher, cluster_values(args))
     print(launch_training(cluster, config_file=args.config, presets=args.preset, overrides=args.overrides).describe())

@@ -31,10 +31,10 @@ def add_build_arc(sub) -> None:
 
 
 def cmd_build_arc(args: argparse.Namespace) -> int:
-    from trm_kaggle.data.arc.build import build_arc, format_build_summary
+    from trm_kaggle.data import build_arc, format_arc_build
 
     cfg = ArcBuildConfig(**config_kwargs(args, ArcBuildConfig.model_fields))
-    print(format_build_summary(build_arc(cfg)))
+    print(format_arc_build(build_arc(cfg)))
     return 0
 
 
@@ -62,12 +62,11 @@ def _reject_source_repo(args: argparse.Namespace) -> None:
 
 
 def cmd_build_sudoku(args: argparse.Namespace) -> int:
-    from trm_kaggle.data.puzzles.grids import format_build_summary
-    from trm_kaggle.data.puzzles.sudoku import build_sudoku
+    from trm_kaggle.data import build_sudoku, format_grid_build
 
     _reject_source_repo(args)
     summary = build_sudoku(SudokuBuildConfig(**config_kwargs(args, SudokuBuildConfig.model_fields)))
-    print(format_build_summary(summary, "Sudoku puzzles"))
+    print(format_grid_build(summary, "Sudoku puzzles"))
     return 0
 
 
@@ -88,12 +87,11 @@ def add_build_maze(sub) -> None:
 
 
 def cmd_build_maze(args: argparse.Namespace) -> int:
-    from trm_kaggle.data.puzzles.grids import format_build_summary
-    from trm_kaggle.data.puzzles.maze import build_maze
+    from trm_kaggle.data import build_maze, format_grid_build
 
     _reject_source_repo(args)
     summary = build_maze(MazeBuildConfig(**config_kwargs(args, MazeBuildConfig.model_fields)))
-    print(format_build_summary(summary, "mazes"))
+    print(format_grid_build(summary, "mazes"))
     return 0
 
 
@@ -125,10 +123,10 @@ def add_build_code_repair(sub) -> None:
 
 
 def cmd_build_code_repair(args: argparse.Namespace) -> int:
-    from trm_kaggle.data.code.repair import build_code_repair, format_build_summary
+    from trm_kaggle.data import build_code_repair, format_repair_build
 
     summary = build_code_repair(CodeRepairBuildConfig(**config_kwargs(args, CodeRepairBuildConfig.model_fields)))
-    print(format_build_summary(summary))
+    print(format_repair_build(summary))
     return 0
 
 
@@ -144,7 +142,7 @@ def add_verify(sub) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from trm_kaggle.data.verify import format_summary, verify_dataset
+    from trm_kaggle.data import format_summary, verify_dataset
 
     summary = verify_dataset(args.dataset_dir)
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))

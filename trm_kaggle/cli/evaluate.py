@@ -56,7 +56,7 @@ def add_evaluate(sub) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from trm_kaggle.evaluate.run import evaluate_export
+    from trm_kaggle.evaluate import evaluate_export
 
     modes = list(dict.fromkeys(args.task_ids))
     if len(modes) > 1 and (args.save_votes or args.pool_with or args.report_dir):
@@ -90,8 +90,8 @@ def add_evaluate_repair(sub) -> None:
 
 
 def cmd_evaluate_repair(args: argparse.Namespace) -> int:
-    from trm_kaggle.evaluate.repair import evaluate_repair, format_repair_report
-    from trm_kaggle.model.export import load_model_for_dataset
+    from trm_kaggle.evaluate import evaluate_repair, format_repair_report
+    from trm_kaggle.model import load_model_for_dataset
     from trm_kaggle.hardware import pick_device
 
     cfg = RepairEvalConfig(**config_kwargs(args, RepairEvalConfig.model_fields))
@@ -118,7 +118,7 @@ def add_validate_submission(sub) -> None:
 
 
 def cmd_validate_submission(args: argparse.Namespace) -> int:
-    from trm_kaggle.evaluate.submission import check_submission, expected_counts
+    from trm_kaggle.evaluate import check_submission, expected_counts
 
     check_submission(args.submission, args.challenges)
     counts = expected_counts(args.challenges)
@@ -141,8 +141,7 @@ def add_score(sub) -> None:
 def cmd_score(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from trm_kaggle.evaluate.scoring import format_score, score_submission
-    from trm_kaggle.evaluate.submission import check_scorable
+    from trm_kaggle.evaluate import check_scorable, format_score, score_submission
 
     check_scorable(args.submission, args.solutions)  # validated first, as validate-submission does
     report = score_submission(args.submission, args.solutions)

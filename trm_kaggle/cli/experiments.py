@@ -48,7 +48,7 @@ def add_sweep(sub) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from trm_kaggle.experiments.sweep import describe_grids, load_grid, run_sweep, with_seeds
+    from trm_kaggle.experiments import describe_grids, load_grid, run_sweep, with_seeds
 
     if args.list_grids:
         print(describe_grids())
@@ -60,7 +60,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         grid = with_seeds(grid, args.seeds)
     cluster = cluster_values(args)
     if args.launcher is not None:
-        from trm_kaggle.launch.plan import cluster_config, launch_sweep
+        from trm_kaggle.launch import cluster_config, launch_sweep
 
         if args.parallel != 1 or args.dry_run:
             raise TRMError("--parallel and --dry-run run the sweep here; with --launcher the cluster runs it")
@@ -92,7 +92,7 @@ def add_compare(sub) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from trm_kaggle.experiments.compare import write_comparison
+    from trm_kaggle.experiments import write_comparison
 
     out = args.out or (f"{args.dirs[0].rstrip('/')}/compare" if len(args.dirs) == 1 else "compare")
     paths = write_comparison(args.dirs, out, metric=args.metric)
@@ -123,7 +123,7 @@ def add_regress(sub) -> None:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from trm_kaggle.experiments.regress import regress
+    from trm_kaggle.experiments import regress
 
     return regress(args.names, out=args.out, update=args.update_baselines, notebook_dir=args.notebooks,
                    jobs=args.jobs)

@@ -64,7 +64,7 @@ def _add_solve_options(p: argparse.ArgumentParser) -> None:
 
 
 def _solve_config(args: argparse.Namespace, **required):
-    from trm_kaggle.solve.recipes import solve_config
+    from trm_kaggle.solve import solve_config
 
     return solve_config(args.recipe, **{**config_kwargs(args, SolveConfig.model_fields), **required})
 
@@ -74,12 +74,12 @@ MODEL_FAILED_STATUS = 3
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from trm_kaggle.solve.recipes import describe_recipes
+    from trm_kaggle.solve import describe_recipes
 
     if args.list_recipes:  # before torch: the list answers at once
         print(describe_recipes())
         return 0
-    from trm_kaggle.solve.solve import solve
+    from trm_kaggle.solve import solve
 
     missing = [f"--{k}" for k in ("challenges", "weights") if not getattr(args, k)]
     if missing:
@@ -122,12 +122,12 @@ def add_estimate(sub) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from trm_kaggle.solve.recipes import describe_recipes
+    from trm_kaggle.solve import describe_recipes
 
     if args.list_recipes:  # before torch: the list answers at once
         print(describe_recipes())
         return 0
-    from trm_kaggle.solve.estimate import estimate_kernel
+    from trm_kaggle.solve import estimate_kernel
 
     if not (args.weights or args.preset):
         raise TRMError("estimate needs --weights EXPORT_DIR or --preset NAME")

@@ -37,14 +37,13 @@ def add_train(sub) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from trm_kaggle.train.presets import describe_presets
-    from trm_kaggle.train.settings import dump_config, load_train_config
+    from trm_kaggle.train import describe_presets, dump_config, load_train_config
 
     if args.list_presets:
         print(describe_presets())
         return 0
     if args.list_settings:
-        from trm_kaggle.train.settings import describe_settings
+        from trm_kaggle.train import describe_settings
 
         print(describe_settings())
         return 0
@@ -67,13 +66,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
     """Train; the first replica prints the summary and exports (every process under torchrun)."""
-    from trm_kaggle.train.checkpoint import export_run
-    from trm_kaggle.train.loop import train
+    from trm_kaggle.train import export_run, train
 
     try:
         result = train(cfg, signals=True)  # SIGINT/SIGTERM: a state saved, then TrainingInterrupted
     except (MemoryError, RuntimeError) as e:  # out of memory outside a step (the step says it itself)
-        from trm_kaggle.train.memory import is_out_of_memory, out_of_memory_error
+        from trm_kaggle.train import is_out_of_memory, out_of_memory_error
 
         if not is_out_of_memory(e):
             raise
@@ -90,7 +88,7 @@ def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
 
 def train_settings(argv: list[str]):
     """The TrainConfig that `trm-kaggle train ARGV` would train with (raises on settings that do not resolve)."""
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.train import load_train_config
 
     parser, sub = command_parser()  # `trm-kaggle` with `train` alone: the same parse, the same error lines
     add_train(sub)
@@ -138,7 +136,7 @@ def add_export(sub) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from trm_kaggle.train.checkpoint import export_run
+    from trm_kaggle.train import export_run
 
     t = time.perf_counter()
     export_run(args.run, args.out, args.mean_embedding, use_ema=not args.no_ema)
@@ -150,7 +148,7 @@ def _exported_line(export_dir, seconds: float, verb: str = "exported") -> str:
     """What export, train --export and import-upstream print: the export, its source and its parameter counts
     (without and with the table it was trained with), in the build commands' shape."""
     from trm_kaggle.jsonio import read_json
-    from trm_kaggle.model.export import export_parameter_count
+    from trm_kaggle.model import export_parameter_count
 
     config = read_json(f"{export_dir}/config.json", "config.json")
     info = config.get("info") or {}
@@ -178,7 +176,7 @@ def add_import_upstream(sub) -> None:
 
 
 def cmd_import_upstream(args: argparse.Namespace) -> int:
-    from trm_kaggle.model.upstream import import_upstream
+    from trm_kaggle.model import import_upstream
 
     t = time.perf_counter()
     model = import_upstream(args.checkpoint, args.out, config=args.config, seq_len=args.seq_len,

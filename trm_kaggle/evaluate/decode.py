@@ -40,7 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
-from trm_kaggle.data.augment import INVERSE_TRANSFORM, dihedral, invert_perm, parse_aug_name
+from trm_kaggle.data import INVERSE_TRANSFORM, dihedral, invert_perm, parse_aug_name
 from trm_kaggle.errors import DataError
 
 PAD, EOS, COLOUR0 = 0, 1, 2

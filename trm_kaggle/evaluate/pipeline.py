@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from trm_kaggle.config import EvaluateConfig
-from trm_kaggle.data.format import load_identifiers, load_split
+from trm_kaggle.data import load_identifiers, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.decode import (decode_split_tokens, example_puzzles, grids_to_keys, puzzle_augmentations,
                                         side_of)

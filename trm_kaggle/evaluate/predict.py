@@ -25,11 +25,10 @@ import numpy as np
 import torch
 
 from trm_kaggle import xla
-from trm_kaggle.data.format import DatasetMetadata, load_identifiers
-from trm_kaggle.data.loader import PuzzleLoader
+from trm_kaggle.data import DatasetMetadata, PuzzleLoader, load_identifiers
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import place_model
-from trm_kaggle.model.rollout import ContinuousRollout, balanced_slots, token_dtype
+from trm_kaggle.model import ContinuousRollout, balanced_slots, token_dtype
 from trm_kaggle.progress import tqdm
 
 

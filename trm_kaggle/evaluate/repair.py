@@ -36,8 +36,7 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import RepairEvalConfig
-from trm_kaggle.data.code.repair import load_repair_tokens, read_repair_info, read_repair_meta
-from trm_kaggle.data.format import load_split
+from trm_kaggle.data import load_repair_tokens, load_split, read_repair_info, read_repair_meta
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.predict import predict_split
 from trm_kaggle.hardware import place_model

@@ -155,7 +155,7 @@ def _markdown(report: dict, pictures: dict[str, str]) -> str:
 
 def weights_record(weights: str | os.PathLike) -> dict[str, str]:
     """What a report records of the weights it evaluated: their path and the digest of their tensors."""
-    from trm_kaggle.model.export import export_digest
+    from trm_kaggle.model import export_digest
 
     return {"path": str(weights), "sha256": export_digest(weights)}
 

@@ -17,8 +17,7 @@ from trm_kaggle.evaluate.report import (check_report_dir, format_metrics, format
                                         write_report)
 from trm_kaggle.evaluate.vote import VoteTable
 from trm_kaggle.hardware import pick_device
-from trm_kaggle.model.compiling import apply_compile
-from trm_kaggle.model.export import apply_task_ids, load_model_for_dataset
+from trm_kaggle.model import apply_compile, apply_task_ids, load_model_for_dataset
 
 
 def _stderr(line: str) -> None:

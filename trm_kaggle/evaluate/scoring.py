@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from trm_kaggle.data.arc.tasks import grid_problem
+from trm_kaggle.data import grid_problem
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.stats import format_interval, wilson_interval
 from trm_kaggle.evaluate.submission import ATTEMPTS, GridKey, grid_key, load_solutions, load_submission, plain_grid

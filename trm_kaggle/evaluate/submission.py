@@ -49,7 +49,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 import numpy as np
 
 from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.data.arc.tasks import grid_problem, parse_task, read_challenges
+from trm_kaggle.data import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.wording import count

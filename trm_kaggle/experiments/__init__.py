@@ -1,2 +1,24 @@
 """Experiments above single runs: grids of training runs (sweep.py), their comparison (compare.py), and the
 regression notebooks' runner (regress.py, with recorded.py for the metrics the notebooks record)."""
+
+from trm_kaggle.faces import lazy_face
+
+# What other layers use, by the module that defines it; the rest of the package is private to it.
+_EXPORTS = {
+    "RUN_CONFIG": "sweep",
+    "default_notebook_dir": "regression",
+    "describe_grids": "sweep",
+    "load_grid": "sweep",
+    "load_runs": "compare",
+    "plan_sweep": "sweep",
+    "plot_curves": "compare",
+    "record": "recorded",
+    "regress": "regression",
+    "repeated_variants": "sweep",
+    "run_sweep": "sweep",
+    "with_seeds": "sweep",
+    "write_comparison": "compare",
+}
+_MODULES = ()  # public modules
+
+__all__, __getattr__, __dir__ = lazy_face(__name__, _EXPORTS, _MODULES)

@@ -46,7 +46,7 @@ from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.train.metrics import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, read_metrics
+from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +100,8 @@ def parameter_counts(config: dict) -> tuple[int, int] | None:
     from its architecture and its dataset's shape; None when the dataset is not readable here."""
     import torch
 
-    from trm_kaggle.data.format import load_metadata
-    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.data import load_metadata
+    from trm_kaggle.model import TinyRecursiveModel
 
     try:
         cfg = TrainConfig.model_validate(config)

@@ -45,17 +45,15 @@ import pydantic
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
-from trm_kaggle.data.format import load_metadata
+from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
 from trm_kaggle.outputs import overlap_problem
 from trm_kaggle.progress import tqdm
-from trm_kaggle.train.run_io import training_io
-from trm_kaggle.train.settings import (
-    RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, read_config_file,
-)
+from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, read_config_file,
+                              training_io)
 
 log = logging.getLogger(__name__)
 

@@ -116,7 +116,7 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     weights = Path(weights)
     if not is_export(weights):
         raise TRMError(f"--weights {weights}: not an export (needs weights.safetensors + config.json)")
-    from trm_kaggle.model.export import check_export  # torch: only when a bundle is built
+    from trm_kaggle.model import check_export  # torch: only when a bundle is built
 
     check_export(weights)  # damaged, non-finite weights, or a config.json they do not fit: before any slow step
     _check_parts(out, {"wheels": "kaggle wheels dataset", "weights": "kaggle weights dataset",

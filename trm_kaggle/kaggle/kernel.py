@@ -26,8 +26,8 @@ DEFAULT_NOTEBOOK = Path("notebooks") / "kaggle_submission.ipynb"
 PARAMETER_NAMES = ("KAGGLE_INPUT", "KAGGLE_WORKING", "TIME_BUDGET", "FINETUNE_STEPS", "NUM_AUG", "MAX_TASKS",
                    "WORKERS", "DEVICE", "WHEELS_DIR", "WEIGHTS_DIR")
 WHEEL_SCRIPT = "build_adam_atan2_wheel.py"
-#: The package's fallback-first entry a submission kernel calls (`from trm_kaggle.solve.solve import solve`).
-SOLVE_MODULE, SOLVE_NAME = "trm_kaggle.solve.solve", "solve"
+#: The package's fallback-first entry a submission kernel calls (`from trm_kaggle.solve import solve`, its face).
+SOLVE_MODULE, SOLVE_NAME = "trm_kaggle.solve", "solve"
 
 
 def read_notebook(path: Path) -> dict:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.data.arc.tasks import read_challenges
+from trm_kaggle.data import read_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import KERNEL_META, REPO_ROOT, BundleIds, tail_lines, validate_bundle
@@ -126,8 +126,7 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     sets (or overrides) notebook parameters, `kernel_env` adds to the kernel's environment (e.g.
     KAGGLE_KERNEL_RUN_TYPE, as in Kaggle's Save Version run) and `alter` changes the inputs before the run.
     """
-    from trm_kaggle.evaluate.scoring import score_submission
-    from trm_kaggle.evaluate.submission import check_submission
+    from trm_kaggle.evaluate import check_submission, score_submission
 
     out = Path(out_dir).absolute()
     t0 = time.monotonic()

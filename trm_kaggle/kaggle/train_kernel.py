@@ -29,7 +29,7 @@ from trm_kaggle.kaggle.metadata import (
     train_kernel_metadata_problems, raise_problems, write_manifest,
 )
 from trm_kaggle.kaggle.packed import ARCHIVE_KEY, pack
-from trm_kaggle.train.overrides import override_mapping
+from trm_kaggle.train import override_mapping
 
 TRAIN_NOTEBOOK = Path("notebooks") / "kaggle_train.ipynb"
 
@@ -48,7 +48,7 @@ def build_data(out_dir: str | os.PathLike, dataset_dir: str | os.PathLike, *, id
     """`out_dir`: the verified dataset packed as `data.tar`, `manifest.json` (sha256 and size of the archive and
     of every file in it) and `dataset-metadata.json` for `<user>/<prefix>-data`; replaced atomically, the source
     is only read."""
-    from trm_kaggle.data.verify import verify_dataset
+    from trm_kaggle.data import verify_dataset
 
     src = Path(dataset_dir)
     summary = verify_dataset(src)  # DataError (a TRMError) naming the first problem
@@ -107,7 +107,7 @@ def _newest_step(folder: Path) -> int | None:
 
 def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) -> None:
     """The kernel's settings must make a training config (the data path is the kernel's to find)."""
-    from trm_kaggle.train.settings import load_train_config
+    from trm_kaggle.train import load_train_config
 
     if not presets:
         raise TRMError("--train-kernel needs --preset NAME (trm-kaggle train --help lists the presets)")

@@ -22,7 +22,7 @@ from trm_kaggle.kaggle.wheels import install_line
 
 
 def is_export(path: Path) -> bool:
-    from trm_kaggle.model.export import EXPORT_FORMAT
+    from trm_kaggle.model import EXPORT_FORMAT
 
     cfg = Path(path) / "config.json"
     if not cfg.is_file() or not (Path(path) / "weights.safetensors").is_file():
@@ -49,7 +49,7 @@ def _md_value(v: Any) -> str:
 
 def _parameters(config: dict) -> str:
     """Parameter counts without and with the trained puzzle-embedding table, from the export's config."""
-    from trm_kaggle.model.export import export_parameter_count
+    from trm_kaggle.model import export_parameter_count
 
     try:
         text = str(export_parameter_count(config))
@@ -128,7 +128,7 @@ def check_compile_cache(path: str | os.PathLike) -> dict:
     machine's."""
     import hashlib
 
-    from trm_kaggle.model.compiling import MAX_CACHE_BYTES, read_cache_record
+    from trm_kaggle.model import MAX_CACHE_BYTES, read_cache_record
 
     path = Path(path)
     if not path.is_file():
@@ -151,7 +151,7 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
         raise TRMError(f"--weights {export_dir}: not an export (needs weights.safetensors + a config.json written "
                        f"by `trm-kaggle export` or `trm-kaggle import-upstream`)")
     config = read_json(export_dir / "config.json", "config.json")
-    from trm_kaggle.model.export import read_export  # torch: only when a bundle is built
+    from trm_kaggle.model import read_export  # torch: only when a bundle is built
 
     # what the kernel will load, checked as it will be: readable, bound to its config, intact, finite
     n_tensors = len(read_export(export_dir)[1])
@@ -165,7 +165,7 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
         else:
             atomic_write_text(tmp / MODEL_CARD, model_card(config, export_dir, ids))
         if cache_record is not None:
-            from trm_kaggle.model.compiling import CACHE_FILE, CACHE_RECORD
+            from trm_kaggle.model import CACHE_FILE, CACHE_RECORD
 
             target = cache_record["target"]
             log(f"adding the compile cache {compile_cache} (torch {target.get('torch')}, {target.get('device')}"

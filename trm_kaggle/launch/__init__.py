@@ -9,3 +9,15 @@ runs the jobs; this package checks a launch before it starts and writes the job 
     slurm.py     an sbatch script (a job array for a sweep)
     files.py     writing job files: atomically, never over an edited file without --force
 """
+
+from trm_kaggle.faces import lazy_face
+
+# What other layers use, by the module that defines it; the rest of the package is private to it.
+_EXPORTS = {
+    "cluster_config": "plan",
+    "launch_sweep": "plan",
+    "launch_training": "plan",
+}
+_MODULES = ('torchrun',)  # public modules
+
+__all__, __getattr__, __dir__ = lazy_face(__name__, _EXPORTS, _MODULES)

@@ -18,8 +18,8 @@ import pydantic
 
 from trm_kaggle.config import ClusterConfig, TrainConfig, validation_line
 from trm_kaggle.errors import TRMError
-from trm_kaggle.experiments.sweep import RUN_CONFIG
-from trm_kaggle.train.settings import default_run_dir, dump_config
+from trm_kaggle.experiments import RUN_CONFIG
+from trm_kaggle.train import default_run_dir, dump_config
 from trm_kaggle.wording import count
 
 SETTINGS_FILE = RUN_CONFIG  # a run's resolved settings, as a sweep's runs have them

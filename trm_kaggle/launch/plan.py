@@ -23,13 +23,12 @@ import pydantic
 
 from trm_kaggle.config import ClusterConfig, K8sOptions, SlurmOptions, SweepGrid, TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.experiments.sweep import plan_sweep, repeated_variants
+from trm_kaggle.experiments import plan_sweep, repeated_variants
 from trm_kaggle.launch import files, k8s, slurm
 from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_volume
 from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.outputs import Output, overlap_problem
-from trm_kaggle.train.run_io import training_io
-from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.train import load_train_config, training_io
 from trm_kaggle.wording import count
 
 

@@ -2,16 +2,65 @@
 losses (`losses.py`), inference rollouts (`rollout.py`), inference exports (`export.py`) and upstream's
 checkpoints (`upstream.py`)."""
 
-from trm_kaggle.model.losses import act_loss, softmax_cross_entropy, stablemax_cross_entropy
-from trm_kaggle.model.trm import Carry, PuzzleEmbedding, TinyRecursiveModel, prefix_length, resolve_forward_dtype
+from trm_kaggle.faces import lazy_face
 
-__all__ = [
-    "Carry",
-    "PuzzleEmbedding",
-    "TinyRecursiveModel",
-    "act_loss",
-    "prefix_length",
-    "resolve_forward_dtype",
-    "softmax_cross_entropy",
-    "stablemax_cross_entropy",
-]
+# What other layers use, by the module that defines it; the rest of the package is private to it.
+_EXPORTS = {
+    "CACHE_FILE": "compiling",
+    "CACHE_RECORD": "compiling",
+    "Carry": "trm",
+    "ContinuousRollout": "rollout",
+    "DTYPES": "dtype",
+    "EXPORT_FORMAT": "export",
+    "MAX_CACHE_BYTES": "compiling",
+    "NonFiniteSteps": "finite",
+    "NonFiniteTraining": "finite",
+    "PUZZLE_EMB_KEY": "export",
+    "ParameterCount": "trm",
+    "PuzzleEmbedding": "trm",
+    "RotaryEmbedding": "layers",
+    "TASK_ID_MODES": "export",
+    "TinyRecursiveModel": "trm",
+    "act_loss": "losses",
+    "act_rollout": "rollout",
+    "all_finite": "finite",
+    "apply_compile": "compiling",
+    "apply_rope": "layers",
+    "apply_task_ids": "export",
+    "balanced_slots": "rollout",
+    "block_dispatch": "fused",
+    "check_export": "export",
+    "compiled_graphs": "compiling",
+    "content_digest": "digest",
+    "cpu_bf16_speedup": "dtype",
+    "export_digest": "export",
+    "export_inference": "export",
+    "export_parameter_count": "export",
+    "first_nonfinite": "finite",
+    "fit_state_dict": "export",
+    "from_upstream_state_dict": "upstream",
+    "fused_variant": "fused",
+    "import_upstream": "upstream",
+    "load_compile_cache": "compiling",
+    "load_inference_model": "export",
+    "load_model_for_dataset": "export",
+    "load_upstream_checkpoint": "upstream",
+    "may_be_tracing": "compiling",
+    "model_from_train_state": "export",
+    "prefix_length": "trm",
+    "read_cache_record": "compiling",
+    "read_export": "export",
+    "resize_puzzle_embedding": "export",
+    "resolve_compile": "compiling",
+    "resolve_forward_dtype": "dtype",
+    "save_compile_cache": "compiling",
+    "softmax_cross_entropy": "losses",
+    "stablemax_cross_entropy": "losses",
+    "step_is_finite": "finite",
+    "swiglu_width": "layers",
+    "to_upstream_state_dict": "upstream",
+    "token_dtype": "rollout",
+}
+_MODULES = ('cpu_kernels', 'layers')  # public modules
+
+__all__, __getattr__, __dir__ = lazy_face(__name__, _EXPORTS, _MODULES)

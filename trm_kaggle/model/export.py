@@ -30,7 +30,7 @@ import torch
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import EXECUTION_FIELDS, ArchConfig, ExportConfig, TaskIdMode, TrainConfig, validation_line
-from trm_kaggle.data.format import load_metadata
+from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, TRMError
 from trm_kaggle.jsonio import read_failure, read_json, readable_file
 from trm_kaggle.model.digest import content_digest

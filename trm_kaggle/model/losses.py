@@ -29,7 +29,7 @@ from typing import Dict, Tuple
 import torch
 import torch.nn.functional as F
 
-from trm_kaggle.data.loader import IGNORE_LABEL_ID
+from trm_kaggle.data import IGNORE_LABEL_ID
 
 
 

@@ -26,7 +26,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 
 from trm_kaggle.config import ArchConfig
-from trm_kaggle.data.format import load_metadata
+from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, TRMError
 from trm_kaggle.jsonio import open_regular, read_failure, readable_file
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, fit_state_dict, resize_puzzle_embedding

@@ -1,7 +1,19 @@
 """Optimizers of upstream's recipe: AdamATan2 for the weights, SignSGD for the puzzle embeddings; Lion as an option."""
 
-from trm_kaggle.optim.adam_atan2 import AdamATan2, fused_available
-from trm_kaggle.optim.lion import Lion
-from trm_kaggle.optim.sign_sgd import SignSGD, sparse_sign_sgd_
+from trm_kaggle.faces import lazy_face
 
-__all__ = ["AdamATan2", "Lion", "SignSGD", "fused_available", "sparse_sign_sgd_"]
+# What other layers use, by the module that defines it; the rest of the package is private to it.
+_EXPORTS = {
+    "AdamATan2": "adam_atan2",
+    "EMA": "ema",
+    "Lion": "lion",
+    "MuonWithAdam": "muon",
+    "SignSGD": "sign_sgd",
+    "fused_available": "adam_atan2",
+    "muon_available": "muon",
+    "sparse_sign_sgd_": "sign_sgd",
+    "split_hidden_matrices": "muon",
+}
+_MODULES = ()  # public modules
+
+__all__, __getattr__, __dir__ = lazy_face(__name__, _EXPORTS, _MODULES)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch.optim.optimizer import Optimizer
 
-from trm_kaggle.model.compiling import may_be_tracing
+from trm_kaggle.model import may_be_tracing
 
 
 def _plain_until_compiling(name: str):

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from trm_kaggle import xla
-from trm_kaggle.model.trm import PuzzleEmbedding
+from trm_kaggle.model import PuzzleEmbedding
 from trm_kaggle.optim.common import BaseOptimizer, check_hyperparameters, closure_loss
 
 

@@ -4,3 +4,24 @@
 `workdir.py` (no torch). Beside them: the fine-tuning schedule (`schedule.py`), named test-time recipes
 (`recipes.py`), and how long the job takes on a device (`step_timer.py`, `plan.py`,
 `estimate.py`)."""
+
+from trm_kaggle.faces import lazy_face
+
+# What other layers use, by the module that defines it; the rest of the package is private to it.
+_EXPORTS = {
+    "TEST_INPUTS_PER_TASK": "pricing",
+    "demo_accuracy": "task",
+    "describe_recipes": "recipes",
+    "estimate": "pricing",
+    "estimate_kernel": "pricing",
+    "finetune": "task",
+    "finetune_phases": "schedule",
+    "format_estimate": "pricing",
+    "load_finetuned": "task",
+    "solve": "job",
+    "solve_config": "recipes",
+    "steps_by_kind": "schedule",
+}
+_MODULES = ()  # public modules
+
+__all__, __getattr__, __dir__ = lazy_face(__name__, _EXPORTS, _MODULES)

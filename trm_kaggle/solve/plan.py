@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 import torch
 
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.solve.estimate import finetune_seconds, inference_seconds
+from trm_kaggle.solve.pricing import finetune_seconds, inference_seconds
 from trm_kaggle.solve.step_timer import MIN_TIMING_S, SIZED_DEVICES, memory_batches, time_steps, timing_cap
 
 AUTO_MAX_AUG = 1000  # upstream's evaluation recipe votes over 1000 augmentations per task

@@ -2,7 +2,7 @@
 
 `SolveConfig.finetune` names the mode; `finetune_phases` turns (mode, fraction, steps) into phases of one run,
 which `trm_kaggle.solve.task.finetune` runs in turn (each resumes the run where the previous one stopped) and
-`trm_kaggle.solve.estimate` prices (a step that trains every weight costs more than one that trains rows alone).
+`trm_kaggle.solve.pricing` prices (a step that trains every weight costs more than one that trains rows alone).
 """
 
 from __future__ import annotations

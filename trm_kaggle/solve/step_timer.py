@@ -1,6 +1,6 @@
 """The step timer: one fine-tuning or prediction step at a time of the real architecture on this device
 (random weights: speed does not depend on their values; random ARC-shaped batches). The kernel's plan
-(`trm_kaggle.solve.plan`) and `trm-kaggle estimate` (`trm_kaggle.solve.estimate`) price the work from its
+(`trm_kaggle.solve.plan`) and `trm-kaggle estimate` (`trm_kaggle.solve.pricing`) price the work from its
 figures.
 
 Timing is bounded, announced and sized for the device (`time_steps`):
@@ -40,10 +40,8 @@ import torch
 
 from trm_kaggle import xla
 from trm_kaggle.config import ArchConfig, TrainConfig
-from trm_kaggle.model.losses import act_loss
-from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.train.optimizers import make_optimizers, optimizer_step
-from trm_kaggle.train.memory import GB, fitting_batch
+from trm_kaggle.model import TinyRecursiveModel, act_loss
+from trm_kaggle.train import GB, fitting_batch, make_optimizers, optimizer_step
 
 TIMING_SHARE = 0.1  # timing takes this share of the time left ...
 TIMING_FLOOR_S = 10.0  # ... or this much where it is at most FLOOR_SHARE of the time left (fewer seconds price

@@ -23,21 +23,16 @@ import numpy as np
 import torch
 
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
-from trm_kaggle.data.arc.build import build_arc, built_with
-from trm_kaggle.data.arc.tasks import MAX_GRID, LoadReport, parse_task
-from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
+from trm_kaggle.data import IGNORE_LABEL_ID, LoadReport, MAX_GRID, PuzzleLoader, build_arc, built_with, parse_task
 from trm_kaggle.errors import DataError
-from trm_kaggle.evaluate.pipeline import evaluate
+from trm_kaggle.evaluate import evaluate
 from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.model.compiling import apply_compile
-from trm_kaggle.model.export import load_model_for_dataset, model_from_train_state
-from trm_kaggle.model.rollout import ContinuousRollout
+from trm_kaggle.model import ContinuousRollout, apply_compile, load_model_for_dataset, model_from_train_state
 from trm_kaggle.solve.plan import demo_rows
 from trm_kaggle.solve.schedule import finetune_phases
 from trm_kaggle.solve.workdir import Unit, unit_dir, write_result
-from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train.loop import TrainResult, train
+from trm_kaggle.train import TrainResult, checkpoint as ckpt, train
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.data.arc.build import task_fits
-from trm_kaggle.data.arc.tasks import MAX_GRID, parse_task
+from trm_kaggle.data import MAX_GRID, parse_task, task_fits
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
 

@@ -26,8 +26,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.errors import describe
 from trm_kaggle.hardware import pick_device
-from trm_kaggle.model.compiling import load_compile_cache, resolve_compile, save_compile_cache
-from trm_kaggle.model.export import read_export
+from trm_kaggle.model import load_compile_cache, read_export, resolve_compile, save_compile_cache
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget, Plan, hms, plan_worker, task_deadlines
 from trm_kaggle.solve.task import export_canvas, solve_unit
 from trm_kaggle.solve.workdir import Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result

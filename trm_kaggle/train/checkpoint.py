@@ -33,12 +33,11 @@ import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
-from trm_kaggle.data.contents import contents_hash
+from trm_kaggle.data import contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
 from trm_kaggle.jsonio import open_regular, read_failure, read_json
-from trm_kaggle.model.digest import content_digest
-from trm_kaggle.model.finite import NonFiniteTraining, first_nonfinite
-from trm_kaggle.model.export import export_inference, model_from_train_state
+from trm_kaggle.model import (NonFiniteTraining, content_digest, export_inference, first_nonfinite,
+                              model_from_train_state)
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,8 @@ import torch
 
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
-from trm_kaggle.data.loader import IGNORE_LABEL_ID, PuzzleLoader
-from trm_kaggle.model.rollout import ContinuousRollout, balanced_slots
-from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.data import IGNORE_LABEL_ID, PuzzleLoader
+from trm_kaggle.model import ContinuousRollout, TinyRecursiveModel, balanced_slots
 from trm_kaggle.train.metrics import METRICS_FILE, read_metrics
 from trm_kaggle.train.runtime import Runtime, all_reduce_
 from trm_kaggle.train.stops import EvaluationCut, StopControl, expected_eval_seconds

@@ -108,8 +108,7 @@ def probe_activations(arch: ArchConfig, seq_len: int, vocab_size: int, device: t
 
 @functools.lru_cache(maxsize=64)
 def _probe(arch_json: str, seq_len: int, vocab_size: int, device: str, dtype: torch.dtype) -> int:
-    from trm_kaggle.model.losses import act_loss
-    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.model import TinyRecursiveModel, act_loss
 
     arch = ArchConfig.model_validate_json(arch_json)
     dev = torch.device(device)
@@ -150,7 +149,7 @@ def _probe(arch_json: str, seq_len: int, vocab_size: int, device: str, dtype: to
 
 def count_parameters(arch: ArchConfig, seq_len: int, vocab_size: int) -> int:
     """Trainable parameters of the model (built on the meta device: nothing is allocated)."""
-    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.model import TinyRecursiveModel
 
     with torch.device("meta"):
         return TinyRecursiveModel(arch, seq_len, vocab_size, 1).num_parameters()
@@ -161,7 +160,7 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
                              dtype: torch.dtype = torch.float32, baseline: int = 0, world_size: int = 1
                              ) -> MemoryEstimate:
     """The parts of a run's memory on one rank (see the module docstring)."""
-    from trm_kaggle.model.trm import prefix_length
+    from trm_kaggle.model import prefix_length
 
     arch = cfg.arch
     P = count_parameters(arch, seq_len, vocab_size)
@@ -250,7 +249,7 @@ def fitting_batch(arch: ArchConfig, *, seq_len: int, vocab_size: int, num_puzzle
     `fraction` of this process's memory share (`memory_share`), and that share; None where the memory
     cannot be read. A prediction batch keeps no activations for autograd, so it fits wherever a training
     batch of as many rows does (an upper bound used for both). `compiling`: see `training_rss`."""
-    from trm_kaggle.model.dtype import resolve_forward_dtype
+    from trm_kaggle.model import resolve_forward_dtype
 
     share = memory_share(processes)
     if share is None:
@@ -269,7 +268,7 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     available now (see `plan_micro_batch`). CUDA runs keep the configured size and halve it on
     out-of-memory errors, which CUDA raises as exceptions (a CPU run that overcommits is killed by the
     operating system instead, with no chance to retry)."""
-    from trm_kaggle.model.compiling import resolve_compile
+    from trm_kaggle.model import resolve_compile
 
     requested = min(cfg.micro_batch_size or local_batch, local_batch)
     if not cfg.auto_batch or device.type not in ("cpu", "mps"):

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trm_kaggle.model.finite import NonFiniteSteps, all_finite, step_is_finite
-from trm_kaggle.model.trm import Carry
+from trm_kaggle.model import Carry, NonFiniteSteps, all_finite, step_is_finite
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.optimizers import optimizer_step
 from trm_kaggle.train.runtime import Runtime

@@ -11,11 +11,8 @@ import torch
 
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.model.trm import TinyRecursiveModel
-from trm_kaggle.optim.adam_atan2 import AdamATan2
-from trm_kaggle.optim.lion import Lion
-from trm_kaggle.optim.muon import MuonWithAdam, muon_available, split_hidden_matrices
-from trm_kaggle.optim.sign_sgd import SignSGD
+from trm_kaggle.model import TinyRecursiveModel
+from trm_kaggle.optim import AdamATan2, Lion, MuonWithAdam, SignSGD, muon_available, split_hidden_matrices
 
 
 def make_optimizers(cfg: TrainConfig, model: TinyRecursiveModel, capturable: bool | None = None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trm_kaggle.model.trm import ParameterCount
+from trm_kaggle.model import ParameterCount
 from trm_kaggle.train.metrics import shown
 
 

@@ -50,7 +50,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def setup_runtime(cfg: TrainConfig) -> Runtime:
-    from trm_kaggle.model.trm import resolve_forward_dtype
+    from trm_kaggle.model import resolve_forward_dtype
 
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))

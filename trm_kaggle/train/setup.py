@@ -20,13 +20,12 @@ import torch
 from trm_kaggle import xla
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import TrainConfig
-from trm_kaggle.data.loader import PuzzleLoader
+from trm_kaggle.data import PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import directory_lock, refuse_if_held
-from trm_kaggle.model.compiling import apply_compile, compiled_graphs, load_compile_cache, save_compile_cache
-from trm_kaggle.optim.ema import EMA
-from trm_kaggle.train import checkpoint as ckpt
-from trm_kaggle.train import nonfinite
+from trm_kaggle.model import apply_compile, compiled_graphs, load_compile_cache, save_compile_cache
+from trm_kaggle.optim import EMA
+from trm_kaggle.train import checkpoint as ckpt, nonfinite
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.memory import memory_aware_micro_batch
 from trm_kaggle.train.metric_log import MetricLog

@@ -17,7 +17,7 @@ import numpy as np
 
 from trm_kaggle.config import TrainConfig, TrainStage
 from trm_kaggle.errors import TRMError
-from trm_kaggle.data.loader import PuzzleLoader
+from trm_kaggle.data import PuzzleLoader
 
 
 def stage_bounds(stages: list[TrainStage], run_steps: int) -> list[int]:
@@ -65,7 +65,7 @@ class StagePlan:
             bug_type, difficulty = example_meta
             allowed = np.ones(len(bug_type), dtype=bool)
             if stage.bug_types is not None:
-                from trm_kaggle.data.code.bugs import BUG_TYPES  # here: training without stages never needs it
+                from trm_kaggle.data import BUG_TYPES  # here: training without stages never needs it
 
                 unknown = sorted(set(stage.bug_types) - set(BUG_TYPES))
                 if unknown:
@@ -83,7 +83,7 @@ class StagePlan:
 
 def _example_meta(loader: PuzzleLoader) -> tuple[np.ndarray, np.ndarray]:
     """(bug type, difficulty) of every training example, in the loader's global example order."""
-    from trm_kaggle.data.code.repair import read_repair_meta  # the code-repair builder: imported when used
+    from trm_kaggle.data import read_repair_meta  # the code-repair builder: imported when used
 
     bug_types, difficulties = [], []
     for k, path in enumerate(loader.dataset_paths):

@@ -20,13 +20,11 @@ import torch.distributed as dist
 
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
-from trm_kaggle.data.loader import PuzzleLoader
+from trm_kaggle.data import PuzzleLoader
 from trm_kaggle.errors import TRMError
-from trm_kaggle.model.dtype import DTYPES
-from trm_kaggle.model.export import PUZZLE_EMB_KEY, fit_state_dict, read_export, resize_puzzle_embedding
-from trm_kaggle.model.trm import Carry, TinyRecursiveModel
-from trm_kaggle.model.upstream import load_upstream_checkpoint
-from trm_kaggle.optim.ema import EMA
+from trm_kaggle.model import (Carry, DTYPES, PUZZLE_EMB_KEY, TinyRecursiveModel, fit_state_dict,
+                              load_upstream_checkpoint, read_export, resize_puzzle_embedding)
+from trm_kaggle.optim import EMA
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.runtime import Runtime, all_reduce_, dtype_name

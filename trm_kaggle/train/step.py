@@ -18,8 +18,7 @@ from typing import Callable
 import torch
 
 from trm_kaggle.config import TrainConfig
-from trm_kaggle.model.losses import act_loss
-from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.model import TinyRecursiveModel, act_loss
 from trm_kaggle.train.memory import is_out_of_memory, out_of_memory_error
 from trm_kaggle.train.nonfinite import Applied, NonFinitePolicy, drop_gradients
 from trm_kaggle.train.optimizers import set_learning_rates

@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from trm_kaggle.model.trm import Carry
+from trm_kaggle.model import Carry
 
 
 class StepGuard:

@@ -373,7 +373,7 @@ def dataset_name(source: str, num_aug: int, *, max_tasks: int | None = None, can
     return "-".join(parts + [f"aug-{num_aug}"])
 
 
-def format_build_summary(s: dict) -> str:
+def format_arc_build(s: dict) -> str:
     """What `trm-kaggle build-arc` prints: the dataset, its counts and the time taken, then the notes."""
     return "\n".join([f"built {s['output_dir']}: {s['tasks']:,} tasks, {s['puzzle_identifiers']:,} puzzle identifiers, "
                       f"{s['train_examples']:,} train / {s['test_examples']:,} test examples in {s['seconds']:.1f} s"]

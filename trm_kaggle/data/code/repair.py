@@ -489,7 +489,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
     return summary
 
 
-def format_build_summary(s: dict) -> str:
+def format_repair_build(s: dict) -> str:
     """What `trm-kaggle build-code-repair` prints: totals, speed, skips, then pairs per type and split."""
     skipped = ", ".join(f"{v} {k}" for k, v in sorted(s["skipped_files"].items())) or "none"
     lines = [f"built {s['output_dir']}: {s['total_pairs']:,} pairs ({s['train']['examples']:,} train / "

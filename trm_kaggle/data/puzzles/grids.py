@@ -168,7 +168,7 @@ def build_summary(writer: DatasetWriter, started: float) -> dict:
     return summary
 
 
-def format_build_summary(s: dict, puzzles: str = "puzzles") -> str:
+def format_grid_build(s: dict, puzzles: str = "puzzles") -> str:
     """What `trm-kaggle build-sudoku` / `build-maze` print (`build_summary`'s dict; `puzzles` names them)."""
     return (f"built {s['output_dir']}: {s['train']['puzzles']:,} train / {s['test']['puzzles']:,} test {puzzles} "
             f"({s['train']['examples']:,} / {s['test']['examples']:,} examples), seq_len {s['seq_len']}, vocab "

@@ -16,7 +16,7 @@ budget running out — a complete, valid submission is written: tasks without pr
 documented fallback. The work directory keeps each finished task's result, so a restarted run answers
 only the tasks still missing.
 
-The modules form a one-way stack: solve.py -> workers.py -> (inside each worker) worker.py -> task.py, each
+The modules form a one-way stack: job.py -> workers.py -> (inside each worker) worker.py -> task.py, each
 of them reading and writing the work directory through workdir.py.
 """
 
@@ -35,11 +35,9 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import RECURSION_FIELDS, SolveConfig
-from trm_kaggle.data.arc.tasks import MAX_GRID, read_challenges
+from trm_kaggle.data import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError
-from trm_kaggle.evaluate.submission import (
-    make_submission, require_tasks, validate_submission, write_submission,
-)
+from trm_kaggle.evaluate import make_submission, require_tasks, validate_submission, write_submission
 from trm_kaggle.hardware import cuda_problem, pick_device, usable_cores, visible_cuda_ids
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.solve.plan import Budget

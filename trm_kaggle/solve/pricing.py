@@ -19,10 +19,10 @@ import torch
 
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.hardware import pick_device
-from trm_kaggle.model.export import read_export
+from trm_kaggle.model import read_export
 from trm_kaggle.solve.schedule import MODES, finetune_phases, steps_by_kind
 from trm_kaggle.solve.step_timer import REPEATS, StepTimes, time_steps, timing_cap
-from trm_kaggle.train.settings import load_train_config
+from trm_kaggle.train import load_train_config
 
 # ARC-AGI-2 evaluation: 120 tasks, 167 test inputs, 3.3 demonstration pairs per task on average
 TEST_INPUTS_PER_TASK = 167 / 120
