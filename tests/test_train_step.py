@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_train import cfg_for
-from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.puzzles.sudoku import build_sudoku
+from test_train import cfg_for, sudoku4  # noqa: F401 (the 40-puzzle dataset: 5 steps an epoch)
 from trm_kaggle.model.finite import NonFiniteSteps, NonFiniteTraining
 from trm_kaggle.model.losses import act_loss
 from trm_kaggle.train import nonfinite
@@ -20,13 +18,6 @@ from trm_kaggle.train.schedules import schedule_at
 from trm_kaggle.train.state import TrainState
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.step import StepRules, configure_model
-
-
-@pytest.fixture(scope="module")
-def sudoku4(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("data") / "sudoku4"
-    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=40, num_test=8, num_aug=1, progress=False))
-    return out
 
 
 def records(run: Path) -> list[dict]:
