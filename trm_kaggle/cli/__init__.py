@@ -24,6 +24,8 @@ import time
 # and a Ctrl-C during an import here would end in a traceback. `main` imports the rest under its handler.
 
 
+__all__ = ["START_HERE", "build_parser", "main"]  # the console script's entry, its parser, the first hint
+
 #: Where a new user starts: what the bare command and `--help` say.
 START_HERE = ("new here? Start with `trm-kaggle pipeline`: ARC-AGI-2 data, a short training, evaluation, a "
               "submission and the Kaggle bundle, offline, in minutes on a CPU (`trm-kaggle pipeline --help`)")
