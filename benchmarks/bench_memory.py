@@ -34,7 +34,7 @@ import json, sys, torch
 from trm_kaggle import hardware
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.model.dtype import DTYPES
-from trm_kaggle.train.loop import train
+from trm_kaggle.train import train
 from trm_kaggle.train.memory import estimate_training_memory
 from trm_kaggle.train.settings import load_train_config
 

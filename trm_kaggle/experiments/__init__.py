@@ -1,5 +1,5 @@
 """Experiments above single runs: grids of training runs (sweep.py), their comparison (compare.py), and the
-regression notebooks' runner (regress.py, with recorded.py for the metrics the notebooks record)."""
+regression notebooks' runner (regression.py, with recorded.py for the metrics the notebooks record)."""
 
 from trm_kaggle.faces import lazy_face
 
