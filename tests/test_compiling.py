@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._functorch.config as functorch_config
 from torch._dynamo.backends.common import aot_autograd
 
 from trm_kaggle.cli import main
@@ -288,6 +289,8 @@ def test_a_failing_compile_falls_back_to_eager_with_one_warning(caplog):
     assert len(calls) == tried and caplog.text.count("torch.compile failed") == 1  # not tried again, not said again
 
 
+@pytest.mark.skipif(not hasattr(functorch_config, "force_non_lazy_backward_lowering"),
+                    reason="a backward compiled with its forward needs torch >= 2.10")
 def test_a_backward_that_fails_to_compile_falls_back_at_the_forward(caplog):
     """The backward compiles with the forward, so that its failure is caught where the fallback can still act."""
     caplog.set_level(logging.WARNING)
@@ -331,7 +334,8 @@ def test_training_compiles_its_regions_when_on(data, tmp_path, monkeypatch):
     assert main(train_args(data, tmp_path / "c", "max_steps=3", "compile=on")) == 0
     monkeypatch.setattr(torch, "compile", real)
     assert main(train_args(data, tmp_path / "e", "max_steps=3")) == 0
-    assert {"regional_net", "act_begin", "act_end", "act_loss"} <= set(compiled), compiled
+    net = "regional_net" if hasattr(torch.compiler, "nested_compile_region") else "_run_block"
+    assert {net, "act_begin", "act_end", "act_loss"} <= set(compiled), compiled
     losses = [[r["loss"] for r in map(json.loads, (tmp_path / d / "metrics.jsonl").read_text().splitlines())]
               for d in ("c", "e")]
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)

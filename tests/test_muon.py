@@ -25,6 +25,9 @@ from trm_kaggle.train.optimizers import make_optimizers, optimizer_step, set_lea
 from trm_kaggle.train.settings import load_train_config
 from trm_kaggle.train.step_guard import StepGuard
 
+#: torch.optim.Muon arrived in torch 2.9 (older torch: `optimizer=muon` is refused, tested below)
+needs_muon = pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="needs torch.optim.Muon (torch >= 2.9)")
+
 MUON = ["optimizer=muon", "lr=1e-3"]
 
 
@@ -34,6 +37,7 @@ def names_by_group(model, dense) -> tuple[set[str], set[str]]:
     return groups[True], groups[False]
 
 
+@needs_muon
 @pytest.mark.parametrize("mlp_t", [False, True])
 def test_muon_takes_the_blocks_matrices_and_adam_atan2_the_rest(mlp_t):
     arch = ArchConfig(hidden_size=16, num_heads=2, L_layers=2, puzzle_emb_len=1, forward_dtype="float32", mlp_t=mlp_t)
@@ -57,6 +61,7 @@ def test_muon_takes_the_blocks_matrices_and_adam_atan2_the_rest(mlp_t):
     assert [g["lr"] for g in dense.param_groups] == [3e-4, 3e-4]  # one rate a step; Muon's ratio applies inside
 
 
+@needs_muon
 def test_the_steps_are_torchs_muon_and_adam_atan2():
     """Bit for bit: the Muon group steps as torch.optim.Muon (Moonshot's RMS match, lr * lr_ratio), the other
     as AdamATan2 on its own, over a few steps with changing rates."""
@@ -83,6 +88,7 @@ def test_the_steps_are_torchs_muon_and_adam_atan2():
         MuonWithAdam([torch.nn.Parameter(torch.ones(3))], [])
 
 
+@needs_muon
 def test_a_loaded_state_dict_continues_identically():
     torch.manual_seed(1)
     w, v = torch.randn(5, 3), torch.randn(3)
@@ -120,6 +126,7 @@ def one_step(model, dense, sparse, lr=1e-3):
     set_learning_rates(dense, sparse, lr, 1e-2)
 
 
+@needs_muon
 def test_the_step_guard_puts_a_muon_step_back():
     """StepGuard copies every tensor the step writes (weights, momentum buffers, AdamATan2's moments and counts)
     and puts them back where the step was not finite."""
@@ -142,6 +149,7 @@ def test_the_step_guard_puts_a_muon_step_back():
     assert all(torch.equal(t, b) for t, b in zip(written, before))
 
 
+@needs_muon
 def test_a_steady_state_muon_step_reads_nothing_on_the_host(sudoku4, tmp_path, monkeypatch):
     """CUDA's step on this CPU (the finite check and AdamATan2's step counts on the device): Muon's step reads
     nothing on the host either, so 4 more steps add no read."""
@@ -151,6 +159,7 @@ def test_a_steady_state_muon_step_reads_nothing_on_the_host(sudoku4, tmp_path, m
     assert eight.count - four.count <= 4 * MAX_HOST_READS_PER_STEP, (eight.seen, four.seen)
 
 
+@needs_muon
 def test_a_muon_run_learns_and_resumes_exactly(sudoku4, tmp_path):
     full = train(cfg_for(sudoku4, tmp_path / "a", "max_steps=4", *MUON))
     train(cfg_for(sudoku4, tmp_path / "b", "max_steps=2", *MUON))
@@ -169,6 +178,7 @@ def test_a_muon_run_learns_and_resumes_exactly(sudoku4, tmp_path):
     assert kinds == {"momentum_buffer", "step", "exp_avg", "exp_avg_sq"}
 
 
+@needs_muon
 def test_a_muon_run_lowers_the_loss(sudoku4, tmp_path):
     train(cfg_for(sudoku4, tmp_path / "run", "max_steps=40", "log_interval=1", *MUON))
     got = [loss for _, loss in losses(tmp_path / "run")]
@@ -176,6 +186,7 @@ def test_a_muon_run_lowers_the_loss(sudoku4, tmp_path):
     assert sum(got[-8:]) / 8 < 0.8 * sum(got[:8]) / 8, got
 
 
+@needs_muon
 def test_a_float16_muon_run_keeps_float32_state(sudoku4, tmp_path):
     """The loss scaler unscales every gradient of the one optimizer and steps it whole."""
     result = train(cfg_for(sudoku4, tmp_path / "run", "max_steps=2", "arch.forward_dtype=float16", *MUON))
@@ -204,6 +215,7 @@ def test_a_torch_without_muon_gets_one_line_before_the_run_folder(sudoku4, tmp_p
     assert not run.exists()
 
 
+@needs_muon
 def test_building_and_stepping_muon_does_not_import_dynamo():
     """torch's Muon class imports torch._dynamo when built; the optimizer here calls its step function only."""
     code = ("import sys, torch\n"

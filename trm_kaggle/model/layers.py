@@ -42,6 +42,8 @@ def trunc_normal_(tensor: torch.Tensor, std: float = 1.0, lower: float = -2.0, u
     1 + (a*phi(a) - b*phi(b))/Z - ((phi(a) - phi(b))/Z)^2 with Z = Phi(b) - Phi(a).
     """
     with torch.no_grad():
+        if tensor.is_meta:  # no values to draw (the memory estimate's models); older torch draws import dynamo
+            return tensor
         if std == 0:
             return tensor.zero_()
         phi = lambda x: math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)  # noqa: E731
