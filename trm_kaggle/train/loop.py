@@ -98,7 +98,7 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
             batch = {k: batch[k].to(rt.device, non_blocking=True) for k in ("inputs", "labels", "puzzle_identifiers")}
 
             schedule = run.schedule()
-            applied, metrics = train_step(state, batch, schedule, run.step)
+            applied, metrics = train_step(state, batch, schedule, run.step_setup)
             if not applied.counted:  # skipped on the host: the next batch takes this step again
                 continue
             run.keep_compiled()
@@ -109,7 +109,7 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
             window.add(state.step - 1, metrics, applied.verdict)
             if (state.step % cfg.log_interval == 0 or state.step == run.stop_at
                     or (run.deadline is not None and time.monotonic() >= run.deadline)):  # the deadline's last too
-                window.read(run.step.policy.replay)
+                window.read(run.step_setup.policy.replay)
             record = window.record(state.step, state.step / run.steps_per_epoch, schedule.lr, cfg.global_batch_size)
             if record is not None:
                 _log(run, record, clock, memory_watch, compile_watch, bar, schedule.lr)
@@ -173,7 +173,7 @@ def _log(run: Run, record: dict, clock: _Clock, memory_watch: MemoryWatch, compi
          lr: float) -> None:
     """Complete an interval's record (pace, memory, loss scale, compilations), write it and show it."""
     step = run.state.step
-    run.step.policy.logged(record, step)  # XLA: a non-finite loss is seen here, once per interval
+    run.step_setup.policy.logged(record, step)  # XLA: a non-finite loss is seen here, once per interval
     if run.stages is not None:
         record["stage"] = run.stages.index_at(step - 1) + 1  # the stage of the step just taken
     record["examples_per_s"] = clock.examples_per_second(step, run.cfg.global_batch_size)

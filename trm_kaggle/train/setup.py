@@ -51,7 +51,7 @@ class Run:
     run_dir: Path
     loader: PuzzleLoader
     state: TrainState
-    step: StepSetup
+    step_setup: StepSetup  # what every step shares
     metric_log: MetricLog
     steps_per_epoch: float
     total_steps: int  # the schedule's length (upstream's formula)
@@ -64,7 +64,7 @@ class Run:
         """The coming step's schedule (a data curriculum scales both rates by its stage's factor)."""
         step = self.state.step
         factor = self.stages.lr_factor(step) if self.stages is not None else 1.0
-        return self.step.rules.schedule(self.cfg, step, step / self.steps_per_epoch, self.total_steps, factor)
+        return self.step_setup.rules.schedule(self.cfg, step, step / self.steps_per_epoch, self.total_steps, factor)
 
     def save(self) -> None:
         save_state(self.state, self.run_dir, self.cfg, self.rt)
@@ -153,9 +153,9 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", cfg.model_dump_json(indent=2))
         ckpt.claim_run_id(run_dir, resumed)  # the id every state records
-    step = StepSetup(cfg, rt, local_batch, policy, forward=model,
-                     loss=regions.region(rules.loss) if regions is not None else rules.loss, rules=rules)
-    return Run(cfg, rt, run_dir, loader, state, step, metric_log, steps_per_epoch, total_steps, stop_at, deadline,
+    step_setup = StepSetup(cfg, rt, local_batch, policy, forward=model,
+                           loss=regions.region(rules.loss) if regions is not None else rules.loss, rules=rules)
+    return Run(cfg, rt, run_dir, loader, state, step_setup, metric_log, steps_per_epoch, total_steps, stop_at, deadline,
                stages, cache_graphs=compiled_graphs() if regions is not None and rt.is_main else None)
 
 
