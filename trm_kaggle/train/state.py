@@ -43,7 +43,7 @@ class TrainState:
     dense: torch.optim.Optimizer | None
     sparse: torch.optim.Optimizer | None
     ema: EMA | None
-    scaler: LossScaler
+    scaler: LossScaler | None  # set once a resume has settled the dtype
     position: Any
     fingerprint: str
     micro: int
