@@ -27,6 +27,19 @@ from conftest import make_export, make_notebook
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_reaches_python():
+    """A run started in the background of a shell without job control inherits SIGINT ignored (and so would every
+    process it starts): these tests deliver Ctrl-C, so they give this process, and through it their children,
+    Python's own handler for the test's length."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, previous)
+
+
 def interrupted_once(capsys, rc: int) -> None:
     err = capsys.readouterr().err
     assert rc == 130 and err == "interrupted\n", err
