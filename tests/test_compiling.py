@@ -351,7 +351,7 @@ def fake_artifacts(monkeypatch):
     """torch's save/load of cache artifacts replaced by a recorder (the guards are ours to test)."""
     state = {"saved": b"artifacts of a compile \x00\x01", "loaded": []}
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (state["saved"], None))
-    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: state["loaded"].append(data))
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: state["loaded"].append(data) or {})
     return state
 
 

@@ -161,7 +161,27 @@ def readable_file(path: str | os.PathLike, what: str = "file", hint: str | None 
         return os.fstat(f.fileno())
 
 
-def _read_bytes(path: Path, what: str, hint: str | None, max_bytes: int | None = None) -> bytes:
+def private_problem(st: os.stat_result) -> str | None:
+    """Why a file of stat `st` cannot be trusted as this user's secret (another owner, or a mode that lets others
+    read or write it); None when it can. Systems without user ids trust any."""
+    if not hasattr(os, "getuid"):
+        return None
+    if st.st_uid != os.getuid():
+        return f"it belongs to user id {st.st_uid}, not to this user ({os.getuid()})"
+    if st.st_mode & 0o077:
+        return f"its mode {stat.S_IMODE(st.st_mode):04o} lets other users read or change it (chmod 600 it)"
+    return None
+
+
+def read_bytes(path: str | os.PathLike, what: str = "file", hint: str | None = None, max_bytes: int | None = None,
+               private: bool = False) -> bytes:
+    """The bytes of a regular file, read through `open_regular`: at most `max_bytes` (default `MAX_BYTES`), a file
+    that grows past the cap while it is read refused. `private`: the file holds a secret of this user (a key),
+    and one owned by another user or open to others (`private_problem`) is refused before a byte is read."""
+    return _read_bytes(Path(path), what, hint, max_bytes, private)
+
+
+def _read_bytes(path: Path, what: str, hint: str | None, max_bytes: int | None = None, private: bool = False) -> bytes:
     """The bytes of a regular file (`open_regular`), at most `max_bytes` of them; a file that grows past the
     cap while it is read is refused."""
     max_bytes = MAX_BYTES if max_bytes is None else max_bytes
@@ -169,6 +189,8 @@ def _read_bytes(path: Path, what: str, hint: str | None, max_bytes: int | None =
     with open_regular(path, what, hint) as f:
         try:
             size = os.fstat(f.fileno()).st_size
+            if private and (problem := private_problem(os.fstat(f.fileno()))):
+                raise DataError(f"{path}: {what} not trusted: {problem}")
             if size > max_bytes:
                 raise DataError(too_large.format(size))
             data = f.read(size + 1)  # read(n) allocates n bytes first: never the cap itself

@@ -64,7 +64,7 @@ import torch
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json
 from trm_kaggle.config import compile_setting
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import read_bytes, read_json
 
 log = logging.getLogger(__name__)
 
@@ -275,22 +275,40 @@ def _key_dir() -> Path:
     return Path(base) / "trm_kaggle"
 
 
+KEY_FILE = "compile-cache.key"
+_KEY_BYTES = 32
+_KEY_MAX_BYTES = 4096  # a key is 32 bytes: more is not a key (a link to /dev/zero is refused before that)
+_KEY_SAID: set[str] = set()
+
+
+def _key_refused(problem: str) -> None:
+    if problem not in _KEY_SAID:  # once per process: every save and load would say it again
+        _KEY_SAID.add(problem)
+        log.warning("compile cache: %s; no compile cache is saved or loaded under this key", problem)
+
+
 def _local_key(create: bool) -> Optional[bytes]:
     """This user's key for the caches' HMACs (32 random bytes, mode 0600), made on first use; None when it
-    cannot be read or made."""
-    path = _key_dir() / "compile-cache.key"
-    try:
-        key = path.read_bytes()
-        if len(key) >= 32:
-            return key
-    except OSError:
-        pass
+    cannot be read or made. The key is read by the package's one reader of files (`read_bytes`: a FIFO, a
+    device or an oversized file is one line, never a wait), and trusted only when it is this user's and
+    closed to others (`private`): a key others can read or write would let them sign code that we load."""
+    path = _key_dir() / KEY_FILE
+    if os.path.lexists(path):
+        try:
+            key = read_bytes(path, "compile cache key", max_bytes=_KEY_MAX_BYTES, private=True)
+        except DataError as e:
+            _key_refused(str(e))
+            return None
+        if len(key) < _KEY_BYTES:
+            _key_refused(f"{path}: compile cache key of {len(key)} bytes, not a key (remove it: a new one is made)")
+            return None
+        return key
     if not create:
         return None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_bytes(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        key = secrets.token_bytes(_KEY_BYTES)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(key)
         return key
@@ -349,7 +367,7 @@ def cache_problem(path: str | os.PathLike, device: str | torch.device, trusted: 
                   ) -> tuple[Optional[str], Optional[bytes]]:
     """(why the cache file at `path` is not loaded here, None) or (None, its bytes)."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return f"{path}: no such file", None
     try:
         record = read_cache_record(path)
@@ -364,13 +382,27 @@ def cache_problem(path: str | os.PathLike, device: str | torch.device, trusted: 
         key = _local_key(create=False)
         if key is None or not hmac.compare_digest(str(record.get("hmac", "")), _mac(key, record["sha256"], target)):
             return f"{path}: not written by this user on this machine (a cache is code: only our own is loaded)", None
-    size = path.stat().st_size
-    if size > MAX_CACHE_BYTES:
-        return f"{path}: {size:,} bytes, more than a compile cache holds", None
-    data = path.read_bytes()
+    try:
+        data = read_bytes(path, "compile cache", max_bytes=MAX_CACHE_BYTES)  # never a FIFO's wait, never /dev/zero
+    except DataError as e:
+        return str(e), None
     if hashlib.sha256(data).hexdigest() != record["sha256"]:
         return f"{path}: its sha256 differs from its record's (damaged or replaced)", None
     return None, data
+
+
+class _Heard(logging.Filter):
+    """Keeps the first line of what torch's cache loader logs (and keeps it off the console)."""
+
+    def __init__(self):
+        super().__init__()
+        self.said = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.said:
+            exc = record.exc_info[1] if record.exc_info else None
+            self.said = record.getMessage() + (f": {_first_line(exc)}" if exc is not None else "")
+        return False
 
 
 def load_compile_cache(path: str | os.PathLike, device: str | torch.device, trusted: bool = False,
@@ -391,10 +423,18 @@ def load_compile_cache(path: str | os.PathLike, device: str | torch.device, trus
     if problem is not None:
         say(f"compile cache ignored: {problem}")
         return False
+    heard = _Heard()
+    torch_log = logging.getLogger("torch.compiler._cache")
+    torch_log.addFilter(heard)
     try:
-        load(data)
+        loaded = load(data)
     except Exception as e:  # noqa: BLE001 - a cache that torch cannot take costs a compile, nothing else
         say(f"compile cache ignored: {path}: torch could not load it ({_first_line(e)})")
+        return False
+    finally:
+        torch_log.removeFilter(heard)
+    if loaded is None:  # torch logs its failure with a traceback and returns None: one line of ours instead
+        say(f"compile cache ignored: {path}: torch could not load it ({heard.said or 'it returned nothing'})")
         return False
     say(f"compile cache loaded: {path}")
     return True
