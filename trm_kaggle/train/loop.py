@@ -101,7 +101,6 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
             applied, metrics = train_step(state, batch, schedule, run.step_setup)
             if not applied.counted:  # skipped on the host: the next batch takes this step again
                 continue
-            run.keep_compiled()
             if compile_watch is not None:
                 compile_watch.end_step(state.step)  # XLA: the step boundary; warns when a step after warm-up compiled
 
@@ -167,6 +166,7 @@ class _Clock:
 def _save(run: Run, control: StopControl) -> None:
     run.save()
     control.saved(run.state.step)
+    run.keep_compiled()  # after the state, never before: on a nearly full disk the state is what must fit
 
 
 def _log(run: Run, record: dict, clock: _Clock, memory_watch: MemoryWatch, compile_watch, bar: TrainProgress,

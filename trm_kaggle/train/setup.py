@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -70,10 +71,26 @@ class Run:
         save_state(self.state, self.run_dir, self.cfg, self.rt)
 
     def keep_compiled(self) -> None:
-        """Save the compile cache when something new compiled (rank 0, a compiled run)."""
-        if self.cache_graphs is not None and compiled_graphs() != self.cache_graphs:
-            self.cache_graphs = compiled_graphs()
-            save_compile_cache(self.run_dir, self.rt.device)
+        """Save the compile cache when something new compiled (rank 0, a compiled run). Called only after a train
+        state was saved, and skipped when the disk would then lack the room for the next state: a cache saves
+        minutes of compiling, a state hours of training, so on a nearly full disk the state comes first."""
+        if self.cache_graphs is None or compiled_graphs() == self.cache_graphs:
+            return
+        state = ckpt.state_path(self.run_dir, self.state.step)
+        try:
+            need, free = 2 * state.stat().st_size, shutil.disk_usage(self.run_dir).free
+        except OSError:
+            need, free = 0, 1
+        if free < need:  # the next state (beside this one until the rotation) would not fit once a cache is there
+            log.warning("compile cache not saved: %s free in %s, and the next train state needs %s",
+                        _mib(free), self.run_dir, _mib(need))
+            return
+        self.cache_graphs = compiled_graphs()
+        save_compile_cache(self.run_dir, self.rt.device)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | None, banner: bool,
