@@ -51,8 +51,16 @@ def trunc_normal_(tensor: torch.Tensor, std: float = 1.0, lower: float = -2.0, u
         z = cdf(upper) - cdf(lower)
         var = 1 + (lower * phi(lower) - upper * phi(upper)) / z - ((phi(lower) - phi(upper)) / z) ** 2
         scale = std / math.sqrt(var)
-        nn.init.trunc_normal_(tensor, mean=0.0, std=1.0, a=lower, b=upper)
-        return tensor.mul_(scale)
+        # Rejection sampling: draw N(0, 1), redraw every value outside [lower, upper] until none is. Written
+        # out rather than nn.init.trunc_normal_, whose algorithm (and so its draws for a seed) changed in torch
+        # 2.12: a seed gives these weights on every torch the project supports.
+        drawn = torch.empty_like(tensor).normal_()
+        while True:
+            outside = (drawn < lower) | (drawn > upper)
+            if not outside.any():
+                break
+            drawn = torch.where(outside, torch.empty_like(drawn).normal_(), drawn)
+        return tensor.copy_(drawn).mul_(scale)
 
 
 # ---------------------------------------------------------------------------
