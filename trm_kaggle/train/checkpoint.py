@@ -20,6 +20,7 @@ never taken as the newest. States written before checksums and run ids are accep
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -27,7 +28,7 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -35,7 +36,7 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
 from trm_kaggle.data import contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
-from trm_kaggle.jsonio import open_regular, read_failure, read_json
+from trm_kaggle.jsonio import open_regular, read_failure, read_json, readable_file
 from trm_kaggle.model import (NonFiniteTraining, content_digest, export_inference, first_nonfinite,
                               model_from_train_state)
 
@@ -182,10 +183,12 @@ def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
     return sorted(removed)
 
 
-def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int) -> Path:
+def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int,
+                     settled: Callable[[], ContextManager] = contextlib.nullcontext) -> Path:
     """Write the state (with the checksum of its contents) atomically, then delete all but the newest `keep`
     states up to this step: a state numbered beyond it is not this run's (a copied-in file, or one set aside)
-    and neither counts nor is deleted. A state with NaN or inf weights is refused, not written."""
+    and neither counts nor is deleted. A state with NaN or inf weights is refused, not written. The rotation
+    runs inside `settled()`: the state is on disk by then, so a caller may let a stop signal end it at once."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = state_path(run_dir, step)
     payload = {"format": STATE_FORMAT, "version": __version__, "step": step, **_to_cpu(state)}
@@ -198,17 +201,20 @@ def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int)
     # Streamed into the temporary file: serialising into memory first would hold a second copy of
     # the whole state (the puzzle table alone is 2.4 GB for upstream's ARC datasets) at every save.
     atomic_write(path, lambda f: torch.save(payload, f), mode="wb")
-    ours = [p for p in list_states(run_dir) if int(_STATE_RE.search(p.name).group(1)) <= step
-            and _written_by(p, payload["run_id"])]
-    for old in ours[:-keep] if keep > 0 else []:
-        old.unlink(missing_ok=True)
+    with settled():
+        ours = [p for p in list_states(run_dir) if int(_STATE_RE.search(p.name).group(1)) <= step
+                and _written_by(p, payload["run_id"])]
+        for old in ours[:-keep] if keep > 0 else []:
+            old.unlink(missing_ok=True)
     return path
 
 
 def _written_by(path: Path, run_id: str | None) -> bool:
     """Whether the state at `path` is this run's to rotate away: its run id is `run_id`, or it has none (written
-    before run ids). Read memory-mapped: the tensors are not loaded. An unreadable file is not ours to delete."""
+    before run ids). Read memory-mapped: the tensors are not loaded. An unreadable file is not ours to delete,
+    and a FIFO or device named like a state is never opened for reading (its open could wait for ever)."""
     try:
+        readable_file(path, "train state")  # the one gate: refuses what is not a regular file without waiting
         owner = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("run_id")
     except Exception:  # noqa: BLE001 - truncated, foreign: left in place
         return False

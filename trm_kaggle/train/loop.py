@@ -164,7 +164,8 @@ class _Clock:
 
 
 def _save(run: Run, control: StopControl) -> None:
-    run.save()
+    path = ckpt.state_path(run.run_dir, run.state.step)
+    run.save(settled=lambda: control.settled(run.state.step, path))  # once written, a signal ends any wait at once
     control.saved(run.state.step)
     run.keep_compiled()  # after the state, never before: on a nearly full disk the state is what must fit
 

@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -67,8 +67,8 @@ class Run:
         factor = self.stages.lr_factor(step) if self.stages is not None else 1.0
         return self.step_setup.rules.schedule(self.cfg, step, step / self.steps_per_epoch, self.total_steps, factor)
 
-    def save(self) -> None:
-        save_state(self.state, self.run_dir, self.cfg, self.rt)
+    def save(self, settled: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
+        save_state(self.state, self.run_dir, self.cfg, self.rt, settled)
 
     def keep_compiled(self) -> None:
         """Save the compile cache when something new compiled (rank 0, a compiled run). Called only after a train

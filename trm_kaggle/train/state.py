@@ -9,11 +9,12 @@ themselves (names, checksums, rotation) are `trm_kaggle.train.checkpoint`'s.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 import torch
 import torch.distributed as dist
@@ -137,8 +138,10 @@ def _gather_carries(carries: list[Carry], rt: Runtime) -> list[Any]:
 # ---------------------------------------------------------------------------
 
 
-def save_state(state: TrainState, run_dir: Path, cfg: TrainConfig, rt: Runtime) -> None:
-    """Write `state` as the run's train state of its step (every rank calls it: the carries are gathered)."""
+def save_state(state: TrainState, run_dir: Path, cfg: TrainConfig, rt: Runtime,
+               settled: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
+    """Write `state` as the run's train state of its step (every rank calls it: the carries are gathered);
+    `settled`: the context of what follows once the file is on disk (the rotation of older states)."""
     all_carries = _gather_carries(state.carries, rt) if state.carries is not None else None
     if not rt.is_main:
         return
@@ -159,7 +162,7 @@ def save_state(state: TrainState, run_dir: Path, cfg: TrainConfig, rt: Runtime) 
         "carries": all_carries,
         "amp": state.scaler.state_dict() if state.scaler is not None else None,  # float16's loss scale
     }
-    ckpt.save_train_state(run_dir, state.step, saved, cfg.checkpoint_keep)
+    ckpt.save_train_state(run_dir, state.step, saved, cfg.checkpoint_keep, settled)
 
 
 def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConfig, rt: Runtime) -> None:

@@ -7,9 +7,10 @@ or its deadline loses nothing, and a run killed outright (SIGKILL, a machine los
 one interval.
 
 Signals (`signals=True`, only in the main thread): the first SIGINT or SIGTERM asks the run to stop at the end
-of the step under way, after saving; in a single process a second one stops at once, without saving (a
-KeyboardInterrupt). During an evaluation of a single-process run the first one cuts the evaluation short too
-(it changes no weight).
+of the step under way, after saving; in a single process a second one stops at once, without saving
+(`StoppedAtOnce`, a KeyboardInterrupt whose exit status is 128 + the signal's number too). During an evaluation
+of a single-process run the first one cuts the evaluation short too (it changes no weight), and once a state is
+written (while older states rotate away) it ends the run at once: no wait of a save outlasts a signal.
 The run then ends with `TrainingInterrupted` (a KeyboardInterrupt: callers that stop on Ctrl-C still do),
 whose message is the one line to show and whose `exit_status` is 128 + the signal's number.
 
@@ -49,6 +50,15 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.exit_status = 128 + signum
 
 
+class StoppedAtOnce(KeyboardInterrupt):
+    """A second stop signal: the run ends at once, without saving; `exit_status` is 128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal_name(signum)} a second time: stopped at once, without saving (the "
+                         "newest train state on disk is where a rerun resumes)")
+        self.signum, self.exit_status = signum, 128 + signum
+
+
 class EvaluationCut(Exception):
     """Raised inside an evaluation of a single-process run by the first stop signal."""
 
@@ -86,6 +96,7 @@ class StopControl:
         self.last_save = monotonic()
         self.saved_step: int | None = None
         self._cuttable = False  # inside an evaluation a signal may cut short
+        self._settled: tuple[int, object] | None = None  # (step, path) of a state on disk whose save goes on
         self._previous: dict[int, object] = {}
 
     # -- signals ---------------------------------------------------------------------------------------------
@@ -104,11 +115,13 @@ class StopControl:
     def _on_signal(self, signum, frame) -> None:
         if self.signum is not None:  # the second: in a single process, stop now without saving
             if not self.rt.distributed:
-                raise KeyboardInterrupt
+                raise StoppedAtOnce(signum)
             return
         self.signum = signum
         if self._cuttable:
             raise EvaluationCut(signal_name(signum))
+        if self._settled is not None:  # the state is on disk: stop now, whatever the save still waits on
+            raise self.interrupted(*self._settled)
 
     @contextlib.contextmanager
     def cuttable(self) -> Iterator[None]:
@@ -118,6 +131,17 @@ class StopControl:
             yield
         finally:
             self._cuttable = False
+
+    @contextlib.contextmanager
+    def settled(self, step: int, path) -> Iterator[None]:
+        """What follows a state's write (the rotation of older states): a stop signal there ends the run at once,
+        since the state it would save is already on disk (single-process runs; a signal already received waits
+        for the end of the save as before)."""
+        self._settled = (step, path) if self.signals and not self.rt.distributed and self.signum is None else None
+        try:
+            yield
+        finally:
+            self._settled = None
 
     # -- decisions -------------------------------------------------------------------------------------------
 
