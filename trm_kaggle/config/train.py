@@ -15,12 +15,54 @@ from trm_kaggle.config.model import ArchConfig
 from trm_kaggle.names import name_problem
 
 
+class DepthStage(_Config):
+    """One stage of a staged depth curriculum (CGAR's): until `until` of the curriculum, the recursion runs at
+    `depth` times the arch's H_cycles and L_cycles (rounded half up, at least 1)."""
+
+    until: float = Field(gt=0, lt=1, allow_inf_nan=False, description="where the stage ends, as a share of the "
+                         "curriculum's length (curriculum.epochs, or the whole schedule when that is 0)")
+    depth: float = Field(gt=0, le=1, allow_inf_nan=False, description="H_cycles and L_cycles of the stage as a "
+                         "share of the arch's")
+
+
 class CurriculumConfig(_Config):
-    """Recursion curriculum: cycle counts ramp linearly from these start values to the arch's over `epochs`."""
+    """Recursion curriculum, either a linear ramp of the cycle counts from start values to the arch's over
+    `epochs`, or stages (CGAR's progressive depth: shallow first, the arch's depth after the last stage)."""
 
     start_H_cycles: Optional[int] = Field(None, ge=1, le=256, description="H_cycles at the start; None = the arch's")
     start_L_cycles: Optional[int] = Field(None, ge=1, le=256, description="L_cycles at the start; None = the arch's")
-    epochs: int = Field(0, ge=0, description="epochs of the ramp; 0 = off")
+    epochs: int = Field(0, ge=0, description="epochs of the ramp (0 = off) or of the stages (0 = the whole "
+                                             "schedule)")
+    stages: list[DepthStage] = Field(default_factory=list, max_length=64,
+                                     description="staged depth, in order of `until` (empty = no stages); "
+                                                 "the arch's depth after the last")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "CurriculumConfig":
+        ends = [s.until for s in self.stages]
+        if any(b <= a for a, b in zip(ends, ends[1:])):
+            raise ValueError(f"curriculum.stages must end in increasing order of until, got {ends}")
+        if self.stages and (self.start_H_cycles is not None or self.start_L_cycles is not None):
+            raise ValueError("curriculum: a ramp (start_H_cycles, start_L_cycles) or stages, not both")
+        return self
+
+
+class RSMConfig(_Config):
+    """RSM's training contract (docs/recipes.md): each step takes fresh examples, runs a random number of
+    gradient-free supervision steps (the warm-up), then one supervision step with the gradient and the loss."""
+
+    enabled: bool = Field(False, description="train with RSM's contract instead of upstream's ACT carry")
+    min_warmup: int = Field(0, ge=0, le=4095, description="fewest gradient-free supervision steps before the "
+                                                          "step with the loss")
+    max_warmup: Optional[int] = Field(None, ge=0, le=4095, description="most of them (drawn uniformly per step "
+                                      "from the seed and the step); None = arch.halt_max_steps - 1, so that "
+                                      "training never recurses deeper than evaluation")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "RSMConfig":
+        if self.max_warmup is not None and self.max_warmup < self.min_warmup:
+            raise ValueError(f"rsm.max_warmup {self.max_warmup} is below rsm.min_warmup {self.min_warmup}")
+        return self
 
 
 class HaltScheduleConfig(_Config):
@@ -103,6 +145,12 @@ class TrainConfig(_Config):
                                  description="optimizer=muon: the hidden matrices' learning rate as a multiple of "
                                              "lr (the schedule's); the other weights take lr itself")
 
+    # CGAR's hierarchical supervision weighting: a row's loss at its ACT step t weighs decay^(t-1), scaled so that
+    # the weights average 1 over halt_max_steps steps (1.0 = every step alike, upstream's)
+    supervision_decay: float = Field(1.0, gt=0, le=1, allow_inf_nan=False,
+                                     description="loss weight of each later ACT supervision step relative to the "
+                                                 "one before (weights averaging 1 over halt_max_steps); 1 = off")
+
     ema: bool = Field(False, description="keep an exponential moving average of the weights (evaluated and "
                                          "exported)")
     ema_rate: float = Field(0.999, ge=0, le=1, description="EMA decay per step")
@@ -150,7 +198,10 @@ class TrainConfig(_Config):
     wandb: bool = Field(False, description="also log to W&B in offline mode (never needs the network)")
     progress: bool = Field(True, description="show a progress bar")
 
-    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig, description="recursion-depth ramp")
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig, description="recursion-depth ramp "
+                                                                                       "or stages")
+    rsm: RSMConfig = Field(default_factory=RSMConfig, description="RSM's training contract (warm-up steps without "
+                                                                  "gradient, the loss at the last step)")
     halt_schedule: HaltScheduleConfig = Field(default_factory=HaltScheduleConfig,
                                               description="halting-exploration decay")
     # data curriculum: stages in order over the run's steps (empty = sample everything throughout)
@@ -164,6 +215,24 @@ class TrainConfig(_Config):
             raise ValueError(f"{problem}: a run name is one folder name inside runs/ (checkpoint_path names a run "
                              "folder anywhere)")
         return v
+
+    @model_validator(mode="after")
+    def _levers_fit_the_arch(self) -> "TrainConfig":
+        c, a = self.curriculum, self.arch
+        for name, start, end in (("H", c.start_H_cycles, a.H_cycles), ("L", c.start_L_cycles, a.L_cycles)):
+            if start is not None and start > end:
+                raise ValueError(f"curriculum.start_{name}_cycles {start} is deeper than arch.{name}_cycles {end}: "
+                                 "a curriculum grows the recursion up to the arch's")
+        r = self.rsm
+        if r.enabled:
+            most = a.halt_max_steps - 1 if r.max_warmup is None else r.max_warmup
+            if r.min_warmup > most:
+                raise ValueError(f"rsm.min_warmup {r.min_warmup} is above the most warm-up steps {most} "
+                                 f"(rsm.max_warmup, or arch.halt_max_steps - 1 = {a.halt_max_steps - 1})")
+            if self.supervision_decay != 1.0:
+                raise ValueError("supervision_decay weights the ACT carry's supervision steps; rsm trains one "
+                                 "supervision step per example: set one of them")
+        return self
 
     def evaluation(self) -> EvaluateConfig:
         """The test-split check's settings in the shape `trm-kaggle evaluate` and submit take: the global batch

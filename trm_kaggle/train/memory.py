@@ -36,7 +36,9 @@ GB = 1024**3
 # (benchmarks/bench_memory.py measures real peaks up to about a quarter above the estimate),
 # the loader maps data pages, and the machine runs other things.
 DEFAULT_MEMORY_FRACTION = 0.75
-OPTIMIZER_STATE_FLOATS = {"adam_atan2": 2, "adamw": 2, "lion": 1}
+# float32 state per trained weight. Muon keeps one momentum buffer for each matrix of the blocks and AdamATan2's
+# two moments for the other weights: its figure (1) is the matrices'; `optimizer_state_floats` counts both parts.
+OPTIMIZER_STATE_FLOATS = {"adam_atan2": 2, "adamw": 2, "lion": 1, "muon": 1}
 # The loader's in-memory index arrays: puzzle starts and sizes (int64), identifiers (int32), and the
 # split's own puzzle_indices / puzzle_identifiers as read (the example arrays stay memory-mapped).
 LOADER_BYTES_PER_PUZZLE = 8 + 8 + 4 + 8 + 4
@@ -155,6 +157,20 @@ def count_parameters(arch: ArchConfig, seq_len: int, vocab_size: int) -> int:
         return TinyRecursiveModel(arch, seq_len, vocab_size, 1).num_parameters()
 
 
+def optimizer_state_floats(cfg: TrainConfig, seq_len: int, vocab_size: int, parameters: int) -> int:
+    """float32 values of the optimizer's state: per weight as OPTIMIZER_STATE_FLOATS says, except Muon's, whose
+    matrices keep one (momentum) and whose other weights (embedding, heads) keep AdamATan2's two."""
+    if cfg.optimizer != "muon":
+        return parameters * OPTIMIZER_STATE_FLOATS.get(cfg.optimizer, 2)
+    from trm_kaggle.model import TinyRecursiveModel
+    from trm_kaggle.optim import split_hidden_matrices
+
+    with torch.device("meta"):
+        model = TinyRecursiveModel(cfg.arch, seq_len, vocab_size, 1)
+    hidden, rest = split_hidden_matrices(model.layers.parameters(), list(model.parameters()))
+    return OPTIMIZER_STATE_FLOATS["muon"] * sum(p.numel() for p in hidden) + 2 * sum(p.numel() for p in rest)
+
+
 def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int, num_puzzle_identifiers: int,
                              num_puzzles: int = 0, device: torch.device | str = "cpu",
                              dtype: torch.dtype = torch.float32, baseline: int = 0, world_size: int = 1
@@ -175,7 +191,7 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
         baseline=baseline + LOADER_BYTES_PER_PUZZLE * num_puzzles,
         weights=4 * P,
         gradients=4 * P if trains_weights else 0,
-        optimizer=4 * P * OPTIMIZER_STATE_FLOATS.get(cfg.optimizer, 2) if trains_weights else 0,
+        optimizer=4 * optimizer_state_floats(cfg, seq_len, vocab_size, P) if trains_weights else 0,
         ema=4 * P if cfg.ema and trains_weights else 0,
         weight_casts=act_bytes * P if dtype != torch.float32 else 0,
         puzzle_table=num_puzzle_identifiers * arch.emb_ndim * 4 if arch.emb_ndim else 0,

@@ -1,8 +1,13 @@
-"""Schedules over training: learning rate, recursion curriculum, halting exploration."""
+"""Schedules over training: learning rate, recursion curriculum, halting exploration, RSM's warm-up depth.
+
+Every schedule is a function of the step (and the epoch it falls in) alone, so a resumed run takes the very
+schedule of an uninterrupted one.
+"""
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 from trm_kaggle.config import TrainConfig
@@ -38,9 +43,18 @@ def _ramp(start: float, end: float, epoch: float, epochs: int) -> float:
     return start + (end - start) * max(0.0, epoch) / epochs
 
 
-def cycles_at(cfg: TrainConfig, epoch: float) -> tuple[int, int]:
-    """(H_cycles, L_cycles) at this (fractional) epoch: a linear ramp from the curriculum's start values."""
+def _share_of(n: int, share: float) -> int:
+    return max(1, math.floor(n * share + 0.5))  # rounded half up: 3 x 1/3 -> 1, 6 x 2/3 -> 4
+
+
+def cycles_at(cfg: TrainConfig, epoch: float, progress: float = 0.0) -> tuple[int, int]:
+    """(H_cycles, L_cycles) at this (fractional) epoch: a linear ramp from the curriculum's start values, or the
+    stage of a staged curriculum (`progress`: the share of the whole schedule done, for stages over all of it)."""
     c, a = cfg.curriculum, cfg.arch
+    if c.stages:
+        share = epoch / c.epochs if c.epochs else progress
+        depth = next((s.depth for s in c.stages if share < s.until), 1.0)
+        return _share_of(a.H_cycles, depth), _share_of(a.L_cycles, depth)
     h0 = a.H_cycles if c.start_H_cycles is None else c.start_H_cycles
     l0 = a.L_cycles if c.start_L_cycles is None else c.start_L_cycles
     return (max(1, round(_ramp(h0, a.H_cycles, epoch, c.epochs))),
@@ -55,6 +69,16 @@ def exploration_at(cfg: TrainConfig, epoch: float) -> float:
     return _ramp(start, end, epoch, h.epochs)
 
 
+def rsm_warmup_at(cfg: TrainConfig, step: int) -> int:
+    """RSM's gradient-free supervision steps before optimizer step `step + 1`: uniform in [min_warmup,
+    max_warmup], drawn from a generator keyed by (seed, step) alone (the same on every rank, after a resume)."""
+    r = cfg.rsm
+    if not r.enabled:
+        return 0
+    most = cfg.arch.halt_max_steps - 1 if r.max_warmup is None else r.max_warmup
+    return random.Random(f"rsm-warmup:{cfg.seed}:{step}").randint(r.min_warmup, most)
+
+
 @dataclass(frozen=True)
 class StepSchedule:
     """What the schedules say for one optimizer step."""
@@ -64,6 +88,7 @@ class StepSchedule:
     H_cycles: int
     L_cycles: int
     exploration: float  # halting exploration probability
+    warmup: int = 0  # RSM: supervision steps without gradient before the one with the loss
 
 
 def schedule_at(cfg: TrainConfig, step: int, epoch: float, total_steps: int, lr_factor: float = 1.0) -> StepSchedule:
@@ -71,5 +96,5 @@ def schedule_at(cfg: TrainConfig, step: int, epoch: float, total_steps: int, lr_
     `lr_factor` scales both rates (a data curriculum's current stage)."""
     lr = lr_factor * lr_at_step(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
     emb_lr = lr_factor * lr_at_step(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
-    H_cycles, L_cycles = cycles_at(cfg, epoch)
-    return StepSchedule(lr, emb_lr, H_cycles, L_cycles, exploration_at(cfg, epoch))
+    H_cycles, L_cycles = cycles_at(cfg, epoch, progress=step / max(1, total_steps))
+    return StepSchedule(lr, emb_lr, H_cycles, L_cycles, exploration_at(cfg, epoch), rsm_warmup_at(cfg, step))

@@ -6,7 +6,9 @@
 The ACT carry (latent states of the examples still being worked on) persists from one batch to the next;
 rows that halted take fresh examples. `StepRules` are the parts a recipe may replace without touching the
 driver (`trm_kaggle.train.loop`): the step's schedule (learning rates, recursion depth, halting
-exploration), how it is put into the model, and the loss of one supervision step.
+exploration, RSM's warm-up), how it is put into the model, the forward of one micro-batch and the loss of one
+supervision step. The default rules follow the config's levers (`trm_kaggle.train.recipes`); without any,
+they are upstream's step.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from trm_kaggle.model import TinyRecursiveModel, act_loss
 from trm_kaggle.train.memory import is_out_of_memory, out_of_memory_error
 from trm_kaggle.train.nonfinite import Applied, NonFinitePolicy, drop_gradients
 from trm_kaggle.train.optimizers import set_learning_rates
+from trm_kaggle.train.recipes import supervise
 from trm_kaggle.train.runtime import Runtime, all_reduce_
 from trm_kaggle.train.schedules import StepSchedule, schedule_at
 from trm_kaggle.train.state import TrainState, resplit
@@ -47,6 +50,8 @@ class StepRules:
       recursion depth and halting exploration (a depth curriculum replaces it);
     * `configure(model, schedule)`: puts the schedule into the model before the step (a recipe's detaching
       or stochastic depth goes here);
+    * `supervise(forward, model, carry, batch, exploration, warmup, cfg) -> (carry, outputs)`: one micro-batch's
+      forward (the ACT step as upstream's, or a recipe's: RSM's warm-up, CGAR's weighting by ACT step);
     * `loss(outputs, labels, halted, steps, loss_type) -> (loss, metrics)`: one supervision step's loss
       (`steps`: each row's ACT step, for a weighting per supervision step).
     """
@@ -54,6 +59,7 @@ class StepRules:
     schedule: Callable[..., StepSchedule] = schedule_at
     configure: Callable[[TinyRecursiveModel, StepSchedule], None] = configure_model
     loss: Callable = field(default_factory=lambda: act_loss)  # looked up when the rules are made
+    supervise: Callable = supervise
 
 
 @dataclass
@@ -93,14 +99,15 @@ def split_batch(batch: dict[str, torch.Tensor], size: int) -> list[dict[str, tor
     return [{k: v[i:i + size] for k, v in batch.items()} for i in range(0, n, size)]
 
 
-def accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch, scaler=None, loss_fn=act_loss):
+def accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch, scaler=None, loss_fn=act_loss,
+               supervise_fn=supervise, warmup=0):
     """Forward + backward of every micro-batch of `batch`; returns the new carries and summed metrics."""
     metrics, new_carries = None, []
     for k, mb in enumerate(split_batch(batch, micro)):
         first = rt.rank * local_batch + k * micro
         expl = exploration_draws(cfg.seed, step, cfg.global_batch_size, cfg.arch.halt_max_steps,
                                  slice(first, first + micro), rt.device)
-        carry, out = forward(carries[k], mb, exploration=expl)
+        carry, out = supervise_fn(forward, model, carries[k], mb, expl, warmup, cfg)
         loss, m = loss_fn(out, carry.current_data["labels"], carry.halted, carry.steps, cfg.arch.loss_type)
         scaled = loss / cfg.global_batch_size
         (scaler.scale(scaled) if scaler is not None else scaled).backward()
@@ -114,14 +121,16 @@ def _largest_divisor_at_most(n: int, k: int) -> int:
     return max(d for d in range(1, max(1, k) + 1) if n % d == 0)
 
 
-def _forward_backward(state: TrainState, batch: dict[str, torch.Tensor], run: StepSetup) -> torch.Tensor:
+def _forward_backward(state: TrainState, batch: dict[str, torch.Tensor], run: StepSetup, warmup: int = 0
+                      ) -> torch.Tensor:
     """`accumulate` over the batch, halving the micro-batch on an out-of-memory error when `auto_batch` allows
     (nothing was applied yet: the partial gradients are dropped and the same rows retried)."""
     cfg, rt = run.cfg, run.rt
     while True:
         try:
             state.carries, metrics = accumulate(run.forward, state.model, batch, state.carries, state.micro,
-                                                state.step, cfg, rt, run.local_batch, state.scaler, run.loss)
+                                                state.step, cfg, rt, run.local_batch, state.scaler, run.loss,
+                                                run.rules.supervise, warmup)
             return metrics
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:  # any device's allocator
             if not is_out_of_memory(e):
@@ -148,7 +157,7 @@ def train_step(state: TrainState, batch: dict[str, torch.Tensor], schedule: Step
         state.carries = [state.model.initial_carry(mb) for mb in split_batch(batch, state.micro)]
     carries_before = state.carries  # what a skipped (non-finite) step leaves in place
 
-    metrics = _forward_backward(state, batch, run)
+    metrics = _forward_backward(state, batch, run, schedule.warmup)
     if run.rt.distributed:  # gradients of all ranks, then the optimizer steps
         all_reduce_([p.grad for p in state.model.parameters() if p.grad is not None] + [metrics])
     if len(carries_before) != len(state.carries):  # an out-of-memory retry cut the micro-batches anew
