@@ -65,8 +65,10 @@ Every network call sees S = puzzle-embedding prefix + seq_len positions; a call 
 H_cycles x (L_cycles + 1) calls forward, and only the last cycle's L_cycles + 1 carry gradients (upstream's
 recursion), so backward adds 2 x (L_cycles + 1) calls, not 2 x all of them; the output and halting heads add
 3 x their forward. Element-wise work, embeddings and the optimizer are not counted (benchmarks/bench_train_cpu.py
-counts the attention model the same way). A recipe that changes the shapes during a run (a recursion
-curriculum) is counted at its final shapes.
+counts the attention model the same way). Each optimizer step is counted at the depth its schedule gave it: a
+recursion curriculum's cycle counts of that step, and RSM's warm-up (its supervision steps without gradient,
+forward only: H_cycles x (L_cycles + 1) calls and the halting head each). Under RSM an example is still one
+row of one optimizer step (a fresh example trained once, at the drawn depth); its warm-up is in the FLOPs.
 """
 
 from __future__ import annotations
@@ -94,8 +96,10 @@ from trm_kaggle.errors import TRMError  # noqa: E402
 # ---------------------------------------------------------------------------
 
 
-def training_flops(arch: ArchConfig, seq_len: int, vocab_size: int, examples: float = 1) -> float:
-    """Matmul FLOPs of `examples` training examples (one ACT step of one row each); see the module docstring."""
+def training_flops(arch: ArchConfig, seq_len: int, vocab_size: int, examples: float = 1, warmup: float = 0
+                   ) -> float:
+    """Matmul FLOPs of `examples` training examples (one ACT step of one row each), each after `warmup`
+    gradient-free supervision steps (RSM's); see the module docstring."""
     from trm_kaggle.model import prefix_length, swiglu_width
 
     S, D = prefix_length(arch) + seq_len, arch.hidden_size
@@ -110,7 +114,8 @@ def training_flops(arch: ArchConfig, seq_len: int, vocab_size: int, examples: fl
     forward = arch.H_cycles * (arch.L_cycles + 1) * net
     backward = 2 * (arch.L_cycles + 1) * net  # the gradient-free cycles have no backward
     heads = 3 * (2 * seq_len * D * vocab_size + 2 * D * 2)  # lm_head on the sequence, q_head on one position
-    return float(forward + backward + heads) * examples
+    warm = warmup * (forward + 2 * D * 2)  # RSM's warm-up: the recursion and the halting head, no logits
+    return float(forward + backward + heads + warm) * examples
 
 
 # ---------------------------------------------------------------------------
@@ -325,6 +330,8 @@ def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budge
     from trm_kaggle.data import load_metadata
     from trm_kaggle.train import read_metrics, train
 
+    from trm_kaggle.train import StepRules, schedule_at
+
     run_dir = Path(cfg.checkpoint_path)
     if run_dir.exists():  # a run folder left by an earlier measurement: train() would resume it
         shutil.rmtree(run_dir)
@@ -332,6 +339,14 @@ def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budge
     curve = Curve(recipe.name, seed, cfg.global_batch_size,
                   training_flops(cfg.arch, meta.seq_len, meta.vocab_size))
     eval_s = 0.0
+    step_flops: dict[int, float] = {}  # optimizer step -> its FLOPs, at the depth its schedule gave it
+
+    def counted(c, step, epoch, total_steps, lr_factor=1.0):
+        s = schedule_at(c, step, epoch, total_steps, lr_factor)
+        arch = c.arch.with_recursion(H_cycles=s.H_cycles, L_cycles=s.L_cycles)
+        step_flops[step] = training_flops(arch, meta.seq_len, meta.vocab_size, c.global_batch_size, s.warmup)
+        return s
+
     start = time.perf_counter()
 
     def on_eval(step: int, m: dict) -> bool:
@@ -340,7 +355,8 @@ def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budge
         eval_s += float(evals[-1].get("evaluation_s", 0.0)) if evals else 0.0
         examples = step * cfg.global_batch_size
         seconds = time.perf_counter() - start - eval_s
-        curve.points.append(dict(step=step, examples=examples, flops=examples * curve.flops_per_example,
+        flops = sum(f for k, f in step_flops.items() if k < step)
+        curve.points.append(dict(step=step, examples=examples, flops=flops,
                                  seconds=round(seconds, 3), accuracy=m["eval_exact_accuracy"],
                                  token_accuracy=m.get("eval_token_accuracy")))
         say(f"  {recipe.name:>16s} seed {seed}  step {step:6d}  {examples:9d} examples  {seconds:7.1f} s  "
@@ -352,7 +368,7 @@ def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budge
     deadline = time.monotonic() + 3 * budget_s + 120 if budget_s is not None else None
     if budget_examples is not None and cfg.max_steps is None:
         cfg = cfg.model_copy(update={"max_steps": 4 * math.ceil(budget_examples / cfg.global_batch_size) + 1000})
-    result = train(cfg, on_eval=on_eval, deadline=deadline, banner=False)
+    result = train(cfg, on_eval=on_eval, deadline=deadline, banner=False, rules=StepRules(schedule=counted))
     curve.stopped_by = result.stopped_by or "the schedule's end"
     return curve
 

@@ -22,6 +22,10 @@ def test_recipes_parse_presets_names_and_overrides():
     assert parse_recipe("deep=T3n6:lr=3e-4,data_paths=[a,b]") == Recipe("deep", ("T3n6",),
                                                                          ("lr=3e-4", "data_paths=[a,b]"))
     assert parse_recipe("no-ema:lr=1e-3") == Recipe("no-ema:lr=1e-3", ("no-ema",), ("lr=1e-3",))
+    for lever in ("rsm", "depth-curriculum", "cgar", "large-batch", "fast"):  # every lever's preset is a recipe
+        assert parse_recipe(lever) == Recipe(lever, (lever,))
+    assert parse_recipe("fast:curriculum.epochs=40") == Recipe("fast:curriculum.epochs=40", ("fast",),
+                                                               ("curriculum.epochs=40",))
     with pytest.raises(TRMError, match="unknown preset"):
         parse_recipe("no-such-preset")
     with pytest.raises(TRMError, match="not key=value"):
@@ -38,6 +42,8 @@ def test_training_flops_matches_a_hand_count():
     heads = 3 * (2 * 4 * D * 5 + 2 * D * 2)
     assert training_flops(arch, seq_len=4, vocab_size=5) == calls * block + heads == 1_248_288
     assert training_flops(arch, seq_len=4, vocab_size=5, examples=10) == 10 * 1_248_288
+    # RSM's warm-up: each gradient-free supervision step adds the forward recursion and the halting head
+    assert training_flops(arch, seq_len=4, vocab_size=5, warmup=2) == 1_248_288 + 2 * (2 * 4 * block + 2 * D * 2)
     # mlp_t: the mixer is a SwiGLU along the S = 6 positions (width 256) for each of the D channels
     mlp = arch.model_copy(update={"mlp_t": True, "pos_encodings": "none"})
     mixer = 2 * D * S * 2 * inner + 2 * D * inner * S
@@ -70,7 +76,7 @@ def test_summary_costs_ratios_and_equal_budget():
 def test_harness_end_to_end_on_tiny_sudoku(tmp_path):
     task = dataclasses.replace(make_task("sudoku4", num_train=64, num_test=16), eval_interval=1)
     targets = [0.0, 0.5, 2.0]
-    report = bench(task, ["upstream", "fastlr:lr=1e-2"], seeds=2, budget_s=None, budget_examples=16 * 8,
+    report = bench(task, ["upstream", "fastlr:lr=1e-2", "rsm"], seeds=2, budget_s=None, budget_examples=16 * 8,
                    targets=targets, work=tmp_path, say=lambda *a, **k: None,
                    extra=["global_batch_size=16", "arch.hidden_size=16", "arch.halt_max_steps=2",
                           "arch.H_cycles=1", "arch.L_cycles=1"])
@@ -79,13 +85,18 @@ def test_harness_end_to_end_on_tiny_sudoku(tmp_path):
         assert (out / f"bench_recipes_sudoku4.{suffix}").stat().st_size > 0
     saved = json.loads((out / "bench_recipes_sudoku4.json").read_text())
     assert saved["configs"]["fastlr"]["lr"] == 1e-2 and saved["configs"]["upstream"]["lr"] == 3e-3
-    assert [(c["recipe"], c["seed"]) for c in saved["curves"]] == [("upstream", 0), ("fastlr", 0),
-                                                                    ("upstream", 1), ("fastlr", 1)]
+    assert saved["configs"]["rsm"]["rsm"]["enabled"] and not saved["configs"]["upstream"]["rsm"]["enabled"]
+    assert [(c["recipe"], c["seed"]) for c in saved["curves"]] == [("upstream", 0), ("fastlr", 0), ("rsm", 0),
+                                                                    ("upstream", 1), ("fastlr", 1), ("rsm", 1)]
     for c in saved["curves"]:
         assert c["points"] and c["points"][-1]["examples"] >= 16 * 8  # stopped at the first evaluation past it
         for p in c["points"]:
             assert p["examples"] == p["step"] * 16
-            assert p["flops"] == pytest.approx(p["examples"] * c["flops_per_example"])
+            if c["recipe"] == "rsm":  # its warm-up (0 or 1 gradient-free step per step here) is counted too
+                plain = p["examples"] * c["flops_per_example"]
+                assert plain <= p["flops"] < 2 * plain
+            else:
+                assert p["flops"] == pytest.approx(p["examples"] * c["flops_per_example"])
         assert all(a["seconds"] < b["seconds"] for a, b in zip(c["points"], c["points"][1:]))
     s = report["summary"]
     for r in ("upstream", "fastlr"):

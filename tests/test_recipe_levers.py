@@ -51,7 +51,8 @@ def test_cgars_stages_and_rsms_warmup_are_functions_of_the_step():
     cfg = load_train_config(presets=["sudoku-mlp", "depth-curriculum"])  # T=3 n=6: CGAR's own (1,2) (2,4) (3,6)
     assert [cycles_at(cfg, 0.0, p) for p in (0.0, 0.29, 0.3, 0.59, 0.6, 1.0)] == [(1, 2), (1, 2), (2, 4), (2, 4),
                                                                                 (3, 6), (3, 6)]
-    assert [(x.H_cycles, x.L_cycles) for x in (schedule_at(cfg, s, 0.0, 100) for s in (0, 30, 60))] == [(1, 2), (2, 4), (3, 6)]
+    steps = [schedule_at(cfg, s, 0.0, 100) for s in (0, 30, 60)]  # of a 100-step schedule
+    assert [(x.H_cycles, x.L_cycles) for x in steps] == [(1, 2), (2, 4), (3, 6)]
     by_epochs = load_train_config(presets=["sudoku-mlp", "depth-curriculum"], overrides=["curriculum.epochs=10"])
     assert [cycles_at(by_epochs, e, 0.99) for e in (0, 3, 6, 50)] == [(1, 2), (2, 4), (3, 6), (3, 6)]
     rsm = load_train_config(overrides=["rsm.enabled=True", "rsm.min_warmup=1", "rsm.max_warmup=4"])
@@ -140,3 +141,16 @@ def test_the_levers_change_training_and_the_default_does_not(sudoku4, tmp_path):
     # the weights act on the gradient only: the first step's loss is upstream's, the next ones differ
     decayed = losses(runs["decay"])
     assert decayed[0] == plain[0] and decayed[1:] != plain[1:]
+
+
+def test_muons_optimizer_state_is_one_float_per_matrix_weight_and_two_for_the_rest():
+    from trm_kaggle.train.memory import count_parameters, estimate_training_memory
+
+    adam = load_train_config(presets=["sudoku-mlp"])
+    muon = load_train_config(presets=["sudoku-mlp", "muon"])
+    P = count_parameters(adam.arch, 81, 11)
+    est = {c.optimizer: estimate_training_memory(c, seq_len=81, vocab_size=11, num_puzzle_identifiers=2).optimizer
+           for c in (adam, muon)}
+    assert est["adam_atan2"] == 8 * P
+    embedding_and_heads = 11 * 512 + 512 * 11 + 512 * 2 + 2  # token embedding, lm_head, q_head with its bias
+    assert est["muon"] == 4 * (P + embedding_and_heads)

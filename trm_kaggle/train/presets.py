@@ -49,6 +49,10 @@ _RSM: dict = {"enabled": True, "min_warmup": 0, "max_warmup": None}
 _DEPTH_STAGES: dict = {"epochs": 0, "stages": [{"until": 0.3, "depth": 1 / 3}, {"until": 0.6, "depth": 2 / 3}]}
 
 
+def _copy(d: dict) -> dict:
+    return json.loads(json.dumps(d))
+
+
 def _with(base: dict, **changes: Any) -> dict:
     """A copy of a nested preset dict with `changes` merged in (`arch` merged key by key)."""
     out = json.loads(json.dumps(base))
@@ -151,20 +155,20 @@ PRESETS: dict[str, dict] = {
     # --- faster training recipes (docs/recipes.md; what each saves is measured by benchmarks/bench_recipes.py) ---
     "rsm": _preset("modifier", "RSM's training contract: fresh examples every step, 0 to halt_max_steps - 1 "
                    "supervision steps without gradient (drawn per step), then one with the gradient and the loss "
-                   "(rsm.enabled; docs/recipes.md)", {"rsm": dict(_RSM)}),
+                   "(rsm.enabled; docs/recipes.md)", {"rsm": _copy(_RSM)}),
     "depth-curriculum": _preset("modifier", "CGAR's progressive depth: H_cycles and L_cycles at 1/3 of the arch's "
                                 "for the first 30% of the schedule, 2/3 until 60%, then the arch's "
-                                "(curriculum.stages; docs/recipes.md)", {"curriculum": dict(_DEPTH_STAGES)}),
+                                "(curriculum.stages; docs/recipes.md)", {"curriculum": _copy(_DEPTH_STAGES)}),
     "cgar": _preset("modifier", "CGAR whole: the depth curriculum plus its supervision weighting (each later ACT "
                     "step's loss weighs 0.7 of the one before: supervision_decay=0.7)",
-                    {"curriculum": dict(_DEPTH_STAGES), "supervision_decay": 0.7}),
+                    {"curriculum": _copy(_DEPTH_STAGES), "supervision_decay": 0.7}),
     "large-batch": _preset("modifier", "NVARC's pretraining batch for 8 GPUs: global_batch_size=3072 (384 rows a "
                            "GPU), lr=3e-4 (fewer GPUs: micro_batch_size or auto_batch accumulate it)",
                            {"global_batch_size": 3072, "lr": 3e-4}),
     "fast": _preset("modifier", "the levers together: Muon, RSM's contract and the depth curriculum (which of them "
                     "pay is measured by benchmarks/bench_recipes.py; docs/recipes.md)",
-                    {"optimizer": "muon", "muon_lr_ratio": 1.0, "rsm": dict(_RSM),
-                     "curriculum": dict(_DEPTH_STAGES)}),
+                    {"optimizer": "muon", "muon_lr_ratio": 1.0, "rsm": _copy(_RSM),
+                     "curriculum": _copy(_DEPTH_STAGES)}),
     "large": _preset("modifier", "larger model: arch.hidden_size=768, num_heads=12 (64 per head)",
                      {"arch": {"hidden_size": 768, "num_heads": 12}}),
     # --- data curricula ---
