@@ -31,7 +31,7 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import EXECUTION_FIELDS, ArchConfig, ExportConfig, TaskIdMode, TrainConfig, validation_line
 from trm_kaggle.data import load_metadata
-from trm_kaggle.errors import DamagedFile, TRMError
+from trm_kaggle.errors import DamagedFile, DataError, TRMError
 from trm_kaggle.jsonio import read_failure, read_json, readable_file
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
@@ -323,7 +323,11 @@ def model_from_train_state(state: dict[str, Any], use_ema: bool = True) -> tuple
     With `use_ema` and an EMA shadow in the state, the model gets the EMA weights
     (what exports ship); otherwise the live weights.
     """
-    cfg = TrainConfig.model_validate_json(state["config"])
+    try:
+        cfg = TrainConfig.model_validate_json(state["config"])
+    except pydantic.ValidationError as e:
+        raise DataError(f"train state field 'config': not settings this trm_kaggle can read: {validation_line(e)}"
+                        ) from None
     shape = state["model_shape"]
     model = TinyRecursiveModel(cfg.arch, shape["seq_len"], shape["vocab_size"], shape["num_puzzle_identifiers"])
     fit_state_dict(model, state["model"], "train state")

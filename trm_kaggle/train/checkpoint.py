@@ -37,7 +37,7 @@ from trm_kaggle.atomic import atomic_write, atomic_write_json
 from trm_kaggle.data import contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
 from trm_kaggle.jsonio import open_regular, read_failure, read_json, readable_file
-from trm_kaggle.model import (NonFiniteTraining, content_digest, export_inference, first_nonfinite,
+from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
                               model_from_train_state)
 
 log = logging.getLogger(__name__)
@@ -251,7 +251,69 @@ def load_train_state(path: Path) -> dict[str, Any]:
     elif content_digest(state) != digest:
         raise DamagedFile(f"{path}: damaged: its contents do not match the checksum written with them (bytes "
                           f"changed on disk or in a copy)")
+    problem = _field_problem(state)
+    if problem is not None:  # a checksum proves the bytes are the ones written, not that a writer wrote them well
+        raise DamagedFile(f"{path}: not a usable train state: field {problem}")
     return state
+
+
+def _is_int(v: Any, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 2**63
+
+
+def _tensors(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in v.items())
+
+
+def _json_object(v: Any) -> bool:
+    try:
+        return isinstance(v, str) and isinstance(json.loads(v), dict)
+    except ValueError:
+        return False
+
+
+#: What each field of a train state must be (what `save_state` writes; a resume and `export` read them unchecked).
+_FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "step": ("an integer >= 0", _is_int),
+    "model": ("a non-empty mapping of names to tensors", lambda v: _tensors(v) and bool(v)),
+    "config": ("the run's settings as a JSON object", _json_object),
+    "loader": ("the data position as a JSON object", _json_object),
+    "dataset_fingerprint": ("a string", lambda v: isinstance(v, str)),
+    "rng_torch": ("a tensor of bytes", lambda v: isinstance(v, torch.Tensor) and v.dtype == torch.uint8),
+    "model_shape": ("seq_len, vocab_size and num_puzzle_identifiers, each an integer >= 1",
+                    lambda v: isinstance(v, dict) and all(_is_int(v.get(k), 1) for k in
+                                                          ("seq_len", "vocab_size", "num_puzzle_identifiers"))),
+}
+_OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "ema": ("a mapping of names to tensors", _tensors),
+    "optimizer": ("an optimizer's state (a mapping)", lambda v: isinstance(v, dict)),
+    "sparse_optimizer": ("an optimizer's state (a mapping)", lambda v: isinstance(v, dict)),
+    "amp": ("a loss scaler's state (a mapping)", lambda v: isinstance(v, dict)),
+    "carries": ("a list of each rank's carries", lambda v: isinstance(v, list)),
+    "world_size": ("an integer >= 1", lambda v: _is_int(v, 1)),
+    "forward_dtype": ("one of float32, bfloat16, float16", lambda v: v in DTYPES),
+    "run_id": ("a string", lambda v: isinstance(v, str)),
+}
+
+
+def _field_problem(state: dict[str, Any]) -> str | None:
+    """`'name' ...: what it must be` for the first field of `state` that is missing or of the wrong kind."""
+    for name, (must, ok) in _FIELDS.items():
+        if name not in state:
+            return f"{name!r} is missing (it must be {must})"
+        if not ok(state[name]):
+            return f"{name!r} is {_shown(state[name])}; it must be {must}"
+    for name, (must, ok) in _OPTIONAL.items():
+        if state.get(name) is not None and not ok(state[name]):
+            return f"{name!r} is {_shown(state[name])}; it must be {must} or absent"
+    return None
+
+
+def _shown(v: Any) -> str:
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        text = repr(v)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return f"a {type(v).__name__}"
 
 
 # ---------------------------------------------------------------------------
