@@ -54,6 +54,7 @@ SAVE_MAX_TASKS = 4  # the save run's check: this many tasks ...
 SAVE_TIME_BUDGET = 900  # ... within this many seconds
 WORKERS = None  # None: one worker process per visible GPU (1 on CPU)
 DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda, mps
+STRICT = False  # True: the interactive Save Version run fails at its end when the model did not run (never the rerun)
 
 # %% [markdown]
 # ## Fallback first (standard library only)
@@ -70,6 +71,7 @@ import sys
 from pathlib import Path
 
 READY = True  # False once a step fails: the later cells skip, the fallback submission stands
+NO_MODEL = None  # why the model did not run, once something stops it (the last line says it)
 FULL_BUDGET = 11.5 * 3600  # the kernel's hard limit is 12 h
 CHALLENGES_NAME = "arc-agi_test_challenges.json"
 
@@ -126,6 +128,7 @@ SAVE_MAX_TASKS = checked("SAVE_MAX_TASKS", SAVE_MAX_TASKS, 4)
 SAVE_TIME_BUDGET = checked("SAVE_TIME_BUDGET", SAVE_TIME_BUDGET, 900.0, number=True)
 WORKERS = checked("WORKERS", WORKERS, None, none=True)
 DEVICE = checked_choice("DEVICE", DEVICE, ("auto", "cpu", "cuda", "mps"), "auto")
+STRICT = checked_choice("STRICT", STRICT, (False, True), False)
 
 # Save Version run or scored rerun: Kaggle sets KAGGLE_KERNEL_RUN_TYPE in its kernels, and
 # KAGGLE_IS_COMPETITION_RERUN only in the rerun on the hidden test set
@@ -210,6 +213,7 @@ try:
     CHALLENGES = CHALLENGES or find_challenges(KAGGLE_INPUT, COMPETITION)
     if CHALLENGES is None:
         READY = False
+        NO_MODEL = "no challenges file was found"
     else:
         with open(CHALLENGES) as f:
             challenge_data = json.load(f)
@@ -220,18 +224,24 @@ try:
         print(f"fallback: {SUBMISSION} answers all {len(challenge_data)} tasks of {CHALLENGES}", flush=True)
 except Exception as e:  # noqa: BLE001 - the notebook never raises: say what failed
     READY = False
+    NO_MODEL = f"the fallback submission could not be written ({type(e).__name__}: {e})"
     warn(f"the fallback submission could not be written ({type(e).__name__}: {e}); nothing else can run")
 
 # %% [markdown]
 # ## Install `trm_kaggle` offline
 #
-# Only when it is not importable yet: `pip install --no-index --find-links WHEELS_DIR trm_kaggle` (no network;
-# the wheels dataset carries every dependency Kaggle's image lacks, for each Python it may run: pip picks the
-# wheels of the running one).
+# Only when it is not importable yet: `pip install --no-index --no-deps --find-links WHEELS_DIR trm_kaggle ...`
+# (no network), naming trm_kaggle and each other distribution of the wheels dataset that the image lacks (the
+# dataset carries every dependency Kaggle's image lacks, for each Python it may run: pip picks the wheels of the
+# running one). `--no-deps`: what the image already has is never re-resolved, so one unmet requirement of the
+# image's own packages cannot fail the install. Then every requirement of trm_kaggle is checked by name: one
+# line names what is missing.
 
 # %%
 import importlib
+import importlib.metadata
 import importlib.util
+import re
 import subprocess
 
 
@@ -241,6 +251,61 @@ def first_dir_with(pattern):
     return str(found[0].parent) if found else None
 
 
+def installed(dist):
+    try:
+        importlib.metadata.version(dist)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def install_offline(wheels):
+    """pip install --no-index --no-deps: trm_kaggle and every other distribution whose wheel lies in `wheels`
+    and which the image does not have. Nothing the image has is re-resolved (one unmet requirement of its own,
+    say torch's setuptools, would fail the whole install); RuntimeError with pip's own reason."""
+    names = {re.split(r"-", p.name, maxsplit=1)[0] for p in Path(wheels).glob("*.whl")}
+    extra = sorted(n for n in names if n.lower() != "trm_kaggle" and not installed(n))
+    cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--find-links", str(wheels),
+           "--disable-pip-version-check", "--no-color", "trm_kaggle", *extra]
+    pip = subprocess.run(cmd, capture_output=True, text=True)
+    print(pip.stdout)
+    if pip.returncode != 0:
+        said = [line.strip() for line in pip.stderr.splitlines() if line.strip()] or ["(no message)"]
+        last = ([line for line in said if line.startswith("ERROR")] or said)[-1]  # pip's own reason
+        raise RuntimeError(f"pip install --no-index --no-deps --find-links {wheels} trm_kaggle failed "
+                           f"(status {pip.returncode}): {last}")
+    importlib.invalidate_caches()
+
+
+def missing_requirements(dist="trm_kaggle"):
+    """The requirements of `dist` (its extras aside) that no installed distribution meets by name: what the image
+    lacks and the wheels dataset did not carry. A version outside a requirement's range is only a warning (the
+    image's own version is the one its other packages were built with)."""
+    try:
+        from pip._vendor.packaging.requirements import Requirement  # pip's copy: the standard library has none
+    except ImportError:
+        Requirement = None
+    try:
+        reqs = importlib.metadata.requires(dist) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []  # importable without metadata (a path on sys.path): nothing to compare
+    missing = []
+    for text in reqs:
+        req = Requirement(text) if Requirement else None
+        if req is not None and req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue  # an extra's requirement, or one for another platform
+        if req is None and ";" in text:
+            continue
+        name = req.name if req else re.match(r"[A-Za-z0-9._-]+", text.strip()).group(0)
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(text.split(";")[0].strip())
+            continue
+        if req is not None and req.specifier and not req.specifier.contains(version, prereleases=True):
+            warn(f"{dist} asks for {req.name}{req.specifier}; this image has {version} (kept: installed as it is)")
+    return missing
+
 if READY:
     try:
         if importlib.util.find_spec("trm_kaggle") is None:
@@ -248,20 +313,16 @@ if READY:
             if wheels is None:
                 raise RuntimeError(f"no trm_kaggle*.whl under {KAGGLE_INPUT}: attach the wheels dataset or set "
                                    f"WHEELS_DIR")
-            pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", wheels,
-                                  "--disable-pip-version-check", "--no-color", "trm_kaggle"], capture_output=True,
-                                 text=True)
-            print(pip.stdout)
-            if pip.returncode != 0:
-                said = [line.strip() for line in pip.stderr.splitlines() if line.strip()] or ["(no message)"]
-                last = ([line for line in said if line.startswith("ERROR")] or said)[-1]  # pip's own reason
-                raise RuntimeError(f"pip install --no-index --find-links {wheels} trm_kaggle failed "
-                                   f"(status {pip.returncode}): {last}")
-            importlib.invalidate_caches()
+            install_offline(wheels)
         else:
             print("trm_kaggle is already importable: nothing installed")
+        missing = missing_requirements()
+        if missing:
+            raise RuntimeError(f"trm_kaggle needs {', '.join(missing)}, which neither this image nor the wheels "
+                               f"dataset has (build the wheels dataset without --kaggle-has for them)")
     except Exception as e:  # noqa: BLE001 - the notebook never raises
         READY = False
+        NO_MODEL = f"installing trm_kaggle failed: {e}"
         warn(f"installing trm_kaggle failed ({e}); the fallback submission.json stands")
 
 # %%
@@ -283,6 +344,7 @@ if READY:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
     except Exception as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
         READY = False
+        NO_MODEL = f"importing trm_kaggle failed ({type(e).__name__}: {e})"
         warn(f"importing trm_kaggle failed ({type(e).__name__}: {e}); the fallback submission.json stands")
 
 # %% [markdown]
@@ -318,6 +380,7 @@ if READY:
         print(json.dumps({k: v for k, v in report.items() if k not in ("task_reports", "workers", "fallback")},
                          indent=2, default=str))
     except Exception as e:  # noqa: BLE001 - the notebook never raises
+        NO_MODEL = f"solving failed ({type(e).__name__}: {e})"
         warn(f"solving failed ({type(e).__name__}: {e}); the fallback submission.json stands")
 
 # %% [markdown]
@@ -348,6 +411,9 @@ def check_against_sample(submission_path, challenges_path):
              f"{len(extra)} only in the challenges file ({', '.join(extra[:5])}); the challenges file's are written")
 
 
+if report is not None and not report.get("ran"):
+    NO_MODEL = report.get("model_failed") or next(iter(report.get("errors") or []), None) or (
+        "it predicted no task within the time budget")
 if SUBMISSION.is_file() and CHALLENGES:
     try:
         if READY and report is not None:
@@ -358,10 +424,24 @@ if SUBMISSION.is_file() and CHALLENGES:
                   f"predictions; {report['elapsed_s']} s")
             for error in report["errors"]:
                 print("warning:", error)
-        else:
-            print(f"{SUBMISSION}: the fallback answers (the model did not run)")
         check_against_sample(SUBMISSION, CHALLENGES)
     except Exception as e:  # noqa: BLE001 - the notebook never raises
         warn(f"checking {SUBMISSION} failed ({type(e).__name__}: {e})")
 else:
+    NO_MODEL = NO_MODEL or "no submission was written"
     warn(f"no submission was written: {SUBMISSION}")
+
+# %% [markdown]
+# ## The result, in the last line
+#
+# Whether the model ran, said last so that a save run that only wrote the fallback cannot look successful. With
+# `STRICT = True` such a save run fails here (the scored rerun never does: it always keeps its valid submission).
+
+# %%
+if NO_MODEL is None:
+    print(f"RESULT: the model ran: {report['ran']} tasks predicted, {report['answered']} answered; {SUBMISSION}")
+else:
+    print(f"RESULT: {SUBMISSION} holds the fallback answers (the model did not run), which score 0: {NO_MODEL}",
+          flush=True)
+    if STRICT and not rerun:
+        raise RuntimeError(f"STRICT: the model did not run ({NO_MODEL}); the fallback submission.json stands")

@@ -80,8 +80,12 @@ def _remove_wheel(layout):
 
 
 def _unresolvable_wheel(layout):  # the only trm_kaggle wheel needs a package nobody ships
+    import zipfile
+
     _remove_wheel(layout)
-    make_fake_wheel(layout.wheels, "trm_kaggle", "99.0", requires=["trm-missing-dependency>=1"])
+    wheel = make_fake_wheel(layout.wheels, "trm_kaggle", "99.0", requires=["trm-missing-dependency>=1"])
+    with zipfile.ZipFile(wheel, "a") as z:  # installable: it installs (--no-deps), then the check names the need
+        z.writestr("trm_kaggle-99.0.dist-info/RECORD", "")
 
 
 def _wheel_for_another_python(layout):  # the only trm_kaggle wheel is tagged for CPython 3.9
@@ -156,7 +160,7 @@ def test_install_or_import_fails_the_fallback_stands(built, tmp_path, case):
         alter, params = _remove_wheel, {"WHEELS_DIR": None}
         words = "installing trm_kaggle failed (no trm_kaggle*.whl under "
     elif case == "pip fails":
-        alter, words = _unresolvable_wheel, "No matching distribution found for trm-missing-dependency"
+        alter, words = _unresolvable_wheel, "trm_kaggle needs trm-missing-dependency>=1, which neither this image"
     elif case == "wheel for another Python":
         alter, words = _wheel_for_another_python, "No matching distribution found for trm_kaggle"
     elif case == "truncated wheel":

@@ -99,10 +99,10 @@ def test_wheels_dataset_contents(built, inputs):
     assert meta == {"title": "trm-kaggle-wheels", "id": f"{USER}/trm-kaggle-wheels",
                     "licenses": [{"name": "apache-2.0"}]}
     install = (w / "install.sh").read_text()
-    assert "pip install --no-index --find-links" in install and "trm_kaggle adam-atan2" in install
+    assert "pip install --no-index --no-deps --find-links" in install and "trm_kaggle adam-atan2" in install
     manifest = json.loads((w / M.MANIFEST).read_text())
-    assert manifest["install"] == ('pip install --no-index --find-links "$(find /kaggle/input -maxdepth 3 -type d '
-                                   '-name trm-kaggle-wheels -print -quit)" trm_kaggle adam-atan2')
+    assert manifest["install"] == ('pip install --no-index --no-deps --find-links "$(find /kaggle/input -maxdepth 3 '
+                                   '-type d -name trm-kaggle-wheels -print -quit)" trm_kaggle adam-atan2')
     assert manifest["shipped"] == {"adam-atan2": [inputs["extra"].name]}
     assert manifest["downloaded"] is False and manifest["not_shipped"] == []
 
@@ -178,7 +178,7 @@ def test_the_install_commands_find_the_wheels_in_either_mount_layout(built, tmp_
     env = {"PATH": f"{fake}:/usr/bin:/bin"}
     res = subprocess.run(["sh", str(mounted / "install.sh")], capture_output=True, text=True, env=env)
     assert res.returncode == 0 and res.stdout.split() == [
-        "install", "--no-index", "--find-links", str(mounted), "trm_kaggle", "adam-atan2"], res.stderr
+        "install", "--no-index", "--no-deps", "--find-links", str(mounted), "trm_kaggle", "adam-atan2"], res.stderr
     line = W.install_line("trm-kaggle-wheels", ["trm_kaggle", "adam-atan2"], root=str(root))
     res = subprocess.run(["sh", "-c", line], capture_output=True, text=True, env=env)
-    assert res.returncode == 0 and res.stdout.split()[3] == str(mounted), res.stdout + res.stderr
+    assert res.returncode == 0 and res.stdout.split()[4] == str(mounted), res.stdout + res.stderr

@@ -373,9 +373,11 @@ def resolve_dependencies(roots: Sequence[Requirement], *, target: Target, kaggle
 
 def install_line(slug: str, names: Sequence[str] = ("trm_kaggle",), root: str = "/kaggle/input") -> str:
     """The offline install in a kernel's shell, whichever mount layout Kaggle uses: the wheels dataset is found by
-    its slug (`<root>/<slug>/` in 2025's layout, `<root>/datasets/<owner>/<slug>/` in 2026's)."""
-    return (f'pip install --no-index --find-links "$(find {root} -maxdepth 3 -type d -name {slug} -print -quit)" '
-            f"{' '.join(names)}")
+    its slug (`<root>/<slug>/` in 2025's layout, `<root>/datasets/<owner>/<slug>/` in 2026's). `--no-deps` with
+    every shipped distribution named: what the image has is never re-resolved (one unmet requirement of the
+    image's own packages would fail the whole install)."""
+    return (f'pip install --no-index --no-deps --find-links "$(find {root} -maxdepth 3 -type d -name {slug} -print '
+            f'-quit)" {" ".join(names)}')
 
 
 def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REPO_ROOT,
@@ -431,7 +433,7 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
         for p, name in zip(extras, extra_names):
             shutil.copy2(p, tmp / p.name)
             shipped[name] = [p.name]
-        names = ["trm_kaggle", *extra_names]
+        names = ["trm_kaggle", *sorted(set(shipped) - set(extra_names)), *extra_names]  # --no-deps: each named
         line = install_line(ids.wheels_slug, names)
         atomic_write_text(tmp / "install.sh", (
             "#!/bin/sh\n"
@@ -440,7 +442,7 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
             f"# /kaggle/input/datasets/{ids.user}/{ids.wheels_slug} in 2026's); pass another directory as $1.\n"
             "set -e\n"
             'WHEELS="${1:-$(dirname "$0")}"\n'
-            f'pip install --no-index --find-links "$WHEELS" {" ".join(names)}\n'))
+            f'pip install --no-index --no-deps --find-links "$WHEELS" {" ".join(names)}\n'))
         atomic_write_json(tmp / DATASET_META, dataset_metadata(ids.wheels_id), indent=2)
         report = {"id": ids.wheels_id, "install": line, "trm_kaggle_wheel": own.name, "shipped": shipped,
                   "assumed_preinstalled": preinstalled, "kaggle_has": kaggle_has, "downloaded": download,

@@ -1,0 +1,131 @@
+"""The kernels' offline install, proven against an image with an unmet requirement, and the submission kernel's
+last line.
+
+The image is a fresh venv that sees this interpreter's packages (torch, numpy, pydantic, ...) but not
+trm_kaggle (the sandbox's venv), plus one installed distribution whose own requirement is unmet: a `tqdm` 99.0
+that requires a package nobody ships, as Kaggle's image once held a torch whose setuptools requirement its
+setuptools did not meet. An install that re-resolves what the image has fails there (pip cannot reach the missing
+package offline); the kernels' install step (their own cells, run in that venv) installs the wheel without
+re-resolving, and names a requirement of trm_kaggle that neither the image nor the wheels dataset has.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trm_kaggle.kaggle import sandbox
+from trm_kaggle.kaggle.metadata import BundleIds, REPO_ROOT
+from trm_kaggle.kaggle.wheels import build_pure_wheel, copy_project_sources
+
+NOTEBOOKS = REPO_ROOT / "notebooks"
+
+
+def code_cells(name: str) -> list[str]:
+    nb = json.loads((NOTEBOOKS / name).read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def install_cell(cells: list[str]) -> int:
+    (index,) = [i for i, c in enumerate(cells) if "def install_offline(" in c]
+    return index
+
+
+@pytest.fixture
+def image(tmp_path):
+    """(the venv's python, a wheels dir holding the trm_kaggle wheel alone): a fresh one per test."""
+    root = tmp_path / "image"
+    layout = sandbox.SandboxLayout(root / "sandbox", BundleIds())
+    layout.root.mkdir(parents=True)
+    python = sandbox.create_sandbox_venv(layout)
+    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True, check=True).stdout.strip())
+    info = purelib / "tqdm-99.0.dist-info"  # before the base's own tqdm on sys.path: pip sees this one
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tqdm\nVersion: 99.0\n"
+                                   "Requires-Dist: trm-unmet-requirement>=1\n")
+    (info / "INSTALLER").write_text("pip\n")
+    (info / "RECORD").write_text("")
+    wheels = root / "wheels"
+    build_pure_wheel(copy_project_sources(REPO_ROOT, root / "src"), wheels)
+    return python, wheels
+
+
+def run_install(python: Path, tmp_path: Path, notebook: str, wheels: Path) -> subprocess.CompletedProcess:
+    """The notebook's cells up to its install step, in the image's python (its parameters pointed here)."""
+    cells = code_cells(notebook)
+    upto = install_cell(cells)
+    (tmp_path / "input" / "comp").mkdir(parents=True)
+    (tmp_path / "input" / "comp" / "arc-agi_test_challenges.json").write_text(json.dumps(
+        {"00000000": {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1, 2]]}]}}))
+    params = (f"KAGGLE_INPUT = {str(tmp_path / 'input')!r}\nKAGGLE_WORKING = {str(tmp_path / 'working')!r}\n"
+              f"WHEELS_DIR = {str(wheels)!r}\n")
+    script = "\n\n".join([cells[0], params, *cells[1:upto + 1],
+                          "print('READY', READY)\nimport trm_kaggle, sys\nprint('FROM', trm_kaggle.__file__)"])
+    (tmp_path / "cells.py").write_text(script)
+    env = sandbox.sandbox_env(sandbox.SandboxLayout(python.parents[2], BundleIds()))
+    return subprocess.run([str(python), str(tmp_path / "cells.py")], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+
+
+@pytest.mark.slow
+def test_the_install_does_not_re_resolve_the_image(image, tmp_path):
+    python, wheels = image
+    # the image is as described: a plain resolving install of the same wheel fails on the unmet requirement
+    plain = subprocess.run([str(python), "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
+                            "--dry-run", "--disable-pip-version-check", "trm_kaggle"], capture_output=True, text=True,
+                           env=sandbox.sandbox_env(sandbox.SandboxLayout(python.parents[2], BundleIds())))
+    assert plain.returncode != 0 and "trm-unmet-requirement" in plain.stderr, plain.stderr[-2000:]
+    for notebook in ("kaggle_submission.ipynb", "kaggle_train.ipynb"):
+        res = run_install(python, tmp_path / notebook, notebook, wheels)
+        out = res.stdout + res.stderr
+        assert res.returncode == 0 and "READY True" in out, out[-3000:]
+        assert f"FROM {python.parents[2]}" in out, out[-3000:]  # the wheel's copy, installed into the venv
+        subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", "trm_kaggle"], check=True,
+                       capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_requirement_nobody_has_is_named_in_one_line(image, tmp_path):
+    python, wheels = image
+    import zipfile
+
+    own = tmp_path / "wheels"  # a trm_kaggle wheel (its package a stub) whose requirements name one nobody has
+    own.mkdir()
+    meta = ("Metadata-Version: 2.1\nName: trm_kaggle\nVersion: 99.0\nRequires-Dist: numpy>=1\n"
+            "Requires-Dist: trm-missing-dependency>=1\nRequires-Dist: trm-extra-only>=1; extra == \"x\"\n")
+    with zipfile.ZipFile(own / "trm_kaggle-99.0-py3-none-any.whl", "w") as z:
+        z.writestr("trm_kaggle/__init__.py", "")
+        z.writestr("trm_kaggle-99.0.dist-info/METADATA", meta)
+        z.writestr("trm_kaggle-99.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("trm_kaggle-99.0.dist-info/RECORD", "")
+    res = run_install(python, tmp_path / "nb", "kaggle_submission.ipynb", own)
+    lines = [line for line in res.stdout.splitlines() if "installing trm_kaggle failed" in line]
+    assert len(lines) == 1, res.stdout[-3000:]
+    assert "trm_kaggle needs trm-missing-dependency>=1, which neither this image nor the wheels dataset" in lines[0]
+    assert "numpy" not in lines[0] and "trm-extra-only" not in lines[0] and "READY False" in res.stdout
+
+
+def test_the_last_line_says_the_model_did_not_run_and_strict_fails_only_the_save_run(capsys):
+    cells = code_cells("kaggle_submission.ipynb")
+    last = cells[-1]
+    assert "RESULT:" in last
+    base = {"NO_MODEL": "installing trm_kaggle failed: simulated", "SUBMISSION": Path("submission.json"),
+            "report": None}
+    exec(last, {**base, "STRICT": False, "rerun": False})
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "RESULT: submission.json holds the fallback answers (the model did not run), which score 0: installing "
+        "trm_kaggle failed: simulated")
+    exec(last, {**base, "STRICT": True, "rerun": True})  # the scored rerun never fails
+    with pytest.raises(RuntimeError, match="STRICT: the model did not run"):
+        exec(last, {**base, "STRICT": True, "rerun": False})
+    exec(last, {**base, "NO_MODEL": None, "STRICT": True, "rerun": False,
+                "report": {"ran": 2, "answered": 1}})
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("RESULT: the model ran: 2 tasks predicted")
+    # a solve that predicted nothing is a model that did not run, in the cell before
+    before = textwrap.dedent(cells[-2])
+    assert 'if report is not None and not report.get("ran"):' in before
