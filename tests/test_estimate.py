@@ -113,8 +113,9 @@ def test_without_room_for_a_prediction_step_nothing_more_is_timed(fake_steps):
     calls, cost = fake_steps
     cost["train"] = 0.2
     lines = []
-    assert time_steps(ARCH, 16, 12, CPU, batch=8, eval_batch=8, cap_s=0.5, say=lines.append) is None
-    assert calls == [("train", 1)] and "leaves no room for a prediction step" in lines[-1]
+    t = time_steps(ARCH, 16, 12, CPU, batch=8, eval_batch=8, cap_s=0.5, say=lines.append)
+    assert calls == [("train", 1)] and "left no room for a prediction step" in lines[-1]
+    assert t.row_step_s == t.step_s == t.embeddings_step_s  # priced from the step measured: upper bounds
     # the command line's estimate needs its figures: it times the steps it needs whatever they cost
     calls.clear()
     t = time_steps(ARCH, 16, 12, CPU, batch=8, eval_batch=8, cap_s=0.5, must_finish=True)

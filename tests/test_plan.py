@@ -123,11 +123,13 @@ def test_a_budget_too_short_to_time_gets_the_fixed_small_plan(monkeypatch):
     assert fixed.short and (fixed.num_aug, fixed.finetune_steps) == (5, 0)
 
 
-def test_timing_cut_by_its_cap_gets_the_fixed_small_plan(monkeypatch):
-    monkeypatch.setattr(P, "time_steps", lambda *a, **kw: None)  # no room for a prediction step
+def test_timing_cut_by_its_cap_still_prices_the_plan(monkeypatch):
+    slow = Rates("cpu", 12.0, 12.0, 12.0, 2, batch=1, eval_batch=1, timing_s=24.0, cap_s=10.0,
+                 notes=("the 10 s cap left no room for a prediction step: priced as a fine-tuning step",))
+    monkeypatch.setattr(P, "measure_rates", lambda *a, **kw: slow)  # a step slower than the cap: a measurement
     plan, run = plan_worker(cfg(num_aug="auto"), ARCH, 16, 12, torch.device("cpu"), UNITS, time.monotonic() + 100.0)
-    assert plan.short and plan.num_aug == SHORT_NUM_AUG and run.global_batch_size == SHORT_BATCH
-    assert "the timing stopped at its 10 s cap" in plan.describe()
+    assert not plan.short and plan.rates.step_s == slow.step_s and run.global_batch_size == 1
+    assert "priced as a fine-tuning step" in plan.describe()
 
 
 def test_cpu_tasks_run_with_the_batches_timed_and_gpus_with_the_configured_ones(monkeypatch):
@@ -138,7 +140,7 @@ def test_cpu_tasks_run_with_the_batches_timed_and_gpus_with_the_configured_ones(
     plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cpu"), UNITS, time.monotonic() + 120.0)
     assert asked[0][0] == batch_sizes(c, UNITS) and asked[0][1] == pytest.approx(12.0, abs=0.1)
     assert (run.global_batch_size, run.eval_batch_size) == (4, 16) == (plan.batch, plan.eval_batch)
-    assert plan.rates is timed and "timing 3.0 s of its 12 s cap" in plan.describe()
+    assert plan.rates == timed and "timing 3.0 s of its 12 s cap" in plan.describe()
     plan, run = plan_worker(c, ARCH, 16, 12, torch.device("cuda"), UNITS, time.monotonic() + 120.0)
     assert run == c and (plan.batch, plan.eval_batch) == (64, 256)
 

@@ -9,10 +9,15 @@
 most what the memory share holds, grown while a step stays short: `step_timer.time_steps`) are the batches
 the tasks use; CUDA and XLA keep the configured ones. Timing takes at most `step_timer.timing_cap` of the time
 left (the memory estimate and CUDA's start-up, its first untimed steps, come before and are not counted; the
-plan fits the time left after the timing); a budget too short for even that (`step_timer.MIN_TIMING_S`), or a
-timing cut by its cap before a prediction step, gets the fixed small plan: nothing priced, no fine-tuning
-(nothing was timed to fit it), `SHORT_NUM_AUG` augmentations where num_aug is auto, `SHORT_BATCH` rows per
-batch on CPU and MPS, and each task predicting for an equal share of the time left.
+plan fits the time left after the timing). A step slower than the cap is a measurement, not a failure: the plan
+prices from it (the steps it left untimed priced from it as upper bounds). Only a budget too short to time
+anything (`step_timer.MIN_TIMING_S`) gets the fixed small plan: nothing priced, no fine-tuning (nothing was timed
+to fit it), `SHORT_NUM_AUG` augmentations where num_aug is auto, `SHORT_BATCH` rows per batch on CPU and MPS,
+and each task predicting for an equal share of the time left.
+
+The worker answers its cheapest tasks first (`cheapest_first`: fewest test inputs, then fewest demonstration
+pairs), so a deadline that comes sooner than priced costs the expensive tasks; and a task whose share of the
+time cannot hold one prediction batch gets smaller batches (`prediction_batch`), so that it keeps its share.
 
 Every task is solved on its own, so a worker's time is the sum over its tasks of: fine-tuning
 (steps x seconds per step), inference (test inputs x (num_aug + 1) x ACT steps x seconds per row-step, plus
@@ -32,7 +37,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import torch
 
@@ -49,6 +54,7 @@ DEMO_ROWS = 64  # demonstration examples scored before and after fine-tuning (`s
 MIN_PLAN_S = 10.0  # a worker with less time than this before the deadline starts nothing (timing alone costs more)
 SHORT_NUM_AUG = 2  # the fixed small plan (a budget too short to time): augmentations where num_aug is auto ...
 SHORT_BATCH = 8  # ... and at most this many rows per batch on CPU and MPS
+T = TypeVar("T")
 
 
 def hms(seconds: float) -> str:
@@ -113,16 +119,14 @@ class Rates:
 
 def measure_rates(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, batch: int,
                   eval_batch: int, *, cap_s: float | None = None, processes: int = 1,
-                  say: Callable[[str], None] | None = None) -> Rates | None:
+                  say: Callable[[str], None] | None = None) -> Rates:
     """One timed batch of each kind on `device` (`step_timer.time_steps`), with the export's architecture, the
     batch sizes the worker will use (`batch_sizes`; on CPU and MPS the most it may use) and at most `cap_s`
-    seconds (default `timing_cap(None)`); `say` gets a line before and after each timed step. None when the
-    cap had no room for the steps a plan needs."""
+    seconds (default `timing_cap(None)`); `say` gets a line before and after each timed step. A step that
+    passes the cap still prices the plan (what it left untimed is priced from it, as an upper bound)."""
     t = time_steps(arch, seq_len, vocab_size, device, batch=batch, eval_batch=eval_batch,
                    cap_s=timing_cap(None) if cap_s is None else cap_s, processes=processes,
                    must_finish=device.type == "xla", say=say)
-    if t is None:
-        return None
     return Rates(device_name(device), t.step_s, t.embeddings_step_s, t.row_step_s, arch.halt_max_steps, t.batch,
                  t.eval_batch, t.spent_s, t.cap_s, t.notes, t.sizing_s, t.startup_s)
 
@@ -259,6 +263,24 @@ def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]
     return now, min(deadline, now + share)
 
 
+def cheapest_first(units: Sequence[T]) -> list[T]:
+    """The worker's tasks (each with `test_inputs` and `train_pairs`) in the order it answers them: the cheapest
+    first (fewest test inputs to predict, then fewest demonstration pairs to build and score), the file's order
+    among equals. A deadline that comes sooner than priced then costs the expensive tasks, not the cheap ones."""
+    return sorted(units, key=lambda u: (u.test_inputs, u.train_pairs))
+
+
+def prediction_batch(plan: Plan, eval_batch: int, window_s: float) -> int:
+    """Rows per prediction batch for a task with `window_s` seconds to predict: `eval_batch`, cut (to one row at
+    least) so that one batch is priced to end inside the window. The deadline is checked between batches, so
+    an uncut batch larger than the task's share would take the time of the tasks after it."""
+    r = plan.rates
+    per_row = 0.0 if r is None else inference_seconds(1, r.halt_max_steps, r.row_step_s) * DECODE_OVERHEAD
+    if per_row <= 0 or not math.isfinite(window_s):
+        return eval_batch
+    return max(1, min(eval_batch, int(max(0.0, window_s) / per_row)))
+
+
 def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates | None, available_s: float | None,
               worker: int = 0, notes: Sequence[str] = ()) -> Plan:
     """The plan of a worker whose tasks have (test inputs, demonstration pairs) `units`, run with `cfg` (its
@@ -279,8 +301,9 @@ def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates |
                     short=True, **sizes)
     scored = demo_rows(cfg)
 
-    def overhead(n: int) -> float:  # dataset, model load, demonstration accuracy before and after fine-tuning
-        demo = sum(min(scored, d * (n + 1), t * (n + 1)) for t, d in units) if tuning else 0
+    def overhead(n: int, tuned: bool = tuning) -> float:  # dataset, model load, demonstration accuracy before and
+        # after fine-tuning (scored only where a task is fine-tuned)
+        demo = sum(min(scored, d * (n + 1), t * (n + 1)) for t, d in units) if tuned else 0
         return tasks * TASK_OVERHEAD_S + 2 * demo * rates.halt_max_steps * rates.row_step_s
 
     def infer(n: int) -> float:  # the sum of every task's `reserve_seconds`
@@ -317,8 +340,11 @@ def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates |
         num_aug = cfg.num_aug
     if steps == "auto":
         steps = most_steps(planned - infer(num_aug)) if tasks else 0
-    return Plan(worker, rates, tasks, rows, num_aug, steps, auto, infer(num_aug), tune(steps), overhead(num_aug),
-                available_s, cfg.plan_margin, **sizes)
+        if steps == 0 and cfg.num_aug == "auto":  # no step fits: no demonstration scoring either, and inference
+            # gets the whole plan
+            num_aug = most_aug(max(0.0, available_s * (1 - cfg.plan_margin) - overhead(DEMO_ROWS, False)))
+    return Plan(worker, rates, tasks, rows, num_aug, steps, auto, infer(num_aug), tune(steps),
+                overhead(num_aug, tuning and steps > 0), available_s, cfg.plan_margin, **sizes)
 
 
 def plan_worker(cfg: SolveConfig, arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device,
@@ -350,8 +376,6 @@ def plan_worker(cfg: SolveConfig, arch: ArchConfig, seq_len: int, vocab_size: in
             rates = measure_rates(arch, seq_len, vocab_size, device, *batch_sizes(cfg, units), cap_s=cap,
                                   processes=processes, say=say)
             available_s = deadline - time.monotonic()
-            if rates is None:
-                notes.append(f"the timing stopped at its {cap:.3g} s cap before every step a plan needs was timed")
         if sized:
             batches = ({"global_batch_size": rates.batch, "eval_batch_size": rates.eval_batch} if rates else
                        {"global_batch_size": min(cfg.global_batch_size, SHORT_BATCH),

@@ -13,8 +13,8 @@ Timing is bounded, announced and sized for the device (`time_steps`):
   work too), for which one untimed step of each kind runs before the cap's clock starts
   (`StepTimes.startup_s`). Both are said; the kernel's plan fits the time left after them. A step
   expected to pass the cap is not started: the puzzle-row step is then priced as a step of every weight (an
-  upper bound); without room for a prediction step there are no rates at all (the kernel's plan is then its
-  fixed small one). On XLA the steps a plan needs are timed whatever they cost: their first calls are
+  upper bound), and without room for a prediction step that step is priced from the fine-tuning step (an upper
+  bound too): a slow step is a measurement, not a failure, and the plan prices from it. On XLA the steps a plan needs are timed whatever they cost: their first calls are
   compilations, which the work would pay anyway;
 * every figure is one warm-up call (a new batch shape's one-time costs: kernel choice, memory) and then the
   median of up to `REPEATS` timed calls: the repeats stop once the figure has taken `STEP_SHARE` of the cap
@@ -264,15 +264,15 @@ def memory_batches(arch: ArchConfig, seq_len: int, vocab_size: int, device: torc
 
 def time_steps(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, *, batch: int,
                eval_batch: int, cap_s: float, n_ids: int = 2, repeats: int = REPEATS, processes: int = 1,
-               must_finish: bool = False, say: Callable[[str], None] | None = None) -> StepTimes | None:
+               must_finish: bool = False, say: Callable[[str], None] | None = None) -> StepTimes:
     """Time a fine-tuning step of every weight, a prediction step and a fine-tuning step of the puzzle rows
     alone on `device`, in at most `cap_s` seconds (see the module docstring: the sizing and a device's start-up
     come before the cap's clock). On CUDA and XLA `batch` and `eval_batch` are the sizes timed; on CPU and MPS they are the
     most a batch may have (`processes`: how many workers share this machine's memory).
 
-    The first two are needed: None when the second is not expected to fit in the cap (an upper bound: a
-    prediction step costs less than a training step of as many rows), unless `must_finish`, which times them
-    whatever they cost. Larger sizes and the puzzle-row step are timed only where the cap leaves room (the
+    The first two are needed: where the second is not expected to fit in the cap it is priced from the first (an
+    upper bound: a prediction step costs less than a training step of as many rows), unless `must_finish`,
+    which times them whatever they cost. Never None: whatever was measured prices the work. Larger sizes and the puzzle-row step are timed only where the cap leaves room (the
     latter is otherwise priced as a step of every weight, which it never exceeds)."""
     device = torch.device(device)
     t0 = time.perf_counter()
@@ -298,9 +298,17 @@ def time_steps(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.de
         batch = eval_batch = 1
     step_s = timer.train(batch, False)
     if not (must_finish or timer.fits(calls * step_s * eval_batch / batch)):
+        # a slow step is a measurement, not a failure: the prediction step is priced from it (an upper bound: one
+        # ACT step of prediction costs less than a fine-tuning step of as many rows) and nothing more is timed
+        eval_s = step_s * eval_batch / batch
+        note = (f"the {cap_s:.3g} s cap left no room for a prediction step: priced as a fine-tuning step of as "
+                f"many rows (an upper bound)")
         if say:
-            say(f"the {cap_s:.3g} s cap leaves no room for a prediction step: nothing more is timed")
-        return None
+            say(note)
+        emb_step_s = 0.0 if arch.emb_ndim == 0 else step_s
+        return StepTimes(str(device), step_s, emb_step_s, eval_s / eval_batch, batch, eval_batch,
+                         time.perf_counter() - t0 - timer.startup_s, cap_s, (*notes, note), sizing_s,
+                         timer.startup_s, timer.repeats)
     eval_s = timer.infer(eval_batch)
     if sized:  # larger batches where the cap leaves room: the prediction's growth too, then the puzzle-row step
         batch, step_s = timer.grow(lambda rows: timer.train(rows, False), batch, step_s, most, step_max, after=1)

@@ -4,9 +4,11 @@
     and saved beside its log) -> per task: its own augmented dataset -> its own fine-tuning run -> predict
     and vote -> units/u<index>/result.json
 
-Before each task the time left is split again (`plan.task_deadlines`): each task gets what the plan prices
-for it and an equal share of the rest for fine-tuning, and stops predicting at its end, so a slow task
-cannot starve the ones after it, and a fast one leaves its time to them. A task that
+The cheapest tasks come first (`plan.cheapest_first`). Before each task the time left is split again
+(`plan.task_deadlines`): each task gets what the plan prices for it and an equal share of the rest for
+fine-tuning, and stops predicting at its end (its prediction batches cut to fit that share:
+`plan.prediction_batch`), so a slow task cannot starve the ones after it, and a fast one leaves its time to
+them. A task that
 raises (a malformed grid the checks missed, CUDA running out of memory) gets no result and keeps its fallback
 answer; the worker goes on with the next.
 """
@@ -27,7 +29,9 @@ from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.errors import describe
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import load_compile_cache, read_export, resolve_compile, save_compile_cache
-from trm_kaggle.solve.plan import MIN_PLAN_S, Budget, Plan, hms, plan_worker, task_deadlines
+from trm_kaggle.solve.plan import (
+    MIN_PLAN_S, Budget, Plan, cheapest_first, hms, plan_worker, prediction_batch, task_deadlines,
+)
 from trm_kaggle.solve.task import export_canvas, solve_unit
 from trm_kaggle.solve.workdir import Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result
 
@@ -69,7 +73,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
     device = pick_device(spec.device)
     challenges = spec.tasks
     keys = {u.index: {**spec.key, "task": task_digest(challenges[u.task_id])} for u in spec.units}
-    todo = [u for u in spec.units if not reusable(read_result(spec.work, u), keys[u.index])]
+    todo = cheapest_first([u for u in spec.units if not reusable(read_result(spec.work, u), keys[u.index])])
 
     if not todo:  # nothing to time or plan for: every task of this worker has a reusable answer (or it has none)
         emit(budget.line("resume", f"worker {spec.worker}: nothing to do"
@@ -112,12 +116,16 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
             emit(budget.line("deadline", f"{len(left)} tasks left unanswered keep the fallback"))
             break
         finetune_by = predict_by = None
+        tcfg = ucfg
         if spec.deadline is not None:
             finetune_by, predict_by = task_deadlines(ucfg, plan, [(u.test_inputs, u.train_pairs) for u in left],
                                                      spec.deadline)
+            rows = prediction_batch(plan, ucfg.eval_batch_size, predict_by - finetune_by)
+            if rows < ucfg.eval_batch_size:  # the task's share holds no whole batch: smaller ones keep it
+                tcfg = ucfg.model_copy(update={"eval_batch_size": rows})
         t0 = time.monotonic()
         try:
-            report = solve_unit(ucfg, unit, challenges[unit.task_id], keys[unit.index], spec.work, device,
+            report = solve_unit(tcfg, unit, challenges[unit.task_id], keys[unit.index], spec.work, device,
                                 finetune_by, predict_by, canvas, banner=k == 0, hard_deadline=spec.deadline)
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})", _summary(report, time.monotonic() - t0)))
         except Exception as e:
