@@ -132,6 +132,14 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
                 if on_eval is not None and on_eval(state.step, evaluations.metrics):
                     result.stopped_by = "the evaluation callback"
                     break
+        if window.pending:  # stopped between log intervals (a signal, a cut evaluation): its last steps are logged
+            window.read(run.step_setup.policy.replay)
+            record = window.record(state.step, state.step / run.steps_per_epoch, schedule.lr, cfg.global_batch_size)
+            if record is not None:
+                _log(run, record, clock, memory_watch, compile_watch, bar, schedule.lr)
+                result.metrics = record
+                if on_step:
+                    on_step(state.step, record)
     finally:
         bar.close()
         memory_watch.close()
