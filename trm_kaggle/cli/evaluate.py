@@ -16,13 +16,18 @@ from trm_kaggle.wording import count
 
 
 def add_evaluate(sub) -> None:
-    p = sub.add_parser("evaluate", help="predict an ARC dataset's test split, vote, score, write a per-task report",
-                       description="Predict every augmented copy of every test input of an ARC dataset, undo the "
-                                   "augmentations, vote per test input and score: the ARC Prize score and "
-                                   "upstream's pass@K with 95 % intervals, token accuracy, a breakdown by kind of "
-                                   "output; --report-dir adds a per-task report with pictures.")
+    p = sub.add_parser("evaluate", help="score a dataset's test split (ARC: vote and a per-task report; Sudoku, "
+                                        "Maze: exact and token accuracy)",
+                       description="ARC (a dataset with test_puzzles.json): predict every augmented copy of every "
+                                   "test input, undo the augmentations, vote per test input and score: the ARC Prize "
+                                   "score and upstream's pass@K with 95 % intervals, token accuracy, a breakdown by "
+                                   "kind of output; --report-dir adds a per-task report with pictures. Any other "
+                                   "dataset (build-sudoku, build-maze): exact and token accuracy of its test split "
+                                   "with 95 % intervals. Test-time levers: --trajectories K --trajectory-noise S "
+                                   "(noisy trajectories), --test-depth H (docs/test_time.md). A test split with "
+                                   "nothing to score is refused (exit 2).")
     p.add_argument("--weights", required=True, help="export directory (weights.safetensors + config.json)")
-    p.add_argument("--data", required=True, help="ARC dataset directory (with test_puzzles.json)")
+    p.add_argument("--data", required=True, help="dataset directory: ARC (with test_puzzles.json), Sudoku or Maze")
     flag(p, "max_tasks", EvaluateConfig, type=int, default=None)
     p.add_argument("--report-dir", default=None,
                    help="write report.json, report.md and grid pictures here (default: no report)")
@@ -35,6 +40,11 @@ def add_evaluate(sub) -> None:
          choices=["auto", "on", "off"])
     flag(p, "max_steps", EvaluateConfig, type=int, default=None)
     flag(p, "weighting", EvaluateConfig, choices=["count", "q_halt"], default=default.weighting)
+    for name in ("trajectories", "trajectory_seed", "test_depth"):
+        flag(p, name, EvaluateConfig, type=int, default=None)
+    flag(p, "trajectory_noise", EvaluateConfig, type=float, default=None)
+    flag(p, "trajectory_select", EvaluateConfig, choices=get_args(EvaluateConfig.model_fields["trajectory_select"].annotation),
+         default=None)
     p.add_argument("--tasks", default=None, type=typed_name,
                    help="comma-separated task ids to draw in the report (default: the first --first tasks)")
     p.add_argument("--first", type=int, default=5, help="draw the first N tasks when --tasks is not given")

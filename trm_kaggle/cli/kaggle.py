@@ -46,8 +46,10 @@ def add_submit(sub) -> None:
     flag(p, "compile_cache", SolveConfig, default=None, metavar="FILE")
     flag(p, "fallback", SolveConfig, choices=["input", "blank"], default=None)
     flag(p, "device", SolveConfig, choices=["auto", "cpu", "cuda", "mps", "xla"], default=None)
-    for name in ("threads", "seed", "H_cycles", "L_cycles", "halt_max_steps"):
+    for name in ("threads", "seed", "H_cycles", "L_cycles", "halt_max_steps", "trajectories", "test_depth"):
         flag(p, name, SolveConfig, type=int, default=None)
+    flag(p, "trajectory_noise", SolveConfig, type=float, default=None)
+    flag(p, "trajectory_select", SolveConfig, choices=["q_halt", "first_halt"], default=None)
     common_flags(p)
     p.set_defaults(func=cmd_submit)
 

@@ -6,10 +6,29 @@ from __future__ import annotations
 import re
 from typing import Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from trm_kaggle.config.common import MAX_BATCH_SIZE, CompileSetting, _Config, compile_setting
+from trm_kaggle.config.common import MAX_BATCH_SIZE, MAX_SEED, CompileSetting, _Config, compile_setting
 from trm_kaggle.config.model import InferenceDtype
+
+# Test-time trajectories and depth (docs/test_time.md). The trajectories of an example take rows of the same
+# prediction batch, so memory does not grow with K; time does (K x the forward work), and the bounds keep a solve's
+# plan within reach: 32 x the work at most, noise at most the states' own size, depth 1,024 ACT steps.
+MAX_TRAJECTORIES = 32
+MAX_TRAJECTORY_NOISE = 1.0
+MAX_TEST_DEPTH = 1024
+TrajectorySelect = Literal["q_halt", "first_halt"]
+
+
+def trajectory_problem(trajectories: int, noise: float) -> str | None:
+    """Why K trajectories with this noise contradict each other (None: they do not)."""
+    if trajectories > 1 and noise == 0:
+        return (f"trajectories {trajectories} need a trajectory_noise above 0: without noise every trajectory is "
+                "the same")
+    if trajectories == 1 and noise > 0:
+        return "trajectory_noise needs trajectories of 2 or more: trajectory 0 always runs without noise"
+    return None
+
 
 TaskIdMode = Literal["own", "blank", "random", "mean"]  # `evaluate --task-ids` (trm_kaggle.model.export.task_id_table)
 #: A device by name, as `trm_kaggle.hardware.pick_device` takes it (cuda:N picks one GPU of several).
@@ -42,11 +61,45 @@ class EvaluateConfig(_Config):
     keep_logits: bool = Field(False, description="also keep each example's logits at the step it stopped "
                                                  "(`result.predictions.logits`)")
     progress: bool = Field(False, description="show a progress bar")
+    trajectories: int = Field(1, ge=1, le=MAX_TRAJECTORIES, description="noisy trajectories per example (PTRM): "
+                              "K rows of the batch each, K x the forward work; trajectory 0 runs without noise; "
+                              "ARC: every trajectory votes, other datasets: one is selected (trajectory_select)")
+    trajectory_noise: float = Field(0.0, ge=0.0, le=MAX_TRAJECTORY_NOISE, allow_inf_nan=False,
+                                    description="Gaussian noise added to both latent states between supervision "
+                                    "steps, as a fraction of each position's RMS (needs trajectories >= 2)")
+    trajectory_select: TrajectorySelect = Field("q_halt", description="which trajectory answers (not ARC, where all "
+                                                "vote): q_halt = the highest q_halt logit where it stopped; "
+                                                "first_halt = the first to stop with q_halt > 0 (trajectories stop "
+                                                "at their first q_halt > 0), else the highest q_halt")
+    trajectory_seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of the trajectories' noise")
+    test_depth: Optional[int] = Field(None, ge=1, le=MAX_TEST_DEPTH, description="ACT (supervision) steps at test "
+                                      "time, beyond the trained halt_max_steps if asked, and count the rows whose "
+                                      "prediction settled (its last 3 steps' predictions equal) (default: the "
+                                      "model's halt_max_steps, settling not counted)")
 
     @field_validator("compile", mode="before")
     @classmethod
     def _compile_spelling(cls, v):
         return compile_setting(v)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "EvaluateConfig":
+        problem = trajectory_problem(self.trajectories, self.trajectory_noise)
+        if problem:
+            raise ValueError(problem)
+        if self.test_depth is not None and self.max_steps is not None and self.test_depth != self.max_steps:
+            raise ValueError(f"max_steps {self.max_steps} and test_depth {self.test_depth} disagree: give one")
+        return self
+
+    @property
+    def steps(self) -> Optional[int]:
+        """ACT steps to run: test_depth, else max_steps (None: the model's halt_max_steps)."""
+        return self.test_depth if self.test_depth is not None else self.max_steps
+
+    @property
+    def stops_at_first_halt(self) -> bool:
+        """Whether examples stop at their first q_halt > 0: early_exit, or first-to-halt selection."""
+        return self.early_exit or (self.trajectories > 1 and self.trajectory_select == "first_halt")
 
     def updated(self, **changes) -> "EvaluateConfig":
         """This config with `changes`, checked like any EvaluateConfig (`model_copy(update=...)` checks nothing)."""

@@ -10,7 +10,8 @@ from pydantic import Field, field_validator, model_validator
 
 from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_LR, MAX_NUM_AUG, MAX_SEED, CompileSetting, _Config,
                                       compile_setting)
-from trm_kaggle.config.evaluate import EvaluateConfig
+from trm_kaggle.config.evaluate import (MAX_TEST_DEPTH, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE, EvaluateConfig,
+                                        TrajectorySelect, trajectory_problem)
 from trm_kaggle.config.model import RECURSION_FIELDS, ArchConfig, InferenceDtype
 
 FinetuneMode = Literal["embeddings-then-all", "all", "embeddings", "none"]
@@ -92,6 +93,17 @@ class SolveConfig(_Config):
                                          "compile_cache.bin, with its compile_cache.json beside it): loaded when "
                                          "both match, else ignored with one line; a cache is code, give only one "
                                          "you made (default: none)")
+    # Test-time trajectories and depth, for prediction only (fine-tuning and its demonstration scoring keep the
+    # export's depth); the plan prices them (solve/pricing.py). docs/test_time.md.
+    trajectories: int = Field(1, ge=1, le=MAX_TRAJECTORIES, description="noisy trajectories per augmented test "
+                              "input, each one a vote (K x the prediction work; trajectory 0 runs without noise)")
+    trajectory_noise: float = Field(0.0, ge=0.0, le=MAX_TRAJECTORY_NOISE, allow_inf_nan=False,
+                                    description="noise between supervision steps, as a fraction of each position's "
+                                    "RMS (needs trajectories >= 2)")
+    trajectory_select: TrajectorySelect = Field("q_halt", description="first_halt: trajectories stop at their first "
+                                                "q_halt > 0 (ARC votes with every trajectory either way)")
+    test_depth: Optional[int] = Field(None, ge=1, le=MAX_TEST_DEPTH, description="ACT steps of prediction (default: "
+                                      "halt_max_steps)")
     fallback: Literal["input", "blank"] = Field("input", description="attempts for tasks the model does not answer: "
                                                 "the test input (then its transpose), or blank grids")
     device: Literal["auto", "cpu", "cuda", "mps", "xla"] = Field("auto", description="where workers run")
@@ -133,6 +145,13 @@ class SolveConfig(_Config):
             raise ValueError(f"{' and '.join(auto)}='auto' is chosen to fit the time budget: set time_budget")
         return self
 
+    @model_validator(mode="after")
+    def _trajectories_consistent(self) -> "SolveConfig":
+        problem = trajectory_problem(self.trajectories, self.trajectory_noise)
+        if problem:
+            raise ValueError(problem)
+        return self
+
     def recursion(self) -> dict[str, int]:
         """The test-time recursion settings that differ from the export's (H_cycles, L_cycles, halt_max_steps)."""
         return {k: getattr(self, k) for k in RECURSION_FIELDS if getattr(self, k) is not None}
@@ -145,7 +164,9 @@ class SolveConfig(_Config):
         """The solve's prediction settings as an evaluation's (`trm_kaggle.evaluate.pipeline.evaluate`): the same
         shape as `trm-kaggle evaluate`'s, under the solve's names."""
         return EvaluateConfig(batch_size=self.eval_batch_size, device=self.device, early_exit=self.early_exit,
-                              dtype=self.forward_dtype, compile=self.compile)
+                              dtype=self.forward_dtype, compile=self.compile, trajectories=self.trajectories,
+                              trajectory_noise=self.trajectory_noise, trajectory_select=self.trajectory_select,
+                              trajectory_seed=self.seed, test_depth=self.test_depth)
 
 
 class PipelineConfig(_Config):

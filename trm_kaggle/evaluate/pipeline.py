@@ -18,6 +18,11 @@ by the hash of the un-augmented input, which merges identical test inputs of a t
 `token_accuracy` (fraction of non-PAD label tokens predicted right, over all augmented
 copies) is reported under that name only; it is not a solve rate.
 
+Test-time trajectories (`trajectories` K with `trajectory_noise`, docs/test_time.md): every augmented copy runs
+as K trajectories and each trajectory's prediction is one more vote (weighted as `weighting` says). `test_depth`
+runs that many ACT steps and counts the rows whose prediction settled. A dataset without test_puzzles.json
+(Sudoku, Maze) is scored without a vote: `trm_kaggle.evaluate.dataset.score_dataset`.
+
 Command line (`trm_kaggle.evaluate.run`):
 
     trm-kaggle evaluate --weights EXPORT_DIR --data DATASET --report-dir DIR \\
@@ -146,7 +151,8 @@ class EvalResult:
             "unlabeled_test_outputs": len(self.test_set.slots) - len(self.test_set.truths),  # predicted, not scored
             "breakdown": self.breakdown(),
             "token_accuracy": self.token_accuracy,
-            "num_examples": len(p),
+            "num_examples": len(p) // p.trajectories,
+            "prediction_rows": len(p),  # examples x trajectories
             "well_formed_predictions": self.well_formed,
             "weighting": self.weighting,
             "pooled_with_other_evaluations": self.pooled,
@@ -154,6 +160,9 @@ class EvalResult:
             "max_steps": p.max_steps,
             "mean_steps": float(p.steps.mean()) if len(p) else 0.0,
             "forward_rows": p.forward_rows,
+            "trajectories": p.trajectories,
+            "trajectory_noise": p.noise,
+            "settled": None if p.settled is None else int(p.settled[p.steps >= 0].sum()),
             "dtype": p.dtype,
             "timing": self.timing,
         }
@@ -190,17 +199,21 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
         rows = np.flatnonzero(np.isin(augs.task_index[puzzle_of], chosen))
         test_set = test_set.only([augs.task_ids[t] for t in chosen])
         puzzle_of, position = puzzle_of[rows], position[rows]
-    preds = predict_split(model, dataset_dir, cfg.batch_size, device, cfg.early_exit, max_steps=cfg.max_steps,
+    # every trajectory is a vote: first_halt selection has nothing to select here, early exit stays as asked
+    preds = predict_split(model, dataset_dir, cfg.batch_size, device, cfg.early_exit, max_steps=cfg.steps,
                           progress=cfg.progress, deadline=deadline, examples=rows, always=always,
-                          keep_logits=cfg.keep_logits)
+                          keep_logits=cfg.keep_logits, trajectories=cfg.trajectories, noise=cfg.trajectory_noise,
+                          seed=cfg.trajectory_seed, track_settled=cfg.test_depth is not None)
     t_pred = time.perf_counter()
-    if not np.array_equal(puzzle_of, preds.puzzle_index):
+    example = np.repeat(np.arange(len(puzzle_of)), preds.trajectories)  # the example of each prediction row
+    if not np.array_equal(puzzle_of[example], preds.puzzle_index):
         raise TRMError("predictions are not in the order of the dataset's test split")
     slot = _slots_of_examples(test_set, augs.task_ids, augs.task_index[puzzle_of], position, dataset_dir)
-    decoded = decode_split_tokens(preds.tokens, puzzle_of, augs, side)
+    decoded = decode_split_tokens(preds.tokens, puzzle_of[example], augs, side)
     if check_inputs:
         inputs = split.inputs if rows is None else np.asarray(split.inputs[rows])
         _check_inputs(inputs, puzzle_of, augs, slot, test_set, side, dataset_dir)
+    slot = slot[example]
     t_decode = time.perf_counter()
 
     voted = preds.steps >= 0  # examples skipped at the deadline cast no vote
@@ -214,8 +227,10 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
         candidates.setdefault(s, [])
     t_vote = time.perf_counter()
 
-    acc = token_accuracy(preds.tokens, split.labels if rows is None else np.asarray(split.labels[rows]),
-                         split.metadata.ignore_label_id)
+    labels = split.labels if rows is None else np.asarray(split.labels[rows])
+    if preds.trajectories > 1:
+        labels = np.asarray(labels)[example]
+    acc = token_accuracy(preds.tokens, labels, split.metadata.ignore_label_id)
     t_end = time.perf_counter()
     total = t_end - t0
     timing = {

@@ -12,6 +12,11 @@ each stopped row taking the next example of the split at once
 (`trm_kaggle.model.rollout.ContinuousRollout`: no batch ever changes shape). On XLA the
 batches run one after the other, each padded to the same shape, and early exit masks rows
 instead: one compiled program serves them all.
+
+Test-time trajectories (`trajectories` K > 1 with `noise`; docs/test_time.md): every example runs as K rows,
+each a trajectory, and every trajectory is kept: the result has K rows per example, example-major (row
+i * K + k is trajectory k of example i), so that each trajectory's prediction votes. `track_settled` counts,
+per row, whether its prediction stopped changing (`Predictions.settled`).
 """
 
 from __future__ import annotations
@@ -52,6 +57,9 @@ class Predictions:
     dtype: str = ""  # the activations' dtype (the model's forward dtype on `device`)
     extra: dict = field(default_factory=dict)
     logits: np.ndarray | None = None  # (N, seq_len, vocab) float32 at the step each example stopped (keep_logits)
+    trajectories: int = 1  # rows per example (row i * trajectories + k: trajectory k of example i)
+    noise: float = 0.0  # the trajectories' noise scale
+    settled: np.ndarray | None = None  # (N,) bool: its last SETTLE_STEPS predictions equal (track_settled)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -143,7 +151,8 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                   device: str | torch.device | None = None, early_exit: bool = False, *,
                   max_steps: int | None = None, progress: bool = False, prefetch: int = 1,
                   deadline: float | None = None, examples: np.ndarray | None = None,
-                  always: int = 0, keep_logits: bool = False) -> Predictions:
+                  always: int = 0, keep_logits: bool = False, trajectories: int = 1, noise: float = 0.0,
+                  seed: int = 0, track_settled: bool = False) -> Predictions:
     """Predict every example of `dataset_dir`'s test split (or the rows `examples` picks).
 
     model       a `TinyRecursiveModel` (anything with initial_carry/forward and .arch)
@@ -160,6 +169,11 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                 row i of the result is example examples[i]. Default: every example
     keep_logits also return the logits (`Predictions.logits`: N x seq_len x vocab float32, zero for examples
                 not predicted); the tokens are their argmax
+    trajectories, noise, seed
+                K noisy trajectories per example, all kept: K rows per example (module docstring); noise 0
+                runs one (`ContinuousRollout`)
+    track_settled
+                count the rows whose prediction settled (`Predictions.settled`)
 
     The model is put in eval mode for the call (its previous mode is restored after).
     """
@@ -181,18 +195,23 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
         if len(examples) and (np.any(np.diff(examples) <= 0) or examples[0] < 0 or examples[-1] >= loader.num_examples):
             raise TRMError(f"examples must be increasing indices below {loader.num_examples}")
     N, L = (loader.num_examples if examples is None else len(examples)), meta.seq_len
-    tokens = np.zeros((N, L), dtype=np.int16 if token_dtype(model) == torch.int16 else np.uint8)
-    q_halt = np.zeros(N, dtype=np.float32)
-    steps_run = np.full(N, -1, dtype=np.int32)  # -1: not predicted (deadline)
-    logits = np.zeros((N, L, getattr(model, "vocab_size", meta.vocab_size)), dtype=np.float32) if keep_logits else None
+    K = trajectories if noise > 0 else 1  # rows per example (noise 0: the trajectories would all be the same)
+    tokens = np.zeros((N * K, L), dtype=np.int16 if token_dtype(model) == torch.int16 else np.uint8)
+    q_halt = np.zeros(N * K, dtype=np.float32)
+    steps_run = np.full(N * K, -1, dtype=np.int32)  # -1: not predicted (deadline)
+    settled = np.zeros(N * K, dtype=bool) if track_settled else None
+    logits = (np.zeros((N * K, L, getattr(model, "vocab_size", meta.vocab_size)), dtype=np.float32) if keep_logits
+              else None)
     src = _ExampleStream(loader, examples, N)
 
     def may_start(i: int) -> bool:
         """Examples that would start after the deadline are skipped (the first `always` are not)."""
         return deadline is None or src.stream_rows[i] < always or time.monotonic() < deadline
 
-    slots = batch_size if device.type == "xla" else balanced_slots(N, batch_size)  # XLA: one shape for every run
-    rollout = ContinuousRollout(model, slots, steps_max, early_exit, device=device, keep_logits=keep_logits)
+    # XLA: one shape for every run
+    slots = batch_size if device.type == "xla" else balanced_slots(N * K, batch_size)
+    rollout = ContinuousRollout(model, slots, steps_max, early_exit, device=device, keep_logits=keep_logits,
+                                trajectories=K, noise=noise, select="all", seed=seed, track_settled=track_settled)
     was_training = model.training
     model.eval()
     bar = tqdm(total=N, desc="predict", unit="ex", disable=not progress, dynamic_ncols=True)
@@ -202,6 +221,10 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
         with xla.no_grad_for(device):
             for done in rollout.run(stream, may_start):
                 rows = src.stream_rows[done.ids]
+                if K > 1:
+                    rows = rows * K + done.trajectory
+                if settled is not None:
+                    settled[rows] = done.settled.cpu().numpy()
                 tokens[rows] = done.tokens.cpu().numpy()
                 q_halt[rows] = done.q_halt.cpu().numpy()
                 steps_run[rows] = done.steps.cpu().numpy()
@@ -217,10 +240,11 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
         bar.close()
         model.train(was_training)
 
-    return Predictions(tokens=tokens, q_halt=q_halt, steps=steps_run, puzzle_index=src.puzzle_index,
-                       puzzle_identifier=src.puzzle_identifier, identifiers=identifiers,
+    return Predictions(tokens=tokens, q_halt=q_halt, steps=steps_run, puzzle_index=np.repeat(src.puzzle_index, K),
+                       puzzle_identifier=np.repeat(src.puzzle_identifier, K), identifiers=identifiers,
                        dataset_dir=str(Path(dataset_dir)), max_steps=steps_max, early_exit=early_exit,
                        forward_rows=rollout.rows_forwarded, seconds_model=seconds_model,
                        seconds_total=time.perf_counter() - t_start, device=str(device),
                        dtype=str(model.compute_dtype(device)).removeprefix("torch.")
-                       if hasattr(model, "compute_dtype") else "", logits=logits)
+                       if hasattr(model, "compute_dtype") else "", logits=logits, trajectories=K,
+                       noise=noise if K > 1 else 0.0, settled=settled)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.stats import format_breakdown, format_interval
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in
@@ -44,6 +44,9 @@ def format_metrics(s: dict) -> str:
     if s.get("unlabeled_test_outputs"):
         lines.append(f"{count(s['unlabeled_test_outputs'], 'test output')} with no known answer: predicted, not "
                      "scored (the numbers below leave them out)")
+    if not s["num_test_outputs"]:  # no data is not a zero
+        lines.append("no test output with a known answer: nothing scored")
+        return "\n".join(lines)
     lines += [
         f"ARC Prize score (micro-average over {s['num_test_outputs']} test outputs, 2 attempts): "
         f"{s['arc_prize_score']:.4f} ({format_interval(s['arc_prize_score_ci95'])}, Wilson, unit: test outputs)",
@@ -55,9 +58,25 @@ def format_metrics(s: dict) -> str:
     if s.get("breakdown"):
         lines += ["ARC Prize score by output (solved / test outputs, score, interval):",
                   format_breakdown(s["breakdown"])]
+    if s.get("trajectories", 1) > 1:
+        lines.append(f"trajectories: {s['trajectories']} per example, noise {s['trajectory_noise']:g} x RMS, each "
+                     f"one a vote ({s['prediction_rows']:,} predictions)")
+    if s.get("settled") is not None:
+        lines.append(f"settled: {s['settled']:,} of {s['prediction_rows']:,} predictions (the predictions of their "
+                     f"last 3 ACT steps equal) after {s['max_steps']} steps")
     lines.append(f"{s['num_examples']:,} examples, {t['examples_per_second']:.1f} examples/s, "
                  f"{100 * t['share_outside_model']:.1f} % of the time outside the model")
     return "\n".join(lines)
+
+
+def nothing_to_score(result: EvalResult) -> str | None:
+    """Why `result` has no score to report (no labeled test output, or none predicted), None when it has one."""
+    if not result.test_set.truths:
+        return (f"{result.dataset_dir}: none of the {count(len(result.test_set.slots), 'test output')} has a known "
+                "answer: nothing to score")
+    if not len(result.predictions):
+        return f"{result.dataset_dir}: the test split holds no examples: nothing to score"
+    return None
 
 
 def format_task_id_table(summaries: dict[str, dict]) -> str:
@@ -186,6 +205,9 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     `weights`: the export evaluated (its path, or `weights_record`'s answer): both files record its path and
     digest, and a folder holding the report of other weights is refused (`check_report_dir`)."""
     out = Path(out_dir)
+    problem = nothing_to_score(result)
+    if problem:  # no data is not a zero: nothing is written
+        raise DataError(problem)
     record = weights_record(weights) if weights is not None and not isinstance(weights, dict) else weights
     if record is not None:
         check_report_dir(out, record)
@@ -215,6 +237,25 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     atomic_write_text(out / "report.md", markdown)  # UTF-8 whatever the locale (task ids such as é-tâche)
     paths["json"], paths["markdown"] = out / "report.json", out / "report.md"
     return paths
+
+
+def write_dataset_report(summary: dict, out_dir: str | os.PathLike, weights: dict[str, str] | None = None
+                         ) -> dict[str, Path]:
+    """report.json and report.md of a dataset scored without a vote (`DatasetResult.summary()`)."""
+    from trm_kaggle.evaluate.dataset import format_dataset_metrics
+
+    out = Path(out_dir)
+    if weights is not None:
+        check_report_dir(out, weights)
+    report = {"weights": weights, "summary": summary} if weights is not None else {"summary": summary}
+    lines = [f"# Evaluation: {summary['dataset']}", ""]
+    if weights:
+        lines += [f"Weights: `{weights['path']}` (sha256 of the tensors `{weights['sha256']}`)", ""]
+    lines += [f"- {line}" for line in format_dataset_metrics(summary).splitlines()]
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "report.json", report, indent=1)
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    return {"json": out / "report.json", "markdown": out / "report.md"}
 
 
 def _draw_grid(ax, grid: np.ndarray | None, title: str) -> None:

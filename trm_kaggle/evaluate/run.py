@@ -1,7 +1,11 @@
-"""`trm-kaggle evaluate`: an export on an ARC dataset's test split, as the command runs it.
+"""`trm-kaggle evaluate`: an export on a dataset's test split, as the command runs it.
 
     export + dataset -> (per --task-ids mode: the puzzle-embedding rows chosen) -> predictions -> votes
                      (pooled with earlier evaluations' saved votes) -> metrics -> printed, votes saved, report
+
+An ARC dataset (with test_puzzles.json) is voted over its augmentations; any other (Sudoku, Maze) is scored per
+example (`trm_kaggle.evaluate.dataset.score_dataset`: exact and token accuracy with intervals). A test split
+with nothing to score is refused before any inference (DataError): no data is not a zero.
 
 Printed lines go to `out` (stdout for the command), notes to `note` (stderr).
 """
@@ -12,9 +16,12 @@ import sys
 from typing import Callable, Sequence
 
 from trm_kaggle.config import EvaluateConfig
-from trm_kaggle.evaluate.pipeline import evaluate
+from trm_kaggle.data import load_split
+from trm_kaggle.errors import DataError
+from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
+from trm_kaggle.evaluate.pipeline import evaluate, load_test_set
 from trm_kaggle.evaluate.report import (check_report_dir, format_metrics, format_task_id_table, weights_record,
-                                        write_report)
+                                        write_dataset_report, write_report)
 from trm_kaggle.evaluate.vote import VoteTable
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import apply_compile, apply_task_ids, load_model_for_dataset
@@ -34,6 +41,10 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     whatever the export was trained in), compiled as cfg.compile, then `evaluate`d. Votes of `pool_with` (files
     of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first."""
     cfg = (cfg or EvaluateConfig()).updated(**settings)
+    arc = is_arc_dataset(data)
+    _check_something_to_score(data, arc)
+    if not arc and (pool_with or save_votes):
+        raise DataError(f"{data} has no test_puzzles.json: it is scored per example, without votes to save or pool")
     modes = list(dict.fromkeys(task_ids))
     pooled = None
     for path in pool_with or []:  # read first: a bad file stops before any inference
@@ -58,11 +69,20 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
             note(f"note: {ids_note}; evaluating once")
             mode, modes = "/".join([mode] + modes), []
         apply_compile(model, cfg.compile, torch_device)  # auto: on CUDA; lazy: compiles in the first batch
-        result = evaluate(model, data, cfg, device=torch_device, pool_with=pooled)
-        summaries[mode] = {**result.summary(), **extra}
         if list(task_ids) != ["own"]:
             out(f"== task ids: {mode}")
+        if not arc:
+            result = score_dataset(model, data, cfg, device=torch_device)
+            summaries[mode] = result.summary()
+            out(format_dataset_metrics(summaries[mode]))
+            continue
+        result = evaluate(model, data, cfg, device=torch_device, pool_with=pooled)
+        summaries[mode] = {**result.summary(), **extra}
         out(format_metrics(summaries[mode]))
+    if not arc:
+        if report_dir:
+            out(f"report: {write_dataset_report(summaries[mode], report_dir, record)['markdown']}")
+        return summaries
     if len(summaries) > 1:
         out(format_task_id_table(summaries))
     if save_votes:
@@ -71,3 +91,11 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
         paths = write_report(result, report_dir, tasks=tasks, first_n=first, pictures=pictures, weights=record)
         out(f"report: {paths['markdown']}")
     return summaries
+
+
+def _check_something_to_score(data: str, arc: bool) -> None:
+    """DataError before any inference when the test split of `data` has nothing to score."""
+    if load_split(data, "test").num_examples == 0:
+        raise DataError(f"{data}: the test split holds no examples: nothing to score")
+    if arc and not load_test_set(data).truths:
+        raise DataError(f"{data}: no test output in test_puzzles.json has a known answer: nothing to score")

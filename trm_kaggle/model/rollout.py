@@ -21,6 +21,17 @@ check during training (`trm_kaggle.train.evaluation.evaluate_split`) and the dem
 accuracy of the Kaggle solver (`trm_kaggle.solve.task.demo_accuracy`). Callers choose the
 grad mode and put the model in eval mode.
 
+Test-time trajectories (`trajectories=K`, `noise=S`; docs/test_time.md): every example runs as K rows of the
+batch. Between two supervision steps of a row (after step s, before step s + 1), Gaussian noise is added to
+both latent states of trajectories 1..K-1, per position scaled to that position's RMS over the hidden size:
+z <- z + S * rms(z) * N(0, 1); trajectory 0 runs without noise, so the K candidates always hold the
+prediction of a plain rollout. The draws come from a generator seeded with `seed` (the same settings draw
+the same noise). `select` picks one trajectory per example: "q_halt" the highest q_halt logit where it
+stopped, "first_halt" the one that stopped earliest with q_halt > 0 (none: the highest q_halt), "all" keeps
+every trajectory (ARC: each one votes). Noise 0 runs one trajectory: K identical ones would be K copies of
+today's rollout. `track_settled` decodes every row at every step to count the rows whose prediction no
+longer changes (`settled`: the predictions of its last `SETTLE_STEPS` steps are identical).
+
 `act_rollout` runs ONE batch and is the reference the continuous rollout is tested against.
 With early exit it *compacts*: stopped rows leave the carry and the batch, so later steps
 run on fewer rows (a new shape at each step where rows stop, and a host read of the stop
@@ -44,7 +55,13 @@ import numpy as np
 import torch
 
 from trm_kaggle import xla
+from trm_kaggle.data import IGNORE_LABEL_ID
 from trm_kaggle.model.trm import Carry
+
+SELECTIONS = ("q_halt", "first_halt", "all")  # how one of an example's trajectories is chosen (module docstring)
+SETTLE_STEPS = 3  # a row has settled when the predictions of its last SETTLE_STEPS steps are identical
+#: the totals `ContinuousRollout.score` returns, in order (sums over the scored examples)
+SCORE_FIELDS = ("examples", "exact", "token_accuracy", "token_accuracy_sq", "steps", "settled", "noisy_chosen")
 
 
 @dataclass
@@ -171,6 +188,8 @@ class Finished:
     steps: torch.Tensor  # int32 (n,): ACT steps the example ran
     data: dict[str, torch.Tensor]  # the examples' batch entries as the model saw them (labels, for accuracy)
     logits: torch.Tensor | None = None  # float32 (n, seq_len, vocab) at that step (`keep_logits`)
+    trajectory: np.ndarray | None = None  # int64 (n,): the trajectory of the row (None: one trajectory each)
+    settled: torch.Tensor | None = None  # bool (n,): its last SETTLE_STEPS predictions equal (`track_settled`)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -240,13 +259,23 @@ class ContinuousRollout:
     shape) nor XLA.
 
     keep_logits: each `Finished` also holds the float32 logits its tokens are the argmax of (seq_len x vocab
-    floats per example: for analysis and regression checks, not needed to vote)."""
+    floats per example: for analysis and regression checks, not needed to vote).
+
+    trajectories, noise, select, seed, track_settled: test-time trajectories and settling (module docstring).
+    The trajectories of an example take K rows of the same `slots`: memory is unchanged, time is K-fold."""
 
     def __init__(self, model: torch.nn.Module, slots: int, max_steps: int, early_exit: bool = False,
                  device: torch.device | str | None = None, shrink_at_end: bool | None = None,
-                 keep_logits: bool = False):
+                 keep_logits: bool = False, trajectories: int = 1, noise: float = 0.0, select: str = "q_halt",
+                 seed: int = 0, track_settled: bool = False):
         if slots < 1 or max_steps < 1:
             raise ValueError(f"slots and max_steps must be >= 1, got {slots} and {max_steps}")
+        if trajectories < 1 or not noise >= 0 or select not in SELECTIONS:
+            raise ValueError(f"trajectories must be >= 1, noise >= 0 and select one of {SELECTIONS}, got "
+                             f"{trajectories}, {noise} and {select!r}")
+        self.trajectories = trajectories if noise > 0 else 1  # noise 0: every trajectory would be the same
+        self.noise, self.select, self.seed, self.track_settled = float(noise), select, seed, track_settled
+        self.generator: torch.Generator | None = None  # made on first use, on the device
         self.model, self.slots, self.max_steps, self.early_exit = model, slots, max_steps, early_exit
         if device is None:
             device = next(iter(model.buffers()), torch.empty(0)).device
@@ -254,14 +283,94 @@ class ContinuousRollout:
         self.shrink_at_end = self.device.type in ("cpu", "mps") if shrink_at_end is None else shrink_at_end
         self.masked = self.device.type == "xla"  # batch after batch, stopped rows masked (`act_rollout`)
         self.keep_logits = keep_logits
+        if self.masked and (self.trajectories > 1 or track_settled):
+            raise ValueError("noisy trajectories and settling are not run on XLA (its rollout masks rows instead)")
         self.calls = self.rows_forwarded = 0
+
+    SCORE_FIELDS = SCORE_FIELDS  # what `score` sums, in order
 
     def run(self, source: Iterable[dict[str, torch.Tensor]],
             may_start: Callable[[int], bool] | None = None) -> Iterator[Finished]:
+        K = self.trajectories
+        if K == 1:
+            yield from self._run(source, may_start)
+            return
+        # every example K times in a row: queue number q is trajectory q % K of example q // K
+        source = ({k: v.repeat_interleave(K, 0) for k, v in chunk.items()} for chunk in source)
+        allowed = None if may_start is None else (lambda q: may_start(q // K))
+        finished = self._run(source, allowed)
+        yield from (finished if self.select == "all" else self._chosen(finished))
+
+    def score(self, source: Iterable[dict[str, torch.Tensor]], ignore_label_id: int | None = IGNORE_LABEL_ID
+              ) -> torch.Tensor:
+        """Run `source` (batches with "labels") and sum, on the device, what scoring a split needs (float64,
+        `SCORE_FIELDS` in order): examples with a label to score, exact ones (every label token right), their
+        token accuracies and its squares (for an interval), ACT steps, settled rows (`track_settled`), rows
+        whose chosen trajectory was a noisy one. Rows without any label are left out (padding). One sum for
+        every caller: training's test-split check and `trm-kaggle evaluate` on a Sudoku or Maze dataset."""
+        totals = torch.zeros(len(SCORE_FIELDS), dtype=torch.float64, device=self.device)
+        for done in self.run(source):
+            labels = done.data["labels"]
+            valid = labels != ignore_label_id if ignore_label_id is not None else torch.ones_like(labels, dtype=bool)
+            counts = valid.sum(-1)
+            right = (valid & (done.tokens.long() == labels.long())).sum(-1)
+            real = counts > 0
+            token = torch.where(real, right / counts.clamp_min(1), 0.0).double()
+            settled = done.settled if done.settled is not None else torch.zeros_like(real)
+            noisy = (torch.from_numpy(done.trajectory > 0).to(real.device) if done.trajectory is not None
+                     else torch.zeros_like(real))
+            totals += torch.stack([real.sum().double(), (real & (right == counts)).sum().double(), token.sum(),
+                                   (token * token).sum(), torch.where(real, done.steps, 0).sum().double(),
+                                   (real & settled).sum().double(), (real & noisy).sum().double()])
+        return totals
+
+    def _noised(self, z: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """z plus noise of scale `noise` times each position's RMS on `rows` (bool (B,)), the others as they are."""
+        if self.generator is None:
+            self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        eps = torch.randn(z.shape, generator=self.generator, device=z.device, dtype=torch.float32)
+        zf = z.float()
+        rms = zf.pow(2).mean(-1, keepdim=True).sqrt()
+        return torch.where(rows.view(-1, 1, 1), zf + self.noise * rms * eps, zf).to(z.dtype)
+
+    def _chosen(self, finished: Iterator[Finished]) -> Iterator[Finished]:
+        """One row per example: its `select`ed trajectory, once all K have stopped (or the run ended: examples
+        the deadline cut short choose among the trajectories that ran)."""
+        K, held, seen = self.trajectories, [], {}
+        for f in finished:
+            held.append(f)
+            for i in f.ids.tolist():
+                seen[i] = seen.get(i, 0) + 1
+            complete = [i for i in np.unique(f.ids).tolist() if seen[i] == K]
+            if complete:
+                rows = _merge(held)
+                whole = np.isin(rows.ids, complete)
+                yield self._choose(_take(rows, whole))
+                held = [_take(rows, ~whole)] if not whole.all() else []
+                for i in complete:
+                    del seen[i]
+        if held:
+            yield self._choose(_merge(held))
+
+    def _choose(self, f: Finished) -> Finished:
+        q, steps, traj = f.q_halt.float().cpu().numpy(), f.steps.cpu().numpy(), f.trajectory
+        if self.select == "first_halt":  # halted ones first, the earliest first; then the highest q_halt
+            halted = q > 0
+            order = np.lexsort((traj, -q, np.where(halted, steps, 0), ~halted, f.ids))
+        else:  # the highest q_halt; a tie goes to the lower trajectory (0: no noise)
+            order = np.lexsort((traj, -q, f.ids))
+        ids = f.ids[order]
+        first = np.ones(len(ids), dtype=bool)
+        first[1:] = ids[1:] != ids[:-1]
+        return _take(f, order[first])
+
+    def _run(self, source: Iterable[dict[str, torch.Tensor]],
+             may_start: Callable[[int], bool] | None = None) -> Iterator[Finished]:
         queue = _Queue(source, may_start)
         if self.masked:
             yield from self._batch_after_batch(queue)
             return
+        K, track = self.trajectories, self.track_settled
         model, B, device = self.model, self.slots, self.device
         ids, rows = queue.take(B)
         if rows is None:
@@ -273,11 +382,18 @@ class ContinuousRollout:
         self._load(batch, slot_id, np.arange(len(ids)), ids, rows)
         carry = model.initial_carry(batch)  # every slot halted: the first call loads the examples
         pending: list[Finished] = []
+        if track:  # each slot's last prediction and how many steps in a row it stayed the same
+            last = torch.zeros(B, batch["inputs"].shape[1], dtype=token_dtype(model), device=device)
+            same = torch.zeros(B, dtype=torch.int32, device=device)
         while True:
-            carry, out = model(carry, batch, logits=False)
+            carry, out = model(carry, batch, logits=track)
             self.calls += 1
             self.rows_forwarded += B
             q = out["q_halt_logits"].float()
+            if track:
+                now = out["logits"].argmax(-1).to(last.dtype)
+                same = torch.where((now == last).all(-1) & (carry.steps > 1), same + 1, 0)
+                last = now
             done = carry.steps >= self.max_steps
             if self.early_exit:
                 done = done | (q > 0)
@@ -285,9 +401,12 @@ class ContinuousRollout:
             if len(stopped):
                 at = torch.from_numpy(stopped).to(device)
                 logits = model.decode(carry.z_H[at])
-                pending.append(Finished(slot_id[stopped].copy(), logits.argmax(-1).to(token_dtype(model)), q[at],
+                queued = slot_id[stopped].copy()
+                pending.append(Finished(queued // K, logits.argmax(-1).to(token_dtype(model)), q[at],
                                         carry.steps[at], {k: v[at] for k, v in carry.current_data.items()},
-                                        logits.float() if self.keep_logits else None))
+                                        logits.float() if self.keep_logits else None,
+                                        queued % K if K > 1 else None,
+                                        same[at] >= SETTLE_STEPS - 1 if track else None))
                 slot_id[stopped] = -1
             free = np.flatnonzero(slot_id < 0)
             if len(free) and not queue.ended:
@@ -311,6 +430,13 @@ class ContinuousRollout:
                 carry = replace(carry, z_H=carry.z_H[at], z_L=carry.z_L[at], steps=carry.steps[at],
                                 current_data={k: v[at] for k, v in carry.current_data.items()})
                 halted, slot_id, B = halted[keep], slot_id[keep], len(keep)
+                if track:
+                    last, same = last[at], same[at]
+            if K > 1:  # noise on the noisy trajectories that go on to their next step (module docstring)
+                noisy = (slot_id >= 0) & (slot_id % K != 0) & ~halted
+                if noisy.any():
+                    rows = torch.from_numpy(noisy).to(device)
+                    carry = replace(carry, z_H=self._noised(carry.z_H, rows), z_L=self._noised(carry.z_L, rows))
             carry = replace(carry, halted=torch.from_numpy(halted).to(device))
 
     def _load(self, batch: dict[str, torch.Tensor], slot_id: np.ndarray, slots: np.ndarray, ids: np.ndarray,
@@ -344,4 +470,16 @@ def _merge(parts: list[Finished]) -> Finished:
     return Finished(np.concatenate([p.ids for p in parts]), torch.cat([p.tokens for p in parts]),
                     torch.cat([p.q_halt for p in parts]), torch.cat([p.steps for p in parts]),
                     {k: torch.cat([p.data[k] for p in parts]) for k in parts[0].data},
-                    None if parts[0].logits is None else torch.cat([p.logits for p in parts]))
+                    None if parts[0].logits is None else torch.cat([p.logits for p in parts]),
+                    None if parts[0].trajectory is None else np.concatenate([p.trajectory for p in parts]),
+                    None if parts[0].settled is None else torch.cat([p.settled for p in parts]))
+
+
+def _take(f: Finished, rows: np.ndarray) -> Finished:
+    """The rows `rows` (a bool mask or indices) of `f`."""
+    index = np.flatnonzero(rows) if rows.dtype == bool else rows
+    at = torch.from_numpy(index).to(f.tokens.device)
+    return Finished(f.ids[index], f.tokens[at], f.q_halt[at], f.steps[at], {k: v[at] for k, v in f.data.items()},
+                    None if f.logits is None else f.logits[at],
+                    None if f.trajectory is None else f.trajectory[index],
+                    None if f.settled is None else f.settled[at])

@@ -41,6 +41,7 @@ from trm_kaggle.evaluate import make_submission, require_tasks, validate_submiss
 from trm_kaggle.hardware import cuda_problem, pick_device, usable_cores, visible_cuda_ids
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.solve.plan import Budget
+from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
@@ -84,7 +85,9 @@ def settings_key(cfg: SolveConfig) -> dict:
             h.update(b"missing")
     fields = ("num_aug", "finetune", "embeddings_fraction", "finetune_steps", *RECURSION_FIELDS, "global_batch_size",
               "lr", "puzzle_emb_lr", "eval_batch_size", "early_exit", "seed")
-    return {"weights": h.hexdigest()[:16], **{f: getattr(cfg, f) for f in fields}}
+    # the test-time levers where set (a key of a run without them stays as it was)
+    levers = {f: getattr(cfg, f) for f in TEST_TIME_FIELDS if getattr(cfg, f) != SolveConfig.model_fields[f].default}
+    return {"weights": h.hexdigest()[:16], **{f: getattr(cfg, f) for f in fields}, **levers}
 
 
 def worker_devices(cfg: SolveConfig, say: Callable[[str], None]) -> tuple[str, list[str | None], int | None]:

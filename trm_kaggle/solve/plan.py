@@ -42,7 +42,7 @@ from typing import Callable, Sequence, TypeVar
 import torch
 
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.solve.pricing import finetune_seconds, inference_seconds
+from trm_kaggle.solve.pricing import finetune_seconds, inference_seconds, with_test_time
 from trm_kaggle.solve.step_timer import MIN_TIMING_S, SIZED_DEVICES, memory_batches, time_steps, timing_cap
 
 AUTO_MAX_AUG = 1000  # upstream's evaluation recipe votes over 1000 augmentations per task
@@ -375,6 +375,7 @@ def plan_worker(cfg: SolveConfig, arch: ArchConfig, seq_len: int, vocab_size: in
         else:
             rates = measure_rates(arch, seq_len, vocab_size, device, *batch_sizes(cfg, units), cap_s=cap,
                                   processes=processes, say=say)
+            rates = rates and with_test_time(cfg, rates)  # K trajectories x the test depth per prediction row
             available_s = deadline - time.monotonic()
         if sized:
             batches = ({"global_batch_size": rates.batch, "eval_batch_size": rates.eval_batch} if rates else

@@ -8,11 +8,15 @@ weight costs more than one that trains the puzzle rows alone (weight gradients a
 top of the backward pass both need), so both are timed and each mode is priced from its schedule
 (`schedule.py`). The rates are measured on this device by the step timer (`trm_kaggle.solve.step_timer`:
 the real architecture, bounded, announced, batches sized for the device).
+
+The test-time levers (docs/test_time.md) multiply the prediction's work, not its memory: K trajectories run as
+K rows of the same batch and `test_depth` replaces halt_max_steps, so one augmented test input costs
+K x depth row-steps (`prediction_steps`); the plan prices prediction with it (`with_test_time`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -23,6 +27,9 @@ from trm_kaggle.model import read_export
 from trm_kaggle.solve.schedule import MODES, finetune_phases, steps_by_kind
 from trm_kaggle.solve.step_timer import REPEATS, StepTimes, time_steps, timing_cap
 from trm_kaggle.train import load_train_config
+
+#: SolveConfig's test-time levers: what they change is priced here and keyed in a task's result (job.py)
+TEST_TIME_FIELDS = ("trajectories", "trajectory_noise", "trajectory_select", "test_depth")
 
 # ARC-AGI-2 evaluation: 120 tasks, 167 test inputs, 3.3 demonstration pairs per task on average
 TEST_INPUTS_PER_TASK = 167 / 120
@@ -40,6 +47,19 @@ def finetune_seconds(tasks: int, mode: str, embeddings_fraction: float, steps: i
 def inference_seconds(examples: float, act_steps: int, row_step_s: float) -> float:
     """Seconds of predicting `examples` augmented test inputs for `act_steps` ACT steps each."""
     return examples * act_steps * row_step_s
+
+
+def prediction_steps(cfg: SolveConfig, halt_max_steps: int) -> int:
+    """Row-steps one augmented test input costs to predict: its trajectories x its ACT steps (`test_depth`, else
+    `halt_max_steps`). Early exit can only make it less: the price is the most it can cost."""
+    return cfg.trajectories * (cfg.test_depth or halt_max_steps)
+
+
+def with_test_time(cfg: SolveConfig, rates):
+    """`rates` (the plan's `Rates`) pricing each prediction row at `prediction_steps` (the plan's inference prices read
+    `rates.halt_max_steps`). The demonstration scoring, one trajectory at the export's depth, is priced at the
+    same rate: an overestimate, on the side of finishing in time."""
+    return replace(rates, halt_max_steps=prediction_steps(cfg, rates.halt_max_steps))
 
 
 @dataclass
@@ -79,18 +99,19 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
              embeddings_fraction: float = _SOLVE["embeddings_fraction"].default, batch_size: int = 64,
              eval_batch_size: int = 256, device: str | torch.device = "cpu", seq_len: int = 900,
              vocab_size: int = 12, repeats: int = REPEATS, cap_s: float | None = None,
-             say: Callable[[str], None] | None = None) -> Estimate:
+             say: Callable[[str], None] | None = None, act_steps: int | None = None) -> Estimate:
     """The kernel's time for `tasks` tasks on `device`, from steps timed here (`time_steps`: within `cap_s`
     seconds, default `timing_cap(None)`, but a step of each needed kind whatever it costs; `say` gets each step
-    before and after it is timed)."""
+    before and after it is timed). `act_steps`: row-steps per test input (default arch.halt_max_steps;
+    `prediction_steps` with test-time levers)."""
     n_ids = min(tasks * (num_aug + 1) + 1, 4096)
     t = time_steps(arch, seq_len, vocab_size, torch.device(device), batch=batch_size, eval_batch=eval_batch_size,
                    cap_s=timing_cap(None) if cap_s is None else cap_s, n_ids=n_ids, repeats=repeats,
                    must_finish=True, say=say)
     test_examples = tasks * TEST_INPUTS_PER_TASK * (num_aug + 1)
     return Estimate(t.device, t.step_s, t.embeddings_step_s, t.row_step_s, tasks, finetune_steps, embeddings_fraction,
-                    finetune, inference_seconds(test_examples, arch.halt_max_steps, t.row_step_s), t.batch,
-                    t.eval_batch, t)
+                    finetune, inference_seconds(test_examples, act_steps or arch.halt_max_steps, t.row_step_s),
+                    t.batch, t.eval_batch, t)
 
 
 def hms(s: float) -> str:
@@ -137,6 +158,7 @@ def estimate_kernel(cfg: SolveConfig, *, weights: str | None = None, preset: str
     share = -(-tasks // devices)  # the busiest device's share
     e = estimate(arch, tasks=share, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps, finetune=cfg.finetune,
                  embeddings_fraction=cfg.embeddings_fraction, batch_size=batch_size, eval_batch_size=eval_batch_size,
-                 device=pick_device(device), seq_len=seq_len, vocab_size=vocab, say=say)
+                 device=pick_device(device), seq_len=seq_len, vocab_size=vocab, say=say,
+                 act_steps=prediction_steps(cfg, arch.halt_max_steps))
     return (format_estimate(e, share, cfg.num_aug)
             + (f"\n(per device: {tasks} tasks over {devices} devices)" if devices > 1 else ""))

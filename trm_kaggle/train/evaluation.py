@@ -30,7 +30,9 @@ def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, bat
                    ) -> dict[str, float]:
     """Exact accuracy of the test split's examples after halt_max_steps ACT steps.
 
-    The examples run through a fixed batch (`ContinuousRollout`); only the last step's logits are decoded.
+    The examples run through a fixed batch (`ContinuousRollout`, whose `score` sums what `trm-kaggle evaluate`
+    reports of a Sudoku or Maze dataset too); only the last step's logits are decoded. A test split without
+    examples records no accuracy (`eval_examples` 0 alone): no data is not a zero.
     """
     settings = cfg.evaluation()  # the shape every evaluation takes
     batch_size = batch_size or settings.batch_size
@@ -44,25 +46,18 @@ def evaluate_split(model: TinyRecursiveModel, cfg: TrainConfig, rt: Runtime, bat
               for item in loader)
     was_training = model.training
     model.eval()
-    totals = torch.zeros(4, dtype=torch.float64, device=rt.device)
-    for done in rollout.run(source):
-        labels = done.data["labels"]
-        valid = labels != IGNORE_LABEL_ID
-        counts = valid.sum(-1)
-        right = (valid & (done.tokens.long() == labels.long())).sum(-1)
-        real = counts > 0  # rows with a label to score (padding has none)
-        totals += torch.stack([real.sum().double(), (real & (right == counts)).sum().double(),
-                               torch.where(real, right / counts.clamp_min(1), 0.0).sum().double(),
-                               torch.where(real, done.steps, 0).sum().double()])
+    totals = rollout.score(source, IGNORE_LABEL_ID)
     if rt.distributed:
         all_reduce_([totals])
     if rt.device.type == "xla":
         xla.step_boundary()  # XLA: run the reduction before the host reads it
     model.train(was_training)
-    count, exact, token, steps = totals.tolist()  # one host read
-    n = max(1.0, count)
-    return {"eval_examples": int(count), "eval_exact_accuracy": exact / n, "eval_token_accuracy": token / n,
-            "eval_steps": steps / n}
+    count, exact, token, _, steps = totals.tolist()[:5]  # one host read
+    if count == 0:
+        log.warning("test split: no test examples to score (no accuracy recorded)")
+        return {"eval_examples": 0}
+    return {"eval_examples": int(count), "eval_exact_accuracy": exact / count, "eval_token_accuracy": token / count,
+            "eval_steps": steps / count}
 
 
 def evaluate_weights(model, ema, cfg: TrainConfig, rt: Runtime) -> dict[str, float]:

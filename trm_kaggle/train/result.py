@@ -43,7 +43,9 @@ class TrainResult:
             text += (f"trained {steps} ({self.epoch:.2f} epochs) at {self.examples_per_second:.1f} examples/s"
                      + (f", stopped by {self.stopped_by}" if self.stopped_by else "")
                      + f"; last {last}; run directory {self.run_dir}")
-        if self.eval_metrics:
+        if self.eval_metrics and not self.eval_metrics.get("eval_examples"):
+            text += "\ntest split: no test examples, no accuracy"
+        elif self.eval_metrics:
             text += (f"\ntest split: exact accuracy {self.eval_metrics['eval_exact_accuracy']:.3f} over "
                      f"{self.eval_metrics['eval_examples']} examples (per augmented example; not the ARC Prize score)")
         return text

@@ -1,0 +1,142 @@
+"""`trm-kaggle evaluate` on the datasets our builders make besides ARC (Sudoku here), the same sums as training's
+test-split check, trajectories as ARC votes, and a test split with nothing to score (no data is not a zero)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import TINY_ARCH
+from trm_kaggle.cli import main
+from trm_kaggle.config import EvaluateConfig
+from trm_kaggle.data.format import SplitWriter, load_metadata
+from trm_kaggle.errors import DataError
+from trm_kaggle.evaluate.dataset import score_dataset
+from trm_kaggle.model import TinyRecursiveModel
+from trm_kaggle.model.export import export_inference
+
+
+class SolvesEven(TinyRecursiveModel):
+    """Answers the examples whose input sums to an even number, copies the input of the others."""
+
+    def inner(self, z_H, z_L, batch, logits=True):
+        z_H, z_L, _, q, qc = super().inner(z_H, z_L, batch, logits=False)
+        even = (batch["inputs"].sum(-1) % 2 == 0).view(-1, 1)
+        answer = torch.where(even, batch["labels"].clamp(min=0), batch["inputs"]).long()
+        z_H = z_H.clone()
+        z_H[:, self.prefix_len:, :self.vocab_size] = F.one_hot(answer, self.vocab_size).float()
+        return z_H, z_L, self.decode(z_H) if logits else None, q, qc
+
+    def decode(self, z_H):
+        return z_H[:, self.prefix_len:, :self.vocab_size]
+
+
+def _model(data, cls=TinyRecursiveModel):
+    meta = load_metadata(data, "test")
+    torch.manual_seed(0)
+    return cls(TINY_ARCH, meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers)
+
+
+def test_a_sudoku_dataset_is_scored_like_trainings_check_and_from_the_command_line(sudoku4, tmp_path, capsys):
+    from trm_kaggle.data import load_split
+    from trm_kaggle.train import load_train_config
+    from trm_kaggle.train.evaluation import evaluate_split
+    from trm_kaggle.train.runtime import Runtime
+
+    model = _model(sudoku4, SolvesEven)
+    split = load_split(sudoku4, "test")
+    want = float(np.mean(np.asarray(split.inputs).astype(np.int64).sum(-1) % 2 == 0))
+    assert 0 < want < 1
+    got = score_dataset(model, sudoku4, EvaluateConfig(batch_size=3), device="cpu")
+    assert got.examples == split.num_examples and got.exact == pytest.approx(want)
+    assert got.exact_ci95[0] < got.exact < got.exact_ci95[1] and got.settled is None
+    cfg = load_train_config(overrides=[f"data_paths=[{sudoku4}]", f"checkpoint_path={tmp_path / 'r'}",
+                                       "arch.hidden_size=16", "arch.num_heads=2", "arch.L_layers=1",
+                                       "arch.H_cycles=1", "arch.L_cycles=1", "arch.halt_max_steps=2"])
+    train = evaluate_split(model, cfg, Runtime(torch.device("cpu"), torch.float32, "float32"))
+    assert train["eval_exact_accuracy"] == pytest.approx(got.exact, abs=1e-12)  # one helper, one number
+    assert train["eval_token_accuracy"] == pytest.approx(got.token_accuracy, rel=1e-9)
+
+    plain = _model(sudoku4)
+    export_inference(tmp_path / "export", plain, arch=plain.arch, seq_len=plain.seq_len, vocab_size=plain.vocab_size)
+    common = ["evaluate", "--weights", str(tmp_path / "export"), "--data", str(sudoku4), "--device", "cpu",
+              "--no-progress"]
+    assert main(common + ["--report-dir", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("exact accuracy (examples with every label token right, over ")
+    assert "95 % CI" in out and "token accuracy" in out and "report: " in out
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["summary"]["examples"] == split.num_examples and report["weights"]["sha256"]
+    assert main(common + ["--trajectories", "3", "--trajectory-noise", "0.3", "--test-depth", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "trajectories: 3 per example, noise 0.3 x RMS, selected by q_halt" in out
+    assert "settled: " in out and "after 4 steps" in out
+    assert main(common + ["--trajectories", "3"]) == 2  # no noise: a contradiction, refused in one line
+    assert "trajectory-noise above 0" in capsys.readouterr().err
+
+
+def _emptied(data, dest):
+    shutil.copytree(data, dest)
+    meta = load_metadata(data, "test")
+    shutil.rmtree(dest / "test")
+    SplitWriter(dest / "test", meta.seq_len, meta.vocab_size).finish(meta.num_puzzle_identifiers)
+    return dest
+
+
+def test_an_empty_test_split_is_refused_not_scored_zero(sudoku4, tmp_path, capsys, caplog):
+    from trm_kaggle.train import TrainResult, load_train_config
+    from trm_kaggle.train.evaluation import evaluate_split
+    from trm_kaggle.train.runtime import Runtime
+
+    empty = _emptied(sudoku4, tmp_path / "empty")
+    model = _model(empty)
+    with pytest.raises(DataError, match="holds no examples: nothing to score"):
+        score_dataset(model, empty, device="cpu")
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    rc = main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(empty), "--device", "cpu",
+               "--report-dir", str(tmp_path / "rep"), "--no-progress"])
+    captured = capsys.readouterr()
+    assert rc == 2 and "holds no examples: nothing to score" in captured.err and "0.0000" not in captured.out
+    assert not (tmp_path / "rep").exists()  # nothing half-written
+    cfg = load_train_config(overrides=[f"data_paths=[{empty}]", f"checkpoint_path={tmp_path / 'r'}",
+                                       "arch.hidden_size=16", "arch.num_heads=2", "arch.L_layers=1",
+                                       "arch.H_cycles=1", "arch.L_cycles=1", "arch.halt_max_steps=2"])
+    with caplog.at_level(logging.WARNING):
+        got = evaluate_split(model, cfg, Runtime(torch.device("cpu"), torch.float32, "float32"))
+    assert got == {"eval_examples": 0} and "no test examples" in caplog.text  # no accuracy, not a 0
+    summary = TrainResult(tmp_path / "r", 1, 1.0, eval_metrics=got).summary()
+    assert "no test examples, no accuracy" in summary
+
+
+def test_arc_trajectories_vote_and_an_arc_set_without_answers_is_refused(tmp_path, capsys):
+    from test_decode import build_tiny_dataset
+    from trm_kaggle.evaluate.pipeline import evaluate
+
+    data = build_tiny_dataset(tmp_path, num_aug=1, tasks=["e872b94a"])
+    meta = load_metadata(data, "test")
+    torch.manual_seed(0)
+    model = TinyRecursiveModel(TINY_ARCH, meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers)
+    base = evaluate(model, data, batch_size=8, device="cpu")
+    again = evaluate(model, data, batch_size=8, device="cpu", trajectories=1)
+    assert np.array_equal(base.predictions.tokens, again.predictions.tokens)
+    votes = evaluate(model, data, batch_size=8, device="cpu", trajectories=3, trajectory_noise=0.5, test_depth=3)
+    n = len(base.predictions)
+    s = votes.summary()
+    assert s["num_examples"] == n and s["prediction_rows"] == len(votes.table) == 3 * n  # each trajectory votes
+    assert s["settled"] is not None and 0 <= s["settled"] <= 3 * n
+
+    raw = json.loads((data / "test_puzzles.json").read_text())
+    for task in raw.values():
+        for pair in task["test"]:
+            pair.pop("output")
+    (data / "test_puzzles.json").write_text(json.dumps(raw))
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    assert main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(data), "--device", "cpu",
+                 "--no-progress"]) == 2
+    assert "has a known answer: nothing to score" in capsys.readouterr().err
