@@ -11,6 +11,7 @@ resumes from the newest train state like any rerun (`trm_kaggle.train.loop`).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass
@@ -49,6 +50,29 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _check_device_settings(cfg: TrainConfig, device: torch.device, say: bool) -> None:
+    """Settings that need a device this run lacks, before anything is made: `arch.kernels=triton` off CUDA is
+    refused (as the blocks would refuse it at the first step: `trm_kaggle.model.fused`; Triton's interpreter,
+    TRITON_INTERPRET=1, runs it on a CPU for tests), and `cuda_graphs=True` where it cannot apply is said."""
+    interpreting = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    if cfg.arch.kernels == "triton":
+        if importlib.util.find_spec("triton") is None:
+            raise TRMError("arch.kernels=triton needs Triton (pip install triton; Linux, CUDA): set arch.kernels=auto "
+                           "or torch")
+        if device.type != "cuda" and not (device.type == "cpu" and interpreting):
+            raise TRMError(f"arch.kernels=triton runs on CUDA GPUs, not on {device.type}: set arch.kernels=auto or "
+                           "torch")
+    if cfg.cuda_graphs and say:
+        from trm_kaggle.model import resolve_compile
+
+        if device.type != "cuda":
+            log.warning("cuda_graphs=True: %s has no CUDA graphs; the setting is ignored (CUDA, with compile)",
+                        device.type)
+        elif not resolve_compile(cfg.compile, device):
+            log.warning("cuda_graphs=True: ignored, the network is not compiled (compile=%s); set compile=on",
+                        cfg.compile)
+
+
 def setup_runtime(cfg: TrainConfig) -> Runtime:
     from trm_kaggle.model import resolve_forward_dtype
 
@@ -63,6 +87,7 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
     elif device.type == "cuda":
         device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
         torch.cuda.set_device(device)
+    _check_device_settings(cfg, device, say=rank == 0)
     if world_size > 1 and device.type != "xla" and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     if device.type == "cpu":
