@@ -57,6 +57,20 @@ def _no_duplicates(on_duplicate: Callable[[str], None] | None) -> Callable[[list
     return hook
 
 
+#: The longest integer any reader takes, in digits: Python's own limit on converting text to int (beyond it, its
+#: ValueError would be a traceback); no number of this package needs a twentieth of it.
+MAX_INT_DIGITS = 4300
+
+
+def checked_int(text: str) -> int:
+    """`int(text)` of an integer written in a file, or DataError for one longer than MAX_INT_DIGITS digits (the
+    JSON and YAML readers' one rule)."""
+    digits = len(text.lstrip("+-").replace("_", ""))
+    if digits > MAX_INT_DIGITS:
+        raise DataError(f"an integer of {digits:,} digits (at most {MAX_INT_DIGITS:,} are read)")
+    return int(text)
+
+
 def parse_json(data: bytes | str, where: str, what: str = "JSON",
                on_duplicate: Callable[[str], None] | None = None) -> Any:
     """Parsed JSON text, or DataError `"{where}: ..."` with one line for any problem.
@@ -72,7 +86,7 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON",
     if not text.strip():
         raise DataError(f"{where}: unreadable {what}: the file is empty")
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates(on_duplicate))
+        return json.loads(text, object_pairs_hook=_no_duplicates(on_duplicate), parse_int=checked_int)
     except json.JSONDecodeError as e:
         end = " (the file ends early: truncated?)" if e.pos >= len(text.rstrip()) else ""
         raise DataError(f"{where}: unreadable {what}: {e.msg} at line {e.lineno}, column {e.colno}{end}") from None

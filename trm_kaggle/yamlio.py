@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from trm_kaggle.errors import DataError
-from trm_kaggle.jsonio import read_text
+from trm_kaggle.jsonio import MAX_INT_DIGITS, read_text
 from trm_kaggle.wording import clipped
 
 MAX_YAML_BYTES = 1 << 20  # upstream's all_config.yaml is 2 KB, a sweep grid a few KB
@@ -50,6 +50,23 @@ class _Loader(yaml.SafeLoader):
                                 "that too; YAML leaves no way to tell which was meant)", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """YAML's integers (decimal, 0x, 0o, 0b, with `_`), none longer than the JSON reader takes (however
+        written: 0x and 0b text has no limit of Python's, but its value would be refused by every print)."""
+        try:
+            value = super().construct_yaml_int(node)
+        except ValueError:  # Python's own limit on decimal text
+            value = None
+        if value is None or abs(value) >= _INT_LIMIT:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer longer than {MAX_INT_DIGITS:,} digits (at most {MAX_INT_DIGITS:,} are read)",
+                node.start_mark)
+        return value
+
+
+_INT_LIMIT = 10 ** MAX_INT_DIGITS
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int], open_nodes: set[int]) -> int:
@@ -91,6 +108,8 @@ def parse_yaml(text: str, where: str, what: str = "YAML file") -> Any:
         raise DataError(f"{where}: not valid YAML: {said[:300]}{'...' if len(said) > 300 else ''}") from None
     except RecursionError:
         raise DataError(f"{where}: not a {what}: nested too deeply") from None
+    except ValueError as e:  # a value the constructors cannot make (a sexagesimal int of 5,000 digits, a date)
+        raise DataError(f"{where}: not a {what}: {clipped(str(e), 200)}") from None
     finally:
         loader.dispose()
 
