@@ -32,7 +32,7 @@ from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import EXECUTION_FIELDS, ArchConfig, ExportConfig, TaskIdMode, TrainConfig, validation_line
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, DataError, TRMError
-from trm_kaggle.jsonio import read_failure, read_json, readable_file
+from trm_kaggle.jsonio import parse_json, read_failure, read_json, readable_file
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
@@ -197,10 +197,7 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
                           f"on disk or in a copy); export the weights again")
     check_finite(tensors, str(w_path))
     if saved is not None:  # exports of older versions carry no config: nothing to compare
-        try:
-            saved = json.loads(saved)
-        except ValueError:
-            raise TRMError(f"{w_path}: its recorded config is not JSON") from None
+        saved = _recorded_config(saved, w_path)
         ours = _shape_config(config)
         changed = [f"{k}: {saved['arch'].get(k)!r} in the weights, {v!r} in config.json"
                    for k, v in ours["arch"].items() if saved.get("arch", {}).get(k) != v]
@@ -210,6 +207,24 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
             raise TRMError(f"{cfg_path}: differs from the config the weights were saved with ({'; '.join(changed[:3])}"
                            f"{' ...' if len(changed) > 3 else ''}): the model would compute something else")
     return config, tensors
+
+
+def _recorded_config(text: str, w_path: Path) -> dict:
+    """The config a weights file records (its metadata's "config"), read by the one JSON reader (too deep, an
+    integer too long, a repeated key: one line) and checked for the shape it is compared by: an object whose
+    `arch` is an object. Anything else is one line naming the file, never a traceback."""
+    where = f"{w_path} (its recorded config)"
+    saved = parse_json(text, where, "recorded config")
+    if not isinstance(saved, dict):
+        raise DamagedFile(f"{where}: not a JSON object but {_kind(saved)}; export the weights again")
+    if not isinstance(saved.get("arch", {}), dict):
+        raise DamagedFile(f"{where}: 'arch' is {_kind(saved['arch'])}, not an object; export the weights again")
+    return saved
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def export_digest(path: str | os.PathLike) -> str:
