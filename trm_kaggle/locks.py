@@ -14,7 +14,9 @@ The lock is `flock` on `<directory>/LOCK_FILE`: the kernel drops it when its pro
 (`kill -9` included), so a lock left by a dead process is never an obstacle: the next writer simply takes
 it (stale-lock detection costs nothing). The holder's pid, host, what it does and its command are written
 into the file, for the message only. Where `flock` is not available (no `fcntl`, or a file system that
-refuses it), the recorded pid decides: a lock whose process is gone on this host is stale and taken over.
+refuses it: ENOLCK on some NFS mounts), the recorded pid decides: a lock whose process is gone on this host is
+stale and taken over; one recorded by another host is refused (whether that process lives cannot be seen from
+here: the message says to remove the file once it has ended), never guessed stale.
 
 A command that checks its inputs before it writes calls `refuse_if_held` first (a busy folder is refused at
 once, and nothing is created) and takes the lock where it writes its first byte. A command that starts
@@ -153,10 +155,18 @@ def _take(f, directory: Path, path: Path, shared: bool):
         except OSError as e:
             if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                 raise
-    pid, host, _, _ = _read_holder(path)
-    if pid and pid != os.getpid() and host == socket.gethostname() and pid_alive(pid):
-        raise _busy(directory, path)
-    return None
+    pid, host, what, command = _read_holder(path)
+    if not pid or pid == os.getpid():
+        return None
+    if host == socket.gethostname():
+        if pid_alive(pid):
+            raise _busy(directory, path)
+        return None  # its process is gone: a stale record
+    # another host's process (a shared file system): whether it lives cannot be seen from here, so no guess
+    raise TRMError(f"{directory}: this file system cannot lock files (flock refused), and {path} records "
+                   f"{what or 'a trm-kaggle command'} as process {pid} on {host}"
+                   + (f" ({command})" if command else "") + f", which cannot be checked from {socket.gethostname()}: "
+                   f"if that process has ended, remove {path}; otherwise wait for it, or choose another directory")
 
 
 def refuse_if_held(directory: str | os.PathLike) -> None:
