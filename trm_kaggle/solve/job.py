@@ -54,11 +54,15 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------
 
 
-def _write_answer(cfg: SolveConfig, challenges: dict, candidates: dict, duplicates: set[str]) -> dict:
-    """Build, write (atomically) and validate the submission; returns its part of the report."""
-    built = make_submission(challenges, candidates, fallback=cfg.fallback)
+def _write_answer(cfg: SolveConfig, challenges: dict, candidates: dict, duplicates: set[str],
+                  first: bool = False) -> dict:
+    """Build, write (atomically) and validate the submission (`validate_submission`: the rule of
+    validate-submission); returns its part of the report. The `first` write, the fallback against the clock,
+    leaves the demonstration pairs unchecked (the later writes report malformed tasks) and validates what it
+    wrote from memory (the same text the file holds) instead of reading a large file back."""
+    built = make_submission(challenges, candidates, fallback=cfg.fallback, check_tasks=not first)
     write_submission(cfg.output, built.submission)
-    problems = validate_submission(cfg.output, challenges)
+    problems = validate_submission(built.submission if first else cfg.output, challenges)
     task_problems = {t: "appears more than once in the challenges file: answered with the fallback"
                      for t in sorted(duplicates)}
     task_problems.update(built.problems)
@@ -144,8 +148,11 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     budget = Budget(cfg.time_budget, cfg.safety_margin, start)
     say = echo or _echo(cfg)
     report: dict[str, Any] = {"tasks": len(challenges), "errors": []}
-    report.update(_write_answer(cfg, challenges, {}, duplicates))  # the fallback, on disk before anything else
+    report.update(_write_answer(cfg, challenges, {}, duplicates, first=True))  # the fallback, before all else
     say(budget.line("fallback", f"{cfg.output} holds a valid answer for each of the {len(challenges)} tasks"))
+    if budget.left() <= 0:  # reading the file and writing the fallback took the budget: refused in one line, now
+        # (not after another pass over a file that large)
+        return _out_of_time(cfg, report, budget, say)
 
     try:
         canvas = export_canvas(cfg.weights)
@@ -250,6 +257,21 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
                     + f", {report['predicted']} test inputs with model predictions"))
     if work.is_dir():
         _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
+    return report
+
+
+def _out_of_time(cfg: SolveConfig, report: dict, budget: Budget, say: Callable[[str], None]) -> dict:
+    """The report of a run whose budget was gone once the fallback was written: the budget refused as too small
+    for the challenges file, in one line; the fallback stands."""
+    took = time.monotonic() - budget.start
+    why = (f"the time budget ({cfg.time_budget:g} s, {cfg.safety_margin:g} s of it the safety margin) is too small "
+           f"for {cfg.challenges}: reading its {report['tasks']} tasks and writing the fallback took {took:.1f} s, leaving nothing for the model (give a larger --time-budget)")
+    say(budget.line("budget", why))
+    report["errors"].append(why)
+    report.update(model_failed=why, model_tasks=min(cfg.max_tasks or report["tasks"], report["tasks"]), left_out={}, workers=[], task_reports={}, answered=0, ran=0,
+                  predicted=0, fallback={}, elapsed_s=round(took, 1))
+    if Path(cfg.work_dir).is_dir():
+        _note(Path(cfg.work_dir) / "solve_report.json", json.dumps(report, indent=2, default=str))
     return report
 
 

@@ -1,0 +1,53 @@
+"""`submit`'s fallback against the clock, and the one rule for what it wrote.
+
+* A budget that reading a large challenges file and writing the fallback already used up is refused in one
+  line right after the fallback (no second pass over the file, no model), and the first write never checks the
+  demonstration pairs (the slowest part of a large file; later writes report malformed tasks).
+* A solutions file given as `--challenges` (`{id: [grid, ...]}`: no task has a test input) is refused by
+  `submit` before it writes anything, with the rule and the words of `validate-submission`, which
+  `validate_submission` (what submit checks its own output with) applies too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import trm_kaggle.evaluate.submission as S
+import trm_kaggle.solve.job as J
+from trm_kaggle.cli import main
+from trm_kaggle.evaluate.submission import check_submission
+
+from conftest import make_export
+
+TASK = {"train": [{"input": [[1, 2], [3, 4]], "output": [[4, 3], [2, 1]]}], "test": [{"input": [[2, 1], [4, 3]]}]}
+
+
+def submit(tmp_path, challenges, *extra):
+    return ["submit", "--challenges", str(challenges), "--weights", str(tmp_path / "exp"), "--output",
+            str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "work"), "--num-aug", "1", "--finetune-steps",
+            "1", "--device", "cpu", "--workers", "1", "--no-progress", *extra]
+
+
+def test_a_budget_the_file_uses_up_is_refused_in_one_line_after_the_fallback(tmp_path, monkeypatch, capsys):
+    (tmp_path / "c.json").write_text(json.dumps({f"task{i}": TASK for i in range(3)}))
+    make_export(tmp_path / "exp")
+    read = J.read_challenges
+
+    def slow_read(*a, **kw):  # a file so large that reading it takes longer than the budget
+        time.sleep(2.5)
+        return read(*a, **kw)
+
+    monkeypatch.setattr(J, "read_challenges", slow_read)
+    monkeypatch.setattr(S, "_task_problem", lambda *a: pytest.fail("the first write checks no demonstration"))
+    monkeypatch.setattr(J, "run_in_process", lambda *a, **kw: pytest.fail("no model after the budget is gone"))
+    t0 = time.monotonic()
+    rc = main(submit(tmp_path, tmp_path / "c.json", "--time-budget", "2", "--safety-margin", "0.5"))
+    err = capsys.readouterr().err
+    assert rc == 3 and time.monotonic() - t0 < 15
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "the time budget (2 s, 0.5 s of it the safety margin) is too small for" in lines[0]
+    assert "reading its 3 tasks and writing the fallback took" in lines[0], err
+    check_submission(tmp_path / "s.json", tmp_path / "c.json")  # the valid fallback stands
