@@ -18,7 +18,7 @@ import pytest
 import trm_kaggle.evaluate.submission as S
 import trm_kaggle.solve.job as J
 from trm_kaggle.cli import main
-from trm_kaggle.evaluate.submission import check_submission
+from trm_kaggle.evaluate.submission import check_submission, validate_submission
 
 from conftest import make_export
 
@@ -51,3 +51,20 @@ def test_a_budget_the_file_uses_up_is_refused_in_one_line_after_the_fallback(tmp
     assert len(lines) == 1 and "the time budget (2 s, 0.5 s of it the safety margin) is too small for" in lines[0]
     assert "reading its 3 tasks and writing the fallback took" in lines[0], err
     check_submission(tmp_path / "s.json", tmp_path / "c.json")  # the valid fallback stands
+
+
+def test_a_solutions_file_as_challenges_is_refused_by_one_rule(tmp_path, capsys):
+    solutions = tmp_path / "solutions.json"
+    solutions.write_text(json.dumps({"dd6b8c4b": [[[1, 2]]], "0934a4d8": [[[3]]]}))
+    make_export(tmp_path / "exp")
+    rc = main(submit(tmp_path, solutions))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and not (tmp_path / "s.json").exists()
+    words = "none of its 2 tasks has a test input (a solutions file, {task id: [grid, ...]}, given as the challenges?)"
+    assert words in err[0], err
+    # the same rule in validate-submission and in what submit checks its output with
+    (tmp_path / "sub.json").write_text(json.dumps({"dd6b8c4b": [], "0934a4d8": []}))
+    assert main(["validate-submission", str(tmp_path / "sub.json"), "--challenges", str(solutions)]) != 0
+    assert words in capsys.readouterr().err
+    problems = validate_submission(tmp_path / "sub.json", solutions)
+    assert len(problems) == 1 and words in problems[0]

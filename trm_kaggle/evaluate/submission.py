@@ -311,9 +311,15 @@ def validate_submission(submission_or_path: str | os.PathLike | Mapping,
     task id of the challenges present and no other (extra ids are an error); one dict per
     test input; every attempt a rectangular grid of plain ints 0..9 (bool refused), each
     side 1..30. Each message names the task id and, where it applies, the test index.
-    An unreadable file raises DataError instead.
+    Challenges without a task or a test input (`require_tasks`) are its first problem: a
+    submission checked against them proves nothing. An unreadable file raises DataError instead.
     """
-    return submission_problems(submission_or_path, expected_counts(challenges_or_path))
+    counts = expected_counts(challenges_or_path)
+    try:
+        require_tasks(counts, challenges_or_path, "a submission checked against it proves nothing")
+    except DataError as e:
+        return [str(e)]
+    return submission_problems(submission_or_path, counts)
 
 
 def submission_problems(submission_or_path: str | os.PathLike | Mapping, counts: Mapping[str, int],
@@ -339,12 +345,16 @@ def submission_problems(submission_or_path: str | os.PathLike | Mapping, counts:
 
 
 def require_tasks(tasks: Mapping, source: str | os.PathLike | Mapping, consequence: str) -> None:
-    """DataError when a challenges or solutions file (`source`) holds no task (`{}`): `consequence` says what
-    that leaves (a check that proves nothing, nothing to answer). One rule for validate-submission, score and
-    submit."""
+    """DataError when a challenges or solutions file (`source`) holds no task (`{}`), or when none of its tasks
+    has a test input (a solutions file, `{id: [grid, ...]}`, given as challenges): `consequence` says what that
+    leaves (a check that proves nothing, nothing to answer). `tasks`: the raw tasks, or their test input counts.
+    One rule for validate-submission, score and submit (before it writes, and on what it wrote)."""
+    where = f"{source}: " if isinstance(source, (str, os.PathLike)) else ""
     if not tasks:
-        where = f"{source}: " if isinstance(source, (str, os.PathLike)) else ""
         raise DataError(f"{where}holds no task, so {consequence}")
+    if not any(n if isinstance(n, int) else len(_test_list(n) or []) for n in tasks.values()):
+        raise DataError(f"{where}none of its {count(len(tasks), 'task')} has a test input (a solutions file, "
+                        f"{{task id: [grid, ...]}}, given as the challenges?), so {consequence}")
 
 
 def _refuse(submission_or_path: str | os.PathLike | Mapping, problems: list[str], note: str = "",
