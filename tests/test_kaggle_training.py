@@ -361,3 +361,23 @@ def test_the_notebook_never_raises_when_a_dependency_cannot_be_imported(built, t
     errors = [line for line in log.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"simulated: {package} is not importable" in errors[0], log[-3000:]
     assert "Traceback" not in log and not (working / "run").exists()
+
+
+@pytest.mark.parametrize("case", ["newest unreadable", "every state damaged"])
+def test_a_previous_output_that_cannot_be_resumed_is_refused_never_restarted(built, tmp_path, case):
+    """Direct (no papermill): plain `train` refuses these folders; the session must too, never step 0 with ok."""
+    prev = tmp_path / "prev"
+    assert run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu",
+                       overrides=SETTINGS + ["checkpoint_keep=3"], data_dir=built / "data", time_budget=None,
+                       session_steps=2, echo=lambda _: None).step == 2
+    (newest,) = ckpt.list_states(prev / "run")
+    if case == "newest unreadable":  # a FIFO named like a newer state: never opened, never waited on
+        os.mkfifo(newest.with_name("state_step00000009.pt"))
+    else:
+        newest.write_bytes(newest.read_bytes()[:1000])
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    assert not r.ok and r.status == "refused" and r.step == 0 and not (tmp_path / "w" / "run").exists(), lines
+    assert lines[-1].startswith("error: the previous output cannot be resumed: ") and "start afresh" in lines[-1]
+    assert json.loads((tmp_path / "w" / "session.json").read_text())["status"] == "refused"

@@ -9,8 +9,9 @@ output (`/kaggle/working` of the kernel's previous version) as an input. A sessi
 2. finds the dataset among the inputs (the folder holding `identifiers.json` and `train/`);
 3. finds the newest complete train state in the previous output: every `state_step*.pt` among the inputs,
    the newest of each folder that loads (a truncated or corrupt one is skipped with a warning and the one
-   before it used, as `trm-kaggle train` resumes); a state of another model or config, or of another dataset,
-   is refused with one line and nothing is trained (a run is never silently restarted);
+   before it used, as `trm-kaggle train` resumes); a folder whose newest state cannot be read (no permission,
+   a FIFO) or whose every state is damaged, and a state of another model or config, or of another dataset,
+   are refused with one line and nothing is trained (a run is never silently restarted);
 4. copies that state and the metrics log to `<working>/run/` (the inputs are read-only and stay untouched)
    and resumes there, with `time_limit` set to what is left of the budget minus a margin for the final
    save, export and picture, and a train state saved every `save_every_s` seconds (a session killed outright
@@ -99,7 +100,10 @@ def find_dataset(roots: Path | Sequence[Path]) -> Path | None:
 
 
 def previous_state(roots: Path | Sequence[Path], exclude: Path) -> tuple[Path, dict[str, Any]] | None:
-    """(path, state) of the newest train state that loads among the run folders under the input roots."""
+    """(path, state) of the newest train state that loads among the run folders under the input roots (None
+    when there is none), read as `trm-kaggle train` resumes (`load_newest_state`: a damaged newer state is
+    skipped for the one before it). A folder with states of which none can be used (the newest unreadable: no
+    permission, a FIFO; or every one damaged) is TRMError: a new run from step 0 would throw its steps away."""
     from trm_kaggle.train import checkpoint as ckpt
 
     roots = [roots] if isinstance(roots, Path) else list(roots)
@@ -110,8 +114,8 @@ def previous_state(roots: Path | Sequence[Path], exclude: Path) -> tuple[Path, d
         try:
             path, state = ckpt.load_newest_state(folder)  # never quarantines: the inputs are read-only
         except TRMError as e:
-            log.warning("%s", e)
-            continue
+            raise TRMError(f"the previous output cannot be resumed: {e}; refusing to start a new run over it "
+                           "(make the state readable, or detach that output to start afresh)") from None
         if best is None or int(state["step"]) > int(best[1]["step"]):
             best = (path, state)
     return best
@@ -240,7 +244,11 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         start = ckpt.newest_step(run_dir)
         echo(f"resuming the states already in {run_dir} (step {start})")
     else:
-        found = previous_state(roots, run_dir)
+        try:
+            found = previous_state(roots, run_dir)
+        except TRMError:
+            report.status = "refused"
+            raise
         if found is None:
             start = 0
             echo(f"no previous train state under {input_root}: starting a new run")
