@@ -337,9 +337,10 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
         raise TRMError(f"key=value settings ({overrides[0]}) go to the training kernel: add --train-kernel")
     report: dict = {"out_dir": str(out.absolute())}
     if train_kernel:  # settings first: fail before any slow step
-        from trm_kaggle.kaggle.train_kernel import check_training_settings
+        from trm_kaggle.kaggle.train_kernel import check_train_budget, check_training_settings
 
         check_training_settings(presets, overrides)
+        check_train_budget(time_budget)
     _check_parts(out, {**({DATA_DIR: "kaggle data dataset"} if dataset is not None else {}),
                        **({RUN_STATE_DIR: "kaggle run-state dataset"} if continue_from is not None else {}),
                        **({"wheels": "kaggle wheels dataset", TRAIN_KERNEL_DIR: "kaggle training kernel"}

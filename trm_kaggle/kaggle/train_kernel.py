@@ -114,6 +114,20 @@ def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) ->
     load_train_config(presets=list(presets), overrides=list(overrides))
 
 
+def check_train_budget(time_budget: float | None) -> None:
+    """TRMError unless a session's TIME_BUDGET (`--train-budget`; None: the notebook's 11.5 h) leaves time to
+    train after the kernel's save margin (SAVE_MARGIN, kept for the final save, the export and the curve): a
+    kernel that cannot train is refused at build time, not found out after a push."""
+    import math
+
+    from trm_kaggle.kaggle_training import DEFAULT_MARGIN
+
+    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > DEFAULT_MARGIN):
+        raise TRMError(f"--train-budget {time_budget:g} s leaves no time to train: the training kernel keeps "
+                       f"{DEFAULT_MARGIN:g} s of each session's budget for the final save, the export and the curve "
+                       f"(SAVE_MARGIN); give more than {DEFAULT_MARGIN:g} s")
+
+
 def build_train_kernel(out_dir: str | os.PathLike, *, ids: BundleIds, presets: Sequence[str],
                        overrides: Sequence[str] = (), notebook: str | os.PathLike | None = None,
                        repo: Path | None = None, machine_shape: str = TRAIN_MACHINE_SHAPE,
@@ -123,6 +137,7 @@ def build_train_kernel(out_dir: str | os.PathLike, *, ids: BundleIds, presets: S
     from trm_kaggle.kaggle.metadata import REPO_ROOT
 
     check_training_settings(presets, overrides)
+    check_train_budget(time_budget)
     if previous and (problem := id_problem(previous)):
         raise TRMError(f"the previous kernel: {problem}")
     notebook = Path(notebook) if notebook else Path(repo or REPO_ROOT) / TRAIN_NOTEBOOK
