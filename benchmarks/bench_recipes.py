@@ -3,6 +3,7 @@
     python benchmarks/bench_recipes.py --task sudoku6 --recipes upstream muon --seeds 3 --budget-s 1200
     python benchmarks/bench_recipes.py --task sudoku9 --recipes upstream fastlr:lr=1e-2 deep=T3n6:arch.halt_max_steps=6
     python benchmarks/bench_recipes.py --task maze --recipes upstream no-ema --budget-examples 2e5 --targets 0.1 0.3
+    python benchmarks/bench_recipes.py --task sudoku6 --recipes upstream rsm depth-curriculum:curriculum.epochs=40 fast
     python benchmarks/bench_recipes.py --gpu --data data/sudoku-extreme-1k-aug-1000 --recipes upstream muon
 
 A recipe is a string:
@@ -12,7 +13,9 @@ A recipe is a string:
     fastlr:lr=1e-2,ema=True       NAME:key=value,... overrides only (NAME is a label; not a preset name)
     name=muon+T3n6:lr=3e-4        NAME=presets:overrides, both optional after NAME=
 
-so any lever that is a preset or a setting plugs in without changing this file. Runs alternate seed-major,
+so any lever that is a preset or a setting plugs in without changing this file (docs/recipes.md lists them: a
+curriculum over shares of the schedule wants `curriculum.epochs` near what the budget reaches, since a budgeted
+run ends long before the base's schedule). Runs alternate seed-major,
 recipe-minor (seed 0: every recipe, then seed 1, ...), so slow spells of a shared machine fall on all recipes
 alike; each run is one thread (`--threads`) and starts from a fresh run folder, after every recipe has taken two
 unmeasured steps (what a process pays once, such as a lazy import, falls on no measured run).
