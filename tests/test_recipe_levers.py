@@ -98,16 +98,20 @@ def test_rsm_step_starts_fresh_warms_up_without_gradient_and_keeps_one_graph():
     assert all(p.grad is not None for p in model.layers.parameters())
 
 
+needs_muon = pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="needs torch.optim.Muon (torch >= 2.9)")
+
+
 @pytest.mark.parametrize("levers", [
-    ("rsm.enabled=True", "rsm.min_warmup=0", "rsm.max_warmup=3", "curriculum.epochs=1",
-     "curriculum.stages=[{until: 0.3, depth: 0.5}, {until: 0.6, depth: 0.75}]", "arch.H_cycles=2",
-     "arch.L_cycles=4"),
-    ("supervision_decay=0.7", "curriculum.epochs=1", "curriculum.stages=[{until: 0.5, depth: 0.5}]",
-     "arch.L_cycles=4"),
-], ids=["rsm+stages", "cgar"])
+    pytest.param(("rsm.enabled=True", "rsm.min_warmup=0", "rsm.max_warmup=3", "curriculum.epochs=1",
+                  "curriculum.stages=[{until: 0.3, depth: 0.5}, {until: 0.6, depth: 0.75}]", "arch.H_cycles=2",
+                  "arch.L_cycles=4", "optimizer=muon"), marks=needs_muon, id="muon+rsm+stages"),
+    pytest.param(("supervision_decay=0.7", "curriculum.epochs=1", "curriculum.stages=[{until: 0.5, depth: 0.5}]",
+                  "arch.L_cycles=4"), id="cgar"),
+])
 def test_a_run_with_the_levers_resumes_exactly(sudoku4, tmp_path, levers):
     """Stopped at step 3 (inside the curriculum's second stage) and resumed, a run takes the very steps of an
-    uninterrupted one; the schedule the model saw shows the stages (and RSM's varying warm-up)."""
+    uninterrupted one (`fast`'s levers together: Muon's state too); the schedule the model saw shows the stages
+    (and RSM's varying warm-up)."""
     seen = []
 
     def spy(model, schedule):
