@@ -130,6 +130,10 @@ def test_arc_trajectories_vote_and_an_arc_set_without_answers_is_refused(tmp_pat
     s = votes.summary()
     assert s["num_examples"] == n and s["prediction_rows"] == len(votes.table) == 3 * n  # each trajectory votes
     assert s["settled"] is not None and 0 <= s["settled"] <= 3 * n
+    from trm_kaggle.evaluate.report import write_report
+
+    md = write_report(votes, tmp_path / "rep", pictures=False)["markdown"].read_text()
+    assert f"settled {s['settled']} of {3 * n} predictions" in md and "trajectories: 3 per augmented copy" in md
 
     raw = json.loads((data / "test_puzzles.json").read_text())
     for task in raw.values():

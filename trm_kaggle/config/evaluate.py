@@ -36,10 +36,11 @@ DEVICE_PATTERN = r"^(auto|cpu|mps|xla|cuda(:[0-9]{1,3})?)$"
 
 
 class EvaluateConfig(_Config):
-    """How an ARC evaluation runs: the batch, the ACT steps and the vote (`evaluate()`), and how the export is
-    loaded for it (`device`, `dtype`, `compile`: `trm_kaggle.evaluate.run.evaluate_export`; `evaluate()` runs the
-    model it is given as it is). `submit` predicts under the same settings by its own names: eval_batch_size,
-    early_exit, forward_dtype, compile, device (`SolveConfig`)."""
+    """How an evaluation runs: the batch, the ACT steps and the vote (`evaluate()`; a Sudoku or Maze dataset is
+    scored per example: `trm_kaggle.evaluate.dataset`), the test-time levers (docs/test_time.md), and how the
+    export is loaded for it (`device`, `dtype`, `compile`: `trm_kaggle.evaluate.run.evaluate_export`;
+    `evaluate()` runs the model it is given as it is). `submit` predicts under the same settings by its own
+    names: eval_batch_size, early_exit, forward_dtype, compile, device, trajectories... (`SolveConfig`)."""
 
     batch_size: int = Field(256, ge=1, le=MAX_BATCH_SIZE, description="examples per model call")
     device: str = Field("auto", description="where the model runs: auto (XLA when "
@@ -56,8 +57,9 @@ class EvaluateConfig(_Config):
                                     "on CUDA only, where it pays; on (on CPU it needs a C++ compiler; "
                                     "benchmarks/bench_evaluate.py --compile measures both on your machine); off")
     weighting: Literal["count", "q_halt"] = Field("count", description="vote by count or sigmoid(q_halt)")
-    max_tasks: Optional[int] = Field(None, ge=1, description="only the first N tasks of the test split, for a quick "
-                                                             "run; scores are over them (default: every task)")
+    max_tasks: Optional[int] = Field(None, ge=1, description="only the first N tasks of the test split (a dataset "
+                                     "without test_puzzles.json: its first N examples), for a quick run; scores are "
+                                     "over them (default: every task)")
     keep_logits: bool = Field(False, description="also keep each example's logits at the step it stopped "
                                                  "(`result.predictions.logits`)")
     progress: bool = Field(False, description="show a progress bar")

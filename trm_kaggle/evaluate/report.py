@@ -141,9 +141,13 @@ def _markdown(report: dict, pictures: dict[str, str]) -> str:
               f"{s['num_tasks']} tasks of the fraction of test inputs solved in the top K): "
               + ", ".join(f"pass@{k} = {v:.4f}" for k, v in s["pass_at_k_task_macro"].items())
               + f"; pass@2 {format_interval(s['pass_at_2_task_macro_ci95'])} (Wilson, unit: tasks)",
-              f"- {s['num_examples']} augmented predictions, voting by {s['weighting']}"
+              f"- {s['prediction_rows']} augmented predictions, voting by {s['weighting']}"
               + (" (POOLED with earlier evaluations)" if s["pooled_with_other_evaluations"] else ""),
-              f"- ACT steps: max {s['max_steps']}, mean {s['mean_steps']:.2f}, early exit {s['early_exit']}",
+              f"- ACT steps: max {s['max_steps']}, mean {s['mean_steps']:.2f}, early exit {s['early_exit']}"
+              + (f"; settled {s['settled']} of {s['prediction_rows']} predictions (last 3 steps equal)"
+                 if s.get("settled") is not None else ""),
+              *([f"- trajectories: {s['trajectories']} per augmented copy, noise {s['trajectory_noise']:g} x RMS, "
+                 "each one a vote"] if s.get("trajectories", 1) > 1 else []),
               f"- timing: {s['timing']['examples_per_second']:.1f} examples/s overall, "
               f"{100 * s['timing']['share_outside_model']:.1f} % of the time outside the model",
               "",

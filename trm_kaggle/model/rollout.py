@@ -56,6 +56,7 @@ import torch
 
 from trm_kaggle import xla
 from trm_kaggle.data import IGNORE_LABEL_ID
+from trm_kaggle.errors import TRMError
 from trm_kaggle.model.trm import Carry
 
 SELECTIONS = ("q_halt", "first_halt", "all")  # how one of an example's trajectories is chosen (module docstring)
@@ -284,7 +285,8 @@ class ContinuousRollout:
         self.masked = self.device.type == "xla"  # batch after batch, stopped rows masked (`act_rollout`)
         self.keep_logits = keep_logits
         if self.masked and (self.trajectories > 1 or track_settled):
-            raise ValueError("noisy trajectories and settling are not run on XLA (its rollout masks rows instead)")
+            raise TRMError("noisy trajectories and --test-depth's settling do not run on XLA (its rollout masks "
+                           "rows instead): run them on a CPU or GPU")
         self.calls = self.rows_forwarded = 0
 
     SCORE_FIELDS = SCORE_FIELDS  # what `score` sums, in order
