@@ -52,6 +52,7 @@ def ctrl_c(*_args, **_kwargs):
 @pytest.mark.parametrize("stage", ["build_bundle", "execute", "push"])
 def test_build_bundle_interrupted_at_any_stage_says_one_line(tmp_path, capsys, monkeypatch, stage):
     monkeypatch.setattr(B, stage, ctrl_c)
+    monkeypatch.setattr(B, "push_unavailable", lambda: None)  # as with credentials: the push stage is reached
     args = [str(tmp_path / "out"), "--no-download", "--weights", str(make_export(tmp_path / "exp")),
             "--notebook", str(make_notebook(tmp_path / "nb.ipynb"))]
     rc = B.main(args + {"build_bundle": [], "execute": ["--execute"], "push": ["--push"]}[stage])

@@ -74,18 +74,31 @@ def _push(bundle, api, **kw):
     return rc, lines
 
 
-def test_push_without_credentials_prints_commands_and_fails(inputs, tmp_path, no_credentials, capsys):
+def test_push_without_credentials_builds_nothing_and_says_why_in_one_line(inputs, tmp_path, no_credentials,
+                                                                           capsys):
     out = tmp_path / "out"
+    for user in (["--user", USER], []):  # without --user: never a bundle under the placeholder owner
+        rc = B.main([str(out), "--no-download", *user, "--weights", str(inputs["export"]),
+                     "--notebook", str(inputs["notebook"]), "--push"])
+        assert rc == 2  # the status of every input or setup problem (docs/reliability.md)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --push cannot publish from here: ") and "credentials" in err[0]
+        assert "nothing was built" in err[0] and not out.exists()
+    # the API's own push of a built bundle still gives the commands that publish it by hand
     rc = B.main([str(out), "--no-download", "--user", USER, "--weights", str(inputs["export"]),
-                 "--notebook", str(inputs["notebook"]), "--push"])
-    assert rc == 2  # the status of every input or setup problem (docs/reliability.md)
+                 "--notebook", str(inputs["notebook"])])
+    assert rc == 0 and P.push(out) == 2
     cap = capsys.readouterr()
-    assert [line for line in cap.err.splitlines() if line.startswith("error:")] == cap.err.strip().splitlines()[-1:]
-    assert f"kaggle datasets create -p {out.absolute() / 'wheels'}" in cap.out
-    assert f"kaggle datasets create -p {out.absolute() / 'weights'}" in cap.out
-    assert f"kaggle kernels push -p {out.absolute() / 'kernel'}" in cap.out
-    assert "credentials" in cap.err
-    assert (out / "kernel" / M.KERNEL_META).is_file()  # the bundle itself was built
+    assert f"kaggle datasets create -p {out.absolute() / 'wheels'}" in cap.out and "credentials" in cap.err
+
+
+def test_the_push_wait_timeout_names_the_kernel_folder(tmp_path):
+    api = FakeApi(existing={IDS.wheels_id}, statuses=("pending",))
+    clock = iter(range(10_000)).__next__
+    with pytest.raises(TRMError) as e:
+        P.wait_until_ready(api, [IDS.wheels_id], timeout_s=5, poll_s=1, say=lambda _: None, clock=clock,
+                           sleep=lambda s: None, kernels=[tmp_path / "kernel"])
+    assert f"kaggle kernels push -p {tmp_path / 'kernel'}" in str(e.value) and "KERNEL_DIR" not in str(e.value)
 
 
 def test_first_push_creates_waits_then_pushes(bundle_copy):
@@ -230,6 +243,7 @@ def test_push_wait_serves_the_training_push(inputs, tmp_path, monkeypatch, capsy
         return 0
 
     monkeypatch.setattr(B, "push_training", fake_push_training)
+    monkeypatch.setattr(B, "push_unavailable", lambda: None)  # as with the client and credentials
     assert B.main([str(tmp_path / "out"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download", "--user", USER,
                    "--push", "--push-wait", "42"]) == 0
     assert seen["wait_s"] == 42 and seen["poll_s"] <= 10

@@ -64,7 +64,7 @@ from trm_kaggle.kaggle.metadata import (
     RUN_STATE_DIR, TRAIN_KERNEL_DIR, TRAIN_MACHINE_SHAPE, WHEEL_KERNEL_DIR, BundleIds, check_machine_shape,
     machine_fields, slug_problem, validate_bundle, wheel_kernel_metadata,
 )
-from trm_kaggle.kaggle.push import owner, push, push_training
+from trm_kaggle.kaggle.push import owner, push, push_training, push_unavailable
 from trm_kaggle.kaggle.rehearsal import execute
 from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, read_sample_submission
 from trm_kaggle.kaggle.train_kernel import build_data, build_train_kernel, fetch_run_state
@@ -424,6 +424,9 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     try:
         check_io(*bundle_io(args))  # before anything is built: no part of the bundle replaces an input
         refuse_if_held(args.out_dir)  # a bundle building or executing there: refused at once, nothing made
+        if args.push and (why := push_unavailable()):  # before anything is built under a placeholder owner
+            raise TRMError(f"--push cannot publish from here: {why}; nothing was built (build without --push to "
+                           "publish by hand: docs/kaggle.md)")
         if args.user is not None and not args.user.strip():
             raise TRMError("--user is empty: give your Kaggle user name (or leave --user out to use the account "
                            "of your Kaggle credentials)")

@@ -16,7 +16,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from trm_kaggle.atomic import OWNER_RECORD
 from trm_kaggle.errors import TRMError
@@ -92,6 +92,16 @@ def missing_client() -> str | None:
         if importlib.util.find_spec(module) is None:
             return f"the `{module}` package is not installed ({hint}, or pip install 'trm_kaggle[kaggle]')"
     return None
+
+
+def push_unavailable() -> str | None:
+    """Why `--push` cannot publish from here (no `kaggle` package, no credentials), or None: checked before a
+    bundle is built, so that a push that cannot happen builds nothing under a placeholder owner."""
+    why = [w for w in (missing_client(),) if w]
+    if not kaggle_credentials():
+        why.append("no Kaggle credentials (~/.kaggle/kaggle.json, KAGGLE_USERNAME and KAGGLE_KEY, or "
+                   "KAGGLE_API_TOKEN)")
+    return "; ".join(why) or None
 
 
 def kaggle_api() -> Any:
@@ -187,9 +197,10 @@ def refuse_subfolders(folder: Path) -> None:
 
 def wait_until_ready(api: Any, idents: list[str], *, timeout_s: float, poll_s: float,
                      say: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
-                     sleep: Callable[[float], None] = time.sleep) -> None:
+                     sleep: Callable[[float], None] = time.sleep, kernels: Sequence[Path] = ()) -> None:
     """Poll each dataset's status until all are ready (a line each time one changes); TRMError when one
-    fails or `timeout_s` passes: a kernel pushed before its datasets are processed runs without them."""
+    fails or `timeout_s` passes: a kernel pushed before its datasets are processed runs without them. The
+    timeout's line gives the push of each of `kernels` to run later, with its own folder."""
     start, waiting, last = clock(), list(idents), {}
     while waiting:
         for ident in list(waiting):
@@ -203,9 +214,10 @@ def wait_until_ready(api: Any, idents: list[str], *, timeout_s: float, poll_s: f
                 raise TRMError(f"dataset {ident}: Kaggle's processing ended in {status!r}; see its page on Kaggle")
         if waiting:
             if clock() - start >= timeout_s:
+                later = " and ".join(f"`kaggle kernels push -p {shlex.quote(str(Path(k).absolute()))}`"
+                                     for k in kernels) or "`kaggle kernels push -p` and the kernel's folder"
                 raise TRMError(f"datasets not ready after {timeout_s:.0f} s: {', '.join(waiting)} "
-                               f"({', '.join(last[i] for i in waiting)}); push the kernel later with "
-                               f"`kaggle kernels push -p KERNEL_DIR`")
+                               f"({', '.join(last[i] for i in waiting)}); push the kernel later with {later}")
             sleep(poll_s)
 
 
@@ -242,16 +254,13 @@ def publish(datasets: list[Path], kernels: list[Path], commands: list[list[str]]
     """Publish checked folders: each dataset created or versioned, a bounded wait until all are ready, then
     each kernel. Without the `kaggle` package or credentials: print `commands` (what does it by hand), return 2."""
     if api is None:
-        why = [w for w in (missing_client(),) if w]
-        if not kaggle_credentials():
-            why.append("no Kaggle credentials (~/.kaggle/kaggle.json, KAGGLE_USERNAME and KAGGLE_KEY, or "
-                       "KAGGLE_API_TOKEN)")
+        why = push_unavailable()
         if why:
             say("Run these commands to publish (datasets first; wait until `kaggle datasets status` says ready "
                 "before pushing the kernel):")
             for c in commands:
                 say("  " + _shell(c))
-            print(f"error: not pushed: {'; '.join(why)}", file=sys.stderr)
+            print(f"error: not pushed: {why}", file=sys.stderr)
             return 2
         api = kaggle_api()
     for folder in datasets:  # every refusal before the first upload
@@ -260,7 +269,7 @@ def publish(datasets: list[Path], kernels: list[Path], commands: list[list[str]]
     for folder in datasets:
         publish_dataset(api, folder, message, say)
         idents.append(read_json(folder / DATASET_META, DATASET_META)["id"])
-    wait_until_ready(api, idents, timeout_s=wait_s, poll_s=poll_s, say=say)
+    wait_until_ready(api, idents, timeout_s=wait_s, poll_s=poll_s, say=say, kernels=kernels)
     for folder in kernels:
         push_kernel(api, folder, say)
     return 0
