@@ -251,7 +251,7 @@ if READY:
         import logging
 
         import trm_kaggle
-        from trm_kaggle.kaggle_training import run_session
+        from trm_kaggle.kaggle_training import run_session, stop_when_the_runner_exits
         from trm_kaggle.train import override_list
 
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
@@ -261,6 +261,9 @@ if READY:
 if READY:
     try:
         overrides = override_list(OVERRIDES) + ([f"device={DEVICE}"] if DEVICE and DEVICE != "auto" else [])
+        # a stop signal to the runner (papermill) ends the runner, not this kernel: its end stops the training,
+        # which saves, says "interrupted" and exports, as a signal to this process does
+        stop_when_the_runner_exits()
         REPORT = run_session(input_root=KAGGLE_INPUT, working=KAGGLE_WORKING, preset=str(PRESET).split(),
                              overrides=overrides, data_dir=DATA_DIR, time_budget=TIME_BUDGET, margin=SAVE_MARGIN,
                              session_steps=SESSION_STEPS, started=STARTED, save_every_s=SAVE_EVERY_S,

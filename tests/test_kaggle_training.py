@@ -333,6 +333,8 @@ def test_a_session_saves_on_a_timer_and_a_stop_signal_ends_it_saved(built, tmp_p
     assert [int(p.name[10:18]) for p in ckpt.list_states(tmp_path / "w" / "run")] == [2, 5, 7]
     record = json.loads((tmp_path / "w" / "session.json").read_text())
     assert record["status"] == "interrupted" and record["step"] == 7
+    # an interrupted session exports its weights too (from the state it saved)
+    assert record["weights"] == str(tmp_path / "w" / "weights") and (tmp_path / "w" / "weights" / "config.json").is_file()
 
 
 def test_the_training_range_names_the_step_the_run_ends_at(built, tmp_path):

@@ -33,6 +33,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -69,6 +70,58 @@ class SessionReport:
     weights: str | None = None
     curve: str | None = None
     notes: list[str] = field(default_factory=list)
+
+
+RUNNER_GRACE_S = 300.0  # once the runner is gone, how long the kernel may go on saving before it exits
+_session_running = threading.Event()  # set while run_session runs (a gone runner's kernel waits for its save)
+
+
+class _SaveBeforeExit:
+    """Stands in for the `os` module of ipykernel's parent poller, whose thread ends the kernel at once
+    (`os._exit`) when its parent, the notebook's runner, is gone: the first such call stops the training with
+    SIGTERM instead (it saves its state, the session says "interrupted" and exports), a later one exits once the
+    session has ended or `RUNNER_GRACE_S` has passed."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(os, name)
+
+    def _exit(self, status: int) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif not _session_running.is_set() or time.monotonic() - self.first > RUNNER_GRACE_S:
+            os._exit(status)
+
+
+def stop_when_the_runner_exits(poll_s: float = 1.0) -> bool:
+    """In a Jupyter kernel run by papermill: a stop signal to the runner (Kaggle's at its 12-hour limit) ends the
+    runner, not the kernel, which runs in its own session; from here on the runner's end stops the training with
+    SIGTERM, so it saves and says "interrupted" whichever process was signalled. A thread notices the kernel's
+    parent change (polled every `poll_s` seconds), and ipykernel's own parent poller, which would end the
+    kernel at once, stops the training instead (`_SaveBeforeExit`). Returns whether the runner is watched (not
+    when the parent is already init)."""
+    parent = os.getppid()
+    if parent <= 1:
+        return False
+    try:
+        import ipykernel.parentpoller as poller
+
+        if not isinstance(poller.os, _SaveBeforeExit):
+            poller.os = _SaveBeforeExit()
+    except ImportError:  # not in a Jupyter kernel: only the thread below
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        log.warning("the notebook's runner (pid %d) is gone: stopping the training so that it saves", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="trm-runner-watch", daemon=True).start()
+    return True
 
 
 def default_scratch() -> Path:
@@ -181,6 +234,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     report = SessionReport()
     working = Path(working)
     timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
+    _session_running.set()
     try:
         _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
                  [*timed, *overrides], data_dir, time_budget, margin, session_steps, started,
@@ -191,6 +245,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
             report.step, report.stopped_by = e.step, signal.Signals(e.signum).name
             report.message = (f"stopped by {report.stopped_by} at step {e.step}: train state saved to {e.path}; run "
                               "the kernel again (a new version) to continue from it")
+            _export_interrupted(report, working, echo)
         else:  # a second Ctrl-C: stopped at once, the newest state saved before it stands
             report.message = "interrupted before it finished: the next session resumes from the newest saved state"
         echo(report.message)
@@ -211,7 +266,21 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
         atomic_write_json(working / SESSION, asdict(report), indent=2)
     except OSError as e:
         echo(f"error: could not write {working / SESSION}: {e}")
+    finally:
+        _session_running.clear()
     return report
+
+
+def _export_interrupted(report: SessionReport, working: Path, echo: Callable[[str], None]) -> None:
+    """An interrupted session's weights, exported from the state it just saved (the last thing it does: the
+    stop may be followed by a kill)."""
+    from trm_kaggle.train import checkpoint as ckpt
+
+    try:
+        report.weights = str(ckpt.export_run(working / RUN, working / WEIGHTS))
+        echo(f"weights: {report.weights} (exported from the saved state)")
+    except (TRMError, OSError) as e:
+        report.notes.append(f"export skipped: {e}")
 
 
 def _is_out_of_memory(e: BaseException) -> bool:
