@@ -383,3 +383,8 @@ def test_a_previous_output_that_cannot_be_resumed_is_refused_never_restarted(bui
     assert not r.ok and r.status == "refused" and r.step == 0 and not (tmp_path / "w" / "run").exists(), lines
     assert lines[-1].startswith("error: the previous output cannot be resumed: ") and "start afresh" in lines[-1]
     assert json.loads((tmp_path / "w" / "session.json").read_text())["status"] == "refused"
+
+
+def test_the_data_manifest_records_no_local_path(built):
+    text = (built / "data" / "manifest.json").read_text()
+    assert json.loads(text)["source"] == "sudoku4" and str(built.parent) not in text

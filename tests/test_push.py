@@ -247,3 +247,22 @@ def test_push_wait_serves_the_training_push(inputs, tmp_path, monkeypatch, capsy
     assert B.main([str(tmp_path / "out"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download", "--user", USER,
                    "--push", "--push-wait", "42"]) == 0
     assert seen["wait_s"] == 42 and seen["poll_s"] <= 10
+
+
+def test_later_pushes_upload_only_the_datasets_that_changed(bundle_copy):
+    """The reproducer: every later push uploaded the unchanged datasets again (for a training run's data, all
+    of it each session). What the last push from OUT_DIR uploaded is recorded by its manifest's digests."""
+    api = FakeApi()
+    assert _push(bundle_copy, api)[0] == 0  # the first push creates both (and records them)
+    api.calls.clear()
+    rc, lines = _push(bundle_copy, api, version_message="again")
+    assert rc == 0 and not [c for c in api.calls if c[0] in ("create", "version")], api.calls
+    assert f"dataset {IDS.wheels_id}: unchanged since its last push (the same files): not uploaded" in lines
+    assert [c[0] for c in api.calls][-1] == "push"  # the kernel is still pushed
+    # a changed weights dataset (its files and manifest rebuilt) is uploaded alone
+    (bundle_copy / "weights" / "NOTES.txt").write_text("retrained\n")
+    old = M.read_json(bundle_copy / "weights" / M.MANIFEST)
+    M.write_manifest(bundle_copy / "weights", {k: v for k, v in old.items() if k not in ("files", "trm_kaggle_version")})
+    api.calls.clear()
+    assert _push(bundle_copy, api, version_message="new weights")[0] == 0
+    assert [c[:2] for c in api.calls if c[0] in ("create", "version")] == [("version", IDS.weights_id)]

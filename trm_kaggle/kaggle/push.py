@@ -10,7 +10,9 @@ never uploaded.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import shlex
 import sys
@@ -18,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trm_kaggle.atomic import OWNER_RECORD
+from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
-    DATA_DIR, DATASET_META, DEFAULT_USER, KERNEL_META, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR,
+    DATA_DIR, DATASET_META, DEFAULT_USER, KERNEL_META, MANIFEST, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR,
     configured_user, id_problem, kaggle_config_dirs, raise_problems, train_kernel_metadata_problems,
     validate_bundle, verify_manifest,
 )
@@ -31,6 +33,8 @@ from trm_kaggle.kaggle.metadata import (
 BOOKKEEPING = [OWNER_RECORD]
 DATASET_PARTS = ("wheels", "weights")
 READY, FAILED = "ready", ("failed", "deleted")
+#: OUT_DIR's record of what was last uploaded: {dataset id: digest of its manifest's files}
+PUSHED = ".trm-kaggle-pushed.json"
 
 
 def kaggle_credentials() -> str | None:
@@ -172,18 +176,42 @@ def dataset_exists(api: Any, ident: str) -> bool:
         raise TRMError(f"asking Kaggle for the dataset {ident}: {_http_reason(e)}") from None
 
 
+def content_digest(folder: Path) -> str:
+    """The digest of a dataset folder's content: its manifest's files (names, sizes, sha256), nothing else."""
+    files = read_json(folder / MANIFEST, MANIFEST).get("files")
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def _pushed(folder: Path) -> dict:
+    path = folder.parent / PUSHED
+    try:
+        record = read_json(path, "push record") if path.is_file() else {}
+    except TRMError:  # a damaged record only costs an upload
+        record = {}
+    return record if isinstance(record, dict) else {}
+
+
 def publish_dataset(api: Any, folder: Path, message: str, say: Callable[[str], None]) -> str:
-    """Create the dataset in `folder` the first time, else a new version; returns what was done."""
+    """Create the dataset in `folder` the first time, else a new version, but only when its content (the
+    manifest's digests) differs from what the last push from this OUT_DIR uploaded (recorded beside the
+    folder in `PUSHED`); returns what was done."""
     ident = read_json(folder / DATASET_META, DATASET_META)["id"]
+    digest, record = content_digest(folder), _pushed(folder)
     if dataset_exists(api, ident):
+        if record.get(ident) == digest:
+            say(f"dataset {ident}: unchanged since its last push (the same files): not uploaded")
+            return "unchanged"
         _call(f"kaggle datasets version {ident}", lambda: api.dataset_create_version(
             str(folder), message, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
         say(f"dataset {ident}: new version uploaded ({message!r})")
-        return "versioned"
-    _call(f"kaggle datasets create {ident}", lambda: api.dataset_create_new(
-        str(folder), public=False, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
-    say(f"dataset {ident}: created (private)")
-    return "created"
+        done = "versioned"
+    else:
+        _call(f"kaggle datasets create {ident}", lambda: api.dataset_create_new(
+            str(folder), public=False, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
+        say(f"dataset {ident}: created (private)")
+        done = "created"
+    atomic_write_json(folder.parent / PUSHED, {**_pushed(folder), ident: digest}, indent=2)
+    return done
 
 
 def refuse_subfolders(folder: Path) -> None:

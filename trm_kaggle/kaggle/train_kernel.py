@@ -58,7 +58,8 @@ def build_data(out_dir: str | os.PathLike, dataset_dir: str | os.PathLike, *, id
         log(f"packing the dataset {src} ({summary['bytes'] / 1e6:.1f} MB) as {DATA_ARCHIVE}")
         entry = pack(src, tmp, DATA_ARCHIVE, keep=_top_level_visible)
         atomic_write_json(tmp / DATASET_META, dataset_metadata(data_id(ids)), indent=2)
-        write_manifest(tmp, {"id": data_id(ids), "source": str(src), ARCHIVE_KEY: entry})
+        # the folder's name, never the builder's local path (the manifest is published with the dataset)
+        write_manifest(tmp, {"id": data_id(ids), "source": src.resolve().name, ARCHIVE_KEY: entry})
     return {"id": data_id(ids), "source": str(src), "files": len(entry["files"]), "bytes": summary["bytes"],
             "examples": {k: v["examples"] for k, v in summary["splits"].items()}}
 
