@@ -313,6 +313,7 @@ if READY:
             if wheels is None:
                 raise RuntimeError(f"no trm_kaggle*.whl under {KAGGLE_INPUT}: attach the wheels dataset or set "
                                    f"WHEELS_DIR")
+            print(f"wheels: {wheels}")
             install_offline(wheels)
         else:
             print("trm_kaggle is already importable: nothing installed")

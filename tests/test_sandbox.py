@@ -25,8 +25,7 @@ def test_papermill_command_passes_every_parameter(tmp_path):
     params = S.papermill_parameters(layout, time_budget=None, finetune_steps=5, num_aug="auto", device="cpu",
                                     max_tasks=2, workers=None)
     assert tuple(params) == K.PARAMETER_NAMES
-    assert params["WHEELS_DIR"] == str(tmp_path / "sandbox" / "input" / "trm-kaggle-wheels")
-    assert params["WEIGHTS_DIR"] == str(tmp_path / "sandbox" / "input" / "trm-kaggle-weights")
+    assert params["WHEELS_DIR"] is None and params["WEIGHTS_DIR"] is None  # the kernel searches, as on Kaggle
     assert params["KAGGLE_INPUT"] == str(tmp_path / "sandbox" / "input")
     assert params["KAGGLE_WORKING"] == str(tmp_path / "sandbox" / "working")
     cmd = S.papermill_command(Path("nb.ipynb"), Path("out.ipynb"), kernel=S.KERNEL_NAME, cwd=layout.working,
@@ -36,8 +35,7 @@ def test_papermill_command_passes_every_parameter(tmp_path):
     passed = {cmd[i + 1]: cmd[i + 2] for i, a in enumerate(cmd) if a == "-p"}
     assert passed == {"KAGGLE_INPUT": params["KAGGLE_INPUT"], "KAGGLE_WORKING": params["KAGGLE_WORKING"],
                       "TIME_BUDGET": "None", "FINETUNE_STEPS": "5", "NUM_AUG": "auto", "MAX_TASKS": "2",
-                      "WORKERS": "None", "DEVICE": "cpu", "WHEELS_DIR": params["WHEELS_DIR"],
-                      "WEIGHTS_DIR": params["WEIGHTS_DIR"]}
+                      "WORKERS": "None", "DEVICE": "cpu", "WHEELS_DIR": "None", "WEIGHTS_DIR": "None"}
     assert cmd[cmd.index("--execution-timeout") + 1] == "60"
 
 
@@ -103,3 +101,13 @@ def test_prepare_sandbox_layout(bundle_copy, tmp_path):
     again = S.prepare_sandbox(bundle_copy, IDS, challenges)  # a second run replaces the first
     assert again.challenges.parent.name == M.COMPETITION and not layout.challenges.exists()
     assert callable(R.execute)
+
+
+def test_the_rehearsal_checks_the_kernels_own_search_for_its_datasets(tmp_path):
+    layout = S.SandboxLayout(tmp_path / "sandbox", IDS, mounts="2026")
+    right = f"wheels: {layout.wheels}\nweights: {layout.weights}\nchallenges: x\n"
+    assert R.search_problems(right, layout, {"WHEELS_DIR": None, "WEIGHTS_DIR": None}) == []
+    wrong = f"wheels: {layout.wheels}\nweights: {layout.input / 'other' / 'weights-not-found'}\n"
+    (problem,) = R.search_problems(wrong, layout, {"WHEELS_DIR": None, "WEIGHTS_DIR": None})
+    assert problem.startswith("the kernel's search for its weights dataset found ") and str(layout.weights) in problem
+    assert R.search_problems(wrong, layout, {"WEIGHTS_DIR": "/set/by/hand"}) == []  # a folder named: no search

@@ -188,6 +188,10 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
             last = ""
         problems.append(f"papermill exited with status {rc} (whole output: {layout.log})"
                         + (f"; its last lines:\n{last}" if last else ""))
+    try:
+        problems += search_problems(layout.log.read_text(encoding="utf-8", errors="replace"), layout, params)
+    except OSError:
+        pass
     if not report["trm_kaggle_in_venv"]:
         problems.append(f"trm_kaggle was not installed into the sandbox venv from the wheels "
                         f"(resolves to {report['trm_kaggle_file']})")
@@ -214,6 +218,19 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     report["ok"] = not problems
     atomic_write_json(layout.root / "execute_report.json", report, indent=2)
     return report
+
+
+def search_problems(log: str, layout: SandboxLayout, parameters: dict[str, Any]) -> list[str]:
+    """Where the kernel's own search for its datasets went wrong (its `wheels: DIR` and `weights: DIR` lines,
+    against the sandbox's datasets), unless a parameter named the folder: the search is what runs on Kaggle."""
+    problems = []
+    for name, param, expected in (("wheels", "WHEELS_DIR", layout.wheels), ("weights", "WEIGHTS_DIR", layout.weights)):
+        if parameters.get(param) is not None:
+            continue
+        found = [line.split(": ", 1)[1].strip() for line in log.splitlines() if line.startswith(f"{name}: ")]
+        if found and Path(found[0]).resolve() != expected.resolve():
+            problems.append(f"the kernel's search for its {name} dataset found {found[0]}, not {expected}")
+    return problems
 
 
 def model_answers(layout: SandboxLayout) -> dict[str, Any]:

@@ -85,7 +85,9 @@ def papermill_parameters(layout: "SandboxLayout", *, time_budget: float | None, 
     return {"KAGGLE_INPUT": str(layout.input), "KAGGLE_WORKING": str(layout.working),
             "TIME_BUDGET": time_budget, "FINETUNE_STEPS": finetune_steps, "NUM_AUG": num_aug,
             "MAX_TASKS": max_tasks, "WORKERS": workers, "DEVICE": device,
-            "WHEELS_DIR": str(layout.wheels), "WEIGHTS_DIR": str(layout.weights)}
+            # None, as on Kaggle: the rehearsal proves the kernel's own search for its datasets
+            # (`rehearsal.search_problems` checks what it found)
+            "WHEELS_DIR": None, "WEIGHTS_DIR": None}
 
 
 def papermill_command(notebook: Path, output: Path, *, kernel: str, cwd: Path, parameters: dict[str, Any],
