@@ -267,6 +267,8 @@ def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
     def kaggle_output(cmd, **kw):  # kaggle kernels output USER/KERNEL -p DIR
         calls.append(cmd[:4])
         shutil.copytree(session_out, cmd[-1], dirs_exist_ok=True)
+        Path(cmd[-1], "run", ".trm_kaggle.lock").write_text("held by the old session\n")  # as the session left it
+        Path(cmd[-1], "trm-kaggle-train.log").write_text("[the client's log of the old session]\n")
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     report = build_training(tmp_path / "b", ids=IDS, train_kernel=True, presets=["sudoku4-cpu"], overrides=SETTINGS,
@@ -276,6 +278,7 @@ def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
     assert report["run_state"]["step"] == 2 and verify_manifest(tmp_path / "b" / "run-state") == 2
     inside = json.loads((tmp_path / "b" / "run-state" / "manifest.json").read_text())["archive"]["files"]
     assert {"run/state_step00000002.pt", "weights/weights.safetensors", "session.json"} <= set(inside)
+    assert "run/.trm_kaggle.lock" not in inside and "trm-kaggle-train.log" not in inside  # the old session's
     assert not [p for p in (tmp_path / "b" / "run-state").iterdir() if p.is_dir()]  # flat: all of it uploads
     # attached as Kaggle attaches it (read-only), the packed state is what the next session resumes from
     attached = tmp_path / "input" / "datasets" / "tester" / "trm-kaggle-run-state"

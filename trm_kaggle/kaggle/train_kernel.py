@@ -43,6 +43,16 @@ def _top_level_visible(rel: str) -> bool:
     return not rel.startswith(".")
 
 
+def _run_state_file(rel: str) -> bool:
+    """What a run-state dataset carries of a session's output: not the old session's lock file (a later
+    session's run folder must not start with it) nor the client's log of that session (`<kernel>.log` at the
+    top, which `kaggle kernels output` adds), nor hidden files at the top."""
+    from trm_kaggle.locks import LOCK_FILE
+
+    parts = rel.split("/")
+    return _top_level_visible(rel) and parts[-1] != LOCK_FILE and not (len(parts) == 1 and rel.endswith(".log"))
+
+
 def build_data(out_dir: str | os.PathLike, dataset_dir: str | os.PathLike, *, ids: BundleIds,
                log: Callable[[str], None] = print) -> dict:
     """`out_dir`: the verified dataset packed as `data.tar`, `manifest.json` (sha256 and size of the archive and
@@ -90,7 +100,7 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
                            "continue from")
         step = max(s for s in steps if s is not None)
         log(f"packing it as {RUN_STATE_ARCHIVE} (newest state: step {step})")
-        entry = pack(download, tmp, RUN_STATE_ARCHIVE, keep=_top_level_visible)
+        entry = pack(download, tmp, RUN_STATE_ARCHIVE, keep=_run_state_file)
         atomic_write_json(tmp / DATASET_META, dataset_metadata(run_state_id(ids)), indent=2)
         write_manifest(tmp, {"id": run_state_id(ids), "kernel": kernel, "step": step, ARCHIVE_KEY: entry})
     return {"id": run_state_id(ids), "kernel": kernel, "step": step, "files": len(entry["files"])}
