@@ -3,6 +3,8 @@ first-to-halt), settling at a test depth, their bounds in the configs and their 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -124,3 +126,26 @@ def test_bounds_and_contradictions_are_refused_and_the_plan_prices_the_work():
     assert prediction_steps(SolveConfig(challenges="c.json", weights="w"), 16) == 16
     rates = Rates("cpu", 1.0, 0.5, 0.01, 16, 8, 8)
     assert with_test_time(solve, rates).halt_max_steps == 256 and rates.halt_max_steps == 16
+
+
+@pytest.mark.slow  # a whole solve: about 15 s on a busy 2-core machine
+def test_submit_predicts_with_the_trajectories_and_depth_it_was_given(tmp_path, monkeypatch):
+    import trm_kaggle.solve.task as T
+    from conftest import SOLVE_ARCH, small_unseen_tasks, solve_config
+    from trm_kaggle.solve import solve
+
+    (tmp_path / "unseen").mkdir()
+    unseen = small_unseen_tasks(tmp_path / "unseen", 1, SOLVE_ARCH)
+    seen, got, real = [], [], T.evaluate
+    monkeypatch.setattr(T, "evaluate", lambda model, data, cfg, **kw: seen.append(cfg) or got.append(
+        real(model, data, cfg, **kw)) or got[-1])
+    cfg = solve_config(unseen, tmp_path, finetune="none", trajectories=2, trajectory_noise=0.2, test_depth=3)
+    report = solve(cfg)
+    assert report["valid"] and not report["errors"] and report["answered"] == 1
+    (used,) = seen
+    assert (used.trajectories, used.trajectory_noise, used.test_depth, used.trajectory_seed) == (2, 0.2, 3, cfg.seed)
+    (res,) = got
+    assert res.predictions.trajectories == 2 and res.summary()["prediction_rows"] == 2 * res.summary()["num_examples"]
+    assert res.summary()["settled"] is not None and res.predictions.max_steps == 3
+    result = json.loads(next((tmp_path / "work" / "units").glob("*/result.json")).read_text())
+    assert result["key"]["trajectories"] == 2 and result["key"]["test_depth"] == 3  # a rerun without them re-solves
