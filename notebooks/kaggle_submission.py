@@ -61,7 +61,7 @@ STRICT = False  # True: the interactive Save Version run fails at its end when t
 #
 # A bad parameter falls back to its default with a warning. The challenges file is found one or two folders
 # below `KAGGLE_INPUT` (the same file reachable twice, e.g. through a link, counts once), and a valid
-# `submission.json` is written before anything can fail: each test input's own grid as both attempts.
+# `submission.json` is written before anything can fail: each test input and its transpose, as `submit` writes.
 
 # %%
 import json
@@ -186,15 +186,18 @@ def is_grid(grid):
 
 
 def fallback_submission(challenges):
-    """Each test input's own grid as both attempts ([[0]] where the input is not a valid grid)."""
+    """The answers `trm-kaggle submit` writes first: each test input, then its transpose (where it differs;
+    else [[0]], or [[1]]); [[0]] and [[1]] where the input is not a valid grid."""
     out = {}
     for task_id, task in challenges.items():
         tests = task.get("test") if isinstance(task, dict) else None
         out[task_id] = []
         for test in tests if isinstance(tests, list) else []:
             grid = test.get("input") if isinstance(test, dict) else None
-            grid = grid if is_grid(grid) else [[0]]
-            out[task_id].append({"attempt_1": grid, "attempt_2": grid})
+            chain = ([grid, [list(col) for col in zip(*grid)]] if is_grid(grid) else []) + [[[0]], [[1]]]
+            first = chain[0]
+            second = next(g for g in chain[1:] if g != first)
+            out[task_id].append({"attempt_1": first, "attempt_2": second})
     return out
 
 

@@ -129,3 +129,23 @@ def test_the_last_line_says_the_model_did_not_run_and_strict_fails_only_the_save
     # a solve that predicted nothing is a model that did not run, in the cell before
     before = textwrap.dedent(cells[-2])
     assert 'if report is not None and not report.get("ran"):' in before
+
+
+def test_the_notebooks_fallback_is_the_one_submit_writes():
+    """The kernel's standard-library fallback answers as `make_submission` without candidates does: the input,
+    then its transpose (or [[0]], [[1]]), [[0]] and [[1]] for an unusable input."""
+    import numpy as np
+
+    from conftest import random_task
+    from trm_kaggle.evaluate.submission import make_submission
+
+    scope: dict = {}
+    cells = code_cells("kaggle_submission.ipynb")
+    exec(cells[0], scope)
+    src = cells[1]
+    exec(src[:src.index("SUBMISSION = Path(")], scope)  # its definitions, not the run
+    rng = np.random.default_rng(3)
+    tasks = {f"t{i}": random_task(rng, n_train=1, n_test=2, max_side=4)[0] for i in range(20)}
+    tasks["square"] = {"train": [], "test": [{"input": [[1, 2], [2, 1]]}, {"input": [[0]]}]}
+    tasks["bad"] = {"train": [], "test": [{"input": [[1, 2], [3]]}, {}]}
+    assert scope["fallback_submission"](tasks) == make_submission(tasks, {}).submission

@@ -121,8 +121,8 @@ def test_malformed_tasks_still_get_a_valid_fallback(tmp_path, monkeypatch):
     (tmp_path / "input" / "comp" / NAME).write_text(json.dumps(tasks))
     scope, _ = run_fallback_cell(tmp_path, monkeypatch)
     answer = json.loads((tmp_path / "working" / "submission.json").read_text())
-    assert answer == {"aaaaaaaa": [{"attempt_1": [[0]], "attempt_2": [[0]]}] * 3,
-                      "bbbbbbbb": [{"attempt_1": [[0]], "attempt_2": [[0]]}], "cccccccc": []}
+    assert answer == {"aaaaaaaa": [{"attempt_1": [[0]], "attempt_2": [[1]]}] * 3,
+                      "bbbbbbbb": [{"attempt_1": [[0]], "attempt_2": [[1]]}], "cccccccc": []}
 
 
 @pytest.mark.parametrize("params, expected, warned", [
