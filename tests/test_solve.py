@@ -634,3 +634,8 @@ def test_fallback_reasons_tell_a_cut_input_from_one_without_a_valid_grid():
                                {("t", 0): [[[1]]], ("t", 1): [], ("t", 2): []}, {})
     assert reasons == {"t": "2 of 3 test inputs without a model answer (1 cut by the deadline; 1 predicted whole, "
                             "but no valid grid decoded)"}
+    # copies of the cut input were predicted (the task predicted some): no grid decoded is the reason, not the cut
+    reasons = fallback_reasons({"t": {}}, units, {}, set(), None, {"t": {"cut_inputs": [2], "predicted": 4}},
+                               {("t", 0): [[[1]]], ("t", 1): [], ("t", 2): []}, {})
+    assert reasons == {"t": "2 of 3 test inputs without a model answer (1 with no valid grid decoded from the copies "
+                            "predicted (the deadline cut the others); 1 predicted whole, but no valid grid decoded)"}

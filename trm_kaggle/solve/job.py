@@ -313,7 +313,12 @@ def fallback_reasons(challenges: dict, units: list, left_out: dict[str, str], du
             if not missing:
                 continue
             cut = set(task_reports[task_id].get("cut_inputs", []))
-            causes = [("cut by the deadline", sum(i in cut for i in missing)),
+            # a cut input of a task that predicted copies had its un-augmented copy predicted (`solve_unit`
+            # predicts those whatever the task's deadline): no grid decoded from it, the deadline cut the rest
+            partly = task_reports[task_id].get("predicted", 0) > 0
+            causes = [("cut by the deadline", 0 if partly else sum(i in cut for i in missing)),
+                      ("with no valid grid decoded from the copies predicted (the deadline cut the others)",
+                       sum(i in cut for i in missing) if partly else 0),
                       ("predicted whole, but no valid grid decoded", sum(i not in cut for i in missing))]
             why = (f"{len(missing)} of {tests[task_id]} test inputs without a model answer ("
                    + "; ".join(f"{n} {what}" if len(missing) > 1 else what for what, n in causes if n) + ")")
