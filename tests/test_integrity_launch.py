@@ -44,8 +44,8 @@ def listing(root: Path) -> set[str]:
 
 @pytest.mark.parametrize("launcher", ["slurm", "k8s"])
 @pytest.mark.parametrize("args, words", [
-    (["--out", "data/s4/jobs"], "--out data/s4/jobs is inside the input data path"),
-    (["--out", "data/s4"], "--out data/s4 is also the input data path"),
+    (["--out", "data/s4/jobs"], "--out data/s4/jobs lies inside {h}/data/s4, which is a dataset"),
+    (["--out", "data/s4"], "--out data/s4 is a dataset"),
     (["--out", "jobs", "checkpoint_path=data/s4/run"], "run folder (checkpoint_path) {v}/data/s4/run is inside the "
                                                        "input data path {v}/data/s4"),
     (["--out", "jobs", "checkpoint_path=data/s4"], "run folder (checkpoint_path) {v}/data/s4 is also the input"),
@@ -59,7 +59,7 @@ def test_launch_refuses_outputs_inside_inputs(here, capsys, launcher, args, word
     before = listing(here)
     volume = str(here) if launcher == "slurm" else "/workspace"
     line = one_error_line(capsys, launch(launcher, *args))
-    assert words.format(v=volume) in line, line
+    assert words.format(v=volume, h=here) in line, line
     assert listing(here) == before  # nothing written, the dataset untouched
 
 
@@ -67,7 +67,7 @@ def test_launch_refuses_outputs_inside_inputs(here, capsys, launcher, args, word
 def test_job_files_through_a_link_into_the_data(here, capsys, launcher):
     os.symlink(here / "data" / "s4", here / "link")
     line = one_error_line(capsys, launch(launcher, "--out", "link/jobs"))
-    assert "--out link/jobs is inside the input data path" in line and "(through a link)" in line
+    assert "--out link/jobs (through a link) lies inside" in line and "which is a dataset" in line, line
     assert not (here / "data" / "s4" / "jobs").exists()
 
 
@@ -95,7 +95,7 @@ def test_a_local_sweep_inside_its_data_is_refused_before_it_writes(here, capsys)
     before = listing(here)
     line = one_error_line(capsys, main(["sweep", "tn", "--sweep-dir", "data/s4/sweep", *SETTINGS, "max_steps=1",
                                         "--no-progress"]))
-    assert "sweep tn, run T2n2_s0: run folder (checkpoint_path) data/s4/sweep/T2n2_s0 is inside the input" in line
+    assert "--sweep-dir data/s4/sweep lies inside" in line and "which is a dataset" in line, line
     assert listing(here) == before
 
 

@@ -9,7 +9,9 @@ or a bind mount is the same file under another name). An output is refused when:
 * it would replace or hold an input: the input lies inside an output folder (a folder replaced
   as a whole, or one the command writes into, where the entries it writes are known: one of them);
 * it lies inside an input folder whose every file is an input (a dataset, an export, a corpus);
-* two outputs are one path.
+* two outputs are one path;
+* a folder it writes into (a run folder, a work folder) is, or lies inside, a dataset or an export, whether or
+  not this command reads it (`input_kind`).
 
 Then each output must be writable where it will be written: a file is not a folder and a folder
 not a file, no part of the path is a file, and the folder that receives it (the output folder
@@ -136,6 +138,30 @@ def link_problem(path: str | os.PathLike, what: str = "output") -> str | None:
     return None
 
 
+def input_kind(folder: Path) -> str | None:
+    """What input of other commands `folder` is, by the files that make one: "a dataset" (a split's
+    dataset.json) or "an export" (config.json beside weights.safetensors); None for any other folder."""
+    if any((folder / split / "dataset.json").is_file() for split in ("train", "test")):
+        return "a dataset"
+    if (folder / "config.json").is_file() and (folder / "weights.safetensors").exists():
+        return "an export"
+    return None
+
+
+def _input_problem(out: Output, path: Path) -> str | None:
+    """A folder written into (`folder` outputs: a run folder, a work folder) that is, or lies inside, a dataset or
+    an export, whether or not this command reads it: its files would mix with the input's (a rebuild of the
+    dataset is then refused) and the only way back is deleting the input."""
+    for at in (path, *path.parents):
+        kind = input_kind(at) if at.is_dir() else None
+        if kind:
+            where = "is" if at == path else f"lies inside {at}, which is"
+            link = " (through a link)" if _plain(out.path) != path else ""
+            return (f"{_shown(out)}{link} {where} {kind}: its files would mix with the input's; choose a folder of "
+                    "its own")
+    return None
+
+
 def writable_problem(out: Output) -> str | None:
     """Why `out` cannot be written (a dangling link, a file in the way, a read-only, immutable or forbidden
     folder), or None. Through a symbolic link, where it points is checked: the output is written there."""
@@ -157,6 +183,8 @@ def writable_problem(out: Output) -> str | None:
         if out.kind == "replaced" and not os.access(path, os.W_OK):
             return (f"{shown} is read-only or immutable (see lsattr) and cannot be replaced; make it writable or "
                     "choose another path")
+    if out.kind == "folder" and (problem := _input_problem(out, path)):
+        return problem
     receiver = path if (out.kind == "folder" and path.is_dir()) else path.parent
     existing = _nearest_existing(receiver)
     if not existing.is_dir():

@@ -1,0 +1,33 @@
+"""A folder a command writes into (`pipeline --work-dir`, `submit --work-dir`, a run folder) is never a dataset or an
+export, nor inside one, whether or not the command reads it: `pipeline --work-dir data/sudoku4` would put its
+run files inside the dataset's `train/` split (after which a rebuild of the dataset is refused). One line, exit
+2, nothing written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from cli_helpers import one_error_line
+from integrity_helpers import train_args
+from trm_kaggle.cli import main
+
+SHIPPED = Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_a_work_folder_that_is_or_lies_in_a_dataset_or_export_is_refused(data, sudoku4, tmp_path, capsys):
+    export = tmp_path / "export"
+    shutil.copytree(SHIPPED, export)
+    before = {p: _listing(p) for p in (sudoku4, export)}
+    cases = [(["pipeline", "--work-dir", str(sudoku4), "--no-progress"], f"--work-dir {sudoku4} is a dataset"),
+             (["pipeline", "--work-dir", str(sudoku4 / "train"), "--no-progress"], f"lies inside {sudoku4}"),
+             (["pipeline", "--work-dir", str(export)], "is an export"),
+             (train_args(data, sudoku4 / "run", "max_steps=1"), f"lies inside {sudoku4}, which is a dataset")]
+    for argv, said in cases:
+        line = one_error_line(capsys, main(argv))
+        assert said in line and "choose a folder of its own" in line, line
+    assert {p: _listing(p) for p in (sudoku4, export)} == before
