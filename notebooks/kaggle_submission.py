@@ -61,7 +61,7 @@ STRICT = False  # True: the interactive Save Version run fails at its end when t
 #
 # A bad parameter falls back to its default with a warning. The challenges file is found one or two folders
 # below `KAGGLE_INPUT` (the same file reachable twice, e.g. through a link, counts once), and a valid
-# `submission.json` is written before anything can fail: each test input and its transpose, as `submit` writes.
+# `submission.json` is written before anything can fail: each test input and its transpose, as solve writes.
 
 # %%
 import json
@@ -186,7 +186,7 @@ def is_grid(grid):
 
 
 def fallback_submission(challenges):
-    """The answers `trm-kaggle submit` writes first: each test input, then its transpose (where it differs;
+    """The answers the package's solve writes first: each test input, then its transpose (where it differs;
     else [[0]], or [[1]]); [[0]] and [[1]] where the input is not a valid grid."""
     out = {}
     for task_id, task in challenges.items():

@@ -7,12 +7,14 @@ import re
 
 from trm_kaggle.kaggle import bundle
 from trm_kaggle.kaggle.metadata import REPO_ROOT
-from trm_kaggle.kaggle_training import DEFAULT_MARGIN
+from trm_kaggle.kaggle.train_kernel import DEFAULT_MARGIN
+from trm_kaggle.kaggle_training import DEFAULT_MARGIN as SESSION_MARGIN
 
 
 def test_a_train_budget_inside_the_save_margin_is_refused_before_building(tmp_path, capsys):
     src = (REPO_ROOT / "notebooks" / "kaggle_train.py").read_text()
-    assert float(re.search(r"^SAVE_MARGIN = (\S+)", src, re.M)[1]) == DEFAULT_MARGIN  # the margin the check uses
+    # the margin the check uses is the kernel's own
+    assert float(re.search(r"^SAVE_MARGIN = (\S+)", src, re.M)[1]) == DEFAULT_MARGIN == SESSION_MARGIN
     for budget in ("300", "600", "nan"):
         rc = bundle.main([str(tmp_path / "out"), "--train-kernel", "--preset", "sudoku4-cpu", "--train-budget",
                           budget, "--no-download"])

@@ -125,13 +125,15 @@ def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) ->
     load_train_config(presets=list(presets), overrides=list(overrides))
 
 
+#: The training kernel's SAVE_MARGIN default (notebooks/kaggle_train.py; `kaggle_training.DEFAULT_MARGIN`)
+DEFAULT_MARGIN = 600.0
+
+
 def check_train_budget(time_budget: float | None) -> None:
     """TRMError unless a session's TIME_BUDGET (`--train-budget`; None: the notebook's 11.5 h) leaves time to
     train after the kernel's save margin (SAVE_MARGIN, kept for the final save, the export and the curve): a
     kernel that cannot train is refused at build time, not found out after a push."""
     import math
-
-    from trm_kaggle.kaggle_training import DEFAULT_MARGIN
 
     if time_budget is not None and not (math.isfinite(time_budget) and time_budget > DEFAULT_MARGIN):
         raise TRMError(f"--train-budget {time_budget:g} s leaves no time to train: the training kernel keeps "
