@@ -60,7 +60,8 @@ budget, or the sizes with key=value arguments):
     sudoku-extreme (`--gpu`) the paper's scale: the `sudoku-mlp` preset unchanged on upstream's Sudoku-Extreme
                1k (`--data DIR`, built as docs/datasets.md says), every thread, device auto; evaluated every 500
                epochs (upstream: 5000). Its test split holds 423k puzzles: `--data-test DIR` names a dataset
-               whose (smaller) test split is held out instead. `paper_scale()` is the call for a GPU suite stage.
+               whose (smaller) test split is held out instead. `paper_scale()` is the call for a GPU suite stage
+               (benchmarks/gpu_suite's `recipes` stage runs it on a prepared generated 9x9 set, named so).
 
 FLOPs (`training_flops`): matmul FLOPs (multiply-add = 2) of one training example = one ACT step of one row.
 Every network call sees S = puzzle-embedding prefix + seq_len positions; a call is L_layers blocks of a mixer
@@ -596,10 +597,15 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
 def paper_scale(data: Path, recipes: Sequence[str], *, work: Path, seeds: int = 1, budget_s: float = 1800.0,
                 targets: Sequence[float] = (0.2, 0.4, 0.6, 0.8), data_test: Path | None = None,
                 device: str = "cuda", eval_interval: int | None = None, out: Path | None = None,
-                extra: Sequence[str] = (), say=print) -> dict:
+                extra: Sequence[str] = (), name: str | None = None, say=print) -> dict:
     """The paper's scale on a GPU: the `sudoku-mlp` preset on Sudoku-Extreme 1k (`data`, upstream's dataset),
-    every recipe against upstream's; what a GPU suite stage calls."""
+    every recipe against upstream's; what a GPU suite stage calls. `name` names the task in the reports (their
+    files and titles) when `data` is another 9x9 Sudoku set, so that it is never reported as Sudoku-Extreme."""
     task = make_task("sudoku-extreme")
+    if name is not None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,60}", name):
+            raise TRMError(f"paper_scale: name {name!r} must be 1-60 letters, digits and -_. (it names files)")
+        task = replace(task, name=name)
     if eval_interval is not None:
         task = replace(task, eval_interval=eval_interval)
     return bench(task, recipes, seeds=seeds, budget_s=budget_s, targets=targets, work=work, out=out, data=data,

@@ -55,8 +55,10 @@ def test_prepare_writes_the_wheel_the_datasets_and_the_commands(prepared):
     assert "torch" in m["wheels"]["assumed_on_gpu"] and not m["wheels"]["shipped"]  # offline: ours alone
     assert any("pydantic" in x for x in m["missing"]) and any("upstream" in x for x in m["missing"])
     assert m["upstream"] is None
-    for d in ("sudoku4", "arc"):
+    for d in ("sudoku4", "sudoku9", "arc"):
         assert (prepared / "data" / d).is_dir()
+    nine = m["data"]["sudoku9"]  # the recipe stage's stand-in, never passed off as Sudoku-Extreme
+    assert "not Sudoku-Extreme" in nine["source"] and nine["train"] == P.SMOKE["sudoku9_train"]
     assert len(json.loads((prepared / "data" / "unseen_challenges.json").read_text())) == P.SMOKE["unseen"]
     assert m["total_mib"] < 60
     assert m["command"].startswith("python3 -m pip install -q --no-index --no-deps")
@@ -79,7 +81,7 @@ def test_smoke_mode_runs_every_part_and_writes_sound_reports(prepared, tmp_path)
         assert d["budget_s"] == suite.SMOKE_BUDGET_S
     assert rc == 0
     files = [p for p in out.rglob("*") if p.is_file()]
-    assert len(files) <= 8, files  # what travels back from a GPU machine
+    assert len(files) <= 11, files  # what travels back from a GPU machine
     # the schedule: every stage in ORDER, each within what it was allowed (with its grace)
     from benchmarks.gpu_suite.schedule import ORDER, grace
 
@@ -117,6 +119,10 @@ def test_smoke_mode_runs_every_part_and_writes_sound_reports(prepared, tmp_path)
     p2 = reports[2]["results"]["learning"]["sides"]["ours"]
     assert p2["points"] and all(0.0 <= x["exact"] <= 1.0 and x["seconds"] > 0 for x in p2["points"])
     assert (out / "part2" / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rec = reports[2]["results"]["recipes"]
+    assert rec["data"]["is_sudoku_extreme"] is False and rec["preset"] == "sudoku-mlp"
+    assert {"upstream", "fast"} <= set(rec["recipes"]) and all(r["steps"] > 0 for r in rec["recipes"].values())
+    assert all((out / "part2" / f).stat().st_size > 0 for f in rec["reports"])
 
     p3 = reports[3]["results"]
     ev = p3["evaluation"]
@@ -530,3 +536,78 @@ def test_the_fused_rows_compute_the_same_weights_another_way_and_run_on_cuda_onl
         assert all(block.dispatch is not None for block in made.layers)
         assert all(torch.equal(made.state_dict()[k], t) for k, t in before.items())
     assert not any(v.cuda_only for v in variants.VARIANTS if v.name in (variants.BEST, *variants.EAGER.values()))
+
+
+def _harness_report(curves: dict, targets=(0.1, 0.5)) -> dict:
+    """A harness report (benchmarks/bench_recipes.py's JSON) of one seed per recipe, curves of (step, seconds,
+    accuracy) with batch 768."""
+    return {"summary": {"targets": list(targets)},
+            "configs": {"upstream": {"epochs": 50000, "global_batch_size": 768, "device": "cuda", "compile": "auto",
+                                     "eval_interval": 10}},
+            "curves": [{"recipe": r, "stopped_by": "the evaluation callback",
+                        "points": [{"step": st, "examples": 768 * st, "flops": 1e12 * st, "seconds": sec,
+                                    "accuracy": acc} for st, sec, acc in pts]} for r, pts in curves.items()]}
+
+
+def test_the_recipe_stage_reports_step_rates_step_ratios_and_what_one_gpu_hour_asks(prepared, tmp_path):
+    """The recipe stage's figures from the harness's curves: the seconds per step between the first and last
+    evaluation (the start and compile left out), the steps to each target and the step-count ratio against
+    upstream's (None where either did not reach it), and the step ratio a recipe needs for upstream's accuracy
+    in one GPU-hour; and a prepared folder without the 9x9 set is a skip that says why."""
+    import benchmarks.gpu_suite.part2_learning as p2
+    from benchmarks.gpu_suite.report import PartReport
+
+    report = _harness_report({"upstream": [(10, 30.0, 0.0), (20, 40.0, 0.2), (40, 60.0, 0.6)],
+                              "fast": [(10, 25.0, 0.3), (20, 45.0, 0.4), (30, 65.0, 0.4)]})
+    fig = p2.recipe_figures(report)
+    assert fig["upstream"]["seconds_per_step"] == pytest.approx(1.0)  # (60 - 30) / (40 - 10)
+    assert fig["fast"]["seconds_per_step"] == pytest.approx(2.0) and fig["fast"]["steps_per_gpu_hour"] == 1800
+    assert fig["upstream"]["steps_to"] == {"0.1": 20, "0.5": 40} and fig["fast"]["steps_to"] == {"0.1": 10, "0.5": None}
+    assert fig["fast"]["step_ratio"] == {"0.1": 0.5, "0.5": None} and "step_ratio" not in fig["upstream"]
+    assert fig["fast"]["flops_per_s"] == pytest.approx(20e12 / 40)
+
+    rep = PartReport(2, "t", True, tmp_path / "out", 100)
+    p2.summarise_recipes(rep, report, prepared / "data" / "sudoku9", 30.0)
+    res = rep.data["results"]["recipes"]
+    schedule = 50000 * P.SMOKE["sudoku9_train"] // 768  # upstream's schedule on this set: epochs x puzzles / batch
+    assert res["projection"]["schedule_steps"] == schedule
+    assert res["projection"]["upstream_schedule_gpu_hours"] == pytest.approx(schedule / 3600)
+    assert res["projection"]["fast"]["step_ratio_needed"] == pytest.approx(1800 / schedule)
+    assert res["data"]["is_sudoku_extreme"] is False and res["data"]["train_puzzles"] == P.SMOKE["sudoku9_train"]
+    assert "NOT Sudoku-Extreme" in rep.data["tables"][0]["title"]
+    assert rep.data["tables"][0]["rows"][1][-1] == "0.1: 0.50x"
+
+    bare = tmp_path / "bare"
+    (bare / "data").mkdir(parents=True)
+    ctx = make_context(True, str(bare), str(tmp_path / "no-upstream"), "cpu", say=lambda m: None)
+    rep = PartReport(2, "t", True, tmp_path / "out2", 100)
+    p2.recipes(rep, ctx, p2.sizes(ctx)["recipes"])
+    assert rep.data["skipped"][0]["what"] == "recipes at the paper's scale" and "prepare" in rep.data["skipped"][0]["why"]
+
+
+@pytest.mark.slow
+def test_the_recipe_stage_trains_every_recipe_on_the_prepared_9x9_set_on_a_cpu(prepared, tmp_path, monkeypatch):
+    """The stage as a GPU runs it, on the CPU at tiny sizes: upstream's recipe, `fast` and `muon` trained by the
+    harness with `sudoku-mlp`'s settings on the prepared 9x9 set (named as generated, not Sudoku-Extreme, in its
+    files), the same seconds each; a target of 0 is reached at the first evaluation by every recipe, at the same
+    step, so its step-count ratio is 1."""
+    import benchmarks.gpu_suite.part2_learning as p2
+    from benchmarks.gpu_suite.report import PartReport
+
+    ctx = make_context(True, str(prepared), str(tmp_path / "no-upstream"), "cpu", say=lambda m: None)
+    s = {**p2.sizes(ctx)["recipes"], "targets": (0.0, p2.PAPER_ACCURACY)}
+    rep = PartReport(2, "t", True, tmp_path / "out", 100)
+    rep.begin(100)
+    p2.recipes(rep, ctx, s)
+    assert rep.data["stages"]["recipes"]["status"] == "ok", rep.data["stages"]["recipes"]
+    res = rep.data["results"]["recipes"]
+    assert list(res["recipes"]) == ["upstream", "fast", "muon"]
+    for name, r in res["recipes"].items():
+        assert r["steps"] > 0 and r["seconds_per_step"] > 0 and 0.0 <= r["best_exact"] <= 1.0
+        assert r["steps_to"]["0.0"] == res["recipes"]["upstream"]["steps_to"]["0.0"] > 0
+    assert res["recipes"]["fast"]["step_ratio"]["0.0"] == 1.0 and res["recipes"]["muon"]["step_ratio"]["0.0"] == 1.0
+    harness = json.loads((tmp_path / "out" / "bench_recipes_sudoku9-generated.json").read_text())
+    assert harness["task"] == "sudoku9-generated" and harness["configs"]["fast"]["optimizer"] == "muon"
+    assert harness["configs"]["fast"]["rsm"]["enabled"] and harness["configs"]["upstream"]["arch"]["mlp_t"]
+    md = (tmp_path / "out" / "bench_recipes_sudoku9-generated.md").read_text()
+    assert md.startswith("# Time to accuracy: sudoku9-generated") and "extreme" not in md.lower()

@@ -82,10 +82,10 @@ def stages():
     return [Stage("environment", _in_stage("environment", lambda rep, ctx, s: environment(rep, ctx)), 5, 3),
             Stage("throughput_best", _in_stage("throughput_best", _throughput(BEST)), 80, 30),
             Stage("cuda_tests", _in_stage("cuda_tests", lambda rep, ctx, s: cuda_tests(rep, ctx, s["pytest_timeout"])),
-                  50, 20),
-            Stage("parity", _in_stage("parity", parity), 50, 25),
-            Stage("max_batch", _in_stage("max_batch", max_batch), 20, 10),
-            Stage("profile", lambda rep, ctx, state: profile_stage(rep, ctx, state["s"]), 45, 20),
+                  40, 20),
+            Stage("parity", _in_stage("parity", parity), 45, 25),
+            Stage("max_batch", _in_stage("max_batch", max_batch), 15, 10),
+            Stage("profile", lambda rep, ctx, state: profile_stage(rep, ctx, state["s"]), 25, 20),
             Stage("throughput_rest", _in_stage("throughput_rest", _throughput(REST)), 0, 20)]
 
 

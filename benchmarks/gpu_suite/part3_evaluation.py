@@ -84,8 +84,8 @@ def stages():
         return run
 
     return [Stage("evaluation", staged("evaluation", lambda rep, ctx, st: evaluation(rep, ctx, st["s"], st["work"])),
-                  75, 30),
-            Stage("solve", staged("solve", lambda rep, ctx, st: solve_tasks(rep, ctx, st["s"], st["work"])), 100, 40),
+                  65, 30),
+            Stage("solve", staged("solve", lambda rep, ctx, st: solve_tasks(rep, ctx, st["s"], st["work"])), 85, 40),
             Stage("projection", staged("projection", lambda rep, ctx, st: projection(rep, ctx)), 0, 0)]
 
 
