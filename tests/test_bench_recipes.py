@@ -109,3 +109,16 @@ def test_harness_end_to_end_on_tiny_sudoku(tmp_path):
     md = (out / "bench_recipes_sudoku4.md").read_text()
     first = saved["curves"][1]["points"][0]["examples"]
     assert f"| fastlr | 0 | 2/2 | {first:,} |" in md and "not reached" in md and "1.00x" in md
+
+
+def test_paper_scale_names_its_reports_and_refuses_a_name_that_is_no_file_name(tmp_path):
+    """`paper_scale(name=...)` names the task in the reports (another 9x9 set is never reported as
+    Sudoku-Extreme); a name that could leave the report folder is one error before anything is built or run."""
+    from benchmarks.bench_recipes import paper_scale
+
+    for bad in ("../up", "a b", ""):
+        with pytest.raises(TRMError, match="paper_scale: name"):
+            paper_scale(tmp_path / "no-data", ["upstream"], work=tmp_path, budget_s=1.0, name=bad)
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(TRMError, match="task sudoku9-generated needs --data"):  # the name reaches the task
+        paper_scale(None, ["upstream"], work=tmp_path, budget_s=1.0, name="sudoku9-generated")
