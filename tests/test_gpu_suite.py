@@ -538,28 +538,28 @@ def test_the_fused_rows_compute_the_same_weights_another_way_and_run_on_cuda_onl
     assert not any(v.cuda_only for v in variants.VARIANTS if v.name in (variants.BEST, *variants.EAGER.values()))
 
 
-def _harness_report(curves: dict, targets=(0.1, 0.5)) -> dict:
-    """A harness report (benchmarks/bench_recipes.py's JSON) of one seed per recipe, curves of (step, seconds,
-    accuracy) with batch 768."""
-    return {"summary": {"targets": list(targets)},
-            "configs": {"upstream": {"epochs": 50000, "global_batch_size": 768, "device": "cuda", "compile": "auto",
+def _harness_report(curves: dict) -> dict:
+    """A harness report (benchmarks/bench_recipes.py's JSON as it stands after its runs) of one seed per recipe,
+    curves of (step, seconds, accuracy) with batch 768."""
+    return {"configs": {"upstream": {"epochs": 50000, "global_batch_size": 768, "device": "cuda", "compile": "auto",
                                      "eval_interval": 10}},
             "curves": [{"recipe": r, "stopped_by": "the evaluation callback",
                         "points": [{"step": st, "examples": 768 * st, "flops": 1e12 * st, "seconds": sec,
                                     "accuracy": acc} for st, sec, acc in pts]} for r, pts in curves.items()]}
 
 
-def test_the_recipe_stage_reports_step_rates_step_ratios_and_what_one_gpu_hour_asks(prepared, tmp_path):
+def test_the_recipe_stage_reports_step_rates_step_ratios_and_what_one_gpu_hour_asks(prepared, tmp_path, monkeypatch):
     """The recipe stage's figures from the harness's curves: the seconds per step between the first and last
     evaluation (the start and compile left out), the steps to each target and the step-count ratio against
     upstream's (None where either did not reach it), and the step ratio a recipe needs for upstream's accuracy
-    in one GPU-hour; and a prepared folder without the 9x9 set is a skip that says why."""
+    in one GPU-hour; a prepared folder without the 9x9 set is a skip that says why; a stage ended at its
+    allowance still reports the runs the harness saved."""
     import benchmarks.gpu_suite.part2_learning as p2
     from benchmarks.gpu_suite.report import PartReport
 
     report = _harness_report({"upstream": [(10, 30.0, 0.0), (20, 40.0, 0.2), (40, 60.0, 0.6)],
                               "fast": [(10, 25.0, 0.3), (20, 45.0, 0.4), (30, 65.0, 0.4)]})
-    fig = p2.recipe_figures(report)
+    fig = p2.recipe_figures(report, (0.1, 0.5))
     assert fig["upstream"]["seconds_per_step"] == pytest.approx(1.0)  # (60 - 30) / (40 - 10)
     assert fig["fast"]["seconds_per_step"] == pytest.approx(2.0) and fig["fast"]["steps_per_gpu_hour"] == 1800
     assert fig["upstream"]["steps_to"] == {"0.1": 20, "0.5": 40} and fig["fast"]["steps_to"] == {"0.1": 10, "0.5": None}
@@ -567,7 +567,7 @@ def test_the_recipe_stage_reports_step_rates_step_ratios_and_what_one_gpu_hour_a
     assert fig["fast"]["flops_per_s"] == pytest.approx(20e12 / 40)
 
     rep = PartReport(2, "t", True, tmp_path / "out", 100)
-    p2.summarise_recipes(rep, report, prepared / "data" / "sudoku9", 30.0)
+    p2.summarise_recipes(rep, report, prepared / "data" / "sudoku9", 30.0, (0.1, 0.5))
     res = rep.data["results"]["recipes"]
     schedule = 50000 * P.SMOKE["sudoku9_train"] // 768  # upstream's schedule on this set: epochs x puzzles / batch
     assert res["projection"]["schedule_steps"] == schedule
@@ -583,6 +583,24 @@ def test_the_recipe_stage_reports_step_rates_step_ratios_and_what_one_gpu_hour_a
     rep = PartReport(2, "t", True, tmp_path / "out2", 100)
     p2.recipes(rep, ctx, p2.sizes(ctx)["recipes"])
     assert rep.data["skipped"][0]["what"] == "recipes at the paper's scale" and "prepare" in rep.data["skipped"][0]["why"]
+
+    # ended at its allowance after the harness saved one run: that run is still summarised, and the stage ends
+    def cut_short(data, names, *, out, name, **kw):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"bench_recipes_{name}.json").write_text(json.dumps(_harness_report({"upstream": [(10, 30.0, 0.0),
+                                                                                                 (20, 40.0, 0.2)]})))
+        raise StageTimeout("stage recipes ran past its allowance")
+
+    import benchmarks.bench_recipes as br
+    from benchmarks.gpu_suite.schedule import StageTimeout
+
+    ctx = make_context(True, str(prepared), str(tmp_path / "no-upstream"), "cpu", say=lambda m: None)
+    rep = PartReport(2, "t", True, tmp_path / "out3", 100)
+    monkeypatch.setattr(br, "paper_scale", cut_short)
+    with pytest.raises(StageTimeout):
+        p2.recipes(rep, ctx, p2.sizes(ctx)["recipes"])
+    assert rep.data["results"]["recipes"]["recipes"]["upstream"]["seconds_per_step"] == pytest.approx(1.0)
+    assert any("ended at the stage's allowance" in n for n in rep.data["notes"])
 
 
 @pytest.mark.slow
