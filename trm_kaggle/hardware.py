@@ -240,6 +240,65 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+#: The variable OpenMP (and torch's CPU thread pool) reads: set, it decides the threads of every process that
+#: inherits it, and the package never overrides it silently.
+THREADS_ENV = "OMP_NUM_THREADS"
+
+
+def env_threads() -> int | None:
+    """OMP_NUM_THREADS as a count (None when unset or not a positive integer: OpenMP then ignores it too)."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    return int(raw) if raw.isdigit() and 0 < int(raw) <= 4096 else None
+
+
+def free_cores() -> tuple[int, int, float]:
+    """(free, usable, load): of the cores this process may run on (`usable_cores`), those other work leaves free,
+    from the 1-minute load average (one runnable process, this one, is ours), and the load itself. A machine
+    whose load average counts more cores than ours (a container given some of them) is scaled to our share."""
+    cores = usable_cores()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average here (Windows): every core counts as free
+        return cores, cores, 0.0
+    others = max(0.0, load - 1.0) * cores / max(cores, os.cpu_count() or cores)
+    return max(1, min(cores, round(cores - others))), cores, load
+
+
+_AUTO: dict[int, tuple[int, str]] = {}
+
+
+def choose_threads(requested: int | None = None, share: int = 1) -> tuple[int, str]:
+    """(threads, why) for a CPU process that trains or predicts: the one rule of `train`, `pipeline`, `submit`
+    and the notebooks. `requested` (the `threads` setting) wins, said when it overrides OMP_NUM_THREADS;
+    else OMP_NUM_THREADS, as the user set it; else the free cores (`free_cores`) split among the `share`
+    processes that run side by side (torchrun's local ranks, solve's workers). A core that another process keeps
+    busy costs more than it gives: intra-op threads spin and wait on one another (docs/benchmarks.md). The
+    automatic choice is made once per process and `share`, so the many short trainings of one process
+    (test-time training) all run with the same threads."""
+    omp = env_threads()
+    if requested:
+        return requested, f"threads={requested}" + (f", over {THREADS_ENV}={omp}" if omp not in (None, requested)
+                                                    else "")
+    if omp is not None:
+        return omp, f"{THREADS_ENV}={omp}"
+    share = max(1, share)
+    if share not in _AUTO:
+        free, cores, load = free_cores()
+        why = f"{free} of {cores} cores free (load average {load:.1f})"
+        _AUTO[share] = (max(1, free // share), why + (f", shared by {share} processes" if share > 1 else ""))
+    return _AUTO[share]
+
+
+def set_cpu_threads(requested: int | None = None, share: int = 1) -> tuple[int, str]:
+    """Give torch's CPU thread pool `choose_threads(requested, share)` threads; returns them and why."""
+    import torch
+
+    n, why = choose_threads(requested, share)
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n, why
+
+
 def visible_cuda_ids(count: int) -> list[str]:
     """The ids of the `count` CUDA devices this process sees, as a child's CUDA_VISIBLE_DEVICES names them: the
     entries of our own CUDA_VISIBLE_DEVICES where it is set (a kernel given GPUs 2,5 hands out 2 and 5), else

@@ -26,7 +26,7 @@ from trm_kaggle.data import (build_arc, built_with, dataset_name, format_summary
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate import evaluate, format_metrics, format_score, score_submission, write_report
 from trm_kaggle.kaggle import BundleIds, build_bundle
-from trm_kaggle.hardware import pick_device
+from trm_kaggle.hardware import pick_device, set_cpu_threads
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.model import apply_compile, load_model_for_dataset
 from trm_kaggle.solve import solve
@@ -154,6 +154,8 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
 
     def assess() -> str:
         device = pick_device("auto")  # where training ran
+        if device.type == "cpu":
+            set_cpu_threads(cfg.threads)  # training's rule: threads, else OMP_NUM_THREADS, else the free cores
         model, _, _ = load_model_for_dataset(weights, data_dir, device)
         apply_compile(model, "auto", device)  # on CUDA
         r = evaluate(model, data_dir, batch_size=128, device=device, progress=cfg.progress)
@@ -166,7 +168,8 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
         write_challenges(evaluation2[len(evaluation2) - cfg.unseen_tasks:], challenges, solutions)
         r = solve(SolveConfig(challenges=str(challenges), weights=str(weights), output=str(facts["submission"]),
                               work_dir=str(facts["ttt"]), num_aug=cfg.num_aug, finetune_steps=2,
-                              global_batch_size=16, eval_batch_size=64, seed=cfg.seed, progress=cfg.progress))
+                              global_batch_size=16, eval_batch_size=64, seed=cfg.seed, threads=cfg.threads,
+                              progress=cfg.progress))
         score = score_submission(facts["submission"], solutions)
         facts["solve"] = {"valid": r["valid"], "tasks": r["tasks"], "answered": r["answered"],
                           "fallback": r.get("fallback", {}), "solved": score.solved, "total": score.total}
@@ -240,7 +243,8 @@ def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -
     data_dir, run_dir, weights = facts["data_dir"], facts["run_dir"], facts["weights"]
     tcfg = load_train_config(presets=["arc-cpu"], overrides=[
         f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={cfg.train_seconds}",
-        f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5"])
+        f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5",
+        *([f"threads={cfg.threads}"] if cfg.threads else [])])
     r = train(tcfg, signals=True)  # Ctrl-C: the state saved first, then the pipeline stops as interrupted
     export_run(run_dir, weights)
     facts.update(step=r.step, start_step=r.start_step, new_steps=r.new_steps, already_done=r.already_done,

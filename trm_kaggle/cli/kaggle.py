@@ -151,7 +151,7 @@ def add_pipeline(sub) -> None:
     flag(p, "work_dir", PipelineConfig, default=None)
     flag(p, "num_aug", PipelineConfig, type=int, default=None)
     flag(p, "train_seconds", PipelineConfig, type=float, default=None)
-    for name in ("canvas", "eval_tasks", "unseen_tasks", "seed"):
+    for name in ("canvas", "eval_tasks", "unseen_tasks", "seed", "threads"):
         flag(p, name, PipelineConfig, type=int, default=None)
     common_flags(p)
     p.set_defaults(func=cmd_pipeline)

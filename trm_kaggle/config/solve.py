@@ -183,4 +183,6 @@ class PipelineConfig(_Config):
     unseen_tasks: int = Field(2, ge=1, description="further ARC-AGI-2 evaluation tasks (fitting the canvas) used as "
                                                    "unseen challenges")
     seed: int = Field(42, ge=0, le=MAX_SEED, description="random seed")
+    threads: Optional[int] = Field(None, ge=1, le=4096, description="CPU threads of training, evaluation and "
+                                   "submission (default: OMP_NUM_THREADS, else the cores other work leaves free)")
     progress: bool = Field(True, description="show progress bars")

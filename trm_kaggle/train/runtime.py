@@ -22,7 +22,7 @@ import torch.distributed as dist
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.hardware import pick_device, usable_cores
+from trm_kaggle.hardware import pick_device, set_cpu_threads
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ class Runtime:
     world_size: int = 1
     local_rank: int = 0
     restart: int = 0  # torchrun's count of worker-group restarts (0: the first start)
+    threads: str = ""  # on a CPU: the threads and why ("1 CPU thread (OMP_NUM_THREADS=1)")
 
     @property
     def is_main(self) -> bool:
@@ -90,9 +91,11 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
     _check_device_settings(cfg, device, say=rank == 0)
     if world_size > 1 and device.type != "xla" and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    if device.type == "cpu":
+    threads = ""
+    if device.type == "cpu":  # one rule everywhere (threads, else OMP_NUM_THREADS, else the free cores)
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
-        torch.set_num_threads(cfg.threads or max(1, usable_cores() // max(1, local_world)))
+        n, why = set_cpu_threads(cfg.threads, share=local_world)
+        threads = f"{n} CPU thread{'s' if n != 1 else ''} ({why})"
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
         if device.type == "cuda":
@@ -108,7 +111,7 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
             dtype = torch.bfloat16 if choice.item() else torch.float32
             reason = f"auto: {dtype_name(dtype)}, rank 0's choice (this rank measured otherwise: {reason})"
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    return Runtime(device, dtype, reason, rank, world_size, local_rank, restart)
+    return Runtime(device, dtype, reason, rank, world_size, local_rank, restart, threads)
 
 
 def _check_xla_config(cfg: TrainConfig, world_size: int) -> None:

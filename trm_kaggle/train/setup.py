@@ -107,7 +107,9 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
         refuse_if_held(run_dir)
     if rt.is_main and cfg.progress and banner:
         print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
-              f"{rt.world_size} replica(s)", file=sys.stderr, flush=True)
+              f"{rt.world_size} replica(s)" + (f"; {rt.threads}" if rt.threads else ""), file=sys.stderr, flush=True)
+    if rt.is_main and rt.threads:
+        log.info("%s", rt.threads)
     if rt.restart and rt.local_rank == 0:  # a worker of this node failed: said whatever the progress setting
         log.warning("torchrun restarted this node's worker group (restart %d of --max-restarts); the run resumes "
                     "from its newest train state", rt.restart)
