@@ -47,10 +47,21 @@ def _mean(records: list[dict], key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _whole_intervals(records: list[dict]) -> list[dict]:
+    """The records without a last one that covers fewer steps than the others (the record a deadline or a stop
+    writes after one or two steps): a tail of one step is no tenth of a run, and its few rows may not halt."""
+    if len(records) < 3:
+        return records
+    spans = [b["step"] - a["step"] for a, b in zip(records, records[1:])]
+    typical = sorted(spans)[len(spans) // 2]
+    return records[:-1] if spans[-1] < typical else records
+
+
 def learning_figures(run_dir: Path) -> dict[str, Any] | None:
     """Mean loss and accuracies of the first against the last tenth of the logged training intervals (None with
-    fewer than two). An accuracy is None where no row halted in those intervals."""
+    fewer than two whole ones). An accuracy is None where no row halted in those intervals."""
     records, _ = read_metrics(run_dir)  # none yet: ([], [])
+    records = _whole_intervals(records)
     if len(records) < 2:
         return None
     n = max(1, len(records) // 10)
@@ -85,6 +96,10 @@ def write_training_curve(run_dir: Path, path: Path) -> str:
         return "training curve skipped: it needs matplotlib (pip install matplotlib, or the [arc] extra)"
     from trm_kaggle.experiments import load_runs, plot_curves
 
+    records, _ = read_metrics(run_dir)
+    if len(records) < 2:  # no line to draw: four empty panels would say nothing
+        return (f"training curve skipped: the run is too short ({count(len(records), 'logged interval')}; a curve "
+                "needs two)")
     atomic_write_bytes(path, plot_curves(load_runs([run_dir]), "token_accuracy"))
     return f"training curve: {path}"
 
@@ -267,6 +282,8 @@ def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -
     curve = write_training_curve(run_dir, work / CURVE)
     if curve.startswith("training curve:"):
         result.curve = work / CURVE
+    else:
+        facts["curve_skipped"] = curve.split(": ", 1)[-1]
     return f"{line}\n{learning_summary(run_dir)}\n{curve}"
 
 
@@ -345,8 +362,8 @@ def summary_markdown(result: PipelineResult) -> str:
     for task_id, why in s["fallback"].items():
         lines.append(f"  - task {task_id} keeps the fallback answer: {why}")
 
-    curve = (f"`{result.curve}`" if result.curve else
-             "not drawn: it needs matplotlib (pip install matplotlib, or the [arc] extra)")
+    curve = (f"`{result.curve}`" if result.curve else "not drawn: " + f.get(
+        "curve_skipped", "it needs matplotlib (pip install matplotlib, or the [arc] extra)"))
     lines += ["", "## Files", "", "| what | where |", "|---|---|",
               f"| this summary | `{result.summary}` |",
               f"| training curve (loss and token accuracy against step) | {curve} |",

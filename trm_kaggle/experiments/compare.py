@@ -462,8 +462,9 @@ def plot_curves(runs: Sequence[RunData], metric: str) -> bytes:
     axes[0][0].set_title(metric if len(runs) == 1 else f"{metric} (line: mean over seeds, band: min to max)",
                          fontsize=10)
     axes[1][0].set_title("training loss", fontsize=10)
-    if any(group_curves(runs, metric).values()):
-        axes[0][1].legend(fontsize=8, loc="best")
+    for row, name in enumerate((metric, "loss")):  # each row's lines named: the loss lines as well as the metric's
+        if any(group_curves(runs, name).values()):
+            axes[row][1].legend(fontsize=8, loc="best")
     return _png(fig)
 
 

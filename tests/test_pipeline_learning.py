@@ -1,0 +1,50 @@
+"""The pipeline's "learning" line and curve compare whole logged intervals: a last record that covers one step
+(the record a time limit writes) is no tenth of a run; a run too short for a curve says so instead of drawing
+four empty panels; `compare`'s curves name their loss lines in a legend too."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trm_kaggle import pipeline
+from trm_kaggle.experiments import compare
+
+
+def _metrics(run, records) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"epoch": 0, "lr": 1e-3, "elapsed_s": r["step"] * 0.5,
+                                                           "start_step": 0, **r}) + "\n" for r in records))
+
+
+def test_a_one_step_tail_is_not_the_last_tenth(tmp_path):
+    records = [{"step": s, "loss": 2.0 - s / 50, "token_accuracy": s / 80, "exact_accuracy": s / 100}
+               for s in range(5, 30, 5)]
+    records.append({"step": 26, "loss": 0.9})  # the time limit's record: one step, no row halted
+    records.sort(key=lambda r: r["step"])
+    records = [r for r in records if r["step"] <= 26]
+    _metrics(tmp_path / "run", records)
+    f = pipeline.learning_figures(tmp_path / "run")
+    assert f["token_accuracy"] == (pytest.approx(5 / 80), pytest.approx(25 / 80)), f
+    assert "no data" not in pipeline.learning_summary(tmp_path / "run")
+
+
+def test_a_run_too_short_for_a_curve_says_so(tmp_path):
+    pytest.importorskip("matplotlib")
+    _metrics(tmp_path / "run", [{"step": 1, "loss": 2.0}])
+    said = pipeline.write_training_curve(tmp_path / "run", tmp_path / "curve.png")
+    assert said.startswith("training curve skipped: the run is too short") and not (tmp_path / "curve.png").exists()
+
+
+def test_compares_loss_lines_have_a_legend(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    for name in ("a", "b"):
+        _metrics(tmp_path / name, [{"step": s, "loss": 2.0 - s / 50, "token_accuracy": s / 80} for s in (5, 10, 15)])
+    figures = []
+    monkeypatch.setattr(compare, "_png", lambda fig: figures.append(fig) or b"")
+    runs = compare.load_runs([tmp_path / "a", tmp_path / "b"])
+    compare.plot_curves(runs, "token_accuracy")
+    loss_axes = figures[0].axes[3]
+    assert loss_axes.get_ylabel() == "loss" and loss_axes.get_legend() is not None
+    assert [t.get_text() for t in loss_axes.get_legend().get_texts()] == list(compare.group_curves(runs, "loss"))
