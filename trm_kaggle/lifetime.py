@@ -15,6 +15,7 @@ thread; polling has no such trap and works on every POSIX system.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 
 POLL_S = 0.5
@@ -33,3 +34,38 @@ def exit_with_parent(parent_pid: int | None = None) -> None:
                 os._exit(1)  # no cleanup: the parent's half-built directory is a .partial-* the next run removes
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+#: The environment variable a parent sets for a child that must stop when it is gone (`stop_with_parent`): the
+#: parent's pid. A sweep's trainings run in sessions of their own (a terminal's Ctrl-C reaches the sweep alone),
+#: so a SIGKILL of the sweep's process group never reaches them: they watch the sweep instead.
+PARENT_ENV = "TRM_KAGGLE_PARENT_PID"
+
+
+def stop_with_parent(grace_s: float = 120.0) -> None:
+    """When PARENT_ENV names this process's parent, watch it: once the parent is gone, this process gets SIGTERM
+    (a training saves its state and stops, as on a scheduler's stop), and is ended outright `grace_s` later if it
+    has not stopped by then. A process whose parent is someone else (a grandchild that inherited the variable) is
+    left alone; one whose named parent is already gone stops at once."""
+    raw = os.environ.get(PARENT_ENV, "")
+    if not raw.isdigit():
+        return
+    parent = int(raw)
+    if os.getppid() != parent:
+        try:
+            os.kill(parent, 0)
+            return  # alive, and not our parent: the variable was inherited from further up
+        except ProcessLookupError:
+            pass  # gone before we looked: stop now
+        except PermissionError:
+            return
+
+    def watch() -> None:
+        stop = threading.Event()
+        while os.getppid() == parent and not stop.wait(POLL_S):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        stop.wait(grace_s)
+        os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="stop-with-parent", daemon=True).start()

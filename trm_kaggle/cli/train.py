@@ -60,6 +60,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = cfg.model_copy(update={"device": "xla"})
         xla.launch(_train_replica, cfg, args.export, args.mean_embedding)
         return 0
+    from trm_kaggle.lifetime import stop_with_parent
+
+    stop_with_parent()  # a sweep's training: SIGTERM (save, stop) once the sweep is gone, however it ended
     _train_replica(cfg, args.export, args.mean_embedding)
     return 0
 

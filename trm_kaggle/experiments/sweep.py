@@ -49,6 +49,7 @@ from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
 from trm_kaggle.outputs import overlap_problem
 from trm_kaggle.progress import tqdm
@@ -474,6 +475,7 @@ def _launch(run: PlannedRun, rec: dict, slot: int, sweep_dir: Path, gpus: Sequen
     """Start `run`'s training process in its folder (GPU `gpus[slot]`, or `threads` CPU threads), its log
     appended to and its record updated; None when it cannot start (the record says why)."""
     env = dict(os.environ)
+    env[PARENT_ENV] = str(os.getpid())  # in a session of its own: it stops itself when the sweep is gone (kill -9)
     extra = ["progress=False"]
     if _uses_cuda(run.config):
         env["CUDA_VISIBLE_DEVICES"] = gpus[slot]
