@@ -63,7 +63,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     from trm_kaggle.config import SudokuBuildConfig
-    from trm_kaggle.data.puzzles.sudoku import build_sudoku
+    from trm_kaggle.data import build_sudoku
     from trm_kaggle.hardware import usable_cores
 
     cores = usable_cores()
