@@ -76,11 +76,12 @@ def test_evaluate_refuses_unknown_task_ids_before_evaluating(world, capsys, no_w
 
 
 def test_known_task_ids_pass_the_check(world, monkeypatch):
-    """The check lets known ids through: the command goes on to its work (here stopped at the model load)."""
+    """The check lets known ids through: the command goes on to its work (here stopped at its first step, the
+    check that the test split has something to score)."""
     def reached(*a, **k):
         raise SystemExit("reached the work")
 
-    monkeypatch.setattr(evaluate_run, "load_model_for_dataset", reached)
+    monkeypatch.setattr(evaluate_run, "_check_something_to_score", reached)
     with pytest.raises(SystemExit, match="reached the work"):
         main(evaluate(world, "--report-dir", str(world / "r"), "--tasks", "bb02,aa01"))
 
