@@ -53,7 +53,11 @@ def test_workers_fall_back_to_cpu_with_one_warning(monkeypatch, case):
     else:  # the architecture is listed, but the first operation fails all the same
         _fake_gpu(monkeypatch, capability=(8, 9), arch_list=("sm_89",), first_op_fails=True)
     monkeypatch.setattr(S, "cuda_problem", C.probe)  # the child's check, run here where torch is patched
-    monkeypatch.setattr(S, "usable_cores", lambda: 4)
+    import trm_kaggle.hardware as H
+
+    monkeypatch.setattr(H, "free_cores", lambda: (4, 4, 0.0))  # an idle 4-core machine
+    monkeypatch.setattr(H, "_AUTO", {})
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     said = []
     cfg = SolveConfig(challenges="c.json", weights="w", device="auto")
     device, visible, threads = S.worker_devices(cfg, said.append)

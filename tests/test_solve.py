@@ -550,7 +550,7 @@ def running(pid: int) -> bool:
         return False
 
 
-def test_a_small_canvas_model_answers_the_tasks_that_fit_and_falls_back_on_the_rest(unseen, tmp_path):
+def test_a_small_canvas_model_answers_the_tasks_that_fit_and_falls_back_on_the_rest(unseen, tmp_path, capsys):
     """A model trained on a 10x10 canvas (seq_len 100): the unseen dataset is built on its canvas; a task
     with a larger grid is left out of it and gets the fallback, the others are predicted."""
     from trm_kaggle.solve.task import export_canvas
@@ -570,6 +570,17 @@ def test_a_small_canvas_model_answers_the_tasks_that_fit_and_falls_back_on_the_r
     sub = json.loads((tmp_path / "submission.json").read_text())
     assert sub["large"][0]["attempt_1"] == [[3] * 11]  # the fallback: the test input
     assert validate_submission(tmp_path / "submission.json", path) == []
+
+    # a file whose only task is refused: a valid fallback, and one line with the reason and a non-zero exit
+    only = tmp_path / "only-large.json"
+    only.write_text(json.dumps({"large": ch["large"]}))
+    out = tmp_path / "only" / "submission.json"
+    status = main(["submit", "--challenges", str(only), "--weights", str(tmp_path / "w10"), "--output", str(out),
+                   "--work-dir", str(tmp_path / "only-work"), "--finetune", "none", "--num-aug", "1"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert status == 3 and validate_submission(out, only) == []
+    assert err == [f"error: every task was refused before the model: task large: a grid larger than the model's "
+                   f"10x10 canvas; {out} holds the fallback answers"]
 
 
 # ---------------------------------------------------------------------------
@@ -602,10 +613,19 @@ def test_one_worker_per_visible_gpu(monkeypatch, visible, workers, expected, war
 def test_cpu_workers_share_the_cores(monkeypatch):
     import trm_kaggle.solve.job as S
 
-    monkeypatch.setattr(S, "usable_cores", lambda: 16)
+    import trm_kaggle.hardware as H
+
+    monkeypatch.setattr(H, "free_cores", lambda: (16, 16, 0.0))  # an idle 16-core machine
+    monkeypatch.setattr(H, "_AUTO", {})
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     c = SolveConfig(challenges="c.json", weights="w", device="cpu", workers=4)
     assert S.worker_devices(c, print) == ("cpu", [None] * 4, 4)
     assert S.worker_devices(c.model_copy(update={"threads": 2}), print) == ("cpu", [None] * 4, 2)
+    monkeypatch.setattr(H, "free_cores", lambda: (4, 16, 13.0))  # 12 cores busy elsewhere: one thread each
+    monkeypatch.setattr(H, "_AUTO", {})
+    assert S.worker_devices(c, print) == ("cpu", [None] * 4, 1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice is respected, not overridden
+    assert S.worker_devices(c, print) == ("cpu", [None] * 4, 3)
 
 
 def test_a_task_predicted_whole_without_a_valid_grid_is_neither_answered_nor_called_cut(unseen, tmp_path):

@@ -93,6 +93,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
           + (f" ({report['ran'] - report['answered']} more predicted, but decoded no valid grid)"
              if report.get("ran", 0) > report["answered"] else "")
           + f", {count(report['predicted'], 'test input')} with model predictions, {report['elapsed_s']} s")
+    refused = report.get("left_out") or {}
+    if not report.get("model_tasks") and refused and report["valid"]:  # nothing reached the model: say why
+        task, why = next(iter(refused.items()))
+        more = f" (and {count(len(refused) - 1, 'other task')})" if len(refused) > 1 else ""
+        print(f"error: every task was refused before the model: task {task}: {why}{more}; {report['output']} "
+              f"holds the fallback answers", file=sys.stderr)
+        return MODEL_FAILED_STATUS
     if report.get("model_failed") and report["valid"]:  # one line for the cause, not one per task it cost
         print(f"error: the model could not run on any of its {count(report['model_tasks'], 'task')}: "
               f"{report['model_failed']}; {report['output']} holds the fallback answers (details: "

@@ -107,7 +107,8 @@ class SolveConfig(_Config):
     fallback: Literal["input", "blank"] = Field("input", description="attempts for tasks the model does not answer: "
                                                 "the test input (then its transpose), or blank grids")
     device: Literal["auto", "cpu", "cuda", "mps", "xla"] = Field("auto", description="where workers run")
-    threads: Optional[int] = Field(None, ge=1, le=4096, description="CPU threads per worker (default: cores / "
+    threads: Optional[int] = Field(None, ge=1, le=4096, description="CPU threads per worker (default: "
+                                                                    "OMP_NUM_THREADS if set, else the free cores / "
                                                                     "workers)")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="random seed (augmentations, fine-tuning)")
     progress: bool = Field(True, description="show progress bars")

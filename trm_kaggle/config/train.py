@@ -181,7 +181,7 @@ class TrainConfig(_Config):
     # nor the weights, so exports and upstream configs never carry it and a run may resume with it toggled.
     grad_checkpointing: bool = Field(False, description="recompute the recursion's activations in backward: less "
                                                         "memory, more time")
-    threads: Optional[int] = Field(None, ge=1, le=4096, description="CPU threads; None = one per usable core")
+    threads: Optional[int] = Field(None, ge=1, le=4096, description="CPU threads (None: OMP_NUM_THREADS if set, else the cores the load average leaves free; a value here overrides OMP_NUM_THREADS)")
     deterministic: bool = Field(False, description="torch deterministic algorithms (CPU runs reproduce bit for bit)")
     max_steps: Optional[int] = Field(None, ge=1, description="stop after this many optimizer steps (the schedule "
                                                              "keeps its length)")

@@ -38,7 +38,7 @@ from trm_kaggle.config import RECURSION_FIELDS, SolveConfig
 from trm_kaggle.data import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate import make_submission, require_tasks, validate_submission, write_submission
-from trm_kaggle.hardware import cuda_problem, pick_device, usable_cores, visible_cuda_ids
+from trm_kaggle.hardware import choose_threads, cuda_problem, pick_device, visible_cuda_ids
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
@@ -111,7 +111,8 @@ def worker_devices(cfg: SolveConfig, say: Callable[[str], None]) -> tuple[str, l
         workers = count
     if device == "cuda":
         return "cuda", (visible_cuda_ids(count)[:workers] if workers > 1 else [None]), cfg.threads
-    threads = cfg.threads or (max(1, usable_cores() // workers) if device == "cpu" else None)
+    # the one thread rule of every command (the setting, else OMP_NUM_THREADS, else the free cores), shared
+    threads = choose_threads(cfg.threads, share=workers)[0] if device == "cpu" else cfg.threads
     return device, [None] * workers, threads
 
 
