@@ -55,6 +55,9 @@ SAVE_TIME_BUDGET = 900  # ... within this many seconds
 WORKERS = None  # None: one worker process per visible GPU (1 on CPU)
 DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda, mps
 STRICT = False  # True: the interactive Save Version run fails at its end when the model did not run (never the rerun)
+TRAJECTORIES = 1  # noisy trajectories per augmented test input, each one a vote (K x the prediction work); 1: off
+TRAJECTORY_NOISE = 0.0  # their noise, as a share of the RMS of the hidden state (for 2 or more trajectories)
+TEST_DEPTH = None  # ACT steps of prediction; None: the trained halt_max_steps (docs/test_time.md)
 
 # %% [markdown]
 # ## Fallback first (standard library only)
@@ -129,6 +132,9 @@ SAVE_TIME_BUDGET = checked("SAVE_TIME_BUDGET", SAVE_TIME_BUDGET, 900.0, number=T
 WORKERS = checked("WORKERS", WORKERS, None, none=True)
 DEVICE = checked_choice("DEVICE", DEVICE, ("auto", "cpu", "cuda", "mps"), "auto")
 STRICT = checked_choice("STRICT", STRICT, (False, True), False)
+TRAJECTORIES = checked("TRAJECTORIES", TRAJECTORIES, 1)
+TRAJECTORY_NOISE = checked("TRAJECTORY_NOISE", TRAJECTORY_NOISE, 0.0, number=True, least=0)
+TEST_DEPTH = checked("TEST_DEPTH", TEST_DEPTH, None, none=True)
 
 # Save Version run or scored rerun: Kaggle sets KAGGLE_KERNEL_RUN_TYPE in its kernels, and
 # KAGGLE_IS_COMPETITION_RERUN only in the rerun on the hidden test set
@@ -375,11 +381,19 @@ if READY:
     try:
         # a compile cache the bundle ships beside the weights (--compile-cache): used when torch and GPU match
         cache = Path(weights) / "compile_cache.bin"
+        # the test-time settings, checked by the package's own rule: refused ones cost only themselves
+        test_time = dict(trajectories=TRAJECTORIES, trajectory_noise=TRAJECTORY_NOISE, test_depth=TEST_DEPTH)
+        try:
+            SolveConfig(challenges=str(CHALLENGES), weights=weights, **test_time)
+        except ValueError as e:  # pydantic's ValidationError is one
+            warn(f"test-time settings {test_time} refused ({' '.join(str(e).split())}); predicting without them")
+            test_time = {}
         report = solve(SolveConfig(challenges=str(CHALLENGES), weights=weights, output=str(SUBMISSION),
                                    work_dir=str(Path(KAGGLE_WORKING) / "ttt_work"), time_budget=TIME_BUDGET,
                                    finetune_steps=FINETUNE_STEPS, num_aug=NUM_AUG, max_tasks=MAX_TASKS,
                                    workers=WORKERS, device=DEVICE,
-                                   compile_cache=str(cache) if cache.is_file() else None), echo=print)
+                                   compile_cache=str(cache) if cache.is_file() else None, **test_time),
+                       echo=print)
         # per task reports, workers and fallback reasons are in ttt_work/solve_report.json (also in the lines above)
         print(json.dumps({k: v for k, v in report.items() if k not in ("task_reports", "workers", "fallback")},
                          indent=2, default=str))

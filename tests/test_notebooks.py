@@ -26,7 +26,7 @@ PARAMETERS = {
     "kaggle_submission": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "WEIGHTS_DIR", "CHALLENGES", "COMPETITION",
                           "TIME_BUDGET",
                           "FINETUNE_STEPS", "NUM_AUG", "MAX_TASKS", "WORKERS", "DEVICE", "MODE", "SAVE_MAX_TASKS",
-                          "SAVE_TIME_BUDGET", "STRICT"},
+                          "SAVE_TIME_BUDGET", "STRICT", "TRAJECTORIES", "TRAJECTORY_NOISE", "TEST_DEPTH"},
     "kaggle_train": {"KAGGLE_INPUT", "KAGGLE_WORKING", "WHEELS_DIR", "DATA_DIR", "PRESET", "OVERRIDES", "TIME_BUDGET",
                      "SAVE_MARGIN", "SAVE_EVERY_S", "SESSION_STEPS", "UNPACK_DIR", "DEVICE"},
     "analysis": {"DIRS", "OUT_DIR", "METRIC"},
