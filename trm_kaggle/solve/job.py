@@ -244,21 +244,27 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
                   ran=sum(1 for r in task_reports.values() if "error" not in r and r.get("predicted", 0) > 0),
                   predicted=sum(1 for v in candidates.values() if v),
                   fallback=fallback, elapsed_s=round(time.monotonic() - budget.start, 1))
+    _say_outcome(cfg, report, len(challenges), budget, say)
+    if work.is_dir():
+        _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
+    return report
+
+
+def _say_outcome(cfg: SolveConfig, report: dict, tasks_total: int, budget: Budget,
+                 say: Callable[[str], None]) -> None:
+    """The closing lines: one per reason a task keeps the fallback answer, then the submission's state."""
     by_reason: dict[str, list[str]] = {}
-    for task_id, why in fallback.items():
+    for task_id, why in report["fallback"].items():
         by_reason.setdefault(why, []).append(task_id)
     for why, tasks in by_reason.items():  # one line per reason: a long list of tasks stays one line
         shown_ids = ", ".join(tasks[:3]) + (", ..." if len(tasks) > 3 else "")
         say(budget.line("fallback", (f"task {tasks[0]}" if len(tasks) == 1 else f"{len(tasks)} tasks ({shown_ids})")
                         + f" keep{'s' if len(tasks) == 1 else ''} the fallback answer: {why}"))
     say(budget.line("submission", f"{cfg.output}: {'valid' if report['valid'] else 'INVALID'}; "
-                    f"{report['answered']} of {len(challenges)} tasks answered by the model"
+                    f"{report['answered']} of {tasks_total} tasks answered by the model"
                     + (f" ({report['ran'] - report['answered']} more predicted, but decoded no valid grid)"
                        if report["ran"] > report["answered"] else "")
                     + f", {report['predicted']} test inputs with model predictions"))
-    if work.is_dir():
-        _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
-    return report
 
 
 def _out_of_time(cfg: SolveConfig, report: dict, budget: Budget, say: Callable[[str], None]) -> dict:
@@ -266,11 +272,12 @@ def _out_of_time(cfg: SolveConfig, report: dict, budget: Budget, say: Callable[[
     for the challenges file, in one line; the fallback stands."""
     took = time.monotonic() - budget.start
     why = (f"the time budget ({cfg.time_budget:g} s, {cfg.safety_margin:g} s of it the safety margin) is too small "
-           f"for {cfg.challenges}: reading its {report['tasks']} tasks and writing the fallback took {took:.1f} s, leaving nothing for the model (give a larger --time-budget)")
+           f"for {cfg.challenges}: reading its {report['tasks']} tasks and writing the fallback took {took:.1f} s, "
+           "leaving nothing for the model (give a larger --time-budget)")
     say(budget.line("budget", why))
     report["errors"].append(why)
-    report.update(model_failed=why, model_tasks=min(cfg.max_tasks or report["tasks"], report["tasks"]), left_out={}, workers=[], task_reports={}, answered=0, ran=0,
-                  predicted=0, fallback={}, elapsed_s=round(took, 1))
+    report.update(model_failed=why, model_tasks=min(cfg.max_tasks or report["tasks"], report["tasks"]), left_out={},
+                  workers=[], task_reports={}, answered=0, ran=0, predicted=0, fallback={}, elapsed_s=round(took, 1))
     if Path(cfg.work_dir).is_dir():
         _note(Path(cfg.work_dir) / "solve_report.json", json.dumps(report, indent=2, default=str))
     return report
