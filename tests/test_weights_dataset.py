@@ -43,3 +43,24 @@ def test_default_weights_finds_an_export_in_weights_dir(inputs, tmp_path):
     assert WD.default_weights(tmp_path) is None
     shutil.copytree(inputs["export"], tmp_path / "weights" / "arc2")
     assert WD.default_weights(tmp_path) == tmp_path / "weights" / "arc2"
+
+
+def test_the_weights_dataset_names_its_export_without_the_builders_path(inputs, tmp_path):
+    """A published dataset carries the export's folder name, never where the builder kept it."""
+    export = tmp_path / "private" / "place" / "my-export"
+    shutil.copytree(inputs["export"], export)
+    result = WD.build_weights(tmp_path / "weights", export, ids=IDS, log=lambda _: None)
+    manifest = json.loads((tmp_path / "weights" / M.MANIFEST).read_text())
+    card = (tmp_path / "weights" / M.MODEL_CARD).read_text()
+    assert manifest["export"] == "my-export" and "Source export: `my-export`." in card
+    assert str(tmp_path) not in json.dumps(manifest) + card
+    assert result["export"] == str(export)  # the builder's own log keeps the full path
+
+
+def test_the_shipped_model_card_states_the_step_its_config_records():
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"
+    step = json.loads((shipped / "config.json").read_text())["info"]["step"]
+    batch = json.loads((shipped / "config.json").read_text())["info"]["train_config"]["global_batch_size"]
+    assert f"{step} steps of batch {batch}" in (shipped / M.MODEL_CARD).read_text()

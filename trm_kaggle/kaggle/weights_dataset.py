@@ -118,7 +118,7 @@ def model_card(config: dict, export_dir: Path, ids: BundleIds) -> str:
     if tcfg:
         lines += ["", "## Full training configuration", "", "```json", json.dumps(tcfg, indent=2, default=str),
                   "```"]
-    lines += ["", f"License: {LICENSE}.", f"Source export: `{export_dir}`.", ""]
+    lines += ["", f"License: {LICENSE}.", f"Source export: `{Path(export_dir).name}`.", ""]
     return "\n".join(lines)
 
 
@@ -173,7 +173,8 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
             shutil.copy2(compile_cache, tmp / CACHE_FILE)
             shutil.copy2(Path(compile_cache).with_name(CACHE_RECORD), tmp / CACHE_RECORD)
         atomic_write_json(tmp / DATASET_META, dataset_metadata(ids.weights_id), indent=2)
-        manifest = write_manifest(tmp, {"id": ids.weights_id, "export": str(export_dir)})
+        # the export by its folder name only: a published dataset never carries the builder's paths
+        manifest = write_manifest(tmp, {"id": ids.weights_id, "export": export_dir.name})
     return {"id": ids.weights_id, "export": str(export_dir), "tensors": n_tensors,
             "files": {k: v["size"] for k, v in manifest["files"].items()},
             "compile_cache": cache_record["target"] if cache_record is not None else None}
