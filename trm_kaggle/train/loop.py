@@ -81,6 +81,16 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
     if rt.device.type == "xla":  # XLA: batches go to the device ahead of use; compilations are counted per step
         batches = state.position = xla.DeviceBatches(run.loader, rt.device)
         compile_watch = xla.CompileWatch(warn=rt.is_main)
+
+    def publish(lr: float) -> None:
+        """The log window's record, once it has one: written and shown, kept as the last metrics, given to on_step."""
+        record = window.record(state.step, state.step / run.steps_per_epoch, lr, cfg.global_batch_size)
+        if record is not None:
+            _log(run, record, clock, memory_watch, compile_watch, bar, lr)
+            result.metrics = record
+            if on_step:
+                on_step(state.step, record)
+
     try:
         while state.step < run.stop_at:
             decision = control.poll(state.step)
@@ -109,16 +119,12 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
             if (state.step % cfg.log_interval == 0 or state.step == run.stop_at
                     or (run.deadline is not None and time.monotonic() >= run.deadline)):  # the deadline's last too
                 window.read(run.step_setup.policy.replay)
-            record = window.record(state.step, state.step / run.steps_per_epoch, schedule.lr, cfg.global_batch_size)
-            if record is not None:
-                _log(run, record, clock, memory_watch, compile_watch, bar, schedule.lr)
-                result.metrics = record
-                if on_step:
-                    on_step(state.step, record)
+            publish(schedule.lr)
             bar.advance(state.step)
 
             if evaluations.due(state.step):
-                outcome = evaluations.run(state.model, state.ema, control, state.step, clock.seconds_per_step(state.step))
+                outcome = evaluations.run(state.model, state.ema, control, state.step,
+                                          clock.seconds_per_step(state.step))
                 if outcome == "cut":
                     break
                 if outcome == "skipped":
@@ -134,12 +140,7 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
                     break
         if window.pending:  # stopped between log intervals (a signal, a cut evaluation): its last steps are logged
             window.read(run.step_setup.policy.replay)
-            record = window.record(state.step, state.step / run.steps_per_epoch, schedule.lr, cfg.global_batch_size)
-            if record is not None:
-                _log(run, record, clock, memory_watch, compile_watch, bar, schedule.lr)
-                result.metrics = record
-                if on_step:
-                    on_step(state.step, record)
+            publish(schedule.lr)
     finally:
         bar.close()
         memory_watch.close()
