@@ -82,3 +82,19 @@ def test_command_line(capsys, tmp_path):
     assert d["machine"]["cores"] >= 1 and d["plan"]["device"] in ("cpu", "cuda", "mps")
     assert main(["doctor", str(tmp_path / "nope")]) == 2
     assert "nope: no such dataset directory" in capsys.readouterr().err
+
+
+def test_doctor_reports_the_threads_train_would_take(monkeypatch, capsys):
+    """The one thread rule of train (`hardware.choose_threads`): OMP_NUM_THREADS as the user set it, and said so;
+    the threads setting over it."""
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    try:
+        assert main(["doctor", "--preset", "cpu-smoke"]) == 0
+        assert "; 1 threads (OMP_NUM_THREADS=1)" in capsys.readouterr().out
+        assert main(["doctor", "--preset", "cpu-smoke", "threads=2"]) == 0
+        assert "; 2 threads (threads=2, over OMP_NUM_THREADS=1)" in capsys.readouterr().out
+    finally:
+        torch.set_num_threads(before)

@@ -44,6 +44,7 @@ class Plan:
     vocab_size: int
     data: str | None
     warnings: list[str] = field(default_factory=list)
+    threads_why: str = ""
 
 
 def _device_for(requested: str, facts: hardware.HardwareFacts) -> str:
@@ -64,8 +65,10 @@ def _dataset_shape(data: str | None) -> tuple[int, int, int, int]:
     return meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers, meta.total_puzzles
 
 
-def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, baseline: int | None = None) -> Plan:
-    """What `train` would do with `cfg` (a TrainConfig) on a machine with `facts`."""
+def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, baseline: int | None = None,
+             threads: tuple[int, str] | None = None) -> Plan:
+    """What `train` would do with `cfg` (a TrainConfig) on a machine with `facts`. `threads`: (count, why) as
+    `hardware.choose_threads` gives them on this machine; without it, the setting or one per core of `facts`."""
     from trm_kaggle.model import resolve_compile, resolve_forward_dtype
     from trm_kaggle.train import (DEFAULT_MEMORY_FRACTION, estimate_training_memory, largest_fitting_micro_batch,
                                   training_rss)
@@ -83,7 +86,8 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
     gpu = facts.gpus[0] if facts.gpus else None
     dtype, reason = resolve_forward_dtype(cfg.arch, device, bf16_speedup=facts.cpu_bf16_speedup,
                                           cuda_capability=gpu.capability if gpu and device == "cuda" else None)
-    threads = cfg.threads or facts.cores
+    threads, threads_why = threads or (cfg.threads or facts.cores,
+                                       "threads setting" if cfg.threads else "one per core")
     local_batch = cfg.global_batch_size
     # The activations are probed on this machine's own device of that kind when it has one, else on the CPU.
     probe_device = device if (device == "cpu" or (device == "cuda" and torch.cuda.is_available())
@@ -124,7 +128,7 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
         warnings.append(reason)
     peak = est.total(micro or 1)
     return Plan(device, dtype_name(dtype), reason, threads, local_batch, micro, peak, available, est.parts(micro or 1),
-                est.parameters, rows, rows * cfg.arch.emb_ndim, seq_len, vocab, data, warnings)
+                est.parameters, rows, rows * cfg.arch.emb_ndim, seq_len, vocab, data, warnings, threads_why)
 
 
 def machine_lines(f: hardware.HardwareFacts) -> list[str]:
@@ -151,7 +155,8 @@ def plan_lines(p: Plan, preset: str) -> list[str]:
     micro = "none fits" if p.micro_batch is None else f"{p.micro_batch} of the per-rank batch {p.local_batch}"
     lines = [f"train --preset {preset} would use:",
              f"  data: {data}",
-             f"  device {p.device}; dtype {p.dtype} ({p.dtype_reason}); {p.threads} threads",
+             f"  device {p.device}; dtype {p.dtype} ({p.dtype_reason}); {p.threads} threads"
+             + (f" ({p.threads_why})" if p.threads_why else ""),
              f"  {p.parameters:,} parameters without the puzzle-embedding table, "
              f"{p.parameters + p.puzzle_values:,} with it ({p.puzzle_rows:,} rows)",
              f"  micro-batch: {micro}; expected peak memory {p.expected_peak / GB:.2f} GB"
@@ -169,9 +174,9 @@ def run_doctor(presets: list[str], data: str | None, overrides: list[str], as_js
         raise TRMError(f"{data}: no such dataset directory")
     cfg = load_train_config(None, presets, list(overrides) + ["progress=False"])
     facts = hardware.gather()
-    torch.set_num_threads(cfg.threads or facts.cores)  # the measurement runs with train's thread count
+    threads = hardware.set_cpu_threads(cfg.threads)  # train's rule; the measurement runs with its thread count
     facts.cpu_bf16_speedup = cpu_bf16_speedup(torch.get_num_threads())
-    plan = diagnose(cfg, facts, data)
+    plan = diagnose(cfg, facts, data, threads=threads)
     if as_json:
         return json.dumps({"machine": facts.as_dict(), "plan": plan.__dict__}, indent=2, default=str)
     name = "+".join(presets) if presets else "(defaults)"
