@@ -360,3 +360,24 @@ def test_two_estimates_on_an_idle_machine_agree_within_a_quarter():
     finally:
         torch.set_num_threads(threads)
     assert min(ratios) <= 1.25, ratios
+
+
+def test_estimate_prices_test_time_sampling_k_trajectories_times_the_depth(tmp_path, capsys, monkeypatch):
+    """`--trajectories K --test-depth H` reach the estimate as K x H row-steps per test input, and it says so."""
+    import trm_kaggle.solve.pricing as E
+    from conftest import make_export
+
+    from trm_kaggle.cli import main
+
+    weights = make_export(tmp_path / "w")
+    seen, real = [], E.estimate
+    monkeypatch.setattr(E, "estimate", lambda arch, **kw: seen.append(kw["act_steps"]) or real(arch, **kw))
+    common = ["estimate", "--weights", str(weights), "--tasks", "2", "--num-aug", "1", "--finetune-steps", "1",
+              "--batch-size", "2", "--eval-batch-size", "2", "--device", "cpu"]
+    assert main([*common, "--trajectories", "4", "--test-depth", "6", "--trajectory-noise", "0.3"]) == 0
+    assert "4 trajectories x 6 ACT steps = 24 row-steps per augmented test input" in capsys.readouterr().out
+    assert main(common) == 0
+    assert "trajectories x" not in capsys.readouterr().out
+    assert seen[0] == 24 and seen[1] < 24
+    assert main([*common, "--trajectories", "99"]) == 2  # the config's bound, one line
+    assert "trajectories" in capsys.readouterr().err

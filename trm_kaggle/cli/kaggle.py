@@ -46,10 +46,8 @@ def add_submit(sub) -> None:
     flag(p, "compile_cache", SolveConfig, default=None, metavar="FILE")
     flag(p, "fallback", SolveConfig, choices=["input", "blank"], default=None)
     flag(p, "device", SolveConfig, choices=["auto", "cpu", "cuda", "mps", "xla"], default=None)
-    for name in ("threads", "seed", "H_cycles", "L_cycles", "halt_max_steps", "trajectories", "test_depth"):
+    for name in ("threads", "seed", "H_cycles", "L_cycles", "halt_max_steps"):
         flag(p, name, SolveConfig, type=int, default=None)
-    flag(p, "trajectory_noise", SolveConfig, type=float, default=None)
-    flag(p, "trajectory_select", SolveConfig, choices=["q_halt", "first_halt"], default=None)
     common_flags(p)
     p.set_defaults(func=cmd_submit)
 
@@ -63,6 +61,10 @@ def _add_solve_options(p: argparse.ArgumentParser) -> None:
     flag(p, "finetune", SolveConfig, choices=get_args(FinetuneMode), default=None)
     flag(p, "embeddings_fraction", SolveConfig, type=float, default=None)
     flag(p, "finetune_steps", SolveConfig, type=count_or_auto, default=None)
+    for name in ("trajectories", "test_depth"):  # test-time sampling (docs/test_time.md): priced K x depth
+        flag(p, name, SolveConfig, type=int, default=None)
+    flag(p, "trajectory_noise", SolveConfig, type=float, default=None)
+    flag(p, "trajectory_select", SolveConfig, choices=["q_halt", "first_halt"], default=None)
 
 
 def _solve_config(args: argparse.Namespace, **required):
@@ -142,7 +144,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise TRMError("estimate needs --weights EXPORT_DIR or --preset NAME")
     if args.devices < 1:
         raise TRMError(f"--devices must be >= 1, got {args.devices}")
-    fields = ("recipe", "num_aug", "finetune", "embeddings_fraction", "finetune_steps")
+    fields = ("recipe", "num_aug", "finetune", "embeddings_fraction", "finetune_steps", "trajectories",
+              "trajectory_noise", "trajectory_select", "test_depth")
     cfg = _solve_config(argparse.Namespace(**{k: getattr(args, k) for k in fields}), challenges="-", weights="-")
     print(estimate_kernel(cfg, weights=args.weights, preset=args.preset, tasks=args.tasks, devices=args.devices,
                           batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, device=args.device,

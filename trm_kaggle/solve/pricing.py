@@ -160,5 +160,9 @@ def estimate_kernel(cfg: SolveConfig, *, weights: str | None = None, preset: str
                  embeddings_fraction=cfg.embeddings_fraction, batch_size=batch_size, eval_batch_size=eval_batch_size,
                  device=pick_device(device), seq_len=seq_len, vocab_size=vocab, say=say,
                  act_steps=prediction_steps(cfg, arch.halt_max_steps))
-    return (format_estimate(e, share, cfg.num_aug)
+    steps = prediction_steps(cfg, arch.halt_max_steps)
+    sampled = (f"\n(inference priced at {cfg.trajectories} trajectories x {steps // cfg.trajectories} ACT steps = "
+               f"{steps} row-steps per augmented test input; docs/test_time.md)"
+               if cfg.trajectories > 1 or cfg.test_depth else "")
+    return (format_estimate(e, share, cfg.num_aug) + sampled
             + (f"\n(per device: {tasks} tasks over {devices} devices)" if devices > 1 else ""))
