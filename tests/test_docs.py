@@ -10,8 +10,11 @@ above it:
     <!-- not run: REASON -->            shown, not run (a GPU, credentials, data from outside; the page says where)
 
 Every page's blocks run in one folder, a copy of what a clone holds (the tracked files), with `trm-kaggle`,
-`python` and `papermill` from this test's environment: once in the docs' order and once shuffled (the pages'
-blocks interleaved at random, each page's in its own order). After each block the test lists what it left
+`python` and `papermill` from this test's environment, in a shuffled order: the pages' blocks interleaved at
+random (seeded), each page's in its own order. The docs' own order is one such interleaving; a block that
+needs what another page's block leaves, without saying so, fails in the orders that put it first, which the
+docs' order can hide. `TRM_DOCS_ORDER=docs` runs them page by page instead, `TRM_DOCS_ORDER_SEED=N` another
+interleaving. After each block the test lists what it left
 behind: every path must lie under a name its marker announces, and be ignored by .gitignore; two pages never
 leave different contents at one path (one page rebuilding another's dataset with other settings broke the
 other's resume). `pip install` lines are checked (the extras they name exist in pyproject.toml), not executed:
@@ -40,6 +43,8 @@ SHARED_ROOTS = {"runs", "data"}  # folders every page writes into: a page names 
 BLOCK_TIMEOUT_S = 600
 #: The seed of the shuffled order (another seed: TRM_DOCS_ORDER_SEED=N); the order is printed when a block fails.
 ORDER_SEED = int(os.environ.get("TRM_DOCS_ORDER_SEED", "38"))
+#: The order the blocks run in: shuffled (the default), or the docs' own (TRM_DOCS_ORDER=docs).
+ORDER = os.environ.get("TRM_DOCS_ORDER", "shuffled")
 
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)[^`]*$")
 MARKER = re.compile(r"^<!--\s*(?P<kind>not run|run)\s*(?::\s*(?P<note>.*?))?\s*-->$")
@@ -579,6 +584,8 @@ def test_the_shuffled_order_keeps_each_pages_order():
 
 def run_every_block(order: str, pipeline_run: PipelineRun, tmp_path: Path) -> None:
     """All pages' blocks in one clone, in the docs' order or shuffled; the pipeline's outputs copied in first."""
+    if order not in ("docs", "shuffled"):
+        pytest.fail(f"TRM_DOCS_ORDER={order!r}: use docs or shuffled")
     cwd = make_clone(tmp_path / "clone")
     shutil.copytree(pipeline_run.out, cwd / PIPELINE)
     sequence = ([b for b in all_blocks() if b.marker == "run" and not b.makes_pipeline] if order == "docs"
@@ -594,14 +601,6 @@ def run_every_block(order: str, pipeline_run: PipelineRun, tmp_path: Path) -> No
     assert not leftovers.problems, "\n".join(leftovers.problems) + context
 
 
-# The two orders are two classes, so that `pytest -n auto --dist loadscope` (CI) runs them on two workers at once.
-class TestTheDocsOrder:
-    @pytest.mark.slow(s=250)  # a CLI process per command: ~40 of them
-    def test_every_block_runs_in_one_folder_and_leaves_only_what_it_announces(self, pipeline_run, tmp_path):
-        run_every_block("docs", pipeline_run, tmp_path)
-
-
-class TestAShuffledOrder:
-    @pytest.mark.slow(s=250)
-    def test_every_block_runs_in_one_folder_and_leaves_only_what_it_announces(self, pipeline_run, tmp_path):
-        run_every_block("shuffled", pipeline_run, tmp_path)
+@pytest.mark.slow(s=250)  # a CLI process per command: ~40 of them
+def test_every_block_runs_in_one_folder_and_leaves_only_what_it_announces(pipeline_run, tmp_path):
+    run_every_block(ORDER, pipeline_run, tmp_path)
