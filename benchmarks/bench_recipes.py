@@ -40,10 +40,11 @@ Tasks (data built once into WORK_DIR/data with fixed seeds, then reused). A task
 that learns 4x4 Sudoku in minutes (`sudoku4-cpu`: lr 3e-3, 20 warm-up steps, no EMA; `arc-cpu` for ARC) at the
 task's sizes; "upstream" runs it unchanged: upstream's step, AdamATan2, ACT loss and constant rate after the
 warm-up, with a learning rate and warm-up that move within minutes (upstream's 1e-4 after 2,000 warm-up steps
-does not, at a CPU's few hundred steps). The sizes are picked so that a run of one thread on a 2-core machine
-takes a few hundred to a thousand optimizer steps in the 20-minute default budget (20-45 examples/s per thread
-on a shared 2-core machine), with an evaluation every 30-110 steps costing about a fifth or less of the training
-between two; whether upstream's recipe levels off inside it is what the first measured run says (then change the
+does not, at a CPU's few hundred steps). Measured on one thread of a 2-core AMD EPYC (docs/recipes.md): sudoku6
+trains at about 400 examples/s and upstream's recipe levels off near 0.65-0.70 held-out exact accuracy after
+about 70,000 examples (`--budget-examples 120000 --eval-interval 8` covers it in about 5 minutes a run); maze
+at about 150 examples/s. A budget in examples is the fair one on a shared machine (seconds move with the
+load); whether upstream's recipe levels off inside a budget is what a measured run says (then change the
 budget, or the sizes with key=value arguments):
 
     sudoku6    1000 + 200 generated 6x6 Sudoku rated >= 1 (at least one guess: 3-4 % of random minimal

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 # Without a GPU, Triton's kernels (trm_kaggle/model/fused_triton.py) run in its interpreter on CPU tensors. The
 # variable must be set before Triton is first imported (importing torch._dynamo imports it): here, before the
@@ -28,6 +29,7 @@ from trm_kaggle.config import ArchConfig  # noqa: E402
 from trm_kaggle.hardware import usable_cores  # noqa: E402
 from trm_kaggle.kaggle import bundle as B  # noqa: E402
 from trm_kaggle.kaggle import metadata as M  # noqa: E402
+from trm_kaggle.model.trm import TinyRecursiveModel  # noqa: E402
 
 
 # ---------------------------------------------------------------------------
@@ -176,6 +178,21 @@ TINY_ARCH = ArchConfig(hidden_size=16, num_heads=2, expansion=2, H_cycles=1, L_c
                        puzzle_emb_len=1, forward_dtype="float32")
 SOLVE_ARCH = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_cycles=1, L_cycles=1, L_layers=1, halt_max_steps=2,
                         puzzle_emb_len=1, forward_dtype="float32")
+
+
+class SolvesEven(TinyRecursiveModel):
+    """Answers the examples whose input sums to an even number, copies the input of the others."""
+
+    def inner(self, z_H, z_L, batch, logits=True):
+        z_H, z_L, _, q, qc = super().inner(z_H, z_L, batch, logits=False)
+        even = (batch["inputs"].sum(-1) % 2 == 0).view(-1, 1)
+        answer = torch.where(even, batch["labels"].clamp(min=0), batch["inputs"]).long()
+        z_H = z_H.clone()
+        z_H[:, self.prefix_len:, :self.vocab_size] = F.one_hot(answer, self.vocab_size).float()
+        return z_H, z_L, self.decode(z_H) if logits else None, q, qc
+
+    def decode(self, z_H):
+        return z_H[:, self.prefix_len:, :self.vocab_size]
 
 
 @pytest.fixture(scope="module")

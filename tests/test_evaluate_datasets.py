@@ -10,9 +10,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
-from conftest import TINY_ARCH
+from conftest import TINY_ARCH, SolvesEven
 from trm_kaggle.cli import main
 from trm_kaggle.config import EvaluateConfig
 from trm_kaggle.data.format import SplitWriter, load_metadata
@@ -20,21 +19,6 @@ from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.dataset import score_dataset
 from trm_kaggle.model import TinyRecursiveModel
 from trm_kaggle.model.export import export_inference
-
-
-class SolvesEven(TinyRecursiveModel):
-    """Answers the examples whose input sums to an even number, copies the input of the others."""
-
-    def inner(self, z_H, z_L, batch, logits=True):
-        z_H, z_L, _, q, qc = super().inner(z_H, z_L, batch, logits=False)
-        even = (batch["inputs"].sum(-1) % 2 == 0).view(-1, 1)
-        answer = torch.where(even, batch["labels"].clamp(min=0), batch["inputs"]).long()
-        z_H = z_H.clone()
-        z_H[:, self.prefix_len:, :self.vocab_size] = F.one_hot(answer, self.vocab_size).float()
-        return z_H, z_L, self.decode(z_H) if logits else None, q, qc
-
-    def decode(self, z_H):
-        return z_H[:, self.prefix_len:, :self.vocab_size]
 
 
 def _model(data, cls=TinyRecursiveModel):

@@ -16,10 +16,9 @@ import pytest
 import torch
 
 from conftest import free_port
+from integrity_helpers import build_sudoku4
 from test_train import TINY
 from trm_kaggle.cli import main
-from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
 from trm_kaggle.launch import torchrun
 from trm_kaggle.train import checkpoint as ckpt
@@ -34,8 +33,7 @@ LIMIT = 240  # seconds a launch may take on a busy 2-core machine before the tes
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("data") / "sudoku4"
-    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=40, num_test=8, num_aug=1, progress=False))
-    return out
+    return build_sudoku4(out)
 
 
 def node_command(launcher: list[str], port: int, run: Path, data: Path, *, nodes: int = 2, procs: int = 1,

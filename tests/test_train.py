@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from conftest import free_port
+from integrity_helpers import build_sudoku4
 from test_cli import summary_line
 from trm_kaggle.cli import main
-from trm_kaggle.config import SudokuBuildConfig, TrainConfig
-from trm_kaggle.data.puzzles.sudoku import build_sudoku
+from trm_kaggle.config import TrainConfig
 from trm_kaggle.data.format import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model.export import load_inference_model, read_export
@@ -32,8 +32,7 @@ TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_c
 @pytest.fixture(scope="module")
 def sudoku4(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("data") / "sudoku4"
-    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=40, num_test=8, num_aug=1, progress=False))
-    return out
+    return build_sudoku4(out)
 
 
 def cfg_for(data: Path, run: Path, *extra: str) -> TrainConfig:
@@ -470,26 +469,12 @@ def test_the_test_split_check_equals_one_full_length_rollout_of_the_split(sudoku
     every test example run in one batch through all its steps and scored by the loss head, with a batch size
     that does not divide the split. The model answers with each example's solution or its input (by the parity
     of the input's sum), so each example's score depends on its own labels."""
-    import torch.nn.functional as F
-
+    from conftest import SolvesEven
     from trm_kaggle.data.loader import PuzzleLoader
     from trm_kaggle.model.losses import act_loss
     from trm_kaggle.model.rollout import act_rollout
-    from trm_kaggle.model.trm import TinyRecursiveModel
     from trm_kaggle.train.evaluation import evaluate_split
     from trm_kaggle.train.runtime import Runtime
-
-    class SolvesEven(TinyRecursiveModel):
-        def inner(self, z_H, z_L, batch, logits=True):
-            z_H, z_L, _, q, qc = super().inner(z_H, z_L, batch, logits=False)
-            even = (batch["inputs"].sum(-1) % 2 == 0).view(-1, 1)
-            answer = torch.where(even, batch["labels"].clamp(min=0), batch["inputs"]).long()
-            z_H = z_H.clone()
-            z_H[:, self.prefix_len:, :self.vocab_size] = F.one_hot(answer, self.vocab_size).float()
-            return z_H, z_L, self.decode(z_H) if logits else None, q, qc
-
-        def decode(self, z_H):
-            return z_H[:, self.prefix_len:, :self.vocab_size]
 
     cfg = cfg_for(sudoku4, tmp_path / "r", "global_batch_size=3")
     meta = load_metadata(sudoku4, "train")

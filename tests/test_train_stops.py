@@ -18,6 +18,7 @@ import pytest
 from pydantic import ValidationError
 
 from conftest import free_port
+from integrity_helpers import build_sudoku4
 from test_train import TINY, cfg_for, losses
 from trm_kaggle.config import SudokuBuildConfig, TrainConfig
 from trm_kaggle.data.puzzles.sudoku import build_sudoku
@@ -34,8 +35,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 def sudoku4(tmp_path_factory) -> Path:
     """test_train's dataset: 40 training examples, 5 steps an epoch at its batch of 8."""
     out = tmp_path_factory.mktemp("data") / "sudoku4"
-    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=40, num_test=8, num_aug=1, progress=False))
-    return out
+    return build_sudoku4(out)
 
 
 def saved_steps(run: Path) -> list[int]:

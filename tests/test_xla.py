@@ -24,10 +24,9 @@ import numpy as np
 import pytest
 import torch
 
+from integrity_helpers import build_sudoku4
 from trm_kaggle import xla
 from trm_kaggle.cli import main
-from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.train import checkpoint as ckpt
@@ -109,8 +108,7 @@ def xla_device():
 @pytest.fixture(scope="module")
 def sudoku4(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("data") / "sudoku4"
-    build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=40, num_test=8, num_aug=1, progress=False))
-    return out
+    return build_sudoku4(out)
 
 
 def cfg_for(data: Path, run: Path, *extra: str):
