@@ -47,6 +47,8 @@ at about 150 examples/s. A budget in examples is the fair one on a shared machin
 load); whether upstream's recipe levels off inside a budget is what a measured run says (then change the
 budget, or the sizes with key=value arguments):
 
+    sudoku4    1000 + 200 generated 4x4 Sudoku (any rating), 8 shuffled copies per train puzzle; the sudoku6
+               model below; evaluated every 4 epochs. The quick task: minutes per run
     sudoku6    1000 + 200 generated 6x6 Sudoku rated >= 1 (at least one guess: 3-4 % of random minimal
                puzzles; the build takes a few minutes once), 8 shuffled copies per train puzzle; mlp_t,
                hidden 64, T=2 n=2, 4 ACT steps, batch 64; evaluated every 4 epochs (62 steps)
@@ -275,7 +277,7 @@ def make_task(name: str, *, size: int | None = None, num_train: int | None = Non
     raise TRMError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
 
 
-TASKS = ("sudoku6", "sudoku9", "maze", "arc-small", "sudoku-extreme")
+TASKS = ("sudoku4", "sudoku6", "sudoku9", "maze", "arc-small", "sudoku-extreme")
 
 
 def dataset(task: Task, work: Path, say=print) -> Path:
