@@ -142,3 +142,25 @@ def test_names_read_from_the_manifest_never_leave_the_folder(tmp_path, source, e
     atomic_write_json(out / "manifest.json", manifest)
     with pytest.raises(TRMError, match=words):
         open_packed(out, tmp_path / "scratch", say=lambda _: None)
+
+
+@pytest.mark.parametrize("damage", ["a changed byte", "a cut file", "a missing file"])
+def test_a_damaged_copy_from_an_earlier_session_is_unpacked_again(tmp_path, source, damage):
+    """The scratch copy is ours: a rerun whose earlier copy was damaged (same size or not) unpacks the checked
+    archive again and says so, never trusting the copy nor blocking the rerun."""
+    out = packed(tmp_path, source)
+    root = open_packed(out, tmp_path / "scratch", say=lambda _: None)
+    target = root / "train" / "all__inputs.npy"
+    if damage == "a changed byte":
+        data = bytearray(target.read_bytes())
+        data[7] ^= 1
+        target.write_bytes(bytes(data))
+    elif damage == "a cut file":
+        target.write_bytes(target.read_bytes()[:100])
+    else:
+        target.unlink()
+    said: list[str] = []
+    assert open_packed(out, tmp_path / "scratch", say=said.append) == root
+    assert same_files(root) and "is damaged" in said[0] and "all__inputs.npy" in said[0], said
+    assert "checked and unpacked in" in said[-1]
+    assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == [root.name]  # nothing half done beside it

@@ -109,9 +109,14 @@ def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Call
             raise TRMError(f"{archive}: differs from {folder / MANIFEST} (size {archive.stat().st_size:,} bytes, "
                            f"manifest {outer.get('size')}): the upload was cut short or changed; upload it again")
         dest = Path(scratch) / f"{Path(name).stem}-{outer['sha256'][:16]}"
-        if dest.is_dir() and owner_problem(dest, UNPACKED) is None and _problem(dest, files, digests=False) is None:
-            say(f"{folder}: {len(files)} files of {name}, unpacked before in {dest}")
-            return dest
+        # A copy of ours from an earlier session is reused only when every file's digest is the manifest's; a
+        # damaged one (a cut copy, a changed byte) is unpacked again from the checked archive, never trusted
+        if dest.is_dir() and owner_problem(dest, UNPACKED) is None:
+            damage = _problem(dest, files, digests=True)
+            if damage is None:
+                say(f"{folder}: {len(files)} files of {name}, unpacked before in {dest}, checked")
+                return dest
+            say(f"{folder}: the copy unpacked before in {dest} is damaged ({damage}): unpacking it again")
         with atomic_directory(dest, kind=UNPACKED) as tmp:
             _unpack(archive, tmp, files)
         say(f"{folder}: {len(files)} files of {name} checked and unpacked in {dest}")
