@@ -5,6 +5,8 @@
     python benchmarks/bench_recipes.py --task maze --recipes upstream no-ema --budget-examples 2e5 --targets 0.1 0.3
     python benchmarks/bench_recipes.py --task sudoku6 --recipes upstream rsm depth-curriculum:curriculum.epochs=40 fast
     python benchmarks/bench_recipes.py --gpu --data data/sudoku-extreme-1k-aug-1000 --recipes upstream muon
+    python benchmarks/bench_recipes.py --report A/bench_recipes_sudoku6.json B/bench_recipes_sudoku6.json \
+        --targets 0.5 0.6 --out joined        # no training: saved runs joined, summarised at other targets
 
 A recipe is a string:
 
@@ -582,19 +584,60 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
             curves.append(train_curve(cfg, r, seed, budget_s=budget_s, budget_examples=budget_examples, say=say))
             report["curves"] = [asdict(c) for c in curves]
             _write_json(out / f"bench_recipes_{task.name}.json", report)  # a stopped benchmark keeps its runs
-    report["summary"] = summarise(curves, targets, upstream)
     report["seconds"] = round(time.perf_counter() - t0, 1)
+    return _publish(report, curves, targets, upstream, out, say)
+
+
+def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstream: str | None, out: Path,
+             say=print) -> dict:
+    """The summary of `curves` into `report`, then bench_recipes_<task>.json, .md and .png in `out`."""
+    task = report["task"]
+    report["summary"] = summarise(curves, targets, upstream)
+    budget_s, budget_examples, threads = report["budget_s"], report["budget_examples"], report["threads"]
     budget = " and ".join(b for b in (f"{budget_s:g} training seconds" if budget_s is not None else "",
                                       f"{budget_examples:,.0f} examples" if budget_examples is not None else "") if b)
-    meta = {"seeds": seeds, "threads": f"{threads} thread{'s' if threads != 1 else ''}" if threads else "every thread",
-            "device": configs[names[0]].device, "budget": budget}
-    _write_json(out / f"bench_recipes_{task.name}.json", report)
-    md = markdown(task.name, report["summary"], meta)
-    (out / f"bench_recipes_{task.name}.md").write_text(md, encoding="utf-8")
-    plot(curves, out / f"bench_recipes_{task.name}.png", f"{task.name}: held-out exact accuracy")
+    meta = {"seeds": report["seeds"], "budget": budget,
+            "threads": f"{threads} thread{'s' if threads != 1 else ''}" if threads else "every thread",
+            "device": next(iter(report["configs"].values()))["device"]}
+    _write_json(out / f"bench_recipes_{task}.json", report)
+    md = markdown(task, report["summary"], meta)
+    (out / f"bench_recipes_{task}.md").write_text(md, encoding="utf-8")
+    plot(curves, out / f"bench_recipes_{task}.png", f"{task}: held-out exact accuracy")
     say(md)
-    say(f"report: {out / f'bench_recipes_{task.name}.md'} (+ .json, .png)")
+    say(f"report: {out / f'bench_recipes_{task}.md'} (+ .json, .png)")
     return report
+
+
+def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=print) -> dict:
+    """The report again from saved runs, with other targets: the curves of one or more
+    bench_recipes_<task>.json files of one task and budget joined (a recipe's runs taken from the first file
+    that has it: a second benchmark of new recipes against upstream's adds its new ones). Written into `out`,
+    never over a file read."""
+    from trm_kaggle.jsonio import read_json
+
+    reports = [read_json(p, "bench_recipes report") for p in paths]
+    first = reports[0]
+    for p, r in zip(paths, reports):
+        if not isinstance(r, dict) or not isinstance(r.get("curves"), list) or "configs" not in r:
+            raise TRMError(f"{p}: not a bench_recipes report (no curves)")
+        if (r.get("task"), r.get("budget_s"), r.get("budget_examples"), r.get("seeds")) != (
+                first.get("task"), first.get("budget_s"), first.get("budget_examples"), first.get("seeds")):
+            raise TRMError(f"{p}: another task, budget or seed count than {paths[0]}: its curves do not join")
+    if any((Path(out) / f"bench_recipes_{first['task']}.json").resolve() == Path(p).resolve() for p in paths):
+        raise TRMError(f"--out {out}: would write over a report it reads; name another folder")
+    report, curves = {**first, "curves": [], "recipes": {}, "configs": {}, "joined_from": [str(p) for p in paths]}, []
+    owner: dict[str, int] = {}  # recipe -> the file its runs come from
+    for i, r in enumerate(reports):
+        for c in r["curves"]:
+            name = c["recipe"]
+            if owner.setdefault(name, i) != i:
+                continue  # taken from an earlier file
+            report["recipes"][name], report["configs"][name] = r["recipes"][name], r["configs"][name]
+            curves.append(Curve(**c))
+    report["curves"] = [asdict(c) for c in curves]
+    upstream = UPSTREAM if UPSTREAM in report["recipes"] else None
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return _publish(report, curves, targets, upstream, Path(out), say)
 
 
 def paper_scale(data: Path, recipes: Sequence[str], *, work: Path, seeds: int = 1, budget_s: float = 1800.0,
@@ -654,8 +697,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", action="store_true", help="the paper's scale: --task sudoku-extreme, every thread")
     ap.add_argument("--data", default=None, help="an existing dataset instead of building one (sudoku-extreme)")
     ap.add_argument("--data-test", default=None, help="a dataset whose test split is held out instead")
+    ap.add_argument("--report", nargs="+", default=None, metavar="JSON",
+                    help="train nothing: the report again from saved bench_recipes_<task>.json files (one task; "
+                         "their curves joined) with --targets, into --out")
     ap.add_argument("overrides", nargs="*", help="key=value for every recipe's runs (applied before the recipe's)")
     args = ap.parse_args(argv)
+    if args.report:
+        if not args.out:
+            print("error: --report needs --out DIR (a folder for the new report)", file=sys.stderr)
+            return 2
+        try:
+            rereport([Path(p) for p in args.report], args.targets, Path(args.out))
+        except TRMError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
     task = make_task("sudoku-extreme" if args.gpu else args.task)
     if args.eval_interval is not None:
         if args.eval_interval < 1:

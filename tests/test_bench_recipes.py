@@ -122,3 +122,42 @@ def test_paper_scale_names_its_reports_and_refuses_a_name_that_is_no_file_name(t
     assert not any(tmp_path.iterdir())
     with pytest.raises(TRMError, match="task sudoku9-generated needs --data"):  # the name reaches the task
         paper_scale(None, ["upstream"], work=tmp_path, budget_s=1.0, name="sudoku9-generated")
+
+
+def test_a_report_again_joins_saved_runs_with_other_targets(tmp_path):
+    """`--report`: no training; the curves of two saved reports of one task joined (upstream's from the first),
+    summarised at new targets; another task's report, or an --out that holds an input, is one error."""
+    from dataclasses import asdict
+
+    from benchmarks.bench_recipes import main
+
+    def saved(name, recipes, curves, task="sudoku6"):
+        report = {"task": task, "seeds": 2, "budget_s": None, "budget_examples": 40.0, "threads": 1,
+                  "recipes": {r: {"presets": [], "overrides": []} for r in recipes},
+                  "configs": {r: {"device": "cpu", "lr": i} for i, r in enumerate(recipes)},
+                  "curves": [asdict(c) for c in curves]}
+        (tmp_path / name).write_text(json.dumps(report))
+        return str(tmp_path / name)
+
+    first = saved("a.json", ["upstream", "muon"], [_curve("upstream", 0, [0.1, 0.3, 0.5, 0.7]),
+                                                   _curve("muon", 0, [0.2, 0.4, 0.6, 0.6]),
+                                                   _curve("upstream", 1, [0.0, 0.1, 0.4, 0.6]),
+                                                   _curve("muon", 1, [0.1, 0.5, 0.5, 0.6])])
+    second = saved("b.json", ["upstream", "muon+rsm"], [_curve("upstream", 0, [0.9, 0.9, 0.9, 0.9]),
+                                                        _curve("muon+rsm", 0, [0.6, 0.7, 0.7, 0.7]),
+                                                        _curve("upstream", 1, [0.9, 0.9, 0.9, 0.9]),
+                                                        _curve("muon+rsm", 1, [0.5, 0.6, 0.7, 0.7])])
+    assert main(["--report", first, second, "--targets", "0.6", "--out", str(tmp_path / "joined")]) == 0
+    joined = json.loads((tmp_path / "joined" / "bench_recipes_sudoku6.json").read_text())
+    assert list(joined["recipes"]) == ["upstream", "muon", "muon+rsm"] and len(joined["curves"]) == 6
+    to = joined["summary"]["to_target"]
+    assert to["upstream"]["0.6"]["examples"]["median"] == 40.0  # the first file's upstream (the second's: 10)
+    assert to["muon+rsm"]["0.6"]["examples_ratio"]["min"] == pytest.approx(10 / 40)
+    assert (tmp_path / "joined" / "bench_recipes_sudoku6.png").stat().st_size > 0
+    assert "| muon+rsm | 0.6 | 2/2 |" in (tmp_path / "joined" / "bench_recipes_sudoku6.md").read_text()
+    other = saved("c.json", ["upstream"], [_curve("upstream", 0, [0.1])], task="maze")
+    assert main(["--report", first, other, "--out", str(tmp_path / "x")]) == 2
+    (tmp_path / "bench_recipes_sudoku6.json").write_text((tmp_path / "a.json").read_text())
+    inputs = (tmp_path / "bench_recipes_sudoku6.json").read_bytes()
+    assert main(["--report", str(tmp_path / "bench_recipes_sudoku6.json"), "--out", str(tmp_path)]) == 2
+    assert (tmp_path / "bench_recipes_sudoku6.json").read_bytes() == inputs  # an input is never written over
