@@ -34,9 +34,12 @@ def test_bad_or_contradicting_levers_are_one_line_before_anything_runs(settings,
 
 
 def test_the_presets_set_their_levers():
-    fast = load_train_config(presets=["sudoku-mlp", "fast"])
-    assert fast.optimizer == "muon" and fast.rsm.enabled and fast.rsm.max_warmup is None
+    fast = load_train_config(presets=["sudoku-mlp", "fast"])  # the lever that paid (docs/recipes.md)
+    assert fast.optimizer == "adam_atan2" and not fast.rsm.enabled
     assert [(s.until, s.depth) for s in fast.curriculum.stages] == [(0.3, 1 / 3), (0.6, 2 / 3)]
+    assert fast.model_dump() == load_train_config(presets=["sudoku-mlp", "depth-curriculum"]).model_dump()
+    rsm = load_train_config(presets=["sudoku-mlp", "rsm"])
+    assert rsm.rsm.enabled and rsm.rsm.max_warmup is None
     cgar = load_train_config(presets=["sudoku-mlp", "cgar"])
     assert cgar.supervision_decay == 0.7 and not cgar.rsm.enabled and cgar.curriculum.epochs == 0
     big = load_train_config(presets=["arc1", "large-batch"])
@@ -110,7 +113,7 @@ needs_muon = pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="needs 
 ])
 def test_a_run_with_the_levers_resumes_exactly(sudoku4, tmp_path, levers):
     """Stopped at step 3 (inside the curriculum's second stage) and resumed, a run takes the very steps of an
-    uninterrupted one (`fast`'s levers together: Muon's state too); the schedule the model saw shows the stages
+    uninterrupted one (Muon, RSM and the stages together: Muon's state too); the schedule the model saw shows the stages
     (and RSM's varying warm-up)."""
     seen = []
 
