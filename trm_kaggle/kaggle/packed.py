@@ -109,8 +109,8 @@ def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Call
             raise TRMError(f"{archive}: differs from {folder / MANIFEST} (size {archive.stat().st_size:,} bytes, "
                            f"manifest {outer.get('size')}): the upload was cut short or changed; upload it again")
         dest = Path(scratch) / f"{Path(name).stem}-{outer['sha256'][:16]}"
-        # A copy of ours from an earlier session is reused only when every file's digest is the manifest's; a
-        # damaged one (a cut copy, a changed byte) is unpacked again from the checked archive, never trusted
+        # A copy of ours from an earlier training session is reused only when every file's digest is the
+        # manifest's; a damaged one (a cut copy, a changed byte) is unpacked again from the checked archive
         if dest.is_dir() and owner_problem(dest, UNPACKED) is None:
             damage = _problem(dest, files, digests=True)
             if damage is None:
