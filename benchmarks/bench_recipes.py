@@ -628,12 +628,15 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
     report, curves = {**first, "curves": [], "recipes": {}, "configs": {}, "joined_from": [str(p) for p in paths]}, []
     owner: dict[str, int] = {}  # recipe -> the file its runs come from
     for i, r in enumerate(reports):
-        for c in r["curves"]:
-            name = c["recipe"]
-            if owner.setdefault(name, i) != i:
-                continue  # taken from an earlier file
-            report["recipes"][name], report["configs"][name] = r["recipes"][name], r["configs"][name]
-            curves.append(Curve(**c))
+        try:
+            for c in r["curves"]:
+                name = c["recipe"]
+                if owner.setdefault(name, i) != i:
+                    continue  # taken from an earlier file
+                report["recipes"][name], report["configs"][name] = r["recipes"][name], r["configs"][name]
+                curves.append(Curve(**c))
+        except (KeyError, TypeError) as e:
+            raise TRMError(f"{paths[i]}: a curve or recipe is not as bench_recipes writes it ({e!r})") from None
     report["curves"] = [asdict(c) for c in curves]
     upstream = UPSTREAM if UPSTREAM in report["recipes"] else None
     Path(out).mkdir(parents=True, exist_ok=True)

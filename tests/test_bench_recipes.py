@@ -157,6 +157,11 @@ def test_a_report_again_joins_saved_runs_with_other_targets(tmp_path):
     assert "| muon+rsm | 0.6 | 2/2 |" in (tmp_path / "joined" / "bench_recipes_sudoku6.md").read_text()
     other = saved("c.json", ["upstream"], [_curve("upstream", 0, [0.1])], task="maze")
     assert main(["--report", first, other, "--out", str(tmp_path / "x")]) == 2
+    broken = json.loads((tmp_path / "a.json").read_text())
+    del broken["curves"][1]["recipe"]
+    (tmp_path / "d.json").write_text(json.dumps(broken))
+    assert main(["--report", str(tmp_path / "d.json"), "--out", str(tmp_path / "y")]) == 2
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
     (tmp_path / "bench_recipes_sudoku6.json").write_text((tmp_path / "a.json").read_text())
     inputs = (tmp_path / "bench_recipes_sudoku6.json").read_bytes()
     assert main(["--report", str(tmp_path / "bench_recipes_sudoku6.json"), "--out", str(tmp_path)]) == 2
