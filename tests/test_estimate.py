@@ -379,5 +379,7 @@ def test_estimate_prices_test_time_sampling_k_trajectories_times_the_depth(tmp_p
     assert main(common) == 0
     assert "trajectories x" not in capsys.readouterr().out
     assert seen[0] == 24 and seen[1] < 24
+    assert main([*common, "--test-depth", "8"]) == 0
+    assert "1 trajectory x 8 ACT steps = 8 row-steps" in capsys.readouterr().out and seen[2] == 8
     assert main([*common, "--trajectories", "99"]) == 2  # the config's bound, one line
     assert "trajectories" in capsys.readouterr().err

@@ -27,6 +27,7 @@ from trm_kaggle.model import read_export
 from trm_kaggle.solve.schedule import MODES, finetune_phases, steps_by_kind
 from trm_kaggle.solve.step_timer import REPEATS, StepTimes, time_steps, timing_cap
 from trm_kaggle.train import load_train_config
+from trm_kaggle.wording import count
 
 #: SolveConfig's test-time levers: what they change is priced here and keyed in a task's result (job.py)
 TEST_TIME_FIELDS = ("trajectories", "trajectory_noise", "trajectory_select", "test_depth")
@@ -156,13 +157,12 @@ def estimate_kernel(cfg: SolveConfig, *, weights: str | None = None, preset: str
         arch, seq_len, vocab = load_train_config(presets=[preset]).arch, 900, 12
     arch = cfg.run_arch(arch)
     share = -(-tasks // devices)  # the busiest device's share
+    steps = prediction_steps(cfg, arch.halt_max_steps)
     e = estimate(arch, tasks=share, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps, finetune=cfg.finetune,
                  embeddings_fraction=cfg.embeddings_fraction, batch_size=batch_size, eval_batch_size=eval_batch_size,
-                 device=pick_device(device), seq_len=seq_len, vocab_size=vocab, say=say,
-                 act_steps=prediction_steps(cfg, arch.halt_max_steps))
-    steps = prediction_steps(cfg, arch.halt_max_steps)
-    sampled = (f"\n(inference priced at {cfg.trajectories} trajectories x {steps // cfg.trajectories} ACT steps = "
-               f"{steps} row-steps per augmented test input; docs/test_time.md)"
-               if cfg.trajectories > 1 or cfg.test_depth else "")
+                 device=pick_device(device), seq_len=seq_len, vocab_size=vocab, say=say, act_steps=steps)
+    sampled = (f"\n(inference priced at {count(cfg.trajectories, 'trajectory', 'trajectories')} x "
+               f"{steps // cfg.trajectories} ACT steps = {steps} row-steps per augmented test input; "
+               "docs/test_time.md)" if cfg.trajectories > 1 or cfg.test_depth else "")
     return (format_estimate(e, share, cfg.num_aug) + sampled
             + (f"\n(per device: {tasks} tasks over {devices} devices)" if devices > 1 else ""))
