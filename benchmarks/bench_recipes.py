@@ -614,6 +614,7 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
     that has it: a second benchmark of new recipes against upstream's adds its new ones). Written into `out`,
     never over a file read."""
     from trm_kaggle.jsonio import read_json
+    from trm_kaggle.wording import clipped
 
     reports = [read_json(p, "bench_recipes report") for p in paths]
     first = reports[0]
@@ -623,6 +624,8 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
         if (r.get("task"), r.get("budget_s"), r.get("budget_examples"), r.get("seeds")) != (
                 first.get("task"), first.get("budget_s"), first.get("budget_examples"), first.get("seeds")):
             raise TRMError(f"{p}: another task, budget or seed count than {paths[0]}: its curves do not join")
+    if not isinstance(first.get("task"), str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,60}", first["task"]):
+        raise TRMError(f"{paths[0]}: task {clipped(first.get('task'))} is no task name (it names the report's files)")
     if any((Path(out) / f"bench_recipes_{first['task']}.json").resolve() == Path(p).resolve() for p in paths):
         raise TRMError(f"--out {out}: would write over a report it reads; name another folder")
     report, curves = {**first, "curves": [], "recipes": {}, "configs": {}, "joined_from": [str(p) for p in paths]}, []

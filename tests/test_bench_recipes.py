@@ -162,6 +162,9 @@ def test_a_report_again_joins_saved_runs_with_other_targets(tmp_path):
     (tmp_path / "d.json").write_text(json.dumps(broken))
     assert main(["--report", str(tmp_path / "d.json"), "--out", str(tmp_path / "y")]) == 2
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    hostile = saved("e.json", ["upstream"], [_curve("upstream", 0, [0.1])], task="../../escaped")
+    assert main(["--report", hostile, "--out", str(tmp_path / "z")]) == 2  # a task name never becomes a path
+    assert not list(tmp_path.parent.glob("escaped*")) and not (tmp_path / "z").exists()
     (tmp_path / "bench_recipes_sudoku6.json").write_text((tmp_path / "a.json").read_text())
     inputs = (tmp_path / "bench_recipes_sudoku6.json").read_bytes()
     assert main(["--report", str(tmp_path / "bench_recipes_sudoku6.json"), "--out", str(tmp_path)]) == 2
