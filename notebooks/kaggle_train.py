@@ -146,17 +146,16 @@ except OSError as e:
 # %% [markdown]
 # ## Install `trm_kaggle` offline
 #
-# Only when it is not importable yet: `pip install --no-index --no-deps --find-links WHEELS_DIR trm_kaggle ...`,
-# naming trm_kaggle and each other distribution of the wheels dataset the image lacks: what the image has is
-# never re-resolved (one unmet requirement of its own packages would fail the install). Then every requirement of
-# trm_kaggle is checked by name; one line names what is missing.
+# Only when it is not importable yet, by the package's own installer (`trm_kaggle/kaggle/offline_install.py`,
+# standard library only, read out of the wheel): `pip install --no-index --no-deps --find-links WHEELS_DIR
+# trm_kaggle ...` (no network), naming trm_kaggle and each other distribution of the wheels dataset that the image
+# lacks. `--no-deps`: what the image already has is never re-resolved, so one unmet requirement of the image's own
+# packages cannot fail the install. Then every requirement of trm_kaggle is checked by name: one line names what
+# is missing.
 
 # %%
-import importlib
-import importlib.metadata
 import importlib.util
-import re
-import subprocess
+import zipfile
 
 
 def first_dir_with(pattern):
@@ -165,76 +164,36 @@ def first_dir_with(pattern):
     return str(found[0].parent) if found else None
 
 
-def installed(dist):
-    try:
-        importlib.metadata.version(dist)
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
-def install_offline(wheels):
-    """pip install --no-index --no-deps: trm_kaggle and every other distribution whose wheel lies in `wheels`
-    and which the image does not have. Nothing the image has is re-resolved (one unmet requirement of its own,
-    say torch's setuptools, would fail the whole install); RuntimeError with pip's own reason."""
-    names = {re.split(r"-", p.name, maxsplit=1)[0] for p in Path(wheels).glob("*.whl")}
-    extra = sorted(n for n in names if n.lower() != "trm_kaggle" and not installed(n))
-    cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--find-links", str(wheels),
-           "--disable-pip-version-check", "--no-color", "trm_kaggle", *extra]
-    pip = subprocess.run(cmd, capture_output=True, text=True)
-    print(pip.stdout)
-    if pip.returncode != 0:
-        said = [line.strip() for line in pip.stderr.splitlines() if line.strip()] or ["(no message)"]
-        last = ([line for line in said if line.startswith("ERROR")] or said)[-1]  # pip's own reason
-        raise RuntimeError(f"pip install --no-index --no-deps --find-links {wheels} trm_kaggle failed "
-                           f"(status {pip.returncode}): {last}")
-    importlib.invalidate_caches()
-
-
-def missing_requirements(dist="trm_kaggle"):
-    """The requirements of `dist` (its extras aside) that no installed distribution meets by name: what the image
-    lacks and the wheels dataset did not carry. A version outside a requirement's range is only a warning (the
-    image's own version is the one its other packages were built with)."""
-    try:
-        from pip._vendor.packaging.requirements import Requirement  # pip's copy: the standard library has none
-    except ImportError:
-        Requirement = None
-    try:
-        reqs = importlib.metadata.requires(dist) or []
-    except importlib.metadata.PackageNotFoundError:
-        return []  # importable without metadata (a path on sys.path): nothing to compare
-    missing = []
-    for text in reqs:
-        req = Requirement(text) if Requirement else None
-        if req is not None and req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue  # an extra's requirement, or one for another platform
-        if req is None and ";" in text:
-            continue
-        name = req.name if req else re.match(r"[A-Za-z0-9._-]+", text.strip()).group(0)
-        try:
-            version = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            missing.append(text.split(";")[0].strip())
-            continue
-        if req is not None and req.specifier and not req.specifier.contains(version, prereleases=True):
-            warn(f"{dist} asks for {req.name}{req.specifier}; this image has {version} (kept: installed as it is)")
-    return missing
+def offline_installer():
+    """(trm_kaggle/kaggle/offline_install.py's namespace, the wheels folder or None). The installer (standard
+    library only) is read from the package where it is importable, else out of the trm_kaggle wheel (a zip) in
+    the wheels dataset, and run on its own: the package cannot be imported before it is installed."""
+    spec = importlib.util.find_spec("trm_kaggle")
+    wheels = None
+    if spec is not None:
+        where = Path(list(spec.submodule_search_locations)[0]) / "kaggle" / "offline_install.py"
+        source = where.read_text(encoding="utf-8")
+    else:
+        wheels = WHEELS_DIR or first_dir_with("trm_kaggle*.whl")
+        found = sorted(Path(wheels).glob("trm_kaggle-*.whl")) if wheels else []
+        if not found:
+            raise RuntimeError(f"trm_kaggle is not installed and no trm_kaggle*.whl is under "
+                               f"{WHEELS_DIR or KAGGLE_INPUT}: attach the wheels dataset or set WHEELS_DIR")
+        where = found[-1]
+        with zipfile.ZipFile(where) as wheel:
+            if "trm_kaggle/kaggle/offline_install.py" not in wheel.namelist():
+                raise RuntimeError(f"{where} has no trm_kaggle/kaggle/offline_install.py: a wheel older than "
+                                   "this notebook (rebuild the wheels dataset)")
+            source = wheel.read("trm_kaggle/kaggle/offline_install.py").decode("utf-8")
+    scope = {"__name__": "trm_kaggle_offline_install"}
+    exec(compile(source, str(where), "exec"), scope)
+    return scope, wheels
 
 
 if READY:
     try:
-        if importlib.util.find_spec("trm_kaggle") is None:
-            wheels = WHEELS_DIR or first_dir_with("trm_kaggle*.whl")
-            if wheels is None:
-                raise RuntimeError(f"trm_kaggle is not installed and no trm_kaggle*.whl is under {KAGGLE_INPUT}: "
-                                   "attach the wheels dataset or set WHEELS_DIR")
-            install_offline(wheels)
-        else:
-            print("trm_kaggle is already importable: nothing installed")
-        missing = missing_requirements()
-        if missing:
-            raise RuntimeError(f"trm_kaggle needs {', '.join(missing)}, which neither this image nor the wheels "
-                               f"dataset has (build the wheels dataset without --kaggle-has for them)")
+        installer, wheels = offline_installer()
+        installer["prepare"](wheels, warn=warn)
     except Exception as e:  # noqa: BLE001 - the notebook never raises
         fail(f"installing trm_kaggle failed ({e})")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from trm_kaggle.kaggle import sandbox
+from trm_kaggle.kaggle import offline_install, sandbox
 from trm_kaggle.kaggle.metadata import BundleIds, REPO_ROOT
 from trm_kaggle.kaggle.wheels import build_pure_wheel, copy_project_sources
 
@@ -31,7 +31,7 @@ def code_cells(name: str) -> list[str]:
 
 
 def install_cell(cells: list[str]) -> int:
-    (index,) = [i for i, c in enumerate(cells) if "def install_offline(" in c]
+    (index,) = [i for i, c in enumerate(cells) if "def offline_installer(" in c]
     return index
 
 
@@ -100,6 +100,7 @@ def test_a_requirement_nobody_has_is_named_in_one_line(image, tmp_path):
             "Requires-Dist: trm-missing-dependency>=1\nRequires-Dist: trm-extra-only>=1; extra == \"x\"\n")
     with zipfile.ZipFile(own / "trm_kaggle-99.0-py3-none-any.whl", "w") as z:
         z.writestr("trm_kaggle/__init__.py", "")
+        z.writestr(offline_install.WHEEL_PATH, Path(offline_install.__file__).read_text())
         z.writestr("trm_kaggle-99.0.dist-info/METADATA", meta)
         z.writestr("trm_kaggle-99.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         z.writestr("trm_kaggle-99.0.dist-info/RECORD", "")
@@ -149,3 +150,58 @@ def test_the_notebooks_fallback_is_the_one_submit_writes():
     tasks["square"] = {"train": [], "test": [{"input": [[1, 2], [2, 1]]}, {"input": [[0]]}]}
     tasks["bad"] = {"train": [], "test": [{"input": [[1, 2], [3]]}, {}]}
     assert scope["fallback_submission"](tasks) == make_submission(tasks, {}).submission
+
+
+def test_the_installer_is_standard_library_only_and_one_copy_serves_both_notebooks():
+    """The notebooks run offline_install.py before trm_kaggle can be imported: it may import nothing else, and
+    neither notebook carries its own copy of what it does."""
+    import ast
+    import sys
+
+    tree = ast.parse(Path(offline_install.__file__).read_text())
+    roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
+    assert roots - {"pip"} <= set(sys.stdlib_module_names), roots
+    for notebook in ("kaggle_submission.ipynb", "kaggle_train.ipynb"):
+        cell = code_cells(notebook)[install_cell(code_cells(notebook))]
+        assert "--no-deps" not in cell and "def missing_requirements" not in cell  # the module's job alone
+        assert 'installer["prepare"](wheels, warn=warn)' in cell and offline_install.WHEEL_PATH in cell
+
+
+def test_the_installer_names_an_unmet_requirement_and_warns_on_a_version(monkeypatch):
+    reqs = ["numpy>=1", "numpy<0.1", "trm-missing-dependency>=1", 'trm-extra-only>=1; extra == "x"',
+            'trm-other-platform>=1; sys_platform == "nonexistent"']
+    monkeypatch.setattr(offline_install.importlib.metadata, "requires", lambda dist: reqs)
+    said: list[str] = []
+    assert offline_install.missing_requirements("anything", warn=said.append) == ["trm-missing-dependency>=1"]
+    assert len(said) == 1 and "numpy<0.1" in said[0] and "kept: installed as it is" in said[0]
+    with pytest.raises(RuntimeError, match=r"^trm_kaggle needs trm-missing-dependency>=1, which neither"):
+        offline_install.prepare(None, warn=said.append)  # trm_kaggle is importable here: the check alone
+
+
+def test_a_wheel_without_the_installer_is_one_line_and_no_install(tmp_path):
+    """The kernel's cell, in a process where trm_kaggle is not importable, given a wheel built before the
+    installer existed: READY False with one line naming the wheel, nothing installed."""
+    import sys
+    import zipfile
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "trm_kaggle-0.1-py3-none-any.whl", "w") as z:
+        z.writestr("trm_kaggle/__init__.py", "")
+    cells = code_cells("kaggle_submission.ipynb")
+    params = (f"KAGGLE_INPUT = {str(tmp_path / 'input')!r}\nKAGGLE_WORKING = {str(tmp_path / 'working')!r}\n"
+              f"WHEELS_DIR = {str(wheels)!r}\n")
+    (tmp_path / "input" / "comp").mkdir(parents=True)
+    (tmp_path / "input" / "comp" / "arc-agi_test_challenges.json").write_text(json.dumps(
+        {"00000000": {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1, 2]]}]}}))
+    hide = ("import importlib.util as _u\n_f = _u.find_spec\n"  # trm_kaggle not importable, as in a fresh image
+            "_u.find_spec = lambda n, *a: None if n == 'trm_kaggle' else _f(n, *a)\n")
+    script = "\n\n".join([hide, cells[0], params, *cells[1:install_cell(cells) + 1], "print('READY', READY)"])
+    (tmp_path / "cells.py").write_text(script)
+    res = subprocess.run([sys.executable, str(tmp_path / "cells.py")], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=120)
+    lines = [line for line in (res.stdout + res.stderr).splitlines() if "installing trm_kaggle failed" in line]
+    assert res.returncode == 0 and "READY False" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+    assert len(lines) == 1 and "has no trm_kaggle/kaggle/offline_install.py" in lines[0], lines
+    assert "rebuild the wheels dataset" in lines[0]

@@ -1,0 +1,99 @@
+"""The kernels' offline install of trm_kaggle: standard library only, run before the package can be imported.
+
+The two Kaggle notebooks read this file's source out of the trm_kaggle wheel in the attached wheels dataset (a
+wheel is a zip) and execute it on its own, so one copy serves both: nothing here may import trm_kaggle or
+anything outside the standard library (pip's vendored `packaging` is used where it is there).
+
+`prepare(wheels, warn)`: when trm_kaggle is not importable, `pip install --no-index --no-deps --find-links
+WHEELS trm_kaggle ...`, naming trm_kaggle and each other distribution of the wheels dataset that the image lacks
+(the dataset carries every dependency Kaggle's image lacks, for each Python it may run: pip picks the running
+one's wheels). `--no-deps`: what the image already has is never re-resolved, so one unmet requirement of the
+image's own packages (say torch's setuptools) cannot fail the install. Then every requirement of trm_kaggle is
+checked by name, and what neither the image nor the dataset has is named in one RuntimeError.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+#: Where this file lies inside the trm_kaggle wheel (the notebooks read it from there).
+WHEEL_PATH = "trm_kaggle/kaggle/offline_install.py"
+
+
+def installed(dist: str) -> bool:
+    try:
+        importlib.metadata.version(dist)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def install_offline(wheels: str | Path) -> str:
+    """pip install --no-index --no-deps: trm_kaggle and every other distribution whose wheel lies in `wheels`
+    and which the image does not have; returns pip's output. RuntimeError with pip's own reason."""
+    names = {re.split(r"-", p.name, maxsplit=1)[0] for p in Path(wheels).glob("*.whl")}
+    extra = sorted(n for n in names if n.lower() != "trm_kaggle" and not installed(n))
+    cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--find-links", str(wheels),
+           "--disable-pip-version-check", "--no-color", "trm_kaggle", *extra]
+    pip = subprocess.run(cmd, capture_output=True, text=True)
+    if pip.returncode != 0:
+        said = [line.strip() for line in pip.stderr.splitlines() if line.strip()] or ["(no message)"]
+        last = ([line for line in said if line.startswith("ERROR")] or said)[-1]  # pip's own reason
+        raise RuntimeError(f"pip install --no-index --no-deps --find-links {wheels} trm_kaggle failed "
+                           f"(status {pip.returncode}): {last}")
+    importlib.invalidate_caches()
+    return pip.stdout
+
+
+def missing_requirements(dist: str = "trm_kaggle", warn: Callable[[str], None] = print) -> list[str]:
+    """The requirements of `dist` (its extras aside) that no installed distribution meets by name: what the image
+    lacks and the wheels dataset did not carry. A version outside a requirement's range is only a warning (the
+    image's own version is the one its other packages were built with)."""
+    try:
+        from pip._vendor.packaging.requirements import Requirement  # pip's copy: the standard library has none
+    except ImportError:
+        Requirement = None
+    try:
+        reqs = importlib.metadata.requires(dist) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []  # importable without metadata (a path on sys.path): nothing to compare
+    missing = []
+    for text in reqs:
+        req = Requirement(text) if Requirement else None
+        if req is not None and req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue  # an extra's requirement, or one for another platform
+        if req is None and ";" in text:
+            continue
+        name = req.name if req else re.match(r"[A-Za-z0-9._-]+", text.strip()).group(0)
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(text.split(";")[0].strip())
+            continue
+        if req is not None and req.specifier and not req.specifier.contains(version, prereleases=True):
+            warn(f"{dist} asks for {req.name}{req.specifier}; this image has {version} (kept: installed as it is)")
+    return missing
+
+
+def prepare(wheels: str | Path | None, warn: Callable[[str], None] = print) -> None:
+    """trm_kaggle importable with every requirement met by name, or RuntimeError naming what is missing (one
+    line). `wheels`: the wheels dataset's folder (only read when trm_kaggle is not importable yet)."""
+    if importlib.util.find_spec("trm_kaggle") is None:
+        if wheels is None:
+            raise RuntimeError("trm_kaggle is not installed and no wheels folder was found: attach the wheels "
+                               "dataset or set WHEELS_DIR")
+        print(f"wheels: {wheels}")
+        print(install_offline(wheels))
+    else:
+        print("trm_kaggle is already importable: nothing installed")
+    missing = missing_requirements(warn=warn)
+    if missing:
+        raise RuntimeError(f"trm_kaggle needs {', '.join(missing)}, which neither this image nor the wheels "
+                           f"dataset has (build the wheels dataset without --kaggle-has for them)")
