@@ -154,6 +154,28 @@ def test_eval_fits_before_the_deadline():
     assert StopControl(rt, save_every_s=None, deadline=None, deadline_name="").eval_fits(1e9)
 
 
+def test_under_torchrun_a_signal_landing_during_the_joint_decision_counts_at_the_next_one(monkeypatch):
+    """Two ranks sum their flags; a SIGTERM that reaches this rank while the sum is under way was not in the
+    other rank's sum, so neither stops now (a rank that stopped alone waited in the final save's gather while the
+    other trained on: the hang this test pins); at the next decision both do."""
+    rt = Runtime(device=__import__("torch").device("cpu"), dtype=None, dtype_reason="", rank=1, world_size=2)
+    control = StopControl(rt, save_every_s=None, deadline=None, deadline_name="", every=3)
+    sums = []
+
+    def joint_sum(flags):  # the other rank sends zeros; this rank's signal lands during the first sum
+        sums.append(list(flags))
+        if len(sums) == 1:
+            control._on_signal(signal.SIGTERM, None)
+        return [int(f) for f in flags]
+
+    monkeypatch.setattr(control, "_sum", joint_sum)
+    assert control.poll(3).stop == "" and control.signum == signal.SIGTERM  # as the other rank decided
+    assert not control.signalled()  # a run ending on its schedule now ends as the other rank's does
+    assert control.poll(4).stop == ""  # between joint decisions nothing is decided
+    assert control.poll(6).stop == "SIGTERM" and sums[1][2] is True  # sent to the other rank this time
+    assert control.signalled()
+
+
 @pytest.fixture(scope="module")
 def large_test_split(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("data") / "sudoku4-large-test"

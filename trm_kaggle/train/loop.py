@@ -151,7 +151,7 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
     run.metric_log.close()
     result.step, result.epoch = state.step, state.step / run.steps_per_epoch
     result.examples_per_second = clock.examples_per_second(state.step, cfg.global_batch_size)
-    if control.signum is not None:  # SIGINT or SIGTERM: saved above; the caller stops as after Ctrl-C
+    if control.signalled():  # SIGINT or SIGTERM: saved above; the caller stops as after Ctrl-C
         raise control.interrupted(state.step, ckpt.state_path(run.run_dir, state.step))
     return result
 

@@ -16,9 +16,11 @@ whose message is the one line to show and whose `exit_status` is 128 + the signa
 
 Under torchrun every rank must save and stop at the same step (a save gathers every rank's carries): the
 ranks decide together, every `log_interval` steps, in one small all-reduce of their flags (any rank's signal,
-deadline or due save counts for all), so a signal or a due save waits at most `log_interval` steps there. A second signal changes nothing there
-(torchrun's launcher sends its own SIGTERM after a Ctrl-C reached every process), and every rank waits until
-rank 0 has written the state before it ends (the launcher stops the others when one rank exits).
+deadline or due save counts for all), so a signal or a due save waits at most `log_interval` steps there. Only
+the summed flags decide: a signal landing while they are summed counts at the next decision, and one after the
+last decision of a run that ends on its schedule leaves it ending as the others do. A second signal changes
+nothing there (torchrun's launcher sends its own SIGTERM after a Ctrl-C reached every process), and every rank
+waits until rank 0 has written the state before it ends (the launcher stops the others when one rank exits).
 
 `eval_fits(seconds)` says whether an evaluation expected to take that long ends before the deadline; under
 torchrun rank 0's answer holds for every rank.
@@ -93,6 +95,7 @@ class StopControl:
         self.every = max(1, int(every)) if rt.distributed else 1  # steps between joint decisions (torchrun)
         self.signals = signals and threading.current_thread() is threading.main_thread()
         self.signum: int | None = None  # the first stop signal received
+        self.stopped_by_signal = False  # a decision stopped the run for a signal (under torchrun: every rank's)
         self.last_save = monotonic()
         self.saved_step: int | None = None
         self._cuttable = False  # inside an evaluation a signal may cut short
@@ -149,16 +152,23 @@ class StopControl:
         """Before the optimizer step `step + 1`: save now? stop now?"""
         if self.rt.distributed and step % self.every:
             return Decision()
+        # The signal is read once: under torchrun one that lands while the flags are being summed was not in
+        # this decision on the other ranks, so it counts at the next one here too (a rank that stopped alone
+        # would wait in the final save's gather while the others train on).
+        signum = self.signum
         past_deadline = self.deadline is not None and monotonic() >= self.deadline
         due = self.save_every_s is not None and monotonic() - self.last_save >= self.save_every_s
-        flags = [past_deadline, self.signum == signal.SIGINT, self.signum == signal.SIGTERM, due]
+        flags = [past_deadline, signum == signal.SIGINT, signum == signal.SIGTERM, due]
         if self.rt.distributed:
             flags = [v > 0 for v in self._sum(flags)]
-            if self.signum is None and (flags[1] or flags[2]):  # another rank's signal stops this one too
-                self.signum = signal.SIGINT if flags[1] else signal.SIGTERM
+            if signum is None and (flags[1] or flags[2]):  # another rank's signal stops this one too
+                signum = signal.SIGINT if flags[1] else signal.SIGTERM
+                if self.signum is None:
+                    self.signum = signum
         past_deadline, _, _, due = flags
-        if self.signum is not None:
-            return Decision(stop=signal_name(self.signum))
+        if signum is not None:
+            self.stopped_by_signal = True
+            return Decision(stop=signal_name(self.signum or signum))
         if past_deadline:
             return Decision(stop=self.deadline_name)
         return Decision(save=due)
@@ -179,6 +189,12 @@ class StopControl:
         if self.rt.device.type == "xla":
             xla.step_boundary()  # XLA: run the reduction before the host reads it
         return [int(v) for v in total.tolist()]
+
+    def signalled(self) -> bool:
+        """Whether the run ends as interrupted: a signal came (in one process, even after the last decision, as
+        Ctrl-C during the last step); under torchrun only when the ranks decided so together (a signal after the
+        last joint decision reached this rank alone: the run ends as the others do)."""
+        return self.signum is not None and (self.stopped_by_signal or not self.rt.distributed)
 
     def interrupted(self, step: int, path) -> TrainingInterrupted:
         """The exception that ends a run stopped by a signal, saved at `step` in `path` (under torchrun once
