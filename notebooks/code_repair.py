@@ -46,6 +46,9 @@ DOCTESTS = False  # run doctests on fixes and predictions (runs code: see above)
 # %%
 import difflib
 
+from trm_kaggle.hardware import quiet_openmp_waits
+
+quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
 from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig
 from trm_kaggle.data import (build_code_repair, format_repair_build, load_repair_tokens, load_split, read_repair_meta,
                              verify_dataset)

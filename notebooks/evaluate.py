@@ -46,6 +46,9 @@ from pathlib import Path
 
 from IPython.display import Image, Markdown, display
 
+from trm_kaggle.hardware import quiet_openmp_waits
+
+quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
 from trm_kaggle.data import load_metadata
 from trm_kaggle.evaluate import evaluate, task_picture_png, write_report
 from trm_kaggle.model import load_inference_model

@@ -297,6 +297,9 @@ import logging
 
 if READY:
     try:
+        from trm_kaggle.hardware import quiet_openmp_waits
+
+        print(f"OpenMP waits: {quiet_openmp_waits()}")  # before torch loads OpenMP; the solve's workers inherit it
         import torch
 
         import trm_kaggle

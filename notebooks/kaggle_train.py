@@ -209,6 +209,9 @@ if READY:
     try:
         import logging
 
+        from trm_kaggle.hardware import quiet_openmp_waits
+
+        print(f"OpenMP waits: {quiet_openmp_waits()}")  # before torch loads OpenMP
         import trm_kaggle
         from trm_kaggle.kaggle_training import run_session, stop_when_the_runner_exits
         from trm_kaggle.train import override_list

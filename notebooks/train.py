@@ -34,6 +34,9 @@ MEAN_EMBEDDING = False  # keep only the mean puzzle-embedding row in the export 
 # %%
 import matplotlib.pyplot as plt
 
+from trm_kaggle.hardware import quiet_openmp_waits
+
+quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
 from trm_kaggle.train import dump_config, export_run, load_train_config, override_list, read_metrics, train
 
 RUN_DIR = RUN_DIR or f"runs/notebooks/train/{PRESET}"

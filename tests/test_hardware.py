@@ -134,3 +134,33 @@ def test_place_model_moves_the_model_or_refuses_in_one_line():
         with pytest.raises(TRMError, match=why) as e:
             hardware.place_model(torch.nn.Linear(2, 2), bad)
         assert "\n" not in str(e.value)
+
+
+def _waits_in_a_fresh_process(env_extra: dict[str, str], code: str) -> list[str]:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in hardware.WAIT_ENVS} | env_extra
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.splitlines()
+
+
+def test_openmp_waits_are_shortened_before_torch_loads_unless_the_user_chose():
+    show = ("import os\nfrom trm_kaggle.hardware import quiet_openmp_waits\nprint(quiet_openmp_waits())\n"
+            "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))\n")
+    said, env = _waits_in_a_fresh_process({}, show)
+    assert said.startswith("GOMP_SPINCOUNT=10000 (trm_kaggle's default") and env == "10000 None"
+    said, env = _waits_in_a_fresh_process({"OMP_WAIT_POLICY": "ACTIVE"}, show)
+    assert said == "OMP_WAIT_POLICY=ACTIVE (as set)" and env == "None ACTIVE"
+    said, env = _waits_in_a_fresh_process({"GOMP_SPINCOUNT": "5"}, show)
+    assert said == "GOMP_SPINCOUNT=5 (as set)" and env == "5 None"
+    said, env = _waits_in_a_fresh_process({}, "import torch\n" + show)  # too late: nothing changed, said so
+    assert "torch was imported before" in said and env == "None None"
+
+
+def test_the_command_line_shortens_the_waits_before_any_command_loads_torch():
+    (line,) = [x for x in _waits_in_a_fresh_process({}, "import sys\nfrom trm_kaggle.cli import main\n"
+                                                        "sys.exit(main(['doctor']))") if x.startswith("OpenMP waits")]
+    assert line == "OpenMP waits: GOMP_SPINCOUNT=10000 (trm_kaggle's default: shorter spinning waits)"

@@ -147,6 +147,7 @@ def machine_lines(f: hardware.HardwareFacts) -> list[str]:
         lines.append("GPU: none visible to torch" + ("; Apple MPS available" if f.mps else ""))
     lines.append(f"torch {f.torch_version}" + (f", CUDA {f.torch_cuda}" if f.torch_cuda else ", CPU build")
                  + f"; BLAS {f.blas}; oneDNN {f.onednn}")
+    lines.append(f"OpenMP waits: {hardware.quiet_openmp_waits()}")
     return lines
 
 

@@ -251,6 +251,31 @@ def env_threads() -> int | None:
     return int(raw) if raw.isdigit() and 0 < int(raw) <= 4096 else None
 
 
+#: GNU OpenMP (torch's CPU thread pool on Linux) lets a thread that finished its share of a parallel region spin
+#: `GOMP_SPINCOUNT` times (300,000 by default) before it sleeps. On a core another process wants, that spinning
+#: takes the core from the thread it waits for: one training with 2 threads beside 2 busy processes ran at 13-80
+#: examples/s in some runs against about 250 in others. 10,000 spins kept an idle machine's speed (x1.02) and
+#: gave the neighbours back CPU (x1.18 of their work); `OMP_WAIT_POLICY=PASSIVE` halved the idle speed
+#: (docs/benchmarks.md, "CPU threads on a shared machine").
+WAIT_ENVS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+SHORT_SPIN = "10000"
+
+
+def quiet_openmp_waits() -> str:
+    """Shorten OpenMP's spinning waits (`GOMP_SPINCOUNT=10000`) for this process and the ones it starts, unless
+    OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (the user's choice stands). OpenMP reads it once, when torch loads
+    it: the CLI's entry and the notebooks call this before torch is imported; afterwards it changes nothing.
+    Returns what holds, in words (`trm-kaggle doctor` shows it)."""
+    default = f"GOMP_SPINCOUNT={SHORT_SPIN} (trm_kaggle's default: shorter spinning waits)"
+    chosen = [f"{k}={os.environ[k]}" for k in WAIT_ENVS if k in os.environ]
+    if chosen:
+        return default if chosen == [f"GOMP_SPINCOUNT={SHORT_SPIN}"] else ", ".join(chosen) + " (as set)"
+    if "torch" in sys.modules:
+        return "OpenMP's own spinning waits (torch was imported before trm_kaggle could shorten them)"
+    os.environ["GOMP_SPINCOUNT"] = SHORT_SPIN
+    return default
+
+
 def free_cores() -> tuple[int, int, float]:
     """(free, usable, load): of the cores this process may run on (`usable_cores`), those other work leaves free,
     from the 1-minute load average (one runnable process, this one, is ours), and the load itself. A machine

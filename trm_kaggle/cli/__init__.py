@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # submit's --time-budget counts from here: its imports and checks are spent too
     try:
+        from trm_kaggle.hardware import quiet_openmp_waits
+
+        quiet_openmp_waits()  # before any command imports torch; its workers, ranks and sweep children inherit it
         return _main(argv, started)
     except KeyboardInterrupt as e:  # Ctrl-C, from the first import on; a training run stopped by SIGINT/SIGTERM
         print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)  # says where it saved
