@@ -37,6 +37,7 @@ TRAIN = [  # the issue's examples, then their siblings
     ("arch.rms_norm_eps=nan", "arch.rms_norm_eps"), ("arch.halt_exploration_prob=nan", "arch.halt_exploration_prob"),
     ("arch.hidden_size=0", "arch.hidden_size"), (f"arch.puzzle_emb_ndim={BIG}", "arch.puzzle_emb_ndim"),
     ("halt_schedule.start_prob=nan", "halt_schedule.start_prob"), ("curriculum.epochs=-1", "curriculum.epochs"),
+    ("global_batch_size=1000000000000000", "global_batch_size"), ("micro_batch_size=2000000", "micro_batch_size"),
 ]
 
 
@@ -130,11 +131,21 @@ def test_every_number_of_every_config_is_finite_and_fits_64_bits(model, name, is
 
 
 @pytest.mark.parametrize("flags", [["--batch-size", "1000000000000"], ["--batch-size", "0"], ["--max-steps", "0"],
-                                   ["--max-tasks", "0"], ["--device", "gpu"]])
+                                   ["--max-tasks", "0"], ["--device", "gpu"], ["--task-id-seed", "-5"],
+                                   ["--task-id-seed", str(10**23)], ["--first", str(10**20)],
+                                   ["--tasks", "abc"], ["--first", "3"]])  # the last two: no --report-dir to draw in
 def test_evaluate_settings(flags, tmp_path, capsys):
     """trm-kaggle evaluate's settings are an EvaluateConfig: a value out of bounds is one line naming the flag."""
     (tmp_path / "w").mkdir()
     (tmp_path / "d").mkdir()
     assert main(["evaluate", "--weights", str(tmp_path / "w"), "--data", str(tmp_path / "d"), "--no-progress",
                  *flags]) == 2
+    assert flags[0] in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("flags", [["--tasks", "1000000000000000"], ["--tasks", "0"], ["--devices", "0"],
+                                   ["--eval-batch-size", "100000000000"], ["--batch-size", "1000000000000"]])
+def test_estimate_settings(flags, capsys):
+    """estimate's own flags have bounds: one line naming the flag, before anything is timed."""
+    assert main(["estimate", "--preset", "cpu-smoke", "--no-progress", *flags]) == 2
     assert flags[0] in one_error_line(capsys)

@@ -75,6 +75,8 @@ def test_the_plan_is_the_largest_fitting_divisor():
     e = _fake(100, 10)  # total(m) = 100 + 10 m
     assert largest_fitting_micro_batch(e, 24, 100 + 10 * 13) == 12  # 13 fits but does not divide 24
     assert largest_fitting_micro_batch(e, 24, 105) is None
+    assert largest_fitting_micro_batch(e, 2**20, 100 + 10 * 1000) == 512  # found from the square root, at once
+    assert largest_fitting_micro_batch(e, 1_000_003, 100 + 10 * 1000) == 1  # a prime: 1 and itself
     assert plan_micro_batch(e, 24, available=1000, fraction=0.2) == 8  # budget 200 -> 10 fit -> divisor 8
     assert plan_micro_batch(e, 24, available=10_000, fraction=0.8, requested=6) == 6  # never above the request
     with pytest.raises(TRMError, match="even with micro_batch_size=1"):

@@ -158,6 +158,10 @@ def test_bad_runs_and_commands_are_refused_before_anything_runs(tmp_path, capsys
     assert "--seeds: seeds: Value error, repeated seed" in capsys.readouterr().err
     assert main(["sweep", "tn", "--parallel", "0", "--sweep-dir", str(tmp_path / "sw")]) == 2
     assert not (tmp_path / "sw").exists()
+    for extra in ([], ["--dry-run"]):  # a billion slots were once a list of a billion, until memory ran out
+        assert main(["sweep", "tn", "--parallel", "1000000000", *extra, "--sweep-dir", str(tmp_path / "sw")]) == 2
+        assert "--parallel 1000000000: must be from 1 to 1024" in capsys.readouterr().err
+    assert not (tmp_path / "sw").exists()
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "mine.txt").write_text("not a sweep")
     assert main(["sweep", "tn", "--sweep-dir", str(tmp_path / "busy")]) == 2

@@ -133,16 +133,33 @@ def open_regular(path: str | os.PathLike, what: str = "file", hint: str | None =
             raise UnreadableFile(f"{path}: {what} expected, found a directory")
         kind = not_regular(st.st_mode)
         if kind:
-            target = os.path.realpath(path)
-            links = f" (it links to {target})" if target != os.path.abspath(path) else ""
-            raise UnreadableFile(f"{path}: {what} must be a regular file, not {kind}{links}; it is not read (it may "
-                                 "never end)")
+            raise UnreadableFile(_special_line(path, what, kind))
         if hasattr(os, "O_NONBLOCK"):  # a regular file reads alike either way; readers expect a blocking file
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+def _special_line(path: str | os.PathLike, what: str, kind: str) -> str:
+    target = os.path.realpath(path)
+    links = f" (it links to {target})" if target != os.path.abspath(path) else ""
+    return f"{path}: {what} must be a regular file, not {kind}{links}; it is not read (it may never end)"
+
+
+def is_regular(path: str | os.PathLike, what: str = "file") -> bool:
+    """Whether `path` is a regular file (through links), for a caller that picks by it: read it or say it is
+    missing, treat an argument as a file or as a folder. `Path.is_file()` is False for a FIFO, a device or a
+    socket too, which would then be called missing or not a file of the kind; here such a file is refused with
+    `open_regular`'s line (`UnreadableFile`), without being opened. False when nothing, or a folder, is there."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # missing, a dangling link, a NUL in the name: as is_file() answers
+        return False
+    if kind := not_regular(mode):
+        raise UnreadableFile(_special_line(path, what, kind))
+    return stat.S_ISREG(mode)
 
 
 def cannot_read(path: str | os.PathLike, what: str, e: OSError) -> str:

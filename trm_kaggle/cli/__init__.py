@@ -98,7 +98,11 @@ def _main(argv: list[str] | None, started: float) -> int:
         # torchrun's own options follow: argparse would take them for this parser's
         args = argparse.Namespace(func=cmd_torchrun, torchrun_args=argv[1:], verbose=False)
     else:
-        args = parse_checked(build_parser().parse_args, argv)  # help that cannot be printed: status 2
+        try:
+            args = parse_checked(build_parser().parse_args, argv)  # help that cannot be printed: status 2
+        except TRMError as e:  # a flag outside its bounds (`common.bounded_int`): one line, as after parsing
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     if overrides:
         args.overrides = list(args.overrides) + overrides
     args.started = started

@@ -8,11 +8,14 @@ import json
 import sys
 from typing import get_args
 
-from trm_kaggle.cli.common import common_flags, config_kwargs, flag
-from trm_kaggle.config import EvaluateConfig, InferenceDtype, RepairEvalConfig, TaskIdMode
+from trm_kaggle.cli.common import bounded_int, common_flags, config_kwargs, flag
+from trm_kaggle.config import MAX_SEED, EvaluateConfig, InferenceDtype, RepairEvalConfig, TaskIdMode
 from trm_kaggle.errors import TRMError
 from trm_kaggle.names import typed_name
 from trm_kaggle.wording import count
+
+#: Tasks one report draws at most (each is a picture).
+MAX_DRAWN = 10_000
 
 
 def add_evaluate(sub) -> None:
@@ -47,7 +50,8 @@ def add_evaluate(sub) -> None:
          default=None)
     p.add_argument("--tasks", default=None, type=typed_name,
                    help="comma-separated task ids to draw in the report (default: the first --first tasks)")
-    p.add_argument("--first", type=int, default=5, help="draw the first N tasks when --tasks is not given")
+    p.add_argument("--first", type=bounded_int("--first", 0, MAX_DRAWN), default=None,
+                   help="draw the first N tasks in the report when --tasks is not given (default: 5)")
     p.add_argument("--no-pictures", action="store_true", help="write the report without grid pictures")
     p.add_argument("--save-votes", default=None, metavar="FILE",
                    help="write this evaluation's votes (.npz) so later evaluations can pool with them "
@@ -60,7 +64,8 @@ def add_evaluate(sub) -> None:
                    help="which puzzle-embedding row each puzzle gets: own (as trained, default), blank (identifier "
                         "0), random (another trained identifier's, seeded), mean (the mean row); several modes "
                         "evaluate one after the other and end with a comparison: does the model need its task id?")
-    p.add_argument("--task-id-seed", type=int, default=0, help="seed of --task-ids random (default 0)")
+    p.add_argument("--task-id-seed", type=bounded_int("--task-id-seed", 0, MAX_SEED), default=0,
+                   help="seed of --task-ids random (default 0)")
     common_flags(p)
     p.set_defaults(func=cmd_evaluate)
 
@@ -71,10 +76,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     modes = list(dict.fromkeys(args.task_ids))
     if len(modes) > 1 and (args.save_votes or args.pool_with or args.report_dir):
         raise TRMError("--save-votes, --pool-with and --report-dir take one --task-ids mode at a time")
+    if (args.tasks is not None or args.first is not None) and args.report_dir is None:
+        raise TRMError("--tasks and --first choose the tasks drawn in the report: give --report-dir too")
     cfg = EvaluateConfig(**config_kwargs(args, EvaluateConfig.model_fields))
     evaluate_export(args.weights, args.data, cfg, task_ids=args.task_ids, task_id_seed=args.task_id_seed,
                     pool_with=args.pool_with, save_votes=args.save_votes, report_dir=args.report_dir,
-                    tasks=[t for t in args.tasks.split(",") if t] if args.tasks else None, first=args.first,
+                    tasks=[t for t in args.tasks.split(",") if t] if args.tasks else None, first=5 if args.first is None else args.first,
                     pictures=not args.no_pictures)
     return 0
 

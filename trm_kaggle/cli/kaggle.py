@@ -8,9 +8,9 @@ import argparse
 import sys
 from typing import get_args
 
-from trm_kaggle.cli.common import common_flags, config_kwargs, flag
-from trm_kaggle.config import (EvaluateConfig, FinetuneMode, InferenceDtype, PipelineConfig, SolveConfig, count_or_auto,
-                               field_help)
+from trm_kaggle.cli.common import bounded_int, common_flags, config_kwargs, flag
+from trm_kaggle.config import (MAX_BATCH_SIZE, EvaluateConfig, FinetuneMode, InferenceDtype, PipelineConfig, SolveConfig,
+                               count_or_auto, field_help)
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import count
 
@@ -112,6 +112,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0 if report["valid"] else 1
 
 
+#: Hidden tasks `estimate` plans for, at most (Kaggle's sets hold 120 and 240).
+MAX_PLANNED_TASKS = 1_000_000
+
+
 def add_estimate(sub) -> None:
     p = sub.add_parser("estimate", help="time the Kaggle kernel needs for N hidden tasks on this device",
                        description="Times a fine-tuning step that trains every weight, one that trains the puzzle "
@@ -121,12 +125,14 @@ def add_estimate(sub) -> None:
     src.add_argument("--weights", help="an export directory whose architecture is timed (this or --preset is "
                                        "required)")
     src.add_argument("--preset", help="a training preset's architecture, e.g. arc2 (this or --weights is required)")
-    p.add_argument("--tasks", type=int, default=120, help="hidden tasks to plan for (Kaggle's ARC-AGI-2: 120)")
-    p.add_argument("--devices", type=int, default=1,
+    p.add_argument("--tasks", type=bounded_int("--tasks", 1, MAX_PLANNED_TASKS), default=120,
+                   help="hidden tasks to plan for (Kaggle's ARC-AGI-2: 120)")
+    p.add_argument("--devices", type=bounded_int("--devices", 1, 4096), default=1,
                    help="devices the kernel shards the tasks over: the estimate is per device (default 1)")
     _add_solve_options(p)
-    p.add_argument("--batch-size", type=int, default=64, help=field_help(SolveConfig, "global_batch_size"))
-    flag(p, "eval_batch_size", SolveConfig, type=int, default=64)
+    p.add_argument("--batch-size", type=bounded_int("--batch-size", 1, MAX_BATCH_SIZE), default=64,
+                   help=field_help(SolveConfig, "global_batch_size"))
+    flag(p, "eval_batch_size", SolveConfig, type=bounded_int("--eval-batch-size", 1, MAX_BATCH_SIZE), default=64)
     p.add_argument("--device", default="auto", help=field_help(EvaluateConfig, "device"))
     common_flags(p)
     p.set_defaults(func=cmd_estimate)
@@ -142,8 +148,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     if not (args.weights or args.preset):
         raise TRMError("estimate needs --weights EXPORT_DIR or --preset NAME")
-    if args.devices < 1:
-        raise TRMError(f"--devices must be >= 1, got {args.devices}")
     fields = ("recipe", "num_aug", "finetune", "embeddings_fraction", "finetune_steps", "trajectories",
               "trajectory_noise", "trajectory_select", "test_depth")
     cfg = _solve_config(argparse.Namespace(**{k: getattr(args, k) for k in fields}), challenges="-", weights="-")

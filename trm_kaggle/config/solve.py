@@ -72,7 +72,7 @@ class SolveConfig(_Config):
                                                              "the fallback, all are submitted (default: every task)")
     workers: Optional[int] = Field(None, ge=1, description="worker processes, one device each (default: one per "
                                                            "visible GPU, else 1)")
-    global_batch_size: int = Field(64, ge=1, description="fine-tuning examples per step (on CPU and MPS an upper "
+    global_batch_size: int = Field(64, ge=1, le=MAX_BATCH_SIZE, description="fine-tuning examples per step (on CPU and MPS an upper "
                                                          "limit: the plan sizes the batch for the device)")
     lr: float = Field(1e-4, gt=0, le=MAX_LR, allow_inf_nan=False, description="learning rate of the weights, while "
                                                                               "fine-tuning trains them")

@@ -110,7 +110,7 @@ class TrainConfig(_Config):
     evaluators: list = Field(default_factory=list, description="upstream's evaluators list; accepted and ignored "
                                                                "(ARC scoring is `trm-kaggle evaluate`)")
 
-    global_batch_size: int = Field(768, description="examples per optimizer step, over all ranks")
+    global_batch_size: int = Field(768, le=MAX_BATCH_SIZE, description="examples per optimizer step, over all ranks")
     epochs: int = Field(100000, description="passes over the training groups; sets the schedule's length")
     eval_interval: Optional[int] = Field(10000, ge=1, description="epochs between test-split evaluations (and "
                                                                   "train states); None = only at the end")
@@ -172,7 +172,7 @@ class TrainConfig(_Config):
     # CUDA graphs (torch.compile's reduce-overhead mode) for the compiled network: fixed shapes replay as one
     # launch. Opt-in: no GPU figure yet says it pays; ignored (with one line) off CUDA or without compile.
     cuda_graphs: bool = Field(False, description="replay the compiled network as CUDA graphs (CUDA, with compile)")
-    micro_batch_size: Optional[int] = Field(None, ge=1, description="per-rank examples per forward (gradient "
+    micro_batch_size: Optional[int] = Field(None, ge=1, le=MAX_BATCH_SIZE, description="per-rank examples per forward (gradient "
                                                                     "accumulation); None = the whole local batch")
     auto_batch: bool = Field(False, description="pick micro_batch_size from free memory (CPU, MPS); halve it on "
                                                 "out-of-memory (CUDA)")

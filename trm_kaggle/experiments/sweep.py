@@ -48,7 +48,7 @@ from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validat
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
 from trm_kaggle.outputs import overlap_problem
@@ -89,7 +89,7 @@ def load_grid(spec: str) -> SweepGrid:
     if spec in BUILTIN_GRIDS:
         return BUILTIN_GRIDS[spec].model_copy(deep=True)
     path = Path(spec)
-    if not path.is_file():
+    if not is_regular(path, "grid file"):
         raise TRMError(f"{spec}: neither a built-in grid ({', '.join(BUILTIN_GRIDS)}) nor a grid file")
     data = read_config_file(path)  # the one YAML reader; one line for an unreadable file or a non-mapping
     data.setdefault("name", path.stem)
@@ -362,12 +362,17 @@ class _Interrupted(BaseException):
     """SIGTERM, handled like Ctrl-C."""
 
 
+#: Runs at once, at most: each is a training process with its own memory (a value past any machine's cores or
+#: GPUs was taken once as a list of a billion slots).
+MAX_PARALLEL = 1024
+
+
 def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequence[str] = (),
               config_file: str | None = None, overrides: Sequence[str] = (), parallel: int = 1,
               progress: bool = True, dry_run: bool = False, poll_seconds: float = 0.5) -> SweepSummary:
     """Run (or continue) the grid's runs under `sweep_dir`; returns what became of them."""
-    if parallel < 1:
-        raise TRMError(f"--parallel {parallel}: must be at least 1")
+    if not 1 <= parallel <= MAX_PARALLEL:
+        raise TRMError(f"--parallel {parallel}: must be from 1 to {MAX_PARALLEL}")
     sweep_dir = Path(sweep_dir)
     plan = plan_sweep(grid, sweep_dir, presets=presets, config_file=config_file, overrides=overrides)
     base = {"presets": [*presets, *grid.presets], "config": config_file, "overrides": [*grid.overrides, *overrides]}
@@ -407,7 +412,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         skipped = len(plan) - len(todo)
         failures: list[tuple[str, str]] = []
         running: list[_Job] = []
-        free = list(range(parallel))
+        free = list(range(min(parallel, max(1, len(todo)))))  # a slot per run at most: more would idle
         bar = tqdm(total=len(plan), initial=skipped, disable=not progress, unit="run", desc=f"sweep {grid.name}",
                    dynamic_ncols=True)
         say = bar.write if progress else (lambda text: print(text, file=sys.stderr, flush=True))

@@ -13,7 +13,7 @@ from typing import Callable
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.kaggle import adam_atan2_wheel
 from trm_kaggle.kaggle.metadata import (
     COMPETITION, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, KERNEL_META, BundleIds, kernel_metadata,
@@ -32,7 +32,7 @@ SOLVE_MODULE, SOLVE_NAME = "trm_kaggle.solve", "solve"
 
 def read_notebook(path: Path) -> dict:
     """The notebook JSON at `path`, or TRMError saying why it is not one."""
-    if not path.is_file():
+    if not is_regular(path, "notebook"):
         raise TRMError(f"notebook {path} does not exist yet (it is written separately: "
                        f"{DEFAULT_NOTEBOOK}); pass another one with --notebook")
     nb = read_json(path, "notebook")

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.kaggle.metadata import (
     DATASET_META, LICENSE, MODEL_CARD, REPO_ROOT, BundleIds, dataset_metadata, write_manifest,
 )
@@ -25,7 +25,7 @@ def is_export(path: Path) -> bool:
     from trm_kaggle.model import EXPORT_FORMAT
 
     cfg = Path(path) / "config.json"
-    if not cfg.is_file() or not (Path(path) / "weights.safetensors").is_file():
+    if not is_regular(cfg, "config.json") or not is_regular(Path(path) / "weights.safetensors", "weights"):
         return False
     try:
         config = read_json(cfg, "config.json")
@@ -131,7 +131,7 @@ def check_compile_cache(path: str | os.PathLike) -> dict:
     from trm_kaggle.model import MAX_CACHE_BYTES, read_cache_record
 
     path = Path(path)
-    if not path.is_file():
+    if not is_regular(path, "compile cache"):
         raise TRMError(f"--compile-cache {path}: no such file (a compile_cache.bin written by `trm-kaggle submit` or "
                        f"`train` on the target GPU)")
     record = read_cache_record(path)

@@ -36,7 +36,7 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
 from trm_kaggle.data import contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
-from trm_kaggle.jsonio import open_regular, read_failure, read_json, readable_file
+from trm_kaggle.jsonio import is_regular, open_regular, read_failure, read_json, readable_file
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
                               model_from_train_state)
 
@@ -324,7 +324,8 @@ def _shown(v: Any) -> str:
 def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: bool = False,
                use_ema: bool = True) -> Path:
     """Inference export of a run's newest readable train state (EMA weights when the run kept them)."""
-    path, state = (Path(run), load_train_state(Path(run))) if Path(run).is_file() else load_newest_state(run)
+    path, state = ((Path(run), load_train_state(Path(run))) if is_regular(run, "train state")
+                   else load_newest_state(run))
     model, cfg, ema = model_from_train_state(state, use_ema=use_ema)
     shape = state["model_shape"]
     info = {"source": str(path), "step": state["step"], "ema": ema, "data_paths": cfg.data_paths,

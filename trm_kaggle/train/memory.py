@@ -22,6 +22,7 @@ runs, and tests/test_memory.py holds it within a stated error.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from dataclasses import dataclass
 
@@ -203,8 +204,10 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
 
 
 def largest_fitting_micro_batch(est: MemoryEstimate, local_batch: int, budget: int) -> int | None:
-    """The largest divisor of `local_batch` whose expected peak fits in `budget` bytes; None if even 1 does not."""
-    for micro in sorted((d for d in range(1, local_batch + 1) if local_batch % d == 0), reverse=True):
+    """The largest divisor of `local_batch` whose expected peak fits in `budget` bytes; None if even 1 does not.
+    The divisors are found in pairs up to the square root (never by counting to the batch itself)."""
+    small = [d for d in range(1, math.isqrt(local_batch) + 1) if local_batch % d == 0]
+    for micro in sorted({*small, *(local_batch // d for d in small)}, reverse=True):
         if est.total(micro) <= budget:
             return micro
     return None

@@ -24,6 +24,7 @@ from trm_kaggle.data.format import DatasetWriter, SplitWriter
 from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, decode_rows, first_bad_cell,
                                            raise_first_problem, read_puzzle_csv, rows_of_length, select_rows)
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.jsonio import is_regular
 from trm_kaggle.progress import tqdm
 
 CHARSET = "# SGo"
@@ -256,7 +257,7 @@ def build_maze(cfg: MazeBuildConfig) -> dict:
     if cfg.input_dir is not None:
         paths = {name: Path(cfg.input_dir) / f"{name}.csv" for name in ("train", "test")}
         for p in paths.values():
-            if not p.is_file():
+            if not is_regular(p, "CSV file"):
                 raise DataError(f"{p}: missing (input_dir must hold train.csv and test.csv)")
         side = csv_side(paths["train"])
     else:

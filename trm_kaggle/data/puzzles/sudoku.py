@@ -25,6 +25,7 @@ from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, de
                                            raise_first_problem, read_puzzle_csv, rows_of_length, select_rows)
 from trm_kaggle.data.puzzles.sudoku_solver import RATING_DOC, box_shape, generate_sudoku
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.jsonio import is_regular
 from trm_kaggle.progress import tqdm
 
 CSV_SIDES = (4, 6, 8, 9)  # sides whose digits fit one character and whose boxes are at least 2 wide
@@ -293,7 +294,7 @@ def build_sudoku(cfg: SudokuBuildConfig) -> dict:
         input_dir = Path(cfg.input_dir)
         paths = {name: input_dir / f"{name}.csv" for name in ("train", "test")}
         for p in paths.values():
-            if not p.is_file():
+            if not is_regular(p, "CSV file"):
                 raise DataError(f"{p}: missing (input_dir must hold train.csv and test.csv)")
         n = csv_side(paths["train"])
     else:

@@ -1,0 +1,142 @@
+"""A special file where a regular one is expected is named as what it is, never as missing.
+
+A reader that first asks whether its file is there (`Path.is_file()`) hears False for a FIFO, a device or a
+socket too, and used to say "missing", "no such file", "not an export" or "not a grid file". Those checks
+go through `trm_kaggle.jsonio.is_regular`: such a file is refused with the line of the one gate
+(`open_regular`: "must be a regular file, not a pipe (FIFO)"), without being opened, so that nothing waits
+on it, and the command ends with status 2 before it writes anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import one_error_line
+from trm_kaggle.cli import main
+from trm_kaggle.errors import UnreadableFile
+from trm_kaggle.jsonio import is_regular
+from trm_kaggle.kaggle import bundle as B
+
+KINDS = {"fifo": "not a pipe (FIFO)", "/dev/zero link": "not a character device (it links to /dev/zero)"}
+
+
+@pytest.fixture
+def special(tmp_path):
+    """make(path, kind): a FIFO, or a symbolic link to /dev/zero, at `path`. A watchdog opens each FIFO for
+    writing after 20 s, so that a reader blocked in open() wakes and the test fails on its time, not hangs."""
+    made, done = [], threading.Event()
+
+    def watchdog():
+        if done.wait(20):
+            return
+        for p in made:
+            try:
+                os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+
+    threading.Thread(target=watchdog, daemon=True).start()
+
+    def make(path: Path, kind: str) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+            made.append(path)
+        else:
+            path.symlink_to("/dev/zero")
+        return path
+
+    yield make
+    done.set()
+
+
+def refused(capsys, rc: int, path: Path, kind: str, t0: float) -> None:
+    """One error line naming `path` and what it is, status 2, quickly."""
+    line = one_error_line(capsys, rc)
+    assert time.perf_counter() - t0 < 15
+    assert str(path) in line and "must be a regular file" in line and KINDS[kind] in line, line
+
+
+def test_the_check(tmp_path, special):
+    (tmp_path / "f").write_text("x")
+    assert is_regular(tmp_path / "f") and not is_regular(tmp_path) and not is_regular(tmp_path / "nothing")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert not is_regular(tmp_path / "dangling")
+    for kind, words in KINDS.items():
+        path = special(tmp_path / f"s-{kind[:4]}", kind)
+        with pytest.raises(UnreadableFile, match=re.escape(f"grid file must be a regular file, {words}")):
+            is_regular(path, "grid file")
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_export_of_a_special_state_file(tmp_path, special, capsys, kind):
+    """K01 (a FIFO), K02 (a link to /dev/zero): not "no train state"."""
+    state = special(tmp_path / "state_step00000009.pt", kind)
+    t0 = time.perf_counter()
+    refused(capsys, main(["export", str(state), "--out", str(tmp_path / "e")]), state, kind, t0)
+    assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("builder,kind", [("build-sudoku", "fifo"), ("build-sudoku", "/dev/zero link"),
+                                          ("build-maze", "fifo"), ("build-maze", "/dev/zero link")])
+def test_a_special_csv_is_not_called_missing(tmp_path, special, capsys, builder, kind):
+    """P01, P02 (build-sudoku), P09 (build-maze): train.csv a FIFO or a link to /dev/zero."""
+    train = special(tmp_path / "in" / "train.csv", kind)
+    (tmp_path / "in" / "test.csv").write_text("source,q,a,rating\n")
+    t0 = time.perf_counter()
+    rc = main([builder, "--output-dir", str(tmp_path / "o"), "--input-dir", str(tmp_path / "in")])
+    refused(capsys, rc, train, kind, t0)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_special_grid_file_is_not_called_unknown(tmp_path, special, capsys, kind):
+    """F12 (a FIFO), F11 (a link to /dev/zero): not "neither a built-in grid ... nor a grid file"."""
+    grid = special(tmp_path / "g.yaml", kind)
+    t0 = time.perf_counter()
+    rc = main(["sweep", str(grid), "--dry-run", "--sweep-dir", str(tmp_path / "sw")])
+    refused(capsys, rc, grid, kind, t0)
+    assert not (tmp_path / "sw").exists()
+
+
+def bundle(inputs, out: Path, **options: Path) -> int:
+    args = {"weights": inputs["export"], "notebook": inputs["notebook"], **options}
+    return B.main([str(out), "--no-download", "--user", "me",
+                   *(a for k, v in args.items() for a in (f"--{k.replace('_', '-')}", str(v)))])
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_an_export_with_a_special_config_is_named(inputs, tmp_path, special, capsys, kind):
+    """N02: not "not an export"."""
+    weights = Path(shutil.copytree(inputs["export"], tmp_path / "w"))
+    config = special(weights / "config.json", kind)
+    t0 = time.perf_counter()
+    refused(capsys, bundle(inputs, tmp_path / "ob", weights=weights), config, kind, t0)
+    assert not (tmp_path / "ob").exists()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_special_notebook_is_named(inputs, tmp_path, special, capsys, kind):
+    """U02: not "does not exist yet"."""
+    notebook = special(tmp_path / "nb.ipynb", kind)
+    t0 = time.perf_counter()
+    refused(capsys, bundle(inputs, tmp_path / "ob", notebook=notebook), notebook, kind, t0)
+    assert not (tmp_path / "ob").exists()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_special_compile_cache_is_named(inputs, tmp_path, special, capsys, kind):
+    """U04: not "no such file"."""
+    cache = special(tmp_path / "cc.bin", kind)
+    t0 = time.perf_counter()
+    refused(capsys, bundle(inputs, tmp_path / "ob", compile_cache=cache), cache, kind, t0)
+    assert not (tmp_path / "ob").exists()
