@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, validation_line
@@ -41,7 +41,10 @@ BLANK_IDENTIFIER = "<blank>"
 
 
 class DatasetMetadata(BaseModel):
-    """`dataset.json` of one split; field names and meaning are upstream's."""
+    """`dataset.json` of one split; field names and meaning are upstream's. Strict: read from a file, `true` is
+    not the label 1 nor "12" a vocabulary (upstream writes plain numbers)."""
+
+    model_config = ConfigDict(strict=True)
 
     pad_id: int = 0
     ignore_label_id: int | None = 0
@@ -51,7 +54,7 @@ class DatasetMetadata(BaseModel):
     seq_len: int = Field(ge=1, le=1 << 20)
     num_puzzle_identifiers: int = Field(ge=1, le=MAX_PUZZLE_IDENTIFIERS)
     total_groups: int = Field(ge=0)
-    mean_puzzle_examples: float
+    mean_puzzle_examples: float = Field(ge=0, allow_inf_nan=False)
     total_puzzles: int = Field(ge=0)
     sets: list[str] = [SET_NAME]
 

@@ -94,6 +94,23 @@ def _check_structure(path: Path, split: Split) -> None:
         raise DataError(f"{where}: puzzle identifiers {ids.min()}..{ids.max()} outside 0.."
                         f"{split.metadata.num_puzzle_identifiers - 1} (num_puzzle_identifiers)")
     check_token_range(path / split.name, split)  # a token past the vocabulary is an IndexError deep in the model
+    _check_identifier_room(path, split)
+
+
+def _check_identifier_room(path: Path, split: Split) -> None:
+    """num_puzzle_identifiers sizes the puzzle table before anything else: an inflated one is gigabytes of
+    table. identifiers.json is not read here (for upstream's 1000-augmentation ARC it is a million names); its
+    size bounds how many names it can hold (each takes at least 3 bytes: two quotes and a comma), which catches
+    a count no names back (`trm-kaggle verify` compares the count exactly)."""
+    names = path / "identifiers.json"
+    try:
+        size = os.stat(names).st_size
+    except OSError:  # no names at all (a dataset without them): nothing to compare
+        return
+    n = split.metadata.num_puzzle_identifiers
+    if n > size // 3 + 1:
+        raise DataError(f"{path / split.name / 'dataset.json'}: num_puzzle_identifiers is {n:,}, but {names} "
+                        f"({size:,} bytes) cannot list that many names; `trm-kaggle verify {path}` compares them")
 
 
 def _merge_metadata(paths: list[Path], metas: list[DatasetMetadata], num_puzzles: int,
