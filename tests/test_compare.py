@@ -202,3 +202,16 @@ def test_an_interval_without_halted_rows_is_a_gap_not_a_zero(tmp_path):
     assert_png(paths["bars"])
     plot_curves(loaded, "exact_accuracy")  # no group has a value at the last step: still drawn, nothing at 0
     plot_final(loaded, "exact_accuracy")
+
+
+def test_a_config_that_is_json_but_not_settings_is_said(tmp_path, caplog):
+    """A run's config.json holding a list (or null) leaves its settings columns empty with one warning, as an
+    unreadable one does; never silently."""
+    run = write_run(tmp_path / "r", train=[(1, 0.1, 2.0, 0.0, 0.1)])
+    (run / "config.json").write_text("[1, 2]")
+    with caplog.at_level("WARNING"):
+        (loaded,) = load_runs([run])
+    assert [r.getMessage() for r in caplog.records if "not a run config" in r.getMessage()] == [
+        f"{run / 'config.json'}: not a run config (a JSON object expected, found list): its settings columns are "
+        "left empty"]
+    assert loaded.seed is None

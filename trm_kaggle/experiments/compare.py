@@ -92,6 +92,9 @@ def _config(run_dir: Path, recorded: dict | None) -> dict:
             data = None
         if isinstance(data, dict):
             return data
+        if data is not None:  # valid JSON, but not settings: said, as an unreadable file is
+            log.warning("%s: not a run config (a JSON object expected, found %s): its settings columns are "
+                        "left empty", path, type(data).__name__)
     return recorded or {}
 
 
