@@ -659,3 +659,22 @@ def test_fallback_reasons_tell_a_cut_input_from_one_without_a_valid_grid():
                                {("t", 0): [[[1]]], ("t", 1): [], ("t", 2): []}, {})
     assert reasons == {"t": "2 of 3 test inputs without a model answer (1 with no valid grid decoded from the copies "
                             "predicted (the deadline cut the others); 1 predicted whole, but no valid grid decoded)"}
+
+
+def test_tasks_refused_among_others_are_named_on_the_console(tmp_path, monkeypatch, capsys):
+    """One refused task costs that task alone (status 0), and the console names it with its reason; the full
+    list stays in the work folder's report."""
+    import trm_kaggle.solve as S
+
+    left = {"a/../b": "task id 'a/../b' holds '/'", **{f"big{i}": "a grid larger than the model's canvas"
+                                                       for i in range(4)}}
+    report = {"output": str(tmp_path / "o.json"), "valid": True, "tasks": 6, "answered": 1, "ran": 1,
+              "predicted": 1, "elapsed_s": 1.0, "left_out": left, "model_tasks": 1, "errors": []}
+    monkeypatch.setattr(S, "solve", lambda cfg, start=None: report)
+    status = main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w"),
+                   "--output", str(tmp_path / "o.json"), "--work-dir", str(tmp_path / "wd")])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert status == 0 and err == [
+        "warning: 5 tasks refused before the model, answered by the fallback: task a/../b: task id 'a/../b' holds "
+        "'/'; task big0: a grid larger than the model's canvas; task big1: a grid larger than the model's canvas; "
+        f"2 more (all: {tmp_path / 'wd'}/solve_report.json)"]

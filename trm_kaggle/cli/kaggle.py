@@ -107,6 +107,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
               f"{report['model_failed']}; {report['output']} holds the fallback answers (details: "
               f"{cfg.work_dir}/solve_report.json)", file=sys.stderr)
         return MODEL_FAILED_STATUS
+    if refused:  # some tasks refused, the others ran: each costs itself alone, and is named here
+        shown = list(refused.items())[:3]
+        more = f"; {len(refused) - len(shown)} more" if len(refused) > len(shown) else ""
+        print(f"warning: {count(len(refused), 'task')} refused before the model, answered by the fallback: "
+              + "; ".join(f"task {task}: {why}" for task, why in shown) + more
+              + f" (all: {cfg.work_dir}/solve_report.json)", file=sys.stderr)
     for e in report["errors"]:
         print(f"warning: {e}", file=sys.stderr)
     return 0 if report["valid"] else 1
