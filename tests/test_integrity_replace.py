@@ -125,11 +125,11 @@ def test_a_dangling_link_is_refused_with_its_own_message(run, tmp_path, capsys, 
 def test_a_file_output_through_links(tmp_path, capsys):
     (tmp_path / "target.txt").write_text("old")
     (tmp_path / "link.txt").symlink_to("target.txt")
-    atomic_write_text(tmp_path / "link.txt", "new")
+    atomic_write_text(tmp_path / "link.txt", "new", through_link=True)  # a path the user named (--output)
     assert (tmp_path / "link.txt").is_symlink() and (tmp_path / "target.txt").read_text() == "new"
     (tmp_path / "dangling.txt").symlink_to(tmp_path / "gone" / "x.txt")
     with pytest.raises(TRMError, match="dangling link"):
-        atomic_write_text(tmp_path / "dangling.txt", "x")
+        atomic_write_text(tmp_path / "dangling.txt", "x", through_link=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.txt", "link.txt", "target.txt"]
 
 

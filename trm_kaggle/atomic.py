@@ -1,7 +1,11 @@
 """Atomic writes: a reader sees the old content or the complete new one, never a half.
 
 Files are written to a temporary sibling and renamed over the target (rename is
-atomic on POSIX within one filesystem). Directories are built in a temporary
+atomic on POSIX within one filesystem). A symbolic link in the target's place is replaced itself, never
+written through: an entry of an output folder (a run's config.json, a report's report.json) may be a link
+someone planted, and following it would overwrite a file outside every folder named. Only a file the user
+named (`--output`) is written where its link points (`through_link`). A log appended to (`append_line`)
+is refused when it is a link or has other names. Directories are built in a temporary
 sibling named `<target>.partial-<pid>` and renamed into place at the end, so a
 killed build leaves only a `.partial-*` directory that no loader mistakes for a
 dataset; the next build removes such leftovers when their process is gone. Each finished
@@ -17,6 +21,7 @@ import glob
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -38,18 +43,19 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    atomic_write(path, lambda f: f.write(data), mode="wb")
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, through_link: bool = False) -> None:
+    atomic_write(path, lambda f: f.write(data), mode="wb", through_link=through_link)
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write(path, lambda f: f.write(text), mode="w")
+def atomic_write_text(path: str | os.PathLike, text: str, *, through_link: bool = False) -> None:
+    atomic_write(path, lambda f: f.write(text), mode="w", through_link=through_link)
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = None) -> None:
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = None, *,
+                      through_link: bool = False) -> None:
     # json.dumps runs the C encoder; json.dump to a file would take the slow pure-Python path
     text = json.dumps(obj, indent=indent)
-    atomic_write(path, lambda f: f.write(text), mode="w")
+    atomic_write(path, lambda f: f.write(text), mode="w", through_link=through_link)
 
 
 class _Recorder:
@@ -73,12 +79,14 @@ class _Recorder:
         return getattr(self._f, name)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str = "wb") -> None:
+def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str = "wb", *,
+                 through_link: bool = False) -> None:
     """Call `write(fileobj)` on a temporary sibling, fsync it, then rename it over `path`.
 
-    Any OSError of the write (a full disk, a file size limit) names `path`, also when the writer
-    (torch, numpy) reported it in its own words."""
-    path = written_path(path)
+    A symbolic link at `path` is itself replaced and its target left as it is, unless `through_link`: a path
+    the user named, whose link is then written through (`written_path`). Any OSError of the write (a full
+    disk, a file size limit) names `path`, also when the writer (torch, numpy) reported it in its own words."""
+    path = written_path(path) if through_link else Path(path)
     if kind := special_kind(path):  # a FIFO or a device someone put there is not ours to replace
         raise TRMError(f"{path} is {kind}, not a file: it is not replaced (choose another path)")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,23 +116,55 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
         raise
 
 
-def append_line(path: str | os.PathLike, line: str) -> None:
-    """Append one line to a log file (metrics.jsonl), UTF-8; an OSError names the file. Anything but a regular
-    file in its place is refused, never waited on (a FIFO's open for writing waits for a reader)."""
+_LINKED_LOG = ("{path}: a log must be a regular file, not a symbolic link (never followed: its target would be "
+               "written); remove the link")
+_SHARED_LOG = "{path}: the log has {n} names (a hard link: its lines would go to another file too); remove it"
+
+
+def check_log(path: str | os.PathLike) -> None:
+    """TRMError when the log `path` is a symbolic link or a hard link: appending would write to another file,
+    outside the folder. Checked before work starts; `open_log` refuses both again when it opens the file."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise TRMError(_LINKED_LOG.format(path=path))
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise TRMError(_SHARED_LOG.format(path=path, n=st.st_nlink))
+
+
+def open_log(path: str | os.PathLike) -> int:
+    """A log file (metrics.jsonl, a worker's log) opened for appending: its descriptor, blocking. Anything but a
+    regular file in its place is refused, never waited on (a FIFO's open for writing waits for a reader), and
+    never followed or shared: a symbolic link or a file with other names (a hard link) would carry the lines to
+    a file outside the folder, as a lock file's record would (`trm_kaggle.locks`)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
     except OSError as e:
         if e.errno == errno.ENXIO:  # a FIFO without a reader
             raise TRMError(f"{path}: a log must be a regular file, not a pipe (FIFO)") from None
+        if e.errno == errno.ELOOP or os.path.islink(path):
+            raise TRMError(_LINKED_LOG.format(path=path)) from None
         raise with_path(e, path) from None
     try:
-        kind = not_regular(os.fstat(fd).st_mode)  # a directory cannot be opened for writing at all
+        st = os.fstat(fd)
+        kind = not_regular(st.st_mode)  # a directory cannot be opened for writing at all
         if kind:
             raise TRMError(f"{path}: a log must be a regular file, not {kind}")
+        if st.st_nlink > 1:
+            raise TRMError(_SHARED_LOG.format(path=path, n=st.st_nlink))
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
+    return fd
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line to a log file (`open_log`), UTF-8; an OSError names the file."""
+    fd = open_log(path)
     try:
         with os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace") as f:
             f.write(line + "\n")

@@ -175,7 +175,7 @@ def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch
         runs["test_command"] = _run_all(examples, cfg.test_command, cfg, only_with_doctests=False)
     result = RepairEvaluation(table, examples, runs, time.perf_counter() - t0)
     if cfg.report:
-        atomic_write_json(cfg.report, {**result.summary(), "examples": examples}, indent=1)
+        atomic_write_json(cfg.report, {**result.summary(), "examples": examples}, indent=1, through_link=True)
     return result
 
 

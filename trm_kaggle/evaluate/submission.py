@@ -400,7 +400,7 @@ def write_submission(path: str | os.PathLike, submission: Mapping,
         if problems:
             more = f" (and {count(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
             raise DataError(f"invalid submission, not written to {path}: {problems[0]}{more}")
-    atomic_write_json(path, submission)
+    atomic_write_json(path, submission, through_link=True)  # --output: a link the user named is written through
     return Path(path)
 
 

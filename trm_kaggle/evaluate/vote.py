@@ -133,7 +133,7 @@ class VoteTable:
             "slot": self.slot, "q_halt": self.q_halt, "order": self.order,
             "keys": np.ascontiguousarray(self.keys).view(np.uint8).reshape(len(self.keys), width),
         }
-        atomic_write(path, lambda f: np.savez(f, **arrays))
+        atomic_write(path, lambda f: np.savez(f, **arrays), through_link=True)  # --save-votes names it
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "VoteTable":

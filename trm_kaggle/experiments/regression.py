@@ -57,7 +57,7 @@ from typing import Callable, Literal, Optional, Sequence
 import pydantic
 from pydantic import Field
 
-from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
+from trm_kaggle.atomic import append_line, atomic_write_bytes, atomic_write_text, check_log
 from trm_kaggle.config import validation_line
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores
@@ -295,8 +295,8 @@ def append_history(path: Path, commit: str, when: str, runs: list[NotebookRun]) 
     # a file that does not end a line (a run killed while writing, bytes appended by something else) gets one
     # first: the new entry is a whole line of its own, never glued to the broken one
     broken = path.is_file() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
-    with open(path, "a", encoding="utf-8") as f:  # appending a whole line: earlier lines stay as they were
-        f.write(("\n" if broken else "") + json.dumps(entry) + "\n")
+    # appending a whole line: earlier lines stay as they were (a link in its place is refused, never followed)
+    append_line(path, ("\n" if broken else "") + json.dumps(entry))
 
 
 def _last_byte(path: Path) -> bytes:
@@ -422,6 +422,7 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
 
     held.enter_context(directory_lock(out, "regress"))
     workers = min(len(chosen), jobs or usable_cores())
+    check_log(out / HISTORY)  # a link would have its target appended to: refused before the notebooks
     last = last_seconds(read_history(out / HISTORY, warn))  # before the notebooks: a FIFO or no permission stops
     chosen.sort(key=lambda n: -last.get(n, 0.0))  # longest first: the cores stay busy until the end
     say(f"running {count(len(chosen), 'regression notebook')} ({', '.join(chosen)}), {workers} at a time")

@@ -42,7 +42,7 @@ def install_offline(wheels: str | Path) -> str:
     extra = sorted(n for n in names if n.lower() != "trm_kaggle" and not installed(n))
     cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--find-links", str(wheels),
            "--disable-pip-version-check", "--no-color", "trm_kaggle", *extra]
-    pip = subprocess.run(cmd, capture_output=True, text=True)
+    pip = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace")
     if pip.returncode != 0:
         said = [line.strip() for line in pip.stderr.splitlines() if line.strip()] or ["(no message)"]
         last = ([line for line in said if line.startswith("ERROR")] or said)[-1]  # pip's own reason

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.errors import describe
 from trm_kaggle.hardware import pick_device
@@ -133,7 +133,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
                 torch.cuda.empty_cache()
             try:  # the task keeps its fallback; its result says why
                 write_result(spec.work, unit, keys[unit.index], {}, {"error": describe(e)}, False)
-                (unit_dir(spec.work, unit) / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
+                atomic_write_text(unit_dir(spec.work, unit) / "error.log", traceback.format_exc())
             except OSError:
                 pass
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})",

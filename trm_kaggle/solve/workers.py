@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from trm_kaggle.atomic import atomic_write_text, open_log
 from trm_kaggle.errors import describe
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.solve.workdir import Unit, WorkerSpec
@@ -52,7 +53,7 @@ Emit = Callable[[str], None]
 def event_writer(path: Path) -> Callable[[dict], None]:
     """Append one JSON line per event and flush it (the parent reads the file while the worker runs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(path, "a", buffering=1, encoding="utf-8")
+    f = os.fdopen(open_log(path), "a", buffering=1, encoding="utf-8")  # a planted link is never followed
 
     def write(event: dict) -> None:
         f.write(json.dumps(event) + "\n")
@@ -65,7 +66,7 @@ def _child(spec: WorkerSpec) -> None:
     """A spawned worker: ends with its parent, output into its log file, its one device, then its units."""
     exit_with_parent(multiprocessing.parent_process().pid)  # a kernel killed mid-run leaves no GPU busy
     spec.log.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(spec.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = open_log(spec.log)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     for stream in (sys.stdout, sys.stderr):  # a log file: UTF-8 like every file, whatever the locale
@@ -142,7 +143,7 @@ def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] |
     except Exception as e:  # the worker failed as a whole (no device, unreadable weights, ...)
         out.error = describe(e)
         spec.log.parent.mkdir(parents=True, exist_ok=True)
-        spec.log.write_text(traceback.format_exc(), encoding="utf-8")
+        atomic_write_text(spec.log, traceback.format_exc())
         out.log = str(spec.log)
     out.plan = _read_plan(spec)
     return out

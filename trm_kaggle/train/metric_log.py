@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from trm_kaggle.atomic import append_line
+from trm_kaggle.atomic import append_line, check_log
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.train.metrics import METRICS_FILE
@@ -30,6 +30,7 @@ class MetricLog:
         if not enabled:
             return
         self.check(cfg)
+        check_log(self.path)  # a planted link is refused before the first step, not at the first line
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 

@@ -20,7 +20,7 @@ import logging
 import os
 from pathlib import Path
 
-from trm_kaggle.atomic import atomic_write_text
+from trm_kaggle.atomic import atomic_write_text, check_log
 from trm_kaggle.jsonio import read_json_lines
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,11 @@ def _records(path: Path) -> list[tuple[str, object]]:
 def drop_metrics_after(path: Path, step: int) -> None:
     """On resume at `step`: keep the records of steps <= step, atomically. The steps after it are
     trained again, so metrics.jsonl holds each step once. A line cut off by a kill is dropped too. Anything but
-    a regular file in its place (a FIFO the appends would wait on) is refused here, before training starts."""
+    a regular file in its place (a FIFO the appends would wait on, a link they would follow) is refused here,
+    before training starts."""
     if not os.path.lexists(path):
         return
+    check_log(path)
     records = _records(path)
     kept = [line for line, r in records if isinstance(r, dict) and isinstance(r.get("step"), int) and r["step"] <= step]
     if len(kept) < len(records):

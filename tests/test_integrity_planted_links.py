@@ -1,0 +1,125 @@
+"""A symbolic link planted inside an output folder is never written through.
+
+Every file of an output folder (a run's config.json, an evaluation's report.json, a comparison's table.md) is
+written by one helper (`trm_kaggle.atomic.atomic_write`): a link in its place is replaced itself, its target
+left as it is. A log appended to (metrics.jsonl, regress's history.jsonl) goes through `open_log`: a link or a
+file with other names there is one `error:` line, status 2, before any work. Only a file the user names
+(`submit --output`) is written where its link points (`test_integrity_replace.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import one_error_line
+from integrity_helpers import build_sudoku4, train_args
+from trm_kaggle.atomic import append_line, atomic_write_text
+from trm_kaggle.cli import main
+from trm_kaggle.errors import TRMError
+from trm_kaggle.experiments.regression import append_history
+
+PRECIOUS = "precious\n"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A tiny dataset and a run of two steps trained on it."""
+    root = tmp_path_factory.mktemp("world")
+    data = build_sudoku4(root / "data")
+    assert main(train_args(data, root / "run", "max_steps=2")) == 0
+    return root
+
+
+@pytest.fixture
+def precious(tmp_path) -> Path:
+    """A file outside every folder a command is given: it must keep its bytes."""
+    path = tmp_path / "precious.txt"
+    path.write_text(PRECIOUS)
+    return path
+
+
+def plant(link: Path, target: Path) -> None:
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+
+
+def copy_run(world: Path, to: Path) -> Path:
+    shutil.copytree(world / "run", to)
+    return to
+
+
+@pytest.mark.parametrize("start, planted", [("fresh", "symbolic link"), ("resumed", "symbolic link"),
+                                            ("resumed", "hard link")])
+def test_a_metrics_log_that_is_a_link_is_refused_before_training(world, tmp_path, precious, capsys, start, planted):
+    run = copy_run(world, tmp_path / "run") if start == "resumed" else tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    if planted == "hard link":
+        (run / "metrics.jsonl").unlink()
+        os.link(precious, run / "metrics.jsonl")
+    else:
+        plant(run / "metrics.jsonl", precious)
+    before = sorted(p.name for p in run.iterdir())
+    line = one_error_line(capsys, main(train_args(world / "data", run, "max_steps=4")))
+    assert "metrics.jsonl" in line and planted in line, line
+    assert precious.read_text() == PRECIOUS
+    assert not any(p.name.startswith("state_step00000004") for p in run.iterdir())
+    assert sorted(p.name for p in run.iterdir() if p.name != ".trm_kaggle.lock") == \
+        [n for n in before if n != ".trm_kaggle.lock"]
+
+
+def test_a_run_config_that_is_a_link_is_replaced_not_followed(world, tmp_path, precious, capsys):
+    run = copy_run(world, tmp_path / "run")
+    plant(run / "config.json", precious)
+    assert main(train_args(world / "data", run, "max_steps=3")) == 0, capsys.readouterr().err
+    assert precious.read_text() == PRECIOUS
+    config = run / "config.json"
+    assert not config.is_symlink() and config.is_file() and '"max_steps": 3' in config.read_text()
+
+
+def test_an_evaluation_report_that_is_a_link_is_replaced_not_followed(world, tmp_path, precious, capsys):
+    assert main(["export", str(world / "run"), "--out", str(tmp_path / "exp")]) == 0
+    report = tmp_path / "rep"
+    report.mkdir()
+    plant(report / "report.json", precious)
+    rc = main(["evaluate", "--weights", str(tmp_path / "exp"), "--data", str(world / "data"), "--no-progress",
+               "--report-dir", str(report)])
+    assert rc == 0, capsys.readouterr().err
+    assert precious.read_text() == PRECIOUS
+    assert not (report / "report.json").is_symlink() and (report / "report.json").read_text().startswith("{")
+
+
+def test_a_comparison_table_that_is_a_link_is_replaced_not_followed(world, tmp_path, precious, capsys):
+    out = tmp_path / "cmp"
+    out.mkdir()
+    plant(out / "table.md", precious)
+    assert main(["compare", str(world / "run"), "--out", str(out)]) == 0, capsys.readouterr().err
+    assert precious.read_text() == PRECIOUS
+    assert not (out / "table.md").is_symlink() and (out / "table.md").read_text().startswith("# Comparison")
+
+
+@pytest.mark.parametrize("planted", ["symlink", "dangling symlink", "hard link"])
+def test_an_appended_log_never_reaches_another_file(tmp_path, precious, planted):
+    log = tmp_path / "out" / "history.jsonl"
+    log.parent.mkdir()
+    if planted == "hard link":
+        os.link(precious, log)
+    else:
+        log.symlink_to(precious if planted == "symlink" else tmp_path / "gone.jsonl")
+    for write in (lambda: append_line(log, "{}"), lambda: append_history(log, "abc", "now", [])):
+        with pytest.raises(TRMError, match="symbolic link" if "symlink" in planted else "hard link"):
+            write()
+    assert precious.read_text() == PRECIOUS and not (tmp_path / "gone.jsonl").exists()
+
+
+def test_a_file_of_an_output_folder_replaces_its_link_and_a_named_output_follows_it(tmp_path, precious):
+    link = tmp_path / "report.md"
+    plant(link, precious)
+    atomic_write_text(link, "new")
+    assert not link.is_symlink() and link.read_text() == "new" and precious.read_text() == PRECIOUS
+    plant(link, precious)
+    atomic_write_text(link, "named", through_link=True)  # submit --output: the user's own link
+    assert link.is_symlink() and precious.read_text() == "named"
