@@ -27,6 +27,30 @@ def test_weights_must_be_an_export(inputs, tmp_path, capsys):
     assert rc == 2 and "not an export" in capsys.readouterr().err
 
 
+def test_a_refused_bundle_leaves_no_out_dir_it_made(inputs, tmp_path, monkeypatch, capsys):
+    """U08: an extra wheel found to be no zip once OUT_DIR is locked: the OUT_DIR this made (and the folder made
+    above it) is gone, not left holding its lock file; a folder that was there before stays with what it held."""
+    import shutil
+    from pathlib import Path
+
+    from trm_kaggle.kaggle import wheels as W
+
+    def fake_project_wheel(dest, repo=None, builder="auto", log=print):  # the refusal, without a real build
+        dest.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy(inputs["extra"], dest))
+
+    monkeypatch.setattr(W, "build_project_wheel", fake_project_wheel)
+    (tmp_path / "x-1.0-py3-none-any.whl").write_text("notazip")
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "mine.txt").write_text("mine")
+    for out in (tmp_path / "new" / "ob", tmp_path / "kept"):
+        rc = B.main([str(out), "--no-download", "--user", "me", "--weights", str(inputs["export"]), "--notebook",
+                     str(inputs["notebook"]), "--extra-wheel", str(tmp_path / "x-1.0-py3-none-any.whl")])
+        assert rc == 2 and "not a wheel (bad zip file)" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    assert (tmp_path / "kept" / "mine.txt").read_text() == "mine" and not (tmp_path / "kept" / "wheels").exists()
+
+
 def test_execute_rehearses_the_mount_layout_asked_for(inputs, tmp_path, monkeypatch, capsys):
     """`--execute --mounts 2026` runs the kernel in 2026's layout (tests/test_kaggle_kernel.py runs it for real)."""
     seen = {}

@@ -109,6 +109,20 @@ def test_export_and_train_outputs_against_their_inputs(world, capsys):
     assert contents(world) == before and not (world / "r2").exists()
 
 
+def test_export_never_writes_into_the_run_folder_it_reads(world, capsys):
+    """K03: `export RUN --out RUN/sub` is refused; a state file named alone may still be exported beside it."""
+    from trm_kaggle.cli import build_parser
+    from trm_kaggle.command_io import command_io
+
+    before = contents(world)
+    line = one_error_line(capsys, main(["export", str(world / "run"), "--out", str(world / "run" / "sub")]))
+    assert "--out" in line and "is inside the input run" in line, line
+    assert contents(world) == before and not (world / "run" / "sub").exists()
+    args = build_parser().parse_args(["export", str(world / "run" / "state_step00000005.pt"), "--out",
+                                      str(world / "run" / "export5")])
+    check_io(*command_io("export", args))
+
+
 def test_builders_never_replace_or_write_into_their_sources(world, capsys, arc_prefix):
     before = contents(arc_prefix.parent)
     line = one_error_line(capsys, main(["build-arc", "--input-file-prefix", str(arc_prefix), "--output-dir",

@@ -140,3 +140,56 @@ def test_a_special_compile_cache_is_named(inputs, tmp_path, special, capsys, kin
     t0 = time.perf_counter()
     refused(capsys, bundle(inputs, tmp_path / "ob", compile_cache=cache), cache, kind, t0)
     assert not (tmp_path / "ob").exists()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_special_extra_wheel_is_named(inputs, tmp_path, special, capsys, kind):
+    """U03: not "not a .whl file"; and no OUT_DIR is left holding only its lock file."""
+    wheel = special(tmp_path / "x-1.0-py3-none-any.whl", kind)
+    t0 = time.perf_counter()
+    refused(capsys, bundle(inputs, tmp_path / "ob", extra_wheel=wheel), wheel, kind, t0)
+    assert not (tmp_path / "ob").exists()
+
+
+@pytest.mark.parametrize("which,kind", [("challenges", "fifo"), ("challenges", "/dev/zero link"),
+                                        ("solutions", "fifo"), ("solutions", "/dev/zero link")])
+def test_a_special_prefix_file_is_not_called_missing(arc_prefix, tmp_path, special, capsys, which, kind):
+    """`--input-file-prefix`: a special challenges file is not "file not found", special solutions are not taken
+    for solutions that are simply absent (which the prefix convention allows)."""
+    path = special(Path(f"{arc_prefix}_training_{which}.json"), kind)
+    t0 = time.perf_counter()
+    rc = main(["build-arc", "--input-file-prefix", str(arc_prefix), "--output-dir", str(tmp_path / "o"),
+               "--subsets", "training", "evaluation", "--test-set-name", "evaluation", "--no-progress"])
+    refused(capsys, rc, path, kind, t0)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_special_files_of_hub_snapshots_records_and_caches(tmp_path, special, kind):
+    """A downloaded step file or all_config.yaml, a launch record, a packed manifest, a compile cache: each a
+    special file is its own line, not "the snapshot has no ...", no record, not packed, or "no such file"."""
+    from trm_kaggle.kaggle.packed import packed_manifest
+    from trm_kaggle.launch.files import RECORD, read_record
+    from trm_kaggle.model.compiling import cache_problem
+    from trm_kaggle.model.hub import HubSource, _checkpoint_in
+
+    snap = tmp_path / "snap"
+    step = special(snap / "run" / "step_10", kind)
+    with pytest.raises(UnreadableFile, match=re.escape(KINDS[kind])):
+        _checkpoint_in(snap, HubSource("o/r", None, "run/step_10"))
+    step.unlink()
+    step.write_bytes(b"state")
+    special(snap / "run" / "all_config.yaml", kind)
+    with pytest.raises(UnreadableFile, match=re.escape(KINDS[kind])):
+        _checkpoint_in(snap, HubSource("o/r", None, "run/step_10"))
+    special(tmp_path / "jobs" / RECORD, kind)
+    with pytest.raises(UnreadableFile, match=re.escape(KINDS[kind])):
+        read_record(tmp_path / "jobs")
+    special(tmp_path / "packed" / "manifest.json", kind)
+    with pytest.raises(UnreadableFile, match=re.escape(KINDS[kind])):
+        packed_manifest(tmp_path / "packed")
+    cache = special(tmp_path / "cc" / "compile_cache.bin", kind)
+    t0 = time.perf_counter()
+    problem, data = cache_problem(cache, "cpu", trusted=True)
+    assert data is None and time.perf_counter() - t0 < 15
+    assert str(cache) in problem and "must be a regular file" in problem and KINDS[kind] in problem, problem

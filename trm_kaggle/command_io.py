@@ -80,7 +80,9 @@ def _launch(args: argparse.Namespace) -> IO:
 
 
 def _export(args: argparse.Namespace) -> IO:
-    return [Input(args.run, "run")], [Output(args.out, "--out", "replaced")]
+    # a run folder is searched for its newest readable state: an export is never written into it (as into a
+    # dataset); a state file named alone still lets the export go beside it, in its run folder
+    return [Input(args.run, "run", tree=True)], [Output(args.out, "--out", "replaced")]
 
 
 def _import_upstream(args: argparse.Namespace) -> IO:

@@ -72,7 +72,7 @@ from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache
 from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_python_version,
 )
-from trm_kaggle.locks import directory_lock, refuse_if_held
+from trm_kaggle.locks import LOCK_FILE, directory_lock, refuse_if_held
 from trm_kaggle.outputs import Input, Output, check_io
 from trm_kaggle.stdout import StdoutError, checked_stdout, parse_checked
 from trm_kaggle.wording import escape_what_the_console_cannot_show
@@ -143,11 +143,39 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
 def _out_dir_lock(out: Path, held: contextlib.ExitStack | None) -> contextlib.AbstractContextManager:
     """OUT_DIR made and its one-writer lock taken (`trm_kaggle.locks`: a second bundle there, building or
     executing, is refused in one line), for the block; kept in `held` instead when given."""
-    lock = directory_lock(out, "bundle")
+    lock = _made_and_locked(out)
     if held is None:
         return lock
     held.enter_context(lock)
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _made_and_locked(out: Path):
+    """OUT_DIR's lock for the block. Some checks can only run once the lock is held (an extra wheel is opened
+    while the wheels are built): a refusal there must not leave behind the OUT_DIR this made to hold its lock
+    file, so a folder made here (with any made above it) that holds nothing but that file at the end is removed,
+    still under the lock. A folder that was there before stays, whatever it holds."""
+    made, p = None, Path(os.path.abspath(out))
+    while not os.path.lexists(p) and p != p.parent:
+        made, p = p, p.parent
+    with directory_lock(out, "bundle"):
+        try:
+            yield
+        finally:
+            if made is not None:
+                _remove_if_unused(Path(os.path.abspath(out)), made)
+
+
+def _remove_if_unused(out: Path, made: Path) -> None:
+    with contextlib.suppress(OSError):  # what cannot be removed stays: never a reason to fail the command
+        if os.listdir(out) != [LOCK_FILE]:
+            return
+        os.unlink(out / LOCK_FILE)
+        for folder in (out, *out.parents):
+            os.rmdir(folder)  # empty ones only: whatever another process put there meanwhile stays
+            if folder == made:
+                break
 
 
 DESCRIPTION = ("Assemble the offline Kaggle bundle: OUT_DIR/wheels (dataset), OUT_DIR/weights (dataset), "

@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, Callable
 
 from trm_kaggle.atomic import OWNER_RECORD, atomic_directory, owner_problem
 from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.kaggle.metadata import DATASET_META, MANIFEST, sha256_file
 
 ARCHIVE_KEY = "archive"  # manifest.json's entry for the packed folder
@@ -70,7 +70,7 @@ def pack(src: str | os.PathLike, dest: str | os.PathLike, name: str,
 def packed_manifest(folder: Path) -> dict | None:
     """The manifest of a packed dataset in `folder` (one with an `archive` entry), else None."""
     path = folder / MANIFEST
-    if not path.is_file():
+    if not is_regular(path, MANIFEST):
         return None
     manifest = read_json(path, MANIFEST)
     return manifest if isinstance(manifest, dict) and ARCHIVE_KEY in manifest else None

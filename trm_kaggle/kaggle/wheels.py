@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Sequence
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import is_regular
 from trm_kaggle.kaggle.metadata import (
     DATASET_META, REPO_ROOT, BundleIds, tail_lines, dataset_metadata, write_manifest,
 )
@@ -393,7 +394,7 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
     kaggle_has = sorted({canonicalize_name(n) for n in kaggle_has})
     extras = [Path(p) for p in extra_wheels]
     for p in extras:
-        if not p.is_file() or p.suffix != ".whl":
+        if not is_regular(p, "--extra-wheel") or p.suffix != ".whl":  # a FIFO is named as one, not "not a .whl"
             raise TRMError(f"--extra-wheel {p}: not a .whl file")
     extra_names = [canonicalize_name(wheel_name_version(p)[0]) for p in extras]
     with atomic_directory(out_dir, kind="kaggle wheels dataset") as tmp:

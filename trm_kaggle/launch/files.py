@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json
 from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
 
@@ -38,7 +38,7 @@ def digest(data: bytes) -> str:
 def read_record(out: Path) -> dict[str, list[str]]:
     """{file name: hashes it may hold as we wrote it}; an unreadable or foreign record counts as none."""
     path = out / RECORD
-    if not path.is_file():
+    if not is_regular(path, "job-files record"):  # a FIFO there is refused, not taken for no record and replaced
         return {}
     try:
         doc = read_json(path, "job-files record")

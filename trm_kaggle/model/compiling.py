@@ -64,7 +64,7 @@ import torch
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json
 from trm_kaggle.config import compile_setting
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import read_bytes, read_json
+from trm_kaggle.jsonio import is_regular, read_bytes, read_json
 
 log = logging.getLogger(__name__)
 
@@ -367,8 +367,11 @@ def cache_problem(path: str | os.PathLike, device: str | torch.device, trusted: 
                   ) -> tuple[Optional[str], Optional[bytes]]:
     """(why the cache file at `path` is not loaded here, None) or (None, its bytes)."""
     path = Path(path)
-    if not os.path.lexists(path):
-        return f"{path}: no such file", None
+    try:  # the file itself first: a FIFO in its place is named as one, not by its record's absence
+        if not is_regular(path, "compile cache"):
+            return f"{path}: {'a folder, not a cache file' if path.is_dir() else 'no such file'}", None
+    except DataError as e:
+        return str(e), None
     try:
         record = read_cache_record(path)
     except DataError as e:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import is_regular
 
 HF_PREFIX = "hf://"
 CONFIG_NAME = "all_config.yaml"
@@ -123,7 +124,7 @@ def _checkpoint_in(root: Path, source: HubSource) -> Path:
     where = f"{source} (cached in {folder})"
     if source.step_file:
         path = root.joinpath(*source.path.split("/"))
-        if not path.is_file():
+        if not is_regular(path, "checkpoint"):
             raise TRMError(f"{where}: the snapshot has no {source.path} (a typo, or not downloaded yet while offline)")
     else:
         steps = [(int(m.group(1)), p) for p in folder.glob("step_*") if (m := _STEP.match(p.name)) and p.is_file()]
@@ -131,7 +132,7 @@ def _checkpoint_in(root: Path, source: HubSource) -> Path:
             raise TRMError(f"{where}: no step_<N> checkpoint in this folder of the repository; name the folder that "
                            "holds them, e.g. hf://owner/repo/path/to/run")
         path = max(steps)[1]
-    if not (path.parent / CONFIG_NAME).is_file():
+    if not is_regular(path.parent / CONFIG_NAME, CONFIG_NAME):
         raise TRMError(f"{where}: no {CONFIG_NAME} beside {path.name}; upstream writes it with its checkpoints")
     return path
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.errors import DataError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.names import task_id_problem
 from trm_kaggle.wording import count
 
@@ -252,9 +252,10 @@ def prefix_paths(prefix: str, subset: str) -> tuple[Path, Path]:
 def load_prefix_subset(prefix: str, subset: str, strict: bool = True) -> LoadReport:
     """Upstream's `--input-file-prefix` convention; a missing solutions file is allowed."""
     ch, sol = prefix_paths(prefix, subset)
-    if not ch.is_file():
+    if not is_regular(ch, "challenges file"):
         raise DataError(f"{ch}: file not found (from --input-file-prefix {prefix} and subset {subset})")
-    return load_challenges(ch, sol if sol.is_file() else None, strict)
+    # a FIFO in the solutions' place is refused, not taken for the missing solutions file this allows
+    return load_challenges(ch, sol if is_regular(sol, "solutions file") else None, strict)
 
 
 def load_task_dir(directory: str | os.PathLike, strict: bool = True) -> LoadReport:
