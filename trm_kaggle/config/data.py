@@ -16,6 +16,8 @@ _OUTPUT_DIR = "dataset directory to create (replaced atomically if it is a datas
 _CSV_DIR = "directory with train.csv and test.csv (columns source,q,a,rating)"
 _WORKERS = "processes (default 0: one per usable CPU core)"
 _PROGRESS = "show progress bars"
+#: The most cells of a code-repair grid: the largest seq_len a dataset may declare (`DatasetMetadata`).
+MAX_GRID_CELLS = 1 << 20
 
 
 class ArcBuildConfig(_Config):
@@ -132,7 +134,8 @@ class CodeRepairBuildConfig(_Config):
 
     output_dir: str = Field(description=_OUTPUT_DIR)
     corpus: Optional[str] = Field(None, description="directory of .py files (default: the standard library)")
-    grid: str = Field("64x48", description="ROWSxCOLS, one line of code per row")
+    grid: str = Field("64x48", description="ROWSxCOLS, one line of code per row (ROWS*COLS, the seq_len, at most "
+                                           "1,048,576)")
     tokens: Literal["char", "bpe"] = Field("char", description="characters or BPE pieces")
     bpe_vocab_size: int = Field(1024, ge=95, le=32000, description="BPE pieces, the 95 printable characters "
                                                                    "included (+2 tokens)")
@@ -156,10 +159,18 @@ class CodeRepairBuildConfig(_Config):
     @field_validator("grid")
     @classmethod
     def _grid(cls, v: str) -> str:
-        parts = v.lower().split("x")
-        if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        parts = [p.strip() for p in v.lower().split("x")]
+        if len(parts) != 2 or not all(p.isascii() and p.isdigit() and p.strip("0") for p in parts):
             raise ValueError(f"grid must be ROWSxCOLS with positive sizes, e.g. 64x48, got {v!r}")
-        return f"{int(parts[0])}x{int(parts[1])}"
+        # bounded here, before a worker allocates a ROWSxCOLS array per snippet or the writer names seq_len; a side
+        # of more than 7 digits is over the bound whatever the other (and int() of thousands of digits raises)
+        long = any(len(p.lstrip("0")) > 7 for p in parts)
+        rows, cols = (0, 0) if long else (int(parts[0]), int(parts[1]))
+        if long or rows * cols > MAX_GRID_CELLS:
+            shown = v.strip()
+            raise ValueError(f"grid ROWSxCOLS is at most {MAX_GRID_CELLS:,} cells (ROWS*COLS is the dataset's "
+                             f"seq_len), e.g. 64x48, got {shown[:40]!r}" + (" (cut)" if len(shown) > 40 else ""))
+        return f"{rows}x{cols}"
 
     @property
     def rows(self) -> int:

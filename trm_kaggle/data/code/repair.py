@@ -33,6 +33,7 @@ import ast
 import collections
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
 import sys
@@ -51,9 +52,9 @@ from trm_kaggle.data.code.tokens import (TOKENIZER_FILE, CharTokens, Tokens, pri
                                          train_bpe)
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
 from trm_kaggle.data.puzzles.grids import build_summary
-from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.errors import DataError, TRMError, UnreadableFile
 from trm_kaggle.hardware import usable_cores
-from trm_kaggle.jsonio import parse_json, read_json, read_text
+from trm_kaggle.jsonio import not_regular, parse_json, read_bytes, read_json, read_text
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.progress import tqdm
 
@@ -61,6 +62,11 @@ SPLITS = ("train", "val", "test")
 META_FILE = "repair_meta.jsonl"
 FILES_PER_TASK = 8  # files a worker handles per task (ruff then runs once for all their snippets)
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
+#: The most bytes read of one corpus file: ten times the standard library's largest (pydoc_data/topics.py, under
+#: 1 MB); a larger .py file is generated data, not code to learn from, and parsing it would cost gigabytes.
+MAX_SOURCE_BYTES = 8 << 20
+
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------
@@ -239,6 +245,7 @@ class SnippetPairs:
 class FileResult:
     path: str
     skipped: str | None = None  # why the whole file was skipped
+    problem: str | None = None  # the line that names the file, when it could not be read at all
     snippets: list[SnippetPairs] = field(default_factory=list)
     rejected: collections.Counter = field(default_factory=collections.Counter)  # pairs refused, by reason
 
@@ -266,10 +273,19 @@ def _init_pool_worker(parent: int, *init_args) -> None:
 
 
 def _read_source(path: Path) -> str:
-    """The file as text with "\\n" line ends; OSError or UnicodeDecodeError when it cannot be read."""
-    with open(path, "rb") as f:
-        raw = f.read()
+    """The file as text with "\\n" line ends, read through the package's one gate: a FIFO or a device (also
+    behind a link) is refused before a byte is read, and at most MAX_SOURCE_BYTES are read. UnreadableFile,
+    DataError (too large) or UnicodeDecodeError when it cannot be read."""
+    raw = read_bytes(path, "corpus file", max_bytes=MAX_SOURCE_BYTES)
     return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _special(path: Path) -> bool:
+    """Whether `path` is a FIFO, a device or a socket (through links): a skip of its own kind, not "unreadable"."""
+    try:
+        return not_regular(os.stat(path).st_mode) is not None
+    except (OSError, ValueError):
+        return False
 
 
 def process_files(paths: list[str]) -> list[FileResult]:
@@ -291,8 +307,12 @@ def process_files(paths: list[str]) -> list[FileResult]:
         except UnicodeDecodeError:
             result.skipped = "not_utf8"
             continue
-        except OSError:
-            result.skipped = "unreadable"
+        except UnreadableFile as e:  # missing, no permission; a FIFO or a device, never opened (it may never end)
+            result.skipped = "special_file" if _special(w.root / rel) else "unreadable"
+            result.problem = str(e)
+            continue
+        except DataError as e:  # larger than MAX_SOURCE_BYTES: not read past the bound
+            result.skipped, result.problem = "too_large", str(e)
             continue
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             result.skipped = "does_not_parse"
@@ -374,8 +394,8 @@ def _train_tokens(cfg: CodeRepairBuildConfig, root: Path, train_files: list[str]
         for rel in train_files:
             try:
                 yield from _read_source(root / rel).split("\n")
-            except (OSError, UnicodeDecodeError):
-                continue  # counted when the file is processed
+            except (DataError, UnicodeDecodeError):
+                continue  # counted (and named) when the file is processed
 
     return train_bpe(lines(), cfg.bpe_vocab_size)
 
@@ -447,6 +467,8 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
                     bar.update()
                     if r.skipped:
                         skipped[r.skipped] += 1
+                        if r.problem:  # one file costs itself alone, and says why
+                            log.warning("skipped %s", r.problem)
                         continue
                     rejected.update(r.rejected)
                     split = split_of[r.path]
