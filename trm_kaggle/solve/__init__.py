@@ -9,6 +9,7 @@ from trm_kaggle.faces import lazy_face
 
 # What other layers use, by the module that defines it; the rest of the package is private to it.
 _EXPORTS = {
+    "Rates": "plan",
     "TEST_INPUTS_PER_TASK": "pricing",
     "demo_accuracy": "task",
     "describe_recipes": "recipes",
@@ -18,6 +19,7 @@ _EXPORTS = {
     "finetune_phases": "schedule",
     "format_estimate": "pricing",
     "load_finetuned": "task",
+    "make_plan": "plan",
     "solve": "job",
     "solve_config": "recipes",
     "steps_by_kind": "schedule",

@@ -1,0 +1,59 @@
+"""What the solve's plan makes of other budgets, from the rates a real `submit` measured.
+
+    python benchmarks/bench_solve_plan.py --work-dir runs/s420/submission-ttt \
+        --challenges arc-agi_test_challenges.json --budgets 420 4200 41400
+
+A `submit` with `--num-aug auto --finetune-steps auto` times its steps on the device, plans, and records both
+in WORK_DIR/workers/w<N>.plan.json. This reads worker 0's measured rates and prices the same tasks for each
+budget with the solve's own `make_plan` (the margins `submit` keeps: its safety margin and the timing it has
+spent are taken off first), printing the plan each budget gets: augmentations, fine-tuning steps per task,
+the seconds it expects and whether it fits. Nothing is trained or predicted: a budget of hours is answered in
+a second, from the seconds the short run measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work-dir", required=True, help="a submit's work folder (holding workers/w0.plan.json)")
+    ap.add_argument("--challenges", required=True, help="the challenges file that submit ran on")
+    ap.add_argument("--budgets", type=float, nargs="+", default=[420, 4200, 41400], help="seconds (--time-budget)")
+    ap.add_argument("--safety-margin", type=float, default=60.0, help="submit's --safety-margin (default 60)")
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO))
+    from trm_kaggle.config import SolveConfig
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.jsonio import read_json
+    from trm_kaggle.solve import Rates, make_plan
+
+    try:
+        saved = read_json(Path(args.work_dir) / "workers" / "w0.plan.json", "a worker's plan")
+        tasks = read_json(args.challenges, "challenges")
+        measured = saved["rates"]
+        known = {f.name for f in dataclasses.fields(Rates)}
+        rates = Rates(**{k: tuple(v) if isinstance(v, list) else v for k, v in measured.items() if k in known})
+        units = [(len(t["test"]), len(t["train"])) for t in tasks.values()]
+    except (TRMError, KeyError, TypeError, AttributeError) as e:
+        raise SystemExit(f"error: {e}") from None
+    spent = float(measured.get("timing_s", 0.0)) + float(measured.get("sizing_s", 0.0))
+    print(f"{len(units)} tasks, {sum(t for t, _ in units)} test inputs; measured on {rates.device}: a step "
+          f"{rates.step_s:.2f} s, a row's prediction step {rates.row_step_s:.3f} s (timing took {spent:.0f} s)")
+    for budget in args.budgets:
+        cfg = SolveConfig(challenges="-", weights="-", num_aug="auto", finetune_steps="auto", time_budget=budget,
+                          safety_margin=args.safety_margin)
+        plan = make_plan(cfg, units, rates, max(0.0, budget - args.safety_margin - spent))
+        print(f"  --time-budget {budget:>8.0f} s: num_aug {plan.num_aug}, {plan.finetune_steps} fine-tuning steps "
+              f"a task, expects {plan.total_s:.0f} s, {'fits' if plan.fits else 'does not fit: the smallest plan'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""benchmarks/bench_solve_plan.py: a short run's measured rates, priced for longer budgets by the solve's own plan."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_solve_plan.py"
+
+
+def test_longer_budgets_plan_more_work_from_the_same_rates(tmp_path):
+    (tmp_path / "wd" / "workers").mkdir(parents=True)
+    rates = {"device": "cpu", "step_s": 0.5, "embeddings_step_s": 0.2, "row_step_s": 0.01, "halt_max_steps": 4,
+             "batch": 32, "eval_batch": 64, "timing_s": 5.0, "notes": ["a note"]}
+    (tmp_path / "wd" / "workers" / "w0.plan.json").write_text(json.dumps({"rates": rates}))
+    task = {"train": [{"input": [[1]], "output": [[2]]}] * 3, "test": [{"input": [[1]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({f"t{i}": task for i in range(20)}))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--work-dir", str(tmp_path / "wd"), "--challenges",
+                           str(tmp_path / "c.json"), "--budgets", "70", "4200", "41400"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("20 tasks, 20 test inputs; measured on cpu: a step 0.50 s")
+    plans = [(int(line.split("num_aug ")[1].split(",")[0]), int(line.split(", ")[1].split(" ")[0]))
+             for line in lines[1:]]
+    assert plans[0] == (0, 0) and "smallest plan" in lines[1]  # 70 s: nothing left after the margins
+    assert plans[1][0] > 0 and plans[2] > plans[1] and plans[2][1] > 0  # hours buy augmentations, then tuning
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--work-dir", str(tmp_path / "none"), "--challenges",
+                          str(tmp_path / "c.json")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and bad.stderr.strip().startswith("error:") and "w0.plan.json" in bad.stderr
