@@ -664,7 +664,7 @@ def test_fallback_reasons_tell_a_cut_input_from_one_without_a_valid_grid():
 def test_tasks_refused_among_others_are_named_on_the_console(tmp_path, monkeypatch, capsys):
     """One refused task costs that task alone (status 0), and the console names it with its reason; the full
     list stays in the work folder's report."""
-    import trm_kaggle.solve as S
+    import trm_kaggle.solve.job as S  # where the command's `solve` resolves (the package's face is lazy)
 
     left = {"a/../b": "task id 'a/../b' holds '/'", **{f"big{i}": "a grid larger than the model's canvas"
                                                        for i in range(4)}}
