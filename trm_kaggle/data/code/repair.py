@@ -62,8 +62,7 @@ SPLITS = ("train", "val", "test")
 META_FILE = "repair_meta.jsonl"
 FILES_PER_TASK = 8  # files a worker handles per task (ruff then runs once for all their snippets)
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
-#: The most bytes read of one corpus file: ten times the standard library's largest (pydoc_data/topics.py, under
-#: 1 MB); a larger .py file is generated data, not code to learn from, and parsing it would cost gigabytes.
+#: The most bytes read of one corpus file: ten times the standard library's largest (generated data beyond it).
 MAX_SOURCE_BYTES = 8 << 20
 
 log = logging.getLogger(__name__)
@@ -273,9 +272,8 @@ def _init_pool_worker(parent: int, *init_args) -> None:
 
 
 def _read_source(path: Path) -> str:
-    """The file as text with "\\n" line ends, read through the package's one gate: a FIFO or a device (also
-    behind a link) is refused before a byte is read, and at most MAX_SOURCE_BYTES are read. UnreadableFile,
-    DataError (too large) or UnicodeDecodeError when it cannot be read."""
+    """The file as text with "\\n" line ends, through the one gate (a FIFO or a device refused unread, at most
+    MAX_SOURCE_BYTES read); UnreadableFile, DataError (too large) or UnicodeDecodeError."""
     raw = read_bytes(path, "corpus file", max_bytes=MAX_SOURCE_BYTES)
     return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
