@@ -149,3 +149,14 @@ def test_estimate_settings(flags, capsys):
     """estimate's own flags have bounds: one line naming the flag, before anything is timed."""
     assert main(["estimate", "--preset", "cpu-smoke", "--no-progress", *flags]) == 2
     assert flags[0] in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("seconds", [1e10, 1e300])
+def test_a_repair_run_s_time_limit_has_an_upper_bound(seconds):
+    """evaluate-repair --time-limit reached subprocess's timeout and overflowed its clock: at most a day."""
+    from pydantic import ValidationError
+
+    from trm_kaggle.config import RepairEvalConfig
+
+    with pytest.raises(ValidationError, match="time_limit"):
+        RepairEvalConfig(weights="w", data="d", time_limit=seconds)

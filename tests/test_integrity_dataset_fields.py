@@ -45,3 +45,14 @@ def test_a_field_of_the_wrong_kind_is_not_taken_for_a_number(sudoku4, tmp_path, 
     data = edited(sudoku4, tmp_path / "ds", **fields)
     line = one_error_line(capsys, main(["verify", str(data)]))
     assert "dataset.json" in line and name in line, line
+
+
+@pytest.mark.parametrize("fields, name", [({"ignore_label_id": 10**14}, "ignore_label_id"),
+                                          ({"pad_id": 10**12}, "pad_id"), ({"pad_id": -1}, "pad_id"),
+                                          ({"blank_identifier_id": 5}, "blank_identifier_id")])
+def test_an_id_outside_its_range_is_one_line_not_an_overflow(sudoku4, tmp_path, capsys, fields, name):
+    data = edited(sudoku4, tmp_path / "ds", **fields)
+    line = one_error_line(capsys, main(["verify", str(data)]))
+    assert "dataset.json" in line and name in line, line
+    line = one_error_line(capsys, main(train_args(data, tmp_path / "run")))
+    assert name in line and not (tmp_path / "run").exists()

@@ -193,3 +193,21 @@ def test_special_files_of_hub_snapshots_records_and_caches(tmp_path, special, ki
     problem, data = cache_problem(cache, "cpu", trusted=True)
     assert data is None and time.perf_counter() - t0 < 15
     assert str(cache) in problem and "must be a regular file" in problem and KINDS[kind] in problem, problem
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_special_sweep_record_or_test_puzzles_file_is_named(tmp_path, special, capsys, kind):
+    """compare: a sweep folder's sweep.json; evaluate: an ARC dataset's test_puzzles.json (which decides ARC's
+    vote): either as a FIFO or a /dev/zero link is one line, never taken as absent."""
+    from conftest import write_run
+    from trm_kaggle.evaluate.dataset import is_arc_dataset
+
+    sweep = tmp_path / "sw"
+    write_run(sweep / "a", train=[(1, 0.1, 2.0, 0.0, 0.1)])
+    path = special(sweep / "sweep.json", kind)
+    t0 = time.perf_counter()
+    refused(capsys, main(["compare", str(sweep), "--out", str(tmp_path / "cmp")]), path, kind, t0)
+    assert not (tmp_path / "cmp").exists()
+    puzzles = special(tmp_path / "arc" / "test_puzzles.json", kind)
+    with pytest.raises(UnreadableFile, match=re.escape(f"test_puzzles.json must be a regular file, {KINDS[kind]}")):
+        is_arc_dataset(puzzles.parent)

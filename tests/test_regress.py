@@ -159,6 +159,20 @@ def test_a_run_that_holds_writes_report_history_and_plots(suite, tmp_path, capsy
     assert not list((out / "work").iterdir()), "the scratch folders of successful runs are removed"
 
 
+def test_an_executed_notebook_planted_as_a_link_is_replaced_not_written_through(suite, tmp_path, capsys):
+    """papermill writes where it is told, through a link: the notebook is executed in the work folder and renamed
+    into executed/, so a link planted there is replaced and its target keeps its bytes."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious")
+    out = tmp_path / "out"
+    (out / "executed").mkdir(parents=True)
+    (out / "executed" / "acc.ipynb").symlink_to(precious)
+    rc, _, stderr = regress(capsys, suite, out)
+    assert rc == 0, stderr
+    assert precious.read_text() == "precious" and not (out / "executed" / "acc.ipynb").is_symlink()
+    assert json.loads((out / "executed" / "acc.ipynb").read_text())["cells"]
+
+
 def test_each_kernel_starts_in_the_notebooks_folder_whatever_the_process_folder(tmp_path, capsys, monkeypatch):
     """Notebooks read paths relative to their folder. papermill's `cwd` changes the whole process's folder, which
     notebooks run at once on threads undo for one another; the kernel's own start folder does not depend on it

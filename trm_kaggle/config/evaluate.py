@@ -134,7 +134,7 @@ class RepairEvalConfig(_Config):
                                               "prediction")
     test_command: Optional[str] = Field(None, description="command run in the directory of snippet.py ({file} is "
                                                           "its path), e.g. 'python {file}' (default: none)")
-    time_limit: float = Field(10.0, gt=0, description="seconds per run")
+    time_limit: float = Field(10.0, gt=0, le=86400, description="seconds per run (at most a day)")
     report: Optional[str] = Field(None, description="write metrics and every pair's outcome here (JSON) (default: "
                                                     "not written)")
     progress: bool = Field(True, description="show progress bars")

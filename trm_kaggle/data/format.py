@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, validation_line
@@ -57,6 +57,18 @@ class DatasetMetadata(BaseModel):
     mean_puzzle_examples: float = Field(ge=0, allow_inf_nan=False)
     total_puzzles: int = Field(ge=0)
     sets: list[str] = [SET_NAME]
+
+    @model_validator(mode="after")
+    def _ids_in_range(self) -> "DatasetMetadata":
+        # each id lands in an int32 array or indexes a table: one outside is an OverflowError deep in the loader
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id {self.pad_id} is not a token of the vocabulary 0..{self.vocab_size - 1}")
+        if self.ignore_label_id is not None and not -(1 << 31) <= self.ignore_label_id < 1 << 31:
+            raise ValueError(f"ignore_label_id {self.ignore_label_id} does not fit the labels' int32")
+        if not 0 <= self.blank_identifier_id < self.num_puzzle_identifiers:
+            raise ValueError(f"blank_identifier_id {self.blank_identifier_id} is not one of the identifiers "
+                             f"0..{self.num_puzzle_identifiers - 1}")
+        return self
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

@@ -32,12 +32,13 @@ from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.predict import _check_model_fits, _halt_max_steps, _sync
 from trm_kaggle.evaluate.stats import Z95, format_interval, wilson_interval
 from trm_kaggle.hardware import place_model
+from trm_kaggle.jsonio import is_regular
 from trm_kaggle.model import ContinuousRollout, balanced_slots
 
 
 def is_arc_dataset(dataset_dir: str | os.PathLike) -> bool:
     """Whether `dataset_dir` is scored by ARC's vote (it has the test_puzzles.json an ARC builder writes)."""
-    return (Path(dataset_dir) / "test_puzzles.json").is_file()
+    return is_regular(Path(dataset_dir) / "test_puzzles.json", "test_puzzles.json")  # a FIFO: said, not absent
 
 
 @dataclass

@@ -45,7 +45,7 @@ from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, read_metrics
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
     """Every run under `dirs` (run, sweep, or parent directories), with unique labels."""
     runs: list[RunData] = []
     for d in map(Path, dirs):
-        if (d / SWEEP_FILE).is_file():
+        if is_regular(d / SWEEP_FILE, "sweep record"):  # a FIFO there is one line, not a folder of runs
             runs += _sweep_runs(d)
         elif _is_run(d):
             runs.append(_plain_run(d))

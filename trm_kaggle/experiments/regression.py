@@ -189,11 +189,18 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         # the kernel starts in the notebook's folder (its relative paths are written from there) through the
         # client's resources, not papermill's `cwd`: that one changes the whole process's folder, and two
         # notebooks run at once on threads would each start their kernel in the other's (or in neither)
-        papermill.execute_notebook(str(source), str(executed), parameters={k: v for k, v in given.items()
-                                                                          if k in declared},
-                                   kernel_name="python3", language="python", progress_bar=False,
-                                   resources={"metadata": {"path": str(notebook_dir.resolve())}},
-                                   kernel_manager_class=_kernel_manager_class())
+        # papermill writes where it is told, through a link: it writes into our work folder, and the notebook is
+        # renamed into executed/ (a link planted there is replaced, its target never written)
+        written = work / f"{name}.ipynb"
+        try:
+            papermill.execute_notebook(str(source), str(written), parameters={k: v for k, v in given.items()
+                                                                              if k in declared},
+                                       kernel_name="python3", language="python", progress_bar=False,
+                                       resources={"metadata": {"path": str(notebook_dir.resolve())}},
+                                       kernel_manager_class=_kernel_manager_class())
+        finally:
+            if written.exists():  # a failed run's notebook too: it shows the failing cell
+                os.replace(written, executed)
         run.metrics = read_recorded(json.loads(executed.read_text(encoding="utf-8")), f"{name} ({executed})")
     except TRMError as e:
         run.error = str(e)
