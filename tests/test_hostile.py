@@ -421,3 +421,38 @@ def test_cli_subprocess_cases_print_one_line_and_no_traceback(tmp_path, arc_pref
         assert len(lines) == 1 and lines[0].startswith("error: "), (args, r.stderr)
     assert (run / "state_step00000010.pt").read_bytes() == b"train state"
 
+
+
+@pytest.mark.parametrize("data_paths", [5, [5, {"a": 1}], "one/folder"])
+def test_import_upstream_says_a_data_paths_of_the_wrong_type_in_one_line(tmp_path, capsys, data_paths):
+    import torch
+    import yaml
+
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.model.upstream import to_upstream_state_dict
+
+    arch = ArchConfig(hidden_size=16, num_heads=2, expansion=2.0, H_cycles=1, L_cycles=1, L_layers=1,
+                      halt_max_steps=2, puzzle_emb_len=2, forward_dtype="float32")
+    up = tmp_path / "up"
+    up.mkdir()
+    torch.save(to_upstream_state_dict(TinyRecursiveModel(arch, 900, 12, 3)), up / "step_1")
+    (up / "all_config.yaml").write_text(yaml.safe_dump({"arch": arch.model_dump(), "data_paths": data_paths}))
+    line = one_error_line(capsys, main(["import-upstream", str(up / "step_1"), "--out", str(tmp_path / "e")]))
+    assert "all_config.yaml: data_paths must be a list of folder names" in line
+    assert not (tmp_path / "e").exists()
+
+
+def test_build_arc_says_solutions_that_are_not_a_list(tmp_path, capsys):
+    import json
+
+    task = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]}
+    for name in ("training", "evaluation"):
+        (tmp_path / f"x_{name}_challenges.json").write_text(json.dumps({"t1": task}))
+    (tmp_path / "x_evaluation_solutions.json").write_text(json.dumps({"t1": "abc"}))
+    rc = main(["build-arc", "--output-dir", str(tmp_path / "o"), "--input-file-prefix", str(tmp_path / "x"),
+               "--subsets", "training", "evaluation", "--test-set-name", "evaluation", "--num-aug", "0",
+               "--workers", "1", "--canvas", "10", "--no-progress"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "its solutions are str, not a list of output grids" in err, err
+    assert rc in (0, 2)  # one bad task costs that task alone (or the build, when it was the only test task)

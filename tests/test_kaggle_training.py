@@ -391,3 +391,17 @@ def test_a_previous_output_that_cannot_be_resumed_is_refused_never_restarted(bui
 def test_the_data_manifest_records_no_local_path(built):
     text = (built / "data" / "manifest.json").read_text()
     assert json.loads(text)["source"] == "sudoku4" and str(built.parent) not in text
+
+
+def test_session_json_names_only_a_curve_the_session_drew(built, tmp_path, monkeypatch):
+    """A training_curve.png already in the working folder (an earlier one, or planted) is not this session's
+    curve when the curve was skipped: session.json says none."""
+    import trm_kaggle.pipeline as P
+
+    working = tmp_path / "w"
+    working.mkdir()
+    (working / "training_curve.png").write_bytes(b"an old picture")
+    monkeypatch.setattr(P, "write_training_curve", lambda run, path: "training curve skipped: the run is too short")
+    r = run_session(input_root=tmp_path / "none", working=working, preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert r.ok and r.curve is None and json.loads((working / "session.json").read_text())["curve"] is None

@@ -173,6 +173,13 @@ def test_an_executed_notebook_planted_as_a_link_is_replaced_not_written_through(
     assert json.loads((out / "executed" / "acc.ipynb").read_text())["cells"]
 
 
+@pytest.mark.parametrize("text", ["[1, 2]", '{"cells": "abc", "nbformat": 4, "nbformat_minor": 5, "metadata": {}}'])
+def test_a_file_that_is_no_notebook_is_said_so(suite, tmp_path, capsys, text):
+    (suite / "acc.ipynb").write_text(text)
+    rc, stdout, stderr = regress(capsys, suite, tmp_path / "out")
+    assert rc != 0 and f"{suite / 'acc.ipynb'} is not a notebook papermill can read" in stdout + stderr
+
+
 def test_each_kernel_starts_in_the_notebooks_folder_whatever_the_process_folder(tmp_path, capsys, monkeypatch):
     """Notebooks read paths relative to their folder. papermill's `cwd` changes the whole process's folder, which
     notebooks run at once on threads undo for one another; the kernel's own start folder does not depend on it

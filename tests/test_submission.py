@@ -365,3 +365,17 @@ def test_bad_solutions_raise_with_task_and_index(tmp_path):
     path.write_text('{"t1": [[[1]]]')
     with pytest.raises(DataError, match=r"sol\.json: unreadable solutions file: .* line 1, column"):
         score_submission({}, path)
+
+
+def test_the_score_table_shows_task_ids_escaped_and_cut(tmp_path):
+    """Task ids come from the files: a colour escape or a newline in one is shown escaped (the table keeps one
+    row per task and the terminal its colours), a very long one cut."""
+    ids = ["a\x1b[31mRED\nb", "x" * 5000, "plain"]
+    solutions = {i: [[[1]]] for i in ids}
+    submission = {i: [{"attempt_1": [[1]], "attempt_2": [[0]]}] for i in ids}
+    (tmp_path / "s.json").write_text(json.dumps(submission))
+    (tmp_path / "sol.json").write_text(json.dumps(solutions))
+    text = format_score(score_submission(tmp_path / "s.json", tmp_path / "sol.json"))
+    assert "\x1b" not in text and "a\\x1b[31mRED\\nb" in text
+    rows = [line for line in text.splitlines() if line.startswith(("a\\x1b", "xxx", "plain"))]
+    assert len(rows) == 3 and max(len(r) for r in rows) < 100

@@ -370,7 +370,8 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     echo(f"weights: {export} (build_bundle.py --weights takes this folder)")
     try:
         line = write_training_curve(run_dir, working / CURVE)
-        report.curve = str(working / CURVE) if (working / CURVE).is_file() else None
+        # only a curve this session drew (a file left there by an earlier one, or planted, is not it)
+        report.curve = str(working / CURVE) if line.startswith("training curve: ") else None
         echo(line)
     except (OSError, ValueError, TRMError) as e:  # a picture is never worth the session
         report.notes.append(f"training curve skipped: {e}")

@@ -11,6 +11,13 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+def shown(name: str, limit: int = 60) -> str:
+    """A name read from a file (a task id) as one line may show it: control characters escaped (an escape
+    sequence would colour the terminal, a newline split a table row) and a long one cut with "...". """
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name[:limit + 1])
+    return text if len(name) <= limit and len(text) <= limit else text[:limit - 3] + "..."
+
+
 def clipped(value: object, limit: int = 80) -> str:
     """`repr(value)` for a one-line message, at most about `limit` characters: a value typed or read from a file
     may be megabytes long (a pasted file), or nested lists that share their items (a YAML alias bomb: bytes on

@@ -17,7 +17,7 @@ from trm_kaggle.data import grid_problem
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.stats import format_interval, wilson_interval
 from trm_kaggle.evaluate.submission import ATTEMPTS, GridKey, grid_key, load_solutions, load_submission, plain_grid
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, shown
 
 
 @dataclass
@@ -144,12 +144,13 @@ def format_score(report: ScoreReport, max_rows: int = 30) -> str:
     if report.tasks:
         # tasks with a solved output first, each group in solutions order
         rows = [t for t in report.tasks if t.solved] + [t for t in report.tasks if not t.solved]
-        width = max(8, *(len(t.task_id) for t in rows[:max_rows]))
+        ids = {t.task_id: shown(t.task_id) for t in rows[:max_rows]}  # ids come from the files: escaped, cut
+        width = max(8, *(len(i) for i in ids.values()))
         lines.append(f"{'task':<{width}}  solved  matched")
         for t in rows[:max_rows]:
             marks = " ".join({"attempt_1": "1", "attempt_2": "2", None: "-"}[m] for m in t.matched)
             note = f"  ({t.note})" if t.note else ""
-            lines.append(f"{t.task_id:<{width}}  {t.solved:>2}/{t.outputs:<2}   {marks}{note}")
+            lines.append(f"{ids[t.task_id]:<{width}}  {t.solved:>2}/{t.outputs:<2}   {marks}{note}")
         rest = rows[max_rows:]
         if rest:
             lines.append(f"... {len(rest)} more tasks not shown "

@@ -181,7 +181,11 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
     t0 = time.perf_counter()
     work = None
     try:
-        declared = papermill.inspect_notebook(str(source))
+        try:
+            declared = papermill.inspect_notebook(str(source))
+        except Exception as e:  # noqa: BLE001 - JSON that is no notebook (a list, cells that are text): said so
+            raise TRMError(f"{source} is not a notebook papermill can read ({type(e).__name__}: "
+                           f"{_first_line(e)})") from None
         executed.parent.mkdir(parents=True, exist_ok=True)
         (out / "work").mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=out / "work"))

@@ -32,6 +32,7 @@ from trm_kaggle.jsonio import open_regular, read_failure, readable_file
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, fit_state_dict, resize_puzzle_embedding
 from trm_kaggle.model.hub import resolve_checkpoint, snapshot_commit
 from trm_kaggle.model.trm import TinyRecursiveModel
+from trm_kaggle.wording import clipped
 from trm_kaggle.yamlio import read_yaml
 
 COMPILE_PREFIX = "_orig_mod."
@@ -234,7 +235,11 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     tensors = from_upstream_state_dict(read_checkpoint(ckpt_path), str(ckpt_path))
     vocab = tensors["embed_tokens.weight"].shape[0]
     num_ids = tensors[PUZZLE_EMB_KEY].shape[0] if PUZZLE_EMB_KEY in tensors else 1
-    for d in run_cfg.get("data_paths") or []:
+    data_paths = run_cfg.get("data_paths") or []
+    if not isinstance(data_paths, list) or not all(isinstance(d, str) for d in data_paths):
+        raise TRMError(f"{config or ckpt_path.parent / 'all_config.yaml'}: data_paths must be a list of folder "
+                       f"names, got {clipped(data_paths)}")
+    for d in data_paths:
         if seq_len is None and (Path(d) / "train" / "dataset.json").exists():
             seq_len = load_metadata(d, "train").seq_len
     seq_len = seq_len or DEFAULT_SEQ_LEN.get(vocab)

@@ -158,9 +158,11 @@ def parse_task(task_id: str, raw: Any, where: str, solutions: Any = None, requir
                 inline_outputs.append(parse_grid(pair["output"], f"test pair {i} output"))
         outputs = None
         if solutions is not None:
-            if not isinstance(solutions, list) or len(solutions) != len(test_inputs):
-                n = len(solutions) if isinstance(solutions, list) else "no list of"
-                raise DataError(f"{count(n, 'solution')} for {count(len(test_inputs), 'test input')}")
+            if not isinstance(solutions, list):
+                raise DataError(f"its solutions are {type(solutions).__name__}, not a list of output grids (one per "
+                                f"test input: {count(len(test_inputs), 'test input')})")
+            if len(solutions) != len(test_inputs):
+                raise DataError(f"{count(len(solutions), 'solution')} for {count(len(test_inputs), 'test input')}")
             outputs = [parse_grid(g, f"solution {i}") for i, g in enumerate(solutions)]
         elif inline_outputs:
             if len(inline_outputs) != len(test_inputs):
