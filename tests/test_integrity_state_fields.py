@@ -31,6 +31,13 @@ CASES = {
     "config": (lambda s: s.update(config="[]"), "'config' is '[]'; it must be the run's settings as a JSON object"),
     "shape": (lambda s: s.update(model_shape={"seq_len": "x"}), "'model_shape' is a dict"),
     "dtype": (lambda s: s.update(forward_dtype="float64"), "'forward_dtype' is 'float64'"),
+    # Fields that size or feed what a resume or an export builds: a 2**62-long position table, carries or an
+    # optimizer state that torch indexes as the saver's shapes (each once a traceback).
+    "seq_len": (lambda s: s["model_shape"].update(seq_len=2**62), "'model_shape' is a dict; it must be seq_len"),
+    "carries": (lambda s: s.update(carries=["abc", 5]), "'carries' is a list; it must be a list of each rank's"),
+    "optimizer": (lambda s: s.update(optimizer={"state": "abc", "param_groups": 5}),
+                  "'optimizer' is a dict; it must be an optimizer's state"),
+    "world_size": (lambda s: s.update(world_size=2**62), "'world_size' is 4611686018427387904"),
 }
 
 
@@ -57,3 +64,14 @@ def test_settings_this_version_cannot_take_are_one_line_on_resume(data, tmp_path
     capsys.readouterr()
     line = one_error_line(capsys, main(train_args(data, run, "max_steps=4")))
     assert str(ckpt.state_path(run, 2)) in line and "field 'config'" in line and "lr" in line, line
+
+
+def test_an_optimizer_state_of_another_model_is_one_line_on_resume(data, tmp_path, capsys):
+    """Well formed but not this model's (a parameter group too many): refused when restored, naming the field."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    path = ckpt.state_path(run, 2)
+    _rewrite(path, lambda s: s["optimizer"]["param_groups"].append({"params": [], "lr": 0.0}))
+    capsys.readouterr()
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=4")))
+    assert str(path) in line and "field 'optimizer' does not fit this run" in line, line

@@ -35,6 +35,7 @@ import torch
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
 from trm_kaggle.data import contents_hash
+from trm_kaggle.data.format import DatasetMetadata
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
 from trm_kaggle.jsonio import is_regular, open_regular, read_failure, read_json, readable_file
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
@@ -272,6 +273,47 @@ def _json_object(v: Any) -> bool:
         return False
 
 
+def _bound(name: str) -> int:
+    """The largest value dataset.json may give `name`: a state's model_shape sizes tensors just as a dataset's does."""
+    return next(m.le for m in DatasetMetadata.model_fields[name].metadata if getattr(m, "le", None) is not None)
+
+
+_SHAPE_BOUNDS = {k: _bound(k) for k in ("seq_len", "vocab_size", "num_puzzle_identifiers")}
+_MAX_WORLD_SIZE = 65536
+
+
+def _model_shape(v: Any) -> bool:
+    return isinstance(v, dict) and all(_is_int(v.get(k), 1) and v[k] <= top for k, top in _SHAPE_BOUNDS.items())
+
+
+def _optimizer_state(v: Any) -> bool:
+    """What torch's `Optimizer.load_state_dict` indexes without checking: per-parameter state keyed by index, and
+    parameter groups each listing its parameters' indices."""
+    return (isinstance(v, dict) and isinstance(v.get("state"), dict)
+            and all(_is_int(k) and isinstance(s, dict) and all(isinstance(n, str) for n in s)
+                    for k, s in v["state"].items())
+            and isinstance(v.get("param_groups"), list)
+            and all(isinstance(g, dict) and isinstance(g.get("params"), list) and all(_is_int(i) for i in g["params"])
+                    for g in v["param_groups"]))
+
+
+_CARRY_TENSORS = ("z_H", "z_L", "steps", "halted")
+
+
+def _carries(v: Any) -> bool:
+    """Each rank's list of micro-batch carries, each a mapping of tensors (what `save_state` gathers)."""
+    return isinstance(v, list) and all(
+        isinstance(rank, list) and all(
+            isinstance(c, dict) and all(isinstance(c.get(k), torch.Tensor) for k in _CARRY_TENSORS)
+            and _tensors(c.get("current_data")) for c in rank) for rank in v)
+
+
+def _loss_scale(v: Any) -> bool:
+    scaler = v.get("scaler") if isinstance(v, dict) else None
+    return (isinstance(scaler, dict) and bool(scaler) and all(isinstance(x, (int, float)) for x in scaler.values())
+            and (v.get("skipped") is None or _is_int(v["skipped"])))
+
+
 #: What each field of a train state must be (what `save_state` writes; a resume and `export` read them unchecked).
 _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "step": ("an integer >= 0", _is_int),
@@ -280,17 +322,19 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "loader": ("the data position as a JSON object", _json_object),
     "dataset_fingerprint": ("a string", lambda v: isinstance(v, str)),
     "rng_torch": ("a tensor of bytes", lambda v: isinstance(v, torch.Tensor) and v.dtype == torch.uint8),
-    "model_shape": ("seq_len, vocab_size and num_puzzle_identifiers, each an integer >= 1",
-                    lambda v: isinstance(v, dict) and all(_is_int(v.get(k), 1) for k in
-                                                          ("seq_len", "vocab_size", "num_puzzle_identifiers"))),
+    "model_shape": ("seq_len, vocab_size and num_puzzle_identifiers, each an integer from 1 up to what "
+                    "dataset.json allows (" + ", ".join(f"{k} <= {top}" for k, top in _SHAPE_BOUNDS.items()) + ")",
+                    _model_shape),
 }
+_OPTIMIZER = "an optimizer's state (a mapping with 'state' and 'param_groups', each group listing its 'params')"
 _OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "ema": ("a mapping of names to tensors", _tensors),
-    "optimizer": ("an optimizer's state (a mapping)", lambda v: isinstance(v, dict)),
-    "sparse_optimizer": ("an optimizer's state (a mapping)", lambda v: isinstance(v, dict)),
-    "amp": ("a loss scaler's state (a mapping)", lambda v: isinstance(v, dict)),
-    "carries": ("a list of each rank's carries", lambda v: isinstance(v, list)),
-    "world_size": ("an integer >= 1", lambda v: _is_int(v, 1)),
+    "optimizer": (_OPTIMIZER, _optimizer_state),
+    "sparse_optimizer": (_OPTIMIZER, _optimizer_state),
+    "amp": ("a loss scaler's state (a mapping with 'scaler', a mapping of numbers)", _loss_scale),
+    "carries": (("a list of each rank's list of carries, each a mapping of tensors (z_H, z_L, steps, halted, "
+                 "current_data)"), _carries),
+    "world_size": (f"an integer from 1 to {_MAX_WORLD_SIZE}", lambda v: _is_int(v, 1) and v <= _MAX_WORLD_SIZE),
     "forward_dtype": ("one of float32, bfloat16, float16", lambda v: v in DTYPES),
     "run_id": ("a string", lambda v: isinstance(v, str)),
 }

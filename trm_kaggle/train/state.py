@@ -14,7 +14,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Iterator
 
 import pydantic
 import torch
@@ -192,18 +192,34 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
     state.model.load_state_dict(saved["model"])
     for part, key in ((state.ema, "ema"), (state.dense, "optimizer"), (state.sparse, "sparse_optimizer")):
         if part is not None and saved.get(key) is not None:
-            part.load_state_dict(saved[key])
+            with _field(path, key):
+                part.load_state_dict(saved[key])
     torch.set_rng_state(saved["rng_torch"])
     state.position.load_state_dict(json.loads(saved["loader"]))
     state.step, state.carries = int(saved["step"]), None
     saved_carries = saved.get("carries")
     if saved_carries is not None and saved.get("world_size") == rt.world_size:
-        state.carries = [_carry_from_state(c, rt.device) for c in saved_carries[rt.rank]]
-        rows = sum(len(c.steps) for c in state.carries)
-        if len(state.carries) != rows // state.micro:  # another micro-batch size now
-            state.carries = resplit(state.carries, state.micro)
+        with _field(path, "carries"):
+            state.carries = [_carry_from_state(c, rt.device) for c in saved_carries[rt.rank]]
+            rows = sum(len(c.steps) for c in state.carries)
+            if len(state.carries) != rows // state.micro:  # another micro-batch size now
+                state.carries = resplit(state.carries, state.micro)
     elif saved_carries is not None:
         log.warning("world size changed since the checkpoint: ACT carries restart (results differ slightly)")
+
+
+@contextlib.contextmanager
+def _field(path: Path, key: str) -> Iterator[None]:
+    """One line naming the file and the field when a field of the right kind still does not fit this run (another
+    model's parameter count, tensors of other sizes, a rank missing from the carries): the load check sees each
+    field alone, only restoring sees it against the model."""
+    try:
+        yield
+    except torch.OutOfMemoryError:  # a RuntimeError too, but the device is full, not the field wrong
+        raise
+    except (TypeError, ValueError, RuntimeError, KeyError, IndexError) as e:
+        raise TRMError(f"{path}: field {key!r} does not fit this run: {type(e).__name__}: "
+                       f"{(str(e).splitlines() or [''])[0][:200]}") from None
 
 
 def state_to_resume(run_dir: Path, rt: Runtime) -> tuple[Path, dict[str, Any]] | None:
