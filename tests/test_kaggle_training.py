@@ -307,6 +307,31 @@ def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
     assert not (tmp_path / "c" / "run-state").exists()
 
 
+@pytest.mark.parametrize("owned", ["data_paths=[/etc]", "checkpoint_path=/tmp/elsewhere", "+checkpoint_path=x",
+                                   "~data_paths"])
+def test_the_kernel_sets_its_own_data_and_run_folder(built, tmp_path, capsys, owned):
+    """Only the working folder outlives a Kaggle session: an override moving the run (or the data) is refused
+    at build time, nothing built, and by the session, nothing trained."""
+    out = tmp_path / "o"
+    assert bundle_main([str(out), "--dataset", str(built.parent / "sudoku4"), "--train-kernel", "--preset",
+                        "sudoku4-cpu", "--no-download", "--user", "tester", owned]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the training kernel sets" in err[0] and not out.exists(), err
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "none", working=tmp_path / "w", preset="sudoku4-cpu",
+                    overrides=SETTINGS + [owned], data_dir=built / "data", time_budget=None, session_steps=1,
+                    echo=lines.append)
+    assert not r.ok and "the training kernel sets" in lines[-1] and not (tmp_path / "w" / "run").exists(), lines
+
+
+def test_a_bad_continue_from_is_refused_before_anything_is_built(built, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert bundle_main([str(out), "--dataset", str(built.parent / "sudoku4"), "--train-kernel", "--preset",
+                        "sudoku4-cpu", "--no-download", "--user", "tester", "--continue-from", "me/../x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--continue-from" in err[0] and not out.exists(), err
+
+
 def test_a_session_saves_on_a_timer_and_a_stop_signal_ends_it_saved(built, tmp_path, monkeypatch):
     """Timed states on the way (save_every_s; the stops module's clock advanced one second per look here), and a
     SIGTERM (Kaggle's stop) saves the step it ends: status "interrupted" in session.json, one line, no raise."""

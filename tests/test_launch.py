@@ -165,6 +165,9 @@ def test_a_manifest_that_breaks_the_schema_is_caught():
     ({"--env": "NO_VALUE"}, "--env"),
     ({"--rdzv-port": "70000"}, "--rdzv-port"),
     ({"--export": "/elsewhere/weights"}, "--export /elsewhere/weights: outside /workspace"),
+    ({"--shm-size": "99999999999999999999Ti"}, "at most 1Pi"),
+    ({"--shm-size": "2Pi"}, "at most 1Pi"),
+    ({"--shm-size": "0"}, "more than 0"),
 ])
 def test_bad_k8s_input_is_one_error_line_and_nothing_is_written(tmp_path, capsys, change, message):
     argv = list(K8S)

@@ -199,12 +199,23 @@ def test_endpoints_without_a_usable_port_are_refused(text):
     (["--nnodes", "two"], "expected N or MIN:MAX"),
     (["--rdzv-conf", "join_timeout=0"], "positive number of seconds"),
     (["--nnodes", "1", "--bogus-flag", "1"], "torchrun: "),
+    (["--nproc-per-node", "1000000000"], "from 1 to 1024"),
+    (["--nproc-per-node", "0"], "from 1 to 1024"),
+    (["--nproc-per-node", "-3"], "from 1 to 1024"),
+    (["--nproc-per-node", "lots"], "or auto, cpu, gpu or xpu"),
+    (["--max-restarts", "100000000000000000000"], "from 0 to 1000"),
+    (["--max-restarts", "-1"], "from 0 to 1000"),
 ])
 def test_bad_launches_are_one_error_line_before_any_rendezvous(args, message, capsys, tmp_path):
     code = main(["torchrun", *args, "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'run'}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error:") and message in err[0], err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("words", ["4", "auto", "cpu"])
+def test_the_worker_counts_torchrun_takes_pass(words):
+    assert torchrun.parse(["--nproc-per-node", words, "--max-restarts", "1000", "script.py"]).nproc_per_node == words
 
 
 def test_train_settings_are_checked_before_the_rendezvous(capsys):

@@ -295,6 +295,9 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     from trm_kaggle.pipeline import write_training_curve
     from trm_kaggle.train import checkpoint as ckpt, load_train_config, train
 
+    from trm_kaggle.kaggle.bundle import check_kernel_overrides
+
+    check_kernel_overrides(overrides)  # the session's own data and run folder must win (KERNEL_OWNED_KEYS)
     run_dir = working / RUN
     roots = input_roots(input_root, scratch, echo)
     data = Path(data_dir) if data_dir else find_dataset(roots)

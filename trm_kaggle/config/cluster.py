@@ -20,6 +20,9 @@ IMAGE_PATTERN = (r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?/)?"
                  r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
                  r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$"
+_QUANTITY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+                   "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+MAX_SHM_BYTES = 2**50  # 1Pi: far above any node's memory, so any real /dev/shm fits
 _LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 _LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -84,7 +87,12 @@ class K8sOptions(_Config):
     @field_validator("shm_size")
     @classmethod
     def _shm(cls, v: str) -> str:
-        return _matching(v, _QUANTITY, "a Kubernetes quantity such as 16Gi")
+        v = _matching(v, _QUANTITY, "a Kubernetes quantity such as 16Gi")
+        # the pattern takes any count of digits: a size no node has would only fail at scheduling
+        number, unit = re.fullmatch(r"([0-9.]+)(\D*)", v).groups()
+        if not 0 < float(number) * _QUANTITY_UNITS[unit] <= MAX_SHM_BYTES:
+            raise ValueError(f"{v[:80]!r}: the size must be more than 0 and at most 1Pi")
+        return v
 
     @field_validator("mount")
     @classmethod

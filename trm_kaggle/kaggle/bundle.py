@@ -67,7 +67,8 @@ from trm_kaggle.kaggle.metadata import (
 from trm_kaggle.kaggle.push import owner, push, push_training, push_unavailable
 from trm_kaggle.kaggle.rehearsal import execute
 from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, read_sample_submission
-from trm_kaggle.kaggle.train_kernel import build_data, build_train_kernel, fetch_run_state
+from trm_kaggle.kaggle.train_kernel import (  # check_kernel_overrides: for the training session
+    build_data, build_train_kernel, check_continue_from, check_kernel_overrides, fetch_run_state)
 from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache, default_weights, is_export
 from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_python_version,
@@ -78,8 +79,8 @@ from trm_kaggle.stdout import StdoutError, checked_stdout, parse_checked
 from trm_kaggle.wording import escape_what_the_console_cannot_show
 
 #: The bundle's entry points; import anything else from the module that defines it.
-__all__ = ["BundleIds", "add_arguments", "build_bundle", "execute", "main", "make_parser", "push", "run",
-           "validate_bundle"]
+__all__ = ["BundleIds", "add_arguments", "build_bundle", "check_kernel_overrides", "execute", "main", "make_parser",
+           "push", "run", "validate_bundle"]
 
 
 def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | os.PathLike | None = None,
@@ -369,12 +370,14 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
 
         check_training_settings(presets, overrides)
         check_train_budget(time_budget)
+    if continue_from is not None:  # before the lock and the data: a refused bundle builds nothing
+        if not train_kernel:
+            raise TRMError("--continue-from goes with --train-kernel (the kernel that resumes from it)")
+        check_continue_from(continue_from, **({"runner": runner} if runner is not None else {}))
     _check_parts(out, {**({DATA_DIR: "kaggle data dataset"} if dataset is not None else {}),
                        **({RUN_STATE_DIR: "kaggle run-state dataset"} if continue_from is not None else {}),
                        **({"wheels": "kaggle wheels dataset", TRAIN_KERNEL_DIR: "kaggle training kernel"}
                           if train_kernel else {})})
-    if continue_from is not None and not train_kernel:
-        raise TRMError("--continue-from goes with --train-kernel (the kernel that resumes from it)")
     with _out_dir_lock(out, held):
         if dataset is not None:
             report["data"] = build_data(out / DATA_DIR, dataset, ids=ids, log=log)

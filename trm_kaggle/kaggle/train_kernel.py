@@ -74,6 +74,16 @@ def build_data(out_dir: str | os.PathLike, dataset_dir: str | os.PathLike, *, id
             "examples": {k: v["examples"] for k, v in summary["splits"].items()}}
 
 
+def check_continue_from(kernel: str, runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> None:
+    """TRMError unless `kernel` is a kernel id and the `kaggle` command (or a given runner) can fetch its output:
+    done before anything is built, so that a refused bundle leaves nothing behind."""
+    if (problem := id_problem(kernel)):
+        raise TRMError(f"--continue-from: {problem}")
+    if shutil.which("kaggle") is None and runner is subprocess.run:
+        raise TRMError("--continue-from needs the `kaggle` command (pip install kaggle) and Kaggle credentials: "
+                       f"it runs `kaggle kernels output {kernel} -p DIR`")
+
+
 def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
                     runner: Callable[..., subprocess.CompletedProcess] = subprocess.run,
                     log: Callable[[str], None] = print) -> dict:
@@ -81,11 +91,7 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
     for a training kernel that resumes from a dataset instead of `kernel_sources`. The output must hold a train
     state that loads (the newest such state is what the next session resumes from); replaced atomically."""
 
-    if (problem := id_problem(kernel)):
-        raise TRMError(f"--continue-from: {problem}")
-    if shutil.which("kaggle") is None and runner is subprocess.run:
-        raise TRMError("--continue-from needs the `kaggle` command (pip install kaggle) and Kaggle credentials: "
-                       f"it runs `kaggle kernels output {kernel} -p DIR`")
+    check_continue_from(kernel, runner)
     Path(out_dir).absolute().parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(out_dir, kind="kaggle run-state dataset") as tmp, \
             tempfile.TemporaryDirectory(prefix=".download-", dir=Path(out_dir).absolute().parent) as download:
@@ -116,12 +122,28 @@ def _newest_step(folder: Path) -> int | None:
         return None
 
 
+#: Settings the training session sets itself: the attached data, and a run folder inside the kernel's working
+#: folder (only /kaggle/working outlives a session, so a run written elsewhere is lost with it).
+KERNEL_OWNED_KEYS = ("data_paths", "checkpoint_path")
+
+
+def check_kernel_overrides(overrides: Sequence[str]) -> None:
+    """TRMError when an override would replace (or reset) a setting the training kernel owns."""
+    for text in overrides:
+        key = str(text).partition("=")[0].strip().lstrip("+~").strip()  # as parse_override reads the key
+        if key.split(".")[0] in KERNEL_OWNED_KEYS:
+            raise TRMError(f"override {str(text)[:80]!r}: the training kernel sets {key.split('.')[0]} itself (the "
+                           "attached data dataset, and a run inside its working folder, the only folder kept "
+                           "between sessions); leave it out")
+
+
 def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) -> None:
     """The kernel's settings must make a training config (the data path is the kernel's to find)."""
     from trm_kaggle.train import load_train_config
 
     if not presets:
         raise TRMError("--train-kernel needs --preset NAME (trm-kaggle train --help lists the presets)")
+    check_kernel_overrides(overrides)
     load_train_config(presets=list(presets), overrides=list(overrides))
 
 

@@ -5,7 +5,8 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
 
 * checks before the rendezvous: a multi-node launch names its endpoint as HOST:PORT (without a port
   torchrun quietly takes 29400, which the other nodes may not), `--nnodes N` or `MIN:MAX` with
-  1 <= MIN <= MAX, and a positive `join_timeout` in `--rdzv-conf`;
+  1 <= MIN <= MAX, `--nproc-per-node` from 1 to 1024 or one of torchrun's words (auto, cpu, gpu, xpu),
+  `--max-restarts` from 0 to 1000, and a positive `join_timeout` in `--rdzv-conf`;
 * a rendezvous that times out (a node never started, a different `--rdzv-id`, an endpoint it cannot
   reach) ends with one line naming the endpoint, the nodes expected and the wait, instead of a
   traceback. No worker was started: nothing is written. `--rdzv-conf join_timeout=SECONDS` sets the
@@ -31,6 +32,8 @@ from trm_kaggle.errors import TRMError
 
 DEFAULT_JOIN_TIMEOUT = 600  # seconds: torch's default for the c10d rendezvous
 SHARED_STORE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+MAX_NPROC_PER_NODE = 1024  # workers on one node: far above any machine's devices or cores
+MAX_RESTARTS = 1000  # a worker that always fails must end the launch some day
 
 
 class GroupFailed(TRMError):
@@ -77,6 +80,30 @@ def parse_nnodes(text: str) -> tuple[int, int]:
     return low, high
 
 
+def nproc_per_node(text: str) -> None:
+    """Refuse what torchrun would only fail on after its start: a count it cannot start, or a word it
+    does not know (its own words: auto, cpu, gpu, xpu, or the name of a registered device backend)."""
+    import torch
+
+    try:
+        count = int(text)  # as torchrun reads it
+    except ValueError:
+        count = None
+    if count is not None:
+        # a zero or negative count fails an assertion; a huge one is built worker by worker until memory runs out
+        if not 1 <= count <= MAX_NPROC_PER_NODE:
+            raise TRMError(f"--nproc-per-node {text}: expected a whole number from 1 to {MAX_NPROC_PER_NODE}, "
+                           "or auto, cpu, gpu or xpu")
+        return
+    if text == "gpu" and not torch.cuda.is_available():
+        raise TRMError("--nproc-per-node gpu: no CUDA device is available here (auto takes what there is)")
+    if text == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        raise TRMError("--nproc-per-node xpu: no XPU device is available here (auto takes what there is)")
+    if text not in ("auto", "cpu", "gpu", "xpu", torch._C._get_privateuse1_backend_name()):
+        raise TRMError(f"--nproc-per-node {text[:80]!r}: expected a whole number from 1 to {MAX_NPROC_PER_NODE}, "
+                       "or auto, cpu, gpu or xpu")
+
+
 def join_timeout(rdzv_conf: str) -> float:
     """The rendezvous wait `--rdzv-conf join_timeout=S` asks for (torch's default when absent)."""
     for item in (rdzv_conf or "").split(","):
@@ -112,8 +139,9 @@ def check(args: argparse.Namespace) -> None:
     """What torchrun accepts but a multi-node run cannot live with (see the module's docstring)."""
     _, high = parse_nnodes(args.nnodes)
     join_timeout(args.rdzv_conf)
-    if args.max_restarts < 0:
-        raise TRMError(f"--max-restarts {args.max_restarts}: must be 0 or more")
+    nproc_per_node(args.nproc_per_node)
+    if not 0 <= args.max_restarts <= MAX_RESTARTS:
+        raise TRMError(f"--max-restarts {args.max_restarts}: must be a whole number from 0 to {MAX_RESTARTS}")
     if args.standalone:
         return
     if args.rdzv_endpoint or (high > 1 and args.rdzv_backend != "static"):  # static: --master-addr/--master-port

@@ -34,8 +34,7 @@ import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
-from trm_kaggle.data import contents_hash
-from trm_kaggle.data.format import DatasetMetadata
+from trm_kaggle.data import DatasetMetadata, contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
 from trm_kaggle.jsonio import is_regular, open_regular, read_failure, read_json, readable_file
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
