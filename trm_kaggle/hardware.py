@@ -253,9 +253,9 @@ def env_threads() -> int | None:
 
 #: GNU OpenMP (torch's CPU thread pool on Linux) lets a thread that finished its share of a parallel region spin
 #: `GOMP_SPINCOUNT` times (300,000 by default) before it sleeps. On a core another process wants, that spinning
-#: takes the core from the thread it waits for: one training with 2 threads beside 2 busy processes ran at 13-80
-#: examples/s in some runs against about 250 in others. 10,000 spins kept an idle machine's speed (x1.02) and
-#: gave the neighbours back CPU (x1.18 of their work); `OMP_WAIT_POLICY=PASSIVE` halved the idle speed
+#: takes the core from the thread it waits for: one training with 2 threads ran at 235 examples/s in one round
+#: against about 1,200 in the others. 10,000 spins kept an idle machine's speed (x0.99) and under load ran 1.41x
+#: faster and gave the neighbours 13 % more of their work; `OMP_WAIT_POLICY=PASSIVE` halved the idle speed
 #: (docs/benchmarks.md, "CPU threads on a shared machine").
 WAIT_ENVS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 SHORT_SPIN = "10000"
