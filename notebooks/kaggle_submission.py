@@ -273,11 +273,14 @@ def offline_installer():
             raise RuntimeError(f"trm_kaggle is not installed and no trm_kaggle*.whl is under "
                                f"{WHEELS_DIR or KAGGLE_INPUT}: attach the wheels dataset or set WHEELS_DIR")
         where = found[-1]
-        with zipfile.ZipFile(where) as wheel:
-            if "trm_kaggle/kaggle/offline_install.py" not in wheel.namelist():
-                raise RuntimeError(f"{where} has no trm_kaggle/kaggle/offline_install.py: a wheel older than "
-                                   "this notebook (rebuild the wheels dataset)")
-            source = wheel.read("trm_kaggle/kaggle/offline_install.py").decode("utf-8")
+        try:
+            with zipfile.ZipFile(where) as wheel:
+                if "trm_kaggle/kaggle/offline_install.py" not in wheel.namelist():
+                    raise RuntimeError(f"{where} has no trm_kaggle/kaggle/offline_install.py: a wheel older than "
+                                       "this notebook (rebuild the wheels dataset)")
+                source = wheel.read("trm_kaggle/kaggle/offline_install.py").decode("utf-8")
+        except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as e:  # cut short, unreadable: never installed
+            raise RuntimeError(f"{where} is not a readable wheel ({e}): rebuild the wheels dataset") from None
     scope = {"__name__": "trm_kaggle_offline_install"}
     exec(compile(source, str(where), "exec"), scope)
     return scope, wheels

@@ -20,7 +20,7 @@ import pytest
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import check_submission
-from trm_kaggle.kaggle import bundle, rehearsal, sandbox
+from trm_kaggle.kaggle import bundle, offline_install, rehearsal, sandbox
 
 from conftest import make_export, make_fake_wheel, random_task
 
@@ -86,6 +86,7 @@ def _unresolvable_wheel(layout):  # the only trm_kaggle wheel needs a package no
     wheel = make_fake_wheel(layout.wheels, "trm_kaggle", "99.0", requires=["trm-missing-dependency>=1"])
     with zipfile.ZipFile(wheel, "a") as z:  # installable: it installs (--no-deps), then the check names the need
         z.writestr("trm_kaggle-99.0.dist-info/RECORD", "")
+        z.writestr(offline_install.WHEEL_PATH, Path(offline_install.__file__).read_text())  # the kernels' installer
 
 
 def _wheel_for_another_python(layout):  # the only trm_kaggle wheel is tagged for CPython 3.9
@@ -158,13 +159,13 @@ def test_install_or_import_fails_the_fallback_stands(built, tmp_path, case):
     params, env, alter = {}, None, None
     if case == "no wheel":
         alter, params = _remove_wheel, {"WHEELS_DIR": None}
-        words = "installing trm_kaggle failed (no trm_kaggle*.whl under "
+        words = "installing trm_kaggle failed (trm_kaggle is not installed and no trm_kaggle*.whl is under "
     elif case == "pip fails":
         alter, words = _unresolvable_wheel, "trm_kaggle needs trm-missing-dependency>=1, which neither this image"
     elif case == "wheel for another Python":
         alter, words = _wheel_for_another_python, "No matching distribution found for trm_kaggle"
     elif case == "truncated wheel":
-        alter, words = _truncate_wheel, "installing trm_kaggle failed (pip install --no-index"
+        alter, words = _truncate_wheel, "is not a readable wheel ("
     elif case == "pydantic unimportable":
         env = stub_package(tmp_path / "broken", "pydantic", "simulated: pydantic is not importable")
         words = "importing trm_kaggle failed (ImportError: simulated: pydantic is not importable)"
