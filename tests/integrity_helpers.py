@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 import zipfile
 from pathlib import Path
+from typing import Iterator
 
 TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_cycles=2", "arch.L_cycles=2",
         "arch.L_layers=1", "arch.halt_max_steps=3", "arch.puzzle_emb_len=2", "arch.forward_dtype=float32",
@@ -46,3 +50,26 @@ def flip_safetensors_data(path: Path, count: int = 8) -> None:
     for i in range(start, start + count):
         data[i] ^= 0x01
     path.write_bytes(bytes(data))
+
+
+@contextlib.contextmanager
+def woken_fifos(after_s: float) -> Iterator[list[Path]]:
+    """A list to add FIFOs to: `after_s` seconds on, each is opened for writing once, so that a reader blocked in
+    open() wakes and its test fails on its time instead of hanging the suite."""
+    made: list[Path] = []
+    done = threading.Event()
+
+    def watchdog() -> None:
+        if done.wait(after_s):
+            return
+        for path in made:
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    try:
+        yield made
+    finally:
+        done.set()

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from cli_helpers import one_error_line
+from integrity_helpers import woken_fifos
 from trm_kaggle.cli import main
 from trm_kaggle.errors import UnreadableFile
 from trm_kaggle.jsonio import is_regular
@@ -31,32 +31,19 @@ KINDS = {"fifo": "not a pipe (FIFO)", "/dev/zero link": "not a character device 
 def special(tmp_path):
     """make(path, kind): a FIFO, or a symbolic link to /dev/zero, at `path`. A watchdog opens each FIFO for
     writing after 20 s, so that a reader blocked in open() wakes and the test fails on its time, not hangs."""
-    made, done = [], threading.Event()
+    with woken_fifos(20) as made:
+        def make(path: Path, kind: str) -> Path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists() or path.is_symlink():
+                path.unlink()
+            if kind == "fifo":
+                os.mkfifo(path)
+                made.append(path)
+            else:
+                path.symlink_to("/dev/zero")
+            return path
 
-    def watchdog():
-        if done.wait(20):
-            return
-        for p in made:
-            try:
-                os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass
-
-    threading.Thread(target=watchdog, daemon=True).start()
-
-    def make(path: Path, kind: str) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists() or path.is_symlink():
-            path.unlink()
-        if kind == "fifo":
-            os.mkfifo(path)
-            made.append(path)
-        else:
-            path.symlink_to("/dev/zero")
-        return path
-
-    yield make
-    done.set()
+        yield make
 
 
 def refused(capsys, rc: int, path: Path, kind: str, t0: float) -> None:
@@ -125,29 +112,14 @@ def test_an_export_with_a_special_config_is_named(inputs, tmp_path, special, cap
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_a_special_notebook_is_named(inputs, tmp_path, special, capsys, kind):
-    """U02: not "does not exist yet"."""
-    notebook = special(tmp_path / "nb.ipynb", kind)
+@pytest.mark.parametrize("option, name", [("notebook", "nb.ipynb"), ("compile_cache", "cc.bin"),
+                                          ("extra_wheel", "x-1.0-py3-none-any.whl")])
+def test_a_special_bundle_input_is_named(inputs, tmp_path, special, capsys, option, name, kind):
+    """U02, U04, U03: not "does not exist yet", "no such file" or "not a .whl file"; and no OUT_DIR is left
+    holding only its lock file."""
+    path = special(tmp_path / name, kind)
     t0 = time.perf_counter()
-    refused(capsys, bundle(inputs, tmp_path / "ob", notebook=notebook), notebook, kind, t0)
-    assert not (tmp_path / "ob").exists()
-
-
-@pytest.mark.parametrize("kind", list(KINDS))
-def test_a_special_compile_cache_is_named(inputs, tmp_path, special, capsys, kind):
-    """U04: not "no such file"."""
-    cache = special(tmp_path / "cc.bin", kind)
-    t0 = time.perf_counter()
-    refused(capsys, bundle(inputs, tmp_path / "ob", compile_cache=cache), cache, kind, t0)
-    assert not (tmp_path / "ob").exists()
-
-
-@pytest.mark.parametrize("kind", list(KINDS))
-def test_a_special_extra_wheel_is_named(inputs, tmp_path, special, capsys, kind):
-    """U03: not "not a .whl file"; and no OUT_DIR is left holding only its lock file."""
-    wheel = special(tmp_path / "x-1.0-py3-none-any.whl", kind)
-    t0 = time.perf_counter()
-    refused(capsys, bundle(inputs, tmp_path / "ob", extra_wheel=wheel), wheel, kind, t0)
+    refused(capsys, bundle(inputs, tmp_path / "ob", **{option: path}), path, kind, t0)
     assert not (tmp_path / "ob").exists()
 
 

@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import pytest
 
 import trm_kaggle.jsonio as J
 from cli_helpers import one_error_line
-from integrity_helpers import flip_inside_largest_entry, train_args
+from integrity_helpers import flip_inside_largest_entry, train_args, woken_fifos
 from trm_kaggle.cli import main
 from trm_kaggle.errors import DamagedFile, UnreadableFile
 from trm_kaggle.data.format import load_split
@@ -74,29 +73,15 @@ def listing(run: Path) -> list[str]:
 def fifo(tmp_path):
     """make(path): a FIFO at `path`. A watchdog opens each for writing after 30 s, so that a reader blocked in
     open() wakes (the test then fails on its time, instead of hanging the suite)."""
-    made, done = [], threading.Event()
+    with woken_fifos(30) as made:
+        def make(path: Path) -> Path:
+            if path.exists() or path.is_symlink():
+                path.unlink()
+            os.mkfifo(path)
+            made.append(path)
+            return path
 
-    def watchdog():
-        if done.wait(30):
-            return
-        for p in made:
-            try:
-                os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass
-
-    thread = threading.Thread(target=watchdog, daemon=True)
-    thread.start()
-
-    def make(path: Path) -> Path:
-        if path.exists() or path.is_symlink():
-            path.unlink()
-        os.mkfifo(path)
-        made.append(path)
-        return path
-
-    yield make
-    done.set()
+        yield make
 
 
 # ---------------------------------------------------------------------------

@@ -373,7 +373,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     echo(f"weights: {export} (build_bundle.py --weights takes this folder)")
     try:
         line = write_training_curve(run_dir, working / CURVE)
-        # only a curve this session drew (a file left there by an earlier one, or planted, is not it)
+        # only a curve drawn just now: a file already there (older, or planted) is not it
         report.curve = str(working / CURVE) if line.startswith("training curve: ") else None
         echo(line)
     except (OSError, ValueError, TRMError) as e:  # a picture is never worth the session
