@@ -162,6 +162,12 @@ def test_missing_solutions_give_no_label(tmp_path, caplog):
     assert "output" not in json.loads((out / "test_puzzles.json").read_text())["b"]["test"][0]
 
 
+def test_a_subset_named_twice_is_refused_before_anything_is_read(tmp_path):
+    with pytest.raises(ValueError, match="the subset 'training' is named twice"):
+        ArcBuildConfig(output_dir=str(tmp_path / "ds"), input_file_prefix=str(tmp_path / "none"),
+                       subsets=["training", "evaluation", "training"])
+
+
 def test_same_task_id_in_two_subsets_shares_identifiers(tmp_path):
     rng = np.random.default_rng(6)
     from conftest import random_task

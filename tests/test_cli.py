@@ -100,9 +100,14 @@ def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys):
     steps = json.loads((w / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"]
     assert f"| training | {steps} step{'s' if steps > 1 else ''} from scratch |" in summary
     assert "- evaluation (1 task of the test split" in summary and "- submission (1 unseen task): valid" in summary
-    for path in ("report/report.md", "weights", "submission.json", "bundle", "training_curve.png"):
+    for path in ("report/report.md", "weights", "submission.json", "bundle"):
         assert f"`{w / path}`" in summary, path
-    assert (w / "training_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    logged = len((w / "train" / "metrics.jsonl").read_text().splitlines())
+    if logged >= 2:  # a curve needs two logged intervals; 5 s on a loaded machine may log one
+        assert f"`{w / 'training_curve.png'}`" in summary
+        assert (w / "training_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert "not drawn: the run is too short" in summary and not (w / "training_curve.png").exists()
     # the quick "next" commands run as written on the pipeline's outputs
     commands = _next_commands(summary)
     assert set(commands) == {"pipeline", "score", "evaluate", "submit", "compare", "bundle"}

@@ -259,3 +259,11 @@ def test_a_device_this_machine_lacks_is_refused_in_one_line(dataset):
     model = AnswerModel(meta.vocab_size, meta.seq_len, lambda inputs: inputs)
     with pytest.raises(TRMError, match=r"^device=cuda:99 requested but this machine has \w+ CUDA device\(s\)$"):
         evaluate_repair(model, RepairEvalConfig(weights="-", data=str(dataset), progress=False), "cuda:99")
+
+
+@pytest.mark.parametrize("command, words", [("python 'unclosed", "is no command line: No closing quotation"),
+                                            ("   ", "is empty")])
+def test_a_test_command_that_is_no_command_line_is_refused_before_any_pair_runs(command, words):
+    with pytest.raises(ValueError, match=words):
+        RepairEvalConfig(weights="-", data="-", test_command=command)
+    assert RepairEvalConfig(weights="-", data="-", test_command="python snippet.py").test_command  # no {file}: fine

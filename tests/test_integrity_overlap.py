@@ -203,3 +203,10 @@ def test_a_folder_output_refuses_only_inputs_among_what_it_writes(world):
                                       "--weights", str(world / "exp"), "--work-dir", str(world / "work")])
     with pytest.raises(TRMError, match="--work-dir .* holds the input --challenges"):
         check_io(*command_io("submit", args))
+
+
+@pytest.mark.parametrize("path, words", [("/dev/null", "/dev/null is a character device; a folder is written there"),
+                                         ("/dev/null/run", "/dev/null is a character device, not a folder")])
+def test_a_folder_output_on_a_device_is_named_as_one(path, words):
+    with pytest.raises(TRMError, match=words):
+        check_io([], [Output(Path(path), "--work-dir", "folder")])

@@ -65,6 +65,13 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
     (["--accelerator", ""], "give one of NvidiaL4"),
     (["--python-version", "3.9"], "--python-version '3.9': the wheels can target CPython 3.10, 3.11, 3.12, 3.13"),
     (["--python-version", "3.12", "--python-version", "three"], "--python-version 'three'"),
+    (["--push-wait", "-1"], "--push-wait -1: must be from 1 to 86400"),  # checked even where it is not used
+    (["--execute-timeout", "nan"], "--execute-timeout nan: must be from 1 to 604800"),
+    (["--time-budget", "inf"], "--time-budget inf: must be from 1 to 604800"),
+    (["--workers", "0"], "--workers 0: must be from 1 to 1024"),
+    (["--max-tasks", "ten"], "--max-tasks 'ten': expected an integer"),
+    (["--platform", "../../x"], "--platform '../../x': a wheel platform tag is lower-case letters"),
+    (["--platform", "manylinux_2_17_x86_64", "--platform", "Linux x86"], "--platform 'Linux x86'"),
     (["--slug-prefix", "TRM Kaggle!"], "--user/--slug-prefix give an invalid Kaggle id"),
     (["--user", "me/you"], "--user/--slug-prefix give an invalid Kaggle id"),
     (["--docker-image", "an image"], "--docker-image 'an image'"),

@@ -173,7 +173,7 @@ def writable_problem(out: Output) -> str | None:
         if out.kind == "file" and path.is_dir():
             return f"{shown} is a folder; a file is written there"
         if out.kind != "file" and not path.is_dir():
-            return f"{shown} is a file; a folder is written there"
+            return f"{shown} is {special_kind(path) or 'a file'}; a folder is written there"
         if out.kind == "file" and (kind := special_kind(path)):
             return f"{shown} is {kind}, not a file: it is not replaced (choose another path)"
         if out.kind == "file" and not os.access(path, os.W_OK):  # protected on purpose: not ours to replace
@@ -188,7 +188,7 @@ def writable_problem(out: Output) -> str | None:
     receiver = path if (out.kind == "folder" and path.is_dir()) else path.parent
     existing = _nearest_existing(receiver)
     if not existing.is_dir():
-        return f"{shown}: {existing} is a file, not a folder"
+        return f"{shown}: {existing} is {special_kind(existing) or 'a file'}, not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):
         return (f"{shown}: {existing} is not writable (read-only, or no permission); choose an output where this "
                 "user can write")

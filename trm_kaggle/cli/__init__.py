@@ -100,7 +100,7 @@ def _main(argv: list[str] | None, started: float) -> int:
     else:
         try:
             args = parse_checked(build_parser().parse_args, argv)  # help that cannot be printed: status 2
-        except TRMError as e:  # a flag outside its bounds (`common.bounded_int`): one line, as after parsing
+        except TRMError as e:  # a flag outside its bounds (`config.common.bounded_number`): one line, as after parsing
             print(f"error: {e}", file=sys.stderr)
             return 2
     if overrides:

@@ -52,23 +52,6 @@ def say_defaults(parser: argparse.ArgumentParser, model=None) -> None:
             a.help += f" (default: {shown.replace('%', '%%')})"
 
 
-def bounded_int(option: str, low: int, high: int):
-    """An argparse type for `option`: an integer from `low` to `high` (a flag that is no config field still has
-    its bounds); anything else is the command's one error line (TRMError: argparse passes it on)."""
-    from trm_kaggle.errors import TRMError
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise TRMError(f"{option} {text!r}: expected an integer") from None
-        if not low <= value <= high:
-            raise TRMError(f"{option} {text}: must be from {low} to {high}")
-        return value
-
-    return parse
-
-
 def command_parser(description: str | None = None) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     """`trm-kaggle` and its (still empty) set of subcommands: the top of `build_parser`, and the parser
     `train_settings` reads a torchrun line's `train` arguments with (the same usage line in its errors)."""

@@ -8,8 +8,8 @@ import json
 import sys
 from typing import get_args
 
-from trm_kaggle.cli.common import bounded_int, common_flags, config_kwargs, flag
-from trm_kaggle.config import MAX_SEED, EvaluateConfig, InferenceDtype, RepairEvalConfig, TaskIdMode
+from trm_kaggle.cli.common import common_flags, config_kwargs, flag
+from trm_kaggle.config import MAX_SEED, EvaluateConfig, InferenceDtype, RepairEvalConfig, TaskIdMode, bounded_number
 from trm_kaggle.errors import TRMError
 from trm_kaggle.names import typed_name
 from trm_kaggle.wording import count
@@ -50,7 +50,7 @@ def add_evaluate(sub) -> None:
          default=None)
     p.add_argument("--tasks", default=None, type=typed_name,
                    help="comma-separated task ids to draw in the report (default: the first --first tasks)")
-    p.add_argument("--first", type=bounded_int("--first", 0, MAX_DRAWN), default=None,
+    p.add_argument("--first", type=bounded_number("--first", 0, MAX_DRAWN), default=None,
                    help="draw the first N tasks in the report when --tasks is not given (default: 5)")
     p.add_argument("--no-pictures", action="store_true", help="write the report without grid pictures")
     p.add_argument("--save-votes", default=None, metavar="FILE",
@@ -64,7 +64,7 @@ def add_evaluate(sub) -> None:
                    help="which puzzle-embedding row each puzzle gets: own (as trained, default), blank (identifier "
                         "0), random (another trained identifier's, seeded), mean (the mean row); several modes "
                         "evaluate one after the other and end with a comparison: does the model need its task id?")
-    p.add_argument("--task-id-seed", type=bounded_int("--task-id-seed", 0, MAX_SEED), default=0,
+    p.add_argument("--task-id-seed", type=bounded_number("--task-id-seed", 0, MAX_SEED), default=0,
                    help="seed of --task-ids random (default 0)")
     common_flags(p)
     p.set_defaults(func=cmd_evaluate)
@@ -108,8 +108,8 @@ def add_evaluate_repair(sub) -> None:
 
 def cmd_evaluate_repair(args: argparse.Namespace) -> int:
     from trm_kaggle.evaluate import evaluate_repair, format_repair_report
-    from trm_kaggle.model import load_model_for_dataset
     from trm_kaggle.hardware import pick_device
+    from trm_kaggle.model import load_model_for_dataset
 
     cfg = RepairEvalConfig(**config_kwargs(args, RepairEvalConfig.model_fields))
     device = pick_device(cfg.device)

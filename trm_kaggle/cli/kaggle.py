@@ -8,9 +8,9 @@ import argparse
 import sys
 from typing import get_args
 
-from trm_kaggle.cli.common import bounded_int, common_flags, config_kwargs, flag
+from trm_kaggle.cli.common import common_flags, config_kwargs, flag
 from trm_kaggle.config import (MAX_BATCH_SIZE, EvaluateConfig, FinetuneMode, InferenceDtype, PipelineConfig, SolveConfig,
-                               count_or_auto, field_help)
+                               bounded_number, count_or_auto, field_help)
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import count
 
@@ -131,14 +131,14 @@ def add_estimate(sub) -> None:
     src.add_argument("--weights", help="an export directory whose architecture is timed (this or --preset is "
                                        "required)")
     src.add_argument("--preset", help="a training preset's architecture, e.g. arc2 (this or --weights is required)")
-    p.add_argument("--tasks", type=bounded_int("--tasks", 1, MAX_PLANNED_TASKS), default=120,
+    p.add_argument("--tasks", type=bounded_number("--tasks", 1, MAX_PLANNED_TASKS), default=120,
                    help="hidden tasks to plan for (Kaggle's ARC-AGI-2: 120)")
-    p.add_argument("--devices", type=bounded_int("--devices", 1, 4096), default=1,
+    p.add_argument("--devices", type=bounded_number("--devices", 1, 4096), default=1,
                    help="devices the kernel shards the tasks over: the estimate is per device (default 1)")
     _add_solve_options(p)
-    p.add_argument("--batch-size", type=bounded_int("--batch-size", 1, MAX_BATCH_SIZE), default=64,
+    p.add_argument("--batch-size", type=bounded_number("--batch-size", 1, MAX_BATCH_SIZE), default=64,
                    help=field_help(SolveConfig, "global_batch_size"))
-    flag(p, "eval_batch_size", SolveConfig, type=bounded_int("--eval-batch-size", 1, MAX_BATCH_SIZE), default=64)
+    flag(p, "eval_batch_size", SolveConfig, type=bounded_number("--eval-batch-size", 1, MAX_BATCH_SIZE), default=64)
     p.add_argument("--device", default="auto", help=field_help(EvaluateConfig, "device"))
     common_flags(p)
     p.set_defaults(func=cmd_estimate)

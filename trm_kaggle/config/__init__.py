@@ -19,7 +19,7 @@ standard library are imported: the command line reads these for its help without
 from trm_kaggle.config.cluster import IMAGE_PATTERN, JOB_NAME_PATTERN, ClusterConfig, K8sOptions, SlurmOptions
 from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_GENERATED, MAX_IDENTIFIERS_START, MAX_LR, MAX_NUM_AUG,
                                       MAX_PUZZLE_IDENTIFIERS, MAX_SAVE_EVERY_S, MAX_SEED, CompileSetting,
-                                      compile_setting, field_help, validation_line)
+                                      bounded_number, compile_setting, field_help, validation_line)
 from trm_kaggle.config.data import (ARC_DEFAULT_SUBSETS, ArcBuildConfig, CodeRepairBuildConfig, MazeBuildConfig,
                                     SudokuBuildConfig)
 from trm_kaggle.config.evaluate import DEVICE_PATTERN, EvaluateConfig, RepairEvalConfig, TaskIdMode
@@ -36,5 +36,5 @@ __all__ = [
     "EvaluateConfig", "ExportConfig", "FinetuneMode", "HaltScheduleConfig", "InferenceDtype", "K8sOptions",
     "MazeBuildConfig", "PipelineConfig", "RepairEvalConfig", "SlurmOptions", "SolveConfig", "SudokuBuildConfig",
     "SweepGrid", "SweepVariant", "TaskIdMode", "TrainConfig", "TrainStage",
-    "compile_setting", "count_or_auto", "default_work_dir", "field_help", "validation_line",
+    "bounded_number", "compile_setting", "count_or_auto", "default_work_dir", "field_help", "validation_line",
 ]

@@ -61,6 +61,26 @@ MAX_BATCH_SIZE = 1 << 20
 _INT64 = 2**63
 
 
+def bounded_number(option: str, low: float, high: float, kind: type = int):
+    """An argparse type for `option` (a flag that is no config field still has its bounds): a number of `kind`
+    (int or float) from `low` to `high`, finite; anything else is the command's one error line (TRMError:
+    argparse passes it on, and the command prints it as it prints the errors found after parsing)."""
+    from trm_kaggle.errors import TRMError
+
+    shown = "d" if kind is int else "g"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise TRMError(f"{option} {text!r}: expected {'an integer' if kind is int else 'a number'}") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise TRMError(f"{option} {text}: must be from {low:{shown}} to {high:{shown}}")
+        return value
+
+    return parse
+
+
 def _checked_number(value, where: str = ""):
     """Every number of every config, whatever the field's own bounds: a float is finite (NaN slips through
     comparisons, inf through lower bounds) and an int fits the 64-bit integers torch and numpy compute with."""

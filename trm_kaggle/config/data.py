@@ -78,6 +78,8 @@ class ArcBuildConfig(_Config):
         for name in [v] if isinstance(v, str) else v:  # each becomes a file or folder name of the source
             if problem := name_problem(name):
                 raise ValueError(f"the subset name {problem}")
+        if not isinstance(v, str) and (twice := sorted({n for n in v if v.count(n) > 1})):
+            raise ValueError(f"the subset {twice[0]!r} is named twice: each subset's puzzles are read once")
         return v
 
 

@@ -4,6 +4,7 @@ and a code-repair one (`trm-kaggle evaluate-repair`). Each field's description i
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
@@ -138,3 +139,16 @@ class RepairEvalConfig(_Config):
     report: Optional[str] = Field(None, description="write metrics and every pair's outcome here (JSON) (default: "
                                                     "not written)")
     progress: bool = Field(True, description="show progress bars")
+
+    @field_validator("test_command")
+    @classmethod
+    def _one_command_line(cls, v):
+        if v is None:
+            return v
+        try:  # split as run_code splits it, so that a bad line is refused before any pair runs
+            words = shlex.split(v)
+        except ValueError as e:
+            raise ValueError(f"{v!r} is no command line: {e}") from None
+        if not words:
+            raise ValueError("is empty: give a command, e.g. 'python {file}'")
+        return v

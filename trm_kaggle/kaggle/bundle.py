@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from trm_kaggle.atomic import replace_problem
-from trm_kaggle.config import count_or_auto
+from trm_kaggle.config import MAX_GENERATED, bounded_number, count_or_auto
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_kernel_notebook
 from trm_kaggle.kaggle.metadata import (
@@ -71,7 +71,7 @@ from trm_kaggle.kaggle.train_kernel import (  # check_kernel_overrides: for the 
     build_data, build_train_kernel, check_continue_from, check_kernel_overrides, fetch_run_state)
 from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache, default_weights, is_export
 from trm_kaggle.kaggle.wheels import (
-    DEFAULT_KAGGLE_HAS, DEFAULT_PLATFORMS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_python_version,
+    DEFAULT_KAGGLE_HAS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_platform_tags, check_python_version,
 )
 from trm_kaggle.locks import LOCK_FILE, directory_lock, refuse_if_held
 from trm_kaggle.outputs import Input, Output, check_io
@@ -81,6 +81,9 @@ from trm_kaggle.wording import escape_what_the_console_cannot_show
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "check_kernel_overrides", "execute", "main", "make_parser",
            "push", "run", "validate_bundle"]
+
+#: the longest any of the bundle's waits and time budgets may be (a week)
+WEEK_S = 7 * 24 * 3600.0
 
 
 def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | os.PathLike | None = None,
@@ -263,7 +266,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--first-session", action="store_true",
                    help="no previous output attached (the first push of a new training kernel, which cannot name "
                         "itself before it exists)")
-    g.add_argument("--train-budget", type=float, default=None, metavar="SECONDS",
+    g.add_argument("--train-budget", type=bounded_number("--train-budget", 0, WEEK_S, float), default=None,
+                   metavar="SECONDS",
                    help="TIME_BUDGET of each training session (default: the notebook's 11.5 h)")
     g = p.add_argument_group("publish")
     g.add_argument("--push", action="store_true",
@@ -271,7 +275,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--version-message", default=None,
                    help="the message of new dataset versions (each dataset is created the first time and versioned "
                         "afterwards; default: a generic message)")
-    g.add_argument("--push-wait", type=float, default=1800, metavar="SECONDS",
+    g.add_argument("--push-wait", type=bounded_number("--push-wait", 1, 86400, float), default=1800, metavar="SECONDS",
                    help="wait at most this long for the datasets to be ready before pushing the kernel, for the "
                         "submission and the training bundle (default %(default)s)")
     g = p.add_argument_group("offline run (--execute)")
@@ -283,17 +287,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Kaggle's input layout to rehearse: 2025 puts every input at input/<slug>/, 2026 "
                         "competitions at input/competitions/<slug>/ and datasets at input/datasets/<owner>/<slug>/ "
                         "(default %(default)s)")
-    g.add_argument("--max-tasks", type=int, default=3,
+    g.add_argument("--max-tasks", type=bounded_number("--max-tasks", 0, MAX_GENERATED), default=3,
                    help="MAX_TASKS: the model works on the first N tasks, the others get the fallback; the "
                         "submission always lists every task and is validated against the whole file "
                         "(default %(default)s; 0 = all)")
-    g.add_argument("--time-budget", type=float, default=900, help="TIME_BUDGET seconds (default %(default)s)")
+    g.add_argument("--time-budget", type=bounded_number("--time-budget", 1, WEEK_S, float), default=900,
+                   help="TIME_BUDGET seconds (default %(default)s)")
     g.add_argument("--finetune-steps", type=count_or_auto, default=10,
                    help="FINETUNE_STEPS per task, or auto (default %(default)s)")
     g.add_argument("--num-aug", type=count_or_auto, default=2, help="NUM_AUG, or auto (default %(default)s)")
-    g.add_argument("--workers", type=int, default=None, help="WORKERS (default: one per GPU, else 1)")
+    g.add_argument("--workers", type=bounded_number("--workers", 1, 1024), default=None, help="WORKERS (default: one per GPU, else 1)")
     g.add_argument("--device", default="cpu", help="DEVICE (default %(default)s)")
-    g.add_argument("--execute-timeout", type=float, default=3600,
+    g.add_argument("--execute-timeout", type=bounded_number("--execute-timeout", 1, WEEK_S, float), default=3600,
                    help="stop the notebook run after this many seconds (default %(default)s)")
 
 
@@ -304,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with checked_stdout():
             return run(parse_checked(make_parser().parse_intermixed_args, argv))
-    except StdoutError as e:
+    except (StdoutError, TRMError) as e:  # TRMError here: an option outside its bounds, found while parsing
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (`Terminated`)
@@ -463,7 +468,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
                            "of your Kaggle credentials)")
         user, api = (args.user, None) if args.user is not None else owner(args.push)
         ids = BundleIds(user, args.slug_prefix).check()
-        platforms = tuple(args.platform) if args.platform else DEFAULT_PLATFORMS
+        platforms = check_platform_tags(args.platform)
         targets = [Target(python_version=check_python_version(v), platforms=platforms)
                    for v in dict.fromkeys(args.python_version or DEFAULT_PYTHON_VERSIONS)]
         if args.dataset is not None or args.train_kernel:

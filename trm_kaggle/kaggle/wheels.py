@@ -82,6 +82,21 @@ def check_python_version(version: str) -> str:
     return version.strip()
 
 
+#: a wheel's platform tag (PEP 425): lower-case letters, digits and underscores, e.g. manylinux_2_17_x86_64
+_PLATFORM_TAG = re.compile(r"[a-z0-9_]{1,100}")
+
+
+def check_platform_tags(tags: list[str] | None) -> tuple[str, ...]:
+    """The distinct `--platform` tags in order (Kaggle's by default); TRMError for one that is no wheel tag."""
+    if not tags:
+        return DEFAULT_PLATFORMS
+    for tag in tags:
+        if not isinstance(tag, str) or not _PLATFORM_TAG.fullmatch(tag):
+            raise TRMError(f"--platform {tag!r}: a wheel platform tag is lower-case letters, digits and underscores "
+                           f"(e.g. {DEFAULT_PLATFORMS[0]})")
+    return tuple(dict.fromkeys(tags))
+
+
 @dataclass(frozen=True)
 class Target:
     """The interpreter and platform the dependency wheels are downloaded for (Kaggle's by default)."""
