@@ -87,6 +87,22 @@ def test_a_state_of_another_run_copied_in_is_never_the_newest(data, tmp_path, ca
     assert states(run) == ["state_step00000001.pt", "state_step00000009.pt", "state_step99999999.pt"]
 
 
+def test_a_renamed_copy_of_an_older_state_is_never_the_newest(data, tmp_path, caplog):
+    """A state whose name says a later step than it holds would stay the newest however far the run went on:
+    every resume would go back to its step."""
+    run = tmp_path / "run"
+    run_three_states(data, run)
+    oldest = ckpt.list_states(run)[0]
+    held = ckpt.load_train_state(oldest)["step"]
+    renamed = run / "state_step00000050.pt"
+    renamed.write_bytes(oldest.read_bytes())
+    caplog.set_level(logging.WARNING)
+    assert ckpt.newest_step(run) == 4
+    assert f"state_step00000050.pt: holds step {held}, not the step 50 its name says" in caplog.text
+    assert main(train_args(data, run, "max_steps=6")) == 0
+    assert ckpt.newest_step(run) == 6 and renamed.exists()  # left in place
+
+
 def test_states_from_before_checksums_and_run_ids_are_resumed_with_a_note(data, tmp_path, caplog):
     run = tmp_path / "run"
     assert main(train_args(data, run, "max_steps=2")) == 0

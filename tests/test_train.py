@@ -423,7 +423,10 @@ def test_every_rank_resumes_from_the_state_rank_0_chose(sudoku4, tmp_path, monke
     run = tmp_path / "run"
     train(cfg_for(sudoku4, run, "max_steps=2"))
     train(cfg_for(sudoku4, run, "max_steps=4"))
-    shutil.copy(ckpt.state_path(run, 4), ckpt.state_path(run, 6))  # a newer state rank 0 has not chosen
+    aside = tmp_path / "aside.pt"
+    shutil.copy(ckpt.state_path(run, 4), aside)
+    train(cfg_for(sudoku4, run, "max_steps=6"))  # a newer state rank 0 has not chosen
+    shutil.copy(aside, ckpt.state_path(run, 4))  # back, if rotation took it
     rank1 = Runtime(torch.device("cpu"), torch.float32, "test", rank=1, world_size=2)
 
     def collectives(*sums):  # what the all-reduces return on this rank: rank 0's choice, then the ranks able

@@ -122,6 +122,10 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
             if run_id is not None and owner is not None and owner != run_id:
                 raise ForeignState(f"{path}: written by another run (run id {owner}, this directory's run is "
                                    f"{run_id}; see {RUN_RECORD}): not resumed from, left in place")
+            if state["step"] != (named := int(_STATE_RE.search(path.name).group(1))):
+                # a renamed copy: resumed from, it would stay the newest however far the run went on
+                raise ForeignState(f"{path}: holds step {state['step']}, not the step {named} its name says (a "
+                                   "renamed copy?): not resumed from, left in place")
         except UnreadableFile as e:
             raise UnreadableFile(f"{e}; no train state of {run_dir} was renamed or resumed from") from None
         except (ForeignState, DamagedFile) as e:
