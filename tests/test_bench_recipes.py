@@ -169,3 +169,15 @@ def test_a_report_again_joins_saved_runs_with_other_targets(tmp_path):
     inputs = (tmp_path / "bench_recipes_sudoku6.json").read_bytes()
     assert main(["--report", str(tmp_path / "bench_recipes_sudoku6.json"), "--out", str(tmp_path)]) == 2
     assert (tmp_path / "bench_recipes_sudoku6.json").read_bytes() == inputs  # an input is never written over
+
+
+def test_size_sets_the_mazes_side_and_their_shortest_paths_and_is_refused_elsewhere(tmp_path, capsys):
+    from benchmarks.bench_recipes import main
+
+    assert make_task("maze", size=7).build_key["size"] == 7 and make_task("maze", size=7).build_key[
+        "min_path_length"] == 6
+    assert make_task("maze").build_key["size"] == 11 and make_task("maze").build_key["min_path_length"] == 10
+    for argv in (["--task", "sudoku6", "--size", "7"], ["--task", "maze", "--size", "4"]):
+        assert main([*argv, "--work-dir", str(tmp_path / "w")]) == 2
+        assert "--size" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
