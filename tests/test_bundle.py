@@ -27,6 +27,26 @@ def test_weights_must_be_an_export(inputs, tmp_path, capsys):
     assert rc == 2 and "not an export" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text, said", [
+    (lambda good: good[:200], "the file ends early"),
+    (lambda good: good.rstrip().rstrip("}") + ', "x": ' + "9" * 5000 + "}", "an integer of 5,000 digits"),
+    (lambda good: good.rstrip().rstrip("}") + ', "format": "again"}', "the key 'format' appears twice"),
+])
+def test_an_export_whose_config_cannot_be_read_is_named_with_its_cause(inputs, tmp_path, capsys, text, said):
+    """Not "not an export": both files are there, so the line names config.json and what is wrong with it."""
+    import shutil
+
+    export = tmp_path / "export"
+    shutil.copytree(inputs["export"], export)
+    good = (export / "config.json").read_text()
+    (export / "config.json").write_text(text(good))
+    rc = B.main([str(tmp_path / "out"), "--no-download", "--weights", str(export), "--notebook",
+                 str(inputs["notebook"])])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--weights {export}: not a readable export: {export / 'config.json'}" in err and said in err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
 def test_a_refused_bundle_leaves_no_out_dir_it_made(inputs, tmp_path, monkeypatch, capsys):
     """U08: an extra wheel found to be no zip once OUT_DIR is locked: the OUT_DIR this made (and the folder made
     above it) is gone, not left holding its lock file; a folder that was there before stays with what it held."""

@@ -75,3 +75,68 @@ def test_an_optimizer_state_of_another_model_is_one_line_on_resume(data, tmp_pat
     capsys.readouterr()
     line = one_error_line(capsys, main(train_args(data, run, "max_steps=4")))
     assert str(path) in line and "field 'optimizer' does not fit this run" in line, line
+
+
+def _first_moment(s):
+    """The first per-parameter tensor of the saved optimizer state (a moment or a momentum buffer)."""
+    for st in s["optimizer"]["state"].values():
+        for name, t in st.items():
+            if isinstance(t, torch.Tensor) and t.dim() > 0:
+                return st, name
+    raise AssertionError("no per-parameter tensor in the optimizer state")
+
+
+def _shrunk_moment(s):
+    st, name = _first_moment(s)
+    st[name] = torch.zeros(2, 2)
+
+
+def _shrunk_carry(s):
+    s["carries"][0][0]["z_H"] = torch.zeros(1, 1)
+
+
+def _nan_weight(s):
+    name = next(k for k, t in s["model"].items() if t.is_floating_point())
+    w = s["model"][name].clone()
+    w.view(-1)[0] = float("nan")
+    s["model"][name] = w
+
+
+def _other_tensor_shape(s):
+    name = next(k for k, t in s["model"].items() if t.is_floating_point() and t.dim() == 2)
+    s["model"][name] = torch.zeros(3, 3)
+
+
+@pytest.mark.parametrize("change, said", [
+    (_other_tensor_shape, "field 'model' does not fit this run: RuntimeError"),
+    (_shrunk_moment, "field 'optimizer' does not fit this run: ValueError: its "),
+    (_shrunk_carry, "field 'carries' does not fit this run: ValueError: latent states of shape (1, 1)"),
+])
+def test_tensors_of_other_sizes_are_one_line_on_resume_never_a_traceback_or_a_silent_broadcast(
+        data, tmp_path, capsys, change, said):
+    """Signed and well formed, but sized for another model: refused when restored (a model tensor once a
+    traceback from load_state_dict, a moment one from the first step, a carry broadcast silently)."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    path = ckpt.state_path(run, 2)
+    _rewrite(path, change)
+    capsys.readouterr()
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=4")))
+    assert str(path) in line and said in line, line
+    assert ckpt.list_states(run) == [path]  # nothing trained, nothing written
+
+
+def test_a_state_holding_nan_weights_is_damaged_and_the_newest_good_one_resumed(data, tmp_path, caplog):
+    """A run never saves NaN or inf (its save refuses them), so a state holding them was not written by one:
+    resumed, it would fail at the next save with advice about the learning rate."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    assert main(train_args(data, run, "max_steps=3")) == 0
+    bad = ckpt.state_path(run, 3)
+    _rewrite(bad, _nan_weight)
+    with pytest.raises(ckpt.DamagedFile, match="field 'model' is a dict; it must be a non-empty mapping of names "
+                                               "to finite tensors"):
+        ckpt.load_train_state(bad)
+    assert main(train_args(data, run, "max_steps=4")) == 0
+    assert "state_step00000003.pt: not a usable train state" in caplog.text
+    assert ckpt.newest_step(run) == 4 and (run / "state_step00000003.pt.corrupt").exists()

@@ -69,7 +69,7 @@ from trm_kaggle.kaggle.rehearsal import execute
 from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, read_sample_submission
 from trm_kaggle.kaggle.train_kernel import (  # check_kernel_overrides: for the training session
     build_data, build_train_kernel, check_continue_from, check_kernel_overrides, fetch_run_state)
-from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache, default_weights, is_export
+from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache, default_weights, export_problem
 from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_platform_tags, check_python_version,
 )
@@ -118,8 +118,8 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
             raise TRMError(f"no --weights given and {repo / 'weights'} holds no export; pass --weights EXPORT_DIR "
                            f"(made by `trm-kaggle export` or `trm-kaggle import-upstream`)")
     weights = Path(weights)
-    if not is_export(weights):
-        raise TRMError(f"--weights {weights}: not an export (needs weights.safetensors + config.json)")
+    if problem := export_problem(weights):
+        raise TRMError(f"--weights {weights}: {problem}")
     from trm_kaggle.model import check_export  # torch: only when a bundle is built
 
     check_export(weights)  # damaged, non-finite weights, or a config.json they do not fit: before any slow step

@@ -21,17 +21,26 @@ from trm_kaggle.kaggle.metadata import (
 from trm_kaggle.kaggle.wheels import install_line
 
 
-def is_export(path: Path) -> bool:
+def export_problem(path: Path) -> str | None:
+    """Why `path` is not an export folder (one phrase naming the file and the cause), or None when it is one:
+    `weights.safetensors` beside a `config.json` that `trm-kaggle export` or `import-upstream` wrote."""
     from trm_kaggle.model import EXPORT_FORMAT
 
     cfg = Path(path) / "config.json"
     if not is_regular(cfg, "config.json") or not is_regular(Path(path) / "weights.safetensors", "weights"):
-        return False
+        return "not an export (needs weights.safetensors + config.json)"
     try:
         config = read_json(cfg, "config.json")
-    except TRMError:
-        return False
-    return isinstance(config, dict) and config.get("format") == EXPORT_FORMAT
+    except TRMError as e:  # its own line names the file and the cause (cut, a duplicated key, a huge integer)
+        return f"not a readable export: {e}"
+    if not isinstance(config, dict) or config.get("format") != EXPORT_FORMAT:
+        return (f"not an export: {cfg} was not written by `trm-kaggle export` or `trm-kaggle import-upstream` "
+                f"(its \"format\" is not {EXPORT_FORMAT!r})")
+    return None
+
+
+def is_export(path: Path) -> bool:
+    return export_problem(path) is None
 
 
 def default_weights(repo: Path = REPO_ROOT) -> Path | None:
@@ -147,9 +156,8 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
     export_dir = Path(export_dir)
     if not export_dir.is_dir():
         raise TRMError(f"--weights {export_dir}: no such directory")
-    if not is_export(export_dir):
-        raise TRMError(f"--weights {export_dir}: not an export (needs weights.safetensors + a config.json written "
-                       f"by `trm-kaggle export` or `trm-kaggle import-upstream`)")
+    if problem := export_problem(export_dir):
+        raise TRMError(f"--weights {export_dir}: {problem}")
     config = read_json(export_dir / "config.json", "config.json")
     from trm_kaggle.model import read_export  # torch: only when a bundle is built
 

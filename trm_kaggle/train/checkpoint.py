@@ -269,6 +269,12 @@ def _tensors(v: Any) -> bool:
     return isinstance(v, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in v.items())
 
 
+def _finite_tensors(v: Any) -> bool:
+    """Weights as `save_state` writes them: a mapping of tensors, every floating one finite (a save refuses NaN and
+    inf, so a state that holds them was not written by a run: resumed, it would fail at the next save)."""
+    return _tensors(v) and all(not t.is_floating_point() or bool(torch.isfinite(t).all()) for t in v.values())
+
+
 def _json_object(v: Any) -> bool:
     try:
         return isinstance(v, str) and isinstance(json.loads(v), dict)
@@ -320,7 +326,7 @@ def _loss_scale(v: Any) -> bool:
 #: What each field of a train state must be (what `save_state` writes; a resume and `export` read them unchecked).
 _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "step": ("an integer >= 0", _is_int),
-    "model": ("a non-empty mapping of names to tensors", lambda v: _tensors(v) and bool(v)),
+    "model": ("a non-empty mapping of names to finite tensors", lambda v: _finite_tensors(v) and bool(v)),
     "config": ("the run's settings as a JSON object", _json_object),
     "loader": ("the data position as a JSON object", _json_object),
     "dataset_fingerprint": ("a string", lambda v: isinstance(v, str)),
@@ -331,7 +337,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 }
 _OPTIMIZER = "an optimizer's state (a mapping with 'state' and 'param_groups', each group listing its 'params')"
 _OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "ema": ("a mapping of names to tensors", _tensors),
+    "ema": ("a mapping of names to finite tensors", _finite_tensors),
     "optimizer": (_OPTIMIZER, _optimizer_state),
     "sparse_optimizer": (_OPTIMIZER, _optimizer_state),
     "amp": ("a loss scaler's state (a mapping with 'scaler', a mapping of numbers)", _loss_scale),

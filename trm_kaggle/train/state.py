@@ -189,11 +189,14 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
                  dtype_name(rt.dtype))
         rt.dtype = DTYPES[saved_dtype]
         state.model.forward_dtype = rt.dtype
-    state.model.load_state_dict(saved["model"])
+    with _field(path, "model"):  # another architecture's tensors: torch names the first that differs
+        state.model.load_state_dict(saved["model"])
     for part, key in ((state.ema, "ema"), (state.dense, "optimizer"), (state.sparse, "sparse_optimizer")):
         if part is not None and saved.get(key) is not None:
             with _field(path, key):
                 part.load_state_dict(saved[key])
+                if isinstance(part, torch.optim.Optimizer):
+                    _check_moments(part)
     torch.set_rng_state(saved["rng_torch"])
     state.position.load_state_dict(json.loads(saved["loader"]))
     state.step, state.carries = int(saved["step"]), None
@@ -201,11 +204,34 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
     if saved_carries is not None and saved.get("world_size") == rt.world_size:
         with _field(path, "carries"):
             state.carries = [_carry_from_state(c, rt.device) for c in saved_carries[rt.rank]]
+            _check_carries(state.carries, state.model)
             rows = sum(len(c.steps) for c in state.carries)
             if len(state.carries) != rows // state.micro:  # another micro-batch size now
                 state.carries = resplit(state.carries, state.micro)
     elif saved_carries is not None:
         log.warning("world size changed since the checkpoint: ACT carries restart (results differ slightly)")
+
+
+def _check_moments(optimizer: torch.optim.Optimizer) -> None:
+    """ValueError when a per-parameter state tensor (a moment, a momentum buffer) has another shape than its
+    parameter: torch's `load_state_dict` matches them by position only, and the first step would fail on it."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for name, t in optimizer.state.get(p, {}).items():
+                if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape != p.shape:
+                    raise ValueError(f"its {name!r} has shape {tuple(t.shape)}, its parameter {tuple(p.shape)}")
+
+
+def _check_carries(carries: list[Carry], model: TinyRecursiveModel) -> None:
+    """ValueError unless each carry holds this model's latent states ((rows, positions, hidden), both alike) and
+    one step count, halt flag and data row per row: a carry of other sizes would be broadcast, not refused."""
+    for c in carries:
+        rows = c.z_H.shape[0] if c.z_H.dim() == 3 else -1
+        if c.z_H.shape != (rows, model.total_len, model.arch.hidden_size) or c.z_L.shape != c.z_H.shape:
+            raise ValueError(f"latent states of shape {tuple(c.z_H.shape)} and {tuple(c.z_L.shape)}, this model's "
+                             f"are (rows, {model.total_len}, {model.arch.hidden_size})")
+        if any(t.shape[:1] != (rows,) for t in (c.steps, c.halted, *c.current_data.values())):
+            raise ValueError(f"step counts, halt flags or data rows that are not one per row of its {rows} rows")
 
 
 @contextlib.contextmanager
