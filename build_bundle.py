@@ -12,9 +12,6 @@ from pathlib import Path
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # this checkout's trm_kaggle, installed or not
-    try:
-        from trm_kaggle.kaggle import main
-    except KeyboardInterrupt:  # Ctrl-C while the package loads: the one line main says for one later
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    sys.exit(main())
+    from trm_kaggle.console import run  # standard library only: SIGTERM and Ctrl-C are one line from here on
+
+    sys.exit(run("build_bundle.py"))

@@ -24,6 +24,7 @@ LAYER_OF = {
     "yamlio": "base", "faces": "base",
     "xla": "base",  # PyTorch/XLA helpers: the model, optimizers, training and inference all call them
     "stdout": "base",  # results reach standard output or the command fails (the CLI and build_bundle.py)
+    "interrupts": "base",  # SIGTERM taken as Ctrl-C, and the one line a stop ends with
     "data": "data",  # tasks -> dataset -> batches
     "model": "model",  # batches -> predictions (and exports of the weights)
     "optim": "optim",
@@ -33,7 +34,7 @@ LAYER_OF = {
     "experiments": "experiments",  # grids of training runs and their comparison
     "launch": "launch",  # beyond one machine: torchrun checked, Kubernetes and SLURM job files
     "kaggle": "kaggle",  # the bundle
-    "cli": "top", "__main__": "top", "pipeline": "top", "doctor": "top", "command_io": "top",
+    "cli": "top", "__main__": "top", "console": "top", "pipeline": "top", "doctor": "top", "command_io": "top",
     "kaggle_training": "top",  # a session of the Kaggle training kernel: train, export, the curve
 }
 

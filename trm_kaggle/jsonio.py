@@ -38,23 +38,41 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8")
 
 
+class RepeatedKeys(dict):
+    """An object of a file read with a duplicate collector whose keys repeat (the first value of each kept);
+    `repeated` lists them. Left where it stands below the top level: the part of the file that holds it (one
+    task of a challenges file) is refused by its own check, not the whole file."""
+
+    repeated: list[str]
+
+
 def _no_duplicates(on_duplicate: Callable[[str], None] | None) -> Callable[[list], dict]:
     def hook(pairs: list) -> dict:
         out = dict(pairs)
         if len(out) != len(pairs):
             seen: set = set()
+            repeated = []
             for key, _ in pairs:
                 if key in seen:
                     if on_duplicate is None:
                         raise DataError(f"the key {key!r} appears twice in one object")
-                    on_duplicate(key)
+                    repeated.append(key)
                 seen.add(key)
-            out = {}
+            out = RepeatedKeys()
+            out.repeated = repeated
             for key, value in pairs:  # with a collector: the first occurrence is kept
                 out.setdefault(key, value)
         return out
 
     return hook
+
+
+def repeated_key(value: Any) -> str | None:
+    """The first repeated key of an object anywhere inside `value` (read with a duplicate collector), or None."""
+    if isinstance(value, RepeatedKeys):
+        return value.repeated[0]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((k for v in items if isinstance(v, (dict, list)) and (k := repeated_key(v)) is not None), None)
 
 
 #: The longest integer any reader takes, in digits: Python's own limit on converting text to int (beyond it, its
@@ -75,8 +93,9 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON",
                on_duplicate: Callable[[str], None] | None = None) -> Any:
     """Parsed JSON text, or DataError `"{where}: ..."` with one line for any problem.
 
-    `on_duplicate(key)` is called for each repeated key of an object (the first value is
-    kept); without it a repeated key is an error.
+    `on_duplicate(key)` is called for each repeated key of the top-level object (the first value is
+    kept; a nested object whose keys repeat is a `RepeatedKeys`, for its reader to refuse); without it a
+    repeated key anywhere is an error.
     """
     try:
         text = _text(data) if isinstance(data, (bytes, bytearray)) else data
@@ -86,7 +105,7 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON",
     if not text.strip():
         raise DataError(f"{where}: unreadable {what}: the file is empty")
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates(on_duplicate), parse_int=checked_int)
+        value = json.loads(text, object_pairs_hook=_no_duplicates(on_duplicate), parse_int=checked_int)
     except json.JSONDecodeError as e:
         end = " (the file ends early: truncated?)" if e.pos >= len(text.rstrip()) else ""
         raise DataError(f"{where}: unreadable {what}: {e.msg} at line {e.lineno}, column {e.colno}{end}") from None
@@ -95,6 +114,10 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON",
     except RecursionError:  # Python's parser recurses once per level and stops near sys.getrecursionlimit()
         raise DataError(f"{where}: unreadable {what}: nested too deeply (no file of this package nests more "
                         "than 10 levels)") from None
+    if isinstance(value, RepeatedKeys) and on_duplicate is not None:
+        for key in value.repeated:
+            on_duplicate(key)
+    return value
 
 
 _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe (FIFO)"),

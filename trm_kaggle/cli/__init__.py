@@ -64,9 +64,10 @@ def main(argv: list[str] | None = None) -> int:
 
         quiet_openmp_waits()  # before any command imports torch; its workers, ranks and sweep children inherit it
         return _main(argv, started)
-    except KeyboardInterrupt as e:  # Ctrl-C, from the first import on; a training run stopped by SIGINT/SIGTERM
-        print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)  # says where it saved
-        return getattr(e, "exit_status", 130)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (`interrupts.Terminated`); a training run stopped by a signal
+        from trm_kaggle.interrupts import interrupted  # says where it saved
+
+        return interrupted(e)
 
 
 def _main(argv: list[str] | None, started: float) -> int:

@@ -70,8 +70,8 @@ class SolveConfig(_Config):
                                                                            "export's)")
     max_tasks: Optional[int] = Field(None, ge=1, description="the model works on the first N tasks; the others get "
                                                              "the fallback, all are submitted (default: every task)")
-    workers: Optional[int] = Field(None, ge=1, description="worker processes, one device each (default: one per "
-                                                           "visible GPU, else 1)")
+    workers: Optional[int] = Field(None, ge=1, le=1024, description="worker processes, one device each, at most one "
+                                                                    "per task (default: one per visible GPU, else 1)")
     global_batch_size: int = Field(64, ge=1, le=MAX_BATCH_SIZE, description="fine-tuning examples per step (on CPU and MPS an upper "
                                                          "limit: the plan sizes the batch for the device)")
     lr: float = Field(1e-4, gt=0, le=MAX_LR, allow_inf_nan=False, description="learning rate of the weights, while "

@@ -45,6 +45,7 @@ import pydantic
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
+from trm_kaggle.interrupts import Terminated, raise_terminated
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
@@ -358,10 +359,6 @@ class SweepSummary:
         return text + f"\ncompare them: trm-kaggle compare {self.sweep_dir}"
 
 
-class _Interrupted(BaseException):
-    """SIGTERM, handled like Ctrl-C."""
-
-
 #: Runs at once, at most: each is a training process with its own memory (a value past any machine's cores or
 #: GPUs was taken once as a list of a billion slots).
 MAX_PARALLEL = 1024
@@ -427,10 +424,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
             say(f"FAILED  {rec['name']}: {rec['error']}")
             bar.update()
 
-        def on_sigterm(signum, frame):
-            raise _Interrupted()
-
-        previous = signal.signal(signal.SIGTERM, on_sigterm) if _main_thread() else None
+        previous = signal.signal(signal.SIGTERM, raise_terminated) if _main_thread() else None
         try:
             while todo or running:
                 while todo and free:
@@ -453,7 +447,9 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         except BaseException as err:  # Ctrl-C, SIGTERM, or anything else: no child outlives the sweep
             _put_back(running)
             save()
-            if isinstance(err, (KeyboardInterrupt, _Interrupted)):
+            if isinstance(err, Terminated):  # said as SIGTERM, status 143
+                raise Terminated() from None
+            if isinstance(err, KeyboardInterrupt):
                 raise KeyboardInterrupt from None
             raise
         finally:

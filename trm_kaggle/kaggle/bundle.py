@@ -57,6 +57,7 @@ from typing import Callable, Iterable, Sequence
 
 from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import MAX_GENERATED, bounded_number, count_or_auto
+from trm_kaggle.interrupts import interrupted, raise_terminated
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_kernel_notebook
 from trm_kaggle.kaggle.metadata import (
@@ -312,32 +313,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StdoutError, TRMError) as e:  # TRMError here: an option outside its bounds, found while parsing
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (`Terminated`)
-        print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)
-        return getattr(e, "exit_status", 130)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler's stop, `kill`), taken as Ctrl-C is: whatever runs is stopped, the notebook run's
-    process group included (`rehearsal._run_logged`), with one line and status 128 + 15."""
-
-    exit_status = 128 + signal.SIGTERM
-
-    def __init__(self) -> None:
-        super().__init__("stopped by SIGTERM")
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (`interrupts.Terminated`)
+        return interrupted(e)
 
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
-    """SIGTERM raises `Terminated` while the block runs (only the main thread can take a signal handler)."""
+    """SIGTERM raises `interrupts.Terminated` while the block runs (only the main thread can take a signal handler)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def terminated(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, terminated)
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         yield
     finally:

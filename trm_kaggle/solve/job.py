@@ -94,12 +94,14 @@ def settings_key(cfg: SolveConfig) -> dict:
     return {"weights": h.hexdigest()[:16], **{f: getattr(cfg, f) for f in fields}, **levers}
 
 
-def worker_devices(cfg: SolveConfig, say: Callable[[str], None]) -> tuple[str, list[str | None], int | None]:
+def worker_devices(cfg: SolveConfig, say: Callable[[str], None], tasks: int | None = None
+                   ) -> tuple[str, list[str | None], int | None]:
     """(the workers' device, CUDA_VISIBLE_DEVICES of each worker, CPU threads per worker).
 
     One worker per visible CUDA device by default, each seeing only its own; on CPU `workers` processes
     share the cores; MPS has one device. More workers than devices are cut to one per device (said, not
-    refused: a wrong WORKERS must not cost the kernel its submission)."""
+    refused: a wrong WORKERS must not cost the kernel its submission), and so are more workers than `tasks`
+    (an idle worker still starts a process and times the device)."""
     device = pick_device(cfg.device).type
     if device == "cuda" and (problem := cuda_problem()):  # every task would fail on it: the CPU answers instead
         say(f"warning: {problem}: the workers run on the CPU instead")
@@ -109,6 +111,8 @@ def worker_devices(cfg: SolveConfig, say: Callable[[str], None]) -> tuple[str, l
     if device != "cpu" and workers > count:
         say(f"warning: workers={workers} but {count} {device} device(s): one worker per device, {count} in all")
         workers = count
+    if tasks is not None and workers > max(1, tasks):
+        workers = max(1, tasks)
     if device == "cuda":
         return "cuda", (visible_cuda_ids(count)[:workers] if workers > 1 else [None]), cfg.threads
     # the one thread rule of every command (the setting, else OMP_NUM_THREADS, else the free cores), shared
@@ -159,12 +163,15 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
         canvas = export_canvas(cfg.weights)
     except Exception:  # noqa: BLE001 - unreadable weights: the worker reports them, the fallback stands
         canvas = MAX_GRID
-    units, left_out = make_units({k: v for k, v in challenges.items() if k not in duplicates}, cfg.max_tasks,
-                                 canvas)
+    units, malformed = make_units({k: v for k, v in challenges.items() if k not in duplicates}, cfg.max_tasks,
+                                  canvas)
+    # refused before the model, each for its reason: a repeated id (which copy was meant is not ours to guess)
+    left_out = {**{t: "its id appears more than once in the challenges file" for t in sorted(duplicates)},
+                **malformed}
     report.update(model_tasks=len(units), left_out=left_out)
     say(budget.line("tasks", f"the model works on {len(units)} of {len(challenges)} tasks"
                     + (f" (max_tasks {cfg.max_tasks})" if cfg.max_tasks else "")
-                    + (f"; {len(left_out)} malformed or too large tasks keep the fallback" if left_out else "")
+                    + (f"; {len(malformed)} malformed or too large tasks keep the fallback" if malformed else "")
                     + (f"; {len(duplicates)} repeated ids keep the fallback" if duplicates else "")))
     work, key = Path(cfg.work_dir), settings_key(cfg)
     keys = {u.index: {**key, "task": task_digest(challenges[u.task_id])} for u in units}
@@ -187,7 +194,7 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
             raise TRMError(f"the time budget ({cfg.time_budget} s) is used up by the safety margin "
                            f"({cfg.safety_margin} s): nothing left for the model")
         work.mkdir(parents=True, exist_ok=True)
-        device, visible, threads = worker_devices(cfg, say)
+        device, visible, threads = worker_devices(cfg, say, len(units))
         shards = assign(units, len(visible))
         quiet = cfg if len(visible) == 1 else cfg.model_copy(update={"progress": False})  # no bars in log files
         specs = [WorkerSpec(i, device, shard, {u.task_id: challenges[u.task_id] for u in shard},

@@ -24,7 +24,7 @@ import numpy as np
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.errors import DataError
-from trm_kaggle.jsonio import is_regular, read_json
+from trm_kaggle.jsonio import is_regular, read_json, repeated_key
 from trm_kaggle.names import task_id_problem
 from trm_kaggle.wording import count
 
@@ -138,6 +138,8 @@ def parse_task(task_id: str, raw: Any, where: str, solutions: Any = None, requir
     try:
         if not isinstance(raw, dict):
             raise DataError("not an object with 'train' and 'test'")
+        if (key := repeated_key(raw)) is not None:  # which of the two values was meant is not ours to guess
+            raise DataError(f"the key {key!r} appears twice in one of its objects")
         train_raw, test_raw = raw.get("train"), raw.get("test")
         if not isinstance(train_raw, list) or not train_raw:
             raise DataError("no train pairs")
