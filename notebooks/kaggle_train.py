@@ -70,7 +70,7 @@ def warn(line):
     print(f"WARNING: {line}", flush=True)
 
 
-def checked_number(name, value, default, *, none=False, least=0.0, whole=False):
+def checked_number(name, value, default, *, none=False, least=0.0, most=math.inf, whole=False):
     """`value` when it is a valid setting of `name`, else `default` with a warning (never an exception)."""
     if none and value is None:
         return None
@@ -80,10 +80,12 @@ def checked_number(name, value, default, *, none=False, least=0.0, whole=False):
         except ValueError:
             pass
     good = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and value >= least and (not whole or float(value).is_integer()))
+            and least <= value <= most and (not whole or float(value).is_integer()))
     if good:
         return int(value) if whole else float(value)
-    warn(f"{name}={value!r} is not {'None or ' if none else ''}a {'whole ' if whole else ''}number >= {least:g}: "
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+    bounds = f">= {least:g}" if most == math.inf else f"from {least:g} to {most:g}"
+    warn(f"{name}={shown} is not {'None or ' if none else ''}a {'whole ' if whole else ''}number {bounds}: "
          f"using {default!r}")
     return default
 
@@ -106,8 +108,8 @@ if not (OVERRIDES is None or isinstance(OVERRIDES, (str, dict))
     warn(f"OVERRIDES={OVERRIDES!r} is not a mapping, key=value texts or JSON: using {{}}")
     OVERRIDES = {}
 TIME_BUDGET = checked_number("TIME_BUDGET", TIME_BUDGET, 11.5 * 3600, none=True, least=1)
-SAVE_MARGIN = checked_number("SAVE_MARGIN", SAVE_MARGIN, 600.0)
-SAVE_EVERY_S = checked_number("SAVE_EVERY_S", SAVE_EVERY_S, 300.0, none=True, least=0.001)
+SAVE_MARGIN = checked_number("SAVE_MARGIN", SAVE_MARGIN, 600.0, most=24 * 3600)
+SAVE_EVERY_S = checked_number("SAVE_EVERY_S", SAVE_EVERY_S, 300.0, none=True, least=0.001, most=7 * 24 * 3600)
 SESSION_STEPS = checked_number("SESSION_STEPS", SESSION_STEPS, None, none=True, least=1, whole=True)
 if DEVICE not in ("auto", "cpu", "cuda", "mps"):
     warn(f"DEVICE={DEVICE!r} is not one of 'auto', 'cpu', 'cuda', 'mps': using 'auto'")

@@ -247,3 +247,12 @@ def test_default_corpus_is_the_standard_library():
     files = corpus_files(default_corpus())
     assert "json/decoder.py" in files and not any("site-packages" in f for f in files)
     assert np.all(np.array(files[:-1]) <= np.array(files[1:]))  # sorted
+
+
+def test_val_and_test_fractions_that_leave_no_file_for_training_are_refused(tmp_path, capsys):
+    with pytest.raises(ValueError, match="leave no file for training"):
+        CodeRepairBuildConfig(output_dir=str(tmp_path / "ds"), val_fraction=0.6, test_fraction=0.6)
+    assert main(["build-code-repair", "--output-dir", str(tmp_path / "ds"), "--val-fraction", "0.5",
+                 "--test-fraction", "0.5"]) == 2
+    assert "--val-fraction 0.5 + --test-fraction 0.5 leave no file" in capsys.readouterr().err
+    assert not (tmp_path / "ds").exists()

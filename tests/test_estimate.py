@@ -383,3 +383,12 @@ def test_estimate_prices_test_time_sampling_k_trajectories_times_the_depth(tmp_p
     assert "1 trajectory x 8 ACT steps = 8 row-steps" in capsys.readouterr().out and seen[2] == 8
     assert main([*common, "--trajectories", "99"]) == 2  # the config's bound, one line
     assert "trajectories" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--num-aug", "--finetune-steps"])
+def test_estimate_refuses_auto_which_only_a_time_budget_can_size(flag, capsys):
+    from trm_kaggle.cli import main
+
+    assert main(["estimate", "--preset", "arc2", flag, "auto", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} auto: estimate prices a given count" in err and "time_budget" not in err

@@ -473,6 +473,8 @@ def test_a_passed_deadline_still_predicts_the_examples_always_asked_for(dataset)
     assert (late.logits[8:] == 0).all() and (late.logits[:6] != 0).any(axis=(1, 2)).all()  # zero: not predicted
     np.testing.assert_array_equal(late.tokens[:6], whole.tokens[:6])
     assert (predict_split(model, dataset, batch_size=4, deadline=0.0).steps == -1).all()
+    # ... until a later limit of their own (a worker's end): thousands of test inputs must not run past it
+    assert (predict_split(model, dataset, batch_size=4, deadline=0.0, always=6, always_until=0.0).steps == -1).all()
 
 
 @pytest.mark.parametrize("entry", ["evaluate", "predict_split"])

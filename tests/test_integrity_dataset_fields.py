@@ -56,3 +56,10 @@ def test_an_id_outside_its_range_is_one_line_not_an_overflow(sudoku4, tmp_path, 
     assert "dataset.json" in line and name in line, line
     line = one_error_line(capsys, main(train_args(data, tmp_path / "run")))
     assert name in line and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", ["../../x", "/abs/p"])
+def test_a_set_name_that_is_a_path_is_said_as_one_not_as_a_missing_file(sudoku4, tmp_path, capsys, name):
+    data = edited(sudoku4, tmp_path / "ds", sets=[name])
+    line = one_error_line(capsys, main(["verify", str(data)]))
+    assert "dataset.json: sets: a set name" in line and "is missing" not in line, line

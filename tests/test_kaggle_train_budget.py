@@ -15,9 +15,38 @@ def test_a_train_budget_inside_the_save_margin_is_refused_before_building(tmp_pa
     src = (REPO_ROOT / "notebooks" / "kaggle_train.py").read_text()
     # the margin the check uses is the kernel's own
     assert float(re.search(r"^SAVE_MARGIN = (\S+)", src, re.M)[1]) == DEFAULT_MARGIN == SESSION_MARGIN
-    for budget in ("300", "600", "nan"):
+    for budget, said in (("300", "leaves no time to train"), ("600", "leaves no time to train"),
+                         ("nan", "--train-budget nan: must be from 0 to 604800")):
         rc = bundle.main([str(tmp_path / "out"), "--train-kernel", "--preset", "sudoku4-cpu", "--train-budget",
                           budget, "--no-download"])
         err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-        assert rc != 0 and len(err) == 1 and "leaves no time to train" in err[0], err
-        assert "SAVE_MARGIN" in err[0] and not (tmp_path / "out").exists()
+        assert rc != 0 and len(err) == 1 and said in err[0], err
+        assert ("SAVE_MARGIN" in err[0]) == (budget != "nan") and not (tmp_path / "out").exists()
+
+
+def test_the_notebook_takes_a_save_interval_train_takes_or_its_default(tmp_path):
+    """SAVE_EVERY_S past train's bound (a week) once ended the session with an error and nothing trained: the
+    notebook's parameter check falls back to the default with a warning, as for any bad parameter."""
+    import math
+
+    src = (REPO_ROOT / "notebooks" / "kaggle_train.py").read_text()
+    start = src.index("def checked_number(")
+    code = src[start:src.index("\n\n\n", start)]
+    warned: list[str] = []
+    scope = {"math": math, "warn": warned.append}
+    exec(code, scope)  # the notebook's own function, as written
+    assert re.search(r'^SAVE_EVERY_S = checked_number\("SAVE_EVERY_S", SAVE_EVERY_S, 300.0, none=True, least=0.001, '
+                     r"most=7 \* 24 \* 3600\)", src, re.M)
+    check = scope["checked_number"]
+    assert check("SAVE_EVERY_S", 1e9, 300.0, none=True, least=0.001, most=7 * 24 * 3600) == 300.0
+    assert warned and "SAVE_EVERY_S=1000000000.0 is not None or a number from 0.001 to 604800" in warned[0]
+    assert check("SAVE_EVERY_S", 600, 300.0, none=True, least=0.001, most=7 * 24 * 3600) == 600.0
+
+
+def test_a_session_budget_that_is_no_number_of_seconds_is_an_error_not_no_limit(tmp_path):
+    from trm_kaggle.kaggle_training import run_session
+
+    for name, value in (("time_budget", float("nan")), ("margin", float("inf")), ("margin", -1.0)):
+        report = run_session(input_root=tmp_path / "in", working=tmp_path / "w", echo=lambda line: None,
+                             **{name: value})
+        assert report.status == "error" and report.message.startswith(f"{name} {value!r}: a finite number")

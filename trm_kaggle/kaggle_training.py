@@ -29,6 +29,7 @@ must finish, so that its output, the previous state included, becomes the next s
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import signal
@@ -236,6 +237,10 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
     _session_running.set()
     try:
+        for name, value in (("time_budget", time_budget), ("margin", margin)):  # NaN would mean "no limit"
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise TRMError(f"{name} {value!r}: a finite number of seconds >= 0"
+                               + (", or None for no limit" if name == "time_budget" else ""))
         _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
                  [*timed, *overrides], data_dir, time_budget, margin, session_steps, started,
                  Path(scratch) if scratch is not None else default_scratch(), echo)

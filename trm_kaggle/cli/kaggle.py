@@ -154,6 +154,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     if not (args.weights or args.preset):
         raise TRMError("estimate needs --weights EXPORT_DIR or --preset NAME")
+    auto = [f"--{k.replace('_', '-')}" for k in ("num_aug", "finetune_steps") if getattr(args, k, None) == "auto"]
+    if auto:  # submit sizes `auto` to its --time-budget; estimate prices given counts, it has no budget to fit
+        raise TRMError(f"{' and '.join(auto)} auto: estimate prices a given count (e.g. {auto[0]} 8); `auto` is "
+                       "chosen by submit to fit its --time-budget")
     fields = ("recipe", "num_aug", "finetune", "embeddings_fraction", "finetune_steps", "trajectories",
               "trajectory_noise", "trajectory_select", "test_depth")
     cfg = _solve_config(argparse.Namespace(**{k: getattr(args, k) for k in fields}), challenges="-", weights="-")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from trm_kaggle.config.common import MAX_GENERATED, MAX_IDENTIFIERS_START, MAX_NUM_AUG, MAX_SEED, _Config
 from trm_kaggle.names import name_problem
@@ -173,6 +173,13 @@ class CodeRepairBuildConfig(_Config):
             raise ValueError(f"grid ROWSxCOLS is at most {MAX_GRID_CELLS:,} cells (ROWS*COLS is the dataset's "
                              f"seq_len), e.g. 64x48, got {shown[:40]!r}" + (" (cut)" if len(shown) > 40 else ""))
         return f"{rows}x{cols}"
+
+    @model_validator(mode="after")
+    def _room_for_training(self):
+        if self.val_fraction + self.test_fraction >= 1.0:  # the train split gets what the two leave
+            raise ValueError(f"val_fraction {self.val_fraction:g} + test_fraction {self.test_fraction:g} leave no "
+                             "file for training: together they must stay below 1")
+        return self
 
     @property
     def rows(self) -> int:

@@ -19,7 +19,7 @@ from trm_kaggle.data.format import (FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, 
                                     load_split)
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.names import file_in
+from trm_kaggle.names import file_in, name_problem
 from trm_kaggle.wording import count
 
 
@@ -55,7 +55,10 @@ def verify_split(dataset_dir: Path, split: str, num_identifiers: int) -> SplitSu
     s = load_split(dataset_dir, split)
     m = s.metadata
     if m.sets != [SET_NAME]:
-        # set names are data: looked up as encoded names inside the split folder only
+        # set names are data: looked up as encoded names inside the split folder only, so a path is said as one
+        if bad := next((problem for name in m.sets if (problem := name_problem(name))), None):
+            raise DataError(f"{d / 'dataset.json'}: sets: a set name {bad} (sets are files of the split's folder, "
+                            "named by a plain name)")
         extra = [f"{name}__{f}.npy" for name in m.sets for f in FIELDS if not file_in(d, f"{name}__{f}", ".npy").exists()]
         if extra:
             raise DataError(f"{d}: sets {m.sets} named in dataset.json but {extra[0]} is missing")

@@ -170,8 +170,8 @@ class EvalResult:
 
 def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: EvaluateConfig | None = None, *,
              device: str | torch.device | None = None, pool_with: VoteTable | None = None,
-             deadline: float | None = None, always: int = 0, ks: Sequence[int] = PASS_KS, check_inputs: bool = True,
-             **settings) -> EvalResult:
+             deadline: float | None = None, always: int = 0, always_until: float | None = None,
+             ks: Sequence[int] = PASS_KS, check_inputs: bool = True, **settings) -> EvalResult:
     """Predict the whole test split of `dataset_dir`, vote, and score against test_puzzles.json.
 
     cfg: how it runs (`EvaluateConfig`: batch_size, early_exit, max_steps, weighting, max_tasks, keep_logits,
@@ -180,7 +180,7 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
     device: where to run (default: where the model's weights are); the model is moved there, and a device this
     machine lacks is refused in one line before any work (`hardware.place_model`).
     pool_with: votes of an earlier evaluation to pool with (opt-in; default: this evaluation only).
-    deadline, always: see `predict_split` (the logits of keep_logits are `result.predictions.logits`).
+    deadline, always, always_until: see `predict_split` (the logits of keep_logits are `result.predictions.logits`).
     """
     cfg = (cfg or EvaluateConfig()).updated(**settings)
     t0 = time.perf_counter()
@@ -202,6 +202,7 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
     # every trajectory is a vote: first_halt selection has nothing to select here, early exit stays as asked
     preds = predict_split(model, dataset_dir, cfg.batch_size, device, cfg.early_exit, max_steps=cfg.steps,
                           progress=cfg.progress, deadline=deadline, examples=rows, always=always,
+                          always_until=always_until,
                           keep_logits=cfg.keep_logits, trajectories=cfg.trajectories, noise=cfg.trajectory_noise,
                           seed=cfg.trajectory_seed, track_settled=cfg.test_depth is not None)
     t_pred = time.perf_counter()

@@ -151,8 +151,9 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                   device: str | torch.device | None = None, early_exit: bool = False, *,
                   max_steps: int | None = None, progress: bool = False, prefetch: int = 1,
                   deadline: float | None = None, examples: np.ndarray | None = None,
-                  always: int = 0, keep_logits: bool = False, trajectories: int = 1, noise: float = 0.0,
-                  seed: int = 0, track_settled: bool = False) -> Predictions:
+                  always: int = 0, always_until: float | None = None, keep_logits: bool = False,
+                  trajectories: int = 1, noise: float = 0.0, seed: int = 0, track_settled: bool = False
+                  ) -> Predictions:
     """Predict every example of `dataset_dir`'s test split (or the rows `examples` picks).
 
     model       a `TinyRecursiveModel` (anything with initial_carry/forward and .arch)
@@ -164,7 +165,9 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     deadline    a time.monotonic() value: batches that would start after it are skipped; their examples
                 keep steps == -1 ("not predicted") and cast no votes
     always      the first `always` examples are predicted whatever the deadline says (a task whose time ran
-                out still gets the votes of its un-augmented copies, which come first)
+                out still gets the votes of its un-augmented copies, which come first) ...
+    always_until ... until this later time.monotonic() value (a worker's own deadline: thousands of test
+                inputs must not carry a task past it); None: whatever the time
     examples    increasing example indices of the split to predict (quick runs on part of a split);
                 row i of the result is example examples[i]. Default: every example
     keep_logits also return the logits (`Predictions.logits`: N x seq_len x vocab float32, zero for examples
@@ -205,8 +208,11 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     src = _ExampleStream(loader, examples, N)
 
     def may_start(i: int) -> bool:
-        """Examples that would start after the deadline are skipped (the first `always` are not)."""
-        return deadline is None or src.stream_rows[i] < always or time.monotonic() < deadline
+        """Examples that would start after the deadline are skipped (the first `always` are not, until
+        `always_until`)."""
+        if deadline is None or time.monotonic() < deadline:
+            return True
+        return src.stream_rows[i] < always and (always_until is None or time.monotonic() < always_until)
 
     # XLA: one shape for every run
     slots = batch_size if device.type == "xla" else balanced_slots(N * K, batch_size)

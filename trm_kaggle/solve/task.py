@@ -135,7 +135,8 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     `predict_by`) -> vote. Writes the unit's result.json and returns its report. `banner`: fine-tuning prints
     its device and model lines (the worker's first task). Before `hard_deadline` (the worker's own) the
     un-augmented copies of the test inputs are predicted even when the task's time is up: a task slower than
-    priced still answers with their votes instead of keeping the fallback."""
+    priced still answers with their votes instead of keeping the fallback (until `hard_deadline` itself:
+    thousands of test inputs must not carry it past the worker's end)."""
     udir = unit_dir(work, unit)
     for part in PARTS:  # a task's run always starts fresh: only complete results are reused
         shutil.rmtree(udir / part, ignore_errors=True)
@@ -168,7 +169,8 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
 
     t = time.monotonic()
     always = unit.test_inputs if hard_deadline is None or time.monotonic() < hard_deadline else 0
-    res = evaluate(model, data_dir, cfg.evaluation(), device=device, deadline=predict_by, always=always)
+    res = evaluate(model, data_dir, cfg.evaluation(), device=device, deadline=predict_by, always=always,
+                   always_until=hard_deadline)
     predicted = res.predictions.steps >= 0
     report.update(predict_s=round(time.monotonic() - t, 2), examples=int(len(predicted)),
                   predicted=int(predicted.sum()))
