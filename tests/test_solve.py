@@ -384,6 +384,19 @@ def unseen_data(unseen, tmp_path_factory) -> Path:
     return build_unseen_dataset(cfg(unseen, work, num_aug=1), work, read_challenges(unseen[0]))
 
 
+def test_a_task_builds_its_dataset_in_process_without_a_pool(unseen, tmp_path, monkeypatch):
+    """One task's copies are built in the worker itself: a process pool per task cost its start-up on every task,
+    and an interrupted worker left its semaphores to the resource tracker's warning."""
+    import trm_kaggle.data.arc.build as B
+    from trm_kaggle.data.arc.tasks import read_challenges
+    from trm_kaggle.solve.task import build_unseen_dataset
+
+    monkeypatch.setattr(B, "ProcessPoolExecutor", lambda *a, **k: pytest.fail("a process pool for one task"))
+    tasks = read_challenges(unseen[0])
+    first = dict([next(iter(tasks.items()))])
+    assert (build_unseen_dataset(cfg(unseen, tmp_path, num_aug=3), tmp_path, first) / "test").is_dir()
+
+
 @pytest.fixture
 def recorded_phases(unseen, monkeypatch):
     """Wraps the training call of `finetune`: per phase (frozen?, until step, step reached, weights unchanged?)."""

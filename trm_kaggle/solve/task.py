@@ -61,7 +61,7 @@ def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict, canvas: int 
     data_dir = work / "data"
     build_cfg = ArcBuildConfig(output_dir=str(data_dir), subsets=[SUBSET], test_set_name=SUBSET,
                                test_set_name2=SUBSET, num_aug=cfg.num_aug, seed=cfg.seed, skip_invalid=True,
-                               canvas=canvas, progress=cfg.progress)
+                               canvas=canvas, progress=cfg.progress, workers=1)  # one task: no process pool
     if built_with(build_cfg, loaded) is not None:
         log.info("reusing the dataset in %s", data_dir)
         return data_dir
