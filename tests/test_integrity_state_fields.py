@@ -134,9 +134,53 @@ def test_a_state_holding_nan_weights_is_damaged_and_the_newest_good_one_resumed(
     assert main(train_args(data, run, "max_steps=3")) == 0
     bad = ckpt.state_path(run, 3)
     _rewrite(bad, _nan_weight)
-    with pytest.raises(ckpt.DamagedFile, match="field 'model' is a dict; it must be a non-empty mapping of names "
-                                               "to finite tensors"):
+    with pytest.raises(ckpt.DamagedFile, match="field 'model' tensor .* holds 1 non-finite value \\(NaN or inf\\)"):
         ckpt.load_train_state(bad)
     assert main(train_args(data, run, "max_steps=4")) == 0
     assert "state_step00000003.pt: not a usable train state" in caplog.text
     assert ckpt.newest_step(run) == 4 and (run / "state_step00000003.pt.corrupt").exists()
+
+
+def _half_carry(s):
+    c = s["carries"][0][0]
+    c["z_H"] = c["z_H"].to(torch.float16)
+
+
+def _short_inputs(s):
+    c = s["carries"][0][0]["current_data"]
+    c["inputs"] = c["inputs"][:, :3]
+
+
+def _foreign_token(s):
+    c = s["carries"][0][0]["current_data"]
+    c["inputs"] = torch.full_like(c["inputs"], 99)
+
+
+@pytest.mark.parametrize("change, said", [
+    (_half_carry, "latent states in torch.float16 and torch.float32, this run computes in torch.float32"),
+    (_short_inputs, "data rows whose inputs are not"),
+    (_foreign_token, "input tokens outside this model's vocabulary"),
+])
+def test_a_carry_this_model_cannot_read_is_one_line_on_resume(data, tmp_path, capsys, change, said):
+    """Once a traceback inside the first step (a dtype mismatch, a short row, an embedding index)."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    path = ckpt.state_path(run, 2)
+    _rewrite(path, change)
+    capsys.readouterr()
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=4")))
+    assert str(path) in line and "field 'carries' does not fit this run" in line and said in line, line
+
+
+def test_a_carry_holding_nan_makes_the_state_damaged(data, tmp_path):
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+
+    def nan_carry(s):
+        z = s["carries"][0][0]["z_L"].clone()
+        z.view(-1)[0] = float("nan")
+        s["carries"][0][0]["z_L"] = z
+
+    _rewrite(ckpt.state_path(run, 2), nan_carry)
+    with pytest.raises(ckpt.DamagedFile, match="field 'carries' tensor carry 0.z_L holds 1 non-finite value"):
+        ckpt.load_train_state(ckpt.state_path(run, 2))

@@ -269,10 +269,18 @@ def _tensors(v: Any) -> bool:
     return isinstance(v, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in v.items())
 
 
-def _finite_tensors(v: Any) -> bool:
-    """Weights as `save_state` writes them: a mapping of tensors, every floating one finite (a save refuses NaN and
-    inf, so a state that holds them was not written by a run: resumed, it would fail at the next save)."""
-    return _tensors(v) and all(not t.is_floating_point() or bool(torch.isfinite(t).all()) for t in v.values())
+def _non_finite(state: dict[str, Any]) -> str | None:
+    """`'field' tensor NAME holds N non-finite values` for the first weight or latent state holding NaN or inf: a
+    save refuses them, so a state that holds them was not written by a run (resumed, it would fail at its next
+    save with advice about the learning rate)."""
+    carries = [(f"carry {i}.{k}", c[k]) for rank in state.get("carries") or [] for i, c in enumerate(rank)
+               for k in ("z_H", "z_L")]
+    for field, named in (("model", state["model"].items()), ("ema", (state.get("ema") or {}).items()),
+                         ("carries", carries)):
+        for name, t in named:
+            if t.is_floating_point() and (bad := int((~torch.isfinite(t)).sum())):
+                return f"{field!r} tensor {name} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf)"
+    return None
 
 
 def _json_object(v: Any) -> bool:
@@ -326,7 +334,7 @@ def _loss_scale(v: Any) -> bool:
 #: What each field of a train state must be (what `save_state` writes; a resume and `export` read them unchecked).
 _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "step": ("an integer >= 0", _is_int),
-    "model": ("a non-empty mapping of names to finite tensors", lambda v: _finite_tensors(v) and bool(v)),
+    "model": ("a non-empty mapping of names to tensors", lambda v: _tensors(v) and bool(v)),
     "config": ("the run's settings as a JSON object", _json_object),
     "loader": ("the data position as a JSON object", _json_object),
     "dataset_fingerprint": ("a string", lambda v: isinstance(v, str)),
@@ -337,7 +345,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 }
 _OPTIMIZER = "an optimizer's state (a mapping with 'state' and 'param_groups', each group listing its 'params')"
 _OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "ema": ("a mapping of names to finite tensors", _finite_tensors),
+    "ema": ("a mapping of names to tensors", _tensors),
     "optimizer": (_OPTIMIZER, _optimizer_state),
     "sparse_optimizer": (_OPTIMIZER, _optimizer_state),
     "amp": ("a loss scaler's state (a mapping with 'scaler', a mapping of numbers)", _loss_scale),
@@ -359,7 +367,7 @@ def _field_problem(state: dict[str, Any]) -> str | None:
     for name, (must, ok) in _OPTIONAL.items():
         if state.get(name) is not None and not ok(state[name]):
             return f"{name!r} is {_shown(state[name])}; it must be {must} or absent"
-    return None
+    return _non_finite(state)
 
 
 def _shown(v: Any) -> str:

@@ -223,15 +223,28 @@ def _check_moments(optimizer: torch.optim.Optimizer) -> None:
 
 
 def _check_carries(carries: list[Carry], model: TinyRecursiveModel) -> None:
-    """ValueError unless each carry holds this model's latent states ((rows, positions, hidden), both alike) and
-    one step count, halt flag and data row per row: a carry of other sizes would be broadcast, not refused."""
+    """ValueError unless each carry holds this model's latent states ((rows, positions, hidden), both alike, in
+    the dtype it computes in), one step count, halt flag and data row per row, and data rows this model can read
+    (its sequence length, tokens inside its vocabulary, puzzles inside its table): a carry of other sizes would be
+    broadcast, not refused, and one of another dtype or tokens fail inside the first step."""
     for c in carries:
         rows = c.z_H.shape[0] if c.z_H.dim() == 3 else -1
         if c.z_H.shape != (rows, model.total_len, model.arch.hidden_size) or c.z_L.shape != c.z_H.shape:
             raise ValueError(f"latent states of shape {tuple(c.z_H.shape)} and {tuple(c.z_L.shape)}, this model's "
                              f"are (rows, {model.total_len}, {model.arch.hidden_size})")
+        dtype = model.compute_dtype(c.z_H.device)
+        if c.z_H.dtype != dtype or c.z_L.dtype != dtype:
+            raise ValueError(f"latent states in {c.z_H.dtype} and {c.z_L.dtype}, this run computes in {dtype}")
         if any(t.shape[:1] != (rows,) for t in (c.steps, c.halted, *c.current_data.values())):
             raise ValueError(f"step counts, halt flags or data rows that are not one per row of its {rows} rows")
+        inputs, ids = c.current_data.get("inputs"), c.current_data.get("puzzle_identifiers")
+        if inputs is None or inputs.shape != (rows, model.seq_len) or inputs.is_floating_point():
+            raise ValueError(f"data rows whose inputs are not {rows} x {model.seq_len} tokens")
+        if inputs.numel() and not (0 <= int(inputs.min()) and int(inputs.max()) < model.vocab_size):
+            raise ValueError(f"input tokens outside this model's vocabulary of {model.vocab_size}")
+        table = model.num_puzzle_identifiers
+        if ids is not None and ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < table):
+            raise ValueError(f"puzzle identifiers outside this model's {table}")
 
 
 @contextlib.contextmanager
