@@ -63,6 +63,17 @@ def test_submit_never_overwrites_its_inputs(world, capsys, output, words):
     assert contents(world) == before and not (world / "work").exists()
 
 
+def test_submit_never_overwrites_the_compile_cache_it_reads(world, capsys):
+    (world / "cache.bin").write_bytes(b"MY-CACHE")
+    before = contents(world)
+    line = one_error_line(capsys, main(["submit", "--challenges", str(world / "c.json"), "--weights",
+                                        str(world / "exp"), "--output", str(world / "cache.bin"), "--compile-cache",
+                                        str(world / "cache.bin"), "--work-dir", str(world / "work"),
+                                        "--no-progress"]))
+    assert "--output" in line and "is also the input --compile-cache" in line, line
+    assert contents(world) == before
+
+
 def test_submit_work_dir_inside_the_export_or_equal_to_the_output_is_refused(world, capsys):
     before = contents(world)
     assert "is inside the input --weights" in one_error_line(capsys, submit(world, "s.json", work="exp/ttt"))

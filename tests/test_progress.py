@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from trm_kaggle import progress
 from trm_kaggle.progress import LineTqdm
 
@@ -59,3 +61,37 @@ def test_closing_adds_no_line_that_repeats_the_last_one():
     bar.close()
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and "0/4" in lines[0] and "4/4" in lines[1], lines
+
+
+SPAWNED_BAR = """
+import multiprocessing, os, sys
+from trm_kaggle.progress import bars_of_this_process_only, tqdm
+
+def child(thread_lock):
+    if thread_lock:
+        bars_of_this_process_only()
+    for _ in tqdm(range(3), disable=False, file=sys.stdout):
+        pass
+    sys.stdout.flush()
+    os._exit(0)  # as submit's worker ends: no teardown
+
+if __name__ == "__main__":
+    p = multiprocessing.get_context("spawn").Process(target=child, args=(sys.argv[1] == "1",), daemon=True)
+    p.start()
+    p.join()
+"""
+
+
+@pytest.mark.parametrize("thread_lock", [False, True])
+def test_a_worker_process_drawing_bars_leaves_no_semaphore_behind(tmp_path, thread_lock):
+    """tqdm's default lock is a semaphore shared between processes; a spawned worker (submit's) that drew a bar
+    left it to the resource tracker, whose warning ("leaked semaphore objects") followed a clean run's last line."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "spawned_bar.py"
+    script.write_text(SPAWNED_BAR)
+    p = subprocess.run([sys.executable, str(script), "1" if thread_lock else "0"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert ("leaked semaphore" in p.stderr) is not thread_lock, p.stderr

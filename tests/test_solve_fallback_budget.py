@@ -53,6 +53,18 @@ def test_a_budget_the_file_uses_up_is_refused_in_one_line_after_the_fallback(tmp
     check_submission(tmp_path / "s.json", tmp_path / "c.json")  # the valid fallback stands
 
 
+def test_a_budget_that_leaves_a_worker_no_time_to_plan_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """9 s with a 1 s margin: 8 s left, under the 10 s a worker needs (MIN_PLAN_S); once exit 0 with no line, no
+    task having reached the model."""
+    (tmp_path / "c.json").write_text(json.dumps({"t1": TASK}))
+    make_export(tmp_path / "exp")
+    monkeypatch.setattr(J, "run_in_process", lambda *a, **kw: pytest.fail("no worker when none could plan"))
+    rc = main(submit(tmp_path, tmp_path / "c.json", "--time-budget", "9", "--safety-margin", "1"))
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 3 and len(lines) == 1 and "less than the 10 s a worker needs to time its device and plan" in lines[0]
+    check_submission(tmp_path / "s.json", tmp_path / "c.json")
+
+
 def test_a_solutions_file_as_challenges_is_refused_by_one_rule(tmp_path, capsys):
     solutions = tmp_path / "solutions.json"
     solutions.write_text(json.dumps({"dd6b8c4b": [[[1, 2]]], "0934a4d8": [[[3]]]}))

@@ -109,7 +109,8 @@ def _submit(args: argparse.Namespace) -> IO:
     from trm_kaggle.config import default_work_dir
 
     work_dir = args.work_dir or default_work_dir(args.output)
-    return ([Input(args.challenges, "--challenges"), Input(args.weights, "--weights", tree=True)],
+    cache = [Input(args.compile_cache, "--compile-cache")] if getattr(args, "compile_cache", None) else []
+    return ([Input(args.challenges, "--challenges"), Input(args.weights, "--weights", tree=True), *cache],
             [Output(args.output, "--output"), Output(work_dir, "--work-dir", "folder", WORK_ENTRIES)])
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from trm_kaggle.interrupts import interrupted, take_sigterm
+from trm_kaggle.interrupts import interrupted, quiet_teardown, take_sigterm
 
 
 def run(command: str = "trm-kaggle") -> int:
@@ -23,8 +23,11 @@ def run(command: str = "trm-kaggle") -> int:
         else:
             from trm_kaggle.cli import main
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM while the package loads
-        return interrupted(e)
-    return main()
+        status = interrupted(e)
+    else:
+        status = main()
+    quiet_teardown()
+    return status
 
 
 def console() -> None:

@@ -41,7 +41,18 @@ def raise_terminated(signum, frame) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return
+    # a second SIGTERM while this one unwinds (workers stopped, partial files removed) ends the process as
+    # Python's default does, instead of a second Terminated raised inside that cleanup (a traceback)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     raise Terminated()
+
+
+def quiet_teardown() -> None:
+    """From here on SIGINT and SIGTERM end the process by the signal, without a word: the command has said
+    its last line, and a signal during the interpreter's teardown (multiprocessing joining its children) must
+    not add a traceback after it."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def interrupted(e: KeyboardInterrupt) -> int:

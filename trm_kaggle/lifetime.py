@@ -21,8 +21,12 @@ import threading
 POLL_S = 0.5
 
 
-def exit_with_parent(parent_pid: int | None = None) -> None:
-    """End this process when `parent_pid` (default: the current parent) is no longer its parent."""
+def exit_with_parent(parent_pid: int | None = None, ctrl_c: bool = True) -> None:
+    """End this process when `parent_pid` (default: the current parent) is no longer its parent. `ctrl_c=False`:
+    a terminal's Ctrl-C, which reaches the whole process group, is left to the parent (a pool's worker would
+    print its own KeyboardInterrupt traceback before the parent's one line; the parent then ends it)."""
+    if not ctrl_c:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid() if parent_pid is None else parent_pid
     if os.getppid() != parent:
         os._exit(1)

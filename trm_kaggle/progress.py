@@ -75,3 +75,12 @@ else:
     tqdm = LineTqdm
 
 __all__ = ["LINE_EVERY_S", "LineTqdm", "tqdm"]
+
+
+def bars_of_this_process_only() -> None:
+    """Progress bars lock with a thread lock, not tqdm's default interprocess one: a worker process that draws
+    bars of its own then leaves no semaphore behind (the resource tracker's "leaked semaphore objects" warning
+    when it ends)."""
+    import threading
+
+    _text_tqdm.set_lock(threading.RLock())

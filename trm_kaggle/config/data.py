@@ -155,7 +155,7 @@ class CodeRepairBuildConfig(_Config):
     val_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="share of files in val/")
     test_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of files in test/")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="random seed (file split, mutations, sampling)")
-    workers: int = Field(0, ge=0, description=_WORKERS)
+    workers: int = Field(0, ge=0, le=4096, description=_WORKERS)
     progress: bool = Field(True, description=_PROGRESS)
 
     @field_validator("grid")

@@ -40,7 +40,7 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate import make_submission, require_tasks, validate_submission, write_submission
 from trm_kaggle.hardware import choose_threads, cuda_problem, pick_device, visible_cuda_ids
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.solve.plan import Budget
+from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
@@ -155,8 +155,8 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     report: dict[str, Any] = {"tasks": len(challenges), "errors": []}
     report.update(_write_answer(cfg, challenges, {}, duplicates, first=True))  # the fallback, before all else
     say(budget.line("fallback", f"{cfg.output} holds a valid answer for each of the {len(challenges)} tasks"))
-    if budget.left() <= 0:  # reading the file and writing the fallback took the budget: refused in one line, now
-        # (not after another pass over a file that large)
+    if budget.left() < MIN_PLAN_S:  # reading the file and writing the fallback left no worker time to plan:
+        # refused in one line, now (not after another pass over a file that large, nor as tasks never reached)
         return _out_of_time(cfg, report, budget, say)
 
     try:
@@ -275,12 +275,13 @@ def _say_outcome(cfg: SolveConfig, report: dict, tasks_total: int, budget: Budge
 
 
 def _out_of_time(cfg: SolveConfig, report: dict, budget: Budget, say: Callable[[str], None]) -> dict:
-    """The report of a run whose budget was gone once the fallback was written: the budget refused as too small
-    for the challenges file, in one line; the fallback stands."""
-    took = time.monotonic() - budget.start
+    """The report of a run whose budget left no worker time to plan once the fallback was written: the budget
+    refused as too small for the challenges file, in one line; the fallback stands."""
+    took, left = time.monotonic() - budget.start, max(0.0, budget.left())
     why = (f"the time budget ({cfg.time_budget:g} s, {cfg.safety_margin:g} s of it the safety margin) is too small "
            f"for {cfg.challenges}: reading its {report['tasks']} tasks and writing the fallback took {took:.1f} s, "
-           "leaving nothing for the model (give a larger --time-budget)")
+           f"leaving {left:.1f} s, less than the {MIN_PLAN_S:g} s a worker needs to time its device and plan "
+           "(give a larger --time-budget)")
     say(budget.line("budget", why))
     report["errors"].append(why)
     report.update(model_failed=why, model_tasks=min(cfg.max_tasks or report["tasks"], report["tasks"]), left_out={},

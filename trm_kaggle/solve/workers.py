@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 from trm_kaggle.atomic import atomic_write_text, open_log
 from trm_kaggle.errors import describe
 from trm_kaggle.lifetime import exit_with_parent
+from trm_kaggle.progress import bars_of_this_process_only
 from trm_kaggle.solve.workdir import Unit, WorkerSpec
 
 
@@ -65,6 +66,7 @@ def event_writer(path: Path) -> Callable[[dict], None]:
 def _child(spec: WorkerSpec) -> None:
     """A spawned worker: ends with its parent, output into its log file, its one device, then its units."""
     exit_with_parent(multiprocessing.parent_process().pid)  # a kernel killed mid-run leaves no GPU busy
+    bars_of_this_process_only()  # the dataset builder's bars: no semaphore left for the parent's tracker
     spec.log.parent.mkdir(parents=True, exist_ok=True)
     fd = open_log(spec.log)
     os.dup2(fd, 1)

@@ -241,7 +241,7 @@ def _init_worker(jobs: list[TaskJob]) -> None:
 
 
 def _init_pool_worker(parent: int, jobs: list[TaskJob]) -> None:
-    exit_with_parent(parent)  # a killed build must not leave workers blocked on the pool's queue forever
+    exit_with_parent(parent, ctrl_c=False)  # a killed build leaves no worker blocked on the pool's queue forever
     _init_worker(jobs)
 
 

@@ -267,7 +267,7 @@ def _init_worker(cfg_json: str, root: str, tokens_desc: dict, tokenizer_json: st
 
 
 def _init_pool_worker(parent: int, *init_args) -> None:
-    exit_with_parent(parent)  # a killed build must not leave workers blocked on the pool's queue forever
+    exit_with_parent(parent, ctrl_c=False)  # a killed build leaves no worker blocked on the pool's queue forever
     _init_worker(*init_args)
 
 
