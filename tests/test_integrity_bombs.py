@@ -79,6 +79,8 @@ def test_a_bomb_costs_no_memory(tmp_path):
     ("lr: *nowhere\n", "found undefined alias"),
     ("--- {lr: 1}\n--- {lr: 2}\n", "expected a single document"),
     ("lr: '" + "x" * 300_000 + "\n", "not valid YAML"),
+    ("lr: 1e-3\x00\n", "unacceptable character #x0000"),  # read as the loader is made: once a traceback
+    ("lr: 1e-3\x07\n", "unacceptable character #x0007"),
 ])
 def test_yaml_tricks_are_one_short_line(tmp_path, capsys, text, words):
     (tmp_path / "c.yaml").write_text(text.replace("{tmp}", str(tmp_path)))

@@ -184,3 +184,57 @@ def test_a_carry_holding_nan_makes_the_state_damaged(data, tmp_path):
     _rewrite(ckpt.state_path(run, 2), nan_carry)
     with pytest.raises(ckpt.DamagedFile, match="field 'carries' tensor carry 0.z_L holds 1 non-finite value"):
         ckpt.load_train_state(ckpt.state_path(run, 2))
+
+
+def _float_halted(s):
+    c = s["carries"][0][0]
+    c["halted"] = c["halted"].float()
+
+
+def _foreign_label(s):
+    c = s["carries"][0][0]["current_data"]
+    c["labels"] = torch.full_like(c["labels"], 77)
+
+
+def _huge_step_count(s):
+    c = s["carries"][0][0]
+    c["steps"] = torch.full_like(c["steps"], 10**6)
+
+
+@pytest.mark.parametrize("change, said", [
+    (_float_halted, "halt flags that are not booleans"),
+    (_huge_step_count, "step counts that are not whole numbers from 0 to 4096"),
+    (_foreign_label, "label tokens that are neither inside this model's vocabulary"),
+])
+def test_carry_flags_counts_and_labels_no_run_writes_are_one_line(data, tmp_path, capsys, change, said):
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    path = ckpt.state_path(run, 2)
+    _rewrite(path, change)
+    capsys.readouterr()
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=4")))
+    assert str(path) in line and said in line, line
+
+
+def _inf_moment(s):
+    st, name = _first_moment(s)
+    m = st[name].clone()
+    m.view(-1)[0] = float("inf")
+    st[name] = m
+
+
+def _nan_beta(s):
+    group = s["optimizer"]["param_groups"][0]
+    key = next(k for k, v in group.items() if isinstance(v, (list, tuple)) and v and isinstance(v[0], float))
+    group[key] = (float("nan"), *group[key][1:])
+
+
+@pytest.mark.parametrize("change, said", [(_inf_moment, "field 'optimizer' tensor"),
+                                          (_nan_beta, "field 'optimizer' setting")])
+def test_a_non_finite_optimizer_state_makes_the_state_damaged(data, tmp_path, change, said):
+    """Once resumed and then blamed on the learning rate ("the run diverged") at the next save."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    _rewrite(ckpt.state_path(run, 2), change)
+    with pytest.raises(ckpt.DamagedFile, match=said):
+        ckpt.load_train_state(ckpt.state_path(run, 2))

@@ -94,7 +94,10 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int], open_nodes: set[int]) 
 
 def parse_yaml(text: str, where: str, what: str = "YAML file") -> Any:
     """The value of one YAML document, or DataError `"{where}: ..."` in one short line for any problem."""
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # reads the first characters at once: a NUL or BEL is a ReaderError here
+    except yaml.YAMLError as e:
+        raise DataError(f"{where}: not valid YAML: {clipped(' '.join(str(e).split()), 300)}") from None
     try:
         node = loader.get_single_node()
         if node is None:

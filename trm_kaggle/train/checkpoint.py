@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import uuid
@@ -275,11 +276,20 @@ def _non_finite(state: dict[str, Any]) -> str | None:
     save with advice about the learning rate)."""
     carries = [(f"carry {i}.{k}", c[k]) for rank in state.get("carries") or [] for i, c in enumerate(rank)
                for k in ("z_H", "z_L")]
+    moments = [(f"{i}.{k}", t) for key in ("optimizer", "sparse_optimizer")
+               for i, st in ((state.get(key) or {}).get("state") or {}).items() for k, t in st.items()
+               if isinstance(t, torch.Tensor)]
     for field, named in (("model", state["model"].items()), ("ema", (state.get("ema") or {}).items()),
-                         ("carries", carries)):
+                         ("carries", carries), ("optimizer", moments)):
         for name, t in named:
             if t.is_floating_point() and (bad := int((~torch.isfinite(t)).sum())):
                 return f"{field!r} tensor {name} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf)"
+    for key in ("optimizer", "sparse_optimizer"):  # a NaN rate or beta: every step after it would be NaN
+        for g in (state.get(key) or {}).get("param_groups") or []:
+            for name, v in g.items():
+                values = v if isinstance(v, (list, tuple)) else [v]
+                if any(isinstance(x, float) and not math.isfinite(x) for x in values):
+                    return f"{key!r} setting {name} is {v!r}; a finite number is what a run saves"
     return None
 
 

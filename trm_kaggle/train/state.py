@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 
 from trm_kaggle import xla
-from trm_kaggle.config import TrainConfig, validation_line
-from trm_kaggle.data import PuzzleLoader
+from trm_kaggle.config import ArchConfig, TrainConfig, validation_line
+from trm_kaggle.data import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model import (Carry, DTYPES, PUZZLE_EMB_KEY, TinyRecursiveModel, fit_state_dict,
                               load_upstream_checkpoint, read_export, resize_puzzle_embedding)
@@ -222,6 +222,10 @@ def _check_moments(optimizer: torch.optim.Optimizer) -> None:
                     raise ValueError(f"its {name!r} has shape {tuple(t.shape)}, its parameter {tuple(p.shape)}")
 
 
+#: the largest `arch.halt_max_steps` a config allows: a carry's step counts never pass it
+_MOST_HALT_STEPS = next(m.le for m in ArchConfig.model_fields["halt_max_steps"].metadata if getattr(m, "le", None))
+
+
 def _check_carries(carries: list[Carry], model: TinyRecursiveModel) -> None:
     """ValueError unless each carry holds this model's latent states ((rows, positions, hidden), both alike, in
     the dtype it computes in), one step count, halt flag and data row per row, and data rows this model can read
@@ -237,11 +241,21 @@ def _check_carries(carries: list[Carry], model: TinyRecursiveModel) -> None:
             raise ValueError(f"latent states in {c.z_H.dtype} and {c.z_L.dtype}, this run computes in {dtype}")
         if any(t.shape[:1] != (rows,) for t in (c.steps, c.halted, *c.current_data.values())):
             raise ValueError(f"step counts, halt flags or data rows that are not one per row of its {rows} rows")
+        top = _MOST_HALT_STEPS  # no run counts past the largest setting
+        if c.halted.dtype != torch.bool or c.steps.is_floating_point() or c.steps.dtype == torch.bool or (
+                c.steps.numel() and not (0 <= int(c.steps.min()) and int(c.steps.max()) <= top)):
+            raise ValueError(f"halt flags that are not booleans or step counts that are not whole numbers from 0 "
+                             f"to {top}")
         inputs, ids = c.current_data.get("inputs"), c.current_data.get("puzzle_identifiers")
+        labels = c.current_data.get("labels")
         if inputs is None or inputs.shape != (rows, model.seq_len) or inputs.is_floating_point():
             raise ValueError(f"data rows whose inputs are not {rows} x {model.seq_len} tokens")
         if inputs.numel() and not (0 <= int(inputs.min()) and int(inputs.max()) < model.vocab_size):
             raise ValueError(f"input tokens outside this model's vocabulary of {model.vocab_size}")
+        if labels is not None and (labels.shape != inputs.shape or labels.is_floating_point() or bool(
+                ((labels < 0) | (labels >= model.vocab_size))[labels != IGNORE_LABEL_ID].any())):
+            raise ValueError(f"label tokens that are neither inside this model's vocabulary of {model.vocab_size} "
+                             f"nor the ignored label {IGNORE_LABEL_ID}")
         table = model.num_puzzle_identifiers
         if ids is not None and ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < table):
             raise ValueError(f"puzzle identifiers outside this model's {table}")
