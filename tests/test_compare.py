@@ -215,3 +215,18 @@ def test_a_config_that_is_json_but_not_settings_is_said(tmp_path, caplog):
         f"{run / 'config.json'}: not a run config (a JSON object expected, found list): its settings columns are "
         "left empty"]
     assert loaded.seed is None
+
+
+def test_a_run_named_twice_is_refused_not_counted_as_a_second_seed(three_runs, tmp_path, capsys):
+    run = three_runs / "ema_s0"
+    (tmp_path / "link").symlink_to(run)
+    for again in (run, tmp_path / "link", three_runs):  # itself, through a link, inside a folder named too
+        assert main(["compare", str(run), str(again), "--out", str(tmp_path / "cmp")]) == 2
+        assert "is named twice" in capsys.readouterr().err
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_a_metric_name_with_control_characters_is_escaped_in_its_one_line(three_runs, tmp_path, capsys):
+    assert main(["compare", str(three_runs), "--metric", "\x1b[31mred\nline", "--out", str(tmp_path / "cmp")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "\\x1b[31mred\\nline" in err, err

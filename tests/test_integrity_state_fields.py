@@ -198,12 +198,12 @@ def _foreign_label(s):
 
 def _huge_step_count(s):
     c = s["carries"][0][0]
-    c["steps"] = torch.full_like(c["steps"], 10**6)
+    c["steps"] = torch.full_like(c["steps"], 100)  # past this run's halt_max_steps, far below the setting's bound
 
 
 @pytest.mark.parametrize("change, said", [
     (_float_halted, "halt flags that are not booleans"),
-    (_huge_step_count, "step counts that are not whole numbers from 0 to 4096"),
+    (_huge_step_count, "step counts that are not whole numbers from 0 to "),
     (_foreign_label, "label tokens that are neither inside this model's vocabulary"),
 ])
 def test_carry_flags_counts_and_labels_no_run_writes_are_one_line(data, tmp_path, capsys, change, said):

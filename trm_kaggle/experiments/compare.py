@@ -34,6 +34,7 @@ import io
 import json
 import logging
 import math
+import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, read_metrics
+from trm_kaggle.wording import shown
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +164,11 @@ def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
             runs += found
         else:
             raise TRMError(f"{d}: no such directory")
+    where: dict[str, Path] = {}
+    for r in runs:  # counted twice, one run would be a second seed with no spread
+        if (real := os.path.realpath(r.path)) in where:
+            raise TRMError(f"the run {r.path} is named twice (also as {where[real]}): each run is counted once")
+        where[real] = r.path
     sources = {r.source for r in runs if r.source}
     if len(sources) > 1:  # runs of several sweeps: the sweep's name keeps their labels apart
         for r in runs:
@@ -510,7 +517,7 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
     if no_data and any(r.train for r in runs) and metric not in HALTED_ROW_METRICS:
         names = sorted({k for r in runs for rec in r.train[-1:] + r.evals[-1:] for k in rec
                         if isinstance(rec[k], (int, float))} - {"step", "wall_s"})
-        raise TRMError(f"--metric {metric}: no run logged it; logged metrics: {', '.join(names)}")
+        raise TRMError(f"--metric {shown(metric)}: no run logged it; logged metrics: {', '.join(names)}")
     out = Path(out_dir)
     md, table_csv = comparison_tables(runs)
     done = sum(r.state == "done" for r in runs)

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from trm_kaggle import xla
-from trm_kaggle.config import ArchConfig, TrainConfig, validation_line
+from trm_kaggle.config import TrainConfig, validation_line
 from trm_kaggle.data import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model import (Carry, DTYPES, PUZZLE_EMB_KEY, TinyRecursiveModel, fit_state_dict,
@@ -222,10 +222,6 @@ def _check_moments(optimizer: torch.optim.Optimizer) -> None:
                     raise ValueError(f"its {name!r} has shape {tuple(t.shape)}, its parameter {tuple(p.shape)}")
 
 
-#: the largest `arch.halt_max_steps` a config allows: a carry's step counts never pass it
-_MOST_HALT_STEPS = next(m.le for m in ArchConfig.model_fields["halt_max_steps"].metadata if getattr(m, "le", None))
-
-
 def _check_carries(carries: list[Carry], model: TinyRecursiveModel) -> None:
     """ValueError unless each carry holds this model's latent states ((rows, positions, hidden), both alike, in
     the dtype it computes in), one step count, halt flag and data row per row, and data rows this model can read
@@ -241,7 +237,7 @@ def _check_carries(carries: list[Carry], model: TinyRecursiveModel) -> None:
             raise ValueError(f"latent states in {c.z_H.dtype} and {c.z_L.dtype}, this run computes in {dtype}")
         if any(t.shape[:1] != (rows,) for t in (c.steps, c.halted, *c.current_data.values())):
             raise ValueError(f"step counts, halt flags or data rows that are not one per row of its {rows} rows")
-        top = _MOST_HALT_STEPS  # no run counts past the largest setting
+        top = model.arch.halt_max_steps  # a row halts when its count reaches it: no run saves more
         if c.halted.dtype != torch.bool or c.steps.is_floating_point() or c.steps.dtype == torch.bool or (
                 c.steps.numel() and not (0 <= int(c.steps.min()) and int(c.steps.max()) <= top)):
             raise ValueError(f"halt flags that are not booleans or step counts that are not whole numbers from 0 "
