@@ -164,3 +164,14 @@ def test_the_command_line_shortens_the_waits_before_any_command_loads_torch():
     (line,) = [x for x in _waits_in_a_fresh_process({}, "import sys\nfrom trm_kaggle.cli import main\n"
                                                         "sys.exit(main(['doctor']))") if x.startswith("OpenMP waits")]
     assert line == "OpenMP waits: GOMP_SPINCOUNT=10000 (trm_kaggle's default: shorter spinning waits)"
+
+
+@pytest.mark.parametrize("value", ["-3", "nan", "two"])
+def test_an_omp_num_threads_no_openmp_takes_is_said_as_ignored(monkeypatch, value):
+    import trm_kaggle.hardware as H
+
+    monkeypatch.setattr(H, "free_cores", lambda: (2, 2, 0.5))
+    monkeypatch.setattr(H, "_AUTO", {})
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    threads, why = H.choose_threads()
+    assert threads == 2 and f"OMP_NUM_THREADS={value} ignored: not a whole number from 1 to 4096" in why

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trm_kaggle.wording import shown
+
 if TYPE_CHECKING:  # torch is imported where it is used: the worker processes choose their GPU before it starts
     import torch
 
@@ -310,6 +312,8 @@ def choose_threads(requested: int | None = None, share: int = 1) -> tuple[int, s
     if share not in _AUTO:
         free, cores, load = free_cores()
         why = f"{free} of {cores} cores free (load average {load:.1f})"
+        if (raw := os.environ.get(THREADS_ENV, "").strip()):  # set, but no count OpenMP would take either
+            why += f"; {THREADS_ENV}={shown(raw, 20)} ignored: not a whole number from 1 to 4096"
         _AUTO[share] = (max(1, free // share), why + (f", shared by {share} processes" if share > 1 else ""))
     return _AUTO[share]
 
