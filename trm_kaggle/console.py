@@ -3,7 +3,7 @@
 Python ends a process on SIGTERM at once and without a word, and a Ctrl-C during an import is a traceback;
 both can arrive while a command is still importing (a training spends a second or two there before its first
 step). `run` takes SIGTERM as Ctrl-C (`interrupts.Terminated`) before it imports anything of the commands, and
-says either in the one line every command prints for it. Nothing imports this module: it is the top.
+says either in the one line every command prints for it. Only the entry points import this module.
 """
 
 from __future__ import annotations
