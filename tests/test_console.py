@@ -13,6 +13,7 @@ import pytest
 # looked up (the window in which a real `trm-kaggle train` spends a second or two).
 STOPPED_WHILE_IMPORTING = r"""
 import importlib.abc, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's: a background job inherits it ignored
 from trm_kaggle import console
 
 class SignalOnImport(importlib.abc.MetaPathFinder):

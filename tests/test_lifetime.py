@@ -9,6 +9,7 @@ import pytest
 
 CTRL_C_AT_A_WORKER = (
     "import os, signal, time\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job inherits Ctrl-C ignored\n"
     "from trm_kaggle.lifetime import exit_with_parent\n"
     "exit_with_parent(ctrl_c={ctrl_c})\n"
     "os.kill(os.getpid(), signal.SIGINT)  # what a terminal's Ctrl-C to the process group does to a worker\n"
