@@ -107,6 +107,16 @@ def _other_tensor_shape(s):
     s["model"][name] = torch.zeros(3, 3)
 
 
+def _resumed_after(data, tmp_path, capsys, change):
+    """(the run, its state at step 2 changed by `change` and signed again, the one error line resuming it)."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    path = ckpt.state_path(run, 2)
+    _rewrite(path, change)
+    capsys.readouterr()
+    return run, path, one_error_line(capsys, main(train_args(data, run, "max_steps=4")))
+
+
 @pytest.mark.parametrize("change, said", [
     (_other_tensor_shape, "field 'model' does not fit this run: RuntimeError"),
     (_shrunk_moment, "field 'optimizer' does not fit this run: ValueError: its "),
@@ -116,12 +126,7 @@ def test_tensors_of_other_sizes_are_one_line_on_resume_never_a_traceback_or_a_si
         data, tmp_path, capsys, change, said):
     """Signed and well formed, but sized for another model: refused when restored (a model tensor once a
     traceback from load_state_dict, a moment one from the first step, a carry broadcast silently)."""
-    run = tmp_path / "run"
-    assert main(train_args(data, run, "max_steps=2")) == 0
-    path = ckpt.state_path(run, 2)
-    _rewrite(path, change)
-    capsys.readouterr()
-    line = one_error_line(capsys, main(train_args(data, run, "max_steps=4")))
+    run, path, line = _resumed_after(data, tmp_path, capsys, change)
     assert str(path) in line and said in line, line
     assert ckpt.list_states(run) == [path]  # nothing trained, nothing written
 
@@ -163,12 +168,7 @@ def _foreign_token(s):
 ])
 def test_a_carry_this_model_cannot_read_is_one_line_on_resume(data, tmp_path, capsys, change, said):
     """Once a traceback inside the first step (a dtype mismatch, a short row, an embedding index)."""
-    run = tmp_path / "run"
-    assert main(train_args(data, run, "max_steps=2")) == 0
-    path = ckpt.state_path(run, 2)
-    _rewrite(path, change)
-    capsys.readouterr()
-    line = one_error_line(capsys, main(train_args(data, run, "max_steps=4")))
+    run, path, line = _resumed_after(data, tmp_path, capsys, change)
     assert str(path) in line and "field 'carries' does not fit this run" in line and said in line, line
 
 
@@ -207,12 +207,7 @@ def _huge_step_count(s):
     (_foreign_label, "label tokens that are neither inside this model's vocabulary"),
 ])
 def test_carry_flags_counts_and_labels_no_run_writes_are_one_line(data, tmp_path, capsys, change, said):
-    run = tmp_path / "run"
-    assert main(train_args(data, run, "max_steps=2")) == 0
-    path = ckpt.state_path(run, 2)
-    _rewrite(path, change)
-    capsys.readouterr()
-    line = one_error_line(capsys, main(train_args(data, run, "max_steps=4")))
+    run, path, line = _resumed_after(data, tmp_path, capsys, change)
     assert str(path) in line and said in line, line
 
 
