@@ -78,6 +78,24 @@ def test_cpu_swiglu_matches_reference(dtype, tol):
     assert (y.double() - ref).abs().max() / ref.abs().max() < tol
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
+def test_the_normed_swiglu_is_sigmoid_gate_times_the_normed_product(dtype, tol):
+    """arch.swiglu_norm: down(sigmoid(g) * rms_norm(g * u)) (+ residual), against float64 by hand; the plain
+    SwiGLU of the same weights computes something else."""
+    torch.manual_seed(0)
+    mlp = SwiGLU(32, 4, norm_eps=1e-5)
+    x = torch.randn(2, 5, 32)
+    gate, up = F.linear(x.double(), mlp.gate_up_proj.weight.double()).chunk(2, dim=-1)
+    prod = gate * up
+    normed = prod / (prod.square().mean(-1, keepdim=True) + 1e-5).sqrt()
+    ref = F.linear(torch.sigmoid(gate) * normed, mlp.down_proj.weight.double()) + x.double()
+    y = mlp(x.to(dtype), residual=x.to(dtype))
+    assert y.dtype == dtype
+    assert (y.double() - ref).abs().max() / ref.abs().max() < tol
+    mlp.norm_eps = None
+    assert (mlp(x, residual=x).double() - ref).abs().max() / ref.abs().max() > 0.1
+
+
 def _model_step(arch, batch):
     """Logits and gradients of one training step of a fixed-seed model (random puzzle rows)."""
     from trm_kaggle.model import TinyRecursiveModel, act_loss

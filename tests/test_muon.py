@@ -228,3 +228,98 @@ def test_building_and_stepping_muon_does_not_import_dynamo():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+# --- Muon as "Speed is Confidence" trains it (the `muon-sic` preset): its own rate, shape scale, momentum,
+# Newton-Schulz steps and weight decay, and the normed SwiGLU ---
+
+SIC = ["optimizer=muon", "muon_lr=0.02", "muon_scale=original", "muon_momentum=0.6", "muon_ns_steps=3",
+       "muon_weight_decay=0.005", "arch.swiglu_norm=True"]
+
+
+@needs_muon
+def test_muons_settings_reach_its_group_and_leave_the_other_alone():
+    """muon_lr is the matrices' peak rate whatever lr is (the ratio the schedule's lr is multiplied by); the
+    momentum, Newton-Schulz steps, shape scale and weight decay are the Muon group's only."""
+    model = tiny_model()
+    cfg = TrainConfig(arch=model.arch, optimizer="muon", lr=4e-3, weight_decay=0.1, muon_lr=0.02,
+                      muon_momentum=0.6, muon_ns_steps=3, muon_scale="original", muon_weight_decay=0.005)
+    dense, _ = make_optimizers(cfg, model)
+    muon, adam = sorted(dense.param_groups, key=lambda g: not g["muon"])
+    assert muon["lr_ratio"] == pytest.approx(5.0) and cfg.muon_ratio == pytest.approx(5.0)
+    assert (muon["momentum"], muon["ns_steps"], muon["adjust_lr_fn"], muon["weight_decay"]) == (0.6, 3, "original",
+                                                                                              0.005)
+    assert adam["weight_decay"] == 0.1 and "momentum" not in adam
+    default = TrainConfig(arch=model.arch, optimizer="muon", lr=4e-3, muon_lr_ratio=2.0)
+    dense, _ = make_optimizers(default, model)
+    muon = next(g for g in dense.param_groups if g["muon"])
+    assert (muon["lr_ratio"], muon["momentum"], muon["ns_steps"], muon["adjust_lr_fn"], muon["weight_decay"]) == (
+        2.0, 0.95, 5, "match_rms_adamw", default.weight_decay)
+
+
+@needs_muon
+def test_the_sic_settings_step_as_torchs_muon_with_them():
+    """Bit for bit against torch.optim.Muon built with the same rate, momentum, steps, scale and decay."""
+    torch.manual_seed(0)
+    w, v = torch.randn(6, 4), torch.randn(4)
+    ours, ref = torch.nn.Parameter(w.clone()), torch.nn.Parameter(w.clone())
+    opt = MuonWithAdam([ours], [torch.nn.Parameter(v.clone())], lr_ratio=5.0, momentum=0.6, ns_steps=3,
+                       adjust_lr_fn="original", weight_decay=0.1, muon_weight_decay=0.005)
+    ref_muon = torch.optim.Muon([ref], lr=0.0, weight_decay=0.005, momentum=0.6, ns_steps=3,
+                                adjust_lr_fn="original")
+    for lr in (1e-3, 4e-3, 2e-3):
+        g = torch.randn(6, 4)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        ref_muon.param_groups[0]["lr"] = 5.0 * lr
+        ours.grad, ref.grad = g.clone(), g.clone()
+        opt.step()
+        ref_muon.step()
+        assert torch.equal(ours, ref)
+    with pytest.raises(ValueError, match="weight_decay"):
+        MuonWithAdam([torch.nn.Parameter(w.clone())], [], muon_weight_decay=-1.0)
+
+
+def test_the_muon_settings_are_bounded_and_one_rate_is_set_once():
+    arch = tiny_model().arch
+    for bad in (dict(muon_lr=0.0), dict(muon_lr=float("nan")), dict(muon_momentum=1.0), dict(muon_ns_steps=0),
+                dict(muon_ns_steps=21), dict(muon_weight_decay=-1.0), dict(muon_scale="keller"),
+                dict(muon_lr=0.02, muon_lr_ratio=2.0)):
+        with pytest.raises(ValueError):
+            TrainConfig(arch=arch, optimizer="muon", **bad)
+    with pytest.raises(ValueError, match="both set the matrices' rate"):
+        TrainConfig(arch=arch, optimizer="muon", muon_lr=0.02, muon_lr_ratio=2.0)
+
+
+def test_swiglu_norm_is_refused_with_the_fused_kernels_and_takes_the_plain_path_on_auto():
+    arch = tiny_model().arch.model_dump()
+    for bad in (dict(kernels="triton"), dict(fp8="nograd")):
+        with pytest.raises(ValueError, match="swiglu_norm runs on the torch kernels only"):
+            ArchConfig(**{**arch, "swiglu_norm": True, **bad})
+    model = TinyRecursiveModel(ArchConfig(**{**arch, "swiglu_norm": True, "kernels": "auto"}), 16, 10, 5)
+    assert all(b.dispatch is None and b.mlp.norm_eps is not None for b in model.layers)
+    assert all(b.mlp.norm_eps is None for b in tiny_model().layers)  # upstream's SwiGLU stays the default
+
+
+def test_the_sic_preset():
+    cfg = load_train_config(presets=["sudoku-mlp", "muon-sic"])
+    assert (cfg.optimizer, cfg.muon_lr, cfg.muon_scale, cfg.muon_momentum, cfg.muon_ns_steps) == (
+        "muon", 0.02, "original", 0.6, 3)
+    assert cfg.arch.swiglu_norm and cfg.arch.mlp_t and cfg.muon_weight_decay == 0.005
+    assert cfg.muon_ratio == pytest.approx(0.02 / cfg.lr) and cfg.lr == load_train_config(presets=["sudoku-mlp"]).lr
+    assert not load_train_config(presets=["sudoku-mlp"]).arch.swiglu_norm
+
+
+@needs_muon
+def test_a_sic_run_resumes_exactly(sudoku4, tmp_path):
+    """Muon's momentum buffers under its own settings, and the normed SwiGLU's weights, resume bit for bit."""
+    train(cfg_for(sudoku4, tmp_path / "a", "max_steps=4", *SIC))
+    train(cfg_for(sudoku4, tmp_path / "b", "max_steps=2", *SIC))
+    train(cfg_for(sudoku4, tmp_path / "b", "max_steps=4", *SIC))
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    a, b = final_params(tmp_path / "a"), final_params(tmp_path / "b")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    state = ckpt.load_train_state(ckpt.list_states(tmp_path / "b")[-1])
+    muon = next(g for g in state["optimizer"]["param_groups"] if g["muon"])
+    assert (muon["momentum"], muon["ns_steps"], muon["adjust_lr_fn"], muon["weight_decay"]) == (0.6, 3, "original",
+                                                                                              0.005)

@@ -44,6 +44,9 @@ class ArchConfig(_Config):
                                                                "grid tokens")
     mlp_t: bool = Field(False, description="mix positions with an MLP instead of attention (the paper's Sudoku "
                                            "model)")
+    swiglu_norm: bool = Field(False, description="SwiGLU as 'Speed is Confidence' changes it for Muon: "
+                                                 "down(sigmoid(gate) * rms_norm(gate * up)) (upstream: "
+                                                 "down(silu(gate) * up)); the torch kernels only")
     forward_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="activation dtype; auto = bfloat16 where the device runs it natively and fast, "
                             "float16 with loss scaling on CUDA GPUs without bf16 but with fast float16 (T4, V100), "
@@ -62,6 +65,9 @@ class ArchConfig(_Config):
 
     @model_validator(mode="after")
     def _shapes_fit(self) -> "ArchConfig":
+        if self.swiglu_norm and (self.kernels == "triton" or self.fp8 != "off"):
+            raise ValueError("swiglu_norm runs on the torch kernels only (the fused and float8 kernels compute "
+                             "upstream's SwiGLU): set kernels to torch or auto, and fp8 to off")
         if not self.mlp_t and self.hidden_size % self.num_heads:  # the MLP mixer (mlp_t) has no heads
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if not self.mlp_t and self.pos_encodings == "rope" and (self.hidden_size // self.num_heads) % 2:

@@ -144,6 +144,21 @@ class TrainConfig(_Config):
     muon_lr_ratio: float = Field(1.0, gt=0, le=100, allow_inf_nan=False,
                                  description="optimizer=muon: the hidden matrices' learning rate as a multiple of "
                                              "lr (the schedule's); the other weights take lr itself")
+    # or the matrices' own peak rate, whatever lr is: a recipe's Muon rate that does not move with the base's lr
+    # (the `muon-sic` preset's 0.02); the schedule's warm-up and decay shape it as they shape lr
+    muon_lr: Optional[float] = Field(None, gt=0, le=MAX_LR, allow_inf_nan=False,
+                                     description="optimizer=muon: the hidden matrices' peak learning rate; None = lr "
+                                                 "x muon_lr_ratio")
+    muon_momentum: float = Field(0.95, ge=0, lt=1, description="optimizer=muon: momentum of the matrices' buffers")
+    muon_ns_steps: int = Field(5, ge=1, le=20, description="optimizer=muon: Newton-Schulz iterations per update")
+    # match_rms_adamw: 0.2 * sqrt(max(A, B)) (Moonshot's; lr carries over from AdamW); original: sqrt(max(1, A / B))
+    # (Keller Jordan's, with Muon's own, larger rates)
+    muon_scale: Literal["match_rms_adamw", "original"] = Field(
+        "match_rms_adamw", description="optimizer=muon: how a matrix's update is scaled by its shape (A, B)")
+    muon_weight_decay: Optional[float] = Field(None, ge=0, allow_inf_nan=False,
+                                               description="optimizer=muon: the matrices' decoupled weight decay "
+                                                           "(each step scales them by 1 - rate x it); None = "
+                                                           "weight_decay")
 
     # CGAR's hierarchical supervision weighting: a row's loss at its ACT step t weighs decay^(t-1), scaled so that
     # the weights average 1 over halt_max_steps steps (1.0 = every step alike, upstream's)
@@ -223,6 +238,9 @@ class TrainConfig(_Config):
             if start is not None and start > end:
                 raise ValueError(f"curriculum.start_{name}_cycles {start} is deeper than arch.{name}_cycles {end}: "
                                  "a curriculum grows the recursion up to the arch's")
+        if self.muon_lr is not None and self.muon_lr_ratio != 1.0:
+            raise ValueError(f"muon_lr {self.muon_lr} and muon_lr_ratio {self.muon_lr_ratio} both set the matrices' "
+                             "rate: set one of them")
         r = self.rsm
         if r.enabled:
             most = a.halt_max_steps - 1 if r.max_warmup is None else r.max_warmup
@@ -233,6 +251,11 @@ class TrainConfig(_Config):
                 raise ValueError("supervision_decay weights the ACT carry's supervision steps; rsm trains one "
                                  "supervision step per example: set one of them")
         return self
+
+    @property
+    def muon_ratio(self) -> float:
+        """optimizer=muon: the matrices' rate over the schedule's lr (muon_lr / lr, or muon_lr_ratio)."""
+        return self.muon_lr / self.lr if self.muon_lr is not None else self.muon_lr_ratio
 
     def evaluation(self) -> EvaluateConfig:
         """The test-split check's settings in the shape `trm-kaggle evaluate` and submit take: the global batch

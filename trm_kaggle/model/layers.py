@@ -179,17 +179,27 @@ def swiglu_width(hidden_size: int, expansion: float) -> int:
 
 
 class SwiGLU(nn.Module):
-    """down(silu(gate) * up) with gate and up fused into one projection (rows [gate | up])."""
+    """down(silu(gate) * up) with gate and up fused into one projection (rows [gate | up]).
 
-    def __init__(self, hidden_size: int, expansion: float):
+    With `norm_eps` set (`arch.swiglu_norm`), "Speed is Confidence"'s variant for Muon (arXiv 2601.19085):
+    silu(gate) * up is sigmoid(gate) * (gate * up), and the product gate * up carries a scale that grows with both
+    projections; Muon's updates are all of one size, so that scale is taken out by an RMS norm over the hidden
+    width before the down projection: down(sigmoid(gate) * rms_norm(gate * up)).
+    """
+
+    def __init__(self, hidden_size: int, expansion: float, norm_eps: Optional[float] = None):
         super().__init__()
         inner = swiglu_width(hidden_size, expansion)
         self.inner = inner
+        self.norm_eps = norm_eps
         self.gate_up_proj = CastedLinear(hidden_size, 2 * inner)
         self.down_proj = CastedLinear(inner, hidden_size)
 
     def forward(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> torch.Tensor:
         """down(silu(gate) * up) (+ residual, added in the down projection's pass where possible)."""
+        if self.norm_eps is not None:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(torch.sigmoid(gate) * rms_norm(gate * up, self.norm_eps), residual)
         if cpu_fast_path(x):
             return cpu_kernels.swiglu(self, x, residual)
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -245,15 +255,16 @@ class Block(nn.Module):
     """
 
     def __init__(self, hidden_size: int, num_heads: int, expansion: float, eps: float,
-                 mlp_t: bool = False, total_len: int = 0):
+                 mlp_t: bool = False, total_len: int = 0, swiglu_norm: bool = False):
         super().__init__()
         self.eps = eps
         self.use_mlp_t = mlp_t
+        norm_eps = eps if swiglu_norm else None
         if mlp_t:
-            self.mlp_t = SwiGLU(total_len, expansion)
+            self.mlp_t = SwiGLU(total_len, expansion, norm_eps)
         else:
             self.self_attn = Attention(hidden_size, num_heads)
-        self.mlp = SwiGLU(hidden_size, expansion)
+        self.mlp = SwiGLU(hidden_size, expansion, norm_eps)
         # Another path for this block (fused kernels, float8: `trm_kaggle.model.fused.block_dispatch`), set by
         # the model where its arch asks for one: returns the block's output, or None for the path below.
         self.dispatch: Optional[Callable[..., Optional[torch.Tensor]]] = None

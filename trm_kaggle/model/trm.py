@@ -238,10 +238,13 @@ class TinyRecursiveModel(nn.Module):
 
         # The single recursive network
         self.layers = nn.ModuleList(
-            Block(D, arch.num_heads, arch.expansion, arch.rms_norm_eps, mlp_t=arch.mlp_t, total_len=self.total_len)
+            Block(D, arch.num_heads, arch.expansion, arch.rms_norm_eps, mlp_t=arch.mlp_t, total_len=self.total_len,
+                  swiglu_norm=arch.swiglu_norm)
             for _ in range(arch.L_layers)
         )
-        if arch.kernels != "torch" or arch.fp8 != "off":  # the fused kernels or float8: each block dispatches
+        # the fused kernels or float8: each block dispatches (their SwiGLU is upstream's: arch.swiglu_norm takes the
+        # plain path, which its config allows with kernels=auto only)
+        if (arch.kernels != "torch" or arch.fp8 != "off") and not arch.swiglu_norm:
             # imported here: its compile-time constants import torch._dynamo, a second and a half of start-up
             # that the default path (no dispatch at all) never pays
             from trm_kaggle.model.fused import block_dispatch

@@ -18,7 +18,8 @@ whose arithmetic and state layout are unchanged.
 `adjust` is Moonshot's (arXiv 2502.16982, torch's `adjust_lr_fn="match_rms_adamw"`): 0.2 * sqrt(max(A, B)),
 which gives Muon's update the RMS of a typical AdamW update, so that the learning rate tuned for the
 element-wise optimizer carries over. Each step's rate is the group's `lr` (the schedule writes it, as for every
-optimizer here) times the group's `lr_ratio`: Muon's own scale, 1 by default.
+optimizer here) times the group's `lr_ratio`: Muon's own scale, 1 by default. `adjust_lr_fn="original"` is
+Keller Jordan's sqrt(max(1, A / B)) instead, for Muon's own, larger rates (about 0.02: the `muon-sic` preset).
 
 Why one object and not two optimizers: the trainer, its non-finite guard (`train/step_guard.py`), the float16
 loss scaler (`train/amp.py`) and the train state see one `torch.optim.Optimizer`: its `param_groups` (one Muon
@@ -63,19 +64,22 @@ def muon_available() -> bool:
 
 class MuonWithAdam(BaseOptimizer):
     """Muon for `muon_params` (2-D matrices), AdamATan2 for `adam_params`; one `lr` set per step for both groups,
-    Muon's taken times `lr_ratio`. `weight_decay` is decoupled in both (lr * weight_decay per step)."""
+    Muon's taken times `lr_ratio`. `weight_decay` is decoupled in both (rate * weight_decay per step, Muon's rate
+    being lr * lr_ratio); `muon_weight_decay`, where given, is Muon's instead."""
 
     def __init__(self, muon_params: Iterable[Tensor], adam_params: Iterable[Tensor], lr: float = 0.0,
                  lr_ratio: float = 1.0, momentum: float = MOMENTUM, nesterov: bool = True,
                  ns_steps: int = NS_STEPS, adjust_lr_fn: Optional[str] = ADJUST_LR,
                  betas: Tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.1,
-                 capturable: Union[bool, None] = None):
+                 muon_weight_decay: Optional[float] = None, capturable: Union[bool, None] = None):
         self._muon = _torch_muon()
         if self._muon is None:
             raise RuntimeError(f"Muon needs torch 2.9 or newer (torch.optim.Muon); this torch is {torch.__version__}")
         check_hyperparameters(lr, weight_decay, betas)
         if not lr_ratio > 0 or not 0.0 <= momentum < 1.0:
             raise ValueError(f"Invalid Muon lr_ratio {lr_ratio} or momentum {momentum}")
+        if muon_weight_decay is not None and not muon_weight_decay >= 0.0:
+            raise ValueError(f"Invalid Muon weight_decay {muon_weight_decay}")
         muon_params, adam_params = list(muon_params), list(adam_params)
         for p in muon_params:
             if p.ndim != 2:
@@ -84,7 +88,8 @@ class MuonWithAdam(BaseOptimizer):
         if muon_params:
             groups.append(dict(params=muon_params, muon=True, lr_ratio=lr_ratio, momentum=momentum,
                                nesterov=nesterov, ns_coefficients=NS_COEFFICIENTS, ns_steps=ns_steps, eps=NS_EPS,
-                               adjust_lr_fn=adjust_lr_fn))
+                               adjust_lr_fn=adjust_lr_fn,
+                               weight_decay=weight_decay if muon_weight_decay is None else muon_weight_decay))
         if adam_params:
             groups.append(dict(params=adam_params, muon=False, betas=tuple(betas)))
         super().__init__(groups, dict(lr=lr, weight_decay=weight_decay))

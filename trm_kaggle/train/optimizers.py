@@ -48,8 +48,10 @@ def make_muon(cfg: TrainConfig, model: TinyRecursiveModel, params: list[torch.Te
         raise TRMError(f"optimizer=muon needs torch 2.9 or newer (torch.optim.Muon); this torch is "
                        f"{torch.__version__}")
     hidden, rest = split_hidden_matrices(model.layers.parameters(), params)
-    return MuonWithAdam(hidden, rest, lr=0.0, lr_ratio=cfg.muon_lr_ratio, betas=(cfg.beta1, cfg.beta2),
-                        weight_decay=cfg.weight_decay, capturable=capturable)
+    return MuonWithAdam(hidden, rest, lr=0.0, lr_ratio=cfg.muon_ratio, momentum=cfg.muon_momentum,
+                        ns_steps=cfg.muon_ns_steps, adjust_lr_fn=cfg.muon_scale, betas=(cfg.beta1, cfg.beta2),
+                        weight_decay=cfg.weight_decay, muon_weight_decay=cfg.muon_weight_decay,
+                        capturable=capturable)
 
 
 def set_learning_rates(dense, sparse, lr: float, emb_lr: float) -> None:

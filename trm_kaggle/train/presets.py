@@ -152,6 +152,13 @@ PRESETS: dict[str, dict] = {
                     "(optimizer=muon; momentum 0.95, Nesterov, 5 Newton-Schulz steps, update RMS matched to AdamW's "
                     "so lr carries over; torch 2.9+; docs/recipes.md)",
                     {"optimizer": "muon", "muon_lr_ratio": 1.0}),
+    "muon-sic": _preset("modifier", "Muon as 'Speed is Confidence' (arXiv 2601.19085) trains TRM: the SwiGLU "
+                        "normed before its down projection (arch.swiglu_norm), Muon's own rate 0.02 with Keller "
+                        "Jordan's shape scale, momentum 0.6, 3 Newton-Schulz steps, weight decay 0.005 (1e-4 of the "
+                        "weights per step at the peak rate); the other weights keep the recipe's (docs/recipes.md)",
+                        {"optimizer": "muon", "arch": {"swiglu_norm": True}, "muon_lr": 0.02,
+                         "muon_scale": "original", "muon_momentum": 0.6, "muon_ns_steps": 3,
+                         "muon_weight_decay": 0.005}),
     # --- faster training recipes (docs/recipes.md; what each saves is measured by benchmarks/bench_recipes.py) ---
     "rsm": _preset("modifier", "RSM's training contract: fresh examples every step, 0 to halt_max_steps - 1 "
                    "supervision steps without gradient (drawn per step), then one with the gradient and the loss "
