@@ -51,6 +51,8 @@ EDITS = [
     ("halt_max_steps", 16, "halt_max_steps: 4 in the weights, 16 in config.json"),
     ("pos_encodings", "learned", "pos_encodings: 'rope' in the weights, 'learned' in config.json"),
     ("rope_theta", 500.0, "rope_theta: 10000.0 in the weights, 500.0 in config.json"),
+    # a field added after the shipped weights were written: their record lacks it, which means its default
+    ("swiglu_norm", True, "swiglu_norm: False in the weights, True in config.json"),
 ]
 
 

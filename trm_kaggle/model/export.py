@@ -199,8 +199,10 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     if saved is not None:  # exports of older versions carry no config: nothing to compare
         saved = _recorded_config(saved, w_path)
         ours = _shape_config(config)
-        changed = [f"{k}: {saved['arch'].get(k)!r} in the weights, {v!r} in config.json"
-                   for k, v in ours["arch"].items() if saved.get("arch", {}).get(k) != v]
+        # a field the weights' version did not have yet is that field's default (what that version computed)
+        recorded = {**{k: f.default for k, f in ArchConfig.model_fields.items()}, **saved.get("arch", {})}
+        changed = [f"{k}: {recorded.get(k)!r} in the weights, {v!r} in config.json"
+                   for k, v in ours["arch"].items() if recorded.get(k) != v]
         changed += [f"{k}: {saved.get(k)!r} in the weights, {ours[k]!r} in config.json"
                     for k in ("seq_len", "vocab_size") if saved.get(k) != ours[k]]
         if changed:
