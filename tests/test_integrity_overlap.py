@@ -190,6 +190,23 @@ def test_sweep_import_and_repair_evaluation(world, capsys):
     assert (world / "up" / "step_10").read_bytes() == b"upstream"
 
 
+def test_an_output_where_another_output_folder_writes_its_own_entry_is_refused(world, capsys):
+    """evaluate --report-dir rx --save-votes rx/report.json: the report would replace the votes; votes beside
+    the report's entries are allowed."""
+    before = contents(world)
+    args = ["evaluate", "--weights", str(world / "exp"), "--data", str(world / "data"), "--report-dir",
+            str(world / "rx")]
+    line = one_error_line(capsys, main(args + ["--save-votes", str(world / "rx" / "report.json")]))
+    assert "--save-votes" in line and "lies inside --report-dir" in line, line
+    line = one_error_line(capsys, main(args + ["--save-votes", str(world / "rx" / "pictures" / "v.npz")]))
+    assert "lies inside --report-dir" in line, line
+    assert contents(world) == before and not (world / "rx").exists()
+    check_io([], [Output(world / "rx" / "votes.npz", "--save-votes"),
+                  Output(world / "rx", "--report-dir", "folder", ("report.json", "report.md", "pictures"))])
+    with pytest.raises(TRMError, match="lies inside --out"):
+        check_io([], [Output(world / "o" / "x", "--save"), Output(world / "o", "--out", "replaced")])
+
+
 def test_a_folder_output_refuses_only_inputs_among_what_it_writes(world):
     """A settings file a sweep (or a cluster job) put in the run folder is read, never written: allowed; a
     train state there is what the rotation deletes: refused."""

@@ -69,6 +69,11 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
     (["--execute-timeout", "nan"], "--execute-timeout nan: must be from 1 to 604800"),
     (["--time-budget", "inf"], "--time-budget inf: must be from 1 to 604800"),
     (["--workers", "0"], "--workers 0: must be from 1 to 1024"),
+    (["--num-aug=-1"], "--num-aug -1: must be from 0 to 100000"),  # the kernel's SolveConfig bounds, while parsing
+    (["--num-aug", "1000000000"], "--num-aug 1000000000: must be from 0 to 100000"),
+    (["--finetune-steps=-1"], "--finetune-steps -1: must be from 0 to"),
+    (["--finetune-steps", "1" + "0" * 23], "--finetune-steps 1" + "0" * 23 + ": must be from 0 to"),
+    (["--device", "cuda;rm"], "--device 'cuda;rm': expected one of auto, cpu, cuda, mps, xla"),
     (["--max-tasks", "ten"], "--max-tasks 'ten': expected an integer"),
     (["--platform", "../../x"], "--platform '../../x': a wheel platform tag is lower-case letters"),
     (["--platform", "manylinux_2_17_x86_64", "--platform", "Linux x86"], "--platform 'Linux x86'"),

@@ -223,7 +223,10 @@ def test_first_row_not_square_and_missing_csv(tmp_path):
     with pytest.raises(DataError, match=r"train.csv:2: q has 10 characters, not a square"):
         build_maze(MazeBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
     (d / "train.csv").unlink()
-    with pytest.raises(DataError, match="train.csv: missing"):
+    with pytest.raises(DataError, match="train.csv: CSV file not found"):
+        build_maze(MazeBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
+    (d / "train.csv").mkdir()  # there, but a folder: named as what it is, not as missing
+    with pytest.raises(DataError, match="train.csv: CSV file expected, found a directory"):
         build_maze(MazeBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
 
 

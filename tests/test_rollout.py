@@ -185,6 +185,25 @@ def test_examples_refused_by_may_start_never_start():
 
 
 @torch.no_grad()
+def test_a_stop_time_ends_the_run_at_the_next_act_step_with_the_running_rows_unfinished(monkeypatch):
+    """`stop_at` (a worker's own deadline): the rows that started before it do not run on to their last step
+    past it; those that finished before it are kept, and nothing starts after it."""
+    from trm_kaggle.model import rollout as rollout_module
+
+    model, batch = model_and_batch(13)
+    clock = iter(range(1000))  # one tick per read of the clock
+    monkeypatch.setattr(rollout_module.time, "monotonic", lambda: float(next(clock)))
+    r = ContinuousRollout(model, 4, 3)
+    groups = list(r.run(chunks(batch, [13]), stop_at=12.0))
+    ids, _, _, steps, _ = collect(groups)
+    assert 0 < len(ids) < 13 and (steps == 3).all()  # some finished whole, then the run stopped
+    assert r.calls < 13 * 3 / 4 + 3  # far fewer model calls than running every row to its last step
+    assert list(ContinuousRollout(model, 4, 3).run(chunks(batch, [13]), stop_at=-1.0)) == []
+    full = list(ContinuousRollout(model, 4, 3).run(chunks(batch, [13]), stop_at=1e9))
+    assert len(collect(full)[0]) == 13
+
+
+@torch.no_grad()
 def test_the_masked_path_xla_runs_gives_the_same_predictions():
     """XLA's path (batch after batch, each padded to the slots, stopped rows masked), run here on CPU."""
     model, batch = model_and_batch(13)

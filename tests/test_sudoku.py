@@ -341,7 +341,10 @@ def test_bad_header_missing_file_and_empty_filter(tmp_path, csv_dir):
     with pytest.raises(DataError, match="train.csv:1: header"):
         build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
     (d / "test.csv").unlink()
-    with pytest.raises(DataError, match="test.csv: missing"):
+    with pytest.raises(DataError, match=r"test.csv: CSV file not found \(input_dir must hold train.csv and test.csv"):
+        build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
+    (d / "test.csv").mkdir()  # there, but a folder: named as what it is, not as missing
+    with pytest.raises(DataError, match="test.csv: CSV file expected, found a directory"):
         build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
     src, _, _ = csv_dir
     with pytest.raises(DataError, match="no puzzles with rating >= min_difficulty=1000"):
@@ -406,3 +409,22 @@ def test_exception_mid_build_leaves_no_output(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="boom"):
         build_sudoku(SudokuBuildConfig(output_dir=str(out), size=4, num_train=10, num_test=30, progress=False))
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_test_split_of_another_side_and_a_huge_rating_are_one_short_line(tmp_path):
+    """Every row of a chunk of the wrong length (test.csv of 4x4 rows for a 9x9 train.csv) is the first row's
+    problem, not a traceback of an empty chunk; a rating of 100,000 digits is echoed cut."""
+    d = tmp_path / "in"
+    d.mkdir()
+    write_csv(d / "train.csv", make_rows(2))
+    (d / "test.csv").write_text("source,q,a,rating\nx,1.34.412214.43.1,1234341221434321,3\n")
+    with pytest.raises(DataError, match=r"test.csv:2: q has 16 characters, expected 81 \(a 9x9 sudoku\)"):
+        build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
+    write_csv(d / "test.csv", make_rows(1))
+    rows = make_rows(2)
+    rows[1] = (*rows[1][:2], "7" * 100_000 + "x")
+    write_csv(d / "train.csv", rows)
+    with pytest.raises(DataError, match="train.csv:3: rating '7777") as e:
+        build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
+    assert len(str(e.value)) < 300
+    assert not (tmp_path / "o").exists()

@@ -9,7 +9,7 @@ or a bind mount is the same file under another name). An output is refused when:
 * it would replace or hold an input: the input lies inside an output folder (a folder replaced
   as a whole, or one the command writes into, where the entries it writes are known: one of them);
 * it lies inside an input folder whose every file is an input (a dataset, an export, a corpus);
-* two outputs are one path;
+* two outputs are one path, or one lies where another output folder writes its own entries;
 * a folder it writes into (a run folder, a work folder) is, or lies inside, a dataset or an export, whether or
   not this command reads it (`input_kind`).
 
@@ -106,6 +106,11 @@ def overlap_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str |
         for b in outputs[k + 1:]:
             if _resolved(a.path) == _resolved(b.path):
                 return f"{_shown(a)} and {_shown(b)} are one path: give each output its own"
+            for inner, folder in ((a, b), (b, a)):  # one written where the other folder writes its own entries
+                i, f = _resolved(inner.path), _resolved(folder.path)
+                if folder.kind != "file" and _inside(i, f) and folder.could_replace(i.relative_to(f)):
+                    return (f"{_shown(inner)} lies inside {_shown(folder)}, which writes that entry itself: give "
+                            "each output its own path")
     return None
 
 

@@ -25,7 +25,8 @@ from trm_kaggle.config.data import (ARC_DEFAULT_SUBSETS, ArcBuildConfig, CodeRep
 from trm_kaggle.config.evaluate import DEVICE_PATTERN, EvaluateConfig, RepairEvalConfig, TaskIdMode
 from trm_kaggle.config.experiments import MAX_SWEEP_RUNS, SAFE_NAME_PATTERN, SweepGrid, SweepVariant
 from trm_kaggle.config.model import EXECUTION_FIELDS, RECURSION_FIELDS, ArchConfig, ExportConfig, InferenceDtype
-from trm_kaggle.config.solve import FinetuneMode, PipelineConfig, SolveConfig, count_or_auto, default_work_dir
+from trm_kaggle.config.solve import (FinetuneMode, PipelineConfig, SolveConfig, bounded_count_or_auto, count_or_auto,
+                                     default_work_dir)
 from trm_kaggle.config.train import CurriculumConfig, HaltScheduleConfig, TrainConfig, TrainStage
 
 __all__ = [
@@ -36,5 +37,5 @@ __all__ = [
     "EvaluateConfig", "ExportConfig", "FinetuneMode", "HaltScheduleConfig", "InferenceDtype", "K8sOptions",
     "MazeBuildConfig", "PipelineConfig", "RepairEvalConfig", "SlurmOptions", "SolveConfig", "SudokuBuildConfig",
     "SweepGrid", "SweepVariant", "TaskIdMode", "TrainConfig", "TrainStage",
-    "bounded_number", "compile_setting", "count_or_auto", "default_work_dir", "field_help", "validation_line",
+    "bounded_count_or_auto", "bounded_number", "compile_setting", "count_or_auto", "default_work_dir", "field_help", "validation_line",
 ]

@@ -9,7 +9,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_LR, MAX_NUM_AUG, MAX_SEED, CompileSetting, _Config,
-                                      compile_setting)
+                                      bounded_number, compile_setting)
 from trm_kaggle.config.evaluate import (MAX_TEST_DEPTH, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE, EvaluateConfig,
                                         TrajectorySelect, trajectory_problem)
 from trm_kaggle.config.model import RECURSION_FIELDS, ArchConfig, InferenceDtype
@@ -27,6 +27,13 @@ def default_work_dir(output: str) -> str:
 def count_or_auto(text: str) -> int | str:
     """A command-line value of SolveConfig.num_aug or finetune_steps: a whole number, or 'auto'."""
     return text if text == "auto" else int(text)
+
+
+def bounded_count_or_auto(option: str, most: int):
+    """An argparse type for `option`, a flag that passes a count on to a SolveConfig made elsewhere (the bundle's
+    kernel): 'auto', or a whole number from 0 to `most` checked while parsing (`bounded_number`)."""
+    number = bounded_number(option, 0, most)
+    return lambda text: text if text == "auto" else number(text)
 
 
 class SolveConfig(_Config):

@@ -167,7 +167,8 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     always      the first `always` examples are predicted whatever the deadline says (a task whose time ran
                 out still gets the votes of its un-augmented copies, which come first) ...
     always_until ... until this later time.monotonic() value (a worker's own deadline: thousands of test
-                inputs must not carry a task past it); None: whatever the time
+                inputs must not carry a task past it), when every row still running is cut at its next ACT
+                step (those keep steps == -1); None: whatever the time
     examples    increasing example indices of the split to predict (quick runs on part of a split);
                 row i of the result is example examples[i]. Default: every example
     keep_logits also return the logits (`Predictions.logits`: N x seq_len x vocab float32, zero for examples
@@ -225,7 +226,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     stream = src.batches()
     try:
         with xla.no_grad_for(device):
-            for done in rollout.run(stream, may_start):
+            for done in rollout.run(stream, may_start, stop_at=always_until):
                 rows = src.stream_rows[done.ids]
                 if K > 1:
                     rows = rows * K + done.trajectory

@@ -53,10 +53,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence, get_args
 
 from trm_kaggle.atomic import replace_problem
-from trm_kaggle.config import MAX_GENERATED, bounded_number, count_or_auto
+from trm_kaggle.config import MAX_GENERATED, MAX_NUM_AUG, SolveConfig, bounded_count_or_auto, bounded_number
 from trm_kaggle.interrupts import interrupted, raise_terminated
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_kernel_notebook
@@ -77,7 +77,7 @@ from trm_kaggle.kaggle.wheels import (
 from trm_kaggle.locks import LOCK_FILE, directory_lock, refuse_if_held
 from trm_kaggle.outputs import Input, Output, check_io
 from trm_kaggle.stdout import StdoutError, checked_stdout, parse_checked
-from trm_kaggle.wording import escape_what_the_console_cannot_show
+from trm_kaggle.wording import clipped, escape_what_the_console_cannot_show
 
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "check_kernel_overrides", "execute", "main", "make_parser",
@@ -188,6 +188,16 @@ DESCRIPTION = ("Assemble the offline Kaggle bundle: OUT_DIR/wheels (dataset), OU
                "sandbox (--execute) and publish it (--push).")
 
 
+SOLVE_DEVICES = get_args(SolveConfig.model_fields["device"].annotation)
+
+
+def _solve_device(text: str) -> str:
+    """--device: a device the kernel's solve takes, checked while parsing (one line, like the other flags)."""
+    if text not in SOLVE_DEVICES:
+        raise TRMError(f"--device {clipped(text)}: expected one of {', '.join(SOLVE_DEVICES)}")
+    return text
+
+
 def make_parser() -> argparse.ArgumentParser:
     """`build_bundle.py`'s parser; `trm-kaggle bundle` adds the same arguments (`add_arguments`)."""
     p = argparse.ArgumentParser(prog="build_bundle.py", description=DESCRIPTION)
@@ -294,11 +304,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default %(default)s; 0 = all)")
     g.add_argument("--time-budget", type=bounded_number("--time-budget", 1, WEEK_S, float), default=900,
                    help="TIME_BUDGET seconds (default %(default)s)")
-    g.add_argument("--finetune-steps", type=count_or_auto, default=10,
+    g.add_argument("--finetune-steps", type=bounded_count_or_auto("--finetune-steps", 2**63 - 1), default=10,
                    help="FINETUNE_STEPS per task, or auto (default %(default)s)")
-    g.add_argument("--num-aug", type=count_or_auto, default=2, help="NUM_AUG, or auto (default %(default)s)")
+    g.add_argument("--num-aug", type=bounded_count_or_auto("--num-aug", MAX_NUM_AUG), default=2,
+                   help="NUM_AUG, or auto (default %(default)s)")
     g.add_argument("--workers", type=bounded_number("--workers", 1, 1024), default=None, help="WORKERS (default: one per GPU, else 1)")
-    g.add_argument("--device", default="cpu", help="DEVICE (default %(default)s)")
+    g.add_argument("--device", default="cpu", type=_solve_device,
+                   help=f"DEVICE: {', '.join(SOLVE_DEVICES)} (default %(default)s)")
     g.add_argument("--execute-timeout", type=bounded_number("--execute-timeout", 1, WEEK_S, float), default=3600,
                    help="stop the notebook run after this many seconds (default %(default)s)")
 

@@ -47,6 +47,7 @@ each batch padded to `slots` rows.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator
@@ -291,16 +292,20 @@ class ContinuousRollout:
 
     SCORE_FIELDS = SCORE_FIELDS  # what `score` sums, in order
 
-    def run(self, source: Iterable[dict[str, torch.Tensor]],
-            may_start: Callable[[int], bool] | None = None) -> Iterator[Finished]:
+    def run(self, source: Iterable[dict[str, torch.Tensor]], may_start: Callable[[int], bool] | None = None,
+            stop_at: float | None = None) -> Iterator[Finished]:
+        """The examples of `source` as they finish. `may_start(i)` False ends the queue at example i; `stop_at`, a
+        time.monotonic() value, ends the run at the first ACT step after it, the rows still running unfinished
+        (a worker's own deadline: a batch that started before it must not run on past it; XLA's whole batches
+        stop only between batches)."""
         K = self.trajectories
         if K == 1:
-            yield from self._run(source, may_start)
+            yield from self._run(source, may_start, stop_at)
             return
         # every example K times in a row: queue number q is trajectory q % K of example q // K
         source = ({k: v.repeat_interleave(K, 0) for k, v in chunk.items()} for chunk in source)
         allowed = None if may_start is None else (lambda q: may_start(q // K))
-        finished = self._run(source, allowed)
+        finished = self._run(source, allowed, stop_at)
         yield from (finished if self.select == "all" else self._chosen(finished))
 
     def score(self, source: Iterable[dict[str, torch.Tensor]], ignore_label_id: int | None = IGNORE_LABEL_ID
@@ -366,8 +371,10 @@ class ContinuousRollout:
         first[1:] = ids[1:] != ids[:-1]
         return _take(f, order[first])
 
-    def _run(self, source: Iterable[dict[str, torch.Tensor]],
-             may_start: Callable[[int], bool] | None = None) -> Iterator[Finished]:
+    def _run(self, source: Iterable[dict[str, torch.Tensor]], may_start: Callable[[int], bool] | None = None,
+             stop_at: float | None = None) -> Iterator[Finished]:
+        if stop_at is not None:  # no example starts after the stop either
+            may_start = _until(may_start, stop_at)
         queue = _Queue(source, may_start)
         if self.masked:
             yield from self._batch_after_batch(queue)
@@ -421,6 +428,10 @@ class ContinuousRollout:
                 pending = []
             if not running.any():
                 return
+            if stop_at is not None and time.monotonic() >= stop_at:  # the rows still running stay unfinished
+                if pending:
+                    yield _merge(pending)
+                return
             # free slots restart: on their new example, or idle on their old one (their state stays bounded);
             # every other row continues from its state (a model built with early_exit=True would halt it)
             halted = np.zeros(B, dtype=bool)
@@ -464,6 +475,11 @@ class ContinuousRollout:
             self.rows_forwarded += r.rows_forwarded
             yield Finished(ids, r.tokens[:n], r.q_halt[:n], r.steps[:n], {k: v[:n] for k, v in batch.items()},
                            None if r.logits is None else r.logits[:n])
+
+
+def _until(may_start: Callable[[int], bool] | None, stop_at: float) -> Callable[[int], bool]:
+    """`may_start`, and no example at all once time.monotonic() has reached `stop_at`."""
+    return lambda i: time.monotonic() < stop_at and (may_start is None or may_start(i))
 
 
 def _merge(parts: list[Finished]) -> Finished:

@@ -28,8 +28,9 @@ import numpy as np
 
 from trm_kaggle.data.format import BLANK_IDENTIFIER, DatasetWriter, SplitWriter
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import parse_json
+from trm_kaggle.jsonio import parse_json, readable_file
 from trm_kaggle.progress import tqdm
+from trm_kaggle.wording import clipped
 
 Example = tuple[Any, Any]  # (input grid, label grid), arrays or nested lists
 Puzzle = tuple[str | None, Sequence[Example]]
@@ -229,7 +230,7 @@ def _write_jsonl(path: Path, writer: DatasetWriter, checker: _GridChecker, names
             key = (split_name, str(group))
             if key != group_key:  # a new group starts: close the open one
                 if key in seen_groups:
-                    raise DataError(f"{where}: group {group!r} of the {split_name} split appears again after "
+                    raise DataError(f"{where}: group {clipped(group)} of the {split_name} split appears again after "
                                     "other groups; a group's lines must be consecutive")
                 flush_puzzle()
                 if group_key is not None:
@@ -256,13 +257,13 @@ def _parse_jsonl_line(text: bytes | str, where: str) -> tuple[str, str | int, st
     if missing:
         raise DataError(f"{where}: missing key(s) {', '.join(missing)}")
     if obj["split"] not in ("train", "test"):
-        raise DataError(f"{where}: split must be \"train\" or \"test\", got {obj['split']!r}")
+        raise DataError(f"{where}: split must be \"train\" or \"test\", got {clipped(obj['split'])}")
     group = obj["group"]
     if isinstance(group, bool) or not isinstance(group, (str, int)):
-        raise DataError(f"{where}: group must be a string or an integer, got {group!r}")
+        raise DataError(f"{where}: group must be a string or an integer, got {clipped(group)}")
     name = obj.get("puzzle")
     if name is not None and not isinstance(name, str):
-        raise DataError(f"{where}: puzzle must be a string or null, got {name!r}")
+        raise DataError(f"{where}: puzzle must be a string or null, got {clipped(name)}")
     return obj["split"], group, name, obj["input"], obj["label"]
 
 
@@ -338,6 +339,15 @@ def grid_to_text(grid: Any) -> str:
 CSV_COLUMNS = ("source", "q", "a", "rating")
 
 
+def csv_inputs(input_dir: str | os.PathLike) -> dict[str, Path]:
+    """{"train": ..., "test": ...}: the two CSV files a builder imports from `input_dir`, each checked to be a
+    regular file it can read (missing, a folder, a FIFO or a device: one line naming which and what it is)."""
+    paths = {name: Path(input_dir) / f"{name}.csv" for name in ("train", "test")}
+    for p in paths.values():
+        readable_file(p, "CSV file", hint="input_dir must hold train.csv and test.csv")
+    return paths
+
+
 @dataclass
 class CsvChunk:
     """Consecutive data rows of a puzzle CSV, with the line number of each."""
@@ -368,7 +378,7 @@ def read_puzzle_csv(path: str | os.PathLike, chunk_rows: int = 32768) -> Iterato
         if header is None:
             raise DataError(f"{path}: empty file, expected the header {','.join(CSV_COLUMNS)}")
         if tuple(h.strip().lower() for h in header) != CSV_COLUMNS:
-            raise DataError(f"{path}:1: header is {','.join(header)!r}, expected {','.join(CSV_COLUMNS)}")
+            raise DataError(f"{path}:1: header is {clipped(','.join(header))}, expected {','.join(CSV_COLUMNS)}")
         chunk = CsvChunk([], [], [], [])
         while True:
             try:

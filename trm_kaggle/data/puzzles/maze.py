@@ -21,10 +21,10 @@ import numpy as np
 from trm_kaggle.config import MazeBuildConfig
 from trm_kaggle.data.augment import NUM_TRANSFORMS, dihedral
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
-from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, decode_rows, first_bad_cell,
-                                           raise_first_problem, read_puzzle_csv, rows_of_length, select_rows)
+from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, csv_inputs, decode_rows,
+                                           first_bad_cell, raise_first_problem, read_puzzle_csv, rows_of_length,
+                                           select_rows)
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import is_regular
 from trm_kaggle.progress import tqdm
 
 CHARSET = "# SGo"
@@ -255,10 +255,7 @@ def build_maze(cfg: MazeBuildConfig) -> dict:
         raise TRMError(f"num_train and num_test must be >= 1, got {cfg.num_train} and {cfg.num_test}")
     rng_sub, rng_gen = (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(2))
     if cfg.input_dir is not None:
-        paths = {name: Path(cfg.input_dir) / f"{name}.csv" for name in ("train", "test")}
-        for p in paths.values():
-            if not is_regular(p, "CSV file"):
-                raise DataError(f"{p}: missing (input_dir must hold train.csv and test.csv)")
+        paths = csv_inputs(cfg.input_dir)
         side = csv_side(paths["train"])
     else:
         if cfg.size < 5:

@@ -21,12 +21,13 @@ import numpy as np
 
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.format import DatasetWriter, SplitWriter
-from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, decode_rows, first_bad_cell,
-                                           raise_first_problem, read_puzzle_csv, rows_of_length, select_rows)
+from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, csv_inputs, decode_rows,
+                                           first_bad_cell, raise_first_problem, read_puzzle_csv, rows_of_length,
+                                           select_rows)
 from trm_kaggle.data.puzzles.sudoku_solver import RATING_DOC, box_shape, generate_sudoku
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import is_regular
 from trm_kaggle.progress import tqdm
+from trm_kaggle.wording import clipped
 
 CSV_SIDES = (4, 6, 8, 9)  # sides whose digits fit one character and whose boxes are at least 2 wide
 
@@ -41,7 +42,7 @@ def valid_solutions(grids: np.ndarray) -> np.ndarray:
     grids = np.asarray(grids)
     b, n = grids.shape[0], grids.shape[-1]
     br, bc = box_shape(n)
-    in_range = ((grids >= 1) & (grids <= n)).reshape(b, -1).all(axis=1)
+    in_range = ((grids >= 1) & (grids <= n)).reshape(b, n * n).all(axis=1)  # b may be 0
     bits = np.left_shift(np.uint32(1), np.clip(grids, 0, n).astype(np.uint32))  # digit d -> bit d
     full = (1 << (n + 1)) - 2  # bits 1..n; a blank (bit 0) can never complete a unit
     boxes = bits.reshape(b, n // br, br, n // bc, bc).transpose(0, 1, 3, 2, 4).reshape(b, n, n)
@@ -181,7 +182,7 @@ def parse_sudoku_chunk(path: Path, chunk: CsvChunk, n: int) -> SudokuRows:
         try:
             ratings[i] = int(r)
         except (ValueError, OverflowError):
-            problems.append((i, f"rating {r!r} is not an integer"))
+            problems.append((i, f"rating {clipped(r)} is not an integer"))
             break
     q, a, ok_chars = decode_rows(chunk, good, cells, (_q_lut(n), _a_lut(n)), (f"'.' or 0-{n}", f"1-{n}"), problems)
     clash = first_bad_cell((q != 0) & (q != a) & ok_chars[:, None])
@@ -291,11 +292,7 @@ def build_sudoku(cfg: SudokuBuildConfig) -> dict:
     # independent streams, so that e.g. changing num_aug does not change the subsample
     rng_sub, rng_aug, rng_gen = (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(3))
     if cfg.input_dir is not None:
-        input_dir = Path(cfg.input_dir)
-        paths = {name: input_dir / f"{name}.csv" for name in ("train", "test")}
-        for p in paths.values():
-            if not is_regular(p, "CSV file"):
-                raise DataError(f"{p}: missing (input_dir must hold train.csv and test.csv)")
+        paths = csv_inputs(cfg.input_dir)
         n = csv_side(paths["train"])
     else:
         n = cfg.size
