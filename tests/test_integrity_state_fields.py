@@ -5,6 +5,8 @@ nor a resume "at step -7"."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -38,6 +40,17 @@ CASES = {
     "optimizer": (lambda s: s.update(optimizer={"state": "abc", "param_groups": 5}),
                   "'optimizer' is a dict; it must be an optimizer's state"),
     "world_size": (lambda s: s.update(world_size=2**62), "'world_size' is 4611686018427387904"),
+    # the generator's state and the data position, each once a traceback inside the resume or its first step
+    "rng": (lambda s: s.update(rng_torch=torch.zeros(10, dtype=torch.uint8)), "'rng_torch' is a Tensor; it must "
+                                                                              "be the CPU generator's state"),
+    "epoch": (lambda s: s.update(loader=s["loader"].replace('"epoch": 0', '"epoch": -1')), "'loader' is '{"),
+    "batch": (lambda s: s.update(loader=s["loader"].replace('"batch_in_epoch": ', '"batch_in_epoch": NaN, "x": ')),
+              "'loader' is '{"),
+    "deep": (lambda s: s.update(loader="[" * 100_000), "'loader' is '[[["),
+    "repeated": (lambda s: s.update(loader=s["loader"].replace("{", '{"seed": 1, ', 1)), "'loader' is '{"),
+    # a per-parameter entry that is neither a tensor nor a number: torch's step would fail on it
+    "buffer": (lambda s: next(iter(s["optimizer"]["state"].values())).update(exp_avg=None),
+               "'optimizer' is a dict; it must be an optimizer's state"),
 }
 
 
@@ -233,3 +246,33 @@ def test_a_non_finite_optimizer_state_makes_the_state_damaged(data, tmp_path, ch
     _rewrite(ckpt.state_path(run, 2), change)
     with pytest.raises(ckpt.DamagedFile, match=said):
         ckpt.load_train_state(ckpt.state_path(run, 2))
+
+
+def _settings_change(name, value):
+    def change(s):
+        s["optimizer"]["param_groups"][0][name] = value
+    return change
+
+
+@pytest.mark.parametrize("change, said", [
+    (_settings_change("betas", (5.0, 0.95)), "group 0's setting 'betas' is (5.0, 0.95), this run's settings give "
+                                             "(0.9, 0.95)"),
+    (_settings_change("weight_decay", -1.0), "group 0's setting 'weight_decay' is -1.0"),
+    (lambda s: s["optimizer"]["param_groups"][0].pop("betas"), "group 0's setting 'betas' is 'missing'"),
+])
+def test_optimizer_settings_no_run_of_these_settings_writes_are_one_line(data, tmp_path, capsys, change, said):
+    """The config is the run's (checked first), so group settings of other values were not written by it:
+    torch's load_state_dict takes them as they are, and the run would go on silently with them."""
+    run, path, line = _resumed_after(data, tmp_path, capsys, change)
+    assert str(path) in line and "field 'optimizer' does not fit this run: ValueError: " + said in line, line
+    assert ckpt.list_states(run) == [path]
+
+
+def test_a_data_position_of_another_stream_names_the_file_and_the_field(data, tmp_path, capsys):
+    def other_seed(s):
+        position = json.loads(s["loader"])
+        position["seed"] += 7
+        s["loader"] = json.dumps(position)
+    run, path, line = _resumed_after(data, tmp_path, capsys, other_seed)
+    assert f"{path}: field 'loader' does not fit this run: cannot resume the data stream exactly: the saved " \
+           "state has seed=" in line and "strict" not in line, line

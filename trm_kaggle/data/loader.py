@@ -40,6 +40,7 @@ from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, Split, check_toke
                                     load_split)
 from trm_kaggle.data.sampler import GroupSampler
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.wording import clipped
 
 # The label value the losses ignore. Upstream's batches replace the dataset's ignore label
 # (0 in ARC datasets) by -100; the model's losses import it from here.
@@ -314,7 +315,7 @@ class PuzzleLoader:
         the saved run would have seen.
         """
         if state.get("version") != STATE_VERSION:
-            raise TRMError(f"data loader state of version {state.get('version')!r}, expected {STATE_VERSION}")
+            raise TRMError(f"data loader state of version {clipped(state.get('version'))}, expected {STATE_VERSION}")
         if bool(state.get("test_mode")) != self.test_mode:
             raise TRMError("data loader state of a test-mode loader given to a training loader, or the reverse")
         if self.test_mode:
@@ -324,8 +325,7 @@ class PuzzleLoader:
                               ("total_groups", self.total_groups)):
                 if state.get(key) != mine:
                     raise TRMError(f"cannot resume the data stream exactly: the saved state has {key}="
-                                   f"{state.get(key)!r}, this loader {mine!r} (load_state_dict(strict=False) "
-                                   "to continue anyway)")
+                                   f"{clipped(state.get(key))}, this loader {mine!r}")
         self._state = {
             "epoch": int(state["epoch"]),
             "position": min(int(state["position"]), self.total_groups),

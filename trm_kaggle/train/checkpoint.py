@@ -37,7 +37,7 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
 from trm_kaggle.data import DatasetMetadata, contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
-from trm_kaggle.jsonio import is_regular, open_regular, read_failure, read_json, readable_file
+from trm_kaggle.jsonio import is_regular, open_regular, parse_json, read_failure, read_json, readable_file
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
                               model_from_train_state)
 
@@ -266,6 +266,10 @@ def _is_int(v: Any, low: int = 0) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and low <= v < 2**63
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _tensors(v: Any) -> bool:
     return isinstance(v, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in v.items())
 
@@ -294,10 +298,36 @@ def _non_finite(state: dict[str, Any]) -> str | None:
 
 
 def _json_object(v: Any) -> bool:
+    return isinstance(_parsed(v), dict)
+
+
+def _parsed(v: Any) -> Any:
+    """The JSON text `v` parsed by the one reader (nested too deep, a repeated key, an integer too long: refused),
+    or None where it is not such a text."""
     try:
-        return isinstance(v, str) and isinstance(json.loads(v), dict)
-    except ValueError:
+        return parse_json(v, "train state") if isinstance(v, str) else None
+    except (TRMError, ValueError, RecursionError):
+        return None
+
+
+#: the training loader's position (`PuzzleLoader.state_dict`): counts of epochs, groups and batches
+_LOADER_COUNTS = ("epoch", "position", "batch_in_epoch", "step", "seed", "global_batch_size", "total_groups")
+
+
+def _loader_state(v: Any) -> bool:
+    """A data position as `PuzzleLoader.state_dict` writes it: its version, the test-mode flag, and (training)
+    whole numbers >= 0 for every count; a resume would otherwise fail inside the first step or loop on a NaN."""
+    d = _parsed(v)
+    if not isinstance(d, dict) or not _is_int(d.get("version")) or not isinstance(d.get("test_mode"), bool):
         return False
+    return d["test_mode"] or all(_is_int(d.get(k)) for k in _LOADER_COUNTS)
+
+
+_RNG_BYTES = torch.get_rng_state().numel()  # the CPU generator's state: the same size on every machine
+
+
+def _rng_state(v: Any) -> bool:
+    return isinstance(v, torch.Tensor) and v.dtype == torch.uint8 and v.dim() == 1 and v.numel() == _RNG_BYTES
 
 
 def _bound(name: str) -> int:
@@ -318,6 +348,7 @@ def _optimizer_state(v: Any) -> bool:
     parameter groups each listing its parameters' indices."""
     return (isinstance(v, dict) and isinstance(v.get("state"), dict)
             and all(_is_int(k) and isinstance(s, dict) and all(isinstance(n, str) for n in s)
+                    and all(isinstance(x, torch.Tensor) or _is_number(x) for x in s.values())
                     for k, s in v["state"].items())
             and isinstance(v.get("param_groups"), list)
             and all(isinstance(g, dict) and isinstance(g.get("params"), list) and all(_is_int(i) for i in g["params"])
@@ -346,14 +377,16 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "step": ("an integer >= 0", _is_int),
     "model": ("a non-empty mapping of names to tensors", lambda v: _tensors(v) and bool(v)),
     "config": ("the run's settings as a JSON object", _json_object),
-    "loader": ("the data position as a JSON object", _json_object),
+    "loader": ("the data position as a JSON object (version, test_mode and whole numbers >= 0 for "
+               + ", ".join(_LOADER_COUNTS) + ")", _loader_state),
     "dataset_fingerprint": ("a string", lambda v: isinstance(v, str)),
-    "rng_torch": ("a tensor of bytes", lambda v: isinstance(v, torch.Tensor) and v.dtype == torch.uint8),
+    "rng_torch": (f"the CPU generator's state, a tensor of {_RNG_BYTES} bytes", _rng_state),
     "model_shape": ("seq_len, vocab_size and num_puzzle_identifiers, each an integer from 1 up to what "
                     "dataset.json allows (" + ", ".join(f"{k} <= {top}" for k, top in _SHAPE_BOUNDS.items()) + ")",
                     _model_shape),
 }
-_OPTIMIZER = "an optimizer's state (a mapping with 'state' and 'param_groups', each group listing its 'params')"
+_OPTIMIZER = ("an optimizer's state (a mapping with 'state', of tensors and numbers, and 'param_groups', each group "
+              "listing its 'params')")
 _OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "ema": ("a mapping of names to tensors", _tensors),
     "optimizer": (_OPTIMIZER, _optimizer_state),

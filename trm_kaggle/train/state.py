@@ -31,6 +31,7 @@ from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.runtime import Runtime, all_reduce_, dtype_name
 from trm_kaggle.train.settings import RESUMABLE_CHANGES
+from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
 
@@ -194,11 +195,16 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
     for part, key in ((state.ema, "ema"), (state.dense, "optimizer"), (state.sparse, "sparse_optimizer")):
         if part is not None and saved.get(key) is not None:
             with _field(path, key):
+                if isinstance(part, torch.optim.Optimizer):
+                    settings = [{k: v for k, v in g.items() if k != "params"} for g in part.param_groups]
                 part.load_state_dict(saved[key])
                 if isinstance(part, torch.optim.Optimizer):
+                    _check_settings(part, settings)
                     _check_moments(part)
-    torch.set_rng_state(saved["rng_torch"])
-    state.position.load_state_dict(json.loads(saved["loader"]))
+    with _field(path, "rng_torch"):
+        torch.set_rng_state(saved["rng_torch"])
+    with _field(path, "loader"):  # another seed, batch size or dataset: the loader names what differs
+        state.position.load_state_dict(json.loads(saved["loader"]))
     state.step, state.carries = int(saved["step"]), None
     saved_carries = saved.get("carries")
     if saved_carries is not None and saved.get("world_size") == rt.world_size:
@@ -210,6 +216,30 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
                 state.carries = resplit(state.carries, state.micro)
     elif saved_carries is not None:
         log.warning("world size changed since the checkpoint: ACT carries restart (results differ slightly)")
+
+
+#: group entries a run does not choose by its settings: the rate the schedule writes before every step, and how
+#: torch computes on this device (a run saved on a GPU resumes on a CPU)
+_UNSET_BY_SETTINGS = frozenset({"lr", "initial_lr", "capturable", "foreach", "fused", "differentiable"})
+
+
+def _check_settings(optimizer: torch.optim.Optimizer, settings: list[dict[str, Any]]) -> None:
+    """ValueError unless the loaded parameter groups hold the settings this run's optimizer was built with
+    (`settings`, taken before loading): the config was checked to be the run's, so a momentum, a number of
+    Newton-Schulz steps, betas or a weight decay of other values (or missing) were not written by this run, and
+    torch's `load_state_dict` takes them as they are."""
+    if len(optimizer.param_groups) != len(settings):
+        raise ValueError(f"{len(optimizer.param_groups)} parameter groups, this run's optimizer has {len(settings)}")
+    for i, (group, mine) in enumerate(zip(optimizer.param_groups, settings)):
+        for name, value in mine.items():
+            if name in _UNSET_BY_SETTINGS:
+                continue
+            got = group.get(name, "missing")
+            same = (list(got) == list(value) if isinstance(value, (list, tuple)) and isinstance(got, (list, tuple))
+                    else type(got) is type(value) and got == value)
+            if not same:
+                raise ValueError(f"group {i}'s setting {name!r} is {clipped(got)}, this run's settings give "
+                                 f"{clipped(value)}")
 
 
 def _check_moments(optimizer: torch.optim.Optimizer) -> None:
@@ -266,8 +296,9 @@ def _field(path: Path, key: str) -> Iterator[None]:
         yield
     except torch.OutOfMemoryError:  # a RuntimeError too, but the device is full, not the field wrong
         raise
-    except (TypeError, ValueError, RuntimeError, KeyError, IndexError) as e:
-        raise TRMError(f"{path}: field {key!r} does not fit this run: {type(e).__name__}: "
+    except (TypeError, ValueError, RuntimeError, KeyError, IndexError, TRMError) as e:
+        kind = "" if isinstance(e, TRMError) else f"{type(e).__name__}: "  # ours already say what differs
+        raise TRMError(f"{path}: field {key!r} does not fit this run: {kind}"
                        f"{(str(e).splitlines() or [''])[0][:200]}") from None
 
 
