@@ -619,13 +619,14 @@ def test_the_recipe_stage_trains_every_recipe_on_the_prepared_9x9_set_on_a_cpu(p
     p2.recipes(rep, ctx, s)
     assert rep.data["stages"]["recipes"]["status"] == "ok", rep.data["stages"]["recipes"]
     res = rep.data["results"]["recipes"]
-    assert list(res["recipes"]) == ["upstream", "fast", "muon"]
+    assert list(res["recipes"]) == ["upstream", "fast", "muon-sic"]
     for name, r in res["recipes"].items():
         assert r["steps"] > 0 and r["seconds_per_step"] > 0 and 0.0 <= r["best_exact"] <= 1.0
         assert r["steps_to"]["0.0"] == res["recipes"]["upstream"]["steps_to"]["0.0"] > 0
-    assert res["recipes"]["fast"]["step_ratio"]["0.0"] == 1.0 and res["recipes"]["muon"]["step_ratio"]["0.0"] == 1.0
+    assert res["recipes"]["fast"]["step_ratio"]["0.0"] == 1.0 and res["recipes"]["muon-sic"]["step_ratio"]["0.0"] == 1.0
     harness = json.loads((tmp_path / "out" / "bench_recipes_sudoku9-generated.json").read_text())
-    assert harness["task"] == "sudoku9-generated" and harness["configs"]["muon"]["optimizer"] == "muon"
+    assert harness["task"] == "sudoku9-generated" and harness["configs"]["muon-sic"]["optimizer"] == "muon"
+    assert harness["configs"]["muon-sic"]["arch"]["swiglu_norm"] and harness["configs"]["muon-sic"]["muon_lr"] == 0.02
     assert harness["configs"]["fast"]["curriculum"]["stages"] and harness["configs"]["upstream"]["arch"]["mlp_t"]
     md = (tmp_path / "out" / "bench_recipes_sudoku9-generated.md").read_text()
     assert md.startswith("# Time to accuracy: sudoku9-generated") and "extreme" not in md.lower()

@@ -13,7 +13,7 @@ solve rate against wall time, one PNG.
 
 Recipes: the time-to-accuracy harness (benchmarks/bench_recipes.py, `paper_scale`) with the `sudoku-mlp` preset
 unchanged (upstream's architecture, batch 768, schedule and evaluation), upstream's recipe against `fast` (and
-`muon` when the allowance holds three runs), a bounded number of seconds each, on the prepared generated 9x9
+`muon-sic`, Muon as its paper trains it, when the allowance holds three runs), a bounded number of seconds each, on the prepared generated 9x9
 Sudoku (1,000 train puzzles rated >= 2 by our solver, as many as Sudoku-Extreme 1k's train split; not
 Sudoku-Extreme, which cannot be fetched on a machine without network, and every report says so). A few minutes
 of a GPU reach no accuracy the paper's hour does: what the stage measures is each recipe's seconds per step on
@@ -283,7 +283,7 @@ def summarise(rep: PartReport, curves: dict, seconds: float, cfg) -> None:
 
 
 def recipes(rep: PartReport, ctx: Context, s: dict) -> None:
-    """Upstream's recipe and `fast` (and `muon` when the allowance holds it) with `sudoku-mlp` on the prepared
+    """Upstream's recipe and `fast` (and `muon-sic` when the allowance holds it) with `sudoku-mlp` on the prepared
     9x9 set, the same seconds each; the harness's JSON, markdown and PNG go into this part's folder."""
     from benchmarks.bench_recipes import paper_scale
 
@@ -292,7 +292,7 @@ def recipes(rep: PartReport, ctx: Context, s: dict) -> None:
         rep.skip("recipes at the paper's scale", f"the prepared folder has no data/{RECIPE_DATA} (prepared before "
                                                  f"the stage existed): run `prepare` again")
         return
-    names = ["upstream", "fast"] + (["muon"] if rep.left() >= s["muon_from_s"] else [])
+    names = ["upstream", "fast"] + (["muon-sic"] if rep.left() >= s["muon_from_s"] else [])
     spare = rep.left() - s["fixed_s"] - len(names) * s["per_recipe_s"]
     # 1.6: a run's evaluations (500 puzzles x 16 ACT steps, every 13 steps) cost more than half its training
     run_s = min(s["run_s"], max(s["min_run_s"], spare / (1.6 * len(names))))
