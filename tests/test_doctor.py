@@ -81,7 +81,10 @@ def test_command_line(capsys, tmp_path):
     d = json.loads(capsys.readouterr().out)
     assert d["machine"]["cores"] >= 1 and d["plan"]["device"] in ("cpu", "cuda", "mps")
     assert main(["doctor", str(tmp_path / "nope")]) == 2
-    assert "nope: no such dataset directory" in capsys.readouterr().err
+    assert "nope: dataset directory not found" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")
+    assert main(["doctor", str(tmp_path / "afile")]) == 2
+    assert "afile: dataset directory expected, found a file" in capsys.readouterr().err
 
 
 def test_doctor_reports_the_threads_train_would_take(monkeypatch, capsys):

@@ -5,6 +5,7 @@ and datasets built before the record fall back to the fingerprint of their metad
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -75,6 +76,18 @@ def test_a_file_replaced_after_the_build_is_named(tmp_path, capsys, victim):
     assert victim in error_line(capsys)
     assert main(["verify", str(data)]) == 2
     assert victim in error_line(capsys)
+
+
+def test_a_special_file_in_place_of_a_split_folder_is_named_as_what_it_is(tmp_path, capsys):
+    data = tmp_path / "sudoku4"
+    build_sudoku4(data, seed=42)
+    shutil.rmtree(data / "test")
+    os.mkfifo(data / "test")
+    with pytest.raises(DataError, match=r"test: folder expected, found a pipe \(FIFO\), where test/"):
+        contents_hash(data)
+    capsys.readouterr()
+    assert main(train_args(data, tmp_path / "run", "max_steps=1")) == 2
+    assert "folder expected, found a pipe (FIFO)" in error_line(capsys)
 
 
 def test_datasets_built_before_the_record_fall_back_to_the_old_fingerprint(tmp_path, capsys):

@@ -20,6 +20,7 @@ import torch
 
 from trm_kaggle import hardware
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import directory_problem
 
 GB = hardware.GB
 # Assumed when no dataset is given: an ARC dataset (30 x 30 canvas, 12 tokens), no puzzle table.
@@ -171,8 +172,8 @@ def run_doctor(presets: list[str], data: str | None, overrides: list[str], as_js
     from trm_kaggle.model import cpu_bf16_speedup
     from trm_kaggle.train import load_train_config
 
-    if data is not None and not os.path.isdir(data):
-        raise TRMError(f"{data}: no such dataset directory")
+    if data is not None and (problem := directory_problem(data, "dataset directory")):
+        raise TRMError(problem)
     cfg = load_train_config(None, presets, list(overrides) + ["progress=False"])
     facts = hardware.gather()
     threads = hardware.set_cpu_threads(cfg.threads)  # train's rule; the measurement runs with its thread count

@@ -185,6 +185,23 @@ def is_regular(path: str | os.PathLike, what: str = "file") -> bool:
     return stat.S_ISREG(mode)
 
 
+def directory_problem(path: str | os.PathLike, what: str = "directory") -> str | None:
+    """`"{path}: ..."`, what stands where a directory `what` is expected, or None when a directory is there (through
+    links): not found, a file, or a special file named as what it is (a FIFO or a link to /dev/zero is never
+    called missing)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"{path}: {what} not found"
+    except (OSError, ValueError) as e:  # a part of the path is a file, a loop of links, no permission, a NUL
+        return f"{path}: {what} not found ({getattr(e, 'strerror', None) or e})"
+    if stat.S_ISDIR(mode):
+        return None
+    target = os.path.realpath(path)
+    links = f" (it links to {target})" if target != os.path.abspath(path) else ""
+    return f"{path}: {what} expected, found {not_regular(mode) or 'a file'}{links}"
+
+
 def cannot_read(path: str | os.PathLike, what: str, e: OSError) -> str:
     """One line for an OSError met while opening or reading `path`: it cannot be read, which is not damage."""
     said = e.strerror or str(e) or type(e).__name__

@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
 from trm_kaggle.errors import DataError
-from trm_kaggle.jsonio import open_regular, read_json
+from trm_kaggle.jsonio import directory_problem, open_regular, read_json
 from trm_kaggle.names import relative_path_problem, shown
 
 CONTENTS_FILE = "contents.json"
@@ -87,8 +87,13 @@ def contents_hash(dataset_dir: str | os.PathLike, full: bool = False) -> str | N
             raise DataError(f"{root / CONTENTS_FILE}: the entry of {shown(rel)} is not an object")
         path = root / rel
         if not os.path.lexists(path):
-            raise DataError(f"{path}: missing (listed in {root / CONTENTS_FILE}); the dataset was changed after it "
-                            f"was built: rebuild it")
+            # a folder on the way that is something else (a FIFO in place of test/) is named as what it is
+            folder = next((p for p in reversed(path.relative_to(root).parents) if str(p) != "."
+                           and directory_problem(root / p)), None)
+            why = (f"{directory_problem(root / folder, 'folder')}, where {rel} should be" if folder is not None
+                   else f"{path}: missing")
+            raise DataError(f"{why} (listed in {root / CONTENTS_FILE}); the dataset was changed after it was "
+                            f"built: rebuild it")
         with open_regular(path, "dataset file") as f:  # a FIFO never blocks; no permission is not a change
             size = os.fstat(f.fileno()).st_size
             same = size == want.get("size") and (_full_sha256(f) == want.get("sha256") if full else

@@ -18,7 +18,7 @@ from trm_kaggle.data.contents import contents_hash
 from trm_kaggle.data.format import (FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, check_token_range, load_identifiers,
                                     load_split)
 from trm_kaggle.errors import DataError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import directory_problem, read_json
 from trm_kaggle.names import file_in, name_problem
 from trm_kaggle.wording import count
 
@@ -91,8 +91,8 @@ def verify_split(dataset_dir: Path, split: str, num_identifiers: int) -> SplitSu
 def verify_dataset(dataset_dir: str | Path) -> dict:
     """Raise DataError at the first problem; otherwise return a summary."""
     dataset_dir = Path(dataset_dir)
-    if not dataset_dir.is_dir():
-        raise DataError(f"{dataset_dir}: not a directory")
+    if problem := directory_problem(dataset_dir, "dataset directory"):
+        raise DataError(problem)
     if any(dataset_dir.parent.glob(dataset_dir.name + ".partial-*")) and not (dataset_dir / "train").exists():
         raise DataError(f"{dataset_dir}: only a partial build exists (was the build interrupted?)")
     if not (dataset_dir / "identifiers.json").exists() and not (dataset_dir / "train").exists():
@@ -102,8 +102,8 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
         raise DataError(f"{dataset_dir / 'identifiers.json'}: entry 0 must be '<blank>'")
     splits = {}
     for split in SPLITS:
-        if not (dataset_dir / split).is_dir():
-            raise DataError(f"{dataset_dir / split}: missing split directory (a complete dataset has train/ and test/)")
+        if problem := directory_problem(dataset_dir / split, "split directory"):
+            raise DataError(f"{problem} (a complete dataset has train/ and test/)")
         splits[split] = verify_split(dataset_dir, split, len(ids))
     tr, te = splits["train"], splits["test"]
     if (tr.seq_len, tr.vocab_size) != (te.seq_len, te.vocab_size):
