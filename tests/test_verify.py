@@ -53,7 +53,8 @@ def _edit_json(path, **changes):
 @pytest.mark.parametrize("corrupt, message", [
     (lambda d: shutil.rmtree(d / "test"), "test: split directory not found"),
     # a special file where a folder should be is named as what it is, never as missing
-    (lambda d: (shutil.rmtree(d / "test"), os.mkfifo(d / "test")), r"test: split directory expected, found a pipe \(FIFO\)"),
+    (lambda d: (shutil.rmtree(d / "test"), os.mkfifo(d / "test")),
+     r"test: split directory expected, found a pipe \(FIFO\)"),
     (lambda d: (shutil.rmtree(d / "test"), os.symlink("/dev/zero", d / "test")),
      r"split directory expected, found a character device \(it links to /dev/zero\)"),
     (lambda d: (d / "identifiers.json").write_text('["x"]'), "entry 0 must be '<blank>'"),

@@ -13,8 +13,8 @@ solve rate against wall time, one PNG.
 
 Recipes: the time-to-accuracy harness (benchmarks/bench_recipes.py, `paper_scale`) with the `sudoku-mlp` preset
 unchanged (upstream's architecture, batch 768, schedule and evaluation), upstream's recipe against `fast` (and
-`muon-sic`, Muon as its paper trains it, when the allowance holds three runs), a bounded number of seconds each, on the prepared generated 9x9
-Sudoku (1,000 train puzzles rated >= 2 by our solver, as many as Sudoku-Extreme 1k's train split; not
+`muon-sic`, Muon as its paper trains it, when the allowance holds three runs), a bounded number of seconds each,
+on the prepared generated 9x9 Sudoku (1,000 train puzzles rated >= 2 by our solver, as many as Sudoku-Extreme 1k's train split; not
 Sudoku-Extreme, which cannot be fetched on a machine without network, and every report says so). A few minutes
 of a GPU reach no accuracy the paper's hour does: what the stage measures is each recipe's seconds per step on
 this GPU (its steps in one GPU-hour) and the steps to the targets it does reach, with the step-count ratio

@@ -37,5 +37,6 @@ __all__ = [
     "EvaluateConfig", "ExportConfig", "FinetuneMode", "HaltScheduleConfig", "InferenceDtype", "K8sOptions",
     "MazeBuildConfig", "PipelineConfig", "RepairEvalConfig", "SlurmOptions", "SolveConfig", "SudokuBuildConfig",
     "SweepGrid", "SweepVariant", "TaskIdMode", "TrainConfig", "TrainStage",
-    "bounded_count_or_auto", "bounded_number", "compile_setting", "count_or_auto", "default_work_dir", "field_help", "validation_line",
+    "bounded_count_or_auto", "bounded_number", "compile_setting", "count_or_auto", "default_work_dir", "field_help",
+    "validation_line",
 ]
