@@ -245,7 +245,7 @@ def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):
     assert bundle_main([str(tmp_path / "o"), "--train-kernel", "--preset", "nope", "--no-download"]) == 2
     assert "error:" in capsys.readouterr().err and not (tmp_path / "o" / "train-kernel").exists()
     assert bundle_main([str(tmp_path / "o"), "--dataset", str(tmp_path / "missing"), "--no-download"]) == 2
-    assert "not a directory" in capsys.readouterr().err
+    assert "missing: dataset directory not found" in capsys.readouterr().err
     # key=value settings after the options, the first session
     assert bundle_main([str(tmp_path / "o"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download",
                         "lr=1e-3", "--user", "tester"]) == 0
