@@ -47,6 +47,26 @@ def test_an_export_whose_config_cannot_be_read_is_named_with_its_cause(inputs, t
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("vocab_size, seq_len", [(6, 16), (12, 20), (97, 900)])
+def test_a_model_that_answers_no_arc_task_is_refused(tmp_path, inputs, capsys, vocab_size, seq_len):
+    """A Sudoku export (vocabulary 6, 16 cells), a canvas that is no square, a code model's vocabulary: the
+    submission kernel would answer no ARC task with them, so the bundle is refused before anything is built."""
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.model.export import export_inference
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    arch = ArchConfig(hidden_size=16, num_heads=2, expansion=2.0, H_cycles=1, L_cycles=1, L_layers=1,
+                      halt_max_steps=2, puzzle_emb_len=2, forward_dtype="float32")
+    export = export_inference(tmp_path / "sudoku", TinyRecursiveModel(arch, seq_len, vocab_size, 3), arch=arch,
+                              seq_len=seq_len, vocab_size=vocab_size, mean_embedding=True, info={})
+    rc = B.main([str(tmp_path / "out"), "--no-download", "--weights", str(export),
+                 "--notebook", str(inputs["notebook"])])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--weights {export}: not an ARC model" in err
+    assert f"vocab_size {vocab_size} and seq_len {seq_len}" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_refused_bundle_leaves_no_out_dir_it_made(inputs, tmp_path, monkeypatch, capsys):
     """U08: an extra wheel found to be no zip once OUT_DIR is locked: the OUT_DIR this made (and the folder made
     above it) is gone, not left holding its lock file; a folder that was there before stays with what it held."""

@@ -50,7 +50,7 @@ def test_training_settings(override, field, capsys):
 
 def test_nan_is_called_not_finite_not_out_of_range(capsys):
     assert main(["train", "--print-config", "ema_rate=nan"]) == 2
-    assert "ema_rate: Value error, must be a finite number" in one_error_line(capsys)
+    assert "ema_rate: must be a finite number" in one_error_line(capsys)
 
 
 SUBMIT = [

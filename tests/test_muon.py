@@ -291,6 +291,21 @@ def test_the_muon_settings_are_bounded_and_one_rate_is_set_once():
         TrainConfig(arch=arch, optimizer="muon", muon_lr=0.02, muon_lr_ratio=2.0)
 
 
+@pytest.mark.parametrize("optimizer", ["adam_atan2", "adamw", "lion"])
+def test_muon_settings_under_another_optimizer_are_one_error_not_dropped(optimizer, capsys):
+    """`--preset ...+muon-sic optimizer=lion` would train Lion with Muon's settings read by nothing: refused in one
+    line naming them; Muon's defaults (every preset but Muon's) pass under any optimizer."""
+    from trm_kaggle.cli import main
+
+    arch = tiny_model().arch
+    TrainConfig(arch=arch, optimizer=optimizer)
+    with pytest.raises(ValueError, match=f"muon_ns_steps 3: Muon's settings, but optimizer is {optimizer}"):
+        TrainConfig(arch=arch, optimizer=optimizer, muon_ns_steps=3)
+    assert main(["train", "--print-config", "--preset", "sudoku4-cpu+muon-sic", f"optimizer={optimizer}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid training config: muon_lr 0.02, muon_momentum 0.6" in err, err
+
+
 def test_swiglu_norm_is_refused_with_the_fused_kernels_and_takes_the_plain_path_on_auto():
     arch = tiny_model().arch.model_dump()
     for bad in (dict(kernels="triton"), dict(fp8="nograd")):

@@ -98,6 +98,10 @@ class TrainStage(_Config):
         return self
 
 
+# the settings only optimizer=muon reads
+MUON_SETTINGS = ("muon_lr_ratio", "muon_lr", "muon_momentum", "muon_ns_steps", "muon_scale", "muon_weight_decay")
+
+
 class TrainConfig(_Config):
     """`trm-kaggle train`: upstream's `cfg_pretrain.yaml` names and defaults, then ours (hardware and run control).
 
@@ -241,6 +245,12 @@ class TrainConfig(_Config):
         if self.muon_lr is not None and self.muon_lr_ratio != 1.0:
             raise ValueError(f"muon_lr {self.muon_lr} and muon_lr_ratio {self.muon_lr_ratio} both set the matrices' "
                              "rate: set one of them")
+        if self.optimizer != "muon":  # Muon's settings under another optimizer would be dropped without a word
+            fields = type(self).model_fields
+            moved = [f"{k} {getattr(self, k)}" for k in MUON_SETTINGS if getattr(self, k) != fields[k].default]
+            if moved:
+                raise ValueError(f"{', '.join(moved)}: Muon's settings, but optimizer is {self.optimizer}: set "
+                                 "optimizer=muon, or leave them at their defaults")
         r = self.rsm
         if r.enabled:
             most = a.halt_max_steps - 1 if r.max_warmup is None else r.max_warmup

@@ -59,6 +59,7 @@ from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import MAX_GENERATED, MAX_NUM_AUG, SolveConfig, bounded_count_or_auto, bounded_number
 from trm_kaggle.interrupts import interrupted, raise_terminated
 from trm_kaggle.errors import TRMError, os_error_line
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_kernel_notebook
 from trm_kaggle.kaggle.metadata import (
     COMPETITION, DATA_DIR, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, DEFAULT_USER, MACHINE_SHAPES, REPO_ROOT,
@@ -70,7 +71,9 @@ from trm_kaggle.kaggle.rehearsal import execute
 from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, read_sample_submission
 from trm_kaggle.kaggle.train_kernel import (  # check_kernel_overrides: for the training session
     build_data, build_train_kernel, check_continue_from, check_kernel_overrides, fetch_run_state)
-from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache, default_weights, export_problem
+from trm_kaggle.kaggle.weights_dataset import (
+    arc_model_problem, build_weights, check_compile_cache, default_weights, export_problem,
+)
 from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_platform_tags, check_python_version,
 )
@@ -124,6 +127,8 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     from trm_kaggle.model import check_export  # torch: only when a bundle is built
 
     check_export(weights)  # damaged, non-finite weights, or a config.json they do not fit: before any slow step
+    if problem := arc_model_problem(read_json(weights / "config.json", "config.json")):
+        raise TRMError(f"--weights {weights}: {problem}")
     _check_parts(out, {"wheels": "kaggle wheels dataset", "weights": "kaggle weights dataset",
                        "kernel": "kaggle kernel", **({WHEEL_KERNEL_DIR: "kaggle adam-atan2 wheel kernel"}
                                                      if wheel_kernel else {})})

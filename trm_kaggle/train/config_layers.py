@@ -297,7 +297,8 @@ class ConfigLayers:
                 key = ".".join(str(p) for p in e["loc"] if not isinstance(p, int))
                 where = self.origin.get(key)
                 got = e.get("input")
-                detail = f"{key}: {e['msg']}"
+                msg = e["msg"].removeprefix("Value error, ")
+                detail = f"{key}: {msg}" if key else msg  # a check across fields names its fields itself
                 if not isinstance(got, (dict, pydantic.BaseModel)):
                     detail += f" (got {clipped(got)})"
                 if where:
