@@ -183,6 +183,34 @@ def test_each_task_gets_its_price_and_an_equal_share_of_the_rest():
     assert finetune_by <= time.monotonic() and predict_by - time.monotonic() == pytest.approx(10.0, abs=0.05)
 
 
+def test_a_measured_setup_time_replaces_the_allowance_in_each_share():
+    """A worker whose tasks take 30 s each to build and load (a slow disk, a large canvas) promises the next task
+    30 s of that, not the 2 s allowance: its fine-tuning window shrinks by the difference, and the predict window
+    (its reserve) stays whole."""
+    from trm_kaggle.solve.worker import SetupTimes
+
+    c = cfg(num_aug=3, finetune_steps=100, finetune="all", global_batch_size=8, eval_batch_size=8)
+    plan = make_plan(c, UNITS, RATES, 10_000.0)
+    units = [(2, 4), (1, 3), (1, 3)]
+    end = time.monotonic() + 1_000.0
+    t_a, p_a = task_deadlines(c, plan, units, end)
+    t_b, p_b = task_deadlines(c, plan, units, end, overhead_s=30.0)
+    # the first task's 28 s more of setup come out of the fine-tuning shares: the same end, a shorter window
+    assert (t_b - t_a) == pytest.approx(28.0 - 28.0, abs=0.05) and (p_b - t_b) == pytest.approx(p_a - t_a)
+    # a deadline that leaves no fine-tuning: the time split in proportion to the prices, the measured setup in each
+    _, p_slow = task_deadlines(c, plan, units, time.monotonic() + 10.0, overhead_s=30.0)
+    priced = [30.0 + reserve_seconds(t * 4, RATES) for t, _ in units]
+    assert p_slow - time.monotonic() == pytest.approx(10.0 * priced[0] / sum(priced), abs=0.05)
+
+    times = SetupTimes()
+    assert times.typical() == TASK_OVERHEAD_S
+    times.add(9.0, first=True)  # imports and caches: used only until a second task is measured
+    assert times.typical() == 9.0
+    for s in (3.0, float("nan"), None, -1.0, 5.0, 4.0):  # what is no duration is not counted
+        times.add(s)
+    assert times.typical() == 4.0
+
+
 def test_the_timed_batches_are_the_sizes_the_tasks_will_use():
     c = cfg(num_aug=1, global_batch_size=64, eval_batch_size=256)
     assert batch_sizes(c, [(1, 3), (2, 4)]) == (8, 4)  # 4 pairs x 2 copies; 2 test inputs x 2 copies

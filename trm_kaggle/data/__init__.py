@@ -11,6 +11,7 @@ _EXPORTS = {
     "DatasetMetadata": "format",
     "IGNORE_LABEL_ID": "loader",
     "INVERSE_TRANSFORM": "augment",
+    "VOCAB_SIZE": "arc.build",  # ARC's tokens: PAD, EOS, ten colours
     "LoadReport": "arc.tasks",
     "MAX_GRID": "arc.tasks",
     "PuzzleLoader": "loader",

@@ -43,7 +43,7 @@ def export_problem(path: Path) -> str | None:
 def arc_model_problem(config: dict) -> str | None:
     """Why an export's config is no ARC model the submission kernel can run (one phrase), or None: ARC's
     vocabulary (PAD, EOS and ten colours) on a square canvas of at most 30 x 30."""
-    from trm_kaggle.data.arc.build import VOCAB_SIZE
+    from trm_kaggle.data import VOCAB_SIZE
 
     vocab, seq_len = config.get("vocab_size"), config.get("seq_len")
     side = math.isqrt(seq_len) if isinstance(seq_len, int) and seq_len > 0 else 0

@@ -49,7 +49,7 @@ AUTO_MAX_AUG = 1000  # upstream's evaluation recipe votes over 1000 augmentation
 AUTO_MAX_STEPS = 2000  # fine-tuning steps per task
 INFERENCE_SHARE = 0.5  # with fine-tuning, inference gets at most this share of the planned time
 DECODE_OVERHEAD = 1.3  # measured inference rate x 1.3: decoding, voting, the last partial batch
-TASK_OVERHEAD_S = 2.0  # an allowance per task for dataset build, model load, train-state save (not timed)
+TASK_OVERHEAD_S = 2.0  # a task's dataset build and model load, until the worker has measured its own
 DEMO_ROWS = 64  # demonstration examples scored before and after fine-tuning (`solve.demo_accuracy`)
 MIN_PLAN_S = 10.0  # a worker with less time than this before the deadline starts nothing (timing alone costs more)
 SHORT_NUM_AUG = 2  # the fixed small plan (a budget too short to time): augmentations where num_aug is auto ...
@@ -227,10 +227,12 @@ def demo_rows(cfg: SolveConfig, test_rows: int | None = None) -> int:
     return rows if test_rows is None else max(1, min(rows, test_rows))
 
 
-def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]], deadline: float
-                   ) -> tuple[float, float]:
+def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]], deadline: float,
+                   overhead_s: float = TASK_OVERHEAD_S) -> tuple[float, float]:
     """(fine-tune until, predict until), time.monotonic() values, for the first of the tasks still to do, whose
-    (test inputs, demonstration pairs) are `units`, run with `cfg` under `plan`.
+    (test inputs, demonstration pairs) are `units`, run with `cfg` under `plan`; `overhead_s` is a task's
+    dataset build and model load (the worker passes what its tasks so far took, `TASK_OVERHEAD_S` before the
+    first).
 
     The time left is split afresh before each task, so a fast task leaves its time to the ones after it:
     every task gets what the plan prices for it (dataset and model, demonstration scoring before and after,
@@ -249,7 +251,7 @@ def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]
     def priced(demo: bool) -> tuple[list[float], list[float]]:  # seconds before and after fine-tuning, per task
         scored = [min(demo_rows(cfg, t * n), d * n) * r.halt_max_steps * r.row_step_s if demo else 0.0
                   for t, d in units]
-        return ([TASK_OVERHEAD_S + s for s in scored],
+        return ([overhead_s + s for s in scored],
                 [s + reserve_seconds(t * n, r) for s, (t, _) in zip(scored, units)])
 
     if cfg.finetune != "none" and plan.finetune_steps > 0:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import statistics
 import time
 import traceback
 from pathlib import Path
@@ -30,7 +32,7 @@ from trm_kaggle.errors import describe
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import load_compile_cache, read_export, resolve_compile, save_compile_cache
 from trm_kaggle.solve.plan import (
-    MIN_PLAN_S, Budget, Plan, cheapest_first, hms, plan_worker, prediction_batch, task_deadlines,
+    MIN_PLAN_S, TASK_OVERHEAD_S, Budget, Plan, cheapest_first, hms, plan_worker, prediction_batch, task_deadlines,
 )
 from trm_kaggle.solve.task import export_canvas, solve_unit
 from trm_kaggle.solve.workdir import Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result
@@ -110,6 +112,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
         if cfg.compile_cache:
             load_compile_cache(cfg.compile_cache, device, trusted=True, say=say)
         load_compile_cache(Path(spec.work) / COMPILE_DIR, device, say=say)
+    setup_s = SetupTimes()
     for k, unit in enumerate(todo):
         left = todo[k:]
         if spec.deadline is not None and time.monotonic() >= spec.deadline:
@@ -119,7 +122,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
         tcfg = ucfg
         if spec.deadline is not None:
             finetune_by, predict_by = task_deadlines(ucfg, plan, [(u.test_inputs, u.train_pairs) for u in left],
-                                                     spec.deadline)
+                                                     spec.deadline, setup_s.typical())
             rows = prediction_batch(plan, ucfg.eval_batch_size, predict_by - finetune_by)
             if rows < ucfg.eval_batch_size:  # the task's share holds no whole batch: smaller ones keep it
                 tcfg = ucfg.model_copy(update={"eval_batch_size": rows})
@@ -128,6 +131,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
             report = solve_unit(tcfg, unit, challenges[unit.task_id], keys[unit.index], spec.work, device,
                                 finetune_by, predict_by, canvas, banner=k == 0, hard_deadline=spec.deadline)
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})", _summary(report, time.monotonic() - t0)))
+            setup_s.add(report.get("dataset_s"), first=k == 0)
         except Exception as e:
             if isinstance(e, torch.OutOfMemoryError) and device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -143,6 +147,29 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
     if compiled:  # for the next run here, or a bundle's --compile-cache
         save_compile_cache(Path(spec.work) / COMPILE_DIR, device)
     return plan
+
+
+class SetupTimes:
+    """A task's dataset build and model load, as this worker measured them: the median of its tasks so far
+    (the first task's only while it is the one measured: it pays one-time costs, imports and caches), or
+    `TASK_OVERHEAD_S` before any. A slow disk or a large task set then takes its time from the shares the
+    tasks after it are promised, not from their predictions."""
+
+    def __init__(self):
+        self.first: float | None = None
+        self.seen: list[float] = []
+
+    def add(self, seconds, first: bool = False) -> None:
+        if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
+            if first:
+                self.first = float(seconds)
+            else:
+                self.seen.append(float(seconds))
+
+    def typical(self) -> float:
+        if self.seen:
+            return statistics.median(self.seen[-32:])
+        return self.first if self.first is not None else TASK_OVERHEAD_S
 
 
 def _summary(report: dict, seconds: float) -> str:
