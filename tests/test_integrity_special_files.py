@@ -64,6 +64,23 @@ def test_the_check(tmp_path, special):
             is_regular(path, "grid file")
 
 
+def test_a_socket_is_named_a_socket_by_every_reader(tmp_path, capsys):
+    """open() of a Unix socket fails with ENXIO ("No such device or address"): the one reader names it as what it
+    is, as it names a FIFO, for the challenges, a --config file and any other file it opens."""
+    import socket
+
+    from trm_kaggle.jsonio import open_regular
+
+    path = tmp_path / "s.json"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+        with pytest.raises(UnreadableFile, match=re.escape(f"{path}: challenges must be a regular file, not a socket")):
+            open_regular(path, "challenges")
+        assert main(["train", "--print-config", "--config", str(path)]) == 2
+        line = one_error_line(capsys, 2)
+        assert "not a socket" in line and "No such device" not in line, line
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_export_of_a_special_state_file(tmp_path, special, capsys, kind):
     """K01 (a FIFO), K02 (a link to /dev/zero): not "no train state"."""

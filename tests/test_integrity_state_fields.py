@@ -237,8 +237,17 @@ def _nan_beta(s):
     group[key] = (float("nan"), *group[key][1:])
 
 
+def _step_count(value):
+    def change(s):
+        st = next(st for st in s["optimizer"]["state"].values() if "step" in st)
+        st["step"] = torch.tensor(value) if isinstance(st["step"], torch.Tensor) else value
+    return change
+
+
 @pytest.mark.parametrize("change, said", [(_inf_moment, "field 'optimizer' tensor"),
-                                          (_nan_beta, "field 'optimizer' setting")])
+                                          (_nan_beta, "field 'optimizer' setting"),
+                                          (_step_count(-5.0), "step is -5.0; a run counts its steps"),
+                                          (_step_count(2.5), "step is 2.5; a run counts its steps")])
 def test_a_non_finite_optimizer_state_makes_the_state_damaged(data, tmp_path, change, said):
     """Once resumed and then blamed on the learning rate ("the run diverged") at the next save."""
     run = tmp_path / "run"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import one_error_line
 from trm_kaggle.cli import main
 from trm_kaggle.config import SweepGrid
 from trm_kaggle.errors import TRMError
@@ -142,6 +143,19 @@ def test_a_bad_grid_file_is_one_clear_line(tmp_path, capsys, text, message):
     assert main(["sweep", str(path), "--sweep-dir", str(tmp_path / "sw")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {path}: ") and message in err[0], err
+    assert not (tmp_path / "sw").exists()
+
+
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_two_variants_whose_joined_names_collide_are_refused_before_any_run(tmp_path, capsys, dry):
+    """`a` + `b_c` and `a_b` + `c` both join to a_b_c: two runs of other settings in one folder (the second refused
+    as "started with other settings" though nothing had started, or a SLURM array writing one folder twice)."""
+    path = tmp_path / "g.yaml"
+    path.write_text("axes:\n  - [{name: a, overrides: [lr=0.1]}, {name: a_b, overrides: [lr=0.2]}]\n"
+                    "  - [{name: b_c, overrides: [weight_decay=0.1]}, {name: c, overrides: [weight_decay=0.2]}]\n")
+    assert main(["sweep", str(path), "--sweep-dir", str(tmp_path / "sw"), *dry]) == 2
+    line = one_error_line(capsys)
+    assert "the variants a + b_c and a_b + c both name their runs a_b_c_s<seed>" in line, line
     assert not (tmp_path / "sw").exists()
 
 

@@ -148,8 +148,12 @@ def open_regular(path: str | os.PathLike, what: str = "file", hint: str | None =
         raise UnreadableFile(f"{path}: {what} expected, found a directory") from None
     except NotADirectoryError:
         raise UnreadableFile(f"{path}: {what} not found (a part of the path is a file, not a directory)") from None
-    except OSError as e:  # no permission, a failing disk, too many open files
-        raise UnreadableFile(cannot_read(path, what, e)) from None
+    except OSError as e:  # no permission, a failing disk, too many open files; a socket cannot be opened (ENXIO)
+        try:
+            kind = not_regular(os.stat(path).st_mode)
+        except (OSError, ValueError):
+            kind = None
+        raise UnreadableFile(_special_line(path, what, kind) if kind else cannot_read(path, what, e)) from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):

@@ -144,8 +144,12 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
     except pydantic.ValidationError as err:
         raise TRMError(f"sweep {grid.name}: the base settings: {validation_line(err)}") from None
     plan = []
+    made: dict[str, str] = {}  # variant name -> the axes' names it joins: `a`+`b_c` and `a_b`+`c` are both a_b_c
     for combo in itertools.product(*grid.axes):
         variant = "_".join(v.name for v in combo) or "baseline"
+        if (joined := " + ".join(v.name for v in combo)) != made.setdefault(variant, joined):
+            raise TRMError(f"sweep {grid.name}: the variants {made[variant]} and {joined} both name their runs "
+                           f"{variant}_s<seed>: rename one (a variant's name without '_' never collides)")
         run_presets = [p for v in combo for p in v.presets]
         run_overrides = [o for v in combo for o in v.overrides]
         try:

@@ -40,6 +40,7 @@ from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
 from trm_kaggle.jsonio import is_regular, open_regular, parse_json, read_failure, read_json, readable_file
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
                               model_from_train_state)
+from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,8 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
             state = load_train_state(path)
             owner = state.get("run_id")
             if run_id is not None and owner is not None and owner != run_id:
-                raise ForeignState(f"{path}: written by another run (run id {owner}, this directory's run is "
-                                   f"{run_id}; see {RUN_RECORD}): not resumed from, left in place")
+                raise ForeignState(f"{path}: written by another run (run id {clipped(owner)}, this directory's run "
+                                   f"is {clipped(run_id)}; see {RUN_RECORD}): not resumed from, left in place")
             if state["step"] != (named := int(_STATE_RE.search(path.name).group(1))):
                 # a renamed copy: resumed from, it would stay the newest however far the run went on
                 raise ForeignState(f"{path}: holds step {state['step']}, not the step {named} its name says (a "
@@ -288,6 +289,12 @@ def _non_finite(state: dict[str, Any]) -> str | None:
         for name, t in named:
             if t.is_floating_point() and (bad := int((~torch.isfinite(t)).sum())):
                 return f"{field!r} tensor {name} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf)"
+    for key in ("optimizer", "sparse_optimizer"):  # a step count below 0 or between whole numbers: Adam's bias
+        for i, st in ((state.get(key) or {}).get("state") or {}).items():  # correction takes its log
+            v = st.get("step") if isinstance(st, dict) else None
+            n = float(v) if isinstance(v, torch.Tensor) and v.numel() == 1 else v if _is_number(v) else None
+            if n is not None and not (n >= 0 and float(n).is_integer()):
+                return f"{key!r} state {i}.step is {n!r}; a run counts its steps as whole numbers from 0"
     for key in ("optimizer", "sparse_optimizer"):  # a NaN rate or beta: every step after it would be NaN
         for g in (state.get(key) or {}).get("param_groups") or []:
             for name, v in g.items():
