@@ -70,6 +70,7 @@ TEST_DEPTH = None  # ACT steps of prediction; None: the trained halt_max_steps (
 import json
 import math
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -83,8 +84,9 @@ def warn(line):
     print(f"WARNING: {line}", flush=True)
 
 
-def checked(name, value, default, *, auto=False, none=False, number=False, least=1):
-    """`value` when it is a valid setting of `name`, else `default` with a warning (never an exception)."""
+def checked(name, value, default, *, auto=False, none=False, number=False, least=1, most=10**9):
+    """`value` when it is a valid setting of `name` (from `least` to `most`), else `default` with a warning (never
+    an exception: a whole number too large for a float, 10**400, is out of bounds too)."""
     if (auto and value == "auto") or (none and value is None):
         return value
     if isinstance(value, str) and value.strip():
@@ -92,13 +94,19 @@ def checked(name, value, default, *, auto=False, none=False, number=False, least
             value = float(value) if number else int(value)
         except ValueError:
             pass
-    good = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and value >= least and (number or float(value).is_integer()))
+    good = (isinstance(value, (int, float)) and not isinstance(value, bool) and least <= value <= most
+            and (number or value == int(value)))  # comparisons of ints and floats never overflow; nan fails
     if good:
         return float(value) if number else int(value)
+    try:
+        shown = repr(value)
+    except ValueError:  # an int of more digits than Python prints
+        shown = f"<a whole number of about {value.bit_length() * 0.30103:,.0f} digits>"
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
     allowed = " or ".join([*(['"auto"'] if auto else []), *(["None"] if none else []),
-                           f"a {'number' if number else 'whole number'} >= {least}"])
-    warn(f"{name}={value!r} is not {allowed}: using {default!r}")
+                           f"a {'number' if number else 'whole number'} from {least} to "
+                           + (f"{most:,.0f}" if most == int(most) else f"{most:g}")])
+    warn(f"{name}={shown} is not {allowed}: using {default!r}")
     return default
 
 
@@ -123,18 +131,21 @@ WHEELS_DIR, WEIGHTS_DIR, CHALLENGES, COMPETITION = (checked_dir(n, v, None) for 
     ("WHEELS_DIR", WHEELS_DIR), ("WEIGHTS_DIR", WEIGHTS_DIR), ("CHALLENGES", CHALLENGES),
     ("COMPETITION", COMPETITION)))
 MODE = checked_choice("MODE", MODE, ("auto", "save", "full"), "auto")
-TIME_BUDGET = checked("TIME_BUDGET", TIME_BUDGET, "auto", auto=True, none=True, number=True)
-FINETUNE_STEPS = checked("FINETUNE_STEPS", FINETUNE_STEPS, "auto", auto=True, least=0)
-NUM_AUG = checked("NUM_AUG", NUM_AUG, "auto", auto=True, least=0)
+# The bounds are the package's own (SolveConfig's; tests/test_kernel_fallback.py holds them equal); a budget
+# is at most a year, far past Kaggle's 12 h.
+YEAR = 365 * 24 * 3600.0
+TIME_BUDGET = checked("TIME_BUDGET", TIME_BUDGET, "auto", auto=True, none=True, number=True, most=YEAR)
+FINETUNE_STEPS = checked("FINETUNE_STEPS", FINETUNE_STEPS, "auto", auto=True, least=0, most=10_000_000)
+NUM_AUG = checked("NUM_AUG", NUM_AUG, "auto", auto=True, least=0, most=100_000)
 MAX_TASKS = checked("MAX_TASKS", MAX_TASKS, "auto", auto=True, none=True)
 SAVE_MAX_TASKS = checked("SAVE_MAX_TASKS", SAVE_MAX_TASKS, 4)
-SAVE_TIME_BUDGET = checked("SAVE_TIME_BUDGET", SAVE_TIME_BUDGET, 900.0, number=True)
-WORKERS = checked("WORKERS", WORKERS, None, none=True)
+SAVE_TIME_BUDGET = checked("SAVE_TIME_BUDGET", SAVE_TIME_BUDGET, 900.0, number=True, most=YEAR)
+WORKERS = checked("WORKERS", WORKERS, None, none=True, most=1024)
 DEVICE = checked_choice("DEVICE", DEVICE, ("auto", "cpu", "cuda", "mps"), "auto")
 STRICT = checked_choice("STRICT", STRICT, (False, True), False)
-TRAJECTORIES = checked("TRAJECTORIES", TRAJECTORIES, 1)
-TRAJECTORY_NOISE = checked("TRAJECTORY_NOISE", TRAJECTORY_NOISE, 0.0, number=True, least=0)
-TEST_DEPTH = checked("TEST_DEPTH", TEST_DEPTH, None, none=True)
+TRAJECTORIES = checked("TRAJECTORIES", TRAJECTORIES, 1, most=32)
+TRAJECTORY_NOISE = checked("TRAJECTORY_NOISE", TRAJECTORY_NOISE, 0.0, number=True, least=0, most=1.0)
+TEST_DEPTH = checked("TEST_DEPTH", TEST_DEPTH, None, none=True, most=1024)
 
 # Save Version run or scored rerun: Kaggle sets KAGGLE_KERNEL_RUN_TYPE in its kernels, and
 # KAGGLE_IS_COMPETITION_RERUN only in the rerun on the hidden test set
@@ -151,6 +162,9 @@ if TIME_BUDGET == "auto":
     TIME_BUDGET = SAVE_TIME_BUDGET if MODE == "save" else FULL_BUDGET
 if MAX_TASKS == "auto":
     MAX_TASKS = SAVE_MAX_TASKS if MODE == "save" else None
+if on_kaggle and TIME_BUDGET is not None and TIME_BUDGET > FULL_BUDGET:
+    warn(f"TIME_BUDGET={TIME_BUDGET:.0f} s is past a Kaggle kernel's 12 h: using {FULL_BUDGET:.0f} s")
+    TIME_BUDGET = FULL_BUDGET
 if TIME_BUDGET is None and "auto" in (FINETUNE_STEPS, NUM_AUG):
     warn(f"TIME_BUDGET=None with 'auto' counts: the counts are fitted to a budget, using {FULL_BUDGET:.0f} s")
     TIME_BUDGET = FULL_BUDGET
@@ -207,6 +221,29 @@ def fallback_submission(challenges):
     return out
 
 
+def read_regular(path, most=1 << 30):
+    """The bytes of `path`, a regular file of at most `most` bytes: a FIFO (which would wait for a writer
+    forever), a device such as /dev/zero (which never ends) or a socket is refused before a byte is read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file (a folder, FIFO, device or socket); it is not read")
+        if st.st_size > most:
+            raise ValueError(f"{path} holds {st.st_size:,} bytes, more than the {most:,} a challenges file may")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = None
+            data = f.read(most + 1)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    if len(data) > most:
+        raise ValueError(f"{path} grew past the {most:,} bytes a challenges file may while it was read")
+    return data
+
+
 def write_atomically(path, text):
     path = Path(path)
     tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
@@ -224,8 +261,7 @@ try:
         READY = False
         NO_MODEL = "no challenges file was found"
     else:
-        with open(CHALLENGES) as f:
-            challenge_data = json.load(f)
+        challenge_data = json.loads(read_regular(CHALLENGES))  # bytes: json reads UTF-8/16/32, with a BOM too
         if not isinstance(challenge_data, dict):
             raise ValueError("it does not hold a JSON object of tasks")
         Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)

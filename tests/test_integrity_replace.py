@@ -284,3 +284,39 @@ def test_another_writer_finishing_first_leaves_no_old_folder(tmp_path, monkeypat
     with pytest.raises(OSError):
         make_export(tmp_path / "exp")
     assert leftovers(tmp_path) == [] and (tmp_path / "exp" / "x").read_text() == "the other writer's"
+
+
+@pytest.mark.parametrize("before", ["none", "an older export"])
+def test_an_output_another_command_wrote_meanwhile_is_kept_and_this_one_refused(tmp_path, before):
+    """Two `export --out X` (or two builds of one dataset) at once: both once said "exported" and the first
+    one's output was silently replaced. Now the second to finish sees another output where it started from,
+    keeps it and ends with one line; nothing of its own is left beside it."""
+    if before != "none":
+        make_export(tmp_path / "exp")
+    with pytest.raises(TRMError, match="another command wrote this export while this one was built; that one "
+                                       "stands and this one is discarded"):
+        with atomic_directory(tmp_path / "exp", kind="export") as tmp:
+            (tmp / "mine.txt").write_text("this command's")
+            make_export(tmp_path / "exp")  # the other command, finishing first
+    assert leftovers(tmp_path) == [] and not (tmp_path / "exp" / "mine.txt").exists()
+    assert (tmp_path / "exp" / "weights.safetensors").is_file()
+
+
+def test_two_export_commands_at_once_one_refused_one_kept(run, tmp_path, capsys, monkeypatch):
+    """The command itself: the second export to finish exits 2 with the line, the first's files stand."""
+    from trm_kaggle.model import export as E
+
+    real, others = E.atomic_directory, []
+
+    @__import__("contextlib").contextmanager
+    def raced(target, *, kind):
+        with real(target, kind=kind) as tmp:
+            yield tmp
+            if not others:  # another `export --out` into the same folder ends first
+                others.append(target)
+                make_export(target)
+
+    monkeypatch.setattr(E, "atomic_directory", raced)
+    assert main(["export", str(run), "--out", str(tmp_path / "e")]) == 2
+    assert "another command wrote this export while this one was built" in one_error_line(capsys, 2)
+    assert leftovers(tmp_path) == [] and (tmp_path / "e" / "config.json").is_file()

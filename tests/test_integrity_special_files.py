@@ -81,6 +81,23 @@ def test_a_socket_is_named_a_socket_by_every_reader(tmp_path, capsys):
         assert "not a socket" in line and "No such device" not in line, line
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="Linux's /proc")
+def test_a_file_of_proc_is_refused_unopened_behind_a_link_too(tmp_path, capsys):
+    """/proc/kmsg calls itself a regular file of size 0 and its read waits for the kernel's next message (a
+    hang): files of /proc and /sys are refused by the one gate before they are opened, also behind a link."""
+    from trm_kaggle.jsonio import is_regular, open_regular
+
+    link = tmp_path / "config.yaml"
+    link.symlink_to("/proc/self/status")
+    for path in (Path("/proc/self/status"), link):
+        for gate in (open_regular, is_regular):
+            with pytest.raises(UnreadableFile, match=re.escape(f"{path}: config must be a regular file, not a file "
+                                                               f"of the kernel's /proc or /sys")):
+                gate(path, "config")
+    assert main(["train", "--print-config", "--config", str(link)]) == 2
+    assert "not a file of the kernel's /proc or /sys" in one_error_line(capsys, 2)
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_export_of_a_special_state_file(tmp_path, special, capsys, kind):
     """K01 (a FIFO), K02 (a link to /dev/zero): not "no train state"."""

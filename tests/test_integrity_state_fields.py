@@ -285,3 +285,38 @@ def test_a_data_position_of_another_stream_names_the_file_and_the_field(data, tm
     run, path, line = _resumed_after(data, tmp_path, capsys, other_seed)
     assert f"{path}: field 'loader' does not fit this run: cannot resume the data stream exactly: the saved " \
            "state has seed=" in line and "strict" not in line, line
+
+
+def test_a_nan_in_the_sparse_optimizers_moments_is_named_as_its_own(data, tmp_path):
+    """The puzzle embeddings' optimizer (`sparse_optimizer`) is a field of its own: a NaN there is not called
+    the dense optimizer's."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+
+    def nan_sparse(s):
+        moment = torch.zeros(3)
+        moment[1] = float("nan")
+        s["sparse_optimizer"] = {"state": {0: {"step": torch.tensor(2.0), "exp_avg": moment}},
+                                 "param_groups": (s.get("sparse_optimizer") or {}).get("param_groups") or []}
+
+    _rewrite(ckpt.state_path(run, 2), nan_sparse)
+    with pytest.raises(ckpt.DamagedFile, match="field 'sparse_optimizer' tensor 0.exp_avg holds 1 non-finite value"):
+        ckpt.load_train_state(ckpt.state_path(run, 2))
+
+
+def _one_moment_lost(s):
+    """The first parameter with a moment loses one of them (its exp_avg_sq, or a Muon momentum buffer)."""
+    for st in s["optimizer"]["state"].values():
+        if len(st) > 1:
+            del st[next(k for k in st if k != "step")]
+            return
+    raise AssertionError("no parameter state with a moment")
+
+
+def test_a_parameter_state_lacking_what_the_others_hold_is_refused_not_zeroed(data, tmp_path, capsys):
+    """torch's load_state_dict takes a parameter whose moment is gone and the step starts it at zero: the
+    resumed run silently differed from the uninterrupted one. Now it is one line naming what is missing."""
+    run, path, line = _resumed_after(data, tmp_path, capsys, _one_moment_lost)
+    assert str(path) in line and "field 'optimizer' does not fit this run" in line, line
+    assert "parameters hold different state: some lack" in line, line
+    assert ckpt.list_states(run) == [path]

@@ -167,3 +167,90 @@ def test_save_run_and_rerun(tmp_path, monkeypatch, env, params, mode, max_tasks,
     assert first.startswith(f"mode: {mode} (") and "every task is submitted" in first
     if mode == "save" and not params:
         assert "Save Version" in first and "the first 4 tasks within 900 s" in first
+
+
+@pytest.mark.parametrize("params, expected, warned", [
+    ({"NUM_AUG": 10**400}, {"NUM_AUG": "auto"}, ["NUM_AUG=1000000000000000000000000000000000000..."]),
+    ({"TIME_BUDGET": 10**400}, {"TIME_BUDGET": 11.5 * 3600}, ["TIME_BUDGET="]),
+    ({"TIME_BUDGET": 1e308}, {"TIME_BUDGET": 11.5 * 3600}, ["TIME_BUDGET=1e+308 is not"]),
+    ({"FINETUNE_STEPS": 10**5000}, {"FINETUNE_STEPS": "auto"}, ["FINETUNE_STEPS=<a whole number of about 5,000 digits>"]),
+    ({"TEST_DEPTH": 10**9, "TRAJECTORY_NOISE": 1e308}, {"TEST_DEPTH": None, "TRAJECTORY_NOISE": 0.0},
+     ["TEST_DEPTH=1000000000 is not None or a whole number from 1 to 1,024", "TRAJECTORY_NOISE=1e+308"]),
+    ({"TRAJECTORIES": "33"}, {"TRAJECTORIES": 1}, ["TRAJECTORIES=33"]),
+])
+def test_numbers_past_the_packages_bounds_degrade_and_never_raise(tmp_path, monkeypatch, params, expected, warned):
+    """Papermill writes any literal a user gives (`-p NUM_AUG 1000...0`): one too large for a float must not
+    raise (OverflowError in a finiteness check) nor pass on to the package's refusal after the install."""
+    test_bad_parameters_degrade_to_defaults_with_a_warning(tmp_path, monkeypatch, params, expected, warned)
+
+
+def solve_bound(name: str):
+    from trm_kaggle.config import MAX_FINETUNE_STEPS, MAX_NUM_AUG, SolveConfig
+
+    special = {"num_aug": MAX_NUM_AUG, "finetune_steps": MAX_FINETUNE_STEPS}
+    if name in special:
+        return special[name]
+    return next(m.le for m in SolveConfig.model_fields[name].metadata if hasattr(m, "le"))
+
+
+@pytest.mark.parametrize("name", ["NUM_AUG", "FINETUNE_STEPS", "WORKERS", "TRAJECTORIES", "TRAJECTORY_NOISE",
+                                  "TEST_DEPTH"])
+def test_the_notebooks_bounds_are_the_packages(tmp_path, monkeypatch, name):
+    most = solve_bound(name.lower())
+    write_competition(tmp_path / "input" / "comp")
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, **{name: most})
+    assert scope[name] == most and "WARNING" not in out, out
+    past = most + (1 if isinstance(most, int) else most * 1e-9)
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, **{name: past})
+    assert scope[name] != past and f"WARNING: {name}=" in out, out
+
+
+def test_a_budget_past_kaggles_12_hours_is_cut_to_its_limit_on_kaggle(tmp_path, monkeypatch):
+    write_competition(tmp_path / "input" / "comp")
+    env = {"KAGGLE_KERNEL_RUN_TYPE": "Batch", "KAGGLE_IS_COMPETITION_RERUN": "1"}
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, env=env, TIME_BUDGET=20 * 3600)
+    assert scope["TIME_BUDGET"] == 11.5 * 3600 and "TIME_BUDGET=72000 s is past a Kaggle kernel's 12 h" in out
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, TIME_BUDGET=20 * 3600)  # off Kaggle: taken
+    assert scope["TIME_BUDGET"] == 20 * 3600 and "WARNING" not in out
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
+def test_a_challenges_file_with_a_byte_order_mark_gets_its_fallback(tmp_path, monkeypatch, encoding):
+    """The package reads such a file (its one JSON reader); the kernel's standard-library fallback must too."""
+    path = write_competition(tmp_path / "input" / "comp")
+    tasks = json.loads(path.read_text())
+    path.write_text(json.dumps(tasks), encoding=encoding)
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    answer = json.loads((tmp_path / "working" / "submission.json").read_text())
+    assert scope["READY"] and sorted(answer) == sorted(tasks) and "WARNING" not in out, out
+    check_submission(answer, tasks)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_challenges_path_that_is_no_regular_file_is_refused_unread(tmp_path, monkeypatch, kind):
+    """A FIFO would block the kernel forever and /dev/zero fill its memory before any submission exists: both
+    are refused before a byte is read, in one warning (an alarm fails the test instead of a hang)."""
+    import os
+    import signal
+
+    path = tmp_path / "challenges.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+
+    def hung(*_):
+        raise AssertionError("the fallback cell blocked on the challenges path")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        scope, out = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(path))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert scope["READY"] is False and out.count("WARNING") == 1, out
+    assert "is not a regular file (a folder, FIFO, device or socket); it is not read" in out
+    assert not (tmp_path / "working" / "submission.json").exists()

@@ -75,6 +75,7 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
     (["--finetune-steps", "1" + "0" * 23], "--finetune-steps 1" + "0" * 23 + ": must be from 0 to"),
     (["--device", "cuda;rm"], "--device 'cuda;rm': expected one of auto, cpu, cuda, mps, xla"),
     (["--max-tasks", "ten"], "--max-tasks 'ten': expected an integer"),
+    (["--workers", "\uff12"], "--workers '\uff12': expected an integer"),  # a fullwidth 2: int() reads it
     (["--platform", "../../x"], "--platform '../../x': a wheel platform tag is lower-case letters"),
     (["--platform", "manylinux_2_17_x86_64", "--platform", "Linux x86"], "--platform 'Linux x86'"),
     (["--slug-prefix", "TRM Kaggle!"], "--user/--slug-prefix give an invalid Kaggle id"),

@@ -81,6 +81,13 @@ def test_unknown_preset_lists_valid_names():
     assert expand_preset_names(["ARC2+t3n6"]) == ["arc2", "T3n6"]
 
 
+@pytest.mark.parametrize("names", [["muon-sic+"], ["+fast"], ["arc2++no-ema"], [""], ["arc2", " "]])
+def test_an_empty_preset_name_is_refused_not_dropped(names):
+    """`--preset 'muon-sic+'` (a name lost in a shell variable) once ran as plain muon-sic."""
+    with pytest.raises(TRMError, match="has an empty name"):
+        expand_preset_names(names)
+
+
 def test_describe_presets():
     text = describe_presets()
     for name, entry in PRESETS.items():

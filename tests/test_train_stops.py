@@ -299,3 +299,23 @@ def test_under_torchrun_every_rank_saves_and_stops_at_the_same_step(sudoku4, tmp
     assert "stopped by SIGTERM at step" in out and ckpt.load_train_state(ckpt.list_states(run)[-1])["world_size"] == 2
     last = steps[-1]
     assert f"stopped by SIGTERM at step {last}" in out, out[-3000:]
+
+
+def test_a_hangup_stops_the_run_as_sigterm_does_unless_it_is_ignored():
+    """A closed terminal sends SIGHUP, whose default ends the process without a save: a run saves and stops on it
+    as on SIGTERM. Under `nohup` (SIGHUP ignored) the run keeps ignoring it."""
+    rt = Runtime(device=__import__("torch").device("cpu"), dtype=None, dtype_reason="")
+    previous = signal.getsignal(signal.SIGHUP)
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        with StopControl(rt, save_every_s=None, deadline=None, deadline_name="", signals=True) as control:
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert control.poll(1).stop == "SIGHUP" and control.signalled()
+            assert control.interrupted(1, "state").exit_status == 128 + signal.SIGHUP
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL  # given back
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup leaves it
+        with StopControl(rt, save_every_s=None, deadline=None, deadline_name="", signals=True) as control:
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert control.poll(1).stop == "" and not control.signalled()
+    finally:
+        signal.signal(signal.SIGHUP, previous)

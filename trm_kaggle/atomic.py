@@ -273,6 +273,16 @@ def replace_problem(target: str | os.PathLike, kind: str, what: str = "output") 
     return None
 
 
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """(device, inode, change time) of what stands at `path`, None where nothing does: a directory another
+    writer put there, or changed, differs."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
 @contextlib.contextmanager
 def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     """Yield a fresh temporary directory; on success move it to `target`.
@@ -292,6 +302,7 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     target = written_path(Path(target).absolute())
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(target)
+    found = _identity(target)  # what stands there now: another writer's output in its place is seen at the swap
     tmp = target.parent / f"{target.name}{PARTIAL_MARK}{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -308,6 +319,10 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if _identity(target) != found:  # two commands built one output at once: the first to finish keeps it
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise TRMError(f"{target}: another command wrote this {kind} while this one was built; that one stands and "
+                       f"this one is discarded (run the command again to replace it)")
     old = target.parent / f"{target.name}{OLD_MARK}{os.getpid()}"
     moved = False
     try:

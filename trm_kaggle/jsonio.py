@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -138,8 +139,11 @@ def open_regular(path: str | os.PathLike, what: str = "file", hint: str | None =
     FIFO or socket, no permission, a failing disk. Such a file is not damaged (its bytes were never looked at)
     and nothing may be renamed or replaced on its account. The file is opened without blocking and checked on
     the open descriptor: a FIFO (whose open() waits for a writer forever), a device (/dev/zero, /dev/urandom,
-    also behind a symbolic link) or a socket is refused before a byte is read."""
+    also behind a symbolic link) or a socket is refused before a byte is read. So is a file of the kernel's
+    /proc or /sys: they call themselves regular, yet some never end (/proc/kmsg waits for the next message)."""
     path = Path(path)
+    if _kernel_file(path):
+        raise UnreadableFile(_special_line(path, what, KERNEL_FILE))
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -169,6 +173,14 @@ def open_regular(path: str | os.PathLike, what: str = "file", hint: str | None =
         raise
 
 
+KERNEL_FILE = "a file of the kernel's /proc or /sys"
+
+
+def _kernel_file(path: str | os.PathLike) -> bool:
+    """Whether `path` leads (through links) into Linux's /proc or /sys, whose files are no data of ours."""
+    return sys.platform.startswith("linux") and os.path.realpath(path).split(os.sep)[1:2] in (["proc"], ["sys"])
+
+
 def _special_line(path: str | os.PathLike, what: str, kind: str) -> str:
     target = os.path.realpath(path)
     links = f" (it links to {target})" if target != os.path.abspath(path) else ""
@@ -184,7 +196,7 @@ def is_regular(path: str | os.PathLike, what: str = "file") -> bool:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):  # missing, a dangling link, a NUL in the name: as is_file() answers
         return False
-    if kind := not_regular(mode):
+    if kind := not_regular(mode) or (KERNEL_FILE if stat.S_ISREG(mode) and _kernel_file(path) else None):
         raise UnreadableFile(_special_line(path, what, kind))
     return stat.S_ISREG(mode)
 

@@ -54,6 +54,8 @@ MAX_PUZZLE_IDENTIFIERS = 1 << 24
 MAX_IDENTIFIERS_START = 1 << 22
 #: Augmentations per puzzle (upstream's recipes use 1000): each multiplies the dataset's rows.
 MAX_NUM_AUG = 100_000
+#: Fine-tuning steps per task at test time: far past what any budget fits, so a typo such as 10**400 is one line.
+MAX_FINETUNE_STEPS = 10_000_000
 #: Puzzles a generator makes per split (Sudoku, Maze).
 MAX_GENERATED = 10_000_000
 #: Rows of one model call (evaluation, prediction): far past any memory, and a typo such as 10**12 is one line.
@@ -71,6 +73,8 @@ def bounded_number(option: str, low: float, high: float, kind: type = int):
 
     def parse(text: str):
         try:
+            if not str(text).isascii():  # Python's int() reads any script's digits: '１２' would be 12
+                raise ValueError(text)
             value = kind(text)
         except ValueError:
             raise TRMError(f"{option} {text!r}: expected {'an integer' if kind is int else 'a number'}") from None

@@ -8,8 +8,8 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_LR, MAX_NUM_AUG, MAX_SEED, CompileSetting, _Config,
-                                      bounded_number, compile_setting)
+from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_LR, MAX_NUM_AUG, MAX_SEED,
+                                      CompileSetting, _Config, bounded_number, compile_setting)
 from trm_kaggle.config.evaluate import (MAX_TEST_DEPTH, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE, EvaluateConfig,
                                         TrajectorySelect, trajectory_problem)
 from trm_kaggle.config.model import RECURSION_FIELDS, ArchConfig, InferenceDtype
@@ -144,6 +144,13 @@ class SolveConfig(_Config):
     def _num_aug_bound(cls, v):
         if v != "auto" and v > MAX_NUM_AUG:  # each task's dataset is built with it: refused here, not per task
             raise ValueError(f"must be at most {MAX_NUM_AUG:,} or 'auto'")
+        return v
+
+    @field_validator("finetune_steps")
+    @classmethod
+    def _finetune_steps_bound(cls, v):
+        if v != "auto" and v > MAX_FINETUNE_STEPS:
+            raise ValueError(f"must be at most {MAX_FINETUNE_STEPS:,} or 'auto'")
         return v
 
     @model_validator(mode="after")

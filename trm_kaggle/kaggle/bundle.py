@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence, get_args
 
 from trm_kaggle.atomic import replace_problem
-from trm_kaggle.config import MAX_GENERATED, MAX_NUM_AUG, SolveConfig, bounded_count_or_auto, bounded_number
+from trm_kaggle.config import MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, SolveConfig, bounded_count_or_auto, bounded_number
 from trm_kaggle.interrupts import interrupted, raise_terminated
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import read_json
@@ -309,7 +309,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default %(default)s; 0 = all)")
     g.add_argument("--time-budget", type=bounded_number("--time-budget", 1, WEEK_S, float), default=900,
                    help="TIME_BUDGET seconds (default %(default)s)")
-    g.add_argument("--finetune-steps", type=bounded_count_or_auto("--finetune-steps", 2**63 - 1), default=10,
+    g.add_argument("--finetune-steps", type=bounded_count_or_auto("--finetune-steps", MAX_FINETUNE_STEPS), default=10,
                    help="FINETUNE_STEPS per task, or auto (default %(default)s)")
     g.add_argument("--num-aug", type=bounded_count_or_auto("--num-aug", MAX_NUM_AUG), default=2,
                    help="NUM_AUG, or auto (default %(default)s)")

@@ -43,7 +43,10 @@ RECIPES: dict[str, dict[str, Any]] = {
 def recipe_settings(names: str | None) -> dict[str, Any]:
     """The SolveConfig fields of `names` ('a' or 'a+b', later ones winning); {} for None."""
     settings: dict[str, Any] = {}
-    for name in [n for n in (names or "").split("+") if n]:
+    for name in (names.split("+") if names else []):
+        if not name.strip():
+            raise TRMError(f"recipe {names!r} has an empty name (a '+' with nothing on one side); recipes: "
+                           f"{', '.join(RECIPES)}")
         if name not in RECIPES:
             close = difflib.get_close_matches(name, RECIPES, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""

@@ -281,11 +281,13 @@ def _non_finite(state: dict[str, Any]) -> str | None:
     save with advice about the learning rate)."""
     carries = [(f"carry {i}.{k}", c[k]) for rank in state.get("carries") or [] for i, c in enumerate(rank)
                for k in ("z_H", "z_L")]
-    moments = [(f"{i}.{k}", t) for key in ("optimizer", "sparse_optimizer")
-               for i, st in ((state.get(key) or {}).get("state") or {}).items() for k, t in st.items()
-               if isinstance(t, torch.Tensor)]
+    def moments(key: str) -> list[tuple[str, torch.Tensor]]:
+        return [(f"{i}.{k}", t) for i, st in ((state.get(key) or {}).get("state") or {}).items()
+                for k, t in st.items() if isinstance(t, torch.Tensor)]
+
     for field, named in (("model", state["model"].items()), ("ema", (state.get("ema") or {}).items()),
-                         ("carries", carries), ("optimizer", moments)):
+                         ("carries", carries), ("optimizer", moments("optimizer")),
+                         ("sparse_optimizer", moments("sparse_optimizer"))):
         for name, t in named:
             if t.is_floating_point() and (bad := int((~torch.isfinite(t)).sum())):
                 return f"{field!r} tensor {name} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf)"

@@ -215,8 +215,9 @@ def expand_preset_names(names: Iterable[str] | str) -> list[str]:
     for item in names:
         for part in str(item).split("+"):
             part = part.strip()
-            if not part:
-                continue
+            if not part:  # `muon-sic+`, `a++b`, an empty --preset: a name was lost on the way
+                raise TRMError(f"preset {str(item)!r} has an empty name (a '+' with nothing on one side, or an "
+                               f"empty --preset); valid presets: {', '.join(PRESETS)}")
             name = _PRESET_LOOKUP.get(part.lower())
             if name is None:
                 close = difflib.get_close_matches(part.lower(), list(_PRESET_LOOKUP), n=1)

@@ -31,7 +31,7 @@ from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.runtime import Runtime, all_reduce_, dtype_name
 from trm_kaggle.train.settings import RESUMABLE_CHANGES
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, shown
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +181,9 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
         raise TRMError(f"{path.parent} holds a run with a different config ({', '.join(diffs)}); "
                        "resume with the same settings or choose another checkpoint_path")
     if saved["dataset_fingerprint"] != state.fingerprint:
-        raise TRMError(f"{path}: the dataset changed since this checkpoint (fingerprint "
-                       f"{saved['dataset_fingerprint']} != {state.fingerprint}); choose another checkpoint_path")
+        raise TRMError(f"{path}: the dataset changed since this checkpoint, or the checkpoint was trained on another "
+                       f"one (fingerprint {shown(str(saved['dataset_fingerprint']), 40)} recorded, "
+                       f"{state.fingerprint} now); choose another checkpoint_path")
     saved_dtype = saved.get("forward_dtype")
     if saved_dtype is not None and saved_dtype != dtype_name(rt.dtype) and cfg.arch.forward_dtype == "auto":
         # "auto" on a CPU is a timing; the run keeps the arithmetic it started with.
@@ -244,12 +245,22 @@ def _check_settings(optimizer: torch.optim.Optimizer, settings: list[dict[str, A
 
 def _check_moments(optimizer: torch.optim.Optimizer) -> None:
     """ValueError when a per-parameter state tensor (a moment, a momentum buffer) has another shape than its
-    parameter: torch's `load_state_dict` matches them by position only, and the first step would fail on it."""
-    for group in optimizer.param_groups:
+    parameter: torch's `load_state_dict` matches them by position only, and the first step would fail on it;
+    and when one parameter's state lacks what the others' of its group hold (a Muon momentum buffer, an Adam
+    moment): the optimizer would start it afresh at zero, and the resumed run would silently differ."""
+    for i, group in enumerate(optimizer.param_groups):
+        kinds: dict[frozenset, int] = {}
         for p in group["params"]:
             for name, t in optimizer.state.get(p, {}).items():
                 if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape != p.shape:
                     raise ValueError(f"its {name!r} has shape {tuple(t.shape)}, its parameter {tuple(p.shape)}")
+            if optimizer.state.get(p):  # a parameter that never had a gradient has no state: that is no loss
+                kinds.setdefault(frozenset(optimizer.state[p]), len(kinds))
+        if len(kinds) > 1:
+            full = max(kinds, key=len)
+            lacking = sorted({k for kind in kinds for k in full - kind})
+            raise ValueError(f"group {i}'s parameters hold different state: some lack {', '.join(lacking) or 'none'} "
+                             f"that others hold ({', '.join(sorted(full))})")
 
 
 def _check_carries(carries: list[Carry], model: TinyRecursiveModel) -> None:

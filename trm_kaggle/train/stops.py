@@ -1,4 +1,4 @@
-"""When a training run saves or stops besides its schedule: a timer, a deadline, SIGINT and SIGTERM.
+"""When a training run saves or stops besides its schedule: a timer, a deadline, SIGINT, SIGTERM and SIGHUP.
 
 `StopControl.poll(step)` runs before every optimizer step and answers whether to save a train state now (every
 `save_every_s` seconds, on the monotonic clock, counted from the last save) and whether to stop (the deadline
@@ -6,8 +6,9 @@ passed, or a signal came). A stop saves before it ends (the loop's final save), 
 or its deadline loses nothing, and a run killed outright (SIGKILL, a machine lost) loses at most the steps of
 one interval.
 
-Signals (`signals=True`, only in the main thread): the first SIGINT or SIGTERM asks the run to stop at the end
-of the step under way, after saving; in a single process a second one stops at once, without saving
+Signals (`signals=True`, only in the main thread): the first SIGINT, SIGTERM or SIGHUP (a closed terminal; not
+when nohup ignores it) asks the run to stop at the end of the step under way, after saving; in a single process
+a second one stops at once, without saving
 (`StoppedAtOnce`, a KeyboardInterrupt whose exit status is 128 + the signal's number too). During an evaluation
 of a single-process run the first one cuts the evaluation short too (it changes no weight), and once a state is
 written (while older states rotate away) it ends the run at once: no wait of a save outlasts a signal.
@@ -40,7 +41,8 @@ import torch
 from trm_kaggle import xla
 from trm_kaggle.train.runtime import Runtime, all_reduce_
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP (a closed terminal or SSH session) stops a run as SIGTERM does, unless it is ignored (nohup).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -107,7 +109,8 @@ class StopControl:
     def __enter__(self) -> "StopControl":
         if self.signals:
             for s in STOP_SIGNALS:
-                self._previous[s] = signal.signal(s, self._on_signal)
+                if signal.getsignal(s) is not signal.SIG_IGN:  # nohup's ignored SIGHUP stays ignored
+                    self._previous[s] = signal.signal(s, self._on_signal)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -158,7 +161,7 @@ class StopControl:
         signum = self.signum
         past_deadline = self.deadline is not None and monotonic() >= self.deadline
         due = self.save_every_s is not None and monotonic() - self.last_save >= self.save_every_s
-        flags = [past_deadline, signum == signal.SIGINT, signum == signal.SIGTERM, due]
+        flags = [past_deadline, signum == signal.SIGINT, signum not in (None, signal.SIGINT), due]  # TERM, HUP
         if self.rt.distributed:
             flags = [v > 0 for v in self._sum(flags)]
             if signum is None and (flags[1] or flags[2]):  # another rank's signal stops this one too
