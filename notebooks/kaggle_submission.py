@@ -141,7 +141,7 @@ MAX_TASKS = checked("MAX_TASKS", MAX_TASKS, "auto", auto=True, none=True)
 SAVE_MAX_TASKS = checked("SAVE_MAX_TASKS", SAVE_MAX_TASKS, 4)
 SAVE_TIME_BUDGET = checked("SAVE_TIME_BUDGET", SAVE_TIME_BUDGET, 900.0, number=True, most=YEAR)
 WORKERS = checked("WORKERS", WORKERS, None, none=True, most=1024)
-DEVICE = checked_choice("DEVICE", DEVICE, ("auto", "cpu", "cuda", "mps"), "auto")
+DEVICE = checked_choice("DEVICE", DEVICE, ("auto", "cpu", "cuda", "mps", "xla"), "auto")
 STRICT = checked_choice("STRICT", STRICT, (False, True), False)
 TRAJECTORIES = checked("TRAJECTORIES", TRAJECTORIES, 1, most=32)
 TRAJECTORY_NOISE = checked("TRAJECTORY_NOISE", TRAJECTORY_NOISE, 0.0, number=True, least=0, most=1.0)
@@ -162,8 +162,9 @@ if TIME_BUDGET == "auto":
     TIME_BUDGET = SAVE_TIME_BUDGET if MODE == "save" else FULL_BUDGET
 if MAX_TASKS == "auto":
     MAX_TASKS = SAVE_MAX_TASKS if MODE == "save" else None
-if on_kaggle and TIME_BUDGET is not None and TIME_BUDGET > FULL_BUDGET:
-    warn(f"TIME_BUDGET={TIME_BUDGET:.0f} s is past a Kaggle kernel's 12 h: using {FULL_BUDGET:.0f} s")
+if on_kaggle and (TIME_BUDGET is None or TIME_BUDGET > FULL_BUDGET):  # Kaggle stops every kernel at 12 h
+    said = "None (no limit)" if TIME_BUDGET is None else f"{TIME_BUDGET:.0f} s"
+    warn(f"TIME_BUDGET={said} is past a Kaggle kernel's 12 h: using {FULL_BUDGET:.0f} s")
     TIME_BUDGET = FULL_BUDGET
 if TIME_BUDGET is None and "auto" in (FINETUNE_STEPS, NUM_AUG):
     warn(f"TIME_BUDGET=None with 'auto' counts: the counts are fitted to a budget, using {FULL_BUDGET:.0f} s")
@@ -178,15 +179,19 @@ def find_challenges(root, competition):
     """The one challenges file one or two folders below `root` (by resolved path); of several, the one in the
     folder named for `competition` (said in a line); else None with a warning."""
     root = Path(root)
-    found = {}
+    found, special = {}, []
     for pattern in (f"*/{CHALLENGES_NAME}", f"*/*/{CHALLENGES_NAME}"):
         for path in sorted(root.glob(pattern)):
             if path.is_file():
                 found.setdefault(path.resolve(), path)
+            elif not path.is_dir():  # a FIFO, a device, a socket, a dangling link: named, never read
+                special.append(str(path))
     if len(found) == 1:
         return next(iter(found.values()))
     if not found:
-        warn(f"no {CHALLENGES_NAME} one or two folders below {root}: attach the ARC competition or set CHALLENGES")
+        warn(f"no {CHALLENGES_NAME} one or two folders below {root}"
+             + (f" that is a regular file ({', '.join(special)} is not)" if special else "")
+             + ": attach the ARC competition or set CHALLENGES")
         return None
     own = [p for p in found.values() if p.parent.name == competition]
     if len(own) == 1:
@@ -223,7 +228,10 @@ def fallback_submission(challenges):
 
 def read_regular(path, most=1 << 30):
     """The bytes of `path`, a regular file of at most `most` bytes: a FIFO (which would wait for a writer
-    forever), a device such as /dev/zero (which never ends) or a socket is refused before a byte is read."""
+    forever), a device such as /dev/zero (which never ends) or a socket is refused before a byte is read; so is a
+    file of Linux's /proc or /sys (they call themselves regular, and /proc/kmsg's read waits for the next message)."""
+    if os.path.realpath(path).split(os.sep)[1:2] in (["proc"], ["sys"]):
+        raise ValueError(f"{path} is a file of the kernel's /proc or /sys, not a challenges file; it is not read")
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         st = os.fstat(fd)
@@ -247,11 +255,15 @@ def read_regular(path, most=1 << 30):
 def write_atomically(path, text):
     path = Path(path)
     tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written stays behind
+        raise
 
 
 SUBMISSION = Path(KAGGLE_WORKING) / "submission.json"
@@ -261,6 +273,9 @@ try:
         READY = False
         NO_MODEL = "no challenges file was found"
     else:
+        if os.path.realpath(CHALLENGES) == os.path.realpath(SUBMISSION):  # an output never replaces an input
+            raise ValueError(f"CHALLENGES is {SUBMISSION}, the file this kernel writes its submission to; it is "
+                             f"left as it is: put the challenges elsewhere")
         challenge_data = json.loads(read_regular(CHALLENGES))  # bytes: json reads UTF-8/16/32, with a BOM too
         if not isinstance(challenge_data, dict):
             raise ValueError("it does not hold a JSON object of tasks")

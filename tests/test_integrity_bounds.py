@@ -160,3 +160,17 @@ def test_a_repair_run_s_time_limit_has_an_upper_bound(seconds):
 
     with pytest.raises(ValidationError, match="time_limit"):
         RepairEvalConfig(weights="w", data="d", time_limit=seconds)
+
+
+@pytest.mark.parametrize("second", ["{d}", "{d}/", "{d}/../{name}", "link"])
+def test_a_dataset_named_twice_is_refused(tmp_path, capsys, second):
+    """`data_paths=[D,D]` (or `D` and `D/`, `x/../D`, a link to D) once trained on D mixed with itself: its
+    puzzles twice as likely and a second embedding row each, with no word."""
+    d = tmp_path / "s4"
+    d.mkdir()
+    (tmp_path / "link").symlink_to(d)
+    other = str(tmp_path / "link") if second == "link" else second.format(d=d, name=d.name)
+    rc = main(["train", f"data_paths=[{d},{other}]", f"checkpoint_path={tmp_path / 'run'}", "--print-config"])
+    line = one_error_line(capsys, rc)
+    assert "data_paths: names the dataset" in line and "twice" in line and "each dataset is read once" in line
+    assert not (tmp_path / "run").exists()

@@ -45,8 +45,17 @@ def test_one_lock_whichever_commands_meet(tmp_path, holder, first, second):
     assert sorted(x.name for x in (tmp_path / "d").iterdir()) == [LOCK_FILE]
 
 
+def _bound_socket(path) -> None:
+    """A Unix socket's file at `path` (it stays once the socket is closed); its open() fails with ENXIO."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+
+
 @pytest.mark.parametrize("planted, words", [("symlink", "is a symbolic link"), ("hard link", "has 2 names"),
-                                             ("fifo", "is not a regular file"), ("folder", "Is a directory")])
+                                             ("fifo", "is not a regular file"), ("folder", "Is a directory"),
+                                             ("socket", "the lock file is a socket, not a regular file")])
 def test_a_planted_lock_file_is_refused_and_never_written_through(sudoku4, tmp_path, capsys, planted, words):
     """The lock file's record is rewritten: a link planted in its place would overwrite its target, a FIFO would
     hang the open. Each is one line, and the file a link points to keeps its bytes."""
@@ -57,7 +66,8 @@ def test_a_planted_lock_file_is_refused_and_never_written_through(sudoku4, tmp_p
     precious.write_text("keep me\n")
     lock = run / LOCK_FILE
     {"symlink": lambda: lock.symlink_to(precious), "hard link": lambda: os.link(precious, lock),
-     "fifo": lambda: os.mkfifo(lock), "folder": lambda: lock.mkdir()}[planted]()
+     "fifo": lambda: os.mkfifo(lock), "folder": lambda: lock.mkdir(),
+     "socket": lambda: _bound_socket(lock)}[planted]()
     t0 = time.monotonic()
     rc = main(["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={run}", *TINY, "max_steps=1", "--no-progress"])
     line = one_error_line(capsys, rc)

@@ -120,3 +120,23 @@ def test_an_export_records_its_config_and_a_reexport_is_bound_again(tmp_path, ca
     (tmp_path / "w" / "config.json").write_text(json.dumps(config))
     with pytest.raises(TRMError, match="H_cycles: 2 in the weights, 5 in config.json"):
         read_export(tmp_path / "w")
+
+
+def test_an_export_with_an_integer_tensor_signed_again_is_refused_when_loaded(tmp_path, capsys):
+    """No writer saves integer weights; loaded, they were copied into the model's floats and evaluated silently
+    (another accuracy). Now the one load check names them."""
+    import torch
+
+    edited = tmp_path / "int"
+    shutil.copytree(SHIPPED, edited)
+    path = edited / "weights.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        meta = dict(f.metadata())
+    tensors = load_file(path)
+    tensors["embed_tokens.weight"] = tensors["embed_tokens.weight"].to(torch.int64)
+    meta["sha256"] = content_digest(tensors)
+    save_file(tensors, str(path), metadata=meta)
+    from trm_kaggle.model import load_inference_model
+
+    with pytest.raises(TRMError, match="tensors that are not floating point: embed_tokens.weight torch.int64"):
+        load_inference_model(edited)

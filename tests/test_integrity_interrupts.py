@@ -213,3 +213,21 @@ def _cmdline_has(proc: Path, text: str) -> bool:
         return text.encode() in (proc / "cmdline").read_bytes() and _alive(int(proc.name))
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGHUP, 129), (signal.SIGTERM, 143)])
+def test_a_closed_terminal_stops_a_build_as_sigterm_does(tmp_path, signum, status):
+    """SIGHUP (a closed terminal or SSH session) once ended `build-sudoku` by Python's default, without a word
+    and leaving its `.partial-<pid>` folder beside the output; now it is stopped as SIGTERM stops it."""
+    out = tmp_path / "s9"
+    p = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "build-sudoku", "--output-dir", str(out), "--size",
+                          "9", "--num-train", "100000", "--num-test", "10", "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("s9.partial-*")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert p.poll() is None, "the build ended before it could be stopped"
+    p.send_signal(signum)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == status and f"interrupted: stopped by {signal.Signals(signum).name}" in err, err
+    assert sorted(q.name for q in tmp_path.iterdir()) == [], list(tmp_path.iterdir())

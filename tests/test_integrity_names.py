@@ -110,3 +110,22 @@ def test_the_rules():
     for bad in ("/abs", "../x", "a/../b", "a//b", "a/", "a/./b"):
         assert relative_path_problem(bad), bad
     assert task_id_problem("a|||b") and name_problem("a|||b") is None  # the separator matters to task ids only
+
+
+@pytest.mark.parametrize("name", ["a\nb", "x\x1b[2J\x1b[31mRED"])
+def test_a_file_name_with_control_characters_stays_one_escaped_error_line(tmp_path, capsys, name):
+    """`build-arc --task-dir` escaped the task id but printed the file's path raw: a newline in the name split
+    the one `error:` line in two, an escape sequence cleared the terminal. Every error line is escaped whole."""
+    import json
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]], "output": [[2, 1]]}]}
+    tasks = tmp_path / "tasks"
+    for subset in ("tr", "ev"):
+        (tasks / subset).mkdir(parents=True)
+        (tasks / subset / f"g{subset}.json").write_text(json.dumps(task))
+    (tasks / "tr" / f"{name}.json").write_text(json.dumps(task))
+    rc = main(["build-arc", "--task-dir", str(tasks), "--subsets", "tr", "ev", "--test-set-name", "ev",
+               "--num-aug", "1", "--workers", "1", "--no-progress", "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "\x1b" not in err, repr(err)
+    assert name.encode("unicode_escape").decode() in err

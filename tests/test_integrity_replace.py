@@ -266,8 +266,9 @@ def test_a_loop_of_links_is_named(tmp_path):
 
 
 def test_another_writer_finishing_first_leaves_no_old_folder(tmp_path, monkeypatch):
-    """Two replacements of one output at once: the one whose rename comes second fails, and removes the old
-    output it moved aside (the other writer's is in place) as well as its own partial folder."""
+    """Two replacements of one output at once, their swaps at the same instant: the one whose rename comes
+    second fails with the line of a race (not the rename's raw "Directory not empty"), and removes the old output
+    it moved aside (the other writer's is in place) as well as its own partial folder."""
     make_export(tmp_path / "exp")
     real = os.replace
 
@@ -281,7 +282,7 @@ def test_another_writer_finishing_first_leaves_no_old_folder(tmp_path, monkeypat
         return real(src, dst)
 
     monkeypatch.setattr(A.os, "replace", the_other_writer_first)
-    with pytest.raises(OSError):
+    with pytest.raises(TRMError, match="another command wrote this export while this one was built"):
         make_export(tmp_path / "exp")
     assert leftovers(tmp_path) == [] and (tmp_path / "exp" / "x").read_text() == "the other writer's"
 

@@ -131,7 +131,8 @@ def _resumed_after(data, tmp_path, capsys, change):
 
 
 @pytest.mark.parametrize("change, said", [
-    (_other_tensor_shape, "field 'model' does not fit this run: RuntimeError"),
+    (_other_tensor_shape, "field 'model' does not fit this run: its weights: weights do not match the model config: "
+                          "tensor shapes do not match"),
     (_shrunk_moment, "field 'optimizer' does not fit this run: ValueError: its "),
     (_shrunk_carry, "field 'carries' does not fit this run: ValueError: latent states of shape (1, 1)"),
 ])
@@ -320,3 +321,49 @@ def test_a_parameter_state_lacking_what_the_others_hold_is_refused_not_zeroed(da
     assert str(path) in line and "field 'optimizer' does not fit this run" in line, line
     assert "parameters hold different state: some lack" in line, line
     assert ckpt.list_states(run) == [path]
+
+
+def test_a_negative_mean_of_squares_makes_the_state_damaged_and_an_older_one_resumed(data, tmp_path, caplog):
+    """An Adam second moment below 0 passed every check, and its square root made the weights NaN at the first
+    step: "training diverged, lower lr", at every later resume too, while a good older state stood."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    assert main(train_args(data, run, "max_steps=3")) == 0
+
+    def negative(s):
+        st = next(st for st in s["optimizer"]["state"].values() if "exp_avg_sq" in st)
+        st["exp_avg_sq"] = st["exp_avg_sq"].clone()
+        st["exp_avg_sq"].view(-1)[0] = -1.0
+
+    _rewrite(ckpt.state_path(run, 3), negative)
+    with pytest.raises(ckpt.DamagedFile, match="field 'optimizer' tensor .*exp_avg_sq holds 1 negative value"):
+        ckpt.load_train_state(ckpt.state_path(run, 3))
+    assert main(train_args(data, run, "max_steps=4")) == 0
+    assert ckpt.newest_step(run) == 4 and (run / "state_step00000003.pt.corrupt").exists()
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda s: s["model"].update({"extra.weight": torch.zeros(3)}), "keys this model does not have extra.weight"),
+    (lambda s: s["model"].pop("lm_head.weight"), "missing keys lm_head.weight"),
+    (lambda s: s["model"].update({"lm_head.weight": s["model"]["lm_head.weight"].to(torch.int64)}),
+     "tensors that are not floating point: lm_head.weight torch.int64"),
+])
+def test_model_tensors_named_whole_on_resume(data, tmp_path, capsys, change, said):
+    """A key too many or too few was one line cut at torch's first ("Error(s) in loading state_dict for
+    TinyRecursiveModel:"), and an integer tensor was copied into the weights without a word."""
+    run, path, line = _resumed_after(data, tmp_path, capsys, change)
+    assert str(path) in line and "field 'model' does not fit this run" in line and said in line, line
+
+
+def test_an_integer_moment_makes_the_state_damaged(data, tmp_path):
+    """torch's load_state_dict casts an integer moment to the weights' dtype: the resume was silently inexact."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+
+    def integer_moment(s):
+        st = next(st for st in s["optimizer"]["state"].values() if "exp_avg" in st)
+        st["exp_avg"] = st["exp_avg"].to(torch.int64)
+
+    _rewrite(ckpt.state_path(run, 2), integer_moment)
+    with pytest.raises(ckpt.DamagedFile, match="tensor .*exp_avg is torch.int64; a run saves its optimizer's state"):
+        ckpt.load_train_state(ckpt.state_path(run, 2))

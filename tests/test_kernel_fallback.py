@@ -173,7 +173,8 @@ def test_save_run_and_rerun(tmp_path, monkeypatch, env, params, mode, max_tasks,
     ({"NUM_AUG": 10**400}, {"NUM_AUG": "auto"}, ["NUM_AUG=1000000000000000000000000000000000000..."]),
     ({"TIME_BUDGET": 10**400}, {"TIME_BUDGET": 11.5 * 3600}, ["TIME_BUDGET="]),
     ({"TIME_BUDGET": 1e308}, {"TIME_BUDGET": 11.5 * 3600}, ["TIME_BUDGET=1e+308 is not"]),
-    ({"FINETUNE_STEPS": 10**5000}, {"FINETUNE_STEPS": "auto"}, ["FINETUNE_STEPS=<a whole number of about 5,000 digits>"]),
+    ({"FINETUNE_STEPS": 10**5000}, {"FINETUNE_STEPS": "auto"},
+     ["FINETUNE_STEPS=<a whole number of about 5,000 digits>"]),
     ({"TEST_DEPTH": 10**9, "TRAJECTORY_NOISE": 1e308}, {"TEST_DEPTH": None, "TRAJECTORY_NOISE": 0.0},
      ["TEST_DEPTH=1000000000 is not None or a whole number from 1 to 1,024", "TRAJECTORY_NOISE=1e+308"]),
     ({"TRAJECTORIES": "33"}, {"TRAJECTORIES": 1}, ["TRAJECTORIES=33"]),
@@ -254,3 +255,61 @@ def test_a_challenges_path_that_is_no_regular_file_is_refused_unread(tmp_path, m
     assert scope["READY"] is False and out.count("WARNING") == 1, out
     assert "is not a regular file (a folder, FIFO, device or socket); it is not read" in out
     assert not (tmp_path / "working" / "submission.json").exists()
+
+
+def test_no_limit_on_kaggle_is_its_12_hours(tmp_path, monkeypatch):
+    """Kaggle stops every kernel at 12 h: TIME_BUDGET=None there would plan past the stop."""
+    write_competition(tmp_path / "input" / "comp")
+    env = {"KAGGLE_KERNEL_RUN_TYPE": "Batch", "KAGGLE_IS_COMPETITION_RERUN": "1"}
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, env=env, TIME_BUDGET=None, NUM_AUG=2, FINETUNE_STEPS=3)
+    assert scope["TIME_BUDGET"] == 11.5 * 3600 and "TIME_BUDGET=None (no limit) is past" in out, out
+
+
+def test_challenges_that_are_the_submission_file_are_left_as_they_are(tmp_path, monkeypatch):
+    """CHALLENGES pointing at KAGGLE_WORKING/submission.json: the fallback once replaced the input with its
+    answers (and the solve then blamed a solutions file). The input stands; one warning says why."""
+    working = tmp_path / "working"
+    working.mkdir()
+    challenges = write_competition(working)
+    target = working / "submission.json"
+    challenges.rename(target)
+    before = target.read_bytes()
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(target))
+    assert target.read_bytes() == before and scope["READY"] is False and out.count("WARNING") == 1, out
+    assert "the file this kernel writes its submission to; it is left as it is" in out
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="Linux's /proc")
+def test_a_challenges_path_into_proc_is_refused_unopened(tmp_path, monkeypatch):
+    link = tmp_path / "c.json"
+    link.symlink_to("/proc/self/status")
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(link))
+    assert scope["READY"] is False and "is a file of the kernel's /proc or /sys" in out, out
+
+
+def test_a_failed_fallback_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    write_competition(tmp_path / "input" / "comp")
+    (tmp_path / "working" / "submission.json").mkdir(parents=True)  # a folder where the file goes
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    assert scope["READY"] is False and "could not be written" in out
+    assert [p.name for p in (tmp_path / "working").iterdir()] == ["submission.json"]
+
+
+def test_a_special_file_found_by_the_search_is_named_not_called_missing(tmp_path, monkeypatch):
+    import os
+
+    (tmp_path / "input" / "comp").mkdir(parents=True)
+    os.mkfifo(tmp_path / "input" / "comp" / NAME)
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    assert scope["READY"] is False and f"that is a regular file ({tmp_path / 'input' / 'comp' / NAME} is not)" in out
+
+
+def test_every_device_the_package_solves_on_is_a_device_the_notebook_takes(tmp_path, monkeypatch):
+    from typing import get_args
+
+    from trm_kaggle.config import SolveConfig
+
+    write_competition(tmp_path / "input" / "comp")
+    for device in get_args(SolveConfig.model_fields["device"].annotation):
+        scope, out = run_fallback_cell(tmp_path, monkeypatch, DEVICE=device)
+        assert scope["DEVICE"] == device and "WARNING" not in out, (device, out)

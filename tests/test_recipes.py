@@ -27,10 +27,10 @@ def test_recipes_combine_and_explicit_fields_win():
 def test_unknown_recipe_names_the_close_one():
     with pytest.raises(TRMError, match="unknown recipe 'nvark' \\(did you mean nvarc\\?\\)"):
         recipe_settings("nvark")
-    for names in ("nvarc+", "+trelis", "nvarc++trelis"):
+    for names in ("nvarc+", "+trelis", "nvarc++trelis", ""):
         with pytest.raises(TRMError, match="has an empty name"):
             recipe_settings(names)
-    assert recipe_settings(None) == recipe_settings("") == {}
+    assert recipe_settings(None) == {}
 
 
 def test_list_recipes_and_errors_from_the_command_line(capsys):

@@ -319,10 +319,11 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    raced = TRMError(f"{target}: another command wrote this {kind} while this one was built; that one stands and "
+                     f"this one is discarded (run the command again to replace it)")
     if _identity(target) != found:  # two commands built one output at once: the first to finish keeps it
         shutil.rmtree(tmp, ignore_errors=True)
-        raise TRMError(f"{target}: another command wrote this {kind} while this one was built; that one stands and "
-                       f"this one is discarded (run the command again to replace it)")
+        raise raced
     old = target.parent / f"{target.name}{OLD_MARK}{os.getpid()}"
     moved = False
     try:
@@ -330,11 +331,14 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
             os.replace(target, old)
             moved = True
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         if moved and not target.exists():
             os.replace(old, target)  # the old output back where it was
         elif moved:  # another writer's output took its place meanwhile: the old one is superseded
             shutil.rmtree(old, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(e, OSError):  # the two swapped at the same instant: said as the check above says it
+                raise raced from None
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if moved:

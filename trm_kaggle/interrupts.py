@@ -1,7 +1,8 @@
-"""A stop is one line: SIGTERM taken as Ctrl-C is taken, and the line and status either ends a command with.
+"""A stop is one line: SIGTERM (and SIGHUP) taken as Ctrl-C is taken, and the line and status either ends a
+command with.
 
-Python ends a process on SIGTERM at once and without a word; here it raises `Terminated`, a KeyboardInterrupt
-whose status is 128 + 15, so that what runs is stopped as by Ctrl-C (children, locks and partial files
+Python ends a process on SIGTERM or SIGHUP at once and without a word (a build's partial folder left behind);
+here it raises `Terminated`, a KeyboardInterrupt whose status is 128 + the signal's number, so that what runs is stopped as by Ctrl-C (children, locks and partial files
 included) and `interrupted` prints its one line. `trm_kaggle.console` installs the handler before a command's
 first import; a command that answers a stop in its own way (a training saves its state, a sweep stops its
 trainings) installs its own for its length and puts the previous one back. Standard library only.
@@ -14,45 +15,66 @@ import signal
 import sys
 
 
+#: The signals that stop a command as Ctrl-C does: a scheduler's or `kill`'s SIGTERM, and the SIGHUP of a closed
+#: terminal or SSH session (left alone where it is ignored: `nohup`).
+TERMINATING = (signal.SIGTERM,) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+
+
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler's stop, `kill`), taken as Ctrl-C is: whatever runs is stopped, with one line and
-    status 128 + 15."""
+    """SIGTERM (a scheduler's stop, `kill`) or SIGHUP (a closed terminal), taken as Ctrl-C is: whatever runs is
+    stopped, with one line and status 128 + the signal's number."""
 
-    exit_status = 128 + signal.SIGTERM
-
-    def __init__(self) -> None:
-        super().__init__("stopped by SIGTERM")
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum, self.exit_status = signum, 128 + signum
 
 
 _OWNER = [0]  # the pid that installed the handler (`take_sigterm`)
 
 
 def take_sigterm() -> None:
-    """SIGTERM raises `Terminated` in this process from now on (a forked child keeps Python's default)."""
+    """SIGTERM and SIGHUP raise `Terminated` in this process from now on (a forked child keeps Python's
+    default)."""
     _OWNER[0] = os.getpid()
-    signal.signal(signal.SIGTERM, raise_terminated)
+    hold_terminations()
+
+
+def hold_terminations() -> dict[int, object]:
+    """`raise_terminated` for each of `TERMINATING` (an ignored SIGHUP stays ignored); the handlers it replaced,
+    for `give_back` (only the main thread can take a signal handler)."""
+    previous = {}
+    for signum in TERMINATING:
+        if signal.getsignal(signum) is not signal.SIG_IGN or signum == signal.SIGTERM:
+            previous[signum] = signal.signal(signum, raise_terminated)
+    return previous
+
+
+def give_back(previous: dict[int, object]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 def raise_terminated(signum, frame) -> None:
-    """A SIGTERM handler: `Terminated` raised where the main thread is. A process forked from the one that
-    installed it (a pool's worker, a data loader's) inherits it; there it ends as Python's default would, by
+    """A SIGTERM or SIGHUP handler: `Terminated` raised where the main thread is. A process forked from the one
+    that installed it (a pool's worker, a data loader's) inherits it; there it ends as Python's default would, by
     the signal and without a word: its parent says what stopped."""
     if _OWNER[0] and os.getpid() != _OWNER[0]:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
         return
-    # a second SIGTERM while this one unwinds (workers stopped, partial files removed) ends the process as
+    # a second signal while this one unwinds (workers stopped, partial files removed) ends the process as
     # Python's default does, instead of a second Terminated raised inside that cleanup (a traceback)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    raise Terminated()
+    signal.signal(signum, signal.SIG_DFL)
+    raise Terminated(signum)
 
 
 def quiet_teardown() -> None:
     """From here on SIGINT and SIGTERM end the process by the signal, without a word: the command has said
     its last line, and a signal during the interpreter's teardown (multiprocessing joining its children) must
     not add a traceback after it."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)
+    for signum in (signal.SIGINT, *TERMINATING):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 def interrupted(e: KeyboardInterrupt) -> int:

@@ -40,6 +40,7 @@ from typing import Iterator, MutableMapping
 
 from trm_kaggle.atomic import pid_alive
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import not_regular
 
 LOCK_FILE = ".trm_kaggle.lock"
 #: The environment variable naming the lock files' descriptors a child was handed (`hand_down`).
@@ -87,6 +88,12 @@ def _open_lock_file(path: Path, create: bool = True):
         if e.errno == errno.ELOOP or path.is_symlink():
             raise TRMError(f"{path}: the lock file is a symbolic link; a lock file is never followed (its target "
                            "would be overwritten): remove the link") from None
+        try:  # a socket cannot be opened (ENXIO, "No such device or address"): say what stands there
+            kind = not_regular(os.lstat(path).st_mode)
+        except (OSError, ValueError):
+            kind = None
+        if kind:
+            raise TRMError(f"{path}: the lock file is {kind}, not a regular file; remove it") from None
         raise
     st = os.fstat(fd)
     problem = ("is not a regular file" if not stat.S_ISREG(st.st_mode) else

@@ -19,6 +19,7 @@ import sys
 from typing import Callable, Iterator, Sequence, TextIO, TypeVar
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.wording import one_line
 
 Parsed = TypeVar("Parsed")
 
@@ -99,7 +100,7 @@ def parse_checked(parse: Callable[[Sequence[str] | None], Parsed], argv: Sequenc
             checked.flush()  # the help argparse printed: its failure is said now, not lost at exit
             raise
     except StdoutError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         raise SystemExit(2) from None
     finally:
         sys.stdout = stream

@@ -18,6 +18,12 @@ def shown(name: str, limit: int = 60) -> str:
     return text if len(name) <= limit and len(text) <= limit else text[:limit - 3] + "..."
 
 
+def one_line(text: str) -> str:
+    """`text` as one terminal line: control characters escaped (a newline in a file's name once split an `error:`
+    line in two, an escape sequence in one cleared the screen); nothing cut."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
 def clipped(value: object, limit: int = 80) -> str:
     """`repr(value)` for a one-line message, at most about `limit` characters: a value typed or read from a file
     may be megabytes long (a pasted file), or nested lists that share their items (a YAML alias bomb: bytes on

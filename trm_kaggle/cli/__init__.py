@@ -78,7 +78,7 @@ def _main(argv: list[str] | None, started: float) -> int:
     from trm_kaggle.config import validation_line
     from trm_kaggle.errors import TRMError, os_error_line
     from trm_kaggle.stdout import checked_stdout, parse_checked
-    from trm_kaggle.wording import escape_what_the_console_cannot_show
+    from trm_kaggle.wording import escape_what_the_console_cannot_show, one_line
 
     escape_what_the_console_cannot_show()  # a task id the locale cannot encode is escaped, never a traceback
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -102,7 +102,7 @@ def _main(argv: list[str] | None, started: float) -> int:
         try:
             args = parse_checked(build_parser().parse_args, argv)  # help that cannot be printed: status 2
         except TRMError as e:  # a flag outside its bounds (`config.common.bounded_number`): one line, as after parsing
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {one_line(e)}", file=sys.stderr)
             return 2
     if overrides:
         args.overrides = list(args.overrides) + overrides
@@ -117,11 +117,12 @@ def _main(argv: list[str] | None, started: float) -> int:
                 precheck(args.command, args)  # outputs against inputs, writability, selections: before any work
             return args.func(args)
     except TRMError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return getattr(e, "exit_status", 2)  # 2: bad input; a failed worker group says 1
     except pydantic.ValidationError as e:
-        print(f"error: invalid option: {validation_line(e, typed_flags(build_parser(), argv))}", file=sys.stderr)
+        print(f"error: invalid option: {one_line(validation_line(e, typed_flags(build_parser(), argv)))}",
+              file=sys.stderr)
         return 2
     except OSError as e:  # a full disk, a read-only or missing folder, a file where a folder should be
-        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        print(f"error: {one_line(os_error_line(e))}", file=sys.stderr)
         return 2

@@ -31,8 +31,8 @@ from trm_kaggle.config.train import CurriculumConfig, HaltScheduleConfig, TrainC
 
 __all__ = [
     "ARC_DEFAULT_SUBSETS", "DEVICE_PATTERN", "EXECUTION_FIELDS", "IMAGE_PATTERN", "JOB_NAME_PATTERN", "MAX_BATCH_SIZE",
-    "MAX_FINETUNE_STEPS", "MAX_GENERATED", "MAX_IDENTIFIERS_START", "MAX_LR", "MAX_NUM_AUG", "MAX_PUZZLE_IDENTIFIERS", "MAX_SAVE_EVERY_S",
-    "MAX_SEED", "MAX_SWEEP_RUNS", "RECURSION_FIELDS", "SAFE_NAME_PATTERN",
+    "MAX_FINETUNE_STEPS", "MAX_GENERATED", "MAX_IDENTIFIERS_START", "MAX_LR", "MAX_NUM_AUG", "MAX_PUZZLE_IDENTIFIERS",
+    "MAX_SAVE_EVERY_S", "MAX_SEED", "MAX_SWEEP_RUNS", "RECURSION_FIELDS", "SAFE_NAME_PATTERN",
     "ArcBuildConfig", "ArchConfig", "ClusterConfig", "CodeRepairBuildConfig", "CompileSetting", "CurriculumConfig",
     "EvaluateConfig", "ExportConfig", "FinetuneMode", "HaltScheduleConfig", "InferenceDtype", "K8sOptions",
     "MazeBuildConfig", "PipelineConfig", "RepairEvalConfig", "SlurmOptions", "SolveConfig", "SudokuBuildConfig",

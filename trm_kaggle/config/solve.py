@@ -73,8 +73,8 @@ class SolveConfig(_Config):
                                                                     "export's)")
     L_cycles: Optional[int] = Field(None, ge=1, le=256, description="test-time latent updates per cycle (default: "
                                                                     "the export's)")
-    halt_max_steps: Optional[int] = Field(None, ge=1, le=4096, description="test-time ACT steps (default: the "
-                                                                           "export's)")
+    halt_max_steps: Optional[int] = Field(None, ge=1, le=4096, description="test-time ACT steps of fine-tuning, "
+                                          "and of prediction unless test_depth is set (default: the export's)")
     max_tasks: Optional[int] = Field(None, ge=1, description="the model works on the first N tasks; the others get "
                                                              "the fallback, all are submitted (default: every task)")
     workers: Optional[int] = Field(None, ge=1, le=1024, description="worker processes, one device each, at most one "
@@ -109,8 +109,8 @@ class SolveConfig(_Config):
                                     "RMS (needs trajectories >= 2)")
     trajectory_select: TrajectorySelect = Field("q_halt", description="first_halt: trajectories stop at their first "
                                                 "q_halt > 0 (ARC votes with every trajectory either way)")
-    test_depth: Optional[int] = Field(None, ge=1, le=MAX_TEST_DEPTH, description="ACT steps of prediction (default: "
-                                      "halt_max_steps)")
+    test_depth: Optional[int] = Field(None, ge=1, le=MAX_TEST_DEPTH, description="ACT steps of prediction alone, "
+                                      "fine-tuning keeping halt_max_steps (default: halt_max_steps)")
     fallback: Literal["input", "blank"] = Field("input", description="attempts for tasks the model does not answer: "
                                                 "the test input (then its transpose), or blank grids")
     device: Literal["auto", "cpu", "cuda", "mps", "xla"] = Field("auto", description="where workers run")

@@ -4,6 +4,7 @@ with its bounds and description."""
 
 from __future__ import annotations
 
+import os
 from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
@@ -226,6 +227,20 @@ class TrainConfig(_Config):
     # data curriculum: stages in order over the run's steps (empty = sample everything throughout)
     stages: list[TrainStage] = Field(default_factory=list, description="data curriculum stages, in order (empty "
                                                                        "= sample everything throughout)")
+
+    @field_validator("data_paths", "data_paths_test")
+    @classmethod
+    def _each_dataset_once(cls, v: list[str]) -> list[str]:
+        """One dataset named twice (`D` and `D/`, `x/../D`, a link to it) would be mixed with itself: its puzzles
+        drawn twice as often and given a second embedding row each, without a word."""
+        seen: dict[str, str] = {}
+        for path in v:
+            key = os.path.realpath(path) if isinstance(path, str) and path else path
+            if key in seen:
+                same = "" if seen[key] == path else f" (as {seen[key]!r} and {path!r})"
+                raise ValueError(f"names the dataset {path!r} twice{same}: each dataset is read once")
+            seen[key] = path
+        return v
 
     @field_validator("run_name")
     @classmethod

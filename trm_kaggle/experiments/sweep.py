@@ -45,7 +45,7 @@ import pydantic
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
-from trm_kaggle.interrupts import Terminated, raise_terminated
+from trm_kaggle.interrupts import Terminated, give_back, hold_terminations
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
@@ -428,7 +428,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
             say(f"FAILED  {rec['name']}: {rec['error']}")
             bar.update()
 
-        previous = signal.signal(signal.SIGTERM, raise_terminated) if _main_thread() else None
+        previous = hold_terminations() if _main_thread() else None
         try:
             while todo or running:
                 while todo and free:
@@ -451,15 +451,15 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         except BaseException as err:  # Ctrl-C, SIGTERM, or anything else: no child outlives the sweep
             _put_back(running)
             save()
-            if isinstance(err, Terminated):  # said as SIGTERM, status 143
-                raise Terminated() from None
+            if isinstance(err, Terminated):  # said as SIGTERM (status 143) or SIGHUP (129)
+                raise Terminated(err.signum) from None
             if isinstance(err, KeyboardInterrupt):
                 raise KeyboardInterrupt from None
             raise
         finally:
             bar.close()
             if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+                give_back(previous)
         done = sum(by_name[run.name]["state"] == "done" for run in plan)
         return SweepSummary(sweep_dir, len(plan), done, len(failures), skipped, time.perf_counter() - t_start,
                             failures)

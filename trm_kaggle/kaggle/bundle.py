@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
 import sys
 import threading
 import time
@@ -57,7 +56,7 @@ from typing import Callable, Iterable, Sequence, get_args
 
 from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, SolveConfig, bounded_count_or_auto, bounded_number
-from trm_kaggle.interrupts import interrupted, raise_terminated
+from trm_kaggle.interrupts import give_back, hold_terminations, interrupted
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_kernel_notebook
@@ -336,16 +335,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
-    """SIGTERM raises `interrupts.Terminated` while the block runs (only the main thread can take a signal handler)."""
+    """SIGTERM and SIGHUP raise `interrupts.Terminated` while the block runs (only the main thread can take a signal
+    handler)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    previous = hold_terminations()
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        give_back(previous)
 
 
 def _check_parts(out: Path, parts: dict[str, str]) -> None:

@@ -259,9 +259,13 @@ def fit_state_dict(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], 
     unexpected = [display(k) for k in sorted(set(tensors) - set(expected))]
     bad = [f"{display(k)} {tuple(tensors[k].shape)} in the file, {tuple(v.shape)} in the model"
            for k, v in expected.items() if k in tensors and tuple(tensors[k].shape) != tuple(v.shape)]
+    # load_state_dict would copy integers or booleans into the weights without a word (no writer saves them)
+    kinds = [f"{display(k)} {tensors[k].dtype}" for k, v in expected.items()
+             if k in tensors and v.is_floating_point() and not tensors[k].is_floating_point()]
     parts = ([f"missing keys {listed(missing)}"] if missing else []) + \
             ([f"keys this model does not have {listed(unexpected)}"] if unexpected else []) + \
-            ([f"tensor shapes do not match: {listed(bad)}"] if bad else [])
+            ([f"tensor shapes do not match: {listed(bad)}"] if bad else []) + \
+            ([f"tensors that are not floating point: {listed(kinds)}"] if kinds else [])
     if parts:
         raise TRMError(f"{source}: weights do not match the model config: {'; '.join(parts)}")
     model.load_state_dict(dict(tensors), strict=True)

@@ -43,7 +43,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 def recipe_settings(names: str | None) -> dict[str, Any]:
     """The SolveConfig fields of `names` ('a' or 'a+b', later ones winning); {} for None."""
     settings: dict[str, Any] = {}
-    for name in (names.split("+") if names else []):
+    for name in ([] if names is None else names.split("+")):  # `--recipe ''` is a name lost, not no recipe
         if not name.strip():
             raise TRMError(f"recipe {names!r} has an empty name (a '+' with nothing on one side); recipes: "
                            f"{', '.join(RECIPES)}")

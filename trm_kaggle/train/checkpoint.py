@@ -278,9 +278,11 @@ def _tensors(v: Any) -> bool:
 def _non_finite(state: dict[str, Any]) -> str | None:
     """`'field' tensor NAME holds N non-finite values` for the first weight or latent state holding NaN or inf: a
     save refuses them, so a state that holds them was not written by a run (resumed, it would fail at its next
-    save with advice about the learning rate)."""
+    save with advice about the learning rate); likewise a mean of squares below 0, a step count that is no whole
+    number from 0, and a NaN setting of an optimizer."""
     carries = [(f"carry {i}.{k}", c[k]) for rank in state.get("carries") or [] for i, c in enumerate(rank)
                for k in ("z_H", "z_L")]
+
     def moments(key: str) -> list[tuple[str, torch.Tensor]]:
         return [(f"{i}.{k}", t) for i, st in ((state.get(key) or {}).get("state") or {}).items()
                 for k, t in st.items() if isinstance(t, torch.Tensor)]
@@ -291,6 +293,14 @@ def _non_finite(state: dict[str, Any]) -> str | None:
         for name, t in named:
             if t.is_floating_point() and (bad := int((~torch.isfinite(t)).sum())):
                 return f"{field!r} tensor {name} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf)"
+    for key in ("optimizer", "sparse_optimizer"):  # torch's load would cast an integer moment to the weights' dtype
+        for name, t in moments(key):
+            if not t.is_floating_point():
+                return f"{key!r} tensor {name} is {t.dtype}; a run saves its optimizer's state as floating point"
+    for key in ("optimizer", "sparse_optimizer"):  # a mean of squares below 0: its square root is NaN at the next step
+        for name, t in moments(key):
+            if name.endswith("_sq") and t.is_floating_point() and (bad := int((t < 0).sum())):
+                return f"{key!r} tensor {name} holds {bad} negative value{'s' if bad > 1 else ''} (a mean of squares)"
     for key in ("optimizer", "sparse_optimizer"):  # a step count below 0 or between whole numbers: Adam's bias
         for i, st in ((state.get(key) or {}).get("state") or {}).items():  # correction takes its log
             v = st.get("step") if isinstance(st, dict) else None

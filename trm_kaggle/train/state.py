@@ -191,8 +191,8 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
                  dtype_name(rt.dtype))
         rt.dtype = DTYPES[saved_dtype]
         state.model.forward_dtype = rt.dtype
-    with _field(path, "model"):  # another architecture's tensors: torch names the first that differs
-        state.model.load_state_dict(saved["model"])
+    with _field(path, "model"):  # another architecture's tensors: the one check names what differs
+        fit_state_dict(state.model, saved["model"], "its weights")
     for part, key in ((state.ema, "ema"), (state.dense, "optimizer"), (state.sparse, "sparse_optimizer")):
         if part is not None and saved.get(key) is not None:
             with _field(path, key):
