@@ -38,6 +38,9 @@ TRAIN = [  # the issue's examples, then their siblings
     ("arch.hidden_size=0", "arch.hidden_size"), (f"arch.puzzle_emb_ndim={BIG}", "arch.puzzle_emb_ndim"),
     ("halt_schedule.start_prob=nan", "halt_schedule.start_prob"), ("curriculum.epochs=-1", "curriculum.epochs"),
     ("global_batch_size=1000000000000000", "global_batch_size"), ("micro_batch_size=2000000", "micro_batch_size"),
+    # a boolean where a number goes was read as 1 or 0 (`max_steps: true` trained one step)
+    ("max_steps=true", "max_steps: True is a boolean, not a number"), ("seed=false", "seed: False is a boolean"),
+    ("arch.H_cycles=true", "arch.H_cycles: True is a boolean"), ("lr=true", "lr: True is a boolean"),
 ]
 
 

@@ -367,3 +367,18 @@ def test_an_integer_moment_makes_the_state_damaged(data, tmp_path):
     _rewrite(ckpt.state_path(run, 2), integer_moment)
     with pytest.raises(ckpt.DamagedFile, match="tensor .*exp_avg is torch.int64; a run saves its optimizer's state"):
         ckpt.load_train_state(ckpt.state_path(run, 2))
+
+
+def test_an_optimizer_step_count_past_the_states_own_makes_it_damaged(data, tmp_path):
+    """An optimizer steps at most once per training step: a count of 10**18 in a state at step 2 resumed with
+    another bias correction, silently inexact."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+
+    def far_step(s):
+        st = next(st for st in s["optimizer"]["state"].values() if "step" in st)
+        st["step"] = torch.tensor(1e18)
+
+    _rewrite(ckpt.state_path(run, 2), far_step)
+    with pytest.raises(ckpt.DamagedFile, match="state 0.step is [0-9]{18}, past the state.s own step 2"):
+        ckpt.load_train_state(ckpt.state_path(run, 2))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from typing import Literal, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 
 def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = None) -> str:
@@ -98,12 +99,28 @@ def _checked_number(value, where: str = ""):
     return value
 
 
+def _numeric_not_boolean(annotation) -> bool:
+    """Whether a field of this type takes an int or a float but no bool (Optional and Union looked through)."""
+    kinds, todo = set(), [annotation]
+    while todo:
+        t = todo.pop()
+        args = typing.get_args(t)
+        if args and typing.get_origin(t) is not Literal:
+            todo.extend(args)
+        else:
+            kinds.add(t)
+    return bool(kinds & {int, float}) and bool not in kinds and typing.Any not in kinds
+
+
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     @field_validator("*", mode="before")
     @classmethod
-    def _finite_first(cls, value):  # before the field's bounds: "nan <= 1" fails with a puzzling message
+    def _finite_first(cls, value, info: ValidationInfo):  # before the field's bounds: "nan <= 1" puzzles
+        if isinstance(value, bool) and _numeric_not_boolean(cls.model_fields[info.field_name].annotation):
+            # pydantic reads true as 1: `max_steps: true` in a YAML file trained one step without a word
+            raise ValueError(f"{value} is a boolean, not a number")
         return _checked_number(value) if isinstance(value, float) else value
 
     @field_validator("*", mode="after")

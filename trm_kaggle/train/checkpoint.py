@@ -307,6 +307,9 @@ def _non_finite(state: dict[str, Any]) -> str | None:
             n = float(v) if isinstance(v, torch.Tensor) and v.numel() == 1 else v if _is_number(v) else None
             if n is not None and not (n >= 0 and float(n).is_integer()):
                 return f"{key!r} state {i}.step is {n!r}; a run counts its steps as whole numbers from 0"
+            run_step = state.get("step")  # an optimizer steps at most once per training step (a skip: fewer)
+            if n is not None and _is_number(run_step) and n > run_step:
+                return f"{key!r} state {i}.step is {n:.0f}, past the state's own step {run_step}"
     for key in ("optimizer", "sparse_optimizer"):  # a NaN rate or beta: every step after it would be NaN
         for g in (state.get(key) or {}).get("param_groups") or []:
             for name, v in g.items():
