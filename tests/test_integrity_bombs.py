@@ -81,6 +81,10 @@ def test_a_bomb_costs_no_memory(tmp_path):
     ("lr: '" + "x" * 300_000 + "\n", "not valid YAML"),
     ("lr: 1e-3\x00\n", "unacceptable character #x0000"),  # read as the loader is made: once a traceback
     ("lr: 1e-3\x07\n", "unacceptable character #x0007"),
+    # YAML 1.1's numbers that read as another value in every other format: once taken silently
+    ("seed: 1:20\n", "the integer '1:20' is base 60 in YAML 1.1"),  # was seed 80
+    ("seed: 010\n", "the integer '010' is octal in YAML 1.1"),  # was seed 8
+    ("lr: 1:0.5\n", "the number '1:0.5' is base 60"),
 ])
 def test_yaml_tricks_are_one_short_line(tmp_path, capsys, text, words):
     (tmp_path / "c.yaml").write_text(text.replace("{tmp}", str(tmp_path)))

@@ -53,7 +53,9 @@ class _Loader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         """YAML's integers (decimal, 0x, 0o, 0b, with `_`), none longer than the JSON reader takes (however
-        written: 0x and 0b text has no limit of Python's, but its value would be refused by every print)."""
+        written: 0x and 0b text has no limit of Python's, but its value would be refused by every print). YAML
+        1.1's surprises are refused, not read: base 60 (`seed: 1:20` is 80) and a leading 0 (`010` is 8)."""
+        _no_surprise(node, "integer")
         try:
             value = super().construct_yaml_int(node)
         except ValueError:  # Python's own limit on decimal text
@@ -65,8 +67,26 @@ class _Loader(yaml.SafeLoader):
         return value
 
 
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        _no_surprise(node, "number")
+        return super().construct_yaml_float(node)
+
+
+def _no_surprise(node: yaml.ScalarNode, kind: str) -> None:
+    """ConstructorError for a YAML 1.1 number whose value is not what it reads as in any other format."""
+    text = node.value.replace("_", "").lstrip("+-")
+    why = ("is base 60 in YAML 1.1" if ":" in text else
+           "is octal in YAML 1.1 (a leading 0)" if kind == "integer" and len(text) > 1 and text[0] == "0"
+           and text[1].isdigit() else None)
+    if why:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"the {kind} {clipped(node.value, 40)} {why}: write the number itself, or quote it as text",
+            node.start_mark)
+
+
 _INT_LIMIT = 10 ** MAX_INT_DIGITS
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
 
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int], open_nodes: set[int]) -> int:
