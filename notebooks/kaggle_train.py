@@ -79,11 +79,16 @@ def checked_number(name, value, default, *, none=False, least=0.0, most=math.inf
             value = float(value)
         except ValueError:
             pass
-    good = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and least <= value <= most and (not whole or float(value).is_integer()))
+    # comparisons of ints and floats never overflow (math.isfinite(10**400) does); nan and inf fail them
+    good = (isinstance(value, (int, float)) and not isinstance(value, bool) and least <= value <= min(most, 1e300)
+            and (not whole or value == int(value)))
     if good:
         return int(value) if whole else float(value)
-    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+    try:
+        shown = repr(value)
+    except ValueError:  # an int of more digits than Python prints
+        shown = f"<a whole number of about {value.bit_length() * 0.30103:,.0f} digits>"
+    shown = shown if len(shown) <= 40 else shown[:40] + "..."
     bounds = f">= {least:g}" if most == math.inf else f"from {least:g} to {most:g}"
     warn(f"{name}={shown} is not {'None or ' if none else ''}a {'whole ' if whole else ''}number {bounds}: "
          f"using {default!r}")
@@ -107,10 +112,10 @@ if not (OVERRIDES is None or isinstance(OVERRIDES, (str, dict))
         or (isinstance(OVERRIDES, (list, tuple)) and all(isinstance(o, str) for o in OVERRIDES))):
     warn(f"OVERRIDES={OVERRIDES!r} is not a mapping, key=value texts or JSON: using {{}}")
     OVERRIDES = {}
-TIME_BUDGET = checked_number("TIME_BUDGET", TIME_BUDGET, 11.5 * 3600, none=True, least=1)
+TIME_BUDGET = checked_number("TIME_BUDGET", TIME_BUDGET, 11.5 * 3600, none=True, least=1, most=365 * 24 * 3600)
 SAVE_MARGIN = checked_number("SAVE_MARGIN", SAVE_MARGIN, 600.0, most=24 * 3600)
 SAVE_EVERY_S = checked_number("SAVE_EVERY_S", SAVE_EVERY_S, 300.0, none=True, least=0.001, most=7 * 24 * 3600)
-SESSION_STEPS = checked_number("SESSION_STEPS", SESSION_STEPS, None, none=True, least=1, whole=True)
+SESSION_STEPS = checked_number("SESSION_STEPS", SESSION_STEPS, None, none=True, least=1, most=2**62, whole=True)
 if DEVICE not in ("auto", "cpu", "cuda", "mps"):
     warn(f"DEVICE={DEVICE!r} is not one of 'auto', 'cpu', 'cuda', 'mps': using 'auto'")
     DEVICE = "auto"

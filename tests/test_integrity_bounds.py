@@ -41,6 +41,10 @@ TRAIN = [  # the issue's examples, then their siblings
     # a boolean where a number goes was read as 1 or 0 (`max_steps: true` trained one step)
     ("max_steps=true", "max_steps: True is a boolean, not a number"), ("seed=false", "seed: False is a boolean"),
     ("arch.H_cycles=true", "arch.H_cycles: True is a boolean"), ("lr=true", "lr: True is a boolean"),
+    # in bounds once, yet no run: an EMA that never moves exported the first weights; a SwiGLU of no width was a
+    # ZeroDivisionError; two shares of 1e308 summed to inf
+    ("ema_rate=1", "ema_rate"), ("arch.expansion=0.001", "rounds to a SwiGLU of no width"),
+    ("stages=[{share: 1e308}, {share: 1e308}]", "stages.share"),
 ]
 
 
@@ -177,3 +181,18 @@ def test_a_dataset_named_twice_is_refused(tmp_path, capsys, second):
     line = one_error_line(capsys, rc)
     assert "data_paths: names the dataset" in line and "twice" in line and "each dataset is read once" in line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["submit", "--challenges", "c.json", "--weights", "w", "--workers", "\uff12"],
+    ["submit", "--challenges", "c.json", "--weights", "w", "--num-aug", "\uff15"],
+    ["sweep", "grid.yaml", "--parallel", "\uff13"],
+    ["train", "--print-config", "max_steps=\uff15"],
+])
+def test_a_number_in_another_scripts_digits_is_refused(argv, capsys):
+    """Python's int() reads '２' as 2: every flag and override took a fullwidth digit as a count."""
+    with pytest.raises(SystemExit) if argv[0] != "train" else __import__("contextlib").nullcontext():
+        rc = main(argv)
+        assert rc == 2
+    err = capsys.readouterr().err
+    assert ("invalid" in err and "value:" in err) or "is no number in ASCII digits" in err, err

@@ -140,3 +140,20 @@ def test_an_export_with_an_integer_tensor_signed_again_is_refused_when_loaded(tm
 
     with pytest.raises(TRMError, match="tensors that are not floating point: embed_tokens.weight torch.int64"):
         load_inference_model(edited)
+
+
+def test_an_export_with_a_float64_tensor_past_float32s_range_is_refused(tmp_path):
+    """1e300 in a float64 tensor passed the finiteness check and loaded as inf in the model's float32."""
+    import torch
+
+    edited = tmp_path / "wide"
+    shutil.copytree(SHIPPED, edited)
+    path = edited / "weights.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        meta = dict(f.metadata())
+    tensors = load_file(path)
+    tensors["lm_head.weight"] = tensors["lm_head.weight"].double() + 1e300
+    meta["sha256"] = content_digest(tensors)
+    save_file(tensors, str(path), metadata=meta)
+    with pytest.raises(TRMError, match="tensor lm_head.weight is torch.float64; an export holds float32"):
+        read_export(edited)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import one_error_line
-from integrity_helpers import woken_fifos
+from integrity_helpers import build_sudoku4, train_args, woken_fifos
 from trm_kaggle.cli import main
 from trm_kaggle.errors import UnreadableFile
 from trm_kaggle.jsonio import is_regular
@@ -217,3 +217,31 @@ def test_a_special_sweep_record_or_test_puzzles_file_is_named(tmp_path, special,
     puzzles = special(tmp_path / "arc" / "test_puzzles.json", kind)
     with pytest.raises(UnreadableFile, match=re.escape(f"test_puzzles.json must be a regular file, {KINDS[kind]}")):
         is_arc_dataset(puzzles.parent)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_special_owner_record_is_named_not_called_no_record(tmp_path, special, capsys, kind):
+    """A dataset's owner record (`.trm_kaggle_output.json`) that is a FIFO was "no record that this package wrote
+    it": the rebuild's refusal now names what stands there."""
+    out = tmp_path / "ds"
+    args = ["build-sudoku", "--size", "4", "--num-train", "20", "--num-test", "4", "--no-progress",
+            "--output-dir", str(out)]
+    assert main(args) == 0
+    capsys.readouterr()
+    record = special(out / ".trm_kaggle_output.json", kind)
+    t0 = time.perf_counter()
+    assert main(args) == 2
+    line = one_error_line(capsys, 2)
+    assert f"{record}: owner record must be a regular file, {KINDS[kind]}" in line and time.perf_counter() - t0 < 15
+
+
+def test_a_special_run_record_is_named_and_no_foreign_state_let_in(tmp_path, special, capsys):
+    """run.json a FIFO: `export` took it as no record, and exported a state another run wrote into the folder."""
+    data = build_sudoku4(tmp_path / "data")
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    capsys.readouterr()
+    special(run / "run.json", "fifo")
+    assert main(["export", str(run), "--out", str(tmp_path / "e")]) == 2
+    assert "run.json: run.json must be a regular file, not a pipe (FIFO)" in one_error_line(capsys, 2)
+    assert not (tmp_path / "e").exists()

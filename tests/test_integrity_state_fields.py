@@ -6,6 +6,7 @@ nor a resume "at step -7"."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -346,7 +347,7 @@ def test_a_negative_mean_of_squares_makes_the_state_damaged_and_an_older_one_res
     (lambda s: s["model"].update({"extra.weight": torch.zeros(3)}), "keys this model does not have extra.weight"),
     (lambda s: s["model"].pop("lm_head.weight"), "missing keys lm_head.weight"),
     (lambda s: s["model"].update({"lm_head.weight": s["model"]["lm_head.weight"].to(torch.int64)}),
-     "tensors that are not floating point: lm_head.weight torch.int64"),
+     "tensors of another dtype than the model's: lm_head.weight torch.int64"),
 ])
 def test_model_tensors_named_whole_on_resume(data, tmp_path, capsys, change, said):
     """A key too many or too few was one line cut at torch's first ("Error(s) in loading state_dict for
@@ -382,3 +383,55 @@ def test_an_optimizer_step_count_past_the_states_own_makes_it_damaged(data, tmp_
     _rewrite(ckpt.state_path(run, 2), far_step)
     with pytest.raises(ckpt.DamagedFile, match="state 0.step is [0-9]{18}, past the state.s own step 2"):
         ckpt.load_train_state(ckpt.state_path(run, 2))
+
+
+def _int_step(s):
+    for st in s["optimizer"]["state"].values():
+        st["step"] = 2
+
+
+def _float64_weight(s):
+    s["model"]["lm_head.weight"] = s["model"]["lm_head.weight"].double() + 1e300
+
+
+def _float64_moment(s):
+    st = next(st for st in s["optimizer"]["state"].values() if "exp_avg_sq" in st)
+    st["exp_avg_sq"] = st["exp_avg_sq"].double() * 0 + 1e300
+
+
+@pytest.mark.parametrize("change, said", [
+    (_int_step, "field 'optimizer' is a dict; it must be an optimizer's state (a mapping with 'state', of tensors"),
+    (_float64_weight, "'model' tensor lm_head.weight is torch.float64; a run saves float32"),
+    (_float64_moment, "exp_avg_sq is torch.float64; a run saves float32"),
+])
+def test_numbers_no_run_saves_make_the_state_damaged_and_an_older_one_resumed(data, tmp_path, change, said):
+    """A Python number where a moment goes was a traceback inside the optimizer's first step; a float64 tensor
+    of 1e300 turned inf when cast to the run's float32, and the run diverged at every resume."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    assert main(train_args(data, run, "max_steps=3")) == 0
+    _rewrite(ckpt.state_path(run, 3), change)
+    with pytest.raises(ckpt.DamagedFile, match=re.escape(said)):
+        ckpt.load_train_state(ckpt.state_path(run, 3))
+    assert main(train_args(data, run, "max_steps=4")) == 0
+    assert ckpt.newest_step(run) == 4 and (run / "state_step00000003.pt.corrupt").exists()
+
+
+def _bf16_weight(s):
+    s["model"]["lm_head.weight"] = s["model"]["lm_head.weight"].bfloat16()
+
+
+def _bf16_moment(s):
+    st = next(st for st in s["optimizer"]["state"].values() if "exp_avg" in st)
+    st["exp_avg"] = st["exp_avg"].bfloat16()
+
+
+@pytest.mark.parametrize("change, said", [
+    (_bf16_weight, "field 'model' does not fit this run: its weights: weights do not match the model config: "
+                   "tensors of another dtype than the model's: lm_head.weight torch.bfloat16"),
+    (_bf16_moment, "field 'optimizer' does not fit this run: ValueError: its 'exp_avg' of parameter"),
+])
+def test_a_tensor_in_another_dtype_than_the_runs_is_one_line_not_a_rounded_resume(data, tmp_path, capsys, change,
+                                                                                 said):
+    run, path, line = _resumed_after(data, tmp_path, capsys, change)
+    assert str(path) in line and said in line, line

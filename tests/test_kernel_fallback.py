@@ -313,3 +313,21 @@ def test_every_device_the_package_solves_on_is_a_device_the_notebook_takes(tmp_p
     for device in get_args(SolveConfig.model_fields["device"].annotation):
         scope, out = run_fallback_cell(tmp_path, monkeypatch, DEVICE=device)
         assert scope["DEVICE"] == device and "WARNING" not in out, (device, out)
+
+
+@pytest.mark.parametrize("name", ["TIME_BUDGET", "SESSION_STEPS", "SAVE_MARGIN", "SAVE_EVERY_S"])
+def test_the_training_kernels_numbers_too_large_for_a_float_degrade_too(tmp_path, monkeypatch, name):
+    """The training notebook's first cell checks its parameters as the submission's does: 10**400 raised
+    OverflowError there (math.isfinite of an int) before session.json was written."""
+    nb = json.loads((NOTEBOOK.parent / "kaggle_train.ipynb").read_text())
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    for var in ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE", "KAGGLE_IS_COMPETITION_RERUN"):
+        monkeypatch.delenv(var, raising=False)
+    scope: dict = {}
+    exec(cells[0], scope)
+    scope.update(KAGGLE_INPUT=str(tmp_path / "input"), KAGGLE_WORKING=str(tmp_path / "working"))
+    scope[name] = 10**400
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(cells[1], scope)  # must not raise
+    assert scope[name] != 10**400 and f"WARNING: {name}=" in out.getvalue(), out.getvalue()

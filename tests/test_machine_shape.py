@@ -82,6 +82,9 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
     (["--user", "me/you"], "--user/--slug-prefix give an invalid Kaggle id"),
     (["--docker-image", "an image"], "--docker-image 'an image'"),
     (["--accelerator", "TpuV5E8", "--wheel-kernel"], "--wheel-kernel builds a CUDA extension, which needs a GPU"),
+    # a training build once dropped the submission bundle's options without a word (--cpu kept the GPU)
+    (["--train-kernel", "--preset", "sudoku4-cpu", "--cpu", "--execute"],
+     "--weights, --notebook, --cpu, --execute: the submission bundle's, not the training's"),
 ])
 def test_bad_input_one_line_nothing_written(inputs, tmp_path, capsys, args, words):
     out = tmp_path / "out"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from trm_kaggle.errors import TRMError, as_os_error, with_path
-from trm_kaggle.jsonio import not_regular, read_json
+from trm_kaggle.jsonio import is_regular, not_regular, read_json
 from trm_kaggle.outputs import Output, link_problem, special_kind, writable_problem
 
 PARTIAL_MARK = ".partial-"
@@ -224,9 +224,9 @@ def owner_problem(directory: Path, kind: str) -> str | None:
     (a file the user added, a run's train states) is not ours to replace.
     """
     record_path = directory / OWNER_RECORD
-    if not record_path.is_file():
-        return "it holds no record that this package wrote it"
-    try:
+    try:  # a FIFO or a folder in the record's place is named as what it is, never called "no record"
+        if not is_regular(record_path, "owner record"):
+            return "it holds no record that this package wrote it"
         record = read_json(record_path, "owner record")
     except TRMError as e:
         return str(e)

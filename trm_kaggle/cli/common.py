@@ -5,6 +5,7 @@ help texts that say each option's default."""
 from __future__ import annotations
 
 import argparse
+from typing import Any, Callable
 
 from trm_kaggle import __version__
 from trm_kaggle.config import field_help
@@ -52,10 +53,32 @@ def say_defaults(parser: argparse.ArgumentParser, model=None) -> None:
             a.help += f" (default: {shown.replace('%', '%%')})"
 
 
+def _ascii_number(kind: type) -> Callable[[str], Any]:
+    """`kind` (int or float) of ASCII text only: Python's int() and float() read any script's digits ('２' is 2),
+    which no user means as a count."""
+    def parse(text: str):
+        if not str(text).isascii():
+            raise ValueError(text)
+        return kind(text)
+
+    parse.__name__ = kind.__name__  # argparse's "invalid int value: '２'"
+    return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, whose `type=int` and `type=float` take ASCII digits only (its subcommands' parsers are of this
+    class too)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("type", int, _ascii_number(int))
+        self.register("type", float, _ascii_number(float))
+
+
 def command_parser(description: str | None = None) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     """`trm-kaggle` and its (still empty) set of subcommands: the top of `build_parser`, and the parser
     `train_settings` reads a torchrun line's `train` arguments with (the same usage line in its errors)."""
-    parser = argparse.ArgumentParser(prog="trm-kaggle", description=description)
+    parser = Parser(prog="trm-kaggle", description=description)
     parser.add_argument("--version", action="version", version=f"trm-kaggle {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -121,6 +121,9 @@ class _Config(BaseModel):
         if isinstance(value, bool) and _numeric_not_boolean(cls.model_fields[info.field_name].annotation):
             # pydantic reads true as 1: `max_steps: true` in a YAML file trained one step without a word
             raise ValueError(f"{value} is a boolean, not a number")
+        if (isinstance(value, str) and not value.isascii() and any(c.isdigit() for c in value)
+                and _numeric_not_boolean(cls.model_fields[info.field_name].annotation)):
+            raise ValueError(f"{value!r} is no number in ASCII digits (pydantic reads '５' as 5)")
         return _checked_number(value) if isinstance(value, float) else value
 
     @field_validator("*", mode="after")

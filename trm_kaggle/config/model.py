@@ -73,6 +73,9 @@ class ArchConfig(_Config):
         if not self.mlp_t and self.pos_encodings == "rope" and (self.hidden_size // self.num_heads) % 2:
             raise ValueError(f"rope needs an even head size, hidden_size / num_heads is "
                              f"{self.hidden_size // self.num_heads}")
+        if round(self.expansion * self.hidden_size * 2 / 3) < 1:  # the SwiGLU's width (model/layers.swiglu_width)
+            raise ValueError(f"expansion {self.expansion:g} x hidden_size {self.hidden_size} x 2/3 rounds to a SwiGLU "
+                             f"of no width: raise expansion")
         if self.puzzle_emb_len and self.emb_ndim > self.puzzle_emb_len * self.hidden_size:
             raise ValueError(f"puzzle_emb_ndim {self.emb_ndim} does not fit in puzzle_emb_len {self.puzzle_emb_len} "
                              f"x hidden_size {self.hidden_size}")

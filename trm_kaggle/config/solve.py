@@ -26,6 +26,8 @@ def default_work_dir(output: str) -> str:
 
 def count_or_auto(text: str) -> int | str:
     """A command-line value of SolveConfig.num_aug or finetune_steps: a whole number, or 'auto'."""
+    if text != "auto" and not text.isascii():  # int() reads any script's digits ('５' is 5)
+        raise ValueError(text)
     return text if text == "auto" else int(text)
 
 

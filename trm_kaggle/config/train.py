@@ -90,7 +90,9 @@ class TrainStage(_Config):
     lr: Optional[float] = Field(None, gt=0, le=MAX_LR, allow_inf_nan=False,
                                 description="the schedule rescaled to this base rate")
     lr_scale: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False, description="the schedule times this")
-    share: float = Field(1.0, gt=0, allow_inf_nan=False, description="the stage's part of the run (normalised)")
+    # bounded: the shares are summed to normalise them, and two of 1e308 sum to inf
+    share: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False, description="the stage's part of the run "
+                                                                             "(normalised)")
 
     @model_validator(mode="after")
     def _one_lr(self) -> "TrainStage":
@@ -173,7 +175,8 @@ class TrainConfig(_Config):
 
     ema: bool = Field(False, description="keep an exponential moving average of the weights (evaluated and "
                                          "exported)")
-    ema_rate: float = Field(0.999, ge=0, le=1, description="EMA decay per step")
+    # 1 would keep the first weights for ever: evaluations and the export would hold an untrained model
+    ema_rate: float = Field(0.999, ge=0, lt=1, description="EMA decay per step")
     freeze_weights: bool = Field(False, description="train only the puzzle embeddings (test-time training)")
 
     seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of initialisation, data order and halting draws")

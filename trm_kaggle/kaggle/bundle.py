@@ -404,6 +404,17 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
     return report
 
 
+#: The submission bundle's options that a training build (--dataset, --train-kernel) has no use for.
+_SUBMISSION_ONLY = ("weights", "notebook", "cpu", "execute", "challenges", "device", "competition")
+
+
+def _submission_only_flags(args: argparse.Namespace) -> list[str]:
+    """The submission bundle's options given on a training build's line (their values other than the defaults)."""
+    defaults = make_parser()
+    return [f"--{name.replace('_', '-')}" for name in _SUBMISSION_ONLY
+            if hasattr(args, name) and getattr(args, name) != defaults.get_default(name)]
+
+
 def _push_options(args: argparse.Namespace) -> dict:
     """--push-wait for every push: the bound of the wait, and a poll of at most 10 s within it."""
     return {"wait_s": args.push_wait, "poll_s": min(10.0, max(0.2, args.push_wait / 20))}
@@ -476,6 +487,9 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         targets = [Target(python_version=check_python_version(v), platforms=platforms)
                    for v in dict.fromkeys(args.python_version or DEFAULT_PYTHON_VERSIONS)]
         if args.dataset is not None or args.train_kernel:
+            if ignored := _submission_only_flags(args):  # never dropped without a word
+                raise TRMError(f"{', '.join(ignored)}: the submission bundle's, not the training's (--dataset, "
+                               f"--train-kernel); build the two with two commands")
             return _run_training(args, ids, targets, api, held)
         if args.overrides:
             raise TRMError(f"unexpected argument {args.overrides[0]!r}: key=value settings go with --train-kernel")

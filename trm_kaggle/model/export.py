@@ -196,6 +196,10 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
         raise DamagedFile(f"{w_path}: damaged: its tensors do not match the checksum written with them (bytes changed "
                           f"on disk or in a copy); export the weights again")
     check_finite(tensors, str(w_path))
+    wide = [k for k, t in tensors.items() if t.dtype == torch.float64]  # 1e300 would load as inf in float32
+    if wide:
+        raise DamagedFile(f"{w_path}: tensor {wide[0]} is torch.float64; an export holds float32 (export the weights "
+                          f"again)")
     if saved is not None:  # exports of older versions carry no config: nothing to compare
         saved = _recorded_config(saved, w_path)
         ours = _shape_config(config)
@@ -246,10 +250,11 @@ def export_digest(path: str | os.PathLike) -> str:
 
 
 def fit_state_dict(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], source: str,
-                   display: Callable[[str], str] = str) -> None:
+                   display: Callable[[str], str] = str, same_dtype: bool = False) -> None:
     """Load `tensors` into `model` strictly, or TRMError naming the missing, unexpected and misshapen
     tensors (each with both shapes): the one check behind every load of weights. `display` names a
-    tensor in messages (e.g. upstream's key for an upstream checkpoint)."""
+    tensor in messages (e.g. upstream's key for an upstream checkpoint). `same_dtype`: each tensor in the
+    model's own dtype (a train state resumed exactly; an upstream checkpoint in bfloat16 is cast)."""
     expected = model.state_dict()
 
     def listed(names: list[str]) -> str:
@@ -261,11 +266,13 @@ def fit_state_dict(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], 
            for k, v in expected.items() if k in tensors and tuple(tensors[k].shape) != tuple(v.shape)]
     # load_state_dict would copy integers or booleans into the weights without a word (no writer saves them)
     kinds = [f"{display(k)} {tensors[k].dtype}" for k, v in expected.items()
-             if k in tensors and v.is_floating_point() and not tensors[k].is_floating_point()]
+             if k in tensors and (v.is_floating_point() and not tensors[k].is_floating_point()
+                                  or same_dtype and tensors[k].dtype != v.dtype)]
     parts = ([f"missing keys {listed(missing)}"] if missing else []) + \
             ([f"keys this model does not have {listed(unexpected)}"] if unexpected else []) + \
             ([f"tensor shapes do not match: {listed(bad)}"] if bad else []) + \
-            ([f"tensors that are not floating point: {listed(kinds)}"] if kinds else [])
+            ([f"tensors of another dtype than the model's: {listed(kinds)}" if same_dtype else
+              f"tensors that are not floating point: {listed(kinds)}"] if kinds else [])
     if parts:
         raise TRMError(f"{source}: weights do not match the model config: {'; '.join(parts)}")
     model.load_state_dict(dict(tensors), strict=True)

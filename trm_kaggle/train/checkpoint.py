@@ -153,7 +153,7 @@ class ForeignState(TRMError):
 def recorded_run_id(run_dir: str | os.PathLike) -> str | None:
     """The run id in `run_dir`'s run.json; None when there is none (a new run, or one from before run ids)."""
     record = Path(run_dir) / RUN_RECORD
-    if not record.is_file():
+    if not is_regular(record, RUN_RECORD):  # a FIFO there is one line, never "no record" (a foreign state let in)
         return None
     value = read_json(record, RUN_RECORD)
     if not isinstance(value, dict) or not isinstance(value.get("run_id"), str):
@@ -297,6 +297,11 @@ def _non_finite(state: dict[str, Any]) -> str | None:
         for name, t in moments(key):
             if not t.is_floating_point():
                 return f"{key!r} tensor {name} is {t.dtype}; a run saves its optimizer's state as floating point"
+    for field, named in (("model", state["model"].items()), ("ema", (state.get("ema") or {}).items()),
+                         ("optimizer", moments("optimizer")), ("sparse_optimizer", moments("sparse_optimizer"))):
+        for name, t in named:  # cast to the run's float32 at the load, 1e300 would be inf: no run saves float64
+            if t.dtype == torch.float64:
+                return f"{field!r} tensor {name} is torch.float64; a run saves float32, bfloat16 or float16"
     for key in ("optimizer", "sparse_optimizer"):  # a mean of squares below 0: its square root is NaN at the next step
         for name, t in moments(key):
             if name.endswith("_sq") and t.is_floating_point() and (bad := int((t < 0).sum())):
@@ -370,7 +375,7 @@ def _optimizer_state(v: Any) -> bool:
     parameter groups each listing its parameters' indices."""
     return (isinstance(v, dict) and isinstance(v.get("state"), dict)
             and all(_is_int(k) and isinstance(s, dict) and all(isinstance(n, str) for n in s)
-                    and all(isinstance(x, torch.Tensor) or _is_number(x) for x in s.values())
+                    and all(isinstance(x, torch.Tensor) for x in s.values())  # every optimizer here keeps tensors
                     for k, s in v["state"].items())
             and isinstance(v.get("param_groups"), list)
             and all(isinstance(g, dict) and isinstance(g.get("params"), list) and all(_is_int(i) for i in g["params"])
@@ -407,7 +412,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
                     "dataset.json allows (" + ", ".join(f"{k} <= {top}" for k, top in _SHAPE_BOUNDS.items()) + ")",
                     _model_shape),
 }
-_OPTIMIZER = ("an optimizer's state (a mapping with 'state', of tensors and numbers, and 'param_groups', each group "
+_OPTIMIZER = ("an optimizer's state (a mapping with 'state', of tensors, and 'param_groups', each group "
               "listing its 'params')")
 _OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "ema": ("a mapping of names to tensors", _tensors),

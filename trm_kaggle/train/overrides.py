@@ -25,10 +25,10 @@ MISSING = object()
 # Value parsing (hydra override grammar, the parts users type)
 # ---------------------------------------------------------------------------
 
-_INT_RE = re.compile(r"^[+-]?\d(?:_?\d)*$")
+_INT_RE = re.compile(r"^[+-]?\d(?:_?\d)*$", re.ASCII)
 # the fraction follows a required dot: with an optional one, a run of digits splits between the two groups in
 # every way, and a 100,000-digit value took hours to refuse
-_FLOAT_RE = re.compile(r"^[+-]?(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d+)?$")
+_FLOAT_RE = re.compile(r"^[+-]?(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d+)?$", re.ASCII)
 _SPECIAL_FLOATS = {"inf": float("inf"), "+inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
 _NULLS = {"null", "None", "NULL", "Null", "~"}
 

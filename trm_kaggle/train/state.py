@@ -192,12 +192,13 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
         rt.dtype = DTYPES[saved_dtype]
         state.model.forward_dtype = rt.dtype
     with _field(path, "model"):  # another architecture's tensors: the one check names what differs
-        fit_state_dict(state.model, saved["model"], "its weights")
+        fit_state_dict(state.model, saved["model"], "its weights", same_dtype=True)
     for part, key in ((state.ema, "ema"), (state.dense, "optimizer"), (state.sparse, "sparse_optimizer")):
         if part is not None and saved.get(key) is not None:
             with _field(path, key):
                 if isinstance(part, torch.optim.Optimizer):
                     settings = [{k: v for k, v in g.items() if k != "params"} for g in part.param_groups]
+                    _check_moment_dtypes(part, saved[key])
                 part.load_state_dict(saved[key])
                 if isinstance(part, torch.optim.Optimizer):
                     _check_settings(part, settings)
@@ -241,6 +242,18 @@ def _check_settings(optimizer: torch.optim.Optimizer, settings: list[dict[str, A
             if not same:
                 raise ValueError(f"group {i}'s setting {name!r} is {clipped(got)}, this run's settings give "
                                  f"{clipped(value)}")
+
+
+def _check_moment_dtypes(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """ValueError when a saved moment's dtype is not its parameter's: torch's load casts it without a word (a
+    bfloat16 moment of a float32 weight, rounded: a silently inexact resume). Parameters pair up by position,
+    as torch pairs them."""
+    ids = [i for g in saved.get("param_groups") or [] for i in g.get("params") or []]
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    for i, p in zip(ids, params):
+        for name, t in (saved.get("state") or {}).get(i, {}).items():
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and t.dtype != p.dtype:
+                raise ValueError(f"its {name!r} of parameter {i} is {t.dtype}, its parameter {p.dtype}")
 
 
 def _check_moments(optimizer: torch.optim.Optimizer) -> None:
