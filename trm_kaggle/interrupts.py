@@ -2,10 +2,11 @@
 command with.
 
 Python ends a process on SIGTERM or SIGHUP at once and without a word (a build's partial folder left behind);
-here it raises `Terminated`, a KeyboardInterrupt whose status is 128 + the signal's number, so that what runs is stopped as by Ctrl-C (children, locks and partial files
-included) and `interrupted` prints its one line. `trm_kaggle.console` installs the handler before a command's
-first import; a command that answers a stop in its own way (a training saves its state, a sweep stops its
-trainings) installs its own for its length and puts the previous one back. Standard library only.
+here it raises `Terminated`, a KeyboardInterrupt whose status is 128 + the signal's number, so that what runs
+is stopped as by Ctrl-C (children, locks and partial files included) and `interrupted` prints its one line.
+`trm_kaggle.console` installs the handler before a command's first import; a command that answers a stop in its
+own way (a training saves its state, a sweep stops its trainings) installs its own for its length and puts the
+previous one back. Standard library only.
 """
 
 from __future__ import annotations
@@ -69,11 +70,11 @@ def raise_terminated(signum, frame) -> None:
 
 
 def quiet_teardown() -> None:
-    """From here on SIGINT and SIGTERM end the process by the signal, without a word: the command has said
-    its last line, and a signal during the interpreter's teardown (multiprocessing joining its children) must
+    """From here on SIGINT, SIGTERM and SIGHUP end the process by the signal, without a word: the command has
+    said its last line, and a signal during the interpreter's teardown (multiprocessing joining its children) must
     not add a traceback after it."""
     for signum in (signal.SIGINT, *TERMINATING):
-        if signal.getsignal(signum) is not signal.SIG_IGN:
+        if signum in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, signal.SIG_DFL)
 
 

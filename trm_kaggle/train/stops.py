@@ -109,8 +109,8 @@ class StopControl:
     def __enter__(self) -> "StopControl":
         if self.signals:
             for s in STOP_SIGNALS:
-                if signal.getsignal(s) is not signal.SIG_IGN:  # nohup's ignored SIGHUP stays ignored
-                    self._previous[s] = signal.signal(s, self._on_signal)
+                if s in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(s) is not signal.SIG_IGN:
+                    self._previous[s] = signal.signal(s, self._on_signal)  # nohup's ignored SIGHUP stays so
         return self
 
     def __exit__(self, *exc) -> None:
