@@ -222,7 +222,8 @@ def test_a_closed_terminal_stops_a_build_as_sigterm_does(tmp_path, signum, statu
     out = tmp_path / "s9"
     p = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "build-sudoku", "--output-dir", str(out), "--size",
                           "9", "--num-train", "100000", "--num-test", "10", "--no-progress"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))  # as a terminal starts it
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("s9.partial-*")) and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
