@@ -489,3 +489,42 @@ def test_a_device_this_machine_lacks_is_refused_in_one_line_before_any_work(data
     with pytest.raises(TRMError, match=r"^device=cuda:99 requested but this machine has \w+ CUDA device\(s\)$"):
         call()
     assert next(model.parameters()).device.type == "cpu"  # left where it was
+
+
+def test_chosen_tasks_take_an_id_holding_a_comma_whole():
+    from trm_kaggle.evaluate import chosen_tasks
+
+    known = {"x,y", "b", "c"}
+    assert chosen_tasks(["x,y"], known) == ["x,y"]  # an id of the split, taken whole
+    assert chosen_tasks(["b,c"], known) == ["b", "c"]  # not an id: the older comma-separated form
+    assert chosen_tasks(["x,y", "b", "b,c,", ""], known) == ["x,y", "b", "c"]
+    assert chosen_tasks(["x"], known) == ["x"]  # an unknown id stays, for the caller to name
+
+
+def test_evaluate_draws_a_task_whose_id_holds_a_comma(tmp_path, capsys):
+    """build-arc takes a task id holding a comma; `evaluate --tasks` can choose it (it was split into 'x' and 'y',
+    both refused as unknown, while the refusal listed 'x,y' among the split's tasks)."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.model.export import export_inference
+
+    pair = {"train": [{"input": [[1, 2], [3, 4]], "output": [[4, 3], [2, 1]]}], "test": [{"input": [[1, 2], [3, 4]]}]}
+    answer = [[[4, 3], [2, 1]]]
+    for subset, ids in (("tr", ["a"]), ("ev", ["x,y", "b"])):
+        (tmp_path / f"p_{subset}_challenges.json").write_text(json.dumps({i: pair for i in ids}))
+        (tmp_path / f"p_{subset}_solutions.json").write_text(json.dumps({i: answer for i in ids}))
+    assert main(["build-arc", "--input-file-prefix", str(tmp_path / "p"), "--subsets", "tr", "ev", "--test-set-name",
+                 "ev", "--num-aug", "1", "--workers", "1", "--no-progress", "--output-dir", str(tmp_path / "ds")]) == 0
+    model = make_model(tmp_path / "ds", H_cycles=1)
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    common = ["evaluate", "--weights", str(tmp_path / "export"), "--data", str(tmp_path / "ds"), "--device", "cpu",
+              "--no-progress"]
+    assert main([*common, "--report-dir", str(tmp_path / "rep"), "--tasks", "x,y"]) == 0
+    assert len(list((tmp_path / "rep" / "pictures").iterdir())) == 1
+    assert main([*common, "--report-dir", str(tmp_path / "rep2"), "--tasks", "x,y", "b"]) == 0
+    assert len(list((tmp_path / "rep2" / "pictures").iterdir())) == 2
+    capsys.readouterr()
+    assert main([*common, "--report-dir", str(tmp_path / "rep3"), "--tasks", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "--tasks: x not in the test split" in err and not (tmp_path / "rep3").exists()
+    assert main([*common, "--report-dir", str(tmp_path / "rep4"), "--tasks", ","]) == 2
+    assert "--tasks names no task" in capsys.readouterr().err

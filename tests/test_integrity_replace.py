@@ -321,3 +321,31 @@ def test_two_export_commands_at_once_one_refused_one_kept(run, tmp_path, capsys,
     assert main(["export", str(run), "--out", str(tmp_path / "e")]) == 2
     assert "another command wrote this export while this one was built" in one_error_line(capsys, 2)
     assert leftovers(tmp_path) == [] and (tmp_path / "e" / "config.json").is_file()
+
+
+def test_a_file_rewritten_by_another_process_meanwhile_is_left_to_it(tmp_path):
+    """submit's --output is written again and again (the fallback, then the answers): another process's write in
+    between is seen at the next write, which is refused and leaves that process's file as it wrote it."""
+    out = tmp_path / "submission.json"
+    mine = A.RewrittenFile(out)
+    mine.write(lambda: atomic_write_text(out, "fallback"))
+    mine.write(lambda: atomic_write_text(out, "answers 1"))  # its own writes follow each other freely
+    atomic_write_text(out, "the other's")  # a second command naming the same output
+    with pytest.raises(A.OutputTaken, match="another process wrote this file while this command ran"):
+        mine.write(lambda: atomic_write_text(out, "answers 2"))
+    assert out.read_text() == "the other's"
+    with pytest.raises(A.OutputTaken):  # and every later write too
+        mine.write(lambda: atomic_write_text(out, "answers 3"))
+    assert out.read_text() == "the other's"
+
+
+def test_a_rewritten_file_that_was_there_before_the_command_is_its_to_replace(tmp_path):
+    out = tmp_path / "submission.json"
+    out.write_text("an old run's")
+    mine = A.RewrittenFile(out)  # what stands at the start is this command's to replace
+    mine.write(lambda: atomic_write_text(out, "new"))
+    assert out.read_text() == "new"
+    out.unlink()  # removed meanwhile: written by nobody else, but not what this command wrote either
+    with pytest.raises(A.OutputTaken):
+        mine.write(lambda: atomic_write_text(out, "newer"))
+    assert not out.exists()

@@ -98,6 +98,37 @@ def test_a_file_of_proc_is_refused_unopened_behind_a_link_too(tmp_path, capsys):
     assert "not a file of the kernel's /proc or /sys" in one_error_line(capsys, 2)
 
 
+@pytest.mark.skipif(not Path("/proc/self/mountinfo").is_file(), reason="Linux's /proc")
+def test_a_file_of_a_procfs_mounted_anywhere_is_refused_by_its_file_system(monkeypatch):
+    """A procfs may be mounted elsewhere than /proc (`mount -t proc proc /mnt/p`, as root): its files are known by
+    their file system (/proc/self/mountinfo), not by their path. Shown on /proc itself with the path rule off."""
+    import trm_kaggle.jsonio as J
+
+    assert J.kernel_filesystem(os.stat("/proc/self/status").st_dev) == "proc"
+    assert J.kernel_filesystem(os.stat(__file__).st_dev) is None  # a file of a disk (or tmpfs, overlay)
+    monkeypatch.setattr(J, "_kernel_file", lambda path: False)  # as if the procfs were mounted at /mnt/p
+    for gate in (J.open_regular, J.is_regular):
+        with pytest.raises(UnreadableFile, match="not a file of the kernel's /proc or /sys"):
+            gate("/proc/self/status", "config")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/proc/self/mountinfo").is_file(), reason="mounting needs root")
+def test_kmsg_of_a_procfs_mounted_elsewhere_never_hangs_a_reader(tmp_path):
+    import subprocess
+
+    from trm_kaggle.jsonio import read_json
+
+    where = tmp_path / "p"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "proc", "proc", str(where)], capture_output=True).returncode != 0:
+        pytest.skip("this machine lets no one mount a procfs")
+    try:
+        with pytest.raises(UnreadableFile, match="not a file of the kernel's /proc or /sys"):
+            read_json(where / "kmsg", "challenges")  # its read would wait for the kernel's next message
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_export_of_a_special_state_file(tmp_path, special, capsys, kind):
     """K01 (a FIFO), K02 (a link to /dev/zero): not "no train state"."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -285,6 +286,22 @@ def test_a_challenges_path_into_proc_is_refused_unopened(tmp_path, monkeypatch):
     link.symlink_to("/proc/self/status")
     scope, out = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(link))
     assert scope["READY"] is False and "is a file of the kernel's /proc or /sys" in out, out
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/proc/self/status").is_file(), reason="mounting needs root")
+def test_kmsg_of_a_procfs_mounted_elsewhere_is_read_as_empty_never_waited_on(tmp_path, monkeypatch):
+    """The cell reads a file's size when opened, no more: a procfs file mounted anywhere calls itself empty."""
+    import subprocess
+
+    where = tmp_path / "p"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "proc", "proc", str(where)], capture_output=True).returncode != 0:
+        pytest.skip("this machine lets no one mount a procfs")
+    try:
+        scope, out = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(where / "kmsg"))
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+    assert scope["READY"] is False and out.count("WARNING") == 1, out
 
 
 def test_a_failed_fallback_write_leaves_no_partial_file(tmp_path, monkeypatch):

@@ -129,6 +129,24 @@ def test_the_fallback_is_written_before_any_model_work(unseen, tmp_path):
     assert lines[0].split("] ")[1].startswith("fallback:")
 
 
+def test_a_submission_another_submit_writes_meanwhile_stands_and_this_one_is_refused(unseen, tmp_path):
+    """Two submits naming one --output: the second to write after the other is refused in one line, and the file
+    holds the other's valid submission whole (not a mix, and not one it calls valid for challenges it lacks)."""
+    from trm_kaggle.atomic import OutputTaken, atomic_write_text
+
+    other = '{"someone": "else"}'
+
+    def echo(line):
+        if "fallback:" in line:  # right after this submit wrote its fallback: another one writes the file
+            atomic_write_text(tmp_path / "submission.json", other)
+
+    with pytest.raises(OutputTaken, match="another process wrote this file while this command ran.*this submit's "
+                                          "answers are kept in"):
+        solve(cfg(unseen, tmp_path, finetune="none", max_tasks=1), echo=echo)
+    assert (tmp_path / "submission.json").read_text() == other
+    assert len(results(tmp_path / "work")) == 1  # its answer is kept for a rerun with its own --output
+
+
 def test_malformed_task_is_reported_and_the_rest_predicted(unseen, tmp_path):
     ch = json.loads(unseen[0].read_text())
     ch["broken"] = {"train": [{"input": [[1, 2], [3]], "output": [[1]]}], "test": [{"input": [[1]]}]}

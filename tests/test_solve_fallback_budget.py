@@ -65,6 +65,51 @@ def test_a_budget_that_leaves_a_worker_no_time_to_plan_is_refused_in_one_line(tm
     check_submission(tmp_path / "s.json", tmp_path / "c.json")
 
 
+def test_a_step_no_deadline_check_reaches_is_stopped_inside_the_margin(tmp_path, monkeypatch, capsys):
+    """The one in-process worker stuck in a single long step (a very deep recursion times one step for minutes)
+    is stopped a quarter into the safety margin, as a spawned worker is by SIGTERM: submit ends by its budget,
+    and the merge after it leaves the valid fallback."""
+    import trm_kaggle.solve.worker as W
+
+    (tmp_path / "c.json").write_text(json.dumps({"t1": TASK}))
+    make_export(tmp_path / "exp")
+
+    def endless_step(*a, **kw):  # Python between short calls, as torch's ops are: the alarm gets in
+        while True:
+            time.sleep(0.01)
+
+    monkeypatch.setattr(W, "run_units", endless_step)
+    t0 = time.monotonic()
+    rc = main(submit(tmp_path, tmp_path / "c.json", "--time-budget", "13", "--safety-margin", "2"))
+    took = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert took < 13, (took, err)
+    assert rc == 3 and "still running at the deadline: stopped" in err, err
+    check_submission(tmp_path / "s.json", tmp_path / "c.json")
+
+
+def test_the_in_process_alarm_never_cuts_a_merge_and_is_put_back(tmp_path):
+    import signal
+
+    from trm_kaggle.solve.workers import DeadlineReached, _alarm
+
+    merged = []
+
+    def slow_merge():
+        time.sleep(0.3)  # the alarm rings in here: held until the merge is whole
+        merged.append(True)
+
+    before = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(DeadlineReached):
+        with _alarm(time.monotonic() + 0.1) as shielded:
+            shielded(slow_merge)
+    assert merged == [True]
+    assert signal.getsignal(signal.SIGALRM) is before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    with _alarm(None) as shielded:  # no deadline: nothing armed
+        shielded(slow_merge)
+    assert signal.getsignal(signal.SIGALRM) is before
+
+
 def test_a_solutions_file_as_challenges_is_refused_by_one_rule(tmp_path, capsys):
     solutions = tmp_path / "solutions.json"
     solutions.write_text(json.dumps({"dd6b8c4b": [[[1, 2]]], "0934a4d8": [[[3]]]}))

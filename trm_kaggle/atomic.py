@@ -283,6 +283,59 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
+class RewrittenFile:
+    """A file one command writes again and again while it runs (submit's --output: the fallback first, then the
+    answers as they come), kept from a second writer.
+
+    Each `write` first checks that what stands at the path is what this command found there at its start or wrote
+    there last. Anything else means another process wrote the file meanwhile (two submits naming one --output):
+    the write is refused (`OutputTaken`) and that file stands, so two commands never both call one file their
+    valid output while it holds only one's answers. The check and the rename hold an `flock` on the folder, so
+    two writers cannot both pass the check and then rename in turn."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._expected = _identity(written_path(self.path))
+        self.taken: OutputTaken | None = None
+
+    def write(self, write: Callable[[], Any]) -> None:
+        """Call `write()` (an atomic write of the path) unless another process wrote the path since."""
+        if self.taken is not None:
+            raise self.taken
+        target = written_path(self.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _folder_lock(target.parent):
+            if _identity(target) != self._expected:
+                self.taken = OutputTaken(f"{self.path}: another process wrote this file while this command ran "
+                                         "(two commands writing one output?); it is left as that one wrote it")
+                raise self.taken
+            write()
+            self._expected = _identity(target)
+
+
+class OutputTaken(TRMError):
+    """`RewrittenFile.write` refused: another process wrote the file since this command last did."""
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive `flock` on `folder` for the block: a few milliseconds of a check and a rename. Where the
+    folder cannot be opened or locked (no fcntl, a file system without flock) the block runs unlocked."""
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
 @contextlib.contextmanager
 def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     """Yield a fresh temporary directory; on success move it to `target`.

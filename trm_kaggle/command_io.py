@@ -145,10 +145,13 @@ def command_io(command: str, args: argparse.Namespace) -> IO:
 def _selection_problem(command: str, args: argparse.Namespace) -> str | None:
     """A selection that would only fail after the work: `evaluate --tasks` naming tasks the test split lacks."""
     if command == "evaluate" and args.report_dir and args.tasks:
-        from trm_kaggle.evaluate import load_test_set
+        from trm_kaggle.evaluate import chosen_tasks, load_test_set
 
         known = load_test_set(args.data).num_tests
-        unknown = [t for t in args.tasks.split(",") if t and t not in known]
+        chosen = chosen_tasks(args.tasks, known)
+        if not chosen:
+            return "--tasks names no task (give task ids separated by spaces or commas)"
+        unknown = [t for t in chosen if t not in known]
         if unknown:
             return (f"--tasks: {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''} not in the test split of "
                     f"{args.data} ({len(known)} tasks, e.g. {', '.join(list(known)[:3])})")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import codecs
 import errno
+import functools
 import json
 import os
 import stat
@@ -162,7 +163,7 @@ def open_regular(path: str | os.PathLike, what: str = "file", hint: str | None =
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise UnreadableFile(f"{path}: {what} expected, found a directory")
-        kind = not_regular(st.st_mode)
+        kind = not_regular(st.st_mode) or (KERNEL_FILE if kernel_filesystem(st.st_dev) else None)
         if kind:
             raise UnreadableFile(_special_line(path, what, kind))
         if hasattr(os, "O_NONBLOCK"):  # a regular file reads alike either way; readers expect a blocking file
@@ -181,6 +182,33 @@ def _kernel_file(path: str | os.PathLike) -> bool:
     return sys.platform.startswith("linux") and os.path.realpath(path).split(os.sep)[1:2] in (["proc"], ["sys"])
 
 
+#: Linux file systems whose files the kernel makes up as they are read (a procfs mounted anywhere, not only at
+#: /proc: its files too call themselves regular, and some never end).
+KERNEL_FILESYSTEMS = frozenset({"proc", "sysfs", "debugfs", "tracefs", "securityfs", "configfs", "cgroup", "cgroup2",
+                                "pstore", "bpf", "efivarfs", "fusectl", "binfmt_misc"})
+
+
+@functools.lru_cache(maxsize=64)
+def kernel_filesystem(device: int) -> str | None:
+    """The kernel file system (`KERNEL_FILESYSTEMS`) that holds files of st_dev `device`, or None: looked up in
+    /proc/self/mountinfo, only for the devices of no disk (major number 0: virtual file systems, also tmpfs,
+    overlay, btrfs); None where that table cannot be read (not Linux, no /proc)."""
+    if not sys.platform.startswith("linux") or os.major(device) != 0:
+        return None
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            table = f.read(1 << 22)
+    except OSError:
+        return None
+    for line in table.splitlines():  # "36 35 0:21 / /mnt/p rw,relatime - proc proc rw": the type after " - "
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) > 2 and parts[2] == wanted and rest.split()[:1] and rest.split()[0] in KERNEL_FILESYSTEMS:
+            return rest.split()[0]
+    return None
+
+
 def _special_line(path: str | os.PathLike, what: str, kind: str) -> str:
     target = os.path.realpath(path)
     links = f" (it links to {target})" if target != os.path.abspath(path) else ""
@@ -193,10 +221,12 @@ def is_regular(path: str | os.PathLike, what: str = "file") -> bool:
     socket too, which would then be called missing or not a file of the kind; here such a file is refused with
     `open_regular`'s line (`UnreadableFile`), without being opened. False when nothing, or a folder, is there."""
     try:
-        mode = os.stat(path).st_mode
+        st = os.stat(path)
     except (OSError, ValueError):  # missing, a dangling link, a NUL in the name: as is_file() answers
         return False
-    if kind := not_regular(mode) or (KERNEL_FILE if stat.S_ISREG(mode) and _kernel_file(path) else None):
+    mode = st.st_mode
+    kernel = stat.S_ISREG(mode) and (_kernel_file(path) or kernel_filesystem(st.st_dev))
+    if kind := not_regular(mode) or (KERNEL_FILE if kernel else None):
         raise UnreadableFile(_special_line(path, what, kind))
     return stat.S_ISREG(mode)
 

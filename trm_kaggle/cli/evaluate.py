@@ -48,8 +48,9 @@ def add_evaluate(sub) -> None:
     flag(p, "trajectory_noise", EvaluateConfig, type=float, default=None)
     flag(p, "trajectory_select", EvaluateConfig, choices=get_args(EvaluateConfig.model_fields["trajectory_select"].annotation),
          default=None)
-    p.add_argument("--tasks", default=None, type=typed_name,
-                   help="comma-separated task ids to draw in the report (default: the first --first tasks)")
+    p.add_argument("--tasks", default=None, type=typed_name, nargs="+", metavar="ID",
+                   help="task ids to draw in the report, separated by spaces or commas (an id holding a comma is "
+                        "taken whole; default: the first --first tasks)")
     p.add_argument("--first", type=bounded_number("--first", 0, MAX_DRAWN), default=None,
                    help="draw the first N tasks in the report when --tasks is not given (default: 5)")
     p.add_argument("--no-pictures", action="store_true", help="write the report without grid pictures")
@@ -81,7 +82,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     cfg = EvaluateConfig(**config_kwargs(args, EvaluateConfig.model_fields))
     evaluate_export(args.weights, args.data, cfg, task_ids=args.task_ids, task_id_seed=args.task_id_seed,
                     pool_with=args.pool_with, save_votes=args.save_votes, report_dir=args.report_dir,
-                    tasks=[t for t in args.tasks.split(",") if t] if args.tasks else None, first=5 if args.first is None else args.first,
+                    tasks=args.tasks, first=5 if args.first is None else args.first,
                     pictures=not args.no_pictures)
     return 0
 

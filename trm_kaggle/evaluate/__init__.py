@@ -6,6 +6,7 @@ from trm_kaggle.faces import lazy_face
 _EXPORTS = {
     "PASS_KS": "vote",
     "check_scorable": "submission",
+    "chosen_tasks": "report",
     "check_submission": "submission",
     "evaluate": "pipeline",
     "evaluate_export": "run",

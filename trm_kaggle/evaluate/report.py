@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Collection, Sequence
 
 import numpy as np
 
@@ -201,6 +201,16 @@ def check_report_dir(out_dir: str | os.PathLike, weights: dict[str, str]) -> Non
                        f"report of {weights['path']}, or remove that one")
 
 
+def chosen_tasks(items: Sequence[str], known: Collection[str]) -> list[str]:
+    """The task ids `evaluate --tasks` names: each item that is a task id of `known` is taken whole (an id may hold
+    a comma: build-arc takes one), any other is split at its commas ("a,b", the older form); empty parts are
+    dropped, repeats kept once. An id the test split lacks stays in the answer for the caller to name."""
+    out: list[str] = []
+    for item in items:
+        out += [item] if item in known else [t for t in item.split(",") if t]
+    return list(dict.fromkeys(out))
+
+
 def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence[str] | None = None,
                  first_n: int = 5, top: int = 5, attempts: int = 2, pictures: bool = True,
                  weights: str | os.PathLike | dict[str, str] | None = None) -> dict[str, Path]:
@@ -219,7 +229,7 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     report = task_report(result, top=top)
     if record is not None:
         report = {"weights": record, **report}
-    chosen = list(tasks) if tasks else result.test_set.task_ids[:max(0, first_n)]
+    chosen = chosen_tasks(tasks, result.test_set.num_tests) if tasks else result.test_set.task_ids[:max(0, first_n)]
     unknown = [t for t in chosen if t not in result.test_set.num_tests]
     if unknown:
         raise TRMError(f"tasks not in the test set: {', '.join(unknown)}")

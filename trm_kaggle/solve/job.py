@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from trm_kaggle.atomic import atomic_write_text
+from trm_kaggle.atomic import OutputTaken, RewrittenFile, atomic_write_text
 from trm_kaggle.config import RECURSION_FIELDS, SolveConfig
 from trm_kaggle.data import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError
@@ -54,14 +54,15 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------
 
 
-def _write_answer(cfg: SolveConfig, challenges: dict, candidates: dict, duplicates: set[str],
-                  first: bool = False) -> dict:
-    """Build, write (atomically) and validate the submission (`validate_submission`: the rule of
-    validate-submission); returns its part of the report. The `first` write, the fallback against the clock,
-    leaves the demonstration pairs unchecked (the later writes report malformed tasks) and validates what it
-    wrote from memory (the same text the file holds) instead of reading a large file back."""
+def _write_answer(cfg: SolveConfig, output: RewrittenFile, challenges: dict, candidates: dict,
+                  duplicates: set[str], first: bool = False) -> dict:
+    """Build, write (atomically, unless another process wrote `output` meanwhile: `OutputTaken`) and validate
+    the submission (`validate_submission`: the rule of validate-submission); returns its part of the report.
+    The `first` write, the fallback against the clock, leaves the demonstration pairs unchecked (the later writes
+    report malformed tasks) and validates what it wrote from memory (the same text the file holds) instead of
+    reading a large file back."""
     built = make_submission(challenges, candidates, fallback=cfg.fallback, check_tasks=not first)
-    write_submission(cfg.output, built.submission)
+    output.write(lambda: write_submission(cfg.output, built.submission))
     problems = validate_submission(built.submission if first else cfg.output, challenges)
     task_problems = {t: "appears more than once in the challenges file: answered with the fallback"
                      for t in sorted(duplicates)}
@@ -153,7 +154,8 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     budget = Budget(cfg.time_budget, cfg.safety_margin, start)
     say = echo or _echo(cfg)
     report: dict[str, Any] = {"tasks": len(challenges), "errors": []}
-    report.update(_write_answer(cfg, challenges, {}, duplicates, first=True))  # the fallback, before all else
+    output = RewrittenFile(cfg.output)  # a second submit writing it meanwhile is seen, never overwritten
+    report.update(_write_answer(cfg, output, challenges, {}, duplicates, first=True))  # the fallback, before all else
     say(budget.line("fallback", f"{cfg.output} holds a valid answer for each of the {len(challenges)} tasks"))
     if budget.left() < MIN_PLAN_S:  # reading the file and writing the fallback left no worker time to plan:
         # refused in one line, now (not after another pass over a file that large, nor as tasks never reached)
@@ -178,9 +180,11 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
 
     def merge() -> tuple[dict, dict, dict]:
         candidates, task_reports = collect(work, units, keys)
-        return candidates, task_reports, _write_answer(cfg, challenges, candidates, duplicates)
+        return candidates, task_reports, _write_answer(cfg, output, challenges, candidates, duplicates)
 
     def merge_so_far() -> None:  # the submission holds every answer so far: a kernel killed at 12 h keeps them
+        if output.taken is not None:  # said once, at the final merge
+            return
         try:
             merge()
         except Exception as e:  # noqa: BLE001 - the final merge reports it; the workers must go on
@@ -203,12 +207,14 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
                  for i, shard in enumerate(shards)]
         say(budget.line("workers", f"{len(specs)} on {device}" + (f", {threads} CPU threads each" if threads else "")
                         + ": " + ", ".join(f"worker {s.worker} {len(s.units)} tasks" for s in specs)))
+        # stragglers are stopped a quarter into the safety margin (SIGTERM; SIGKILL at its middle), the one
+        # worker in this process alike (an alarm): every grace lies inside the margin, whose second half merges
+        # and writes the answers
+        grace = min(15.0, cfg.safety_margin / 4)
+        stop_at, kill_at = (None, None) if budget.end is None else (budget.end + grace, budget.end + 2 * grace)
         if len(specs) == 1:
-            outcomes = [run_in_process(specs[0], say, on_answer=merge_so_far)]
-        else:  # stragglers get SIGTERM a quarter into the safety margin and SIGKILL at its middle: every grace
-            # lies inside the margin, whose second half merges and writes the answers
-            grace = min(15.0, cfg.safety_margin / 4)
-            stop_at, kill_at = (None, None) if budget.end is None else (budget.end + grace, budget.end + 2 * grace)
+            outcomes = [run_in_process(specs[0], say, on_answer=merge_so_far, stop_at=stop_at)]
+        else:
             outcomes = run_spawned(specs, say, stop_at=stop_at, kill_at=kill_at, on_answer=merge_so_far,
                                    on_poll=on_poll)
     except KeyboardInterrupt:
@@ -225,7 +231,11 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
                                     f"tasks keep the fallback" + (f"; log: {out.log}" if out.log else ""))
             say(budget.line(f"worker {out.worker}", report["errors"][-1]))
 
-    candidates, task_reports, answer = merge()
+    try:
+        candidates, task_reports, answer = merge()
+    except OutputTaken as e:  # the other writer's file stands; this run's answers are not lost
+        raise OutputTaken(f"{e}; this submit's answers are kept in {work} (a rerun with its own --output reuses "
+                          "them)") from None
     failed = {t: r["error"] for t, r in task_reports.items() if "error" in r}
     report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
     report["model_failed"] = model_failure(len(units), task_reports, causes + list(failed.values()))

@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -127,21 +128,68 @@ def _read_plan(spec: WorkerSpec) -> dict | None:
         return None
 
 
-def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] | None = None) -> Outcome:
+class DeadlineReached(BaseException):
+    """Raised in the one in-process worker at its stop time: what SIGTERM is to a spawned one. A BaseException, so
+    that no task's own `except Exception` takes it for that task's failure and goes on to the next."""
+
+
+@contextlib.contextmanager
+def _alarm(stop_at: float | None) -> Iterator[Callable[[Callable[[], None]], None]]:
+    """`DeadlineReached` raised in this thread at `stop_at` (a time.monotonic() value): the one bound of a step that
+    no deadline check reaches (a single step of a very deep recursion can take minutes). Yields `shielded(fn)`,
+    which runs `fn` with the alarm held off until it returns (a merge of the answers is never cut half-way). Only
+    in the main thread of a system with `setitimer` (elsewhere nothing is armed, as before)."""
+    armed = (stop_at is not None and hasattr(signal, "setitimer")
+             and threading.current_thread() is threading.main_thread())
+    state = {"held": False, "pending": False}
+
+    def ring(_signum, _frame) -> None:
+        if state["held"]:
+            state["pending"] = True
+            return
+        raise DeadlineReached
+
+    def shielded(fn: Callable[[], None]) -> None:
+        state["held"] = True
+        try:
+            fn()
+        finally:
+            state["held"] = False
+        if state["pending"]:
+            raise DeadlineReached
+
+    if not armed:
+        yield lambda fn: fn()
+        return
+    previous = signal.signal(signal.SIGALRM, ring)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, max(0.001, stop_at - time.monotonic()))
+        yield shielded
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] | None = None,
+                   stop_at: float | None = None) -> Outcome:
     """The one worker in the caller's process (no spawn: nothing to shard). An exception costs its units.
-    `on_answer()` runs after each unit (the caller merges what is answered so far)."""
+    `on_answer()` runs after each unit (the caller merges what is answered so far). At `stop_at` (a
+    time.monotonic() value) the worker is stopped wherever it is, as a spawned one is by SIGTERM (`_alarm`)."""
     from trm_kaggle.solve.worker import run_units
 
     out = Outcome(spec.worker, spec.device, len(spec.units), pid=os.getpid())
     spec.plan_file.unlink(missing_ok=True)  # an earlier run's
 
-    def done(_unit: Unit) -> None:
-        out.done += 1
-        if on_answer is not None:
-            on_answer()
-
     try:
-        run_units(spec, emit=emit, on_unit=done)
+        with _alarm(stop_at) as shielded:
+            def done(_unit: Unit) -> None:
+                out.done += 1
+                if on_answer is not None:
+                    shielded(on_answer)
+
+            run_units(spec, emit=emit, on_unit=done)
+    except DeadlineReached:
+        out.error = _describe_exit(None)  # as a spawned worker stopped at the deadline is described
     except Exception as e:  # the worker failed as a whole (no device, unreadable weights, ...)
         out.error = describe(e)
         spec.log.parent.mkdir(parents=True, exist_ok=True)
