@@ -80,6 +80,17 @@ def _next_commands(summary: str) -> dict[str, list[str]]:
     return {c[1]: c[1:] for c in commands}
 
 
+def test_a_pipeline_that_trained_no_step_stops_before_its_export(tmp_path, capsys):
+    """`--train-seconds 1e-300` trained 0 steps, then exported, evaluated, submitted and bundled the untrained
+    model with status 0."""
+    w = tmp_path / "w"
+    rc = main(["pipeline", "--work-dir", str(w), "--num-aug", "1", "--train-seconds", "1e-300", "--eval-tasks", "1",
+               "--unseen-tasks", "1", "--no-progress", "--threads", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "error: no training step fit in --train-seconds 1e-300" in err, err
+    assert not (w / "weights").exists() and not (w / "submission.json").exists() and not (w / "bundle").exists()
+
+
 @pytest.mark.slow
 def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys):
     w = tmp_path / "w"

@@ -68,7 +68,7 @@ def test_full_export_round_trip_and_resized_load(tmp_path):
 
 
 def train_state(model: TinyRecursiveModel, ema: dict | None) -> dict:
-    cfg = TrainConfig(arch=ARCH, data_paths=["d"])
+    cfg = TrainConfig(arch=ARCH, data_paths=["d"], ema=ema is not None)  # a run keeps an average when told
     return {"config": cfg.model_dump_json(), "model": model.state_dict(), "ema": ema,
             "model_shape": {"seq_len": 8, "vocab_size": 5, "num_puzzle_identifiers": 3}}
 

@@ -324,6 +324,38 @@ def test_a_parameter_state_lacking_what_the_others_hold_is_refused_not_zeroed(da
     assert ckpt.list_states(run) == [path]
 
 
+@pytest.mark.parametrize("change, said", [
+    (lambda s: s["optimizer"]["state"].pop(max(s["optimizer"]["state"])), "1 of group 0's"),
+    (lambda s: s["optimizer"]["state"].clear(), "hold no state, yet the run took 2 optimizer steps"),
+])
+def test_a_parameter_without_optimizer_state_is_refused_not_started_afresh(data, tmp_path, capsys, change, said):
+    """Every parameter gets a gradient at every step: one whose state is gone (or all of them) resumed silently
+    inexact, the optimizer starting it afresh. Now one line naming it."""
+    run, path, line = _resumed_after(data, tmp_path, capsys, change)
+    assert str(path) in line and "field 'optimizer' does not fit this run" in line and said in line, line
+    assert "parameters hold no state" in line, line
+
+
+def test_a_state_whose_rank_holds_no_carry_is_damaged_and_an_older_one_resumed(data, tmp_path):
+    """`carries: [[]]` (a rank with no micro-batch carry) was a traceback (IndexError) inside the first step."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    assert main(train_args(data, run, "max_steps=3")) == 0
+    _rewrite(ckpt.state_path(run, 3), lambda s: s.update(carries=[[]]))
+    with pytest.raises(ckpt.DamagedFile, match="field 'carries' is a list; it must be a list of each rank's non-empty"):
+        ckpt.load_train_state(ckpt.state_path(run, 3))
+    assert main(train_args(data, run, "max_steps=4")) == 0
+    assert ckpt.newest_step(run) == 4 and (run / "state_step00000003.pt.corrupt").exists()
+
+
+def test_a_state_without_carries_resumes_with_a_word_that_it_is_not_exact(data, tmp_path, caplog):
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    _rewrite(ckpt.state_path(run, 2), lambda s: s.update(carries=None))
+    assert main(train_args(data, run, "max_steps=3")) == 0
+    assert "holds no ACT carries: they restart (results differ slightly from an unbroken run)" in caplog.text
+
+
 def test_a_negative_mean_of_squares_makes_the_state_damaged_and_an_older_one_resumed(data, tmp_path, caplog):
     """An Adam second moment below 0 passed every check, and its square root made the weights NaN at the first
     step: "training diverged, lower lr", at every later resume too, while a good older state stood."""
@@ -435,3 +467,44 @@ def test_a_tensor_in_another_dtype_than_the_runs_is_one_line_not_a_rounded_resum
                                                                                  said):
     run, path, line = _resumed_after(data, tmp_path, capsys, change)
     assert str(path) in line and said in line, line
+
+
+def _ema_int(s):
+    s["ema"] = {k: v.to(torch.int64) for k, v in s["ema"].items()}
+
+
+def _ema_buffer(s):
+    s["ema"]["H_init"] = torch.zeros(3)
+
+
+def _ema_shape(s):
+    k = next(iter(s["ema"]))
+    s["ema"][k] = torch.zeros(3, 3)
+
+
+@pytest.mark.parametrize("change, said", [
+    (_ema_int, "tensors that are not floating point"),
+    (_ema_buffer, "names that are no parameter of the model: H_init"),
+    (_ema_shape, "shapes that differ"),
+])
+def test_averaged_weights_no_run_saves_are_one_line_in_export_and_resume(data, tmp_path, capsys, change, said):
+    """`export` copied a state's EMA into the model unchecked: integers cast in without a word, a buffer's name or
+    another shape a traceback. Checked by one rule in `export` and in a resume."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2", "ema=true")) == 0
+    _rewrite(ckpt.state_path(run, 2), change)
+    capsys.readouterr()
+    for argv in (["export", str(run), "--out", str(tmp_path / "exp")], train_args(data, run, "max_steps=3", "ema=true")):
+        line = one_error_line(capsys, main(argv))
+        assert "field 'ema'" in line and said in line, line
+    assert not (tmp_path / "exp").exists()
+
+
+def test_averaged_weights_in_a_run_without_ema_are_refused_by_export(data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2", "ema=false")) == 0
+    _rewrite(ckpt.state_path(run, 2), lambda s: s.update(ema={k: v.clone() for k, v in s["model"].items()
+                                                               if k.endswith("weight") and "puzzle" not in k}))
+    capsys.readouterr()
+    line = one_error_line(capsys, main(["export", str(run), "--out", str(tmp_path / "exp")]))
+    assert "field 'ema': averaged weights in a run whose settings say ema=false" in line, line

@@ -307,6 +307,19 @@ def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
     assert not (tmp_path / "c" / "run-state").exists()
 
 
+@pytest.mark.parametrize("path, ok", [("/home/me/runs/exp", False), ("'weights/x'", False),
+                                      ("/kaggle/input/my-weights", True), ("'/kaggle/input/a b/w'", True)])
+def test_load_checkpoint_must_be_a_path_a_session_can_read(path, ok):
+    """A path of the building machine passed the build and failed only on Kaggle, after the push."""
+    from trm_kaggle.kaggle.train_kernel import check_kernel_overrides
+
+    if ok:
+        check_kernel_overrides([f"load_checkpoint={path}"])
+    else:
+        with pytest.raises(TRMError, match="give load_checkpoint a path under /kaggle/input/"):
+            check_kernel_overrides([f"load_checkpoint={path}"])
+
+
 @pytest.mark.parametrize("owned", ["data_paths=[/etc]", "checkpoint_path=/tmp/elsewhere", "+checkpoint_path=x",
                                    "~data_paths"])
 def test_the_kernel_sets_its_own_data_and_run_folder(built, tmp_path, capsys, owned):

@@ -304,6 +304,28 @@ def test_kmsg_of_a_procfs_mounted_elsewhere_is_read_as_empty_never_waited_on(tmp
     assert scope["READY"] is False and out.count("WARNING") == 1, out
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_special_sample_submission_is_named_never_waited_on(tmp_path, monkeypatch, kind):
+    """The check cell compares task ids with `sample_submission.json` beside the challenges: it reads it through
+    the cell's one careful reader, so a FIFO (or a device, or a kernel file) there is a warning, never a hang, and
+    never passed over without a word."""
+    challenges = write_competition(tmp_path / "input" / "comp")
+    sample = challenges.parent / "sample_submission.json"
+    if kind == "fifo":
+        os.mkfifo(sample)
+    else:
+        sample.symlink_to("/dev/zero")
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(challenges))
+    check = _code_cells()[6]
+    assert check.startswith("def check_against_sample")
+    scope.update(report=None, READY=False)  # the model skipped: the check runs on the fallback
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(check, scope)  # defines the check and runs it
+    said = printed.getvalue()
+    assert "could not be read" in said and "not a regular file" in said and "task ids not compared" in said, said
+
+
 def test_a_failed_fallback_write_leaves_no_partial_file(tmp_path, monkeypatch):
     write_competition(tmp_path / "input" / "comp")
     (tmp_path / "working" / "submission.json").mkdir(parents=True)  # a folder where the file goes

@@ -85,6 +85,10 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
     # a training build once dropped the submission bundle's options without a word (--cpu kept the GPU)
     (["--train-kernel", "--preset", "sudoku4-cpu", "--cpu", "--execute"],
      "--weights, --notebook, --cpu, --execute: the submission bundle's, not the training's"),
+    # the offline run's options without --execute were dropped without a word (the kernel kept TIME_BUDGET auto)
+    (["--time-budget", "60", "--max-tasks", "2", "--challenges", "/nonexistent.json"],
+     "--challenges, --max-tasks, --time-budget: options of the offline run; add --execute, or leave them out"),
+    (["--mounts", "2026"], "--mounts: options of the offline run"),
 ])
 def test_bad_input_one_line_nothing_written(inputs, tmp_path, capsys, args, words):
     out = tmp_path / "out"

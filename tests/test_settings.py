@@ -536,3 +536,20 @@ def test_submit_predicts_under_the_settings_of_an_evaluation():
     for bad in ({"batch_size": 1 << 40}, {"max_steps": 0}, {"device": "gpu"}, {"no_such_setting": 1}):
         with pytest.raises(ValidationError):
             EvaluateConfig().updated(**bad)
+
+
+def test_a_key_set_twice_on_one_line_is_said_and_the_later_used(capsys, caplog):
+    """`seed=5 seed=6` kept 6 without a word; the later still wins (a script's base settings and its one change),
+    with a warning naming both."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.train import warn_repeated
+
+    assert warn_repeated(["seed=5", "arch.L_cycles=2", "arch=default"]) == []  # distinct keys
+    for twice in (["seed=5", "seed=6"], ["seed=5", "+seed=6"], ["seed=5", "~seed"]):
+        assert warn_repeated(twice)[0].startswith("seed is set twice on one line ('seed=5', then")
+    assert main(["train", "--print-config", "seed=5", "seed=6"]) == 0
+    assert "seed: 6" in capsys.readouterr().out
+    assert "seed is set twice on one line ('seed=5', then 'seed=6'): the later is used" in caplog.text
+    caplog.clear()
+    assert main(["train", "--print-config", "--preset", "sudoku4-cpu", "seed=5"]) == 0  # over the preset's: a layer
+    assert "seed: 5" in capsys.readouterr().out and "twice" not in caplog.text

@@ -2,8 +2,11 @@
 children (a few lines of Python in place of `trm-kaggle train`): states, failures, resume, parallel slots,
 GPUs, interruption, locking; then one small sweep of real training processes."""
 
+import contextlib
+import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +32,13 @@ name = os.path.basename(run_dir)
 def note(**kw):
     with open(os.path.join(run_dir, "fake.jsonl"), "a") as f:
         f.write(json.dumps(kw) + "\n")
+if "saving" in name:  # as a training does: SIGINT saves a state (here a second's wait) before it ends
+    import signal
+    def save_and_stop(*_):
+        time.sleep(1.0)
+        note(saved=time.time())
+        sys.exit(130)
+    signal.signal(signal.SIGINT, save_and_stop)
 note(argv=args, start=time.time(), pid=os.getpid(), cuda=os.environ.get("CUDA_VISIBLE_DEVICES"),
      omp=os.environ.get("OMP_NUM_THREADS"))
 if name.startswith("fail"):
@@ -322,6 +332,99 @@ def test_sigterm_stops_the_children_and_leaves_a_consistent_record(tmp_path, fak
     summary = S.run_sweep(grid("ok", "slow-a", "slow-b"), sd, parallel=2, progress=False, poll_seconds=0.02)
     assert (summary.done, summary.skipped) == (3, 1)
     assert records(sd)["slow-a_s0"]["attempts"] == 2 and records(sd)["slow-a_s0"]["error"] is None
+
+
+@pytest.mark.parametrize("first, second", [(signal.SIGINT, signal.SIGINT), (signal.SIGINT, signal.SIGTERM),
+                                           (signal.SIGTERM, signal.SIGINT)])
+def test_a_second_signal_cannot_leave_a_record_running(tmp_path, fake_train, monkeypatch, first, second):
+    """Two signals 50 ms apart: the second comes while the sweep waits for its training to save and stop, and must
+    not cut the rewrite of that run's record (once left "running" with no process behind it)."""
+    monkeypatch.setenv("FAKE_SLEEP", "60")
+    sd = tmp_path / "sw"
+
+    def signal_twice():
+        deadline = time.time() + 60
+        while not (sd / "slow-saving_s0" / "fake.jsonl").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        os.kill(os.getpid(), first)
+        time.sleep(0.05)
+        os.kill(os.getpid(), second)
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=signal_twice, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        S.run_sweep(grid("slow-saving"), sd, progress=False, poll_seconds=0.02)
+    assert getattr(stopped.value, "exit_status", 130) == 128 + first  # the first signal says how the sweep ended
+    rec = records(sd)["slow-saving_s0"]
+    assert rec["state"] == "pending" and rec["error"] == "interrupted" and "pid" not in rec
+    assert "saved" in notes(sd, "slow-saving_s0")[-1]  # the training had its time to save
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+@contextlib.contextmanager
+def no_wait(seconds: int = 20):
+    """The block fails, instead of hanging, when it waits on a FIFO (an open for writing waits for a reader)."""
+    def hung(*_):
+        raise AssertionError("waited on a FIFO in place of a run's log")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("kind, says", [("link", "not a symbolic link"), ("hard link", "the log has 2 names"),
+                                        ("fifo", "not a pipe (FIFO)")])
+def test_a_runs_log_is_never_followed_nor_waited_on(tmp_path, fake_train, kind, says):
+    """A run's train.log is appended to: a link there would carry the log to a file outside the sweep, a FIFO would
+    hang the sweep. Refused in one line before any run starts, and at a run's start (planted since): that run fails."""
+    sd = tmp_path / "sw"
+    S.run_sweep(grid("fail"), sd, progress=False, poll_seconds=0.02)  # failed: the next sweep starts it again
+    log, outside = sd / "fail_s0" / "train.log", tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    log.unlink()
+    {"link": lambda: log.symlink_to(outside), "hard link": lambda: os.link(outside, log),
+     "fifo": lambda: os.mkfifo(log)}[kind]()
+    before = (sd / "sweep.json").read_text()
+    with no_wait():
+        with pytest.raises(TRMError, match=re.escape(says)):
+            S.run_sweep(grid("fail"), sd, progress=False, poll_seconds=0.02)
+        assert (sd / "sweep.json").read_text() == before
+        rec = {"attempts": 0}
+        assert S._launch(S.plan_sweep(grid("fail"), sd)[0], rec, 0, sd, [], 1, None) is None
+    assert rec["state"] == "failed" and rec["attempts"] == 0
+    assert rec["error"].startswith(f"cannot open its log: {log}: ") and says in rec["error"]
+    assert outside.read_text() == "precious\n"
+
+
+def test_a_sweep_whose_first_record_failed_is_continued_by_the_same_command(tmp_path, fake_train, monkeypatch):
+    """A first sweep.json that could not be written (a full disk, `ulimit -f`) leaves the folder holding only the
+    sweep's locks: the same command continues there, while a folder holding anything else is still refused."""
+    sd = tmp_path / "sw"
+
+    def too_large(path, obj, indent=None, **kw):
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG), str(path))
+
+    with monkeypatch.context() as m:
+        m.setattr(S, "atomic_write_json", too_large)
+        with pytest.raises(OSError, match="File too large"):
+            S.run_sweep(grid("ok", "ok2"), sd, progress=False, poll_seconds=0.02)
+    assert sorted(p.relative_to(sd).as_posix() for p in sd.rglob("*")) == [
+        LOCK_FILE, "ok2_s0", f"ok2_s0/{LOCK_FILE}", "ok_s0", f"ok_s0/{LOCK_FILE}"]
+    summary = S.run_sweep(grid("ok", "ok2"), sd, progress=False, poll_seconds=0.02)
+    assert (summary.done, summary.failed) == (2, 0) and records(sd)["ok_s0"]["attempts"] == 1
+
+    other = tmp_path / "other"
+    (other / "x_s0").mkdir(parents=True)
+    (other / "x_s0" / LOCK_FILE).touch()
+    (other / "x_s0" / "notes.txt").write_text("mine")
+    with pytest.raises(TRMError, match="is not empty and holds no sweep.json"):
+        S.run_sweep(grid("ok"), other, progress=False)
+    assert sorted(p.name for p in other.iterdir()) == ["x_s0"]
 
 
 def test_changed_settings(tmp_path, fake_train):

@@ -110,6 +110,10 @@ def test_bounds_and_contradictions_are_refused_and_the_plan_prices_the_work():
 
     for bad, words in (({"trajectories": 4}, "need a trajectory_noise"),
                        ({"trajectory_noise": 0.1}, "needs trajectories of 2"),
+                       # settings of the trajectories that nothing reads with one trajectory
+                       ({"trajectory_select": "first_halt"}, "trajectory_select 'first_halt' needs trajectories"),
+                       ({"trajectory_seed": 3, "trajectory_noise": 0.1}, "trajectory_noise 0.1, trajectory_seed 3 "
+                                                                         "need trajectories of 2"),
                        ({"trajectories": 33, "trajectory_noise": 0.1}, "less than or equal to 32"),
                        ({"trajectories": 2, "trajectory_noise": 1.5}, "less than or equal to 1"),
                        ({"test_depth": 0}, "greater than or equal to 1"),
@@ -122,6 +126,8 @@ def test_bounds_and_contradictions_are_refused_and_the_plan_prices_the_work():
     assert solve.evaluation().trajectories == 8 and solve.evaluation().test_depth == 32
     with pytest.raises(ValidationError, match="need a trajectory_noise"):
         SolveConfig(challenges="c.json", weights="w", trajectories=8)
+    with pytest.raises(ValidationError, match="trajectory_select 'first_halt' needs trajectories of 2"):
+        SolveConfig(challenges="c.json", weights="w", trajectory_select="first_halt")
     assert prediction_steps(solve, 16) == 8 * 32
     assert prediction_steps(SolveConfig(challenges="c.json", weights="w"), 16) == 16
     rates = Rates("cpu", 1.0, 0.5, 0.01, 16, 8, 8)

@@ -261,6 +261,9 @@ def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -
         f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5",
         *([f"threads={cfg.threads}"] if cfg.threads else [])])
     r = train(tcfg, signals=True)  # Ctrl-C: the state saved first, then the pipeline stops as interrupted
+    if r.step == 0:  # an untrained model would be exported, evaluated, submitted and bundled as if it were one
+        raise TRMError(f"no training step fit in --train-seconds {cfg.train_seconds:g} (the first step takes longer "
+                       "on this machine): nothing to export; give more seconds")
     export_run(run_dir, weights)
     facts.update(step=r.step, start_step=r.start_step, new_steps=r.new_steps, already_done=r.already_done,
                  examples_per_s=r.examples_per_second, parameters=str(r.parameters) if r.parameters else None,

@@ -111,6 +111,10 @@ def _main(argv: list[str] | None, started: float) -> int:
                         format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:
         with checked_stdout():  # the results reach stdout, or the command fails: never a silent success
+            if getattr(args, "overrides", None):  # the key=value settings typed on this line
+                from trm_kaggle.train import warn_repeated
+
+                warn_repeated(args.overrides)
             if getattr(args, "command", None):
                 from trm_kaggle.command_io import precheck
 

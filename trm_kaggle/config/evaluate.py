@@ -21,13 +21,19 @@ MAX_TEST_DEPTH = 1024
 TrajectorySelect = Literal["q_halt", "first_halt"]
 
 
-def trajectory_problem(trajectories: int, noise: float) -> str | None:
-    """Why K trajectories with this noise contradict each other (None: they do not)."""
+def trajectory_problem(trajectories: int, noise: float, select: str = "q_halt", seed: int = 0) -> str | None:
+    """Why K trajectories with this noise, choice and seed contradict each other (None: they do not). A setting
+    of the trajectories given for one trajectory is refused: nothing would read it."""
     if trajectories > 1 and noise == 0:
         return (f"trajectories {trajectories} need a trajectory_noise above 0: without noise every trajectory is "
                 "the same")
-    if trajectories == 1 and noise > 0:
-        return "trajectory_noise needs trajectories of 2 or more: trajectory 0 always runs without noise"
+    if trajectories == 1:
+        given = [f"{name} {value!r}" for name, value, default in (("trajectory_noise", noise, 0.0),
+                                                                   ("trajectory_select", select, "q_halt"),
+                                                                   ("trajectory_seed", seed, 0)) if value != default]
+        if given:
+            return (f"{', '.join(given)} need{'s' if len(given) == 1 else ''} trajectories of 2 or more: with one, "
+                    "trajectory 0 runs alone and without noise")
     return None
 
 
@@ -87,7 +93,8 @@ class EvaluateConfig(_Config):
 
     @model_validator(mode="after")
     def _consistent(self) -> "EvaluateConfig":
-        problem = trajectory_problem(self.trajectories, self.trajectory_noise)
+        problem = trajectory_problem(self.trajectories, self.trajectory_noise, self.trajectory_select,
+                                     self.trajectory_seed)
         if problem:
             raise ValueError(problem)
         if self.test_depth is not None and self.max_steps is not None and self.test_depth != self.max_steps:

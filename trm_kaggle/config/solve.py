@@ -164,7 +164,7 @@ class SolveConfig(_Config):
 
     @model_validator(mode="after")
     def _trajectories_consistent(self) -> "SolveConfig":
-        problem = trajectory_problem(self.trajectories, self.trajectory_noise)
+        problem = trajectory_problem(self.trajectories, self.trajectory_noise, self.trajectory_select)
         if problem:
             raise ValueError(problem)
         return self

@@ -20,7 +20,8 @@ Running the same command again skips done runs and starts the others: `train` re
 newest train state in its directory. A run whose settings changed is refused, unless only settings a
 resumed run may change did (a larger `max_steps` re-opens a done run, which then continues). A failing
 run is recorded with its error line and the sweep goes on. Ctrl-C (or SIGTERM) stops the running
-children, marks them pending and leaves sweep.json consistent.
+children, marks them pending and leaves sweep.json consistent; a second Ctrl-C waits for that. A run's train.log
+is appended to through `open_log`: a link, a hard link or a FIFO in its place is refused, never followed or waited on.
 """
 
 from __future__ import annotations
@@ -43,13 +44,13 @@ from typing import Sequence
 
 import pydantic
 
-from trm_kaggle.atomic import atomic_write_json, atomic_write_text
+from trm_kaggle.atomic import atomic_write_json, atomic_write_text, open_log
 from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
-from trm_kaggle.interrupts import Terminated, give_back, hold_terminations
+from trm_kaggle.interrupts import TERMINATING, Terminated, give_back
 from trm_kaggle.data import load_metadata
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, describe
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
-from trm_kaggle.jsonio import is_regular, read_json
+from trm_kaggle.jsonio import is_regular, open_regular, read_json
 from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
 from trm_kaggle.outputs import overlap_problem
@@ -277,6 +278,16 @@ def _refuse_if_still_running(rec: dict, sweep_dir: Path) -> None:
                        f"sweep; wait for it or stop it (kill {pid}) first")
 
 
+def _holds_only_locks(sweep_dir: Path) -> bool:
+    """Whether `sweep_dir` holds nothing but what a sweep writes before its first sweep.json: its lock file and
+    run folders holding only theirs. A sweep whose first sweep.json could not be written (a full disk, `ulimit -f`)
+    leaves just that, and the same command then continues there instead of refusing a folder it made itself."""
+    for p in sweep_dir.iterdir():
+        if p.name != LOCK_FILE and (p.is_symlink() or not p.is_dir() or any(q.name != LOCK_FILE for q in p.iterdir())):
+            return False
+    return True
+
+
 def _locked(sweep_dir: Path):
     """One sweep process per directory (the package's directory lock, released when the process ends)."""
     return directory_lock(sweep_dir, "sweep")
@@ -321,10 +332,10 @@ def _visible_gpus() -> list[str]:
 def error_line(log_path: Path, returncode: int) -> str:
     """The line that says why a run failed: its `error:` line, else the last line of its log (a traceback's)."""
     try:
-        with open(log_path, "rb") as f:
+        with open_regular(log_path, "log") as f:  # a FIFO put in its place is not waited on
             f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
             lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
-    except OSError:
+    except (OSError, TRMError):
         lines = []
     # only this attempt's lines: after the last header the sweep wrote
     for i in range(len(lines) - 1, -1, -1):
@@ -388,12 +399,14 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
     if dry_run:
         return _print_plan(plan, sweep_dir, base)
 
-    if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and any(
-            p.name != LOCK_FILE for p in sweep_dir.iterdir()):  # a lock file alone: a command that wrote nothing
+    if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and not _holds_only_locks(sweep_dir):
         raise TRMError(f"{sweep_dir} exists, is not empty and holds no {SWEEP_FILE}; choose another --sweep-dir")
     check_data(grid, plan)
     for run in plan:  # a run folder another command works in: refused before anything is made
         refuse_if_held(sweep_dir / run.name)
+    for run in plan:  # a log in the way (a link, a FIFO, a hard link): one line before any run, as at its start
+        if os.path.lexists(log_path := sweep_dir / run.name / LOG_FILE):
+            os.close(open_log(log_path))
     _room_for_open_files(len(plan))
     sweep_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -428,7 +441,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
             say(f"FAILED  {rec['name']}: {rec['error']}")
             bar.update()
 
-        previous = hold_terminations() if _main_thread() else None
+        stops = _Stops()
         try:
             while todo or running:
                 while todo and free:
@@ -449,6 +462,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
                     save()
                 bar.set_postfix_str(", ".join(j.rec["name"] for j in running), refresh=False)
         except BaseException as err:  # Ctrl-C, SIGTERM, or anything else: no child outlives the sweep
+            stops.hold()  # a second Ctrl-C waits for the records: none is left saying "running"
             _put_back(running)
             save()
             if isinstance(err, Terminated):  # said as SIGTERM (status 143) or SIGHUP (129)
@@ -457,9 +471,8 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
                 raise KeyboardInterrupt from None
             raise
         finally:
+            stops.give_back()
             bar.close()
-            if previous is not None:
-                give_back(previous)
         done = sum(by_name[run.name]["state"] == "done" for run in plan)
         return SweepSummary(sweep_dir, len(plan), done, len(failures), skipped, time.perf_counter() - t_start,
                             failures)
@@ -490,7 +503,11 @@ def _launch(run: PlannedRun, rec: dict, slot: int, sweep_dir: Path, gpus: Sequen
     run_dir = sweep_dir / run.name
     cmd = run.command(run_dir, extra)
     atomic_write_text(run_dir / RUN_CONFIG, dump_config(run.config))
-    logf = open(run_dir / LOG_FILE, "ab")
+    try:  # never a link followed nor a FIFO waited on: something put there since the sweep's check fails this run
+        logf = os.fdopen(open_log(run_dir / LOG_FILE), "ab")
+    except (OSError, TRMError) as err:
+        rec.update(state="failed", error=f"cannot open its log: {describe(err)}", finished=_now())
+        return None
     rec["attempts"] += 1
     logf.write(f"--- sweep attempt {rec['attempts']} {_now()}: {shlex.join(cmd)}\n".encode())
     logf.flush()
@@ -535,6 +552,34 @@ def _describe_base(base: dict) -> str:
     words = [*(f"--preset {p}" for p in base["presets"]), *([f"--config {base['config']}"] if base["config"] else []),
              *base["overrides"]]
     return " ".join(words) or "(defaults)"
+
+
+class _Stops:
+    """The sweep's SIGINT, SIGTERM and SIGHUP (left ignored under nohup, as `train` leaves it) while it runs: the
+    first stops it (KeyboardInterrupt, or `Terminated`); any later one is held while the sweep stops its trainings
+    and rewrites their records (`hold`), so a second Ctrl-C 50 ms after the first cannot leave sweep.json saying
+    "running" with no process behind it. The wait is bounded: `_stop` ends a training after its grace."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.previous: dict[int, object] = {}
+        if _main_thread():  # only the main thread can take a signal handler
+            for s in (signal.SIGINT, *TERMINATING):
+                if s in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(s) is not signal.SIG_IGN:
+                    self.previous[s] = signal.signal(s, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.held:
+            return
+        self.held = True
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+
+    def hold(self) -> None:
+        self.held = True
+
+    def give_back(self) -> None:
+        give_back(self.previous)
+        self.previous = {}
 
 
 def _main_thread() -> bool:

@@ -404,14 +404,17 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
     return report
 
 
+#: The options of the offline run alone: read by --execute, by nothing else.
+_EXECUTE_ONLY = ("challenges", "mounts", "max_tasks", "time_budget", "finetune_steps", "num_aug", "workers", "device",
+                 "execute_timeout")
 #: The submission bundle's options that a training build (--dataset, --train-kernel) has no use for.
-_SUBMISSION_ONLY = ("weights", "notebook", "cpu", "execute", "challenges", "device", "competition")
+_SUBMISSION_ONLY = ("weights", "notebook", "cpu", "execute", "competition", *_EXECUTE_ONLY)
 
 
-def _submission_only_flags(args: argparse.Namespace) -> list[str]:
-    """The submission bundle's options given on a training build's line (their values other than the defaults)."""
+def _given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
+    """Those of the options `names` given on the line (their values other than the defaults), as flags."""
     defaults = make_parser()
-    return [f"--{name.replace('_', '-')}" for name in _SUBMISSION_ONLY
+    return [f"--{name.replace('_', '-')}" for name in names
             if hasattr(args, name) and getattr(args, name) != defaults.get_default(name)]
 
 
@@ -487,12 +490,15 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         targets = [Target(python_version=check_python_version(v), platforms=platforms)
                    for v in dict.fromkeys(args.python_version or DEFAULT_PYTHON_VERSIONS)]
         if args.dataset is not None or args.train_kernel:
-            if ignored := _submission_only_flags(args):  # never dropped without a word
+            if ignored := _given(args, _SUBMISSION_ONLY):  # never dropped without a word
                 raise TRMError(f"{', '.join(ignored)}: the submission bundle's, not the training's (--dataset, "
                                f"--train-kernel); build the two with two commands")
             return _run_training(args, ids, targets, api, held)
         if args.overrides:
             raise TRMError(f"unexpected argument {args.overrides[0]!r}: key=value settings go with --train-kernel")
+        if not args.execute and (ignored := _given(args, _EXECUTE_ONLY)):  # the kernel's own parameters are set
+            # on Kaggle (docs/kaggle.md), not by these: a --time-budget here would otherwise vanish without a word
+            raise TRMError(f"{', '.join(ignored)}: options of the offline run; add --execute, or leave them out")
         machine_shape = check_machine_shape(DEFAULT_MACHINE_SHAPE if args.accelerator is None else args.accelerator)
         if args.execute and args.challenges:  # read before anything is built
             read_sample_submission(Path(args.challenges))

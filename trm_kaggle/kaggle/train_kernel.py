@@ -29,7 +29,7 @@ from trm_kaggle.kaggle.metadata import (
     train_kernel_metadata_problems, raise_problems, write_manifest,
 )
 from trm_kaggle.kaggle.packed import ARCHIVE_KEY, pack
-from trm_kaggle.train import override_mapping
+from trm_kaggle.train import override_mapping, warn_repeated
 
 TRAIN_NOTEBOOK = Path("notebooks") / "kaggle_train.ipynb"
 
@@ -125,6 +125,7 @@ def _newest_step(folder: Path) -> int | None:
 #: Settings the training session sets itself: the attached data, and a run folder inside the kernel's working
 #: folder (only /kaggle/working outlives a session, so a run written elsewhere is lost with it).
 KERNEL_OWNED_KEYS = ("data_paths", "checkpoint_path")
+KAGGLE_INPUT = "/kaggle/input"  # where a session finds its attached datasets (both mount layouts)
 
 
 def check_kernel_overrides(overrides: Sequence[str]) -> None:
@@ -135,6 +136,11 @@ def check_kernel_overrides(overrides: Sequence[str]) -> None:
             raise TRMError(f"override {str(text)[:80]!r}: the training kernel sets {key.split('.')[0]} itself (the "
                            "attached data dataset, and a run inside its working folder, the only folder kept "
                            "between sessions); leave it out")
+        value = str(text).partition("=")[2].strip().strip("'\"")
+        if key == "load_checkpoint" and value and not value.startswith(KAGGLE_INPUT + "/"):
+            # a path of the building machine: the session would fail on Kaggle, after the push
+            raise TRMError(f"override {str(text)[:80]!r}: a Kaggle session reads only its attached datasets; give "
+                           f"load_checkpoint a path under {KAGGLE_INPUT}/ (attach the weights as a dataset)")
 
 
 def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) -> None:
@@ -144,6 +150,7 @@ def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) ->
     if not presets:
         raise TRMError("--train-kernel needs --preset NAME (trm-kaggle train --help lists the presets)")
     check_kernel_overrides(overrides)
+    warn_repeated(overrides)  # the kernel's OVERRIDES keep the later, as `train` does: said at the build
     load_train_config(presets=list(presets), overrides=list(overrides))
 
 

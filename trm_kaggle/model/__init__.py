@@ -38,6 +38,7 @@ _EXPORTS = {
     "export_parameter_count": "export",
     "first_nonfinite": "finite",
     "fit_state_dict": "export",
+    "shadow_problem": "export",
     "from_upstream_state_dict": "upstream",
     "fused_variant": "fused",
     "import_upstream": "upstream",

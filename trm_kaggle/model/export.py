@@ -278,6 +278,21 @@ def fit_state_dict(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], 
     model.load_state_dict(dict(tensors), strict=True)
 
 
+def shadow_problem(model: torch.nn.Module, shadow: Mapping[str, torch.Tensor]) -> str | None:
+    """What is wrong with `shadow`, an EMA's averaged weights, for `model` (None when nothing is): each name one of
+    the model's parameters (buffers are never averaged), in its shape, floating point. Copied in unchecked, an
+    integer would be cast into the weights without a word and another shape or a buffer's name be a traceback."""
+    params = dict(model.named_parameters())
+    foreign = sorted(set(shadow) - set(params))
+    bad = [f"{k} {tuple(t.shape)}, the parameter {tuple(params[k].shape)}" for k, t in shadow.items()
+           if k in params and tuple(t.shape) != tuple(params[k].shape)]
+    kinds = [f"{k} {t.dtype}" for k, t in shadow.items() if k in params and not t.is_floating_point()]
+    parts = ([f"names that are no parameter of the model: {', '.join(foreign[:4])}"] if foreign else []) + \
+            ([f"shapes that differ: {', '.join(bad[:4])}"] if bad else []) + \
+            ([f"tensors that are not floating point: {', '.join(kinds[:4])}"] if kinds else [])
+    return "; ".join(parts) or None
+
+
 # ---------------------------------------------------------------------------
 # Loading a model
 # ---------------------------------------------------------------------------
@@ -359,6 +374,10 @@ def model_from_train_state(state: dict[str, Any], use_ema: bool = True) -> tuple
     shape = state["model_shape"]
     model = TinyRecursiveModel(cfg.arch, shape["seq_len"], shape["vocab_size"], shape["num_puzzle_identifiers"])
     fit_state_dict(model, state["model"], "train state")
+    if state.get("ema") and not cfg.ema:  # no such run keeps an average: these weights came from elsewhere
+        raise DataError("train state field 'ema': averaged weights in a run whose settings say ema=false")
+    if state.get("ema") and (problem := shadow_problem(model, state["ema"])):
+        raise DataError(f"train state field 'ema': {problem}")
     ema = bool(use_ema and state.get("ema"))
     if ema:
         with torch.no_grad():

@@ -37,6 +37,7 @@ _EXPORTS = {
     "schedule_at": "schedules",
     "shown": "metrics",
     "split_cli_args": "overrides",
+    "warn_repeated": "overrides",
     "total_train_steps": "schedules",
     "train": "loop",
     "training_io": "run_io",

@@ -386,9 +386,10 @@ _CARRY_TENSORS = ("z_H", "z_L", "steps", "halted")
 
 
 def _carries(v: Any) -> bool:
-    """Each rank's list of micro-batch carries, each a mapping of tensors (what `save_state` gathers)."""
-    return isinstance(v, list) and all(
-        isinstance(rank, list) and all(
+    """Each rank's list of micro-batch carries, each a mapping of tensors (what `save_state` gathers): at least
+    one per rank (a run's step takes each of its micro-batches' carries)."""
+    return isinstance(v, list) and bool(v) and all(
+        isinstance(rank, list) and bool(rank) and all(
             isinstance(c, dict) and all(isinstance(c.get(k), torch.Tensor) for k in _CARRY_TENSORS)
             and _tensors(c.get("current_data")) for c in rank) for rank in v)
 
@@ -419,8 +420,8 @@ _OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "optimizer": (_OPTIMIZER, _optimizer_state),
     "sparse_optimizer": (_OPTIMIZER, _optimizer_state),
     "amp": ("a loss scaler's state (a mapping with 'scaler', a mapping of numbers)", _loss_scale),
-    "carries": (("a list of each rank's list of carries, each a mapping of tensors (z_H, z_L, steps, halted, "
-                 "current_data)"), _carries),
+    "carries": (("a list of each rank's non-empty list of carries, each a mapping of tensors (z_H, z_L, steps, "
+                 "halted, current_data)"), _carries),
     "world_size": (f"an integer from 1 to {_MAX_WORLD_SIZE}", lambda v: _is_int(v, 1) and v <= _MAX_WORLD_SIZE),
     "forward_dtype": ("one of float32, bfloat16, float16", lambda v: v in DTYPES),
     "run_id": ("a string", lambda v: isinstance(v, str)),

@@ -12,11 +12,14 @@ Where the parsed values go (the layers of a `TrainConfig`) is `trm_kaggle.train.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import clipped
+
+log = logging.getLogger(__name__)
 
 # the value of a `~key` override (back to the default), and of a key a tree does not hold
 MISSING = object()
@@ -197,6 +200,22 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise TRMError(f"override {clipped(text)}: cannot parse the value: {err}") from None
     except RecursionError:  # the parser goes one level down per bracket
         raise TRMError(f"override {clipped(text)}: cannot parse the value: nested too deeply") from None
+
+
+def warn_repeated(overrides: Sequence[str]) -> list[str]:
+    """A warning for each key one list of overrides typed together sets more than once (`seed=5 seed=6`): the
+    later wins, as layers do (a preset, a grid, then the command line; a script's base settings and its one
+    change), but never without a word. Logged, and returned."""
+    seen: dict[str, str] = {}
+    lines = []
+    for text in overrides:
+        key = parse_override(text)[0]
+        if key in seen:
+            lines.append(f"{key} is set twice on one line ({clipped(seen[key])}, then {clipped(text)}): the later "
+                         "is used")
+            log.warning(lines[-1])
+        seen[key] = text
+    return lines
 
 
 # ---------------------------------------------------------------------------

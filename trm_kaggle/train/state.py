@@ -25,7 +25,7 @@ from trm_kaggle.config import TrainConfig, validation_line
 from trm_kaggle.data import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model import (Carry, DTYPES, PUZZLE_EMB_KEY, TinyRecursiveModel, fit_state_dict,
-                              load_upstream_checkpoint, read_export, resize_puzzle_embedding)
+                              load_upstream_checkpoint, read_export, resize_puzzle_embedding, shadow_problem)
 from trm_kaggle.optim import EMA
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.amp import LossScaler
@@ -199,10 +199,12 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
                 if isinstance(part, torch.optim.Optimizer):
                     settings = [{k: v for k, v in g.items() if k != "params"} for g in part.param_groups]
                     _check_moment_dtypes(part, saved[key])
+                elif problem := shadow_problem(state.model, saved[key]):  # the EMA's: copied in as it is
+                    raise ValueError(problem)
                 part.load_state_dict(saved[key])
                 if isinstance(part, torch.optim.Optimizer):
                     _check_settings(part, settings)
-                    _check_moments(part)
+                    _check_moments(part, _steps_taken(saved) if part is state.dense else 0)
     with _field(path, "rng_torch"):
         torch.set_rng_state(saved["rng_torch"])
     with _field(path, "loader"):  # another seed, batch size or dataset: the loader names what differs
@@ -218,6 +220,8 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
                 state.carries = resplit(state.carries, state.micro)
     elif saved_carries is not None:
         log.warning("world size changed since the checkpoint: ACT carries restart (results differ slightly)")
+    elif state.step > 0:  # saved before its first step after such a change; a resume is then not exact either
+        log.warning("%s holds no ACT carries: they restart (results differ slightly from an unbroken run)", path)
 
 
 #: group entries a run does not choose by its settings: the rate the schedule writes before every step, and how
@@ -256,19 +260,34 @@ def _check_moment_dtypes(optimizer: torch.optim.Optimizer, saved: dict[str, Any]
                 raise ValueError(f"its {name!r} of parameter {i} is {t.dtype}, its parameter {p.dtype}")
 
 
-def _check_moments(optimizer: torch.optim.Optimizer) -> None:
+def _steps_taken(saved: dict[str, Any]) -> int:
+    """Optimizer steps the saved run took: its steps less those its loss scaler skipped (a float16 run's)."""
+    amp = saved.get("amp") if isinstance(saved.get("amp"), dict) else {}
+    return max(0, int(saved["step"]) - int(amp.get("skipped") or 0))
+
+
+def _check_moments(optimizer: torch.optim.Optimizer, steps_taken: int = 0) -> None:
     """ValueError when a per-parameter state tensor (a moment, a momentum buffer) has another shape than its
     parameter: torch's `load_state_dict` matches them by position only, and the first step would fail on it;
-    and when one parameter's state lacks what the others' of its group hold (a Muon momentum buffer, an Adam
-    moment): the optimizer would start it afresh at zero, and the resumed run would silently differ."""
+    and when a parameter's state is missing or lacks what the others' of its group hold (a Muon momentum buffer,
+    an Adam moment): the optimizer would start it afresh at zero, and the resumed run would silently differ.
+    Every trained parameter of the model gets a gradient at every step, so after `steps_taken` optimizer steps
+    each holds state, and within a group all or none do."""
     for i, group in enumerate(optimizer.param_groups):
         kinds: dict[frozenset, int] = {}
+        bare = 0
         for p in group["params"]:
             for name, t in optimizer.state.get(p, {}).items():
                 if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape != p.shape:
                     raise ValueError(f"its {name!r} has shape {tuple(t.shape)}, its parameter {tuple(p.shape)}")
-            if optimizer.state.get(p):  # a parameter that never had a gradient has no state: that is no loss
+            if optimizer.state.get(p):
                 kinds.setdefault(frozenset(optimizer.state[p]), len(kinds))
+            elif p.requires_grad:
+                bare += 1
+        if bare and (kinds or steps_taken):
+            raise ValueError(f"{bare} of group {i}'s {len(group['params'])} parameters hold no state, yet "
+                             + (f"the run took {steps_taken} optimizer steps" if steps_taken else
+                                "the others of its group do") + " (a run steps every parameter of a group at once)")
         if len(kinds) > 1:
             full = max(kinds, key=len)
             lacking = sorted({k for kind in kinds for k in full - kind})
