@@ -122,38 +122,37 @@ def test_an_export_records_its_config_and_a_reexport_is_bound_again(tmp_path, ca
         read_export(tmp_path / "w")
 
 
-def test_an_export_with_an_integer_tensor_signed_again_is_refused_when_loaded(tmp_path, capsys):
-    """No writer saves integer weights; loaded, they were copied into the model's floats and evaluated silently
-    (another accuracy). Now the one load check names them."""
-    import torch
-
-    edited = tmp_path / "int"
+def resigned_copy(tmp_path: Path, name: str, edit) -> Path:
+    """A copy of the shipped export whose tensors `edit(tensors)` changed and whose checksum was written again, as
+    a writer with a bug would leave it: the checksum holds, the tensors are not what a run saves."""
+    edited = tmp_path / name
     shutil.copytree(SHIPPED, edited)
     path = edited / "weights.safetensors"
     with safe_open(str(path), framework="pt") as f:
         meta = dict(f.metadata())
     tensors = load_file(path)
-    tensors["embed_tokens.weight"] = tensors["embed_tokens.weight"].to(torch.int64)
+    edit(tensors)
     meta["sha256"] = content_digest(tensors)
     save_file(tensors, str(path), metadata=meta)
+    return edited
+
+
+def test_an_export_with_an_integer_tensor_signed_again_is_refused_when_loaded(tmp_path, capsys):
+    """No writer saves integer weights; loaded, they were copied into the model's floats and evaluated silently
+    (another accuracy). Now the one load check names them."""
+    import torch
+
     from trm_kaggle.model import load_inference_model
 
+    edited = resigned_copy(tmp_path, "int", lambda t: t.update({"embed_tokens.weight":
+                                                                 t["embed_tokens.weight"].to(torch.int64)}))
     with pytest.raises(TRMError, match="tensors that are not floating point: embed_tokens.weight torch.int64"):
         load_inference_model(edited)
 
 
 def test_an_export_with_a_float64_tensor_past_float32s_range_is_refused(tmp_path):
     """1e300 in a float64 tensor passed the finiteness check and loaded as inf in the model's float32."""
-    import torch
-
-    edited = tmp_path / "wide"
-    shutil.copytree(SHIPPED, edited)
-    path = edited / "weights.safetensors"
-    with safe_open(str(path), framework="pt") as f:
-        meta = dict(f.metadata())
-    tensors = load_file(path)
-    tensors["lm_head.weight"] = tensors["lm_head.weight"].double() + 1e300
-    meta["sha256"] = content_digest(tensors)
-    save_file(tensors, str(path), metadata=meta)
+    edited = resigned_copy(tmp_path, "wide", lambda t: t.update({"lm_head.weight":
+                                                                  t["lm_head.weight"].double() + 1e300}))
     with pytest.raises(TRMError, match="tensor lm_head.weight is torch.float64; an export holds float32"):
         read_export(edited)

@@ -224,11 +224,16 @@ def test_a_closed_terminal_stops_a_build_as_sigterm_does(tmp_path, signum, statu
                           "9", "--num-train", "100000", "--num-test", "10", "--no-progress"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                          preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))  # as a terminal starts it
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("s9.partial-*")) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert p.poll() is None, "the build ended before it could be stopped"
-    p.send_signal(signum)
-    _, err = p.communicate(timeout=120)
+    try:  # whatever fails below, the build does not outlive the test (it would take a core from the next ones)
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("s9.partial-*")) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert p.poll() is None, "the build ended before it could be stopped"
+        p.send_signal(signum)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     assert p.returncode == status and f"interrupted: stopped by {signal.Signals(signum).name}" in err, err
     assert sorted(q.name for q in tmp_path.iterdir()) == [], list(tmp_path.iterdir())

@@ -187,20 +187,6 @@ def test_a_carry_this_model_cannot_read_is_one_line_on_resume(data, tmp_path, ca
     assert str(path) in line and "field 'carries' does not fit this run" in line and said in line, line
 
 
-def test_a_carry_holding_nan_makes_the_state_damaged(data, tmp_path):
-    run = tmp_path / "run"
-    assert main(train_args(data, run, "max_steps=2")) == 0
-
-    def nan_carry(s):
-        z = s["carries"][0][0]["z_L"].clone()
-        z.view(-1)[0] = float("nan")
-        s["carries"][0][0]["z_L"] = z
-
-    _rewrite(ckpt.state_path(run, 2), nan_carry)
-    with pytest.raises(ckpt.DamagedFile, match="field 'carries' tensor carry 0.z_L holds 1 non-finite value"):
-        ckpt.load_train_state(ckpt.state_path(run, 2))
-
-
 def _float_halted(s):
     c = s["carries"][0][0]
     c["halted"] = c["halted"].float()
@@ -289,23 +275,6 @@ def test_a_data_position_of_another_stream_names_the_file_and_the_field(data, tm
            "state has seed=" in line and "strict" not in line, line
 
 
-def test_a_nan_in_the_sparse_optimizers_moments_is_named_as_its_own(data, tmp_path):
-    """The puzzle embeddings' optimizer (`sparse_optimizer`) is a field of its own: a NaN there is not called
-    the dense optimizer's."""
-    run = tmp_path / "run"
-    assert main(train_args(data, run, "max_steps=2")) == 0
-
-    def nan_sparse(s):
-        moment = torch.zeros(3)
-        moment[1] = float("nan")
-        s["sparse_optimizer"] = {"state": {0: {"step": torch.tensor(2.0), "exp_avg": moment}},
-                                 "param_groups": (s.get("sparse_optimizer") or {}).get("param_groups") or []}
-
-    _rewrite(ckpt.state_path(run, 2), nan_sparse)
-    with pytest.raises(ckpt.DamagedFile, match="field 'sparse_optimizer' tensor 0.exp_avg holds 1 non-finite value"):
-        ckpt.load_train_state(ckpt.state_path(run, 2))
-
-
 def _one_moment_lost(s):
     """The first parameter with a moment loses one of them (its exp_avg_sq, or a Muon momentum buffer)."""
     for st in s["optimizer"]["state"].values():
@@ -388,32 +357,40 @@ def test_model_tensors_named_whole_on_resume(data, tmp_path, capsys, change, sai
     assert str(path) in line and "field 'model' does not fit this run" in line and said in line, line
 
 
-def test_an_integer_moment_makes_the_state_damaged(data, tmp_path):
-    """torch's load_state_dict casts an integer moment to the weights' dtype: the resume was silently inexact."""
+def _nan_carry(s):
+    z = s["carries"][0][0]["z_L"].clone()
+    z.view(-1)[0] = float("nan")
+    s["carries"][0][0]["z_L"] = z
+
+
+def _nan_sparse(s):  # the puzzle embeddings' optimizer is a field of its own: its NaN is not the dense one's
+    moment = torch.zeros(3)
+    moment[1] = float("nan")
+    s["sparse_optimizer"] = {"state": {0: {"step": torch.tensor(2.0), "exp_avg": moment}},
+                             "param_groups": (s.get("sparse_optimizer") or {}).get("param_groups") or []}
+
+
+def _integer_moment(s):  # torch's load_state_dict cast it to the weights' dtype: a silently inexact resume
+    st = next(st for st in s["optimizer"]["state"].values() if "exp_avg" in st)
+    st["exp_avg"] = st["exp_avg"].to(torch.int64)
+
+
+def _far_step(s):  # an optimizer steps at most once per training step: another bias correction, silently
+    st = next(st for st in s["optimizer"]["state"].values() if "step" in st)
+    st["step"] = torch.tensor(1e18)
+
+
+@pytest.mark.parametrize("change, said", [
+    (_nan_carry, "field 'carries' tensor carry 0.z_L holds 1 non-finite value"),
+    (_nan_sparse, "field 'sparse_optimizer' tensor 0.exp_avg holds 1 non-finite value"),
+    (_integer_moment, "tensor .*exp_avg is torch.int64; a run saves its optimizer's state"),
+    (_far_step, "state 0.step is [0-9]{18}, past the state.s own step 2"),
+])
+def test_values_no_run_saves_make_the_state_damaged(data, tmp_path, change, said):
     run = tmp_path / "run"
     assert main(train_args(data, run, "max_steps=2")) == 0
-
-    def integer_moment(s):
-        st = next(st for st in s["optimizer"]["state"].values() if "exp_avg" in st)
-        st["exp_avg"] = st["exp_avg"].to(torch.int64)
-
-    _rewrite(ckpt.state_path(run, 2), integer_moment)
-    with pytest.raises(ckpt.DamagedFile, match="tensor .*exp_avg is torch.int64; a run saves its optimizer's state"):
-        ckpt.load_train_state(ckpt.state_path(run, 2))
-
-
-def test_an_optimizer_step_count_past_the_states_own_makes_it_damaged(data, tmp_path):
-    """An optimizer steps at most once per training step: a count of 10**18 in a state at step 2 resumed with
-    another bias correction, silently inexact."""
-    run = tmp_path / "run"
-    assert main(train_args(data, run, "max_steps=2")) == 0
-
-    def far_step(s):
-        st = next(st for st in s["optimizer"]["state"].values() if "step" in st)
-        st["step"] = torch.tensor(1e18)
-
-    _rewrite(ckpt.state_path(run, 2), far_step)
-    with pytest.raises(ckpt.DamagedFile, match="state 0.step is [0-9]{18}, past the state.s own step 2"):
+    _rewrite(ckpt.state_path(run, 2), change)
+    with pytest.raises(ckpt.DamagedFile, match=said):
         ckpt.load_train_state(ckpt.state_path(run, 2))
 
 
