@@ -349,3 +349,16 @@ def test_a_rewritten_file_that_was_there_before_the_command_is_its_to_replace(tm
     with pytest.raises(A.OutputTaken):
         mine.write(lambda: atomic_write_text(out, "newer"))
     assert not out.exists()
+
+
+def test_a_folder_where_a_file_is_written_is_named_not_its_temporary(tmp_path):
+    """A folder in run.json's place was "<dir>/.run.json.x8k.tmp -> <dir>/run.json: Is a directory": the line
+    named a temporary file no one made. Now the folder is named, before a temporary file exists."""
+    (tmp_path / "run.json").mkdir()
+    with pytest.raises(TRMError, match=r"run.json is a folder, not a file: it is not replaced"):
+        atomic_write_text(tmp_path / "run.json", "{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")  # a link is replaced itself, whatever it points to
+    atomic_write_text(tmp_path / "link", "{}")
+    assert (tmp_path / "link").read_text() == "{}" and (tmp_path / "elsewhere").is_dir()

@@ -44,6 +44,9 @@ CASES = {
     # the generator's state and the data position, each once a traceback inside the resume or its first step
     "rng": (lambda s: s.update(rng_torch=torch.zeros(10, dtype=torch.uint8)), "'rng_torch' is a Tensor; it must "
                                                                               "be the CPU generator's state"),
+    # the right size, contents the generator refuses ("Invalid mt19937 state" at the resume)
+    "rng_zeros": (lambda s: s.update(rng_torch=torch.zeros_like(s["rng_torch"])), "'rng_torch' is a Tensor; it "
+                                                                                  "must be the CPU generator's"),
     "epoch": (lambda s: s.update(loader=s["loader"].replace('"epoch": 0', '"epoch": -1')), "'loader' is '{"),
     "batch": (lambda s: s.update(loader=s["loader"].replace('"batch_in_epoch": ', '"batch_in_epoch": NaN, "x": ')),
               "'loader' is '{"),
@@ -471,7 +474,8 @@ def test_averaged_weights_no_run_saves_are_one_line_in_export_and_resume(data, t
     assert main(train_args(data, run, "max_steps=2", "ema=true")) == 0
     _rewrite(ckpt.state_path(run, 2), change)
     capsys.readouterr()
-    for argv in (["export", str(run), "--out", str(tmp_path / "exp")], train_args(data, run, "max_steps=3", "ema=true")):
+    for argv in (["export", str(run), "--out", str(tmp_path / "exp")],
+                 train_args(data, run, "max_steps=3", "ema=true")):
         line = one_error_line(capsys, main(argv))
         assert "field 'ema'" in line and said in line, line
     assert not (tmp_path / "exp").exists()

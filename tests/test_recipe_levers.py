@@ -19,6 +19,9 @@ from trm_kaggle.train.step import StepRules, configure_model
 
 @pytest.mark.parametrize("settings, names", [
     (["rsm.min_warmup=3", "rsm.max_warmup=2"], "rsm.max_warmup 2 is below rsm.min_warmup 3"),
+    # settings read by nothing while their lever is off
+    (["rsm.min_warmup=2"], "rsm.min_warmup and rsm.max_warmup are RSM's settings, but rsm.enabled is false"),
+    (["halt_schedule.start_prob=0.1"], "halt_schedule.start_prob starts a decay over halt_schedule.epochs, which"),
     (["rsm.enabled=True", "rsm.min_warmup=4", "arch.halt_max_steps=4"], "rsm.min_warmup 4 is above"),
     (["curriculum.start_H_cycles=5", "arch.H_cycles=3"], "curriculum.start_H_cycles 5 is deeper than arch.H_cycles"),
     (["curriculum.start_L_cycles=2", "curriculum.stages=[{until: 0.5, depth: 0.5}]"], "a ramp .* or stages"),

@@ -444,6 +444,7 @@ def test_upstream_arch_file_with_interpolation(tmp_path):
 def test_own_yaml_round_trip(tmp_path):
     cfg = load_train_config(presets=["sudoku-mlp", "T2n6", "large"], overrides=[
         "+run_name=rt", "curriculum.start_L_cycles=2", "curriculum.epochs=100", "halt_schedule.start_prob=0.3",
+        "halt_schedule.epochs=50",
         "lr=3.3e-5", "arch.rms_norm_eps=1e-6", "evaluators=[{name: arc@ARC, submission_K: 2}]",
         "data_paths_test=[data/t]", "max_steps=7", "arch.puzzle_emb_ndim=128"])
     text = dump_config(cfg)

@@ -124,6 +124,19 @@ def test_yaml_grid_and_the_order_of_layers(tmp_path):
     assert (plan[2].presets, plan[2].overrides) == (["large"], ["lr=0.3", "weight_decay=0.5"])
 
 
+@pytest.mark.parametrize("where, setting", [("variant", "seed=7"), ("variant", "checkpoint_path=/tmp/x"),
+                                            ("command line", "run_name=mine"), ("grid", "+seed=3")])
+def test_a_setting_the_sweep_gives_each_run_is_refused_not_replaced(tmp_path, where, setting):
+    """A variant's `seed=7` was replaced by the grid's seeds (and checkpoint_path, run_name by the sweep's own)
+    with no word but "the runs repeat each other"."""
+    key = setting.lstrip("+").partition("=")[0]
+    g = (SweepGrid(name="t", axes=[[{"name": "v", "overrides": [setting]}]]) if where == "variant" else
+         SweepGrid(name="t", axes=[[{"name": "a"}]], overrides=[setting] if where == "grid" else []))
+    with pytest.raises(TRMError, match=f"sweep t, .*: the sweep sets {key} for each run .*; leave it out"):
+        S.plan_sweep(g, tmp_path / "sw", overrides=[setting] if where == "command line" else [])
+    assert not (tmp_path / "sw").exists()
+
+
 def test_a_path_with_odd_characters_reaches_train_unchanged(tmp_path):
     from trm_kaggle.train.settings import dump_config, load_train_config
 
@@ -180,6 +193,9 @@ def test_bad_runs_and_commands_are_refused_before_anything_runs(tmp_path, capsys
     assert "neither a built-in grid (tn, ablations, batch) nor a grid file" in capsys.readouterr().err
     assert main(["sweep", "tn", "--seeds", "1,1", "--sweep-dir", str(tmp_path / "sw")]) == 2
     assert "--seeds: seeds: Value error, repeated seed" in capsys.readouterr().err
+    for seeds in ("0,,1", "0,1,", "\uff11", "1_0"):  # an item left out or no ASCII number: never dropped or read
+        assert main(["sweep", "tn", "--seeds", seeds, "--sweep-dir", str(tmp_path / "sw")]) == 2
+        assert "expected comma-separated integers such as 0,1,2" in capsys.readouterr().err
     assert main(["sweep", "tn", "--parallel", "0", "--sweep-dir", str(tmp_path / "sw")]) == 2
     assert not (tmp_path / "sw").exists()
     for extra in ([], ["--dry-run"]):  # a billion slots were once a list of a billion, until memory ran out

@@ -111,6 +111,14 @@ def test_a_second_signal_stops_at_once_without_saving(sudoku4, tmp_path):
     assert not isinstance(stopped.value, TrainingInterrupted) and saved_steps(run) == []
 
 
+def test_a_second_signal_of_another_kind_is_named_after_the_first():
+    """SIGTERM then SIGHUP once said "stopped by SIGHUP a second time"."""
+    assert "stopped by SIGHUP after SIGTERM: stopped at once" in str(stops.StoppedAtOnce(signal.SIGHUP,
+                                                                                         signal.SIGTERM))
+    assert "stopped by SIGINT a second time" in str(stops.StoppedAtOnce(signal.SIGINT, signal.SIGINT))
+    assert stops.StoppedAtOnce(signal.SIGHUP, signal.SIGTERM).exit_status == 128 + signal.SIGHUP
+
+
 def test_without_signals_a_caller_keeps_its_own_handlers(sudoku4, tmp_path):
     """Test-time training (solve) calls train without `signals`: SIGTERM keeps its meaning there."""
     seen = []

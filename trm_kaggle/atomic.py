@@ -89,6 +89,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
     path = written_path(path) if through_link else Path(path)
     if kind := special_kind(path):  # a FIFO or a device someone put there is not ours to replace
         raise TRMError(f"{path} is {kind}, not a file: it is not replaced (choose another path)")
+    if path.is_dir() and not path.is_symlink():  # said before a temporary file exists (the rename names that one)
+        raise TRMError(f"{path} is a folder, not a file: it is not replaced (remove it or choose another path)")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -4,6 +4,7 @@ their tables and plots, and the regression notebooks against their baselines."""
 from __future__ import annotations
 
 import argparse
+import re
 
 from trm_kaggle.cli.cluster import cluster_options, cluster_values
 from trm_kaggle.cli.common import common_flags, flag
@@ -11,10 +12,11 @@ from trm_kaggle.errors import TRMError
 
 
 def _seed_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers such as 0,1,2") from None
+    """`0,1,2`: whole numbers in ASCII digits, none left out (`0,,1` is a typo, not the seeds 0 and 1)."""
+    items = [x.strip() for x in text.split(",")]
+    if not all(re.fullmatch(r"[0-9]+", x, re.ASCII) for x in items):
+        raise TRMError(f"--seeds {text!r}: expected comma-separated integers such as 0,1,2")  # one line, status 2
+    return [int(x) for x in items]
 
 
 def add_sweep(sub) -> None:

@@ -278,6 +278,13 @@ class TrainConfig(_Config):
             if self.supervision_decay != 1.0:
                 raise ValueError("supervision_decay weights the ACT carry's supervision steps; rsm trains one "
                                  "supervision step per example: set one of them")
+        elif r.min_warmup != 0 or r.max_warmup is not None:  # read by nothing while RSM is off
+            raise ValueError("rsm.min_warmup and rsm.max_warmup are RSM's settings, but rsm.enabled is false: set "
+                             "rsm.enabled=true (or the rsm preset), or leave them at their defaults")
+        h = self.halt_schedule  # with no decay the probability is end_prob from the start: start_prob is unread
+        if h.epochs == 0 and h.start_prob is not None:
+            raise ValueError("halt_schedule.start_prob starts a decay over halt_schedule.epochs, which is 0 (no "
+                             "decay: end_prob holds throughout): set halt_schedule.epochs, or leave it unset")
         return self
 
     @property

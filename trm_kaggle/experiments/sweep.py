@@ -55,8 +55,9 @@ from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
 from trm_kaggle.outputs import overlap_problem
 from trm_kaggle.progress import tqdm
-from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, read_config_file,
-                              training_io)
+from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
+                              read_config_file, training_io)
+from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,9 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
     The base is the command line's and the grid's presets, the config file, the grid's and the command line's
     overrides; each variant's presets and overrides then apply on top of it, so a variant always changes what
     it names (`no-ema` turns EMA off even on a base with `ema=True`)."""
+    for where, texts in (("the grid's and the command line's settings", [*grid.overrides, *overrides]),
+                         *((f"variant {v.name}", v.overrides) for axis in grid.axes for v in axis)):
+        _refuse_run_owned(grid.name, where, texts)
     try:
         base = load_train_config(config_file, [*presets, *grid.presets], [*grid.overrides, *overrides])
     except TRMError as err:
@@ -167,6 +171,21 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
                                                   "checkpoint_path": str(Path(sweep_dir) / name)})
             plan.append(PlannedRun(name, variant, seed, run_presets, run_overrides, run_cfg))
     return plan
+
+
+#: What the sweep sets for each run itself: a setting of these in its overrides would be replaced without a word.
+_RUN_OWNED = {"seed": "its seeds are the grid's `seeds` list, or --seeds",
+              "checkpoint_path": "each run's folder is <sweep-dir>/<variant>_s<seed>",
+              "run_name": "each run is named <variant>_s<seed>"}
+
+
+def _refuse_run_owned(grid_name: str, where: str, overrides: Sequence[str]) -> None:
+    """TRMError naming an override of a setting the sweep gives each run itself (`_RUN_OWNED`)."""
+    for text in overrides:
+        key = parse_override(text)[0]
+        if key in _RUN_OWNED:
+            raise TRMError(f"sweep {grid_name}, {where}: {clipped(text)}: the sweep sets {key} for each run "
+                           f"({_RUN_OWNED[key]}); leave it out")
 
 
 def check_data(grid: SweepGrid, plan: Sequence[PlannedRun]) -> None:

@@ -32,6 +32,7 @@ _EXPORTS = {
     "out_of_memory_error": "memory",
     "override_list": "overrides",
     "override_mapping": "overrides",
+    "parse_override": "overrides",
     "read_config_file": "settings",
     "read_metrics": "metrics",
     "schedule_at": "schedules",

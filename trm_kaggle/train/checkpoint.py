@@ -275,11 +275,13 @@ def _tensors(v: Any) -> bool:
     return isinstance(v, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in v.items())
 
 
-def _non_finite(state: dict[str, Any]) -> str | None:
-    """`'field' tensor NAME holds N non-finite values` for the first weight or latent state holding NaN or inf: a
-    save refuses them, so a state that holds them was not written by a run (resumed, it would fail at its next
-    save with advice about the learning rate); likewise a mean of squares below 0, a step count that is no whole
-    number from 0, and a NaN setting of an optimizer."""
+def _unsaveable(state: dict[str, Any]) -> str | None:
+    """What no run's save writes, for the first tensor or setting that holds it: NaN or inf in a weight, a latent
+    state or an optimizer's moment (a save refuses them; resumed, the run would fail at its next save with advice
+    about the learning rate), a moment that is no floating-point tensor (torch's load would cast it to the
+    weights' dtype), a float64 tensor (no run saves one; 1e300 turns inf as float32), a mean of squares below 0
+    (its square root is NaN at the next step); then a step count that is no whole number from 0 or passes the
+    state's own step, and a NaN setting of an optimizer. One pass over the tensors."""
     carries = [(f"carry {i}.{k}", c[k]) for rank in state.get("carries") or [] for i, c in enumerate(rank)
                for k in ("z_H", "z_L")]
 
@@ -290,22 +292,16 @@ def _non_finite(state: dict[str, Any]) -> str | None:
     for field, named in (("model", state["model"].items()), ("ema", (state.get("ema") or {}).items()),
                          ("carries", carries), ("optimizer", moments("optimizer")),
                          ("sparse_optimizer", moments("sparse_optimizer"))):
+        optimizer = field.endswith("optimizer")
         for name, t in named:
             if t.is_floating_point() and (bad := int((~torch.isfinite(t)).sum())):
                 return f"{field!r} tensor {name} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf)"
-    for key in ("optimizer", "sparse_optimizer"):  # torch's load would cast an integer moment to the weights' dtype
-        for name, t in moments(key):
-            if not t.is_floating_point():
-                return f"{key!r} tensor {name} is {t.dtype}; a run saves its optimizer's state as floating point"
-    for field, named in (("model", state["model"].items()), ("ema", (state.get("ema") or {}).items()),
-                         ("optimizer", moments("optimizer")), ("sparse_optimizer", moments("sparse_optimizer"))):
-        for name, t in named:  # cast to the run's float32 at the load, 1e300 would be inf: no run saves float64
-            if t.dtype == torch.float64:
+            if optimizer and not t.is_floating_point():
+                return f"{field!r} tensor {name} is {t.dtype}; a run saves its optimizer's state as floating point"
+            if field != "carries" and t.dtype == torch.float64:
                 return f"{field!r} tensor {name} is torch.float64; a run saves float32, bfloat16 or float16"
-    for key in ("optimizer", "sparse_optimizer"):  # a mean of squares below 0: its square root is NaN at the next step
-        for name, t in moments(key):
-            if name.endswith("_sq") and t.is_floating_point() and (bad := int((t < 0).sum())):
-                return f"{key!r} tensor {name} holds {bad} negative value{'s' if bad > 1 else ''} (a mean of squares)"
+            if optimizer and name.endswith("_sq") and (bad := int((t < 0).sum())):
+                return f"{field!r} tensor {name} holds {bad} negative value{'s' if bad > 1 else ''} (a mean of squares)"
     for key in ("optimizer", "sparse_optimizer"):  # a step count below 0 or between whole numbers: Adam's bias
         for i, st in ((state.get(key) or {}).get("state") or {}).items():  # correction takes its log
             v = st.get("step") if isinstance(st, dict) else None
@@ -354,7 +350,15 @@ _RNG_BYTES = torch.get_rng_state().numel()  # the CPU generator's state: the sam
 
 
 def _rng_state(v: Any) -> bool:
-    return isinstance(v, torch.Tensor) and v.dtype == torch.uint8 and v.dim() == 1 and v.numel() == _RNG_BYTES
+    """The CPU generator's state: its size, and contents the generator takes (all zeros is no Mersenne Twister
+    state: a resume would stop at its first draw)."""
+    if not (isinstance(v, torch.Tensor) and v.dtype == torch.uint8 and v.dim() == 1 and v.numel() == _RNG_BYTES):
+        return False
+    try:
+        torch.Generator().set_state(v)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _bound(name: str) -> int:
@@ -408,7 +412,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "loader": ("the data position as a JSON object (version, test_mode and whole numbers >= 0 for "
                + ", ".join(_LOADER_COUNTS) + ")", _loader_state),
     "dataset_fingerprint": ("a string", lambda v: isinstance(v, str)),
-    "rng_torch": (f"the CPU generator's state, a tensor of {_RNG_BYTES} bytes", _rng_state),
+    "rng_torch": (f"the CPU generator's state, a tensor of {_RNG_BYTES} bytes it takes", _rng_state),
     "model_shape": ("seq_len, vocab_size and num_puzzle_identifiers, each an integer from 1 up to what "
                     "dataset.json allows (" + ", ".join(f"{k} <= {top}" for k, top in _SHAPE_BOUNDS.items()) + ")",
                     _model_shape),
@@ -438,7 +442,7 @@ def _field_problem(state: dict[str, Any]) -> str | None:
     for name, (must, ok) in _OPTIONAL.items():
         if state.get(name) is not None and not ok(state[name]):
             return f"{name!r} is {_shown(state[name])}; it must be {must} or absent"
-    return _non_finite(state)
+    return _unsaveable(state)
 
 
 def _shown(v: Any) -> str:

@@ -57,9 +57,11 @@ class TrainingInterrupted(KeyboardInterrupt):
 class StoppedAtOnce(KeyboardInterrupt):
     """A second stop signal: the run ends at once, without saving; `exit_status` is 128 + the signal's number."""
 
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by {signal_name(signum)} a second time: stopped at once, without saving (the "
-                         "newest train state on disk is where a rerun resumes)")
+    def __init__(self, signum: int, first: int | None = None):
+        again = ("a second time" if first in (None, signum) else
+                 f"after {signal_name(first)}")  # SIGTERM then SIGHUP is no SIGHUP "a second time"
+        super().__init__(f"stopped by {signal_name(signum)} {again}: stopped at once, without saving (the newest "
+                         "train state on disk is where a rerun resumes)")
         self.signum, self.exit_status = signum, 128 + signum
 
 
@@ -121,7 +123,7 @@ class StopControl:
     def _on_signal(self, signum, frame) -> None:
         if self.signum is not None:  # the second: in a single process, stop now without saving
             if not self.rt.distributed:
-                raise StoppedAtOnce(signum)
+                raise StoppedAtOnce(signum, self.signum)
             return
         self.signum = signum
         if self._cuttable:
