@@ -244,6 +244,16 @@ def test_killed_rebuild_keeps_the_old_dataset(tmp_path):
     verify_dataset(out)
 
 
+def test_a_canvas_that_leaves_out_every_task_says_so_in_its_one_line(arc_prefix, tmp_path):
+    """`--canvas 1` left every task out and the line said only "no (valid) tasks found": its why is kept."""
+    from trm_kaggle.errors import DataError
+
+    with pytest.raises(DataError, match=r"no \(valid\) tasks found in the given subsets \(subset .*tasks have a grid "
+                                        r"larger than the 1x1 canvas and are left out"):
+        build(arc_prefix, tmp_path / "c1", canvas=1)
+    assert not (tmp_path / "c1").exists()
+
+
 def test_a_smaller_canvas_keeps_the_tasks_that_fit(arc_prefix, tmp_path, caplog):
     """--canvas 6: seq_len 36, the fixture's tasks (sides up to 6) all kept, a task with a 7-wide grid left out,
     and every example still decodes to its augmented pair inside the 6x6 canvas."""

@@ -156,3 +156,13 @@ def test_an_export_with_a_float64_tensor_past_float32s_range_is_refused(tmp_path
                                                                   t["lm_head.weight"].double() + 1e300}))
     with pytest.raises(TRMError, match="tensor lm_head.weight is torch.float64; an export holds float32"):
         read_export(edited)
+
+
+def test_an_export_whose_puzzle_table_has_no_rows_is_refused_not_read_as_nan(tmp_path):
+    """Resized for the puzzles, a table of 0 rows became their mean, NaN: evaluate scored 0.0000 with exit 0."""
+    from trm_kaggle.errors import DamagedFile
+
+    edited = resigned_copy(tmp_path, "empty", lambda t: t.update({"puzzle_emb.weights":
+                                                                   t["puzzle_emb.weights"][:0]}))
+    with pytest.raises(DamagedFile, match="tensor puzzle_emb.weights has no rows"):
+        read_export(edited)

@@ -308,6 +308,19 @@ def test_a_parameter_without_optimizer_state_is_refused_not_started_afresh(data,
     assert "parameters hold no state" in line, line
 
 
+def _swapped_parameters(s):
+    params = s["optimizer"]["param_groups"][0]["params"]
+    params[0], params[-1] = params[-1], params[0]
+
+
+def test_parameters_listed_in_another_order_are_refused_not_given_each_others_moments(data, tmp_path, capsys):
+    """torch pairs a group's parameters by position: two of one shape listed the other way round took each
+    other's moments, and the resume was silently inexact."""
+    run, path, line = _resumed_after(data, tmp_path, capsys, _swapped_parameters)
+    assert str(path) in line and "field 'optimizer' does not fit this run" in line, line
+    assert "list the parameters in another order than this run's optimizer numbers them" in line, line
+
+
 def test_a_state_whose_rank_holds_no_carry_is_damaged_and_an_older_one_resumed(data, tmp_path):
     """`carries: [[]]` (a rank with no micro-batch carry) was a traceback (IndexError) inside the first step."""
     run = tmp_path / "run"

@@ -89,6 +89,7 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
     (["--time-budget", "60", "--max-tasks", "2", "--challenges", "/nonexistent.json"],
      "--challenges, --max-tasks, --time-budget: options of the offline run; add --execute, or leave them out"),
     (["--mounts", "2026"], "--mounts: options of the offline run"),
+    (["--cpu", "--accelerator", "NvidiaL4"], "--cpu and --accelerator NvidiaL4: a CPU kernel asks Kaggle for no"),
 ])
 def test_bad_input_one_line_nothing_written(inputs, tmp_path, capsys, args, words):
     out = tmp_path / "out"

@@ -164,3 +164,16 @@ def test_a_damaged_copy_from_an_earlier_session_is_unpacked_again(tmp_path, sour
     assert same_files(root) and "is damaged" in said[0] and "all__inputs.npy" in said[0], said
     assert "checked and unpacked in" in said[-1]
     assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == [root.name]  # nothing half done beside it
+
+
+@pytest.mark.parametrize("files", [[], {"data.tar": "abc"}, {"data.tar": {"size": 1, "sha256": "../../x"}}])
+def test_a_manifest_whose_files_entry_is_malformed_is_one_line_naming_it(tmp_path, source, files):
+    """A 'files' that is a list, or an archive's entry that is a string, was "AttributeError: 'list' object has no
+    attribute 'get'"; the digest names the unpacked folder, so it is checked too."""
+    out = packed(tmp_path, source)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["files"] = files
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(TRMError, match="manifest.json: its 'files' entry must give data.tar with its size and sha256"):
+        open_packed(out, tmp_path / "scratch")
+    assert not (tmp_path / "scratch").exists()

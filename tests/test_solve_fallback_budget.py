@@ -125,3 +125,19 @@ def test_a_solutions_file_as_challenges_is_refused_by_one_rule(tmp_path, capsys)
     assert words in capsys.readouterr().err
     problems = validate_submission(tmp_path / "sub.json", solutions)
     assert len(problems) == 1 and words in problems[0]
+
+
+def test_a_refused_task_id_reaches_the_console_escaped(tmp_path, capsys, caplog):
+    """An id holding an escape sequence, BEL or a newline was printed raw in the closing lines (the screen
+    cleared, a line split) while the reason beside it showed it escaped."""
+    import logging
+
+    caplog.set_level(logging.INFO)  # the phase lines of a run without progress go to the log
+    (tmp_path / "c.json").write_text(json.dumps({"ok": TASK, "\x1b[2Jx": TASK, "a\x07b": TASK, "n\nl": TASK}))
+    make_export(tmp_path / "exp")
+    rc = main(submit(tmp_path, tmp_path / "c.json", "--time-budget", "60", "--safety-margin", "5", "--finetune",
+                     "none"))
+    err = capsys.readouterr().err + caplog.text
+    assert rc == 0 and not any(c in err for c in "\x1b\x07"), err
+    assert "fallback: task \\x1b[2Jx keeps the fallback answer" in err and "task a\\x07b:" in err, err
+    assert "task n\\nl keeps" in err, err

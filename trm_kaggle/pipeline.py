@@ -31,7 +31,7 @@ from trm_kaggle.locks import directory_lock
 from trm_kaggle.model import apply_compile, load_model_for_dataset
 from trm_kaggle.solve import solve
 from trm_kaggle.train import export_run, list_states, load_train_config, read_metrics, shown, train
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, shown as shown_name
 
 SUMMARY = "summary.md"
 CURVE = "training_curve.png"
@@ -363,7 +363,7 @@ def summary_markdown(result: PipelineResult) -> str:
     lines.append(f"- submission ({count(s['tasks'], 'unseen task')}): {'valid' if s['valid'] else 'INVALID'}, "
                  f"{s['answered']} answered by the model, {s['solved']} of {s['total']} test outputs solved")
     for task_id, why in s["fallback"].items():
-        lines.append(f"  - task {task_id} keeps the fallback answer: {why}")
+        lines.append(f"  - task {shown_name(task_id)} keeps the fallback answer: {why}")  # an id is data
 
     curve = (f"`{result.curve}`" if result.curve else "not drawn: " + f.get(
         "curve_skipped", "it needs matplotlib (pip install matplotlib, or the [arc] extra)"))

@@ -12,7 +12,7 @@ from trm_kaggle.cli.common import common_flags, config_kwargs, flag
 from trm_kaggle.config import (MAX_BATCH_SIZE, EvaluateConfig, FinetuneMode, InferenceDtype, PipelineConfig, SolveConfig,
                                bounded_number, count_or_auto, field_help)
 from trm_kaggle.errors import TRMError
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, shown as shown_name
 
 
 def add_submit(sub) -> None:
@@ -99,7 +99,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not report.get("model_tasks") and refused and report["valid"]:  # nothing reached the model: say why
         task, why = next(iter(refused.items()))
         more = f" (and {count(len(refused) - 1, 'other task')})" if len(refused) > 1 else ""
-        print(f"error: every task was refused before the model: task {task}: {why}{more}; {report['output']} "
+        print(f"error: every task was refused before the model: task {shown_name(task)}: {why}{more}; "
+              f"{report['output']} "
               f"holds the fallback answers", file=sys.stderr)
         return MODEL_FAILED_STATUS
     if report.get("model_failed") and report["valid"]:  # one line for the cause, not one per task it cost
@@ -111,7 +112,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         shown = list(refused.items())[:3]
         more = f"; {len(refused) - len(shown)} more" if len(refused) > len(shown) else ""
         print(f"warning: {count(len(refused), 'task')} refused before the model, answered by the fallback: "
-              + "; ".join(f"task {task}: {why}" for task, why in shown) + more
+              + "; ".join(f"task {shown_name(task)}: {why}" for task, why in shown) + more
               + f" (all: {cfg.work_dir}/solve_report.json)", file=sys.stderr)
     for e in report["errors"]:
         print(f"warning: {e}", file=sys.stderr)

@@ -499,6 +499,9 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         if not args.execute and (ignored := _given(args, _EXECUTE_ONLY)):  # the kernel's own parameters are set
             # on Kaggle (docs/kaggle.md), not by these: a --time-budget here would otherwise vanish without a word
             raise TRMError(f"{', '.join(ignored)}: options of the offline run; add --execute, or leave them out")
+        if args.cpu and args.accelerator is not None:  # the kernel would run on the CPU, the shape dropped unsaid
+            raise TRMError(f"--cpu and --accelerator {args.accelerator}: a CPU kernel asks Kaggle for no "
+                           "accelerator; give one of them")
         machine_shape = check_machine_shape(DEFAULT_MACHINE_SHAPE if args.accelerator is None else args.accelerator)
         if args.execute and args.challenges:  # read before anything is built
             read_sample_submission(Path(args.challenges))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Callable
@@ -104,7 +105,11 @@ def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Call
     name, files = _checked_entry(folder, manifest)
     archive = folder / name
     if archive.is_file():
-        outer = (manifest.get("files") or {}).get(name) or {}
+        listed = manifest.get("files")
+        outer = listed.get(name) if isinstance(listed, dict) else None
+        if not (isinstance(outer, dict) and isinstance(outer.get("size"), int)  # the digest names the unpacked
+                and re.fullmatch(r"[0-9a-f]{64}", str(outer.get("sha256")))):  # folder: read from a file, checked
+            raise TRMError(f"{folder / MANIFEST}: its 'files' entry must give {name} with its size and sha256")
         if archive.stat().st_size != outer.get("size") or sha256_file(archive) != outer.get("sha256"):
             raise TRMError(f"{archive}: differs from {folder / MANIFEST} (size {archive.stat().st_size:,} bytes, "
                            f"manifest {outer.get('size')}): the upload was cut short or changed; upload it again")

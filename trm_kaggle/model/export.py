@@ -200,6 +200,10 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     if wide:
         raise DamagedFile(f"{w_path}: tensor {wide[0]} is torch.float64; an export holds float32 (export the weights "
                           f"again)")
+    table = tensors.get(PUZZLE_EMB_KEY)
+    if table is not None and table.shape[:1] == (0,):  # resized for the puzzles, its mean of 0 rows would be NaN
+        raise DamagedFile(f"{w_path}: tensor {PUZZLE_EMB_KEY} has no rows; an export holds its trained rows or their "
+                          "mean (export the weights again)")
     if saved is not None:  # exports of older versions carry no config: nothing to compare
         saved = _recorded_config(saved, w_path)
         ours = _shape_config(config)

@@ -45,6 +45,7 @@ from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
+from trm_kaggle.wording import shown
 
 log = logging.getLogger(__name__)
 
@@ -274,8 +275,9 @@ def _say_outcome(cfg: SolveConfig, report: dict, tasks_total: int, budget: Budge
     for task_id, why in report["fallback"].items():
         by_reason.setdefault(why, []).append(task_id)
     for why, tasks in by_reason.items():  # one line per reason: a long list of tasks stays one line
-        shown_ids = ", ".join(tasks[:3]) + (", ..." if len(tasks) > 3 else "")
-        say(budget.line("fallback", (f"task {tasks[0]}" if len(tasks) == 1 else f"{len(tasks)} tasks ({shown_ids})")
+        shown_ids = ", ".join(map(shown, tasks[:3])) + (", ..." if len(tasks) > 3 else "")  # ids are data: escaped
+        say(budget.line("fallback", (f"task {shown(tasks[0])}" if len(tasks) == 1 else
+                                     f"{len(tasks)} tasks ({shown_ids})")
                         + f" keep{'s' if len(tasks) == 1 else ''} the fallback answer: {why}"))
     say(budget.line("submission", f"{cfg.output}: {'valid' if report['valid'] else 'INVALID'}; "
                     f"{report['answered']} of {tasks_total} tasks answered by the model"

@@ -198,6 +198,7 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
             with _field(path, key):
                 if isinstance(part, torch.optim.Optimizer):
                     settings = [{k: v for k, v in g.items() if k != "params"} for g in part.param_groups]
+                    _check_parameter_order(part, saved[key])
                     _check_moment_dtypes(part, saved[key])
                 elif problem := shadow_problem(state.model, saved[key]):  # the EMA's: copied in as it is
                     raise ValueError(problem)
@@ -264,6 +265,18 @@ def _steps_taken(saved: dict[str, Any]) -> int:
     """Optimizer steps the saved run took: its steps less those its loss scaler skipped (a float16 run's)."""
     amp = saved.get("amp") if isinstance(saved.get("amp"), dict) else {}
     return max(0, int(saved["step"]) - int(amp.get("skipped") or 0))
+
+
+def _check_parameter_order(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """ValueError unless each saved group lists its parameters as this run's optimizer numbers them: torch's
+    `load_state_dict` pairs them by position, so two same-shaped parameters listed the other way round would
+    take each other's moments (a silent, inexact resume)."""
+    mine = [g["params"] for g in optimizer.state_dict()["param_groups"]]
+    theirs = [g.get("params") for g in saved.get("param_groups") or []]
+    if mine != theirs:
+        raise ValueError("its parameter groups list the parameters " + (
+            "in another order than this run's optimizer numbers them" if sorted(map(sorted, mine)) ==
+            sorted(sorted(t or []) for t in theirs) else "otherwise than this run's optimizer (other indices)"))
 
 
 def _check_moments(optimizer: torch.optim.Optimizer, steps_taken: int = 0) -> None:

@@ -345,8 +345,9 @@ def collect_jobs(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = 
         notes.append((logging.WARNING, f"{len(leaked)} test-set task ids also appear in a training subset "
                                        f"(evaluation would be contaminated): {', '.join(leaked[:5])}"
                                        f"{' ...' if len(leaked) > 5 else ''}"))
-    if not jobs:
-        raise DataError("no (valid) tasks found in the given subsets")
+    if not jobs:  # the notes say why (every task left out for the canvas, skipped as invalid): kept in the line
+        why = [text for level, text in notes if "left out" in text or "skipped" in text][:2]
+        raise DataError("no (valid) tasks found in the given subsets" + (f" ({'; '.join(why)})" if why else ""))
     return jobs, notes
 
 
