@@ -128,6 +128,10 @@ def test_bounds_and_contradictions_are_refused_and_the_plan_prices_the_work():
         SolveConfig(challenges="c.json", weights="w", trajectories=8)
     with pytest.raises(ValidationError, match="trajectory_select 'first_halt' needs trajectories of 2"):
         SolveConfig(challenges="c.json", weights="w", trajectory_select="first_halt")
+    # a submit's seed (the Kaggle kernel's SEED, the pipeline's 42) seeds the noise of trajectories it may not have
+    assert SolveConfig(challenges="c.json", weights="w", seed=42).evaluation().trajectory_seed == 0
+    assert SolveConfig(challenges="c.json", weights="w", seed=42, trajectories=2,
+                       trajectory_noise=0.1).evaluation().trajectory_seed == 42
     assert prediction_steps(solve, 16) == 8 * 32
     assert prediction_steps(SolveConfig(challenges="c.json", weights="w"), 16) == 16
     rates = Rates("cpu", 1.0, 0.5, 0.01, 16, 8, 8)

@@ -183,7 +183,8 @@ class SolveConfig(_Config):
         return EvaluateConfig(batch_size=self.eval_batch_size, device=self.device, early_exit=self.early_exit,
                               dtype=self.forward_dtype, compile=self.compile, trajectories=self.trajectories,
                               trajectory_noise=self.trajectory_noise, trajectory_select=self.trajectory_select,
-                              trajectory_seed=self.seed, test_depth=self.test_depth)
+                              # the run's seed draws the trajectories' noise; one trajectory draws none
+                              trajectory_seed=self.seed if self.trajectories > 1 else 0, test_depth=self.test_depth)
 
 
 class PipelineConfig(_Config):
