@@ -318,19 +318,27 @@ def test_one_gpu_per_parallel_run(tmp_path, fake_train, monkeypatch):
     assert records(sd)["slow-a_s0"]["gpu"] == a["cuda"]
 
 
+def signal_once_running(run_dir: Path, *signums: int) -> None:
+    """From a thread: once the training of `run_dir` has started, send this process each of `signums`, 50 ms
+    apart."""
+    def send():
+        deadline = time.time() + 60
+        while not (run_dir / "fake.jsonl").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        for i, signum in enumerate(signums):
+            time.sleep(0.05 if i else 0)
+            os.kill(os.getpid(), signum)
+
+    threading.Thread(target=send, daemon=True).start()
+
+
 def test_sigterm_stops_the_children_and_leaves_a_consistent_record(tmp_path, fake_train, monkeypatch):
     monkeypatch.setenv("FAKE_SLEEP", "60")
     sd = tmp_path / "sw"
 
-    def interrupt_once_running():
-        deadline = time.time() + 60
-        while not (sd / "slow-a_s0" / "fake.jsonl").exists() and time.time() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)
-        os.kill(os.getpid(), signal.SIGTERM)  # run_sweep's handler is installed before any child starts
-
     before = signal.getsignal(signal.SIGTERM)
-    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    signal_once_running(sd / "slow-a_s0", signal.SIGTERM)  # run_sweep's handler is installed before any child starts
     t0 = time.time()
     with pytest.raises(KeyboardInterrupt):
         S.run_sweep(grid("ok", "slow-a", "slow-b"), sd, parallel=2, progress=False, poll_seconds=0.02)
@@ -357,18 +365,8 @@ def test_a_second_signal_cannot_leave_a_record_running(tmp_path, fake_train, mon
     not cut the rewrite of that run's record (once left "running" with no process behind it)."""
     monkeypatch.setenv("FAKE_SLEEP", "60")
     sd = tmp_path / "sw"
-
-    def signal_twice():
-        deadline = time.time() + 60
-        while not (sd / "slow-saving_s0" / "fake.jsonl").exists() and time.time() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)
-        os.kill(os.getpid(), first)
-        time.sleep(0.05)
-        os.kill(os.getpid(), second)
-
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    threading.Thread(target=signal_twice, daemon=True).start()
+    signal_once_running(sd / "slow-saving_s0", first, second)
     with pytest.raises(KeyboardInterrupt) as stopped:
         S.run_sweep(grid("slow-saving"), sd, progress=False, poll_seconds=0.02)
     assert getattr(stopped.value, "exit_status", 130) == 128 + first  # the first signal says how the sweep ended

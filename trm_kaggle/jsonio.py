@@ -203,9 +203,9 @@ def kernel_filesystem(device: int) -> str | None:
         return None
     for line in table.splitlines():  # "36 35 0:21 / /mnt/p rw,relatime - proc proc rw": the type after " - "
         fields, _, rest = line.partition(" - ")
-        parts = fields.split()
-        if len(parts) > 2 and parts[2] == wanted and rest.split()[:1] and rest.split()[0] in KERNEL_FILESYSTEMS:
-            return rest.split()[0]
+        parts, kind = fields.split(), rest.split()[:1]
+        if len(parts) > 2 and parts[2] == wanted and kind and kind[0] in KERNEL_FILESYSTEMS:
+            return kind[0]
     return None
 
 
