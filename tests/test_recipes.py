@@ -42,3 +42,31 @@ def test_list_recipes_and_errors_from_the_command_line(capsys):
     assert "error: submit needs --challenges" in capsys.readouterr().err
     assert main(["submit", "--challenges", "c", "--weights", "w", "--embeddings-fraction", "1.5"]) == 2
     assert "--embeddings-fraction" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, mode_from, wording", [
+    ({"finetune": "none", "finetune_steps": 100}, None, "--finetune-steps 100 has no effect with finetune none"),
+    ({"embeddings_fraction": 0.3}, "embeddings-only", "--embeddings-fraction 0.3 has no effect with finetune "
+                                                      "embeddings"),
+    ({"finetune": "all", "embeddings_fraction": 0.3}, None, "read by finetune embeddings-then-all"),
+    ({"finetune": "embeddings", "lr": 1e-3}, None, "--lr 0.001 has no effect with finetune embeddings"),
+])
+def test_an_explicit_setting_the_fine_tuning_mode_ignores_is_refused(given, mode_from, wording):
+    with pytest.raises(TRMError, match=wording):
+        solve_config(mode_from, challenges="c", weights="w", **given)
+
+
+def test_settings_the_mode_reads_or_that_change_nothing_pass():
+    assert solve_config(None, challenges="c", weights="w", finetune="none", finetune_steps=0).finetune == "none"
+    # a recipe's own setting that a flag's mode ignores is the recipe's, not a choice the user typed
+    assert solve_config("trelis-staged", challenges="c", weights="w", finetune="all").finetune == "all"
+    assert solve_config(None, challenges="c", weights="w", finetune="embeddings-then-all",
+                        embeddings_fraction=0.25, lr=1e-3, finetune_steps=8).embeddings_fraction == 0.25
+
+
+def test_submit_refuses_steps_without_fine_tuning_before_reading_anything(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert main(["submit", "--challenges", str(tmp_path / "missing.json"), "--weights", "w", "--output", str(out),
+                 "--finetune", "none", "--finetune-steps", "100"]) == 2
+    assert "error: --finetune-steps 100 has no effect with finetune none" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "s-ttt").exists()

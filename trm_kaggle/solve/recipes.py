@@ -55,9 +55,35 @@ def recipe_settings(names: str | None) -> dict[str, Any]:
     return settings
 
 
+#: fine-tuning settings -> the `finetune` modes that read them (the others ignore them)
+READ_BY: dict[str, tuple[str, ...]] = {
+    "finetune_steps": ("embeddings-then-all", "all", "embeddings"),
+    "embeddings_fraction": ("embeddings-then-all",),
+    "lr": ("embeddings-then-all", "all"),  # the weights' rate: embeddings trains the puzzle rows alone
+}
+
+
+def unread_setting(fields: dict[str, Any], cfg: SolveConfig) -> str | None:
+    """Why one of the explicitly given `fields` would be ignored by `cfg`'s fine-tuning mode, or None.
+
+    A user who types `--finetune none --finetune-steps 100` means one of the two; running it silently without
+    fine-tuning hides the choice. A value that changes nothing (0 steps) is no conflict."""
+    for name, modes in READ_BY.items():
+        if name in fields and cfg.finetune not in modes and not (name == "finetune_steps" and fields[name] == 0):
+            readers = ", ".join(modes)
+            return (f"--{name.replace('_', '-')} {fields[name]} has no effect with finetune {cfg.finetune} (it is "
+                    f"read by finetune {readers}): drop it or choose one of those modes")
+    return None
+
+
 def solve_config(recipe: str | None = None, **fields: Any) -> SolveConfig:
-    """A SolveConfig from a recipe and explicit fields (the fields win)."""
-    return SolveConfig(**{**recipe_settings(recipe), **fields})
+    """A SolveConfig from a recipe and explicit fields (the fields win); an explicit field the chosen fine-tuning
+    mode ignores is refused (`unread_setting`)."""
+    cfg = SolveConfig(**{**recipe_settings(recipe), **fields})
+    problem = unread_setting(fields, cfg)
+    if problem:
+        raise TRMError(problem)
+    return cfg
 
 
 def describe_recipes() -> str:
