@@ -90,6 +90,9 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
      "--challenges, --max-tasks, --time-budget: options of the offline run; add --execute, or leave them out"),
     (["--mounts", "2026"], "--mounts: options of the offline run"),
     (["--cpu", "--accelerator", "NvidiaL4"], "--cpu and --accelerator NvidiaL4: a CPU kernel asks Kaggle for no"),
+    # a budget inside the kernel's safety margin was found out only after the whole build and rehearsal
+    (["--execute", "--time-budget", "69.5"], "--time-budget 69.5: the kernel keeps 60 s of its budget as a safety "
+                                              "margin and a worker needs 10 s more to plan"),
 ])
 def test_bad_input_one_line_nothing_written(inputs, tmp_path, capsys, args, words):
     out = tmp_path / "out"

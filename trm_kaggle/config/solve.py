@@ -38,6 +38,11 @@ def bounded_count_or_auto(option: str, most: int):
     return lambda text: text if text == "auto" else number(text)
 
 
+#: A worker with less time than this before the deadline starts nothing (timing its device alone costs more):
+#: a budget must leave it beyond the safety margin for the model to run at all.
+MIN_PLAN_S = 10.0
+
+
 class SolveConfig(_Config):
     """`trm-kaggle submit`: a challenges file -> submission.json within a wall-clock budget.
 

@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence, get_args
 
 from trm_kaggle.atomic import replace_problem
-from trm_kaggle.config import MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, SolveConfig, bounded_count_or_auto, bounded_number
+from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, MIN_PLAN_S, SolveConfig,
+                               bounded_count_or_auto, bounded_number)
 from trm_kaggle.interrupts import give_back, hold_terminations, interrupted
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import read_json
@@ -503,6 +504,11 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             raise TRMError(f"--cpu and --accelerator {args.accelerator}: a CPU kernel asks Kaggle for no "
                            "accelerator; give one of them")
         machine_shape = check_machine_shape(DEFAULT_MACHINE_SHAPE if args.accelerator is None else args.accelerator)
+        margin = SolveConfig.model_fields["safety_margin"].default  # the kernel's: it leaves the field as it is
+        if args.execute and args.time_budget < margin + MIN_PLAN_S:  # known now, not after the build and run
+            raise TRMError(f"--time-budget {args.time_budget:g}: the kernel keeps {margin:g} s of its budget as a "
+                           f"safety margin and a worker needs {MIN_PLAN_S:g} s more to plan, so the model could "
+                           f"not run; give at least {margin + MIN_PLAN_S:g}")
         if args.execute and args.challenges:  # read before anything is built
             read_sample_submission(Path(args.challenges))
         t = time.perf_counter()

@@ -41,7 +41,7 @@ from typing import Callable, Sequence, TypeVar
 
 import torch
 
-from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.config import MIN_PLAN_S, ArchConfig, SolveConfig
 from trm_kaggle.solve.pricing import finetune_seconds, inference_seconds, with_test_time
 from trm_kaggle.solve.step_timer import MIN_TIMING_S, SIZED_DEVICES, memory_batches, time_steps, timing_cap
 
@@ -51,7 +51,6 @@ INFERENCE_SHARE = 0.5  # with fine-tuning, inference gets at most this share of 
 DECODE_OVERHEAD = 1.3  # measured inference rate x 1.3: decoding, voting, the last partial batch
 TASK_OVERHEAD_S = 2.0  # a task's dataset build and model load, until the worker has measured its own
 DEMO_ROWS = 64  # demonstration examples scored before and after fine-tuning (`solve.demo_accuracy`)
-MIN_PLAN_S = 10.0  # a worker with less time than this before the deadline starts nothing (timing alone costs more)
 SHORT_NUM_AUG = 2  # the fixed small plan (a budget too short to time): augmentations where num_aug is auto ...
 SHORT_BATCH = 8  # ... and at most this many rows per batch on CPU and MPS
 T = TypeVar("T")
