@@ -106,3 +106,25 @@ def test_the_status_is_documented_and_the_kernel_reads_the_report():
     kernel = (REPO / "notebooks" / "kaggle_submission.py").read_text()
     assert "report = solve(" in kernel  # the package's API, not the command line and its exit status
     assert "sys.exit" not in kernel and "trm_kaggle.cli" not in kernel and "trm-kaggle submit" not in kernel
+
+
+def test_the_closing_line_points_to_the_report_only_once_it_is_written(world, capsys, caplog):
+    """A report that could not be written (here a folder in its place) is not named as the place of the details;
+    the run still ends with its valid fallback and status 3, not on the report's failure."""
+    data = (world / "exp" / "weights.safetensors").read_bytes()
+    (world / "exp" / "weights.safetensors").write_bytes(data[: len(data) // 2])
+    (world / "work" / "solve_report.json").mkdir(parents=True)
+    rc = main(submit(world))
+    err = capsys.readouterr().err
+    error = [line for line in err.splitlines() if line.startswith("error:")]
+    assert rc == 3 and len(error) == 1 and "truncated" in error[0] and "details:" not in error[0], err
+    assert "could not write" in caplog.text and "solve_report.json is a folder" in caplog.text
+    check_submission(world / "s.json", world / "c.json")
+
+
+def test_the_closing_line_names_the_written_report(world, capsys):
+    data = (world / "exp" / "weights.safetensors").read_bytes()
+    (world / "exp" / "weights.safetensors").write_bytes(data[: len(data) // 2])
+    line = failed_once(capsys, main(submit(world)), world)
+    assert line.endswith(f"(details: {world / 'work' / 'solve_report.json'})")
+    assert json.loads((world / "work" / "solve_report.json").read_text())["model_failed"]

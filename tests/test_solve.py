@@ -736,7 +736,8 @@ def test_tasks_refused_among_others_are_named_on_the_console(tmp_path, monkeypat
     left = {"a/../b": "task id 'a/../b' holds '/'", **{f"big{i}": "a grid larger than the model's canvas"
                                                        for i in range(4)}}
     report = {"output": str(tmp_path / "o.json"), "valid": True, "tasks": 6, "answered": 1, "ran": 1,
-              "predicted": 1, "elapsed_s": 1.0, "left_out": left, "model_tasks": 1, "errors": []}
+              "predicted": 1, "elapsed_s": 1.0, "left_out": left, "model_tasks": 1, "errors": [],
+              "details": str(tmp_path / "wd" / "solve_report.json")}
     monkeypatch.setattr(S, "solve", lambda cfg, start=None: report)
     status = main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "w"),
                    "--output", str(tmp_path / "o.json"), "--work-dir", str(tmp_path / "wd")])

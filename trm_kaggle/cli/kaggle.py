@@ -105,15 +105,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return MODEL_FAILED_STATUS
     if report.get("model_failed") and report["valid"]:  # one line for the cause, not one per task it cost
         print(f"error: the model could not run on any of its {count(report['model_tasks'], 'task')}: "
-              f"{report['model_failed']}; {report['output']} holds the fallback answers (details: "
-              f"{cfg.work_dir}/solve_report.json)", file=sys.stderr)
+              f"{report['model_failed']}; {report['output']} holds the fallback answers"
+              + (f" (details: {report['details']})" if report.get("details") else ""), file=sys.stderr)
         return MODEL_FAILED_STATUS
     if refused:  # some tasks refused, the others ran: each costs itself alone, and is named here
         shown = list(refused.items())[:3]
         more = f"; {len(refused) - len(shown)} more" if len(refused) > len(shown) else ""
         print(f"warning: {count(len(refused), 'task')} refused before the model, answered by the fallback: "
               + "; ".join(f"task {shown_name(task)}: {why}" for task, why in shown) + more
-              + f" (all: {cfg.work_dir}/solve_report.json)", file=sys.stderr)
+              + (f" (all: {report['details']})" if report.get("details") else ""), file=sys.stderr)
     for e in report["errors"]:
         print(f"warning: {e}", file=sys.stderr)
     return 0 if report["valid"] else 1

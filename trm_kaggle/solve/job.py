@@ -72,12 +72,22 @@ def _write_answer(cfg: SolveConfig, output: RewrittenFile, challenges: dict, can
             "task_problems": dict(list(task_problems.items())[:20])}
 
 
-def _note(path: Path, text: str) -> None:
-    """Write a log file of the work dir; a failure (full disk, read-only) only costs the log."""
+def _note(path: Path, text: str) -> bool:
+    """Write a log file of the work dir; a failure (full disk, read-only) only costs the log. True once written."""
     try:
         atomic_write_text(path, text)
-    except OSError as e:
-        log.warning("could not write %s: %s", path, e.strerror or e)
+        return True
+    except (OSError, TRMError) as e:  # TRMError: a folder in the file's place
+        log.warning("could not write %s: %s", path, getattr(e, "strerror", None) or e)
+        return False
+
+
+def _save_report(work: Path, report: dict) -> None:
+    """The run's report as the work dir's solve_report.json; `report['details']` names it once it is written (the
+    closing lines point to it only then)."""
+    path = work / "solve_report.json"
+    written = work.is_dir() and _note(path, json.dumps(report, indent=2, default=str))
+    report["details"] = str(path) if written else None
 
 
 def settings_key(cfg: SolveConfig) -> dict:
@@ -263,8 +273,7 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
                   predicted=sum(1 for v in candidates.values() if v),
                   fallback=fallback, elapsed_s=round(time.monotonic() - budget.start, 1))
     _say_outcome(cfg, report, len(challenges), budget, say)
-    if work.is_dir():
-        _note(work / "solve_report.json", json.dumps(report, indent=2, default=str))
+    _save_report(work, report)
     return report
 
 
@@ -298,8 +307,7 @@ def _out_of_time(cfg: SolveConfig, report: dict, budget: Budget, say: Callable[[
     report["errors"].append(why)
     report.update(model_failed=why, model_tasks=min(cfg.max_tasks or report["tasks"], report["tasks"]), left_out={},
                   workers=[], task_reports={}, answered=0, ran=0, predicted=0, fallback={}, elapsed_s=round(took, 1))
-    if Path(cfg.work_dir).is_dir():
-        _note(Path(cfg.work_dir) / "solve_report.json", json.dumps(report, indent=2, default=str))
+    _save_report(Path(cfg.work_dir), report)
     return report
 
 
