@@ -166,3 +166,17 @@ def test_an_export_whose_puzzle_table_has_no_rows_is_refused_not_read_as_nan(tmp
                                                                    t["puzzle_emb.weights"][:0]}))
     with pytest.raises(DamagedFile, match="tensor puzzle_emb.weights has no rows"):
         read_export(edited)
+
+
+def test_weights_whose_metadata_names_another_format_are_refused(tmp_path):
+    """Another program's safetensors file beside our config.json was read as ours without a word."""
+    from trm_kaggle.model.export import read_export
+
+    edited = resigned_copy(tmp_path, "foreign", lambda t: None)
+    path = edited / "weights.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        meta = dict(f.metadata())
+    save_file(load_file(path), str(path), metadata={**meta, "format": "something.else"})
+    with pytest.raises(TRMError, match="its metadata says format 'something.else', not 'trm_kaggle.inference'"):
+        read_export(edited)
+    read_export(resigned_copy(tmp_path, "ours", lambda t: None))  # the shipped tag is read as before

@@ -55,6 +55,7 @@ CASES = {
     # a per-parameter entry that is neither a tensor nor a number: torch's step would fail on it
     "buffer": (lambda s: next(iter(s["optimizer"]["state"].values())).update(exp_avg=None),
                "'optimizer' is a dict; it must be an optimizer's state"),
+    "version": (lambda s: s.update(version=7), "'version' is 7; it must be the writer's version, a string"),
 }
 
 
@@ -502,3 +503,15 @@ def test_averaged_weights_in_a_run_without_ema_are_refused_by_export(data, tmp_p
     capsys.readouterr()
     line = one_error_line(capsys, main(["export", str(run), "--out", str(tmp_path / "exp")]))
     assert "field 'ema': averaged weights in a run whose settings say ema=false" in line, line
+
+
+@pytest.mark.parametrize("version, newer", [("99.0.0", True), ("0.0.1", False), ("9" * 5000, True), ("dev", False)])
+def test_a_state_of_a_newer_version_is_read_with_a_warning(data, tmp_path, caplog, version, newer):
+    """A state a later package wrote was resumed without a word: its format is ours, its settings may not be."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    path = ckpt.state_path(run, 2)
+    _rewrite(path, lambda s: s.update(version=version))
+    caplog.clear()
+    assert ckpt.load_train_state(path)["step"] == 2
+    assert ("newer than this" in caplog.text) == newer, caplog.text

@@ -36,6 +36,7 @@ from trm_kaggle.jsonio import parse_json, read_failure, read_json, readable_file
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
+from trm_kaggle.wording import clipped
 
 EXPORT_FORMAT = "trm_kaggle.inference"
 PUZZLE_EMB_KEY = "puzzle_emb.weights"
@@ -186,12 +187,16 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
         with safe_open(str(w_path), framework="pt") as f:
             saved = (f.metadata() or {}).get("config")
             digest = (f.metadata() or {}).get("sha256")
+            tag = (f.metadata() or {}).get("format")
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except FileNotFoundError:
         raise TRMError(f"{w_path}: missing") from None
     except (SafetensorError, OSError, ValueError) as e:  # a failing disk is no damage: `read_failure` tells
         raise read_failure(e, w_path, "weights") or DamagedFile(f"{w_path}: unreadable or truncated safetensors "
                                                                f"file: {e}") from None
+    if tag is not None and tag != EXPORT_FORMAT:  # another program's weights beside our config.json
+        raise TRMError(f"{w_path}: its metadata says format {clipped(tag)}, not {EXPORT_FORMAT!r}: not the "
+                       "weights of a trm-kaggle export")
     if digest is not None and content_digest(tensors) != digest:  # older exports carry none: nothing to verify
         raise DamagedFile(f"{w_path}: damaged: its tensors do not match the checksum written with them (bytes changed "
                           f"on disk or in a copy); export the weights again")

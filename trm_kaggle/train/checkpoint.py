@@ -260,7 +260,17 @@ def load_train_state(path: Path) -> dict[str, Any]:
     problem = _field_problem(state)
     if problem is not None:  # a checksum proves the bytes are the ones written, not that a writer wrote them well
         raise DamagedFile(f"{path}: not a usable train state: field {problem}")
+    if _release(state.get("version", "")) > _release(__version__):  # read by its format, but said
+        log.warning("%s: written by trm-kaggle %s, newer than this %s; its fields are checked, but settings the "
+                    "newer version adds are unknown here (upgrade to resume it as written)", path,
+                    clipped(state["version"]), __version__)
     return state
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading release numbers of a version string ('0.2.1rc1' -> (0, 2, 1)); () when it has none."""
+    m = re.match(r"\d{1,9}(?:\.\d{1,9})*", version)  # bounded: int() of 5,000 digits raises
+    return tuple(int(x) for x in m.group(0).split(".")[:8]) if m else ()
 
 
 def _is_int(v: Any, low: int = 0) -> bool:
@@ -429,6 +439,7 @@ _OPTIONAL: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "world_size": (f"an integer from 1 to {_MAX_WORLD_SIZE}", lambda v: _is_int(v, 1) and v <= _MAX_WORLD_SIZE),
     "forward_dtype": ("one of float32, bfloat16, float16", lambda v: v in DTYPES),
     "run_id": ("a string", lambda v: isinstance(v, str)),
+    "version": ("the writer's version, a string", lambda v: isinstance(v, str)),
 }
 
 
