@@ -31,3 +31,19 @@ def test_a_work_folder_that_is_or_lies_in_a_dataset_or_export_is_refused(data, s
         line = one_error_line(capsys, main(argv))
         assert said in line and "choose a folder of its own" in line, line
     assert {p: _listing(p) for p in (sudoku4, export)} == before
+
+
+def test_a_submit_work_folder_in_a_training_run_folder_is_refused(data, tmp_path, capsys):
+    """Its units/, workers/ and solve_report.json once mixed into the run's states; export refuses a run folder as
+    its output already."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=1")) == 0
+    (tmp_path / "c.json").write_text("{}")
+    before = _listing(run)
+    for work, said in ((run, f"--work-dir {run} is a training run folder"),
+                       (run / "ttt", f"--work-dir {run / 'ttt'} lies inside {run}, which is a training run folder")):
+        line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+                                            str(SHIPPED), "--output", str(tmp_path / "s.json"), "--work-dir",
+                                            str(work)]))
+        assert said in line and "choose a folder of its own" in line, line
+    assert _listing(run) == before and not (tmp_path / "s.json").exists()

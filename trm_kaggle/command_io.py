@@ -103,12 +103,28 @@ def _evaluate_repair(args: argparse.Namespace) -> IO:
             [Output(args.report, "--report")])
 
 
+def _refuse_run_folder(folder: str, what: str) -> None:
+    """A folder that is, or lies inside, a training run folder (one holding its run.json): a solve's files there
+    would mix with the run's states, and `export` or a resume would then search them."""
+    from pathlib import Path
+
+    from trm_kaggle.train.checkpoint import RUN_RECORD
+
+    path = Path(folder).absolute()
+    for at in (path, *path.parents):
+        if (at / RUN_RECORD).is_file():
+            where = "is" if at == path else f"lies inside {at}, which is"
+            raise TRMError(f"{what} {folder} {where} a training run folder (it holds {RUN_RECORD}): its files would "
+                           "mix with the run's; choose a folder of its own")
+
+
 def _submit(args: argparse.Namespace) -> IO:
     if args.list_recipes or not (args.challenges and args.weights):
         return [], []
     from trm_kaggle.config import default_work_dir
 
     work_dir = args.work_dir or default_work_dir(args.output)
+    _refuse_run_folder(work_dir, "--work-dir")
     cache = [Input(args.compile_cache, "--compile-cache")] if getattr(args, "compile_cache", None) else []
     return ([Input(args.challenges, "--challenges"), Input(args.weights, "--weights", tree=True), *cache],
             [Output(args.output, "--output"), Output(work_dir, "--work-dir", "folder", WORK_ENTRIES)])
