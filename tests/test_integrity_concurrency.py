@@ -77,6 +77,24 @@ def test_a_planted_lock_file_is_refused_and_never_written_through(sudoku4, tmp_p
     assert precious.read_text() == "keep me\n" and not (run / "metrics.jsonl").exists()
 
 
+def test_a_planted_lock_file_in_submits_work_dir_costs_the_lock_alone(tmp_path, capsys, caplog):
+    """A submit must leave its valid submission: a link in its work dir's lock file's place was once refused
+    before the fallback was written. It runs unlocked with a warning, and the link's target keeps its bytes."""
+    task = {"train": [{"input": [[1, 2], [3, 4]], "output": [[4, 3], [2, 1]]}], "test": [{"input": [[2, 1]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t1": task}))
+    work, precious = tmp_path / "work", tmp_path / "precious.txt"
+    work.mkdir()
+    precious.write_text("keep me\n")
+    (work / LOCK_FILE).symlink_to(precious)
+    rc = main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(make_export(tmp_path / "exp")),
+               "--output", str(tmp_path / "s.json"), "--work-dir", str(work), "--finetune", "none", "--num-aug",
+               "1", "--device", "cpu", "--workers", "1", "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    assert "no lock taken" in caplog.text and "the lock file is a symbolic link" in caplog.text
+    assert json.loads((tmp_path / "s.json").read_text())["t1"][0].keys() == {"attempt_1", "attempt_2"}
+    assert precious.read_text() == "keep me\n" and (work / LOCK_FILE).is_symlink()
+
+
 def test_readers_share_a_folder_a_writer_does_not(tmp_path, holder):
     (tmp_path / "d").mkdir()  # a reader makes no folder
     holder(tmp_path / "d", "regress", shared=True)

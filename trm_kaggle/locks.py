@@ -202,8 +202,9 @@ def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = 
     `what` names this command in the holder record ("training", "submit", "sweep", ...), which is what a
     refused one reads. Raises TRMError at once when another live process holds it (`shared`: when a
     writer holds it; readers share it). `required=False`: a directory where no lock file can be made
-    (read-only, full) runs the block unlocked, with a warning for a writer (a submit must still write its
-    fallback answer; a reader of a read-only folder has no writer to fear). A lock handed down by the parent
+    (read-only, full, something else than a plain file in its place) runs the block unlocked, with a warning
+    for a writer (a submit must still write its fallback answer; a reader of a read-only folder has no writer
+    to fear). A lock handed down by the parent
     that holds it (`hand_down`) is used as it is."""
     directory = Path(directory)
     path = directory / LOCK_FILE
@@ -214,12 +215,12 @@ def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = 
         if not shared:
             directory.mkdir(parents=True, exist_ok=True)
         f = _open_lock_file(path)
-    except OSError as e:
+    except (OSError, TRMError) as e:  # TRMError: a link, FIFO or hard link in the lock file's place
         if required:
             raise
         if not shared:
             log.warning("%s: no lock taken (%s); make sure no other command writes in this directory", directory,
-                        e.strerror or e)
+                        getattr(e, "strerror", None) or e)
         yield None
         return
     with f:
