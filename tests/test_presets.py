@@ -92,3 +92,12 @@ def test_describe_presets():
     text = describe_presets()
     for name, entry in PRESETS.items():
         assert name in text and entry["description"] in text
+
+
+@pytest.mark.parametrize("names", [["sudoku4-cpu+arc2"], ["arc2", "T3n6", "arc1"], ["cpu-smoke+no-ema+maze"]])
+def test_two_recipes_in_one_run_are_refused(names):
+    """--list-presets says "Recipes (pick one)"; two were combined silently, the later replacing most of the
+    earlier (`sudoku4-cpu+arc2` trained ARC's recipe on Sudoku data)."""
+    with pytest.raises(TRMError, match="are both recipes, each setting a whole run: pick one"):
+        expand_preset_names(names)
+    assert expand_preset_names(["arc2+T3n6", "no-ema", "arc2"]) == ["arc2", "T3n6", "no-ema", "arc2"]  # one recipe

@@ -1,5 +1,7 @@
 """Named test-time recipes: what each sets, combining them, flags winning, unknown names."""
 
+import re
+
 import pytest
 
 from trm_kaggle.cli import main
@@ -70,3 +72,12 @@ def test_submit_refuses_steps_without_fine_tuning_before_reading_anything(tmp_pa
                  "--finetune", "none", "--finetune-steps", "100"]) == 2
     assert "error: --finetune-steps 100 has no effect with finetune none" in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "s-ttt").exists()
+
+
+@pytest.mark.parametrize("names, said", [("trelis+embeddings-only", "recipes trelis and embeddings-only both set "
+                                                                     "finetune (all, then embeddings)"),
+                                          ("nvarc+trelis-staged+trelis", "recipes trelis-staged and trelis")])
+def test_recipes_that_set_one_field_differently_are_refused(names, said):
+    with pytest.raises(TRMError, match=re.escape(said)):
+        recipe_settings(names)
+    assert recipe_settings("trelis+trelis") == {"finetune": "all"}  # the same value twice undoes nothing

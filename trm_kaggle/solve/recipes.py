@@ -1,8 +1,9 @@
 """Named test-time recipes: `trm-kaggle submit --recipe NAME` (and `estimate --recipe NAME`).
 
 A recipe sets a few `SolveConfig` fields: what fine-tuning trains, how deep the model recurses, how many ACT
-steps and augmentations it uses. Recipes combine with `+` (`nvarc+trelis`, later ones winning) and flags given
-on the command line win over them. Each records where its settings come from; docs/test-time-training.md cites the same.
+steps and augmentations it uses. Recipes that set different things combine with `+` (`nvarc+trelis`; two that
+set one field to different values are refused) and flags given on the command line win over them. Each records
+where its settings come from; docs/test-time-training.md cites the same.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ RECIPES: dict[str, dict[str, Any]] = {
 
 
 def recipe_settings(names: str | None) -> dict[str, Any]:
-    """The SolveConfig fields of `names` ('a' or 'a+b', later ones winning); {} for None."""
+    """The SolveConfig fields of `names` ('a' or 'a+b', which must not set one field differently); {} for None."""
     settings: dict[str, Any] = {}
+    set_by: dict[str, str] = {}  # field -> the recipe that set it
     for name in ([] if names is None else names.split("+")):  # `--recipe ''` is a name lost, not no recipe
         if not name.strip():
             raise TRMError(f"recipe {names!r} has an empty name (a '+' with nothing on one side); recipes: "
@@ -51,7 +53,11 @@ def recipe_settings(names: str | None) -> dict[str, Any]:
             close = difflib.get_close_matches(name, RECIPES, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise TRMError(f"unknown recipe {name!r}{hint}; recipes: {', '.join(RECIPES)}")
-        settings.update(RECIPES[name]["settings"])
+        for key, value in RECIPES[name]["settings"].items():
+            if key in settings and settings[key] != value:  # one would silently undo the other's choice
+                raise TRMError(f"recipes {set_by[key]} and {name} both set {key} ({settings[key]}, then {value}): "
+                               "combine recipes that set different things, or give the setting as a flag")
+            settings[key], set_by[key] = value, name
     return settings
 
 

@@ -1,6 +1,6 @@
 """Named training presets: upstream's README recipes, a few CPU recipes, and ablations to combine.
 
-A base preset sets a whole recipe; a modifier changes a few fields and is meant to
+A base preset sets a whole recipe (one per run: two are refused); a modifier changes a few fields and is meant to
 follow a base (`arc2+T3n6+no-ema`). `trm_kaggle.train.settings.load_train_config`
 applies them in the order given, later ones winning, before a config file and
 `key=value` overrides.
@@ -224,6 +224,10 @@ def expand_preset_names(names: Iterable[str] | str) -> list[str]:
                 hint = f" (did you mean {_PRESET_LOOKUP[close[0]]}?)" if close else ""
                 raise TRMError(f"unknown preset {part!r}{hint}; valid presets: {', '.join(PRESETS)}")
             out.append(name)
+    bases = [n for n in dict.fromkeys(out) if PRESETS[n]["kind"] == "base"]
+    if len(bases) > 1:  # each sets a whole run: the later would silently replace most of the earlier
+        raise TRMError(f"presets {' and '.join(bases)} are both recipes, each setting a whole run: pick one, and "
+                       "add modifiers after it (--list-presets)")
     return out
 
 
