@@ -237,3 +237,22 @@ def test_a_closed_terminal_stops_a_build_as_sigterm_does(tmp_path, signum, statu
             p.wait()
     assert p.returncode == status and f"interrupted: stopped by {signal.Signals(signum).name}" in err, err
     assert sorted(q.name for q in tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_first_stop_raises_and_later_ones_wait_for_the_cleanup(signum):
+    """`interrupts.FirstStopOnly` (a sweep's stop): the first signal raises where the main thread is; a second one,
+    during the cleanup that records what was stopped, is dropped; the previous handlers come back."""
+    from trm_kaggle.interrupts import FirstStopOnly, Terminated
+
+    expected = KeyboardInterrupt if signum == signal.SIGINT else Terminated
+    before = signal.getsignal(signum)
+    stops = FirstStopOnly()
+    with pytest.raises(KeyboardInterrupt) as e:
+        os.kill(os.getpid(), signum)
+        time.sleep(1)  # the handler runs between bytecodes: it raises before this ends
+    assert type(e.value) is expected
+    os.kill(os.getpid(), signum)  # held: nothing raised
+    time.sleep(0.05)
+    stops.give_back()
+    assert signal.getsignal(signum) is before

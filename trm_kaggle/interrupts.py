@@ -69,6 +69,38 @@ def raise_terminated(signum, frame) -> None:
     raise Terminated(signum)
 
 
+class FirstStopOnly:
+    """SIGINT, SIGTERM and SIGHUP (an ignored SIGHUP stays ignored) while a command stops what it started: the first
+    raises (KeyboardInterrupt, or `Terminated`) where the main thread is; from then on, or from `hold()`, any later
+    one is dropped, so that a second Ctrl-C 50 ms after the first cannot cut the cleanup that records what was
+    stopped (a sweep's records left saying "running" with no process behind them). The cleanup's own waits must
+    be bounded. `give_back()` puts the previous handlers back (only the main thread can take a handler: elsewhere
+    nothing is installed)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.held = False
+        self.previous: dict[int, object] = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, *TERMINATING):
+                if signum in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(signum) is not signal.SIG_IGN:
+                    self.previous[signum] = signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.held:
+            return
+        self.held = True
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+
+    def hold(self) -> None:
+        self.held = True
+
+    def give_back(self) -> None:
+        give_back(self.previous)
+        self.previous = {}
+
+
 def quiet_teardown() -> None:
     """From here on SIGINT, SIGTERM and SIGHUP end the process by the signal, without a word: the command has
     said its last line, and a signal during the interpreter's teardown (multiprocessing joining its children) must

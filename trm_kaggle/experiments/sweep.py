@@ -46,10 +46,10 @@ import pydantic
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text, open_log
 from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
-from trm_kaggle.interrupts import TERMINATING, Terminated, give_back
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import TRMError, describe
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
+from trm_kaggle.interrupts import FirstStopOnly, Terminated
 from trm_kaggle.jsonio import is_regular, open_regular, read_json
 from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
@@ -460,7 +460,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
             say(f"FAILED  {rec['name']}: {rec['error']}")
             bar.update()
 
-        stops = _Stops()
+        stops = FirstStopOnly()  # a later signal waits for the records
         try:
             while todo or running:
                 while todo and free:
@@ -571,40 +571,6 @@ def _describe_base(base: dict) -> str:
     words = [*(f"--preset {p}" for p in base["presets"]), *([f"--config {base['config']}"] if base["config"] else []),
              *base["overrides"]]
     return " ".join(words) or "(defaults)"
-
-
-class _Stops:
-    """The sweep's SIGINT, SIGTERM and SIGHUP (left ignored under nohup, as `train` leaves it) while it runs: the
-    first stops it (KeyboardInterrupt, or `Terminated`); any later one is held while the sweep stops its trainings
-    and rewrites their records (`hold`), so a second Ctrl-C 50 ms after the first cannot leave sweep.json saying
-    "running" with no process behind it. The wait is bounded: `_stop` ends a training after its grace."""
-
-    def __init__(self) -> None:
-        self.held = False
-        self.previous: dict[int, object] = {}
-        if _main_thread():  # only the main thread can take a signal handler
-            for s in (signal.SIGINT, *TERMINATING):
-                if s in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(s) is not signal.SIG_IGN:
-                    self.previous[s] = signal.signal(s, self._on_signal)
-
-    def _on_signal(self, signum, frame) -> None:
-        if self.held:
-            return
-        self.held = True
-        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
-
-    def hold(self) -> None:
-        self.held = True
-
-    def give_back(self) -> None:
-        give_back(self.previous)
-        self.previous = {}
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def _stop(jobs: Sequence[_Job], grace_seconds: float = 30.0) -> None:
