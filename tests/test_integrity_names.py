@@ -129,3 +129,24 @@ def test_a_file_name_with_control_characters_stays_one_escaped_error_line(tmp_pa
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "\x1b" not in err, repr(err)
     assert name.encode("unicode_escape").decode() in err
+
+
+def test_skipped_task_files_with_control_characters_are_escaped_in_warnings_and_notes(tmp_path):
+    """`build-arc --skip-invalid` printed a skipped task file's path raw in its WARNING line and its closing note
+    (the id beside it escaped): every log line of the command line is one escaped line now, and so is each note."""
+    import subprocess
+    import sys
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]], "output": [[2, 1]]}]}
+    tasks = tmp_path / "tasks" / "tr"
+    tasks.mkdir(parents=True)
+    for name in ("ok", "esc\x1b[2J\x1b[31mred", "nl\nx"):
+        (tasks / f"{name}.json").write_text(json.dumps(task))
+    r = subprocess.run([sys.executable, "-m", "trm_kaggle", "build-arc", "--task-dir", str(tmp_path / "tasks"),
+                        "--subsets", "tr", "--num-aug", "0", "--workers", "1", "--no-progress", "--skip-invalid",
+                        "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "\x1b" not in out, out
+    warnings = [line for line in out.splitlines() if line.startswith("WARNING: skipped malformed task")]
+    notes = [line for line in out.splitlines() if line.startswith("  note: skipped malformed task")]
+    assert len(warnings) == len(notes) == 2 and all("nl\\nx.json" in w or "esc\\x1b" in w for w in warnings), out

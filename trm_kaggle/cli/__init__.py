@@ -57,6 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _OneLineFormatter(logging.Formatter):
+    """A log record as one terminal line: a message quotes names read from files (a task file's path, an id), whose
+    escape sequences would reach the terminal and whose newlines would split the line (`wording.one_line`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from trm_kaggle.wording import one_line
+
+        return one_line(super().format(record))
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # submit's --time-budget counts from here: its imports and checks are spent too
     try:
@@ -107,8 +117,10 @@ def _main(argv: list[str] | None, started: float) -> int:
     if overrides:
         args.overrides = list(args.overrides) + overrides
     args.started = started
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLineFormatter("%(levelname)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-                        format="%(levelname)s: %(message)s", stream=sys.stderr)
+                        handlers=[handler])
     try:
         with checked_stdout():  # the results reach stdout, or the command fails: never a silent success
             if getattr(args, "overrides", None):  # the key=value settings typed on this line

@@ -52,7 +52,7 @@ from trm_kaggle.jsonio import read_json
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.names import shown
 from trm_kaggle.progress import tqdm
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, one_line
 
 VOCAB_SIZE = 12  # PAD, EOS, colours 0..9
 PAD, EOS, COLOUR0 = 0, 1, 2
@@ -378,7 +378,7 @@ def format_arc_build(s: dict) -> str:
     """What `trm-kaggle build-arc` prints: the dataset, its counts and the time taken, then the notes."""
     return "\n".join([f"built {s['output_dir']}: {s['tasks']:,} tasks, {s['puzzle_identifiers']:,} puzzle identifiers, "
                       f"{s['train_examples']:,} train / {s['test_examples']:,} test examples in {s['seconds']:.1f} s"]
-                     + [f"  note: {note}" for note in s.get("notes", [])])
+                     + [f"  note: {one_line(note)}" for note in s.get("notes", [])])  # names from files, escaped
 
 
 def tasks_digest(loaded: Mapping[str, LoadReport]) -> str:
