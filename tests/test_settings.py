@@ -554,3 +554,21 @@ def test_a_key_set_twice_on_one_line_is_said_and_the_later_used(capsys, caplog):
     caplog.clear()
     assert main(["train", "--print-config", "--preset", "sudoku4-cpu", "seed=5"]) == 0  # over the preset's: a layer
     assert "seed: 5" in capsys.readouterr().out and "twice" not in caplog.text
+
+
+def test_one_setting_under_two_spellings_or_in_two_forms_of_one_file_is_said(tmp_path, capsys, caplog):
+    """Upstream's `arch.loss.loss_type` and ours set one setting, and a file's `arch: {hidden_size: 32}` and
+    `arch.hidden_size: 48` too: each pair was resolved silently (which one won depended on the order)."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.train import warn_repeated
+
+    said = warn_repeated(["arch.loss_type=stablemax_cross_entropy", "arch.loss.loss_type=softmax_cross_entropy"])
+    assert said and said[0].startswith("arch.loss_type is set twice on one line")
+    (tmp_path / "c.yaml").write_text("arch: {hidden_size: 32}\narch.hidden_size: 48\n")
+    assert main(["train", "--print-config", "--config", str(tmp_path / "c.yaml")]) == 0
+    assert "hidden_size: 48" in capsys.readouterr().out
+    assert "c.yaml: arch.hidden_size is set twice in it (32, then 48): the later is used" in caplog.text
+    caplog.clear()
+    (tmp_path / "d.yaml").write_text("arch: {hidden_size: 32, L_cycles: 2}\narch.H_cycles: 2\nseed: 1\n")
+    assert main(["train", "--print-config", "--config", str(tmp_path / "d.yaml"), "--preset", "sudoku4-cpu"]) == 0
+    assert "twice" not in caplog.text  # distinct settings, and a file over a preset: layers

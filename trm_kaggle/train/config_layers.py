@@ -23,7 +23,7 @@ import pydantic
 
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.train.overrides import MISSING, Interpolation, parse_override
+from trm_kaggle.train.overrides import ALIASES, MISSING, Interpolation, parse_override
 from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,6 @@ def _catalogue(model: type[pydantic.BaseModel], prefix: str = "") -> tuple[dict[
 
 _LEAVES, _GROUPS = _catalogue(TrainConfig)
 
-# upstream spellings with a different home here
-_ALIASES = {"arch.loss.loss_type": "arch.loss_type"}
 # upstream names of the model class and the loss head: checked, then dropped
 _UPSTREAM_ARCH_NAME = "TinyRecursiveReasoningModel_ACTV1"  # config/arch/trm.yaml: recursive_reasoning.trm@...
 _UPSTREAM_LOSS_NAME = "ACTLossHead"  # losses@ACTLossHead
@@ -79,7 +77,7 @@ def valid_keys() -> list[str]:
 
 
 def _suggest(key: str) -> str:
-    candidates = list(_LEAVES) + list(_ALIASES)
+    candidates = list(_LEAVES) + list(ALIASES)
     lower = {c.lower(): c for c in candidates}
     if key.lower() in lower:
         return lower[key.lower()]
@@ -179,6 +177,7 @@ class ConfigLayers:
         self.tree = TrainConfig().model_dump()
         self.origin: dict[str, str] = {}
         self.notes = notes
+        self._layer: dict[str, str] | None = None  # the settings one file has set so far, while it is applied
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -186,7 +185,7 @@ class ConfigLayers:
 
     def assign(self, key: str, value: Any, source: str, raw: Optional[str] = None) -> None:
         """Set one dotted key (already parsed), translating upstream spellings."""
-        key = _ALIASES.get(key, key)
+        key = ALIASES.get(key, key)
         if key == "arch" and not isinstance(value, Mapping):
             self._check_name(value, "arch", source)
             return
@@ -218,6 +217,11 @@ class ConfigLayers:
             value = None  # upstream's default, our None: follow hidden_size
         else:
             value = _coerce(key, value, raw)
+        if self._layer is not None:  # one file setting one setting twice (`arch: {hidden_size: 32}` and
+            if key in self._layer:  # `arch.hidden_size: 48`): the later is used, as on a command line, but said
+                self.note(f"{source}: {key} is set twice in it ({self._layer[key]}, then {clipped(value)}): the "
+                          "later is used")
+            self._layer[key] = clipped(value)
         _set(self.tree, key, value)
         self.origin[key] = source
 
@@ -238,8 +242,12 @@ class ConfigLayers:
                        f"losses@{_UPSTREAM_LOSS_NAME} is implemented")
 
     def apply_mapping(self, data: Mapping, source: str) -> None:
-        for key, value in data.items():
-            self.assign(str(key), value, source)
+        self._layer = {}
+        try:
+            for key, value in data.items():
+                self.assign(str(key), value, source)
+        finally:
+            self._layer = None
 
     def apply_override(self, text: str) -> None:
         key, value = parse_override(text)
@@ -272,7 +280,7 @@ class ConfigLayers:
                 target = ".".join(parent + [ref[dots:]]) if parent else ref[dots:]
             else:
                 target = ref
-            target = _ALIASES.get(target, target)
+            target = ALIASES.get(target, target)
             found = _get(self.tree, target)
             if found is MISSING or target not in _LEAVES:
                 raise TRMError(f"{source}: cannot resolve ${{{ref}}} for {key}")

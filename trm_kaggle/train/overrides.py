@@ -202,6 +202,10 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise TRMError(f"override {clipped(text)}: cannot parse the value: nested too deeply") from None
 
 
+#: Upstream spellings of a setting whose home here is another key (one setting, two names).
+ALIASES = {"arch.loss.loss_type": "arch.loss_type"}
+
+
 def warn_repeated(overrides: Sequence[str]) -> list[str]:
     """A warning for each key one list of overrides typed together sets more than once (`seed=5 seed=6`): the
     later wins, as layers do (a preset, a grid, then the command line; a script's base settings and its one
@@ -209,7 +213,7 @@ def warn_repeated(overrides: Sequence[str]) -> list[str]:
     seen: dict[str, str] = {}
     lines = []
     for text in overrides:
-        key = parse_override(text)[0]
+        key = ALIASES.get(parse_override(text)[0], parse_override(text)[0])  # either spelling sets one setting
         if key in seen:
             lines.append(f"{key} is set twice on one line ({clipped(seen[key])}, then {clipped(text)}): the later "
                          "is used")
