@@ -52,6 +52,8 @@ def test_list_recipes_and_errors_from_the_command_line(capsys):
                                                       "embeddings"),
     ({"finetune": "all", "embeddings_fraction": 0.3}, None, "read by finetune embeddings-then-all"),
     ({"finetune": "embeddings", "lr": 1e-3}, None, "--lr 0.001 has no effect with finetune embeddings"),
+    ({"safety_margin": 500}, None, "--safety-margin 500 has no effect without --time-budget"),
+    ({"plan_margin": 0.9, "time_budget": 600}, None, "--plan-margin 0.9 has no effect without an auto count"),
 ])
 def test_an_explicit_setting_the_fine_tuning_mode_ignores_is_refused(given, mode_from, wording):
     with pytest.raises(TRMError, match=wording):
@@ -64,6 +66,8 @@ def test_settings_the_mode_reads_or_that_change_nothing_pass():
     assert solve_config("trelis-staged", challenges="c", weights="w", finetune="all").finetune == "all"
     assert solve_config(None, challenges="c", weights="w", finetune="embeddings-then-all",
                         embeddings_fraction=0.25, lr=1e-3, finetune_steps=8).embeddings_fraction == 0.25
+    assert solve_config(None, challenges="c", weights="w", time_budget=600, safety_margin=30, plan_margin=0.3,
+                        num_aug="auto").plan_margin == 0.3
 
 
 def test_submit_refuses_steps_without_fine_tuning_before_reading_anything(tmp_path, capsys):

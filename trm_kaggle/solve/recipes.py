@@ -79,6 +79,13 @@ def unread_setting(fields: dict[str, Any], cfg: SolveConfig) -> str | None:
             readers = ", ".join(modes)
             return (f"--{name.replace('_', '-')} {fields[name]} has no effect with finetune {cfg.finetune} (it is "
                     f"read by finetune {readers}): drop it or choose one of those modes")
+    # the margins share out a time budget: without one (or, for the plan's, without an `auto` count) no one reads them
+    if "safety_margin" in fields and cfg.time_budget is None:
+        return (f"--safety-margin {fields['safety_margin']:g} has no effect without --time-budget (it is kept free at "
+                "the end of the budget): give a budget or drop it")
+    if "plan_margin" in fields and "auto" not in (cfg.num_aug, cfg.finetune_steps):
+        return (f"--plan-margin {fields['plan_margin']:g} has no effect without an auto count (it is the share of a "
+                "worker's time that --num-aug auto or --finetune-steps auto leaves unplanned): give one or drop it")
     return None
 
 
