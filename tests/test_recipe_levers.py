@@ -29,6 +29,10 @@ from trm_kaggle.train.step import StepRules, configure_model
     (["curriculum.stages=[{until: 0.5, depth: 1.5}]"], "depth"),
     (["supervision_decay=0"], "supervision_decay"),
     (["rsm.enabled=True", "supervision_decay=0.7"], "set one of them"),
+    # training the puzzle table alone where there is none (once a traceback at the first step) or at a rate of 0
+    (["freeze_weights=true", "arch.puzzle_emb_ndim=0"], "freeze_weights trains the puzzle embeddings alone, but "
+                                                         "arch.puzzle_emb_ndim is 0"),
+    (["freeze_weights=true", "puzzle_emb_lr=0"], "but puzzle_emb_lr is 0: nothing would train"),
 ])
 def test_bad_or_contradicting_levers_are_one_line_before_anything_runs(settings, names):
     with pytest.raises(TRMError, match=names) as err:

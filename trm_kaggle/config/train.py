@@ -281,6 +281,11 @@ class TrainConfig(_Config):
         elif r.min_warmup != 0 or r.max_warmup is not None:  # read by nothing while RSM is off
             raise ValueError("rsm.min_warmup and rsm.max_warmup are RSM's settings, but rsm.enabled is false: set "
                              "rsm.enabled=true (or the rsm preset), or leave them at their defaults")
+        if self.freeze_weights and (a.puzzle_emb_ndim == 0 or self.puzzle_emb_lr == 0):  # once a traceback at the
+            # first step (no tensor to train), or a run that trained nothing and said it trained
+            why = "arch.puzzle_emb_ndim is 0 (no puzzle table)" if a.puzzle_emb_ndim == 0 else "puzzle_emb_lr is 0"
+            raise ValueError(f"freeze_weights trains the puzzle embeddings alone, but {why}: nothing would train; "
+                             "set freeze_weights=false, or give the model a puzzle table and a rate")
         h = self.halt_schedule  # with no decay the probability is end_prob from the start: start_prob is unread
         if h.epochs == 0 and h.start_prob is not None:
             raise ValueError("halt_schedule.start_prob starts a decay over halt_schedule.epochs, which is 0 (no "
