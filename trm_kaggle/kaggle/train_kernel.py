@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import shutil
 import subprocess
 import tempfile
@@ -137,8 +138,9 @@ def check_kernel_overrides(overrides: Sequence[str]) -> None:
                            "attached data dataset, and a run inside its working folder, the only folder kept "
                            "between sessions); leave it out")
         value = str(text).partition("=")[2].strip().strip("'\"")
-        if key == "load_checkpoint" and value and not value.startswith(KAGGLE_INPUT + "/"):
-            # a path of the building machine: the session would fail on Kaggle, after the push
+        if key == "load_checkpoint" and value and not posixpath.normpath(value).startswith(KAGGLE_INPUT + "/"):
+            # a path of the building machine (the session would fail on Kaggle, after the push), or one that
+            # leaves the inputs by `..` (`/kaggle/input/../../etc/passwd`)
             raise TRMError(f"override {str(text)[:80]!r}: a Kaggle session reads only its attached datasets; give "
                            f"load_checkpoint a path under {KAGGLE_INPUT}/ (attach the weights as a dataset)")
 
