@@ -16,6 +16,7 @@ def test_a_train_budget_inside_the_save_margin_is_refused_before_building(tmp_pa
     # the margin the check uses is the kernel's own
     assert float(re.search(r"^SAVE_MARGIN = (\S+)", src, re.M)[1]) == DEFAULT_MARGIN == SESSION_MARGIN
     for budget, said in (("300", "leaves no time to train"), ("600", "leaves no time to train"),
+                         ("600.5", "a session trains at least 60 s; give at least 660 s"),  # built, trained 0.5 s
                          ("nan", "--train-budget nan: must be from 0 to 604800")):
         rc = bundle.main([str(tmp_path / "out"), "--train-kernel", "--preset", "sudoku4-cpu", "--train-budget",
                           budget, "--no-download"])

@@ -158,6 +158,7 @@ def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) ->
 
 #: The training kernel's SAVE_MARGIN default (notebooks/kaggle_train.py; `kaggle_training.DEFAULT_MARGIN`)
 DEFAULT_MARGIN = 600.0
+MIN_TRAIN_S = 60.0  # the least a built session may train (600.5 s once built a kernel that trained 0.5 s)
 
 
 def check_train_budget(time_budget: float | None) -> None:
@@ -166,10 +167,11 @@ def check_train_budget(time_budget: float | None) -> None:
     kernel that cannot train is refused at build time, not found out after a push."""
     import math
 
-    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > DEFAULT_MARGIN):
+    least = DEFAULT_MARGIN + MIN_TRAIN_S
+    if time_budget is not None and not (math.isfinite(time_budget) and time_budget >= least):
         raise TRMError(f"--train-budget {time_budget:g} s leaves no time to train: the training kernel keeps "
                        f"{DEFAULT_MARGIN:g} s of each session's budget for the final save, the export and the curve "
-                       f"(SAVE_MARGIN); give more than {DEFAULT_MARGIN:g} s")
+                       f"(SAVE_MARGIN), and a session trains at least {MIN_TRAIN_S:g} s; give at least {least:g} s")
 
 
 def build_train_kernel(out_dir: str | os.PathLike, *, ids: BundleIds, presets: Sequence[str],
