@@ -63,6 +63,7 @@ def test_nan_is_called_not_finite_not_out_of_range(capsys):
 SUBMIT = [
     (["--seed", "-1"], "seed"), (["--seed", BIG], "seed"), (["--time-budget", "nan"], "time_budget"),
     (["--time-budget", "-1"], "time_budget"), (["--time-budget", "inf"], "time_budget"),
+    (["--time-budget", "604801"], "time_budget"),  # past a week: no session runs that long
     (["--safety-margin", "nan"], "safety_margin"), (["--plan-margin", "1"], "plan_margin"),
     (["--num-aug", "-1"], "num_aug"),
     (["--num-aug", BIG], "num_aug"), (["--finetune-steps", "-2"], "finetune_steps"),

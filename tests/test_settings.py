@@ -572,3 +572,13 @@ def test_one_setting_under_two_spellings_or_in_two_forms_of_one_file_is_said(tmp
     (tmp_path / "d.yaml").write_text("arch: {hidden_size: 32, L_cycles: 2}\narch.H_cycles: 2\nseed: 1\n")
     assert main(["train", "--print-config", "--config", str(tmp_path / "d.yaml"), "--preset", "sudoku4-cpu"]) == 0
     assert "twice" not in caplog.text  # distinct settings, and a file over a preset: layers
+
+
+def test_a_check_across_fields_is_said_in_the_flags_words_without_pydantics(capsys):
+    """`evaluate --test-depth 1 --max-steps 5` once read `invalid option: value: Value error, ...`: a field no
+    flag has, and pydantic's prefix."""
+    from trm_kaggle.cli import main
+
+    assert main(["evaluate", "--weights", "w", "--data", "d", "--test-depth", "1", "--max-steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: invalid option: --max-steps 5 and --test-depth 1 disagree: give one\n", err

@@ -18,7 +18,7 @@ standard library are imported: the command line reads these for its help without
 
 from trm_kaggle.config.cluster import IMAGE_PATTERN, JOB_NAME_PATTERN, ClusterConfig, K8sOptions, SlurmOptions
 from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_IDENTIFIERS_START,
-                                      MAX_LR, MAX_NUM_AUG, MAX_PUZZLE_IDENTIFIERS, MAX_SAVE_EVERY_S, MAX_SEED,
+                                      MAX_LR, MAX_NUM_AUG, MAX_PUZZLE_IDENTIFIERS, MAX_SAVE_EVERY_S, MAX_SEED, WEEK_S,
                                       CompileSetting, bounded_number, compile_setting, field_help, validation_line)
 from trm_kaggle.config.data import (ARC_DEFAULT_SUBSETS, ArcBuildConfig, CodeRepairBuildConfig, MazeBuildConfig,
                                     SudokuBuildConfig)
@@ -33,6 +33,7 @@ __all__ = [
     "ARC_DEFAULT_SUBSETS", "DEVICE_PATTERN", "EXECUTION_FIELDS", "IMAGE_PATTERN", "JOB_NAME_PATTERN", "MAX_BATCH_SIZE",
     "MAX_FINETUNE_STEPS", "MAX_GENERATED", "MAX_IDENTIFIERS_START", "MAX_LR", "MAX_NUM_AUG", "MAX_PUZZLE_IDENTIFIERS",
     "MAX_SAVE_EVERY_S", "MAX_SEED", "MAX_SWEEP_RUNS", "MIN_PLAN_S", "RECURSION_FIELDS", "SAFE_NAME_PATTERN",
+    "WEEK_S",
     "ArcBuildConfig", "ArchConfig", "ClusterConfig", "CodeRepairBuildConfig", "CompileSetting", "CurriculumConfig",
     "EvaluateConfig", "ExportConfig", "FinetuneMode", "HaltScheduleConfig", "InferenceDtype", "K8sOptions",
     "MazeBuildConfig", "PipelineConfig", "RepairEvalConfig", "SlurmOptions", "SolveConfig", "SudokuBuildConfig",

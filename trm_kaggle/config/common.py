@@ -23,9 +23,11 @@ def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = Non
         msg = err["msg"]
         if loc:
             loc[0] = names.get(loc[0], loc[0])
-        elif names:  # a check across fields: its message names them (snake_case words only: `device` is English)
-            msg = re.sub(r"\b[A-Za-z]\w*_\w+\b", lambda m: names.get(m[0], m[0]), msg)
-        return f"{'.'.join(loc) or 'value'}: {msg}"
+            return f"{'.'.join(loc)}: {msg}"
+        # a check across fields: its message names them (snake_case words only: `device` is English), and no
+        # field is its place (pydantic's "Value error, " prefix is no word of ours)
+        msg = msg.removeprefix("Value error, ")
+        return re.sub(r"\b[A-Za-z]\w*_\w+\b", lambda m: names.get(m[0], m[0]), msg) if names else msg
 
     return "; ".join(one(err) for err in e.errors())
 
@@ -45,8 +47,10 @@ def field_help(model: type[BaseModel], name: str, more: str = "") -> str:
 MAX_LR = 1e30
 #: Seeds go to numpy, torch and Python's random: non-negative 32-bit (numpy's legacy seeding takes no more).
 MAX_SEED = 2**32 - 1
-#: A week: a timed save (`save_every_s`) further apart than that never happens in a run of any scheduler.
-MAX_SAVE_EVERY_S = 7 * 24 * 3600.0
+#: A week: the longest time budget a command takes (no scheduler or Kaggle session runs longer).
+WEEK_S = 7 * 24 * 3600.0
+#: A timed save (`save_every_s`) further apart than a week never happens in a run of any scheduler.
+MAX_SAVE_EVERY_S = WEEK_S
 #: Rows of a puzzle-embedding table (a dataset's, an export's): each costs hidden_size floats in memory, in
 #: every train state and optimizer; upstream's largest ARC dataset has ~1.3 M.
 MAX_PUZZLE_IDENTIFIERS = 1 << 24

@@ -8,7 +8,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_LR, MAX_NUM_AUG, MAX_SEED,
+from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_LR, MAX_NUM_AUG, MAX_SEED, WEEK_S,
                                       CompileSetting, _Config, bounded_number, compile_setting)
 from trm_kaggle.config.evaluate import (MAX_TEST_DEPTH, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE, EvaluateConfig,
                                         TrajectorySelect, trajectory_problem)
@@ -57,8 +57,8 @@ class SolveConfig(_Config):
     # None: the validator puts it beside `output` (default_work_dir)
     work_dir: Optional[str] = Field(None, description="per-task datasets, fine-tuning states and results; a rerun "
                                                       "resumes (default: beside output, named after it: OUTPUT-ttt)")
-    time_budget: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="seconds for everything "
-                                                                                      "(default: no limit)")
+    time_budget: Optional[float] = Field(None, gt=0, le=WEEK_S, allow_inf_nan=False,
+                                         description="seconds for everything, at most a week (default: no limit)")
     safety_margin: float = Field(60.0, ge=0, allow_inf_nan=False, description="seconds kept free at the end of the "
                                                                               "budget")
     plan_margin: float = Field(0.15, ge=0.0, lt=1.0, description="share of each worker's time that 'auto' leaves "

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence, get_args
 
 from trm_kaggle.atomic import replace_problem
-from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, MIN_PLAN_S, SolveConfig,
+from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, MIN_PLAN_S, WEEK_S, SolveConfig,
                                bounded_count_or_auto, bounded_number)
 from trm_kaggle.interrupts import give_back, hold_terminations, interrupted
 from trm_kaggle.errors import TRMError, os_error_line
@@ -85,9 +85,6 @@ from trm_kaggle.wording import clipped, escape_what_the_console_cannot_show
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "check_kernel_overrides", "execute", "main", "make_parser",
            "push", "run", "validate_bundle"]
-
-#: the longest any of the bundle's waits and time budgets may be (a week)
-WEEK_S = 7 * 24 * 3600.0
 
 
 def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | os.PathLike | None = None,
