@@ -128,3 +128,18 @@ def test_the_closing_line_names_the_written_report(world, capsys):
     line = failed_once(capsys, main(submit(world)), world)
     assert line.endswith(f"(details: {world / 'work' / 'solve_report.json'})")
     assert json.loads((world / "work" / "solve_report.json").read_text())["model_failed"]
+
+
+def test_the_settings_key_never_reads_a_kernel_file_behind_the_weights(world):
+    """`config.json` linked to /proc/kmsg hung `submit` for ever after its fallback: the key that decides whether a
+    result can be reused read the file on a plain is_file() check. It now reads through the one gate, so a /proc
+    file counts as unreadable (as a missing one), and the load refuses it in its own words."""
+    from trm_kaggle.config import SolveConfig
+    from trm_kaggle.solve.job import settings_key
+
+    cfg = SolveConfig(challenges=str(world / "c.json"), weights=str(world / "exp"))
+    good = settings_key(cfg)["weights"]
+    (world / "exp" / "config.json").rename(world / "config.json.bak")
+    missing = settings_key(cfg)["weights"]
+    (world / "exp" / "config.json").symlink_to("/proc/self/status")  # regular-looking, never meant to be read
+    assert settings_key(cfg)["weights"] == missing != good

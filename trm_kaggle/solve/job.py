@@ -36,9 +36,10 @@ import torch
 from trm_kaggle.atomic import OutputTaken, RewrittenFile, atomic_write_text
 from trm_kaggle.config import RECURSION_FIELDS, SolveConfig
 from trm_kaggle.data import MAX_GRID, read_challenges
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, UnreadableFile
 from trm_kaggle.evaluate import make_submission, require_tasks, validate_submission, write_submission
 from trm_kaggle.hardware import choose_threads, cuda_problem, pick_device, visible_cuda_ids
+from trm_kaggle.jsonio import open_regular
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
@@ -94,11 +95,12 @@ def settings_key(cfg: SolveConfig) -> dict:
     """What a task's result is made of besides the task: a later run reuses it only when this is equal."""
     h = hashlib.sha256()
     for name in ("config.json", "weights.safetensors"):
-        try:
-            path = Path(cfg.weights) / name  # a device or FIFO is never read (it may never end): the load refuses it
-            h.update(path.read_bytes() if path.is_file() else b"not a regular file")
-        except OSError:
-            h.update(b"missing")
+        try:  # through the one gate: a device, FIFO or /proc file is never read (it may never end)
+            with open_regular(Path(cfg.weights) / name, name) as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        except (OSError, UnreadableFile):  # missing or not a regular file: the load refuses it, in its words
+            h.update(b"unreadable")
     fields = ("num_aug", "finetune", "embeddings_fraction", "finetune_steps", *RECURSION_FIELDS, "global_batch_size",
               "lr", "puzzle_emb_lr", "eval_batch_size", "early_exit", "seed")
     # the test-time levers where set (a key of a run without them stays as it was)
