@@ -276,3 +276,28 @@ def test_a_special_run_record_is_named_and_no_foreign_state_let_in(tmp_path, spe
     assert main(["export", str(run), "--out", str(tmp_path / "e")]) == 2
     assert "run.json: run.json must be a regular file, not a pipe (FIFO)" in one_error_line(capsys, 2)
     assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="Linux's /proc")
+def test_the_bundle_reads_no_kernel_file_in_a_model_card_or_kaggle_json(tmp_path, monkeypatch):
+    """An export's MODEL_CARD.md or the client's kaggle.json linked to /proc/kmsg hung `build_bundle.py` for ever:
+    both were read on a plain is_file() check. The card is refused in one line (it was copied, whatever it held);
+    a kaggle.json that cannot be read names no user."""
+    from conftest import IDS
+    from trm_kaggle.kaggle.metadata import configured_user
+    from trm_kaggle.kaggle.weights_dataset import build_weights
+
+    export = tmp_path / "export"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny", export)
+    (export / "MODEL_CARD.md").unlink(missing_ok=True)
+    (export / "MODEL_CARD.md").symlink_to("/proc/self/status")
+    with pytest.raises(UnreadableFile, match="MODEL_CARD.md must be a regular file, not a file of the kernel's"):
+        build_weights(tmp_path / "out", export, ids=IDS, log=lambda _: None)
+    assert not (tmp_path / "out").exists()
+    config = tmp_path / "kc"
+    config.mkdir()
+    (config / "kaggle.json").symlink_to("/proc/self/status")
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(config))
+    monkeypatch.delenv("KAGGLE_USERNAME", raising=False)
+    monkeypatch.setattr("trm_kaggle.kaggle.metadata.kaggle_config_dirs", lambda: [config])
+    assert configured_user()[0] is None

@@ -158,12 +158,11 @@ def configured_user() -> tuple[str | None, str]:
         return env, "$KAGGLE_USERNAME"
     for d in kaggle_config_dirs():
         path = d / "kaggle.json"
-        if not path.is_file():
+        try:  # through the one reader: a /proc file or a FIFO in its place is never read (it may never end)
+            found = read_json(path, "kaggle.json")
+        except TRMError:  # missing, unreadable or not JSON: not a file that names the user
             continue
-        try:
-            user = json.loads(path.read_text(encoding="utf-8")).get("username")
-        except (OSError, ValueError, AttributeError):
-            continue
+        user = found.get("username") if isinstance(found, dict) else None
         if isinstance(user, str) and _USER_RE.match(user):
             return user, str(path)
     return None, "no $KAGGLE_USERNAME and no kaggle.json with a username"

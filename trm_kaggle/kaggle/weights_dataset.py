@@ -183,7 +183,7 @@ def build_weights(out_dir: str | os.PathLike, export_dir: str | os.PathLike, *, 
         log(f"copying the export {export_dir}")
         for name in ("weights.safetensors", "config.json"):
             shutil.copy2(export_dir / name, tmp / name)
-        if (export_dir / MODEL_CARD).is_file():
+        if is_regular(export_dir / MODEL_CARD, MODEL_CARD):  # a device or /proc file there is refused, never read
             shutil.copy2(export_dir / MODEL_CARD, tmp / MODEL_CARD)
         else:
             atomic_write_text(tmp / MODEL_CARD, model_card(config, export_dir, ids))
