@@ -177,3 +177,20 @@ def test_a_manifest_whose_files_entry_is_malformed_is_one_line_naming_it(tmp_pat
     with pytest.raises(TRMError, match="manifest.json: its 'files' entry must give data.tar with its size and sha256"):
         open_packed(out, tmp_path / "scratch")
     assert not (tmp_path / "scratch").exists()
+
+
+def test_a_file_linked_into_the_dataset_is_packed_and_a_fifo_refused(tmp_path, source):
+    """`verify` reads through links, but the packer skipped them: the copy on Kaggle then lacked a file (found
+    only there). A linked file's bytes are packed; a FIFO in the dataset is one line, never waited on."""
+    import os
+
+    outside = tmp_path / "elsewhere.bin"
+    (source / "train" / "all__inputs.npy").rename(outside)
+    (source / "train" / "all__inputs.npy").symlink_to(outside)
+    out = packed(tmp_path, source)
+    assert "train/all__inputs.npy" in packed_manifest(out)[ARCHIVE_KEY]["files"]
+    assert same_files(open_packed(out, tmp_path / "scratch", say=lambda _: None))
+    os.mkfifo(source / "test" / "pipe")
+    (tmp_path / "second").mkdir()
+    with pytest.raises(TRMError, match=r"pipe: dataset file must be a regular file, not a pipe \(FIFO\)"):
+        packed(tmp_path / "second", source)

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Callable
 
 from trm_kaggle.atomic import OWNER_RECORD, atomic_directory, owner_problem
 from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import is_regular, read_json
+from trm_kaggle.jsonio import is_regular, open_regular, read_json
 from trm_kaggle.kaggle.metadata import DATASET_META, MANIFEST, sha256_file
 
 ARCHIVE_KEY = "archive"  # manifest.json's entry for the packed folder
@@ -51,15 +51,17 @@ def pack(src: str | os.PathLike, dest: str | os.PathLike, name: str,
     never); returns the manifest's `archive` entry: {"name": name, "files": {path: {"sha256", "size"}}}."""
     src = Path(src)
     files: dict[str, dict[str, Any]] = {}
-    paths = sorted(p for p in src.rglob("*") if p.is_file() and not p.is_symlink())
+    # A file linked in is the dataset's as much as any other (`verify` reads through links): its bytes are packed,
+    # read through the one gate (a FIFO, device or /proc file is refused, never waited on); never skipped unsaid.
+    paths = sorted(p for p in src.rglob("*") if is_regular(p, "dataset file"))
     with tarfile.open(Path(dest) / name, "w", format=tarfile.PAX_FORMAT) as tar:
         for p in paths:
             rel = p.relative_to(src).as_posix()
             if (p.parent == src and p.name in _SKIPPED) or p.name == OWNER_RECORD or not keep(rel):
                 continue
             info = tarfile.TarInfo(rel)
-            info.size, info.mtime, info.mode = p.stat().st_size, 0, 0o644
-            with open(p, "rb") as f:
+            with open_regular(p, "dataset file") as f:
+                info.size, info.mtime, info.mode = os.fstat(f.fileno()).st_size, 0, 0o644
                 reader = _Hashing(f)
                 tar.addfile(info, reader)
             files[rel] = {"sha256": reader.sha.hexdigest(), "size": info.size}
