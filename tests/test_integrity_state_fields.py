@@ -515,3 +515,22 @@ def test_a_state_of_a_newer_version_is_read_with_a_warning(data, tmp_path, caplo
     caplog.clear()
     assert ckpt.load_train_state(path)["step"] == 2
     assert ("newer than this" in caplog.text) == newer, caplog.text
+
+
+@pytest.mark.parametrize("kind, said", [("meta", "meta"), ("sparse", "sparse_coo")])
+def test_a_state_holding_a_tensor_without_plain_data_is_damaged_not_a_traceback(data, tmp_path, capsys, kind, said):
+    """A meta or sparse tensor (no run saves one) crashed the checksum itself: `train` and `export` ended in a
+    traceback. The state is damaged: an older one resumes, and `export` of the file says so in one line."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    path = ckpt.state_path(run, 2)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    name = next(iter(state["model"]))
+    weight = state["model"][name]
+    state["model"][name] = weight.to("meta") if kind == "meta" else weight.to_sparse()
+    torch.save(state, path)  # its recorded checksum stays: no digest of such a tensor can be made
+    with pytest.raises(ckpt.DamagedFile, match=f"not a usable train state: it holds a {said} tensor"):
+        ckpt.load_train_state(path)
+    capsys.readouterr()
+    line = one_error_line(capsys, main(["export", str(path), "--out", str(tmp_path / "exp")]))
+    assert f"it holds a {said} tensor" in line and not (tmp_path / "exp").exists()

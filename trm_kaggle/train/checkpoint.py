@@ -252,9 +252,13 @@ def load_train_state(path: Path) -> dict[str, Any]:
         raise DamagedFile(f"{path}: not a trm-kaggle train state (for upstream step_N files use "
                           "`trm-kaggle import-upstream`)")
     digest = state.pop("sha256", None)
+    try:
+        computed = content_digest(state)
+    except ValueError as e:  # a meta or sparse tensor: no run saves one
+        raise DamagedFile(f"{path}: not a usable train state: it holds {e}") from None
     if digest is None:
         log.warning("%s: written before train states carried a checksum; loaded unverified", path)
-    elif content_digest(state) != digest:
+    elif computed != digest:
         raise DamagedFile(f"{path}: damaged: its contents do not match the checksum written with them (bytes "
                           f"changed on disk or in a copy)")
     problem = _field_problem(state)
