@@ -126,7 +126,8 @@ def test_two_gloo_processes_equal_one_process(sudoku4, tmp_path):
 
 def test_resume_refuses_a_different_config_or_dataset(sudoku4, tmp_path):
     train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"))
-    with pytest.raises(TRMError, match="different config .*arch"):
+    with pytest.raises(TRMError, match=r"state_step00000002.pt was saved by a run with a different config "
+                                       r"\(arch.L_cycles: 2 in it, 3 now\)"):
         train(cfg_for(sudoku4, tmp_path / "r", "max_steps=4", "arch.L_cycles=3"))
 
 

@@ -177,9 +177,17 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
                        f"{validation_line(e)}") from None
     diffs = [k for k in TrainConfig.model_fields
              if k not in RESUMABLE_CHANGES and getattr(previous, k) != getattr(cfg, k)]
-    if diffs:
-        raise TRMError(f"{path.parent} holds a run with a different config ({', '.join(diffs)}); "
-                       "resume with the same settings or choose another checkpoint_path")
+    if diffs:  # each named with both values: an edited state, not the user's settings, may be the odd one
+        pairs = [(f"{k}.{f}", getattr(getattr(previous, k), f), getattr(getattr(cfg, k), f))
+                 for k in diffs if isinstance(getattr(cfg, k), pydantic.BaseModel)
+                 for f in type(getattr(cfg, k)).model_fields
+                 if getattr(getattr(previous, k), f) != getattr(getattr(cfg, k), f)]
+        pairs += [(k, getattr(previous, k), getattr(cfg, k)) for k in diffs
+                  if not isinstance(getattr(cfg, k), pydantic.BaseModel)]
+        said = "; ".join(f"{k}: {clipped(old, 40)} in it, {clipped(new, 40)} now" for k, old, new in pairs[:3]) + (
+            " ..." if len(pairs) > 3 else "")
+        raise TRMError(f"{path} was saved by a run with a different config ({said}); resume with the same "
+                       "settings or choose another checkpoint_path")
     if saved["dataset_fingerprint"] != state.fingerprint:
         raise TRMError(f"{path}: the dataset changed since this checkpoint, or the checkpoint was trained on another "
                        f"one (fingerprint {shown(str(saved['dataset_fingerprint']), 40)} recorded, "
