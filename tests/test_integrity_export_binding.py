@@ -158,6 +158,17 @@ def test_an_export_with_a_float64_tensor_past_float32s_range_is_refused(tmp_path
         read_export(edited)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_an_export_with_a_half_precision_tensor_is_refused(tmp_path, dtype):
+    """Every export is written in float32; a half-precision tensor (no export of ours) was cast without a word."""
+    import torch
+
+    edited = resigned_copy(tmp_path, dtype, lambda t: t.update({"lm_head.weight":
+                                                                 t["lm_head.weight"].to(getattr(torch, dtype))}))
+    with pytest.raises(TRMError, match=f"tensor lm_head.weight is torch.{dtype}; an export holds float32"):
+        read_export(edited)
+
+
 def test_an_export_whose_puzzle_table_has_no_rows_is_refused_not_read_as_nan(tmp_path):
     """Resized for the puzzles, a table of 0 rows became their mean, NaN: evaluate scored 0.0000 with exit 0."""
     from trm_kaggle.errors import DamagedFile
