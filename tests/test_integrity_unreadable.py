@@ -128,7 +128,7 @@ def test_a_state_that_is_not_a_regular_file_is_named_quickly(data, trained, tmp_
     line = one_error_line(capsys, main(train_args(data, run, "max_steps=6")))
     assert time.perf_counter() - t0 < 20
     words = {"fifo": "not a pipe (FIFO)", "directory": "found a directory", "/dev/zero link": "character device",
-             "dangling link": "not found"}[kind]
+             "dangling link": "which does not exist (a dangling link)"}[kind]
     assert "state_step00000003.pt" in line and words in line, line
     assert listing(run) == before
 

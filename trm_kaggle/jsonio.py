@@ -148,6 +148,9 @@ def open_regular(path: str | os.PathLike, what: str = "file", hint: str | None =
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
+        if os.path.islink(path):  # there, but pointing nowhere: "not found" would hide the link
+            raise UnreadableFile(f"{path}: {what} is a symbolic link to {os.readlink(path)}, which does not exist (a "
+                                 "dangling link)") from None
         raise UnreadableFile(f"{path}: {what} not found" + (f" ({hint})" if hint else "")) from None
     except IsADirectoryError:
         raise UnreadableFile(f"{path}: {what} expected, found a directory") from None

@@ -420,7 +420,7 @@ def _loss_scale(v: Any) -> bool:
 
 #: What each field of a train state must be (what `save_state` writes; a resume and `export` read them unchecked).
 _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "step": ("an integer >= 0", _is_int),
+    "step": ("a whole number from 0 below 2**63", _is_int),
     "model": ("a non-empty mapping of names to tensors", lambda v: _tensors(v) and bool(v)),
     "config": ("the run's settings as a JSON object", _json_object),
     "loader": ("the data position as a JSON object (version, test_mode and whole numbers >= 0 for "
