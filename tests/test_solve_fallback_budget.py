@@ -135,8 +135,8 @@ def test_a_refused_task_id_reaches_the_console_escaped(tmp_path, capsys, caplog)
     caplog.set_level(logging.INFO)  # the phase lines of a run without progress go to the log
     (tmp_path / "c.json").write_text(json.dumps({"ok": TASK, "\x1b[2Jx": TASK, "a\x07b": TASK, "n\nl": TASK}))
     make_export(tmp_path / "exp")
-    rc = main(submit(tmp_path, tmp_path / "c.json", "--time-budget", "60", "--safety-margin", "5", "--finetune",
-                     "none"))
+    rc = main(submit(tmp_path, tmp_path / "c.json", "--time-budget", "60", "--safety-margin", "5",
+                     "--finetune-steps", "0"))  # no fine-tuning (the later flag wins)
     err = capsys.readouterr().err + caplog.text
     assert rc == 0 and not any(c in err for c in "\x1b\x07"), err
     assert "fallback: task \\x1b[2Jx keeps the fallback answer" in err and "task a\\x07b:" in err, err
