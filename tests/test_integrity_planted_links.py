@@ -123,3 +123,22 @@ def test_a_file_of_an_output_folder_replaces_its_link_and_a_named_output_follows
     plant(link, precious)
     atomic_write_text(link, "named", through_link=True)  # submit --output: the user's own link
     assert link.is_symlink() and precious.read_text() == "named"
+
+
+@pytest.mark.parametrize("entry", ["units", "workers"])
+def test_a_folder_of_submits_work_dir_planted_as_a_link_is_refused(tmp_path, capsys, entry):
+    """`units/` linked to another folder: every task's data and result.json landed there, exit 0. A folder the
+    command writes into is never reached through a link: one line, nothing written."""
+    import json
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t1": task}))
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (work / entry).symlink_to(outside)
+    line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+                                        str(Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"),
+                                        "--output", str(tmp_path / "s.json"), "--work-dir", str(work)]))
+    assert f"{work / entry} is a symbolic link to the folder {outside}" in line, line
+    assert not any(outside.iterdir()) and not (tmp_path / "s.json").exists()

@@ -190,6 +190,12 @@ def writable_problem(out: Output) -> str | None:
                     "choose another path")
     if out.kind == "folder" and (problem := _input_problem(out, path)):
         return problem
+    if out.kind == "folder" and out.writes and path.is_dir():  # a folder of ours planted as a link to another
+        for name in out.writes:  # (`units/` -> elsewhere): everything the command put there would land there
+            entry = path / name
+            if not any(c in name for c in "*?[") and entry.is_symlink() and entry.is_dir():
+                return (f"{shown}: {entry} is a symbolic link to the folder {os.path.realpath(entry)}; what this "
+                        "command writes there is never written through a link: remove the link")
     receiver = path if (out.kind == "folder" and path.is_dir()) else path.parent
     existing = _nearest_existing(receiver)
     if not existing.is_dir():
