@@ -56,6 +56,10 @@ CASES = {
     "buffer": (lambda s: next(iter(s["optimizer"]["state"].values())).update(exp_avg=None),
                "'optimizer' is a dict; it must be an optimizer's state"),
     "version": (lambda s: s.update(version=7), "'version' is 7; it must be the writer's version, a string"),
+    # never written as None (None stands for "none" only where a run writes it so): once a traceback, or a resume
+    # that took the world size for changed
+    "version_none": (lambda s: s.update(version=None), "'version' is None; it must be the writer's version"),
+    "world_size_none": (lambda s: s.update(world_size=None), "'world_size' is None; it must be an integer from 1"),
 }
 
 
@@ -425,8 +429,14 @@ def _float64_moment(s):
     st["exp_avg_sq"] = st["exp_avg_sq"].double() * 0 + 1e300
 
 
+def _float8_weight(s):
+    s["model"]["lm_head.weight"] = s["model"]["lm_head.weight"].to(torch.float8_e4m3fn)
+
+
 @pytest.mark.parametrize("change, said", [
     (_int_step, "field 'optimizer' is a dict; it must be an optimizer's state (a mapping with 'state', of tensors"),
+    # torch has no isfinite for float8: the check itself was a traceback
+    (_float8_weight, "'model' tensor lm_head.weight is torch.float8_e4m3fn; a run saves float32"),
     (_float64_weight, "'model' tensor lm_head.weight is torch.float64; a run saves float32"),
     (_float64_moment, "exp_avg_sq is torch.float64; a run saves float32"),
 ])
@@ -517,7 +527,7 @@ def test_a_state_of_a_newer_version_is_read_with_a_warning(data, tmp_path, caplo
     assert ("newer than this" in caplog.text) == newer, caplog.text
 
 
-@pytest.mark.parametrize("kind, said", [("meta", "meta"), ("sparse", "sparse_coo")])
+@pytest.mark.parametrize("kind, said", [("meta", "meta"), ("sparse", "sparse_coo"), ("nested", "nested")])
 def test_a_state_holding_a_tensor_without_plain_data_is_damaged_not_a_traceback(data, tmp_path, capsys, kind, said):
     """A meta or sparse tensor (no run saves one) crashed the checksum itself: `train` and `export` ended in a
     traceback. The state is damaged: an older one resumes, and `export` of the file says so in one line."""
@@ -527,7 +537,8 @@ def test_a_state_holding_a_tensor_without_plain_data_is_damaged_not_a_traceback(
     state = torch.load(path, map_location="cpu", weights_only=True)
     name = next(iter(state["model"]))
     weight = state["model"][name]
-    state["model"][name] = weight.to("meta") if kind == "meta" else weight.to_sparse()
+    state["model"][name] = (weight.to("meta") if kind == "meta" else weight.to_sparse() if kind == "sparse"
+                            else torch.nested.nested_tensor([weight, weight]))
     torch.save(state, path)  # its recorded checksum stays: no digest of such a tensor can be made
     with pytest.raises(ckpt.DamagedFile, match=f"not a usable train state: it holds a {said} tensor"):
         ckpt.load_train_state(path)

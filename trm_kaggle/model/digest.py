@@ -28,9 +28,10 @@ def content_digest(value: Any) -> str:
 
 def _update(h, value: Any) -> None:
     if isinstance(value, torch.Tensor):
-        if value.layout != torch.strided or value.is_meta:  # no bytes to hash: no writer of ours saves one
-            raise ValueError(f"a {'meta' if value.is_meta else str(value.layout).removeprefix('torch.')} tensor "
-                             "(no plain data to check)")
+        kind = ("meta" if value.is_meta else "nested" if value.is_nested else "quantized" if value.is_quantized
+                else None if value.layout == torch.strided else str(value.layout).removeprefix("torch."))
+        if kind:  # no plain bytes to hash: no writer of ours saves one
+            raise ValueError(f"a {kind} tensor (no plain data to check)")
         t = value.detach().cpu().contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}:".encode())
         if t.numel():

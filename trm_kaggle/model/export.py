@@ -200,13 +200,13 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     if digest is not None and content_digest(tensors) != digest:  # older exports carry none: nothing to verify
         raise DamagedFile(f"{w_path}: damaged: its tensors do not match the checksum written with them (bytes changed "
                           f"on disk or in a copy); export the weights again")
-    check_finite(tensors, str(w_path))
     # every export is written in float32: float64 (1e300 would load as inf) or a half type (cast without a word)
     # was written by no export of ours
     other = [(k, t.dtype) for k, t in tensors.items() if t.is_floating_point() and t.dtype != torch.float32]
     if other:
         raise DamagedFile(f"{w_path}: tensor {other[0][0]} is {other[0][1]}; an export holds float32 (export the "
                           f"weights again)")
+    check_finite(tensors, str(w_path))
     table = tensors.get(PUZZLE_EMB_KEY)
     if table is not None and table.shape[:1] == (0,):  # resized for the puzzles, its mean of 0 rows would be NaN
         raise DamagedFile(f"{w_path}: tensor {PUZZLE_EMB_KEY} has no rows; an export holds its trained rows or their "

@@ -16,11 +16,18 @@ import torch
 from trm_kaggle.errors import TRMError
 
 
+#: Floating types torch.isfinite takes as they are; others (the float8 types) are widened first.
+_CHECKED_AS_IS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def first_nonfinite(tensors: Mapping[str, torch.Tensor]) -> tuple[str, int] | None:
     """(name, count of non-finite values) of the first floating-point tensor holding NaN or inf, else None."""
     for name, t in tensors.items():
         if isinstance(t, torch.Tensor) and t.is_floating_point():
-            bad = int((~torch.isfinite(t.detach())).sum())
+            t = t.detach()
+            if t.dtype not in _CHECKED_AS_IS:  # float8 types: torch has no isfinite for them
+                t = t.float()
+            bad = int((~torch.isfinite(t)).sum())
             if bad:
                 return name, bad
     return None

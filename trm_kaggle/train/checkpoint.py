@@ -254,8 +254,11 @@ def load_train_state(path: Path) -> dict[str, Any]:
     digest = state.pop("sha256", None)
     try:
         computed = content_digest(state)
-    except ValueError as e:  # a meta or sparse tensor: no run saves one
+    except ValueError as e:  # a meta, sparse or nested tensor: no run saves one
         raise DamagedFile(f"{path}: not a usable train state: it holds {e}") from None
+    except (TypeError, RuntimeError, NotImplementedError) as e:  # anything else torch loads but cannot give bytes of
+        raise DamagedFile(f"{path}: not a usable train state: its contents cannot be checked ({type(e).__name__}: "
+                          f"{clipped(str(e).splitlines()[0] if str(e) else '', 120)})") from None
     if digest is None:
         log.warning("%s: written before train states carried a checksum; loaded unverified", path)
     elif computed != digest:
@@ -264,7 +267,7 @@ def load_train_state(path: Path) -> dict[str, Any]:
     problem = _field_problem(state)
     if problem is not None:  # a checksum proves the bytes are the ones written, not that a writer wrote them well
         raise DamagedFile(f"{path}: not a usable train state: field {problem}")
-    if _release(state.get("version", "")) > _release(__version__):  # read by its format, but said
+    if _release(state.get("version") or "") > _release(__version__):  # read by its format, but said
         log.warning("%s: written by trm-kaggle %s, newer than this %s; its fields are checked, but settings the "
                     "newer version adds are unknown here (upgrade to resume it as written)", path,
                     clipped(state["version"]), __version__)
@@ -293,8 +296,8 @@ def _unsaveable(state: dict[str, Any]) -> str | None:
     """What no run's save writes, for the first tensor or setting that holds it: NaN or inf in a weight, a latent
     state or an optimizer's moment (a save refuses them; resumed, the run would fail at its next save with advice
     about the learning rate), a moment that is no floating-point tensor (torch's load would cast it to the
-    weights' dtype), a float64 tensor (no run saves one; 1e300 turns inf as float32), a mean of squares below 0
-    (its square root is NaN at the next step); then a step count that is no whole number from 0 or passes the
+    weights' dtype), a float64 or float8 tensor (no run saves one; 1e300 turns inf as float32), a mean of squares
+    below 0 (its square root is NaN at the next step); then a step count that is no whole number from 0 or passes the
     state's own step, and a NaN setting of an optimizer. One pass over the tensors."""
     carries = [(f"carry {i}.{k}", c[k]) for rank in state.get("carries") or [] for i, c in enumerate(rank)
                for k in ("z_H", "z_L")]
@@ -308,12 +311,13 @@ def _unsaveable(state: dict[str, Any]) -> str | None:
                          ("sparse_optimizer", moments("sparse_optimizer"))):
         optimizer = field.endswith("optimizer")
         for name, t in named:
-            if t.is_floating_point() and (bad := int((~torch.isfinite(t)).sum())):
+            if t.is_floating_point() and field != "carries" and t.dtype not in DTYPES.values():  # float64, float8
+                return f"{field!r} tensor {name} is {t.dtype}; a run saves float32, bfloat16 or float16"
+            if t.is_floating_point() and (found := first_nonfinite({name: t})):
+                bad = found[1]
                 return f"{field!r} tensor {name} holds {bad} non-finite value{'s' if bad > 1 else ''} (NaN or inf)"
             if optimizer and not t.is_floating_point():
                 return f"{field!r} tensor {name} is {t.dtype}; a run saves its optimizer's state as floating point"
-            if field != "carries" and t.dtype == torch.float64:
-                return f"{field!r} tensor {name} is torch.float64; a run saves float32, bfloat16 or float16"
             if optimizer and name.endswith("_sq") and (bad := int((t < 0).sum())):
                 return f"{field!r} tensor {name} holds {bad} negative value{'s' if bad > 1 else ''} (a mean of squares)"
     for key in ("optimizer", "sparse_optimizer"):  # a step count below 0 or between whole numbers: Adam's bias
@@ -455,9 +459,16 @@ def _field_problem(state: dict[str, Any]) -> str | None:
         if not ok(state[name]):
             return f"{name!r} is {_shown(state[name])}; it must be {must}"
     for name, (must, ok) in _OPTIONAL.items():
+        # None stands for "none" where a run writes it so (no EMA, no loss scaler); these it never writes as None
+        if name in _NEVER_NONE and name in state and state[name] is None:
+            return f"{name!r} is None; it must be {must} or absent"
         if state.get(name) is not None and not ok(state[name]):
             return f"{name!r} is {_shown(state[name])}; it must be {must} or absent"
     return _unsaveable(state)
+
+
+#: Optional fields a save writes with a value whenever it writes them (older versions left some out).
+_NEVER_NONE = ("version", "world_size", "forward_dtype")
 
 
 def _shown(v: Any) -> str:
