@@ -33,11 +33,25 @@ from trm_kaggle.train.step import StepRules, configure_model
     (["freeze_weights=true", "arch.puzzle_emb_ndim=0"], "freeze_weights trains the puzzle embeddings alone, but "
                                                          "arch.puzzle_emb_ndim is 0"),
     (["freeze_weights=true", "puzzle_emb_lr=0"], "but puzzle_emb_lr is 0: nothing would train"),
+    # a ramp or a decay with nothing to ramp, or ended before it starts: read by nothing
+    (["curriculum.start_H_cycles=1"], "start a ramp over curriculum.epochs, which is 0"),
+    (["curriculum.epochs=10"], "curriculum.epochs is the length of a ramp .* and neither is set"),
+    (["halt_schedule.epochs=10"], "halt_schedule.epochs is the length of a decay from start_prob to end_prob, and"),
+    # typed for a lever that is off (a preset's own value is its recipe's: `--preset X+no-ema` stays valid)
+    (["ema_rate=0.9"], r"ema_rate 0.9 \[from override 'ema_rate=0.9'\] is read only with ema=true"),
 ])
 def test_bad_or_contradicting_levers_are_one_line_before_anything_runs(settings, names):
     with pytest.raises(TRMError, match=names) as err:
         load_train_config(overrides=settings)
     assert "\n" not in str(err.value)
+
+
+def test_levers_set_as_they_are_meant_to_be_pass():
+    assert load_train_config(overrides=["curriculum.epochs=10", "curriculum.start_H_cycles=1"]).curriculum.epochs == 10
+    assert load_train_config(overrides=["halt_schedule.epochs=10", "halt_schedule.end_prob=0.1"]).halt_schedule.epochs
+    assert load_train_config(overrides=["ema=true", "ema_rate=0.9"]).ema_rate == 0.9
+    assert not load_train_config(presets=["cpu-smoke", "no-ema"]).ema  # a preset's rate, a modifier's switch
+    assert load_train_config(presets=["sudoku-mlp", "fast"], overrides=["curriculum.epochs=3"]).curriculum.epochs == 3
 
 
 def test_the_presets_set_their_levers():

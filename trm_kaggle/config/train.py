@@ -290,6 +290,16 @@ class TrainConfig(_Config):
         if h.epochs == 0 and h.start_prob is not None:
             raise ValueError("halt_schedule.start_prob starts a decay over halt_schedule.epochs, which is 0 (no "
                              "decay: end_prob holds throughout): set halt_schedule.epochs, or leave it unset")
+        if h.epochs > 0 and h.start_prob is None and h.end_prob is None:  # from the arch's probability to itself
+            raise ValueError("halt_schedule.epochs is the length of a decay from start_prob to end_prob, and neither "
+                             "is set (both default to arch.halt_exploration_prob): set them, or leave epochs at 0")
+        ramp = c.start_H_cycles is not None or c.start_L_cycles is not None
+        if not c.stages and c.epochs == 0 and ramp:  # the ramp ends before it starts: the arch's depth throughout
+            raise ValueError("curriculum.start_H_cycles/start_L_cycles start a ramp over curriculum.epochs, which is "
+                             "0 (off): set curriculum.epochs, or leave them unset")
+        if not c.stages and c.epochs > 0 and not ramp:  # a ramp from the arch's depth to itself
+            raise ValueError("curriculum.epochs is the length of a ramp (start_H_cycles, start_L_cycles) or of stages "
+                             "(curriculum.stages), and neither is set: set one, or leave epochs at 0")
         return self
 
     @property
