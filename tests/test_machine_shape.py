@@ -90,6 +90,10 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
      "--challenges, --max-tasks, --time-budget: options of the offline run; add --execute, or leave them out"),
     (["--mounts", "2026"], "--mounts: options of the offline run"),
     (["--cpu", "--accelerator", "NvidiaL4"], "--cpu and --accelerator NvidiaL4: a CPU kernel asks Kaggle for no"),
+    # the training kernel's and --push's options, given to a build that reads none of them: once dropped unsaid
+    (["--preset", "arc2", "--train-budget", "1000"], "--preset, --train-budget: options of the training kernel"),
+    (["--continue-from", "bob/x", "--first-session"], "--continue-from, --first-session: options of the training"),
+    (["--push-wait", "5", "--version-message", "hi"], "--version-message, --push-wait: options of --push; add it"),
     # a budget inside the kernel's safety margin was found out only after the whole build and rehearsal
     (["--execute", "--time-budget", "69.5"], "--time-budget 69.5: the kernel keeps 60 s of its budget as a safety "
                                               "margin and a worker needs 10 s more to plan"),

@@ -405,6 +405,11 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
 #: The options of the offline run alone: read by --execute, by nothing else.
 _EXECUTE_ONLY = ("challenges", "mounts", "max_tasks", "time_budget", "finetune_steps", "num_aug", "workers", "device",
                  "execute_timeout")
+#: The training kernel's options: read with --train-kernel alone (a submission bundle or a data dataset alone
+#: would drop them).
+_TRAIN_KERNEL_ONLY = ("preset", "continue_from", "first_session", "train_budget")
+#: Read by --push alone.
+_PUSH_ONLY = ("version_message", "push_wait")
 #: The submission bundle's options that a training build (--dataset, --train-kernel) has no use for.
 _SUBMISSION_ONLY = ("weights", "notebook", "cpu", "execute", "competition", *_EXECUTE_ONLY)
 
@@ -487,6 +492,11 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         platforms = check_platform_tags(args.platform)
         targets = [Target(python_version=check_python_version(v), platforms=platforms)
                    for v in dict.fromkeys(args.python_version or DEFAULT_PYTHON_VERSIONS)]
+        if not args.train_kernel and (ignored := _given(args, _TRAIN_KERNEL_ONLY)):  # never dropped unsaid
+            raise TRMError(f"{', '.join(ignored)}: options of the training kernel; add --train-kernel, or leave "
+                           "them out")
+        if not args.push and (ignored := _given(args, _PUSH_ONLY)):
+            raise TRMError(f"{', '.join(ignored)}: options of --push; add it, or leave them out")
         if args.dataset is not None or args.train_kernel:
             if ignored := _given(args, _SUBMISSION_ONLY):  # never dropped without a word
                 raise TRMError(f"{', '.join(ignored)}: the submission bundle's, not the training's (--dataset, "
