@@ -60,9 +60,10 @@ def test_preset_combination_order():
     c = load_train_config(presets=["arc2+T3n6", "no-ema"])
     assert a == b == c
     assert (a.arch.H_cycles, a.arch.L_cycles, a.ema) == (3, 6, False)
-    # later wins: the base recipe after the modifier undoes it
-    assert load_train_config(presets=["T3n6", "arc2"]).arch.L_cycles == 4
-    assert load_train_config(presets=["no-ema", "arc2"]).ema is True
+    # a base recipe after a modifier would undo it: refused (test_a_modifier_before_its_recipe_is_refused)
+    for order in (["T3n6", "arc2"], ["no-ema", "arc2"]):
+        with pytest.raises(TRMError, match="comes before the recipe arc2"):
+            load_train_config(presets=order)
     assert load_train_config(presets=["sudoku-mlp", "attention"]).arch.mlp_t is False
     assert load_train_config(presets=["sudoku-att", "mlp-t"]) == load_train_config(presets=["sudoku-mlp"])
     # overrides come after presets
@@ -101,3 +102,11 @@ def test_two_recipes_in_one_run_are_refused(names):
     with pytest.raises(TRMError, match="are both recipes, each setting a whole run: pick one"):
         expand_preset_names(names)
     assert expand_preset_names(["arc2+T3n6", "no-ema", "arc2"]) == ["arc2", "T3n6", "no-ema", "arc2"]  # one recipe
+
+
+def test_a_modifier_before_its_recipe_is_refused():
+    """`T4n6+sudoku4-cpu`: the recipe, applied after, set the depth back (the run got T2n2, exit 0)."""
+    with pytest.raises(TRMError, match=r"preset T4n6 comes before the recipe sudoku4-cpu, which would undo it: put "
+                                       r"the recipe first \(sudoku4-cpu\+T4n6\)"):
+        expand_preset_names(["T4n6+sudoku4-cpu"])
+    assert expand_preset_names(["no-ema", "T4n6"]) == ["no-ema", "T4n6"]  # modifiers alone: over the defaults

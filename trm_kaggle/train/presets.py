@@ -228,6 +228,10 @@ def expand_preset_names(names: Iterable[str] | str) -> list[str]:
     if len(bases) > 1:  # each sets a whole run: the later would silently replace most of the earlier
         raise TRMError(f"presets {' and '.join(bases)} are both recipes, each setting a whole run: pick one, and "
                        "add modifiers after it (--list-presets)")
+    if bases and (early := [n for n in out[:out.index(bases[0])] if PRESETS[n]["kind"] == "modifier"]):
+        # the recipe, applied after, would set the modifier's fields back (T4n6+sudoku4-cpu ran T2n2)
+        raise TRMError(f"preset {early[0]} comes before the recipe {bases[0]}, which would undo it: put the recipe "
+                       f"first ({bases[0]}+{'+'.join(early)})")
     return out
 
 
