@@ -428,3 +428,16 @@ def test_a_test_split_of_another_side_and_a_huge_rating_are_one_short_line(tmp_p
         build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
     assert len(str(e.value)) < 300
     assert not (tmp_path / "o").exists()
+
+
+def test_a_rating_past_the_column_is_out_of_range_not_no_integer(tmp_path):
+    """A rating of 10**30 was called "not an integer"; it is one, larger than a rating column holds."""
+    d = tmp_path / "in"
+    d.mkdir()
+    write_csv(d / "test.csv", make_rows(1))
+    rows = make_rows(2)
+    rows[1] = (*rows[1][:2], str(10**30))
+    write_csv(d / "train.csv", rows)
+    with pytest.raises(DataError, match=r"train.csv:3: rating '1000000000000000000000000000000' is out of range"):
+        build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
+    assert not (tmp_path / "o").exists()

@@ -180,9 +180,14 @@ def parse_sudoku_chunk(path: Path, chunk: CsvChunk, n: int) -> SudokuRows:
     ratings = np.zeros(good, dtype=np.int64)
     for i, r in enumerate(chunk.rating[:good]):
         try:
-            ratings[i] = int(r)
-        except (ValueError, OverflowError):
+            value = int(r)
+        except ValueError:  # also 5,000 digits and more: Python refuses to read them as a number
             problems.append((i, f"rating {clipped(r)} is not an integer"))
+            break
+        try:
+            ratings[i] = value
+        except OverflowError:  # a whole number, past what a rating column holds
+            problems.append((i, f"rating {clipped(r)} is out of range (a rating is at most {2**63 - 1:,})"))
             break
     q, a, ok_chars = decode_rows(chunk, good, cells, (_q_lut(n), _a_lut(n)), (f"'.' or 0-{n}", f"1-{n}"), problems)
     clash = first_bad_cell((q != 0) & (q != a) & ok_chars[:, None])
