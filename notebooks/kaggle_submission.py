@@ -81,6 +81,9 @@ CHALLENGES_NAME = "arc-agi_test_challenges.json"
 
 
 def warn(line):
+    """One line of the log, control characters escaped: a task id or a path read from a file may hold an escape
+    sequence or a newline."""
+    line = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(line))
     print(f"WARNING: {line}", flush=True)
 
 

@@ -370,3 +370,19 @@ def test_the_training_kernels_numbers_too_large_for_a_float_degrade_too(tmp_path
     with contextlib.redirect_stdout(out):
         exec(cells[1], scope)  # must not raise
     assert scope[name] != 10**400 and f"WARNING: {name}=" in out.getvalue(), out.getvalue()
+
+
+def test_task_ids_that_differ_from_the_sample_reach_the_log_escaped(tmp_path, monkeypatch):
+    """A task id holding an escape sequence or a bell, beside sample_submission.json's ids, reached the log raw:
+    every warning of the kernel is one escaped line."""
+    challenges = write_competition(tmp_path / "input" / "comp")
+    ids = list(json.loads(challenges.read_text()))
+    (challenges.parent / "sample_submission.json").write_text(json.dumps({i: [] for i in ids[1:]} | {
+        "e\x1b[2J\x1b[31mvil": []}))
+    scope, _ = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(challenges))
+    scope.update(report=None, READY=False)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(_code_cells()[6], scope)
+    said = printed.getvalue()
+    assert "task ids differ" in said and "e\\x1b[2J\\x1b[31mvil" in said and "\x1b" not in said, said
