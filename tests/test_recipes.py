@@ -33,6 +33,7 @@ def test_unknown_recipe_names_the_close_one():
         with pytest.raises(TRMError, match="has an empty name"):
             recipe_settings(names)
     assert recipe_settings(None) == {}
+    assert recipe_settings("NVARC+Trelis") == recipe_settings("nvarc+trelis")  # case-insensitive, as presets
 
 
 def test_list_recipes_and_errors_from_the_command_line(capsys):

@@ -41,6 +41,9 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
+_RECIPE_LOOKUP = {name.lower(): name for name in RECIPES}
+
+
 def recipe_settings(names: str | None) -> dict[str, Any]:
     """The SolveConfig fields of `names` ('a' or 'a+b', which must not set one field differently); {} for None."""
     settings: dict[str, Any] = {}
@@ -49,6 +52,7 @@ def recipe_settings(names: str | None) -> dict[str, Any]:
         if not name.strip():
             raise TRMError(f"recipe {names!r} has an empty name (a '+' with nothing on one side); recipes: "
                            f"{', '.join(RECIPES)}")
+        name = _RECIPE_LOOKUP.get(name.lower(), name)  # as preset names are: `NVARC` is nvarc
         if name not in RECIPES:
             close = difflib.get_close_matches(name, RECIPES, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
