@@ -191,3 +191,5 @@ def test_weights_whose_metadata_names_another_format_are_refused(tmp_path):
     with pytest.raises(TRMError, match="its metadata says format 'something.else', not 'trm_kaggle.inference'"):
         read_export(edited)
     read_export(resigned_copy(tmp_path, "ours", lambda t: None))  # the shipped tag is read as before
+    save_file(load_file(path), str(path), metadata={**meta, "format": "pt"})  # safetensors' own tag for torch
+    read_export(edited)

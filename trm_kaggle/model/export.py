@@ -194,7 +194,8 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     except (SafetensorError, OSError, ValueError) as e:  # a failing disk is no damage: `read_failure` tells
         raise read_failure(e, w_path, "weights") or DamagedFile(f"{w_path}: unreadable or truncated safetensors "
                                                                f"file: {e}") from None
-    if tag is not None and tag != EXPORT_FORMAT:  # another program's weights beside our config.json
+    if tag not in (None, EXPORT_FORMAT, "pt"):  # another program's weights beside our config.json ("pt" is
+        # safetensors' own tag for torch tensors: what `safetensors.torch.save_file` users write back)
         raise TRMError(f"{w_path}: its metadata says format {clipped(tag)}, not {EXPORT_FORMAT!r}: not the "
                        "weights of a trm-kaggle export")
     if digest is not None and content_digest(tensors) != digest:  # older exports carry none: nothing to verify
