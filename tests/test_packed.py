@@ -5,6 +5,7 @@ changed, linked or outside its folder is one error naming it, and nothing half u
 from __future__ import annotations
 
 import io
+import re
 import json
 import tarfile
 from pathlib import Path
@@ -194,3 +195,21 @@ def test_a_file_linked_into_the_dataset_is_packed_and_a_fifo_refused(tmp_path, s
     (tmp_path / "second").mkdir()
     with pytest.raises(TRMError, match=r"pipe: dataset file must be a regular file, not a pipe \(FIFO\)"):
         packed(tmp_path / "second", source)
+
+
+@pytest.mark.parametrize("planted, words", [("fifo", "data.tar must be a regular file, not a pipe (FIFO)"),
+                                            ("zero", "data.tar must be a regular file, not a character device"),
+                                            ("folder", "a folder where manifest.json names the archive")])
+def test_an_archive_that_is_a_special_file_is_named_never_called_missing(tmp_path, source, planted, words):
+    """data.tar as a FIFO, a link to /dev/zero or a folder was "neither data.tar nor its files are there": a
+    special file is named as what it is."""
+    import os
+
+    out = packed(tmp_path, source)
+    archive = out / "data.tar"
+    archive.unlink()
+    {"fifo": lambda: os.mkfifo(archive), "zero": lambda: archive.symlink_to("/dev/zero"),
+     "folder": lambda: archive.mkdir()}[planted]()
+    with pytest.raises(TRMError, match=re.escape(words)):
+        open_packed(out, tmp_path / "scratch", say=lambda _: None)
+    assert not (tmp_path / "scratch").exists()

@@ -60,9 +60,9 @@ def test_preset_combination_order():
     c = load_train_config(presets=["arc2+T3n6", "no-ema"])
     assert a == b == c
     assert (a.arch.H_cycles, a.arch.L_cycles, a.ema) == (3, 6, False)
-    # a base recipe after a modifier would undo it: refused (test_a_modifier_before_its_recipe_is_refused)
+    # a base recipe after a modifier that it would undo: refused (test_a_modifier_before_its_recipe_is_refused)
     for order in (["T3n6", "arc2"], ["no-ema", "arc2"]):
-        with pytest.raises(TRMError, match="comes before the recipe arc2"):
+        with pytest.raises(TRMError, match="comes before the recipe arc2, which would undo it"):
             load_train_config(presets=order)
     assert load_train_config(presets=["sudoku-mlp", "attention"]).arch.mlp_t is False
     assert load_train_config(presets=["sudoku-att", "mlp-t"]) == load_train_config(presets=["sudoku-mlp"])
@@ -106,7 +106,9 @@ def test_two_recipes_in_one_run_are_refused(names):
 
 def test_a_modifier_before_its_recipe_is_refused():
     """`T4n6+sudoku4-cpu`: the recipe, applied after, set the depth back (the run got T2n2, exit 0)."""
-    with pytest.raises(TRMError, match=r"preset T4n6 comes before the recipe sudoku4-cpu, which would undo it: put "
-                                       r"the recipe first \(sudoku4-cpu\+T4n6\)"):
+    with pytest.raises(TRMError, match=r"preset T4n6 comes before the recipe sudoku4-cpu, which would undo it "
+                                       r"\(arch.H_cycles\): put the recipe first \(sudoku4-cpu\+T4n6\)"):
         expand_preset_names(["T4n6+sudoku4-cpu"])
     assert expand_preset_names(["no-ema", "T4n6"]) == ["no-ema", "T4n6"]  # modifiers alone: over the defaults
+    # a modifier whose fields the recipe leaves alone keeps them (a sweep's command-line preset, the grid's recipe)
+    assert not load_train_config(presets=["no-ema", "cpu-smoke"]).ema

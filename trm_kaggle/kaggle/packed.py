@@ -106,7 +106,7 @@ def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Call
         raise TRMError(f"{folder}: no {MANIFEST} of a packed dataset")
     name, files = _checked_entry(folder, manifest)
     archive = folder / name
-    if archive.is_file():
+    if is_regular(archive, name):  # a FIFO, a device or a kernel file there is named as what it is, never missing
         listed = manifest.get("files")
         outer = listed.get(name) if isinstance(listed, dict) else None
         if not (isinstance(outer, dict) and isinstance(outer.get("size"), int)  # the digest names the unpacked
@@ -129,13 +129,16 @@ def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Call
         say(f"{folder}: {len(files)} files of {name} checked and unpacked in {dest}")
         return dest
     for root in (folder, folder / Path(name).stem):  # unpacked by Kaggle: in place, or in a folder of its name
-        if all((root / rel).is_file() for rel in files):
+        if all(is_regular(root / rel, "dataset file") for rel in files):
             problem = _problem(root, files, digests=True)
             if problem:
                 raise TRMError(f"{folder}: {problem}")
             say(f"{folder}: {len(files)} files of {name} found unpacked in {root}, checked")
             return root
     missing = next(rel for rel in files if not (folder / rel).is_file())
+    if archive.is_dir():  # there, but not as the archive (nor holding its files): not "missing"
+        raise TRMError(f"{archive}: a folder where {MANIFEST} names the archive of {len(files)} files (a .tar file), "
+                       f"and the files are not unpacked beside it: upload the dataset again")
     raise TRMError(f"{folder}: neither {name} nor its {len(files)} files ({missing}, ...) are there, though "
                    f"{MANIFEST} lists them: the upload is incomplete; upload the dataset again")
 
@@ -144,7 +147,7 @@ def _problem(root: Path, files: dict[str, dict], digests: bool) -> str | None:
     """Why the files under `root` are not those of the manifest (sizes; with `digests` sha256 too), or None."""
     for rel, f in files.items():
         path = root / rel
-        if not path.is_file():
+        if not is_regular(path, "dataset file"):  # a special file is refused by name, never called missing
             return f"{path}: listed in {MANIFEST} but missing"
         if path.stat().st_size != f["size"] or (digests and sha256_file(path) != f["sha256"]):
             return f"{path}: differs from {MANIFEST} (size {path.stat().st_size:,} bytes, manifest {f['size']:,})"
