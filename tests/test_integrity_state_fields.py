@@ -56,6 +56,8 @@ CASES = {
     "buffer": (lambda s: next(iter(s["optimizer"]["state"].values())).update(exp_avg=None),
                "'optimizer' is a dict; it must be an optimizer's state"),
     "version": (lambda s: s.update(version=7), "'version' is 7; it must be the writer's version, a string"),
+    # no run writes an empty one: it was read as "the dataset changed" and the good older state never tried
+    "fingerprint": (lambda s: s.update(dataset_fingerprint=""), "'dataset_fingerprint' is ''; it must be a non-empty"),
     # never written as None (None stands for "none" only where a run writes it so): once a traceback, or a resume
     # that took the world size for changed
     "version_none": (lambda s: s.update(version=None), "'version' is None; it must be the writer's version"),

@@ -210,10 +210,10 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
          submit),
         ("bundle", "Kaggle bundle (wheels, weights, kernel; offline)", bundle),
     ]
-    if list_states(run_dir):
-        echo(f"{work} holds an earlier pipeline run: it continues (the dataset is reused when its settings match, "
-             f"training resumes from its last step, the later stages run again on the new weights)")
     with directory_lock(work, "pipeline"):  # one writer per folder: a second pipeline here is refused at once
+        if list_states(run_dir):  # said once the folder is ours: a refused second run says its refusal alone
+            echo(f"{work} holds an earlier pipeline run: it continues (the dataset is reused when its settings "
+                 f"match, training resumes from its last step, the later stages run again on the new weights)")
         t_all = time.perf_counter()
         for i, (key, name, stage) in enumerate(stages, 1):
             t = time.perf_counter()

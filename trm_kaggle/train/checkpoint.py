@@ -429,7 +429,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "config": ("the run's settings as a JSON object", _json_object),
     "loader": ("the data position as a JSON object (version, test_mode and whole numbers >= 0 for "
                + ", ".join(_LOADER_COUNTS) + ")", _loader_state),
-    "dataset_fingerprint": ("a string", lambda v: isinstance(v, str)),
+    "dataset_fingerprint": ("a non-empty string", lambda v: isinstance(v, str) and bool(v)),
     "rng_torch": (f"the CPU generator's state, a tensor of {_RNG_BYTES} bytes it takes", _rng_state),
     "model_shape": ("seq_len, vocab_size and num_puzzle_identifiers, each an integer from 1 up to what "
                     "dataset.json allows (" + ", ".join(f"{k} <= {top}" for k, top in _SHAPE_BOUNDS.items()) + ")",
