@@ -208,6 +208,8 @@ def test_strip_docstrings():
     (["--corpus", "{tmp}/onlybad"], "no repair pairs in the train split"),
     (["--bug-types", "typo"], "unknown bug type 'typo'"),
     (["--corpus", "{tmp}/onlybad/a.py"], "corpus {tmp}/onlybad/a.py: not a directory"),
+    # one type named twice made each of its pairs twice (the dataset doubled, exit 0)
+    (["--bug-types", "wrong_operator", "wrong_operator"], "the bug type 'wrong_operator' is named twice"),
 ])
 def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
     (tmp_path / "empty").mkdir()
@@ -256,3 +258,11 @@ def test_val_and_test_fractions_that_leave_no_file_for_training_are_refused(tmp_
                  "--test-fraction", "0.5"]) == 2
     assert "--val-fraction 0.5 + --test-fraction 0.5 leave no file" in capsys.readouterr().err
     assert not (tmp_path / "ds").exists()
+
+
+def test_no_pairs_names_every_filter_that_can_leave_none(corpus, tmp_path):
+    """No pairs was always "do any functions fit the grid?", also where every function fits and --min-lines or
+    --bug-types left none: the line names each filter with its value."""
+    with pytest.raises(DataError, match=r"have at least 1000 lines \(--min-lines\)"):
+        build(corpus, tmp_path / "o", min_lines=1000)
+    assert not (tmp_path / "o").exists()

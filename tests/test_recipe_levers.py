@@ -39,6 +39,8 @@ from trm_kaggle.train.step import StepRules, configure_model
     (["halt_schedule.epochs=10"], "halt_schedule.epochs is the length of a decay from start_prob to end_prob, and"),
     # typed for a lever that is off (a preset's own value is its recipe's: `--preset X+no-ema` stays valid)
     (["ema_rate=0.9"], r"ema_rate 0.9 \[from override 'ema_rate=0.9'\] is read only with ema=true"),
+    # RSM explores no halting: its twin supervision_decay was refused, these trained the same losses unsaid
+    (["rsm.enabled=True", "halt_schedule.end_prob=1.0"], "halt_schedule decays the ACT carry's halting exploration"),
 ])
 def test_bad_or_contradicting_levers_are_one_line_before_anything_runs(settings, names):
     with pytest.raises(TRMError, match=names) as err:

@@ -55,6 +55,9 @@ def test_list_recipes_and_errors_from_the_command_line(capsys):
     ({"finetune": "embeddings", "lr": 1e-3}, None, "--lr 0.001 has no effect with finetune embeddings"),
     ({"safety_margin": 500}, None, "--safety-margin 500 has no effect without --time-budget"),
     ({"plan_margin": 0.9, "time_budget": 600}, None, "--plan-margin 0.9 has no effect without an auto count"),
+    # fine-tuning's ACT steps, and prediction's where --test-depth is unset: with neither, read by nothing
+    ({"finetune": "none", "test_depth": 8, "halt_max_steps": 2}, None, "--halt-max-steps 2 has no effect with "
+                                                                       "finetune none and --test-depth 8"),
 ])
 def test_an_explicit_setting_the_fine_tuning_mode_ignores_is_refused(given, mode_from, wording):
     with pytest.raises(TRMError, match=wording):

@@ -20,13 +20,12 @@ def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = Non
 
     def one(err) -> str:
         loc = [str(part) for part in err["loc"]]
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")  # pydantic's words before our own checks' messages
         if loc:
             loc[0] = names.get(loc[0], loc[0])
             return f"{'.'.join(loc)}: {msg}"
         # a check across fields: its message names them (snake_case words only: `device` is English), and no
-        # field is its place (pydantic's "Value error, " prefix is no word of ours)
-        msg = msg.removeprefix("Value error, ")
+        # field is its place
         return re.sub(r"\b[A-Za-z]\w*_\w+\b", lambda m: names.get(m[0], m[0]), msg) if names else msg
 
     return "; ".join(one(err) for err in e.errors())

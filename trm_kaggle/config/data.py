@@ -174,6 +174,13 @@ class CodeRepairBuildConfig(_Config):
                              f"seq_len), e.g. 64x48, got {shown[:40]!r}" + (" (cut)" if len(shown) > 40 else ""))
         return f"{rows}x{cols}"
 
+    @field_validator("bug_types")
+    @classmethod
+    def _bug_types_once(cls, v):
+        if v and (twice := sorted({n for n in v if v.count(n) > 1})):  # each type's pairs would be made twice
+            raise ValueError(f"the bug type {twice[0]!r} is named twice: each type's pairs are made once")
+        return v
+
     @model_validator(mode="after")
     def _room_for_training(self):
         if self.val_fraction + self.test_fraction >= 1.0:  # the train split gets what the two leave

@@ -278,6 +278,10 @@ class TrainConfig(_Config):
             if self.supervision_decay != 1.0:
                 raise ValueError("supervision_decay weights the ACT carry's supervision steps; rsm trains one "
                                  "supervision step per example: set one of them")
+            h = self.halt_schedule
+            if h.start_prob is not None or h.end_prob is not None or h.epochs != 0:  # no halting is explored
+                raise ValueError("halt_schedule decays the ACT carry's halting exploration; rsm trains without "
+                                 "halting (a drawn warm-up, then one step with the loss): set one of them")
         elif r.min_warmup != 0 or r.max_warmup is not None:  # read by nothing while RSM is off
             raise ValueError("rsm.min_warmup and rsm.max_warmup are RSM's settings, but rsm.enabled is false: set "
                              "rsm.enabled=true (or the rsm preset), or leave them at their defaults")

@@ -491,9 +491,13 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
                 m.f.close()
         total = sum(sum(c.values()) for c in counts.values())
         if not counts["train"]:
+            # every filter that can leave nothing, with its value: the grid is one of them, not the only one
+            kinds = ", ".join(cfg.bug_types) if cfg.bug_types else "every synthetic type"
             raise DataError(f"corpus {root}: no repair pairs in the train split ({len(files)} files, "
-                            f"{sum(skipped.values())} skipped, {total} pairs in all): do any functions fit the "
-                            f"{cfg.rows}x{cfg.cols} grid? (try a larger --grid or --strip-docstrings)")
+                            f"{sum(skipped.values())} skipped, {total} pairs in all): a snippet must fit the "
+                            f"{cfg.rows}x{cfg.cols} grid, have at least {cfg.min_lines} lines (--min-lines) and take a "
+                            f"bug of {kinds} (--bug-types); try a larger --grid, --strip-docstrings, a lower "
+                            f"--min-lines or other --bug-types")
         val.finish(len(writer.identifiers), writer.pad_id, writer.ignore_label_id)
         info.update(files={s: sum(1 for f in files if split_of[f] == s) for s in SPLITS},
                     skipped_files=dict(skipped), rejected_pairs=dict(rejected), duplicates=dict(duplicates),
