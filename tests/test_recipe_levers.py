@@ -48,6 +48,14 @@ def test_bad_or_contradicting_levers_are_one_line_before_anything_runs(settings,
     assert "\n" not in str(err.value)
 
 
+def test_an_unread_setting_in_a_config_file_is_refused_whatever_the_files_name(tmp_path, monkeypatch):
+    """A file named like a preset (`presets.yaml`, given as a relative path) is the user's choice, not a preset's."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "presets.yaml").write_text("ema_rate: 0.9\n")
+    with pytest.raises(TRMError, match=r"ema_rate 0.9 \[from presets.yaml\] is read only with ema=true"):
+        load_train_config(config_file="presets.yaml")
+
+
 def test_levers_set_as_they_are_meant_to_be_pass():
     assert load_train_config(overrides=["curriculum.epochs=10", "curriculum.start_H_cycles=1"]).curriculum.epochs == 10
     assert load_train_config(overrides=["halt_schedule.epochs=10", "halt_schedule.end_prob=0.1"]).halt_schedule.epochs

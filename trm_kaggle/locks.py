@@ -204,8 +204,7 @@ def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = 
     writer holds it; readers share it). `required=False`: a directory where no lock file can be made
     (read-only, full, something else than a plain file in its place) runs the block unlocked, with a warning
     for a writer (a submit must still write its fallback answer; a reader of a read-only folder has no writer
-    to fear). A lock handed down by the parent
-    that holds it (`hand_down`) is used as it is."""
+    to fear). A lock handed down by the parent that holds it (`hand_down`) is used as it is."""
     directory = Path(directory)
     path = directory / LOCK_FILE
     if (fd := _handed_down(path)) is not None:

@@ -51,14 +51,15 @@ def pack(src: str | os.PathLike, dest: str | os.PathLike, name: str,
     never); returns the manifest's `archive` entry: {"name": name, "files": {path: {"sha256", "size"}}}."""
     src = Path(src)
     files: dict[str, dict[str, Any]] = {}
-    # A file linked in is the dataset's as much as any other (`verify` reads through links): its bytes are packed,
-    # read through the one gate (a FIFO, device or /proc file is refused, never waited on); never skipped unsaid.
-    paths = sorted(p for p in src.rglob("*") if is_regular(p, "dataset file"))
     with tarfile.open(Path(dest) / name, "w", format=tarfile.PAX_FORMAT) as tar:
-        for p in paths:
+        for p in sorted(src.rglob("*")):
             rel = p.relative_to(src).as_posix()
             if (p.parent == src and p.name in _SKIPPED) or p.name == OWNER_RECORD or not keep(rel):
                 continue
+            # A file linked in is the dataset's as much as any other (`verify` reads through links): its bytes are
+            # packed, read through the one gate (a FIFO, device or /proc file is refused, never waited on)
+            if not is_regular(p, "dataset file"):
+                continue  # a folder (its files come on their own), or nothing (a dangling link: `verify` says it)
             info = tarfile.TarInfo(rel)
             with open_regular(p, "dataset file") as f:
                 info.size, info.mtime, info.mode = os.fstat(f.fileno()).st_size, 0, 0o644

@@ -324,8 +324,8 @@ class ConfigLayers:
             raise TRMError(f"invalid training config: arch.hidden_size ({arch.hidden_size}) must be divisible "
                            f"by arch.num_heads ({arch.num_heads})")
         for key, (reads, lever) in _READ_ONLY_WITH.items():  # typed for a lever that is off: read by nothing (a
-            where = self.origin.get(key, "preset")  # preset's own value is its recipe's, not a choice typed here)
-            if not reads(cfg) and not where.startswith("preset") and _get(self.tree, key) != _get(self.defaults, key):
+            where = self.origin.get(key, "preset ")  # preset's own value is its recipe's, not a choice typed here)
+            if not reads(cfg) and not where.startswith("preset ") and _get(self.tree, key) != _get(self.defaults, key):
                 raise TRMError(f"invalid training config: {key} {clipped(_get(self.tree, key))} [from {where}] is "
                                f"read only with {lever}, which is off: set {lever}, or leave {key} out")
         return cfg
