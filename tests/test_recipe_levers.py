@@ -37,8 +37,6 @@ from trm_kaggle.train.step import StepRules, configure_model
     (["curriculum.start_H_cycles=1"], "start a ramp over curriculum.epochs, which is 0"),
     (["curriculum.epochs=10"], "curriculum.epochs is the length of a ramp .* and neither is set"),
     (["halt_schedule.epochs=10"], "halt_schedule.epochs is the length of a decay from start_prob to end_prob, and"),
-    # typed for a lever that is off (a preset's own value is its recipe's: `--preset X+no-ema` stays valid)
-    (["ema_rate=0.9"], r"ema_rate 0.9 \[from override 'ema_rate=0.9'\] is read only with ema=true"),
     # RSM explores no halting: its twin supervision_decay was refused, these trained the same losses unsaid
     (["rsm.enabled=True", "halt_schedule.end_prob=1.0"], "halt_schedule decays the ACT carry's halting exploration"),
 ])
@@ -48,19 +46,12 @@ def test_bad_or_contradicting_levers_are_one_line_before_anything_runs(settings,
     assert "\n" not in str(err.value)
 
 
-def test_an_unread_setting_in_a_config_file_is_refused_whatever_the_files_name(tmp_path, monkeypatch):
-    """A file named like a preset (`presets.yaml`, given as a relative path) is the user's choice, not a preset's."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "presets.yaml").write_text("ema_rate: 0.9\n")
-    with pytest.raises(TRMError, match=r"ema_rate 0.9 \[from presets.yaml\] is read only with ema=true"):
-        load_train_config(config_file="presets.yaml")
-
-
 def test_levers_set_as_they_are_meant_to_be_pass():
     assert load_train_config(overrides=["curriculum.epochs=10", "curriculum.start_H_cycles=1"]).curriculum.epochs == 10
     assert load_train_config(overrides=["halt_schedule.epochs=10", "halt_schedule.end_prob=0.1"]).halt_schedule.epochs
-    assert load_train_config(overrides=["ema=true", "ema_rate=0.9"]).ema_rate == 0.9
-    assert not load_train_config(presets=["cpu-smoke", "no-ema"]).ema  # a preset's rate, a modifier's switch
+    # a layer that turns a lever off leaves its settings from the layers below (a sweep's no-ema variant over a
+    # base with ema_rate=0.99): layered on purpose, not refused
+    assert load_train_config(overrides=["ema=true", "ema_rate=0.99", "ema=false"]).ema_rate == 0.99
     assert load_train_config(presets=["sudoku-mlp", "fast"], overrides=["curriculum.epochs=3"]).curriculum.epochs == 3
 
 

@@ -17,7 +17,7 @@ import logging
 import re
 import types
 import typing
-from typing import Any, Callable, Literal, Mapping, Optional, Union
+from typing import Any, Literal, Mapping, Optional, Union
 
 import pydantic
 
@@ -68,12 +68,6 @@ UPSTREAM_ONLY = {
     "curriculum_warmup_epochs": "use curriculum.* here",
     "defaults": "hydra composition list",
     "hydra": "hydra runtime settings",
-}
-
-
-#: Settings of a lever that nothing reads while the lever is off: (whether it is on, how to turn it on).
-_READ_ONLY_WITH: dict[str, tuple[Callable[[TrainConfig], bool], str]] = {
-    "ema_rate": (lambda cfg: cfg.ema, "ema=true"),
 }
 
 
@@ -323,9 +317,4 @@ class ConfigLayers:
         if not arch.mlp_t and arch.hidden_size % arch.num_heads:
             raise TRMError(f"invalid training config: arch.hidden_size ({arch.hidden_size}) must be divisible "
                            f"by arch.num_heads ({arch.num_heads})")
-        for key, (reads, lever) in _READ_ONLY_WITH.items():  # typed for a lever that is off: read by nothing (a
-            where = self.origin.get(key, "preset ")  # preset's own value is its recipe's, not a choice typed here)
-            if not reads(cfg) and not where.startswith("preset ") and _get(self.tree, key) != _get(self.defaults, key):
-                raise TRMError(f"invalid training config: {key} {clipped(_get(self.tree, key))} [from {where}] is "
-                               f"read only with {lever}, which is off: set {lever}, or leave {key} out")
         return cfg
