@@ -47,7 +47,7 @@ from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
-from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, read_metrics
+from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, dotted, read_metrics
 from trm_kaggle.wording import shown
 
 log = logging.getLogger(__name__)
@@ -70,16 +70,6 @@ class RunData:
     evals: list[dict] = field(default_factory=list)
     parameters: tuple[int, int] | None = None  # (weights, weights + puzzle table)
     group: str = ""
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
 
 
 def _config(run_dir: Path, recorded: dict | None) -> dict:
@@ -134,13 +124,13 @@ def _sweep_runs(path: Path) -> list[RunData]:
         run_dir = path / rec["name"]
         config = _config(run_dir, rec.get("settings"))
         runs.append(RunData(rec["name"], run_dir, path.name, rec.get("variant"), rec.get("seed"),
-                            str(rec.get("state", "-")), _flatten(config)))
+                            str(rec.get("state", "-")), dotted(config)))
     return runs
 
 
 def _plain_run(path: Path) -> RunData:
     config = _config(path, None)
-    return RunData(path.name, path, "", None, config.get("seed"), "-", _flatten(config))
+    return RunData(path.name, path, "", None, config.get("seed"), "-", dotted(config))
 
 
 def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:

@@ -17,6 +17,7 @@ _EXPORTS = {
     "default_run_dir": "settings",
     "describe_presets": "presets",
     "describe_settings": "settings",
+    "dotted": "overrides",
     "dtype_name": "runtime",
     "dump_config": "settings",
     "estimate_training_memory": "memory",

@@ -202,6 +202,17 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise TRMError(f"override {clipped(text)}: cannot parse the value: nested too deeply") from None
 
 
+def dotted(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested settings as dotted keys, as an override names them: {"arch": {"H_cycles": 4}} -> {"arch.H_cycles": 4}."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 #: Upstream spellings of a setting whose home here is another key (one setting, two names).
 ALIASES = {"arch.loss.loss_type": "arch.loss_type"}
 

@@ -13,6 +13,7 @@ import json
 from typing import Any, Iterable
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.train.overrides import dotted
 
 _ARC_RECIPE: dict = {
     # upstream README "ARC-AGI-1/2" command: arch.L_layers=2 arch.H_cycles=3 arch.L_cycles=4 ema=True,
@@ -229,24 +230,13 @@ def expand_preset_names(names: Iterable[str] | str) -> list[str]:
         raise TRMError(f"presets {' and '.join(bases)} are both recipes, each setting a whole run: pick one, and "
                        "add modifiers after it (--list-presets)")
     if bases:  # a modifier before its recipe: the recipe, applied after, would set its fields back (T4n6+sudoku4-cpu
-        recipe = _flat(PRESETS[bases[0]]["overrides"])  # ran T2n2); one whose fields the recipe leaves alone stays
+        recipe = dotted(PRESETS[bases[0]]["overrides"])  # ran T2n2); one whose fields the recipe leaves alone stays
         for name in out[:out.index(bases[0])]:
-            undone = [k for k, v in _flat(PRESETS[name]["overrides"]).items() if k in recipe and recipe[k] != v]
+            undone = [k for k, v in dotted(PRESETS[name]["overrides"]).items() if k in recipe and recipe[k] != v]
             if undone:
                 raise TRMError(f"preset {name} comes before the recipe {bases[0]}, which would undo it ({undone[0]}): "
                                f"put the recipe first ({bases[0]}+{name})")
     return out
-
-
-def _flat(overrides: dict, prefix: str = "") -> dict[str, Any]:
-    """A preset's nested settings as dotted keys: {"arch": {"H_cycles": 4}} -> {"arch.H_cycles": 4}."""
-    flat: dict[str, Any] = {}
-    for key, value in overrides.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def describe_presets() -> str:
