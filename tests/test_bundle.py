@@ -107,3 +107,17 @@ def test_execute_rehearses_the_mount_layout_asked_for(inputs, tmp_path, monkeypa
     assert seen["mounts"] == "2026" and "executed the kernel offline (2026 mounts)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         B.main([str(tmp_path / "out"), "--execute", "--mounts", "2027"])  # argparse: not one of the layouts
+
+
+def test_progress_and_summary_lines_escape_the_users_paths(inputs, tmp_path, capsys):
+    """An export folder named with an escape sequence and a newline reached the terminal raw in "copying the export
+    ..." (the screen cleared, the line split): every progress and summary line is one escaped line."""
+    import shutil
+
+    export = tmp_path / "exp\x1b[2Jnl\nx"
+    shutil.copytree(inputs["export"], export)
+    assert B.main([str(tmp_path / "out"), "--no-download", "--user", "tester", "--weights", str(export),
+                   "--notebook", str(inputs["notebook"])]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "copying the export" in out and "exp\\x1b[2Jnl\\nx" in out
+    assert all(line.strip() for line in out.splitlines())  # no line split in two by the name's newline

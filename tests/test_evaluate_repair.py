@@ -267,3 +267,13 @@ def test_a_test_command_that_is_no_command_line_is_refused_before_any_pair_runs(
     with pytest.raises(ValueError, match=words):
         RepairEvalConfig(weights="-", data="-", test_command=command)
     assert RepairEvalConfig(weights="-", data="-", test_command="python snippet.py").test_command  # no {file}: fine
+
+
+@pytest.mark.parametrize("kw", [{"max_runs": 5}, {"time_limit": 5.0}, {"max_runs": 1, "time_limit": 10.0}])
+def test_run_bounds_without_code_to_run_are_refused(kw):
+    """`--max-runs 5` or `--time-limit 5` with neither --doctests nor --test-command bound nothing: the run was the
+    plain one, exit 0, no word."""
+    with pytest.raises(ValueError, match="bound the code runs, and none is asked for: add doctests or a test_command"):
+        RepairEvalConfig(weights="-", data="-", **kw)
+    assert RepairEvalConfig(weights="-", data="-", doctests=True, **kw).doctests
+    assert RepairEvalConfig(weights="-", data="-", test_command="python {file}", **kw).test_command

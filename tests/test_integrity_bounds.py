@@ -167,7 +167,7 @@ def test_a_repair_run_s_time_limit_has_an_upper_bound(seconds):
     from trm_kaggle.config import RepairEvalConfig
 
     with pytest.raises(ValidationError, match="time_limit"):
-        RepairEvalConfig(weights="w", data="d", time_limit=seconds)
+        RepairEvalConfig(weights="w", data="d", doctests=True, time_limit=seconds)
 
 
 @pytest.mark.parametrize("second", ["{d}", "{d}/", "{d}/../{name}", "link"])

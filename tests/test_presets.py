@@ -101,14 +101,17 @@ def test_two_recipes_in_one_run_are_refused(names):
     earlier (`sudoku4-cpu+arc2` trained ARC's recipe on Sudoku data)."""
     with pytest.raises(TRMError, match="are both recipes, each setting a whole run: pick one"):
         expand_preset_names(names)
-    assert expand_preset_names(["arc2+T3n6", "no-ema", "arc2"]) == ["arc2", "T3n6", "no-ema", "arc2"]  # one recipe
+    assert expand_preset_names(["arc2+arc2", "T3n6"]) == ["arc2", "arc2", "T3n6"]  # one recipe, named twice
 
 
 def test_a_modifier_before_its_recipe_is_refused():
     """`T4n6+sudoku4-cpu`: the recipe, applied after, set the depth back (the run got T2n2, exit 0)."""
     with pytest.raises(TRMError, match=r"preset T4n6 comes before the recipe sudoku4-cpu, which would undo it "
-                                       r"\(arch.H_cycles\): put the recipe first \(sudoku4-cpu\+T4n6\)"):
+                                       r"\(arch.H_cycles\): name the recipe once, first \(sudoku4-cpu\+T4n6\)"):
         expand_preset_names(["T4n6+sudoku4-cpu"])
+    for names in (["sudoku4-cpu+T4n6+sudoku4-cpu"], ["sudoku4-cpu+T4n6", "sudoku4-cpu"]):  # named again after it: the
+        with pytest.raises(TRMError, match="preset T4n6 comes before the recipe sudoku4-cpu"):  # run got T2n2 too
+            expand_preset_names(names)
     assert expand_preset_names(["no-ema", "T4n6"]) == ["no-ema", "T4n6"]  # modifiers alone: over the defaults
     # a modifier whose fields the recipe leaves alone keeps them (a sweep's command-line preset, the grid's recipe)
     assert not load_train_config(presets=["no-ema", "cpu-smoke"]).ema

@@ -53,6 +53,7 @@ def test_list_recipes_and_errors_from_the_command_line(capsys):
                                                       "embeddings"),
     ({"finetune": "all", "embeddings_fraction": 0.3}, None, "read by finetune embeddings-then-all"),
     ({"finetune": "embeddings", "lr": 1e-3}, None, "--lr 0.001 has no effect with finetune embeddings"),
+    ({"finetune": "none", "global_batch_size": 8}, None, "--batch-size 8 has no effect with finetune none"),
     ({"safety_margin": 500}, None, "--safety-margin 500 has no effect without --time-budget"),
     ({"plan_margin": 0.9, "time_budget": 600}, None, "--plan-margin 0.9 has no effect without an auto count"),
     # fine-tuning's ACT steps, and prediction's where --test-depth is unset: with neither, read by nothing
@@ -80,6 +81,12 @@ def test_submit_refuses_steps_without_fine_tuning_before_reading_anything(tmp_pa
                  "--finetune", "none", "--finetune-steps", "100"]) == 2
     assert "error: --finetune-steps 100 has no effect with finetune none" in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "s-ttt").exists()
+
+
+def test_estimate_refuses_a_batch_size_nothing_fine_tunes_with(capsys):
+    """`estimate --finetune none --batch-size 8` priced the plan as if the flag were read (submit refuses it)."""
+    assert main(["estimate", "--preset", "arc2", "--finetune", "none", "--batch-size", "8"]) == 2
+    assert "error: --batch-size 8 has no effect with finetune none" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("names, said", [("trelis+embeddings-only", "recipes trelis and embeddings-only both set "

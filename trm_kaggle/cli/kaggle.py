@@ -137,8 +137,8 @@ def add_estimate(sub) -> None:
     p.add_argument("--devices", type=bounded_number("--devices", 1, 4096), default=1,
                    help="devices the kernel shards the tasks over: the estimate is per device (default 1)")
     _add_solve_options(p)
-    p.add_argument("--batch-size", type=bounded_number("--batch-size", 1, MAX_BATCH_SIZE), default=64,
-                   help=field_help(SolveConfig, "global_batch_size"))
+    p.add_argument("--batch-size", dest="global_batch_size", type=bounded_number("--batch-size", 1, MAX_BATCH_SIZE),
+                   default=None, help=field_help(SolveConfig, "global_batch_size"))
     flag(p, "eval_batch_size", SolveConfig, type=bounded_number("--eval-batch-size", 1, MAX_BATCH_SIZE), default=64)
     p.add_argument("--device", default="auto", help=field_help(EvaluateConfig, "device"))
     common_flags(p)
@@ -160,10 +160,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise TRMError(f"{' and '.join(auto)} auto: estimate prices a given count (e.g. {auto[0]} 8); `auto` is "
                        "chosen by submit to fit its --time-budget")
     fields = ("recipe", "num_aug", "finetune", "embeddings_fraction", "finetune_steps", "trajectories",
-              "trajectory_noise", "trajectory_select", "test_depth")
+              "trajectory_noise", "trajectory_select", "test_depth", "global_batch_size")
     cfg = _solve_config(argparse.Namespace(**{k: getattr(args, k) for k in fields}), challenges="-", weights="-")
     print(estimate_kernel(cfg, weights=args.weights, preset=args.preset, tasks=args.tasks, devices=args.devices,
-                          batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, device=args.device,
+                          batch_size=cfg.global_batch_size, eval_batch_size=args.eval_batch_size, device=args.device,
                           say=lambda line: print(line, file=sys.stderr, flush=True)))
     return 0
 

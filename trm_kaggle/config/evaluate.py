@@ -159,3 +159,12 @@ class RepairEvalConfig(_Config):
         if not words:
             raise ValueError("is empty: give a command, e.g. 'python {file}'")
         return v
+
+    @model_validator(mode="after")
+    def _runs_need_code_to_run(self) -> "RepairEvalConfig":
+        if not self.doctests and self.test_command is None:  # max_runs and time_limit bound the code runs alone
+            given = [n for n in ("max_runs", "time_limit") if n in self.model_fields_set]
+            if given:
+                raise ValueError(f"{' and '.join(given)} bound the code runs, and none is asked for: add doctests or "
+                                 "a test_command, or drop them")
+        return self

@@ -80,11 +80,16 @@ from trm_kaggle.kaggle.wheels import (
 from trm_kaggle.locks import LOCK_FILE, directory_lock, refuse_if_held
 from trm_kaggle.outputs import Input, Output, check_io
 from trm_kaggle.stdout import StdoutError, checked_stdout, parse_checked
-from trm_kaggle.wording import clipped, escape_what_the_console_cannot_show
+from trm_kaggle.wording import clipped, escape_what_the_console_cannot_show, one_line
 
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "check_kernel_overrides", "execute", "main", "make_parser",
            "push", "run", "validate_bundle"]
+
+
+def _say(line: str) -> None:
+    """One progress or summary line: paths are the user's (an export folder named with an escape sequence)."""
+    print(one_line(line), flush=True)
 
 
 def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | os.PathLike | None = None,
@@ -92,7 +97,7 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
                  extra_wheels: Sequence[str | os.PathLike] = (), kaggle_has: Iterable[str] = DEFAULT_KAGGLE_HAS,
                  download: bool = True, target: Target | None = None, enable_gpu: bool = True,
                  competition: str = COMPETITION, wheel_kernel: bool = False, builder: str = "auto",
-                 log: Callable[[str], None] = print, targets: Sequence[Target] | None = None,
+                 log: Callable[[str], None] = _say, targets: Sequence[Target] | None = None,
                  machine_shape: str = DEFAULT_MACHINE_SHAPE, docker_image: str | None = None,
                  compile_cache: str | os.PathLike | None = None, held: contextlib.ExitStack | None = None) -> dict:
     """wheels/, weights/ and kernel/ (and with `wheel_kernel` adam-atan2-kernel/) in `out_dir`, then
@@ -361,7 +366,7 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
                    time_budget: float | None = None, repo: Path = REPO_ROOT, download: bool = True,
                    targets: Sequence[Target] | None = None, kaggle_has: Iterable[str] = DEFAULT_KAGGLE_HAS,
                    extra_wheels: Sequence[str | os.PathLike] = (), builder: str = "auto",
-                   log: Callable[[str], None] = print, held: contextlib.ExitStack | None = None) -> dict:
+                   log: Callable[[str], None] = _say, held: contextlib.ExitStack | None = None) -> dict:
     """OUT_DIR/data (with `dataset`), OUT_DIR/wheels and OUT_DIR/train-kernel (with `train_kernel`), and
     OUT_DIR/run-state (with `continue_from`: that kernel's output as a dataset the training kernel attaches).
     OUT_DIR's lock as `build_bundle` takes it."""
@@ -437,23 +442,23 @@ def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Ta
                             time_budget=args.train_budget, repo=Path(args.repo),
                             download=not args.no_download, targets=targets, kaggle_has=args.kaggle_has,
                             extra_wheels=args.extra_wheel, builder=args.wheel_builder, held=held)
-    print(f"built {report['out_dir']}: training on Kaggle in {time.perf_counter() - t:.1f} s")
+    _say(f"built {report['out_dir']}: training on Kaggle in {time.perf_counter() - t:.1f} s")
     if "data" in report:
         d = report["data"]
-        print(f"  data    {d['id']}: {d['files']} files ({d['bytes'] / 1e6:.1f} MB), examples "
-              + ", ".join(f"{k} {v:,}" for k, v in d["examples"].items()))
+        _say(f"  data    {d['id']}: {d['files']} files ({d['bytes'] / 1e6:.1f} MB), examples "
+             + ", ".join(f"{k} {v:,}" for k, v in d["examples"].items()))
     if "run_state" in report:
         r = report["run_state"]
-        print(f"  run     {r['id']}: the output of {r['kernel']} ({r['files']} files; newest state step {r['step']})")
+        _say(f"  run     {r['id']}: the output of {r['kernel']} ({r['files']} files; newest state step {r['step']})")
     if "wheels" in report:
-        print(f"  wheels  {report['wheels']['id']}: {report['wheels']['trm_kaggle_wheel']}")
+        _say(f"  wheels  {report['wheels']['id']}: {report['wheels']['trm_kaggle_wheel']}")
     if "train_kernel" in report:
         k = report["train_kernel"]
-        print(f"  kernel  {k['id']}: {k['code_file']} (preset {' '.join(k['presets'])}"
-              + (f", {' '.join(k['overrides'])}" if k["overrides"] else "")
-              + f"; {k['machine_shape']}; previous output: "
-              + (', '.join(k['kernel_sources']) or ('the run-state dataset' if 'run_state' in report else 'none'))
-              + ")")
+        _say(f"  kernel  {k['id']}: {k['code_file']} (preset {' '.join(k['presets'])}"
+             + (f", {' '.join(k['overrides'])}" if k["overrides"] else "")
+             + f"; {k['machine_shape']}; previous output: "
+             + (', '.join(k['kernel_sources']) or ('the run-state dataset' if 'run_state' in report else 'none'))
+             + ")")
     if args.push:
         return push_training(args.out_dir, args.version_message, api=api, **_push_options(args))
     return 0
@@ -526,21 +531,21 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
                               builder=args.wheel_builder, machine_shape=machine_shape,
                               docker_image=args.docker_image, compile_cache=args.compile_cache, held=held)
         w = report["wheels"]
-        print(f"built {report['out_dir']}: the Kaggle bundle (wheels, weights and kernel; metadata valid) in "
-              f"{time.perf_counter() - t:.1f} s")
-        print(f"  wheels  {w['id']}: {w['trm_kaggle_wheel']}"
-              + "".join(f", {f}" for files in w["shipped"].values() for f in files)
-              + f" ({w['total_bytes'] / 1e6:.1f} MB)")
-        print(f"          install: {w['install']}")
-        print(f"  weights {report['weights']['id']}: " + ", ".join(report["weights"]["files"])
-              + (f" (compile cache for {report['weights']['compile_cache']})" if report["weights"].get("compile_cache")
-                 else ""))
+        _say(f"built {report['out_dir']}: the Kaggle bundle (wheels, weights and kernel; metadata valid) in "
+             f"{time.perf_counter() - t:.1f} s")
+        _say(f"  wheels  {w['id']}: {w['trm_kaggle_wheel']}"
+             + "".join(f", {f}" for files in w["shipped"].values() for f in files)
+             + f" ({w['total_bytes'] / 1e6:.1f} MB)")
+        _say(f"          install: {w['install']}")
+        _say(f"  weights {report['weights']['id']}: " + ", ".join(report["weights"]["files"])
+             + (f" (compile cache for {report['weights']['compile_cache']})" if report["weights"].get("compile_cache")
+                else ""))
         k = report["kernel"]
-        print(f"  kernel  {k['id']}: {k['code_file']} (competition {k['competition']}, "
-              f"{k['machine_shape'] if k['enable_gpu'] else 'CPU only'})")
+        _say(f"  kernel  {k['id']}: {k['code_file']} (competition {k['competition']}, "
+             f"{k['machine_shape'] if k['enable_gpu'] else 'CPU only'})")
         if "wheel_kernel" in report:
-            print(f"  kernel  {report['wheel_kernel']['id']}: {report['wheel_kernel']['code_file']} (builds the "
-                  f"adam-atan2 wheel on a Kaggle GPU; not part of the submission)")
+            _say(f"  kernel  {report['wheel_kernel']['id']}: {report['wheel_kernel']['code_file']} (builds the "
+                 f"adam-atan2 wheel on a Kaggle GPU; not part of the submission)")
         if args.execute:
             r = execute(args.out_dir, challenges=args.challenges, max_tasks=args.max_tasks or None,
                         time_budget=args.time_budget, finetune_steps=args.finetune_steps, num_aug=args.num_aug,
@@ -555,9 +560,9 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
                      if r.get("ran", 0) > r["answered"] else "")
                   + (f", score {score['score']:.4f} ({score['solved']} of {score['total']} test outputs)"
                      if score else ""))
-            print(f"  trm_kaggle from {r['trm_kaggle_file']}"
-                  + (" (installed from the wheels)" if r["trm_kaggle_in_venv"] else ""))
-            print(f"  whole output: {r['log']}; executed notebook: {r['executed_notebook']}")
+            _say(f"  trm_kaggle from {r['trm_kaggle_file']}"
+                 + (" (installed from the wheels)" if r["trm_kaggle_in_venv"] else ""))
+            _say(f"  whole output: {r['log']}; executed notebook: {r['executed_notebook']}")
             if not r["ok"]:
                 for problem in r["problems"]:
                     print(f"error: {problem}", file=sys.stderr)

@@ -70,7 +70,9 @@ READ_BY: dict[str, tuple[str, ...]] = {
     "finetune_steps": ("embeddings-then-all", "all", "embeddings"),
     "embeddings_fraction": ("embeddings-then-all",),
     "lr": ("embeddings-then-all", "all"),  # the weights' rate: embeddings trains the puzzle rows alone
+    "global_batch_size": ("embeddings-then-all", "all", "embeddings"),  # the fine-tuning batch (--batch-size)
 }
+FLAGS = {"global_batch_size": "--batch-size"}  # a field whose flag is not its name with dashes
 
 
 def unread_setting(fields: dict[str, Any], cfg: SolveConfig) -> str | None:
@@ -81,7 +83,8 @@ def unread_setting(fields: dict[str, Any], cfg: SolveConfig) -> str | None:
     for name, modes in READ_BY.items():
         if name in fields and cfg.finetune not in modes and not (name == "finetune_steps" and fields[name] == 0):
             readers = ", ".join(modes)
-            return (f"--{name.replace('_', '-')} {fields[name]} has no effect with finetune {cfg.finetune} (it is "
+            flag = FLAGS.get(name, f"--{name.replace('_', '-')}")
+            return (f"{flag} {fields[name]} has no effect with finetune {cfg.finetune} (it is "
                     f"read by finetune {readers}): drop it or choose one of those modes")
     if "halt_max_steps" in fields and cfg.finetune == "none" and cfg.test_depth is not None:
         return (f"--halt-max-steps {fields['halt_max_steps']} has no effect with finetune none and --test-depth "

