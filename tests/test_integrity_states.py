@@ -66,6 +66,43 @@ def test_rotation_never_deletes_good_states_because_of_damaged_newer_ones(data, 
     assert ckpt.load_train_state(run / "state_step00000003.pt")["step"] == 3
 
 
+@pytest.mark.parametrize("there", ["file", "fifo", "folder"])
+def test_setting_a_damaged_state_aside_replaces_nothing_already_there(data, tmp_path, there):
+    """`<name>.corrupt` was an os.replace: an earlier kept copy (or a FIFO we did not write) was lost without a
+    word, and a folder there stopped the resume. The damaged state goes to the next free name instead."""
+    import os
+
+    run = tmp_path / "run"
+    run_three_states(data, run)
+    flip_inside_largest_entry(run / "state_step00000004.pt")
+    taken = run / "state_step00000004.pt.corrupt"
+    if there == "file":
+        taken.write_text("an earlier kept copy")
+    elif there == "fifo":
+        os.mkfifo(taken)
+    else:
+        taken.mkdir()
+    assert main(train_args(data, run, "max_steps=5", "checkpoint_keep=3")) == 0  # resumed from 3
+    assert ckpt.newest_step(run) == 5 and (run / "state_step00000004.pt.corrupt.1").is_file()
+    assert {"file": taken.is_file() and taken.read_text() == "an earlier kept copy", "fifo": taken.is_fifo(),
+            "folder": taken.is_dir()}[there]
+
+
+def test_a_state_of_another_run_where_the_run_saves_is_set_aside_not_replaced(data, tmp_path, caplog):
+    """A state of another run copied in as step 10 was "left in place" at the resume from step 4, then replaced
+    by the run's own state when it reached step 10: the other run's state was lost without a word."""
+    run, other = tmp_path / "run", tmp_path / "other"
+    run_three_states(data, run)
+    assert main(train_args(data, other, "max_steps=6", "seed=4")) == 0
+    planted = ckpt.list_states(other)[-1].read_bytes()
+    (run / "state_step00000006.pt").write_bytes(planted)
+    caplog.set_level(logging.WARNING)
+    assert main(train_args(data, run, "max_steps=6", "checkpoint_keep=3")) == 0  # resumed from 4, saves at 6
+    assert "renamed to state_step00000006.pt.other (kept, not deleted)" in caplog.text
+    assert (run / "state_step00000006.pt.other").read_bytes() == planted
+    assert ckpt.load_train_state(run / "state_step00000006.pt")["run_id"] == ckpt.recorded_run_id(run)
+
+
 def test_a_state_of_another_run_copied_in_is_never_the_newest(data, tmp_path, caplog):
     run, other = tmp_path / "run", tmp_path / "other"
     run_three_states(data, run)

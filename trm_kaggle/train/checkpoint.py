@@ -138,12 +138,23 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
             continue
         if quarantine:
             for bad in damaged:
-                os.replace(bad, bad.with_name(bad.name + ".corrupt"))
-                log.warning("%s: renamed to %s (kept, not deleted): resuming from %s", bad, bad.name + ".corrupt",
-                            path.name)
+                kept = set_aside(bad, ".corrupt")
+                log.warning("%s: renamed to %s (kept, not deleted): resuming from %s", bad, kept.name, path.name)
         return path, state
     kept = " (left in place: no good state to resume from; move them away to start afresh)" if damaged else ""
     raise TRMError(f"{run_dir}: no readable train state ({len(errors)} tried; newest: {errors[0]}){kept}")
+
+
+def set_aside(path: Path, suffix: str) -> Path:
+    """Rename `path` to `<name><suffix>`, or `<name><suffix>.1`, `.2`, ... where that is taken: a file set aside
+    earlier (or anything else there) is never replaced. The caller holds the run directory's lock."""
+    for n in range(1000):
+        target = path.with_name(f"{path.name}{suffix}" + (f".{n}" if n else ""))
+        if not os.path.lexists(target):
+            os.rename(path, target)
+            return target
+    raise TRMError(f"{path}: cannot be set aside, {path.name}{suffix} to {path.name}{suffix}.999 are all taken: "
+                   "move them away")
 
 
 class ForeignState(TRMError):
@@ -206,6 +217,12 @@ def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int,
     payload["sha256"] = content_digest(payload)
     # Streamed into the temporary file: serialising into memory first would hold a second copy of
     # the whole state (the puzzle table alone is 2.4 GB for upstream's ARC datasets) at every save.
+    if os.path.lexists(path) and not _written_by(path, payload["run_id"], step):
+        # another run's state copied in, a renamed copy of an older one, or what cannot be read: left in place when
+        # the run resumed (never its newest), it is set aside now rather than replaced by this step's state
+        kept = set_aside(path, ".other")
+        log.warning("%s: not this run's state of step %d (another run's, a renamed copy, or unreadable): renamed to "
+                    "%s (kept, not deleted) before this run saves its step %d there", path, step, kept.name, step)
     atomic_write(path, lambda f: torch.save(payload, f), mode="wb")
     with settled():
         ours = [p for p in list_states(run_dir) if int(_STATE_RE.search(p.name).group(1)) <= step
@@ -215,16 +232,18 @@ def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int,
     return path
 
 
-def _written_by(path: Path, run_id: str | None) -> bool:
-    """Whether the state at `path` is this run's to rotate away: its run id is `run_id`, or it has none (written
-    before run ids). Read memory-mapped: the tensors are not loaded. An unreadable file is not ours to delete,
-    and a FIFO or device named like a state is never opened for reading (its open could wait for ever)."""
+def _written_by(path: Path, run_id: str | None, step: int | None = None) -> bool:
+    """Whether the state at `path` is this run's to rotate away (or, with `step`, to replace by its state of that
+    step): its run id is `run_id`, or it has none (written before run ids). Read memory-mapped: the tensors are not
+    loaded. An unreadable file is not ours to delete, and a FIFO or device named like a state is never opened for
+    reading (its open could wait for ever)."""
     try:
         readable_file(path, "train state")  # the one gate: refuses what is not a regular file without waiting
-        owner = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("run_id")
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        owner = state.get("run_id")
     except Exception:  # noqa: BLE001 - truncated, foreign: left in place
         return False
-    return owner is None or owner == run_id
+    return (owner is None or owner == run_id) and (step is None or state.get("step") == step)
 
 
 def _to_cpu(value: Any) -> Any:
