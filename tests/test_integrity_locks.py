@@ -143,3 +143,39 @@ def test_two_real_submits_on_one_work_dir(tmp_path, capsys):
     finally:
         first.kill()
         first.wait(timeout=60)
+
+
+def test_a_full_disk_costs_the_lock_record_alone(tmp_path, monkeypatch):
+    """On a full disk the holder record stayed in the lock file's buffer and its flush at close raised ENOSPC
+    after the block had ended: `submit` wrote its answer, then exited 2 with "No space left on device"."""
+    import errno
+
+    from trm_kaggle import locks
+
+    real_open, opened = locks._open_lock_file, []
+
+    class Full:  # the lock file on a full disk: every write and flush fails
+        def __init__(self, f):
+            self.f = f
+
+        def fileno(self):
+            return self.f.fileno()
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def flush(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            opened.append(self.f.fileno())
+            self.f.close()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(locks, "_open_lock_file", lambda path, create=True: Full(real_open(path, create)))
+    with directory_lock(tmp_path / "d", "submit") as held:
+        assert held is not None
+    assert opened  # closed once the block ended, its error kept out of the command's result
+    monkeypatch.setattr(locks, "_open_lock_file", real_open)
+    with directory_lock(tmp_path / "d", "submit") as held:  # and released: the next command takes it
+        assert held is not None

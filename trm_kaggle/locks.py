@@ -105,6 +105,18 @@ def _open_lock_file(path: Path, create: bool = True):
     return os.fdopen(fd, "r+", encoding="utf-8")
 
 
+@contextlib.contextmanager
+def _closed_quietly(f) -> Iterator[None]:
+    """Close the lock file when the block ends. A holder record a full disk refused is still in the file's buffer
+    and is flushed again at close: that error costs the record alone, never the command's result (a submit that
+    wrote its answer ended with status 2 and a line naming no file)."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):  # the descriptor is closed even when the flush fails
+            f.close()
+
+
 @dataclass
 class HeldLock:
     """A folder's lock this process holds (what `directory_lock` yields): `fd` is its lock file's descriptor;
@@ -222,7 +234,7 @@ def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = 
                         getattr(e, "strerror", None) or e)
         yield None
         return
-    with f:
+    with _closed_quietly(f):
         locker = _take(f, directory, path, shared)
         with contextlib.suppress(OSError):  # the record only serves the messages: a full disk costs it alone
             f.seek(0)
