@@ -328,6 +328,20 @@ def test_parameters_listed_in_another_order_are_refused_not_given_each_others_mo
     assert "list the parameters in another order than this run's optimizer numbers them" in line, line
 
 
+@pytest.mark.parametrize("key, extra", [("sparse_optimizer", ()), ("optimizer", ()), ("ema", ("ema=true",))])
+def test_a_part_the_run_keeps_missing_from_its_state_is_refused_not_restarted(data, tmp_path, capsys, key, extra):
+    """`sparse_optimizer: None` (the puzzle rows' optimizer) resumed without a word, the optimizer restarted:
+    the resume was no longer exact. Only a state that trained with frozen weights lacks the weights' optimizer."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2", *extra)) == 0
+    path = ckpt.state_path(run, 2)
+    _rewrite(path, lambda s: s.update({key: None}))
+    capsys.readouterr()
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=3", *extra)))
+    assert str(path) in line and f"field {key!r} does not fit this run: it is missing" in line, line
+    assert ckpt.list_states(run) == [path]
+
+
 def test_a_state_whose_rank_holds_no_carry_is_damaged_and_an_older_one_resumed(data, tmp_path):
     """`carries: [[]]` (a rank with no micro-batch carry) was a traceback (IndexError) inside the first step."""
     run = tmp_path / "run"

@@ -202,6 +202,11 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
     with _field(path, "model"):  # another architecture's tensors: the one check names what differs
         fit_state_dict(state.model, saved["model"], "its weights", same_dtype=True)
     for part, key in ((state.ema, "ema"), (state.dense, "optimizer"), (state.sparse, "sparse_optimizer")):
+        if part is not None and saved.get(key) is None and not (key == "optimizer" and _froze_weights(saved)):
+            # the state's own settings make this part, and every save writes it: restarting it would leave a
+            # resume inexact without a word (only the weights' optimizer starts late: after freeze_weights)
+            raise TRMError(f"{path}: field {key!r} does not fit this run: it is missing, and this run, with the "
+                           "state's own settings, keeps one (resumed without it, the run would not be exact)")
         if part is not None and saved.get(key) is not None:
             with _field(path, key):
                 if isinstance(part, torch.optim.Optimizer):
@@ -231,6 +236,11 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
         log.warning("world size changed since the checkpoint: ACT carries restart (results differ slightly)")
     elif state.step > 0:  # saved before its first step after such a change; a resume is then not exact either
         log.warning("%s holds no ACT carries: they restart (results differ slightly from an unbroken run)", path)
+
+
+def _froze_weights(saved: dict[str, Any]) -> bool:
+    """Whether the state's run trained the puzzle rows alone (`freeze_weights`): it holds no weights' optimizer."""
+    return bool(json.loads(saved["config"]).get("freeze_weights"))
 
 
 #: group entries a run does not choose by its settings: the rate the schedule writes before every step, and how
