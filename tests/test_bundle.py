@@ -121,3 +121,15 @@ def test_progress_and_summary_lines_escape_the_users_paths(inputs, tmp_path, cap
     out = capsys.readouterr().out
     assert "\x1b" not in out and "copying the export" in out and "exp\\x1b[2Jnl\\nx" in out
     assert all(line.strip() for line in out.splitlines())  # no line split in two by the name's newline
+
+
+def test_a_prefix_is_checked_against_the_ids_this_build_makes_only(inputs, tmp_path, capsys):
+    """A 34-character --slug-prefix fits every id of the submission bundle, yet the build was refused for the
+    id of the adam-atan2 wheel kernel, which only --wheel-kernel makes."""
+    prefix = "p" * 34
+    args = [str(tmp_path / "out"), "--no-download", "--user", "bob", "--weights", str(inputs["export"]),
+            "--notebook", str(inputs["notebook"]), "--slug-prefix", prefix]
+    assert B.main(args) == 0
+    assert f"bob/{prefix}-submission" in capsys.readouterr().out
+    assert B.main([str(tmp_path / "other"), *args[1:], "--wheel-kernel"]) == 2  # that kernel's id is too long
+    assert f"bob/{prefix}-adam-atan2-wheel" in capsys.readouterr().err and not (tmp_path / "other").exists()

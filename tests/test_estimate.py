@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 
@@ -146,6 +147,10 @@ def test_estimate_times_both_kinds_of_step_and_prices_every_mode():
     text = format_estimate(e, 2, 1)
     assert "fits in Kaggle's 12 h limit" in text
     assert all(mode in text for mode in MODES) and "* embeddings-then-all" in text
+    assert "10 fine-tuning steps per task (embeddings-then-all)" in text
+    # without fine-tuning the header said "10 fine-tuning steps per task (none)"
+    none = format_estimate(dataclasses.replace(e, mode="none"), 2, 1).splitlines()[0]
+    assert none.endswith("no fine-tuning (the modes below priced at 10 steps per task):"), none
 
 
 def test_each_kind_of_step_is_timed_with_the_optimizers_submit_builds(monkeypatch):

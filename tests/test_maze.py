@@ -244,3 +244,22 @@ def test_exception_mid_build_leaves_no_output(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="boom"):
         build_maze(MazeBuildConfig(output_dir=str(out), size=7, num_train=3, num_test=3, progress=False))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("builder", ["build-maze", "build-sudoku"])
+@pytest.mark.parametrize("flags, said", [
+    (["--input-dir", "csvs", "--size", "9", "--num-train", "3"], "--size and --num-train set the generator, and "
+                                                                  "--input-dir imports CSVs"),
+    (["--subsample-size", "2"], "--subsample-size applies to imported CSVs (--input-dir), and none is given"),
+])
+def test_a_grid_builders_flags_of_the_other_mode_are_refused(tmp_path, capsys, builder, flags, said):
+    """`build-maze --input-dir D --size 9 --min-path-length 1000` built D's mazes of side 7 and recorded size 9 in
+    build_info.json; `--subsample-size 2` with the generator built all 6 train puzzles. Exit 0 both."""
+    from trm_kaggle.cli import main
+
+    out = tmp_path / "out"
+    assert main([builder, "--output-dir", str(out), "--no-progress", *flags]) == 2
+    assert said in capsys.readouterr().err and not out.exists()
+    if builder == "build-maze":
+        with pytest.raises(ValueError, match="`min_path_length` sets the generator"):
+            MazeBuildConfig(output_dir="o", input_dir="d", min_path_length=3)

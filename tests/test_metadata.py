@@ -89,3 +89,8 @@ def test_slug_rules():
         M.BundleIds("u", "Bad").check()
     with pytest.raises(TRMError):
         M.BundleIds("bad user", "trm-kaggle").check()
+    # only the ids a build makes: a 34-character prefix fits the submission bundle's three, not the wheel kernel's
+    long = M.BundleIds("bob", "p" * 34)
+    assert long.check() is long
+    with pytest.raises(TRMError, match="adam-atan2-wheel"):
+        long.check(long.wheel_kernel_id)

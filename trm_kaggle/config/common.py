@@ -24,9 +24,12 @@ def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = Non
         if loc:
             loc[0] = names.get(loc[0], loc[0])
             return f"{'.'.join(loc)}: {msg}"
-        # a check across fields: its message names them (snake_case words only: `device` is English), and no
-        # field is its place
-        return re.sub(r"\b[A-Za-z]\w*_\w+\b", lambda m: names.get(m[0], m[0]), msg) if names else msg
+        # a check across fields: its message names them (snake_case words, and a one-word field in backticks:
+        # `size`; a bare `device` is English), and no field is its place
+        if not names:
+            return msg
+        msg = re.sub(r"`(\w+)`", lambda m: names.get(m[1], m[0]), msg)
+        return re.sub(r"\b[A-Za-z]\w*_\w+\b", lambda m: names.get(m[0], m[0]), msg)
 
     return "; ".join(one(err) for err in e.errors())
 

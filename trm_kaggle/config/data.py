@@ -83,6 +83,21 @@ class ArcBuildConfig(_Config):
         return v
 
 
+def _mode_problem(cfg: _Config, csv_only: tuple[str, ...], generator_only: tuple[str, ...]) -> str | None:
+    """A grid builder's settings of the mode it is not in, given explicitly: read by nothing, so refused."""
+    unread = generator_only if cfg.input_dir is not None else csv_only
+    given = [n for n in unread if n in cfg.model_fields_set]
+    if not given:
+        return None
+    quoted = [f"`{n}`" for n in given]  # a one-word field is named by its flag on the command line
+    names = ", ".join(quoted[:-1]) + (" and " if len(given) > 1 else "") + quoted[-1]
+    if cfg.input_dir is not None:
+        return (f"{names} {'sets' if len(given) == 1 else 'set'} the generator, and input_dir imports CSVs (their "
+                f"side and rows come from the files): drop input_dir to generate, or drop {names}")
+    return (f"{names} {'applies' if len(given) == 1 else 'apply'} to imported CSVs (input_dir), and none is given: "
+            "the generator makes exactly num_train and num_test grids; lower num_train, or give input_dir")
+
+
 class SudokuBuildConfig(_Config):
     """`trm-kaggle build-sudoku`: import Sudoku-Extreme CSVs or generate puzzles offline.
 
@@ -106,6 +121,12 @@ class SudokuBuildConfig(_Config):
     num_test: int = Field(200, ge=1, le=MAX_GENERATED, description="generator: test puzzles")
     progress: bool = Field(True, description=_PROGRESS)
 
+    @model_validator(mode="after")
+    def _one_mode(self) -> "SudokuBuildConfig":
+        if problem := _mode_problem(self, ("subsample_size",), ("size", "num_train", "num_test")):
+            raise ValueError(problem)
+        return self
+
 
 class MazeBuildConfig(_Config):
     """`trm-kaggle build-maze`: import Maze-Hard CSVs or generate mazes offline."""
@@ -123,6 +144,12 @@ class MazeBuildConfig(_Config):
     min_path_length: Optional[int] = Field(None, ge=0, description="generator: reject mazes with shorter solutions "
                                                                    "(default: no minimum)")
     progress: bool = Field(True, description=_PROGRESS)
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> "MazeBuildConfig":
+        if problem := _mode_problem(self, ("subsample_size",), ("size", "num_train", "num_test", "min_path_length")):
+            raise ValueError(problem)
+        return self
 
 
 class CodeRepairBuildConfig(_Config):

@@ -63,8 +63,8 @@ from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_kernel_notebook
 from trm_kaggle.kaggle.metadata import (
     COMPETITION, DATA_DIR, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, DEFAULT_USER, MACHINE_SHAPES, REPO_ROOT,
-    RUN_STATE_DIR, TRAIN_KERNEL_DIR, TRAIN_MACHINE_SHAPE, WHEEL_KERNEL_DIR, BundleIds, check_machine_shape,
-    machine_fields, slug_problem, validate_bundle, wheel_kernel_metadata,
+    RUN_STATE_DIR, TRAIN_KERNEL_DIR, TRAIN_MACHINE_SHAPE, WHEEL_KERNEL_DIR, BundleIds, check_machine_shape, data_id,
+    machine_fields, run_state_id, slug_problem, train_kernel_id, validate_bundle, wheel_kernel_metadata,
 )
 from trm_kaggle.kaggle.push import owner, push, push_training, push_unavailable
 from trm_kaggle.kaggle.rehearsal import execute
@@ -104,7 +104,7 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     `validate_bundle`. Returns a report. `compile_cache`: a compile cache for the kernel's GPU, shipped beside the
     weights. `out_dir`'s lock is taken after every check, before the first byte is written, and kept in `held`
     (as `run` keeps it through --execute and --push), else released on return."""
-    ids.check()
+    ids.check(ids.wheels_id, ids.weights_id, ids.kernel_id, *([ids.wheel_kernel_id] if wheel_kernel else []))
     if (problem := slug_problem(competition)):
         raise TRMError(f"--competition: the slug {problem}")
     machine_fields(check_machine_shape(machine_shape), docker_image)  # before anything is written
@@ -370,7 +370,9 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
     """OUT_DIR/data (with `dataset`), OUT_DIR/wheels and OUT_DIR/train-kernel (with `train_kernel`), and
     OUT_DIR/run-state (with `continue_from`: that kernel's output as a dataset the training kernel attaches).
     OUT_DIR's lock as `build_bundle` takes it."""
-    ids.check()
+    ids.check(ids.wheels_id, *([data_id(ids)] if dataset is not None else []),
+              *([run_state_id(ids)] if continue_from is not None else []),
+              *([train_kernel_id(ids)] if train_kernel else []))
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise TRMError(f"{out} exists and is not a directory")
@@ -493,7 +495,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             raise TRMError("--user is empty: give your Kaggle user name (or leave --user out to use the account "
                            "of your Kaggle credentials)")
         user, api = (args.user, None) if args.user is not None else owner(args.push)
-        ids = BundleIds(user, args.slug_prefix).check()
+        ids = BundleIds(user, args.slug_prefix)  # its ids are checked by the build that makes them, before any byte
         platforms = check_platform_tags(args.platform)
         targets = [Target(python_version=check_python_version(v), platforms=platforms)
                    for v in dict.fromkeys(args.python_version or DEFAULT_PYTHON_VERSIONS)]

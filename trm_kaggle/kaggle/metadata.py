@@ -133,8 +133,11 @@ class BundleIds:
     def wheel_kernel_id(self) -> str:
         return f"{self.user}/{self.wheel_kernel_slug}"
 
-    def check(self) -> "BundleIds":
-        for ident in (self.wheels_id, self.weights_id, self.kernel_id, self.wheel_kernel_id):
+    def check(self, *idents: str) -> "BundleIds":
+        """Refuse `idents` (default: the submission bundle's wheels, weights and kernel ids) if one is no valid
+        Kaggle id. Only the ids a build makes are checked: a long prefix that fits them is not refused for a
+        kernel another build would make."""
+        for ident in idents or (self.wheels_id, self.weights_id, self.kernel_id):
             problem = id_problem(ident)
             if problem:
                 raise TRMError(f"--user/--slug-prefix give an invalid Kaggle id: {problem}")

@@ -121,9 +121,10 @@ def hms(s: float) -> str:
 
 def format_estimate(e: Estimate, tasks: int, num_aug: int) -> str:
     fits = "fits" if e.total_s < KAGGLE_LIMIT_S else "does NOT fit"
+    tuning = (f"no fine-tuning (the modes below priced at {e.finetune_steps} steps per task)" if e.mode == "none"
+              else f"{e.finetune_steps} fine-tuning steps per task ({e.mode})")
     lines = [
-        f"estimate on {e.device} for {tasks} tasks, num_aug {num_aug}, {e.finetune_steps} fine-tuning steps per task "
-        f"({e.mode}):",
+        f"estimate on {e.device} for {tasks} tasks, num_aug {num_aug}, {tuning}:",
         f"  fine-tuning  {hms(e.finetune_s):>12}  ({e.finetune_step_s:.3f} s per step of {e.batch} rows training "
         f"every weight, {e.embeddings_step_s:.3f} s per step training the puzzle rows alone)",
         f"  inference    {hms(e.inference_s):>12}  ({e.row_step_s * 1e3:.2f} ms per example per ACT step, timed on "
