@@ -273,6 +273,22 @@ def test_csv_subsample_not_smaller_keeps_file_order(csv_dir, tmp_path):
     assert np.array_equal(tr.inputs, np.stack([tokens(q) for q, _, _ in train]))
 
 
+def test_a_csv_with_a_byte_order_mark_imports_as_without(csv_dir, tmp_path):
+    """A CSV saved by a spreadsheet starts with U+FEFF: its header read "\ufeffsource" and was refused (pandas,
+    upstream's reader, and our JSON reader take it)."""
+    import shutil
+
+    d, _, _ = csv_dir
+    marked = tmp_path / "marked"
+    shutil.copytree(d, marked)
+    for name in ("train.csv", "test.csv"):
+        (marked / name).write_bytes(b"\xef\xbb\xbf" + (d / name).read_bytes())
+    for src, out in ((d, "plain-ds"), (marked, "marked-ds")):
+        build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / out), input_dir=str(src), progress=False))
+    a, b = load_split(tmp_path / "plain-ds", "train"), load_split(tmp_path / "marked-ds", "train")
+    assert np.array_equal(a.inputs, b.inputs) and np.array_equal(a.labels, b.labels)
+
+
 def test_csv_import_streams_in_chunks(csv_dir, tmp_path, monkeypatch):
     """Chunk boundaries (tiny chunks here) change nothing."""
     d, _, _ = csv_dir

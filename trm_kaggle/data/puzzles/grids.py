@@ -366,7 +366,7 @@ def read_puzzle_csv(path: str | os.PathLike, chunk_rows: int = 32768) -> Iterato
     """
     path = Path(path)
     try:
-        f = open(path, newline="", encoding="utf-8")
+        f = open(path, newline="", encoding="utf-8-sig")  # a byte-order mark (spreadsheet exports) is no header
     except FileNotFoundError:
         raise DataError(f"{path}: missing") from None
     with f:
