@@ -186,18 +186,47 @@ def test_a_failed_final_rename_puts_the_old_output_back(tmp_path, monkeypatch):
 
 
 def test_stale_leftovers_of_a_killed_replacement(tmp_path):
-    (tmp_path / "out").mkdir()
     pid = dead_pid()
-    (tmp_path / f"out.old-{pid}").mkdir()  # killed while the old output was removed: the new one is in place
-    (tmp_path / f"out.old-{pid + 1}").symlink_to("out")  # an older version renamed a linked output's link
+    with A.atomic_directory(tmp_path / "out", kind="report") as d:
+        (d / "a.txt").write_text("a")
+    # a replacement killed while the old output was removed: the old one, put aside, holds its owner record
+    shutil.copytree(tmp_path / "out", tmp_path / f"out.old-{pid}")
+    # a build killed while it built: its folder, with the record beside it that says this host made it
     (tmp_path / f"out.partial-{pid}").mkdir()
+    A.atomic_write_json(tmp_path / f"out.partial-{pid}.record", {"format": A.PARTIAL_FORMAT, "host": A._HOST})
     (tmp_path / f"out.old-{os.getpid()}").mkdir()  # a live process's: not touched
-    remove_stale_partials(tmp_path / "out")
-    assert leftovers(tmp_path) == sorted([f"out.old-{os.getpid()}"] + ([f"out.old-{pid + 1}"]
-                                                                       if A.pid_alive(pid + 1) else []))
+    removed = remove_stale_partials(tmp_path / "out", "report")
+    assert sorted(p.name for p in removed) == [f"out.old-{pid}", f"out.partial-{pid}"]
+    assert leftovers(tmp_path) == [f"out.old-{os.getpid()}"]
     (tmp_path / "gone.old-1").mkdir()  # no output in place: the old one is all there is, and it is kept
-    remove_stale_partials(tmp_path / "gone")
+    remove_stale_partials(tmp_path / "gone", "report")
     assert (tmp_path / "gone.old-1").is_dir() or A.pid_alive(1)
+
+
+def test_folders_named_like_leftovers_that_we_did_not_make_are_never_removed(tmp_path):
+    """`exp.old-2023` (a user's backup: mv exp exp.old-2023), `exp.partial-1999` and a link of that name were
+    deleted by the next `export --out exp`, whose process numbers they seemed to carry."""
+    pid = dead_pid()
+    with A.atomic_directory(tmp_path / "exp", kind="report") as d:
+        (d / "a.txt").write_text("a")
+    (tmp_path / f"exp.old-{pid}").mkdir()
+    (tmp_path / f"exp.old-{pid}" / "NOTES.txt").write_text("my backup")
+    (tmp_path / f"exp.partial-{pid}").mkdir()  # no record beside it
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / f"exp.partial-{pid + 1}").symlink_to(tmp_path / "elsewhere")
+    foreign = tmp_path / f"exp.partial-{os.getpid()}"  # where this process would build: refused, not emptied
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("mine")
+    with pytest.raises(TRMError, match="exists and this package did not make it"):
+        with A.atomic_directory(tmp_path / "exp", kind="report") as d:
+            pass
+    foreign.rename(tmp_path / "kept")
+    with A.atomic_directory(tmp_path / "exp", kind="report") as d:
+        (d / "b.txt").write_text("b")
+    assert (tmp_path / f"exp.old-{pid}" / "NOTES.txt").read_text() == "my backup"
+    assert (tmp_path / f"exp.partial-{pid}").is_dir() and (tmp_path / f"exp.partial-{pid + 1}").is_symlink()
+    assert (tmp_path / "kept" / "mine.txt").read_text() == "mine" and (tmp_path / "exp" / "b.txt").exists()
+    assert not list(tmp_path.glob("*.record"))  # the build's own record went with its folder
 
 
 def test_the_helper_refuses_before_yielding(tmp_path):
@@ -273,7 +302,7 @@ def test_another_writer_finishing_first_leaves_no_old_folder(tmp_path, monkeypat
     real = os.replace
 
     def the_other_writer_first(src, dst):
-        if ".partial-" in Path(src).name:
+        if ".partial-" in Path(src).name and Path(src).is_dir():  # the folder's swap, not its record's write
             make_fake = tmp_path / "other"
             make_fake.mkdir()
             (make_fake / "x").write_text("the other writer's")

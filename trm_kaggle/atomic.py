@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -185,18 +186,61 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_partials(target: Path) -> list[Path]:
-    """Delete `<target>.partial-<pid>` directories whose building process is gone, and `<target>.old-<pid>` ones
-    whose replacement is in place (a process killed while it removed the old output; with no `target`, the old
-    one is all there is, and it is kept)."""
+#: Beside each `<target>.partial-<pid>` folder while it is built: the proof that we made it (a folder of that name
+#: without one, such as a user's `exp.partial-1999`, is never removed). Beside, not inside: the folder's contents
+#: are the output's own.
+PARTIAL_RECORD_SUFFIX = ".record"
+PARTIAL_FORMAT = "trm_kaggle.partial"
+_HOST = socket.gethostname()  # a pid is a process of this host only: another host's partial folder is never stale
+
+
+def _partial_record(tmp: Path) -> Path:
+    return tmp.with_name(tmp.name + PARTIAL_RECORD_SUFFIX)
+
+
+def _partial_of_ours(p: Path) -> bool:
+    """Whether `p`, a `<target>.partial-<pid>` folder, has the record of this host that `atomic_directory` writes."""
+    record = _partial_record(p)
+    try:
+        if not is_regular(record, "partial record"):
+            return False
+        value = read_json(record, "partial record")
+    except TRMError:
+        return False
+    return isinstance(value, dict) and value.get("format") == PARTIAL_FORMAT and value.get("host") == _HOST
+
+
+def _discard_partial(tmp: Path) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        _partial_record(tmp).unlink()
+
+
+def remove_stale_partials(target: Path, kind: str) -> list[Path]:
+    """Delete the leftovers of a killed build of `target` that provably are ours: `<target>.partial-<pid>` folders
+    whose process is gone and whose record says this host made them, and `<target>.old-<pid>` ones (the previous
+    output, put aside while it was replaced) whose owner record proves them a `kind` we wrote, once the
+    replacement is in place (with no `target`, the old one is all there is, and it is kept). A folder or link
+    of that name that is not provably ours (a user's backup `exp.old-2023`) is never touched."""
     removed = []
     for mark in (PARTIAL_MARK, OLD_MARK):
         for p in target.parent.glob(glob.escape(target.name + mark) + "*"):
             suffix = p.name[len(target.name + mark):]
-            if not suffix.isdigit() or pid_alive(int(suffix)) or (mark == OLD_MARK and not target.is_dir()):
+            if mark == PARTIAL_MARK and suffix.endswith(PARTIAL_RECORD_SUFFIX):  # a record whose folder went into
+                folder = p.with_name(p.name.removesuffix(PARTIAL_RECORD_SUFFIX))  # place, its process killed then
+                number = folder.name[len(target.name + mark):]
+                if number.isdigit() and not pid_alive(int(number)) and not os.path.lexists(folder) \
+                        and _partial_of_ours(folder):
+                    p.unlink(missing_ok=True)
                 continue
-            if p.is_symlink():  # an older version renamed a linked output's link itself
-                p.unlink()
+            if not suffix.isdigit() or pid_alive(int(suffix)) or p.is_symlink() or not p.is_dir():
+                continue
+            if mark == OLD_MARK and (not target.is_dir() or owner_problem(p, kind) is not None):
+                continue
+            if mark == PARTIAL_MARK and not _partial_of_ours(p):
+                continue
+            if mark == PARTIAL_MARK:
+                _discard_partial(p)
             else:
                 shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
@@ -356,28 +400,32 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
         raise TRMError(problem)
     target = written_path(Path(target).absolute())
     target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(target)
+    remove_stale_partials(target, kind)
     found = _identity(target)  # what stands there now: another writer's output in its place is seen at the swap
     tmp = target.parent / f"{target.name}{PARTIAL_MARK}{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    if os.path.lexists(tmp):  # a process of our pid before us (pids are reused), or a folder of the user's
+        if tmp.is_symlink() or not tmp.is_dir() or not _partial_of_ours(tmp):
+            raise TRMError(f"{tmp} exists and this package did not make it; it is where {target.name} is built: "
+                           "move it away")
+        _discard_partial(tmp)
+    atomic_write_json(_partial_record(tmp), {"format": PARTIAL_FORMAT, "host": _HOST, "pid": os.getpid()})
     try:
+        tmp.mkdir()
         yield tmp
         write_owner_record(tmp, kind)
     except Exception as e:  # a streamed write's error names no file (or only in a library's words): name the output
-        shutil.rmtree(tmp, ignore_errors=True)
+        _discard_partial(tmp)
         named = as_os_error(e, target)
         if named is None:
             raise
         raise named from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _discard_partial(tmp)
         raise
     raced = TRMError(f"{target}: another command wrote this {kind} while this one was built; that one stands and "
                      f"this one is discarded (run the command again to replace it)")
     if _identity(target) != found:  # two commands built one output at once: the first to finish keeps it
-        shutil.rmtree(tmp, ignore_errors=True)
+        _discard_partial(tmp)
         raise raced
     old = target.parent / f"{target.name}{OLD_MARK}{os.getpid()}"
     moved = False
@@ -391,10 +439,12 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
             os.replace(old, target)  # the old output back where it was
         elif moved:  # another writer's output took its place meanwhile: the old one is superseded
             shutil.rmtree(old, ignore_errors=True)
-            shutil.rmtree(tmp, ignore_errors=True)
+            _discard_partial(tmp)
             if isinstance(e, OSError):  # the two swapped at the same instant: said as the check above says it
                 raise raced from None
-        shutil.rmtree(tmp, ignore_errors=True)
+        _discard_partial(tmp)
         raise
+    with contextlib.suppress(OSError):  # in place: the record of the partial folder has served
+        _partial_record(tmp).unlink()
     if moved:
         shutil.rmtree(old, ignore_errors=True)
