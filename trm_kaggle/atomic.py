@@ -8,7 +8,8 @@ named (`--output`) is written where its link points (`through_link`). A log appe
 is refused when it is a link or has other names. Directories are built in a temporary
 sibling named `<target>.partial-<pid>` and renamed into place at the end, so a
 killed build leaves only a `.partial-*` directory that no loader mistakes for a
-dataset; the next build removes such leftovers when their process is gone. Each finished
+dataset; the next build removes such leftovers when their process is gone and the record written beside each
+proves it ours. Each finished
 directory holds an owner record (`OWNER_RECORD`: its kind and every entry written), the
 only proof on which an existing directory is ever replaced.
 """
