@@ -92,6 +92,22 @@ def test_a_model_that_runs_exits_0(world, capsys):
     check_submission(world / "s.json", world / "c.json")
 
 
+def test_a_task_whose_result_the_work_dir_cannot_hold_is_named_not_said_cut_by_the_budget(world, capsys):
+    """A FIFO where the first task's folder goes: the task failed, its result could not be written either, and
+    it kept the fallback with no word but a -v line that blamed the time budget (46 s of it left)."""
+    import os
+
+    (world / "work" / "units").mkdir(parents=True)
+    os.mkfifo(world / "work" / "units" / "u00000")
+    assert main(submit(world)) == 0  # the other tasks answered
+    err = capsys.readouterr().err
+    assert "warning: task task0: " in err and "a pipe (FIFO) where the task's folder goes" in err, err
+    assert "the work dir could not hold its result" in err and "time budget" not in err, err
+    report = json.loads((world / "work" / "solve_report.json").read_text())
+    assert any("task task0" in e for e in report["errors"]), report["errors"]
+    check_submission(world / "s.json", world / "c.json")
+
+
 def test_model_failure_reasons():
     assert model_failure(0, {}, ["x"]) is None                        # no task for the model
     assert model_failure(2, {"a": {"predicted": 0}}, ["x"]) is None   # a task ran (the deadline cut it)

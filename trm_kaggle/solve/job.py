@@ -250,6 +250,8 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
         raise OutputTaken(f"{e}; this submit's answers are kept in {work} (a rerun with its own --output reuses "
                           "them)") from None
     failed = {t: r["error"] for t, r in task_reports.items() if "error" in r}
+    # a task that failed where its result could not be written either: only its worker's word says so
+    failed.update({t: why for out in outcomes for t, why in out.unwritten.items() if t not in failed})
     report["errors"] += [f"task {t}: {e} (it keeps the fallback)" for t, e in failed.items()]
     report["model_failed"] = model_failure(len(units), task_reports, causes + list(failed.values()))
     report.update(_summarise(task_reports))
@@ -261,7 +263,7 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
         if out is not None:
             why = (f"worker {w} failed ({out.error})" if out.error else
                    "the time budget ran out before the model reached it")
-            unanswered.update({u.task_id: why for u in shard})
+            unanswered.update({u.task_id: out.unwritten.get(u.task_id, why) for u in shard})
     fallback = fallback_reasons(challenges, units, left_out, duplicates, cfg.max_tasks, task_reports, candidates,
                                 unanswered)
     report.update(answer, workers=[o.as_dict() for o in outcomes], task_reports=task_reports,

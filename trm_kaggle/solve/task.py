@@ -24,11 +24,12 @@ import torch
 
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
 from trm_kaggle.data import IGNORE_LABEL_ID, LoadReport, MAX_GRID, PuzzleLoader, build_arc, built_with, parse_task
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate import evaluate
 from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model import ContinuousRollout, apply_compile, load_model_for_dataset, model_from_train_state
+from trm_kaggle.outputs import special_kind
 from trm_kaggle.solve.plan import demo_rows
 from trm_kaggle.solve.schedule import finetune_phases
 from trm_kaggle.solve.workdir import Unit, unit_dir, write_result
@@ -140,6 +141,8 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     udir = unit_dir(work, unit)
     for part in PARTS:  # a task's run always starts fresh: only complete results are reused
         shutil.rmtree(udir / part, ignore_errors=True)
+    if (kind := special_kind(udir)) is not None or (udir.is_file() and (kind := "a file")):
+        raise TRMError(f"{udir}: {kind} where the task's folder goes; remove it")  # not "File exists"
     udir.mkdir(parents=True, exist_ok=True)
     report: dict = {"num_aug": cfg.num_aug, "planned_steps": cfg.finetune_steps}
 

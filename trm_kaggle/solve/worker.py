@@ -59,15 +59,17 @@ def _quiet_builder():
 
 
 def run_units(spec: WorkerSpec, emit: Callable[[str], None],
-              on_unit: Callable[[Unit], None] | None = None) -> Plan | None:
+              on_unit: Callable[[Unit, str | None], None] | None = None) -> Plan | None:
     """Plan, then solve each of the spec's units that has no reusable result; returns the plan (None when the
-    deadline had passed before the worker started)."""
+    deadline had passed before the worker started). `on_unit(unit, unwritten)` follows each unit: `unwritten`
+    says why a failed unit's result could not be written in the work dir (else None), which only the worker knows:
+    without it, the task would seem cut by the time budget."""
     with _quiet_builder():
         return _run_units(spec, emit, on_unit)
 
 
 def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
-               on_unit: Callable[[Unit], None] | None) -> Plan | None:
+               on_unit: Callable[[Unit, str | None], None] | None) -> Plan | None:
     cfg = SolveConfig.model_validate_json(spec.config)
     budget = Budget.until(spec.start, spec.deadline)
     if spec.threads:
@@ -103,7 +105,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
                                    f"by an earlier run with these settings"))
         for u in spec.units:
             if u not in todo and on_unit is not None:
-                on_unit(u)
+                on_unit(u, None)
     ucfg = cfg.model_copy(update={"num_aug": plan.num_aug, "finetune_steps": plan.finetune_steps,
                                   "threads": spec.threads, "device": spec.device})
     compiled = resolve_compile(cfg.compile, device)
@@ -127,6 +129,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
             if rows < ucfg.eval_batch_size:  # the task's share holds no whole batch: smaller ones keep it
                 tcfg = ucfg.model_copy(update={"eval_batch_size": rows})
         t0 = time.monotonic()
+        unwritten = None
         try:
             report = solve_unit(tcfg, unit, challenges[unit.task_id], keys[unit.index], spec.work, device,
                                 finetune_by, predict_by, canvas, banner=k == 0, hard_deadline=spec.deadline)
@@ -138,12 +141,13 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
             try:  # the task keeps its fallback; its result says why
                 write_result(spec.work, unit, keys[unit.index], {}, {"error": describe(e)}, False)
                 atomic_write_text(unit_dir(spec.work, unit) / "error.log", traceback.format_exc())
-            except OSError:
-                pass
+            except OSError as w:  # the work dir cannot hold it (full, a special file): the parent is told instead
+                unwritten = f"{describe(e)}; the work dir could not hold its result" + \
+                    ("" if describe(w) == describe(e) else f" ({describe(w)})")
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})",
                              f"FAILED ({describe(e)}); it keeps the fallback answer"))
         if on_unit is not None:
-            on_unit(unit)
+            on_unit(unit, unwritten)
     if compiled:  # for the next run here, or a bundle's --compile-cache
         save_compile_cache(Path(spec.work) / COMPILE_DIR, device)
     return plan

@@ -44,6 +44,7 @@ class Outcome:
     error: str | None = None
     log: str | None = None
     plan: dict | None = field(default=None)
+    unwritten: dict[str, str] = field(default_factory=dict)  # task id -> why its failed result is not on disk
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -79,7 +80,9 @@ def _child(spec: WorkerSpec) -> None:
     from trm_kaggle.solve.worker import run_units  # torch starts here, after the device is chosen
 
     write = event_writer(spec.events)
-    run_units(spec, emit=lambda line: write({"line": line}), on_unit=lambda unit: write({"unit": unit.index}))
+    run_units(spec, emit=lambda line: write({"line": line}),
+              on_unit=lambda unit, unwritten: write({"unit": unit.index, "task": unit.task_id,
+                                                     **({"unwritten": unwritten} if unwritten else {})}))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # every result is on disk: skip the interpreter's (slow, torch-heavy) teardown
@@ -182,8 +185,10 @@ def run_in_process(spec: WorkerSpec, emit: Emit, on_answer: Callable[[], None] |
 
     try:
         with _alarm(stop_at) as shielded:
-            def done(_unit: Unit) -> None:
+            def done(unit: Unit, unwritten: str | None) -> None:
                 out.done += 1
+                if unwritten:
+                    out.unwritten[unit.task_id] = unwritten
                 if on_answer is not None:
                     shielded(on_answer)
 
@@ -255,6 +260,8 @@ def run_spawned(specs: list[WorkerSpec], emit: Emit, *, stop_at: float | None = 
                 if "unit" in event:
                     outcomes[i].done += 1
                     finished += 1
+                    if isinstance(event.get("unwritten"), str) and isinstance(event.get("task"), str):
+                        outcomes[i].unwritten[event["task"]] = event["unwritten"]
         return finished
 
     while True:
