@@ -315,6 +315,20 @@ def test_a_parameter_without_optimizer_state_is_refused_not_started_afresh(data,
     assert "parameters hold no state" in line, line
 
 
+def _one_step_count_behind(s):
+    states = s["optimizer"]["state"]
+    first = states[min(states)]
+    first["step"] = torch.zeros_like(first["step"]) if isinstance(first["step"], torch.Tensor) else 0
+
+
+def test_a_parameter_whose_step_count_lags_its_groups_is_refused(data, tmp_path, capsys):
+    """One parameter's Adam step count at 0 while the state and every other parameter were at 2: the resume went
+    on without a word, that parameter's bias correction restarted, and the losses differed from an unbroken run."""
+    run, path, line = _resumed_after(data, tmp_path, capsys, _one_step_count_behind)
+    assert str(path) in line and "field 'optimizer' does not fit this run" in line, line
+    assert "parameters have taken different numbers of steps (0, 2;" in line, line
+
+
 def _swapped_parameters(s):
     params = s["optimizer"]["param_groups"][0]["params"]
     params[0], params[-1] = params[-1], params[0]

@@ -319,6 +319,11 @@ def _check_moments(optimizer: torch.optim.Optimizer, steps_taken: int = 0) -> No
             raise ValueError(f"{bare} of group {i}'s {len(group['params'])} parameters hold no state, yet "
                              + (f"the run took {steps_taken} optimizer steps" if steps_taken else
                                 "the others of its group do") + " (a run steps every parameter of a group at once)")
+        counts = {float(n) for p in group["params"] if (n := optimizer.state.get(p, {}).get("step")) is not None}
+        if len(counts) > 1:  # one parameter's bias correction behind the others': a silently inexact resume
+            raise ValueError(f"group {i}'s parameters have taken different numbers of steps "
+                             f"({', '.join(f'{n:g}' for n in sorted(counts))}; a run steps every parameter of a "
+                             "group at once)")
         if len(kinds) > 1:
             full = max(kinds, key=len)
             lacking = sorted({k for kind in kinds for k in full - kind})
