@@ -212,7 +212,7 @@ def _kill_mid_build(proc: subprocess.Popen, out: Path) -> None:
     """SIGKILL once the build has started writing into its partial directory."""
     deadline = time.time() + 60
     while time.time() < deadline and proc.poll() is None:
-        partial = list(out.parent.glob(out.name + ".partial-*"))
+        partial = [p for p in out.parent.glob(out.name + ".partial-*") if p.is_dir()]  # not the record beside it
         if partial and list(partial[0].rglob("all__inputs.npy")):
             break
         time.sleep(0.02)
@@ -225,7 +225,7 @@ def test_killed_build_leaves_nothing_that_looks_complete(tmp_path):
     out = tmp_path / "ds"
     _kill_mid_build(_start_build(out, 150), out)
     assert not out.exists()
-    assert list(tmp_path.glob("ds.partial-*")), "the partial directory is the only trace"
+    assert [p for p in tmp_path.glob("ds.partial-*") if p.is_dir()], "the partial directory is the only trace"
     from trm_kaggle.errors import DataError
     with pytest.raises(DataError):
         verify_dataset(out)

@@ -174,7 +174,7 @@ def test_a_failed_final_rename_puts_the_old_output_back(tmp_path, monkeypatch):
     real = os.replace
 
     def refuse_the_new_one(src, dst):
-        if ".partial-" in Path(src).name:  # the finished folder renamed into place
+        if ".partial-" in Path(src).name and Path(src).is_dir():  # the finished folder renamed into place
             raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(src), None, str(dst))
         return real(src, dst)
 
@@ -217,7 +217,7 @@ def test_folders_named_like_leftovers_that_we_did_not_make_are_never_removed(tmp
     foreign = tmp_path / f"exp.partial-{os.getpid()}"  # where this process would build: refused, not emptied
     foreign.mkdir()
     (foreign / "mine.txt").write_text("mine")
-    with pytest.raises(TRMError, match="exists and this package did not make it"):
+    with pytest.raises(TRMError, match=r"exists and this package did not make it"):
         with A.atomic_directory(tmp_path / "exp", kind="report") as d:
             pass
     foreign.rename(tmp_path / "kept")

@@ -211,6 +211,13 @@ def _partial_of_ours(p: Path) -> bool:
     return isinstance(value, dict) and value.get("format") == PARTIAL_FORMAT and value.get("host") == _HOST
 
 
+def _write_partial_record(record: Path) -> None:
+    """The record beside a partial folder, created afresh (never over a file someone else put there)."""
+    fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"format": PARTIAL_FORMAT, "host": _HOST, "pid": os.getpid()}, f)
+
+
 def _discard_partial(tmp: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     with contextlib.suppress(OSError):
@@ -404,13 +411,14 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     remove_stale_partials(target, kind)
     found = _identity(target)  # what stands there now: another writer's output in its place is seen at the swap
     tmp = target.parent / f"{target.name}{PARTIAL_MARK}{os.getpid()}"
-    if os.path.lexists(tmp):  # a process of our pid before us (pids are reused), or a folder of the user's
-        if tmp.is_symlink() or not tmp.is_dir() or not _partial_of_ours(tmp):
-            raise TRMError(f"{tmp} exists and this package did not make it; it is where {target.name} is built: "
-                           "move it away")
+    record = _partial_record(tmp)
+    if os.path.lexists(tmp) or os.path.lexists(record):  # a process of our pid before us (pids are reused), or
+        if not _partial_of_ours(tmp) or (os.path.lexists(tmp) and (tmp.is_symlink() or not tmp.is_dir())):  # the
+            raise TRMError(f"{tmp} (or {record.name}) exists and this package did not make it; it is where "  # user's
+                           f"{target.name} is built: move it away")
         _discard_partial(tmp)
-    atomic_write_json(_partial_record(tmp), {"format": PARTIAL_FORMAT, "host": _HOST, "pid": os.getpid()})
     try:
+        _write_partial_record(record)
         tmp.mkdir()
         yield tmp
         write_owner_record(tmp, kind)
