@@ -194,3 +194,17 @@ def test_read_challenges_names_the_problem(tmp_path):
         read_challenges(tmp_path / "c.json")
     with pytest.raises(DataError, match="not found"):
         read_challenges(tmp_path / "absent.json")
+
+
+def test_a_mistyped_second_test_set_is_refused():
+    """`--test-set-name training --test-set-name2 evaluaton` built the evaluation subset's test pairs into the
+    train split without a word (a typo in the first test set empties the test split: a warning)."""
+    from trm_kaggle.config import ArcBuildConfig
+
+    with pytest.raises(ValueError, match=r"test_set_name2 'evaluaton' is none of the subsets \(training, "
+                                         r"evaluation\); did you mean evaluation\?"):
+        ArcBuildConfig(output_dir="o", subsets=["training", "evaluation"], test_set_name="training",
+                       test_set_name2="evaluaton")
+    # upstream's default second name, not among the subsets built, is no typo of the user's
+    assert ArcBuildConfig(output_dir="o", subsets=["training", "evaluation"], test_set_name="evaluation")
+    assert ArcBuildConfig(output_dir="o", subsets=["a", "b"], test_set_name="c", test_set_name2="c")

@@ -108,6 +108,22 @@ def test_a_task_whose_result_the_work_dir_cannot_hold_is_named_not_said_cut_by_t
     check_submission(world / "s.json", world / "c.json")
 
 
+def test_a_model_of_another_kind_of_task_is_said_once_as_such(world, capsys):
+    """A Sudoku export (vocabulary 6, 16 cells) failed every task with torch's "IndexError: index out of range in
+    self"; the bundle refused the same export as "not an ARC model"."""
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.model.export import export_inference
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    arch = ArchConfig(hidden_size=16, num_heads=2, expansion=2.0, H_cycles=1, L_cycles=1, L_layers=1,
+                      halt_max_steps=2, puzzle_emb_len=2, forward_dtype="float32")
+    export_inference(world / "sudoku", TinyRecursiveModel(arch, 16, 6, 3), arch=arch, seq_len=16, vocab_size=6,
+                     mean_embedding=True, info={})
+    line = failed_once(capsys, main(submit(world, weights="sudoku")), world)
+    assert "sudoku: not an ARC model: its config.json has vocab_size 6 and seq_len 16" in line, line
+    assert "IndexError" not in line
+
+
 def test_model_failure_reasons():
     assert model_failure(0, {}, ["x"]) is None                        # no task for the model
     assert model_failure(2, {"a": {"predicted": 0}}, ["x"]) is None   # a task ran (the deadline cut it)

@@ -3,6 +3,7 @@ Each field's description is also its option's `--help`."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
@@ -81,6 +82,17 @@ class ArcBuildConfig(_Config):
         if not isinstance(v, str) and (twice := sorted({n for n in v if v.count(n) > 1})):
             raise ValueError(f"the subset {twice[0]!r} is named twice: each subset's puzzles are read once")
         return v
+
+    @model_validator(mode="after")
+    def _second_test_set_is_a_subset(self) -> "ArcBuildConfig":
+        # a mistyped second test set went unnoticed (the first one's typo empties the test split: a warning) and
+        # its subset's test pairs were trained on; the default, upstream's, may name a subset not built
+        if "test_set_name2" in self.model_fields_set and self.test_set_name2 not in self.subsets \
+                and self.test_set_name2 != self.test_set_name:  # the same as the first: its own warning says it
+            close = difflib.get_close_matches(self.test_set_name2, self.subsets, n=1)
+            raise ValueError(f"test_set_name2 {self.test_set_name2!r} is none of the subsets ("
+                             f"{', '.join(self.subsets)})" + (f"; did you mean {close[0]}?" if close else ""))
+        return self
 
 
 def _mode_problem(cfg: _Config, csv_only: tuple[str, ...], generator_only: tuple[str, ...]) -> str | None:

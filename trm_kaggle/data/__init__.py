@@ -12,6 +12,7 @@ _EXPORTS = {
     "IGNORE_LABEL_ID": "loader",
     "INVERSE_TRANSFORM": "augment",
     "VOCAB_SIZE": "arc.build",  # ARC's tokens: PAD, EOS, ten colours
+    "arc_model_problem": "arc.build",
     "LoadReport": "arc.tasks",
     "MAX_GRID": "arc.tasks",
     "PuzzleLoader": "loader",

@@ -58,6 +58,7 @@ from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, MIN_PLAN_S, WEEK_S, SolveConfig,
                                bounded_count_or_auto, bounded_number)
 from trm_kaggle.interrupts import give_back, hold_terminations, interrupted
+from trm_kaggle.data import arc_model_problem
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.kernel import DEFAULT_NOTEBOOK, build_kernel, build_wheel_kernel, read_kernel_notebook
@@ -71,9 +72,7 @@ from trm_kaggle.kaggle.rehearsal import execute
 from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, read_sample_submission
 from trm_kaggle.kaggle.train_kernel import (  # check_kernel_overrides: for the training session
     build_data, build_train_kernel, check_continue_from, check_kernel_overrides, fetch_run_state)
-from trm_kaggle.kaggle.weights_dataset import (
-    arc_model_problem, build_weights, check_compile_cache, default_weights, export_problem,
-)
+from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache, default_weights, export_problem
 from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_platform_tags, check_python_version,
 )

@@ -7,7 +7,6 @@ match.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -38,20 +37,6 @@ def export_problem(path: Path) -> str | None:
         return (f"not an export: {cfg} was not written by `trm-kaggle export` or `trm-kaggle import-upstream` "
                 f"(its \"format\" is not {EXPORT_FORMAT!r})")
     return None
-
-
-def arc_model_problem(config: dict) -> str | None:
-    """Why an export's config is no ARC model the submission kernel can run (one phrase), or None: ARC's
-    vocabulary (PAD, EOS and ten colours) on a square canvas of at most 30 x 30."""
-    from trm_kaggle.data import VOCAB_SIZE
-
-    vocab, seq_len = config.get("vocab_size"), config.get("seq_len")
-    side = math.isqrt(seq_len) if isinstance(seq_len, int) and seq_len > 0 else 0
-    if vocab == VOCAB_SIZE and side * side == seq_len and side <= 30:
-        return None
-    return (f"not an ARC model: its config.json has vocab_size {str(vocab)[:20]} and seq_len {str(seq_len)[:20]}, "
-            f"where the submission kernel needs ARC's {VOCAB_SIZE} tokens on a square canvas of at most 30 x 30 "
-            f"(seq_len 900); a Sudoku, maze or code model answers no ARC task")
 
 
 def is_export(path: Path) -> bool:

@@ -43,7 +43,7 @@ from trm_kaggle.jsonio import open_regular
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
-from trm_kaggle.solve.task import export_canvas
+from trm_kaggle.solve.task import NotArcModel, export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
 from trm_kaggle.wording import shown
@@ -174,8 +174,11 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
         # refused in one line, now (not after another pass over a file that large, nor as tasks never reached)
         return _out_of_time(cfg, report, budget, say)
 
+    not_arc = None
     try:
         canvas = export_canvas(cfg.weights)
+    except NotArcModel as e:  # said once as the cause below, not as an IndexError of every task
+        canvas, not_arc = MAX_GRID, e
     except Exception:  # noqa: BLE001 - unreadable weights: the worker reports them, the fallback stands
         canvas = MAX_GRID
     units, malformed = make_units({k: v for k, v in challenges.items() if k not in duplicates}, cfg.max_tasks,
@@ -207,6 +210,8 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     shards: list[list] = []
     causes: list[str] = []  # why the model path failed, for `model_failure`
     try:
+        if not_arc is not None:
+            raise not_arc
         if budget.left() <= 0:
             raise TRMError(f"the time budget ({cfg.time_budget} s) is used up by the safety margin "
                            f"({cfg.safety_margin} s): nothing left for the model")

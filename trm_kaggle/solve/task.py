@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
-from trm_kaggle.data import IGNORE_LABEL_ID, LoadReport, MAX_GRID, PuzzleLoader, build_arc, built_with, parse_task
+from trm_kaggle.data import (IGNORE_LABEL_ID, LoadReport, MAX_GRID, PuzzleLoader, arc_model_problem, build_arc,
+                             built_with, parse_task)
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate import evaluate
 from trm_kaggle.hardware import place_model
@@ -41,9 +42,17 @@ SUBSET = "unseen"
 PARTS = ("data", "finetune")  # what a task's run writes beside its result.json
 
 
+class NotArcModel(TRMError):
+    """An export of another kind of task (Sudoku, a maze, code): no ARC task can reach its vocabulary."""
+
+
 def export_canvas(weights: str | os.PathLike) -> int:
-    """The canvas side an export was trained on (seq_len = side * side; 30 for upstream's ARC models)."""
-    seq_len = int(read_json(Path(weights) / "config.json", "export config.json").get("seq_len", 900))
+    """The canvas side an export was trained on (seq_len = side * side; 30 for upstream's ARC models); NotArcModel
+    for a model of another kind of task, whose every prediction would fail on ARC's tokens."""
+    config = read_json(Path(weights) / "config.json", "export config.json")
+    if isinstance(config, dict) and "vocab_size" in config and (problem := arc_model_problem(config)):
+        raise NotArcModel(f"{weights}: {problem}")
+    seq_len = int(config.get("seq_len", 900))
     side = math.isqrt(seq_len)
     return side if side * side == seq_len and 1 <= side <= 30 else 30
 

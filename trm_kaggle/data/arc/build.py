@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import multiprocessing
 import os
 import time
@@ -62,6 +63,18 @@ log = logging.getLogger(__name__)
 # upstream's), but its label rows are written as the ignore label: never trained on, never scored
 DUMMY_OUTPUT = np.zeros((1, 1), dtype=np.uint8)
 IGNORE_LABEL = PAD  # the datasets' ignore_label_id (DatasetWriter's default)
+
+
+def arc_model_problem(config: dict) -> str | None:
+    """Why an export's config is no ARC model the submission kernel can run (one phrase), or None: ARC's
+    vocabulary (PAD, EOS and ten colours) on a square canvas of at most 30 x 30."""
+    vocab, seq_len = config.get("vocab_size"), config.get("seq_len")
+    side = math.isqrt(seq_len) if isinstance(seq_len, int) and seq_len > 0 else 0
+    if vocab == VOCAB_SIZE and side * side == seq_len and side <= 30:
+        return None
+    return (f"not an ARC model: its config.json has vocab_size {str(vocab)[:20]} and seq_len {str(seq_len)[:20]}, "
+            f"where the submission kernel needs ARC's {VOCAB_SIZE} tokens on a square canvas of at most 30 x 30 "
+            f"(seq_len 900); a Sudoku, maze or code model answers no ARC task")
 
 
 @dataclass
