@@ -133,3 +133,21 @@ def test_a_prefix_is_checked_against_the_ids_this_build_makes_only(inputs, tmp_p
     assert f"bob/{prefix}-submission" in capsys.readouterr().out
     assert B.main([str(tmp_path / "other"), *args[1:], "--wheel-kernel"]) == 2  # that kernel's id is too long
     assert f"bob/{prefix}-adam-atan2-wheel" in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+def test_a_compile_cache_the_kernel_never_reads_is_refused(inputs, tmp_path, capsys, monkeypatch):
+    """A `--cpu` kernel compiles nothing, and a GPU kernel loads only a cache made on a GPU: both once shipped
+    the cache and found out only on Kaggle, after the push."""
+    import torch
+
+    from trm_kaggle.model.compiling import CACHE_FILE, save_compile_cache
+
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"artifacts", None))
+    save_compile_cache(tmp_path / "made", "cpu")
+    common = ["--no-download", "--user", "tester", "--weights", str(inputs["export"]), "--notebook",
+              str(inputs["notebook"]), "--compile-cache", str(tmp_path / "made" / CACHE_FILE)]
+    assert B.main([str(tmp_path / "gpu"), *common]) == 2
+    assert "made on 'cpu', and the kernel runs on a GPU" in capsys.readouterr().err
+    assert B.main([str(tmp_path / "cpu"), *common, "--cpu"]) == 2
+    assert "with --cpu: a CPU kernel compiles nothing" in capsys.readouterr().err
+    assert not (tmp_path / "gpu").exists() and not (tmp_path / "cpu").exists()

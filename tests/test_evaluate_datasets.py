@@ -63,6 +63,21 @@ def test_a_sudoku_dataset_is_scored_like_trainings_check_and_from_the_command_li
     assert "settled: " in out and "after 4 steps" in out
     assert main(common + ["--trajectories", "3"]) == 2  # no noise: a contradiction, refused in one line
     assert "trajectory-noise above 0" in capsys.readouterr().err
+    # each example answers alone: a vote's weighting was read by nothing (exit 0), as --save-votes is refused
+    assert main(common + ["--weighting", "q_halt"]) == 2
+    assert "scored per example, without votes to weigh (weighting q_halt)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--task-id-seed", "5"], "--task-id-seed 5 seeds --task-ids random, which is not asked for"),
+    (["--task-ids", "own", "blank", "--task-id-seed", "5"], "--task-id-seed 5 seeds --task-ids random"),
+    (["--no-pictures"], "--tasks, --first and --no-pictures shape the report's pictures: give --report-dir too"),
+])
+def test_evaluate_options_read_by_nothing_are_refused_before_any_work(tmp_path, capsys, flags, said):
+    """Each was accepted with exit 0 and changed nothing: a seed without the random ids it seeds, pictures
+    turned off for a report not written."""
+    rc = main(["evaluate", "--weights", str(tmp_path / "none"), "--data", str(tmp_path / "none"), *flags])
+    assert rc == 2 and said in capsys.readouterr().err
 
 
 def _emptied(data, dest):

@@ -124,6 +124,17 @@ def test_a_model_of_another_kind_of_task_is_said_once_as_such(world, capsys):
     assert "IndexError" not in line
 
 
+def test_a_compile_cache_nothing_reads_is_said_in_one_line(world, capsys, caplog):
+    """`--compile-cache` with nothing compiled (compile off, or auto on a CPU): never named, though its help says
+    a cache not loaded is "ignored with one line"."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    assert main(submit(world, "--max-tasks", "1", "--compile", "off", "--compile-cache", str(world / "c.bin"))) == 0
+    said = [r.getMessage() for r in caplog.records if "c.bin" in r.getMessage()]
+    assert len(said) == 1 and "not loaded: nothing is compiled here (compile off on cpu)" in said[0], said
+
+
 def test_model_failure_reasons():
     assert model_failure(0, {}, ["x"]) is None                        # no task for the model
     assert model_failure(2, {"a": {"predicted": 0}}, ["x"]) is None   # a task ran (the deadline cut it)

@@ -42,7 +42,7 @@ def add_evaluate(sub) -> None:
     flag(p, "compile", EvaluateConfig, more="; --compile alone = on", nargs="?", const="on", default=default.compile,
          choices=["auto", "on", "off"])
     flag(p, "max_steps", EvaluateConfig, type=int, default=None)
-    flag(p, "weighting", EvaluateConfig, choices=["count", "q_halt"], default=default.weighting)
+    flag(p, "weighting", EvaluateConfig, choices=["count", "q_halt"], default=None)
     for name in ("trajectories", "trajectory_seed", "test_depth"):
         flag(p, name, EvaluateConfig, type=int, default=None)
     flag(p, "trajectory_noise", EvaluateConfig, type=float, default=None)
@@ -65,7 +65,7 @@ def add_evaluate(sub) -> None:
                    help="which puzzle-embedding row each puzzle gets: own (as trained, default), blank (identifier "
                         "0), random (another trained identifier's, seeded), mean (the mean row); several modes "
                         "evaluate one after the other and end with a comparison: does the model need its task id?")
-    p.add_argument("--task-id-seed", type=bounded_number("--task-id-seed", 0, MAX_SEED), default=0,
+    p.add_argument("--task-id-seed", type=bounded_number("--task-id-seed", 0, MAX_SEED), default=None,
                    help="seed of --task-ids random (default 0)")
     common_flags(p)
     p.set_defaults(func=cmd_evaluate)
@@ -77,10 +77,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     modes = list(dict.fromkeys(args.task_ids))
     if len(modes) > 1 and (args.save_votes or args.pool_with or args.report_dir):
         raise TRMError("--save-votes, --pool-with and --report-dir take one --task-ids mode at a time")
-    if (args.tasks is not None or args.first is not None) and args.report_dir is None:
-        raise TRMError("--tasks and --first choose the tasks drawn in the report: give --report-dir too")
+    if (args.tasks is not None or args.first is not None or args.no_pictures) and args.report_dir is None:
+        raise TRMError("--tasks, --first and --no-pictures shape the report's pictures: give --report-dir too")
+    if args.task_id_seed is not None and "random" not in modes:  # read by nothing else
+        raise TRMError(f"--task-id-seed {args.task_id_seed} seeds --task-ids random, which is not asked for: add "
+                       "it or drop the seed")
     cfg = EvaluateConfig(**config_kwargs(args, EvaluateConfig.model_fields))
-    evaluate_export(args.weights, args.data, cfg, task_ids=args.task_ids, task_id_seed=args.task_id_seed,
+    evaluate_export(args.weights, args.data, cfg, task_ids=args.task_ids, task_id_seed=args.task_id_seed or 0,
                     pool_with=args.pool_with, save_votes=args.save_votes, report_dir=args.report_dir,
                     tasks=args.tasks, first=5 if args.first is None else args.first,
                     pictures=not args.no_pictures)

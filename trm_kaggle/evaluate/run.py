@@ -45,6 +45,9 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     _check_something_to_score(data, arc)
     if not arc and (pool_with or save_votes):
         raise DataError(f"{data} has no test_puzzles.json: it is scored per example, without votes to save or pool")
+    if not arc and cfg.weighting != "count":  # each example answers alone: no vote to weigh
+        raise DataError(f"{data} has no test_puzzles.json: it is scored per example, without votes to weigh "
+                        f"(weighting {cfg.weighting})")
     modes = list(dict.fromkeys(task_ids))
     pooled = None
     for path in pool_with or []:  # read first: a bad file stops before any inference

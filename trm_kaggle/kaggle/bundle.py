@@ -134,7 +134,15 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
                        "kernel": "kaggle kernel", **({WHEEL_KERNEL_DIR: "kaggle adam-atan2 wheel kernel"}
                                                      if wheel_kernel else {})})
     if compile_cache is not None:
-        check_compile_cache(compile_cache)  # so is a cache that does not match its record
+        record = check_compile_cache(compile_cache)  # so is a cache that does not match its record
+        target = record.get("target") if isinstance(record.get("target"), dict) else {}
+        if not enable_gpu:  # the kernel's compile is auto: CUDA only
+            raise TRMError(f"--compile-cache {compile_cache} with --cpu: a CPU kernel compiles nothing, so it would "
+                           "never read the cache; drop one of them")
+        if target.get("device") != "cuda":  # found out only on Kaggle, after the push, as "not loaded"
+            raise TRMError(f"--compile-cache {compile_cache}: made on {clipped(target.get('device'))}, and the "
+                           "kernel runs on a GPU, which loads only a cache made on one like it (make it with "
+                           "`trm-kaggle submit` on that GPU)")
     with _out_dir_lock(out, held):
         report = {"out_dir": str(out.absolute()),
                   "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
