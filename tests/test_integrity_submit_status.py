@@ -108,6 +108,23 @@ def test_a_task_whose_result_the_work_dir_cannot_hold_is_named_not_said_cut_by_t
     check_submission(world / "s.json", world / "c.json")
 
 
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_special_file_where_one_tasks_result_goes_costs_that_task_alone(world, capsys, kind):
+    """A FIFO or a folder at `units/u00000/result.json`: the refusal to write there (a TRMError, not an OSError)
+    stopped the whole worker, and every task of it kept the fallback (exit 3)."""
+    import os
+
+    place = world / "work" / "units" / "u00000" / "result.json"
+    place.parent.mkdir(parents=True)
+    os.mkfifo(place) if kind == "fifo" else place.mkdir()
+    assert main(submit(world)) == 0
+    err = capsys.readouterr().err
+    assert "warning: task task0: " in err and "the work dir could not hold its result" in err, err
+    report = json.loads((world / "work" / "solve_report.json").read_text())
+    assert sorted(report["task_reports"]) == ["task1", "task2"]  # the worker's other tasks ran
+    check_submission(world / "s.json", world / "c.json")
+
+
 def test_a_model_of_another_kind_of_task_is_said_once_as_such(world, capsys):
     """A Sudoku export (vocabulary 6, 16 cells) failed every task with torch's "IndexError: index out of range in
     self"; the bundle refused the same export as "not an ARC model"."""

@@ -28,7 +28,7 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.errors import describe
+from trm_kaggle.errors import TRMError, describe
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import load_compile_cache, read_export, resolve_compile, save_compile_cache
 from trm_kaggle.solve.plan import (
@@ -143,7 +143,8 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
             try:  # the task keeps its fallback; its result says why
                 write_result(spec.work, unit, keys[unit.index], {}, {"error": describe(e)}, False)
                 atomic_write_text(unit_dir(spec.work, unit) / "error.log", traceback.format_exc())
-            except OSError as w:  # the work dir cannot hold it (full, a special file): the parent is told instead
+            except (OSError, TRMError) as w:  # the work dir cannot hold it (full, a special file where it goes):
+                # the parent is told instead; one task's place costs that task alone, never its worker's others
                 unwritten = f"{describe(e)}; the work dir could not hold its result" + \
                     ("" if describe(w) == describe(e) else f" ({describe(w)})")
             emit(budget.line(f"task {unit.task_id} ({k + 1}/{len(todo)})",
