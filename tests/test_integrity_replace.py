@@ -189,8 +189,10 @@ def test_stale_leftovers_of_a_killed_replacement(tmp_path):
     pid = dead_pid()
     with A.atomic_directory(tmp_path / "out", kind="report") as d:
         (d / "a.txt").write_text("a")
-    # a replacement killed while the old output was removed: the old one, put aside, holds its owner record
+    # a replacement killed while the old output was removed: the old one, put aside, holds its owner record, and
+    # the record beside it says this host put it there
     shutil.copytree(tmp_path / "out", tmp_path / f"out.old-{pid}")
+    A.atomic_write_json(tmp_path / f"out.old-{pid}.record", {"format": A.PARTIAL_FORMAT, "host": A._HOST})
     # a build killed while it built: its folder, with the record beside it that says this host made it
     (tmp_path / f"out.partial-{pid}").mkdir()
     A.atomic_write_json(tmp_path / f"out.partial-{pid}.record", {"format": A.PARTIAL_FORMAT, "host": A._HOST})
@@ -211,6 +213,7 @@ def test_folders_named_like_leftovers_that_we_did_not_make_are_never_removed(tmp
         (d / "a.txt").write_text("a")
     (tmp_path / f"exp.old-{pid}").mkdir()
     (tmp_path / f"exp.old-{pid}" / "NOTES.txt").write_text("my backup")
+    shutil.copytree(tmp_path / "exp", tmp_path / f"exp.old-{pid + 2}")  # `cp -r exp exp.old-N`: our owner record
     (tmp_path / f"exp.partial-{pid}").mkdir()  # no record beside it
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / f"exp.partial-{pid + 1}").symlink_to(tmp_path / "elsewhere")
@@ -225,6 +228,7 @@ def test_folders_named_like_leftovers_that_we_did_not_make_are_never_removed(tmp
         (d / "b.txt").write_text("b")
     assert (tmp_path / f"exp.old-{pid}" / "NOTES.txt").read_text() == "my backup"
     assert (tmp_path / f"exp.partial-{pid}").is_dir() and (tmp_path / f"exp.partial-{pid + 1}").is_symlink()
+    assert (tmp_path / f"exp.old-{pid + 2}" / "a.txt").read_text() == "a"
     assert (tmp_path / "kept" / "mine.txt").read_text() == "mine" and (tmp_path / "exp" / "b.txt").exists()
     assert not list(tmp_path.glob("*.record"))  # the build's own record went with its folder
 

@@ -187,9 +187,10 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-#: Beside each `<target>.partial-<pid>` folder while it is built: the proof that we made it (a folder of that name
-#: without one, such as a user's `exp.partial-1999`, is never removed). Beside, not inside: the folder's contents
-#: are the output's own.
+#: Beside each `<target>.partial-<pid>` folder while it is built, and each `<target>.old-<pid>` one while the output
+#: it holds is replaced: the proof that we made it (a folder of that name without one, such as a user's
+#: `exp.partial-1999` or a backup `cp -r exp exp.old-2023`, is never removed). Beside, not inside: the folder's
+#: contents are the output's own.
 PARTIAL_RECORD_SUFFIX = ".record"
 PARTIAL_FORMAT = "trm_kaggle.partial"
 _HOST = socket.gethostname()  # a pid is a process of this host only: another host's partial folder is never stale
@@ -200,7 +201,8 @@ def _partial_record(tmp: Path) -> Path:
 
 
 def _partial_of_ours(p: Path) -> bool:
-    """Whether `p`, a `<target>.partial-<pid>` folder, has the record of this host that `atomic_directory` writes."""
+    """Whether `p`, a `.partial-<pid>` or `.old-<pid>` folder, has the record of this host that `atomic_directory`
+    writes beside it."""
     record = _partial_record(p)
     try:
         if not is_regular(record, "partial record"):
@@ -212,7 +214,8 @@ def _partial_of_ours(p: Path) -> bool:
 
 
 def _write_partial_record(record: Path) -> None:
-    """The record beside a partial folder, created afresh (never over a file someone else put there)."""
+    """The record beside a partial or put-aside folder, created afresh (never over a file someone else put
+    there)."""
     fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump({"format": PARTIAL_FORMAT, "host": _HOST, "pid": os.getpid()}, f)
@@ -227,14 +230,15 @@ def _discard_partial(tmp: Path) -> None:
 def remove_stale_partials(target: Path, kind: str) -> list[Path]:
     """Delete the leftovers of a killed build of `target` that provably are ours: `<target>.partial-<pid>` folders
     whose process is gone and whose record says this host made them, and `<target>.old-<pid>` ones (the previous
-    output, put aside while it was replaced) whose owner record proves them a `kind` we wrote, once the
+    output, put aside while it was replaced) with that record and the owner record of a `kind` we wrote, once the
     replacement is in place (with no `target`, the old one is all there is, and it is kept). A folder or link
-    of that name that is not provably ours (a user's backup `exp.old-2023`) is never touched."""
+    of that name that is not provably ours (a user's backup `exp.old-2023`, even one copied with our owner
+    record) is never touched."""
     removed = []
     for mark in (PARTIAL_MARK, OLD_MARK):
         for p in target.parent.glob(glob.escape(target.name + mark) + "*"):
             suffix = p.name[len(target.name + mark):]
-            if mark == PARTIAL_MARK and suffix.endswith(PARTIAL_RECORD_SUFFIX):  # a record whose folder went into
+            if suffix.endswith(PARTIAL_RECORD_SUFFIX):  # a record whose folder went into
                 folder = p.with_name(p.name.removesuffix(PARTIAL_RECORD_SUFFIX))  # place, its process killed then
                 number = folder.name[len(target.name + mark):]
                 if number.isdigit() and not pid_alive(int(number)) and not os.path.lexists(folder) \
@@ -245,12 +249,9 @@ def remove_stale_partials(target: Path, kind: str) -> list[Path]:
                 continue
             if mark == OLD_MARK and (not target.is_dir() or owner_problem(p, kind) is not None):
                 continue
-            if mark == PARTIAL_MARK and not _partial_of_ours(p):
+            if not _partial_of_ours(p):  # a user's copy (`cp -r exp exp.old-2023` carries our owner record too)
                 continue
-            if mark == PARTIAL_MARK:
-                _discard_partial(p)
-            else:
-                shutil.rmtree(p, ignore_errors=True)
+            _discard_partial(p)
             removed.append(p)
     return removed
 
@@ -437,23 +438,33 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
         _discard_partial(tmp)
         raise raced
     old = target.parent / f"{target.name}{OLD_MARK}{os.getpid()}"
+    if os.path.lexists(old) or os.path.lexists(_partial_record(old)):  # a process of our pid before us, or the
+        if not _partial_of_ours(old) or (os.path.lexists(old) and (old.is_symlink() or not old.is_dir())):  # user's
+            _discard_partial(tmp)
+            raise TRMError(f"{old} exists and this package did not make it; it is where the {kind} it replaces is "
+                           "put aside: move it away")
+        _discard_partial(old)
     moved = False
     try:
         if target.exists():
+            _write_partial_record(_partial_record(old))  # what proves the put-aside output ours, were we killed
             os.replace(target, old)
             moved = True
         os.replace(tmp, target)
     except BaseException as e:
         if moved and not target.exists():
             os.replace(old, target)  # the old output back where it was
+            _discard_partial(old)  # its record
         elif moved:  # another writer's output took its place meanwhile: the old one is superseded
-            shutil.rmtree(old, ignore_errors=True)
+            _discard_partial(old)
             _discard_partial(tmp)
             if isinstance(e, OSError):  # the two swapped at the same instant: said as the check above says it
                 raise raced from None
+        else:
+            _discard_partial(old)  # its record, written before a move that failed
         _discard_partial(tmp)
         raise
     with contextlib.suppress(OSError):  # in place: the record of the partial folder has served
         _partial_record(tmp).unlink()
     if moved:
-        shutil.rmtree(old, ignore_errors=True)
+        _discard_partial(old)

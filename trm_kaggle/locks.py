@@ -49,6 +49,9 @@ HANDED_DOWN = "TRM_KAGGLE_HELD_LOCKS"
 log = logging.getLogger(__name__)
 
 
+_RECORD_BYTES = 4096  # more than any holder record: its command is cut at 200 characters
+
+
 def _holder_record(what: str) -> str:
     command = " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]])[:200]
     return f"{os.getpid()} {socket.gethostname()} {what}\t{command}\n".replace("\n", " ").rstrip() + "\n"
@@ -56,8 +59,11 @@ def _holder_record(what: str) -> str:
 
 def _read_holder(path: Path) -> tuple[int | None, str, str, str]:
     """(pid, host, what, command) recorded in a lock file; (None, '', '', '') when unreadable."""
-    try:
-        pid, host, rest = path.read_text(encoding="utf-8", errors="replace").split(" ", 2)
+    try:  # a record is one short line (`_holder_record`): a lock file grown huge is read no further
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:  # non-blocking: a FIFO put there meanwhile is never waited on
+            head = f.read(_RECORD_BYTES).split(b"\n", 1)[0]
+        pid, host, rest = head.decode("utf-8", errors="replace").split(" ", 2)
         what, _, command = rest.partition("\t")
         return int(pid), host, what.strip(), command.strip()
     except (OSError, ValueError):
