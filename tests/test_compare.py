@@ -165,7 +165,8 @@ def test_cli_prints_the_table_and_writes_beside_the_dir(three_runs, capsys):
     assert main(["compare", str(three_runs), "--metric", "loss"]) == 0
     out = capsys.readouterr().out
     assert "Metric of the plots: `loss`" in out and "| ema_s0 | 0 |" in out
-    assert {p.name for p in (three_runs / "compare").iterdir()} == {"table.md", "table.csv", "curves.png", "final.png"}
+    assert {p.name for p in (three_runs / "compare").iterdir()} == {"table.md", "table.csv", "curves.png", "final.png",
+                                                                     ".trm_kaggle_output.json"}  # replaced as one
 
 
 def test_an_interval_without_halted_rows_is_a_gap_not_a_zero(tmp_path):

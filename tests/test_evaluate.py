@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -235,6 +236,30 @@ def test_report_files(dataset, tmp_path):
     assert len([k for k in paths if k.startswith("picture:")]) == 2
     with pytest.raises(Exception, match="nope"):
         write_report(result, tmp_path / "rep3", tasks=["nope"])
+
+
+def test_a_report_stopped_midway_leaves_the_old_one_whole(dataset, tmp_path, monkeypatch):
+    """Its files were replaced one at a time: a full disk (or a Ctrl-C) after report.json left a report.json of
+    the new evaluation beside the old one's report.md. The folder is replaced as one now."""
+    import errno
+
+    import trm_kaggle.evaluate.report as R
+
+    result = evaluate(make_model(dataset, Oracle), dataset, batch_size=64)
+    write_report(result, tmp_path / "rep", tasks=["12997ef3"])
+    before = {p.name: p.read_bytes() for p in (tmp_path / "rep").rglob("*") if p.is_file()}
+    real = R.atomic_write_text
+
+    def full(path, text, **kw):
+        if Path(path).name == "report.md":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, text, **kw)
+
+    monkeypatch.setattr(R, "atomic_write_text", full)
+    with pytest.raises(OSError):
+        write_report(result, tmp_path / "rep", first_n=2)  # other pictures: a mix would show
+    assert {p.name: p.read_bytes() for p in (tmp_path / "rep").rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]  # no partial folder left beside it
 
 
 def test_command_line_on_an_export(dataset, tmp_path, capsys):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Collection, Sequence
 
 import numpy as np
 
-from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.stats import format_breakdown, format_interval
 from trm_kaggle.jsonio import read_json
@@ -183,6 +183,9 @@ def weights_record(weights: str | os.PathLike) -> dict[str, str]:
     return {"path": str(weights), "sha256": export_digest(weights)}
 
 
+REPORT_KIND = "evaluation report"  # the owner record's kind: a report folder is replaced only by another report
+
+
 def check_report_dir(out_dir: str | os.PathLike, weights: dict[str, str]) -> None:
     """Refuse a folder holding the report of other weights (another path and other tensors): a report is never
     written over another's. The same weights again (retrained in place, or a copy) replace their own report."""
@@ -225,7 +228,6 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     record = weights_record(weights) if weights is not None and not isinstance(weights, dict) else weights
     if record is not None:
         check_report_dir(out, record)
-    out.mkdir(parents=True, exist_ok=True)
     report = task_report(result, top=top)
     if record is not None:
         report = {"weights": record, **report}
@@ -242,13 +244,15 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
         paths[f"picture:{task}"] = p
         pics[task] = "pictures/" + p.name.replace("%", "%25")  # the link is a URL: its % escaped
     markdown = _markdown(report, pics)
-    # every part is made before the first is written: a picture that cannot be drawn leaves the old report whole
-    atomic_write_json(out / "report.json", report, indent=1)
-    if pngs:
-        (out / "pictures").mkdir(exist_ok=True)
-    for p, png in pngs.items():
-        atomic_write_bytes(p, png)
-    atomic_write_text(out / "report.md", markdown)  # UTF-8 whatever the locale (task ids such as é-tâche)
+    # every part is made before the first is written (a picture that cannot be drawn leaves the old report whole),
+    # and the folder is replaced as one: a full disk or a Ctrl-C midway never mixes the old report with the new
+    with atomic_directory(out, kind=REPORT_KIND) as tmp:
+        atomic_write_json(tmp / "report.json", report, indent=1)
+        if pngs:
+            (tmp / "pictures").mkdir()
+        for p, png in pngs.items():
+            atomic_write_bytes(tmp / "pictures" / p.name, png)
+        atomic_write_text(tmp / "report.md", markdown)  # UTF-8 whatever the locale (task ids such as é-tâche)
     paths["json"], paths["markdown"] = out / "report.json", out / "report.md"
     return paths
 
@@ -266,9 +270,9 @@ def write_dataset_report(summary: dict, out_dir: str | os.PathLike, weights: dic
     if weights:
         lines += [f"Weights: `{weights['path']}` (sha256 of the tensors `{weights['sha256']}`)", ""]
     lines += [f"- {line}" for line in format_dataset_metrics(summary).splitlines()]
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "report.json", report, indent=1)
-    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    with atomic_directory(out, kind=REPORT_KIND) as tmp:  # replaced as one, as `write_report`'s
+        atomic_write_json(tmp / "report.json", report, indent=1)
+        atomic_write_text(tmp / "report.md", "\n".join(lines) + "\n")
     return {"json": out / "report.json", "markdown": out / "report.md"}
 
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import sys
 from typing import Callable, Sequence
 
+from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import EvaluateConfig
 from trm_kaggle.data import load_split
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
 from trm_kaggle.evaluate.pipeline import evaluate, load_test_set
-from trm_kaggle.evaluate.report import (check_report_dir, format_metrics, format_task_id_table, weights_record,
-                                        write_dataset_report, write_report)
+from trm_kaggle.evaluate.report import (REPORT_KIND, check_report_dir, format_metrics, format_task_id_table,
+                                        weights_record, write_dataset_report, write_report)
 from trm_kaggle.evaluate.vote import VoteTable
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import apply_compile, apply_task_ids, load_model_for_dataset
@@ -58,6 +59,8 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     if report_dir:  # before any inference: a folder holding the report of other weights is refused
         record = weights_record(weights)
         check_report_dir(report_dir, record)
+        if problem := replace_problem(report_dir, REPORT_KIND):  # and one that is no report of ours at all
+            raise TRMError(problem)
     torch_device = pick_device(cfg.device)
     summaries = {}
     while modes:

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import pydantic
 
-from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
+from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
@@ -518,14 +518,19 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
               + "".join(f"Left out: {label}: {why}\n\n" for label, why in left_out))
     paths: dict[str, Any] = {"markdown": out / "table.md", "csv": out / "table.csv", "markdown_text": header + md,
                              "metric": metric, "runs": runs, "left_out": left_out}
-    atomic_write_text(paths["markdown"], header + md)
-    atomic_write_text(paths["csv"], table_csv)
     try:
         import matplotlib  # noqa: F401
+        plots = {"curves": plot_curves(runs, metric), "bars": plot_final(runs, metric)}
     except ImportError:
         log.warning("plots skipped: they need matplotlib (pip install matplotlib)")
-        return paths
-    paths["curves"], paths["bars"] = out / "curves.png", out / "final.png"
-    atomic_write_bytes(paths["curves"], plot_curves(runs, metric))
-    atomic_write_bytes(paths["bars"], plot_final(runs, metric))
+        plots = {}
+    # everything made first, then the folder replaced as one: a full disk or a Ctrl-C midway once left the new
+    # tables beside the old plots
+    with atomic_directory(out, kind="comparison") as tmp:
+        atomic_write_text(tmp / "table.md", header + md)
+        atomic_write_text(tmp / "table.csv", table_csv)
+        for key, name in (("curves", "curves.png"), ("bars", "final.png")):
+            if key in plots:
+                atomic_write_bytes(tmp / name, plots[key])
+                paths[key] = out / name
     return paths
