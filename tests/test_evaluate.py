@@ -365,6 +365,11 @@ def test_command_line_pools_saved_votes_like_the_api(dataset, tmp_path, capsys):
     assert main(["evaluate", "--weights", str(tmp_path / "late"), "--pool-with", str(tmp_path / "junk.npz")]
                 + common) == 2
     assert "junk.npz: not a votes file" in capsys.readouterr().err
+    # votes of another canvas: VoteTable.merge's traceback once came after the whole inference
+    VoteTable.from_grids([(("12997ef3", 0), np.ones((2, 2), np.uint8), 0.0)], side=10).save(tmp_path / "v10.npz")
+    assert main(["evaluate", "--weights", str(tmp_path / "late"), "--pool-with", str(tmp_path / "v10.npz")]
+                + common) == 2
+    assert "v10.npz: votes on a 10x10 canvas" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # inductor's C++ compile, twice

@@ -395,3 +395,16 @@ def test_a_folder_where_a_file_is_written_is_named_not_its_temporary(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "elsewhere")  # a link is replaced itself, whatever it points to
     atomic_write_text(tmp_path / "link", "{}")
     assert (tmp_path / "link").read_text() == "{}" and (tmp_path / "elsewhere").is_dir()
+
+
+@pytest.mark.parametrize("kind", ["folder", "dangling link"])
+def test_an_owner_record_that_is_a_folder_or_a_dangling_link_is_named_so(tmp_path, kind):
+    """Refused rightly, but said as "it holds no record that this package wrote it" (a FIFO there was named)."""
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "weights.bin").write_text("x")
+    record = tmp_path / "exp" / A.OWNER_RECORD
+    record.mkdir() if kind == "folder" else record.symlink_to(tmp_path / "gone")
+    said = "is a folder, not a file" if kind == "folder" else "is a link to nothing"
+    with pytest.raises(TRMError, match=f"its owner record .* {said}"):
+        with atomic_directory(tmp_path / "exp", kind="export"):
+            pass

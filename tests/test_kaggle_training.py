@@ -306,6 +306,15 @@ def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
                        log=lambda _: None)
     assert not (tmp_path / "c" / "run-state").exists()
 
+    def unauthenticated(cmd, **kw):  # the client's cause comes first, then instructions over several lines
+        err = "Authentication required to call the Kaggle API.\n" + "".join(f"Option {c}: ...\n" for c in "ABCD")
+        return subprocess.CompletedProcess(cmd, 1, "", err)
+
+    with pytest.raises(TRMError, match="failed with status 1: Authentication required to call the Kaggle API"):
+        build_training(tmp_path / "d", ids=IDS, train_kernel=True, presets=["sudoku4-cpu"], overrides=SETTINGS,
+                       continue_from="tester/trm-kaggle-train", runner=unauthenticated, download=False,
+                       log=lambda _: None)
+
 
 @pytest.mark.parametrize("path, ok", [("/home/me/runs/exp", False), ("'weights/x'", False),
                                       ("/kaggle/input/../../etc/passwd", False), ("/kaggle/input/..", False),

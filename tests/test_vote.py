@@ -242,3 +242,13 @@ def test_votes_file_round_trip_and_refusals(tmp_path):
     np.savez(tmp_path / "other.npz", x=np.zeros(3))
     with pytest.raises(DataError, match="not a votes file"):
         VoteTable.load(tmp_path / "other.npz")
+    # keys whose shape header lies past the canvas, or NaN q_halt: loaded, then a traceback after the inference
+    with np.load(path) as z:
+        fields = dict(z)
+    for name, change, said in (("header", lambda f: f["keys"].__setitem__((0, 0), 255), "a grid shape past its"),
+                               ("nan", lambda f: f["q_halt"].__setitem__(0, np.nan), "non-finite q_halt")):
+        edited = {k: v.copy() for k, v in fields.items()}
+        change(edited)
+        np.savez(tmp_path / f"{name}.npz", **edited)
+        with pytest.raises(DataError, match=said):
+            VoteTable.load(tmp_path / f"{name}.npz")

@@ -281,6 +281,10 @@ def owner_problem(directory: Path, kind: str) -> str | None:
     record_path = directory / OWNER_RECORD
     try:  # a FIFO or a folder in the record's place is named as what it is, never called "no record"
         if not is_regular(record_path, "owner record"):
+            if record_path.is_dir():  # named as what stands there, as a FIFO is, never "no record"
+                return f"its owner record {record_path} is a folder, not a file"
+            if record_path.is_symlink():
+                return f"its owner record {record_path} is a link to nothing"
             return "it holds no record that this package wrote it"
         record = read_json(record_path, "owner record")
     except TRMError as e:

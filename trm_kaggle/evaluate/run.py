@@ -12,18 +12,19 @@ Printed lines go to `out` (stdout for the command), notes to `note` (stderr).
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Callable, Sequence
 
 from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import EvaluateConfig
-from trm_kaggle.data import load_split
+from trm_kaggle.data import load_metadata, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
 from trm_kaggle.evaluate.pipeline import evaluate, load_test_set
 from trm_kaggle.evaluate.report import (REPORT_KIND, check_report_dir, format_metrics, format_task_id_table,
                                         weights_record, write_dataset_report, write_report)
-from trm_kaggle.evaluate.vote import VoteTable
+from trm_kaggle.evaluate.vote import VoteTable, canvas_side
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import apply_compile, apply_task_ids, load_model_for_dataset
 
@@ -51,8 +52,12 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
                         f"(weighting {cfg.weighting})")
     modes = list(dict.fromkeys(task_ids))
     pooled = None
+    side = math.isqrt(load_metadata(data, "test").seq_len) if pool_with else 0
     for path in pool_with or []:  # read first: a bad file stops before any inference
         table = VoteTable.load(path)
+        if canvas_side(table) != side:  # VoteTable.merge's "keys of different canvases", after the inference
+            raise DataError(f"{path}: votes on a {canvas_side(table)}x{canvas_side(table)} canvas, and {data} is "
+                            f"on {side}x{side}: votes of another dataset's canvas cannot be pooled")
         pooled = table if pooled is None else pooled.merge(table)
     extra = {"pooled_evaluations": len(pool_with)} if pool_with else {}
     record = None

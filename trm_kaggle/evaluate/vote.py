@@ -31,6 +31,7 @@ counts, predicted or not.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Mapping, Sequence
@@ -40,7 +41,7 @@ import numpy as np
 from trm_kaggle.atomic import atomic_write
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import open_regular, read_failure
-from trm_kaggle.evaluate.decode import grid_to_key, key_shapes, key_to_grid
+from trm_kaggle.evaluate.decode import HEADER, grid_to_key, key_shapes, key_to_grid
 from trm_kaggle.evaluate.stats import wilson_interval
 
 PASS_KS = (1, 2, 5, 10, 100, 1000)
@@ -145,11 +146,33 @@ class VoteTable:
                 if str(z["format"]) != VOTES_FORMAT:
                     raise ValueError(f"format {str(z['format'])!r}")
                 keys = z["keys"]
+                if problem := _keys_problem(keys, z["q_halt"]):  # found here, not as a traceback after inference
+                    raise ValueError(problem)
                 slots = list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist()))
                 return cls(slots, z["slot"], np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1),
                            z["q_halt"], z["order"])
         except (OSError, KeyError, ValueError, IndexError) as e:
             raise read_failure(e, path, "votes file") or DataError(f"{path}: not a votes file written by `trm-kaggle evaluate --save-votes` ({e})") from None
+
+
+def _keys_problem(keys: np.ndarray, q_halt: np.ndarray) -> str | None:
+    """Why a votes file's candidate keys (rows of `HEADER` shape bytes and a side x side canvas) or its q_halt
+    values are none `save` writes, or None."""
+    if keys.ndim != 2 or keys.dtype != np.uint8:
+        return f"keys of shape {keys.shape} and dtype {keys.dtype}"
+    side = math.isqrt(max(keys.shape[1] - HEADER, 0))
+    if side < 1 or side * side != keys.shape[1] - HEADER:
+        return f"keys of {keys.shape[1]} bytes, which hold no square canvas"
+    if len(keys) and int(keys[:, :HEADER].max()) > side:
+        return f"a grid shape past its {side}x{side} canvas"
+    if not np.isfinite(np.asarray(q_halt, dtype=np.float64)).all():
+        return "non-finite q_halt values"
+    return None
+
+
+def canvas_side(table: "VoteTable") -> int:
+    """The canvas side of a table's keys (`key_dtype`'s)."""
+    return math.isqrt(table.keys.dtype.itemsize - HEADER)
 
 
 @dataclass

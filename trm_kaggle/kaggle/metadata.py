@@ -236,6 +236,14 @@ def tail_lines(text: str, lines: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def client_error(text: str) -> str:
+    """A failed client's output for a one-line message: its first lines say the cause ("Authentication required
+    ..."), its last ones what to do; the middle is left out."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    shown = lines if len(lines) <= 5 else [*lines[:2], "...", *lines[-2:]]
+    return " / ".join(shown)
+
+
 # ---------------------------------------------------------------------------
 # Kernel metadata
 # ---------------------------------------------------------------------------

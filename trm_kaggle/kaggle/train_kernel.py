@@ -25,8 +25,8 @@ from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_
 from trm_kaggle.errors import TRMError
 from trm_kaggle.kaggle.kernel import read_notebook, set_parameters
 from trm_kaggle.kaggle.metadata import (
-    DATASET_META, KERNEL_META, TRAIN_MACHINE_SHAPE, BundleIds, data_id, dataset_metadata, id_problem,
-    publishable_modes, run_state_id, tail_lines, train_kernel_id, train_kernel_metadata,
+    DATASET_META, KERNEL_META, TRAIN_MACHINE_SHAPE, BundleIds, client_error, data_id, dataset_metadata, id_problem,
+    publishable_modes, run_state_id, train_kernel_id, train_kernel_metadata,
     train_kernel_metadata_problems, raise_problems, write_manifest,
 )
 from trm_kaggle.kaggle.packed import ARCHIVE_KEY, pack
@@ -100,7 +100,7 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
         res = runner(["kaggle", "kernels", "output", kernel, "-p", download], capture_output=True, text=True)
         if res.returncode != 0:
             raise TRMError(f"`kaggle kernels output {kernel}` failed with status {res.returncode}: "
-                           f"{tail_lines(res.stderr or res.stdout, 3)}")
+                           f"{client_error(res.stderr or res.stdout)}")
         steps = [_newest_step(f) for f in sorted({p.parent for p in Path(download).rglob("state_step*.pt")})]
         if not any(s is not None for s in steps):
             raise TRMError(f"the output of {kernel} holds no train state that loads (state_step*.pt): nothing to "

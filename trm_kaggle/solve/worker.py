@@ -109,13 +109,11 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
     ucfg = cfg.model_copy(update={"num_aug": plan.num_aug, "finetune_steps": plan.finetune_steps,
                                   "threads": spec.threads, "device": spec.device})
     compiled = resolve_compile(cfg.compile, device)
-    say = lambda line: emit(budget.line("compile", line))  # noqa: E731
     if compiled:  # the bundle's cache for this GPU and torch (its author's choice), and what this machine kept
+        say = lambda line: emit(budget.line("compile", line))  # noqa: E731
         if cfg.compile_cache:
             load_compile_cache(cfg.compile_cache, device, trusted=True, say=say)
         load_compile_cache(Path(spec.work) / COMPILE_DIR, device, say=say)
-    elif cfg.compile_cache:  # as a cache that does not match: ignored with one line, never unsaid
-        say(f"{cfg.compile_cache} not loaded: nothing is compiled here (compile {cfg.compile} on {device.type})")
     setup_s = SetupTimes()
     for k, unit in enumerate(todo):
         left = todo[k:]
