@@ -417,9 +417,10 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     found = _identity(target)  # what stands there now: another writer's output in its place is seen at the swap
     tmp = target.parent / f"{target.name}{PARTIAL_MARK}{os.getpid()}"
     record = _partial_record(tmp)
-    if os.path.lexists(tmp) or os.path.lexists(record):  # a process of our pid before us (pids are reused), or
-        if not _partial_of_ours(tmp) or (os.path.lexists(tmp) and (tmp.is_symlink() or not tmp.is_dir())):  # the
-            raise TRMError(f"{tmp} (or {record.name}) exists and this package did not make it; it is where "  # user's
+    # something of that name already: a process of our pid before us (pids are reused), or the user's
+    if os.path.lexists(tmp) or os.path.lexists(record):
+        if not _partial_of_ours(tmp) or (os.path.lexists(tmp) and (tmp.is_symlink() or not tmp.is_dir())):
+            raise TRMError(f"{tmp} (or {record.name}) exists and this package did not make it; it is where "
                            f"{target.name} is built: move it away")
         _discard_partial(tmp)
     try:
@@ -442,8 +443,8 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
         _discard_partial(tmp)
         raise raced
     old = target.parent / f"{target.name}{OLD_MARK}{os.getpid()}"
-    if os.path.lexists(old) or os.path.lexists(_partial_record(old)):  # a process of our pid before us, or the
-        if not _partial_of_ours(old) or (os.path.lexists(old) and (old.is_symlink() or not old.is_dir())):  # user's
+    if os.path.lexists(old) or os.path.lexists(_partial_record(old)):  # the same: ours from before, or the user's
+        if not _partial_of_ours(old) or (os.path.lexists(old) and (old.is_symlink() or not old.is_dir())):
             _discard_partial(tmp)
             raise TRMError(f"{old} exists and this package did not make it; it is where the {kind} it replaces is "
                            "put aside: move it away")
