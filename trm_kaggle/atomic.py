@@ -227,6 +227,17 @@ def _discard_partial(tmp: Path) -> None:
         _partial_record(tmp).unlink()
 
 
+def _in_the_way(p: Path) -> bool:
+    """Whether something we did not make stands at `p` (a `.partial-<pid>` or `.old-<pid>` name of this process) or
+    at its record: the user's. One of ours from before (a process of our pid: pids are reused) is removed."""
+    if not (os.path.lexists(p) or os.path.lexists(_partial_record(p))):
+        return False
+    if not _partial_of_ours(p) or (os.path.lexists(p) and (p.is_symlink() or not p.is_dir())):
+        return True
+    _discard_partial(p)
+    return False
+
+
 def remove_stale_partials(target: Path, kind: str) -> list[Path]:
     """Delete the leftovers of a killed build of `target` that provably are ours: `<target>.partial-<pid>` folders
     whose process is gone and whose record says this host made them, and `<target>.old-<pid>` ones (the previous
@@ -417,12 +428,9 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     found = _identity(target)  # what stands there now: another writer's output in its place is seen at the swap
     tmp = target.parent / f"{target.name}{PARTIAL_MARK}{os.getpid()}"
     record = _partial_record(tmp)
-    # something of that name already: a process of our pid before us (pids are reused), or the user's
-    if os.path.lexists(tmp) or os.path.lexists(record):
-        if not _partial_of_ours(tmp) or (os.path.lexists(tmp) and (tmp.is_symlink() or not tmp.is_dir())):
-            raise TRMError(f"{tmp} (or {record.name}) exists and this package did not make it; it is where "
-                           f"{target.name} is built: move it away")
-        _discard_partial(tmp)
+    if _in_the_way(tmp):
+        raise TRMError(f"{tmp} (or {record.name}) exists and this package did not make it; it is where "
+                       f"{target.name} is built: move it away")
     try:
         _write_partial_record(record)
         tmp.mkdir()
@@ -443,12 +451,10 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
         _discard_partial(tmp)
         raise raced
     old = target.parent / f"{target.name}{OLD_MARK}{os.getpid()}"
-    if os.path.lexists(old) or os.path.lexists(_partial_record(old)):  # the same: ours from before, or the user's
-        if not _partial_of_ours(old) or (os.path.lexists(old) and (old.is_symlink() or not old.is_dir())):
-            _discard_partial(tmp)
-            raise TRMError(f"{old} exists and this package did not make it; it is where the {kind} it replaces is "
-                           "put aside: move it away")
-        _discard_partial(old)
+    if _in_the_way(old):
+        _discard_partial(tmp)
+        raise TRMError(f"{old} exists and this package did not make it; it is where the {kind} it replaces is "
+                       "put aside: move it away")
     moved = False
     try:
         if target.exists():
