@@ -104,6 +104,8 @@ def test_nccl_world_of_one_all_reduces_and_broadcasts():
 
 
 def test_training_on_cuda_runs_and_its_losses_are_finite(tmp_path: Path):
+    """The training loop on CUDA, eager: the compiled step on CUDA is test_compiling.py's (a cold compile of the
+    whole run here cost the GPU suite's `pytest -m cuda` its time limit on an H200)."""
     import json
 
     from trm_kaggle.train.loop import train
@@ -112,7 +114,7 @@ def test_training_on_cuda_runs_and_its_losses_are_finite(tmp_path: Path):
     data = tmp_path / "sudoku4"
     build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=40, num_test=8, progress=False))
     cfg = load_train_config(presets=["sudoku4-cpu"], overrides=[
-        f"data_paths=[{data}]", f"checkpoint_path={tmp_path / 'run'}", "device=cuda", "max_steps=4",
+        f"data_paths=[{data}]", f"checkpoint_path={tmp_path / 'run'}", "device=cuda", "compile=off", "max_steps=4",
         "global_batch_size=8", "progress=False", "eval_interval=null", "log_interval=1"])
     train(cfg)
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -630,3 +630,102 @@ def test_the_recipe_stage_trains_every_recipe_on_the_prepared_9x9_set_on_a_cpu(p
     assert harness["configs"]["fast"]["curriculum"]["stages"] and harness["configs"]["upstream"]["arch"]["mlp_t"]
     md = (tmp_path / "out" / "bench_recipes_sudoku9-generated.md").read_text()
     assert md.startswith("# Time to accuracy: sudoku9-generated") and "extreme" not in md.lower()
+
+
+def test_upstreams_model_runs_through_our_rollout_with_its_nested_carry(prepared):
+    """Our rollout keeps our `Carry` between calls, decodes stopped rows with `decode` and asks for no logits;
+    upstream's ACT model nests z_H/z_L in an inner carry and always returns logits (the H200 run's evaluation
+    died on `logits=`). A shim with upstream's carry layout around our model, behind `UpstreamForEvaluate`,
+    must predict exactly what our model predicts."""
+    from dataclasses import dataclass
+
+    import torch
+
+    from benchmarks import bench_evaluate as E
+    from benchmarks.gpu_suite import part3_evaluation as p3
+    from trm_kaggle.data.format import load_metadata
+    from trm_kaggle.model.trm import Carry
+
+    @dataclass
+    class InnerCarry:  # upstream's TinyRecursiveReasoningModel_ACTV1InnerCarry
+        z_H: torch.Tensor
+        z_L: torch.Tensor
+
+    @dataclass
+    class UpCarry:  # upstream's TinyRecursiveReasoningModel_ACTV1Carry
+        inner_carry: InnerCarry
+        steps: torch.Tensor
+        halted: torch.Tensor
+        current_data: dict
+
+    def up(c: Carry) -> UpCarry:
+        return UpCarry(InnerCarry(c.z_H, c.z_L), c.steps, c.halted, c.current_data)
+
+    class Inner(torch.nn.Module):  # upstream's inner model: lm_head over every position, prefix cut after
+        def __init__(self, ours):
+            super().__init__()
+            self.lm_head, self.puzzle_emb_len = ours.lm_head, ours.prefix_len
+
+        def empty_carry(self, batch_size: int) -> InnerCarry:
+            return InnerCarry(torch.empty(batch_size, 0), torch.empty(batch_size, 0))
+
+    class Model(torch.nn.Module):
+        def __init__(self, ours):
+            super().__init__()
+            self.ours, self.inner = ours, Inner(ours)
+
+        def forward(self, carry: UpCarry, batch: dict):
+            new, out = self.ours(Carry(carry.inner_carry.z_H, carry.inner_carry.z_L, carry.steps, carry.halted,
+                                       carry.current_data), batch)  # logits always, as upstream
+            return up(new), out
+
+    class Head(torch.nn.Module):  # upstream's ACTLossHead: initial_carry and .model
+        def __init__(self, ours):
+            super().__init__()
+            self.model = Model(ours)
+
+        def initial_carry(self, batch: dict) -> UpCarry:
+            return up(self.model.ours.initial_carry(batch))
+
+    ds = prepared / "data" / "arc"
+    meta = load_metadata(ds, "test")
+    arch = E.make_arch(32, 2, 2, 2, 4)
+    ours = E.load_ours(E.random_model(arch, meta.num_puzzle_identifiers, seed=0), arch, ds, prepared / "x")
+    shim = p3.UpstreamForEvaluate(Head(ours).eval(), arch, meta.seq_len, meta.vocab_size,
+                                  meta.num_puzzle_identifiers)
+    a, b = E.run_ours(ours, ds, 8), E.run_ours(shim, ds, 8)
+    assert a["n"] == b["n"] > 0
+    assert (a["result"].predictions.tokens == b["result"].predictions.tokens).all()
+
+
+def test_a_cuda_test_run_cut_by_its_time_limit_says_what_passed_and_where_it_was():
+    """`pytest -v` prints each test id, then its outcome when it ends: the H200 run's cut stage said only "timed
+    out"; the outcomes printed before the cut and the test still running are read from the output."""
+    from benchmarks.gpu_suite.part1_training import running_test, verbose_outcomes
+
+    out = ("collecting ... collected 9 items / 2 deselected / 7 selected\n\n"
+           "tests/test_a.py::test_one SKIPPED [ 14%]\n"
+           "tests/test_a.py::test_two[True] PASSED [ 28%]\n"
+           "tests/test_b.py::test_three FAILED [ 42%]\n"
+           "tests/test_b.py::test_four ")
+    assert verbose_outcomes(out) == ["SKIPPED", "PASSED", "FAILED"]
+    assert running_test(out) == "tests/test_b.py::test_four"
+    assert running_test(out.rsplit("\n", 1)[0]) is None  # every printed test ended
+
+
+def test_pack_puts_every_report_in_one_archive_outside_out(tmp_path):
+    """A lend brings back at most 8 files and the three parts write ten: `--pack` archives --out whole; an
+    archive inside --out (it would pack itself) or not named .tar.gz is refused before anything runs."""
+    import tarfile
+
+    out = tmp_path / "out"
+    (out / "part2").mkdir(parents=True)
+    (out / "part2" / "gpu_report.md").write_text("# part 2\n")
+    suite.pack(out, tmp_path / "back" / "reports.tar.gz", say=lambda m: None)
+    with tarfile.open(tmp_path / "back" / "reports.tar.gz") as tar:
+        assert tar.extractfile("out/part2/gpu_report.md").read() == b"# part 2\n"
+    assert [p.name for p in (tmp_path / "back").iterdir()] == ["reports.tar.gz"]  # no temporary file left
+    for bad in (out / "r.tar.gz", tmp_path / "r.zip"):
+        assert suite.main(["run", "--part", "3", "--smoke", "--out", str(out), "--pack", str(bad),
+                           "--prepared", str(tmp_path / "none")]) == 2
+        assert not bad.exists()

@@ -195,6 +195,18 @@ def test_labels_ignore_id_becomes_minus_100(mixed):
     assert IGNORE_LABEL_ID == -100
 
 
+def test_batches_stay_on_the_host_under_a_callers_default_device(mixed):
+    """A caller inside `with torch.device(...)` (upstream's pretrain.py runs so on CUDA) still gets host batches:
+    the loader fills them through numpy. The meta device stands in for CUDA here."""
+    path, _ = mixed
+    plain = take(PuzzleLoader(path, "train", global_batch_size=5, seed=3, prefetch=0), 3)
+    with torch.device("meta"):
+        under = take(PuzzleLoader(path, "train", global_batch_size=5, seed=3, prefetch=0), 3)
+    for a, b in zip(plain, under):
+        assert all(v.device.type == "cpu" for v in b.values())
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_same_seed_same_batches_other_seed_different(mixed):
     path, _ = mixed
     a = take(PuzzleLoader(path, "train", global_batch_size=5, seed=7, prefetch=0), 12)

@@ -67,6 +67,8 @@ def cmd_run(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise TRMError(f"--out {out}: exists and is not a folder")
+    if args.pack and (not args.pack.endswith(".tar.gz") or Path(args.pack).resolve().is_relative_to(out.resolve())):
+        raise TRMError(f"--pack {args.pack}: must end in .tar.gz and lie outside --out {out}")
     budget = args.budget or (SMOKE_BUDGET_S if args.smoke else BUDGET_S if args.part == "all" else PART_BUDGET_S)
     if budget <= 0:
         raise TRMError(f"--budget must be > 0 seconds, got {budget:g}")
@@ -82,7 +84,29 @@ def cmd_run(args) -> int:
         reports = run_parts(parts, out, ctx, budget)
     finally:
         torch.set_num_threads(threads)
+        if args.pack:
+            pack(out, Path(args.pack), ctx.say)
     return 0 if all(d["status"] == "ok" for d in reports) else 1
+
+
+def pack(out: Path, archive: Path, say) -> None:
+    """Every file under `out` in one .tar.gz (written whole or not at all): a lend brings back at most a few
+    files, and the three parts write ten."""
+    import os
+    import tarfile
+    import tempfile
+
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{archive.name}.", dir=archive.parent)
+    try:
+        with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+            if out.is_dir():
+                tar.add(out, arcname=out.name)
+        os.replace(tmp, archive)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    say(f"reports packed: {archive}")
 
 
 def cmd_prepare(args) -> int:
@@ -117,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run the parts (all: one lend) and write their reports")
     r.add_argument("--part", required=True, choices=["1", "2", "3", "all"])
     r.add_argument("--out", required=True, help="folder for gpu_report.json, gpu_report.md and PNGs")
+    r.add_argument("--pack", default=None, metavar="FILE.tar.gz",
+                   help="also write everything under --out into this one archive at the end (a lend's way back)")
     r.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, seconds (what CI runs)")
     r.add_argument("--prepared", default=None, help="the folder `prepare` wrote (default .gpu_suite/)")
     r.add_argument("--upstream-dir", default=None,

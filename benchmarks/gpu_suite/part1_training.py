@@ -80,11 +80,11 @@ def stages():
     from benchmarks.gpu_suite.schedule import Stage
 
     return [Stage("environment", _in_stage("environment", lambda rep, ctx, s: environment(rep, ctx)), 5, 3),
-            Stage("throughput_best", _in_stage("throughput_best", _throughput(BEST)), 80, 30),
+            Stage("throughput_best", _in_stage("throughput_best", _throughput(BEST)), 95, 30),
             Stage("cuda_tests", _in_stage("cuda_tests", lambda rep, ctx, s: cuda_tests(rep, ctx, s["pytest_timeout"])),
-                  40, 20),
+                  55, 40),
             Stage("parity", _in_stage("parity", parity), 45, 25),
-            Stage("max_batch", _in_stage("max_batch", max_batch), 15, 10),
+            Stage("max_batch", _in_stage("max_batch", max_batch), 10, 8),
             Stage("profile", lambda rep, ctx, state: profile_stage(rep, ctx, state["s"]), 25, 20),
             Stage("throughput_rest", _in_stage("throughput_rest", _throughput(REST)), 0, 20)]
 
@@ -158,31 +158,59 @@ def cuda_tests(rep: PartReport, ctx: Context, timeout: float) -> None:
         return
     scratch = tempfile.TemporaryDirectory(prefix="gpu_suite_pytest_")
     junit = Path(scratch.name) / "junit.xml"
-    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-o", "addopts=-ra",
+    # -v prints each test's outcome as it ends: a run cut by the time limit still says what passed and where it was
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-p", "no:cacheprovider", "-o", "addopts=-ra",
            f"--junitxml={junit}", *[str(f.relative_to(REPO)) for f in files]]
+    limit = min(timeout, max(rep.left(), 1))
     try:
-        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=min(timeout, max(rep.left(), 1)))
-        tail = (res.stdout + res.stderr).strip().splitlines()[-12:]
-        rc = res.returncode
-    except subprocess.TimeoutExpired:
-        tail, rc = ["timed out"], None
+        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=limit)
+        out, rc = res.stdout + res.stderr, res.returncode
+    except subprocess.TimeoutExpired as e:
+        out, rc = _text(e.stdout) + _text(e.stderr), None
+    tail = out.strip().splitlines()[-12:]
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     if junit.is_file():
         root = ET.parse(junit).getroot()
         for suite in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
             for k in counts:
                 counts[k] += int(suite.get(k, 0))
+    else:  # cut by the time limit: the outcomes printed so far
+        ended = verbose_outcomes(out)
+        counts = {"tests": len(ended), "failures": ended.count("FAILED"), "errors": ended.count("ERROR"),
+                  "skipped": ended.count("SKIPPED")}
     scratch.cleanup()
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
     # pytest's exit code 5 (nothing collected) counts as no failure: every cuda test deselected or none present
     ok = rc in (0, 5) and counts["failures"] == 0 and counts["errors"] == 0
     rep.set("cuda_tests", {"command": " ".join(cmd[1:3] + cmd[3:5] + [str(f.relative_to(REPO)) for f in files]),
-                           "files": [f.name for f in files], "returncode": rc, "ok": ok, **counts, "tail": tail})
+                           "files": [f.name for f in files], "returncode": rc, "ok": ok, **counts, "tail": tail,
+                           "timed_out_after_s": round(limit, 1) if rc is None else None})
     rep.table("pytest -m cuda", ["files", "passed", "failed", "errors", "skipped", "ok"],
               [[len(files), counts["passed"], counts["failures"], counts["errors"], counts["skipped"], ok]],
-              note="" if ctx.cuda else "no CUDA here: the cuda tests skip")
+              note=("" if ctx.cuda else "no CUDA here: the cuda tests skip") if rc is not None else
+              f"cut after {limit:.0f} s: the outcomes printed before it; then {running_test(out) or 'collection'}")
     if not ok:
-        raise RuntimeError(f"pytest -m cuda failed (exit {rc}): {' / '.join(tail[-3:])}")
+        why = (f"timed out after {limit:.0f} s in {running_test(out) or 'collection'}" if rc is None
+               else " / ".join(tail[-3:]))
+        raise RuntimeError(f"pytest -m cuda failed (exit {rc}): {why}")
+
+
+def _text(data) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+
+_VERBOSE_LINE = re.compile(r"^(\S+::\S+)(?: (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS))?")
+
+
+def verbose_outcomes(out: str) -> list[str]:
+    """The outcomes `pytest -v` printed, one per test that ended (PASSED, FAILED, SKIPPED, ...)."""
+    return [m.group(2) for line in out.splitlines() if (m := _VERBOSE_LINE.match(line)) and m.group(2)]
+
+
+def running_test(out: str) -> str | None:
+    """The test `pytest -v` had started and not ended when its output stops (it prints the id first)."""
+    last = [m for line in out.splitlines() if (m := _VERBOSE_LINE.match(line))]
+    return last[-1].group(1) if last and not last[-1].group(2) else None
 
 
 # ---------------------------------------------------------------------------

@@ -78,7 +78,7 @@ def stages():
     """This part's one stage for the schedule (benchmarks/gpu_suite/schedule.py): both curves and their plot."""
     from benchmarks.gpu_suite.schedule import Stage
 
-    return [Stage("learning", lambda rep, ctx, state: learning(rep, ctx, state["s"]), 55, 25),
+    return [Stage("learning", lambda rep, ctx, state: learning(rep, ctx, state["s"]), 45, 25),
             Stage("recipes", lambda rep, ctx, state: recipes(rep, ctx, state["s"]["recipes"]), 65, 50)]
 
 

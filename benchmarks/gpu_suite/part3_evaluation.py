@@ -33,6 +33,7 @@ from benchmarks import bench_train_cpu as B
 from benchmarks.gpu_suite import variants
 from benchmarks.gpu_suite.context import NOMINAL_TFLOPS, Context
 from benchmarks.gpu_suite.report import PartReport
+from trm_kaggle.model.trm import Carry
 
 TITLE = "evaluation throughput and agreement, the Kaggle solve and its time plan, the 4 x L4 projection"
 #: Kaggle's hidden set and kernel: 240 tasks, 12 hours, 4 x L4 (121 TFLOP/s dense bf16, 300 GB/s each).
@@ -85,7 +86,7 @@ def stages():
 
     return [Stage("evaluation", staged("evaluation", lambda rep, ctx, st: evaluation(rep, ctx, st["s"], st["work"])),
                   65, 30),
-            Stage("solve", staged("solve", lambda rep, ctx, st: solve_tasks(rep, ctx, st["s"], st["work"])), 85, 40),
+            Stage("solve", staged("solve", lambda rep, ctx, st: solve_tasks(rep, ctx, st["s"], st["work"])), 70, 40),
             Stage("projection", staged("projection", lambda rep, ctx, st: projection(rep, ctx)), 0, 0)]
 
 
@@ -110,13 +111,29 @@ class UpstreamForEvaluate(torch.nn.Module):
     def _device(self) -> torch.device:
         return next(self.head.parameters()).device
 
-    def initial_carry(self, batch: dict):
+    # Our rollout keeps and edits our `Carry` (z_H, z_L, steps, halted, current_data) between calls and decodes
+    # the rows that stop with `decode`; upstream's carry nests z_H and z_L in an inner carry: each call converts.
+    def initial_carry(self, batch: dict) -> Carry:
         with self._device():
-            return self.head.initial_carry(batch)
+            return self._ours(self.head.initial_carry(batch))
 
-    def forward(self, carry, batch: dict):
+    def forward(self, carry: Carry, batch: dict, logits: bool = True):
+        """One ACT step of upstream's model; `logits` is ours' option to skip them (upstream always makes them)."""
+        up = self.head.model
+        inner = type(up.inner.empty_carry(0))(z_H=carry.z_H, z_L=carry.z_L)
         with self._device():
-            return self.head.model(carry=carry, batch=batch)
+            new, out = up(carry=self._carry_type(inner_carry=inner, steps=carry.steps, halted=carry.halted,
+                                                 current_data=carry.current_data), batch=batch)
+        return self._ours(new), out
+
+    def decode(self, z_H: torch.Tensor) -> torch.Tensor:
+        inner = self.head.model.inner
+        return inner.lm_head(z_H)[:, inner.puzzle_emb_len:]
+
+    def _ours(self, up_carry) -> Carry:
+        self._carry_type = type(up_carry)
+        return Carry(z_H=up_carry.inner_carry.z_H, z_L=up_carry.inner_carry.z_L, steps=up_carry.steps,
+                     halted=up_carry.halted, current_data=up_carry.current_data)
 
 
 def agreement(side: dict, ref: dict) -> dict:

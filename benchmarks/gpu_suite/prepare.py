@@ -80,9 +80,9 @@ def install_command(folder: str) -> str:
 
 def run_command(folder: str = ".gpu_suite", part: str = "all") -> str:
     """The command the GPU machine runs from the repository root with `folder` carried: every part in one lend
-    (480 s by default), or one part."""
+    (480 s by default), or one part; the reports come back in one archive (a lend returns at most 8 files)."""
     return (f"{install_command(folder)} && PYTHONPATH=/tmp/site:. python3 -m benchmarks.gpu_suite run --part {part} "
-            f"--prepared {folder} --out $OUT")
+            f"--prepared {folder} --out /tmp/gpu_suite_out --pack $OUT/gpu_suite_reports.tar.gz")
 
 
 def folder_bytes(path: Path) -> int:

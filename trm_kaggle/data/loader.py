@@ -366,10 +366,11 @@ class PuzzleLoader:
         """Rows of the memory-mapped datasets as int32 tensors; ids < 0 give padding rows."""
         n, seq_len = len(example_ids), self.metadata.seq_len
         # numpy views of the tensors handed out: filled in place, in pinned memory when asked for (torch's
-        # pinned allocator reuses a block only after the copies recorded on it have finished)
-        out = {"inputs": torch.empty((n, seq_len), dtype=torch.int32, pin_memory=self.pin_memory),
-               "labels": torch.empty((n, seq_len), dtype=torch.int32, pin_memory=self.pin_memory),
-               "puzzle_identifiers": torch.empty(n, dtype=torch.int32, pin_memory=self.pin_memory)}
+        # pinned allocator reuses a block only after the copies recorded on it have finished); on the host even
+        # under a caller's `with torch.device("cuda")` (upstream's habit), which would place them on the GPU
+        host = {"dtype": torch.int32, "device": "cpu", "pin_memory": self.pin_memory}
+        out = {"inputs": torch.empty((n, seq_len), **host), "labels": torch.empty((n, seq_len), **host),
+               "puzzle_identifiers": torch.empty(n, **host)}
         inputs, labels, identifiers = (out[k].numpy() for k in ("inputs", "labels", "puzzle_identifiers"))
 
         real = np.flatnonzero(example_ids >= 0)
