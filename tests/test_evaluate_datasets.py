@@ -66,6 +66,13 @@ def test_a_sudoku_dataset_is_scored_like_trainings_check_and_from_the_command_li
     # each example answers alone: a vote's weighting was read by nothing (exit 0), as --save-votes is refused
     assert main(common + ["--weighting", "q_halt"]) == 2
     assert "scored per example, without votes to weigh (weighting q_halt)" in capsys.readouterr().err
+    # its report draws no pictures and picks no tasks: the flags that shape them are read by nothing
+    for flags, said in ((["--first", "7"], "--first: "), (["--no-pictures"], "--no-pictures: "),
+                        (["--tasks", "foo", "--first", "2"], "--tasks: ")):
+        assert main(common + ["--report-dir", str(tmp_path / "rep2"), *flags]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "draws no pictures (ARC's alone)" in err, err
+    assert not (tmp_path / "rep2").exists()
 
 
 @pytest.mark.parametrize("flags, said", [

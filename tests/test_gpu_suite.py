@@ -644,7 +644,7 @@ def test_upstreams_model_runs_through_our_rollout_with_its_nested_carry(prepared
     from benchmarks import bench_evaluate as E
     from benchmarks.gpu_suite import part3_evaluation as p3
     from trm_kaggle.data.format import load_metadata
-    from trm_kaggle.model.trm import Carry
+    from trm_kaggle.model import Carry
 
     @dataclass
     class InnerCarry:  # upstream's TinyRecursiveReasoningModel_ACTV1InnerCarry

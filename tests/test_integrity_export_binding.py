@@ -122,6 +122,24 @@ def test_an_export_records_its_config_and_a_reexport_is_bound_again(tmp_path, ca
         read_export(tmp_path / "w")
 
 
+def test_no_ema_of_a_run_without_an_average_is_refused_and_of_one_with_it_exports_the_live_weights(tmp_path,
+                                                                                                  capsys):
+    """`export --no-ema` chooses the live weights over the EMA average: of a run that kept none it changed
+    nothing (the export was the plain one), so it is refused, before anything is written."""
+    import torch
+    from integrity_helpers import build_sudoku4, train_args
+
+    data = build_sudoku4(tmp_path / "sudoku4")
+    assert main(train_args(data, tmp_path / "plain", "max_steps=2", "ema=false")) == 0
+    assert main(["export", str(tmp_path / "plain"), "--out", str(tmp_path / "p"), "--no-ema"]) == 2
+    assert "--no-ema: " in capsys.readouterr().err and not (tmp_path / "p").exists()
+    assert main(train_args(data, tmp_path / "avg", "max_steps=2", "ema=true", "ema_rate=0.5")) == 0
+    assert main(["export", str(tmp_path / "avg"), "--out", str(tmp_path / "live"), "--no-ema"]) == 0
+    assert main(["export", str(tmp_path / "avg"), "--out", str(tmp_path / "ema")]) == 0
+    live, ema = (load_file(tmp_path / name / "weights.safetensors") for name in ("live", "ema"))
+    assert any(not torch.equal(live[k], ema[k]) for k in live)
+
+
 def resigned_copy(tmp_path: Path, name: str, edit) -> Path:
     """A copy of the shipped export whose tensors `edit(tensors)` changed and whose checksum was written again, as
     a writer with a bug would leave it: the checksum holds, the tensors are not what a run saves."""

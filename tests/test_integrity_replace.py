@@ -205,6 +205,29 @@ def test_stale_leftovers_of_a_killed_replacement(tmp_path):
     assert (tmp_path / "gone.old-1").is_dir() or A.pid_alive(1)
 
 
+def test_the_leftovers_of_a_killed_build_not_yet_reaped_are_removed(tmp_path):
+    """A build killed with SIGKILL whose parent has not reaped it yet (a zombie) writes nothing any more: its
+    leftovers went through the next build, which took the pid's answer to a signal for a live process."""
+    import time
+
+    child = subprocess.Popen(["sleep", "0.01"])
+    for _ in range(200):  # exited, not reaped: /proc says Z
+        if A._zombie(child.pid):
+            break
+        time.sleep(0.01)
+    try:
+        assert A._zombie(child.pid) and not A.pid_alive(child.pid) and A.pid_alive(os.getpid())
+        with A.atomic_directory(tmp_path / "out", kind="report") as d:
+            (d / "a.txt").write_text("a")
+        (tmp_path / f"out.partial-{child.pid}").mkdir()
+        A.atomic_write_json(tmp_path / f"out.partial-{child.pid}.record",
+                            {"format": A.PARTIAL_FORMAT, "host": A._HOST})
+        assert [p.name for p in remove_stale_partials(tmp_path / "out", "report")] == [f"out.partial-{child.pid}"]
+        assert leftovers(tmp_path) == []
+    finally:
+        child.wait()
+
+
 def test_folders_named_like_leftovers_that_we_did_not_make_are_never_removed(tmp_path):
     """`exp.old-2023` (a user's backup: mv exp exp.old-2023), `exp.partial-1999` and a link of that name were
     deleted by the next `export --out exp`, whose process numbers they seemed to carry."""

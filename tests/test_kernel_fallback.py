@@ -192,11 +192,12 @@ def solve_bound(name: str):
     special = {"num_aug": MAX_NUM_AUG, "finetune_steps": MAX_FINETUNE_STEPS}
     if name in special:
         return special[name]
+    name = "time_budget" if name == "save_time_budget" else name  # the save run's budget is the solve's too
     return next(m.le for m in SolveConfig.model_fields[name].metadata if hasattr(m, "le"))
 
 
 @pytest.mark.parametrize("name", ["NUM_AUG", "FINETUNE_STEPS", "WORKERS", "TRAJECTORIES", "TRAJECTORY_NOISE",
-                                  "TEST_DEPTH"])
+                                  "TEST_DEPTH", "TIME_BUDGET", "SAVE_TIME_BUDGET"])
 def test_the_notebooks_bounds_are_the_packages(tmp_path, monkeypatch, name):
     most = solve_bound(name.lower())
     write_competition(tmp_path / "input" / "comp")

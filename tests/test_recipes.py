@@ -57,8 +57,15 @@ def test_list_recipes_and_errors_from_the_command_line(capsys):
     ({"safety_margin": 500}, None, "--safety-margin 500 has no effect without --time-budget"),
     ({"plan_margin": 0.9, "time_budget": 600}, None, "--plan-margin 0.9 has no effect without an auto count"),
     # fine-tuning's ACT steps, and prediction's where --test-depth is unset: with neither, read by nothing
-    ({"finetune": "none", "test_depth": 8, "halt_max_steps": 2}, None, "--halt-max-steps 2 has no effect with "
-                                                                       "finetune none and --test-depth 8"),
+    ({"finetune": "none", "test_depth": 8, "halt_max_steps": 2}, None, "--halt-max-steps 2 has no effect without "
+                                                                       "fine-tuning and with --test-depth 8"),
+    # zero steps fine-tune nothing, whatever the mode: the mode and its settings are read by nothing
+    ({"finetune_steps": 0, "embeddings_fraction": 0.9}, None, "--embeddings-fraction 0.9 has no effect with "
+                                                              "--finetune-steps 0"),
+    ({"finetune_steps": 0, "global_batch_size": 3}, None, "--batch-size 3 has no effect with --finetune-steps 0"),
+    ({"finetune_steps": 0, "finetune": "all"}, None, "--finetune all has no effect with --finetune-steps 0"),
+    ({"finetune_steps": 0, "test_depth": 8, "halt_max_steps": 2}, None, "--halt-max-steps 2 has no effect without "
+                                                                        "fine-tuning"),
 ])
 def test_an_explicit_setting_the_fine_tuning_mode_ignores_is_refused(given, mode_from, wording):
     with pytest.raises(TRMError, match=wording):

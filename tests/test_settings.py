@@ -582,3 +582,17 @@ def test_a_check_across_fields_is_said_in_the_flags_words_without_pydantics(caps
     assert main(["evaluate", "--weights", "w", "--data", "d", "--test-depth", "1", "--max-steps", "5"]) == 2
     err = capsys.readouterr().err
     assert err == "error: invalid option: --max-steps 5 and --test-depth 1 disagree: give one\n", err
+
+
+def test_every_numeric_setting_lists_its_bounds():
+    """`train --list-settings` prints the bounds a setting is checked against: a bound enforced in a validator
+    but not declared on the field printed none (global_batch_size's lower bound, every bound of epochs)."""
+    import re
+
+    from trm_kaggle.train.settings import describe_settings
+
+    rows = [line for line in describe_settings().splitlines() if re.match(r"^  \S+ = ", line)]
+    numeric = [line for line in rows if re.search(r"\[(int|float)( or None)?[;\]]", line)]
+    assert numeric and len(numeric) > 20
+    unbounded = [line.split(" = ")[0].strip() for line in numeric if not re.search(r"\[(int|float)( or None)?; ", line)]
+    assert unbounded == [], unbounded

@@ -177,14 +177,27 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process of this pid runs on this machine (one we may not signal counts as running)."""
+    """Whether a process of this pid runs on this machine (one we may not signal counts as running; one that has
+    exited and waits for its parent to reap it, a zombie, does not: it writes nothing any more)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether /proc says `pid` has exited (state Z or X) and is only waiting to be reaped; False without /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(4096)
+    except OSError:
+        return False
+    # "pid (comm) S ...": comm may hold spaces and parentheses, the state follows its last ")"
+    state = stat[stat.rfind(b")") + 1:].split()[:1]
+    return state in ([b"Z"], [b"X"])
 
 
 #: Beside each `<target>.partial-<pid>` folder while it is built, and each `<target>.old-<pid>` one while the output

@@ -161,8 +161,11 @@ def command_io(command: str, args: argparse.Namespace) -> IO:
 def _selection_problem(command: str, args: argparse.Namespace) -> str | None:
     """A selection that would only fail after the work: `evaluate --tasks` naming tasks the test split lacks."""
     if command == "evaluate" and args.report_dir and args.tasks:
-        from trm_kaggle.evaluate import chosen_tasks, load_test_set
+        from trm_kaggle.evaluate import chosen_tasks, is_arc_dataset, load_test_set
 
+        if not is_arc_dataset(args.data):  # evaluate_export says the same of --first and --no-pictures
+            return (f"--tasks: {args.data} has no test_puzzles.json: it is scored per example, and its report draws "
+                    "no pictures (ARC's alone) and picks no tasks")
         known = load_test_set(args.data).num_tests
         chosen = chosen_tasks(args.tasks, known)
         if not chosen:

@@ -33,7 +33,7 @@ from benchmarks import bench_train_cpu as B
 from benchmarks.gpu_suite import variants
 from benchmarks.gpu_suite.context import NOMINAL_TFLOPS, Context
 from benchmarks.gpu_suite.report import PartReport
-from trm_kaggle.model.trm import Carry
+from trm_kaggle.model import Carry
 
 TITLE = "evaluation throughput and agreement, the Kaggle solve and its time plan, the 4 x L4 projection"
 #: Kaggle's hidden set and kernel: 240 tasks, 12 hours, 4 x L4 (121 TFLOP/s dense bf16, 300 GB/s each).

@@ -85,8 +85,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     cfg = EvaluateConfig(**config_kwargs(args, EvaluateConfig.model_fields))
     evaluate_export(args.weights, args.data, cfg, task_ids=args.task_ids, task_id_seed=args.task_id_seed or 0,
                     pool_with=args.pool_with, save_votes=args.save_votes, report_dir=args.report_dir,
-                    tasks=args.tasks, first=5 if args.first is None else args.first,
-                    pictures=not args.no_pictures)
+                    tasks=args.tasks, first=args.first, pictures=not args.no_pictures)
     return 0
 
 

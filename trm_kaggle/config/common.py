@@ -67,6 +67,8 @@ MAX_FINETUNE_STEPS = 10_000_000
 MAX_GENERATED = 10_000_000
 #: Rows of one model call (evaluation, prediction): far past any memory, and a typo such as 10**12 is one line.
 MAX_BATCH_SIZE = 1 << 20
+#: Training passes: upstream's longest recipe runs 100,000; past a billion no schedule ends on any machine.
+MAX_EPOCHS = 10**9
 _INT64 = 2**63
 
 

@@ -9,8 +9,8 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_LR, MAX_SAVE_EVERY_S, MAX_SEED, CompileSetting, _Config,
-                                      compile_setting)
+from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_EPOCHS, MAX_LR, MAX_SAVE_EVERY_S, MAX_SEED, CompileSetting,
+                                      _Config, compile_setting)
 from trm_kaggle.config.evaluate import EvaluateConfig
 from trm_kaggle.config.model import ArchConfig
 from trm_kaggle.names import name_problem
@@ -117,8 +117,10 @@ class TrainConfig(_Config):
     evaluators: list = Field(default_factory=list, description="upstream's evaluators list; accepted and ignored "
                                                                "(ARC scoring is `trm-kaggle evaluate`)")
 
-    global_batch_size: int = Field(768, le=MAX_BATCH_SIZE, description="examples per optimizer step, over all ranks")
-    epochs: int = Field(100000, description="passes over the training groups; sets the schedule's length")
+    global_batch_size: int = Field(768, ge=1, le=MAX_BATCH_SIZE, description="examples per optimizer step, over all "
+                                                                             "ranks")
+    epochs: int = Field(100000, ge=1, le=MAX_EPOCHS, description="passes over the training groups; sets the "
+                                                                 "schedule's length")
     eval_interval: Optional[int] = Field(10000, ge=1, description="epochs between test-split evaluations (and "
                                                                   "train states); None = only at the end")
     # upstream's pretrain.py: `if _iter_id >= min_eval_interval: evaluate`, _iter_id counting eval intervals from 0
@@ -316,13 +318,6 @@ class TrainConfig(_Config):
         (within an evaluation's bound), every ACT step."""
         return EvaluateConfig(batch_size=min(self.global_batch_size, MAX_BATCH_SIZE),
                               max_steps=self.arch.halt_max_steps)
-
-    @field_validator("global_batch_size", "epochs")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError("must be >= 1")
-        return v
 
     @field_validator("compile", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ _EXPORTS = {
     "format_repair_report": "repair",
     "format_score": "scoring",
     "format_task_id_table": "report",
+    "is_arc_dataset": "dataset",
     "key_to_grid": "decode",
     "load_test_set": "pipeline",
     "make_submission": "submission",

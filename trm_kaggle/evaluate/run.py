@@ -36,17 +36,23 @@ def _stderr(line: str) -> None:
 def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, *,
                     task_ids: Sequence[str] = ("own",), task_id_seed: int = 0, pool_with: Sequence[str] | None = None,
                     save_votes: str | None = None, report_dir: str | None = None, tasks: list[str] | None = None,
-                    first: int = 5, pictures: bool = True, out: Callable[[str], None] = print,
+                    first: int | None = None, pictures: bool = True, out: Callable[[str], None] = print,
                     note: Callable[[str], None] = _stderr, **settings) -> dict[str, dict]:
     """Evaluate `weights` on `data` once per task-id mode; returns {mode: summary}. `cfg` (or its fields one by
     one in `settings`) says how: the export is loaded on cfg.device, in cfg.dtype ("auto" decides per device
     whatever the export was trained in), compiled as cfg.compile, then `evaluate`d. Votes of `pool_with` (files
-    of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first."""
+    of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first. `tasks`,
+    `first` (default 5) and `pictures` choose the ARC report's pictures."""
     cfg = (cfg or EvaluateConfig()).updated(**settings)
     arc = is_arc_dataset(data)
     _check_something_to_score(data, arc)
     if not arc and (pool_with or save_votes):
         raise DataError(f"{data} has no test_puzzles.json: it is scored per example, without votes to save or pool")
+    if not arc and (tasks is not None or first is not None or not pictures):  # read by nothing: no pictures here
+        given = [f for f, on in (("--tasks", tasks is not None), ("--first", first is not None),
+                                 ("--no-pictures", not pictures)) if on]
+        raise DataError(f"{' and '.join(given)}: {data} has no test_puzzles.json: it is scored per example, and its "
+                        "report draws no pictures (ARC's alone) and picks no tasks")
     if not arc and cfg.weighting != "count":  # each example answers alone: no vote to weigh
         raise DataError(f"{data} has no test_puzzles.json: it is scored per example, without votes to weigh "
                         f"(weighting {cfg.weighting})")
@@ -99,7 +105,8 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     if save_votes:
         result.table.save(save_votes)  # this evaluation's votes only, never the pooled ones
     if report_dir:
-        paths = write_report(result, report_dir, tasks=tasks, first_n=first, pictures=pictures, weights=record)
+        paths = write_report(result, report_dir, tasks=tasks, first_n=5 if first is None else first, pictures=pictures,
+                             weights=record)
         out(f"report: {paths['markdown']}")
     return summaries
 

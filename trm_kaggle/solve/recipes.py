@@ -86,10 +86,17 @@ def unread_setting(fields: dict[str, Any], cfg: SolveConfig) -> str | None:
             flag = FLAGS.get(name, f"--{name.replace('_', '-')}")
             return (f"{flag} {fields[name]} has no effect with finetune {cfg.finetune} (it is "
                     f"read by finetune {readers}): drop it or choose one of those modes")
-    if "halt_max_steps" in fields and cfg.finetune == "none" and cfg.test_depth is not None:
-        return (f"--halt-max-steps {fields['halt_max_steps']} has no effect with finetune none and --test-depth "
-                f"{cfg.test_depth} (it sets fine-tuning's ACT steps, and prediction's where --test-depth is unset): "
-                "drop one of them")
+    if cfg.finetune_steps == 0:  # zero steps fine-tune nothing, whatever the mode: its settings are read by nothing
+        for name in ("finetune", *READ_BY):
+            if name in fields and name != "finetune_steps" and not (name == "finetune" and fields[name] == "none"):
+                flag = FLAGS.get(name, f"--{name.replace('_', '-')}")
+                return (f"{flag} {fields[name]} has no effect with --finetune-steps 0 (no fine-tuning): drop it or "
+                        "give fine-tuning steps")
+    tunes = cfg.finetune != "none" and cfg.finetune_steps != 0
+    if "halt_max_steps" in fields and not tunes and cfg.test_depth is not None:
+        return (f"--halt-max-steps {fields['halt_max_steps']} has no effect without fine-tuning and with "
+                f"--test-depth {cfg.test_depth} (it sets fine-tuning's ACT steps, and prediction's where --test-depth "
+                "is unset): drop one of them")
     # the margins share out a time budget: without one (or, for the plan's, without an `auto` count) no one reads them
     if "safety_margin" in fields and cfg.time_budget is None:
         return (f"--safety-margin {fields['safety_margin']:g} has no effect without --time-budget (it is kept free at "

@@ -504,9 +504,13 @@ def _shown(v: Any) -> str:
 
 def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: bool = False,
                use_ema: bool = True) -> Path:
-    """Inference export of a run's newest readable train state (EMA weights when the run kept them)."""
+    """Inference export of a run's newest readable train state (EMA weights when the run kept them; the live
+    ones with `use_ema=False`, refused where the run kept no average: the choice would change nothing)."""
     path, state = ((Path(run), load_train_state(Path(run))) if is_regular(run, "train state")
                    else load_newest_state(run))
+    if not use_ema and not state.get("ema"):
+        raise TRMError(f"--no-ema: {path} holds no EMA average (the run trained with ema=false), so its export holds "
+                       "the live weights already: drop --no-ema")
     model, cfg, ema = model_from_train_state(state, use_ema=use_ema)
     shape = state["model_shape"]
     info = {"source": str(path), "step": state["step"], "ema": ema, "data_paths": cfg.data_paths,
