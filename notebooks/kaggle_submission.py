@@ -279,9 +279,15 @@ try:
         if os.path.realpath(CHALLENGES) == os.path.realpath(SUBMISSION):  # an output never replaces an input
             raise ValueError(f"CHALLENGES is {SUBMISSION}, the file this kernel writes its submission to; it is "
                              f"left as it is: put the challenges elsewhere")
-        challenge_data = json.loads(read_regular(CHALLENGES))  # bytes: json reads UTF-8/16/32, with a BOM too
+        raw = read_regular(CHALLENGES)
+        if not raw.strip():
+            raise ValueError(f"{CHALLENGES} is empty")
+        try:
+            challenge_data = json.loads(raw)  # bytes: json reads UTF-8/16/32, with a BOM too
+        except ValueError as e:  # the file's fault, named with it
+            raise ValueError(f"{CHALLENGES} is not JSON ({e})") from None
         if not isinstance(challenge_data, dict):
-            raise ValueError("it does not hold a JSON object of tasks")
+            raise ValueError(f"{CHALLENGES} does not hold a JSON object of tasks")
         Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
         write_atomically(SUBMISSION, json.dumps(fallback_submission(challenge_data)))
         print(f"fallback: {SUBMISSION} answers all {len(challenge_data)} tasks of {CHALLENGES}", flush=True)
@@ -475,7 +481,10 @@ if NO_MODEL is None:
     print(f"RESULT: the model ran: {report['ran']} tasks predicted, {report['answered']} answered; {SUBMISSION}")
 else:
     NO_MODEL = " ".join(str(NO_MODEL).split())  # the last line is one line, whatever the cause's text held
-    print(f"RESULT: {SUBMISSION} holds the fallback answers (the model did not run), which score 0: {NO_MODEL}",
-          flush=True)
+    if SUBMISSION.is_file():
+        print(f"RESULT: {SUBMISSION} holds the fallback answers (the model did not run), which score 0: {NO_MODEL}",
+              flush=True)
+    else:  # no challenges to answer, or none readable: there is no submission to speak of
+        print(f"RESULT: no submission was written ({SUBMISSION}): {NO_MODEL}", flush=True)
     if STRICT and not rerun:
         raise RuntimeError(f"STRICT: the model did not run ({NO_MODEL}); the fallback submission.json stands")

@@ -111,14 +111,20 @@ def test_a_requirement_nobody_has_is_named_in_one_line(image, tmp_path):
     assert "numpy" not in lines[0] and "trm-extra-only" not in lines[0] and "READY False" in res.stdout
 
 
-def test_the_last_line_says_the_model_did_not_run_and_strict_fails_only_the_save_run(capsys):
+def test_the_last_line_says_the_model_did_not_run_and_strict_fails_only_the_save_run(capsys, tmp_path,
+                                                                                      monkeypatch):
     cells = code_cells("kaggle_submission.ipynb")
     last = cells[-1]
     assert "RESULT:" in last
-    base = {"NO_MODEL": "installing trm_kaggle failed: simulated", "SUBMISSION": Path("submission.json"),
+    monkeypatch.chdir(tmp_path)
+    base = {"NO_MODEL": "installing trm_kaggle failed:\n  simulated", "SUBMISSION": Path("submission.json"),
             "report": None}
-    exec(last, {**base, "STRICT": False, "rerun": False})
+    exec(last, {**base, "STRICT": False, "rerun": False})  # no file: no fallback answers to speak of
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "RESULT: no submission was written (submission.json): installing trm_kaggle failed: simulated")
+    Path("submission.json").write_text("{}")
+    exec(last, {**base, "STRICT": False, "rerun": False})
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (  # one line, whatever the cause's text held
         "RESULT: submission.json holds the fallback answers (the model did not run), which score 0: installing "
         "trm_kaggle failed: simulated")
     exec(last, {**base, "STRICT": True, "rerun": True})  # the scored rerun never fails

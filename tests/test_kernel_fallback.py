@@ -104,8 +104,10 @@ def test_two_competitions_neither_its_own_stop_the_model_but_never_raise(tmp_pat
 
 @pytest.mark.parametrize("challenges_text, words", [
     (None, "no arc-agi_test_challenges.json"),
-    ("{not json", "could not be written (JSONDecodeError"),
-    ("[1, 2]", "does not hold a JSON object"),
+    ("{not json", f"{NAME} is not JSON (Expecting"),
+    ("[1, 2]", f"{NAME} does not hold a JSON object"),
+    ("", f"{NAME} is empty"),  # the file is named, never json's bare "Expecting value: line 1 column 1"
+    ("  \n", f"{NAME} is empty"),
 ])
 def test_no_usable_challenges_file_never_raises(tmp_path, monkeypatch, challenges_text, words):
     (tmp_path / "input" / "comp").mkdir(parents=True)
