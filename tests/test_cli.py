@@ -148,6 +148,15 @@ def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys):
     summary = (w / "summary.md").read_text()
     assert f"This run continued an earlier one in the same folder: training resumed at step {steps}" in summary
     assert "| dataset | reused `" in summary
+    # another seed or another dataset cannot continue that run: refused before the dataset stage (it rebuilt the
+    # run's dataset in place with the new seed, or left a second dataset), nothing written
+    data = sorted((w / "data").iterdir())
+    digests = {p: p.read_bytes() for p in data[0].rglob("*") if p.is_file()}
+    for flags, said in ((["--seed", "7"], "--seed: 42 in it, 7 now"), (["--num-aug", "2"], "its dataset (--num-aug")):
+        assert main([*args, *flags]) == 2
+        err = capsys.readouterr().err
+        assert f"{w} holds an earlier pipeline run with other settings ({said}" in err, err
+    assert sorted((w / "data").iterdir()) == data and all(p.read_bytes() == b for p, b in digests.items())
 
 
 #: The final summary line of every build command (build-*, bundle, export, import-upstream): what it made and

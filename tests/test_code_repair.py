@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -137,6 +138,33 @@ def test_assign_splits_keeps_every_split_and_is_seeded():
     assert a == assign_splits(files, 0, 0.1, 0.2) and a != assign_splits(files, 1, 0.1, 0.2)
     tiny = assign_splits(["a.py", "b.py", "c.py"], 0, 0.01, 0.01)
     assert sorted(tiny.values()) == ["test", "train", "val"]
+    # a file that will be skipped never takes a held-out place: with every held-out file of `a` unusable, the
+    # places go to the next usable files, and the skipped ones to train (where each costs itself alone)
+    held = {f for f, s in a.items() if s != "train"}
+    b = assign_splits(files, 0, 0.1, 0.2, usable=lambda f: f not in held)
+    assert all(b[f] == "train" for f in held) and sorted(b.values()).count("test") == 4
+    assert sorted(b.values()).count("val") == 2
+    assert assign_splits(files, 0, 0.1, 0.2, usable=lambda f: True) == a  # usable files: the same split
+
+
+def test_a_skipped_corpus_file_never_empties_a_held_out_split(tmp_path):
+    """A FIFO, a link loop and a file that does not parse beside good files came out as "84 train / 0 val / 0
+    test": the skipped files had taken the held-out places."""
+    root = tmp_path / "corpus"
+    root.mkdir()
+    for k in range(1, 7):
+        (root / f"mod{k}.py").write_text(module_source(k))
+    os.mkfifo(root / "fifo.py")
+    (root / "loop.py").symlink_to(root / "loop.py")
+    (root / "bad.py").write_text("def f(:\n")
+    files = corpus_files(root)
+    # a seed under which the plain shuffle gives both test places to skipped files
+    seed = next(k for k in range(1000) if {f for f, s in assign_splits(files, k, 0.2, 0.2).items() if s == "test"}
+                <= {"fifo.py", "loop.py", "bad.py"})
+    s = build_code_repair(CodeRepairBuildConfig(output_dir=str(tmp_path / "o"), corpus=str(root), workers=1,
+                                                lint="off", progress=False, val_fraction=0.2, test_fraction=0.2,
+                                                seed=seed))
+    assert s["skipped_files"] and all(s[split]["examples"] > 0 for split in ("train", "val", "test")), s
 
 
 def _digest(out: Path) -> str:
@@ -210,6 +238,8 @@ def test_strip_docstrings():
     (["--corpus", "{tmp}/onlybad/a.py"], "corpus {tmp}/onlybad/a.py: not a directory"),
     # one type named twice made each of its pairs twice (the dataset doubled, exit 0)
     (["--bug-types", "wrong_operator", "wrong_operator"], "the bug type 'wrong_operator' is named twice"),
+    # read by nothing with character tokens: the dataset was the same, build_info.json said 500
+    (["--tokens", "char", "--bpe-vocab-size", "500"], "--bpe-vocab-size 500 sizes the BPE pieces, and tokens is char"),
 ])
 def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
     (tmp_path / "empty").mkdir()

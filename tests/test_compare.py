@@ -116,6 +116,21 @@ def test_peak_memory_is_the_largest_logged_interval_peak(tmp_path):
     assert summarise(loaded)["peak_memory_gb"] == 0.75
 
 
+def test_a_record_no_run_writes_is_skipped_and_no_file_ships_a_non_finite_number(tmp_path):
+    """A `"loss": Infinity` was written to table.csv as `inf`; a record at step -2 counted -2 steps and a
+    negative examples/s. The record of a negative step is skipped (no run writes one); a non-finite value is no
+    data: `-` in table.md, an empty cell in table.csv."""
+    run = write_run(tmp_path / "r", train=[(1, 1.0, 2.0, 0.0, 0.1), (2, 2.0, 1.0, 0.0, 0.2)])
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    lines[-1]["loss"] = float("inf")
+    lines.append({**lines[0], "step": -2})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    paths = write_comparison([run], tmp_path / "out")
+    row = rows_of(paths["csv"])["r"]
+    assert row["steps"] == "2" and row["loss"] == "" and float(row["examples_per_s"]) > 0
+    assert "inf" not in paths["csv"].read_text().lower() and "nan" not in paths["csv"].read_text().lower()
+
+
 def test_several_sweeps_keep_their_names_apart(tmp_path):
     for name in ("s1", "s2"):
         write_run(tmp_path / name / "a_s0", ["seed=0"], train=[(5, 2.0, 1.0, 0.5, 0.8)])

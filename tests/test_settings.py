@@ -596,3 +596,21 @@ def test_every_numeric_setting_lists_its_bounds():
     assert numeric and len(numeric) > 20
     unbounded = [line.split(" = ")[0].strip() for line in numeric if not re.search(r"\[(int|float)( or None)?; ", line)]
     assert unbounded == [], unbounded
+
+
+def test_an_override_nothing_reads_is_refused_but_a_presets_or_a_saved_configs_value_is_not(tmp_path):
+    """`ema_rate=0.9` on a run with ema=false was recorded in config.json and read by nothing. Only what the user
+    typed is refused: a preset's rate under the no-ema modifier, or a saved config's, stays as it was."""
+    from trm_kaggle.train.settings import apply_overrides, dump_config, load_train_config
+
+    with pytest.raises(TRMError, match="ema_rate=0.9: read by nothing, ema=false here"):
+        load_train_config(presets=["sudoku4-cpu"], overrides=["ema_rate=0.9"])
+    with pytest.raises(TRMError, match="ema_rate=0.5: read by nothing"):  # a sweep variant's, on a no-ema base
+        apply_overrides(load_train_config(presets=["sudoku4-cpu"]), ["ema_rate=0.5"])
+    assert load_train_config(presets=["sudoku4-cpu"], overrides=["ema=true", "ema_rate=0.9"]).ema_rate == 0.9
+    tiny = next(n for n, p in __import__("trm_kaggle.train.presets", fromlist=["PRESETS"]).PRESETS.items()
+                if p["overrides"].get("ema_rate") is not None)
+    cfg = load_train_config(presets=[tiny, "no-ema"])
+    assert not cfg.ema and cfg.ema_rate != TrainConfig().ema_rate  # the preset's rate, unread but not typed
+    (tmp_path / "c.yaml").write_text(dump_config(cfg))
+    assert load_train_config(tmp_path / "c.yaml").ema_rate == cfg.ema_rate

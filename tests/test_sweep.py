@@ -182,6 +182,17 @@ def test_two_variants_whose_joined_names_collide_are_refused_before_any_run(tmp_
     assert not (tmp_path / "sw").exists()
 
 
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_two_axes_setting_one_key_are_refused_before_any_run(tmp_path, capsys, dry):
+    """Two axes that both set lr: the run named lr=1e-3_lr=2e-3 trained with the second value alone, unsaid."""
+    path = tmp_path / "g.yaml"
+    path.write_text('axes: [["lr=1e-3", "lr=3e-3"], ["lr=2e-3"]]\n')
+    assert main(["sweep", str(path), "--sweep-dir", str(tmp_path / "sw"), *dry]) == 2
+    line = one_error_line(capsys)
+    assert "the variants lr=1e-3 and lr=2e-3 (two axes) both set lr" in line, line
+    assert not (tmp_path / "sw").exists()
+
+
 def test_bad_runs_and_commands_are_refused_before_anything_runs(tmp_path, capsys):
     path = tmp_path / "g.yaml"
     path.write_text("axes: [[baseline, nope]]\n")
@@ -448,6 +459,12 @@ def test_changed_settings(tmp_path, fake_train):
     summary = S.run_sweep(grid("ok", overrides=["max_steps=10"]), sd, progress=False, poll_seconds=0.02)
     assert summary.skipped == 0 and records(sd)["ok_s0"]["attempts"] == 2
     assert records(sd)["ok_s0"]["settings"]["max_steps"] == 10
+    # a change that leaves a finished run nothing to train (a lower limit, another log interval) keeps it done,
+    # its record the settings it ran with: it started a training that trained nothing, "0 before this command"
+    for lower in (["max_steps=4"], ["max_steps=10", "log_interval=3"]):
+        summary = S.run_sweep(grid("ok", overrides=lower), sd, progress=False, poll_seconds=0.02)
+        assert summary.skipped == 1 and records(sd)["ok_s0"]["attempts"] == 2
+        assert records(sd)["ok_s0"]["settings"]["max_steps"] == 10 and records(sd)["ok_s0"]["state"] == "done"
     with pytest.raises(TRMError, match="run ok_s0 was started with other settings \\(arch\\)"):
         S.run_sweep(grid("ok", overrides=["max_steps=10", "arch.L_cycles=3"]), sd, progress=False)
 

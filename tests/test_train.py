@@ -196,6 +196,17 @@ def test_import_upstream_checkpoint_matches_logits(sudoku4, tmp_path, capsys):
         _, out_b = imported(imported.initial_carry(batch), batch)
     # upstream checkpoints are bf16: logits agree to bf16 rounding of the weights
     assert torch.allclose(out_a["logits"], out_b["logits"], atol=5e-2, rtol=5e-2)
+    # --seq-len within the readers' bound: 0 became the default silently, 2**70 was a traceback, -1 and 10**7
+    # wrote an export every reader refused
+    for bad in ("0", "-1", str(10**7), str(2**70)):
+        assert main(["import-upstream", str(up / "step_2"), "--out", str(tmp_path / f"s{bad}"), "--seq-len", bad]) == 2
+        assert f"--seq-len {bad}: must be from 1 to" in capsys.readouterr().err and not (tmp_path / f"s{bad}").exists()
+    from trm_kaggle.errors import DataError
+    from trm_kaggle.model.export import export_inference
+
+    with pytest.raises(DataError, match="not written, its config.json would be refused: seq_len"):
+        export_inference(tmp_path / "never", ours, arch=ours.arch, seq_len=10**7, vocab_size=ours.vocab_size)
+    assert not (tmp_path / "never").exists()
 
 
 def test_schedules():

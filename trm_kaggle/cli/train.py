@@ -7,6 +7,7 @@ import argparse
 import time
 
 from trm_kaggle.cli.common import command_parser, common_flags, say_defaults
+from trm_kaggle.config import MAX_GRID_CELLS, bounded_number
 from trm_kaggle.errors import TRMError
 
 
@@ -171,8 +172,9 @@ def add_import_upstream(sub) -> None:
                                       "hf://owner/repo[@revision][/path]")
     p.add_argument("--config", default=None, help="the run's all_config.yaml (default: beside the checkpoint)")
     p.add_argument("--out", required=True, help="export directory to create")
-    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: from the run's dataset, "
-                                                             "else 900 for ARC/Maze vocabularies, 81 for Sudoku)")
+    p.add_argument("--seq-len", type=bounded_number("--seq-len", 1, MAX_GRID_CELLS), default=None,
+                   help="sequence length (default: from the run's dataset, else 900 for ARC/Maze vocabularies, 81 for "
+                        "Sudoku)")
     p.add_argument("--mean-embedding", action="store_true", help="keep only the mean puzzle-embedding row")
     common_flags(p)
     p.set_defaults(func=cmd_import_upstream)

@@ -225,6 +225,10 @@ class CodeRepairBuildConfig(_Config):
         if self.val_fraction + self.test_fraction >= 1.0:  # the train split gets what the two leave
             raise ValueError(f"val_fraction {self.val_fraction:g} + test_fraction {self.test_fraction:g} leave no "
                              "file for training: together they must stay below 1")
+        default = type(self).model_fields["bpe_vocab_size"].default  # a copy made from a whole dump holds it
+        if self.tokens != "bpe" and self.bpe_vocab_size != default:  # read by nothing
+            raise ValueError(f"`bpe_vocab_size` {self.bpe_vocab_size} sizes the BPE pieces, and tokens is "
+                             f"{self.tokens}: choose tokens bpe, or drop it")
         return self
 
     @property

@@ -342,7 +342,10 @@ def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
     for r, row in zip(runs, rows):
         settings = [json.dumps(r.settings.get(k), default=str) if isinstance(r.settings.get(k), (list, dict))
                     else r.settings.get(k) for k in differ]
-        writer.writerow([r.label, r.group, r.seed, r.state] + [row[k] for k, _, _ in columns] + settings)
+        # a number that is not finite is no data, as table.md's "-": never "inf" or "nan" in a file others read
+        writer.writerow([r.label, r.group, r.seed, r.state]
+                        + ["" if isinstance(row[k], float) and not math.isfinite(row[k]) else row[k]
+                           for k, _, _ in columns] + settings)
 
     def setting(r: RunData, k: str) -> str:
         v = r.settings.get(k)

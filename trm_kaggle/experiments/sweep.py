@@ -155,6 +155,13 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
         if (joined := " + ".join(v.name for v in combo)) != made.setdefault(variant, joined):
             raise TRMError(f"sweep {grid.name}: the variants {made[variant]} and {joined} both name their runs "
                            f"{variant}_s<seed>: rename one (a variant's name without '_' never collides)")
+        set_by: dict[str, str] = {}  # a key two axes both set: the later variant's value would win unsaid
+        for v in combo:
+            for key in dict.fromkeys(parse_override(o)[0] for o in v.overrides):
+                if set_by.setdefault(key, v.name) != v.name:
+                    raise TRMError(f"sweep {grid.name}: the variants {set_by[key]} and {v.name} (two axes) both set "
+                                   f"{key}, and run {variant} would train with the second only: set each key on one "
+                                   "axis")
         run_presets = [p for v in combo for p in v.presets]
         run_overrides = [o for v in combo for o in v.overrides]
         try:
@@ -276,11 +283,24 @@ def _merge_plan(doc: dict | None, grid: SweepGrid, base: dict, plan: Sequence[Pl
             if rec["state"] == "running":
                 _refuse_if_still_running(rec, sweep_dir)
                 rec["state"], rec["error"] = "pending", "interrupted"
-            if changed and rec["state"] == "done":
+            if rec["state"] == "done":
+                if not _trains_further(before, run.config):  # e.g. a lower max_steps, another log_interval: the
+                    continue  # finished run stays as it is, its record the settings it ran with
                 rec["state"] = "pending"  # e.g. a larger max_steps: train continues from the run's last state
         rec.update(variant_presets=run.presets, variant_overrides=run.overrides,
                    settings=run.config.model_dump(mode="json"))
     return doc
+
+
+def _trains_further(before: TrainConfig, now: TrainConfig) -> bool:
+    """Whether a finished run given `now` instead of `before` has more to train: a limit raised or lifted
+    (max_steps, time_limit), or other data. Any other resumable change would start a training that trains
+    nothing."""
+    def raised(old, new) -> bool:
+        return old is not None and (new is None or new > old)
+
+    return (raised(before.max_steps, now.max_steps) or raised(before.time_limit, now.time_limit)
+            or before.data_paths != now.data_paths)
 
 
 def _refuse_if_still_running(rec: dict, sweep_dir: Path) -> None:

@@ -140,6 +140,10 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
     weights_meta = {"format": EXPORT_FORMAT, "config": json.dumps(_shape_config(config), sort_keys=True),
                     "sha256": content_digest(tensors)}
     check_finite(tensors, f"{Path(out_dir) / 'weights.safetensors'} (not written)")
+    try:  # never an export its readers refuse (a --seq-len past their bound)
+        ExportConfig.model_validate(config)
+    except pydantic.ValidationError as e:
+        raise DataError(f"{out_dir}: not written, its config.json would be refused: {validation_line(e)}") from None
     with atomic_directory(out_dir, kind="export") as tmp:
         save_file(tensors, str(tmp / "weights.safetensors"), metadata=weights_meta)
         os.chmod(tmp / "weights.safetensors", 0o644)  # safetensors writes it private; exports are shared

@@ -242,7 +242,7 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     for d in data_paths:
         if seq_len is None and (Path(d) / "train" / "dataset.json").exists():
             seq_len = load_metadata(d, "train").seq_len
-    seq_len = seq_len or DEFAULT_SEQ_LEN.get(vocab)
+    seq_len = DEFAULT_SEQ_LEN.get(vocab) if seq_len is None else seq_len
     if seq_len is None:
         raise TRMError(f"cannot tell the sequence length of this vocabulary ({vocab} tokens): pass --seq-len")
     model = TinyRecursiveModel(arch, seq_len, vocab, num_ids)

@@ -69,11 +69,17 @@ def _new_process(last: tuple, step: int, elapsed: float, start: object) -> bool:
     return step <= last_step or elapsed < last_elapsed  # older files: the step or the clock went back
 
 
+def _written_by_a_run(record) -> bool:
+    """A record a training could have logged: an object with a whole step >= 0. (A non-finite loss can be logged:
+    XLA's runs check it per interval; readers show it as no data.)"""
+    return isinstance(record, dict) and type(record.get("step")) is int and record["step"] >= 0
+
+
 def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     """(training records, evaluation records) of a run, one per step in step order, each with `wall_s`.
 
-    A line that is not a JSON record (the half-written last line of a running run) is skipped.
-    A run without metrics.jsonl yet has none."""
+    A line that is not a JSON record (the half-written last line of a running run), or one no run writes (a step
+    below 0), is skipped. A run without metrics.jsonl yet has none."""
     path = Path(run_dir) / METRICS_FILE
     if not os.path.lexists(path):  # a FIFO or a folder in its place is named by the reader, not taken for none
         return [], []
@@ -81,7 +87,7 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     evals: dict[int, dict] = {}
     offset, last, skipped = 0.0, None, 0
     for _, record in _records(path):
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        if not _written_by_a_run(record):
             skipped += 1
             continue
         step = record["step"]
@@ -101,7 +107,7 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
         elif any(key.startswith("eval_") for key in record):
             evals[step] = dict(record)
     if skipped:
-        log.info("%s: skipped %d unreadable line(s)", path, skipped)
+        log.info("%s: skipped %d line(s) no run writes (unreadable, or a negative step)", path, skipped)
     steps = [r["step"] for r in train]
     for step, record in evals.items():  # an evaluation follows the training record of its step
         i = bisect.bisect_right(steps, step) - 1

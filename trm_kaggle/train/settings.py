@@ -127,7 +127,25 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
         overrides = [overrides]
     for text in overrides:
         layers.apply_override(text)
-    return layers.build()
+    return _read_by_something(layers.build(), overrides)
+
+
+#: A setting typed as an override that the run it builds would not read: the switch that turns its reader on.
+_UNREAD = {"ema_rate": "ema"}
+
+
+def _read_by_something(cfg: TrainConfig, overrides: Sequence[str]) -> TrainConfig:
+    """`cfg`, or TRMError for an override (`key=value` typed by the user, never a preset's or a saved config's
+    value) that nothing in `cfg` reads because its switch is off. Overrides that turn the switch themselves
+    (`ema=true ema_rate=0.99 ema=false`) layer on purpose, as a sweep's variant over its base does."""
+    from trm_kaggle.train.overrides import parse_override
+
+    keys = {parse_override(text)[0]: text for text in overrides}
+    for key, switch in _UNREAD.items():
+        if key in keys and switch not in keys and not getattr(cfg, switch):
+            raise TRMError(f"{keys[key]}: read by nothing, {switch}=false here (a preset's or the default): set "
+                           f"{switch}=true or drop it")
+    return cfg
 
 
 def apply_overrides(cfg: TrainConfig, overrides: Sequence[str], notes: Optional[list[str]] = None,
@@ -138,9 +156,10 @@ def apply_overrides(cfg: TrainConfig, overrides: Sequence[str], notes: Optional[
     layers.tree = cfg.model_dump()
     for name in expand_preset_names(list(presets)):
         layers.apply_mapping(PRESETS[name]["overrides"], f"preset {name}")
-    for text in ([overrides] if isinstance(overrides, str) else overrides):
+    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
+    for text in overrides:
         layers.apply_override(text)
-    return layers.build()
+    return _read_by_something(layers.build(), overrides)
 
 
 def dump_config(cfg: TrainConfig) -> str:

@@ -99,22 +99,39 @@ def _stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
-def assign_splits(files: list[str], seed: int, val_fraction: float, test_fraction: float) -> dict[str, str]:
+def assign_splits(files: list[str], seed: int, val_fraction: float, test_fraction: float,
+                  usable: Callable[[str], bool] | None = None) -> dict[str, str]:
     """file -> split. A seeded shuffle of the sorted names; the first files go to test, the next to val.
 
     Every file's snippets stay in one split, so no code is shared between training and
     evaluation. With a non-zero fraction each held-out split gets at least one file
-    while train keeps at least one.
+    while train keeps at least one. With `usable`, a held-out place goes only to a file it accepts (one that
+    will be skipped goes to train, where it costs itself alone instead of a held-out split's place).
     """
     n = len(files)
     order = np.random.default_rng([seed, 1]).permutation(n)
     n_test = round(n * test_fraction) or int(test_fraction > 0 and n >= 2)
     n_val = round(n * val_fraction) or int(val_fraction > 0 and n - n_test >= 2)
     n_test, n_val = min(n_test, n - 1), min(n_val, max(0, n - 1 - n_test))
-    split = {}
-    for rank, i in enumerate(order):
-        split[files[i]] = "test" if rank < n_test else "val" if rank < n_test + n_val else "train"
+    split, held = {}, 0
+    for i in order:
+        name = files[i]
+        if held < n_test + n_val and (usable is None or usable(name)):
+            split[name], held = "test" if held < n_test else "val", held + 1
+        else:
+            split[name] = "train"
     return split
+
+
+def _parses(root: Path) -> Callable[[str], bool]:
+    """Whether a corpus file reads and parses (as the workers will read it): a held-out split's place needs one."""
+    def check(rel: str) -> bool:
+        try:
+            code_bugs.parse(_read_source(root / rel))
+        except (UnreadableFile, DataError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+        return True
+    return check
 
 
 # ---------------------------------------------------------------------------
@@ -435,7 +452,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
     files = corpus_files(root)
     if cfg.max_files and cfg.max_files < len(files):
         files = sorted(np.random.default_rng([cfg.seed, 2]).choice(files, cfg.max_files, replace=False).tolist())
-    split_of = assign_splits(files, cfg.seed, cfg.val_fraction, cfg.test_fraction)
+    split_of = assign_splits(files, cfg.seed, cfg.val_fraction, cfg.test_fraction, usable=_parses(root))
     ruff = _lint_binary(cfg.lint)
     tokens = _train_tokens(cfg, root, [f for f in files if split_of[f] == "train"])
     tokenizer_json = getattr(tokens, "json", None)
