@@ -121,7 +121,8 @@ def checked_choice(name, value, choices, default):
 
 
 def checked_dir(name, value, default):
-    if value is None or (isinstance(value, (str, os.PathLike)) and str(value)):
+    # a NUL byte is in no path the system can open: such a value would cost the submission, not fall back
+    if value is None or (isinstance(value, (str, os.PathLike)) and str(value) and "\0" not in str(value)):
         return value if value is not None else default
     warn(f"{name}={value!r} is not a path: using {default!r}")
     return default

@@ -85,6 +85,10 @@ def test_command_line(capsys, tmp_path):
     (tmp_path / "afile").write_text("x")
     assert main(["doctor", str(tmp_path / "afile")]) == 2
     assert "afile: dataset directory expected, found a file" in capsys.readouterr().err
+    # DATA and a typed data_paths: the plan read DATA, the typed one was read by nothing (even a missing folder)
+    (tmp_path / "d").mkdir()
+    assert main(["doctor", str(tmp_path / "d"), "data_paths=[does_not_exist]"]) == 2
+    assert "both name the data: give the dataset once" in capsys.readouterr().err
 
 
 def test_doctor_reports_the_threads_train_would_take(monkeypatch, capsys):

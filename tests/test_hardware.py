@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -175,3 +176,20 @@ def test_an_omp_num_threads_no_openmp_takes_is_said_as_ignored(monkeypatch, valu
     monkeypatch.setenv("OMP_NUM_THREADS", value)
     threads, why = H.choose_threads()
     assert threads == 2 and f"OMP_NUM_THREADS={value} ignored: not a whole number from 1 to 4096" in why
+
+
+@pytest.mark.parametrize("requested, said", [
+    ("xyz", "device='xyz': not a device (auto, cpu, cuda, cuda:N, mps or xla)"),
+    ("cuda:999", "device=cuda:999"),  # no CUDA here, or not that many devices: refused either way
+    ("", "not a device"),
+])
+def test_a_device_this_machine_lacks_or_no_device_at_all_is_one_line(requested, said):
+    """`estimate --device xyz` and `evaluate --device cuda:1` on a CPU machine ended in torch's traceback (its list
+    of every device type it knows): the one rule (`pick_device`) refuses them in one line."""
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.hardware import pick_device
+
+    with pytest.raises(TRMError, match=re.escape(said)) as err:
+        pick_device(requested)
+    assert "\n" not in str(err.value)
+    assert pick_device("cpu").type == "cpu"

@@ -141,6 +141,8 @@ def test_malformed_tasks_still_get_a_valid_fallback(tmp_path, monkeypatch):
     ({"TIME_BUDGET": None, "NUM_AUG": "auto"}, {"TIME_BUDGET": 11.5 * 3600}, ["TIME_BUDGET=None with 'auto'"]),
     ({"TIME_BUDGET": None, "NUM_AUG": 2, "FINETUNE_STEPS": 3}, {"TIME_BUDGET": None, "NUM_AUG": 2}, []),
     ({"KAGGLE_INPUT": 3}, {"READY": False}, ["KAGGLE_INPUT=3", "no arc-agi_test_challenges.json"]),
+    # a NUL byte is in no path: the default, said, instead of a kernel that wrote no submission
+    ({"CHALLENGES": "c\0.json"}, {"READY": True}, ["CHALLENGES='c\\x00.json' is not a path"]),
 ])
 def test_bad_parameters_degrade_to_defaults_with_a_warning(tmp_path, monkeypatch, params, expected, warned):
     write_competition(tmp_path / "input" / "comp")

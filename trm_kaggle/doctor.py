@@ -175,6 +175,10 @@ def run_doctor(presets: list[str], data: str | None, overrides: list[str], as_js
     if data is not None and (problem := directory_problem(data, "dataset directory")):
         raise TRMError(problem)
     cfg = load_train_config(None, presets, list(overrides) + ["progress=False"])
+    typed = [o for o in overrides if o.split("=", 1)[0].strip() == "data_paths"]
+    if data is not None and typed:  # the plan reads DATA: the typed one would be read by nothing
+        raise TRMError(f"doctor {data} and {typed[-1]} both name the data: give the dataset once (DATA, or "
+                       "data_paths=[...] without DATA)")
     facts = hardware.gather()
     threads = hardware.set_cpu_threads(cfg.threads)  # train's rule; the measurement runs with its thread count
     facts.cpu_bf16_speedup = cpu_bf16_speedup(torch.get_num_threads())

@@ -353,11 +353,20 @@ def pick_device(requested: str) -> torch.device:
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise TRMError("device=cuda requested but no CUDA device is available (use device=auto or device=cpu)")
-    if requested == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise TRMError("device=mps requested but MPS is not available")
-    return torch.device(requested)
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, TypeError, ValueError):  # torch's list of every device type it knows, unasked
+        raise TRMError(f"device={str(requested)[:40]!r}: not a device (auto, cpu, cuda, cuda:N, mps or xla)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise TRMError(f"device={requested} requested but no CUDA device is available (use device=auto or "
+                           "device=cpu)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise TRMError(f"device={requested}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                           f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise TRMError(f"device={requested} requested but MPS is not available")
+    return device
 
 
 def place_model(model: "torch.nn.Module", device: "str | torch.device | None" = None) -> "torch.device":
