@@ -96,6 +96,22 @@ def test_a_training_under_a_held_lock_writes_nothing(sudoku4, tmp_path, capsys, 
     assert sorted(p.name for p in run.iterdir()) == [LOCK_FILE]
 
 
+def test_torchrun_into_a_held_run_folder_is_one_line_before_any_worker(sudoku4, tmp_path, capsys, holder,
+                                                                         monkeypatch):
+    """Rank 0 refused a run folder another training holds while rank 1 already waited on its first collective: a
+    gloo traceback on rank 1 and the launch's status 1. The launcher refuses it first, as it checks settings."""
+    from trm_kaggle.launch import torchrun
+
+    monkeypatch.setattr(torchrun, "launch", lambda *a, **kw: pytest.fail("no worker for a held run folder"))
+    run = tmp_path / "run"
+    holder(run, "training")
+    line = one_error_line(capsys, main(["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "trm_kaggle",
+                                        "train", f"data_paths=[{sudoku4}]", f"checkpoint_path={run}", *TINY,
+                                        "max_steps=2", "--no-progress"]))
+    assert "another training is running" in line
+    assert sorted(p.name for p in run.iterdir()) == [LOCK_FILE]
+
+
 def test_two_submits_on_one_work_dir(tmp_path, capsys, holder):
     """A submit running on --work-dir holds it: a second one is refused before it writes anything (its
     --output included), with one line."""

@@ -30,7 +30,12 @@ def cmd_torchrun(args: argparse.Namespace) -> int:
     targs = torchrun.parse(args.torchrun_args)
     train_args = torchrun.trained_module_args(targs)
     if train_args is not None:  # bad settings: one line on every node now, not one per worker after the rendezvous
-        train_settings(train_args)
+        from trm_kaggle.locks import refuse_if_held
+        from trm_kaggle.train import default_run_dir
+
+        # a run folder another training holds, too: refused by rank 0 alone, it left the other ranks waiting on
+        # their first collective (a traceback each, and the launch's status 1)
+        refuse_if_held(default_run_dir(train_settings(train_args)))
     torchrun.launch(targs)
     return 0
 
