@@ -96,7 +96,9 @@ def checked_number(name, value, default, *, none=False, least=0.0, most=math.inf
 
 
 def checked_text(name, value, default, *, none=False):
-    if (none and value is None) or (isinstance(value, (str, os.PathLike)) and str(value).strip()):
+    # a NUL byte is in no path or name: such a value would stop the session, not fall back
+    if (none and value is None) or (isinstance(value, (str, os.PathLike)) and str(value).strip()
+                                    and "\0" not in str(value)):
         return value
     warn(f"{name}={value!r} is not {'None or ' if none else ''}a non-empty text: using {default!r}")
     return default
@@ -146,7 +148,7 @@ def fail(message):
 try:
     Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
     write_session("started", "the session has not finished (stopped before it wrote its report)")
-except OSError as e:
+except (OSError, ValueError) as e:  # ValueError: a path the system cannot take; the notebook never raises
     READY = False
     print(f"error: {KAGGLE_WORKING} is not writable ({e}): nothing can run", flush=True)
 

@@ -51,3 +51,21 @@ def test_a_session_budget_that_is_no_number_of_seconds_is_an_error_not_no_limit(
         report = run_session(input_root=tmp_path / "in", working=tmp_path / "w", echo=lambda line: None,
                              **{name: value})
         assert report.status == "error" and report.message.startswith(f"{name} {value!r}: a finite number")
+
+
+def test_a_path_holding_a_nul_byte_falls_back_to_its_default():
+    """KAGGLE_WORKING holding a NUL byte ended the training kernel's first cell in a traceback (ValueError: embedded
+    null byte; the cell caught OSError alone): such a value is no path, and takes its default with a warning."""
+    import os
+
+    src = (REPO_ROOT / "notebooks" / "kaggle_train.py").read_text()
+    start = src.index("def checked_text(")
+    code = src[start:src.index("\n\n\n", start)]
+    warned: list[str] = []
+    scope = {"os": os, "warn": warned.append}
+    exec(code, scope)  # the notebook's own function, as written
+    check = scope["checked_text"]
+    assert check("KAGGLE_WORKING", "/tmp/w\0x", "/kaggle/working") == "/kaggle/working"
+    assert warned and "KAGGLE_WORKING='/tmp/w\\x00x' is not a non-empty text" in warned[0]
+    assert check("KAGGLE_WORKING", "/tmp/w", "/kaggle/working") == "/tmp/w"
+    assert "except (OSError, ValueError) as e:  # ValueError: a path the system cannot take" in src

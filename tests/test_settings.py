@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import textwrap
 
@@ -608,6 +609,15 @@ def test_an_override_nothing_reads_is_refused_but_a_presets_or_a_saved_configs_v
     with pytest.raises(TRMError, match="ema_rate=0.5: read by nothing"):  # a sweep variant's, on a no-ema base
         apply_overrides(load_train_config(presets=["sudoku4-cpu"]), ["ema_rate=0.5"])
     assert load_train_config(presets=["sudoku4-cpu"], overrides=["ema=true", "ema_rate=0.9"]).ema_rate == 0.9
+    with pytest.raises(TRMError, match="ema_rate=0.9: read by nothing"):  # the switch typed off: no layering
+        load_train_config(presets=["sudoku4-cpu"], overrides=["ema_rate=0.9", "ema=false"])
+    # the other switches: no rope, no puzzle table, no evaluation before the end
+    for typed, said in ((["arch.pos_encodings=none", "arch.rope_theta=5"], "arch.pos_encodings is not rope"),
+                        (["arch.puzzle_emb_ndim=0", "puzzle_emb_lr=0.5"], "no puzzle table"),
+                        (["eval_interval=null", "min_eval_interval=3"], "only the end evaluates")):
+        with pytest.raises(TRMError, match=f"{typed[1]}: read by nothing, .*{re.escape(said)}"):
+            load_train_config(overrides=typed)
+    assert load_train_config(overrides=["arch.pos_encodings=rope", "arch.rope_theta=5"]).arch.rope_theta == 5
     tiny = next(n for n, p in __import__("trm_kaggle.train.presets", fromlist=["PRESETS"]).PRESETS.items()
                 if p["overrides"].get("ema_rate") is not None)
     cfg = load_train_config(presets=[tiny, "no-ema"])

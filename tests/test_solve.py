@@ -91,6 +91,9 @@ def test_a_rerun_reuses_finished_tasks(unseen, tmp_path):
     assert any("1 of 1 tasks already answered" in line for line in lines)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing recomputed
     assert r2["answered"] == 1 and {k: v["candidates"] for k, v in results(tmp_path / "work").items()} == first
+    # the worker with nothing to do ended cleanly (its reused answers once failed it: "keep the fallback")
+    assert set(r2["fallback"]) == set(r1["fallback"]) and r2["errors"] == r1["errors"], (r1, r2)
+    assert not any("Error" in line for line in lines), lines
     # other settings: the old results are not this run's
     r3 = solve(c.model_copy(update={"num_aug": 2}), echo=lines.append)
     assert r3["answered"] == 1 and all(t["num_aug"] == 2 for t in r3["task_reports"].values())

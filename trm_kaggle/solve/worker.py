@@ -85,7 +85,7 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
                                       f"earlier run with these settings" if spec.units else "")))
         for u in spec.units:
             if on_unit is not None:
-                on_unit(u)
+                on_unit(u, None)  # answered by an earlier run: nothing unwritten
         return None
     export, _ = read_export(cfg.weights)  # unreadable weights fail the worker at once, not each task
     canvas = export_canvas(cfg.weights)

@@ -130,21 +130,34 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
     return _read_by_something(layers.build(), overrides)
 
 
-#: A setting typed as an override that the run it builds would not read: the switch that turns its reader on.
-_UNREAD = {"ema_rate": "ema"}
+#: Settings typed as overrides that the run they build would not read, by the switch that leaves them unread:
+#: (the switch's keys, whether `cfg` leaves them unread, what the switch says).
+_UNREAD = [
+    (("ema_rate",), ("ema",), lambda c: not c.ema, "ema=false"),
+    (("arch.rope_theta",), ("arch.pos_encodings",), lambda c: c.arch.pos_encodings != "rope",
+     "arch.pos_encodings is not rope"),
+    (("puzzle_emb_lr", "puzzle_emb_weight_decay"), ("arch.puzzle_emb_ndim",), lambda c: c.arch.puzzle_emb_ndim == 0,
+     "arch.puzzle_emb_ndim=0 (no puzzle table)"),
+    (("min_eval_interval",), ("eval_interval",), lambda c: c.eval_interval is None,
+     "eval_interval=None (only the end evaluates)"),
+]
 
 
 def _read_by_something(cfg: TrainConfig, overrides: Sequence[str]) -> TrainConfig:
     """`cfg`, or TRMError for an override (`key=value` typed by the user, never a preset's or a saved config's
-    value) that nothing in `cfg` reads because its switch is off. Overrides that turn the switch themselves
-    (`ema=true ema_rate=0.99 ema=false`) layer on purpose, as a sweep's variant over its base does."""
+    value) that nothing in `cfg` reads because its switch is off, by a preset, the default or the user. Overrides
+    that turn the switch on and off again (`ema=true ema_rate=0.99 ema=false`) layer on purpose, as a sweep's
+    variant over its base does."""
     from trm_kaggle.train.overrides import parse_override
 
-    keys = {parse_override(text)[0]: text for text in overrides}
-    for key, switch in _UNREAD.items():
-        if key in keys and switch not in keys and not getattr(cfg, switch):
-            raise TRMError(f"{keys[key]}: read by nothing, {switch}=false here (a preset's or the default): set "
-                           f"{switch}=true or drop it")
+    keys_typed = [parse_override(text)[0] for text in overrides]
+    typed = dict(zip(keys_typed, overrides))
+    for keys, switches, unread, why in _UNREAD:
+        layered = any(keys_typed.count(s) > 1 for s in switches)
+        for key in keys:
+            if key in typed and not layered and unread(cfg):
+                raise TRMError(f"{typed[key]}: read by nothing, {why} here: change {' or '.join(switches)}, or "
+                               "drop it")
     return cfg
 
 
