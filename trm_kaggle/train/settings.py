@@ -131,7 +131,7 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
 
 
 #: Settings typed as overrides that the run they build would not read, by the switch that leaves them unread:
-#: (the switch's keys, whether `cfg` leaves them unread, what the switch says).
+#: (the settings, their switches, whether `cfg` leaves them unread, what the switch says).
 _UNREAD = [
     (("ema_rate",), ("ema",), lambda c: not c.ema, "ema=false"),
     (("arch.rope_theta",), ("arch.pos_encodings",), lambda c: c.arch.pos_encodings != "rope",
