@@ -25,20 +25,26 @@ def test_a_train_budget_inside_the_save_margin_is_refused_before_building(tmp_pa
         assert ("SAVE_MARGIN" in err[0]) == (budget != "nan") and not (tmp_path / "out").exists()
 
 
+def notebook_function(name: str, warned: list[str]):
+    """The training kernel's own function `name`, as written (its source cut out and run), warning into
+    `warned`; and the notebook's source."""
+    import math
+    import os
+
+    src = (REPO_ROOT / "notebooks" / "kaggle_train.py").read_text()
+    start = src.index(f"def {name}(")
+    scope = {"math": math, "os": os, "warn": warned.append}
+    exec(src[start:src.index("\n\n\n", start)], scope)
+    return scope[name], src
+
+
 def test_the_notebook_takes_a_save_interval_train_takes_or_its_default(tmp_path):
     """SAVE_EVERY_S past train's bound (a week) once ended the session with an error and nothing trained: the
     notebook's parameter check falls back to the default with a warning, as for any bad parameter."""
-    import math
-
-    src = (REPO_ROOT / "notebooks" / "kaggle_train.py").read_text()
-    start = src.index("def checked_number(")
-    code = src[start:src.index("\n\n\n", start)]
     warned: list[str] = []
-    scope = {"math": math, "warn": warned.append}
-    exec(code, scope)  # the notebook's own function, as written
+    check, src = notebook_function("checked_number", warned)
     assert re.search(r'^SAVE_EVERY_S = checked_number\("SAVE_EVERY_S", SAVE_EVERY_S, 300.0, none=True, least=0.001, '
                      r"most=7 \* 24 \* 3600\)", src, re.M)
-    check = scope["checked_number"]
     assert check("SAVE_EVERY_S", 1e9, 300.0, none=True, least=0.001, most=7 * 24 * 3600) == 300.0
     assert warned and "SAVE_EVERY_S=1000000000.0 is not None or a number from 0.001 to 604800" in warned[0]
     assert check("SAVE_EVERY_S", 600, 300.0, none=True, least=0.001, most=7 * 24 * 3600) == 600.0
@@ -56,15 +62,8 @@ def test_a_session_budget_that_is_no_number_of_seconds_is_an_error_not_no_limit(
 def test_a_path_holding_a_nul_byte_falls_back_to_its_default():
     """KAGGLE_WORKING holding a NUL byte ended the training kernel's first cell in a traceback (ValueError: embedded
     null byte; the cell caught OSError alone): such a value is no path, and takes its default with a warning."""
-    import os
-
-    src = (REPO_ROOT / "notebooks" / "kaggle_train.py").read_text()
-    start = src.index("def checked_text(")
-    code = src[start:src.index("\n\n\n", start)]
     warned: list[str] = []
-    scope = {"os": os, "warn": warned.append}
-    exec(code, scope)  # the notebook's own function, as written
-    check = scope["checked_text"]
+    check, src = notebook_function("checked_text", warned)
     assert check("KAGGLE_WORKING", "/tmp/w\0x", "/kaggle/working") == "/kaggle/working"
     assert warned and "KAGGLE_WORKING='/tmp/w\\x00x' is not a non-empty text" in warned[0]
     assert check("KAGGLE_WORKING", "/tmp/w", "/kaggle/working") == "/tmp/w"

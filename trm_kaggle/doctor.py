@@ -170,12 +170,12 @@ def plan_lines(p: Plan, preset: str) -> list[str]:
 
 def run_doctor(presets: list[str], data: str | None, overrides: list[str], as_json: bool) -> str:
     from trm_kaggle.model import cpu_bf16_speedup
-    from trm_kaggle.train import load_train_config
+    from trm_kaggle.train import load_train_config, parse_override
 
     if data is not None and (problem := directory_problem(data, "dataset directory")):
         raise TRMError(problem)
     cfg = load_train_config(None, presets, list(overrides) + ["progress=False"])
-    typed = [o for o in overrides if o.split("=", 1)[0].strip() == "data_paths"]
+    typed = [o for o in overrides if parse_override(o)[0] == "data_paths"]
     if data is not None and typed:  # the plan reads DATA: the typed one would be read by nothing
         raise TRMError(f"doctor {data} and {typed[-1]} both name the data: give the dataset once (DATA, or "
                        "data_paths=[...] without DATA)")
