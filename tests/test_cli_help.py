@@ -146,6 +146,28 @@ def test_validate_submission_counts_in_the_singular(tmp_path):
     assert p.returncode == 0 and "(1 task, 1 test input, two attempts each)" in p.stdout, p.stdout + p.stderr
 
 
+def test_validate_submission_names_the_challenges_malformed_tasks_beside_its_verdict(tmp_path):
+    """A challenges file with a cell 11 and a cell true: the submission is valid (Kaggle's scorer judges only its
+    ids, counts and grids), and the note on stderr names the file and the tasks submit answers with the fallback."""
+    import json
+
+    good = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]}
+    bad = {"train": [{"input": [[11]], "output": [[True]]}], "test": [{"input": [[1]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"aaa": good, "bbb": bad, "ccc": bad}))
+    (tmp_path / "s.json").write_text(json.dumps({t: [{"attempt_1": [[1]], "attempt_2": [[2]]}] for t in "abc"
+                                                  for t in [t * 3]}))
+    p = subprocess.run([sys.executable, "-m", "trm_kaggle", "validate-submission", str(tmp_path / "s.json"),
+                        "--challenges", str(tmp_path / "c.json")], capture_output=True, text=True)
+    assert p.returncode == 0 and ": valid (3 tasks" in p.stdout, p.stdout + p.stderr
+    assert p.stderr.strip() == (f"note: {tmp_path / 'c.json'}: 2 malformed tasks, which submit answers with the "
+                                "fallback (task bbb: train pair 0 input: value 11 at row 0, column 0 is not an integer "
+                                "0..9; and 1 more)"), p.stderr
+    (tmp_path / "c.json").write_text(json.dumps({"aaa": good, "bbb": good, "ccc": good}))
+    p = subprocess.run([sys.executable, "-m", "trm_kaggle", "validate-submission", str(tmp_path / "s.json"),
+                        "--challenges", str(tmp_path / "c.json")], capture_output=True, text=True)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+
+
 def all_parsers() -> dict[str, argparse.ArgumentParser]:
     """Every parser whose help a user can print: the top level, each subcommand, launch's launchers, build_bundle.py."""
     from trm_kaggle.kaggle.bundle import make_parser

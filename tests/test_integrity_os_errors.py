@@ -163,3 +163,35 @@ def test_an_export_cut_by_the_limit_names_the_export(tmp_path):
     assert r.stdout.strip() == f"{tmp_path / 'exp'}: File too large (needed: a file size limit that allows it " \
                                "(ulimit -f))", r.stdout + r.stderr
     assert not (tmp_path / "exp").exists() and not list(tmp_path.glob("exp.partial-*"))
+
+
+def test_an_output_on_a_full_disk_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    """`submit --work-dir` on a full disk passed the start's check (an empty lock file still fits there) and
+    then lost every model answer: the worker could not open its log. An output whose disk has under
+    `MIN_FREE_BYTES` free is refused in one line before anything is written, by the one check of every command."""
+    import shutil
+
+    import trm_kaggle.outputs as O
+    from trm_kaggle.cli import main
+
+    (tmp_path / "full").mkdir()
+    real = shutil.disk_usage
+
+    def usage(path):  # the folder `full` stands for a full disk
+        u = real(path)
+        return u._replace(free=4096) if Path(path).resolve() == tmp_path / "full" else u
+
+    monkeypatch.setattr(O.shutil, "disk_usage", usage)
+    task = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t0": task}))
+    make_export(tmp_path / "exp")
+    for out, work in (("s.json", "full/w"), ("full/s.json", "w")):
+        code = main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"),
+                     "--output", str(tmp_path / out), "--work-dir", str(tmp_path / work), "--finetune", "none",
+                     "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "is full (4,096 bytes free; needed: free space" in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "exp", "full"] and not any(
+            (tmp_path / "full").iterdir())
+    assert main(["build-sudoku", "--output-dir", str(tmp_path / "full" / "d"), "--num-train", "2"]) == 2
+    assert "the disk of" in capsys.readouterr().err

@@ -614,10 +614,15 @@ def test_an_override_nothing_reads_is_refused_but_a_presets_or_a_saved_configs_v
     # the other switches: no rope, no puzzle table, no evaluation before the end
     for typed, said in ((["arch.pos_encodings=none", "arch.rope_theta=5"], "arch.pos_encodings is not rope"),
                         (["arch.puzzle_emb_ndim=0", "puzzle_emb_lr=0.5"], "no puzzle table"),
-                        (["eval_interval=null", "min_eval_interval=3"], "only the end evaluates")):
+                        (["eval_interval=null", "min_eval_interval=3"], "only the end evaluates"),
+                        (["arch.mlp_t=true", "arch.num_heads=4"], "arch.mlp_t=true (no attention)"),
+                        (["arch.mlp_t=true", "arch.rope_theta=5"], "arch.mlp_t=true (no attention)")):
         with pytest.raises(TRMError, match=f"{typed[1]}: read by nothing, .*{re.escape(said)}"):
             load_train_config(overrides=typed)
     assert load_train_config(overrides=["arch.pos_encodings=rope", "arch.rope_theta=5"]).arch.rope_theta == 5
+    with pytest.raises(TRMError, match="arch.num_heads=2: read by nothing"):  # the MLP mixer by a preset
+        load_train_config(presets=["sudoku4-cpu"], overrides=["arch.num_heads=2"])
+    assert load_train_config(presets=["sudoku4-cpu", "attention"], overrides=["arch.num_heads=2"]).arch.num_heads == 2
     tiny = next(n for n, p in __import__("trm_kaggle.train.presets", fromlist=["PRESETS"]).PRESETS.items()
                 if p["overrides"].get("ema_rate") is not None)
     cfg = load_train_config(presets=[tiny, "no-ema"])

@@ -24,12 +24,17 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import not_regular
+
+#: Under this much free space on an output's disk a command is refused before it starts: an empty lock file or
+#: folder still fits on a full disk, and a run that began there lost every answer it could not store.
+MIN_FREE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,10 @@ def writable_problem(out: Output) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         return (f"{shown}: {existing} is not writable (read-only, or no permission); choose an output where this "
                 "user can write")
+    free = shutil.disk_usage(existing).free
+    if free < MIN_FREE_BYTES:
+        return (f"{shown}: the disk of {existing} is full ({free:,} bytes free; needed: free space on its disk, at "
+                f"least {MIN_FREE_BYTES >> 20} MiB)")
     return None
 
 

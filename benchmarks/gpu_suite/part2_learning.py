@@ -51,7 +51,7 @@ def sizes(ctx: Context) -> dict:
     the block's compile, the run's start, its evaluations); `muon_from_s` the allowance from which a third recipe
     runs; `eval_interval` in epochs (1,000 train puzzles: 1.3 steps of 768 rows an epoch)."""
     if ctx.smoke:
-        return dict(seconds=2.0, overrides=["global_batch_size=16", "arch.hidden_size=16", "arch.num_heads=2",
+        return dict(seconds=2.0, overrides=["global_batch_size=16", "arch.hidden_size=16",
                                              "eval_interval=1", "threads=1"],
                     recipes=dict(run_s=1.0, min_run_s=0.5, fixed_s=3.0, per_recipe_s=3.0, muon_from_s=0.0,
                                  eval_interval=1, targets=(0.05, 0.2, 0.5, PAPER_ACCURACY),

@@ -26,6 +26,7 @@ _EXPORTS = {
     "score_submission": "scoring",
     "task_picture_png": "report",
     "validate_submission": "submission",
+    "challenge_problems": "submission",
     "wilson_interval": "stats",
     "write_report": "report",
     "write_submission": "submission",

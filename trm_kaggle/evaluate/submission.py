@@ -175,6 +175,12 @@ def _task_problem(task_id: str, task: Any) -> str | None:
     return None
 
 
+def challenge_problems(challenges: str | os.PathLike | Mapping) -> dict[str, str]:
+    """`{task_id: problem}` for each task of `challenges` that `submit` refuses (answers with the fallback)."""
+    found = ((str(task_id), _task_problem(str(task_id), task)) for task_id, task in read_challenges(challenges).items())
+    return {task_id: problem for task_id, problem in found if problem}
+
+
 def make_submission(challenges: str | os.PathLike | Mapping,
                     candidates: Mapping[tuple[str, int], Iterable[Any]] | None,
                     fallback: str = "input", check_tasks: bool = True) -> BuiltSubmission:
@@ -405,7 +411,7 @@ def write_submission(path: str | os.PathLike, submission: Mapping,
 
 
 __all__ = [
-    "ATTEMPTS", "BuiltSubmission", "FALLBACKS", "check_scorable", "check_submission", "expected_counts",
+    "ATTEMPTS", "BuiltSubmission", "FALLBACKS", "challenge_problems", "check_scorable", "check_submission", "expected_counts",
     "grid_key", "load_solutions", "load_submission", "make_submission", "plain_grid", "read_json_file",
     "submission_problems", "validate_submission", "write_submission",
 ]

@@ -136,6 +136,8 @@ _UNREAD = [
     (("ema_rate",), ("ema",), lambda c: not c.ema, "ema=false"),
     (("arch.rope_theta",), ("arch.pos_encodings",), lambda c: c.arch.pos_encodings != "rope",
      "arch.pos_encodings is not rope"),
+    # with mlp_t the token mixer is a SwiGLU along the sequence: no attention reads heads or rotary angles
+    (("arch.num_heads", "arch.rope_theta"), ("arch.mlp_t",), lambda c: c.arch.mlp_t, "arch.mlp_t=true (no attention)"),
     (("puzzle_emb_lr", "puzzle_emb_weight_decay"), ("arch.puzzle_emb_ndim",), lambda c: c.arch.puzzle_emb_ndim == 0,
      "arch.puzzle_emb_ndim=0 (no puzzle table)"),
     (("min_eval_interval",), ("eval_interval",), lambda c: c.eval_interval is None,
