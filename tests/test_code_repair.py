@@ -145,6 +145,13 @@ def test_assign_splits_keeps_every_split_and_is_seeded():
     assert all(b[f] == "train" for f in held) and sorted(b.values()).count("test") == 4
     assert sorted(b.values()).count("val") == 2
     assert assign_splits(files, 0, 0.1, 0.2, usable=lambda f: True) == a  # usable files: the same split
+    # one good file beside a dangling link: the held-out place it took left train nothing ("no repair pairs in
+    # the train split" for a corpus that builds without the link); train keeps a usable file
+    for seed in range(8):
+        pair = assign_splits(["a.py", "b.py"], seed, 0.1, 0.1, usable=lambda f: f == "a.py")
+        assert pair["a.py"] == "train", (seed, pair)
+    assert sorted(assign_splits(["a.py", "b.py", "c.py"], 0, 0.1, 0.1, usable=lambda f: f != "c.py").values()) == [
+        "test", "train", "train"]
 
 
 def test_a_skipped_corpus_file_never_empties_a_held_out_split(tmp_path):

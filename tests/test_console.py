@@ -59,3 +59,78 @@ def test_sigterm_to_a_command_at_work_stops_it_as_ctrl_c_does(tmp_path):
             p.wait()
     assert p.returncode == 143 and err.strip().splitlines()[-1] == "interrupted: stopped by SIGTERM", err
     assert "Traceback" not in err and not out.exists()
+
+
+# A command's first Ctrl-C unwinds through a generator whose cleanup waits (a data loader joining its prefetch
+# thread) and a second Ctrl-C lands in that wait, after the command's last line; or a training took the first
+# in its own handler (saved, said so) and gave the command's handler back.
+SECOND_CTRL_C_IN_CLEANUP = r"""
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's
+from trm_kaggle import interrupts
+interrupts.take_sigterm()
+if sys.argv[1] == "own-handler":  # the training's handler takes the first stop, then puts the command's back
+    import torch
+    from trm_kaggle.train.runtime import Runtime
+    from trm_kaggle.train.stops import StopControl
+
+    rt = Runtime(torch.device("cpu"), torch.float32, "")
+    with StopControl(rt, save_every_s=None, deadline=None, deadline_name="", signals=True) as control:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert control.poll(5).stop
+    print("interrupted: stopped by SIGINT at step 5", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGINT)  # the second, as a loader's cleanup joins its thread
+    time.sleep(5)
+    sys.exit(130)
+
+if sys.argv[1] == "sweep-handler":  # a sweep's handler takes the first stop, records it, puts the command's back
+    stops = interrupts.FirstStopOnly()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        stops.give_back()
+    print("interrupted", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+    sys.exit(130)
+
+def batches():
+    try:
+        yield 1
+        yield 2
+    finally:
+        os.kill(os.getpid(), signal.SIGINT)  # the second, while the cleanup waits
+        time.sleep(5)
+
+it = batches()
+next(it)
+try:
+    os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C, while the command works on a batch
+    time.sleep(5)
+except KeyboardInterrupt as e:
+    status = interrupts.interrupted(e)
+del it  # the generator closes after the last line, as a frame of the stopped command is freed
+sys.exit(status)
+"""
+
+
+@pytest.mark.parametrize("first", ["command-handler", "own-handler", "sweep-handler"])
+def test_a_second_ctrl_c_during_the_cleanup_ends_the_process_without_a_traceback(first):
+    """Two SIGINTs 50 ms apart during `train` or `submit` printed "Exception ignored in ... PuzzleLoader._consume
+    ... KeyboardInterrupt" after the "interrupted" line: the second, raised inside the loader's cleanup. As for
+    SIGTERM, a later SIGINT ends the process by the signal, without a word after the command's last line."""
+    p = subprocess.run([sys.executable, "-c", SECOND_CTRL_C_IN_CLEANUP, first], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == -signal.SIGINT, (p.returncode, p.stderr)
+    assert p.stderr.strip().splitlines()[-1].startswith("interrupted") and "Traceback" not in p.stderr, p.stderr
+    assert "Exception ignored" not in p.stderr, p.stderr
+
+
+def test_disarm_leaves_a_handler_that_is_not_the_commands():
+    """A library caller's handler (a notebook's, pytest's) stays as it is after a training took a stop."""
+    from trm_kaggle import interrupts
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, *interrupts.TERMINATING)}
+    interrupts.disarm()
+    assert {s: signal.getsignal(s) for s in before} == before

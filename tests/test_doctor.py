@@ -91,6 +91,30 @@ def test_command_line(capsys, tmp_path):
     assert "both name the data: give the dataset once" in capsys.readouterr().err
 
 
+def test_what_train_refuses_before_its_first_step_is_said_not_planned(capsys, monkeypatch):
+    """`global_batch_size=8 micro_batch_size=3` was planned as "would use micro-batch: 3" with status 0 and no
+    warning, and `wandb=true` without wandb alike; train refuses both. Each is a warning in train's words."""
+    import builtins
+
+    real = builtins.__import__
+
+    def no_wandb(name, *args, **kwargs):
+        if name == "wandb":
+            raise ImportError("no wandb here")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_wandb)
+    plan = diagnose(cfg("global_batch_size=8", "micro_batch_size=3", "wandb=true", "arch.forward_dtype=float32"),
+                    LAPTOP, baseline=0)
+    assert "micro_batch_size 3 must divide the per-rank batch 8: train refuses to start" in plan.warnings
+    assert "wandb=True needs the wandb package (pip install wandb): train refuses to start" in plan.warnings
+    assert main(["doctor", "global_batch_size=8", "micro_batch_size=3", "arch.forward_dtype=float32"]) == 0
+    out = capsys.readouterr().out
+    assert "would refuse to start (see the warnings below)" in out and "must divide the per-rank batch 8" in out
+    assert not any("refuses" in w for w in diagnose(cfg("global_batch_size=8", "micro_batch_size=4",
+                                                        "arch.forward_dtype=float32"), LAPTOP, baseline=0).warnings)
+
+
 def test_doctor_reports_the_threads_train_would_take(monkeypatch, capsys):
     """The one thread rule of train (`hardware.choose_threads`): OMP_NUM_THREADS as the user set it, and said so;
     the threads setting over it."""
@@ -105,3 +129,14 @@ def test_doctor_reports_the_threads_train_would_take(monkeypatch, capsys):
         assert "; 2 threads (threads=2, over OMP_NUM_THREADS=1)" in capsys.readouterr().out
     finally:
         torch.set_num_threads(before)
+
+
+def test_overrides_on_either_side_of_an_option_are_read(capsys, tmp_path):
+    """`doctor DATA --preset P key=value` (the order its usage line shows) was "unrecognized arguments", and
+    `train a=1 --preset P b=2` alike: argparse takes positionals in one run. The overrides are split off first."""
+    (tmp_path / "d").mkdir()
+    assert main(["doctor", "--json", "arch.forward_dtype=float32", "--preset", "cpu-smoke", "global_batch_size=8"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["local_batch"] == 8
+    assert main(["train", "global_batch_size=8", "--preset", "cpu-smoke", "ema=false", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert "global_batch_size: 8" in out and "\nema: false" in out

@@ -397,3 +397,14 @@ def test_estimate_refuses_auto_which_only_a_time_budget_can_size(flag, capsys):
     assert main(["estimate", "--preset", "arc2", flag, "auto", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert f"{flag} auto: estimate prices a given count" in err and "time_budget" not in err
+
+
+def test_estimate_refuses_a_preset_modifier_that_sets_no_architecture(capsys):
+    """`--preset sudoku4-cpu+lion+batch2048+no-ema` ran with status 0 and no word of the three modifiers: estimate
+    times the preset's architecture alone. A modifier that sets none is refused, naming what it sets."""
+    from trm_kaggle.cli import main
+
+    assert main(["estimate", "--preset", "sudoku4-cpu+lion+batch2048+no-ema", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --preset sudoku4-cpu+lion+batch2048+no-ema: lion sets no architecture (beta2, optimizer), "
+                   "and estimate times the preset's architecture alone: drop lion"], err

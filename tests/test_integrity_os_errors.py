@@ -195,3 +195,5 @@ def test_an_output_on_a_full_disk_is_refused_before_anything_is_written(tmp_path
             (tmp_path / "full").iterdir())
     assert main(["build-sudoku", "--output-dir", str(tmp_path / "full" / "d"), "--num-train", "2"]) == 2
     assert "the disk of" in capsys.readouterr().err
+    # asked at the start alone: a bundle's later part is not refused for the space its earlier parts took
+    assert A.replace_problem(tmp_path / "full" / "kernel", "bundle kernel") is None

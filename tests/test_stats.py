@@ -33,6 +33,8 @@ def test_wilson_interval_edges():
     assert lo < 0.5 < hi and hi - lo > wilson_interval(5, 10)[1] - wilson_interval(5, 10)[0]  # fewer tasks: wider
     with pytest.raises(ValueError):
         wilson_interval(4, 3)
+    with pytest.raises(ValueError):  # 5 of none is no interval either (it was "0 to 1")
+        wilson_interval(5, 0)
 
 
 def test_size_buckets_follow_the_stated_edges():

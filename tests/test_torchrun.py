@@ -205,6 +205,10 @@ def test_endpoints_without_a_usable_port_are_refused(text):
     (["--nproc-per-node", "lots"], "or auto, cpu, gpu or xpu"),
     (["--max-restarts", "100000000000000000000"], "from 0 to 1000"),
     (["--max-restarts", "-1"], "from 0 to 1000"),
+    (["--nnodes", "2", "--node-rank", "5"], "--node-rank 5: a static rendezvous of 2 node(s) (--nnodes 2) numbers "
+                                            "them 0 to 1"),
+    (["--nnodes", "2", "--node-rank", "-1"], "numbers them 0 to 1"),
+    (["--rdzv-conf", "timeout=2.5"], "timeout=2.5: expected a positive whole number of seconds"),
 ])
 def test_bad_launches_are_one_error_line_before_any_rendezvous(args, message, capsys, tmp_path):
     code = main(["torchrun", *args, "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'run'}"])
@@ -230,6 +234,32 @@ def test_the_train_arguments_are_found_in_a_torchrun_line():
                            "train", "--preset", "arc2", "lr=1e-3"])
     assert torchrun.trained_module_args(args) == ["--preset", "arc2", "lr=1e-3"]
     assert torchrun.trained_module_args(torchrun.parse(["script.py", "x"])) is None
+
+
+def test_a_static_node_waits_for_its_master_in_python_a_stop_ends_the_wait(tmp_path):
+    """Node 1 of a static rendezvous whose master is not up: torch's store client waited inside C++ for up to
+    900 s, deaf to SIGTERM and Ctrl-C, printing C++ stack frames. The wait is ours: its timeout is one line, and a
+    SIGTERM ends it at once with 143."""
+    port = free_port()
+    cmd = [*OURS, "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", "1", "--master-addr", "127.0.0.1",
+           "--master-port", str(port), "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'run'}"]
+    p = subprocess.run([*cmd[:-3], "--rdzv-conf", "timeout=2", *cmd[-3:]], capture_output=True, text=True,
+                       timeout=LIMIT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"error: static rendezvous: the master node (--node-rank 0) at 127.0.0.1:{port} did not answer within 2 s: "
+        "start it with the same --master-addr and --master-port, and check that this node reaches it; no worker was "
+        "started (--rdzv-conf timeout=SECONDS sets the wait)"], p.stderr
+    proc = start(cmd, tmp_path / "node.log")
+    try:
+        time.sleep(6)  # imported, waiting
+        assert proc.poll() is None, (tmp_path / "node.log").read_text()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    finally:
+        finish([proc])
+    out = (tmp_path / "node.log").read_text()
+    assert code == 143 and out.strip().splitlines() == ["interrupted: stopped by SIGTERM"], out
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

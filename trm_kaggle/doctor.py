@@ -72,7 +72,7 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
     `hardware.choose_threads` gives them on this machine; without it, the setting or one per core of `facts`."""
     from trm_kaggle.model import resolve_compile, resolve_forward_dtype
     from trm_kaggle.train import (DEFAULT_MEMORY_FRACTION, estimate_training_memory, largest_fitting_micro_batch,
-                                  training_rss)
+                                  logger_problem, micro_batch_problem, training_rss)
     from trm_kaggle.train import dtype_name
 
     warnings = []
@@ -120,6 +120,10 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
                             f"of the {available / GB:.2f} GB available" + (
                                 "; the run will retry with smaller micro-batches when CUDA runs out" if device == "cuda"
                                 else f"; set auto_batch=True (it would pick {fitting}) or micro_batch_size={fitting}"))
+    # what train refuses before its first step, said as train says it
+    for problem in (micro and micro_batch_problem(micro, local_batch), logger_problem(cfg)):
+        if problem:
+            warnings.append(f"{problem}: train refuses to start")
     if est.puzzle_table > GB:
         warnings.append(f"the puzzle-embedding table alone takes {est.puzzle_table / GB:.2f} GB "
                         f"({rows:,} identifiers x {cfg.arch.emb_ndim} floats)")
@@ -155,7 +159,9 @@ def machine_lines(f: hardware.HardwareFacts) -> list[str]:
 def plan_lines(p: Plan, preset: str) -> list[str]:
     data = p.data or f"none given: assuming ARC (seq_len {p.seq_len}, vocab {p.vocab_size}), no puzzle table"
     micro = "none fits" if p.micro_batch is None else f"{p.micro_batch} of the per-rank batch {p.local_batch}"
-    lines = [f"train --preset {preset} would use:",
+    refused = any("train refuses to start" in w for w in p.warnings)
+    lines = [f"train --preset {preset} would " + ("refuse to start (see the warnings below); past that it would use:"
+                                                   if refused else "use:"),
              f"  data: {data}",
              f"  device {p.device}; dtype {p.dtype} ({p.dtype_reason}); {p.threads} threads"
              + (f" ({p.threads_why})" if p.threads_why else ""),

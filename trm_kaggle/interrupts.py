@@ -34,10 +34,13 @@ _OWNER = [0]  # the pid that installed the handler (`take_sigterm`)
 
 
 def take_sigterm() -> None:
-    """SIGTERM and SIGHUP raise `Terminated` in this process from now on (a forked child keeps Python's
-    default)."""
+    """SIGTERM and SIGHUP raise `Terminated` in this process from now on, and SIGINT KeyboardInterrupt as
+    Python's own handler does; each of them once (see `raise_terminated`). A forked child ends by the signal, and
+    a SIGINT ignored at the start (a background job of a shell without job control) stays ignored."""
     _OWNER[0] = os.getpid()
     hold_terminations()
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, raise_interrupt)
 
 
 def hold_terminations() -> dict[int, object]:
@@ -59,14 +62,32 @@ def raise_terminated(signum, frame) -> None:
     """A SIGTERM or SIGHUP handler: `Terminated` raised where the main thread is. A process forked from the one
     that installed it (a pool's worker, a data loader's) inherits it; there it ends as Python's default would, by
     the signal and without a word: its parent says what stopped."""
-    if _OWNER[0] and os.getpid() != _OWNER[0]:
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
-    # a second signal while this one unwinds (workers stopped, partial files removed) ends the process as
-    # Python's default does, instead of a second Terminated raised inside that cleanup (a traceback)
-    signal.signal(signum, signal.SIG_DFL)
+    _first_stop(signum)
     raise Terminated(signum)
+
+
+def raise_interrupt(signum, frame) -> None:
+    """The SIGINT handler of a command: KeyboardInterrupt, once (as `raise_terminated`)."""
+    _first_stop(signum)
+    raise KeyboardInterrupt
+
+
+def _first_stop(signum: int) -> None:
+    """The signal's later arrivals end the process as the signal's default does: a second signal while the
+    first unwinds (workers stopped, partial files removed, a data loader's prefetch thread joined) would
+    otherwise be a second exception inside that cleanup, printed as a traceback after the command's last line."""
+    signal.signal(signum, signal.SIG_DFL)
+    if _OWNER[0] and os.getpid() != _OWNER[0]:  # a forked child: ended by the signal, its parent says what stopped
+        os.kill(os.getpid(), signum)
+
+
+def disarm() -> None:
+    """After a command took a stop in its own handler (a training saving its state, a sweep stopping its
+    trainings) and put this module's back: a later signal ends the process by the signal, as after a first stop
+    taken here. Handlers that are not this module's (a notebook's, a test's) are left as they are."""
+    for signum in (signal.SIGINT, *TERMINATING):
+        if signal.getsignal(signum) in (raise_interrupt, raise_terminated):
+            signal.signal(signum, signal.SIG_DFL)
 
 
 class FirstStopOnly:
@@ -80,7 +101,7 @@ class FirstStopOnly:
     def __init__(self) -> None:
         import threading
 
-        self.held = False
+        self.held = self.taken = False
         self.previous: dict[int, object] = {}
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, *TERMINATING):
@@ -88,6 +109,7 @@ class FirstStopOnly:
                     self.previous[signum] = signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
+        self.taken = True
         if self.held:
             return
         self.held = True
@@ -99,6 +121,8 @@ class FirstStopOnly:
     def give_back(self) -> None:
         give_back(self.previous)
         self.previous = {}
+        if self.taken:
+            disarm()
 
 
 def quiet_teardown() -> None:

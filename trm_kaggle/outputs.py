@@ -208,10 +208,18 @@ def writable_problem(out: Output) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         return (f"{shown}: {existing} is not writable (read-only, or no permission); choose an output where this "
                 "user can write")
-    free = shutil.disk_usage(existing).free
+    return None
+
+
+def full_disk_problem(out: Output) -> str | None:
+    """Why `out` cannot start: its disk has under `MIN_FREE_BYTES` free. Asked once, before any work (never of
+    a later part of the same command: its own earlier parts took that space)."""
+    path = Path(os.path.realpath(os.fspath(out.path)))
+    existing = _nearest_existing(path if (out.kind == "folder" and path.is_dir()) else path.parent)
+    free = shutil.disk_usage(existing).free if existing.is_dir() else MIN_FREE_BYTES
     if free < MIN_FREE_BYTES:
-        return (f"{shown}: the disk of {existing} is full ({free:,} bytes free; needed: free space on its disk, at "
-                f"least {MIN_FREE_BYTES >> 20} MiB)")
+        return (f"{_shown(out)}: the disk of {existing} is full ({free:,} bytes free; needed: free space on its "
+                f"disk, at least {MIN_FREE_BYTES >> 20} MiB)")
     return None
 
 
@@ -221,6 +229,6 @@ def check_io(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
     outputs = [o for o in outputs if o.path not in (None, "")]
     problem = overlap_problem(inputs, outputs)
     if problem is None:
-        problem = next(filter(None, (writable_problem(o) for o in outputs)), None)
+        problem = next(filter(None, (writable_problem(o) or full_disk_problem(o) for o in outputs)), None)
     if problem:
         raise TRMError(problem)

@@ -98,12 +98,15 @@ def _main(argv: list[str] | None, started: float) -> int:
         return 2
     overrides = []
     head = 2 if argv[:1] == ["launch"] else 1  # `launch k8s ...`: the launcher is a word, not an override
-    if argv[:1] in (["sweep"], ["launch"]):
-        # argparse takes positionals in one run, so `sweep GRID --preset P key=value` would leave the
-        # overrides unmatched: they are split off first and joined again after parsing.
+    value_flags = {"sweep": SWEEP_VALUE_FLAGS, "launch": SWEEP_VALUE_FLAGS,
+                   "train": ("--config", "--preset", "--export"), "doctor": ("--preset",)}.get(argv[0])
+    if value_flags:
+        # argparse takes positionals in one run, so `sweep GRID --preset P key=value` (`doctor DATA --preset P
+        # key=value`, `train a=1 --preset P b=2`) would leave the overrides unmatched: they are split off first and
+        # joined again after parsing.
         from trm_kaggle.train import split_cli_args
 
-        flags, overrides = split_cli_args(argv[head:], value_flags=SWEEP_VALUE_FLAGS)
+        flags, overrides = split_cli_args(argv[head:], value_flags=value_flags)
         argv = argv[:head] + flags
     if argv[:1] == ["torchrun"] and argv[1:2] not in (["-h"], ["--help"]):
         # torchrun's own options follow: argparse would take them for this parser's

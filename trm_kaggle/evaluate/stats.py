@@ -30,10 +30,10 @@ SIZE_EDGES = (10, 20, 30)  # buckets of the output's larger side: 1-10, 11-20, 2
 
 def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
     """(low, high) of the Wilson score interval for `successes` of `n`; (0, 1) when n is 0."""
+    if not -1e-9 * n <= successes <= max(n, 0) * (1 + 1e-9):  # tolerance: k may be a sum of fractions
+        raise ValueError(f"successes must lie in [0, n]: {successes} of {n}")
     if n <= 0:
         return 0.0, 1.0
-    if not -1e-9 * n <= successes <= n * (1 + 1e-9):  # tolerance: k may be a sum of fractions
-        raise ValueError(f"successes must lie in [0, n]: {successes} of {n}")
     p = min(1.0, max(0.0, successes / n))
     z2 = z * z
     denom = 1.0 + z2 / n

@@ -6,7 +6,11 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
 * checks before the rendezvous: a multi-node launch names its endpoint as HOST:PORT (without a port
   torchrun quietly takes 29400, which the other nodes may not), `--nnodes N` or `MIN:MAX` with
   1 <= MIN <= MAX, `--nproc-per-node` from 1 to 1024 or one of torchrun's words (auto, cpu, gpu, xpu),
-  `--max-restarts` from 0 to 1000, and a positive `join_timeout` in `--rdzv-conf`;
+  `--max-restarts` from 0 to 1000, a positive `join_timeout` (and whole `timeout`) in `--rdzv-conf`, and a
+  static rendezvous's `--node-rank` from 0 to N-1;
+* a node of a static rendezvous (`--node-rank` above 0) waits for its master in Python, where a SIGTERM or a
+  Ctrl-C ends the wait at once (torch's store client waits inside C++, deaf to both, for up to 900 s), and a
+  master that never answers within `--rdzv-conf timeout=SECONDS` (900 s) is one line;
 * a rendezvous that times out (a node never started, a different `--rdzv-id`, an endpoint it cannot
   reach) ends with one line naming the endpoint, the nodes expected and the wait, instead of a
   traceback. No worker was started: nothing is written. `--rdzv-conf join_timeout=SECONDS` sets the
@@ -24,13 +28,17 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import socket
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
 from trm_kaggle.errors import TRMError
 
 DEFAULT_JOIN_TIMEOUT = 600  # seconds: torch's default for the c10d rendezvous
+STATIC_TIMEOUT = 900  # seconds: torch's wait of a static rendezvous for its master (--rdzv-conf timeout=S)
 SHARED_STORE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 MAX_NPROC_PER_NODE = 1024  # workers on one node: far above any machine's devices or cores
 MAX_RESTARTS = 1000  # a worker that always fails must end the launch some day
@@ -104,19 +112,23 @@ def nproc_per_node(text: str) -> None:
                        "or auto, cpu, gpu or xpu")
 
 
-def join_timeout(rdzv_conf: str) -> float:
-    """The rendezvous wait `--rdzv-conf join_timeout=S` asks for (torch's default when absent)."""
+def join_timeout(rdzv_conf: str, key: str = "join_timeout", default: float = DEFAULT_JOIN_TIMEOUT) -> float:
+    """The rendezvous wait `--rdzv-conf join_timeout=S` asks for (torch's default when absent); with `key`
+    "timeout", the static rendezvous's wait for its master."""
     for item in (rdzv_conf or "").split(","):
-        key, _, value = item.partition("=")
-        if key.strip() == "join_timeout":
+        name, _, value = item.partition("=")
+        if name.strip() == key:
             try:
                 seconds = float(value)
             except ValueError:
                 seconds = -1.0
-            if not seconds > 0:
-                raise TRMError(f"--rdzv-conf join_timeout={value}: expected a positive number of seconds")
+            if key == "timeout" and not value.strip().isdigit():  # the static rendezvous reads it with int()
+                seconds = -1.0
+            if not (seconds > 0 and math.isfinite(seconds)):
+                whole = " whole" if key == "timeout" else ""
+                raise TRMError(f"--rdzv-conf {key}={value}: expected a positive{whole} number of seconds")
             return seconds
-    return float(DEFAULT_JOIN_TIMEOUT)
+    return float(default)
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -139,6 +151,10 @@ def check(args: argparse.Namespace) -> None:
     """What torchrun accepts but a multi-node run cannot live with (see the module's docstring)."""
     _, high = parse_nnodes(args.nnodes)
     join_timeout(args.rdzv_conf)
+    join_timeout(args.rdzv_conf, "timeout", STATIC_TIMEOUT)
+    if args.rdzv_backend == "static" and not args.standalone and not 0 <= args.node_rank < high:
+        raise TRMError(f"--node-rank {args.node_rank}: a static rendezvous of {high} node(s) (--nnodes "
+                       f"{args.nnodes}) numbers them 0 to {high - 1}")
     nproc_per_node(args.nproc_per_node)
     if not 0 <= args.max_restarts <= MAX_RESTARTS:
         raise TRMError(f"--max-restarts {args.max_restarts}: must be a whole number from 0 to {MAX_RESTARTS}")
@@ -164,6 +180,8 @@ def launch(args: argparse.Namespace) -> None:
 
     where = f"rendezvous {args.rdzv_backend} at {args.rdzv_endpoint or 'localhost'} (id {args.rdzv_id})"
     os.environ.setdefault(SHARED_STORE_SWITCH, "1")  # a fresh store per round: restarts work (module docstring)
+    if args.rdzv_backend == "static" and not args.standalone and args.node_rank > 0:
+        wait_for_master(args)
     try:
         run(args)
     except RendezvousTimeoutError:
@@ -186,6 +204,28 @@ def launch(args: argparse.Namespace) -> None:
         how = (f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit status {failure.exitcode}")
         raise GroupFailed(f"training failed on rank {rank} ({how}) with no restart left (--max-restarts "
                           f"{args.max_restarts}); the worker's own lines above say why") from None
+
+
+def wait_for_master(args: argparse.Namespace) -> None:
+    """Until the master node (rank 0 of a static rendezvous) accepts connections: a TRMError line when it has not
+    within the rendezvous's timeout. torch's store client waits for it inside C++, where no signal reaches
+    Python: a scheduler's SIGTERM or a Ctrl-C went unanswered for up to 900 s. Here the wait is Python's, and a
+    stop ends it at once."""
+    endpoint = (parse_endpoint(args.rdzv_endpoint) if args.rdzv_endpoint else
+                parse_endpoint(f"{args.master_addr}:{args.master_port}", "--master-addr:--master-port"))
+    seconds = join_timeout(args.rdzv_conf, "timeout", STATIC_TIMEOUT)
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection((endpoint.host, endpoint.port), timeout=2.0).close()
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise TRMError(f"static rendezvous: the master node (--node-rank 0) at {endpoint} did not answer "
+                               f"within {seconds:g} s: start it with the same --master-addr and --master-port, "
+                               "and check that this node reaches it; no worker was started (--rdzv-conf "
+                               "timeout=SECONDS sets the wait)") from None
+            time.sleep(1.0)
 
 
 def _first_line(err: BaseException) -> str:

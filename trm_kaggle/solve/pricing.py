@@ -22,11 +22,12 @@ from typing import Callable
 import torch
 
 from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import read_export
 from trm_kaggle.solve.schedule import MODES, finetune_phases, steps_by_kind
 from trm_kaggle.solve.step_timer import REPEATS, StepTimes, time_steps, timing_cap
-from trm_kaggle.train import load_train_config
+from trm_kaggle.train import PRESETS, expand_preset_names, load_train_config
 from trm_kaggle.wording import count
 
 #: SolveConfig's test-time levers: what they change is priced here and keyed in a task's result (job.py)
@@ -155,6 +156,11 @@ def estimate_kernel(cfg: SolveConfig, *, weights: str | None = None, preset: str
         config, _ = read_export(weights)
         arch, seq_len, vocab = ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"]
     else:
+        for name in expand_preset_names(preset):  # only the architecture is timed: a modifier without one is unread
+            if PRESETS[name]["kind"] != "base" and "arch" not in PRESETS[name]["overrides"]:
+                raise TRMError(f"--preset {preset}: {name} sets no architecture "
+                               f"({', '.join(sorted(PRESETS[name]['overrides']))}), and estimate times the preset's "
+                               f"architecture alone: drop {name}")
         arch, seq_len, vocab = load_train_config(presets=[preset]).arch, 900, 12
     arch = cfg.run_arch(arch)
     share = -(-tasks // devices)  # the busiest device's share

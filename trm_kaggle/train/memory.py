@@ -203,6 +203,11 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     )
 
 
+def micro_batch_problem(micro: int, local_batch: int) -> str | None:
+    """Why `train` refuses a micro-batch (it must split the per-rank batch into equal parts), or None."""
+    return f"micro_batch_size {micro} must divide the per-rank batch {local_batch}" if local_batch % micro else None
+
+
 def largest_fitting_micro_batch(est: MemoryEstimate, local_batch: int, budget: int) -> int | None:
     """The largest divisor of `local_batch` whose expected peak fits in `budget` bytes; None if even 1 does not.
     The divisors are found in pairs up to the square root (never by counting to the batch itself)."""

@@ -20,6 +20,21 @@ from trm_kaggle.train.metrics import METRICS_FILE
 from trm_kaggle.train.step import METRIC_NAMES
 
 
+def logger_problem(cfg: TrainConfig) -> str | None:
+    """Why a logger the settings ask for cannot run (its package is not installed), or None."""
+    if cfg.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+        except ImportError:
+            return "tensorboard=True needs the tensorboard package (pip install tensorboard)"
+    if cfg.wandb:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            return "wandb=True needs the wandb package (pip install wandb)"
+    return None
+
+
 class MetricLog:
     """metrics.jsonl in the run directory, plus optional TensorBoard / W&B (offline)."""
 
@@ -47,16 +62,8 @@ class MetricLog:
     @staticmethod
     def check(cfg: TrainConfig) -> None:
         """TRMError when a logger the settings ask for cannot be imported (checked before the run folder is made)."""
-        if cfg.tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter  # noqa: F401
-            except ImportError:
-                raise TRMError("tensorboard=True needs the tensorboard package (pip install tensorboard)") from None
-        if cfg.wandb:
-            try:
-                import wandb  # noqa: F401
-            except ImportError:
-                raise TRMError("wandb=True needs the wandb package (pip install wandb)") from None
+        if problem := logger_problem(cfg):
+            raise TRMError(problem)
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:

@@ -28,7 +28,7 @@ from trm_kaggle.model import apply_compile, compiled_graphs, load_compile_cache,
 from trm_kaggle.optim import EMA
 from trm_kaggle.train import checkpoint as ckpt, nonfinite
 from trm_kaggle.train.amp import LossScaler
-from trm_kaggle.train.memory import memory_aware_micro_batch
+from trm_kaggle.train.memory import memory_aware_micro_batch, micro_batch_problem
 from trm_kaggle.train.metric_log import MetricLog
 from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics
 from trm_kaggle.train.optimizers import make_optimizers
@@ -122,8 +122,8 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
                                      num_puzzle_identifiers=meta.num_puzzle_identifiers, num_puzzles=meta.total_puzzles,
                                      device=rt.device, dtype=rt.dtype, local_batch=local_batch,
                                      world_size=rt.world_size, log=log if rt.is_main else None)
-    if local_batch % micro:
-        raise TRMError(f"micro_batch_size {micro} must divide the per-rank batch {local_batch}")
+    if problem := micro_batch_problem(micro, local_batch):
+        raise TRMError(problem)
     on_xla = rt.device.type == "xla"
     with xla.one_at_a_time() if on_xla else contextlib.nullcontext():
         if on_xla:  # XLA: thread replicas (TPU v2/v3 cores) share torch's generator; each seeds and draws in turn

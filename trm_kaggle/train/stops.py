@@ -38,7 +38,7 @@ from typing import Iterator
 
 import torch
 
-from trm_kaggle import xla
+from trm_kaggle import interrupts, xla
 from trm_kaggle.train.runtime import Runtime, all_reduce_
 
 # SIGHUP (a closed terminal or SSH session) stops a run as SIGTERM does, unless it is ignored (nohup).
@@ -119,6 +119,8 @@ class StopControl:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous.clear()
+        if self.signum is not None:  # the stop is taken: a later signal ends a command's process at once
+            interrupts.disarm()
 
     def _on_signal(self, signum, frame) -> None:
         if self.signum is not None:  # the second: in a single process, stop now without saving

@@ -106,7 +106,8 @@ def assign_splits(files: list[str], seed: int, val_fraction: float, test_fractio
     Every file's snippets stay in one split, so no code is shared between training and
     evaluation. With a non-zero fraction each held-out split gets at least one file
     while train keeps at least one. With `usable`, a held-out place goes only to a file it accepts (one that
-    will be skipped goes to train, where it costs itself alone instead of a held-out split's place).
+    will be skipped goes to train, where it costs itself alone instead of a held-out split's place), and train
+    keeps one it accepts.
     """
     n = len(files)
     order = np.random.default_rng([seed, 1]).permutation(n)
@@ -120,6 +121,10 @@ def assign_splits(files: list[str], seed: int, val_fraction: float, test_fractio
             split[name], held = "test" if held < n_test else "val", held + 1
         else:
             split[name] = "train"
+    if usable is not None and held and not any(usable(f) for f in files if split[f] == "train"):
+        # the held-out places took every usable file (a dangling link counted in `n`): the last placed returns
+        last = next(files[i] for i in reversed(order) if split[files[i]] != "train")
+        split[last] = "train"
     return split
 
 
