@@ -256,6 +256,14 @@ def read_regular(path, most=1 << 30):
     return data
 
 
+def is_file(path):
+    """Path.is_file() that answers False where the system cannot even look (a name too long, a NUL byte)."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def write_atomically(path, text):
     path = Path(path)
     tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
@@ -313,8 +321,13 @@ import zipfile
 
 
 def first_dir_with(pattern):
-    """The directory of the first file under KAGGLE_INPUT whose name matches `pattern`, or None."""
-    found = sorted(Path(KAGGLE_INPUT).rglob(pattern))
+    """The directory of the first file under KAGGLE_INPUT whose name matches `pattern`, or None (also when the
+    search fails: a folder a thousand levels deep, a path too long for the system)."""
+    try:
+        found = sorted(Path(KAGGLE_INPUT).rglob(pattern))
+    except (OSError, RecursionError, ValueError) as e:
+        warn(f"searching {KAGGLE_INPUT} for {pattern} failed ({type(e).__name__}: {e})")
+        return None
     return str(found[0].parent) if found else None
 
 
@@ -454,7 +467,7 @@ def check_against_sample(submission_path, challenges_path):
 if report is not None and not report.get("ran"):
     NO_MODEL = report.get("model_failed") or next(iter(report.get("errors") or []), None) or (
         "it predicted no task within the time budget")
-if SUBMISSION.is_file() and CHALLENGES:
+if is_file(SUBMISSION) and CHALLENGES:
     try:
         if READY and report is not None:
             check_submission(str(SUBMISSION), str(CHALLENGES))
@@ -482,7 +495,7 @@ if NO_MODEL is None:
     print(f"RESULT: the model ran: {report['ran']} tasks predicted, {report['answered']} answered; {SUBMISSION}")
 else:
     NO_MODEL = " ".join(str(NO_MODEL).split())  # the last line is one line, whatever the cause's text held
-    if SUBMISSION.is_file():
+    if is_file(SUBMISSION):
         print(f"RESULT: {SUBMISSION} holds the fallback answers (the model did not run), which score 0: {NO_MODEL}",
               flush=True)
     else:  # no challenges to answer, or none readable: there is no submission to speak of

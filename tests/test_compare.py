@@ -129,6 +129,12 @@ def test_a_record_no_run_writes_is_skipped_and_no_file_ships_a_non_finite_number
     row = rows_of(paths["csv"])["r"]
     assert row["steps"] == "2" and row["loss"] == "" and float(row["examples_per_s"]) > 0
     assert "inf" not in paths["csv"].read_text().lower() and "nan" not in paths["csv"].read_text().lower()
+    # a value that is no number: text or a list was a TypeError traceback, `true` a final loss of 1.0000
+    for bad in ("abc", [1], True):
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[:-1])
+                                           + json.dumps({**lines[0], "step": 3, "loss": bad}) + "\n")
+        row = rows_of(write_comparison([run], tmp_path / "out")["csv"])["r"]
+        assert row["steps"] == "2" and row["loss"] == "", (bad, row)
 
 
 def test_several_sweeps_keep_their_names_apart(tmp_path):

@@ -113,6 +113,14 @@ def test_an_export_records_its_config_and_a_reexport_is_bound_again(tmp_path, ca
     data = build_sudoku4(tmp_path / "sudoku4")
     assert main(train_args(data, tmp_path / "run", "max_steps=1")) == 0
     assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "w")]) == 0
+    # what it writes is what its help says (it promised a model card, which only the Kaggle bundle writes)
+    from trm_kaggle.cli import build_parser
+
+    help_text = " ".join(next(a for a in build_parser()._actions if a.dest == "command").choices["export"]
+                         .format_help().split())
+    written = sorted(p.name for p in (tmp_path / "w").iterdir() if not p.name.startswith("."))
+    assert written == ["config.json", "weights.safetensors"], written
+    assert "(weights.safetensors + config.json)" in help_text and "+ model card" not in help_text
     with safe_open(str(tmp_path / "w" / "weights.safetensors"), framework="pt") as f:
         assert json.loads(f.metadata()["config"])["arch"]["H_cycles"] == 2
     config = json.loads((tmp_path / "w" / "config.json").read_text())

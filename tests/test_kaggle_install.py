@@ -117,7 +117,10 @@ def test_the_last_line_says_the_model_did_not_run_and_strict_fails_only_the_save
     last = cells[-1]
     assert "RESULT:" in last
     monkeypatch.chdir(tmp_path)
-    base = {"NO_MODEL": "installing trm_kaggle failed:\n  simulated", "SUBMISSION": Path("submission.json"),
+    helpers: dict = {}  # the first cell's definitions (`is_file`), not its run
+    exec(cells[0], helpers)
+    exec(cells[1][:cells[1].index("SUBMISSION = Path(")], helpers)
+    base = {**helpers, "NO_MODEL": "installing trm_kaggle failed:\n  simulated", "SUBMISSION": Path("submission.json"),
             "report": None}
     exec(last, {**base, "STRICT": False, "rerun": False})  # no file: no fallback answers to speak of
     assert capsys.readouterr().out.strip().splitlines()[-1] == (

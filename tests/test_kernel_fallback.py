@@ -391,3 +391,62 @@ def test_task_ids_that_differ_from_the_sample_reach_the_log_escaped(tmp_path, mo
         exec(_code_cells()[6], scope)
     said = printed.getvalue()
     assert "task ids differ" in said and "e\\x1b[2J\\x1b[31mvil" in said and "\x1b" not in said, said
+
+
+def run_kernel_script(tmp_path: Path, **params) -> tuple[int, str]:
+    """The whole submission kernel run as a script (its `.py` twin), `params` set in its parameters cell."""
+    import re
+    import subprocess
+    import sys
+
+    text = NOTEBOOK.with_suffix(".py").read_text()
+    for name, value in params.items():
+        text, n = re.subn(rf"^{name} = .*$", f"{name} = {value!r}", text, count=1, flags=re.M)
+        assert n == 1, name
+    (tmp_path / "k.py").write_text(text)
+    p = subprocess.run([sys.executable, "k.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout + p.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["a folder 1,100 levels deep", "an input path too long", "a working path too long"])
+def test_the_kernel_never_raises_after_its_fallback_on_odd_folders(tmp_path, monkeypatch, case):
+    """After the fallback was written, the search for the weights (`Path.rglob`: RecursionError in a folder
+    1,100 levels deep, ENAMETOOLONG under a 300-character KAGGLE_INPUT) and the check of submission.json
+    (ENAMETOOLONG under such a KAGGLE_WORKING) raised outside any `try`: exit 1, no RESULT line."""
+    monkeypatch.chdir(tmp_path)  # the test's own walks below end here; the one before it is restored after
+    write_competition(tmp_path / "in" / "arc-prize-2026-arc-agi-2")
+    params = dict(KAGGLE_INPUT="in", KAGGLE_WORKING="out", TIME_BUDGET=60)
+    if case.startswith("a folder"):
+        deep = tmp_path / "in" / "deep"
+        deep.mkdir()
+        os.chdir(deep)  # one level at a time: the whole path is longer than the system takes at once
+        try:
+            for _ in range(1100):
+                os.mkdir("a")
+                os.chdir("a")
+        finally:
+            os.chdir(tmp_path)
+    elif case == "an input path too long":
+        params.update(KAGGLE_INPUT="in_" + "x" * 300, CHALLENGES=f"in/arc-prize-2026-arc-agi-2/{NAME}")
+    else:
+        params.update(KAGGLE_WORKING="out_" + "x" * 300)
+    code, out = run_kernel_script(tmp_path, **params)
+    if case.startswith("a folder"):  # removed here, bottom up: a recursive removal stops at Python's depth limit
+        os.chdir(tmp_path / "in" / "deep")
+        try:
+            for _ in range(1100):
+                os.chdir("a")
+            for _ in range(1100):
+                os.chdir("..")
+                os.rmdir("a")
+        finally:
+            os.chdir(tmp_path)
+    assert code == 0 and "Traceback" not in out, out[-3000:]
+    result = [line for line in out.splitlines() if line.startswith("RESULT")]
+    assert len(result) == 1 and out.rstrip().endswith(result[0]), out[-3000:]
+    if case == "a working path too long":
+        assert result[0].startswith("RESULT: no submission was written")
+    else:
+        assert "holds the fallback answers" in result[0]
+        check_submission(tmp_path / "out" / "submission.json", tmp_path / "in" / "arc-prize-2026-arc-agi-2" / NAME)

@@ -236,6 +236,12 @@ def test_votes_file_round_trip_and_refusals(tmp_path):
     VoteTable.from_grids([]).save(tmp_path / "empty.npz")
     assert len(VoteTable.load(tmp_path / "empty.npz")) == 0
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    # a truncated file (a bad zip archive) and an empty one (no numpy header) were tracebacks of `--pool-with`
+    (tmp_path / "cut.npz").write_bytes(path.read_bytes()[:300])
+    (tmp_path / "zero.npz").write_bytes(b"")
+    for bad in (tmp_path / "cut.npz", tmp_path / "zero.npz"):
+        with pytest.raises(DataError, match=f"{bad.name}: not a votes file"):
+            VoteTable.load(bad)
     for bad in (tmp_path / "bad.npz", tmp_path / "missing.npz"):
         with pytest.raises(DataError, match=bad.name):
             VoteTable.load(bad)

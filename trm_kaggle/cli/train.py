@@ -127,9 +127,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def add_export(sub) -> None:
     p = sub.add_parser("export", help="safetensors + config.json from a run (for inference and Kaggle)",
-                       description="Write an inference export (weights.safetensors + config.json + model card) "
-                                   "from a run's newest train state or a given state file; EMA weights when the "
-                                   "run kept them. evaluate, submit and the Kaggle bundle read exports.")
+                       description="Write an inference export (weights.safetensors + config.json) from a run's "
+                                   "newest train state or a given state file; EMA weights when the run kept them. "
+                                   "evaluate, submit and the Kaggle bundle read exports (the bundle adds a model "
+                                   "card).")
     p.add_argument("run", help="run directory (newest state) or a state_step*.pt file")
     p.add_argument("--out", required=True, help="export directory to create")
     p.add_argument("--mean-embedding", action="store_true",

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import math
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Mapping, Sequence
 
@@ -151,8 +153,11 @@ class VoteTable:
                 slots = list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist()))
                 return cls(slots, z["slot"], np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1),
                            z["q_halt"], z["order"])
-        except (OSError, KeyError, ValueError, IndexError) as e:
-            raise read_failure(e, path, "votes file") or DataError(f"{path}: not a votes file written by `trm-kaggle evaluate --save-votes` ({e})") from None
+        # truncated: a bad zip archive; empty: no numpy header (EOFError); a damaged member: zlib's error
+        except (OSError, KeyError, ValueError, IndexError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+            raise read_failure(e, path, "votes file") or DataError(
+                f"{path}: not a votes file written by `trm-kaggle evaluate --save-votes` ({e})"
+            ) from None
 
 
 def _keys_problem(keys: np.ndarray, q_halt: np.ndarray) -> str | None:

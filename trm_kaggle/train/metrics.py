@@ -70,16 +70,18 @@ def _new_process(last: tuple, step: int, elapsed: float, start: object) -> bool:
 
 
 def _written_by_a_run(record) -> bool:
-    """A record a training could have logged: an object with a whole step >= 0. (A non-finite loss can be logged:
-    XLA's runs check it per interval; readers show it as no data.)"""
-    return isinstance(record, dict) and type(record.get("step")) is int and record["step"] >= 0
+    """A record a training could have logged: an object with a whole step >= 0 whose values are all numbers (or
+    null): a loss that is text or a list was a traceback of `compare`, and `true` a loss of 1.0 no run had. (A
+    non-finite loss can be logged: XLA's runs check it per interval; readers show it as no data.)"""
+    return (isinstance(record, dict) and type(record.get("step")) is int and record["step"] >= 0
+            and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in record.values()))
 
 
 def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     """(training records, evaluation records) of a run, one per step in step order, each with `wall_s`.
 
     A line that is not a JSON record (the half-written last line of a running run), or one no run writes (a step
-    below 0), is skipped. A run without metrics.jsonl yet has none."""
+    below 0, a value that is no number), is skipped. A run without metrics.jsonl yet has none."""
     path = Path(run_dir) / METRICS_FILE
     if not os.path.lexists(path):  # a FIFO or a folder in its place is named by the reader, not taken for none
         return [], []
@@ -107,7 +109,8 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
         elif any(key.startswith("eval_") for key in record):
             evals[step] = dict(record)
     if skipped:
-        log.info("%s: skipped %d line(s) no run writes (unreadable, or a negative step)", path, skipped)
+        log.info("%s: skipped %d line(s) no run writes (unreadable, a negative step or a value that is no number)",
+                 path, skipped)
     steps = [r["step"] for r in train]
     for step, record in evals.items():  # an evaluation follows the training record of its step
         i = bisect.bisect_right(steps, step) - 1
