@@ -278,6 +278,7 @@ def write_atomically(path, text):
         raise
 
 
+WRITTEN = False  # this run wrote SUBMISSION: a file an earlier run left there is never called this run's answers
 SUBMISSION = Path(KAGGLE_WORKING) / "submission.json"
 try:
     CHALLENGES = CHALLENGES or find_challenges(KAGGLE_INPUT, COMPETITION)
@@ -299,6 +300,7 @@ try:
             raise ValueError(f"{CHALLENGES} does not hold a JSON object of tasks")
         Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
         write_atomically(SUBMISSION, json.dumps(fallback_submission(challenge_data)))
+        WRITTEN = True
         print(f"fallback: {SUBMISSION} answers all {len(challenge_data)} tasks of {CHALLENGES}", flush=True)
 except Exception as e:  # noqa: BLE001 - the notebook never raises: say what failed
     READY = False
@@ -467,7 +469,7 @@ def check_against_sample(submission_path, challenges_path):
 if report is not None and not report.get("ran"):
     NO_MODEL = report.get("model_failed") or next(iter(report.get("errors") or []), None) or (
         "it predicted no task within the time budget")
-if is_file(SUBMISSION) and CHALLENGES:
+if WRITTEN and is_file(SUBMISSION) and CHALLENGES:
     try:
         if READY and report is not None:
             check_submission(str(SUBMISSION), str(CHALLENGES))
@@ -495,10 +497,11 @@ if NO_MODEL is None:
     print(f"RESULT: the model ran: {report['ran']} tasks predicted, {report['answered']} answered; {SUBMISSION}")
 else:
     NO_MODEL = " ".join(str(NO_MODEL).split())  # the last line is one line, whatever the cause's text held
-    if is_file(SUBMISSION):
+    if WRITTEN and is_file(SUBMISSION):
         print(f"RESULT: {SUBMISSION} holds the fallback answers (the model did not run), which score 0: {NO_MODEL}",
               flush=True)
     else:  # no challenges to answer, or none readable: there is no submission to speak of
-        print(f"RESULT: no submission was written ({SUBMISSION}): {NO_MODEL}", flush=True)
+        earlier = ", which holds an earlier run's file" if is_file(SUBMISSION) else ""
+        print(f"RESULT: no submission was written ({SUBMISSION}{earlier}): {NO_MODEL}", flush=True)
     if STRICT and not rerun:
         raise RuntimeError(f"STRICT: the model did not run ({NO_MODEL}); the fallback submission.json stands")

@@ -297,3 +297,14 @@ def test_an_option_that_sets_a_field_says_what_the_field_says(name):
             assert a.help.startswith(C.field_help(model, a.dest)), (a.option_strings[0], a.help)
             checked += 1
     assert checked >= 5
+
+
+def test_train_mean_embedding_without_an_export_is_refused(tmp_path, capsys):
+    """`train --mean-embedding` without `--export` trained, exported nothing and said nothing: the flag shapes an
+    export that was never asked for."""
+    from trm_kaggle.cli import main
+
+    assert main(["train", "--mean-embedding", f"checkpoint_path={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --mean-embedding shapes the export of --export DIR"), err
+    assert not (tmp_path / "run").exists()

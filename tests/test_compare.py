@@ -239,6 +239,20 @@ def test_a_config_that_is_json_but_not_settings_is_said(tmp_path, caplog):
     assert loaded.seed is None
 
 
+def test_a_config_with_values_no_run_writes_is_said_and_never_tabled(tmp_path, caplog):
+    """`lr: Infinity`, `weight_decay: 1e400` and `seed: {"x": 1}` in a damaged config.json reached table.csv as
+    `inf` and a `seed.x` column, with status 0 and no word."""
+    run = write_run(tmp_path / "r", train=[(1, 0.1, 2.0, 0.0, 0.1)])
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "lr": float("inf"), "seed": {"x": 1}}))
+    with caplog.at_level("WARNING"):
+        paths = write_comparison([run], tmp_path / "out")
+    said = [r.getMessage() for r in caplog.records if "not settings this trm_kaggle can read" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"{run / 'config.json'}: not settings") and "lr" in said[0], said
+    text = paths["csv"].read_text()
+    assert "inf" not in text.lower() and "seed.x" not in text and "{'x': 1}" not in paths["markdown"].read_text()
+
+
 def test_a_run_named_twice_is_refused_not_counted_as_a_second_seed(three_runs, tmp_path, capsys):
     run = three_runs / "ema_s0"
     (tmp_path / "link").symlink_to(run)

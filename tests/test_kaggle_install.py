@@ -126,6 +126,11 @@ def test_the_last_line_says_the_model_did_not_run_and_strict_fails_only_the_save
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         "RESULT: no submission was written (submission.json): installing trm_kaggle failed: simulated")
     Path("submission.json").write_text("{}")
+    exec(last, {**base, "STRICT": False, "rerun": False})  # an earlier run's file: never this run's answers
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "RESULT: no submission was written (submission.json, which holds an earlier run's file): installing "
+        "trm_kaggle failed: simulated")
+    base["WRITTEN"] = True  # the fallback cell wrote it
     exec(last, {**base, "STRICT": False, "rerun": False})
     assert capsys.readouterr().out.strip().splitlines()[-1] == (  # one line, whatever the cause's text held
         "RESULT: submission.json holds the fallback answers (the model did not run), which score 0: installing "

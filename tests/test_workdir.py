@@ -55,3 +55,15 @@ def test_results_round_trip_and_only_matching_keys_are_collected(tmp_path):
     write_result(tmp_path, partial, key, {0: [[[1]]]}, {}, complete=False)
     assert not reusable(read_result(tmp_path, partial), key)
     assert json.loads((unit_dir(tmp_path, partial) / "result.json").read_text())["complete"] is False
+
+
+def test_a_reused_result_counts_only_its_tasks_test_inputs_and_real_grids(tmp_path):
+    """A rerun reused a result.json holding candidates for test index 7 of a task with one test input: the
+    summary said 4 test inputs with model predictions for 3. Only a test index of the task and grids that are
+    grids are taken."""
+    from trm_kaggle.solve.workdir import Unit, collect, write_result
+
+    unit = Unit(index=0, task_id="t0", test_inputs=1, train_pairs=1)
+    write_result(tmp_path, unit, {"k": 1}, {0: [[[1, 2]], [[99]], [[float("nan")]]], 7: [[[1]]]}, {}, complete=True)
+    candidates, reports = collect(tmp_path, [unit], {0: {"k": 1}})
+    assert candidates == {("t0", 0): [[[1, 2]]]} and reports["t0"]["complete"] is True

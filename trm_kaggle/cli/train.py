@@ -48,6 +48,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         print(describe_settings())
         return 0
+    if args.mean_embedding and not args.export:  # it shapes the export: without one it is read by nothing
+        raise TRMError("--mean-embedding shapes the export of --export DIR, and there is none: add --export DIR, "
+                       "or drop it (trm-kaggle export --mean-embedding exports a run later)")
     overrides = list(args.overrides) + ([] if args.progress else ["progress=False"])
     cfg = load_train_config(args.config, args.preset, overrides)
     if args.print_config:

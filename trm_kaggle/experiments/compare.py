@@ -43,7 +43,7 @@ from typing import Any, Sequence
 import pydantic
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_text
-from trm_kaggle.config import TrainConfig
+from trm_kaggle.config import TrainConfig, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
@@ -83,7 +83,13 @@ def _config(run_dir: Path, recorded: dict | None) -> dict:
             log.warning("%s", err)
             data = None
         if isinstance(data, dict):
-            return data
+            try:  # values no run writes (`lr: Infinity`, a seed that is an object) would reach the tables
+                TrainConfig.model_validate(data)
+                return data
+            except pydantic.ValidationError as err:
+                log.warning("%s: not settings this trm_kaggle can read (%s): its settings columns are left empty",
+                            path, validation_line(err))
+                return recorded or {}
         if data is not None:  # valid JSON, but not settings: said, as an unreadable file is
             log.warning("%s: not a run config (a JSON object expected, found %s): its settings columns are "
                         "left empty", path, type(data).__name__)

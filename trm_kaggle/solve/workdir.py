@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.data import MAX_GRID, parse_task, task_fits
+from trm_kaggle.data import MAX_GRID, grid_problem, parse_task, task_fits
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
 
@@ -136,8 +136,10 @@ def collect(work: str | os.PathLike, units: list[Unit], keys: dict[int, dict]
         if result is None or result.get("key") != keys[unit.index]:
             continue
         for i, grids in result["candidates"].items():
-            if str(i).isdigit() and isinstance(grids, list):
-                candidates[(unit.task_id, int(i))] = grids
+            # only what a worker writes: a test index of this task, grids that are grids (a damaged or foreign
+            # result counted a fourth prediction for three test inputs)
+            if str(i).isdigit() and int(i) < unit.test_inputs and isinstance(grids, list):
+                candidates[(unit.task_id, int(i))] = [g for g in grids if grid_problem(g) is None]
         reports[unit.task_id] = {**(result.get("report") or {}), "complete": bool(result.get("complete"))}
     return candidates, reports
 
