@@ -4,6 +4,8 @@ groups over seeds, settings that differ, a sweep still running, valid PNGs, clea
 import csv
 import io
 import json
+import os
+import re
 
 import pytest
 from conftest import write_run
@@ -266,3 +268,17 @@ def test_a_metric_name_with_control_characters_is_escaped_in_its_one_line(three_
     assert main(["compare", str(three_runs), "--metric", "\x1b[31mred\nline", "--out", str(tmp_path / "cmp")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err and "\\x1b[31mred\\nline" in err, err
+
+
+def test_a_dir_that_is_no_directory_is_named_as_what_it_is(tmp_path):
+    """`compare FIFO --out X`, a file or a link loop were all "no such directory"."""
+    from trm_kaggle.experiments.compare import find_runs
+
+    os.mkfifo(tmp_path / "ff")
+    (tmp_path / "f.json").write_text("{}")
+    (tmp_path / "la").symlink_to(tmp_path / "lb")
+    (tmp_path / "lb").symlink_to(tmp_path / "la")
+    for name, said in (("ff", "not a directory (a pipe (FIFO))"), ("f.json", "not a directory (a file)"),
+                       ("la", "not a directory (too many levels of symbolic links)"), ("gone", "no such directory")):
+        with pytest.raises(TRMError, match=re.escape(f"{tmp_path / name}: {said}; compare reads")):
+            find_runs([tmp_path / name])

@@ -61,6 +61,10 @@ def test_a_sudoku_dataset_is_scored_like_trainings_check_and_from_the_command_li
     out = capsys.readouterr().out
     assert "trajectories: 3 per example, noise 0.3 x RMS, selected by q_halt" in out
     assert "settled: " in out and "after 4 steps" in out
+    # a depth under the 3 equal predictions settling needs measures nothing: no "0 of N settled" line
+    assert main(common + ["--test-depth", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "settled" not in out and "ACT steps: 2.00 on average of at most 2" in out
     assert main(common + ["--trajectories", "3"]) == 2  # no noise: a contradiction, refused in one line
     assert "trajectory-noise above 0" in capsys.readouterr().err
     # each example answers alone: a vote's weighting was read by nothing (exit 0), as --save-votes is refused

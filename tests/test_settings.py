@@ -616,6 +616,9 @@ def test_an_override_nothing_reads_is_refused_but_a_presets_or_a_saved_configs_v
                         (["arch.puzzle_emb_ndim=0", "puzzle_emb_lr=0.5"], "no puzzle table"),
                         (["eval_interval=null", "min_eval_interval=3"], "only the end evaluates"),
                         (["arch.mlp_t=true", "arch.num_heads=4"], "arch.mlp_t=true (no attention)"),
+                        (["arch.puzzle_emb_ndim=0", "arch.puzzle_emb_len=4"], "no puzzle table"),
+                        (["freeze_weights=true", "lr=0.5"], "no optimizer for the weights"),
+                        (["freeze_weights=true", "optimizer=lion"], "no optimizer for the weights"),
                         (["arch.mlp_t=true", "arch.rope_theta=5"], "arch.mlp_t=true (no attention)")):
         with pytest.raises(TRMError, match=f"{typed[1]}: read by nothing, .*{re.escape(said)}"):
             load_train_config(overrides=typed)

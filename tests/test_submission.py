@@ -379,3 +379,13 @@ def test_the_score_table_shows_task_ids_escaped_and_cut(tmp_path):
     assert "\x1b" not in text and "a\\x1b[31mRED\\nb" in text
     rows = [line for line in text.splitlines() if line.startswith(("a\\x1b", "xxx", "plain"))]
     assert len(rows) == 3 and max(len(r) for r in rows) < 100
+
+
+def test_a_task_id_past_128_characters_is_cut_in_every_message():
+    """An extra task id of 2,000,000 characters made validate-submission's and score's error line as long."""
+    from trm_kaggle.evaluate.submission import submission_problems
+
+    grid = [[1, 2]]
+    problems = submission_problems({"t1": [{"attempt_1": grid, "attempt_2": grid}], "b" * 2_000_000: []}, {"t1": 1})
+    assert len(problems) == 1 and problems[0].startswith("task " + "b" * 125 + "...: not in the challenges")
+    assert len(problems[0]) < 250

@@ -33,7 +33,7 @@ from trm_kaggle.evaluate.predict import _check_model_fits, _halt_max_steps, _syn
 from trm_kaggle.evaluate.stats import Z95, format_interval, wilson_interval
 from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import is_regular
-from trm_kaggle.model import ContinuousRollout, balanced_slots
+from trm_kaggle.model import ContinuousRollout, balanced_slots, counts_settled
 
 
 def is_arc_dataset(dataset_dir: str | os.PathLike) -> bool:
@@ -101,7 +101,7 @@ def score_dataset(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: E
     slots = cfg.batch_size if device.type == "xla" else balanced_slots(n * K, cfg.batch_size)
     rollout = ContinuousRollout(model, slots, steps, cfg.stops_at_first_halt, device=device, trajectories=K,
                                 noise=cfg.trajectory_noise, select=cfg.trajectory_select, seed=cfg.trajectory_seed,
-                                track_settled=cfg.test_depth is not None)
+                                track_settled=counts_settled(cfg.test_depth))
 
     def source():
         left = n
@@ -128,7 +128,7 @@ def score_dataset(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: E
                          t["token_accuracy"] / count,
                          _mean_interval(t["token_accuracy"], t["token_accuracy_sq"], count), t["steps"] / count,
                          steps, K, cfg.trajectory_noise, cfg.trajectory_select, int(t["noisy_chosen"]),
-                         int(t["settled"]) if cfg.test_depth is not None else None, cfg.stops_at_first_halt,
+                         int(t["settled"]) if counts_settled(cfg.test_depth) else None, cfg.stops_at_first_halt,
                          time.perf_counter() - t0, rollout.rows_forwarded)
 
 

@@ -50,6 +50,7 @@ from trm_kaggle.evaluate.stats import category_breakdown
 from trm_kaggle.evaluate.vote import ATTEMPTS, PASS_KS, Metrics, Slot, VoteResult, VoteTable, score
 from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.model import counts_settled
 from trm_kaggle.names import task_id_problem
 from trm_kaggle.wording import count
 
@@ -204,7 +205,7 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
                           progress=cfg.progress, deadline=deadline, examples=rows, always=always,
                           always_until=always_until,
                           keep_logits=cfg.keep_logits, trajectories=cfg.trajectories, noise=cfg.trajectory_noise,
-                          seed=cfg.trajectory_seed, track_settled=cfg.test_depth is not None)
+                          seed=cfg.trajectory_seed, track_settled=counts_settled(cfg.test_depth))
     t_pred = time.perf_counter()
     example = np.repeat(np.arange(len(puzzle_of)), preds.trajectories)  # the example of each prediction row
     if not np.array_equal(puzzle_of[example], preds.puzzle_index):

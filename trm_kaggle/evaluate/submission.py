@@ -52,7 +52,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, shown
 
 ATTEMPTS = ("attempt_1", "attempt_2")
 FALLBACKS = ("input", "blank")
@@ -108,12 +108,12 @@ def load_solutions(source: str | os.PathLike | Mapping) -> dict[str, list[Grid]]
     out: dict[str, list[Grid]] = {}
     for task_id, grids in raw.items():
         if not isinstance(grids, list) or not grids:
-            raise DataError(f"{where}: task {task_id}: expected a non-empty list of output grids")
+            raise DataError(f"{where}: task {_id(task_id)}: expected a non-empty list of output grids")
         checked = []
         for i, g in enumerate(grids):
             problem = grid_problem(g, allow_numpy=True)
             if problem:
-                raise DataError(f"{where}: task {task_id}: test {i}: solution {problem}")
+                raise DataError(f"{where}: task {_id(task_id)}: test {i}: solution {problem}")
             checked.append(plain_grid(g))
         out[str(task_id)] = checked
     return out
@@ -162,6 +162,12 @@ def _test_input(pair: Any, i: int) -> tuple[Grid | None, str | None]:
     if problem:
         return None, f"test pair {i} input: {problem}"
     return plain_grid(pair["input"]), None
+
+
+def _id(task_id: Any) -> str:
+    """A task id as a message names it: an id of a submission or solutions file may be megabytes long (2,000,000
+    characters once made the error line); past the 128 characters an id may have, it is cut."""
+    return shown(str(task_id), 128)
 
 
 def _task_problem(task_id: str, task: Any) -> str | None:
@@ -288,23 +294,23 @@ def _structure_problems(submission: Any) -> list[str]:
         if not isinstance(task_id, str):
             problems.append(f"task {task_id!r}: task id must be a string")
         if not isinstance(entry, list):
-            problems.append(f"task {task_id}: entry must be a list of attempt dicts, found {type(entry).__name__}")
+            problems.append(f"task {_id(task_id)}: entry must be a list of attempt dicts, found {type(entry).__name__}")
             continue
         for i, item in enumerate(entry):
             if not isinstance(item, dict):
-                problems.append(f"task {task_id}: test {i}: must be an object with attempt_1 and attempt_2, "
+                problems.append(f"task {_id(task_id)}: test {i}: must be an object with attempt_1 and attempt_2, "
                                 f"found {type(item).__name__}")
                 continue
             for name in ATTEMPTS:
                 if name not in item:
-                    problems.append(f"task {task_id}: test {i}: {name} is missing")
+                    problems.append(f"task {_id(task_id)}: test {i}: {name} is missing")
                     continue
                 bad = grid_problem(item[name])
                 if bad:
-                    problems.append(f"task {task_id}: test {i}: {name}: {bad}")
+                    problems.append(f"task {_id(task_id)}: test {i}: {name}: {bad}")
             extra = sorted(str(k) for k in item if k not in ATTEMPTS)
             if extra:
-                problems.append(f"task {task_id}: test {i}: unexpected keys {', '.join(extra)} "
+                problems.append(f"task {_id(task_id)}: test {i}: unexpected keys {', '.join(extra)} "
                                 f"(only attempt_1 and attempt_2 are allowed)")
     return problems
 
@@ -340,13 +346,14 @@ def submission_problems(submission_or_path: str | os.PathLike | Mapping, counts:
         return problems
     for task_id, n in counts.items():
         if task_id not in submission:
-            problems.append(f"task {task_id}: missing from the submission ({count(n, 'test input')})")
+            problems.append(f"task {_id(task_id)}: missing from the submission ({count(n, 'test input')})")
         elif isinstance(submission[task_id], list) and len(submission[task_id]) != n:
-            problems.append(f"task {task_id}: {count(len(submission[task_id]), 'attempt dict')} for {count(n, 'test input')} "
+            problems.append(f"task {_id(task_id)}: {count(len(submission[task_id]), 'attempt dict')} for "
+                            f"{count(n, 'test input')} "
                             f"(one per test input, in order)")
     for task_id in submission:
         if task_id not in counts:
-            problems.append(f"task {task_id}: not in the {source} (extra task ids are not allowed)")
+            problems.append(f"task {_id(task_id)}: not in the {source} (extra task ids are not allowed)")
     return problems
 
 

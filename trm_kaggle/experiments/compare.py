@@ -47,6 +47,7 @@ from trm_kaggle.config import TrainConfig, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
+from trm_kaggle.outputs import special_kind
 from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, dotted, read_metrics
 from trm_kaggle.wording import shown
 
@@ -139,6 +140,17 @@ def _plain_run(path: Path) -> RunData:
     return RunData(path.name, path, "", None, config.get("seed"), "-", dotted(config))
 
 
+def _not_a_folder(path: Path) -> str:
+    """What stands at `path` instead of a directory, named as what it is (never "no such directory" for a FIFO)."""
+    if not os.path.lexists(path):
+        return "no such directory"
+    try:
+        os.stat(path)
+    except OSError as e:  # a link loop, a dangling link
+        return f"not a directory ({e.strerror.lower() if e.strerror else e})"
+    return f"not a directory ({special_kind(path) or 'a file'})"
+
+
 def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
     """Every run under `dirs` (run, sweep, or parent directories), with unique labels."""
     runs: list[RunData] = []
@@ -159,7 +171,7 @@ def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
                                f"directory {SWEEP_FILE})")
             runs += found
         else:
-            raise TRMError(f"{d}: no such directory")
+            raise TRMError(f"{d}: {_not_a_folder(d)}; compare reads run, sweep or parent directories")
     where: dict[str, Path] = {}
     for r in runs:  # counted twice, one run would be a second seed with no spread
         if (real := os.path.realpath(r.path)) in where:

@@ -28,6 +28,7 @@ _EXPORTS = {
     "apply_rope": "layers",
     "apply_task_ids": "export",
     "balanced_slots": "rollout",
+    "counts_settled": "rollout",
     "block_dispatch": "fused",
     "check_export": "export",
     "compiled_graphs": "compiling",

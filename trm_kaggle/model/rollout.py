@@ -62,6 +62,12 @@ from trm_kaggle.model.trm import Carry
 
 SELECTIONS = ("q_halt", "first_halt", "all")  # how one of an example's trajectories is chosen (module docstring)
 SETTLE_STEPS = 3  # a row has settled when the predictions of its last SETTLE_STEPS steps are identical
+
+
+def counts_settled(test_depth: int | None) -> bool:
+    """Whether a run of `test_depth` ACT steps counts settled rows: a test depth under SETTLE_STEPS can never see
+    that many equal predictions (its "0 of 8 settled" measured nothing)."""
+    return test_depth is not None and test_depth >= SETTLE_STEPS
 #: the totals `ContinuousRollout.score` returns, in order (sums over the scored examples)
 SCORE_FIELDS = ("examples", "exact", "token_accuracy", "token_accuracy_sq", "steps", "settled", "noisy_chosen")
 

@@ -138,8 +138,10 @@ _UNREAD = [
      "arch.pos_encodings is not rope"),
     # with mlp_t the token mixer is a SwiGLU along the sequence: no attention reads heads or rotary angles
     (("arch.num_heads", "arch.rope_theta"), ("arch.mlp_t",), lambda c: c.arch.mlp_t, "arch.mlp_t=true (no attention)"),
-    (("puzzle_emb_lr", "puzzle_emb_weight_decay"), ("arch.puzzle_emb_ndim",), lambda c: c.arch.puzzle_emb_ndim == 0,
-     "arch.puzzle_emb_ndim=0 (no puzzle table)"),
+    (("puzzle_emb_lr", "puzzle_emb_weight_decay", "arch.puzzle_emb_len"), ("arch.puzzle_emb_ndim",),
+     lambda c: c.arch.puzzle_emb_ndim == 0, "arch.puzzle_emb_ndim=0 (no puzzle table)"),
+    (("lr", "weight_decay", "beta1", "beta2", "optimizer"), ("freeze_weights",), lambda c: c.freeze_weights,
+     "freeze_weights=true (the puzzle rows alone train: no optimizer for the weights)"),
     (("min_eval_interval",), ("eval_interval",), lambda c: c.eval_interval is None,
      "eval_interval=None (only the end evaluates)"),
 ]
