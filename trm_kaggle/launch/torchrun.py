@@ -151,7 +151,8 @@ def check(args: argparse.Namespace) -> None:
     """What torchrun accepts but a multi-node run cannot live with (see the module's docstring)."""
     _, high = parse_nnodes(args.nnodes)
     join_timeout(args.rdzv_conf)
-    join_timeout(args.rdzv_conf, "timeout", STATIC_TIMEOUT)
+    if args.rdzv_backend == "static":  # its wait for the master (the other backends read `timeout` their way)
+        join_timeout(args.rdzv_conf, "timeout", STATIC_TIMEOUT)
     if args.rdzv_backend == "static" and not args.standalone and not 0 <= args.node_rank < high:
         raise TRMError(f"--node-rank {args.node_rank}: a static rendezvous of {high} node(s) (--nnodes "
                        f"{args.nnodes}) numbers them 0 to {high - 1}")
