@@ -201,8 +201,7 @@ def writable_problem(out: Output) -> str | None:
             if not any(c in name for c in "*?[") and entry.is_symlink() and entry.is_dir():
                 return (f"{shown}: {entry} is a symbolic link to the folder {os.path.realpath(entry)}; what this "
                         "command writes there is never written through a link: remove the link")
-    receiver = path if (out.kind == "folder" and path.is_dir()) else path.parent
-    existing = _nearest_existing(receiver)
+    existing = _receiving_folder(out, path)
     if not existing.is_dir():
         return f"{shown}: {existing} is {special_kind(existing) or 'a file'}, not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):
@@ -211,11 +210,15 @@ def writable_problem(out: Output) -> str | None:
     return None
 
 
+def _receiving_folder(out: Output, path: Path) -> Path:
+    """The nearest existing folder that receives `out` (at its real `path`): the folder itself, else its parent's."""
+    return _nearest_existing(path if (out.kind == "folder" and path.is_dir()) else path.parent)
+
+
 def full_disk_problem(out: Output) -> str | None:
     """Why `out` cannot start: its disk has under `MIN_FREE_BYTES` free. Asked once, before any work (never of
     a later part of the same command: its own earlier parts took that space)."""
-    path = Path(os.path.realpath(os.fspath(out.path)))
-    existing = _nearest_existing(path if (out.kind == "folder" and path.is_dir()) else path.parent)
+    existing = _receiving_folder(out, Path(os.path.realpath(os.fspath(out.path))))
     free = shutil.disk_usage(existing).free if existing.is_dir() else MIN_FREE_BYTES
     if free < MIN_FREE_BYTES:
         return (f"{_shown(out)}: the disk of {existing} is full ({free:,} bytes free; needed: free space on its "

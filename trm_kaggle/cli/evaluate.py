@@ -138,14 +138,16 @@ def add_validate_submission(sub) -> None:
 
 
 def cmd_validate_submission(args: argparse.Namespace) -> int:
+    from trm_kaggle.data import read_challenges
     from trm_kaggle.evaluate import challenge_problems, check_submission, expected_counts
 
     check_submission(args.submission, args.challenges)
-    counts = expected_counts(args.challenges)
+    raw = read_challenges(args.challenges)  # once more, then shared: a challenges file may be tens of MB
+    counts = expected_counts(raw)
     print(f"{args.submission}: valid ({count(len(counts), 'task')}, {count(sum(counts.values()), 'test input')}, "
           "two attempts each)")
     # the submission is judged as Kaggle's scorer judges it; the challenges' own malformed tasks are said beside
-    bad = challenge_problems(args.challenges)
+    bad = challenge_problems(raw)
     if bad:
         first, more = next(iter(bad)), f"; and {count(len(bad) - 1, 'more')}" if len(bad) > 1 else ""
         print(f"note: {args.challenges}: {count(len(bad), 'malformed task')}, which submit answers with the fallback "
