@@ -303,3 +303,19 @@ def test_no_pairs_names_every_filter_that_can_leave_none(corpus, tmp_path):
     with pytest.raises(DataError, match=r"have at least 1000 lines \(--min-lines\)"):
         build(corpus, tmp_path / "o", min_lines=1000)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_train_split_emptied_by_duplicates_says_so(tmp_path):
+    """Three copies of one file: the held-out files came first and the train file's pairs were all dropped as
+    duplicates; the refusal blamed the grid, --min-lines and the bug types."""
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    for name in "abc":
+        (corpus / f"{name}.py").write_text(module_source(1))
+    args = ["build-code-repair", "--output-dir", str(tmp_path / "o"), "--corpus", str(corpus), "--grid", GRID,
+            "--workers", "1", "--lint", "off", "--no-progress"]
+    p = subprocess.run([sys.executable, "-m", "trm_kaggle", *args[:-1]], capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "dropped as duplicates): the train files repeat the code of the val/test files" in p.stderr
+    assert "--min-lines" not in p.stderr and not (tmp_path / "o").exists()
+    assert main([*args, "--val-fraction", "0", "--test-fraction", "0"]) == 0  # the advice holds

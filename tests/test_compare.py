@@ -182,6 +182,11 @@ def test_errors(three_runs, tmp_path, capsys):
     assert main(["compare", str(bad)]) == 2
     assert "a run record without a plain directory name" in capsys.readouterr().err
     assert not (bad / "compare").exists()  # nothing written
+    with pytest.raises(TRMError, match=r"compare needs run, sweep or parent directories, got \[\]"):
+        write_comparison([], tmp_path / "none")  # was a bare IndexError
+    assert not (tmp_path / "none").exists()
+    # one folder given as a str is that folder, not its letters ('r: no such directory')
+    assert write_comparison(str(three_runs), tmp_path / "one")["metric"] == "eval_exact_accuracy"
 
 
 def test_cli_prints_the_table_and_writes_beside_the_dir(three_runs, capsys):

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from trm_kaggle import hardware
 from trm_kaggle.cli import main
-from trm_kaggle.doctor import diagnose
+from trm_kaggle.doctor import diagnose, plan_lines
 from trm_kaggle.train.memory import DEFAULT_MEMORY_FRACTION
 from trm_kaggle.train.settings import load_train_config
 
@@ -140,3 +140,22 @@ def test_overrides_on_either_side_of_an_option_are_read(capsys, tmp_path):
     assert main(["train", "global_batch_size=8", "--preset", "cpu-smoke", "ema=false", "--print-config"]) == 0
     out = capsys.readouterr().out
     assert "global_batch_size: 8" in out and "\nema: false" in out
+
+
+def test_a_device_this_machine_lacks_is_a_refusal_not_a_plan(monkeypatch):
+    """`doctor device=xla` (no torch_xla) or `device=cuda` (no GPU) said "train would use: device xla" with no
+    warning, and train refused both."""
+    from trm_kaggle import xla
+
+    monkeypatch.setattr(xla, "installed", lambda: False)
+    for device, problem in [("xla", "device=xla needs torch_xla, which is not installed here"),
+                            ("cuda", "device=cuda requested but this machine has no CUDA device(s)"),
+                            ("mps", "device=mps requested but MPS is not available")]:
+        plan = diagnose(cfg(f"device={device}", "arch.forward_dtype=float32"), LAPTOP, baseline=0)
+        assert f"{problem}: train refuses to start" in plan.warnings, plan.warnings
+        assert plan_lines(plan, "p")[0] == "train --preset p would refuse to start (see the warnings below); " \
+                                           "past that it would use:"
+    server = replace(LAPTOP, gpus=[hardware.GPUInfo("H100", 80 * GB, (9, 0), free_bytes=79 * GB)], mps=True)
+    for device in ("cuda", "mps", "cpu"):
+        assert not any("refuses" in w for w in diagnose(cfg(f"device={device}", "arch.forward_dtype=float32"),
+                                                        server, baseline=0).warnings)

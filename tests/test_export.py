@@ -65,6 +65,12 @@ def test_full_export_round_trip_and_resized_load(tmp_path):
     # more identifiers (unseen puzzles): every row starts from the mean of all saved rows
     bigger, _ = load_inference_model(tmp_path / "e", num_puzzle_identifiers=7)
     torch.testing.assert_close(bigger.puzzle_emb.weights, mean_puzzle_row(model.puzzle_emb.weights).expand(7, -1))
+    # a count the table cannot have is one line naming the argument, not torch's error or a 2 PB allocation
+    for bad in (-1, 0, 2**40, True, 2.5):
+        with pytest.raises(TRMError, match=f"num_puzzle_identifiers={bad!r}: a whole number from 1 to"):
+            load_inference_model(tmp_path / "e", num_puzzle_identifiers=bad)
+    with pytest.raises(TRMError, match="device='xyz' is not a device"):  # torch's RuntimeError before
+        load_inference_model(tmp_path / "e", device="xyz")
 
 
 def train_state(model: TinyRecursiveModel, ema: dict | None) -> dict:

@@ -238,3 +238,26 @@ def test_a_folder_output_refuses_only_inputs_among_what_it_writes(world):
 def test_a_folder_output_on_a_device_is_named_as_one(path, words):
     with pytest.raises(TRMError, match=words):
         check_io([], [Output(Path(path), "--work-dir", "folder")])
+
+
+@pytest.mark.parametrize("output, words", [
+    ("other/test/dataset.json", "lies in the split folder {w}/other/test of the dataset {w}/other"),
+    ("other/test/new.json", "lies in the split folder"),               # nothing of ours goes into a split
+    ("other/identifiers.json", "is a file of the dataset {w}/other"),
+    ("exp2/config.json", "is a file of the export {w}/exp2"),
+    ("exp2/weights.safetensors", "is a file of the export {w}/exp2"),
+])
+def test_a_file_output_never_breaks_a_dataset_or_export_the_command_does_not_read(world, capsys, output, words):
+    """`submit --output other/test/dataset.json` replaced the file of a dataset it does not read (`verify` then
+    refused the dataset), while a --work-dir inside that dataset was refused."""
+    for split in ("train", "test"):
+        (world / "other" / split).mkdir(parents=True)
+        (world / "other" / split / "dataset.json").write_text("{}")
+    (world / "other" / "identifiers.json").write_text("[]")
+    make_export(world / "exp2")
+    before = contents(world)
+    assert submit(world, output) == 2
+    assert words.format(w=world) in one_error_line(capsys)
+    assert contents(world) == before
+    # beside them, and a file of another name at a dataset's or an export's root, are written as before
+    check_io([], [Output(world / "other" / "votes.npz", "--save-votes"), Output(world / "exp2" / "s.json", "-o")])

@@ -204,9 +204,9 @@ def test_bad_runs_and_commands_are_refused_before_anything_runs(tmp_path, capsys
     assert "neither a built-in grid (tn, ablations, batch) nor a grid file" in capsys.readouterr().err
     assert main(["sweep", "tn", "--seeds", "1,1", "--sweep-dir", str(tmp_path / "sw")]) == 2
     assert "--seeds: seeds: repeated seed" in capsys.readouterr().err
-    for seeds in ("0,,1", "0,1,", "\uff11", "1_0"):  # an item left out or no ASCII number: never dropped or read
+    for seeds in ("0,,1", "0,1,", "\uff11", "1_0", "-1"):  # an item left out, no ASCII number, or under 0
         assert main(["sweep", "tn", "--seeds", seeds, "--sweep-dir", str(tmp_path / "sw")]) == 2
-        assert "expected comma-separated integers such as 0,1,2" in capsys.readouterr().err
+        assert "expected comma-separated whole numbers from 0 (seeds are never negative)" in capsys.readouterr().err
     assert main(["sweep", "tn", "--parallel", "0", "--sweep-dir", str(tmp_path / "sw")]) == 2
     assert not (tmp_path / "sw").exists()
     for extra in ([], ["--dry-run"]):  # a billion slots were once a list of a billion, until memory ran out
@@ -525,3 +525,11 @@ def test_a_sweep_of_real_training_runs(tmp_path, monkeypatch):
     assert (again.done, again.skipped) == (2, 2)
     md, _ = comparison_tables(load_runs([sd]))
     assert "| baseline | 1 | 1 done | 2 |" in md and "| lr=0.01 | 1 | 1 done | 2 |" in md
+
+
+@pytest.mark.parametrize("seeds", [[True], [0, False]])
+def test_a_boolean_seed_in_a_grid_is_refused(seeds):
+    """`seeds: [true]` in a grid file was seed 1 (pydantic reads true as 1), though train refuses seed=true."""
+    with pytest.raises(ValueError, match="seeds\n.*item .*: a boolean, not a number"):
+        SweepGrid(name="t", seeds=seeds)
+    assert SweepGrid(name="t", seeds=[0, 1]).seeds == [0, 1]

@@ -49,11 +49,29 @@ class Plan:
 
 
 def _device_for(requested: str, facts: hardware.HardwareFacts) -> str:
+    from trm_kaggle import xla
+
     if requested != "auto":
         return requested
+    if xla.wanted():  # pick_device's order
+        return "xla"
     if facts.gpus:
         return "cuda"
     return "mps" if facts.mps else "cpu"
+
+
+def _absent_device(requested: str, facts: hardware.HardwareFacts) -> str | None:
+    """Why train would refuse the device asked for on a machine with `facts` (pick_device's refusals), or None."""
+    from trm_kaggle import xla
+
+    kind, _, index = requested.partition(":")
+    if kind == "xla" and not xla.installed():
+        return "device=xla needs torch_xla, which is not installed here"
+    if kind == "cuda" and len(facts.gpus) <= int(index or 0):
+        return f"device={requested} requested but this machine has {len(facts.gpus) or 'no'} CUDA device(s)"
+    if kind == "mps" and not facts.mps:
+        return f"device={requested} requested but MPS is not available"
+    return None
 
 
 def _dataset_shape(data: str | None) -> tuple[int, int, int, int]:
@@ -121,7 +139,8 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
                                 "; the run will retry with smaller micro-batches when CUDA runs out" if device == "cuda"
                                 else f"; set auto_batch=True (it would pick {fitting}) or micro_batch_size={fitting}"))
     # what train refuses before its first step, said as train says it
-    for problem in (micro and micro_batch_problem(micro, local_batch), logger_problem(cfg)):
+    for problem in (_absent_device(cfg.device, facts), micro and micro_batch_problem(micro, local_batch),
+                    logger_problem(cfg)):
         if problem:
             warnings.append(f"{problem}: train refuses to start")
     if est.puzzle_table > GB:

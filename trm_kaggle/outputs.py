@@ -11,7 +11,7 @@ or a bind mount is the same file under another name). An output is refused when:
 * it lies inside an input folder whose every file is an input (a dataset, an export, a corpus);
 * two outputs are one path, or one lies where another output folder writes its own entries;
 * a folder it writes into (a run folder, a work folder) is, or lies inside, a dataset or an export, whether or
-  not this command reads it (`input_kind`).
+  not this command reads it (`input_kind`); so is a file that is one of theirs or lies in a dataset's split.
 
 Then each output must be writable where it will be written: a file is not a folder and a folder
 not a file, no part of the path is a file, and the folder that receives it (the output folder
@@ -172,6 +172,28 @@ def _input_problem(out: Output, path: Path) -> str | None:
     return None
 
 
+#: The files of a dataset's root and of an export (a dataset's split folders hold nothing but its own files).
+_DATASET_ROOT_FILES = ("identifiers.json", "build_info.json", "contents.json", "tokenizer.json")
+_EXPORT_FILES = ("config.json", "weights.safetensors")
+
+
+def _input_file_problem(out: Output, path: Path) -> str | None:
+    """A file output that is one of a dataset's or an export's own files, or lies in a dataset's split folder,
+    whether or not this command reads it: written there it breaks that input (`verify` then refuses the
+    dataset), as a folder written into one would (`_input_problem`)."""
+    parent = path.parent
+    if parent.parent.is_dir() and input_kind(parent.parent) == "a dataset" and (parent / "dataset.json").is_file():
+        at = f"lies in the split folder {parent} of the dataset {parent.parent}"
+    elif path.name in _DATASET_ROOT_FILES and parent.is_dir() and input_kind(parent) == "a dataset":
+        at = f"is a file of the dataset {parent}"
+    elif path.name in _EXPORT_FILES and parent.is_dir() and input_kind(parent) == "an export":
+        at = f"is a file of the export {parent}"
+    else:
+        return None
+    link = " (through a link)" if _plain(out.path) != path else ""
+    return f"{_shown(out)}{link} {at}: writing it would break that input; choose a path of its own"
+
+
 def writable_problem(out: Output) -> str | None:
     """Why `out` cannot be written (a dangling link, a file in the way, a read-only, immutable or forbidden
     folder), or None. Through a symbolic link, where it points is checked: the output is written there."""
@@ -194,6 +216,8 @@ def writable_problem(out: Output) -> str | None:
             return (f"{shown} is read-only or immutable (see lsattr) and cannot be replaced; make it writable or "
                     "choose another path")
     if out.kind == "folder" and (problem := _input_problem(out, path)):
+        return problem
+    if out.kind == "file" and (problem := _input_file_problem(out, path)):
         return problem
     if out.kind == "folder" and out.writes and path.is_dir():  # a folder of ours planted as a link to another
         for name in out.writes:  # (`units/` -> elsewhere): everything the command put there would land there

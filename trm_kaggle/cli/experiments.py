@@ -15,7 +15,8 @@ def _seed_list(text: str) -> list[int]:
     """`0,1,2`: whole numbers in ASCII digits, none left out (`0,,1` is a typo, not the seeds 0 and 1)."""
     items = [x.strip() for x in text.split(",")]
     if not all(re.fullmatch(r"[0-9]+", x, re.ASCII) for x in items):
-        raise TRMError(f"--seeds {text!r}: expected comma-separated integers such as 0,1,2")  # one line, status 2
+        raise TRMError(f"--seeds {text!r}: expected comma-separated whole numbers from 0 (seeds are never "
+                       "negative) such as 0,1,2")  # one line, status 2
     return [int(x) for x in items]
 
 

@@ -129,6 +129,9 @@ class _Config(BaseModel):
         if isinstance(value, bool) and _numeric_not_boolean(cls.model_fields[info.field_name].annotation):
             # pydantic reads true as 1: `max_steps: true` in a YAML file trained one step without a word
             raise ValueError(f"{value} is a boolean, not a number")
+        if (isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value)
+                and _numeric_not_boolean(cls.model_fields[info.field_name].annotation)):  # `seeds: [true]`
+            raise ValueError(f"item {[isinstance(v, bool) for v in value].index(True)}: a boolean, not a number")
         if (isinstance(value, str) and not value.isascii() and any(c.isdigit() for c in value)
                 and _numeric_not_boolean(cls.model_fields[info.field_name].annotation)):
             raise ValueError(f"{value!r} is no number in ASCII digits (pydantic reads '５' as 5)")

@@ -49,7 +49,7 @@ from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.outputs import special_kind
 from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, dotted, read_metrics
-from trm_kaggle.wording import shown
+from trm_kaggle.wording import clipped, shown
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +152,12 @@ def _not_a_folder(path: Path) -> str:
 
 
 def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
-    """Every run under `dirs` (run, sweep, or parent directories), with unique labels."""
+    """Every run under `dirs` (run, sweep, or parent directories; one given as a str is one), with unique labels."""
     runs: list[RunData] = []
+    if isinstance(dirs, (str, os.PathLike)):  # one folder (papermill's `-p DIRS runs/x`), not its letters
+        dirs = [dirs]
+    if not dirs:
+        raise TRMError(f"compare needs run, sweep or parent directories, got {clipped(dirs)}")
     for d in map(Path, dirs):
         if is_regular(d / SWEEP_FILE, "sweep record"):  # a FIFO there is one line, not a folder of runs
             runs += _sweep_runs(d)

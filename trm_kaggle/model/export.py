@@ -29,9 +29,11 @@ import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
-from trm_kaggle.config import EXECUTION_FIELDS, ArchConfig, ExportConfig, TaskIdMode, TrainConfig, validation_line
+from trm_kaggle.config import (EXECUTION_FIELDS, MAX_PUZZLE_IDENTIFIERS, ArchConfig, ExportConfig, TaskIdMode,
+                               TrainConfig, validation_line)
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, DataError, TRMError
+from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import parse_json, read_failure, read_json, readable_file
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
@@ -318,6 +320,10 @@ def load_inference_model(path: str | os.PathLike, num_puzzle_identifiers: int | 
                          device: str | torch.device = "cpu"):
     """The exported model. With `num_puzzle_identifiers` (e.g. for new tasks), the table is resized and
     every row starts from the mean row (`mean_puzzle_row`, upstream's rule for unseen puzzles)."""
+    if num_puzzle_identifiers is not None and (isinstance(num_puzzle_identifiers, bool) or not isinstance(
+            num_puzzle_identifiers, int) or not 1 <= num_puzzle_identifiers <= MAX_PUZZLE_IDENTIFIERS):
+        raise TRMError(f"num_puzzle_identifiers={clipped(num_puzzle_identifiers)}: a whole number from 1 to "
+                       f"{MAX_PUZZLE_IDENTIFIERS:,} (the table's rows), or None for the export's own count")
     config, tensors = read_export(path)
     arch = ArchConfig(**config["arch"])
     n = num_puzzle_identifiers or (config.get("num_puzzle_identifiers") or 1)
@@ -325,7 +331,8 @@ def load_inference_model(path: str | os.PathLike, num_puzzle_identifiers: int | 
         tensors[PUZZLE_EMB_KEY] = resize_puzzle_embedding(tensors[PUZZLE_EMB_KEY], n)
     model = TinyRecursiveModel(arch, config["seq_len"], config["vocab_size"], n)
     fit_state_dict(model, tensors, str(Path(path) / "weights.safetensors"))
-    return model.to(device), config
+    place_model(model, device)  # a device this machine lacks is one line, as the `device` setting's
+    return model, config
 
 
 def check_export(path: str | os.PathLike) -> dict:

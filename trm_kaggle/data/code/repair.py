@@ -466,7 +466,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
     seen: set[bytes] = set()
     counts = {s: collections.Counter() for s in SPLITS}
     skipped, rejected = collections.Counter(), collections.Counter()
-    duplicates = collections.Counter()
+    duplicates, repeated_in = collections.Counter(), collections.Counter()  # kind -> count, split -> count
     info: dict[str, Any] = {"builder": "code-repair", "config": cfg.model_dump(), "corpus": str(root),
                             "python": sys.version.split()[0], "grid_shape": [cfg.rows, cfg.cols],
                             "tokens": tokens.describe(), "lint": bool(ruff),
@@ -495,11 +495,13 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
                     for sp in r.snippets:
                         if sp.digest in seen:  # the same code in an earlier file (or earlier in this one)
                             duplicates["snippets"] += 1
+                            repeated_in[split] += 1
                             continue
                         seen.add(sp.digest)
                         for pair in sp.pairs:
                             if pair.digest in seen:
                                 duplicates["pairs"] += 1
+                                repeated_in[split] += 1
                                 continue
                             seen.add(pair.digest)
                             splits[split].add_puzzle(pair.buggy.reshape(1, -1), pair.fixed.reshape(1, -1), 0)
@@ -515,6 +517,12 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
         if not counts["train"]:
             # every filter that can leave nothing, with its value: the grid is one of them, not the only one
             kinds = ", ".join(cfg.bug_types) if cfg.bug_types else "every synthetic type"
+            if total and repeated_in["train"]:  # the train files' code was seen first in held-out files
+                raise DataError(f"corpus {root}: no repair pairs in the train split ({len(files)} files, {total} "
+                                f"pairs in all, {repeated_in['train']} train snippets or pairs dropped as "
+                                "duplicates): the train files repeat the code of the val/test files; give files "
+                                "that differ, or set "
+                                "--val-fraction 0 --test-fraction 0")
             raise DataError(f"corpus {root}: no repair pairs in the train split ({len(files)} files, "
                             f"{sum(skipped.values())} skipped, {total} pairs in all): a snippet must fit the "
                             f"{cfg.rows}x{cfg.cols} grid, have at least {cfg.min_lines} lines (--min-lines) and take a "
