@@ -72,7 +72,7 @@ def test_a_sudoku_dataset_is_scored_like_trainings_check_and_from_the_command_li
     assert "scored per example, without votes to weigh (weighting q_halt)" in capsys.readouterr().err
     # its report draws no pictures and picks no tasks: the flags that shape them are read by nothing
     for flags, said in ((["--first", "7"], "--first: "), (["--no-pictures"], "--no-pictures: "),
-                        (["--tasks", "foo", "--first", "2"], "--tasks: ")):
+                        (["--tasks", "foo"], "--tasks: ")):
         assert main(common + ["--report-dir", str(tmp_path / "rep2"), *flags]) == 2
         err = capsys.readouterr().err
         assert said in err and "draws no pictures (ARC's alone)" in err, err
@@ -83,12 +83,20 @@ def test_a_sudoku_dataset_is_scored_like_trainings_check_and_from_the_command_li
     (["--task-id-seed", "5"], "--task-id-seed 5 seeds --task-ids random, which is not asked for"),
     (["--task-ids", "own", "blank", "--task-id-seed", "5"], "--task-id-seed 5 seeds --task-ids random"),
     (["--no-pictures"], "--tasks, --first and --no-pictures shape the report's pictures: give --report-dir too"),
+    # a report's pictures: none drawn, or two ways to choose them at once (--first was read by nothing)
+    (["--report-dir", "r", "--no-pictures", "--tasks", "t1"], "--tasks chooses the tasks to draw, and "
+                                                              "--no-pictures draws none: drop one of them"),
+    (["--report-dir", "r", "--no-pictures", "--first", "2"], "--first chooses the tasks to draw, and --no-pictures"),
+    (["--report-dir", "r", "--tasks", "t1", "--first", "3"], "--first counts the tasks to draw when --tasks is not "
+                                                             "given, and --tasks names them: give one"),
 ])
 def test_evaluate_options_read_by_nothing_are_refused_before_any_work(tmp_path, capsys, flags, said):
     """Each was accepted with exit 0 and changed nothing: a seed without the random ids it seeds, pictures
     turned off for a report not written."""
-    rc = main(["evaluate", "--weights", str(tmp_path / "none"), "--data", str(tmp_path / "none"), *flags])
+    rc = main(["evaluate", "--weights", str(tmp_path / "none"), "--data", str(tmp_path / "none"),
+               *[str(tmp_path / f) if f == "r" else f for f in flags]])
     assert rc == 2 and said in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def _emptied(data, dest):

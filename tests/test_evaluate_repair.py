@@ -82,6 +82,31 @@ def test_run_code_kills_the_children_of_the_command_too(tmp_path):
     assert not marker.exists(), "a grandchild survived the time limit"
 
 
+def test_an_interrupted_run_code_stops_the_command(tmp_path):
+    """The command runs in its own session, out of reach of the terminal's Ctrl-C: an interrupt of the caller ran
+    on past it, leaving the command (a snippet's endless loop) running."""
+    import os
+    import signal
+    import threading
+
+    pid_file = tmp_path / "pid"
+    code = f"import os, pathlib\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\nwhile True:\n    pass"
+
+    def interrupt_once_started():
+        while not (pid_file.is_file() and pid_file.read_text()):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_code(code, [sys.executable, "{file}"], 60.0)
+    pid = int(pid_file.read_text())
+    alive = os.path.exists(f"/proc/{pid}") if os.path.isdir("/proc") else False
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the command outlived the interrupted caller"
+
+
 def test_run_code_works_in_a_temporary_directory():
     r = run_code("import os\nprint(os.listdir('.'))", f"{sys.executable} {{file}}", 20)
     assert r.status == "passed" and "['snippet.py']" in r.output

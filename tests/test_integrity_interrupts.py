@@ -96,6 +96,54 @@ def test_an_interrupted_notebook_run_stops_its_process_group(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+# A notebook run whose group ignores SIGTERM (so that it is stopped by the SIGKILL that follows), run by a process
+# that takes signals as a command does: what a second Ctrl-C met while the first stopped that group.
+TWICE = r"""
+import sys
+from pathlib import Path
+from trm_kaggle import interrupts
+from trm_kaggle.kaggle import rehearsal
+
+pids = Path(sys.argv[1])
+rehearsal.STOP_WAIT_S = 2.0
+interrupts.take_sigterm()
+try:
+    rehearsal._run_logged(["sh", "-c", f"trap '' TERM; sleep 300 & echo $! > {pids}; wait"], env=None,
+                          cwd=pids.parent, log_path=pids.parent / "log", timeout=600, echo=lambda _: None)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_a_second_interrupt_waits_while_the_notebook_run_is_stopped(tmp_path):
+    """`timeout`'s SIGINT reaches the command twice (to it, then to its group): the second, 0.3 s later, ended the
+    command by the signal's default while it waited for the notebook's group, which then ran on alone and wrote
+    into the bundle. Now a second stop waits for that group (SIGKILL after STOP_WAIT_S)."""
+    if not Path("/proc").is_dir():
+        pytest.skip("needs Linux /proc")
+    pids = tmp_path / "pids"
+    p = subprocess.Popen([sys.executable, "-c", TWICE, str(pids)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids.is_file() and pids.read_text().strip()):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.05)
+        grandchild = int(pids.read_text())
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+        assert p.returncode == 130
+        assert not _alive(grandchild), "the notebook run outlived the interrupted command"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if pids.is_file() and pids.read_text().strip() and _alive(int(pids.read_text())):
+            os.kill(int(pids.read_text()), signal.SIGKILL)
+
+
 # A bundle command in a process of its own whose build is a stand-in and whose --execute runs a stand-in notebook
 # run through the sandbox's runner (a session of its own with a child that would outlive it): what SIGTERM meets.
 TERMINATED = r"""

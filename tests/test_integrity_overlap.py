@@ -261,3 +261,12 @@ def test_a_file_output_never_breaks_a_dataset_or_export_the_command_does_not_rea
     assert contents(world) == before
     # beside them, and a file of another name at a dataset's or an export's root, are written as before
     check_io([], [Output(world / "other" / "votes.npz", "--save-votes"), Output(world / "exp2" / "s.json", "-o")])
+
+
+def test_a_file_output_ending_with_a_slash_is_refused(world, capsys):
+    """`evaluate --save-votes newdir/` wrote the votes as a file named newdir, with no word of where they went."""
+    assert main(["submit", "--challenges", str(world / "c.json"), "--weights", str(world / "exp"), "--output",
+                 f"{world / 'newdir'}/", "--work-dir", str(world / "work"), "--no-progress"]) == 2
+    assert "--output " in (line := one_error_line(capsys)) and "ends with a slash, which names a folder" in line
+    assert not (world / "newdir").exists()
+    check_io([], [Output(str(world / "newdir") + "/", "--work-dir", "folder")])  # a folder may end with one

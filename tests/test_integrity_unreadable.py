@@ -291,6 +291,13 @@ def test_a_truncated_dataset_array_is_damage(data, tmp_path):
     arr.write_bytes(arr.read_bytes()[:20])
     with pytest.raises(DamagedFile, match="unreadable or truncated .npy file"):
         load_split(ds, "train")
+    # a .npz archive under the name was opened as one, and read as an array later (an AttributeError)
+    import numpy as np
+
+    np.savez(arr, x=np.zeros(3))
+    (ds / "train" / "all__puzzle_identifiers.npy.npz").rename(arr)
+    with pytest.raises(DamagedFile, match="all__puzzle_identifiers.npy: a .npz archive, not a .npy array"):
+        load_split(ds, "train")
 
 
 def test_import_upstream_of_a_fifo_checkpoint(tmp_path, capsys, fifo):

@@ -64,6 +64,8 @@ def test_a_budget_that_leaves_a_worker_no_time_to_plan_is_refused_in_one_line(tm
     assert rc == 3 and len(lines) == 1 and "less than the 10 s a worker needs to time its device and plan" in lines[0]
     # the settings alone leave too little, whatever the file: the line says so, not that reading took the time
     assert "the time budget (9 s) leaves 8 s after its safety margin (1 s)" in lines[0] and "reading" not in lines[0]
+    # the advice names the setting in the CLI's and the kernel's words (the kernel has no --time-budget)
+    assert "give a larger time budget: --time-budget, the kernel's TIME_BUDGET; or a smaller --safety-margin" in lines[0]
     check_submission(tmp_path / "s.json", tmp_path / "c.json")
     rc = main(submit(tmp_path, tmp_path / "c.json", "--time-budget", "0.001"))  # under the default 60 s margin
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]

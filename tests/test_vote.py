@@ -245,6 +245,12 @@ def test_votes_file_round_trip_and_refusals(tmp_path):
     for bad in (tmp_path / "bad.npz", tmp_path / "missing.npz"):
         with pytest.raises(DataError, match=bad.name):
             VoteTable.load(bad)
+    # a .npy was a TypeError traceback (np.load gives it as an array) and a JSON file numpy's advice to unpickle
+    np.save(tmp_path / "arr.npy", np.zeros(3))
+    (tmp_path / "v.json").write_text('{"a": 1}')
+    for bad in (tmp_path / "arr.npy", tmp_path / "v.json"):
+        with pytest.raises(DataError, match=f"{bad.name}: not a votes file .*\\(no .npz archive\\)$"):
+            VoteTable.load(bad)
     np.savez(tmp_path / "other.npz", x=np.zeros(3))
     with pytest.raises(DataError, match="not a votes file"):
         VoteTable.load(tmp_path / "other.npz")

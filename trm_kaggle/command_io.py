@@ -160,7 +160,8 @@ def command_io(command: str, args: argparse.Namespace) -> IO:
 
 def _selection_problem(command: str, args: argparse.Namespace) -> str | None:
     """A selection that would only fail after the work: `evaluate --tasks` naming tasks the test split lacks."""
-    if command == "evaluate" and args.report_dir and args.tasks:
+    if command == "evaluate" and args.report_dir and args.tasks and args.first is None and not args.no_pictures:
+        # (with --first or --no-pictures, `cmd_evaluate` refuses the pair before any data is read)
         from trm_kaggle.evaluate import chosen_tasks, is_arc_dataset, load_test_set
 
         if not is_arc_dataset(args.data):  # evaluate_export says the same of --first and --no-pictures

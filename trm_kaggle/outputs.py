@@ -201,6 +201,8 @@ def writable_problem(out: Output) -> str | None:
         return problem
     path = Path(os.path.realpath(os.fspath(out.path)))
     shown = _shown(out)
+    if out.kind == "file" and os.fspath(out.path).endswith(("/", os.sep)):  # `--save-votes newdir/`
+        return f"{shown} ends with a slash, which names a folder; a file is written there (drop the slash)"
     if path.exists():
         if out.kind == "file" and path.is_dir():
             return f"{shown} is a folder; a file is written there"

@@ -79,6 +79,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise TRMError("--save-votes, --pool-with and --report-dir take one --task-ids mode at a time")
     if (args.tasks is not None or args.first is not None or args.no_pictures) and args.report_dir is None:
         raise TRMError("--tasks, --first and --no-pictures shape the report's pictures: give --report-dir too")
+    if args.no_pictures and (args.tasks is not None or args.first is not None):
+        raise TRMError(f"{'--tasks' if args.tasks is not None else '--first'} chooses the tasks to draw, and "
+                       "--no-pictures draws none: drop one of them")
+    if args.tasks is not None and args.first is not None:
+        raise TRMError("--first counts the tasks to draw when --tasks is not given, and --tasks names them: give one")
     if args.task_id_seed is not None and "random" not in modes:  # read by nothing else
         raise TRMError(f"--task-id-seed {args.task_id_seed} seeds --task-ids random, which is not asked for: add "
                        "it or drop the seed")

@@ -326,10 +326,14 @@ def load_array(path: Path, mmap: bool = False) -> np.ndarray:
         raise UnreadableFile(f"{path}: missing")
     readable_file(path, ".npy array")
     try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise read_failure(e, path, ".npy array") or DamagedFile(f"{path}: unreadable or truncated .npy file: "
                                                                  f"{e}") from None
+    if not isinstance(array, np.ndarray):  # a .npz archive under the name: np.load opens it as one
+        array.close()
+        raise DamagedFile(f"{path}: a .npz archive, not a .npy array")
+    return array
 
 
 _TOKEN_CHUNK_ROWS = 1 << 16

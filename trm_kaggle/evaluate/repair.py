@@ -22,6 +22,7 @@ seconds: that bounds time, it is not a sandbox.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import shlex
 import signal
@@ -110,6 +111,11 @@ def run_code(code: str, command: str | list[str], time_limit: float) -> RunResul
             os.killpg(proc.pid, signal.SIGKILL)  # the whole group: children of the command too
             out, _ = proc.communicate()
             status = "timeout"
+        except BaseException:  # Ctrl-C reaches us alone (its own session): the command never outlives the caller
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
         text = out.decode("utf-8", errors="replace")
         return RunResult(status, time.perf_counter() - t0, text[-2000:])
 

@@ -144,15 +144,19 @@ class VoteTable:
         if not os.path.lexists(path):
             raise DataError(f"{path}: no such votes file")
         try:
-            with open_regular(path, "votes file") as f, np.load(f, allow_pickle=False) as z:
-                if str(z["format"]) != VOTES_FORMAT:
-                    raise ValueError(f"format {str(z['format'])!r}")
-                keys = z["keys"]
-                if problem := _keys_problem(keys, z["q_halt"]):  # found here, not as a traceback after inference
-                    raise ValueError(problem)
-                slots = list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist()))
-                return cls(slots, z["slot"], np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1),
-                           z["q_halt"], z["order"])
+            with open_regular(path, "votes file") as f:
+                if f.read(4) != b"PK\x03\x04":  # no .npz (a zip archive): np.load would take a .npy, or advise
+                    raise ValueError("no .npz archive")  # unpickling a JSON file
+                f.seek(0)
+                with np.load(f, allow_pickle=False) as z:
+                    if str(z["format"]) != VOTES_FORMAT:
+                        raise ValueError(f"format {str(z['format'])!r}")
+                    keys = z["keys"]
+                    if problem := _keys_problem(keys, z["q_halt"]):  # said here, not as a traceback after inference
+                        raise ValueError(problem)
+                    slots = list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist()))
+                    return cls(slots, z["slot"], np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1),
+                               z["q_halt"], z["order"])
         # truncated: a bad zip archive; empty: no numpy header (EOFError); a damaged member: zlib's error
         except (OSError, KeyError, ValueError, IndexError, EOFError, zipfile.BadZipFile, zlib.error) as e:
             raise read_failure(e, path, "votes file") or DataError(

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import read_challenges
 from trm_kaggle.errors import TRMError
+from trm_kaggle.interrupts import FirstStopOnly
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import KERNEL_META, REPO_ROOT, BundleIds, tail_lines, validate_bundle
 from trm_kaggle.kaggle.sandbox import (
@@ -71,6 +72,9 @@ def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout
                 logf.flush()
                 echo(line.rstrip("\n"))
 
+        # A second stop while the notebook's group is stopped is dropped: `timeout` sends its SIGINT to the
+        # command and again to its group, and the second, taken by the signal's default, left papermill running.
+        stops = FirstStopOnly()
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True, encoding="utf-8", errors="replace")
         t = threading.Thread(target=pump, daemon=True)
@@ -78,22 +82,30 @@ def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout
             t.start()
             proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            stops.hold()
             _stop_group(proc)
             t.join(5)
             raise TRMError(f"--execute: the notebook ran past {timeout:.0f} s; log: {log_path}") from None
-        except KeyboardInterrupt:  # its own session gets no Ctrl-C from the terminal: stopped here, not left running
+        except BaseException:  # its own session gets no Ctrl-C from the terminal: stopped here, not left running
+            stops.hold()
             _stop_group(proc)
             raise
+        finally:
+            stops.give_back()
         t.join(5)
     return proc.returncode
 
 
+#: Seconds the notebook run's group has to end after SIGTERM before SIGKILL.
+STOP_WAIT_S = 20.0
+
+
 def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the notebook run's process group, SIGKILL after 20 s."""
+    """SIGTERM to the notebook run's process group, SIGKILL after `STOP_WAIT_S`."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, 15)
     try:
-        proc.wait(timeout=20)
+        proc.wait(timeout=STOP_WAIT_S)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 9)

@@ -316,12 +316,13 @@ def _out_of_time(cfg: SolveConfig, report: dict, budget: Budget, say: Callable[[
     if usable < MIN_PLAN_S:  # the settings alone leave too little, whatever the file: say so, not the reading
         why = (f"the time budget ({cfg.time_budget:g} s) leaves {max(usable, 0.0):g} s after its safety margin "
                f"({cfg.safety_margin:g} s), less than the {MIN_PLAN_S:g} s a worker needs to time its device and "
-               "plan (give a larger --time-budget or a smaller --safety-margin)")
+               "plan (give a larger time budget: --time-budget, the kernel's TIME_BUDGET; or a smaller "
+               "--safety-margin)")
     else:
         why = (f"the time budget ({cfg.time_budget:g} s, {cfg.safety_margin:g} s of it the safety margin) is too "
                f"small for {cfg.challenges}: reading its {report['tasks']} tasks and writing the fallback took "
                f"{took:.1f} s, leaving {left:.1f} s, less than the {MIN_PLAN_S:g} s a worker needs to time its device "
-               "and plan (give a larger --time-budget)")
+               "and plan (give a larger time budget: --time-budget, the kernel's TIME_BUDGET)")
     say(budget.line("budget", why))
     report["errors"].append(why)
     report.update(model_failed=why, model_tasks=min(cfg.max_tasks or report["tasks"], report["tasks"]), left_out={},

@@ -521,8 +521,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
                 raise DataError(f"corpus {root}: no repair pairs in the train split ({len(files)} files, {total} "
                                 f"pairs in all, {repeated_in['train']} train snippets or pairs dropped as "
                                 "duplicates): the train files repeat the code of the val/test files; give files "
-                                "that differ, or set "
-                                "--val-fraction 0 --test-fraction 0")
+                                "that differ, or set --val-fraction 0 --test-fraction 0")
             raise DataError(f"corpus {root}: no repair pairs in the train split ({len(files)} files, "
                             f"{sum(skipped.values())} skipped, {total} pairs in all): a snippet must fit the "
                             f"{cfg.rows}x{cfg.cols} grid, have at least {cfg.min_lines} lines (--min-lines) and take a "
