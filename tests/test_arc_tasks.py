@@ -151,10 +151,12 @@ def test_parse_grid_accepts_valid_grid():
     ([[1]] * (MAX_GRID + 1), f"size {MAX_GRID + 1}x1 is outside 1..{MAX_GRID}"),
     ([[np.int64(3)]], "at row 0, column 0 is not an integer 0..9"),  # strict: JSON holds plain ints only
     (np.zeros((2, 2), dtype=np.int64), "a numpy array"),
+    ([[10**400]], "value 100000000000000000...0000000000000000000 at row 0, column 0"),  # not 401 digits
 ])
 def test_grid_problem_is_the_one_grid_check(grid, problem):
     found = grid_problem(grid)
     assert found is None if problem is None else problem in found
+    assert found is None or len(found) < 200
     if problem is None:
         assert parse_grid(grid, "g").tolist() == grid
     else:

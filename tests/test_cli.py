@@ -152,7 +152,10 @@ def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys):
     # run's dataset in place with the new seed, or left a second dataset), nothing written
     data = sorted((w / "data").iterdir())
     digests = {p: p.read_bytes() for p in data[0].rglob("*") if p.is_file()}
-    for flags, said in ((["--seed", "7"], "--seed: 42 in it, 7 now"), (["--num-aug", "2"], "its dataset (--num-aug")):
+    # another --eval-tasks was "reused" with the old test split, and summary.md claimed the new count
+    for flags, said in ((["--seed", "7"], "--seed: 42 in it, 7 now"), (["--num-aug", "2"], "its dataset (--num-aug"),
+                        (["--eval-tasks", "2"], "its dataset's tasks (--eval-tasks): other tasks in it, the first 2 "
+                                                "evaluation2 tasks now")):
         assert main([*args, *flags]) == 2
         err = capsys.readouterr().err
         assert f"{w} holds an earlier pipeline run with other settings ({said}" in err, err

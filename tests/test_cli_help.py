@@ -162,6 +162,11 @@ def test_validate_submission_names_the_challenges_malformed_tasks_beside_its_ver
     assert p.stderr.strip() == (f"note: {tmp_path / 'c.json'}: 2 malformed tasks, which submit answers with the "
                                 "fallback (task bbb: train pair 0 input: value 11 at row 0, column 0 is not an integer "
                                 "0..9; and 1 more)"), p.stderr
+    (tmp_path / "c4.json").write_text(json.dumps({"aaa": good, "bbb": bad, "ccc": bad, "ddd": bad}))
+    (tmp_path / "s4.json").write_text(json.dumps({t * 3: [{"attempt_1": [[1]], "attempt_2": [[2]]}] for t in "abcd"}))
+    p = subprocess.run([sys.executable, "-m", "trm_kaggle", "validate-submission", str(tmp_path / "s4.json"),
+                        "--challenges", str(tmp_path / "c4.json")], capture_output=True, text=True)
+    assert p.stderr.strip().endswith("; and 2 more)"), p.stderr  # once "and 2 mores"
     (tmp_path / "c.json").write_text(json.dumps({"aaa": good, "bbb": good, "ccc": good}))
     p = subprocess.run([sys.executable, "-m", "trm_kaggle", "validate-submission", str(tmp_path / "s.json"),
                         "--challenges", str(tmp_path / "c.json")], capture_output=True, text=True)

@@ -533,3 +533,36 @@ def test_a_boolean_seed_in_a_grid_is_refused(seeds):
     with pytest.raises(ValueError, match="seeds\n.*item .*: a boolean, not a number"):
         SweepGrid(name="t", seeds=seeds)
     assert SweepGrid(name="t", seeds=[0, 1]).seeds == [0, 1]
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("state", "weird", "state 'weird' is none of pending, running, done, failed"),
+    ("seconds", float("nan"), "seconds nan is no finite number of seconds"),
+    ("attempts", -5, "attempts -5 is no non-negative whole number"),
+    ("attempts", True, "attempts True is no non-negative whole number"),
+    ("returncode", "0", "returncode '0' is no whole number"),
+])
+def test_a_run_record_no_sweep_writes_is_refused_not_kept(tmp_path, field, value, said):
+    """A hand-edited record (state "weird", seconds NaN, attempts -5) was taken without a word and the NaN written
+    back, which a strict JSON reader then refused."""
+    rec = {"name": "a_s0", "state": "done", "attempts": 1, "seconds": 2.5, "returncode": 0, field: value}
+    (tmp_path / "sweep.json").write_text(json.dumps({"format": S.SWEEP_FORMAT, "runs": [rec]}))
+    before = (tmp_path / "sweep.json").read_bytes()
+    with pytest.raises(TRMError, match=f"sweep.json: run a_s0: {re.escape(said)}; fix the record"):
+        S.read_sweep(tmp_path)
+    assert (tmp_path / "sweep.json").read_bytes() == before
+    rec[field] = {"state": "pending", "seconds": 0, "attempts": 0, "returncode": None}[field]
+    (tmp_path / "sweep.json").write_text(json.dumps({"format": S.SWEEP_FORMAT, "runs": [rec]}))
+    assert S.read_sweep(tmp_path)["runs"][0][field] == rec[field]
+
+
+def test_a_done_line_says_when_its_seconds_add_up_several_attempts(tmp_path):
+    """A rerun printed `done a_s0 (6 s)` beside `in 5 s` for the whole command: the 6 s were two attempts'."""
+    import io
+
+    def finished(attempts: int) -> str:
+        rec = {"name": "a_s0", "seconds": 4.0, "attempts": attempts}
+        return S._finish(S._Job(rec, None, 0, time.perf_counter() - 2.0, io.StringIO()), 0, tmp_path)
+
+    assert finished(1) == "done    a_s0 (6 s)"
+    assert finished(2) == "done    a_s0 (6 s over 2 attempts)"

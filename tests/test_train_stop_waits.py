@@ -12,6 +12,7 @@ import time
 import pytest
 
 from test_train import cfg_for
+from trm_kaggle import interrupts
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.stops import StoppedAtOnce, TrainingInterrupted
@@ -55,6 +56,7 @@ def test_a_second_signal_exits_with_its_own_number(sudoku4, tmp_path, capsys, si
     def twice(step, record):
         if step == 2:
             os.kill(os.getpid(), signum)
+            time.sleep(interrupts.REPEAT_S + 0.1)  # the first is taken in this sleep; the second is a person's
             os.kill(os.getpid(), signum)
 
     with pytest.raises(StoppedAtOnce) as stopped:
@@ -62,3 +64,20 @@ def test_a_second_signal_exits_with_its_own_number(sudoku4, tmp_path, capsys, si
     assert stopped.value.exit_status == 128 + signum and not isinstance(stopped.value, TrainingInterrupted)
     assert "a second time: stopped at once, without saving" in str(stopped.value)
     assert not ckpt.list_states(tmp_path / "run")
+
+
+def test_a_signal_said_twice_at_once_is_one_stop_that_saves(sudoku4, tmp_path):
+    """`timeout` forwards the SIGTERM its process group already got: two within REPEAT_S are one stop, which
+    saves (the second had stopped the run without saving)."""
+    def twice(step, record):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        train(cfg_for(sudoku4, tmp_path / "run", "max_steps=50"), on_step=twice, signals=True)
+    except KeyboardInterrupt as e:  # (pytest.raises would let StoppedAtOnce, also a KeyboardInterrupt, end pytest)
+        stopped = e
+    assert isinstance(stopped, TrainingInterrupted), stopped
+    assert stopped.exit_status == 143 and "at step 2: train state saved" in str(stopped)
+    assert ckpt.load_train_state(ckpt.state_path(tmp_path / "run", 2))["step"] == 2

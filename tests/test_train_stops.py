@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from conftest import free_port
 from integrity_helpers import build_sudoku4
 from test_train import TINY, cfg_for, losses
+from trm_kaggle import interrupts
 from trm_kaggle.config import SudokuBuildConfig, TrainConfig
 from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.train import checkpoint as ckpt
@@ -104,6 +105,7 @@ def test_a_second_signal_stops_at_once_without_saving(sudoku4, tmp_path):
     def twice(step, record):
         if step == 3:
             os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(interrupts.REPEAT_S + 0.1)  # (one within REPEAT_S is the same stop: test_train_stop_waits)
             os.kill(os.getpid(), signal.SIGINT)
 
     with pytest.raises(KeyboardInterrupt) as stopped:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 
 #: The signals that stop a command as Ctrl-C does: a scheduler's or `kill`'s SIGTERM, and the SIGHUP of a closed
@@ -31,6 +32,17 @@ class Terminated(KeyboardInterrupt):
 
 
 _OWNER = [0]  # the pid that installed the handler (`take_sigterm`)
+
+#: A stop signal this soon after the first is that stop said twice, and dropped: `timeout` forwards a Ctrl-C or
+#: SIGTERM its process group already received, a scheduler signals each process of a job. A later one (a person
+#: pressing Ctrl-C again) ends the process by the signal.
+REPEAT_S = 0.25
+_FIRST_AT: list[float | None] = [None]  # when this process took its first stop (time.monotonic)
+
+
+def repeated(first_at: float | None) -> bool:
+    """Whether a stop signal now repeats the first one, taken at `first_at` (None: none taken yet)."""
+    return first_at is not None and time.monotonic() - first_at < REPEAT_S
 
 
 def take_sigterm() -> None:
@@ -62,12 +74,16 @@ def raise_terminated(signum, frame) -> None:
     """A SIGTERM or SIGHUP handler: `Terminated` raised where the main thread is. A process forked from the one
     that installed it (a pool's worker, a data loader's) inherits it; there it ends as Python's default would, by
     the signal and without a word: its parent says what stopped."""
+    if repeated(_FIRST_AT[0]):  # another signal's first stop unwinds: this one says it again
+        return
     _first_stop(signum)
     raise Terminated(signum)
 
 
 def raise_interrupt(signum, frame) -> None:
     """The SIGINT handler of a command: KeyboardInterrupt, once (as `raise_terminated`)."""
+    if repeated(_FIRST_AT[0]):
+        return
     _first_stop(signum)
     raise KeyboardInterrupt
 
@@ -75,19 +91,33 @@ def raise_interrupt(signum, frame) -> None:
 def _first_stop(signum: int) -> None:
     """The signal's later arrivals end the process as the signal's default does: a second signal while the
     first unwinds (workers stopped, partial files removed, a data loader's prefetch thread joined) would
-    otherwise be a second exception inside that cleanup, printed as a traceback after the command's last line."""
-    signal.signal(signum, signal.SIG_DFL)
+    otherwise be a second exception inside that cleanup, printed as a traceback after the command's last line.
+    One within `REPEAT_S` of the first is that stop said twice, and dropped."""
+    _FIRST_AT[0] = time.monotonic()
+    signal.signal(signum, _later_stop)
     if _OWNER[0] and os.getpid() != _OWNER[0]:  # a forked child: ended by the signal, its parent says what stopped
+        signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
 
-def disarm() -> None:
+def _later_stop(signum, frame) -> None:
+    """A stop signal after the first: dropped as a repeat within `REPEAT_S`, else the signal's default."""
+    if repeated(_FIRST_AT[0]):
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def disarm(first_at: float | None = None) -> None:
     """After a command took a stop in its own handler (a training saving its state, a sweep stopping its
-    trainings) and put this module's back: a later signal ends the process by the signal, as after a first stop
-    taken here. Handlers that are not this module's (a notebook's, a test's) are left as they are."""
+    trainings) at `first_at` (time.monotonic) and put this module's back: a later signal ends the process by the
+    signal, as after a first stop taken here (a repeat within `REPEAT_S` of it dropped). Handlers that are not
+    this module's (a notebook's, a test's) are left as they are."""
+    if first_at is not None and _FIRST_AT[0] is None:
+        _FIRST_AT[0] = first_at
     for signum in (signal.SIGINT, *TERMINATING):
-        if signal.getsignal(signum) in (raise_interrupt, raise_terminated):
-            signal.signal(signum, signal.SIG_DFL)
+        if signal.getsignal(signum) in (raise_interrupt, raise_terminated, _later_stop):
+            signal.signal(signum, _later_stop)
 
 
 class FirstStopOnly:
@@ -102,6 +132,7 @@ class FirstStopOnly:
         import threading
 
         self.held = self.taken = False
+        self.first_at: float | None = None
         self.previous: dict[int, object] = {}
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, *TERMINATING):
@@ -109,6 +140,8 @@ class FirstStopOnly:
                     self.previous[signum] = signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
+        if not self.taken:
+            self.first_at = time.monotonic()
         self.taken = True
         if self.held:
             return
@@ -122,7 +155,7 @@ class FirstStopOnly:
         give_back(self.previous)
         self.previous = {}
         if self.taken:
-            disarm()
+            disarm(self.first_at)
 
 
 def quiet_teardown() -> None:

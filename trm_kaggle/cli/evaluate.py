@@ -154,7 +154,7 @@ def cmd_validate_submission(args: argparse.Namespace) -> int:
     # the submission is judged as Kaggle's scorer judges it; the challenges' own malformed tasks are said beside
     bad = challenge_problems(raw)
     if bad:
-        first, more = next(iter(bad)), f"; and {count(len(bad) - 1, 'more')}" if len(bad) > 1 else ""
+        first, more = next(iter(bad)), f"; and {len(bad) - 1} more" if len(bad) > 1 else ""
         print(f"note: {args.challenges}: {count(len(bad), 'malformed task')}, which submit answers with the fallback "
               f"(task {first}: {bad[first]}{more})", file=sys.stderr)
     return 0

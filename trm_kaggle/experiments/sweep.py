@@ -30,6 +30,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -248,7 +249,28 @@ def read_sweep(sweep_dir: str | os.PathLike) -> dict | None:
         # a name read from a file becomes a directory: only plain names
         if not isinstance(rec, dict) or not is_safe_name(rec.get("name")):
             raise TRMError(f"{path}: a run record without a plain directory name: {str(rec)[:120]}")
+        if problem := _record_problem(rec):  # a value no sweep writes: never kept, nor written back
+            raise TRMError(f"{path}: run {rec['name']}: {problem}; fix the record or choose another --sweep-dir")
     return doc
+
+
+RUN_STATES = ("pending", "running", "done", "failed")
+
+
+def _record_problem(rec: dict) -> str | None:
+    """Why a run record holds a value no sweep writes (a hand edit, another program), or None."""
+    if rec.get("state") not in RUN_STATES:
+        return f"state {clipped(rec.get('state'))} is none of {', '.join(RUN_STATES)}"
+    for key in ("attempts", "returncode", "pid"):
+        value = rec.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
+                                  (key != "returncode" and value < 0)):
+            return f"{key} {clipped(value)} is no {'' if key == 'returncode' else 'non-negative '}whole number"
+    seconds = rec.get("seconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or not math.isfinite(seconds) or seconds < 0):
+        return f"seconds {clipped(seconds)} is no finite number of seconds"
+    return None
 
 
 def is_safe_name(name: object) -> bool:
@@ -572,7 +594,9 @@ def _finish(job: _Job, returncode: int, sweep_dir: Path) -> str:
     rec.update(returncode=returncode, finished=_now(), seconds=round(rec["seconds"] + time.perf_counter() - job.t0, 3))
     if returncode == 0:
         rec.update(state="done", error=None)
-        return f"done    {rec['name']} ({rec['seconds']:.0f} s)"
+        attempts = rec.get("attempts") or 1  # its seconds add up every attempt's, this command's and earlier ones
+        over = f" over {attempts} attempts" if attempts > 1 else ""
+        return f"done    {rec['name']} ({rec['seconds']:.0f} s{over})"
     rec.update(state="failed", error=error_line(sweep_dir / rec["name"] / LOG_FILE, returncode))
     return f"FAILED  {rec['name']}: {rec['error']} (log: {sweep_dir / rec['name'] / LOG_FILE})"
 

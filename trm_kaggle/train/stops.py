@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from time import monotonic
 from typing import Iterator
@@ -99,6 +100,7 @@ class StopControl:
         self.every = max(1, int(every)) if rt.distributed else 1  # steps between joint decisions (torchrun)
         self.signals = signals and threading.current_thread() is threading.main_thread()
         self.signum: int | None = None  # the first stop signal received
+        self._first_at: float | None = None  # when (monotonic): a repeat within interrupts.REPEAT_S is dropped
         self.stopped_by_signal = False  # a decision stopped the run for a signal (under torchrun: every rank's)
         self.last_save = monotonic()
         self.saved_step: int | None = None
@@ -120,14 +122,14 @@ class StopControl:
             signal.signal(s, handler)
         self._previous.clear()
         if self.signum is not None:  # the stop is taken: a later signal ends a command's process at once
-            interrupts.disarm()
+            interrupts.disarm(self._first_at)
 
     def _on_signal(self, signum, frame) -> None:
         if self.signum is not None:  # the second: in a single process, stop now without saving
-            if not self.rt.distributed:
+            if not self.rt.distributed and not interrupts.repeated(self._first_at):  # (`timeout` says it twice)
                 raise StoppedAtOnce(signum, self.signum)
             return
-        self.signum = signum
+        self.signum, self._first_at = signum, time.monotonic()  # the clock of `interrupts.repeated`
         if self._cuttable:
             raise EvaluationCut(signal_name(signum))
         if self._settled is not None:  # the state is on disk: stop now, whatever the save still waits on

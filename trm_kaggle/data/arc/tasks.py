@@ -27,7 +27,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import is_regular, read_json, repeated_key
 from trm_kaggle.names import task_id_problem
-from trm_kaggle.wording import count
+from trm_kaggle.wording import clipped, count
 
 MAX_GRID = 30
 
@@ -112,7 +112,7 @@ def grid_problem(grid: Any, allow_numpy: bool = False) -> str | None:
         for c, v in enumerate(row):
             ok = type(v) is int or (allow_numpy and isinstance(v, np.integer))
             if not ok or not 0 <= v <= 9:
-                return f"value {v!r} at row {r}, column {c} is not an integer 0..9"
+                return f"value {clipped(v, 40)} at row {r}, column {c} is not an integer 0..9"
     if len(rows) > MAX_GRID or len(rows[0]) > MAX_GRID:
         return f"size {len(rows)}x{len(rows[0])} is outside 1..{MAX_GRID} on a side"
     return None
