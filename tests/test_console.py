@@ -141,3 +141,34 @@ def test_disarm_leaves_a_handler_that_is_not_the_commands():
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, *interrupts.TERMINATING)}
     interrupts.disarm()
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+IGNORED_SIGINT = r"""
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job of a shell without job control
+import torch
+from trm_kaggle import interrupts
+from trm_kaggle.train.runtime import Runtime
+from trm_kaggle.train.stops import StopControl
+
+interrupts.take_sigterm()
+rt = Runtime(torch.device("cpu"), torch.float32, "")
+with StopControl(rt, save_every_s=None, deadline=None, deadline_name="", signals=True) as control:
+    os.kill(os.getpid(), signal.SIGINT)  # the Ctrl-C meant for the script's foreground command
+    time.sleep(0.3)
+    assert not control.poll(5).stop, "the training took an ignored SIGINT"
+stops = interrupts.FirstStopOnly()
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(0.3)
+stops.give_back()
+interrupts.quiet_teardown()
+assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+print("ignored")
+"""
+
+
+def test_an_ignored_sigint_stays_ignored_by_the_training_too():
+    """`train` in a script's background (SIGINT ignored from the start) stopped at the Ctrl-C meant for the
+    foreground command, while `build-arc` kept it ignored: the training's own handler took SIGINT whatever it was."""
+    p = subprocess.run([sys.executable, "-c", IGNORED_SIGINT], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ignored", p.stderr

@@ -632,3 +632,13 @@ def test_an_override_nothing_reads_is_refused_but_a_presets_or_a_saved_configs_v
     assert not cfg.ema and cfg.ema_rate != TrainConfig().ema_rate  # the preset's rate, unread but not typed
     (tmp_path / "c.yaml").write_text(dump_config(cfg))
     assert load_train_config(tmp_path / "c.yaml").ema_rate == cfg.ema_rate
+
+
+def test_an_empty_path_or_name_is_not_given_and_a_blank_name_refused():
+    """`+run_name=` trained in the default folder but recorded run_name '', so the same command without it was
+    refused as a run with another config; `run_name: "  "` would have named a folder of blanks."""
+    cfg = load_train_config(overrides=["+run_name=", "checkpoint_path=", "load_checkpoint=", "project_name="])
+    assert (cfg.run_name, cfg.checkpoint_path, cfg.load_checkpoint, cfg.project_name) == (None, None, None, None)
+    assert cfg == load_train_config()  # recorded as the run without them
+    with pytest.raises(ValueError, match="a name of blanks: a run name is one folder name inside runs/"):
+        TrainConfig(run_name="  ")

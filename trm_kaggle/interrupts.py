@@ -45,13 +45,19 @@ def repeated(first_at: float | None) -> bool:
     return first_at is not None and time.monotonic() - first_at < REPEAT_S
 
 
+def taken(signum: int) -> bool:
+    """Whether a command takes `signum` as a stop: SIGTERM always; SIGINT and SIGHUP unless ignored from the
+    start (a background job of a shell without job control, `nohup`), which stays so for the command's length."""
+    return signum == signal.SIGTERM or signal.getsignal(signum) is not signal.SIG_IGN
+
+
 def take_sigterm() -> None:
     """SIGTERM and SIGHUP raise `Terminated` in this process from now on, and SIGINT KeyboardInterrupt as
     Python's own handler does; each of them once (see `raise_terminated`). A forked child ends by the signal, and
     a SIGINT ignored at the start (a background job of a shell without job control) stays ignored."""
     _OWNER[0] = os.getpid()
     hold_terminations()
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    if taken(signal.SIGINT):
         signal.signal(signal.SIGINT, raise_interrupt)
 
 
@@ -60,7 +66,7 @@ def hold_terminations() -> dict[int, object]:
     for `give_back` (only the main thread can take a signal handler)."""
     previous = {}
     for signum in TERMINATING:
-        if signal.getsignal(signum) is not signal.SIG_IGN or signum == signal.SIGTERM:
+        if taken(signum):
             previous[signum] = signal.signal(signum, raise_terminated)
     return previous
 
@@ -136,7 +142,7 @@ class FirstStopOnly:
         self.previous: dict[int, object] = {}
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, *TERMINATING):
-                if signum in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(signum) is not signal.SIG_IGN:
+                if taken(signum):
                     self.previous[signum] = signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
@@ -163,7 +169,7 @@ def quiet_teardown() -> None:
     said its last line, and a signal during the interpreter's teardown (multiprocessing joining its children) must
     not add a traceback after it."""
     for signum in (signal.SIGINT, *TERMINATING):
-        if signum in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(signum) is not signal.SIG_IGN:
+        if taken(signum):
             signal.signal(signum, signal.SIG_DFL)
 
 

@@ -247,10 +247,18 @@ class TrainConfig(_Config):
             seen[key] = path
         return v
 
+    @field_validator("run_name", "checkpoint_path", "load_checkpoint", "project_name", mode="before")
+    @classmethod
+    def _empty_is_not_given(cls, v):
+        # `+run_name=` (or `checkpoint_path=`) means the default, and is recorded as not given: recorded as '', a
+        # rerun without it was refused as a run with another config
+        return None if v == "" else v
+
     @field_validator("run_name")
     @classmethod
     def _run_name(cls, v: Optional[str]) -> Optional[str]:
-        if v and (problem := name_problem(v)):  # runs/<run_name> must stay inside runs/ ("": the default name)
+        if v is not None and (problem := name_problem(v) or (not v.strip() and "a name of blanks")):
+            # runs/<run_name> must stay inside runs/
             raise ValueError(f"{problem}: a run name is one folder name inside runs/ (checkpoint_path names a run "
                              "folder anywhere)")
         return v

@@ -113,8 +113,8 @@ class StopControl:
     def __enter__(self) -> "StopControl":
         if self.signals:
             for s in STOP_SIGNALS:
-                if s in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(s) is not signal.SIG_IGN:
-                    self._previous[s] = signal.signal(s, self._on_signal)  # nohup's ignored SIGHUP stays so
+                if interrupts.taken(s):  # an ignored SIGINT (a shell's background job) or SIGHUP stays so
+                    self._previous[s] = signal.signal(s, self._on_signal)
         return self
 
     def __exit__(self, *exc) -> None:
