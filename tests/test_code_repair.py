@@ -138,12 +138,16 @@ def test_assign_splits_keeps_every_split_and_is_seeded():
     assert a == assign_splits(files, 0, 0.1, 0.2) and a != assign_splits(files, 1, 0.1, 0.2)
     tiny = assign_splits(["a.py", "b.py", "c.py"], 0, 0.01, 0.01)
     assert sorted(tiny.values()) == ["test", "train", "val"]
-    # a file that will be skipped never takes a held-out place: with every held-out file of `a` unusable, the
-    # places go to the next usable files, and the skipped ones to train (where each costs itself alone)
+    # a file that will be skipped never takes a held-out place, nor counts among the places: with every held-out
+    # file of `a` unusable, the fractions are of the 14 usable files (3 test, 1 val), the skipped ones in train
+    # (where each costs itself alone; counted, three skipped files of nine had made 0.2/0.2 a third each)
     held = {f for f, s in a.items() if s != "train"}
     b = assign_splits(files, 0, 0.1, 0.2, usable=lambda f: f not in held)
-    assert all(b[f] == "train" for f in held) and sorted(b.values()).count("test") == 4
-    assert sorted(b.values()).count("val") == 2
+    assert all(b[f] == "train" for f in held) and sorted(b.values()).count("test") == 3
+    assert sorted(b.values()).count("val") == 1
+    nine = assign_splits([f"f{i}.py" for i in range(9)], 0, 0.2, 0.2, usable=lambda f: f not in {"f0.py", "f1.py",
+                                                                                                    "f2.py"})
+    assert sorted(nine.values()) == ["test"] + ["train"] * 7 + ["val"]  # of six usable files, as without the three
     assert assign_splits(files, 0, 0.1, 0.2, usable=lambda f: True) == a  # usable files: the same split
     # one good file beside a dangling link: the held-out place it took left train nothing ("no repair pairs in
     # the train split" for a corpus that builds without the link); train keeps a usable file
@@ -172,6 +176,9 @@ def test_a_skipped_corpus_file_never_empties_a_held_out_split(tmp_path):
                                                 lint="off", progress=False, val_fraction=0.2, test_fraction=0.2,
                                                 seed=seed))
     assert s["skipped_files"] and all(s[split]["examples"] > 0 for split in ("train", "val", "test")), s
+    # the record counts the files each split read: the skipped three are in none (they were "train: 5")
+    info = json.loads((tmp_path / "o" / "build_info.json").read_text())
+    assert info["files"] == {"train": 4, "val": 1, "test": 1}, info["files"]
 
 
 def _digest(out: Path) -> str:

@@ -47,3 +47,18 @@ def test_a_submit_work_folder_in_a_training_run_folder_is_refused(data, tmp_path
                                             str(work)]))
         assert said in line and "choose a folder of its own" in line, line
     assert _listing(run) == before and not (tmp_path / "s.json").exists()
+
+
+def test_a_training_run_folder_in_a_submit_work_folder_is_refused(data, tmp_path, capsys):
+    """The reverse: `train checkpoint_path=<a submit's work dir>` wrote run.json there, and the submit's rerun was
+    then refused as a work dir that is a training run folder: the solve could no longer resume."""
+    work = tmp_path / "sub-ttt"
+    (work / "units").mkdir(parents=True)
+    (work / "workers").mkdir()
+    (work / "solve_report.json").write_text("{}")
+    before = _listing(work)
+    for run, said in ((work, f"{work} is a submit's work folder"),
+                      (work / "run", f"{work / 'run'} lies inside {work}, which is a submit's work folder")):
+        line = one_error_line(capsys, main(train_args(data, run, "max_steps=1")))
+        assert said in line and "choose a folder of its own" in line, line
+    assert _listing(work) == before

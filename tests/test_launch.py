@@ -163,6 +163,9 @@ def test_a_manifest_that_breaks_the_schema_is_caught():
     ({"--namespace": "Research_Team"}, "--namespace"),
     ({"--name": "9lives"}, "--name"),
     ({"--env": "NO_VALUE"}, "--env"),
+    # the pod listed JOB_COMPLETION_INDEX twice and Kubernetes kept the typed one: every pod was node rank 5
+    ({"--env": "JOB_COMPLETION_INDEX=5"}, "env JOB_COMPLETION_INDEX: the job files, the cluster or torchrun set it"),
+    ({"--env": "PET_NODE_RANK=1"}, "env PET_NODE_RANK: the job files"),
     ({"--rdzv-port": "70000"}, "--rdzv-port"),
     ({"--export": "/elsewhere/weights"}, "--export /elsewhere/weights: outside /workspace"),
     ({"--shm-size": "99999999999999999999Ti"}, "at most 1Pi"),
@@ -417,3 +420,11 @@ def test_sweep_as_a_slurm_job_array_lands_where_compare_reads_it_and_reruns_skip
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("already done at step 3") == 2  # each array task finds its run done
     assert {r: (sweep_dir / r / "metrics.jsonl").read_bytes() for r in runs} == metrics
+
+
+def test_an_env_name_given_twice_is_refused():
+    """`--env A=1 --env A=2` wrote both; which one a pod or a batch script keeps is the cluster's choice."""
+    from trm_kaggle.config.cluster import ClusterConfig
+
+    with pytest.raises(ValueError, match="env A is given twice: give it once"):
+        ClusterConfig.model_validate({"launcher": "k8s", "k8s": {"image": "i", "pvc": "p"}, "env": ["A=1", "A=2"]})

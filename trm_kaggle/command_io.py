@@ -55,7 +55,22 @@ def _train(args: argparse.Namespace) -> IO:
     overrides = list(args.overrides) + ([] if args.progress else ["progress=False"])
     with _quiet():  # the command loads them again and says its notes (upstream spellings...) once
         cfg = load_train_config(args.config, args.preset, overrides)
+    _refuse_work_dir(default_run_dir(cfg))
     return training_io(cfg, default_run_dir(cfg), export=args.export, config_file=args.config)
+
+
+def _refuse_work_dir(folder) -> None:
+    """A run folder that is, or lies inside, a submit's work folder (its units/ or solve_report.json): the run's
+    files would mix with the solve's, and the submit, which refuses a run folder, could no longer resume."""
+    from pathlib import Path
+
+    path = Path(folder).absolute()
+    for at in (path, *path.parents):
+        if (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir()):
+            where = "is" if at == path else f"lies inside {at}, which is"
+            raise TRMError(f"run folder (checkpoint_path) {folder} {where} a submit's work folder (it holds "
+                           "units/ or solve_report.json): its files would mix with the solve's; choose a folder "
+                           "of its own")
 
 
 def _sweep(args: argparse.Namespace) -> IO:

@@ -158,6 +158,14 @@ class SlurmOptions(_Config):
         return _one_line(items, "setup lines")
 
 
+#: Environment names the job files, the cluster (Kubernetes, the training operator, SLURM) or torchrun set for
+#: each node and worker: an `env` entry of the same name would replace or shadow them.
+LAUNCH_ENV = frozenset({"JOB_COMPLETION_INDEX", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                        "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
+                        "NODE_RANK", "TORCHELASTIC_RUN_ID", "TRM_RUN_DIR", "TRM_RDZV_HOST", "TRM_RDZV_PORT"})
+LAUNCH_ENV_PREFIXES = ("PET_", "SLURM_")
+
+
 class ClusterConfig(_Config):
     """Where and how a training runs on a cluster (`trm-kaggle launch k8s|slurm`, `sweep --launcher`): the
     training's own settings are a TrainConfig, resolved as for a local run."""
@@ -189,10 +197,18 @@ class ClusterConfig(_Config):
     @field_validator("env")
     @classmethod
     def _env(cls, items: list[str]) -> list[str]:
+        seen = set()
         for item in _one_line(items, "env"):
             key, sep, _ = item.partition("=")
             if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                 raise ValueError(f"env {item!r}: expected KEY=VALUE")
+            if key in LAUNCH_ENV or key.startswith(LAUNCH_ENV_PREFIXES):
+                # the pod listed the name twice and Kubernetes kept ours: every pod was node 5
+                raise ValueError(f"env {key}: the job files, the cluster or torchrun set it for each node (its "
+                                 "rank and rendezvous); leave it out")
+            if key in seen:  # which one a pod or a batch script keeps is the cluster's choice: say one
+                raise ValueError(f"env {key} is given twice: give it once")
+            seen.add(key)
         return items
 
     @model_validator(mode="after")

@@ -105,26 +105,19 @@ def assign_splits(files: list[str], seed: int, val_fraction: float, test_fractio
 
     Every file's snippets stay in one split, so no code is shared between training and
     evaluation. With a non-zero fraction each held-out split gets at least one file
-    while train keeps at least one. With `usable`, a held-out place goes only to a file it accepts (one that
-    will be skipped goes to train, where it costs itself alone instead of a held-out split's place), and train
-    keeps one it accepts.
+    while train keeps at least one. With `usable`, the fractions are of the files it accepts: one that will be
+    skipped (unreadable, a FIFO, a dangling link) takes no split's place and is put in train, where it costs
+    itself alone (counted among the places, three skipped files of nine had made 0.2/0.2 a third each).
     """
-    n = len(files)
+    placed = files if usable is None else [f for f in files if usable(f)]
+    n = len(placed)
     order = np.random.default_rng([seed, 1]).permutation(n)
     n_test = round(n * test_fraction) or int(test_fraction > 0 and n >= 2)
     n_val = round(n * val_fraction) or int(val_fraction > 0 and n - n_test >= 2)
     n_test, n_val = min(n_test, n - 1), min(n_val, max(0, n - 1 - n_test))
-    split, held = {}, 0
-    for i in order:
-        name = files[i]
-        if held < n_test + n_val and (usable is None or usable(name)):
-            split[name], held = "test" if held < n_test else "val", held + 1
-        else:
-            split[name] = "train"
-    if usable is not None and held and not any(usable(f) for f in files if split[f] == "train"):
-        # the held-out places took every usable file (a dangling link counted in `n`): the last placed returns
-        last = next(files[i] for i in reversed(order) if split[files[i]] != "train")
-        split[last] = "train"
+    split = dict.fromkeys(files, "train")
+    for k, i in enumerate(order):
+        split[placed[i]] = "test" if k < n_test else "val" if k < n_test + n_val else "train"
     return split
 
 
@@ -467,6 +460,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
     counts = {s: collections.Counter() for s in SPLITS}
     skipped, rejected = collections.Counter(), collections.Counter()
     duplicates, repeated_in = collections.Counter(), collections.Counter()  # kind -> count, split -> count
+    unread: set[str] = set()  # the files skipped, counted in no split's files
     info: dict[str, Any] = {"builder": "code-repair", "config": cfg.model_dump(), "corpus": str(root),
                             "python": sys.version.split()[0], "grid_shape": [cfg.rows, cfg.cols],
                             "tokens": tokens.describe(), "lint": bool(ruff),
@@ -487,6 +481,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
                     bar.update()
                     if r.skipped:
                         skipped[r.skipped] += 1
+                        unread.add(r.path)
                         if r.problem:  # one file costs itself alone, and says why
                             log.warning("skipped %s", r.problem)
                         continue
@@ -528,7 +523,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
                             f"bug of {kinds} (--bug-types); try a larger --grid, --strip-docstrings, a lower "
                             f"--min-lines or other --bug-types")
         val.finish(len(writer.identifiers), writer.pad_id, writer.ignore_label_id)
-        info.update(files={s: sum(1 for f in files if split_of[f] == s) for s in SPLITS},
+        info.update(files={s: sum(1 for f in files if split_of[f] == s and f not in unread) for s in SPLITS},
                     skipped_files=dict(skipped), rejected_pairs=dict(rejected), duplicates=dict(duplicates),
                     pairs={s: dict(sorted(counts[s].items())) for s in SPLITS})
         writer.build_info = info
