@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 
 import pytest
 import torch
@@ -71,6 +73,18 @@ def test_full_export_round_trip_and_resized_load(tmp_path):
             load_inference_model(tmp_path / "e", num_puzzle_identifiers=bad)
     with pytest.raises(TRMError, match="device='xyz' is not a device"):  # torch's RuntimeError before
         load_inference_model(tmp_path / "e", device="xyz")
+
+    # config.json's count edited after the weights (11 -> 12): every trained row was replaced by the mean row,
+    # with a note blaming another dataset; a "mean" claimed of a full table likewise
+    for field, value, said in (("num_puzzle_identifiers", 4, "num_puzzle_identifiers 4 with puzzle_embedding "
+                                "'full' calls for 4 puzzle-table rows, and weights.safetensors holds 3"),
+                               ("puzzle_embedding", "mean", "calls for 1 puzzle-table row, and")):
+        edited = tmp_path / f"edited-{field}"
+        shutil.copytree(tmp_path / "e", edited)
+        config = json.loads((edited / "config.json").read_text())
+        (edited / "config.json").write_text(json.dumps({**config, field: value}))
+        with pytest.raises(TRMError, match=re.escape(said)):
+            load_inference_model(edited)
 
 
 def train_state(model: TinyRecursiveModel, ema: dict | None) -> dict:

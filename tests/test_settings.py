@@ -615,6 +615,8 @@ def test_an_override_nothing_reads_is_refused_but_a_presets_or_a_saved_configs_v
     for typed, said in ((["arch.pos_encodings=none", "arch.rope_theta=5"], "arch.pos_encodings is not rope"),
                         (["arch.puzzle_emb_ndim=0", "puzzle_emb_lr=0.5"], "no puzzle table"),
                         (["eval_interval=null", "min_eval_interval=3"], "only the end evaluates"),
+                        # the end's save follows the end's evaluation whatever it says (accepted, with no effect)
+                        (["eval_interval=null", "checkpoint_every_eval=false"], "only the end evaluates"),
                         (["arch.mlp_t=true", "arch.num_heads=4"], "arch.mlp_t=true (no attention)"),
                         (["arch.puzzle_emb_ndim=0", "arch.puzzle_emb_len=4"], "no puzzle table"),
                         (["freeze_weights=true", "lr=0.5"], "no optimizer for the weights"),

@@ -38,7 +38,7 @@ from trm_kaggle.jsonio import parse_json, read_failure, read_json, readable_file
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, count
 
 EXPORT_FORMAT = "trm_kaggle.inference"
 PUZZLE_EMB_KEY = "puzzle_emb.weights"
@@ -218,6 +218,14 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     if table is not None and table.shape[:1] == (0,):  # resized for the puzzles, its mean of 0 rows would be NaN
         raise DamagedFile(f"{w_path}: tensor {PUZZLE_EMB_KEY} has no rows; an export holds its trained rows or their "
                           "mean (export the weights again)")
+    # the table's rows as config.json counts them (its mean alone in a mean export): an edited count loaded the
+    # mean row for every trained one, with a note blaming another dataset
+    n, kind = config["num_puzzle_identifiers"], config["puzzle_embedding"]
+    rows, expected = (None if table is None else table.shape[0]), (None if n is None else 1 if kind == "mean" else n)
+    if rows != expected:
+        raise TRMError(f"{cfg_path}: num_puzzle_identifiers {n} with puzzle_embedding {kind!r} calls for "
+                       f"{count(expected or 0, 'puzzle-table row')}, and {w_path.name} holds {rows or 'none'}: "
+                       "config.json differs from the weights (export them again)")
     if saved is not None:  # exports of older versions carry no config: nothing to compare
         saved = _recorded_config(saved, w_path)
         ours = _shape_config(config)

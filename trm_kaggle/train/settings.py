@@ -142,7 +142,8 @@ _UNREAD = [
      lambda c: c.arch.puzzle_emb_ndim == 0, "arch.puzzle_emb_ndim=0 (no puzzle table)"),
     (("lr", "weight_decay", "beta1", "beta2", "optimizer"), ("freeze_weights",), lambda c: c.freeze_weights,
      "freeze_weights=true (the puzzle rows alone train: no optimizer for the weights)"),
-    (("min_eval_interval",), ("eval_interval",), lambda c: c.eval_interval is None,
+    # (the end's evaluation is followed by the end's save whatever checkpoint_every_eval says)
+    (("min_eval_interval", "checkpoint_every_eval"), ("eval_interval",), lambda c: c.eval_interval is None,
      "eval_interval=None (only the end evaluates)"),
 ]
 
