@@ -50,6 +50,7 @@ def test_a_start_without_a_state_drops_the_abandoned_records(sudoku4, tmp_path, 
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text("\n".join(tail) + "\n")
+    (run / "run.json").write_text('{"run_id": "killed"}')  # claimed at its start (a log nothing recorded is refused)
     assert train(sudoku4, run, 3) == 0
     logged = records(run)
     assert not any(r.get("abandoned") for r in logged)

@@ -62,3 +62,23 @@ def test_a_training_run_folder_in_a_submit_work_folder_is_refused(data, tmp_path
         line = one_error_line(capsys, main(train_args(data, run, "max_steps=1")))
         assert said in line and "choose a folder of its own" in line, line
     assert _listing(work) == before
+
+
+def test_a_folder_of_the_users_is_no_run_or_pipeline_folder(data, tmp_path, capsys):
+    """`train checkpoint_path=notes` replaced the user's notes/config.json and metrics.jsonl, and `pipeline
+    --work-dir mine` their summary.md and submission.json, with exit 0: files no run of ours recorded are refused,
+    before anything (a lock file included) is written there."""
+    notes, mine = tmp_path / "notes", tmp_path / "mine"
+    notes.mkdir()
+    (notes / "config.json").write_text('{"mine": 1}')
+    (notes / "metrics.jsonl").write_text("my notes\n")
+    mine.mkdir()
+    (mine / "summary.md").write_text("# my own summary\n")
+    (mine / "submission.json").write_text('{"my": "submission"}')
+    before = {p: _listing(p) for p in (notes, mine)}
+    line = one_error_line(capsys, main(train_args(data, notes, "max_steps=1")))
+    assert f"checkpoint_path {notes} holds config.json and metrics.jsonl that no training recorded" in line, line
+    line = one_error_line(capsys, main(["pipeline", "--work-dir", str(mine), "--train-seconds", "1", "--no-progress"]))
+    assert f"--work-dir {mine} holds summary.md, submission.json, which no pipeline wrote" in line, line
+    assert {p: _listing(p) for p in (notes, mine)} == before
+    assert (notes / "metrics.jsonl").read_text() == "my notes\n"

@@ -12,6 +12,7 @@ step for another `train_seconds`, and the later stages run again on the new weig
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -30,8 +31,8 @@ from trm_kaggle.hardware import pick_device, set_cpu_threads
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.model import apply_compile, load_model_for_dataset
 from trm_kaggle.solve import solve
-from trm_kaggle.train import (RESUMABLE_CHANGES, export_run, list_states, load_newest_state, load_train_config,
-                              read_metrics, shown, train)
+from trm_kaggle.train import (RESUMABLE_CHANGES, RUN_RECORD, export_run, list_states, load_newest_state,
+                              load_train_config, read_metrics, shown, train)
 from trm_kaggle.wording import count, shown as shown_name
 
 SUMMARY = "summary.md"
@@ -216,6 +217,8 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
          submit),
         ("bundle", "Kaggle bundle (wheels, weights, kernel; offline)", bundle),
     ]
+    if problem := _foreign_files_problem(work):  # before the lock: nothing is written into a folder of the user's
+        raise TRMError(problem)
     with directory_lock(work, "pipeline"):  # one writer per folder: a second pipeline here is refused at once
         if list_states(run_dir):  # said once the folder is ours: a refused second run says its refusal alone
             if problem := _continue_problem(cfg, work, evaluation2, run_dir):  # before the dataset stage rebuilds
@@ -314,6 +317,22 @@ def _train_config(cfg: PipelineConfig, data_dir: Path, run_dir: Path) -> TrainCo
         f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={cfg.train_seconds}",
         f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5",
         *([f"threads={cfg.threads}"] if cfg.threads else [])])
+
+
+#: The files a pipeline writes at its work folder's top (each replaced whole by a rerun).
+_TOP_FILES = (SUMMARY, CURVE, "submission.json", "unseen_challenges.json", "unseen_solutions.json")
+
+
+def _foreign_files_problem(work: Path) -> str | None:
+    """Why `work` cannot take a pipeline: it holds files a pipeline writes (summary.md, submission.json, ...) though
+    no pipeline trained there (no train/run.json): a folder of the user's, whose files would be replaced."""
+    if not work.is_dir() or (work / "train" / RUN_RECORD).is_file():
+        return None
+    theirs = [name for name in _TOP_FILES if os.path.lexists(work / name)]
+    if not theirs:
+        return None
+    return (f"--work-dir {work} holds {', '.join(theirs)}, which no pipeline wrote (it has no train/{RUN_RECORD}): "
+            "a pipeline would replace them; choose another --work-dir or move them")
 
 
 def _continue_problem(cfg: PipelineConfig, work: Path, evaluation2: list, run_dir: Path) -> str | None:

@@ -27,6 +27,7 @@ _EXPORTS = {
     "is_out_of_memory": "memory",
     "largest_fitting_micro_batch": "memory",
     "list_states": "checkpoint",
+    "RUN_RECORD": "checkpoint",
     "load_newest_state": "checkpoint",
     "load_train_config": "settings",
     "logger_problem": "metric_log",

@@ -172,6 +172,20 @@ def recorded_run_id(run_dir: str | os.PathLike) -> str | None:
     return value["run_id"]
 
 
+def refuse_foreign_run_files(run_dir: str | os.PathLike) -> None:
+    """TRMError when `run_dir` holds a config.json or metrics.jsonl that no training recorded (no run.json, no
+    train state: a folder of the user's): a new run there would replace them."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or recorded_run_id(run_dir) is not None or list_states(run_dir):
+        return
+    theirs = [name for name in ("config.json", "metrics.jsonl")  # (a link there is refused as a link, later)
+              if os.path.lexists(run_dir / name) and not (run_dir / name).is_symlink()]
+    if theirs:
+        raise TRMError(f"checkpoint_path {run_dir} holds {' and '.join(theirs)} that no training recorded (no "
+                       f"{RUN_RECORD}, no train state): a new run would replace them; choose another checkpoint_path "
+                       "or move them")
+
+
 def claim_run_id(run_dir: Path, resumed: dict[str, Any] | None) -> str:
     """The run id of the run in `run_dir`, recorded in run.json: the recorded one, else the resumed state's,
     else a new one (the run's rank 0 calls this before writing states)."""
