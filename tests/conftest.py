@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +31,14 @@ from trm_kaggle.hardware import usable_cores  # noqa: E402
 from trm_kaggle.kaggle import bundle as B  # noqa: E402
 from trm_kaggle.kaggle import metadata as M  # noqa: E402
 from trm_kaggle.model.trm import TinyRecursiveModel  # noqa: E402
+
+
+def pytest_configure(config):
+    """The suite runs as from a terminal: a SIGINT ignored by whatever started it (a background job of a shell
+    without job control, as a CI runner may be) stays ignored in every command and training it starts
+    (`interrupts.taken`), and the tests of Ctrl-C would send theirs to nobody."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # ---------------------------------------------------------------------------

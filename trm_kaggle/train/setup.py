@@ -147,9 +147,8 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
             log.info("data curriculum: %s", stages.describe())
     loader.check_batch_fills()
     MetricLog.check(cfg)
-    if rt.is_main:
-        ckpt.refuse_foreign_run_files(run_dir)
     if rt.is_main:  # one writer per run directory, taken after every check that can refuse: nothing is made before
+        ckpt.refuse_foreign_run_files(run_dir)
         held.enter_context(directory_lock(run_dir, "training"))
 
     resumed = _resume(state, run_dir, cfg, rt)
