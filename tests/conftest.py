@@ -33,14 +33,6 @@ from trm_kaggle.kaggle import metadata as M  # noqa: E402
 from trm_kaggle.model.trm import TinyRecursiveModel  # noqa: E402
 
 
-def pytest_configure(config):
-    """The suite runs as from a terminal: a SIGINT ignored by whatever started it (a background job of a shell
-    without job control, as a CI runner may be) stays ignored in every command and training it starts
-    (`interrupts.taken`), and the tests of Ctrl-C would send theirs to nobody."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 # ---------------------------------------------------------------------------
 # Parallel runs (`pytest -n auto --dist loadscope`, the README's test command): one worker per core, each module
 # (or class) on one worker, the costliest handed out first so that no long one starts last
@@ -54,6 +46,11 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def pytest_configure(config) -> None:
+    # The suite runs as from a terminal: a SIGINT ignored by whatever started it (a background job of a shell
+    # without job control, as a CI runner may be) stays ignored in every command and training it starts
+    # (`interrupts.taken`), and the tests of Ctrl-C would send theirs to nobody.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if hasattr(config.option, "loadscopereorder"):  # keep the order below (xdist would put the largest modules first)
         config.option.loadscopereorder = False
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
