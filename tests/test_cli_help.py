@@ -173,6 +173,18 @@ def test_validate_submission_names_the_challenges_malformed_tasks_beside_its_ver
     assert p.returncode == 0 and not p.stderr, p.stderr
 
 
+def test_validate_submissions_note_escapes_the_task_id_it_names(tmp_path, capsys):
+    import json
+
+    task = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[3]]}]}
+    ids = ["\x1b[31mRED", "ok1"]
+    (tmp_path / "c.json").write_text(json.dumps({i: task for i in ids}))
+    (tmp_path / "s.json").write_text(json.dumps({i: [{"attempt_1": [[4]], "attempt_2": [[4]]}] for i in ids}))
+    assert main(["validate-submission", str(tmp_path / "s.json"), "--challenges", str(tmp_path / "c.json")]) == 0
+    err = capsys.readouterr().err
+    assert "1 malformed task" in err and "task \\x1b[31mRED: " in err and "\x1b" not in err, err
+
+
 def all_parsers() -> dict[str, argparse.ArgumentParser]:
     """Every parser whose help a user can print: the top level, each subcommand, launch's launchers, build_bundle.py."""
     from trm_kaggle.kaggle.bundle import make_parser

@@ -64,3 +64,27 @@ def test_an_exports_config_json_with_one_is_one_line(tmp_path):
     (export / "config.json").write_text(text.replace('"seq_len": ', f'"seq_len": {HUGE}, "was": ', 1))
     with pytest.raises(DataError, match="config.json: .*an integer of 5,000 digits"):
         read_export(export)
+
+
+LONG = "1" + "0" * 400  # within Python's 4,300 digits, past a float's range
+
+
+def test_a_bounded_flag_refuses_an_integer_past_a_float_in_one_line(tmp_path, capsys):
+    from trm_kaggle.config import bounded_number
+
+    with pytest.raises(Exception, match=r"^--tasks 1000000000000000000000000000000000000000\.\.\.: must be from 1 to"):
+        bounded_number("--tasks", 1, 10**6)(LONG)  # math.isfinite(10**400) raised OverflowError
+    assert bounded_number("--tasks", 1, 10**6)(" 7") == 7
+    weights = Path(__file__).parent.parent / "weights" / "arc2-cpu-tiny"
+    for argv in (["estimate", "--weights", str(weights), "--tasks", LONG],
+                 ["estimate", "--weights", str(weights), "--devices", LONG],
+                 ["import-upstream", str(tmp_path / "none"), "--out", str(tmp_path / "o"), "--seq-len", LONG]):
+        line = one_error_line(capsys, main(argv))
+        assert "must be from" in line and len(line) < 200, (argv, line)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_settings_integer_past_64_bits_is_said_short(tmp_path, capsys, data):
+    line = one_error_line(capsys, main(["train", f"data_paths=[{data}]", f"checkpoint_path={tmp_path / 'run'}",
+                                        f"max_steps={LONG}"]))
+    assert "out of range (a 64-bit integer)" in line and LONG not in line and len(line) < 300, line

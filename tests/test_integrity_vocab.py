@@ -83,3 +83,29 @@ def test_the_ignore_label_is_not_a_token(data):
     poke(data, "train/all__labels.npy", 0, 0, -99)
     with pytest.raises(DataError, match="row 0 has token -99"):
         PuzzleLoader([data], "train", 8)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, 0.5])
+@pytest.mark.parametrize("rel", ["train/all__inputs.npy", "test/all__labels.npy"])
+def test_float_tokens_are_refused_where_the_split_is_opened(data, rel, value):
+    # a NaN made the range check's int() raise, an inf overflow, and a fraction was trained on as its floor
+    rewrite_as(data, rel, np.float32)
+    poke(data, rel, 2, 1, value)
+    with pytest.raises(DataError, match=f"{rel}: dtype float32 is not an integer type"):
+        PuzzleLoader([data], rel.split("/")[0], 8)
+
+
+def test_train_and_evaluate_refuse_float_tokens_in_one_line(data, tmp_path, capsys):
+    assert main(train_args(data, tmp_path / "run", "max_steps=1")) == 0
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "w")]) == 0
+    capsys.readouterr()
+    for rel, value in (("train/all__inputs.npy", np.inf), ("test/all__inputs.npy", np.nan)):
+        rewrite_as(data, rel, np.float64)
+        poke(data, rel, 0, 0, value)
+    assert main(train_args(data, tmp_path / "run2", "max_steps=1")) == 2
+    assert main(["evaluate", "--weights", str(tmp_path / "w"), "--data", str(data), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2, err
+    assert "train/all__inputs.npy: dtype float64 is not an integer type" in err[0]
+    assert "test/all__inputs.npy: dtype float64 is not an integer type" in err[1]
+    assert not list((tmp_path / "run2").glob("state_step*.pt"))

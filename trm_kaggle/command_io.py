@@ -59,18 +59,26 @@ def _train(args: argparse.Namespace) -> IO:
     return training_io(cfg, default_run_dir(cfg), export=args.export, config_file=args.config)
 
 
-def _refuse_work_dir(folder) -> None:
-    """A run folder that is, or lies inside, a submit's work folder (its units/ or solve_report.json): the run's
-    files would mix with the solve's, and the submit, which refuses a run folder, could no longer resume."""
+def _refuse_inside(folder, what: str, kind: str, holds: str, whose: str, owns) -> None:
+    """Refuse `folder` when it is, or lies inside, a folder another command owns (`owns(at)` says so): our
+    files would mix with that command's, and it reads its folder whole."""
     from pathlib import Path
 
     path = Path(folder).absolute()
     for at in (path, *path.parents):
-        if (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir()):
+        if owns(at):
             where = "is" if at == path else f"lies inside {at}, which is"
-            raise TRMError(f"run folder (checkpoint_path) {folder} {where} a submit's work folder (it holds "
-                           "units/ or solve_report.json): its files would mix with the solve's; choose a folder "
-                           "of its own")
+            raise TRMError(f"{what} {folder} {where} {kind} (it holds {holds}): its files would mix with the "
+                           f"{whose}; choose a folder of its own")
+
+
+def _refuse_work_dir(folder) -> None:
+    """A run folder inside a submit's work folder: a submit, which refuses a run folder, could no longer resume."""
+    def is_work_dir(at) -> bool:
+        return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
+
+    _refuse_inside(folder, "run folder (checkpoint_path)", "a submit's work folder", "units/ or solve_report.json",
+                   "solve's", is_work_dir)
 
 
 def _sweep(args: argparse.Namespace) -> IO:
@@ -119,18 +127,10 @@ def _evaluate_repair(args: argparse.Namespace) -> IO:
 
 
 def _refuse_run_folder(folder: str, what: str) -> None:
-    """A folder that is, or lies inside, a training run folder (one holding its run.json): a solve's files there
-    would mix with the run's states, and `export` or a resume would then search them."""
-    from pathlib import Path
-
+    """A solve's folder inside a training run folder: `export` or a resume would then search the solve's files."""
     from trm_kaggle.train.checkpoint import RUN_RECORD
 
-    path = Path(folder).absolute()
-    for at in (path, *path.parents):
-        if (at / RUN_RECORD).is_file():
-            where = "is" if at == path else f"lies inside {at}, which is"
-            raise TRMError(f"{what} {folder} {where} a training run folder (it holds {RUN_RECORD}): its files would "
-                           "mix with the run's; choose a folder of its own")
+    _refuse_inside(folder, what, "a training run folder", RUN_RECORD, "run's", lambda at: (at / RUN_RECORD).is_file())
 
 
 def _submit(args: argparse.Namespace) -> IO:

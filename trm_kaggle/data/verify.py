@@ -69,8 +69,6 @@ def verify_split(dataset_dir: Path, split: str, num_identifiers: int) -> SplitSu
         a = getattr(s, name)
         if a.ndim != 2 or a.shape[1] != m.seq_len:
             raise DataError(f"{d}/{SET_NAME}__{name}.npy: shape {a.shape}, expected (N, seq_len={m.seq_len})")
-        if not np.issubdtype(a.dtype, np.integer):
-            raise DataError(f"{d}/{SET_NAME}__{name}.npy: dtype {a.dtype} is not an integer type")
     if s.inputs.shape != s.labels.shape:
         raise DataError(f"{d}: inputs {s.inputs.shape} and labels {s.labels.shape} differ in shape")
     n = len(s.inputs)
