@@ -91,8 +91,20 @@ def test_float_tokens_are_refused_where_the_split_is_opened(data, rel, value):
     # a NaN made the range check's int() raise, an inf overflow, and a fraction was trained on as its floor
     rewrite_as(data, rel, np.float32)
     poke(data, rel, 2, 1, value)
-    with pytest.raises(DataError, match=f"{rel}: dtype float32 is not an integer type"):
+    with pytest.raises(DataError, match=f"{rel}: dtype float32 with shape .*, expected a 2-D integer array"):
         PuzzleLoader([data], rel.split("/")[0], 8)
+
+
+@pytest.mark.parametrize("field", ["puzzle_indices", "group_indices", "puzzle_identifiers"])
+def test_index_arrays_of_floats_or_another_rank_are_refused(data, field):
+    rel = f"train/all__{field}.npy"
+    a = np.load(data / rel)
+    np.save(data / rel, a.astype(np.float64))
+    with pytest.raises(DataError, match=f"{rel}: dtype float64 with shape .*, expected a 1-D integer array"):
+        PuzzleLoader([data], "train", 8)
+    np.save(data / rel, a[None, :])  # once a truth-value ValueError in the loader's check
+    with pytest.raises(DataError, match=f"{rel}: dtype .* with shape \\(1, .*, expected a 1-D integer array"):
+        PuzzleLoader([data], "train", 8)
 
 
 def test_train_and_evaluate_refuse_float_tokens_in_one_line(data, tmp_path, capsys):
@@ -106,6 +118,6 @@ def test_train_and_evaluate_refuse_float_tokens_in_one_line(data, tmp_path, caps
     assert main(["evaluate", "--weights", str(tmp_path / "w"), "--data", str(data), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2, err
-    assert "train/all__inputs.npy: dtype float64 is not an integer type" in err[0]
-    assert "test/all__inputs.npy: dtype float64 is not an integer type" in err[1]
+    assert "train/all__inputs.npy: dtype float64 with shape" in err[0]
+    assert "test/all__inputs.npy: dtype float64 with shape" in err[1]
     assert not list((tmp_path / "run2").glob("state_step*.pt"))

@@ -61,7 +61,7 @@ def _edit_json(path, **changes):
     (lambda d: _resave(d / "train/all__inputs.npy", lambda a: a[:, :-1]), "shape"),
     (lambda d: _resave(d / "train/all__labels.npy", lambda a: a[:-1]), "differ in shape"),
     (lambda d: _resave(d / "train/all__inputs.npy", lambda a: np.where(a == 3, 12, a).astype(np.uint8)), "outside 0..11"),
-    (lambda d: _resave(d / "train/all__inputs.npy", lambda a: a.astype(np.float32)), "not an integer type"),
+    (lambda d: _resave(d / "train/all__inputs.npy", lambda a: a.astype(np.float32)), "expected a 2-D integer array"),
     (lambda d: _resave(d / "train/all__puzzle_indices.npy", lambda a: a[::-1].copy()), "must start at 0"),
     (lambda d: _resave(d / "train/all__puzzle_indices.npy", lambda a: np.r_[a[:3], a[2], a[4:]].astype(np.int32)), "not strictly increasing"),
     (lambda d: _resave(d / "train/all__puzzle_indices.npy", lambda a: np.r_[a[:-1], a[-1] - 1].astype(np.int32)), "ends at"),

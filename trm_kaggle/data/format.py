@@ -310,11 +310,19 @@ def load_metadata(dataset_dir: str | os.PathLike, split: str) -> DatasetMetadata
 
 
 def load_split(dataset_dir: str | os.PathLike, split: str) -> Split:
+    """A split's metadata and arrays, each array checked to be integers of its rank (token rows are 2-D, the
+    index arrays 1-D): a float array would be cast to token ids silently, or its NaN stop a later check with a
+    traceback; every reader (training, evaluation, verify) opens splits here."""
     meta = load_metadata(dataset_dir, split)
     d = Path(dataset_dir) / split
     arrays = {}
     for field in FIELDS:
-        arrays[field] = load_array(d / f"{SET_NAME}__{field}.npy", mmap=field in ("inputs", "labels"))
+        path = d / f"{SET_NAME}__{field}.npy"
+        a = arrays[field] = load_array(path, mmap=field in ("inputs", "labels"))
+        ndim = 2 if field in ("inputs", "labels") else 1
+        if not np.issubdtype(a.dtype, np.integer) or a.ndim != ndim:
+            raise DataError(f"{path}: dtype {a.dtype} with shape {a.shape}, expected a {ndim}-D integer array; "
+                            "rebuild the dataset")
     return Split(name=split, metadata=meta, **arrays)
 
 
@@ -341,14 +349,10 @@ _TOKEN_CHUNK_ROWS = 1 << 16
 
 def check_token_range(split_dir: Path, split: Split) -> None:
     """DataError naming the file and row of the first input or label token outside 0..vocab_size-1 (a label may
-    also be the split's ignore_label_id), or the file whose tokens are no integers (floats would be cast to
-    token ids silently, or a NaN stop the check). Reads the memory-mapped arrays once, in chunks."""
+    also be the split's ignore_label_id). Reads the memory-mapped integer arrays (`load_split`) once, in chunks."""
     m = split.metadata
     for name in ("inputs", "labels"):
         a = getattr(split, name)
-        if not np.issubdtype(a.dtype, np.integer):
-            raise DataError(f"{split_dir}/{SET_NAME}__{name}.npy: dtype {a.dtype} is not an integer type (token ids "
-                            "are integers); rebuild the dataset")
         if np.issubdtype(a.dtype, np.unsignedinteger) and np.iinfo(a.dtype).max < m.vocab_size:
             continue  # nothing this dtype holds can be outside
         for start in range(0, len(a), _TOKEN_CHUNK_ROWS):

@@ -36,8 +36,6 @@ class SplitSummary:
 
 
 def _check_index(arr: np.ndarray, name: str, length: int, end: int, where: Path) -> None:
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-        raise DataError(f"{where}: {name} must be a 1-D integer array, got {arr.dtype} {arr.shape}")
     if len(arr) != length:
         raise DataError(f"{where}: {name} has {len(arr)} entries, expected {length}")
     if arr[0] != 0:
