@@ -206,8 +206,9 @@ if READY:
     try:
         installer, wheels = offline_installer()
         installer["prepare"](wheels, warn=warn)
-    except Exception as e:  # noqa: BLE001 - the notebook never raises
-        fail(f"installing trm_kaggle failed ({e})")
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the notebook never raises; a wheel's code may exit
+        why = f"its installer exited with status {e.code}" if isinstance(e, SystemExit) else e
+        fail(f"installing trm_kaggle failed ({why})")
 
 # %% [markdown]
 # ## Train this Kaggle session
@@ -230,7 +231,7 @@ if READY:
 
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
         print(f"trm_kaggle {trm_kaggle.__version__}")
-    except Exception as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
         fail(f"importing trm_kaggle failed ({type(e).__name__}: {e})")
 if READY:
     try:

@@ -219,3 +219,32 @@ def test_a_wheel_without_the_installer_is_one_line_and_no_install(tmp_path):
     assert res.returncode == 0 and "READY False" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
     assert len(lines) == 1 and "has no trm_kaggle/kaggle/offline_install.py" in lines[0], lines
     assert "rebuild the wheels dataset" in lines[0]
+
+
+@pytest.mark.parametrize("notebook", ["kaggle_submission.ipynb", "kaggle_train.ipynb"])
+def test_a_wheel_whose_installer_exits_is_one_line_and_the_kernel_goes_on(tmp_path, notebook):
+    """A foreign trm_kaggle wheel whose installer calls sys.exit(3): SystemExit is no Exception, and it once ended
+    the kernel with status 3 before its last line (the fallback stood, unsaid)."""
+    import sys
+    import zipfile
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "trm_kaggle-0.1-py3-none-any.whl", "w") as z:
+        z.writestr(offline_install.WHEEL_PATH, "import sys\nsys.exit(3)\n")
+    cells = code_cells(notebook)
+    params = (f"KAGGLE_INPUT = {str(tmp_path / 'input')!r}\nKAGGLE_WORKING = {str(tmp_path / 'working')!r}\n"
+              f"WHEELS_DIR = {str(wheels)!r}\n")
+    (tmp_path / "input" / "comp").mkdir(parents=True)
+    (tmp_path / "input" / "comp" / "arc-agi_test_challenges.json").write_text(json.dumps(
+        {"00000000": {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1, 2]]}]}}))
+    hide = ("import importlib.util as _u\n_f = _u.find_spec\n"
+            "_u.find_spec = lambda n, *a: None if n == 'trm_kaggle' else _f(n, *a)\n")
+    script = "\n\n".join([hide, cells[0], params, *cells[1:install_cell(cells) + 1], "print('READY', READY)"])
+    (tmp_path / "cells.py").write_text(script)
+    res = subprocess.run([sys.executable, str(tmp_path / "cells.py")], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=120)
+    out = res.stdout + res.stderr
+    lines = [line for line in out.splitlines() if "installing trm_kaggle failed" in line]
+    assert res.returncode == 0 and "READY False" in res.stdout, out[-2000:]
+    assert len(lines) == 1 and "its installer exited with status 3" in lines[0], lines
