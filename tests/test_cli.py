@@ -160,6 +160,13 @@ def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys):
         err = capsys.readouterr().err
         assert f"{w} holds an earlier pipeline run with other settings ({said}" in err, err
     assert sorted((w / "data").iterdir()) == data and all(p.read_bytes() == b for p, b in digests.items())
+    # a copy of the folder, rerun with the same flags: the refusal blamed --num-aug and --canvas, unchanged
+    import shutil
+
+    shutil.copytree(w, tmp_path / "copy", ignore=shutil.ignore_patterns("*.lock"))
+    assert main([*args[:2], str(tmp_path / "copy"), *args[3:]]) == 2
+    err = capsys.readouterr().err
+    assert "its dataset's folder (the work folder was moved or copied" in err and "--num-aug" not in err, err
 
 
 #: The final summary line of every build command (build-*, bundle, export, import-upstream): what it made and

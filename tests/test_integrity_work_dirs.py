@@ -82,3 +82,16 @@ def test_a_folder_of_the_users_is_no_run_or_pipeline_folder(data, tmp_path, caps
     assert f"--work-dir {mine} holds summary.md, submission.json, which no pipeline wrote" in line, line
     assert {p: _listing(p) for p in (notes, mine)} == before
     assert (notes / "metrics.jsonl").read_text() == "my notes\n"
+
+
+def test_a_folder_holding_a_report_or_weights_folder_is_refused_before_the_dataset(tmp_path, capsys):
+    """`pipeline --work-dir mine` where mine/report/ or mine/weights/ is the user's: the dataset was built and the
+    model trained (data/, train/ written) before the export or the report refused the folder."""
+    for name in ("report", "weights"):
+        mine = tmp_path / f"mine-{name}"
+        (mine / name).mkdir(parents=True)
+        (mine / name / "keep.txt").write_text("mine")
+        line = one_error_line(capsys, main(["pipeline", "--work-dir", str(mine), "--train-seconds", "1",
+                                            "--no-progress"]))
+        assert f"--work-dir {mine} holds {name}/, which no pipeline wrote" in line, line
+        assert _listing(mine) == [name, f"{name}/keep.txt"]

@@ -74,3 +74,23 @@ def test_unreadable_lines_are_skipped(tmp_path, tail):
 
 def test_no_metrics_yet(tmp_path):
     assert read_metrics(tmp_path) == ([], [])
+
+
+@pytest.mark.parametrize("extra", [
+    {"step": 2, "loss": 1.0},  # no start_step after records that have one: once taken as a resumption at step 1
+    {"step": 30, "loss": float("inf"), "elapsed_s": 1.0},  # a repeat of the last step replaced its record
+    {"step": 20, "loss": 9.0, "elapsed_s": 30.0, "start_step": 0},  # its process logged step 20 already
+    {"step": 25, "loss": 9.0, "elapsed_s": 1.0, "start_step": 25},  # a process logs steps after its start
+])
+def test_a_record_no_run_writes_after_this_versions_records_is_skipped_with_a_warning(tmp_path, caplog, extra):
+    run = tmp_path / "r"
+    run.mkdir()
+    lines = [{"step": 10, "loss": 2.0, "elapsed_s": 5.0, "start_step": 0},
+             {"step": 20, "loss": 1.0, "elapsed_s": 10.0, "start_step": 0},
+             {"step": 30, "loss": 0.5, "elapsed_s": 12.0, "start_step": 20}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*lines, extra]))
+    with caplog.at_level("INFO"):
+        train, _ = read_metrics(run)
+    assert [(r["step"], r["loss"]) for r in train] == [(10, 2.0), (20, 1.0), (30, 0.5)]
+    said = [r for r in caplog.records if "skipped 1 record(s) no run writes" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"

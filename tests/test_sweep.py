@@ -193,6 +193,23 @@ def test_two_axes_setting_one_key_are_refused_before_any_run(tmp_path, capsys, d
     assert not (tmp_path / "sw").exists()
 
 
+@pytest.mark.parametrize("grid, said", [
+    ("overrides: [max_steps=2, lr=1e-3, max_steps=3]\n", "the grid's overrides: max_steps is set twice ('max_steps=2', "
+     "then 'max_steps=3')"),
+    ("axes: [[{name: v, overrides: [lr=1e-3, arch.loss.loss_type=softmax_cross_entropy, arch.loss_type=x]}]]\n",
+     "variant v: arch.loss_type is set twice"),
+])
+def test_a_key_set_twice_in_a_grid_file_is_refused(tmp_path, capsys, grid, said):
+    """A grid file's overrides holding max_steps twice trained with the later alone, unsaid (the command line warns
+    for the same; a file is refused, as two axes setting one key are)."""
+    path = tmp_path / "g.yaml"
+    path.write_text(grid)
+    assert main(["sweep", str(path), "--sweep-dir", str(tmp_path / "sw"), "--dry-run"]) == 2
+    line = one_error_line(capsys)
+    assert f"sweep g, {said}" in line and line.endswith(": set it once"), line
+    assert not (tmp_path / "sw").exists()
+
+
 def test_bad_runs_and_commands_are_refused_before_anything_runs(tmp_path, capsys):
     path = tmp_path / "g.yaml"
     path.write_text("axes: [[baseline, nope]]\n")

@@ -321,8 +321,11 @@ def _train_config(cfg: PipelineConfig, data_dir: Path, run_dir: Path) -> TrainCo
         *([f"threads={cfg.threads}"] if cfg.threads else [])])
 
 
-#: The files a pipeline writes at its work folder's top (each replaced whole by a rerun).
-_TOP_FILES = (SUMMARY, CURVE, "submission.json", "unseen_challenges.json", "unseen_solutions.json")
+#: What a pipeline writes at its work folder's top once it has trained (train/run.json), each replaced whole by a
+#: rerun: its files, and the folders of the stages after training (data/ and src/ come first: an interrupted
+#: dataset stage leaves them, and its rerun goes on with them).
+_TOP_FILES = (SUMMARY, CURVE, "submission.json", "unseen_challenges.json", "unseen_solutions.json", "weights",
+              "report", "ttt", "bundle")
 
 
 def _foreign_files_problem(work: Path) -> str | None:
@@ -330,7 +333,7 @@ def _foreign_files_problem(work: Path) -> str | None:
     no pipeline trained there (no train/run.json): a folder of the user's, whose files would be replaced."""
     if not work.is_dir() or (work / "train" / RUN_RECORD).is_file():
         return None
-    theirs = [name for name in _TOP_FILES if os.path.lexists(work / name)]
+    theirs = [name + "/" * (work / name).is_dir() for name in _TOP_FILES if os.path.lexists(work / name)]
     if not theirs:
         return None
     return (f"--work-dir {work} holds {', '.join(theirs)}, which no pipeline wrote (it has no train/{RUN_RECORD}): "
@@ -352,7 +355,10 @@ def _continue_problem(cfg: PipelineConfig, work: Path, plan: tuple[ArcBuildConfi
     diffs = [(k, getattr(before, k), getattr(now, k)) for k in TrainConfig.model_fields
              if k not in RESUMABLE_CHANGES and getattr(before, k) != getattr(now, k)]
     if not same_data:
-        diffs.append(("its dataset (--num-aug, --canvas)", ", ".join(map(str, before.data_paths)), str(data_dir)))
+        moved = [Path(p).name for p in before.data_paths] == [data_dir.name]  # same settings, another place
+        diffs.append(("its dataset's folder (the work folder was moved or copied: its run names its dataset by "
+                      "where it was)" if moved else "its dataset (--num-aug, --canvas)",
+                      ", ".join(map(str, before.data_paths)), str(data_dir)))
     elif (data_dir / "build_info.json").exists() and _reusable(*plan) is None:
         # the same folder, rebuilt from other tasks under the run it trains
         diffs.append(("its dataset's tasks (--eval-tasks)", "other tasks",

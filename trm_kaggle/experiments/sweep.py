@@ -57,7 +57,7 @@ from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, ref
 from trm_kaggle.outputs import overlap_problem
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
-                              read_config_file, training_io)
+                              read_config_file, repeated_keys, training_io)
 from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
@@ -143,6 +143,12 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
     for where, texts in (("the grid's and the command line's settings", [*grid.overrides, *overrides]),
                          *((f"variant {v.name}", v.overrides) for axis in grid.axes for v in axis)):
         _refuse_run_owned(grid.name, where, texts)
+    for where, texts in (("the grid's overrides", grid.overrides),
+                         *((f"variant {v.name}", v.overrides) for axis in grid.axes for v in axis)):
+        if repeated := repeated_keys(texts):  # in a file: a slip, and only the later would be used (two axes alike)
+            key, earlier, later = repeated[0]
+            raise TRMError(f"sweep {grid.name}, {where}: {key} is set twice ({clipped(earlier)}, then "
+                           f"{clipped(later)}): set it once")
     try:
         base = load_train_config(config_file, [*presets, *grid.presets], [*grid.overrides, *overrides])
     except TRMError as err:

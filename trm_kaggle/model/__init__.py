@@ -47,6 +47,7 @@ _EXPORTS = {
     "load_inference_model": "export",
     "load_model_for_dataset": "export",
     "load_upstream_checkpoint": "upstream",
+    "load_weights_only": "safe_load",
     "may_be_tracing": "compiling",
     "model_from_train_state": "export",
     "prefix_length": "trm",

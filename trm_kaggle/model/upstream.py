@@ -31,6 +31,7 @@ from trm_kaggle.errors import DamagedFile, TRMError
 from trm_kaggle.jsonio import open_regular, read_failure, readable_file
 from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, fit_state_dict, resize_puzzle_embedding
 from trm_kaggle.model.hub import resolve_checkpoint, snapshot_commit
+from trm_kaggle.model.safe_load import load_weights_only
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.wording import clipped
 from trm_kaggle.yamlio import read_yaml
@@ -136,7 +137,7 @@ def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, torch.Tensor]:
     path = os.fspath(path)
     with open_regular(path, "checkpoint file") as f:  # a FIFO never blocks; a missing permission is said as such
         try:
-            state = torch.load(f, weights_only=True, map_location="cpu")
+            state = load_weights_only(f)
         except Exception as err:  # noqa: BLE001 - truncated zip, pickle of foreign objects, text file, ...
             detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
             detail = detail.split(". ")[0][:160]

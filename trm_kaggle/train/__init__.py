@@ -43,6 +43,7 @@ _EXPORTS = {
     "schedule_at": "schedules",
     "shown": "metrics",
     "split_cli_args": "overrides",
+    "repeated_keys": "overrides",
     "warn_repeated": "overrides",
     "total_train_steps": "schedules",
     "train": "loop",

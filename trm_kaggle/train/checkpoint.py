@@ -39,7 +39,7 @@ from trm_kaggle.data import DatasetMetadata, contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
 from trm_kaggle.jsonio import is_regular, open_regular, parse_json, read_failure, read_json, readable_file
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
-                              model_from_train_state)
+                              load_weights_only, model_from_train_state)
 from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ def _written_by(path: Path, run_id: str | None, step: int | None = None) -> bool
     reading (its open could wait for ever)."""
     try:
         readable_file(path, "train state")  # the one gate: refuses what is not a regular file without waiting
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        state = load_weights_only(path, mmap=True)
         owner = state.get("run_id")
     except Exception:  # noqa: BLE001 - truncated, foreign: left in place
         return False
@@ -276,7 +276,7 @@ def load_train_state(path: Path) -> dict[str, Any]:
     permission, not a regular file: not damaged), `DamagedFile` when its bytes are wrong."""
     with open_regular(path, "train state") as f:  # a FIFO never blocks, a missing permission is not damage
         try:
-            state = torch.load(f, map_location="cpu", weights_only=True)
+            state = load_weights_only(f)
         except Exception as e:  # truncated zip, foreign pickle, ...; a failing disk is no damage: `read_failure`
             raise read_failure(e, path, "train state") or DamagedFile(
                 f"{path}: not a readable train state (truncated or not written by trm-kaggle?): "

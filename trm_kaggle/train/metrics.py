@@ -69,6 +69,17 @@ def _new_process(last: tuple, step: int, elapsed: float, start: object) -> bool:
     return step <= last_step or elapsed < last_elapsed  # older files: the step or the clock went back
 
 
+def _follows(last: tuple, step: int, start: object) -> bool:
+    """Whether a training record can follow `last` in a run's log. A process logs steps after the one it began at.
+    Records that name their process's start are written by versions that cut the file back to the resumed step
+    before appending (`drop_metrics_after`): after one of them the steps only increase, and each names its start.
+    Only older files (no start) hold steps that go back, to be read as resumptions."""
+    last_step, _, last_start = last
+    if isinstance(start, int) and step <= start:
+        return False
+    return not isinstance(last_start, int) or (isinstance(start, int) and step > last_step)
+
+
 def _written_by_a_run(record) -> bool:
     """A record a training could have logged: an object with a whole step >= 0 whose values are all numbers (or
     null): a loss that is text or a list was a traceback of `compare`, and `true` a loss of 1.0 no run had. (A
@@ -81,16 +92,19 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     """(training records, evaluation records) of a run, one per step in step order, each with `wall_s`.
 
     A line that is not a JSON record (the half-written last line of a running run), or one no run writes (a step
-    below 0, a value that is no number), is skipped. A run without metrics.jsonl yet has none."""
+    below 0, a value that is no number, a training step that does not follow the one before it in its process) is
+    skipped: the first quietly (a running run's last line), the second with a warning. A run without
+    metrics.jsonl yet has none."""
     path = Path(run_dir) / METRICS_FILE
     if not os.path.lexists(path):  # a FIFO or a folder in its place is named by the reader, not taken for none
         return [], []
     train: list[dict] = []
     evals: dict[int, dict] = {}
-    offset, last, skipped = 0.0, None, 0
+    offset, last, cut, foreign = 0.0, None, 0, 0
     for _, record in _records(path):
         if not _written_by_a_run(record):
-            skipped += 1
+            cut += record is None
+            foreign += record is not None
             continue
         step = record["step"]
         if record.get("halted_examples") == 0:  # older versions wrote 0.0 for the averages over no rows
@@ -98,6 +112,9 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
         if "loss" in record:
             elapsed = float(record.get("elapsed_s", 0.0))
             start = record.get("start_step")  # the step its process began at (files of older versions lack it)
+            if last is not None and not _follows(last, step, start):  # appended by hand or another program:
+                foreign += 1  # taken as a resumption, it once dropped the run's later records unsaid
+                continue
             if last is not None and _new_process(last, step, elapsed, start):
                 # resumed at `start` (else somewhere before `step`): its records replace the old ones from there on
                 resumed_at = start if isinstance(start, int) else step - 1
@@ -108,9 +125,11 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
             last = (step, elapsed, start)
         elif any(key.startswith("eval_") for key in record):
             evals[step] = dict(record)
-    if skipped:
-        log.info("%s: skipped %d line(s) no run writes (unreadable, a negative step or a value that is no number)",
-                 path, skipped)
+    if cut:
+        log.info("%s: skipped %d line(s) that are no JSON record (cut off, or being written)", path, cut)
+    if foreign:
+        log.warning("%s: skipped %d record(s) no run writes (a negative step, a value that is no number, or a "
+                    "step that does not follow the one before it)", path, foreign)
     steps = [r["step"] for r in train]
     for step, record in evals.items():  # an evaluation follows the training record of its step
         i = bisect.bisect_right(steps, step) - 1

@@ -217,19 +217,26 @@ def dotted(tree: dict, prefix: str = "") -> dict[str, Any]:
 ALIASES = {"arch.loss.loss_type": "arch.loss_type"}
 
 
+def repeated_keys(overrides: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(key, earlier override, later override) for each key one list of overrides sets more than once."""
+    seen: dict[str, str] = {}
+    found = []
+    for text in overrides:
+        key = ALIASES.get(parse_override(text)[0], parse_override(text)[0])  # either spelling sets one setting
+        if key in seen:
+            found.append((key, seen[key], text))
+        seen[key] = text
+    return found
+
+
 def warn_repeated(overrides: Sequence[str]) -> list[str]:
     """A warning for each key one list of overrides typed together sets more than once (`seed=5 seed=6`): the
     later wins, as layers do (a preset, a grid, then the command line; a script's base settings and its one
     change), but never without a word. Logged, and returned."""
-    seen: dict[str, str] = {}
     lines = []
-    for text in overrides:
-        key = ALIASES.get(parse_override(text)[0], parse_override(text)[0])  # either spelling sets one setting
-        if key in seen:
-            lines.append(f"{key} is set twice on one line ({clipped(seen[key])}, then {clipped(text)}): the later "
-                         "is used")
-            log.warning(lines[-1])
-        seen[key] = text
+    for key, earlier, later in repeated_keys(overrides):
+        lines.append(f"{key} is set twice on one line ({clipped(earlier)}, then {clipped(later)}): the later is used")
+        log.warning(lines[-1])
     return lines
 
 
