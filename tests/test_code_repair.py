@@ -15,6 +15,7 @@ from trm_kaggle.config import CodeRepairBuildConfig
 from trm_kaggle.data.code import bugs as code_bugs
 from trm_kaggle.data.code.lint import ruff_binary
 from trm_kaggle.data.code.repair import (assign_splits, build_code_repair, corpus_files, extract_snippets,
+                                         format_repair_build,
                                          load_repair_tokens, normalised, read_repair_meta)
 from trm_kaggle.data.format import load_split
 from trm_kaggle.data.verify import verify_dataset
@@ -95,7 +96,7 @@ def test_build_verify_and_labels(corpus, tmp_path):
     verify_dataset(out)  # upstream's part of the layout checks out; val/ and the metadata are extra files
     assert load_split(out, "val").num_examples == s["val"]["examples"] > 0
     assert s["skipped_files"] == {"does_not_parse": 1, "not_utf8": 1, "unreadable": 1}
-    assert s["files"] == 13  # site-packages is not part of a corpus
+    assert s["files"] == 10  # the 13 corpus files read but the 3 skipped (site-packages is not part of a corpus)
     assert s["duplicates"]["snippets"] > 0
     info = json.loads((out / "build_info.json").read_text())
     assert info["tokens"] == {"kind": "char", "vocab_size": 97}
@@ -179,6 +180,9 @@ def test_a_skipped_corpus_file_never_empties_a_held_out_split(tmp_path):
     # the record counts the files each split read: the skipped three are in none (they were "train: 5")
     info = json.loads((tmp_path / "o" / "build_info.json").read_text())
     assert info["files"] == {"train": 4, "val": 1, "test": 1}, info["files"]
+    # and the closing line's "from N files" counts the files read (it said 9)
+    assert s["files"] == 6 and sum(s["skipped_files"].values()) == 3, s
+    assert " from 6 files in " in format_repair_build({"seconds": 1.0, **s})
 
 
 def _digest(out: Path) -> str:

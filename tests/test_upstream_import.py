@@ -180,3 +180,25 @@ def test_arch_config_from_upstream_yaml_errors():
         arch_config_from_upstream_yaml({"arch": dict(UPSTREAM_YAML["arch"], pos_encodings="alibi")})
     with pytest.raises(TRMError, match="all_config.yaml"):
         read_all_config("/nonexistent/dir/all_config.yaml")
+
+
+def test_import_upstream_names_the_config_file_it_was_given(tmp_path, capsys):
+    """`import-upstream --config cfg/run.yaml` whose arch section is refused: the error named the all_config.yaml
+    beside the checkpoint (a good file) instead of the one given."""
+    import yaml
+
+    from trm_kaggle.cli import main
+
+    up, cfg = tmp_path / "up", tmp_path / "cfg"
+    up.mkdir()
+    cfg.mkdir()
+    arch = {**UPSTREAM_YAML["arch"], "hidden_size": 32, "num_heads": 4, "puzzle_emb_ndim": 32, "puzzle_emb_len": 2}
+    torch.save(to_upstream_state_dict(tiny(0), compiled=True), up / "step_10")
+    (up / "all_config.yaml").write_text(yaml.safe_dump({"arch": arch}))
+    for name, bad in (("unknown.yaml", {"bogus_key": 5}), ("nan.yaml", {"rope_theta": float("nan")})):
+        (cfg / name).write_text(yaml.safe_dump({"arch": {**arch, **bad}}))
+        rc = main(["import-upstream", str(up / "step_10"), "--config", str(cfg / name), "--out",
+                   str(tmp_path / "e"), "--seq-len", str(SEQ)])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.startswith(f"error: {cfg / name}: "), err
+        assert "all_config.yaml" not in err and not (tmp_path / "e").exists()

@@ -162,8 +162,9 @@ _IGNORED_ARCH_FIELDS = {"name", "loss"}
 
 
 def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
-                                   keep_forward_dtype: bool = False) -> ArchConfig:
-    """ArchConfig from upstream's `all_config.yaml` (the whole dict, or its `arch:` section).
+                                   keep_forward_dtype: bool = False, where: str = "all_config.yaml") -> ArchConfig:
+    """ArchConfig from upstream's `all_config.yaml` (the whole dict, or its `arch:` section); `where` names the
+    file in errors.
 
     `name` fields are ignored and `loss.loss_type` maps to `loss_type`. Upstream's
     forward_dtype is bfloat16 only because it ran on CUDA; it becomes "auto" (bf16 on
@@ -171,7 +172,7 @@ def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
     """
     arch = cfg.get("arch", cfg) if isinstance(cfg, Mapping) else None
     if not isinstance(arch, Mapping):
-        raise TRMError("all_config.yaml: no `arch:` section")
+        raise TRMError(f"{where}: no `arch:` section")
     fields: Dict[str, Any] = {}
     unknown = []
     for key, value in arch.items():
@@ -190,11 +191,11 @@ def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
     if fields.get("forward_dtype") == "bfloat16" and not keep_forward_dtype:
         fields["forward_dtype"] = "auto"
     if unknown and strict:
-        raise TRMError(f"all_config.yaml: arch fields this package does not know: {', '.join(map(str, unknown))}")
+        raise TRMError(f"{where}: arch fields this package does not know: {', '.join(map(str, unknown))}")
     try:
         return ArchConfig(**fields)
     except Exception as err:  # pydantic.ValidationError
-        raise TRMError(f"all_config.yaml: invalid arch section: {err}") from None
+        raise TRMError(f"{where}: invalid arch section: {err}") from None
 
 
 def read_all_config(path: Union[str, os.PathLike]) -> Dict[str, Any]:
@@ -231,14 +232,17 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     if ckpt_path.is_dir():  # before its config: a missing checkpoint is the problem to name
         raise TRMError(f"{ckpt_path}: checkpoint file not found (it is a directory: name one step_<N> file in it)")
     readable_file(ckpt_path, "checkpoint file")  # missing, a FIFO, no permission: said before its config
-    run_cfg = read_all_config(config or ckpt_path.parent)
-    arch = arch_config_from_upstream_yaml(run_cfg)
+    config_file = Path(config) if config else ckpt_path.parent / "all_config.yaml"
+    if config_file.is_dir():  # read_all_config's rule: a folder stands for the all_config.yaml in it
+        config_file = config_file / "all_config.yaml"
+    run_cfg = read_all_config(config_file)
+    arch = arch_config_from_upstream_yaml(run_cfg, where=str(config_file))
     tensors = from_upstream_state_dict(read_checkpoint(ckpt_path), str(ckpt_path))
     vocab = tensors["embed_tokens.weight"].shape[0]
     num_ids = tensors[PUZZLE_EMB_KEY].shape[0] if PUZZLE_EMB_KEY in tensors else 1
     data_paths = run_cfg.get("data_paths") or []
     if not isinstance(data_paths, list) or not all(isinstance(d, str) for d in data_paths):
-        raise TRMError(f"{config or ckpt_path.parent / 'all_config.yaml'}: data_paths must be a list of folder "
+        raise TRMError(f"{config_file}: data_paths must be a list of folder "
                        f"names, got {clipped(data_paths)}")
     for d in data_paths:
         if seq_len is None and (Path(d) / "train" / "dataset.json").exists():
@@ -247,7 +251,7 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     if seq_len is None:
         raise TRMError(f"cannot tell the sequence length of this vocabulary ({vocab} tokens): pass --seq-len")
     model = TinyRecursiveModel(arch, seq_len, vocab, num_ids)
-    fit_state_dict(model, tensors, f"{ckpt_path} (with {config or 'all_config.yaml'}; is --seq-len right?)")
+    fit_state_dict(model, tensors, f"{ckpt_path} (with {config_file}; is --seq-len right?)")
     export_inference(out, model, arch=arch, seq_len=seq_len, vocab_size=vocab, mean_embedding=mean_embedding,
                      info={"source": str(hub_source or ckpt_path), "imported_from": "upstream",
                            **({"hub_commit": snapshot_commit(ckpt_path)} if hub_source else {})})

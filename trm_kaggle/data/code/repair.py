@@ -531,7 +531,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
     n_val = sum(counts["val"].values())
     summary["val"] = {"groups": n_val, "puzzles": n_val, "examples": n_val}  # one pair per group and puzzle
     seconds = time.monotonic() - started
-    summary.update(files=len(files), skipped_files=dict(skipped), rejected_pairs=dict(rejected),
+    summary.update(files=len(files) - len(unread), skipped_files=dict(skipped),  # the files read: "from N files" rejected_pairs=dict(rejected),
                    duplicates=dict(duplicates), pairs=info["pairs"], total_pairs=total,
                    pairs_per_second=total / max(seconds, 1e-9), workers=workers, lint=bool(ruff))
     return summary
