@@ -219,3 +219,14 @@ def test_weights_whose_metadata_names_another_format_are_refused(tmp_path):
     read_export(resigned_copy(tmp_path, "ours", lambda t: None))  # the shipped tag is read as before
     save_file(load_file(path), str(path), metadata={**meta, "format": "pt"})  # safetensors' own tag for torch
     read_export(edited)
+
+
+@pytest.mark.parametrize("name", ["config.json", "weights.safetensors"])
+def test_an_export_named_by_one_of_its_files_is_said_so(tmp_path, capsys, name):
+    """`estimate --weights exp/config.json` named `exp/config.json/config.json` as not found."""
+    given = SHIPPED / name
+    with pytest.raises(TRMError, match=f"^{given}: a file, not an export folder"):
+        read_export(given)
+    assert main(["estimate", "--weights", str(given)]) == 2
+    err = capsys.readouterr().err
+    assert f"{given}: a file, not an export folder" in err and f"{name}/config.json" not in err, err

@@ -417,3 +417,12 @@ def test_the_regression_suite_holds(tmp_path, capsys):
         for metric in metrics:
             assert f"| {name} | {metric} |" in report
             assert (tmp_path / "out" / "history" / f"{name}.{metric}.png").is_file()
+
+
+def test_notebooks_that_name_a_file_or_nothing_are_said_as_such(tmp_path, capsys):
+    (tmp_path / "nb.txt").write_text("x")
+    for given, said in ((tmp_path / "nb.txt", "a file, not a folder of regression notebooks"),
+                        (tmp_path / "none", "no such folder of regression notebooks")):
+        rc, _, stderr = regress(capsys, given, tmp_path / "out")
+        assert rc == 2 and f"{given}: {said}" in stderr, stderr
+    assert not (tmp_path / "out").exists()

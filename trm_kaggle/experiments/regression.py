@@ -406,8 +406,9 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
     notebook_dir = Path(notebook_dir) if notebook_dir is not None else default_notebook_dir()
     out = Path(out)
     if not notebook_dir.is_dir():
-        raise TRMError(f"{notebook_dir}: no such folder of regression notebooks (run from a checkout of the "
-                       "repository or pass --notebooks DIR)")
+        what = "a file, not a folder" if notebook_dir.exists() else "no such folder"
+        raise TRMError(f"{notebook_dir}: {what} of regression notebooks (run from a checkout of the repository or "
+                       "pass --notebooks DIR)")
     if out.resolve() == notebook_dir.resolve() or notebook_dir.resolve() in out.resolve().parents:
         raise TRMError(f"--out {out} is inside {notebook_dir}: the executed notebooks would mix with the notebooks")
     if jobs is not None and jobs < 1:

@@ -179,6 +179,9 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
+    if path.is_file():  # named by one of its files: `{file}/config.json` would be the path said
+        raise TRMError(f"{path}: a file, not an export folder (give the folder holding config.json and "
+                       "weights.safetensors)")
     cfg_path, w_path = path / "config.json", path / "weights.safetensors"
     if os.path.lexists(w_path):  # a FIFO would block safetensors, a device never end; safetensors calls a
         readable_file(w_path, "weights")  # missing permission "No such file": the cause is named here instead

@@ -70,7 +70,7 @@ class MemoryEstimate:
 
     def parts(self, micro: int) -> dict[str, int]:
         return {"process": self.baseline, "weights": self.weights, "gradients": self.gradients,
-                "optimizer": self.optimizer, "EMA": self.ema, "bf16 weight casts": self.weight_casts,
+                "optimizer": self.optimizer, "EMA": self.ema, "forward-dtype weight casts": self.weight_casts,
                 "puzzle table": self.puzzle_table, "ACT carry": self.carry,
                 f"activations ({micro} per micro-batch)": micro * self.activations_per_example,
                 "workspace": micro * self.workspace_per_example}
