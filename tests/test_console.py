@@ -172,3 +172,35 @@ def test_an_ignored_sigint_stays_ignored_by_the_training_too():
     foreground command, while `build-arc` kept it ignored: the training's own handler took SIGINT whatever it was."""
     p = subprocess.run([sys.executable, "-c", IGNORED_SIGINT], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "ignored", p.stderr
+
+
+# A stop that lands inside torch's first import: there torch.distributed's set-up runs C++ (pybind11) that calls
+# back into Python, and an exception raised by the handler inside it aborted the process (std::terminate, a C++
+# dump, status 134). The finder below sends the signal at that point of the import, in plain Python.
+STOPPED_INSIDE_TORCH = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from trm_kaggle import interrupts
+interrupts.take_sigterm()
+
+class SignalOnImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch.distributed":
+            os.kill(os.getpid(), int(sys.argv[1]))
+            os.kill(os.getpid(), int(sys.argv[1]))  # said twice (timeout forwarding its group's): taken once
+        return None
+
+sys.meta_path.insert(0, SignalOnImport())
+try:
+    import torch
+except KeyboardInterrupt as e:
+    # the import is refused (the stop ends the command), but only once torch's code, C++ included, has run
+    print(type(e).__name__, "torch.distributed" in sys.modules, "torch.nn" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("signum, name", [(signal.SIGTERM, "Terminated"), (signal.SIGINT, "KeyboardInterrupt")])
+def test_a_stop_inside_torchs_first_import_is_raised_once_it_has_loaded(signum, name):
+    p = subprocess.run([sys.executable, "-c", STOPPED_INSIDE_TORCH, str(int(signum))], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.split() == [name, "True", "True"], p.stdout + p.stderr

@@ -11,10 +11,13 @@ previous one back. Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import threading
 import time
+from typing import Iterator
 
 
 #: The signals that stop a command as Ctrl-C does: a scheduler's or `kill`'s SIGTERM, and the SIGHUP of a closed
@@ -59,6 +62,65 @@ def take_sigterm() -> None:
     hold_terminations()
     if taken(signal.SIGINT):
         signal.signal(signal.SIGINT, raise_interrupt)
+    if not any(isinstance(f, _StopsHeldWhileLoading) for f in sys.meta_path):
+        sys.meta_path.insert(0, _StopsHeldWhileLoading())
+
+
+#: Packages whose first import runs C++ that calls back into Python (pybind11: torch.distributed's set-up): an
+#: exception a signal handler raises there cannot unwind through the C++ frames, and the process aborts
+#: (std::terminate, SIGABRT, a C++ dump) instead of saying `interrupted`.
+HELD_WHILE_LOADING = ("torch",)
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """A stop signal (SIGINT, SIGTERM, SIGHUP) that comes inside the block is noted, not raised, and raised by
+    its handler once the block is done, in plain Python. Only the main thread takes handlers: elsewhere, and for
+    a signal ignored or left to its default, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {}
+    for signum in (signal.SIGINT, *TERMINATING):
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            previous[signum] = signal.signal(signum, lambda s, _frame: came.append(s))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if came:
+            previous[came[0]](came[0], None)  # a repeat of it within the block said nothing more
+
+
+class _StopsHeldWhileLoading:
+    """A finder (first on `sys.meta_path`) that loads `HELD_WHILE_LOADING` as the other finders would, its
+    module's code run inside `stops_held`."""
+
+    def __init__(self) -> None:
+        self.finding = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in HELD_WHILE_LOADING or self.finding:
+            return None
+        self.finding = True
+        try:
+            spec = next((s for f in sys.meta_path if f is not self and hasattr(f, "find_spec")
+                         and (s := f.find_spec(fullname, path, target)) is not None), None)
+        finally:
+            self.finding = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            with stops_held():
+                run(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 def hold_terminations() -> dict[int, object]:

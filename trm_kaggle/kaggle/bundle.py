@@ -337,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with checked_stdout():
             return run(parse_checked(make_parser().parse_intermixed_args, argv))
     except (StdoutError, TRMError) as e:  # TRMError here: an option outside its bounds, found while parsing
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (`interrupts.Terminated`)
         return interrupted(e)
@@ -574,14 +574,14 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             _say(f"  whole output: {r['log']}; executed notebook: {r['executed_notebook']}")
             if not r["ok"]:
                 for problem in r["problems"]:
-                    print(f"error: {problem}", file=sys.stderr)
+                    print(f"error: {one_line(problem)}", file=sys.stderr)
                 return 1
         if args.push:
             return push(args.out_dir, args.version_message, api=api, **_push_options(args))
         return 0
     except TRMError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except OSError as e:  # parts already in place stay whole: each is renamed into place only when complete
-        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        print(f"error: {one_line(os_error_line(e))}", file=sys.stderr)
         return 2

@@ -149,7 +149,11 @@ def wheel_requirements(path: Path, env: dict[str, str], extras: Iterable[str] = 
 
 
 def wheel_name_version(path: Path) -> tuple[str, str]:
-    name, version, _, _ = parse_wheel_filename(Path(path).name)
+    """(project name, version) read from a wheel's file name, or one TRMError for a name no wheel has."""
+    try:
+        name, version, _, _ = parse_wheel_filename(Path(path).name)
+    except ValueError as e:  # packaging's InvalidWheelFilename or InvalidVersion
+        raise TRMError(f"{path}: not a wheel's file name (NAME-VERSION-TAGS.whl): {e}") from None
     return str(name), str(version)
 
 
