@@ -416,6 +416,9 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
         if not is_regular(p, "--extra-wheel") or p.suffix != ".whl":  # a FIFO is named as one, not "not a .whl"
             raise TRMError(f"--extra-wheel {p}: not a .whl file")
     extra_names = [canonicalize_name(wheel_name_version(p)[0]) for p in extras]
+    if "trm-kaggle" in extra_names:  # one of the two would replace the other in the dataset, unsaid
+        raise TRMError(f"--extra-wheel {extras[extra_names.index('trm-kaggle')]}: a trm_kaggle wheel; the bundle "
+                       "builds its own from this checkout (leave it out)")
     with atomic_directory(out_dir, kind="kaggle wheels dataset") as tmp:
         log(f"building the trm_kaggle wheel from {repo}")
         own = build_project_wheel(tmp, repo, builder=builder, log=log)
