@@ -48,6 +48,9 @@ CASES = {
     "rng_zeros": (lambda s: s.update(rng_torch=torch.zeros_like(s["rng_torch"])), "'rng_torch' is a Tensor; it "
                                                                                   "must be the CPU generator's"),
     "epoch": (lambda s: s.update(loader=s["loader"].replace('"epoch": 0', '"epoch": -1')), "'loader' is '{"),
+    # resumed, its next state held 2**63 and the resume after refused that one as damaged
+    "epoch_end": (lambda s: s.update(loader=s["loader"].replace('"epoch": 0', f'"epoch": {2**63 - 1}')),
+                  "'loader' is '{"),
     "batch": (lambda s: s.update(loader=s["loader"].replace('"batch_in_epoch": ', '"batch_in_epoch": NaN, "x": ')),
               "'loader' is '{"),
     "deep": (lambda s: s.update(loader="[" * 100_000), "'loader' is '[[["),
@@ -79,6 +82,40 @@ def test_a_signed_state_with_a_bad_field_is_one_line_naming_it(data, tmp_path, c
         line = one_error_line(capsys, main(argv))
         assert str(path) in line and "field " + said in line, line
     assert not (tmp_path / "exp").exists()
+
+
+def test_an_export_of_a_state_whose_shape_misfits_its_weights_names_the_file(data, tmp_path, capsys):
+    """It said `train state: weights do not match the model config`, naming neither the file nor the fields."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    path = ckpt.state_path(run, 2)
+    _rewrite(path, lambda s: s["model_shape"].update(num_puzzle_identifiers=s["model_shape"]["num_puzzle_identifiers"]
+                                                     + 4))
+    capsys.readouterr()
+    line = one_error_line(capsys, main(["export", str(run), "--out", str(tmp_path / "exp")]))
+    assert f"train state {path} (its fields 'config' and 'model_shape'): weights do not match" in line, line
+    assert not (tmp_path / "exp").exists()
+
+
+def test_an_export_says_when_the_runs_config_json_records_another_arch(data, tmp_path, capsys, caplog):
+    """The state's settings edited (checksum recomputed) to H_cycles 3 where config.json says 1: the export followed
+    the state without a word."""
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2")) == 0
+    path = ckpt.state_path(run, 2)
+    recorded = json.loads((run / "config.json").read_text())["arch"]["H_cycles"]
+
+    def other_depth(s):
+        c = json.loads(s["config"])
+        c["arch"]["H_cycles"] = recorded + 2
+        s["config"] = json.dumps(c)
+
+    _rewrite(path, other_depth)
+    assert main(["export", str(run), "--out", str(tmp_path / "exp")]) == 0
+    err = "\n".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert f"records arch.H_cycles={recorded} where {path.name} was trained with {recorded + 2}: the export follows" \
+        in err, err
+    assert json.loads((tmp_path / "exp" / "config.json").read_text())["arch"]["H_cycles"] == recorded + 2
 
 
 def test_settings_this_version_cannot_take_are_one_line_on_resume(data, tmp_path, capsys):

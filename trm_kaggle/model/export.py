@@ -394,8 +394,10 @@ def export_parameter_count(config: dict) -> ParameterCount:
     return model.parameter_count(puzzle_rows=config.get("num_puzzle_identifiers") or 1)
 
 
-def model_from_train_state(state: dict[str, Any], use_ema: bool = True) -> tuple[TinyRecursiveModel, TrainConfig, bool]:
-    """(model, its training config, whether EMA weights were used) of a loaded train state.
+def model_from_train_state(state: dict[str, Any], use_ema: bool = True, source: str = "train state"
+                           ) -> tuple[TinyRecursiveModel, TrainConfig, bool]:
+    """(model, its training config, whether EMA weights were used) of a loaded train state; `source` names it in
+    errors (`train state PATH`).
 
     With `use_ema` and an EMA shadow in the state, the model gets the EMA weights
     (what exports ship); otherwise the live weights.
@@ -403,15 +405,16 @@ def model_from_train_state(state: dict[str, Any], use_ema: bool = True) -> tuple
     try:
         cfg = TrainConfig.model_validate_json(state["config"])
     except pydantic.ValidationError as e:
-        raise DataError(f"train state field 'config': not settings this trm_kaggle can read: {validation_line(e)}"
+        raise DataError(f"{source} field 'config': not settings this trm_kaggle can read: {validation_line(e)}"
                         ) from None
     shape = state["model_shape"]
     model = TinyRecursiveModel(cfg.arch, shape["seq_len"], shape["vocab_size"], shape["num_puzzle_identifiers"])
-    fit_state_dict(model, state["model"], "train state")
+    # the state's own settings and model_shape size the model: its weights must fit them
+    fit_state_dict(model, state["model"], f"{source} (its fields 'config' and 'model_shape')")
     if state.get("ema") and not cfg.ema:  # no such run keeps an average: these weights came from elsewhere
-        raise DataError("train state field 'ema': averaged weights in a run whose settings say ema=false")
+        raise DataError(f"{source} field 'ema': averaged weights in a run whose settings say ema=false")
     if state.get("ema") and (problem := shadow_problem(model, state["ema"])):
-        raise DataError(f"train state field 'ema': {problem}")
+        raise DataError(f"{source} field 'ema': {problem}")
     ema = bool(use_ema and state.get("ema"))
     if ema:
         with torch.no_grad():

@@ -35,6 +35,7 @@ import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
+from trm_kaggle.config import TrainConfig
 from trm_kaggle.data import DatasetMetadata, contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
 from trm_kaggle.jsonio import is_regular, open_regular, parse_json, read_failure, read_json, readable_file
@@ -386,15 +387,19 @@ def _parsed(v: Any) -> Any:
 
 #: the training loader's position (`PuzzleLoader.state_dict`): counts of epochs, groups and batches
 _LOADER_COUNTS = ("epoch", "position", "batch_in_epoch", "step", "seed", "global_batch_size", "total_groups")
+#: below it, a count has room to go on counting: one at 2**63 - 1 resumed, and the next state it wrote (2**63) was
+#: refused as damaged by the resume after
+_LOADER_COUNT_END = 2**62
 
 
 def _loader_state(v: Any) -> bool:
     """A data position as `PuzzleLoader.state_dict` writes it: its version, the test-mode flag, and (training)
-    whole numbers >= 0 for every count; a resume would otherwise fail inside the first step or loop on a NaN."""
+    whole numbers from 0 below `_LOADER_COUNT_END` for every count; a resume would otherwise fail inside the
+    first step or loop on a NaN."""
     d = _parsed(v)
     if not isinstance(d, dict) or not _is_int(d.get("version")) or not isinstance(d.get("test_mode"), bool):
         return False
-    return d["test_mode"] or all(_is_int(d.get(k)) for k in _LOADER_COUNTS)
+    return d["test_mode"] or all(_is_int(d.get(k)) and d[k] < _LOADER_COUNT_END for k in _LOADER_COUNTS)
 
 
 _RNG_BYTES = torch.get_rng_state().numel()  # the CPU generator's state: the same size on every machine
@@ -460,7 +465,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "step": ("a whole number from 0 below 2**63", _is_int),
     "model": ("a non-empty mapping of names to tensors", lambda v: _tensors(v) and bool(v)),
     "config": ("the run's settings as a JSON object", _json_object),
-    "loader": ("the data position as a JSON object (version, test_mode and whole numbers >= 0 for "
+    "loader": ("the data position as a JSON object (version, test_mode and whole numbers from 0 below 2**62 for "
                + ", ".join(_LOADER_COUNTS) + ")", _loader_state),
     "dataset_fingerprint": ("a non-empty string", lambda v: isinstance(v, str) and bool(v)),
     "rng_torch": (f"the CPU generator's state, a tensor of {_RNG_BYTES} bytes it takes", _rng_state),
@@ -516,6 +521,21 @@ def _shown(v: Any) -> str:
 # ---------------------------------------------------------------------------
 
 
+def _warn_other_arch(recorded: Path, cfg: TrainConfig, path: Path) -> None:
+    """A warning when the run's config.json records another architecture than the state it exports was trained
+    with (one of the two edited by hand): the export follows the state, whose checksum covers its settings."""
+    try:
+        if not os.path.lexists(recorded):
+            return
+        theirs = TrainConfig.model_validate(read_json(recorded, "run config.json")).arch
+    except (TRMError, ValueError, TypeError, OSError):
+        return  # no record, or one no run wrote: nothing to compare
+    if differ := [k for k in type(theirs).model_fields if getattr(theirs, k) != getattr(cfg.arch, k)]:
+        log.warning("%s records %s where %s was trained with %s: the export follows the state (its checksum covers "
+                    "its settings)", recorded, ", ".join(f"arch.{k}={getattr(theirs, k)!r}" for k in differ[:3]),
+                    path.name, ", ".join(f"{getattr(cfg.arch, k)!r}" for k in differ[:3]))
+
+
 def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: bool = False,
                use_ema: bool = True) -> Path:
     """Inference export of a run's newest readable train state (EMA weights when the run kept them; the live
@@ -525,7 +545,8 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: b
     if not use_ema and not state.get("ema"):
         raise TRMError(f"--no-ema: {path} holds no EMA average (the run trained with ema=false), so its export holds "
                        "the live weights already: drop --no-ema")
-    model, cfg, ema = model_from_train_state(state, use_ema=use_ema)
+    model, cfg, ema = model_from_train_state(state, use_ema=use_ema, source=f"train state {path}")
+    _warn_other_arch(path.parent / "config.json", cfg, path)
     shape = state["model_shape"]
     info = {"source": str(path), "step": state["step"], "ema": ema, "data_paths": cfg.data_paths,
             "train_config": json.loads(state["config"])}
