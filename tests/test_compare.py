@@ -106,6 +106,20 @@ def test_a_sweep_still_running(tmp_path):
     assert_png(paths["bars"])
 
 
+def test_a_sweep_runs_bad_config_says_its_settings_come_from_the_record(tmp_path, caplog):
+    """The warning said the settings columns were left empty while lr was filled from sweep.json."""
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "b_s0", ["seed=0"], train=[(5, 3.0, 2.0, 0.25, 0.6)])
+    (sweep / "b_s0" / "config.json").write_text('{"arch": [1, 2]}')
+    records = [{"name": "b_s0", "variant": "b", "seed": 0, "state": "done", "settings": {"lr": 0.02}}]
+    (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": records}))
+    with caplog.at_level("WARNING"):
+        (loaded,) = load_runs([sweep])
+    said = [r.getMessage() for r in caplog.records if "not settings this trm_kaggle can read" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith(": its settings are taken from the sweep's record"), said
+    assert loaded.settings["lr"] == 0.02
+
+
 def test_peak_memory_is_the_largest_logged_interval_peak(tmp_path):
     run = write_run(tmp_path / "r", train=[(1, 1.0, 2.0, 0.0, 0.1), (2, 2.0, 1.0, 0.0, 0.2)])
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

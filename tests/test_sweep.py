@@ -49,6 +49,7 @@ if name.startswith("crash"):
     raise RuntimeError("a bug in " + name)
 if name.startswith("slow"):
     time.sleep(float(os.environ.get("FAKE_SLEEP", "0.6")))
+open(os.path.join(run_dir, "state_step00000001.pt"), "w").close()  # a finished training leaves its state
 note(end=time.time())
 """
 
@@ -298,6 +299,21 @@ def test_a_failure_is_recorded_and_the_sweep_goes_on_then_a_rerun_skips_done_run
     assert [recs[n]["attempts"] for n in ("ok_s0", "fail_s0", "crash_s0", "ok2_s0")] == [1, 2, 2, 1]
     assert len(notes(sd, "ok_s0")) == 2  # started and finished once
     assert (sd / "fail_s0" / "train.log").read_text().count("--- sweep attempt") == 2
+
+
+def test_a_done_run_whose_folder_was_deleted_is_trained_again(tmp_path, fake_train, caplog):
+    """A rerun said "2 of 2 runs done" over a deleted run folder, left it holding only a lock file, and compare
+    listed the run as done without data."""
+    import shutil
+
+    sd = tmp_path / "sw"
+    S.run_sweep(grid("ok", "ok2"), sd, progress=False, poll_seconds=0.02)
+    shutil.rmtree(sd / "ok_s0")
+    again = S.run_sweep(grid("ok", "ok2"), sd, progress=False, poll_seconds=0.02)
+    assert (again.done, again.skipped) == (2, 1)
+    assert records(sd)["ok_s0"]["attempts"] == 2 and len(notes(sd, "ok_s0")) == 2  # trained again, from scratch
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("run ok_s0 is recorded done but" in m and "holds no train state" in m for m in said), said
 
 
 def test_a_run_that_cannot_start_is_a_failed_run(tmp_path, fake_train, monkeypatch):

@@ -77,6 +77,8 @@ def _config(run_dir: Path, recorded: dict | None) -> dict:
     """The run's config.json (what train ran), else the sweep's record of its settings (a run not started yet,
     or a config.json that cannot be read: one run's bad file costs that run its settings columns alone)."""
     path = run_dir / "config.json"
+    instead = ("its settings are taken from the sweep's record" if recorded else
+               "its settings columns are left empty")  # what the warning says is what the tables then show
     if path.exists():
         try:
             data = read_json(path, "run config")
@@ -88,12 +90,11 @@ def _config(run_dir: Path, recorded: dict | None) -> dict:
                 TrainConfig.model_validate(data)
                 return data
             except pydantic.ValidationError as err:
-                log.warning("%s: not settings this trm_kaggle can read (%s): its settings columns are left empty",
-                            path, validation_line(err))
+                log.warning("%s: not settings this trm_kaggle can read (%s): %s", path, validation_line(err), instead)
                 return recorded or {}
         if data is not None:  # valid JSON, but not settings: said, as an unreadable file is
-            log.warning("%s: not a run config (a JSON object expected, found %s): its settings columns are "
-                        "left empty", path, type(data).__name__)
+            log.warning("%s: not a run config (a JSON object expected, found %s): %s", path, type(data).__name__,
+                        instead)
     return recorded or {}
 
 

@@ -56,8 +56,8 @@ from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
 from trm_kaggle.outputs import overlap_problem
 from trm_kaggle.progress import tqdm
-from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
-                              read_config_file, repeated_keys, training_io)
+from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, list_states, load_train_config,
+                              parse_override, read_config_file, repeated_keys, training_io)
 from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
@@ -311,6 +311,11 @@ def _merge_plan(doc: dict | None, grid: SweepGrid, base: dict, plan: Sequence[Pl
             if rec["state"] == "running":
                 _refuse_if_still_running(rec, sweep_dir)
                 rec["state"], rec["error"] = "pending", "interrupted"
+            if rec["state"] == "done" and not list_states(sweep_dir / run.name):  # its folder deleted or emptied:
+                # "done" would be reported over nothing, and compare would list a run without data
+                log.warning("sweep %s: run %s is recorded done but %s holds no train state (deleted?): it is trained "
+                            "again", grid.name, run.name, sweep_dir / run.name)
+                rec["state"], rec["error"] = "pending", "its folder held no train state"
             if rec["state"] == "done":
                 if not _trains_further(before, run.config):  # e.g. a lower max_steps, another log_interval: the
                     continue  # finished run stays as it is, its record the settings it ran with
