@@ -468,8 +468,16 @@ def check_against_sample(submission_path, challenges_path):
 
 
 if report is not None and not report.get("ran"):
-    NO_MODEL = report.get("model_failed") or next(iter(report.get("errors") or []), None) or (
-        "it predicted no task within the time budget")
+    refused = report.get("left_out") or {}
+    if not report.get("model_tasks") and refused:  # nothing reached the model: not the budget's doing
+        from trm_kaggle.wording import shown
+
+        first = next(iter(refused))
+        NO_MODEL = (f"every task was refused before the model: task {shown(first)}: {refused[first]}"
+                    + (f" (and {len(refused) - 1} other task{'s' * (len(refused) > 2)})" if len(refused) > 1 else ""))
+    else:
+        NO_MODEL = report.get("model_failed") or next(iter(report.get("errors") or []), None) or (
+            "it predicted no task within the time budget")
 if WRITTEN and is_file(SUBMISSION) and CHALLENGES:
     try:
         if READY and report is not None:

@@ -64,6 +64,22 @@ def test_a_training_run_folder_in_a_submit_work_folder_is_refused(data, tmp_path
     assert _listing(work) == before
 
 
+def test_a_submissions_output_in_another_submits_work_folder_is_refused(tmp_path, capsys):
+    """`submit --output sw1/solve_report.json` replaced that work folder's record with a submission, exit 0."""
+    work = tmp_path / "sw1"
+    (work / "units").mkdir(parents=True)
+    (work / "workers").mkdir()
+    (work / "solve_report.json").write_text('{"mine": 1}')
+    (tmp_path / "c.json").write_text("{}")
+    before = {p: p.read_bytes() for p in work.rglob("*") if p.is_file()}
+    for out in (work / "solve_report.json", work / "units" / "x.json"):
+        line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+                                            str(SHIPPED), "--output", str(out), "--work-dir", str(tmp_path / "w2")]))
+        assert f"--output {out} lies inside" in line and "a submit's work folder" in line, line
+    assert {p: p.read_bytes() for p in work.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "w2").exists()
+
+
 def test_a_folder_of_the_users_is_no_run_or_pipeline_folder(data, tmp_path, capsys):
     """`train checkpoint_path=notes` replaced the user's notes/config.json and metrics.jsonl, and `pipeline
     --work-dir mine` their summary.md and submission.json, with exit 0: files no run of ours recorded are refused,

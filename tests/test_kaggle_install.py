@@ -248,3 +248,19 @@ def test_a_wheel_whose_installer_exits_is_one_line_and_the_kernel_goes_on(tmp_pa
     lines = [line for line in out.splitlines() if "installing trm_kaggle failed" in line]
     assert res.returncode == 0 and "READY False" in res.stdout, out[-2000:]
     assert len(lines) == 1 and "its installer exited with status 3" in lines[0], lines
+
+
+def test_the_kernels_reason_when_every_task_it_worked_on_was_refused():
+    """Malformed tasks taking every MAX_TASKS place: the last line blamed the time budget ("it predicted no task
+    within the time budget") 0 s into 200; `submit` names the refusal, and so does the kernel now."""
+    before = code_cells("kaggle_submission.ipynb")[-2]
+    start = before.index('if report is not None and not report.get("ran"):')
+    block = before[start:before.index("if WRITTEN and is_file(SUBMISSION)")]
+    refused = {"t\x1b0": "challenges: task t0: test pair 0 input: not rectangular", "t1": "no train pairs"}
+    scope = {"report": {"ran": 0, "model_tasks": 0, "left_out": refused, "errors": []}, "NO_MODEL": None}
+    exec(block, scope)
+    assert scope["NO_MODEL"] == ("every task was refused before the model: task t\\x1b0: challenges: task t0: test "
+                                 "pair 0 input: not rectangular (and 1 other task)")
+    scope = {"report": {"ran": 0, "model_tasks": 2, "left_out": {}, "errors": []}, "NO_MODEL": None}
+    exec(block, scope)
+    assert scope["NO_MODEL"] == "it predicted no task within the time budget"

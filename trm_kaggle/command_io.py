@@ -72,13 +72,13 @@ def _refuse_inside(folder, what: str, kind: str, holds: str, whose: str, owns) -
                            f"{whose}; choose a folder of its own")
 
 
-def _refuse_work_dir(folder) -> None:
-    """A run folder inside a submit's work folder: a submit, which refuses a run folder, could no longer resume."""
+def _refuse_work_dir(folder, what: str = "run folder (checkpoint_path)") -> None:
+    """A run folder, or another submit's --output, inside a submit's work folder: a submit, which refuses a run
+    folder, could no longer resume, and a submission there could replace its record (solve_report.json)."""
     def is_work_dir(at) -> bool:
         return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
 
-    _refuse_inside(folder, "run folder (checkpoint_path)", "a submit's work folder", "units/ or solve_report.json",
-                   "solve's", is_work_dir)
+    _refuse_inside(folder, what, "a submit's work folder", "units/ or solve_report.json", "solve's", is_work_dir)
 
 
 def _sweep(args: argparse.Namespace) -> IO:
@@ -140,6 +140,7 @@ def _submit(args: argparse.Namespace) -> IO:
 
     work_dir = args.work_dir or default_work_dir(args.output)
     _refuse_run_folder(work_dir, "--work-dir")
+    _refuse_work_dir(args.output, "--output")  # its own work folder is an output it may not lie in, as any other
     cache = [Input(args.compile_cache, "--compile-cache")] if getattr(args, "compile_cache", None) else []
     return ([Input(args.challenges, "--challenges"), Input(args.weights, "--weights", tree=True), *cache],
             [Output(args.output, "--output"), Output(work_dir, "--work-dir", "folder", WORK_ENTRIES)])
