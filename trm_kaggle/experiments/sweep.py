@@ -56,8 +56,8 @@ from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
 from trm_kaggle.outputs import overlap_problem
 from trm_kaggle.progress import tqdm
-from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, list_states, load_train_config,
-                              parse_override, read_config_file, repeated_keys, training_io)
+from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
+                              read_config_file, repeated_keys, training_io)
 from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
@@ -311,7 +311,8 @@ def _merge_plan(doc: dict | None, grid: SweepGrid, base: dict, plan: Sequence[Pl
             if rec["state"] == "running":
                 _refuse_if_still_running(rec, sweep_dir)
                 rec["state"], rec["error"] = "pending", "interrupted"
-            if rec["state"] == "done" and not list_states(sweep_dir / run.name):  # its folder deleted or emptied:
+            # (the states' names, not train.list_states: that module brings torch to a dry run that needs none)
+            if rec["state"] == "done" and not any((sweep_dir / run.name).glob("state_step*.pt")):  # deleted:
                 # "done" would be reported over nothing, and compare would list a run without data
                 log.warning("sweep %s: run %s is recorded done but %s holds no train state (deleted?): it is trained "
                             "again", grid.name, run.name, sweep_dir / run.name)
