@@ -366,8 +366,9 @@ if READY:
     try:
         installer, wheels = offline_installer()
         installer["prepare"](wheels, warn=warn)
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - the notebook never raises; a wheel's code may exit
-        why = f"its installer exited with status {e.code}" if isinstance(e, SystemExit) else str(e)
+    except BaseException as e:  # noqa: BLE001 - the notebook never raises; a wheel's code may exit or raise anything
+        why = (f"its installer exited with status {e.code}" if isinstance(e, SystemExit) else str(e)
+               if isinstance(e, Exception) else f"{type(e).__name__}: {e}".rstrip(": "))
         READY = False
         NO_MODEL = f"installing trm_kaggle failed: {why}"
         warn(f"installing trm_kaggle failed ({why}); the fallback submission.json stands")
@@ -392,7 +393,7 @@ if READY:
         print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {torch.cuda.device_count()} GPU(s) "
               f"visible")
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
+    except BaseException as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
         READY = False
         NO_MODEL = f"importing trm_kaggle failed ({type(e).__name__}: {e})"
         warn(f"importing trm_kaggle failed ({type(e).__name__}: {e}); the fallback submission.json stands")

@@ -206,8 +206,9 @@ if READY:
     try:
         installer, wheels = offline_installer()
         installer["prepare"](wheels, warn=warn)
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - the notebook never raises; a wheel's code may exit
-        why = f"its installer exited with status {e.code}" if isinstance(e, SystemExit) else e
+    except BaseException as e:  # noqa: BLE001 - the notebook never raises; a wheel's code may exit or raise anything
+        why = (f"its installer exited with status {e.code}" if isinstance(e, SystemExit) else e
+               if isinstance(e, Exception) else f"{type(e).__name__}: {e}".rstrip(": "))
         fail(f"installing trm_kaggle failed ({why})")
 
 # %% [markdown]
@@ -231,7 +232,7 @@ if READY:
 
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
         print(f"trm_kaggle {trm_kaggle.__version__}")
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
+    except BaseException as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
         fail(f"importing trm_kaggle failed ({type(e).__name__}: {e})")
 if READY:
     try:
