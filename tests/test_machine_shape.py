@@ -89,6 +89,9 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
     (["--time-budget", "60", "--max-tasks", "2", "--challenges", "/nonexistent.json"],
      "--challenges, --max-tasks, --time-budget: options of the offline run; add --execute, or leave them out"),
     (["--mounts", "2026"], "--mounts: options of the offline run"),
+    # typed with their default values they were taken for not typed, and accepted though read by nothing
+    (["--mounts", "2025", "--max-tasks", "3"], "--mounts, --max-tasks: options of the offline run"),
+    (["--push-wait", "1800"], "--push-wait: options of --push; add it"),
     (["--cpu", "--accelerator", "NvidiaL4"], "--cpu and --accelerator NvidiaL4: a CPU kernel asks Kaggle for no"),
     # the training kernel's and --push's options, given to a build that reads none of them: once dropped unsaid
     (["--preset", "arc2", "--train-budget", "1000"], "--preset, --train-budget: options of the training kernel"),
@@ -144,3 +147,13 @@ def test_the_committed_notebook_carries_kaggles_block_for_web_uploads():
     nb = json.loads((M.REPO_ROOT / "notebooks" / "kaggle_submission.ipynb").read_text())
     assert nb["metadata"]["kaggle"] == M.notebook_kaggle_block(M.DEFAULT_MACHINE_SHAPE, [])
     assert nb["metadata"]["kaggle"]["isInternetEnabled"] is False
+
+
+def test_trm_kaggle_bundle_refuses_a_default_valued_option_read_by_nothing(inputs, tmp_path, capsys):
+    from trm_kaggle.cli import main
+
+    out = tmp_path / "out"
+    assert main(["bundle", str(out), "--no-download", "--user", USER, "--weights", str(inputs["export"]),
+                 "--max-tasks", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-tasks: options of the offline run" in err and not out.exists(), err

@@ -119,7 +119,7 @@ def _main(argv: list[str] | None, started: float) -> int:
             return 2
     if overrides:
         args.overrides = list(args.overrides) + overrides
-    args.started = started
+    args.started, args.argv = started, list(argv)  # the line as parsed: `bundle` asks which options were typed
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLineFormatter("%(levelname)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,

@@ -335,7 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     escape_what_the_console_cannot_show()
     try:
         with checked_stdout():
-            return run(parse_checked(make_parser().parse_intermixed_args, argv))
+            args = parse_checked(make_parser().parse_intermixed_args, argv)
+            args.typed_options = typed_options(argv)
+            return run(args)
     except (StdoutError, TRMError) as e:  # TRMError here: an option outside its bounds, found while parsing
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
@@ -428,11 +430,22 @@ _PUSH_ONLY = ("version_message", "push_wait")
 _SUBMISSION_ONLY = ("weights", "notebook", "cpu", "execute", "competition", *_EXECUTE_ONLY)
 
 
+def typed_options(argv: Sequence[str] | None) -> set[str]:
+    """The destinations of the options typed on the line, whatever their values: the line parsed again with every
+    default suppressed (`--max-tasks 3`, the default, typed with --train-kernel is still read by nothing)."""
+    parser = make_parser()
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_intermixed_args(argv)))
+
+
 def _given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
-    """Those of the options `names` given on the line (their values other than the defaults), as flags."""
+    """Those of the options `names` typed on the line, as flags (where the line is not at hand, a `run` called
+    with a namespace: those whose values differ from the defaults)."""
+    typed = getattr(args, "typed_options", None)
     defaults = make_parser()
-    return [f"--{name.replace('_', '-')}" for name in names
-            if hasattr(args, name) and getattr(args, name) != defaults.get_default(name)]
+    return [f"--{name.replace('_', '-')}" for name in names if hasattr(args, name)
+            and (name in typed if typed is not None else getattr(args, name) != defaults.get_default(name))]
 
 
 def _push_options(args: argparse.Namespace) -> dict:
