@@ -44,3 +44,12 @@ def test_loads_say_no_warning_of_torchs(tmp_path, monkeypatch):
         with pytest.raises(pickle.UnpicklingError):
             load_weights_only(path)
     assert not (tmp_path / "ran-pickle-code").exists()
+
+
+def test_a_foreign_file_given_as_a_state_gets_no_advice_to_unpickle_it(tmp_path):
+    """torch's message went on to advise `weights_only=False`, which would run the pickle's code."""
+    path = tmp_path / "state_step_1.pt"
+    path.write_text('{"a JSON file": 1}')  # `export run/config.json`
+    with pytest.raises(DamagedFile) as e:
+        load_train_state(path)
+    assert "weights_only" not in str(e.value) and "UnpicklingError: Weights only load failed" in str(e.value)

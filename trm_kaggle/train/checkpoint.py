@@ -279,9 +279,11 @@ def load_train_state(path: Path) -> dict[str, Any]:
         try:
             state = load_weights_only(f)
         except Exception as e:  # truncated zip, foreign pickle, ...; a failing disk is no damage: `read_failure`
+            # torch's first sentence only: the rest advises weights_only=False, which would run a pickle's code
+            detail = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:200]
             raise read_failure(e, path, "train state") or DamagedFile(
                 f"{path}: not a readable train state (truncated or not written by trm-kaggle?): "
-                f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}") from None
+                f"{type(e).__name__}: {detail}") from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise DamagedFile(f"{path}: not a trm-kaggle train state (for upstream step_N files use "
                           "`trm-kaggle import-upstream`)")
