@@ -202,6 +202,7 @@ def add_bundle(sub) -> None:
 def cmd_bundle(args: argparse.Namespace) -> int:
     from trm_kaggle.kaggle import bundle
 
-    if "bundle" in args.argv:  # options read by nothing are refused when typed, whatever their values
-        args.typed_options = bundle.typed_options(args.argv[args.argv.index("bundle") + 1:])
+    line = getattr(args, "argv", None) or []  # the CLI's line (a namespace made elsewhere has none)
+    if "bundle" in line:  # options read by nothing are refused when typed, whatever their values
+        args.typed_options = bundle.typed_options(line[line.index("bundle") + 1:])
     return bundle.run(args)
