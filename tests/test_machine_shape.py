@@ -4,6 +4,7 @@ metadata.kaggle block), and bad input to build_bundle.py: one `error:` line, sta
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -119,6 +120,25 @@ def test_unreadable_sample_submission_stops_before_the_build(inputs, tmp_path, c
     assert _build(inputs, out, "--execute", "--challenges", str(comp / "arc-agi_test_challenges.json")) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and words in err and "sample_submission.json" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind, words", [("empty", "the file is empty"), ("truncated", "truncated?"),
+                                         ("list", "expected an object mapping task ids"), ("fifo", "FIFO"),
+                                         ("folder", "found a directory")])
+def test_unreadable_challenges_stop_before_the_build(inputs, tmp_path, capsys, kind, words):
+    # such a file was refused only once the whole bundle had been built (a wasted build, an OUT_DIR left behind)
+    path = tmp_path / "arc-agi_test_challenges.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.write_text({"empty": "", "truncated": '{"a": {"train": [', "list": "[]"}[kind])
+    out = tmp_path / "out"
+    assert _build(inputs, out, "--execute", "--challenges", str(path)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and words in err and path.name in err and err.count("\n") == 1, err
     assert not out.exists()
 
 

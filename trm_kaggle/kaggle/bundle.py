@@ -69,7 +69,7 @@ from trm_kaggle.kaggle.metadata import (
 )
 from trm_kaggle.kaggle.push import owner, push, push_training, push_unavailable
 from trm_kaggle.kaggle.rehearsal import execute
-from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, read_sample_submission
+from trm_kaggle.kaggle.sandbox import MOUNT_LAYOUTS, check_challenges
 from trm_kaggle.kaggle.train_kernel import (  # check_kernel_overrides: for the training session
     build_data, build_train_kernel, check_continue_from, check_kernel_overrides, fetch_run_state)
 from trm_kaggle.kaggle.weights_dataset import build_weights, check_compile_cache, default_weights, export_problem
@@ -544,7 +544,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
                            f"safety margin and a worker needs {MIN_PLAN_S:g} s more to plan, so the model could "
                            f"not run; give at least {margin + MIN_PLAN_S:g}")
         if args.execute and args.challenges:  # read before anything is built
-            read_sample_submission(Path(args.challenges))
+            check_challenges(Path(args.challenges))
         t = time.perf_counter()
         report = build_bundle(args.out_dir, ids=ids, weights=args.weights, notebook=args.notebook,
                               repo=Path(args.repo), extra_wheels=args.extra_wheel, kaggle_has=args.kaggle_has,

@@ -312,6 +312,13 @@ def read_sample_submission(challenges: Path | None) -> dict | None:
     return sample
 
 
+def check_challenges(challenges: Path) -> None:
+    """Read a user's challenges file and the sample submission beside it as the sandbox will: TRMError when either
+    cannot be read, so that `--execute --challenges` refuses such a file before the bundle is built."""
+    read_challenges(challenges)
+    read_sample_submission(challenges)
+
+
 def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None,
                     competition: str = COMPETITION, mounts: str = "2025",
                     alter: Callable[[SandboxLayout], None] | None = None) -> SandboxLayout:
