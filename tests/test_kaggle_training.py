@@ -192,6 +192,16 @@ def test_bad_inputs_are_one_line_and_keep_the_previous_state(built, tmp_path):
     assert json.loads((tmp_path / "w" / "session.json").read_text())["ok"] is False
 
 
+@pytest.mark.parametrize("steps", [-1, 0, True, 2.5, "3"])
+def test_a_session_step_cap_that_is_no_positive_count_is_named(built, tmp_path, steps):
+    # -1 trained nothing and blamed a time budget that was not set; True trained one step
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=steps, echo=lines.append)
+    assert not r.ok and lines == [f"error: session_steps {steps!r}: a whole number of steps >= 1, or None for no cap"]
+    assert not (tmp_path / "w" / "run").exists()
+
+
 def test_a_budget_shorter_than_one_step_and_out_of_memory_keep_the_previous_state(built, tmp_path, monkeypatch):
     prev = tmp_path / "prev"
     run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,

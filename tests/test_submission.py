@@ -261,6 +261,19 @@ def test_write_submission_is_atomic_and_compact(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == ["submission.json"]
 
 
+def test_write_submission_never_writes_over_its_challenges(tmp_path):
+    # the library call wrote the submission over the challenges file it was checked against: the tasks were lost
+    challenges = tmp_path / "arc-agi_test_challenges.json"
+    challenges.write_text(json.dumps(small_challenges()))
+    (tmp_path / "link.json").symlink_to(challenges.name)
+    for target in (challenges, tmp_path / "link.json"):
+        with pytest.raises(TRMError, match="is also the input challenges .*an output never overwrites an input"):
+            write_submission(target, _valid(), challenges)
+        assert json.loads(challenges.read_text()) == small_challenges()
+    write_submission(tmp_path / "submission.json", _valid(), challenges)  # beside it is fine
+    assert load_submission(tmp_path / "submission.json") == _valid()
+
+
 # ---------------------------------------------------------------------------
 # Scoring
 # ---------------------------------------------------------------------------

@@ -241,6 +241,9 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
             if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise TRMError(f"{name} {value!r}: a finite number of seconds >= 0"
                                + (", or None for no limit" if name == "time_budget" else ""))
+        if session_steps is not None and (isinstance(session_steps, bool) or not isinstance(session_steps, int)
+                                          or session_steps < 1):  # -1 once blamed a budget that was not set
+            raise TRMError(f"session_steps {session_steps!r}: a whole number of steps >= 1, or None for no cap")
         _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
                  [*timed, *overrides], data_dir, time_budget, margin, session_steps, started,
                  Path(scratch) if scratch is not None else default_scratch(), echo)

@@ -52,6 +52,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.outputs import Input, Output, overlap_problem
 from trm_kaggle.wording import count, shown
 
 ATTEMPTS = ("attempt_1", "attempt_2")
@@ -404,8 +405,11 @@ def write_submission(path: str | os.PathLike, submission: Mapping,
 
     The submission is checked first and nothing is written when it is malformed
     (DataError with the first problem); with `challenges` the task ids and counts are
-    checked too (`check_submission`).
+    checked too (`check_submission`), and a challenges file is never written over (TRMError).
     """
+    if isinstance(challenges, (str, os.PathLike)) and \
+            (problem := overlap_problem([Input(challenges, "challenges")], [Output(path, "submission")])):
+        raise TRMError(problem)
     if challenges is not None:
         check_submission(submission, challenges)
     else:
