@@ -111,6 +111,21 @@ def test_export_config_is_plain_json(tmp_path):
     assert json.loads((tmp_path / "e" / "config.json").read_text())["arch"] == ARCH.model_dump()
 
 
+def test_an_export_is_the_same_bytes_each_time(tmp_path):
+    # safetensors writes its metadata in a hash map's order, new in each map: two exports of one model differed in
+    # bytes (a file hash, a Kaggle dataset version), though not in a tensor
+    model = model_with_table()
+    files = []
+    for k in range(4):
+        export_inference(tmp_path / f"e{k}", model, arch=ARCH, seq_len=8, vocab_size=5)
+        files.append((tmp_path / f"e{k}" / "weights.safetensors").read_bytes())
+    assert all(f == files[0] for f in files[1:])
+    size = int.from_bytes(files[0][:8], "little")
+    header = json.loads(files[0][8:8 + size])
+    assert list(header["__metadata__"]) == sorted(header["__metadata__"]) == ["config", "format", "sha256"]
+    assert load_inference_model(tmp_path / "e3")[0] is not None  # still an export its reader takes
+
+
 def test_an_export_of_a_fused_float8_run_loads_where_neither_runs(tmp_path):
     """A run trained with arch.kernels=triton and arch.fp8=nograd exports weights a CPU loads and runs: the export
     records kernels=auto (torch where Triton cannot run) and fp8=off; the tensors are the run's."""

@@ -148,9 +148,25 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
         raise DataError(f"{out_dir}: not written, its config.json would be refused: {validation_line(e)}") from None
     with atomic_directory(out_dir, kind="export") as tmp:
         save_file(tensors, str(tmp / "weights.safetensors"), metadata=weights_meta)
+        _sort_metadata(tmp / "weights.safetensors")
         os.chmod(tmp / "weights.safetensors", 0o644)  # safetensors writes it private; exports are shared
         atomic_write_json(tmp / "config.json", config, indent=2)
     return Path(out_dir)
+
+
+def _sort_metadata(path: Path) -> None:
+    """Put a safetensors header's metadata keys in sorted order, in place. safetensors writes them in the order of a
+    hash map seeded anew for each file, so one model exported twice differed in bytes (a file hash, a Kaggle
+    dataset's version) though in no tensor. The header keeps its length: the same text, reordered."""
+    with open(path, "r+b") as f:
+        size = int.from_bytes(f.read(8), "little")
+        text = f.read(size).decode("utf-8")
+        header = json.loads(text)
+        header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+        ordered = json.dumps(header, separators=(",", ":"), ensure_ascii=False)
+        if len(ordered.encode("utf-8")) == len(text.rstrip(" ").encode("utf-8")):  # the writer's JSON, or leave it
+            f.seek(8)
+            f.write(ordered.encode("utf-8").ljust(size, b" "))
 
 
 def portable_arch(arch: ArchConfig) -> dict:
