@@ -274,6 +274,26 @@ def test_a_config_with_values_no_run_writes_is_said_and_never_tabled(tmp_path, c
     assert "inf" not in text.lower() and "seed.x" not in text and "{'x': 1}" not in paths["markdown"].read_text()
 
 
+def test_settings_a_run_has_not_are_empty_in_both_tables(tmp_path, caplog):
+    """The warning said a run's settings columns were left empty; table.md wrote `None` in each (a value some
+    settings take: max_steps, eval_interval), settings the run never had."""
+    good = write_run(tmp_path / "good", train=[(1, 0.1, 2.0, 0.0, 0.1)])
+    bad = write_run(tmp_path / "bad", train=[(1, 0.1, 2.0, 0.0, 0.1)])
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**config, "lr": float("inf")}))
+    with caplog.at_level("WARNING"):
+        paths = write_comparison([good, bad], tmp_path / "out")
+    assert any("its settings columns are left empty" in r.getMessage() for r in caplog.records)
+    md = paths["markdown"].read_text()
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in md.splitlines() if line.startswith("| bad") or line.startswith("| good")}
+    assert set(rows) == {"bad", "good"} and "None" not in rows["bad"], rows
+    head = next(line for line in md.split("## By run")[1].splitlines() if line.startswith("| run"))
+    lr = [c.strip() for c in head.split("|")[1:-1]].index("lr")
+    assert rows["bad"][lr - 1] == "" and rows["good"][lr - 1] == str(config["lr"])
+    assert rows_of(paths["csv"])["bad"]["lr"] == ""
+
+
 def test_a_run_named_twice_is_refused_not_counted_as_a_second_seed(three_runs, tmp_path, capsys):
     run = three_runs / "ema_s0"
     (tmp_path / "link").symlink_to(run)

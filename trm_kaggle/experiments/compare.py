@@ -262,7 +262,8 @@ def _assign_groups(runs: Sequence[RunData]) -> None:
         elif len(members) == 1:
             label = members[0].label
         else:
-            label = ", ".join(f"{k}={members[0].settings.get(k)}" for k in differ) or members[0].label
+            label = ", ".join(f"{k}={members[0].settings[k]}" for k in differ if k in members[0].settings) \
+                or members[0].label
         for r in members:
             r.group = label
 
@@ -371,7 +372,9 @@ def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
                            for k, _, _ in columns] + settings)
 
     def setting(r: RunData, k: str) -> str:
-        v = r.settings.get(k)
+        if k not in r.settings:  # a run whose settings could not be read: empty, as the warning said (None is a
+            return ""            # value some settings take)
+        v = r.settings[k]
         return json.dumps(v, default=str) if isinstance(v, (list, dict)) else str(v)
 
     groups: dict[str, list[int]] = {}
