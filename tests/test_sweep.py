@@ -589,6 +589,17 @@ def test_a_run_record_no_sweep_writes_is_refused_not_kept(tmp_path, field, value
     assert S.read_sweep(tmp_path)["runs"][0][field] == rec[field]
 
 
+def test_a_run_recorded_twice_is_refused_not_kept(tmp_path):
+    """Two records of one run (a hand edit): a rerun trained the run again, added a third record and counted "2 of
+    2 runs done" over a file that held three."""
+    rec = {"name": "a_s0", "state": "done", "attempts": 1, "seconds": 2.5, "returncode": 0}
+    (tmp_path / "sweep.json").write_text(json.dumps({"format": S.SWEEP_FORMAT, "runs": [rec, {**rec, "seconds": 1}]}))
+    before = (tmp_path / "sweep.json").read_bytes()
+    with pytest.raises(TRMError, match="sweep.json: run a_s0 is recorded twice; fix the record"):
+        S.read_sweep(tmp_path)
+    assert (tmp_path / "sweep.json").read_bytes() == before
+
+
 def test_a_done_line_says_when_its_seconds_add_up_several_attempts(tmp_path):
     """A rerun printed `done a_s0 (6 s)` beside `in 5 s` for the whole command: the 6 s were two attempts'."""
     import io

@@ -257,6 +257,9 @@ def read_sweep(sweep_dir: str | os.PathLike) -> dict | None:
             raise TRMError(f"{path}: a run record without a plain directory name: {str(rec)[:120]}")
         if problem := _record_problem(rec):  # a value no sweep writes: never kept, nor written back
             raise TRMError(f"{path}: run {rec['name']}: {problem}; fix the record or choose another --sweep-dir")
+    names = [rec["name"] for rec in doc["runs"]]
+    if twice := next((n for k, n in enumerate(names) if n in names[:k]), None):  # a sweep writes one record a run
+        raise TRMError(f"{path}: run {twice} is recorded twice; fix the record or choose another --sweep-dir")
     return doc
 
 
