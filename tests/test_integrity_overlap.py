@@ -191,15 +191,16 @@ def test_sweep_import_and_repair_evaluation(world, capsys):
 
 
 def test_an_output_where_another_output_folder_writes_its_own_entry_is_refused(world, capsys):
-    """evaluate --report-dir rx --save-votes rx/report.json: the report would replace the votes; votes beside
-    the report's entries are allowed."""
+    """evaluate --report-dir rx --save-votes rx/report.json: the report would replace the votes; and so would it
+    beside the report's entries (rx/votes.npz ran the whole evaluation, then the report refused the folder)."""
     before = contents(world)
     args = ["evaluate", "--weights", str(world / "exp"), "--data", str(world / "data"), "--report-dir",
             str(world / "rx")]
     line = one_error_line(capsys, main(args + ["--save-votes", str(world / "rx" / "report.json")]))
     assert "--save-votes" in line and "lies inside --report-dir" in line, line
-    line = one_error_line(capsys, main(args + ["--save-votes", str(world / "rx" / "pictures" / "v.npz")]))
-    assert "lies inside --report-dir" in line, line
+    for votes in ("pictures/v.npz", "votes.npz"):
+        line = one_error_line(capsys, main(args + ["--save-votes", str(world / "rx" / votes)]))
+        assert "lies inside --report-dir" in line, line
     assert contents(world) == before and not (world / "rx").exists()
     check_io([], [Output(world / "rx" / "votes.npz", "--save-votes"),
                   Output(world / "rx", "--report-dir", "folder", ("report.json", "report.md", "pictures"))])
@@ -270,3 +271,63 @@ def test_a_file_output_ending_with_a_slash_is_refused(world, capsys):
     assert "--output " in (line := one_error_line(capsys)) and "ends with a slash, which names a folder" in line
     assert not (world / "newdir").exists()
     check_io([], [Output(str(world / "newdir") + "/", "--work-dir", "folder")])  # a folder may end with one
+
+
+# ---------------------------------------------------------------------------
+# The library's writers check the same, whoever calls them
+# ---------------------------------------------------------------------------
+
+
+def _solve(world: Path, **paths):
+    from trm_kaggle.config import SolveConfig
+    from trm_kaggle.solve import solve
+
+    fields = {"challenges": "c.json", "weights": "exp", "output": "sub.json", "work_dir": "work", **paths}
+    return solve(SolveConfig(**{k: str(world / v) for k, v in fields.items()}, progress=False))
+
+
+@pytest.mark.parametrize("paths, words", [
+    ({"output": "c.json"}, "output .*c.json is also the input challenges"),        # the submission over its tasks
+    ({"output": "soft.json"}, "through a link"),
+    ({"output": "exp/weights.safetensors"}, "is inside the input weights"),      # the fallback over the weights
+    ({"work_dir": "exp"}, "work_dir .* is also the input weights"),
+    ({"work_dir": "data/w"}, "work_dir .* lies inside .*data, which is a dataset"),  # a dataset it does not read
+    ({"output": "work/solve_report.json"}, "output .* lies inside work_dir"),  # the report over the submission
+])
+def test_the_library_solve_never_writes_over_or_into_an_input(world, paths, words):
+    # the command refused these; `solve` called from Python wrote them (its submission over the challenges, then
+    # "valid")
+    before = contents(world)
+    with pytest.raises(TRMError, match=words):
+        _solve(world, **paths)
+    assert contents(world) == before and not (world / "work").exists()
+
+
+@pytest.mark.parametrize("save_votes, report_dir, words", [
+    ("exp/weights.safetensors", None, "save_votes .* is inside the input weights"),
+    ("data/test_puzzles.json", None, "save_votes .* is inside the input data"),
+    ("votes.npz", None, "save_votes .* is also the input pool_with file"),
+    ("rx/votes.npz", "rx", "save_votes .* lies inside report_dir"),
+])
+def test_the_library_evaluation_never_writes_over_or_into_an_input(world, save_votes, report_dir, words):
+    from trm_kaggle.evaluate import evaluate_export
+
+    before = contents(world)
+    with pytest.raises(TRMError, match=words):
+        evaluate_export(str(world / "exp"), str(world / "data"), save_votes=str(world / save_votes),
+                        report_dir=report_dir and str(world / report_dir), pool_with=[str(world / "votes.npz")])
+    assert contents(world) == before and not (world / "rx").exists()
+
+
+def test_write_challenges_never_writes_both_files_to_one_path(world):
+    from trm_kaggle.data import parse_task, write_challenges
+
+    task = parse_task("t", {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]], "output": [[2]]}]},
+                      "here")
+    before = contents(world)
+    for solutions in ("new.json", "soft.json"):
+        target = "new.json" if solutions == "new.json" else "c.json"
+        with pytest.raises(TRMError, match="challenges .* and solutions .* are one path"):
+            write_challenges([task], world / target, world / solutions)
+    assert contents(world) == before
+    assert write_challenges([task], world / "ch.json", world / "sol.json") == 1

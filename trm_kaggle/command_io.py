@@ -15,7 +15,6 @@ import logging
 from typing import Callable, Iterator
 
 from trm_kaggle.errors import TRMError
-from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.outputs import Input, Output, check_io
 
 IO = tuple[list[Input], list[Output]]
@@ -41,10 +40,6 @@ def _quiet() -> Iterator[None]:
         yield
     finally:
         logging.disable(level)
-
-
-#: What `submit` writes in its --work-dir.
-WORK_ENTRIES = ("src", "data", "units", "workers", "solve_report.json", LOCK_FILE)
 
 
 def _train(args: argparse.Namespace) -> IO:
@@ -115,10 +110,9 @@ def _import_upstream(args: argparse.Namespace) -> IO:
 
 
 def _evaluate(args: argparse.Namespace) -> IO:
-    inputs = [Input(args.weights, "--weights", tree=True), Input(args.data, "--data", tree=True)]
-    inputs += [Input(p, "--pool-with file") for p in args.pool_with or []]
-    report = ("report.json", "report.md", "pictures")
-    return inputs, [Output(args.save_votes, "--save-votes"), Output(args.report_dir, "--report-dir", "folder", report)]
+    from trm_kaggle.evaluate import evaluate_io
+
+    return evaluate_io(args.weights, args.data, args.save_votes, args.report_dir, args.pool_with)
 
 
 def _evaluate_repair(args: argparse.Namespace) -> IO:
@@ -137,13 +131,12 @@ def _submit(args: argparse.Namespace) -> IO:
     if args.list_recipes or not (args.challenges and args.weights):
         return [], []
     from trm_kaggle.config import default_work_dir
+    from trm_kaggle.solve import solve_io
 
     work_dir = args.work_dir or default_work_dir(args.output)
     _refuse_run_folder(work_dir, "--work-dir")
     _refuse_work_dir(args.output, "--output")  # its own work folder is an output it may not lie in, as any other
-    cache = [Input(args.compile_cache, "--compile-cache")] if getattr(args, "compile_cache", None) else []
-    return ([Input(args.challenges, "--challenges"), Input(args.weights, "--weights", tree=True), *cache],
-            [Output(args.output, "--output"), Output(work_dir, "--work-dir", "folder", WORK_ENTRIES)])
+    return solve_io(args.challenges, args.weights, args.output, work_dir, getattr(args, "compile_cache", None))
 
 
 def _regress(args: argparse.Namespace) -> IO:

@@ -252,6 +252,28 @@ def full_disk_problem(out: Output) -> str | None:
     return None
 
 
+def kept_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str | None:
+    """Why an output would overwrite, hold or break an input (`overlap_problem`, then a folder written into a
+    dataset or an export, a file that is one of theirs), or None; nothing about whether it can be written."""
+    inputs = [i for i in inputs if i.path not in (None, "")]
+    outputs = [o for o in outputs if o.path not in (None, "")]
+    if problem := overlap_problem(inputs, outputs):
+        return problem
+    for out in outputs:
+        path = _resolved(out.path)
+        if problem := (_input_problem(out, path) if out.kind == "folder" else
+                       _input_file_problem(out, path) if out.kind == "file" else None):
+            return problem
+    return None
+
+
+def check_kept(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
+    """Raise TRMError (one line) when an output would overwrite, hold or break an input: what a library function
+    that writes checks itself, before any work (a command checks that and more, `check_io`, before it calls one)."""
+    if problem := kept_problem(inputs, outputs):
+        raise TRMError(problem)
+
+
 def check_io(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
     """Raise TRMError (one line) when an output overlaps an input or cannot be written; before any work."""
     inputs = [i for i in inputs if i.path not in (None, "")]

@@ -10,6 +10,7 @@ _EXPORTS = {
     "check_submission": "submission",
     "evaluate": "pipeline",
     "evaluate_export": "run",
+    "evaluate_io": "run",
     "evaluate_repair": "repair",
     "example_puzzles": "decode",
     "expected_counts": "submission",

@@ -27,10 +27,24 @@ from trm_kaggle.evaluate.report import (REPORT_KIND, check_report_dir, format_me
 from trm_kaggle.evaluate.vote import VoteTable, canvas_side
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import apply_compile, apply_task_ids, load_model_for_dataset
+from trm_kaggle.outputs import Input, Output, check_kept
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
+
+
+def evaluate_io(weights, data, save_votes=None, report_dir=None, pool_with=(), *,
+                flags: bool = True) -> tuple[list[Input], list[Output]]:
+    """What an evaluation reads and writes (`trm_kaggle.outputs`), named as `evaluate`'s options (`flags`) or as
+    `evaluate_export`'s arguments: `evaluate_export` checks them itself, the command before it calls it. The report
+    folder is replaced as a whole: nothing else may lie in it (votes saved there were refused after the work)."""
+    def name(field: str) -> str:
+        return "--" + field.replace("_", "-") if flags else field
+
+    return ([Input(weights, name("weights"), tree=True), Input(data, name("data"), tree=True),
+             *(Input(p, f"{name('pool_with')} file") for p in pool_with or [])],
+            [Output(save_votes, name("save_votes")), Output(report_dir, name("report_dir"), "folder")])
 
 
 def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, *,
@@ -44,6 +58,7 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first. `tasks`,
     `first` (default 5) and `pictures` choose the ARC report's pictures."""
     cfg = (cfg or EvaluateConfig()).updated(**settings)
+    check_kept(*evaluate_io(weights, data, save_votes, report_dir, pool_with, flags=False))
     arc = is_arc_dataset(data)
     _check_something_to_score(data, arc)
     if not arc and (pool_with or save_votes):

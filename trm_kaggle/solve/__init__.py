@@ -22,6 +22,7 @@ _EXPORTS = {
     "make_plan": "plan",
     "solve": "job",
     "solve_config": "recipes",
+    "solve_io": "workdir",
     "steps_by_kind": "schedule",
 }
 _MODULES = ()  # public modules

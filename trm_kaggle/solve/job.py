@@ -42,10 +42,11 @@ from trm_kaggle.hardware import choose_threads, cuda_problem, pick_device, visib
 from trm_kaggle.jsonio import open_regular
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.model import resolve_compile
+from trm_kaggle.outputs import check_kept
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import NotArcModel, export_canvas
-from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, task_digest
+from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, solve_io, task_digest
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
 from trm_kaggle.wording import shown
 
@@ -148,6 +149,8 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     checked nothing). The budget counts from `start` (a time.monotonic() value, e.g. when the command started;
     default now)."""
     start = time.monotonic() if start is None else start
+    # an output never overwrites, holds or breaks an input, whoever calls (`submit` checked it, and more, already)
+    check_kept(*solve_io(cfg.challenges, cfg.weights, cfg.output, cfg.work_dir, cfg.compile_cache, flags=False))
     duplicates: set[str] = set()
     challenges = read_challenges(cfg.challenges, duplicates)
     require_tasks(challenges, cfg.challenges, "there is nothing to answer")

@@ -27,9 +27,13 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import MAX_GRID, grid_problem, parse_task, task_fits
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.locks import LOCK_FILE
+from trm_kaggle.outputs import Input, Output
 
 
 RESULT = "result.json"
+#: What a solve writes in its work folder: nothing else there is ever replaced.
+WORK_ENTRIES = ("src", "data", "units", "workers", "solve_report.json", LOCK_FILE)
 KEEP_CANDIDATES = 10  # per test input: make_submission skips invalid or repeated grids, so keep a few
 
 
@@ -45,6 +49,18 @@ class Unit:
     @property
     def name(self) -> str:
         return f"u{self.index:05d}"
+
+
+def solve_io(challenges, weights, output, work_dir, compile_cache=None, *,
+             flags: bool = True) -> tuple[list[Input], list[Output]]:
+    """What a solve reads and writes (`trm_kaggle.outputs`), named as `submit`'s options (`flags`) or as
+    SolveConfig's fields: `solve` checks them itself, `submit` before it calls it."""
+    def name(field: str) -> str:
+        return "--" + field.replace("_", "-") if flags else field
+
+    cache = [Input(compile_cache, name("compile_cache"))] if compile_cache else []
+    return ([Input(challenges, name("challenges")), Input(weights, name("weights"), tree=True), *cache],
+            [Output(output, name("output")), Output(work_dir, name("work_dir"), "folder", WORK_ENTRIES)])
 
 
 def make_units(challenges: dict, max_tasks: int | None = None, canvas: int = MAX_GRID

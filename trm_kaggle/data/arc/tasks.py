@@ -27,6 +27,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import is_regular, read_json, repeated_key
 from trm_kaggle.names import task_id_problem
+from trm_kaggle.outputs import Output, check_kept
 from trm_kaggle.wording import clipped, count
 
 MAX_GRID = 30
@@ -228,6 +229,8 @@ def write_challenges(tasks: Iterable[ArcTask], path: str | os.PathLike,
                      solutions_path: str | os.PathLike | None = None) -> int:
     """Write `tasks` as a Kaggle challenges file (test outputs left out) and, with `solutions_path`,
     their test outputs as its solutions file (when every task knows them). Returns the task count."""
+    # one path for both: the solutions replaced the challenges just written; a dataset's or an export's file
+    check_kept([], [Output(path, "challenges"), Output(solutions_path, "solutions")])
     tasks = list(tasks)
     atomic_write_json(path, {t.id: t.to_json(with_outputs=False) for t in tasks})
     if solutions_path is not None and all(t.test_outputs is not None for t in tasks):
