@@ -125,7 +125,9 @@ def test_unreadable_sample_submission_stops_before_the_build(inputs, tmp_path, c
 
 @pytest.mark.parametrize("kind, words", [("empty", "the file is empty"), ("truncated", "truncated?"),
                                          ("list", "expected an object mapping task ids"), ("fifo", "FIFO"),
-                                         ("folder", "found a directory")])
+                                         ("folder", "found a directory"),
+                                         ("no task", "holds no task, so the kernel would have nothing to answer"),
+                                         ("solutions", "none of its 1 task has a test input")])
 def test_unreadable_challenges_stop_before_the_build(inputs, tmp_path, capsys, kind, words):
     # such a file was refused only once the whole bundle had been built (a wasted build, an OUT_DIR left behind)
     path = tmp_path / "arc-agi_test_challenges.json"
@@ -134,7 +136,8 @@ def test_unreadable_challenges_stop_before_the_build(inputs, tmp_path, capsys, k
     elif kind == "folder":
         path.mkdir()
     else:
-        path.write_text({"empty": "", "truncated": '{"a": {"train": [', "list": "[]"}[kind])
+        path.write_text({"empty": "", "truncated": '{"a": {"train": [', "list": "[]", "no task": "{}",
+                         "solutions": '{"a": [[[1]]]}'}[kind])
     out = tmp_path / "out"
     assert _build(inputs, out, "--execute", "--challenges", str(path)) == 2
     err = capsys.readouterr().err
