@@ -154,6 +154,23 @@ def test_a_compile_cache_nothing_reads_is_said_in_one_line(world, capsys, caplog
         said[0].getMessage()
 
 
+def test_a_compile_cache_that_cannot_be_loaded_is_said_also_with_no_progress(world, capsys, caplog, monkeypatch):
+    """A --compile-cache that is no cache, where the model compiles: its "ignored" line was a worker's progress
+    line, gone with --no-progress. The job says it as a warning and the workers are not given the file."""
+    import logging
+
+    from trm_kaggle.solve import job
+
+    monkeypatch.setattr(job, "resolve_compile", lambda compile, device: True)  # as where it compiles (a GPU)
+    (world / "notacache.bin").write_bytes(b"x" * 64)
+    caplog.set_level(logging.INFO)
+    assert main(submit(world, "--max-tasks", "1", "--compile", "off", "--compile-cache",
+                       str(world / "notacache.bin"))) == 0
+    said = [r for r in caplog.records if "notacache.bin" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING, said
+    assert said[0].getMessage().startswith("compile cache ignored: ") and "record not found" in said[0].getMessage()
+
+
 def test_model_failure_reasons():
     assert model_failure(0, {}, ["x"]) is None                        # no task for the model
     assert model_failure(2, {"a": {"predicted": 0}}, ["x"]) is None   # a task ran (the deadline cut it)

@@ -43,6 +43,7 @@ _EXPORTS = {
     "from_upstream_state_dict": "upstream",
     "fused_variant": "fused",
     "import_upstream": "upstream",
+    "cache_problem": "compiling",
     "load_compile_cache": "compiling",
     "load_inference_model": "export",
     "load_model_for_dataset": "export",

@@ -41,7 +41,7 @@ from trm_kaggle.evaluate import make_submission, require_tasks, validate_submiss
 from trm_kaggle.hardware import choose_threads, cuda_problem, pick_device, visible_cuda_ids
 from trm_kaggle.jsonio import open_regular
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.model import resolve_compile
+from trm_kaggle.model import cache_problem, resolve_compile
 from trm_kaggle.outputs import check_kept
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
@@ -221,11 +221,16 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
                            f"({cfg.safety_margin} s): nothing left for the model")
         work.mkdir(parents=True, exist_ok=True)
         device, visible, threads = worker_devices(cfg, say, len(units))
+        run_cfg = cfg
         if cfg.compile_cache and not resolve_compile(cfg.compile, device):  # never unsaid (its help says so)
             log.warning("compile cache %s not loaded: nothing is compiled here (compile %s on %s)", cfg.compile_cache,
                         cfg.compile, torch.device(device).type)
+        elif cfg.compile_cache and (problem := cache_problem(cfg.compile_cache, device, trusted=True)[0]):
+            # said here, a warning: a worker's lines are progress, which --no-progress hides
+            log.warning("compile cache ignored: %s", problem)
+            run_cfg = cfg.model_copy(update={"compile_cache": None})
         shards = assign(units, len(visible))
-        quiet = cfg if len(visible) == 1 else cfg.model_copy(update={"progress": False})  # no bars in log files
+        quiet = run_cfg if len(visible) == 1 else run_cfg.model_copy(update={"progress": False})  # no bars in logs
         specs = [WorkerSpec(i, device, shard, {u.task_id: challenges[u.task_id] for u in shard},
                             quiet.model_dump_json(), key, str(work), budget.start, budget.end, threads, visible[i],
                             len(shards))
