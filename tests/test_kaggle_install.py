@@ -193,6 +193,18 @@ def test_the_installer_names_an_unmet_requirement_and_warns_on_a_version(monkeyp
         offline_install.prepare(None, warn=said.append)  # trm_kaggle is importable here: the check alone
 
 
+def test_a_pip_that_crashes_is_named_by_its_exception(monkeypatch, tmp_path):
+    """pip's crash prints `ERROR: Exception:` and then its traceback: the reason said was that header alone."""
+    crash = "ERROR: Exception:\nTraceback (most recent call last):\n  File \"x.py\", line 1\nDeprecationWarning: boom\n"
+    monkeypatch.setattr(offline_install.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 2, "", crash))
+    with pytest.raises(RuntimeError, match=r"failed \(status 2\): ERROR: Exception: DeprecationWarning: boom$"):
+        offline_install.install_offline(tmp_path)
+    refused = "ERROR: Could not find a version that satisfies the requirement trm_kaggle\nERROR: No matching dist\n"
+    monkeypatch.setattr(offline_install.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", refused))
+    with pytest.raises(RuntimeError, match=r"failed \(status 1\): ERROR: No matching dist$"):
+        offline_install.install_offline(tmp_path)
+
+
 def test_a_wheel_without_the_installer_is_one_line_and_no_install(tmp_path):
     """The kernel's cell, in a process where trm_kaggle is not importable, given a wheel built before the
     installer existed: READY False with one line naming the wheel, nothing installed."""

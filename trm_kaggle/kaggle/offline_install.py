@@ -46,6 +46,8 @@ def install_offline(wheels: str | Path) -> str:
     if pip.returncode != 0:
         said = [line.strip() for line in pip.stderr.splitlines() if line.strip()] or ["(no message)"]
         last = ([line for line in said if line.startswith("ERROR")] or said)[-1]  # pip's own reason
+        if last.endswith(":") and said[-1] != last:  # a crash: "ERROR: Exception:", then the traceback
+            last = f"{last} {said[-1]}"  # whose last line says what was raised
         raise RuntimeError(f"pip install --no-index --no-deps --find-links {wheels} trm_kaggle failed "
                            f"(status {pip.returncode}): {last}")
     importlib.invalidate_caches()
