@@ -114,7 +114,7 @@ def test_bad_input_one_line_nothing_written(inputs, tmp_path, capsys, args, word
 def test_unreadable_sample_submission_stops_before_the_build(inputs, tmp_path, capsys, text, words):
     comp = tmp_path / "comp"
     comp.mkdir()
-    (comp / "arc-agi_test_challenges.json").write_text("{}")
+    (comp / "arc-agi_test_challenges.json").write_text('{"t": {"train": [], "test": [{"input": [[1]]}]}}')
     (comp / "sample_submission.json").write_text(text)
     out = tmp_path / "out"
     assert _build(inputs, out, "--execute", "--challenges", str(comp / "arc-agi_test_challenges.json")) == 2
