@@ -106,6 +106,24 @@ def test_a_sweep_still_running(tmp_path):
     assert_png(paths["bars"])
 
 
+def test_a_sweep_run_recorded_done_without_its_folder_is_shown_missing(tmp_path, caplog):
+    """A finished sweep's run folder deleted (or a record no run wrote): "2 runs (2 done)" over one run's data."""
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "a_s0", ["seed=0"], train=[(5, 2.0, 1.0, 0.5, 0.8)])
+    records = [{"name": "a_s0", "variant": "a", "seed": 0, "state": "done"},
+               {"name": "b_s0", "variant": "b", "seed": 0, "state": "done", "settings": {"lr": 0.02}},
+               {"name": "c_s0", "variant": "c", "seed": 0, "state": "pending", "settings": {"lr": 0.5}}]
+    (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": records}))
+    with caplog.at_level("WARNING"):
+        paths = write_comparison([sweep], tmp_path / "out")
+    said = [r.getMessage() for r in caplog.records if "no folder" in r.getMessage()]
+    assert said == [f"sweep {sweep}: run b_s0 is recorded done but {sweep / 'b_s0'} is no folder (deleted?): shown "
+                    "as missing"], said  # a pending run has no folder yet: not said
+    rows = rows_of(paths["csv"])
+    assert [(k, r["state"]) for k, r in rows.items()] == [("a_s0", "done"), ("b_s0", "missing"), ("c_s0", "pending")]
+    assert "(1 done)" in paths["markdown_text"]
+
+
 def test_a_sweep_runs_bad_config_says_its_settings_come_from_the_record(tmp_path, caplog):
     """The warning said the settings columns were left empty while lr was filled from sweep.json."""
     sweep = tmp_path / "sweep"

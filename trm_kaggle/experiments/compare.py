@@ -130,9 +130,14 @@ def _sweep_runs(path: Path) -> list[RunData]:
     runs = []
     for rec in doc["runs"]:  # read_sweep checked every name: a plain directory name
         run_dir = path / rec["name"]
+        state = str(rec.get("state", "-"))
+        if state != "pending" and not run_dir.is_dir():  # deleted, or a record no run of the sweep wrote: never
+            log.warning("sweep %s: run %s is recorded %s but %s is no folder (deleted?): shown as missing",
+                        path, rec["name"], state, run_dir)  # counted done over nothing
+            state = "missing"
         config = _config(run_dir, rec.get("settings"))
-        runs.append(RunData(rec["name"], run_dir, path.name, rec.get("variant"), rec.get("seed"),
-                            str(rec.get("state", "-")), dotted(config)))
+        runs.append(RunData(rec["name"], run_dir, path.name, rec.get("variant"), rec.get("seed"), state,
+                            dotted(config)))
     return runs
 
 
