@@ -78,6 +78,29 @@ def test_a_file_replaced_after_the_build_is_named(tmp_path, capsys, victim):
     assert victim in error_line(capsys)
 
 
+@pytest.mark.parametrize("edit", ["one entry dropped", "every entry dropped", "an entry's hashes changed"])
+def test_a_record_whose_list_was_edited_is_refused(tmp_path, capsys, edit):
+    """A label array changed after the build, and its entry taken out of contents.json (or the whole list emptied):
+    `verify` said OK, as the overall hash was never compared with the list it stands for."""
+    data, other = tmp_path / "sudoku4", tmp_path / "other"
+    build_sudoku4(data, seed=42)
+    build_sudoku4(other, seed=44)
+    victim = "train/all__labels.npy"
+    shutil.copyfile(other / victim, data / victim)
+    record = json.loads((data / CONTENTS_FILE).read_text())
+    if edit == "one entry dropped":
+        del record["files"][victim]
+    elif edit == "every entry dropped":
+        record["files"] = {}
+    else:
+        record["files"][victim] = json.loads((other / CONTENTS_FILE).read_text())["files"][victim]
+    (data / CONTENTS_FILE).write_text(json.dumps(record))
+    with pytest.raises(DataError, match="contents.json: its list of files does not add up to its recorded hash"):
+        contents_hash(data)
+    assert main(["verify", str(data)]) == 2
+    assert "does not add up" in error_line(capsys)
+
+
 def test_a_special_file_in_place_of_a_split_folder_is_named_as_what_it_is(tmp_path, capsys):
     data = tmp_path / "sudoku4"
     build_sudoku4(data, seed=42)

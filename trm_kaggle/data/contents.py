@@ -56,9 +56,14 @@ def write_contents(dataset_dir: str | os.PathLike) -> str:
         with open_regular(root / rel, "dataset file") as f:
             size = os.fstat(f.fileno()).st_size
             files[rel] = {"size": size, "sha256": _full_sha256(f), "sampled_sha256": _sampled_sha256(f, size)}
-    overall = hashlib.sha256("".join(f"{rel}\0{v['sha256']}\n" for rel, v in files.items()).encode()).hexdigest()
+    overall = _overall(files)
     atomic_write_json(root / CONTENTS_FILE, {"format": CONTENTS_FORMAT, "sha256": overall, "files": files}, indent=1)
     return overall
+
+
+def _overall(files: dict) -> str:
+    """The hash of a whole dataset: of its files' names and full hashes, in name order."""
+    return hashlib.sha256("".join(f"{rel}\0{files[rel]['sha256']}\n" for rel in sorted(files)).encode()).hexdigest()
 
 
 def _record(root: Path) -> dict | None:
@@ -101,4 +106,8 @@ def contents_hash(dataset_dir: str | os.PathLike, full: bool = False) -> str | N
         if not same:
             raise DataError(f"{path}: differs from the contents its builder recorded in {root / CONTENTS_FILE} "
                             f"(changed or replaced after the build): rebuild the dataset")
+    if not all(isinstance(want.get("sha256"), str) for want in record["files"].values()) or \
+            _overall(record["files"]) != record["sha256"]:  # an entry taken out, or its hashes edited: the files
+        raise DataError(f"{root / CONTENTS_FILE}: its list of files does not add up to its recorded hash (edited "
+                        f"after the build): rebuild the dataset")  # it no longer lists were never checked
     return record["sha256"]
