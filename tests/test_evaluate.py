@@ -167,6 +167,22 @@ def test_early_exit_refills_a_fixed_batch_and_keeps_predictions(dataset, monkeyp
     assert all(set(d) == {1} for d in model.depth_per_call[1::2]), "a row was restarted instead of continued"
 
 
+def test_first_halt_stops_the_trajectories_of_an_arc_evaluation_at_their_first_halt(dataset, monkeypatch):
+    """On ARC every trajectory votes; `trajectory_select first_halt` is said to stop them at their first q_halt > 0,
+    and did nothing (the same rows, the same votes as q_halt)."""
+    from trm_kaggle.config import EvaluateConfig
+
+    monkeypatch.setattr(Oracle, "halt", staticmethod(
+        lambda batch: torch.where(batch["puzzle_identifiers"] % 2 == 0, 3.0, -3.0)))
+    rows = {}
+    for select in ("q_halt", "first_halt"):
+        cfg = EvaluateConfig(batch_size=16, trajectories=2, trajectory_noise=0.1, trajectory_select=select)
+        result = evaluate(make_model(dataset, Oracle), dataset, cfg)
+        rows[select] = result.predictions.forward_rows
+        assert result.predictions.trajectories == 2
+    assert rows["first_halt"] < rows["q_halt"], rows
+
+
 def test_early_exit_on_a_real_model_equals_the_full_runs_row_by_row(dataset):
     """Rows leaving after step 1 carry the 1-step prediction, the others the 2-step one."""
     model = make_model(dataset, seed=1, H_cycles=1)

@@ -76,10 +76,11 @@ class EvaluateConfig(_Config):
     trajectory_noise: float = Field(0.0, ge=0.0, le=MAX_TRAJECTORY_NOISE, allow_inf_nan=False,
                                     description="Gaussian noise added to both latent states between supervision "
                                     "steps, as a fraction of each position's RMS (needs trajectories >= 2)")
-    trajectory_select: TrajectorySelect = Field("q_halt", description="which trajectory answers (not ARC, where all "
-                                                "vote): q_halt = the highest q_halt logit where it stopped; "
-                                                "first_halt = the first to stop with q_halt > 0 (trajectories stop "
-                                                "at their first q_halt > 0), else the highest q_halt")
+    trajectory_select: TrajectorySelect = Field("q_halt", description="which trajectory answers (ARC: all vote, "
+                                                "first_halt only stops them early): q_halt = the highest q_halt logit "
+                                                "where it stopped; first_halt = the first to stop with q_halt > 0 "
+                                                "(trajectories stop at their first q_halt > 0), else the highest "
+                                                "q_halt")
     trajectory_seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of the trajectories' noise")
     test_depth: Optional[int] = Field(None, ge=1, le=MAX_TEST_DEPTH, description="ACT (supervision) steps at test "
                                       "time, beyond the trained halt_max_steps if asked, and count the rows whose "

@@ -200,8 +200,8 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
         rows = np.flatnonzero(np.isin(augs.task_index[puzzle_of], chosen))
         test_set = test_set.only([augs.task_ids[t] for t in chosen])
         puzzle_of, position = puzzle_of[rows], position[rows]
-    # every trajectory is a vote: first_halt selection has nothing to select here, early exit stays as asked
-    preds = predict_split(model, dataset_dir, cfg.batch_size, device, cfg.early_exit, max_steps=cfg.steps,
+    # every trajectory is a vote: first_halt selects none here, it stops each trajectory at its first q_halt > 0
+    preds = predict_split(model, dataset_dir, cfg.batch_size, device, cfg.stops_at_first_halt, max_steps=cfg.steps,
                           progress=cfg.progress, deadline=deadline, examples=rows, always=always,
                           always_until=always_until,
                           keep_logits=cfg.keep_logits, trajectories=cfg.trajectories, noise=cfg.trajectory_noise,
