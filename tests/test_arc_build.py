@@ -115,6 +115,35 @@ def test_deterministic_for_seed_and_independent_of_workers(arc_prefix, tmp_path)
     assert digest(tmp_path / "a") != digest(tmp_path / "c")
 
 
+def test_a_pool_broken_by_a_stop_adds_no_traceback(arc_prefix, tmp_path, monkeypatch):
+    """A stop signal to the process group kills the pool's workers too, and the pool then failed, in its manager
+    thread, futures the stop had already cancelled: an InvalidStateError traceback before `interrupted`."""
+    import threading
+    from concurrent.futures import InvalidStateError
+
+    import trm_kaggle.data.arc.build as arc_build
+    from trm_kaggle.interrupts import pool_breaks_quietly
+
+    said = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: said.append(args.exc_type))
+
+    def raising(exc):
+        raise exc
+
+    with pool_breaks_quietly():
+        for exc in (InvalidStateError("CANCELLED: <Future state=cancelled>"), ValueError("another")):
+            t = threading.Thread(target=raising, args=(exc,))
+            t.start()
+            t.join()
+    assert said == [ValueError]  # the pool's own race alone is dropped
+    assert threading.excepthook is not None and threading.excepthook.__name__ == "<lambda>"  # put back
+    entered = []
+    real = arc_build.pool_breaks_quietly
+    monkeypatch.setattr(arc_build, "pool_breaks_quietly", lambda: entered.append(1) or real())
+    build(arc_prefix, tmp_path / "b", workers=2)
+    assert entered  # the build's pool runs inside it
+
+
 def test_duplicates_removed_exactly():
     # a 1x1 single-colour task has exactly 9 distinct augmentations: the 9 colours it can become
     pairs = [(np.array([[3]], np.uint8), np.array([[3]], np.uint8))]

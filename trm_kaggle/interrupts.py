@@ -226,6 +226,27 @@ class FirstStopOnly:
             disarm(self.first_at)
 
 
+@contextlib.contextmanager
+def pool_breaks_quietly() -> Iterator[None]:
+    """While a process pool runs: a stop signal sent to the process group (`timeout`, a scheduler) kills its
+    workers too, and CPython's pool then fails, in its manager thread, the futures the stop already cancelled: an
+    InvalidStateError, which threading prints as a traceback before the stop's one line. That error alone is
+    dropped; any other a thread raises is said as before."""
+    from concurrent.futures import InvalidStateError
+
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        if not issubclass(args.exc_type, InvalidStateError):
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
+
+
 def quiet_teardown() -> None:
     """From here on SIGINT, SIGTERM and SIGHUP end the process by the signal, without a word: the command has
     said its last line, and a signal during the interpreter's teardown (multiprocessing joining its children) must

@@ -49,6 +49,7 @@ from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_s
                                     write_identifiers, write_rows_at)
 from trm_kaggle.errors import DataError
 from trm_kaggle.hardware import usable_cores
+from trm_kaggle.interrupts import pool_breaks_quietly
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.names import shown
@@ -293,8 +294,9 @@ def _run(fn, argss: list, jobs: list[TaskJob], workers: int, desc: str, progress
                 bar.update()
         else:
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
-                                     initializer=_init_pool_worker, initargs=(os.getpid(), jobs)) as pool:
+            with pool_breaks_quietly(), \
+                    ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
+                                        initializer=_init_pool_worker, initargs=(os.getpid(), jobs)) as pool:
                 for r in pool.map(fn, argss, chunksize=max(1, min(16, len(argss) // (8 * workers)))):
                     yield r
                     bar.update()
