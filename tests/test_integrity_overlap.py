@@ -273,6 +273,14 @@ def test_a_file_output_ending_with_a_slash_is_refused(world, capsys):
     check_io([], [Output(str(world / "newdir") + "/", "--work-dir", "folder")])  # a folder may end with one
 
 
+def test_an_output_name_too_long_is_named_as_typed(world, capsys):
+    """`submit --output` of a 300-character name was refused as `<it>/solve_report.json: File name too long`: the
+    check for another submit's work folder asked for an entry inside it, a path nobody typed or would write."""
+    long = "b" * 300 + ".json"
+    line = one_error_line(capsys, submit(world, long))
+    assert f"{world / long}: File name too long" in line and "solve_report" not in line, line
+
+
 # ---------------------------------------------------------------------------
 # The library's writers check the same, whoever calls them
 # ---------------------------------------------------------------------------

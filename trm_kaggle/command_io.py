@@ -59,9 +59,15 @@ def _refuse_inside(folder, what: str, kind: str, holds: str, whose: str, owns) -
     files would mix with that command's, and it reads its folder whole."""
     from pathlib import Path
 
+    def owned(at: Path) -> bool:
+        try:
+            return owns(at)
+        except OSError:  # a name too long to hold an entry: no folder of another's (its own write says what fails)
+            return False
+
     path = Path(folder).absolute()
     for at in (path, *path.parents):
-        if owns(at):
+        if owned(at):
             where = "is" if at == path else f"lies inside {at}, which is"
             raise TRMError(f"{what} {folder} {where} {kind} (it holds {holds}): its files would mix with the "
                            f"{whose}; choose a folder of its own")
