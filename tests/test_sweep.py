@@ -574,6 +574,7 @@ def test_a_boolean_seed_in_a_grid_is_refused(seeds):
     ("attempts", -5, "attempts -5 is no non-negative whole number"),
     ("attempts", True, "attempts True is no non-negative whole number"),
     ("returncode", "0", "returncode '0' is no whole number"),
+    ("seed", "0", "seed '0' is no non-negative whole number"),  # a sweep writes the grid's seeds, whole numbers
 ])
 def test_a_run_record_no_sweep_writes_is_refused_not_kept(tmp_path, field, value, said):
     """A hand-edited record (state "weird", seconds NaN, attempts -5) was taken without a word and the NaN written
@@ -584,7 +585,7 @@ def test_a_run_record_no_sweep_writes_is_refused_not_kept(tmp_path, field, value
     with pytest.raises(TRMError, match=f"sweep.json: run a_s0: {re.escape(said)}; fix the record"):
         S.read_sweep(tmp_path)
     assert (tmp_path / "sweep.json").read_bytes() == before
-    rec[field] = {"state": "pending", "seconds": 0, "attempts": 0, "returncode": None}[field]
+    rec[field] = {"state": "pending", "seconds": 0, "attempts": 0, "returncode": None, "seed": 0}[field]
     (tmp_path / "sweep.json").write_text(json.dumps({"format": S.SWEEP_FORMAT, "runs": [rec]}))
     assert S.read_sweep(tmp_path)["runs"][0][field] == rec[field]
 

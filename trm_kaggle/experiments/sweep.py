@@ -270,7 +270,7 @@ def _record_problem(rec: dict) -> str | None:
     """Why a run record holds a value no sweep writes (a hand edit, another program), or None."""
     if rec.get("state") not in RUN_STATES:
         return f"state {clipped(rec.get('state'))} is none of {', '.join(RUN_STATES)}"
-    for key in ("attempts", "returncode", "pid"):
+    for key in ("attempts", "returncode", "pid", "seed"):
         value = rec.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
                                   (key != "returncode" and value < 0)):
