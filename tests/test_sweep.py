@@ -138,6 +138,21 @@ def test_a_setting_the_sweep_gives_each_run_is_refused_not_replaced(tmp_path, wh
     assert not (tmp_path / "sw").exists()
 
 
+def test_a_config_files_settings_the_sweep_gives_each_run_are_said_and_dropped(tmp_path, caplog):
+    """`--config` holding seed 7 and run_name foo: the seed was replaced by the grid's without a word, and every
+    run was named foo though the sweep names each run <variant>_s<seed>. An upstream all_config.yaml holds all
+    three: they are said once and not used (the command line's and a grid's are refused, above)."""
+    (tmp_path / "cfg.yaml").write_text("seed: 7\nrun_name: foo\ncheckpoint_path: elsewhere\nlr: 0.002\n")
+    with caplog.at_level("WARNING"):
+        (run,) = S.plan_sweep(grid("a"), tmp_path / "sw", config_file=str(tmp_path / "cfg.yaml"))
+    said = [r.getMessage() for r in caplog.records if "cfg.yaml" in r.getMessage()]
+    assert said == [f"sweep t: {tmp_path / 'cfg.yaml'} sets seed, checkpoint_path, run_name, which the sweep sets "
+                    "for each run (its seeds are the grid's `seeds` list, or --seeds; each run's folder is "
+                    "<sweep-dir>/<variant>_s<seed>; each run is named <variant>_s<seed>): the file's are not used"], said
+    assert (run.config.seed, run.config.run_name, run.config.lr) == (0, None, 0.002)
+    assert run.config.checkpoint_path == str(tmp_path / "sw" / "a_s0")
+
+
 def test_a_path_with_odd_characters_reaches_train_unchanged(tmp_path):
     from trm_kaggle.train.settings import dump_config, load_train_config
 

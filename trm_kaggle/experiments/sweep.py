@@ -155,6 +155,12 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
         raise TRMError(f"sweep {grid.name}: the base settings: {err}") from None
     except pydantic.ValidationError as err:
         raise TRMError(f"sweep {grid.name}: the base settings: {validation_line(err)}") from None
+    in_file = read_config_file(config_file) if config_file is not None else {}
+    if owned := [k for k in _RUN_OWNED if in_file.get(k) not in (None, "")]:
+        # refused when typed; a file (an upstream all_config.yaml holds all three) is said once and not used
+        log.warning("sweep %s: %s sets %s, which the sweep sets for each run (%s): the file's are not used", grid.name,
+                    config_file, ", ".join(owned), "; ".join(_RUN_OWNED[k] for k in owned))
+        base = base.model_copy(update={"run_name": None})  # each run is named by its folder, as without the file
     plan = []
     made: dict[str, str] = {}  # variant name -> the axes' names it joins: `a`+`b_c` and `a_b`+`c` are both a_b_c
     for combo in itertools.product(*grid.axes):
