@@ -590,17 +590,22 @@ def test_a_boolean_seed_in_a_grid_is_refused(seeds):
     ("attempts", True, "attempts True is no non-negative whole number"),
     ("returncode", "0", "returncode '0' is no whole number"),
     ("seed", "0", "seed '0' is no non-negative whole number"),  # a sweep writes the grid's seeds, whole numbers
+    ("seed", 2**32, "seed 4294967296 is past the largest a grid holds (4294967295)"),
+    ("seed", 7, "variant 'a' and seed 7 do not make its name (<variant>_s<seed>)"),  # compare showed seed 7
+    ("variant", "lr=1e-3", "variant 'lr=1e-3' and seed 0 do not make its name (<variant>_s<seed>)"),  # compare grouped it so
+    ("variant", "/etc/passwd", "variant '/etc/passwd' and seed 0 do not make its name (<variant>_s<seed>)"),
 ])
 def test_a_run_record_no_sweep_writes_is_refused_not_kept(tmp_path, field, value, said):
     """A hand-edited record (state "weird", seconds NaN, attempts -5) was taken without a word and the NaN written
     back, which a strict JSON reader then refused."""
-    rec = {"name": "a_s0", "state": "done", "attempts": 1, "seconds": 2.5, "returncode": 0, field: value}
+    rec = {"name": "a_s0", "variant": "a", "seed": 0, "state": "done", "attempts": 1, "seconds": 2.5, "returncode": 0,
+           field: value}
     (tmp_path / "sweep.json").write_text(json.dumps({"format": S.SWEEP_FORMAT, "runs": [rec]}))
     before = (tmp_path / "sweep.json").read_bytes()
     with pytest.raises(TRMError, match=f"sweep.json: run a_s0: {re.escape(said)}; fix the record"):
         S.read_sweep(tmp_path)
     assert (tmp_path / "sweep.json").read_bytes() == before
-    rec[field] = {"state": "pending", "seconds": 0, "attempts": 0, "returncode": None, "seed": 0}[field]
+    rec[field] = {"state": "pending", "seconds": 0, "attempts": 0, "returncode": None, "seed": 0, "variant": "a"}[field]
     (tmp_path / "sweep.json").write_text(json.dumps({"format": S.SWEEP_FORMAT, "runs": [rec]}))
     assert S.read_sweep(tmp_path)["runs"][0][field] == rec[field]
 

@@ -46,7 +46,7 @@ from typing import Sequence
 import pydantic
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text, open_log
-from trm_kaggle.config import SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
+from trm_kaggle.config import MAX_SEED, SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import TRMError, describe
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
@@ -281,6 +281,12 @@ def _record_problem(rec: dict) -> str | None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
                                   (key != "returncode" and value < 0)):
             return f"{key} {clipped(value)} is no {'' if key == 'returncode' else 'non-negative '}whole number"
+    seed, variant = rec.get("seed"), rec.get("variant")
+    if isinstance(seed, int) and seed > MAX_SEED:
+        return f"seed {clipped(seed)} is past the largest a grid holds ({MAX_SEED})"
+    if (seed is not None or variant is not None) and rec["name"] != f"{variant}_s{seed}":
+        # what compare groups and labels the run by, and what a rerun matches it with: its name says both
+        return f"variant {clipped(variant)} and seed {clipped(seed)} do not make its name (<variant>_s<seed>)"
     seconds = rec.get("seconds")
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
                                 or not math.isfinite(seconds) or seconds < 0):
