@@ -287,6 +287,22 @@ def test_list_grids_and_dry_run(tmp_path, capsys):
     assert not (tmp_path / "sw").exists()
 
 
+def test_a_dry_run_lists_each_run_as_the_sweep_would_take_it(tmp_path, fake_train, capsys):
+    """--dry-run listed a finished run `done` where the sweep refuses it (another fixed setting) or reopens it (a
+    raised max_steps): it reads the records as the run does."""
+    sd = tmp_path / "sw"
+    S.run_sweep(grid("ok"), sd, overrides=["max_steps=5"], progress=False, poll_seconds=0.02)
+    capsys.readouterr()
+    for dry in (True, False):
+        with pytest.raises(TRMError, match="run ok_s0 was started with other settings \\(lr_warmup_steps\\)"):
+            S.run_sweep(grid("ok"), sd, overrides=["max_steps=5", "lr_warmup_steps=2"], progress=False, dry_run=dry)
+    before = (sd / "sweep.json").read_bytes()
+    for steps, state in ((5, "done"), (6, "pending")):
+        S.run_sweep(grid("ok"), sd, overrides=[f"max_steps={steps}"], progress=False, dry_run=True)
+        assert capsys.readouterr().out.splitlines()[1].split()[:2] == ["ok_s0", state]
+    assert (sd / "sweep.json").read_bytes() == before  # a dry run writes nothing
+
+
 # ---------------------------------------------------------------------------
 # The runner (stand-in children)
 # ---------------------------------------------------------------------------

@@ -485,7 +485,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         raise TRMError(f"--parallel {parallel}: {len(gpus)} GPU(s) visible and each run takes one")
     threads = max(1, usable_cores() // parallel)
     if dry_run:
-        return _print_plan(plan, sweep_dir, base)
+        return _print_plan(grid, plan, sweep_dir, base)
 
     if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and not _holds_only_locks(sweep_dir):
         raise TRMError(f"{sweep_dir} exists, is not empty and holds no {SWEEP_FILE}; choose another --sweep-dir")
@@ -566,10 +566,14 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
                             failures)
 
 
-def _print_plan(plan: Sequence[PlannedRun], sweep_dir: Path, base: dict) -> SweepSummary:
-    """--dry-run: the base and each run's state and settings, printed; nothing is started."""
+def _print_plan(grid: SweepGrid, plan: Sequence[PlannedRun], sweep_dir: Path, base: dict) -> SweepSummary:
+    """--dry-run: the base and each run's state and settings, printed; nothing is started or written. The records
+    are read as the sweep would take them (`_merge_plan`: a run started with other settings refused, a finished
+    one with more to train pending), in memory."""
     doc = read_sweep(sweep_dir) if sweep_dir.is_dir() else None
-    states = {rec["name"]: rec["state"] for rec in (doc or {}).get("runs", [])}
+    known = {rec["name"] for rec in (doc or {}).get("runs", [])}
+    merged = _merge_plan(doc, grid, base, plan, sweep_dir) if doc is not None else {"runs": []}
+    states = {rec["name"]: rec["state"] for rec in merged["runs"] if rec["name"] in known}
     print(f"base: {_describe_base(base)}")
     for run in plan:
         print(f"{run.name:<40} {states.get(run.name, 'new'):<8} {run.describe()}")
