@@ -131,6 +131,16 @@ def test_resume_refuses_a_different_config_or_dataset(sudoku4, tmp_path):
         train(cfg_for(sudoku4, tmp_path / "r", "max_steps=4", "arch.L_cycles=3"))
 
 
+def test_a_test_path_that_is_no_dataset_is_refused_before_the_first_step(sudoku4, tmp_path):
+    """data_paths_test=[missing]: a run that reached an evaluation failed there, its steps unsaved (one that did
+    not reach one ended with status 0, the setting never read)."""
+    with pytest.raises(TRMError, match=r"^data_paths_test: .*nonexist"):
+        train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2", "eval_interval=1",
+                      f"data_paths_test=[{tmp_path / 'nonexist'}]"))
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
+    train(cfg_for(sudoku4, tmp_path / "ok", "max_steps=1", "eval_interval=1", f"data_paths_test=[{sudoku4}]"))
+
+
 def test_checkpoint_retention_and_bad_files(sudoku4, tmp_path):
     train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2", "checkpoint_keep=2"))
     train(cfg_for(sudoku4, tmp_path / "r", "max_steps=3", "checkpoint_keep=2"))
