@@ -281,6 +281,25 @@ def test_an_output_name_too_long_is_named_as_typed(world, capsys):
     assert f"{world / long}: File name too long" in line and "solve_report" not in line, line
 
 
+def test_a_name_its_file_system_cannot_hold_is_refused_before_anything_is_written(world, capsys):
+    """`submit --work-dir wd/<300 characters>` warned of a lock not taken, wrote the fallback and made wd/, then
+    failed; `export --out <245 characters>`, a name the disk takes, failed naming `<it>.partial-PID.record`."""
+    from trm_kaggle import atomic
+    from trm_kaggle.outputs import BUILT_BESIDE_BYTES
+
+    before = contents(world)
+    line = one_error_line(capsys, submit(world, "sub.json", work="wd/" + "x" * 300))
+    assert "--work-dir" in line and "is 300 bytes, past the 255 its file system takes" in line, line
+    assert not (world / "sub.json").exists() and not (world / "wd").exists()
+    line = one_error_line(capsys, main(["export", str(world / "run"), "--out", str(world / ("z" * 245))]))
+    assert "--out" in line and "give a name of at most 231 bytes" in line and "partial" not in line, line
+    assert contents(world) == before
+    check_io([], [Output(world / ("z" * 231), "--out", "replaced"), Output(world / ("y" * 231), "--x")])  # they fit
+    # what the atomic writes add to a name fits the room kept for it
+    assert len(atomic.PARTIAL_MARK) + len(str(2**22)) + len(atomic.PARTIAL_RECORD_SUFFIX) <= BUILT_BESIDE_BYTES
+    assert len(".") + len(".") + 8 + len(".tmp") <= BUILT_BESIDE_BYTES  # mkstemp's .<name>.<8 random>.tmp
+
+
 # ---------------------------------------------------------------------------
 # The library's writers check the same, whoever calls them
 # ---------------------------------------------------------------------------

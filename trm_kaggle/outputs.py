@@ -32,6 +32,10 @@ from typing import Iterable, Literal
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import not_regular
 
+#: An output written whole (a file, a replaced folder) is built beside itself under its name and a suffix of at
+#: most this many bytes (`trm_kaggle.atomic`: `.<name>.<random>.tmp`, `<name>.partial-<pid>.record`).
+BUILT_BESIDE_BYTES = 24
+
 #: Under this much free space on an output's disk a command is refused before it starts: an empty lock file or
 #: folder still fits on a full disk, and a run that began there lost every answer it could not store.
 MIN_FREE_BYTES = 1 << 20
@@ -194,6 +198,25 @@ def _input_file_problem(out: Output, path: Path) -> str | None:
     return f"{_shown(out)}{link} {at}: writing it would break that input; choose a path of its own"
 
 
+def _name_length_problem(out: Output, path: Path) -> str | None:
+    """A name in the output's path longer than its file system takes, or a last name that leaves no room for the
+    suffix it is built beside under: said now, naming the path as typed (a lock, the fallback or a parent folder
+    were written first, and the error named a path nobody typed)."""
+    try:
+        most = os.pathconf(_nearest_existing(path), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        most = 255
+    for name in path.parts[1:]:
+        if len(os.fsencode(name)) > most:
+            return f"{_shown(out)}: the name {name[:40]}... is {len(os.fsencode(name))} bytes, past the {most} its file " \
+                   "system takes"
+    if out.kind != "folder" and len(os.fsencode(path.name)) + BUILT_BESIDE_BYTES > most:
+        return (f"{_shown(out)}: its name is {len(os.fsencode(path.name))} bytes, and it is built beside itself under "
+                f"that name and up to {BUILT_BESIDE_BYTES} more, past the {most} its file system takes: give a name of "
+                f"at most {most - BUILT_BESIDE_BYTES} bytes")
+    return None
+
+
 def writable_problem(out: Output) -> str | None:
     """Why `out` cannot be written (a dangling link, a file in the way, a read-only, immutable or forbidden
     folder), or None. Through a symbolic link, where it points is checked: the output is written there."""
@@ -203,6 +226,8 @@ def writable_problem(out: Output) -> str | None:
     shown = _shown(out)
     if out.kind == "file" and os.fspath(out.path).endswith(("/", os.sep)):  # `--save-votes newdir/`
         return f"{shown} ends with a slash, which names a folder; a file is written there (drop the slash)"
+    if problem := _name_length_problem(out, path):
+        return problem
     if path.exists():
         if out.kind == "file" and path.is_dir():
             return f"{shown} is a folder; a file is written there"
