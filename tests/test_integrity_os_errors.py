@@ -81,6 +81,21 @@ def test_a_full_disk_names_the_file_whatever_wrote_it(tmp_path, monkeypatch, wri
     assert "unexpected pos" not in line and list(tmp_path.iterdir()) == []  # no temporary left behind
 
 
+def test_numpys_short_write_is_said_as_a_full_disk_may_cause_it(tmp_path):
+    """A dataset built onto a full disk ended with `error: <out>: 40000 requested and 28640 written`: numpy's words,
+    read as the 40,000 puzzles typed, and nothing of the disk."""
+    def short(folder):
+        raise OSError("40000 requested and 28640 written")
+
+    with pytest.raises(OSError) as e:
+        with atomic_directory(tmp_path / "ds", kind="dataset") as tmp:
+            short(tmp)
+    assert os_error_line(e.value) == (f"{tmp_path / 'ds'}: a write was cut short (40000 items requested, 28640 "
+                                      "written): the disk is full, or the file past its size limit (needed: free "
+                                      "space on its disk)")
+    assert list(tmp_path.iterdir()) == []
+
+
 CHILD = """
 import resource, sys, numpy as np, torch
 from trm_kaggle.atomic import atomic_write, atomic_write_text, append_line

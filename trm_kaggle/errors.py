@@ -37,10 +37,17 @@ _NEEDED = {
 
 
 def with_path(e: OSError, path) -> OSError:
-    """`e` naming `path` when it names no file (the OSError of a write names none)."""
+    """`e` naming `path` when it names no file (the OSError of a write names none). numpy's short write (`tofile`:
+    "40000 requested and 28640 written", no errno) is said as what it is."""
+    import re
+
     if e.filename is not None:
         return e
-    named = OSError(e.errno, e.strerror or str(e) or type(e).__name__, str(path))
+    said = e.strerror or str(e) or type(e).__name__
+    if e.errno is None and (short := re.fullmatch(r"(\d+) requested and (\d+) written", str(e))):
+        said = (f"a write was cut short ({short[1]} items requested, {short[2]} written): the disk is full, or the "
+                "file past its size limit (needed: free space on its disk)")
+    named = OSError(e.errno, said, str(path))
     named.__cause__ = e
     return named
 
