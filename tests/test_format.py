@@ -99,6 +99,11 @@ def test_load_split_errors_are_clear(tmp_path):
     (tmp_path / "up" / "train" / "all__labels.npy").write_bytes(b"garbage")
     with pytest.raises(DataError, match="all__labels.npy: unreadable or truncated"):
         load_split(tmp_path / "up", "train")
+    # a split is a folder of the dataset, never a path out of it
+    write_like_upstream(tmp_path / "other")
+    for split in ("../other/train", "..", "a/b"):
+        with pytest.raises(DataError, match=f"{tmp_path / 'up'}: split '.*"):
+            load_split(tmp_path / "up", split)
 
 
 def test_atomic_directory_keeps_target_on_failure(tmp_path):

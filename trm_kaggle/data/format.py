@@ -33,6 +33,7 @@ from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, validation_line
 from trm_kaggle.data.contents import write_contents
 from trm_kaggle.errors import DamagedFile, DataError, UnreadableFile
 from trm_kaggle.jsonio import open_regular, read_failure, read_json, readable_file
+from trm_kaggle.names import name_problem
 
 SPLITS = ("train", "test")
 SET_NAME = "all"
@@ -296,6 +297,8 @@ class Split:
 
 
 def load_metadata(dataset_dir: str | os.PathLike, split: str) -> DatasetMetadata:
+    if problem := name_problem(split):  # a split is a folder of the dataset: `../x/train` would open another's
+        raise DataError(f"{dataset_dir}: split {problem}")
     path = Path(dataset_dir) / split / "dataset.json"
     raw = read_json(path, "dataset.json", hint=f"is {dataset_dir} a dataset directory?")
     if not isinstance(raw, dict):
