@@ -134,11 +134,21 @@ def test_resume_refuses_a_different_config_or_dataset(sudoku4, tmp_path):
 def test_a_test_path_that_is_no_dataset_is_refused_before_the_first_step(sudoku4, tmp_path):
     """data_paths_test=[missing]: a run that reached an evaluation failed there, its steps unsaved (one that did
     not reach one ended with status 0, the setting never read)."""
-    with pytest.raises(TRMError, match=r"^data_paths_test: .*nonexist"):
-        train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2", "eval_interval=1",
-                      f"data_paths_test=[{tmp_path / 'nonexist'}]"))
+    for interval in ("eval_interval=1", "eval_interval=null"):  # null: once, at the schedule's end
+        with pytest.raises(TRMError, match=r"^data_paths_test: .*nonexist"):
+            train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2", interval,
+                          f"data_paths_test=[{tmp_path / 'nonexist'}]"))
     assert not (tmp_path / "r" / "metrics.jsonl").exists()
     train(cfg_for(sudoku4, tmp_path / "ok", "max_steps=1", "eval_interval=1", f"data_paths_test=[{sudoku4}]"))
+
+
+def test_no_eval_interval_evaluates_once_at_the_schedules_end(sudoku4, tmp_path):
+    """eval_interval=None is documented (and refused beside min_eval_interval) as "only the end evaluates", as
+    upstream (its eval_interval is then the run's epochs); no evaluation ran at all."""
+    result = train(cfg_for(sudoku4, tmp_path / "r", "epochs=2", "eval_interval=null"))
+    records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r["step"] for r in records if "eval_exact_accuracy" in r]
+    assert evals == [result.step] and result.epoch == pytest.approx(2.0, abs=0.5), (evals, result.epoch)
 
 
 def test_checkpoint_retention_and_bad_files(sudoku4, tmp_path):

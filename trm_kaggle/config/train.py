@@ -122,7 +122,8 @@ class TrainConfig(_Config):
     epochs: int = Field(100000, ge=1, le=MAX_EPOCHS, description="passes over the training groups; sets the "
                                                                  "schedule's length")
     eval_interval: Optional[int] = Field(10000, ge=1, description="epochs between test-split evaluations (and "
-                                                                  "train states); None = only at the end")
+                                                                  "train states); None = once, at the schedule's "
+                                                                  "end (upstream: every `epochs`)")
     # upstream's pretrain.py: `if _iter_id >= min_eval_interval: evaluate`, _iter_id counting eval intervals from 0
     min_eval_interval: Optional[int] = Field(0, ge=0, description="evaluation intervals that pass before the first "
                                              "evaluation: the test split is evaluated at the end of interval i "

@@ -90,7 +90,8 @@ class Evaluations:
     def __init__(self, cfg: TrainConfig, rt: Runtime, run_dir: Path, steps_per_epoch: float, step: int,
                  deadline: float | None):
         self.cfg, self.rt, self.deadline, self.steps_per_epoch = cfg, rt, deadline, steps_per_epoch
-        self.interval = cfg.eval_interval
+        # None: once, at the schedule's end (upstream's eval_interval is then the run's epochs)
+        self.interval = cfg.eval_interval if cfg.eval_interval is not None else cfg.epochs
         self.last_epoch = math.floor(step / steps_per_epoch / self.interval) if self.interval else None
         self.last_s = last_evaluation_seconds(run_dir) if deadline is not None and self.interval else None
         self.test_batches: int | None = None  # counted when an evaluation first needs an estimate of its length

@@ -116,7 +116,7 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
 
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
                           world_size=rt.world_size, pin_memory=rt.device.type == "cuda")  # copies that do not wait
-    for path in cfg.data_paths_test if cfg.eval_interval is not None else ():
+    for path in cfg.data_paths_test:
         try:  # read at the first evaluation: a path that is no dataset would fail the run there, its steps unsaved
             load_metadata(path, "test")
         except TRMError as err:
