@@ -66,6 +66,9 @@ def test_list_recipes_and_errors_from_the_command_line(capsys):
     ({"finetune_steps": 0, "finetune": "all"}, None, "--finetune all has no effect with --finetune-steps 0"),
     ({"finetune_steps": 0, "test_depth": 8, "halt_max_steps": 2}, None, "--halt-max-steps 2 has no effect without "
                                                                         "fine-tuning"),
+    # no augmentation to draw, no fine-tuning, no noise: the answers were the same bytes for any seed
+    ({"num_aug": 0, "finetune": "none", "seed": 12345}, None, "--seed 12345 has no effect with --num-aug 0, no "
+                                                              "fine-tuning and one trajectory"),
 ])
 def test_an_explicit_setting_the_fine_tuning_mode_ignores_is_refused(given, mode_from, wording):
     with pytest.raises(TRMError, match=wording):
@@ -80,6 +83,9 @@ def test_settings_the_mode_reads_or_that_change_nothing_pass():
                         embeddings_fraction=0.25, lr=1e-3, finetune_steps=8).embeddings_fraction == 0.25
     assert solve_config(None, challenges="c", weights="w", time_budget=600, safety_margin=30, plan_margin=0.3,
                         num_aug="auto").plan_margin == 0.3
+    for reader in ({"num_aug": 1}, {"finetune": "all"}, {"trajectories": 2, "trajectory_noise": 0.1}):
+        assert solve_config(None, challenges="c", weights="w", seed=5, **{"num_aug": 0, "finetune": "none",
+                                                                          **reader}).seed == 5
 
 
 def test_submit_refuses_steps_without_fine_tuning_before_reading_anything(tmp_path, capsys):

@@ -97,6 +97,9 @@ def unread_setting(fields: dict[str, Any], cfg: SolveConfig) -> str | None:
         return (f"--halt-max-steps {fields['halt_max_steps']} has no effect without fine-tuning and with "
                 f"--test-depth {cfg.test_depth} (it sets fine-tuning's ACT steps, and prediction's where --test-depth "
                 "is unset): drop one of them")
+    if "seed" in fields and cfg.num_aug == 0 and not tunes and cfg.trajectories == 1:
+        return (f"--seed {fields['seed']} has no effect with --num-aug 0, no fine-tuning and one trajectory (it draws "
+                "the augmentations, the fine-tuning's batches and the trajectories' noise): drop it")
     # the margins share out a time budget: without one (or, for the plan's, without an `auto` count) no one reads them
     if "safety_margin" in fields and cfg.time_budget is None:
         return (f"--safety-margin {fields['safety_margin']:g} has no effect without --time-budget (it is kept free at "
