@@ -436,6 +436,15 @@ def test_normal_events_are_logged_at_info_level(sudoku4, tmp_path, caplog):
     assert steps_logged(run)[-1] == result.step
 
 
+def test_a_time_limit_no_step_fits_says_no_loss_not_nan(sudoku4, tmp_path):
+    """No step ran, so there is no loss: the closing line says so rather than print a nan that reads as a
+    diverged run."""
+    result = train(cfg_for(sudoku4, tmp_path / "run", "max_steps=3", "time_limit=1e-300"))
+    assert result.step == 0 and result.stopped_by == "the time limit"
+    summary = result.summary()
+    assert "no step logged: no loss, no accuracy" in summary and "nan" not in summary
+
+
 def test_no_readable_state_is_one_clear_error(sudoku4, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
