@@ -273,6 +273,40 @@ def test_a_file_output_ending_with_a_slash_is_refused(world, capsys):
     check_io([], [Output(str(world / "newdir") + "/", "--work-dir", "folder")])  # a folder may end with one
 
 
+def test_a_replaced_output_inside_a_dataset_or_an_export_is_refused(world, capsys):
+    """`build-sudoku --output-dir data/train/inner` built a dataset inside another's split folder (as export,
+    compare and evaluate reports could): the outer one could then never be rebuilt (it held an entry this package
+    did not write there) short of deleting the inner one. A folder written into one was refused already."""
+    before = contents(world)
+    for args, flag, at in (
+            (["build-sudoku", "--size", "4", "--num-train", "4", "--num-test", "2", "--output-dir",
+              str(world / "data" / "train" / "inner"), "--no-progress"], "--output-dir", "data"),
+            (["export", str(world / "run"), "--out", str(world / "exp" / "again")], "--out", "exp"),
+            (["compare", str(world / "run"), "--out", str(world / "data" / "cmp")], "--out", "data")):
+        line = one_error_line(capsys, main(args))
+        assert flag in line and f"lies inside {world / at}, which is" in line, line
+    assert contents(world) == before
+    # in the place of one, a rebuild replaces it: that is the builder's own kind, not refused here
+    check_io([], [Output(world / "data", "--output-dir", "replaced")])
+    from trm_kaggle.config import SudokuBuildConfig  # the library's builders too (atomic_directory asks)
+    from trm_kaggle.data.puzzles.sudoku import build_sudoku
+    with pytest.raises(TRMError, match="lies inside .*data, which is a dataset"):
+        build_sudoku(SudokuBuildConfig(output_dir=str(world / "data" / "lib"), size=4, num_train=4, num_test=2,
+                                       num_aug=1, progress=False))
+    make_export(world / "other")  # an export this evaluation does not read
+    with pytest.raises(TRMError, match="report_dir .* lies inside .*other, which is an export"):
+        from trm_kaggle.evaluate import evaluate_export
+        evaluate_export(str(world / "exp"), str(world / "data"), report_dir=str(world / "other" / "report"))
+
+
+def test_compare_out_name_too_long_is_named_as_typed(world, capsys):
+    """compare's folder is replaced as a whole (built beside itself): a 235-byte name, which the disk takes, was
+    refused only when that folder was built, naming an absolute path nobody typed."""
+    long = "c" * 235
+    line = one_error_line(capsys, main(["compare", str(world / "run"), "--out", str(world / long)]))
+    assert line.startswith(f"error: --out {world / long}: its name is 235 bytes") and "partial" not in line, line
+
+
 def test_an_output_name_too_long_is_named_as_typed(world, capsys):
     """`submit --output` of a 300-character name was refused as `<it>/solve_report.json: File name too long`: the
     check for another submit's work folder asked for an entry inside it, a path nobody typed or would write."""

@@ -399,6 +399,69 @@ def test_a_session_saves_on_a_timer_and_a_stop_signal_ends_it_saved(built, tmp_p
     assert record["weights"] == str(tmp_path / "w" / "weights") and (tmp_path / "w" / "weights" / "config.json").is_file()
 
 
+def test_a_stop_after_the_training_finishes_the_export_and_the_report(built, tmp_path, monkeypatch):
+    """The reproducer: a SIGTERM to the notebook's runner just after "trained N steps" (the runner's watch passes it
+    on) met the default handler while the kernel exported: the kernel died and session.json kept saying the session
+    had not finished, with the run done at its last step. The export and the curve are finished first now."""
+    import signal
+
+    from trm_kaggle.train import checkpoint as checkpoints
+
+    real_export = checkpoints.export_run
+
+    def stopped_while_exporting(*args, **kw):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_export(*args, **kw)
+
+    monkeypatch.setattr(checkpoints, "export_run", stopped_while_exporting)
+    before = signal.getsignal(signal.SIGTERM)
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "none", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert r.ok and r.status == "done" and r.step == r.target_step, lines
+    record = json.loads((tmp_path / "w" / "session.json").read_text())
+    assert record["status"] == "done" and record["seconds"] > 0 and (tmp_path / "w" / "weights" / "config.json").is_file()
+    assert record["notes"] == ["SIGTERM came once the training had ended: the export and the training curve were "
+                               "finished first"], record
+    assert signal.getsignal(signal.SIGTERM) is before  # the session's handler given back
+
+
+def test_a_stop_before_the_training_ends_the_session_interrupted(built, tmp_path, monkeypatch):
+    """A SIGTERM while the session looks for its dataset (before any training): "interrupted", nothing trained,
+    session.json written; and a second stop inside the training (stopped at once) is reported, not raised."""
+    import signal
+
+    from trm_kaggle import interrupts
+
+    real_find = kaggle_training.find_dataset
+
+    def stopped_while_looking(*args, **kw):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_find(*args, **kw)
+
+    monkeypatch.setattr(kaggle_training, "find_dataset", stopped_while_looking)
+    r = run_session(input_root=built, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    time_budget=None, echo=lambda line: None)
+    assert not r.ok and r.status == "interrupted" and r.stopped_by == "SIGTERM" and r.step == 0, r
+    assert json.loads((tmp_path / "w" / "session.json").read_text())["status"] == "interrupted"
+    assert not (tmp_path / "w" / "run").exists()
+
+    import trm_kaggle.train.loop as loop
+
+    real_train = loop.train
+    monkeypatch.setattr(interrupts, "REPEAT_S", 0.0)  # the second is no repeat of the first
+
+    def twice_at_step_2(cfg, **kw):
+        return real_train(cfg, on_step=lambda step, _: step == 2 and [os.kill(os.getpid(), signal.SIGTERM)
+                                                                      for _ in range(2)], **kw)
+
+    monkeypatch.setattr(loop, "train", twice_at_step_2)
+    r = run_session(input_root=tmp_path / "none", working=tmp_path / "w2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lambda line: None)
+    assert not r.ok and r.status == "interrupted" and r.stopped_by == "SIGTERM", r
+    assert "before it finished" in r.message
+
+
 def test_the_training_range_names_the_step_the_run_ends_at(built, tmp_path):
     """The reproducer: "training from step 0 to step 20000" for a run whose schedule ends at 3,125."""
     lines: list[str] = []

@@ -95,7 +95,7 @@ def _sweep(args: argparse.Namespace) -> IO:
 def _compare(args: argparse.Namespace) -> IO:
     out = args.out or (f"{args.dirs[0].rstrip('/')}/compare" if len(args.dirs) == 1 else "compare")
     tables = ("table.md", "table.csv", "curves.png", "final.png")
-    return [Input(d, "run folder") for d in args.dirs], [Output(out, "--out", "folder", tables)]
+    return [Input(d, "run folder") for d in args.dirs], [Output(out, "--out", "replaced", tables)]
 
 
 def _launch(args: argparse.Namespace) -> IO:

@@ -21,6 +21,10 @@ output (`/kaggle/working` of the kernel's previous version) as an input. A sessi
 5. writes `<working>/weights/` (an export the submission bundle takes as `--weights`),
    `<working>/training_curve.png` and `<working>/session.json` (what the session did, in figures).
 
+A SIGTERM (or SIGHUP) is the session's stop wherever it lands (`_SessionStops`): before the training it ends the
+session "interrupted" with nothing trained; once the training has ended, the export and the picture (seconds of
+work on a state already saved) are finished first and the stop is noted in the report.
+
 A run that had reached its last step says so and only exports. Every problem is one line starting with
 `error:` in the kernel log and a `session.json` with `"ok": false`; `run_session` never raises (the notebook
 must finish, so that its output, the previous state included, becomes the next session's input).
@@ -95,6 +99,45 @@ class _SaveBeforeExit:
             os.kill(os.getpid(), signal.SIGTERM)
         elif not _session_running.is_set() or time.monotonic() - self.first > RUNNER_GRACE_S:
             os._exit(status)
+
+
+class _SessionStops:
+    """SIGTERM and SIGHUP for the whole session; the training takes them itself while it runs (and saves). Before
+    it, the first one raises `Terminated` (the session ends "interrupted", nothing trained; the inputs are
+    read-only and the run folder is written atomically); once the training has ended (`trained()`), a stop is
+    noted and the export and the picture go on: in a Jupyter kernel such a signal was left to its default and
+    ended the kernel, leaving session.json saying the session never finished while its run was done.
+    Only the main thread can take a handler: elsewhere nothing changes."""
+
+    def __init__(self) -> None:
+        self.came: int | None = None
+        self.after_training = False
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> "_SessionStops":
+        from trm_kaggle import interrupts
+
+        if threading.current_thread() is threading.main_thread():
+            for signum in interrupts.TERMINATING:
+                if interrupts.taken(signum):
+                    self.previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum, frame) -> None:
+        from trm_kaggle.interrupts import Terminated
+
+        first = self.came is None
+        self.came = self.came or signum
+        if first and not self.after_training:
+            raise Terminated(signum)
+
+    def trained(self) -> None:
+        """The training is over: a stop from here on waits for the export and the picture."""
+        self.after_training = True
 
 
 def stop_when_the_runner_exits(poll_s: float = 1.0) -> bool:
@@ -235,6 +278,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     report = SessionReport()
     working = Path(working)
     timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
+    stops = _SessionStops()
     _session_running.set()
     try:
         for name, value in (("time_budget", time_budget), ("margin", margin)):  # NaN would mean "no limit"
@@ -244,18 +288,21 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
         if session_steps is not None and (isinstance(session_steps, bool) or not isinstance(session_steps, int)
                                           or session_steps < 1):  # -1 once blamed a budget that was not set
             raise TRMError(f"session_steps {session_steps!r}: a whole number of steps >= 1, or None for no cap")
-        _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
-                 [*timed, *overrides], data_dir, time_budget, margin, session_steps, started,
-                 Path(scratch) if scratch is not None else default_scratch(), echo)
+        with stops:
+            _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
+                     [*timed, *overrides], data_dir, time_budget, margin, session_steps, started,
+                     Path(scratch) if scratch is not None else default_scratch(), echo, stops)
     except KeyboardInterrupt as e:  # SIGINT/SIGTERM (TrainingInterrupted): the state is saved; the next session
         report.ok, report.status = False, "interrupted"  # resumes from it
-        if hasattr(e, "signum"):
+        if hasattr(e, "step"):
             report.step, report.stopped_by = e.step, signal.Signals(e.signum).name
             report.message = (f"stopped by {report.stopped_by} at step {e.step}: train state saved to {e.path}; run "
                               "the kernel again (a new version) to continue from it")
             _export_interrupted(report, working, echo)
-        else:  # a second Ctrl-C: stopped at once, the newest state saved before it stands
-            report.message = "interrupted before it finished: the next session resumes from the newest saved state"
+        else:  # before the training (Terminated), or a second stop (at once): the newest state saved stands
+            report.stopped_by = signal.Signals(e.signum).name if hasattr(e, "signum") else "SIGINT"
+            report.message = (f"stopped by {report.stopped_by} before it finished: the next session resumes from "
+                              "the newest saved state")
         echo(report.message)
     except TRMError as e:
         report.ok, report.status, report.message = False, report.status or "error", str(e)
@@ -268,6 +315,10 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
                               "auto_batch=True, a smaller global_batch_size or another preset")
         echo(f"error: {report.message}")
         log.debug("%s", traceback.format_exc())
+    if stops.came is not None and stops.after_training:
+        report.notes.append(f"{signal.Signals(stops.came).name} came once the training had ended: the export and "
+                            "the training curve were finished first")
+        echo(f"{signal.Signals(stops.came).name} came once the training had ended: export and curve finished")
     report.seconds = round(time.time() - started, 1)
     try:
         working.mkdir(parents=True, exist_ok=True)
@@ -298,7 +349,8 @@ def _is_out_of_memory(e: BaseException) -> bool:
 
 
 def _session(report: SessionReport, input_root: Path, working: Path, presets: list[str], overrides: list[str],
-             data_dir, time_budget, margin, session_steps, started, scratch, echo) -> None:
+             data_dir, time_budget, margin, session_steps, started, scratch, echo,
+             stops: _SessionStops) -> None:
     from trm_kaggle.kaggle import open_packed, packed_manifest
     from trm_kaggle.pipeline import write_training_curve
     from trm_kaggle.train import checkpoint as ckpt, load_train_config, train
@@ -346,6 +398,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     report.start_step = report.step = start
 
     if start >= target:
+        stops.trained()
         report.status = "done"
         echo(f"the run is done: step {start} of {target}; exporting only")
     else:
@@ -364,6 +417,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
              + (f", at most {changes['time_limit']:.0f} s" if "time_limit" in changes else "")
              + (f", a train state every {cfg.save_every_s:g} s" if cfg.save_every_s else ""))
         result = train(cfg, signals=True)
+        stops.trained()
         report.step, report.stopped_by = result.step, result.stopped_by
         if result.new_steps == 0 and not result.already_done:
             raise TRMError(f"the time budget ended before one training step (step {start}): raise TIME_BUDGET "

@@ -165,8 +165,9 @@ def input_kind(folder: Path) -> str | None:
 def _input_problem(out: Output, path: Path) -> str | None:
     """A folder written into (`folder` outputs: a run folder, a work folder) that is, or lies inside, a dataset or
     an export, whether or not this command reads it: its files would mix with the input's (a rebuild of the
-    dataset is then refused) and the only way back is deleting the input."""
-    for at in (path, *path.parents):
+    dataset is then refused) and the only way back is deleting the input. A `replaced` folder (a dataset, an
+    export, a report) is refused inside one; in the place of one, `atomic_directory` replaces only its own kind."""
+    for at in ((path, *path.parents) if out.kind == "folder" else path.parents):
         kind = input_kind(at) if at.is_dir() else None
         if kind:
             where = "is" if at == path else f"lies inside {at}, which is"
@@ -242,7 +243,7 @@ def writable_problem(out: Output) -> str | None:
         if out.kind == "replaced" and not os.access(path, os.W_OK):
             return (f"{shown} is read-only or immutable (see lsattr) and cannot be replaced; make it writable or "
                     "choose another path")
-    if out.kind == "folder" and (problem := _input_problem(out, path)):
+    if out.kind != "file" and (problem := _input_problem(out, path)):
         return problem
     if out.kind == "file" and (problem := _input_file_problem(out, path)):
         return problem
@@ -286,7 +287,7 @@ def kept_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str | No
         return problem
     for out in outputs:
         path = _resolved(out.path)
-        if problem := (_input_problem(out, path) if out.kind == "folder" else
+        if problem := (_input_problem(out, path) if out.kind != "file" else
                        _input_file_problem(out, path) if out.kind == "file" else None):
             return problem
     return None

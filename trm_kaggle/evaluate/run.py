@@ -44,7 +44,7 @@ def evaluate_io(weights, data, save_votes=None, report_dir=None, pool_with=(), *
 
     return ([Input(weights, name("weights"), tree=True), Input(data, name("data"), tree=True),
              *(Input(p, f"{name('pool_with')} file") for p in pool_with or [])],
-            [Output(save_votes, name("save_votes")), Output(report_dir, name("report_dir"), "folder")])
+            [Output(save_votes, name("save_votes")), Output(report_dir, name("report_dir"), "replaced")])
 
 
 def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, *,
