@@ -87,6 +87,11 @@ def test_an_archive_cut_short_is_refused_before_unpacking(tmp_path, source):
     with pytest.raises(TRMError, match="data.tar: differs from .*manifest.json .* cut short or changed"):
         open_packed(out, tmp_path / "scratch", say=lambda _: None)
     assert not (tmp_path / "scratch").exists() or not list((tmp_path / "scratch").iterdir())
+    # one byte changed, the size kept: the line names the digest that differs, not two equal sizes
+    (out / "data.tar").write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    with pytest.raises(TRMError, match=r"data.tar: differs from .*manifest.json \(sha256 [0-9a-f]{16}\.\.\., "
+                                       r"manifest [0-9a-f]{16}\.\.\.; the same size\): the upload was changed"):
+        open_packed(out, tmp_path / "scratch", say=lambda _: None)
 
 
 def rewrite_archive(out: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> None:

@@ -113,9 +113,13 @@ def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Call
         if not (isinstance(outer, dict) and isinstance(outer.get("size"), int)  # the digest names the unpacked
                 and re.fullmatch(r"[0-9a-f]{64}", str(outer.get("sha256")))):  # folder: read from a file, checked
             raise TRMError(f"{folder / MANIFEST}: its 'files' entry must give {name} with its size and sha256")
-        if archive.stat().st_size != outer.get("size") or sha256_file(archive) != outer.get("sha256"):
-            raise TRMError(f"{archive}: differs from {folder / MANIFEST} (size {archive.stat().st_size:,} bytes, "
-                           f"manifest {outer.get('size')}): the upload was cut short or changed; upload it again")
+        size = archive.stat().st_size
+        if size != outer.get("size"):
+            raise TRMError(f"{archive}: differs from {folder / MANIFEST} (size {size:,} bytes, manifest "
+                           f"{outer.get('size'):,}): the upload was cut short or changed; upload it again")
+        if (digest := sha256_file(archive)) != outer.get("sha256"):  # the same size: a byte changed
+            raise TRMError(f"{archive}: differs from {folder / MANIFEST} (sha256 {digest[:16]}..., manifest "
+                           f"{outer['sha256'][:16]}...; the same size): the upload was changed; upload it again")
         dest = Path(scratch) / f"{Path(name).stem}-{outer['sha256'][:16]}"
         # A copy of ours from an earlier training session is reused only when every file's digest is the
         # manifest's; a damaged one (a cut copy, a changed byte) is unpacked again from the checked archive
