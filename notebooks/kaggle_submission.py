@@ -286,9 +286,14 @@ try:
         READY = False
         NO_MODEL = "no challenges file was found"
     else:
-        if os.path.realpath(CHALLENGES) == os.path.realpath(SUBMISSION):  # an output never replaces an input
-            raise ValueError(f"CHALLENGES is {SUBMISSION}, the file this kernel writes its submission to; it is "
-                             f"left as it is: put the challenges elsewhere")
+        # an output never replaces an input. The submission replaces what stands at its path (a link planted
+        # there is replaced, never written through), so only a challenges file at that very place is in the way
+        written = os.path.join(os.path.realpath(KAGGLE_WORKING), SUBMISSION.name)
+        if written in (os.path.realpath(CHALLENGES),
+                       os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(CHALLENGES))),
+                                    os.path.basename(CHALLENGES))):
+            raise ValueError(f"the challenges file {CHALLENGES} is {SUBMISSION}, the file this kernel writes its "
+                             f"submission to; it is left as it is: put the challenges elsewhere")
         raw = read_regular(CHALLENGES)
         if not raw.strip():
             raise ValueError(f"{CHALLENGES} is empty")

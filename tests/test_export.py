@@ -254,3 +254,17 @@ def test_weights_of_another_shape_name_the_tensor_and_both_shapes(tmp_path):
     msg = str(e.value)
     assert "lm_head.weight (7, 16) in the file, (5, 16) in the model" in msg
     assert "missing keys q_head.bias" in msg and "keys this model does not have extra.weight" in msg
+
+
+def test_a_state_or_run_that_does_not_exist_is_said_missing(tmp_path):
+    """`export runs/typo/state_step00000009.pt` said "no train state (state_step*.pt)", as of a run without
+    states: the path is missing, and the line says so; an empty run folder still says it holds no state."""
+    from trm_kaggle.train import checkpoint as ckpt
+
+    for missing in (tmp_path / "typo" / "state_step00000009.pt", tmp_path / "typo"):
+        with pytest.raises(TRMError, match=f"^{re.escape(str(missing))}: no such file or folder$"):
+            ckpt.export_run(missing, tmp_path / "e")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TRMError, match=r"empty: no train state \(state_step\*\.pt\)$"):
+        ckpt.export_run(tmp_path / "empty", tmp_path / "e")
+    assert not (tmp_path / "e").exists()

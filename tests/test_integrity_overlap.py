@@ -299,6 +299,35 @@ def test_a_replaced_output_inside_a_dataset_or_an_export_is_refused(world, capsy
         evaluate_export(str(world / "exp"), str(world / "data"), report_dir=str(world / "other" / "report"))
 
 
+def test_a_work_folder_nobody_typed_is_named_as_derived(world, capsys):
+    """`submit --output OTHER_EXPORT/s.json` was refused naming `--work-dir OTHER_EXPORT/s-ttt`, a flag not typed."""
+    make_export(world / "other")
+    main_args = ["submit", "--challenges", str(world / "c.json"), "--weights", str(world / "exp"), "--output",
+                 str(world / "other" / "s.json"), "--no-progress"]
+    line = one_error_line(capsys, main(main_args))
+    assert line.startswith(f"error: --work-dir (by default beside --output) {world / 'other' / 's-ttt'} lies inside"), line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a bind mount needs root")
+def test_an_output_inside_an_input_through_a_mount_says_a_mount_not_a_link(world):
+    """A bind mount of the export is the same folder by another path, with no link anywhere: said as such."""
+    import subprocess
+
+    where = world / "bound"
+    where.mkdir()
+    if subprocess.run(["mount", "--bind", str(world / "exp"), str(where)], capture_output=True).returncode != 0:
+        pytest.skip("this machine lets no one bind-mount a folder")
+    try:
+        with pytest.raises(TRMError, match=r"inside the input --weights .* \(the same folder by another path: a "
+                                           r"mount\)"):
+            check_io([Input(world / "exp", "--weights", tree=True)], [Output(where / "r", "--report-dir", "replaced")])
+        with pytest.raises(TRMError, match=r"inside the input --weights .* \(through a link\)"):
+            check_io([Input(world / "exp", "--weights", tree=True)],
+                     [Output(world / "exp-link" / "r", "--report-dir", "replaced")])
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
 def test_compare_out_name_too_long_is_named_as_typed(world, capsys):
     """compare's folder is replaced as a whole (built beside itself): a 235-byte name, which the disk takes, was
     refused only when that folder was built, naming an absolute path nobody typed."""

@@ -316,3 +316,16 @@ def test_an_extra_wheel_whose_name_no_wheel_has_is_one_line(inputs, tmp_path, ca
     said = "the bundle builds its own" if name.startswith("trm_kaggle") else "not a wheel's file name (NAME-VERSION-"
     assert said in line and "\x1b" not in line, line
     assert not (tmp_path / "ob").exists()
+
+
+def test_a_path_through_a_device_or_a_file_names_that_part(tmp_path, capsys):
+    """`evaluate --weights` a link to /dev/zero said "a part of the path is a file": the part, and what it is."""
+    (tmp_path / "zl").symlink_to("/dev/zero")
+    (tmp_path / "plain").write_text("x")
+    data = build_sudoku4(tmp_path / "s4")
+    line = one_error_line(capsys, main(["evaluate", "--weights", str(tmp_path / "zl"), "--data", str(data)]))
+    assert f"({tmp_path / 'zl'} is a character device, not a folder)" in line, line
+    from trm_kaggle.jsonio import UnreadableFile, open_regular
+
+    with pytest.raises(UnreadableFile, match=f"not found \\({re.escape(str(tmp_path / 'plain'))} is a file, not a"):
+        open_regular(tmp_path / "plain" / "inner" / "config.json", "config.json")

@@ -61,6 +61,11 @@ def test_a_training_run_folder_in_a_submit_work_folder_is_refused(data, tmp_path
                       (work / "run", f"{work / 'run'} lies inside {work}, which is a submit's work folder")):
         line = one_error_line(capsys, main(train_args(data, run, "max_steps=1")))
         assert said in line and "choose a folder of its own" in line, line
+    # a pipeline there trains into WORK/train, a run folder the same: refused too (it was run, exit 0)
+    for wd, said in ((work, f"--work-dir {work} is a submit's work folder"),
+                     (work / "units", f"--work-dir {work / 'units'} lies inside {work}, which is a submit's work")):
+        line = one_error_line(capsys, main(["pipeline", "--work-dir", str(wd), "--no-progress"]))
+        assert said in line and "choose a folder of its own" in line, line
     assert _listing(work) == before
 
 

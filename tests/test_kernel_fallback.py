@@ -285,6 +285,20 @@ def test_challenges_that_are_the_submission_file_are_left_as_they_are(tmp_path, 
     assert "the file this kernel writes its submission to; it is left as it is" in out
 
 
+def test_a_submission_link_to_the_challenges_is_replaced_never_written_through(tmp_path, monkeypatch):
+    """working/submission.json a link to the challenges file the kernel found: it wrote no fallback at all (the
+    check followed the link), though its writer replaces the link and leaves the challenges as they are."""
+    challenges = write_competition(tmp_path / "input" / "arc-prize-2025")
+    before = challenges.read_bytes()
+    (tmp_path / "working").mkdir()
+    submission = tmp_path / "working" / "submission.json"
+    submission.symlink_to(challenges)
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    assert scope["READY"] and "WARNING" not in out, out
+    assert challenges.read_bytes() == before and not submission.is_symlink()
+    check_submission(submission, challenges)
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="Linux's /proc")
 def test_a_challenges_path_into_proc_is_refused_unopened(tmp_path, monkeypatch):
     link = tmp_path / "c.json"

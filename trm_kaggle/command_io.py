@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import glob
 import logging
 from typing import Callable, Iterator
@@ -140,9 +141,13 @@ def _submit(args: argparse.Namespace) -> IO:
     from trm_kaggle.solve import solve_io
 
     work_dir = args.work_dir or default_work_dir(args.output)
-    _refuse_run_folder(work_dir, "--work-dir")
+    # one nobody typed is named as what it is: the folder beside --output, after its name
+    what = "--work-dir" if args.work_dir else "--work-dir (by default beside --output)"
+    _refuse_run_folder(work_dir, what)
     _refuse_work_dir(args.output, "--output")  # its own work folder is an output it may not lie in, as any other
-    return solve_io(args.challenges, args.weights, args.output, work_dir, getattr(args, "compile_cache", None))
+    inputs, outputs = solve_io(args.challenges, args.weights, args.output, work_dir,
+                               getattr(args, "compile_cache", None))
+    return inputs, [dataclasses.replace(o, what=what) if o.what == "--work-dir" else o for o in outputs]
 
 
 def _regress(args: argparse.Namespace) -> IO:
@@ -156,6 +161,7 @@ def _pipeline(args: argparse.Namespace) -> IO:
     from trm_kaggle.config import PipelineConfig
 
     work_dir = args.work_dir or PipelineConfig.model_fields["work_dir"].get_default()
+    _refuse_work_dir(work_dir, "--work-dir")  # it trains into WORK/train: a run folder, as train's own
     return [], [Output(work_dir, "--work-dir", "folder")]
 
 

@@ -132,6 +132,18 @@ def not_regular(mode: int) -> str | None:
                 else "not a regular file")
 
 
+def _not_a_folder(path: Path) -> str:
+    """Which part of `path` stands where a folder should, and what it is (`--weights` a link to /dev/zero)."""
+    for part in reversed(path.parents):
+        try:
+            mode = os.stat(part).st_mode
+        except OSError:
+            break
+        if not stat.S_ISDIR(mode):
+            return f"{part} is {not_regular(mode) or 'a file'}, not a folder"
+    return "a part of the path is a file, not a folder"
+
+
 def open_regular(path: str | os.PathLike, what: str = "file", hint: str | None = None) -> BinaryIO:
     """`path` opened for reading in binary, checked to be a regular file: the one gate of every reader of a
     file we did not just write (JSON, train states, weights, dataset arrays).
@@ -155,7 +167,7 @@ def open_regular(path: str | os.PathLike, what: str = "file", hint: str | None =
     except IsADirectoryError:
         raise UnreadableFile(f"{path}: {what} expected, found a directory") from None
     except NotADirectoryError:
-        raise UnreadableFile(f"{path}: {what} not found (a part of the path is a file, not a directory)") from None
+        raise UnreadableFile(f"{path}: {what} not found ({_not_a_folder(path)})") from None
     except OSError as e:  # no permission, a failing disk, too many open files; a socket cannot be opened (ENXIO)
         try:
             kind = not_regular(os.stat(path).st_mode)

@@ -104,11 +104,13 @@ def overlap_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str |
             holder = o if _inside(i, o) else next((p for p in i.parents if p.exists() and _same(p, o)), None) \
                 if i.exists() else None
             if holder is not None and out.could_replace(i.relative_to(holder)):
-                via = "" if _inside(i_plain, o_plain) else " (through a link)"
+                via = "" if _inside(i_plain, o_plain) else " (through a link)" if _inside(i, o) else \
+                    " (the same folder by another path: a mount)"
                 return (f"{_shown(out)} holds the input {_shown(inp)}{via}: writing it could replace the input; "
                         "choose an output outside the inputs")
             if inp.tree and (_inside(o, i) or any(_same(p, i) for p in o.parents if p.exists())):
-                via = "" if _inside(o_plain, i_plain) else " (through a link)"
+                via = "" if _inside(o_plain, i_plain) else " (through a link)" if _inside(o, i) else \
+                    " (the same folder by another path: a mount)"
                 return (f"{_shown(out)} is inside the input {_shown(inp)}{via}: an input folder is never "
                         "written into; choose an output outside it")
     for k, a in enumerate(outputs):

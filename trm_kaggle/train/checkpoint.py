@@ -114,7 +114,8 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
     """
     states = list_states(Path(run_dir))
     if not states:
-        raise TRMError(f"{run_dir}: no train state (state_step*.pt)")
+        missing = not os.path.lexists(run_dir)  # a typo: said as missing, not as a run without states
+        raise TRMError(f"{run_dir}: " + ("no such file or folder" if missing else "no train state (state_step*.pt)"))
     errors: list[str] = []
     damaged: list[Path] = []
     run_id = recorded_run_id(run_dir)
