@@ -129,9 +129,13 @@ def write_session(status, message):
     """session.json (atomically): what stopped this kernel run, for `kaggle kernels output` readers."""
     record = {"ok": False, "status": status, "message": message, "seconds": round(time.time() - STARTED, 1)}
     tmp = SESSION.with_name(f".{SESSION.name}.partial-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=2)
-    os.replace(tmp, SESSION)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(record, f, indent=2)
+        os.replace(tmp, SESSION)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written stays behind
+        raise
 
 
 def fail(message):
@@ -150,7 +154,11 @@ try:
     write_session("started", "the session has not finished (stopped before it wrote its report)")
 except (OSError, ValueError) as e:  # ValueError: a path the system cannot take; the notebook never raises
     READY = False
-    print(f"error: {KAGGLE_WORKING} is not writable ({e}): nothing can run", flush=True)
+    if SESSION.is_dir() and not SESSION.is_symlink():  # the folder is writable: what stands in the way is named
+        print(f"error: {SESSION} is a folder, where this kernel writes its session record: nothing can run (move "
+              "it away)", flush=True)
+    else:
+        print(f"error: {KAGGLE_WORKING} is not writable ({e}): nothing can run", flush=True)
 
 # %% [markdown]
 # ## Install `trm_kaggle` offline

@@ -20,6 +20,19 @@ def test_missing_notebook_fails_clearly(inputs, tmp_path, capsys):
     assert not (tmp_path / "out" / "wheels").exists()
 
 
+@pytest.mark.parametrize("part", ["wheels", "weights", "kernel"])
+def test_a_part_planted_as_a_link_is_refused_never_built_through(inputs, tmp_path, capsys, part):
+    """OUT_DIR/wheels a link to an empty folder outside OUT_DIR: the whole wheels dataset was written there, exit 0."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out" / part).symlink_to(tmp_path / "elsewhere")
+    rc = B.main([str(tmp_path / "out"), "--no-download", "--weights", str(inputs["export"]),
+                 "--notebook", str(inputs["notebook"])])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"OUT_DIR part {part}/" in err and "never through a link" in err, err
+    assert not list((tmp_path / "elsewhere").iterdir())
+
+
 def test_weights_must_be_an_export(inputs, tmp_path, capsys):
     (tmp_path / "notexport").mkdir()
     rc = B.main([str(tmp_path / "out"), "--no-download", "--weights", str(tmp_path / "notexport"),

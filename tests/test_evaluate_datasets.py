@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import TINY_ARCH, SolvesEven
+from trm_kaggle.data.contents import write_contents
 from trm_kaggle.cli import main
 from trm_kaggle.config import EvaluateConfig
 from trm_kaggle.data.format import SplitWriter, load_metadata
@@ -104,6 +105,7 @@ def _emptied(data, dest):
     meta = load_metadata(data, "test")
     shutil.rmtree(dest / "test")
     SplitWriter(dest / "test", meta.seq_len, meta.vocab_size).finish(meta.num_puzzle_identifiers)
+    write_contents(dest)  # built that way: its record says so (a changed dataset is refused before it is scored)
     return dest
 
 
@@ -158,6 +160,7 @@ def test_arc_trajectories_vote_and_an_arc_set_without_answers_is_refused(tmp_pat
         for pair in task["test"]:
             pair.pop("output")
     (data / "test_puzzles.json").write_text(json.dumps(raw))
+    write_contents(data)  # a set built without answers (its record says so)
     export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
     assert main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(data), "--device", "cpu",
                  "--no-progress"]) == 2

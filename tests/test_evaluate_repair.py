@@ -179,6 +179,26 @@ def evaluate_with(data: Path, answer, **kw):
     return evaluate_repair(model, RepairEvalConfig(weights="-", data=str(data), batch_size=7, progress=False, **kw))
 
 
+def test_edited_repair_metadata_is_refused_never_shown_raw(dataset, tmp_path):
+    """A bug_type holding an escape sequence reached the terminal raw in the table, and a repair_meta.jsonl changed
+    after the build was scored (verify refuses it): the changed file is named; without a contents record (an
+    older build), the name itself is refused."""
+    from trm_kaggle.data.contents import CONTENTS_FILE
+    from trm_kaggle.errors import DataError
+
+    data = tmp_path / "ds"
+    shutil.copytree(dataset, data)
+    meta = data / "test" / "repair_meta.jsonl"
+    records = [json.loads(line) for line in meta.read_text().splitlines()]
+    records[0]["bug_type"] = "\x1b[31mRED\x1b[0m"
+    meta.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(DataError, match="repair_meta.jsonl: differs from the contents its builder recorded"):
+        evaluate_with(data, lambda inputs: inputs)
+    (data / CONTENTS_FILE).unlink()
+    with pytest.raises(DataError, match=r"repair_meta.jsonl:1: .*its bug_type '\\x1b\[31mRED.* is not a name"):
+        evaluate_with(data, lambda inputs: inputs)
+
+
 def test_copy_model_scores_like_the_baseline(dataset):
     ev = evaluate_with(dataset, lambda inputs: inputs)
     o = ev.table["overall"]
@@ -261,6 +281,7 @@ def test_cli_with_a_trained_export(dataset, tmp_path):
     broken = tmp_path / "broken"  # a code-repair dataset whose metadata was damaged
     shutil.copytree(dataset, broken)
     (broken / "test" / "repair_meta.jsonl").write_text("{not json\n")
+    (broken / "contents.json").unlink()  # built before contents records: the damage is found by the reader
     bad = subprocess.run([sys.executable, "-m", "trm_kaggle", "evaluate-repair", "--weights", str(weights), "--data",
                           str(broken), "--no-progress"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -632,7 +632,7 @@ def test_the_recipe_stage_trains_every_recipe_on_the_prepared_9x9_set_on_a_cpu(p
     assert md.startswith("# Time to accuracy: sudoku9-generated") and "extreme" not in md.lower()
 
 
-def test_upstreams_model_runs_through_our_rollout_with_its_nested_carry(prepared):
+def test_upstreams_model_runs_through_our_rollout_with_its_nested_carry(prepared, tmp_path):
     """Our rollout keeps our `Carry` between calls, decodes stopped rows with `decode` and asks for no logits;
     upstream's ACT model nests z_H/z_L in an inner carry and always returns logits (the H200 run's evaluation
     died on `logits=`). A shim with upstream's carry layout around our model, behind `UpstreamForEvaluate`,
@@ -690,7 +690,7 @@ def test_upstreams_model_runs_through_our_rollout_with_its_nested_carry(prepared
     ds = prepared / "data" / "arc"
     meta = load_metadata(ds, "test")
     arch = E.make_arch(32, 2, 2, 2, 4)
-    ours = E.load_ours(E.random_model(arch, meta.num_puzzle_identifiers, seed=0), arch, ds, prepared / "x")
+    ours = E.load_ours(E.random_model(arch, meta.num_puzzle_identifiers, seed=0), arch, ds, tmp_path / "x")
     shim = p3.UpstreamForEvaluate(Head(ours).eval(), arch, meta.seq_len, meta.vocab_size,
                                   meta.num_puzzle_identifiers)
     a, b = E.run_ours(ours, ds, 8), E.run_ours(shim, ds, 8)

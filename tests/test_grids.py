@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from trm_kaggle.data.format import load_identifiers, load_split
 from trm_kaggle.data.puzzles.grids import (TEXT_EOL, TEXT_PAD, TEXT_VOCAB_SIZE, build_grid_dataset,
                                    build_grid_dataset_from_jsonl, grid_to_text, text_to_grid)
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
 
 SHAPE = (3, 4)
 
@@ -218,3 +218,10 @@ def test_text_pairs_make_a_dataset(tmp_path):
     tr = load_split(tmp_path / "ds", "train")
     assert tr.metadata.seq_len == 64 * 48 and tr.metadata.vocab_size == 97
     assert grid_to_text(np.asarray(tr.labels[1]).reshape(64, 48)) == "if x:\n  y"
+
+
+@pytest.mark.parametrize("vocab_size", [2**31, 10**400, 1, 2.5, True])
+def test_a_vocab_size_outside_its_bounds_names_both(tmp_path, vocab_size):
+    """2**31 was refused as "must be at least 2", and 10**400 printed whole (401 digits)."""
+    with pytest.raises(TRMError, match=r"vocab_size must be a whole number from 2 to 2\*\*31-1, got .{1,90}$"):
+        build_grid_dataset(tmp_path / "ds", train=[], test=[], vocab_size=vocab_size, grid_shape=SHAPE)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,8 @@ from trm_kaggle.data.contents import CONTENTS_FILE, contents_hash
 from trm_kaggle.data.puzzles.maze import build_maze
 from trm_kaggle.errors import DataError
 from trm_kaggle.train import checkpoint as ckpt
+
+SHIPPED = Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"
 
 
 def error_line(capsys) -> str:
@@ -75,6 +78,9 @@ def test_a_file_replaced_after_the_build_is_named(tmp_path, capsys, victim):
     assert main(train_args(data, tmp_path / "run", "max_steps=1")) == 2
     assert victim in error_line(capsys)
     assert main(["verify", str(data)]) == 2
+    assert victim in error_line(capsys)
+    # evaluating it is refused the same (it was scored as built)
+    assert main(["evaluate", "--weights", str(SHIPPED), "--data", str(data), "--no-progress"]) == 2
     assert victim in error_line(capsys)
 
 

@@ -69,6 +69,33 @@ def test_a_training_run_folder_in_a_submit_work_folder_is_refused(data, tmp_path
     assert _listing(work) == before
 
 
+def test_a_submit_work_folder_in_a_pipelines_folder_or_a_report_is_refused(tmp_path, capsys):
+    """`submit --work-dir PIPE` (a pipeline's work folder) or `--work-dir PIPE/report` (an evaluation report) ran,
+    exit 0: its units/ and solve_report.json then made the pipeline's rerun refuse PIPE as a submit's work folder,
+    and evaluate refuse to replace its report. Refused now; the pipeline's own solve works inside, in PIPE/ttt."""
+    from trm_kaggle.atomic import atomic_directory
+    from trm_kaggle.evaluate.report import REPORT_KIND
+    from trm_kaggle.outputs import Output, check_io
+
+    pipe = tmp_path / "pipe"
+    (pipe / "train").mkdir(parents=True)
+    (pipe / "train" / "run.json").write_text("{}")
+    with atomic_directory(pipe / "report", kind=REPORT_KIND) as tmp:
+        (tmp / "report.json").write_text("{}")
+    (tmp_path / "c.json").write_text('{"t1": {"train": [], "test": [{"input": [[1]]}]}}')
+    before = _listing(pipe)
+    for work, said in ((pipe, f"--work-dir {pipe} is a pipeline's work folder"),
+                       (pipe / "report", f"--work-dir {pipe / 'report'} is an evaluation report folder this package "
+                                         "builds whole"),
+                       (pipe / "report" / "w", f"lies inside {pipe / 'report'}, which is an evaluation report")):
+        line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+                                            str(SHIPPED), "--output", str(tmp_path / "s.json"), "--work-dir",
+                                            str(work), "--no-progress"]))
+        assert said in line and "choose a folder of its own" in line, line
+    assert _listing(pipe) == before and not (tmp_path / "s.json").exists()
+    check_io([], [Output(pipe / "ttt", "--work-dir", "folder")])  # the pipeline's own solve, inside it
+
+
 def test_a_submissions_output_in_another_submits_work_folder_is_refused(tmp_path, capsys):
     """`submit --output sw1/solve_report.json` replaced that work folder's record with a submission, exit 0."""
     work = tmp_path / "sw1"

@@ -391,6 +391,25 @@ def test_the_training_kernels_numbers_too_large_for_a_float_degrade_too(tmp_path
     assert scope[name] != 10**400 and f"WARNING: {name}=" in out.getvalue(), out.getvalue()
 
 
+def test_a_folder_at_the_training_kernels_session_json_is_named_and_nothing_is_left(tmp_path, monkeypatch):
+    """KAGGLE_WORKING/session.json a folder: the kernel left `.session.json.partial-N` and called the working folder
+    "not writable" (it had just written there). The folder is named; no partial file stays."""
+    nb = json.loads((NOTEBOOK.parent / "kaggle_train.ipynb").read_text())
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    for var in ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE", "KAGGLE_IS_COMPETITION_RERUN"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / "working" / "session.json").mkdir(parents=True)
+    scope: dict = {}
+    exec(cells[0], scope)
+    scope.update(KAGGLE_INPUT=str(tmp_path / "input"), KAGGLE_WORKING=str(tmp_path / "working"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(cells[1], scope)  # must not raise
+    assert scope["READY"] is False
+    assert f"error: {tmp_path / 'working' / 'session.json'} is a folder" in out.getvalue(), out.getvalue()
+    assert sorted(p.name for p in (tmp_path / "working").iterdir()) == ["session.json"]
+
+
 def test_task_ids_that_differ_from_the_sample_reach_the_log_escaped(tmp_path, monkeypatch):
     """A task id holding an escape sequence or a bell, beside sample_submission.json's ids, reached the log raw:
     every warning of the kernel is one escaped line."""

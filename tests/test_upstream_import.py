@@ -118,6 +118,15 @@ def test_missing_key_gives_trm_error_naming_it(tmp_path):
         load_upstream_checkpoint(tiny(1), path)
 
 
+def test_one_weight_given_twice_is_refused_not_overwritten():
+    """With and without `_orig_mod.`, other values: the later one replaced the first without a word."""
+    sd = to_upstream_state_dict(tiny(0))
+    key = "_orig_mod.model.inner.lm_head.weight"
+    sd[key[len("_orig_mod."):]] = torch.zeros_like(sd[key])
+    with pytest.raises(TRMError, match="the weight lm_head.weight is given twice"):
+        from_upstream_state_dict(sd)
+
+
 def test_foreign_keys_and_wrong_shapes_give_trm_error():
     sd = to_upstream_state_dict(tiny(0))
     sd["_orig_mod.model.inner.H_level.layers.0.self_attn.qkv_proj.weight"] = torch.zeros(3)  # an HRM checkpoint

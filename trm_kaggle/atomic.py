@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 from trm_kaggle.errors import TRMError, as_os_error, with_path
 from trm_kaggle.jsonio import is_regular, not_regular, read_json
-from trm_kaggle.outputs import Output, link_problem, special_kind, writable_problem
+from trm_kaggle.outputs import OWNER_RECORD, Output, link_problem, special_kind, writable_problem
 
 PARTIAL_MARK = ".partial-"
 OLD_MARK = ".old-"
@@ -280,7 +280,6 @@ def remove_stale_partials(target: Path, kind: str) -> list[Path]:
     return removed
 
 
-OWNER_RECORD = ".trm_kaggle_output.json"
 OWNER_FORMAT = "trm_kaggle.output"
 
 

@@ -134,6 +134,18 @@ def _refuse_run_folder(folder: str, what: str) -> None:
     _refuse_inside(folder, what, "a training run folder", RUN_RECORD, "run's", lambda at: (at / RUN_RECORD).is_file())
 
 
+def _refuse_pipeline_folder(folder: str, what: str) -> None:
+    """A solve's folder that is a pipeline's work folder (it holds train/run.json): its units/ and report there made
+    the pipeline's rerun refuse the folder as a submit's. Inside one is the pipeline's own solve (WORK/ttt)."""
+    from pathlib import Path
+
+    from trm_kaggle.train.checkpoint import RUN_RECORD
+
+    if (Path(folder) / "train" / RUN_RECORD).is_file():
+        raise TRMError(f"{what} {folder} is a pipeline's work folder (it holds train/{RUN_RECORD}): its files would "
+                       "mix with the pipeline's, whose rerun would then refuse it; choose a folder of its own")
+
+
 def _submit(args: argparse.Namespace) -> IO:
     if args.list_recipes or not (args.challenges and args.weights):
         return [], []
@@ -144,6 +156,7 @@ def _submit(args: argparse.Namespace) -> IO:
     # one nobody typed is named as what it is: the folder beside --output, after its name
     what = "--work-dir" if args.work_dir else "--work-dir (by default beside --output)"
     _refuse_run_folder(work_dir, what)
+    _refuse_pipeline_folder(work_dir, what)
     _refuse_work_dir(args.output, "--output")  # its own work folder is an output it may not lie in, as any other
     inputs, outputs = solve_io(args.challenges, args.weights, args.output, work_dir,
                                getattr(args, "compile_cache", None))

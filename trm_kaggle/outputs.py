@@ -11,7 +11,8 @@ or a bind mount is the same file under another name). An output is refused when:
 * it lies inside an input folder whose every file is an input (a dataset, an export, a corpus);
 * two outputs are one path, or one lies where another output folder writes its own entries;
 * a folder it writes into (a run folder, a work folder) is, or lies inside, a dataset or an export, whether or
-  not this command reads it (`input_kind`); so is a file that is one of theirs or lies in a dataset's split.
+  not this command reads it (`input_kind`), or another folder this package builds whole (a report, a
+  comparison: `OWNER_RECORD`); so is a file that is one of theirs or lies in a dataset's split.
 
 Then each output must be writable where it will be written: a file is not a folder and a folder
 not a file, no part of the path is a file, and the folder that receives it (the output folder
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -154,6 +156,25 @@ def link_problem(path: str | os.PathLike, what: str = "output") -> str | None:
     return None
 
 
+#: What `atomic.atomic_directory` leaves in each folder it builds whole (a dataset, an export, an evaluation report,
+#: a comparison, a bundle's part): its kind and every entry it wrote. Such a folder is replaced whole by its
+#: command, which refuses one holding anything else: nothing else is written into it.
+OWNER_RECORD = ".trm_kaggle_output.json"
+
+
+def built_whole(folder: Path) -> str | None:
+    """The kind recorded in `folder`'s owner record ("report", "comparison", ...), or None when it has none."""
+    record = folder / OWNER_RECORD
+    if not record.is_file():
+        return None
+    try:
+        with open(record, "rb") as f:
+            kind = json.loads(f.read(1 << 20)).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    return kind if isinstance(kind, str) and kind.isprintable() and len(kind) < 80 else "output"
+
+
 def input_kind(folder: Path) -> str | None:
     """What input of other commands `folder` is, by the files that make one: "a dataset" (a split's
     dataset.json) or "an export" (config.json beside weights.safetensors); None for any other folder."""
@@ -171,11 +192,18 @@ def _input_problem(out: Output, path: Path) -> str | None:
     export, a report) is refused inside one; in the place of one, `atomic_directory` replaces only its own kind."""
     for at in ((path, *path.parents) if out.kind == "folder" else path.parents):
         kind = input_kind(at) if at.is_dir() else None
-        if kind:
+        whole = None if kind or not at.is_dir() else built_whole(at)
+        if kind or whole:
             where = "is" if at == path else f"lies inside {at}, which is"
             link = " (through a link)" if _plain(out.path) != path else ""
-            return (f"{_shown(out)}{link} {where} {kind}: its files would mix with the input's; choose a folder of "
-                    "its own")
+            if kind:
+                return (f"{_shown(out)}{link} {where} {kind}: its files would mix with the input's; choose a folder "
+                        "of its own")
+            article = "an" if whole[:1].lower() in "aeiou" else "a"
+            folder = "" if whole.endswith("folder") else " folder"
+            return (f"{_shown(out)}{link} {where} {article} {whole}{folder} this package builds whole "
+                    f"({OWNER_RECORD}): written into, it could no longer be replaced by its command; choose a folder "
+                    "of its own")
     return None
 
 

@@ -37,7 +37,7 @@ import torch
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import RepairEvalConfig
-from trm_kaggle.data import load_repair_tokens, load_split, read_repair_info, read_repair_meta
+from trm_kaggle.data import contents_hash, load_repair_tokens, load_split, read_repair_info, read_repair_meta
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.predict import predict_split
 from trm_kaggle.hardware import place_model
@@ -147,6 +147,7 @@ def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch
     to run (default: where the model's weights are); the model is moved there (`hardware.place_model`)."""
     t0 = time.perf_counter()
     device = place_model(model, device)
+    contents_hash(cfg.data)  # a dataset changed after its build is refused here, as training and verify refuse it
     tokens = load_repair_tokens(cfg.data)
     rows, cols = read_repair_info(cfg.data)["grid_shape"]
     split = load_split(cfg.data, "test")

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import EvaluateConfig
-from trm_kaggle.data import load_metadata, load_split
+from trm_kaggle.data import contents_hash, load_metadata, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
 from trm_kaggle.evaluate.pipeline import evaluate, load_test_set
@@ -59,6 +59,7 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     `first` (default 5) and `pictures` choose the ARC report's pictures."""
     cfg = (cfg or EvaluateConfig()).updated(**settings)
     check_kept(*evaluate_io(weights, data, save_votes, report_dir, pool_with, flags=False))
+    contents_hash(data)  # a dataset changed after its build is refused here, as training and verify refuse it
     arc = is_arc_dataset(data)
     _check_something_to_score(data, arc)
     if not arc and (pool_with or save_votes):

@@ -88,6 +88,9 @@ def from_upstream_state_dict(state: Mapping[str, Any], source: str = "state dict
         if not isinstance(value, torch.Tensor):
             raise TRMError(f"{source}: entry {key!r} is a {type(value).__name__}, not a tensor")
         name = _rename(name[len(UPSTREAM_PREFIX):], _RENAMES_BACK)
+        if name in out:  # one weight given twice (with and without `_orig_mod.`): neither is taken unsaid
+            raise TRMError(f"{source}: the weight {name} is given twice ({key!r} and another key naming it, with "
+                           f"or without {COMPILE_PREFIX!r}): not one checkpoint")
         out[name] = value.float() if value.is_floating_point() else value
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")

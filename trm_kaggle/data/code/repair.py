@@ -57,6 +57,7 @@ from trm_kaggle.hardware import usable_cores
 from trm_kaggle.jsonio import not_regular, parse_json, read_bytes, read_json, read_text
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.progress import tqdm
+from trm_kaggle.wording import clipped
 
 SPLITS = ("train", "val", "test")
 META_FILE = "repair_meta.jsonl"
@@ -602,6 +603,9 @@ def read_repair_meta(dataset_dir: str | os.PathLike, split: str) -> RepairMeta:
     for n, record in enumerate(text.splitlines(), start=1):
         r = parse_json(record, f"{path}:{n}", "repair metadata record")
         try:
+            for key in ("bug_type", "category"):  # names shown in tables and reports: plain words, one line
+                if not (isinstance(r[key], str) and r[key].isprintable() and 0 < len(r[key]) <= 80):
+                    raise ValueError(f"its {key} {clipped(r[key])} is not a name of at most 80 printable characters")
             bug_type.append(str(r["bug_type"]))
             category.append(str(r["category"]))
             difficulty.append(float(r["difficulty"]))

@@ -18,6 +18,7 @@ identifier 0); identifiers.json lists "<blank>" and then the names.
 from __future__ import annotations
 
 import csv
+import numbers
 import os
 import time
 from dataclasses import dataclass, field
@@ -67,8 +68,9 @@ class _GridChecker:
         grid_shape = tuple(int(s) for s in grid_shape)
         if len(grid_shape) != 2 or min(grid_shape) < 1:
             raise TRMError(f"grid_shape must be two positive sizes (rows, cols), got {grid_shape}")
-        if not 2 <= vocab_size <= 2**31 - 1:
-            raise TRMError(f"vocab_size must be at least 2, got {vocab_size}")
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or \
+                not 2 <= vocab_size <= 2**31 - 1:
+            raise TRMError(f"vocab_size must be a whole number from 2 to 2**31-1, got {clipped(vocab_size)}")
         self.vocab_size, self.grid_shape = int(vocab_size), grid_shape
 
     def grid(self, value: Any, what: str, where: str) -> np.ndarray:
