@@ -33,6 +33,26 @@ def test_a_part_planted_as_a_link_is_refused_never_built_through(inputs, tmp_pat
     assert not list((tmp_path / "elsewhere").iterdir())
 
 
+def test_a_part_planted_as_a_link_to_a_full_folder_or_as_a_fifo_is_named_as_it_is(inputs, tmp_path, capsys):
+    """A link to a folder holding files was refused as a foreign folder, a FIFO as "not a directory": said as
+    what stands there."""
+    import os
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "mine.txt").write_text("x")
+    (out / "kernel").symlink_to(tmp_path / "elsewhere")
+    os.mkfifo(out / "wheels")
+    argv = [str(out), "--no-download", "--weights", str(inputs["export"]), "--notebook", str(inputs["notebook"])]
+    assert B.main(argv) == 2
+    assert "OUT_DIR part wheels/" not in (err := capsys.readouterr().err) and "wheels exists and is a pipe (FIFO), not a directory" in err, err
+    (out / "wheels").unlink()
+    assert B.main(argv) == 2
+    assert "OUT_DIR part kernel/" in (err := capsys.readouterr().err) and "never through a link" in err, err
+    assert [p.name for p in (tmp_path / "elsewhere").iterdir()] == ["mine.txt"]
+
+
 def test_weights_must_be_an_export(inputs, tmp_path, capsys):
     (tmp_path / "notexport").mkdir()
     rc = B.main([str(tmp_path / "out"), "--no-download", "--weights", str(tmp_path / "notexport"),

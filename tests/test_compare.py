@@ -339,3 +339,14 @@ def test_a_dir_that_is_no_directory_is_named_as_what_it_is(tmp_path):
                        ("la", "not a directory (too many levels of symbolic links)"), ("gone", "no such directory")):
         with pytest.raises(TRMError, match=re.escape(f"{tmp_path / name}: {said}; compare reads")):
             find_runs([tmp_path / name])
+
+
+def test_a_run_folder_name_holding_an_escape_sequence_is_shown_escaped(tmp_path, capsys):
+    """A folder named `e<ESC>[31mx` reached the terminal and table.md raw (names read from the disk)."""
+    runs = tmp_path / "runs"
+    for name in ("ok", "e\x1b[31mx"):
+        write_run(runs / name, ["global_batch_size=8", "seed=0"], train=[(10, 4.0, 1.2, 0.10, 0.50)])
+    assert main(["compare", str(runs), "--out", str(tmp_path / "cmp"), "--metric", "loss"]) == 0
+    out = capsys.readouterr()
+    md = (tmp_path / "cmp" / "table.md").read_text() + (tmp_path / "cmp" / "table.csv").read_text()
+    assert "\x1b" not in out.out + out.err + md and "e\\x1b[31mx" in out.out and "e\\x1b[31mx" in md

@@ -299,6 +299,33 @@ def test_a_replaced_output_inside_a_dataset_or_an_export_is_refused(world, capsy
         evaluate_export(str(world / "exp"), str(world / "data"), report_dir=str(world / "other" / "report"))
 
 
+@pytest.mark.parametrize("name", ["state_step00000005.pt", "run.json", "metrics.jsonl", "config.json"])
+def test_a_file_output_over_a_training_runs_own_file_is_refused(world, capsys, name):
+    """`submit --output run/state_step00000005.pt` (or `evaluate --save-votes` there) replaced the run's newest
+    train state with a submission, exit 0: the run could not resume. A run folder's own files are refused as a
+    dataset's and an export's are; another file beside them is the user's choice."""
+    (world / "run" / "run.json").write_text("{}")
+    before = contents(world)
+    line = one_error_line(capsys, submit(world, f"run/{name}"))
+    assert f"is a file of the training run folder {world / 'run'}" in line, line
+    line = one_error_line(capsys, main(["evaluate", "--weights", str(world / "exp"), "--data", str(world / "data"),
+                                        "--save-votes", str(world / "run" / name)]))
+    assert f"is a file of the training run folder {world / 'run'}" in line, line
+    assert contents(world) == before
+
+
+def test_the_run_files_outputs_protects_are_the_trainings():
+    """outputs (below train in the package) names the run's files itself: they are the training's."""
+    import fnmatch
+
+    from trm_kaggle import outputs
+    from trm_kaggle.train import checkpoint, metrics
+
+    assert {checkpoint.RUN_RECORD, metrics.METRICS_FILE, "config.json"} <= set(outputs._RUN_FILES)
+    state = checkpoint.state_path(Path("r"), 5).name
+    assert checkpoint._STATE_RE.search(state) and any(fnmatch.fnmatchcase(state, p) for p in outputs._RUN_FILES)
+
+
 def test_a_work_folder_nobody_typed_is_named_as_derived(world, capsys):
     """`submit --output OTHER_EXPORT/s.json` was refused naming `--work-dir OTHER_EXPORT/s-ttt`, a flag not typed."""
     make_export(world / "other")

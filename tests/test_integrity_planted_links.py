@@ -142,3 +142,21 @@ def test_a_folder_of_submits_work_dir_planted_as_a_link_is_refused(tmp_path, cap
                                         "--output", str(tmp_path / "s.json"), "--work-dir", str(work)]))
     assert f"{work / entry} is a symbolic link to the folder {outside}" in line, line
     assert not any(outside.iterdir()) and not (tmp_path / "s.json").exists()
+
+
+def test_an_output_through_link_dotdot_is_written_where_the_system_reaches_it(tmp_path, monkeypatch, capsys):
+    """`--out lnk/../exp` with lnk -> deep/inner: the checks read it as the system does (deep/exp), the temporary
+    files were opened where `lnk/..` shortens as text (./exp...), which did not exist: every builder failed naming
+    a path nobody typed, and `submit --work-dir` lost every answer. Written at deep/ now, as checked."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deep" / "inner").mkdir(parents=True)
+    (tmp_path / "lnk").symlink_to(Path("deep") / "inner")
+    atomic_write_text("lnk/../note.txt", "x")
+    assert (tmp_path / "deep" / "note.txt").read_text() == "x" and not (tmp_path / "note.txt").exists()
+    assert main(["build-sudoku", "--size", "4", "--num-train", "8", "--num-test", "2", "--output-dir", "lnk/../s4",
+                 "--no-progress"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "deep" / "s4" / "train" / "dataset.json").is_file() and not (tmp_path / "s4").exists()
+    assert main(train_args(tmp_path / "deep" / "s4", tmp_path / "run", "max_steps=1")) == 0
+    assert main(["export", "run", "--out", "lnk/../exp"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "deep" / "exp" / "weights.safetensors").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "lnk", "run"]

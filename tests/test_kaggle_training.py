@@ -397,6 +397,8 @@ def test_a_session_saves_on_a_timer_and_a_stop_signal_ends_it_saved(built, tmp_p
     assert record["status"] == "interrupted" and record["step"] == 7
     # an interrupted session exports its weights too (from the state it saved)
     assert record["weights"] == str(tmp_path / "w" / "weights") and (tmp_path / "w" / "weights" / "config.json").is_file()
+    assert record["curve"] is None and any(n.startswith("no training curve: the session was stopped")
+                                           for n in record["notes"]), record  # null said, not left unexplained
 
 
 def test_a_stop_after_the_training_finishes_the_export_and_the_report(built, tmp_path, monkeypatch):

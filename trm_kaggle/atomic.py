@@ -94,7 +94,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
     if path.is_dir() and not path.is_symlink():  # said before a temporary file exists (the rename names that one)
         raise TRMError(f"{path} is a folder, not a file: it is not replaced (remove it or choose another path)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # the folder as the system reaches it: mkstemp shortens `link/..` as text (abspath), elsewhere than the rename
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=os.path.realpath(path.parent))
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private (0600); outputs are meant to be shared
         # text: UTF-8 whatever the locale; a path holding bytes that are not UTF-8 (a surrogate escape) is
@@ -345,7 +346,7 @@ def replace_problem(target: str | os.PathLike, kind: str, what: str = "output") 
     cannot receive the new one, or a non-empty folder this package did not write as a `kind`."""
     real = Path(os.path.realpath(target))
     if real.exists() and not real.is_dir():
-        return f"{Path(target).absolute()} exists and is not a directory"
+        return f"{Path(target).absolute()} exists and is {special_kind(real) or 'a file'}, not a directory"
     problem = writable_problem(Output(Path(target).absolute(), what, "replaced"))
     if problem:
         return problem

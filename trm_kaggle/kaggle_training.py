@@ -299,6 +299,8 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
             report.message = (f"stopped by {report.stopped_by} at step {e.step}: train state saved to {e.path}; run "
                               "the kernel again (a new version) to continue from it")
             _export_interrupted(report, working, echo)
+            report.notes.append("no training curve: the session was stopped (its weights come first; the next "
+                                "session draws the curve)")
         else:  # before the training (Terminated), or a second stop (at once): the newest state saved stands
             report.stopped_by = signal.Signals(e.signum).name if hasattr(e, "signum") else "SIGINT"
             report.message = (f"stopped by {report.stopped_by} before it finished: the next session resumes from "

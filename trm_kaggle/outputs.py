@@ -210,10 +210,18 @@ def _input_problem(out: Output, path: Path) -> str | None:
 #: The files of a dataset's root and of an export (a dataset's split folders hold nothing but its own files).
 _DATASET_ROOT_FILES = ("identifiers.json", "build_info.json", "contents.json", "tokenizer.json")
 _EXPORT_FILES = ("config.json", "weights.safetensors")
+#: A training run folder's own files (`train.checkpoint`, `train.metrics`): a submission written over
+#: `state_step00000005.pt` lost the run. A run folder holds run.json or a train state.
+_RUN_FILES = ("state_step*.pt", "run.json", "config.json", "metrics.jsonl")
+
+
+def _is_run_folder(folder: Path) -> bool:
+    return (folder / "run.json").is_file() or any(folder.glob("state_step*.pt"))
 
 
 def _input_file_problem(out: Output, path: Path) -> str | None:
-    """A file output that is one of a dataset's or an export's own files, or lies in a dataset's split folder,
+    """A file output that is one of a dataset's, an export's or a training run's own files, or lies in a dataset's
+    split folder,
     whether or not this command reads it: written there it breaks that input (`verify` then refuses the
     dataset), as a folder written into one would (`_input_problem`)."""
     parent = path.parent
@@ -223,6 +231,8 @@ def _input_file_problem(out: Output, path: Path) -> str | None:
         at = f"is a file of the dataset {parent}"
     elif path.name in _EXPORT_FILES and parent.is_dir() and input_kind(parent) == "an export":
         at = f"is a file of the export {parent}"
+    elif any(fnmatch.fnmatchcase(path.name, p) for p in _RUN_FILES) and parent.is_dir() and _is_run_folder(parent):
+        at = f"is a file of the training run folder {parent}"
     else:
         return None
     link = " (through a link)" if _plain(out.path) != path else ""

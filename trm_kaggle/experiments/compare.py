@@ -49,7 +49,7 @@ from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.outputs import special_kind
 from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, dotted, read_metrics
-from trm_kaggle.wording import clipped, shown
+from trm_kaggle.wording import clipped, one_line, shown
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +187,8 @@ def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
         if (real := os.path.realpath(r.path)) in where:
             raise TRMError(f"the run {r.path} is named twice (also as {where[real]}): each run is counted once")
         where[real] = r.path
+    for r in runs:  # folder names read from the disk: an escape sequence in one is shown, never sent to the terminal
+        r.label, r.source = one_line(r.label), one_line(r.source) if r.source else r.source
     sources = {r.source for r in runs if r.source}
     if len(sources) > 1:  # runs of several sweeps: the sweep's name keeps their labels apart
         for r in runs:
@@ -270,7 +272,7 @@ def _assign_groups(runs: Sequence[RunData]) -> None:
             label = ", ".join(f"{k}={members[0].settings[k]}" for k in differ if k in members[0].settings) \
                 or members[0].label
         for r in members:
-            r.group = label
+            r.group = one_line(label)  # settings read from files, shown as one line
 
 
 # ---------------------------------------------------------------------------

@@ -188,7 +188,7 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
                            f"{_first_line(e)})") from None
         executed.parent.mkdir(parents=True, exist_ok=True)
         (out / "work").mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=out / "work"))
+        work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=os.path.realpath(out / "work")))  # `link/..` as reached
         given = {"WORK_DIR": str(work.resolve()), "UPDATE_GOLDEN": update_golden}
         # the kernel starts in the notebook's folder (its relative paths are written from there) through the
         # client's resources, not papermill's `cwd`: that one changes the whole process's folder, and two

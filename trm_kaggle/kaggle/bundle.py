@@ -364,11 +364,12 @@ def _check_parts(out: Path, parts: dict[str, str]) -> None:
     """Every part's refusal (a foreign folder in its place, a dangling link, a read-only folder), before the
     first part is built: {folder name: the kind its builder writes}."""
     for name, kind in parts.items():
-        if problem := replace_problem(out / name, kind, f"OUT_DIR part {name}/"):
-            raise TRMError(problem)
-        if (out / name).is_symlink():  # built where it points, a folder outside OUT_DIR would receive the part
+        if (out / name).is_symlink() and os.path.exists(out / name):  # a dangling one: replace_problem says so
+            # built where it points, a folder outside OUT_DIR would receive the part
             raise TRMError(f"OUT_DIR part {name}/ ({out / name}) is a symbolic link to {os.readlink(out / name)}: a "
                            "part is built in OUT_DIR itself, never through a link: remove the link")
+        if problem := replace_problem(out / name, kind, f"OUT_DIR part {name}/"):
+            raise TRMError(problem)
 
 
 def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str | os.PathLike | None = None,

@@ -95,7 +95,7 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
     check_continue_from(kernel, runner)
     Path(out_dir).absolute().parent.mkdir(parents=True, exist_ok=True)
     with atomic_directory(out_dir, kind="kaggle run-state dataset") as tmp, \
-            tempfile.TemporaryDirectory(prefix=".download-", dir=Path(out_dir).absolute().parent) as download:
+            tempfile.TemporaryDirectory(prefix=".download-", dir=os.path.realpath(Path(out_dir).absolute().parent)) as download:
         log(f"downloading the output of {kernel}")
         res = runner(["kaggle", "kernels", "output", kernel, "-p", download], capture_output=True, text=True)
         if res.returncode != 0:
