@@ -184,3 +184,27 @@ def test_a_compile_cache_the_kernel_never_reads_is_refused(inputs, tmp_path, cap
     assert B.main([str(tmp_path / "cpu"), *common, "--cpu"]) == 2
     assert "with --cpu: a CPU kernel compiles nothing" in capsys.readouterr().err
     assert not (tmp_path / "gpu").exists() and not (tmp_path / "cpu").exists()
+
+
+def test_execute_through_link_dotdot_builds_its_sandbox_in_the_bundle(bundle_copy, tmp_path, monkeypatch):
+    """`build_bundle.py L/../bx --execute` (L a link into another folder): the bundle was at the place the system
+    reaches, the sandbox's venv where `L/..` shortens as text, a folder nobody named, and the run failed there."""
+    from trm_kaggle.kaggle import rehearsal
+
+    class Made(Exception):
+        pass
+
+    def made(layout, **kw):
+        raise Made(layout)
+
+    (tmp_path / "deep" / "inner").mkdir(parents=True)
+    (tmp_path / "L").symlink_to(tmp_path / "deep" / "inner")
+    bundle_copy.rename(tmp_path / "deep" / "bx")
+    monkeypatch.setattr(rehearsal, "probe_netns", lambda: ())
+    monkeypatch.setattr(rehearsal, "create_sandbox_venv", made)
+    monkeypatch.setattr(rehearsal, "importlib_missing", lambda name: False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Made) as got:
+        rehearsal.execute("L/../bx", echo=lambda line: None)
+    assert got.value.args[0].root == tmp_path / "deep" / "bx" / "sandbox"
+    assert not (tmp_path / "bx").exists()

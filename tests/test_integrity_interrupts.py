@@ -96,6 +96,37 @@ def test_an_interrupted_notebook_run_stops_its_process_group(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+def test_a_stop_while_the_notebook_run_starts_stops_it_too(tmp_path, monkeypatch):
+    """A SIGTERM landing as the run's process was made (after the fork, before `proc` was assigned and the stop's
+    cleanup could name its group) left the run going: a CI run on a loaded machine saw the notebook outlive the
+    terminated command. The stop is held while the group starts, then stops it."""
+    if not Path("/proc").is_dir():
+        pytest.skip("needs Linux /proc")
+    pids = tmp_path / "pids"
+    real = subprocess.Popen
+
+    def started_then_stopped(*args, **kw):
+        proc = real(*args, **kw)
+        deadline = time.monotonic() + 30
+        while not (pids.is_file() and pids.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)  # before Popen has returned to its caller
+        return proc
+
+    monkeypatch.setattr(rehearsal.subprocess, "Popen", started_then_stopped)
+    with pytest.raises(KeyboardInterrupt):
+        rehearsal._run_logged(["sh", "-c", f"sleep 300 & echo $! > {pids}; wait"], env=dict(os.environ), cwd=tmp_path,
+                              log_path=tmp_path / "log", timeout=60, echo=lambda _: None)
+    grandchild = int(pids.read_text())
+    deadline = time.monotonic() + 30
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = _alive(grandchild)
+    if alive:
+        os.kill(grandchild, signal.SIGKILL)
+    assert not alive, "the notebook run outlived the stop"
+
+
 # A notebook run whose group ignores SIGTERM (so that it is stopped by the SIGKILL that follows), run by a process
 # that takes signals as a command does: what a second Ctrl-C met while the first stopped that group.
 TWICE = r"""

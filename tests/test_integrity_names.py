@@ -150,3 +150,15 @@ def test_skipped_task_files_with_control_characters_are_escaped_in_warnings_and_
     warnings = [line for line in out.splitlines() if line.startswith("WARNING: skipped malformed task")]
     notes = [line for line in out.splitlines() if line.startswith("  note: skipped malformed task")]
     assert len(warnings) == len(notes) == 2 and all("nl\\nx.json" in w or "esc\\x1b" in w for w in warnings), out
+
+
+def test_submits_closing_line_shows_a_typed_output_escaped(tmp_path, capsys):
+    """`submit --output $'s\\e[2J.json'`: its log lines showed the name escaped, its closing `wrote ...` line raw."""
+    (tmp_path / "c.json").write_text(json.dumps({"t1": {"train": [{"input": [[1, 2]], "output": [[2, 1]]}],
+                                                        "test": [{"input": [[1, 2]]}]}}))
+    out = tmp_path / "s\x1b[2J.json"
+    weights = Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"
+    assert main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(weights), "--output", str(out),
+                 "--work-dir", str(tmp_path / "w"), "--num-aug", "0", "--finetune", "none", "--no-progress"]) == 0
+    said = capsys.readouterr()
+    assert out.is_file() and "\x1b" not in said.out + said.err and "s\\x1b[2J.json (valid)" in said.out, said.out

@@ -314,6 +314,19 @@ def test_a_file_output_over_a_training_runs_own_file_is_refused(world, capsys, n
     assert contents(world) == before
 
 
+@pytest.mark.parametrize("name", [".trm_kaggle.lock", ".trm_kaggle_output.json"])
+def test_a_file_output_named_as_a_lock_or_an_owner_record_is_refused(world, capsys, name):
+    """`submit --output run/.trm_kaggle.lock` said "wrote ... (valid)", exit 0, and the run's next training
+    rewrote the file with its lock record: the submission was gone without a word."""
+    before = contents(world)
+    line = one_error_line(capsys, submit(world, f"run/{name}"))
+    assert f"{name} is a name this package keeps for its own records" in line, line
+    line = one_error_line(capsys, main(["evaluate", "--weights", str(world / "exp"), "--data", str(world / "data"),
+                                        "--save-votes", str(world / name)]))
+    assert f"{name} is a name this package keeps for its own records" in line, line
+    assert contents(world) == before
+
+
 def test_the_run_files_outputs_protects_are_the_trainings():
     """outputs (below train in the package) names the run's files itself: they are the training's."""
     import fnmatch
@@ -324,6 +337,9 @@ def test_the_run_files_outputs_protects_are_the_trainings():
     assert {checkpoint.RUN_RECORD, metrics.METRICS_FILE, "config.json"} <= set(outputs._RUN_FILES)
     state = checkpoint.state_path(Path("r"), 5).name
     assert checkpoint._STATE_RE.search(state) and any(fnmatch.fnmatchcase(state, p) for p in outputs._RUN_FILES)
+    from trm_kaggle import atomic, locks
+
+    assert {locks.LOCK_FILE, atomic.OWNER_RECORD} == set(outputs.RESERVED_NAMES)
 
 
 def test_a_work_folder_nobody_typed_is_named_as_derived(world, capsys):

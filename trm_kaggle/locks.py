@@ -41,8 +41,8 @@ from typing import Iterator, MutableMapping
 from trm_kaggle.atomic import pid_alive
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import not_regular
+from trm_kaggle.outputs import LOCK_FILE  # the lock's name, kept with the other names reserved for records
 
-LOCK_FILE = ".trm_kaggle.lock"
 #: The environment variable naming the lock files' descriptors a child was handed (`hand_down`).
 HANDED_DOWN = "TRM_KAGGLE_HELD_LOCKS"
 

@@ -160,6 +160,11 @@ def link_problem(path: str | os.PathLike, what: str = "output") -> str | None:
 #: a comparison, a bundle's part): its kind and every entry it wrote. Such a folder is replaced whole by its
 #: command, which refuses one holding anything else: nothing else is written into it.
 OWNER_RECORD = ".trm_kaggle_output.json"
+#: The lock a command holds on the folder it writes (`locks.directory_lock`): the next command there rewrites it.
+LOCK_FILE = ".trm_kaggle.lock"
+#: Names this package keeps for its own records: a file output of that name would be replaced by the next command
+#: in its folder (`submit --output run/.trm_kaggle.lock` was, by the run's next training).
+RESERVED_NAMES = (LOCK_FILE, OWNER_RECORD)
 
 
 def built_whole(folder: Path) -> str | None:
@@ -225,6 +230,9 @@ def _input_file_problem(out: Output, path: Path) -> str | None:
     whether or not this command reads it: written there it breaks that input (`verify` then refuses the
     dataset), as a folder written into one would (`_input_problem`)."""
     parent = path.parent
+    if path.name in RESERVED_NAMES:
+        return (f"{_shown(out)}: {path.name} is a name this package keeps for its own records (a lock, an owner "
+                "record), which the next command in that folder replaces; choose another name")
     if parent.parent.is_dir() and input_kind(parent.parent) == "a dataset" and (parent / "dataset.json").is_file():
         at = f"lies in the split folder {parent} of the dataset {parent.parent}"
     elif path.name in _DATASET_ROOT_FILES and parent.is_dir() and input_kind(parent) == "a dataset":

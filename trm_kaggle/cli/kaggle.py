@@ -12,7 +12,7 @@ from trm_kaggle.cli.common import common_flags, config_kwargs, flag
 from trm_kaggle.config import (MAX_BATCH_SIZE, EvaluateConfig, FinetuneMode, InferenceDtype, PipelineConfig, SolveConfig,
                                bounded_number, count_or_auto, field_help)
 from trm_kaggle.errors import TRMError
-from trm_kaggle.wording import count, shown as shown_name
+from trm_kaggle.wording import count, one_line, shown as shown_name
 
 
 def add_submit(sub) -> None:
@@ -90,7 +90,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise TRMError(f"submit needs {' and '.join(missing)}")
     cfg = _solve_config(args)
     report = solve(cfg, start=getattr(args, "started", None))
-    print(f"wrote {report['output']} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
+    print(f"wrote {one_line(report['output'])} ({'valid' if report['valid'] else 'INVALID'}): {report['tasks']} tasks, "
           f"{report['answered']} answered by the model"
           + (f" ({report['ran'] - report['answered']} more predicted, but decoded no valid grid)"
              if report.get("ran", 0) > report["answered"] else "")

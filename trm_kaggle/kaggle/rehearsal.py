@@ -18,7 +18,7 @@ from typing import Any, Callable
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import read_challenges
 from trm_kaggle.errors import TRMError
-from trm_kaggle.interrupts import FirstStopOnly
+from trm_kaggle.interrupts import FirstStopOnly, stops_held
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import KERNEL_META, REPO_ROOT, BundleIds, tail_lines, validate_bundle
 from trm_kaggle.kaggle.sandbox import (
@@ -75,10 +75,12 @@ def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout
         # A second stop while the notebook's group is stopped is dropped: `timeout` sends its SIGINT to the
         # command and again to its group, and the second, taken by the signal's default, left papermill running.
         stops = FirstStopOnly()
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, encoding="utf-8", errors="replace")
+        proc = None
         t = threading.Thread(target=pump, daemon=True)
         try:  # from the moment the group exists: an interrupt while the pump starts stops it too
+            with stops_held():  # one that lands while the group starts is raised once `proc` names the group
+                proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, start_new_session=True, encoding="utf-8", errors="replace")
             t.start()
             proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -88,7 +90,8 @@ def _run_logged(cmd: list[str], *, env: dict, cwd: Path, log_path: Path, timeout
             raise TRMError(f"--execute: the notebook ran past {timeout:.0f} s; log: {log_path}") from None
         except BaseException:  # its own session gets no Ctrl-C from the terminal: stopped here, not left running
             stops.hold()
-            _stop_group(proc)
+            if proc is not None:
+                _stop_group(proc)
             raise
         finally:
             stops.give_back()
@@ -140,7 +143,8 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     """
     from trm_kaggle.evaluate import check_submission, score_submission
 
-    out = Path(out_dir).absolute()
+    # the folder as the system reaches it: venv and papermill shorten `link/..` as text, elsewhere than the bundle
+    out = Path(os.path.realpath(out_dir))
     t0 = time.monotonic()
     bundle_ids = validate_bundle(out)
     user, wheels_slug = bundle_ids["wheels"].split("/")
