@@ -46,7 +46,8 @@ def test_a_part_planted_as_a_link_to_a_full_folder_or_as_a_fifo_is_named_as_it_i
     os.mkfifo(out / "wheels")
     argv = [str(out), "--no-download", "--weights", str(inputs["export"]), "--notebook", str(inputs["notebook"])]
     assert B.main(argv) == 2
-    assert "OUT_DIR part wheels/" not in (err := capsys.readouterr().err) and "wheels exists and is a pipe (FIFO), not a directory" in err, err
+    err = capsys.readouterr().err
+    assert "wheels exists and is a pipe (FIFO), not a directory" in err, err
     (out / "wheels").unlink()
     assert B.main(argv) == 2
     assert "OUT_DIR part kernel/" in (err := capsys.readouterr().err) and "never through a link" in err, err

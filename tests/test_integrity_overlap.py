@@ -348,7 +348,8 @@ def test_a_work_folder_nobody_typed_is_named_as_derived(world, capsys):
     main_args = ["submit", "--challenges", str(world / "c.json"), "--weights", str(world / "exp"), "--output",
                  str(world / "other" / "s.json"), "--no-progress"]
     line = one_error_line(capsys, main(main_args))
-    assert line.startswith(f"error: --work-dir (by default beside --output) {world / 'other' / 's-ttt'} lies inside"), line
+    derived = world / "other" / "s-ttt"
+    assert line.startswith(f"error: --work-dir (by default beside --output) {derived} lies inside"), line
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a bind mount needs root")

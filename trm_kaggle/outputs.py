@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import not_regular
+from trm_kaggle.jsonio import not_regular, open_regular
 
 #: An output written whole (a file, a replaced folder) is built beside itself under its name and a suffix of at
 #: most this many bytes (`trm_kaggle.atomic`: `.<name>.<random>.tmp`, `<name>.partial-<pid>.record`).
@@ -173,9 +173,9 @@ def built_whole(folder: Path) -> str | None:
     if not record.is_file():
         return None
     try:
-        with open(record, "rb") as f:
+        with open_regular(record, "owner record") as f:  # a FIFO or a /proc file planted there is never waited on
             kind = json.loads(f.read(1 << 20)).get("kind")
-    except (OSError, ValueError, AttributeError):
+    except (TRMError, OSError, ValueError, AttributeError):
         kind = None
     return kind if isinstance(kind, str) and kind.isprintable() and len(kind) < 80 else "output"
 
@@ -226,8 +226,7 @@ def _is_run_folder(folder: Path) -> bool:
 
 def _input_file_problem(out: Output, path: Path) -> str | None:
     """A file output that is one of a dataset's, an export's or a training run's own files, or lies in a dataset's
-    split folder,
-    whether or not this command reads it: written there it breaks that input (`verify` then refuses the
+    split folder, whether or not this command reads it: written there it breaks that input (`verify` then refuses the
     dataset), as a folder written into one would (`_input_problem`)."""
     parent = path.parent
     if path.name in RESERVED_NAMES:
