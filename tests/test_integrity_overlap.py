@@ -7,6 +7,7 @@ a symbolic link, a hard link), that holds one, or that lies inside an input fold
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -327,6 +328,45 @@ def test_a_file_output_named_as_a_lock_or_an_owner_record_is_refused(world, caps
     assert contents(world) == before
 
 
+def test_a_file_output_over_another_commands_record_is_refused(world, capsys):
+    """`submit --output SWEEP/sweep.json` (and `--save-votes` there) replaced a sweep's record, exit 0: compare and
+    the sweep's rerun then refused the folder; `submit --output LAUNCH/.trm_kaggle_jobs` or over a job file made
+    the next `launch` blame its own file. Refused, as a run's own files are."""
+    (world / "sw").mkdir()
+    (world / "sw" / "sweep.json").write_text('{"runs": {}}')
+    (world / "jobs").mkdir()
+    (world / "jobs" / ".trm_kaggle_jobs").write_text(json.dumps({"format": "trm_kaggle.jobs",
+                                                                 "files": {"trm-arc.sbatch": ["0" * 64]}}))
+    (world / "jobs" / "trm-arc.sbatch").write_text("#!/bin/bash\n")
+    before = contents(world)
+    for target, said in (("sw/sweep.json", "is the record of a sweep"),
+                         ("jobs/.trm_kaggle_jobs", "is a name this package keeps for its own records"),
+                         ("jobs/trm-arc.sbatch", "is a job file `launch` wrote")):
+        line = one_error_line(capsys, submit(world, target))
+        assert said in line, line
+        line = one_error_line(capsys, main(["evaluate", "--weights", str(world / "exp"), "--data",
+                                            str(world / "data"), "--save-votes", str(world / target)]))
+        assert said in line, line
+    assert contents(world) == before
+
+
+def test_the_librarys_write_submission_checks_what_submit_checks(world):
+    """`write_submission` checked only the challenges: it wrote over a run's run.json, a dataset's files, an
+    export's owner record, a lock and into a dataset's split folder, all of which `submit` refuses."""
+    from trm_kaggle.evaluate import write_submission
+
+    make_export(world / "other")
+    (world / "run" / "run.json").write_text("{}")
+    (world / "data" / "identifiers.json").write_text("[]")
+    before = contents(world)
+    for target in ("run/run.json", "data/identifiers.json", "data/train/sub.json", "run/.trm_kaggle.lock",
+                   "other/config.json"):
+        with pytest.raises(TRMError, match="submission"):
+            write_submission(world / target, {"t1": [{"attempt_1": [[1]], "attempt_2": [[1]]}]})
+    assert contents(world) == before
+    write_submission(world / "fine.json", {"t1": [{"attempt_1": [[1]], "attempt_2": [[1]]}]})  # elsewhere: written
+
+
 def test_the_run_files_outputs_protects_are_the_trainings():
     """outputs (below train in the package) names the run's files itself: they are the training's."""
     import fnmatch
@@ -339,7 +379,11 @@ def test_the_run_files_outputs_protects_are_the_trainings():
     assert checkpoint._STATE_RE.search(state) and any(fnmatch.fnmatchcase(state, p) for p in outputs._RUN_FILES)
     from trm_kaggle import atomic, locks
 
-    assert {locks.LOCK_FILE, atomic.OWNER_RECORD} == set(outputs.RESERVED_NAMES)
+    from trm_kaggle.experiments.sweep import SWEEP_FILE
+    from trm_kaggle.launch import files as launch_files
+
+    assert {locks.LOCK_FILE, atomic.OWNER_RECORD, launch_files.RECORD} == set(outputs.RESERVED_NAMES)
+    assert SWEEP_FILE in outputs._FOLDER_RECORDS
 
 
 def test_a_work_folder_nobody_typed_is_named_as_derived(world, capsys):

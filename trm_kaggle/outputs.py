@@ -162,9 +162,14 @@ def link_problem(path: str | os.PathLike, what: str = "output") -> str | None:
 OWNER_RECORD = ".trm_kaggle_output.json"
 #: The lock a command holds on the folder it writes (`locks.directory_lock`): the next command there rewrites it.
 LOCK_FILE = ".trm_kaggle.lock"
+#: `launch`'s record of the job files it wrote in its folder (`launch.files`).
+JOBS_RECORD = ".trm_kaggle_jobs"
 #: Names this package keeps for its own records: a file output of that name would be replaced by the next command
 #: in its folder (`submit --output run/.trm_kaggle.lock` was, by the run's next training).
-RESERVED_NAMES = (LOCK_FILE, OWNER_RECORD)
+RESERVED_NAMES = (LOCK_FILE, OWNER_RECORD, JOBS_RECORD)
+#: The records other commands keep in their folders, by name: written over, that command could no longer read its
+#: folder (`submit --output SWEEP/sweep.json` lost the sweep: compare and its rerun refused the folder).
+_FOLDER_RECORDS = {"sweep.json": "the record of a sweep", "solve_report.json": "the record of a submit's work folder"}
 
 
 def built_whole(folder: Path) -> str | None:
@@ -220,6 +225,18 @@ _EXPORT_FILES = ("config.json", "weights.safetensors")
 _RUN_FILES = ("state_step*.pt", "run.json", "config.json", "metrics.jsonl")
 
 
+def _launch_files(folder: Path) -> set[str]:
+    """The job files `launch` recorded in `folder` (none where it keeps no record, or one it cannot read)."""
+    if not (folder / JOBS_RECORD).is_file():
+        return set()
+    try:
+        with open_regular(folder / JOBS_RECORD, "job-files record") as f:
+            files = json.loads(f.read(1 << 20)).get("files")
+    except (TRMError, OSError, ValueError, AttributeError):
+        return set()
+    return {name for name in files if isinstance(name, str)} if isinstance(files, dict) else set()
+
+
 def _is_run_folder(folder: Path) -> bool:
     return (folder / "run.json").is_file() or any(folder.glob("state_step*.pt"))
 
@@ -232,6 +249,12 @@ def _input_file_problem(out: Output, path: Path) -> str | None:
     if path.name in RESERVED_NAMES:
         return (f"{_shown(out)}: {path.name} is a name this package keeps for its own records (a lock, an owner "
                 "record), which the next command in that folder replaces; choose another name")
+    if path.name in _FOLDER_RECORDS and path.is_file():
+        return (f"{_shown(out)} is {_FOLDER_RECORDS[path.name]} ({parent}): written over, that folder could no "
+                "longer be read by its command; choose a path of its own")
+    if path.name in _launch_files(parent):
+        return (f"{_shown(out)} is a job file `launch` wrote in {parent} (listed in its {JOBS_RECORD}); choose a path "
+                "of its own")
     if parent.parent.is_dir() and input_kind(parent.parent) == "a dataset" and (parent / "dataset.json").is_file():
         at = f"lies in the split folder {parent} of the dataset {parent.parent}"
     elif path.name in _DATASET_ROOT_FILES and parent.is_dir() and input_kind(parent) == "a dataset":

@@ -52,7 +52,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.outputs import Input, Output, overlap_problem
+from trm_kaggle.outputs import Input, Output, check_kept
 from trm_kaggle.wording import count, shown
 
 ATTEMPTS = ("attempt_1", "attempt_2")
@@ -407,9 +407,10 @@ def write_submission(path: str | os.PathLike, submission: Mapping,
     (DataError with the first problem); with `challenges` the task ids and counts are
     checked too (`check_submission`), and a challenges file is never written over (TRMError).
     """
-    if isinstance(challenges, (str, os.PathLike)) and \
-            (problem := overlap_problem([Input(challenges, "challenges")], [Output(path, "submission")])):
-        raise TRMError(problem)
+    # as `submit` checks its --output: never over the challenges, nor over a file a dataset, an export, a run or
+    # another command's folder keeps (a run's run.json, a sweep's sweep.json, a lock)
+    check_kept([Input(challenges, "challenges")] if isinstance(challenges, (str, os.PathLike)) else [],
+               [Output(path, "submission")])
     if challenges is not None:
         check_submission(submission, challenges)
     else:

@@ -25,9 +25,10 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
+from trm_kaggle.outputs import JOBS_RECORD
 
 # JSON without an extension: `kubectl apply -f DIR` reads every .json and .yaml file of DIR, hidden ones too
-RECORD = ".trm_kaggle_jobs"
+RECORD = JOBS_RECORD  # kept with the other names reserved for records (`outputs.RESERVED_NAMES`)
 RECORD_FORMAT = "trm_kaggle.jobs"
 
 
