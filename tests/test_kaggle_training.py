@@ -423,9 +423,47 @@ def test_a_stop_after_the_training_finishes_the_export_and_the_report(built, tmp
     assert r.ok and r.status == "done" and r.step == r.target_step, lines
     record = json.loads((tmp_path / "w" / "session.json").read_text())
     assert record["status"] == "done" and record["seconds"] > 0 and (tmp_path / "w" / "weights" / "config.json").is_file()
-    assert record["notes"] == ["SIGTERM came once the training had ended: the export and the training curve were "
-                               "finished first"], record
+    assert record["notes"] == ["SIGTERM came once the training had ended: the export and the session's record "
+                               "were finished first"], record
     assert signal.getsignal(signal.SIGTERM) is before  # the session's handler given back
+
+
+def test_the_runners_end_is_one_stop_and_a_later_one_waits_for_the_record(built, tmp_path, monkeypatch):
+    """SIGTERM to the training kernel's runner: its watch thread and ipykernel's poller each sent SIGTERM, and two
+    more than 0.25 s apart were a second stop; a stop while the interrupted session exported met no handler (the
+    session's was given back): session.json kept "started", weights/ half-written. One stop is sent; a later one
+    waits for the export and the record."""
+    import signal
+
+    from trm_kaggle.train import checkpoint as checkpoints
+
+    sent: list[int] = []
+    monkeypatch.setattr(kaggle_training, "_runner_stop", __import__("threading").Lock())
+    monkeypatch.setattr(kaggle_training.os, "kill", lambda pid, sig: sent.append(sig))
+    poller = kaggle_training._SaveBeforeExit()
+    poller._exit(1)
+    assert kaggle_training._stop_for_the_gone_runner() is False and sent == [signal.SIGTERM]  # the thread's: none
+    monkeypatch.undo()
+
+    import trm_kaggle.train.loop as loop
+
+    real_train, real_export = loop.train, checkpoints.export_run
+
+    def stopped_at_step_2(cfg, **kw):
+        return real_train(cfg, on_step=lambda step, r: step == 2 and os.kill(os.getpid(), signal.SIGTERM), **kw)
+
+    def stopped_again_while_exporting(*args, **kw):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_export(*args, **kw)
+
+    monkeypatch.setattr(loop, "train", stopped_at_step_2)
+    monkeypatch.setattr(checkpoints, "export_run", stopped_again_while_exporting)
+    r = run_session(input_root=tmp_path / "none", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lambda line: None)
+    record = json.loads((tmp_path / "w" / "session.json").read_text())
+    assert r.status == record["status"] == "interrupted" and record["step"] == 2, record
+    assert (tmp_path / "w" / "weights" / "weights.safetensors").is_file()
+    assert any(n.startswith("SIGTERM came once the training had ended") for n in record["notes"]), record
 
 
 def test_a_stop_before_the_training_ends_the_session_interrupted(built, tmp_path, monkeypatch):

@@ -636,6 +636,32 @@ def test_an_override_nothing_reads_is_refused_but_a_presets_or_a_saved_configs_v
     assert load_train_config(tmp_path / "c.yaml").ema_rate == cfg.ema_rate
 
 
+def test_a_config_files_unread_settings_are_said_and_a_whole_runs_record_is_not(tmp_path, caplog):
+    """`--config` a file with `ema: false` and `ema_rate: 0.5` trained, exit 0, with the rate in config.json as if
+    used (typed, it is refused). A partial file's unread settings are said; a record of a whole run (our dump,
+    upstream's all_config.yaml) holds every setting, read or not, and says nothing."""
+    import logging
+
+    from trm_kaggle.train.settings import dump_config, load_train_config
+
+    (tmp_path / "c.yaml").write_text("ema: false\nema_rate: 0.5\narch:\n  rope_theta: 5000\n")
+    notes: list[str] = []
+    with caplog.at_level(logging.WARNING):
+        cfg = load_train_config(tmp_path / "c.yaml", presets=["sudoku4-cpu"], notes=notes)
+    assert cfg.ema_rate == 0.5 and len(notes) == 2, notes
+    assert notes[0] == f"{tmp_path / 'c.yaml'}: ema_rate=0.5 is read by nothing (ema=false here): it changes nothing " \
+                       "in this run" and "arch.rope_theta=5000.0 is read by nothing" in notes[1]
+    assert notes[0] in caplog.text
+    (tmp_path / "d.yaml").write_text("ema: false\nema_rate: 0.999\n")  # the default: nothing to say
+    notes = []
+    load_train_config(tmp_path / "d.yaml", notes=notes)
+    assert notes == []
+    (tmp_path / "whole.yaml").write_text(dump_config(load_train_config(presets=["repair-cpu"])))
+    notes = []
+    load_train_config(tmp_path / "whole.yaml", notes=notes)
+    assert notes == []
+
+
 def test_an_empty_path_or_name_is_not_given_and_a_blank_name_refused():
     """`+run_name=` trained in the default folder but recorded run_name '', so the same command without it was
     refused as a run with another config; `run_name: "  "` would have named a folder of blanks."""

@@ -79,6 +79,16 @@ class SessionReport:
 
 RUNNER_GRACE_S = 300.0  # once the runner is gone, how long the kernel may go on saving before it exits
 _session_running = threading.Event()  # set while run_session runs (a gone runner's kernel waits for its save)
+_runner_stop = threading.Lock()  # taken by the first to see the runner gone: that one stop is sent once
+
+
+def _stop_for_the_gone_runner() -> bool:
+    """SIGTERM to this kernel, once whoever notices the runner gone (the watch thread, ipykernel's poller): two of
+    them more than `interrupts.REPEAT_S` apart were a second stop, which ended the training without its record."""
+    if not _runner_stop.acquire(blocking=False):
+        return False
+    os.kill(os.getpid(), signal.SIGTERM)
+    return True
 
 
 class _SaveBeforeExit:
@@ -96,7 +106,7 @@ class _SaveBeforeExit:
     def _exit(self, status: int) -> None:
         if self.first is None:
             self.first = time.monotonic()
-            os.kill(os.getpid(), signal.SIGTERM)
+            _stop_for_the_gone_runner()
         elif not _session_running.is_set() or time.monotonic() - self.first > RUNNER_GRACE_S:
             os._exit(status)
 
@@ -110,7 +120,8 @@ class _SessionStops:
     Only the main thread can take a handler: elsewhere nothing changes."""
 
     def __init__(self) -> None:
-        self.came: int | None = None
+        self.came: int | None = None  # the first stop this took
+        self.late: int | None = None  # the first that came once the training had ended (noted, not raised)
         self.after_training = False
         self.previous: dict[int, object] = {}
 
@@ -132,7 +143,9 @@ class _SessionStops:
 
         first = self.came is None
         self.came = self.came or signum
-        if first and not self.after_training:
+        if self.after_training:
+            self.late = self.late or signum
+        elif first:
             raise Terminated(signum)
 
     def trained(self) -> None:
@@ -161,8 +174,8 @@ def stop_when_the_runner_exits(poll_s: float = 1.0) -> bool:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(poll_s)
-        log.warning("the notebook's runner (pid %d) is gone: stopping the training so that it saves", parent)
-        os.kill(os.getpid(), signal.SIGTERM)
+        if _stop_for_the_gone_runner():
+            log.warning("the notebook's runner (pid %d) is gone: stopping the training so that it saves", parent)
 
     threading.Thread(target=watch, name="trm-runner-watch", daemon=True).start()
     return True
@@ -280,55 +293,59 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
     stops = _SessionStops()
     _session_running.set()
-    try:
-        for name, value in (("time_budget", time_budget), ("margin", margin)):  # NaN would mean "no limit"
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise TRMError(f"{name} {value!r}: a finite number of seconds >= 0"
-                               + (", or None for no limit" if name == "time_budget" else ""))
-        if session_steps is not None and (isinstance(session_steps, bool) or not isinstance(session_steps, int)
-                                          or session_steps < 1):  # -1 once blamed a budget that was not set
-            raise TRMError(f"session_steps {session_steps!r}: a whole number of steps >= 1, or None for no cap")
-        with stops:
+    with stops:  # the whole session, its record included: a stop never ends the kernel mid-way
+        try:
+            for name, value in (("time_budget", time_budget), ("margin", margin)):  # NaN would mean "no limit"
+                if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)
+                                              and value >= 0):
+                    raise TRMError(f"{name} {value!r}: a finite number of seconds >= 0"
+                                   + (", or None for no limit" if name == "time_budget" else ""))
+            if session_steps is not None and (isinstance(session_steps, bool) or not isinstance(session_steps, int)
+                                              or session_steps < 1):  # -1 once blamed a budget that was not set
+                raise TRMError(f"session_steps {session_steps!r}: a whole number of steps >= 1, or None for no cap")
             _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
                      [*timed, *overrides], data_dir, time_budget, margin, session_steps, started,
                      Path(scratch) if scratch is not None else default_scratch(), echo, stops)
-    except KeyboardInterrupt as e:  # SIGINT/SIGTERM (TrainingInterrupted): the state is saved; the next session
-        report.ok, report.status = False, "interrupted"  # resumes from it
-        if hasattr(e, "step"):
-            report.step, report.stopped_by = e.step, signal.Signals(e.signum).name
-            report.message = (f"stopped by {report.stopped_by} at step {e.step}: train state saved to {e.path}; run "
-                              "the kernel again (a new version) to continue from it")
-            _export_interrupted(report, working, echo)
-            report.notes.append("no training curve: the session was stopped (its weights come first; the next "
-                                "session draws the curve)")
-        else:  # before the training (Terminated), or a second stop (at once): the newest state saved stands
-            report.stopped_by = signal.Signals(e.signum).name if hasattr(e, "signum") else "SIGINT"
-            report.message = (f"stopped by {report.stopped_by} before it finished: the next session resumes from "
-                              "the newest saved state")
-        echo(report.message)
-    except TRMError as e:
-        report.ok, report.status, report.message = False, report.status or "error", str(e)
-        echo(f"error: {e}")
-    except Exception as e:  # noqa: BLE001 (the kernel must finish: its output is the next session's input)
-        report.ok, report.status = False, "error"
-        report.message = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
-        if _is_out_of_memory(e):
-            report.message = (f"out of memory ({report.message}): the preset does not fit this device; set "
-                              "auto_batch=True, a smaller global_batch_size or another preset")
-        echo(f"error: {report.message}")
-        log.debug("%s", traceback.format_exc())
-    if stops.came is not None and stops.after_training:
-        report.notes.append(f"{signal.Signals(stops.came).name} came once the training had ended: the export and "
-                            "the training curve were finished first")
-        echo(f"{signal.Signals(stops.came).name} came once the training had ended: export and curve finished")
-    report.seconds = round(time.time() - started, 1)
-    try:
-        working.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(working / SESSION, asdict(report), indent=2)
-    except OSError as e:
-        echo(f"error: could not write {working / SESSION}: {e}")
-    finally:
-        _session_running.clear()
+        except KeyboardInterrupt as e:  # SIGINT/SIGTERM (TrainingInterrupted): the state is saved; the next session
+            stops.trained()  # resumes from it; a later stop waits for the export and this record
+            report.ok, report.status = False, "interrupted"
+            if hasattr(e, "step"):
+                report.step, report.stopped_by = e.step, signal.Signals(e.signum).name
+                report.message = (f"stopped by {report.stopped_by} at step {e.step}: train state saved to {e.path}; "
+                                  "run the kernel again (a new version) to continue from it")
+                _export_interrupted(report, working, echo)
+                report.notes.append("no training curve: the session was stopped (its weights come first; the next "
+                                    "session draws the curve)")
+            else:  # before the training (Terminated), or a second stop (at once): the newest state saved stands
+                report.stopped_by = signal.Signals(e.signum).name if hasattr(e, "signum") else "SIGINT"
+                report.message = (f"stopped by {report.stopped_by} before it finished: the next session resumes "
+                                  "from the newest saved state")
+            echo(report.message)
+        except TRMError as e:
+            report.ok, report.status, report.message = False, report.status or "error", str(e)
+            echo(f"error: {e}")
+        except Exception as e:  # noqa: BLE001 (the kernel must finish: its output is the next session's input)
+            report.ok, report.status = False, "error"
+            report.message = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+            if _is_out_of_memory(e):
+                report.message = (f"out of memory ({report.message}): the preset does not fit this device; set "
+                                  "auto_batch=True, a smaller global_batch_size or another preset")
+            echo(f"error: {report.message}")
+            log.debug("%s", traceback.format_exc())
+        stops.trained()  # (after an error too: the record below is written whatever comes)
+        if stops.late is not None:
+            late = signal.Signals(stops.late).name
+            report.notes.append(f"{late} came once the training had ended: the export and the session's record were "
+                                "finished first")
+            echo(f"{late} came once the training had ended: export and record finished")
+        report.seconds = round(time.time() - started, 1)
+        try:
+            working.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(working / SESSION, asdict(report), indent=2)
+        except OSError as e:
+            echo(f"error: could not write {working / SESSION}: {e}")
+        finally:
+            _session_running.clear()
     return report
 
 

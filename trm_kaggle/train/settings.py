@@ -28,7 +28,8 @@ from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import parse_json, read_text
 from trm_kaggle.yamlio import MAX_YAML_BYTES, parse_yaml
-from trm_kaggle.train.config_layers import UPSTREAM_ONLY, ConfigLayers
+from trm_kaggle.train.config_layers import _LEAVES, UPSTREAM_ONLY, ConfigLayers, _get
+from trm_kaggle.wording import clipped
 from trm_kaggle.train.overrides import Interpolation
 from trm_kaggle.train.presets import PRESETS, expand_preset_names
 
@@ -120,14 +121,20 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
     if config_file is not None:
         source = os.fspath(config_file)
         data = read_config_file(config_file)
-        if is_upstream_run_config(data):
+        if upstream := is_upstream_run_config(data):
             data = _from_upstream(data)
         layers.apply_mapping(data, source)
+        # a record of a whole run (upstream's all_config.yaml, our config.json or `dump_config`) holds every
+        # setting, read or not; a file that sets some is the user's choice, and its unread ones are said
+        partial = not upstream and {k for k, v in layers.origin.items() if v == source} < set(_LEAVES)
     if isinstance(overrides, str):
         overrides = [overrides]
     for text in overrides:
         layers.apply_override(text)
-    return _read_by_something(layers.build(), overrides)
+    cfg = layers.build()
+    if config_file is not None and partial:
+        _note_unread_in_file(cfg, layers, source)
+    return _read_by_something(cfg, overrides)
 
 
 #: Settings typed as overrides that the run they build would not read, by the switch that leaves them unread:
@@ -164,6 +171,21 @@ def _read_by_something(cfg: TrainConfig, overrides: Sequence[str]) -> TrainConfi
                 raise TRMError(f"{typed[key]}: read by nothing, {why} here: change {' or '.join(switches)}, or "
                                "drop it")
     return cfg
+
+
+def _note_unread_in_file(cfg: TrainConfig, layers: ConfigLayers, source: str) -> None:
+    """A partial config file's settings that this run would not read, at a value other than the default: said (a
+    warning, and `notes`), not refused as typed ones are (a file may be shared by runs whose switches differ).
+    Silently, `ema_rate: 0.5` beside `ema: false` trained and went into the run's config.json as if used."""
+    tree, said = cfg.model_dump(), set()
+    for keys, _switches, unread, why in _UNREAD:
+        if not unread(cfg):
+            continue
+        for key in keys:
+            if key not in said and layers.origin.get(key) == source and _get(tree, key) != _get(layers.defaults, key):
+                said.add(key)
+                layers.note(f"{source}: {key}={clipped(_get(tree, key))} is read by nothing ({why} here): it changes "
+                            "nothing in this run")
 
 
 def apply_overrides(cfg: TrainConfig, overrides: Sequence[str], notes: Optional[list[str]] = None,
