@@ -209,3 +209,15 @@ def test_execute_through_link_dotdot_builds_its_sandbox_in_the_bundle(bundle_cop
         rehearsal.execute("L/../bx", echo=lambda line: None)
     assert got.value.args[0].root == tmp_path / "deep" / "bx" / "sandbox"
     assert not (tmp_path / "bx").exists()
+
+
+def test_the_librarys_execute_refuses_challenges_with_no_task_before_the_sandbox(bundle_copy, tmp_path):
+    """`rehearsal.execute(out, challenges=<{}>)` ran the notebook for seconds, then listed the problem in its
+    report; `build_bundle.py --execute --challenges` refused the same file before the build."""
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.kaggle import rehearsal
+
+    (tmp_path / "empty.json").write_text("{}")
+    with pytest.raises(TRMError, match="holds no task"):
+        rehearsal.execute(bundle_copy, challenges=tmp_path / "empty.json", echo=lambda line: None)
+    assert not (bundle_copy / "sandbox").exists()

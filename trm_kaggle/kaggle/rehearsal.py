@@ -22,8 +22,8 @@ from trm_kaggle.interrupts import FirstStopOnly, stops_held
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import KERNEL_META, REPO_ROOT, BundleIds, tail_lines, validate_bundle
 from trm_kaggle.kaggle.sandbox import (
-    KERNEL_NAME, SandboxLayout, create_sandbox_venv, netns_wrapper, papermill_command, papermill_parameters,
-    prepare_sandbox, probe_netns, sandbox_env, write_kernelspec,
+    KERNEL_NAME, SandboxLayout, check_challenges, create_sandbox_venv, netns_wrapper, papermill_command,
+    papermill_parameters, prepare_sandbox, probe_netns, sandbox_env, write_kernelspec,
 )
 
 
@@ -145,6 +145,8 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
 
     # the folder as the system reaches it: venv and papermill shorten `link/..` as text, elsewhere than the bundle
     out = Path(os.path.realpath(out_dir))
+    if challenges is not None:  # before the sandbox: a file holding no task is refused, not run and then reported
+        check_challenges(Path(challenges))
     t0 = time.monotonic()
     bundle_ids = validate_bundle(out)
     user, wheels_slug = bundle_ids["wheels"].split("/")
