@@ -58,12 +58,23 @@ DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 STARTED = time.time()  # the install counts against the budget
 READY = True  # False once a step fails: the later cells skip, session.json keeps the reason
+STOPPED = []  # a stop signal before the session takes its own (the install, torch's import): noted, never a dead
+
+
+def _note_stop(signum, frame):  # kernel; the session cell then ends "interrupted", nothing trained
+    STOPPED.append(signum)
+
+
+for _signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+    if _signum is not None and signal.getsignal(_signum) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+        signal.signal(_signum, _note_stop)
 
 
 def warn(line):
@@ -242,6 +253,14 @@ if READY:
         print(f"trm_kaggle {trm_kaggle.__version__}")
     except BaseException as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
         fail(f"importing trm_kaggle failed ({type(e).__name__}: {e})")
+if READY and STOPPED:  # before the session took its own handler: nothing trained, the inputs as they were
+    READY = False
+    print(f"stopped by {signal.Signals(STOPPED[0]).name} before the training: nothing trained; the next session "
+          "resumes from the newest saved state", flush=True)
+    try:
+        write_session("interrupted", f"stopped by {signal.Signals(STOPPED[0]).name} before the training")
+    except OSError as e:
+        print(f"error: could not write {SESSION}: {e}", flush=True)
 if READY:
     try:
         overrides = override_list(OVERRIDES) + ([f"device={DEVICE}"] if DEVICE and DEVICE != "auto" else [])

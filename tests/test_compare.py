@@ -350,3 +350,16 @@ def test_a_run_folder_name_holding_an_escape_sequence_is_shown_escaped(tmp_path,
     out = capsys.readouterr()
     md = (tmp_path / "cmp" / "table.md").read_text() + (tmp_path / "cmp" / "table.csv").read_text()
     assert "\x1b" not in out.out + out.err + md and "e\\x1b[31mx" in out.out and "e\\x1b[31mx" in md
+
+
+def test_an_export_is_no_run_alone_or_among_runs(tmp_path, capsys):
+    """`compare EXPORT` warned its config.json was "not settings", then tabled "1 runs", exit 0; a pipeline's work
+    folder counted its weights/ as a run beside train/."""
+    from conftest import make_export
+
+    make_export(tmp_path / "exp")
+    assert main(["compare", str(tmp_path / "exp"), "--out", str(tmp_path / "c1")]) == 2
+    assert "an export (config.json beside weights.safetensors), not a training run" in capsys.readouterr().err
+    write_run(tmp_path / "work" / "train", ["global_batch_size=8", "seed=0"], train=[(10, 4.0, 1.2, 0.10, 0.50)])
+    make_export(tmp_path / "work" / "weights")
+    assert [r.label for r in load_runs([tmp_path / "work"])] == ["train"]

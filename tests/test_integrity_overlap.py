@@ -409,6 +409,8 @@ def test_an_output_inside_an_input_through_a_mount_says_a_mount_not_a_link(world
         with pytest.raises(TRMError, match=r"inside the input --weights .* \(the same folder by another path: a "
                                            r"mount\)"):
             check_io([Input(world / "exp", "--weights", tree=True)], [Output(where / "r", "--report-dir", "replaced")])
+        with pytest.raises(TRMError, match=r"is also the input --c .* \(the same file by another path: a mount\)"):
+            check_io([Input(world / "exp" / "config.json", "--c")], [Output(where / "config.json", "--output")])
         with pytest.raises(TRMError, match=r"inside the input --weights .* \(through a link\)"):
             check_io([Input(world / "exp", "--weights", tree=True)],
                      [Output(world / "exp-link" / "r", "--report-dir", "replaced")])

@@ -410,6 +410,35 @@ def test_a_folder_at_the_training_kernels_session_json_is_named_and_nothing_is_l
     assert sorted(p.name for p in (tmp_path / "working").iterdir()) == ["session.json"]
 
 
+def test_a_stop_before_the_training_kernels_session_ends_it_interrupted_not_dead(tmp_path, monkeypatch):
+    """SIGTERM to the training kernel while it imported trm_kaggle and torch (before the session's own handler)
+    met the default handler: the kernel died, papermill raised DeadKernelError and session.json kept "started".
+    The first cell notes it; the session cell ends "interrupted" with nothing trained."""
+    import signal
+
+    nb = json.loads((NOTEBOOK.parent / "kaggle_train.ipynb").read_text())
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    for var in ("KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_URL_BASE", "KAGGLE_IS_COMPETITION_RERUN"):
+        monkeypatch.delenv(var, raising=False)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        scope: dict = {}
+        exec(cells[0], scope)
+        scope.update(KAGGLE_INPUT=str(tmp_path / "input"), KAGGLE_WORKING=str(tmp_path / "working"))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(cells[1], scope)
+            os.kill(os.getpid(), signal.SIGTERM)  # as if during the install or torch's import
+            session_cell = next(c for c in cells if "run_session(" in c)
+            exec(session_cell, scope)  # must not raise, and must not train
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    record = json.loads((tmp_path / "working" / "session.json").read_text())
+    assert record["status"] == "interrupted" and "stopped by SIGTERM before the training" in record["message"]
+    assert scope["REPORT"] is None and "nothing trained" in out.getvalue(), out.getvalue()
+
+
 def test_task_ids_that_differ_from_the_sample_reach_the_log_escaped(tmp_path, monkeypatch):
     """A task id holding an escape sequence or a bell, beside sample_submission.json's ids, reached the log raw:
     every warning of the kernel is one escaped line."""

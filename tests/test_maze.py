@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from collections import deque
 from pathlib import Path
 
@@ -263,3 +264,22 @@ def test_a_grid_builders_flags_of_the_other_mode_are_refused(tmp_path, capsys, b
     if builder == "build-maze":
         with pytest.raises(ValueError, match="`min_path_length` sets the generator"):
             MazeBuildConfig(output_dir="o", input_dir="d", min_path_length=3)
+
+
+@pytest.mark.parametrize("q, a, said", [
+    ("#" * 16, "#" * 16, "q has 0 start(s) 'S' and 0 goal(s) 'G'; a maze has one of each"),
+    ("#S  G #  ##  ## ", "#S  G #  ##  ## ", "a marks no path from the start 'S' to the goal 'G'"),
+    ("#S  #   #   #  G", "#So #   #   #  G", "a marks no path from the start 'S' to the goal 'G'"),  # cut short
+])
+def test_a_csv_row_that_is_no_maze_is_refused(tmp_path, q, a, said):
+    """A row of walls, or a label whose path does not join the start to the goal, was built as a maze (exit 0)."""
+    (tmp_path / "in").mkdir()
+    for split in ("train", "test"):
+        (tmp_path / "in" / f"{split}.csv").write_text(f"source,q,a,rating\nx,{q},{a},0\n")
+    with pytest.raises(DataError, match=re.escape(f"train.csv:2: {said}")):
+        build_maze(MazeBuildConfig(input_dir=str(tmp_path / "in"), output_dir=str(tmp_path / "out"), progress=False))
+    assert not (tmp_path / "out").exists()
+    good_q, good_a = "#S G#   #   #   ", "#SoG#   #   #   "
+    for split in ("train", "test"):
+        (tmp_path / "in" / f"{split}.csv").write_text(f"source,q,a,rating\nx,{good_q},{good_a},0\n")
+    build_maze(MazeBuildConfig(input_dir=str(tmp_path / "in"), output_dir=str(tmp_path / "out"), progress=False))

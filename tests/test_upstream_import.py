@@ -118,6 +118,17 @@ def test_missing_key_gives_trm_error_naming_it(tmp_path):
         load_upstream_checkpoint(tiny(1), path)
 
 
+def test_an_arch_section_that_is_no_mapping_is_said_as_it_is():
+    """`arch: [1, 2]` or `arch: trm` was refused as "no `arch:` section", though the file has one."""
+    from trm_kaggle.model.upstream import arch_config_from_upstream_yaml
+
+    for value, kind in (([1, 2], "list"), ("trm", "str"), (None, "empty")):
+        with pytest.raises(TRMError, match=f"its `arch:` section is {kind}, not a mapping of settings"):
+            arch_config_from_upstream_yaml({"arch": value})
+    with pytest.raises(TRMError, match="no `arch:` section"):
+        arch_config_from_upstream_yaml([1])
+
+
 def test_one_weight_given_twice_is_refused_not_overwritten():
     """With and without `_orig_mod.`, other values: the later one replaced the first without a word."""
     sd = to_upstream_state_dict(tiny(0))

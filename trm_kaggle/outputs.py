@@ -101,7 +101,8 @@ def overlap_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str |
             i, i_plain = _resolved(inp.path), _plain(inp.path)
             if o == i or (o.exists() and i.exists() and _same(o, i)):
                 via = "" if o_plain == i_plain else " (through a link)" if o == i else \
-                    " (the same file: a hard link)" if o.is_file() else " (the same folder)"
+                    " (the same file: a hard link)" if o.is_file() and os.stat(o).st_nlink > 1 else \
+                    " (the same file by another path: a mount)" if o.is_file() else " (the same folder)"
                 return f"{_shown(out)} is also the input {_shown(inp)}{via}: an output never overwrites an input"
             holder = o if _inside(i, o) else next((p for p in i.parents if p.exists() and _same(p, o)), None) \
                 if i.exists() else None

@@ -47,7 +47,7 @@ from trm_kaggle.config import TrainConfig, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
-from trm_kaggle.outputs import special_kind
+from trm_kaggle.outputs import input_kind, special_kind
 from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, dotted, read_metrics
 from trm_kaggle.wording import clipped, one_line, shown
 
@@ -122,7 +122,8 @@ def parameter_counts(config: dict) -> tuple[int, int] | None:
 
 
 def _is_run(path: Path) -> bool:
-    return (path / "config.json").is_file() or (path / METRICS_FILE).is_file()
+    """A training run's folder: its settings or its metrics; an export (config.json beside its weights) is none."""
+    return ((path / "config.json").is_file() or (path / METRICS_FILE).is_file()) and input_kind(path) != "an export"
 
 
 def _sweep_runs(path: Path) -> list[RunData]:
@@ -169,6 +170,9 @@ def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
             runs += _sweep_runs(d)
         elif _is_run(d):
             runs.append(_plain_run(d))
+        elif input_kind(d) == "an export":  # its config.json is a model's, not a run's settings and metrics
+            raise TRMError(f"{d}: an export (config.json beside weights.safetensors), not a training run; compare "
+                           "reads run, sweep or parent directories")
         elif d.is_dir():
             found = []
             for child in sorted(p for p in d.iterdir() if p.is_dir()):

@@ -174,8 +174,10 @@ def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
     CUDA, on CPUs only where bf16 is measured fast) unless keep_forward_dtype. Unknown fields raise TRMError when strict.
     """
     arch = cfg.get("arch", cfg) if isinstance(cfg, Mapping) else None
-    if not isinstance(arch, Mapping):
-        raise TRMError(f"{where}: no `arch:` section")
+    if not isinstance(arch, Mapping):  # there, but a list or a word, is said as what it is
+        there = isinstance(cfg, Mapping) and "arch" in cfg
+        raise TRMError(f"{where}: its `arch:` section is {type(arch).__name__ if arch is not None else 'empty'}, not "
+                       "a mapping of settings" if there else f"{where}: no `arch:` section")
     fields: Dict[str, Any] = {}
     unknown = []
     for key, value in arch.items():

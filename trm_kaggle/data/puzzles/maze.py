@@ -206,8 +206,33 @@ def parse_maze_chunk(path: Path, chunk: CsvChunk, side: int) -> np.ndarray:
         problems.append((r, f"q and a disagree at row {c // side + 1}, column {c % side + 1} "
                             f"(q {CHARSET[q[r, c]]!r}, a {CHARSET[a[r, c]]!r}); only open cells may "
                             "become path cells"))
+    problems += _maze_problems(q, a, ok_chars, side)
     raise_first_problem(path, chunk.lines, problems)
     return np.stack([q, a], axis=1).reshape(-1, 2, side, side)
+
+
+def _maze_problems(q: np.ndarray, a: np.ndarray, ok: np.ndarray, side: int) -> list[tuple[int, str]]:
+    """Rows that are no maze: not one start 'S' and one goal 'G', or a label whose path cells do not lead from
+    one to the other (a row of walls, or a path cut in two, trained as a maze's answer)."""
+    problems = []
+    starts, goals = (q == START).sum(axis=1), (q == GOAL).sum(axis=1)
+    for r in np.flatnonzero(ok & ((starts != 1) | (goals != 1)))[:1]:
+        problems.append((int(r), f"q has {starts[r]} start(s) 'S' and {goals[r]} goal(s) 'G'; a maze has one of each"))
+    for r in np.flatnonzero(ok & (starts == 1) & (goals == 1)):
+        grid = a[r].reshape(side, side)
+        start = divmod(int(np.flatnonzero(q[r] == START)[0]), side)
+        seen, todo = {start}, [start]
+        while todo:  # the path cells reached from the start, step by step (4 neighbours)
+            y, x = todo.pop()
+            for ny, nx in ((y - 1, x), (y + 1, x), (y, x - 1), (y, x + 1)):
+                if 0 <= ny < side and 0 <= nx < side and (ny, nx) not in seen and grid[ny, nx] in (PATH, GOAL):
+                    seen.add((ny, nx))
+                    todo.append((ny, nx))
+        if not any(grid[y, x] == GOAL for y, x in seen):
+            problems.append((int(r), "a marks no path from the start 'S' to the goal 'G' (path cells 'o' joined "
+                                     "step by step)"))
+            break
+    return problems
 
 
 def csv_side(path: Path) -> int:
