@@ -65,10 +65,12 @@ from pathlib import Path
 
 STARTED = time.time()  # the install counts against the budget
 READY = True  # False once a step fails: the later cells skip, session.json keeps the reason
-STOPPED = []  # a stop signal before the session takes its own (the install, torch's import): noted, never a dead
+# A stop signal before the session takes its own handler (during the install, torch's import) is noted here, not
+# left to the default that ended the kernel: the session cell then ends "interrupted" with nothing trained.
+STOPPED = []
 
 
-def _note_stop(signum, frame):  # kernel; the session cell then ends "interrupted", nothing trained
+def _note_stop(signum, frame):
     STOPPED.append(signum)
 
 

@@ -29,9 +29,9 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import parse_json, read_text
 from trm_kaggle.yamlio import MAX_YAML_BYTES, parse_yaml
 from trm_kaggle.train.config_layers import _LEAVES, UPSTREAM_ONLY, ConfigLayers, _get
-from trm_kaggle.wording import clipped
 from trm_kaggle.train.overrides import Interpolation
 from trm_kaggle.train.presets import PRESETS, expand_preset_names
+from trm_kaggle.wording import clipped
 
 # config fields that may differ between a run and its resumption (freeze_weights: a staged test-time schedule
 # trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then;
