@@ -173,16 +173,23 @@ RESERVED_NAMES = (LOCK_FILE, OWNER_RECORD, JOBS_RECORD)
 _FOLDER_RECORDS = {"sweep.json": "the record of a sweep", "solve_report.json": "the record of a submit's work folder"}
 
 
-def built_whole(folder: Path) -> str | None:
-    """The kind recorded in `folder`'s owner record ("report", "comparison", ...), or None when it has none."""
-    record = folder / OWNER_RECORD
-    if not record.is_file():
+def _record_field(path: Path, key: str, what: str):
+    """`key` of the small JSON record at `path`, or None where there is none or it cannot be read (a FIFO or a /proc
+    file planted there is never waited on: only the wording of a refusal depends on it)."""
+    if not path.is_file():
         return None
     try:
-        with open_regular(record, "owner record") as f:  # a FIFO or a /proc file planted there is never waited on
-            kind = json.loads(f.read(1 << 20)).get("kind")
+        with open_regular(path, what) as f:
+            return json.loads(f.read(1 << 20)).get(key)
     except (TRMError, OSError, ValueError, AttributeError):
-        kind = None
+        return None
+
+
+def built_whole(folder: Path) -> str | None:
+    """The kind recorded in `folder`'s owner record ("report", "comparison", ...), or None when it has none."""
+    if not (folder / OWNER_RECORD).is_file():
+        return None
+    kind = _record_field(folder / OWNER_RECORD, "kind", "owner record")
     return kind if isinstance(kind, str) and kind.isprintable() and len(kind) < 80 else "output"
 
 
@@ -228,13 +235,7 @@ _RUN_FILES = ("state_step*.pt", "run.json", "config.json", "metrics.jsonl")
 
 def _launch_files(folder: Path) -> set[str]:
     """The job files `launch` recorded in `folder` (none where it keeps no record, or one it cannot read)."""
-    if not (folder / JOBS_RECORD).is_file():
-        return set()
-    try:
-        with open_regular(folder / JOBS_RECORD, "job-files record") as f:
-            files = json.loads(f.read(1 << 20)).get("files")
-    except (TRMError, OSError, ValueError, AttributeError):
-        return set()
+    files = _record_field(folder / JOBS_RECORD, "files", "job-files record")
     return {name for name in files if isinstance(name, str)} if isinstance(files, dict) else set()
 
 
@@ -280,8 +281,8 @@ def _name_length_problem(out: Output, path: Path) -> str | None:
         most = 255
     for name in path.parts[1:]:
         if len(os.fsencode(name)) > most:
-            return f"{_shown(out)}: the name {name[:40]}... is {len(os.fsencode(name))} bytes, past the {most} its file " \
-                   "system takes"
+            return (f"{_shown(out)}: the name {name[:40]}... is {len(os.fsencode(name))} bytes, past the {most} its "
+                    "file system takes")
     if out.kind != "folder" and len(os.fsencode(path.name)) + BUILT_BESIDE_BYTES > most:
         return (f"{_shown(out)}: its name is {len(os.fsencode(path.name))} bytes, and it is built beside itself under "
                 f"that name and up to {BUILT_BESIDE_BYTES} more, past the {most} its file system takes: give a name of "
@@ -358,8 +359,7 @@ def kept_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str | No
         return problem
     for out in outputs:
         path = _resolved(out.path)
-        if problem := (_input_problem(out, path) if out.kind != "file" else
-                       _input_file_problem(out, path) if out.kind == "file" else None):
+        if problem := (_input_problem(out, path) if out.kind != "file" else _input_file_problem(out, path)):
             return problem
     return None
 

@@ -93,9 +93,11 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
     state that loads (the newest such state is what the next session resumes from); replaced atomically."""
 
     check_continue_from(kernel, runner)
-    Path(out_dir).absolute().parent.mkdir(parents=True, exist_ok=True)
+    beside = Path(out_dir).absolute().parent
+    beside.mkdir(parents=True, exist_ok=True)
+    # the folder as the system reaches it: tempfile shortens `link/..` as text
     with atomic_directory(out_dir, kind="kaggle run-state dataset") as tmp, \
-            tempfile.TemporaryDirectory(prefix=".download-", dir=os.path.realpath(Path(out_dir).absolute().parent)) as download:
+            tempfile.TemporaryDirectory(prefix=".download-", dir=os.path.realpath(beside)) as download:
         log(f"downloading the output of {kernel}")
         res = runner(["kaggle", "kernels", "output", kernel, "-p", download], capture_output=True, text=True)
         if res.returncode != 0:
