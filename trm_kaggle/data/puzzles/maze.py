@@ -232,7 +232,26 @@ def _maze_problems(q: np.ndarray, a: np.ndarray, ok: np.ndarray, side: int) -> l
             problems.append((int(r), "a marks no path from the start 'S' to the goal 'G' (path cells 'o' joined "
                                      "step by step)"))
             break
+        off = _off_path_cell(grid, seen)
+        if off:
+            problems.append((int(r), f"a's path cell 'o' at row {off[0] + 1}, column {off[1] + 1} lies on no path "
+                                     "from the start 'S' to the goal 'G' (a cell apart, or a dead end)"))
+            break
     return problems
+
+
+def _off_path_cell(grid: np.ndarray, joined: set[tuple[int, int]]) -> tuple[int, int] | None:
+    """The first path cell 'o' that is not part of the way from S to G: one the start does not reach, or a dead
+    end (a cell of a path has a path neighbour on each side: fewer than two is a stub beside the way)."""
+    side = grid.shape[0]
+    on_way = (grid == PATH) | (grid == START) | (grid == GOAL)
+    for y, x in np.argwhere(grid == PATH):
+        y, x = int(y), int(x)
+        sides = sum(1 for ny, nx in ((y - 1, x), (y + 1, x), (y, x - 1), (y, x + 1))
+                    if 0 <= ny < side and 0 <= nx < side and on_way[ny, nx])
+        if (y, x) not in joined or sides < 2:
+            return y, x
+    return None
 
 
 def csv_side(path: Path) -> int:
