@@ -66,6 +66,9 @@ def _edit_json(path, **changes):
     (lambda d: _resave(d / "train/all__puzzle_indices.npy", lambda a: np.r_[a[:3], a[2], a[4:]].astype(np.int32)), "not strictly increasing"),
     (lambda d: _resave(d / "train/all__puzzle_indices.npy", lambda a: np.r_[a[:-1], a[-1] - 1].astype(np.int32)), "ends at"),
     (lambda d: _resave(d / "test/all__group_indices.npy", lambda a: a[:-1]), "group_indices has"),
+    # the expected length comes from dataset.json, so the message names it (an edited count blamed the array)
+    (lambda d: _edit_json(d / "train/dataset.json", total_puzzles=json.loads((d / "train/dataset.json").read_text())
+                          ["total_puzzles"] + 1), r"expected \d+ \(dataset.json's total_puzzles \d+, plus one\)"),
     (lambda d: _resave(d / "train/all__puzzle_identifiers.npy", lambda a: a + 1000), "outside the table"),
     (lambda d: _edit_json(d / "train/dataset.json", num_puzzle_identifiers=3), "identifiers.json lists"),
     (lambda d: _edit_json(d / "train/dataset.json", mean_puzzle_examples=9.5), "mean_puzzle_examples"),

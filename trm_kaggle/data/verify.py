@@ -35,9 +35,10 @@ class SplitSummary:
     mean_puzzle_examples: float
 
 
-def _check_index(arr: np.ndarray, name: str, length: int, end: int, where: Path) -> None:
-    if len(arr) != length:
-        raise DataError(f"{where}: {name} has {len(arr)} entries, expected {length}")
+def _check_index(arr: np.ndarray, name: str, length: int, end: int, where: Path, count_field: str) -> None:
+    if len(arr) != length:  # the length comes from dataset.json: either side may be the wrong one
+        raise DataError(f"{where}: {name} has {len(arr)} entries, expected {length} (dataset.json's {count_field} "
+                        f"{length - 1}, plus one)")
     if arr[0] != 0:
         raise DataError(f"{where}: {name} must start at 0, starts at {arr[0]}")
     steps = np.diff(arr.astype(np.int64))
@@ -70,8 +71,8 @@ def verify_split(dataset_dir: Path, split: str, num_identifiers: int) -> SplitSu
     if s.inputs.shape != s.labels.shape:
         raise DataError(f"{d}: inputs {s.inputs.shape} and labels {s.labels.shape} differ in shape")
     n = len(s.inputs)
-    _check_index(s.puzzle_indices, f"{SET_NAME}__puzzle_indices", m.total_puzzles + 1, n, d)
-    _check_index(s.group_indices, f"{SET_NAME}__group_indices", m.total_groups + 1, m.total_puzzles, d)
+    _check_index(s.puzzle_indices, f"{SET_NAME}__puzzle_indices", m.total_puzzles + 1, n, d, "total_puzzles")
+    _check_index(s.group_indices, f"{SET_NAME}__group_indices", m.total_groups + 1, m.total_puzzles, d, "total_groups")
     pid = s.puzzle_identifiers
     if pid.ndim != 1 or len(pid) != m.total_puzzles:
         raise DataError(f"{d}: {SET_NAME}__puzzle_identifiers has shape {pid.shape}, expected ({m.total_puzzles},)")
