@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -402,3 +403,12 @@ def test_a_task_id_past_128_characters_is_cut_in_every_message():
     problems = submission_problems({"t1": [{"attempt_1": grid, "attempt_2": grid}], "b" * 2_000_000: []}, {"t1": 1})
     assert len(problems) == 1 and problems[0].startswith("task " + "b" * 125 + "...: not in the challenges")
     assert len(problems[0]) < 250
+
+
+def test_the_library_refuses_to_score_against_solutions_without_a_task(tmp_path):
+    """`score` refused solutions `{}`; the library's `score_submission` gave 0.0 over 0 outputs, a score of nothing."""
+    with pytest.raises(DataError, match="holds no task, so there is nothing to score"):
+        score_submission({}, {})
+    (tmp_path / "sol.json").write_text("{}")
+    with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'sol.json'}: holds no task")):
+        score_submission({"t": [{"attempt_1": [[1]], "attempt_2": [[1]]}]}, tmp_path / "sol.json")

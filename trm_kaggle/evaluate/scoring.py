@@ -16,7 +16,8 @@ from typing import Any, Mapping
 from trm_kaggle.data import grid_problem
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.stats import format_interval, wilson_interval
-from trm_kaggle.evaluate.submission import ATTEMPTS, GridKey, grid_key, load_solutions, load_submission, plain_grid
+from trm_kaggle.evaluate.submission import (ATTEMPTS, GridKey, grid_key, load_solutions, load_submission, plain_grid,
+                                            require_tasks)
 from trm_kaggle.wording import count, shown
 
 
@@ -88,12 +89,15 @@ def score_submission(submission: str | os.PathLike | Mapping,
     For each test output of the solutions: 1 when attempt_1 or attempt_2 equals the truth
     exactly (same shape, same values; an invalid attempt never matches). A task missing
     from the submission, a missing dict or a non-dict entry scores 0 for those outputs.
+    Solutions without a task are refused (DataError), as `score` refuses them.
     """
     if isinstance(submission, (str, os.PathLike)):
         submission = load_submission(submission)
     if not isinstance(submission, Mapping):
         raise DataError(f"submission must map task ids to lists, found {type(submission).__name__}")
     truth = load_solutions(solutions)
+    # a score over no output would read as 0.0 (the counts: a solutions task has no test list to look for)
+    require_tasks({task_id: len(grids) for task_id, grids in truth.items()}, solutions, "there is nothing to score")
     report = ScoreReport(solved=0, total=0)
     for task_id, outputs in truth.items():
         entry = submission.get(task_id, _MISSING)
