@@ -96,6 +96,25 @@ def test_a_submit_work_folder_in_a_pipelines_folder_or_a_report_is_refused(tmp_p
     check_io([], [Output(pipe / "ttt", "--work-dir", "folder")])  # the pipeline's own solve, inside it
 
 
+def test_a_submit_or_pipeline_work_folder_in_a_sweeps_folder_is_refused(tmp_path, capsys):
+    """`submit --work-dir SWEEP` ran, exit 0: its units/, workers/ and solve_report.json made the sweep's rerun refuse
+    every run as lying inside a submit's work folder, and rewrite sweep.json with its done runs failed."""
+    sweep = tmp_path / "sw"
+    (sweep / "lr_1e-4").mkdir(parents=True)
+    (sweep / "sweep.json").write_text('{"runs": []}')
+    (tmp_path / "c.json").write_text('{"t1": {"train": [], "test": [{"input": [[1]]}]}}')
+    before = _listing(sweep)
+    for work, said in ((sweep, f"--work-dir {sweep} is a sweep's folder (it holds sweep.json)"),
+                       (sweep / "sub", f"--work-dir {sweep / 'sub'} lies inside {sweep}, which is a sweep's folder")):
+        line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+                                            str(SHIPPED), "--output", str(tmp_path / "s.json"), "--work-dir",
+                                            str(work), "--no-progress"]))
+        assert said in line and "choose a folder of its own" in line, line
+        line = one_error_line(capsys, main(["pipeline", "--work-dir", str(work), "--no-progress"]))
+        assert said in line and "choose a folder of its own" in line, line
+    assert _listing(sweep) == before and not (tmp_path / "s.json").exists()
+
+
 def test_a_submissions_output_in_another_submits_work_folder_is_refused(tmp_path, capsys):
     """`submit --output sw1/solve_report.json` replaced that work folder's record with a submission, exit 0."""
     work = tmp_path / "sw1"

@@ -146,6 +146,15 @@ def _refuse_pipeline_folder(folder: str, what: str) -> None:
                        "mix with the pipeline's, whose rerun would then refuse it; choose a folder of its own")
 
 
+def _refuse_sweep_folder(folder: str, what: str) -> None:
+    """A solve's or a pipeline's folder that is, or lies inside, a sweep's folder (it holds sweep.json): `submit
+    --work-dir SWEEP` made the sweep's rerun refuse each of its runs as lying inside a submit's work folder, and
+    record them failed. A sweep's runs are the sweep's to write."""
+    from trm_kaggle.experiments.sweep import SWEEP_FILE
+
+    _refuse_inside(folder, what, "a sweep's folder", SWEEP_FILE, "sweep's", lambda at: (at / SWEEP_FILE).is_file())
+
+
 def _submit(args: argparse.Namespace) -> IO:
     if args.list_recipes or not (args.challenges and args.weights):
         return [], []
@@ -157,6 +166,7 @@ def _submit(args: argparse.Namespace) -> IO:
     what = "--work-dir" if args.work_dir else "--work-dir (by default beside --output)"
     _refuse_run_folder(work_dir, what)
     _refuse_pipeline_folder(work_dir, what)
+    _refuse_sweep_folder(work_dir, what)
     _refuse_work_dir(args.output, "--output")  # its own work folder is an output it may not lie in, as any other
     inputs, outputs = solve_io(args.challenges, args.weights, args.output, work_dir,
                                getattr(args, "compile_cache", None))
@@ -175,6 +185,7 @@ def _pipeline(args: argparse.Namespace) -> IO:
 
     work_dir = args.work_dir or PipelineConfig.model_fields["work_dir"].get_default()
     _refuse_work_dir(work_dir, "--work-dir")  # it trains into WORK/train: a run folder, as train's own
+    _refuse_sweep_folder(work_dir, "--work-dir")
     return [], [Output(work_dir, "--work-dir", "folder")]
 
 
