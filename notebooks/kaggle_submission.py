@@ -179,9 +179,9 @@ print(f"mode: {MODE} ({why}): " + ("the model works on " + (f"the first {MAX_TAS
                                    + "; every task is submitted"), flush=True)
 
 
-def find_challenges(root, competition):
+def find_challenges(root, competition, quiet=False):
     """The one challenges file one or two folders below `root` (by resolved path); of several, the one in the
-    folder named for `competition` (said in a line); else None with a warning."""
+    folder named for `competition` (said in a line); else None with a warning (none when `quiet`)."""
     root = Path(root)
     found, special = {}, []
     for pattern in (f"*/{CHALLENGES_NAME}", f"*/*/{CHALLENGES_NAME}"):
@@ -193,6 +193,8 @@ def find_challenges(root, competition):
     if len(found) == 1:
         return next(iter(found.values()))
     if not found:
+        if quiet:
+            return None
         warn(f"no {CHALLENGES_NAME} one or two folders below {root}"
              + (f" that is a regular file ({', '.join(special)} is not)" if special else "")
              + ": attach the ARC competition or set CHALLENGES")
@@ -200,9 +202,12 @@ def find_challenges(root, competition):
     own = [p for p in found.values() if p.parent.name == competition]
     if len(own) == 1:
         others = [str(p) for p in found.values() if p != own[0]]
-        print(f"{len(found)} different {CHALLENGES_NAME} files below {root}: using {own[0]}, the one of this "
-              f"kernel's competition {competition} (not {', '.join(others)})", flush=True)
+        if not quiet:
+                print(f"{len(found)} different {CHALLENGES_NAME} files below {root}: using {own[0]}, the one of this "
+                  f"kernel's competition {competition} (not {', '.join(others)})", flush=True)
         return own[0]
+    if quiet:
+        return None
     warn(f"{len(found)} different {CHALLENGES_NAME} files below {root}, none of them the competition {competition}'s "
          f"alone: {', '.join(str(p) for p in found.values())}; set CHALLENGES to the one to solve")
     return None
@@ -280,29 +285,44 @@ def write_atomically(path, text):
 
 WRITTEN = False  # this run wrote SUBMISSION: a file an earlier run left there is never called this run's answers
 SUBMISSION = Path(KAGGLE_WORKING) / "submission.json"
+def read_challenges(path):
+    """The tasks of the challenges file `path`; ValueError or OSError naming it when it cannot be one."""
+    # an output never replaces an input. The submission replaces what stands at its path (a link planted
+    # there is replaced, never written through), so only a challenges file at that very place is in the way
+    written = os.path.join(os.path.realpath(KAGGLE_WORKING), SUBMISSION.name)
+    if written in (os.path.realpath(path),
+                   os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))):
+        raise ValueError(f"the challenges file {path} is {SUBMISSION}, the file this kernel writes its "
+                         f"submission to; it is left as it is: put the challenges elsewhere")
+    raw = read_regular(path)
+    if not raw.strip():
+        raise ValueError(f"{path} is empty")
+    try:
+        tasks = json.loads(raw)  # bytes: json reads UTF-8/16/32, with a BOM too
+    except ValueError as e:  # the file's fault, named with it
+        raise ValueError(f"{path} is not JSON ({e})") from None
+    if not isinstance(tasks, dict):
+        raise ValueError(f"{path} does not hold a JSON object of tasks")
+    return tasks
+
+
 try:
     CHALLENGES = CHALLENGES or find_challenges(KAGGLE_INPUT, COMPETITION)
     if CHALLENGES is None:
         READY = False
         NO_MODEL = "no challenges file was found"
     else:
-        # an output never replaces an input. The submission replaces what stands at its path (a link planted
-        # there is replaced, never written through), so only a challenges file at that very place is in the way
-        written = os.path.join(os.path.realpath(KAGGLE_WORKING), SUBMISSION.name)
-        if written in (os.path.realpath(CHALLENGES),
-                       os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(CHALLENGES))),
-                                    os.path.basename(CHALLENGES))):
-            raise ValueError(f"the challenges file {CHALLENGES} is {SUBMISSION}, the file this kernel writes its "
-                             f"submission to; it is left as it is: put the challenges elsewhere")
-        raw = read_regular(CHALLENGES)
-        if not raw.strip():
-            raise ValueError(f"{CHALLENGES} is empty")
         try:
-            challenge_data = json.loads(raw)  # bytes: json reads UTF-8/16/32, with a BOM too
-        except ValueError as e:  # the file's fault, named with it
-            raise ValueError(f"{CHALLENGES} is not JSON ({e})") from None
-        if not isinstance(challenge_data, dict):
-            raise ValueError(f"{CHALLENGES} does not hold a JSON object of tasks")
+            challenge_data = read_challenges(CHALLENGES)
+        except (OSError, ValueError) as e:
+            # a CHALLENGES parameter that names no challenges file (a typo, a folder) would cost the whole
+            # submission: the competition's own file, found as with CHALLENGES=None, is answered instead
+            found = find_challenges(KAGGLE_INPUT, COMPETITION, quiet=True)
+            if found is None or os.path.realpath(found) == os.path.realpath(CHALLENGES):
+                raise
+            warn(f"CHALLENGES: {type(e).__name__}: {e}; answering {found}, the challenges file found below "
+                 f"{KAGGLE_INPUT}, instead")
+            CHALLENGES, challenge_data = found, read_challenges(found)
         Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
         write_atomically(SUBMISSION, json.dumps(fallback_submission(challenge_data)))
         WRITTEN = True

@@ -512,3 +512,20 @@ def test_the_kernel_never_raises_after_its_fallback_on_odd_folders(tmp_path, mon
     else:
         assert "holds the fallback answers" in result[0]
         check_submission(tmp_path / "out" / "submission.json", tmp_path / "in" / "arc-prize-2026-arc-agi-2" / NAME)
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "not JSON"])
+def test_a_challenges_parameter_naming_no_challenges_file_answers_the_competitions(tmp_path, monkeypatch, kind):
+    """CHALLENGES naming a missing file or a folder left no submission at all, though the competition's own file
+    was attached and found with CHALLENGES=None: one warning, and the competition's tasks are answered."""
+    challenges = write_competition(tmp_path / "input" / "arc-prize-2026-arc-agi-2")
+    named = tmp_path / "typo.json"
+    if kind == "folder":
+        named.mkdir()
+    elif kind == "not JSON":
+        named.write_text("{")
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(named))
+    assert scope["READY"] and out.count("WARNING") == 1 and f"CHALLENGES: " in out and str(named) in out, out
+    assert f"answering {challenges}, the challenges file found below" in out, out
+    assert Path(scope["CHALLENGES"]) == challenges
+    check_submission(tmp_path / "working" / "submission.json", challenges)
