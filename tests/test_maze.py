@@ -270,12 +270,15 @@ def test_a_grid_builders_flags_of_the_other_mode_are_refused(tmp_path, capsys, b
     ("#" * 16, "#" * 16, "q has 0 start(s) 'S' and 0 goal(s) 'G'; a maze has one of each"),
     ("#S  G #  ##  ## ", "#S  G #  ##  ## ", "a marks no path from the start 'S' to the goal 'G'"),
     ("#S  #   #   #  G", "#So #   #   #  G", "a marks no path from the start 'S' to the goal 'G'"),  # cut short
-    ("#S G#   #   #   ", "#SoG#   #  o#   ", "a's path cell 'o' at row 3, column 4 lies on no path"),  # a cell apart
-    ("#S G#   #   #   ", "#SoG# o #   #   ", "a's path cell 'o' at row 2, column 3 lies on no path"),  # a dead end
+    ("#S G#   #   #   ", "#SoG#   #  o#   ", "a's path cell 'o' at row 3, column 4 breaks the path"),  # a cell apart
+    ("#S G#   #   #   ", "#SoG# o #   #   ", "a's path cell 'o' at row 1, column 3 breaks the path"),  # a branch
+    ("S  G        #   ", "SooG oo  oo #   ", "a's path cell 'o' at row 1, column 2 breaks the path"),  # a block
+    ("S  G    #   #   ", "SooGoo  #   #   ", "a's start 'S' at row 1, column 1 breaks the path"),  # a loop
 ])
 def test_a_csv_row_that_is_no_maze_is_refused(tmp_path, q, a, said):
     """A row of walls, or a label whose path does not join the start to the goal, was built as a maze (exit 0); so
-    was a label with a path cell apart from the way or a stub beside it."""
+    was a label with a path cell apart from the way, a branch, a loop or a block of path cells (a dead end two cells
+    wide): a label is one simple path."""
     (tmp_path / "in").mkdir()
     for split in ("train", "test"):
         (tmp_path / "in" / f"{split}.csv").write_text(f"source,q,a,rating\nx,{q},{a},0\n")

@@ -212,8 +212,8 @@ def parse_maze_chunk(path: Path, chunk: CsvChunk, side: int) -> np.ndarray:
 
 
 def _maze_problems(q: np.ndarray, a: np.ndarray, ok: np.ndarray, side: int) -> list[tuple[int, str]]:
-    """Rows that are no maze: not one start 'S' and one goal 'G', or a label whose path cells do not lead from
-    one to the other (a row of walls, or a path cut in two, trained as a maze's answer)."""
+    """Rows that are no maze: not one start 'S' and one goal 'G', or a label that is not one path from one to the
+    other (a row of walls, a path cut in two, a branch or a block of path cells, trained as a maze's answer)."""
     problems = []
     starts, goals = (q == START).sum(axis=1), (q == GOAL).sum(axis=1)
     for r in np.flatnonzero(ok & ((starts != 1) | (goals != 1)))[:1]:
@@ -234,23 +234,29 @@ def _maze_problems(q: np.ndarray, a: np.ndarray, ok: np.ndarray, side: int) -> l
             break
         off = _off_path_cell(grid, seen)
         if off:
-            problems.append((int(r), f"a's path cell 'o' at row {off[0] + 1}, column {off[1] + 1} lies on no path "
-                                     "from the start 'S' to the goal 'G' (a cell apart, or a dead end)"))
+            (y, x), what = off
+            problems.append((int(r), f"a's {what} at row {y + 1}, column {x + 1} breaks the path: a label is one "
+                                     "path from 'S' to 'G', each path cell 'o' joined to the cells before and after "
+                                     "it only (a cell apart, a branch, a loop or a block of path cells is none)"))
             break
     return problems
 
 
-def _off_path_cell(grid: np.ndarray, joined: set[tuple[int, int]]) -> tuple[int, int] | None:
-    """The first path cell 'o' that is not part of the way from S to G: one the start does not reach, or a dead
-    end (a cell of a path has a path neighbour on each side: fewer than two is a stub beside the way)."""
+def _off_path_cell(grid: np.ndarray, joined: set[tuple[int, int]]) -> tuple[tuple[int, int], str] | None:
+    """The first cell that keeps the label from being one simple path S -> G, and what it is; None when it is one.
+    On such a path each path cell 'o' has exactly two neighbours on the way (S, G or 'o') and S and G one each;
+    with every 'o' reached from S, nothing else fits (a shortest path always does: a shortcut would shorten it)."""
     side = grid.shape[0]
     on_way = (grid == PATH) | (grid == START) | (grid == GOAL)
-    for y, x in np.argwhere(grid == PATH):
+    for y, x in np.argwhere(on_way):
         y, x = int(y), int(x)
         sides = sum(1 for ny, nx in ((y - 1, x), (y + 1, x), (y, x - 1), (y, x + 1))
                     if 0 <= ny < side and 0 <= nx < side and on_way[ny, nx])
-        if (y, x) not in joined or sides < 2:
-            return y, x
+        code = grid[y, x]
+        if code == PATH and ((y, x) not in joined or sides != 2):
+            return (y, x), "path cell 'o'"
+        if code != PATH and sides != 1:
+            return (y, x), "start 'S'" if code == START else "goal 'G'"
     return None
 
 
