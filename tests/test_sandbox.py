@@ -111,3 +111,19 @@ def test_the_rehearsal_checks_the_kernels_own_search_for_its_datasets(tmp_path):
     (problem,) = R.search_problems(wrong, layout, {"WHEELS_DIR": None, "WEIGHTS_DIR": None})
     assert problem.startswith("the kernel's search for its weights dataset found ") and str(layout.weights) in problem
     assert R.search_problems(wrong, layout, {"WEIGHTS_DIR": "/set/by/hand"}) == []  # a folder named: no search
+
+
+def test_the_kernels_warnings_reach_the_console_and_the_report():
+    """A bad notebook parameter replaced by its default was said only in papermill.log: the rehearsal's progress
+    lines and its report (`ok: True`, no problems) did not mention it."""
+    log = ("[IPKernelApp] WARNING | Kernel is running over TCP without encryption.\n"
+           "WARNING: TIME_BUDGET=nan is not \"auto\": using 'auto'\n"
+           "[elapsed 0m01s, left 14m59s] plan: sizing\n"
+           "[elapsed 0m02s, left 14m58s] plan: worker 0: 2 tasks\n")
+    assert R.kernel_warnings(log) == ["WARNING: TIME_BUDGET=nan is not \"auto\": using 'auto'"]
+    shown: list[str] = []
+    take = R.kernel_progress(shown.append)
+    for line in log.splitlines(keepends=True):
+        take(line)
+    assert shown == ["  kernel WARNING: TIME_BUDGET=nan is not \"auto\": using 'auto'",
+                     "  kernel [elapsed 0m02s, left 14m58s] plan: worker 0: 2 tasks"]

@@ -29,16 +29,27 @@ from trm_kaggle.kaggle.sandbox import (
 
 #: The kernel's own progress lines among papermill's output: solve's `[elapsed 3m05s, left 11h20m00s] phase: ...`.
 PHASE_LINE = re.compile(r"\[elapsed [^\]]*\] (?P<phase>[^:]*): (?P<text>.*)")
+#: How the notebooks begin a warning line (a bad parameter replaced by its default, a part that failed).
+WARNING_PREFIX = "WARNING: "
+
+
+def kernel_warnings(log: str) -> list[str]:
+    """The notebook's own warning lines in its run's output (papermill's and Jupyter's `WARNING |` are not)."""
+    return [line.strip() for line in log.splitlines() if line.startswith(WARNING_PREFIX)]
 
 
 def kernel_progress(echo: Callable[[str], None], first_tasks: int = 3, every_s: float = 30.0
                     ) -> Callable[[str], None]:
     """A filter for the lines of the notebook run: the kernel's phase lines go to `echo` (of the planning only
     each worker's plan, not its sizing and timing steps; its per-task lines only the first `first_tasks`, then one
-    each `every_s` seconds), the rest (cells, pip, bars) only to the log file."""
+    each `every_s` seconds), the rest (cells, pip, bars) only to the log file. The notebook's warnings always go
+    to `echo`: a parameter replaced by its default is said where the run is watched, not only in the log."""
     seen = {"tasks": 0, "shown_at": -float(every_s)}
 
     def take(line: str) -> None:
+        if line.startswith(WARNING_PREFIX):
+            echo(f"  kernel {line.strip()}")
+            return
         m = PHASE_LINE.search(line)
         if m is None:
             return
@@ -207,9 +218,11 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
         problems.append(f"papermill exited with status {rc} (whole output: {layout.log})"
                         + (f"; its last lines:\n{last}" if last else ""))
     try:
-        problems += search_problems(layout.log.read_text(encoding="utf-8", errors="replace"), layout, params)
+        log = layout.log.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        pass
+        log = ""
+    problems += search_problems(log, layout, params)
+    report["kernel_warnings"] = kernel_warnings(log)  # not problems: the kernel went on with its defaults
     if not report["trm_kaggle_in_venv"]:
         problems.append(f"trm_kaggle was not installed into the sandbox venv from the wheels "
                         f"(resolves to {report['trm_kaggle_file']})")
