@@ -127,6 +127,11 @@ def test_an_arch_section_that_is_no_mapping_is_said_as_it_is():
             arch_config_from_upstream_yaml({"arch": value})
     with pytest.raises(TRMError, match="no `arch:` section"):
         arch_config_from_upstream_yaml([1])
+    # a whole all_config.yaml without its `arch:` is read as the section itself: the missing section is named,
+    # not only "arch fields this package does not know: data_paths"
+    with pytest.raises(TRMError, match=r"no `arch:` section \(read as one itself, it holds arch fields this package "
+                                       r"does not know: data_paths, lr\)"):
+        arch_config_from_upstream_yaml({"data_paths": ["d"], "lr": 1e-4, "hidden_size": 64})
 
 
 def test_one_weight_given_twice_is_refused_not_overwritten():

@@ -196,7 +196,10 @@ def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
     if fields.get("forward_dtype") == "bfloat16" and not keep_forward_dtype:
         fields["forward_dtype"] = "auto"
     if unknown and strict:
-        raise TRMError(f"{where}: arch fields this package does not know: {', '.join(map(str, unknown))}")
+        # a file without `arch:` is read as the section itself: a whole all_config.yaml missing it says so
+        whole = "arch" not in cfg and any(key in cfg for key in ("data_paths", "global_batch_size", "epochs"))
+        raise TRMError(f"{where}: " + ("no `arch:` section (read as one itself, it holds " if whole else "")
+                       + f"arch fields this package does not know: {', '.join(map(str, unknown))}" + (")" if whole else ""))
     try:
         return ArchConfig(**fields)
     except Exception as err:  # pydantic.ValidationError
