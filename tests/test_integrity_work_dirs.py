@@ -115,6 +115,25 @@ def test_a_submit_or_pipeline_work_folder_in_a_sweeps_folder_is_refused(tmp_path
     assert _listing(sweep) == before and not (tmp_path / "s.json").exists()
 
 
+def test_a_training_run_folder_that_is_another_commands_folder_is_refused(data, tmp_path, capsys):
+    """`train checkpoint_path=SWEEP` (or a launch's --out) ran, exit 0: run.json, a state and metrics.jsonl beside
+    sweep.json (or the launch's job-files record). A pipeline's folder alike; a sweep's runs inside it are its own."""
+    sweep, launch, pipe = tmp_path / "sw", tmp_path / "jobs", tmp_path / "pipe"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text('{"runs": []}')
+    launch.mkdir()
+    (launch / ".trm_kaggle_jobs").write_text('{"files": {}}')
+    (pipe / "train").mkdir(parents=True)
+    (pipe / "train" / "run.json").write_text("{}")
+    before = {p: _listing(p) for p in (sweep, launch, pipe)}
+    for folder, said in ((sweep, "a sweep's folder (it holds sweep.json)"),
+                         (launch, "a launch's folder (it holds .trm_kaggle_jobs)"),
+                         (pipe, "a pipeline's work folder (it holds train/run.json)")):
+        line = one_error_line(capsys, main(train_args(data, folder, "max_steps=1")))
+        assert f"{folder} is {said}" in line and "choose a folder of its own" in line, line
+    assert {p: _listing(p) for p in (sweep, launch, pipe)} == before
+
+
 def test_a_submissions_output_in_another_submits_work_folder_is_refused(tmp_path, capsys):
     """`submit --output sw1/solve_report.json` replaced that work folder's record with a submission, exit 0."""
     work = tmp_path / "sw1"
