@@ -19,6 +19,12 @@ def _listing(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
+def _submit(tmp_path: Path, work: Path) -> list[str]:
+    """`submit` of tmp_path/c.json with the shipped weights into tmp_path/s.json, its work folder `work`."""
+    return ["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(SHIPPED), "--output",
+            str(tmp_path / "s.json"), "--work-dir", str(work), "--no-progress"]
+
+
 def test_a_work_folder_that_is_or_lies_in_a_dataset_or_export_is_refused(data, sudoku4, tmp_path, capsys):
     export = tmp_path / "export"
     shutil.copytree(SHIPPED, export)
@@ -42,9 +48,7 @@ def test_a_submit_work_folder_in_a_training_run_folder_is_refused(data, tmp_path
     before = _listing(run)
     for work, said in ((run, f"--work-dir {run} is a training run folder"),
                        (run / "ttt", f"--work-dir {run / 'ttt'} lies inside {run}, which is a training run folder")):
-        line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
-                                            str(SHIPPED), "--output", str(tmp_path / "s.json"), "--work-dir",
-                                            str(work)]))
+        line = one_error_line(capsys, main(_submit(tmp_path, work)))
         assert said in line and "choose a folder of its own" in line, line
     assert _listing(run) == before and not (tmp_path / "s.json").exists()
 
@@ -88,9 +92,7 @@ def test_a_submit_work_folder_in_a_pipelines_folder_or_a_report_is_refused(tmp_p
                        (pipe / "report", f"--work-dir {pipe / 'report'} is an evaluation report folder this package "
                                          "builds whole"),
                        (pipe / "report" / "w", f"lies inside {pipe / 'report'}, which is an evaluation report")):
-        line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
-                                            str(SHIPPED), "--output", str(tmp_path / "s.json"), "--work-dir",
-                                            str(work), "--no-progress"]))
+        line = one_error_line(capsys, main(_submit(tmp_path, work)))
         assert said in line and "choose a folder of its own" in line, line
     assert _listing(pipe) == before and not (tmp_path / "s.json").exists()
     check_io([], [Output(pipe / "ttt", "--work-dir", "folder")])  # the pipeline's own solve, inside it
@@ -106,9 +108,7 @@ def test_a_submit_or_pipeline_work_folder_in_a_sweeps_folder_is_refused(tmp_path
     before = _listing(sweep)
     for work, said in ((sweep, f"--work-dir {sweep} is a sweep's folder (it holds sweep.json)"),
                        (sweep / "sub", f"--work-dir {sweep / 'sub'} lies inside {sweep}, which is a sweep's folder")):
-        line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
-                                            str(SHIPPED), "--output", str(tmp_path / "s.json"), "--work-dir",
-                                            str(work), "--no-progress"]))
+        line = one_error_line(capsys, main(_submit(tmp_path, work)))
         assert said in line and "choose a folder of its own" in line, line
         line = one_error_line(capsys, main(["pipeline", "--work-dir", str(work), "--no-progress"]))
         assert said in line and "choose a folder of its own" in line, line
