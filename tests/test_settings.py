@@ -219,6 +219,20 @@ def test_parse_value_and_override():
         parse_override("data_paths=[a,b")
 
 
+@pytest.mark.parametrize("text, close", [("lr=[", "]"), ("lr={", "}"), ("lr=[1,", "]"), ("lr=[[", "]"),
+                                         ("lr={a:", "}"), ("lr={a", "}"), ("lr={'a': [1]", "}")])
+def test_a_value_ending_inside_brackets_is_one_line(text, close, capsys):
+    """`lr=[` was an IndexError traceback (exit 1) in train, doctor, sweep and build_bundle.py: the end of the text
+    was taken for a quote, since "" is in every string."""
+    from trm_kaggle.cli import main
+
+    with pytest.raises(TRMError, match=re.escape(f"the text ends before the closing '{close}'")):
+        parse_override(text)
+    assert main(["train", "--print-config", text]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"the text ends before the closing '{close}'" in err[0], err
+
+
 def test_arch_selection():
     assert load_train_config(overrides=["arch=trm"]) == TrainConfig()
     with pytest.raises(TRMError, match="arch=hrm.*TRM only"):

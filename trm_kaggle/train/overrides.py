@@ -80,7 +80,7 @@ class _Parser:
             return self.sequence("[", "]")
         if ch == "{":
             return self.mapping()
-        if ch in "'\"":
+        if ch and ch in "'\"":  # ("" is in every string: the end of the text is no quote)
             return self.quoted()
         return self.bare(stop)
 
@@ -128,6 +128,8 @@ class _Parser:
             items.append(self.value(stop="," + close))
             self.ws()
             ch = self.peek()
+            if not ch:
+                raise self.error(f"the text ends before the closing '{close}'")
             self.i += 1
             if ch == close:
                 return items
@@ -144,14 +146,16 @@ class _Parser:
             return out
         while True:
             self.ws()
-            key = self.quoted() if self.peek() in "'\"" else self.bare(stop=":").strip()
+            key = self.quoted() if self.peek() and self.peek() in "'\"" else self.bare(stop=":").strip()
             self.ws()
             if self.peek() != ":":
-                raise self.error("expected ':'")
+                raise self.error("expected ':'" if self.peek() else "the text ends before the closing '}'")
             self.i += 1
             out[str(key)] = self.value(stop=",}")
             self.ws()
             ch = self.peek()
+            if not ch:
+                raise self.error("the text ends before the closing '}'")
             self.i += 1
             if ch == "}":
                 return out
