@@ -6,6 +6,7 @@ The run itself is slow; tests/test_kaggle_kernel.py runs it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -127,3 +128,16 @@ def test_the_kernels_warnings_reach_the_console_and_the_report():
         take(line)
     assert shown == ["  kernel WARNING: TIME_BUDGET=nan is not \"auto\": using 'auto'",
                      "  kernel [elapsed 0m02s, left 14m58s] plan: worker 0: 2 tasks"]
+
+
+def test_a_parameter_the_kernel_lacks_or_the_rehearsal_sets_is_refused_before_the_sandbox(bundle_copy):
+    """`execute(parameters={"TIME_BUGDET": 60})` ran with the default budget, ok True, only papermill.log saying
+    "Passed unknown parameter"; `parameters={"KAGGLE_WORKING": D}` had the kernel write D/submission.json while the
+    rehearsal checked its own working/ and said "not written". Both are refused before the sandbox is made."""
+    for parameters, said in (({"TIME_BUGDET": 60}, "parameters: 'TIME_BUGDET' is no parameter of the kernel notebook"),
+                             ({"KAGGLE_WORKING": "/tmp/w"}, "parameters: KAGGLE_WORKING are set by the rehearsal")):
+        with pytest.raises(TRMError, match=re.escape(said)):
+            R.execute(bundle_copy, parameters=parameters, echo=lambda line: None)
+        assert not (bundle_copy / "sandbox").exists()
+    shipped = Path(__file__).resolve().parents[1] / "notebooks" / "kaggle_submission.ipynb"
+    assert R.parameter_problem({"TIME_BUDGET": 60, "TRAJECTORIES": 2, "STRICT": True}, shipped) is None

@@ -126,6 +126,39 @@ def _stop_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+#: The parameters the rehearsal sets itself: the sandbox's input tree, and the folder whose submission it checks.
+SANDBOX_PARAMETERS = ("KAGGLE_INPUT", "KAGGLE_WORKING")
+
+
+def parameter_problem(parameters: dict[str, Any], notebook: Path) -> str | None:
+    """Why `parameters` cannot be passed to the kernel `notebook`: a name its parameters cell does not set (papermill
+    only logs "Passed unknown parameter", and the run went on without it: `TIME_BUGDET` was a run with the default
+    budget, said nowhere), or one the rehearsal lays out itself."""
+    import ast
+
+    from trm_kaggle.kaggle.kernel import parameters_cell
+
+    ours = sorted(set(parameters) & set(SANDBOX_PARAMETERS))
+    if ours:
+        return (f"parameters: {', '.join(ours)} are set by the rehearsal (its sandbox's input/ and working/, where "
+                "the submission is checked), not by a parameter")
+    cell = parameters_cell(read_json(notebook, "kernel notebook"))
+    try:
+        tree = ast.parse("".join(cell["source"]) if cell and isinstance(cell.get("source"), list)
+                         else str((cell or {}).get("source", "")))
+    except (SyntaxError, ValueError):
+        return None  # the bundle's own check names a broken parameters cell
+    known = {target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+             for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+             if isinstance(target, ast.Name)}
+    unknown = [name for name in parameters if name not in known]
+    if unknown:
+        return (f"parameters: {', '.join(map(repr, unknown))} "
+                f"{'is no parameter' if len(unknown) == 1 else 'are no parameters'} of the kernel notebook "
+                f"{notebook.name} (its parameters: {', '.join(sorted(known))})")
+    return None
+
+
 def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None = None, max_tasks: int | None = 3,
             time_budget: float | None = 900, finetune_steps: int | str = 10, num_aug: int | str = 2,
             device: str = "cpu", workers: int | None = None, timeout: float | None = 3600,
@@ -167,6 +200,8 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
         raise TRMError(f"{out}: the datasets' ids do not share a prefix ({bundle_ids})")
     kmeta = read_json(out / "kernel" / KERNEL_META, KERNEL_META)  # validated above: code_file is a plain name
     notebook = out / "kernel" / kmeta["code_file"]
+    if parameters and (problem := parameter_problem(parameters, notebook)):
+        raise TRMError(problem)
     if importlib_missing("papermill"):
         raise TRMError("--execute needs papermill in this interpreter: pip install 'trm_kaggle[notebooks]'")
     variant = probe_netns()
