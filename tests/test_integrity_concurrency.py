@@ -110,14 +110,15 @@ def test_readers_share_a_folder_a_writer_does_not(tmp_path, holder):
 
 
 def test_train_in_a_running_sweeps_folder_is_refused(sudoku4, tmp_path, capsys, holder):
-    """The reproducer: `train checkpoint_path=<a sweep's folder>` while the sweep runs."""
+    """The reproducer: `train checkpoint_path=<a sweep's folder>` while the sweep runs (refused as a sweep's folder
+    whether or not one runs there: `test_integrity_work_dirs.py`)."""
     sweep_dir = tmp_path / "sw"
     sweep_dir.mkdir()
     (sweep_dir / "sweep.json").write_text("{}")
     p = holder(sweep_dir, "sweep")
     line = one_error_line(capsys, main(["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={sweep_dir}", *TINY,
                                         "max_steps=2", "--no-progress"]))
-    assert f"{sweep_dir}: another sweep is running in this directory: process {p.pid}" in line
+    assert f"{sweep_dir} is a sweep's folder (it holds sweep.json)" in line, (line, p.pid)
     assert sorted(x.name for x in sweep_dir.iterdir()) == [LOCK_FILE, "sweep.json"]
 
 
@@ -401,7 +402,7 @@ def test_train_inside_a_real_running_sweep_is_refused(sudoku4, tmp_path, capsys)
             time.sleep(0.1)
         rc = main(["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={sweep_dir}", *TINY, "max_steps=2",
                    "--no-progress"])
-        assert f"another sweep is running in this directory: process {p.pid}" in one_error_line(capsys, rc)
+        assert f"{sweep_dir} is a sweep's folder (it holds sweep.json)" in one_error_line(capsys, rc)
         assert not (sweep_dir / "metrics.jsonl").exists() and not list(sweep_dir.glob("state_step*"))
         assert p.poll() is None  # the sweep goes on
     finally:

@@ -426,3 +426,30 @@ def test_notebooks_that_name_a_file_or_nothing_are_said_as_such(tmp_path, capsys
         rc, _, stderr = regress(capsys, given, tmp_path / "out")
         assert rc == 2 and f"{given}: {said}" in stderr, stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_stop_ends_the_running_notebooks_and_a_second_one_waits_for_its_line(tmp_path):
+    """A SIGTERM waited for the running notebook to finish (its whole length) before `interrupted`; a second SIGTERM
+    in that wait ended regress without a word, and each stop left OUT/work/<name>-XXXX/ behind. Now the kernels
+    are ended at once, the second signal is dropped, and the stopped run's work folders are removed."""
+    import signal
+    import time
+
+    folder, out, started = tmp_path / "nbs", tmp_path / "out", tmp_path / "started"
+    write_notebook(folder, "slow", f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(120)\n"
+                                   "record('m', 1.0)\n")
+    write_baselines(folder, {"slow": {"m": b(1.0)}})
+    p = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "regress", "--notebooks", str(folder), "--out", str(out),
+                          "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.1)
+    assert started.exists(), p.communicate()
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    stopped_at = time.monotonic()
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143 and err.strip().splitlines() == ["interrupted: stopped by SIGTERM"], (p.returncode, err)
+    assert time.monotonic() - stopped_at < 30  # not the notebook's 120 s
+    assert not [w for w in (out / "work").iterdir()], list((out / "work").iterdir())

@@ -41,9 +41,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,6 +63,7 @@ from trm_kaggle.atomic import append_line, atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import validation_line
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores
+from trm_kaggle.interrupts import FirstStopOnly
 from trm_kaggle.experiments.recorded import Recorded, read_recorded
 from trm_kaggle.jsonio import read_json, read_json_lines
 from trm_kaggle.locks import directory_lock
@@ -148,12 +151,55 @@ class NotebookRun:
     seconds: float = 0.0
 
 
-def _kernel_manager_class():
-    """A kernel manager that starts this very interpreter, whatever kernel specs PATH or Jupyter know of."""
+class Kernels:
+    """The kernels one regress started, so that a stop ends them: a notebook's thread waits on its kernel, and a
+    stopped regress once waited for every running notebook to finish (minutes) before its `interrupted` line, and
+    a second signal in that wait ended it without a word, the notebooks half run."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.started: list = []
+        self.stopped = False
+
+    def add(self, manager) -> None:
+        with self.lock:
+            self.started.append(manager)
+            stopped = self.stopped
+        if stopped:  # started while the stop ended the others
+            self._end(manager)
+
+    def stop(self) -> None:
+        """End every kernel started, and any started from now on (SIGTERM: its cell fails, its thread returns)."""
+        with self.lock:
+            self.stopped = True
+            managers = list(self.started)
+        for manager in managers:
+            self._end(manager)
+
+    @staticmethod
+    def _end(manager) -> None:
+        pid = getattr(getattr(manager, "provisioner", None), "pid", None)
+        if isinstance(pid, int) and pid > 0:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+
+
+def _kernel_manager_class(kernels: Kernels | None = None):
+    """A kernel manager that starts this very interpreter, whatever kernel specs PATH or Jupyter know of; each
+    kernel it starts is noted in `kernels`."""
     from jupyter_client import AsyncKernelManager
     from jupyter_client.kernelspec import KernelSpec
 
     class ThisPython(AsyncKernelManager):  # nbclient drives kernels asynchronously
+        async def start_kernel(self, **kwargs):
+            if kernels is not None and kernels.stopped:
+                raise TRMError("regress was stopped before this notebook's kernel started")
+            await super().start_kernel(**kwargs)
+            if kernels is not None:
+                kernels.add(self)
+
         @property
         def kernel_spec(self):
             # the kernel's own log (not the notebook's output) stays quiet: no note about TCP at each start, no
@@ -170,8 +216,10 @@ def _first_line(text: object) -> str:
     return lines[0] if lines else ""
 
 
-def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool = False) -> NotebookRun:
-    """Execute one notebook with papermill and read its records (a failure becomes `error`, never raises)."""
+def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool = False,
+                 kernels: Kernels | None = None, made: list[Path] | None = None) -> NotebookRun:
+    """Execute one notebook with papermill and read its records (a failure becomes `error`, never raises). Its
+    kernel is noted in `kernels`, its work folder in `made` (for a stop to end and remove)."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -189,6 +237,8 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         executed.parent.mkdir(parents=True, exist_ok=True)
         (out / "work").mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=os.path.realpath(out / "work")))  # `link/..` as reached
+        if made is not None:
+            made.append(work)
         given = {"WORK_DIR": str(work.resolve()), "UPDATE_GOLDEN": update_golden}
         # the kernel starts in the notebook's folder (its relative paths are written from there) through the
         # client's resources, not papermill's `cwd`: that one changes the whole process's folder, and two
@@ -201,7 +251,7 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
                                                                               if k in declared},
                                        kernel_name="python3", language="python", progress_bar=False,
                                        resources={"metadata": {"path": str(notebook_dir.resolve())}},
-                                       kernel_manager_class=_kernel_manager_class())
+                                       kernel_manager_class=_kernel_manager_class(kernels))
         finally:
             if written.exists():  # a failed run's notebook too: it shows the failing cell
                 os.replace(written, executed)
@@ -422,6 +472,31 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
         return _regress(names, out, update, notebook_dir, jobs, say, warn, held)
 
 
+def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, workers: int) -> list[NotebookRun]:
+    """Run the notebooks, `workers` at a time. A stop (Ctrl-C, SIGTERM) ends their kernels, waits for their threads
+    (a second signal meanwhile is dropped: the first one's line comes) and removes the work folders they made."""
+    kernels, made = Kernels(), []
+    stops = FirstStopOnly()
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        return list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update, kernels, made), chosen))
+    except BaseException:
+        stops.hold()
+        level = logging.root.manager.disable
+        logging.disable(logging.CRITICAL)  # papermill's "Kernel died while waiting for execute reply": ours did it
+        try:
+            kernels.stop()
+            pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            logging.disable(level)
+        for work in made:  # ours, and of a run that did not end: nothing of it is kept
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        stops.give_back()
+
+
 def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, jobs: int | None,
              say: Callable[[str], None], warn: Callable[[str], None], held: contextlib.ExitStack) -> int:
     baselines_path = notebook_dir / BASELINES
@@ -438,8 +513,7 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
     last = last_seconds(read_history(out / HISTORY, warn))  # before the notebooks: a FIFO or no permission stops
     chosen.sort(key=lambda n: -last.get(n, 0.0))  # longest first: the cores stay busy until the end
     say(f"running {count(len(chosen), 'regression notebook')} ({', '.join(chosen)}), {workers} at a time")
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        runs = list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update), chosen))
+    runs = _run_all(chosen, notebook_dir, out, update, workers)
     for r in runs:
         done = f"{count(len(r.metrics), 'metric')} in {r.seconds:.0f} s"
         say(f"{r.name}: " + (f"FAILED: {r.error}" if r.error else done))
