@@ -103,6 +103,9 @@ def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys):
     from trm_kaggle.evaluate.submission import check_submission
     check_submission(w / "submission.json", w / "unseen_challenges.json")
     assert (w / "report" / "report.md").exists() and (w / "bundle" / "kernel" / "kernel-metadata.json").exists()
+    # the files at its top are the ones other commands' outputs may not replace (trm_kaggle.outputs)
+    from trm_kaggle.outputs import LOCK_FILE, PIPELINE_FILES
+    assert {p.name for p in w.iterdir() if p.is_file()} <= {*PIPELINE_FILES, LOCK_FILE}, sorted(w.iterdir())
 
     # summary.md: what ran, figures, where the files are, what to do next; the training curve beside it
     summary = (w / "summary.md").read_text()

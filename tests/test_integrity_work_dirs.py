@@ -134,6 +134,21 @@ def test_a_training_run_folder_that_is_another_commands_folder_is_refused(data, 
     assert {p: _listing(p) for p in (sweep, launch, pipe)} == before
 
 
+def test_a_submissions_output_over_a_pipelines_own_file_is_refused(tmp_path, capsys):
+    """`submit --output PIPE/summary.md` replaced the pipeline's summary, exit 0 ("wrote ... (valid)")."""
+    pipe = tmp_path / "pipe"
+    (pipe / "train").mkdir(parents=True)
+    (pipe / "train" / "run.json").write_text("{}")
+    (pipe / "summary.md").write_text("# the pipeline's summary\n")
+    (tmp_path / "c.json").write_text('{"t1": {"train": [], "test": [{"input": [[1]]}]}}')
+    for name in ("summary.md", "submission.json", "training_curve.png"):
+        argv = _submit(tmp_path, tmp_path / "w")
+        argv[argv.index("--output") + 1] = str(pipe / name)
+        line = one_error_line(capsys, main(argv))
+        assert f"--output {pipe / name} is a file of the pipeline's work folder {pipe}" in line, line
+    assert (pipe / "summary.md").read_text() == "# the pipeline's summary\n" and not (tmp_path / "w").exists()
+
+
 def test_a_submissions_output_in_another_submits_work_folder_is_refused(tmp_path, capsys):
     """`submit --output sw1/solve_report.json` replaced that work folder's record with a submission, exit 0."""
     work = tmp_path / "sw1"

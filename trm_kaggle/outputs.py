@@ -231,6 +231,10 @@ _EXPORT_FILES = ("config.json", "weights.safetensors")
 #: A training run folder's own files (`train.checkpoint`, `train.metrics`): a submission written over
 #: `state_step00000005.pt` lost the run. A run folder holds run.json or a train state.
 _RUN_FILES = ("state_step*.pt", "run.json", "config.json", "metrics.jsonl")
+#: A pipeline's own files at the top of its work folder (`pipeline`; one holds train/run.json): `submit --output
+#: PIPE/summary.md` replaced its summary.
+PIPELINE_FILES = ("summary.md", "training_curve.png", "submission.json", "unseen_challenges.json",
+                  "unseen_solutions.json")
 
 
 def _launch_files(folder: Path) -> set[str]:
@@ -265,10 +269,20 @@ def _input_file_problem(out: Output, path: Path) -> str | None:
         at = f"is a file of the export {parent}"
     elif any(fnmatch.fnmatchcase(path.name, p) for p in _RUN_FILES) and parent.is_dir() and _is_run_folder(parent):
         at = f"is a file of the training run folder {parent}"
+
     else:
         return None
     link = " (through a link)" if _plain(out.path) != path else ""
     return f"{_shown(out)}{link} {at}: writing it would break that input; choose a path of its own"
+
+
+def _pipeline_file_problem(out: Output, path: Path) -> str | None:
+    """A command's file output that is one of a pipeline's own files (`submit --output PIPE/summary.md` replaced its
+    summary). Asked of commands only (`writable_problem`): the pipeline writes them through the library's writers."""
+    if path.name in PIPELINE_FILES and (path.parent / "train" / "run.json").is_file():
+        return (f"{_shown(out)} is a file of the pipeline's work folder {path.parent}: writing it would break that "
+                "folder's record; choose a path of its own")
+    return None
 
 
 def _name_length_problem(out: Output, path: Path) -> str | None:
@@ -317,7 +331,7 @@ def writable_problem(out: Output) -> str | None:
                     "choose another path")
     if out.kind != "file" and (problem := _input_problem(out, path)):
         return problem
-    if out.kind == "file" and (problem := _input_file_problem(out, path)):
+    if out.kind == "file" and (problem := _input_file_problem(out, path) or _pipeline_file_problem(out, path)):
         return problem
     if out.kind == "folder" and out.writes and path.is_dir():  # a folder of ours planted as a link to another
         for name in out.writes:  # (`units/` -> elsewhere): everything the command put there would land there

@@ -29,6 +29,7 @@ from trm_kaggle.evaluate import evaluate, format_metrics, format_score, score_su
 from trm_kaggle.kaggle import BundleIds, build_bundle
 from trm_kaggle.hardware import pick_device, set_cpu_threads
 from trm_kaggle.locks import directory_lock
+from trm_kaggle.outputs import PIPELINE_FILES
 from trm_kaggle.model import apply_compile, load_model_for_dataset
 from trm_kaggle.solve import solve
 from trm_kaggle.train import (RESUMABLE_CHANGES, RUN_RECORD, export_run, list_states, load_newest_state,
@@ -324,8 +325,7 @@ def _train_config(cfg: PipelineConfig, data_dir: Path, run_dir: Path) -> TrainCo
 #: What a pipeline writes at its work folder's top once it has trained (train/run.json), each replaced whole by a
 #: rerun: its files, and the folders of the stages after training (data/ and src/ come first: an interrupted
 #: dataset stage leaves them, and its rerun goes on with them).
-_TOP_FILES = (SUMMARY, CURVE, "submission.json", "unseen_challenges.json", "unseen_solutions.json", "weights",
-              "report", "ttt", "bundle")
+_TOP_FILES = (*PIPELINE_FILES, "weights", "report", "ttt", "bundle")  # PIPELINE_FILES: summary.md, ...
 
 
 def _foreign_files_problem(work: Path) -> str | None:
