@@ -363,3 +363,23 @@ def test_a_fifo_in_a_submit_work_dir_never_waits(tmp_path, fifo):
     t0 = time.perf_counter()
     assert read_result(tmp_path, unit) is None  # unreadable: the task runs again
     assert time.perf_counter() - t0 < 20
+
+
+@pytest.mark.parametrize("kind", ["loop", "dangling"])
+def test_a_run_or_export_that_is_a_broken_link_is_named_as_one(data, tmp_path, capsys, kind):
+    """`export LOOP` said "no train state (state_step*.pt)" and `evaluate --weights LOOP` "weights.safetensors:
+    missing", as if the folder were there; `verify` of a dangling link "not found". Each names the link now."""
+    link = tmp_path / "link"
+    if kind == "loop":
+        (tmp_path / "other").symlink_to(link)
+        link.symlink_to(tmp_path / "other")
+        said = "not found (Too many levels of symbolic links)"
+    else:
+        link.symlink_to(tmp_path / "nowhere")
+        said = f"not found (a symbolic link to {tmp_path / 'nowhere'}, which does not exist)"
+    line = one_error_line(capsys, main(["export", str(link), "--out", str(tmp_path / "e")]))
+    assert line == f"error: {link}: run folder {said}", line
+    line = one_error_line(capsys, main(["evaluate", "--weights", str(link), "--data", str(data), "--no-progress"]))
+    assert line == f"error: {link}: export folder {said}", line
+    line = one_error_line(capsys, main(["verify", str(link)]))
+    assert line == f"error: {link}: dataset directory {said}", line

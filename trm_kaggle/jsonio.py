@@ -253,6 +253,8 @@ def directory_problem(path: str | os.PathLike, what: str = "directory") -> str |
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
+        if os.path.islink(path):  # a dangling link is no typo: said as what it is
+            return f"{path}: {what} not found (a symbolic link to {os.readlink(path)}, which does not exist)"
         return f"{path}: {what} not found"
     except (OSError, ValueError) as e:  # a part of the path is a file, a loop of links, no permission, a NUL
         return f"{path}: {what} not found ({getattr(e, 'strerror', None) or e})"

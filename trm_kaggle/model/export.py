@@ -34,7 +34,7 @@ from trm_kaggle.config import (EXECUTION_FIELDS, MAX_PUZZLE_IDENTIFIERS, ArchCon
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, DataError, TRMError
 from trm_kaggle.hardware import place_model
-from trm_kaggle.jsonio import parse_json, read_failure, read_json, readable_file
+from trm_kaggle.jsonio import directory_problem, parse_json, read_failure, read_json, readable_file
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
@@ -198,6 +198,8 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     if path.is_file():  # named by one of its files: `{file}/config.json` would be the path said
         raise TRMError(f"{path}: a file, not an export folder (give the folder holding config.json and "
                        "weights.safetensors)")
+    if os.path.islink(path) and not os.path.exists(path):  # a loop, a dangling link: said as such, never as its
+        raise TRMError(directory_problem(path, "export folder"))  # weights "missing"
     cfg_path, w_path = path / "config.json", path / "weights.safetensors"
     if os.path.lexists(w_path):  # a FIFO would block safetensors, a device never end; safetensors calls a
         readable_file(w_path, "weights")  # missing permission "No such file": the cause is named here instead
@@ -283,6 +285,8 @@ def export_digest(path: str | os.PathLike) -> str:
     export that carries none, computed from the tensors. What a report records of the weights it evaluated."""
     from safetensors import SafetensorError, safe_open
 
+    if os.path.islink(path) and not os.path.exists(path):
+        raise TRMError(directory_problem(path, "export folder"))
     w_path = Path(path) / "weights.safetensors"
     try:
         with safe_open(str(w_path), framework="pt") as f:
