@@ -684,3 +684,15 @@ def test_an_empty_path_or_name_is_not_given_and_a_blank_name_refused():
     assert cfg == load_train_config()  # recorded as the run without them
     with pytest.raises(ValueError, match="a name of blanks: a run name is one folder name inside runs/"):
         TrainConfig(run_name="  ")
+
+
+@pytest.mark.parametrize("text, said", [
+    ("device=nan", "device: Input should be 'auto', 'cpu', 'cuda', 'mps' or 'xla' (got nan)"),
+    ("optimizer=inf", "optimizer: Input should be 'adam_atan2', 'adamw', 'lion' or 'muon' (got inf)"),
+    ("arch.forward_dtype=nan", "arch.forward_dtype: Input should be 'auto', 'float32', 'bfloat16' or 'float16'"),
+    ("lr=nan", "lr: must be a finite number (got nan)"),  # a number field: its finiteness comes first
+])
+def test_a_nan_for_a_setting_of_choices_is_told_its_choices(text, said):
+    """`device=nan` (read as a float) was refused as "must be a finite number", though device takes no number."""
+    with pytest.raises(TRMError, match=re.escape(said)):
+        load_train_config(None, ["sudoku4-cpu"], [text])

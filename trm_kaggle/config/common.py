@@ -111,8 +111,8 @@ def _checked_number(value, where: str = ""):
     return value
 
 
-def _numeric_not_boolean(annotation) -> bool:
-    """Whether a field of this type takes an int or a float but no bool (Optional and Union looked through)."""
+def _kinds(annotation) -> set:
+    """The types a field of this type takes (Optional and Union looked through; a Literal as itself)."""
     kinds, todo = set(), [annotation]
     while todo:
         t = todo.pop()
@@ -121,7 +121,21 @@ def _numeric_not_boolean(annotation) -> bool:
             todo.extend(args)
         else:
             kinds.add(t)
+    return kinds
+
+
+def _numeric_not_boolean(annotation) -> bool:
+    """Whether a field of this type takes an int or a float but no bool (Optional and Union looked through)."""
+    kinds = _kinds(annotation)
     return bool(kinds & {int, float}) and bool not in kinds and typing.Any not in kinds
+
+
+def _takes_number(annotation) -> bool:
+    """Whether a number may be the value of a field of this type: else a NaN there (`device=nan`, read as a float)
+    is said by the field's own check, its choices, not as a number that is not finite."""
+    kinds = _kinds(annotation)
+    return bool(kinds & {int, float, typing.Any}) or any(not isinstance(k, type) and typing.get_origin(k) is not
+                                                          Literal for k in kinds)
 
 
 class _Config(BaseModel):
@@ -139,7 +153,8 @@ class _Config(BaseModel):
         if (isinstance(value, str) and not value.isascii() and any(c.isdigit() for c in value)
                 and _numeric_not_boolean(cls.model_fields[info.field_name].annotation)):
             raise ValueError(f"{value!r} is no number in ASCII digits (pydantic reads '５' as 5)")
-        return _checked_number(value) if isinstance(value, float) else value
+        numeric = _takes_number(cls.model_fields[info.field_name].annotation)
+        return _checked_number(value) if isinstance(value, float) and numeric else value
 
     @field_validator("*", mode="after")
     @classmethod
