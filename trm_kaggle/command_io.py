@@ -81,7 +81,7 @@ def _refuse_command_folder(folder, what: str) -> None:
     state and metrics.jsonl beside sweep.json. Their runs inside them (SWEEP/<run>, PIPE/train) are theirs."""
     from pathlib import Path
 
-    from trm_kaggle.experiments.sweep import SWEEP_FILE
+    from trm_kaggle.experiments import SWEEP_FILE
     from trm_kaggle.outputs import JOBS_RECORD
     from trm_kaggle.train.checkpoint import RUN_RECORD
 
@@ -169,7 +169,7 @@ def _refuse_sweep_folder(folder: str, what: str) -> None:
     """A solve's or a pipeline's folder that is, or lies inside, a sweep's folder (it holds sweep.json): `submit
     --work-dir SWEEP` made the sweep's rerun refuse each of its runs as lying inside a submit's work folder, and
     record them failed. A sweep's runs are the sweep's to write."""
-    from trm_kaggle.experiments.sweep import SWEEP_FILE
+    from trm_kaggle.experiments import SWEEP_FILE
 
     _refuse_inside(folder, what, "a sweep's folder", SWEEP_FILE, "sweep's", lambda at: (at / SWEEP_FILE).is_file())
 

@@ -6,6 +6,7 @@ from trm_kaggle.faces import lazy_face
 # What other layers use, by the module that defines it; the rest of the package is private to it.
 _EXPORTS = {
     "RUN_CONFIG": "sweep",
+    "SWEEP_FILE": "sweep",
     "default_notebook_dir": "regression",
     "describe_grids": "sweep",
     "load_grid": "sweep",
