@@ -456,3 +456,11 @@ def test_build_arc_says_solutions_that_are_not_a_list(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err and "its solutions are str, not a list of output grids" in err, err
     assert rc in (0, 2)  # one bad task costs that task alone (or the build, when it was the only test task)
+
+
+def test_a_cut_string_is_said_once_with_its_place(tmp_path):
+    """A truncated config.json said "Unterminated string starting at at line 1": json's message names a place."""
+    path = tmp_path / "config.json"
+    path.write_text('{"format": "trm_k')
+    with pytest.raises(DataError, match=r"unreadable config.json: Unterminated string starting at line 1, column 12$"):
+        read_json(path, "config.json")

@@ -110,7 +110,8 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON",
         value = json.loads(text, object_pairs_hook=_no_duplicates(on_duplicate), parse_int=checked_int)
     except json.JSONDecodeError as e:
         end = " (the file ends early: truncated?)" if e.pos >= len(text.rstrip()) else ""
-        raise DataError(f"{where}: unreadable {what}: {e.msg} at line {e.lineno}, column {e.colno}{end}") from None
+        said = e.msg.removesuffix(" at")  # json's "Unterminated string starting at" names the place itself
+        raise DataError(f"{where}: unreadable {what}: {said} at line {e.lineno}, column {e.colno}{end}") from None
     except DataError as e:
         raise DataError(f"{where}: unreadable {what}: {e}") from None
     except RecursionError:  # Python's parser recurses once per level and stops near sys.getrecursionlimit()
