@@ -431,14 +431,18 @@ def test_notebooks_that_name_a_file_or_nothing_are_said_as_such(tmp_path, capsys
 def test_a_stop_ends_the_running_notebooks_and_a_second_one_waits_for_its_line(tmp_path):
     """A SIGTERM waited for the running notebook to finish (its whole length) before `interrupted`; a second SIGTERM
     in that wait ended regress without a word, and each stop left OUT/work/<name>-XXXX/ behind. Now the kernels
-    are ended at once, the second signal is dropped, and the stopped run's work folders are removed."""
+    are ended at once, the second signal is dropped, and the stopped run's work folders are removed; its half-run
+    notebook never replaces the executed notebook of the run before."""
     import signal
     import time
 
     folder, out, started = tmp_path / "nbs", tmp_path / "out", tmp_path / "started"
+    write_notebook(folder, "slow", "record('m', 1.0)\n")
+    write_baselines(folder, {"slow": {"m": b(1.0)}})
+    assert main(["regress", "--notebooks", str(folder), "--out", str(out), "--no-progress"]) == 0
+    finished = (out / "executed" / "slow.ipynb").read_bytes()
     write_notebook(folder, "slow", f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(120)\n"
                                    "record('m', 1.0)\n")
-    write_baselines(folder, {"slow": {"m": b(1.0)}})
     p = subprocess.Popen([sys.executable, "-m", "trm_kaggle", "regress", "--notebooks", str(folder), "--out", str(out),
                           "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -453,3 +457,5 @@ def test_a_stop_ends_the_running_notebooks_and_a_second_one_waits_for_its_line(t
     assert p.returncode == 143 and err.strip().splitlines() == ["interrupted: stopped by SIGTERM"], (p.returncode, err)
     assert time.monotonic() - stopped_at < 30  # not the notebook's 120 s
     assert not [w for w in (out / "work").iterdir()], list((out / "work").iterdir())
+    # the finished run's notebook stands: a half-run one would disagree with report.md and history.jsonl
+    assert (out / "executed" / "slow.ipynb").read_bytes() == finished

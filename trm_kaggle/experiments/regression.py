@@ -253,7 +253,9 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
                                        resources={"metadata": {"path": str(notebook_dir.resolve())}},
                                        kernel_manager_class=_kernel_manager_class(kernels))
         finally:
-            if written.exists():  # a failed run's notebook too: it shows the failing cell
+            # a failed run's notebook too: it shows the failing cell; never a stopped one's, which would replace an
+            # earlier run's notebook with a half-run one that the report and the history do not describe
+            if written.exists() and not (kernels is not None and kernels.stopped):
                 os.replace(written, executed)
         run.metrics = read_recorded(json.loads(executed.read_text(encoding="utf-8")), f"{name} ({executed})")
     except TRMError as e:
