@@ -198,7 +198,7 @@ def test_read_challenges_names_the_problem(tmp_path):
         read_challenges(tmp_path / "absent.json")
 
 
-def test_a_mistyped_second_test_set_is_refused():
+def test_a_mistyped_test_set_is_refused():
     """`--test-set-name training --test-set-name2 evaluaton` built the evaluation subset's test pairs into the
     train split without a word (a typo in the first test set empties the test split: a warning)."""
     from trm_kaggle.config import ArcBuildConfig
@@ -209,4 +209,11 @@ def test_a_mistyped_second_test_set_is_refused():
                        test_set_name2="evaluaton")
     # upstream's default second name, not among the subsets built, is no typo of the user's
     assert ArcBuildConfig(output_dir="o", subsets=["training", "evaluation"], test_set_name="evaluation")
-    assert ArcBuildConfig(output_dir="o", subsets=["a", "b"], test_set_name="c", test_set_name2="c")
+    # a mistyped first one, given, is refused too: `--test-set-name evalution2` was built with the default second
+    # name's evaluation2 as the test split, without a word (both the same: said once, for the first)
+    for second in ({}, {"test_set_name2": "c"}):
+        with pytest.raises(ValueError, match=r"test_set_name 'c' is none of the subsets \(a, b\)"):
+            ArcBuildConfig(output_dir="o", subsets=["a", "b"], test_set_name="c", **second)
+    with pytest.raises(ValueError, match=r"test_set_name 'evalution2' is none of the subsets \(training2, "
+                                         r"evaluation2\); did you mean evaluation2\?"):
+        ArcBuildConfig(output_dir="o", subsets=["training2", "evaluation2"], test_set_name="evalution2")

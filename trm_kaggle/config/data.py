@@ -84,14 +84,17 @@ class ArcBuildConfig(_Config):
         return v
 
     @model_validator(mode="after")
-    def _second_test_set_is_a_subset(self) -> "ArcBuildConfig":
-        # a mistyped second test set went unnoticed (the first one's typo empties the test split: a warning) and
-        # its subset's test pairs were trained on; the default, upstream's, may name a subset not built
-        if "test_set_name2" in self.model_fields_set and self.test_set_name2 not in self.subsets \
-                and self.test_set_name2 != self.test_set_name:  # the same as the first: its own warning says it
-            close = difflib.get_close_matches(self.test_set_name2, self.subsets, n=1)
-            raise ValueError(f"test_set_name2 {self.test_set_name2!r} is none of the subsets ("
-                             f"{', '.join(self.subsets)})" + (f"; did you mean {close[0]}?" if close else ""))
+    def _test_sets_are_subsets(self) -> "ArcBuildConfig":
+        # a mistyped test set, given, went unnoticed: the other one filled the test split (`--test-set-name
+        # evalution2` built with test_set_name2's evaluation2), or its subset's test pairs were trained on; a
+        # default, upstream's, may name a subset not built (an empty test split is then a warning)
+        for field in ("test_set_name", "test_set_name2"):
+            name = getattr(self, field)
+            if field in self.model_fields_set and name not in self.subsets and \
+                    (field == "test_set_name" or name != self.test_set_name):  # the first one's line says it
+                close = difflib.get_close_matches(name, self.subsets, n=1)
+                raise ValueError(f"{field} {name!r} is none of the subsets ({', '.join(self.subsets)})"
+                                 + (f"; did you mean {close[0]}?" if close else ""))
         return self
 
 
