@@ -383,3 +383,8 @@ def test_a_run_or_export_that_is_a_broken_link_is_named_as_one(data, tmp_path, c
     assert line == f"error: {link}: export folder {said}", line
     line = one_error_line(capsys, main(["verify", str(link)]))
     assert line == f"error: {link}: dataset directory {said}", line
+    # as a dataset read by training and evaluation too (it said "link/test/dataset.json: dataset.json not found")
+    line = one_error_line(capsys, main(train_args(link, tmp_path / "run", "max_steps=1")))
+    assert f"{link}: dataset directory {said}" in line, line
+    line = one_error_line(capsys, main(["evaluate", "--weights", str(tmp_path), "--data", str(link), "--no-progress"]))
+    assert line == f"error: {link}: dataset directory {said}", line

@@ -32,7 +32,7 @@ from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, validation_line
 from trm_kaggle.data.contents import write_contents
 from trm_kaggle.errors import DamagedFile, DataError, UnreadableFile
-from trm_kaggle.jsonio import open_regular, read_failure, read_json, readable_file
+from trm_kaggle.jsonio import directory_problem, open_regular, read_failure, read_json, readable_file
 from trm_kaggle.names import name_problem
 
 SPLITS = ("train", "test")
@@ -299,6 +299,8 @@ class Split:
 def load_metadata(dataset_dir: str | os.PathLike, split: str) -> DatasetMetadata:
     if problem := name_problem(split):  # a split is a folder of the dataset: `../x/train` would open another's
         raise DataError(f"{dataset_dir}: split {problem}")
+    if os.path.islink(dataset_dir) and not os.path.exists(dataset_dir):  # a loop, a dangling link: named as such
+        raise DataError(directory_problem(dataset_dir, "dataset directory"))
     path = Path(dataset_dir) / split / "dataset.json"
     raw = read_json(path, "dataset.json", hint=f"is {dataset_dir} a dataset directory?")
     if not isinstance(raw, dict):
