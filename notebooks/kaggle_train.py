@@ -102,7 +102,10 @@ def checked_number(name, value, default, *, none=False, least=0.0, most=math.inf
     except ValueError:  # an int of more digits than Python prints
         shown = f"<a whole number of about {value.bit_length() * 0.30103:,.0f} digits>"
     shown = shown if len(shown) <= 40 else shown[:40] + "..."
-    bounds = f">= {least:g}" if most == math.inf else f"from {least:g} to {most:g}"
+    def said(bound):  # a whole number's bound in its digits (4,611,686,018,427,387,904, never 4.61169e+18)
+        return f"{bound:,}" if whole and bound == int(bound) else f"{bound:g}"
+
+    bounds = f">= {said(least)}" if most == math.inf else f"from {said(least)} to {said(most)}"
     warn(f"{name}={shown} is not {'None or ' if none else ''}a {'whole ' if whole else ''}number {bounds}: "
          f"using {default!r}")
     return default

@@ -50,6 +50,16 @@ def test_the_notebook_takes_a_save_interval_train_takes_or_its_default(tmp_path)
     assert check("SAVE_EVERY_S", 600, 300.0, none=True, least=0.001, most=7 * 24 * 3600) == 600.0
 
 
+def test_a_whole_number_bound_is_said_in_its_digits():
+    """`SESSION_STEPS=0` was told "from 1 to 4.61169e+18", a whole-number setting's bound as a float."""
+    warned: list[str] = []
+    check, src = notebook_function("checked_number", warned)
+    assert "SESSION_STEPS = checked_number(\"SESSION_STEPS\", SESSION_STEPS, None, none=True, least=1, most=2**62, " \
+           "whole=True)" in src
+    assert check("SESSION_STEPS", 0, None, none=True, least=1, most=2**62, whole=True) is None
+    assert warned == ["SESSION_STEPS=0 is not None or a whole number from 1 to 4,611,686,018,427,387,904: using None"]
+
+
 def test_a_session_budget_that_is_no_number_of_seconds_is_an_error_not_no_limit(tmp_path):
     from trm_kaggle.kaggle_training import run_session
 
