@@ -19,6 +19,12 @@ def _listing(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
+def _refused(capsys, argv: list[str], said: str) -> None:
+    """The command is refused in one line saying `said` and asking for a folder of its own."""
+    line = one_error_line(capsys, main(argv))
+    assert said in line and "choose a folder of its own" in line, line
+
+
 def _submit(tmp_path: Path, work: Path) -> list[str]:
     """`submit` of tmp_path/c.json with the shipped weights into tmp_path/s.json, its work folder `work`."""
     return ["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(SHIPPED), "--output",
@@ -34,8 +40,7 @@ def test_a_work_folder_that_is_or_lies_in_a_dataset_or_export_is_refused(data, s
              (["pipeline", "--work-dir", str(export)], "is an export"),
              (train_args(data, sudoku4 / "run", "max_steps=1"), f"lies inside {sudoku4}, which is a dataset")]
     for argv, said in cases:
-        line = one_error_line(capsys, main(argv))
-        assert said in line and "choose a folder of its own" in line, line
+        _refused(capsys, argv, said)
     assert {p: _listing(p) for p in (sudoku4, export)} == before
 
 
@@ -48,8 +53,7 @@ def test_a_submit_work_folder_in_a_training_run_folder_is_refused(data, tmp_path
     before = _listing(run)
     for work, said in ((run, f"--work-dir {run} is a training run folder"),
                        (run / "ttt", f"--work-dir {run / 'ttt'} lies inside {run}, which is a training run folder")):
-        line = one_error_line(capsys, main(_submit(tmp_path, work)))
-        assert said in line and "choose a folder of its own" in line, line
+        _refused(capsys, _submit(tmp_path, work), said)
     assert _listing(run) == before and not (tmp_path / "s.json").exists()
 
 
@@ -63,13 +67,11 @@ def test_a_training_run_folder_in_a_submit_work_folder_is_refused(data, tmp_path
     before = _listing(work)
     for run, said in ((work, f"{work} is a submit's work folder"),
                       (work / "run", f"{work / 'run'} lies inside {work}, which is a submit's work folder")):
-        line = one_error_line(capsys, main(train_args(data, run, "max_steps=1")))
-        assert said in line and "choose a folder of its own" in line, line
+        _refused(capsys, train_args(data, run, "max_steps=1"), said)
     # a pipeline there trains into WORK/train, a run folder the same: refused too (it was run, exit 0)
     for wd, said in ((work, f"--work-dir {work} is a submit's work folder"),
                      (work / "units", f"--work-dir {work / 'units'} lies inside {work}, which is a submit's work")):
-        line = one_error_line(capsys, main(["pipeline", "--work-dir", str(wd), "--no-progress"]))
-        assert said in line and "choose a folder of its own" in line, line
+        _refused(capsys, ["pipeline", "--work-dir", str(wd), "--no-progress"], said)
     assert _listing(work) == before
 
 
@@ -92,8 +94,7 @@ def test_a_submit_work_folder_in_a_pipelines_folder_or_a_report_is_refused(tmp_p
                        (pipe / "report", f"--work-dir {pipe / 'report'} is an evaluation report folder this package "
                                          "builds whole"),
                        (pipe / "report" / "w", f"lies inside {pipe / 'report'}, which is an evaluation report")):
-        line = one_error_line(capsys, main(_submit(tmp_path, work)))
-        assert said in line and "choose a folder of its own" in line, line
+        _refused(capsys, _submit(tmp_path, work), said)
     assert _listing(pipe) == before and not (tmp_path / "s.json").exists()
     check_io([], [Output(pipe / "ttt", "--work-dir", "folder")])  # the pipeline's own solve, inside it
 
@@ -108,10 +109,8 @@ def test_a_submit_or_pipeline_work_folder_in_a_sweeps_folder_is_refused(tmp_path
     before = _listing(sweep)
     for work, said in ((sweep, f"--work-dir {sweep} is a sweep's folder (it holds sweep.json)"),
                        (sweep / "sub", f"--work-dir {sweep / 'sub'} lies inside {sweep}, which is a sweep's folder")):
-        line = one_error_line(capsys, main(_submit(tmp_path, work)))
-        assert said in line and "choose a folder of its own" in line, line
-        line = one_error_line(capsys, main(["pipeline", "--work-dir", str(work), "--no-progress"]))
-        assert said in line and "choose a folder of its own" in line, line
+        _refused(capsys, _submit(tmp_path, work), said)
+        _refused(capsys, ["pipeline", "--work-dir", str(work), "--no-progress"], said)
     assert _listing(sweep) == before and not (tmp_path / "s.json").exists()
 
 
