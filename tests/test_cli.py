@@ -259,3 +259,22 @@ def test_common_flags_on_every_subcommand_but_bundle(capsys):
             assert {"--no-progress", "-v", "--verbose"} <= options, name
     assert main(["train", "--no-progress", "--preset", "cpu-smoke", "--print-config"]) == 0
     assert "progress: false" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["train", "--config", "a.yaml", "--config", "b.yaml"], "--config is given twice ('a.yaml', then 'b.yaml')"),
+    (["sweep", "tn", "--config", "a.yaml", "--config=b.yaml", "--dry-run"], "--config is given twice"),
+    (["build-sudoku", "--output-dir", "o1", "--output-dir=o2"], "--output-dir is given twice ('o1', then 'o2')"),
+    (["evaluate", "--data", "A", "--weights", "w", "--data", "B"], "--data is given twice ('A', then 'B')"),
+    (["build-arc", "--output-dir", "x", "--subsets", "a", "b", "--subsets", "c"],
+     "--subsets is given twice (['a', 'b'], then ['c'])"),
+    (["build-arc", "--output-dir", "x", "--num_aug", "1", "--num-aug", "2"], "--num-aug is given twice (1, then 2)"),
+])
+def test_an_option_given_twice_is_refused_not_read_as_its_last(tmp_path, capsys, monkeypatch, argv, said):
+    """`train --config a.yaml --config b.yaml` read b.yaml alone (argparse keeps the last value) and failed on a
+    setting the dropped a.yaml had changed; `--output-dir o1 --output-dir o2` built o2 alone. Exit 0, no word."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0] and "only the last would be read; give it once" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -428,3 +428,13 @@ def test_an_env_name_given_twice_is_refused():
 
     with pytest.raises(ValueError, match="env A is given twice: give it once"):
         ClusterConfig.model_validate({"launcher": "k8s", "k8s": {"image": "i", "pvc": "p"}, "env": ["A=1", "A=2"]})
+
+
+def test_a_node_selector_key_given_twice_is_refused(tmp_path, capsys):
+    """`--node-selector kubernetes.io/arch=amd64 --node-selector kubernetes.io/arch=arm64` wrote arm64 alone, exit
+    0: a manifest's nodeSelector holds one value per label."""
+    argv = [*K8S, "--node-selector", "kubernetes.io/arch=amd64", "--node-selector", "kubernetes.io/arch=arm64",
+            "--out", str(tmp_path / "jobs")]
+    assert main(argv) == 2
+    assert "node selector kubernetes.io/arch is given twice" in one_error_line(capsys)
+    assert not (tmp_path / "jobs").exists()

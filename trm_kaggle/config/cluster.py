@@ -105,10 +105,14 @@ class K8sOptions(_Config):
     @field_validator("node_selector")
     @classmethod
     def _selector(cls, items: list[str]) -> list[str]:
+        seen = set()
         for item in items:
             key, sep, value = item.partition("=")
             if not sep or not re.fullmatch(_LABEL_KEY, key) or not re.fullmatch(_LABEL_VALUE, value):
                 raise ValueError(f"node selector {item!r}: expected KEY=VALUE with a label key and value")
+            if key in seen:  # a manifest's nodeSelector is a mapping: the first value was dropped without a word
+                raise ValueError(f"node selector {key} is given twice: a node has one value per label; give it once")
+            seen.add(key)
         return items
 
     @field_validator("tolerations")
