@@ -181,10 +181,15 @@ def test_challenges_written_then_read_back(tmp_path):
     assert list(read_challenges(path)) == ["t1"] and "output" not in read_challenges(path)["t1"]["test"][0]
     again = load_challenges(path, tmp_path / "s.json").tasks["t1"]
     assert np.array_equal(again.test_outputs[1], tasks[0].test_outputs[1])
-    # without known outputs no solutions file is written
+    # without known outputs no solutions file can be written: refused before either file (a solutions file already
+    # there, written for other tasks, was left beside the new challenges without a word)
     tasks[0].test_outputs = None
-    write_challenges(tasks, path, tmp_path / "none.json")
-    assert not (tmp_path / "none.json").exists()
+    before = path.read_bytes(), (tmp_path / "s.json").read_bytes()
+    with pytest.raises(DataError, match=r"s.json: the test outputs of 1 task of 1 are unknown \(e.g. t1\), so no "
+                                        "solutions file can be written; leave solutions_path out"):
+        write_challenges(tasks, path, tmp_path / "s.json")
+    assert (path.read_bytes(), (tmp_path / "s.json").read_bytes()) == before
+    assert write_challenges(tasks, tmp_path / "c2.json") == 1  # the challenges alone
 
 
 def test_read_challenges_names_the_problem(tmp_path):

@@ -28,7 +28,7 @@ from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import is_regular, read_json, repeated_key
 from trm_kaggle.names import task_id_problem
 from trm_kaggle.outputs import Output, check_kept
-from trm_kaggle.wording import clipped, count
+from trm_kaggle.wording import clipped, count, shown
 
 MAX_GRID = 30
 
@@ -228,12 +228,18 @@ def read_challenges(source: str | os.PathLike | Mapping, duplicates: set[str] | 
 def write_challenges(tasks: Iterable[ArcTask], path: str | os.PathLike,
                      solutions_path: str | os.PathLike | None = None) -> int:
     """Write `tasks` as a Kaggle challenges file (test outputs left out) and, with `solutions_path`,
-    their test outputs as its solutions file (when every task knows them). Returns the task count."""
+    their test outputs as its solutions file, which needs every task to know them (DataError before anything is
+    written otherwise). Returns the task count."""
     # one path for both: the solutions replaced the challenges just written; a dataset's or an export's file
     check_kept([], [Output(path, "challenges"), Output(solutions_path, "solutions")])
     tasks = list(tasks)
+    unknown = [t.id for t in tasks if t.test_outputs is None]
+    if solutions_path is not None and unknown:  # skipped, it left an older solutions file beside new challenges
+        raise DataError(f"{solutions_path}: the test outputs of {count(len(unknown), 'task')} of {len(tasks)} are "
+                        f"unknown (e.g. {shown(unknown[0])}), so no solutions file can be written; leave "
+                        "solutions_path out")
     atomic_write_json(path, {t.id: t.to_json(with_outputs=False) for t in tasks})
-    if solutions_path is not None and all(t.test_outputs is not None for t in tasks):
+    if solutions_path is not None:
         atomic_write_json(solutions_path, {t.id: [g.tolist() for g in t.test_outputs] for t in tasks})
     return len(tasks)
 
