@@ -49,6 +49,18 @@ def test_builder_layout_identifiers_and_metadata(tmp_path):
     assert json.loads((out / "build_info.json").read_text())["note"] == "x"
 
 
+@pytest.mark.parametrize("info, said", [({"x": float("nan")}, "build_info: not a record strict JSON can hold"),
+                                         ({"x": object()}, "build_info: not a record strict JSON can hold"),
+                                         ({"builder": "mine"}, "build_info: builder is one of this builder's own entries")])
+def test_a_build_info_strict_json_cannot_hold_or_naming_the_builders_own_is_refused(tmp_path, info, said):
+    """`build_info={"x": nan}` wrote a bare NaN into build_info.json (strict JSON readers refuse it), and
+    `{"builder": ...}` replaced the builder's own entry. Refused before anything is written."""
+    with pytest.raises(DataError, match=said):
+        build_grid_dataset(tmp_path / "ds", train=groups([[("a", [1])]]), test=groups([[("b", [2])]]), vocab_size=10,
+                           grid_shape=SHAPE, build_info=info)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_preassigned_identifiers_and_wide_vocab(tmp_path):
     out = tmp_path / "ds"
     build_grid_dataset(out, train=groups([[("z", [299])]]), test=groups([[("new", [1])]]), vocab_size=301,

@@ -19,6 +19,7 @@ parallel ARC builder, through the same `NpyFile` and `finish_split` helpers.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from dataclasses import dataclass
@@ -239,6 +240,10 @@ class DatasetWriter:
         self.seq_len, self.vocab_size = seq_len, vocab_size
         self.pad_id, self.ignore_label_id = pad_id, ignore_label_id
         self.build_info = dict(build_info or {})
+        try:  # strict JSON, checked before the build: a NaN was written as a bare `NaN` that JSON readers refuse
+            json.dumps(self.build_info, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise DataError(f"build_info: not a record strict JSON can hold ({e})") from None
         self.identifiers: list[str] = [BLANK_IDENTIFIER]
         self.test_puzzles: dict[str, Any] | None = None
         self._ctx = None

@@ -130,7 +130,11 @@ def build_grid_dataset(
         if name != BLANK_IDENTIFIER:
             names.get(name, "identifiers")
     seq_len = checker.grid_shape[0] * checker.grid_shape[1]
-    info = {"builder": "grids", "grid_shape": list(checker.grid_shape), **(build_info or {})}
+    info = {"builder": "grids", "grid_shape": list(checker.grid_shape)}
+    if taken := sorted(set(info) & set(build_info or {})):  # the builder's own record, never replaced by a caller's
+        raise DataError(f"build_info: {', '.join(taken)} {'is one of' if len(taken) == 1 else 'are'} this builder's own "
+                        "entries; name yours otherwise")
+    info.update(build_info or {})
     with DatasetWriter(output_dir, seq_len=seq_len, vocab_size=checker.vocab_size, build_info=info,
                        pad_id=pad_id, ignore_label_id=ignore_label_id) as writer:
         for split_name, groups in (("train", train), ("test", test)):
