@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -367,24 +368,47 @@ def test_a_fifo_in_a_submit_work_dir_never_waits(tmp_path, fifo):
 
 @pytest.mark.parametrize("kind", ["loop", "dangling"])
 def test_a_run_or_export_that_is_a_broken_link_is_named_as_one(data, tmp_path, capsys, kind):
-    """`export LOOP` said "no train state (state_step*.pt)" and `evaluate --weights LOOP` "weights.safetensors:
-    missing", as if the folder were there; `verify` of a dangling link "not found". Each names the link now."""
+    """`export LOOP` said "no train state (state_step*.pt)", `evaluate --weights LOOP` "weights.safetensors:
+    missing", `evaluate --data LINK` "LINK/test/dataset.json: dataset.json not found", as if the folder were there;
+    `verify` of a dangling link "not found". Each names the link now: the commands' check of their inputs, and the
+    library's readers themselves."""
+    from trm_kaggle.data import load_metadata, verify_dataset
+
     link = tmp_path / "link"
     if kind == "loop":
         (tmp_path / "other").symlink_to(link)
         link.symlink_to(tmp_path / "other")
-        said = "not found (Too many levels of symbolic links)"
+        said, line_says = "not found (Too many levels of symbolic links)", "is a loop of symbolic links"
     else:
         link.symlink_to(tmp_path / "nowhere")
         said = f"not found (a symbolic link to {tmp_path / 'nowhere'}, which does not exist)"
-    line = one_error_line(capsys, main(["export", str(link), "--out", str(tmp_path / "e")]))
-    assert line == f"error: {link}: run folder {said}", line
-    line = one_error_line(capsys, main(["evaluate", "--weights", str(link), "--data", str(data), "--no-progress"]))
-    assert line == f"error: {link}: export folder {said}", line
+        line_says = f"is a symbolic link to {tmp_path / 'nowhere'}, which does not exist (a dangling link)"
+    for argv, what in ((["export", str(link), "--out", str(tmp_path / "e")], "run"),
+                       (["evaluate", "--weights", str(link), "--data", str(data), "--no-progress"], "--weights"),
+                       (["evaluate", "--weights", str(tmp_path), "--data", str(link), "--no-progress"], "--data"),
+                       (train_args(link, tmp_path / "run", "max_steps=1"), "data path")):
+        line = one_error_line(capsys, main(argv))
+        assert f"{what} {link} {line_says}" in line, (argv, line)
     line = one_error_line(capsys, main(["verify", str(link)]))
     assert line == f"error: {link}: dataset directory {said}", line
-    # as a dataset read by training and evaluation too (it said "link/test/dataset.json: dataset.json not found")
-    line = one_error_line(capsys, main(train_args(link, tmp_path / "run", "max_steps=1")))
-    assert f"{link}: dataset directory {said}" in line, line
-    line = one_error_line(capsys, main(["evaluate", "--weights", str(tmp_path), "--data", str(link), "--no-progress"]))
-    assert line == f"error: {link}: dataset directory {said}", line
+    for read, what in ((ckpt.load_newest_state, "run folder"), (read_export, "export folder"),
+                       (verify_dataset, "dataset directory"), (lambda p: load_metadata(p, "train"), "dataset directory")):
+        with pytest.raises(Exception, match=re.escape(f"{link}: {what} {said}")):
+            read(link)
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["build-arc", "--task-dir", "{link}", "--output-dir", "{out}", "--no-progress"], "--task-dir"),
+    (["build-code-repair", "--corpus", "{link}", "--output-dir", "{out}", "--no-progress"], "--corpus"),
+    (["build-sudoku", "--input-dir", "{link}", "--output-dir", "{out}", "--no-progress"], "--input-dir"),
+    (["build-maze", "--input-dir", "{link}", "--output-dir", "{out}", "--no-progress"], "--input-dir"),
+    (["bundle", "{out}", "--no-download", "--weights", "{link}"], "--weights"),
+])
+def test_every_commands_input_that_is_a_dangling_link_is_named_so(tmp_path, capsys, argv, what):
+    """`build-arc --task-dir LOOP` said "not a directory", `build-code-repair --corpus` "no such directory", the
+    bundle's `--weights` "not an export": each command's declared inputs are checked for broken links first."""
+    link, out = tmp_path / "link", tmp_path / "out"
+    link.symlink_to(tmp_path / "nowhere")
+    line = one_error_line(capsys, main([a.format(link=link, out=out) for a in argv]))
+    assert f"{what} {link} is a symbolic link to {tmp_path / 'nowhere'}, which does not exist" in line, line
+    assert not out.exists()

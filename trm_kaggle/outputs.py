@@ -386,10 +386,14 @@ def check_kept(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
 
 
 def check_io(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
-    """Raise TRMError (one line) when an output overlaps an input or cannot be written; before any work."""
+    """Raise TRMError (one line) when an input is a broken link, an output overlaps an input or cannot be written;
+    before any work."""
     inputs = [i for i in inputs if i.path not in (None, "")]
     outputs = [o for o in outputs if o.path not in (None, "")]
-    problem = overlap_problem(inputs, outputs)
+    # an input that is a loop of links or a dangling link, named as one (each reader said "not a directory", "no such
+    # directory" or "not an export" of its own)
+    problem = next(filter(None, (link_problem(i.path, i.what) for i in inputs)), None)
+    problem = problem or overlap_problem(inputs, outputs)
     if problem is None:
         problem = next(filter(None, (writable_problem(o) or full_disk_problem(o) for o in outputs)), None)
     if problem:
