@@ -25,10 +25,10 @@ from conftest import make_export
 TASK = {"train": [{"input": [[1, 2], [3, 4]], "output": [[4, 3], [2, 1]]}], "test": [{"input": [[2, 1], [4, 3]]}]}
 
 
-def submit(tmp_path, challenges, *extra):
+def submit(tmp_path, challenges, *extra, finetune_steps="1"):
     return ["submit", "--challenges", str(challenges), "--weights", str(tmp_path / "exp"), "--output",
             str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "work"), "--num-aug", "1", "--finetune-steps",
-            "1", "--device", "cpu", "--workers", "1", "--no-progress", *extra]
+            finetune_steps, "--device", "cpu", "--workers", "1", "--no-progress", *extra]
 
 
 def test_a_budget_the_file_uses_up_is_refused_in_one_line_after_the_fallback(tmp_path, monkeypatch, capsys):
@@ -143,7 +143,7 @@ def test_a_refused_task_id_reaches_the_console_escaped(tmp_path, capsys, caplog)
     (tmp_path / "c.json").write_text(json.dumps({"ok": TASK, "\x1b[2Jx": TASK, "a\x07b": TASK, "n\nl": TASK}))
     make_export(tmp_path / "exp")
     rc = main(submit(tmp_path, tmp_path / "c.json", "--time-budget", "60", "--safety-margin", "5",
-                     "--finetune-steps", "0"))  # no fine-tuning (the later flag wins)
+                     finetune_steps="0"))  # no fine-tuning
     err = capsys.readouterr().err + caplog.text
     assert rc == 0 and not any(c in err for c in "\x1b\x07"), err
     assert "fallback: task \\x1b[2Jx keeps the fallback answer" in err and "task a\\x07b:" in err, err
