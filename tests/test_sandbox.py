@@ -135,7 +135,7 @@ def test_a_parameter_the_kernel_lacks_or_the_rehearsal_sets_is_refused_before_th
     "Passed unknown parameter"; `parameters={"KAGGLE_WORKING": D}` had the kernel write D/submission.json while the
     rehearsal checked its own working/ and said "not written". Both are refused before the sandbox is made."""
     for parameters, said in (({"TIME_BUGDET": 60}, "parameters: 'TIME_BUGDET' is no parameter of the kernel notebook"),
-                             ({"KAGGLE_WORKING": "/tmp/w"}, "parameters: KAGGLE_WORKING are set by the rehearsal")):
+                             ({"KAGGLE_WORKING": "/tmp/w"}, "parameters: KAGGLE_WORKING is set by the rehearsal")):
         with pytest.raises(TRMError, match=re.escape(said)):
             R.execute(bundle_copy, parameters=parameters, echo=lambda line: None)
         assert not (bundle_copy / "sandbox").exists()

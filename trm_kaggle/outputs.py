@@ -269,7 +269,6 @@ def _input_file_problem(out: Output, path: Path) -> str | None:
         at = f"is a file of the export {parent}"
     elif any(fnmatch.fnmatchcase(path.name, p) for p in _RUN_FILES) and parent.is_dir() and _is_run_folder(parent):
         at = f"is a file of the training run folder {parent}"
-
     else:
         return None
     link = " (through a link)" if _plain(out.path) != path else ""

@@ -140,8 +140,8 @@ def parameter_problem(parameters: dict[str, Any], notebook: Path) -> str | None:
 
     ours = sorted(set(parameters) & set(SANDBOX_PARAMETERS))
     if ours:
-        return (f"parameters: {', '.join(ours)} are set by the rehearsal (its sandbox's input/ and working/, where "
-                "the submission is checked), not by a parameter")
+        return (f"parameters: {', '.join(ours)} {'is' if len(ours) == 1 else 'are'} set by the rehearsal (its "
+                "sandbox's input/ and working/, where the submission is checked), not by a parameter")
     cell = parameters_cell(read_json(notebook, "kernel notebook"))
     try:
         tree = ast.parse("".join(cell["source"]) if cell and isinstance(cell.get("source"), list)
