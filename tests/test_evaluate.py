@@ -574,3 +574,17 @@ def test_evaluate_draws_a_task_whose_id_holds_a_comma(tmp_path, capsys):
     assert "--tasks: x not in the test split" in err and not (tmp_path / "rep3").exists()
     assert main([*common, "--report-dir", str(tmp_path / "rep4"), "--tasks", ","]) == 2
     assert "--tasks names no task" in capsys.readouterr().err
+
+
+def test_a_dataset_of_a_larger_vocabulary_than_the_model_is_refused_before_inference():
+    """An export of vocabulary 12 on a code-repair dataset of 97 tokens (the same seq_len) was an IndexError traceback
+    from the embedding, exit 1, in `evaluate` and `evaluate-repair`."""
+    from types import SimpleNamespace
+
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.evaluate.predict import _check_model_fits
+
+    model = SimpleNamespace(num_puzzle_identifiers=10, seq_len=144, vocab_size=12)
+    with pytest.raises(TRMError, match="the model was built for a vocabulary of 12 tokens, cr has 97"):
+        _check_model_fits(model, "cr", SimpleNamespace(num_puzzle_identifiers=1, seq_len=144, vocab_size=97))
+    _check_model_fits(model, "ds", SimpleNamespace(num_puzzle_identifiers=1, seq_len=144, vocab_size=12))

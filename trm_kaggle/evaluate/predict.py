@@ -98,6 +98,11 @@ def _check_model_fits(model: torch.nn.Module, dataset_dir: str | os.PathLike, me
     seq_len_model = getattr(model, "seq_len", meta.seq_len)
     if seq_len_model != meta.seq_len:
         raise TRMError(f"the model was built for seq_len {seq_len_model}, {dataset_dir} has {meta.seq_len}")
+    # a token past the model's vocabulary was an IndexError deep in the embedding (exit 1), mid-evaluation
+    vocab_model = getattr(model, "vocab_size", None)
+    if isinstance(vocab_model, int) and meta.vocab_size > vocab_model:
+        raise TRMError(f"the model was built for a vocabulary of {vocab_model} tokens, {dataset_dir} has "
+                       f"{meta.vocab_size}: it is another kind of data (evaluate it with a model trained on it)")
 
 
 class _ExampleStream:
