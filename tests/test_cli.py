@@ -269,6 +269,7 @@ def test_common_flags_on_every_subcommand_but_bundle(capsys):
     (["build-arc", "--output-dir", "x", "--subsets", "a", "b", "--subsets", "c"],
      "--subsets is given twice (['a', 'b'], then ['c'])"),
     (["build-arc", "--output-dir", "x", "--num_aug", "1", "--num-aug", "2"], "--num-aug is given twice (1, then 2)"),
+    (["bundle", "bo", "--no-download", "--user", "a", "--user=b"], "--user is given twice ('a', then 'b')"),
 ])
 def test_an_option_given_twice_is_refused_not_read_as_its_last(tmp_path, capsys, monkeypatch, argv, said):
     """`train --config a.yaml --config b.yaml` read b.yaml alone (argparse keeps the last value) and failed on a
@@ -278,3 +279,14 @@ def test_an_option_given_twice_is_refused_not_read_as_its_last(tmp_path, capsys,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0] and "only the last would be read; give it once" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_build_bundle_py_takes_each_option_once(tmp_path):
+    """`build_bundle.py --weights SUDOKU --weights ARC` shipped the second without a word (its own parser, not the
+    command line's), while `trm-kaggle bundle` refused the same line."""
+    script = Path(__file__).resolve().parents[1] / "build_bundle.py"
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "bo"), "--no-download", "--user", "a", "--user=b"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: --user is given twice ('a', then 'b'): only the last would be read; give it once"], r.stderr
+    assert not (tmp_path / "bo").exists()

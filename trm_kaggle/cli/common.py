@@ -8,7 +8,7 @@ import argparse
 from typing import Any, Callable
 
 from trm_kaggle import __version__
-from trm_kaggle.config import field_help
+from trm_kaggle.config import field_help, take_each_option_once
 
 
 def flag(parser, name: str, model=None, *, more: str = "", **kw) -> None:
@@ -65,29 +65,6 @@ def _ascii_number(kind: type) -> Callable[[str], Any]:
     return parse
 
 
-class _StoreOnce(argparse._StoreAction):
-    """argparse's `store`, refusing the option a second time on one command line: argparse keeps the last value, so
-    `train --config a.yaml --config b.yaml` read b.yaml alone and never said a.yaml was dropped."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._first: list = []  # (a weak reference to a parse's namespace, the value it took first)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        import weakref
-
-        from trm_kaggle.errors import TRMError
-        from trm_kaggle.wording import clipped
-
-        self._first = [(ref, value) for ref, value in self._first if ref() is not None]  # parses that are over
-        first = next((value for ref, value in self._first if ref() is namespace), self)
-        if first is not self:
-            raise TRMError(f"{option_string} is given twice ({clipped(first, 60)}, then {clipped(values, 60)}): "
-                           "only the last would be read; give it once")
-        self._first.append((weakref.ref(namespace), values))
-        super().__call__(parser, namespace, values, option_string)
-
-
 class Parser(argparse.ArgumentParser):
     """argparse, whose `type=int` and `type=float` take ASCII digits only, and whose options that take a value take
     it once (its subcommands' parsers are of this class too)."""
@@ -96,8 +73,7 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.register("type", int, _ascii_number(int))
         self.register("type", float, _ascii_number(float))
-        self.register("action", None, _StoreOnce)
-        self.register("action", "store", _StoreOnce)
+        take_each_option_once(self)
 
 
 def command_parser(description: str | None = None) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:

@@ -3,9 +3,11 @@ line a validation error prints as, and the help text an option takes from its fi
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import typing
+import weakref
 from typing import Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
@@ -72,6 +74,33 @@ MAX_BATCH_SIZE = 1 << 20
 #: Training passes: upstream's longest recipe runs 100,000; past a billion no schedule ends on any machine.
 MAX_EPOCHS = 10**9
 _INT64 = 2**63
+
+
+class _StoreOnce(argparse._StoreAction):
+    """argparse's `store`, refusing the option a second time on one command line: argparse keeps the last value, so
+    `train --config a.yaml --config b.yaml` read b.yaml alone and never said a.yaml was dropped."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._first: list = []  # (a weak reference to a parse's namespace, the value it took first)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from trm_kaggle.errors import TRMError
+
+        self._first = [(ref, value) for ref, value in self._first if ref() is not None]  # parses that are over
+        first = next((value for ref, value in self._first if ref() is namespace), self)
+        if first is not self:
+            raise TRMError(f"{option_string} is given twice ({clipped(first, 60)}, then {clipped(values, 60)}): "
+                           "only the last would be read; give it once")
+        self._first.append((weakref.ref(namespace), values))
+        super().__call__(parser, namespace, values, option_string)
+
+
+def take_each_option_once(parser: argparse.ArgumentParser) -> None:
+    """`parser`'s options that take a value refuse a second one on one command line (`_StoreOnce`): every parser
+    of the package, `trm-kaggle`'s subcommands and `build_bundle.py`'s."""
+    parser.register("action", None, _StoreOnce)
+    parser.register("action", "store", _StoreOnce)
 
 
 def bounded_number(option: str, low: float, high: float, kind: type = int):

@@ -56,7 +56,7 @@ from typing import Callable, Iterable, Sequence, get_args
 
 from trm_kaggle.atomic import replace_problem
 from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, MIN_PLAN_S, WEEK_S, SolveConfig,
-                               bounded_count_or_auto, bounded_number)
+                               bounded_count_or_auto, bounded_number, take_each_option_once)
 from trm_kaggle.interrupts import give_back, hold_terminations, interrupted
 from trm_kaggle.data import arc_model_problem
 from trm_kaggle.errors import TRMError, os_error_line
@@ -215,6 +215,7 @@ def _solve_device(text: str) -> str:
 def make_parser() -> argparse.ArgumentParser:
     """`build_bundle.py`'s parser; `trm-kaggle bundle` adds the same arguments (`add_arguments`)."""
     p = argparse.ArgumentParser(prog="build_bundle.py", description=DESCRIPTION)
+    take_each_option_once(p)  # `--weights a --weights b` shipped b without a word, as `trm-kaggle bundle` refuses
     add_arguments(p)
     return p
 
