@@ -459,3 +459,18 @@ def test_a_stop_ends_the_running_notebooks_and_a_second_one_waits_for_its_line(t
     assert not [w for w in (out / "work").iterdir()], list((out / "work").iterdir())
     # the finished run's notebook stands: a half-run one would disagree with report.md and history.jsonl
     assert (out / "executed" / "slow.ipynb").read_bytes() == finished
+
+
+def test_names_read_from_the_baselines_reach_the_console_and_the_report_escaped(tmp_path, capsys):
+    """A metric named "m\\x1b[31mRED\\nFAKE: line" in baselines.json reached the terminal raw (colours, a faked line)
+    and split report.md's rows; a notebook's file name alike."""
+    folder = tmp_path / "nbs"
+    write_notebook(folder, "nb\x1b[2J", "record('ok', 1.0)\n")
+    write_baselines(folder, {"nb\x1b[2J": {"ok": b(1.0), "m\x1b[31mRED\nFAKE: line": b(1.0)}})
+    rc, out, err = regress(capsys, folder, tmp_path / "out")
+    assert rc == 2 and not any(c in out + err for c in "\x1b"), out + err
+    assert "FAKE: line" not in [line.strip() for line in (out + err).splitlines()]
+    assert "nb\\x1b[2J" in out and "m\\x1b[31mRED\\nFAKE: line" in err, out + err
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "\x1b" not in report and "\\x1b[31mRED\\nFAKE: line" in report
+    assert not any(line.startswith("FAKE") for line in report.splitlines())

@@ -68,7 +68,7 @@ from trm_kaggle.experiments.recorded import Recorded, read_recorded
 from trm_kaggle.jsonio import read_json, read_json_lines
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, one_line, shown
 
 BASELINES = "baselines.json"
 BASELINES_FORMAT = "trm_kaggle.regression-baselines"
@@ -287,8 +287,10 @@ class Row:
 
     @property
     def line(self) -> str:
-        text = f"{self.notebook}.{self.metric} = {self.now:g}, baseline {self.baseline.describe()}"
-        return text + (f": {self.detail}" if self.detail else "")
+        # names read from files (a notebook's, a metric's in baselines.json) and the detail a notebook recorded:
+        # escaped, so that an escape sequence never reaches the terminal nor a newline fakes a line
+        text = f"{shown(self.notebook)}.{shown(self.metric)} = {self.now:g}, baseline {self.baseline.describe()}"
+        return text + (f": {one_line(self.detail)}" if self.detail else "")
 
 
 def compare(run: NotebookRun, expected: dict[str, Baseline], baselines_path: Path) -> tuple[list[Row], list[str]]:
@@ -328,7 +330,8 @@ def git_commit(notebook_dir: Path) -> str:
 
 
 def _md(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A table cell or a list item of report.md: one line, control characters escaped, no column break."""
+    return one_line(str(text)).replace("|", "\\|")
 
 
 def report_markdown(rows: list[Row], problems: list[str], runs: list[NotebookRun], commit: str, when: str,
@@ -338,15 +341,15 @@ def report_markdown(rows: list[Row], problems: list[str], runs: list[NotebookRun
              + ("baselines updated from this run." if updated else "compared with the committed baselines."), "",
              "| notebook | metric | baseline | now | verdict |", "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.notebook} | {r.metric} | {_md(r.baseline.describe())} | {r.now:g} | "
+        lines.append(f"| {_md(r.notebook)} | {_md(r.metric)} | {_md(r.baseline.describe())} | {r.now:g} | "
                      f"{'**' + r.verdict + '**' if r.verdict != 'ok' else 'ok'} |")
     notes = [r for r in rows if r.detail]
     if notes:
-        lines += ["", "## Details", ""] + [f"* {r.notebook}.{r.metric}: {_md(r.detail)}" for r in notes]
+        lines += ["", "## Details", ""] + [f"* {_md(r.notebook)}.{_md(r.metric)}: {_md(r.detail)}" for r in notes]
     if problems:
         lines += ["", "## Not compared", ""] + [f"* {_md(p)}" for p in problems]
     lines += ["", "## Notebooks", "", "| notebook | seconds | executed notebook |", "|---|---|---|"]
-    lines += [f"| {r.name} | {r.seconds:.0f} | {r.executed} |" for r in runs]
+    lines += [f"| {_md(r.name)} | {r.seconds:.0f} | {_md(r.executed)} |" for r in runs]
     return "\n".join(lines) + "\n"
 
 
@@ -514,11 +517,11 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
     check_log(out / HISTORY)  # a link would have its target appended to: refused before the notebooks
     last = last_seconds(read_history(out / HISTORY, warn))  # before the notebooks: a FIFO or no permission stops
     chosen.sort(key=lambda n: -last.get(n, 0.0))  # longest first: the cores stay busy until the end
-    say(f"running {count(len(chosen), 'regression notebook')} ({', '.join(chosen)}), {workers} at a time")
+    say(f"running {count(len(chosen), 'regression notebook')} ({', '.join(map(shown, chosen))}), {workers} at a time")
     runs = _run_all(chosen, notebook_dir, out, update, workers)
     for r in runs:
         done = f"{count(len(r.metrics), 'metric')} in {r.seconds:.0f} s"
-        say(f"{r.name}: " + (f"FAILED: {r.error}" if r.error else done))
+        say(f"{shown(r.name)}: " + (f"FAILED: {one_line(r.error)}" if r.error else done))
 
     rows: list[Row] = []
     problems: list[str] = []
@@ -536,7 +539,7 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
                 old = "none" if b.value is None else f"{b.value:g}"
                 b.value, b.commit, b.date = r.metrics[metric].value, commit, when[:10]
                 changed += 1
-                say(f"baseline {r.name}.{metric}: {old} -> {b.value:g}")
+                say(f"baseline {shown(r.name)}.{shown(metric)}: {old} -> {b.value:g}")
         if changed:
             save_baselines(baselines_path, baselines)
             say(f"updated {baselines_path}: {count(changed, 'baseline')}")
@@ -558,7 +561,7 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
     for row in regressed:
         (say if update else warn)(f"{'accepted ' if update else ''}regression: {row.line}")
     for p in problems:
-        warn(f"error: {p}")
+        warn(f"error: {one_line(p)}")
     say(f"report: {out / 'report.md'}; {count(len(rows), 'comparison')}: {len(regressed)} regressed, "
         f"{sum(row.verdict == 'improved' for row in rows)} improved, {len(problems)} not compared")
     if problems:
