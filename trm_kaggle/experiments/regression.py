@@ -413,8 +413,8 @@ def plot_history(history: list[dict], notebook: str, metric: str, baseline: Base
         step = max(1, len(points) // 12)
         ax.set_xticks([p[0] for p in points][::step], [p[2] for p in points][::step], rotation=30, fontsize=7)
     ax.set_xlabel("run (commit)")
-    ax.set_ylabel(metric)
-    ax.set_title(f"{notebook}.{metric} over {len(points)} runs", fontsize=10)
+    ax.set_ylabel(shown(metric))
+    ax.set_title(f"{shown(notebook)}.{shown(metric)} over {len(points)} runs", fontsize=10)  # no glyph missing
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     return _png(fig)
