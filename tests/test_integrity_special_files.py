@@ -329,3 +329,29 @@ def test_a_path_through_a_device_or_a_file_names_that_part(tmp_path, capsys):
 
     with pytest.raises(UnreadableFile, match=f"not found \\({re.escape(str(tmp_path / 'plain'))} is a file, not a"):
         open_regular(tmp_path / "plain" / "inner" / "config.json", "config.json")
+
+
+def test_an_output_in_the_systems_device_tree_is_refused_before_any_work(tmp_path):
+    """`submit --output /dev/stdout`, stdout a file, passed every check (a link to that file), made its work folder
+    /dev/stdout-ttt, solved every task and ended with status 2 blaming "another process". Refused at once now;
+    /dev/null keeps its own words, and /dev/shm (a memory file system) takes outputs."""
+    import subprocess
+    import sys
+
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.outputs import Output, check_io
+
+    (tmp_path / "c.json").write_text('{"t1": {"train": [], "test": [{"input": [[1]]}]}}')
+    with open(tmp_path / "out.txt", "w") as stdout:
+        r = subprocess.run([sys.executable, "-m", "trm_kaggle", "submit", "--challenges", str(tmp_path / "c.json"),
+                            "--weights", str(Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"),
+                            "--output", "/dev/stdout", "--no-progress"],
+                           stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: --output /dev/stdout is in /dev, the system's own device and process files, not a place for a file "
+        "of this package: choose a path of its own"], r.stderr
+    assert not Path("/dev/stdout-ttt").exists() and (tmp_path / "out.txt").read_text() == ""
+    with pytest.raises(TRMError, match="/dev/null is a character device, not a file"):
+        check_io([], [Output("/dev/null", "--output")])
+    if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK):
+        check_io([], [Output(f"/dev/shm/trm-kaggle-test-{os.getpid()}.json", "--output")])
