@@ -277,7 +277,7 @@ def _input_file_problem(out: Output, path: Path) -> str | None:
 
 def _pipeline_file_problem(out: Output, path: Path) -> str | None:
     """A command's file output that is one of a pipeline's own files (`submit --output PIPE/summary.md` replaced its
-    summary). Asked of commands only (`writable_problem`): the pipeline writes them through the library's writers."""
+    summary). Asked of commands only (`check_io`): the pipeline writes them through the library's writers."""
     if path.name in PIPELINE_FILES and (path.parent / "train" / "run.json").is_file():
         return (f"{_shown(out)} is a file of the pipeline's work folder {path.parent}: writing it would break that "
                 "folder's record; choose a path of its own")
@@ -330,7 +330,7 @@ def writable_problem(out: Output) -> str | None:
                     "choose another path")
     if out.kind != "file" and (problem := _input_problem(out, path)):
         return problem
-    if out.kind == "file" and (problem := _input_file_problem(out, path) or _pipeline_file_problem(out, path)):
+    if out.kind == "file" and (problem := _input_file_problem(out, path)):
         return problem
     if out.kind == "folder" and out.writes and path.is_dir():  # a folder of ours planted as a link to another
         for name in out.writes:  # (`units/` -> elsewhere): everything the command put there would land there
@@ -341,6 +341,9 @@ def writable_problem(out: Output) -> str | None:
     existing = _receiving_folder(out, path)
     if not existing.is_dir():
         return f"{shown}: {existing} is {special_kind(existing) or 'a file'}, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (f"{shown}: {existing} is not writable (read-only, or no permission); choose an output where this "
+                "user can write")
     # `--output /dev/stdout` passed the checks (a link to whatever stdout was), put its work folder in /dev and ended,
     # after the whole solve, blaming "another process": the system's device and process trees take no output
     # (/dev/shm, a memory file system, does)
@@ -348,9 +351,6 @@ def writable_problem(out: Output) -> str | None:
     if top[:1] in (("dev",), ("proc",), ("sys",)) and top != ("dev", "shm"):
         return (f"{shown} is in /{top[0]}, the system's own device and process files, not a place for a "
                 f"{'file' if out.kind == 'file' else 'folder'} of this package: choose a path of its own")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return (f"{shown}: {existing} is not writable (read-only, or no permission); choose an output where this "
-                "user can write")
     return None
 
 
@@ -402,5 +402,8 @@ def check_io(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
     problem = problem or overlap_problem(inputs, outputs)
     if problem is None:
         problem = next(filter(None, (writable_problem(o) or full_disk_problem(o) for o in outputs)), None)
+    if problem is None:  # asked of commands alone: the pipeline writes its own files through the library
+        problem = next(filter(None, (_pipeline_file_problem(o, _resolved(o.path)) for o in outputs
+                                     if o.kind == "file")), None)
     if problem:
         raise TRMError(problem)
