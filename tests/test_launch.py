@@ -438,3 +438,11 @@ def test_a_node_selector_key_given_twice_is_refused(tmp_path, capsys):
     assert main(argv) == 2
     assert "node selector kubernetes.io/arch is given twice" in one_error_line(capsys)
     assert not (tmp_path / "jobs").exists()
+
+
+def test_a_toleration_given_twice_is_refused(tmp_path, capsys):
+    """`--toleration gpu:NoSchedule` twice wrote the same toleration twice into the manifest, exit 0."""
+    argv = [*K8S, "--toleration", "gpu:NoSchedule", "--toleration", "gpu:NoSchedule", "--out", str(tmp_path / "jobs")]
+    assert main(argv) == 2
+    assert "toleration 'gpu:NoSchedule' is given twice" in one_error_line(capsys)
+    assert not (tmp_path / "jobs").exists()

@@ -118,7 +118,11 @@ class K8sOptions(_Config):
     @field_validator("tolerations")
     @classmethod
     def _tolerations(cls, items: list[str]) -> list[str]:
+        seen = set()
         for item in items:
+            if item in seen:  # the manifest listed it twice: a slip, as an env name or a selector key twice is
+                raise ValueError(f"toleration {item!r} is given twice; give it once")
+            seen.add(item)
             head, _, effect = item.rpartition(":") if ":" in item else (item, "", "")
             key, _, value = head.partition("=")
             if (effect and effect not in _TAINT_EFFECTS) or not re.fullmatch(_LABEL_KEY, key) \
