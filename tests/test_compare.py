@@ -363,3 +363,34 @@ def test_an_export_is_no_run_alone_or_among_runs(tmp_path, capsys):
     write_run(tmp_path / "work" / "train", ["global_batch_size=8", "seed=0"], train=[(10, 4.0, 1.2, 0.10, 0.50)])
     make_export(tmp_path / "work" / "weights")
     assert [r.label for r in load_runs([tmp_path / "work"])] == ["train"]
+
+
+def test_a_non_finite_metric_in_a_seed_group_is_no_data_not_a_traceback(tmp_path, capsys):
+    """`exact_accuracy: NaN` in one of two seeds' last record: statistics.stdev raised AttributeError, exit 1 (one
+    run alone showed it as no data)."""
+    runs = tmp_path / "runs"
+    for seed, tail in ((0, '{"step": 20, "exact_accuracy": NaN, "loss": 0.5}\n'), (1, "")):
+        write_run(runs / f"s{seed}", ["global_batch_size=8", f"seed={seed}"], train=[(10, 4.0, 1.2, 0.25, 0.5)],
+                  tail=tail)
+    assert main(["compare", str(runs), "--out", str(tmp_path / "cmp")]) == 0, capsys.readouterr().err
+    assert "Traceback" not in capsys.readouterr().err
+    group = (tmp_path / "cmp" / "table.md").read_text().split("## By run")[0]
+    assert "| 2 |" in group and "nan" not in group.lower()
+
+
+def test_a_sweep_record_of_settings_no_sweep_wrote_is_never_shown(tmp_path, caplog, capsys):
+    """sweep.json's `settings` of a pending run were shown unchecked: an escape sequence as `lr` reached the
+    terminal, table.md and table.csv raw (and its newline split the table's rows)."""
+    sweep = tmp_path / "sweep"
+    records = [{"name": f"v{i}_s0", "variant": f"v{i}", "seed": 0, "state": "pending",
+                "settings": {"lr": f"\x1b[2J\r\nlr{i}"}} for i in range(2)]
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": records}))
+    with caplog.at_level("WARNING"):
+        main(["compare", str(sweep), "--out", str(tmp_path / "cmp")])
+    said = [r.getMessage() for r in caplog.records if "the sweep's record of its settings" in r.getMessage()]
+    assert len(said) == 2 and all("\x1b" not in s for s in said), said
+    out = capsys.readouterr()
+    files = "".join(p.read_text() for p in (tmp_path / "cmp").glob("table.*")) if (tmp_path / "cmp").exists() else ""
+    assert "\x1b" not in out.out + out.err + files and "\r" not in out.out + files
+

@@ -77,6 +77,13 @@ def _config(run_dir: Path, recorded: dict | None) -> dict:
     """The run's config.json (what train ran), else the sweep's record of its settings (a run not started yet,
     or a config.json that cannot be read: one run's bad file costs that run its settings columns alone)."""
     path = run_dir / "config.json"
+    if recorded is not None:  # sweep.json is a file like any other: a record no sweep wrote (a string as `lr`, an
+        try:                  # escape sequence as a value) is read as config.json is, never shown unchecked
+            TrainConfig.model_validate(recorded)
+        except pydantic.ValidationError as err:
+            log.warning("%s: the sweep's record of its settings is not settings this trm_kaggle can read (%s)",
+                        run_dir, validation_line(err))
+            recorded = None
     instead = ("its settings are taken from the sweep's record" if recorded else
                "its settings columns are left empty")  # what the warning says is what the tables then show
     if path.exists():
@@ -376,6 +383,7 @@ def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
     writer.writerow(["run", "group", "seed", "state"] + [k for k, _, _ in columns] + differ)
     for r, row in zip(runs, rows):
         settings = [json.dumps(r.settings.get(k), default=str) if isinstance(r.settings.get(k), (list, dict))
+                    else one_line(r.settings[k]) if isinstance(r.settings.get(k), str)  # as in table.md
                     else r.settings.get(k) for k in differ]
         # a number that is not finite is no data, as table.md's "-": never "inf" or "nan" in a file others read
         writer.writerow([r.label, r.group, r.seed, r.state]
@@ -385,8 +393,8 @@ def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
     def setting(r: RunData, k: str) -> str:
         if k not in r.settings:  # a run whose settings could not be read: empty, as the warning said (None is a
             return ""            # value some settings take)
-        v = r.settings[k]
-        return json.dumps(v, default=str) if isinstance(v, (list, dict)) else str(v)
+        v = r.settings[k]  # read from a file: a string setting (run_name, data_paths) may hold anything
+        return one_line(json.dumps(v, default=str) if isinstance(v, (list, dict)) else str(v))
 
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(runs):
@@ -395,7 +403,7 @@ def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
     for name, idx in groups.items():
         states = [runs[i].state for i in idx]
         state = ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states)) if states[0] != "-" else "-"
-        cells = [_fmt_spread([rows[i][k] for i in idx if rows[i][k] is not None], how,
+        cells = [_fmt_spread([rows[i][k] for i in idx if _finite(rows[i][k])], how,  # NaN: no data, as per run
                              any(_has_records(runs[i], k) for i in idx)) for k, _, how in columns]
         group_rows.append([name, str(len(idx)), state] + cells + [setting(runs[idx[0]], k) for k in differ])
     run_rows = [[r.label, str(r.seed if r.seed is not None else "-"), r.state]
