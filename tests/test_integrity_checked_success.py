@@ -108,7 +108,7 @@ def layout_with_report(tmp_path: Path, report: dict | None) -> sandbox.SandboxLa
 @pytest.mark.parametrize("report, answered, words", [
     (None, 0, "no report of the model's work"),
     ({"answered": 0, "model_tasks": 3, "model_failed": "weights do not match the model config"}, 0,
-     "0 of the 3 tasks it worked on: weights do not match the model config"),
+     "0 of the 3 tasks it was given: weights do not match the model config"),
     ({"answered": 0, "model_tasks": 3, "model_failed": None, "errors": []}, 0, "the time budget ran out"),
     ({"answered": 0, "model_tasks": 0}, 0, "it was given none"),
     ({"answered": "2", "model_tasks": 3}, 0, "0 of the 3 tasks"),  # not a count: nothing is taken on trust
@@ -132,15 +132,15 @@ def test_an_execute_whose_model_answered_nothing_fails(tmp_path, capsys, monkeyp
         return {"notebook_s": 1.0, "papermill_rc": 0, "submission_valid": True, "tasks": 4, "answered": 0,
                 "model_tasks": 3, "trm_kaggle_file": "x", "trm_kaggle_in_venv": True, "log": "papermill.log",
                 "executed_notebook": "executed.ipynb", "ok": False,
-                "problems": ["the model answered no task: 0 of the 3 tasks it worked on: weights do not match"]}
+                "problems": ["the model answered no task: 0 of the 3 tasks it was given: weights do not match"]}
 
     monkeypatch.setattr(B, "execute", executed)
     rc = B.main([str(tmp_path / "out"), "--no-download", "--weights", str(make_export(tmp_path / "exp")),
                  "--notebook", str(notebook), "--execute"])
     cap = capsys.readouterr()
-    assert rc == 1 and "the model answered 0 of the 3 tasks it worked on" in cap.out
+    assert rc == 1 and "the model answered 0 of the 3 tasks it was given" in cap.out
     errors = [line for line in cap.err.splitlines() if line.startswith("error:")]
-    assert errors == ["error: the model answered no task: 0 of the 3 tasks it worked on: weights do not match"]
+    assert errors == ["error: the model answered no task: 0 of the 3 tasks it was given: weights do not match"]
 
 
 @pytest.mark.slow  # a bundle built and its kernel run offline in a sandbox: ~2 min on a loaded 2-core machine
@@ -173,7 +173,7 @@ def test_execute_fails_when_the_kernel_answered_no_task(tmp_path, capsys, monkey
     assert rc == 1, cap.out + cap.err
     assert "papermill status 0; submission valid against all 2 tasks; the model answered 0 of the 1" in cap.out
     errors = [line for line in cap.err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "the model answered no task: 0 of the 1 tasks it worked on" in errors[0], cap.err
+    assert len(errors) == 1 and "the model answered no task: 0 of the 1 tasks it was given" in errors[0], cap.err
     report = json.loads((tmp_path / "out" / "sandbox" / "execute_report.json").read_text())
     assert report["ok"] is False and report["answered"] == 0
 

@@ -101,7 +101,10 @@ def test_accelerator_image_and_cpu(inputs, tmp_path):
     (["--push-wait", "5", "--version-message", "hi"], "--version-message, --push-wait: options of --push; add it"),
     # a budget inside the kernel's safety margin was found out only after the whole build and rehearsal
     (["--execute", "--time-budget", "69.5"], "--time-budget 69.5: the kernel keeps 60 s of its budget as a safety "
-                                              "margin and a worker needs 10 s more to plan"),
+                                              "margin, its start (loading the package"),
+    # 70, the least it once asked for, could never run the model: solve's start (3 s on a 2-core CPU) is inside
+    (["--execute", "--time-budget", "70"], "worker needs 10 s more to plan, so the model could not run; give at "
+                                           "least 85"),
 ])
 def test_bad_input_one_line_nothing_written(inputs, tmp_path, capsys, args, words):
     out = tmp_path / "out"

@@ -203,6 +203,10 @@ DESCRIPTION = ("Assemble the offline Kaggle bundle: OUT_DIR/wheels (dataset), OU
 
 
 SOLVE_DEVICES = get_args(SolveConfig.model_fields["device"].annotation)
+#: What a rehearsal's budget allows for the kernel's start inside solve (the package and torch loaded, the
+#: challenges read, the fallback written: 3 s for one task on a 2-core CPU): without it the least budget the
+#: bundle took could never leave a worker its time to plan.
+KERNEL_START_S = 15.0
 
 
 def _solve_device(text: str) -> str:
@@ -544,10 +548,12 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
                            "accelerator; give one of them")
         machine_shape = check_machine_shape(DEFAULT_MACHINE_SHAPE if args.accelerator is None else args.accelerator)
         margin = SolveConfig.model_fields["safety_margin"].default  # the kernel's: it leaves the field as it is
-        if args.execute and args.time_budget < margin + MIN_PLAN_S:  # known now, not after the build and run
+        least = margin + MIN_PLAN_S + KERNEL_START_S
+        if args.execute and args.time_budget < least:  # known now, not after the build and run
             raise TRMError(f"--time-budget {args.time_budget:g}: the kernel keeps {margin:g} s of its budget as a "
-                           f"safety margin and a worker needs {MIN_PLAN_S:g} s more to plan, so the model could "
-                           f"not run; give at least {margin + MIN_PLAN_S:g}")
+                           f"safety margin, its start (loading the package, reading the challenges) takes some of "
+                           f"it and a worker needs {MIN_PLAN_S:g} s more to plan, so the model could not run; give "
+                           f"at least {least:g}")
         if args.execute and args.challenges:  # read before anything is built
             check_challenges(Path(args.challenges))
         t = time.perf_counter()
@@ -582,7 +588,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             print(f"executed the kernel offline ({args.mounts} mounts) in {r['notebook_s']:.1f} s: papermill status "
                   f"{r['papermill_rc']}; "
                   f"submission {'valid' if r['submission_valid'] else 'NOT valid'} against all {r['tasks']} tasks; "
-                  f"the model answered {r['answered']} of the {r['model_tasks'] or 0} tasks it worked on"
+                  f"the model answered {r['answered']} of the {r['model_tasks'] or 0} tasks it was given"
                   + (f" (it predicted {r['ran'] - r['answered']} more, but decoded no valid grid)"
                      if r.get("ran", 0) > r["answered"] else "")
                   + (f", score {score['score']:.4f} ({score['solved']} of {score['total']} test outputs)"

@@ -301,7 +301,7 @@ def search_problems(log: str, layout: SandboxLayout, parameters: dict[str, Any])
 
 def model_answers(layout: SandboxLayout) -> dict[str, Any]:
     """What the kernel's solve says of the model: {"answered": tasks answered by the model, "ran": tasks it
-    predicted (a valid grid decoded or not: the proof that it ran), "model_tasks": tasks it worked on,
+    predicted (a valid grid decoded or not: the proof that it ran), "model_tasks": tasks it was given,
     "model_problem": why it answered none}, from the report solve writes in its work dir (the notebook's
     ttt_work/); answered and ran 0 when there is none (the model never ran)."""
     path = layout.working / "ttt_work" / "solve_report.json"
@@ -320,13 +320,13 @@ def model_answers(layout: SandboxLayout) -> dict[str, Any]:
     if answered:
         why = None
     elif ran:
-        why = f"0 of the {tasks} tasks it worked on: it predicted {ran}, but decoded no valid grid"
+        why = f"0 of the {tasks} tasks it was given: it predicted {ran}, but decoded no valid grid"
     elif tasks == 0:
         why = "it was given none (every task malformed, too large for its canvas, or MAX_TASKS 0)"
     else:
         why = (report.get("model_failed") or next(iter(report.get("errors") or []), None)
                or "the time budget ran out before it answered a task")
-        why = f"0 of the {tasks} tasks it worked on: {str(why)[:300]}"
+        why = f"0 of the {tasks} tasks it was given: {str(why)[:300]}"
     return {"answered": answered, "ran": ran, "model_tasks": tasks, "model_problem": why}
 
 

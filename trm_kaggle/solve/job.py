@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import sys
 import time
@@ -329,7 +330,7 @@ def _out_of_time(cfg: SolveConfig, report: dict, budget: Budget, say: Callable[[
     else:
         why = (f"the time budget ({cfg.time_budget:g} s, {cfg.safety_margin:g} s of it the safety margin) is too "
                f"small for {cfg.challenges}: reading its {report['tasks']} tasks and writing the fallback took "
-               f"{took:.1f} s, leaving {left:.1f} s, less than the {MIN_PLAN_S:g} s a worker needs to time its device "
+               f"{took:.1f} s, leaving {math.floor(left * 10) / 10:.1f} s, less than the {MIN_PLAN_S:g} s a worker needs to time its device "
                "and plan (give a larger time budget: --time-budget, the kernel's TIME_BUDGET)")
     say(budget.line("budget", why))
     report["errors"].append(why)
