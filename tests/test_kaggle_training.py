@@ -192,6 +192,21 @@ def test_bad_inputs_are_one_line_and_keep_the_previous_state(built, tmp_path):
     assert json.loads((tmp_path / "w" / "session.json").read_text())["ok"] is False
 
 
+def test_a_working_folder_inside_a_folder_this_package_builds_whole_is_refused_before_training(built, tmp_path):
+    """KAGGLE_WORKING=BUNDLE/data (the packed data dataset): a whole session trained into it, its run/ left there,
+    and only the export was refused ("done", not ok)."""
+    data = tmp_path / "data"
+    shutil.copytree(built / "data", data)
+    before = sorted(p.name for p in data.iterdir())
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "nothing", working=data, preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and r.status == "refused" and r.step == 0, r
+    assert lines[-1].startswith("error: ") and "this package builds whole" in lines[-1], lines
+    assert not (data / "run").exists() and not (data / "weights").exists()
+    assert sorted(p.name for p in data.iterdir()) == sorted([*before, "session.json"])  # the record alone
+
+
 @pytest.mark.parametrize("steps", [-1, 0, True, 2.5, "3"])
 def test_a_session_step_cap_that_is_no_positive_count_is_named(built, tmp_path, steps):
     # -1 trained nothing and blamed a time budget that was not set; True trained one step

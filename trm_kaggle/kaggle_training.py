@@ -375,9 +375,16 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     from trm_kaggle.train import checkpoint as ckpt, load_train_config, train
 
     from trm_kaggle.kaggle.bundle import check_kernel_overrides
+    from trm_kaggle.outputs import Output, check_kept
 
     check_kernel_overrides(overrides)  # the session's own data and run folder must win (KERNEL_OWNED_KEYS)
     run_dir = working / RUN
+    try:  # where the session writes, before any data is opened or step trained: a KAGGLE_WORKING inside a dataset
+        # or a folder this package builds whole trained a whole session there, then refused only its export
+        check_kept([], [Output(run_dir, "run folder", "folder"), Output(working / WEIGHTS, "weights", "replaced")])
+    except TRMError:
+        report.status = "refused"
+        raise
     roots = input_roots(input_root, scratch, echo)
     data = Path(data_dir) if data_dir else find_dataset(roots)
     if data_dir and packed_manifest(data) is not None:  # DATA_DIR names the attached (packed) data dataset
