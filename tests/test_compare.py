@@ -394,3 +394,14 @@ def test_a_sweep_record_of_settings_no_sweep_wrote_is_never_shown(tmp_path, capl
     files = "".join(p.read_text() for p in (tmp_path / "cmp").glob("table.*")) if (tmp_path / "cmp").exists() else ""
     assert "\x1b" not in out.out + out.err + files and "\r" not in out.out + files
 
+
+
+@pytest.mark.parametrize("settings", ["abc", [1, 2], None, 7])
+def test_a_sweep_record_whose_settings_are_no_object_costs_its_columns_alone(tmp_path, settings):
+    """`"settings": "abc"` (or a list) in sweep.json was an AttributeError traceback from `dotted`, exit 1."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    records = [{"name": "v_s0", "variant": "v", "seed": 0, "state": "pending", "settings": settings}]
+    (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": records}))
+    assert main(["compare", str(sweep), "--out", str(tmp_path / "cmp")]) == 0
+    assert rows_of(tmp_path / "cmp" / "table.csv")["v_s0"]["state"] == "pending"
