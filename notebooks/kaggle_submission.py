@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -80,11 +80,14 @@ FULL_BUDGET = 11.5 * 3600  # the kernel's hard limit is 12 h
 CHALLENGES_NAME = "arc-agi_test_challenges.json"
 
 
+def say(line):
+    """One line of the log, control characters escaped: a task id read from a file, or a path found below
+    KAGGLE_INPUT (a folder's name), may hold an escape sequence or a newline."""
+    print("".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(line)), flush=True)
+
+
 def warn(line):
-    """One line of the log, control characters escaped: a task id or a path read from a file may hold an escape
-    sequence or a newline."""
-    line = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(line))
-    print(f"WARNING: {line}", flush=True)
+    say(f"WARNING: {line}")
 
 
 def checked(name, value, default, *, auto=False, none=False, number=False, least=1, most=10**9):
@@ -203,8 +206,8 @@ def find_challenges(root, competition, quiet=False):
     if len(own) == 1:
         others = [str(p) for p in found.values() if p != own[0]]
         if not quiet:
-                print(f"{len(found)} different {CHALLENGES_NAME} files below {root}: using {own[0]}, the one of this "
-                  f"kernel's competition {competition} (not {', '.join(others)})", flush=True)
+            say(f"{len(found)} different {CHALLENGES_NAME} files below {root}: using {own[0]}, the one of this "
+                f"kernel's competition {competition} (not {', '.join(others)})")
         return own[0]
     if quiet:
         return None
@@ -326,7 +329,7 @@ try:
         Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
         write_atomically(SUBMISSION, json.dumps(fallback_submission(challenge_data)))
         WRITTEN = True
-        print(f"fallback: {SUBMISSION} answers all {len(challenge_data)} tasks of {CHALLENGES}", flush=True)
+        say(f"fallback: {SUBMISSION} answers all {len(challenge_data)} tasks of {CHALLENGES}")
 except Exception as e:  # noqa: BLE001 - the notebook never raises: say what failed
     READY = False
     NO_MODEL = f"the fallback submission could not be written ({type(e).__name__}: {e})"
@@ -432,7 +435,8 @@ if READY:
     if weights is None:  # solve() still writes a valid fallback submission, and reports the error
         warn(f"no weights.safetensors under {KAGGLE_INPUT}: attach the weights dataset or set WEIGHTS_DIR")
         weights = str(Path(KAGGLE_INPUT) / "weights-not-found")
-    print(f"weights: {weights}\nchallenges: {CHALLENGES}")
+    say(f"weights: {weights}")
+    say(f"challenges: {CHALLENGES}")
 
 # %% [markdown]
 # ## Solve
@@ -486,7 +490,7 @@ def check_against_sample(submission_path, challenges_path):
         warn(f"{sample_path} could not be read ({type(e).__name__}: {e}): task ids not compared")
         return
     if sample == written:
-        print(f"{sample_path.name}: the same {len(sample)} task ids")
+        say(f"{sample_path.name}: the same {len(sample)} task ids")
     else:
         extra, missing = sorted(written - sample), sorted(sample - written)
         warn(f"task ids differ from {sample_path}: {len(missing)} only there ({', '.join(missing[:5])}), "
@@ -509,11 +513,11 @@ if WRITTEN and is_file(SUBMISSION) and CHALLENGES:
         if READY and report is not None:
             check_submission(str(SUBMISSION), str(CHALLENGES))
             counts = expected_counts(str(CHALLENGES))
-            print(f"{SUBMISSION}: valid ({len(counts)} tasks, {sum(counts.values())} test inputs, two attempts each); "
-                  f"{report['answered']} tasks answered by the model, {report['predicted']} test inputs with model "
-                  f"predictions; {report['elapsed_s']} s")
+            say(f"{SUBMISSION}: valid ({len(counts)} tasks, {sum(counts.values())} test inputs, two attempts each); "
+                f"{report['answered']} tasks answered by the model, {report['predicted']} test inputs with model "
+                f"predictions; {report['elapsed_s']} s")
             for error in report["errors"]:
-                print("warning:", error)
+                say(f"warning: {error}")
         check_against_sample(SUBMISSION, CHALLENGES)
     except Exception as e:  # noqa: BLE001 - the notebook never raises
         warn(f"checking {SUBMISSION} failed ({type(e).__name__}: {e})")
@@ -529,14 +533,13 @@ else:
 
 # %%
 if NO_MODEL is None:
-    print(f"RESULT: the model ran: {report['ran']} tasks predicted, {report['answered']} answered; {SUBMISSION}")
+    say(f"RESULT: the model ran: {report['ran']} tasks predicted, {report['answered']} answered; {SUBMISSION}")
 else:
     NO_MODEL = " ".join(str(NO_MODEL).split())  # the last line is one line, whatever the cause's text held
     if WRITTEN and is_file(SUBMISSION):
-        print(f"RESULT: {SUBMISSION} holds the fallback answers (the model did not run), which score 0: {NO_MODEL}",
-              flush=True)
+        say(f"RESULT: {SUBMISSION} holds the fallback answers (the model did not run), which score 0: {NO_MODEL}")
     else:  # no challenges to answer, or none readable: there is no submission to speak of
         earlier = ", which holds an earlier run's file" if is_file(SUBMISSION) else ""
-        print(f"RESULT: no submission was written ({SUBMISSION}{earlier}): {NO_MODEL}", flush=True)
+        say(f"RESULT: no submission was written ({SUBMISSION}{earlier}): {NO_MODEL}")
     if STRICT and not rerun:
         raise RuntimeError(f"STRICT: the model did not run ({NO_MODEL}); the fallback submission.json stands")

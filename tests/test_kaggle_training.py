@@ -207,6 +207,17 @@ def test_a_working_folder_inside_a_folder_this_package_builds_whole_is_refused_b
     assert sorted(p.name for p in data.iterdir()) == sorted([*before, "session.json"])  # the record alone
 
 
+def test_a_dataset_folder_name_found_below_the_inputs_is_said_escaped(built, tmp_path):
+    """The session's lines name the dataset it found below KAGGLE_INPUT: a folder named with an escape sequence
+    reached the kernel's output raw."""
+    shutil.copytree(built.parent / "sudoku4", tmp_path / "input" / "d\x1b[31m")
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "input", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    time_budget=None, session_steps=1, echo=lines.append)
+    assert r.ok, lines
+    assert not any("\x1b" in line for line in lines) and any("d\\x1b[31m" in line for line in lines), lines
+
+
 @pytest.mark.parametrize("steps", [-1, 0, True, 2.5, "3"])
 def test_a_session_step_cap_that_is_no_positive_count_is_named(built, tmp_path, steps):
     # -1 trained nothing and blamed a time budget that was not set; True trained one step

@@ -94,6 +94,16 @@ def test_of_two_competitions_the_kernel_takes_its_own_and_says_so(tmp_path, monk
     assert Path(scope["CHALLENGES"]).parent.name == "arc-prize-2025"
 
 
+def test_a_folder_name_found_below_the_inputs_is_shown_escaped(tmp_path, monkeypatch):
+    """A second challenges file in a folder named `oth<ESC>[31mer<newline>`: the line naming both files printed the
+    escape sequence and the newline raw (a name read from the disk)."""
+    write_competition(tmp_path / "input" / "oth\x1b[31mer\n", seed=1)
+    own = write_competition(tmp_path / "input" / "arc-prize-2026-arc-agi-2", seed=2)
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    assert scope["READY"] and Path(scope["CHALLENGES"]) == own, out
+    assert "\x1b" not in out and "oth\\x1b[31mer\\n/" in out, out
+
+
 def test_two_competitions_neither_its_own_stop_the_model_but_never_raise(tmp_path, monkeypatch):
     write_competition(tmp_path / "input" / "arc-prize-2024", seed=1)
     write_competition(tmp_path / "input" / "competitions" / "arc-prize-2025", seed=2)

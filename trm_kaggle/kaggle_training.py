@@ -48,6 +48,7 @@ from typing import Any, Callable, Sequence
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
+from trm_kaggle.wording import one_line
 
 log = logging.getLogger(__name__)
 
@@ -288,6 +289,8 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     `save_every_s=` in `overrides` wins) spaces the timed train states; `scratch` is where packed datasets are
     unpacked (default `default_scratch()`)."""
     started = time.time() if started is None else started
+    say = echo
+    echo = lambda line: say(one_line(line))  # noqa: E731 - a folder found below the inputs may hold an escape
     report = SessionReport()
     working = Path(working)
     timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
