@@ -30,6 +30,13 @@ def test_build_arc_with_upstream_flags_then_verify(arc_prefix, tmp_path, capsys)
     assert json.loads(capsys.readouterr().out)["splits"]["train"]["groups"] == 9
 
 
+@pytest.mark.parametrize("module", ["trm_kaggle", "trm_kaggle.console"])
+def test_each_module_that_starts_the_command_line_runs_it(module):
+    """`python -m trm_kaggle.console --help` printed nothing and exited 0 (the module had no main guard)."""
+    done = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("trm-kaggle "), done
+
+
 def test_underscore_flags_are_accepted(arc_prefix, tmp_path):
     rc = main(["build-arc", "--input_file_prefix", str(arc_prefix), "--output_dir", str(tmp_path / "ds"),
                "--subsets", "training", "--num_aug", "0", "--no-progress"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from test_decode import TINY_TASKS, build_tiny_dataset
 from trm_kaggle.config import ArchConfig
 from trm_kaggle.data.format import load_metadata
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.predict import predict_split
 from trm_kaggle.evaluate.pipeline import evaluate
 from trm_kaggle.evaluate.report import write_report
@@ -588,3 +589,36 @@ def test_a_dataset_of_a_larger_vocabulary_than_the_model_is_refused_before_infer
     with pytest.raises(TRMError, match="the model was built for a vocabulary of 12 tokens, cr has 97"):
         _check_model_fits(model, "cr", SimpleNamespace(num_puzzle_identifiers=1, seq_len=144, vocab_size=97))
     _check_model_fits(model, "ds", SimpleNamespace(num_puzzle_identifiers=1, seq_len=144, vocab_size=12))
+
+
+@pytest.mark.parametrize("arguments, words", [
+    (dict(ks=[float("nan")]), "ks item=nan: expected a whole number from 1"),  # once numpy's int() after the work
+    (dict(ks=[0]), "ks item=0: expected a whole number from 1"),  # once "pass@0": 0.0
+    (dict(ks=[True]), "ks item=True"),
+    (dict(ks=[2**63]), "ks item="),
+    (dict(always=-1), "always=-1: expected a whole number from 0"),
+    (dict(deadline=float("nan")), "deadline=nan: expected a finite number of seconds, or None"),
+    (dict(always_until=float("inf")), "always_until=inf"),
+])
+def test_the_library_calls_arguments_are_checked_before_any_work(dataset, monkeypatch, arguments, words):
+    model = make_model(dataset)
+    monkeypatch.setattr("trm_kaggle.evaluate.pipeline.predict_split", lambda *a, **k: pytest.fail("predicted"))
+    with pytest.raises(ValueError, match=re.escape(words)):
+        evaluate(model, dataset, batch_size=16, **arguments)
+
+
+def test_a_dataset_path_holding_a_nul_byte_is_named(dataset):
+    """`evaluate(model, "a\\x00b")` was Python's bare "embedded null byte", naming no path."""
+    with pytest.raises(TRMError, match="path holds a NUL byte"):
+        evaluate(make_model(dataset), "a\x00b")
+
+
+@pytest.mark.parametrize("arguments, words", [(dict(attempts=-1), "attempts=-1"), (dict(attempts=0), "attempts=0"),
+                                              (dict(attempts=True), "attempts=True"), (dict(first_n=-1), "first_n=-1"),
+                                              (dict(top=0), "top=0"), (dict(first_n=float("nan")), "first_n=nan")])
+def test_a_reports_counts_are_checked_before_anything_is_written(dataset, tmp_path, arguments, words):
+    """`write_report(result, out, attempts=-1)` was an IndexError while drawing the first picture."""
+    result = evaluate(make_model(dataset, Oracle), dataset, batch_size=64)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        write_report(result, tmp_path / "rep", **arguments)
+    assert not (tmp_path / "rep").exists()

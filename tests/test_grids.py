@@ -237,3 +237,25 @@ def test_a_vocab_size_outside_its_bounds_names_both(tmp_path, vocab_size):
     """2**31 was refused as "must be at least 2", and 10**400 printed whole (401 digits)."""
     with pytest.raises(TRMError, match=r"vocab_size must be a whole number from 2 to 2\*\*31-1, got .{1,90}$"):
         build_grid_dataset(tmp_path / "ds", train=[], test=[], vocab_size=vocab_size, grid_shape=SHAPE)
+
+
+@pytest.mark.parametrize("shape", [(float("nan"), 3), (3.0, 3), (0, 3), (True, 3), (3,), "ab", (2**20, 2)])
+def test_a_grid_shape_that_is_no_two_whole_sizes_is_named(tmp_path, shape):
+    """`grid_shape=(nan, 3)` was Python's "cannot convert float NaN to integer" from int()."""
+    group = [("p", [(np.ones((3, 3), int), np.ones((3, 3), int))])]
+    with pytest.raises(TRMError, match="grid_shape must be two whole sizes"):
+        build_grid_dataset(tmp_path / "d", train=[group], test=[group], vocab_size=5, grid_shape=shape)
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("rows, cols", [(float("nan"), 4), (10**6, 10**6), (-1, 4), (4, 0)])
+def test_a_text_grid_of_no_sane_size_is_named_before_numpy_allocates(rows, cols):
+    """rows=nan was a TypeError inside numpy; rows=cols=10**6 asked for 931 GiB."""
+    with pytest.raises(TRMError, match="text_to_grid's grid must be two whole sizes"):
+        text_to_grid("ab", rows=rows, cols=cols)
+
+
+def test_a_text_grid_of_no_whole_numbers_is_refused():
+    """An all-NaN grid read as "" with only numpy's cast warning."""
+    with pytest.raises(DataError, match="whole-number tokens"):
+        grid_to_text(np.full((2, 2), np.nan))

@@ -33,3 +33,7 @@ def run(command: str = "trm-kaggle") -> int:
 def console() -> None:
     """The console script `trm-kaggle`."""
     sys.exit(run())
+
+
+if __name__ == "__main__":  # `python -m trm_kaggle.console` ran nothing, exit 0: it is the CLI too
+    console()

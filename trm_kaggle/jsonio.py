@@ -156,6 +156,8 @@ def open_regular(path: str | os.PathLike, what: str = "file", hint: str | None =
     also behind a symbolic link) or a socket is refused before a byte is read. So is a file of the kernel's
     /proc or /sys: they call themselves regular, yet some never end (/proc/kmsg waits for the next message)."""
     path = Path(path)
+    if "\0" in os.fspath(path):  # no file has such a name: the system's "embedded null byte" named nothing
+        raise UnreadableFile(f"{os.fspath(path)!r}: {what} path holds a NUL byte, which no file name can")
     if _kernel_file(path) and os.path.exists(path):  # one that is not there is said missing below
         raise UnreadableFile(_special_line(path, what, KERNEL_FILE))
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import operator
 import re
 import typing
 import weakref
@@ -125,6 +126,30 @@ def bounded_number(option: str, low: float, high: float, kind: type = int):
         return value
 
     return parse
+
+
+def whole_argument(name: str, value: object, low: int, high: int) -> int:
+    """`value`, a library call's count argument, when it is a whole number from `low` to `high` (a bool, a float,
+    NaN refused): checked where it is given, before any work, in one ValueError naming the argument (it once
+    reached numpy's int() after a whole evaluation)."""
+    if not isinstance(value, bool):
+        try:
+            number = operator.index(value)  # an int or a numpy integer, never a float
+        except TypeError:
+            number = None
+        if number is not None and low <= number <= high:
+            return number
+    raise ValueError(f"{name}={clipped(value, 40)}: expected a whole number from {low:,} to {high:,}")
+
+
+def seconds_argument(name: str, value: object) -> float | None:
+    """`value`, a library call's time (a deadline, a limit), when it is None or a finite number: NaN compared
+    false with every clock and was no deadline at all."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise ValueError(f"{name}={clipped(value, 40)}: expected a finite number of seconds, or None")
 
 
 def _checked_number(value, where: str = ""):

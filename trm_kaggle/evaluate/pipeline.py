@@ -40,14 +40,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from trm_kaggle.config import EvaluateConfig
+from trm_kaggle.config import EvaluateConfig, seconds_argument, whole_argument
 from trm_kaggle.data import load_identifiers, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.decode import (decode_split_tokens, example_puzzles, grids_to_keys, puzzle_augmentations,
                                         side_of)
 from trm_kaggle.evaluate.predict import Predictions, predict_split
 from trm_kaggle.evaluate.stats import category_breakdown
-from trm_kaggle.evaluate.vote import ATTEMPTS, PASS_KS, Metrics, Slot, VoteResult, VoteTable, score
+from trm_kaggle.evaluate.vote import ATTEMPTS, MAX_PASS_K, PASS_KS, Metrics, Slot, VoteResult, VoteTable, score
 from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model import counts_settled
@@ -184,6 +184,11 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
     deadline, always, always_until: see `predict_split` (the logits of keep_logits are `result.predictions.logits`).
     """
     cfg = (cfg or EvaluateConfig()).updated(**settings)
+    # the call's own arguments, before any work: ks=[nan] once failed in numpy after the whole evaluation, and
+    # ks=[0] reported a pass@0
+    ks = tuple(whole_argument("ks item", k, 1, MAX_PASS_K) for k in ks)
+    always = whole_argument("always", always, 0, 2**62)
+    deadline, always_until = seconds_argument("deadline", deadline), seconds_argument("always_until", always_until)
     t0 = time.perf_counter()
     device = place_model(model, device)
     test_set = load_test_set(dataset_dir)

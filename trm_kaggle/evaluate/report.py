@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Collection, Sequence
 import numpy as np
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text
+from trm_kaggle.config import whole_argument
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.stats import format_breakdown, format_interval
 from trm_kaggle.jsonio import read_json
@@ -222,6 +223,9 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     `weights`: the export evaluated (its path, or `weights_record`'s answer): both files record its path and
     digest, and a folder holding the report of other weights is refused (`check_report_dir`)."""
     out = Path(out_dir)
+    # the call's counts, before any work: attempts=-1 was an IndexError while drawing, 0 a picture of no attempt
+    first_n, top = whole_argument("first_n", first_n, 0, 10**6), whole_argument("top", top, 1, 10**6)
+    attempts = whole_argument("attempts", attempts, 1, 10)  # candidates drawn per row: past 10 none can be read
     problem = nothing_to_score(result)
     if problem:  # no data is not a zero: nothing is written
         raise DataError(problem)

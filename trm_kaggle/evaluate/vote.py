@@ -47,6 +47,8 @@ from trm_kaggle.evaluate.decode import HEADER, grid_to_key, key_shapes, key_to_g
 from trm_kaggle.evaluate.stats import wilson_interval
 
 PASS_KS = (1, 2, 5, 10, 100, 1000)
+#: The largest K a pass@K is asked for: past any number of candidates a split's votes hold in memory.
+MAX_PASS_K = 10**9
 VOTES_FORMAT = "trm_kaggle.votes/1"
 ATTEMPTS = 2  # ARC Prize: two attempts per test output
 Slot = tuple[str, int]

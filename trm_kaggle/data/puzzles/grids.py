@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from trm_kaggle.config import MAX_GRID_CELLS, whole_argument
 from trm_kaggle.data.format import BLANK_IDENTIFIER, DatasetWriter, SplitWriter
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import parse_json, readable_file
@@ -61,13 +62,24 @@ class _Identifiers:
         return self.ids[name]
 
 
+def _grid_size(name: str, shape: Any) -> tuple[int, int]:
+    """(rows, cols) of a grid a caller asks for: two whole numbers >= 1 of at most MAX_GRID_CELLS cells (NaN once
+    failed in int(), a million rows asked numpy for 931 GiB), else TRMError naming `name`."""
+    try:
+        rows, cols = (whole_argument(name, size, 1, MAX_GRID_CELLS) for size in shape)
+    except (TypeError, ValueError):  # not two sizes, or one that is no whole number in bounds
+        rows = cols = None
+    if rows is None or rows * cols > MAX_GRID_CELLS:
+        raise TRMError(f"{name} must be two whole sizes (rows, cols) of at most {MAX_GRID_CELLS:,} cells, "
+                       f"got {clipped(shape)}")
+    return rows, cols
+
+
 class _GridChecker:
     """Validates examples against the grid shape and vocabulary; messages say where."""
 
     def __init__(self, vocab_size: int, grid_shape: Sequence[int]):
-        grid_shape = tuple(int(s) for s in grid_shape)
-        if len(grid_shape) != 2 or min(grid_shape) < 1:
-            raise TRMError(f"grid_shape must be two positive sizes (rows, cols), got {grid_shape}")
+        grid_shape = _grid_size("grid_shape", grid_shape)
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or \
                 not 2 <= vocab_size <= 2**31 - 1:
             raise TRMError(f"vocab_size must be a whole number from 2 to 2**31-1, got {clipped(vocab_size)}")
@@ -292,6 +304,7 @@ def text_to_grid(text: str, rows: int = 64, cols: int = 48) -> np.ndarray:
     ASCII (tabs and "\\r" included: expand or strip them first), is refused with DataError
     rather than truncated, because a silently cut program is a wrong training pair.
     """
+    rows, cols = _grid_size("text_to_grid's grid", (rows, cols))
     lines = text.split("\n")
     if len(lines) > rows:
         raise DataError(f"text has {len(lines)} lines, more than the {rows} rows of the grid")
@@ -326,6 +339,8 @@ def grid_to_text(grid: Any) -> str:
     grid = np.asarray(grid)
     if grid.ndim != 2:
         raise DataError(f"a text grid is 2-D, got shape {grid.shape}")
+    if grid.dtype.kind not in "iu":  # NaN tokens were cast to 0 (the end of the text) with a numpy warning
+        raise DataError(f"a text grid holds whole-number tokens, got {grid.dtype}")
     if grid.size and (grid.min() < 0 or grid.max() >= TEXT_VOCAB_SIZE):
         raise DataError(f"text grid tokens must be in 0..{TEXT_VOCAB_SIZE - 1}")
     lines = []
