@@ -218,6 +218,15 @@ def test_a_dataset_folder_name_found_below_the_inputs_is_said_escaped(built, tmp
     assert not any("\x1b" in line for line in lines) and any("d\\x1b[31m" in line for line in lines), lines
 
 
+def test_a_batch_the_dataset_cannot_fill_is_refused_at_build_time(built, tmp_path):
+    """global_batch_size 64 over 40 examples built with exit 0; the Kaggle session then ended "status": "error"."""
+    with pytest.raises(TRMError, match="global_batch_size 64 is larger than the at most 40 examples one epoch"):
+        build_training(tmp_path / "b", ids=IDS, dataset=built.parent / "sudoku4", train_kernel=True,
+                       presets=["sudoku4-cpu"], overrides=["max_steps=6", "global_batch_size=64"], download=False,
+                       log=lambda _: None)
+    assert not (tmp_path / "b").exists()
+
+
 @pytest.mark.parametrize("steps", [-1, 0, True, 2.5, "3"])
 def test_a_session_step_cap_that_is_no_positive_count_is_named(built, tmp_path, steps):
     # -1 trained nothing and blamed a time budget that was not set; True trained one step

@@ -483,8 +483,11 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
     kernels, made = Kernels(), []
     stops = FirstStopOnly()
     pool = ThreadPoolExecutor(max_workers=workers)
+    work_made = not os.path.lexists(out / "work")
     try:
-        return list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update, kernels, made), chosen))
+        runs = list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update, kernels, made), chosen))
+        _remove_if_empty(out / "work", work_made)
+        return runs
     except BaseException:
         stops.hold()
         level = logging.root.manager.disable
@@ -496,10 +499,19 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
             logging.disable(level)
         for work in made:  # ours, and of a run that did not end: nothing of it is kept
             shutil.rmtree(work, ignore_errors=True)
+        _remove_if_empty(out / "work", work_made)
         raise
     finally:
         pool.shutdown(wait=True)
         stops.give_back()
+
+
+def _remove_if_empty(folder: Path, made: bool) -> None:
+    """The folder of the notebooks' work folders, when this run made it and left it empty (a failed notebook's
+    work folder stays in it for a look)."""
+    if made:
+        with contextlib.suppress(OSError):  # not empty, or gone
+            os.rmdir(folder)
 
 
 def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, jobs: int | None,

@@ -158,6 +158,16 @@ def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) ->
     load_train_config(presets=list(presets), overrides=list(overrides))
 
 
+def check_batch_fills(presets: Sequence[str], overrides: Sequence[str], dataset: str | os.PathLike) -> None:
+    """The kernel's global batch against the dataset it is built with: a batch one epoch cannot fill was found
+    out by the Kaggle session ("status": "error"), after the push; now at build time, by train's own check."""
+    from trm_kaggle.data import PuzzleLoader
+    from trm_kaggle.train import load_train_config
+
+    cfg = load_train_config(presets=list(presets), overrides=list(overrides))
+    PuzzleLoader([dataset], "train", cfg.global_batch_size, seed=cfg.seed, prefetch=0).check_batch_fills()
+
+
 #: The training kernel's SAVE_MARGIN default (notebooks/kaggle_train.py; `kaggle_training.DEFAULT_MARGIN`)
 DEFAULT_MARGIN = 600.0
 MIN_TRAIN_S = 60.0  # the least a built session may train (600.5 s once built a kernel that trained 0.5 s)
