@@ -398,16 +398,18 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
         raise TRMError(f"key=value settings ({overrides[0]}) go to the training kernel: add --train-kernel")
     report: dict = {"out_dir": str(out.absolute())}
     if train_kernel:  # settings first: fail before any slow step
-        from trm_kaggle.kaggle.train_kernel import check_batch_fills, check_train_budget, check_training_settings
+        from trm_kaggle.kaggle.train_kernel import check_train_budget, check_training_settings
 
         check_training_settings(presets, overrides)
         check_train_budget(time_budget)
-        if dataset is not None:
-            check_batch_fills(presets, overrides, dataset)
     if continue_from is not None:  # before the lock and the data: a refused bundle builds nothing
         if not train_kernel:
             raise TRMError("--continue-from goes with --train-kernel (the kernel that resumes from it)")
         check_continue_from(continue_from, **({"runner": runner} if runner is not None else {}))
+    if train_kernel and dataset is not None:  # the data read (once the cheap checks passed): its batch fills
+        from trm_kaggle.kaggle.train_kernel import check_batch_fills
+
+        check_batch_fills(presets, overrides, dataset)
     _check_parts(out, {**({DATA_DIR: "kaggle data dataset"} if dataset is not None else {}),
                        **({RUN_STATE_DIR: "kaggle run-state dataset"} if continue_from is not None else {}),
                        **({"wheels": "kaggle wheels dataset", TRAIN_KERNEL_DIR: "kaggle training kernel"}
