@@ -446,3 +446,22 @@ def test_a_toleration_given_twice_is_refused(tmp_path, capsys):
     assert main(argv) == 2
     assert "toleration 'gpu:NoSchedule' is given twice" in one_error_line(capsys)
     assert not (tmp_path / "jobs").exists()
+
+
+def kubernetes_expanded(value: str, env: dict[str, str]) -> str:
+    """An env value as Kubernetes gives it to the container: `$$` is `$`, `$(NAME)` an earlier variable's value."""
+    import re
+
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), value)
+
+
+def test_an_env_value_reaches_the_worker_as_given(tmp_path):
+    """`--env 'A=$(JOB_COMPLETION_INDEX)x' --env 'B=$$y'` were written verbatim: Kubernetes expands the first to
+    0x or 1x and reads the second as `$y` (the SLURM script exports both as given)."""
+    given = {"A": "$(JOB_COMPLETION_INDEX)x", "B": "$$y", "C": "plain $ sign"}
+    out = tmp_path / "jobs"
+    assert main([*K8S, "--out", str(out), *[f"--env={k}={v}" for k, v in given.items()]]) == 0
+    container = by_kind(docs_of(out / "arc2-2x8.yaml"))["Job"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert {k: kubernetes_expanded(env[k], {"JOB_COMPLETION_INDEX": "0"}) for k in given} == given

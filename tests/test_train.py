@@ -142,6 +142,14 @@ def test_a_test_path_that_is_no_dataset_is_refused_before_the_first_step(sudoku4
     train(cfg_for(sudoku4, tmp_path / "ok", "max_steps=1", "eval_interval=1", f"data_paths_test=[{sudoku4}]"))
 
 
+@pytest.mark.parametrize("deadline", [float("nan"), float("inf"), "soon", True])
+def test_a_deadline_that_is_no_finite_time_is_named_before_the_run(sudoku4, tmp_path, deadline):
+    """`train(cfg, deadline=nan)` trained: NaN compares false with every clock, so no deadline ever came."""
+    with pytest.raises(ValueError, match="deadline=.*expected a finite number of seconds, or None"):
+        train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"), deadline=deadline)
+    assert not (tmp_path / "r").exists()
+
+
 def test_no_eval_interval_evaluates_once_at_the_schedules_end(sudoku4, tmp_path):
     """eval_interval=None is documented (and refused beside min_eval_interval) as "only the end evaluates", as
     upstream (its eval_interval is then the run's epochs); no evaluation ran at all."""

@@ -113,7 +113,9 @@ def pytorch_job(cluster: ClusterConfig, job: ClusterJob, export: str | None) -> 
 def pod_template(cluster: ClusterConfig, job: ClusterJob, *, container: str, command: list[str],
                  env: list[dict], port_name: str, restart: str | None) -> dict[str, Any]:
     k8s = cluster.k8s
-    env = env + [{"name": k, "value": v} for k, _, v in (e.partition("=") for e in cluster.env)]
+    # Kubernetes expands `$(NAME)` in an env value and reads `$$` as `$`: each `$` doubled, the worker gets the
+    # value as given (as the SLURM script's quoted export gives it)
+    env = env + [{"name": k, "value": v.replace("$", "$$")} for k, _, v in (e.partition("=") for e in cluster.env)]
     main: dict[str, Any] = {
         "name": container, "image": k8s.image, "imagePullPolicy": "IfNotPresent", "command": command,
         "workingDir": k8s.mount, "env": env,

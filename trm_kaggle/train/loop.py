@@ -26,7 +26,7 @@ import time
 from typing import Callable
 
 from trm_kaggle import xla
-from trm_kaggle.config import TrainConfig
+from trm_kaggle.config import TrainConfig, seconds_argument
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.evaluation import Evaluations
 from trm_kaggle.train.memory import MemoryWatch
@@ -57,6 +57,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     `TrainingInterrupted` (see `trm_kaggle.train.stops`); an evaluation that would end after the deadline is
     skipped, with a warning. A run that had already reached its last step is left as it is
     (`TrainResult.already_done`)."""
+    deadline = seconds_argument("deadline", deadline)  # NaN compared false with every clock: no deadline at all
     with contextlib.ExitStack() as held:
         run = prepare(cfg, held, deadline=deadline, banner=banner, rules=rules)
         if isinstance(run, TrainResult):
