@@ -207,6 +207,18 @@ def test_a_working_folder_inside_a_folder_this_package_builds_whole_is_refused_b
     assert sorted(p.name for p in data.iterdir()) == sorted([*before, "session.json"])  # the record alone
 
 
+def test_a_weights_folder_the_export_would_not_replace_is_refused_before_training(built, tmp_path):
+    """WORKING/weights holding a file of the user's: the session trained, then export_run refused to replace it."""
+    (tmp_path / "w" / "weights").mkdir(parents=True)
+    (tmp_path / "w" / "weights" / "notes.txt").write_text("mine")
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "nothing", working=tmp_path / "w", preset="sudoku4-cpu",
+                    overrides=SETTINGS, data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and r.status == "refused" and r.step == 0, lines
+    assert "is not an export written by this package" in lines[-1], lines
+    assert not (tmp_path / "w" / "run").exists() and (tmp_path / "w" / "weights" / "notes.txt").read_text() == "mine"
+
+
 def test_a_dataset_folder_name_found_below_the_inputs_is_said_escaped(built, tmp_path):
     """The session's lines name the dataset it found below KAGGLE_INPUT: a folder named with an escape sequence
     reached the kernel's output raw."""
@@ -216,6 +228,7 @@ def test_a_dataset_folder_name_found_below_the_inputs_is_said_escaped(built, tmp
                     time_budget=None, session_steps=1, echo=lines.append)
     assert r.ok, lines
     assert not any("\x1b" in line for line in lines) and any("d\\x1b[31m" in line for line in lines), lines
+    assert not any("\\n" in line for line in lines), lines  # the training's two-line summary: two lines, as before
 
 
 def test_a_batch_the_dataset_cannot_fill_is_refused_at_build_time(built, tmp_path):

@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.atomic import atomic_write_json, replace_problem
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import one_line
@@ -289,8 +289,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     `save_every_s=` in `overrides` wins) spaces the timed train states; `scratch` is where packed datasets are
     unpacked (default `default_scratch()`)."""
     started = time.time() if started is None else started
-    say = echo
-    echo = lambda line: say(one_line(line))  # noqa: E731 - a folder found below the inputs may hold an escape
+    echo = _escaped(echo)  # a folder found below the inputs may hold an escape sequence
     report = SessionReport()
     working = Path(working)
     timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
@@ -352,6 +351,15 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     return report
 
 
+def _escaped(echo: Callable[[str], None]) -> Callable[[str], None]:
+    """`echo`, each line of a text given one line at a time with its control characters escaped (the training's
+    summary is two lines: a newline between them stays one)."""
+    def say(text: str) -> None:
+        for line in str(text).split("\n"):
+            echo(one_line(line))
+    return say
+
+
 def _export_interrupted(report: SessionReport, working: Path, echo: Callable[[str], None]) -> None:
     """An interrupted session's weights, exported from the state it just saved (the last thing it does: the
     stop may be followed by a kill)."""
@@ -385,6 +393,8 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     try:  # where the session writes, before any data is opened or step trained: a KAGGLE_WORKING inside a dataset
         # or a folder this package builds whole trained a whole session there, then refused only its export
         check_kept([], [Output(run_dir, "run folder", "folder"), Output(working / WEIGHTS, "weights", "replaced")])
+        if problem := replace_problem(working / WEIGHTS, "export", "weights"):  # a folder export_run won't replace
+            raise TRMError(problem)
     except TRMError:
         report.status = "refused"
         raise
