@@ -162,3 +162,40 @@ def test_submits_closing_line_shows_a_typed_output_escaped(tmp_path, capsys):
                  "--work-dir", str(tmp_path / "w"), "--num-aug", "0", "--finetune", "none", "--no-progress"]) == 0
     said = capsys.readouterr()
     assert out.is_file() and "\x1b" not in said.out + said.err and "s\\x1b[2J.json (valid)" in said.out, said.out
+
+
+def _nul_calls(tmp_path):
+    """Each library writer and setting given a path holding a NUL byte (the command line cannot pass one)."""
+    import numpy as np
+
+    from trm_kaggle.config import SolveConfig, TrainConfig
+    from trm_kaggle.data import build_grid_dataset
+    from trm_kaggle.evaluate import write_submission
+    from trm_kaggle.train import checkpoint as ckpt
+
+    bad = str(tmp_path / "a\x00b")
+    pair = [("p", [(np.ones((3, 3), int), np.ones((3, 3), int))])]
+    return {
+        "write_submission": lambda: write_submission(bad, {"t": []}),
+        "build_grid_dataset": lambda: build_grid_dataset(bad, train=[pair], test=[pair], vocab_size=5,
+                                                         grid_shape=(3, 3)),
+        "export_run(out=)": lambda: ckpt.export_run(tmp_path / "run", bad),
+        "export_run(run=)": lambda: ckpt.export_run(bad, tmp_path / "out"),
+        "SolveConfig(output=)": lambda: SolveConfig(challenges="c.json", weights="w", output=bad),
+        "TrainConfig(checkpoint_path=)": lambda: TrainConfig(checkpoint_path=bad),
+        "TrainConfig(data_paths=)": lambda: TrainConfig(data_paths=[bad]),
+    }
+
+
+@pytest.mark.parametrize("call", ["write_submission", "build_grid_dataset", "export_run(out=)", "export_run(run=)",
+                                  "SolveConfig(output=)", "TrainConfig(checkpoint_path=)",
+                                  "TrainConfig(data_paths=)"])
+def test_a_path_holding_a_nul_byte_is_named_by_every_writer(tmp_path, call):
+    """Python's bare "ValueError: embedded null byte" named neither the path nor what it was for (solve, the
+    writers, export_run, a setting); export_run's message printed the NUL itself."""
+    from trm_kaggle.errors import TRMError
+
+    with pytest.raises((ValueError, TRMError), match="holds a NUL byte") as caught:
+        _nul_calls(tmp_path)[call]()
+    assert "\x00" not in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written

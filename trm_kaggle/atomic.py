@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 from trm_kaggle.errors import TRMError, as_os_error, with_path
 from trm_kaggle.jsonio import is_regular, not_regular, read_json
-from trm_kaggle.outputs import OWNER_RECORD, Output, link_problem, special_kind, writable_problem
+from trm_kaggle.outputs import OWNER_RECORD, Output, link_problem, refuse_nul, special_kind, writable_problem
 
 PARTIAL_MARK = ".partial-"
 OLD_MARK = ".old-"
@@ -88,6 +88,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
     A symbolic link at `path` is itself replaced and its target left as it is, unless `through_link`: a path
     the user named, whose link is then written through (`written_path`). Any OSError of the write (a full
     disk, a file size limit) names `path`, also when the writer (torch, numpy) reported it in its own words."""
+    refuse_nul(path, "output")
     path = written_path(path) if through_link else Path(path)
     if kind := special_kind(path):  # a FIFO or a device someone put there is not ours to replace
         raise TRMError(f"{path} is {kind}, not a file: it is not replaced (choose another path)")
@@ -432,6 +433,7 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     fails, no `.partial-<pid>` or `.old-<pid>` directory is left behind (the old output is put back
     when the new one could not take its place).
     """
+    refuse_nul(target, f"output {kind}")
     problem = replace_problem(target, kind)
     if problem:
         raise TRMError(problem)

@@ -68,7 +68,15 @@ class Output:
         return self.writes is None or any(fnmatch.fnmatchcase(inside.parts[0], p) for p in self.writes)
 
 
+def refuse_nul(path: str | os.PathLike, what: str = "path") -> None:
+    """TRMError when `path` holds a NUL byte: no file name can, and the system's "embedded null byte" named
+    neither the path nor what it was for (every writer asks this first; readers: `jsonio.open_regular`)."""
+    if "\0" in os.fspath(path):
+        raise TRMError(f"{what} {os.fspath(path)!r} holds a NUL byte, which no file name can")
+
+
 def _resolved(path: str | os.PathLike) -> Path:
+    refuse_nul(path)
     return Path(os.path.realpath(os.fspath(path)))
 
 

@@ -213,7 +213,16 @@ class _Config(BaseModel):
     @field_validator("*", mode="after")
     @classmethod
     def _numbers_in_range(cls, value):
+        if _holds_nul(value):  # no path, name or choice holds one: the system said "embedded null byte", no more
+            raise ValueError("holds a NUL byte, which no path or name can")
         return _checked_number(value)
+
+
+def _holds_nul(value) -> bool:
+    """Whether a setting's text (or a text of its list) holds a NUL byte."""
+    if isinstance(value, str):
+        return "\0" in value
+    return isinstance(value, (list, tuple)) and any(isinstance(v, str) and "\0" in v for v in value)
 
 
 #: torch.compile of the model (`trm_kaggle.model.compiling`): auto = on for CUDA, off elsewhere; on; off.

@@ -43,7 +43,7 @@ from trm_kaggle.hardware import choose_threads, cuda_problem, pick_device, visib
 from trm_kaggle.jsonio import open_regular
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.model import cache_problem, resolve_compile
-from trm_kaggle.outputs import check_kept
+from trm_kaggle.outputs import Output, check_kept, writable_problem
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import NotArcModel, export_canvas
@@ -152,6 +152,8 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     start = time.monotonic() if start is None else start
     # an output never overwrites, holds or breaks an input, whoever calls (`submit` checked it, and more, already)
     check_kept(*solve_io(cfg.challenges, cfg.weights, cfg.output, cfg.work_dir, cfg.compile_cache, flags=False))
+    if problem := writable_problem(Output(cfg.output, "output")):  # before the lock makes the work dir: `output=""`
+        raise TRMError(problem)  # (a folder) was refused only after the work dir beside it was made
     duplicates: set[str] = set()
     challenges = read_challenges(cfg.challenges, duplicates)
     require_tasks(challenges, cfg.challenges, "there is nothing to answer")
