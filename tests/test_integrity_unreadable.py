@@ -412,3 +412,44 @@ def test_every_commands_input_that_is_a_dangling_link_is_named_so(tmp_path, caps
     line = one_error_line(capsys, main([a.format(link=link, out=out) for a in argv]))
     assert f"{what} {link} is a symbolic link to {tmp_path / 'nowhere'}, which does not exist" in line, line
     assert not out.exists()
+
+
+def without_root_overrides() -> list[str]:
+    """The prefix that runs a command without root's file-permission override (none when the tests are not root)."""
+    import shutil
+
+    if not AS_ROOT:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("as root, a folder's mode stops no listing: this needs setpriv (util-linux) to drop the override")
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
+
+
+@pytest.mark.parametrize("mode", [0o000, 0o311])
+def test_a_run_folder_that_cannot_be_listed_is_named_as_such(trained, tmp_path, mode):
+    """`export RUN` of a run folder this user cannot list said "no train state": the glob found none."""
+    run = copy_run(trained, tmp_path / "run")
+    prefix = without_root_overrides()
+    run.chmod(mode)
+    try:
+        done = subprocess.run([*prefix, sys.executable, "-m", "trm_kaggle", "export", str(run), "--out",
+                               str(tmp_path / "ex")], capture_output=True, text=True, timeout=300)
+    finally:
+        run.chmod(0o755)
+    assert done.returncode == 2 and "Permission denied" in done.stderr, done.stderr
+    assert "no train state" not in done.stderr and not (tmp_path / "ex").exists()
+
+
+def test_an_export_folder_that_cannot_be_read_is_not_called_no_export(tmp_path):
+    """`build_bundle.py --weights EXP` of a folder mode 000 said "not an export (needs weights.safetensors + ...)"."""
+    exp = make_export(tmp_path / "exp")
+    prefix = without_root_overrides()
+    code = ("import sys; from pathlib import Path; from trm_kaggle.kaggle.weights_dataset import export_problem; "
+            "print(export_problem(Path(sys.argv[1])))")
+    exp.chmod(0)
+    try:
+        done = subprocess.run([*prefix, sys.executable, "-c", code, str(exp)], capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        exp.chmod(0o755)
+    assert done.returncode == 0 and "Permission denied" in done.stdout and "not an export" not in done.stdout, done

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.kaggle.metadata import (
     DATASET_META, LICENSE, MODEL_CARD, REPO_ROOT, BundleIds, dataset_metadata, write_manifest,
@@ -28,6 +28,11 @@ def export_problem(path: Path) -> str | None:
 
     cfg = Path(path) / "config.json"
     if not is_regular(cfg, "config.json") or not is_regular(Path(path) / "weights.safetensors", "weights"):
+        if os.path.isdir(path):
+            try:  # a folder this user cannot read hides its files: the permission is the cause, not the folder
+                os.listdir(path)
+            except OSError as e:
+                return f"cannot be read ({os_error_line(e)})"
         return "not an export (needs weights.safetensors + config.json)"
     try:
         config = read_json(cfg, "config.json")

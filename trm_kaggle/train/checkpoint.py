@@ -37,7 +37,7 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.data import DatasetMetadata, contents_hash
-from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile
+from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile, os_error_line
 from trm_kaggle.jsonio import (directory_problem, is_regular, open_regular, parse_json, read_failure, read_json,
                                readable_file)
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
@@ -119,6 +119,11 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
         if os.path.islink(run_dir) and not os.path.exists(run_dir):
             raise TRMError(directory_problem(run_dir, "run folder"))  # a loop of links, a dangling link: said so
         missing = not os.path.lexists(run_dir)  # a typo: said as missing, not as a run without states
+        if not missing and os.path.isdir(run_dir):
+            try:  # a folder this user cannot list hides its states: the glob found none, the listing says why
+                os.listdir(run_dir)
+            except OSError as e:
+                raise TRMError(f"run folder {os_error_line(e)}") from None
         raise TRMError(f"{run_dir}: " + ("no such file or folder" if missing else "no train state (state_step*.pt)"))
     errors: list[str] = []
     damaged: list[Path] = []
