@@ -453,3 +453,22 @@ def test_an_export_folder_that_cannot_be_read_is_not_called_no_export(tmp_path):
     finally:
         exp.chmod(0o755)
     assert done.returncode == 0 and "Permission denied" in done.stdout and "not an export" not in done.stdout, done
+
+
+def test_a_dataset_holding_a_read_only_folder_is_refused_before_it_is_replaced(tmp_path):
+    """Its train/ mode 555: the new dataset took its place, exit 0, and the old split stayed beside it as
+    `s.old-<pid>/` with no record (so nothing would ever remove it)."""
+    out = tmp_path / "s"
+    build = [sys.executable, "-m", "trm_kaggle", "build-sudoku", "--output-dir", str(out), "--size", "4",
+             "--num-test", "2", "--no-progress"]
+    assert subprocess.run([*build, "--num-train", "8"], capture_output=True).returncode == 0
+    before = sorted(p.name for p in (out / "train").iterdir())
+    prefix = without_root_overrides()
+    (out / "train").chmod(0o555)
+    try:
+        done = subprocess.run([*prefix, *build, "--num-train", "6"], capture_output=True, text=True, timeout=300)
+    finally:
+        (out / "train").chmod(0o755)
+    assert done.returncode == 2 and f"{out / 'train'} (inside {out}) is read-only" in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"] and sorted(p.name for p in (out / "train").iterdir()) \
+        == before

@@ -238,6 +238,8 @@ def _write_partial_record(record: Path) -> None:
 
 def _discard_partial(tmp: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
+    if os.path.lexists(tmp) and not tmp.is_symlink():  # not all of it could go: its record stays, so that it is
+        return  # known ours and a later run of this package removes it (`remove_stale_partials`)
     with contextlib.suppress(OSError):
         _partial_record(tmp).unlink()
 
@@ -354,6 +356,10 @@ def replace_problem(target: str | os.PathLike, kind: str, what: str = "output") 
     if real.is_dir() and any(real.iterdir()) and (problem := owner_problem(real, kind)):
         return (f"{Path(target).absolute()} exists, is not empty and is not {_a(kind)} written by this package "
                 f"({problem}); refusing to replace it (choose another output directory)")
+    for folder, _, _ in os.walk(real) if real.is_dir() else ():  # the old one is removed once the new stands: a
+        if not os.access(folder, os.W_OK | os.X_OK):  # read-only folder inside it kept its files beside the new
+            return (f"{folder} (inside {Path(target).absolute()}) is read-only: the {kind} it holds could not be "
+                    "removed once replaced; make it writable or choose another output directory")
     return None
 
 
