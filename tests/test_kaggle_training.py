@@ -153,7 +153,9 @@ def test_a_previous_output_of_another_config_is_refused_in_one_line(built, first
     working, log = session(tmp_path / "s", other, kernel_name, previous=one)
     errors = [line for line in log.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "another model or config" in errors[0] and "L_cycles" in errors[0], log
-    assert report(working)["status"] == "refused" and not (working / "run").exists()  # nothing trained
+    assert report(working)["status"] == "refused"  # nothing trained; the state is carried for the next session
+    (carried,) = ckpt.list_states(working / "run")
+    assert carried.read_bytes() == ckpt.list_states(one / "run")[-1].read_bytes()
 
 
 def test_a_truncated_newest_state_resumes_from_the_one_before(built, tmp_path):
@@ -262,7 +264,8 @@ def test_a_budget_shorter_than_one_step_and_out_of_memory_keep_the_previous_stat
     lines: list[str] = []
     r = run_session(input_root=prev, working=tmp_path / "w0", preset="sudoku4-cpu", overrides=SETTINGS,
                     data_dir=other, time_budget=None, echo=lines.append)
-    assert r.status == "refused" and "another dataset" in lines[-1] and not (tmp_path / "w0" / "run").exists()
+    assert r.status == "refused" and "another dataset" in lines[-1]
+    assert ckpt.list_states(tmp_path / "w0" / "run")[-1].read_bytes() == before  # carried, never trained on
 
     import trm_kaggle.train.loop as loop
 
@@ -284,6 +287,21 @@ def test_a_budget_shorter_than_one_step_and_out_of_memory_keep_the_previous_stat
                     data_dir=built / "data", time_budget=None, echo=lines.append)
     assert not r.ok and lines[-1].startswith("error: out of memory") and "does not fit" in lines[-1]
     assert state.read_bytes() == before and ckpt.newest_step(tmp_path / "w2" / "run") == 2
+
+
+def test_a_refused_session_carries_the_previous_state_so_the_next_one_resumes(built, tmp_path):
+    """Session 2 refused before it copied the state (its data dataset not attached yet): its output held only
+    session.json, and session 3, given that output, started a new run from step 0 with status "trained"."""
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    time_budget=None, echo=lines.append)
+    assert not r.ok and "no dataset" in lines[-1] and r.step == 2, lines  # session.json says where the run stands
+    r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    assert r.ok and r.start_step == 2 and r.step == 3 and r.resumed_from, r
 
 
 def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):

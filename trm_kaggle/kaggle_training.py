@@ -399,6 +399,19 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         report.status = "refused"
         raise
     roots = input_roots(input_root, scratch, echo)
+    in_place = bool(ckpt.list_states(run_dir))  # this Kaggle session already trained (the notebook run again)
+    carried = None
+    if not in_place:
+        try:
+            carried = previous_state(roots, run_dir)
+        except TRMError:
+            report.status = "refused"
+            raise
+        if carried is not None:  # into this session's output first: were the session refused below (its data not
+            # attached yet, other settings), its output still holds the state, and the next one resumes from it
+            copy_state(carried[0], run_dir)  # (an output of no state made the next session start from step 0)
+            report.start_step = report.step = int(carried[1]["step"])
+            echo(f"previous output: {carried[0]} (step {report.step}) copied to {run_dir}")
     data = Path(data_dir) if data_dir else find_dataset(roots)
     if data_dir and packed_manifest(data) is not None:  # DATA_DIR names the attached (packed) data dataset
         data = open_packed(data, scratch, say=echo)
@@ -411,29 +424,22 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     report.target_step = target
     echo(f"dataset: {data}; the run ends at step {target}")
 
-    if ckpt.list_states(run_dir):  # this Kaggle session already trained (the notebook run again in place)
+    if in_place:
         start = ckpt.newest_step(run_dir)
         echo(f"resuming the states already in {run_dir} (step {start})")
+    elif carried is None:
+        start = 0
+        echo(f"no previous train state under {input_root}: starting a new run")
     else:
+        path, state = carried
         try:
-            found = previous_state(roots, run_dir)
+            refuse_other_run(path, state, cfg)
         except TRMError:
             report.status = "refused"
             raise
-        if found is None:
-            start = 0
-            echo(f"no previous train state under {input_root}: starting a new run")
-        else:
-            path, state = found
-            try:
-                refuse_other_run(path, state, cfg)
-            except TRMError:
-                report.status = "refused"
-                raise
-            start = int(state["step"])
-            report.resumed_from = str(path)
-            copy_state(path, run_dir)
-            echo(f"previous output: {path} (step {start}) copied to {run_dir}; resuming")
+        start = int(state["step"])
+        report.resumed_from = str(path)
+        echo(f"resuming from step {start}")
     report.start_step = report.step = start
 
     if start >= target:
