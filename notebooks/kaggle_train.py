@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -165,9 +165,26 @@ def fail(message):
         print(f"error: could not write {SESSION}: {e}", flush=True)
 
 
+def built_whole_above(folder):
+    """The folder at or above `folder` that the package built whole (a dataset, a bundle part: it holds
+    `.trm_kaggle_output.json`), or None: written into, its command could no longer replace it."""
+    for at in (Path(folder).absolute(), *Path(folder).absolute().parents):
+        try:
+            if (at / ".trm_kaggle_output.json").is_file():
+                return at
+        except OSError:  # a part this user cannot look into: not one of ours to protect
+            pass
+    return None
+
+
 try:
-    Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
-    write_session("started", "the session has not finished (stopped before it wrote its report)")
+    if (owned := built_whole_above(KAGGLE_WORKING)) is not None:  # said before session.json is written there
+        READY = False
+        print(f"error: KAGGLE_WORKING {KAGGLE_WORKING} lies in {owned}, a folder the package builds whole "
+              "(.trm_kaggle_output.json): nothing is written there; choose a folder of its own", flush=True)
+    else:
+        Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
+        write_session("started", "the session has not finished (stopped before it wrote its report)")
 except (OSError, ValueError) as e:  # ValueError: a path the system cannot take; the notebook never raises
     READY = False
     if SESSION.is_dir() and not SESSION.is_symlink():  # the folder is writable: what stands in the way is named

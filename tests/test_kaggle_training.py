@@ -304,6 +304,16 @@ def test_a_refused_session_carries_the_previous_state_so_the_next_one_resumes(bu
     assert r.ok and r.start_step == 2 and r.step == 3 and r.resumed_from, r
 
 
+def test_a_working_folder_in_a_bundle_part_gets_no_session_record(built, tmp_path, kernel_name):
+    """KAGGLE_WORKING=BUNDLE/wheels: the session was refused, but its first cell had written session.json into the
+    wheels dataset, which build_bundle.py then refused to replace ("1 entries this package did not write")."""
+    part = Path(shutil.copytree(built / "wheels", tmp_path / "wheels"))
+    before = sorted(p.name for p in part.iterdir())
+    _, log = session(tmp_path / "s", built, kernel_name, KAGGLE_WORKING=str(part / "sub"))
+    assert f"KAGGLE_WORKING {part / 'sub'} lies in {part}, a folder the package builds whole" in log, log
+    assert sorted(p.name for p in part.iterdir()) == before
+
+
 def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):
     meta = json.loads((built / "train-kernel" / "kernel-metadata.json").read_text())
     assert meta["machine_shape"] == "NvidiaTeslaT4" and meta["enable_gpu"] is True
