@@ -760,3 +760,19 @@ def test_an_output_that_is_a_folder_is_refused_before_the_work_dir_is_made(unsee
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and not list((tmp_path / "out").iterdir())
     with pytest.raises(ValueError, match="output"):
         cfg(unseen, tmp_path, output="")
+
+
+def test_a_weights_path_holding_an_escape_sequence_never_reaches_the_terminal_raw(unseen, tmp_path, capsys):
+    """Damaged weights in a folder named `w<ESC>[31mx`: the workers' failure lines and submit's closing `error:`
+    line printed the escape sequence raw."""
+    import shutil
+
+    weights = Path(shutil.copytree(unseen[1], tmp_path / "w\x1b[31mx"))
+    with open(weights / "weights.safetensors", "r+b") as f:
+        f.truncate(50)
+    rc = main(["submit", "--challenges", str(unseen[0]), "--weights", str(weights), "--output",
+               str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "work"), "--time-budget", "100",
+               "--num-aug", "1", "--finetune-steps", "1", "--device", "cpu"])
+    out = capsys.readouterr()
+    assert rc == 3 and "w\\x1b[31mx" in out.err, out.err
+    assert "\x1b" not in out.out + out.err

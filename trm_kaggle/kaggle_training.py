@@ -48,7 +48,7 @@ from typing import Any, Callable, Sequence
 from trm_kaggle.atomic import atomic_write_json, replace_problem
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.wording import one_line
+from trm_kaggle.wording import escaped_lines
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +289,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     `save_every_s=` in `overrides` wins) spaces the timed train states; `scratch` is where packed datasets are
     unpacked (default `default_scratch()`)."""
     started = time.time() if started is None else started
-    echo = _escaped(echo)  # a folder found below the inputs may hold an escape sequence
+    echo = escaped_lines(echo)  # a folder found below the inputs may hold an escape sequence
     report = SessionReport()
     working = Path(working)
     timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
@@ -349,15 +349,6 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
         finally:
             _session_running.clear()
     return report
-
-
-def _escaped(echo: Callable[[str], None]) -> Callable[[str], None]:
-    """`echo`, each line of a text given one line at a time with its control characters escaped (the training's
-    summary is two lines: a newline between them stays one)."""
-    def say(text: str) -> None:
-        for line in str(text).split("\n"):
-            echo(one_line(line))
-    return say
 
 
 def _export_interrupted(report: SessionReport, working: Path, echo: Callable[[str], None]) -> None:

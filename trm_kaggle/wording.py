@@ -4,6 +4,7 @@ console that never fails on a character it cannot show."""
 from __future__ import annotations
 
 import sys
+from typing import Callable
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
@@ -22,6 +23,16 @@ def one_line(text: str) -> str:
     """`text` as one terminal line: control characters escaped (a newline in a file's name once split an `error:`
     line in two, an escape sequence in one cleared the screen); nothing cut."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
+def escaped_lines(echo: Callable[[str], None]) -> Callable[[str], None]:
+    """`echo`, given a text one line at a time with each line's control characters escaped: a path or an id in it
+    (a folder found below a kernel's inputs, a task id) may hold an escape sequence, while a text of two lines
+    (a summary) stays two lines."""
+    def say(text: str) -> None:
+        for line in str(text).split("\n"):
+            echo(one_line(line))
+    return say
 
 
 def clipped(value: object, limit: int = 80) -> str:

@@ -99,14 +99,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not report.get("model_tasks") and refused and report["valid"]:  # nothing reached the model: say why
         task, why = next(iter(refused.items()))
         more = f" (and {count(len(refused) - 1, 'other task')})" if len(refused) > 1 else ""
-        print(f"error: every task was refused before the model: task {shown_name(task)}: {why}{more}; "
-              f"{report['output']} "
-              f"holds the fallback answers", file=sys.stderr)
+        print(one_line(f"error: every task was refused before the model: task {shown_name(task)}: {why}{more}; "
+                       f"{report['output']} holds the fallback answers"), file=sys.stderr)
         return MODEL_FAILED_STATUS
     if report.get("model_failed") and report["valid"]:  # one line for the cause, not one per task it cost
-        print(f"error: the model could not run on any of its {count(report['model_tasks'], 'task')}: "
-              f"{report['model_failed']}; {report['output']} holds the fallback answers"
-              + (f" (details: {report['details']})" if report.get("details") else ""), file=sys.stderr)
+        print(one_line(f"error: the model could not run on any of its {count(report['model_tasks'], 'task')}: "
+                       f"{report['model_failed']}; {report['output']} holds the fallback answers"
+                       + (f" (details: {report['details']})" if report.get("details") else "")), file=sys.stderr)
         return MODEL_FAILED_STATUS
     if refused:  # some tasks refused, the others ran: each costs itself alone, and is named here
         shown = list(refused.items())[:3]
@@ -115,7 +114,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
               + "; ".join(f"task {shown_name(task)}: {why}" for task, why in shown) + more
               + (f" (all: {report['details']})" if report.get("details") else ""), file=sys.stderr)
     for e in report["errors"]:
-        print(f"warning: {e}", file=sys.stderr)
+        print(one_line(f"warning: {e}"), file=sys.stderr)
     return 0 if report["valid"] else 1
 
 

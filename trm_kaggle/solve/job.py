@@ -49,7 +49,7 @@ from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import NotArcModel, export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, solve_io, task_digest
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
-from trm_kaggle.wording import shown
+from trm_kaggle.wording import escaped_lines, shown
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     `echo` gets one line per phase (default: stderr with `progress`, else the log); `on_poll` is called while
     spawned workers run (tests use it to kill one)."""
     budget = Budget(cfg.time_budget, cfg.safety_margin, start)
-    say = echo or _echo(cfg)
+    say = escaped_lines(echo or _echo(cfg))  # a worker's error names the weights' path: it may hold an escape
     report: dict[str, Any] = {"tasks": len(challenges), "errors": []}
     output = RewrittenFile(cfg.output)  # a second submit writing it meanwhile is seen, never overwritten
     report.update(_write_answer(cfg, output, challenges, {}, duplicates, first=True))  # the fallback, before all else
