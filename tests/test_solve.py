@@ -776,3 +776,14 @@ def test_a_weights_path_holding_an_escape_sequence_never_reaches_the_terminal_ra
     out = capsys.readouterr()
     assert rc == 3 and "w\\x1b[31mx" in out.err, out.err
     assert "\x1b" not in out.out + out.err
+
+
+@pytest.mark.parametrize("output", ["", ".", "/"])
+def test_an_output_that_names_a_folder_is_one_line_not_a_traceback(unseen, tmp_path, capsys, monkeypatch, output):
+    """`submit --output .` was a ValueError traceback ("PurePosixPath('.') has an empty name"), exit 1."""
+    monkeypatch.chdir(tmp_path)
+    rc = main(["submit", "--challenges", str(unseen[0]), "--weights", str(unseen[1]), "--output", output,
+               "--time-budget", "30"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == f"error: --output {output!r} names a folder, not a submission file\n", err
+    assert not list(tmp_path.iterdir())

@@ -180,7 +180,10 @@ def _submit(args: argparse.Namespace) -> IO:
     from trm_kaggle.config import default_work_dir
     from trm_kaggle.solve import solve_io
 
-    work_dir = args.work_dir or default_work_dir(args.output)
+    try:
+        work_dir = args.work_dir or default_work_dir(args.output)
+    except ValueError as e:  # `--output .`: a traceback from the path's name
+        raise TRMError(f"--output {e}") from None
     # one nobody typed is named as what it is: the folder beside --output, after its name
     what = "--work-dir" if args.work_dir else "--work-dir (by default beside --output)"
     _refuse_run_folder(work_dir, what)

@@ -21,6 +21,8 @@ def default_work_dir(output: str) -> str:
     """`submit`'s work folder when none is named: beside the submission, named after it (runs/s.json ->
     runs/s-ttt), so that it lands where its output does and two submissions in one folder keep theirs apart."""
     path = PurePath(output)
+    if not path.name:  # "", ".", "/": a folder, where a submission file goes (with_name raised its own error)
+        raise ValueError(f"{output!r} names a folder, not a submission file")
     return str(path.with_name(f"{path.stem}-ttt"))
 
 
