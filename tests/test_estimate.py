@@ -408,3 +408,30 @@ def test_estimate_refuses_a_preset_modifier_that_sets_no_architecture(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --preset sudoku4-cpu+lion+batch2048+no-ema: lion sets no architecture (beta2, optimizer), "
                    "and estimate times the preset's architecture alone: drop lion"], err
+
+
+@pytest.mark.parametrize("arguments, words", [
+    (dict(act_steps=-3), "act_steps=-3"),  # priced negative seconds
+    (dict(tasks=-1), "tasks=-1"),  # a torch error deep in the timing
+    (dict(tasks=float("nan")), "tasks=nan"),
+    (dict(num_aug=float("inf")), "num_aug=inf"),
+    (dict(finetune="bogus"), "finetune='bogus': expected one of"),
+    (dict(embeddings_fraction=float("nan")), "embeddings_fraction=nan"),
+    (dict(batch_size=0), "batch_size=0"),
+    (dict(seq_len=-1), "seq_len=-1"),
+    (dict(vocab_size=1), "vocab_size=1"),
+    (dict(cap_s=0), "cap_s=0"),
+])
+def test_the_library_estimates_arguments_are_checked_before_a_step_is_timed(monkeypatch, arguments, words):
+    monkeypatch.setattr("trm_kaggle.solve.pricing.time_steps", lambda *a, **k: pytest.fail("timed"))
+    with pytest.raises(ValueError, match=re.escape(words)):
+        estimate(ArchConfig(hidden_size=32, L_layers=1, num_heads=2), **arguments)
+
+
+@pytest.mark.parametrize("arguments, words", [(dict(devices=0), "devices=0"), (dict(tasks=-1), "tasks=-1")])
+def test_estimate_kernels_counts_are_checked_first(tmp_path, arguments, words):
+    """`estimate_kernel(devices=0)` was a ZeroDivisionError."""
+    from trm_kaggle.solve.pricing import estimate_kernel
+
+    with pytest.raises(ValueError, match=re.escape(words)):
+        estimate_kernel(SolveConfig(challenges="c.json", weights="w"), preset="sudoku4-cpu", **arguments)

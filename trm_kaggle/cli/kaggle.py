@@ -9,8 +9,8 @@ import sys
 from typing import get_args
 
 from trm_kaggle.cli.common import common_flags, config_kwargs, flag
-from trm_kaggle.config import (MAX_BATCH_SIZE, EvaluateConfig, FinetuneMode, InferenceDtype, PipelineConfig, SolveConfig,
-                               bounded_number, count_or_auto, field_help)
+from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_PLANNED_TASKS, EvaluateConfig, FinetuneMode, InferenceDtype,
+                               PipelineConfig, SolveConfig, bounded_number, count_or_auto, field_help)
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import count, one_line, shown as shown_name
 
@@ -118,8 +118,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0 if report["valid"] else 1
 
 
-#: Hidden tasks `estimate` plans for, at most (Kaggle's sets hold 120 and 240).
-MAX_PLANNED_TASKS = 1_000_000
 
 
 def add_estimate(sub) -> None:

@@ -26,14 +26,15 @@ from trm_kaggle.config.data import (ARC_DEFAULT_SUBSETS, MAX_GRID_CELLS, ArcBuil
 from trm_kaggle.config.evaluate import DEVICE_PATTERN, EvaluateConfig, RepairEvalConfig, TaskIdMode
 from trm_kaggle.config.experiments import MAX_SWEEP_RUNS, SAFE_NAME_PATTERN, SweepGrid, SweepVariant
 from trm_kaggle.config.model import EXECUTION_FIELDS, RECURSION_FIELDS, ArchConfig, ExportConfig, InferenceDtype
-from trm_kaggle.config.solve import (MIN_PLAN_S, FinetuneMode, PipelineConfig, SolveConfig, bounded_count_or_auto,
-                                     count_or_auto, default_work_dir)
+from trm_kaggle.config.solve import (MAX_PLANNED_TASKS, MIN_PLAN_S, FinetuneMode, PipelineConfig, SolveConfig,
+                                     bounded_count_or_auto, count_or_auto, default_work_dir)
 from trm_kaggle.config.train import CurriculumConfig, HaltScheduleConfig, TrainConfig, TrainStage
 
 __all__ = [
     "ARC_DEFAULT_SUBSETS", "DEVICE_PATTERN", "EXECUTION_FIELDS", "IMAGE_PATTERN", "JOB_NAME_PATTERN", "MAX_BATCH_SIZE",
     "MAX_FINETUNE_STEPS", "MAX_GENERATED", "MAX_GRID_CELLS", "MAX_IDENTIFIERS_START", "MAX_LR", "MAX_NUM_AUG",
-    "MAX_PUZZLE_IDENTIFIERS", "MAX_SAVE_EVERY_S", "MAX_SEED", "MAX_SWEEP_RUNS", "MIN_PLAN_S", "RECURSION_FIELDS",
+    "MAX_PLANNED_TASKS", "MAX_PUZZLE_IDENTIFIERS", "MAX_SAVE_EVERY_S", "MAX_SEED", "MAX_SWEEP_RUNS", "MIN_PLAN_S",
+    "RECURSION_FIELDS",
     "SAFE_NAME_PATTERN", "WEEK_S",
     "ArcBuildConfig", "ArchConfig", "ClusterConfig", "CodeRepairBuildConfig", "CompileSetting", "CurriculumConfig",
     "EvaluateConfig", "ExportConfig", "FinetuneMode", "HaltScheduleConfig", "InferenceDtype", "K8sOptions",

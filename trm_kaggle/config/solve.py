@@ -17,6 +17,10 @@ from trm_kaggle.config.model import RECURSION_FIELDS, ArchConfig, InferenceDtype
 FinetuneMode = Literal["embeddings-then-all", "all", "embeddings", "none"]
 
 
+#: Hidden tasks `estimate` plans for, at most (Kaggle's sets hold 120 and 240).
+MAX_PLANNED_TASKS = 1_000_000
+
+
 def default_work_dir(output: str) -> str:
     """`submit`'s work folder when none is named: beside the submission, named after it (runs/s.json ->
     runs/s-ttt), so that it lands where its output does and two submissions in one folder keep theirs apart."""

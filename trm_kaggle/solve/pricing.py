@@ -21,14 +21,15 @@ from typing import Callable
 
 import torch
 
-from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_GRID_CELLS, MAX_NUM_AUG, MAX_PLANNED_TASKS,
+                               ArchConfig, SolveConfig, seconds_argument, whole_argument)
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import read_export
 from trm_kaggle.solve.schedule import MODES, finetune_phases, steps_by_kind
 from trm_kaggle.solve.step_timer import REPEATS, StepTimes, time_steps, timing_cap
 from trm_kaggle.train import PRESETS, expand_preset_names, load_train_config
-from trm_kaggle.wording import count
+from trm_kaggle.wording import clipped, count
 
 #: SolveConfig's test-time levers: what they change is priced here and keyed in a task's result (job.py)
 TEST_TIME_FIELDS = ("trajectories", "trajectory_noise", "trajectory_select", "test_depth")
@@ -106,6 +107,23 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
     seconds, default `timing_cap(None)`, but a step of each needed kind whatever it costs; `say` gets each step
     before and after it is timed). `act_steps`: row-steps per test input (default arch.halt_max_steps;
     `prediction_steps` with test-time levers)."""
+    # the call's arguments, before a step is timed: `act_steps=-3` priced negative seconds, `tasks=-1` failed in torch
+    tasks = whole_argument("tasks", tasks, 1, MAX_PLANNED_TASKS)
+    num_aug = whole_argument("num_aug", num_aug, 0, MAX_NUM_AUG)
+    finetune_steps = whole_argument("finetune_steps", finetune_steps, 0, MAX_FINETUNE_STEPS)
+    batch_size = whole_argument("batch_size", batch_size, 1, MAX_BATCH_SIZE)
+    eval_batch_size = whole_argument("eval_batch_size", eval_batch_size, 1, MAX_BATCH_SIZE)
+    seq_len = whole_argument("seq_len", seq_len, 1, MAX_GRID_CELLS)
+    vocab_size = whole_argument("vocab_size", vocab_size, 2, 2**31 - 1)
+    repeats = whole_argument("repeats", repeats, 1, 1000)
+    act_steps = None if act_steps is None else whole_argument("act_steps", act_steps, 1, 10**6)
+    if finetune not in MODES:
+        raise ValueError(f"finetune={clipped(finetune)}: expected one of {', '.join(MODES)}")
+    if not (isinstance(embeddings_fraction, (int, float)) and not isinstance(embeddings_fraction, bool)
+            and 0.0 <= embeddings_fraction <= 1.0):
+        raise ValueError(f"embeddings_fraction={clipped(embeddings_fraction)}: expected a number from 0 to 1")
+    if seconds_argument("cap_s", cap_s) is not None and cap_s <= 0:
+        raise ValueError(f"cap_s={cap_s!r}: expected a positive number of seconds, or None")
     n_ids = min(tasks * (num_aug + 1) + 1, 4096)
     t = time_steps(arch, seq_len, vocab_size, torch.device(device), batch=batch_size, eval_batch=eval_batch_size,
                    cap_s=timing_cap(None) if cap_s is None else cap_s, n_ids=n_ids, repeats=repeats,
@@ -152,6 +170,7 @@ def estimate_kernel(cfg: SolveConfig, *, weights: str | None = None, preset: str
     """`trm-kaggle estimate`: the kernel's time for `tasks` tasks shared over `devices` devices (the busiest
     one's share is timed), for the architecture of the export `weights` or of the training preset `preset`
     under `cfg`'s test-time recipe; the text the command prints."""
+    tasks, devices = whole_argument("tasks", tasks, 1, MAX_PLANNED_TASKS), whole_argument("devices", devices, 1, 4096)
     if weights:
         config, _ = read_export(weights)
         arch, seq_len, vocab = ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"]
