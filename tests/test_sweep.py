@@ -647,3 +647,12 @@ def test_a_done_line_says_when_its_seconds_add_up_several_attempts(tmp_path):
 
     assert finished(1) == "done    a_s0 (6 s)"
     assert finished(2) == "done    a_s0 (6 s over 2 attempts)"
+
+
+@pytest.mark.parametrize("poll", [-1, 0, float("nan"), float("inf"), 1e6, None])
+def test_a_poll_interval_that_is_no_sane_wait_is_refused_before_any_run(tmp_path, fake_train, poll):
+    """`run_sweep(poll_seconds=-1)` raised in time.sleep once a training had started; 1e6 waited on a finished
+    run for days."""
+    with pytest.raises(ValueError, match="poll_seconds="):
+        S.run_sweep(grid("ok"), tmp_path / "sw", overrides=["max_steps=5"], progress=False, poll_seconds=poll)
+    assert not (tmp_path / "sw").exists()

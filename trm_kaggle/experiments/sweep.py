@@ -46,7 +46,7 @@ from typing import Sequence
 import pydantic
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text, open_log
-from trm_kaggle.config import MAX_SEED, SAFE_NAME_PATTERN, SweepGrid, TrainConfig, validation_line
+from trm_kaggle.config import MAX_SEED, SAFE_NAME_PATTERN, SweepGrid, TrainConfig, seconds_argument, validation_line
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import TRMError, describe
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
@@ -467,12 +467,20 @@ class SweepSummary:
 MAX_PARALLEL = 1024
 
 
+#: The longest wait between two looks at a sweep's running trainings (seconds).
+MAX_POLL_S = 60.0
+
+
 def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequence[str] = (),
               config_file: str | None = None, overrides: Sequence[str] = (), parallel: int = 1,
               progress: bool = True, dry_run: bool = False, poll_seconds: float = 0.5) -> SweepSummary:
     """Run (or continue) the grid's runs under `sweep_dir`; returns what became of them."""
     if not 1 <= parallel <= MAX_PARALLEL:
         raise TRMError(f"--parallel {parallel}: must be from 1 to {MAX_PARALLEL}")
+    # how often the runs are looked at: -1 or NaN raised in time.sleep after a training had started, 1e6 waited on
+    # a finished run for days
+    if not (seconds_argument("poll_seconds", poll_seconds) and 0 < poll_seconds <= MAX_POLL_S):
+        raise ValueError(f"poll_seconds={poll_seconds!r}: expected a number of seconds above 0, at most {MAX_POLL_S:g}")
     sweep_dir = Path(sweep_dir)
     plan = plan_sweep(grid, sweep_dir, presets=presets, config_file=config_file, overrides=overrides)
     base = {"presets": [*presets, *grid.presets], "config": config_file, "overrides": [*grid.overrides, *overrides]}
