@@ -1,4 +1,5 @@
 import json
+import re
 
 import numpy as np
 import pytest
@@ -228,3 +229,25 @@ def test_a_mistyped_test_set_is_refused():
     with pytest.raises(ValueError, match=r"test_set_name 'evalution2' is none of the subsets \(training2, "
                                          r"evaluation2\); did you mean evaluation2\?"):
         ArcBuildConfig(output_dir="o", subsets=["training2", "evaluation2"], test_set_name="evalution2")
+
+
+def _task(task_id: str, cell=1, output_cell=1) -> "ArcTask":
+    from trm_kaggle.data.arc.tasks import ArcTask
+
+    a = np.array([[1, 2]])
+    return ArcTask(task_id, [(np.array([[cell]]), a)], [a], [np.array([[output_cell]])])
+
+
+@pytest.mark.parametrize("tasks, words", [
+    (lambda: [_task("t1"), _task("t1")], "task t1 is given twice"),  # it returned 2 and wrote one
+    (lambda: [_task("t1", cell=np.nan)], "value nan at row 0"),  # a NaN its readers refuse
+    (lambda: [_task("t1", cell=99)], "value 99 at row 0"),
+    (lambda: [_task("t1", output_cell=np.nan)], "test pair 0 output: value nan"),
+    (lambda: [], "no task to write"),
+])
+def test_write_challenges_writes_only_what_its_readers_take(tmp_path, tasks, words):
+    from trm_kaggle.data.arc.tasks import write_challenges
+
+    with pytest.raises(DataError, match=re.escape(words)):
+        write_challenges(tasks(), tmp_path / "c.json", tmp_path / "s.json")
+    assert not list(tmp_path.iterdir())

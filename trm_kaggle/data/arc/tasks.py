@@ -238,11 +238,20 @@ def write_challenges(tasks: Iterable[ArcTask], path: str | os.PathLike,
         raise TRMError(problem)
     tasks = list(tasks)
     unknown = [t.id for t in tasks if t.test_outputs is None]
+    # what is written is what its readers take: a task id twice (the second replaced the first, and the count
+    # said 2), a NaN or a 99 in a grid, or no task at all was written and then refused by every reader
+    if not tasks:
+        raise DataError(f"{path}: no task to write (a challenges file of no task is refused by every reader)")
+    seen: set[str] = set()
+    if repeated := next((t.id for t in tasks if t.id in seen or seen.add(t.id)), None):
+        raise DataError(f"{path}: task {shown(repeated)} is given twice; a challenges file holds each id once")
+    challenges = {t.id: t.to_json(with_outputs=solutions_path is not None) for t in tasks}
+    _parse_tasks(challenges, str(path), None, "", strict=True)  # the readers' own rule, before a byte is written
     if solutions_path is not None and unknown:  # skipped, it left an older solutions file beside new challenges
         raise DataError(f"{solutions_path}: the test outputs of {count(len(unknown), 'task')} of {len(tasks)} are "
                         f"unknown (e.g. {shown(unknown[0])}), so no solutions file can be written; leave "
                         "solutions_path out")
-    atomic_write_json(path, {t.id: t.to_json(with_outputs=False) for t in tasks})
+    atomic_write_json(path, {t.id: t.to_json(with_outputs=False) for t in tasks})  # (the outputs checked above)
     if solutions_path is not None:
         atomic_write_json(solutions_path, {t.id: [g.tolist() for g in t.test_outputs] for t in tasks})
     return len(tasks)
