@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 import os
 import subprocess
 import sys
@@ -289,6 +290,23 @@ def test_read_repair_meta_errors(tmp_path):
     (tmp_path / "train" / "repair_meta.jsonl").write_text('{"bug_type": "x"}\n')
     with pytest.raises(DataError, match="repair_meta.jsonl:1"):
         read_repair_meta(tmp_path, "train")
+
+
+@pytest.mark.parametrize("difficulty, line, words", [
+    ("NaN", 3, "its difficulty nan is not a number from 0 to 1"),  # it dropped out of every curriculum stage
+    ("Infinity", 3, "its difficulty inf"), ("-5", 3, "its difficulty -5"), ("true", 3, "its difficulty True"),
+    ('"0.5"', 3, "its difficulty '0.5'"), ("0.5", "-1", "its line -1"), ("0.5", "2.5", "its line 2.5"),
+])
+def test_a_repair_record_of_no_sane_difficulty_or_line_is_named(tmp_path, difficulty, line, words):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "repair_meta.jsonl").write_text(
+        '{"bug_type": "b", "category": "c", "difficulty": %s, "source": "a.py", "line": %s}\n' % (difficulty, line))
+    with pytest.raises(DataError, match=re.escape(f"repair_meta.jsonl:1: not a repair metadata record (ValueError: "
+                                                  f"{words}")):
+        read_repair_meta(tmp_path, "train")
+    (tmp_path / "train" / "repair_meta.jsonl").write_text(
+        '{"bug_type": "b", "category": "c", "difficulty": 0.5, "source": "a.py", "line": 3}\n')
+    assert read_repair_meta(tmp_path, "train").difficulty.tolist() == [0.5]
 
 
 def test_default_corpus_is_the_standard_library():

@@ -608,9 +608,14 @@ def read_repair_meta(dataset_dir: str | os.PathLike, split: str) -> RepairMeta:
                     raise ValueError(f"its {key} {clipped(r[key])} is not a name of at most 80 printable characters")
             bug_type.append(str(r["bug_type"]))
             category.append(str(r["category"]))
-            difficulty.append(float(r["difficulty"]))
+            score = r["difficulty"]  # a score in [0, 1] (`bugs.difficulty`): a NaN one dropped out of every stage
+            if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
+                raise ValueError(f"its difficulty {clipped(score)} is not a number from 0 to 1")
+            if isinstance(r["line"], bool) or not isinstance(r["line"], int) or r["line"] < 0:
+                raise ValueError(f"its line {clipped(r['line'])} is not a line number")
+            difficulty.append(float(score))
             source.append(str(r["source"]))
-            line.append(int(r["line"]))
+            line.append(r["line"])
         except (KeyError, TypeError, ValueError) as e:
             raise DataError(f"{path}:{n}: not a repair metadata record ({type(e).__name__}: {e})") from None
     return RepairMeta(np.array(bug_type, dtype=object), np.array(category, dtype=object),
