@@ -240,6 +240,12 @@ def test_a_batch_the_dataset_cannot_fill_is_refused_at_build_time(built, tmp_pat
                        presets=["sudoku4-cpu"], overrides=["max_steps=6", "global_batch_size=64"], download=False,
                        log=lambda _: None)
     assert not (tmp_path / "b").exists()
+    # the docs' "every later session" build keeps its data dataset: its manifest's record is asked
+    kept = Path(shutil.copytree(built, tmp_path / "kept"))
+    with pytest.raises(TRMError, match="global_batch_size 64 is larger than the at most 40 examples one epoch of the "
+                                       "data dataset"):
+        build_training(kept, ids=IDS, train_kernel=True, presets=["sudoku4-cpu"],
+                       overrides=["max_steps=6", "global_batch_size=64"], download=False, log=lambda _: None)
 
 
 @pytest.mark.parametrize("steps", [-1, 0, True, 2.5, "3"])

@@ -406,10 +406,10 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
         if not train_kernel:
             raise TRMError("--continue-from goes with --train-kernel (the kernel that resumes from it)")
         check_continue_from(continue_from, **({"runner": runner} if runner is not None else {}))
-    if train_kernel and dataset is not None:  # the data read (once the cheap checks passed): its batch fills
-        from trm_kaggle.kaggle.train_kernel import check_batch_fills
+    if train_kernel:  # the data read (once the cheap checks passed): its batch fills; a build that keeps its data
+        from trm_kaggle.kaggle.train_kernel import check_batch_fills  # dataset asks that one's manifest
 
-        check_batch_fills(presets, overrides, dataset)
+        check_batch_fills(presets, overrides, dataset, packed=None if dataset is not None else out / DATA_DIR)
     _check_parts(out, {**({DATA_DIR: "kaggle data dataset"} if dataset is not None else {}),
                        **({RUN_STATE_DIR: "kaggle run-state dataset"} if continue_from is not None else {}),
                        **({"wheels": "kaggle wheels dataset", TRAIN_KERNEL_DIR: "kaggle training kernel"}

@@ -70,9 +70,17 @@ def build_data(out_dir: str | os.PathLike, dataset_dir: str | os.PathLike, *, id
         entry = pack(src, tmp, DATA_ARCHIVE, keep=_top_level_visible)
         atomic_write_json(tmp / DATASET_META, dataset_metadata(data_id(ids)), indent=2)
         # the folder's name, never the builder's local path (the manifest is published with the dataset)
-        write_manifest(tmp, {"id": data_id(ids), "source": src.resolve().name, ARCHIVE_KEY: entry})
+        write_manifest(tmp, {"id": data_id(ids), "source": src.resolve().name, ARCHIVE_KEY: entry,
+                             BATCH_MOST_KEY: _batch_most(src)})
     return {"id": data_id(ids), "source": str(src), "files": len(entry["files"]), "bytes": summary["bytes"],
             "examples": {k: v["examples"] for k, v in summary["splits"].items()}}
+
+
+def _batch_most(dataset: Path) -> int:
+    """The largest global batch one epoch of `dataset`'s train split fills (the sampler's own count)."""
+    from trm_kaggle.data import PuzzleLoader
+
+    return PuzzleLoader([dataset], "train", 1, prefetch=0).max_examples_per_epoch
 
 
 def check_continue_from(kernel: str, runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> None:
@@ -158,14 +166,29 @@ def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) ->
     load_train_config(presets=list(presets), overrides=list(overrides))
 
 
-def check_batch_fills(presets: Sequence[str], overrides: Sequence[str], dataset: str | os.PathLike) -> None:
-    """The kernel's global batch against the dataset it is built with: a batch one epoch cannot fill was found
-    out by the Kaggle session ("status": "error"), after the push; now at build time, by train's own check."""
+#: The data manifest's record of the largest global batch one epoch of the packed train split fills, so that a
+#: later build without --dataset checks its batch against the data it keeps.
+BATCH_MOST_KEY = "train_batch_most"
+
+
+def check_batch_fills(presets: Sequence[str], overrides: Sequence[str], dataset: str | os.PathLike | None = None,
+                      packed: str | os.PathLike | None = None) -> None:
+    """The kernel's global batch against the dataset it is built with (`dataset`), or the packed data dataset a
+    build keeps (`packed`: its manifest's record): a batch one epoch cannot fill was found out by the Kaggle session
+    ("status": "error"), after the push; now at build time, by train's own check."""
     from trm_kaggle.data import PuzzleLoader
+    from trm_kaggle.kaggle.packed import packed_manifest
     from trm_kaggle.train import load_train_config
 
     cfg = load_train_config(presets=list(presets), overrides=list(overrides))
-    PuzzleLoader([dataset], "train", cfg.global_batch_size, seed=cfg.seed, prefetch=0).check_batch_fills()
+    if dataset is not None:
+        PuzzleLoader([dataset], "train", cfg.global_batch_size, seed=cfg.seed, prefetch=0).check_batch_fills()
+        return
+    manifest = packed_manifest(Path(packed)) if packed is not None and Path(packed).is_dir() else None
+    most = manifest.get(BATCH_MOST_KEY) if manifest else None
+    if isinstance(most, int) and not isinstance(most, bool) and 0 <= most < cfg.global_batch_size:
+        raise TRMError(f"global_batch_size {cfg.global_batch_size} is larger than the at most {most} examples one "
+                       f"epoch of the data dataset {packed} (train) provides: no batch could ever be filled")
 
 
 #: The training kernel's SAVE_MARGIN default (notebooks/kaggle_train.py; `kaggle_training.DEFAULT_MARGIN`)
