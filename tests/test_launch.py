@@ -465,3 +465,12 @@ def test_an_env_value_reaches_the_worker_as_given(tmp_path):
     container = by_kind(docs_of(out / "arc2-2x8.yaml"))["Job"]["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert {k: kubernetes_expanded(env[k], {"JOB_COMPLETION_INDEX": "0"}) for k in given} == given
+
+
+@pytest.mark.parametrize("name", ["UID", "EUID", "PPID", "SHELLOPTS", "BASHOPTS"])
+def test_an_env_name_bash_holds_read_only_is_refused(name):
+    """`--env UID=5` was written as `export UID='5'`: under `set -e` the job ended at that line on the cluster."""
+    from trm_kaggle.config.cluster import ClusterConfig
+
+    with pytest.raises(ValueError, match=f"env {name}: bash holds it read-only"):
+        ClusterConfig.model_validate({"launcher": "k8s", "k8s": {"image": "i", "pvc": "p"}, "env": [f"{name}=5"]})

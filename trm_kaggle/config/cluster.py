@@ -172,6 +172,8 @@ LAUNCH_ENV = frozenset({"JOB_COMPLETION_INDEX", "MASTER_ADDR", "MASTER_PORT", "R
                         "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
                         "NODE_RANK", "TORCHELASTIC_RUN_ID", "TRM_RUN_DIR", "TRM_RDZV_HOST", "TRM_RDZV_PORT"})
 LAUNCH_ENV_PREFIXES = ("PET_", "SLURM_")
+#: Names bash holds read-only: the SLURM script's `export UID=5` under `set -e` ended the job at its first line.
+READONLY_SHELL_ENV = frozenset({"UID", "EUID", "PPID", "SHELLOPTS", "BASHOPTS", "BASH_VERSINFO"})
 
 
 class ClusterConfig(_Config):
@@ -214,6 +216,9 @@ class ClusterConfig(_Config):
                 # the pod listed the name twice and Kubernetes kept ours: every pod was node 5
                 raise ValueError(f"env {key}: the job files, the cluster or torchrun set it for each node (its "
                                  "rank and rendezvous); leave it out")
+            if key in READONLY_SHELL_ENV:
+                raise ValueError(f"env {key}: bash holds it read-only, so the batch script's export of it would "
+                                 "end the job; leave it out")
             if key in seen:  # which one a pod or a batch script keeps is the cluster's choice: say one
                 raise ValueError(f"env {key} is given twice: give it once")
             seen.add(key)
