@@ -197,3 +197,11 @@ def test_a_number_in_another_scripts_digits_is_refused(argv, capsys):
         assert rc == 2
     err = capsys.readouterr().err
     assert ("invalid" in err and "value:" in err) or "is no number in ASCII digits" in err, err
+
+
+def test_a_safety_margin_past_a_week_is_refused_by_the_config():
+    """The library's SolveConfig took `safety_margin=1e308` (the command refused it only for want of a budget)."""
+    from trm_kaggle.config import SolveConfig
+
+    with pytest.raises(ValueError, match="safety_margin"):
+        SolveConfig(challenges="c.json", weights="w", safety_margin=1e308)

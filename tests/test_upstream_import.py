@@ -118,6 +118,15 @@ def test_missing_key_gives_trm_error_naming_it(tmp_path):
         load_upstream_checkpoint(tiny(1), path)
 
 
+def test_an_arch_value_out_of_bounds_is_one_line():
+    """`hidden_size: -3` put pydantic's whole text (several lines and its URL) into the one error line."""
+    from trm_kaggle.model.upstream import arch_config_from_upstream_yaml
+
+    with pytest.raises(TRMError) as caught:
+        arch_config_from_upstream_yaml({"arch": {"hidden_size": -3}})
+    assert "\n" not in str(caught.value) and "hidden_size: " in str(caught.value) and "pydantic" not in str(caught.value)
+
+
 def test_an_arch_section_that_is_no_mapping_is_said_as_it_is():
     """`arch: [1, 2]` or `arch: trm` was refused as "no `arch:` section", though the file has one."""
     from trm_kaggle.model.upstream import arch_config_from_upstream_yaml

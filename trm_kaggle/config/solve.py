@@ -65,8 +65,8 @@ class SolveConfig(_Config):
                                                       "resumes (default: beside output, named after it: OUTPUT-ttt)")
     time_budget: Optional[float] = Field(None, gt=0, le=WEEK_S, allow_inf_nan=False,
                                          description="seconds for everything, at most a week (default: no limit)")
-    safety_margin: float = Field(60.0, ge=0, allow_inf_nan=False, description="seconds kept free at the end of the "
-                                                                              "budget")
+    safety_margin: float = Field(60.0, ge=0, le=WEEK_S, allow_inf_nan=False,
+                                 description="seconds kept free at the end of the budget, at most a week")
     plan_margin: float = Field(0.15, ge=0.0, lt=1.0, description="share of each worker's time that 'auto' leaves "
                                                                  "unplanned")
     num_aug: Union[int, Literal["auto"]] = Field(100, description="augmentations per task, for fine-tuning and for "

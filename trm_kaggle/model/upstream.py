@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
+from pydantic import ValidationError
 
-from trm_kaggle.config import ArchConfig
+from trm_kaggle.config import ArchConfig, validation_line
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, TRMError
 from trm_kaggle.jsonio import open_regular, read_failure, readable_file
@@ -202,8 +203,8 @@ def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
                        + f"arch fields this package does not know: {', '.join(map(str, unknown))}" + (")" if whole else ""))
     try:
         return ArchConfig(**fields)
-    except Exception as err:  # pydantic.ValidationError
-        raise TRMError(f"{where}: invalid arch section: {err}") from None
+    except ValidationError as err:  # one line, as every config reader says it (pydantic's own text spans lines)
+        raise TRMError(f"{where}: invalid arch section: {validation_line(err)}") from None
 
 
 def read_all_config(path: Union[str, os.PathLike]) -> Dict[str, Any]:
