@@ -584,6 +584,53 @@ def test_a_stop_before_the_training_ends_the_session_interrupted(built, tmp_path
     assert "before it finished" in r.message
 
 
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stop_during_the_states_copy_still_passes_the_state_on(built, tmp_path, monkeypatch, signum):
+    """A stop while the previous state was copied left `.state_step*.pt.copy.tmp` alone in the output: the next
+    session started from step 0, though the stopped one said the next would resume."""
+    import signal
+
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    real_copy = kaggle_training.shutil.copyfile
+
+    def stopped_while_copying(src, dst, *args, **kw):
+        os.kill(os.getpid(), getattr(signal, signum))
+        return real_copy(src, dst, *args, **kw)
+
+    monkeypatch.setattr(kaggle_training.shutil, "copyfile", stopped_while_copying)
+    r = run_session(input_root=prev, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lambda _: None)
+    assert not r.ok and r.status == "interrupted", r
+    monkeypatch.setattr(kaggle_training.shutil, "copyfile", real_copy)
+    assert ckpt.newest_step(tmp_path / "s2" / "run") == 2 and not list((tmp_path / "s2" / "run").glob(".*.tmp"))
+    r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert r.ok and r.start_step == 2, r
+
+
+def test_a_changed_data_archive_still_passes_the_state_on(built, tmp_path):
+    """The packed data dataset was checked and unpacked before the state was copied: a changed data.tar (or a
+    stop while it unpacked) left an output of no state, and the next session started from step 0."""
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    bad = tmp_path / "in2"
+    shutil.copytree(built / "data", bad / "data")
+    shutil.copytree(prev, bad / "previous")
+    with open(bad / "data" / "data.tar", "r+b") as f:
+        f.seek(600)
+        f.write(b"X")
+    lines: list[str] = []
+    r = run_session(input_root=bad, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    time_budget=None, echo=lines.append)
+    assert not r.ok and r.step == 2 and ckpt.newest_step(tmp_path / "s2" / "run") == 2, lines
+    r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert r.ok and r.start_step == 2, r
+
+
 def test_the_training_range_names_the_step_the_run_ends_at(built, tmp_path):
     """The reproducer: "training from step 0 to step 20000" for a run whose schedule ends at 3,125."""
     lines: list[str] = []

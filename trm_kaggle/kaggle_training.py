@@ -377,6 +377,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     from trm_kaggle.train import checkpoint as ckpt, load_train_config, train
 
     from trm_kaggle.kaggle.bundle import check_kernel_overrides
+    from trm_kaggle.interrupts import stops_held
     from trm_kaggle.outputs import Output, check_kept
 
     check_kernel_overrides(overrides)  # the session's own data and run folder must win (KERNEL_OWNED_KEYS)
@@ -389,20 +390,32 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     except TRMError:
         report.status = "refused"
         raise
-    roots = input_roots(input_root, scratch, echo)
     in_place = bool(ckpt.list_states(run_dir))  # this Kaggle session already trained (the notebook run again)
-    carried = None
-    if not in_place:
+
+    def carry(where: Path | list[Path], carried=None) -> tuple[Path, dict[str, Any]] | None:
+        """The previous output's newest state (when newer than `carried`), copied into this session's output
+        before anything can refuse (its data not attached yet or damaged, other settings) or stop it: the next
+        session resumes from it (an output of no state made the next one start from step 0). A stop during the
+        copy waits for its end."""
         try:
-            carried = previous_state(roots, run_dir)
+            found = previous_state(where, run_dir)
         except TRMError:
             report.status = "refused"
             raise
-        if carried is not None:  # into this session's output first: were the session refused below (its data not
-            # attached yet, other settings), its output still holds the state, and the next one resumes from it
-            copy_state(carried[0], run_dir)  # (an output of no state made the next session start from step 0)
-            report.start_step = report.step = int(carried[1]["step"])
-            echo(f"previous output: {carried[0]} (step {report.step}) copied to {run_dir}")
+        if found is None or (carried is not None and int(found[1]["step"]) <= int(carried[1]["step"])):
+            return carried
+        with stops_held():
+            copy_state(found[0], run_dir)
+        report.start_step = report.step = int(found[1]["step"])
+        echo(f"previous output: {found[0]} (step {report.step}) copied to {run_dir}")
+        return found
+
+    # the attached outputs first, as they are (a previous session's output is a plain folder), before the packed
+    # datasets are checked and unpacked (a changed data.tar, or a stop during its unpacking, would pass no state)
+    carried = None if in_place else carry(Path(input_root))
+    roots = input_roots(input_root, scratch, echo)
+    if not in_place and len(roots) > 1:  # a run-state dataset (--continue-from) is packed: unpacked just now
+        carried = carry(roots, carried)
     data = Path(data_dir) if data_dir else find_dataset(roots)
     if data_dir and packed_manifest(data) is not None:  # DATA_DIR names the attached (packed) data dataset
         data = open_packed(data, scratch, say=echo)
