@@ -435,3 +435,14 @@ def test_estimate_kernels_counts_are_checked_first(tmp_path, arguments, words):
 
     with pytest.raises(ValueError, match=re.escape(words)):
         estimate_kernel(SolveConfig(challenges="c.json", weights="w"), preset="sudoku4-cpu", **arguments)
+
+
+@pytest.mark.parametrize("device, words", [("nosuch", "device='nosuch': not a device"), ("", "device='': not a device"),
+                                           (5, "device=5: expected a device name"), (None, "device=None")])
+def test_estimates_device_is_checked_as_every_device_setting(monkeypatch, device, words):
+    """`estimate(device="nosuch")` was torch's RuntimeError, naming no argument."""
+    from trm_kaggle.errors import TRMError
+
+    monkeypatch.setattr("trm_kaggle.solve.pricing.time_steps", lambda *a, **k: pytest.fail("timed"))
+    with pytest.raises((ValueError, TRMError), match=re.escape(words)):
+        estimate(ArchConfig(hidden_size=32, L_layers=1, num_heads=2), device=device)

@@ -124,6 +124,11 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
         raise ValueError(f"embeddings_fraction={clipped(embeddings_fraction)}: expected a number from 0 to 1")
     if seconds_argument("cap_s", cap_s) is not None and cap_s <= 0:
         raise ValueError(f"cap_s={cap_s!r}: expected a positive number of seconds, or None")
+    if not isinstance(device, torch.device):  # a name: checked as every command's device setting is (one line)
+        if not isinstance(device, str):
+            raise ValueError(f"device={clipped(device)}: expected a device name (cpu, cuda, cuda:N, mps) or a "
+                             "torch.device")
+        device = pick_device(device)
     n_ids = min(tasks * (num_aug + 1) + 1, 4096)
     t = time_steps(arch, seq_len, vocab_size, torch.device(device), batch=batch_size, eval_batch=eval_batch_size,
                    cap_s=timing_cap(None) if cap_s is None else cap_s, n_ids=n_ids, repeats=repeats,
