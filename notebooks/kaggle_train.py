@@ -177,11 +177,21 @@ def built_whole_above(folder):
     return None
 
 
+def lies_in(folder, parent):
+    """Whether `folder` is `parent` or lies inside it, links followed."""
+    folder, parent = os.path.realpath(folder), os.path.realpath(parent)
+    return folder == parent or folder.startswith(parent.rstrip(os.sep) + os.sep)
+
+
 try:
     if (owned := built_whole_above(KAGGLE_WORKING)) is not None:  # said before session.json is written there
         READY = False
         print(f"error: KAGGLE_WORKING {KAGGLE_WORKING} lies in {owned}, a folder the package builds whole "
               "(.trm_kaggle_output.json): nothing is written there; choose a folder of its own", flush=True)
+    elif lies_in(KAGGLE_WORKING, KAGGLE_INPUT):  # a previous output as the working folder: its record replaced
+        READY = False
+        print(f"error: KAGGLE_WORKING {KAGGLE_WORKING} lies in KAGGLE_INPUT {KAGGLE_INPUT}: an input is never "
+              "written into; choose a folder outside it", flush=True)
     else:
         Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
         write_session("started", "the session has not finished (stopped before it wrote its report)")

@@ -179,16 +179,17 @@ def test_a_truncated_newest_state_resumes_from_the_one_before(built, tmp_path):
 
 def test_bad_inputs_are_one_line_and_keep_the_previous_state(built, tmp_path):
     lines: list[str] = []
-    r = run_session(input_root=tmp_path, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+    (tmp_path / "in").mkdir()  # the inputs, apart from the working folder (never inside them)
+    r = run_session(input_root=tmp_path / "in", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
                     time_budget=None, echo=lines.append)
     assert not r.ok and [x for x in lines if x.startswith("error:")] == lines[-1:] and "no dataset" in lines[-1]
     lines.clear()
-    r = run_session(input_root=tmp_path, working=tmp_path / "w", preset="no-such-preset", data_dir=built / "data",
+    r = run_session(input_root=tmp_path / "in", working=tmp_path / "w", preset="no-such-preset", data_dir=built / "data",
                     echo=lines.append)
     assert not r.ok and lines[-1].startswith("error:") and "no-such-preset" in lines[-1]
     # a budget shorter than the margin: nothing trained, one line
     lines.clear()
-    r = run_session(input_root=tmp_path, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+    r = run_session(input_root=tmp_path / "in", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
                     data_dir=built / "data", time_budget=5, margin=10, echo=lines.append)
     assert not r.ok and "leaves no time to train" in lines[-1] and not (tmp_path / "w" / "run").exists()
     assert json.loads((tmp_path / "w" / "session.json").read_text())["ok"] is False
@@ -206,7 +207,21 @@ def test_a_working_folder_inside_a_folder_this_package_builds_whole_is_refused_b
     assert not r.ok and r.status == "refused" and r.step == 0, r
     assert lines[-1].startswith("error: ") and "this package builds whole" in lines[-1], lines
     assert not (data / "run").exists() and not (data / "weights").exists()
-    assert sorted(p.name for p in data.iterdir()) == sorted([*before, "session.json"])  # the record alone
+    assert sorted(p.name for p in data.iterdir()) == before  # not even the record goes there
+
+
+def test_a_working_folder_inside_the_inputs_is_refused_and_left_as_it_was(built, tmp_path):
+    """KAGGLE_WORKING = the previous session's output (an input): the session trained there and replaced that
+    output's session.json."""
+    prev = tmp_path / "input" / "prev"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    before = {p: p.read_bytes() for p in prev.rglob("*") if p.is_file()}
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "input", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    assert not r.ok and r.status == "refused" and "is inside the input KAGGLE_INPUT" in lines[-1], lines
+    assert {p: p.read_bytes() for p in prev.rglob("*") if p.is_file()} == before
 
 
 def test_a_weights_folder_the_export_would_not_replace_is_refused_before_training(built, tmp_path):
@@ -318,6 +333,17 @@ def test_a_working_folder_in_a_bundle_part_gets_no_session_record(built, tmp_pat
     _, log = session(tmp_path / "s", built, kernel_name, KAGGLE_WORKING=str(part / "sub"))
     assert f"KAGGLE_WORKING {part / 'sub'} lies in {part}, a folder the package builds whole" in log, log
     assert sorted(p.name for p in part.iterdir()) == before
+
+
+def test_a_working_folder_inside_the_notebooks_inputs_gets_no_session_record(built, tmp_path, kernel_name):
+    """KAGGLE_WORKING inside KAGGLE_INPUT (a previous output): the first cell replaced that output's session.json."""
+    root = inputs(tmp_path / "t", built)
+    root.chmod(0o755)
+    (root / "prev").mkdir()
+    (root / "prev" / "session.json").write_text('{"status": "trained"}')
+    _, log = session(tmp_path / "s", built, kernel_name, input_root=root, KAGGLE_WORKING=str(root / "prev"))
+    assert f"KAGGLE_WORKING {root / 'prev'} lies in KAGGLE_INPUT {root}" in log, log
+    assert (root / "prev" / "session.json").read_text() == '{"status": "trained"}'
 
 
 def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):

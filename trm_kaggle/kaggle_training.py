@@ -295,6 +295,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
     stops = _SessionStops()
     _session_running.set()
+    nowhere = False
     with stops:  # the whole session, its record included: a stop never ends the kernel mid-way
         try:
             for name, value in (("time_budget", time_budget), ("margin", margin)):  # NaN would mean "no limit"
@@ -326,6 +327,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
         except TRMError as e:
             report.ok, report.status, report.message = False, report.status or "error", str(e)
             echo(f"error: {e}")
+            nowhere = isinstance(e, _NowhereToWrite)  # not even the record goes where the session may not write
         except Exception as e:  # noqa: BLE001 (the kernel must finish: its output is the next session's input)
             report.ok, report.status = False, "error"
             report.message = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
@@ -342,6 +344,8 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
             echo(f"{late} came once the training had ended: export and record finished")
         report.seconds = round(time.time() - started, 1)
         try:
+            if nowhere:
+                return report
             working.mkdir(parents=True, exist_ok=True)
             atomic_write_json(working / SESSION, asdict(report), indent=2)
         except OSError as e:
@@ -349,6 +353,11 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
         finally:
             _session_running.clear()
     return report
+
+
+class _NowhereToWrite(TRMError):
+    """The working folder is refused (an input, or inside one; inside a folder this package builds whole): the
+    session writes nothing there, its record included."""
 
 
 def _export_interrupted(report: SessionReport, working: Path, echo: Callable[[str], None]) -> None:
@@ -378,13 +387,18 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
 
     from trm_kaggle.kaggle.bundle import check_kernel_overrides
     from trm_kaggle.interrupts import stops_held
-    from trm_kaggle.outputs import Output, check_kept
+    from trm_kaggle.outputs import Input, Output, check_kept
 
     check_kernel_overrides(overrides)  # the session's own data and run folder must win (KERNEL_OWNED_KEYS)
     run_dir = working / RUN
     try:  # where the session writes, before any data is opened or step trained: a KAGGLE_WORKING inside a dataset
         # or a folder this package builds whole trained a whole session there, then refused only its export
-        check_kept([], [Output(run_dir, "run folder", "folder"), Output(working / WEIGHTS, "weights", "replaced")])
+        try:
+            check_kept([Input(input_root, "KAGGLE_INPUT", tree=True)],  # a previous output as the working folder
+                       [Output(run_dir, "run folder", "folder"),  # was trained in and its record replaced
+                        Output(working / WEIGHTS, "weights", "replaced"), Output(working / SESSION, "session record")])
+        except TRMError as e:
+            raise _NowhereToWrite(str(e)) from None
         if problem := replace_problem(working / WEIGHTS, "export", "weights"):  # a folder export_run won't replace
             raise TRMError(problem)
     except TRMError:
