@@ -234,6 +234,20 @@ def test_the_owner_comes_from_the_credentials(no_credentials, monkeypatch):
     assert user == "token-owner" and api is not None and "the kaggle client's credentials" in said[-1]
 
 
+@pytest.mark.parametrize("answer", [None, "Bad User!", ""])
+def test_a_push_whose_client_names_no_user_is_refused_never_the_placeholder(no_credentials, monkeypatch, answer):
+    """An access token the client did not resolve to a user: the bundle was built and pushed as
+    your-kaggle-user/..., exit 0, with no owner line."""
+    monkeypatch.setattr(P, "missing_client", lambda: None)
+    monkeypatch.setattr(P, "kaggle_credentials", lambda: "KAGGLE_API_TOKEN")
+    monkeypatch.setattr(P, "kaggle_api", lambda: SimpleNamespace(get_config_value=lambda name: answer))
+    with pytest.raises(TRMError, match="the kaggle client's credentials name no Kaggle user .*pass --user YOU"):
+        P.owner(push=True, say=lambda _: None)
+    monkeypatch.setenv("KAGGLE_USERNAME", "from-env")  # a name the credentials give without asking stands in
+    said: list[str] = []
+    assert P.owner(push=True, say=said.append)[0] == "from-env" and "named no user" in said[-1]
+
+
 def test_push_wait_serves_the_training_push(inputs, tmp_path, monkeypatch, capsys):
     """The reproducer: --push-wait was ignored with --train-kernel (it waited up to 1,800 s)."""
     seen = {}

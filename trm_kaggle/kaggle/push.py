@@ -28,6 +28,7 @@ from trm_kaggle.kaggle.metadata import (
     configured_user, id_problem, kaggle_config_dirs, raise_problems, train_kernel_metadata_problems,
     validate_bundle, verify_manifest,
 )
+from trm_kaggle.wording import clipped, one_line
 
 #: Files of the bundle's directories that are ours, not the dataset's: never uploaded.
 BOOKKEEPING = [OWNER_RECORD]
@@ -62,7 +63,12 @@ def owner(push: bool, say: Callable[[str], None] = print) -> tuple[str, Any]:
         if isinstance(user, str) and not id_problem(f"{user}/{DEFAULT_USER}"):
             say(f"owner: {user} (the kaggle client's credentials)")
             return user, api
-        return configured_user()[0] or DEFAULT_USER, api
+        configured, where = configured_user()
+        if configured is None:  # a push under the placeholder owner would publish nothing of the user's
+            raise TRMError(f"--push: the kaggle client's credentials name no Kaggle user (it answered "
+                           f"{one_line(clipped(user, 40))}), and {where}: pass --user YOU")
+        say(f"owner: {configured} (from {where}; the kaggle client named no user)")
+        return configured, api
     user, where = configured_user()
     if user is None:
         say(f"owner: {DEFAULT_USER}, a placeholder ({where}); pass --user YOU")
