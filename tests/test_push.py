@@ -248,6 +248,13 @@ def test_a_push_whose_client_names_no_user_is_refused_never_the_placeholder(no_c
     assert P.owner(push=True, say=said.append)[0] == "from-env" and "named no user" in said[-1]
 
 
+def test_a_status_from_kaggle_is_shown_escaped(bundle_copy):
+    """A dataset status holding an escape sequence and a newline reached the terminal raw in the progress line."""
+    rc, lines = _push(bundle_copy, FakeApi(statuses=("pend\x1b[31ming\nfake: line", "ready")))
+    assert rc == 0 and not [line for line in lines if "\x1b" in line or "\n" in line], lines
+    assert any("pend\\x1b[31ming\\nfake: line" in line for line in lines), lines
+
+
 def test_push_wait_serves_the_training_push(inputs, tmp_path, monkeypatch, capsys):
     """The reproducer: --push-wait was ignored with --train-kernel (it waited up to 1,800 s)."""
     seen = {}

@@ -287,6 +287,8 @@ def publish(datasets: list[Path], kernels: list[Path], commands: list[list[str]]
             say: Callable[[str], None] = print) -> int:
     """Publish checked folders: each dataset created or versioned, a bounded wait until all are ready, then
     each kernel. Without the `kaggle` package or credentials: print `commands` (what does it by hand), return 2."""
+    said = say  # Kaggle's answers (a dataset's status) are shown as text on one line, never sent to the terminal
+    say = lambda line: said(one_line(line))  # noqa: E731 (its newline faked a line of ours)
     if api is None:
         why = push_unavailable()
         if why:
