@@ -17,6 +17,7 @@ from conftest import free_port_base
 from test_train import TINY
 from cli_helpers import one_error_line
 from trm_kaggle.cli import main
+from trm_kaggle.errors import TRMError
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.experiments.compare import write_comparison
@@ -474,3 +475,18 @@ def test_an_env_name_bash_holds_read_only_is_refused(name):
 
     with pytest.raises(ValueError, match=f"env {name}: bash holds it read-only"):
         ClusterConfig.model_validate({"launcher": "k8s", "k8s": {"image": "i", "pvc": "p"}, "env": [f"{name}=5"]})
+
+
+@pytest.mark.parametrize("where", ["/dev/trm-probe", "{tmp}/f/sub", "/proc/x", "/"])
+def test_the_launch_library_checks_its_out_folder_as_the_command_does(tmp_path, where):
+    """`launch_training(ClusterConfig(out="/dev/x"))` wrote job files into /dev (and into / as root); a file on the
+    path was pathlib's NotADirectoryError."""
+    from trm_kaggle.config.cluster import ClusterConfig
+    from trm_kaggle.launch.plan import launch_training
+
+    (tmp_path / "f").write_text("a file")
+    out = where.format(tmp=tmp_path)
+    cluster = ClusterConfig(launcher="k8s", nodes=1, gpus_per_node=1, out=out, k8s={"image": "i", "pvc": "p"})
+    with pytest.raises(TRMError, match=r"^out "):
+        launch_training(cluster, overrides=["data_paths=[/workspace/d]"])
+    assert not os.path.lexists("/dev/trm-probe") and not os.path.lexists("/trm-d.yaml")

@@ -474,3 +474,20 @@ def test_names_read_from_the_baselines_reach_the_console_and_the_report_escaped(
     report = (tmp_path / "out" / "report.md").read_text()
     assert "\x1b" not in report and "\\x1b[31mRED\\nFAKE: line" in report
     assert not any(line.startswith("FAKE") for line in report.splitlines())
+
+
+@pytest.mark.parametrize("kind", ["file", "fifo", "nul"])
+def test_the_regress_library_checks_its_out_folder_as_the_command_does(suite, tmp_path, kind):
+    """`regress(out=FILE)` was mkdir's FileExistsError; a NUL byte Python's bare "embedded null byte"."""
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.experiments.regression import regress as regress_library
+
+    out = tmp_path / "out"
+    if kind == "file":
+        out.write_text("x")
+    elif kind == "fifo":
+        os.mkfifo(out)
+    else:
+        out = str(tmp_path / "a\x00b")
+    with pytest.raises(TRMError, match="^out "):
+        regress_library(out=out, notebook_dir=suite)

@@ -68,11 +68,18 @@ class Output:
         return self.writes is None or any(fnmatch.fnmatchcase(inside.parts[0], p) for p in self.writes)
 
 
-def refuse_nul(path: str | os.PathLike, what: str = "path") -> None:
-    """TRMError when `path` holds a NUL byte: no file name can, and the system's "embedded null byte" named
-    neither the path nor what it was for (every writer asks this first; readers: `jsonio.open_regular`)."""
+def nul_problem(path: str | os.PathLike, what: str = "path") -> str | None:
+    """Why `path` names no file when it holds a NUL byte (the system's "embedded null byte" named neither the path
+    nor what it was for), else None."""
     if "\0" in os.fspath(path):
-        raise TRMError(f"{what} {os.fspath(path)!r} holds a NUL byte, which no file name can")
+        return f"{what} {os.fspath(path)!r} holds a NUL byte, which no file name can"
+    return None
+
+
+def refuse_nul(path: str | os.PathLike, what: str = "path") -> None:
+    """TRMError when `path` holds a NUL byte (every writer asks this first; readers: `jsonio.open_regular`)."""
+    if problem := nul_problem(path, what):
+        raise TRMError(problem)
 
 
 def _resolved(path: str | os.PathLike) -> Path:
@@ -314,7 +321,7 @@ def _name_length_problem(out: Output, path: Path) -> str | None:
 def writable_problem(out: Output) -> str | None:
     """Why `out` cannot be written (a dangling link, a file in the way, a read-only, immutable or forbidden
     folder), or None. Through a symbolic link, where it points is checked: the output is written there."""
-    if problem := link_problem(out.path, out.what):
+    if problem := nul_problem(out.path, out.what) or link_problem(out.path, out.what):
         return problem
     path = Path(os.path.realpath(os.fspath(out.path)))
     shown = _shown(out)
@@ -356,6 +363,9 @@ def writable_problem(out: Output) -> str | None:
     # after the whole solve, blaming "another process": the system's device and process trees take no output
     # (/dev/shm, a memory file system, does)
     top = Path(os.path.abspath(os.fspath(out.path))).parts[1:3]
+    if not top:  # `/` itself (the library's launch wrote its job files and lock there, as root)
+        return f"{shown} is the file system's root, not a place for a {'file' if out.kind == 'file' else 'folder'} " \
+               "of this package: choose a path of its own"
     if top[:1] in (("dev",), ("proc",), ("sys",)) and top != ("dev", "shm"):
         return (f"{shown} is in /{top[0]}, the system's own device and process files, not a place for a "
                 f"{'file' if out.kind == 'file' else 'folder'} of this package: choose a path of its own")

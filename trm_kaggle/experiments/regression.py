@@ -68,6 +68,7 @@ from trm_kaggle.experiments.recorded import Recorded, read_recorded
 from trm_kaggle.jsonio import read_json, read_json_lines
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
+from trm_kaggle.outputs import Output, writable_problem
 from trm_kaggle.wording import count, one_line, shown
 
 BASELINES = "baselines.json"
@@ -459,6 +460,9 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
     """Run the notebooks, compare, report, keep the history; returns the exit status (module docstring)."""
     warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
     notebook_dir = Path(notebook_dir) if notebook_dir is not None else default_notebook_dir()
+    # where it writes, as the command checks it, whoever calls: a file or a FIFO there was mkdir's FileExistsError
+    if problem := writable_problem(Output(out, "out", "folder")):
+        raise TRMError(problem)
     out = Path(out)
     if not notebook_dir.is_dir():
         what = "a file, not a folder" if notebook_dir.exists() else "no such folder"

@@ -27,7 +27,7 @@ from trm_kaggle.experiments import plan_sweep, repeated_variants
 from trm_kaggle.launch import files, k8s, slurm
 from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_volume
 from trm_kaggle.locks import LOCK_FILE
-from trm_kaggle.outputs import Output, overlap_problem
+from trm_kaggle.outputs import Output, overlap_problem, writable_problem
 from trm_kaggle.train import load_train_config, training_io
 from trm_kaggle.wording import count
 
@@ -159,5 +159,8 @@ def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[s
         texts = slurm.render(cluster, jobs, export=export, array_name=array_name)
         submit = "sbatch " + str(Path(cluster.out) / next(iter(texts)))
     check_outputs(cluster, jobs, texts, export, given)
+    # the job files' folder, as the command checks it, whoever calls: /dev was written into, a file on the path
+    if problem := writable_problem(Output(cluster.out, "out", "folder")):  # was mkdir's NotADirectoryError
+        raise TRMError(problem)
     written, unchanged = files.write_job_files(Path(cluster.out), texts, force=cluster.force, inputs=inputs)
     return LaunchResult(cluster, jobs, written, unchanged, submit)
