@@ -182,3 +182,17 @@ def test_the_install_commands_find_the_wheels_in_either_mount_layout(built, tmp_
     line = W.install_line("trm-kaggle-wheels", ["trm_kaggle", "adam-atan2"], root=str(root))
     res = subprocess.run(["sh", "-c", line], capture_output=True, text=True, env=env)
     assert res.returncode == 0 and res.stdout.split()[4] == str(mounted), res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("builder", ["pip", "builtin"])
+def test_a_wheel_of_the_same_sources_is_the_same_bytes(tmp_path, builder):
+    """pip's wheel dated its dist-info files at the build: every push uploaded the wheels dataset again."""
+    import hashlib
+    import time
+
+    if builder == "pip" and W.can_build_without_isolation() is not None:
+        pytest.skip(f"pip cannot build the wheel offline here: {W.can_build_without_isolation()}")
+    first = W.build_project_wheel(tmp_path / "a", builder=builder, log=lambda _: None)
+    time.sleep(2.1)  # zip dates count in 2-second steps
+    second = W.build_project_wheel(tmp_path / "b", builder=builder, log=lambda _: None)
+    assert hashlib.sha256(first.read_bytes()).digest() == hashlib.sha256(second.read_bytes()).digest()

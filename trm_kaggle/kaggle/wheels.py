@@ -191,6 +191,10 @@ def can_build_without_isolation() -> str | None:
     return None
 
 
+#: 1980-01-01 00:00 UTC, the zip format's first date: every entry of the trm_kaggle wheel carries it.
+REPRODUCIBLE_EPOCH = 315532800
+
+
 def build_project_wheel(dest: Path, repo: Path = REPO_ROOT, builder: str = "auto",
                         log: Callable[[str], None] = print) -> Path:
     """The trm_kaggle wheel in `dest`, offline. builder="pip": `pip wheel --no-deps --no-index
@@ -210,7 +214,12 @@ def build_project_wheel(dest: Path, repo: Path = REPO_ROOT, builder: str = "auto
         elif builder == "pip":
             cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation",
                    "--disable-pip-version-check", "-q", "-w", str(out), str(src)]
-            res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, encoding="utf-8", errors="replace")
+            # every entry dated as the built-in builder dates them (bdist_wheel reads SOURCE_DATE_EPOCH): a wheel
+            # of the same sources is the same bytes, so a later push finds the wheels dataset unchanged (the
+            # dist-info files, dated at the build, once made every push upload it again)
+            env = {**os.environ, "SOURCE_DATE_EPOCH": str(REPRODUCIBLE_EPOCH)}
+            res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, encoding="utf-8", errors="replace",
+                                 env=env)
             wheels = sorted(out.glob("*.whl"))
             if res.returncode != 0 or len(wheels) != 1:
                 raise TRMError(f"building the trm_kaggle wheel failed ({' '.join(cmd)}):\n"
@@ -306,7 +315,7 @@ def build_pure_wheel(src: Path, out: Path) -> Path:
     wheel = out / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
         for path, data in files:
-            info = zipfile.ZipInfo(path, date_time=(1980, 1, 1, 0, 0, 0))
+            info = zipfile.ZipInfo(path, date_time=(1980, 1, 1, 0, 0, 0))  # REPRODUCIBLE_EPOCH
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data)
