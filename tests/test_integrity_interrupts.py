@@ -335,3 +335,30 @@ def test_the_first_stop_raises_and_later_ones_wait_for_the_cleanup(signum):
     time.sleep(0.05)
     stops.give_back()
     assert signal.getsignal(signum) is before
+
+
+FINALIZER_STOP = """
+import os, signal, sys, weakref
+from trm_kaggle.interrupts import Terminated, take_sigterm
+take_sigterm()
+class Held: pass
+held = Held()
+def finalizer(_):  # the garbage collector's weakref callback: Python prints and drops what is raised here
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    for _ in range(1000): pass
+ref = weakref.ref(held, finalizer)
+try:
+    del held
+    for _ in range(10**7): pass
+    print("ran on")
+except KeyboardInterrupt as e:
+    print("stopped", type(e).__name__)
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
+def test_a_stop_raised_inside_a_finalizer_still_stops(tmp_path, name):
+    """A SIGTERM whose handler ran inside a weakref callback (pipeline's stage 4, 0.1 s in): Python printed
+    "Exception ignored ... Terminated" and the pipeline ran on to exit 0."""
+    done = subprocess.run([sys.executable, "-c", FINALIZER_STOP, name], capture_output=True, text=True, timeout=120)
+    assert done.stdout.startswith("stopped") and "Exception ignored" not in done.stderr, (done.stdout, done.stderr)

@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 
 #: The signals that stop a command as Ctrl-C does: a scheduler's or `kill`'s SIGTERM, and the SIGHUP of a closed
@@ -62,6 +62,8 @@ def take_sigterm() -> None:
     hold_terminations()
     if taken(signal.SIGINT):
         signal.signal(signal.SIGINT, raise_interrupt)
+    if not getattr(sys.unraisablehook, "takes_dropped_stops", False):
+        sys.unraisablehook = _stop_raised_where_python_drops_it(sys.unraisablehook)
     if not any(isinstance(f, _StopsHeldWhileLoading) for f in sys.meta_path):
         sys.meta_path.insert(0, _StopsHeldWhileLoading())
 
@@ -166,6 +168,29 @@ def _first_stop(signum: int) -> None:
     if _OWNER[0] and os.getpid() != _OWNER[0]:  # a forked child: ended by the signal, its parent says what stopped
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+
+def _stop_raised_where_python_drops_it(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A `sys.unraisablehook`: a stop our handler raised inside a finalizer (a weakref callback of the garbage
+    collector, a `__del__`) is printed and dropped by Python, and the command ran on to exit 0. Such a stop is
+    taken back (never said) and its signal sent again, to land outside the finalizer; anything else goes to
+    `previous`."""
+    def hook(info) -> None:
+        exc, signum = info.exc_value, None
+        if isinstance(exc, Terminated):
+            signum, handler = exc.signum, raise_terminated
+        elif isinstance(exc, KeyboardInterrupt):
+            signum, handler = signal.SIGINT, raise_interrupt
+        if signum is None or os.getpid() != _OWNER[0] or signal.getsignal(signum) is not _later_stop:
+            previous(info)
+            return
+        _FIRST_AT[0] = None
+        signal.signal(signum, handler)
+        # sent from a thread a moment later: sent here, its handler would raise inside this hook, dropped again
+        threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+
+    hook.takes_dropped_stops = True
+    return hook
 
 
 def _later_stop(signum, frame) -> None:
