@@ -482,12 +482,8 @@ def test_the_regress_library_checks_its_out_folder_as_the_command_does(suite, tm
     from trm_kaggle.errors import TRMError
     from trm_kaggle.experiments.regression import regress as regress_library
 
-    out = tmp_path / "out"
-    if kind == "file":
-        out.write_text("x")
-    elif kind == "fifo":
-        os.mkfifo(out)
-    else:
-        out = str(tmp_path / "a\x00b")
+    out = {"file": tmp_path / "f", "fifo": tmp_path / "p", "nul": str(tmp_path / "a\x00b")}[kind]
+    made = {"file": lambda: out.write_text("x"), "fifo": lambda: os.mkfifo(out), "nul": lambda: None}
+    made[kind]()
     with pytest.raises(TRMError, match="^out "):
         regress_library(out=out, notebook_dir=suite)
