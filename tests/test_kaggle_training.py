@@ -636,6 +636,32 @@ def test_a_stop_during_the_states_copy_still_passes_the_state_on(built, tmp_path
     assert r.ok and r.start_step == 2, r
 
 
+def test_a_stop_before_the_state_is_carried_waits_for_it(built, tmp_path, monkeypatch):
+    """A SIGTERM in the session's first second (before it reached the carry) ended it "interrupted" with an output
+    of no state: the next session started the run over from step 0."""
+    import signal
+
+    import trm_kaggle.kaggle.bundle as bundle_module
+
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    real = bundle_module.check_kernel_overrides
+
+    def stopped_at_the_start(overrides):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(overrides)
+
+    monkeypatch.setattr(bundle_module, "check_kernel_overrides", stopped_at_the_start)
+    r = run_session(input_root=prev, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lambda _: None)
+    assert not r.ok and r.status == "interrupted" and r.stopped_by == "SIGTERM", r
+    monkeypatch.setattr(bundle_module, "check_kernel_overrides", real)
+    r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert r.ok and r.start_step == 2, r
+
+
 def test_a_changed_data_archive_still_passes_the_state_on(built, tmp_path):
     """The packed data dataset was checked and unpacked before the state was copied: a changed data.tar (or a
     stop while it unpacked) left an output of no state, and the next session started from step 0."""

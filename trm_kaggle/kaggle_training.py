@@ -114,7 +114,9 @@ class _SaveBeforeExit:
 
 class _SessionStops:
     """SIGTERM and SIGHUP for the whole session; the training takes them itself while it runs (and saves). Before
-    it, the first one raises `Terminated` (the session ends "interrupted", nothing trained; the inputs are
+    it, the first one raises `Terminated` once the previous state is carried into the session's output
+    (`carried`: a stop in the session's first second passed no state on) (the session ends "interrupted", nothing
+    trained; the inputs are
     read-only and the run folder is written atomically); once the training has ended (`trained()`), a stop is
     noted and the export and the picture go on: in a Jupyter kernel such a signal was left to its default and
     ended the kernel, leaving session.json saying the session never finished while its run was done.
@@ -124,6 +126,7 @@ class _SessionStops:
         self.came: int | None = None  # the first stop this took
         self.late: int | None = None  # the first that came once the training had ended (noted, not raised)
         self.after_training = False
+        self.carrying = True  # until the previous state is in this session's output: a stop waits (`carried`)
         self.previous: dict[int, object] = {}
 
     def __enter__(self) -> "_SessionStops":
@@ -146,8 +149,17 @@ class _SessionStops:
         self.came = self.came or signum
         if self.after_training:
             self.late = self.late or signum
-        elif first:
+        elif first and not self.carrying:
             raise Terminated(signum)
+
+    def carried(self) -> None:
+        """The previous state is in this session's output (or there is none): a stop that came meanwhile is
+        raised now, and later ones at once."""
+        self.carrying = False
+        if self.came is not None and not self.after_training:
+            from trm_kaggle.interrupts import Terminated
+
+            raise Terminated(self.came)
 
     def trained(self) -> None:
         """The training is over: a stop from here on waits for the export and the picture."""
@@ -425,8 +437,10 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         return found
 
     # the attached outputs first, as they are (a previous session's output is a plain folder), before the packed
-    # datasets are checked and unpacked (a changed data.tar, or a stop during its unpacking, would pass no state)
+    # datasets are checked and unpacked (a changed data.tar, or a stop during its unpacking, would pass no state);
+    # a SIGTERM before the state is carried waits for it (one in the session's first second passed none on)
     carried = None if in_place else carry(Path(input_root))
+    stops.carried()
     roots = input_roots(input_root, scratch, echo)
     if not in_place and len(roots) > 1:  # a run-state dataset (--continue-from) is packed: unpacked just now
         carried = carry(roots, carried)
