@@ -446,3 +446,13 @@ def test_estimates_device_is_checked_as_every_device_setting(monkeypatch, device
     monkeypatch.setattr("trm_kaggle.solve.pricing.time_steps", lambda *a, **k: pytest.fail("timed"))
     with pytest.raises((ValueError, TRMError), match=re.escape(words)):
         estimate(ArchConfig(hidden_size=32, L_layers=1, num_heads=2), device=device)
+
+
+@pytest.mark.parametrize("device", ["meta", "lazy", "hpu"])
+def test_a_device_type_torch_knows_but_nothing_here_runs_on_is_one_line(capsys, device):
+    """`estimate --device meta` was a traceback, exit 1: torch.device took it, the timing failed on it."""
+    from trm_kaggle.cli import main
+
+    assert main(["estimate", "--preset", "sudoku4-cpu", "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: device='{device}': not a device this package runs on") and err.count("\n") == 1

@@ -357,6 +357,9 @@ def pick_device(requested: str) -> torch.device:
         device = torch.device(requested)
     except (RuntimeError, TypeError, ValueError):  # torch's list of every device type it knows, unasked
         raise TRMError(f"device={str(requested)[:40]!r}: not a device (auto, cpu, cuda, cuda:N, mps or xla)") from None
+    if device.type not in ("cpu", "cuda", "mps", "xla"):  # torch knows meta, lazy, hpu, ...: none runs this package
+        raise TRMError(f"device={str(requested)[:40]!r}: not a device this package runs on (auto, cpu, cuda, cuda:N, "
+                       "mps or xla)")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise TRMError(f"device={requested} requested but no CUDA device is available (use device=auto or "
