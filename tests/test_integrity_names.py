@@ -10,6 +10,7 @@ holds for the subset names `build-arc` turns into file names, and for the relati
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -199,3 +200,15 @@ def test_a_path_holding_a_nul_byte_is_named_by_every_writer(tmp_path, call):
         _nul_calls(tmp_path)[call]()
     assert "\x00" not in str(caught.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("where", ["/dev/trm-submission-probe.json", "{tmp}/f/s.json"])
+def test_the_library_writer_of_submissions_checks_its_path_as_submit_does(tmp_path, where):
+    """`write_submission("/dev/x.json", ...)` wrote into /dev; a file on the path was a raw OSError."""
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.evaluate import write_submission
+
+    (tmp_path / "f").write_text("a file")
+    with pytest.raises(TRMError, match="^submission "):
+        write_submission(where.format(tmp=tmp_path), {"t": [{"attempt_1": [[1]], "attempt_2": [[1]]}]})
+    assert not os.path.lexists("/dev/trm-submission-probe.json")

@@ -656,3 +656,12 @@ def test_a_poll_interval_that_is_no_sane_wait_is_refused_before_any_run(tmp_path
     with pytest.raises(ValueError, match="poll_seconds="):
         S.run_sweep(grid("ok"), tmp_path / "sw", overrides=["max_steps=5"], progress=False, poll_seconds=poll)
     assert not (tmp_path / "sw").exists()
+
+
+def test_the_sweep_library_checks_its_folder_as_the_command_does(tmp_path, fake_train):
+    """`run_sweep(grid, "/dev/x")` made a sweep in /dev; a file on the path was a raw OSError."""
+    (tmp_path / "f").write_text("a file")
+    for folder, words in ((tmp_path / "f" / "sw", "is a file, not a folder"), ("/dev/trm-sweep-probe", "is in /dev")):
+        with pytest.raises(TRMError, match=words):
+            S.run_sweep(grid("ok"), folder, overrides=["max_steps=5"], progress=False)
+    assert not os.path.lexists("/dev/trm-sweep-probe")

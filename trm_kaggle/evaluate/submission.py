@@ -52,7 +52,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.outputs import Input, Output, check_kept
+from trm_kaggle.outputs import Input, Output, check_kept, writable_problem
 from trm_kaggle.wording import count, shown
 
 ATTEMPTS = ("attempt_1", "attempt_2")
@@ -411,6 +411,8 @@ def write_submission(path: str | os.PathLike, submission: Mapping,
     # another command's folder keeps (a run's run.json, a sweep's sweep.json, a lock)
     check_kept([Input(challenges, "challenges")] if isinstance(challenges, (str, os.PathLike)) else [],
                [Output(path, "submission")])
+    if problem := writable_problem(Output(path, "submission")):  # /dev, a file on the path: as `submit` says it
+        raise TRMError(problem)
     if challenges is not None:
         check_submission(submission, challenges)
     else:

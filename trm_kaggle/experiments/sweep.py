@@ -54,7 +54,7 @@ from trm_kaggle.interrupts import FirstStopOnly, Terminated
 from trm_kaggle.jsonio import is_regular, open_regular, read_json
 from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
-from trm_kaggle.outputs import overlap_problem
+from trm_kaggle.outputs import Output, overlap_problem, writable_problem
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
                               read_config_file, repeated_keys, training_io)
@@ -481,6 +481,8 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
     # a finished run for days
     if not (seconds_argument("poll_seconds", poll_seconds) and 0 < poll_seconds <= MAX_POLL_S):
         raise ValueError(f"poll_seconds={poll_seconds!r}: expected a number of seconds above 0, at most {MAX_POLL_S:g}")
+    if problem := writable_problem(Output(sweep_dir, "sweep folder", "folder")):  # as `sweep` checks it, whoever
+        raise TRMError(problem)  # calls (a sweep was made in /dev; a file on the path was a raw OSError)
     sweep_dir = Path(sweep_dir)
     plan = plan_sweep(grid, sweep_dir, presets=presets, config_file=config_file, overrides=overrides)
     base = {"presets": [*presets, *grid.presets], "config": config_file, "overrides": [*grid.overrides, *overrides]}
