@@ -126,7 +126,7 @@ class _SessionStops:
         self.came: int | None = None  # the first stop this took
         self.late: int | None = None  # the first that came once the training had ended (noted, not raised)
         self.after_training = False
-        self.carrying = True  # until the previous state is in this session's output: a stop waits (`carried`)
+        self.carrying = True  # until the previous train state is copied into the working folder (`carried`)
         self.previous: dict[int, object] = {}
 
     def __enter__(self) -> "_SessionStops":
@@ -153,7 +153,7 @@ class _SessionStops:
             raise Terminated(signum)
 
     def carried(self) -> None:
-        """The previous state is in this session's output (or there is none): a stop that came meanwhile is
+        """The previous train state is in the working folder (or there is none): a stop that came meanwhile is
         raised now, and later ones at once."""
         self.carrying = False
         if self.came is not None and not self.after_training:
