@@ -84,8 +84,11 @@ def test_bad_arguments_are_refused():
         make_rule_task(rng, "t", "flip", min_side=4, max_side=3)
     with pytest.raises(ValueError, match="colours"):
         make_rule_task(rng, "t", "swap", colours=1)
-    with pytest.raises(ValueError, match="n >= 1"):
-        rule_tasks(0, seed=0)
+    for n in (0, -1, 2**63, 1.5, float("nan"), True):  # 2**63 ran until the machine gave out
+        with pytest.raises(ValueError, match=r"n=.*: expected a whole number from 1 to 1,000,000"):
+            rule_tasks(n, seed=0)
+    with pytest.raises(ValueError, match="at least one rule"):
+        rule_tasks(1, seed=0, rules=[])
 
 
 def test_tasks_are_valid_arc_tasks_and_build_on_a_small_canvas(tmp_path):

@@ -236,3 +236,15 @@ def test_import_upstream_names_the_config_file_it_was_given(tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 2 and err.startswith(f"error: {cfg / name}: "), err
         assert "all_config.yaml" not in err and not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("seq_len", [float("nan"), 2**63, 0, 1.5, True])
+def test_import_upstreams_sequence_length_is_checked_before_the_model_is_built(tmp_path, seq_len):
+    """`import_upstream(seq_len=nan)` failed inside torch ("unsupported range: 0 -> nan"), 2**63 as "an int that
+    cannot be represented as a SymInt": the library's count is checked where it is given, as the CLI's is."""
+    from trm_kaggle.model import import_upstream
+
+    torch.save(to_upstream_state_dict(tiny(0), compiled=True), tmp_path / "step_10")
+    with pytest.raises(ValueError, match=r"^seq_len=.*: expected a whole number from 1 to 1,048,576$"):
+        import_upstream(tmp_path / "step_10", tmp_path / "e", seq_len=seq_len)
+    assert not (tmp_path / "e").exists()

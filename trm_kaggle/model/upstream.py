@@ -26,7 +26,8 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 from pydantic import ValidationError
 
-from trm_kaggle.config import ArchConfig, validation_line
+from trm_kaggle.config import MAX_GRID_CELLS, ArchConfig, validation_line
+from trm_kaggle.config.common import whole_argument
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, TRMError
 from trm_kaggle.jsonio import open_regular, read_failure, readable_file
@@ -237,6 +238,8 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     run's dataset when it is at hand, else from the vocabulary (`DEFAULT_SEQ_LEN`). Returns the
     model that was exported.
     """
+    if seq_len is not None:  # before the model is built: NaN and 2**63 failed inside torch
+        seq_len = whole_argument("seq_len", seq_len, 1, MAX_GRID_CELLS)
     ckpt_path, hub_source = resolve_checkpoint(checkpoint)
     if ckpt_path.is_dir():  # before its config: a missing checkpoint is the problem to name
         raise TRMError(f"{ckpt_path}: checkpoint file not found (it is a directory: name one step_<N> file in it)")

@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from trm_kaggle.config.common import whole_argument
 from trm_kaggle.data.arc.tasks import ArcTask
 from trm_kaggle.data.augment import dihedral
 
@@ -87,9 +88,13 @@ def make_rule_task(rng: np.random.Generator, task_id: str, rule: str, n_train: i
     return ArcTask(task_id, list(zip(inputs[:n_train], outputs[:n_train])), inputs[n_train:], outputs[n_train:])
 
 
+MAX_RULE_TASKS = 1_000_000  # a million tasks is far past any sweep's or test's need, and minutes of work
+
+
 def rule_tasks(n: int, seed: int, rules: Sequence[str] = RULES, prefix: str = "rule", **kwargs) -> list[ArcTask]:
     """`n` tasks cycling through `rules` (ids `<prefix>000_<rule>`, ...), each from its own seeded generator."""
-    if n < 1 or not rules:
-        raise ValueError("need n >= 1 and at least one rule")
+    if not rules:
+        raise ValueError("need at least one rule")
+    n = whole_argument("n", n, 1, MAX_RULE_TASKS)  # 2**63 ran (in memory) until the machine gave out
     return [make_rule_task(np.random.default_rng([seed, i]), f"{prefix}{i:03d}_{rules[i % len(rules)]}",
                            rules[i % len(rules)], **kwargs) for i in range(n)]
