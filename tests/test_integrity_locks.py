@@ -112,6 +112,36 @@ def test_torchrun_into_a_held_run_folder_is_one_line_before_any_worker(sudoku4, 
     assert sorted(p.name for p in run.iterdir()) == [LOCK_FILE]
 
 
+def test_a_live_lock_file_this_user_may_only_read_is_still_refused(tmp_path, holder, monkeypatch):
+    """A second submit that could not open the running one's lock file for writing (another user's, mode 444)
+    warned "no lock taken" and ran beside it in one --work-dir: the file is locked read-only all the same. Where
+    nobody holds it, the folder is taken, the holder record left as it was."""
+    import errno
+
+    from trm_kaggle import locks
+
+    opened = locks._open_lock_file
+
+    def no_write(path, create=True, writable=True):  # as a user other than the file's owner
+        if writable and path.exists():
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return opened(path, create, writable)
+
+    monkeypatch.setattr(locks, "_open_lock_file", no_write)
+    p = holder(tmp_path / "d", "submit")
+    for required in (True, False):
+        with pytest.raises(TRMError, match=f"another submit is running in this directory: process {p.pid}"):
+            with directory_lock(tmp_path / "d", "submit", required=required):
+                pass
+    with pytest.raises(TRMError, match="another submit is running"):
+        locks.refuse_if_held(tmp_path / "d")
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    with directory_lock(tmp_path / "d", "submit", required=False) as held:
+        assert held is not None  # a lock, not the unlocked run
+        assert str(p.pid) in (tmp_path / "d" / LOCK_FILE).read_text()  # its record could not be rewritten
+
+
 def test_two_submits_on_one_work_dir(tmp_path, capsys, holder):
     """A submit running on --work-dir holds it: a second one is refused before it writes anything (its
     --output included), with one line."""

@@ -82,12 +82,13 @@ def _busy(directory: Path, path: Path) -> TRMError:
                     f"wait for it or {stop}, or choose another directory")
 
 
-def _open_lock_file(path: Path, create: bool = True):
-    """The lock file, opened for reading and writing (created if missing, with `create`). Its record is
-    rewritten, so only a plain file of its own is ever opened: a symbolic link (never followed: its target would
-    be overwritten), a file with other names (a hard link: the same), a FIFO or a device is one TRMError, never a
-    hang."""
-    flags = os.O_RDWR | (os.O_CREAT if create else 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+def _open_lock_file(path: Path, create: bool = True, writable: bool = True):
+    """The lock file, opened for reading and writing (created if missing, with `create`; read only, never
+    created, without `writable`). Its record is rewritten, so only a plain file of its own is ever opened: a
+    symbolic link (never followed: its target would be overwritten), a file with other names (a hard link: the
+    same), a FIFO or a device is one TRMError, never a hang."""
+    flags = ((os.O_RDWR | (os.O_CREAT if create else 0)) if writable else os.O_RDONLY) \
+        | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as e:
@@ -108,7 +109,17 @@ def _open_lock_file(path: Path, create: bool = True):
     if problem:
         os.close(fd)
         raise TRMError(f"{path}: the lock file {problem}; remove it")
-    return os.fdopen(fd, "r+", encoding="utf-8")
+    return os.fdopen(fd, "r+" if writable else "r", encoding="utf-8")
+
+
+def _read_only_lock_file(path: Path):
+    """The lock file opened for reading, where this user may not write it (another user's, mode 444, a
+    read-only folder), or None when it cannot be opened at all: flock takes a read-only file all the same, so a
+    live holder is still seen and refused, never run beside."""
+    try:
+        return _open_lock_file(path, create=False, writable=False)
+    except (OSError, TRMError):
+        return None
 
 
 @contextlib.contextmanager
@@ -205,8 +216,9 @@ def refuse_if_held(directory: str | os.PathLike) -> None:
         f = _open_lock_file(path, create=False)
     except FileNotFoundError:
         return
-    except OSError:  # cannot be opened for writing here (a read-only folder): `directory_lock` says it
-        return
+    except OSError:  # cannot be opened for writing here (another user's, a read-only folder): read it
+        if (f := _read_only_lock_file(path)) is None:
+            return
     with f:
         if (locker := _take(f, Path(directory), path, shared=False)) is not None:
             locker.flock(f.fileno(), locker.LOCK_UN)
@@ -233,13 +245,18 @@ def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = 
             directory.mkdir(parents=True, exist_ok=True)
         f = _open_lock_file(path)
     except (OSError, TRMError) as e:  # TRMError: a link, FIFO or hard link in the lock file's place
-        if required:
-            raise
-        if not shared:
-            log.warning("%s: no lock taken (%s); make sure no other command writes in this directory", directory,
-                        getattr(e, "strerror", None) or e)
-        yield None
-        return
+        # a lock file this user may only read is locked all the same (its holder record stays as it is): a second
+        # submit once warned "no lock taken" and ran beside the live one that had made it
+        only_read = getattr(e, "errno", None) in (errno.EACCES, errno.EPERM, errno.EROFS)
+        f = _read_only_lock_file(path) if only_read else None
+        if f is None:
+            if required:
+                raise
+            if not shared:
+                log.warning("%s: no lock taken (%s); make sure no other command writes in this directory",
+                            directory, getattr(e, "strerror", None) or e)
+            yield None
+            return
     with _closed_quietly(f):
         locker = _take(f, directory, path, shared)
         with contextlib.suppress(OSError):  # the record only serves the messages: a full disk costs it alone
