@@ -288,6 +288,27 @@ def write_atomically(path, text):
 
 WRITTEN = False  # this run wrote SUBMISSION: a file an earlier run left there is never called this run's answers
 SUBMISSION = Path(KAGGLE_WORKING) / "submission.json"
+
+
+def working_problem():
+    """Why this kernel may write nothing in KAGGLE_WORKING, or None: it lies in an input (KAGGLE_INPUT, the
+    weights or wheels folder named), where the fallback replaced a file it did not write, or in a folder the
+    package builds whole (a bundle part holds `.trm_kaggle_output.json`), which its command could then no longer
+    replace. Said before the fallback is written: the solve would refuse the folder only after it."""
+    working = os.path.realpath(KAGGLE_WORKING)
+    for name, folder in (("KAGGLE_INPUT", KAGGLE_INPUT), ("WEIGHTS_DIR", WEIGHTS_DIR), ("WHEELS_DIR", WHEELS_DIR)):
+        if folder is not None and os.path.commonpath([working, os.path.realpath(folder)]) == os.path.realpath(folder):
+            return f"KAGGLE_WORKING {KAGGLE_WORKING} lies in {name} {folder}: an input is never written into"
+    for at in (Path(working), *Path(working).parents):
+        try:
+            if (at / ".trm_kaggle_output.json").is_file():
+                return (f"KAGGLE_WORKING {KAGGLE_WORKING} lies in {at}, a folder the package builds whole "
+                        "(.trm_kaggle_output.json): nothing is written there")
+        except OSError:  # a part this user cannot look into: not one of ours to protect
+            pass
+    return None
+
+
 def read_challenges(path):
     """The tasks of the challenges file `path`; ValueError or OSError naming it when it cannot be one."""
     # an output never replaces an input. The submission replaces what stands at its path (a link planted
@@ -310,10 +331,16 @@ def read_challenges(path):
 
 
 try:
-    CHALLENGES = CHALLENGES or find_challenges(KAGGLE_INPUT, COMPETITION)
+    if (problem := working_problem()) is not None:
+        CHALLENGES = None  # nothing is answered: the RESULT line says why
+        READY = False
+        NO_MODEL = f"{problem}; choose a folder of its own"
+        warn(NO_MODEL)
+    else:
+        CHALLENGES = CHALLENGES or find_challenges(KAGGLE_INPUT, COMPETITION)
     if CHALLENGES is None:
         READY = False
-        NO_MODEL = "no challenges file was found"
+        NO_MODEL = NO_MODEL or "no challenges file was found"
     else:
         try:
             challenge_data = read_challenges(CHALLENGES)

@@ -539,3 +539,35 @@ def test_a_challenges_parameter_naming_no_challenges_file_answers_the_competitio
     assert f"answering {challenges}, the challenges file found below" in out, out
     assert Path(scope["CHALLENGES"]) == challenges
     check_submission(tmp_path / "working" / "submission.json", challenges)
+
+
+@pytest.mark.parametrize("where", ["a previous output in KAGGLE_INPUT", "KAGGLE_INPUT itself", "WEIGHTS_DIR",
+                                   "a bundle part"])
+def test_a_working_folder_in_the_inputs_gets_no_fallback_written(tmp_path, monkeypatch, where):
+    """KAGGLE_WORKING inside KAGGLE_INPUT: the fallback replaced a previous output's submission.json and made
+    ttt_work/ in the input, and inside the weights dataset or a bundle part it was written before the solve refused
+    the folder. Nothing is written: the RESULT line says why."""
+    write_competition(tmp_path / "input" / "arc-prize-2026-arc-agi-2")
+    (tmp_path / "input" / "prev").mkdir()
+    (tmp_path / "input" / "prev" / "submission.json").write_text('{"keep": "this input file"}')
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "bundle" / "kernel").mkdir(parents=True)
+    (tmp_path / "bundle" / "kernel" / ".trm_kaggle_output.json").write_text("{}")
+    working, said, params = {"a previous output in KAGGLE_INPUT": (tmp_path / "input" / "prev", "KAGGLE_INPUT", {}),
+                             "KAGGLE_INPUT itself": (tmp_path / "input", "KAGGLE_INPUT", {}),
+                             "WEIGHTS_DIR": (tmp_path / "weights", "WEIGHTS_DIR",
+                                             {"WEIGHTS_DIR": str(tmp_path / "weights")}),
+                             "a bundle part": (tmp_path / "bundle" / "kernel" / "w", "a folder the package builds",
+                                               {})}[where]
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    scope, out = run_fallback_cell(tmp_path, monkeypatch, KAGGLE_WORKING=str(working), **params)
+    assert not scope["READY"] and not scope["WRITTEN"] and f"KAGGLE_WORKING {working} lies in" in out, out
+    assert said in scope["NO_MODEL"] and "choose a folder of its own" in scope["NO_MODEL"]
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written anywhere
+    scope.update(report=None)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        for cell in _code_cells()[6:]:  # the check and the RESULT line
+            exec(cell, scope)
+    result = printed.getvalue().splitlines()[-1]
+    assert result.startswith("RESULT: no submission was written") and "lies in" in result, printed.getvalue()
