@@ -66,7 +66,7 @@ from pathlib import Path
 STARTED = time.time()  # the install counts against the budget
 READY = True  # False once a step fails: the later cells skip, session.json keeps the reason
 # A stop signal before the session takes its own handler (during the install, torch's import) is noted here, not
-# left to the default that ended the kernel: the session cell then ends "interrupted" with nothing trained.
+# left to the default that ended the kernel: the session then carries the previous state and ends "interrupted".
 STOPPED = []
 
 
@@ -141,9 +141,36 @@ if DEVICE not in ("auto", "cpu", "cuda", "mps"):
 SESSION = Path(KAGGLE_WORKING) / "session.json"
 
 
+def state_to_pass_on():
+    """The newest train state among the inputs (`state_step<N>.pt`, by N), else the one a previous session's
+    record names, or None. Every record this kernel writes names it, so that a session killed before it copies
+    the state into its output (during the install) still passes the name on, and the next one refuses rather than
+    start the run over (`trm_kaggle.kaggle_training.named_state` is the package's side of this rule)."""
+    try:
+        found = Path(KAGGLE_INPUT).rglob("state_step*.pt")
+        steps = {p: int(p.name[10:-3]) for p in found if p.name[10:-3].isdigit()}  # state_step<N>.pt
+        if steps:
+            return str(max(steps, key=steps.get))
+        for record in sorted(Path(KAGGLE_INPUT).rglob("session.json")):
+            try:  # a regular file of at most 1 MiB: a FIFO there would wait for a writer forever
+                small = record.is_file() and record.stat().st_size < 1 << 20
+                named = json.loads(record.read_bytes()) if small else None
+            except (OSError, ValueError):
+                continue
+            if isinstance(named, dict) and isinstance(named.get("previous_state"), str):
+                return named["previous_state"]
+    except (OSError, RecursionError, ValueError):  # an input that cannot be walked: the session names its problem
+        pass
+    return None
+
+
+PREVIOUS_STATE = state_to_pass_on()
+
+
 def write_session(status, message):
     """session.json (atomically): what stopped this kernel run, for `kaggle kernels output` readers."""
-    record = {"ok": False, "status": status, "message": message, "seconds": round(time.time() - STARTED, 1)}
+    record = {"ok": False, "status": status, "message": message, "seconds": round(time.time() - STARTED, 1),
+              "previous_state": PREVIOUS_STATE}
     tmp = SESSION.with_name(f".{SESSION.name}.partial-{os.getpid()}")
     try:
         with open(tmp, "w") as f:
@@ -285,14 +312,6 @@ if READY:
         print(f"trm_kaggle {trm_kaggle.__version__}")
     except BaseException as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
         fail(f"importing trm_kaggle failed ({type(e).__name__}: {e})")
-if READY and STOPPED:  # before the session took its own handler: nothing trained, the inputs as they were
-    READY = False
-    print(f"stopped by {signal.Signals(STOPPED[0]).name} before the training: nothing trained; the next session "
-          "resumes from the newest saved state", flush=True)
-    try:
-        write_session("interrupted", f"stopped by {signal.Signals(STOPPED[0]).name} before the training")
-    except OSError as e:
-        print(f"error: could not write {SESSION}: {e}", flush=True)
 if READY:
     try:
         overrides = override_list(OVERRIDES) + ([f"device={DEVICE}"] if DEVICE and DEVICE != "auto" else [])
@@ -302,7 +321,7 @@ if READY:
         REPORT = run_session(input_root=KAGGLE_INPUT, working=KAGGLE_WORKING, preset=str(PRESET).split(),
                              overrides=overrides, data_dir=DATA_DIR, time_budget=TIME_BUDGET, margin=SAVE_MARGIN,
                              session_steps=SESSION_STEPS, started=STARTED, save_every_s=SAVE_EVERY_S,
-                             scratch=UNPACK_DIR)
+                             scratch=UNPACK_DIR, stopped=STOPPED)  # a stop noted above: the state carried, no step
     except BaseException as e:  # noqa: BLE001 - run_session never raises; a second Ctrl-C may
         fail(f"the session stopped ({type(e).__name__}: {e})")
 

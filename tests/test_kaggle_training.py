@@ -748,3 +748,82 @@ def test_session_json_names_only_a_curve_the_session_drew(built, tmp_path, monke
     r = run_session(input_root=tmp_path / "none", working=working, preset="sudoku4-cpu", overrides=SETTINGS,
                     data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
     assert r.ok and r.curve is None and json.loads((working / "session.json").read_text())["curve"] is None
+
+
+def test_a_stop_noted_before_the_session_still_passes_the_state_on(built, tmp_path):
+    """A SIGTERM during the notebook's install or torch's import (noted by its first cell) ended the session
+    "interrupted" before it carried the state, its record saying the next session resumes: the next one started the
+    run over from step 0. The noted stop is raised once the state is carried."""
+    import signal
+
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, stopped=[signal.SIGTERM], echo=lines.append)
+    assert not r.ok and r.status == "interrupted" and r.stopped_by == "SIGTERM" and r.step == 2, r
+    assert ckpt.newest_step(tmp_path / "s2" / "run") == 2 and "the newest state saved in this output" in lines[-1]
+    r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert r.ok and r.start_step == 2 and r.step == 3, r
+
+
+def test_a_session_killed_before_it_carried_the_state_makes_the_next_one_refuse(built, tmp_path, monkeypatch):
+    """Killed outright (or its runner gone) during the install, before it copied the state: its output held only
+    the first cell's session.json, and the next session started the run over from step 0 with exit 0. The first
+    cell's record names the state it had to pass on: the next session refuses, and so does the one after it."""
+    import signal
+
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    shutil.copytree(prev, tmp_path / "in2" / "trm-kaggle-train")
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "kaggle_train.ipynb").read_text())
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:  # session 2: its first cell alone, as a kill during the install leaves it
+        scope: dict = {}
+        exec(cells[0], scope)
+        scope.update(KAGGLE_INPUT=str(tmp_path / "in2"), KAGGLE_WORKING=str(tmp_path / "s2"))
+        exec(cells[1], scope)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    named = str(tmp_path / "in2" / "trm-kaggle-train" / "run" / "state_step00000002.pt")
+    assert report(tmp_path / "s2")["status"] == "started" and report(tmp_path / "s2")["previous_state"] == named
+    for n in (3, 4):  # each given the one before's output, as Kaggle chains versions
+        lines: list[str] = []
+        r = run_session(input_root=tmp_path / f"s{n - 1}", working=tmp_path / f"s{n}", preset="sudoku4-cpu",
+                        overrides=SETTINGS, data_dir=built / "data", time_budget=None, echo=lines.append)
+        assert not r.ok and r.status == "refused" and r.step == 0, (r, lines)
+        assert lines[-1].startswith("error: no train state among the inputs") and named in lines[-1], lines
+        assert "refusing to start the run over" in lines[-1] and report(tmp_path / f"s{n}")["previous_state"] == named
+        assert not (tmp_path / f"s{n}" / "run").exists()
+    shutil.copytree(prev, tmp_path / "in5" / "earlier")  # the state attached again: the run goes on
+    shutil.copytree(tmp_path / "s4", tmp_path / "in5" / "trm-kaggle-train")
+    r = run_session(input_root=tmp_path / "in5", working=tmp_path / "s5", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert r.ok and r.start_step == 2 and r.step == 3, r
+
+
+@pytest.mark.parametrize("where", ["the working folder", "the inputs", "a folder above both"])
+def test_an_unpack_folder_in_the_inputs_or_the_output_is_refused_after_the_carry(built, tmp_path, where):
+    """UNPACK_DIR inside KAGGLE_INPUT unpacked the data into an input; inside KAGGLE_WORKING it put a second copy
+    of the data in the output, so every later session was refused ("2 datasets among the inputs"). Both are
+    refused once the previous state is carried; a folder above both (the inputs' parent) is no input."""
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    shutil.copytree(built / "data", tmp_path / "in" / "data")
+    shutil.copytree(prev, tmp_path / "in" / "previous")
+    scratch = {"the working folder": tmp_path / "s2" / "unpacked", "the inputs": tmp_path / "in" / "unpacked",
+               "a folder above both": tmp_path}[where]
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "in", working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    time_budget=None, session_steps=1, scratch=scratch, echo=lines.append)
+    if where == "a folder above both":
+        assert r.ok and r.start_step == 2 and r.step == 3, lines
+        return
+    assert not r.ok and r.status == "refused" and lines[-1].startswith(f"error: UNPACK_DIR {scratch} is inside"), lines
+    assert not scratch.exists() and ckpt.newest_step(tmp_path / "s2" / "run") == 2  # the state passed on

@@ -423,7 +423,8 @@ def test_a_folder_at_the_training_kernels_session_json_is_named_and_nothing_is_l
 def test_a_stop_before_the_training_kernels_session_ends_it_interrupted_not_dead(tmp_path, monkeypatch):
     """SIGTERM to the training kernel while it imported trm_kaggle and torch (before the session's own handler)
     met the default handler: the kernel died, papermill raised DeadKernelError and session.json kept "started".
-    The first cell notes it; the session cell ends "interrupted" with nothing trained."""
+    The first cell notes it; the session (its previous state carried first) ends "interrupted" with nothing
+    trained."""
     import signal
 
     nb = json.loads((NOTEBOOK.parent / "kaggle_train.ipynb").read_text())
@@ -445,8 +446,9 @@ def test_a_stop_before_the_training_kernels_session_ends_it_interrupted_not_dead
         for s, handler in before.items():
             signal.signal(s, handler)
     record = json.loads((tmp_path / "working" / "session.json").read_text())
-    assert record["status"] == "interrupted" and "stopped by SIGTERM before the training" in record["message"]
-    assert scope["REPORT"] is None and "nothing trained" in out.getvalue(), out.getvalue()
+    assert record["status"] == "interrupted" and "stopped by SIGTERM before it finished" in record["message"]
+    assert scope["REPORT"].status == "interrupted" and scope["REPORT"].step == 0, out.getvalue()
+    assert not (tmp_path / "working" / "run").exists()  # nothing trained
 
 
 def test_task_ids_that_differ_from_the_sample_reach_the_log_escaped(tmp_path, monkeypatch):

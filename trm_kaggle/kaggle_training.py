@@ -60,6 +60,7 @@ DEFAULT_BUDGET = 11.5 * 3600  # seconds: Kaggle stops a session at 12 h
 DEFAULT_MARGIN = 600.0  # seconds kept for the final save, the export and the picture
 DEFAULT_SAVE_EVERY = 300.0  # seconds between timed train states: a session killed outright loses at most this
 SCRATCH = "trm-kaggle-inputs"  # the unpacked datasets, under /kaggle/temp (never in the kernel's output)
+UNPACKED_ENTRIES = "*-" + "[0-9a-f]" * 16 + "*"  # what unpacking writes there: <name>-<digest>, its temporaries
 
 
 @dataclass
@@ -76,6 +77,9 @@ class SessionReport:
     weights: str | None = None
     curve: str | None = None
     notes: list[str] = field(default_factory=list)
+    # the newest train state among the inputs, which the session passes on (copied into its run folder); a
+    # session stopped before the copy still names it, and the next one refuses rather than start the run over
+    previous_state: str | None = None
 
 
 RUNNER_GRACE_S = 300.0  # once the runner is gone, how long the kernel may go on saving before it exits
@@ -294,12 +298,14 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
                 time_budget: float | None = DEFAULT_BUDGET, margin: float = DEFAULT_MARGIN,
                 session_steps: int | None = None, started: float | None = None,
                 save_every_s: float | None = DEFAULT_SAVE_EVERY, scratch: str | os.PathLike | None = None,
-                echo: Callable[[str], None] = print) -> SessionReport:
+                stopped: Sequence[int] = (), echo: Callable[[str], None] = print) -> SessionReport:
     """One session (see the module docstring); never raises. `session_steps` caps the steps this Kaggle session
     trains (a deterministic stand-in for the time budget); `started` is when the kernel started (time.time(),
     default now): the install before this call counts against the budget. `save_every_s` (None: off; a
     `save_every_s=` in `overrides` wins) spaces the timed train states; `scratch` is where packed datasets are
-    unpacked (default `default_scratch()`)."""
+    unpacked (default `default_scratch()`). `stopped` holds the stop signals that came before this call (the
+    notebook's first cell notes them during the install): read once the session's own handler is in place, the
+    first one ends the session "interrupted" as soon as the previous state is carried."""
     started = time.time() if started is None else started
     echo = escaped_lines(echo)  # a folder found below the inputs may hold an escape sequence
     report = SessionReport()
@@ -309,6 +315,8 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     _session_running.set()
     nowhere = False
     with stops:  # the whole session, its record included: a stop never ends the kernel mid-way
+        if stopped and stops.came is None:  # after the handler is in place: no signal falls between the two
+            stops.came = int(stopped[0])
         try:
             for name, value in (("time_budget", time_budget), ("margin", margin)):  # NaN would mean "no limit"
                 if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)
@@ -333,8 +341,11 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
                                     "session draws the curve)")
             else:  # before the training (Terminated), or a second stop (at once): the newest state saved stands
                 report.stopped_by = signal.Signals(e.signum).name if hasattr(e, "signum") else "SIGINT"
-                report.message = (f"stopped by {report.stopped_by} before it finished: the next session resumes "
-                                  "from the newest saved state")
+                report.message = f"stopped by {report.stopped_by} before it finished: " + (
+                    "the next session resumes from the newest state saved in this output"
+                    if any((working / RUN).glob("state_step*.pt")) else
+                    f"the train state {report.previous_state} was not passed on (the next session refuses to start "
+                    "the run over)" if report.previous_state else "it had no train state to pass on")
             echo(report.message)
         except TRMError as e:
             report.ok, report.status, report.message = False, report.status or "error", str(e)
@@ -384,6 +395,30 @@ def _export_interrupted(report: SessionReport, working: Path, echo: Callable[[st
         report.notes.append(f"export skipped: {e}")
 
 
+def named_state(input_root: Path) -> str | None:
+    """The newest train state file among the inputs by its name, else the one a previous session's record
+    (`session.json`) names as the state it had to pass on, or None. A record that names a state in an output
+    that holds none is of a session stopped before it copied the state (killed during its install, its runner
+    gone): the run must not start over from step 0."""
+    from trm_kaggle.jsonio import parse_json, read_bytes
+    from trm_kaggle.train import checkpoint as ckpt
+
+    try:
+        states = [(step, p) for p in input_root.rglob("state_step*.pt") if (step := ckpt.state_step(p)) is not None]
+        if states:
+            return str(max(states)[1])
+        for record in sorted(input_root.rglob(SESSION)):
+            try:
+                named = parse_json(read_bytes(record, "session record", max_bytes=1 << 20), str(record))
+            except (TRMError, OSError):  # a record that cannot be read names nothing
+                continue
+            if isinstance(named, dict) and isinstance(named.get("previous_state"), str):
+                return named["previous_state"]
+    except (OSError, RecursionError):  # an input that cannot be walked: the carry names its problem
+        pass
+    return None
+
+
 def _is_out_of_memory(e: BaseException) -> bool:
     import torch
 
@@ -401,7 +436,6 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     from trm_kaggle.interrupts import stops_held
     from trm_kaggle.outputs import Input, Output, check_kept
 
-    check_kernel_overrides(overrides)  # the session's own data and run folder must win (KERNEL_OWNED_KEYS)
     run_dir = working / RUN
     try:  # where the session writes, before any data is opened or step trained: a KAGGLE_WORKING inside a dataset
         # or a folder this package builds whole trained a whole session there, then refused only its export
@@ -411,8 +445,6 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
                         Output(working / WEIGHTS, "weights", "replaced"), Output(working / SESSION, "session record")])
         except TRMError as e:
             raise _NowhereToWrite(str(e)) from None
-        if problem := replace_problem(working / WEIGHTS, "export", "weights"):  # a folder export_run won't replace
-            raise TRMError(problem)
     except TRMError:
         report.status = "refused"
         raise
@@ -430,6 +462,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
             raise
         if found is None or (carried is not None and int(found[1]["step"]) <= int(carried[1]["step"])):
             return carried
+        report.previous_state = str(found[0])
         with stops_held():
             copy_state(found[0], run_dir)
         report.start_step = report.step = int(found[1]["step"])
@@ -439,11 +472,30 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     # the attached outputs first, as they are (a previous session's output is a plain folder), before the packed
     # datasets are checked and unpacked (a changed data.tar, or a stop during its unpacking, would pass no state);
     # a SIGTERM before the state is carried waits for it (one in the session's first second passed none on)
+    if not in_place:  # named in this session's record first: a refused or stopped one still passes the name on
+        report.previous_state = named_state(Path(input_root))
     carried = None if in_place else carry(Path(input_root))
     stops.carried()
+    try:  # each refused after the carry: the refused session's output holds the state
+        check_kernel_overrides(overrides)  # the session's own data and run folder must win (KERNEL_OWNED_KEYS)
+        if problem := replace_problem(working / WEIGHTS, "export", "weights"):  # a folder export_run won't replace
+            raise TRMError(problem)
+        # unpacked into an input, or into the working folder (the next session's input): two datasets there
+        check_kept([Input(input_root, "KAGGLE_INPUT", tree=True),
+                    Input(working, "working folder (KAGGLE_WORKING, the next session's input)", tree=True)],
+                   [Output(scratch, "UNPACK_DIR", "folder", writes=(UNPACKED_ENTRIES,))])
+    except TRMError:
+        report.status = "refused"
+        raise
     roots = input_roots(input_root, scratch, echo)
     if not in_place and len(roots) > 1:  # a run-state dataset (--continue-from) is packed: unpacked just now
         carried = carry(roots, carried)
+    if not in_place and carried is None and report.previous_state:
+        report.status = "refused"
+        raise TRMError(f"no train state among the inputs, yet a previous session's record names "
+                       f"{report.previous_state}, which it had to pass on (it was stopped before it copied it): "
+                       "refusing to start the run over; attach an output that holds that state (an earlier "
+                       "version's output, as a dataset), or detach the previous output to start afresh")
     data = Path(data_dir) if data_dir else find_dataset(roots)
     if data_dir and packed_manifest(data) is not None:  # DATA_DIR names the attached (packed) data dataset
         data = open_packed(data, scratch, say=echo)

@@ -90,9 +90,15 @@ def is_state_file(path: str | os.PathLike) -> bool:
     return _STATE_RE.search(Path(path).name) is not None
 
 
+def state_step(path: str | os.PathLike) -> int | None:
+    """The step in a train state's file name (`state_step<N>.pt`), or None for another name."""
+    m = _STATE_RE.search(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
 def list_states(run_dir: Path) -> list[Path]:
     """Train states in `run_dir`, oldest first."""
-    found = [(int(m.group(1)), p) for p in Path(run_dir).glob("state_step*.pt") if (m := _STATE_RE.search(p.name))]
+    found = [(step, p) for p in Path(run_dir).glob("state_step*.pt") if (step := state_step(p)) is not None]
     return [p for _, p in sorted(found)]
 
 
