@@ -26,8 +26,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 from pydantic import ValidationError
 
-from trm_kaggle.config import MAX_GRID_CELLS, ArchConfig, validation_line
-from trm_kaggle.config.common import whole_argument
+from trm_kaggle.config import MAX_GRID_CELLS, ArchConfig, validation_line, whole_argument
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, TRMError
 from trm_kaggle.jsonio import open_regular, read_failure, readable_file

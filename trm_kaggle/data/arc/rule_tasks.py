@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from trm_kaggle.config.common import whole_argument
+from trm_kaggle.config import whole_argument
 from trm_kaggle.data.arc.tasks import ArcTask
 from trm_kaggle.data.augment import dihedral
 
