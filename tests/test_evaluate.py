@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -605,6 +606,52 @@ def test_the_library_calls_arguments_are_checked_before_any_work(dataset, monkey
     monkeypatch.setattr("trm_kaggle.evaluate.pipeline.predict_split", lambda *a, **k: pytest.fail("predicted"))
     with pytest.raises(ValueError, match=re.escape(words)):
         evaluate(model, dataset, batch_size=16, **arguments)
+
+
+@pytest.mark.parametrize("arguments, words", [
+    (dict(max_steps=2**31), "max_steps=2147483648: expected a whole number from 1 to 4,096"),  # wrapped round to 1
+    (dict(max_steps=float("nan")), "max_steps=nan"), (dict(max_steps=1.5), "max_steps=1.5"),
+    (dict(deadline=float("nan")), "deadline=nan: expected a finite number of seconds"),  # predicted nothing
+    (dict(always=2, always_until=float("nan")), "always_until=nan"), (dict(always=float("nan")), "always=nan"),
+    (dict(batch_size=float("nan")), "batch_size=nan"), (dict(batch_size=2**63), "batch_size="),
+    (dict(trajectories=-1, noise=0.1), "trajectories=-1"), (dict(trajectories=1.5), "trajectories=1.5"),
+    (dict(noise=float("inf")), "noise=inf: expected a number from 0 to 1"), (dict(seed=-1), "seed=-1"),
+])
+def test_predict_splits_counts_and_times_are_checked_before_any_work(dataset, monkeypatch, arguments, words):
+    """`predict_split(max_steps=2**31)` ran one ACT step (a fixed-width count wrapped round), `deadline=nan` and
+    `always_until=nan` predicted nothing, and the other counts failed in numpy's or Python's words."""
+    model = make_model(dataset)
+    monkeypatch.setattr("trm_kaggle.evaluate.predict.PuzzleLoader", lambda *a, **k: pytest.fail("loaded"))
+    with pytest.raises(ValueError, match=re.escape(words)):
+        predict_split(model, dataset, **arguments)
+
+
+@pytest.mark.parametrize("count", [0, -1, float("nan"), 1.5, True])
+def test_demo_accuracys_count_is_checked_before_any_work(dataset, count):
+    """`demo_accuracy(max_examples=-1)` was numpy's "Number of samples, -1, must be non-negative", 0 blamed
+    "slots", NaN a TypeError."""
+    from trm_kaggle.solve import demo_accuracy
+
+    with pytest.raises(ValueError, match=r"^max_examples=.*: expected a whole number from 1"):
+        demo_accuracy(make_model(dataset), Path(dataset), torch.device("cpu"), max_examples=count)
+
+
+@pytest.mark.parametrize("where", ["/dev/trm-votes-probe.npz", "{tmp}/f/v.npz", "{tmp}/f/rep"])
+def test_evaluate_exports_outputs_are_checked_before_any_inference(dataset, tmp_path, monkeypatch, where):
+    """`evaluate_export(save_votes="/dev/x.npz")` wrote its votes into /dev; under a file it was a raw
+    FileExistsError after the whole inference."""
+    from trm_kaggle.evaluate import evaluate_export
+    from trm_kaggle.model.export import export_inference
+
+    model = make_model(dataset, H_cycles=1)
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    (tmp_path / "f").write_text("a file")
+    monkeypatch.setattr("trm_kaggle.evaluate.run.load_model_for_dataset", lambda *a, **k: pytest.fail("loaded"))
+    path = where.format(tmp=tmp_path)
+    given = dict(report_dir=path) if path.endswith("rep") else dict(save_votes=path)
+    with pytest.raises(TRMError, match=f"^{next(iter(given))} "):
+        evaluate_export(str(tmp_path / "export"), str(dataset), device="cpu", out=lambda _: None, **given)
+    assert not os.path.lexists("/dev/trm-votes-probe.npz")
 
 
 def test_a_dataset_path_holding_a_nul_byte_is_named(dataset):

@@ -19,21 +19,24 @@ standard library are imported: the command line reads these for its help without
 from trm_kaggle.config.cluster import IMAGE_PATTERN, JOB_NAME_PATTERN, ClusterConfig, K8sOptions, SlurmOptions
 from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_IDENTIFIERS_START,
                                       MAX_LR, MAX_NUM_AUG, MAX_PUZZLE_IDENTIFIERS, MAX_SAVE_EVERY_S, MAX_SEED, WEEK_S,
-                                      CompileSetting, bounded_number, compile_setting, field_help, seconds_argument,
-                                      take_each_option_once, validation_line, whole_argument)
+                                      CompileSetting, bounded_number, compile_setting, field_help, number_argument,
+                                      seconds_argument, take_each_option_once, validation_line, whole_argument)
 from trm_kaggle.config.data import (ARC_DEFAULT_SUBSETS, MAX_GRID_CELLS, ArcBuildConfig, CodeRepairBuildConfig,
                                     MazeBuildConfig, SudokuBuildConfig)
-from trm_kaggle.config.evaluate import DEVICE_PATTERN, EvaluateConfig, RepairEvalConfig, TaskIdMode
+from trm_kaggle.config.evaluate import (DEVICE_PATTERN, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE, EvaluateConfig,
+                                        RepairEvalConfig, TaskIdMode)
 from trm_kaggle.config.experiments import MAX_SWEEP_RUNS, SAFE_NAME_PATTERN, SweepGrid, SweepVariant
-from trm_kaggle.config.model import EXECUTION_FIELDS, RECURSION_FIELDS, ArchConfig, ExportConfig, InferenceDtype
+from trm_kaggle.config.model import (EXECUTION_FIELDS, MAX_HALT_STEPS, RECURSION_FIELDS, ArchConfig, ExportConfig,
+                                     InferenceDtype)
 from trm_kaggle.config.solve import (MAX_PLANNED_TASKS, MIN_PLAN_S, FinetuneMode, PipelineConfig, SolveConfig,
                                      bounded_count_or_auto, count_or_auto, default_work_dir)
 from trm_kaggle.config.train import CurriculumConfig, HaltScheduleConfig, TrainConfig, TrainStage
 
 __all__ = [
     "ARC_DEFAULT_SUBSETS", "DEVICE_PATTERN", "EXECUTION_FIELDS", "IMAGE_PATTERN", "JOB_NAME_PATTERN", "MAX_BATCH_SIZE",
-    "MAX_FINETUNE_STEPS", "MAX_GENERATED", "MAX_GRID_CELLS", "MAX_IDENTIFIERS_START", "MAX_LR", "MAX_NUM_AUG",
-    "MAX_PLANNED_TASKS", "MAX_PUZZLE_IDENTIFIERS", "MAX_SAVE_EVERY_S", "MAX_SEED", "MAX_SWEEP_RUNS", "MIN_PLAN_S",
+    "MAX_FINETUNE_STEPS", "MAX_GENERATED", "MAX_GRID_CELLS", "MAX_HALT_STEPS", "MAX_IDENTIFIERS_START", "MAX_LR",
+    "MAX_NUM_AUG", "MAX_PLANNED_TASKS", "MAX_PUZZLE_IDENTIFIERS", "MAX_SAVE_EVERY_S", "MAX_SEED", "MAX_SWEEP_RUNS",
+    "MAX_TRAJECTORIES", "MAX_TRAJECTORY_NOISE", "MIN_PLAN_S",
     "RECURSION_FIELDS",
     "SAFE_NAME_PATTERN", "WEEK_S",
     "ArcBuildConfig", "ArchConfig", "ClusterConfig", "CodeRepairBuildConfig", "CompileSetting", "CurriculumConfig",
@@ -41,5 +44,5 @@ __all__ = [
     "MazeBuildConfig", "PipelineConfig", "RepairEvalConfig", "SlurmOptions", "SolveConfig", "SudokuBuildConfig",
     "SweepGrid", "SweepVariant", "TaskIdMode", "TrainConfig", "TrainStage",
     "bounded_count_or_auto", "bounded_number", "compile_setting", "count_or_auto", "default_work_dir", "field_help",
-    "seconds_argument", "take_each_option_once", "validation_line", "whole_argument",
+    "number_argument", "seconds_argument", "take_each_option_once", "validation_line", "whole_argument",
 ]

@@ -142,6 +142,14 @@ def whole_argument(name: str, value: object, low: int, high: int) -> int:
     raise ValueError(f"{name}={clipped(value, 40)}: expected a whole number from {low:,} to {high:,}")
 
 
+def number_argument(name: str, value: object, low: float, high: float) -> float:
+    """`value`, a library call's real-valued setting (a noise level), when it is a finite number from `low` to
+    `high`: NaN compared false with every bound and passed a check written as `value < low`."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and low <= value <= high:
+        return float(value)
+    raise ValueError(f"{name}={clipped(value, 40)}: expected a number from {low:g} to {high:g}")
+
+
 def seconds_argument(name: str, value: object) -> float | None:
     """`value`, a library call's time (a deadline, a limit), when it is None or a finite number: NaN compared
     false with every clock and was no deadline at all."""

@@ -11,6 +11,7 @@ from trm_kaggle.config.common import MAX_PUZZLE_IDENTIFIERS, _Config
 RECURSION_FIELDS = ("H_cycles", "L_cycles", "halt_max_steps")  # arch fields a model can change without new weights
 #: arch fields that choose how the network computes, not what: the same weights run under any of their values
 EXECUTION_FIELDS = ("forward_dtype", "kernels", "fp8")
+MAX_HALT_STEPS = 4096  # ACT steps per example: upstream's recipes use 16
 
 # The activation dtype inference runs in (`evaluate --dtype`, `SolveConfig.forward_dtype`): "auto" decides per
 # device (`trm_kaggle.model.dtype`) whatever the run that trained the weights was set to; "export" keeps the
@@ -30,7 +31,7 @@ class ArchConfig(_Config):
     L_cycles: int = Field(6, ge=1, le=256, description="n: latent updates per cycle (upstream's ARC runs use 4)")
     H_layers: int = Field(0, ge=0, le=256, description="kept for upstream configs; TRM has a single network")
     L_layers: int = Field(2, ge=1, le=256, description="layers of the one network")
-    halt_max_steps: int = Field(16, ge=1, le=4096, description="ACT supervision steps per example")
+    halt_max_steps: int = Field(16, ge=1, le=MAX_HALT_STEPS, description="ACT supervision steps per example")
     halt_exploration_prob: float = Field(0.1, ge=0, le=1, description="chance that a training row is held for a "
                                                                       "random minimum number of ACT steps")
     no_ACT_continue: bool = Field(True, description="halting learns from the halt head alone (upstream's "

@@ -12,7 +12,7 @@ from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_LR
                                       CompileSetting, _Config, bounded_number, compile_setting)
 from trm_kaggle.config.evaluate import (MAX_TEST_DEPTH, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE, EvaluateConfig,
                                         TrajectorySelect, trajectory_problem)
-from trm_kaggle.config.model import RECURSION_FIELDS, ArchConfig, InferenceDtype
+from trm_kaggle.config.model import MAX_HALT_STEPS, RECURSION_FIELDS, ArchConfig, InferenceDtype
 
 FinetuneMode = Literal["embeddings-then-all", "all", "embeddings", "none"]
 
@@ -86,7 +86,7 @@ class SolveConfig(_Config):
                                                                     "export's)")
     L_cycles: Optional[int] = Field(None, ge=1, le=256, description="test-time latent updates per cycle (default: "
                                                                     "the export's)")
-    halt_max_steps: Optional[int] = Field(None, ge=1, le=4096, description="test-time ACT steps of fine-tuning, "
+    halt_max_steps: Optional[int] = Field(None, ge=1, le=MAX_HALT_STEPS, description="test-time ACT steps of fine-tuning, "
                                           "and of prediction unless test_depth is set (default: the export's)")
     max_tasks: Optional[int] = Field(None, ge=1, description="the model works on the first N tasks; the others get "
                                                              "the fallback, all are submitted (default: every task)")

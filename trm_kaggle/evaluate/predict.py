@@ -30,6 +30,8 @@ import numpy as np
 import torch
 
 from trm_kaggle import xla
+from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_HALT_STEPS, MAX_SEED, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE,
+                               number_argument, seconds_argument, whole_argument)
 from trm_kaggle.data import DatasetMetadata, PuzzleLoader, load_identifiers
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import place_model
@@ -187,12 +189,16 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     The model is put in eval mode for the call (its previous mode is restored after).
     """
     t_start = time.perf_counter()
+    # counts and times where they are given: 2**31 steps wrapped round to one, a NaN deadline predicted nothing
+    batch_size = whole_argument("batch_size", batch_size, 1, MAX_BATCH_SIZE)
+    max_steps = None if max_steps is None else whole_argument("max_steps", max_steps, 1, MAX_HALT_STEPS)
+    always = whole_argument("always", always, 0, 2**62)
+    deadline, always_until = seconds_argument("deadline", deadline), seconds_argument("always_until", always_until)
+    trajectories = whole_argument("trajectories", trajectories, 1, MAX_TRAJECTORIES)
+    noise = number_argument("noise", noise, 0.0, MAX_TRAJECTORY_NOISE)
+    seed = whole_argument("seed", seed, 0, MAX_SEED)
     device = place_model(model, device)
-    steps_max = _halt_max_steps(model) if max_steps is None else int(max_steps)
-    if steps_max < 1:
-        raise TRMError(f"max_steps must be >= 1, got {steps_max}")
-    if batch_size < 1:
-        raise TRMError(f"batch_size must be >= 1, got {batch_size}")
+    steps_max = _halt_max_steps(model) if max_steps is None else max_steps
 
     identifiers = load_identifiers(dataset_dir)
     loader = PuzzleLoader(dataset_dir, split="test", global_batch_size=batch_size, test_mode=True, prefetch=prefetch)

@@ -27,7 +27,7 @@ from trm_kaggle.evaluate.report import (REPORT_KIND, check_report_dir, format_me
 from trm_kaggle.evaluate.vote import VoteTable, canvas_side
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import apply_compile, apply_task_ids, load_model_for_dataset
-from trm_kaggle.outputs import Input, Output, check_kept
+from trm_kaggle.outputs import Input, Output, check_kept, writable_problem
 
 
 def _stderr(line: str) -> None:
@@ -58,7 +58,11 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first. `tasks`,
     `first` (default 5) and `pictures` choose the ARC report's pictures."""
     cfg = (cfg or EvaluateConfig()).updated(**settings)
-    check_kept(*evaluate_io(weights, data, save_votes, report_dir, pool_with, flags=False))
+    inputs, outputs = evaluate_io(weights, data, save_votes, report_dir, pool_with, flags=False)
+    check_kept(inputs, outputs)
+    # where the votes and the report go, as `evaluate` checks them: votes in /dev were written after the inference
+    if problem := next(filter(None, (writable_problem(o) for o in outputs if o.path not in (None, ""))), None):
+        raise TRMError(problem)
     contents_hash(data)  # a dataset changed after its build is refused here, as training and verify refuse it
     arc = is_arc_dataset(data)
     _check_something_to_score(data, arc)

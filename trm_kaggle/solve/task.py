@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
+from trm_kaggle.config import MAX_BATCH_SIZE, ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig, whole_argument
 from trm_kaggle.data import (IGNORE_LABEL_ID, LoadReport, MAX_GRID, PuzzleLoader, arc_model_problem, build_arc,
                              built_with, parse_task)
 from trm_kaggle.errors import DataError, TRMError
@@ -83,6 +83,7 @@ def build_unseen_dataset(cfg: SolveConfig, work: Path, tasks: dict, canvas: int 
 def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int = 64) -> dict[str, float]:
     """Exact and token accuracy on (up to `max_examples` of) the tasks' demonstration pairs, the only
     answers known inside the kernel: fine-tuning should raise them. The model is moved to `device`."""
+    max_examples = whole_argument("max_examples", max_examples, 1, MAX_BATCH_SIZE)  # one batch holds them all
     device = place_model(model, device)
     loader = PuzzleLoader([str(data_dir)], "train", 1, prefetch=0)
     n = loader.num_examples
