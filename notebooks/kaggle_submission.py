@@ -511,11 +511,15 @@ def check_against_sample(submission_path, challenges_path):
     if not os.path.lexists(sample_path):
         return
     try:  # through the one careful reader: a FIFO, a device or a kernel file there is named, never waited on
-        sample = set(json.loads(read_regular(sample_path)))
+        sample = json.loads(read_regular(sample_path))
         written = set(json.loads(read_regular(submission_path)))
     except Exception as e:  # noqa: BLE001 - a check, never a reason to raise
         warn(f"{sample_path} could not be read ({type(e).__name__}: {e}): task ids not compared")
         return
+    if not isinstance(sample, dict):  # a list of numbers once failed the sort below, blamed on submission.json
+        warn(f"{sample_path} is not a JSON object of task ids: task ids not compared")
+        return
+    sample = set(sample)
     if sample == written:
         say(f"{sample_path.name}: the same {len(sample)} task ids")
     else:

@@ -141,6 +141,20 @@ def test_a_model_of_another_kind_of_task_is_said_once_as_such(world, capsys):
     assert "IndexError" not in line
 
 
+def test_a_config_value_holding_control_characters_reaches_no_line_raw(world, capsys, caplog):
+    """An export's config.json with `vocab_size: "12\x1b[31mX\n"`: the fallback line split in two at the newline
+    and the kernel's "model path failed" log line carried the escape sequence raw."""
+    config = json.loads((world / "exp" / "config.json").read_text())
+    (world / "exp" / "config.json").write_text(json.dumps({**config, "vocab_size": "12\x1b[31mX\n"}))
+    rc = main([a for a in submit(world) if a != "--no-progress"])  # the lines a terminal shows
+    captured = capsys.readouterr()
+    out = captured.out + captured.err + caplog.text
+    assert rc == MODEL_FAILED_STATUS and "\x1b" not in out, out
+    assert "vocab_size 12\\x1b[31mX\\n and seq_len" in captured.err, out
+    said = [x for x in out.splitlines() if "keep" in x and "the fallback answer" in x]
+    assert said and all("and seq_len" in x for x in said), out  # each fallback line whole
+
+
 def test_a_compile_cache_nothing_reads_is_said_in_one_line(world, capsys, caplog):
     """`--compile-cache` with nothing compiled (compile off, or auto on a CPU): never named, though its help says
     a cache not loaded is "ignored with one line"."""

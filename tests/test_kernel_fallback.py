@@ -467,6 +467,22 @@ def test_task_ids_that_differ_from_the_sample_reach_the_log_escaped(tmp_path, mo
     assert "task ids differ" in said and "e\\x1b[2J\\x1b[31mvil" in said and "\x1b" not in said, said
 
 
+@pytest.mark.parametrize("sample", ['[1, "a"]', "[1, 2]", "[[1], [2]]", "5", '"abc"'])
+def test_a_sample_submission_of_no_task_ids_is_named_not_the_submission(tmp_path, monkeypatch, sample):
+    """A sample_submission.json holding a list of numbers: "checking .../submission.json failed (TypeError ...)",
+    blaming the valid submission; a JSON string was compared as its letters."""
+    challenges = write_competition(tmp_path / "input" / "comp")
+    (challenges.parent / "sample_submission.json").write_text(sample)
+    scope, _ = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(challenges))
+    scope.update(report=None, READY=False)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(_code_cells()[6], scope)
+    said = printed.getvalue()
+    assert f"{challenges.parent / 'sample_submission.json'} is not a JSON object of task ids" in said, said
+    assert "checking" not in said and "task ids differ" not in said, said
+
+
 def run_kernel_script(tmp_path: Path, **params) -> tuple[int, str]:
     """The whole submission kernel run as a script (its `.py` twin), `params` set in its parameters cell."""
     import re

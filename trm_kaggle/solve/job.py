@@ -49,7 +49,7 @@ from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import NotArcModel, export_canvas
 from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, solve_io, task_digest
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
-from trm_kaggle.wording import escaped_lines, shown
+from trm_kaggle.wording import escaped_lines, one_line, shown
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     except Exception as e:  # the model path failed before any worker ran: the fallback on disk stays the answer
         report["errors"].append(str(e) if isinstance(e, TRMError) else f"{type(e).__name__}: {e}")
         causes.append(report["errors"][-1])
-        log.error("model path failed (%s); the submission holds the fallback answers", e)
+        log.error("model path failed (%s); the submission holds the fallback answers", one_line(e))  # file text
     for out in outcomes:
         if out.error:
             causes.append(out.error)
@@ -311,7 +311,7 @@ def _say_outcome(cfg: SolveConfig, report: dict, tasks_total: int, budget: Budge
         shown_ids = ", ".join(map(shown, tasks[:3])) + (", ..." if len(tasks) > 3 else "")  # ids are data: escaped
         say(budget.line("fallback", (f"task {shown(tasks[0])}" if len(tasks) == 1 else
                                      f"{len(tasks)} tasks ({shown_ids})")
-                        + f" keep{'s' if len(tasks) == 1 else ''} the fallback answer: {why}"))
+                        + f" keep{'s' if len(tasks) == 1 else ''} the fallback answer: {one_line(why)}"))
     say(budget.line("submission", f"{cfg.output}: {'valid' if report['valid'] else 'INVALID'}; "
                     f"{report['answered']} of {tasks_total} tasks answered by the model"
                     + (f" ({report['ran'] - report['answered']} more predicted, but decoded no valid grid)"

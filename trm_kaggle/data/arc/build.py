@@ -73,7 +73,9 @@ def arc_model_problem(config: dict) -> str | None:
     side = math.isqrt(seq_len) if isinstance(seq_len, int) and seq_len > 0 else 0
     if vocab == VOCAB_SIZE and side * side == seq_len and side <= 30:
         return None
-    return (f"not an ARC model: its config.json has vocab_size {str(vocab)[:20]} and seq_len {str(seq_len)[:20]}, "
+    # the values as read, escaped: a config.json's text reaches the kernel's log
+    return (f"not an ARC model: its config.json has vocab_size {one_line(str(vocab)[:20])} and seq_len "
+            f"{one_line(str(seq_len)[:20])}, "
             f"where the submission kernel needs ARC's {VOCAB_SIZE} tokens on a square canvas of at most 30 x 30 "
             f"(seq_len 900); a Sudoku, maze or code model answers no ARC task")
 
