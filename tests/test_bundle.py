@@ -54,6 +54,32 @@ def test_a_part_planted_as_a_link_to_a_full_folder_or_as_a_fifo_is_named_as_it_i
     assert [p.name for p in (tmp_path / "elsewhere").iterdir()] == ["mine.txt"]
 
 
+@pytest.mark.parametrize("case", ["the root", "around its weights", "a NUL byte", "the training's root"])
+def test_the_librarys_builders_check_their_out_folder_as_the_command_does(inputs, tmp_path, monkeypatch, case):
+    """`build_bundle("/")` made /wheels, /weights, /kernel and a lock at the filesystem root, and
+    `build_training("/")` /data; `build_bundle(OUT, weights=OUT/weights)` replaced its input with a copy of
+    itself; "a\0b" was Python's bare "embedded null byte". build_bundle.py refused each: so do the builders."""
+    import shutil
+
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.kaggle.metadata import BundleIds
+
+    def nothing_written(*args, **kw):  # where the first byte would be written: never reached
+        pytest.fail("the out folder was taken")
+
+    monkeypatch.setattr(B, "_out_dir_lock", nothing_written)
+    ids = BundleIds(user="u", prefix="p")
+    weights = shutil.copytree(inputs["export"], tmp_path / "out" / "weights")
+    if case == "the training's root":
+        with pytest.raises(TRMError, match="^out_dir / "):
+            B.build_training("/", ids=ids, dataset=tmp_path, download=False, log=lambda _: None)
+        return
+    out, words = {"the root": ("/", "^out_dir / "), "around its weights": (tmp_path / "out", "holds the input weights"),
+                  "a NUL byte": ("a\0b", "NUL byte")}[case]
+    with pytest.raises(TRMError, match=words):
+        B.build_bundle(out, ids=ids, weights=weights, notebook=inputs["notebook"], download=False, log=lambda _: None)
+
+
 def test_weights_must_be_an_export(inputs, tmp_path, capsys):
     (tmp_path / "notexport").mkdir()
     rc = B.main([str(tmp_path / "out"), "--no-download", "--weights", str(tmp_path / "notexport"),

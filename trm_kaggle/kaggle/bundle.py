@@ -112,17 +112,20 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     for t in targets or ([target] if target else []):
         check_python_version(t.python_version)
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise TRMError(f"{out} exists and is not a directory")
     repo = Path(repo)
     notebook = Path(notebook) if notebook else repo / DEFAULT_NOTEBOOK
-    read_kernel_notebook(notebook)  # a notebook this package can run, checked before any slow step
     if weights is None:
         weights = default_weights(repo)
         if weights is None:
             raise TRMError(f"no --weights given and {repo / 'weights'} holds no export; pass --weights EXPORT_DIR "
                            f"(made by `trm-kaggle export` or `trm-kaggle import-upstream`)")
     weights = Path(weights)
+    _check_out_dir(out, [Input(repo, "repo"), Input(notebook, "notebook"), Input(weights, "weights", tree=True),
+                         *(Input(w, "extra_wheels item") for w in extra_wheels),
+                         *([Input(compile_cache, "compile_cache")] if compile_cache else [])])
+    if out.exists() and not out.is_dir():
+        raise TRMError(f"{out} exists and is not a directory")
+    read_kernel_notebook(notebook)  # a notebook this package can run, checked before any slow step
     if problem := export_problem(weights):
         raise TRMError(f"--weights {weights}: {problem}")
     from trm_kaggle.model import check_export  # torch: only when a bundle is built
@@ -392,6 +395,8 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
               *([run_state_id(ids)] if continue_from is not None else []),
               *([train_kernel_id(ids)] if train_kernel else []))
     out = Path(out_dir)
+    _check_out_dir(out, [Input(repo, "repo"), *([Input(dataset, "dataset", tree=True)] if dataset is not None else []),
+                         *(Input(w, "extra_wheels item") for w in extra_wheels)])
     if out.exists() and not out.is_dir():
         raise TRMError(f"{out} exists and is not a directory")
     if overrides and not train_kernel:
@@ -497,6 +502,13 @@ def _run_training(args: argparse.Namespace, ids: BundleIds, targets: Sequence[Ta
     if args.push:
         return push_training(args.out_dir, args.version_message, api=api, **_push_options(args))
     return 0
+
+
+def _check_out_dir(out: Path, inputs: list[Input]) -> None:
+    """The library's builders check their out folder as build_bundle.py checks OUT_DIR (`bundle_io`): the
+    folders of `/` (wheels/, weights/ and a lock were made there), an input inside it (its own weights folder was
+    replaced by a copy of itself) or a NUL byte refused before anything is read or written."""
+    check_io(inputs, [Output(out, "out_dir", "folder")])
 
 
 def bundle_io(args: argparse.Namespace) -> tuple[list[Input], list[Output]]:
