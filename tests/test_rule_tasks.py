@@ -89,6 +89,9 @@ def test_bad_arguments_are_refused():
             rule_tasks(n, seed=0)
     with pytest.raises(ValueError, match="at least one rule"):
         rule_tasks(1, seed=0, rules=[])
+    for seed in (-1, True, 2**63, 1.5):
+        with pytest.raises(ValueError, match=r"^seed=.*: expected a whole number from 0 to 4,294,967,295$"):
+            rule_tasks(1, seed=seed)
 
 
 def test_tasks_are_valid_arc_tasks_and_build_on_a_small_canvas(tmp_path):

@@ -264,3 +264,12 @@ def test_votes_file_round_trip_and_refusals(tmp_path):
         np.savez(tmp_path / f"{name}.npz", **edited)
         with pytest.raises(DataError, match=said):
             VoteTable.load(tmp_path / f"{name}.npz")
+
+
+def test_a_votes_path_holding_a_nul_byte_is_named_as_such(tmp_path):
+    """`evaluate_export(pool_with=["a\\0b"])` said "a<NUL>b: no such votes file", the raw byte on the terminal."""
+    from trm_kaggle.errors import TRMError
+
+    with pytest.raises(TRMError, match=r"holds a NUL byte") as caught:
+        VoteTable.load("a\0b")
+    assert "\0" not in str(caught.value)

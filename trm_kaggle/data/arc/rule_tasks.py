@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from trm_kaggle.config import whole_argument
+from trm_kaggle.config import MAX_SEED, whole_argument
 from trm_kaggle.data.arc.tasks import ArcTask
 from trm_kaggle.data.augment import dihedral
 
@@ -96,5 +96,6 @@ def rule_tasks(n: int, seed: int, rules: Sequence[str] = RULES, prefix: str = "r
     if not rules:
         raise ValueError("need at least one rule")
     n = whole_argument("n", n, 1, MAX_RULE_TASKS)  # 2**63 ran (in memory) until the machine gave out
+    seed = whole_argument("seed", seed, 0, MAX_SEED)  # -1 was numpy's "expected non-negative integer"
     return [make_rule_task(np.random.default_rng([seed, i]), f"{prefix}{i:03d}_{rules[i % len(rules)]}",
                            rules[i % len(rules)], **kwargs) for i in range(n)]
