@@ -306,7 +306,6 @@ if READY:
         print(f"OpenMP waits: {quiet_openmp_waits()}")  # before torch loads OpenMP
         import trm_kaggle
         from trm_kaggle.kaggle_training import run_session, stop_when_the_runner_exits
-        from trm_kaggle.train import override_list
 
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
         print(f"trm_kaggle {trm_kaggle.__version__}")
@@ -314,12 +313,12 @@ if READY:
         fail(f"importing trm_kaggle failed ({type(e).__name__}: {e})")
 if READY:
     try:
-        overrides = override_list(OVERRIDES) + ([f"device={DEVICE}"] if DEVICE and DEVICE != "auto" else [])
         # a stop signal to the runner (papermill) ends the runner, not this kernel: its end stops the training,
         # which saves, says "interrupted" and exports, as a signal to this process does
         stop_when_the_runner_exits()
         REPORT = run_session(input_root=KAGGLE_INPUT, working=KAGGLE_WORKING, preset=str(PRESET).split(),
-                             overrides=overrides, data_dir=DATA_DIR, time_budget=TIME_BUDGET, margin=SAVE_MARGIN,
+                             overrides=OVERRIDES, device=DEVICE,  # read once the previous state is carried
+                             data_dir=DATA_DIR, time_budget=TIME_BUDGET, margin=SAVE_MARGIN,
                              session_steps=SESSION_STEPS, started=STARTED, save_every_s=SAVE_EVERY_S,
                              scratch=UNPACK_DIR, stopped=STOPPED)  # a stop noted above: the state carried, no step
     except BaseException as e:  # noqa: BLE001 - run_session never raises; a second Ctrl-C may

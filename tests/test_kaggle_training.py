@@ -827,3 +827,18 @@ def test_an_unpack_folder_in_the_inputs_or_the_output_is_refused_after_the_carry
         return
     assert not r.ok and r.status == "refused" and lines[-1].startswith(f"error: UNPACK_DIR {scratch} is inside"), lines
     assert not scratch.exists() and ckpt.newest_step(tmp_path / "s2" / "run") == 2  # the state passed on
+
+
+@pytest.mark.parametrize("overrides", ['{"max_steps": 4,', "[" * 100_000, {"max_steps": 10**5000},
+                                       {"lr": {1, 2}}])
+def test_overrides_it_cannot_read_are_refused_after_the_state_is_carried(built, tmp_path, overrides):
+    """The notebook read OVERRIDES before the session: one it could not read (cut JSON, brackets nested past the
+    stack, a number of 5,000 digits) stopped the kernel with an output of no state, in Python's own words."""
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=overrides,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and r.status == "refused" and lines[-1].startswith("error: override"), lines
+    assert len(lines[-1]) < 400 and ckpt.newest_step(tmp_path / "s2" / "run") == 2  # the state passed on

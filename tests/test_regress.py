@@ -51,6 +51,8 @@ def test_records_are_read_back_in_cell_order():
     ([output("a", float("nan"))], "not finite"),
     ([output("a", "high")], "not a number"),
     ([output("a b", 1)], "metric name"),
+    ([output("a", 10**400)], r"^metric a: .* is not finite \(as a float\)$"),  # was Python's OverflowError line
+    ([output("a", True)], "True is not a number"),  # was compared as 1.0
 ])
 def test_a_bad_record_is_one_error(outputs, message):
     with pytest.raises(TRMError, match=message):
@@ -157,6 +159,17 @@ def test_a_run_that_holds_writes_report_history_and_plots(suite, tmp_path, capsy
     assert (out / "history" / "count.changed.png").is_file()
     assert json.loads((out / "executed" / "acc.ipynb").read_text())["cells"]
     assert not (out / "work").exists(), "the scratch folders of successful runs are removed, and their folder"
+
+
+def test_a_history_line_whose_metric_is_too_large_for_a_float_is_no_point(suite, tmp_path, capsys):
+    """A history.jsonl line holding a metric of 400 digits ended the report at its plots in a traceback, exit 1."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "history.jsonl").write_text(json.dumps({"time": "x", "commit": "c", "metrics": {
+        "acc": {"accuracy": 10**400}}, "seconds": {"acc": 10**400}}) + "\n")
+    rc, stdout, stderr = regress(capsys, suite, out)
+    assert rc == 0 and "Traceback" not in stderr, stderr
+    assert (out / "history" / "acc.accuracy.png").is_file() and len((out / "history.jsonl").read_text().splitlines()) == 2
 
 
 def test_an_executed_notebook_planted_as_a_link_is_replaced_not_written_through(suite, tmp_path, capsys):

@@ -294,18 +294,21 @@ def schedule_end(cfg: TrainConfig) -> int:
 
 
 def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, preset: Sequence[str] | str = (),
-                overrides: Sequence[str] = (), data_dir: str | os.PathLike | None = None,
+                overrides: Any = (), data_dir: str | os.PathLike | None = None,
                 time_budget: float | None = DEFAULT_BUDGET, margin: float = DEFAULT_MARGIN,
                 session_steps: int | None = None, started: float | None = None,
                 save_every_s: float | None = DEFAULT_SAVE_EVERY, scratch: str | os.PathLike | None = None,
-                stopped: Sequence[int] = (), echo: Callable[[str], None] = print) -> SessionReport:
+                stopped: Sequence[int] = (), device: str | None = None,
+                echo: Callable[[str], None] = print) -> SessionReport:
     """One session (see the module docstring); never raises. `session_steps` caps the steps this Kaggle session
     trains (a deterministic stand-in for the time budget); `started` is when the kernel started (time.time(),
     default now): the install before this call counts against the budget. `save_every_s` (None: off; a
     `save_every_s=` in `overrides` wins) spaces the timed train states; `scratch` is where packed datasets are
     unpacked (default `default_scratch()`). `stopped` holds the stop signals that came before this call (the
     notebook's first cell notes them during the install): read once the session's own handler is in place, the
-    first one ends the session "interrupted" as soon as the previous state is carried."""
+    first one ends the session "interrupted" as soon as the previous state is carried. `overrides` takes each
+    form `train.override_list` reads (the notebook's OVERRIDES as it is: read after the carry, so that one it cannot
+    read still passes the state on); `device` (None or "auto": the preset's) is set after them."""
     started = time.time() if started is None else started
     echo = escaped_lines(echo)  # a folder found below the inputs may hold an escape sequence
     report = SessionReport()
@@ -327,7 +330,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
                                               or session_steps < 1):  # -1 once blamed a budget that was not set
                 raise TRMError(f"session_steps {session_steps!r}: a whole number of steps >= 1, or None for no cap")
             _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
-                     [*timed, *overrides], data_dir, time_budget, margin, session_steps, started,
+                     (timed, overrides, device), data_dir, time_budget, margin, session_steps, started,
                      Path(scratch) if scratch is not None else default_scratch(), echo, stops)
         except KeyboardInterrupt as e:  # SIGINT/SIGTERM (TrainingInterrupted): the state is saved; the next session
             stops.trained()  # resumes from it; a later stop waits for the export and this record
@@ -425,12 +428,12 @@ def _is_out_of_memory(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
-def _session(report: SessionReport, input_root: Path, working: Path, presets: list[str], overrides: list[str],
+def _session(report: SessionReport, input_root: Path, working: Path, presets: list[str], given: tuple,
              data_dir, time_budget, margin, session_steps, started, scratch, echo,
              stops: _SessionStops) -> None:
     from trm_kaggle.kaggle import open_packed, packed_manifest
     from trm_kaggle.pipeline import write_training_curve
-    from trm_kaggle.train import checkpoint as ckpt, load_train_config, train
+    from trm_kaggle.train import checkpoint as ckpt, load_train_config, override_list, train
 
     from trm_kaggle.kaggle.bundle import check_kernel_overrides
     from trm_kaggle.interrupts import stops_held
@@ -477,6 +480,9 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     carried = None if in_place else carry(Path(input_root))
     stops.carried()
     try:  # each refused after the carry: the refused session's output holds the state
+        timed, overrides, device = given
+        overrides = [*timed, *override_list(overrides),
+                     *([f"device={device}"] if device not in (None, "auto") else [])]
         check_kernel_overrides(overrides)  # the session's own data and run folder must win (KERNEL_OWNED_KEYS)
         if problem := replace_problem(working / WEIGHTS, "export", "weights"):  # a folder export_run won't replace
             raise TRMError(problem)

@@ -45,6 +45,7 @@ import pydantic
 from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_text
 from trm_kaggle.config import TrainConfig, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
+from trm_kaggle.experiments.recorded import finite_number
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.outputs import input_kind, special_kind
@@ -403,7 +404,7 @@ def comparison_tables(runs: Sequence[RunData]) -> tuple[str, str]:
     for name, idx in groups.items():
         states = [runs[i].state for i in idx]
         state = ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states)) if states[0] != "-" else "-"
-        cells = [_fmt_spread([rows[i][k] for i in idx if _finite(rows[i][k])], how,  # NaN: no data, as per run
+        cells = [_fmt_spread([rows[i][k] for i in idx if finite_number(rows[i][k])], how,  # NaN: no data, as per run
                              any(_has_records(runs[i], k) for i in idx)) for k, _, how in columns]
         group_rows.append([name, str(len(idx)), state] + cells + [setting(runs[idx[0]], k) for k in differ])
     run_rows = [[r.label, str(r.seed if r.seed is not None else "-"), r.state]
@@ -430,12 +431,8 @@ def _series(run: RunData, metric: str, gaps: bool = False) -> list[tuple[int, fl
     interval without a value for an average over halted rows is a NaN point (a curve breaks there)."""
     records = run.evals if metric.startswith("eval_") else run.train
     gaps = gaps and records is run.train and metric in HALTED_ROW_METRICS
-    return [(r["step"], r["wall_s"], float(r[metric]) if _finite(r.get(metric)) else math.nan) for r in records
-            if _finite(r.get(metric)) or (gaps and r.get(metric) is None)]
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+    return [(r["step"], r["wall_s"], float(r[metric]) if finite_number(r.get(metric)) else math.nan) for r in records
+            if finite_number(r.get(metric)) or (gaps and r.get(metric) is None)]
 
 
 def group_curves(runs: Sequence[RunData], metric: str) -> dict[str, list[tuple[int, float, float, float, float]]]:

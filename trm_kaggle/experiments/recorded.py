@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.wording import clipped
 
 MIME = "application/vnd.trm-kaggle.metric+json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -37,14 +38,25 @@ class Recorded:
     detail: str = ""  # what a reader needs when it changes (e.g. the first task that differs)
 
 
+def finite_number(value: object) -> bool:
+    """Whether `value` is a real number, never a bool, that is finite as a float: NaN, the infinities and a whole
+    number too large for a float (10**400 in a JSON file, on which math.isfinite raises) are not."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_metric(name: object, value: object) -> float:
     """The value as a float, or TRMError naming the metric and what is wrong with it."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise TRMError(f"metric name {name!r}: use letters, digits, '_', '-' and '.' (at most 100)")
-    if not isinstance(value, numbers.Real) or isinstance(value, complex):
-        raise TRMError(f"metric {name}: {value!r} is not a number")
-    if not math.isfinite(float(value)):
-        raise TRMError(f"metric {name}: {value} is not finite")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # True once compared as 1.0
+        raise TRMError(f"metric {name}: {clipped(value, 40)} is not a number")
+    if not finite_number(value):
+        raise TRMError(f"metric {name}: {clipped(value, 40)} is not finite (as a float)")
     return float(value)
 
 

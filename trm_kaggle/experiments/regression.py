@@ -64,7 +64,7 @@ from trm_kaggle.config import validation_line
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores
 from trm_kaggle.interrupts import FirstStopOnly
-from trm_kaggle.experiments.recorded import Recorded, read_recorded
+from trm_kaggle.experiments.recorded import Recorded, finite_number, read_recorded
 from trm_kaggle.jsonio import read_json, read_json_lines
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
@@ -390,7 +390,7 @@ def last_seconds(history: list[dict]) -> dict[str, float]:
     """Each notebook's seconds in the newest run that recorded them (empty without one)."""
     for entry in reversed(history):
         if isinstance(entry.get("seconds"), dict):
-            return {k: float(v) for k, v in entry["seconds"].items() if isinstance(v, (int, float))}
+            return {k: float(v) for k, v in entry["seconds"].items() if finite_number(v)}
     return {}
 
 
@@ -400,8 +400,7 @@ def plot_history(history: list[dict], notebook: str, metric: str, baseline: Base
 
     points = [(i, e["metrics"][notebook][metric], str(e.get("commit", "?"))[:8])
               for i, e in enumerate(history) if isinstance(e["metrics"].get(notebook), dict)
-              and isinstance(e["metrics"][notebook].get(metric), (int, float))
-              and math.isfinite(e["metrics"][notebook][metric])]  # a history line may say 1e999 or NaN
+              and finite_number(e["metrics"][notebook].get(metric))]  # a history line may say 1e999, 10**400, NaN
     fig, axes = _figure(max(5.0, 0.35 * len(points) + 3), 3.4, 1, 1)
     ax = axes[0][0]
     if baseline is not None and baseline.value is not None:

@@ -326,10 +326,13 @@ def override_list(value: Any) -> list[str]:
             return [text] if text else []
         try:
             value = json.loads(text)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:  # RecursionError: brackets nested thousands deep
             raise TRMError(f"overrides {text[:60]!r}: not a JSON list or mapping: {err}") from None
     if isinstance(value, Mapping):
-        return [str(k) if str(k).startswith("~") and v is None else f"{k}={_text(v)}" for k, v in value.items()]
+        try:
+            return [str(k) if str(k).startswith("~") and v is None else f"{k}={_text(v)}" for k, v in value.items()]
+        except (ValueError, RecursionError) as err:  # a whole number of 5,000 digits, lists nested past the stack
+            raise TRMError(f"overrides: a value cannot be written as a setting ({err})") from None
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return list(value)
     raise TRMError(f"overrides {value!r}: expected a mapping {{key: value}} or a list of key=value strings")
