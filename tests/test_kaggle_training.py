@@ -437,9 +437,11 @@ def test_continue_from_a_kernel_output_as_a_run_state_dataset(built, tmp_path):
 @pytest.mark.parametrize("path, ok", [("/home/me/runs/exp", False), ("'weights/x'", False),
                                       ("/kaggle/input/../../etc/passwd", False), ("/kaggle/input/..", False),
                                       ("/kaggle/input/my-weights", True), ("'/kaggle/input/a b/w'", True),
-                                      ("/kaggle/input/a/../b", True)])
+                                      ("/kaggle/input/a/../b", True), ("null", True), ("None", True),
+                                      ("'null'", False)])
 def test_load_checkpoint_must_be_a_path_a_session_can_read(path, ok):
-    """A path of the building machine passed the build and failed only on Kaggle, after the push."""
+    """A path of the building machine passed the build and failed only on Kaggle, after the push. `null`, the
+    setting's default (no initial weights), was refused as a path outside /kaggle/input."""
     from trm_kaggle.kaggle.train_kernel import check_kernel_overrides
 
     if ok:

@@ -30,7 +30,7 @@ from trm_kaggle.kaggle.metadata import (
     train_kernel_metadata_problems, raise_problems, write_manifest,
 )
 from trm_kaggle.kaggle.packed import ARCHIVE_KEY, pack
-from trm_kaggle.train import override_mapping, warn_repeated
+from trm_kaggle.train import override_mapping, parse_override, warn_repeated
 
 TRAIN_NOTEBOOK = Path("notebooks") / "kaggle_train.ipynb"
 
@@ -147,7 +147,10 @@ def check_kernel_overrides(overrides: Sequence[str]) -> None:
             raise TRMError(f"override {str(text)[:80]!r}: the training kernel sets {key.split('.')[0]} itself (the "
                            "attached data dataset, and a run inside its working folder, the only folder kept "
                            "between sessions); leave it out")
-        value = str(text).partition("=")[2].strip().strip("'\"")
+        value = str(text).partition("=")[2].strip()
+        if key == "load_checkpoint" and value and parse_override(str(text))[1] is None:  # null: no weights, its default
+            continue
+        value = value.strip("'\"")
         if key == "load_checkpoint" and value and not posixpath.normpath(value).startswith(KAGGLE_INPUT + "/"):
             # a path of the building machine (the session would fail on Kaggle, after the push), or one that
             # leaves the inputs by `..` (`/kaggle/input/../../etc/passwd`)
