@@ -212,3 +212,28 @@ def test_the_library_writer_of_submissions_checks_its_path_as_submit_does(tmp_pa
     with pytest.raises(TRMError, match="^submission "):
         write_submission(where.format(tmp=tmp_path), {"t": [{"attempt_1": [[1]], "attempt_2": [[1]]}]})
     assert not os.path.lexists("/dev/trm-submission-probe.json")
+
+
+@pytest.mark.parametrize("builder", ["sudoku", "maze", "code-repair", "arc", "export_run"])
+def test_the_librarys_builders_never_write_inside_their_own_input(tmp_path, builder):
+    """`build_sudoku(output_dir="csvs/out", input_dir="csvs")` (and the maze, ARC and code-repair builders, and
+    `export_run("run", "run/exp")`) built into the folder they read; their commands refused it in one line."""
+    from trm_kaggle.config import ArcBuildConfig, CodeRepairBuildConfig, MazeBuildConfig, SudokuBuildConfig
+    from trm_kaggle.data import build_arc, build_code_repair, build_maze, build_sudoku
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.train import checkpoint as ckpt
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "mine.txt").write_text("an input")
+    out = str(src / "out")
+    call = {"sudoku": lambda: build_sudoku(SudokuBuildConfig(output_dir=out, input_dir=str(src), progress=False)),
+            "maze": lambda: build_maze(MazeBuildConfig(output_dir=out, input_dir=str(src), progress=False)),
+            "code-repair": lambda: build_code_repair(CodeRepairBuildConfig(output_dir=out, corpus=str(src),
+                                                                           progress=False)),
+            "arc": lambda: build_arc(ArcBuildConfig(output_dir=out, task_dir=str(src), subsets=["training"],
+                                                    test_set_name="training", progress=False)),
+            "export_run": lambda: ckpt.export_run(src, out)}[builder]
+    with pytest.raises(TRMError, match=r"is inside the input .*: an input folder is never written into"):
+        call()
+    assert sorted(p.name for p in src.iterdir()) == ["mine.txt"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import glob
 import logging
 from typing import Callable, Iterator
 
@@ -22,14 +21,9 @@ IO = tuple[list[Input], list[Output]]
 
 
 def _build(args: argparse.Namespace) -> IO:
-    inputs = []
-    prefix = getattr(args, "input_file_prefix", None)
-    if prefix:  # PREFIX_<subset>_challenges.json and its solutions: each file is an input
-        inputs += [Input(p, "--input-file-prefix file") for p in sorted(glob.glob(glob.escape(prefix) + "_*"))]
-    for name in ("task_dir", "input_dir", "corpus"):
-        if getattr(args, name, None):
-            inputs.append(Input(getattr(args, name), "--" + name.replace("_", "-"), tree=True))
-    return inputs, [Output(args.output_dir, "--output-dir", "replaced")]
+    from trm_kaggle.data import build_io
+
+    return build_io(args)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ _EXPORTS = {
     "MAX_GRID": "arc.tasks",
     "PuzzleLoader": "loader",
     "build_arc": "arc.build",
+    "build_io": "format",
     "build_code_repair": "code.repair",
     "build_grid_dataset": "puzzles.grids",
     "build_maze": "puzzles.maze",

@@ -35,6 +35,7 @@ from trm_kaggle.data.contents import write_contents
 from trm_kaggle.errors import DamagedFile, DataError, UnreadableFile
 from trm_kaggle.jsonio import directory_problem, open_regular, read_failure, read_json, readable_file
 from trm_kaggle.names import name_problem
+from trm_kaggle.outputs import Input, Output
 
 SPLITS = ("train", "test")
 SET_NAME = "all"
@@ -218,6 +219,25 @@ class SplitWriter:
         finish_split(self.split_dir, meta, np.array(self._puzzle_identifiers, dtype=np.int32),
                      np.array(self._puzzle_indices, dtype=np.int32), np.array(self._group_indices, dtype=np.int32))
         return meta
+
+
+def build_io(source: Any, flags: bool = True) -> tuple[list[Input], list[Output]]:
+    """What a dataset build reads and writes, from its parsed options or its config (`source`: the fields
+    input_file_prefix, task_dir, input_dir, corpus and output_dir), named as the command's options (`flags`) or as
+    the config's fields: `trm_kaggle.outputs.check_io` / `check_kept` hold the output off the inputs."""
+    import glob
+
+    def name(field: str) -> str:
+        return "--" + field.replace("_", "-") if flags else field
+
+    inputs = []
+    prefix = getattr(source, "input_file_prefix", None)
+    if prefix:  # PREFIX_<subset>_challenges.json and its solutions: each file is an input
+        inputs += [Input(p, f"{name('input_file_prefix')} file") for p in sorted(glob.glob(glob.escape(prefix) + "_*"))]
+    for field in ("task_dir", "input_dir", "corpus"):
+        if getattr(source, field, None):
+            inputs.append(Input(getattr(source, field), name(field), tree=True))
+    return inputs, [Output(source.output_dir, name("output_dir"), "replaced")]
 
 
 class DatasetWriter:

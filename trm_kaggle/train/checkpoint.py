@@ -42,7 +42,7 @@ from trm_kaggle.jsonio import (directory_problem, is_regular, open_regular, pars
                                readable_file)
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
                               load_weights_only, model_from_train_state)
-from trm_kaggle.outputs import refuse_nul
+from trm_kaggle.outputs import Input, Output, check_kept, refuse_nul
 from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
@@ -560,6 +560,9 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: b
     ones with `use_ema=False`, refused where the run kept no average: the choice would change nothing)."""
     refuse_nul(run, "run")
     refuse_nul(out, "export")  # before the state is loaded (its bytes, then the export refused)
+    # as `export` checks it: never written into the run folder it reads (a state file named alone lets the
+    # export go beside it)
+    check_kept([Input(run, "run", tree=True)], [Output(out, "export", "replaced")])
     path, state = ((Path(run), load_train_state(Path(run))) if is_regular(run, "train state")
                    else load_newest_state(run))
     if not use_ema and not state.get("ema"):

@@ -45,7 +45,7 @@ from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, ArcBuildConfig
 from trm_kaggle.data.arc.tasks import MAX_GRID, ArcTask, LoadReport, load_subset, source_kwargs
 from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_augmentations
 from trm_kaggle.data.contents import write_contents
-from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, NpyFile, finish_split,
+from trm_kaggle.data.format import (SET_NAME, build_io, DatasetMetadata, NpyFile, finish_split,
                                     write_identifiers, write_rows_at)
 from trm_kaggle.errors import DataError
 from trm_kaggle.hardware import usable_cores
@@ -53,6 +53,7 @@ from trm_kaggle.interrupts import pool_breaks_quietly
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.names import shown
+from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
 from trm_kaggle.wording import count, one_line
 
@@ -424,6 +425,7 @@ def build_arc(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = Non
     """Build the dataset at cfg.output_dir (atomically) and return a summary. `loaded`: {subset: its tasks},
     parsed already (the Kaggle solver's): they are built instead of reading cfg's source."""
     t0 = time.perf_counter()
+    check_kept(*build_io(cfg, flags=False))  # as the command checks it: never built inside its own input
     jobs, leveled = collect_jobs(cfg, loaded)
     log.info("loaded %d tasks in %.1f s", len(jobs), time.perf_counter() - t0)
     for level, note in leveled:

@@ -50,12 +50,13 @@ from trm_kaggle.data.code import bugs as code_bugs
 from trm_kaggle.data.code import lint as code_lint
 from trm_kaggle.data.code.tokens import (TOKENIZER_FILE, CharTokens, Tokens, printable, tokens_from_description,
                                          train_bpe)
-from trm_kaggle.data.format import DatasetWriter, SplitWriter
+from trm_kaggle.data.format import DatasetWriter, SplitWriter, build_io
 from trm_kaggle.data.puzzles.grids import build_summary
 from trm_kaggle.errors import DataError, TRMError, UnreadableFile
 from trm_kaggle.hardware import usable_cores
 from trm_kaggle.jsonio import not_regular, parse_json, read_bytes, read_json, read_text
 from trm_kaggle.lifetime import exit_with_parent
+from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
 from trm_kaggle.wording import clipped
 
@@ -444,6 +445,7 @@ class _MetaWriter:
 def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
     """Build the dataset at cfg.output_dir; returns a summary (counts per split and bug type, speed)."""
     started = time.monotonic()
+    check_kept(*build_io(cfg, flags=False))  # as the command checks it: never built inside its own input
     for name in cfg.bug_types or []:
         if name not in code_bugs.SYNTHETIC:
             raise TRMError(f"unknown bug type {name!r}; known: {', '.join(code_bugs.SYNTHETIC)}")

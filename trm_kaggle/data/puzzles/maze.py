@@ -20,11 +20,12 @@ import numpy as np
 
 from trm_kaggle.config import MazeBuildConfig
 from trm_kaggle.data.augment import NUM_TRANSFORMS, dihedral
-from trm_kaggle.data.format import DatasetWriter, SplitWriter
+from trm_kaggle.data.format import DatasetWriter, SplitWriter, build_io
 from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, csv_inputs, decode_rows,
                                            first_bad_cell, raise_first_problem, read_puzzle_csv, rows_of_length,
                                            select_rows)
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
 
 CHARSET = "# SGo"
@@ -299,6 +300,7 @@ def _generate_split(split: SplitWriter, name: str, count: int, cfg: MazeBuildCon
 def build_maze(cfg: MazeBuildConfig) -> dict:
     """Build a Maze dataset (CSV import when cfg.input_dir is set, else generation); returns a summary."""
     started = time.monotonic()
+    check_kept(*build_io(cfg, flags=False))  # as the command checks it: never built inside its own input
     if cfg.subsample_size is not None and cfg.subsample_size < 1:
         raise TRMError(f"subsample_size must be >= 1, got {cfg.subsample_size}")
     if cfg.input_dir is None and (cfg.num_train < 1 or cfg.num_test < 1):

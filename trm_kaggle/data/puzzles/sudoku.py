@@ -20,12 +20,13 @@ from typing import Iterator
 import numpy as np
 
 from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.format import DatasetWriter, SplitWriter
+from trm_kaggle.data.format import DatasetWriter, SplitWriter, build_io
 from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, csv_inputs, decode_rows,
                                            first_bad_cell, raise_first_problem, read_puzzle_csv, rows_of_length,
                                            select_rows)
 from trm_kaggle.data.puzzles.sudoku_solver import RATING_DOC, box_shape, generate_sudoku
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
 from trm_kaggle.wording import clipped
 
@@ -294,6 +295,7 @@ def build_sudoku(cfg: SudokuBuildConfig) -> dict:
     """Build a Sudoku dataset (CSV import when cfg.input_dir is set, else generation); returns a summary."""
     started = time.monotonic()
     _check_config(cfg)
+    check_kept(*build_io(cfg, flags=False))  # as the command checks it: never built inside its own input
     # independent streams, so that e.g. changing num_aug does not change the subsample
     rng_sub, rng_aug, rng_gen = (np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(3))
     if cfg.input_dir is not None:
