@@ -669,3 +669,18 @@ def test_a_reports_counts_are_checked_before_anything_is_written(dataset, tmp_pa
     with pytest.raises(ValueError, match=re.escape(words)):
         write_report(result, tmp_path / "rep", **arguments)
     assert not (tmp_path / "rep").exists()
+
+
+def test_votes_below_a_dangling_link_are_refused_before_any_inference(dataset, tmp_path, monkeypatch):
+    """`evaluate_export(save_votes="dang/v.npz")`, dang a link to nothing: the whole evaluation ran, then a raw
+    FileExistsError, the votes lost."""
+    from trm_kaggle.evaluate import evaluate_export
+    from trm_kaggle.model.export import export_inference
+
+    model = make_model(dataset, H_cycles=1)
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    (tmp_path / "dang").symlink_to(tmp_path / "nowhere")
+    monkeypatch.setattr("trm_kaggle.evaluate.run.load_model_for_dataset", lambda *a, **k: pytest.fail("loaded"))
+    with pytest.raises(TRMError, match=f"save_votes .*: the folder {tmp_path / 'dang'} is a symbolic link to "):
+        evaluate_export(str(tmp_path / "export"), str(dataset), save_votes=str(tmp_path / "dang" / "v.npz"),
+                        device="cpu", out=lambda _: None)

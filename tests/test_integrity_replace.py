@@ -122,6 +122,41 @@ def test_a_dangling_link_is_refused_with_its_own_message(run, tmp_path, capsys, 
     assert not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.parametrize("link", ["dangling", "loop"])
+@pytest.mark.parametrize("command", ["build-sudoku", "submit --work-dir", "submit --output", "library"])
+def test_an_output_below_a_link_to_nothing_is_named_before_any_work(tmp_path, capsys, link, command):
+    """An output one level below a dangling link (or a loop of links): "File exists (needed: the path to be free)"
+    from each command, after the work for some (a submit ran to exit 3 with a raw FileExistsError; votes were lost
+    after a whole evaluation), and a raw OSError from the library."""
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data import build_sudoku
+
+    if link == "dangling":
+        (tmp_path / "via").symlink_to(tmp_path / "nowhere")
+    else:
+        (tmp_path / "via").symlink_to(tmp_path / "loop2")
+        (tmp_path / "loop2").symlink_to(tmp_path / "via")
+    words = "dangling link" if link == "dangling" else "loop of symbolic links"
+    if command == "library":
+        with pytest.raises(TRMError, match=words):
+            build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "via" / "x"), size=4, num_train=4, num_test=2,
+                                           progress=False))
+        return
+    (tmp_path / "c.json").write_text(json.dumps({"t": {"train": [{"input": [[1]], "output": [[1]]}],
+                                                        "test": [{"input": [[1]]}]}}))
+    make_export(tmp_path / "exp")
+    submit = ["submit", "--challenges", str(tmp_path / "c.json"), "--weights", str(tmp_path / "exp"), "--no-progress"]
+    args = {"build-sudoku": ["build-sudoku", "--output-dir", str(tmp_path / "via" / "x"), "--size", "4",
+                             "--num-train", "4", "--num-test", "2", "--no-progress"],
+            "submit --work-dir": [*submit, "--output", str(tmp_path / "s.json"), "--work-dir",
+                                  str(tmp_path / "via" / "w")],
+            "submit --output": [*submit, "--output", str(tmp_path / "via" / "s.json"), "--work-dir",
+                                str(tmp_path / "w")]}[command]
+    line = one_error_line(capsys, main(args))
+    assert f"the folder {tmp_path / 'via'} is a" in line and words in line and "File exists" not in line, line
+    assert not (tmp_path / "s.json").exists() and not (tmp_path / "w").exists()
+
+
 def test_a_file_output_through_links(tmp_path, capsys):
     (tmp_path / "target.txt").write_text("old")
     (tmp_path / "link.txt").symlink_to("target.txt")

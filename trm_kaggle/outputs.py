@@ -323,8 +323,13 @@ def writable_problem(out: Output) -> str | None:
     folder), or None. Through a symbolic link, where it points is checked: the output is written there."""
     if problem := nul_problem(out.path, out.what) or link_problem(out.path, out.what):
         return problem
-    path = Path(os.path.realpath(os.fspath(out.path)))
     shown = _shown(out)
+    # a folder on the way that is a link to nothing (or a loop): said as such, never "File exists" once the work is
+    # done (votes saved under it were lost after the whole evaluation)
+    for above in Path(os.path.abspath(os.fspath(out.path))).parents:
+        if problem := link_problem(above, f"{shown}: the folder"):
+            return problem
+    path = Path(os.path.realpath(os.fspath(out.path)))
     if out.kind == "file" and os.fspath(out.path).endswith(("/", os.sep)):  # `--save-votes newdir/`
         return f"{shown} ends with a slash, which names a folder; a file is written there (drop the slash)"
     if problem := _name_length_problem(out, path):
