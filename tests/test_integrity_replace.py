@@ -466,3 +466,26 @@ def test_an_owner_record_that_is_a_folder_or_a_dangling_link_is_named_so(tmp_pat
     with pytest.raises(TRMError, match=f"its owner record .* {said}"):
         with atomic_directory(tmp_path / "exp", kind="export"):
             pass
+
+
+def test_a_run_whose_metrics_log_cannot_be_appended_to_is_refused_before_the_first_step(tmp_path, capsys,
+                                                                                      monkeypatch):
+    """`train` resuming a run whose metrics.jsonl this user may not write (another user's, mode 444) trained a
+    whole log interval, then failed at its first line: those steps were lost."""
+    data = build_sudoku4(tmp_path / "ds")
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "max_steps=2", "--no-progress")) == 0
+    capsys.readouterr()
+    log = str(run / "metrics.jsonl")
+    opened = os.open
+
+    def as_another_user(path, flags, *args):  # root writes a mode-444 file: refuse as the file's mode would
+        if os.fspath(path) == log and flags & os.O_APPEND:
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return opened(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", as_another_user)
+    monkeypatch.setattr("trm_kaggle.train.loop.train_step", lambda *a, **k: pytest.fail("a step was trained"))
+    line = one_error_line(capsys, main(train_args(data, run, "max_steps=6", "log_interval=4", "--no-progress")))
+    assert f"{log}: Permission denied" in line, line
+    assert sorted(p.name for p in run.glob("state_step*.pt")) == ["state_step00000002.pt"]

@@ -129,7 +129,9 @@ _SHARED_LOG = "{path}: the log has {n} names (a hard link: its lines would go to
 
 def check_log(path: str | os.PathLike) -> None:
     """TRMError when the log `path` is a symbolic link or a hard link: appending would write to another file,
-    outside the folder. Checked before work starts; `open_log` refuses both again when it opens the file."""
+    outside the folder; or a file this user cannot append to (a resumed training once trained a whole log
+    interval, then failed at its first line and lost those steps). Checked before work starts; `open_log` refuses
+    each again when it opens the file."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -138,6 +140,12 @@ def check_log(path: str | os.PathLike) -> None:
         raise TRMError(_LINKED_LOG.format(path=path))
     if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
         raise TRMError(_SHARED_LOG.format(path=path, n=st.st_nlink))
+    if stat.S_ISREG(st.st_mode):
+        try:  # opened for appending and closed: nothing written
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NONBLOCK", 0)
+                             | getattr(os, "O_NOFOLLOW", 0)))
+        except OSError as e:
+            raise with_path(e, path) from None
 
 
 def open_log(path: str | os.PathLike) -> int:
