@@ -114,6 +114,19 @@ for name, write in writers.items():
 """
 
 
+def test_a_file_of_a_folder_being_built_is_named_in_its_output_not_in_the_removed_partial(tmp_path):
+    """A report's picture cut by the size limit was named `rep.partial-<pid>/pictures/x.png`, a folder removed by
+    then: the file is named where it would have been."""
+    import errno
+
+    with pytest.raises(OSError) as e:
+        with atomic_directory(tmp_path / "rep", kind="evaluation report") as tmp:
+            (tmp / "pictures").mkdir()
+            raise OSError(errno.EFBIG, "File too large", str(tmp / "pictures" / "x.png"))
+    assert os_error_line(e.value).startswith(f"{tmp_path / 'rep' / 'pictures' / 'x.png'}: File too large"), e.value
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_file_size_limit_names_the_file_and_the_limit(tmp_path):
     r = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], capture_output=True, text=True,
                        preexec_fn=limit_file_size, timeout=300)

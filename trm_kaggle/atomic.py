@@ -470,6 +470,10 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
         named = as_os_error(e, target)
         if named is None:
             raise
+        inside = os.fspath(named.filename or "")
+        if inside == os.fspath(tmp) or inside.startswith(os.fspath(tmp) + os.sep):  # a file of the folder just
+            # removed: named where it would have been (a report's picture named `rep.partial-<pid>/...`)
+            named = OSError(named.errno, named.strerror, os.fspath(target) + inside[len(os.fspath(tmp)):])
         raise named from None
     except BaseException:
         _discard_partial(tmp)
