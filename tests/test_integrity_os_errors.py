@@ -225,3 +225,32 @@ def test_an_output_on_a_full_disk_is_refused_before_anything_is_written(tmp_path
     assert "the disk of" in capsys.readouterr().err
     # asked at the start alone: a bundle's later part is not refused for the space its earlier parts took
     assert A.replace_problem(tmp_path / "full" / "kernel", "bundle kernel") is None
+
+
+WHEEL_CHILD = """
+import resource, sys
+from pathlib import Path
+from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle.wheels import build_project_wheel
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), int(sys.argv[3])))
+try:
+    build_project_wheel(Path(sys.argv[1]), builder=sys.argv[2], log=lambda _: None)
+    print("built")
+except TRMError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("builder, limit", [("builtin", 20_000), ("pip", 300_000)])
+def test_a_wheel_cut_by_the_size_limit_is_one_line_naming_the_limit(tmp_path, builder, limit):
+    """Under `ulimit -f 20` the wheel step's error was a 6.7 KB line of Python tuples (every file copytree could not
+    copy); at 300 KiB pip's whole output with a traceback inside. Neither said `ulimit -f`."""
+    from trm_kaggle.kaggle.wheels import can_build_without_isolation
+
+    if builder == "pip" and can_build_without_isolation():
+        pytest.skip(f"pip cannot build the wheel in this interpreter: {can_build_without_isolation()}")
+    r = subprocess.run([sys.executable, "-c", WHEEL_CHILD, str(tmp_path / "w"), builder, str(limit)],
+                       capture_output=True, text=True, timeout=300)
+    said = r.stdout.strip()
+    assert said.startswith("building the trm_kaggle wheel") and "\n" not in said, r.stdout + r.stderr
+    assert said.endswith("File too large (needed: a file size limit that allows it (ulimit -f))") and len(said) < 300

@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Sequence
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import is_regular
 from trm_kaggle.kaggle.metadata import (
     DATASET_META, REPO_ROOT, BundleIds, tail_lines, dataset_metadata, write_manifest,
@@ -166,9 +166,22 @@ def copy_project_sources(repo: Path, dest: Path) -> Path:
     for name in ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in", "README.md", "LICENSE", "LICENSE.txt"):
         if (repo / name).is_file():
             shutil.copy2(repo / name, dest / name)
-    shutil.copytree(repo / "trm_kaggle", dest / "trm_kaggle",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.partial-*"))
+    try:
+        shutil.copytree(repo / "trm_kaggle", dest / "trm_kaggle",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.partial-*"))
+    except shutil.Error as e:  # its message is the list of every file that failed, as Python tuples
+        failed = e.args[0] if e.args and isinstance(e.args[0], list) else []
+        cause = _system_error(" ".join(str(why) for *_, why in failed), dest) if failed else None
+        raise TRMError(f"building the trm_kaggle wheel failed: {len(failed)} source files could not be copied to "
+                       + (os_error_line(cause) if cause else f"{dest} ({str(e)[:200]})")) from None
     return dest
+
+
+def _system_error(text: str, folder: Path) -> OSError | None:
+    """The last system error a tool's text reports (`[Errno 27] File too large`), as an OSError of `folder`, or
+    None: said in one line with what it needs (a file size limit says `ulimit -f`), not as the tool's output."""
+    found = re.findall(r"\[Errno (\d+)\] ([^:\n'\"]+)", text)
+    return OSError(int(found[-1][0]), found[-1][1].strip(), str(folder)) if found else None
 
 
 #: The oldest setuptools that builds this project (pyproject.toml's build-system says the same).
@@ -222,6 +235,8 @@ def build_project_wheel(dest: Path, repo: Path = REPO_ROOT, builder: str = "auto
                                  env=env)
             wheels = sorted(out.glob("*.whl"))
             if res.returncode != 0 or len(wheels) != 1:
+                if cause := _system_error(res.stdout + res.stderr, Path(tmp)):  # a full disk, a size limit
+                    raise TRMError(f"building the trm_kaggle wheel with pip failed: {os_error_line(cause)}")
                 raise TRMError(f"building the trm_kaggle wheel failed ({' '.join(cmd)}):\n"
                                f"{tail_lines(res.stdout + res.stderr)}")
             built = wheels[0]
