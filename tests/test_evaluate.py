@@ -584,12 +584,12 @@ def test_a_dataset_of_a_larger_vocabulary_than_the_model_is_refused_before_infer
     from types import SimpleNamespace
 
     from trm_kaggle.errors import TRMError
-    from trm_kaggle.evaluate.predict import _check_model_fits
+    from trm_kaggle.evaluate.predict import check_model_fits
 
     model = SimpleNamespace(num_puzzle_identifiers=10, seq_len=144, vocab_size=12)
     with pytest.raises(TRMError, match="the model was built for a vocabulary of 12 tokens, cr has 97"):
-        _check_model_fits(model, "cr", SimpleNamespace(num_puzzle_identifiers=1, seq_len=144, vocab_size=97))
-    _check_model_fits(model, "ds", SimpleNamespace(num_puzzle_identifiers=1, seq_len=144, vocab_size=12))
+        check_model_fits(model, "cr", SimpleNamespace(num_puzzle_identifiers=1, seq_len=144, vocab_size=97))
+    check_model_fits(model, "ds", SimpleNamespace(num_puzzle_identifiers=1, seq_len=144, vocab_size=12))
 
 
 @pytest.mark.parametrize("arguments, words", [
@@ -616,6 +616,7 @@ def test_the_library_calls_arguments_are_checked_before_any_work(dataset, monkey
     (dict(batch_size=float("nan")), "batch_size=nan"), (dict(batch_size=2**63), "batch_size="),
     (dict(trajectories=-1, noise=0.1), "trajectories=-1"), (dict(trajectories=1.5), "trajectories=1.5"),
     (dict(noise=float("inf")), "noise=inf: expected a number from 0 to 1"), (dict(seed=-1), "seed=-1"),
+    (dict(prefetch=float("nan")), "prefetch=nan"), (dict(prefetch=-1), "prefetch=-1"),
 ])
 def test_predict_splits_counts_and_times_are_checked_before_any_work(dataset, monkeypatch, arguments, words):
     """`predict_split(max_steps=2**31)` ran one ACT step (a fixed-width count wrapped round), `deadline=nan` and
@@ -634,6 +635,17 @@ def test_demo_accuracys_count_is_checked_before_any_work(dataset, count):
 
     with pytest.raises(ValueError, match=r"^max_examples=.*: expected a whole number from 1"):
         demo_accuracy(make_model(dataset), Path(dataset), torch.device("cpu"), max_examples=count)
+
+
+def test_demo_accuracy_on_a_dataset_of_another_length_is_one_line(dataset, tmp_path):
+    """A model for 900 cells on a 4x4 Sudoku: torch's "The size of tensor a (902) must match ..." """
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data import build_sudoku
+    from trm_kaggle.solve import demo_accuracy
+
+    build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "s4"), size=4, num_train=4, num_test=2, progress=False))
+    with pytest.raises(TRMError, match=r"the model was built for seq_len \d+, .*s4 has 16"):
+        demo_accuracy(make_model(dataset), tmp_path / "s4", torch.device("cpu"))
 
 
 @pytest.mark.parametrize("where", ["/dev/trm-votes-probe.npz", "{tmp}/f/v.npz", "{tmp}/f/rep"])

@@ -5,6 +5,7 @@ from trm_kaggle.faces import lazy_face
 # What other layers use, by the module that defines it; the rest of the package is private to it.
 _EXPORTS = {
     "PASS_KS": "vote",
+    "check_model_fits": "predict",
     "check_scorable": "submission",
     "chosen_tasks": "report",
     "check_submission": "submission",

@@ -29,7 +29,7 @@ import torch
 from trm_kaggle.config import EvaluateConfig
 from trm_kaggle.data import PuzzleLoader
 from trm_kaggle.errors import DataError
-from trm_kaggle.evaluate.predict import _check_model_fits, _halt_max_steps, _sync
+from trm_kaggle.evaluate.predict import check_model_fits, _halt_max_steps, _sync
 from trm_kaggle.evaluate.stats import Z95, format_interval, wilson_interval
 from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import is_regular
@@ -92,7 +92,7 @@ def score_dataset(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: E
     t0 = time.perf_counter()
     device = place_model(model, device)
     loader = PuzzleLoader(dataset_dir, split="test", global_batch_size=cfg.batch_size, test_mode=True)
-    _check_model_fits(model, dataset_dir, loader.metadata)
+    check_model_fits(model, dataset_dir, loader.metadata)
     n = loader.num_examples if cfg.max_tasks is None else min(loader.num_examples, cfg.max_tasks)
     if n == 0:
         raise DataError(f"{dataset_dir}: the test split holds no examples: nothing to score")

@@ -90,7 +90,7 @@ def _halt_max_steps(model: torch.nn.Module) -> int:
     return int(arch.halt_max_steps)
 
 
-def _check_model_fits(model: torch.nn.Module, dataset_dir: str | os.PathLike, meta: DatasetMetadata) -> None:
+def check_model_fits(model: torch.nn.Module, dataset_dir: str | os.PathLike, meta: DatasetMetadata) -> None:
     """TRMError where the model's embedding table or sequence length does not fit the dataset."""
     n_model = getattr(model, "num_puzzle_identifiers", None)
     if n_model is not None and meta.num_puzzle_identifiers > n_model:
@@ -197,13 +197,14 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     trajectories = whole_argument("trajectories", trajectories, 1, MAX_TRAJECTORIES)
     noise = number_argument("noise", noise, 0.0, MAX_TRAJECTORY_NOISE)
     seed = whole_argument("seed", seed, 0, MAX_SEED)
+    prefetch = whole_argument("prefetch", prefetch, 0, 1024)  # batches prepared ahead: NaN failed in int()
     device = place_model(model, device)
     steps_max = _halt_max_steps(model) if max_steps is None else max_steps
 
     identifiers = load_identifiers(dataset_dir)
     loader = PuzzleLoader(dataset_dir, split="test", global_batch_size=batch_size, test_mode=True, prefetch=prefetch)
     meta = loader.metadata
-    _check_model_fits(model, dataset_dir, meta)
+    check_model_fits(model, dataset_dir, meta)
 
     if examples is not None:
         examples = np.asarray(examples, dtype=np.int64)

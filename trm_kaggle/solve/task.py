@@ -26,7 +26,7 @@ from trm_kaggle.config import MAX_BATCH_SIZE, ArcBuildConfig, ArchConfig, SolveC
 from trm_kaggle.data import (IGNORE_LABEL_ID, LoadReport, MAX_GRID, PuzzleLoader, arc_model_problem, build_arc,
                              built_with, parse_task)
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.evaluate import evaluate
+from trm_kaggle.evaluate import check_model_fits, evaluate
 from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model import ContinuousRollout, apply_compile, load_model_for_dataset, model_from_train_state
@@ -86,6 +86,7 @@ def demo_accuracy(model, data_dir: Path, device: torch.device, max_examples: int
     max_examples = whole_argument("max_examples", max_examples, 1, MAX_BATCH_SIZE)  # one batch holds them all
     device = place_model(model, device)
     loader = PuzzleLoader([str(data_dir)], "train", 1, prefetch=0)
+    check_model_fits(model, data_dir, loader.metadata)  # another seq_len was torch's "size of tensor a" error
     n = loader.num_examples
     idx = np.linspace(0, n - 1, num=min(max_examples, n)).astype(np.int64)
     batch = loader.examples(idx)
