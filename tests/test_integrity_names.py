@@ -237,3 +237,16 @@ def test_the_librarys_builders_never_write_inside_their_own_input(tmp_path, buil
     with pytest.raises(TRMError, match=r"is inside the input .*: an input folder is never written into"):
         call()
     assert sorted(p.name for p in src.iterdir()) == ["mine.txt"]
+
+
+def test_a_name_past_the_file_systems_length_is_the_packages_error_from_the_library(tmp_path):
+    """`build_sudoku(output_dir="a" * 300)` raised the system's raw "[Errno 36] File name too long" (a 240-byte
+    name was already refused in the package's words)."""
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data import build_sudoku
+    from trm_kaggle.errors import TRMError
+
+    with pytest.raises(TRMError, match="is 300 bytes, past the"):
+        build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / ("a" * 300)), size=4, num_train=4, num_test=2,
+                                       progress=False))
+    assert list(tmp_path.iterdir()) == []

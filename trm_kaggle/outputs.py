@@ -160,7 +160,10 @@ def special_kind(path: str | os.PathLike) -> str | None:
 def link_problem(path: str | os.PathLike, what: str = "output") -> str | None:
     """Why `path` cannot be written through: a symbolic link to nothing (None for anything else)."""
     path = Path(path)
-    if not path.is_symlink():
+    try:
+        if not path.is_symlink():
+            return None
+    except OSError:  # a name past the file system's length: `_name_length_problem` says so
         return None
     try:
         os.stat(path)
