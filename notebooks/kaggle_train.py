@@ -330,8 +330,10 @@ if READY:
 # %%
 try:
     if REPORT is not None:
-        print(f"status: {REPORT.status}; step {REPORT.start_step} -> {REPORT.step} of {REPORT.target_step}; "
-              f"{REPORT.seconds:.0f} s" + (f"; {REPORT.message}" if REPORT.message else ""))
+        # the run's last step once its config was read (a session refused before that knows none: never "of 0")
+        print(f"status: {REPORT.status}; step {REPORT.start_step} -> {REPORT.step}"
+              + (f" of {REPORT.target_step}" if REPORT.target_step else "")
+              + f"; {REPORT.seconds:.0f} s" + (f"; {REPORT.message}" if REPORT.message else ""))
     for p in sorted(Path(KAGGLE_WORKING).glob("*")):
         print(f"  {p.name}{' (folder)' if p.is_dir() else ''}")
 except Exception as e:  # noqa: BLE001 - the notebook never raises

@@ -589,3 +589,19 @@ def test_a_working_folder_in_the_inputs_gets_no_fallback_written(tmp_path, monke
             exec(cell, scope)
     result = printed.getvalue().splitlines()[-1]
     assert result.startswith("RESULT: no submission was written") and "lies in" in result, printed.getvalue()
+
+
+def test_the_training_kernels_status_line_names_no_last_step_it_does_not_know(tmp_path):
+    """A session refused before its config was read said "step 2 -> 2 of 0"."""
+    from trm_kaggle.kaggle_training import SessionReport
+
+    nb = json.loads((NOTEBOOK.parent / "kaggle_train.ipynb").read_text())
+    last = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"][-1]
+    for target, said in ((0, "status: refused; step 2 -> 2; 1 s; why"), (6, "status: refused; step 2 -> 2 of 6; 1 s")):
+        scope = {"REPORT": SessionReport(status="refused", start_step=2, step=2, target_step=target, seconds=1.0,
+                                         message="why"), "KAGGLE_WORKING": str(tmp_path), "Path": Path,
+                 "warn": print}
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(last, scope)
+        assert out.getvalue().startswith(said), out.getvalue()
