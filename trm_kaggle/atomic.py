@@ -355,11 +355,14 @@ def replace_problem(target: str | os.PathLike, kind: str, what: str = "output") 
     """Why `atomic_directory(target, kind=kind)` would refuse (None when it would not): each refusal, said before
     a byte is written. A dangling link, a file or a read-only (or immutable) folder in the way, a folder that
     cannot receive the new one, or a non-empty folder this package did not write as a `kind`."""
-    # first: a name past its file system's length (the system's "File name too long" from exists() below)
-    problem = writable_problem(Output(Path(target).absolute(), what, "replaced"))
     real = Path(os.path.realpath(target))
-    if not problem and real.exists() and not real.is_dir():
-        problem = f"{Path(target).absolute()} exists and is {special_kind(real) or 'a file'}, not a directory"
+    try:
+        in_the_way = real.exists() and not real.is_dir()
+    except OSError:  # a name past its file system's length: `writable_problem` says so in the package's words
+        in_the_way = False
+    if in_the_way:
+        return f"{Path(target).absolute()} exists and is {special_kind(real) or 'a file'}, not a directory"
+    problem = writable_problem(Output(Path(target).absolute(), what, "replaced"))
     if problem:
         return problem
     if real.is_dir() and any(real.iterdir()) and (problem := owner_problem(real, kind)):
