@@ -451,19 +451,24 @@ def test_a_stop_before_the_training_kernels_session_ends_it_interrupted_not_dead
     assert not (tmp_path / "working" / "run").exists()  # nothing trained
 
 
-def test_task_ids_that_differ_from_the_sample_reach_the_log_escaped(tmp_path, monkeypatch):
-    """A task id holding an escape sequence or a bell, beside sample_submission.json's ids, reached the log raw:
-    every warning of the kernel is one escaped line."""
+def checked_against_sample(tmp_path: Path, monkeypatch, sample) -> tuple[str, Path]:
+    """(what the check cell says, the challenges file) for a competition whose sample_submission.json holds
+    `sample(task ids)`."""
     challenges = write_competition(tmp_path / "input" / "comp")
-    ids = list(json.loads(challenges.read_text()))
-    (challenges.parent / "sample_submission.json").write_text(json.dumps({i: [] for i in ids[1:]} | {
-        "e\x1b[2J\x1b[31mvil": []}))
+    (challenges.parent / "sample_submission.json").write_text(sample(list(json.loads(challenges.read_text()))))
     scope, _ = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(challenges))
     scope.update(report=None, READY=False)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(_code_cells()[6], scope)
-    said = printed.getvalue()
+    return printed.getvalue(), challenges
+
+
+def test_task_ids_that_differ_from_the_sample_reach_the_log_escaped(tmp_path, monkeypatch):
+    """A task id holding an escape sequence or a bell, beside sample_submission.json's ids, reached the log raw:
+    every warning of the kernel is one escaped line."""
+    said, _ = checked_against_sample(tmp_path, monkeypatch, lambda ids: json.dumps(
+        {i: [] for i in ids[1:]} | {"e\x1b[2J\x1b[31mvil": []}))
     assert "task ids differ" in said and "e\\x1b[2J\\x1b[31mvil" in said and "\x1b" not in said, said
 
 
@@ -471,14 +476,7 @@ def test_task_ids_that_differ_from_the_sample_reach_the_log_escaped(tmp_path, mo
 def test_a_sample_submission_of_no_task_ids_is_named_not_the_submission(tmp_path, monkeypatch, sample):
     """A sample_submission.json holding a list of numbers: "checking .../submission.json failed (TypeError ...)",
     blaming the valid submission; a JSON string was compared as its letters."""
-    challenges = write_competition(tmp_path / "input" / "comp")
-    (challenges.parent / "sample_submission.json").write_text(sample)
-    scope, _ = run_fallback_cell(tmp_path, monkeypatch, CHALLENGES=str(challenges))
-    scope.update(report=None, READY=False)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(_code_cells()[6], scope)
-    said = printed.getvalue()
+    said, challenges = checked_against_sample(tmp_path, monkeypatch, lambda ids: sample)
     assert f"{challenges.parent / 'sample_submission.json'} is not a JSON object of task ids" in said, said
     assert "checking" not in said and "task ids differ" not in said, said
 
