@@ -250,3 +250,19 @@ def test_a_name_past_the_file_systems_length_is_the_packages_error_from_the_libr
         build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / ("a" * 300)), size=4, num_train=4, num_test=2,
                                        progress=False))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("call", ["build_sudoku(input_dir=)", "export_run"])
+def test_a_name_too_long_is_said_before_the_inputs_are_compared(tmp_path, call):
+    """A builder that reads an input (and `export_run`) compared the output with it first: the system's raw
+    "[Errno 36] File name too long" from that comparison."""
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data import build_sudoku
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.train import checkpoint as ckpt
+
+    (tmp_path / "csv").mkdir()
+    long = str(tmp_path / ("y" * 256))
+    with pytest.raises(TRMError, match="is 256 bytes, past the"):
+        {"build_sudoku(input_dir=)": lambda: build_sudoku(SudokuBuildConfig(output_dir=long, input_dir=str(
+            tmp_path / "csv"), progress=False)), "export_run": lambda: ckpt.export_run(tmp_path / "csv", long)}[call]()

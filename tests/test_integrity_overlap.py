@@ -431,7 +431,8 @@ def test_an_output_name_too_long_is_named_as_typed(world, capsys):
     check for another submit's work folder asked for an entry inside it, a path nobody typed or would write."""
     long = "b" * 300 + ".json"
     line = one_error_line(capsys, submit(world, long))
-    assert f"{world / long}: File name too long" in line and "solve_report" not in line, line
+    assert f"--output {world / long}: the name" in line and "is 305 bytes, past the 255" in line, line
+    assert "solve_report" not in line
 
 
 def test_a_name_its_file_system_cannot_hold_is_refused_before_anything_is_written(world, capsys):

@@ -112,6 +112,8 @@ def overlap_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str |
     inputs, outputs = list(inputs), list(outputs)
     for out in outputs:
         o, o_plain = _resolved(out.path), _plain(out.path)
+        if problem := _name_length_problem(out, o):  # before the system is asked about it ("File name too long")
+            return problem
         for inp in inputs:
             i, i_plain = _resolved(inp.path), _plain(inp.path)
             if o == i or (o.exists() and i.exists() and _same(o, i)):
