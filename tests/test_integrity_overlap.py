@@ -512,3 +512,38 @@ def test_write_challenges_never_writes_both_files_to_one_path(world):
             write_challenges([task], world / target, world / solutions)
     assert contents(world) == before
     assert write_challenges([task], world / "ch.json", world / "sol.json") == 1
+
+
+def test_a_work_dir_below_the_output_file_is_refused_before_anything_is_made(world, capsys):
+    """`submit --output sub.json --work-dir sub.json/wd`: the work dir's lock made sub.json a folder, then the
+    output was blamed for being one, and the folders stayed (a corrected rerun failed on them)."""
+    before = contents(world)
+    line = one_error_line(capsys, submit(world, "sub.json", work="sub.json/wd"))
+    assert f"--work-dir {world / 'sub.json' / 'wd'} lies inside --output {world / 'sub.json'}, a file" in line, line
+    assert not (world / "sub.json").exists() and contents(world) == before
+
+
+def test_submit_never_overwrites_the_compile_caches_record(world, capsys):
+    """`--output DIR/compile_cache.json` beside `--compile-cache DIR/compile_cache.bin`: the submission replaced the
+    cache's record, and the cache could never be loaded again."""
+    (world / "cdir").mkdir()
+    (world / "cdir" / "compile_cache.bin").write_bytes(b"x" * 100)
+    (world / "cdir" / "compile_cache.json").write_text('{"format": "mine"}')
+    line = one_error_line(capsys, main(["submit", "--challenges", str(world / "c.json"), "--weights",
+                                        str(world / "exp"), "--output", str(world / "cdir" / "compile_cache.json"),
+                                        "--compile-cache", str(world / "cdir" / "compile_cache.bin"),
+                                        "--work-dir", str(world / "work"), "--no-progress"]))
+    assert "is also the input --compile-cache record" in line, line
+    assert (world / "cdir" / "compile_cache.json").read_text() == '{"format": "mine"}'
+
+
+@pytest.mark.parametrize("count", [0, -1, True, float("nan"), 2**63])
+def test_resize_puzzle_embeddings_count_is_checked(count):
+    """`resize_puzzle_embedding(t, 0)` returned an empty table (a NaN mean, a score of 0 once), -1 one row, and
+    2**31 asked for 256 GiB."""
+    import torch
+
+    from trm_kaggle.model import resize_puzzle_embedding
+
+    with pytest.raises(ValueError, match=r"^num_identifiers=.*: expected a whole number from 1 to"):
+        resize_puzzle_embedding(torch.randn(3, 4), count)

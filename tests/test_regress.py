@@ -274,7 +274,7 @@ def test_a_metric_that_cannot_be_compared_exits_2_naming_it(suite, tmp_path, cap
     ([], "{oops", "unreadable baselines file"),
     ([], {"acc": {"accuracy": b(0.8)}}, "has no metrics for notebook 'count'"),
     ([], {"acc": {"accuracy": b(0.8)}, "count": {"changed": b(0)}, "gone": {"x": b(1)}}, "lists notebook 'gone'"),
-    (["--jobs", "0"], None, "--jobs must be >= 1"),
+    (["--jobs", "0"], None, "--jobs=0: expected a whole number from 1 to 1,024"),
 ])
 def test_bad_requests_fail_before_any_notebook_runs(suite, tmp_path, capsys, args, baselines, message):
     if isinstance(baselines, str):
@@ -500,3 +500,13 @@ def test_the_regress_library_checks_its_out_folder_as_the_command_does(suite, tm
     made[kind]()
     with pytest.raises(TRMError, match="^out "):
         regress_library(out=out, notebook_dir=suite)
+
+
+@pytest.mark.parametrize("jobs", [float("nan"), 1.5, True, 2**63])
+def test_the_regress_librarys_job_count_is_checked_before_any_notebook(suite, tmp_path, jobs):
+    """`regress(jobs=nan)` ran "3 at a time" (NaN passed `jobs < 1`), 1.5 and True likewise."""
+    from trm_kaggle.experiments import regress
+
+    with pytest.raises(TRMError, match=r"^--jobs=.*: expected a whole number from 1 to 1,024$"):
+        regress(["acc"], out=tmp_path / "out", notebook_dir=suite, jobs=jobs, say=lambda _: None)
+    assert not (tmp_path / "out").exists()

@@ -142,6 +142,9 @@ def overlap_problem(inputs: Iterable[Input], outputs: Iterable[Output]) -> str |
                 if folder.kind != "file" and _inside(i, f) and folder.could_replace(i.relative_to(f)):
                     return (f"{_shown(inner)} lies inside {_shown(folder)}, which writes that entry itself: give "
                             "each output its own path")
+                if folder.kind == "file" and _inside(i, f):  # `--work-dir sub.json/wd` made the output a folder
+                    return (f"{_shown(inner)} lies inside {_shown(folder)}, a file this command writes: give each "
+                            "output its own path")
     return None
 
 

@@ -60,7 +60,7 @@ import pydantic
 from pydantic import Field
 
 from trm_kaggle.atomic import append_line, atomic_write_bytes, atomic_write_text, check_log
-from trm_kaggle.config import validation_line
+from trm_kaggle.config import validation_line, whole_argument
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import usable_cores
 from trm_kaggle.interrupts import FirstStopOnly
@@ -469,8 +469,11 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
                        "pass --notebooks DIR)")
     if out.resolve() == notebook_dir.resolve() or notebook_dir.resolve() in out.resolve().parents:
         raise TRMError(f"--out {out} is inside {notebook_dir}: the executed notebooks would mix with the notebooks")
-    if jobs is not None and jobs < 1:
-        raise TRMError(f"--jobs must be >= 1, got {jobs}")
+    if jobs is not None:  # NaN passed `jobs < 1` and ran "nan at a time"
+        try:
+            jobs = whole_argument("jobs", jobs, 1, 1024)
+        except ValueError as e:
+            raise TRMError(f"--{e}") from None
     # one writer per folder (trm_kaggle.locks): an update holds the notebooks folder (baselines.json and golden/
     # are read at the start and written at the end: a second update would drop the first one's values), a
     # comparison shares it with other comparisons; --out is held from its first write

@@ -30,7 +30,7 @@ import torch
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import (EXECUTION_FIELDS, MAX_PUZZLE_IDENTIFIERS, ArchConfig, ExportConfig, TaskIdMode,
-                               TrainConfig, validation_line)
+                               TrainConfig, validation_line, whole_argument)
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, DataError, TRMError
 from trm_kaggle.hardware import place_model
@@ -56,6 +56,8 @@ def mean_puzzle_row(table: torch.Tensor) -> torch.Tensor:
 
 def resize_puzzle_embedding(table: torch.Tensor, num_identifiers: int) -> torch.Tensor:
     """A table of `num_identifiers` rows, every row `mean_puzzle_row(table)`; unchanged when the count fits."""
+    # 0 rows once gave a NaN mean and a score of 0; 2**31 asked for 256 GiB
+    num_identifiers = whole_argument("num_identifiers", num_identifiers, 1, MAX_PUZZLE_IDENTIFIERS)
     if table.shape[0] == num_identifiers:
         return table
     return mean_puzzle_row(table).expand(num_identifiers, -1).contiguous()

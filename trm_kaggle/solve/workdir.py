@@ -58,7 +58,12 @@ def solve_io(challenges, weights, output, work_dir, compile_cache=None, *,
     def name(field: str) -> str:
         return "--" + field.replace("_", "-") if flags else field
 
-    cache = [Input(compile_cache, name("compile_cache"))] if compile_cache else []
+    cache = []
+    if compile_cache:  # the cache file and its record beside it (read with it: a submission written over the
+        from trm_kaggle.model import CACHE_RECORD  # record left the cache unreadable for good)
+
+        cache = [Input(compile_cache, name("compile_cache")),
+                 Input(Path(compile_cache).with_name(CACHE_RECORD), f"{name('compile_cache')} record")]
     return ([Input(challenges, name("challenges")), Input(weights, name("weights"), tree=True), *cache],
             [Output(output, name("output")), Output(work_dir, name("work_dir"), "folder", WORK_ENTRIES)])
 
