@@ -844,3 +844,35 @@ def test_overrides_it_cannot_read_are_refused_after_the_state_is_carried(built, 
                     data_dir=built / "data", time_budget=None, echo=lines.append)
     assert not r.ok and r.status == "refused" and lines[-1].startswith("error: override"), lines
     assert len(lines[-1]) < 400 and ckpt.newest_step(tmp_path / "s2" / "run") == 2  # the state passed on
+
+
+@pytest.mark.parametrize("folder", ["run", "weights"])
+def test_a_run_or_export_folder_planted_as_a_link_is_refused(built, tmp_path, folder):
+    """KAGGLE_WORKING/run (or weights) a link to a folder elsewhere: the states or the export went there, exit 0,
+    and the output, the next session's input, held only the link."""
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "s2").mkdir()
+    (tmp_path / "s2" / folder).symlink_to(tmp_path / "elsewhere")
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    assert not r.ok and r.status == "refused" and "is a symbolic link" in lines[-1], lines
+    assert not list((tmp_path / "elsewhere").iterdir()) and report(tmp_path / "s2")["previous_state"], lines
+
+
+def test_an_unpacked_copy_planted_as_a_link_is_never_unpacked_through(built, tmp_path):
+    """UNPACK_DIR/data-<digest> a link to another folder: called damaged and unpacked again through the link, which
+    replaced the folder it pointed to (one inside KAGGLE_INPUT)."""
+    scratch = tmp_path / "sc"
+    kaggle_training.input_roots(built, scratch, lambda _: None)  # unpacked once
+    (unpacked,) = scratch.iterdir()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "mine.txt").write_text("an input")
+    shutil.rmtree(unpacked)
+    unpacked.symlink_to(tmp_path / "in")
+    with pytest.raises(TRMError, match="is a symbolic link to .*: an unpacked dataset is never read or written"):
+        kaggle_training.input_roots(built, scratch, lambda _: None)
+    assert [p.name for p in (tmp_path / "in").iterdir()] == ["mine.txt"]

@@ -448,8 +448,15 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
                         Output(working / WEIGHTS, "weights", "replaced"), Output(working / SESSION, "session record")])
         except TRMError as e:
             raise _NowhereToWrite(str(e)) from None
+        for folder in (run_dir, working / WEIGHTS):  # written through, the states went where the link points and the
+            if folder.is_symlink():  # output (the next session's input) held only the link
+                raise TRMError(f"{folder} is a symbolic link to {os.path.realpath(folder)}: the session's run and "
+                               "export are never written through a link (only the working folder is kept); remove "
+                               "the link")
     except TRMError:
         report.status = "refused"
+        if not isinstance(report.previous_state, str):  # named in the record: the next session never starts over
+            report.previous_state = named_state(Path(input_root))
         raise
     in_place = bool(ckpt.list_states(run_dir))  # this Kaggle session already trained (the notebook run again)
 

@@ -121,6 +121,9 @@ def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Call
             raise TRMError(f"{archive}: differs from {folder / MANIFEST} (sha256 {digest[:16]}..., manifest "
                            f"{outer['sha256'][:16]}...; the same size): the upload was changed; upload it again")
         dest = Path(scratch) / f"{Path(name).stem}-{outer['sha256'][:16]}"
+        if dest.is_symlink():  # unpacked again through it, the folder it points to (an input) was replaced
+            raise TRMError(f"{dest} is a symbolic link to {os.path.realpath(dest)}: an unpacked dataset is never "
+                           "read or written through a link; remove the link")
         # A copy of ours from an earlier training session is reused only when every file's digest is the
         # manifest's; a damaged one (a cut copy, a changed byte) is unpacked again from the checked archive
         if dest.is_dir() and owner_problem(dest, UNPACKED) is None:
