@@ -547,3 +547,28 @@ def test_resize_puzzle_embeddings_count_is_checked(count):
 
     with pytest.raises(ValueError, match=r"^num_identifiers=.*: expected a whole number from 1 to"):
         resize_puzzle_embedding(torch.randn(3, 4), count)
+
+
+def test_an_export_inside_the_run_being_trained_is_refused_before_training(tmp_path, capsys):
+    """`train checkpoint_path=rr --export rr/ex` trained the whole run, then refused the export (exit 2)."""
+    from integrity_helpers import build_sudoku4, train_args
+
+    data = build_sudoku4(tmp_path / "ds")
+    line = one_error_line(capsys, main(train_args(data, tmp_path / "rr", "max_steps=1", "--no-progress", "--export",
+                                                  str(tmp_path / "rr" / "ex"))))
+    assert "--export" in line and "is inside the input run folder" in line, line
+    assert not (tmp_path / "rr").exists()
+
+
+@pytest.mark.parametrize("seed", [float("nan"), -1, True, 2**64])
+def test_the_task_id_seed_is_checked_where_given(seed):
+    """`apply_task_ids(model, "random", seed=nan)` failed in torch's manual_seed; -1 and 2**63 were taken, though
+    the command refuses `--task-id-seed -1`."""
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.model import apply_task_ids
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    arch = ArchConfig(hidden_size=16, num_heads=2, expansion=2.0, H_cycles=1, L_cycles=1, L_layers=1,
+                      halt_max_steps=2, puzzle_emb_len=2, forward_dtype="float32")
+    with pytest.raises(ValueError, match=r"^seed=.*: expected a whole number from 0 to 4,294,967,295$"):
+        apply_task_ids(TinyRecursiveModel(arch, 16, 6, 3), "random", seed=seed)

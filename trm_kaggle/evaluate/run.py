@@ -17,7 +17,7 @@ import sys
 from typing import Callable, Sequence
 
 from trm_kaggle.atomic import replace_problem
-from trm_kaggle.config import EvaluateConfig
+from trm_kaggle.config import MAX_SEED, EvaluateConfig, whole_argument
 from trm_kaggle.data import contents_hash, load_metadata, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
@@ -58,6 +58,7 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first. `tasks`,
     `first` (default 5) and `pictures` choose the ARC report's pictures."""
     cfg = (cfg or EvaluateConfig()).updated(**settings)
+    task_id_seed = whole_argument("task_id_seed", task_id_seed, 0, MAX_SEED)  # NaN failed in torch after the load
     inputs, outputs = evaluate_io(weights, data, save_votes, report_dir, pool_with, flags=False)
     check_kept(inputs, outputs)
     # where the votes and the report go, as `evaluate` checks them: votes in /dev were written after the inference

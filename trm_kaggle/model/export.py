@@ -29,8 +29,8 @@ import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
-from trm_kaggle.config import (EXECUTION_FIELDS, MAX_PUZZLE_IDENTIFIERS, ArchConfig, ExportConfig, TaskIdMode,
-                               TrainConfig, validation_line, whole_argument)
+from trm_kaggle.config import (EXECUTION_FIELDS, MAX_PUZZLE_IDENTIFIERS, MAX_SEED, ArchConfig, ExportConfig,
+                               TaskIdMode, TrainConfig, validation_line, whole_argument)
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, DataError, TRMError
 from trm_kaggle.hardware import place_model
@@ -100,6 +100,7 @@ def apply_task_ids(model: TinyRecursiveModel, mode: str, seed: int = 0) -> str |
     """Replace the model's puzzle rows in place (`task_id_table`); returns a note when the modes cannot differ."""
     if mode not in TASK_ID_MODES:
         raise TRMError(f"unknown task-id mode {mode!r}: choose one of {', '.join(TASK_ID_MODES)}")
+    seed = whole_argument("seed", seed, 0, MAX_SEED)  # NaN failed in torch's manual_seed; -1 was taken
     if model.puzzle_emb is None:
         return "the model has no puzzle embedding (puzzle_emb_ndim=0): every task-id mode is the same model"
     table = model.puzzle_emb.weights

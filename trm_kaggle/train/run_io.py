@@ -14,7 +14,7 @@ import os
 
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.locks import LOCK_FILE
-from trm_kaggle.outputs import Input, Output
+from trm_kaggle.outputs import Input, Output, check_kept
 
 #: What a training writes in its run folder (a settings file a sweep or a cluster job put there is read, not
 #: written).
@@ -29,4 +29,6 @@ def training_io(cfg: TrainConfig, run_dir: str | os.PathLike, *, export: str | o
     inputs += [Input(p, name) for p, name in ((config_file, "--config"), (cfg.load_checkpoint, "load_checkpoint"))
                if p and "://" not in str(p)]
     outputs = [Output(run_dir, "run folder (checkpoint_path)", "folder", RUN_ENTRIES)]
+    if export:  # the export reads the run folder it trains (export_run): refused before the training, not after it
+        check_kept([Input(run_dir, "run folder (checkpoint_path)", tree=True)], [Output(export, "--export", "replaced")])
     return inputs, outputs + ([Output(export, "--export", "replaced")] if export else [])
