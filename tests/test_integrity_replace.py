@@ -489,3 +489,33 @@ def test_a_run_whose_metrics_log_cannot_be_appended_to_is_refused_before_the_fir
     line = one_error_line(capsys, main(train_args(data, run, "max_steps=6", "log_interval=4", "--no-progress")))
     assert f"{log}: Permission denied" in line, line
     assert sorted(p.name for p in run.glob("state_step*.pt")) == ["state_step00000002.pt"]
+
+
+def test_a_read_only_folder_is_named_not_the_temporary_that_was_never_made(tmp_path, monkeypatch):
+    """A read-only run folder (a sweep's rerun, a pipeline's WORK/train) was said as
+    `.../.config.json.u84_1ecf.tmp: Permission denied`, a random name nobody made."""
+    import tempfile
+
+    from trm_kaggle.errors import os_error_line
+
+    def read_only(*args, dir=None, **kw):
+        raise PermissionError(errno.EACCES, "Permission denied", os.path.join(dir, ".config.json.u84_1ecf.tmp"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    with pytest.raises(OSError) as e:
+        atomic_write_text(tmp_path / "run" / "config.json", "{}")
+    assert os_error_line(e.value).startswith(f"{tmp_path / 'run'}: Permission denied"), os_error_line(e.value)
+
+
+def test_a_pipelines_read_only_run_folder_is_refused_before_its_first_stage(tmp_path, capsys, monkeypatch):
+    """`pipeline` over a read-only WORK/train ran its first stage again before it found the folder."""
+    import trm_kaggle.outputs as O
+
+    (tmp_path / "pl" / "train").mkdir(parents=True)
+    access = os.access
+    monkeypatch.setattr(O.os, "access", lambda p, mode: False if str(p).endswith("train") else access(p, mode))
+    line = one_error_line(capsys, main(["pipeline", "--work-dir", str(tmp_path / "pl"), "--num-aug", "1",
+                                        "--train-seconds", "2", "--canvas", "12", "--eval-tasks", "1",
+                                        "--unseen-tasks", "1", "--no-progress"]))
+    assert f"--work-dir's run folder {tmp_path / 'pl' / 'train'}" in line and "is not writable" in line, line
+    assert sorted(p.name for p in (tmp_path / "pl").iterdir()) == ["train"]

@@ -96,7 +96,10 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
         raise TRMError(f"{path} is a folder, not a file: it is not replaced (remove it or choose another path)")
     path.parent.mkdir(parents=True, exist_ok=True)
     # the folder as the system reaches it: mkstemp shortens `link/..` as text (abspath), elsewhere than the rename
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=os.path.realpath(path.parent))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=os.path.realpath(path.parent))
+    except OSError as e:  # a read-only folder: named, never the random name of a temporary that was not made
+        raise OSError(e.errno, e.strerror, str(path.parent)) from None
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private (0600); outputs are meant to be shared
         # text: UTF-8 whatever the locale; a path holding bytes that are not UTF-8 (a surrogate escape) is
