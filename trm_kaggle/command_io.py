@@ -206,9 +206,11 @@ def _pipeline(args: argparse.Namespace) -> IO:
     _refuse_work_dir(work_dir, "--work-dir")  # it trains into WORK/train: a run folder, as train's own
     _refuse_sweep_folder(work_dir, "--work-dir")
     # its run folder too, as `train` checks its own: a read-only one was found after stage 1 ran again
-    if problem := writable_problem(Output(Path(work_dir) / RUN_DIR, "--work-dir's run folder", "folder")):
-        raise TRMError(problem)
-    return [], [Output(work_dir, "--work-dir", "folder")]
+    work = Output(work_dir, "--work-dir", "folder")
+    if not writable_problem(work) and (problem := writable_problem(Output(Path(work_dir) / RUN_DIR,
+                                                                          "--work-dir's run folder", "folder"))):
+        raise TRMError(problem)  # (a work dir refused itself is said as such by check_io)
+    return [], [work]
 
 
 DECLARATIONS: dict[str, Callable[[argparse.Namespace], IO]] = {

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 
 from trm_kaggle.config import TrainConfig
+from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import LOCK_FILE
-from trm_kaggle.outputs import Input, Output, check_kept
+from trm_kaggle.outputs import Input, Output, overlap_problem
 
 #: What a training writes in its run folder (a settings file a sweep or a cluster job put there is read, not
 #: written).
@@ -30,5 +31,7 @@ def training_io(cfg: TrainConfig, run_dir: str | os.PathLike, *, export: str | o
                if p and "://" not in str(p)]
     outputs = [Output(run_dir, "run folder (checkpoint_path)", "folder", RUN_ENTRIES)]
     if export:  # the export reads the run folder it trains (export_run): refused before the training, not after it
-        check_kept([Input(run_dir, "run folder (checkpoint_path)", tree=True)], [Output(export, "--export", "replaced")])
+        if problem := overlap_problem([Input(run_dir, "run folder (checkpoint_path)", tree=True)],
+                                      [Output(export, "--export", "replaced")]):
+            raise TRMError(problem)
     return inputs, outputs + ([Output(export, "--export", "replaced")] if export else [])
