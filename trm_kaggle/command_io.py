@@ -15,7 +15,7 @@ import logging
 from typing import Callable, Iterator
 
 from trm_kaggle.errors import TRMError
-from trm_kaggle.outputs import Input, Output, check_io, writable_problem
+from trm_kaggle.outputs import PIPELINE_RUN_DIR, Input, Output, check_io, writable_problem
 
 IO = tuple[list[Input], list[Output]]
 
@@ -200,14 +200,13 @@ def _pipeline(args: argparse.Namespace) -> IO:
     from pathlib import Path
 
     from trm_kaggle.config import PipelineConfig
-    from trm_kaggle.pipeline import RUN_DIR
 
     work_dir = args.work_dir or PipelineConfig.model_fields["work_dir"].get_default()
     _refuse_work_dir(work_dir, "--work-dir")  # it trains into WORK/train: a run folder, as train's own
     _refuse_sweep_folder(work_dir, "--work-dir")
     # its run folder too, as `train` checks its own: a read-only one was found after stage 1 ran again
     work = Output(work_dir, "--work-dir", "folder")
-    if not writable_problem(work) and (problem := writable_problem(Output(Path(work_dir) / RUN_DIR,
+    if not writable_problem(work) and (problem := writable_problem(Output(Path(work_dir) / PIPELINE_RUN_DIR,
                                                                           "--work-dir's run folder", "folder"))):
         raise TRMError(problem)  # (a work dir refused itself is said as such by check_io)
     return [], [work]

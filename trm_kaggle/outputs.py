@@ -258,6 +258,7 @@ _RUN_FILES = ("state_step*.pt", "run.json", "config.json", "metrics.jsonl")
 #: PIPE/summary.md` replaced its summary.
 PIPELINE_FILES = ("summary.md", "training_curve.png", "submission.json", "unseen_challenges.json",
                   "unseen_solutions.json")
+PIPELINE_RUN_DIR = "train"  # a pipeline's run folder in its work folder (it holds train/run.json)
 
 
 def _launch_files(folder: Path) -> set[str]:
@@ -301,7 +302,7 @@ def _input_file_problem(out: Output, path: Path) -> str | None:
 def _pipeline_file_problem(out: Output, path: Path) -> str | None:
     """A command's file output that is one of a pipeline's own files (`submit --output PIPE/summary.md` replaced its
     summary). Asked of commands only (`check_io`): the pipeline writes them through the library's writers."""
-    if path.name in PIPELINE_FILES and (path.parent / "train" / "run.json").is_file():
+    if path.name in PIPELINE_FILES and (path.parent / PIPELINE_RUN_DIR / "run.json").is_file():
         return (f"{_shown(out)} is a file of the pipeline's work folder {path.parent}: writing it would break that "
                 "folder's record; choose a path of its own")
     return None

@@ -29,7 +29,7 @@ from trm_kaggle.evaluate import evaluate, format_metrics, format_score, score_su
 from trm_kaggle.kaggle import BundleIds, build_bundle
 from trm_kaggle.hardware import pick_device, set_cpu_threads
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.outputs import PIPELINE_FILES
+from trm_kaggle.outputs import PIPELINE_FILES, PIPELINE_RUN_DIR
 from trm_kaggle.model import apply_compile, load_model_for_dataset
 from trm_kaggle.solve import solve
 from trm_kaggle.train import (RESUMABLE_CHANGES, RUN_RECORD, export_run, list_states, load_newest_state,
@@ -37,7 +37,6 @@ from trm_kaggle.train import (RESUMABLE_CHANGES, RUN_RECORD, export_run, list_st
 from trm_kaggle.wording import count, shown as shown_name
 
 SUMMARY = "summary.md"
-RUN_DIR = "train"  # WORK/train: the pipeline's run folder
 CURVE = "training_curve.png"
 
 
@@ -170,7 +169,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
                        f"fewer than eval_tasks + unseen_tasks = {cfg.eval_tasks + cfg.unseen_tasks}: choose a larger "
                        "canvas or fewer tasks")
     plan = _dataset_plan(cfg, work, evaluation2)  # made once: the rerun check and the dataset stage both read it
-    run_dir, weights = work / RUN_DIR, work / "weights"
+    run_dir, weights = work / PIPELINE_RUN_DIR, work / "weights"
     result = PipelineResult(cfg)
     facts = result.facts
     facts.update(data_dir=data_dir, run_dir=run_dir, weights=weights, report=work / "report" / "report.md",
@@ -332,7 +331,7 @@ _TOP_FILES = (*PIPELINE_FILES, "weights", "report", "ttt", "bundle")  # PIPELINE
 def _foreign_files_problem(work: Path) -> str | None:
     """Why `work` cannot take a pipeline: it holds files a pipeline writes (summary.md, submission.json, ...) though
     no pipeline trained there (no train/run.json): a folder of the user's, whose files would be replaced."""
-    if not work.is_dir() or (work / RUN_DIR / RUN_RECORD).is_file():
+    if not work.is_dir() or (work / PIPELINE_RUN_DIR / RUN_RECORD).is_file():
         return None
     theirs = [name + "/" * (work / name).is_dir() for name in _TOP_FILES if os.path.lexists(work / name)]
     if not theirs:
