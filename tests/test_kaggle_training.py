@@ -861,6 +861,8 @@ def test_a_run_or_export_folder_planted_as_a_link_is_refused(built, tmp_path, fo
                     data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
     assert not r.ok and r.status == "refused" and "is a symbolic link" in lines[-1], lines
     assert not list((tmp_path / "elsewhere").iterdir()) and report(tmp_path / "s2")["previous_state"], lines
+    if folder == "weights":  # refused after the carry: the state passed on (a run/ link leaves nowhere to carry to)
+        assert ckpt.newest_step(tmp_path / "s2" / "run") == 2
 
 
 def test_an_unpacked_copy_planted_as_a_link_is_never_unpacked_through(built, tmp_path):

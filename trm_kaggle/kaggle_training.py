@@ -422,6 +422,14 @@ def named_state(input_root: Path) -> str | None:
     return None
 
 
+def _refuse_link(folder: Path) -> None:
+    """TRMError when the session's run or export folder is a symbolic link: written through, the states went where
+    it points and the output (the next session's input) held only the link."""
+    if folder.is_symlink():
+        raise TRMError(f"{folder} is a symbolic link to {os.path.realpath(folder)}: the session's run and export are "
+                       "never written through a link (only the working folder is kept); remove the link")
+
+
 def _is_out_of_memory(e: BaseException) -> bool:
     import torch
 
@@ -448,11 +456,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
                         Output(working / WEIGHTS, "weights", "replaced"), Output(working / SESSION, "session record")])
         except TRMError as e:
             raise _NowhereToWrite(str(e)) from None
-        for folder in (run_dir, working / WEIGHTS):  # written through, the states went where the link points and the
-            if folder.is_symlink():  # output (the next session's input) held only the link
-                raise TRMError(f"{folder} is a symbolic link to {os.path.realpath(folder)}: the session's run and "
-                               "export are never written through a link (only the working folder is kept); remove "
-                               "the link")
+        _refuse_link(run_dir)  # before the carry, which writes there (weights/: after it, the state passed on)
     except TRMError:
         report.status = "refused"
         if not isinstance(report.previous_state, str):  # named in the record: the next session never starts over
@@ -487,6 +491,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     carried = None if in_place else carry(Path(input_root))
     stops.carried()
     try:  # each refused after the carry: the refused session's output holds the state
+        _refuse_link(working / WEIGHTS)
         timed, overrides, device = given
         overrides = [*timed, *override_list(overrides),
                      *([f"device={device}"] if device not in (None, "auto") else [])]
@@ -506,7 +511,8 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     if not in_place and carried is None and report.previous_state:
         report.status = "refused"
         raise TRMError(f"no train state among the inputs, yet a previous session's record names "
-                       f"{report.previous_state}, which it had to pass on (it was stopped before it copied it): "
+                       f"{report.previous_state}, which it had to pass on (it was stopped or refused before it "
+                       "copied it): "
                        "refusing to start the run over; attach an output that holds that state (an earlier "
                        "version's output, as a dataset), or detach the previous output to start afresh")
     data = Path(data_dir) if data_dir else find_dataset(roots)
