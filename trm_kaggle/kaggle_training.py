@@ -399,10 +399,10 @@ def _export_interrupted(report: SessionReport, working: Path, echo: Callable[[st
 
 
 def named_state(input_root: Path) -> str | None:
-    """The newest train state file among the inputs by its name, else the one a previous session's record
+    """The newest train state file among the inputs by its name, else the one an attached output's record
     (`session.json`) names as the state it had to pass on, or None. A record that names a state in an output
-    that holds none is of a session stopped before it copied the state (killed during its install, its runner
-    gone): the run must not start over from step 0."""
+    that holds none was left by a kernel run stopped before it copied the state (killed during its install, its
+    runner gone): the run must not start over from step 0."""
     from trm_kaggle.jsonio import parse_json, read_bytes
     from trm_kaggle.train import checkpoint as ckpt
 
@@ -486,7 +486,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     # the attached outputs first, as they are (a previous session's output is a plain folder), before the packed
     # datasets are checked and unpacked (a changed data.tar, or a stop during its unpacking, would pass no state);
     # a SIGTERM before the state is carried waits for it (one in the session's first second passed none on)
-    if not in_place:  # named in this session's record first: a refused or stopped one still passes the name on
+    if not in_place:  # named in the record first: a refused or stopped kernel run still passes the name on
         report.previous_state = named_state(Path(input_root))
     carried = None if in_place else carry(Path(input_root))
     stops.carried()
