@@ -465,7 +465,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     in_place = bool(ckpt.list_states(run_dir))  # this Kaggle session already trained (the notebook run again)
 
     def carry(where: Path | list[Path], carried=None) -> tuple[Path, dict[str, Any]] | None:
-        """The previous output's newest state (when newer than `carried`), copied into this session's output
+        """The previous output's newest state (when newer than `carried`), copied into the working folder
         before anything can refuse (its data not attached yet or damaged, other settings) or stop it: the next
         session resumes from it (an output of no state made the next one start from step 0). A stop during the
         copy waits for its end."""
