@@ -148,7 +148,8 @@ def state_to_pass_on():
     start the run over (`trm_kaggle.kaggle_training.named_state` is the package's side of this rule)."""
     try:
         found = Path(KAGGLE_INPUT).rglob("state_step*.pt")
-        steps = {p: int(p.name[10:-3]) for p in found if p.name[10:-3].isdigit()}  # state_step<N>.pt
+        steps = {p: int(p.name[10:-3]) for p in found  # state_step<N>.pt, N in ASCII digits ('²' is no int)
+                 if p.name[10:-3].isascii() and p.name[10:-3].isdigit()}
         if steps:
             return str(max(steps, key=steps.get))
         for record in sorted(Path(KAGGLE_INPUT).rglob("session.json")):

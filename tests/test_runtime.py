@@ -30,6 +30,7 @@ def test_every_rank_takes_rank_0s_auto_dtype_on_cpu(monkeypatch):
     # a single process measures for itself and broadcasts nothing
     sent.clear()
     monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
     rt = runtime.setup_runtime(TrainConfig(arch=ArchConfig(), device="cpu"))
     torch.set_num_threads(threads)
     assert sent == [] and rt.dtype == torch.float32

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 
 from trm_kaggle.errors import TRMError, as_os_error, with_path
 from trm_kaggle.jsonio import is_regular, not_regular, read_json
+from trm_kaggle.names import ascii_number
 from trm_kaggle.outputs import OWNER_RECORD, Output, link_problem, refuse_nul, special_kind, writable_problem
 
 PARTIAL_MARK = ".partial-"
@@ -280,11 +281,12 @@ def remove_stale_partials(target: Path, kind: str) -> list[Path]:
             if suffix.endswith(PARTIAL_RECORD_SUFFIX):  # a record whose folder went into
                 folder = p.with_name(p.name.removesuffix(PARTIAL_RECORD_SUFFIX))  # place, its process killed then
                 number = folder.name[len(target.name + mark):]
-                if number.isdigit() and not pid_alive(int(number)) and not os.path.lexists(folder) \
+                if (pid := ascii_number(number)) is not None and not pid_alive(pid) and not os.path.lexists(folder) \
                         and _partial_of_ours(folder):
                     p.unlink(missing_ok=True)
                 continue
-            if not suffix.isdigit() or pid_alive(int(suffix)) or p.is_symlink() or not p.is_dir():
+            # a name read from the folder: only our own `<pid>` suffix counts ('OUT.old-²' is a user's folder)
+            if (pid := ascii_number(suffix)) is None or pid_alive(pid) or p.is_symlink() or not p.is_dir():
                 continue
             if mark == OLD_MARK and (not target.is_dir() or owner_problem(p, kind) is not None):
                 continue

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trm_kaggle.errors import TRMError
+from trm_kaggle.names import ascii_number
 from trm_kaggle.wording import shown
 
 if TYPE_CHECKING:  # torch is imported where it is used: the worker processes choose their GPU before it starts
@@ -86,13 +88,14 @@ def cgroup_memory(root: str | os.PathLike = "/sys/fs/cgroup") -> tuple[int | Non
             limit = (Path(root) / limit_name).read_text(encoding="utf-8").strip()
         except OSError:
             continue
-        if not limit.isdigit() or int(limit) >= (1 << 60):  # "max", or v1's "unlimited" huge number
+        limit = ascii_number(limit)
+        if limit is None or limit >= (1 << 60):  # "max", or v1's "unlimited" huge number
             return None, None
         try:
             usage = int((Path(root) / usage_name).read_text(encoding="utf-8").strip())
         except (OSError, ValueError):
             usage = None
-        return int(limit), usage
+        return limit, usage
     return None, None
 
 
@@ -109,7 +112,7 @@ def memory() -> tuple[int | None, int | None]:
     total, available = read_meminfo()
     if total is None and sys.platform == "darwin":
         size = _sysctl("hw.memsize")
-        total = int(size) if size and size.isdigit() else None
+        total = ascii_number(size)
         available = _darwin_available(total)
     limit, usage = cgroup_memory()
     if limit is not None:
@@ -247,10 +250,25 @@ def usable_cores() -> int:
 THREADS_ENV = "OMP_NUM_THREADS"
 
 
+def env_count(name: str, default: int) -> int:
+    """The count the environment variable `name` holds, `default` when it is unset or empty. torchrun sets
+    WORLD_SIZE, RANK and their kin; one left in a shell or an image with another value ('abc', '²') is refused in
+    one line naming it rather than read by `int()` somewhere later."""
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return default
+    count = ascii_number(raw, max_digits=9)
+    if count is None:
+        raise TRMError(f"{name}='{shown(raw)}' in the environment is not a count (ASCII digits): unset it, or start "
+                       "the ranks with `trm-kaggle torchrun`, which sets it")
+    return count
+
+
 def env_threads() -> int | None:
-    """OMP_NUM_THREADS as a count (None when unset or not a positive integer: OpenMP then ignores it too)."""
-    raw = os.environ.get(THREADS_ENV, "").strip()
-    return int(raw) if raw.isdigit() and 0 < int(raw) <= 4096 else None
+    """OMP_NUM_THREADS as a count (None when unset or not a positive integer in ASCII digits: OpenMP then ignores
+    it too; it reads neither '²' nor '１')."""
+    count = ascii_number(os.environ.get(THREADS_ENV, ""))
+    return count if count is not None and 0 < count <= 4096 else None
 
 
 #: GNU OpenMP (torch's CPU thread pool on Linux) lets a thread that finished its share of a parallel region spin

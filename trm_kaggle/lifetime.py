@@ -18,6 +18,8 @@ import os
 import signal
 import threading
 
+from trm_kaggle.names import ascii_number
+
 POLL_S = 0.5
 
 
@@ -51,10 +53,9 @@ def stop_with_parent(grace_s: float = 120.0) -> None:
     (a training saves its state and stops, as on a scheduler's stop), and is ended outright `grace_s` later if it
     has not stopped by then. A process whose parent is someone else (a grandchild that inherited the variable) is
     left alone; one whose named parent is already gone stops at once."""
-    raw = os.environ.get(PARENT_ENV, "")
-    if not raw.isdigit():
+    parent = ascii_number(os.environ.get(PARENT_ENV, ""))
+    if parent is None:
         return
-    parent = int(raw)
     if os.getppid() != parent:
         try:
             os.kill(parent, 0)

@@ -54,6 +54,7 @@ _RECORD_BYTES = 4096  # more than any holder record: its command is cut at 200 c
 
 def _holder_record(what: str) -> str:
     command = " ".join([os.path.basename(sys.argv[0] or "python"), *sys.argv[1:]])[:200]
+    command = command.encode("utf-8", "backslashreplace").decode("utf-8")  # bytes that are not UTF-8, escaped
     return f"{os.getpid()} {socket.gethostname()} {what}\t{command}\n".replace("\n", " ").rstrip() + "\n"
 
 

@@ -72,6 +72,19 @@ def task_id_problem(task_id: object) -> str | None:
     return problem
 
 
+def ascii_number(text: object, max_digits: int = 18) -> int | None:
+    """The non-negative integer `text` spells in ASCII digits (surrounding blanks allowed), or None. A number read
+    from a name, a file or the environment is checked here rather than with `str.isdigit()`, which is true for
+    digits `int()` refuses ('²') and for other scripts' digits that other programs refuse ('２'); a longer text
+    than `max_digits` is None too, so no caller turns thousands of digits into an int."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip()
+    if not 1 <= len(text) <= max_digits or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
 def typed_name(text: str) -> str:
     """A name typed on the command line (task ids), as the text it is in files. Where the locale's file-system
     encoding is not UTF-8 (LC_ALL=C), Python hands non-ASCII bytes of argv over as surrogate escapes ('é' arrives

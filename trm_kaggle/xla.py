@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.names import ascii_number
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,9 @@ def _torch_xla():
 
 
 def _torchrun_world() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1")) if dist.is_torchelastic_launched() else 1
+    if not dist.is_torchelastic_launched():
+        return 1
+    return ascii_number(os.environ.get("WORLD_SIZE", "")) or 1  # torchrun's own value; `train` checked it first
 
 
 def device() -> torch.device:

@@ -13,6 +13,7 @@ from typing import Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from trm_kaggle.names import typed_name
 from trm_kaggle.wording import clipped, one_line
 
 
@@ -206,6 +207,7 @@ class _Config(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _finite_first(cls, value, info: ValidationInfo):  # before the field's bounds: "nan <= 1" puzzles
+        value = utf8_setting(value)
         if isinstance(value, bool) and _numeric_not_boolean(cls.model_fields[info.field_name].annotation):
             # pydantic reads true as 1: `max_steps: true` in a YAML file trained one step without a word
             raise ValueError(f"{value} is a boolean, not a number")
@@ -224,6 +226,30 @@ class _Config(BaseModel):
         if _holds_nul(value):  # no path, name or choice holds one: the system said "embedded null byte", no more
             raise ValueError("holds a NUL byte, which no path or name can")
         return _checked_number(value)
+
+
+def _surrogates(text: str) -> bool:
+    return not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def utf8_setting(value):
+    """`value` (text, or a list or mapping of texts) as UTF-8 text. A setting typed under a locale that is not
+    UTF-8 reaches Python with its bytes escaped ('é' as '\\udcc3\\udca9'): it is read again as UTF-8. Bytes that are
+    not UTF-8 (or a lone surrogate from a JSON escape) are refused here: a run's records, job files and lock lines
+    are UTF-8, and writing them once ended a command in a traceback with a folder half made."""
+    if isinstance(value, str):
+        if not _surrogates(value):
+            return value
+        text = typed_name(value)
+        if _surrogates(text):
+            raise ValueError(f"{clipped(text, 60)} holds bytes that are not UTF-8 text: settings are "
+                             "written into UTF-8 records; retype or rename it")
+        return text
+    if isinstance(value, (list, tuple)):
+        return type(value)(utf8_setting(v) for v in value)
+    if isinstance(value, dict):
+        return {utf8_setting(k): utf8_setting(v) for k, v in value.items()}
+    return value
 
 
 def _holds_nul(value) -> bool:

@@ -13,6 +13,8 @@ Conventions are upstream's, so names written by either builder decode the same w
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from trm_kaggle.names import SEPARATOR  # noqa: F401 (defined beside the task-id rule that refuses it in ids)
@@ -88,10 +90,11 @@ def parse_aug_name(name: str) -> tuple[str, int, np.ndarray]:
     parts = name.split(SEPARATOR)
     if len(parts) == 1:
         return name, 0, IDENTITY_PERM.copy()
-    if len(parts) != 3 or not parts[1].startswith("t") or not parts[1][1:].isdigit():
+    # ASCII digits only: str.isdigit() is true for '²', which int() refuses
+    if len(parts) != 3 or not re.fullmatch(r"t[0-9]{1,2}", parts[1]) or not re.fullmatch(r"[0-9]{10}", parts[2]):
         raise ValueError(f"not an augmented puzzle name: {name!r}")
     t = int(parts[1][1:])
-    if not 0 <= t < NUM_TRANSFORMS or len(parts[2]) != 10 or not parts[2].isdigit():
+    if t >= NUM_TRANSFORMS:
         raise ValueError(f"not an augmented puzzle name: {name!r}")
     return parts[0], t, check_perm(np.frombuffer(parts[2].encode(), dtype=np.uint8) - ord("0"))
 

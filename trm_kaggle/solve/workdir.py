@@ -28,6 +28,7 @@ from trm_kaggle.data import MAX_GRID, grid_problem, parse_task, task_fits
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.locks import LOCK_FILE
+from trm_kaggle.names import ascii_number
 from trm_kaggle.outputs import Input, Output
 
 
@@ -159,8 +160,9 @@ def collect(work: str | os.PathLike, units: list[Unit], keys: dict[int, dict]
         for i, grids in result["candidates"].items():
             # only what a worker writes: a test index of this task, grids that are grids (a damaged or foreign
             # result counted a fourth prediction for three test inputs)
-            if str(i).isdigit() and int(i) < unit.test_inputs and isinstance(grids, list):
-                candidates[(unit.task_id, int(i))] = [g for g in grids if grid_problem(g) is None]
+            index = ascii_number(i, max_digits=6)
+            if index is not None and index < unit.test_inputs and isinstance(grids, list):
+                candidates[(unit.task_id, index)] = [g for g in grids if grid_problem(g) is None]
         reports[unit.task_id] = {**(result.get("report") or {}), "complete": bool(result.get("complete"))}
     return candidates, reports
 

@@ -48,7 +48,7 @@ from trm_kaggle.wording import clipped
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "trm_kaggle.train_state"
-_STATE_RE = re.compile(r"state_step(\d+)\.pt$")
+_STATE_RE = re.compile(r"state_step([0-9]+)\.pt$")  # ASCII digits (\d takes any script's)
 RUN_RECORD = "run.json"  # {"run_id": ...}: which run the directory's states belong to
 
 
@@ -216,7 +216,7 @@ def claim_run_id(run_dir: Path, resumed: dict[str, Any] | None) -> str:
 
 #: The files a run directory's writer replaces atomically (`trm_kaggle.atomic` writes `.<name>.<random>.tmp`
 #: beside each and renames it into place): a process killed mid-write leaves such a temporary behind.
-_TEMPORARY_RE = re.compile(r"^\.(state_step\d+\.pt|metrics\.jsonl|config\.json|run\.json)\.[^.]+\.tmp$")
+_TEMPORARY_RE = re.compile(r"^\.(state_step[0-9]+\.pt|metrics\.jsonl|config\.json|run\.json)\.[^.]+\.tmp$")
 
 
 def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:
@@ -328,7 +328,7 @@ def load_train_state(path: Path) -> dict[str, Any]:
 
 def _release(version: str) -> tuple[int, ...]:
     """The leading release numbers of a version string ('0.2.1rc1' -> (0, 2, 1)); () when it has none."""
-    m = re.match(r"\d{1,9}(?:\.\d{1,9})*", version)  # bounded: int() of 5,000 digits raises
+    m = re.match(r"[0-9]{1,9}(?:\.[0-9]{1,9})*", version)  # ASCII, bounded: int() of 5,000 digits raises
     return tuple(int(x) for x in m.group(0).split(".")[:8]) if m else ()
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -298,7 +297,9 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     if not cfg.auto_batch or device.type not in ("cpu", "mps"):
         return requested
     # Available memory is shared by the ranks of one machine
-    share = memory_share(int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    from trm_kaggle.hardware import env_count
+
+    share = memory_share(max(1, env_count("LOCAL_WORLD_SIZE", world_size)))
     if share is None:
         if log:
             log.warning("auto_batch: the available memory cannot be read here; keeping micro_batch_size=%d", requested)

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.hardware import pick_device, set_cpu_threads
+from trm_kaggle.hardware import env_count, pick_device, set_cpu_threads
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,29 @@ def _check_device_settings(cfg: TrainConfig, device: torch.device, say: bool) ->
                         cfg.compile)
 
 
+def torchrun_ranks() -> tuple[int, int, int]:
+    """(world size, rank, local rank) as torchrun sets them in the environment; (1, 0, 0) alone. A partial or
+    stray set (WORLD_SIZE=2 left in a shell, RANK not below it) is refused here, in one line, rather than by
+    torch.distributed's rendezvous as a traceback."""
+    world_size = max(1, env_count("WORLD_SIZE", 1))
+    rank, local_rank = env_count("RANK", 0), env_count("LOCAL_RANK", 0)
+    # the env:// rendezvous reads the address too, unless a process group is already up (a caller's own)
+    needed = ("RANK",) if dist.is_initialized() else ("RANK", "MASTER_ADDR", "MASTER_PORT")
+    missing = [name for name in needed if not os.environ.get(name, "").strip()]
+    if world_size > 1 and missing:
+        raise TRMError(f"WORLD_SIZE={world_size} is set in the environment but {', '.join(missing)} "
+                       f"{'is' if len(missing) == 1 else 'are'} not: start the ranks with `trm-kaggle torchrun` "
+                       "(which sets them all), or unset WORLD_SIZE")
+    if rank >= world_size:
+        raise TRMError(f"RANK={rank} in the environment is not below WORLD_SIZE={world_size}: start the ranks with "
+                       "`trm-kaggle torchrun`, or unset RANK")
+    return world_size, rank, local_rank
+
+
 def setup_runtime(cfg: TrainConfig) -> Runtime:
     from trm_kaggle.model import resolve_forward_dtype
 
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size, rank, local_rank = torchrun_ranks()
     device = pick_device(cfg.device)
     if device.type == "xla":  # XLA's replicas (processes or threads), not torch.distributed's ranks
         rank, world_size = xla.replica()
@@ -93,7 +110,7 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     threads = ""
     if device.type == "cpu":  # one rule everywhere (threads, else OMP_NUM_THREADS, else the free cores)
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+        local_world = max(1, env_count("LOCAL_WORLD_SIZE", world_size))
         n, why = set_cpu_threads(cfg.threads, share=local_world)
         threads = f"{n} CPU thread{'s' if n != 1 else ''} ({why})"
     if cfg.deterministic:
