@@ -42,7 +42,7 @@ def main() -> None:
         known = {f.name for f in dataclasses.fields(Rates)}
         rates = Rates(**{k: tuple(v) if isinstance(v, list) else v for k, v in measured.items() if k in known})
         units = [(len(t["test"]), len(t["train"])) for t in tasks.values()]
-    except (TRMError, KeyError, TypeError, AttributeError) as e:
+    except (TRMError, KeyError, TypeError, AttributeError, ValueError) as e:  # ValueError: a rate Rates refuses
         raise SystemExit(f"error: {e}") from None
     spent = float(measured.get("timing_s", 0.0)) + float(measured.get("sizing_s", 0.0))
     print(f"{len(units)} tasks, {sum(t for t, _ in units)} test inputs; measured on {rates.device}: a step "

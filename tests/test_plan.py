@@ -235,3 +235,54 @@ def test_demonstration_scoring_never_outgrows_the_batches_nor_the_tasks_predicti
     assert demo_rows(cfg(global_batch_size=768, eval_batch_size=768), test_rows=9) == 9
     assert demo_rows(cfg(global_batch_size=16, eval_batch_size=24), test_rows=1000) == 24
     assert demo_rows(cfg(), test_rows=0) == 1
+
+
+@pytest.mark.parametrize("available_s", [float("nan"), -1, True, float("inf"), "600"])
+def test_make_plan_refuses_a_budget_that_is_no_seconds_before_any_work(available_s):
+    """NaN, -1 and True once planned silently ("of no limit: does NOT fit"), inf failed in int()."""
+    for rates in (RATES, None):
+        with pytest.raises(ValueError, match=r"^available_s="):
+            make_plan(cfg(num_aug="auto", finetune_steps="auto"), UNITS, rates, available_s)
+
+
+def test_make_plan_without_a_limit_takes_no_rates_and_plans_the_most_for_a_huge_budget():
+    with pytest.raises(ValueError, match=r"^available_s=None: timed rates"):  # once a TypeError
+        make_plan(cfg(num_aug=1, finetune_steps=2), UNITS, RATES, None)
+    assert make_plan(cfg(num_aug=1, finetune_steps=2), UNITS, None, None).fits
+    for rates in (RATES, Rates("cpu", 0.1, 0.05, 5e-324, 16, 8, 8)):  # a rate that rounds the copies to inf
+        plan = make_plan(cfg(num_aug="auto", finetune_steps="auto"), UNITS, rates, float(2**63))
+        assert (plan.num_aug, plan.finetune_steps, plan.fits) == (AUTO_MAX_AUG, AUTO_MAX_STEPS, True)
+    assert make_plan(cfg(num_aug="auto", finetune_steps="auto"), UNITS, RATES, 0).available_s == 0.0
+
+
+@pytest.mark.parametrize("unit", [(-5, 3), (float("nan"), 3), (True, 3), (1.0, 3), (1, -1), (1,), 7])
+def test_make_plan_refuses_units_that_are_no_counts(unit):
+    """A negative unit once gave a negative total, a NaN one a ValueError of int()."""
+    with pytest.raises(ValueError, match=r"^units\[1\]"):
+        make_plan(cfg(num_aug="auto", finetune_steps="auto"), [(1, 3), unit], RATES, 600.0)
+
+
+@pytest.mark.parametrize("worker", [-1, float("nan"), True, 2.0])
+def test_make_plan_refuses_a_worker_that_is_no_number(worker):
+    with pytest.raises(ValueError, match=r"^worker="):
+        make_plan(cfg(num_aug=1), UNITS, RATES, 600.0, worker=worker)
+
+
+@pytest.mark.parametrize("field, value", [("step_s", float("nan")), ("embeddings_step_s", -1.0),
+                                          ("row_step_s", float("inf")), ("row_step_s", -1.0), ("step_s", True),
+                                          ("timing_s", float("nan")), ("cap_s", float("inf")),
+                                          ("halt_max_steps", 0), ("halt_max_steps", 16.0), ("batch", True),
+                                          ("eval_batch", -8)])
+def test_rates_refuse_fields_that_are_no_seconds_or_counts(field, value):
+    """A NaN step once priced a NaN plan, a negative row rate a negative total and the most augmentations."""
+    fields = dict(device="cpu", step_s=0.1, embeddings_step_s=0.05, row_step_s=0.001, halt_max_steps=16, batch=8,
+                  eval_batch=8)
+    with pytest.raises(ValueError, match=rf"^{field}="):
+        Rates(**{**fields, field: value})
+
+
+def test_a_deadline_that_has_come_plans_with_no_time_left(monkeypatch):
+    """The kernel's own path: a deadline already past is 0 s left, not a refused negative budget."""
+    monkeypatch.setattr(P, "measure_rates", lambda *a, **kw: pytest.fail("nothing may be timed"))
+    plan, _ = plan_worker(cfg(num_aug="auto"), ARCH, 16, 12, torch.device("cpu"), UNITS, time.monotonic() - 5.0)
+    assert plan.short and plan.available_s == 0.0

@@ -41,9 +41,11 @@ from typing import Callable, Sequence, TypeVar
 
 import torch
 
-from trm_kaggle.config import MIN_PLAN_S, ArchConfig, SolveConfig
+from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_HALT_STEPS, MAX_TRAJECTORIES, MIN_PLAN_S, WEEK_S, ArchConfig,
+                               SolveConfig, number_argument, seconds_argument, whole_argument)
 from trm_kaggle.solve.pricing import finetune_seconds, inference_seconds, with_test_time
 from trm_kaggle.solve.step_timer import MIN_TIMING_S, SIZED_DEVICES, memory_batches, time_steps, timing_cap
+from trm_kaggle.wording import clipped
 
 AUTO_MAX_AUG = 1000  # upstream's evaluation recipe votes over 1000 augmentations per task
 AUTO_MAX_STEPS = 2000  # fine-tuning steps per task
@@ -53,6 +55,13 @@ TASK_OVERHEAD_S = 2.0  # a task's dataset build and model load, until the worker
 DEMO_ROWS = 64  # demonstration examples scored before and after fine-tuning (`solve.demo_accuracy`)
 SHORT_NUM_AUG = 2  # the fixed small plan (a budget too short to time): augmentations where num_aug is auto ...
 SHORT_BATCH = 8  # ... and at most this many rows per batch on CPU and MPS
+# The bounds of what `Rates` and `make_plan` are given (both on the package's face): far past any measurement or
+# challenges file, so only a typo or a wrong type is refused.
+MAX_RATE_S = WEEK_S  # seconds of one step, or of the timing: a step slower than the longest budget prices no plan
+MAX_PRICED_STEPS = MAX_TRAJECTORIES * MAX_HALT_STEPS  # row-steps of one prediction row (`with_test_time`: its
+# trajectories x its depth; `test_depth` is bounded below MAX_HALT_STEPS)
+MAX_UNIT_COUNT = 10**9  # test inputs or demonstration pairs of one task (ARC's tasks hold a handful)
+MAX_WORKER = 4095  # a worker's number (the settings start at most 1024 workers)
 T = TypeVar("T")
 
 
@@ -114,6 +123,17 @@ class Rates:
     notes: tuple[str, ...] = ()  # how the batches were sized, what was priced instead of timed
     sizing_s: float = 0.0  # CPU/MPS: the memory estimate, before the timing and its cap
     startup_s: float = 0.0  # CUDA: its start-up (the first untimed steps), outside the timing and its cap
+
+    def __post_init__(self):
+        # checked where they are given, before any plan prices them: a NaN rate priced a NaN plan, a negative one a
+        # negative total and the most augmentations, an inf one failed converting to a count
+        for name in ("step_s", "embeddings_step_s", "row_step_s", "timing_s", "sizing_s", "startup_s"):
+            setattr(self, name, number_argument(name, getattr(self, name), 0.0, MAX_RATE_S))
+        if self.cap_s is not None:
+            self.cap_s = number_argument("cap_s", self.cap_s, 0.0, MAX_RATE_S)
+        self.halt_max_steps = whole_argument("halt_max_steps", self.halt_max_steps, 1, MAX_PRICED_STEPS)
+        self.batch = whole_argument("batch", self.batch, 1, MAX_BATCH_SIZE)
+        self.eval_batch = whole_argument("eval_batch", self.eval_batch, 1, MAX_BATCH_SIZE)
 
 
 def measure_rates(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device, batch: int,
@@ -282,19 +302,46 @@ def prediction_batch(plan: Plan, eval_batch: int, window_s: float) -> int:
     return max(1, min(eval_batch, int(max(0.0, window_s) / per_row)))
 
 
+def plan_arguments(units: Sequence[tuple[int, int]], rates: Rates | None, available_s: float | None,
+                   worker: int) -> tuple[list[tuple[int, int]], float | None, int]:
+    """(units, available_s, worker) of a `make_plan` call, checked before any work: one ValueError naming the
+    argument. A NaN or negative budget once gave a silent plan, inf an OverflowError, None with rates a
+    TypeError; a negative unit a negative total, a NaN one a ValueError of int()."""
+    checked = []
+    for i, unit in enumerate(units):
+        if not isinstance(unit, (tuple, list)) or len(unit) != 2:
+            raise ValueError(f"units[{i}]={clipped(unit, 40)}: expected (test inputs, demonstration pairs)")
+        checked.append((whole_argument(f"units[{i}][0]", unit[0], 0, MAX_UNIT_COUNT),
+                        whole_argument(f"units[{i}][1]", unit[1], 0, MAX_UNIT_COUNT)))
+    if rates is not None and not isinstance(rates, Rates):
+        raise ValueError(f"rates={clipped(rates, 40)}: expected Rates, or None (nothing timed)")
+    available_s = seconds_argument("available_s", available_s)
+    if available_s is not None and available_s < 0:
+        raise ValueError(f"available_s={available_s!r}: expected seconds from 0 (the deadline has come), or None")
+    if available_s is None and rates is not None:
+        raise ValueError("available_s=None: timed rates price a plan to a deadline; expected a finite number of "
+                         "seconds (None, no limit, goes with rates=None)")
+    return checked, available_s, whole_argument("worker", worker, 0, MAX_WORKER)
+
+
 def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates | None, available_s: float | None,
               worker: int = 0, notes: Sequence[str] = ()) -> Plan:
-    """The plan of a worker whose tasks have (test inputs, demonstration pairs) `units`, run with `cfg` (its
-    batches those of the device), with `available_s` seconds until the deadline (None: no limit, and then
-    `rates` is None). Rates None with a deadline: the fixed small plan."""
-    tasks, rows = len(units), int(sum(t for t, _ in units))
+    """The plan of a worker whose tasks have (test inputs, demonstration pairs) `units` (whole numbers), run with
+    `cfg` (its batches those of the device), with `available_s` seconds until the deadline: a finite number, at
+    least 0 (a deadline that has come is 0; a budget past what any plan holds plans the most), or None for no
+    limit, which goes with `rates` None (nothing to fit, nothing timed: the settings as they are, none of them
+    auto). Rates None with a deadline: the fixed small plan. The arguments are checked before any work
+    (`plan_arguments`; `Rates` checks its own fields): one ValueError naming the argument."""
+    units, available_s, worker = plan_arguments(units, rates, available_s, worker)
+    tasks, rows = len(units), sum(t for t, _ in units)
     tuning = cfg.finetune != "none"
     auto = tuple(name for name in ("num_aug", "finetune_steps") if getattr(cfg, name) == "auto")
     sizes = {"batch": cfg.global_batch_size, "eval_batch": cfg.eval_batch_size, "notes": tuple(notes)}
     if rates is None:
         if available_s is None:
             if auto:
-                raise ValueError("auto settings need a time budget and timed rates")  # SolveConfig refuses it first
+                # (SolveConfig refuses auto settings without a time budget first)
+                raise ValueError("available_s=None: auto settings need a time budget and timed rates")
             return Plan(worker, None, tasks, rows, cfg.num_aug, cfg.finetune_steps if tuning else 0, (), 0.0, 0.0,
                         0.0, None, cfg.plan_margin, **sizes)
         num_aug = SHORT_NUM_AUG if cfg.num_aug == "auto" else cfg.num_aug
@@ -315,7 +362,9 @@ def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates |
         per_copy = inference_seconds(rows, rates.halt_max_steps, rates.row_step_s) * DECODE_OVERHEAD
         if per_copy <= 0:
             return AUTO_MAX_AUG
-        return max(0, min(AUTO_MAX_AUG, math.floor((seconds - tasks * 1.0) / per_copy) - 1))
+        # a huge budget over a tiny rate is inf, which floor() cannot convert: past the most, the most
+        copies = min(AUTO_MAX_AUG + 1.0, (seconds - tasks * 1.0) / per_copy)
+        return max(0, min(AUTO_MAX_AUG, math.floor(copies) - 1))
 
     def tune(steps: int) -> float:  # every task's fine-tuning, each step priced by what it trains
         return finetune_seconds(tasks, cfg.finetune, cfg.embeddings_fraction, steps, rates.step_s,
@@ -360,7 +409,7 @@ def plan_worker(cfg: SolveConfig, arch: ArchConfig, seq_len: int, vocab_size: in
     batches: dict[str, int] = {}
     notes: list[str] = []
     rates = None
-    available_s = None if deadline is None else deadline - time.monotonic()
+    available_s = None if deadline is None else max(0.0, deadline - time.monotonic())  # a deadline come: 0 s
     if available_s is None:
         if sized:
             batch, eval_batch, note = memory_batches(arch, seq_len, vocab_size, device, cfg.global_batch_size,
@@ -377,7 +426,7 @@ def plan_worker(cfg: SolveConfig, arch: ArchConfig, seq_len: int, vocab_size: in
             rates = measure_rates(arch, seq_len, vocab_size, device, *batch_sizes(cfg, units), cap_s=cap,
                                   processes=processes, say=say)
             rates = rates and with_test_time(cfg, rates)  # K trajectories x the test depth per prediction row
-            available_s = deadline - time.monotonic()
+            available_s = max(0.0, deadline - time.monotonic())
         if sized:
             batches = ({"global_batch_size": rates.batch, "eval_batch_size": rates.eval_batch} if rates else
                        {"global_batch_size": min(cfg.global_batch_size, SHORT_BATCH),
