@@ -106,3 +106,125 @@ def test_what_train_accepts_is_written(here, capsys, launcher):
     out = capsys.readouterr().out
     assert "wrote 1 file to data" in out
     assert {p.name for p in (here / "data").iterdir()} >= {"s4", ".trm_kaggle_jobs"}
+
+
+# ---------------------------------------------------------------------------
+# What the user typed reaches the worker as given: never shell code, never a Kubernetes `$(VAR)`
+# ---------------------------------------------------------------------------
+
+STUB = '#!/bin/sh\nfor a in "$@"; do echo "ARG[$a]"; done\n'  # a trm-kaggle that prints its arguments
+NODE_ENV = "export SLURM_NODEID=0 TRM_RDZV_HOST=h TRM_RDZV_PORT=1 SLURM_JOB_ID=9 TRM_RUN_DIR=/s/runs/x"
+
+
+def node_arguments(script: Path, where: Path) -> list[str]:
+    """The arguments trm-kaggle gets on a node: the script's srun line run by bash (srun dropping its own
+    options), with a stub trm-kaggle first on PATH, in `where`."""
+    import subprocess
+
+    srun = next(line for line in script.read_text().splitlines() if line.startswith("srun "))
+    stub = where / "stub"
+    stub.mkdir()
+    (stub / "trm-kaggle").write_text(STUB)
+    (stub / "trm-kaggle").chmod(0o755)
+    (where / "node.sh").write_text(f'srun() {{ shift 3; "$@"; }}\n{NODE_ENV}\n{srun}\n')
+    done = subprocess.run(["bash", "node.sh"], cwd=where, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{stub}{os.pathsep}{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    return [line[4:-1] for line in done.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("shared, export", [
+    ("/s", "exp$(touch PWNED)"),
+    ("/s", "exp$(touch PWNED)\"x"),  # a double quote: the node's bash -c failed to parse, the job died at launch
+    ("/s", "e`touch PWNED`\\'q$HOME${IFS}"),
+    ("/s", "exp$SLURM_NODEID"),  # the user's text, though it names a variable the script itself uses
+    ("/s/$(touch${IFS}PWNED)", "exp"),  # a harmless --export under a --shared-dir holding `$`
+])
+def test_slurm_export_reaches_the_worker_as_given(tmp_path, monkeypatch, capsys, shared, export):
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "slurm", *CLUSTER["slurm"], "--shared-dir", shared, "--out", "jobs", "--export", export,
+                 "data_paths=[data/s4]"]) == 0, capsys.readouterr().err
+    args = node_arguments(next((tmp_path / "jobs").glob("*.sbatch")), tmp_path)
+    assert args[args.index("--export") + 1] == f"{shared}/{export}"
+    # the script's own variables are still expanded on the node
+    assert args[args.index("--node-rank") + 1] == "0" and args[args.index("--rdzv-id") + 1] == "trm-9"
+    assert args[args.index("--config") + 1] == "/s/runs/x/run_config.yaml"
+    assert not (tmp_path / "PWNED").exists()
+
+
+def kubernetes_expands(text: str, env: dict[str, str]) -> str:
+    """What Kubernetes makes of a container's command word: `$(NAME)` of a variable set is its value, `$$` is `$`."""
+    import re
+
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
+@pytest.mark.parametrize("flavor", ["job", "pytorchjob"])
+@pytest.mark.parametrize("mount, export", [("/workspace", "exp$(MASTER_ADDR)$HOME$$"),
+                                           ("/ws/$(JOB_COMPLETION_INDEX)", "e")])
+def test_k8s_export_and_mount_reach_the_worker_as_given(tmp_path, monkeypatch, capsys, flavor, mount, export):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "k8s", "--nodes", "2", "--gpus-per-node", "0", "--image", "img", "--pvc", "claim",
+                 "--mount", mount, "--flavor", flavor, "--out", "jobs", "--export", export,
+                 "data_paths=[data/s4]", "global_batch_size=8", "device=cpu"]) == 0, capsys.readouterr().err
+    docs = list(yaml.safe_load_all(next((tmp_path / "jobs").glob("*.yaml")).read_text()))
+    pods = ([docs[-1]["spec"]["template"]] if flavor == "job" else
+            [r["template"] for r in docs[-1]["spec"]["pytorchReplicaSpecs"].values()])
+    env = {"JOB_COMPLETION_INDEX": "1", "RANK": "1", "MASTER_ADDR": "m", "MASTER_PORT": "5"}
+    for pod in pods:
+        line = [kubernetes_expands(word, env) for word in pod["spec"]["containers"][0]["command"]]
+        assert line[line.index("--export") + 1] == f"{mount}/{export}"
+        assert line[line.index("--node-rank") + 1] == "1"  # the manifest's own `$(NAME)` still expands
+
+
+# ---------------------------------------------------------------------------
+# Numbers are ASCII digits: torchrun's flags, a SLURM time
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, words", [
+    (["--nnodes", "²"], "--nnodes '²': expected N or MIN:MAX"),
+    (["--nnodes", "２"], "--nnodes '２': expected N or MIN:MAX"),
+    (["--nnodes", "1:²"], "--nnodes '1:²': expected N or MIN:MAX"),
+    (["--nproc-per-node", "２"], "--nproc-per-node '２': expected a whole number from 1 to 1024"),
+    (["--nproc-per-node", "²"], "--nproc-per-node '²': expected a whole number from 1 to 1024"),
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:²⁹"], "the port must be a number"),
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:２９５００"], "the port must be a number"),
+    (["--rdzv-conf", "timeout=２"], "timeout=２: expected a positive whole number of seconds"),
+    (["--rdzv-conf", "timeout=²"], "timeout=²: expected a positive whole number of seconds"),
+    (["--rdzv-conf", "join_timeout=６０"], "join_timeout=６０: expected a positive number of seconds"),
+    (["--rdzv-conf", "join_timeout=1.5"], "join_timeout=1.5: expected a positive number of seconds (whole"),
+    (["--nnodes", "2", "--node-rank", "１"], "--node-rank"),
+    (["--max-restarts", "３"], "--max-restarts"),
+])
+def test_torchrun_numbers_are_ascii_digits(args, words, capsys, tmp_path, monkeypatch):
+    from trm_kaggle.launch import torchrun
+
+    def launched(_args):  # a number taken would start torchrun (a static node waits 900 s for its master)
+        raise AssertionError("launched")
+
+    monkeypatch.setattr(torchrun, "launch", launched)
+    code = main(["torchrun", *args, "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'run'}"])
+    assert words in one_error_line(capsys, code)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("time", ["２٤:00:00", "1-٢", "６０", "1:０0"])
+def test_slurm_time_is_ascii_digits(tmp_path, monkeypatch, capsys, time):
+    monkeypatch.chdir(tmp_path)
+    code = main(["launch", "slurm", "--nodes", "1", "--gpus-per-node", "0", "--time", time, "--out", "jobs",
+                 "data_paths=[data/s4]"])
+    assert f"--time: {time!r} is not a SLURM time" in one_error_line(capsys, code)
+    assert not (tmp_path / "jobs").exists()
+
+
+@pytest.mark.parametrize("shared", ['/s/a"b', "/s/a\\b"])
+def test_slurm_shared_dir_holds_nothing_sbatch_reads_as_quoting(tmp_path, monkeypatch, capsys, shared):
+    """`--shared-dir` is written into `#SBATCH --chdir=`, whose quotes and backslashes sbatch reads itself."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["launch", "slurm", "--nodes", "1", "--gpus-per-node", "0", "--shared-dir", shared, "--out", "jobs",
+                 "data_paths=[data/s4]"])
+    assert "shared_dir must hold no" in one_error_line(capsys, code)
+    assert not (tmp_path / "jobs").exists()

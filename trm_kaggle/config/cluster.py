@@ -26,7 +26,8 @@ MAX_SHM_BYTES = 2**50  # 1Pi: far above any node's memory, so any real /dev/shm 
 _LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 _LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-_SLURM_TIME = r"^(\d+-\d{1,2}(:\d{2}){0,2}|\d+(:\d{2}){0,2})$"
+# ASCII digits: `\d` takes any script's, which sbatch refuses once the job is queued
+_SLURM_TIME = r"^([0-9]+-[0-9]{1,2}(:[0-9]{2}){0,2}|[0-9]+(:[0-9]{2}){0,2})$"
 
 
 def _matching(value: Optional[str], pattern: str, expected: str, limit: int = 253) -> Optional[str]:
@@ -158,6 +159,8 @@ class SlurmOptions(_Config):
     @field_validator("shared_dir")
     @classmethod
     def _shared(cls, v: str) -> str:
+        if '"' in v or "\\" in v:  # it is written into `#SBATCH --chdir=`, which sbatch reads with its own quoting
+            raise ValueError(f"shared_dir must hold no '\"' or '\\': {v!r}")
         return _absolute_posix(v, "shared_dir")
 
     @field_validator("setup")

@@ -83,7 +83,7 @@ def rendezvous_service(cluster: ClusterConfig, job: ClusterJob) -> dict[str, Any
 def indexed_job(cluster: ClusterConfig, job: ClusterJob, export: str | None) -> dict[str, Any]:
     command = torchrun_line(cluster, endpoint=f"{job.name}-0.{job.name}:{cluster.rdzv_port}",
                             node_rank="$(JOB_COMPLETION_INDEX)", rdzv_id=job.name,
-                            settings=f"{SETTINGS_DIR}/{SETTINGS_FILE}", export=export)
+                            settings=f"{SETTINGS_DIR}/{SETTINGS_FILE}", export=_as_given(export))
     index = {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
         "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}
     template = pod_template(cluster, job, container="trainer", command=command, env=[index],
@@ -99,7 +99,7 @@ def indexed_job(cluster: ClusterConfig, job: ClusterJob, export: str | None) -> 
 
 def pytorch_job(cluster: ClusterConfig, job: ClusterJob, export: str | None) -> dict[str, Any]:
     command = torchrun_line(cluster, endpoint="$(MASTER_ADDR):$(MASTER_PORT)", node_rank="$(RANK)",
-                            rdzv_id=job.name, settings=f"{SETTINGS_DIR}/{SETTINGS_FILE}", export=export)
+                            rdzv_id=job.name, settings=f"{SETTINGS_DIR}/{SETTINGS_FILE}", export=_as_given(export))
     template = pod_template(cluster, job, container="pytorch", command=command, env=[],
                             port_name="pytorchjob-port", restart=None)
     replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
@@ -110,12 +110,19 @@ def pytorch_job(cluster: ClusterConfig, job: ClusterJob, export: str | None) -> 
                      "pytorchReplicaSpecs": replicas}}
 
 
+def _as_given(text: str | None) -> str | None:
+    """`text` (the user's, in a container's command or env) with each `$` doubled: Kubernetes expands `$(NAME)`
+    there and reads `$$` as `$`, so the worker gets the text as given (an --export path, or a --mount it lies in,
+    holding `$(JOB_COMPLETION_INDEX)` would otherwise be another folder on every pod)."""
+    return None if text is None else text.replace("$", "$$")
+
+
 def pod_template(cluster: ClusterConfig, job: ClusterJob, *, container: str, command: list[str],
                  env: list[dict], port_name: str, restart: str | None) -> dict[str, Any]:
     k8s = cluster.k8s
     # Kubernetes expands `$(NAME)` in an env value and reads `$$` as `$`: each `$` doubled, the worker gets the
     # value as given (as the SLURM script's quoted export gives it)
-    env = env + [{"name": k, "value": v.replace("$", "$$")} for k, _, v in (e.partition("=") for e in cluster.env)]
+    env = env + [{"name": k, "value": _as_given(v)} for k, _, v in (e.partition("=") for e in cluster.env)]
     main: dict[str, Any] = {
         "name": container, "image": k8s.image, "imagePullPolicy": "IfNotPresent", "command": command,
         "workingDir": k8s.mount, "env": env,

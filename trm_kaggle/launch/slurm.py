@@ -39,9 +39,15 @@ def render(cluster: ClusterConfig, jobs: list[ClusterJob], export: str | None = 
     return {f"{name}.sbatch": script(cluster, jobs, name, export)}
 
 
+class _Expanded(str):
+    """A token of the per-node command that the script itself writes with `$NAME` expansions (`$SLURM_NODEID`)."""
+
+
 def _shell_word(token: str) -> str:
-    """A token of the per-node command: `$NAME` expansions inside double quotes, anything else quoted."""
-    return f'"{token}"' if "$" in token else shlex.quote(token)
+    """A token of the per-node command: the script's own `$NAME` tokens inside double quotes (each node's shell
+    expands them), anything else, the user's text included (an --export path holding `$`, a backquote or a
+    quote), single-quoted: it reaches the worker as given and never runs."""
+    return f'"{token}"' if isinstance(token, _Expanded) else shlex.quote(token)
 
 
 def script(cluster: ClusterConfig, jobs: list[ClusterJob], name: str, export: str | None) -> str:
@@ -101,8 +107,9 @@ def script(cluster: ClusterConfig, jobs: list[ClusterJob], name: str, export: st
               "export TRM_RDZV_HOST TRM_RDZV_PORT",
               'echo "trm-kaggle: run ${run_names[$task]} on $SLURM_JOB_NUM_NODES node(s), rendezvous at '
               '$TRM_RDZV_HOST:$TRM_RDZV_PORT"']
-    node = torchrun_line(cluster, endpoint="$TRM_RDZV_HOST:$TRM_RDZV_PORT", node_rank="$SLURM_NODEID",
-                         rdzv_id="trm-$SLURM_JOB_ID", settings=f"$TRM_RUN_DIR/{SETTINGS_FILE}", export=export)
+    node = torchrun_line(cluster, endpoint=_Expanded("$TRM_RDZV_HOST:$TRM_RDZV_PORT"),
+                         node_rank=_Expanded("$SLURM_NODEID"), rdzv_id=_Expanded("trm-$SLURM_JOB_ID"),
+                         settings=_Expanded(f"$TRM_RUN_DIR/{SETTINGS_FILE}"), export=export)
     per_node = "exec " + " ".join(_shell_word(t) for t in node)
     lines += ["# one torchrun launcher per node; $SLURM_NODEID is read on each node",
               f"srun --nodes={cluster.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {shlex.quote(per_node)}",

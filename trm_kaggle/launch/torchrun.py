@@ -6,7 +6,7 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
 * checks before the rendezvous: a multi-node launch names its endpoint as HOST:PORT (without a port
   torchrun quietly takes 29400, which the other nodes may not), `--nnodes N` or `MIN:MAX` with
   1 <= MIN <= MAX, `--nproc-per-node` from 1 to 1024 or one of torchrun's words (auto, cpu, gpu, xpu),
-  `--max-restarts` from 0 to 1000, a positive `join_timeout` (and whole `timeout`) in `--rdzv-conf`, and a
+  `--max-restarts` from 0 to 1000, a positive whole `join_timeout` and `timeout` in `--rdzv-conf`, and a
   static rendezvous's `--node-rank` from 0 to N-1;
 * a node of a static rendezvous (`--node-rank` above 0) waits for its master in Python, where a SIGTERM or a
   Ctrl-C ends the wait at once (torch's store client waits inside C++, deaf to both, for up to 900 s), and a
@@ -28,7 +28,6 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import socket
 import time
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.names import ascii_number
 
 DEFAULT_JOIN_TIMEOUT = 600  # seconds: torch's default for the c10d rendezvous
 STATIC_TIMEOUT = 900  # seconds: torch's wait of a static rendezvous for its master (--rdzv-conf timeout=S)
@@ -70,19 +70,20 @@ def parse_endpoint(text: str, what: str = "--rdzv-endpoint") -> Endpoint:
     if not sep or not host or not port:
         raise TRMError(f"{what} {text!r}: expected HOST:PORT (e.g. node0.cluster:29500); every node must name the "
                        "same host and port")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise TRMError(f"{what} {text!r}: the port must be a number from 1 to 65535")
+    number = ascii_number(port)  # str.isdigit() took '²', which int() refuses, and '２', which torch refuses
+    if number is None or not 1 <= number <= 65535:
+        raise TRMError(f"{what} {text!r}: the port must be a number from 1 to 65535 (ASCII digits)")
     if any(c.isspace() for c in host):
         raise TRMError(f"{what} {text!r}: the host holds white space")
-    return Endpoint(host, int(port))
+    return Endpoint(host, number)
 
 
 def parse_nnodes(text: str) -> tuple[int, int]:
     """`N` or `MIN:MAX` -> (min, max), checked."""
-    parts = text.split(":")
-    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
-        raise TRMError(f"--nnodes {text!r}: expected N or MIN:MAX (whole numbers)")
-    low, high = int(parts[0]), int(parts[-1])
+    numbers = [ascii_number(p) for p in text.split(":")]
+    if len(numbers) not in (1, 2) or None in numbers:
+        raise TRMError(f"--nnodes {text!r}: expected N or MIN:MAX (whole numbers, ASCII digits)")
+    low, high = numbers[0], numbers[-1]
     if not 1 <= low <= high:
         raise TRMError(f"--nnodes {text!r}: needs 1 <= MIN <= MAX")
     return low, high
@@ -93,10 +94,7 @@ def nproc_per_node(text: str) -> None:
     does not know (its own words: auto, cpu, gpu, xpu, or the name of a registered device backend)."""
     import torch
 
-    try:
-        count = int(text)  # as torchrun reads it
-    except ValueError:
-        count = None
+    count = ascii_number(text)  # torchrun's int() also reads '２': refused with the words below, as the package does
     if count is not None:
         # a zero or negative count fails an assertion; a huge one is built worker by worker until memory runs out
         if not 1 <= count <= MAX_NPROC_PER_NODE:
@@ -118,16 +116,13 @@ def join_timeout(rdzv_conf: str, key: str = "join_timeout", default: float = DEF
     for item in (rdzv_conf or "").split(","):
         name, _, value = item.partition("=")
         if name.strip() == key:
-            try:
-                seconds = float(value)
-            except ValueError:
-                seconds = -1.0
-            if key == "timeout" and not value.strip().isdigit():  # the static rendezvous reads it with int()
-                seconds = -1.0
-            if not (seconds > 0 and math.isfinite(seconds)):
-                whole = " whole" if key == "timeout" else ""
-                raise TRMError(f"--rdzv-conf {key}={value}: expected a positive{whole} number of seconds")
-            return seconds
+            # torch reads both with int() (`join_timeout=1.5` was its traceback): ASCII digits, as every number
+            seconds = ascii_number(value)
+            if not seconds:
+                what = ("whole number of seconds (ASCII digits)" if key == "timeout"
+                        else "number of seconds (whole, ASCII digits)")
+                raise TRMError(f"--rdzv-conf {key}={value}: expected a positive {what}")
+            return float(seconds)
     return float(default)
 
 
@@ -142,9 +137,22 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         raise TRMError(f"torchrun: {message}")
 
     parser.error = refuse  # argparse's usage-and-exit becomes our one line
+    for action in parser._actions:
+        if action.type is int:  # --node-rank, --max-restarts, --master-port: int() alone takes '２'
+            action.type = _ascii_int
     args = parser.parse_args(list(argv))
     check(args)
     return args
+
+
+def _ascii_int(text: str) -> int:
+    """An int-typed torchrun flag's value: as torchrun's int() reads it, but in ASCII digits only."""
+    try:
+        if text.isascii():
+            return int(text)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a whole number (ASCII digits)")
 
 
 def check(args: argparse.Namespace) -> None:
