@@ -95,7 +95,7 @@ def checked(name, value, default, *, auto=False, none=False, number=False, least
     an exception: a whole number too large for a float, 10**400, is out of bounds too)."""
     if (auto and value == "auto") or (none and value is None):
         return value
-    if isinstance(value, str) and value.strip():
+    if isinstance(value, str) and value.strip() and value.isascii():  # float() reads any script's digits ('２')
         try:
             value = float(value) if number else int(value)
         except ValueError:

@@ -79,15 +79,22 @@ for _signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         signal.signal(_signum, _note_stop)
 
 
+def say(text):
+    """`text` printed as one line, its control characters escaped: a name read from the inputs (a folder, a
+    previous record's state) may hold a newline or an escape sequence, which would forge or colour a line."""
+    print("".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text)),
+          flush=True)
+
+
 def warn(line):
-    print(f"WARNING: {line}", flush=True)
+    say(f"WARNING: {line}")
 
 
 def checked_number(name, value, default, *, none=False, least=0.0, most=math.inf, whole=False):
     """`value` when it is a valid setting of `name`, else `default` with a warning (never an exception)."""
     if none and value is None:
         return None
-    if isinstance(value, str) and value.strip():
+    if isinstance(value, str) and value.strip() and value.isascii():  # float() reads any script's digits ('２')
         try:
             value = float(value)
         except ValueError:
@@ -186,11 +193,11 @@ def fail(message):
     """The reason this kernel run stops, as one error line and in session.json (never an exception)."""
     global READY
     READY = False
-    print(f"error: {message}", flush=True)
+    say(f"error: {message}")
     try:
         write_session("error", message)
     except OSError as e:
-        print(f"error: could not write {SESSION}: {e}", flush=True)
+        say(f"error: could not write {SESSION}: {e}")
 
 
 def built_whole_above(folder):
@@ -214,22 +221,22 @@ def lies_in(folder, parent):
 try:
     if (owned := built_whole_above(KAGGLE_WORKING)) is not None:  # said before session.json is written there
         READY = False
-        print(f"error: KAGGLE_WORKING {KAGGLE_WORKING} lies in {owned}, a folder the package builds whole "
-              "(.trm_kaggle_output.json): nothing is written there; choose a folder of its own", flush=True)
+        say(f"error: KAGGLE_WORKING {KAGGLE_WORKING} lies in {owned}, a folder the package builds whole "
+            "(.trm_kaggle_output.json): nothing is written there; choose a folder of its own")
     elif lies_in(KAGGLE_WORKING, KAGGLE_INPUT):  # a previous output as the working folder: its record replaced
         READY = False
-        print(f"error: KAGGLE_WORKING {KAGGLE_WORKING} lies in KAGGLE_INPUT {KAGGLE_INPUT}: an input is never "
-              "written into; choose a folder outside it", flush=True)
+        say(f"error: KAGGLE_WORKING {KAGGLE_WORKING} lies in KAGGLE_INPUT {KAGGLE_INPUT}: an input is never "
+            "written into; choose a folder outside it")
     else:
         Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
         write_session("started", "the session has not finished (stopped before it wrote its report)")
 except (OSError, ValueError) as e:  # ValueError: a path the system cannot take; the notebook never raises
     READY = False
     if SESSION.is_dir() and not SESSION.is_symlink():  # the folder is writable: what stands in the way is named
-        print(f"error: {SESSION} is a folder, where this kernel writes its session record: nothing can run (move "
-              "it away)", flush=True)
+        say(f"error: {SESSION} is a folder, where this kernel writes its session record: nothing can run (move "
+            "it away)")
     else:
-        print(f"error: {KAGGLE_WORKING} is not writable ({e}): nothing can run", flush=True)
+        say(f"error: {KAGGLE_WORKING} is not writable ({e}): nothing can run")
 
 # %% [markdown]
 # ## Install `trm_kaggle` offline
@@ -332,10 +339,10 @@ if READY:
 try:
     if REPORT is not None:
         # the run's last step once its config was read (a session refused before that knows none: never "of 0")
-        print(f"status: {REPORT.status}; step {REPORT.start_step} -> {REPORT.step}"
-              + (f" of {REPORT.target_step}" if REPORT.target_step else "")
-              + f"; {REPORT.seconds:.0f} s" + (f"; {REPORT.message}" if REPORT.message else ""))
+        say(f"status: {REPORT.status}; step {REPORT.start_step} -> {REPORT.step}"
+            + (f" of {REPORT.target_step}" if REPORT.target_step else "")
+            + f"; {REPORT.seconds:.0f} s" + (f"; {REPORT.message}" if REPORT.message else ""))
     for p in sorted(Path(KAGGLE_WORKING).glob("*")):
-        print(f"  {p.name}{' (folder)' if p.is_dir() else ''}")
+        say(f"  {p.name}{' (folder)' if p.is_dir() else ''}")
 except Exception as e:  # noqa: BLE001 - the notebook never raises
     warn(f"listing {KAGGLE_WORKING} failed ({type(e).__name__}: {e})")

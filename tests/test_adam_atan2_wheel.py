@@ -11,6 +11,8 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from trm_kaggle.kaggle import adam_atan2_wheel
 
 SCRIPT = Path(adam_atan2_wheel.__file__)
@@ -31,7 +33,7 @@ FAKE_PIP = textwrap.dedent('''
 ''')
 
 
-def run_script(tmp_path, with_nvcc: bool = True):
+def run_script(tmp_path, with_nvcc: bool = True, pip: str | None = None):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (tmp_path / "pip.py").write_text(FAKE_PIP)
@@ -43,6 +45,8 @@ def run_script(tmp_path, with_nvcc: bool = True):
            "TRM_KAGGLE_PIP": f"{sys.executable} {tmp_path / 'pip.py'}", "CUDA_HOME": str(tmp_path / "no-cuda"),
            "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"}
     env.pop("TORCH_CUDA_ARCH_LIST", None)
+    if pip is not None:
+        env["TRM_KAGGLE_PIP"] = pip
     return subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, cwd=tmp_path)
 
 
@@ -81,3 +85,11 @@ def test_the_script_uses_the_standard_library_only():
     modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert modules <= set(sys.stdlib_module_names) | {"__future__"}, modules
+
+
+@pytest.mark.parametrize("pip,words", [('pip "x', "cannot be read as a command line"), ("", "TRM_KAGGLE_PIP is empty"),
+                                       ("/nonexistent/pip", "could not start '/nonexistent/pip'")])
+def test_a_pip_command_that_cannot_run_is_one_line(tmp_path, pip, words):
+    res = run_script(tmp_path, pip=pip)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("error: ") and words in res.stderr, res.stderr

@@ -39,6 +39,9 @@ def test_omp_num_threads_in_other_digits_is_ignored_as_openmp_ignores_it(monkeyp
     ({"WORLD_SIZE": "2"}, "RANK, MASTER_ADDR, MASTER_PORT are not"),
     ({"WORLD_SIZE": "2", "RANK": "5", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, "RANK=5 in the environment is not below"),
     ({"LOCAL_RANK": "x"}, "LOCAL_RANK='x'"),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0 in the environment is no number of ranks"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "abc"}, "MASTER_PORT='abc'"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "99999"}, "MASTER_PORT='99999'"),
 ])
 def test_a_stray_or_partial_torchrun_environment_is_one_line(monkeypatch, env, words):
     """WORLD_SIZE=abc left in a shell ended `train` in int()'s traceback; WORLD_SIZE=2 without torchrun in
@@ -142,6 +145,8 @@ def test_the_training_notebook_skips_a_state_named_with_other_digits(tmp_path):
     ["launch", "slurm", "--nodes", "1", "--gpus-per-node", "0", "--out", "out", "--shared-dir", "/shared", "--env",
      "B=p\udc85q", "data_paths=[/shared/d]"],
     ["submit", "--challenges", "c.json", "--weights", "w", "--output", "o.json", "--work-dir", "wp\udc85q"],
+    ["export", "run", "--out", "expp\udc85q"],
+    ["evaluate", "--weights", "w", "--data", "d", "--report-dir", "repp\udc85q"],
 ])
 def test_a_setting_with_bytes_that_are_not_utf8_is_one_line_before_anything_is_made(tmp_path, monkeypatch, capsys,
                                                                                    args):
@@ -174,3 +179,36 @@ def test_a_lock_holder_record_of_a_command_line_with_bytes_that_are_not_utf8_is_
     with directory_lock(tmp_path / "d", "training"):
         pass
     assert (tmp_path / "d" / LOCK_FILE).exists()
+
+
+def test_a_bundle_folder_named_with_bytes_that_are_not_utf8_is_one_line(tmp_path, monkeypatch, capsys):
+    from trm_kaggle.kaggle.bundle import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["obp\udc85q", "--weights", "w", "--no-download"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds bytes that are not UTF-8 text" in err
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_restart_count_that_is_no_count_is_one_line(tmp_path, monkeypatch, capsys):
+    """TORCHELASTIC_RESTART_COUNT=abc left in a shell ended every `train` in int()'s traceback."""
+    from trm_kaggle.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["build-sudoku", "--output-dir", "sd", "--num-train", "20", "--num-test", "4", "--num-aug", "0",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "²")
+    assert main(["train", "data_paths=[sd]", "checkpoint_path=run", "arch.hidden_size=32", "arch.L_layers=1",
+                 "max_steps=1", "global_batch_size=4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "TORCHELASTIC_RESTART_COUNT='²'" in err
+
+
+@pytest.mark.parametrize("check", ["number", "seconds"])
+def test_a_time_too_large_for_a_float_is_the_packages_value_error(check):
+    from trm_kaggle.config import number_argument, seconds_argument
+
+    with pytest.raises(ValueError, match="x=1000"):
+        number_argument("x", 10**400, 0, 10) if check == "number" else seconds_argument("x", 10**400)

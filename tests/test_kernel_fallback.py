@@ -598,7 +598,7 @@ def test_the_training_kernels_status_line_names_no_last_step_it_does_not_know(tm
     for target, said in ((0, "status: refused; step 2 -> 2; 1 s; why"), (6, "status: refused; step 2 -> 2 of 6; 1 s")):
         scope = {"REPORT": SessionReport(status="refused", start_step=2, step=2, target_step=target, seconds=1.0,
                                          message="why"), "KAGGLE_WORKING": str(tmp_path), "Path": Path,
-                 "warn": print}
+                 "warn": print, "say": print}
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             exec(last, scope)

@@ -48,7 +48,7 @@ from typing import Any, Callable, Sequence
 from trm_kaggle.atomic import atomic_write_json, replace_problem
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.wording import escaped_lines
+from trm_kaggle.wording import escaped_echo
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +310,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     form `train.override_list` reads (the notebook's OVERRIDES as it is: read after the carry, so that one it cannot
     read still passes the state on); `device` (None or "auto": the preset's) is set after them."""
     started = time.time() if started is None else started
-    echo = escaped_lines(echo)  # a folder found below the inputs may hold an escape sequence
+    echo = escaped_echo(echo)  # a folder found below the inputs may hold an escape sequence or a newline
     report = SessionReport()
     working = Path(working)
     timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
@@ -570,7 +570,8 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         if result.new_steps == 0 and not result.already_done:
             raise TRMError(f"the time budget ended before one training step (step {start}): raise TIME_BUDGET "
                            "or lower SAVE_MARGIN; the previous state is kept as it was")
-        echo(result.summary())
+        for line in result.summary().splitlines():  # two lines, each said as one
+            echo(line)
         report.status = "done" if result.step >= target else "trained"
         if report.status == "done":
             echo(f"the run is done: step {result.step} of {target}")

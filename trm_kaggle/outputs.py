@@ -76,6 +76,19 @@ def nul_problem(path: str | os.PathLike, what: str = "path") -> str | None:
     return None
 
 
+def utf8_problem(path: str | os.PathLike, what: str = "path") -> str | None:
+    """Why an output `path` cannot be written, when its name holds bytes that are not UTF-8 (Python hands them over
+    as surrogate escapes), else None: the records name their outputs in UTF-8, and a reader such as safetensors
+    refused the export written there as a damaged file."""
+    text = os.fspath(path)
+    if isinstance(text, str) and not text.isascii():
+        try:
+            os.fsencode(text).decode("utf-8")
+        except UnicodeError:
+            return f"{what} {text!r} holds bytes that are not UTF-8 text: outputs are named in UTF-8; rename it"
+    return None
+
+
 def refuse_nul(path: str | os.PathLike, what: str = "path") -> None:
     """TRMError when `path` holds a NUL byte (every writer asks this first; readers: `jsonio.open_regular`)."""
     if problem := nul_problem(path, what):
@@ -330,7 +343,8 @@ def _name_length_problem(out: Output, path: Path) -> str | None:
 def writable_problem(out: Output) -> str | None:
     """Why `out` cannot be written (a dangling link, a file in the way, a read-only, immutable or forbidden
     folder), or None. Through a symbolic link, where it points is checked: the output is written there."""
-    if problem := nul_problem(out.path, out.what) or link_problem(out.path, out.what):
+    if problem := (nul_problem(out.path, out.what) or utf8_problem(out.path, out.what)
+                   or link_problem(out.path, out.what)):
         return problem
     shown = _shown(out)
     # a folder on the way that is a link to nothing (or a loop): said as such, never "File exists" once the work is

@@ -35,6 +35,13 @@ def escaped_lines(echo: Callable[[str], None]) -> Callable[[str], None]:
     return say
 
 
+def escaped_echo(echo: Callable[[str], None]) -> Callable[[str], None]:
+    """`echo`, given each message as one line with its control characters escaped, newlines included: a path in it
+    may be a folder's name found below a kernel's inputs or a state an attached record names, and a newline there
+    forged a second line of the log."""
+    return lambda text: echo(one_line(text))
+
+
 def clipped(value: object, limit: int = 80) -> str:
     """`repr(value)` for a one-line message, at most about `limit` characters: a value typed or read from a file
     may be megabytes long (a pasted file), or nested lists that share their items (a YAML alias bomb: bytes on

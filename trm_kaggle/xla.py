@@ -136,7 +136,7 @@ def local_devices() -> int:
 def launch(fn: Callable[..., Any], *args: Any) -> None:
     """Run `fn(*args)` in every replica of this host with torch_xla's launcher: one process per TPU
     chip. Each host of a pod runs the same command; PJRT numbers the replicas across hosts."""
-    if _cpu_requested() and int(os.environ.get("CPU_NUM_DEVICES", "1")) > 1:
+    if _cpu_requested() and (ascii_number(os.environ.get("CPU_NUM_DEVICES", "")) or 1) > 1:
         raise TRMError("PJRT_DEVICE=CPU with CPU_NUM_DEVICES > 1 runs replicas as threads of one process, whose XLA "
                        "collectives abort on CPU (pytorch/xla#9089); on a CPU host start the replicas with torchrun: "
                        "`PJRT_DEVICE=CPU torchrun --nproc-per-node N -m trm_kaggle train device=xla ...`")

@@ -143,11 +143,23 @@ def whole_argument(name: str, value: object, low: int, high: int) -> int:
     raise ValueError(f"{name}={clipped(value, 40)}: expected a whole number from {low:,} to {high:,}")
 
 
+def _real(value: object) -> float | None:
+    """`value` as a finite float when it is a real number (an int or a float, never a bool), else None. An int too
+    large for a float (10**400) is None too: math.isfinite of it raised OverflowError past every caller's check."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def number_argument(name: str, value: object, low: float, high: float) -> float:
     """`value`, a library call's real-valued setting (a noise level), when it is a finite number from `low` to
     `high`: NaN compared false with every bound and passed a check written as `value < low`."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and low <= value <= high:
-        return float(value)
+    if (number := _real(value)) is not None and low <= number <= high:
+        return number
     raise ValueError(f"{name}={clipped(value, 40)}: expected a number from {low:g} to {high:g}")
 
 
@@ -156,8 +168,8 @@ def seconds_argument(name: str, value: object) -> float | None:
     false with every clock and was no deadline at all."""
     if value is None:
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
+    if (number := _real(value)) is not None:
+        return number
     raise ValueError(f"{name}={clipped(value, 40)}: expected a finite number of seconds, or None")
 
 

@@ -26,7 +26,7 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import clipped
 
 MIME = "application/vnd.trm-kaggle.metric+json"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,10 @@ ARCH_LIST = "6.0;7.0;7.5;8.0;8.6;8.9;9.0+PTX"
 
 def run(cmd: list[str], what: str) -> str:
     print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-    res = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace")
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace")
+    except OSError as e:  # a program that is not there (TRM_KAGGLE_PIP naming none)
+        sys.exit(f"error: {what} could not start {cmd[0]!r}: {e.strerror or e}")
     print(res.stdout[-4000:], res.stderr[-4000:], sep="\n", flush=True)
     if res.returncode != 0:
         sys.exit(f"error: {what} failed with status {res.returncode} (output above)")
@@ -53,7 +56,12 @@ def versions() -> dict:
 
 def main() -> None:
     out = Path(os.environ.get("KAGGLE_WORKING", "/kaggle/working"))
-    pip = shlex.split(os.environ.get("TRM_KAGGLE_PIP", f"{shlex.quote(sys.executable)} -m pip"))
+    try:
+        pip = shlex.split(os.environ.get("TRM_KAGGLE_PIP", f"{shlex.quote(sys.executable)} -m pip"))
+    except ValueError as e:  # an unbalanced quote
+        sys.exit(f"error: TRM_KAGGLE_PIP cannot be read as a command line: {e}")
+    if not pip:
+        sys.exit("error: TRM_KAGGLE_PIP is empty: unset it (the image's pip is used) or name a pip command")
     cuda_home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     nvcc = shutil.which("nvcc") or (str(cuda_home / "bin" / "nvcc") if (cuda_home / "bin" / "nvcc").is_file() else None)
     if nvcc is None:

@@ -50,8 +50,8 @@ MACHINE_SHAPES: dict[str, str] = {
 RETIRED_SHAPES: dict[str, str] = {"NvidiaTeslaP100": "NvidiaTeslaT4", "TpuV38": "TpuV5E8", "Tpu1VmV38": "TpuV5E8"}
 DEFAULT_MACHINE_SHAPE = "NvidiaL4"
 
-_SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
-_USER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\Z")  # \Z: `$` also matches before a final newline
+_USER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*\Z")
 
 
 def _default_repo() -> Path:

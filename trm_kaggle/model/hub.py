@@ -29,7 +29,7 @@ HF_PREFIX = "hf://"
 CONFIG_NAME = "all_config.yaml"
 _SOURCE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[^/@]+))?(?:/(?P<path>.*))?$",
                      re.ASCII)  # repository names are ASCII: \w alone takes any script's letters
-_STEP = re.compile(r"^step_([0-9]+)$")
+_STEP = re.compile(r"^step_([0-9]+)\Z")
 _INSTALL = ('pip install "trm_kaggle[hub]" (or huggingface_hub), or download step_<N> and all_config.yaml '
             "into one directory and pass the local step_<N> path")
 

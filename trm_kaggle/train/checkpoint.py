@@ -48,7 +48,8 @@ from trm_kaggle.wording import clipped
 log = logging.getLogger(__name__)
 
 STATE_FORMAT = "trm_kaggle.train_state"
-_STATE_RE = re.compile(r"state_step([0-9]+)\.pt$")  # ASCII digits (\d takes any script's)
+_STATE_RE = re.compile(r"state_step([0-9]+)\.pt\Z")  # ASCII digits (\d takes any script's); \Z, not `$`,
+# which also matches before a final newline
 RUN_RECORD = "run.json"  # {"run_id": ...}: which run the directory's states belong to
 
 
@@ -216,7 +217,7 @@ def claim_run_id(run_dir: Path, resumed: dict[str, Any] | None) -> str:
 
 #: The files a run directory's writer replaces atomically (`trm_kaggle.atomic` writes `.<name>.<random>.tmp`
 #: beside each and renames it into place): a process killed mid-write leaves such a temporary behind.
-_TEMPORARY_RE = re.compile(r"^\.(state_step[0-9]+\.pt|metrics\.jsonl|config\.json|run\.json)\.[^.]+\.tmp$")
+_TEMPORARY_RE = re.compile(r"^\.(state_step[0-9]+\.pt|metrics\.jsonl|config\.json|run\.json)\.[^.]+\.tmp\Z")
 
 
 def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[Path]:

@@ -194,7 +194,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     delete = key.startswith("~")
     key = key.lstrip("+~").strip()
-    if not key or not re.match(r"^[A-Za-z_][A-Za-z0-9_.]*$", key) or ".." in key or key.endswith("."):
+    if not key or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", key) or ".." in key or key.endswith("."):
         raise TRMError(f"override {clipped(text)}: {clipped(key)} is not a config key")
     if delete:
         return key, MISSING
@@ -293,7 +293,7 @@ def split_cli_args(argv: Sequence[str], value_flags: Iterable[str] = ()) -> tupl
 # Notebook parameters
 # ---------------------------------------------------------------------------
 
-_PLAIN_TEXT = re.compile(r"^[^\s,\[\]{}:'\"]+$")  # a string that needs no quotes inside a list or a mapping
+_PLAIN_TEXT = re.compile(r"^[^\s,\[\]{}:'\"]+\Z")  # a string that needs no quotes inside a list or a mapping
 
 
 def _text(value: Any, inner: bool = False) -> str:

@@ -23,6 +23,8 @@ from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import env_count, pick_device, set_cpu_threads
+from trm_kaggle.names import ascii_number
+from trm_kaggle.wording import shown
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,10 @@ def torchrun_ranks() -> tuple[int, int, int]:
     """(world size, rank, local rank) as torchrun sets them in the environment; (1, 0, 0) alone. A partial or
     stray set (WORLD_SIZE=2 left in a shell, RANK not below it) is refused here, in one line, rather than by
     torch.distributed's rendezvous as a traceback."""
-    world_size = max(1, env_count("WORLD_SIZE", 1))
+    world_size = env_count("WORLD_SIZE", 1)
+    if world_size == 0:
+        raise TRMError("WORLD_SIZE=0 in the environment is no number of ranks: unset it, or start the ranks with "
+                       "`trm-kaggle torchrun`")
     rank, local_rank = env_count("RANK", 0), env_count("LOCAL_RANK", 0)
     # the env:// rendezvous reads the address too, unless a process group is already up (a caller's own)
     needed = ("RANK",) if dist.is_initialized() else ("RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -87,6 +92,10 @@ def torchrun_ranks() -> tuple[int, int, int]:
         raise TRMError(f"WORLD_SIZE={world_size} is set in the environment but {', '.join(missing)} "
                        f"{'is' if len(missing) == 1 else 'are'} not: start the ranks with `trm-kaggle torchrun` "
                        "(which sets them all), or unset WORLD_SIZE")
+    port = os.environ.get("MASTER_PORT", "")
+    if world_size > 1 and "MASTER_PORT" in needed and not 1 <= (ascii_number(port) or 0) <= 65535:
+        raise TRMError(f"MASTER_PORT='{shown(port)}' in the environment is no port (1 to 65535 in ASCII digits): "
+                       "start the ranks with `trm-kaggle torchrun`, or set it right")
     if rank >= world_size:
         raise TRMError(f"RANK={rank} in the environment is not below WORLD_SIZE={world_size}: start the ranks with "
                        "`trm-kaggle torchrun`, or unset RANK")
@@ -127,7 +136,7 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
         if (dtype == torch.bfloat16) != bool(choice.item()):
             dtype = torch.bfloat16 if choice.item() else torch.float32
             reason = f"auto: {dtype_name(dtype)}, rank 0's choice (this rank measured otherwise: {reason})"
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    restart = env_count("TORCHELASTIC_RESTART_COUNT", 0)
     return Runtime(device, dtype, reason, rank, world_size, local_rank, restart, threads)
 
 

@@ -1,0 +1,80 @@
+"""Text the Kaggle kernels and the bundle read or are given: names said as one line, numbers in ASCII digits, ids
+matched whole.
+
+A previous output's record naming a state with a newline forged a second line of the training kernel's log; the
+kernels' number parameters took '２' where every flag refuses it; `$` in a pattern matched before a final newline,
+so a Kaggle user "you\\n" was written into the bundle's metadata, which said "metadata valid".
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def notebook_functions(notebook: str, *names: str) -> dict:
+    """The named functions of a notebook's paired .py (standard library only), defined in a fresh namespace."""
+    tree = ast.parse((NOTEBOOKS / notebook).read_text(encoding="utf-8"))
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    assert {f.name for f in found} == set(names)
+    namespace = {"math": math, "Path": Path, "json": json}
+    exec(compile(ast.Module(found, []), notebook, "exec"), namespace)
+    return namespace
+
+
+def test_a_state_a_record_names_with_a_newline_is_said_in_one_line(tmp_path):
+    from trm_kaggle.kaggle_training import run_session
+
+    (tmp_path / "in" / "prev").mkdir(parents=True)
+    (tmp_path / "in" / "prev" / "session.json").write_text(json.dumps({"previous_state": "/x/\x1b[31mRED\nFAKE\x07.pt"}))
+    lines = []
+    report = run_session(input_root=tmp_path / "in", working=tmp_path / "out", echo=lines.append,
+                         scratch=tmp_path / "scratch")
+    assert report.status == "refused"
+    assert lines and all("\n" not in line and "\x1b" not in line and "\x07" not in line for line in lines), lines
+    assert "RED\\nFAKE" in lines[-1]
+
+
+def test_the_training_notebook_says_each_line_escaped(capsys):
+    ns = notebook_functions("kaggle_train.py", "say", "warn")
+    ns["say"]("status: refused; /x/\x1b[31mRED\nFAKE\x07.pt")
+    ns["warn"]("a\nb")
+    assert capsys.readouterr().out == "status: refused; /x/\\x1b[31mRED\\nFAKE\\x07.pt\nWARNING: a\\nb\n"
+
+
+@pytest.mark.parametrize("text", ["２", "٤٠٠", "１２０"])
+def test_the_kernels_number_parameters_are_ascii_digits(capsys, text):
+    train = notebook_functions("kaggle_train.py", "say", "warn", "checked_number")
+    assert train["checked_number"]("SESSION_STEPS", text, None, none=True, least=1, whole=True) is None
+    submission = notebook_functions("kaggle_submission.py", "say", "warn", "checked")
+    assert submission["checked"]("WORKERS", text, 1) == 1
+    out = capsys.readouterr().out
+    assert out.count("WARNING:") == 2 and "SESSION_STEPS" in out and "WORKERS" in out
+    assert train["checked_number"]("SESSION_STEPS", "12", None, none=True, least=1, whole=True) == 12
+
+
+@pytest.mark.parametrize("ident", ["you\n/trm-kaggle-submission", "you/trm-kaggle-submission\n"])
+def test_an_id_ending_in_a_newline_is_no_kaggle_id(ident):
+    from trm_kaggle.kaggle.metadata import id_problem
+
+    assert id_problem(ident) is not None
+    assert id_problem("you/trm-kaggle-submission") is None
+
+
+def test_a_kaggle_json_username_ending_in_a_newline_names_no_user(tmp_path, monkeypatch):
+    from trm_kaggle.kaggle.metadata import configured_user
+
+    (tmp_path / "kaggle.json").write_text(json.dumps({"username": "you\n", "key": "x"}))
+    monkeypatch.delenv("KAGGLE_USERNAME", raising=False)
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert configured_user()[0] is None
+    monkeypatch.setenv("KAGGLE_USERNAME", "you\n")
+    assert configured_user()[0] != "you\n"
