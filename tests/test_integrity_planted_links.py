@@ -145,6 +145,58 @@ def test_a_folder_of_submits_work_dir_planted_as_a_link_is_refused(tmp_path, cap
     assert not any(outside.iterdir()) and not (tmp_path / "s.json").exists()
 
 
+@pytest.mark.parametrize("entry", ["units/u00000", "units/u00000/finetune", "units/u00000/result.json",
+                                   "workers/w0"])
+def test_a_folder_below_submits_units_planted_as_a_link_is_refused(tmp_path, capsys, entry):
+    """`units/u00000` linked to a folder outside: result.json was written there (and one already there was taken as
+    the model's answers); `units/u00000/finetune` linked: a whole fine-tuning run was written there, exit 0."""
+    import json
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t1": task}))
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    link = work / entry
+    link.parent.mkdir(parents=True)
+    outside.mkdir()
+    (outside / "keep").write_text(PRECIOUS)
+    link.symlink_to(outside / "keep" if entry.endswith(".json") else outside)
+    line = one_error_line(capsys, main(["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+                                        str(Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"),
+                                        "--output", str(tmp_path / "s.json"), "--work-dir", str(work)]))
+    assert f"{link} is a symbolic link to " in line and "never write through a link" in line, line
+    assert os.listdir(outside) == ["keep"] and (outside / "keep").read_text() == PRECIOUS
+    assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.parametrize("entry", ["executed", "history", "work", "executed (read-only)", "history (a file)"])
+def test_a_folder_regress_writes_into_planted_or_unwritable_is_refused_before_any_notebook(tmp_path, capsys,
+                                                                                           monkeypatch, entry):
+    """`--out`'s executed/ linked to a user's folder: the executed notebook replaced the user's file of that name,
+    exit 0; read-only, it was found after the notebooks ran, in a temporary's name, its work folder left."""
+    from trm_kaggle.experiments import regression
+    from trm_kaggle import outputs
+
+    monkeypatch.setattr(regression, "_run_all", lambda *a: pytest.fail("a notebook ran"))
+    notebooks, out, outside = tmp_path / "nbs", tmp_path / "rg", tmp_path / "outside"
+    notebooks.mkdir()
+    (notebooks / "a.ipynb").write_text("{}")
+    out.mkdir()
+    outside.mkdir()
+    (outside / "a.ipynb").write_text(PRECIOUS)
+    name = entry.split(" ")[0]
+    if "read-only" in entry:
+        (out / name).mkdir()
+        access = os.access
+        monkeypatch.setattr(outputs.os, "access", lambda p, mode: False if str(p).endswith(name) else access(p, mode))
+    elif "file" in entry:
+        (out / name).write_text("x")
+    else:
+        (out / name).symlink_to(outside)
+    line = one_error_line(capsys, main(["regress", "--notebooks", str(notebooks), "--out", str(out), "--no-progress"]))
+    assert str(out / name) in line, line
+    assert os.listdir(outside) == ["a.ipynb"] and (outside / "a.ipynb").read_text() == PRECIOUS
+
+
 def test_an_output_through_link_dotdot_is_written_where_the_system_reaches_it(tmp_path, monkeypatch, capsys):
     """`--out lnk/../exp` with lnk -> deep/inner: the checks read it as the system does (deep/exp), the temporary
     files were opened where `lnk/..` shortens as text (./exp...), which did not exist: every builder failed naming

@@ -190,10 +190,10 @@ def _submit(args: argparse.Namespace) -> IO:
 
 
 def _regress(args: argparse.Namespace) -> IO:
-    from trm_kaggle.experiments import default_notebook_dir
+    from trm_kaggle.experiments import default_notebook_dir, regress_outputs
 
     notebooks = args.notebooks or default_notebook_dir()
-    return [Input(notebooks, "--notebooks", tree=True)], [Output(args.out, "--out", "folder")]
+    return [Input(notebooks, "--notebooks", tree=True)], regress_outputs(args.out)
 
 
 def _pipeline(args: argparse.Namespace) -> IO:

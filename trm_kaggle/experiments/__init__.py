@@ -15,6 +15,7 @@ _EXPORTS = {
     "plot_curves": "compare",
     "record": "recorded",
     "regress": "regression",
+    "regress_outputs": "regression",
     "repeated_variants": "sweep",
     "run_sweep": "sweep",
     "with_seeds": "sweep",

@@ -75,8 +75,16 @@ BASELINES = "baselines.json"
 BASELINES_FORMAT = "trm_kaggle.regression-baselines"
 GOLDEN = "golden"  # a notebook's golden files live in <notebooks>/golden (ignored by the dirty check)
 HISTORY = "history.jsonl"
+OUT_FOLDERS = ("executed", "history", "work")  # what a run writes into below --out (with report.md, HISTORY)
 PARAMETERS = ("WORK_DIR", "UPDATE_GOLDEN")  # what the runner passes, to the notebooks that declare them
 Verdict = Literal["ok", "improved", "regressed", "new"]  # new: no value yet (--update-baselines)
+
+
+def regress_outputs(out: str | os.PathLike, what: str = "--out") -> list[Output]:
+    """What a regression run writes: `out`, whose folders (executed notebooks, metric plots, the notebooks' work
+    folders) are never written through a link (an executed notebook once replaced a user's file through a planted
+    `executed/` link)."""
+    return [Output(out, what, "folder", (*OUT_FOLDERS, HISTORY, "report.md"))]
 
 
 def default_notebook_dir() -> Path:
@@ -460,8 +468,11 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
     warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
     notebook_dir = Path(notebook_dir) if notebook_dir is not None else default_notebook_dir()
     # where it writes, as the command checks it, whoever calls: a file or a FIFO there was mkdir's FileExistsError
-    if problem := writable_problem(Output(out, "out", "folder")):
-        raise TRMError(problem)
+    # and each of its folders, found read-only, a file or a FIFO before any notebook runs (not after, named by a
+    # temporary's random path)
+    for output in [*regress_outputs(out, "out"), *(Output(Path(out) / n, f"{n}/", "folder") for n in OUT_FOLDERS)]:
+        if problem := writable_problem(output):
+            raise TRMError(problem)
     out = Path(out)
     if not notebook_dir.is_dir():
         what = "a file, not a folder" if notebook_dir.exists() else "no such folder"

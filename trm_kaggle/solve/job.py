@@ -47,7 +47,8 @@ from trm_kaggle.outputs import Output, check_kept, writable_problem
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import NotArcModel, export_canvas
-from trm_kaggle.solve.workdir import WorkerSpec, assign, collect, make_units, solve_io, task_digest
+from trm_kaggle.solve.workdir import (WorkerSpec, assign, collect, linked_entry_problem, make_units, solve_io,
+                                     task_digest)
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
 from trm_kaggle.wording import escaped_lines, one_line, shown
 
@@ -154,6 +155,8 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     check_kept(*solve_io(cfg.challenges, cfg.weights, cfg.output, cfg.work_dir, cfg.compile_cache, flags=False))
     if problem := writable_problem(Output(cfg.output, "output")):  # before the lock makes the work dir: `output=""`
         raise TRMError(problem)  # (a folder) was refused only after the work dir beside it was made
+    if problem := linked_entry_problem(cfg.work_dir):
+        raise TRMError(problem)
     duplicates: set[str] = set()
     challenges = read_challenges(cfg.challenges, duplicates)
     require_tasks(challenges, cfg.challenges, "there is nothing to answer")

@@ -69,6 +69,27 @@ def solve_io(challenges, weights, output, work_dir, compile_cache=None, *,
             [Output(output, name("output")), Output(work_dir, name("work_dir"), "folder", WORK_ENTRIES)])
 
 
+def linked_entry_problem(work: str | os.PathLike) -> str | None:
+    """Why the work dir cannot take the workers (None when it can): a folder they write into below `units/` or
+    `workers/` (a unit's folder, its fine-tuning run, its data) is a symbolic link. Written through, a result went
+    outside the work dir, and a result already where the link pointed was taken as the model's answers. `units/`
+    and `workers/` themselves are outputs' entries (`solve_io`), checked with the rest."""
+    for top in ("units", "workers"):
+        folder = Path(work) / top
+        try:
+            if folder.is_symlink() or not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                inside = [] if entry.is_symlink() or not entry.is_dir() else list(entry.iterdir())
+                for path in (entry, *inside):
+                    if path.is_symlink():
+                        return (f"work dir {work}: {path} is a symbolic link to {os.path.realpath(path)}; the "
+                                "workers never write through a link: remove the link")
+        except OSError:  # an unreadable folder: the worker that needs it names it
+            continue
+    return None
+
+
 def make_units(challenges: dict, max_tasks: int | None = None, canvas: int = MAX_GRID
                ) -> tuple[list[Unit], dict[str, str]]:
     """Units for the well-formed tasks among the first `max_tasks` whose grids fit the model's `canvas`;
