@@ -485,8 +485,12 @@ if READY:
         except ValueError as e:  # pydantic's ValidationError is one
             warn(f"test-time settings {test_time} refused ({' '.join(str(e).split())}); predicting without them")
             test_time = {}
+        work = Path(KAGGLE_WORKING) / "ttt_work"
+        if work.is_symlink():  # the kernel's own folder: written through, the work landed where the link points
+            raise RuntimeError(f"{work} is a symbolic link to {os.path.realpath(work)}: the kernel never writes "
+                               "through a link (remove it)")
         report = solve(SolveConfig(challenges=str(CHALLENGES), weights=weights, output=str(SUBMISSION),
-                                   work_dir=str(Path(KAGGLE_WORKING) / "ttt_work"), time_budget=TIME_BUDGET,
+                                   work_dir=str(work), time_budget=TIME_BUDGET,
                                    finetune_steps=FINETUNE_STEPS, num_aug=NUM_AUG, max_tasks=MAX_TASKS,
                                    workers=WORKERS, device=DEVICE,
                                    compile_cache=str(cache) if cache.is_file() else None, **test_time),

@@ -42,13 +42,14 @@ def test_omp_num_threads_in_other_digits_is_ignored_as_openmp_ignores_it(monkeyp
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0 in the environment is no number of ranks"),
     ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "abc"}, "MASTER_PORT='abc'"),
     ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "99999"}, "MASTER_PORT='99999'"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": "29500"}, "was not started by torchrun"),
 ])
 def test_a_stray_or_partial_torchrun_environment_is_one_line(monkeypatch, env, words):
     """WORLD_SIZE=abc left in a shell ended `train` in int()'s traceback; WORLD_SIZE=2 without torchrun in
     torch.distributed's rendezvous traceback."""
     from trm_kaggle.train.runtime import torchrun_ranks
 
-    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -61,7 +62,7 @@ def test_torchrun_ranks_as_torchrun_sets_them(monkeypatch):
     from trm_kaggle.train.runtime import torchrun_ranks
 
     for name, value in {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "MASTER_ADDR": "h",
-                        "MASTER_PORT": "29500"}.items():
+                        "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "r"}.items():
         monkeypatch.setenv(name, value)
     assert torchrun_ranks() == (4, 3, 1)
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
@@ -212,3 +213,17 @@ def test_a_time_too_large_for_a_float_is_the_packages_value_error(check):
 
     with pytest.raises(ValueError, match="x=1000"):
         number_argument("x", 10**400, 0, 10) if check == "number" else seconds_argument("x", 10**400)
+
+
+def test_a_numpy_boolean_is_no_number_either():
+    """`TrainConfig(max_steps=np.bool_(True))` trained one step, where a plain True is refused."""
+    import numpy as np
+
+    from trm_kaggle.config import TrainConfig, seconds_argument, whole_argument
+
+    with pytest.raises(ValueError, match="boolean"):
+        TrainConfig(max_steps=np.bool_(True))
+    with pytest.raises(ValueError):
+        whole_argument("n", np.bool_(True), 0, 10)
+    assert TrainConfig(max_steps=np.int64(5)).max_steps == 5
+    assert seconds_argument("deadline", np.float32(100.0)) == 100.0  # numpy's numbers are numbers

@@ -78,3 +78,29 @@ def test_a_kaggle_json_username_ending_in_a_newline_names_no_user(tmp_path, monk
     assert configured_user()[0] is None
     monkeypatch.setenv("KAGGLE_USERNAME", "you\n")
     assert configured_user()[0] != "you\n"
+
+
+@pytest.mark.parametrize("shape", ["nvidial4\n", " NvidiaL4 ", "nvidial4"])
+def test_a_machine_shape_not_in_kaggles_spelling_is_refused_not_pushed(tmp_path, shape):
+    """`"nvidial4\\n"` passed validate_bundle (it compared a cleaned copy) and was pushed as it was."""
+    from trm_kaggle.kaggle.metadata import kernel_metadata_problems
+
+    meta = {"id": "you/trm-kaggle-submission", "title": "trm-kaggle-submission", "code_file": "k.ipynb",
+            "language": "python", "kernel_type": "notebook", "machine_shape": shape}
+    problems = dict(kernel_metadata_problems(meta, None, []))
+    assert "machine_shape" in problems and "'NvidiaL4'" in problems["machine_shape"], problems
+    assert "machine_shape" not in dict(kernel_metadata_problems({**meta, "machine_shape": "NvidiaL4"}, None, []))
+
+
+def test_the_training_summary_is_said_line_by_line_with_the_run_folder_whole():
+    """The summary embedded the run folder raw: a KAGGLE_WORKING holding a newline split its line in two."""
+    from trm_kaggle.train.result import TrainResult
+    from trm_kaggle.wording import escaped_echo
+
+    result = TrainResult(run_dir=Path("/w\nFAKE: status: trained/run"), step=2, epoch=0.5, metrics={"loss": 1.0},
+                         examples_per_second=10.0)
+    lines = []
+    for line in result.summary_lines():
+        escaped_echo(lines.append)(line)
+    assert len(lines) == 1 and lines[0].endswith("run directory /w\\nFAKE: status: trained/run")
+    assert result.summary() == "\n".join(result.summary_lines())

@@ -168,6 +168,32 @@ def test_a_folder_below_submits_units_planted_as_a_link_is_refused(tmp_path, cap
     assert not (tmp_path / "s.json").exists()
 
 
+@pytest.mark.parametrize("entry", ["workers (a file)", "units (a file)", "s-ttt (the default, a link)"])
+def test_submits_work_folders_that_cannot_take_the_workers_are_refused_before_any_work(tmp_path, capsys, entry):
+    """`workers` as a file ended submit in NotADirectoryError, status 3, `units` as a file failed every task after
+    its work; the default work folder beside --output planted as a link was written through."""
+    import json
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t1": task}))
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    outside.mkdir()
+    name = entry.split(" ")[0]
+    path = (tmp_path if name == "s-ttt" else work) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if "FIFO" in entry:
+        os.mkfifo(path)
+    elif "link" in entry:
+        path.symlink_to(outside)
+    else:
+        path.write_text("x")
+    args = ["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+            str(Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"), "--output", str(tmp_path / "s.json")]
+    line = one_error_line(capsys, main(args + ([] if name == "s-ttt" else ["--work-dir", str(work)])))
+    assert str(path) in line and ("a file" in line or "FIFO" in line or "symbolic link" in line), line
+    assert not any(outside.iterdir()) and not (tmp_path / "s.json").exists()
+
+
 @pytest.mark.parametrize("entry", ["executed", "history", "work", "executed (read-only)", "history (a file)"])
 def test_a_folder_regress_writes_into_planted_or_unwritable_is_refused_before_any_notebook(tmp_path, capsys,
                                                                                            monkeypatch, entry):

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -878,3 +879,46 @@ def test_an_unpacked_copy_planted_as_a_link_is_never_unpacked_through(built, tmp
     with pytest.raises(TRMError, match="is a symbolic link to .*: an unpacked dataset is never read or written"):
         kaggle_training.input_roots(built, scratch, lambda _: None)
     assert [p.name for p in (tmp_path / "in").iterdir()] == ["mine.txt"]
+
+
+class _Uploads:
+    """A stand-in Kaggle client that records what a push would upload."""
+
+    def __init__(self):
+        self.calls = []
+
+    def dataset_status(self, ident):
+        return "ready"
+
+    def dataset_create_new(self, folder, *a, **k):
+        self.calls.append(folder)
+
+    def dataset_create_version(self, folder, *a, **k):
+        self.calls.append(folder)
+
+    def kernels_push(self, folder):
+        self.calls.append(folder)
+        return types.SimpleNamespace(url="u", version_number=1, error=None)
+
+
+@pytest.mark.parametrize("damage", ["a cut wheel", "a wheels id of another user"])
+def test_push_training_checks_every_dataset_before_anything_is_uploaded(built, tmp_path, damage):
+    """A 100-byte wheel and a wheels dataset-metadata.json naming `bob/x\\n` were uploaded, rc 0: push_training
+    checked only the data and run-state manifests, and the kernel's sources against themselves."""
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.kaggle.push import push_training
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(built, bundle)
+    if damage == "a cut wheel":
+        wheel = next((bundle / "wheels").glob("trm_kaggle-*.whl"))
+        with open(wheel, "r+b") as f:
+            f.truncate(100)
+    else:
+        path = bundle / "wheels" / "dataset-metadata.json"
+        meta = json.loads(path.read_text())
+        path.write_text(json.dumps({**meta, "id": "bob/trm-kaggle-wheels\n"}))
+    api = _Uploads()
+    with pytest.raises(TRMError, match="differs from manifest.json" if damage == "a cut wheel" else "field .id."):
+        push_training(bundle, api=api, wait_s=1, poll_s=0.01, say=lambda _: None)
+    assert api.calls == []

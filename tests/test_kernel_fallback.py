@@ -603,3 +603,21 @@ def test_the_training_kernels_status_line_names_no_last_step_it_does_not_know(tm
         with contextlib.redirect_stdout(out):
             exec(last, scope)
         assert out.getvalue().startswith(said), out.getvalue()
+
+
+@pytest.mark.slow
+def test_the_kernel_never_works_through_a_ttt_work_link_planted_in_its_working_folder(tmp_path, monkeypatch):
+    """`KAGGLE_WORKING/ttt_work` linked to another folder (or into KAGGLE_INPUT): the model's work folder, lock and
+    results were written where the link pointed. The model is refused; the fallback stands."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    write_competition(tmp_path / "in" / "arc-prize-2026-arc-agi-2")
+    shutil.copytree(Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny", tmp_path / "in" / "w")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out" / "ttt_work").symlink_to(tmp_path / "elsewhere")
+    code, out = run_kernel_script(tmp_path, KAGGLE_INPUT="in", KAGGLE_WORKING="out", TIME_BUDGET=60, DEVICE="cpu")
+    assert code == 0 and "Traceback" not in out, out[-3000:]
+    assert "ttt_work is a symbolic link" in out and not list((tmp_path / "elsewhere").iterdir()), out[-3000:]
+    assert json.loads((tmp_path / "out" / "submission.json").read_text())

@@ -289,3 +289,14 @@ def test_a_csv_row_that_is_no_maze_is_refused(tmp_path, q, a, said):
     for split in ("train", "test"):
         (tmp_path / "in" / f"{split}.csv").write_text(f"source,q,a,rating\nx,{good_q},{good_a},0\n")
     build_maze(MazeBuildConfig(input_dir=str(tmp_path / "in"), output_dir=str(tmp_path / "out"), progress=False))
+
+
+def test_more_mazes_than_a_size_holds_is_one_error_not_a_hang(tmp_path, monkeypatch):
+    """`build-maze --size 6 --num-train 60` spun forever: a 6x6 grid holds some 56 distinct mazes."""
+    from trm_kaggle.data.puzzles import maze
+    from trm_kaggle.errors import TRMError
+
+    monkeypatch.setattr(maze, "MAX_REPEATS", 500)
+    with pytest.raises(TRMError, match="distinct 6x6 mazes"):
+        build_maze(MazeBuildConfig(output_dir=str(tmp_path / "m"), size=6, num_train=60, num_test=5))
+    assert not (tmp_path / "m").exists()

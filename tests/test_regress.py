@@ -510,3 +510,22 @@ def test_the_regress_librarys_job_count_is_checked_before_any_notebook(suite, tm
     with pytest.raises(TRMError, match=r"^--jobs=.*: expected a whole number from 1 to 1,024$"):
         regress(["acc"], out=tmp_path / "out", notebook_dir=suite, jobs=jobs, say=lambda _: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_notebook_file_cut_by_a_size_limit_is_never_kept_as_executed(suite, tmp_path, capsys, monkeypatch):
+    """Under `ulimit -f` papermill's file was cut at 1 KiB and renamed into executed/ (no JSON), its empty work
+    folder left behind, the line `OSError: [Errno 27] File too large` naming no file."""
+    import errno
+
+    import papermill
+
+    def cut(source, written, **kw):
+        Path(written).write_text('{"cells": [')
+        raise OSError(errno.EFBIG, "File too large", written)
+
+    monkeypatch.setattr(papermill, "execute_notebook", cut)
+    out = tmp_path / "out"
+    rc, stdout, stderr = regress(capsys, suite, out)
+    assert rc != 0
+    assert not (out / "executed" / "acc.ipynb").exists()
+    assert "File too large" in stdout + stderr and "ulimit" in stdout + stderr, stdout + stderr

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import os
 from typing import Callable, Iterator
 
 from trm_kaggle.errors import TRMError
@@ -180,6 +181,9 @@ def _submit(args: argparse.Namespace) -> IO:
         raise TRMError(f"--output {e}") from None
     # one nobody typed is named as what it is: the folder beside --output, after its name
     what = "--work-dir" if args.work_dir else "--work-dir (by default beside --output)"
+    if not args.work_dir and os.path.islink(work_dir):  # a folder the user names may be a link; one nobody named is
+        raise TRMError(f"{what} {work_dir} is a symbolic link to {os.path.realpath(work_dir)}: the default work "
+                       "folder is never written through a link (name it with --work-dir, or remove the link)")
     _refuse_run_folder(work_dir, what)
     _refuse_pipeline_folder(work_dir, what)
     _refuse_sweep_folder(work_dir, what)

@@ -570,7 +570,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         if result.new_steps == 0 and not result.already_done:
             raise TRMError(f"the time budget ended before one training step (step {start}): raise TIME_BUDGET "
                            "or lower SAVE_MARGIN; the previous state is kept as it was")
-        for line in result.summary().splitlines():  # two lines, each said as one
+        for line in result.summary_lines():  # each said as one (the run folder's name may hold a newline)
             echo(line)
         report.status = "done" if result.step >= target else "trained"
         if report.status == "done":

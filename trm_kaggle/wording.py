@@ -25,16 +25,6 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
 
 
-def escaped_lines(echo: Callable[[str], None]) -> Callable[[str], None]:
-    """`echo`, given a text one line at a time with each line's control characters escaped: a path or an id in it
-    (a folder found below a kernel's inputs, a task id) may hold an escape sequence, while a text of two lines
-    (a summary) stays two lines."""
-    def say(text: str) -> None:
-        for line in str(text).split("\n"):
-            echo(one_line(line))
-    return say
-
-
 def escaped_echo(echo: Callable[[str], None]) -> Callable[[str], None]:
     """`echo`, given each message as one line with its control characters escaped, newlines included: a path in it
     may be a folder's name found below a kernel's inputs or a state an attached record names, and a newline there

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import operator
 import re
 import typing
@@ -133,7 +134,7 @@ def whole_argument(name: str, value: object, low: int, high: int) -> int:
     """`value`, a library call's count argument, when it is a whole number from `low` to `high` (a bool, a float,
     NaN refused): checked where it is given, before any work, in one ValueError naming the argument (it once
     reached numpy's int() after a whole evaluation)."""
-    if not isinstance(value, bool):
+    if not _boolean(value):
         try:
             number = operator.index(value)  # an int or a numpy integer, never a float
         except TypeError:
@@ -143,10 +144,16 @@ def whole_argument(name: str, value: object, low: int, high: int) -> int:
     raise ValueError(f"{name}={clipped(value, 40)}: expected a whole number from {low:,} to {high:,}")
 
 
+def _boolean(value: object) -> bool:
+    """A bool, or numpy's (`np.bool_`, which is no `bool` and which pydantic reads as 1 too)."""
+    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b"
+
+
 def _real(value: object) -> float | None:
-    """`value` as a finite float when it is a real number (an int or a float, never a bool), else None. An int too
-    large for a float (10**400) is None too: math.isfinite of it raised OverflowError past every caller's check."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """`value` as a finite float when it is a real number (an int, a float, numpy's numbers; never a bool), else
+    None. An int too large for a float (10**400) is None too: math.isfinite of it raised OverflowError past every
+    caller's check."""
+    if _boolean(value) or not isinstance(value, numbers.Real):
         return None
     try:
         number = float(value)
@@ -220,12 +227,12 @@ class _Config(BaseModel):
     @classmethod
     def _finite_first(cls, value, info: ValidationInfo):  # before the field's bounds: "nan <= 1" puzzles
         value = utf8_setting(value)
-        if isinstance(value, bool) and _numeric_not_boolean(cls.model_fields[info.field_name].annotation):
+        if _boolean(value) and _numeric_not_boolean(cls.model_fields[info.field_name].annotation):
             # pydantic reads true as 1: `max_steps: true` in a YAML file trained one step without a word
             raise ValueError(f"{value} is a boolean, not a number")
-        if (isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value)
+        if (isinstance(value, (list, tuple)) and any(_boolean(v) for v in value)
                 and _numeric_not_boolean(cls.model_fields[info.field_name].annotation)):  # `seeds: [true]`
-            raise ValueError(f"item {[isinstance(v, bool) for v in value].index(True)}: a boolean, not a number")
+            raise ValueError(f"item {[_boolean(v) for v in value].index(True)}: a boolean, not a number")
         if (isinstance(value, str) and not value.isascii() and any(c.isdigit() for c in value)
                 and _numeric_not_boolean(cls.model_fields[info.field_name].annotation)):
             raise ValueError(f"{value!r} is no number in ASCII digits (pydantic reads '５' as 5)")

@@ -61,7 +61,7 @@ from pydantic import Field
 
 from trm_kaggle.atomic import append_line, atomic_write_bytes, atomic_write_text, check_log
 from trm_kaggle.config import validation_line, whole_argument
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.hardware import usable_cores
 from trm_kaggle.interrupts import FirstStopOnly
 from trm_kaggle.experiments.recorded import Recorded, finite_number, read_recorded
@@ -255,16 +255,20 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         # papermill writes where it is told, through a link: it writes into our work folder, and the notebook is
         # renamed into executed/ (a link planted there is replaced, its target never written)
         written = work / f"{name}.ipynb"
+        whole = True
         try:
             papermill.execute_notebook(str(source), str(written), parameters={k: v for k, v in given.items()
                                                                               if k in declared},
                                        kernel_name="python3", language="python", progress_bar=False,
                                        resources={"metadata": {"path": str(notebook_dir.resolve())}},
                                        kernel_manager_class=_kernel_manager_class(kernels))
+        except OSError:  # the notebook's file not written whole (a full disk, `ulimit -f`): a cut file is no notebook
+            whole = False
+            raise
         finally:
             # a failed run's notebook too: it shows the failing cell; never a stopped one's, which would replace an
             # earlier run's notebook with a half-run one that the report and the history do not describe
-            if written.exists() and not (kernels is not None and kernels.stopped):
+            if whole and written.exists() and not (kernels is not None and kernels.stopped):
                 os.replace(written, executed)
         run.metrics = read_recorded(json.loads(executed.read_text(encoding="utf-8")), f"{name} ({executed})")
     except TRMError as e:
@@ -272,11 +276,13 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
     except PapermillExecutionError as e:
         run.error = (f"the notebook failed in cell [{e.exec_count}]: {e.ename}: {_first_line(e.evalue)} "
                      f"(see {executed})")
+    except OSError as e:  # its path and what was needed (`ulimit -f` for a file too large), not a bare errno
+        run.error = os_error_line(e)
     except Exception as e:  # noqa: BLE001 - a kernel that died, a notebook papermill cannot read: this one's loss
         run.error = f"{type(e).__name__}: {_first_line(e)}"
     run.seconds = time.perf_counter() - t0
-    if run.error is None and work is not None:
-        shutil.rmtree(work, ignore_errors=True)  # ours; a failed run keeps it for a look
+    if work is not None and (run.error is None or not _holds_anything(work)):
+        shutil.rmtree(work, ignore_errors=True)  # ours; a failed run keeps it for a look, when there is one
     return run
 
 
@@ -521,6 +527,13 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
     finally:
         pool.shutdown(wait=True)
         stops.give_back()
+
+
+def _holds_anything(folder: Path) -> bool:
+    try:
+        return any(folder.iterdir())
+    except OSError:
+        return True  # unreadable: left as it is
 
 
 def _remove_if_empty(folder: Path, made: bool) -> None:

@@ -394,7 +394,9 @@ def kernel_metadata_problems(meta: Any, kernel_dir: Path | None, bundle_datasets
                 problems.append((name, f"must be {json.dumps(want)}: {why}"))
     if "machine_shape" in meta:
         try:
-            check_machine_shape(meta["machine_shape"])
+            spelled = check_machine_shape(meta["machine_shape"])
+            if spelled != meta["machine_shape"]:  # a file is pushed as it is: Kaggle reads its own spelling only
+                problems.append(("machine_shape", f"{meta['machine_shape']!r} must be written {spelled!r}"))
         except TRMError as e:
             problems.append(("machine_shape", str(e)))
     code = meta.get("code_file")

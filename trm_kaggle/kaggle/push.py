@@ -25,7 +25,8 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
     DATA_DIR, DATASET_META, DEFAULT_USER, KERNEL_META, MANIFEST, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR,
-    configured_user, id_problem, kaggle_config_dirs, raise_problems, train_kernel_metadata_problems,
+    configured_user, dataset_metadata_problems, id_problem, kaggle_config_dirs, raise_problems,
+    train_kernel_metadata_problems,
     validate_bundle, verify_manifest,
 )
 from trm_kaggle.wording import clipped, one_line
@@ -326,18 +327,22 @@ def training_push_commands(out_dir: str | os.PathLike, version_message: str | No
 
 def push_training(out_dir: str | os.PathLike, version_message: str | None = None, *, api: Any = None,
                   wait_s: float = 1800.0, poll_s: float = 10.0, say: Callable[[str], None] = print) -> int:
-    """`push` for training on Kaggle: check the data and run-state datasets against their manifests and the
-    training kernel's metadata, then publish the datasets that are there and the training kernel (each push
-    starts a new session)."""
+    """`push` for training on Kaggle: check the data, wheels and run-state datasets (their metadata, and every
+    shipped file against its manifest) and the training kernel's metadata (its dataset sources among those
+    datasets), then publish the datasets that are there and the training kernel (each push starts a new
+    session)."""
     out = Path(out_dir)
-    for part in (DATA_DIR, RUN_STATE_DIR):
-        if (out / part).is_dir():
-            verify_manifest(out / part)
+    datasets = [out / part for part in (DATA_DIR, "wheels", RUN_STATE_DIR) if (out / part).is_dir()]
+    ids = []
+    for folder in datasets:  # as `push` checks the submission bundle's: a damaged wheel was uploaded
+        meta = read_json(folder / DATASET_META, DATASET_META, hint="build the bundle first")
+        raise_problems(folder / DATASET_META, dataset_metadata_problems(meta))
+        ids.append(meta["id"])
+        verify_manifest(folder)
     meta_path = out / TRAIN_KERNEL_DIR / KERNEL_META
     if meta_path.is_file():
         meta = read_json(meta_path, KERNEL_META)
-        raise_problems(meta_path, train_kernel_metadata_problems(meta, meta_path.parent, meta.get("dataset_sources") or []))
-    datasets = [out / part for part in (DATA_DIR, "wheels", RUN_STATE_DIR) if (out / part).is_dir()]
+        raise_problems(meta_path, train_kernel_metadata_problems(meta, meta_path.parent, ids))
     kernels = [out / TRAIN_KERNEL_DIR] if meta_path.is_file() else []
     return publish(datasets, kernels, training_push_commands(out, version_message),
                    version_message or "a new build of the trm_kaggle training bundle", api=api, wait_s=wait_s,

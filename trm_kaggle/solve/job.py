@@ -47,10 +47,10 @@ from trm_kaggle.outputs import Output, check_kept, writable_problem
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import NotArcModel, export_canvas
-from trm_kaggle.solve.workdir import (WorkerSpec, assign, collect, linked_entry_problem, make_units, solve_io,
+from trm_kaggle.solve.workdir import (WorkerSpec, assign, collect, make_units, planted_entry_problem, solve_io,
                                      task_digest)
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
-from trm_kaggle.wording import escaped_lines, one_line, shown
+from trm_kaggle.wording import escaped_echo, one_line, shown
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     check_kept(*solve_io(cfg.challenges, cfg.weights, cfg.output, cfg.work_dir, cfg.compile_cache, flags=False))
     if problem := writable_problem(Output(cfg.output, "output")):  # before the lock makes the work dir: `output=""`
         raise TRMError(problem)  # (a folder) was refused only after the work dir beside it was made
-    if problem := linked_entry_problem(cfg.work_dir):
+    if problem := planted_entry_problem(cfg.work_dir):
         raise TRMError(problem)
     duplicates: set[str] = set()
     challenges = read_challenges(cfg.challenges, duplicates)
@@ -175,7 +175,7 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     `echo` gets one line per phase (default: stderr with `progress`, else the log); `on_poll` is called while
     spawned workers run (tests use it to kill one)."""
     budget = Budget(cfg.time_budget, cfg.safety_margin, start)
-    say = escaped_lines(echo or _echo(cfg))  # a worker's error names the weights' path: it may hold an escape
+    say = escaped_echo(echo or _echo(cfg))  # a worker's error names the weights' path: it may hold an escape
     report: dict[str, Any] = {"tasks": len(challenges), "errors": []}
     output = RewrittenFile(cfg.output)  # a second submit writing it meanwhile is seen, never overwritten
     report.update(_write_answer(cfg, output, challenges, {}, duplicates, first=True))  # the fallback, before all else

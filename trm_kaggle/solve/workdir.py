@@ -29,7 +29,7 @@ from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.names import ascii_number
-from trm_kaggle.outputs import Input, Output
+from trm_kaggle.outputs import Input, Output, special_kind
 
 
 RESULT = "result.json"
@@ -69,16 +69,20 @@ def solve_io(challenges, weights, output, work_dir, compile_cache=None, *,
             [Output(output, name("output")), Output(work_dir, name("work_dir"), "folder", WORK_ENTRIES)])
 
 
-def linked_entry_problem(work: str | os.PathLike) -> str | None:
-    """Why the work dir cannot take the workers (None when it can): a folder they write into below `units/` or
-    `workers/` (a unit's folder, its fine-tuning run, its data) is a symbolic link. Written through, a result went
-    outside the work dir, and a result already where the link pointed was taken as the model's answers. `units/`
-    and `workers/` themselves are outputs' entries (`solve_io`), checked with the rest."""
+def planted_entry_problem(work: str | os.PathLike) -> str | None:
+    """Why the work dir cannot take the workers (None when it can): `units/` or `workers/` is a file (every task
+    failed after its work), or what the workers write below them (a unit's folder, its fine-tuning run, its data, a
+    result) is a symbolic link: written through, a result went outside the work dir, and a result already where
+    the link pointed was taken as the model's answers. (A FIFO there costs its task alone, said by its worker.)
+    `units/` and `workers/` planted as links are outputs' entries (`solve_io`), checked with the rest."""
     for top in ("units", "workers"):
         folder = Path(work) / top
         try:
-            if folder.is_symlink() or not folder.is_dir():
+            if folder.is_symlink() or not os.path.lexists(folder):
                 continue
+            if not folder.is_dir():
+                return (f"work dir {work}: {folder} is {special_kind(folder) or 'a file'}; the workers write a "
+                        "folder there")
             for entry in folder.iterdir():
                 inside = [] if entry.is_symlink() or not entry.is_dir() else list(entry.iterdir())
                 for path in (entry, *inside):

@@ -30,24 +30,29 @@ class TrainResult:
 
     def summary(self) -> str:
         """What a person wants to read when training ends (metrics under their exact names)."""
+        return "\n".join(self.summary_lines())
+
+    def summary_lines(self) -> list[str]:
+        """The summary's lines, each whole: the run directory in one may hold a newline of its own."""
         m = self.metrics
-        text = f"model: {self.parameters}\n" if self.parameters else ""
+        lines = [f"model: {self.parameters}"] if self.parameters else []
         # no loss when no step was logged (a time limit that no step fits): said, not shown as nan
         last = (f"last loss {m['loss']:.4f}, exact accuracy (train batches, halted rows) "
                 f"{shown(m.get('exact_accuracy'))}" if "loss" in m else "no step logged: no loss, no accuracy")
         if self.already_done:
-            text += (f"already done at step {self.step} ({self.epoch:.2f} epochs): {self.already_done}; nothing "
-                     f"trained, metrics.jsonl unchanged; {last.replace('last loss', 'last logged loss')}; "
-                     f"run directory {self.run_dir}")
+            lines.append(f"already done at step {self.step} ({self.epoch:.2f} epochs): {self.already_done}; "
+                         f"nothing trained, metrics.jsonl unchanged; {last.replace('last loss', 'last logged loss')}; "
+                         f"run directory {self.run_dir}")
         else:
             steps = (f"{self.step} steps" if not self.start_step else
                      f"{self.new_steps} new steps, resuming at step {self.start_step}, to step {self.step}")
-            text += (f"trained {steps} ({self.epoch:.2f} epochs) at {self.examples_per_second:.1f} examples/s"
-                     + (f", stopped by {self.stopped_by}" if self.stopped_by else "")
-                     + f"; {last}; run directory {self.run_dir}")
+            lines.append(f"trained {steps} ({self.epoch:.2f} epochs) at {self.examples_per_second:.1f} examples/s"
+                         + (f", stopped by {self.stopped_by}" if self.stopped_by else "")
+                         + f"; {last}; run directory {self.run_dir}")
         if self.eval_metrics and not self.eval_metrics.get("eval_examples"):
-            text += "\ntest split: no test examples, no accuracy"
+            lines.append("test split: no test examples, no accuracy")
         elif self.eval_metrics:
-            text += (f"\ntest split: exact accuracy {self.eval_metrics['eval_exact_accuracy']:.3f} over "
-                     f"{self.eval_metrics['eval_examples']} examples (per augmented example; not the ARC Prize score)")
-        return text
+            lines.append(f"test split: exact accuracy {self.eval_metrics['eval_exact_accuracy']:.3f} over "
+                         f"{self.eval_metrics['eval_examples']} examples (per augmented example; not the ARC Prize "
+                         "score)")
+        return lines

@@ -99,6 +99,10 @@ def torchrun_ranks() -> tuple[int, int, int]:
     if rank >= world_size:
         raise TRMError(f"RANK={rank} in the environment is not below WORLD_SIZE={world_size}: start the ranks with "
                        "`trm-kaggle torchrun`, or unset RANK")
+    if world_size > 1 and not dist.is_initialized() and not dist.is_torchelastic_launched():
+        # a rank nobody started waits in the rendezvous for its peers, deaf to SIGTERM, for half an hour
+        raise TRMError(f"WORLD_SIZE={world_size} is set in the environment, but this process was not started by "
+                       "torchrun: start the ranks with `trm-kaggle torchrun`, or unset WORLD_SIZE")
     return world_size, rank, local_rank
 
 

@@ -283,13 +283,22 @@ def iter_maze_csv(path: Path, side: int) -> Iterator[tuple[np.ndarray, np.ndarra
 # ---------------------------------------------------------------------------
 
 
+MAX_REPEATS = 10_000  # draws in a row that repeat a maze already made, before the size is called exhausted
+
+
 def _generate_split(split: SplitWriter, name: str, count: int, cfg: MazeBuildConfig, seen: set[bytes],
                     rng: np.random.Generator, bar: tqdm) -> dict:
-    lengths = []
+    lengths, repeats = [], 0
     while len(lengths) < count:
         q, a, length = generate_maze(rng, cfg.size, min_path_length=cfg.min_path_length)
         if q.tobytes() in seen:  # keeps test mazes out of train (and duplicates out of both)
+            repeats += 1
+            if repeats > MAX_REPEATS:  # a small size has few distinct mazes: asking for more once spun forever
+                raise TRMError(f"only {len(seen)} distinct {cfg.size}x{cfg.size} mazes came up in {MAX_REPEATS:,} "
+                               f"tries after the last new one, short of the {name} split's {count}: ask for fewer "
+                               "mazes (--num-train, --num-test) or a larger --size")
             continue
+        repeats = 0
         seen.add(q.tobytes())
         write_maze_groups(split, q[None], a[None], cfg.aug and name == "train")
         lengths.append(length)
