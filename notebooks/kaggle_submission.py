@@ -165,13 +165,15 @@ if MODE == "auto":
            "not on Kaggle")
 else:
     why = "set by the MODE parameter"
+budget_from_save = TIME_BUDGET == "auto" and MODE == "save"
 if TIME_BUDGET == "auto":
     TIME_BUDGET = SAVE_TIME_BUDGET if MODE == "save" else FULL_BUDGET
 if MAX_TASKS == "auto":
     MAX_TASKS = SAVE_MAX_TASKS if MODE == "save" else None
 if on_kaggle and (TIME_BUDGET is None or TIME_BUDGET > FULL_BUDGET):  # Kaggle stops every kernel at 12 h
     said = "None (no limit)" if TIME_BUDGET is None else f"{TIME_BUDGET:.0f} s"
-    warn(f"TIME_BUDGET={said} is past a Kaggle kernel's 12 h: using {FULL_BUDGET:.0f} s")
+    given = "SAVE_TIME_BUDGET" if budget_from_save else "TIME_BUDGET"  # the one the user set, named
+    warn(f"{given}={said} is past a Kaggle kernel's 12 h: using {FULL_BUDGET:.0f} s")
     TIME_BUDGET = FULL_BUDGET
 if TIME_BUDGET is None and "auto" in (FINETUNE_STEPS, NUM_AUG):
     warn(f"TIME_BUDGET=None with 'auto' counts: the counts are fitted to a budget, using {FULL_BUDGET:.0f} s")
@@ -489,6 +491,8 @@ if READY:
         if work.is_symlink():  # the kernel's own folder: written through, the work landed where the link points
             raise RuntimeError(f"{work} is a symbolic link to {os.path.realpath(work)}: the kernel never writes "
                                "through a link (remove it)")
+        if work.exists() and not work.is_dir():  # said as what it is, not as a lock it could not take
+            raise RuntimeError(f"{work} is a file, where the kernel's work folder goes (move it away)")
         report = solve(SolveConfig(challenges=str(CHALLENGES), weights=weights, output=str(SUBMISSION),
                                    work_dir=str(work), time_budget=TIME_BUDGET,
                                    finetune_steps=FINETUNE_STEPS, num_aug=NUM_AUG, max_tasks=MAX_TASKS,

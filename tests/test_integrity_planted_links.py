@@ -341,3 +341,28 @@ def test_a_pipelines_stage_folder_planted_as_a_link_is_refused_before_its_first_
     assert sorted(p.name for p in victim.iterdir()) == ["report.json"] and (victim / "report.json").read_text() == \
         PRECIOUS
     assert not (work / ".trm_kaggle.lock").exists() and not (tmp_path / "gone").exists()
+
+
+@pytest.mark.parametrize("entry", ["units (a link)", "workers (a dangling link)"])
+def test_the_librarys_solve_refuses_a_work_dir_it_cannot_work_in_as_submit_does(tmp_path, entry):
+    """The submission kernel calls `solve` itself: `ttt_work/workers` linked into the weights input got the worker's
+    plan written there (exit 0, "the model ran")."""
+    import json
+
+    from trm_kaggle.config import SolveConfig
+    from trm_kaggle.solve import solve
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t1": task}))
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    outside.mkdir()
+    name = entry.split(" ")[0]
+    work.mkdir()
+    path = work / name
+    path.symlink_to(tmp_path / "gone" if "dangling" in entry else outside)
+    cfg = SolveConfig(challenges=str(tmp_path / "c.json"), weights=str(Path(__file__).resolve().parents[1] / "weights"
+                      / "arc2-cpu-tiny"), output=str(tmp_path / "s.json"), work_dir=str(work), num_aug=1)
+    with pytest.raises(TRMError, match="symbolic link") as e:
+        solve(cfg, echo=lambda _: None)
+    assert str(path) in str(e.value)
+    assert not any(outside.iterdir()) and not (tmp_path / "gone").exists()

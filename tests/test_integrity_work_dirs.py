@@ -8,6 +8,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from cli_helpers import one_error_line
 from integrity_helpers import train_args
 from trm_kaggle.cli import main
@@ -195,3 +197,30 @@ def test_a_folder_holding_a_report_or_weights_folder_is_refused_before_the_datas
                                             "--no-progress"]))
         assert f"--work-dir {mine} holds {name}/, which no pipeline wrote" in line, line
         assert _listing(mine) == [name, f"{name}/keep.txt"]
+
+
+@pytest.mark.parametrize("other", ["a finished work dir", "a live submit's lock"])
+def test_a_work_dir_below_another_submits_work_dir_is_refused(tmp_path, capsys, other):
+    """`--work-dir W/units` while a submit ran in W: the second solve's units/, workers/ and solve_report.json went
+    inside the first one's units/ (its --output there was refused, its --work-dir not)."""
+    import json
+
+    from trm_kaggle.locks import directory_lock
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t1": task}))
+    first = tmp_path / "w"
+    args = ["submit", "--challenges", str(tmp_path / "c.json"), "--weights",
+            str(Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"), "--output", str(tmp_path / "s.json"),
+            "--work-dir", str(first / "units")]
+    if other == "a finished work dir":
+        (first / "units").mkdir(parents=True)
+        (first / "solve_report.json").write_text("{}")
+        line = one_error_line(capsys, main(args))
+        assert f"lies inside {first}, which is a submit's work folder" in line, line
+    else:
+        first.mkdir()
+        with directory_lock(first, "submit"):
+            line = one_error_line(capsys, main(args))
+        assert str(first) in line and "submit" in line, line
+    assert not (first / "units" / "units").exists() and not (tmp_path / "s.json").exists()

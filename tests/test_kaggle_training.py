@@ -922,3 +922,24 @@ def test_push_training_checks_every_dataset_before_anything_is_uploaded(built, t
     with pytest.raises(TRMError, match="differs from manifest.json" if damage == "a cut wheel" else "field .id."):
         push_training(bundle, api=api, wait_s=1, poll_s=0.01, say=lambda _: None)
     assert api.calls == []
+
+
+def test_continue_from_says_and_records_the_newest_state_it_packs(tmp_path, monkeypatch):
+    """A newer state in a hidden folder of the output was said ("newest state: step 3") and recorded in the
+    run-state manifest, but not packed: the next session resumed from step 2 without a word."""
+    from trm_kaggle.kaggle import train_kernel
+
+    def kaggle_output(cmd, **kw):
+        for rel in ("run/state_step00000002.pt", ".old/state_step00000003.pt"):
+            Path(cmd[-1], rel).parent.mkdir(parents=True, exist_ok=True)
+            Path(cmd[-1], rel).write_bytes(b"a state")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    # each folder's newest state by its name (the files here are stand-ins that load nowhere)
+    monkeypatch.setattr(train_kernel, "_newest_step",
+                        lambda folder: max(int(p.name[10:18]) for p in folder.glob("state_step*.pt")))
+    said = []
+    report = train_kernel.fetch_run_state(tmp_path / "run-state", "tester/trm-kaggle-train", ids=IDS,
+                                          runner=kaggle_output, log=said.append)
+    assert report["step"] == 2 and any("newest state: step 2" in line for line in said), said
+    assert json.loads((tmp_path / "run-state" / "manifest.json").read_text())["step"] == 2

@@ -606,9 +606,11 @@ def test_the_training_kernels_status_line_names_no_last_step_it_does_not_know(tm
 
 
 @pytest.mark.slow
-def test_the_kernel_never_works_through_a_ttt_work_link_planted_in_its_working_folder(tmp_path, monkeypatch):
+@pytest.mark.parametrize("planted", ["a link", "a file"])
+def test_the_kernel_never_works_through_a_ttt_work_link_planted_in_its_working_folder(tmp_path, monkeypatch, planted):
     """`KAGGLE_WORKING/ttt_work` linked to another folder (or into KAGGLE_INPUT): the model's work folder, lock and
-    results were written where the link pointed. The model is refused; the fallback stands."""
+    results were written where the link pointed; a file there was blamed on a lock it could not take. The model
+    is refused, said as what is there; the fallback stands."""
     import shutil
 
     monkeypatch.chdir(tmp_path)
@@ -616,8 +618,23 @@ def test_the_kernel_never_works_through_a_ttt_work_link_planted_in_its_working_f
     shutil.copytree(Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny", tmp_path / "in" / "w")
     (tmp_path / "out").mkdir()
     (tmp_path / "elsewhere").mkdir()
-    (tmp_path / "out" / "ttt_work").symlink_to(tmp_path / "elsewhere")
+    if planted == "a link":
+        (tmp_path / "out" / "ttt_work").symlink_to(tmp_path / "elsewhere")
+    else:
+        (tmp_path / "out" / "ttt_work").write_text("mine")
     code, out = run_kernel_script(tmp_path, KAGGLE_INPUT="in", KAGGLE_WORKING="out", TIME_BUDGET=60, DEVICE="cpu")
     assert code == 0 and "Traceback" not in out, out[-3000:]
-    assert "ttt_work is a symbolic link" in out and not list((tmp_path / "elsewhere").iterdir()), out[-3000:]
+    said = "ttt_work is a symbolic link" if planted == "a link" else "ttt_work is a file, where the kernel's work"
+    assert said in out and "no lock taken" not in out and not list((tmp_path / "elsewhere").iterdir()), out[-3000:]
     assert json.loads((tmp_path / "out" / "submission.json").read_text())
+
+
+def test_a_save_budget_past_12_hours_is_named_as_the_save_budget(tmp_path, monkeypatch):
+    """SAVE_TIME_BUDGET=50000 in a Save Version run was warned about as "TIME_BUDGET=50000 s", a parameter the user
+    had left alone."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    write_competition(tmp_path / "in" / "arc-prize-2026-arc-agi-2")
+    code, out = run_kernel_script(tmp_path, KAGGLE_INPUT="in", KAGGLE_WORKING="out", SAVE_TIME_BUDGET=50000)
+    assert code == 0 and "WARNING: SAVE_TIME_BUDGET=50000 s is past a Kaggle kernel's 12 h" in out, out[-3000:]
+    assert "WARNING: TIME_BUDGET=" not in out

@@ -65,7 +65,8 @@ def test_drop_metrics_after_keeps_each_step_once(tmp_path):
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [10]
 
 
-@pytest.mark.parametrize("tail", ['{"step": 30, "loss": 0.', "not json\n", '["a list"]\n', '{"loss": 1}\n'])
+@pytest.mark.parametrize("tail", ['{"step": 30, "loss": 0.', "not json\n", '["a list"]\n', '{"loss": 1}\n',
+                                  '{"step": 30, "loss": 1.0, "elapsed_s": null}\n'])
 def test_unreadable_lines_are_skipped(tmp_path, tail):
     run = write_run(tmp_path / "r", train=[(10, 5.0, 1.5, 0.1, 0.5), (20, 9.0, 1.0, 0.3, 0.7)], tail=tail)
     train, evals = read_metrics(run)

@@ -97,6 +97,28 @@ def _refuse_work_dir(folder, what: str = "run folder (checkpoint_path)") -> None
     _refuse_inside(folder, what, "a submit's work folder", "units/ or solve_report.json", "solve's", is_work_dir)
 
 
+def _refuse_below_a_work_dir(work_dir, what: str) -> None:
+    """A work folder below another submit's (its units/, its workers/): the two solves' files mixed, while the
+    other ran and held its lock. Its own work folder, reused, is no such thing; a folder above it holding a live
+    lock (a submit just started, nothing written yet) is refused by that lock."""
+    from pathlib import Path
+
+    from trm_kaggle.locks import refuse_if_held
+
+    def is_work_dir(at: Path) -> bool:
+        return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
+
+    for at in Path(work_dir).absolute().parents:
+        try:
+            if is_work_dir(at):
+                raise TRMError(f"{what} {work_dir} lies inside {at}, which is a submit's work folder (it holds "
+                               "units/ or solve_report.json): its files would mix with the solve's; choose a folder "
+                               "of its own")
+        except OSError:  # a name too long to hold an entry: its own write says what fails
+            continue
+        refuse_if_held(at)
+
+
 def _sweep(args: argparse.Namespace) -> IO:
     if args.list_grids or not args.grid or args.launcher is not None:
         return [], []
@@ -184,6 +206,7 @@ def _submit(args: argparse.Namespace) -> IO:
     if not args.work_dir and os.path.islink(work_dir):  # a folder the user names may be a link; one nobody named is
         raise TRMError(f"{what} {work_dir} is a symbolic link to {os.path.realpath(work_dir)}: the default work "
                        "folder is never written through a link (name it with --work-dir, or remove the link)")
+    _refuse_below_a_work_dir(work_dir, what)
     _refuse_run_folder(work_dir, what)
     _refuse_pipeline_folder(work_dir, what)
     _refuse_sweep_folder(work_dir, what)

@@ -262,8 +262,9 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
                                        kernel_name="python3", language="python", progress_bar=False,
                                        resources={"metadata": {"path": str(notebook_dir.resolve())}},
                                        kernel_manager_class=_kernel_manager_class(kernels))
-        except OSError:  # the notebook's file not written whole (a full disk, `ulimit -f`): a cut file is no notebook
-            whole = False
+        except OSError:  # the notebook's file not written whole (a full disk, `ulimit -f`): a cut file is no notebook,
+            whole = False  # kept neither as executed nor in the work folder
+            written.unlink(missing_ok=True)
             raise
         finally:
             # a failed run's notebook too: it shows the failing cell; never a stopped one's, which would replace an

@@ -111,10 +111,14 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
         if res.returncode != 0:
             raise TRMError(f"`kaggle kernels output {kernel}` failed with status {res.returncode}: "
                            f"{client_error(res.stderr or res.stdout)}")
-        steps = [_newest_step(f) for f in sorted({p.parent for p in Path(download).rglob("state_step*.pt")})]
+        # only the states the archive carries (not in a hidden top folder): a newer one left out was said and
+        # recorded as the step the next session resumes from, which then resumed from an older one
+        carried = {p.parent for p in Path(download).rglob("state_step*.pt")
+                   if _run_state_file(p.relative_to(download).as_posix())}
+        steps = [_newest_step(f) for f in sorted(carried)]
         if not any(s is not None for s in steps):
-            raise TRMError(f"the output of {kernel} holds no train state that loads (state_step*.pt): nothing to "
-                           "continue from")
+            raise TRMError(f"the output of {kernel} holds no train state that loads (state_step*.pt, outside "
+                           "hidden folders): nothing to continue from")
         step = max(s for s in steps if s is not None)
         log(f"packing it as {RUN_STATE_ARCHIVE} (newest state: step {step})")
         entry = pack(download, tmp, RUN_STATE_ARCHIVE, keep=_run_state_file)

@@ -155,6 +155,8 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     check_kept(*solve_io(cfg.challenges, cfg.weights, cfg.output, cfg.work_dir, cfg.compile_cache, flags=False))
     if problem := writable_problem(Output(cfg.output, "output")):  # before the lock makes the work dir: `output=""`
         raise TRMError(problem)  # (a folder) was refused only after the work dir beside it was made
+    # nothing written through a link in the work dir, whoever calls (the kernel, a library caller; `submit` checked
+    # it already); a work dir that cannot be written at all still gets its submission, the fallback
     if problem := planted_entry_problem(cfg.work_dir):
         raise TRMError(problem)
     duplicates: set[str] = set()

@@ -73,13 +73,16 @@ def planted_entry_problem(work: str | os.PathLike) -> str | None:
     """Why the work dir cannot take the workers (None when it can): `units/` or `workers/` is a file (every task
     failed after its work), or what the workers write below them (a unit's folder, its fine-tuning run, its data, a
     result) is a symbolic link: written through, a result went outside the work dir, and a result already where
-    the link pointed was taken as the model's answers. (A FIFO there costs its task alone, said by its worker.)
-    `units/` and `workers/` planted as links are outputs' entries (`solve_io`), checked with the rest."""
+    the link pointed was taken as the model's answers; so are `units/` and `workers/` themselves (the kernel's
+    work folder is no option anyone typed). A FIFO there costs its task alone, said by its worker."""
     for top in ("units", "workers"):
         folder = Path(work) / top
         try:
-            if folder.is_symlink() or not os.path.lexists(folder):
+            if not os.path.lexists(folder):
                 continue
+            if folder.is_symlink():
+                return (f"work dir {work}: {folder} is a symbolic link to {os.path.realpath(folder)}; the workers "
+                        "never write through a link: remove the link")
             if not folder.is_dir():
                 return (f"work dir {work}: {folder} is {special_kind(folder) or 'a file'}; the workers write a "
                         "folder there")

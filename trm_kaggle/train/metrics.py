@@ -110,7 +110,11 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
         if record.get("halted_examples") == 0:  # older versions wrote 0.0 for the averages over no rows
             record = {k: v for k, v in record.items() if k not in HALTED_ROW_METRICS}
         if "loss" in record:
-            elapsed = float(record.get("elapsed_s", 0.0))
+            elapsed = record.get("elapsed_s", 0.0)
+            if elapsed is None:  # a run writes a number here: null (allowed elsewhere) ended compare in float()
+                foreign += 1
+                continue
+            elapsed = float(elapsed)
             start = record.get("start_step")  # the step its process began at (files of older versions lack it)
             if last is not None and not _follows(last, step, start):  # appended by hand or another program:
                 foreign += 1  # taken as a resumption, it once dropped the run's later records unsaid
