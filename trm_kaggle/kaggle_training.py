@@ -483,9 +483,9 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         echo(f"previous output: {found[0]} (step {report.step}) copied to {run_dir}")
         return found
 
-    # the attached outputs first, as they are (a previous session's output is a plain folder), before the packed
+    # the attached outputs first, as they are (an earlier kernel run's output is a plain folder), before the packed
     # datasets are checked and unpacked (a changed data.tar, or a stop during its unpacking, would pass no state);
-    # a SIGTERM before the state is carried waits for it (one in the session's first second passed none on)
+    # a SIGTERM before the state is carried waits for it (one in the kernel run's first second passed none on)
     if not in_place:  # named in the record first: a refused or stopped kernel run still passes the name on
         report.previous_state = named_state(Path(input_root))
     carried = None if in_place else carry(Path(input_root))
