@@ -91,10 +91,12 @@ def _refuse_command_folder(folder, what: str) -> None:
 def _refuse_work_dir(folder, what: str = "run folder (checkpoint_path)") -> None:
     """A run folder, or another submit's --output, inside a submit's work folder: a submit, which refuses a run
     folder, could no longer resume, and a submission there could replace its record (solve_report.json)."""
-    def is_work_dir(at) -> bool:
-        return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
+    _refuse_inside(folder, what, "a submit's work folder", "units/ or solve_report.json", "solve's", _is_work_dir)
 
-    _refuse_inside(folder, what, "a submit's work folder", "units/ or solve_report.json", "solve's", is_work_dir)
+
+def _is_work_dir(at) -> bool:
+    """Whether the folder `at` is a submit's work folder (it holds solve_report.json, or units/ and workers/)."""
+    return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
 
 
 def _refuse_below_a_work_dir(work_dir, what: str) -> None:
@@ -105,12 +107,9 @@ def _refuse_below_a_work_dir(work_dir, what: str) -> None:
 
     from trm_kaggle.locks import refuse_if_held
 
-    def is_work_dir(at: Path) -> bool:
-        return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
-
     for at in Path(work_dir).absolute().parents:
         try:
-            if is_work_dir(at):
+            if _is_work_dir(at):
                 raise TRMError(f"{what} {work_dir} lies inside {at}, which is a submit's work folder (it holds "
                                "units/ or solve_report.json): its files would mix with the solve's; choose a folder "
                                "of its own")
