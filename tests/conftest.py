@@ -58,6 +58,19 @@ def pytest_configure(config) -> None:
         pin_to_own_cores(int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw")), workers)
 
 
+@pytest.fixture(autouse=True)
+def stop_handlers_put_back():
+    """A test that runs a command in this process (`cli.main`) leaves the command's SIGINT/SIGTERM/SIGHUP
+    handlers behind, as a command's process keeps them to its end; the next test's forked children would inherit
+    them. Each test starts from the handlers the one before it found."""
+    stops = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+    before = {s: signal.getsignal(s) for s in stops}
+    yield
+    for s, handler in before.items():
+        if handler is not None and signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
+
+
 def pin_to_own_cores(worker: int, workers: int) -> None:
     """Worker `worker` of `workers` keeps to its own share of the cores, and so does every process it starts (the
     affinity mask is inherited, and the package sizes its threads from it: `hardware.usable_cores`). Without this
