@@ -166,14 +166,16 @@ if MODE == "auto":
 else:
     why = "set by the MODE parameter"
 budget_from_save = TIME_BUDGET == "auto" and MODE == "save"
+# the parameter the budget came from, named in every line about it: in a Save Version run that left TIME_BUDGET
+# alone it is SAVE_TIME_BUDGET (raising TIME_BUDGET would change the scored rerun's budget too)
+BUDGET_SETTING = "SAVE_TIME_BUDGET" if budget_from_save else "TIME_BUDGET"
 if TIME_BUDGET == "auto":
     TIME_BUDGET = SAVE_TIME_BUDGET if MODE == "save" else FULL_BUDGET
 if MAX_TASKS == "auto":
     MAX_TASKS = SAVE_MAX_TASKS if MODE == "save" else None
 if on_kaggle and (TIME_BUDGET is None or TIME_BUDGET > FULL_BUDGET):  # Kaggle stops every kernel at 12 h
     said = "None (no limit)" if TIME_BUDGET is None else f"{TIME_BUDGET:.0f} s"
-    given = "SAVE_TIME_BUDGET" if budget_from_save else "TIME_BUDGET"  # the one the user set, named
-    warn(f"{given}={said} is past a Kaggle kernel's 12 h: using {FULL_BUDGET:.0f} s")
+    warn(f"{BUDGET_SETTING}={said} is past a Kaggle kernel's 12 h: using {FULL_BUDGET:.0f} s")
     TIME_BUDGET = FULL_BUDGET
 if TIME_BUDGET is None and "auto" in (FINETUNE_STEPS, NUM_AUG):
     warn(f"TIME_BUDGET=None with 'auto' counts: the counts are fitted to a budget, using {FULL_BUDGET:.0f} s")
@@ -498,7 +500,7 @@ if READY:
                                    finetune_steps=FINETUNE_STEPS, num_aug=NUM_AUG, max_tasks=MAX_TASKS,
                                    workers=WORKERS, device=DEVICE,
                                    compile_cache=str(cache) if cache.is_file() else None, **test_time),
-                       echo=print)
+                       echo=print, budget_setting=BUDGET_SETTING)
         # per task reports, workers and fallback reasons are in ttt_work/solve_report.json (also in the lines above)
         print(json.dumps({k: v for k, v in report.items() if k not in ("task_reports", "workers", "fallback")},
                          indent=2, default=str))

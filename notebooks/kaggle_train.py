@@ -55,6 +55,7 @@ DEVICE = "auto"  # auto (cuda > mps > cpu), cpu, cuda
 # rewrites it with what it did; a session stopped by an error says why there too.
 
 # %%
+import codecs
 import json
 import math
 import os
@@ -148,25 +149,50 @@ if DEVICE not in ("auto", "cpu", "cuda", "mps"):
 SESSION = Path(KAGGLE_WORKING) / "session.json"
 
 
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def read_record(record):
+    """A previous session's record as the package reads it: a regular file (a FIFO there would wait for a writer
+    forever) of at most 1 MiB, UTF-8 (or the encoding its byte-order mark names) JSON in which no key repeats.
+    ValueError or OSError otherwise."""
+    def unrepeated(pairs):
+        if len({k for k, _ in pairs}) < len(pairs):
+            raise ValueError("a key repeats")
+        return dict(pairs)
+
+    if not record.is_file() or record.stat().st_size > 1 << 20:
+        raise ValueError("not a regular file of at most 1 MiB")
+    data = record.read_bytes()
+    text = data.decode(next((enc for bom, enc in BOMS if data.startswith(bom)), "utf-8"))
+    return json.loads(text, object_pairs_hook=unrepeated)
+
+
 def state_to_pass_on():
     """The newest train state among the inputs (`state_step<N>.pt`, by N), else the one a previous session's
-    record names, or None. Every record this kernel writes names it, so that a session killed before it copies
-    the state into its output (during the install) still passes the name on, and the next one refuses rather than
-    start the run over (`trm_kaggle.kaggle_training.named_state` is the package's side of this rule)."""
+    record names, else, where a record cannot be read (over 1 MiB, not JSON: another version's, or damaged), words
+    naming the first such, or None. Every record this kernel writes names it, so that a session killed before it
+    copies the state into its output (during the install) still passes the name on, and the next one refuses
+    rather than start the run over; a record that cannot be read may name such a state, and is passed on so too
+    (`trm_kaggle.kaggle_training.named_state` is the package's side of this rule: the same answer)."""
     try:
         found = Path(KAGGLE_INPUT).rglob("state_step*.pt")
         steps = {p: int(p.name[10:-3]) for p in found  # state_step<N>.pt, N in ASCII digits ('²' is no int)
                  if p.name[10:-3].isascii() and p.name[10:-3].isdigit()}
         if steps:
             return str(max(steps, key=steps.get))
+        unread = None
         for record in sorted(Path(KAGGLE_INPUT).rglob("session.json")):
-            try:  # a regular file of at most 1 MiB: a FIFO there would wait for a writer forever
-                small = record.is_file() and record.stat().st_size < 1 << 20
-                named = json.loads(record.read_bytes()) if small else None
-            except (OSError, ValueError):
+            try:
+                named = read_record(record)
+            except (OSError, ValueError, RecursionError):  # it may name the state: passed on unless another does
+                unread = unread or record
                 continue
             if isinstance(named, dict) and isinstance(named.get("previous_state"), str):
                 return named["previous_state"]
+        if unread is not None:  # the package's UNREAD_RECORD
+            return f"the state named in {unread}, a record that cannot be read"
     except (OSError, RecursionError, ValueError):  # an input that cannot be walked: the session names its problem
         pass
     return None

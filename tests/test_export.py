@@ -268,3 +268,16 @@ def test_a_state_or_run_that_does_not_exist_is_said_missing(tmp_path):
     with pytest.raises(TRMError, match=r"empty: no train state \(state_step\*\.pt\)$"):
         ckpt.export_run(tmp_path / "empty", tmp_path / "e")
     assert not (tmp_path / "e").exists()
+
+
+def test_an_export_folder_that_is_a_loop_of_links_is_named_as_one(tmp_path):
+    """From Python, weights `a -> b -> a` said "export folder not found (Too many levels of symbolic links)"."""
+    from trm_kaggle.model.export import export_digest
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for read in (read_export, export_digest):
+        with pytest.raises(TRMError) as e:
+            read(tmp_path / "a")
+        assert str(e.value) == f"{tmp_path / 'a'}: export folder is a loop of symbolic links (a dangling link): " \
+                               "remove the link", str(e.value)

@@ -1,12 +1,13 @@
 """The on-disk format is upstream's: their reader must read ours and ours must read theirs."""
 
 import json
+import re
 
 import numpy as np
 import pytest
 
-from trm_kaggle.data.format import (DatasetMetadata, DatasetWriter, NpyFile, load_split, read_npy_header,
-                                    write_rows_at)
+from trm_kaggle.data.format import (DatasetMetadata, DatasetWriter, NpyFile, load_metadata, load_split,
+                                    read_npy_header, write_rows_at)
 from trm_kaggle.data.verify import verify_dataset
 from trm_kaggle.errors import DataError, TRMError
 
@@ -134,3 +135,18 @@ def test_written_files_are_readable_by_others(tmp_path):
     for p in (tmp_path / "ds").rglob("*"):
         if p.is_file():
             assert p.stat().st_mode & stat.S_IROTH, p
+
+
+def test_a_dataset_directory_that_is_a_loop_of_links_is_named_as_one(tmp_path):
+    """From Python, `a -> b -> a` as the data said "dataset directory not found (Too many levels of symbolic
+    links)": a folder to look for, where a link to remove stands."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for read in (lambda p: load_metadata(p, "train"), lambda p: load_split(p, "train"), verify_dataset):
+        with pytest.raises(DataError) as e:
+            read(tmp_path / "a")
+        assert str(e.value) == f"{tmp_path / 'a'}: dataset directory is a loop of symbolic links (a dangling " \
+                               "link): remove the link", str(e.value)
+    with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'a' / 'ds'}: dataset directory cannot be reached: "
+                                                  "a folder on its path is a loop of symbolic links")):
+        verify_dataset(tmp_path / "a" / "ds")

@@ -224,3 +224,55 @@ def test_a_work_dir_below_another_submits_work_dir_is_refused(tmp_path, capsys, 
             line = one_error_line(capsys, main(args))
         assert str(first) in line and "submit" in line, line
     assert not (first / "units" / "units").exists() and not (tmp_path / "s.json").exists()
+
+
+
+@pytest.mark.parametrize("other", ["a finished work dir", "a live submit's lock"])
+@pytest.mark.parametrize("entry", ["units", "workers"])
+def test_a_work_dir_whose_units_or_workers_is_another_submits_work_dir_is_refused(tmp_path, capsys, entry, other):
+    """`submit --work-dir q/workers` running, then `submit --work-dir q`: the second's w0.plan.json and units went
+    into q/workers, among the live submit's files, exit 0. Refused by the CLI and by the library's solve alike,
+    in one line naming the folder, nothing written."""
+    import contextlib
+    import json
+
+    from trm_kaggle.config import SolveConfig
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.locks import directory_lock
+    from trm_kaggle.solve import solve
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t1": task}))
+    work = tmp_path / "q"
+    first = work / entry
+    first.mkdir(parents=True)
+    finished = other == "a finished work dir"
+    if finished:
+        (first / "solve_report.json").write_text("{}")
+    cfg = SolveConfig(challenges=str(tmp_path / "c.json"), weights=str(SHIPPED), output=str(tmp_path / "s.json"),
+                      work_dir=str(work), num_aug=1)
+    with contextlib.nullcontext() if finished else directory_lock(first, "submit"):
+        before = _listing(work)
+        line = one_error_line(capsys, main(_submit(tmp_path, work)))
+        with pytest.raises(TRMError) as e:
+            solve(cfg, echo=lambda _: None)
+        assert _listing(work) == before and not (tmp_path / "s.json").exists()
+    for said in (line, str(e.value)):
+        assert str(first) in said and "\n" not in said, said
+        assert ("is a submit's work folder" if finished else "another submit is running") in said, said
+
+
+def test_a_work_dir_beside_a_live_submits_folder_or_with_a_dead_ones_lock_is_taken(tmp_path):
+    """A live submit working in W/w (a name the solve does not write) leaves W free; so does a lock left in W/units
+    by a process that has ended (as for a work dir inside another's: the lock of a dead process is no obstacle)."""
+    import socket
+
+    from trm_kaggle.locks import LOCK_FILE, directory_lock
+    from trm_kaggle.solve.workdir import planted_entry_problem
+
+    work = tmp_path / "w3"
+    (work / "units").mkdir(parents=True)
+    # no flock held on it, and its recorded process is gone
+    (work / "units" / LOCK_FILE).write_text(f"999999999 {socket.gethostname()} submit\tgone\n")
+    with directory_lock(work / "w", "submit"):
+        assert planted_entry_problem(work) is None

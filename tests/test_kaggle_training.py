@@ -30,6 +30,7 @@ from trm_kaggle.kaggle.push import training_push_commands
 from trm_kaggle.kaggle.sandbox import netns_wrapper, papermill_command, probe_netns
 from trm_kaggle import kaggle_training
 from trm_kaggle.kaggle_training import run_session
+from trm_kaggle.model import content_digest
 from trm_kaggle.train import checkpoint as ckpt
 
 IDS = BundleIds("tester", "trm-kaggle")
@@ -943,3 +944,95 @@ def test_continue_from_says_and_records_the_newest_state_it_packs(tmp_path, monk
                                           runner=kaggle_output, log=said.append)
     assert report["step"] == 2 and any("newest state: step 2" in line for line in said), said
     assert json.loads((tmp_path / "run-state" / "manifest.json").read_text())["step"] == 2
+
+
+@pytest.mark.parametrize("change", [{"future_setting": 3}, {"lr": "fast"}])
+def test_a_state_of_settings_this_version_cannot_read_is_refused_naming_the_setting(built, tmp_path, change):
+    """A state whose config holds a setting a newer version added, or a value of another type (its checksum made
+    anew): pydantic's error ended the session "error: ValidationError: 1 validation error for TrainConfig" with
+    status "error", naming neither the state nor the setting. Now `trm-kaggle train`'s line, status "refused",
+    the state passed on."""
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    (path,) = ckpt.list_states(prev / "run")
+    state = torch.load(path, weights_only=False)
+    state.pop("sha256")
+    state["config"] = json.dumps({**json.loads(state["config"]), **change})
+    state["sha256"] = content_digest(state)
+    torch.save(state, path)
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and r.status == "refused" and [x for x in lines if x.startswith("error:")] == lines[-1:], lines
+    (key,) = change
+    assert f"{path}: field 'config': not settings this trm_kaggle can resume with: {key}" in lines[-1], lines
+    assert ckpt.list_states(tmp_path / "s2" / "run")[-1].read_bytes() == path.read_bytes()  # passed on
+
+
+NAMED = "/kaggle/input/x/run/state_step00000005.pt"
+UNREAD = "the state named in {}, a record that cannot be read"  # what both sides pass on for such a record
+UNREADABLE = {  # a previous session's record naming the state it had to pass on, as a newer version or damage left it
+    "over 1 MiB": json.dumps({"status": "started", "previous_state": NAMED, "history": ["x" * 100] * 11_000}).encode(),
+    "cut short": json.dumps({"status": "started", "previous_state": NAMED}).encode()[:-10],
+    "not UTF-8": json.dumps({"previous_state": NAMED, "notes": "caf\xe9"}, ensure_ascii=False).encode("latin-1"),
+}
+
+
+@pytest.mark.parametrize("damage", list(UNREADABLE))
+def test_a_previous_record_that_cannot_be_read_is_refused_never_restarted(built, tmp_path, damage):
+    """A previous output holding no train state and a record naming the state it had to pass on, but over 1 MiB,
+    cut short or not UTF-8: taken as naming nothing, and the run started over from step 0 without a word. Now one
+    line naming the record and why, status "refused", and the next session, given this one's output, refuses too."""
+    record = tmp_path / "in" / "trm-kaggle-train" / "session.json"
+    record.parent.mkdir(parents=True)
+    record.write_bytes(UNREADABLE[damage])
+    passed_on = UNREAD.format(record)
+    for n, root in ((2, tmp_path / "in"), (3, tmp_path / "s2")):
+        lines: list[str] = []
+        r = run_session(input_root=root, working=tmp_path / f"s{n}", preset="sudoku4-cpu", overrides=SETTINGS,
+                        data_dir=built / "data", time_budget=None, echo=lines.append)
+        assert not r.ok and r.status == "refused" and r.step == 0, (r, lines)
+        assert [x for x in lines if x.startswith("error:")] == lines[-1:], lines
+        assert str(record) in lines[-1] and "refusing to start the run over" in lines[-1], lines
+        assert report(tmp_path / f"s{n}")["previous_state"] == passed_on and not (tmp_path / f"s{n}" / "run").exists()
+    assert "cannot be read" in report(tmp_path / "s2")["message"]
+
+
+def test_the_notebooks_first_cell_passes_on_what_the_session_does(tmp_path):
+    """The first cell's `state_to_pass_on` (written into session.json before the install) and the package's
+    `named_state` give one answer for each previous record: a record that cannot be read was "names nothing" on
+    both sides (a session killed during its install passed nothing on, and the next one started the run over)."""
+    import ast
+
+    from trm_kaggle.kaggle_training import named_state
+
+    source = (Path(__file__).resolve().parents[1] / "notebooks" / "kaggle_train.py").read_text(encoding="utf-8")
+    wanted = {"BOMS", "read_record", "state_to_pass_on"}
+    nodes = [n for n in ast.parse(source).body if getattr(n, "name", None) in wanted
+             or any(getattr(t, "id", None) in wanted for t in getattr(n, "targets", []))]
+    cell = compile(ast.Module(nodes, []), "kaggle_train.py", "exec")
+    named = json.dumps({"previous_state": NAMED})
+    cases = {**UNREADABLE, "a key repeats": b'{"previous_state": "a", "previous_state": "b"}',
+             "nested too deeply": b"[" * 100_000, "empty": b"", "a FIFO": None, "a folder": None,
+             "1 MiB exactly": (named[:-1] + " " * ((1 << 20) - len(named)) + "}").encode(),
+             "UTF-16 with its mark": named.encode("utf-16"), "names nothing": b'{"ok": true}', "a list": b"[1]"}
+    for case, data in cases.items():
+        root = tmp_path / case
+        record = root / "previous" / "session.json"
+        record.parent.mkdir(parents=True)
+        if case == "a FIFO":
+            os.mkfifo(record)
+        elif case == "a folder":
+            record.mkdir()
+        else:
+            record.write_bytes(data)
+        scope = {"Path": Path, "json": json, "codecs": __import__("codecs"), "KAGGLE_INPUT": str(root)}
+        exec(cell, scope)
+        want = (None if case in ("names nothing", "a list") else
+                NAMED if case in ("1 MiB exactly", "UTF-16 with its mark") else UNREAD.format(record))
+        assert (scope["state_to_pass_on"](), named_state(root)) == (want, want), case
+    (tmp_path / "empty" / "later").mkdir()  # a readable record naming a state wins over one that cannot be read
+    (tmp_path / "empty" / "later" / "session.json").write_text(named)
+    scope["KAGGLE_INPUT"] = str(tmp_path / "empty")
+    assert (scope["state_to_pass_on"](), named_state(tmp_path / "empty")) == (NAMED, NAMED)

@@ -638,3 +638,21 @@ def test_a_save_budget_past_12_hours_is_named_as_the_save_budget(tmp_path, monke
     code, out = run_kernel_script(tmp_path, KAGGLE_INPUT="in", KAGGLE_WORKING="out", SAVE_TIME_BUDGET=50000)
     assert code == 0 and "WARNING: SAVE_TIME_BUDGET=50000 s is past a Kaggle kernel's 12 h" in out, out[-3000:]
     assert "WARNING: TIME_BUDGET=" not in out
+
+
+@pytest.mark.parametrize("params, setting", [({"MODE": "save", "SAVE_TIME_BUDGET": 65}, "SAVE_TIME_BUDGET"),
+                                             ({"MODE": "full", "TIME_BUDGET": 65}, "TIME_BUDGET")])
+def test_a_budget_too_small_names_the_parameter_it_came_from(tmp_path, monkeypatch, params, setting):
+    """A Save Version run with SAVE_TIME_BUDGET=65 said "give a larger time budget: --time-budget, the kernel's
+    TIME_BUDGET; or a smaller --safety-margin" in its warning and RESULT line: a parameter the user had left alone
+    (TIME_BUDGET would change the scored rerun's budget too) and an option the kernel does not have."""
+    monkeypatch.chdir(tmp_path)
+    write_competition(tmp_path / "in" / "arc-prize-2026-arc-agi-2")
+    code, out = run_kernel_script(tmp_path, KAGGLE_INPUT="in", KAGGLE_WORKING="out", DEVICE="cpu", **params)
+    advice = f"leaves 5 s after its safety margin (60 s), less than the 10 s a worker needs to time its device and " \
+             f"plan (give a larger time budget: {setting})"
+    result = [line for line in out.splitlines() if line.startswith("RESULT:")]
+    assert code == 0 and f"warning: the time budget (65 s) {advice}" in out, out[-3000:]
+    assert len(result) == 1 and "holds the fallback answers" in result[0] and result[0].endswith(advice), result
+    assert "--time-budget" not in out and "--safety-margin" not in out, out[-3000:]
+    assert json.loads((tmp_path / "out" / "submission.json").read_text())

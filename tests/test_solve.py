@@ -646,6 +646,19 @@ def test_a_small_canvas_model_answers_the_tasks_that_fit_and_falls_back_on_the_r
                    f"10x10 canvas; {out} holds the fallback answers"]
 
 
+def test_an_export_config_size_of_the_wrong_type_is_named_with_its_file(tmp_path):
+    """The kernel said a config.json holding `"vocab_size": "12"` was "not an ARC model ... has vocab_size 12 ...
+    needs ARC's 12 tokens": the file and the field's type are named instead, and the model path still stops."""
+    from trm_kaggle.solve.task import NotArcModel, export_canvas
+
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "config.json").write_text(json.dumps({"vocab_size": "12", "seq_len": 900}))
+    with pytest.raises(NotArcModel) as e:
+        export_canvas(tmp_path / "w")
+    assert str(e.value).startswith(f"{tmp_path / 'w' / 'config.json'}: vocab_size '12' is not a whole number")
+    assert "not an ARC model" not in str(e.value)
+
+
 # ---------------------------------------------------------------------------
 # Which device each worker gets (no GPU here: the device count and the device choice are stubbed)
 # ---------------------------------------------------------------------------

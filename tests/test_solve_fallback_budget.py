@@ -64,12 +64,33 @@ def test_a_budget_that_leaves_a_worker_no_time_to_plan_is_refused_in_one_line(tm
     assert rc == 3 and len(lines) == 1 and "less than the 10 s a worker needs to time its device and plan" in lines[0]
     # the settings alone leave too little, whatever the file: the line says so, not that reading took the time
     assert "the time budget (9 s) leaves 8 s after its safety margin (1 s)" in lines[0] and "reading" not in lines[0]
-    # the advice names the setting in the CLI's and the kernel's words (the kernel has no --time-budget)
-    assert "give a larger time budget: --time-budget, the kernel's TIME_BUDGET; or a smaller --safety-margin" in lines[0]
+    # the advice names the command's own options (the kernel names its parameters: see the next test)
+    assert "(give a larger time budget: --time-budget; or a smaller --safety-margin)" in lines[0]
     check_submission(tmp_path / "s.json", tmp_path / "c.json")
     rc = main(submit(tmp_path, tmp_path / "c.json", "--time-budget", "0.001"))  # under the default 60 s margin
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == 3 and "leaves 0 s after its safety margin (60 s)" in lines[0] and "--safety-margin" in lines[0]
+
+
+@pytest.mark.parametrize("setting", ["SAVE_TIME_BUDGET", "TIME_BUDGET"])
+def test_a_budget_too_small_is_blamed_on_the_setting_it_came_from(tmp_path, monkeypatch, setting):
+    """A Save Version run's SAVE_TIME_BUDGET=65 was refused with "give a larger time budget: --time-budget, the
+    kernel's TIME_BUDGET; or a smaller --safety-margin": a parameter the user had left alone, and an option the
+    kernel does not have. The caller names the setting; the margin, none of its settings, is not advised."""
+    from trm_kaggle.config import SolveConfig
+
+    (tmp_path / "c.json").write_text(json.dumps({"t1": TASK}))
+    make_export(tmp_path / "exp")
+    monkeypatch.setattr(J, "run_in_process", lambda *a, **kw: pytest.fail("no worker when none could plan"))
+    said = []
+    report = J.solve(SolveConfig(challenges=str(tmp_path / "c.json"), weights=str(tmp_path / "exp"),
+                                 output=str(tmp_path / "s.json"), time_budget=65, progress=False),
+                     echo=said.append, budget_setting=setting)
+    why = report["model_failed"]
+    assert why.endswith(f"(give a larger time budget: {setting})") and "leaves 5 s after its safety margin" in why
+    assert "--time-budget" not in why and "--safety-margin" not in why
+    assert any(why in line for line in said), said
+    check_submission(tmp_path / "s.json", tmp_path / "c.json")
 
 
 def test_a_step_no_deadline_check_reaches_is_stopped_inside_the_margin(tmp_path, monkeypatch, capsys):

@@ -91,25 +91,24 @@ def _refuse_command_folder(folder, what: str) -> None:
 def _refuse_work_dir(folder, what: str = "run folder (checkpoint_path)") -> None:
     """A run folder, or another submit's --output, inside a submit's work folder: a submit, which refuses a run
     folder, could no longer resume, and a submission there could replace its record (solve_report.json)."""
-    _refuse_inside(folder, what, "a submit's work folder", "units/ or solve_report.json", "solve's", _is_work_dir)
+    from trm_kaggle.solve import is_work_dir
 
-
-def _is_work_dir(at) -> bool:
-    """Whether the folder `at` is a submit's work folder (it holds solve_report.json, or units/ and workers/)."""
-    return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
+    _refuse_inside(folder, what, "a submit's work folder", "units/ or solve_report.json", "solve's", is_work_dir)
 
 
 def _refuse_below_a_work_dir(work_dir, what: str) -> None:
     """A work folder below another submit's (its units/, its workers/): the two solves' files mixed, while the
     other ran and held its lock. Its own work folder, reused, is no such thing; a folder above it holding a live
-    lock (a submit just started, nothing written yet) is refused by that lock."""
+    lock (a submit just started, nothing written yet) is refused by that lock. The other way round (its units/ or
+    workers/ another submit's work folder) the solve refuses itself, for every caller (`planted_entry_problem`)."""
     from pathlib import Path
 
     from trm_kaggle.locks import refuse_if_held
+    from trm_kaggle.solve import is_work_dir
 
     for at in Path(work_dir).absolute().parents:
         try:
-            if _is_work_dir(at):
+            if is_work_dir(at):
                 raise TRMError(f"{what} {work_dir} lies inside {at}, which is a submit's work folder (it holds "
                                "units/ or solve_report.json): its files would mix with the solve's; choose a folder "
                                "of its own")
@@ -256,19 +255,12 @@ def _selection_problem(command: str, args: argparse.Namespace) -> str | None:
     """A selection that would only fail after the work: `evaluate --tasks` naming tasks the test split lacks."""
     if command == "evaluate" and args.report_dir and args.tasks and args.first is None and not args.no_pictures:
         # (with --first or --no-pictures, `cmd_evaluate` refuses the pair before any data is read)
-        from trm_kaggle.evaluate import chosen_tasks, is_arc_dataset, load_test_set
+        from trm_kaggle.evaluate import is_arc_dataset, load_test_set, tasks_problem
 
         if not is_arc_dataset(args.data):  # evaluate_export says the same of --first and --no-pictures
             return (f"--tasks: {args.data} has no test_puzzles.json: it is scored per example, and its report draws "
                     "no pictures (ARC's alone) and picks no tasks")
-        known = load_test_set(args.data).num_tests
-        chosen = chosen_tasks(args.tasks, known)
-        if not chosen:
-            return "--tasks names no task (give task ids separated by spaces or commas)"
-        unknown = [t for t in chosen if t not in known]
-        if unknown:
-            return (f"--tasks: {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''} not in the test split of "
-                    f"{args.data} ({len(known)} tasks, e.g. {', '.join(list(known)[:3])})")
+        return tasks_problem(args.tasks, load_test_set(args.data).num_tests, args.data, "--tasks")  # as the library
     return None
 
 

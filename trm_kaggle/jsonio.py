@@ -249,10 +249,27 @@ def is_regular(path: str | os.PathLike, what: str = "file") -> bool:
     return stat.S_ISREG(mode)
 
 
+def loop_problem(path: str | os.PathLike, what: str = "path") -> str | None:
+    """`"{path}: ..."` when reaching `path` never ends: it, or a folder on its way, is a loop of symbolic links
+    (`a -> b -> a`); None for anything else. The system's "Too many levels of symbolic links" read as "not found"
+    sent the user looking for a missing folder."""
+    try:
+        os.stat(path)
+        return None
+    except ValueError:  # a NUL in the name
+        return None
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            return None
+    if os.path.islink(path):  # the name itself is a link (lstat of a name below a loop fails: it is no link)
+        return f"{path}: {what} is a loop of symbolic links (a dangling link): remove the link"
+    return f"{path}: {what} cannot be reached: a folder on its path is a loop of symbolic links; remove that link"
+
+
 def directory_problem(path: str | os.PathLike, what: str = "directory") -> str | None:
     """`"{path}: ..."`, what stands where a directory `what` is expected, or None when a directory is there (through
-    links): not found, a file, or a special file named as what it is (a FIFO or a link to /dev/zero is never
-    called missing)."""
+    links): not found, a loop of links, a file, or a special file named as what it is (a FIFO or a link to
+    /dev/zero is never called missing)."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -260,7 +277,7 @@ def directory_problem(path: str | os.PathLike, what: str = "directory") -> str |
             return f"{path}: {what} not found (a symbolic link to {os.readlink(path)}, which does not exist)"
         return f"{path}: {what} not found"
     except (OSError, ValueError) as e:  # a part of the path is a file, a loop of links, no permission, a NUL
-        return f"{path}: {what} not found ({getattr(e, 'strerror', None) or e})"
+        return loop_problem(path, what) or f"{path}: {what} not found ({getattr(e, 'strerror', None) or e})"
     if stat.S_ISDIR(mode):
         return None
     target = os.path.realpath(path)

@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+
 from trm_kaggle.atomic import atomic_write_json, replace_problem
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
@@ -59,6 +60,10 @@ SESSION = "session.json"
 DEFAULT_BUDGET = 11.5 * 3600  # seconds: Kaggle stops a session at 12 h
 DEFAULT_MARGIN = 600.0  # seconds kept for the final save, the export and the picture
 DEFAULT_SAVE_EVERY = 300.0  # seconds between timed train states: a session killed outright loses at most this
+MAX_RECORD_BYTES = 1 << 20  # a previous session's record over this is not read (one this version writes is small)
+# what a session passes on where the only word of the run's state among its inputs is a record that cannot be read
+# (the notebook's first cell writes the same words): the next session refuses too, as for a state named
+UNREAD_RECORD = "the state named in {}, a record that cannot be read"
 SCRATCH = "trm-kaggle-inputs"  # the unpacked datasets, under /kaggle/temp (never in the kernel's output)
 UNPACKED_ENTRIES = "*-" + "[0-9a-f]" * 16 + "*"  # what unpacking writes there: <name>-<digest>, its temporaries
 
@@ -78,7 +83,8 @@ class SessionReport:
     curve: str | None = None
     notes: list[str] = field(default_factory=list)
     # the newest train state among the inputs, which the session passes on (copied into its run folder); a
-    # session stopped before the copy still names it, and the next one refuses rather than start the run over
+    # session stopped before the copy still names it, and the next one refuses rather than start the run over (where
+    # the inputs held no state and a record of an earlier session that cannot be read: `UNREAD_RECORD`, naming it)
     previous_state: str | None = None
 
 
@@ -249,10 +255,11 @@ def previous_state(roots: Path | Sequence[Path], exclude: Path) -> tuple[Path, d
 
 
 def refuse_other_run(path: Path, state: dict[str, Any], cfg: TrainConfig) -> None:
-    """TRMError when the previous state belongs to another model or config, or was trained on other data."""
+    """TRMError when the previous state belongs to another model or config (or holds settings this version cannot
+    read), or was trained on other data."""
     from trm_kaggle.train import RESUMABLE_CHANGES, checkpoint as ckpt
 
-    saved = TrainConfig.model_validate_json(state["config"])
+    saved = ckpt.saved_config(path, state)  # a newer version's settings: named, as `trm-kaggle train` names them
     diffs = [k for k in TrainConfig.model_fields if k not in RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
     if diffs:
         detail = ", ".join(f"{k}: {_short(getattr(saved, k))} there, {_short(getattr(cfg, k))} here" for k in diffs[:3])
@@ -400,26 +407,39 @@ def _export_interrupted(report: SessionReport, working: Path, echo: Callable[[st
 
 def named_state(input_root: Path) -> str | None:
     """The newest train state file among the inputs by its name, else the one an attached output's record
-    (`session.json`) names as the state it had to pass on, or None. A record that names a state in an output
-    that holds none was left by a kernel run stopped before it copied the state (killed during its install, its
-    runner gone): the run must not start over from step 0."""
+    (`session.json`) names as the state it had to pass on, else, where a record cannot be read (larger than
+    `MAX_RECORD_BYTES`, not UTF-8 JSON, not a regular file), `UNREAD_RECORD` naming the first such, or None. A
+    record that names a state in an output that holds none was left by a kernel run stopped before it copied the
+    state (killed during its install, its runner gone): the run must not start over from step 0; one that cannot
+    be read may be such a record (of another version, or damaged). The notebook's first cell (`state_to_pass_on`)
+    answers the same, with the standard library alone."""
+    return _passed_on(input_root)[0]
+
+
+def _passed_on(input_root: Path) -> tuple[str | None, str | None]:
+    """(`named_state`'s answer, and where it is `UNREAD_RECORD` the line that says why that record cannot be read)."""
     from trm_kaggle.jsonio import parse_json, read_bytes
     from trm_kaggle.train import checkpoint as ckpt
 
     try:
         states = [(step, p) for p in input_root.rglob("state_step*.pt") if (step := ckpt.state_step(p)) is not None]
         if states:
-            return str(max(states)[1])
+            return str(max(states)[1]), None
+        unread = None
         for record in sorted(input_root.rglob(SESSION)):
             try:
-                named = parse_json(read_bytes(record, "session record", max_bytes=1 << 20), str(record))
-            except (TRMError, OSError):  # a record that cannot be read names nothing
+                named = parse_json(read_bytes(record, "session record", max_bytes=MAX_RECORD_BYTES), str(record),
+                                   "session record")
+            except (TRMError, OSError) as e:  # it may name the state: said unless a readable record names one
+                unread = unread or (record, str(e))
                 continue
             if isinstance(named, dict) and isinstance(named.get("previous_state"), str):
-                return named["previous_state"]
+                return named["previous_state"], None
+        if unread is not None:
+            return UNREAD_RECORD.format(unread[0]), unread[1]
     except (OSError, RecursionError):  # an input that cannot be walked: the carry names its problem
         pass
-    return None
+    return None, None
 
 
 def _refuse_link(folder: Path) -> None:
@@ -486,8 +506,9 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     # the attached outputs first, as they are (an earlier kernel run's output is a plain folder), before the packed
     # datasets are checked and unpacked (a changed data.tar, or a stop during its unpacking, would pass no state);
     # a SIGTERM before the state is carried waits for it (one in the kernel run's first second passed none on)
+    unread = None  # why a previous session's record cannot be read, where that record is what the session passes on
     if not in_place:  # named in the record first: a refused or stopped kernel run still passes the name on
-        report.previous_state = named_state(Path(input_root))
+        report.previous_state, unread = _passed_on(Path(input_root))
     carried = None if in_place else carry(Path(input_root))
     stops.carried()
     try:  # each refused after the carry: the refused session's output holds the state
@@ -510,6 +531,11 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         carried = carry(roots, carried)
     if not in_place and carried is None and report.previous_state:
         report.status = "refused"
+        if unread is not None:  # a newer version's record, or one cut short, may name the state the run needs
+            raise TRMError(f"no train state among the inputs, and a previous session's record cannot be read "
+                           f"({unread}): it may name a state this run had to pass on; refusing to start the run "
+                           "over; attach an output that holds the run's train state, or detach the output holding "
+                           "that record to start a new run")
         raise TRMError(f"no train state among the inputs, yet a previous session's record names "
                        f"{report.previous_state}, which it had to pass on (it was stopped or refused before it "
                        "copied it): "

@@ -11,11 +11,9 @@ from typing import get_args
 from trm_kaggle.cli.common import common_flags, config_kwargs, flag
 from trm_kaggle.config import MAX_SEED, EvaluateConfig, InferenceDtype, RepairEvalConfig, TaskIdMode, bounded_number
 from trm_kaggle.errors import TRMError
+from trm_kaggle.evaluate import MAX_DRAWN
 from trm_kaggle.names import typed_name
 from trm_kaggle.wording import count, shown
-
-#: Tasks one report draws at most (each is a picture).
-MAX_DRAWN = 10_000
 
 
 def add_evaluate(sub) -> None:

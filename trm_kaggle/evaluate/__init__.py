@@ -4,6 +4,7 @@ from trm_kaggle.faces import lazy_face
 
 # What other layers use, by the module that defines it; the rest of the package is private to it.
 _EXPORTS = {
+    "MAX_DRAWN": "report",
     "PASS_KS": "vote",
     "check_model_fits": "predict",
     "check_scorable": "submission",
@@ -27,6 +28,7 @@ _EXPORTS = {
     "require_tasks": "submission",
     "score_submission": "scoring",
     "task_picture_png": "report",
+    "tasks_problem": "report",
     "validate_submission": "submission",
     "challenge_problems": "submission",
     "wilson_interval": "stats",

@@ -26,6 +26,10 @@ from trm_kaggle.wording import count
 if TYPE_CHECKING:  # the report reads results; it runs no model (and imports no torch)
     from trm_kaggle.evaluate.pipeline import EvalResult
 
+#: Tasks one report draws at most (each is a picture): `evaluate --first`, `evaluate_export(first=...)` and
+#: `write_report(first_n=...)` alike.
+MAX_DRAWN = 10_000
+
 # The standard ARC palette, colours 0..9.
 ARC_PALETTE = ("#000000", "#0074D9", "#FF4136", "#2ECC40", "#FFDC00",
                "#AAAAAA", "#F012BE", "#FF851B", "#7FDBFF", "#870C25")
@@ -215,6 +219,20 @@ def chosen_tasks(items: Sequence[str], known: Collection[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def tasks_problem(items: Sequence[str], known: Collection[str], data: object, name: str) -> str | None:
+    """What is wrong with the task ids `items` to draw (`evaluate --tasks`, `evaluate_export(tasks=...)`: `name`)
+    among the task ids `known` of the test split of `data`, or None. Both ask before any inference: an id the split
+    lacks was found by `write_report`, after the whole evaluation."""
+    chosen = chosen_tasks(items, known)
+    if not chosen:
+        return f"{name} names no task (give task ids separated by spaces or commas)"
+    unknown = [t for t in chosen if t not in known]
+    if unknown:
+        return (f"{name}: {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''} not in the test split of "
+                f"{data} ({len(known)} tasks, e.g. {', '.join(list(known)[:3])})")
+    return None
+
+
 def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence[str] | None = None,
                  first_n: int = 5, top: int = 5, attempts: int = 2, pictures: bool = True,
                  weights: str | os.PathLike | dict[str, str] | None = None) -> dict[str, Path]:
@@ -224,7 +242,7 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     digest, and a folder holding the report of other weights is refused (`check_report_dir`)."""
     out = Path(out_dir)
     # the call's counts, before any work: attempts=-1 was an IndexError while drawing, 0 a picture of no attempt
-    first_n, top = whole_argument("first_n", first_n, 0, 10**6), whole_argument("top", top, 1, 10**6)
+    first_n, top = whole_argument("first_n", first_n, 0, MAX_DRAWN), whole_argument("top", top, 1, 10**6)
     attempts = whole_argument("attempts", attempts, 1, 10)  # candidates drawn per row: past 10 none can be read
     problem = nothing_to_score(result)
     if problem:  # no data is not a zero: nothing is written

@@ -13,6 +13,7 @@ Printed lines go to `out` (stdout for the command), notes to `note` (stderr).
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -22,8 +23,9 @@ from trm_kaggle.data import contents_hash, load_metadata, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
 from trm_kaggle.evaluate.pipeline import evaluate, load_test_set
-from trm_kaggle.evaluate.report import (REPORT_KIND, check_report_dir, format_metrics, format_task_id_table,
-                                        weights_record, write_dataset_report, write_report)
+from trm_kaggle.evaluate.report import (MAX_DRAWN, REPORT_KIND, check_report_dir, format_metrics,
+                                        format_task_id_table, tasks_problem, weights_record, write_dataset_report,
+                                        write_report)
 from trm_kaggle.evaluate.vote import VoteTable, canvas_side
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import apply_compile, apply_task_ids, load_model_for_dataset
@@ -38,10 +40,12 @@ def evaluate_io(weights, data, save_votes=None, report_dir=None, pool_with=(), *
                 flags: bool = True) -> tuple[list[Input], list[Output]]:
     """What an evaluation reads and writes (`trm_kaggle.outputs`), named as `evaluate`'s options (`flags`) or as
     `evaluate_export`'s arguments: `evaluate_export` checks them itself, the command before it calls it. The report
-    folder is replaced as a whole: nothing else may lie in it (votes saved there were refused after the work)."""
+    folder is replaced as a whole: nothing else may lie in it (votes saved there were refused after the work).
+    A votes file named twice in `pool_with` is refused here, for both (TRMError): its votes would count twice."""
     def name(field: str) -> str:
         return "--" + field.replace("_", "-") if flags else field
 
+    _check_pool_with(pool_with or [], name("pool_with"))
     return ([Input(weights, name("weights"), tree=True), Input(data, name("data"), tree=True),
              *(Input(p, f"{name('pool_with')} file") for p in pool_with or [])],
             [Output(save_votes, name("save_votes")), Output(report_dir, name("report_dir"), "replaced")])
@@ -56,9 +60,12 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     one in `settings`) says how: the export is loaded on cfg.device, in cfg.dtype ("auto" decides per device
     whatever the export was trained in), compiled as cfg.compile, then `evaluate`d. Votes of `pool_with` (files
     of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first. `tasks`,
-    `first` (default 5) and `pictures` choose the ARC report's pictures."""
+    `first` (default 5) and `pictures` choose the ARC report's pictures; `tasks` and `first` are checked before
+    any inference too, with a report or without."""
     cfg = (cfg or EvaluateConfig()).updated(**settings)
     task_id_seed = whole_argument("task_id_seed", task_id_seed, 0, MAX_SEED)  # NaN failed in torch after the load
+    if first is not None:  # write_report found it after the whole inference, naming its own first_n
+        first = whole_argument("first", first, 0, MAX_DRAWN)
     inputs, outputs = evaluate_io(weights, data, save_votes, report_dir, pool_with, flags=False)
     check_kept(inputs, outputs)
     # where the votes and the report go, as `evaluate` checks them: votes in /dev were written after the inference
@@ -77,6 +84,8 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     if not arc and cfg.weighting != "count":  # each example answers alone: no vote to weigh
         raise DataError(f"{data} has no test_puzzles.json: it is scored per example, without votes to weigh "
                         f"(weighting {cfg.weighting})")
+    if tasks is not None and (problem := tasks_problem(tasks, load_test_set(data).num_tests, data, "tasks")):
+        raise TRMError(problem)  # as `evaluate --tasks` says it: write_report found it after the whole inference
     modes = list(dict.fromkeys(task_ids))
     pooled = None
     side = math.isqrt(load_metadata(data, "test").seq_len) if pool_with else 0
@@ -130,6 +139,24 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
                              weights=record)
         out(f"report: {paths['markdown']}")
     return summaries
+
+
+def _check_pool_with(paths: Sequence[str], name: str) -> None:
+    """TRMError when `paths` is one path (its letters were taken for files) or two of them are one file: the same
+    name, `./v.npz` beside `v.npz`, or a link to it."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TRMError(f"{name}={paths!r}: expected a list of votes files, e.g. [{str(paths)!r}]")
+    seen: dict[str, str] = {}
+    for path in paths:
+        try:
+            where = os.path.realpath(path)
+        except (TypeError, ValueError):  # not a path (a NUL byte...): the readers name it
+            continue
+        if where in seen:
+            also = f" (as {seen[where]})" if seen[where] != path else ""
+            raise TRMError(f"{name}: {path} is named twice{also}: its votes would be counted twice; name each file "
+                           "once")
+        seen[where] = path
 
 
 def _check_something_to_score(data: str, arc: bool) -> None:

@@ -18,6 +18,7 @@ _EXPORTS = {
     "finetune": "task",
     "finetune_phases": "schedule",
     "format_estimate": "pricing",
+    "is_work_dir": "workdir",
     "load_finetuned": "task",
     "make_plan": "plan",
     "solve": "job",

@@ -145,11 +145,13 @@ def _echo(cfg: SolveConfig) -> Callable[[str], None]:
 
 
 def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
-          on_poll: Callable[[list[Outcome]], None] | None = None, start: float | None = None) -> dict[str, Any]:
+          on_poll: Callable[[list[Outcome]], None] | None = None, start: float | None = None,
+          budget_setting: str | None = None) -> dict[str, Any]:
     """`_solve` as the only writer of cfg.work_dir: a second submit there is refused before it writes anything,
     and so are challenges that hold no task (`{}`: nothing to answer, and an empty "valid" submission would have
     checked nothing). The budget counts from `start` (a time.monotonic() value, e.g. when the command started;
-    default now)."""
+    default now). `budget_setting` names where cfg.time_budget came from in a caller's words, for a budget refused
+    as too small (the kernel: its SAVE_TIME_BUDGET or TIME_BUDGET); default `submit`'s --time-budget."""
     start = time.monotonic() if start is None else start
     # an output never overwrites, holds or breaks an input, whoever calls (`submit` checked it, and more, already)
     check_kept(*solve_io(cfg.challenges, cfg.weights, cfg.output, cfg.work_dir, cfg.compile_cache, flags=False))
@@ -163,11 +165,13 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     challenges = read_challenges(cfg.challenges, duplicates)
     require_tasks(challenges, cfg.challenges, "there is nothing to answer")
     with directory_lock(cfg.work_dir, "submit", required=False):
-        return _solve(cfg, challenges, duplicates, echo=echo, on_poll=on_poll, start=start)
+        return _solve(cfg, challenges, duplicates, echo=echo, on_poll=on_poll, start=start,
+                      budget_setting=budget_setting)
 
 
 def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Callable[[str], None] | None = None,
-           on_poll: Callable[[list[Outcome]], None] | None = None, start: float | None = None) -> dict[str, Any]:
+           on_poll: Callable[[list[Outcome]], None] | None = None, start: float | None = None,
+           budget_setting: str | None = None) -> dict[str, Any]:
     """Write cfg.output in every case; returns a report of what happened.
 
     Once the challenges file is read (`challenges`, with the ids it repeats in `duplicates`), nothing can stop a
@@ -184,7 +188,7 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     say(budget.line("fallback", f"{cfg.output} holds a valid answer for each of the {len(challenges)} tasks"))
     if budget.left() < MIN_PLAN_S:  # reading the file and writing the fallback left no worker time to plan:
         # refused in one line, now (not after another pass over a file that large, nor as tasks never reached)
-        return _out_of_time(cfg, report, budget, say)
+        return _out_of_time(cfg, report, budget, say, budget_setting)
 
     not_arc = None
     try:
@@ -324,21 +328,32 @@ def _say_outcome(cfg: SolveConfig, report: dict, tasks_total: int, budget: Budge
                     + f", {report['predicted']} test inputs with model predictions"))
 
 
-def _out_of_time(cfg: SolveConfig, report: dict, budget: Budget, say: Callable[[str], None]) -> dict:
+def _larger_budget(budget_setting: str | None, margin: bool) -> str:
+    """The advice closing a budget refused as too small, naming the setting the budget came from: `submit`'s
+    --time-budget (and, where the margin alone is to blame, its --safety-margin), or the caller's own parameter (a
+    Save Version run's budget is the kernel's SAVE_TIME_BUDGET: its TIME_BUDGET, named there once, would change
+    the scored rerun's too; the kernel's safety margin is no parameter of its own)."""
+    if budget_setting is not None:
+        return f"give a larger time budget: {budget_setting}"
+    return "give a larger time budget: --time-budget" + ("; or a smaller --safety-margin" if margin else "")
+
+
+def _out_of_time(cfg: SolveConfig, report: dict, budget: Budget, say: Callable[[str], None],
+                 budget_setting: str | None = None) -> dict:
     """The report of a run whose budget left no worker time to plan once the fallback was written: the budget
-    refused as too small for the challenges file, in one line; the fallback stands."""
+    refused as too small for the challenges file, in one line naming the setting to raise (`_larger_budget`); the
+    fallback stands."""
     took, left = time.monotonic() - budget.start, max(0.0, budget.left())
     usable = cfg.time_budget - cfg.safety_margin
     if usable < MIN_PLAN_S:  # the settings alone leave too little, whatever the file: say so, not the reading
         why = (f"the time budget ({cfg.time_budget:g} s) leaves {max(usable, 0.0):g} s after its safety margin "
                f"({cfg.safety_margin:g} s), less than the {MIN_PLAN_S:g} s a worker needs to time its device and "
-               "plan (give a larger time budget: --time-budget, the kernel's TIME_BUDGET; or a smaller "
-               "--safety-margin)")
+               f"plan ({_larger_budget(budget_setting, margin=True)})")
     else:
         why = (f"the time budget ({cfg.time_budget:g} s, {cfg.safety_margin:g} s of it the safety margin) is too "
                f"small for {cfg.challenges}: reading its {report['tasks']} tasks and writing the fallback took "
                f"{took:.1f} s, leaving {math.floor(left * 10) / 10:.1f} s, less than the {MIN_PLAN_S:g} s a worker needs to time its device "
-               "and plan (give a larger time budget: --time-budget, the kernel's TIME_BUDGET)")
+               f"and plan ({_larger_budget(budget_setting, margin=False)})")
     say(budget.line("budget", why))
     report["errors"].append(why)
     report.update(model_failed=why, model_tasks=min(cfg.max_tasks or report["tasks"], report["tasks"]), left_out={},

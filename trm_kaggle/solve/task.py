@@ -43,15 +43,17 @@ PARTS = ("data", "finetune")  # what a task's run writes beside its result.json
 
 
 class NotArcModel(TRMError):
-    """An export of another kind of task (Sudoku, a maze, code): no ARC task can reach its vocabulary."""
+    """An export of another kind of task (Sudoku, a maze, code): no ARC task can reach its vocabulary; or one whose
+    config.json says no vocabulary or canvas size to compare with ARC's (missing, or not a whole number)."""
 
 
 def export_canvas(weights: str | os.PathLike) -> int:
     """The canvas side an export was trained on (seq_len = side * side; 30 for upstream's ARC models); NotArcModel
-    for a model of another kind of task, whose every prediction would fail on ARC's tokens."""
+    for a model of another kind of task, whose every prediction would fail on ARC's tokens, and for a vocab_size or
+    seq_len missing or not a whole number."""
     config = read_json(Path(weights) / "config.json", "export config.json")
-    if isinstance(config, dict) and "vocab_size" in config and (problem := arc_model_problem(config)):
-        raise NotArcModel(f"{weights}: {problem}")
+    if isinstance(config, dict) and "vocab_size" in config and (problem := arc_model_problem(config, weights)):
+        raise NotArcModel(problem)  # the whole line: a field of the wrong type names the file, not the model's kind
     seq_len = int(config.get("seq_len", 900))
     side = math.isqrt(seq_len)
     return side if side * side == seq_len and 1 <= side <= 30 else 30

@@ -27,7 +27,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import MAX_GRID, grid_problem, parse_task, task_fits
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.locks import LOCK_FILE
+from trm_kaggle.locks import LOCK_FILE, refuse_if_held
 from trm_kaggle.names import ascii_number
 from trm_kaggle.outputs import Input, Output, special_kind
 
@@ -69,12 +69,34 @@ def solve_io(challenges, weights, output, work_dir, compile_cache=None, *,
             [Output(output, name("output")), Output(work_dir, name("work_dir"), "folder", WORK_ENTRIES)])
 
 
+def is_work_dir(at: str | os.PathLike) -> bool:
+    """Whether the folder `at` is a submit's work folder (it holds solve_report.json, or units/ and workers/)."""
+    at = Path(at)
+    return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
+
+
+def _taken_problem(work: str | os.PathLike, folder: Path) -> str | None:
+    """Why the workers may not write into `folder` (the work dir's `units/` or `workers/`): it is another submit's
+    work folder, finished or live (`submit --work-dir W/workers` running, then `submit --work-dir W`: the second's
+    plans and results went in among the first one's files, exit 0). A lock its process left when it ended is no
+    obstacle, as for a work dir inside another's (its files, once written, are)."""
+    if is_work_dir(folder):
+        return (f"work dir {work}: {folder} is a submit's work folder (it holds units/ or solve_report.json): the "
+                "workers' files would mix with that solve's; choose a folder of its own")
+    try:
+        refuse_if_held(folder)
+    except TRMError as e:
+        return f"work dir {work}: the workers write into {folder}, which a live command holds: {e}"
+    return None
+
+
 def planted_entry_problem(work: str | os.PathLike) -> str | None:
     """Why the work dir cannot take the workers (None when it can): `units/` or `workers/` is a file (every task
-    failed after its work), or what the workers write below them (a unit's folder, its fine-tuning run, its data, a
-    result) is a symbolic link: written through, a result went outside the work dir, and a result already where
-    the link pointed was taken as the model's answers; so are `units/` and `workers/` themselves (the kernel's
-    work folder is no option anyone typed). A FIFO there costs its task alone, said by its worker."""
+    failed after its work), another submit's work folder or held by a live command (`_taken_problem`), or what the
+    workers write below them (a unit's folder, its fine-tuning run, its data, a result) is a symbolic link: written
+    through, a result went outside the work dir, and a result already where the link pointed was taken as the
+    model's answers; so are `units/` and `workers/` themselves (the kernel's work folder is no option anyone
+    typed). A FIFO there costs its task alone, said by its worker."""
     for top in ("units", "workers"):
         folder = Path(work) / top
         try:
@@ -86,6 +108,8 @@ def planted_entry_problem(work: str | os.PathLike) -> str | None:
             if not folder.is_dir():
                 return (f"work dir {work}: {folder} is {special_kind(folder) or 'a file'}; the workers write a "
                         "folder there")
+            if problem := _taken_problem(work, folder):
+                return problem
             for entry in folder.iterdir():
                 inside = [] if entry.is_symlink() or not entry.is_dir() else list(entry.iterdir())
                 for path in (entry, *inside):

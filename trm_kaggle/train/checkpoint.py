@@ -31,11 +31,12 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
+import pydantic
 import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
-from trm_kaggle.config import TrainConfig
+from trm_kaggle.config import TrainConfig, validation_line
 from trm_kaggle.data import DatasetMetadata, contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile, os_error_line
 from trm_kaggle.jsonio import (directory_problem, is_regular, open_regular, parse_json, read_failure, read_json,
@@ -89,6 +90,17 @@ def state_path(run_dir: Path, step: int) -> Path:
 def is_state_file(path: str | os.PathLike) -> bool:
     """True when the file name is a train state's (`state_step<N>.pt`)."""
     return _STATE_RE.search(Path(path).name) is not None
+
+
+def saved_config(path: str | os.PathLike, state: dict[str, Any]) -> TrainConfig:
+    """The settings a train state read from `path` was trained with; TRMError naming the file and the setting when
+    this version cannot read them (a newer version's setting, a value of another type). `train` resuming and the
+    training kernel carrying a state both ask here, so both say it alike."""
+    try:
+        return TrainConfig.model_validate_json(state["config"])
+    except pydantic.ValidationError as e:
+        raise TRMError(f"{path}: field 'config': not settings this trm_kaggle can resume with: "
+                       f"{validation_line(e)}") from None
 
 
 def state_step(path: str | os.PathLike) -> int | None:

