@@ -748,7 +748,7 @@ def test_evaluate_exports_first_has_the_commands_bound(dataset, tmp_path, capsys
 
 def test_a_votes_file_pooled_twice_is_refused_before_any_inference(dataset, tmp_path, monkeypatch, capsys):
     """`evaluate_export(pool_with=['v.npz', 'v.npz'])` and `evaluate --pool-with v.npz v.npz` counted the same
-    votes twice ("POOLED with 2 earlier evaluations"); `./v.npz`, or a link to it, is the same file."""
+    votes twice ("POOLED with 2 earlier evaluations"); `./v.npz`, a link to it, or a hard link is the same file."""
     from cli_helpers import one_error_line
     from trm_kaggle.cli import main
     from trm_kaggle.evaluate import evaluate_export
@@ -758,9 +758,11 @@ def test_a_votes_file_pooled_twice_is_refused_before_any_inference(dataset, tmp_
     side = int(np.sqrt(load_metadata(dataset, "test").seq_len))
     VoteTable.from_grids([(("12997ef3", 0), np.ones((2, 2), np.uint8), 0.0)], side=side).save(tmp_path / "v.npz")
     (tmp_path / "link.npz").symlink_to(tmp_path / "v.npz")
+    os.link(tmp_path / "v.npz", tmp_path / "hard.npz")  # no path in common with v.npz: its inode is
     monkeypatch.chdir(tmp_path)
     for pool, shown in ((["v.npz", "v.npz"], "v.npz is named twice: "), (["v.npz", "./v.npz"], "./v.npz is named "
-                        "twice (as v.npz)"), (["v.npz", "link.npz"], "link.npz is named twice (as v.npz)")):
+                        "twice (as v.npz)"), (["v.npz", "link.npz"], "link.npz is named twice (as v.npz)"),
+                        (["v.npz", "hard.npz"], "hard.npz is named twice (as v.npz)")):
         with pytest.raises(TRMError, match="^" + re.escape(f"pool_with: {shown}")):
             evaluate_export(weights, str(dataset), device="cpu", pool_with=pool, out=lambda _: None)
         rc = main(["evaluate", "--weights", weights, "--data", str(dataset), "--device", "cpu", "--pool-with", *pool])

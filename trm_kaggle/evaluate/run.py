@@ -143,15 +143,20 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
 
 def _check_pool_with(paths: Sequence[str], name: str) -> None:
     """TRMError when `paths` is one path (its letters were taken for files) or two of them are one file: the same
-    name, `./v.npz` beside `v.npz`, or a link to it."""
+    name, `./v.npz` beside `v.npz`, a link to it, or a hard link."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise TRMError(f"{name}={paths!r}: expected a list of votes files, e.g. [{str(paths)!r}]")
-    seen: dict[str, str] = {}
+    seen: dict[object, str] = {}
     for path in paths:
         try:
             where = os.path.realpath(path)
         except (TypeError, ValueError):  # not a path (a NUL byte...): the readers name it
             continue
+        try:  # one file by any name: a hard link shares no path with it, only its inode
+            info = os.stat(where)
+            where = (info.st_dev, info.st_ino)
+        except OSError:  # not there (yet): the readers name it; its path stands for it
+            pass
         if where in seen:
             also = f" (as {seen[where]})" if seen[where] != path else ""
             raise TRMError(f"{name}: {path} is named twice{also}: its votes would be counted twice; name each file "
