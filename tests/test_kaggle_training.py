@@ -1036,3 +1036,16 @@ def test_the_notebooks_first_cell_passes_on_what_the_session_does(tmp_path):
     (tmp_path / "empty" / "later" / "session.json").write_text(named)
     scope["KAGGLE_INPUT"] = str(tmp_path / "empty")
     assert (scope["state_to_pass_on"](), named_state(tmp_path / "empty")) == (NAMED, NAMED)
+
+
+def test_a_previous_state_of_another_arch_names_the_field_that_differs(tmp_path):
+    """Both `arch` blocks were shown as JSON clipped to one width: a difference late in the block (swiglu_norm)
+    read as two identical values. The refusal names the field, as `train` resuming does (one wording for both)."""
+    from trm_kaggle.config import TrainConfig
+    from trm_kaggle.kaggle_training import refuse_other_run
+
+    cfg = TrainConfig(data_paths=[str(tmp_path)])
+    saved = cfg.model_copy(update={"arch": cfg.arch.model_copy(update={"swiglu_norm": not cfg.arch.swiglu_norm})})
+    with pytest.raises(TRMError, match=r"another model or config \(arch\.swiglu_norm: "
+                                       f"{saved.arch.swiglu_norm} in it, {cfg.arch.swiglu_norm} now\\)"):
+        refuse_other_run(tmp_path / "state_step00000003.pt", {"config": saved.model_dump_json()}, cfg)

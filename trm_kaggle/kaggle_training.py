@@ -257,24 +257,17 @@ def previous_state(roots: Path | Sequence[Path], exclude: Path) -> tuple[Path, d
 def refuse_other_run(path: Path, state: dict[str, Any], cfg: TrainConfig) -> None:
     """TRMError when the previous state belongs to another model or config (or holds settings this version cannot
     read), or was trained on other data."""
-    from trm_kaggle.train import RESUMABLE_CHANGES, checkpoint as ckpt
+    from trm_kaggle.train import checkpoint as ckpt, config_differences
 
     saved = ckpt.saved_config(path, state)  # a newer version's settings: named, as `trm-kaggle train` names them
-    diffs = [k for k in TrainConfig.model_fields if k not in RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
-    if diffs:
-        detail = ", ".join(f"{k}: {_short(getattr(saved, k))} there, {_short(getattr(cfg, k))} here" for k in diffs[:3])
-        raise TRMError(f"the previous output {path} holds a run of another model or config ({detail}); refusing "
+    if said := config_differences(saved, cfg):
+        raise TRMError(f"the previous output {path} holds a run of another model or config ({said}); refusing "
                        "to resume it or to start over: detach that output, or build the kernel with its settings")
     fingerprint = ckpt.dataset_fingerprint(cfg.data_paths)
     if state.get("dataset_fingerprint") != fingerprint:
         raise TRMError(f"the previous output {path} was trained on another dataset (fingerprint "
                        f"{state.get('dataset_fingerprint')} != {fingerprint} of {cfg.data_paths[0]}); refusing to "
                        "resume it: attach the dataset it was trained on")
-
-
-def _short(value: Any) -> str:
-    text = value.model_dump_json() if hasattr(value, "model_dump_json") else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def copy_state(path: Path, run_dir: Path) -> Path:

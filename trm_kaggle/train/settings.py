@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
+import pydantic
 import yaml
 
 from trm_kaggle.config import TrainConfig
@@ -41,6 +42,26 @@ RESUMABLE_CHANGES = {"data_paths", "max_steps", "time_limit", "progress", "log_i
                      "tensorboard", "wandb", "device", "compile", "micro_batch_size", "auto_batch", "threads",
                      "load_checkpoint", "eval_interval", "min_eval_interval", "checkpoint_every_eval", "checkpoint_path",
                      "freeze_weights", "grad_checkpointing", "max_nonfinite_steps", "save_every_s", "cuda_graphs"}
+
+
+def config_differences(saved: TrainConfig, cfg: TrainConfig, clip: int = 40) -> str | None:
+    """What a saved run's settings and `cfg` differ in, beyond `RESUMABLE_CHANGES`, in words ("arch.swiglu_norm:
+    False in it, True now; ..."), or None when a resume may go on. A nested block is named by its field: two `arch`
+    blocks clipped to one width read alike however they differ. Each difference shows both values: an edited state,
+    not the user's settings, may be the odd one."""
+    diffs = [k for k in TrainConfig.model_fields if k not in RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
+    if not diffs:
+        return None
+    pairs = []
+    for k in diffs:
+        old, new = getattr(saved, k), getattr(cfg, k)
+        if isinstance(new, pydantic.BaseModel) and type(old) is type(new):
+            pairs += [(f"{k}.{f}", getattr(old, f), getattr(new, f)) for f in type(new).model_fields
+                      if getattr(old, f) != getattr(new, f)]
+        else:
+            pairs.append((k, old, new))
+    said = "; ".join(f"{k}: {clipped(old, clip)} in it, {clipped(new, clip)} now" for k, old, new in pairs[:3])
+    return said + (" ..." if len(pairs) > 3 else "")
 
 
 def default_run_dir(cfg: TrainConfig) -> Path:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
 
-import pydantic
 import torch
 import torch.distributed as dist
 
@@ -30,7 +29,7 @@ from trm_kaggle.optim import EMA
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.runtime import Runtime, all_reduce_, dtype_name
-from trm_kaggle.train.settings import RESUMABLE_CHANGES
+from trm_kaggle.train.settings import config_differences
 from trm_kaggle.wording import clipped, shown
 
 log = logging.getLogger(__name__)
@@ -171,17 +170,7 @@ def restore(state: TrainState, path: Path, saved: dict[str, Any], cfg: TrainConf
     """Put the saved train state `saved` (read from `path`) into `state`, refusing one of another run. The loss
     scaler is restored by the caller, once the resumed dtype is known."""
     previous = ckpt.saved_config(path, saved)  # settings this version does not know (or bounds it does not allow)
-    diffs = [k for k in TrainConfig.model_fields
-             if k not in RESUMABLE_CHANGES and getattr(previous, k) != getattr(cfg, k)]
-    if diffs:  # each named with both values: an edited state, not the user's settings, may be the odd one
-        pairs = [(f"{k}.{f}", getattr(getattr(previous, k), f), getattr(getattr(cfg, k), f))
-                 for k in diffs if isinstance(getattr(cfg, k), pydantic.BaseModel)
-                 for f in type(getattr(cfg, k)).model_fields
-                 if getattr(getattr(previous, k), f) != getattr(getattr(cfg, k), f)]
-        pairs += [(k, getattr(previous, k), getattr(cfg, k)) for k in diffs
-                  if not isinstance(getattr(cfg, k), pydantic.BaseModel)]
-        said = "; ".join(f"{k}: {clipped(old, 40)} in it, {clipped(new, 40)} now" for k, old, new in pairs[:3]) + (
-            " ..." if len(pairs) > 3 else "")
+    if said := config_differences(previous, cfg):
         raise TRMError(f"{path} was saved by a run with a different config ({said}); resume with the same "
                        "settings or choose another checkpoint_path")
     if saved["dataset_fingerprint"] != state.fingerprint:
