@@ -22,6 +22,13 @@ recipe-minor (seed 0: every recipe, then seed 1, ...), so slow spells of a share
 alike; each run is one thread (`--threads`) and starts from a fresh run folder, after every recipe has taken two
 unmeasured steps (what a process pays once, such as a lazy import, falls on no measured run).
 
+The work folder (`--work-dir`) is held for the benchmark's length (the package's lock: a second benchmark there
+is refused in one line naming the first). A run folder (WORK/runs/<task>/<recipe>/seed<N>, and the warm-up's) is
+cleared only when it holds nothing but what a training wrote there, and no folder below the work folder is
+written through a symbolic link; anything else, and a `--out` that cannot take the reports, is one `error:` line
+(status 2) before any work. A stop (Ctrl-C, SIGTERM) is one `interrupted: ...` line naming the report that holds
+the runs finished (status 130, 143); a rerun trains every run again.
+
 Each run evaluates the held-out split's exact accuracy (every cell right after the full halt_max_steps) every
 `eval_interval` epochs and records, at each evaluation: the step, the training examples seen (step x
 global_batch_size: one ACT supervision step of one row is one example), the training FLOPs (`training_flops`,
@@ -83,8 +90,10 @@ row of one optimizer step (a fresh example trained once, at the drawn depth); it
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
+import os
 import re
 import shutil
 import statistics
@@ -92,13 +101,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from trm_kaggle.config import ArchConfig  # noqa: E402
 from trm_kaggle.errors import TRMError  # noqa: E402
+
+if TYPE_CHECKING:  # the script's first lines import nothing heavy: a stop from the first instant is one line
+    from trm_kaggle.config import ArchConfig
 
 # ---------------------------------------------------------------------------
 # FLOPs from the model's shapes
@@ -299,6 +310,122 @@ def dataset(task: Task, work: Path, say=print) -> Path:
 
 
 # ---------------------------------------------------------------------------
+# Folders: written below the work folder only where they stand, cleared only where a training of ours wrote
+# ---------------------------------------------------------------------------
+
+
+def _link_below(work: Path, folder: Path) -> Path | None:
+    """The first of the folders from below `work` down to `folder` that is a symbolic link (to a folder or to
+    nothing), or None. `work` itself is named by the user and may be one."""
+    at = work
+    for part in folder.relative_to(work).parts:
+        at = at / part
+        if at.is_symlink():
+            return at
+    return None
+
+
+def _link_problem(work: Path, folder: Path, what: str) -> str | None:
+    """A folder the harness writes below its work folder, planted as (or below) a symbolic link: what it wrote
+    landed where the link points, outside the work folder."""
+    if (link := _link_below(work, folder)) is None:
+        return None
+    where = f"{what} {link}" if link == folder else f"{what} {folder}: {link}"
+    return (f"{where} is a symbolic link to {os.path.realpath(link)}; the harness writes its folders inside its work "
+            "folder, never through a link: remove the link")
+
+
+def _foreign_entries(folder: Path) -> list[str]:
+    """The entries of `folder` that no training writes in its run folder: its lock, run record, config and metrics,
+    its train states (and those it set aside: `.corrupt`, `.other`), the temporaries of its atomic writes, its
+    compile cache and TensorBoard log."""
+    from trm_kaggle.outputs import LOCK_FILE
+    from trm_kaggle.train import METRICS_FILE, RUN_RECORD
+
+    ours = (LOCK_FILE, RUN_RECORD, "config.json", METRICS_FILE, "state_step*.pt", "state_step*.pt.*", ".*.tmp",
+            "compile_cache.*", "tensorboard")
+    return sorted(e.name for e in folder.iterdir() if not any(fnmatch.fnmatchcase(e.name, p) for p in ours))
+
+
+def run_folder_problem(work: Path, folder: Path, what: str = "run folder") -> str | None:
+    """Why the harness may not clear `folder` (a run's, or the warm-up's, below `work`) and train there, or None.
+
+    Cleared is only what a training of the harness wrote: a folder holding nothing but a training's entries
+    (`_foreign_entries`), which records its run (run.json or a train state) unless it holds its lock alone (a
+    training stopped as it began). Never through a symbolic link (a planted one had the files it pointed to
+    deleted and a run written there); a file in its place or a folder that cannot be written is said now too."""
+    from trm_kaggle.outputs import LOCK_FILE, Output, writable_problem
+    from trm_kaggle.train import RUN_RECORD, list_states
+    from trm_kaggle.train.checkpoint import recorded_run_id
+
+    if problem := _link_problem(work, folder, what) or writable_problem(Output(folder, what, "folder")):
+        return problem
+    if not folder.is_dir():
+        return None
+    if theirs := _foreign_entries(folder):
+        shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+        return (f"{what} {folder} holds {shown}, which no training of the harness wrote: clearing the folder for a "
+                "fresh run would delete it; move it, or choose another --work-dir")
+    begun = sorted(e.name for e in folder.iterdir()
+                   if e.name != LOCK_FILE and not fnmatch.fnmatchcase(e.name, ".*.tmp"))
+    if begun and recorded_run_id(folder) is None and not list_states(folder):
+        return (f"{what} {folder} holds {', '.join(begun)} but no {RUN_RECORD} and no train state: not a run of the "
+                "harness (each records its run there), so it is not cleared; move it, or choose another --work-dir")
+    return None
+
+
+def clear_run_folder(work: Path, folder: Path, what: str = "run folder") -> None:
+    """Remove `folder` for a fresh run (its training makes it again), once `run_folder_problem` allows it."""
+    if problem := run_folder_problem(work, folder, what):
+        raise TRMError(problem)
+    if folder.is_dir():
+        shutil.rmtree(folder)
+
+
+def _report_names(task: str) -> tuple[str, ...]:
+    return tuple(f"bench_recipes_{task}.{suffix}" for suffix in ("json", "md", "png"))
+
+
+def check_report_folder(out: Path, what: str, task: str, reads: Sequence[Path] = ()) -> None:
+    """The report folder can take the reports (no file in its place or on its way, writable, room on its disk,
+    none of the reports `reads` written over), before any work: the package's output checks."""
+    from trm_kaggle.outputs import Input, Output, check_io
+
+    check_io([Input(p, "--report") for p in reads], [Output(out, what, "folder", _report_names(task))])
+
+
+def check_folders(work: Path, task: Task, recipes: Sequence[Recipe], seeds: int, *, build: bool,
+                  out: Path | None) -> None:
+    """Every folder the benchmark writes below `work`, before any work: the work folder itself, each recipe's run
+    folder for each seed and the warm-up's (cleared before their runs), the dataset's when it builds one, and the
+    report folder (one named, `out`, is written where it points; the default one, WORK/report, never through a
+    link)."""
+    from trm_kaggle.outputs import Output, writable_problem
+
+    if problem := writable_problem(Output(work, "--work-dir", "folder")):
+        raise TRMError(problem)
+    runs = work / "runs" / task.name
+    for folder, what in [(runs / "warm-up", "warm-up folder"),
+                         *((runs / _slug(r.name) / f"seed{s}", "run folder") for s in range(seeds) for r in recipes)]:
+        if problem := run_folder_problem(work, folder, what):
+            raise TRMError(problem)
+    written = [(work / "data" / task.name, "dataset folder")] if build else []
+    written += [(work / "report", "report folder")] if out is None else []
+    for folder, what in written:
+        if problem := _link_problem(work, folder, what):
+            raise TRMError(problem)
+    check_report_folder(out or work / "report", "--out" if out is not None else "report folder", task.name)
+
+
+def _stopped(e: KeyboardInterrupt, saved: Path, runs: int) -> None:
+    """The stop's one line (`interrupts.interrupted` prints it) says what the benchmark kept."""
+    kept = (f"the run it finished is in {saved}" if runs == 1 else f"the {runs} runs it finished are in {saved}"
+            if runs else "no run had finished")
+    said = f"{kept}; a rerun trains every run again"
+    e.args = (f"{e}; {said}" if str(e) else said,)
+
+
+# ---------------------------------------------------------------------------
 # One run: a curve of (step, examples, FLOPs, seconds, accuracy)
 # ---------------------------------------------------------------------------
 
@@ -334,17 +461,16 @@ def run_config(task: Task, recipe: Recipe, data: Path, run_dir: Path, seed: int,
 
 
 def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budget_examples: float | None,
-                say=print) -> Curve:
+                work: Path, say=print) -> Curve:
     """Train `cfg` from scratch, evaluating the held-out split every eval_interval; stop at the first evaluation
-    at or past the budget (training seconds, examples)."""
+    at or past the budget (training seconds, examples). Its run folder lies below `work`."""
     from trm_kaggle.data import load_metadata
     from trm_kaggle.train import read_metrics, train
 
     from trm_kaggle.train import StepRules, schedule_at
 
     run_dir = Path(cfg.checkpoint_path)
-    if run_dir.exists():  # a run folder left by an earlier measurement: train() would resume it
-        shutil.rmtree(run_dir)
+    clear_run_folder(work, run_dir)  # a run folder left by an earlier measurement: train() would resume it
     meta = load_metadata(cfg.data_paths[0], "train")
     curve = Curve(recipe.name, seed, cfg.global_batch_size,
                   training_flops(cfg.arch, meta.seq_len, meta.vocab_size))
@@ -383,14 +509,14 @@ def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budge
     return curve
 
 
-def warm_up(cfg, run_dir: Path) -> None:
-    """Two unmeasured steps of `cfg` in a throwaway folder."""
+def warm_up(cfg, run_dir: Path, work: Path) -> None:
+    """Two unmeasured steps of `cfg` in a throwaway folder (below `work`)."""
     from trm_kaggle.train import train
 
-    shutil.rmtree(run_dir, ignore_errors=True)
+    clear_run_folder(work, run_dir, "warm-up folder")
     train(cfg.model_copy(update={"max_steps": 2, "eval_interval": None, "checkpoint_path": str(run_dir)}),
           banner=False)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    clear_run_folder(work, run_dir, "warm-up folder")
 
 
 # ---------------------------------------------------------------------------
@@ -513,6 +639,8 @@ def plot(curves: list[Curve], path: Path, title: str) -> None:
     """Held-out exact accuracy against examples, FLOPs and seconds: per recipe the median over seeds, min-max band."""
     import matplotlib
 
+    from trm_kaggle.atomic import atomic_write
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
@@ -537,7 +665,7 @@ def plot(curves: list[Curve], path: Path, title: str) -> None:
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))  # a link in its place is replaced
     plt.close(fig)
 
 
@@ -565,9 +693,25 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
         configs[r.name] = run_config(task, r, data or work / "data" / task.name,
                                      work / "runs" / task.name / _slug(r.name) / "seed0", 0,
                                      threads=threads, device=device, data_test=data_test, extra=extra)
+    from trm_kaggle.locks import directory_lock, refuse_if_held
+
+    refuse_if_held(work)  # a live benchmark there is named at once, before its folders are judged
+    check_folders(work, task, parsed, seeds, build=data is None, out=out)
+    # held for the whole benchmark: another one there would clear the run folders this one trains in, and replace
+    # its report
+    with directory_lock(work, "recipes benchmark"):
+        return _measure(task, parsed, configs, upstream, seeds=seeds, budget_s=budget_s,
+                        budget_examples=budget_examples, targets=targets, work=work, out=out or work / "report",
+                        data=data, data_test=data_test, threads=threads, device=device, extra=extra, say=say)
+
+
+def _measure(task: Task, parsed: list[Recipe], configs: dict, upstream: str | None, *, seeds: int,
+             budget_s: float | None, budget_examples: float | None, targets: Sequence[float], work: Path, out: Path,
+             data: Path | None, data_test: Path | None, threads: int | None, device: str | None,
+             extra: Sequence[str], say) -> dict:
+    """`bench`'s work, once its folders were checked and its work folder is held."""
     if data is None:
         data = dataset(task, work, say)
-    out = out or work / "report"
     out.mkdir(parents=True, exist_ok=True)
     curves: list[Curve] = []
     report = {"task": task.name, "data": str(data), "recipes": {r.name: {"presets": list(r.presets),
@@ -576,15 +720,21 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
               "seeds": seeds, "budget_s": budget_s, "budget_examples": budget_examples, "threads": threads,
               "configs": {n: c.model_dump(mode="json") for n, c in configs.items()}, "curves": []}
     t0 = time.perf_counter()
-    for r in parsed:  # what a process pays once (lazy imports, first allocations) falls on no measured run
-        warm_up(configs[r.name], work / "runs" / task.name / "warm-up")
-    for seed in range(seeds):
-        for r in parsed:
-            cfg = run_config(task, r, data, work / "runs" / task.name / _slug(r.name) / f"seed{seed}", seed,
-                             threads=threads, device=device, data_test=data_test, extra=extra)
-            curves.append(train_curve(cfg, r, seed, budget_s=budget_s, budget_examples=budget_examples, say=say))
-            report["curves"] = [asdict(c) for c in curves]
-            _write_json(out / f"bench_recipes_{task.name}.json", report)  # a stopped benchmark keeps its runs
+    saved = out / f"bench_recipes_{task.name}.json"
+    try:
+        for r in parsed:  # what a process pays once (lazy imports, first allocations) falls on no measured run
+            warm_up(configs[r.name], work / "runs" / task.name / "warm-up", work)
+        for seed in range(seeds):
+            for r in parsed:
+                cfg = run_config(task, r, data, work / "runs" / task.name / _slug(r.name) / f"seed{seed}", seed,
+                                 threads=threads, device=device, data_test=data_test, extra=extra)
+                curves.append(train_curve(cfg, r, seed, budget_s=budget_s, budget_examples=budget_examples,
+                                          work=work, say=say))
+                report["curves"] = [asdict(c) for c in curves]
+                _write_json(saved, report)  # a stopped benchmark keeps its runs
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (`interrupts.Terminated`): its line says what was kept
+        _stopped(e, saved, len(curves))
+        raise
     report["seconds"] = round(time.perf_counter() - t0, 1)
     return _publish(report, curves, targets, upstream, out, say)
 
@@ -592,6 +742,8 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
 def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstream: str | None, out: Path,
              say=print) -> dict:
     """The summary of `curves` into `report`, then bench_recipes_<task>.json, .md and .png in `out`."""
+    from trm_kaggle.atomic import atomic_write_text
+
     task = report["task"]
     report["summary"] = summarise(curves, targets, upstream)
     budget_s, budget_examples, threads = report["budget_s"], report["budget_examples"], report["threads"]
@@ -602,7 +754,7 @@ def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstre
             "device": next(iter(report["configs"].values()))["device"]}
     _write_json(out / f"bench_recipes_{task}.json", report)
     md = markdown(task, report["summary"], meta)
-    (out / f"bench_recipes_{task}.md").write_text(md, encoding="utf-8")
+    atomic_write_text(out / f"bench_recipes_{task}.md", md)  # a link in its place is replaced, never followed
     plot(curves, out / f"bench_recipes_{task}.png", f"{task}: held-out exact accuracy")
     say(md)
     say(f"report: {out / f'bench_recipes_{task}.md'} (+ .json, .png)")
@@ -629,6 +781,7 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
         raise TRMError(f"{paths[0]}: task {clipped(first.get('task'))} is no task name (it names the report's files)")
     if any((Path(out) / f"bench_recipes_{first['task']}.json").resolve() == Path(p).resolve() for p in paths):
         raise TRMError(f"--out {out}: would write over a report it reads; name another folder")
+    check_report_folder(Path(out), "--out", first["task"], paths)  # a file in its place, read-only: said now
     report, curves = {**first, "curves": [], "recipes": {}, "configs": {}, "joined_from": [str(p) for p in paths]}, []
     owner: dict[str, int] = {}  # recipe -> the file its runs come from
     for i, r in enumerate(reports):
@@ -715,12 +868,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.out:
             print("error: --report needs --out DIR (a folder for the new report)", file=sys.stderr)
             return 2
-        try:
-            rereport([Path(p) for p in args.report], args.targets, Path(args.out))
-        except TRMError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        return 0
+        return _said(lambda: rereport([Path(p) for p in args.report], args.targets, Path(args.out)))
     if args.size is not None and (args.task not in ("maze", "arc-small") or not 5 <= args.size <= 30):
         print(f"error: --size {args.size}: a maze's side or arc-small's canvas, from 5 to 30", file=sys.stderr)
         return 2
@@ -731,17 +879,43 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         task = replace(task, eval_interval=args.eval_interval)
     budget_s = args.budget_s if args.budget_s is not None or args.budget_examples is not None else 1200.0
+    return _said(lambda: bench(
+        task, args.recipes, seeds=args.seeds, budget_s=budget_s, budget_examples=args.budget_examples,
+        targets=args.targets, work=Path(args.work_dir), out=Path(args.out) if args.out else None,
+        data=Path(args.data) if args.data else None, data_test=Path(args.data_test) if args.data_test else None,
+        threads=None if args.gpu or args.threads == 0 else args.threads, device=args.device, extra=args.overrides))
+
+
+def _said(work: Callable[[], object]) -> int:
+    """Run `work`; a refusal or a system error (a full disk, a folder turned read-only) is one `error:` line and
+    status 2, as the package's commands say them."""
+    from trm_kaggle.errors import os_error_line
+
     try:
-        bench(task, args.recipes, seeds=args.seeds, budget_s=budget_s, budget_examples=args.budget_examples,
-              targets=args.targets, work=Path(args.work_dir), out=Path(args.out) if args.out else None,
-              data=Path(args.data) if args.data else None, data_test=Path(args.data_test) if args.data_test else None,
-              threads=None if args.gpu or args.threads == 0 else args.threads, device=args.device,
-              extra=args.overrides)
+        work()
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
         return 2
     return 0
 
 
+def command(argv: list[str] | None = None) -> int:
+    """The script: SIGTERM and SIGHUP stop it as Ctrl-C does, from its first instant, and a stop ends in the one
+    line and status of the package's commands (`interrupted: stopped by SIGTERM; ...`, 128 + the signal's number;
+    `trm_kaggle.console` does the same for `trm-kaggle`)."""
+    from trm_kaggle.interrupts import interrupted, quiet_teardown, take_sigterm
+
+    take_sigterm()
+    try:
+        status = main(argv)
+    except KeyboardInterrupt as e:
+        status = interrupted(e)
+    quiet_teardown()
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command())

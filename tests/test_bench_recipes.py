@@ -181,3 +181,165 @@ def test_size_sets_the_mazes_side_and_their_shortest_paths_and_is_refused_elsewh
         assert main([*argv, "--work-dir", str(tmp_path / "w")]) == 2
         assert "--size" in capsys.readouterr().err
     assert not (tmp_path / "w").exists()
+
+
+# ---------------------------------------------------------------------------
+# The harness's folders: never through a link, never what it did not write; one benchmark per work folder
+# ---------------------------------------------------------------------------
+
+def _argv(work, *more):
+    return ["--task", "sudoku4", "--recipes", "upstream", "--seeds", "1", "--budget-examples", "300",
+            "--work-dir", str(work), *more]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """The harness's first work (the dataset's build) fails the test: a refusal must come before it."""
+    import benchmarks.bench_recipes as br
+
+    def built(*args, **kwargs):
+        raise AssertionError("the benchmark began its work")
+
+    monkeypatch.setattr(br, "dataset", built)
+
+
+def _one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("planted", ["recipe", "warm-up", "seed", "data", "report", "user-files"])
+def test_a_folder_planted_as_a_link_or_holding_a_users_files_is_refused_before_any_work(tmp_path, capsys, no_work,
+                                                                                         planted):
+    """A folder the harness clears or writes below its work folder (a recipe's folder, a run's, the warm-up's, the
+    dataset's, the default report folder) planted as a symbolic link to a user's folder, or a run folder holding
+    a user's file: one `error:` line, status 2, before any work; the user's files are left as they were and
+    nothing is written (the harness once deleted `mine/seed0/notes.txt` through such a link and trained there)."""
+    from benchmarks.bench_recipes import main
+
+    mine, work = tmp_path / "mine", tmp_path / "bw"
+    (mine / "seed0").mkdir(parents=True)
+    (mine / "seed0" / "notes.txt").write_text("precious")
+    runs = work / "runs" / "sudoku4"
+    runs.mkdir(parents=True)
+    if planted == "recipe":
+        (runs / "upstream").symlink_to(mine, target_is_directory=True)
+    elif planted == "warm-up":
+        (runs / "warm-up").symlink_to(mine, target_is_directory=True)
+    elif planted == "seed":
+        (runs / "upstream").mkdir()
+        (runs / "upstream" / "seed0").symlink_to(mine / "seed0", target_is_directory=True)
+    elif planted == "data":
+        (work / "data").symlink_to(mine, target_is_directory=True)
+    elif planted == "report":
+        (work / "report").symlink_to(mine, target_is_directory=True)
+    else:  # a real folder in the run's place, holding a file of the user's beside a training's
+        (runs / "upstream" / "seed0").mkdir(parents=True)
+        (runs / "upstream" / "seed0" / "run.json").write_text('{"run_id": "x"}')
+        (runs / "upstream" / "seed0" / "notes.txt").write_text("precious")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(_argv(work)) == 2
+    err = _one_error(capsys)
+    assert ("symbolic link" in err) if planted != "user-files" else ("notes.txt" in err and "no training" in err)
+    assert (mine / "seed0" / "notes.txt").read_text() == "precious"
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # not even the lock
+
+
+def test_a_rerun_clears_the_harness_own_run_folders_and_nothing_else(tmp_path):
+    """A rerun over the harness's earlier output clears its run folders and trains again (a training's files:
+    run.json, config.json, metrics.jsonl, its states and lock); a user's file put in one stops the rerun before any
+    work, and is kept."""
+    task = dataclasses.replace(make_task("sudoku4", num_train=32, num_test=8), eval_interval=1)
+    kwargs = dict(seeds=1, budget_s=None, budget_examples=16 * 2, targets=[0.5], work=tmp_path,
+                  say=lambda *a, **k: None, extra=["global_batch_size=16", "arch.hidden_size=16",
+                                                   "arch.halt_max_steps=2", "arch.H_cycles=1", "arch.L_cycles=1"])
+    first = bench(task, ["upstream"], **kwargs)
+    seed0 = tmp_path / "runs" / "sudoku4" / "upstream" / "seed0"
+    assert (seed0 / "run.json").is_file()
+    second = bench(task, ["upstream"], **kwargs)  # cleared and trained again: the same deterministic curve
+    assert [p["accuracy"] for p in second["curves"][0]["points"]] == [p["accuracy"] for p in
+                                                                      first["curves"][0]["points"]]
+    (seed0 / "notes.txt").write_text("precious")
+    with pytest.raises(TRMError, match="holds notes.txt, which no training of the harness wrote"):
+        bench(task, ["upstream"], **kwargs)
+    assert (seed0 / "notes.txt").read_text() == "precious" and (seed0 / "run.json").is_file()
+    from benchmarks.bench_recipes import run_folder_problem
+
+    (seed0 / "notes.txt").unlink()
+    assert run_folder_problem(tmp_path, seed0) is None
+    for entry in [seed0 / "run.json", *seed0.glob("state_step*.pt")]:  # a training's names, no run recorded
+        entry.unlink()
+    assert "no run.json and no train state" in run_folder_problem(tmp_path, seed0)
+
+
+def test_a_second_benchmark_on_a_held_work_folder_is_refused_in_one_line(tmp_path, capsys, no_work):
+    """Two benchmarks on one --work-dir: the second is refused in one line naming the first (its process), before
+    any work, as the package's commands refuse a folder another one holds; none cleared the other's runs."""
+    import os
+
+    from benchmarks.bench_recipes import main
+    from trm_kaggle.locks import directory_lock
+
+    with directory_lock(tmp_path / "bw", "recipes benchmark"):
+        assert main(_argv(tmp_path / "bw")) == 2
+    err = _one_error(capsys)
+    assert "another recipes benchmark is running" in err and f"process {os.getpid()}" in err
+    assert sorted(p.name for p in (tmp_path / "bw").iterdir()) == [".trm_kaggle.lock"]
+
+
+def test_an_out_that_cannot_take_the_reports_is_one_line_before_any_work(tmp_path, capsys, no_work):
+    """`--out` that is a file, lies below a file or cannot be written: one `error:` line, status 2, before any
+    training (and in `--report` mode before anything is written), never a Python traceback."""
+    import os
+
+    from benchmarks.bench_recipes import main
+
+    (tmp_path / "afile").write_text("x")
+    saved = tmp_path / "in.json"
+    saved.write_text(json.dumps({"task": "sudoku4", "seeds": 1, "budget_s": None, "budget_examples": 10.0,
+                                 "threads": 1, "recipes": {"upstream": {"presets": [], "overrides": []}},
+                                 "configs": {"upstream": {"device": "cpu"}},
+                                 "curves": [dataclasses.asdict(_curve("upstream", 0, [0.1, 0.5]))]}))
+    outs = [(tmp_path / "afile", "is a file"), (tmp_path / "afile" / "sub", "not a folder")]
+    if os.geteuid() != 0:  # root writes into a read-only folder
+        (tmp_path / "ro").mkdir(mode=0o555)
+        outs.append((tmp_path / "ro" / "sub", "not writable"))
+    for out, said in outs:
+        for argv in (["--report", str(saved), "--targets", "0.5", "--out", str(out)],
+                     _argv(tmp_path / "bw", "--out", str(out))):
+            assert main(argv) == 2
+            assert said in _one_error(capsys)
+    assert not (tmp_path / "bw").exists() and (tmp_path / "afile").read_text() == "x"
+
+
+def test_a_stop_by_sigterm_is_one_interrupted_line_with_the_commands_status(tmp_path):
+    """The script stopped by SIGTERM says `interrupted: stopped by SIGTERM; ...` (what it kept) and exits 143, as
+    the package's commands do; it once ended by the signal without a word. (Training is replaced by a wait.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    (tmp_path / "data").mkdir()
+    script = ("import runpy, sys, time\n"
+              "import trm_kaggle.train as T\n"
+              "def train(*a, **k):\n"
+              "    print('training', flush=True)\n"
+              "    time.sleep(120)\n"
+              "T.train = train\n"
+              f"sys.argv = ['bench_recipes.py'] + {_argv(tmp_path / 'bw', '--data', str(tmp_path / 'data'))!r}\n"
+              f"runpy.run_path({str(repo / 'benchmarks' / 'bench_recipes.py')!r}, run_name='__main__')\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(repo)})
+    try:
+        assert proc.stdout.readline().strip() == "training"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == ("interrupted: stopped by SIGTERM; no run had finished; a rerun trains "
+                                            "every run again") and "Traceback" not in err

@@ -226,6 +226,52 @@ def test_a_work_dir_below_another_submits_work_dir_is_refused(tmp_path, capsys, 
     assert not (first / "units" / "units").exists() and not (tmp_path / "s.json").exists()
 
 
+@pytest.mark.parametrize("other", ["a finished work dir", "a live submit's lock"])
+def test_the_librarys_solve_below_another_submits_work_dir_is_refused(tmp_path, other):
+    """`solve(SolveConfig(work_dir='q/units/deeper'))` from Python while a submit worked in q/units: it wrote its
+    lock and solve_report.json inside the live submit's folder (the CLI refused the same folder). Refused by
+    solve itself, for every caller, in one line naming the folder, nothing written."""
+    import contextlib
+    import json
+
+    from trm_kaggle.config import SolveConfig
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.locks import directory_lock
+    from trm_kaggle.solve import solve
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t1": task}))
+    first = tmp_path / "q" / "units"
+    first.mkdir(parents=True)
+    finished = other == "a finished work dir"
+    if finished:
+        (first / "solve_report.json").write_text("{}")
+    cfg = SolveConfig(challenges=str(tmp_path / "c.json"), weights=str(SHIPPED), output=str(tmp_path / "s.json"),
+                      work_dir=str(first / "deeper"), num_aug=1)
+    with contextlib.nullcontext() if finished else directory_lock(first, "submit"):
+        before = _listing(first)
+        with pytest.raises(TRMError) as e:
+            solve(cfg, echo=lambda _: None)
+        assert _listing(first) == before and not (tmp_path / "s.json").exists()
+    said = str(e.value)
+    assert f"work_dir {first / 'deeper'} lies inside" in said and str(first) in said and "\n" not in said, said
+    assert ("is a submit's work folder" if finished else "another submit is running") in said, said
+
+
+def test_a_solve_inside_a_folder_its_caller_holds_is_taken(tmp_path):
+    """The pipeline's own solve works in WORK/ttt while the pipeline holds WORK, the kernel rehearsed by `bundle
+    --execute` below the bundle's folder, a regression notebook's below regress's: only a live solve's lock above
+    refuses a library caller's work dir; `submit` refuses a folder any live command holds."""
+    from trm_kaggle.locks import directory_lock
+    from trm_kaggle.solve import below_a_work_dir_problem
+
+    for holder in ("pipeline", "bundle", "regress"):
+        work = tmp_path / holder
+        with directory_lock(work, holder):
+            assert below_a_work_dir_problem(work / "ttt") is None
+            said = below_a_work_dir_problem(work / "ttt", "--work-dir", held_by=None)
+            assert said and f"another {holder} is running" in said, said
+
 
 @pytest.mark.parametrize("other", ["a finished work dir", "a live submit's lock"])
 @pytest.mark.parametrize("entry", ["units", "workers"])

@@ -97,24 +97,12 @@ def _refuse_work_dir(folder, what: str = "run folder (checkpoint_path)") -> None
 
 
 def _refuse_below_a_work_dir(work_dir, what: str) -> None:
-    """A work folder below another submit's (its units/, its workers/): the two solves' files mixed, while the
-    other ran and held its lock. Its own work folder, reused, is no such thing; a folder above it holding a live
-    lock (a submit just started, nothing written yet) is refused by that lock. The other way round (its units/ or
-    workers/ another submit's work folder) the solve refuses itself, for every caller (`planted_entry_problem`)."""
-    from pathlib import Path
+    """A work folder below another submit's, or below a folder any live command holds, refused before the other
+    checks: `solve` checks the first itself, for every caller (`below_a_work_dir_problem`)."""
+    from trm_kaggle.solve import below_a_work_dir_problem
 
-    from trm_kaggle.locks import refuse_if_held
-    from trm_kaggle.solve import is_work_dir
-
-    for at in Path(work_dir).absolute().parents:
-        try:
-            if is_work_dir(at):
-                raise TRMError(f"{what} {work_dir} lies inside {at}, which is a submit's work folder (it holds "
-                               "units/ or solve_report.json): its files would mix with the solve's; choose a folder "
-                               "of its own")
-        except OSError:  # a name too long to hold an entry: its own write says what fails
-            continue
-        refuse_if_held(at)
+    if problem := below_a_work_dir_problem(work_dir, what, held_by=None):
+        raise TRMError(problem)
 
 
 def _sweep(args: argparse.Namespace) -> IO:

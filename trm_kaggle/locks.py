@@ -71,6 +71,12 @@ def _read_holder(path: Path) -> tuple[int | None, str, str, str]:
         return None, "", "", ""
 
 
+def holder_kind(directory: str | os.PathLike) -> str:
+    """What the command holding (or last holding) `directory`'s lock said it does there ("submit", "pipeline",
+    ...), or '' when no lock record can be read."""
+    return _read_holder(Path(directory) / LOCK_FILE)[2]
+
+
 def _busy(directory: Path, path: Path) -> TRMError:
     pid, host, what, command = _read_holder(path)
     here = not host or host == socket.gethostname()

@@ -11,6 +11,7 @@ from trm_kaggle.faces import lazy_face
 _EXPORTS = {
     "Rates": "plan",
     "TEST_INPUTS_PER_TASK": "pricing",
+    "below_a_work_dir_problem": "workdir",
     "demo_accuracy": "task",
     "describe_recipes": "recipes",
     "estimate": "pricing",

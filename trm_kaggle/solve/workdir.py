@@ -27,7 +27,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import MAX_GRID, grid_problem, parse_task, task_fits
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.locks import LOCK_FILE, refuse_if_held
+from trm_kaggle.locks import LOCK_FILE, holder_kind, refuse_if_held
 from trm_kaggle.names import ascii_number
 from trm_kaggle.outputs import Input, Output, special_kind
 
@@ -73,6 +73,31 @@ def is_work_dir(at: str | os.PathLike) -> bool:
     """Whether the folder `at` is a submit's work folder (it holds solve_report.json, or units/ and workers/)."""
     at = Path(at)
     return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
+
+
+def below_a_work_dir_problem(work: str | os.PathLike, what: str = "work_dir", *,
+                             held_by: str | None = "submit") -> str | None:
+    """Why `work` may not be a work folder (None when it may): it lies below another submit's work folder, one
+    holding its files (units/ and workers/, or solve_report.json) or held by a live solve (its lock: a submit just
+    started, nothing written yet). The two solves' files mixed inside the other's folder, while it ran. `held_by`
+    None: a folder above it that any live command holds counts too (`submit` refuses those); a library caller may
+    run inside one on purpose (the pipeline's own solve in its work folder, the kernel rehearsed by `bundle
+    --execute` below the bundle's folder, a regression notebook below regress's), so by default only a live
+    solve's lock counts. Its own work folder, reused, is no such thing; the other way round (its units/ or
+    workers/ another submit's work folder) is `planted_entry_problem`."""
+    for at in Path(work).absolute().parents:
+        try:
+            if is_work_dir(at):
+                return (f"{what} {work} lies inside {at}, which is a submit's work folder (it holds units/ or "
+                        "solve_report.json): its files would mix with the solve's; choose a folder of its own")
+        except OSError:  # a name too long to hold an entry: its own write says what fails
+            continue
+        try:
+            refuse_if_held(at)
+        except TRMError as e:  # the record names what holds it ("submit" for every solve, whoever called it)
+            if held_by is None or holder_kind(at) == held_by:
+                return f"{what} {work} lies inside a folder a live command holds: {e}"
+    return None
 
 
 def _taken_problem(work: str | os.PathLike, folder: Path) -> str | None:
