@@ -1049,3 +1049,22 @@ def test_a_previous_state_of_another_arch_names_the_field_that_differs(tmp_path)
     with pytest.raises(TRMError, match=r"another model or config \(arch\.swiglu_norm: "
                                        f"{saved.arch.swiglu_norm} in it, {cfg.arch.swiglu_norm} now\\)"):
         refuse_other_run(tmp_path / "state_step00000003.pt", {"config": saved.model_dump_json()}, cfg)
+
+
+def test_a_data_folder_whose_name_holds_a_comma_is_the_one_trained_on(built, tmp_path, monkeypatch):
+    """DATA_DIR (and the unpacked copy under UNPACK_DIR) went into an override's text, `data_paths=[{folder}]`: a
+    folder `up,x` trained on `up` and `x` (or failed naming `up`), a trailing space was dropped."""
+    monkeypatch.setattr(kaggle_training, "default_scratch", lambda: tmp_path / "up,x ]")
+    r = run_session(input_root=tmp_path / "none", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert r.ok, r
+    (trained,) = json.loads((tmp_path / "w" / "run" / "config.json").read_text())["data_paths"]
+    assert Path(trained).is_relative_to(tmp_path / "up,x ]") and (Path(trained) / "train" / "dataset.json").is_file()
+
+
+def test_values_are_set_as_they_are_never_read_as_override_text(tmp_path):
+    from trm_kaggle.train import load_train_config
+
+    folder, run = str(tmp_path / "kk,ll ]"), str(tmp_path / "run,1 ")
+    cfg = load_train_config(values={"data_paths": [folder], "checkpoint_path": run}, overrides=["max_steps=3"])
+    assert cfg.data_paths == [folder] and cfg.checkpoint_path == run and cfg.max_steps == 3

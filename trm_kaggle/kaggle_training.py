@@ -540,8 +540,8 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     if data is None or not (data / "train" / "dataset.json").is_file():
         raise TRMError(f"no dataset under {input_root if data is None else data}: attach the data dataset "
                        "(build_bundle.py --dataset DIR) or set DATA_DIR")
-    cfg = load_train_config(presets=presets, overrides=[f"data_paths=[{data}]", f"checkpoint_path={run_dir}",
-                                                        *overrides])
+    cfg = load_train_config(presets=presets, values={"data_paths": [str(data)], "checkpoint_path": str(run_dir)},
+                            overrides=overrides)  # the folders as they are, never read as override text
     target = schedule_end(cfg)
     report.target_step = target
     echo(f"dataset: {data}; the run ends at step {target}")

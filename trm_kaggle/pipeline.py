@@ -317,10 +317,9 @@ def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -
 
 def _train_config(cfg: PipelineConfig, data_dir: Path, run_dir: Path) -> TrainConfig:
     """The training stage's settings: the `arc-cpu` recipe on the pipeline's dataset, for `cfg.train_seconds`."""
-    return load_train_config(presets=["arc-cpu"], overrides=[
-        f"data_paths=[{data_dir}]", f"checkpoint_path={run_dir}", f"time_limit={cfg.train_seconds}",
-        f"seed={cfg.seed}", f"progress={cfg.progress}", "log_interval=5",
-        *([f"threads={cfg.threads}"] if cfg.threads else [])])
+    return load_train_config(presets=["arc-cpu"], values={  # the folders as they are, never read as override text
+        "data_paths": [str(data_dir)], "checkpoint_path": str(run_dir), "time_limit": cfg.train_seconds,
+        "seed": cfg.seed, "progress": cfg.progress, "log_interval": 5, **({"threads": cfg.threads} if cfg.threads else {})})
 
 
 #: What a pipeline writes at its work folder's top once it has trained (train/run.json), each replaced whole by a

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import pydantic
 import yaml
@@ -127,8 +127,13 @@ def _from_upstream(data: Mapping) -> dict:
 
 
 def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets: Sequence[str] = (),
-                      overrides: Sequence[str] = (), notes: Optional[list[str]] = None) -> TrainConfig:
-    """Build a TrainConfig: defaults, then `presets` in order, then `config_file`, then `overrides`.
+                      overrides: Sequence[str] = (), notes: Optional[list[str]] = None,
+                      values: Optional[Mapping[str, Any]] = None) -> TrainConfig:
+    """Build a TrainConfig: defaults, then `presets` in order, then `config_file`, then `values`, then `overrides`.
+
+    `values` ({"data_paths": [folder], "checkpoint_path": run}) are set as they are: a folder pasted into an
+    override's text (`data_paths=[{folder}]`) was read by the override grammar, so a name holding a comma trained
+    on two other folders, and a `]` or a trailing space changed what was named.
 
     `config_file` is YAML or JSON in our layout (`dump_config`, possibly partial) or an
     upstream run's `all_config.yaml` (a checkpoint directory holding one also works).
@@ -148,6 +153,8 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
         # a record of a whole run (upstream's all_config.yaml, our config.json or `dump_config`) holds every
         # setting, read or not; a file that sets some is the user's choice, and its unread ones are said
         partial = not upstream and {k for k, v in layers.origin.items() if v == source} < set(_LEAVES)
+    if values:
+        layers.apply_mapping(values, "the given values")
     if isinstance(overrides, str):
         overrides = [overrides]
     for text in overrides:
