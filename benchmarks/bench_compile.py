@@ -141,4 +141,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # a refusal, a stop: one line and the status of the package's commands
+    from benchmarks.entry import command
+
+    sys.exit(command(main))

@@ -667,4 +667,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # a refusal, a stop: one line and the status of the package's commands
+    from benchmarks.entry import command
+
+    sys.exit(command(main))

@@ -91,7 +91,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import math
 import os
 import re
@@ -106,6 +105,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks.entry import command, said  # noqa: E402
 from trm_kaggle.errors import TRMError  # noqa: E402
 
 if TYPE_CHECKING:  # the script's first lines import nothing heavy: a stop from the first instant is one line
@@ -296,17 +296,37 @@ TASKS = ("sudoku4", "sudoku6", "sudoku9", "maze", "arc-small", "sudoku-extreme")
 
 def dataset(task: Task, work: Path, say=print) -> Path:
     """The task's dataset in WORK/data/<task>, built once: reused while its build settings are the same."""
+    from trm_kaggle.atomic import atomic_write_json
+
     out = work / "data" / task.name
     stamp = work / "data" / f"{task.name}.build.json"
-    if out.is_dir() and stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == task.build_key:
+    if out.is_dir() and _recorded_build(stamp, say) == task.build_key:
         return out
     t0 = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
     stamp.unlink(missing_ok=True)
     task.build(out)  # the builders replace a dataset of their own kind atomically
-    stamp.write_text(json.dumps(task.build_key), encoding="utf-8")
+    atomic_write_json(stamp, task.build_key)  # whole or not at all: a stop here leaves no cut-off record
     say(f"data: {task.name} built in {time.perf_counter() - t0:.0f} s ({out})")
     return out
+
+
+def _recorded_build(stamp: Path, say=print) -> object:
+    """The build settings `stamp` records, or None when it records none to trust: missing, or damaged (empty,
+    cut off, not UTF-8; said in a line), so the dataset is built again. The harness wrote the record, so a damaged
+    one costs a rebuild only; one that cannot be read at all (no permission) is the package's one error line."""
+    from trm_kaggle.errors import DataError, UnreadableFile
+    from trm_kaggle.jsonio import read_json
+
+    if not stamp.is_file():
+        return None
+    try:
+        return read_json(stamp, "dataset build record")
+    except UnreadableFile:
+        raise
+    except DataError as e:
+        say(f"data: {e}; the harness wrote it, so the dataset is built again")
+        return None
 
 
 # ---------------------------------------------------------------------------
@@ -402,6 +422,8 @@ def check_folders(work: Path, task: Task, recipes: Sequence[Recipe], seeds: int,
     link)."""
     from trm_kaggle.outputs import Output, writable_problem
 
+    if out is not None and (problem := _out_in_harness_folders(work, out)):
+        raise TRMError(problem)
     if problem := writable_problem(Output(work, "--work-dir", "folder")):
         raise TRMError(problem)
     runs = work / "runs" / task.name
@@ -417,12 +439,26 @@ def check_folders(work: Path, task: Task, recipes: Sequence[Recipe], seeds: int,
     check_report_folder(out or work / "report", "--out" if out is not None else "report folder", task.name)
 
 
+def _out_in_harness_folders(work: Path, out: Path) -> str | None:
+    """Why `out` may not take the reports: it is, or lies inside, WORK/data or WORK/runs, the folders the harness
+    builds and clears itself (a report written into a dataset or a run folder mixes with it, and that folder could
+    no longer be rebuilt or cleared), whether they exist yet or not; None otherwise. Compared where the paths lead."""
+    where = Path(os.path.realpath(out))
+    for name in ("data", "runs"):
+        folder = Path(os.path.realpath(work / name))
+        if where == folder or folder in where.parents:
+            at = "is" if where == folder else "lies inside"
+            return (f"--out {out} {at} {work / name}, a folder the harness builds and clears itself (its datasets "
+                    "and run folders): the reports would mix with them; name a folder outside it")
+    return None
+
+
 def _stopped(e: KeyboardInterrupt, saved: Path, runs: int) -> None:
     """The stop's one line (`interrupts.interrupted` prints it) says what the benchmark kept."""
     kept = (f"the run it finished is in {saved}" if runs == 1 else f"the {runs} runs it finished are in {saved}"
             if runs else "no run had finished")
-    said = f"{kept}; a rerun trains every run again"
-    e.args = (f"{e}; {said}" if str(e) else said,)
+    line = f"{kept}; a rerun trains every run again"
+    e.args = (f"{e}; {line}" if str(e) else line,)
 
 
 # ---------------------------------------------------------------------------
@@ -868,7 +904,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.out:
             print("error: --report needs --out DIR (a folder for the new report)", file=sys.stderr)
             return 2
-        return _said(lambda: rereport([Path(p) for p in args.report], args.targets, Path(args.out)))
+        return said(lambda: rereport([Path(p) for p in args.report], args.targets, Path(args.out)))
     if args.size is not None and (args.task not in ("maze", "arc-small") or not 5 <= args.size <= 30):
         print(f"error: --size {args.size}: a maze's side or arc-small's canvas, from 5 to 30", file=sys.stderr)
         return 2
@@ -879,43 +915,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         task = replace(task, eval_interval=args.eval_interval)
     budget_s = args.budget_s if args.budget_s is not None or args.budget_examples is not None else 1200.0
-    return _said(lambda: bench(
+    return said(lambda: bench(
         task, args.recipes, seeds=args.seeds, budget_s=budget_s, budget_examples=args.budget_examples,
         targets=args.targets, work=Path(args.work_dir), out=Path(args.out) if args.out else None,
         data=Path(args.data) if args.data else None, data_test=Path(args.data_test) if args.data_test else None,
         threads=None if args.gpu or args.threads == 0 else args.threads, device=args.device, extra=args.overrides))
 
 
-def _said(work: Callable[[], object]) -> int:
-    """Run `work`; a refusal or a system error (a full disk, a folder turned read-only) is one `error:` line and
-    status 2, as the package's commands say them."""
-    from trm_kaggle.errors import os_error_line
-
-    try:
-        work()
-    except TRMError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: {os_error_line(e)}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def command(argv: list[str] | None = None) -> int:
-    """The script: SIGTERM and SIGHUP stop it as Ctrl-C does, from its first instant, and a stop ends in the one
-    line and status of the package's commands (`interrupted: stopped by SIGTERM; ...`, 128 + the signal's number;
-    `trm_kaggle.console` does the same for `trm-kaggle`)."""
-    from trm_kaggle.interrupts import interrupted, quiet_teardown, take_sigterm
-
-    take_sigterm()
-    try:
-        status = main(argv)
-    except KeyboardInterrupt as e:
-        status = interrupted(e)
-    quiet_teardown()
-    return status
-
-
 if __name__ == "__main__":
-    sys.exit(command())
+    sys.exit(command(main))

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work-dir", required=True, help="a submit's work folder (holding workers/w0.plan.json)")
     ap.add_argument("--challenges", required=True, help="the challenges file that submit ran on")
@@ -34,6 +34,7 @@ def main() -> None:
     from trm_kaggle.errors import TRMError
     from trm_kaggle.jsonio import read_json
     from trm_kaggle.solve import Rates, make_plan
+    from trm_kaggle.wording import one_line
 
     try:
         saved = read_json(Path(args.work_dir) / "workers" / "w0.plan.json", "a worker's plan")
@@ -43,7 +44,8 @@ def main() -> None:
         rates = Rates(**{k: tuple(v) if isinstance(v, list) else v for k, v in measured.items() if k in known})
         units = [(len(t["test"]), len(t["train"])) for t in tasks.values()]
     except (TRMError, KeyError, TypeError, AttributeError, ValueError) as e:  # ValueError: a rate Rates refuses
-        raise SystemExit(f"error: {e}") from None
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2  # bad input: the status of the package's commands
     spent = float(measured.get("timing_s", 0.0)) + float(measured.get("sizing_s", 0.0))
     print(f"{len(units)} tasks, {sum(t for t, _ in units)} test inputs; measured on {rates.device}: a step "
           f"{rates.step_s:.2f} s, a row's prediction step {rates.row_step_s:.3f} s (timing took {spent:.0f} s)")
@@ -53,7 +55,12 @@ def main() -> None:
         plan = make_plan(cfg, units, rates, max(0.0, budget - args.safety_margin - spent))
         print(f"  --time-budget {budget:>8.0f} s: num_aug {plan.num_aug}, {plan.finetune_steps} fine-tuning steps "
               f"a task, expects {plan.total_s:.0f} s, {'fits' if plan.fits else 'does not fit: the smallest plan'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+    # a refusal, a stop: one line and the status of the package's commands
+    from benchmarks.entry import command
+
+    sys.exit(command(main))

@@ -183,4 +183,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+    # a refusal, a stop: one line and the status of the package's commands
+    from benchmarks.entry import command
+
+    sys.exit(command(main))

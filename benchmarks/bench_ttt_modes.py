@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -66,6 +67,15 @@ def test_metrics(result) -> dict:
             "pass2": s["pass_at_k_task_macro"]["2"]}
 
 
+def solve_config(args: argparse.Namespace, work: Path, mode: str, seed: int) -> SolveConfig:
+    """The fine-tuning settings of `mode` on `seed`: the budget every mode shares."""
+    return SolveConfig(challenges=str(work / "src" / "arc_held_challenges.json"), weights=str(work / "mean"),
+                       work_dir=str(work / f"ttt-{mode}-{seed}-lr{args.lr:g}"), finetune=mode,
+                       embeddings_fraction=args.embeddings_fraction, finetune_steps=args.steps,
+                       global_batch_size=args.batch_size, lr=args.lr, puzzle_emb_lr=args.puzzle_emb_lr,
+                       device="cpu", threads=args.threads, seed=seed, progress=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-tasks", type=int, default=32)
@@ -84,6 +94,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    for seed in args.seeds:  # checked before any work: `--lr nan` is refused now, not after the pretraining
+        solve_config(args, Path(args.work_dir or "."), MODES[0], seed)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_ttt_"))
     device = torch.device("cpu")
     t_all, cpu_all = time.perf_counter(), time.process_time()
@@ -136,11 +148,7 @@ def main() -> None:
     rows = []
     for seed in args.seeds:
         for mode in MODES:
-            cfg = SolveConfig(challenges=str(work / "src" / "arc_held_challenges.json"), weights=str(work / "mean"),
-                              work_dir=str(work / f"ttt-{mode}-{seed}-lr{args.lr:g}"), finetune=mode,
-                              embeddings_fraction=args.embeddings_fraction, finetune_steps=args.steps,
-                              global_batch_size=args.batch_size, lr=args.lr, puzzle_emb_lr=args.puzzle_emb_lr,
-                              device="cpu", threads=args.threads, seed=seed, progress=False)
+            cfg = solve_config(args, work, mode, seed)
             t = time.process_time()
             result = finetune(cfg, base.arch, held, Path(cfg.work_dir), deadline=None)
             seconds = time.process_time() - t  # CPU seconds: wall time depends on the other jobs sharing the cores
@@ -172,4 +180,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+    # a refusal, a stop: one line and the status of the package's commands
+    from benchmarks.entry import command
+
+    sys.exit(command(main))

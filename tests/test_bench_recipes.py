@@ -343,3 +343,48 @@ def test_a_stop_by_sigterm_is_one_interrupted_line_with_the_commands_status(tmp_
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == ("interrupted: stopped by SIGTERM; no run had finished; a rerun trains "
                                             "every run again") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("damage", [b"", b"{trunc", b"\xff\xfe\x00"])
+def test_a_damaged_dataset_record_rebuilds_the_data_with_a_line_and_is_written_whole(tmp_path, monkeypatch, damage):
+    """WORK/data/<task>.build.json cut off (a stop or a full disk while it was written: empty, truncated, not
+    UTF-8) once ended every rerun in a traceback; the harness wrote it, so the data is built again, said in a
+    line naming the record. The record is written by the package's atomic writer (whole or not at all)."""
+    import trm_kaggle.atomic as atomic
+    from benchmarks.bench_recipes import Task, dataset
+
+    builds, written, said = [], [], []
+
+    def build(out):
+        builds.append(out)
+        out.mkdir(parents=True, exist_ok=True)
+
+    real = atomic.atomic_write_json
+    monkeypatch.setattr(atomic, "atomic_write_json", lambda path, obj, *a, **k: (written.append(path),
+                                                                                 real(path, obj, *a, **k)))
+    task = Task("tiny", build, {"kind": "tiny", "n": 1}, (), (), eval_interval=1)
+    stamp = tmp_path / "data" / "tiny.build.json"
+    assert dataset(task, tmp_path, said.append) == tmp_path / "data" / "tiny" and len(builds) == 1
+    assert written == [stamp] and json.loads(stamp.read_text()) == {"kind": "tiny", "n": 1}
+    dataset(task, tmp_path, said.append)
+    assert len(builds) == 1  # reused while its record matches
+    stamp.write_bytes(damage)
+    dataset(task, tmp_path, said.append)
+    assert len(builds) == 2 and json.loads(stamp.read_text()) == {"kind": "tiny", "n": 1}
+    assert any(str(stamp) in line and "built again" in line for line in said), said
+
+
+@pytest.mark.parametrize("inside", ["data/sudoku4", "data/sudoku4/train", "data", "runs/sudoku4/warm-up",
+                                    "runs/sudoku4/upstream/seed0", "runs"])
+def test_an_out_inside_the_harness_data_or_run_folders_is_refused_before_any_work(tmp_path, capsys, no_work,
+                                                                                   inside):
+    """`--out WORK/data/sudoku4` in a fresh work folder once wrote the reports into the dataset it then built (and
+    was refused only once the dataset existed); anywhere in WORK/data or WORK/runs, the folders the harness
+    builds and clears, is one line before any work, whether they exist yet or not."""
+    from benchmarks.bench_recipes import main
+
+    work = tmp_path / "bw"
+    assert main(_argv(work, "--out", str(work / inside))) == 2
+    err = _one_error(capsys)
+    assert "--out" in err and "builds and clears" in err
+    assert not work.exists()

@@ -456,3 +456,39 @@ def test_a_device_type_torch_knows_but_nothing_here_runs_on_is_one_line(capsys, 
     assert main(["estimate", "--preset", "sudoku4-cpu", "--device", device]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: device='{device}': not a device this package runs on") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("arguments, words", [
+    (dict(), "weights=None and preset=None: expected one of them"),  # the defaults: a TypeError from the presets
+    (dict(weights=""), "weights='' and preset=None: expected one of them"),
+    (dict(weights="", preset=""), "weights='' and preset='': expected one of them"),
+    (dict(weights="w", preset="arc2"), "weights='w' and preset='arc2': expected one of them"),
+    (dict(weights=5), "weights=5: expected an export folder"),
+    (dict(preset=["arc2"]), "preset=['arc2']: expected a training preset's name"),
+])
+def test_estimate_kernel_needs_one_of_weights_or_preset(monkeypatch, arguments, words):
+    """`estimate_kernel(cfg)` with neither was Python's TypeError from the preset reader, naming no argument."""
+    from trm_kaggle.solve.pricing import estimate_kernel
+
+    monkeypatch.setattr("trm_kaggle.solve.pricing.time_steps", lambda *a, **k: pytest.fail("timed"))
+    with pytest.raises(ValueError, match=re.escape(words)):
+        estimate_kernel(SolveConfig(challenges="-", weights="-", num_aug=1, finetune_steps=1), **arguments)
+
+
+def test_estimate_refuses_an_export_that_is_no_arc_model(tmp_path, capsys, monkeypatch):
+    """A Sudoku export (vocab 6, seq_len 16) was priced for the ARC kernel with status 0, although the bundle
+    refuses it: the kernel answers no ARC task with it. Both refuse it with the bundle's check, in one line."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.model.export import export_inference
+    from trm_kaggle.model.trm import TinyRecursiveModel
+    from trm_kaggle.solve.pricing import estimate_kernel
+
+    weights = export_inference(tmp_path / "sudoku", TinyRecursiveModel(ARCH, 16, 6, 3), arch=ARCH, seq_len=16,
+                               vocab_size=6)
+    monkeypatch.setattr("trm_kaggle.solve.pricing.time_steps", lambda *a, **k: pytest.fail("timed"))
+    with pytest.raises(TRMError, match=re.escape(f"{weights}: not an ARC model: its config.json has vocab_size 6")):
+        estimate_kernel(SolveConfig(challenges="-", weights="-"), weights=str(weights), device="cpu")
+    assert main(["estimate", "--weights", str(weights), "--tasks", "2", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {weights}: not an ARC model") and err.count("\n") == 1, err

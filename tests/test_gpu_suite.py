@@ -729,3 +729,102 @@ def test_pack_puts_every_report_in_one_archive_outside_out(tmp_path):
         assert suite.main(["run", "--part", "3", "--smoke", "--out", str(out), "--pack", str(bad),
                            "--prepared", str(tmp_path / "none")]) == 2
         assert not bad.exists()
+
+
+def test_run_refuses_an_out_or_pack_in_the_prepared_folder_before_any_work(prepared, monkeypatch, capsys):
+    """`run --out` (or `--pack`) inside the prepared folder it reads, that folder itself, or a folder holding it,
+    is one error line before any work: a report written there kept `prepare` from replacing the folder."""
+    import benchmarks.gpu_suite.part3_evaluation as p3
+    from benchmarks.gpu_suite.schedule import Stage
+
+    ran = []
+    monkeypatch.setattr(p3, "setup", lambda rep, ctx: ran.append("setup") or {})
+    monkeypatch.setattr(p3, "teardown", lambda state: None)
+    monkeypatch.setattr(p3, "stages", _stages(Stage("evaluation", lambda rep, ctx, state: None, 10, 0)))
+    before = sorted(p.relative_to(prepared.parent) for p in prepared.parent.rglob("*"))
+    for where, said in [(["--out", str(prepared)], "is also the input --prepared"),
+                        (["--out", str(prepared / "data")], "is inside the input --prepared"),
+                        (["--out", str(prepared.parent)], "holds the input --prepared"),
+                        (["--out", str(prepared.parent / "elsewhere"), "--pack", str(prepared / "data" / "r.tar.gz")],
+                         "--pack")]:
+        assert suite.main(["run", "--part", "3", "--smoke", "--prepared", str(prepared), *where]) == 2, where
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and said in err[0], err
+    assert ran == [] and sorted(p.relative_to(prepared.parent) for p in prepared.parent.rglob("*")) == before
+
+
+def _stopped_suite(tmp_path, patch: str, argv: list[str], started: str, signum):
+    """`python -m benchmarks.gpu_suite ARGV` (with `patch` run first: the slow work replaced by a wait), sent
+    `signum` once it printed `started`; returns (status, stderr)."""
+    import os
+
+    script = (f"import runpy, sys, time\n{patch}\nsys.argv = ['gpu_suite'] + {argv!r}\n"
+              "runpy.run_module('benchmarks.gpu_suite', run_name='__main__', alter_sys=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        for line in proc.stdout:
+            if line.strip() == started:
+                break
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_prepare_stopped_says_so_in_one_line_and_leaves_no_partial_folder(tmp_path, signame):
+    """Ctrl-C was a traceback and SIGTERM ended without a word, leaving OUT.partial-PID and its record; now the
+    stop is one `interrupted` line with status 130 or 143, and the partial folder and its record are gone."""
+    import signal
+
+    patch = ("import benchmarks.gpu_suite.prepare as P\n"
+             "def datasets(dest, sizes, say):\n"
+             "    dest.mkdir(parents=True)\n"
+             "    (dest / 'half.json').write_text('{}')\n"
+             "    print('building', flush=True)\n"
+             "    time.sleep(120)\n"
+             "P.wheels = lambda dest, *a, **k: dest.mkdir(parents=True) or {}\n"
+             "P.datasets = datasets\n")
+    signum = getattr(signal, signame)
+    rc, err = _stopped_suite(tmp_path, patch, ["prepare", "--smoke", "--out", "q"], "building", signum)
+    assert rc == 128 + signum, err
+    why = "stopped by SIGTERM; " if signame == "SIGTERM" else ""
+    assert err.strip().splitlines()[-1] == (f"interrupted: {why}q is as it was (the partial copy was removed); run "
+                                            "prepare again") and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # no q, no q.partial-PID, no record
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_run_stopped_says_so_and_its_report_says_stopped_not_running(tmp_path, signame):
+    """A stopped `run` left gpu_report.md saying `Status: **running**` for a process gone (SIGTERM: without a word;
+    Ctrl-C: a traceback after `reports packed`). Now its report says `stopped`, the stage it was in and the stages
+    that did not run, the archive carries it back, and the stop is one line with status 130 or 143."""
+    import signal
+    import tarfile
+
+    patch = ("import benchmarks.gpu_suite.part3_evaluation as p3\n"
+             "from benchmarks.gpu_suite.schedule import Stage\n"
+             "def slow(rep, ctx, state):\n"
+             "    with rep.stage('evaluation'):\n"
+             "        print('evaluating', flush=True)\n"
+             "        time.sleep(120)\n"
+             "p3.setup = lambda rep, ctx: {}\n"
+             "p3.teardown = lambda state: None\n"
+             "p3.stages = lambda: [Stage('evaluation', slow, 50, 0), Stage('solve', lambda *a: None, 50, 0)]\n")
+    signum = getattr(signal, signame)
+    argv = ["run", "--part", "3", "--smoke", "--prepared", "none", "--out", "out", "--pack", "back/r.tar.gz"]
+    rc, err = _stopped_suite(tmp_path, patch, argv, "evaluating", signum)
+    assert rc == 128 + signum, err
+    why = "stopped by SIGTERM; " if signame == "SIGTERM" else ""
+    assert err.strip().splitlines()[-1] == (f"interrupted: {why}the reports say what ran and what did not: "
+                                            f"out/{REPORT_MD}") and "Traceback" not in err
+    d = report(tmp_path / "out")
+    assert d["status"] == "stopped" and d["stages"]["evaluation"]["status"] == "stopped"
+    assert [(e["stage"], e["status"]) for e in d["schedule"]] == [("evaluation", "stopped"),
+                                                                  ("solve", "not run (the command was stopped)")]
+    assert "during stage evaluation" in d["error"] and "not run: solve" in d["error"]
+    assert "Status: **stopped**" in (tmp_path / "out" / REPORT_MD).read_text()
+    with tarfile.open(tmp_path / "back" / "r.tar.gz") as tar:
+        assert json.load(tar.extractfile(f"out/{REPORT_JSON}"))["status"] == "stopped"

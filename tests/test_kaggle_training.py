@@ -364,7 +364,7 @@ def test_the_training_bundle_and_its_metadata(built, tmp_path, capsys):
     # the command line: a bad preset and a bad dataset are one error line, exit 2, nothing written
     assert bundle_main([str(tmp_path / "o"), "--train-kernel", "--preset", "nope", "--no-download"]) == 2
     assert "error:" in capsys.readouterr().err and not (tmp_path / "o" / "train-kernel").exists()
-    assert bundle_main([str(tmp_path / "o"), "--dataset", str(tmp_path / "missing"), "--no-download"]) == 2
+    assert bundle_main([str(tmp_path / "o"), "--dataset", str(tmp_path / "missing")]) == 2
     assert "missing: dataset directory not found" in capsys.readouterr().err
     # key=value settings after the options, the first session
     assert bundle_main([str(tmp_path / "o"), "--train-kernel", "--preset", "sudoku4-cpu", "--no-download",

@@ -333,6 +333,21 @@ def test_exact_match_only():
         assert score_submission({"t1": [{"attempt_1": wrong, "attempt_2": wrong}]}, sol).score == 0.0
 
 
+@pytest.mark.parametrize("attempt", [np.array([[1, 0]]), [[np.int64(1), 0]], [np.array([1, 0])], [(1, 0)],
+                                     [[True, False]]], ids=["array", "np.int64", "array row", "tuple row", "bool"])
+def test_an_attempt_the_validator_refuses_never_matches(attempt):
+    """A numpy attempt holding the truth scored 1.0 while `validate_submission` called it invalid (and `json.dump`
+    cannot write it); tuple rows and bools scored 0.0: one check of an attempt serves both."""
+    sol = {"t1": [[[1, 0]]]}
+    ch = {"t1": {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1, 0]]}]}}
+    sub = {"t1": [{"attempt_1": attempt, "attempt_2": [[0]]}]}
+    assert "task t1: test 0: attempt_1: " in validate_submission(sub, ch)[0]
+    report = score_submission(sub, sol)
+    assert report.score == 0.0 and report.tasks[0].matched == [None]
+    sub["t1"][0]["attempt_2"] = [[1, 0]]  # the same values as plain ints: valid, and the truth
+    assert score_submission(sub, sol).tasks[0].matched == ["attempt_2"]
+
+
 def test_micro_and_macro_averages_differ():
     sol = {"two": [A, B], "one": [C]}
     sub = {"two": [{"attempt_1": A, "attempt_2": C}, {"attempt_1": C, "attempt_2": A}],

@@ -637,6 +637,21 @@ def test_a_run_recorded_twice_is_refused_not_kept(tmp_path):
     assert (tmp_path / "sweep.json").read_bytes() == before
 
 
+def test_a_damaged_record_is_refused_with_the_way_out_of_the_command_that_reads_it(tmp_path, capsys):
+    """compare's refusal of a damaged sweep.json ended "or choose another --sweep-dir", an option compare has not;
+    the sweep command, which has it, still names it."""
+    sweep_dir = tmp_path / "s5"
+    sweep_dir.mkdir()
+    rec = {"name": "baseline_s0", "variant": "baseline", "seed": 0, "state": "bogus"}
+    (sweep_dir / "sweep.json").write_text(json.dumps({"format": S.SWEEP_FORMAT, "runs": [rec]}))
+    line = one_error_line(capsys, main(["compare", str(sweep_dir), "--out", str(tmp_path / "o")]))
+    assert line.endswith("is none of pending, running, done, failed; fix the record"), line
+    assert not (tmp_path / "o").exists()
+    (tmp_path / "g.yaml").write_text("axes: [[baseline]]\nseeds: [0]\n")
+    line = one_error_line(capsys, main(["sweep", str(tmp_path / "g.yaml"), "--dry-run", "--sweep-dir", str(sweep_dir)]))
+    assert line.endswith("; fix the record or choose another --sweep-dir"), line
+
+
 def test_a_done_line_says_when_its_seconds_add_up_several_attempts(tmp_path):
     """A rerun printed `done a_s0 (6 s)` beside `in 5 s` for the whole command: the 6 s were two attempts'."""
     import io

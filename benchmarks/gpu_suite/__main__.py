@@ -9,14 +9,18 @@
 parts asked for, by priority (benchmarks/gpu_suite/schedule.py); each part writes gpu_report.json and
 gpu_report.md (+ PNGs) into --out (with --part all: --out/part1 ...) after every stage, and prints a short
 table at the end; a stage that fails or is skipped is recorded and the others still run. Exit status: 0
-when every part ran clean, 1 when a stage failed or was skipped, 2 for bad input. See docs/gpu.md.
+when every part ran clean, 1 when a stage failed or was skipped, 2 for bad input. A stop (Ctrl-C, SIGTERM) is one
+`interrupted: ...` line and status 130 or 143, as the package's commands end: `prepare` leaves its output as it
+was, `run` leaves its reports saying `stopped` (what ran, what did not) and still packs them. See docs/gpu.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from trm_kaggle.errors import TRMError, os_error_line
@@ -39,17 +43,21 @@ def run_parts(parts: list[int], out: Path, ctx, budget_s: float) -> list[dict]:
     reports = {n: PartReport(n, mods[n].TITLE, ctx.smoke, out / f"part{n}" if len(parts) > 1 else out, budget_s)
                for n in parts}
     states: dict[int, dict] = {}
-    for n in parts:
-        try:
-            states[n] = mods[n].setup(reports[n], ctx)
-        except Exception as e:  # noqa: BLE001 - recorded in the part's report; the other parts still run
-            reports[n].fail(e)
     try:
-        planned = schedule.plan({n: mods[n].stages() for n in parts}, budget_s)
-        schedule.run(planned, reports, states, ctx, budget_s, ctx.say)
-    finally:
-        for n, st in states.items():
-            mods[n].teardown(st)
+        try:
+            for n in parts:
+                try:
+                    states[n] = mods[n].setup(reports[n], ctx)
+                except Exception as e:  # noqa: BLE001 - recorded in the part's report; the other parts still run
+                    reports[n].fail(e)
+            planned = schedule.plan({n: mods[n].stages() for n in parts}, budget_s)
+            schedule.run(planned, reports, states, ctx, budget_s, ctx.say)
+        finally:
+            for n, st in states.items():
+                mods[n].teardown(st)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (`interrupts.Terminated`)
+        stopped(e, list(reports.values()))
+        raise
     done = [reports[n].finish() for n in parts]
     for n, d in zip(parts, done):
         print_summary(d, ctx.say)
@@ -57,7 +65,56 @@ def run_parts(parts: list[int], out: Path, ctx, budget_s: float) -> list[dict]:
     return done
 
 
+def stopped(e: KeyboardInterrupt, reports: list) -> None:
+    """A stopped run: each report rewritten with status `stopped` (the stage it was in, those that ran, those that
+    did not) before the command ends, so that none says `running` once its process is gone; the stop's one line
+    (`interrupts.interrupted` prints it) names them."""
+    from benchmarks.gpu_suite.report import REPORT_MD
+
+    with later_stops_wait():
+        for rep in reports:
+            with contextlib.suppress(OSError):  # a full disk: the stop's line is still said
+                rep.stop(str(e) or "stopped by SIGINT (Ctrl-C)")
+    said = "the reports say what ran and what did not: " + ", ".join(str(r.out / REPORT_MD) for r in reports)
+    e.args = (f"{e}; {said}" if str(e) else said,)
+
+
+@contextlib.contextmanager
+def later_stops_wait() -> Iterator[None]:
+    """After a stop: a later Ctrl-C or SIGTERM inside the block is dropped, so that it cannot cut the bounded work
+    that records the stop (the reports, their archive)."""
+    from trm_kaggle.interrupts import FirstStopOnly
+
+    stops = FirstStopOnly()
+    stops.hold()
+    try:
+        yield
+    finally:
+        stops.give_back()
+
+
+def check_run_paths(args) -> None:
+    """`--out` and `--pack` against the prepared folder `run` reads, before any work: `prepare` builds that folder
+    whole, so a report written into it (or an --out that holds it) would keep `prepare` from replacing it."""
+    from trm_kaggle.outputs import Input, Output, check_kept
+
+    from benchmarks.gpu_suite.context import DEFAULT_PREPARED
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise TRMError(f"--out {out}: exists and is not a folder")
+    if args.pack and (not args.pack.endswith(".tar.gz") or Path(args.pack).resolve().is_relative_to(out.resolve())):
+        raise TRMError(f"--pack {args.pack}: must end in .tar.gz and lie outside --out {out}")
+    check_kept([Input(args.prepared or DEFAULT_PREPARED, "--prepared", tree=True)],
+               [Output(out, "--out", "folder"), Output(args.pack, "--pack")])
+
+
 def cmd_run(args) -> int:
+    check_run_paths(args)
+    budget = args.budget or (SMOKE_BUDGET_S if args.smoke else BUDGET_S if args.part == "all" else PART_BUDGET_S)
+    if budget <= 0:
+        raise TRMError(f"--budget must be > 0 seconds, got {budget:g}")
+
     import torch
 
     from benchmarks.gpu_suite.context import make_context
@@ -65,13 +122,6 @@ def cmd_run(args) -> int:
     ctx = make_context(args.smoke, args.prepared, args.upstream_dir, args.device)
     parts = sorted(PARTS) if args.part == "all" else [int(args.part)]
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise TRMError(f"--out {out}: exists and is not a folder")
-    if args.pack and (not args.pack.endswith(".tar.gz") or Path(args.pack).resolve().is_relative_to(out.resolve())):
-        raise TRMError(f"--pack {args.pack}: must end in .tar.gz and lie outside --out {out}")
-    budget = args.budget or (SMOKE_BUDGET_S if args.smoke else BUDGET_S if args.part == "all" else PART_BUDGET_S)
-    if budget <= 0:
-        raise TRMError(f"--budget must be > 0 seconds, got {budget:g}")
     ctx.say(f"GPU suite on {ctx.device}{' (smoke mode)' if ctx.smoke else ''}; budget {budget:.0f} s; prepared "
             f"folder {ctx.prepared}{'' if ctx.prepared.is_dir() else ' (absent)'}; upstream: "
             f"{ctx.upstream or ctx.upstream_why}")
@@ -80,12 +130,22 @@ def cmd_run(args) -> int:
         # a code-path check on a shared CI machine: one thread is several times faster there than threads
         # contending for its cores (training sets its own count; the schedule runs in this one thread)
         torch.set_num_threads(1)
-    try:
-        reports = run_parts(parts, out, ctx, budget)
-    finally:
+
+    def close() -> None:
         torch.set_num_threads(threads)
         if args.pack:
             pack(out, Path(args.pack), ctx.say)
+
+    try:
+        reports = run_parts(parts, out, ctx, budget)
+    except KeyboardInterrupt:  # the reports say `stopped` (`run_parts`); the archive still carries them back
+        with later_stops_wait():
+            close()
+        raise
+    except BaseException:
+        close()
+        raise
+    close()
     return 0 if all(d["status"] == "ok" for d in reports) else 1
 
 
@@ -168,4 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # SIGTERM and SIGHUP stop it as Ctrl-C does, and a stop is the package's one `interrupted` line and status
+    from benchmarks.entry import command
+
+    sys.exit(command(main))

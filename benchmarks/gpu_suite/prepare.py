@@ -12,6 +12,7 @@ git-ignored folder (default .gpu_suite/, at most --max-mib), then the exact comm
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
@@ -95,7 +97,9 @@ def prepare(out: str | os.PathLike, *, upstream_dir: str | None = None, download
     sizes = SMOKE if smoke else FULL
     upstream_dir = upstream_dir or os.environ.get(UPSTREAM_ENV)
     manifest: dict = {"smoke": smoke, "downloaded": download, "missing": [], "sizes": sizes}
-    with atomic_directory(out, kind=KIND) as tmp:
+    # a stop (Ctrl-C, SIGTERM) inside: `atomic_directory` removes the partial folder and its record on the way out
+    with stop_said(f"{out} is as it was (the partial copy was removed); run prepare again"), \
+            atomic_directory(out, kind=KIND) as tmp:
         say(f"[1/4] wheels for CPython {python} manylinux x86_64 -> {out / 'wheels'}")
         manifest["wheels"] = wheels(tmp / "wheels", download, smoke, upstream_dir is not None, manifest, say,
                                     python=python)
@@ -123,6 +127,17 @@ def prepare(out: str | os.PathLike, *, upstream_dir: str | None = None, download
     say("or one part at a time (--part 1, 2 or 3):")
     say(f"  {manifest['part_commands'][0]}")
     return manifest
+
+
+@contextlib.contextmanager
+def stop_said(said: str) -> Iterator[None]:
+    """A stop (Ctrl-C, SIGTERM: a KeyboardInterrupt) out of the block says `said` too, in its one line
+    (`interrupts.interrupted` prints it)."""
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        e.args = (f"{e}; {said}" if str(e) else said,)
+        raise
 
 
 def wheels(dest: Path, download: bool, smoke: bool, with_upstream: bool, manifest: dict, say,

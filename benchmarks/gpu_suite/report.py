@@ -1,6 +1,6 @@
 """The one report writer of the GPU suite: every part fills a `PartReport` stage by stage and writes
 `gpu_report.json` + `gpu_report.md` (+ the PNGs it made) into its output folder, after each stage (status
-`running`) and at the end.
+`running`) and at the end (status `stopped` when the command was stopped by Ctrl-C or SIGTERM).
 
 A stage that raises is recorded (its error and the last lines of its traceback) and the part goes on with
 the next stage; a part whose set-up raises is recorded as failed. A non-finite number never reaches the JSON
@@ -20,6 +20,8 @@ from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 
 REPORT_JSON = "gpu_report.json"
 REPORT_MD = "gpu_report.md"
+#: A schedule entry's status for a stage the command was stopped before.
+NOT_RUN_STOPPED = "not run (the command was stopped)"
 
 
 class PartTimeout(BaseException):
@@ -76,6 +78,10 @@ class PartReport:
             rec["status"] = "failed"
             rec["error"] = str(e) or "its time ran out"
             raise
+        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (`interrupts.Terminated`): the command stops here
+            rec["status"] = "stopped"
+            rec["error"] = str(e) or "interrupted"
+            raise
         except Exception as e:  # noqa: BLE001 - recorded; the other stages still run
             rec["status"] = "failed"
             rec["error"] = f"{type(e).__name__}: {e}"
@@ -87,6 +93,22 @@ class PartReport:
         self.data["status"] = "failed"
         self.data["error"] = f"{type(error).__name__}: {error}"
         self.data["traceback"] = traceback.format_exception(error)[-8:]
+
+    def stop(self, why: str) -> dict:
+        """The command was stopped (`why`: "stopped by SIGTERM"): the status says so, with the stage it stopped in,
+        those that ran and those that did not (the schedule's entries), so that no report says `running` once its
+        process is gone. Both files written; returns the report."""
+        d = self.data
+        d["status"] = "stopped"
+
+        def named(*statuses: str) -> str:
+            return ", ".join(e["stage"] for e in d["schedule"] if e["status"] in statuses)
+
+        cut, left = named("stopped"), named(NOT_RUN_STOPPED)
+        d["error"] = (why + (f" during stage {cut}" if cut else " between its stages")
+                      + f"; stages that ran: {named('ran', 'failed', 'ended at its allowance') or 'none'}"
+                      + (f"; not run: {left}" if left else ""))
+        return self.write()
 
     # -- writing -------------------------------------------------------------------------------------------
 

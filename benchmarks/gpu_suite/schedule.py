@@ -14,7 +14,8 @@ A stage watches its allowance itself (`PartReport.left()`); a stage that runs pa
 `grace`, or past the budget by more than `OVERRUN_S`, is ended (`StageTimeout`), recorded as failed, and the
 next stage runs: the stages of a run end at most `OVERRUN_S` after its budget (480 + 30 s, under 9 minutes
 with the interpreter's start and the last reports). Every part's report is written as each stage starts and
-after it, so a command killed from outside leaves the reports of the stages done.
+after it, so a command killed from outside leaves the reports of the stages done; a command stopped by Ctrl-C or
+SIGTERM marks the stage it was in `stopped` and the later ones not run, and its reports say `stopped`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from benchmarks.gpu_suite.report import PartReport, PartTimeout
+from benchmarks.gpu_suite.report import NOT_RUN_STOPPED, PartReport, PartTimeout
 
 #: The budget the shares are given for: one command of a 10-minute lend, compile included, with a minute
 #: for the machine's Python, imports and the last reports.
@@ -117,49 +118,69 @@ def run(planned: list[Planned], reports: dict[int, PartReport], states: dict[int
     in its part's report under `schedule`)."""
     start = time.monotonic()
     end = start + budget_s
-    log = []
-    for i, p in enumerate(planned):
-        rep, name = reports[p.part], p.stage.name
-        least = 0.0 if ctx.smoke else p.stage.min_s
-        left = end - time.monotonic()
-        # smoke mode checks the code paths on a shared CPU: every stage may use what is left (tests plant the rest)
-        given = left if ctx.smoke else allowance(planned, i, left, least)
-        entry = {"stage": name, "part": p.part, "share_s": round(p.share_s, 1), "allowance_s": round(given, 1),
-                 "min_s": least, "seconds": None, "status": None}
-        log.append(entry)
-        rep.data["schedule"].append(entry)
-        if rep.data["status"] == "failed":  # its set-up failed: nothing of this part can run
-            entry["status"] = "not run (the part failed)"
-        elif given < max(least, 0.5 if ctx.smoke else 1.0):
-            entry["status"] = "skipped"
-            rep.skip(f"stage {name}", f"would not fit: {max(given, 0):.0f} s left for it after reserving the "
-                                      f"later stages' shares, it needs at least {least:.0f} s", cut=True)
-            say(f"[{time.monotonic() - start:5.0f} s] part {p.part} {name}: skipped ({max(given, 0):.0f} s left "
-                f"for it, needs {least:.0f} s)")
-        else:
-            say(f"[{time.monotonic() - start:5.0f} s] part {p.part} {name}: up to {given:.0f} s (share "
-                f"{p.share_s:.0f} s)")
-            rep.begin(given)
-            entry["status"] = "running"
-            rep.write()  # a kill during this stage leaves it named
-            fresh_start(ctx)
-            t, cpu = time.monotonic(), time.process_time()
-            try:
-                with alarm(min(given + grace(given), end + OVERRUN_S - time.monotonic()), f"stage {name}"):
-                    p.stage.run(rep, ctx, states[p.part])
-                entry["status"] = "ran"
-            except StageTimeout as e:
-                entry["status"] = "ended at its allowance"
-                rep.note(f"stage {name}: {e} of {given:.0f} s (+{grace(given):.0f} s grace) and was ended")
-                fresh_start(ctx)  # what it left half-built
-            except Exception as e:  # noqa: BLE001 - a unit outside rep.stage: recorded, the next stage runs
-                entry["status"] = "failed"
-                rep.data["stages"].setdefault(name, {"status": "failed", "seconds": None,
-                                                     "error": f"{type(e).__name__}: {e}"})
-            entry["seconds"] = round(time.monotonic() - t, 1)
-            entry["cpu_s"] = round(time.process_time() - cpu, 1)  # this process's threads (not its children)
-        rep.write()  # a command killed from outside leaves what was done
+    log: list[dict] = []
+    began = start
+    try:
+        for i, p in enumerate(planned):
+            began = time.monotonic()
+            rep, name = reports[p.part], p.stage.name
+            least = 0.0 if ctx.smoke else p.stage.min_s
+            left = end - time.monotonic()
+            # smoke mode checks the code paths on a shared CPU: every stage may use what is left (tests plant the rest)
+            given = left if ctx.smoke else allowance(planned, i, left, least)
+            entry = {"stage": name, "part": p.part, "share_s": round(p.share_s, 1), "allowance_s": round(given, 1),
+                     "min_s": least, "seconds": None, "status": None}
+            log.append(entry)
+            rep.data["schedule"].append(entry)
+            if rep.data["status"] == "failed":  # its set-up failed: nothing of this part can run
+                entry["status"] = "not run (the part failed)"
+            elif given < max(least, 0.5 if ctx.smoke else 1.0):
+                entry["status"] = "skipped"
+                rep.skip(f"stage {name}", f"would not fit: {max(given, 0):.0f} s left for it after reserving the "
+                                          f"later stages' shares, it needs at least {least:.0f} s", cut=True)
+                say(f"[{time.monotonic() - start:5.0f} s] part {p.part} {name}: skipped ({max(given, 0):.0f} s left "
+                    f"for it, needs {least:.0f} s)")
+            else:
+                say(f"[{time.monotonic() - start:5.0f} s] part {p.part} {name}: up to {given:.0f} s (share "
+                    f"{p.share_s:.0f} s)")
+                rep.begin(given)
+                entry["status"] = "running"
+                rep.write()  # a kill during this stage leaves it named
+                fresh_start(ctx)
+                t, cpu = time.monotonic(), time.process_time()
+                try:
+                    with alarm(min(given + grace(given), end + OVERRUN_S - time.monotonic()), f"stage {name}"):
+                        p.stage.run(rep, ctx, states[p.part])
+                    entry["status"] = "ran"
+                except StageTimeout as e:
+                    entry["status"] = "ended at its allowance"
+                    rep.note(f"stage {name}: {e} of {given:.0f} s (+{grace(given):.0f} s grace) and was ended")
+                    fresh_start(ctx)  # what it left half-built
+                except Exception as e:  # noqa: BLE001 - a unit outside rep.stage: recorded, the next stage runs
+                    entry["status"] = "failed"
+                    rep.data["stages"].setdefault(name, {"status": "failed", "seconds": None,
+                                                         "error": f"{type(e).__name__}: {e}"})
+                entry["seconds"] = round(time.monotonic() - t, 1)
+                entry["cpu_s"] = round(time.process_time() - cpu, 1)  # this process's threads (not its children)
+            rep.write()  # a command killed from outside leaves what was done
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM (`interrupts.Terminated`): the reports say what ran, what did not
+        stopped(planned[len(log):], log, reports, time.monotonic() - began)
+        raise
     return log
+
+
+def stopped(left: list[Planned], log: list[dict], reports: dict[int, PartReport], seconds: float) -> None:
+    """The command was stopped: the stage it was in says `stopped` (`seconds` into it), the stages it had not
+    reached (`left`) say they did not run; `PartReport.stop` then writes each report with its status."""
+    if log and log[-1]["status"] == "running":
+        log[-1]["status"], log[-1]["seconds"] = "stopped", round(seconds, 1)
+    elif log and log[-1]["status"] is None:  # stopped before its entry was settled: it never started
+        log[-1]["status"] = NOT_RUN_STOPPED
+    for p in left:
+        entry = {"stage": p.stage.name, "part": p.part, "share_s": round(p.share_s, 1), "allowance_s": None,
+                 "min_s": None, "seconds": None, "status": NOT_RUN_STOPPED}
+        log.append(entry)
+        reports[p.part].data["schedule"].append(entry)
 
 
 def fresh_start(ctx) -> None:

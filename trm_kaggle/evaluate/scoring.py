@@ -13,11 +13,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from trm_kaggle.data import grid_problem
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.stats import format_interval, wilson_interval
-from trm_kaggle.evaluate.submission import (ATTEMPTS, GridKey, grid_key, load_solutions, load_submission, plain_grid,
-                                            require_tasks)
+from trm_kaggle.evaluate.submission import (ATTEMPTS, GridKey, attempt_problem, grid_key, load_solutions,
+                                            load_submission, require_tasks)
 from trm_kaggle.wording import count, shown
 
 
@@ -76,10 +75,11 @@ _MISSING = object()
 
 
 def _attempt_key(attempt: Any) -> GridKey | None:
-    """The comparable form of a valid attempt; None for an invalid one (never counts)."""
-    if grid_problem(attempt, allow_numpy=True):
+    """The comparable form of a valid attempt; None for an attempt `validate_submission` refuses (never counts:
+    a numpy one would score here, yet `score` refuses it and JSON cannot hold it). A valid one holds plain ints."""
+    if attempt_problem(attempt):
         return None
-    return grid_key(plain_grid(attempt))
+    return grid_key(attempt)
 
 
 def score_submission(submission: str | os.PathLike | Mapping,
@@ -87,8 +87,9 @@ def score_submission(submission: str | os.PathLike | Mapping,
     """Score a submission (dict or path) against solutions (dict or path).
 
     For each test output of the solutions: 1 when attempt_1 or attempt_2 equals the truth
-    exactly (same shape, same values; an invalid attempt never matches). A task missing
-    from the submission, a missing dict or a non-dict entry scores 0 for those outputs.
+    exactly (same shape, same values; an attempt `validate_submission` calls invalid never matches,
+    numpy values, tuple rows and bools included). A task missing from the submission, a missing
+    dict or a non-dict entry scores 0 for those outputs.
     Solutions without a task are refused (DataError), as `score` refuses them.
     """
     if isinstance(submission, (str, os.PathLike)):

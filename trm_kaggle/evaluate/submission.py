@@ -77,6 +77,13 @@ def grid_key(grid: Grid) -> GridKey:
     return tuple(tuple(row) for row in grid)
 
 
+def attempt_problem(attempt: Any) -> str | None:
+    """Why `attempt` is not a valid submitted grid, or None: the one check of an attempt, for
+    `validate_submission` and `score_submission` alike. A submission is JSON, so numpy values,
+    tuples and bools are refused (a model's numpy candidates are converted by `make_submission`)."""
+    return grid_problem(attempt)
+
+
 # ---------------------------------------------------------------------------
 # Loading helpers
 # ---------------------------------------------------------------------------
@@ -306,7 +313,7 @@ def _structure_problems(submission: Any) -> list[str]:
                 if name not in item:
                     problems.append(f"task {_id(task_id)}: test {i}: {name} is missing")
                     continue
-                bad = grid_problem(item[name])
+                bad = attempt_problem(item[name])
                 if bad:
                     problems.append(f"task {_id(task_id)}: test {i}: {name}: {bad}")
             extra = sorted(str(k) for k in item if k not in ATTEMPTS)
@@ -425,7 +432,7 @@ def write_submission(path: str | os.PathLike, submission: Mapping,
 
 
 __all__ = [
-    "ATTEMPTS", "BuiltSubmission", "FALLBACKS", "challenge_problems", "check_scorable", "check_submission", "expected_counts",
+    "ATTEMPTS", "BuiltSubmission", "FALLBACKS", "attempt_problem", "challenge_problems", "check_scorable", "check_submission", "expected_counts",
     "grid_key", "load_solutions", "load_submission", "make_submission", "plain_grid", "read_json_file",
     "submission_problems", "validate_submission", "write_submission",
 ]

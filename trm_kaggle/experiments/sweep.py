@@ -262,8 +262,14 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def read_sweep(sweep_dir: str | os.PathLike) -> dict | None:
-    """The sweep.json of `sweep_dir` (checked: format and run names), or None when there is none."""
+_SWEEP_REMEDY = "fix the record or choose another --sweep-dir"  # the sweep command's way out of a damaged record
+
+
+def read_sweep(sweep_dir: str | os.PathLike, remedy: str = "fix the record") -> dict | None:
+    """The sweep.json of `sweep_dir` (checked: format and run names), or None when there is none.
+
+    `remedy` ends the refusal of a damaged record: each command names only its own options there (`sweep` adds
+    "or choose another --sweep-dir"; compare, which has no such option, says "fix the record")."""
     path = Path(sweep_dir) / SWEEP_FILE
     if not path.exists():
         return None
@@ -275,10 +281,10 @@ def read_sweep(sweep_dir: str | os.PathLike) -> dict | None:
         if not isinstance(rec, dict) or not is_safe_name(rec.get("name")):
             raise TRMError(f"{path}: a run record without a plain directory name: {str(rec)[:120]}")
         if problem := _record_problem(rec):  # a value no sweep writes: never kept, nor written back
-            raise TRMError(f"{path}: run {rec['name']}: {problem}; fix the record or choose another --sweep-dir")
+            raise TRMError(f"{path}: run {rec['name']}: {problem}; {remedy}")
     names = [rec["name"] for rec in doc["runs"]]
     if twice := next((n for k, n in enumerate(names) if n in names[:k]), None):  # a sweep writes one record a run
-        raise TRMError(f"{path}: run {twice} is recorded twice; fix the record or choose another --sweep-dir")
+        raise TRMError(f"{path}: run {twice} is recorded twice; {remedy}")
     return doc
 
 
@@ -523,7 +529,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
     sweep_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     with _locked(sweep_dir), contextlib.ExitStack() as runs_held:
-        doc = _merge_plan(read_sweep(sweep_dir), grid, base, plan, sweep_dir)
+        doc = _merge_plan(read_sweep(sweep_dir, _SWEEP_REMEDY), grid, base, plan, sweep_dir)
         # every run's folder, held from now to the end (each run's train process is handed its own)
         held = {run.name: runs_held.enter_context(directory_lock(sweep_dir / run.name, "sweep")) for run in plan}
         path = sweep_dir / SWEEP_FILE
@@ -594,7 +600,7 @@ def _print_plan(grid: SweepGrid, plan: Sequence[PlannedRun], sweep_dir: Path, ba
     """--dry-run: the base and each run's state and settings, printed; nothing is started or written. The records
     are read as the sweep would take them (`_merge_plan`: a run started with other settings refused, a finished
     one with more to train pending), in memory."""
-    doc = read_sweep(sweep_dir) if sweep_dir.is_dir() else None
+    doc = read_sweep(sweep_dir, _SWEEP_REMEDY) if sweep_dir.is_dir() else None
     known = {rec["name"] for rec in (doc or {}).get("runs", [])}
     merged = _merge_plan(doc, grid, base, plan, sweep_dir) if doc is not None else {"runs": []}
     states = {rec["name"]: rec["state"] for rec in merged["runs"] if rec["name"] in known}

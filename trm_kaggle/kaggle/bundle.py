@@ -269,8 +269,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"ARC-AGI-2 kernels run on; with --train-kernel {TRAIN_MACHINE_SHAPE}, T4 x 2 in float16); "
                         f"one of {', '.join(MACHINE_SHAPES)}")
     g.add_argument("--docker-image", default=None, metavar="IMAGE",
-                   help="pin the kernels' image (docker_image in the metadata, pinning 'original'; default: "
-                        "Kaggle's current image)")
+                   help="pin the submission kernel's image, and --wheel-kernel's (docker_image in the metadata, "
+                        "pinning 'original'; default: Kaggle's current image)")
     g.add_argument("--compile-cache", default=None, metavar="FILE",
                    help="ship a compile cache beside the weights: a compile_cache.bin (with its compile_cache.json) "
                         "written on the kernel's GPU type with the kernel's torch, e.g. by an earlier kernel run "
@@ -444,8 +444,15 @@ _EXECUTE_ONLY = ("challenges", "mounts", "max_tasks", "time_budget", "finetune_s
 _TRAIN_KERNEL_ONLY = ("preset", "continue_from", "first_session", "train_budget")
 #: Read by --push alone.
 _PUSH_ONLY = ("version_message", "push_wait")
-#: The submission bundle's options that a training build (--dataset, --train-kernel) has no use for.
-_SUBMISSION_ONLY = ("weights", "notebook", "cpu", "execute", "competition", *_EXECUTE_ONLY)
+#: The submission bundle's options that a training build (--dataset, --train-kernel) has no use for: its weights,
+#: notebook and offline run, and what only its kernels read (the training kernel's metadata is written without an
+#: image, and it neither ships a compile cache nor goes with the adam-atan2 wheel kernel, which matches the
+#: submission kernel's machine).
+_SUBMISSION_ONLY = ("weights", "notebook", "cpu", "execute", "competition", "docker_image", "compile_cache",
+                    "wheel_kernel", *_EXECUTE_ONLY)
+#: Read only where a kernel and the wheels dataset are built: --dataset alone builds OUT_DIR/data/ and nothing else.
+_KERNEL_AND_WHEELS = ("accelerator", "repo", "extra_wheel", "kaggle_has", "no_download", "python_version", "platform",
+                      "wheel_builder")
 
 
 def typed_options(argv: Sequence[str] | None) -> set[str]:
@@ -464,6 +471,20 @@ def _given(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
     defaults = make_parser()
     return [f"--{name.replace('_', '-')}" for name in names if hasattr(args, name)
             and (name in typed if typed is not None else getattr(args, name) != defaults.get_default(name))]
+
+
+def _refuse_unread_by_training(args: argparse.Namespace) -> None:
+    """A training build (--dataset, --train-kernel) given options it would drop without a word: one line naming
+    them all, before anything is built. --dataset alone makes no kernel and no wheels, so their options go too."""
+    reasons = []
+    if ignored := _given(args, _SUBMISSION_ONLY):
+        reasons.append(f"{', '.join(ignored)}: the submission bundle's, not the training's (--dataset, "
+                       f"--train-kernel); build the two with two commands")
+    if not args.train_kernel and (ignored := _given(args, _KERNEL_AND_WHEELS)):
+        reasons.append(f"{', '.join(ignored)}: options of the training kernel and its wheels, and --dataset alone "
+                       f"builds only {DATA_DIR}/; add --train-kernel, or leave them out")
+    if reasons:
+        raise TRMError("; ".join(reasons))
 
 
 def _push_options(args: argparse.Namespace) -> dict:
@@ -550,9 +571,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         if not args.push and (ignored := _given(args, _PUSH_ONLY)):
             raise TRMError(f"{', '.join(ignored)}: options of --push; add it, or leave them out")
         if args.dataset is not None or args.train_kernel:
-            if ignored := _given(args, _SUBMISSION_ONLY):  # never dropped without a word
-                raise TRMError(f"{', '.join(ignored)}: the submission bundle's, not the training's (--dataset, "
-                               f"--train-kernel); build the two with two commands")
+            _refuse_unread_by_training(args)
             return _run_training(args, ids, targets, api, held)
         if args.overrides:
             raise TRMError(f"unexpected argument {args.overrides[0]!r}: key=value settings go with --train-kernel")

@@ -16,6 +16,7 @@ K x depth row-steps (`prediction_steps`); the plan prices prediction with it (`w
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -23,6 +24,7 @@ import torch
 
 from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_GRID_CELLS, MAX_NUM_AUG, MAX_PLANNED_TASKS,
                                ArchConfig, SolveConfig, seconds_argument, whole_argument)
+from trm_kaggle.data import arc_model_problem
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import read_export
@@ -169,15 +171,19 @@ def format_estimate(e: Estimate, tasks: int, num_aug: int) -> str:
     return "\n".join(lines)
 
 
-def estimate_kernel(cfg: SolveConfig, *, weights: str | None = None, preset: str | None = None, tasks: int = 120,
-                    devices: int = 1, batch_size: int = 64, eval_batch_size: int = 64, device: str = "auto",
-                    say: Callable[[str], None] | None = None) -> str:
+def estimate_kernel(cfg: SolveConfig, *, weights: str | os.PathLike | None = None, preset: str | None = None,
+                    tasks: int = 120, devices: int = 1, batch_size: int = 64, eval_batch_size: int = 64,
+                    device: str = "auto", say: Callable[[str], None] | None = None) -> str:
     """`trm-kaggle estimate`: the kernel's time for `tasks` tasks shared over `devices` devices (the busiest
-    one's share is timed), for the architecture of the export `weights` or of the training preset `preset`
-    under `cfg`'s test-time recipe; the text the command prints."""
+    one's share is timed), for the architecture of the export `weights` or of the training preset `preset` (one
+    of them; an export must be an ARC model, as the bundle requires) under `cfg`'s test-time recipe; the text the
+    command prints."""
     tasks, devices = whole_argument("tasks", tasks, 1, MAX_PLANNED_TASKS), whole_argument("devices", devices, 1, 4096)
+    _check_source(weights, preset)
     if weights:
         config, _ = read_export(weights)
+        if problem := arc_model_problem(config, weights):  # the bundle's check: the kernel could never run it
+            raise TRMError(problem)
         arch, seq_len, vocab = ArchConfig(**config["arch"]), config["seq_len"], config["vocab_size"]
     else:
         for name in expand_preset_names(preset):  # only the architecture is timed: a modifier without one is unread
@@ -197,3 +203,18 @@ def estimate_kernel(cfg: SolveConfig, *, weights: str | None = None, preset: str
                "docs/test_time.md)" if cfg.trajectories > 1 or cfg.test_depth else "")
     return (format_estimate(e, share, cfg.num_aug) + sampled
             + (f"\n(per device: {tasks} tasks over {devices} devices)" if devices > 1 else ""))
+
+
+def _check_source(weights: object, preset: object) -> None:
+    """One ValueError naming the argument unless exactly one of `weights` (an export folder) and `preset` (a
+    training preset's name) is given: neither once reached the preset reader as None (a TypeError from below),
+    and both priced the export alone without a word. `None` and "" are not given (the command's check, in its
+    flags' words, comes first)."""
+    if weights is not None and not isinstance(weights, (str, os.PathLike)):
+        raise ValueError(f"weights={clipped(weights)}: expected an export folder (a path), or None")
+    if preset is not None and not isinstance(preset, str):
+        raise ValueError(f"preset={clipped(preset)}: expected a training preset's name (e.g. 'arc2'), or None")
+    if bool(weights) == bool(preset):
+        said = f"weights={clipped(weights)} and preset={clipped(preset)}"
+        raise ValueError(f"{said}: expected one of them, weights (an export folder whose architecture is timed) or "
+                         "preset (a training preset's name, e.g. 'arc2')")

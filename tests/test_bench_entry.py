@@ -1,0 +1,106 @@
+"""benchmarks/entry.py: every benchmark script a user runs ends as the package's commands do: a refusal, an
+invalid setting or a system error in one `error:` line (status 2), a stop in one `interrupted` line."""
+
+from __future__ import annotations
+
+import ast
+import errno
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+
+
+def _one_error(err: str) -> str:
+    err = err.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_said_is_one_error_line_and_status_2_for_a_refusal_a_setting_and_a_system_error(capsys):
+    from pydantic import BaseModel, Field
+
+    from benchmarks.entry import said
+    from trm_kaggle.errors import TRMError
+
+    class Settings(BaseModel):
+        lr: float = Field(gt=0)
+
+    def refused():
+        raise TRMError("w/sudoku4 holds notes.txt\nrefusing")
+
+    def full():
+        raise OSError(errno.ENOSPC, "No space left on device", "w/x")
+
+    for work, said_there in ((refused, "notes.txt\\nrefusing"), (lambda: Settings(lr=-1), "invalid setting: lr"),
+                             (full, "w/x: No space left on device")):
+        assert said(work) == 2
+        assert said_there in _one_error(capsys.readouterr().err)
+    assert said(lambda: 3) == 3 and said(lambda: {"a report": 1}) == 0 and said(lambda: None) == 0
+
+
+def _script(name: str, *argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCHMARKS / name), *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_the_package_refusals_in_learn_sudoku_and_ttt_modes_are_one_line(tmp_path):
+    """A work folder holding the user's files, a file as work folder, `--lr nan`: once a traceback and status 1;
+    one `error:` line, status 2, the user's file kept (`--lr nan` before any work)."""
+    (tmp_path / "w" / "sudoku4").mkdir(parents=True)
+    (tmp_path / "w" / "sudoku4" / "notes.txt").write_text("precious")
+    (tmp_path / "afile").write_text("x")
+    runs = [("bench_learn_sudoku.py", ["--work-dir", "w"], "not a dataset written by this package"),
+            ("bench_learn_sudoku.py", ["--work-dir", "afile"], "is a file"),
+            ("bench_ttt_modes.py", ["--work-dir", "afile", "--train-tasks", "2", "--heldout-tasks", "1"], "is a file"),
+            ("bench_ttt_modes.py", ["--work-dir", "w1", "--lr", "nan"], "lr")]
+    for name, argv, said in runs:
+        done = _script(name, *argv, cwd=tmp_path)
+        assert done.returncode == 2 and said in _one_error(done.stderr), (name, argv, done.stderr)
+    assert (tmp_path / "w" / "sudoku4" / "notes.txt").read_text() == "precious"
+    assert not (tmp_path / "w1").exists()
+
+
+@pytest.mark.parametrize("signum, line, status", [(signal.SIGINT, "interrupted", 130),
+                                                  (signal.SIGTERM, "interrupted: stopped by SIGTERM", 143)])
+def test_a_stop_of_learn_sudoku_is_one_interrupted_line_with_the_commands_status(tmp_path, signum, line, status):
+    """Ctrl-C once ended in a KeyboardInterrupt traceback, SIGTERM without a word. (The build is replaced by a
+    wait.)"""
+    script = ("import runpy, sys, time\n"
+              "import trm_kaggle.data as D\n"
+              "def build(*a, **k):\n"
+              "    print('building', flush=True)\n"
+              "    time.sleep(120)\n"
+              "D.build_sudoku = build\n"
+              f"sys.argv = ['bench_learn_sudoku.py', '--work-dir', {str(tmp_path / 'w')!r}]\n"
+              f"runpy.run_path({str(BENCHMARKS / 'bench_learn_sudoku.py')!r}, run_name='__main__')\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert proc.stdout.readline().strip() == "building"
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == status, err
+    assert err.strip().splitlines()[-1] == line and "Traceback" not in err
+
+
+def test_every_benchmark_script_ends_through_the_shared_entry():
+    """Each script's `if __name__ == "__main__"` block runs its main through `benchmarks.entry.command` (one owner
+    of how a script ends), so none of them ends a refusal or a stop in a traceback."""
+    scripts = sorted(p for p in BENCHMARKS.glob("*.py") if p.name != "entry.py")
+    assert len(scripts) >= 19
+    for path in scripts:
+        tree = ast.parse(path.read_text())
+        blocks = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+        assert len(blocks) == 1, path.name
+        imported = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "benchmarks.entry"
+                    and "command" in [a.name for a in n.names]]
+        assert imported and "sys.exit(command(main))" in ast.unparse(blocks[0]), path.name
