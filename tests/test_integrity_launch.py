@@ -228,3 +228,19 @@ def test_slurm_shared_dir_holds_nothing_sbatch_reads_as_quoting(tmp_path, monkey
                  "data_paths=[data/s4]"])
     assert "shared_dir must hold no" in one_error_line(capsys, code)
     assert not (tmp_path / "jobs").exists()
+
+
+@pytest.mark.parametrize("launcher", ["slurm", "k8s"])
+def test_a_run_folder_holding_a_newline_stays_inside_the_header_comment(here, capsys, launcher):
+    """`checkpoint_path=runs/z<newline>touch INJECTED; #` ended the job file's first comment: its second line ran on
+    every node (and ended sbatch's reading of the #SBATCH lines), or began YAML of its own (a planted object)."""
+    import yaml
+
+    assert launch(launcher, "--out", "jobs", "checkpoint_path=runs/z\ntouch INJECTED; #\nkind: Secret") == 0
+    (job,) = [p for p in (here / "jobs").iterdir() if not p.name.startswith(".")]
+    text = job.read_text()
+    header = text.split("#SBATCH", 1)[0] if launcher == "slurm" else text.split("\n---", 1)[0].split("\napiVersion")[0]
+    assert all(line.startswith("#") for line in header.splitlines()), header
+    assert "run z\\ntouch INJECTED; #\\nkind: Secret" in text.splitlines()[1 if launcher == "slurm" else 0]
+    if launcher == "k8s":
+        assert "Secret" not in {d.get("kind") for d in yaml.safe_load_all(text) if d}

@@ -23,7 +23,7 @@ import shlex
 from trm_kaggle.config import ClusterConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.launch.jobs import SETTINGS_FILE, ClusterJob, torchrun_line
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, one_line
 
 HEREDOC = "TRM_KAGGLE_SETTINGS"
 PORT_SPREAD = 1000  # the rendezvous port is --rdzv-port + (job id mod this)
@@ -53,7 +53,9 @@ def _shell_word(token: str) -> str:
 def script(cluster: ClusterConfig, jobs: list[ClusterJob], name: str, export: str | None) -> str:
     s = cluster.slurm
     array = len(jobs) > 1
-    what = f"{len(jobs)} runs, one per array task" if array else f"run {jobs[0].run}"
+    # the run's folder name as one line: a newline in checkpoint_path ended this comment, and the text after it ran
+    # as a command on every node (and ended sbatch's reading of the #SBATCH lines below)
+    what = f"{len(jobs)} runs, one per array task" if array else f"run {one_line(jobs[0].run)}"
     lines = ["#!/bin/bash",
              f"# trm-kaggle: {what}, on {count(cluster.nodes, 'node')} x {count(cluster.procs_per_node, 'worker')}; "
              "written, not "
