@@ -17,12 +17,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data import build_sudoku
-from trm_kaggle.train import load_train_config, train
-
 
 def main() -> None:
+    # imported here, not at the top: torch's import takes a second or more, and a stop in it is said as any other
+    # (`command` takes stops before `main` runs)
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data import build_sudoku
+    from trm_kaggle.train import load_train_config, train
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--target", type=float, default=0.8)

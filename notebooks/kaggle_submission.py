@@ -549,6 +549,7 @@ if report is not None and not report.get("ran"):
     else:
         NO_MODEL = report.get("model_failed") or next(iter(report.get("errors") or []), None) or (
             "it predicted no task within the time budget")
+CHECK_FAILED = None  # why the check of what was written failed: the RESULT line says so, never "ran" alone
 if WRITTEN and is_file(SUBMISSION) and CHALLENGES:
     try:
         if READY and report is not None:
@@ -561,7 +562,8 @@ if WRITTEN and is_file(SUBMISSION) and CHALLENGES:
                 say(f"warning: {error}")
         check_against_sample(SUBMISSION, CHALLENGES)
     except Exception as e:  # noqa: BLE001 - the notebook never raises
-        warn(f"checking {SUBMISSION} failed ({type(e).__name__}: {e})")
+        CHECK_FAILED = f"checking {SUBMISSION} failed ({type(e).__name__}: {e})"
+        warn(CHECK_FAILED)
 else:
     NO_MODEL = NO_MODEL or "no submission was written"
     warn(f"no submission was written: {SUBMISSION}")
@@ -574,7 +576,11 @@ else:
 
 # %%
 if NO_MODEL is None:
-    say(f"RESULT: the model ran: {report['ran']} tasks predicted, {report['answered']} answered; {SUBMISSION}")
+    # a submission the check could not confirm (its challenges file unreadable to the package, a task id written
+    # twice) is said in the same line: a run whose last line reads as a success must have passed the check
+    unchecked = "" if CHECK_FAILED is None else "; but " + " ".join(CHECK_FAILED.split())
+    say(f"RESULT: the model ran: {report['ran']} tasks predicted, {report['answered']} answered; {SUBMISSION}"
+        f"{unchecked}")
 else:
     NO_MODEL = " ".join(str(NO_MODEL).split())  # the last line is one line, whatever the cause's text held
     if WRITTEN and is_file(SUBMISSION):

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,36 @@ def test_a_stop_of_learn_sudoku_is_one_interrupted_line_with_the_commands_status
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         assert proc.stdout.readline().strip() == "building"
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == status, err
+    assert err.strip().splitlines()[-1] == line and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["bench_learn_sudoku.py", "bench_ttt_modes.py"])
+@pytest.mark.parametrize("signum, line, status", [(signal.SIGINT, "interrupted", 130),
+                                                  (signal.SIGTERM, "interrupted: stopped by SIGTERM", 143)])
+def test_a_stop_while_a_script_loads_torch_is_one_interrupted_line(tmp_path, name, signum, line, status):
+    """A stop in a script's first second (torch loading) once ended it without a word (SIGTERM) or in a
+    KeyboardInterrupt traceback: torch was imported before `command` took stops. The script says when torch
+    starts to load (a finder that only prints), and the stop is sent then."""
+    (tmp_path / "afile").write_text("x")  # were the stop lost, the script would end at once on this work dir
+    script = ("import runpy, sys\n"
+              "class Loading:\n"
+              "    def find_spec(self, fullname, path=None, target=None):\n"
+              "        if fullname == 'torch':\n"
+              "            print('loading torch', flush=True)\n"
+              "        return None\n"
+              "sys.meta_path.insert(0, Loading())\n"
+              f"sys.argv = [{name!r}, '--work-dir', 'afile']\n"
+              f"runpy.run_path({str(BENCHMARKS / name)!r}, run_name='__main__')\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert proc.stdout.readline().strip() == "loading torch"
+        time.sleep(0.2)  # inside torch's import (a second or more)
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:

@@ -244,3 +244,24 @@ def test_a_run_folder_holding_a_newline_stays_inside_the_header_comment(here, ca
     assert "run z\\ntouch INJECTED; #\\nkind: Secret" in text.splitlines()[1 if launcher == "slurm" else 0]
     if launcher == "k8s":
         assert "Secret" not in {d.get("kind") for d in yaml.safe_load_all(text) if d}
+
+
+@pytest.mark.parametrize("mount", ["/", "//", "///", "//."])
+def test_k8s_mount_on_the_root_is_refused_however_written(tmp_path, monkeypatch, capsys, mount):
+    """`//` is the root too (normpath keeps a leading `//`): the claim would be mounted over the container's /."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["launch", "k8s", "--nodes", "1", "--gpus-per-node", "0", "--image", "img", "--pvc", "claim",
+                 "--mount", mount, "--out", "jobs", "data_paths=[data/s4]"])
+    assert "--mount: mount must not be /" in one_error_line(capsys, code)
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_cluster_config_takes_numpy_numbers(tmp_path):
+    """A numpy number compared with [] is an empty array, whose truth is an error: options are told apart by type."""
+    np = pytest.importorskip("numpy")
+    from trm_kaggle.launch import cluster_config
+
+    cluster = cluster_config("slurm", {"nodes": np.int64(2), "gpus_per_node": np.int64(0), "force": np.bool_(False),
+                                       "rdzv_port": np.int32(80), "max_restarts": np.int16(3),
+                                       "out": str(tmp_path / "o"), "partition": None, "export": []})
+    assert (cluster.nodes, cluster.gpus_per_node, cluster.rdzv_port) == (2, 0, 80)

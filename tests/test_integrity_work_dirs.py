@@ -101,6 +101,19 @@ def test_a_submit_work_folder_in_a_pipelines_folder_or_a_report_is_refused(tmp_p
     check_io([], [Output(pipe / "ttt", "--work-dir", "folder")])  # the pipeline's own solve, inside it
 
 
+def test_a_pipeline_work_folder_in_a_training_run_folder_is_refused(tmp_path, capsys):
+    """`pipeline --work-dir PIPE/train` (the outer pipeline's run folder) ran, exit 0: a second pipeline, its solve's
+    ttt/ among them, mixed into the run's files; `submit` refuses the same work folder. Refused alike."""
+    run = tmp_path / "pipe" / "train"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    before = _listing(tmp_path)
+    for work, said in ((run, f"--work-dir {run} is a training run folder (it holds run.json)"),
+                       (run / "w", f"--work-dir {run / 'w'} lies inside {run}, which is a training run folder")):
+        _refused(capsys, ["pipeline", "--work-dir", str(work), "--no-progress"], said)
+    assert _listing(tmp_path) == before
+
+
 def test_a_submit_or_pipeline_work_folder_in_a_sweeps_folder_is_refused(tmp_path, capsys):
     """`submit --work-dir SWEEP` ran, exit 0: its units/, workers/ and solve_report.json made the sweep's rerun refuse
     every run as lying inside a submit's work folder, and rewrite sweep.json with its done runs failed."""

@@ -121,7 +121,7 @@ def test_the_last_line_says_the_model_did_not_run_and_strict_fails_only_the_save
     exec(cells[0], helpers)
     exec(cells[1][:cells[1].index("SUBMISSION = Path(")], helpers)
     base = {**helpers, "NO_MODEL": "installing trm_kaggle failed:\n  simulated", "SUBMISSION": Path("submission.json"),
-            "report": None}
+            "report": None, "CHECK_FAILED": None}  # the cell before sets CHECK_FAILED whatever happens
     exec(last, {**base, "STRICT": False, "rerun": False})  # no file: no fallback answers to speak of
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         "RESULT: no submission was written (submission.json): installing trm_kaggle failed: simulated")

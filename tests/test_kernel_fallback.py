@@ -656,3 +656,25 @@ def test_a_budget_too_small_names_the_parameter_it_came_from(tmp_path, monkeypat
     assert len(result) == 1 and "holds the fallback answers" in result[0] and result[0].endswith(advice), result
     assert "--time-budget" not in out and "--safety-margin" not in out, out[-3000:]
     assert json.loads((tmp_path / "out" / "submission.json").read_text())
+
+
+def test_a_failed_check_of_what_the_model_wrote_reaches_the_result_line(tmp_path, monkeypatch):
+    """A task id written twice in the challenges file: the package's reader refuses it, so the check of the
+    submission failed with a WARNING while the RESULT line said "the model ran" alone. The line says both."""
+    from trm_kaggle.evaluate import expected_counts
+
+    path = write_competition(tmp_path / "input" / "arc-prize-2026-arc-agi-2", n=2)
+    tasks = json.loads(path.read_text())
+    first = next(iter(tasks))
+    path.write_text(json.dumps(tasks)[:-1] + f", {json.dumps(first)}: {json.dumps(tasks[first])}}}")
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    assert scope["WRITTEN"], out
+    scope.update(report={"ran": 1, "answered": 1, "predicted": 1, "elapsed_s": 1.0, "errors": []},
+                 check_submission=check_submission, expected_counts=expected_counts)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        for cell in _code_cells()[6:]:  # the check and the RESULT line
+            exec(cell, scope)
+    result = printed.getvalue().splitlines()[-1]
+    assert result.startswith("RESULT: the model ran") and "but checking" in result and "appears twice" in result, \
+        printed.getvalue()

@@ -502,6 +502,23 @@ def test_the_regress_library_checks_its_out_folder_as_the_command_does(suite, tm
         regress_library(out=out, notebook_dir=suite)
 
 
+@pytest.mark.parametrize("folder", ["executed", "history"])
+def test_the_regress_library_refuses_notebooks_inside_its_out_folder_as_the_command_does(suite, tmp_path, folder,
+                                                                                          monkeypatch):
+    """`regress(out=X, notebook_dir=X/executed)` replaced a notebook with its executed copy (X/history: a plot
+    written into the notebooks folder); the command refused the same call."""
+    from trm_kaggle.experiments import regress
+
+    notebooks = tmp_path / "out" / folder
+    notebooks.parent.mkdir()
+    shutil.move(suite, notebooks)
+    before = {p.name: p.read_bytes() for p in notebooks.iterdir()}
+    monkeypatch.setattr(G, "_run_all", lambda *a: pytest.fail("a notebook ran"))
+    with pytest.raises(TRMError, match=rf"^out .*out holds the input notebook_dir .*{folder}: writing it could "):
+        regress(out=tmp_path / "out", notebook_dir=notebooks, say=lambda _: None)
+    assert {p.name: p.read_bytes() for p in notebooks.iterdir()} == before
+
+
 @pytest.mark.parametrize("jobs", [float("nan"), 1.5, True, 2**63])
 def test_the_regress_librarys_job_count_is_checked_before_any_notebook(suite, tmp_path, jobs):
     """`regress(jobs=nan)` ran "3 at a time" (NaN passed `jobs < 1`), 1.5 and True likewise."""

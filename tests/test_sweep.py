@@ -680,3 +680,14 @@ def test_the_sweep_library_checks_its_folder_as_the_command_does(tmp_path, fake_
         with pytest.raises(TRMError, match=words):
             S.run_sweep(grid("ok"), folder, overrides=["max_steps=5"], progress=False)
     assert not os.path.lexists("/dev/trm-sweep-probe")
+
+
+def test_the_sweep_library_refuses_a_config_file_inside_its_folder_as_the_command_does(tmp_path, fake_train):
+    """`run_sweep(..., config_file=SWEEP/RUN/run_config.yaml)` rewrote its own input (the command refused it)."""
+    sd = tmp_path / "sw"
+    S.run_sweep(grid("ok"), sd, overrides=["max_steps=5"], progress=False, poll_seconds=0.02)
+    config = sd / "ok_s0" / S.RUN_CONFIG
+    before = config.read_bytes()
+    with pytest.raises(TRMError, match=r"^sweep folder .*sw holds the input config_file .*run_config.yaml: writing"):
+        S.run_sweep(grid("ok"), sd, config_file=str(config), overrides=["max_steps=10"], progress=False)
+    assert config.read_bytes() == before and records(sd)["ok_s0"]["attempts"] == 1

@@ -108,11 +108,9 @@ def _refuse_below_a_work_dir(work_dir, what: str) -> None:
 def _sweep(args: argparse.Namespace) -> IO:
     if args.list_grids or not args.grid or args.launcher is not None:
         return [], []
-    from pathlib import Path
+    from trm_kaggle.experiments import sweep_io
 
-    inputs = [Input(p, name) for p, name in ((args.grid, "grid file"), (args.config, "--config"))
-              if p and Path(p).is_file()]
-    return inputs, [Output(args.sweep_dir, "--sweep-dir", "folder")] if args.sweep_dir else []
+    return sweep_io(args.sweep_dir, args.config, args.grid)  # as run_sweep checks them, whoever calls
 
 
 def _compare(args: argparse.Namespace) -> IO:
@@ -150,7 +148,8 @@ def _evaluate_repair(args: argparse.Namespace) -> IO:
 
 
 def _refuse_run_folder(folder: str, what: str) -> None:
-    """A solve's folder inside a training run folder: `export` or a resume would then search the solve's files."""
+    """A solve's folder, or a pipeline's (its solve works in WORK/ttt), inside a training run folder: `export` or a
+    resume would then search the solve's files."""
     from trm_kaggle.train.checkpoint import RUN_RECORD
 
     _refuse_inside(folder, what, "a training run folder", RUN_RECORD, "run's", lambda at: (at / RUN_RECORD).is_file())
@@ -203,10 +202,9 @@ def _submit(args: argparse.Namespace) -> IO:
 
 
 def _regress(args: argparse.Namespace) -> IO:
-    from trm_kaggle.experiments import default_notebook_dir, regress_outputs
+    from trm_kaggle.experiments import default_notebook_dir, regress_io
 
-    notebooks = args.notebooks or default_notebook_dir()
-    return [Input(notebooks, "--notebooks", tree=True)], regress_outputs(args.out)
+    return regress_io(args.notebooks or default_notebook_dir(), args.out)  # as regress checks them
 
 
 def _pipeline(args: argparse.Namespace) -> IO:
@@ -216,6 +214,7 @@ def _pipeline(args: argparse.Namespace) -> IO:
 
     work_dir = args.work_dir or PipelineConfig.model_fields["work_dir"].get_default()
     _refuse_work_dir(work_dir, "--work-dir")  # it trains into WORK/train: a run folder, as train's own
+    _refuse_run_folder(work_dir, "--work-dir")
     _refuse_sweep_folder(work_dir, "--work-dir")
     # its run folder too, as `train` checks its own: a read-only one was found after stage 1 ran again
     work = Output(work_dir, "--work-dir", "folder")

@@ -99,7 +99,7 @@ class K8sOptions(_Config):
     @classmethod
     def _mount(cls, v: str) -> str:
         v = _absolute_posix(v, "mount")
-        if v == "/":
+        if not v.strip("/"):  # normpath keeps a leading "//", which is the root too
             raise ValueError("mount must not be /")
         return v
 

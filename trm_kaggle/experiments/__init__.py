@@ -15,9 +15,11 @@ _EXPORTS = {
     "plot_curves": "compare",
     "record": "recorded",
     "regress": "regression",
+    "regress_io": "regression",
     "regress_outputs": "regression",
     "repeated_variants": "sweep",
     "run_sweep": "sweep",
+    "sweep_io": "sweep",
     "with_seeds": "sweep",
     "write_comparison": "compare",
 }

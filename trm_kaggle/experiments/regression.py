@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import shutil
 import signal
@@ -68,7 +67,7 @@ from trm_kaggle.experiments.recorded import Recorded, finite_number, read_record
 from trm_kaggle.jsonio import read_json, read_json_lines
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
-from trm_kaggle.outputs import Output, writable_problem
+from trm_kaggle.outputs import Input, Output, check_kept, writable_problem
 from trm_kaggle.wording import count, one_line, shown
 
 BASELINES = "baselines.json"
@@ -85,6 +84,14 @@ def regress_outputs(out: str | os.PathLike, what: str = "--out") -> list[Output]
     folders) are never written through a link (an executed notebook once replaced a user's file through a planted
     `executed/` link)."""
     return [Output(out, what, "folder", (*OUT_FOLDERS, HISTORY, "report.md"))]
+
+
+def regress_io(notebook_dir: str | os.PathLike, out: str | os.PathLike, notebooks_what: str = "--notebooks",
+               out_what: str = "--out") -> tuple[list[Input], list[Output]]:
+    """What a regression run reads (the notebooks folder, every file of it an input) and writes (`regress_outputs`),
+    as the command and `regress` both check them: `out` holding the notebooks folder (`out/executed`) replaced a
+    notebook with its executed copy."""
+    return [Input(notebook_dir, notebooks_what, tree=True)], regress_outputs(out, out_what)
 
 
 def default_notebook_dir() -> Path:
@@ -487,6 +494,8 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
                        "pass --notebooks DIR)")
     if out.resolve() == notebook_dir.resolve() or notebook_dir.resolve() in out.resolve().parents:
         raise TRMError(f"--out {out} is inside {notebook_dir}: the executed notebooks would mix with the notebooks")
+    # and `out` holding the notebooks folder (`out/executed`), as the command checks both
+    check_kept(*regress_io(notebook_dir, out, "notebook_dir", "out"))
     if jobs is not None:  # NaN passed `jobs < 1` and ran "nan at a time"
         try:
             jobs = whole_argument("jobs", jobs, 1, 1024)

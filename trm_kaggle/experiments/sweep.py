@@ -54,7 +54,7 @@ from trm_kaggle.interrupts import FirstStopOnly, Terminated
 from trm_kaggle.jsonio import is_regular, open_regular, read_json
 from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
-from trm_kaggle.outputs import Output, overlap_problem, writable_problem
+from trm_kaggle.outputs import Input, Output, check_kept, overlap_problem, writable_problem
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
                               read_config_file, repeated_keys, training_io)
@@ -490,6 +490,17 @@ MAX_PARALLEL = 1024
 MAX_POLL_S = 60.0
 
 
+def sweep_io(sweep_dir: str | os.PathLike | None, config_file: str | os.PathLike | None = None,
+             grid_file: str | os.PathLike | None = None, sweep_what: str = "--sweep-dir",
+             config_what: str = "--config") -> tuple[list[Input], list[Output]]:
+    """What a sweep reads (its grid and config files) and writes (the sweep folder, any entry of it), as the command
+    and `run_sweep` both check them: a config file inside the sweep folder (a run's own run_config.yaml) was
+    rewritten by that run."""
+    inputs = [Input(p, what) for p, what in ((grid_file, "grid file"), (config_file, config_what))
+              if p and Path(p).is_file()]
+    return inputs, [Output(sweep_dir, sweep_what, "folder")] if sweep_dir else []
+
+
 def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequence[str] = (),
               config_file: str | None = None, overrides: Sequence[str] = (), parallel: int = 1,
               progress: bool = True, dry_run: bool = False, poll_seconds: float = 0.5) -> SweepSummary:
@@ -502,6 +513,7 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         raise ValueError(f"poll_seconds={poll_seconds!r}: expected a number of seconds above 0, at most {MAX_POLL_S:g}")
     if problem := writable_problem(Output(sweep_dir, "sweep folder", "folder")):  # as `sweep` checks it, whoever
         raise TRMError(problem)  # calls (a sweep was made in /dev; a file on the path was a raw OSError)
+    check_kept(*sweep_io(sweep_dir, config_file, sweep_what="sweep folder", config_what="config_file"))
     sweep_dir = Path(sweep_dir)
     plan = plan_sweep(grid, sweep_dir, presets=presets, config_file=config_file, overrides=overrides)
     base = {"presets": [*presets, *grid.presets], "config": config_file, "overrides": [*grid.overrides, *overrides]}

@@ -8,6 +8,7 @@ kernel's phase lines, stopped on a timeout or Ctrl-C, and the report of what the
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -275,7 +276,7 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
         report["submission_valid"] = False
         problems.append(f"{submission}: not written")
     report["submission"] = str(submission)
-    report["tasks"] = len(read_challenges(layout.challenges))
+    report["tasks"] = challenge_count(layout.challenges)
     report.update(model_answers(layout))
     if report["ran"] == 0:  # a valid submission of fallback answers proves the bundle's files, not its model
         problems.append(f"the model answered no task: {report['model_problem']} (whole output: {layout.log})")
@@ -284,6 +285,21 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     report["ok"] = not problems
     atomic_write_json(layout.root / "execute_report.json", report, indent=2)
     return report
+
+
+def challenge_count(path: Path) -> int | None:
+    """The tasks of the sandbox's challenges file: as the package reads them, else as the kernel's own first cell
+    does (Python's json: a task id written twice counts once), else None. The run is reported whatever the file
+    holds: one the package cannot read is already a problem, named by the check of the submission."""
+    try:
+        return len(read_challenges(path))
+    except TRMError:
+        pass
+    try:
+        tasks = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return len(tasks) if isinstance(tasks, dict) else None
 
 
 def search_problems(log: str, layout: SandboxLayout, parameters: dict[str, Any]) -> list[str]:

@@ -42,10 +42,16 @@ def flag_of(field_name: str) -> str:
     return _FLAGS.get(field_name, "--" + field_name.replace("_", "-"))
 
 
+def _not_given(value) -> bool:
+    """None or an empty list: an option left off the command line. Tested by type, not `==`: a numpy number
+    compared with [] answers with an array, whose truth is an error."""
+    return value is None or (isinstance(value, (list, tuple)) and not value)
+
+
 def cluster_config(launcher: str, options: dict) -> ClusterConfig:
     """ClusterConfig from the options given on a command line ({field: value}, None or [] when not given):
     the other launcher's options are refused, the SLURM shared directory defaults to the current one."""
-    given = {k: v for k, v in options.items() if v not in (None, [], ())}
+    given = {k: v for k, v in options.items() if not _not_given(v)}
     other = SLURM_OPTIONS if launcher == "k8s" else K8S_OPTIONS
     wrong = [flag_of(k) for k in given if k in other]
     if wrong:
