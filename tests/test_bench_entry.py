@@ -68,6 +68,22 @@ def test_the_package_refusals_in_learn_sudoku_and_ttt_modes_are_one_line(tmp_pat
     assert not (tmp_path / "w1").exists()
 
 
+def stopped(script: str, cwd, ready: str, signum, delay: float, line: str, status: int) -> None:
+    """Run `script`, send `signum` `delay` seconds after it prints `ready`, and check its end: `status`, and `line`
+    last on stderr, no traceback."""
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert proc.stdout.readline().strip() == ready
+        time.sleep(delay)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == status, err
+    assert err.strip().splitlines()[-1] == line and "Traceback" not in err
+
+
 @pytest.mark.parametrize("signum, line, status", [(signal.SIGINT, "interrupted", 130),
                                                   (signal.SIGTERM, "interrupted: stopped by SIGTERM", 143)])
 def test_a_stop_of_learn_sudoku_is_one_interrupted_line_with_the_commands_status(tmp_path, signum, line, status):
@@ -81,16 +97,7 @@ def test_a_stop_of_learn_sudoku_is_one_interrupted_line_with_the_commands_status
               "D.build_sudoku = build\n"
               f"sys.argv = ['bench_learn_sudoku.py', '--work-dir', {str(tmp_path / 'w')!r}]\n"
               f"runpy.run_path({str(BENCHMARKS / 'bench_learn_sudoku.py')!r}, run_name='__main__')\n")
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        assert proc.stdout.readline().strip() == "building"
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == status, err
-    assert err.strip().splitlines()[-1] == line and "Traceback" not in err
+    stopped(script, tmp_path, "building", signum, 0.0, line, status)
 
 
 @pytest.mark.parametrize("name", ["bench_learn_sudoku.py", "bench_ttt_modes.py"])
@@ -110,17 +117,7 @@ def test_a_stop_while_a_script_loads_torch_is_one_interrupted_line(tmp_path, nam
               "sys.meta_path.insert(0, Loading())\n"
               f"sys.argv = [{name!r}, '--work-dir', 'afile']\n"
               f"runpy.run_path({str(BENCHMARKS / name)!r}, run_name='__main__')\n")
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        assert proc.stdout.readline().strip() == "loading torch"
-        time.sleep(0.2)  # inside torch's import (a second or more)
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == status, err
-    assert err.strip().splitlines()[-1] == line and "Traceback" not in err
+    stopped(script, tmp_path, "loading torch", signum, 0.2, line, status)  # 0.2 s: inside torch's import
 
 
 def test_every_benchmark_script_ends_through_the_shared_entry():
