@@ -154,7 +154,7 @@ BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codec
 
 
 def read_record(record):
-    """A previous session's record as the package reads it: a regular file (a FIFO there would wait for a writer
+    """An earlier kernel run's record as the package reads it: a regular file (a FIFO there would wait for a writer
     forever) of at most 1 MiB, UTF-8 (or the encoding its byte-order mark names) JSON in which no key repeats.
     ValueError or OSError otherwise."""
     def unrepeated(pairs):

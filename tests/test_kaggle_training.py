@@ -972,7 +972,7 @@ def test_a_state_of_settings_this_version_cannot_read_is_refused_naming_the_sett
 
 NAMED = "/kaggle/input/x/run/state_step00000005.pt"
 UNREAD = "the state named in {}, a record that cannot be read"  # what both sides pass on for such a record
-UNREADABLE = {  # a previous session's record naming the state it had to pass on, as a newer version or damage left it
+UNREADABLE = {  # an earlier kernel run's record naming the state it had to pass on, as a newer version or damage left it
     "over 1 MiB": json.dumps({"status": "started", "previous_state": NAMED, "history": ["x" * 100] * 11_000}).encode(),
     "cut short": json.dumps({"status": "started", "previous_state": NAMED}).encode()[:-10],
     "not UTF-8": json.dumps({"previous_state": NAMED, "notes": "caf\xe9"}, ensure_ascii=False).encode("latin-1"),

@@ -60,7 +60,7 @@ SESSION = "session.json"
 DEFAULT_BUDGET = 11.5 * 3600  # seconds: Kaggle stops a session at 12 h
 DEFAULT_MARGIN = 600.0  # seconds kept for the final save, the export and the picture
 DEFAULT_SAVE_EVERY = 300.0  # seconds between timed train states: a session killed outright loses at most this
-MAX_RECORD_BYTES = 1 << 20  # a previous session's record over this is not read (one this version writes is small)
+MAX_RECORD_BYTES = 1 << 20  # an earlier kernel run's record over this is not read (one this version writes is small)
 # what a session passes on where the only word of the run's state among its inputs is a record that cannot be read
 # (the notebook's first cell writes the same words): the next session refuses too, as for a state named
 UNREAD_RECORD = "the state named in {}, a record that cannot be read"
@@ -499,7 +499,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     # the attached outputs first, as they are (an earlier kernel run's output is a plain folder), before the packed
     # datasets are checked and unpacked (a changed data.tar, or a stop during its unpacking, would pass no state);
     # a SIGTERM before the state is carried waits for it (one in the kernel run's first second passed none on)
-    unread = None  # why a previous session's record cannot be read, where that record is what the session passes on
+    unread = None  # why an earlier kernel run's record cannot be read, where that record is what this run passes on
     if not in_place:  # named in the record first: a refused or stopped kernel run still passes the name on
         report.previous_state, unread = _passed_on(Path(input_root))
     carried = None if in_place else carry(Path(input_root))
