@@ -506,6 +506,18 @@ def test_bad_ids_and_repeated_ids_cost_their_task_alone(unseen, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hostile.json", "submission.json", "work"]
 
 
+def test_a_repeated_id_is_answered_for_the_copy_every_json_reader_keeps(unseen, tmp_path):
+    """A task id written twice with different test counts: the solve's fallback answered the first copy while the
+    kernel's first cell (Python's json, as a grader reading the file) counts the last; both now keep the last."""
+    task = next(iter(json.loads(unseen[0].read_text()).values()))
+    two = {**task, "test": [task["test"][0], task["test"][0]]}
+    path = tmp_path / "c.json"
+    path.write_text('{"t1": ' + json.dumps(task) + ', "t1": ' + json.dumps(two) + "}")
+    report = solve(cfg(unseen, tmp_path, challenges=str(path), finetune="none"))
+    sub = json.loads((tmp_path / "submission.json").read_text())
+    assert report["valid"] and len(sub["t1"]) == len(json.loads(path.read_text())["t1"]["test"]) == 2
+
+
 def test_a_key_repeated_inside_a_task_costs_that_task_not_a_task_named_like_the_key(unseen, tmp_path):
     """Only the top level's repeated keys are repeated task ids: a test pair that repeats "input" refuses its own
     task (which grid was meant is not ours to guess), and a good task whose id is "input" is answered."""

@@ -41,7 +41,8 @@ def _text(data: bytes) -> str:
 
 
 class RepeatedKeys(dict):
-    """An object of a file read with a duplicate collector whose keys repeat (the first value of each kept);
+    """An object of a file read with a duplicate collector whose keys repeat (the last value of each kept, as
+    Python's own json reader and so every other reader of the same file keeps it);
     `repeated` lists them. Left where it stands below the top level: the part of the file that holds it (one
     task of a challenges file) is refused by its own check, not the whole file."""
 
@@ -60,10 +61,8 @@ def _no_duplicates(on_duplicate: Callable[[str], None] | None) -> Callable[[list
                         raise DataError(f"the key {key!r} appears twice in one object")
                     repeated.append(key)
                 seen.add(key)
-            out = RepeatedKeys()
+            out = RepeatedKeys(pairs)  # with a collector: the last occurrence is kept, as `dict(pairs)` does
             out.repeated = repeated
-            for key, value in pairs:  # with a collector: the first occurrence is kept
-                out.setdefault(key, value)
         return out
 
     return hook
@@ -95,8 +94,8 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON",
                on_duplicate: Callable[[str], None] | None = None) -> Any:
     """Parsed JSON text, or DataError `"{where}: ..."` with one line for any problem.
 
-    `on_duplicate(key)` is called for each repeated key of the top-level object (the first value is
-    kept; a nested object whose keys repeat is a `RepeatedKeys`, for its reader to refuse); without it a
+    `on_duplicate(key)` is called for each repeated key of the top-level object (the last value is
+    kept, as by Python's json; a nested object whose keys repeat is a `RepeatedKeys`, for its reader to refuse); without it a
     repeated key anywhere is an error.
     """
     try:

@@ -212,8 +212,9 @@ def read_challenges(source: str | os.PathLike | Mapping, duplicates: set[str] | 
     file when it is missing, unreadable or not a JSON object); tasks are checked by `parse_task`,
     so a caller can still answer the good tasks of a file with malformed ones. A task id that
     appears twice is an error, unless a `duplicates` set is given: then such ids are added to it
-    (the first occurrence is kept) and the caller decides (a submission answers them with the
-    fallback instead of guessing which copy was meant).
+    (the last occurrence is kept, the copy Python's json and so a grader reading the same file keeps: the
+    fallback then answers as many test inputs as are scored) and the caller decides (a submission answers them
+    with the fallback instead of guessing which copy was meant).
     """
     if isinstance(source, (str, os.PathLike)):
         collect = None if duplicates is None else duplicates.add
