@@ -371,3 +371,28 @@ def test_a_size_field_of_the_wrong_type_is_named_not_called_another_kind_of_mode
     assert arc_model_problem({"vocab_size": 6, "seq_len": 16}, "w").startswith("w: not an ARC model: its config.json "
                                                                                "has vocab_size 6 and seq_len 16")
     assert arc_model_problem({"vocab_size": 12, "seq_len": 900}) is None
+
+
+def test_a_build_named_another_way_is_the_same_build(arc_prefix, tmp_path, monkeypatch):
+    """The record holds its paths as typed: a work folder named by its absolute path, or from inside it, or moved
+    whole with its sources, was "another build" (a pipeline blamed --eval-tasks). The places seen from the
+    dataset's folder are compared; a source elsewhere is still another build."""
+    import shutil
+
+    from trm_kaggle.data.arc.build import built_with
+
+    (tmp_path / "w" / "src").mkdir(parents=True)
+    for name in arc_prefix.parent.iterdir():
+        if name.name.startswith(arc_prefix.name):
+            shutil.copy(name, tmp_path / "w" / "src" / name.name.replace(arc_prefix.name, "arc"))
+    common = dict(subsets=["training"], test_set_name="training", num_aug=1, seed=3, workers=1, progress=False,
+                  canvas=12, max_tasks=2)
+    monkeypatch.chdir(tmp_path)
+    build_arc(ArcBuildConfig(output_dir="w/data", input_file_prefix="w/src/arc", **common))
+    assert built_with(ArcBuildConfig(output_dir=str(tmp_path / "w" / "data"),
+                                     input_file_prefix=str(tmp_path / "w" / "src" / "arc"), **common)) is not None
+    shutil.move(tmp_path / "w", tmp_path / "moved")
+    monkeypatch.chdir(tmp_path / "moved")
+    assert built_with(ArcBuildConfig(output_dir="data", input_file_prefix="src/arc", **common)) is not None
+    assert built_with(ArcBuildConfig(output_dir="data", input_file_prefix=str(arc_prefix), **common)) is None
+    assert built_with(ArcBuildConfig(output_dir="data", input_file_prefix="src/arc", **{**common, "seed": 4})) is None

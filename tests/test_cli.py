@@ -99,7 +99,7 @@ def test_a_pipeline_that_trained_no_step_stops_before_its_export(tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys):
+def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys, monkeypatch):
     w = tmp_path / "w"
     args = ["pipeline", "--work-dir", str(w), "--num-aug", "1", "--train-seconds", "5", "--eval-tasks", "1",
             "--unseen-tasks", "1", "--no-progress"]
@@ -175,13 +175,17 @@ def test_pipeline_runs_end_to_end_and_a_rerun_continues(tmp_path, capsys):
         err = capsys.readouterr().err
         assert f"{w} holds an earlier pipeline run with other settings ({said}" in err, err
     assert sorted((w / "data").iterdir()) == data and all(p.read_bytes() == b for p, b in digests.items())
-    # a copy of the folder, rerun with the same flags: the refusal blamed --num-aug and --canvas, unchanged
+    # a copy of the folder, rerun with the same flags from inside it (`--work-dir .`): the run there names its
+    # dataset, and its report the weights, by the paths typed for `w`; the same places seen from the run folder
+    # and the report folder, so the copy continues (it was refused, blaming --num-aug, then "moved or copied")
     import shutil
 
     shutil.copytree(w, tmp_path / "copy", ignore=shutil.ignore_patterns("*.lock"))
-    assert main([*args[:2], str(tmp_path / "copy"), *args[3:]]) == 2
-    err = capsys.readouterr().err
-    assert "its dataset's folder (the work folder was moved or copied" in err and "--num-aug" not in err, err
+    monkeypatch.chdir(tmp_path / "copy")
+    assert main([*args[:2], ".", *args[3:]]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert ". holds an earlier pipeline run: it continues" in out and "reused (an earlier run built it" in out
+    assert (w / "train" / "metrics.jsonl").read_text() != (tmp_path / "copy" / "train" / "metrics.jsonl").read_text()
 
 
 #: The final summary line of every build command (build-*, bundle, export, import-upstream): what it made and

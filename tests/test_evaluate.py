@@ -317,7 +317,7 @@ def test_a_report_records_its_weights_and_is_never_written_over_another_exports(
 
     assert evaluate_into("a") == 0
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
-    assert report["weights"] == {"path": str(tmp_path / "a"), "sha256": digest}
+    assert report["weights"] == {"path": str(tmp_path / "a"), "sha256": digest, "from_report": "../a"}
     assert f"Weights: `{tmp_path / 'a'}` (sha256 of the tensors `{digest}`)" in (tmp_path / "rep" / "report.md").read_text()
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "rep").iterdir()}
     capsys.readouterr()
@@ -773,3 +773,28 @@ def test_a_votes_file_pooled_twice_is_refused_before_any_inference(dataset, tmp_
     monkeypatch.setattr("trm_kaggle.evaluate.run.pick_device", lambda *a, **k: pytest.fail("passed the checks"))
     with pytest.raises(pytest.fail.Exception, match="passed the checks"):
         evaluate_export(weights, str(dataset), device="cpu", pool_with=["v.npz", "w.npz"], out=lambda _: None)
+
+
+def test_a_report_folder_named_another_way_still_holds_the_same_weights_report(tmp_path, monkeypatch):
+    """report.json named its weights as typed: the same folders reached by their absolute path, from inside, or
+    moved together, were "the report of other weights" once the weights were retrained. The place of the weights
+    seen from the report's folder is recorded and compared; other weights elsewhere are still refused."""
+    import shutil
+
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.evaluate.report import check_report_dir, write_dataset_report
+
+    (tmp_path / "w").mkdir()
+    monkeypatch.chdir(tmp_path)
+    summary = {"dataset": "d", "examples": 1, "exact_accuracy": 1.0, "exact_accuracy_ci95": [0.2, 1.0],
+               "token_accuracy": 1.0, "token_accuracy_ci95": [1.0, 1.0], "mean_steps": 1.0, "max_steps": 1,
+               "early_exit": False, "trajectories": 1, "settled": None,
+               "timing": {"seconds_total": 1.0, "examples_per_second": 1.0}}
+    write_dataset_report(summary, "w/report", {"path": "w/weights", "sha256": "a" * 64})
+    retrained = {"path": str(tmp_path / "w" / "weights"), "sha256": "b" * 64}
+    check_report_dir(tmp_path / "w" / "report", retrained)
+    shutil.move(tmp_path / "w", tmp_path / "moved")
+    monkeypatch.chdir(tmp_path / "moved")
+    check_report_dir("report", {"path": "weights", "sha256": "b" * 64})
+    with pytest.raises(TRMError, match="holds the report of other weights"):
+        check_report_dir("report", {"path": "other", "sha256": "b" * 64})

@@ -374,7 +374,8 @@ def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
     report_dir = tmp_path / "runs" / "notebooks" / "eval" / "weights" / "data"
     report = json.loads((report_dir / "report.json").read_text())
     assert list(report["tasks"]) == ["ev0"]
-    assert report["weights"] == {"path": "weights", "sha256": export_digest(tmp_path / "weights")}
+    assert report["weights"] == {"path": "weights", "sha256": export_digest(tmp_path / "weights"),
+                                 "from_report": "../../../../../weights"}
     assert f"`{export_digest(tmp_path / 'weights')}`" in (report_dir / "report.md").read_text()
     assert (report_dir / "pictures" / "ev0.png").is_file()
     assert sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])) == 1

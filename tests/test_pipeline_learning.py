@@ -48,3 +48,18 @@ def test_compares_loss_lines_have_a_legend(tmp_path, monkeypatch):
     loss_axes = figures[0].axes[3]
     assert loss_axes.get_ylabel() == "loss" and loss_axes.get_legend() is not None
     assert [t.get_text() for t in loss_axes.get_legend().get_texts()] == list(compare.group_curves(runs, "loss"))
+
+
+def test_a_run_named_another_way_trains_the_same_dataset(tmp_path, monkeypatch):
+    """A pipeline's run names its dataset as typed: its folder named by its absolute path, or from inside it, or
+    moved whole, was refused as "other settings". Places are compared from the run folder."""
+    from trm_kaggle.config import TrainConfig
+    from trm_kaggle.pipeline import _data_places
+
+    def places(work: str) -> list[str]:
+        return _data_places(TrainConfig(data_paths=[f"{work}/data/arc"], checkpoint_path=f"{work}/train"))
+
+    monkeypatch.chdir(tmp_path)
+    assert places("w") == places(str(tmp_path / "w")) == places("moved") == places(".") == ["../data/arc"]
+    other = TrainConfig(data_paths=[str(tmp_path / "elsewhere" / "arc")], checkpoint_path="w/train")
+    assert _data_places(other) == [str(tmp_path / "elsewhere" / "arc")] != places("w")

@@ -368,6 +368,15 @@ def _foreign_files_problem(work: Path) -> str | None:
             "a pipeline would replace them; choose another --work-dir or move them")
 
 
+def _data_places(cfg: TrainConfig) -> list[str]:
+    """Where a run's datasets lie, seen from its run folder when both were typed alike (both absolute, or both
+    relative to the one directory the run started in: the answer does not depend on which), else resolved from
+    here. The same work folder named by its absolute path, from inside it, or moved whole trains the same data."""
+    run = cfg.checkpoint_path
+    return [os.path.relpath(p, run) if run and os.path.isabs(p) == os.path.isabs(run) else str(Path(p).resolve())
+            for p in cfg.data_paths]
+
+
 def _continue_problem(cfg: PipelineConfig, work: Path, plan: tuple[ArcBuildConfig, dict[str, LoadReport]],
                       run_dir: Path) -> str | None:
     """Why the earlier run in `work` cannot continue with `cfg` (another seed, or another dataset: --num-aug,
@@ -379,13 +388,13 @@ def _continue_problem(cfg: PipelineConfig, work: Path, plan: tuple[ArcBuildConfi
         return None  # the training stage says what is wrong with the state, in its own words
     data_dir = dataset_dir(cfg)
     now = _train_config(cfg, data_dir, run_dir)
-    same_data = [Path(p).resolve() for p in before.data_paths] == [Path(p).resolve() for p in now.data_paths]
+    same_data = _data_places(before) == _data_places(now)
     diffs = [(k, getattr(before, k), getattr(now, k)) for k in TrainConfig.model_fields
              if k not in RESUMABLE_CHANGES and getattr(before, k) != getattr(now, k)]
     if not same_data:
         moved = [Path(p).name for p in before.data_paths] == [data_dir.name]  # same settings, another place
-        diffs.append(("its dataset's folder (the work folder was moved or copied: its run names its dataset by "
-                      "where it was)" if moved else "its dataset (--num-aug, --canvas)",
+        diffs.append(("its dataset's folder (its run names a dataset of that name at another place)"
+                      if moved else "its dataset (--num-aug, --canvas)",
                       ", ".join(map(str, before.data_paths)), str(data_dir)))
     elif (data_dir / "build_info.json").exists() and _reusable(*plan) is None:
         # the same folder, rebuilt from other tasks under the run it trains

@@ -191,9 +191,24 @@ def weights_record(weights: str | os.PathLike) -> dict[str, str]:
 REPORT_KIND = "evaluation report"  # the owner record's kind: a report folder is replaced only by another report
 
 
+def _from_report(weights: str, out_dir: str | os.PathLike) -> str | None:
+    """Where the weights lie seen from the report's folder, when both were named alike (both absolute, or both
+    relative to one directory: the answer does not depend on which), else None."""
+    out = os.fspath(out_dir)
+    return os.path.relpath(weights, out) if os.path.isabs(weights) == os.path.isabs(out) else None
+
+
+def _placed(out_dir: str | os.PathLike, weights: dict[str, str]) -> dict[str, str]:
+    """The weights record a report in `out_dir` holds: with where they lie from that folder (`from_report`), so
+    the same folders named another way (an absolute path, from inside them, moved together) are known again."""
+    place = _from_report(weights["path"], out_dir)
+    return {**weights, "from_report": place} if place is not None else dict(weights)
+
+
 def check_report_dir(out_dir: str | os.PathLike, weights: dict[str, str]) -> None:
     """Refuse a folder holding the report of other weights (another path and other tensors): a report is never
-    written over another's. The same weights again (retrained in place, or a copy) replace their own report."""
+    written over another's. The same weights again (retrained in place, or a copy) replace their own report; the
+    same place is the same path resolved from here, or the same place seen from the report's folder."""
     path = Path(out_dir) / "report.json"
     if not path.is_file():
         return
@@ -203,7 +218,8 @@ def check_report_dir(out_dir: str | os.PathLike, weights: dict[str, str]) -> Non
         return
     if not isinstance(old, dict) or not isinstance(old.get("path"), str):
         return  # a report of an older version: it did not say whose it is
-    same_place = Path(old["path"]).resolve() == Path(weights["path"]).resolve()
+    same_place = Path(old["path"]).resolve() == Path(weights["path"]).resolve() or (
+        isinstance(old.get("from_report"), str) and old["from_report"] == _from_report(weights["path"], out_dir))
     if not same_place and old.get("sha256") != weights["sha256"]:
         raise TRMError(f"{out_dir}: holds the report of other weights ({old['path']}); name another folder for the "
                        f"report of {weights['path']}, or remove that one")
@@ -252,7 +268,7 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
         check_report_dir(out, record)
     report = task_report(result, top=top)
     if record is not None:
-        report = {"weights": record, **report}
+        report = {"weights": _placed(out, record), **report}
     chosen = chosen_tasks(tasks, result.test_set.num_tests) if tasks else result.test_set.task_ids[:max(0, first_n)]
     unknown = [t for t in chosen if t not in result.test_set.num_tests]
     if unknown:
@@ -287,7 +303,7 @@ def write_dataset_report(summary: dict, out_dir: str | os.PathLike, weights: dic
     out = Path(out_dir)
     if weights is not None:
         check_report_dir(out, weights)
-    report = {"weights": weights, "summary": summary} if weights is not None else {"summary": summary}
+    report = {"weights": _placed(out, weights), "summary": summary} if weights is not None else {"summary": summary}
     lines = [f"# Evaluation: {summary['dataset']}", ""]
     if weights:
         lines += [f"Weights: `{weights['path']}` (sha256 of the tensors `{weights['sha256']}`)", ""]

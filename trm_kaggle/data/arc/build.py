@@ -428,13 +428,42 @@ def tasks_digest(loaded: Mapping[str, LoadReport]) -> str:
     return h.hexdigest()[:16]
 
 
+#: The build settings that name a source by path. A record holds them as they were typed, in the directory the
+#: build ran in, which a rerun need not share: `_same_settings` also compares where each lies from `output_dir`.
+_SOURCE_PATHS = ("input_file_prefix", "task_dir")
+
+
+def _from_output(settings: dict, key: str) -> str | None:
+    """Where the source `settings[key]` lies seen from the dataset's folder, when both were typed alike (both
+    absolute or both relative to one directory: then the answer does not depend on that directory), else None."""
+    path, out = settings.get(key), settings.get("output_dir")
+    if not isinstance(path, str) or not isinstance(out, str) or os.path.isabs(path) != os.path.isabs(out):
+        return None
+    return os.path.relpath(path, out)
+
+
+def _same_settings(recorded: object, cfg: ArcBuildConfig) -> bool:
+    """Whether a build record's settings are `cfg`'s. The folder itself is not compared (the record was read from
+    it), and a source named another way is the same source when it lies at the same place from the folder: a work
+    folder named by its absolute path, or from inside it, or moved whole with its sources, still holds its build."""
+    now = cfg.model_dump(exclude={"progress", "workers"})
+    if not isinstance(recorded, dict) or recorded.keys() != now.keys():
+        return False
+    places = {"output_dir", *_SOURCE_PATHS}
+    if any(recorded[k] != now[k] for k in now if k not in places):
+        return False
+    return all(recorded[k] == now[k] or (_from_output(now, k) is not None
+                                         and _from_output(recorded, k) == _from_output(now, k))
+               for k in _SOURCE_PATHS)
+
+
 def built_with(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = None) -> dict | None:
     """The summary of the dataset at cfg.output_dir when it was built with these settings (and these tasks,
     when they were given in memory): a rerun can reuse it. Else None (none there, another build, or an
     unreadable build_info.json)."""
     try:
         info = read_json(Path(cfg.output_dir) / "build_info.json", "build_info.json")
-        if info["config"] == cfg.model_dump(exclude={"progress", "workers"}) and \
+        if _same_settings(info["config"], cfg) and \
                 info.get("tasks") == (None if loaded is None else tasks_digest(loaded)):
             return dict(info["summary"])
     except (DataError, KeyError, TypeError, ValueError):
