@@ -25,7 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+from benchmarks.entry import loading  # noqa: E402
+
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    import numpy as np
 
 HERE = Path(__file__).resolve().parent
 RECIPE = ["--subsets", "training2", "evaluation2", "concept", "--test-set-name", "evaluation2"]
@@ -155,7 +159,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
     # a refusal, a stop: one line and the status of the package's commands
     from benchmarks.entry import command
 

@@ -23,7 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_build_arc import tree_rss
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+from benchmarks.entry import loading  # noqa: E402
+
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    from bench_build_arc import tree_rss
 
 
 def run(extra: list[str]) -> dict:
@@ -70,7 +74,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
     # a refusal, a stop: one line and the status of the package's commands
     from benchmarks.entry import command
 

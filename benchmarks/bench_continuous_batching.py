@@ -32,11 +32,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+from benchmarks.entry import loading  # noqa: E402
 
-from trm_kaggle.config import ArchConfig
-from trm_kaggle.model import ContinuousRollout, TinyRecursiveModel, act_rollout, balanced_slots
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    import numpy as np
+    import torch
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.model import ContinuousRollout, TinyRecursiveModel, act_rollout, balanced_slots
 
 
 def build(args) -> tuple[TinyRecursiveModel, dict[str, torch.Tensor]]:
@@ -163,7 +166,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
     # a refusal, a stop: one line and the status of the package's commands
     from benchmarks.entry import command
 

@@ -68,22 +68,23 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from benchmarks.entry import loading  # noqa: E402
 
-from trm_kaggle.config import ArcBuildConfig, ArchConfig  # noqa: E402
-from trm_kaggle.data import build_arc  # noqa: E402
-from trm_kaggle.data import load_metadata, load_split  # noqa: E402
-from trm_kaggle.evaluate import example_puzzles, key_to_grid  # noqa: E402
-from trm_kaggle.evaluate import evaluate  # noqa: E402
-from trm_kaggle.evaluate import PASS_KS  # noqa: E402
-from trm_kaggle.model import apply_compile  # noqa: E402
-from trm_kaggle.model import TinyRecursiveModel  # noqa: E402
-from trm_kaggle.model import to_upstream_state_dict  # noqa: E402
-from trm_kaggle.model import export_inference, load_model_for_dataset  # noqa: E402
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    import numpy as np
+    import torch
+    from trm_kaggle.config import ArcBuildConfig, ArchConfig
+    from trm_kaggle.data import build_arc
+    from trm_kaggle.data import load_metadata, load_split
+    from trm_kaggle.evaluate import example_puzzles, key_to_grid
+    from trm_kaggle.evaluate import evaluate
+    from trm_kaggle.evaluate import PASS_KS
+    from trm_kaggle.model import apply_compile
+    from trm_kaggle.model import TinyRecursiveModel
+    from trm_kaggle.model import to_upstream_state_dict
+    from trm_kaggle.model import export_inference, load_model_for_dataset
 
 SEQ_LEN, VOCAB = 900, 12
 Q_TOL = 1e-5  # mean sigmoid(q_halt) of a candidate: float32 outputs of two implementations, 16 steps deep

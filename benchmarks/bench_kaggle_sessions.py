@@ -28,11 +28,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+from benchmarks.entry import loading  # noqa: E402
 
-from trm_kaggle.config import MazeBuildConfig, SudokuBuildConfig
-from trm_kaggle.data import build_maze, build_sudoku
-from trm_kaggle.train import load_train_config, total_train_steps, train
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    import torch
+    from trm_kaggle.config import MazeBuildConfig, SudokuBuildConfig
+    from trm_kaggle.data import build_maze, build_sudoku
+    from trm_kaggle.train import load_train_config, total_train_steps, train
 
 SESSION_S = 11.5 * 3600 - 600
 RECIPES = {  # preset -> (dataset builder, upstream's groups, mean examples per group)
@@ -103,7 +106,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
     # a refusal, a stop: one line and the status of the package's commands
     from benchmarks.entry import command
 

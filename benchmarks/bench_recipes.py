@@ -105,8 +105,10 @@ from typing import TYPE_CHECKING, Callable, Sequence
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.entry import command, said  # noqa: E402
-from trm_kaggle.errors import TRMError  # noqa: E402
+from benchmarks.entry import command, loading, said  # noqa: E402
+
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    from trm_kaggle.errors import TRMError
 
 if TYPE_CHECKING:  # the script's first lines import nothing heavy: a stop from the first instant is one line
     from trm_kaggle.config import ArchConfig

@@ -23,11 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.entry import loading  # noqa: E402
 
-from trm_kaggle.model import RotaryEmbedding, apply_rope  # noqa: E402
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    import torch
+    from trm_kaggle.model import RotaryEmbedding, apply_rope
 
 
 def rope_cat(x, cos, sin):

@@ -23,10 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-from torch.overrides import TorchFunctionMode
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.entry import loading  # noqa: E402
+
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    import torch
+    from torch.overrides import TorchFunctionMode
 
 # What reads a tensor's values into Python, or gives a shape that depends on them: on CUDA each waits for the
 # device (a host sync).

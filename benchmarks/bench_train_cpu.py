@@ -76,20 +76,21 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List
 
-import torch
-import torch.nn.functional as F
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from benchmarks.entry import loading  # noqa: E402
 
-from trm_kaggle.config import ArchConfig  # noqa: E402
-from trm_kaggle.model import TinyRecursiveModel, act_loss, resolve_forward_dtype  # noqa: E402
-from trm_kaggle.model import cpu_kernels, layers  # noqa: E402
-from trm_kaggle.model import apply_compile  # noqa: E402
-from trm_kaggle.model import swiglu_width  # noqa: E402
-from trm_kaggle.model import from_upstream_state_dict  # noqa: E402
-from trm_kaggle.optim import SignSGD  # noqa: E402
-from trm_kaggle.train import dtype_name  # noqa: E402
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    import torch
+    import torch.nn.functional as F
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.model import TinyRecursiveModel, act_loss, resolve_forward_dtype
+    from trm_kaggle.model import cpu_kernels, layers
+    from trm_kaggle.model import apply_compile
+    from trm_kaggle.model import swiglu_width
+    from trm_kaggle.model import from_upstream_state_dict
+    from trm_kaggle.optim import SignSGD
+    from trm_kaggle.train import dtype_name
 
 SEQ_LEN, VOCAB, NUM_IDS = 81, 11, 1000
 ADAMW = dict(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)

@@ -23,9 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data import build_sudoku
-from trm_kaggle.xla import WARMUP_STEPS
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+from benchmarks.entry import loading  # noqa: E402
+
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data import build_sudoku
+    from trm_kaggle.xla import WARMUP_STEPS
 
 TINY = ["arch.hidden_size=32", "arch.num_heads=2", "arch.expansion=2", "arch.H_cycles=2", "arch.L_cycles=2",
         "arch.L_layers=1", "arch.halt_max_steps=3", "arch.puzzle_emb_len=2", "arch.forward_dtype=float32",
@@ -84,7 +88,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
     # a refusal, a stop: one line and the status of the package's commands
     from benchmarks.entry import command
 

@@ -21,7 +21,11 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from packaging.requirements import Requirement
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+from benchmarks.entry import loading  # noqa: E402
+
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[1]
 OTHER_PLATFORMS = {"macOS arm64": ("macosx_14_0_arm64", {"platform_system": "Darwin", "sys_platform": "darwin"}),
@@ -87,7 +91,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
     # a refusal, a stop: one line and the status of the package's commands
     from benchmarks.entry import command
 

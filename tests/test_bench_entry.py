@@ -132,3 +132,64 @@ def test_every_benchmark_script_ends_through_the_shared_entry():
         imported = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "benchmarks.entry"
                     and "command" in [a.name for a in n.names]]
         assert imported and "sys.exit(command(main))" in ast.unparse(blocks[0]), path.name
+
+
+def _scripts_run_as_main() -> list[str]:
+    """Every benchmark script a user runs: each file of benchmarks/ with an `if __name__ == "__main__"` block."""
+    def runs(path: Path) -> bool:
+        body = ast.parse(path.read_text()).body
+        return any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in body)
+
+    return sorted(p.name for p in BENCHMARKS.glob("*.py") if runs(p))
+
+
+#: What `benchmarks.entry` needs to take stops: the only modules beyond the standard library a script may load
+#: before it does.
+ENTRY_NEEDS = ("benchmarks", "benchmarks.entry", "trm_kaggle", "trm_kaggle.interrupts")
+
+
+def _waiting(name: str, at_imports: bool = True) -> str:
+    """A `python -c` program running benchmarks/`name` as `__main__` (its options no matter) that prints `loading`
+    and waits (a slow load) at the script's first import of a module beyond the standard library (`at_imports`),
+    else where its main parses its options: a stop sent then comes while the script loads, before its main
+    runs; or, for a script that imports nothing beyond the standard library at its top (or not `at_imports`),
+    in its main, after all it imported at its top."""
+    return ("import argparse, runpy, sys, time\n"
+            "from importlib.machinery import PathFinder\n"
+            "waited = []\n"
+            "def wait(*a, **k):\n"
+            "    if not waited:\n"
+            "        waited.append(1)\n"
+            "        print('loading', flush=True)\n"
+            "        time.sleep(60)\n"
+            "class Load:\n"
+            "    def find_spec(self, fullname, path=None, target=None):\n"
+            "        if (fullname.partition('.')[0] not in sys.stdlib_module_names\n"
+            f"                and fullname not in {ENTRY_NEEDS!r}\n"
+            "                and PathFinder.find_spec(fullname, path) is not None):  # (pickle asks for Jython's org)\n"
+            f"            {'wait()' if at_imports else 'pass'}\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, Load())\n"
+            "argparse.ArgumentParser.parse_args = lambda self, *a, **k: wait()\n"
+            f"sys.argv = [{name!r}]\n"
+            f"sys.path.insert(0, {str(BENCHMARKS)!r})  # as `python benchmarks/{name}` has it\n"
+            f"runpy.run_path({str(BENCHMARKS / name)!r}, run_name='__main__')\n")
+
+
+@pytest.mark.parametrize("name", _scripts_run_as_main())
+@pytest.mark.parametrize("signum, line, status", [(signal.SIGINT, "interrupted", 130),
+                                                  (signal.SIGTERM, "interrupted: stopped by SIGTERM", 143)])
+def test_a_stop_while_any_script_loads_is_one_interrupted_line(tmp_path, name, signum, line, status):
+    """Scripts importing torch, numpy or the package at their top ended a stop in their first second without a
+    word (SIGTERM, status -15) or in a KeyboardInterrupt traceback: stops were taken by `command`, after those
+    imports. Every script takes them before its first import beyond the standard library (`loading`), so a stop
+    there, or later in its main, is one line. (A new script is held to it by being in benchmarks/.)"""
+    stopped(_waiting(name), tmp_path, "loading", signum, 0.0, line, status)
+
+
+def test_a_script_that_took_stops_while_loading_takes_them_in_its_main_too(tmp_path):
+    """`command` takes stops again after `loading` took them (the same handlers): a SIGTERM in the main of a
+    script that imported torch and the package inside `loading` is still its one line and 143."""
+    assert "with loading(__name__):" in (BENCHMARKS / "bench_rope.py").read_text()
+    stopped(_waiting("bench_rope.py", at_imports=False), tmp_path, "loading", signal.SIGTERM, 0.0,
+            "interrupted: stopped by SIGTERM", 143)
