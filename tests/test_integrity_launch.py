@@ -256,6 +256,18 @@ def test_k8s_mount_on_the_root_is_refused_however_written(tmp_path, monkeypatch,
     assert not (tmp_path / "jobs").exists()
 
 
+@pytest.mark.parametrize("mount", ["/proc", "/dev/shm", "//etc", "/usr/local", "/var"])
+def test_k8s_mount_on_a_system_folder_is_refused(tmp_path, monkeypatch, capsys, mount):
+    """A claim mounted on /proc, /etc, /usr ... hides what the container runs on: refused as the root is."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["launch", "k8s", "--nodes", "1", "--gpus-per-node", "0", "--image", "img", "--pvc", "claim",
+                 "--mount", mount, "--out", "jobs", "data_paths=[data/s4]"])
+    assert "the claim would hide the container's own" in one_error_line(capsys, code)
+    assert not (tmp_path / "jobs").exists()
+    assert main(["launch", "k8s", "--nodes", "1", "--gpus-per-node", "0", "--image", "img", "--pvc", "claim",
+                 "--mount", "/var/data", "--out", "jobs", "data_paths=[data/s4]"]) == 0
+
+
 def test_cluster_config_takes_numpy_numbers(tmp_path):
     """A numpy number compared with [] is an empty array, whose truth is an error: options are told apart by type."""
     np = pytest.importorskip("numpy")

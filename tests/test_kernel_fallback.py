@@ -659,22 +659,48 @@ def test_a_budget_too_small_names_the_parameter_it_came_from(tmp_path, monkeypat
 
 
 def test_a_failed_check_of_what_the_model_wrote_reaches_the_result_line(tmp_path, monkeypatch):
-    """A task id written twice in the challenges file: the package's reader refuses it, so the check of the
-    submission failed with a WARNING while the RESULT line said "the model ran" alone. The line says both."""
+    """A check of the written submission that fails (here the checker refuses it): the RESULT line said "the model
+    ran" alone, with the failure only in a WARNING above. The line says both."""
+    from trm_kaggle.errors import DataError
     from trm_kaggle.evaluate import expected_counts
 
-    path = write_competition(tmp_path / "input" / "arc-prize-2026-arc-agi-2", n=2)
-    tasks = json.loads(path.read_text())
-    first = next(iter(tasks))
-    path.write_text(json.dumps(tasks)[:-1] + f", {json.dumps(first)}: {json.dumps(tasks[first])}}}")
+    write_competition(tmp_path / "input" / "arc-prize-2026-arc-agi-2", n=2)
     scope, out = run_fallback_cell(tmp_path, monkeypatch)
     assert scope["WRITTEN"], out
+
+    def refused(*_):
+        raise DataError("challenges.json: planted failure")
+
     scope.update(report={"ran": 1, "answered": 1, "predicted": 1, "elapsed_s": 1.0, "errors": []},
-                 check_submission=check_submission, expected_counts=expected_counts)
+                 check_submission=refused, expected_counts=expected_counts)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         for cell in _code_cells()[6:]:  # the check and the RESULT line
             exec(cell, scope)
     result = printed.getvalue().splitlines()[-1]
-    assert result.startswith("RESULT: the model ran") and "but checking" in result and "appears twice" in result, \
+    assert result.startswith("RESULT: the model ran") and "but checking" in result and "planted failure" in result, \
         printed.getvalue()
+
+
+def test_a_task_id_written_twice_is_checked_by_its_last_copy(tmp_path, monkeypatch):
+    """A task id written twice with different test counts: the first cell answered the last copy (Python's json),
+    and then the check called the file unreadable and the RESULT line said the check failed. Every reader keeps
+    the last copy: the check passes."""
+    from trm_kaggle.evaluate import expected_counts
+
+    path = write_competition(tmp_path / "input" / "arc-prize-2026-arc-agi-2", n=2)
+    tasks = json.loads(path.read_text())
+    first = next(iter(tasks))
+    two = {**tasks[first], "test": tasks[first]["test"] * 2}
+    path.write_text(json.dumps(tasks)[:-1] + f", {json.dumps(first)}: {json.dumps(two)}}}")
+    scope, out = run_fallback_cell(tmp_path, monkeypatch)
+    assert scope["WRITTEN"], out
+    assert len(json.loads((tmp_path / "working" / "submission.json").read_text())[first]) == len(two["test"])
+    scope.update(report={"ran": 1, "answered": 1, "predicted": 1, "elapsed_s": 1.0, "errors": []},
+                 check_submission=check_submission, expected_counts=expected_counts)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        for cell in _code_cells()[6:]:
+            exec(cell, scope)
+    result = printed.getvalue().splitlines()[-1]
+    assert result.startswith("RESULT: the model ran") and "but checking" not in result, printed.getvalue()

@@ -427,3 +427,23 @@ def test_the_library_refuses_to_score_against_solutions_without_a_task(tmp_path)
     (tmp_path / "sol.json").write_text("{}")
     with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'sol.json'}: holds no task")):
         score_submission({"t": [{"attempt_1": [[1]], "attempt_2": [[1]]}]}, tmp_path / "sol.json")
+
+
+def test_a_task_id_written_twice_is_judged_by_its_last_copy(tmp_path, capsys):
+    """submit answers a repeated id's last copy (as Python's json, as a grader reading the file); validate-submission
+    and check_submission called the same challenges file unreadable. They judge the last copy and say so."""
+    from trm_kaggle.cli import main
+
+    task = next(iter(small_challenges().values()))
+    two = {**task, "test": task["test"] * 2}
+    path = tmp_path / "c.json"
+    path.write_text('{"t1": ' + json.dumps(task) + ', "t1": ' + json.dumps(two) + "}")
+    sub = make_submission(json.loads(path.read_text()), {}).submission
+    write_submission(tmp_path / "s.json", sub)
+    check_submission(tmp_path / "s.json", path)
+    assert main(["validate-submission", str(tmp_path / "s.json"), "--challenges", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "1 task id written twice (task t1): each judged by its last copy" in err, err
+    write_submission(tmp_path / "first.json", {"t1": sub["t1"][:1]})  # the first copy's count: one test input
+    with pytest.raises(DataError, match="1 attempt dict for 2 test inputs"):
+        check_submission(tmp_path / "first.json", path)

@@ -145,11 +145,17 @@ def cmd_validate_submission(args: argparse.Namespace) -> int:
     from trm_kaggle.evaluate import challenge_problems, check_submission, expected_counts
 
     check_submission(args.submission, args.challenges)
-    raw = read_challenges(args.challenges)  # once more, then shared: a challenges file may be tens of MB
+    repeated: set[str] = set()  # a task id written twice is judged by its last copy, as Kaggle's reader keeps it
+    raw = read_challenges(args.challenges, repeated)  # once more, then shared: a challenges file may be tens of MB
     counts = expected_counts(raw)
     print(f"{args.submission}: valid ({count(len(counts), 'task')}, {count(sum(counts.values()), 'test input')}, "
           "two attempts each)")
     # the submission is judged as Kaggle's scorer judges it; the challenges' own malformed tasks are said beside
+    if repeated:
+        first = min(repeated)
+        print(f"note: {args.challenges}: {count(len(repeated), 'task id')} written twice (task {shown(first)}): "
+              "each judged by its last copy, as Python's json reads the file; submit answers them with the "
+              "fallback", file=sys.stderr)
     bad = challenge_problems(raw)
     if bad:
         first, more = next(iter(bad)), f"; and {len(bad) - 1} more" if len(bad) > 1 else ""

@@ -37,6 +37,11 @@ def _matching(value: Optional[str], pattern: str, expected: str, limit: int = 25
     return value
 
 
+#: The folders of a container's own system: a claim mounted on (or inside) one hides what the job runs on.
+_SYSTEM_FOLDERS = frozenset({"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin",
+                             "/sys", "/usr"})
+
+
 def _absolute_posix(path: str, what: str) -> str:
     """An absolute POSIX path without white space or `..` (it ends up in job files on other machines)."""
     import posixpath
@@ -101,6 +106,10 @@ class K8sOptions(_Config):
         v = _absolute_posix(v, "mount")
         if not v.strip("/"):  # normpath keeps a leading "//", which is the root too
             raise ValueError("mount must not be /")
+        top = "/" + v.strip("/").split("/")[0]
+        if top in _SYSTEM_FOLDERS or v.rstrip("/") == "/var":
+            raise ValueError(f"mount must not be {v!r}: the claim would hide the container's own {top} (its "
+                             "programs, devices or settings); mount it at a folder of its own, e.g. /workspace")
         return v
 
     @field_validator("node_selector")

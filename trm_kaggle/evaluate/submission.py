@@ -135,8 +135,9 @@ def _test_list(task: Any) -> list | None:
 
 
 def expected_counts(challenges: str | os.PathLike | Mapping) -> dict[str, int]:
-    """Number of dicts each task's submission entry must hold (0 for a task without a test list)."""
-    raw = read_challenges(challenges)
+    """Number of dicts each task's submission entry must hold (0 for a task without a test list). A task id
+    written twice counts its last copy: the one Python's json, and so a grader reading the same file, keeps."""
+    raw = read_challenges(challenges, set())
     return {task_id: len(_test_list(task) or []) for task_id, task in raw.items()}
 
 
@@ -191,7 +192,8 @@ def _task_problem(task_id: str, task: Any) -> str | None:
 
 def challenge_problems(challenges: str | os.PathLike | Mapping) -> dict[str, str]:
     """`{task_id: problem}` for each task of `challenges` that `submit` refuses (answers with the fallback)."""
-    found = ((str(task_id), _task_problem(str(task_id), task)) for task_id, task in read_challenges(challenges).items())
+    found = ((str(task_id), _task_problem(str(task_id), task))
+             for task_id, task in read_challenges(challenges, set()).items())
     return {task_id: problem for task_id, problem in found if problem}
 
 
