@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -167,3 +168,17 @@ def test_step_counts_on_the_device_give_the_hosts_steps():
     assert b.state[dev[0]]["step"].device == dev[0].device and float(b.state[dev[0]]["step"]) == 20.0
     for p, q in zip(host, dev):
         assert torch.allclose(p, q, atol=1e-6, rtol=0), (p - q).abs().max()
+
+
+@pytest.mark.parametrize("bad", [dict(lr=math.inf), dict(lr=np.float64(math.inf)), dict(lr=torch.tensor(math.inf)),
+                                 dict(weight_decay=math.inf), dict(betas=(0.9, math.inf))],
+                         ids=["lr", "numpy lr", "tensor lr", "weight_decay", "beta2"])
+def test_an_infinite_setting_is_refused_where_given(bad):
+    """lr=inf or weight_decay=inf passed `not lr >= 0`, and the first step made every weight -inf."""
+    (name,) = bad
+    with pytest.raises(ValueError, match=rf"^{name}(\[1\])?=.*inf.*: expected "):
+        AdamATan2([torch.nn.Parameter(torch.ones(3))], **bad)
+    # numpy's numbers and a one-element tensor are numbers, as the config takes them
+    AdamATan2([torch.nn.Parameter(torch.ones(3))], lr=np.float32(1e-3), weight_decay=np.float64(0.1),
+              betas=(np.float64(0.9), 0.95))
+    AdamATan2([torch.nn.Parameter(torch.ones(3))], lr=torch.tensor(1e-3))

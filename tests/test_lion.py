@@ -80,3 +80,12 @@ def test_the_trainer_builds_lion_from_the_config():
     dense, sparse = make_optimizers(cfg, TinyRecursiveModel(arch, 16, 6, 3))
     assert isinstance(dense, Lion) and sparse is not None
     assert dense.defaults["betas"] == (0.8, 0.99) and dense.defaults["weight_decay"] == 1.0
+
+
+@pytest.mark.parametrize("bad", [dict(lr=float("inf")), dict(weight_decay=float("inf")),
+                                 dict(betas=(float("nan"), 0.99))], ids=["lr", "weight_decay", "beta1"])
+def test_a_non_finite_setting_is_refused_where_given(bad):
+    """Lion(lr=inf) took it, and its first step made every weight -inf."""
+    (name,) = bad
+    with pytest.raises(ValueError, match=rf"^{name}(\[0\])?=(inf|nan): expected "):
+        Lion([torch.nn.Parameter(torch.ones(3))], **bad)

@@ -4,6 +4,7 @@ StepGuard, float16 loss scaling), a run that learns and resumes exactly, and the
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -338,3 +339,17 @@ def test_a_sic_run_resumes_exactly(sudoku4, tmp_path):
     muon = next(g for g in state["optimizer"]["param_groups"] if g["muon"])
     assert (muon["momentum"], muon["ns_steps"], muon["adjust_lr_fn"], muon["weight_decay"]) == (0.6, 3, "original",
                                                                                               0.005)
+
+
+@needs_muon
+@pytest.mark.parametrize("name, value", [("lr", float("inf")), ("lr_ratio", float("inf")), ("momentum", float("nan")),
+                                         ("ns_steps", -1), ("ns_steps", 2.0), ("adjust_lr_fn", "bogus"),
+                                         ("muon_weight_decay", float("inf"))])
+def test_muons_own_settings_are_refused_where_given(name, value):
+    """Each was taken and stepped without a word (lr=inf: the matrices -inf; ns_steps=-1: no orthogonalization;
+    an unknown adjust_lr_fn: no scaling at all); the training config refuses them all."""
+    w = torch.nn.Parameter(torch.ones(4, 3))
+    with pytest.raises(ValueError, match=rf"^{name}=\S+: expected "):
+        MuonWithAdam([w], [torch.nn.Parameter(torch.ones(3))], **{name: value})
+    # the trainer's muon_lr / lr may be well past the config's muon_lr_ratio bound; None is torch's "original"
+    MuonWithAdam([w], [], lr_ratio=200.0, ns_steps=np.int64(3), adjust_lr_fn=None)

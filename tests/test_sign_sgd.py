@@ -156,3 +156,10 @@ def test_static_form_equals_the_unique_form():
     static_sign_sgd_(b, ids, grads, lr=0.1, weight_decay=0.5)
     assert torch.allclose(a, b, rtol=0, atol=1e-7)
     assert not torch.equal(a, table) and torch.equal(a[[1, 2, 4, 6, 8]], table[[1, 2, 4, 6, 8]])
+
+
+@pytest.mark.parametrize("name", ["lr", "weight_decay"])
+def test_an_infinite_rate_or_decay_is_refused_where_given(name):
+    """SignSGD(emb, lr=inf) took it: the touched rows became inf or NaN."""
+    with pytest.raises(ValueError, match=rf"^{name}=inf: expected "):
+        SignSGD(PuzzleEmbedding(4, 2), **{name: float("inf")})

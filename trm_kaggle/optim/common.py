@@ -4,13 +4,16 @@ with a gradient."""
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Callable, List, Optional, Sequence
 
 import torch
 from torch import Tensor
 from torch.optim.optimizer import Optimizer
 
+from trm_kaggle.config import MAX_LR, number_argument
 from trm_kaggle.model import may_be_tracing
+from trm_kaggle.wording import clipped
 
 
 def _plain_until_compiling(name: str):
@@ -41,13 +44,65 @@ class BaseOptimizer(Optimizer):
 
 
 def check_hyperparameters(lr: float, weight_decay: float, betas: Optional[Sequence[float]] = None) -> None:
-    """ValueError for a negative lr or weight decay, or betas outside [0, 1)."""
-    if not lr >= 0.0:
-        raise ValueError(f"Invalid learning rate: {lr}")
-    if betas is not None and not all(0.0 <= b < 1.0 for b in betas):
-        raise ValueError(f"Invalid betas: {betas}")
-    if not weight_decay >= 0.0:
-        raise ValueError(f"Invalid weight_decay: {weight_decay}")
+    """ValueError naming the argument unless lr is a number from 0 to MAX_LR, weight_decay a finite number from 0
+    and betas two numbers in [0, 1): the bounds of the training config's settings (`lr=inf` and `weight_decay=inf`
+    once passed a check written as `not lr >= 0`, and the first step made every weight inf or NaN)."""
+    lr_argument("lr", lr)
+    decay_argument("weight_decay", weight_decay)
+    if betas is not None:
+        betas_argument("betas", betas)
+
+
+def _number(value: object) -> object:
+    """A one-element tensor as its Python number (torch's optimizers take a tensor lr); anything else as it is."""
+    return value.item() if isinstance(value, Tensor) and value.numel() == 1 else value
+
+
+def _within(name: str, value: object, low: float, high: float, bounds: str) -> float:
+    """`value` as a float when it is a finite number from `low` to `high` (numpy's numbers and one-element tensors
+    too, never a bool), else one ValueError naming the argument, its value and `bounds`."""
+    try:
+        return number_argument(name, _number(value), low, high)
+    except ValueError:
+        raise ValueError(f"{name}={clipped(value, 40)}: expected {bounds}") from None
+
+
+def lr_argument(name: str, value: object) -> None:
+    """A learning rate (or a multiple of one): a number from 0 to MAX_LR, the config's bound for `lr` (0 leaves the
+    weights as they are: the trainer's schedule writes each step's rate)."""
+    _within(name, value, 0.0, MAX_LR, f"a number from 0 to {MAX_LR:g}")
+
+
+def decay_argument(name: str, value: object) -> None:
+    """A weight decay: a finite number from 0 (inf passed a lower bound and made the first step's weights inf)."""
+    _within(name, value, 0.0, sys.float_info.max, "a finite number from 0")
+
+
+def ratio_argument(name: str, value: object) -> None:
+    """A multiple of a rate: a finite number above 0 (at 0 what it scales never moves)."""
+    bounds = "a finite number above 0"
+    if not _within(name, value, 0.0, sys.float_info.max, bounds) > 0.0:
+        raise ValueError(f"{name}={clipped(value, 40)}: expected {bounds}")
+
+
+def fraction_argument(name: str, value: object) -> None:
+    """The decay of a moving average (a beta, a momentum, the EMA's rate): a number from 0 up to, not including, 1
+    (at 1 the average never moves; past 1, below 0 or NaN, the weights it steps overshoot, grow or become NaN)."""
+    bounds = "a number from 0 up to, not including, 1"
+    if not _within(name, value, 0.0, 1.0, bounds) < 1.0:
+        raise ValueError(f"{name}={clipped(value, 40)}: expected {bounds}")
+
+
+def betas_argument(name: str, value: object) -> None:
+    """Two decays (beta1, beta2), each a `fraction_argument`."""
+    try:
+        betas = None if isinstance(value, (str, bytes)) else tuple(value)
+    except TypeError:
+        betas = None
+    if betas is None or len(betas) != 2:
+        raise ValueError(f"{name}={clipped(value, 40)}: expected two numbers (beta1, beta2)")
+    for i, beta in enumerate(betas):
+        fraction_argument(f"{name}[{i}]", beta)
 
 
 def closure_loss(closure: Optional[Callable[[], Tensor]]) -> Optional[Tensor]:

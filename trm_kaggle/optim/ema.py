@@ -12,9 +12,13 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from trm_kaggle.optim.common import fraction_argument
+
 
 class EMA:
     def __init__(self, model: nn.Module, rate: float = 0.999):
+        # the training config's bound for ema_rate, [0, 1): NaN, inf, 2.0 or -1 made the average NaN or run away
+        fraction_argument("rate", rate)
         self.rate = rate
         self.shadow = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 

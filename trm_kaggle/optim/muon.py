@@ -37,8 +37,11 @@ from typing import Iterable, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
+from trm_kaggle.config import whole_argument
 from trm_kaggle.optim.adam_atan2 import AdamATan2
-from trm_kaggle.optim.common import BaseOptimizer, check_hyperparameters, closure_loss, with_grads
+from trm_kaggle.optim.common import (BaseOptimizer, check_hyperparameters, closure_loss, decay_argument,
+                                     fraction_argument, ratio_argument, with_grads)
+from trm_kaggle.wording import clipped
 
 # torch's defaults (Keller Jordan's): momentum, Nesterov, the quintic's coefficients, its steps, its epsilon.
 MOMENTUM = 0.95
@@ -46,6 +49,9 @@ NS_COEFFICIENTS = (3.4445, -4.775, 2.0315)
 NS_STEPS = 5
 NS_EPS = 1e-7
 ADJUST_LR = "match_rms_adamw"
+# torch's shape scales (None is its "original"), and the most Newton-Schulz steps the training config takes.
+ADJUST_LR_FNS = ("match_rms_adamw", "original", None)
+MAX_NS_STEPS = 20
 
 
 def _torch_muon():
@@ -76,10 +82,7 @@ class MuonWithAdam(BaseOptimizer):
         if self._muon is None:
             raise RuntimeError(f"Muon needs torch 2.9 or newer (torch.optim.Muon); this torch is {torch.__version__}")
         check_hyperparameters(lr, weight_decay, betas)
-        if not lr_ratio > 0 or not 0.0 <= momentum < 1.0:
-            raise ValueError(f"Invalid Muon lr_ratio {lr_ratio} or momentum {momentum}")
-        if muon_weight_decay is not None and not muon_weight_decay >= 0.0:
-            raise ValueError(f"Invalid Muon weight_decay {muon_weight_decay}")
+        _check_muon_arguments(lr_ratio, momentum, ns_steps, adjust_lr_fn, muon_weight_decay)
         muon_params, adam_params = list(muon_params), list(adam_params)
         for p in muon_params:
             if p.ndim != 2:
@@ -125,6 +128,21 @@ class MuonWithAdam(BaseOptimizer):
                    weight_decay=group["weight_decay"], momentum=group["momentum"], nesterov=group["nesterov"],
                    ns_coefficients=tuple(group["ns_coefficients"]), ns_steps=group["ns_steps"], eps=group["eps"],
                    adjust_lr_fn=group["adjust_lr_fn"], has_complex=False)
+
+
+def _check_muon_arguments(lr_ratio, momentum, ns_steps, adjust_lr_fn, muon_weight_decay) -> None:
+    """ValueError naming the argument for a Muon setting outside the training config's bounds (each once stepped
+    without a word: `lr_ratio=inf` made the matrices inf, `ns_steps=-1` skipped the orthogonalization and an
+    unknown `adjust_lr_fn` fell back to no scaling at all). `lr_ratio` has no upper bound here: the trainer
+    passes muon_lr / lr, which a small lr makes large."""
+    ratio_argument("lr_ratio", lr_ratio)
+    fraction_argument("momentum", momentum)
+    whole_argument("ns_steps", ns_steps, 1, MAX_NS_STEPS)
+    if not (adjust_lr_fn is None or isinstance(adjust_lr_fn, str) and adjust_lr_fn in ADJUST_LR_FNS):
+        raise ValueError(f"adjust_lr_fn={clipped(adjust_lr_fn, 40)}: expected one of "
+                         f"{', '.join(repr(name) for name in ADJUST_LR_FNS)}")
+    if muon_weight_decay is not None:
+        decay_argument("muon_weight_decay", muon_weight_decay)
 
 
 def split_hidden_matrices(hidden: Iterable[Tensor], everything: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
