@@ -281,3 +281,73 @@ def test_an_export_folder_that_is_a_loop_of_links_is_named_as_one(tmp_path):
             read(tmp_path / "a")
         assert str(e.value) == f"{tmp_path / 'a'}: export folder is a loop of symbolic links (a dangling link): " \
                                "remove the link", str(e.value)
+
+
+def test_export_inference_refuses_weights_its_readers_would_refuse(tmp_path):
+    """A model whose tensors are not those of the arch/vocab_size it records (or no TRM model at all) was written
+    and said done; `check_export` (submit, the Kaggle kernel) refused it later."""
+    import torch.nn as nn
+
+    from trm_kaggle.config import ArchConfig
+    from trm_kaggle.errors import DataError
+
+    model = model_with_table()
+    wider = ArchConfig(**{**ARCH.model_dump(), "hidden_size": 2 * ARCH.hidden_size})
+    for out, module, kw, said in [
+        ("arch", model, dict(arch=wider, seq_len=8, vocab_size=5), "tensor shapes do not match: H_init"),
+        ("vocab", model, dict(arch=ARCH, seq_len=8, vocab_size=3), "embed_tokens.weight (5, "),
+        ("linear", nn.Linear(2, 2), dict(arch=ARCH, seq_len=8, vocab_size=5), "a Linear, not a TinyRecursiveModel"),
+    ]:
+        with pytest.raises(DataError, match=f"^{re.escape(str(tmp_path / out))}: not written") as caught:
+            export_inference(tmp_path / out, module, **kw)
+        assert said in str(caught.value) and not (tmp_path / out).exists()
+
+
+def test_export_inference_takes_numpy_sizes(tmp_path):
+    """np.int64 sizes were json's TypeError ("Object of type int64 is not JSON serializable")."""
+    import numpy as np
+
+    export_inference(tmp_path / "e", model_with_table(), arch=ARCH, seq_len=np.int64(8), vocab_size=np.int64(5))
+    config = json.loads((tmp_path / "e" / "config.json").read_text())
+    assert (config["seq_len"], config["vocab_size"]) == (8, 5)
+
+
+def test_load_inference_model_takes_numpy_rows(tmp_path):
+    """np.int64(5) was refused as "a whole number from 1 to 16,777,216"."""
+    import numpy as np
+
+    export_inference(tmp_path / "e", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5)
+    model, _ = load_inference_model(tmp_path / "e", num_puzzle_identifiers=np.int64(5))
+    assert model.puzzle_emb.weights.shape[0] == 5
+
+
+@pytest.mark.parametrize("table, said", [
+    (torch.zeros(0, 4), "has no rows"),
+    (torch.tensor([[1.0, float("nan")], [2.0, 3.0]]), "mean row is not finite"),
+    (torch.tensor([[1.0, float("inf")], [2.0, 3.0]]), "mean row is not finite"),
+    (torch.zeros(4), "2-D floating-point tensor (rows x width), got a 1-D"),
+    (torch.zeros(2, 2, 2), "got a 3-D"),
+], ids=["no-rows", "nan", "inf", "1-D", "3-D"])
+def test_resize_refuses_a_table_without_a_finite_mean_row(table, said):
+    """A 0-row or NaN table became a table of NaN rows; a 1-D one a (N, 1) table."""
+    from trm_kaggle.errors import DataError
+
+    with pytest.raises(DataError, match=re.escape(said)):
+        resize_puzzle_embedding(table, 5)
+
+
+def test_export_digest_names_a_fifo_instead_of_waiting_on_it(tmp_path):
+    """`evaluate --report-dir` hung on an export whose weights file is a FIFO: the digest it records opened the
+    file without the regular-file check every other reader of an export makes."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "e").mkdir()
+    os.mkfifo(tmp_path / "e" / "weights.safetensors")
+    code = ("import sys\nfrom trm_kaggle.model import export_digest\nfrom trm_kaggle.errors import TRMError\n"
+            "try:\n    export_digest(sys.argv[1])\nexcept TRMError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "e")], capture_output=True, text=True,
+                          timeout=30)
+    assert "weights.safetensors: weights must be a regular file, not a pipe (FIFO)" in done.stdout, \
+        (done.stdout, done.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -139,3 +140,23 @@ def test_without_the_extra_it_says_what_to_install(tmp_path, capsys, monkeypatch
     assert main(["import-upstream", "hf://owner/trm", "--out", str(tmp_path / "w")]) == 2
     err = capsys.readouterr().err
     assert 'pip install "trm_kaggle[hub]"' in err and "pass the local step_<N> path" in err
+
+
+@pytest.mark.parametrize("planted", ["path", "link"])
+def test_a_ref_leading_out_of_the_cache_is_refused(hub_cache, tmp_path, capsys, planted):
+    """Offline, huggingface_hub joins refs/main's text to snapshots/ unchecked: `../../../outside` imported a folder
+    outside the cache (recording `..` as its commit); so did a commit-named snapshot that is a link out of it."""
+    cache, _ = hub_cache
+    repo = cache / "models--owner--trm"
+    outside = tmp_path / "outside"
+    shutil.copytree(repo / "snapshots" / COMMIT, outside)  # a whole run (its files, not links), all_config.yaml too
+    shutil.rmtree(repo / "snapshots" / COMMIT)
+    if planted == "path":
+        (repo / "refs" / "main").write_text("../../../outside")
+    else:
+        (repo / "snapshots" / COMMIT).symlink_to(outside)
+    assert main(["import-upstream", "hf://owner/trm/runs/arc", "--out", str(tmp_path / "w"), "--seq-len", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: hf://owner/trm/runs/arc: the Hugging Face cache's ref "
+                                                   f"{repo / 'refs' / 'main'} leads to "), err
+    assert not (tmp_path / "w").exists()

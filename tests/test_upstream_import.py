@@ -248,3 +248,97 @@ def test_import_upstreams_sequence_length_is_checked_before_the_model_is_built(t
     with pytest.raises(ValueError, match=r"^seq_len=.*: expected a whole number from 1 to 1,048,576$"):
         import_upstream(tmp_path / "step_10", tmp_path / "e", seq_len=seq_len)
     assert not (tmp_path / "e").exists()
+
+
+# ---------------------------------------------------------------------------
+# A checkpoint's tensors are checked before any model is built
+# ---------------------------------------------------------------------------
+
+SMALL = dict(hidden_size=32, num_heads=2, L_layers=1)
+EMBED = "_orig_mod.model.inner.embed_tokens.embedding_weight"
+HEAD = "_orig_mod.model.inner.lm_head.weight"
+TABLE = "_orig_mod.model.inner.puzzle_emb.weights"
+
+
+def upstream_run(tmp_path, edit, **arch_changes):
+    """tmp_path/up/step_1 (a tiny model's upstream state dict, passed through `edit`) and its all_config.yaml
+    (the model's arch with `arch_changes`)."""
+    import yaml
+
+    arch = ArchConfig(**SMALL)
+    torch.manual_seed(0)
+    up = tmp_path / "up"
+    up.mkdir()
+    torch.save(edit(to_upstream_state_dict(TinyRecursiveModel(arch, 16, 6, 1))), up / "step_1")
+    (up / "all_config.yaml").write_text(yaml.safe_dump({"arch": {**arch.model_dump(), **arch_changes}}))
+    return up / "step_1"
+
+
+def refused_import(tmp_path, capsys, step) -> str:
+    from trm_kaggle.cli import main
+
+    rc = main(["import-upstream", str(step), "--out", str(tmp_path / "out"), "--seq-len", "16"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"error: {step}") and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+    return err
+
+
+@pytest.fixture
+def no_large_model(monkeypatch):
+    """A TinyRecursiveModel built off the meta device by import_upstream holds at most 100,000 numbers: a tiny file
+    that declares a huge model is refused before its memory is taken (and never takes it here)."""
+    from trm_kaggle.model import upstream
+
+    real = upstream.TinyRecursiveModel
+
+    def guarded(arch, seq_len, vocab_size, num_ids):
+        if torch.empty(()).device.type != "meta":
+            with torch.device("meta"):
+                described = real(arch, seq_len, vocab_size, num_ids)
+                size = sum(t.numel() for t in described.state_dict().values())  # the puzzle table is a buffer
+            assert size <= 100_000, f"a model of {size:,} numbers was built for a checkpoint of kilobytes"
+        return real(arch, seq_len, vocab_size, num_ids)
+
+    monkeypatch.setattr(upstream, "TinyRecursiveModel", guarded)
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda sd: {k: v for k, v in sd.items() if k != EMBED}, "missing keys embed_tokens.weight"),
+    (lambda sd: {**sd, EMBED: torch.tensor(1.0)}, f"entry '{EMBED}' has 0 dimensions (); the model's "
+                                                  "embed_tokens.weight has 2"),
+], ids=["missing", "scalar"])
+def test_import_upstream_names_a_missing_or_scalar_token_embedding(tmp_path, capsys, edit, said):
+    """Without embed_tokens (or with a 0-D one) import-upstream was a KeyError / IndexError traceback."""
+    assert said in refused_import(tmp_path, capsys, upstream_run(tmp_path, edit))
+
+
+@pytest.mark.parametrize("layout, kind", [(lambda t: t.to("meta"), "meta"), (lambda t: t.to_sparse(), "sparse_coo")],
+                         ids=["meta", "sparse"])
+def test_import_upstream_refuses_a_tensor_without_plain_data_in_one_line(tmp_path, capsys, layout, kind):
+    """A meta or sparse lm_head was torch's traceback from load_state_dict ("Cannot copy out of meta tensor")."""
+    step = upstream_run(tmp_path, lambda sd: {**sd, HEAD: layout(sd[HEAD])})
+    assert f"entry '{HEAD}' holds a {kind} tensor (no plain data to load)" in refused_import(tmp_path, capsys, step)
+
+
+@pytest.mark.parametrize("edit, arch, said", [
+    (lambda sd: {**sd, EMBED: sd[EMBED][:1].expand(2**27, -1), HEAD: sd[HEAD][:1].expand(2**27, -1)}, {},
+     "embed_tokens.weight holds 134,217,728 token rows; a vocabulary has 2 to 1,048,576"),
+    (lambda sd: {**sd, TABLE: sd[TABLE][:1].expand(2**25, -1)}, {},
+     f"entry '{TABLE}' holds 33,554,432 puzzle-embedding rows; a table holds 1 to 16,777,216"),
+    (lambda sd: sd, dict(hidden_size=16384, L_layers=4, expansion=8.0),
+     "weights do not match the model config: missing keys layers.1."),
+], ids=["vocab-2**27", "puzzles-2**25", "arch-100GB"])
+def test_import_upstream_checks_declared_sizes_before_building_the_model(tmp_path, capsys, no_large_model, edit,
+                                                                         arch, said):
+    """Stride-0 tensors (a file of kilobytes declaring 2**27 tokens or 2**25 puzzles), or an all_config.yaml of a
+    ~100 GB model beside a small checkpoint: the model was built first, allocating gigabytes (a traceback)."""
+    step = upstream_run(tmp_path, edit, **arch)
+    assert step.stat().st_size < 200_000
+    assert said in refused_import(tmp_path, capsys, step)
+
+
+def test_import_upstream_blames_an_empty_puzzle_table_on_the_checkpoint(tmp_path, capsys):
+    """0 rows were refused as the output's config ("out: not written, its config.json would be refused")."""
+    err = refused_import(tmp_path, capsys, upstream_run(tmp_path, lambda sd: {**sd, TABLE: sd[TABLE][:0]}))
+    assert f"entry '{TABLE}', the puzzle-embedding table, has no rows" in err and "config.json" not in err

@@ -20,6 +20,7 @@ read by `trm_kaggle.train.checkpoint`; this module never reads train files itsel
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, get_args
@@ -58,6 +59,16 @@ def resize_puzzle_embedding(table: torch.Tensor, num_identifiers: int) -> torch.
     """A table of `num_identifiers` rows, every row `mean_puzzle_row(table)`; unchanged when the count fits."""
     # 0 rows once gave a NaN mean and a score of 0; 2**31 asked for 256 GiB
     num_identifiers = whole_argument("num_identifiers", num_identifiers, 1, MAX_PUZZLE_IDENTIFIERS)
+    # the table's own rows likewise (read from a file: one line): a mean of no rows, or of a NaN, filled every row
+    # with NaN without a word
+    if not isinstance(table, torch.Tensor) or table.ndim != 2 or not table.is_floating_point():
+        shape = f"{table.ndim}-D {table.dtype} tensor" if isinstance(table, torch.Tensor) else type(table).__name__
+        raise DataError(f"table: a puzzle-embedding table is a 2-D floating-point tensor (rows x width), got a {shape}")
+    if table.shape[0] == 0:
+        raise DataError(f"table: the puzzle-embedding table has no rows ({tuple(table.shape)}): no mean row to start "
+                        "from")
+    if not bool(torch.isfinite(mean_puzzle_row(table)).all()):  # a NaN or inf anywhere reaches the mean
+        raise DataError("table: the puzzle-embedding table's mean row is not finite (a NaN or inf in the table)")
     if table.shape[0] == num_identifiers:
         return table
     return mean_puzzle_row(table).expand(num_identifiers, -1).contiguous()
@@ -118,15 +129,24 @@ def apply_task_ids(model: TinyRecursiveModel, mode: str, seed: int = 0) -> str |
 # ---------------------------------------------------------------------------
 
 
+def count_bounds(field: str) -> tuple[int, int]:
+    """(low, high) of a count in an export's config.json (`ExportConfig`'s `ge`/`le`, written there alone)."""
+    meta = ExportConfig.model_fields[field].metadata
+    return next(m.ge for m in meta if hasattr(m, "ge")), next(m.le for m in meta if hasattr(m, "le"))
+
+
 def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch: ArchConfig, seq_len: int,
                      vocab_size: int, mean_embedding: bool = False, info: dict | None = None) -> Path:
     """Write `weights.safetensors` + `config.json` (atomically, as a directory)."""
     from safetensors.torch import save_file
 
+    if not isinstance(model, TinyRecursiveModel):  # an export holds what its readers build: a TRM model
+        raise DataError(f"{out_dir}: not written: the model is a {type(model).__name__}, not a TinyRecursiveModel")
+    seq_len, vocab_size = _plain_count(seq_len), _plain_count(vocab_size)
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
     num_ids = None
     if PUZZLE_EMB_KEY in tensors:
-        num_ids = tensors[PUZZLE_EMB_KEY].shape[0]
+        num_ids = int(tensors[PUZZLE_EMB_KEY].shape[0])
         if mean_embedding:
             tensors[PUZZLE_EMB_KEY] = mean_puzzle_row(tensors[PUZZLE_EMB_KEY])
     config = {
@@ -144,17 +164,44 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
     # and a checksum of the tensors, in the same file: bytes changed on disk or in a copy are caught when loading
     weights_meta = {"format": EXPORT_FORMAT, "config": json.dumps(_shape_config(config), sort_keys=True),
                     "sha256": content_digest(tensors)}
-    check_finite(tensors, f"{Path(out_dir) / 'weights.safetensors'} (not written)")
-    try:  # never an export its readers refuse (a --seq-len past their bound)
+    try:  # never an export its readers refuse (a --seq-len past their bound) ...
         ExportConfig.model_validate(config)
     except pydantic.ValidationError as e:
         raise DataError(f"{out_dir}: not written, its config.json would be refused: {validation_line(e)}") from None
+    _check_fits(out_dir, model, arch, seq_len, vocab_size)  # ... nor weights that do not fit it (sizes bounded now)
+    check_finite(tensors, f"{Path(out_dir) / 'weights.safetensors'} (not written)")
     with atomic_directory(out_dir, kind="export") as tmp:
         save_file(tensors, str(tmp / "weights.safetensors"), metadata=weights_meta)
         _sort_metadata(tmp / "weights.safetensors")
         os.chmod(tmp / "weights.safetensors", 0o644)  # safetensors writes it private; exports are shared
         atomic_write_json(tmp / "config.json", config, indent=2)
     return Path(out_dir)
+
+
+def _plain_count(value: Any) -> Any:
+    """numpy's integers as the ints they are (json cannot write them); anything else as given, for ExportConfig to
+    judge (a bool is no integer here: numpy's is none either)."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+
+def _check_fits(out_dir: str | os.PathLike, model: TinyRecursiveModel, arch: ArchConfig, seq_len: int,
+                vocab_size: int) -> None:
+    """Refuse, before anything is written, a model whose tensors are not those of the TRM model that `arch`,
+    `seq_len` and `vocab_size` describe: its readers build that model from config.json and refuse the weights
+    (`check_export`), so such an export was written, said done, and failed later in a bundle or a Kaggle run."""
+    where = f"{out_dir}: not written"
+    rows = int(model.puzzle_emb.weights.shape[0]) if model.puzzle_emb is not None else 1
+    if rows == 0:  # its readers would resize it to its mean: NaN
+        raise DataError(f"{where}: the model's puzzle-embedding table ({PUZZLE_EMB_KEY}) has no rows")
+    try:
+        with torch.device("meta"):  # shapes only: no memory, whatever the sizes
+            described = TinyRecursiveModel(arch, seq_len, vocab_size, rows)
+    except (ValueError, AssertionError) as e:  # an architecture the model cannot be built with
+        raise DataError(f"{where}: the model its config.json would describe cannot be built: {e}") from None
+    problem = weights_problem(described.state_dict(), model.state_dict(), sides=("in the model", "in the config"))
+    if problem:
+        raise DataError(f"{where}: the model's weights do not fit the arch, seq_len and vocab_size given (its "
+                        f"readers would refuse them): {problem}")
 
 
 def _sort_metadata(path: Path) -> None:
@@ -291,6 +338,8 @@ def export_digest(path: str | os.PathLike) -> str:
     if os.path.islink(path) and not os.path.exists(path):
         raise TRMError(directory_problem(path, "export folder"))
     w_path = Path(path) / "weights.safetensors"
+    if os.path.lexists(w_path):  # as `read_export`: a FIFO there would block safetensors' open for ever
+        readable_file(w_path, "weights")
     try:
         with safe_open(str(w_path), framework="pt") as f:
             digest = (f.metadata() or {}).get("sha256")
@@ -307,14 +356,26 @@ def fit_state_dict(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], 
     tensors (each with both shapes): the one check behind every load of weights. `display` names a
     tensor in messages (e.g. upstream's key for an upstream checkpoint). `same_dtype`: each tensor in the
     model's own dtype (a train state resumed exactly; an upstream checkpoint in bfloat16 is cast)."""
-    expected = model.state_dict()
+    problem = weights_problem(model.state_dict(), tensors, display, same_dtype)
+    if problem:
+        raise TRMError(f"{source}: weights do not match the model config: {problem}")
+    model.load_state_dict(dict(tensors), strict=True)
+
+
+def weights_problem(expected: Mapping[str, torch.Tensor], tensors: Mapping[str, torch.Tensor],
+                    display: Callable[[str], str] = str, same_dtype: bool = False,
+                    sides: tuple[str, str] = ("in the file", "in the model")) -> str | None:
+    """What keeps `tensors` from loading into a model whose state dict is `expected` (None when nothing does): the
+    missing, unexpected and misshapen tensors (each with both shapes, said with `sides`) and those of another kind.
+    Only names, shapes and dtypes are read, so `expected` may be a meta-device model's: a model is compared before
+    it is built."""
 
     def listed(names: list[str]) -> str:
         return ", ".join(names[:4]) + (f" (+{len(names) - 4} more)" if len(names) > 4 else "")
 
     missing = [display(k) for k in sorted(set(expected) - set(tensors))]
     unexpected = [display(k) for k in sorted(set(tensors) - set(expected))]
-    bad = [f"{display(k)} {tuple(tensors[k].shape)} in the file, {tuple(v.shape)} in the model"
+    bad = [f"{display(k)} {tuple(tensors[k].shape)} {sides[0]}, {tuple(v.shape)} {sides[1]}"
            for k, v in expected.items() if k in tensors and tuple(tensors[k].shape) != tuple(v.shape)]
     # load_state_dict would copy integers or booleans into the weights without a word (no writer saves them)
     kinds = [f"{display(k)} {tensors[k].dtype}" for k, v in expected.items()
@@ -325,9 +386,7 @@ def fit_state_dict(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], 
             ([f"tensor shapes do not match: {listed(bad)}"] if bad else []) + \
             ([f"tensors of another dtype than the model's: {listed(kinds)}" if same_dtype else
               f"tensors that are not floating point: {listed(kinds)}"] if kinds else [])
-    if parts:
-        raise TRMError(f"{source}: weights do not match the model config: {'; '.join(parts)}")
-    model.load_state_dict(dict(tensors), strict=True)
+    return "; ".join(parts) or None
 
 
 def shadow_problem(model: torch.nn.Module, shadow: Mapping[str, torch.Tensor]) -> str | None:
@@ -354,10 +413,14 @@ def load_inference_model(path: str | os.PathLike, num_puzzle_identifiers: int | 
                          device: str | torch.device = "cpu"):
     """The exported model. With `num_puzzle_identifiers` (e.g. for new tasks), the table is resized and
     every row starts from the mean row (`mean_puzzle_row`, upstream's rule for unseen puzzles)."""
-    if num_puzzle_identifiers is not None and (isinstance(num_puzzle_identifiers, bool) or not isinstance(
-            num_puzzle_identifiers, int) or not 1 <= num_puzzle_identifiers <= MAX_PUZZLE_IDENTIFIERS):
-        raise TRMError(f"num_puzzle_identifiers={clipped(num_puzzle_identifiers)}: a whole number from 1 to "
-                       f"{MAX_PUZZLE_IDENTIFIERS:,} (the table's rows), or None for the export's own count")
+    if num_puzzle_identifiers is not None:
+        try:  # numpy's integers are whole numbers too
+            num_puzzle_identifiers = whole_argument("num_puzzle_identifiers", num_puzzle_identifiers, 1,
+                                                    MAX_PUZZLE_IDENTIFIERS)
+        except ValueError:
+            raise TRMError(f"num_puzzle_identifiers={clipped(num_puzzle_identifiers)}: a whole number from 1 to "
+                           f"{MAX_PUZZLE_IDENTIFIERS:,} (the table's rows), or None for the export's own count"
+                           ) from None
     config, tensors = read_export(path)
     arch = ArchConfig(**config["arch"])
     n = num_puzzle_identifiers or (config.get("num_puzzle_identifiers") or 1)

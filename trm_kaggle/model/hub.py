@@ -24,12 +24,14 @@ from pathlib import Path
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import is_regular
+from trm_kaggle.wording import one_line
 
 HF_PREFIX = "hf://"
 CONFIG_NAME = "all_config.yaml"
 _SOURCE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[^/@]+))?(?:/(?P<path>.*))?$",
                      re.ASCII)  # repository names are ASCII: \w alone takes any script's letters
 _STEP = re.compile(r"^step_([0-9]+)\Z")
+_COMMIT = re.compile(r"^[0-9a-f]{40,64}\Z")  # a git commit id (sha1, or sha256), the name of its snapshot folder
 _INSTALL = ('pip install "trm_kaggle[hub]" (or huggingface_hub), or download step_<N> and all_config.yaml '
             "into one directory and pass the local step_<N> path")
 
@@ -106,7 +108,27 @@ def download_checkpoint(source: HubSource, cache_dir: str | os.PathLike | None =
     except (HFValidationError, OSError, ValueError) as e:
         detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise TRMError(f"{source}: download failed: {detail}") from None
+    _check_snapshot(root, source, cache_dir)
     return _checkpoint_in(root, source)
+
+
+def _check_snapshot(root: Path, source: HubSource, cache_dir: str | os.PathLike | None) -> None:
+    """Refuse a snapshot folder that is not one commit's folder inside the cache's `snapshots/`. Offline,
+    huggingface_hub joins the text of the ref file (`refs/main`) to `snapshots/` unchecked, so a ref reading
+    `../../../elsewhere` imported a folder outside the cache and recorded `..` as the commit."""
+    inside = (root.parent.name == "snapshots" and ".." not in root.parts and _COMMIT.match(root.name) is not None
+              and os.path.dirname(os.path.realpath(root)) == os.path.realpath(root.parent))
+    if inside:
+        return
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+
+    repo = Path(cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=source.repo_id, repo_type="model")
+    ref = repo / "refs" / (source.revision or "main")
+    raise TRMError(one_line(f"{source}: the Hugging Face cache's ref {ref} leads to {root}, not to a commit's folder "
+                            f"in {repo / 'snapshots'} (a ref holds a commit id: hexadecimal, no '/' or '..'); the "
+                            "cache was edited: remove the ref, or the repository's folder in the cache, and download "
+                            "again"))
 
 
 def _offline_note() -> str:

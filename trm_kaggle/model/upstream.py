@@ -26,11 +26,12 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 from pydantic import ValidationError
 
-from trm_kaggle.config import MAX_GRID_CELLS, ArchConfig, validation_line, whole_argument
+from trm_kaggle.config import MAX_GRID_CELLS, MAX_PUZZLE_IDENTIFIERS, ArchConfig, validation_line, whole_argument
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, TRMError
 from trm_kaggle.jsonio import open_regular, read_failure, readable_file
-from trm_kaggle.model.export import PUZZLE_EMB_KEY, export_inference, fit_state_dict, resize_puzzle_embedding
+from trm_kaggle.model.export import (PUZZLE_EMB_KEY, count_bounds, export_inference, fit_state_dict,
+                                     resize_puzzle_embedding, weights_problem)
 from trm_kaggle.model.hub import resolve_checkpoint, snapshot_commit
 from trm_kaggle.model.safe_load import load_weights_only
 from trm_kaggle.model.trm import TinyRecursiveModel
@@ -70,11 +71,23 @@ def _rename(name: str, rules) -> str:
 # ---------------------------------------------------------------------------
 
 
+# Our names of the upstream tensors that are vectors; every other one is a matrix.
+_VECTORS = frozenset({"H_init", "L_init", "q_head.bias"})
+
+
 def from_upstream_state_dict(state: Mapping[str, Any], source: str = "state dict") -> Dict[str, torch.Tensor]:
     """Upstream keys (with or without `_orig_mod.`, any float dtype) -> our names, float32 tensors.
 
-    Raises TRMError naming `source` when a key is not an upstream TRM key or a value is not a tensor.
+    Raises TRMError naming `source` when a key is not an upstream TRM key or a value is not a tensor (see
+    `_renamed`).
     """
+    return {k: v.float() if v.is_floating_point() else v for k, v in _renamed(state, source).items()}
+
+
+def _renamed(state: Mapping[str, Any], source: str) -> Dict[str, torch.Tensor]:
+    """Upstream's tensors under our names, in their own dtypes (nothing copied: a tensor's declared size is checked
+    before any copy of it is made), each a plain tensor with data of its number of dimensions and a puzzle table
+    whose rows are within the package's bound. TRMError naming `source` and the key otherwise."""
     if not isinstance(state, Mapping):
         raise TRMError(f"{source}: expected a state dict (a mapping of names to tensors), got {type(state).__name__}")
     out: Dict[str, torch.Tensor] = {}
@@ -92,13 +105,36 @@ def from_upstream_state_dict(state: Mapping[str, Any], source: str = "state dict
         if name in out:  # one weight given twice (with and without `_orig_mod.`): neither is taken unsaid
             raise TRMError(f"{source}: the weight {name} is given twice ({key!r} and another key naming it, with "
                            f"or without {COMPILE_PREFIX!r}): not one checkpoint")
-        out[name] = value.float() if value.is_floating_point() else value
+        _check_tensor(value, name, key, source)
+        out[name] = value
     if unknown:
         shown = ", ".join(unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else "")
         raise TRMError(f"{source}: not an upstream TRM checkpoint: unexpected keys {shown}")
     if not out:
         raise TRMError(f"{source}: no upstream TRM weights found (empty state dict)")
     return out
+
+
+def _check_tensor(value: torch.Tensor, name: str, key: Any, source: str) -> None:
+    """One line for a tensor that cannot be upstream's weight `name` (our name; `key` as the file says it): meta,
+    sparse, nested or quantized (no plain data: torch's copy failed with a traceback, as the train-state reader
+    refuses it in one line), of another number of dimensions (a 0-D embedding was an IndexError), or a puzzle table
+    whose rows are past the package's bound (a stride-0 tensor declares any size in a file of kilobytes)."""
+    kind = ("meta" if value.is_meta else "nested" if value.is_nested else "quantized" if value.is_quantized
+            else None if value.layout == torch.strided else str(value.layout).removeprefix("torch."))
+    if kind:
+        raise TRMError(f"{source}: not a usable checkpoint: entry {key!r} holds a {kind} tensor (no plain data to "
+                       "load)")
+    ndim = 1 if name in _VECTORS else 2
+    if value.ndim != ndim:
+        raise TRMError(f"{source}: entry {key!r} has {value.ndim} dimensions {tuple(value.shape)}; the model's "
+                       f"{name} has {ndim}")
+    if name == PUZZLE_EMB_KEY and value.shape[0] == 0:  # its mean, the row of every unseen puzzle, would be NaN
+        raise TRMError(f"{source}: entry {key!r}, the puzzle-embedding table, has no rows (the checkpoint is damaged "
+                       "or not a TRM run's)")
+    if name == PUZZLE_EMB_KEY and value.shape[0] > MAX_PUZZLE_IDENTIFIERS:
+        raise TRMError(f"{source}: entry {key!r} holds {value.shape[0]:,} puzzle-embedding rows; a table holds 1 to "
+                       f"{MAX_PUZZLE_IDENTIFIERS:,} (the checkpoint is damaged or not a TRM run's)")
 
 
 def to_upstream_state_dict(state: Union[TinyRecursiveModel, Mapping[str, torch.Tensor]], compiled: bool = True,
@@ -126,13 +162,13 @@ def to_upstream_state_dict(state: Union[TinyRecursiveModel, Mapping[str, torch.T
 
 def load_upstream_state_dict(model: TinyRecursiveModel, state: Mapping[str, Any], source: str = "state dict") -> None:
     """Load an upstream state dict into `model` (puzzle table resized if its identifier count differs)."""
-    ours = from_upstream_state_dict(state, source)
+    ours = _renamed(state, source)  # in their own dtypes: loading casts each into the model's float32
     expected = model.state_dict()
     if PUZZLE_EMB_KEY in ours and PUZZLE_EMB_KEY in expected:
         want = expected[PUZZLE_EMB_KEY].shape
         have = ours[PUZZLE_EMB_KEY].shape
         if have[1:] == want[1:] and have[0] != want[0]:
-            ours[PUZZLE_EMB_KEY] = resize_puzzle_embedding(ours[PUZZLE_EMB_KEY], want[0])
+            ours[PUZZLE_EMB_KEY] = resize_puzzle_embedding(ours[PUZZLE_EMB_KEY].float(), want[0])
     fit_state_dict(model, ours, source, display=lambda k: _rename(k, _RENAMES))
 
 
@@ -222,6 +258,20 @@ def read_all_config(path: Union[str, os.PathLike]) -> Dict[str, Any]:
 # From an upstream run to our export (`trm-kaggle import-upstream`)
 # ---------------------------------------------------------------------------
 
+def _vocabulary(tensors: Mapping[str, torch.Tensor], source: str) -> int:
+    """The vocabulary size the checkpoint's token embedding says, within an export's bounds (`_renamed` checked
+    that it is a matrix): a missing table is named as every missing weight is (it was a KeyError), a declared
+    2**27 tokens is refused before a model of that size is built."""
+    table = tensors.get("embed_tokens.weight")
+    if table is None:
+        raise TRMError(f"{source}: weights do not match the model config: missing keys embed_tokens.weight")
+    low, high = count_bounds("vocab_size")
+    if not low <= table.shape[0] <= high:
+        raise TRMError(f"{source}: embed_tokens.weight holds {table.shape[0]:,} token rows; a vocabulary has {low} "
+                       f"to {high:,} (the checkpoint is damaged or not a TRM run's)")
+    return int(table.shape[0])
+
+
 # Sequence length of upstream's datasets by vocabulary size, when the run's dataset is not at hand.
 DEFAULT_SEQ_LEN = {12: 900, 11: 81, 6: 900}  # ARC, Sudoku-Extreme, Maze-Hard
 
@@ -248,8 +298,8 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
         config_file = config_file / "all_config.yaml"
     run_cfg = read_all_config(config_file)
     arch = arch_config_from_upstream_yaml(run_cfg, where=str(config_file))
-    tensors = from_upstream_state_dict(read_checkpoint(ckpt_path), str(ckpt_path))
-    vocab = tensors["embed_tokens.weight"].shape[0]
+    tensors = _renamed(read_checkpoint(ckpt_path), str(ckpt_path))  # nothing copied before the sizes are checked
+    vocab = _vocabulary(tensors, str(ckpt_path))
     num_ids = tensors[PUZZLE_EMB_KEY].shape[0] if PUZZLE_EMB_KEY in tensors else 1
     data_paths = run_cfg.get("data_paths") or []
     if not isinstance(data_paths, list) or not all(isinstance(d, str) for d in data_paths):
@@ -261,8 +311,14 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     seq_len = DEFAULT_SEQ_LEN.get(vocab) if seq_len is None else seq_len
     if seq_len is None:
         raise TRMError(f"cannot tell the sequence length of this vocabulary ({vocab} tokens): pass --seq-len")
+    source = f"{ckpt_path} (with {config_file}; is --seq-len right?)"
+    with torch.device("meta"):  # shapes only: a wrong all_config.yaml beside a small file never allocates its model
+        described = TinyRecursiveModel(arch, seq_len, vocab, num_ids)
+    problem = weights_problem(described.state_dict(), tensors)
+    if problem:
+        raise TRMError(f"{source}: weights do not match the model config: {problem}")
     model = TinyRecursiveModel(arch, seq_len, vocab, num_ids)
-    fit_state_dict(model, tensors, f"{ckpt_path} (with {config_file}; is --seq-len right?)")
+    fit_state_dict(model, {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}, source)
     export_inference(out, model, arch=arch, seq_len=seq_len, vocab_size=vocab, mean_embedding=mean_embedding,
                      info={"source": str(hub_source or ckpt_path), "imported_from": "upstream",
                            **({"hub_commit": snapshot_commit(ckpt_path)} if hub_source else {})})
