@@ -946,6 +946,28 @@ def test_continue_from_says_and_records_the_newest_state_it_packs(tmp_path, monk
     assert json.loads((tmp_path / "run-state" / "manifest.json").read_text())["step"] == 2
 
 
+
+def test_continue_from_an_output_with_a_folder_named_like_a_state_says_so(built, tmp_path):
+    """An output holding a folder named like a newer state beside a good one was refused as holding "no train
+    state that loads", which is false: the folder is named, as `trm-kaggle train` and the session refuse it."""
+    from trm_kaggle.kaggle import train_kernel
+
+    session_out = tmp_path / "session"
+    run_session(input_root=tmp_path / "none", working=session_out, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+
+    def kaggle_output(cmd, **kw):
+        shutil.copytree(session_out, cmd[-1], dirs_exist_ok=True)
+        Path(cmd[-1], "run", "state_step00000098.pt").mkdir()
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    with pytest.raises(TRMError) as e:
+        train_kernel.fetch_run_state(tmp_path / "run-state", "tester/trm-kaggle-train", ids=IDS,
+                                     runner=kaggle_output, log=lambda _: None)
+    assert str(e.value).startswith("the output of tester/trm-kaggle-train cannot be continued from: "
+                                   "run/state_step00000098.pt: train state expected, found a directory"), e.value
+    assert not (tmp_path / "run-state").exists()
+
 @pytest.mark.parametrize("change", [{"future_setting": 3}, {"lr": "fast"}])
 def test_a_state_of_settings_this_version_cannot_read_is_refused_naming_the_setting(built, tmp_path, change):
     """A state whose config holds a setting a newer version added, or a value of another type (its checksum made
@@ -998,6 +1020,28 @@ def test_a_previous_record_that_cannot_be_read_is_refused_never_restarted(built,
         assert report(tmp_path / f"s{n}")["previous_state"] == passed_on and not (tmp_path / f"s{n}" / "run").exists()
     assert "cannot be read" in report(tmp_path / "s2")["message"]
 
+
+
+def test_a_run_state_dataset_whose_record_names_a_state_it_lacks_is_refused_never_restarted(built, tmp_path):
+    """A run-state dataset (--continue-from) whose archive holds the previous session's record naming the state it
+    had to pass on, but no train state: the records were read only under the inputs as mounted, never in the
+    unpacked archive, and the run started over from step 0. Now read there too: refused, the name passed on."""
+    from trm_kaggle.kaggle.metadata import write_manifest
+    from trm_kaggle.kaggle.packed import ARCHIVE_KEY, pack
+
+    source = tmp_path / "output"
+    (source / "run").mkdir(parents=True)
+    (source / "session.json").write_text(json.dumps({"status": "interrupted", "previous_state": NAMED, "step": 5}))
+    (source / "run" / "run.json").write_text("{}")
+    attached = tmp_path / "in" / "trm-kaggle-run-state"
+    attached.mkdir(parents=True)
+    write_manifest(attached, {ARCHIVE_KEY: pack(source, attached, "run-state.tar")})
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "in", working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and r.status == "refused" and r.step == 0, (r, lines)
+    assert lines[-1].startswith("error: no train state among the inputs") and NAMED in lines[-1], lines
+    assert report(tmp_path / "s2")["previous_state"] == NAMED and not (tmp_path / "s2" / "run").exists()
 
 def test_the_notebooks_first_cell_passes_on_what_the_session_does(tmp_path):
     """The first cell's `state_to_pass_on` (written into session.json before the install) and the package's

@@ -218,3 +218,55 @@ def test_an_archive_that_is_a_special_file_is_named_never_called_missing(tmp_pat
     with pytest.raises(TRMError, match=re.escape(words)):
         open_packed(out, tmp_path / "scratch", say=lambda _: None)
     assert not (tmp_path / "scratch").exists()
+
+
+def archive_of(tmp_path: Path, members: list[tuple[str, bytes]], listed: list[str] | None = None) -> Path:
+    """A packed dataset whose data.tar holds `members` (in that order) and whose manifest lists `listed` (each
+    member's name by default) with their sizes and digests: a consistent upload of names made by hand."""
+    import hashlib
+
+    out = tmp_path / "dataset"
+    out.mkdir()
+    with tarfile.open(out / "data.tar", "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            tar.addfile(info(name, len(data)), io.BytesIO(data))
+    data_of = dict(members)
+    files = {rel: {"sha256": hashlib.sha256(data_of.get(rel, b"")).hexdigest(), "size": len(data_of.get(rel, b""))}
+             for rel in (listed if listed is not None else [name for name, _ in members])}
+    atomic_write_json(out / "manifest.json", {ARCHIVE_KEY: {"name": "data.tar", "files": files}, "files": {
+        "data.tar": {"sha256": sha256_file(out / "data.tar"), "size": (out / "data.tar").stat().st_size}}})
+    return out
+
+
+@pytest.mark.parametrize("members, words", [
+    ([("a", b"1"), ("a/b", b"2")], "'a' is a file and the folder of 'a/b'"),
+    ([("a/b", b"2"), ("a", b"1")], "'a' is a file and the folder of 'a/b'"),
+    ([("a//b", b"1"), ("a/b", b"1")], "'a//b' and 'a/b' are one path"),
+    ([("./a", b"1"), ("a", b"1")], "'./a' and 'a' are one path"),
+    ([(".", b"1")], "'.' names no file"),
+    ([("x" * 300, b"1")], "(300 characters) is a name too long for a file system"),
+    ([("/".join(["y" * 200] * 21), b"1")], "is a name too long for a file system"),
+])
+def test_names_that_cannot_all_be_files_are_refused_naming_the_archive(tmp_path, members, words):
+    """Names of an archive that clash (a file and a folder of one name, two spellings of one path, `.`) or that
+    no file system holds ended in the system's FileExistsError, IsADirectoryError or "File name too long" naming
+    the scratch folder: now one line naming the archive, the manifest and the entry, and nothing unpacked."""
+    out = archive_of(tmp_path, members)
+    with pytest.raises(TRMError) as e:
+        open_packed(out, tmp_path / "scratch", say=lambda _: None)
+    assert str(e.value).startswith(f"{out / 'data.tar'}: ") and words in str(e.value), e.value
+    assert str(out / "manifest.json") in str(e.value)
+    assert not (tmp_path / "scratch").exists() or list((tmp_path / "scratch").glob("*")) == []
+
+
+@pytest.mark.parametrize("members, listed, words", [
+    ([("a", b"1"), ("a", b"1")], ["a"], "data.tar: holds 'a' twice"),
+    ([("/".join(["y" * 200] * 20), b"1")], None, "could not be unpacked into"),  # short enough as a name, past the
+])  # system's limit once under the scratch folder
+def test_an_archive_unpacking_fails_on_is_one_line_naming_it(tmp_path, members, listed, words):
+    out = archive_of(tmp_path, members, listed)
+    scratch = tmp_path / ("s" * 100)  # the path under it is past 4,096 bytes
+    with pytest.raises(TRMError) as e:
+        open_packed(out, scratch, say=lambda _: None)
+    assert str(e.value).startswith(f"{out / 'data.tar'}: ") and words in str(e.value), e.value
+    assert list(scratch.glob("*")) == []

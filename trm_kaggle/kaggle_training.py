@@ -409,17 +409,21 @@ def named_state(input_root: Path) -> str | None:
     return _passed_on(input_root)[0]
 
 
-def _passed_on(input_root: Path) -> tuple[str | None, str | None]:
-    """(`named_state`'s answer, and where it is `UNREAD_RECORD` the line that says why that record cannot be read)."""
+def _passed_on(roots: Path | Sequence[Path]) -> tuple[str | None, str | None]:
+    """(`named_state`'s answer, and where it is `UNREAD_RECORD` the line that says why that record cannot be read),
+    for the input root as mounted or with the folders of its packed datasets (`input_roots`): a run-state dataset
+    carries the previous session's record in its archive."""
     from trm_kaggle.jsonio import parse_json, read_bytes
     from trm_kaggle.train import checkpoint as ckpt
 
+    roots = [roots] if isinstance(roots, Path) else list(roots)
     try:
-        states = [(step, p) for p in input_root.rglob("state_step*.pt") if (step := ckpt.state_step(p)) is not None]
+        states = [(step, p) for root in roots for p in root.rglob("state_step*.pt")
+                  if (step := ckpt.state_step(p)) is not None]
         if states:
             return str(max(states)[1]), None
         unread = None
-        for record in sorted(input_root.rglob(SESSION)):
+        for record in [r for root in roots for r in sorted(root.rglob(SESSION))]:
             try:
                 named = parse_json(read_bytes(record, "session record", max_bytes=MAX_RECORD_BYTES), str(record),
                                    "session record")
@@ -522,6 +526,8 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     roots = input_roots(input_root, scratch, echo)
     if not in_place and len(roots) > 1:  # a run-state dataset (--continue-from) is packed: unpacked just now
         carried = carry(roots, carried)
+        if carried is None and not report.previous_state:  # its record, read as an attached output's is: one
+            report.previous_state, unread = _passed_on(roots)  # naming a state it holds no more refuses below
     if not in_place and carried is None and report.previous_state:
         report.status = "refused"
         if unread is not None:  # a newer version's record, or one cut short, may name the state the run needs

@@ -10,8 +10,10 @@ the bundle does).
 Inside the kernel `open_packed` checks the archive against the manifest and unpacks it into a scratch folder
 (`<stem>-<digest>/`, built beside and renamed into place: a kill leaves no half folder; found again, it is
 reused), or, when Kaggle unpacked the archive itself, checks its files where they are (in DIR, or in
-DIR/<stem>/). A file missing, cut short or changed, an entry that is a link or leaves its folder, stops with one
-line naming it: a run is never started on part of its data, nor restarted for want of its state.
+DIR/<stem>/). A file missing, cut short or changed, an entry that is a link or leaves its folder, names that
+cannot all be files of one folder (a file and a folder of one name, two spellings of one path, a name too long),
+stops with one line naming the archive and the entry: a run is never started on part of its data, nor restarted
+for want of its state.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Callable
 
 from trm_kaggle.atomic import OWNER_RECORD, atomic_directory, owner_problem
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import is_regular, open_regular, read_json
 from trm_kaggle.kaggle.metadata import DATASET_META, MANIFEST, sha256_file
 
@@ -92,10 +94,46 @@ def _checked_entry(folder: Path, manifest: dict) -> tuple[str, dict[str, dict]]:
         raise TRMError(f"{where}: its '{ARCHIVE_KEY}' entry must name a .tar file in {folder} and list its files")
     for rel, f in files.items():
         parts = PurePosixPath(rel).parts
-        if not rel or rel.startswith("/") or ".." in parts or "\\" in rel or not isinstance(f, dict) \
+        if not rel or rel.startswith("/") or ".." in parts or "\\" in rel or "\0" in rel or not isinstance(f, dict) \
                 or not isinstance(f.get("size"), int) or not isinstance(f.get("sha256"), str):
             raise TRMError(f"{where}: entry {rel!r} is not a file inside the archive with its size and sha256")
+    if problem := _clash(files):
+        raise TRMError(f"{folder / name}: {problem} (names listed in {where}): its files cannot all be unpacked; "
+                       "pack and upload the dataset again")
     return name, files
+
+
+NAME_MAX, PATH_MAX = 255, 4096  # bytes: the longest name of one file, and of a path, a Linux file system takes
+
+
+def _clash(files: dict[str, dict]) -> str | None:
+    """Why the archive's names cannot all be files of one folder, or None: a name of no file (`.`), one too long
+    for the file system, two spellings of one path (`a//b` and `a/b`, `./a` and `a`), or a file that is also the
+    folder of another (`a` and `a/b`). Unpacked, each ended in the system's error naming the scratch folder."""
+    paths: dict[str, str] = {}  # the path as the file system reads it -> the name as listed
+    for rel in files:
+        parts = PurePosixPath(rel).parts
+        if not parts:
+            return f"{_clipped(rel)} names no file"
+        size = len(rel.encode("utf-8", "surrogatepass"))
+        if size > PATH_MAX or any(len(p.encode("utf-8", "surrogatepass")) > NAME_MAX for p in parts):
+            return (f"{_clipped(rel)} is a name too long for a file system (over {NAME_MAX} bytes in one part, or "
+                    f"{PATH_MAX} in all; {size:,} bytes)")
+        path = "/".join(parts)
+        if path in paths:
+            return f"{_clipped(paths[path])} and {_clipped(rel)} are one path"
+        paths[path] = rel
+    for path, rel in paths.items():
+        parts = path.split("/")
+        for n in range(1, len(parts)):
+            if (above := "/".join(parts[:n])) in paths:
+                return f"{_clipped(paths[above])} is a file and the folder of {_clipped(rel)}"
+    return None
+
+
+def _clipped(rel: str) -> str:
+    """A name as an error line shows it: escaped, its middle left out past 80 characters."""
+    return repr(rel) if len(rel) <= 80 else f"{rel[:40]!r}...{rel[-30:]!r} ({len(rel):,} characters)"
 
 
 def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Callable[[str], None] = print) -> Path:
@@ -164,13 +202,15 @@ def _problem(root: Path, files: dict[str, dict], digests: bool) -> str | None:
 
 def _unpack(archive: Path, dest: Path, files: dict[str, dict]) -> None:
     """Every regular file of the archive into `dest`, each checked against the manifest as it is written."""
-    seen = set()
+    seen, rel = set(), ""
     try:
         with tarfile.open(archive, "r:") as tar:
             for member in tar:
                 if member.isdir():
                     continue
                 rel = member.name
+                if rel in seen:  # written twice, the second copy replaced the first one checked
+                    raise TRMError(f"{archive}: holds {rel!r} twice")
                 if rel not in files:
                     raise TRMError(f"{archive}: holds {rel!r}, which {MANIFEST} does not list")
                 if not member.isreg():
@@ -188,8 +228,13 @@ def _unpack(archive: Path, dest: Path, files: dict[str, dict]) -> None:
                 if sha.hexdigest() != want["sha256"]:
                     raise TRMError(f"{archive}: {rel} differs from its sha256 in {MANIFEST}")
                 seen.add(rel)
+                rel = ""  # (a failing read of the next entry is the archive's, not this member's)
     except tarfile.TarError as e:
         raise TRMError(f"{archive}: not a readable tar archive ({e})") from None
+    except OSError as e:  # a full disk, a name the scratch folder's file system refuses: said with the archive
+        said = os_error_line(OSError(e.errno, e.strerror or str(e)))  # (the half-unpacked folder is removed)
+        member = f"{_clipped(rel)} " if rel else ""
+        raise TRMError(f"{archive}: {member}could not be unpacked into {dest.parent}: {said}") from None
     missing = sorted(set(files) - seen)
     if missing:
         raise TRMError(f"{archive}: lacks {len(missing)} file(s) {MANIFEST} lists ({missing[0]}, ...)")

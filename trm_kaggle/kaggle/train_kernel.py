@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, UnreadableFile
 from trm_kaggle.kaggle.kernel import read_notebook, set_parameters
 from trm_kaggle.kaggle.metadata import (
     DATASET_META, KERNEL_META, TRAIN_MACHINE_SHAPE, BundleIds, client_error, data_id, dataset_metadata, id_problem,
@@ -115,7 +115,14 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
         # recorded as the step the next session resumes from, which then resumed from an older one
         carried = {p.parent for p in Path(download).rglob("state_step*.pt")
                    if _run_state_file(p.relative_to(download).as_posix())}
-        steps = [_newest_step(f) for f in sorted(carried)]
+        try:
+            steps = [_newest_step(f) for f in sorted(carried)]
+        except UnreadableFile as e:  # as `trm-kaggle train` and the training session refuse it ("holds no train
+            # state that loads" hid the cause): named as a path inside the output, not the download folder
+            said = str(e).split("; no train state of ")[0].replace(f"{download}{os.sep}", "")
+            raise TRMError(f"the output of {kernel} cannot be continued from: {said} (a training session refuses a "
+                           "newest state it cannot read rather than resume from an older one): continue from an "
+                           "output whose train states are readable files") from None
         if not any(s is not None for s in steps):
             raise TRMError(f"the output of {kernel} holds no train state that loads (state_step*.pt, outside "
                            "hidden folders): nothing to continue from")
@@ -128,11 +135,14 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
 
 
 def _newest_step(folder: Path) -> int | None:
-    """The step of the newest state in `folder` that loads, or None."""
+    """The step of the newest state in `folder` that loads, or None (every state damaged). UnreadableFile when the
+    newest cannot be read at all (a folder named like a state, a FIFO, no permission), which is not damage."""
     from trm_kaggle.train import checkpoint as ckpt
 
     try:
         return int(ckpt.load_newest_state(folder)[1]["step"])
+    except UnreadableFile:
+        raise
     except TRMError:
         return None
 
