@@ -10,7 +10,9 @@ run. Without it the ratio is taken against the figures measured on this machine 
 and recorded in issue #2, and the output says so.
 
 Reported per run: wall time, peak RSS summed over the whole process tree (workers
-included, sampled every 50 ms), and bytes on disk. Outputs are deleted afterwards.
+included, sampled every 50 ms), and bytes on disk. Outputs are deleted afterwards: the scratch directory
+whatever ends the run (a stop included); in a `--work-dir` the `ours-N` and `upstream-N` folders this run
+wrote, and nothing else (one already there is refused before any work, in one `error:` line, status 2).
 """
 
 from __future__ import annotations
@@ -21,12 +23,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import loading  # noqa: E402
+from benchmarks.entry import child_failed, ended, loading, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import numpy as np
@@ -62,17 +63,20 @@ def tree_rss(root: int) -> int:
     return total
 
 
-def measure(cmd: list[str], cwd: str | None = None) -> tuple[float, int]:
+def measure(what: str, cmd: list[str], cwd: str | None = None) -> tuple[float, int]:
+    """(wall seconds, peak RSS of the process tree) of `cmd`; its failure is one line naming `what`, and a stop
+    ends it before the script's own line."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
-        time.sleep(0.05)
-    wall = time.perf_counter() - t0
-    err = proc.stderr.read()
+    with ended(proc):
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_rss(proc.pid))
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        err = proc.stderr.read()
     if proc.returncode != 0:
-        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{err[-2000:]}")
+        raise child_failed(what, proc.returncode, err)
     return wall, peak
 
 
@@ -120,42 +124,56 @@ def main() -> None:
                     help="skip upstream above this num_aug (its 1000 run needs ~22 GB RAM and 16 min here)")
     ap.add_argument("--work-dir", default=None, help="scratch directory (default: a temp dir; ~9 GB at num_aug 1000)")
     args = ap.parse_args()
+    from trm_kaggle.errors import TRMError
+
     if not Path(args.data_prefix + "_training2_challenges.json").is_file():
-        raise SystemExit(f"{args.data_prefix}_training2_challenges.json not found: pass --data-prefix")
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_build_arc_"))
-    work.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; scratch {work}")
-    rows = []
-    for n in args.num_aug:
-        ours_dir = work / f"ours-{n}"
-        cmd = [sys.executable, "-m", "trm_kaggle", "build-arc", "--input-file-prefix", args.data_prefix, *RECIPE,
-               "--num-aug", str(n), "--output-dir", str(ours_dir), "--no-progress"]
-        wall, rss = measure(cmd)
-        size = disk_bytes(ours_dir)
-        ids = len(json.loads((ours_dir / "identifiers.json").read_text()))
-        print(f"ours     num_aug={n:<5} wall {wall:7.1f} s  peak RSS {rss / 1e9:6.2f} GB  disk {size / 1e9:6.2f} GB  "
-              f"identifiers {ids:,}", flush=True)
-        base, label = None, "reference (issue #2, same machine type, not this run)"
-        theirs_dir = work / f"upstream-{n}"
-        if args.upstream_dir and n <= args.upstream_max_aug:
-            ucmd = [sys.executable, "-m", "dataset.build_arc_dataset", "--input-file-prefix",
-                    str(Path(args.data_prefix).absolute()), *RECIPE, "--num-aug", str(n), "--output-dir", str(theirs_dir)]
-            uwall, urss = measure(ucmd, cwd=args.upstream_dir)
-            base, label = (uwall, urss, disk_bytes(theirs_dir)), "measured side by side in this run"
-            print(f"upstream num_aug={n:<5} wall {uwall:7.1f} s  peak RSS {urss / 1e9:6.2f} GB  disk {base[2] / 1e9:6.2f} GB",
-                  flush=True)
-            for line in parity(ours_dir, theirs_dir):
-                print("  parity: " + line)
-        elif n in UPSTREAM_REFERENCE:
-            base = UPSTREAM_REFERENCE[n]
-        if base:
-            rows.append((n, base[0] / wall, rss, base[1] / max(rss, 1), label))
-        shutil.rmtree(ours_dir, ignore_errors=True)
-        shutil.rmtree(theirs_dir, ignore_errors=True)
+        raise TRMError(f"{args.data_prefix}_training2_challenges.json not found: pass --data-prefix")
+    writes = [f"{side}-{n}" for n in args.num_aug for side in ("ours", "upstream")]
+    with work_folder(args.work_dir, "bench_build_arc_", writes, "build-arc benchmark") as work:
+        rows = bench(args, work)
     print("\nnum_aug  speed-up vs upstream  peak RSS (ours)  RSS ratio (upstream/ours)  baseline")
     for n, speed, rss, rss_ratio, label in rows:
         print(f"{n:<8} {speed:>10.1f}x {rss / 1e9:>16.2f} GB {rss_ratio:>18.1f}x   {label}")
     print("targets: >= 10x faster than upstream at the same num_aug; peak RSS < 2 GB at num_aug=1000")
+
+
+def bench(args: argparse.Namespace, work: Path) -> list[tuple]:
+    """Each --num-aug built by ours (and upstream's), its rows for the table; the folders it wrote in `work`
+    removed after each, whatever ends it."""
+    print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; scratch {work}")
+    rows = []
+    for n in args.num_aug:
+        ours_dir, theirs_dir = work / f"ours-{n}", work / f"upstream-{n}"
+        try:
+            rows += bench_one(args, n, ours_dir, theirs_dir)
+        finally:  # only this run's folders: `work_folder` refused any that were there before it
+            shutil.rmtree(ours_dir, ignore_errors=True)
+            shutil.rmtree(theirs_dir, ignore_errors=True)
+    return rows
+
+
+def bench_one(args: argparse.Namespace, n: int, ours_dir: Path, theirs_dir: Path) -> list[tuple]:
+    """One --num-aug: ours built and measured (upstream's beside it where asked); its row of the table, if any."""
+    cmd = [sys.executable, "-m", "trm_kaggle", "build-arc", "--input-file-prefix", args.data_prefix, *RECIPE,
+           "--num-aug", str(n), "--output-dir", str(ours_dir), "--no-progress"]
+    wall, rss = measure(f"build-arc at num_aug {n}", cmd)
+    size = disk_bytes(ours_dir)
+    ids = len(json.loads((ours_dir / "identifiers.json").read_text()))
+    print(f"ours     num_aug={n:<5} wall {wall:7.1f} s  peak RSS {rss / 1e9:6.2f} GB  disk {size / 1e9:6.2f} GB  "
+          f"identifiers {ids:,}", flush=True)
+    base, label = None, "reference (issue #2, same machine type, not this run)"
+    if args.upstream_dir and n <= args.upstream_max_aug:
+        ucmd = [sys.executable, "-m", "dataset.build_arc_dataset", "--input-file-prefix",
+                str(Path(args.data_prefix).absolute()), *RECIPE, "--num-aug", str(n), "--output-dir", str(theirs_dir)]
+        uwall, urss = measure(f"upstream's builder at num_aug {n}", ucmd, cwd=args.upstream_dir)
+        base, label = (uwall, urss, disk_bytes(theirs_dir)), "measured side by side in this run"
+        print(f"upstream num_aug={n:<5} wall {uwall:7.1f} s  peak RSS {urss / 1e9:6.2f} GB  disk {base[2] / 1e9:6.2f} GB",
+              flush=True)
+        for line in parity(ours_dir, theirs_dir):
+            print("  parity: " + line)
+    elif n in UPSTREAM_REFERENCE:
+        base = UPSTREAM_REFERENCE[n]
+    return [(n, base[0] / wall, rss, base[1] / max(rss, 1), label)] if base else []
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ wall clock (every pair written, after validation and deduplication, over the who
 command's time: start-up, corpus listing, BPE training and the final writes included)
 and the peak resident memory of the process tree (workers included, sampled every
 50 ms). The load average is printed with it: on a shared machine it explains a slow run.
-The dataset is deleted afterwards.
+The dataset is deleted afterwards, with its scratch folder, whatever ends the run: a stop (Ctrl-C, SIGTERM)
+ends the command first (it stops its workers), then says its one line.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,29 +24,34 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import loading  # noqa: E402
+from benchmarks.entry import child_failed, ended, loading  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     from bench_build_arc import tree_rss
 
 
 def run(extra: list[str]) -> dict:
-    out = Path(tempfile.mkdtemp(prefix="bench-code-repair-")) / "ds"
+    with tempfile.TemporaryDirectory(prefix="bench-code-repair-") as scratch:  # removed however the run ends
+        return measured(extra, Path(scratch) / "ds")
+
+
+def measured(extra: list[str], out: Path) -> dict:
+    """One build into `out` (a child ended before a stop or an error leaves here), its figures."""
     cmd = [sys.executable, "-m", "trm_kaggle", "build-code-repair", "--output-dir", str(out), "--no-progress", *extra]
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
-        time.sleep(0.05)
-    wall = time.perf_counter() - t0
-    stdout, stderr = proc.communicate()
+    with ended(proc):
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_rss(proc.pid))
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        stdout, stderr = proc.communicate()
     if proc.returncode:
-        sys.exit(f"build failed: {stderr.strip()}")
+        raise child_failed("build-code-repair", proc.returncode, stderr)
     info = json.loads((out / "build_info.json").read_text())
     pairs = sum(sum(per_type.values()) for per_type in info["pairs"].values())
-    shutil.rmtree(out.parent)
     return {"pairs": pairs, "wall_s": wall, "pairs_per_s": pairs / wall, "peak_rss_mb": peak / 1e6,
             "load_before": load, "files": sum(info["files"].values()), "lint": info["lint"],
             "summary": stdout.splitlines()[0]}

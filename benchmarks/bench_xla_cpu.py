@@ -16,15 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import loading  # noqa: E402
+from benchmarks.entry import child_failed, loading, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     from trm_kaggle.config import SudokuBuildConfig
@@ -53,7 +53,7 @@ def run(name: str, data: Path, run_dir: Path, steps: int, device: str, replicas:
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     if done.returncode:
-        sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
+        raise child_failed(name, done.returncode, done.stderr)
     records = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
     after = [r for r in records if r["step"] >= WARMUP_STEPS]
     per_step = (after[-1]["elapsed_s"] - after[0]["elapsed_s"]) / max(1, len(after) - 1)
@@ -68,7 +68,19 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--work-dir", default=None)
     args = ap.parse_args()
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_xla_"))
+    # runs start fresh (one found there would be resumed, not measured) and are removed however the run ends, as is
+    # a scratch folder
+    runs = ["cpu", "xla1", "xla2"]
+    with work_folder(args.work_dir, "bench_xla_", runs, "XLA benchmark") as work:
+        try:
+            bench(args, work)
+        finally:
+            for name in runs:
+                shutil.rmtree(work / name, ignore_errors=True)
+
+
+def bench(args: argparse.Namespace, work: Path) -> None:
+    """The three runs in `work` (its dataset built there, replacing only one the package built) and their table."""
     data = work / "sudoku4"
     build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=200, num_test=8, progress=False))
     print(f"{args.steps} steps each; {os.cpu_count()} CPU cores; work dir {work}")

@@ -22,8 +22,10 @@ imports (torch, numpy, the package), so a stop in its first second is said too:
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 
 def _validation_error() -> type[BaseException] | tuple[()]:
@@ -75,6 +77,35 @@ def loading(name: str) -> Iterator[None]:
         sys.exit(status)
 
 
+def scratch_problem(folder: Path, kind: str, reads: Sequence[object] = ()) -> str | None:
+    """Why a script may not build `folder`, a folder of its own below its work folder, whole as a `kind` (the owner
+    record of `trm_kaggle.atomic.atomic_directory`: what proves the script wrote it), or None. Refused: a symbolic
+    link (what was written there landed where it points, outside the work folder), a folder holding anything the
+    script did not write there, a folder that is or holds one of the script's inputs `reads` (`outputs.Input`)."""
+    import os
+
+    from trm_kaggle.atomic import replace_problem
+    from trm_kaggle.outputs import Output, kept_problem
+
+    if folder.is_symlink():
+        return (f"{folder} is a symbolic link to {os.path.realpath(folder)}; the benchmark writes its folders inside "
+                "its work folder, never through a link: remove the link")
+    return kept_problem(reads, [Output(folder, f"{kind} folder", "replaced")]) or replace_problem(folder, kind)
+
+
+@contextlib.contextmanager
+def scratch_folder(folder: Path, kind: str, reads: Sequence[object] = ()) -> Iterator[Path]:
+    """An empty folder to write `folder`'s files into, put in `folder`'s place whole when the block ends (a stop or a
+    full disk leaves the old one, never a cut file), once `scratch_problem` allows it."""
+    from trm_kaggle.atomic import atomic_directory
+    from trm_kaggle.errors import TRMError
+
+    if problem := scratch_problem(folder, kind, reads):
+        raise TRMError(problem)
+    with atomic_directory(folder, kind=kind) as tmp:
+        yield tmp
+
+
 def command(main: Callable[[], object]) -> int:
     """The script's exit status: `main` run by `said`, SIGTERM and SIGHUP taken as Ctrl-C from now on (taken
     again where `loading` took them: the same handlers), and a stop said in its one line. Afterwards a signal ends
@@ -88,3 +119,71 @@ def command(main: Callable[[], object]) -> int:
         return interrupted(e)
     finally:
         quiet_teardown()
+
+
+# ---------------------------------------------------------------------------
+# What a script writes: its work folder, its scratch, its child processes
+# ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def work_folder(named: str | None, prefix: str, writes: Sequence[str], what: str) -> Iterator[Path]:
+    """The script's work folder while the block runs. None named: a scratch folder of its own in TMPDIR (`prefix`),
+    removed on any exit, a stop included (a stopped build once left a gigabyte there). A folder named: held by the
+    package's lock for the block (a second script there is refused in one line naming the first), and each entry
+    of `writes` (what the script writes there afresh, and may remove) refused before any work when anything is
+    there, a link included: the script did not write it, and building on it or removing it afterwards once lost a
+    user's folder. `what` names the script in the lock's holder record."""
+    import shutil
+    import tempfile
+
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.locks import directory_lock, refuse_if_held
+
+    if named is None:
+        scratch = Path(tempfile.mkdtemp(prefix=prefix))
+        try:
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return
+    work = Path(named)
+    refuse_if_held(work)  # a live script there is named first: its entries are its own
+    for name in writes:
+        if (work / name).is_symlink() or (work / name).exists():
+            raise TRMError(f"{work / name} is already there, and this benchmark writes that entry of its work folder "
+                           "afresh and removes it: it did not write what is there; move it, or choose another "
+                           "--work-dir")
+    with directory_lock(work, what):
+        yield work
+
+
+@contextlib.contextmanager
+def ended(proc: subprocess.Popen, grace_s: float = 5.0) -> Iterator[subprocess.Popen]:
+    """`proc`, a child the script started, ended whenever the block leaves it running (a stop, an error): asked to
+    stop (SIGTERM: the package's commands stop their workers and say it), `grace_s` seconds to do so, then killed,
+    so no child works on behind the script's `interrupted` line."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+def child_failed(what: str, status: int, stderr: str) -> Exception:
+    """The refusal for a child process that failed (`raise child_failed(...)`): one line with its status and its
+    last line said (its `error:` line where it printed one), where its whole stderr once followed a command line
+    (three lines, status 1)."""
+    from trm_kaggle.errors import TRMError
+
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    last = next((line for line in reversed(lines) if line.startswith("error: ")), lines[-1] if lines else "")
+    return TRMError(f"{what} failed (exit {status})" + (f": {last.removeprefix('error: ')}" if last else ""))

@@ -40,7 +40,9 @@ def report(args: list[str], index_url: str) -> list[dict]:
                "--report", str(out), "--index-url", index_url, *args]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         if done.returncode != 0:
-            sys.exit(f"pip failed: {' '.join(cmd)}\n{done.stderr[-2000:]}")
+            from benchmarks.entry import child_failed
+
+            raise child_failed("pip", done.returncode, done.stderr)
         return json.loads(out.read_text())["install"]
 
 
@@ -80,9 +82,10 @@ def main() -> None:
     print(f"  torch's requirements: {', '.join(sorted(torch_deps))}")
 
     for label, (platform, env) in OTHER_PLATFORMS.items():
-        found = report(["--no-deps", "--platform", platform, "--python-version",
-                        f"{sys.version_info.major}.{sys.version_info.minor}", "--only-binary=:all:", "--target",
-                        tempfile.mkdtemp(), f"torch=={a.torch}"], a.index_url)[0]
+        with tempfile.TemporaryDirectory() as target:  # pip's --target, never written (--dry-run): removed
+            found = report(["--no-deps", "--platform", platform, "--python-version",
+                            f"{sys.version_info.major}.{sys.version_info.minor}", "--only-binary=:all:", "--target",
+                            target, f"torch=={a.torch}"], a.index_url)[0]
         url = found["download_info"]["url"]
         reqs = [Requirement(r) for r in found["metadata"].get("requires_dist", [])]
         applies = [r.name for r in reqs if r.marker is None or r.marker.evaluate({**env, "extra": ""})]
