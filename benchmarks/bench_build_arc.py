@@ -63,21 +63,22 @@ def tree_rss(root: int) -> int:
     return total
 
 
-def measure(what: str, cmd: list[str], cwd: str | None = None) -> tuple[float, int]:
-    """(wall seconds, peak RSS of the process tree) of `cmd`; its failure is one line naming `what`, and a stop
-    ends it before the script's own line."""
+def measure(what: str, cmd: list[str], cwd: str | None = None) -> tuple[float, int, str]:
+    """(wall seconds, peak RSS of the process tree, its stdout) of `cmd` (a build that prints a few lines: its
+    pipes are read at its end); its failure is one line naming `what`, and a stop ends it before the script's own
+    line. Also bench_code_repair.py's."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with ended(proc):
         peak = 0
         while proc.poll() is None:
             peak = max(peak, tree_rss(proc.pid))
             time.sleep(0.05)
         wall = time.perf_counter() - t0
-        err = proc.stderr.read()
+        out, err = proc.communicate()
     if proc.returncode != 0:
         raise child_failed(what, proc.returncode, err)
-    return wall, peak
+    return wall, peak, out
 
 
 def disk_bytes(path: Path) -> int:
@@ -156,7 +157,7 @@ def bench_one(args: argparse.Namespace, n: int, ours_dir: Path, theirs_dir: Path
     """One --num-aug: ours built and measured (upstream's beside it where asked); its row of the table, if any."""
     cmd = [sys.executable, "-m", "trm_kaggle", "build-arc", "--input-file-prefix", args.data_prefix, *RECIPE,
            "--num-aug", str(n), "--output-dir", str(ours_dir), "--no-progress"]
-    wall, rss = measure(f"build-arc at num_aug {n}", cmd)
+    wall, rss, _ = measure(f"build-arc at num_aug {n}", cmd)
     size = disk_bytes(ours_dir)
     ids = len(json.loads((ours_dir / "identifiers.json").read_text()))
     print(f"ours     num_aug={n:<5} wall {wall:7.1f} s  peak RSS {rss / 1e9:6.2f} GB  disk {size / 1e9:6.2f} GB  "
@@ -165,7 +166,7 @@ def bench_one(args: argparse.Namespace, n: int, ours_dir: Path, theirs_dir: Path
     if args.upstream_dir and n <= args.upstream_max_aug:
         ucmd = [sys.executable, "-m", "dataset.build_arc_dataset", "--input-file-prefix",
                 str(Path(args.data_prefix).absolute()), *RECIPE, "--num-aug", str(n), "--output-dir", str(theirs_dir)]
-        uwall, urss = measure(f"upstream's builder at num_aug {n}", ucmd, cwd=args.upstream_dir)
+        uwall, urss, _ = measure(f"upstream's builder at num_aug {n}", ucmd, cwd=args.upstream_dir)
         base, label = (uwall, urss, disk_bytes(theirs_dir)), "measured side by side in this run"
         print(f"upstream num_aug={n:<5} wall {uwall:7.1f} s  peak RSS {urss / 1e9:6.2f} GB  disk {base[2] / 1e9:6.2f} GB",
               flush=True)

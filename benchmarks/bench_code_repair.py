@@ -17,17 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import child_failed, ended, loading  # noqa: E402
+from benchmarks.entry import loading  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
-    from bench_build_arc import tree_rss
+    from bench_build_arc import measure
 
 
 def run(extra: list[str]) -> dict:
@@ -39,17 +37,7 @@ def measured(extra: list[str], out: Path) -> dict:
     """One build into `out` (a child ended before a stop or an error leaves here), its figures."""
     cmd = [sys.executable, "-m", "trm_kaggle", "build-code-repair", "--output-dir", str(out), "--no-progress", *extra]
     load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with ended(proc):
-        peak = 0
-        while proc.poll() is None:
-            peak = max(peak, tree_rss(proc.pid))
-            time.sleep(0.05)
-        wall = time.perf_counter() - t0
-        stdout, stderr = proc.communicate()
-    if proc.returncode:
-        raise child_failed("build-code-repair", proc.returncode, stderr)
+    wall, peak, stdout = measure("build-code-repair", cmd)
     info = json.loads((out / "build_info.json").read_text())
     pairs = sum(sum(per_type.values()) for per_type in info["pairs"].values())
     return {"pairs": pairs, "wall_s": wall, "pairs_per_s": pairs / wall, "peak_rss_mb": peak / 1e6,
