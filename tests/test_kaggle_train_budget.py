@@ -66,7 +66,23 @@ def test_a_session_budget_that_is_no_number_of_seconds_is_an_error_not_no_limit(
     for name, value in (("time_budget", float("nan")), ("margin", float("inf")), ("margin", -1.0)):
         report = run_session(input_root=tmp_path / "in", working=tmp_path / "w", echo=lambda line: None,
                              **{name: value})
-        assert report.status == "error" and report.message.startswith(f"{name} {value!r}: a finite number")
+        assert report.status == "error" and report.message.startswith(f"{name} {value!r}: a number of seconds")
+
+
+def test_a_session_start_that_is_no_time_past_and_budgets_past_reason_are_errors(tmp_path):
+    """`started=nan` trained with no time limit and a start to come stretched a 1000 s budget over days; a budget
+    of True was 1 s, a margin of 1e300 was printed in 301 digits. Each is refused before any work."""
+    import time
+
+    from trm_kaggle.kaggle_training import run_session
+
+    cases = ((dict(started=float("nan")), "started nan: the time the kernel started"),
+             (dict(started=time.time() + 1e6), "the time the kernel started (time.time(), not later than now)"),
+             (dict(time_budget=True), "time_budget True: a number of seconds from 0 to 10,000,000"),
+             (dict(margin=1e300), "margin 1e+300: a number of seconds"))
+    for kwargs, said in cases:
+        report = run_session(input_root=tmp_path / "in", working=tmp_path / "w", echo=lambda line: None, **kwargs)
+        assert report.status == "error" and said in report.message and len(report.message) < 200, report.message
 
 
 def test_a_path_holding_a_nul_byte_falls_back_to_its_default():

@@ -49,7 +49,7 @@ from typing import Any, Callable, Sequence
 from trm_kaggle.atomic import atomic_write_json, replace_problem
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.wording import escaped_echo
+from trm_kaggle.wording import clipped, escaped_echo
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ WEIGHTS = "weights"  # the export
 CURVE = "training_curve.png"
 SESSION = "session.json"
 DEFAULT_BUDGET = 11.5 * 3600  # seconds: Kaggle stops a session at 12 h
+MAX_SESSION_SECONDS = 10**7  # a budget or margin past 115 days is a slip (a number printed in 301 digits)
 DEFAULT_MARGIN = 600.0  # seconds kept for the final save, the export and the picture
 DEFAULT_SAVE_EVERY = 300.0  # seconds between timed train states: a session killed outright loses at most this
 MAX_RECORD_BYTES = 1 << 20  # an earlier kernel run's record over this is not read (one this version writes is small)
@@ -322,10 +323,15 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
             stops.came = int(stopped[0])
         try:
             for name, value in (("time_budget", time_budget), ("margin", margin)):  # NaN would mean "no limit"
-                if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)
-                                              and value >= 0):
-                    raise TRMError(f"{name} {value!r}: a finite number of seconds >= 0"
+                if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                              and math.isfinite(value) and 0 <= value <= MAX_SESSION_SECONDS):
+                    raise TRMError(f"{name} {clipped(value, 40)}: a number of seconds from 0 to {MAX_SESSION_SECONDS:,}"
                                    + (", or None for no limit" if name == "time_budget" else ""))
+            # when the kernel started: NaN made the budget no limit at all, a time to come stretched it
+            if isinstance(started, bool) or not isinstance(started, (int, float)) or not math.isfinite(started) \
+                    or started > time.time() + 1:
+                raise TRMError(f"started {clipped(started, 40)}: the time the kernel started (time.time(), not later "
+                               "than now), or None for now")
             if session_steps is not None and (isinstance(session_steps, bool) or not isinstance(session_steps, int)
                                               or session_steps < 1):  # -1 once blamed a budget that was not set
                 raise TRMError(f"session_steps {session_steps!r}: a whole number of steps >= 1, or None for no cap")
