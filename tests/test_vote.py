@@ -273,3 +273,19 @@ def test_a_votes_path_holding_a_nul_byte_is_named_as_such(tmp_path):
     with pytest.raises(TRMError, match=r"holds a NUL byte") as caught:
         VoteTable.load("a\0b")
     assert "\0" not in str(caught.value)
+
+
+@pytest.mark.parametrize("field", ["slot_tests", "order"])
+def test_a_votes_file_with_an_index_below_zero_is_refused(tmp_path, field):
+    """A votes file whose test indices (or vote order) were edited to -1 loaded, and `evaluate --pool-with` said
+    POOLED while none of its votes could belong to a test input."""
+    from trm_kaggle.errors import DataError
+
+    VoteTable.from_grids([(("t", 0), A, 0.0), (("t", 1), B, 1.0)]).save(tmp_path / "v.npz")
+    with np.load(tmp_path / "v.npz", allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays[field] = np.full_like(arrays[field], -1)
+    np.savez(tmp_path / "edited.npz", **arrays)
+    with pytest.raises(DataError, match="a test index or a vote's order below 0"):
+        VoteTable.load(tmp_path / "edited.npz")
+    VoteTable.load(tmp_path / "v.npz")

@@ -157,6 +157,9 @@ class VoteTable:
                     if problem := _keys_problem(keys, z["q_halt"]):  # said here, not as a traceback after inference
                         raise ValueError(problem)
                     slots = list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist()))
+                    # an index below 0 is no test input: pooled, such votes counted for nothing, said "POOLED"
+                    if any(not isinstance(i, int) or i < 0 for _, i in slots) or (z["order"] < 0).any():
+                        raise ValueError("a test index or a vote's order below 0")
                     return cls(slots, z["slot"], np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1),
                                z["q_halt"], z["order"])
         # truncated: a bad zip archive; empty: no numpy header (EOFError); a damaged member: zlib's error
