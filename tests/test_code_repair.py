@@ -252,7 +252,8 @@ def test_strip_docstrings():
     (["--corpus", "{tmp}/nowhere"], "corpus {tmp}/nowhere: no such directory"),
     (["--corpus", "{tmp}/empty"], "corpus {tmp}/empty: no Python (.py) files"),
     (["--corpus", "{tmp}/empty", "--grid", "64x0"], "grid must be ROWSxCOLS"),
-    (["--corpus", "{tmp}/onlybad"], "no repair pairs in the train split"),
+    # no file read: the grid, --min-lines and --bug-types were blamed
+    (["--corpus", "{tmp}/onlybad"], "no repair pairs: every one of its 1 files was skipped (1 does not parse)"),
     (["--bug-types", "typo"], "unknown bug type 'typo'"),
     (["--corpus", "{tmp}/onlybad/a.py"], "corpus {tmp}/onlybad/a.py: not a directory"),
     # one type named twice made each of its pairs twice (the dataset doubled, exit 0)
@@ -281,6 +282,19 @@ def test_cli_builds(corpus, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "pairs/s" in text and "missing_colon" in text
     assert read_repair_meta(out, "train").bug_type.size == load_split(out, "train").num_examples
+
+
+def test_a_source_saved_with_a_byte_order_mark_is_read(tmp_path, capsys):
+    """Python runs a file that starts with a UTF-8 byte-order mark (as editors on Windows save it); the builder kept
+    the mark, ast refused the text, and such files were skipped as "does_not_parse"."""
+    root = tmp_path / "bom"
+    root.mkdir()
+    for k in range(1, 6):
+        (root / f"mod{k}.py").write_text(module_source(k), encoding="utf-8-sig")
+    out = tmp_path / "ds"
+    assert main(["build-code-repair", "--output-dir", str(out), "--corpus", str(root), "--grid", GRID,
+                 "--workers", "1", "--lint", "off", "--no-progress"]) == 0, capsys.readouterr().err
+    assert json.loads((out / "build_info.json").read_text())["skipped_files"] == {}
 
 
 def test_read_repair_meta_errors(tmp_path):

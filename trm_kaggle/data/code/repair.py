@@ -292,7 +292,8 @@ def _read_source(path: Path) -> str:
     """The file as text with "\\n" line ends, through the one gate (a FIFO or a device refused unread, at most
     MAX_SOURCE_BYTES read); UnreadableFile, DataError (too large) or UnicodeDecodeError."""
     raw = read_bytes(path, "corpus file", max_bytes=MAX_SOURCE_BYTES)
-    return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    # utf-8-sig: a byte-order mark (an editor's on Windows) is no code; Python runs such files, ast refused them
+    return raw.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _special(path: Path) -> bool:
@@ -520,6 +521,10 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
                                 f"pairs in all, {repeated_in['train']} train snippets or pairs dropped as "
                                 "duplicates): the train files repeat the code of the val/test files; give files "
                                 "that differ, or set --val-fraction 0 --test-fraction 0")
+            if skipped and sum(skipped.values()) >= len(files):  # no file was read: the grid is not the cause
+                why = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(skipped.items()))
+                raise DataError(f"corpus {root}: no repair pairs: every one of its {len(files)} files was skipped "
+                                f"({why}); give Python files that parse (build_info.json of a build lists why)")
             raise DataError(f"corpus {root}: no repair pairs in the train split ({len(files)} files, "
                             f"{sum(skipped.values())} skipped, {total} pairs in all): a snippet must fit the "
                             f"{cfg.rows}x{cfg.cols} grid, have at least {cfg.min_lines} lines (--min-lines) and take a "
