@@ -312,6 +312,44 @@ def test_export_inference_takes_numpy_sizes(tmp_path):
     assert (config["seq_len"], config["vocab_size"]) == (8, 5)
 
 
+@pytest.mark.parametrize("name", ["seq_len", "vocab_size"])
+def test_export_inference_refuses_numpy_s_bool_as_python_s(tmp_path, name):
+    """np.True_ was json's TypeError ("Object of type bool is not JSON serializable"), naming neither the argument
+    nor the export."""
+    import numpy as np
+
+    from trm_kaggle.errors import DataError
+
+    for value in (True, np.bool_(True)):
+        sizes = {"seq_len": 8, "vocab_size": 5, name: value}
+        with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path / 'e'))}: not written, its config.json would "
+                                            rf"be refused: {name}: True is a boolean, not a number$"):
+            export_inference(tmp_path / "e", model_with_table(), arch=ARCH, **sizes)
+        assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("info, where", [({"x": float("nan")}, "info['x']"),
+                                         ({"a": [1, {"b": float("-inf")}]}, "info['a'][1]['b']")], ids=["nan", "inf"])
+def test_export_inference_writes_strict_json_only(tmp_path, info, where):
+    """info={"x": nan} was written as `"x": NaN` into config.json, which strict JSON readers refuse."""
+    from trm_kaggle.errors import DataError
+
+    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path / 'e'))}: not written: {re.escape(where)} is not "
+                                        r"a finite number \(strict JSON has no NaN or infinity\)$"):
+        export_inference(tmp_path / "e", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5, info=info)
+    assert not (tmp_path / "e").exists()
+    with pytest.raises(DataError, match=r"not written: info is not a record strict JSON can hold \(Object of type set"):
+        export_inference(tmp_path / "e", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5, info={"s": {1}})
+
+
+def test_export_inference_writes_the_sizes_as_its_readers_take_them(tmp_path):
+    """seq_len=8.0 was written as `"seq_len": 8.0`."""
+    export_inference(tmp_path / "e", model_with_table(), arch=ARCH, seq_len=8.0, vocab_size=5.0)
+    config = json.loads((tmp_path / "e" / "config.json").read_text())
+    assert [type(config[k]).__name__ for k in ("seq_len", "vocab_size")] == ["int", "int"]
+    assert read_export(tmp_path / "e")[0]["seq_len"] == 8
+
+
 def test_load_inference_model_takes_numpy_rows(tmp_path):
     """np.int64(5) was refused as "a whole number from 1 to 16,777,216"."""
     import numpy as np

@@ -20,6 +20,7 @@ read by `trm_kaggle.train.checkpoint`; this module never reads train files itsel
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import os
 from pathlib import Path
@@ -39,7 +40,7 @@ from trm_kaggle.jsonio import directory_problem, parse_json, read_failure, read_
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
-from trm_kaggle.wording import clipped, count
+from trm_kaggle.wording import clipped, count, shown
 
 EXPORT_FORMAT = "trm_kaggle.inference"
 PUZZLE_EMB_KEY = "puzzle_emb.weights"
@@ -143,6 +144,7 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
     if not isinstance(model, TinyRecursiveModel):  # an export holds what its readers build: a TRM model
         raise DataError(f"{out_dir}: not written: the model is a {type(model).__name__}, not a TinyRecursiveModel")
     seq_len, vocab_size = _plain_count(seq_len), _plain_count(vocab_size)
+    _check_info(out_dir, info)
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
     num_ids = None
     if PUZZLE_EMB_KEY in tensors:
@@ -159,15 +161,19 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
         "puzzle_embedding": "mean" if mean_embedding else "full",
         "info": info or {},
     }
+    try:  # never an export its readers refuse (a --seq-len past their bound, numpy's True) ...
+        checked = ExportConfig.model_validate(config)
+    except pydantic.ValidationError as e:
+        raise DataError(f"{out_dir}: not written, its config.json would be refused: {validation_line(e)}") from None
+    # ... and the sizes as the readers take them (16.0 or "16" was written as given; a numpy bool reached json's
+    # TypeError below, before this check)
+    seq_len = config["seq_len"] = checked.seq_len
+    vocab_size = config["vocab_size"] = checked.vocab_size
     # the weights carry the shape-defining config they were saved with: a later edit of config.json
     # (num_heads, puzzle_emb_len, ... change no tensor shape) is caught when loading
     # and a checksum of the tensors, in the same file: bytes changed on disk or in a copy are caught when loading
     weights_meta = {"format": EXPORT_FORMAT, "config": json.dumps(_shape_config(config), sort_keys=True),
                     "sha256": content_digest(tensors)}
-    try:  # never an export its readers refuse (a --seq-len past their bound) ...
-        ExportConfig.model_validate(config)
-    except pydantic.ValidationError as e:
-        raise DataError(f"{out_dir}: not written, its config.json would be refused: {validation_line(e)}") from None
     _check_fits(out_dir, model, arch, seq_len, vocab_size)  # ... nor weights that do not fit it (sizes bounded now)
     check_finite(tensors, f"{Path(out_dir) / 'weights.safetensors'} (not written)")
     with atomic_directory(out_dir, kind="export") as tmp:
@@ -182,6 +188,28 @@ def _plain_count(value: Any) -> Any:
     """numpy's integers as the ints they are (json cannot write them); anything else as given, for ExportConfig to
     judge (a bool is no integer here: numpy's is none either)."""
     return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+
+def _check_info(out_dir: str | os.PathLike, info: Any) -> None:
+    """Refuse, before anything is written, an `info` record that strict JSON cannot hold: a NaN or inf was written
+    as a bare `NaN` into config.json, which other JSON readers refuse; a set or a numpy float was json's TypeError.
+    (Readers take `info` as it is, as they take a dataset's `build_info`: the check is the writers'.)"""
+    try:
+        json.dumps(info, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        # json stopped at the first NaN or inf, so the walk in json's order meets it before any cycle or depth
+        where = _not_finite(info, "info") if isinstance(e, ValueError) and "Out of range" in str(e) else None
+        said = f"{shown(where, 120)} is not a finite number (strict JSON has no NaN or infinity)" if where else \
+            f"info is not a record strict JSON can hold ({shown(str(e), 120)})"
+        raise DataError(f"{out_dir}: not written: {said}") from None
+
+
+def _not_finite(value: Any, where: str) -> str | None:
+    """Where in `value` (a record json wrote up to its first problem) the first NaN or inf lies, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    return next((found for key, item in items if (found := _not_finite(item, f"{where}[{clipped(key, 40)}]"))), None)
 
 
 def _check_fits(out_dir: str | os.PathLike, model: TinyRecursiveModel, arch: ArchConfig, seq_len: int,

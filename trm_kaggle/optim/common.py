@@ -35,12 +35,31 @@ def _plain_until_compiling(name: str):
 
 
 class BaseOptimizer(Optimizer):
-    """torch's `Optimizer`, without its import of torch._dynamo at start-up (see `_plain_until_compiling`)."""
+    """torch's `Optimizer`, without its import of torch._dynamo at start-up (see `_plain_until_compiling`), whose
+    every param group's settings are checked as the defaults are (`check_group`)."""
 
-    add_param_group = _plain_until_compiling("add_param_group")
+    _add_param_group = _plain_until_compiling("add_param_group")
     zero_grad = _plain_until_compiling("zero_grad")
     state_dict = _plain_until_compiling("state_dict")
     load_state_dict = _plain_until_compiling("load_state_dict")
+
+    def add_param_group(self, param_group: dict) -> None:
+        """torch's, once the group's own settings (what it does not take from the defaults) are within the bounds
+        of the defaults' own: torch's `Optimizer.__init__` adds every group given through here, so a group's
+        `lr=nan` or `betas=(2.0, 0.9)`, once taken unchecked, made every weight NaN at the first step."""
+        if isinstance(param_group, dict):  # anything else is torch's own TypeError
+            try:
+                self.check_group({**self.defaults, **param_group})
+            except ValueError as e:
+                raise ValueError(f"param group {len(self.param_groups)}: {e}") from None
+        self._add_param_group(param_group)
+
+    def check_group(self, group: dict) -> None:
+        """ValueError naming the setting for a group's lr, weight_decay or betas out of bounds (those it holds);
+        an optimizer with settings of its own checks them too."""
+        for key, check in (("lr", lr_argument), ("weight_decay", decay_argument), ("betas", betas_argument)):
+            if key in group:
+                check(key, group[key])
 
 
 def check_hyperparameters(lr: float, weight_decay: float, betas: Optional[Sequence[float]] = None) -> None:

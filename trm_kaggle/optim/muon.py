@@ -101,6 +101,14 @@ class MuonWithAdam(BaseOptimizer):
         self._adam = AdamATan2(adam_params, lr=lr, betas=betas, weight_decay=weight_decay,
                                capturable=capturable) if adam_params else None
 
+    def check_group(self, group: dict) -> None:
+        """The settings every optimizer here checks, and a Muon group's own (those it holds), with the bounds of
+        the arguments that set them."""
+        super().check_group(group)
+        if group.get("muon"):
+            _check_muon_arguments(group.get("lr_ratio", 1.0), group.get("momentum", MOMENTUM),
+                                  group.get("ns_steps", NS_STEPS), group.get("adjust_lr_fn", ADJUST_LR), None)
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = closure_loss(closure)
