@@ -232,19 +232,24 @@ def test_a_mistyped_test_set_is_refused():
         ArcBuildConfig(output_dir="o", subsets=["training2", "evaluation2"], test_set_name="evalution2")
 
 
-def _task(task_id: str, cell=1, output_cell=1) -> "ArcTask":
+def _task(task_id: str, cell=1, output_cell=1, inputs=1, outputs=1) -> "ArcTask":
     from trm_kaggle.data.arc.tasks import ArcTask
 
     a = np.array([[1, 2]])
-    return ArcTask(task_id, [(np.array([[cell]]), a)], [a], [np.array([[output_cell]])])
+    return ArcTask(task_id, [(np.array([[cell]]), a)], [a] * inputs, [np.array([[output_cell]])] * outputs)
 
 
 @pytest.mark.parametrize("tasks, words", [
     (lambda: [_task("t1"), _task("t1")], "task t1 is given twice"),  # it returned 2 and wrote one
     (lambda: [_task("t1", cell=np.nan)], "value nan at row 0"),  # a NaN its readers refuse
     (lambda: [_task("t1", cell=99)], "value 99 at row 0"),
-    (lambda: [_task("t1", output_cell=np.nan)], "test pair 0 output: value nan"),
+    (lambda: [_task("t1", output_cell=np.nan)], "c.json: task t1: solution 0: value nan"),
     (lambda: [], "no task to write"),
+    # a test output per test input, as load_challenges pairs them: 3 for 1 were written whole (every reader refused
+    # the pair, or scored a full answer 1/3); 1 for 2 (or none) was a bare IndexError
+    (lambda: [_task("bb", outputs=3)], "c.json: task bb: 3 solutions for 1 test input"),
+    (lambda: [_task("cc", inputs=2, outputs=1)], "c.json: task cc: 1 solution for 2 test inputs"),
+    (lambda: [_task("cc", inputs=2, outputs=0)], "c.json: task cc: 0 solutions for 2 test inputs"),
 ])
 def test_write_challenges_writes_only_what_its_readers_take(tmp_path, tasks, words):
     from trm_kaggle.data.arc.tasks import write_challenges

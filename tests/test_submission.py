@@ -387,6 +387,34 @@ def test_format_score_truncates_long_tables(real):
     assert len(lines) < 25
 
 
+def test_format_score_checks_max_rows():
+    """max_rows=0 (no table) and a negative count were a TypeError from max() of no row, NaN one from the slice;
+    True was taken as 1."""
+    report = score_submission({"t1": [{"attempt_1": [[1]], "attempt_2": [[2]]}]}, {"t1": [[[1]]]})
+    text = format_score(report, max_rows=0)
+    assert text.startswith("ARC Prize score") and "matched" not in text and "t1" not in text
+    assert "t1" in format_score(report, max_rows=np.int64(1))
+    for bad in (-1, float("nan"), True, 2.0, "3"):
+        with pytest.raises(ValueError, match=r"^max_rows=.*: expected a whole number from 0 to "):
+            format_score(report, max_rows=bad)
+
+
+def test_an_empty_mapping_is_named_as_challenges_or_solutions():
+    """An empty dict given as the challenges or the solutions said "holds no task, so ..." with no subject; the
+    other messages about such a dict start with "challenges:" or "solutions:"."""
+    from trm_kaggle.evaluate.submission import check_scorable, validate_submission
+
+    sub = {"a": [{"attempt_1": [[1]], "attempt_2": [[1]]}]}
+    for call, subject in ((lambda: check_scorable(sub, {}), "solutions"),
+                          (lambda: score_submission(sub, {}), "solutions"),
+                          (lambda: check_submission(sub, {}), "challenges")):
+        with pytest.raises(DataError, match=f"^{subject}: holds no task, so "):
+            call()
+    assert validate_submission(sub, {}) == ["challenges: holds no task, so a submission checked against it proves "
+                                            "nothing"]
+    assert validate_submission(sub, {"a": {"train": []}})[0].startswith("challenges: none of its 1 task has a test")
+
+
 def test_bad_solutions_raise_with_task_and_index(tmp_path):
     with pytest.raises(DataError, match=r"task t1: test 1: solution"):
         load_solutions({"t1": [A, [[11]]]})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -455,5 +456,20 @@ def test_a_rating_past_the_column_is_out_of_range_not_no_integer(tmp_path):
     rows[1] = (*rows[1][:2], str(10**30))
     write_csv(d / "train.csv", rows)
     with pytest.raises(DataError, match=r"train.csv:3: rating '1000000000000000000000000000000' is out of range"):
+        build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("rating", ["\u0663", "1_000", " 5 ", "+5", "-5", "５"])
+def test_a_rating_is_ascii_digits(tmp_path, rating):
+    """int() read another script's digits ('٣' passed --min-difficulty 3 as 3), '1_000', ' 5 ' and '+5'; a rating
+    is refused on its line unless it is ASCII digits, as 'nan' is."""
+    d = tmp_path / "in"
+    d.mkdir()
+    write_csv(d / "test.csv", make_rows(1))
+    rows = make_rows(2)
+    rows[1] = (*rows[1][:2], rating)
+    write_csv(d / "train.csv", rows)
+    with pytest.raises(DataError, match=re.escape(f"train.csv:3: rating {rating!r} is not a whole number in ASCII")):
         build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
     assert not (tmp_path / "o").exists()

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from trm_kaggle.config import whole_argument
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.stats import format_interval, wilson_interval
 from trm_kaggle.evaluate.submission import (ATTEMPTS, GridKey, attempt_problem, grid_key, load_solutions,
@@ -72,6 +73,7 @@ class ScoreReport:
 
 
 _MISSING = object()
+MAX_ROWS = 10**9  # rows of format_score's table: any count of tasks a solutions file holds
 
 
 def _attempt_key(attempt: Any) -> GridKey | None:
@@ -98,7 +100,8 @@ def score_submission(submission: str | os.PathLike | Mapping,
         raise DataError(f"submission must map task ids to lists, found {type(submission).__name__}")
     truth = load_solutions(solutions)
     # a score over no output would read as 0.0 (the counts: a solutions task has no test list to look for)
-    require_tasks({task_id: len(grids) for task_id, grids in truth.items()}, solutions, "there is nothing to score")
+    require_tasks({task_id: len(grids) for task_id, grids in truth.items()}, solutions, "there is nothing to score",
+                  "solutions")
     report = ScoreReport(solved=0, total=0)
     for task_id, outputs in truth.items():
         entry = submission.get(task_id, _MISSING)
@@ -133,7 +136,10 @@ def score_submission(submission: str | os.PathLike | Mapping,
 
 
 def format_score(report: ScoreReport, max_rows: int = 30) -> str:
-    """One screen: the ARC Prize score line, totals, then a per-task table (truncated)."""
+    """One screen: the ARC Prize score line, totals, then a per-task table of at most `max_rows` rows (0: no table).
+    """
+    # checked where given: 0 was a TypeError from max() of no row, NaN one from the slice
+    max_rows = whole_argument("max_rows", max_rows, 0, MAX_ROWS)
     lines = [
         f"ARC Prize score (micro-average over {report.total} test outputs, pass@2): {report.score:.4f} "
         f"({format_interval(report.score_ci95)}, Wilson, unit: test outputs)",
@@ -146,7 +152,7 @@ def format_score(report: ScoreReport, max_rows: int = 30) -> str:
         lines.append(f"{len(report.missing_tasks)} tasks missing from the submission (scored 0)")
     if report.extra_tasks:
         lines.append(f"{len(report.extra_tasks)} submission tasks not in the solutions (ignored)")
-    if report.tasks:
+    if report.tasks and max_rows:
         # tasks with a solved output first, each group in solutions order
         rows = [t for t in report.tasks if t.solved] + [t for t in report.tasks if not t.solved]
         ids = {t.task_id: shown(t.task_id) for t in rows[:max_rows]}  # ids come from the files: escaped, cut

@@ -367,12 +367,14 @@ def submission_problems(submission_or_path: str | os.PathLike | Mapping, counts:
     return problems
 
 
-def require_tasks(tasks: Mapping, source: str | os.PathLike | Mapping, consequence: str) -> None:
+def require_tasks(tasks: Mapping, source: str | os.PathLike | Mapping, consequence: str,
+                  what: str = "challenges") -> None:
     """DataError when a challenges or solutions file (`source`) holds no task (`{}`), or when none of its tasks
     has a test input (a solutions file, `{id: [grid, ...]}`, given as challenges): `consequence` says what that
     leaves (a check that proves nothing, nothing to answer). `tasks`: the raw tasks, or their test input counts.
+    `what` ("challenges" or "solutions") names a `source` given as a dict, as the readers name it.
     One rule for validate-submission, score and submit (before it writes, and on what it wrote)."""
-    where = f"{source}: " if isinstance(source, (str, os.PathLike)) else ""
+    where = f"{source if isinstance(source, (str, os.PathLike)) else what}: "
     if not tasks:
         raise DataError(f"{where}holds no task, so {consequence}")
     if not any(n if isinstance(n, int) else len(_test_list(n) or []) for n in tasks.values()):
@@ -381,9 +383,10 @@ def require_tasks(tasks: Mapping, source: str | os.PathLike | Mapping, consequen
 
 
 def _refuse(submission_or_path: str | os.PathLike | Mapping, problems: list[str], note: str = "",
-            counts: Mapping[str, int] | None = None, source: str | os.PathLike | Mapping = "") -> None:
+            counts: Mapping[str, int] | None = None, source: str | os.PathLike | Mapping = "",
+            what: str = "challenges") -> None:
     if counts is not None:  # every submission would pass: "valid" would have checked nothing
-        require_tasks(counts, source, "a submission checked against it proves nothing")
+        require_tasks(counts, source, "a submission checked against it proves nothing", what)
     if problems:
         more = f" (and {count(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
         where = f"{submission_or_path}: " if isinstance(submission_or_path, (str, os.PathLike)) else ""
@@ -405,7 +408,7 @@ def check_scorable(submission_or_path: str | os.PathLike | Mapping,
     a submission Kaggle would refuse (an extra key, an extra or missing task id, a bad grid) has no score."""
     counts = {task_id: len(grids) for task_id, grids in load_solutions(solutions).items()}
     _refuse(submission_or_path, submission_problems(submission_or_path, counts, "solutions"),
-            " (Kaggle would refuse it, so it is not scored)", counts=counts, source=solutions)
+            " (Kaggle would refuse it, so it is not scored)", counts=counts, source=solutions, what="solutions")
 
 
 def write_submission(path: str | os.PathLike, submission: Mapping,

@@ -246,16 +246,25 @@ def write_challenges(tasks: Iterable[ArcTask], path: str | os.PathLike,
     seen: set[str] = set()
     if repeated := next((t.id for t in tasks if t.id in seen or seen.add(t.id)), None):
         raise DataError(f"{path}: task {shown(repeated)} is given twice; a challenges file holds each id once")
-    challenges = {t.id: t.to_json(with_outputs=solutions_path is not None) for t in tasks}
-    _parse_tasks(challenges, str(path), None, "", strict=True)  # the readers' own rule, before a byte is written
     if solutions_path is not None and unknown:  # skipped, it left an older solutions file beside new challenges
         raise DataError(f"{solutions_path}: the test outputs of {count(len(unknown), 'task')} of {len(tasks)} are "
                         f"unknown (e.g. {shown(unknown[0])}), so no solutions file can be written; leave "
                         "solutions_path out")
-    atomic_write_json(path, {t.id: t.to_json(with_outputs=False) for t in tasks})  # (the outputs checked above)
-    if solutions_path is not None:
-        atomic_write_json(solutions_path, {t.id: [g.tolist() for g in t.test_outputs] for t in tasks})
+    challenges = {t.id: t.to_json(with_outputs=False) for t in tasks}
+    # the solutions as written, not paired by test input: 3 outputs for 1 input were written whole (a pair every
+    # reader refuses, or a task scored 1/3 for a full answer), and 1 output for 2 inputs was an IndexError
+    solutions = None if solutions_path is None else {t.id: [_listed(g) for g in t.test_outputs] for t in tasks}
+    # load_challenges' own rule on the pair, before a byte is written
+    _parse_tasks(challenges, str(path), solutions, str(solutions_path), strict=True)
+    atomic_write_json(path, challenges)  # (the outputs checked above)
+    if solutions is not None:
+        atomic_write_json(solutions_path, solutions)
     return len(tasks)
+
+
+def _listed(grid: Any) -> Any:
+    """A test output as JSON writes it (a numpy grid as its rows; anything else as given, for the check to name)."""
+    return grid.tolist() if isinstance(grid, np.ndarray) else grid
 
 
 def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike | None = None,

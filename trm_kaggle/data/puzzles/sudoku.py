@@ -26,6 +26,7 @@ from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, cs
                                            select_rows)
 from trm_kaggle.data.puzzles.sudoku_solver import RATING_DOC, box_shape, generate_sudoku
 from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.names import ascii_number
 from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
 from trm_kaggle.wording import clipped
@@ -155,6 +156,10 @@ def write_sudoku_groups(split: SplitWriter, puzzles: np.ndarray, solutions: np.n
 # ---------------------------------------------------------------------------
 
 
+MAX_RATING = 2**63 - 1  # what the int64 rating column holds
+RATING_DIGITS = len(str(MAX_RATING))  # a longer run of digits is past it (and is never made an int)
+
+
 @dataclass
 class SudokuRows:
     """Validated rows of a CSV chunk: boards hold values 0 (blank) to n."""
@@ -180,16 +185,16 @@ def parse_sudoku_chunk(path: Path, chunk: CsvChunk, n: int) -> SudokuRows:
     good = rows_of_length(chunk, cells, f"a {n}x{n} sudoku", problems)
     ratings = np.zeros(good, dtype=np.int64)
     for i, r in enumerate(chunk.rating[:good]):
-        try:
-            value = int(r)
-        except ValueError:  # also 5,000 digits and more: Python refuses to read them as a number
-            problems.append((i, f"rating {clipped(r)} is not an integer"))
+        # ASCII digits as written: int() also read '٣' (another script's 3), '1_000', ' 5 ' and '+5' as numbers
+        value = ascii_number(r, max_digits=RATING_DIGITS) if r == r.strip() else None
+        if value is None and not (r.isascii() and r.isdigit()):
+            problems.append((i, f"rating {clipped(r)} is not a whole number in ASCII digits 0-9 "
+                                "(no sign, blank or separator)"))
             break
-        try:
-            ratings[i] = value
-        except OverflowError:  # a whole number, past what a rating column holds
-            problems.append((i, f"rating {clipped(r)} is out of range (a rating is at most {2**63 - 1:,})"))
+        if value is None or value > MAX_RATING:  # a whole number, past what a rating column holds
+            problems.append((i, f"rating {clipped(r)} is out of range (a rating is at most {MAX_RATING:,})"))
             break
+        ratings[i] = value
     q, a, ok_chars = decode_rows(chunk, good, cells, (_q_lut(n), _a_lut(n)), (f"'.' or 0-{n}", f"1-{n}"), problems)
     clash = first_bad_cell((q != 0) & (q != a) & ok_chars[:, None])
     if clash:
