@@ -232,7 +232,7 @@ def test_a_mistyped_test_set_is_refused():
         ArcBuildConfig(output_dir="o", subsets=["training2", "evaluation2"], test_set_name="evalution2")
 
 
-def _task(task_id: str, cell=1, output_cell=1, inputs=1, outputs=1) -> "ArcTask":
+def _task(task_id: str, cell=1, output_cell=1, inputs=1, outputs=1):
     from trm_kaggle.data.arc.tasks import ArcTask
 
     a = np.array([[1, 2]])
