@@ -91,12 +91,16 @@ for i in range(train_split.num_examples):
 
 # %% [markdown]
 # ## Train
+#
+# A stop (Jupyter's "interrupt kernel", or SIGTERM to the kernel) is taken as `trm-kaggle train` takes it: the step
+# under way ends, its train state is saved, and the cell ends with `TrainingInterrupted` naming the state; running
+# the notebook again resumes from it. A second interrupt stops at once, without saving.
 
 # %%
 train_cfg = load_train_config(presets=[PRESET], overrides=override_list(OVERRIDES))
 train_cfg.data_paths = [str(DATA_DIR)]
 train_cfg.checkpoint_path = str(RUN_DIR)
-result = train(train_cfg)
+result = train(train_cfg, signals=True)  # the stop signals save the run's state first (trm_kaggle.train.stops)
 print(result.summary())
 export_run(result.run_dir, EXPORT_DIR)
 

@@ -55,9 +55,13 @@ print(dump_config(cfg))
 
 # %% [markdown]
 # ## Train
+#
+# A stop (Jupyter's "interrupt kernel", or SIGTERM to the kernel) is taken as `trm-kaggle train` takes it: the step
+# under way ends, its train state is saved, and the cell ends with `TrainingInterrupted` naming the state; running
+# the notebook again resumes from it. A second interrupt stops at once, without saving.
 
 # %%
-result = train(cfg)
+result = train(cfg, signals=True)  # the stop signals save the run's state first (trm_kaggle.train.stops)
 print(result.summary())
 
 

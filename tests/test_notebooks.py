@@ -426,3 +426,53 @@ def test_code_repair_notebook_executes(tmp_path, kernel_name):
     assert "built data:" in text and "trained 2 steps" in text
     assert "exact-fix rate" in text and "overall" in text and "doctests:" in text
     assert (tmp_path / "weights" / "weights.safetensors").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_a_stopped_train_notebook_saves_its_state_and_its_rerun_resumes(tmp_path, kernel_name, signum):
+    """Jupyter's "interrupt kernel" (SIGINT to the kernel) or a SIGTERM while the train cell trains: the state of the
+    step under way is saved, as `trm-kaggle train` saves it, and the cell ends naming it; running the notebook again
+    resumes there (the stop once lost every step since the start)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from integrity_helpers import build_sudoku4
+    from papermill.exceptions import PapermillExecutionError
+    from trm_kaggle.locks import LOCK_FILE
+    from trm_kaggle.train import checkpoint as ckpt
+
+    build_sudoku4(tmp_path / "data")
+    run = tmp_path / "run"
+    tiny = {"arch.hidden_size": 16, "arch.num_heads": 2, "arch.H_cycles": 1, "arch.L_cycles": 1,
+            "arch.halt_max_steps": 2, "global_batch_size": 8, "log_interval": 1, "progress": False, "threads": 1}
+    ended = []
+
+    def endless():
+        try:
+            run_notebook("train", tmp_path, kernel_name, DATA_DIR="data", RUN_DIR="run", EXPORT_DIR="weights",
+                         OVERRIDES={**tiny, "max_steps": 10**6, "epochs": 10**6})
+        except BaseException as e:  # noqa: BLE001 - the stop's error, checked below
+            ended.append(e)
+
+    worker = threading.Thread(target=endless, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not ((run / "metrics.jsonl").is_file() and len((run / "metrics.jsonl").read_text().splitlines()) >= 3):
+        assert worker.is_alive() and time.monotonic() < deadline, ended
+        time.sleep(0.05)
+    kernel = int((run / LOCK_FILE).read_text().split(" ", 1)[0])  # the lock names its holder: the kernel
+    os.kill(kernel, getattr(signal, signum))
+    worker.join(60)
+    assert not worker.is_alive() and len(ended) == 1 and isinstance(ended[0], PapermillExecutionError), ended
+    assert ended[0].ename == "TrainingInterrupted" and "train state saved to" in ended[0].evalue, ended[0].evalue
+    states = ckpt.list_states(run)
+    assert len(states) == 1, states
+    step = int(ckpt.load_train_state(states[0])["step"])
+    assert step >= 3 and f"stopped by {signum} at step {step}" in ended[0].evalue
+
+    nb = run_notebook("train", tmp_path, kernel_name, DATA_DIR="data", RUN_DIR="run", EXPORT_DIR="weights",
+                      OVERRIDES={**tiny, "max_steps": step + 1, "epochs": 10**6})
+    assert f"1 new steps, resuming at step {step}, to step {step + 1}" in text_outputs(nb)

@@ -584,3 +584,24 @@ def test_cpu_training_and_prediction_never_import_torch_dynamo(sudoku4, tmp_path
     line = p.stdout.strip().splitlines()[-1]
     assert line.endswith("dynamo False"), line
     assert not line.startswith("onednn calls 0 "), line  # the oneDNN matmuls ran, outside the custom op
+
+
+RUN_IS_DATA = "is also the input data path {data}: an output never overwrites an input"
+RUN_IN_DATA = "is inside the input data path {data}: an input folder is never written into; choose an output outside it"
+
+
+@pytest.mark.parametrize("inside, said", [(False, RUN_IS_DATA), (True, RUN_IN_DATA)], ids=["same", "inside"])
+def test_the_library_refuses_a_run_folder_in_its_data_as_the_command_does(tmp_path, capsys, inside, said):
+    """`train(cfg)` (the notebooks, the pipeline) once wrote config.json, run.json, a state and its lock into the
+    dataset it read, or a folder inside it; `trm-kaggle train` refused both. The same line, nothing written."""
+    data = tmp_path / "ds"
+    build_sudoku4(data)
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
+    run = data / "sub" if inside else data
+    line = f"run folder (checkpoint_path) {run} " + said.format(data=data)
+    with pytest.raises(TRMError) as refused:
+        train(cfg_for(data, run, "max_steps=1"))
+    assert str(refused.value) == line
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
+    assert main(["train", f"data_paths=[{data}]", f"checkpoint_path={run}", *TINY, "max_steps=1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {line}"

@@ -1,7 +1,9 @@
 """What a training reads and writes, as `trm_kaggle.outputs` compares them: one declaration for every place
 that starts a training.
 
-`trm-kaggle train` checks it before it starts (`trm_kaggle.command_io`); `launch k8s|slurm` and
+The library's `train` checks it (`check_kept`) before anything of the run is written, so every caller does (a
+notebook, the pipeline, test-time training); `trm-kaggle train` checks it with more before it starts
+(`trm_kaggle.command_io`: whether each output can be written); `launch k8s|slurm` and
 `sweep --launcher` check it on the paths the nodes will use before a job file is written, and a local
 `sweep` for each run before its folder is made: a run folder, an export or job files inside a dataset, or a
 run folder holding the checkpoint it loads, are refused there as `train` itself would refuse them, not on

@@ -26,6 +26,7 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import directory_lock, refuse_if_held
 from trm_kaggle.model import apply_compile, compiled_graphs, load_compile_cache, save_compile_cache
 from trm_kaggle.optim import EMA
+from trm_kaggle.outputs import check_kept
 from trm_kaggle.train import checkpoint as ckpt, nonfinite
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.memory import memory_aware_micro_batch, micro_batch_problem
@@ -33,6 +34,7 @@ from trm_kaggle.train.metric_log import MetricLog
 from trm_kaggle.train.metrics import METRICS_FILE, drop_metrics_after, read_metrics
 from trm_kaggle.train.optimizers import make_optimizers
 from trm_kaggle.train.result import TrainResult
+from trm_kaggle.train.run_io import training_io
 from trm_kaggle.train.runtime import Runtime, broadcast_model_, setup_runtime
 from trm_kaggle.train.schedules import StepSchedule, total_train_steps
 from trm_kaggle.train.settings import default_run_dir
@@ -98,6 +100,10 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
     """The run, ready for its first step; or the result of a run that had already ended (nothing to train)."""
     if not cfg.data_paths:
         raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
+    # what the run reads against what it writes, for every caller (a notebook, the pipeline, test-time training),
+    # not only `trm-kaggle train`: a run folder that is, or lies inside, a data path mixed the run's files into the
+    # dataset
+    check_kept(*training_io(cfg, default_run_dir(cfg)))
     if cfg.time_limit is not None:
         limit = time.monotonic() + cfg.time_limit
         deadline = limit if deadline is None else min(deadline, limit)
