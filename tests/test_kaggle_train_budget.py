@@ -79,7 +79,10 @@ def test_a_session_start_that_is_no_time_past_and_budgets_past_reason_are_errors
     cases = ((dict(started=float("nan")), "started nan: the time the kernel started"),
              (dict(started=time.time() + 1e6), "the time the kernel started (time.time(), not later than now)"),
              (dict(time_budget=True), "time_budget True: a number of seconds from 0 to 10,000,000"),
-             (dict(margin=1e300), "margin 1e+300: a number of seconds"))
+             (dict(margin=1e300), "margin 1e+300: a number of seconds"),
+             # an integer too large for a float raised OverflowError out of a call that never raises
+             (dict(started=10**400), "started 1000000"), (dict(time_budget=10**400), "time_budget 1000000"),
+             (dict(save_every_s=10**400), "save_every_s 1000000"), (dict(save_every_s=True), "save_every_s True"))
     for kwargs, said in cases:
         report = run_session(input_root=tmp_path / "in", working=tmp_path / "w", echo=lambda line: None, **kwargs)
         assert report.status == "error" and said in report.message and len(report.message) < 200, report.message

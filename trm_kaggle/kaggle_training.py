@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 
 
 from trm_kaggle.atomic import atomic_write_json, replace_problem
-from trm_kaggle.config import TrainConfig
+from trm_kaggle.config import MAX_SAVE_EVERY_S, TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import clipped, escaped_echo
 
@@ -294,6 +294,24 @@ def schedule_end(cfg: TrainConfig) -> int:
     return min(total, cfg.max_steps) if cfg.max_steps else total
 
 
+def _seconds(value: object) -> float | None:
+    """`value` as a finite float when it is a real number (no bool: True is no time), else None; an integer too
+    large for a float (10**400) is None too, where Python's OverflowError would end a call that never raises."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _seconds_or(value: object, default: float) -> float:
+    """`_seconds(value)`, or `default` where it is None (0.0 is a time: `or` would take it for none)."""
+    number = _seconds(value)
+    return default if number is None else number
+
+
 def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, preset: Sequence[str] | str = (),
                 overrides: Any = (), data_dir: str | os.PathLike | None = None,
                 time_budget: float | None = DEFAULT_BUDGET, margin: float = DEFAULT_MARGIN,
@@ -314,7 +332,6 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     echo = escaped_echo(echo)  # a folder found below the inputs may hold an escape sequence or a newline
     report = SessionReport()
     working = Path(working)
-    timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
     stops = _SessionStops()
     _session_running.set()
     nowhere = False
@@ -323,15 +340,17 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
             stops.came = int(stopped[0])
         try:
             for name, value in (("time_budget", time_budget), ("margin", margin)):  # NaN would mean "no limit"
-                if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                              and math.isfinite(value) and 0 <= value <= MAX_SESSION_SECONDS):
+                if value is not None and not 0 <= _seconds_or(value, -1.0) <= MAX_SESSION_SECONDS:
                     raise TRMError(f"{name} {clipped(value, 40)}: a number of seconds from 0 to {MAX_SESSION_SECONDS:,}"
                                    + (", or None for no limit" if name == "time_budget" else ""))
             # when the kernel started: NaN made the budget no limit at all, a time to come stretched it
-            if isinstance(started, bool) or not isinstance(started, (int, float)) or not math.isfinite(started) \
-                    or started > time.time() + 1:
+            if (when := _seconds(started)) is None or when > time.time() + 1:
                 raise TRMError(f"started {clipped(started, 40)}: the time the kernel started (time.time(), not later "
                                "than now), or None for now")
+            if save_every_s is not None and not 0 < _seconds_or(save_every_s, 0.0) <= MAX_SAVE_EVERY_S:
+                raise TRMError(f"save_every_s {clipped(save_every_s, 40)}: a number of seconds above 0 and at most "
+                               f"{MAX_SAVE_EVERY_S:,}, or None for no timed saves")
+            timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
             if session_steps is not None and (isinstance(session_steps, bool) or not isinstance(session_steps, int)
                                               or session_steps < 1):  # -1 once blamed a budget that was not set
                 raise TRMError(f"session_steps {session_steps!r}: a whole number of steps >= 1, or None for no cap")
@@ -374,7 +393,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
             report.notes.append(f"{late} came once the training had ended: the export and the session's record were "
                                 "finished first")
             echo(f"{late} came once the training had ended: export and record finished")
-        report.seconds = round(time.time() - started, 1)
+        report.seconds = round(time.time() - _seconds_or(started, time.time()), 1)  # a refused start: 0 s
         try:
             if nowhere:
                 return report
