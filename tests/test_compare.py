@@ -405,3 +405,50 @@ def test_a_sweep_record_whose_settings_are_no_object_costs_its_columns_alone(tmp
     (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": records}))
     assert main(["compare", str(sweep), "--out", str(tmp_path / "cmp")]) == 0
     assert rows_of(tmp_path / "cmp" / "table.csv")["v_s0"]["state"] == "pending"
+
+
+BIG = 10 ** 400  # a whole number too large for a float: JSON holds it, float() of it raises OverflowError
+
+
+@pytest.mark.parametrize("field", ["step", "exact_accuracy", "loss", "epoch", "lr", "eval_exact_accuracy"])
+def test_a_number_too_large_for_a_float_is_no_data_not_a_traceback(tmp_path, caplog, field):
+    """A record whose `step` (or `exact_accuracy`) was 10**400 ended compare in OverflowError (matplotlib's
+    isfinite, `summarise`'s examples/s, `_fmt`): the record is skipped as one no run writes, the run compared."""
+    runs = tmp_path / "runs"
+    run = write_run(runs / "r", ["global_batch_size=8"], train=[(1, 1.0, 2.0, 0.1, 0.5), (2, 2.0, 1.0, 0.2, 0.6)],
+                    evals=[(2, 0.3, 0.7)])
+    write_run(runs / "s", ["global_batch_size=8", "seed=1"], train=[(1, 1.0, 2.0, 0.1, 0.5)])
+    bad = ({"step": 3, "eval_examples": 8, "eval_exact_accuracy": BIG} if field.startswith("eval_") else
+           {"step": 3, "epoch": 0.3, "lr": 1e-3, "loss": 0.5, "exact_accuracy": 0.4, "elapsed_s": 3.0, field: BIG})
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(bad) + "\n")
+    with caplog.at_level("WARNING"):
+        paths = write_comparison([runs], tmp_path / "out")
+    row = rows_of(paths["csv"])["r"]
+    assert row["steps"] == "2" and float(row["exact_accuracy"]) == 0.2 and float(row["eval_exact_accuracy"]) == 0.3
+    assert float(row["examples_per_s"]) == pytest.approx(2 * 8 / 2.0)
+    assert any("skipped 1 record(s) no run writes (a number too large for a float)" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_number_too_large_for_a_float_on_the_command_line(tmp_path, capsys):
+    """The CLI: a 400-digit step is skipped (exit 0); a 400-digit elapsed_s costs its run alone, and alone it is
+    one `error:` line (exit 2), never a traceback, nothing written."""
+    runs = tmp_path / "runs"
+    (runs / "r").mkdir(parents=True)
+    (runs / "r" / "config.json").write_text("{}")
+    metrics = runs / "r" / "metrics.jsonl"
+    metrics.write_text(json.dumps({"step": BIG, "loss": 1.0, "elapsed_s": 1.0}) + "\n"
+                       + json.dumps({"step": 1, "loss": 1.0, "elapsed_s": 1.0}) + "\n")
+    assert main(["compare", str(runs / "r"), "--out", str(tmp_path / "c1")]) == 0
+    assert "Traceback" not in capsys.readouterr().err and rows_of(tmp_path / "c1" / "table.csv")["r"]["steps"] == "1"
+    metrics.write_text(json.dumps({"step": 1, "loss": 1.0, "elapsed_s": BIG}) + "\n")
+    assert main(["compare", str(runs / "r"), "--out", str(tmp_path / "c2")]) == 2
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        "error: no run could be read: r: metrics.jsonl: a time (elapsed_s) too large for a float; no run writes one"]
+    assert "Traceback" not in err and not (tmp_path / "c2").exists()
+    write_run(runs / "s", ["seed=1"], train=[(1, 1.0, 2.0, 0.1, 0.5)])
+    assert main(["compare", str(runs), "--out", str(tmp_path / "c3")]) == 0
+    assert list(rows_of(tmp_path / "c3" / "table.csv")) == ["s"]
+    assert "Left out: r: metrics.jsonl: a time (elapsed_s) too large" in (tmp_path / "c3" / "table.md").read_text()

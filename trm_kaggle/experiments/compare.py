@@ -222,13 +222,16 @@ def load_runs(dirs: Sequence[str | Path]) -> list[RunData]:
 def _read_runs(dirs: Sequence[str | Path]) -> tuple[list[RunData], list[tuple[str, str]]]:
     """(the runs, [(label, why) of each run left out]). A run whose metrics.jsonl cannot be read at all (a FIFO,
     a folder, a missing permission) costs that run alone: it is left out with one warning line saying why (its
-    bad lines alone cost nothing: `read_metrics`); TRMError when no run is left."""
+    bad lines alone cost nothing: `read_metrics`, and a record holding a number too large for a float is skipped
+    here: `_within_floats`); TRMError when no run is left."""
     runs, left_out = [], []
     for r in find_runs(dirs):
         try:
-            r.train, r.evals = read_metrics(r.path)
-        except (TRMError, OSError) as err:
-            why = os_error_line(err) if isinstance(err, OSError) else str(err)
+            r.train, r.evals = _within_floats(r.path, *read_metrics(r.path))
+        except (TRMError, OSError, OverflowError) as err:
+            # OverflowError: an elapsed_s too large for a float (10**400), which the reader adds up into wall_s
+            why = (os_error_line(err) if isinstance(err, OSError) else str(err) if isinstance(err, TRMError)
+                   else f"{METRICS_FILE}: a time (elapsed_s) too large for a float; no run writes one")
             log.warning("run %s left out of the comparison: %s", r.label, why)
             left_out.append((r.label, why))
             continue
@@ -245,6 +248,22 @@ def _read_runs(dirs: Sequence[str | Path]) -> tuple[list[RunData], list[tuple[st
         r.parameters = counts[key]
     _assign_groups(runs)
     return runs, left_out
+
+
+def _too_large(value: object) -> bool:
+    """A whole number too large for a float (10**400 in a JSON file): no run writes one, and every sum, format or
+    plot of it raised OverflowError."""
+    return isinstance(value, int) and not isinstance(value, bool) and not finite_number(value)
+
+
+def _within_floats(run_dir: Path, train: list[dict], evals: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(train, evals) less the records holding a number too large for a float in any field (step, loss, an
+    accuracy, elapsed_s, epoch, lr, ...): no data, as a record no run writes, said in one warning line."""
+    kept = [[r for r in records if not any(_too_large(v) for v in r.values())] for records in (train, evals)]
+    if skipped := len(train) + len(evals) - len(kept[0]) - len(kept[1]):
+        log.warning("%s: skipped %d record(s) no run writes (a number too large for a float)",
+                    run_dir / METRICS_FILE, skipped)
+    return kept[0], kept[1]
 
 
 def _unflatten(flat: dict[str, Any]) -> dict:
@@ -324,7 +343,7 @@ def summarise(run: RunData) -> dict[str, Any]:
                    exact_accuracy=last.get("exact_accuracy"), token_accuracy=last.get("token_accuracy"),
                    best_exact_accuracy=_best(run.train, "exact_accuracy"))
         if batch and last["wall_s"] > 0:  # training examples per second of wall time, evaluations included
-            out["examples_per_s"] = last["step"] * batch / last["wall_s"]
+            out["examples_per_s"] = float(last["step"]) * batch / last["wall_s"]  # a float: inf, never an overflow
         # the training loop's per-interval peaks: CUDA's max_memory_allocated, else the process's RSS
         out["peak_memory_gb"] = _best(run.train, "cuda_max_allocated_gb") or _best(run.train, "peak_rss_gb")
     if run.evals:
