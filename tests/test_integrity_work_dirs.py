@@ -59,6 +59,33 @@ def test_a_submit_work_folder_in_a_training_run_folder_is_refused(data, tmp_path
     assert _listing(run) == before and not (tmp_path / "s.json").exists()
 
 
+def test_the_librarys_solve_in_a_training_run_folder_is_refused(tmp_path):
+    """`solve(work_dir=RUN)` (or RUN/ttt, or output=RUN/s.json and its default work dir RUN/s-ttt) from Python wrote
+    units/, workers/ and solve_report.json among the run's states, exit 0, and `train` then refused to resume the
+    run; `submit` refused the same folders. Refused by solve itself, in the command's words, nothing written."""
+    import json
+
+    from trm_kaggle.config import SolveConfig
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.solve import solve
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t1": task}))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text('{"run_id": "r1"}')
+    for output, work, said in (
+            (tmp_path / "s.json", run, f"work_dir {run} is a training run folder (it holds run.json)"),
+            (tmp_path / "s.json", run / "ttt", f"work_dir {run / 'ttt'} lies inside {run}, which is a training run"),
+            (run / "s.json", None, f"work_dir {run / 's-ttt'} lies inside {run}, which is a training run")):
+        cfg = SolveConfig(challenges=str(tmp_path / "c.json"), weights=str(SHIPPED), output=str(output),
+                          work_dir=None if work is None else str(work), num_aug=1)
+        with pytest.raises(TRMError) as e:
+            solve(cfg, echo=lambda _: None)
+        assert said in str(e.value) and "choose a folder of its own" in str(e.value), str(e.value)
+        assert _listing(run) == ["run.json"] and not (tmp_path / "s.json").exists()
+
+
 def test_a_training_run_folder_in_a_submit_work_folder_is_refused(data, tmp_path, capsys):
     """The reverse: `train checkpoint_path=<a submit's work dir>` wrote run.json there, and the submit's rerun was
     then refused as a work dir that is a training run folder: the solve could no longer resume."""

@@ -149,10 +149,11 @@ def _evaluate_repair(args: argparse.Namespace) -> IO:
 
 def _refuse_run_folder(folder: str, what: str) -> None:
     """A solve's folder, or a pipeline's (its solve works in WORK/ttt), inside a training run folder: `export` or a
-    resume would then search the solve's files."""
-    from trm_kaggle.train.checkpoint import RUN_RECORD
+    resume would then search the solve's files. `solve` checks the same itself, for every caller."""
+    from trm_kaggle.solve import run_folder_problem
 
-    _refuse_inside(folder, what, "a training run folder", RUN_RECORD, "run's", lambda at: (at / RUN_RECORD).is_file())
+    if problem := run_folder_problem(folder, what):
+        raise TRMError(problem)
 
 
 def _refuse_pipeline_folder(folder: str, what: str) -> None:

@@ -22,6 +22,7 @@ _EXPORTS = {
     "is_work_dir": "workdir",
     "load_finetuned": "task",
     "make_plan": "plan",
+    "run_folder_problem": "workdir",
     "solve": "job",
     "solve_config": "recipes",
     "solve_io": "workdir",

@@ -100,6 +100,26 @@ def below_a_work_dir_problem(work: str | os.PathLike, what: str = "work_dir", *,
     return None
 
 
+def run_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
+    """Why `work` may not be a work folder (None when it may): it is, or lies inside, a training run folder (it holds
+    run.json). The solve's units/, workers/ and solve_report.json went in among the run's states, and `train` then
+    refused to resume the run as a submit's work folder. `submit` and `pipeline` refuse their --work-dir with the same
+    words (`what` names the setting); a pipeline's own solve works in WORK/ttt, beside its run in WORK/train."""
+    from trm_kaggle.train import RUN_RECORD  # here, not above: the work directory's module stays without torch
+
+    path = Path(work).absolute()
+    for at in (path, *path.parents):
+        try:
+            if not (at / RUN_RECORD).is_file():
+                continue
+        except OSError:  # a name too long to hold an entry: its own write says what fails
+            continue
+        where = "is" if at == path else f"lies inside {at}, which is"
+        return (f"{what} {work} {where} a training run folder (it holds {RUN_RECORD}): its files would mix with the "
+                "run's; choose a folder of its own")
+    return None
+
+
 def _taken_problem(work: str | os.PathLike, folder: Path) -> str | None:
     """Why the workers may not write into `folder` (the work dir's `units/` or `workers/`): it is another submit's
     work folder, finished or live (`submit --work-dir W/workers` running, then `submit --work-dir W`: the second's
