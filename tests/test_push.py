@@ -4,6 +4,7 @@ of Kaggle's server."""
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -287,3 +288,108 @@ def test_later_pushes_upload_only_the_datasets_that_changed(bundle_copy):
     api.calls.clear()
     assert _push(bundle_copy, api, version_message="new weights")[0] == 0
     assert [c[:2] for c in api.calls if c[0] in ("create", "version")] == [("version", IDS.weights_id)]
+
+
+def _outside_copy(tmp_path, path):
+    """A file outside OUT_DIR holding `path`'s bytes (a link to it matches the manifest's sha256)."""
+    outside = tmp_path / "outside" / path.name
+    outside.parent.mkdir(exist_ok=True)
+    outside.write_bytes(path.read_bytes())
+    return outside
+
+
+@pytest.mark.parametrize("stray", ["extra.bin", ".hidden_payload", "fifo", "unlisted link", "listed link"])
+def test_push_refuses_a_file_its_manifest_does_not_vouch_for(bundle_copy, tmp_path, stray):
+    """The reproducer: a file added after the build (`extra.bin`, a hidden file, a FIFO) or a link to a file
+    outside OUT_DIR was uploaded with the weights dataset: the check read only the names the manifest lists."""
+    weights = bundle_copy / "weights"
+    if stray == "fifo":
+        os.mkfifo(weights / "pipe")
+    elif stray == "unlisted link":
+        (weights / "notes.txt").symlink_to(_outside_copy(tmp_path, weights / "MODEL_CARD.md"))
+    elif stray == "listed link":  # the manifest's sha256 matches: the bytes come from outside all the same
+        outside = _outside_copy(tmp_path, weights / "config.json")
+        (weights / "config.json").unlink()
+        (weights / "config.json").symlink_to(outside)
+    else:
+        (weights / stray).write_text("payload")
+    named = {"fifo": "pipe", "unlisted link": "notes.txt", "listed link": "config.json"}.get(stray, stray)
+    api = FakeApi()
+    with pytest.raises(TRMError) as e:
+        P.push(bundle_copy, api=api, poll_s=0, say=lambda _: None)
+    assert str(weights / named) in str(e.value) and "\n" not in str(e.value), e.value
+    assert ("not listed in" in str(e.value)) == (stray != "listed link") and ("symbolic link" in str(e.value)) == \
+        ("link" in stray), e.value
+    assert api.calls == []  # nothing uploaded
+
+
+@pytest.mark.parametrize("part, entry", [("weights", "weights.safetensors"), ("weights", "config.json"),
+                                         ("wheels", "install.sh")])
+def test_push_refuses_a_manifest_that_lost_an_entry_its_dataset_needs(bundle_copy, part, entry):
+    """The reproducer: `weights.safetensors` dropped from the manifest and the file cut to 100 bytes (or
+    config.json dropped and replaced by `{}`) was pushed: a file the manifest does not list went unchecked."""
+    manifest = M.read_json(bundle_copy / part / M.MANIFEST)
+    del manifest["files"][entry]
+    M.atomic_write_json(bundle_copy / part / M.MANIFEST, manifest, indent=2)
+    (bundle_copy / part / entry).write_bytes((bundle_copy / part / entry).read_bytes()[:100])
+    api = FakeApi()
+    with pytest.raises(TRMError, match=f"manifest.json: lists no {entry}, which this dataset needs"):
+        P.push(bundle_copy, api=api, poll_s=0, say=lambda _: None)
+    assert api.calls == []
+
+
+def _training_out(tmp_path):
+    """OUT_DIR with only a packed data dataset (no kernel): what `push_training` publishes of it."""
+    from trm_kaggle.kaggle.packed import ARCHIVE_KEY, pack
+
+    source = tmp_path / "source"
+    (source / "train").mkdir(parents=True)
+    (source / "train" / "all__inputs.npy").write_bytes(bytes(range(256)) * 8)
+    (source / "identifiers.json").write_text('["<blank>"]')
+    data = tmp_path / "out" / M.DATA_DIR
+    data.mkdir(parents=True)
+    M.atomic_write_json(data / M.DATASET_META, M.dataset_metadata(f"{USER}/trm-kaggle-data"), indent=2)
+    M.write_manifest(data, {ARCHIVE_KEY: pack(source, data, "data.tar")})
+    return tmp_path / "out"
+
+
+@pytest.mark.parametrize("damage", ["none", "archive entry", "files entry"])
+def test_push_checks_a_packed_data_dataset_against_its_archive_block(tmp_path, damage):
+    """The reproducer: one `archive.files` sha256 edited in data/manifest.json (or data.tar's `files` entry
+    dropped and the archive cut) was pushed, and the session then refused the data dataset."""
+    out = _training_out(tmp_path)
+    path = out / M.DATA_DIR / M.MANIFEST
+    manifest = M.read_json(path)
+    if damage == "archive entry":
+        manifest["archive"]["files"]["identifiers.json"]["sha256"] = "0" * 64
+    elif damage == "files entry":
+        del manifest["files"]["data.tar"]
+        tar = out / M.DATA_DIR / "data.tar"
+        tar.write_bytes(tar.read_bytes()[:1000])
+    M.atomic_write_json(path, manifest, indent=2)
+    api = FakeApi()
+    if damage == "none":
+        assert P.push_training(out, api=api, poll_s=0, say=lambda _: None) == 0
+        assert [c[0] for c in api.calls if c[0] != "status"] == ["create"]
+        return
+    words = ("identifiers.json differs from its sha256" if damage == "archive entry"
+             else "lists no data.tar, which this dataset needs")
+    with pytest.raises(TRMError, match=words):
+        P.push_training(out, api=api, poll_s=0, say=lambda _: None)
+    assert api.calls == []
+
+
+def test_a_dataset_whose_processing_failed_is_uploaded_again(bundle_copy):
+    """The reproducer: the push record named both datasets as uploaded before Kaggle processed them; after a
+    processing that failed every later push skipped them as unchanged and stopped at the same failure."""
+    api = FakeApi(statuses=("pending", "failed"))
+    with pytest.raises(TRMError, match="ended in 'failed'") as failed:
+        P.push(bundle_copy, api=api, poll_s=0, say=lambda _: None)
+    api2 = FakeApi(existing=api.existing)
+    rc, lines = _push(bundle_copy, api2)
+    assert rc == 0 and [c[:2] for c in api2.calls if c[0] in ("create", "version")] == \
+        [("version", IDS.wheels_id), ("version", IDS.weights_id)], lines
+    assert "the next push uploads it again" in str(failed.value)  # the failure line says what to do
+    # once ready they are recorded: the next push skips them
+    api3 = FakeApi(existing=api.existing, statuses=("ready",))
+    assert _push(bundle_copy, api3)[0] == 0 and not [c for c in api3.calls if c[0] in ("create", "version")]

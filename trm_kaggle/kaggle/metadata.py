@@ -7,10 +7,12 @@ none of them.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -198,24 +200,53 @@ def write_manifest(directory: Path, extra: dict | None = None) -> dict:
     return manifest
 
 
-def verify_manifest(directory: Path) -> int:
-    """Check every file `manifest.json` lists against its size and sha256; TRMError naming the first
-    that is missing or differs (a weights file changed or cut short after the build). Returns the count."""
+def verify_manifest(directory: Path, required: Iterable[str] = ()) -> int:
+    """Check a dataset folder against `manifest.json` before it is uploaded: every file it lists is there with
+    its size and sha256, it lists each of `required` (names or patterns such as `trm_kaggle-*.whl`: what a part
+    of its kind cannot do without), and the folder holds nothing else (an upload sends every file of the folder:
+    one added after the build, or a link to a file outside it, would be published unchecked). Its subfolders
+    are left to the caller (an upload leaves them out). TRMError naming the first file that is missing,
+    differs, is not listed, or is a link or a special file. Returns the count."""
     directory = Path(directory)
     manifest = read_json(directory / MANIFEST, MANIFEST, hint="build the bundle first")
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or not files:
         raise TRMError(f"{directory / MANIFEST}: no 'files' to check")
+    for want in required:  # an entry removed from the manifest would let that file go unchecked
+        if not any(fnmatch.fnmatchcase(rel, want) for rel in files):
+            raise TRMError(f"{directory / MANIFEST}: lists no {want}, which this dataset needs; rebuild the bundle")
     for rel, entry in files.items():
         path = directory / rel
         if Path(rel).is_absolute() or ".." in Path(rel).parts:  # a name read from a file: never a path outside
             raise TRMError(f"{directory / MANIFEST}: entry {rel!r} is not a path inside {directory}")
-        if not isinstance(entry, dict) or not path.is_file():
+        if not isinstance(entry, dict) or not (path.is_symlink() or path.exists()):
             raise TRMError(f"{path}: listed in {MANIFEST} but missing; rebuild the bundle")
+        _refuse_unplain(path)
         if path.stat().st_size != entry.get("size") or sha256_file(path) != entry.get("sha256"):
             raise TRMError(f"{path}: differs from {MANIFEST} (size {path.stat().st_size:,} bytes, manifest "
                            f"{entry.get('size')}); it changed after the build: rebuild the bundle")
+    listed = {Path(rel).parts[0] for rel in files}
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if entry.name in (MANIFEST, OWNER_RECORD) or entry.name in listed:
+            continue
+        if entry.is_dir(follow_symlinks=False):  # an upload leaves folders out (the caller refuses them)
+            continue
+        link = f" (a symbolic link to {os.readlink(entry.path)})" if entry.is_symlink() else ""
+        raise TRMError(f"{Path(entry.path)}{link}: not listed in {directory / MANIFEST}, so it is not checked, yet an "
+                       f"upload would publish it; remove it or rebuild the bundle")
     return len(files)
+
+
+def _refuse_unplain(path: Path) -> None:
+    """TRMError unless `path` is a regular file itself, not reached through a link: a link's bytes come from
+    elsewhere (outside OUT_DIR), a FIFO or a device may never end."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise TRMError(f"{path}: a symbolic link (to {os.readlink(path)}) in a dataset folder: an upload would publish "
+                       f"the file it points to; rebuild the bundle")
+    if not stat.S_ISREG(mode):
+        raise TRMError(f"{path}: not a regular file (a folder, FIFO, device or socket) where {MANIFEST} lists a file; "
+                       f"it is not read; rebuild the bundle")
 
 
 def publishable_modes(directory: Path) -> None:

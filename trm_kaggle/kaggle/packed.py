@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, Callable
 from trm_kaggle.atomic import OWNER_RECORD, atomic_directory, owner_problem
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import is_regular, open_regular, read_json
-from trm_kaggle.kaggle.metadata import DATASET_META, MANIFEST, sha256_file
+from trm_kaggle.kaggle.metadata import DATASET_META, MANIFEST, sha256_file, verify_manifest
 
 ARCHIVE_KEY = "archive"  # manifest.json's entry for the packed folder
 UNPACKED = "unpacked kaggle dataset"  # the kind of the scratch folders (their owner record)
@@ -136,6 +136,42 @@ def _clipped(rel: str) -> str:
     return repr(rel) if len(rel) <= 80 else f"{rel[:40]!r}...{rel[-30:]!r} ({len(rel):,} characters)"
 
 
+def _checked_archive(folder: Path, manifest: dict, name: str) -> dict:
+    """The manifest's `files` entry of the archive `name` ({size, sha256}), the archive checked against it."""
+    archive = folder / name
+    listed = manifest.get("files")
+    outer = listed.get(name) if isinstance(listed, dict) else None
+    if not (isinstance(outer, dict) and isinstance(outer.get("size"), int)  # the digest names the unpacked
+            and re.fullmatch(r"[0-9a-f]{64}", str(outer.get("sha256")))):  # folder: read from a file, checked
+        raise TRMError(f"{folder / MANIFEST}: its 'files' entry must give {name} with its size and sha256")
+    size = archive.stat().st_size
+    if size != outer.get("size"):
+        raise TRMError(f"{archive}: differs from {folder / MANIFEST} (size {size:,} bytes, manifest "
+                       f"{outer.get('size'):,}): the upload was cut short or changed; upload it again")
+    if (digest := sha256_file(archive)) != outer.get("sha256"):  # the same size: a byte changed
+        raise TRMError(f"{archive}: differs from {folder / MANIFEST} (sha256 {digest[:16]}..., manifest "
+                       f"{outer['sha256'][:16]}...; the same size): the upload was changed; upload it again")
+    return outer
+
+
+def check_packed(folder: str | os.PathLike) -> int:
+    """Before an upload: the packed dataset in `folder` checked as the kernel's `open_packed` will check it,
+    without unpacking anything: the folder against its manifest (`verify_manifest`: the archive listed, nothing
+    else there), and every entry inside the archive against the manifest's `archive` block. A bundle whose
+    data the session would refuse is never published. TRMError naming the first difference; returns the count
+    of files inside the archive."""
+    folder = Path(folder)
+    manifest = packed_manifest(folder)
+    if manifest is None:
+        raise TRMError(f"{folder / MANIFEST}: not the manifest of a packed dataset (no '{ARCHIVE_KEY}' entry); "
+                       "rebuild the bundle")
+    name, files = _checked_entry(folder, manifest)
+    verify_manifest(folder, required=[name])
+    _checked_archive(folder, manifest, name)
+    _unpack(folder / name, None, files)
+    return len(files)
+
+
 def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Callable[[str], None] = print) -> Path:
     """The folder holding the packed dataset of `folder`, every file checked against its manifest: unpacked
     into `scratch`, or where Kaggle unpacked it. TRMError naming the first file that is missing or differs."""
@@ -146,18 +182,7 @@ def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Call
     name, files = _checked_entry(folder, manifest)
     archive = folder / name
     if is_regular(archive, name):  # a FIFO, a device or a kernel file there is named as what it is, never missing
-        listed = manifest.get("files")
-        outer = listed.get(name) if isinstance(listed, dict) else None
-        if not (isinstance(outer, dict) and isinstance(outer.get("size"), int)  # the digest names the unpacked
-                and re.fullmatch(r"[0-9a-f]{64}", str(outer.get("sha256")))):  # folder: read from a file, checked
-            raise TRMError(f"{folder / MANIFEST}: its 'files' entry must give {name} with its size and sha256")
-        size = archive.stat().st_size
-        if size != outer.get("size"):
-            raise TRMError(f"{archive}: differs from {folder / MANIFEST} (size {size:,} bytes, manifest "
-                           f"{outer.get('size'):,}): the upload was cut short or changed; upload it again")
-        if (digest := sha256_file(archive)) != outer.get("sha256"):  # the same size: a byte changed
-            raise TRMError(f"{archive}: differs from {folder / MANIFEST} (sha256 {digest[:16]}..., manifest "
-                           f"{outer['sha256'][:16]}...; the same size): the upload was changed; upload it again")
+        outer = _checked_archive(folder, manifest, name)
         dest = Path(scratch) / f"{Path(name).stem}-{outer['sha256'][:16]}"
         if dest.is_symlink():  # unpacked again through it, the folder it points to (an input) was replaced
             raise TRMError(f"{dest} is a symbolic link to {os.path.realpath(dest)}: an unpacked dataset is never "
@@ -200,8 +225,9 @@ def _problem(root: Path, files: dict[str, dict], digests: bool) -> str | None:
     return None
 
 
-def _unpack(archive: Path, dest: Path, files: dict[str, dict]) -> None:
-    """Every regular file of the archive into `dest`, each checked against the manifest as it is written."""
+def _unpack(archive: Path, dest: Path | None, files: dict[str, dict]) -> None:
+    """Every regular file of the archive into `dest`, each checked against the manifest as it is written (with
+    no `dest`, only checked: nothing is written)."""
     seen, rel = set(), ""
     try:
         with tarfile.open(archive, "r:") as tar:
@@ -218,10 +244,8 @@ def _unpack(archive: Path, dest: Path, files: dict[str, dict]) -> None:
                 want = files[rel]
                 if member.size != want["size"]:
                     raise TRMError(f"{archive}: {rel} has {member.size:,} bytes, {MANIFEST} says {want['size']:,}")
-                target = dest.joinpath(*PurePosixPath(rel).parts)
-                target.parent.mkdir(parents=True, exist_ok=True)
                 sha = hashlib.sha256()
-                with tar.extractfile(member) as src, open(target, "wb") as out:
+                with tar.extractfile(member) as src, _sink(dest, rel) as out:
                     for block in iter(lambda: src.read(1 << 20), b""):
                         sha.update(block)
                         out.write(block)
@@ -234,10 +258,20 @@ def _unpack(archive: Path, dest: Path, files: dict[str, dict]) -> None:
     except OSError as e:  # a full disk, a name the scratch folder's file system refuses: said with the archive
         said = os_error_line(OSError(e.errno, e.strerror or str(e)))  # (the half-unpacked folder is removed)
         member = f"{_clipped(rel)} " if rel else ""
-        raise TRMError(f"{archive}: {member}could not be unpacked into {dest.parent}: {said}") from None
+        where = f"unpacked into {dest.parent}" if dest is not None else "read"
+        raise TRMError(f"{archive}: {member}could not be {where}: {said}") from None
     missing = sorted(set(files) - seen)
     if missing:
         raise TRMError(f"{archive}: lacks {len(missing)} file(s) {MANIFEST} lists ({missing[0]}, ...)")
+
+
+def _sink(dest: Path | None, rel: str) -> BinaryIO:
+    """Where an entry's bytes go: its file under `dest` (its folders made), or nowhere when only checked."""
+    if dest is None:
+        return open(os.devnull, "wb")
+    target = dest.joinpath(*PurePosixPath(rel).parts)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return open(target, "wb")
 
 
 def open_all(root: str | os.PathLike, scratch: str | os.PathLike, say: Callable[[str], None] = print) -> list[Path]:

@@ -29,11 +29,16 @@ from trm_kaggle.kaggle.metadata import (
     train_kernel_metadata_problems,
     validate_bundle, verify_manifest,
 )
+from trm_kaggle.kaggle.packed import check_packed
 from trm_kaggle.wording import clipped, one_line
 
 #: Files of the bundle's directories that are ours, not the dataset's: never uploaded.
 BOOKKEEPING = [OWNER_RECORD]
 DATASET_PARTS = ("wheels", "weights")
+#: What each dataset part's manifest must list: a manifest that lost an entry let that file go unchecked (a cut
+#: weights file was published). The packed parts (data, run-state) need their archive (`check_packed`).
+PART_FILES = {"wheels": ("trm_kaggle-*.whl", "install.sh"), "weights": ("weights.safetensors", "config.json")}
+PACKED_PARTS = (DATA_DIR, RUN_STATE_DIR)
 READY, FAILED = "ready", ("failed", "deleted")
 #: OUT_DIR's record of what was last uploaded: {dataset id: digest of its manifest's files}
 PUSHED = ".trm-kaggle-pushed.json"
@@ -198,10 +203,27 @@ def _pushed(folder: Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+def _record(folder: Path, ident: str, digest: str | None) -> None:
+    """Set (or with no `digest`, drop) the dataset's entry in the record beside `folder`."""
+    record = _pushed(folder)
+    if record.get(ident) != digest:
+        record = {k: v for k, v in record.items() if k != ident} | ({ident: digest} if digest else {})
+        atomic_write_json(folder.parent / PUSHED, record, indent=2)
+
+
+def check_dataset(folder: Path) -> None:
+    """Every file of a dataset part against its manifest before anything is uploaded: the files its kind needs
+    listed, nothing unlisted, a packed part's archive against the files inside it."""
+    if folder.name in PACKED_PARTS:
+        check_packed(folder)
+    else:
+        verify_manifest(folder, required=PART_FILES.get(folder.name, ()))
+
+
 def publish_dataset(api: Any, folder: Path, message: str, say: Callable[[str], None]) -> str:
     """Create the dataset in `folder` the first time, else a new version, but only when its content (the
     manifest's digests) differs from what the last push from this OUT_DIR uploaded (recorded beside the
-    folder in `PUSHED`); returns what was done."""
+    folder in `PUSHED` once Kaggle has processed it: `publish`); returns what was done."""
     ident = read_json(folder / DATASET_META, DATASET_META)["id"]
     digest, record = content_digest(folder), _pushed(folder)
     if dataset_exists(api, ident):
@@ -217,7 +239,7 @@ def publish_dataset(api: Any, folder: Path, message: str, say: Callable[[str], N
             str(folder), public=False, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
         say(f"dataset {ident}: created (private)")
         done = "created"
-    atomic_write_json(folder.parent / PUSHED, {**_pushed(folder), ident: digest}, indent=2)
+    _record(folder, ident, None)  # uploaded, not yet usable: a failed processing must be uploaded again
     return done
 
 
@@ -232,10 +254,13 @@ def refuse_subfolders(folder: Path) -> None:
 
 def wait_until_ready(api: Any, idents: list[str], *, timeout_s: float, poll_s: float,
                      say: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
-                     sleep: Callable[[float], None] = time.sleep, kernels: Sequence[Path] = ()) -> None:
-    """Poll each dataset's status until all are ready (a line each time one changes); TRMError when one
-    fails or `timeout_s` passes: a kernel pushed before its datasets are processed runs without them. The
-    timeout's line gives the push of each of `kernels` to run later, with its own folder."""
+                     sleep: Callable[[float], None] = time.sleep, kernels: Sequence[Path] = (),
+                     on_ready: Callable[[str], None] = lambda ident: None,
+                     on_failed: Callable[[str], None] = lambda ident: None) -> None:
+    """Poll each dataset's status until all are ready (a line each time one changes; `on_ready` of each when it
+    is); TRMError when one fails (after its `on_failed`) or `timeout_s` passes: a kernel pushed before its
+    datasets are processed runs without them. The timeout's line gives the push of each of `kernels` to run
+    later, with its own folder."""
     start, waiting, last = clock(), list(idents), {}
     while waiting:
         for ident in list(waiting):
@@ -245,8 +270,11 @@ def wait_until_ready(api: Any, idents: list[str], *, timeout_s: float, poll_s: f
                 last[ident] = status
             if status == READY:
                 waiting.remove(ident)
+                on_ready(ident)
             elif status in FAILED:
-                raise TRMError(f"dataset {ident}: Kaggle's processing ended in {status!r}; see its page on Kaggle")
+                on_failed(ident)
+                raise TRMError(f"dataset {ident}: Kaggle's processing ended in {status!r}; see its page on Kaggle "
+                               f"(it is not recorded as pushed: the next push uploads it again)")
         if waiting:
             if clock() - start >= timeout_s:
                 later = " and ".join(f"`kaggle kernels push -p {shlex.quote(str(Path(k).absolute()))}`"
@@ -276,7 +304,7 @@ def push(out_dir: str | os.PathLike, version_message: str | None = None, *, api:
     out = Path(out_dir)
     validate_bundle(out)
     for part in DATASET_PARTS:
-        verify_manifest(out / part)
+        check_dataset(out / part)
     kernels = [out / "kernel"] + ([out / WHEEL_KERNEL_DIR] if (out / WHEEL_KERNEL_DIR).is_dir() else [])
     return publish([out / part for part in DATASET_PARTS], kernels, push_commands(out, version_message),
                    version_message or "a new build of the trm_kaggle bundle", api=api, wait_s=wait_s,
@@ -302,11 +330,16 @@ def publish(datasets: list[Path], kernels: list[Path], commands: list[list[str]]
         api = kaggle_api()
     for folder in datasets:  # every refusal before the first upload
         refuse_subfolders(folder)
-    idents = []
+    folders = {}  # dataset id -> (its folder, the digest of what was uploaded or found unchanged)
     for folder in datasets:
+        digest = content_digest(folder)
         publish_dataset(api, folder, message, say)
-        idents.append(read_json(folder / DATASET_META, DATASET_META)["id"])
-    wait_until_ready(api, idents, timeout_s=wait_s, poll_s=poll_s, say=say, kernels=kernels)
+        folders[read_json(folder / DATASET_META, DATASET_META)["id"]] = (folder, digest)
+    # Recorded only once Kaggle has processed it: a dataset whose processing failed was skipped as unchanged by
+    # every later push, which then stopped at the same failure
+    wait_until_ready(api, list(folders), timeout_s=wait_s, poll_s=poll_s, say=say, kernels=kernels,
+                     on_ready=lambda ident: _record(folders[ident][0], ident, folders[ident][1]),
+                     on_failed=lambda ident: _record(folders[ident][0], ident, None))
     for folder in kernels:
         push_kernel(api, folder, say)
     return 0
@@ -338,7 +371,7 @@ def push_training(out_dir: str | os.PathLike, version_message: str | None = None
         meta = read_json(folder / DATASET_META, DATASET_META, hint="build the bundle first")
         raise_problems(folder / DATASET_META, dataset_metadata_problems(meta))
         ids.append(meta["id"])
-        verify_manifest(folder)
+        check_dataset(folder)
     meta_path = out / TRAIN_KERNEL_DIR / KERNEL_META
     if meta_path.is_file():
         meta = read_json(meta_path, KERNEL_META)
