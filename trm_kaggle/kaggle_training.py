@@ -33,7 +33,6 @@ must finish, so that its output, the previous state included, becomes the next s
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import signal
@@ -47,7 +46,7 @@ from typing import Any, Callable, Sequence
 
 
 from trm_kaggle.atomic import atomic_write_json, replace_problem
-from trm_kaggle.config import MAX_SAVE_EVERY_S, TrainConfig
+from trm_kaggle.config import MAX_SAVE_EVERY_S, TrainConfig, seconds_argument
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import clipped, escaped_echo
 
@@ -295,15 +294,13 @@ def schedule_end(cfg: TrainConfig) -> int:
 
 
 def _seconds(value: object) -> float | None:
-    """`value` as a finite float when it is a real number (no bool: True is no time), else None; an integer too
-    large for a float (10**400) is None too, where Python's OverflowError would end a call that never raises."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
+    """`value` as a finite float when it is a real number (no bool: True is no time), else None: the config's one
+    rule (an integer too large for a float, 10**400, is none either: its OverflowError ended a call that never
+    raises), said here in the session's own line."""
     try:
-        number = float(value)
-    except OverflowError:
+        return seconds_argument("seconds", value)
+    except ValueError:
         return None
-    return number if math.isfinite(number) else None
 
 
 def _seconds_or(value: object, default: float) -> float:
