@@ -393,3 +393,25 @@ def test_a_dataset_whose_processing_failed_is_uploaded_again(bundle_copy):
     # once ready they are recorded: the next push skips them
     api3 = FakeApi(existing=api.existing, statuses=("ready",))
     assert _push(bundle_copy, api3)[0] == 0 and not [c for c in api3.calls if c[0] in ("create", "version")]
+
+
+def test_an_upload_that_fails_midway_leaves_no_record_of_the_files_before(bundle_copy):
+    """The record named the previous files until the version call returned: a stop or a failed call after Kaggle
+    took the new files left it so, and pushing the previous files again was skipped as "unchanged" while Kaggle
+    held the new ones. The entry is dropped before the upload starts."""
+    import json
+
+    assert _push(bundle_copy, FakeApi(statuses=("ready",)))[0] == 0
+    record = bundle_copy / P.PUSHED
+    pushed = json.loads(record.read_text())
+    assert IDS.weights_id in pushed
+    record.write_text(json.dumps({**pushed, IDS.weights_id: "0" * 64}))  # the files of an earlier build
+
+    class Failing(FakeApi):
+        def dataset_create_version(self, folder, message, quiet, dir_mode, ignore_patterns):
+            raise ConnectionError("HTTP 500 after the upload")
+
+    with pytest.raises(Exception):
+        P.push(bundle_copy, api=Failing(existing={IDS.wheels_id, IDS.weights_id}, statuses=("ready",)), poll_s=0,
+               say=lambda _: None)
+    assert IDS.weights_id not in json.loads(record.read_text())

@@ -230,17 +230,20 @@ def publish_dataset(api: Any, folder: Path, message: str, say: Callable[[str], N
         if record.get(ident) == digest:
             say(f"dataset {ident}: unchanged since its last push (the same files): not uploaded")
             return "unchanged"
+        # forgotten before the upload starts: a stop or a failed call after Kaggle took the new files would leave
+        # the record naming the old ones, and pushing those again would skip them as "unchanged"
+        _record(folder, ident, None)
         _call(f"kaggle datasets version {ident}", lambda: api.dataset_create_version(
             str(folder), message, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
         say(f"dataset {ident}: new version uploaded ({message!r})")
         done = "versioned"
     else:
+        _record(folder, ident, None)
         _call(f"kaggle datasets create {ident}", lambda: api.dataset_create_new(
             str(folder), public=False, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
         say(f"dataset {ident}: created (private)")
         done = "created"
-    _record(folder, ident, None)  # uploaded, not yet usable: a failed processing must be uploaded again
-    return done
+    return done  # recorded by `publish` once Kaggle has processed it: a failed processing is uploaded again
 
 
 def refuse_subfolders(folder: Path) -> None:
