@@ -155,6 +155,9 @@ def test_a_device_this_machine_lacks_is_a_refusal_not_a_plan(monkeypatch):
         assert f"{problem}: train refuses to start" in plan.warnings, plan.warnings
         assert plan_lines(plan, "p")[0] == "train --preset p would refuse to start (see the warnings below); " \
                                            "past that it would use:"
+    # the forward dtype left to the device: its kind was asked of torch_xla (ModuleNotFoundError, a traceback)
+    plan = diagnose(cfg("device=xla", "arch.forward_dtype=auto"), LAPTOP, baseline=0)
+    assert "device=xla needs torch_xla, which is not installed here: train refuses to start" in plan.warnings
     server = replace(LAPTOP, gpus=[hardware.GPUInfo("H100", 80 * GB, (9, 0), free_bytes=79 * GB)], mps=True)
     for device in ("cuda", "mps", "cpu"):
         assert not any("refuses" in w for w in diagnose(cfg(f"device={device}", "arch.forward_dtype=float32"),

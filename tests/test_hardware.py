@@ -157,6 +157,8 @@ def test_openmp_waits_are_shortened_before_torch_loads_unless_the_user_chose():
     assert said == "OMP_WAIT_POLICY=ACTIVE (as set)" and env == "None ACTIVE"
     said, env = _waits_in_a_fresh_process({"GOMP_SPINCOUNT": "5"}, show)
     assert said == "GOMP_SPINCOUNT=5 (as set)" and env == "5 None"
+    said, env = _waits_in_a_fresh_process({"GOMP_SPINCOUNT": "5\x1b[2J"}, show)  # said escaped: doctor prints it
+    assert said == "GOMP_SPINCOUNT=5\\x1b[2J (as set)"
     said, env = _waits_in_a_fresh_process({}, "import torch\n" + show)  # too late: nothing changed, said so
     assert "torch was imported before" in said and env == "None None"
 

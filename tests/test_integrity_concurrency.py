@@ -408,3 +408,13 @@ def test_train_inside_a_real_running_sweep_is_refused(sudoku4, tmp_path, capsys)
     finally:
         p.terminate()
         p.wait(timeout=60)
+
+
+def test_a_handed_down_lock_number_too_large_for_a_descriptor_is_none_of_ours(tmp_path, monkeypatch):
+    """TRM_KAGGLE_HELD_LOCKS holding 2**31 or 10**22 ended every locking command in OverflowError (os.fstat)."""
+    from trm_kaggle import locks
+
+    (tmp_path / "f").write_text("x")
+    for value in ("2147483648", "99999999999999999999999", "-99999999999999999999999,nope"):
+        monkeypatch.setenv(locks.HANDED_DOWN, value)
+        assert locks._handed_down(tmp_path / "f") is None

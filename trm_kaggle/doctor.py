@@ -103,7 +103,10 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
     seq_len, vocab, rows, puzzles = _dataset_shape(data)
     device = _device_for(cfg.device, facts)
     gpu = facts.gpus[0] if facts.gpus else None
-    dtype, reason = resolve_forward_dtype(cfg.arch, device, bf16_speedup=facts.cpu_bf16_speedup,
+    # without torch_xla the XLA device cannot be asked its kind: planned as the CPU, and said (train refuses it)
+    absent_xla = device.partition(":")[0] == "xla" and _absent_device(device, facts) is not None
+    dtype, reason = resolve_forward_dtype(cfg.arch, "cpu" if absent_xla else device,
+                                          bf16_speedup=facts.cpu_bf16_speedup,
                                           cuda_capability=gpu.capability if gpu and device == "cuda" else None)
     threads, threads_why = threads or (cfg.threads or facts.cores,
                                        "threads setting" if cfg.threads else "one per core")

@@ -287,7 +287,7 @@ def quiet_openmp_waits() -> str:
     it: the CLI's entry and the notebooks call this before torch is imported; afterwards it changes nothing.
     Returns what holds, in words (`trm-kaggle doctor` shows it)."""
     default = f"GOMP_SPINCOUNT={SHORT_SPIN} (trm_kaggle's default: shorter spinning waits)"
-    chosen = [f"{k}={os.environ[k]}" for k in WAIT_ENVS if k in os.environ]
+    chosen = [f"{k}={shown(os.environ[k])}" for k in WAIT_ENVS if k in os.environ]  # said on the terminal
     if chosen:
         return default if chosen == [f"GOMP_SPINCOUNT={SHORT_SPIN}"] else ", ".join(chosen) + " (as set)"
     if "torch" in sys.modules:

@@ -175,8 +175,8 @@ def _handed_down(path: Path) -> int | None:
         try:
             fd = int(name)
             held = os.fstat(fd)
-        except (ValueError, OSError):  # not a number, or not open in this process (a grandchild)
-            continue
+        except (ValueError, OSError, OverflowError):  # not a number (or none a descriptor can be), or not open
+            continue  # in this process (a grandchild)
         if (held.st_dev, held.st_ino) == (here.st_dev, here.st_ino):
             return fd
     return None
