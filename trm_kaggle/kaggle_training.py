@@ -84,7 +84,7 @@ class SessionReport:
     notes: list[str] = field(default_factory=list)
     # the newest train state among the inputs, which the session passes on (copied into its run folder); a
     # session stopped before the copy still names it, and the next one refuses rather than start the run over (where
-    # the inputs held no state and a record of an earlier session that cannot be read: `UNREAD_RECORD`, naming it)
+    # the inputs held no state and an earlier kernel run's record that cannot be read: `UNREAD_RECORD`, naming it)
     previous_state: str | None = None
 
 

@@ -114,3 +114,12 @@ def file_in(folder: str | os.PathLike, name: str, suffix: str = "") -> Path:
     if path.parent != folder or path.name in ("", ".", ".."):  # cannot happen after encoding; never trust it
         raise ValueError(f"{name!r} does not make a file name inside {folder}")
     return path
+
+
+def place_from(path: str | os.PathLike, folder: str | os.PathLike) -> str | None:
+    """Where `path` lies seen from `folder`, when both were typed alike (both absolute, or both relative to one
+    directory: then the answer does not depend on which directory), else None. A record that holds paths as
+    typed is compared by it: the same folders named another way (an absolute path, from inside them, moved
+    together) are known again."""
+    path, folder = os.fspath(path), os.fspath(folder)
+    return os.path.relpath(path, folder) if os.path.isabs(path) == os.path.isabs(folder) else None

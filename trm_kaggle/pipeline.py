@@ -34,6 +34,7 @@ from trm_kaggle.model import apply_compile, load_model_for_dataset
 from trm_kaggle.solve import solve, solve_io
 from trm_kaggle.train import (RESUMABLE_CHANGES, RUN_RECORD, export_run, list_states, load_newest_state,
                               load_train_config, read_metrics, shown, train)
+from trm_kaggle.names import place_from
 from trm_kaggle.wording import count, shown as shown_name
 
 SUMMARY = "summary.md"
@@ -373,8 +374,8 @@ def _data_places(cfg: TrainConfig) -> list[str]:
     relative to the one directory the run started in: the answer does not depend on which), else resolved from
     here. The same work folder named by its absolute path, from inside it, or moved whole trains the same data."""
     run = cfg.checkpoint_path
-    return [os.path.relpath(p, run) if run and os.path.isabs(p) == os.path.isabs(run) else str(Path(p).resolve())
-            for p in cfg.data_paths]
+    places = [place_from(p, run) if run else None for p in cfg.data_paths]
+    return [str(Path(p).resolve()) if place is None else place for p, place in zip(cfg.data_paths, places)]
 
 
 def _continue_problem(cfg: PipelineConfig, work: Path, plan: tuple[ArcBuildConfig, dict[str, LoadReport]],

@@ -20,7 +20,7 @@ from trm_kaggle.config import whole_argument
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.stats import format_breakdown, format_interval
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.names import file_in
+from trm_kaggle.names import file_in, place_from
 from trm_kaggle.wording import count
 
 if TYPE_CHECKING:  # the report reads results; it runs no model (and imports no torch)
@@ -191,17 +191,10 @@ def weights_record(weights: str | os.PathLike) -> dict[str, str]:
 REPORT_KIND = "evaluation report"  # the owner record's kind: a report folder is replaced only by another report
 
 
-def _from_report(weights: str, out_dir: str | os.PathLike) -> str | None:
-    """Where the weights lie seen from the report's folder, when both were named alike (both absolute, or both
-    relative to one directory: the answer does not depend on which), else None."""
-    out = os.fspath(out_dir)
-    return os.path.relpath(weights, out) if os.path.isabs(weights) == os.path.isabs(out) else None
-
-
 def _placed(out_dir: str | os.PathLike, weights: dict[str, str]) -> dict[str, str]:
     """The weights record a report in `out_dir` holds: with where they lie from that folder (`from_report`), so
     the same folders named another way (an absolute path, from inside them, moved together) are known again."""
-    place = _from_report(weights["path"], out_dir)
+    place = place_from(weights["path"], out_dir)
     return {**weights, "from_report": place} if place is not None else dict(weights)
 
 
@@ -219,7 +212,7 @@ def check_report_dir(out_dir: str | os.PathLike, weights: dict[str, str]) -> Non
     if not isinstance(old, dict) or not isinstance(old.get("path"), str):
         return  # a report of an older version: it did not say whose it is
     same_place = Path(old["path"]).resolve() == Path(weights["path"]).resolve() or (
-        isinstance(old.get("from_report"), str) and old["from_report"] == _from_report(weights["path"], out_dir))
+        isinstance(old.get("from_report"), str) and old["from_report"] == place_from(weights["path"], out_dir))
     if not same_place and old.get("sha256") != weights["sha256"]:
         raise TRMError(f"{out_dir}: holds the report of other weights ({old['path']}); name another folder for the "
                        f"report of {weights['path']}, or remove that one")

@@ -52,7 +52,7 @@ from trm_kaggle.hardware import usable_cores
 from trm_kaggle.interrupts import pool_breaks_quietly
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.lifetime import exit_with_parent
-from trm_kaggle.names import shown
+from trm_kaggle.names import place_from, shown
 from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
 from trm_kaggle.wording import clipped, count, one_line
@@ -434,12 +434,9 @@ _SOURCE_PATHS = ("input_file_prefix", "task_dir")
 
 
 def _from_output(settings: dict, key: str) -> str | None:
-    """Where the source `settings[key]` lies seen from the dataset's folder, when both were typed alike (both
-    absolute or both relative to one directory: then the answer does not depend on that directory), else None."""
+    """Where the source `settings[key]` lies seen from the dataset's folder (`place_from`), else None."""
     path, out = settings.get(key), settings.get("output_dir")
-    if not isinstance(path, str) or not isinstance(out, str) or os.path.isabs(path) != os.path.isabs(out):
-        return None
-    return os.path.relpath(path, out)
+    return place_from(path, out) if isinstance(path, str) and isinstance(out, str) else None
 
 
 def _same_settings(recorded: object, cfg: ArcBuildConfig) -> bool:
