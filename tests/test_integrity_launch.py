@@ -108,6 +108,25 @@ def test_what_train_accepts_is_written(here, capsys, launcher):
     assert {p.name for p in (here / "data").iterdir()} >= {"s4", ".trm_kaggle_jobs"}
 
 
+@pytest.mark.parametrize("launcher", ["slurm", "k8s"])
+def test_a_run_folder_that_is_a_launchs_or_a_sweeps_folder_is_refused(here, capsys, launcher):
+    """`launch --out jobs checkpoint_path=jobs` wrote, exit 0, a job whose training `train` refuses on every node (a
+    launch's folder); as did a run folder that was an earlier launch's `--out` or a sweep's folder."""
+    (here / "sw").mkdir()
+    (here / "sw" / "sweep.json").write_text('{"runs": []}')
+    line = one_error_line(capsys, launch(launcher, "--out", "jobs", "checkpoint_path=jobs"))
+    assert "run folder (checkpoint_path)" in line and "is --out jobs, where the job files go" in line, line
+    assert not (here / "jobs").exists()
+    assert launch(launcher, "--out", "j1", "checkpoint_path=runs/a") == 0
+    capsys.readouterr()
+    before = listing(here)
+    for folder, said in (("j1", "a launch's folder (it holds .trm_kaggle_jobs)"),
+                         ("sw", "a sweep's folder (it holds sweep.json)")):
+        line = one_error_line(capsys, launch(launcher, "--out", "j2", f"checkpoint_path={folder}"))
+        assert f"{folder} is {said}" in line, line
+    assert listing(here) == before
+
+
 # ---------------------------------------------------------------------------
 # What the user typed reaches the worker as given: never shell code, never a Kubernetes `$(VAR)`
 # ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@ run files inside the dataset's `train/` split (after which a rebuild of the data
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 from cli_helpers import one_error_line
 from integrity_helpers import train_args
 from trm_kaggle.cli import main
+from trm_kaggle.errors import TRMError
+from trm_kaggle.train import load_train_config, train
 
 SHIPPED = Path(__file__).resolve().parents[1] / "weights" / "arc2-cpu-tiny"
 
@@ -172,6 +175,9 @@ def test_a_training_run_folder_that_is_another_commands_folder_is_refused(data, 
                          (pipe, "a pipeline's work folder (it holds train/run.json)")):
         line = one_error_line(capsys, main(train_args(data, folder, "max_steps=1")))
         assert f"{folder} is {said}" in line and "choose a folder of its own" in line, line
+        # the library's train refuses them as well (`training_io`), before the run writes anything
+        with pytest.raises(TRMError, match=re.escape(f"{folder} is {said}")):
+            train(load_train_config(None, (), train_args(data, folder, "max_steps=1")[1:]))
     assert {p: _listing(p) for p in (sweep, launch, pipe)} == before
 
 

@@ -47,7 +47,6 @@ def _train(args: argparse.Namespace) -> IO:
     with _quiet():  # the command loads them again and says its notes (upstream spellings...) once
         cfg = load_train_config(args.config, args.preset, overrides)
     _refuse_work_dir(default_run_dir(cfg))
-    _refuse_command_folder(default_run_dir(cfg), "run folder (checkpoint_path)")
     return training_io(cfg, default_run_dir(cfg), export=args.export, config_file=args.config)
 
 
@@ -68,24 +67,6 @@ def _refuse_inside(folder, what: str, kind: str, holds: str, whose: str, owns) -
             where = "is" if at == path else f"lies inside {at}, which is"
             raise TRMError(f"{what} {folder} {where} {kind} (it holds {holds}): its files would mix with the "
                            f"{whose}; choose a folder of its own")
-
-
-def _refuse_command_folder(folder, what: str) -> None:
-    """A run folder that is another command's own folder, found by its record: a sweep's (sweep.json), a launch's
-    (its job-files record) or a pipeline's (train/run.json). `train checkpoint_path=SWEEP` wrote run.json, a
-    state and metrics.jsonl beside sweep.json. Their runs inside them (SWEEP/<run>, PIPE/train) are theirs."""
-    from pathlib import Path
-
-    from trm_kaggle.experiments import SWEEP_FILE
-    from trm_kaggle.outputs import JOBS_RECORD
-    from trm_kaggle.train.checkpoint import RUN_RECORD
-
-    at = Path(folder)
-    for record, kind in ((SWEEP_FILE, "a sweep's folder"), (JOBS_RECORD, "a launch's folder"),
-                         (f"train/{RUN_RECORD}", "a pipeline's work folder")):
-        if (at / record).is_file():
-            raise TRMError(f"{what} {folder} is {kind} (it holds {record}): its files would mix with that command's; "
-                           "choose a folder of its own")
 
 
 def _refuse_work_dir(folder, what: str = "run folder (checkpoint_path)") -> None:
@@ -172,9 +153,9 @@ def _refuse_sweep_folder(folder: str, what: str) -> None:
     """A solve's or a pipeline's folder that is, or lies inside, a sweep's folder (it holds sweep.json): `submit
     --work-dir SWEEP` made the sweep's rerun refuse each of its runs as lying inside a submit's work folder, and
     record them failed. A sweep's runs are the sweep's to write."""
-    from trm_kaggle.experiments import SWEEP_FILE
+    from trm_kaggle.outputs import SWEEP_RECORD
 
-    _refuse_inside(folder, what, "a sweep's folder", SWEEP_FILE, "sweep's", lambda at: (at / SWEEP_FILE).is_file())
+    _refuse_inside(folder, what, "a sweep's folder", SWEEP_RECORD, "sweep's", lambda at: (at / SWEEP_RECORD).is_file())
 
 
 def _submit(args: argparse.Namespace) -> IO:

@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 
 
 from trm_kaggle.atomic import atomic_write_json, replace_problem
-from trm_kaggle.config import MAX_SAVE_EVERY_S, TrainConfig, seconds_argument
+from trm_kaggle.config import MAX_SAVE_EVERY_S, TrainConfig, seconds_argument, whole_argument
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import clipped, escaped_echo
 
@@ -58,6 +58,7 @@ CURVE = "training_curve.png"
 SESSION = "session.json"
 DEFAULT_BUDGET = 11.5 * 3600  # seconds: Kaggle stops a session at 12 h
 MAX_SESSION_SECONDS = 10**7  # a budget or margin past 115 days is a slip (a number printed in 301 digits)
+MAX_SESSION_STEPS = 10**9  # a cap on the steps of one session (a Kaggle session of 12 hours makes far fewer)
 DEFAULT_MARGIN = 600.0  # seconds kept for the final save, the export and the picture
 DEFAULT_SAVE_EVERY = 300.0  # seconds between timed train states: a session killed outright loses at most this
 MAX_RECORD_BYTES = 1 << 20  # an earlier kernel run's record over this is not read (one this version writes is small)
@@ -348,9 +349,11 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
                 raise TRMError(f"save_every_s {clipped(save_every_s, 40)}: a number of seconds above 0 and at most "
                                f"{MAX_SAVE_EVERY_S:,}, or None for no timed saves")
             timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
-            if session_steps is not None and (isinstance(session_steps, bool) or not isinstance(session_steps, int)
-                                              or session_steps < 1):  # -1 once blamed a budget that was not set
-                raise TRMError(f"session_steps {session_steps!r}: a whole number of steps >= 1, or None for no cap")
+            if session_steps is not None:  # -1 once blamed a budget that was not set; numpy's 3 was refused
+                try:
+                    session_steps = whole_argument("session_steps", session_steps, 1, MAX_SESSION_STEPS)
+                except ValueError as e:
+                    raise TRMError(f"{e}, or None for no cap") from None
             _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
                      (timed, overrides, device), data_dir, time_budget, margin, session_steps, started,
                      Path(scratch) if scratch is not None else default_scratch(), echo, stops)

@@ -204,9 +204,11 @@ JOBS_RECORD = ".trm_kaggle_jobs"
 #: Names this package keeps for its own records: a file output of that name would be replaced by the next command
 #: in its folder (`submit --output run/.trm_kaggle.lock` was, by the run's next training).
 RESERVED_NAMES = (LOCK_FILE, OWNER_RECORD, JOBS_RECORD)
+#: A sweep's record in its folder (`experiments.sweep`).
+SWEEP_RECORD = "sweep.json"
 #: The records other commands keep in their folders, by name: written over, that command could no longer read its
 #: folder (`submit --output SWEEP/sweep.json` lost the sweep: compare and its rerun refused the folder).
-_FOLDER_RECORDS = {"sweep.json": "the record of a sweep", "solve_report.json": "the record of a submit's work folder"}
+_FOLDER_RECORDS = {SWEEP_RECORD: "the record of a sweep", "solve_report.json": "the record of a submit's work folder"}
 
 
 def _record_field(path: Path, key: str, what: str):
@@ -272,6 +274,20 @@ _RUN_FILES = ("state_step*.pt", "run.json", "config.json", "metrics.jsonl")
 PIPELINE_FILES = ("summary.md", "training_curve.png", "submission.json", "unseen_challenges.json",
                   "unseen_solutions.json")
 PIPELINE_RUN_DIR = "train"  # a pipeline's run folder in its work folder (it holds train/run.json)
+
+
+def command_folder_problem(folder: str | os.PathLike, what: str) -> str | None:
+    """Why `folder` may not be a training's run folder because it is another command's own folder, found by its
+    record: a sweep's (sweep.json), a launch's (its job-files record) or a pipeline's (train/run.json). `train
+    checkpoint_path=SWEEP` wrote run.json, a state and metrics.jsonl beside sweep.json. Their runs inside them
+    (SWEEP/<run>, PIPE/train) are theirs."""
+    at = Path(folder)
+    for record, kind in ((SWEEP_RECORD, "a sweep's folder"), (JOBS_RECORD, "a launch's folder"),
+                         (f"{PIPELINE_RUN_DIR}/run.json", "a pipeline's work folder")):
+        if (at / record).is_file():
+            return (f"{what} {os.fspath(folder)} is {kind} (it holds {record}): its files would mix with that "
+                    "command's; choose a folder of its own")
+    return None
 
 
 def _launch_files(folder: Path) -> set[str]:

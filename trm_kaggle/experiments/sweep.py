@@ -54,7 +54,7 @@ from trm_kaggle.interrupts import FirstStopOnly, Terminated
 from trm_kaggle.jsonio import is_regular, open_regular, read_json
 from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
-from trm_kaggle.outputs import Input, Output, check_kept, overlap_problem, writable_problem
+from trm_kaggle.outputs import SWEEP_RECORD, Input, Output, check_kept, overlap_problem, writable_problem
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
                               read_config_file, repeated_keys, training_io)
@@ -63,7 +63,7 @@ from trm_kaggle.wording import clipped
 log = logging.getLogger(__name__)
 
 SWEEP_FORMAT = "trm_kaggle.sweep"
-SWEEP_FILE = "sweep.json"
+SWEEP_FILE = SWEEP_RECORD
 LOG_FILE = "train.log"
 RUN_CONFIG = "run_config.yaml"  # a run's resolved settings, written by the sweep, read by its train process
 

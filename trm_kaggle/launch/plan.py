@@ -28,7 +28,7 @@ from trm_kaggle.launch import files, k8s, slurm
 from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_volume
 from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.outputs import Output, overlap_problem, writable_problem
-from trm_kaggle.train import load_train_config, training_io
+from trm_kaggle.train import default_run_dir, load_train_config, training_io
 from trm_kaggle.wording import count
 
 
@@ -150,10 +150,16 @@ def check_outputs(cluster: ClusterConfig, jobs: list[ClusterJob], texts: dict[st
         if problem:
             raise TRMError((f"run {job.run}: " if len(jobs) > 1 else "") + problem)
         read += inputs
-    read += [i for cfg in given for i in training_io(cfg, cfg.checkpoint_path or ".")[0]]
+    read += [i for cfg in given for i in training_io(cfg, default_run_dir(cfg))[0]]
     problem = overlap_problem(read, [Output(cluster.out, "--out", "folder", (*texts, files.RECORD, LOCK_FILE))])
     if problem:
         raise TRMError(problem)
+    # the job files' folder as a run folder: `train` refuses a launch's folder, so every node would fail at its start
+    out = os.path.realpath(cluster.out)
+    for run_dir in [job.run_dir for job in jobs] + [str(default_run_dir(cfg)) for cfg in given]:
+        if os.path.realpath(run_dir) == out:
+            raise TRMError(f"run folder (checkpoint_path) {run_dir} is --out {cluster.out}, where the job files go: "
+                           "train refuses a launch's folder as its run folder; choose another checkpoint_path or --out")
 
 
 def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[str], export: str | None = None,

@@ -17,7 +17,7 @@ import os
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import LOCK_FILE
-from trm_kaggle.outputs import Input, Output, overlap_problem
+from trm_kaggle.outputs import Input, Output, command_folder_problem, overlap_problem
 
 #: What a training writes in its run folder (a settings file a sweep or a cluster job put there is read, not
 #: written).
@@ -26,7 +26,10 @@ RUN_ENTRIES = ("config.json", "metrics.jsonl", "state_step*", ".state_step*", "t
 
 def training_io(cfg: TrainConfig, run_dir: str | os.PathLike, *, export: str | os.PathLike | None = None,
                 config_file: str | os.PathLike | None = None) -> tuple[list[Input], list[Output]]:
-    """(inputs, outputs) of a training with settings `cfg` writing `run_dir` (and `export`, with `--export`)."""
+    """(inputs, outputs) of a training with settings `cfg` writing `run_dir` (and `export`, with `--export`).
+    A `run_dir` that is a sweep's, a launch's or a pipeline's own folder is refused here, for every caller."""
+    if problem := command_folder_problem(run_dir, "run folder (checkpoint_path)"):
+        raise TRMError(problem)
     inputs = [Input(p, "data path", tree=True) for p in cfg.data_paths]
     inputs += [Input(p, "data_paths_test path", tree=True) for p in cfg.data_paths_test if p not in cfg.data_paths]
     inputs += [Input(p, name) for p, name in ((config_file, "--config"), (cfg.load_checkpoint, "load_checkpoint"))
