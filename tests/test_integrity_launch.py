@@ -109,21 +109,29 @@ def test_what_train_accepts_is_written(here, capsys, launcher):
 
 
 @pytest.mark.parametrize("launcher", ["slurm", "k8s"])
-def test_a_run_folder_that_is_a_launchs_or_a_sweeps_folder_is_refused(here, capsys, launcher):
-    """`launch --out jobs checkpoint_path=jobs` wrote, exit 0, a job whose training `train` refuses on every node (a
-    launch's folder); as did a run folder that was an earlier launch's `--out` or a sweep's folder."""
+def test_a_run_folder_or_export_train_refuses_for_its_place_is_refused(here, capsys, launcher):
+    """Each wrote, exit 0, a job whose training `train` refuses on every node: a run folder that is the job files'
+    own --out, an earlier launch's --out or a sweep's folder; an export onto a file or onto --out; a run folder
+    that is, or lies inside, an export (the export onto --out lost a whole run's export at its end)."""
     (here / "sw").mkdir()
     (here / "sw" / "sweep.json").write_text('{"runs": []}')
-    line = one_error_line(capsys, launch(launcher, "--out", "jobs", "checkpoint_path=jobs"))
-    assert "run folder (checkpoint_path)" in line and "is --out jobs, where the job files go" in line, line
-    assert not (here / "jobs").exists()
+    (here / "exp").mkdir()
+    (here / "exp" / "config.json").write_text("{}")
+    (here / "exp" / "weights.safetensors").write_bytes(b"")
+    (here / "c.yaml").write_text("max_steps: 5\n")
     assert launch(launcher, "--out", "j1", "checkpoint_path=runs/a") == 0
     capsys.readouterr()
     before = listing(here)
-    for folder, said in (("j1", "a launch's folder (it holds .trm_kaggle_jobs)"),
-                         ("sw", "a sweep's folder (it holds sweep.json)")):
-        line = one_error_line(capsys, launch(launcher, "--out", "j2", f"checkpoint_path={folder}"))
-        assert f"{folder} is {said}" in line, line
+    for args, said in (
+            (["--out", "jobs", "checkpoint_path=jobs"], "and --out jobs are one path: give each output its own"),
+            (["--out", "j2", "checkpoint_path=j1"], "j1 is a launch's folder (it holds .trm_kaggle_jobs)"),
+            (["--out", "j2", "checkpoint_path=sw"], "sw is a sweep's folder (it holds sweep.json)"),
+            (["--out", "j2", "--export", "c.yaml"], "c.yaml is a file; a folder is written there"),
+            (["--out", "k", "--export", "k"], "and --out k are one path: give each output its own"),
+            (["--out", "j2", "checkpoint_path=exp"], "exp is an export: its files would mix with the input's"),
+            (["--out", "j2", "checkpoint_path=exp/x"], "which is an export: its files would mix")):
+        line = one_error_line(capsys, launch(launcher, *args))
+        assert said in line, (args, line)
     assert listing(here) == before
 
 

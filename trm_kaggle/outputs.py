@@ -374,10 +374,8 @@ def writable_problem(out: Output) -> str | None:
     if problem := _name_length_problem(out, path):
         return problem
     if path.exists():
-        if out.kind == "file" and path.is_dir():
-            return f"{shown} is a folder; a file is written there"
-        if out.kind != "file" and not path.is_dir():
-            return f"{shown} is {special_kind(path) or 'a file'}; a folder is written there"
+        if problem := _shape_problem(out, path):
+            return problem
         if out.kind == "file" and (kind := special_kind(path)):
             return f"{shown} is {kind}, not a file: it is not replaced (choose another path)"
         if out.kind == "file" and not os.access(path, os.W_OK):  # protected on purpose: not ours to replace
@@ -387,9 +385,7 @@ def writable_problem(out: Output) -> str | None:
         if out.kind == "replaced" and not os.access(path, os.W_OK):
             return (f"{shown} is read-only or immutable (see lsattr) and cannot be replaced; make it writable or "
                     "choose another path")
-    if out.kind != "file" and (problem := _input_problem(out, path)):
-        return problem
-    if out.kind == "file" and (problem := _input_file_problem(out, path)):
+    if problem := _in_an_input_problem(out, path):
         return problem
     if out.kind == "folder" and out.writes and path.is_dir():  # a folder of ours planted as a link to another
         for name in out.writes:  # (`units/` -> elsewhere): everything the command put there would land there
@@ -414,6 +410,28 @@ def writable_problem(out: Output) -> str | None:
         return (f"{shown} is in /{top[0]}, the system's own device and process files, not a place for a "
                 f"{'file' if out.kind == 'file' else 'folder'} of this package: choose a path of its own")
     return None
+
+
+def _shape_problem(out: Output, path: Path) -> str | None:
+    """A folder where a file is written, or anything else where a folder is (`path`: `out` resolved, existing)."""
+    if out.kind == "file" and path.is_dir():
+        return f"{_shown(out)} is a folder; a file is written there"
+    if out.kind != "file" and not path.is_dir():
+        return f"{_shown(out)} is {special_kind(path) or 'a file'}; a folder is written there"
+    return None
+
+
+def _in_an_input_problem(out: Output, path: Path) -> str | None:
+    return _input_problem(out, path) if out.kind != "file" else _input_file_problem(out, path)
+
+
+def place_problem(out: Output) -> str | None:
+    """Why `out`'s place is no place for it whoever writes it, or None: a file where a folder is written (or the
+    reverse), a folder inside a dataset or an export, one of an input's own files. Not whether this user may write
+    there: `launch` asks it of the paths its nodes will write, as another user on another machine
+    (`writable_problem` asks both)."""
+    path = Path(os.path.realpath(os.fspath(out.path)))
+    return (_shape_problem(out, path) if path.exists() else None) or _in_an_input_problem(out, path)
 
 
 def _receiving_folder(out: Output, path: Path) -> Path:

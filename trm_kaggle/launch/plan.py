@@ -27,7 +27,7 @@ from trm_kaggle.experiments import plan_sweep, repeated_variants
 from trm_kaggle.launch import files, k8s, slurm
 from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_volume
 from trm_kaggle.locks import LOCK_FILE
-from trm_kaggle.outputs import Output, overlap_problem, writable_problem
+from trm_kaggle.outputs import Output, overlap_problem, place_problem, writable_problem
 from trm_kaggle.train import default_run_dir, load_train_config, training_io
 from trm_kaggle.wording import count
 
@@ -140,26 +140,23 @@ def launch_sweep(cluster: ClusterConfig, grid: SweepGrid, *, sweep_dir: str | No
 def check_outputs(cluster: ClusterConfig, jobs: list[ClusterJob], texts: dict[str, str], export: str | None,
                   given: Sequence[TrainConfig] = ()) -> None:
     """Refuse, before a file is written, what `train` would refuse on the nodes (`training_io`, on the paths
-    they use: a run folder or --export inside a dataset, a run folder holding the checkpoint it loads), and
-    job files (--out, written here) inside a dataset or over a file a run reads, as the nodes name them and
-    as the settings `given` name them here."""
+    they use: a run folder or --export inside a dataset or an export, or where a file is, a run folder holding
+    the checkpoint it loads or that is another command's folder), and job files (--out, written here) inside a
+    dataset, over a file a run reads or where a run writes, as the nodes name them and as the settings `given`
+    name them here (with --export as typed)."""
+    job_files = Output(cluster.out, "--out", "folder", (*texts, files.RECORD, LOCK_FILE))
+    runs = [(f"run {job.run}: " if len(jobs) > 1 else "", job.settings, job.run_dir, export) for job in jobs]
+    runs += [("", cfg, default_run_dir(cfg), cluster.export) for cfg in given]
     read = []
-    for job in jobs:
-        inputs, outputs = training_io(job.settings, job.run_dir, export=export)
-        problem = overlap_problem(inputs, outputs)
-        if problem:
-            raise TRMError((f"run {job.run}: " if len(jobs) > 1 else "") + problem)
+    for where, cfg, run_dir, exported in runs:
+        inputs, outputs = training_io(cfg, run_dir, export=exported)
+        # the place of each output as `train` finds it there (whether the nodes may write it is theirs to say)
+        problem = overlap_problem(inputs, [*outputs, job_files])
+        if problem := problem or next(filter(None, map(place_problem, outputs)), None):
+            raise TRMError(where + problem)
         read += inputs
-    read += [i for cfg in given for i in training_io(cfg, default_run_dir(cfg))[0]]
-    problem = overlap_problem(read, [Output(cluster.out, "--out", "folder", (*texts, files.RECORD, LOCK_FILE))])
-    if problem:
+    if problem := overlap_problem(read, [job_files]):
         raise TRMError(problem)
-    # the job files' folder as a run folder: `train` refuses a launch's folder, so every node would fail at its start
-    out = os.path.realpath(cluster.out)
-    for run_dir in [job.run_dir for job in jobs] + [str(default_run_dir(cfg)) for cfg in given]:
-        if os.path.realpath(run_dir) == out:
-            raise TRMError(f"run folder (checkpoint_path) {run_dir} is --out {cluster.out}, where the job files go: "
-                           "train refuses a launch's folder as its run folder; choose another checkpoint_path or --out")
 
 
 def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[str], export: str | None = None,
