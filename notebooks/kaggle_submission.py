@@ -446,12 +446,13 @@ if READY:
         from trm_kaggle.config import SolveConfig
         from trm_kaggle.evaluate import check_submission, expected_counts
         from trm_kaggle.solve import solve
+        from trm_kaggle.wording import log_one_line_each
 
         print(f"trm_kaggle {trm_kaggle.__version__} from {trm_kaggle.__file__}")
         # the count only: naming the GPUs here would start CUDA in this process, on a GPU a worker needs whole
         print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {torch.cuda.device_count()} GPU(s) "
               f"visible")
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
+        log_one_line_each(logging.INFO, force=True)  # a name from the inputs never reaches the log raw
     except BaseException as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
         READY = False
         NO_MODEL = f"importing trm_kaggle failed ({type(e).__name__}: {e})"

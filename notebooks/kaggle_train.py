@@ -340,8 +340,9 @@ if READY:
         print(f"OpenMP waits: {quiet_openmp_waits()}")  # before torch loads OpenMP
         import trm_kaggle
         from trm_kaggle.kaggle_training import run_session, stop_when_the_runner_exits
+        from trm_kaggle.wording import log_one_line_each
 
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", force=True)
+        log_one_line_each(logging.INFO, force=True)  # a name from the inputs never reaches the log raw
         print(f"trm_kaggle {trm_kaggle.__version__}")
     except BaseException as e:  # noqa: BLE001 - an image without torch or pydantic, a damaged install
         fail(f"importing trm_kaggle failed ({type(e).__name__}: {e})")

@@ -48,6 +48,28 @@ def test_the_training_notebook_says_each_line_escaped(capsys):
     assert capsys.readouterr().out == "status: refused; /x/\\x1b[31mRED\\nFAKE\\x07.pt\nWARNING: a\\nb\n"
 
 
+@pytest.mark.parametrize("notebook", ["kaggle_train.py", "kaggle_submission.py"])
+def test_the_kernels_log_records_are_each_one_escaped_line(notebook, capsys):
+    """The training kernel's log said a folder name found in the previous output raw: its "trying the previous
+    state" warning printed an escape sequence, and a newline in the name forged an `INFO:` line. Both kernels set
+    up logging through `log_one_line_each` (no format of their own), which escapes every record."""
+    import logging
+
+    from trm_kaggle.wording import log_one_line_each
+
+    source = (NOTEBOOKS / notebook).read_text(encoding="utf-8")
+    assert "log_one_line_each(logging.INFO, force=True)" in source and "basicConfig" not in source
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        log_one_line_each(logging.INFO, force=True)
+        logging.getLogger("trm_kaggle.train").warning("%s; trying the previous state", "/x/run\nINFO: fake\x1b[31m")
+    finally:
+        root.handlers[:], root.level = handlers, level
+    err = capsys.readouterr().err
+    assert err == "WARNING: /x/run\\nINFO: fake\\x1b[31m; trying the previous state\n", err
+
+
 @pytest.mark.parametrize("text", ["２", "٤٠٠", "１２０"])
 def test_the_kernels_number_parameters_are_ascii_digits(capsys, text):
     train = notebook_functions("kaggle_train.py", "say", "warn", "checked_number")

@@ -188,6 +188,15 @@ def test_a_special_bundle_input_is_named(inputs, tmp_path, special, capsys, opti
     assert not (tmp_path / "ob").exists()
 
 
+def test_a_folder_given_as_the_bundles_notebook_is_named_a_folder(inputs, tmp_path, capsys):
+    """`--notebook DIR` was said "does not exist yet" (the folder exists; it is no notebook file)."""
+    folder = tmp_path / "nbdir"
+    folder.mkdir()
+    line = one_error_line(capsys, bundle(inputs, tmp_path / "ob", notebook=folder))
+    assert f"notebook {folder} is a folder; a notebook file (.ipynb) is expected" in line, line
+    assert not (tmp_path / "ob").exists()
+
+
 @pytest.mark.parametrize("which,kind", [("challenges", "fifo"), ("challenges", "/dev/zero link"),
                                         ("solutions", "fifo"), ("solutions", "/dev/zero link")])
 def test_a_special_prefix_file_is_not_called_missing(arc_prefix, tmp_path, special, capsys, which, kind):

@@ -62,6 +62,34 @@ def test_a_submit_work_folder_in_a_training_run_folder_is_refused(data, tmp_path
     assert _listing(run) == before and not (tmp_path / "s.json").exists()
 
 
+def test_the_librarys_solve_in_a_pipelines_or_a_sweeps_folder_is_refused(tmp_path):
+    """`solve(work_dir=PIPE)` (or a sweep's folder, or a folder inside it) from Python wrote units/, workers/ and
+    solve_report.json there, and the pipeline's (or the sweep's) rerun then refused the folder as a submit's;
+    `submit` refused the same folders. Refused by solve itself, in the command's words, nothing written."""
+    import json
+
+    from trm_kaggle.config import SolveConfig
+    from trm_kaggle.solve import solve
+
+    task = {"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[1, 2]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t1": task}))
+    pipe, sweep = tmp_path / "pipe", tmp_path / "sw"
+    (pipe / "train").mkdir(parents=True)
+    (pipe / "train" / "run.json").write_text('{"run_id": "r1"}')
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text('{"runs": []}')
+    before = {p: _listing(p) for p in (pipe, sweep)}
+    for work, said in ((pipe, f"work_dir {pipe} is a pipeline's work folder (it holds train/run.json)"),
+                       (sweep, f"work_dir {sweep} is a sweep's folder (it holds sweep.json)"),
+                       (sweep / "w", f"work_dir {sweep / 'w'} lies inside {sweep}, which is a sweep's folder")):
+        cfg = SolveConfig(challenges=str(tmp_path / "c.json"), weights=str(SHIPPED), output=str(tmp_path / "s.json"),
+                          work_dir=str(work), num_aug=1)
+        with pytest.raises(TRMError) as e:
+            solve(cfg, echo=lambda _: None)
+        assert said in str(e.value) and "choose a folder of its own" in str(e.value), str(e.value)
+    assert {p: _listing(p) for p in (pipe, sweep)} == before and not (tmp_path / "s.json").exists()
+
+
 def test_the_librarys_solve_in_a_training_run_folder_is_refused(tmp_path):
     """`solve(work_dir=RUN)` (or RUN/ttt, or output=RUN/s.json and its default work dir RUN/s-ttt) from Python wrote
     units/, workers/ and solve_report.json among the run's states, exit 0, and `train` then refused to resume the

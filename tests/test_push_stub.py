@@ -129,6 +129,55 @@ def test_a_refusal_fails_with_one_error_line(namespace, export, tmp_path, scenar
         assert not calls(requests, "SaveKernel")  # nothing pushed after a refused dataset
 
 
+#: Run inside the stub's namespace: build_bundle.py, with the kaggle client's dataset upload cutting the weights
+#: file to 1000 bytes just before it reads the folder (a file changed after the check before the upload).
+CUT_DURING_UPLOAD = """
+import os, sys
+sys.path.insert(0, {repo!r})
+from kaggle.api.kaggle_api_extended import KaggleApi
+real = KaggleApi.dataset_create_new
+
+def cut_then_upload(self, folder, *args, **kwargs):
+    if os.path.basename(folder) == "weights":
+        with open(os.path.join(folder, "weights.safetensors"), "r+b") as f:
+            f.truncate(1000)
+    return real(self, folder, *args, **kwargs)
+
+KaggleApi.dataset_create_new = cut_then_upload
+from trm_kaggle.console import run
+sys.argv = ["build_bundle.py", *sys.argv[1:]]
+sys.exit(run("build_bundle.py"))
+"""
+
+
+def test_a_file_changed_during_its_upload_is_refused_and_uploaded_again(namespace, export, tmp_path):
+    """The reproducer: the weights file cut after the check before the upload was published, the push exited 0 and
+    recorded the weights dataset with its manifest's digest, so every push of the repaired bundle skipped it as
+    unchanged. The files are checked again once the upload returns: the push stops in one line, records nothing
+    for that dataset, and the next push uploads it again."""
+    out, driver = tmp_path / "out", tmp_path / "cut_during_upload.py"
+    driver.write_text(CUT_DURING_UPLOAD.format(repo=str(REPO)))
+    res, requests = run(namespace, tmp_path, "ok", [sys.executable, str(driver), *push_command(out, export)[2:]])
+    assert res.returncode == 2, res.stdout + res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"dataset {WEIGHTS}: its files changed during the upload" in errors[0], res.stderr
+    assert "Traceback" not in res.stderr and not calls(requests, "SaveKernel")
+    assert (out / "weights" / "weights.safetensors").stat().st_size == 1000  # what the client sent
+    record = out / ".trm-kaggle-pushed.json"
+    assert WEIGHTS not in (json.loads(record.read_text()) if record.is_file() else {})
+
+    # the bundle rebuilt (the weights whole again) and pushed to a Kaggle that has both datasets: uploaded again
+    res, requests = run(namespace, tmp_path, "existing", push_command(out, export))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"dataset {WEIGHTS}: unchanged" not in res.stdout
+    assert [f"{b['ownerSlug']}/{b['datasetSlug']}" for b in calls(requests, "CreateDatasetVersion")] == [WHEELS,
+                                                                                                          WEIGHTS]
+    blobs = Path(str(max(tmp_path.glob("requests-existing-*.json"))) + ".blobs")
+    got = received(requests, blobs, WEIGHTS, tmp_path / "received")
+    assert (got / "weights.safetensors").read_bytes() == (export / "weights.safetensors").read_bytes()
+    assert WEIGHTS in json.loads(record.read_text())
+
+
 def test_the_cli_alone_exits_0_on_a_refusal(namespace, export, tmp_path):
     """Why the answers are read: `kaggle kernels push` reports the refusal but exits 0."""
     out = tmp_path / "out"

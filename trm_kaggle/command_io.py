@@ -129,40 +129,19 @@ def _evaluate_repair(args: argparse.Namespace) -> IO:
 
 
 def _refuse_run_folder(folder: str, what: str) -> None:
-    """A solve's folder, or a pipeline's (its solve works in WORK/ttt), inside a training run folder: `export` or a
-    resume would then search the solve's files. `solve` checks the same itself, for every caller."""
-    from trm_kaggle.solve import run_folder_problem
+    """A pipeline's folder inside a training run folder or a sweep's: `export` or a resume would then search the
+    pipeline's files; a sweep's rerun would refuse its runs. `solve` checks the same for a work dir itself."""
+    from trm_kaggle.solve import run_folder_problem, sweep_folder_problem
 
-    if problem := run_folder_problem(folder, what):
+    if problem := run_folder_problem(folder, what) or sweep_folder_problem(folder, what):
         raise TRMError(problem)
-
-
-def _refuse_pipeline_folder(folder: str, what: str) -> None:
-    """A solve's folder that is a pipeline's work folder (it holds train/run.json): its units/ and report there made
-    the pipeline's rerun refuse the folder as a submit's. Inside one is the pipeline's own solve (WORK/ttt)."""
-    from pathlib import Path
-
-    from trm_kaggle.train.checkpoint import RUN_RECORD
-
-    if (Path(folder) / "train" / RUN_RECORD).is_file():
-        raise TRMError(f"{what} {folder} is a pipeline's work folder (it holds train/{RUN_RECORD}): its files would "
-                       "mix with the pipeline's, whose rerun would then refuse it; choose a folder of its own")
-
-
-def _refuse_sweep_folder(folder: str, what: str) -> None:
-    """A solve's or a pipeline's folder that is, or lies inside, a sweep's folder (it holds sweep.json): `submit
-    --work-dir SWEEP` made the sweep's rerun refuse each of its runs as lying inside a submit's work folder, and
-    record them failed. A sweep's runs are the sweep's to write."""
-    from trm_kaggle.outputs import SWEEP_RECORD
-
-    _refuse_inside(folder, what, "a sweep's folder", SWEEP_RECORD, "sweep's", lambda at: (at / SWEEP_RECORD).is_file())
 
 
 def _submit(args: argparse.Namespace) -> IO:
     if args.list_recipes or not (args.challenges and args.weights):
         return [], []
     from trm_kaggle.config import default_work_dir
-    from trm_kaggle.solve import solve_io
+    from trm_kaggle.solve import others_folder_problem, solve_io
 
     try:
         work_dir = args.work_dir or default_work_dir(args.output)
@@ -174,9 +153,8 @@ def _submit(args: argparse.Namespace) -> IO:
         raise TRMError(f"{what} {work_dir} is a symbolic link to {os.path.realpath(work_dir)}: the default work "
                        "folder is never written through a link (name it with --work-dir, or remove the link)")
     _refuse_below_a_work_dir(work_dir, what)
-    _refuse_run_folder(work_dir, what)
-    _refuse_pipeline_folder(work_dir, what)
-    _refuse_sweep_folder(work_dir, what)
+    if problem := others_folder_problem(work_dir, what):  # as `solve` checks it, with the option's name
+        raise TRMError(problem)
     _refuse_work_dir(args.output, "--output")  # its own work folder is an output it may not lie in, as any other
     inputs, outputs = solve_io(args.challenges, args.weights, args.output, work_dir,
                                getattr(args, "compile_cache", None))
@@ -197,7 +175,6 @@ def _pipeline(args: argparse.Namespace) -> IO:
     work_dir = args.work_dir or PipelineConfig.model_fields["work_dir"].get_default()
     _refuse_work_dir(work_dir, "--work-dir")  # it trains into WORK/train: a run folder, as train's own
     _refuse_run_folder(work_dir, "--work-dir")
-    _refuse_sweep_folder(work_dir, "--work-dir")
     # its run folder too, as `train` checks its own: a read-only one was found after stage 1 ran again
     work = Output(work_dir, "--work-dir", "folder")
     if not writable_problem(work) and (problem := writable_problem(Output(Path(work_dir) / PIPELINE_RUN_DIR,

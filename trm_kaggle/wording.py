@@ -3,6 +3,7 @@ console that never fails on a character it cannot show."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Callable
 
@@ -54,3 +55,20 @@ def escape_what_the_console_cannot_show() -> None:
         # surrogateescape (the C locale's) fails on é as strict does
         if getattr(stream, "errors", None) in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+
+
+class OneLineFormatter(logging.Formatter):
+    """A log record as one terminal line: a message quotes names read from files (a task file's path, an id, a
+    folder found in a kernel's inputs), whose escape sequences would reach the terminal and whose newlines would
+    forge a second line (`one_line`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return one_line(super().format(record))
+
+
+def log_one_line_each(level: int, *, force: bool = False) -> None:
+    """The package's log records on stderr as `LEVEL: message`, each one escaped line (`OneLineFormatter`): how
+    the CLI and the Kaggle kernels say them. `force` replaces handlers already set (a notebook run again)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("%(levelname)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=force)

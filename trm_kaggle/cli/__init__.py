@@ -57,16 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _OneLineFormatter(logging.Formatter):
-    """A log record as one terminal line: a message quotes names read from files (a task file's path, an id), whose
-    escape sequences would reach the terminal and whose newlines would split the line (`wording.one_line`)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        from trm_kaggle.wording import one_line
-
-        return one_line(super().format(record))
-
-
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # submit's --time-budget counts from here: its imports and checks are spent too
     try:
@@ -88,7 +78,7 @@ def _main(argv: list[str] | None, started: float) -> int:
     from trm_kaggle.config import validation_line
     from trm_kaggle.errors import TRMError, os_error_line
     from trm_kaggle.stdout import checked_stdout, parse_checked
-    from trm_kaggle.wording import escape_what_the_console_cannot_show, one_line
+    from trm_kaggle.wording import escape_what_the_console_cannot_show, log_one_line_each, one_line
 
     escape_what_the_console_cannot_show()  # a task id the locale cannot encode is escaped, never a traceback
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -120,10 +110,7 @@ def _main(argv: list[str] | None, started: float) -> int:
     if overrides:
         args.overrides = list(args.overrides) + overrides
     args.started, args.argv = started, list(argv)  # the line as parsed: `bundle` asks which options were typed
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_OneLineFormatter("%(levelname)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-                        handlers=[handler])
+    log_one_line_each(logging.INFO if getattr(args, "verbose", False) else logging.WARNING)
     try:
         with checked_stdout():  # the results reach stdout, or the command fails: never a silent success
             if getattr(args, "overrides", None):  # the key=value settings typed on this line

@@ -33,6 +33,9 @@ SOLVE_MODULE, SOLVE_NAME = "trm_kaggle.solve", "solve"
 def read_notebook(path: Path) -> dict:
     """The notebook JSON at `path`, or TRMError saying why it is not one."""
     if not is_regular(path, "notebook"):
+        if os.path.isdir(path):  # was said "does not exist yet"
+            raise TRMError(f"notebook {path} is a folder; a notebook file (.ipynb) is expected: pass one with "
+                           "--notebook")
         raise TRMError(f"notebook {path} does not exist yet (it is written separately: "
                        f"{DEFAULT_NOTEBOOK}); pass another one with --notebook")
     nb = read_json(path, "notebook")

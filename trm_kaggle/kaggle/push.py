@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
     DATA_DIR, DATASET_META, DEFAULT_USER, KERNEL_META, MANIFEST, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR,
@@ -220,12 +220,34 @@ def check_dataset(folder: Path) -> None:
         verify_manifest(folder, required=PART_FILES.get(folder.name, ()))
 
 
-def publish_dataset(api: Any, folder: Path, message: str, say: Callable[[str], None]) -> str:
+def check_uploaded(folder: Path, ident: str, digest: str) -> None:
+    """After an upload: the dataset's files against its manifest again (`check_dataset`), and that manifest
+    against the one read before the upload (`digest`). The kaggle client opens and reads the files itself, so
+    the bytes it sent cannot be hashed as they go; a file cut or rewritten between the check before the upload
+    and this one was published as it was then, and is refused here instead of being recorded as pushed (a file
+    changed and put back in between goes unseen: it is whole again when both checks read it). TRMError naming
+    the dataset; nothing is recorded for it, so the next push uploads it again."""
+    try:
+        check_dataset(folder)
+        changed = None if content_digest(folder) == digest else f"{folder / MANIFEST} was rewritten"
+    except TRMError as e:
+        changed = str(e)
+    except OSError as e:  # a file removed or unreadable mid-check
+        changed = os_error_line(e)
+    if changed:
+        raise TRMError(f"dataset {ident}: its files changed during the upload ({changed}); Kaggle may have "
+                       f"received them mid-change, and it is not recorded as pushed: leave {folder} alone while "
+                       f"pushing, repair or rebuild the bundle, and push again (the dataset is uploaded again)")
+
+
+def publish_dataset(api: Any, folder: Path, message: str, say: Callable[[str], None],
+                    digest: str | None = None) -> str:
     """Create the dataset in `folder` the first time, else a new version, but only when its content (the
-    manifest's digests) differs from what the last push from this OUT_DIR uploaded (recorded beside the
-    folder in `PUSHED` once Kaggle has processed it: `publish`); returns what was done."""
+    manifest's digests, or `digest` when the caller read them) differs from what the last push from this
+    OUT_DIR uploaded (recorded beside the folder in `PUSHED` once Kaggle has processed it: `publish`); an
+    upload is followed by `check_uploaded` against that digest. Returns what was done."""
     ident = read_json(folder / DATASET_META, DATASET_META)["id"]
-    digest, record = content_digest(folder), _pushed(folder)
+    digest, record = digest or content_digest(folder), _pushed(folder)
     if dataset_exists(api, ident):
         if record.get(ident) == digest:
             say(f"dataset {ident}: unchanged since its last push (the same files): not uploaded")
@@ -235,12 +257,14 @@ def publish_dataset(api: Any, folder: Path, message: str, say: Callable[[str], N
         _record(folder, ident, None)
         _call(f"kaggle datasets version {ident}", lambda: api.dataset_create_version(
             str(folder), message, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
+        check_uploaded(folder, ident, digest)
         say(f"dataset {ident}: new version uploaded ({message!r})")
         done = "versioned"
     else:
         _record(folder, ident, None)
         _call(f"kaggle datasets create {ident}", lambda: api.dataset_create_new(
             str(folder), public=False, quiet=True, dir_mode="skip", ignore_patterns=BOOKKEEPING))
+        check_uploaded(folder, ident, digest)
         say(f"dataset {ident}: created (private)")
         done = "created"
     return done  # recorded by `publish` once Kaggle has processed it: a failed processing is uploaded again
@@ -335,8 +359,8 @@ def publish(datasets: list[Path], kernels: list[Path], commands: list[list[str]]
         refuse_subfolders(folder)
     folders = {}  # dataset id -> (its folder, the digest of what was uploaded or found unchanged)
     for folder in datasets:
-        digest = content_digest(folder)
-        publish_dataset(api, folder, message, say)
+        digest = content_digest(folder)  # what is recorded is what `publish_dataset` checked after the upload
+        publish_dataset(api, folder, message, say, digest)
         folders[read_json(folder / DATASET_META, DATASET_META)["id"]] = (folder, digest)
     # Recorded only once Kaggle has processed it: a dataset whose processing failed was skipped as unchanged by
     # every later push, which then stopped at the same failure

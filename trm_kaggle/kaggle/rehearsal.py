@@ -14,18 +14,22 @@ import re
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, get_args
 
 from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, WEEK_S, SolveConfig, number_argument,
+                               whole_argument)
 from trm_kaggle.data import read_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.interrupts import FirstStopOnly, stops_held
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import KERNEL_META, REPO_ROOT, BundleIds, tail_lines, validate_bundle
 from trm_kaggle.kaggle.sandbox import (
-    KERNEL_NAME, SandboxLayout, check_challenges, create_sandbox_venv, netns_wrapper, papermill_command,
-    papermill_parameters, prepare_sandbox, probe_netns, sandbox_env, write_kernelspec,
+    KERNEL_NAME, MOUNT_LAYOUTS, SandboxLayout, check_challenges, create_sandbox_venv, netns_wrapper,
+    papermill_command, papermill_parameters, prepare_sandbox, probe_netns, sandbox_env, write_kernelspec,
 )
+from trm_kaggle.names import ascii_number
+from trm_kaggle.wording import clipped
 
 
 #: The kernel's own progress lines among papermill's output: solve's `[elapsed 3m05s, left 11h20m00s] phase: ...`.
@@ -160,6 +164,60 @@ def parameter_problem(parameters: dict[str, Any], notebook: Path) -> str | None:
     return None
 
 
+#: The devices the kernel's solve takes (its DEVICE parameter; another falls back to "auto" with a warning).
+KERNEL_DEVICES = get_args(SolveConfig.model_fields["device"].annotation)
+
+
+def _count_or_auto(name: str, value: object, most: int) -> int | str:
+    """A count the kernel takes as a number or "auto" (FINETUNE_STEPS, NUM_AUG): "auto", or a whole number from 0
+    to `most`, given as an int or as its ASCII digits (passed on as the int: the text itself reached the kernel)."""
+    if isinstance(value, str):
+        if value == "auto":
+            return value
+        value = number if (number := ascii_number(value)) is not None else value  # else named as given
+    try:
+        return whole_argument(name, value, 0, most)
+    except ValueError as e:
+        raise ValueError(f"{e}, or 'auto'") from None
+
+
+def _optional(check: Callable[..., Any], name: str, value: object, *bounds: Any) -> Any:
+    return None if value is None else check(name, value, *bounds)
+
+
+def _seconds(name: str, value: object) -> float | None:
+    """None, or seconds from 1 to a week, the bounds of `--time-budget` and `--execute-timeout` (an int is passed
+    on as it is: the kernel's TIME_BUDGET reads as given)."""
+    number = _optional(number_argument, name, value, 1, WEEK_S)
+    return value if type(value) is int else number
+
+
+def checked_arguments(*, max_tasks: object, time_budget: object, finetune_steps: object, num_aug: object,
+                      device: object, workers: object, timeout: object, execution_timeout: object,
+                      mounts: object) -> tuple:
+    """`execute`'s counts, times and choices as it passes them on, within the bounds of `build_bundle.py
+    --execute`'s options; anything else is one TRMError naming the argument, before the sandbox is built (a
+    `timeout` of NaN built it, ~15 s, and stopped the notebook after 1 s as having "run past nan s"; a `device`
+    holding an escape sequence reached the kernel's parameters). A `max_tasks` of 0 is None, every task, as
+    `--max-tasks 0` (the kernel's MAX_TASKS takes 1 or more); a `time_budget` of "auto" is the kernel's own."""
+    # prepare_sandbox checks `mounts` too, but only after the bundle's validation and the network's probe
+    if not isinstance(mounts, str) or mounts not in MOUNT_LAYOUTS:
+        raise TRMError(f"mounts={clipped(mounts, 40)}: expected one of {', '.join(MOUNT_LAYOUTS)}")
+    if not isinstance(device, str) or device not in KERNEL_DEVICES:
+        raise TRMError(f"device={clipped(device, 40)}: expected one of {', '.join(KERNEL_DEVICES)}")
+    try:
+        return (_optional(whole_argument, "max_tasks", max_tasks, 0, MAX_GENERATED) or None,
+                time_budget if isinstance(time_budget, str) and time_budget == "auto" else
+                _seconds("time_budget", time_budget),
+                _count_or_auto("finetune_steps", finetune_steps, MAX_FINETUNE_STEPS),
+                _count_or_auto("num_aug", num_aug, MAX_NUM_AUG),
+                _optional(whole_argument, "workers", workers, 1, 1024),
+                _seconds("timeout", timeout),
+                _optional(whole_argument, "execution_timeout", execution_timeout, 1, int(WEEK_S)))
+    except ValueError as e:
+        raise TRMError(str(e)) from None
+
+
 def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None = None, max_tasks: int | None = 3,
             time_budget: float | None = 900, finetune_steps: int | str = 10, num_aug: int | str = 2,
             device: str = "cpu", workers: int | None = None, timeout: float | None = 3600,
@@ -185,9 +243,13 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     submission must still answer every task. `mounts` picks Kaggle's 2025 or 2026 input layout; `parameters`
     sets (or overrides) notebook parameters, `kernel_env` adds to the kernel's environment (e.g.
     KAGGLE_KERNEL_RUN_TYPE, as in Kaggle's Save Version run) and `alter` changes the inputs before the run.
+    The counts, times and choices are checked before anything is read or built (`checked_arguments`).
     """
     from trm_kaggle.evaluate import check_submission, score_submission
 
+    max_tasks, time_budget, finetune_steps, num_aug, workers, timeout, execution_timeout = checked_arguments(
+        max_tasks=max_tasks, time_budget=time_budget, finetune_steps=finetune_steps, num_aug=num_aug, device=device,
+        workers=workers, timeout=timeout, execution_timeout=execution_timeout, mounts=mounts)  # before any work
     # the folder as the system reaches it: venv and papermill shorten `link/..` as text, elsewhere than the bundle
     out = Path(os.path.realpath(out_dir))
     if challenges is not None:  # before the sandbox: a file holding no task is refused, not run and then reported

@@ -48,7 +48,7 @@ from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import NotArcModel, export_canvas
 from trm_kaggle.solve.workdir import (WorkerSpec, assign, below_a_work_dir_problem, collect, make_units,
-                                     planted_entry_problem, run_folder_problem, solve_io, task_digest)
+                                     others_folder_problem, planted_entry_problem, solve_io, task_digest)
 from trm_kaggle.solve.workers import Outcome, run_in_process, run_spawned
 from trm_kaggle.wording import escaped_echo, one_line, shown
 
@@ -157,10 +157,10 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     check_kept(*solve_io(cfg.challenges, cfg.weights, cfg.output, cfg.work_dir, cfg.compile_cache, flags=False))
     if problem := writable_problem(Output(cfg.output, "output")):  # before the lock makes the work dir: `output=""`
         raise TRMError(problem)  # (a folder) was refused only after the work dir beside it was made
-    # nothing written through a link in the work dir, nor inside another submit's work folder or a training run
-    # folder, whoever calls (the kernel, a library caller; `submit` checked it already); a work dir that cannot be
-    # written at all still gets its submission, the fallback
-    if problem := (below_a_work_dir_problem(cfg.work_dir) or run_folder_problem(cfg.work_dir)
+    # nothing written through a link in the work dir, nor inside another submit's work folder, a training run
+    # folder or a sweep's, nor in a pipeline's folder, whoever calls (the kernel, a library caller; `submit` checked
+    # it already); a work dir that cannot be written at all still gets its submission, the fallback
+    if problem := (below_a_work_dir_problem(cfg.work_dir) or others_folder_problem(cfg.work_dir)
                    or planted_entry_problem(cfg.work_dir)):
         raise TRMError(problem)
     duplicates: set[str] = set()

@@ -29,7 +29,7 @@ from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.locks import LOCK_FILE, holder_kind, refuse_if_held
 from trm_kaggle.names import ascii_number
-from trm_kaggle.outputs import Input, Output, special_kind
+from trm_kaggle.outputs import PIPELINE_RUN_DIR, SWEEP_RECORD, Input, Output, special_kind
 
 
 RESULT = "result.json"
@@ -117,6 +117,40 @@ def run_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str |
         where = "is" if at == path else f"lies inside {at}, which is"
         return (f"{what} {work} {where} a training run folder (it holds {RUN_RECORD}): its files would mix with the "
                 "run's; choose a folder of its own")
+    return None
+
+
+def sweep_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
+    """Why `work` may not be a solve's (or a pipeline's) folder: it is, or lies inside, a sweep's folder (it holds
+    sweep.json). `submit --work-dir SWEEP` made the sweep's rerun refuse each of its runs as lying inside a submit's
+    work folder, and record them failed. A sweep's runs are the sweep's to write."""
+    path = Path(work).absolute()
+    for at in (path, *path.parents):
+        try:
+            if not (at / SWEEP_RECORD).is_file():
+                continue
+        except OSError:  # a name too long to hold an entry: its own write says what fails
+            continue
+        where = "is" if at == path else f"lies inside {at}, which is"
+        return (f"{what} {work} {where} a sweep's folder (it holds {SWEEP_RECORD}): its files would mix with the "
+                "sweep's; choose a folder of its own")
+    return None
+
+
+def others_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
+    """Why `work` may not be a solve's work folder because another command keeps its files there, or None: a
+    training run folder (`run_folder_problem`), a sweep's folder (`sweep_folder_problem`), or a pipeline's work
+    folder itself (it holds train/run.json: the solve's units/ and report there made the pipeline's rerun refuse
+    the folder as a submit's; inside one is the pipeline's own solve, WORK/ttt). `solve` asks it for every caller,
+    `submit` with its --work-dir's name."""
+    from trm_kaggle.train import RUN_RECORD  # here, not above: the work directory's module stays without torch
+
+    if problem := run_folder_problem(work, what) or sweep_folder_problem(work, what):
+        return problem
+    record = f"{PIPELINE_RUN_DIR}/{RUN_RECORD}"
+    if (Path(work) / record).is_file():
+        return (f"{what} {work} is a pipeline's work folder (it holds {record}): its files would mix with the "
+                "pipeline's, whose rerun would then refuse it; choose a folder of its own")
     return None
 
 
