@@ -80,7 +80,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from benchmarks.entry import loading, scratch_folder, scratch_problem  # noqa: E402
+from benchmarks.entry import loading, scratch_folder, scratch_problem, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import numpy as np
@@ -88,8 +88,7 @@ with loading(__name__):  # a stop while these load: one line and status, as in m
     from trm_kaggle.atomic import atomic_write_json
     from trm_kaggle.errors import DataError, TRMError
     from trm_kaggle.jsonio import read_json
-    from trm_kaggle.locks import directory_lock, refuse_if_held
-    from trm_kaggle.outputs import Input, Output, writable_problem
+    from trm_kaggle.outputs import Input
     from trm_kaggle.wording import one_line
     from trm_kaggle.config import ArcBuildConfig, ArchConfig
     from trm_kaggle.data import build_arc
@@ -190,11 +189,8 @@ def scratch_folders(work: Path, args) -> list[tuple[str, str]]:
 
 
 def check_work(work: Path, args, reads: list[Input]) -> None:
-    """Everything the run writes below `work`, before any work: the folder writable, no other run holding it, and
-    each folder of its own refused where it is a link, holds what the run did not write, or holds its input."""
-    if problem := writable_problem(Output(work, "--work-dir", "folder")):
-        raise TRMError(problem)
-    refuse_if_held(work)  # a live run there is named first: its folders are its own
+    """Everything the run writes below `work` (`entry.work_folder` checked the folder itself), before any work: each
+    folder of its own refused where it is a link, holds what the run did not write, or holds its input."""
     for name, kind in scratch_folders(work, args):
         if problem := scratch_problem(work / name, kind, reads):
             raise TRMError(problem)
@@ -684,9 +680,8 @@ def main() -> None:
     work = Path(args.work_dir) if args.work_dir else default_work()
     reads = [Input(f"{args.data_prefix}_{args.subset}_{part}.json", f"--data-prefix {part}")
              for part in ("challenges", "solutions")]
-    check_work(work, args, reads)
     # held for the run: a second run there would replace the slices and exports this one reads
-    with directory_lock(work, "evaluation benchmark"):
+    with work_folder(work, "", (), "evaluation benchmark", check=lambda w: check_work(w, args, reads)):
         run(args, work, reads)
 
 

@@ -17,14 +17,16 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+from benchmarks.entry import command, loading  # noqa: E402
 
-def main() -> None:
-    # imported here, not at the top: torch's import takes a second or more, and a stop in it is said as any other
-    # (`command` takes stops before `main` runs)
+with loading(__name__):  # a stop while these load: one line and status, as in main
     from trm_kaggle.config import SudokuBuildConfig
     from trm_kaggle.data import build_sudoku
     from trm_kaggle.train import load_train_config, train
 
+
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--target", type=float, default=0.8)
@@ -67,8 +69,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-    # a refusal, a stop: one line and the status of the package's commands
-    from benchmarks.entry import command
-
-    sys.exit(command(main))
+    sys.exit(command(main))  # a refusal, a stop: one line and the status of the package's commands

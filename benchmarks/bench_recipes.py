@@ -105,7 +105,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.entry import command, loading, said  # noqa: E402
+from benchmarks.entry import command, loading, said, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     from trm_kaggle.errors import TRMError
@@ -418,15 +418,11 @@ def check_report_folder(out: Path, what: str, task: str, reads: Sequence[Path] =
 
 def check_folders(work: Path, task: Task, recipes: Sequence[Recipe], seeds: int, *, build: bool,
                   out: Path | None) -> None:
-    """Every folder the benchmark writes below `work`, before any work: the work folder itself, each recipe's run
-    folder for each seed and the warm-up's (cleared before their runs), the dataset's when it builds one, and the
-    report folder (one named, `out`, is written where it points; the default one, WORK/report, never through a
-    link)."""
-    from trm_kaggle.outputs import Output, writable_problem
-
+    """Every folder the benchmark writes below `work` (`entry.work_folder` checked the folder itself), before any
+    work: each recipe's run folder for each seed and the warm-up's (cleared before their runs), the dataset's when
+    it builds one, and the report folder (one named, `out`, is written where it points; the default one,
+    WORK/report, never through a link)."""
     if out is not None and (problem := _out_in_harness_folders(work, out)):
-        raise TRMError(problem)
-    if problem := writable_problem(Output(work, "--work-dir", "folder")):
         raise TRMError(problem)
     runs = work / "runs" / task.name
     for folder, what in [(runs / "warm-up", "warm-up folder"),
@@ -731,13 +727,10 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
         configs[r.name] = run_config(task, r, data or work / "data" / task.name,
                                      work / "runs" / task.name / _slug(r.name) / "seed0", 0,
                                      threads=threads, device=device, data_test=data_test, extra=extra)
-    from trm_kaggle.locks import directory_lock, refuse_if_held
-
-    refuse_if_held(work)  # a live benchmark there is named at once, before its folders are judged
-    check_folders(work, task, parsed, seeds, build=data is None, out=out)
     # held for the whole benchmark: another one there would clear the run folders this one trains in, and replace
-    # its report
-    with directory_lock(work, "recipes benchmark"):
+    # its report; a live one there is named at once, before this one's folders are judged
+    with work_folder(work, "", (), "recipes benchmark",
+                     check=lambda w: check_folders(w, task, parsed, seeds, build=data is None, out=out)):
         return _measure(task, parsed, configs, upstream, seeds=seeds, budget_s=budget_s,
                         budget_examples=budget_examples, targets=targets, work=work, out=out or work / "report",
                         data=data, data_test=data_test, threads=threads, device=device, extra=extra, say=say)

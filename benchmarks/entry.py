@@ -127,33 +127,43 @@ def command(main: Callable[[], object]) -> int:
 
 
 @contextlib.contextmanager
-def work_folder(named: str | None, prefix: str, writes: Sequence[str], what: str) -> Iterator[Path]:
+def work_folder(named: str | Path | None, prefix: str, writes: Sequence[str], what: str,
+                check: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """The script's work folder while the block runs. None named: a scratch folder of its own in TMPDIR (`prefix`),
-    removed on any exit, a stop included (a stopped build once left a gigabyte there). A folder named: held by the
-    package's lock for the block (a second script there is refused in one line naming the first), and each entry
-    of `writes` (what the script writes there afresh, and may remove) refused before any work when anything is
-    there, a link included: the script did not write it, and building on it or removing it afterwards once lost a
-    user's folder. `what` names the script in the lock's holder record."""
+    removed on any exit, a stop included (a stopped build once left a gigabyte there). A folder named: one it can
+    write, held by the package's lock for the block (a second script there is refused in one line naming the
+    first), and each entry of `writes` (what the script writes there afresh, and may remove) refused before any
+    work when anything is there, a link included: the script did not write it, and building on it or removing it
+    afterwards once lost a user's folder. `check(work)`, the script's own checks of what it writes there (its
+    folders built whole: `scratch_problem`), runs once no live script holds the folder, before it is locked.
+    `what` names the script in the lock's holder record."""
     import shutil
     import tempfile
 
     from trm_kaggle.errors import TRMError
     from trm_kaggle.locks import directory_lock, refuse_if_held
+    from trm_kaggle.outputs import Output, writable_problem
 
     if named is None:
         scratch = Path(tempfile.mkdtemp(prefix=prefix))
         try:
+            if check is not None:
+                check(scratch)
             yield scratch
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return
     work = Path(named)
+    if problem := writable_problem(Output(work, "--work-dir", "folder")):
+        raise TRMError(problem)
     refuse_if_held(work)  # a live script there is named first: its entries are its own
     for name in writes:
         if (work / name).is_symlink() or (work / name).exists():
             raise TRMError(f"{work / name} is already there, and this benchmark writes that entry of its work folder "
                            "afresh and removes it: it did not write what is there; move it, or choose another "
                            "--work-dir")
+    if check is not None:
+        check(work)
     with directory_lock(work, what):
         yield work
 
