@@ -93,7 +93,7 @@ def test_a_stop_of_learn_sudoku_is_one_interrupted_line_with_the_commands_status
               "import trm_kaggle.data as D\n"
               "def build(*a, **k):\n"
               "    print('building', flush=True)\n"
-              "    time.sleep(120)\n"
+              "    for _ in range(1200): time.sleep(0.1)  # a stop before a sleep begins is taken\n"
               "D.build_sudoku = build\n"
               f"sys.argv = ['bench_learn_sudoku.py', '--work-dir', {str(tmp_path / 'w')!r}]\n"
               f"runpy.run_path({str(BENCHMARKS / 'bench_learn_sudoku.py')!r}, run_name='__main__')\n")
@@ -161,7 +161,7 @@ def _waiting(name: str, at_imports: bool = True) -> str:
             "    if not waited:\n"
             "        waited.append(1)\n"
             "        print('loading', flush=True)\n"
-            "        time.sleep(60)\n"
+            "        for _ in range(600): time.sleep(0.1)  # a stop before a sleep begins is taken\n"
             "class Load:\n"
             "    def find_spec(self, fullname, path=None, target=None):\n"
             "        if (fullname.partition('.')[0] not in sys.stdlib_module_names\n"

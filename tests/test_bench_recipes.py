@@ -328,7 +328,7 @@ def test_a_stop_by_sigterm_is_one_interrupted_line_with_the_commands_status(tmp_
               "import trm_kaggle.train as T\n"
               "def train(*a, **k):\n"
               "    print('training', flush=True)\n"
-              "    time.sleep(120)\n"
+              "    for _ in range(1200): time.sleep(0.1)  # a stop before a sleep begins is taken\n"
               "T.train = train\n"
               f"sys.argv = ['bench_recipes.py'] + {_argv(tmp_path / 'bw', '--data', str(tmp_path / 'data'))!r}\n"
               f"runpy.run_path({str(repo / 'benchmarks' / 'bench_recipes.py')!r}, run_name='__main__')\n")

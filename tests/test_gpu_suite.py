@@ -784,7 +784,7 @@ def test_prepare_stopped_says_so_in_one_line_and_leaves_no_partial_folder(tmp_pa
              "    dest.mkdir(parents=True)\n"
              "    (dest / 'half.json').write_text('{}')\n"
              "    print('building', flush=True)\n"
-             "    time.sleep(120)\n"
+             "    for _ in range(1200): time.sleep(0.1)  # a stop before a sleep begins is taken\n"
              "P.wheels = lambda dest, *a, **k: dest.mkdir(parents=True) or {}\n"
              "P.datasets = datasets\n")
     signum = getattr(signal, signame)
@@ -809,7 +809,7 @@ def test_run_stopped_says_so_and_its_report_says_stopped_not_running(tmp_path, s
              "def slow(rep, ctx, state):\n"
              "    with rep.stage('evaluation'):\n"
              "        print('evaluating', flush=True)\n"
-             "        time.sleep(120)\n"
+             "        for _ in range(1200): time.sleep(0.1)  # a stop before a sleep begins is taken\n"
              "p3.setup = lambda rep, ctx: {}\n"
              "p3.teardown = lambda state: None\n"
              "p3.stages = lambda: [Stage('evaluation', slow, 50, 0), Stage('solve', lambda *a: None, 50, 0)]\n")
