@@ -195,3 +195,25 @@ def test_a_device_this_machine_lacks_or_no_device_at_all_is_one_line(requested, 
         pick_device(requested)
     assert "\n" not in str(err.value)
     assert pick_device("cpu").type == "cpu"
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda: hardware.choose_threads(-1), "threads=-1: expected a whole number from 0 to 4,096"),
+    (lambda: hardware.choose_threads(float("nan")), "threads=nan"),
+    (lambda: hardware.choose_threads(True), "threads=True"),
+    (lambda: hardware.choose_threads(2**70), "threads=1180591620717411303424"),
+    (lambda: hardware.choose_threads(None, share=-2), "share=-2"),
+    (lambda: hardware.visible_cuda_ids(2**70), "count=1180591620717411303424"),
+    (lambda: hardware.cuda_problem(float("nan")), "timeout=nan"),
+    (lambda: hardware.cuda_problem(-1), "timeout=-1"),
+])
+def test_the_helpers_counts_and_times_are_named_when_out_of_bounds(call, said):
+    """-1 threads reached torch's own error; a count of 2**70 devices built a list until memory ran out; a NaN
+    probe time reached the child's clock."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        call()
+
+
+def test_the_helpers_take_numpy_counts(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert hardware.choose_threads(np.int64(2))[0] == 2 and hardware.visible_cuda_ids(np.int64(2)) == ["0", "1"]

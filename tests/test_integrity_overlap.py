@@ -560,6 +560,20 @@ def test_an_export_inside_the_run_being_trained_is_refused_before_training(tmp_p
     assert not (tmp_path / "rr").exists()
 
 
+def test_an_export_onto_a_folder_it_may_not_replace_is_refused_before_training(tmp_path, capsys):
+    """`train --export mine` (a folder of the user's, not an export) trained the whole run, then refused to replace
+    the folder (exit 2, the run without its export)."""
+    from integrity_helpers import build_sudoku4, train_args
+
+    data = build_sudoku4(tmp_path / "ds")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's")
+    line = one_error_line(capsys, main(train_args(data, tmp_path / "rr", "max_steps=1", "--no-progress", "--export",
+                                                  str(tmp_path / "mine"))))
+    assert "mine exists, is not empty and is not an export written by this package" in line, line
+    assert not (tmp_path / "rr").exists() and (tmp_path / "mine" / "notes.txt").read_text() == "the user's"
+
+
 @pytest.mark.parametrize("seed", [float("nan"), -1, True, 2**64])
 def test_the_task_id_seed_is_checked_where_given(seed):
     """`apply_task_ids(model, "random", seed=nan)` failed in torch's manual_seed; -1 and 2**63 were taken, though

@@ -47,6 +47,11 @@ def _train(args: argparse.Namespace) -> IO:
     with _quiet():  # the command loads them again and says its notes (upstream spellings...) once
         cfg = load_train_config(args.config, args.preset, overrides)
     _refuse_work_dir(default_run_dir(cfg))
+    if args.export:  # a folder the export may not replace is said now, not after the whole training
+        from trm_kaggle.atomic import replace_problem
+
+        if problem := replace_problem(args.export, "export", "--export"):
+            raise TRMError(problem)
     return training_io(cfg, default_run_dir(cfg), export=args.export, config_file=args.config)
 
 

@@ -264,11 +264,14 @@ def env_count(name: str, default: int) -> int:
     return count
 
 
+MAX_THREADS = 4096  # OpenMP's counts and the `threads` setting's bound
+
+
 def env_threads() -> int | None:
     """OMP_NUM_THREADS as a count (None when unset or not a positive integer in ASCII digits: OpenMP then ignores
     it too; it reads neither '²' nor '１')."""
     count = ascii_number(os.environ.get(THREADS_ENV, ""))
-    return count if count is not None and 0 < count <= 4096 else None
+    return count if count is not None and 0 < count <= MAX_THREADS else None
 
 
 #: GNU OpenMP (torch's CPU thread pool on Linux) lets a thread that finished its share of a parallel region spin
@@ -319,7 +322,12 @@ def choose_threads(requested: int | None = None, share: int = 1) -> tuple[int, s
     processes that run side by side (torchrun's local ranks, solve's workers). A core that another process keeps
     busy costs more than it gives: intra-op threads spin and wait on one another (docs/benchmarks.md). The
     automatic choice is made once per process and `share`, so the many short trainings of one process
-    (test-time training) all run with the same threads."""
+    (test-time training) all run with the same threads. A count out of bounds is one ValueError naming it (-1 was
+    handed to torch, whose own error followed)."""
+    from trm_kaggle.config import whole_argument
+
+    requested = None if requested is None else whole_argument("threads", requested, 0, MAX_THREADS)  # 0: auto
+    share = whole_argument("share", share, 0, MAX_THREADS)
     omp = env_threads()
     if requested:
         return requested, f"threads={requested}" + (f", over {THREADS_ENV}={omp}" if omp not in (None, requested)
@@ -331,7 +339,7 @@ def choose_threads(requested: int | None = None, share: int = 1) -> tuple[int, s
         free, cores, load = free_cores()
         why = f"{free} of {cores} cores free (load average {load:.1f})"
         if (raw := os.environ.get(THREADS_ENV, "").strip()):  # set, but no count OpenMP would take either
-            why += f"; {THREADS_ENV}={shown(raw, 20)} ignored: not a whole number from 1 to 4096"
+            why += f"; {THREADS_ENV}={shown(raw, 20)} ignored: not a whole number from 1 to {MAX_THREADS}"
         _AUTO[share] = (max(1, free // share), why + (f", shared by {share} processes" if share > 1 else ""))
     return _AUTO[share]
 
@@ -349,7 +357,11 @@ def set_cpu_threads(requested: int | None = None, share: int = 1) -> tuple[int, 
 def visible_cuda_ids(count: int) -> list[str]:
     """The ids of the `count` CUDA devices this process sees, as a child's CUDA_VISIBLE_DEVICES names them: the
     entries of our own CUDA_VISIBLE_DEVICES where it is set (a kernel given GPUs 2,5 hands out 2 and 5), else
-    0..count-1."""
+    0..count-1. A count that is no whole number up to `MAX_THREADS` is one ValueError (2**70 built a list until
+    memory ran out)."""
+    from trm_kaggle.config import whole_argument
+
+    count = whole_argument("count", count, 0, MAX_THREADS)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [x.strip() for x in visible.split(",") if x.strip()] if visible else [str(i) for i in range(count)]
     return ids[:count]
@@ -516,6 +528,9 @@ _ANSWERS: dict[str | None, str | None] = {}  # per CUDA_VISIBLE_DEVICES: the GPU
 
 def cuda_problem(timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """Why this machine's GPUs cannot run this torch build (asked once per process, in a child), or None."""
+    from trm_kaggle.config import number_argument
+
+    timeout = number_argument("timeout", timeout, 1, 3600)  # NaN and -1 reached the child's clock
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible not in _ANSWERS:
         _ANSWERS[visible] = _ask_child(timeout)
