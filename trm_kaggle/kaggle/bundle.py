@@ -103,6 +103,8 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     `validate_bundle`. Returns a report. `compile_cache`: a compile cache for the kernel's GPU, shipped beside the
     weights. `out_dir`'s lock is taken after every check, before the first byte is written, and kept in `held`
     (as `run` keeps it through --execute and --push), else released on return."""
+    enable_gpu = _checked_flag("enable_gpu", enable_gpu)
+    kaggle_has = _checked_names("kaggle_has", kaggle_has)
     ids.check(ids.wheels_id, ids.weights_id, ids.kernel_id, *([ids.wheel_kernel_id] if wheel_kernel else []))
     if (problem := slug_problem(competition)):
         raise TRMError(f"--competition: the slug {problem}")
@@ -112,7 +114,7 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     for t in targets or ([target] if target else []):
         check_python_version(t.python_version)
     out = Path(out_dir)
-    repo = Path(repo)
+    repo = _checked_repo(repo, default_notebook=not notebook)
     notebook = Path(notebook) if notebook else repo / DEFAULT_NOTEBOOK
     if weights is None:
         weights = default_weights(repo)
@@ -160,6 +162,47 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
                                                         docker_image=docker_image)
         report["ids"] = validate_bundle(out)
     return report
+
+
+def _checked_flag(name: str, value: object) -> bool:
+    """A bool, or numpy's (one value): any other is refused, for a non-empty string such as "no" is true (it
+    turned the kernel's GPU on)."""
+    dtype = getattr(value, "dtype", None)
+    if isinstance(value, bool) or (getattr(dtype, "kind", None) == "b" and getattr(value, "shape", None) == ()):
+        return bool(value)
+    raise TRMError(f"{name}={clipped(value, 40)}: expected True or False")
+
+
+def _checked_names(name: str, value: object) -> tuple[str, ...]:
+    """Distribution names, each a string (a number reached the name's `.lower()` as an AttributeError, in the
+    middle of the build); one string is no list of them (its letters would be taken as names)."""
+    if isinstance(value, (str, bytes)):
+        raise TRMError(f"{name}={clipped(value, 40)}: expected a list of distribution names, not one string")
+    try:
+        names = tuple(value)
+    except TypeError:  # not iterable: a number, None
+        raise TRMError(f"{name}={clipped(value, 40)}: expected a list of distribution names") from None
+    for i, entry in enumerate(names):
+        if not isinstance(entry, str):
+            raise TRMError(f"{name} item {i}, {clipped(entry, 40)}: expected a distribution name (a string)")
+    return names
+
+
+def _checked_repo(repo: object, default_notebook: bool) -> Path:
+    """`repo` as a Path when it is a folder, and this project's checkout where the default notebook is read from
+    it: a missing one was named only as a missing notebook below it, or as a folder without weights."""
+    if not isinstance(repo, (str, os.PathLike)):
+        raise TRMError(f"repo={clipped(repo, 40)}: expected the path of this project's checkout")
+    repo = Path(repo)
+    if not repo.is_dir():
+        state = "is not a folder" if os.path.lexists(repo) else "does not exist"
+        raise TRMError(f"repo {repo} {state}: pass this project's checkout (the folder holding pyproject.toml and "
+                       f"notebooks/)")
+    if default_notebook and not (repo / DEFAULT_NOTEBOOK.parent).is_dir():
+        raise TRMError(f"repo {repo} is not this project's checkout: it has no {DEFAULT_NOTEBOOK.parent}/ folder "
+                       f"(the default notebook is {DEFAULT_NOTEBOOK}); pass the checkout, or the notebook as "
+                       f"notebook")
+    return repo
 
 
 def _out_dir_lock(out: Path, held: contextlib.ExitStack | None) -> contextlib.AbstractContextManager:

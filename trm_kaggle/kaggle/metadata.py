@@ -21,6 +21,7 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import read_json
+from trm_kaggle.wording import clipped
 
 # ---------------------------------------------------------------------------
 # Constants
@@ -79,21 +80,22 @@ def slug_problem(slug: Any) -> str | None:
     if not isinstance(slug, str):
         return f"must be a string, got {type(slug).__name__}"
     if not 6 <= len(slug) <= 50:
-        return f"{slug!r} must have 6 to 50 characters (has {len(slug)})"
+        return f"{clipped(slug)} must have 6 to 50 characters (has {len(slug)})"
     if not _SLUG_RE.match(slug):
-        return f"{slug!r} may hold only lowercase letters, digits and hyphens (not at either end)"
+        return f"{clipped(slug)} may hold only lowercase letters, digits and hyphens (not at either end)"
     return None
 
 
 def id_problem(ident: Any) -> str | None:
-    """Why `ident` is not "<user>/<slug>", or None."""
+    """Why `ident` is not "<user>/<slug>", or None. The id is quoted escaped and clipped: one short line whatever
+    it holds (a newline, an escape sequence, megabytes)."""
     if not isinstance(ident, str) or ident.count("/") != 1:
-        return f"{ident!r} must look like '<user>/<slug>'"
+        return f"{clipped(ident)} must look like '<user>/<slug>'"
     user, slug = ident.split("/")
     if not _USER_RE.match(user):
-        return f"{ident!r}: user {user!r} is not a Kaggle user name"
+        return f"{clipped(ident)}: user {clipped(user)} is not a Kaggle user name"
     problem = slug_problem(slug)
-    return f"{ident!r}: slug {problem}" if problem else None
+    return f"{clipped(ident)}: slug {problem}" if problem else None
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,17 @@ class BundleIds:
 
     user: str = DEFAULT_USER
     prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        """A user and a prefix checked as --user and --slug-prefix are: strings (`user=None` made the ids
+        `None/<prefix>-wheels`, a number was taken as a prefix), forming a valid wheels dataset id, which every
+        build makes (the ids only some builds make are checked by those, `check`)."""
+        for name, value, what in (("user", self.user, "a Kaggle user name"),
+                                  ("prefix", self.prefix, f"the slugs' prefix, e.g. {DEFAULT_PREFIX!r}")):
+            if not isinstance(value, str):
+                raise TRMError(f"BundleIds {name}={clipped(value)}: must be a string ({what})")
+        if problem := id_problem(self.wheels_id):
+            raise TRMError(f"BundleIds user/prefix (--user/--slug-prefix) give an invalid Kaggle id: {problem}")
 
     @property
     def wheels_slug(self) -> str:
@@ -188,7 +201,13 @@ def sha256_file(path: Path) -> str:
 
 def write_manifest(directory: Path, extra: dict | None = None) -> dict:
     """`manifest.json`: sha256 and size of every other file in `directory` (recursively; the owner
-    record `atomic_directory` adds afterwards is bookkeeping, not content)."""
+    record `atomic_directory` adds afterwards is bookkeeping, not content). `directory` must be a folder already:
+    a missing one would be made to hold a manifest of no files."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        state = "is not a folder" if os.path.lexists(directory) else "does not exist"
+        raise TRMError(f"write_manifest: {directory} {state}; a manifest lists the files of a dataset folder "
+                       f"already built: build the folder first")
     files = {}
     for p in sorted(directory.rglob("*")):
         if p.is_file() and p.name not in (MANIFEST, OWNER_RECORD):
@@ -259,7 +278,13 @@ def publishable_modes(directory: Path) -> None:
 
 
 def dataset_metadata(ident: str, title: str | None = None) -> dict:
-    return {"title": title or ident.split("/", 1)[1], "id": ident, "licenses": [{"name": LICENSE}]}
+    """dataset-metadata.json's dict for the dataset `ident` ("<user>/<slug>"), checked as
+    `validate_dataset_metadata` checks the file: an id without its '/' once raised IndexError."""
+    if problem := id_problem(ident):  # before the title is taken from it
+        raise_problems(DATASET_META, [("id", problem)])
+    meta = {"title": title or ident.split("/", 1)[1], "id": ident, "licenses": [{"name": LICENSE}]}
+    validate_dataset_metadata(meta)  # a title given
+    return meta
 
 
 def tail_lines(text: str, lines: int = 25) -> str:
