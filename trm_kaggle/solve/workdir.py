@@ -100,6 +100,22 @@ def below_a_work_dir_problem(work: str | os.PathLike, what: str = "work_dir", *,
     return None
 
 
+def _kept_by_problem(work: str | os.PathLike, what: str, record: str, kind: str, whose: str) -> str | None:
+    """Why `work` may not be a work folder: it is, or lies inside, a folder holding `record` (`kind`, whose files
+    are `whose`), or None."""
+    path = Path(work).absolute()
+    for at in (path, *path.parents):
+        try:
+            if not (at / record).is_file():
+                continue
+        except OSError:  # a name too long to hold an entry: its own write says what fails
+            continue
+        where = "is" if at == path else f"lies inside {at}, which is"
+        return (f"{what} {work} {where} {kind} (it holds {record}): its files would mix with the {whose}; choose a "
+                "folder of its own")
+    return None
+
+
 def run_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
     """Why `work` may not be a work folder (None when it may): it is, or lies inside, a training run folder (it holds
     run.json). The solve's units/, workers/ and solve_report.json went in among the run's states, and `train` then
@@ -107,34 +123,14 @@ def run_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str |
     words (`what` names the setting); a pipeline's own solve works in WORK/ttt, beside its run in WORK/train."""
     from trm_kaggle.train import RUN_RECORD  # here, not above: the work directory's module stays without torch
 
-    path = Path(work).absolute()
-    for at in (path, *path.parents):
-        try:
-            if not (at / RUN_RECORD).is_file():
-                continue
-        except OSError:  # a name too long to hold an entry: its own write says what fails
-            continue
-        where = "is" if at == path else f"lies inside {at}, which is"
-        return (f"{what} {work} {where} a training run folder (it holds {RUN_RECORD}): its files would mix with the "
-                "run's; choose a folder of its own")
-    return None
+    return _kept_by_problem(work, what, RUN_RECORD, "a training run folder", "run's")
 
 
 def sweep_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
     """Why `work` may not be a solve's (or a pipeline's) folder: it is, or lies inside, a sweep's folder (it holds
     sweep.json). `submit --work-dir SWEEP` made the sweep's rerun refuse each of its runs as lying inside a submit's
     work folder, and record them failed. A sweep's runs are the sweep's to write."""
-    path = Path(work).absolute()
-    for at in (path, *path.parents):
-        try:
-            if not (at / SWEEP_RECORD).is_file():
-                continue
-        except OSError:  # a name too long to hold an entry: its own write says what fails
-            continue
-        where = "is" if at == path else f"lies inside {at}, which is"
-        return (f"{what} {work} {where} a sweep's folder (it holds {SWEEP_RECORD}): its files would mix with the "
-                "sweep's; choose a folder of its own")
-    return None
+    return _kept_by_problem(work, what, SWEEP_RECORD, "a sweep's folder", "sweep's")
 
 
 def others_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
