@@ -37,6 +37,10 @@ BAD = {
     "time_budget-nan": ("time_budget", float("nan"), "time_budget=nan"),
     "max_tasks-negative": ("max_tasks", -1, "max_tasks=-1"),
     "mounts-unknown": ("mounts", "2027", "mounts='2027'"),
+    "kernel_env-nul": ("kernel_env", {"A": "b\x00"}, "kernel_env A='b\\x00': expected text without a NUL byte"),
+    "kernel_env-number": ("kernel_env", {"A": 5}, "kernel_env A=5: expected text"),
+    "kernel_env-key": ("kernel_env", {"A=B": "c"}, "kernel_env key 'A=B': expected a variable name"),
+    "kernel_env-list": ("kernel_env", ["A"], "kernel_env=['A']: expected a mapping"),
 }
 
 

@@ -14,7 +14,7 @@ import re
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, get_args
+from typing import Any, Callable, Mapping, get_args
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, WEEK_S, SolveConfig, number_argument,
@@ -218,6 +218,22 @@ def checked_arguments(*, max_tasks: object, time_budget: object, finetune_steps:
         raise TRMError(str(e)) from None
 
 
+def kernel_env_problem(kernel_env: object) -> str | None:
+    """Why `kernel_env` cannot be added to the kernel's environment, or None: a mapping of names (letters, digits
+    and '_', not starting with a digit) to text without a NUL byte. A NUL was Python's bare "embedded null byte",
+    and a number a TypeError, once the whole sandbox was built."""
+    if kernel_env is None:
+        return None
+    if not isinstance(kernel_env, Mapping):
+        return f"kernel_env={clipped(kernel_env, 40)}: expected a mapping of variable names to text"
+    for key, value in kernel_env.items():
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            return f"kernel_env key {clipped(key, 40)}: expected a variable name (letters, digits, '_')"
+        if not isinstance(value, str) or "\0" in value:
+            return f"kernel_env {key}={clipped(value, 40)}: expected text without a NUL byte"
+    return None
+
+
 def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None = None, max_tasks: int | None = 3,
             time_budget: float | None = 900, finetune_steps: int | str = 10, num_aug: int | str = 2,
             device: str = "cpu", workers: int | None = None, timeout: float | None = 3600,
@@ -250,6 +266,8 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
     max_tasks, time_budget, finetune_steps, num_aug, workers, timeout, execution_timeout = checked_arguments(
         max_tasks=max_tasks, time_budget=time_budget, finetune_steps=finetune_steps, num_aug=num_aug, device=device,
         workers=workers, timeout=timeout, execution_timeout=execution_timeout, mounts=mounts)  # before any work
+    if problem := kernel_env_problem(kernel_env):
+        raise TRMError(problem)
     # the folder as the system reaches it: venv and papermill shorten `link/..` as text, elsewhere than the bundle
     out = Path(os.path.realpath(out_dir))
     if challenges is not None:  # before the sandbox: a file holding no task is refused, not run and then reported
