@@ -111,14 +111,17 @@ def test_what_train_accepts_is_written(here, capsys, launcher):
 @pytest.mark.parametrize("launcher", ["slurm", "k8s"])
 def test_a_run_folder_or_export_train_refuses_for_its_place_is_refused(here, capsys, launcher):
     """Each wrote, exit 0, a job whose training `train` refuses on every node: a run folder that is the job files'
-    own --out, an earlier launch's --out or a sweep's folder; an export onto a file or onto --out; a run folder
-    that is, or lies inside, an export (the export onto --out lost a whole run's export at its end)."""
+    own --out, an earlier launch's --out or a sweep's folder; an export onto a file, onto --out or onto a folder of
+    the user's; a run folder that is, or lies inside, an export (the export onto --out lost a whole run's export at
+    its end)."""
     (here / "sw").mkdir()
     (here / "sw" / "sweep.json").write_text('{"runs": []}')
     (here / "exp").mkdir()
     (here / "exp" / "config.json").write_text("{}")
     (here / "exp" / "weights.safetensors").write_bytes(b"")
     (here / "c.yaml").write_text("max_steps: 5\n")
+    (here / "mine").mkdir()
+    (here / "mine" / "notes.txt").write_text("the user's")
     assert launch(launcher, "--out", "j1", "checkpoint_path=runs/a") == 0
     capsys.readouterr()
     before = listing(here)
@@ -129,7 +132,8 @@ def test_a_run_folder_or_export_train_refuses_for_its_place_is_refused(here, cap
             (["--out", "j2", "--export", "c.yaml"], "c.yaml is a file; a folder is written there"),
             (["--out", "k", "--export", "k"], "and --out k are one path: give each output its own"),
             (["--out", "j2", "checkpoint_path=exp"], "exp is an export: its files would mix with the input's"),
-            (["--out", "j2", "checkpoint_path=exp/x"], "which is an export: its files would mix")):
+            (["--out", "j2", "checkpoint_path=exp/x"], "which is an export: its files would mix"),
+            (["--out", "j2", "--export", "mine"], "mine exists, is not empty and is not an export written by")):
         line = one_error_line(capsys, launch(launcher, *args))
         assert said in line, (args, line)
     assert listing(here) == before

@@ -356,6 +356,17 @@ def written_path(path: str | os.PathLike) -> Path:
     return Path(os.path.realpath(path))
 
 
+def not_ours_problem(target: str | os.PathLike, kind: str) -> str | None:
+    """Why `atomic_directory(target, kind=kind)` would refuse what stands at `target` whoever runs it: a non-empty
+    folder this package did not write as a `kind` (`owner_problem`); None for anything else. `launch` asks it of
+    the folders a job will replace; `replace_problem` asks it with the rest."""
+    real = Path(os.path.realpath(target))
+    if real.is_dir() and any(real.iterdir()) and (problem := owner_problem(real, kind)):
+        return (f"{Path(target).absolute()} exists, is not empty and is not {_a(kind)} written by this package "
+                f"({problem}); refusing to replace it (choose another output directory)")
+    return None
+
+
 def replace_problem(target: str | os.PathLike, kind: str, what: str = "output") -> str | None:
     """Why `atomic_directory(target, kind=kind)` would refuse (None when it would not): each refusal, said before
     a byte is written. A dangling link, a file or a read-only (or immutable) folder in the way, a folder that
@@ -370,9 +381,8 @@ def replace_problem(target: str | os.PathLike, kind: str, what: str = "output") 
     problem = writable_problem(Output(Path(target).absolute(), what, "replaced"))
     if problem:
         return problem
-    if real.is_dir() and any(real.iterdir()) and (problem := owner_problem(real, kind)):
-        return (f"{Path(target).absolute()} exists, is not empty and is not {_a(kind)} written by this package "
-                f"({problem}); refusing to replace it (choose another output directory)")
+    if problem := not_ours_problem(target, kind):
+        return problem
     for folder, _, _ in os.walk(real) if real.is_dir() else ():  # the old one is removed once the new stands: a
         if not os.access(folder, os.W_OK | os.X_OK):  # read-only folder inside it kept its files beside the new
             return (f"{folder} (inside {Path(target).absolute()}) is read-only: the {kind} it holds could not be "

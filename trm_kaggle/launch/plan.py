@@ -21,6 +21,7 @@ from typing import Sequence
 
 import pydantic
 
+from trm_kaggle.atomic import not_ours_problem
 from trm_kaggle.config import ClusterConfig, K8sOptions, SlurmOptions, SweepGrid, TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.experiments import plan_sweep, repeated_variants
@@ -154,6 +155,8 @@ def check_outputs(cluster: ClusterConfig, jobs: list[ClusterJob], texts: dict[st
         problem = overlap_problem(inputs, [*outputs, job_files])
         if problem := problem or next(filter(None, map(place_problem, outputs)), None):
             raise TRMError(where + problem)
+        if exported and (problem := not_ours_problem(exported, "export")):  # train refuses it before training
+            raise TRMError(f"{where}--export: {problem}")
         read += inputs
     if problem := overlap_problem(read, [job_files]):
         raise TRMError(problem)
