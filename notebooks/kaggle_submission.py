@@ -63,10 +63,12 @@ TEST_DEPTH = None  # ACT steps of prediction; None: the trained halt_max_steps (
 # ## Fallback first (standard library only)
 #
 # A bad parameter falls back to its default with a warning. The challenges file is found one or two folders
-# below `KAGGLE_INPUT` (the same file reachable twice, e.g. through a link, counts once), and a valid
-# `submission.json` is written before anything can fail: each test input and its transpose, as solve writes.
+# below `KAGGLE_INPUT` (the same file reachable twice, e.g. through a link, counts once, and so do copies with the
+# same bytes: one competition mounted in both layouts), and a valid `submission.json` is written before anything
+# can fail: each test input and its transpose, as solve writes.
 
 # %%
+import hashlib
 import json
 import math
 import os
@@ -186,9 +188,33 @@ print(f"mode: {MODE} ({why}): " + ("the model works on " + (f"the first {MAX_TAS
                                    + "; every task is submitted"), flush=True)
 
 
+def copies_of(paths):
+    """`paths` (sorted) grouped by their bytes, each group in path order: byte-identical copies (one competition
+    mounted in both layouts) are one file. A file that cannot be read is a copy of none."""
+    groups = {}
+    for path in paths:
+        try:
+            key = hashlib.sha256(read_regular(path)).hexdigest()
+        except (OSError, ValueError):  # unreadable: its own group, named as one of the different files
+            key = path
+        groups.setdefault(key, []).append(path)
+    return list(groups.values())
+
+
+def first_copy(copies, competition, root, quiet):
+    """Of byte-identical `copies`, the first by path in the folder named for `competition` (else the first by
+    path); the others are said in one line (unless `quiet`)."""
+    chosen = next((p for p in copies if p.parent.name == competition), copies[0])
+    if len(copies) > 1 and not quiet:
+        say(f"{len(copies)} copies of {CHALLENGES_NAME} with the same bytes below {root}: one file, using {chosen} "
+            f"(not {', '.join(str(p) for p in copies if p != chosen)})")
+    return chosen
+
+
 def find_challenges(root, competition, quiet=False):
-    """The one challenges file one or two folders below `root` (by resolved path); of several, the one in the
-    folder named for `competition` (said in a line); else None with a warning (none when `quiet`)."""
+    """(the one challenges file one or two folders below `root`, None): files are told apart by resolved path and
+    by their bytes (copies are one file, the first by path taken); of several, the one in the folder named for
+    `competition` (said in a line). Else (None, why) with a warning (none when `quiet`): the RESULT line says why."""
     root = Path(root)
     found, special = {}, []
     for pattern in (f"*/{CHALLENGES_NAME}", f"*/*/{CHALLENGES_NAME}"):
@@ -197,27 +223,30 @@ def find_challenges(root, competition, quiet=False):
                 found.setdefault(path.resolve(), path)
             elif not path.is_dir():  # a FIFO, a device, a socket, a dangling link: named, never read
                 special.append(str(path))
-    if len(found) == 1:
-        return next(iter(found.values()))
     if not found:
-        if quiet:
-            return None
-        warn(f"no {CHALLENGES_NAME} one or two folders below {root}"
-             + (f" that is a regular file ({', '.join(special)} is not)" if special else "")
-             + ": attach the ARC competition or set CHALLENGES")
-        return None
-    own = [p for p in found.values() if p.parent.name == competition]
-    if len(own) == 1:
-        others = [str(p) for p in found.values() if p != own[0]]
+        why = (f"no {CHALLENGES_NAME} one or two folders below {root}"
+               + (f" that is a regular file ({', '.join(special)} is not)" if special else "")
+               + ": attach the ARC competition or set CHALLENGES")
         if not quiet:
-            say(f"{len(found)} different {CHALLENGES_NAME} files below {root}: using {own[0]}, the one of this "
+            warn(why)
+        return None, why
+    paths = sorted(found.values())
+    groups = copies_of(paths) if len(paths) > 1 else [paths]
+    if len(groups) == 1:
+        return first_copy(groups[0], competition, root, quiet), None
+    own = [g for g in groups if any(p.parent.name == competition for p in g)]
+    if len(own) == 1:
+        chosen = first_copy(own[0], competition, root, quiet)
+        others = [str(g[0]) for g in groups if g is not own[0]]
+        if not quiet:
+            say(f"{len(groups)} different {CHALLENGES_NAME} files below {root}: using {chosen}, the one of this "
                 f"kernel's competition {competition} (not {', '.join(others)})")
-        return own[0]
-    if quiet:
-        return None
-    warn(f"{len(found)} different {CHALLENGES_NAME} files below {root}, none of them the competition {competition}'s "
-         f"alone: {', '.join(str(p) for p in found.values())}; set CHALLENGES to the one to solve")
-    return None
+        return chosen, None
+    why = (f"{len(groups)} different {CHALLENGES_NAME} files below {root}, none of them the competition "
+           f"{competition}'s alone: {', '.join(str(g[0]) for g in groups)}; set CHALLENGES to the one to solve")
+    if not quiet:
+        warn(why)
+    return None, why
 
 
 def is_grid(grid):
@@ -276,11 +305,23 @@ def is_file(path):
         return False
 
 
+def open_new(tmp):
+    """`tmp`, a temporary name of this kernel's, created new for writing: whatever stands there is removed first
+    (a link is removed, never followed), and a link planted again before the create is refused, never written
+    through (open(tmp, "w") overwrote the file a planted link pointed to, outside KAGGLE_WORKING)."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    return os.fdopen(fd, "w")
+
+
 def write_atomically(path, text):
     path = Path(path)
     tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
     try:
-        with open(tmp, "w") as f:
+        with open_new(tmp) as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -329,6 +370,8 @@ def read_challenges(path):
         tasks = json.loads(raw)  # bytes: json reads UTF-8/16/32, with a BOM too
     except ValueError as e:  # the file's fault, named with it
         raise ValueError(f"{path} is not JSON ({e})") from None
+    except RecursionError:  # '[' * 200000: Python's parser recurses once per level; the file's fault too
+        raise ValueError(f"{path} is not JSON (nested too deeply)") from None
     if not isinstance(tasks, dict):
         raise ValueError(f"{path} does not hold a JSON object of tasks")
     return tasks
@@ -340,8 +383,8 @@ try:
         READY = False
         NO_MODEL = f"{problem}; choose a folder of its own"
         warn(NO_MODEL)
-    else:
-        CHALLENGES = CHALLENGES or find_challenges(KAGGLE_INPUT, COMPETITION)
+    elif CHALLENGES is None:
+        CHALLENGES, NO_MODEL = find_challenges(KAGGLE_INPUT, COMPETITION)  # None: why none was taken
     if CHALLENGES is None:
         READY = False
         NO_MODEL = NO_MODEL or "no challenges file was found"
@@ -351,7 +394,7 @@ try:
         except (OSError, ValueError) as e:
             # a CHALLENGES parameter that names no challenges file (a typo, a folder) would cost the whole
             # submission: the competition's own file, found as with CHALLENGES=None, is answered instead
-            found = find_challenges(KAGGLE_INPUT, COMPETITION, quiet=True)
+            found, _ = find_challenges(KAGGLE_INPUT, COMPETITION, quiet=True)
             if found is None or os.path.realpath(found) == os.path.realpath(CHALLENGES):
                 raise
             warn(f"CHALLENGES: {type(e).__name__}: {e}; answering {found}, the challenges file found below "

@@ -201,13 +201,25 @@ def state_to_pass_on():
 PREVIOUS_STATE = state_to_pass_on()
 
 
+def open_new(tmp):
+    """`tmp`, a temporary name of this kernel's, created new for writing: whatever stands there is removed first
+    (a link is removed, never followed), and a link planted again before the create is refused, never written
+    through (open(tmp, "w") overwrote the file a planted link pointed to, outside KAGGLE_WORKING)."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    return os.fdopen(fd, "w")
+
+
 def write_session(status, message):
     """session.json (atomically): what stopped this kernel run, for `kaggle kernels output` readers."""
     record = {"ok": False, "status": status, "message": message, "seconds": round(time.time() - STARTED, 1),
               "previous_state": PREVIOUS_STATE}
     tmp = SESSION.with_name(f".{SESSION.name}.partial-{os.getpid()}")
     try:
-        with open(tmp, "w") as f:
+        with open_new(tmp) as f:
             json.dump(record, f, indent=2)
         os.replace(tmp, SESSION)
     except BaseException:

@@ -38,8 +38,8 @@ def test_none_stops_listing_what_it_found(tmp_path):
 
 
 def test_several_stop_listing_them(tmp_path):
-    put(tmp_path, f"arc-prize-2025/{CHALLENGES_NAME}")
-    put(tmp_path, f"competitions/arc-prize-2026-arc-agi-2/{CHALLENGES_NAME}")
+    put(tmp_path, f"arc-prize-2025/{CHALLENGES_NAME}", '{"a": {}}')  # different bytes: copies would be one file
+    put(tmp_path, f"competitions/arc-prize-2026-arc-agi-2/{CHALLENGES_NAME}", '{"b": {}}')
     with pytest.raises(TRMError) as e:
         find_challenges(tmp_path)
     msg = str(e.value)
@@ -48,8 +48,8 @@ def test_several_stop_listing_them(tmp_path):
 
 
 def test_of_several_the_kernels_own_competition_wins(tmp_path):
-    put(tmp_path, f"arc-prize-2025/{CHALLENGES_NAME}")
-    own = put(tmp_path, f"competitions/arc-prize-2026-arc-agi-2/{CHALLENGES_NAME}")
+    put(tmp_path, f"arc-prize-2025/{CHALLENGES_NAME}", '{"a": {}}')
+    own = put(tmp_path, f"competitions/arc-prize-2026-arc-agi-2/{CHALLENGES_NAME}", '{"b": {}}')
     assert find_challenges(tmp_path, "arc-prize-2026-arc-agi-2") == own
     with pytest.raises(TRMError, match="2 files named"):  # a competition whose folder is not there: no guess
         find_challenges(tmp_path, "arc-prize-2024")
@@ -58,3 +58,19 @@ def test_of_several_the_kernels_own_competition_wins(tmp_path):
 def test_missing_root(tmp_path):
     with pytest.raises(TRMError, match="is not a directory"):
         find_challenges(tmp_path / "nope")
+
+
+def test_copies_with_the_same_bytes_are_one_file_and_said_once(tmp_path):
+    """One competition mounted in both layouts (byte-identical copies) was "2 files named ...": no challenges
+    file at all. The copies are one file, the first by path taken; a copy beside another competition's different
+    file still counts once, and the kernel's competition wins."""
+    first = put(tmp_path, f"arc-prize-2026-arc-agi-2/{CHALLENGES_NAME}", '{"a": {}}')
+    put(tmp_path, f"competitions/arc-prize-2026-arc-agi-2/{CHALLENGES_NAME}", '{"a": {}}')
+    assert find_challenges(tmp_path, "arc-prize-2026-arc-agi-2") == first
+    said: list[str] = []
+    assert find_challenges(tmp_path, echo=said.append) == first  # without a competition too: the first by path
+    assert len(said) == 1 and said[0].startswith(f"2 copies of {CHALLENGES_NAME} with the same bytes"), said
+    put(tmp_path, f"arc-prize-2025/{CHALLENGES_NAME}", '{"b": {}}')
+    assert find_challenges(tmp_path, "arc-prize-2026-arc-agi-2") == first
+    with pytest.raises(TRMError, match="2 files named .* \\(copies with the same bytes counted once\\)"):
+        find_challenges(tmp_path, "arc-prize-2024")
