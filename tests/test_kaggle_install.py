@@ -278,3 +278,40 @@ def test_the_kernels_reason_when_every_task_it_worked_on_was_refused():
     scope = {"report": {"ran": 0, "model_tasks": 2, "left_out": {}, "errors": []}, "NO_MODEL": None}
     exec(block, scope)
     assert scope["NO_MODEL"] == "it predicted no task within the time budget"
+
+
+def test_a_wheels_folder_name_and_pips_output_are_said_escaped(monkeypatch, tmp_path, capsys):
+    """A wheels folder found below KAGGLE_INPUT named with an escape sequence and a newline cleared the kernel's
+    log and forged a line in it, in the `wheels:` line, pip's output and pip's refusal."""
+    wheels = tmp_path / "wh\x1b[2J\nINJ"
+    wheels.mkdir()
+    (wheels / "trm_kaggle-0.1-py3-none-any.whl").write_bytes(b"")
+    said = "Processing ./wh\x1b[2J\nINJ/trm_kaggle-0.1-py3-none-any.whl\nSuccessfully installed trm_kaggle-0.1\n"
+    monkeypatch.setattr(offline_install.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, said, ""))
+    monkeypatch.setattr(offline_install.importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setattr(offline_install, "missing_requirements", lambda **k: [])
+    offline_install.prepare(wheels)
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and out.splitlines() == [
+        f"wheels: {tmp_path}/wh\\x1b[2J\\nINJ", "Processing ./wh\\x1b[2J", "INJ/trm_kaggle-0.1-py3-none-any.whl",
+        "Successfully installed trm_kaggle-0.1"], out
+    refused = "ERROR: Could not find \x1b[31mtrm_kaggle\n"
+    monkeypatch.setattr(offline_install.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", refused))
+    with pytest.raises(RuntimeError) as e:
+        offline_install.install_offline(wheels)
+    assert e.value.args[0] == (f"pip install --no-index --no-deps --find-links {tmp_path}/wh\\x1b[2J\\nINJ trm_kaggle "
+                               "failed (status 1): ERROR: Could not find \\x1b[31mtrm_kaggle")
+
+
+def test_only_files_named_as_wheels_are_named_to_pip(monkeypatch, tmp_path):
+    """A stray `notes.whl` failed the whole install ("not a valid wheel filename"), and `.-1.0-py3-none-any.whl`
+    asked pip to install the current folder: pip is given only distributions of files named as wheels."""
+    for name in ("notes.whl", ".-1.0-py3-none-any.whl", "-1.0-py3-none-any.whl", "x y-1.0-py3-none-any.whl",
+                 "trm_kaggle-0.1-py3-none-any.whl", "trm_extra.pkg-2.0-1-cp311-cp311-manylinux_2_17_x86_64.whl",
+                 "trm_other-1.0+local-py2.py3-none-any.whl"):
+        (tmp_path / name).write_bytes(b"")
+    ran = []
+    monkeypatch.setattr(offline_install.subprocess, "run",
+                        lambda cmd, **k: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+    offline_install.install_offline(tmp_path)
+    assert ran[0][ran[0].index("--no-color") + 1:] == ["trm_kaggle", "trm_extra.pkg", "trm_other"], ran

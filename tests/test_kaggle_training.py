@@ -456,6 +456,27 @@ def test_load_checkpoint_must_be_a_path_a_session_can_read(path, ok):
             check_kernel_overrides([f"load_checkpoint={path}"])
 
 
+def test_load_checkpoint_under_a_local_sessions_own_inputs_is_read(tmp_path):
+    """The notebook runs anywhere with KAGGLE_INPUT pointed at a folder of the datasets: weights under that folder
+    were refused and sent to /kaggle/input/, where they were then not found. The session checks against its own
+    inputs, and names them when it refuses."""
+    from trm_kaggle.kaggle.train_kernel import check_kernel_overrides
+
+    root = tmp_path / "in"
+    check_kernel_overrides([f"load_checkpoint={root / 'weights' / 'w.pt'}"], root)
+    for outside in ("/kaggle/input/weights/w.pt", f"{root}/../elsewhere/w.pt", str(root)):
+        with pytest.raises(TRMError, match=f"give load_checkpoint a path under {root}/ "):
+            check_kernel_overrides([f"load_checkpoint={outside}"], root)
+    lines: list[str] = []  # the session: past the check, to the data it lacks (no data dataset attached)
+    run_session(input_root=root, working=tmp_path / "w", preset="sudoku4-cpu",
+                overrides=[f"load_checkpoint={root / 'weights' / 'w.pt'}"], time_budget=None, echo=lines.append)
+    assert lines[-1].startswith(f"error: no dataset under {root}"), lines
+    lines.clear()
+    run_session(input_root=root, working=tmp_path / "w2", preset="sudoku4-cpu",
+                overrides=["load_checkpoint=/kaggle/input/weights/w.pt"], time_budget=None, echo=lines.append)
+    assert f"give load_checkpoint a path under {root}/ " in lines[-1], lines
+
+
 @pytest.mark.parametrize("owned", ["data_paths=[/etc]", "checkpoint_path=/tmp/elsewhere", "+checkpoint_path=x",
                                    "~data_paths"])
 def test_the_kernel_sets_its_own_data_and_run_folder(built, tmp_path, capsys, owned):
@@ -655,9 +676,9 @@ def test_a_stop_before_the_state_is_carried_waits_for_it(built, tmp_path, monkey
                 data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
     real = bundle_module.check_kernel_overrides
 
-    def stopped_at_the_start(overrides):
+    def stopped_at_the_start(overrides, *args):
         os.kill(os.getpid(), signal.SIGTERM)
-        return real(overrides)
+        return real(overrides, *args)
 
     monkeypatch.setattr(bundle_module, "check_kernel_overrides", stopped_at_the_start)
     r = run_session(input_root=prev, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,

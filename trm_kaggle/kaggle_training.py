@@ -538,7 +538,8 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         timed, overrides, device = given
         overrides = [*timed, *override_list(overrides),
                      *([f"device={device}"] if device not in (None, "auto") else [])]
-        check_kernel_overrides(overrides)  # the session's own data and run folder must win (KERNEL_OWNED_KEYS)
+        # the session's own data and run folder must win (KERNEL_OWNED_KEYS); weights only from its own inputs
+        check_kernel_overrides(overrides, input_root)
         if problem := replace_problem(working / WEIGHTS, "export", "weights"):  # a folder export_run won't replace
             raise TRMError(problem)
         # unpacked into an input, or into the working folder (the next session's input): two datasets there

@@ -35,10 +35,30 @@ def installed(dist: str) -> bool:
         return False
 
 
+def one_line(text: object) -> str:
+    """`text` with its control characters escaped, as `trm_kaggle.wording.one_line` does (which this file cannot
+    import): a wheels folder's name found below KAGGLE_INPUT, or pip's output, may hold an escape sequence or a
+    newline that would clear the kernel's log or forge a line in it."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
+#: A wheel's file name: {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl (the binary
+#: distribution format); the distribution starts with a letter or digit.
+WHEEL_NAME = re.compile(r"(?P<dist>[A-Za-z0-9][A-Za-z0-9_.]*)-[A-Za-z0-9_.+!]+(-[0-9][A-Za-z0-9_.]*)?"
+                        r"(-[A-Za-z0-9_.]+){3}\.whl")
+
+
+def wheel_distributions(wheels: str | Path) -> set[str]:
+    """The distributions whose wheels lie in `wheels`: only files named as wheels are (a stray `notes.whl` named
+    to pip failed the whole install, and `.-1.0-py3-none-any.whl` asked pip to install the current folder); pip's
+    own --find-links scan skips the others too."""
+    return {m.group("dist") for p in Path(wheels).glob("*.whl") if (m := WHEEL_NAME.fullmatch(p.name))}
+
+
 def install_offline(wheels: str | Path) -> str:
     """pip install --no-index --no-deps: trm_kaggle and every other distribution whose wheel lies in `wheels`
     and which the image does not have; returns pip's output. RuntimeError with pip's own reason."""
-    names = {re.split(r"-", p.name, maxsplit=1)[0] for p in Path(wheels).glob("*.whl")}
+    names = wheel_distributions(wheels)
     extra = sorted(n for n in names if n.lower() != "trm_kaggle" and not installed(n))
     cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--find-links", str(wheels),
            "--disable-pip-version-check", "--no-color", "trm_kaggle", *extra]
@@ -48,8 +68,8 @@ def install_offline(wheels: str | Path) -> str:
         last = ([line for line in said if line.startswith("ERROR")] or said)[-1]  # pip's own reason
         if last.endswith(":") and said[-1] != last:  # a crash: "ERROR: Exception:", then the traceback
             last = f"{last} {said[-1]}"  # whose last line says what was raised
-        raise RuntimeError(f"pip install --no-index --no-deps --find-links {wheels} trm_kaggle failed "
-                           f"(status {pip.returncode}): {last}")
+        raise RuntimeError(f"pip install --no-index --no-deps --find-links {one_line(wheels)} trm_kaggle failed "
+                           f"(status {pip.returncode}): {one_line(last)}")
     importlib.invalidate_caches()
     return pip.stdout
 
@@ -91,8 +111,9 @@ def prepare(wheels: str | Path | None, warn: Callable[[str], None] = print) -> N
         if wheels is None:
             raise RuntimeError("trm_kaggle is not installed and no wheels folder was found: attach the wheels "
                                "dataset or set WHEELS_DIR")
-        print(f"wheels: {wheels}")
-        print(install_offline(wheels))
+        print(f"wheels: {one_line(wheels)}")
+        for line in install_offline(wheels).splitlines():  # pip's lines as they are, each escaped
+            print(one_line(line))
     else:
         print("trm_kaggle is already importable: nothing installed")
     missing = missing_requirements(warn=warn)

@@ -31,6 +31,7 @@ from trm_kaggle.kaggle.metadata import (
 )
 from trm_kaggle.kaggle.packed import ARCHIVE_KEY, pack
 from trm_kaggle.train import override_mapping, parse_override, warn_repeated
+from trm_kaggle.wording import one_line
 
 TRAIN_NOTEBOOK = Path("notebooks") / "kaggle_train.ipynb"
 
@@ -153,8 +154,10 @@ KERNEL_OWNED_KEYS = ("data_paths", "checkpoint_path")
 KAGGLE_INPUT = "/kaggle/input"  # where a session finds its attached datasets (both mount layouts)
 
 
-def check_kernel_overrides(overrides: Sequence[str]) -> None:
-    """TRMError when an override would replace (or reset) a setting the training kernel owns."""
+def check_kernel_overrides(overrides: Sequence[str], input_root: str | os.PathLike = KAGGLE_INPUT) -> None:
+    """TRMError when an override would replace (or reset) a setting the training kernel owns, or would load weights
+    from outside `input_root`: the session's attached datasets (/kaggle/input on Kaggle; the folder KAGGLE_INPUT
+    names where the notebook runs elsewhere)."""
     for text in overrides:
         key = str(text).partition("=")[0].strip().lstrip("+~").strip()  # as parse_override reads the key
         if key.split(".")[0] in KERNEL_OWNED_KEYS:
@@ -165,11 +168,26 @@ def check_kernel_overrides(overrides: Sequence[str]) -> None:
         if key == "load_checkpoint" and value and parse_override(str(text))[1] is None:  # null: no weights, its default
             continue
         value = value.strip("'\"")
-        if key == "load_checkpoint" and value and not posixpath.normpath(value).startswith(KAGGLE_INPUT + "/"):
+        if key == "load_checkpoint" and value and not _under(value, prefix := _inputs_prefix(input_root)):
             # a path of the building machine (the session would fail on Kaggle, after the push), or one that
             # leaves the inputs by `..` (`/kaggle/input/../../etc/passwd`)
-            raise TRMError(f"override {str(text)[:80]!r}: a Kaggle session reads only its attached datasets; give "
-                           f"load_checkpoint a path under {KAGGLE_INPUT}/ (attach the weights as a dataset)")
+            raise TRMError(f"override {str(text)[:80]!r}: a training session reads only its attached datasets; give "
+                           f"load_checkpoint a path under {one_line(prefix)} (attach the weights as a dataset)")
+
+
+def _inputs_prefix(input_root: str | os.PathLike) -> str:
+    """What every path inside the inputs starts with: Kaggle's `/kaggle/input/` as a POSIX path whatever system
+    builds the kernel; a session's own folder (the notebook run locally, KAGGLE_INPUT pointed elsewhere) as this
+    system reaches it."""
+    root = os.fspath(input_root)
+    return KAGGLE_INPUT + "/" if root == KAGGLE_INPUT else os.path.abspath(root).rstrip(os.sep) + os.sep
+
+
+def _under(value: str, prefix: str) -> bool:
+    """`value` starts with `prefix` once `..` and `.` are resolved as text (`/kaggle/input/../../etc` does not)."""
+    if prefix == KAGGLE_INPUT + "/":
+        return posixpath.normpath(value).startswith(prefix)
+    return os.path.abspath(value).startswith(prefix)
 
 
 def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) -> None:
