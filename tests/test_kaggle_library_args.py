@@ -39,7 +39,7 @@ def test_bundle_ids_take_only_a_user_and_a_prefix_the_command_line_would():
     with pytest.raises(TRMError, match="user 'bad\\\\nuser' is not a Kaggle user name") as e:
         M.BundleIds(user="bad\nuser")
     assert "\n" not in str(e.value)
-    with pytest.raises(TRMError, match=r"--slug-prefix\) give an invalid Kaggle id.*lowercase"):
+    with pytest.raises(TRMError, match=r"--user/--slug-prefix give an invalid Kaggle id.*lowercase"):
         M.BundleIds("u", "Bad")
     assert M.BundleIds("u", "p" * 34).kernel_id == f"u/{'p' * 34}-submission"  # only the wheels id is always made
 

@@ -691,3 +691,38 @@ def test_the_sweep_library_refuses_a_config_file_inside_its_folder_as_the_comman
     with pytest.raises(TRMError, match=r"^sweep folder .*sw holds the input config_file .*run_config.yaml: writing"):
         S.run_sweep(grid("ok"), sd, config_file=str(config), overrides=["max_steps=10"], progress=False)
     assert config.read_bytes() == before and records(sd)["ok_s0"]["attempts"] == 1
+
+
+def _submit_work_folders(root: Path) -> list[Path]:
+    """Two submits' work folders under `root`: one that finished (solve_report.json), one under way (units/ and
+    workers/)."""
+    done, going = root / "done-ttt", root / "going-ttt"
+    done.mkdir()
+    (done / "solve_report.json").write_text("{}")
+    (going / "units").mkdir(parents=True)
+    (going / "workers").mkdir()
+    return [done, going]
+
+
+def test_a_sweep_folder_in_a_submits_work_folder_is_refused_before_anything_is_written(tmp_path, fake_train, capsys):
+    """`sweep --sweep-dir W/sw` (W a submit's work folder) wrote sweep.json and each run's folder among the solve's
+    files, then every run's train refused its folder there and the sweep recorded them all failed (exit 1); `train
+    checkpoint_path=W/x` is refused up front. Refused by `run_sweep` itself, for every caller, in the command's
+    words (naming --sweep-dir from the command line), dry run included; nothing written."""
+    def listing() -> list[str]:
+        return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+    for work in _submit_work_folders(tmp_path):
+        before = listing()
+        for sd, where in ((work / "sw", f"lies inside {work}, which is"), (work, "is")):
+            said = f"{sd} {where} a submit's work folder (it holds units/ or solve_report.json)"
+            for dry in (False, True):
+                with pytest.raises(TRMError) as e:
+                    S.run_sweep(grid("ok"), sd, overrides=["max_steps=5"], progress=False, dry_run=dry)
+                assert str(e.value).startswith(f"sweep folder {said}") and "choose a folder of its own" in str(e.value)
+            path = tmp_path / "g.yaml"
+            path.write_text("axes: [[{name: ok}]]\n")
+            line = one_error_line(capsys, main(["sweep", str(path), "--sweep-dir", str(sd), "--no-progress"]))
+            assert f"--sweep-dir {said}" in line and "choose a folder of its own" in line, line
+            path.unlink()
+        assert listing() == before

@@ -16,7 +16,7 @@ import os
 from typing import Callable, Iterator
 
 from trm_kaggle.errors import TRMError
-from trm_kaggle.outputs import PIPELINE_RUN_DIR, Input, Output, check_io, writable_problem
+from trm_kaggle.outputs import Input, Output, check_io, in_a_work_dir_problem, overlap_problem
 
 IO = tuple[list[Input], list[Output]]
 
@@ -47,39 +47,21 @@ def _train(args: argparse.Namespace) -> IO:
     with _quiet():  # the command loads them again and says its notes (upstream spellings...) once
         cfg = load_train_config(args.config, args.preset, overrides)
     _refuse_work_dir(default_run_dir(cfg))
-    if args.export:  # a folder the export may not replace is said now, not after the whole training
+    io = training_io(cfg, default_run_dir(cfg), export=args.export, config_file=args.config)
+    if args.export and not overlap_problem(*io):  # (an export over an input is check_io's to name)
         from trm_kaggle.atomic import replace_problem
 
+        # a folder the export may not replace is said now, not after the whole training
         if problem := replace_problem(args.export, "export", "--export"):
             raise TRMError(problem)
-    return training_io(cfg, default_run_dir(cfg), export=args.export, config_file=args.config)
-
-
-def _refuse_inside(folder, what: str, kind: str, holds: str, whose: str, owns) -> None:
-    """Refuse `folder` when it is, or lies inside, a folder another command owns (`owns(at)` says so): our
-    files would mix with that command's, and it reads its folder whole."""
-    from pathlib import Path
-
-    def owned(at: Path) -> bool:
-        try:
-            return owns(at)
-        except OSError:  # a name too long to hold an entry: no folder of another's (its own write says what fails)
-            return False
-
-    path = Path(folder).absolute()
-    for at in (path, *path.parents):
-        if owned(at):
-            where = "is" if at == path else f"lies inside {at}, which is"
-            raise TRMError(f"{what} {folder} {where} {kind} (it holds {holds}): its files would mix with the "
-                           f"{whose}; choose a folder of its own")
+    return io
 
 
 def _refuse_work_dir(folder, what: str = "run folder (checkpoint_path)") -> None:
     """A run folder, or another submit's --output, inside a submit's work folder: a submit, which refuses a run
     folder, could no longer resume, and a submission there could replace its record (solve_report.json)."""
-    from trm_kaggle.solve import is_work_dir
-
-    _refuse_inside(folder, what, "a submit's work folder", "units/ or solve_report.json", "solve's", is_work_dir)
+    if problem := in_a_work_dir_problem(folder, what):
+        raise TRMError(problem)
 
 
 def _refuse_below_a_work_dir(work_dir, what: str) -> None:
@@ -133,15 +115,6 @@ def _evaluate_repair(args: argparse.Namespace) -> IO:
             [Output(args.report, "--report")])
 
 
-def _refuse_run_folder(folder: str, what: str) -> None:
-    """A pipeline's folder inside a training run folder or a sweep's: `export` or a resume would then search the
-    pipeline's files; a sweep's rerun would refuse its runs. `solve` checks the same for a work dir itself."""
-    from trm_kaggle.solve import run_folder_problem, sweep_folder_problem
-
-    if problem := run_folder_problem(folder, what) or sweep_folder_problem(folder, what):
-        raise TRMError(problem)
-
-
 def _submit(args: argparse.Namespace) -> IO:
     if args.list_recipes or not (args.challenges and args.weights):
         return [], []
@@ -173,19 +146,12 @@ def _regress(args: argparse.Namespace) -> IO:
 
 
 def _pipeline(args: argparse.Namespace) -> IO:
-    from pathlib import Path
-
     from trm_kaggle.config import PipelineConfig
+    from trm_kaggle.pipeline import check_work_dir
 
     work_dir = args.work_dir or PipelineConfig.model_fields["work_dir"].get_default()
-    _refuse_work_dir(work_dir, "--work-dir")  # it trains into WORK/train: a run folder, as train's own
-    _refuse_run_folder(work_dir, "--work-dir")
-    # its run folder too, as `train` checks its own: a read-only one was found after stage 1 ran again
-    work = Output(work_dir, "--work-dir", "folder")
-    if not writable_problem(work) and (problem := writable_problem(Output(Path(work_dir) / PIPELINE_RUN_DIR,
-                                                                          "--work-dir's run folder", "folder"))):
-        raise TRMError(problem)  # (a work dir refused itself is said as such by check_io)
-    return [], [work]
+    check_work_dir(work_dir, "--work-dir")  # as run_pipeline checks it, whoever calls (it trains into WORK/train)
+    return [], [Output(work_dir, "--work-dir", "folder")]
 
 
 DECLARATIONS: dict[str, Callable[[argparse.Namespace], IO]] = {
@@ -218,7 +184,31 @@ def _selection_problem(command: str, args: argparse.Namespace) -> str | None:
 def precheck(command: str, args: argparse.Namespace) -> None:
     """Before `command` does any work: refuse (TRMError, one line) outputs that overlap its inputs or cannot be
     written, and selections that name what is not there."""
-    check_io(*command_io(command, args))
-    problem = _selection_problem(command, args)
+    inputs, outputs = command_io(command, args)
+    check_io(inputs, outputs)
+    problem = _selection_problem(command, args) or next(filter(None, map(_held_problem, outputs)), None)
     if problem:
         raise TRMError(problem)
+
+
+def _held_problem(out: Output) -> str | None:
+    """An output built whole, or a file, inside a folder another live command holds (its lock): `build-arc
+    --output-dir PIPE/data/x` replaced the dataset a live pipeline was training on (exit 0; the pipeline then
+    failed on its seq_len). A folder written into (a run folder, a work folder) keeps its own rules: a sweep's runs
+    train inside the sweep's folder, under locks it hands down. A command that the holder itself runs (a
+    benchmark's build-arc in the benchmark's work folder) works under its lock."""
+    from pathlib import Path
+
+    from trm_kaggle.locks import ancestor_pids, holder_pid, refuse_if_held
+
+    if out.kind == "folder" or out.path in (None, ""):
+        return None
+    for at in Path(os.path.abspath(os.fspath(out.path))).parents:
+        try:
+            refuse_if_held(at)
+        except TRMError as e:
+            if holder_pid(at) not in ancestor_pids():
+                return f"{out.what} {os.fspath(out.path)} lies inside a folder a live command holds: {e}"
+        except OSError:  # a folder this user cannot look into: its own write says what fails
+            continue
+    return None

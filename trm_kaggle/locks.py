@@ -77,6 +77,25 @@ def holder_kind(directory: str | os.PathLike) -> str:
     return _read_holder(Path(directory) / LOCK_FILE)[2]
 
 
+def holder_pid(directory: str | os.PathLike) -> int | None:
+    """The process recorded as holding (or last holding) `directory`'s lock, or None when no record can be read."""
+    return _read_holder(Path(directory) / LOCK_FILE)[0]
+
+
+def ancestor_pids() -> set[int]:
+    """The processes this one descends from (its parent, the parent's parent, ...; Linux's /proc, else the parent
+    alone): a command that one of them runs works under that one's locks."""
+    pids, pid = set(), os.getppid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:  # "pid (name) state ppid ...": the name may hold spaces and parentheses, the last ')' ends it
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
 def _busy(directory: Path, path: Path) -> TRMError:
     pid, host, what, command = _read_holder(path)
     here = not host or host == socket.gethostname()

@@ -29,7 +29,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Callable, Iterable, Literal
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import not_regular, open_regular
@@ -274,6 +274,37 @@ _RUN_FILES = ("state_step*.pt", "run.json", "config.json", "metrics.jsonl")
 PIPELINE_FILES = ("summary.md", "training_curve.png", "submission.json", "unseen_challenges.json",
                   "unseen_solutions.json")
 PIPELINE_RUN_DIR = "train"  # a pipeline's run folder in its work folder (it holds train/run.json)
+
+
+def is_work_dir(at: str | os.PathLike) -> bool:
+    """Whether the folder `at` is a submit's work folder (it holds solve_report.json, or units/ and workers/)."""
+    at = Path(at)
+    return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
+
+
+def kept_by_problem(folder: str | os.PathLike, what: str, owns: Callable[[Path], bool], kind: str, holds: str,
+                    whose: str) -> str | None:
+    """Why `folder` may not be written: it is, or lies inside, a folder another command keeps (`owns(at)` says so;
+    `kind`, holding `holds`, whose files are `whose`): our files would mix with that command's, and it reads its
+    folder whole. None when it may."""
+    path = Path(folder).absolute()
+    for at in (path, *path.parents):
+        try:
+            if not owns(at):
+                continue
+        except OSError:  # a name too long to hold an entry: no folder of another's (its own write says what fails)
+            continue
+        where = "is" if at == path else f"lies inside {at}, which is"
+        return (f"{what} {os.fspath(folder)} {where} {kind} (it holds {holds}): its files would mix with the {whose}; "
+                "choose a folder of its own")
+    return None
+
+
+def in_a_work_dir_problem(folder: str | os.PathLike, what: str) -> str | None:
+    """`kept_by_problem` of a submit's work folder (`is_work_dir`): a run folder, a sweep or a pipeline there
+    could no longer be resumed by that submit, and its record could be replaced."""
+    return kept_by_problem(folder, what, is_work_dir, "a submit's work folder", "units/ or solve_report.json",
+                           "solve's")
 
 
 def command_folder_problem(folder: str | os.PathLike, what: str) -> str | None:

@@ -54,7 +54,8 @@ from trm_kaggle.interrupts import FirstStopOnly, Terminated
 from trm_kaggle.jsonio import is_regular, open_regular, read_json
 from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.locks import LOCK_FILE, HeldLock, directory_lock, hand_down, refuse_if_held
-from trm_kaggle.outputs import SWEEP_RECORD, Input, Output, check_kept, overlap_problem, writable_problem
+from trm_kaggle.outputs import (SWEEP_RECORD, Input, Output, check_kept, in_a_work_dir_problem, overlap_problem,
+                                writable_problem)
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
                               read_config_file, repeated_keys, training_io)
@@ -495,7 +496,10 @@ def sweep_io(sweep_dir: str | os.PathLike | None, config_file: str | os.PathLike
              config_what: str = "--config") -> tuple[list[Input], list[Output]]:
     """What a sweep reads (its grid and config files) and writes (the sweep folder, any entry of it), as the command
     and `run_sweep` both check them: a config file inside the sweep folder (a run's own run_config.yaml) was
-    rewritten by that run."""
+    rewritten by that run. A sweep folder that is, or lies inside, a submit's work folder is refused here (TRMError,
+    one line naming it as `sweep_what`), for both."""
+    if sweep_dir and (problem := in_a_work_dir_problem(sweep_dir, sweep_what)):
+        raise TRMError(problem)
     inputs = [Input(p, what) for p, what in ((grid_file, "grid file"), (config_file, config_what))
               if p and Path(p).is_file()]
     return inputs, [Output(sweep_dir, sweep_what, "folder")] if sweep_dir else []

@@ -114,7 +114,7 @@ class BundleIds:
             if not isinstance(value, str):
                 raise TRMError(f"BundleIds {name}={clipped(value)}: must be a string ({what})")
         if problem := id_problem(self.wheels_id):
-            raise TRMError(f"BundleIds user/prefix (--user/--slug-prefix) give an invalid Kaggle id: {problem}")
+            raise TRMError(f"--user/--slug-prefix give an invalid Kaggle id: {problem}")  # as the command says it
 
     @property
     def wheels_slug(self) -> str:

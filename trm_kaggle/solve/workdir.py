@@ -29,7 +29,8 @@ from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.locks import LOCK_FILE, holder_kind, refuse_if_held
 from trm_kaggle.names import ascii_number
-from trm_kaggle.outputs import PIPELINE_RUN_DIR, SWEEP_RECORD, Input, Output, special_kind
+from trm_kaggle.outputs import (PIPELINE_RUN_DIR, SWEEP_RECORD, Input, Output, is_work_dir, kept_by_problem,
+                                special_kind)
 
 
 RESULT = "result.json"
@@ -69,12 +70,6 @@ def solve_io(challenges, weights, output, work_dir, compile_cache=None, *,
             [Output(output, name("output")), Output(work_dir, name("work_dir"), "folder", WORK_ENTRIES)])
 
 
-def is_work_dir(at: str | os.PathLike) -> bool:
-    """Whether the folder `at` is a submit's work folder (it holds solve_report.json, or units/ and workers/)."""
-    at = Path(at)
-    return (at / "solve_report.json").is_file() or ((at / "units").is_dir() and (at / "workers").is_dir())
-
-
 def below_a_work_dir_problem(work: str | os.PathLike, what: str = "work_dir", *,
                              held_by: str | None = "submit") -> str | None:
     """Why `work` may not be a work folder (None when it may): it lies below another submit's work folder, one
@@ -100,22 +95,6 @@ def below_a_work_dir_problem(work: str | os.PathLike, what: str = "work_dir", *,
     return None
 
 
-def _kept_by_problem(work: str | os.PathLike, what: str, record: str, kind: str, whose: str) -> str | None:
-    """Why `work` may not be a work folder: it is, or lies inside, a folder holding `record` (`kind`, whose files
-    are `whose`), or None."""
-    path = Path(work).absolute()
-    for at in (path, *path.parents):
-        try:
-            if not (at / record).is_file():
-                continue
-        except OSError:  # a name too long to hold an entry: its own write says what fails
-            continue
-        where = "is" if at == path else f"lies inside {at}, which is"
-        return (f"{what} {work} {where} {kind} (it holds {record}): its files would mix with the {whose}; choose a "
-                "folder of its own")
-    return None
-
-
 def run_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
     """Why `work` may not be a work folder (None when it may): it is, or lies inside, a training run folder (it holds
     run.json). The solve's units/, workers/ and solve_report.json went in among the run's states, and `train` then
@@ -123,14 +102,16 @@ def run_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str |
     words (`what` names the setting); a pipeline's own solve works in WORK/ttt, beside its run in WORK/train."""
     from trm_kaggle.train import RUN_RECORD  # here, not above: the work directory's module stays without torch
 
-    return _kept_by_problem(work, what, RUN_RECORD, "a training run folder", "run's")
+    return kept_by_problem(work, what, lambda at: (at / RUN_RECORD).is_file(), "a training run folder",
+                           RUN_RECORD, "run's")
 
 
 def sweep_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
     """Why `work` may not be a solve's (or a pipeline's) folder: it is, or lies inside, a sweep's folder (it holds
     sweep.json). `submit --work-dir SWEEP` made the sweep's rerun refuse each of its runs as lying inside a submit's
     work folder, and record them failed. A sweep's runs are the sweep's to write."""
-    return _kept_by_problem(work, what, SWEEP_RECORD, "a sweep's folder", "sweep's")
+    return kept_by_problem(work, what, lambda at: (at / SWEEP_RECORD).is_file(), "a sweep's folder",
+                           SWEEP_RECORD, "sweep's")
 
 
 def others_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
