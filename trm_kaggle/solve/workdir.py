@@ -29,8 +29,8 @@ from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.locks import LOCK_FILE, holder_kind, refuse_if_held
 from trm_kaggle.names import ascii_number
-from trm_kaggle.outputs import (PIPELINE_RUN_DIR, SWEEP_RECORD, Input, Output, is_work_dir, kept_by_problem,
-                                special_kind)
+from trm_kaggle.outputs import (PIPELINE_RUN_DIR, SWEEP_RECORD, Input, Output, check_io, in_a_work_dir_problem,
+                                is_work_dir, kept_by_problem, special_kind, writable_problem)
 
 
 RESULT = "result.json"
@@ -112,6 +112,23 @@ def sweep_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str
     work folder, and record them failed. A sweep's runs are the sweep's to write."""
     return kept_by_problem(work, what, lambda at: (at / SWEEP_RECORD).is_file(), "a sweep's folder",
                            SWEEP_RECORD, "sweep's")
+
+
+def check_pipeline_work_dir(work_dir: str | os.PathLike, what: str = "work_dir") -> None:
+    """Refuse (TRMError, one line) a folder no pipeline may work in, before anything is written: asked by
+    `run_pipeline` for every caller, and by `pipeline` with its --work-dir's name. Refused: a folder that is, or
+    lies inside, a submit's work folder or one a live solve holds (the pipeline's run in WORK/train would be a run
+    folder there, which that submit refuses), a training run folder or a sweep's folder (`export` or a resume would
+    search the pipeline's files; the sweep's rerun would refuse its runs); then what `check_io` refuses of a folder
+    written into (a dataset, an export, a folder this package builds whole, one that cannot be written), and the
+    same of its run folder (a read-only one was found after the dataset stage ran again). Its own solve works in
+    WORK/ttt, a work folder like any other."""
+    if problem := (in_a_work_dir_problem(work_dir, what) or below_a_work_dir_problem(work_dir, what)
+                   or run_folder_problem(work_dir, what) or sweep_folder_problem(work_dir, what)):
+        raise TRMError(problem)
+    check_io([], [Output(work_dir, what, "folder")])
+    if problem := writable_problem(Output(Path(work_dir) / PIPELINE_RUN_DIR, f"{what}'s run folder", "folder")):
+        raise TRMError(problem)
 
 
 def others_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
