@@ -57,7 +57,8 @@ def test_illegal_task_ids_are_refused_with_one_line(task_id):
     assert problem and "\n" not in problem
 
 
-@pytest.mark.parametrize("name", ILLEGAL_IDS[:-1] + LEGAL_IDS + ["-rf", ".hidden", "%2F", "a" * 1000, "日本" * 200])
+@pytest.mark.parametrize("name", ILLEGAL_IDS[:-1] + LEGAL_IDS + ["-rf", ".hidden", "%2F", "a" * 1000, "日本" * 200,
+                                  "\udcff", "a\udcffb" * 100])  # a lone surrogate was a UnicodeEncodeError
 def test_any_name_becomes_one_file_inside_its_folder(tmp_path, name):
     path = file_in(tmp_path / "pictures", name, ".png")
     assert path.parent == tmp_path / "pictures"
@@ -67,7 +68,8 @@ def test_any_name_becomes_one_file_inside_its_folder(tmp_path, name):
 
 
 def test_file_names_of_distinct_names_are_distinct():
-    names = ILLEGAL_IDS[:-1] + LEGAL_IDS + ["%", "%25", "%empty", "\x00empty", "a" * 200 + "1", "a" * 200 + "2"]
+    names = ILLEGAL_IDS[:-1] + LEGAL_IDS + ["%", "%25", "%empty", "\x00empty", "a" * 200 + "1", "a" * 200 + "2",
+                                          "\udcff", "\udcfe"]
     assert len({safe_filename(n) for n in names}) == len(set(names))
 
 

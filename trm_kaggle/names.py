@@ -98,7 +98,9 @@ def typed_name(text: str) -> str:
 
 def safe_filename(name: str, suffix: str = "") -> str:
     """A file name for `name` (plus `suffix`, e.g. ".png") that is one plain path component."""
-    encoded = "".join(c if _PLAIN.match(c) else "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in name)
+    # a lone surrogate (a name decoded from bytes that are not UTF-8) is encoded as its code point's bytes
+    encoded = "".join(c if _PLAIN.match(c) else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+                      for c in name)
     if not encoded or encoded[0] == "." or encoded[0] == "-":
         encoded = f"%{ord(encoded[0]):02X}{encoded[1:]}" if encoded else "%empty"  # "%e" is no escape: no other name encodes to it
     if len(encoded) > MAX_FILE_STEM:
