@@ -155,6 +155,14 @@ def test_an_output_built_whole_or_a_file_inside_a_held_folder_is_refused(sudoku4
     line = one_error_line(capsys, main(["evaluate", "--weights", str(tmp_path / "exp"), "--data", str(sudoku4),
                                         "--report-dir", str(pipe / "rep"), "--no-progress"]))
     assert "lies inside a folder a live command holds" in line, line
+    # folders written into too: a run folder, a launch's job files, a second pipeline
+    for args in (["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={pipe / 'r'}", *TINY, "max_steps=1",
+                  "--no-progress"],
+                 ["launch", "slurm", "--nodes", "1", "--gpus-per-node", "0", "--out", str(pipe / "l"),
+                  f"data_paths=[{sudoku4}]", "--no-progress"],
+                 ["pipeline", "--work-dir", str(pipe / "sub"), "--train-seconds", "1", "--no-progress"]):
+        line = one_error_line(capsys, main(args))
+        assert "lies inside a folder a live command holds" in line and str(p.pid) in line, (args, line)
     assert sorted(x.name for x in pipe.iterdir()) == [LOCK_FILE]
     # the same outputs beside it are written
     assert main(["build-sudoku", "--size", "4", "--num-train", "20", "--num-test", "5", "--output-dir",

@@ -192,16 +192,16 @@ def precheck(command: str, args: argparse.Namespace) -> None:
 
 
 def _held_problem(out: Output) -> str | None:
-    """An output built whole, or a file, inside a folder another live command holds (its lock): `build-arc
-    --output-dir PIPE/data/x` replaced the dataset a live pipeline was training on (exit 0; the pipeline then
-    failed on its seq_len). A folder written into (a run folder, a work folder) keeps its own rules: a sweep's runs
-    train inside the sweep's folder, under locks it hands down. A command that the holder itself runs (a
-    benchmark's build-arc in the benchmark's work folder) works under its lock."""
+    """An output inside a folder another live command holds (its lock): `build-arc --output-dir PIPE/data/x`
+    replaced the dataset a live pipeline was training on (exit 0; the pipeline then failed on its seq_len), and
+    `train checkpoint_path=PIPE/r`, `launch --out PIPE/l` or a second pipeline wrote their folders among its own. A
+    command that the holder itself runs works under its lock: a sweep's trainings in the sweep's folder, a
+    benchmark's build-arc in the benchmark's work folder."""
     from pathlib import Path
 
     from trm_kaggle.locks import ancestor_pids, holder_pid, refuse_if_held
 
-    if out.kind == "folder" or out.path in (None, ""):
+    if out.path in (None, ""):
         return None
     for at in Path(os.path.abspath(os.fspath(out.path))).parents:
         try:
