@@ -188,6 +188,26 @@ def test_a_special_bundle_input_is_named(inputs, tmp_path, special, capsys, opti
     assert not (tmp_path / "ob").exists()
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--extra-wheel", "nope-1.0-py3-none-any.whl"], "nope-1.0-py3-none-any.whl: no such file"),
+    (["--extra-wheel", "d-1.0-py3-none-any.whl"], "d-1.0-py3-none-any.whl: a folder, not a .whl file"),
+    (["--kaggle-has", ""], "--kaggle-has '': not a distribution name"),
+    (["--kaggle-has", "../x"], "--kaggle-has '../x': not a distribution name"),
+    (["--kaggle-has", "a\x1bb"], "--kaggle-has 'a\\x1bb': not a distribution name"),
+])
+def test_extra_wheels_and_kaggle_has_names_are_said_for_what_they_are(inputs, tmp_path, monkeypatch, capsys, args,
+                                                                       said):
+    """A missing --extra-wheel (or a folder) was said "not a .whl file"; `--kaggle-has ''` replaced the default list
+    and `../x` or an escape was recorded as a distribution the image has."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d-1.0-py3-none-any.whl").mkdir()
+    rc = B.main([str(tmp_path / "ob"), "--no-download", "--user", "me", "--weights", str(inputs["export"]),
+                 "--notebook", str(inputs["notebook"]), *args])
+    line = one_error_line(capsys, rc)
+    assert said in line, line
+    assert not (tmp_path / "ob").exists()
+
+
 def test_a_folder_given_as_the_bundles_notebook_is_named_a_folder(inputs, tmp_path, capsys):
     """`--notebook DIR` was said "does not exist yet" (the folder exists; it is no notebook file)."""
     folder = tmp_path / "nbdir"

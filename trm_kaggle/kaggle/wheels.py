@@ -30,6 +30,7 @@ from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import is_regular
+from trm_kaggle.wording import clipped
 from trm_kaggle.kaggle.metadata import (
     DATASET_META, REPO_ROOT, BundleIds, tail_lines, dataset_metadata, write_manifest,
 )
@@ -55,6 +56,8 @@ DEFAULT_KAGGLE_HAS: tuple[str, ...] = (
     "torch", "numpy", "pydantic", "pydantic-core", "annotated-types", "typing-extensions",
     "tqdm", "pyyaml", "safetensors",
 )
+#: A distribution's name as packaging's core metadata spells it (PEP 508).
+DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 #: Kaggle's image: CPython 3.11 (2025) or 3.12 (2026) on Ubuntu 22.04 (glibc 2.35), x86_64. The wheels dataset
 #: serves both by default; pip picks the wheels of the interpreter it runs under. pip matches --platform tags
 #: exactly (only manylinux2014/2010 expand to their older aliases), so every glibc level up to 2.35 is listed.
@@ -434,11 +437,17 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
     manifest.json)."""
     targets = tuple(targets) if targets else (target,) if target else tuple(
         Target(python_version=v) for v in DEFAULT_PYTHON_VERSIONS)
+    for name in kaggle_has:  # a name pip could never match ('', '../x', an escape) was recorded as one
+        if not isinstance(name, str) or not DISTRIBUTION_NAME.fullmatch(name):
+            raise TRMError(f"--kaggle-has {clipped(name, 60)}: not a distribution name (letters, digits, '.', '_' "
+                           "and '-', a letter or digit at each end)")
     kaggle_has = sorted({canonicalize_name(n) for n in kaggle_has})
     extras = [Path(p) for p in extra_wheels]
     for p in extras:
         if not is_regular(p, "--extra-wheel") or p.suffix != ".whl":  # a FIFO is named as one, not "not a .whl"
-            raise TRMError(f"--extra-wheel {p}: not a .whl file")
+            what = ("no such file" if not os.path.lexists(p) else "a folder, not a .whl file" if p.is_dir()
+                    else "not a .whl file")
+            raise TRMError(f"--extra-wheel {p}: {what}")
     extra_names = [canonicalize_name(wheel_name_version(p)[0]) for p in extras]
     if "trm-kaggle" in extra_names:  # one of the two would replace the other in the dataset, unsaid
         raise TRMError(f"--extra-wheel {extras[extra_names.index('trm-kaggle')]}: a trm_kaggle wheel; the bundle "
