@@ -711,6 +711,77 @@ def test_a_changed_data_archive_still_passes_the_state_on(built, tmp_path):
     assert r.ok and r.start_step == 2, r
 
 
+def run_state_inputs(built: Path, tmp_path: Path) -> Path:
+    """Inputs of a --continue-from session: the data dataset and a session's output (step 2) packed as the
+    run-state dataset, as Kaggle attaches them (read-only)."""
+    from trm_kaggle.kaggle import train_kernel
+
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+
+    def kaggle_output(cmd, **kw):  # kaggle kernels output USER/KERNEL -p DIR
+        shutil.copytree(prev, cmd[-1], dirs_exist_ok=True)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    root = tmp_path / "in2"
+    train_kernel.fetch_run_state(root / "datasets" / IDS.user / "trm-kaggle-run-state", "tester/trm-kaggle-train",
+                                 ids=IDS, runner=kaggle_output, log=lambda _: None)
+    shutil.copytree(built / "data", root / "datasets" / IDS.user / "trm-kaggle-data")
+    return root
+
+
+def read_only(root: Path) -> Path:
+    for p in [*root.rglob("*"), root]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    return root
+
+
+def test_a_refused_data_dataset_still_passes_the_packed_state_on(built, tmp_path):
+    """The data dataset was unpacked before the run-state one: a cut data.tar beside a run-state dataset
+    (--continue-from) refused the session before the packed state was carried; its output held no state and
+    its record said none ("previous_state": null), so the next --continue-from build refused."""
+    root = run_state_inputs(built, tmp_path)
+    data_tar = root / "datasets" / IDS.user / "trm-kaggle-data" / "data.tar"
+    data_tar.write_bytes(data_tar.read_bytes()[:5000])
+    lines: list[str] = []
+    r = run_session(input_root=read_only(root), working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    time_budget=None, echo=lines.append)
+    assert not r.ok and lines[-1].startswith("error: ") and "data.tar" in lines[-1], lines
+    assert ckpt.newest_step(tmp_path / "s2" / "run") == 2, lines
+    assert report(tmp_path / "s2")["previous_state"].endswith("state_step00000002.pt")
+    r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert r.ok and r.start_step == 2, r
+
+
+@pytest.mark.parametrize("when", ["noted before the session", "during its first checks"])
+def test_a_stop_early_in_a_session_still_passes_the_packed_state_on(built, tmp_path, monkeypatch, when):
+    """A SIGTERM 2-3.5 s into a --continue-from session (or one noted during the install) was let through once
+    the attached outputs were carried, before the run-state dataset was unpacked and carried: "it had no train
+    state to pass on", an output of no state."""
+    import signal
+
+    import trm_kaggle.kaggle.bundle as bundle_module
+
+    root = read_only(run_state_inputs(built, tmp_path))
+    stopped = [signal.SIGTERM] if when == "noted before the session" else []
+    if when == "during its first checks":
+        real = bundle_module.check_kernel_overrides
+
+        def stopped_early(overrides, *args):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return real(overrides, *args)
+
+        monkeypatch.setattr(bundle_module, "check_kernel_overrides", stopped_early)
+    lines: list[str] = []
+    r = run_session(input_root=root, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, stopped=stopped, echo=lines.append)
+    assert not r.ok and r.status == "interrupted" and r.stopped_by == "SIGTERM", (r, lines)
+    assert ckpt.newest_step(tmp_path / "s2" / "run") == 2 and "the newest state saved in this output" in lines[-1]
+    assert report(tmp_path / "s2")["previous_state"].endswith("state_step00000002.pt")
+
+
 def test_the_training_range_names_the_step_the_run_ends_at(built, tmp_path):
     """The reproducer: "training from step 0 to step 20000" for a run whose schedule ends at 3,125."""
     lines: list[str] = []

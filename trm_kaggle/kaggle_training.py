@@ -5,7 +5,8 @@ output (`/kaggle/working` of the kernel's previous version) as an input. A sessi
 
 1. checks and unpacks the packed datasets under the input root (the data, and a run's state attached as a
    dataset: an archive and a manifest of every file in it, `trm_kaggle.kaggle.packed`) into a scratch folder
-   outside the working folder (`/kaggle/temp` on Kaggle); a file missing or changed is one error line;
+   outside the working folder (`/kaggle/temp` on Kaggle); a file missing or changed is one error line; a run's
+   state is unpacked and carried (4.) first, so that the data's refusal, or a stop, still passes it on;
 2. finds the dataset among the inputs (the folder holding `identifiers.json` and `train/`);
 3. finds the newest complete train state in the previous output: every `state_step*.pt` among the inputs,
    the newest of each folder that loads (a truncated or corrupt one is skipped with a warning and the one
@@ -32,6 +33,7 @@ must finish, so that its output, the previous state included, becomes the next s
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 import shutil
@@ -41,7 +43,7 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Sequence
 
 
@@ -67,6 +69,7 @@ MAX_RECORD_BYTES = 1 << 20  # an earlier kernel run's record over this is not re
 UNREAD_RECORD = "the state named in {}, a record that cannot be read"
 SCRATCH = "trm-kaggle-inputs"  # the unpacked datasets, under /kaggle/temp (never in the kernel's output)
 UNPACKED_ENTRIES = "*-" + "[0-9a-f]" * 16 + "*"  # what unpacking writes there: <name>-<digest>, its temporaries
+PACKED_MANIFEST, PACKED_ARCHIVE = "manifest.json", "archive"  # a packed dataset's manifest and its archive's entry
 
 
 @dataclass
@@ -220,6 +223,30 @@ def input_roots(input_root: Path, scratch: Path, echo: Callable[[str], None]) ->
     from trm_kaggle.kaggle import open_all
 
     return [input_root, *open_all(input_root, scratch, say=echo)] if input_root.is_dir() else [input_root]
+
+
+def packed_datasets(input_root: Path) -> tuple[list[Path], list[Path]]:
+    """The folders of the packed datasets under the input root, in `open_all`'s order, as (those whose manifest
+    lists a train state or a session's record: a run-state dataset, `--continue-from`; the others: the data). A
+    manifest that cannot be read counts with the others: opening it refuses, once the state is carried."""
+    from trm_kaggle.kaggle import packed_manifest
+
+    holding, others = [], []
+    if not input_root.is_dir():
+        return holding, others
+    for folder in sorted({p.parent for p in input_root.rglob(PACKED_MANIFEST) if p.is_file()}):
+        try:
+            manifest = packed_manifest(folder)
+        except (TRMError, OSError, RecursionError):
+            others.append(folder)
+            continue
+        if manifest is None:
+            continue
+        files = manifest[PACKED_ARCHIVE].get("files") if isinstance(manifest[PACKED_ARCHIVE], dict) else None
+        names = [PurePosixPath(rel).name for rel in files if isinstance(rel, str)] if isinstance(files, dict) else []
+        state = any(name == SESSION or fnmatch.fnmatchcase(name, "state_step*.pt") for name in names)
+        (holding if state else others).append(folder)
+    return holding, others
 
 
 def find_dataset(roots: Path | Sequence[Path]) -> Path | None:
@@ -532,6 +559,29 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     if not in_place:  # named in the record first: a refused or stopped kernel run still passes the name on
         report.previous_state, unread = _passed_on(Path(input_root))
     carried = None if in_place else carry(Path(input_root))
+
+    def check_unpack_dir() -> None:
+        """Unpacked into an input, or into the working folder (the next session's input): two datasets there."""
+        try:
+            check_kept([Input(input_root, "KAGGLE_INPUT", tree=True),
+                        Input(working, "working folder (KAGGLE_WORKING, the next session's input)", tree=True)],
+                       [Output(scratch, "UNPACK_DIR", "folder", writes=(UNPACKED_ENTRIES,))])
+        except TRMError:
+            report.status = "refused"
+            raise
+
+    # a run-state dataset (--continue-from: the previous output packed) is unpacked and carried next, before the
+    # data dataset is (its archive cut or changed) or anything else can refuse, and before a stop is let through:
+    # unpacked after them, a refused or stopped session passed no state on (an UNPACK_DIR it cannot be unpacked
+    # into, or its own archive damaged, still refuses before the carry: the state is nowhere to be read)
+    holding, others = packed_datasets(Path(input_root))
+    if holding:
+        check_unpack_dir()  # before anything is written there
+    state_roots = [Path(input_root), *(open_packed(folder, scratch, say=echo) for folder in holding)]
+    if not in_place and holding:
+        carried = carry(state_roots, carried)
+        if carried is None and not report.previous_state:  # its record, read as an attached output's is: one
+            report.previous_state, unread = _passed_on(state_roots)  # naming a state it holds no more refuses below
     stops.carried()
     try:  # each refused after the carry: the refused session's output holds the state
         _refuse_link(working / WEIGHTS)
@@ -542,18 +592,11 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         check_kernel_overrides(overrides, input_root)
         if problem := replace_problem(working / WEIGHTS, "export", "weights"):  # a folder export_run won't replace
             raise TRMError(problem)
-        # unpacked into an input, or into the working folder (the next session's input): two datasets there
-        check_kept([Input(input_root, "KAGGLE_INPUT", tree=True),
-                    Input(working, "working folder (KAGGLE_WORKING, the next session's input)", tree=True)],
-                   [Output(scratch, "UNPACK_DIR", "folder", writes=(UNPACKED_ENTRIES,))])
     except TRMError:
         report.status = "refused"
         raise
-    roots = input_roots(input_root, scratch, echo)
-    if not in_place and len(roots) > 1:  # a run-state dataset (--continue-from) is packed: unpacked just now
-        carried = carry(roots, carried)
-        if carried is None and not report.previous_state:  # its record, read as an attached output's is: one
-            report.previous_state, unread = _passed_on(roots)  # naming a state it holds no more refuses below
+    check_unpack_dir()
+    roots = [*state_roots, *(open_packed(folder, scratch, say=echo) for folder in others)]
     if not in_place and carried is None and report.previous_state:
         report.status = "refused"
         if unread is not None:  # a newer version's record, or one cut short, may name the state the run needs
