@@ -400,6 +400,39 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
+class Found:
+    """What stood at an output's path when a command started (`found_at`): given to `atomic_directory`, whose swap
+    then keeps another command's output that appeared during this one's long work (an evaluation, the plots of a
+    comparison) instead of taking it for what stood there before."""
+
+    def __init__(self, identity: tuple[int, int, int] | None):
+        self.identity = identity
+
+
+def found_at(target: str | os.PathLike) -> Found:
+    """What stands at `target` now, taken at a command's start, before its long work (through a symbolic link:
+    what it points to, as `atomic_directory` replaces it)."""
+    try:
+        return Found(_identity(Path(target).absolute()))
+    except ValueError:  # a NUL in the path: `atomic_directory` refuses it in its own words
+        return Found(None)
+
+
+def taken_problem(target: str | os.PathLike, kind: str, found: Found) -> str | None:
+    """Why the `kind` at `target` is no longer this command's to replace (None while it is): another command wrote
+    one there since `found` was taken. The first to finish keeps it; the other ends with this line."""
+    try:
+        now = _identity(Path(target).absolute())
+    except ValueError:
+        return None
+    return None if now == found.identity else _taken_line(target, kind)
+
+
+def _taken_line(target: str | os.PathLike, kind: str) -> str:
+    return (f"{target}: another command wrote this {kind} while this one was built; that one stands and this one is "
+            "discarded (run the command again to replace it)")
+
+
 class RewrittenFile:
     """A file one command writes again and again while it runs (submit's --output: the fallback first, then the
     answers as they come), kept from a second writer.
@@ -454,7 +487,7 @@ def _folder_lock(folder: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
+def atomic_directory(target: str | os.PathLike, *, kind: str, found: Found | None = None) -> Iterator[Path]:
     """Yield a fresh temporary directory; on success move it to `target`.
 
     `kind` names what is built ("dataset", "export", ...). An existing non-empty `target`
@@ -465,6 +498,11 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     the link points. The old directory is removed only after the new one is in place; whatever
     fails, no `.partial-<pid>` or `.old-<pid>` directory is left behind (the old output is put back
     when the new one could not take its place).
+
+    `found`: what stood at `target` when the command started (`found_at`), for a command whose output is
+    built after long work; without it, what stands there when the block is entered. Another output in its place
+    at the swap is kept and this one discarded (`taken_problem`): two commands building one output at once never
+    both say they succeeded.
     """
     refuse_nul(target, f"output {kind}")
     problem = replace_problem(target, kind)
@@ -473,7 +511,10 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     target = written_path(Path(target).absolute())
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(target, kind)
-    found = _identity(target)  # what stands there now: another writer's output in its place is seen at the swap
+    if found is None:  # what stands there now: another writer's output in its place is seen at the swap
+        found = Found(_identity(target))
+    elif _identity(target) != found.identity:  # taken already: said before anything is built
+        raise TRMError(_taken_line(target, kind))
     tmp = target.parent / f"{target.name}{PARTIAL_MARK}{os.getpid()}"
     record = _partial_record(tmp)
     if _in_the_way(tmp):
@@ -497,9 +538,8 @@ def atomic_directory(target: str | os.PathLike, *, kind: str) -> Iterator[Path]:
     except BaseException:
         _discard_partial(tmp)
         raise
-    raced = TRMError(f"{target}: another command wrote this {kind} while this one was built; that one stands and "
-                     f"this one is discarded (run the command again to replace it)")
-    if _identity(target) != found:  # two commands built one output at once: the first to finish keeps it
+    raced = TRMError(_taken_line(target, kind))
+    if _identity(target) != found.identity:  # two commands built one output at once: the first to finish keeps it
         _discard_partial(tmp)
         raise raced
     old = target.parent / f"{target.name}{OLD_MARK}{os.getpid()}"

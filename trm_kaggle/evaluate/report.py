@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Collection, Sequence
 
 import numpy as np
 
-from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text
+from trm_kaggle.atomic import (Found, atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text,
+                               taken_problem)
 from trm_kaggle.config import whole_argument
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.stats import format_breakdown, format_interval
@@ -218,6 +219,13 @@ def check_report_dir(out_dir: str | os.PathLike, weights: dict[str, str]) -> Non
                        f"report of {weights['path']}, or remove that one")
 
 
+def _check_not_taken(out: Path, found: Found | None) -> None:
+    """TRMError when another command wrote a report at `out` since `found`: said as the race it is, before
+    `check_report_dir` would call it the report of other weights."""
+    if found is not None and (problem := taken_problem(out, REPORT_KIND, found)):
+        raise TRMError(problem)
+
+
 def chosen_tasks(items: Sequence[str], known: Collection[str]) -> list[str]:
     """The task ids `evaluate --tasks` names: each item that is a task id of `known` is taken whole (an id may hold
     a comma: build-arc takes one), any other is split at its commas ("a,b", the older form); empty parts are
@@ -244,11 +252,14 @@ def tasks_problem(items: Sequence[str], known: Collection[str], data: object, na
 
 def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence[str] | None = None,
                  first_n: int = 5, top: int = 5, attempts: int = 2, pictures: bool = True,
-                 weights: str | os.PathLike | dict[str, str] | None = None) -> dict[str, Path]:
+                 weights: str | os.PathLike | dict[str, str] | None = None, found: Found | None = None
+                 ) -> dict[str, Path]:
     """report.json + report.md for every task, and a PNG per chosen task (`tasks`, else the first `first_n`).
 
     `weights`: the export evaluated (its path, or `weights_record`'s answer): both files record its path and
-    digest, and a folder holding the report of other weights is refused (`check_report_dir`)."""
+    digest, and a folder holding the report of other weights is refused (`check_report_dir`). `found`: what stood
+    at `out_dir` when the evaluation started (`found_at`): a report another command wrote there meanwhile stands,
+    and this one ends with one line (`taken_problem`)."""
     out = Path(out_dir)
     # the call's counts, before any work: attempts=-1 was an IndexError while drawing, 0 a picture of no attempt
     first_n, top = whole_argument("first_n", first_n, 0, MAX_DRAWN), whole_argument("top", top, 1, 10**6)
@@ -257,6 +268,7 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     if problem:  # no data is not a zero: nothing is written
         raise DataError(problem)
     record = weights_record(weights) if weights is not None and not isinstance(weights, dict) else weights
+    _check_not_taken(out, found)
     if record is not None:
         check_report_dir(out, record)
     report = task_report(result, top=top)
@@ -277,7 +289,7 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     markdown = _markdown(report, pics)
     # every part is made before the first is written (a picture that cannot be drawn leaves the old report whole),
     # and the folder is replaced as one: a full disk or a Ctrl-C midway never mixes the old report with the new
-    with atomic_directory(out, kind=REPORT_KIND) as tmp:
+    with atomic_directory(out, kind=REPORT_KIND, found=found) as tmp:
         atomic_write_json(tmp / "report.json", report, indent=1)
         if pngs:
             (tmp / "pictures").mkdir()
@@ -288,12 +300,14 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     return paths
 
 
-def write_dataset_report(summary: dict, out_dir: str | os.PathLike, weights: dict[str, str] | None = None
-                         ) -> dict[str, Path]:
-    """report.json and report.md of a dataset scored without a vote (`DatasetResult.summary()`)."""
+def write_dataset_report(summary: dict, out_dir: str | os.PathLike, weights: dict[str, str] | None = None,
+                         found: Found | None = None) -> dict[str, Path]:
+    """report.json and report.md of a dataset scored without a vote (`DatasetResult.summary()`); `found` as
+    `write_report`'s."""
     from trm_kaggle.evaluate.dataset import format_dataset_metrics
 
     out = Path(out_dir)
+    _check_not_taken(out, found)
     if weights is not None:
         check_report_dir(out, weights)
     report = {"weights": _placed(out, weights), "summary": summary} if weights is not None else {"summary": summary}
@@ -301,7 +315,7 @@ def write_dataset_report(summary: dict, out_dir: str | os.PathLike, weights: dic
     if weights:
         lines += [f"Weights: `{weights['path']}` (sha256 of the tensors `{weights['sha256']}`)", ""]
     lines += [f"- {line}" for line in format_dataset_metrics(summary).splitlines()]
-    with atomic_directory(out, kind=REPORT_KIND) as tmp:  # replaced as one, as `write_report`'s
+    with atomic_directory(out, kind=REPORT_KIND, found=found) as tmp:  # replaced as one, as `write_report`'s
         atomic_write_json(tmp / "report.json", report, indent=1)
         atomic_write_text(tmp / "report.md", "\n".join(lines) + "\n")
     return {"json": out / "report.json", "markdown": out / "report.md"}

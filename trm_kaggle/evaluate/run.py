@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from trm_kaggle.atomic import replace_problem
+from trm_kaggle.atomic import RewrittenFile, found_at, replace_problem, taken_problem
 from trm_kaggle.config import MAX_SEED, EvaluateConfig, whole_argument
 from trm_kaggle.data import contents_hash, load_metadata, load_split
 from trm_kaggle.errors import DataError, TRMError
@@ -96,12 +96,15 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
                             f"on {side}x{side}: votes of another dataset's canvas cannot be pooled")
         pooled = table if pooled is None else pooled.merge(table)
     extra = {"pooled_evaluations": len(pool_with)} if pool_with else {}
-    record = None
+    record = found = None
     if report_dir:  # before any inference: a folder holding the report of other weights is refused
+        found = found_at(report_dir)  # what the report replaces: another one written there meanwhile is kept
         record = weights_record(weights)
         check_report_dir(report_dir, record)
         if problem := replace_problem(report_dir, REPORT_KIND):  # and one that is no report of ours at all
             raise TRMError(problem)
+    # the votes file, as the report: one another evaluation wrote during this one stands, this one ends in one line
+    votes_file = RewrittenFile(save_votes) if save_votes else None
     torch_device = pick_device(cfg.device)
     summaries = {}
     while modes:
@@ -128,15 +131,17 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
         out(format_metrics(summaries[mode]))
     if not arc:
         if report_dir:
-            out(f"report: {write_dataset_report(summaries[mode], report_dir, record)['markdown']}")
+            out(f"report: {write_dataset_report(summaries[mode], report_dir, record, found)['markdown']}")
         return summaries
     if len(summaries) > 1:
         out(format_task_id_table(summaries))
-    if save_votes:
-        result.table.save(save_votes)  # this evaluation's votes only, never the pooled ones
+    if report_dir and (problem := taken_problem(report_dir, REPORT_KIND, found)):  # before the votes: neither is
+        raise TRMError(problem)  # written when another evaluation's report took the folder
+    if votes_file is not None:  # this evaluation's votes only, never the pooled ones
+        votes_file.write(lambda: result.table.save(save_votes))
     if report_dir:
         paths = write_report(result, report_dir, tasks=tasks, first_n=5 if first is None else first, pictures=pictures,
-                             weights=record)
+                             weights=record, found=found)
         out(f"report: {paths['markdown']}")
     return summaries
 

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import pydantic
 
-from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_text
+from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_text, found_at
 from trm_kaggle.config import TrainConfig, validation_line
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.experiments.recorded import finite_number
@@ -564,7 +564,9 @@ def plot_final(runs: Sequence[RunData], metric: str) -> bytes:
 
 def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: str | None = None) -> dict[str, Any]:
     """Write table.md, table.csv, curves.png and final.png into `out_dir`; returns their paths and the Markdown
-    (and `left_out`: the runs that could not be read, each named in table.md too)."""
+    (and `left_out`: the runs that could not be read, each named in table.md too). A comparison another command
+    wrote into `out_dir` while this one read the runs and drew the plots stands; this one ends with one line."""
+    found = found_at(out_dir)  # before the work: what the comparison replaces
     runs, left_out = _read_runs(dirs)
     metric = metric or default_metric(runs)
     no_data = not any(_series(r, metric) for r in runs)
@@ -590,7 +592,7 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
         plots = {}
     # everything made first, then the folder replaced as one: a full disk or a Ctrl-C midway once left the new
     # tables beside the old plots
-    with atomic_directory(out, kind="comparison") as tmp:
+    with atomic_directory(out, kind="comparison", found=found) as tmp:
         atomic_write_text(tmp / "table.md", header + md)
         atomic_write_text(tmp / "table.csv", table_csv)
         for key, name in (("curves", "curves.png"), ("bars", "final.png")):
