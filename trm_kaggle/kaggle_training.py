@@ -464,7 +464,7 @@ def named_state(input_root: Path) -> str | None:
 def _passed_on(roots: Path | Sequence[Path]) -> tuple[str | None, str | None]:
     """(`named_state`'s answer, and where it is `UNREAD_RECORD` the line that says why that record cannot be read),
     for the input root as mounted or with the folders of its packed datasets (`input_roots`): a run-state dataset
-    carries the previous session's record in its archive."""
+    carries the previous kernel run's record in its archive."""
     from trm_kaggle.jsonio import parse_json, read_bytes
     from trm_kaggle.train import checkpoint as ckpt
 
