@@ -25,6 +25,7 @@ from trm_kaggle.cli import main as cli_main
 from trm_kaggle.config import SudokuBuildConfig
 from trm_kaggle.data.puzzles.sudoku import build_sudoku
 from trm_kaggle.errors import TRMError
+from trm_kaggle.kaggle import open_all
 from trm_kaggle.kaggle.bundle import build_training, main as bundle_main
 from trm_kaggle.kaggle.metadata import BundleIds, verify_manifest
 from trm_kaggle.kaggle.push import training_push_commands
@@ -966,14 +967,14 @@ def test_an_unpacked_copy_planted_as_a_link_is_never_unpacked_through(built, tmp
     """UNPACK_DIR/data-<digest> a link to another folder: called damaged and unpacked again through the link, which
     replaced the folder it pointed to (one inside KAGGLE_INPUT)."""
     scratch = tmp_path / "sc"
-    kaggle_training.input_roots(built, scratch, lambda _: None)  # unpacked once
+    open_all(built, scratch, say=lambda _: None)  # unpacked once, as a session unpacks it
     (unpacked,) = scratch.iterdir()
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "mine.txt").write_text("an input")
     shutil.rmtree(unpacked)
     unpacked.symlink_to(tmp_path / "in")
     with pytest.raises(TRMError, match="is a symbolic link to .*: an unpacked dataset is never read or written"):
-        kaggle_training.input_roots(built, scratch, lambda _: None)
+        open_all(built, scratch, say=lambda _: None)
     assert [p.name for p in (tmp_path / "in").iterdir()] == ["mine.txt"]
 
 

@@ -69,7 +69,6 @@ MAX_RECORD_BYTES = 1 << 20  # an earlier kernel run's record over this is not re
 UNREAD_RECORD = "the state named in {}, a record that cannot be read"
 SCRATCH = "trm-kaggle-inputs"  # the unpacked datasets, under /kaggle/temp (never in the kernel's output)
 UNPACKED_ENTRIES = "*-" + "[0-9a-f]" * 16 + "*"  # what unpacking writes there: <name>-<digest>, its temporaries
-PACKED_MANIFEST, PACKED_ARCHIVE = "manifest.json", "archive"  # a packed dataset's manifest and its archive's entry
 
 
 @dataclass
@@ -218,23 +217,16 @@ def default_scratch() -> Path:
     return Path(tempfile.gettempdir()) / f"{SCRATCH}{user}"
 
 
-def input_roots(input_root: Path, scratch: Path, echo: Callable[[str], None]) -> list[Path]:
-    """The input root, then the folder of each packed dataset under it (checked, unpacked into `scratch`)."""
-    from trm_kaggle.kaggle import open_all
-
-    return [input_root, *open_all(input_root, scratch, say=echo)] if input_root.is_dir() else [input_root]
-
-
 def packed_datasets(input_root: Path) -> tuple[list[Path], list[Path]]:
-    """The folders of the packed datasets under the input root, in `open_all`'s order, as (those whose manifest
+    """The folders of the packed datasets under the input root, in `open_all`'s order (`manifest_folders`), as (those whose manifest
     lists a train state or a session's record: a run-state dataset, `--continue-from`; the others: the data). A
     manifest that cannot be read counts with the others: opening it refuses, once the state is carried."""
-    from trm_kaggle.kaggle import packed_manifest
+    from trm_kaggle.kaggle import ARCHIVE_KEY, manifest_folders, packed_manifest
 
     holding, others = [], []
     if not input_root.is_dir():
         return holding, others
-    for folder in sorted({p.parent for p in input_root.rglob(PACKED_MANIFEST) if p.is_file()}):
+    for folder in manifest_folders(input_root):
         try:
             manifest = packed_manifest(folder)
         except (TRMError, OSError, RecursionError):
@@ -242,7 +234,7 @@ def packed_datasets(input_root: Path) -> tuple[list[Path], list[Path]]:
             continue
         if manifest is None:
             continue
-        files = manifest[PACKED_ARCHIVE].get("files") if isinstance(manifest[PACKED_ARCHIVE], dict) else None
+        files = manifest[ARCHIVE_KEY].get("files") if isinstance(manifest[ARCHIVE_KEY], dict) else None
         names = [PurePosixPath(rel).name for rel in files if isinstance(rel, str)] if isinstance(files, dict) else []
         state = any(name == SESSION or fnmatch.fnmatchcase(name, "state_step*.pt") for name in names)
         (holding if state else others).append(folder)
@@ -463,7 +455,7 @@ def named_state(input_root: Path) -> str | None:
 
 def _passed_on(roots: Path | Sequence[Path]) -> tuple[str | None, str | None]:
     """(`named_state`'s answer, and where it is `UNREAD_RECORD` the line that says why that record cannot be read),
-    for the input root as mounted or with the folders of its packed datasets (`input_roots`): a run-state dataset
+    for the input root as mounted or with the folders of its unpacked run-state datasets: a run-state dataset
     carries the previous kernel run's record in its archive."""
     from trm_kaggle.jsonio import parse_json, read_bytes
     from trm_kaggle.train import checkpoint as ckpt

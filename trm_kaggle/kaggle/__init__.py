@@ -10,6 +10,8 @@ _EXPORTS = {
     "build_bundle": "bundle",
     "build_wheels": "wheels",
     "main": "bundle",
+    "manifest_folders": "packed",
+    "ARCHIVE_KEY": "packed",
     "open_all": "packed",
     "open_packed": "packed",
     "packed_manifest": "packed",

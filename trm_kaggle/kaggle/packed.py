@@ -276,5 +276,10 @@ def _sink(dest: Path | None, rel: str) -> BinaryIO:
 
 def open_all(root: str | os.PathLike, scratch: str | os.PathLike, say: Callable[[str], None] = print) -> list[Path]:
     """`open_packed` for every packed dataset under `root` (each folder holding such a manifest), in order."""
-    folders = sorted({p.parent for p in Path(root).rglob(MANIFEST) if p.is_file()})
-    return [open_packed(f, scratch, say) for f in folders if packed_manifest(f) is not None]
+    return [open_packed(f, scratch, say) for f in manifest_folders(root) if packed_manifest(f) is not None]
+
+
+def manifest_folders(root: str | os.PathLike) -> list[Path]:
+    """Every folder under `root` holding a manifest, sorted: the packed datasets among them are those whose
+    manifest has an archive entry (`packed_manifest`)."""
+    return sorted({p.parent for p in Path(root).rglob(MANIFEST) if p.is_file()})
