@@ -756,11 +756,13 @@ def test_a_refused_data_dataset_still_passes_the_packed_state_on(built, tmp_path
     assert r.ok and r.start_step == 2, r
 
 
-@pytest.mark.parametrize("when", ["noted before the session", "during its first checks"])
-def test_a_stop_early_in_a_session_still_passes_the_packed_state_on(built, tmp_path, monkeypatch, when):
+@pytest.mark.parametrize("when, stop", [("noted before the session", "SIGTERM"), ("during its first checks", "SIGTERM"),
+                                        ("during the unpacking", "SIGTERM"), ("during the unpacking", "SIGINT")])
+def test_a_stop_early_in_a_session_still_passes_the_packed_state_on(built, tmp_path, monkeypatch, when, stop):
     """A SIGTERM 2-3.5 s into a --continue-from session (or one noted during the install) was let through once
     the attached outputs were carried, before the run-state dataset was unpacked and carried: "it had no train
-    state to pass on", an output of no state."""
+    state to pass on", an output of no state. A SIGINT (Jupyter's interrupt) there ended the session at once, as
+    Python's own handler does, with no state passed on."""
     import signal
 
     import trm_kaggle.kaggle.bundle as bundle_module
@@ -771,16 +773,54 @@ def test_a_stop_early_in_a_session_still_passes_the_packed_state_on(built, tmp_p
         real = bundle_module.check_kernel_overrides
 
         def stopped_early(overrides, *args):
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), getattr(signal, stop))
             return real(overrides, *args)
 
         monkeypatch.setattr(bundle_module, "check_kernel_overrides", stopped_early)
+    if when == "during the unpacking":
+        import trm_kaggle.kaggle as kaggle_package
+
+        unpack = kaggle_package.open_packed
+
+        def stopped_unpacking(*args, **kw):
+            os.kill(os.getpid(), getattr(signal, stop))
+            return unpack(*args, **kw)
+
+        monkeypatch.setattr(kaggle_package, "open_packed", stopped_unpacking)
     lines: list[str] = []
     r = run_session(input_root=root, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
                     data_dir=built / "data", time_budget=None, stopped=stopped, echo=lines.append)
-    assert not r.ok and r.status == "interrupted" and r.stopped_by == "SIGTERM", (r, lines)
+    assert not r.ok and r.status == "interrupted" and r.stopped_by == stop, (r, lines)
     assert ckpt.newest_step(tmp_path / "s2" / "run") == 2 and "the newest state saved in this output" in lines[-1]
     assert report(tmp_path / "s2")["previous_state"].endswith("state_step00000002.pt")
+
+
+@pytest.mark.parametrize("where", ["a file", "inside the working folder"])
+def test_an_unpack_dir_refused_still_passes_the_packed_state_on(built, tmp_path, where):
+    """UNPACK_DIR naming a file (or a folder inside KAGGLE_WORKING) refused the session before the run-state dataset
+    was unpacked: an output of no state. The state is unpacked into a temporary folder of the session's own and
+    carried, then UNPACK_DIR is refused, and that temporary folder is gone."""
+    import tempfile
+
+    root = read_only(run_state_inputs(built, tmp_path))
+    working = tmp_path / "s2"
+    if where == "a file":
+        scratch = tmp_path / "scratch-file"
+        scratch.write_text("not a folder")
+    else:
+        scratch = working / "scratch"
+    before = set(Path(tempfile.gettempdir()).glob("trm-kaggle-run-state-*"))
+    lines: list[str] = []
+    r = run_session(input_root=root, working=working, preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, scratch=scratch, echo=lines.append)
+    assert not r.ok and r.status == "refused" and lines[-1].startswith(f"error: UNPACK_DIR {scratch}"), lines
+    assert ckpt.newest_step(working / "run") == 2, lines
+    assert report(working)["previous_state"].endswith("state_step00000002.pt")
+    assert set(Path(tempfile.gettempdir()).glob("trm-kaggle-run-state-*")) == before
+    assert not (working / "scratch").exists() and scratch.exists() == (where == "a file")
+    r = run_session(input_root=working, working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert r.ok and r.start_step == 2, r
 
 
 def test_the_training_range_names_the_step_the_run_ends_at(built, tmp_path):

@@ -6,7 +6,8 @@ output (`/kaggle/working` of the kernel's previous version) as an input. A sessi
 1. checks and unpacks the packed datasets under the input root (the data, and a run's state attached as a
    dataset: an archive and a manifest of every file in it, `trm_kaggle.kaggle.packed`) into a scratch folder
    outside the working folder (`/kaggle/temp` on Kaggle); a file missing or changed is one error line; a run's
-   state is unpacked and carried (4.) first, so that the data's refusal, or a stop, still passes it on;
+   state is unpacked and carried (4.) first, so that the data's refusal, a stop or an UNPACK_DIR that cannot be
+   used still passes it on;
 2. finds the dataset among the inputs (the folder holding `identifiers.json` and `train/`);
 3. finds the newest complete train state in the previous output: every `state_step*.pt` among the inputs,
    the newest of each folder that loads (a truncated or corrupt one is skipped with a warning and the one
@@ -22,8 +23,8 @@ output (`/kaggle/working` of the kernel's previous version) as an input. A sessi
 5. writes `<working>/weights/` (an export the submission bundle takes as `--weights`),
    `<working>/training_curve.png` and `<working>/session.json` (what the session did, in figures).
 
-A SIGTERM (or SIGHUP) is the session's stop wherever it lands (`_SessionStops`): before the training it ends the
-session "interrupted" with nothing trained; once the training has ended, the export and the picture (seconds of
+A SIGTERM, SIGHUP or SIGINT (Jupyter's interrupt) is the session's stop wherever it lands (`_SessionStops`): before
+the training it ends the session "interrupted" with nothing trained; once the training has ended, the export and the picture (seconds of
 work on a state already saved) are finished first and the stop is noted in the report.
 
 A run that had reached its last step says so and only exports. Every problem is one line starting with
@@ -126,14 +127,14 @@ class _SaveBeforeExit:
 
 
 class _SessionStops:
-    """SIGTERM and SIGHUP for the whole session; the training takes them itself while it runs (and saves). Before
-    it, the first one raises `Terminated` once the previous state is carried into the session's output
-    (`carried`: a stop in the session's first second passed no state on) (the session ends "interrupted", nothing
-    trained; the inputs are
-    read-only and the run folder is written atomically); once the training has ended (`trained()`), a stop is
-    noted and the export and the picture go on: in a Jupyter kernel such a signal was left to its default and
-    ended the kernel, leaving session.json saying the session never finished while its run was done.
-    Only the main thread can take a handler: elsewhere nothing changes."""
+    """SIGINT (Jupyter's interrupt), SIGTERM and SIGHUP for the whole session; the training takes them itself while
+    it runs (and saves). Before it, the first one raises (`Terminated`, or KeyboardInterrupt for SIGINT) once the
+    previous state is carried into the session's output (`carried`: a stop in the session's first second passed
+    no state on) (the session ends "interrupted", nothing trained; the inputs are read-only and the run folder is
+    written atomically); once the training has ended (`trained()`), a stop is noted and the export and the picture
+    go on: in a Jupyter kernel such a signal was left to its default and ended the kernel, leaving session.json
+    saying the session never finished while its run was done. An ignored SIGINT or SIGHUP stays ignored. Only
+    the main thread can take a handler: elsewhere nothing changes."""
 
     def __init__(self) -> None:
         self.came: int | None = None  # the first stop this took
@@ -146,7 +147,7 @@ class _SessionStops:
         from trm_kaggle import interrupts
 
         if threading.current_thread() is threading.main_thread():
-            for signum in interrupts.TERMINATING:
+            for signum in (signal.SIGINT, *interrupts.TERMINATING):
                 if interrupts.taken(signum):
                     self.previous[signum] = signal.signal(signum, self._on_signal)
         return self
@@ -163,7 +164,7 @@ class _SessionStops:
         if self.after_training:
             self.late = self.late or signum
         elif first and not self.carrying:
-            raise Terminated(signum)
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
     def carried(self) -> None:
         """The previous train state is in the working folder (or there is none): a stop that came meanwhile is
@@ -172,7 +173,7 @@ class _SessionStops:
         if self.came is not None and not self.after_training:
             from trm_kaggle.interrupts import Terminated
 
-            raise Terminated(self.came)
+            raise KeyboardInterrupt if self.came == signal.SIGINT else Terminated(self.came)
 
     def trained(self) -> None:
         """The training is over: a stop from here on waits for the export and the picture."""
@@ -552,28 +553,48 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         report.previous_state, unread = _passed_on(Path(input_root))
     carried = None if in_place else carry(Path(input_root))
 
-    def check_unpack_dir() -> None:
+    def check_unpack_dir(where: Path = scratch, name: str = "UNPACK_DIR") -> None:
         """Unpacked into an input, or into the working folder (the next session's input): two datasets there."""
         try:
             check_kept([Input(input_root, "KAGGLE_INPUT", tree=True),
                         Input(working, "working folder (KAGGLE_WORKING, the next session's input)", tree=True)],
-                       [Output(scratch, "UNPACK_DIR", "folder", writes=(UNPACKED_ENTRIES,))])
+                       [Output(where, name, "folder", writes=(UNPACKED_ENTRIES,))])
+            made = next(p for p in (where, *where.parents) if p.exists() or p.is_symlink())  # "/" always is
+            if not made.is_dir() or not os.access(made, os.W_OK | os.X_OK):
+                raise TRMError(f"{name} {where}: {made} is " + ("a folder this process may not write in" if
+                               made.is_dir() else "not a folder") + ": nothing can be unpacked there")
         except TRMError:
             report.status = "refused"
             raise
 
     # a run-state dataset (--continue-from: the previous output packed) is unpacked and carried next, before the
     # data dataset is (its archive cut or changed) or anything else can refuse, and before a stop is let through:
-    # unpacked after them, a refused or stopped session passed no state on (an UNPACK_DIR it cannot be unpacked
-    # into, or its own archive damaged, still refuses before the carry: the state is nowhere to be read)
+    # unpacked after them, a refused or stopped session passed no state on. An UNPACK_DIR it cannot be unpacked
+    # into is refused after the carry, the state unpacked into a fresh temporary folder of the session's own
+    # (removed once the state is copied); only its own archive damaged leaves the state nowhere to be read.
     holding, others = packed_datasets(Path(input_root))
+    refused, own = None, None
     if holding:
-        check_unpack_dir()  # before anything is written there
-    state_roots = [Path(input_root), *(open_packed(folder, scratch, say=echo) for folder in holding)]
-    if not in_place and holding:
-        carried = carry(state_roots, carried)
-        if carried is None and not report.previous_state:  # its record, read as an attached output's is: one
-            report.previous_state, unread = _passed_on(state_roots)  # naming a state it holds no more refuses below
+        try:
+            check_unpack_dir()  # before anything is written there
+        except TRMError as e:
+            refused, own = e, Path(tempfile.mkdtemp(prefix="trm-kaggle-run-state-"))
+            try:
+                check_unpack_dir(own, "a temporary folder for the run-state dataset")
+            except TRMError:
+                shutil.rmtree(own, ignore_errors=True)
+                raise refused from None
+    try:
+        state_roots = [Path(input_root), *(open_packed(folder, own or scratch, say=echo) for folder in holding)]
+        if not in_place and holding:
+            carried = carry(state_roots, carried)
+            if carried is None and not report.previous_state:  # its record, read as an attached output's is: one
+                report.previous_state, unread = _passed_on(state_roots)  # naming a state it holds no more refuses
+    finally:
+        if own is not None:  # ours, made above: the state is copied into the run folder (or nothing was carried)
+            shutil.rmtree(own, ignore_errors=True)
+    if refused is not None:
+        raise refused
     stops.carried()
     try:  # each refused after the carry: the refused session's output holds the state
         _refuse_link(working / WEIGHTS)
