@@ -823,6 +823,29 @@ def test_an_unpack_dir_refused_still_passes_the_packed_state_on(built, tmp_path,
     assert r.ok and r.start_step == 2, r
 
 
+@pytest.mark.parametrize("manifest", [None, "{}"], ids=["missing", "not a packed dataset's"])
+def test_a_run_state_archive_without_its_manifest_is_refused_not_started_over(built, tmp_path, manifest):
+    """A run-state dataset whose manifest.json was missing (or `{}`) beside its run-state.tar was not seen as a
+    packed dataset: "no previous train state: starting a new run", trained from step 0 and "done", and the next
+    --continue-from packed that run, every earlier session's steps lost without a word."""
+    root = run_state_inputs(built, tmp_path)
+    folder = root / "datasets" / IDS.user / "trm-kaggle-run-state"
+    if manifest is None:
+        (folder / "manifest.json").unlink()
+    else:
+        (folder / "manifest.json").write_text(manifest)
+    lines: list[str] = []
+    r = run_session(input_root=read_only(root), working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and r.status == "refused", (r, lines)
+    assert lines[-1].startswith(f"error: {folder / 'run-state.tar'}: a packed run state") and "manifest" in lines[-1]
+    assert not any((tmp_path / "s2" / "run").glob("state_step*.pt")), lines
+    assert report(tmp_path / "s2")["previous_state"] == str(folder / "run-state.tar")
+    r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert not r.ok and r.status == "refused", r  # its record names the state it could not pass on
+
+
 def test_the_training_range_names_the_step_the_run_ends_at(built, tmp_path):
     """The reproducer: "training from step 0 to step 20000" for a run whose schedule ends at 3,125."""
     lines: list[str] = []

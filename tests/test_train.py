@@ -605,3 +605,25 @@ def test_the_library_refuses_a_run_folder_in_its_data_as_the_command_does(tmp_pa
     assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
     assert main(["train", f"data_paths=[{data}]", f"checkpoint_path={run}", *TINY, "max_steps=1"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {line}"
+
+
+@pytest.mark.parametrize("place", ["a file", "under a file", "a dangling link", "a FIFO", "in /proc"])
+def test_the_library_refuses_a_run_folder_it_cannot_write_as_the_command_does(tmp_path, capsys, place):
+    """`train(cfg)` with checkpoint_path a file, a path under one, a dangling link, a FIFO or a place in /proc
+    raised Python's own FileExistsError/NotADirectoryError/FileNotFoundError ("File exists" for a dangling link),
+    naming no setting; `trm-kaggle train` refused each in one line. The library now says the command's line."""
+    data = tmp_path / "ds"
+    build_sudoku4(data)
+    (tmp_path / "afile").write_text("hi")
+    run = {"a file": tmp_path / "afile", "under a file": tmp_path / "afile" / "sub",
+           "a dangling link": tmp_path / "dl", "a FIFO": tmp_path / "ff", "in /proc": Path("/proc/self/x")}[place]
+    if place == "a dangling link":
+        run.symlink_to(tmp_path / "nowhere")
+    if place == "a FIFO":
+        os.mkfifo(run)
+    with pytest.raises(TRMError) as refused:
+        train(cfg_for(data, run, "max_steps=1"))
+    assert str(refused.value).startswith(f"run folder (checkpoint_path) {run}"), refused.value
+    assert not (tmp_path / "nowhere").exists() and (tmp_path / "afile").read_text() == "hi"
+    assert main(["train", f"data_paths=[{data}]", f"checkpoint_path={run}", *TINY, "max_steps=1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {refused.value}"

@@ -64,3 +64,17 @@ def test_the_shipped_model_card_states_the_step_its_config_records():
     step = json.loads((shipped / "config.json").read_text())["info"]["step"]
     batch = json.loads((shipped / "config.json").read_text())["info"]["train_config"]["global_batch_size"]
     assert f"{step} steps of batch {batch}" in (shipped / M.MODEL_CARD).read_text()
+
+
+def test_the_model_card_escapes_what_the_exports_config_holds():
+    """An export's config.json with `trm_kaggle_version` "99.0.0\\x1b[31m" (or a newline in a value) put the raw
+    escape byte into the published MODEL_CARD.md; the JSON blocks stay JSON."""
+    from pathlib import Path
+
+    from trm_kaggle.kaggle.weights_dataset import model_card
+
+    card = model_card({"trm_kaggle_version": "99.0.0\x1b[31m", "arch": {"hidden_size": "3\n# forged"},
+                       "info": {"command": "train\rx", "note": "a\x1bb"}}, Path("exp\x07"), M.BundleIds("you"))
+    assert not any(c in card for c in "\x1b\r\x07"), card
+    assert "trm_kaggle 99.0.0\\x1b[31m" in card and "\n# forged" not in card
+    assert json.loads(card.split("```json\n", 1)[1].split("\n```", 1)[0]) == {"note": "a\x1bb"}

@@ -242,6 +242,17 @@ def packed_datasets(input_root: Path) -> tuple[list[Path], list[Path]]:
     return holding, others
 
 
+def _unlisted_run_state(input_root: Path, packed: list[Path]) -> Path | None:
+    """The first run-state archive (`run-state.tar`, `--continue-from`) under the input root outside the packed
+    datasets found (its manifest missing, or not a packed dataset's), else None."""
+    from trm_kaggle.kaggle.train_kernel import RUN_STATE_ARCHIVE
+
+    try:
+        return next((p for p in sorted(input_root.rglob(RUN_STATE_ARCHIVE)) if p.parent not in packed), None)
+    except OSError:  # an input that cannot be walked: the carry has named its problem
+        return None
+
+
 def find_dataset(roots: Path | Sequence[Path]) -> Path | None:
     """The one dataset folder (identifiers.json + train/dataset.json) under the input roots, or None."""
     roots = [roots] if isinstance(roots, Path) else list(roots)
@@ -573,6 +584,13 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     # into is refused after the carry, the state unpacked into a fresh temporary folder of the session's own
     # (removed once the state is copied); only its own archive damaged leaves the state nowhere to be read.
     holding, others = packed_datasets(Path(input_root))
+    if not in_place and (stray := _unlisted_run_state(Path(input_root), [*holding, *others])) is not None:
+        report.status = "refused"  # its state cannot be checked or read: the run would start over from step 0
+        report.previous_state = report.previous_state or str(stray)
+        raise TRMError(f"{stray}: a packed run state whose folder has no manifest of a packed dataset "
+                       f"({stray.parent / 'manifest.json'} missing, or without its 'archive' entry): its train "
+                       "state cannot be checked, and the run is never started over without a word; attach the "
+                       "run-state dataset as build_bundle.py --continue-from built it, or detach it to start afresh")
     refused, own = None, None
     if holding:
         try:

@@ -19,6 +19,7 @@ from trm_kaggle.kaggle.metadata import (
     DATASET_META, LICENSE, MODEL_CARD, REPO_ROOT, BundleIds, dataset_metadata, write_manifest,
 )
 from trm_kaggle.kaggle.wheels import install_line
+from trm_kaggle.wording import one_line
 
 
 def export_problem(path: Path) -> str | None:
@@ -127,12 +128,15 @@ def model_card(config: dict, export_dir: Path, ids: BundleIds) -> str:
     other = {k: v for k, v in info.items() if k not in {"train_config", "metrics", "command", "training_command",
                                                        "data_paths", "data", "source", "imported_from", "step",
                                                        "ema"}}
+    # each line of text one line, its control characters escaped: the values come from the export's config.json (a
+    # version "99.0\x1b[31m" reached the published card raw); the JSON blocks below are escaped by json.dumps
+    lines = [one_line(line) for line in lines]
     if other:
         lines += ["", "## Other information", "", "```json", json.dumps(other, indent=2, default=str), "```"]
     if tcfg:
         lines += ["", "## Full training configuration", "", "```json", json.dumps(tcfg, indent=2, default=str),
                   "```"]
-    lines += ["", f"License: {LICENSE}.", f"Source export: `{Path(export_dir).name}`.", ""]
+    lines += ["", f"License: {LICENSE}.", one_line(f"Source export: `{Path(export_dir).name}`."), ""]
     return "\n".join(lines)
 
 

@@ -29,8 +29,12 @@ class TrainResult:
         return self.step - self.start_step
 
     def summary(self) -> str:
-        """What a person wants to read when training ends (metrics under their exact names)."""
-        return "\n".join(self.summary_lines())
+        """What a person wants to read when training ends (metrics under their exact names), each line escaped
+        (`one_line`): the run directory may come from a config file, and a newline or an escape sequence in its
+        name reached the terminal raw."""
+        from trm_kaggle.wording import one_line
+
+        return "\n".join(one_line(line) for line in self.summary_lines())
 
     def summary_lines(self) -> list[str]:
         """The summary's lines, each whole: the run directory in one may hold a newline of its own."""

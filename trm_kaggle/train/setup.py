@@ -26,7 +26,7 @@ from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import directory_lock, refuse_if_held
 from trm_kaggle.model import apply_compile, compiled_graphs, load_compile_cache, save_compile_cache
 from trm_kaggle.optim import EMA
-from trm_kaggle.outputs import check_kept
+from trm_kaggle.outputs import check_kept, writable_problem
 from trm_kaggle.train import checkpoint as ckpt, nonfinite
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.memory import memory_aware_micro_batch, micro_batch_problem
@@ -103,7 +103,12 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
     # what the run reads against what it writes, for every caller (a notebook, the pipeline, test-time training),
     # not only `trm-kaggle train`: a run folder that is, or lies inside, a data path mixed the run's files into the
     # dataset
-    check_kept(*training_io(cfg, default_run_dir(cfg)))
+    inputs, outputs = training_io(cfg, default_run_dir(cfg))
+    check_kept(inputs, outputs)
+    # and whether it can be written at all: a file, a dangling link or /proc there was Python's own "File exists"
+    # or "No such file" once the run had started, naming no setting
+    if problem := next(filter(None, map(writable_problem, outputs)), None):
+        raise TRMError(problem)
     if cfg.time_limit is not None:
         limit = time.monotonic() + cfg.time_limit
         deadline = limit if deadline is None else min(deadline, limit)
