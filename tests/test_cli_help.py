@@ -325,3 +325,13 @@ def test_train_mean_embedding_without_an_export_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --mean-embedding shapes the export of --export DIR"), err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("listing", ["--list-settings", "--list-presets"])
+@pytest.mark.parametrize("given", [["bogus=1"], ["--config", "missing.yaml"], ["--preset", "sudoku4-cpu"]])
+def test_a_listing_given_settings_says_it_reads_none(capsys, listing, given):
+    """`train --list-settings bogus=1` (or a config that does not load beside it) printed the list and exited 0:
+    the typo went unnoticed. The listing reads no settings, and says so."""
+    assert main(["train", listing, *given]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {listing} prints the defaults and reads no settings"), err

@@ -245,7 +245,7 @@ def packed_datasets(input_root: Path) -> tuple[list[Path], list[Path]]:
 def _unlisted_run_state(input_root: Path, packed: list[Path]) -> Path | None:
     """The first run-state archive (`run-state.tar`, `--continue-from`) under the input root outside the packed
     datasets found (its manifest missing, or not a packed dataset's), else None."""
-    from trm_kaggle.kaggle.train_kernel import RUN_STATE_ARCHIVE
+    from trm_kaggle.kaggle import RUN_STATE_ARCHIVE
 
     try:
         return next((p for p in sorted(input_root.rglob(RUN_STATE_ARCHIVE)) if p.parent not in packed), None)

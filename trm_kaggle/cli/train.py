@@ -40,6 +40,12 @@ def add_train(sub) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from trm_kaggle.train import describe_presets, dump_config, load_train_config
 
+    listing = "--list-presets" if args.list_presets else "--list-settings" if args.list_settings else None
+    if listing and (given := [*args.overrides[:1], *(["--config"] if args.config else []),
+                              *(["--preset"] if args.preset else [])]):
+        # printed without them, a typo among them (an unknown key, a config that does not load) went unnoticed
+        raise TRMError(f"{listing} prints the defaults and reads no settings, but {', '.join(given)} was given: "
+                       f"drop them, or use --print-config to see the settings they resolve to")
     if args.list_presets:
         print(describe_presets())
         return 0

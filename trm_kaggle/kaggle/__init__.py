@@ -12,6 +12,7 @@ _EXPORTS = {
     "main": "bundle",
     "manifest_folders": "packed",
     "ARCHIVE_KEY": "packed",
+    "RUN_STATE_ARCHIVE": "train_kernel",
     "open_all": "packed",
     "open_packed": "packed",
     "packed_manifest": "packed",
