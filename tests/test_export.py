@@ -389,3 +389,13 @@ def test_export_digest_names_a_fifo_instead_of_waiting_on_it(tmp_path):
                           timeout=30)
     assert "weights.safetensors: weights must be a regular file, not a pipe (FIFO)" in done.stdout, \
         (done.stdout, done.stderr)
+
+
+def test_a_missing_export_folder_is_said_as_such(tmp_path):
+    """`estimate --weights nonexist` and `load_inference_model("nonexist")` said "nonexist/config.json: config.json
+    not found", as if the folder were there without its config."""
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.model.export import load_inference_model
+
+    with pytest.raises(TRMError, match=r"nonexist: no such export folder"):
+        load_inference_model(tmp_path / "nonexist")

@@ -118,7 +118,7 @@ def test_model_failure_gives_a_fallback_submission(unseen, tmp_path):
         # fallback = the test input, then something different for attempt 2
         assert sub[task_id][0]["attempt_1"] == task["test"][0]["input"]
         assert sub[task_id][0]["attempt_2"] != sub[task_id][0]["attempt_1"]
-    assert "config.json" in (tmp_path / "work" / "workers" / "w0.log").read_text()
+    assert "no_such_export: no such export folder" in (tmp_path / "work" / "workers" / "w0.log").read_text()
 
 
 def test_the_fallback_is_written_before_any_model_work(unseen, tmp_path):

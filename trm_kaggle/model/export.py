@@ -278,6 +278,9 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
                        "weights.safetensors)")
     if os.path.islink(path) and not os.path.exists(path):  # a loop, a dangling link: said as such, never as its
         raise TRMError(directory_problem(path, "export folder"))  # weights "missing"
+    if not os.path.lexists(path):  # said as its config.json "not found", the folder named looked present
+        raise TRMError(f"{path}: no such export folder (give the folder `trm-kaggle export` or `train --export` "
+                       "wrote)")
     cfg_path, w_path = path / "config.json", path / "weights.safetensors"
     if os.path.lexists(w_path):  # a FIFO would block safetensors, a device never end; safetensors calls a
         readable_file(w_path, "weights")  # missing permission "No such file": the cause is named here instead
