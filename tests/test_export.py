@@ -399,3 +399,17 @@ def test_a_missing_export_folder_is_said_as_such(tmp_path):
 
     with pytest.raises(TRMError, match=r"nonexist: no such export folder"):
         load_inference_model(tmp_path / "nonexist")
+
+
+@pytest.mark.parametrize("call", ["export_run(mean_embedding='yes')", "export_run(use_ema='no')",
+                                  "load_newest_state(quarantine='no')"])
+def test_a_flag_given_text_is_refused_naming_it(tmp_path, call):
+    """`export_run(..., mean_embedding="yes")` exported the mean row alone and `load_newest_state(...,
+    quarantine="no")` renamed damaged states: any truthy value was taken as yes."""
+    from trm_kaggle.train import checkpoint as ckpt
+
+    name, value = call.split("(", 1)[1].rstrip(")").split("=")
+    args = (tmp_path / "run", tmp_path / "out") if call.startswith("export_run") else (tmp_path / "run",)
+    with pytest.raises(ValueError, match=rf"^{name}={value}: expected True or False$"):
+        getattr(ckpt, call.split("(")[0])(*args, **{name: value.strip("'")})
+    assert not (tmp_path / "out").exists()

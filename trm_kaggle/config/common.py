@@ -144,6 +144,14 @@ def whole_argument(name: str, value: object, low: int, high: int) -> int:
     raise ValueError(f"{name}={clipped(value, 40)}: expected a whole number from {low:,} to {high:,}")
 
 
+def flag_argument(name: str, value: object) -> bool:
+    """`value`, a library call's yes/no argument, when it is a bool (numpy's too): a truthy string was taken as yes,
+    `quarantine="no"` renaming damaged states."""
+    if _boolean(value):
+        return bool(value)
+    raise ValueError(f"{name}={clipped(value, 40)}: expected True or False")
+
+
 def _boolean(value: object) -> bool:
     """A bool, or numpy's (`np.bool_`, which is no `bool` and which pydantic reads as 1 too)."""
     return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b"

@@ -36,7 +36,7 @@ import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
-from trm_kaggle.config import TrainConfig, validation_line
+from trm_kaggle.config import TrainConfig, flag_argument, validation_line
 from trm_kaggle.data import DatasetMetadata, contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile, os_error_line
 from trm_kaggle.jsonio import (directory_problem, is_regular, open_regular, parse_json, read_failure, read_json,
@@ -133,6 +133,7 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
     directory, a FIFO or device, a failing disk) is not damaged: it stops the load with one line naming the
     cause, and nothing is renamed (resuming from an older state would throw its steps away).
     """
+    quarantine = flag_argument("quarantine", quarantine)  # "no" was taken as yes: damaged states renamed
     states = list_states(Path(run_dir))
     if not states:
         if os.path.islink(run_dir) and not os.path.exists(run_dir):
@@ -571,6 +572,7 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: b
                use_ema: bool = True) -> Path:
     """Inference export of a run's newest readable train state (EMA weights when the run kept them; the live
     ones with `use_ema=False`, refused where the run kept no average: the choice would change nothing)."""
+    mean_embedding, use_ema = flag_argument("mean_embedding", mean_embedding), flag_argument("use_ema", use_ema)
     refuse_nul(run, "run")
     refuse_nul(out, "export")  # before the state is loaded (its bytes, then the export refused)
     # as `export` checks it: never written into the run folder it reads (a state file named alone lets the
