@@ -823,27 +823,54 @@ def test_an_unpack_dir_refused_still_passes_the_packed_state_on(built, tmp_path,
     assert r.ok and r.start_step == 2, r
 
 
-@pytest.mark.parametrize("manifest", [None, "{}"], ids=["missing", "not a packed dataset's"])
-def test_a_run_state_archive_without_its_manifest_is_refused_not_started_over(built, tmp_path, manifest):
+@pytest.mark.parametrize("damage", ["manifest missing", "manifest {}", "manifest empty", "manifest of the data",
+                                    "archive renamed"])
+def test_a_run_state_dataset_that_cannot_be_opened_is_refused_never_started_over(built, tmp_path, damage):
     """A run-state dataset whose manifest.json was missing (or `{}`) beside its run-state.tar was not seen as a
     packed dataset: "no previous train state: starting a new run", trained from step 0 and "done", and the next
-    --continue-from packed that run, every earlier session's steps lost without a word."""
+    --continue-from packed that run, every earlier session's steps lost without a word. An empty manifest, another
+    dataset's, or the archive renamed were refused, but the record named no state, so the next session started
+    the run over."""
     root = run_state_inputs(built, tmp_path)
     folder = root / "datasets" / IDS.user / "trm-kaggle-run-state"
-    if manifest is None:
-        (folder / "manifest.json").unlink()
+    manifest = folder / "manifest.json"
+    if damage == "manifest missing":
+        manifest.unlink()
+    elif damage == "archive renamed":
+        (folder / "run-state.tar").rename(folder / "run-state-old.tar")
     else:
-        (folder / "manifest.json").write_text(manifest)
+        data_manifest = root / "datasets" / IDS.user / "trm-kaggle-data" / "manifest.json"
+        manifest.write_text({"manifest {}": "{}", "manifest empty": "",
+                             "manifest of the data": data_manifest.read_text()}[damage])
     lines: list[str] = []
     r = run_session(input_root=read_only(root), working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
                     data_dir=built / "data", time_budget=None, echo=lines.append)
     assert not r.ok and r.status == "refused", (r, lines)
-    assert lines[-1].startswith(f"error: {folder / 'run-state.tar'}: a packed run state") and "manifest" in lines[-1]
+    named = folder if damage == "archive renamed" else folder / "run-state.tar"
+    assert lines[-1].startswith(f"error: {named}"), lines
     assert not any((tmp_path / "s2" / "run").glob("state_step*.pt")), lines
-    assert report(tmp_path / "s2")["previous_state"] == str(folder / "run-state.tar")
+    assert report(tmp_path / "s2")["previous_state"] == str(named)
     r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
                     data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
     assert not r.ok and r.status == "refused", r  # its record names the state it could not pass on
+
+
+def test_a_damaged_run_state_dataset_beside_a_good_one_still_passes_the_good_state_on(built, tmp_path):
+    """A second, damaged copy of the run-state dataset (a byte changed) refused the session before the good one
+    beside it was carried: an output of no state, and a record naming none."""
+    root = run_state_inputs(built, tmp_path)
+    good = root / "datasets" / IDS.user / "trm-kaggle-run-state"
+    bad = root / "datasets" / "aaa-other" / "trm-kaggle-run-state"  # found first
+    shutil.copytree(good, bad)
+    tar = bytearray((bad / "run-state.tar").read_bytes())
+    tar[600] ^= 1
+    (bad / "run-state.tar").write_bytes(bytes(tar))
+    lines: list[str] = []
+    r = run_session(input_root=read_only(root), working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and r.status == "refused" and lines[-1].startswith(f"error: {bad / 'run-state.tar'}"), lines
+    assert ckpt.newest_step(tmp_path / "s2" / "run") == 2, lines
+    assert report(tmp_path / "s2")["previous_state"].endswith("state_step00000002.pt")
 
 
 def test_the_training_range_names_the_step_the_run_ends_at(built, tmp_path):

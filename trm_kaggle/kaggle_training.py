@@ -243,8 +243,8 @@ def packed_datasets(input_root: Path) -> tuple[list[Path], list[Path]]:
 
 
 def _unlisted_run_state(input_root: Path, packed: list[Path]) -> Path | None:
-    """The first run-state archive (`run-state.tar`, `--continue-from`) under the input root outside the packed
-    datasets found (its manifest missing, or not a packed dataset's), else None."""
+    """The first run-state archive (`run-state.tar`, `--continue-from`) under the input root outside the run-state
+    datasets found (`packed`: its manifest missing, unreadable, or not a run-state dataset's), else None."""
     from trm_kaggle.kaggle import RUN_STATE_ARCHIVE
 
     try:
@@ -584,13 +584,6 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     # into is refused after the carry, the state unpacked into a fresh temporary folder of the session's own
     # (removed once the state is copied); only its own archive damaged leaves the state nowhere to be read.
     holding, others = packed_datasets(Path(input_root))
-    if not in_place and (stray := _unlisted_run_state(Path(input_root), [*holding, *others])) is not None:
-        report.status = "refused"  # its state cannot be checked or read: the run would start over from step 0
-        report.previous_state = report.previous_state or str(stray)
-        raise TRMError(f"{stray}: a packed run state whose folder has no manifest of a packed dataset "
-                       f"({stray.parent / 'manifest.json'} missing, or without its 'archive' entry): its train "
-                       "state cannot be checked, and the run is never started over without a word; attach the "
-                       "run-state dataset as build_bundle.py --continue-from built it, or detach it to start afresh")
     refused, own = None, None
     if holding:
         try:
@@ -602,15 +595,33 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
             except TRMError:
                 shutil.rmtree(own, ignore_errors=True)
                 raise refused from None
+    unopened: tuple[Path, TRMError] | None = None  # the first run-state dataset that cannot be opened, and why
     try:
-        state_roots = [Path(input_root), *(open_packed(folder, own or scratch, say=echo) for folder in holding)]
-        if not in_place and holding:
+        opened = []
+        for folder in holding:  # one damaged dataset never keeps the state of a good one beside it from the carry
+            try:
+                opened.append(open_packed(folder, own or scratch, say=echo))
+            except TRMError as e:
+                unopened = unopened or (folder, e)
+        state_roots = [Path(input_root), *opened]
+        if not in_place and opened:
             carried = carry(state_roots, carried)
             if carried is None and not report.previous_state:  # its record, read as an attached output's is: one
                 report.previous_state, unread = _passed_on(state_roots)  # naming a state it holds no more refuses
     finally:
         if own is not None:  # ours, made above: the state is copied into the run folder (or nothing was carried)
             shutil.rmtree(own, ignore_errors=True)
+    if not in_place and unopened is None and (stray := _unlisted_run_state(Path(input_root), holding)) is not None:
+        unopened = (stray, TRMError(
+            f"{stray}: a packed run state whose folder has no manifest of a packed dataset "
+            f"({stray.parent / 'manifest.json'} missing, unreadable, or without its 'archive' entry): its train state "
+            "cannot be checked, and the run is never started over without a word; attach the run-state dataset as "
+            "build_bundle.py --continue-from built it, or detach it to start afresh"))
+    if unopened is not None:  # named in the record when nothing was carried: the next session refuses to start over
+        report.status = "refused"
+        if not in_place:
+            report.previous_state = report.previous_state or str(unopened[0])
+        raise unopened[1]
     if refused is not None:
         raise refused
     stops.carried()
