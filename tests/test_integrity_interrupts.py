@@ -362,3 +362,16 @@ def test_a_stop_raised_inside_a_finalizer_still_stops(tmp_path, name):
     "Exception ignored ... Terminated" and the pipeline ran on to exit 0."""
     done = subprocess.run([sys.executable, "-c", FINALIZER_STOP, name], capture_output=True, text=True, timeout=120)
     assert done.stdout.startswith("stopped") and "Exception ignored" not in done.stderr, (done.stdout, done.stderr)
+
+
+def test_the_stop_line_escapes_the_run_folder_it_names(capsys):
+    """`train --config c.yaml` with `checkpoint_path: "rn\\n\\e[31mX"` stopped by SIGINT printed "train state saved to
+    rn" and a second line starting with a raw escape sequence: the finished summary was escaped, the stop line not."""
+    from trm_kaggle.interrupts import interrupted
+    from trm_kaggle.train.stops import TrainingInterrupted
+
+    stop = TrainingInterrupted("stopped by SIGINT at step 19: train state saved to rn\n\x1b[31mX/state_step00000019.pt",
+                               signal.SIGINT, 19)
+    assert interrupted(stop) == 130
+    err = capsys.readouterr().err
+    assert err == "interrupted: stopped by SIGINT at step 19: train state saved to rn\\n\\x1b[31mX/state_step00000019.pt\n"

@@ -282,6 +282,9 @@ def quiet_teardown() -> None:
 
 
 def interrupted(e: KeyboardInterrupt) -> int:
-    """Print the one line of a stop (`interrupted`, or `interrupted: <why>`) and return its exit status."""
-    print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)
+    """Print the one line of a stop (`interrupted`, or `interrupted: <why>`) and return its exit status. The why
+    may name a run folder read from a config file: its newline or escape sequence is escaped (`one_line`)."""
+    from trm_kaggle.wording import one_line
+
+    print(one_line(f"interrupted: {e}") if str(e) else "interrupted", file=sys.stderr)
     return getattr(e, "exit_status", 130)
