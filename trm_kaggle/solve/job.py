@@ -38,7 +38,8 @@ from trm_kaggle.atomic import OutputTaken, RewrittenFile, atomic_write_text
 from trm_kaggle.config import RECURSION_FIELDS, SolveConfig
 from trm_kaggle.data import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError, UnreadableFile
-from trm_kaggle.evaluate import make_submission, require_tasks, validate_submission, write_submission
+from trm_kaggle.evaluate import (make_submission, require_tasks, count_test_inputs, validate_submission,
+                                 write_submission)
 from trm_kaggle.hardware import choose_threads, cuda_problem, pick_device, visible_cuda_ids
 from trm_kaggle.jsonio import open_regular
 from trm_kaggle.locks import directory_lock
@@ -165,7 +166,7 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
         raise TRMError(problem)
     duplicates: set[str] = set()
     challenges = read_challenges(cfg.challenges, duplicates)
-    require_tasks(challenges, cfg.challenges, "there is nothing to answer")
+    require_tasks(count_test_inputs(challenges), cfg.challenges, "there is nothing to answer")
     with directory_lock(cfg.work_dir, "submit", required=False):
         return _solve(cfg, challenges, duplicates, echo=echo, on_poll=on_poll, start=start,
                       budget_setting=budget_setting)
