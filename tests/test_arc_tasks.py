@@ -106,6 +106,9 @@ GOOD = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[3]]}]
     (GOOD, {"t1": [[[1]], [[2]]]}, "2 solutions for 1 test input"),
     (GOOD, {"other": [[[1]]]}, "missing from the solutions file"),
     (GOOD, {"t1": [[[1, 2], [1]]]}, "solution 0: not rectangular"),
+    (GOOD, {"t1": [[[12]]]}, "solution 0: value 12"),
+    (GOOD, {"t1": [[[True]]]}, "solution 0: value True"),
+    (GOOD, {"t1": 5}, "its solutions are int"),
 ])
 def test_bad_task_names_file_task_and_problem(tmp_path, task, solutions, message):
     prefix = _write(tmp_path, {"t1": task}, solutions)
@@ -114,7 +117,8 @@ def test_bad_task_names_file_task_and_problem(tmp_path, task, solutions, message
     text = str(e.value)
     assert message in text
     assert "task t1" in text
-    assert ("bad_x_challenges.json" in text) or ("bad_x_solutions.json" in text)
+    # the file that is wrong: a bad solution grid (or count) was blamed on the challenges file
+    assert text.startswith(str(prefix) + ("_x_solutions.json" if solutions is not None else "_x_challenges.json")), text
 
 
 def test_unreadable_json_names_file_and_position(tmp_path):
@@ -243,13 +247,13 @@ def _task(task_id: str, cell=1, output_cell=1, inputs=1, outputs=1):
     (lambda: [_task("t1"), _task("t1")], "task t1 is given twice"),  # it returned 2 and wrote one
     (lambda: [_task("t1", cell=np.nan)], "value nan at row 0"),  # a NaN its readers refuse
     (lambda: [_task("t1", cell=99)], "value 99 at row 0"),
-    (lambda: [_task("t1", output_cell=np.nan)], "c.json: task t1: solution 0: value nan"),
+    (lambda: [_task("t1", output_cell=np.nan)], "s.json: task t1: solution 0: value nan"),
     (lambda: [], "no task to write"),
     # a test output per test input, as load_challenges pairs them: 3 for 1 were written whole (every reader refused
     # the pair, or scored a full answer 1/3); 1 for 2 (or none) was a bare IndexError
-    (lambda: [_task("bb", outputs=3)], "c.json: task bb: 3 solutions for 1 test input"),
-    (lambda: [_task("cc", inputs=2, outputs=1)], "c.json: task cc: 1 solution for 2 test inputs"),
-    (lambda: [_task("cc", inputs=2, outputs=0)], "c.json: task cc: 0 solutions for 2 test inputs"),
+    (lambda: [_task("bb", outputs=3)], "s.json: task bb: 3 solutions for 1 test input"),
+    (lambda: [_task("cc", inputs=2, outputs=1)], "s.json: task cc: 1 solution for 2 test inputs"),
+    (lambda: [_task("cc", inputs=2, outputs=0)], "s.json: task cc: 0 solutions for 2 test inputs"),
 ])
 def test_write_challenges_writes_only_what_its_readers_take(tmp_path, tasks, words):
     from trm_kaggle.data.arc.tasks import write_challenges

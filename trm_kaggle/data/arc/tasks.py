@@ -127,8 +127,10 @@ def parse_grid(grid: Any, what: str) -> np.ndarray:
     return np.array(grid, dtype=np.uint8)
 
 
-def parse_task(task_id: str, raw: Any, where: str, solutions: Any = None, require_outputs: bool = False) -> ArcTask:
-    """Validate one task dict {"train": [...], "test": [...]}; `solutions` is its list of test outputs.
+def parse_task(task_id: str, raw: Any, where: str, solutions: Any = None, require_outputs: bool = False,
+               sol_where: str | None = None) -> ArcTask:
+    """Validate one task dict {"train": [...], "test": [...]}; `solutions` is its list of test outputs, read from
+    `sol_where` (the file a problem of theirs is said in; default `where`).
 
     The task id is checked too (`trm_kaggle.names.task_id_problem`): it becomes part of puzzle
     names and file names, so an id with a path separator or `|||` is refused here, at load time.
@@ -161,21 +163,24 @@ def parse_task(task_id: str, raw: Any, where: str, solutions: Any = None, requir
             if "output" in pair:
                 inline_outputs.append(parse_grid(pair["output"], f"test pair {i} output"))
         outputs = None
-        if solutions is not None:
+        if solutions is None and inline_outputs:
+            if len(inline_outputs) != len(test_inputs):
+                raise DataError(f"{count(len(inline_outputs), 'test output')} for {count(len(test_inputs), 'test input')}")
+            outputs = inline_outputs
+        if require_outputs and solutions is None and outputs is None:
+            raise DataError("no test outputs (solutions) given")
+    except DataError as e:
+        raise DataError(f"{prefix}: {e}") from None
+    if solutions is not None:  # said in the solutions file: a bad grid there was blamed on the challenges
+        try:
             if not isinstance(solutions, list):
                 raise DataError(f"its solutions are {type(solutions).__name__}, not a list of output grids (one per "
                                 f"test input: {count(len(test_inputs), 'test input')})")
             if len(solutions) != len(test_inputs):
                 raise DataError(f"{count(len(solutions), 'solution')} for {count(len(test_inputs), 'test input')}")
             outputs = [parse_grid(g, f"solution {i}") for i, g in enumerate(solutions)]
-        elif inline_outputs:
-            if len(inline_outputs) != len(test_inputs):
-                raise DataError(f"{count(len(inline_outputs), 'test output')} for {count(len(test_inputs), 'test input')}")
-            outputs = inline_outputs
-        if require_outputs and outputs is None:
-            raise DataError("no test outputs (solutions) given")
-    except DataError as e:
-        raise DataError(f"{prefix}: {e}") from None
+        except DataError as e:
+            raise DataError(f"{sol_where or where}: task {task_id}: {e}") from None
     return ArcTask(task_id, train, test_inputs, outputs, where)
 
 
@@ -192,7 +197,7 @@ def _parse_tasks(raw: Any, where: str, solutions: Any, sol_where: str, strict: b
                 if task_id not in solutions:
                     raise DataError(f"{sol_where}: task {task_id}: missing from the solutions file")
                 sol = solutions[task_id]
-            report.tasks[task_id] = parse_task(task_id, task, where, sol)
+            report.tasks[task_id] = parse_task(task_id, task, where, sol, sol_where=sol_where)
         except DataError as e:
             if strict:
                 raise
