@@ -415,3 +415,12 @@ def test_an_upload_that_fails_midway_leaves_no_record_of_the_files_before(bundle
         P.push(bundle_copy, api=Failing(existing={IDS.wheels_id, IDS.weights_id}, statuses=("ready",)), poll_s=0,
                say=lambda _: None)
     assert IDS.weights_id not in json.loads(record.read_text())
+
+
+def test_a_kernel_push_answered_with_nothing_is_not_said_pushed(bundle_copy):
+    """Kaggle's SaveKernel answering `{}` (no version, address or reference, no error) was reported "kernel ...
+    pushed" with a made-up address."""
+    api = FakeApi(push={"url": None, "version_number": None})
+    rc, lines = _push(bundle_copy, api)
+    said = [line for line in lines if line.startswith("kernel ")]
+    assert said and "not known to be saved" in said[-1] and not any(" pushed" in line for line in said), lines

@@ -316,6 +316,11 @@ def push_kernel(api: Any, folder: Path, say: Callable[[str], None]) -> Any:
     answer = _call(f"kaggle kernels push {meta['id']}", lambda: api.kernels_push(str(folder)))
     url = getattr(answer, "url", None) or f"https://www.kaggle.com/code/{meta['id']}"
     version = getattr(answer, "version_number", None)
+    if not version and not getattr(answer, "url", None) and not getattr(answer, "ref", None):
+        # an answer naming no version, address or reference (`{}`) is no proof that Kaggle saved the kernel
+        say(f"kernel {meta['id']}: Kaggle's answer named no version, address or reference, so it is not known to "
+            f"be saved; check with `kaggle kernels status {meta['id']}` and push again if it is not there")
+        return answer
     say(f"kernel {meta['id']}" + (f" version {version}" if version else "") + " pushed"
         + (f" (machine {meta['machine_shape']})" if meta.get("machine_shape") else "") + f": {url}")
     say(f"  follow it: kaggle kernels status {meta['id']}")
