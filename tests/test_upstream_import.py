@@ -342,3 +342,24 @@ def test_import_upstream_blames_an_empty_puzzle_table_on_the_checkpoint(tmp_path
     """0 rows were refused as the output's config ("out: not written, its config.json would be refused")."""
     err = refused_import(tmp_path, capsys, upstream_run(tmp_path, lambda sd: {**sd, TABLE: sd[TABLE][:0]}))
     assert f"entry '{TABLE}', the puzzle-embedding table, has no rows" in err and "config.json" not in err
+
+
+def test_a_dataset_of_another_vocabulary_gives_no_sequence_length(tmp_path):
+    """all_config.yaml's data_paths naming a dataset of 6 tokens beside an 8-token checkpoint: its sequence length
+    was taken without a word (a wrong data_paths, a model imported at the wrong length)."""
+    import yaml
+
+    from integrity_helpers import build_sudoku4
+    from trm_kaggle.data import load_metadata
+    from trm_kaggle.model import import_upstream
+
+    data = build_sudoku4(tmp_path / "sudoku4")
+    assert load_metadata(data, "train").vocab_size != VOCAB
+    arch = {**UPSTREAM_YAML["arch"], "hidden_size": 32, "num_heads": 4, "expansion": 2, "H_cycles": 2,
+            "L_cycles": 2, "L_layers": 2, "puzzle_emb_ndim": 32, "puzzle_emb_len": 2}
+    torch.save(to_upstream_state_dict(tiny(0), compiled=True), tmp_path / "step_10")
+    (tmp_path / "all_config.yaml").write_text(yaml.safe_dump({"arch": arch, "data_paths": [str(data)]}))
+    with pytest.raises(TRMError, match="not the dataset the checkpoint was trained on.*pass --seq-len"):
+        import_upstream(tmp_path / "step_10", tmp_path / "e")
+    assert not (tmp_path / "e").exists()
+    import_upstream(tmp_path / "step_10", tmp_path / "e", seq_len=SEQ)  # the length given: imported

@@ -307,7 +307,12 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
                        f"names, got {clipped(data_paths)}")
     for d in data_paths:
         if seq_len is None and (Path(d) / "train" / "dataset.json").exists():
-            seq_len = load_metadata(d, "train").seq_len
+            meta = load_metadata(d, "train")
+            if meta.vocab_size != vocab:  # another dataset's length was taken without a word
+                raise TRMError(f"{config_file}: data_paths names {d}, a dataset of {meta.vocab_size} tokens, but "
+                               f"{ckpt_path} has {vocab}: it is not the dataset the checkpoint was trained on, so its "
+                               "sequence length says nothing; pass --seq-len")
+            seq_len = meta.seq_len
     seq_len = DEFAULT_SEQ_LEN.get(vocab) if seq_len is None else seq_len
     if seq_len is None:
         raise TRMError(f"cannot tell the sequence length of this vocabulary ({vocab} tokens): pass --seq-len")
