@@ -323,3 +323,23 @@ def test_run_bounds_without_code_to_run_are_refused(kw):
         RepairEvalConfig(weights="-", data="-", **kw)
     assert RepairEvalConfig(weights="-", data="-", doctests=True, **kw).doctests
     assert RepairEvalConfig(weights="-", data="-", test_command="python {file}", **kw).test_command
+
+
+def test_a_report_another_command_wrote_meanwhile_stands(dataset, tmp_path):
+    """Two `evaluate-repair --report F` at once both ended "report: F", the later silently replacing the other's
+    report: the second to finish now keeps the first's and ends with one line."""
+    from trm_kaggle.atomic import OutputTaken
+
+    report = tmp_path / "same.json"
+    others = {"written by": "another evaluate-repair"}
+
+    def answer_then_another_writes(inputs):  # the other command finishes during this one's predictions
+        if not report.exists():
+            report.write_text(json.dumps(others))
+        return inputs
+
+    with pytest.raises(OutputTaken, match=r"same.json: another process wrote this file while this command ran"):
+        evaluate_with(dataset, answer_then_another_writes, report=str(report))
+    assert json.loads(report.read_text()) == others
+    ev = evaluate_with(dataset, lambda inputs: inputs, report=str(report))  # run again: replaced
+    assert json.loads(report.read_text())["examples"] and ev.table

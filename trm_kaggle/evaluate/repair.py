@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.atomic import RewrittenFile, atomic_write_json
 from trm_kaggle.config import RepairEvalConfig
 from trm_kaggle.data import contents_hash, load_repair_tokens, load_split, read_repair_info, read_repair_meta
 from trm_kaggle.errors import DataError, TRMError
@@ -146,6 +146,9 @@ def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch
     """Predict the test split of cfg.data with `model`, score every pair, run code when asked. `device`: where
     to run (default: where the model's weights are); the model is moved there (`hardware.place_model`)."""
     t0 = time.perf_counter()
+    # what stands at the report now: another command's report written there during this one's work is kept, and
+    # this one ends with one line (two at once both said "report: ...", the later silently replacing the other)
+    report_file = RewrittenFile(cfg.report) if cfg.report else None
     device = place_model(model, device)
     contents_hash(cfg.data)  # a dataset changed after its build is refused here, as training and verify refuse it
     tokens = load_repair_tokens(cfg.data)
@@ -181,8 +184,9 @@ def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch
     if cfg.test_command:
         runs["test_command"] = _run_all(examples, cfg.test_command, cfg, only_with_doctests=False)
     result = RepairEvaluation(table, examples, runs, time.perf_counter() - t0)
-    if cfg.report:
-        atomic_write_json(cfg.report, {**result.summary(), "examples": examples}, indent=1, through_link=True)
+    if report_file is not None:
+        report_file.write(lambda: atomic_write_json(cfg.report, {**result.summary(), "examples": examples}, indent=1,
+                                                    through_link=True))
     return result
 
 
