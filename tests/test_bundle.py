@@ -213,6 +213,29 @@ def test_a_compile_cache_the_kernel_never_reads_is_refused(inputs, tmp_path, cap
     assert not (tmp_path / "gpu").exists() and not (tmp_path / "cpu").exists()
 
 
+@pytest.mark.parametrize("capability", [True, 90, [8, "x"]])
+def test_a_compile_cache_record_of_an_odd_target_is_refused_before_the_build(inputs, tmp_path, capsys, monkeypatch,
+                                                                             capability):
+    """A hand-made compile_cache.json whose target capability was `true` or 90 passed the record's check; the build
+    then rebuilt the wheels and ended in a TypeError traceback (exit 1) while logging `sm_...`."""
+    import json
+
+    import torch
+
+    from trm_kaggle.model.compiling import CACHE_FILE, CACHE_RECORD, save_compile_cache
+
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"artifacts", None))
+    save_compile_cache(tmp_path / "made", "cpu")
+    record = json.loads((tmp_path / "made" / CACHE_RECORD).read_text())
+    record["target"].update(device="cuda", capability=capability)
+    (tmp_path / "made" / CACHE_RECORD).write_text(json.dumps(record))
+    rc = B.main([str(tmp_path / "out"), "--no-download", "--user", "tester", "--weights", str(inputs["export"]),
+                 "--notebook", str(inputs["notebook"]), "--compile-cache", str(tmp_path / "made" / CACHE_FILE)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"error: {tmp_path / 'made' / CACHE_RECORD}: its target"), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_execute_through_link_dotdot_builds_its_sandbox_in_the_bundle(bundle_copy, tmp_path, monkeypatch):
     """`build_bundle.py L/../bx --execute` (L a link into another folder): the bundle was at the place the system
     reaches, the sandbox's venv where `L/..` shortens as text, a folder nobody named, and the run failed there."""

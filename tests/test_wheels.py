@@ -196,3 +196,34 @@ def test_a_wheel_of_the_same_sources_is_the_same_bytes(tmp_path, builder):
     time.sleep(2.1)  # zip dates count in 2-second steps
     second = W.build_project_wheel(tmp_path / "b", builder=builder, log=lambda _: None)
     assert hashlib.sha256(first.read_bytes()).digest() == hashlib.sha256(second.read_bytes()).digest()
+
+
+@pytest.mark.parametrize("case", ["one name twice", "one file twice", "two spellings", "a bad requirement",
+                                  "a byte that is not UTF-8"])
+def test_extra_wheels_that_cannot_ship_as_given_are_refused_before_the_build(tmp_path, case):
+    """Two different `--extra-wheel` files of one name: the second replaced the first in the dataset, exit 0. A
+    METADATA line `Requires-Dist: bad req ((` (or a byte that is not UTF-8 there) was packaging's traceback."""
+    import zipfile
+
+    from conftest import make_fake_wheel
+    from trm_kaggle.kaggle.metadata import BundleIds
+
+    a = make_fake_wheel(tmp_path / "a", "good", "1.0")
+    wheels = {"one name twice": [a, make_fake_wheel(tmp_path / "b", "good", "1.0", requires=["numpy"])],
+              "one file twice": [a, a],
+              "two spellings": [a, make_fake_wheel(tmp_path / "c", "Good", "1.0")]}.get(case)
+    if wheels is None:
+        bad = tmp_path / "needy-1.0-py3-none-any.whl"
+        line = b"bad req ((" if case == "a bad requirement" else b"x\xff"
+        with zipfile.ZipFile(bad, "w") as z:
+            z.writestr("needy-1.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: needy\nVersion: 1.0\n"
+                                                        b"Requires-Dist: " + line + b"\n")
+        wheels = [bad]
+    built = []
+    with pytest.raises(TRMError) as refused:
+        W.build_wheels(tmp_path / "out", ids=BundleIds("tester"), extra_wheels=wheels, download=False,
+                       builder="builtin", log=built.append)
+    said = str(refused.value)
+    assert ("two wheels of the distribution 'good'" in said if "twice" in case or "spellings" in case
+            else "Requires-Dist" in said and "is no requirement" in said), said
+    assert not built and not (tmp_path / "out").exists()

@@ -37,12 +37,12 @@ from trm_kaggle.kaggle.metadata import (
 
 try:  # packaging is everywhere pip is; fall back to pip's vendored copy
     from packaging.markers import Marker
-    from packaging.requirements import Requirement
+    from packaging.requirements import InvalidRequirement, Requirement
     from packaging.specifiers import SpecifierSet
     from packaging.utils import canonicalize_name, parse_wheel_filename
 except ImportError:  # pragma: no cover
     from pip._vendor.packaging.markers import Marker
-    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
     from pip._vendor.packaging.specifiers import SpecifierSet
     from pip._vendor.packaging.utils import canonicalize_name, parse_wheel_filename
 
@@ -145,7 +145,11 @@ def wheel_requirements(path: Path, env: dict[str, str], extras: Iterable[str] = 
     """The wheel's Requires-Dist that apply to the target environment `env` with `extras` requested."""
     out = []
     for line in wheel_metadata(path).get_all("Requires-Dist") or []:
-        req = Requirement(line)
+        try:  # a hand-made wheel's line ("bad req ((", a byte that is not UTF-8) was packaging's traceback
+            req = Requirement(str(line))
+        except (InvalidRequirement, TypeError, ValueError):
+            raise TRMError(f"{path}: its METADATA's Requires-Dist {clipped(str(line), 60)} is no requirement pip "
+                           "reads (a damaged or hand-made wheel?)") from None
         if req.marker is None or any(req.marker.evaluate({**env, "extra": e}) for e in ["", *extras]):
             out.append(req)
     return out
@@ -452,6 +456,12 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
     if "trm-kaggle" in extra_names:  # one of the two would replace the other in the dataset, unsaid
         raise TRMError(f"--extra-wheel {extras[extra_names.index('trm-kaggle')]}: a trm_kaggle wheel; the bundle "
                        "builds its own from this checkout (leave it out)")
+    for i, name in enumerate(extra_names):  # the second of one file name replaced the first in the dataset, unsaid
+        if name in extra_names[:i]:
+            raise TRMError(f"--extra-wheel {extras[extra_names.index(name)]} and {extras[i]}: two wheels of the "
+                           f"distribution {name!r}; pip installs one of a name, so give one")
+    for p in extras:  # their requirements read before anything is built
+        wheel_requirements(p, targets[0].marker_environment())
     with atomic_directory(out_dir, kind="kaggle wheels dataset") as tmp:
         log(f"building the trm_kaggle wheel from {repo}")
         own = build_project_wheel(tmp, repo, builder=builder, log=log)

@@ -65,6 +65,7 @@ from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json
 from trm_kaggle.config import compile_setting
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import is_regular, read_bytes, read_json
+from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
 
@@ -360,6 +361,12 @@ def read_cache_record(path: str | os.PathLike) -> dict:
     if not (isinstance(record, dict) and record.get("format") == CACHE_FORMAT and isinstance(record.get("target"), dict)
             and isinstance(record.get("sha256"), str)):
         raise DataError(f"{record_path}: not a compile cache record")
+    target = record["target"]  # as `cache_target` writes it: its fields are shown and compared
+    if not all(isinstance(target.get(k), str) for k in ("torch", "python", "device")) or (
+            "capability" in target and not (isinstance(target["capability"], list) and len(target["capability"]) == 2
+                                            and all(type(c) is int and 0 <= c < 1000 for c in target["capability"]))):
+        raise DataError(f"{record_path}: its target is none `trm-kaggle` writes (torch, python and device as text, a "
+                        f"CUDA capability as two whole numbers): {clipped(target, 80)}")
     return record
 
 
