@@ -310,6 +310,8 @@ def test_read_repair_meta_errors(tmp_path):
     ("NaN", 3, "its difficulty nan is not a number from 0 to 1"),  # it dropped out of every curriculum stage
     ("Infinity", 3, "its difficulty inf"), ("-5", 3, "its difficulty -5"), ("true", 3, "its difficulty True"),
     ('"0.5"', 3, "its difficulty '0.5'"), ("0.5", "-1", "its line -1"), ("0.5", "2.5", "its line 2.5"),
+    # past int64: numpy's OverflowError (a traceback in evaluate-repair and the curriculum's training)
+    ("0.5", str(10**30), "its line 1000000000000000000000000000000 is not a line number"),
 ])
 def test_a_repair_record_of_no_sane_difficulty_or_line_is_named(tmp_path, difficulty, line, words):
     (tmp_path / "train").mkdir()

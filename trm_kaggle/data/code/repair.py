@@ -618,8 +618,11 @@ def read_repair_meta(dataset_dir: str | os.PathLike, split: str) -> RepairMeta:
             score = r["difficulty"]  # a score in [0, 1] (`bugs.difficulty`): a NaN one dropped out of every stage
             if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
                 raise ValueError(f"its difficulty {clipped(score)} is not a number from 0 to 1")
-            if isinstance(r["line"], bool) or not isinstance(r["line"], int) or r["line"] < 0:
-                raise ValueError(f"its line {clipped(r['line'])} is not a line number")
+            # a line number of a source file: 10**30 passed, then numpy's int64 array overflowed (a traceback)
+            if isinstance(r["line"], bool) or not isinstance(r["line"], int) or not 0 <= r["line"] < 2**31:
+                raise ValueError(f"its line {clipped(r['line'])} is not a line number (0 to 2**31 - 1)")
+            if not isinstance(r["source"], str):
+                raise ValueError(f"its source {clipped(r['source'])} is not a file's name")
             difficulty.append(float(score))
             source.append(str(r["source"]))
             line.append(r["line"])
