@@ -546,3 +546,50 @@ def test_a_notebook_file_cut_by_a_size_limit_is_never_kept_as_executed(suite, tm
     assert rc != 0
     assert not (out / "executed" / "acc.ipynb").exists() and not list(out.glob("work/*/*.ipynb"))
     assert "File too large" in stdout + stderr and "ulimit" in stdout + stderr, stdout + stderr
+
+
+GOLDEN_PARAMETERS = "WORK_DIR = None\nUPDATE_GOLDEN = False\nGOLDEN_OUT = None\n"
+WRITES_GOLDEN = ("import json, pathlib\n"
+                 "if UPDATE_GOLDEN:\n"
+                 "    out = pathlib.Path(GOLDEN_OUT or 'golden')\n"
+                 "    out.mkdir(exist_ok=True)\n"
+                 "    (out / 'v.json').write_text(json.dumps({'v': 'new'}))\n")
+
+
+@pytest.mark.parametrize("ends", ["cleanly", "failing after the golden files", "stopped after the golden files"])
+def test_golden_files_change_only_with_the_baselines_they_go_with(tmp_path, capsys, ends):
+    """A `regress golden --update-baselines` stopped (status 130) or failing after its notebook wrote the golden
+    files had already rewritten them in the notebooks folder, while baselines.json still named the run before.
+    They are staged and moved in with the baselines, or not at all."""
+    import signal
+    import time
+
+    folder, out, started = tmp_path / "nbs", tmp_path / "out", tmp_path / "started"
+    tail = {"cleanly": "", "failing after the golden files": "raise RuntimeError('later cell')\n",
+            "stopped after the golden files": f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(120)\n"}
+    write_notebook(folder, "gold", WRITES_GOLDEN + tail[ends] + "record('changed', 0.0)\n", GOLDEN_PARAMETERS)
+    write_baselines(folder, {"gold": {"changed": b(0.0, 0.0, "lower")}})
+    (folder / "golden").mkdir()
+    (folder / "golden" / "v.json").write_text('{"v": "old"}')
+    before = (folder / "baselines.json").read_text()
+    args = ["regress", "--notebooks", str(folder), "--out", str(out), "--update-baselines", "--no-progress"]
+    if ends == "stopped after the golden files":
+        p = subprocess.Popen([sys.executable, "-m", "trm_kaggle", *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.1)
+        assert started.exists(), p.communicate()
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) == 130, p.communicate()
+    else:
+        rc = main(args)
+        capsys.readouterr()
+        assert rc == (0 if ends == "cleanly" else 2)
+    if ends == "cleanly":
+        assert json.loads((folder / "golden" / "v.json").read_text()) == {"v": "new"}
+        assert (folder / "baselines.json").read_text() != before
+    else:
+        assert json.loads((folder / "golden" / "v.json").read_text()) == {"v": "old"}
+        assert (folder / "baselines.json").read_text() == before
+    assert not list(out.glob(".gold-golden-*")) and not (folder / "golden" / "v.json.partial").exists()

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -43,6 +43,7 @@ SEED = 0
 LOGIT_TOLERANCE = 1e-5
 WORK_DIR = None  # scratch folder (None: a temporary one)
 UPDATE_GOLDEN = False  # write the golden files from this run instead of comparing
+GOLDEN_OUT = None  # where UPDATE_GOLDEN writes them (None: GOLDEN_DIR; `regress` gives a staging folder)
 
 # %%
 import hashlib
@@ -130,6 +131,8 @@ now["logits"] = {t: {k: round(float(v), 7) for k, v in s.items()} for t, s in no
 # %%
 FILES = ("predictions", "votes", "submission", "logits")
 if UPDATE_GOLDEN:
+    golden = Path(GOLDEN_OUT or GOLDEN_DIR)
+    golden.mkdir(parents=True, exist_ok=True)
     for name in FILES:
         atomic_write_text(golden / f"{name}.json", json.dumps(now[name], indent=1, sort_keys=True) + "\n")
     print(f"wrote {', '.join(f'{golden}/{n}.json' for n in FILES)}")

@@ -15,7 +15,8 @@
 Notebooks run with papermill, several at once where cores allow (each pins its own threads), each in a
 kernel of this Python with the notebook's folder as working directory (the same as opening it in Jupyter)
 and two parameters when its `parameters` cell declares them: WORK_DIR (a fresh scratch folder, removed
-after a successful run) and UPDATE_GOLDEN (True with --update-baselines).
+after a successful run), UPDATE_GOLDEN (True with --update-baselines) and GOLDEN_OUT (where an update writes its
+golden files: a staging folder under OUT, moved into golden/ with baselines.json, never by a failed or stopped run).
 
 Verdicts, for a baseline `value` with `tolerance` and `direction`:
   higher: regressed below value - tolerance, improved above value + tolerance
@@ -75,7 +76,7 @@ BASELINES_FORMAT = "trm_kaggle.regression-baselines"
 GOLDEN = "golden"  # a notebook's golden files live in <notebooks>/golden (ignored by the dirty check)
 HISTORY = "history.jsonl"
 OUT_FOLDERS = ("executed", "history", "work")  # what a run writes into below --out (with report.md, HISTORY)
-PARAMETERS = ("WORK_DIR", "UPDATE_GOLDEN")  # what the runner passes, to the notebooks that declare them
+PARAMETERS = ("WORK_DIR", "UPDATE_GOLDEN", "GOLDEN_OUT")  # what the runner passes, to the notebooks that declare them
 Verdict = Literal["ok", "improved", "regressed", "new"]  # new: no value yet (--update-baselines)
 
 
@@ -165,6 +166,7 @@ class NotebookRun:
     metrics: dict[str, Recorded] = field(default_factory=dict)
     error: str | None = None  # why no metrics could be read
     seconds: float = 0.0
+    staged: Path | None = None  # with --update-baselines: the golden files it wrote, moved in with the baselines
 
 
 class Kernels:
@@ -256,6 +258,12 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
         if made is not None:
             made.append(work)
         given = {"WORK_DIR": str(work.resolve()), "UPDATE_GOLDEN": update_golden}
+        if update_golden and "GOLDEN_OUT" in declared:  # staged, never written into the notebooks folder mid-run: a
+            # stopped or failed update had rewritten the golden files while baselines.json named the run before
+            run.staged = Path(tempfile.mkdtemp(prefix=f".{name}-{GOLDEN}-", dir=os.path.realpath(out)))
+            if made is not None:
+                made.append(run.staged)
+            given["GOLDEN_OUT"] = str(run.staged.resolve())
         # the kernel starts in the notebook's folder (its relative paths are written from there) through the
         # client's resources, not papermill's `cwd`: that one changes the whole process's folder, and two
         # notebooks run at once on threads would each start their kernel in the other's (or in neither)
@@ -539,6 +547,15 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
         stops.give_back()
 
 
+def _move_golden(staged: Path, golden: Path, say: Callable[[str], None]) -> None:
+    """The golden files a clean `--update-baselines` run wrote in `staged`, each written whole into `golden`."""
+    golden.mkdir(exist_ok=True)
+    for f in sorted(staged.iterdir()):
+        if f.is_file() and not f.is_symlink():
+            atomic_write_bytes(golden / f.name, f.read_bytes())
+            say(f"updated {golden / f.name}")
+
+
 def _holds_anything(folder: Path) -> bool:
     try:
         return any(folder.iterdir())
@@ -583,21 +600,29 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
         problems += bad
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     changed = 0
+    updated: set[str] = set()
     if update:
         for r in runs:
             if r.error or any(p.startswith(f"{r.name}: ") for p in problems):
                 continue
+            updated.add(r.name)
             for metric, b in baselines.baselines[r.name].items():
                 old = "none" if b.value is None else f"{b.value:g}"
                 b.value, b.commit, b.date = r.metrics[metric].value, commit, when[:10]
                 changed += 1
                 say(f"baseline {shown(r.name)}.{shown(metric)}: {old} -> {b.value:g}")
         if changed:
+            for r in runs:  # the golden files of the notebooks whose baselines are set, just before them
+                if r.staged is not None and r.name in updated:
+                    _move_golden(r.staged, notebook_dir / GOLDEN, say)
             save_baselines(baselines_path, baselines)
             say(f"updated {baselines_path}: {count(changed, 'baseline')}")
         else:  # never "updated" when nothing was: every notebook failed or missed a metric
             warn(f"note: {baselines_path} is unchanged: no notebook ran cleanly, so no baseline was set")
 
+    for r in runs:  # ours: moved in above, or of a run whose baselines were not set
+        if r.staged is not None:
+            shutil.rmtree(r.staged, ignore_errors=True)
     atomic_write_text(out / "report.md", report_markdown(rows, problems, runs, commit, when, changed > 0))
     append_history(out / HISTORY, commit, when, runs)
     history = read_history(out / HISTORY)
