@@ -553,10 +553,12 @@ WRITES_GOLDEN = ("import json, pathlib\n"
                  "if UPDATE_GOLDEN:\n"
                  "    out = pathlib.Path(GOLDEN_OUT or 'golden')\n"
                  "    out.mkdir(exist_ok=True)\n"
-                 "    (out / 'v.json').write_text(json.dumps({'v': 'new'}))\n")
+                 "    (out / 'v.json').write_text(json.dumps({'v': 'new'}))\n"
+                 "    (out / 'w.json').write_text(json.dumps({'w': 'new'}))\n")
 
 
-@pytest.mark.parametrize("ends", ["cleanly", "failing after the golden files", "stopped after the golden files"])
+@pytest.mark.parametrize("ends", ["cleanly", "failing after the golden files", "stopped after the golden files",
+                                  "with a golden file's place a folder"])
 def test_golden_files_change_only_with_the_baselines_they_go_with(tmp_path, capsys, ends):
     """A `regress golden --update-baselines` stopped (status 130) or failing after its notebook wrote the golden
     files had already rewritten them in the notebooks folder, while baselines.json still named the run before.
@@ -565,12 +567,15 @@ def test_golden_files_change_only_with_the_baselines_they_go_with(tmp_path, caps
     import time
 
     folder, out, started = tmp_path / "nbs", tmp_path / "out", tmp_path / "started"
-    tail = {"cleanly": "", "failing after the golden files": "raise RuntimeError('later cell')\n",
+    tail = {"cleanly": "", "with a golden file's place a folder": "",
+            "failing after the golden files": "raise RuntimeError('later cell')\n",
             "stopped after the golden files": f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(120)\n"}
     write_notebook(folder, "gold", WRITES_GOLDEN + tail[ends] + "record('changed', 0.0)\n", GOLDEN_PARAMETERS)
     write_baselines(folder, {"gold": {"changed": b(0.0, 0.0, "lower")}})
     (folder / "golden").mkdir()
     (folder / "golden" / "v.json").write_text('{"v": "old"}')
+    if ends == "with a golden file's place a folder":  # v.json would be written, then w.json refused
+        (folder / "golden" / "w.json").mkdir()
     before = (folder / "baselines.json").read_text()
     args = ["regress", "--notebooks", str(folder), "--out", str(out), "--update-baselines", "--no-progress"]
     if ends == "stopped after the golden files":
@@ -584,8 +589,10 @@ def test_golden_files_change_only_with_the_baselines_they_go_with(tmp_path, caps
         assert p.wait(timeout=60) == 130, p.communicate()
     else:
         rc = main(args)
-        capsys.readouterr()
-        assert rc == (0 if ends == "cleanly" else 2)
+        err = capsys.readouterr().err
+        assert rc == (0 if ends == "cleanly" else 2), err
+        if ends == "with a golden file's place a folder":
+            assert f"{folder / 'golden' / 'w.json'} is a folder" in err, err
     if ends == "cleanly":
         assert json.loads((folder / "golden" / "v.json").read_text()) == {"v": "new"}
         assert (folder / "baselines.json").read_text() != before

@@ -547,13 +547,39 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
         stops.give_back()
 
 
-def _move_golden(staged: Path, golden: Path, say: Callable[[str], None]) -> None:
-    """The golden files a clean `--update-baselines` run wrote in `staged`, each written whole into `golden`."""
-    golden.mkdir(exist_ok=True)
-    for f in sorted(staged.iterdir()):
-        if f.is_file() and not f.is_symlink():
-            atomic_write_bytes(golden / f.name, f.read_bytes())
-            say(f"updated {golden / f.name}")
+def _save_update(moves: list[tuple[Path, Path]], baselines_path: Path, baselines: BaselinesFile,
+                 say: Callable[[str], None]) -> None:
+    """The golden files clean `--update-baselines` runs staged (`moves`: each staging folder and its golden folder)
+    and baselines.json, as one change: every place checked before the first write, stops held while they are
+    written, and the golden files written before put back when a later write fails (a folder in the place of
+    one, a full disk), so that they and baselines.json always describe one run."""
+    from trm_kaggle.interrupts import stops_held
+
+    files = [(f, golden / f.name) for staged, golden in moves for f in sorted(staged.iterdir())
+             if f.is_file() and not f.is_symlink()]
+    for golden in {g for _, g in moves}:
+        golden.mkdir(exist_ok=True)
+    for path in [dest for _, dest in files] + [baselines_path]:
+        if problem := writable_problem(Output(path, "regression file", "file")):
+            raise TRMError(problem)
+    written: list[tuple[Path, bytes | None]] = []
+    with stops_held():
+        try:
+            for f, dest in files:
+                old = dest.read_bytes() if dest.is_file() else None
+                atomic_write_bytes(dest, f.read_bytes())
+                written.append((dest, old))
+            save_baselines(baselines_path, baselines)
+        except BaseException:
+            for dest, old in reversed(written):  # ours to put back: this command replaced them a moment ago
+                with contextlib.suppress(OSError):
+                    if old is None:
+                        dest.unlink()
+                    else:
+                        atomic_write_bytes(dest, old)
+            raise
+    for _, dest in files:
+        say(f"updated {dest}")
 
 
 def _holds_anything(folder: Path) -> bool:
@@ -611,11 +637,14 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
                 b.value, b.commit, b.date = r.metrics[metric].value, commit, when[:10]
                 changed += 1
                 say(f"baseline {shown(r.name)}.{shown(metric)}: {old} -> {b.value:g}")
-        if changed:
-            for r in runs:  # the golden files of the notebooks whose baselines are set, just before them
-                if r.staged is not None and r.name in updated:
-                    _move_golden(r.staged, notebook_dir / GOLDEN, say)
-            save_baselines(baselines_path, baselines)
+        if changed:  # the golden files of the notebooks whose baselines are set, with them
+            try:
+                _save_update([(r.staged, notebook_dir / GOLDEN) for r in runs if r.staged is not None
+                              and r.name in updated], baselines_path, baselines, say)
+            finally:
+                for r in runs:  # ours: moved in, or of a run whose baselines were not set
+                    if r.staged is not None:
+                        shutil.rmtree(r.staged, ignore_errors=True)
             say(f"updated {baselines_path}: {count(changed, 'baseline')}")
         else:  # never "updated" when nothing was: every notebook failed or missed a metric
             warn(f"note: {baselines_path} is unchanged: no notebook ran cleanly, so no baseline was set")
