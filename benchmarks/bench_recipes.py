@@ -145,6 +145,8 @@ def training_flops(arch: ArchConfig, seq_len: int, vocab_size: int, examples: fl
 # ---------------------------------------------------------------------------
 
 UPSTREAM = "upstream"
+MAX_SEEDS = 1000  # seeds per recipe: each one a full training run
+WEEK_S = 7 * 24 * 3600.0  # the longest training budget per run
 
 
 @dataclass(frozen=True)
@@ -719,6 +721,15 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
         raise TRMError(f"two recipes share a name: {names}; name them (NAME=presets:overrides)")
     if budget_s is None and budget_examples is None:
         raise TRMError("give a budget: --budget-s and/or --budget-examples")
+    # each number before the data is built: NaN was a deadline's traceback after the build, 0 seeds min() of nothing
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
+        raise TRMError(f"--seeds {seeds}: a whole number of seeds from 1 to {MAX_SEEDS}")
+    for flag, value, most in (("--budget-s", budget_s, WEEK_S), ("--budget-examples", budget_examples, 1e15)):
+        if value is not None and not (isinstance(value, (int, float)) and 0 < value <= most):
+            raise TRMError(f"{flag} {value}: a number above 0 and at most {most:g}")
+    if not targets or not all(isinstance(t, (int, float)) and 0 <= t < math.inf for t in targets):
+        raise TRMError(f"--targets {' '.join(map(str, targets))}: held-out exact accuracies, numbers from 0 (one "
+                       "above 1 is never reached)")
     if data is None and task.build is None:
         raise TRMError(f"task {task.name} needs --data DIR (an existing dataset; see docs/datasets.md)")
     upstream = next((r.name for r in parsed if r.is_upstream), None)
@@ -763,17 +774,18 @@ def _measure(task: Task, parsed: list[Recipe], configs: dict, upstream: str | No
                                           work=work, say=say))
                 report["curves"] = [asdict(c) for c in curves]
                 _write_json(saved, report)  # a stopped benchmark keeps its runs
+        report["seconds"] = round(time.perf_counter() - t0, 1)
+        return _publish(report, curves, targets, upstream, out, say)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (`interrupts.Terminated`): its line says what was kept
         _stopped(e, saved, len(curves))
         raise
-    report["seconds"] = round(time.perf_counter() - t0, 1)
-    return _publish(report, curves, targets, upstream, out, say)
 
 
 def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstream: str | None, out: Path,
              say=print) -> dict:
     """The summary of `curves` into `report`, then bench_recipes_<task>.json, .md and .png in `out`."""
     from trm_kaggle.atomic import atomic_write_text
+    from trm_kaggle.interrupts import stops_held
 
     task = report["task"]
     report["summary"] = summarise(curves, targets, upstream)
@@ -783,10 +795,11 @@ def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstre
     meta = {"seeds": report["seeds"], "budget": budget,
             "threads": f"{threads} thread{'s' if threads != 1 else ''}" if threads else "every thread",
             "device": next(iter(report["configs"].values()))["device"]}
-    _write_json(out / f"bench_recipes_{task}.json", report)
     md = markdown(task, report["summary"], meta)
-    atomic_write_text(out / f"bench_recipes_{task}.md", md)  # a link in its place is replaced, never followed
-    plot(curves, out / f"bench_recipes_{task}.png", f"{task}: held-out exact accuracy")
+    with stops_held():  # the three files of one report together: a stop between them mixed two runs' files
+        _write_json(out / f"bench_recipes_{task}.json", report)
+        atomic_write_text(out / f"bench_recipes_{task}.md", md)  # a link in its place is replaced, never followed
+        plot(curves, out / f"bench_recipes_{task}.png", f"{task}: held-out exact accuracy")
     say(md)
     say(f"report: {out / f'bench_recipes_{task}.md'} (+ .json, .png)")
     return report

@@ -388,3 +388,52 @@ def test_an_out_inside_the_harness_data_or_run_folders_is_refused_before_any_wor
     err = _one_error(capsys)
     assert "--out" in err and "builds and clears" in err
     assert not work.exists()
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--budget-s", "nan"], "--budget-s nan: a number above 0"), (["--budget-s", "inf"], "--budget-s inf"),
+    (["--budget-s", "-5"], "--budget-s -5.0"), (["--budget-examples", "0"], "--budget-examples 0.0"),
+    (["--seeds", "0"], "--seeds 0: a whole number of seeds from 1 to 1000"), (["--seeds", "100000000000"], "--seeds"),
+    (["--targets", "nan"], "--targets nan: held-out exact accuracies"), (["--targets", "-0.5"], "--targets -0.5"),
+])
+def test_numbers_that_give_no_benchmark_are_refused_before_any_work(tmp_path, capsys, no_work, flags, words):
+    """`--budget-s nan` (or inf) built the dataset, then ended in a deadline's ValueError traceback; `--seeds 0`
+    trained nothing and ended in min() of an empty sequence; a negative budget reported nothing trained, exit 0."""
+    from benchmarks.bench_recipes import main
+
+    assert main(_argv(tmp_path / "bw", *flags)) == 2
+    assert words in _one_error(capsys)
+    assert not (tmp_path / "bw").exists()
+
+
+def test_a_stop_while_the_report_is_written_leaves_one_runs_report_and_names_it(tmp_path, monkeypatch):
+    """A SIGTERM while the report was published: the new .json and .md stood beside the previous run's .png, and
+    the line was a bare `interrupted: stopped by SIGTERM`. The three files are written together, and the line names
+    the report that holds the finished runs."""
+    import os
+    import signal
+
+    import benchmarks.bench_recipes as br
+    from trm_kaggle.interrupts import Terminated, raise_terminated
+
+    task = dataclasses.replace(make_task("sudoku4", num_train=64, num_test=16), eval_interval=1)
+    kw = dict(seeds=1, budget_s=None, budget_examples=16 * 2, targets=[0.5], work=tmp_path, say=lambda *a, **k: None,
+              extra=["global_batch_size=16", "arch.hidden_size=16", "arch.halt_max_steps=2", "arch.H_cycles=1",
+                     "arch.L_cycles=1"])
+    bench(task, ["upstream"], **kw)
+    out = tmp_path / "report"
+    before = {p.suffix: p.stat().st_mtime_ns for p in out.iterdir()}
+    real = br.plot
+
+    def stopped_while_plotting(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args)
+
+    monkeypatch.setattr(br, "plot", stopped_while_plotting)
+    signal.signal(signal.SIGTERM, raise_terminated)  # as the script's `command` takes it (put back after the test)
+    with pytest.raises(Terminated) as stopped:
+        bench(task, ["upstream"], **kw)
+    after = {p.suffix: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert set(after) == {".json", ".md", ".png"} and all(after[s] > before[s] for s in after), (before, after)
+    assert str(stopped.value).endswith(f"the run it finished is in {out / 'bench_recipes_sudoku4.json'}; a rerun "
+                                       "trains every run again"), stopped.value
