@@ -12,17 +12,18 @@ Held-out means distinct puzzles; a 4x4 grid has only 288 possible solutions, so 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import command, loading  # noqa: E402
+from benchmarks.entry import command, loading, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     from trm_kaggle.config import SudokuBuildConfig
     from trm_kaggle.data import build_sudoku
+    from trm_kaggle.errors import TRMError
     from trm_kaggle.train import load_train_config, train
 
 
@@ -34,7 +35,18 @@ def main() -> None:
     ap.add_argument("--work-dir", default=None)
     ap.add_argument("overrides", nargs="*", help="training config overrides on top of the preset (key=value)")
     args = ap.parse_args()
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_sudoku4_"))
+    if not 0 < args.minutes <= 7 * 24 * 60:  # NaN never stopped the run by its time
+        raise TRMError(f"--minutes {args.minutes}: a number of minutes above 0 and at most a week")
+    if not 0 <= args.target <= 1 or math.isnan(args.target):
+        raise TRMError(f"--target {args.target}: a held-out exact solve rate from 0 to 1")
+    # held from the start (a second benchmark there rebuilt the first one's data while it trained, then was
+    # refused); no --work-dir: a scratch folder of its own, removed on any exit
+    with work_folder(args.work_dir, "bench_sudoku4_", (), "Sudoku learning benchmark") as work:
+        learn(work, args)
+
+
+def learn(work: Path, args: argparse.Namespace) -> None:
+    """Build the puzzles in `work`, train until the time limit or the target holds, print the curve."""
     data = work / "sudoku4"
     t0 = time.perf_counter()
     build_sudoku(SudokuBuildConfig(output_dir=str(data), size=4, num_train=2000, num_test=200, seed=args.seed,

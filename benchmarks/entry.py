@@ -22,6 +22,7 @@ imports (torch, numpy, the package), so a stop in its first second is said too:
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -156,6 +157,11 @@ def work_folder(named: str | Path | None, prefix: str, writes: Sequence[str], wh
     work = Path(named)
     if problem := writable_problem(Output(work, "--work-dir", "folder")):
         raise TRMError(problem)
+    # a folder every user writes in (/tmp, named or through a link): the script's lock there held every command out
+    # of all of /tmp, and what it writes there anyone could have planted first
+    if work.is_dir() and os.stat(work).st_mode & 0o002:
+        raise TRMError(f"--work-dir {work}{f' (a link to {os.path.realpath(work)})' if work.is_symlink() else ''} is "
+                       "a folder others may write in, shared by every user: name a folder of your own inside it")
     refuse_if_held(work)  # a live script there is named first: its entries are its own
     for name in writes:
         if (work / name).is_symlink() or (work / name).exists():

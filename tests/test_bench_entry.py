@@ -193,3 +193,49 @@ def test_a_script_that_took_stops_while_loading_takes_them_in_its_main_too(tmp_p
     assert "with loading(__name__):" in (BENCHMARKS / "bench_rope.py").read_text()
     stopped(_waiting("bench_rope.py", at_imports=False), tmp_path, "loading", signal.SIGTERM, 0.0,
             "interrupted: stopped by SIGTERM", 143)
+
+
+def test_learn_sudoku_holds_its_work_folder_before_it_builds_and_removes_its_own_scratch(tmp_path):
+    """A second bench_learn_sudoku on one --work-dir rebuilt the live one's puzzles with its own seed, then was
+    refused by the training's lock; without --work-dir its scratch folder stayed after every run."""
+    from trm_kaggle.locks import directory_lock
+
+    (tmp_path / "w").mkdir()
+    with directory_lock(tmp_path / "w", "Sudoku learning benchmark"):  # a live one holds it
+        done = _script("bench_learn_sudoku.py", "--work-dir", "w", "--seed", "1", cwd=tmp_path)
+    assert done.returncode == 2 and "another Sudoku learning benchmark is running" in _one_error(done.stderr), \
+        done.stderr
+    assert not (tmp_path / "w" / "sudoku4").exists()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    script = ("import runpy, sys\n"
+              "import trm_kaggle.data as D\n"
+              "def build(config):\n"
+              "    raise SystemExit(f'built in {config.output_dir}')\n"
+              "D.build_sudoku = build\n"
+              "sys.argv = ['bench_learn_sudoku.py']\n"
+              f"runpy.run_path({str(BENCHMARKS / 'bench_learn_sudoku.py')!r}, run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(scratch)})
+    assert "built in " + str(scratch) in done.stderr, done.stderr
+    assert not list(scratch.iterdir())
+
+
+@pytest.mark.parametrize("named", ["itself", "through a link"])
+def test_a_work_folder_every_user_writes_in_is_refused(tmp_path, named):
+    """`bench_evaluate --work-dir L` with L a link to /tmp wrote its folders straight into /tmp and held all of it:
+    every command below /tmp was then refused as inside a folder a live command holds."""
+    from benchmarks.entry import work_folder
+    from trm_kaggle.errors import TRMError
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    given = shared
+    if named == "through a link":
+        given = tmp_path / "L"
+        given.symlink_to(shared)
+    with pytest.raises(TRMError, match="a folder others may write in, shared by every user"):
+        with work_folder(given, "", (), "test"):
+            pass
+    assert not list(shared.iterdir())
