@@ -270,3 +270,18 @@ def test_the_librarys_execute_refuses_challenges_with_no_task_before_the_sandbox
     with pytest.raises(TRMError, match="holds no task"):
         rehearsal.execute(bundle_copy, challenges=tmp_path / "empty.json", echo=lambda line: None)
     assert not (bundle_copy / "sandbox").exists()
+
+
+def test_the_builders_warnings_are_each_one_escaped_line(tmp_path):
+    """build_bundle.py configured no logging: a package warning naming a folder of a downloaded kernel output
+    (--continue-from) went through Python's last-resort handler, its escape sequence raw on the terminal."""
+    import subprocess
+    import sys
+
+    script = ("import logging, sys\n"
+              "import trm_kaggle.kaggle.bundle as B\n"
+              "B.run = lambda args: (logging.getLogger('trm_kaggle.x').warning('e\\x1b[2J/state: damaged\\nFAKE'), 0)[1]\n"
+              f"sys.exit(B.main([{str(tmp_path / 'out')!r}, '--no-download']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "WARNING: e\\x1b[2J/state: damaged\\nFAKE\n", done.stderr

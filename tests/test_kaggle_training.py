@@ -7,6 +7,7 @@ and a stop signal within a session; the notebook never raises, pydantic or torch
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -1153,6 +1154,37 @@ def test_continue_from_an_output_with_a_folder_named_like_a_state_says_so(built,
     assert str(e.value).startswith("the output of tester/trm-kaggle-train cannot be continued from: "
                                    "run/state_step00000098.pt: train state expected, found a directory"), e.value
     assert not (tmp_path / "run-state").exists()
+
+def test_continue_from_an_output_with_a_folder_of_only_damaged_states_is_refused_as_the_session_would(
+        built, tmp_path, capsys):
+    """A folder of the output whose only state is damaged (named with an escape sequence), beside a good run/: the
+    build packed it (exit 0), printed the folder's name raw in its warning, and the next session refused the
+    whole output ("no readable train state")."""
+    from trm_kaggle.kaggle import train_kernel
+    from trm_kaggle.wording import log_one_line_each
+
+    session_out = tmp_path / "session"
+    run_session(input_root=tmp_path / "none", working=session_out, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    odd = "e\x1b[2J"
+
+    def kaggle_output(cmd, **kw):
+        shutil.copytree(session_out, cmd[-1], dirs_exist_ok=True)
+        Path(cmd[-1], odd).mkdir()
+        Path(cmd[-1], odd, "state_step00000099.pt").write_bytes(b"not a state" * 100)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    log_one_line_each(logging.WARNING, force=True)  # as build_bundle.py says its warnings
+    try:
+        with pytest.raises(TRMError) as e:
+            train_kernel.fetch_run_state(tmp_path / "run-state", "tester/trm-kaggle-train", ids=IDS,
+                                         runner=kaggle_output, log=lambda _: None)
+    finally:
+        logging.getLogger().handlers.clear()
+    assert str(e.value).startswith("the output of tester/trm-kaggle-train cannot be continued from: its folder "
+                                   "e\\x1b[2J holds train states none of which loads"), e.value
+    assert "\x1b" not in capsys.readouterr().err and not (tmp_path / "run-state").exists()
+
 
 @pytest.mark.parametrize("change", [{"future_setting": 3}, {"lr": "fast"}])
 def test_a_state_of_settings_this_version_cannot_read_is_refused_naming_the_setting(built, tmp_path, change):

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -79,7 +80,7 @@ from trm_kaggle.kaggle.wheels import (
 from trm_kaggle.locks import LOCK_FILE, directory_lock, refuse_if_held
 from trm_kaggle.outputs import Input, Output, check_io
 from trm_kaggle.stdout import StdoutError, checked_stdout, parse_checked
-from trm_kaggle.wording import clipped, escape_what_the_console_cannot_show, one_line
+from trm_kaggle.wording import clipped, escape_what_the_console_cannot_show, log_one_line_each, one_line
 
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "check_kernel_overrides", "execute", "main", "make_parser",
@@ -384,6 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`build_bundle.py`: parse the command line and `run` it (key=value settings may follow any option); as
     `trm-kaggle bundle`, an interrupt and a closed stdout are one line each."""
     escape_what_the_console_cannot_show()
+    # the package's warnings as the CLI says them, each one escaped line: a folder name in a downloaded kernel
+    # output (--continue-from) once reached the terminal raw through Python's last-resort handler
+    log_one_line_each(logging.WARNING)
     try:
         with checked_stdout():
             args = parse_checked(make_parser().parse_intermixed_args, argv)

@@ -127,6 +127,12 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
         if not any(s is not None for s in steps):
             raise TRMError(f"the output of {kernel} holds no train state that loads (state_step*.pt, outside "
                            "hidden folders): nothing to continue from")
+        if None in steps:  # a folder of states none of which loads: the session refuses the whole output
+            folder = sorted(carried)[steps.index(None)].relative_to(download)
+            raise TRMError(f"the output of {kernel} cannot be continued from: its folder {one_line(folder)} holds "
+                           "train states none of which loads (damaged or renamed copies), and a training session "
+                           "refuses such an output rather than guess which run to resume: remove that folder from "
+                           "the output (a new kernel version) or continue from another output")
         step = max(s for s in steps if s is not None)
         log(f"packing it as {RUN_STATE_ARCHIVE} (newest state: step {step})")
         entry = pack(download, tmp, RUN_STATE_ARCHIVE, keep=_run_state_file)
