@@ -586,3 +586,20 @@ def test_the_task_id_seed_is_checked_where_given(seed):
                       halt_max_steps=2, puzzle_emb_len=2, forward_dtype="float32")
     with pytest.raises(ValueError, match=r"^seed=.*: expected a whole number from 0 to 4,294,967,295$"):
         apply_task_ids(TinyRecursiveModel(arch, 16, 6, 3), "random", seed=seed)
+
+
+@pytest.mark.parametrize("command", [["pipeline", "--work-dir", "{d}", "--train-seconds", "5"],
+                                     ["train", "data_paths=[x]", "checkpoint_path={d}"],
+                                     ["sweep", "tn", "data_paths=[x]", "--sweep-dir", "{d}"]])
+def test_a_folder_every_user_writes_in_is_no_commands_folder(tmp_path, capsys, command):
+    """`pipeline --work-dir /tmp` wrote its folders at /tmp's top and held all of /tmp: every command below it was
+    then refused as inside a folder a live command holds."""
+    from trm_kaggle.cli import main
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp is
+    rc = main([part.format(d=shared) for part in command])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and "is a folder every user may write in (as /tmp is)" in err[-1], err
+    assert not list(shared.iterdir())

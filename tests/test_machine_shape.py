@@ -184,3 +184,16 @@ def test_trm_kaggle_bundle_refuses_a_default_valued_option_read_by_nothing(input
                  "--max-tasks", "3"]) == 2
     err = capsys.readouterr().err
     assert "--max-tasks: options of the offline run" in err and not out.exists(), err
+
+
+def test_challenges_with_an_id_written_twice_are_rehearsed_as_the_kernel_answers_them(tmp_path):
+    """`--execute --challenges F` with a task id written twice was refused ("unreadable challenges file: the key 'a'
+    appears twice") while submit, validate-submission and the kernel answer such an id by its last copy."""
+    import json
+
+    from trm_kaggle.kaggle.sandbox import check_challenges
+
+    task = json.dumps({"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]})
+    path = tmp_path / "arc-agi_test_challenges.json"
+    path.write_text('{"a": %s, "a": %s}' % (task, task))
+    check_challenges(path)  # no error: rehearsed as the kernel will run it

@@ -407,6 +407,11 @@ def writable_problem(out: Output) -> str | None:
     if path.exists():
         if problem := _shape_problem(out, path):
             return problem
+        # a folder every user writes in, sticky (/tmp, /var/tmp) as the folder a command writes into: its lock held
+        # every command out of all of /tmp, and its entries are anyone's to plant first
+        if out.kind == "folder" and path.is_dir() and os.stat(path).st_mode & 0o1002 == 0o1002:
+            return (f"{shown} is a folder every user may write in (as /tmp is), not one of this command's own: name a "
+                    "folder inside it")
         if out.kind == "file" and (kind := special_kind(path)):
             return f"{shown} is {kind}, not a file: it is not replaced (choose another path)"
         if out.kind == "file" and not os.access(path, os.W_OK):  # protected on purpose: not ours to replace

@@ -317,7 +317,7 @@ def check_challenges(challenges: Path) -> None:
     """Read a user's challenges file and the sample submission beside it as the sandbox will: TRMError when either
     cannot be read or holds no task (submit's rule), so that `--execute --challenges` refuses such a file before the
     bundle is built."""
-    require_tasks(count_test_inputs(read_challenges(challenges)), challenges,
+    require_tasks(count_test_inputs(read_challenges(challenges, set())), challenges,  # an id twice: its last copy
                   "the kernel would have nothing to answer")
     read_sample_submission(challenges)
 
