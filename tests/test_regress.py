@@ -600,3 +600,30 @@ def test_golden_files_change_only_with_the_baselines_they_go_with(tmp_path, caps
         assert json.loads((folder / "golden" / "v.json").read_text()) == {"v": "old"}
         assert (folder / "baselines.json").read_text() == before
     assert not list(out.glob(".gold-golden-*")) and not (folder / "golden" / "v.json.partial").exists()
+
+
+def test_a_stop_while_an_update_is_saved_lets_it_land_and_says_so(tmp_path, capsys, monkeypatch):
+    """A SIGTERM while `--update-baselines` wrote the golden files and baselines.json (stops held) was let through
+    before the `updated` lines: the committed files were rewritten, and all the run said was `interrupted`."""
+    import signal
+
+    folder, out = tmp_path / "nbs", tmp_path / "out"
+    write_notebook(folder, "gold", WRITES_GOLDEN + "record('changed', 0.0)\n", GOLDEN_PARAMETERS)
+    write_baselines(folder, {"gold": {"changed": b(0.0, 0.0, "lower")}})
+    real = G.save_baselines
+
+    def stopped_while_saving(*args):
+        os.kill(os.getpid(), signal.SIGTERM)  # held until the update is saved and said
+        return real(*args)
+
+    monkeypatch.setattr(G, "save_baselines", stopped_while_saving)
+    from trm_kaggle.interrupts import raise_terminated
+
+    signal.signal(signal.SIGTERM, raise_terminated)  # as `trm-kaggle` takes it (put back after the test)
+    rc = main(["regress", "--notebooks", str(folder), "--out", str(out), "--update-baselines", "--no-progress"])
+    cap = capsys.readouterr()
+    assert rc == 143, cap.err
+    assert f"updated {folder / 'golden' / 'v.json'}" in cap.out and f"updated {folder / 'baselines.json'}: 1 baseline" \
+        in cap.out, cap.out
+    assert cap.err.strip().splitlines()[-1] == "interrupted: stopped by SIGTERM"
+    assert json.loads((folder / "golden" / "v.json").read_text()) == {"v": "new"}

@@ -548,11 +548,12 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
 
 
 def _save_update(moves: list[tuple[Path, Path]], baselines_path: Path, baselines: BaselinesFile,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], changed: int = 0) -> None:
     """The golden files clean `--update-baselines` runs staged (`moves`: each staging folder and its golden folder)
     and baselines.json, as one change: every place checked before the first write, stops held while they are
     written, and the golden files written before put back when a later write fails (a folder in the place of
-    one, a full disk), so that they and baselines.json always describe one run."""
+    one, a full disk), so that they and baselines.json always describe one run. A stop that came meanwhile is let
+    through once the `updated` lines are said: the update landed, and the `interrupted` line follows them."""
     from trm_kaggle.interrupts import stops_held
 
     files = [(f, golden / f.name) for staged, golden in moves for f in sorted(staged.iterdir())
@@ -570,6 +571,9 @@ def _save_update(moves: list[tuple[Path, Path]], baselines_path: Path, baselines
                 atomic_write_bytes(dest, f.read_bytes())
                 written.append((dest, old))
             save_baselines(baselines_path, baselines)
+            for _, dest in files:  # said before a stop held meanwhile is let through: the update has landed
+                say(f"updated {dest}")
+            say(f"updated {baselines_path}: {count(changed, 'baseline')}")
         except BaseException:
             for dest, old in reversed(written):  # ours to put back: this command replaced them a moment ago
                 with contextlib.suppress(OSError):
@@ -578,8 +582,6 @@ def _save_update(moves: list[tuple[Path, Path]], baselines_path: Path, baselines
                     else:
                         atomic_write_bytes(dest, old)
             raise
-    for _, dest in files:
-        say(f"updated {dest}")
 
 
 def _holds_anything(folder: Path) -> bool:
@@ -640,12 +642,11 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
         if changed:  # the golden files of the notebooks whose baselines are set, with them
             try:
                 _save_update([(r.staged, notebook_dir / GOLDEN) for r in runs if r.staged is not None
-                              and r.name in updated], baselines_path, baselines, say)
+                              and r.name in updated], baselines_path, baselines, say, changed)
             finally:
                 for r in runs:  # ours: moved in, or of a run whose baselines were not set
                     if r.staged is not None:
                         shutil.rmtree(r.staged, ignore_errors=True)
-            say(f"updated {baselines_path}: {count(changed, 'baseline')}")
         else:  # never "updated" when nothing was: every notebook failed or missed a metric
             warn(f"note: {baselines_path} is unchanged: no notebook ran cleanly, so no baseline was set")
 
