@@ -627,3 +627,26 @@ def test_the_library_refuses_a_run_folder_it_cannot_write_as_the_command_does(tm
     assert not (tmp_path / "nowhere").exists() and (tmp_path / "afile").read_text() == "hi"
     assert main(["train", f"data_paths=[{data}]", f"checkpoint_path={run}", *TINY, "max_steps=1"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {refused.value}"
+
+
+@pytest.mark.parametrize("planted", ["a link", "a folder"])
+def test_a_log_refused_mid_run_costs_no_trained_step(sudoku4, tmp_path, planted):
+    """metrics.jsonl replaced by a link (or a folder) while a run trained: the next log write was refused and ended
+    the run before any state was saved (a Ctrl-C's last log then cost the whole session). The steps are saved
+    first; the link's target is never written."""
+    from trm_kaggle.train import checkpoint as ckpt
+
+    run, outside = tmp_path / "r", tmp_path / "outside.txt"
+    outside.write_text("secret")
+
+    def plant(step, record):
+        if step == 3:
+            (run / "metrics.jsonl").unlink()
+            if planted == "a link":
+                (run / "metrics.jsonl").symlink_to(outside)
+            else:
+                (run / "metrics.jsonl").mkdir()
+
+    with pytest.raises((TRMError, OSError)):
+        train(cfg_for(sudoku4, run, "max_steps=8", "log_interval=1"), on_step=plant)
+    assert ckpt.newest_step(run) == 4 and outside.read_text() == "secret"

@@ -27,6 +27,7 @@ from typing import Callable
 
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig, seconds_argument
+from trm_kaggle.errors import TRMError
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.evaluation import Evaluations
 from trm_kaggle.train.memory import MemoryWatch
@@ -87,7 +88,15 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
         """The log window's record, once it has one: written and shown, kept as the last metrics, given to on_step."""
         record = window.record(state.step, state.step / run.steps_per_epoch, lr, cfg.global_batch_size)
         if record is not None:
-            _log(run, record, clock, memory_watch, compile_watch, bar, lr)
+            try:
+                _log(run, record, clock, memory_watch, compile_watch, bar, lr)
+            except (TRMError, OSError):  # the log refused (a link or a folder planted in its place, a full disk):
+                # the steps it logs are whole, and saved before the error ends the run (a Ctrl-C's last log once
+                # cost the whole session); one process alone: a group saves together or not at all
+                if not rt.distributed and control.saved_step != state.step:
+                    with contextlib.suppress(Exception):
+                        _save(run, control)
+                raise
             result.metrics = record
             if on_step:
                 on_step(state.step, record)
