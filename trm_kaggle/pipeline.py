@@ -12,6 +12,7 @@ step for another `train_seconds`, and the later stages run again on the new weig
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import time
@@ -267,10 +268,7 @@ def _build_dataset(cfg: PipelineConfig, plan: tuple[ArcBuildConfig, dict[str, Lo
     settings (the tasks are compared too: another --eval-tasks is another test split)."""
     data_dir = facts["data_dir"]
     build_cfg, loaded = plan
-    Path(build_cfg.input_file_prefix).parent.mkdir(parents=True, exist_ok=True)
-    for name, report in loaded.items():  # the tasks as files, for the commands of next_steps
-        write_challenges(list(report.tasks.values()), f"{build_cfg.input_file_prefix}_{name}_challenges.json",
-                         f"{build_cfg.input_file_prefix}_{name}_solutions.json")
+    _write_task_files(Path(build_cfg.input_file_prefix), loaded)
     s = _reusable(build_cfg, loaded)
     facts["dataset_reused"] = s is not None
     how = "reused (an earlier run built it with these settings)" if s is not None else "built"
@@ -279,6 +277,44 @@ def _build_dataset(cfg: PipelineConfig, plan: tuple[ArcBuildConfig, dict[str, Lo
     return (f"{how}: {s['tasks']:,} tasks that fit {cfg.canvas}x{cfg.canvas}, {s['train_examples']:,} train / "
             f"{s['test_examples']:,} test examples\n"
             + format_summary(verify_dataset(data_dir)))
+
+
+#: The digests of the task files the dataset stage wrote in src/: a file there is replaced only when it is one of
+#: them (or already holds what the stage writes); a user's own file of that name is refused, never replaced.
+SRC_RECORD = ".pipeline-src.json"
+
+
+def _write_task_files(prefix: Path, loaded: dict[str, LoadReport]) -> None:
+    """The tasks as challenges and solutions files under `prefix` (for the commands of next_steps), written first
+    beside, then each put in place unless a file there is none this stage wrote (refused, nothing replaced)."""
+    import hashlib
+    import tempfile
+
+    from trm_kaggle.jsonio import read_json
+
+    src = prefix.parent
+    src.mkdir(parents=True, exist_ok=True)
+    try:
+        ours = read_json(src / SRC_RECORD, "pipeline src record") if (src / SRC_RECORD).is_file() else {}
+    except TRMError:
+        ours = {}
+    ours = ours if isinstance(ours, dict) else {}
+    with tempfile.TemporaryDirectory(prefix=".src-", dir=src) as tmp:
+        for name, report in loaded.items():
+            write_challenges(list(report.tasks.values()), Path(tmp, f"{prefix.name}_{name}_challenges.json"),
+                             Path(tmp, f"{prefix.name}_{name}_solutions.json"))
+        made = {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir())}
+        for name, data in made.items():
+            there = src / name
+            if there.is_symlink() or there.exists():
+                old = there.read_bytes() if there.is_file() and not there.is_symlink() else None
+                if old != data and (old is None or hashlib.sha256(old).hexdigest() != ours.get(name)):
+                    raise TRMError(f"{there}: a file this pipeline did not write (its dataset stage writes the tasks "
+                                   "there): it is not replaced; move it, or choose another --work-dir")
+        for name, data in made.items():
+            atomic_write_bytes(src / name, data)
+            ours[name] = hashlib.sha256(data).hexdigest()
+    atomic_write_text(src / SRC_RECORD, json.dumps(ours, indent=1, sort_keys=True) + "\n")
 
 
 def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -> str:
@@ -398,8 +434,10 @@ def _continue_problem(cfg: PipelineConfig, work: Path, plan: tuple[ArcBuildConfi
         diffs.append(("its dataset's folder (its run names a dataset of that name at another place)"
                       if moved else "its dataset (--num-aug, --canvas)",
                       ", ".join(map(str, before.data_paths)), str(data_dir)))
-    elif (data_dir / "build_info.json").exists() and _reusable(*plan) is None:
-        # the same folder, rebuilt from other tasks under the run it trains
+    elif (data_dir / "build_info.json").exists() and _reusable(plan[0].model_copy(update={"seed": before.seed}),
+                                                           plan[1]) is None:
+        # the same folder, rebuilt from other tasks under the run it trains (its build's seed is the run's: another
+        # --seed, said above, is no change of tasks)
         diffs.append(("its dataset's tasks (--eval-tasks)", "other tasks",
                       f"the first {count(cfg.eval_tasks, 'evaluation2 task')}"))
     if not diffs:
