@@ -632,7 +632,7 @@ def test_the_library_refuses_a_run_folder_it_cannot_write_as_the_command_does(tm
 @pytest.mark.parametrize("planted", ["a link", "a folder"])
 def test_a_log_refused_mid_run_costs_no_trained_step(sudoku4, tmp_path, planted):
     """metrics.jsonl replaced by a link (or a folder) while a run trained: the next log write was refused and ended
-    the run before any state was saved (a Ctrl-C's last log then cost the whole session). The steps are saved
+    the run before any state was saved (a Ctrl-C's last log then cost every step since the last state). The steps are saved
     first; the link's target is never written."""
     from trm_kaggle.train import checkpoint as ckpt
 

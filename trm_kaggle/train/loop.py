@@ -92,7 +92,7 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
                 _log(run, record, clock, memory_watch, compile_watch, bar, lr)
             except (TRMError, OSError):  # the log refused (a link or a folder planted in its place, a full disk):
                 # the steps it logs are whole, and saved before the error ends the run (a Ctrl-C's last log once
-                # cost the whole session); one process alone: a group saves together or not at all
+                # cost every step since the last state); one process alone: a group saves together or not at all
                 if not rt.distributed and control.saved_step != state.step:
                     with contextlib.suppress(Exception):
                         _save(run, control)
