@@ -642,11 +642,11 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     if not in_place and carried is None and report.previous_state:
         report.status = "refused"
         if unread is not None:  # a newer version's record, or one cut short, may name the state the run needs
-            raise TRMError(f"no train state among the inputs, and a previous session's record cannot be read "
+            raise TRMError(f"no train state among the inputs, and an earlier kernel run's record cannot be read "
                            f"({unread}): it may name a state this run had to pass on; refusing to start the run "
                            "over; attach an output that holds the run's train state, or detach the output holding "
                            "that record to start a new run")
-        raise TRMError(f"no train state among the inputs, yet a previous session's record names "
+        raise TRMError(f"no train state among the inputs, yet an earlier kernel run's record names "
                        f"{report.previous_state}, which it had to pass on (it was stopped or refused before it "
                        "copied it): "
                        "refusing to start the run over; attach an output that holds that state (an earlier "
