@@ -629,30 +629,26 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     changed = 0
     updated: set[str] = set()
-    if update:
-        for r in runs:
-            if r.error or any(p.startswith(f"{r.name}: ") for p in problems):
-                continue
-            updated.add(r.name)
-            for metric, b in baselines.baselines[r.name].items():
-                old = "none" if b.value is None else f"{b.value:g}"
-                b.value, b.commit, b.date = r.metrics[metric].value, commit, when[:10]
-                changed += 1
-                say(f"baseline {shown(r.name)}.{shown(metric)}: {old} -> {b.value:g}")
-        if changed:  # the golden files of the notebooks whose baselines are set, with them
-            try:
+    try:
+        if update:
+            for r in runs:
+                if r.error or any(p.startswith(f"{r.name}: ") for p in problems):
+                    continue
+                updated.add(r.name)
+                for metric, b in baselines.baselines[r.name].items():
+                    old = "none" if b.value is None else f"{b.value:g}"
+                    b.value, b.commit, b.date = r.metrics[metric].value, commit, when[:10]
+                    changed += 1
+                    say(f"baseline {shown(r.name)}.{shown(metric)}: {old} -> {b.value:g}")
+            if changed:  # the golden files of the notebooks whose baselines are set, with them
                 _save_update([(r.staged, notebook_dir / GOLDEN) for r in runs if r.staged is not None
                               and r.name in updated], baselines_path, baselines, say, changed)
-            finally:
-                for r in runs:  # ours: moved in, or of a run whose baselines were not set
-                    if r.staged is not None:
-                        shutil.rmtree(r.staged, ignore_errors=True)
-        else:  # never "updated" when nothing was: every notebook failed or missed a metric
-            warn(f"note: {baselines_path} is unchanged: no notebook ran cleanly, so no baseline was set")
-
-    for r in runs:  # ours: moved in above, or of a run whose baselines were not set
-        if r.staged is not None:
-            shutil.rmtree(r.staged, ignore_errors=True)
+            else:  # never "updated" when nothing was: every notebook failed or missed a metric
+                warn(f"note: {baselines_path} is unchanged: no notebook ran cleanly, so no baseline was set")
+    finally:
+        for r in runs:  # ours: moved in above, or of a run whose baselines were not set
+            if r.staged is not None:
+                shutil.rmtree(r.staged, ignore_errors=True)
     atomic_write_text(out / "report.md", report_markdown(rows, problems, runs, commit, when, changed > 0))
     append_history(out / HISTORY, commit, when, runs)
     history = read_history(out / HISTORY)
