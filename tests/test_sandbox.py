@@ -104,6 +104,17 @@ def test_prepare_sandbox_layout(bundle_copy, tmp_path):
     assert callable(R.execute)
 
 
+def test_a_challenges_file_with_an_id_written_twice_reaches_the_sandbox_as_it_is(bundle_copy, tmp_path):
+    """The up-front check took such a file (the kernel answers the id by its last copy), then the sandbox's own read
+    refused it after the bundle was built; and a re-written copy would not be the file the kernel meets on Kaggle."""
+    task = json.dumps({"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]})
+    challenges = tmp_path / "arc-agi_test_challenges.json"
+    challenges.write_bytes(b'{"a0000001": %s,\n "a0000001": %s}' % (task.encode(), task.encode()))
+    S.check_challenges(challenges)
+    layout = S.prepare_sandbox(bundle_copy, IDS, challenges)
+    assert layout.challenges.read_bytes() == challenges.read_bytes()
+
+
 def test_the_rehearsal_checks_the_kernels_own_search_for_its_datasets(tmp_path):
     layout = S.SandboxLayout(tmp_path / "sandbox", IDS, mounts="2026")
     right = f"wheels: {layout.wheels}\nweights: {layout.weights}\nchallenges: x\n"

