@@ -650,3 +650,21 @@ def test_a_log_refused_mid_run_costs_no_trained_step(sudoku4, tmp_path, planted)
     with pytest.raises((TRMError, OSError)):
         train(cfg_for(sudoku4, run, "max_steps=8", "log_interval=1"), on_step=plant)
     assert ckpt.newest_step(run) == 4 and outside.read_text() == "secret"
+
+
+def test_a_log_refused_at_an_evaluation_costs_no_trained_step(sudoku4, tmp_path):
+    """The same refusal met by an evaluation's record (no interval record due): the run ended before that
+    evaluation's state was saved, and every step since the evaluation before was lost."""
+    from trm_kaggle.train import checkpoint as ckpt
+
+    run, evaluated = tmp_path / "r", []
+
+    def plant(step, metrics):
+        evaluated.append(step)
+        if len(evaluated) == 1:
+            (run / "metrics.jsonl").unlink()
+            (run / "metrics.jsonl").mkdir()
+
+    with pytest.raises((TRMError, OSError)):
+        train(cfg_for(sudoku4, run, "max_steps=400", "log_interval=1000", "eval_interval=1"), on_eval=plant)
+    assert evaluated and ckpt.newest_step(run) > evaluated[0], (evaluated, ckpt.newest_step(run))

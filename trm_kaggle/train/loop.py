@@ -88,15 +88,7 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
         """The log window's record, once it has one: written and shown, kept as the last metrics, given to on_step."""
         record = window.record(state.step, state.step / run.steps_per_epoch, lr, cfg.global_batch_size)
         if record is not None:
-            try:
-                _log(run, record, clock, memory_watch, compile_watch, bar, lr)
-            except (TRMError, OSError):  # the log refused (a link or a folder planted in its place, a full disk):
-                # the steps it logs are whole, and saved before the error ends the run (a Ctrl-C's last log once
-                # cost every step since the last state); one process alone: a group saves together or not at all
-                if not rt.distributed and control.saved_step != state.step:
-                    with contextlib.suppress(Exception):
-                        _save(run, control)
-                raise
+            _log(run, control, record, clock, memory_watch, compile_watch, bar, lr)
             result.metrics = record
             if on_step:
                 on_step(state.step, record)
@@ -140,9 +132,9 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
                 if outcome == "skipped":
                     continue
                 result.eval_metrics = evaluations.metrics
-                run.metric_log.write({"step": state.step, "epoch": state.step / run.steps_per_epoch,
-                                      **evaluations.metrics, "evaluation_s": round(evaluations.seconds, 3),
-                                      **(compile_watch.record() if compile_watch is not None else {})})
+                _write_record(run, control, {"step": state.step, "epoch": state.step / run.steps_per_epoch,
+                                             **evaluations.metrics, "evaluation_s": round(evaluations.seconds, 3),
+                                             **(compile_watch.record() if compile_watch is not None else {})})
                 if cfg.checkpoint_every_eval:
                     _save(run, control)
                 if on_eval is not None and on_eval(state.step, evaluations.metrics):
@@ -189,8 +181,22 @@ def _save(run: Run, control: StopControl) -> None:
     run.keep_compiled()  # after the state, never before: on a nearly full disk the state is what must fit
 
 
-def _log(run: Run, record: dict, clock: _Clock, memory_watch: MemoryWatch, compile_watch, bar: TrainProgress,
-         lr: float) -> None:
+def _write_record(run: Run, control: StopControl, record: dict) -> None:
+    """One record (a log interval's, an evaluation's) into the metrics log. A refused write (a link or a folder
+    planted in its place, a full disk) ends the run, after the steps it logs are saved: they are whole, and a
+    refusal at an evaluation once cost every step since the last state. One process alone: a group saves together
+    or not at all."""
+    try:
+        run.metric_log.write(record)
+    except (TRMError, OSError):
+        if not run.rt.distributed and control.saved_step != run.state.step:
+            with contextlib.suppress(Exception):
+                _save(run, control)
+        raise
+
+
+def _log(run: Run, control: StopControl, record: dict, clock: _Clock, memory_watch: MemoryWatch, compile_watch,
+         bar: TrainProgress, lr: float) -> None:
     """Complete an interval's record (pace, memory, loss scale, compilations), write it and show it."""
     step = run.state.step
     run.step_setup.policy.logged(record, step)  # XLA: a non-finite loss is seen here, once per interval
@@ -205,7 +211,7 @@ def _log(run: Run, record: dict, clock: _Clock, memory_watch: MemoryWatch, compi
         record.update(compile_watch.record())
         if run.rt.is_main and run.cfg.progress:
             bar.write(compile_watch.describe(step, record), file=sys.stderr)
-    run.metric_log.write(record)
+    _write_record(run, control, record)
     mem = record.get("cuda_max_allocated_gb", record.get("peak_rss_gb", 0.0))
     bar.note(loss=f"{record['loss']:.3f}", exact=shown(record.get("exact_accuracy")), lr=f"{lr:.1e}",
              ex_s=f"{record['examples_per_s']:.0f}", mem=f"{mem:.2f}G")
