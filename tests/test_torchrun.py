@@ -205,6 +205,8 @@ def test_endpoints_without_a_usable_port_are_refused(text):
     (["--nproc-per-node", "lots"], "or auto, cpu, gpu or xpu"),
     (["--max-restarts", "100000000000000000000"], "from 0 to 1000"),
     (["--max-restarts", "-1"], "from 0 to 1000"),
+    (["--max-restarts", "1"], "--max-restarts 1: a static rendezvous (torchrun's default --rdzv-backend) cannot "
+                              "restart its workers"),
     (["--nnodes", "2", "--node-rank", "5"], "--node-rank 5: a static rendezvous of 2 node(s) (--nnodes 2) numbers "
                                             "them 0 to 1"),
     (["--nnodes", "2", "--node-rank", "-1"], "numbers them 0 to 1"),
@@ -219,7 +221,8 @@ def test_bad_launches_are_one_error_line_before_any_rendezvous(args, message, ca
 
 @pytest.mark.parametrize("words", ["4", "auto", "cpu"])
 def test_the_worker_counts_torchrun_takes_pass(words):
-    assert torchrun.parse(["--nproc-per-node", words, "--max-restarts", "1000", "script.py"]).nproc_per_node == words
+    assert torchrun.parse(["--nproc-per-node", words, "--standalone", "--max-restarts", "1000",
+                           "script.py"]).nproc_per_node == words
 
 
 def test_train_settings_are_checked_before_the_rendezvous(capsys):
@@ -282,3 +285,32 @@ def test_a_launcher_stopped_by_sigterm_says_so_in_one_line(data, tmp_path):
     assert code == 128 + signal.SIGTERM
     assert errors == ["error: stopped by SIGTERM: the workers were stopped; started again, the run resumes from its "
                       "newest train state"]
+
+
+def test_sighup_is_kept_out_of_torchruns_signals_only_where_another_remains():
+    assert torchrun.without_hangup("SIGTERM,SIGINT,SIGHUP,SIGQUIT") == "SIGTERM,SIGINT,SIGQUIT"
+    assert torchrun.without_hangup("SIGTERM, SIGHUP") == "SIGTERM"
+    assert torchrun.without_hangup("SIGHUP") == "SIGHUP"  # the user's own choice
+
+
+@pytest.mark.slow
+def test_under_nohup_a_closed_terminal_leaves_the_launch_training(data, tmp_path):
+    """torchrun handles SIGHUP by default: under `nohup` a closed terminal's SIGHUP still stopped the launcher and
+    the workers (whose SIGHUP torchrun's handler had set back to its default), status 129. An ignored SIGHUP stays
+    ignored: the run trains to its end."""
+    run, log = tmp_path / "run", tmp_path / "node.log"
+    cmd = node_command(OURS, free_port(), run, data, nodes=1)
+    cmd[cmd.index("max_steps=12")] = "max_steps=60"
+    proc = subprocess.Popen(cmd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # as nohup leaves it
+    try:
+        deadline = time.monotonic() + LIMIT
+        while not (run / "metrics.jsonl").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGHUP)  # the terminal closed: every process of the session
+    finally:
+        code = finish([proc])[0]
+    assert code == 0, log.read_text()[-3000:]
+    assert trained_steps(run)[-1] == 60

@@ -309,6 +309,7 @@ def test_under_torchrun_every_rank_saves_and_stops_at_the_same_step(sudoku4, tmp
     assert "stopped by SIGTERM at step" in out and ckpt.load_train_state(ckpt.list_states(run)[-1])["world_size"] == 2
     last = steps[-1]
     assert f"stopped by SIGTERM at step {last}" in out, out[-3000:]
+    assert out.count("interrupted: ") == 1, out[-3000:]  # rank 0 says it for the group (it was said per rank)
 
 
 def test_a_hangup_stops_the_run_as_sigterm_does_unless_it_is_ignored():

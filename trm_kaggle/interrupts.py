@@ -283,8 +283,10 @@ def quiet_teardown() -> None:
 
 def interrupted(e: KeyboardInterrupt) -> int:
     """Print the one line of a stop (`interrupted`, or `interrupted: <why>`) and return its exit status. The why
-    may name a run folder read from a config file: its newline or escape sequence is escaped (`one_line`)."""
+    may name a run folder read from a config file: its newline or escape sequence is escaped (`one_line`). A stop
+    marked `quiet` (a torchrun rank other than rank 0, whose line stands for the group) prints nothing."""
     from trm_kaggle.wording import one_line
 
-    print(one_line(f"interrupted: {e}") if str(e) else "interrupted", file=sys.stderr)
+    if not getattr(e, "quiet", False):
+        print(one_line(f"interrupted: {e}") if str(e) else "interrupted", file=sys.stderr)
     return getattr(e, "exit_status", 130)

@@ -6,8 +6,9 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
 * checks before the rendezvous: a multi-node launch names its endpoint as HOST:PORT (without a port
   torchrun quietly takes 29400, which the other nodes may not), `--nnodes N` or `MIN:MAX` with
   1 <= MIN <= MAX, `--nproc-per-node` from 1 to 1024 or one of torchrun's words (auto, cpu, gpu, xpu),
-  `--max-restarts` from 0 to 1000, a positive whole `join_timeout` and `timeout` in `--rdzv-conf`, and a
-  static rendezvous's `--node-rank` from 0 to N-1;
+  `--max-restarts` from 0 to 1000 (and 0 with a static rendezvous, whose restarted workers never connect: the
+  store it keeps holds the old group's addresses), a positive whole `join_timeout` and `timeout` in `--rdzv-conf`,
+  and a static rendezvous's `--node-rank` from 0 to N-1;
 * a node of a static rendezvous (`--node-rank` above 0) waits for its master in Python, where a SIGTERM or a
   Ctrl-C ends the wait at once (torch's store client waits inside C++, deaf to both, for up to 900 s), and a
   master that never answers within `--rdzv-conf timeout=SECONDS` (900 s) is one line;
@@ -18,6 +19,9 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
 * a worker group that failed past `--max-restarts` ends with one line naming the first failure
   (its global rank, exit code or signal); the worker's own output above it says why; a launcher stopped
   by a signal (a scheduler's SIGTERM) says so in one line and exits with 128 + the signal's number;
+* under `nohup` (SIGHUP ignored) SIGHUP stays ignored, in the launcher and in its workers: torchrun handles it
+  by default, which ended the group when the terminal closed, and gave the workers SIGHUP's default back (an
+  ignored signal stays ignored across exec, a handled one does not);
 * TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless set: with the store torchrun shares between rounds of
   the rendezvous (its default since torch 2.5), a restarted worker group can read its peers' addresses
   from the round before (each node counts its restarts itself; pytorch/pytorch#135712). Here, on
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -167,6 +172,11 @@ def check(args: argparse.Namespace) -> None:
     nproc_per_node(args.nproc_per_node)
     if not 0 <= args.max_restarts <= MAX_RESTARTS:
         raise TRMError(f"--max-restarts {args.max_restarts}: must be a whole number from 0 to {MAX_RESTARTS}")
+    if args.max_restarts and args.rdzv_backend == "static" and not args.standalone:
+        raise TRMError(f"--max-restarts {args.max_restarts}: a static rendezvous (torchrun's default --rdzv-backend) "
+                       "cannot restart its workers: the new group reads its peers' old addresses from the one store "
+                       "it keeps and never connects; add --rdzv-backend c10d --rdzv-endpoint HOST:PORT (or "
+                       "--standalone on one machine)")
     if args.standalone:
         return
     if args.rdzv_endpoint or (high > 1 and args.rdzv_backend != "static"):  # static: --master-addr/--master-port
@@ -189,6 +199,8 @@ def launch(args: argparse.Namespace) -> None:
 
     where = f"rendezvous {args.rdzv_backend} at {args.rdzv_endpoint or 'localhost'} (id {args.rdzv_id})"
     os.environ.setdefault(SHARED_STORE_SWITCH, "1")  # a fresh store per round: restarts work (module docstring)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and hasattr(args, "signals_to_handle"):
+        args.signals_to_handle = without_hangup(args.signals_to_handle)  # nohup's choice holds (module docstring)
     if args.rdzv_backend == "static" and not args.standalone and args.node_rank > 0:
         wait_for_master(args)
     try:
@@ -213,6 +225,13 @@ def launch(args: argparse.Namespace) -> None:
         how = (f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit status {failure.exitcode}")
         raise GroupFailed(f"training failed on rank {rank} ({how}) with no restart left (--max-restarts "
                           f"{args.max_restarts}); the worker's own lines above say why") from None
+
+
+def without_hangup(signals: str) -> str:
+    """torchrun's `--signals-to-handle` list without SIGHUP (kept whole when SIGHUP is all it names: the user's
+    own choice)."""
+    kept = [name for name in signals.split(",") if name.strip() != "SIGHUP"]
+    return ",".join(kept) if kept else signals
 
 
 def wait_for_master(args: argparse.Namespace) -> None:

@@ -47,11 +47,12 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(si
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """A run stopped by SIGINT or SIGTERM after saving its state; str(e) is the line to show."""
+    """A run stopped by SIGINT or SIGTERM after saving its state; str(e) is the line to show, unless `quiet`: a
+    rank of a group other than rank 0, which says it for all (a line per rank said it N times, interleaved)."""
 
-    def __init__(self, message: str, signum: int, step: int = 0, path=None):
+    def __init__(self, message: str, signum: int, step: int = 0, path=None, quiet: bool = False):
         super().__init__(message)
-        self.signum, self.step, self.path = signum, step, path
+        self.signum, self.step, self.path, self.quiet = signum, step, path, quiet
         self.exit_status = 128 + signum
 
 
@@ -212,4 +213,5 @@ class StopControl:
         if self.rt.distributed:
             self._sum([False])
         return TrainingInterrupted(f"stopped by {signal_name(self.signum)} at step {step}: train state saved to "
-                                   f"{path}; run the same command again to resume from it", self.signum, step, path)
+                                   f"{path}; run the same command again to resume from it", self.signum, step, path,
+                                   quiet=not self.rt.is_main)
