@@ -22,6 +22,7 @@ from trm_kaggle.cli import main
 from trm_kaggle.errors import TRMError
 from trm_kaggle.launch import torchrun
 from trm_kaggle.train import checkpoint as ckpt
+from trm_kaggle.train import peer_lost
 
 # 12 steps, a train state every epoch (5 steps): states at steps 5, 10 and 12
 SETTINGS = [*TINY, "max_steps=12", "eval_interval=1", "ema=True", "ema_rate=0.9"]
@@ -314,3 +315,36 @@ def test_under_nohup_a_closed_terminal_leaves_the_launch_training(data, tmp_path
         code = finish([proc])[0]
     assert code == 0, log.read_text()[-3000:]
     assert trained_steps(run)[-1] == 60
+
+
+@pytest.mark.slow
+def test_a_refusal_by_rank_0_alone_is_no_traceback_on_the_others(data, tmp_path, holder):
+    """Rank 0 alone takes the run folder's lock: when another training held it (a second launcher started within
+    the first one's start-up), rank 0 refused in one line and rank 1, left in the model's broadcast, printed gloo's
+    traceback. Each rank now says one line: the refusal, and the lost group naming the line that says why."""
+    run, log = tmp_path / "run", tmp_path / "node.log"
+    p = holder(run, "training")
+    proc = start([*TORCHRUN, "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "trm_kaggle", "train",
+                  f"data_paths=[{data}]", f"checkpoint_path={run}", *SETTINGS], log)
+    finish([proc])
+    out = log.read_text()
+    workers = out.split("elastic/multiprocessing/api.py")[0]  # plain torchrun's own traceback follows
+    assert "Traceback" not in workers, out[-3000:]
+    errors = [ln for ln in workers.splitlines() if ln.startswith("error:")]
+    assert f"error: {run}: another training is running in this directory: process {p.pid}" in " ".join(errors)
+    # rank 1: its one line, unless torchrun's SIGTERM (sent once rank 0 ended) reached it first
+    assert all(ln.startswith(("error: rank 1: the group's connection was lost (", f"error: {run}: another training"))
+               for ln in errors), out[-3000:]
+
+
+def test_a_lost_peer_is_said_only_under_torchrun(monkeypatch):
+    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [1.2.3.4]:5")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert peer_lost(gloo) is None  # one process: no group to lose
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    lost = peer_lost(gloo)
+    assert lost.exit_status == 1 and str(lost) == ("rank 1: the group's connection was lost (Connection closed by "
+                                                   "peer): another rank ended, and its own line above says why")
+    assert peer_lost(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+    assert peer_lost(ValueError("Connection closed by peer")) is None

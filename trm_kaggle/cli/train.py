@@ -84,10 +84,13 @@ def _train_replica(cfg, export: str | None, mean_embedding: bool) -> None:
     try:
         result = train(cfg, signals=True)  # SIGINT/SIGTERM: a state saved, then TrainingInterrupted
     except (MemoryError, RuntimeError) as e:  # out of memory outside a step (the step says it itself)
-        from trm_kaggle.train import is_out_of_memory, out_of_memory_error
+        from trm_kaggle.train import is_out_of_memory, out_of_memory_error, peer_lost
 
         if not is_out_of_memory(e):
-            raise
+            lost = peer_lost(e)  # under torchrun: another rank ended first (its line says why)
+            if lost is None:
+                raise
+            raise lost from None
         raise out_of_memory_error(cfg, cfg.micro_batch_size or cfg.global_batch_size, cfg.device,
                                   "setting up, evaluating or saving the run") from None
     if not result.is_main:

@@ -39,6 +39,7 @@ _EXPORTS = {
     "override_list": "overrides",
     "override_mapping": "overrides",
     "parse_override": "overrides",
+    "peer_lost": "runtime",
     "read_config_file": "settings",
     "read_metrics": "metrics",
     "schedule_at": "schedules",

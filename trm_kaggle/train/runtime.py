@@ -106,6 +106,29 @@ def torchrun_ranks() -> tuple[int, int, int]:
     return world_size, rank, local_rank
 
 
+class PeerLost(TRMError):
+    """A rank's collective failed because another rank of the group ended (its own line says why): not bad input,
+    exit status 1, as a failed worker group."""
+
+    exit_status = 1
+
+
+_LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "Connection refused", "Broken pipe")
+
+
+def peer_lost(e: BaseException) -> PeerLost | None:
+    """The one line for a collective that failed under torchrun because a peer rank ended (it refused a run folder
+    another training holds, it was stopped, it crashed): torch raised it as a traceback on every other rank, which
+    buried the line of the rank that said why. None for any other error."""
+    if env_count("WORLD_SIZE", 1) <= 1 or not isinstance(e, RuntimeError):
+        return None
+    mark = next((mark for mark in _LOST_PEER if mark in str(e)), None)
+    if mark is None and not isinstance(e, getattr(dist, "DistError", ())):
+        return None
+    return PeerLost(f"rank {env_count('RANK', 0)}: the group's connection was lost ({mark or type(e).__name__}): "
+                    "another rank ended, and its own line above says why")
+
+
 def setup_runtime(cfg: TrainConfig) -> Runtime:
     from trm_kaggle.model import resolve_forward_dtype
 
