@@ -348,3 +348,43 @@ def test_a_lost_peer_is_said_only_under_torchrun(monkeypatch):
                                                    "peer): another rank ended, and its own line above says why")
     assert peer_lost(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
     assert peer_lost(ValueError("Connection closed by peer")) is None
+
+
+def running(pid: int) -> bool:
+    """The process exists and is no zombie (a reaped or dead worker is not running)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.slow
+def test_workers_whose_launcher_was_killed_save_and_stop(data, tmp_path):
+    """torchrun starts each worker in a session of its own: a SIGKILL of the launcher's process group left both
+    ranks training, writing the run folder, with nobody to stop them. They watch their launcher: once it is gone,
+    they save and stop as on a SIGTERM."""
+    run, log = tmp_path / "run", tmp_path / "node.log"
+    cmd = node_command(OURS, free_port(), run, data, nodes=1, procs=2)
+    cmd[cmd.index("max_steps=12")] = "max_steps=100000"
+    proc, workers = start(cmd, log), []
+    try:
+        deadline = time.monotonic() + LIMIT
+        while not (run / "metrics.jsonl").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                  text=True).stdout.split()]
+        assert len(workers) == 2, workers
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher's group: the workers are in sessions of their own
+        proc.wait()
+        deadline = time.monotonic() + 60
+        while any(map(running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        alive = [w for w in workers if running(w)]
+    finally:
+        for w in workers:
+            if running(w):
+                os.kill(w, signal.SIGKILL)
+    assert not alive, f"ranks {alive} still train with their launcher gone"
+    assert "stopped by SIGTERM at step" in log.read_text(), log.read_text()[-3000:]
+    assert ckpt.newest_step(run) == trained_steps(run)[-1]  # saved where it stopped

@@ -22,6 +22,9 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
 * under `nohup` (SIGHUP ignored) SIGHUP stays ignored, in the launcher and in its workers: torchrun handles it
   by default, which ended the group when the terminal closed, and gave the workers SIGHUP's default back (an
   ignored signal stays ignored across exec, a handled one does not);
+* the workers watch their launcher (`lifetime.PARENT_ENV`): torchrun starts each in a session of its own, so a
+  SIGKILL of the launcher's process group (a terminal's or a CI job's kill) left them training with nobody to
+  stop them; once the launcher is gone they save and stop, as on a SIGTERM;
 * TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless set: with the store torchrun shares between rounds of
   the rendezvous (its default since torch 2.5), a restarted worker group can read its peers' addresses
   from the round before (each node counts its restarts itself; pytorch/pytorch#135712). Here, on
@@ -40,6 +43,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.names import ascii_number
 
 DEFAULT_JOIN_TIMEOUT = 600  # seconds: torch's default for the c10d rendezvous
@@ -199,6 +203,7 @@ def launch(args: argparse.Namespace) -> None:
 
     where = f"rendezvous {args.rdzv_backend} at {args.rdzv_endpoint or 'localhost'} (id {args.rdzv_id})"
     os.environ.setdefault(SHARED_STORE_SWITCH, "1")  # a fresh store per round: restarts work (module docstring)
+    os.environ[PARENT_ENV] = str(os.getpid())  # the workers stop once this launcher is gone (module docstring)
     if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and hasattr(args, "signals_to_handle"):
         args.signals_to_handle = without_hangup(args.signals_to_handle)  # nohup's choice holds (module docstring)
     if args.rdzv_backend == "static" and not args.standalone and args.node_rank > 0:
