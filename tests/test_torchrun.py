@@ -388,3 +388,27 @@ def test_workers_whose_launcher_was_killed_save_and_stop(data, tmp_path):
     assert not alive, f"ranks {alive} still train with their launcher gone"
     assert "stopped by SIGTERM at step" in log.read_text(), log.read_text()[-3000:]
     assert ckpt.newest_step(run) == trained_steps(run)[-1]  # saved where it stopped
+
+
+@pytest.mark.slow
+def test_a_rank_stopped_by_a_signal_is_said_as_a_stop(data, tmp_path):
+    """A SIGTERM to one worker stops the group at one step, saved; the launcher called it "training failed on rank
+    1 (exit status 143)" with status 1. It is a stop: said as one, with the signal's status."""
+    run, log = tmp_path / "run", tmp_path / "node.log"
+    cmd = node_command(OURS, free_port(), run, data, nodes=1, procs=2)
+    cmd[cmd.index("max_steps=12")] = "max_steps=100000"
+    proc = start(cmd, log)
+    try:
+        deadline = time.monotonic() + LIMIT
+        while not (run / "metrics.jsonl").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                  text=True).stdout.split()]
+        os.kill(max(workers), signal.SIGTERM)
+    finally:
+        code = finish([proc])[0]
+    errors = [ln for ln in log.read_text().splitlines() if ln.startswith("error:")]
+    assert code == 128 + signal.SIGTERM, log.read_text()[-3000:]
+    assert len(errors) == 1 and errors[0].startswith("error: stopped by SIGTERM (sent to rank "), errors
+    assert ckpt.newest_step(run) == trained_steps(run)[-1]

@@ -227,6 +227,12 @@ def launch(args: argparse.Namespace) -> None:
         raise stopped from None
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
+        stop = {128 + int(s): s.name for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}.get(failure.exitcode)
+        if stop is not None:  # a rank stopped by a signal: the group saved and stopped with it, as on a launcher's
+            stopped = GroupFailed(f"stopped by {stop} (sent to rank {rank}): the workers were stopped; started "
+                                  "again, the run resumes from its newest train state")
+            stopped.exit_status = failure.exitcode
+            raise stopped from None
         how = (f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit status {failure.exitcode}")
         raise GroupFailed(f"training failed on rank {rank} ({how}) with no restart left (--max-restarts "
                           f"{args.max_restarts}); the worker's own lines above say why") from None
