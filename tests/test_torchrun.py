@@ -240,14 +240,15 @@ def test_the_train_arguments_are_found_in_a_torchrun_line():
     assert torchrun.trained_module_args(torchrun.parse(["script.py", "x"])) is None
 
 
-def test_a_static_node_waits_for_its_master_in_python_a_stop_ends_the_wait(tmp_path):
+def test_a_static_node_waits_for_its_master_in_python_a_stop_ends_the_wait(data, tmp_path):
     """Node 1 of a static rendezvous whose master is not up: torch's store client waited inside C++ for up to
     900 s, deaf to SIGTERM and Ctrl-C, printing C++ stack frames. The wait is ours: its timeout is one line, and a
     SIGTERM ends it at once with 143."""
     port = free_port()
     cmd = [*OURS, "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", "1", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'run'}"]
-    p = subprocess.run([*cmd[:-3], "--rdzv-conf", "timeout=2", *cmd[-3:]], capture_output=True, text=True,
+           "--master-port", str(port), "-m", "trm_kaggle", "train", f"data_paths=[{data}]",
+           f"checkpoint_path={tmp_path / 'run'}"]
+    p = subprocess.run([*cmd[:-4], "--rdzv-conf", "timeout=2", *cmd[-4:]], capture_output=True, text=True,
                        timeout=LIMIT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.returncode == 2 and p.stderr.strip().splitlines() == [
         f"error: static rendezvous: the master node (--node-rank 0) at 127.0.0.1:{port} did not answer within 2 s: "
@@ -412,3 +413,12 @@ def test_a_rank_stopped_by_a_signal_is_said_as_a_stop(data, tmp_path):
     assert code == 128 + signal.SIGTERM, log.read_text()[-3000:]
     assert len(errors) == 1 and errors[0].startswith("error: stopped by SIGTERM (sent to rank "), errors
     assert ckpt.newest_step(run) == trained_steps(run)[-1]
+
+
+def test_a_run_folder_no_rank_can_write_is_one_line_before_the_launch(data, tmp_path, capsys):
+    """Every rank refused it in a line of its own, then the launcher said the group failed (status 1)."""
+    (tmp_path / "afile").write_text("x")
+    code = main(["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "trm_kaggle", "train",
+                 f"data_paths=[{data}]", f"checkpoint_path={tmp_path / 'afile' / 'run'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and "checkpoint_path" in err[0], err

@@ -31,11 +31,14 @@ def cmd_torchrun(args: argparse.Namespace) -> int:
     train_args = torchrun.trained_module_args(targs)
     if train_args is not None:  # bad settings: one line on every node now, not one per worker after the rendezvous
         from trm_kaggle.locks import refuse_if_held
-        from trm_kaggle.train import default_run_dir
+        from trm_kaggle.train import check_run_io, default_run_dir
 
         # a run folder another training holds, too: refused by rank 0 alone, it left the other ranks waiting on
-        # their first collective (a traceback each, and the launch's status 1)
-        refuse_if_held(default_run_dir(train_settings(train_args)))
+        # their first collective (a traceback each, and the launch's status 1); and its files, which every rank
+        # refused in a line of its own
+        cfg = train_settings(train_args)
+        check_run_io(cfg)
+        refuse_if_held(default_run_dir(cfg))
     torchrun.launch(targs)
     return 0
 

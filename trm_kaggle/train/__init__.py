@@ -15,6 +15,7 @@ _EXPORTS = {
     "StepRules": "step",
     "TrainResult": "result",
     "apply_overrides": "settings",
+    "check_run_io": "setup",
     "config_differences": "settings",
     "default_run_dir": "settings",
     "describe_presets": "presets",

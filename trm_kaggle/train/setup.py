@@ -95,20 +95,24 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
+def check_run_io(cfg: TrainConfig) -> None:
+    """TRMError when the run cannot start on its files: no data, a run folder that is, or lies inside, a data path
+    (it mixed the run's files into the dataset), or one that cannot be written at all (a file, a dangling link or
+    /proc there was Python's own "File exists" or "No such file" once the run had started, naming no setting).
+    For every caller (a notebook, the pipeline, test-time training), and `trm-kaggle torchrun` before its launch
+    (each rank said it, with the launcher's lines after)."""
+    if not cfg.data_paths:
+        raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
+    inputs, outputs = training_io(cfg, default_run_dir(cfg))
+    check_kept(inputs, outputs)
+    if problem := next(filter(None, map(writable_problem, outputs)), None):
+        raise TRMError(problem)
+
+
 def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | None, banner: bool,
             rules: StepRules | None = None) -> Run | TrainResult:
     """The run, ready for its first step; or the result of a run that had already ended (nothing to train)."""
-    if not cfg.data_paths:
-        raise TRMError("no data: set data_paths=[DIR] (a dataset built with trm-kaggle build-*)")
-    # what the run reads against what it writes, for every caller (a notebook, the pipeline, test-time training),
-    # not only `trm-kaggle train`: a run folder that is, or lies inside, a data path mixed the run's files into the
-    # dataset
-    inputs, outputs = training_io(cfg, default_run_dir(cfg))
-    check_kept(inputs, outputs)
-    # and whether it can be written at all: a file, a dangling link or /proc there was Python's own "File exists"
-    # or "No such file" once the run had started, naming no setting
-    if problem := next(filter(None, map(writable_problem, outputs)), None):
-        raise TRMError(problem)
+    check_run_io(cfg)
     if cfg.time_limit is not None:
         limit = time.monotonic() + cfg.time_limit
         deadline = limit if deadline is None else min(deadline, limit)
