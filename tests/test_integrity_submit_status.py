@@ -236,3 +236,21 @@ def test_the_settings_key_never_reads_a_kernel_file_behind_the_weights(world):
     missing = settings_key(cfg)["weights"]
     (world / "exp" / "config.json").symlink_to("/proc/self/status")  # regular-looking, never meant to be read
     assert settings_key(cfg)["weights"] == missing != good
+
+
+def test_a_budget_that_cut_every_prediction_is_said_with_status_0(world, capsys, monkeypatch):
+    """Levers that made one prediction cost more than the budget (32 trajectories, test depth 1024): every task's
+    prediction was cut, none answered, and submit said nothing but "0 answered". The time is no failure of the
+    model (status 0, as documented), and it is said in one warning naming what to change."""
+    import trm_kaggle.solve
+
+    report = {"output": str(world / "s.json"), "valid": True, "tasks": 3, "answered": 0, "ran": 0, "predicted": 0,
+              "elapsed_s": 25.0, "model_tasks": 3, "errors": [], "left_out": {}, "model_failed": None}
+    monkeypatch.setattr(trm_kaggle.solve, "solve", lambda cfg, start=None: report)
+    assert main(submit(world, "--trajectories", "32", "--trajectory-noise", "1", "--test-depth", "1024")) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["warning: the model answered none of its 3 tasks in the time budget (every prediction was cut by "
+                   "its task's deadline): a longer --time-budget or lighter test-time settings (--trajectories, "
+                   "--test-depth) lets it answer"], err
+    report["ran"] = 1  # a task predicted (decoding no valid grid): no such warning
+    assert main(submit(world)) == 0 and "warning" not in capsys.readouterr().err

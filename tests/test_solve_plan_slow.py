@@ -81,3 +81,37 @@ def test_cheapest_tasks_first_and_batches_cut_to_the_share(monkeypatch, tmp_path
     assert [t for t, _ in seen] == ["c", "b", "d", "a"]
     # 60 s over 4 tasks: the first task's share holds no 64-row batch (the next get the time it left)
     assert 1 <= seen[0][1] < 64 and seen[-1][1] == 64, seen
+
+
+def test_a_task_slower_than_its_share_takes_half_a_share_more_at_most(monkeypatch, tmp_path):
+    """A task's un-augmented test inputs were predicted until the worker's own end: with levers that made one
+    prediction cost more than the task's share (32 trajectories, test depth 1024) the first task took the whole
+    budget and the tasks after it were never reached. They run past the task's end by half its share at most."""
+    import trm_kaggle.solve.task as TK
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    class Model:
+        arch = ARCH
+
+    def evaluate(model, data_dir, ecfg, **kw):
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(TK, "build_unseen_dataset", lambda *a, **kw: tmp_path / "data")
+    monkeypatch.setattr(TK, "load_model_for_dataset", lambda *a, **kw: (Model(), None, None))
+    monkeypatch.setattr(TK, "apply_compile", lambda *a, **kw: None)
+    monkeypatch.setattr(TK, "evaluate", evaluate)
+    cfg = SolveConfig(challenges="c", weights="w", num_aug=0, finetune="none", trajectories=32,
+                      trajectory_noise=0.5, test_depth=1024)
+    now = time.monotonic()
+    for hard, most in ((now + 3600.0, now + 10.0 + TK.GRACE_SHARE * 10.0), (now + 12.0, now + 12.0)):
+        try:
+            TK.solve_unit(cfg, Unit(0, "a", 1, 1), {}, {}, str(tmp_path), CPU, now, now + 10.0, hard_deadline=hard)
+        except Stop:
+            pass
+        assert seen["deadline"] == now + 10.0 and seen["always"] == 1  # its test input, past the task's end
+        assert now + 10.0 < seen["always_until"] <= most, (seen["always_until"] - now, most - now)

@@ -113,6 +113,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"warning: {count(len(refused), 'task')} refused before the model, answered by the fallback: "
               + "; ".join(f"task {shown_name(task)}: {why}" for task, why in shown) + more
               + (f" (all: {report['details']})" if report.get("details") else ""), file=sys.stderr)
+    if report.get("model_tasks") and not report.get("ran") and report["valid"]:  # the time, not the model: status 0
+        levers = " or lighter test-time settings (--trajectories, --test-depth)" if (
+            cfg.trajectories > 1 or cfg.test_depth) else ""
+        print(f"warning: the model answered none of its {count(report['model_tasks'], 'task')} in the time budget "
+              f"(every prediction was cut by its task's deadline): a longer --time-budget{levers} lets it answer",
+              file=sys.stderr)
     for e in report["errors"]:
         print(one_line(f"warning: {e}"), file=sys.stderr)
     return 0 if report["valid"] else 1

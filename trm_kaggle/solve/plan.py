@@ -259,7 +259,8 @@ def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]
     less than a step, no task is fine-tuned (nor scored on its demonstrations) and the time left is split in
     proportion to the prices. Under the fixed small plan (nothing priced, no fine-tuning) each task gets an
     equal share.
-    Prediction stops at the task's end either way, so a task slower than priced cannot starve the next."""
+    Prediction stops at the task's end either way (its un-augmented test inputs half a share later at most,
+    `task.GRACE_SHARE`), so a task slower than priced cannot starve the next."""
     now = time.monotonic()
     left_s = max(0.0, deadline - now)
     r = plan.rates

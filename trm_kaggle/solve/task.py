@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 SUBSET = "unseen"
 PARTS = ("data", "finetune")  # what a task's run writes beside its result.json
+#: How far past its end a task's un-augmented test inputs may still be predicted, as a share of the task's own
+#: time: a task slower than priced still answers, and takes half a share at most from the tasks after it
+GRACE_SHARE = 0.5
 
 
 class NotArcModel(TRMError):
@@ -147,10 +150,11 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
                banner: bool = False, hard_deadline: float | None = None) -> dict:
     """One task: dataset (on the model's `canvas`) -> fine-tuning (until `finetune_by`) -> predictions (until
     `predict_by`) -> vote. Writes the unit's result.json and returns its report. `banner`: fine-tuning prints
-    its device and model lines (the worker's first task). Before `hard_deadline` (the worker's own) the
-    un-augmented copies of the test inputs are predicted even when the task's time is up: a task slower than
-    priced still answers with their votes instead of keeping the fallback (until `hard_deadline` itself:
-    thousands of test inputs must not carry it past the worker's end)."""
+    its device and model lines (the worker's first task). The un-augmented copies of the test inputs are
+    predicted even when the task's time is up: a task slower than priced still answers with their votes instead
+    of keeping the fallback, for `GRACE_SHARE` of the task's time more at most, and never past `hard_deadline`
+    (the worker's own). Until the worker's end, one task whose single prediction cost more than its share (many
+    trajectories, a deep test depth) took the time of every task after it."""
     udir = unit_dir(work, unit)
     for part in PARTS:  # a task's run always starts fresh: only complete results are reused
         shutil.rmtree(udir / part, ignore_errors=True)
@@ -184,9 +188,13 @@ def solve_unit(cfg: SolveConfig, unit: Unit, task: dict, key: dict, work: str, d
     report["finetune_steps"] = steps
 
     t = time.monotonic()
-    always = unit.test_inputs if hard_deadline is None or time.monotonic() < hard_deadline else 0
+    always_until = hard_deadline
+    if predict_by is not None:
+        grace_until = predict_by + GRACE_SHARE * max(0.0, predict_by - start)
+        always_until = grace_until if hard_deadline is None else min(hard_deadline, grace_until)
+    always = unit.test_inputs if always_until is None or time.monotonic() < always_until else 0
     res = evaluate(model, data_dir, cfg.evaluation(), device=device, deadline=predict_by, always=always,
-                   always_until=hard_deadline)
+                   always_until=always_until)
     predicted = res.predictions.steps >= 0
     report.update(predict_s=round(time.monotonic() - t, 2), examples=int(len(predicted)),
                   predicted=int(predicted.sum()))
