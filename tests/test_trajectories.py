@@ -116,6 +116,8 @@ def test_bounds_and_contradictions_are_refused_and_the_plan_prices_the_work():
                                                                          "need trajectories of 2"),
                        ({"trajectories": 33, "trajectory_noise": 0.1}, "less than or equal to 32"),
                        ({"trajectories": 2, "trajectory_noise": 1.5}, "less than or equal to 1"),
+                       # float32 rounds it away: K identical runs at K x the time
+                       ({"trajectories": 2, "trajectory_noise": 5e-324}, "trajectory_noise 5e-324 is below 1e-06"),
                        ({"test_depth": 0}, "greater than or equal to 1"),
                        ({"test_depth": 8, "max_steps": 4}, "disagree")):
         with pytest.raises(ValidationError, match=words):
@@ -126,6 +128,9 @@ def test_bounds_and_contradictions_are_refused_and_the_plan_prices_the_work():
     assert solve.evaluation().trajectories == 8 and solve.evaluation().test_depth == 32
     with pytest.raises(ValidationError, match="need a trajectory_noise"):
         SolveConfig(challenges="c.json", weights="w", trajectories=8)
+    with pytest.raises(ValidationError, match="trajectory_noise 1e-300 is below 1e-06 of the state's size"):
+        SolveConfig(challenges="c.json", weights="w", trajectories=4, trajectory_noise=1e-300)
+    assert SolveConfig(challenges="c.json", weights="w", trajectories=4, trajectory_noise=1e-6).trajectories == 4
     with pytest.raises(ValidationError, match="trajectory_select 'first_halt' needs trajectories of 2"):
         SolveConfig(challenges="c.json", weights="w", trajectory_select="first_halt")
     # a submit's seed (the Kaggle kernel's SEED, the pipeline's 42) seeds the noise of trajectories it may not have

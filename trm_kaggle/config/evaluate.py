@@ -17,6 +17,7 @@ from trm_kaggle.config.model import InferenceDtype
 # plan within reach: 32 x the work at most, noise at most the states' own size, depth 1,024 ACT steps.
 MAX_TRAJECTORIES = 32
 MAX_TRAJECTORY_NOISE = 1.0
+MIN_TRAJECTORY_NOISE = 1e-6  # of the state's own size: float32 (7 digits) rounds a smaller one away
 MAX_TEST_DEPTH = 1024
 TrajectorySelect = Literal["q_halt", "first_halt"]
 
@@ -27,6 +28,9 @@ def trajectory_problem(trajectories: int, noise: float, select: str = "q_halt", 
     if trajectories > 1 and noise == 0:
         return (f"trajectories {trajectories} need a trajectory_noise above 0: without noise every trajectory is "
                 "the same")
+    if trajectories > 1 and noise < MIN_TRAJECTORY_NOISE:
+        return (f"trajectory_noise {noise!r} is below {MIN_TRAJECTORY_NOISE:g} of the state's size: float32 rounds "
+                f"so small a noise away, and the {trajectories} trajectories would all be the same")
     if trajectories == 1:
         given = [f"{name} {value!r}" for name, value, default in (("trajectory_noise", noise, 0.0),
                                                                    ("trajectory_select", select, "q_halt"),
