@@ -486,7 +486,7 @@ if READY:
         import torch
 
         import trm_kaggle
-        from trm_kaggle.config import SolveConfig
+        from trm_kaggle.config import SolveConfig, validation_line
         from trm_kaggle.evaluate import check_submission, expected_counts
         from trm_kaggle.solve import solve
         from trm_kaggle.wording import log_one_line_each
@@ -530,8 +530,9 @@ if READY:
         test_time = dict(trajectories=TRAJECTORIES, trajectory_noise=TRAJECTORY_NOISE, test_depth=TEST_DEPTH)
         try:
             SolveConfig(challenges=str(CHALLENGES), weights=weights, **test_time)
-        except ValueError as e:  # pydantic's ValidationError is one
-            warn(f"test-time settings {test_time} refused ({' '.join(str(e).split())}); predicting without them")
+        except ValueError as e:  # pydantic's ValidationError is one: said by the package's rule, in its words
+            why = validation_line(e) if hasattr(e, "errors") else " ".join(str(e).split())
+            warn(f"test-time settings {test_time} refused ({why}); predicting without them")
             test_time = {}
         work = Path(KAGGLE_WORKING) / "ttt_work"
         if work.is_symlink():  # the kernel's own folder: written through, the work landed where the link points

@@ -704,3 +704,23 @@ def test_a_task_id_written_twice_is_checked_by_its_last_copy(tmp_path, monkeypat
             exec(cell, scope)
     result = printed.getvalue().splitlines()[-1]
     assert result.startswith("RESULT: the model ran") and "but checking" not in result, printed.getvalue()
+
+
+def test_refused_test_time_settings_are_said_in_the_packages_words():
+    """The solve cell's check of TRAJECTORIES, TRAJECTORY_NOISE and TEST_DEPTH warned with pydantic's own text (its
+    error type, a cut input dict, a web address); it says the package's one line, and predicts without them."""
+    from trm_kaggle.config import SolveConfig, validation_line
+
+    cell = next(c for c in _code_cells() if "test_time = dict(" in c)
+    lines = cell.splitlines()
+    first = next(i for i, line in enumerate(lines) if "test_time = dict(" in line)
+    last = next(i for i, line in enumerate(lines) if line.strip() == "test_time = {}")
+    indent = len(lines[first]) - len(lines[first].lstrip())
+    check = "\n".join(line[indent:] for line in lines[first:last + 1])
+    said = []
+    scope = dict(SolveConfig=SolveConfig, validation_line=validation_line, warn=said.append, CHALLENGES="c.json",
+                 weights="w", TRAJECTORIES=2, TRAJECTORY_NOISE=0.0, TEST_DEPTH=None)
+    exec(check, scope)
+    assert scope["test_time"] == {} and len(said) == 1, said
+    assert "trajectories 2 need a trajectory_noise above 0" in said[0], said
+    assert "pydantic" not in said[0] and "type=" not in said[0] and "input_value" not in said[0], said
