@@ -350,6 +350,25 @@ def test_bad_csv_rows_name_file_and_line(case, tmp_path):
     assert not out.exists() and not list(tmp_path.glob("out.partial-*"))
 
 
+@pytest.mark.parametrize("bad_line", [2, 5, 600])
+@pytest.mark.parametrize("problem", ["not UTF-8", "a field past the CSV limit"])
+def test_an_unreadable_csv_line_is_named_where_it_is(tmp_path, problem, bad_line):
+    """A byte that is not UTF-8 was blamed on line 1 (anywhere in the first 8 KiB: the text layer decodes ahead of
+    the CSV reader) or on the line the reader had reached; a field past the csv module's limit on the line after."""
+    d = tmp_path / "in"
+    d.mkdir()
+    good = ",".join(_bad()).encode() + b"\n"
+    bad = (b"s\xe9," + ",".join(_bad()[1:]).encode() if problem == "not UTF-8"
+           else b"s," + b"1" * 200_000 + b"," + ",".join(_bad()[2:]).encode())
+    (d / "train.csv").write_bytes(b"source,q,a,rating\n" + good * (bad_line - 2) + bad + b"\n" + good)
+    write_csv(d / "test.csv", make_rows(1))
+    with pytest.raises(DataError) as e:
+        build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "out"), input_dir=str(d), progress=False))
+    assert f"train.csv:{bad_line}: unreadable CSV" in str(e.value), str(e.value)
+    if problem == "not UTF-8":
+        assert "byte 0xe9 at column 2" in str(e.value), str(e.value)
+
+
 def test_bad_header_missing_file_and_empty_filter(tmp_path, csv_dir):
     d = tmp_path / "in"
     d.mkdir()

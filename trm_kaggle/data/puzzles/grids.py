@@ -379,6 +379,20 @@ class CsvChunk:
     rating: list[str]
 
 
+def _not_utf8(path: Path) -> DataError:
+    """The line and byte that are not UTF-8. The text layer decodes blocks of the file ahead of the CSV reader, so
+    its error came while an earlier line was read (line 1 for a byte anywhere in the first 8 KiB); the file is
+    read again, a line at a time (a line break is never part of a UTF-8 sequence)."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return DataError(f"{path}:{number}: unreadable CSV: not UTF-8 text (byte 0x{line[e.start]:02x} at "
+                                 f"column {e.start + 1}; save it as UTF-8)")
+    return DataError(f"{path}: unreadable CSV: not UTF-8 text (save it as UTF-8)")  # changed since: said whole
+
+
 def read_puzzle_csv(path: str | os.PathLike, chunk_rows: int = 32768) -> Iterator[CsvChunk]:
     """Stream a `source,q,a,rating` CSV in chunks (blank lines are skipped).
 
@@ -394,7 +408,9 @@ def read_puzzle_csv(path: str | os.PathLike, chunk_rows: int = 32768) -> Iterato
         reader = csv.reader(f)
         try:
             header = next(reader, None)
-        except (csv.Error, UnicodeDecodeError) as e:
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
+        except csv.Error as e:
             raise DataError(f"{path}:1: unreadable CSV ({e})") from None
         if header is None:
             raise DataError(f"{path}: empty file, expected the header {','.join(CSV_COLUMNS)}")
@@ -404,8 +420,10 @@ def read_puzzle_csv(path: str | os.PathLike, chunk_rows: int = 32768) -> Iterato
         while True:
             try:
                 row = next(reader, None)
-            except (csv.Error, UnicodeDecodeError) as e:
-                raise DataError(f"{path}:{reader.line_num + 1}: unreadable CSV ({e})") from None
+            except UnicodeDecodeError:
+                raise _not_utf8(path) from None
+            except csv.Error as e:  # the reader has counted the line it failed on
+                raise DataError(f"{path}:{reader.line_num}: unreadable CSV ({e})") from None
             if row is None:
                 break
             if not row:
