@@ -78,6 +78,36 @@ def test_rules_replace_the_loss_and_the_schedule(sudoku4, tmp_path):
         assert all(torch.equal(weights[0][k], seen[k]) for k in final)
 
 
+@pytest.mark.parametrize("change, said", [
+    ({"lr": float("nan")}, "lr nan is not a number from 0 to inf"),
+    ({"emb_lr": float("inf")}, "emb_lr inf is not finite"),
+    ({"lr": "0.1"}, "lr '0.1' is not a number"),
+    ({"lr": -1.0}, "lr -1.0 is not a number from 0"),
+    ({"H_cycles": 0}, "H_cycles 0 is not a whole number from 1 to 256"),
+    ({"L_cycles": 2.5}, "L_cycles 2.5 is not a whole number"),
+    ({"H_cycles": 10**9}, "H_cycles 1000000000 is not a whole number"),
+    ({"exploration": 2.0}, "exploration 2.0 is not a number from 0 to 1"),
+    ({"warmup": -1}, "warmup -1 is not a whole number from 0 to 2"),
+    (None, "returned NoneType: expected a StepSchedule"),
+])
+def test_a_rules_schedule_out_of_bounds_is_named_before_its_step(sudoku4, tmp_path, change, said):
+    """A recipe's schedule is a user's code: a NaN rate trained its step (NaN weights, then skipped steps called
+    divergence and blamed on the config's lr), a depth of 0 was pydantic's error about an ArchConfig set right, a
+    text rate Python's own error. Each is one TRMError naming the rule, the step and the field; no step trains."""
+    import dataclasses
+
+    from trm_kaggle.errors import TRMError
+
+    def bad(cfg, step, epoch, total, factor=1.0):
+        return None if change is None else dataclasses.replace(schedule_at(cfg, step, epoch, total, factor), **change)
+
+    run = tmp_path / "r"
+    with pytest.raises(TRMError) as e:
+        train(cfg_for(sudoku4, run, "max_steps=3"), rules=StepRules(schedule=bad))
+    assert str(e.value).startswith("StepRules.schedule at step 1") and said in str(e.value), str(e.value)
+    assert not (run / "metrics.jsonl").exists() or not records(run)
+
+
 def test_the_default_rules_are_upstreams(sudoku4, tmp_path):
     """StepRules() trains exactly as no rules: the same losses, step for step."""
     plain, ruled = tmp_path / "plain", tmp_path / "ruled"

@@ -10,7 +10,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from trm_kaggle.config import TrainConfig
+from trm_kaggle.config import ArchConfig, TrainConfig
 
 
 def total_train_steps(epochs: int, total_groups: int, mean_puzzle_examples: float, global_batch_size: int) -> int:
@@ -89,6 +89,41 @@ class StepSchedule:
     L_cycles: int
     exploration: float  # halting exploration probability
     warmup: int = 0  # RSM: supervision steps without gradient before the one with the loss
+
+
+def checked_schedule(schedule, step: int, cfg: TrainConfig) -> StepSchedule:
+    """`schedule` (what a run's `StepRules.schedule` returned for optimizer step `step + 1`), or TRMError naming
+    the rule, the step and the field. A recipe's schedule is code a user writes: a NaN rate trained the step
+    (NaN weights, then 20 skipped steps called divergence and blamed on the config's lr), a depth of 0 was
+    pydantic's error about an ArchConfig set right, a text rate Python's own error."""
+    from trm_kaggle.errors import TRMError
+
+    where = f"StepRules.schedule at step {step + 1}"
+    if not isinstance(schedule, StepSchedule):
+        raise TRMError(f"{where} returned {type(schedule).__name__}: expected a StepSchedule")
+
+    def number(name: str, low: float, high: float) -> None:
+        value = getattr(schedule, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise TRMError(f"{where}: {name} {value!r} is not a number from {low:g} to {high:g} (the config's "
+                           "settings are not the cause: the schedule's own value is)")
+
+    def whole(name: str, low: int, high: int) -> None:
+        value = getattr(schedule, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise TRMError(f"{where}: {name} {value!r} is not a whole number from {low} to {high} (the config's "
+                           "settings are not the cause: the schedule's own value is)")
+
+    number("lr", 0.0, math.inf)
+    number("emb_lr", 0.0, math.inf)
+    for name in ("lr", "emb_lr"):  # inf passed the range: a rate must be finite
+        if not math.isfinite(getattr(schedule, name)):
+            raise TRMError(f"{where}: {name} {getattr(schedule, name)!r} is not finite")
+    for name in ("H_cycles", "L_cycles"):  # ArchConfig's own bounds: one owner
+        whole(name, 1, next(m.le for m in ArchConfig.model_fields[name].metadata if hasattr(m, "le")))
+    number("exploration", 0.0, 1.0)
+    whole("warmup", 0, max(cfg.arch.halt_max_steps - 1, cfg.rsm.max_warmup or 0))
+    return schedule
 
 
 def schedule_at(cfg: TrainConfig, step: int, epoch: float, total_steps: int, lr_factor: float = 1.0) -> StepSchedule:

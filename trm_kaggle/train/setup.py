@@ -36,7 +36,7 @@ from trm_kaggle.train.optimizers import make_optimizers
 from trm_kaggle.train.result import TrainResult
 from trm_kaggle.train.run_io import training_io
 from trm_kaggle.train.runtime import Runtime, broadcast_model_, setup_runtime
-from trm_kaggle.train.schedules import StepSchedule, total_train_steps
+from trm_kaggle.train.schedules import StepSchedule, checked_schedule, total_train_steps
 from trm_kaggle.train.settings import default_run_dir
 from trm_kaggle.train.stages import StagePlan
 from trm_kaggle.train.state import TrainState, build_model, restore, save_state, state_to_resume
@@ -67,7 +67,8 @@ class Run:
         """The coming step's schedule (a data curriculum scales both rates by its stage's factor)."""
         step = self.state.step
         factor = self.stages.lr_factor(step) if self.stages is not None else 1.0
-        return self.step_setup.rules.schedule(self.cfg, step, step / self.steps_per_epoch, self.total_steps, factor)
+        return checked_schedule(self.step_setup.rules.schedule(self.cfg, step, step / self.steps_per_epoch,
+                                                               self.total_steps, factor), step, self.cfg)
 
     def save(self, settled: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
         save_state(self.state, self.run_dir, self.cfg, self.rt, settled)
