@@ -492,3 +492,20 @@ def test_a_rating_is_ascii_digits(tmp_path, rating):
     with pytest.raises(DataError, match=re.escape(f"train.csv:3: rating {rating!r} is not a whole number in ASCII")):
         build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "o"), input_dir=str(d), progress=False))
     assert not (tmp_path / "o").exists()
+
+
+def test_the_success_lines_of_build_and_verify_escape_a_typed_folder(tmp_path, capsys):
+    """`--output-dir` typed with an escape sequence and a newline (a name pasted from elsewhere) cleared the screen
+    and split the line in `built ...` and `dataset ...: OK`, as the error lines no longer do."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.data.arc.build import format_arc_build
+
+    out = tmp_path / "o\x1b[2J\nx"
+    assert main(["build-sudoku", "--size", "4", "--num-train", "2", "--num-test", "1", "--output-dir", str(out),
+                 "--no-progress"]) == 0
+    assert main(["verify", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "o\\x1b[2J\\nx: 2 train" in printed and "o\\x1b[2J\\nx: OK" in printed, printed
+    arc = format_arc_build({"output_dir": "a\x1b[31m", "tasks": 1, "puzzle_identifiers": 2, "train_examples": 3,
+                            "test_examples": 1, "seconds": 0.1})
+    assert arc.startswith("built a\\x1b[31m: 1 tasks") and "\x1b" not in arc

@@ -20,7 +20,7 @@ from trm_kaggle.data.format import (FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, 
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import directory_problem, read_json
 from trm_kaggle.names import file_in, name_problem
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, one_line
 
 
 @dataclass
@@ -143,7 +143,7 @@ def _check_test_puzzles(dataset_dir: Path, test_puzzles: dict, ids: list[str]) -
 
 
 def format_summary(summary: dict) -> str:
-    lines = [f"dataset {summary['path']}: OK",
+    lines = [f"dataset {one_line(summary['path'])}: OK",  # a typed path: its control characters escaped
              f"  puzzle identifiers {summary['identifiers']:,}"
              + (f", test tasks {summary['test_tasks']:,}" if summary["test_tasks"] is not None else "")
              + f", {summary['bytes'] / 1e6:,.1f} MB on disk"]

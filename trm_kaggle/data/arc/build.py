@@ -415,7 +415,7 @@ def dataset_name(source: str, num_aug: int, *, max_tasks: int | None = None, can
 
 def format_arc_build(s: dict) -> str:
     """What `trm-kaggle build-arc` prints: the dataset, its counts and the time taken, then the notes."""
-    return "\n".join([f"built {s['output_dir']}: {s['tasks']:,} tasks, {s['puzzle_identifiers']:,} puzzle identifiers, "
+    return "\n".join([f"built {one_line(s['output_dir'])}: {s['tasks']:,} tasks, {s['puzzle_identifiers']:,} puzzle identifiers, "
                       f"{s['train_examples']:,} train / {s['test_examples']:,} test examples in {s['seconds']:.1f} s"]
                      + [f"  note: {one_line(note)}" for note in s.get("notes", [])])  # names from files, escaped
 

@@ -58,7 +58,7 @@ from trm_kaggle.jsonio import not_regular, parse_json, read_bytes, read_json, re
 from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, one_line
 
 SPLITS = ("train", "val", "test")
 META_FILE = "repair_meta.jsonl"
@@ -548,7 +548,7 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
 def format_repair_build(s: dict) -> str:
     """What `trm-kaggle build-code-repair` prints: totals, speed, skips, then pairs per type and split."""
     skipped = ", ".join(f"{v} {k}" for k, v in sorted(s["skipped_files"].items())) or "none"
-    lines = [f"built {s['output_dir']}: {s['total_pairs']:,} pairs ({s['train']['examples']:,} train / "
+    lines = [f"built {one_line(s['output_dir'])}: {s['total_pairs']:,} pairs ({s['train']['examples']:,} train / "
              f"{s['val']['examples']:,} val / {s['test']['examples']:,} test) from {s['files']:,} files in "
              f"{s['seconds']:.1f} s, {s['pairs_per_second']:,.0f} pairs/s on {s['workers']} worker(s)",
              f"  files skipped: {skipped}; duplicates dropped: {s['duplicates'].get('snippets', 0):,} snippets, "

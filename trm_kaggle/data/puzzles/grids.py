@@ -32,7 +32,7 @@ from trm_kaggle.data.format import BLANK_IDENTIFIER, DatasetWriter, SplitWriter
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import parse_json, readable_file
 from trm_kaggle.progress import tqdm
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, one_line
 
 Example = tuple[Any, Any]  # (input grid, label grid), arrays or nested lists
 Puzzle = tuple[str | None, Sequence[Example]]
@@ -189,7 +189,7 @@ def build_summary(writer: DatasetWriter, started: float) -> dict:
 
 def format_grid_build(s: dict, puzzles: str = "puzzles") -> str:
     """What `trm-kaggle build-sudoku` / `build-maze` print (`build_summary`'s dict; `puzzles` names them)."""
-    return (f"built {s['output_dir']}: {s['train']['puzzles']:,} train / {s['test']['puzzles']:,} test {puzzles} "
+    return (f"built {one_line(s['output_dir'])}: {s['train']['puzzles']:,} train / {s['test']['puzzles']:,} test {puzzles} "
             f"({s['train']['examples']:,} / {s['test']['examples']:,} examples), seq_len {s['seq_len']}, vocab "
             f"{s['vocab_size']} in {s['seconds']:.1f} s")
 
