@@ -165,6 +165,11 @@ def test_jsonl_groups_puzzles_and_interleaved_splits(tmp_path):
     (line("train", "g", None, 1, shape=(2, 4)), "input has shape (2, 4), expected (3, 4)"),
     (line("train", "g", None, 12), "token 12"),
     (line("train", "g0", None, 1), "appears again"),
+    # JSON's true is no token 1 (numpy made it one); nor a whole grid of them
+    (json.dumps({"split": "train", "group": "g", "puzzle": "p", "input": [[True, 2, 3, 4]] + [[1, 2, 3, 4]] * 2,
+                 "label": [[1, 2, 3, 4]] * 3}), "input holds true/false, not integer tokens"),
+    (json.dumps({"split": "train", "group": "g", "puzzle": "p", "input": [[1, 2, 3, 4]] * 3,
+                 "label": [[False] * 4] * 3}), "label holds true/false"),
 ])
 def test_jsonl_errors_name_the_line(tmp_path, bad, words):
     path = tmp_path / "data.jsonl"

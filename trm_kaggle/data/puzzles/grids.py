@@ -75,6 +75,13 @@ def _grid_size(name: str, shape: Any) -> tuple[int, int]:
     return rows, cols
 
 
+def _holds_bool(value: Any) -> bool:
+    """Whether a grid given as nested lists (JSON's) holds a bool anywhere: numpy turns [True, 2] into [1, 2]."""
+    if isinstance(value, bool):
+        return True
+    return isinstance(value, (list, tuple)) and any(_holds_bool(v) for v in value)
+
+
 class _GridChecker:
     """Validates examples against the grid shape and vocabulary; messages say where."""
 
@@ -92,6 +99,8 @@ class _GridChecker:
             raise DataError(f"{where}: {what} is not a rectangular grid ({e})") from None
         if arr.shape != self.grid_shape:
             raise DataError(f"{where}: {what} has shape {arr.shape}, expected {self.grid_shape}")
+        if arr.dtype.kind == "b" or (arr.dtype.kind in "iu" and _holds_bool(value)):  # numpy made them 0 and 1
+            raise DataError(f"{where}: {what} holds true/false, not integer tokens")
         if arr.dtype.kind not in "iu":
             raise DataError(f"{where}: {what} must hold integer tokens, got dtype {arr.dtype}")
         lo, hi = int(arr.min()), int(arr.max())
