@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import loading  # noqa: E402
+from benchmarks.entry import check_options, loading  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import numpy as np
@@ -125,6 +125,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    check_options(counts={"--examples": args.examples, "--batch-size": args.batch_size, "--seq-len": args.seq_len,
+                          "--hidden": args.hidden, "--heads": args.heads, "--H-cycles": args.H_cycles,
+                          "--L-cycles": args.L_cycles, "--max-steps": args.max_steps, "--rounds": args.rounds},
+                  threads={"--threads": args.threads}, positive={"--mean-steps": args.mean_steps})
+    check_options(counts={"--prefix": args.prefix, "--seed": args.seed}, least=0)
     if args.threads:
         torch.set_num_threads(args.threads)
     model, examples = build(args)

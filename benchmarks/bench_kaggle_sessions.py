@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import loading  # noqa: E402
+from benchmarks.entry import check_options, loading  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import torch
@@ -85,6 +85,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--t4-tflops", type=float, default=20.0)
     args = p.parse_args()
+    check_options(counts={"--batch": args.batch, "--warmup": args.warmup, "--steps": args.steps},
+                  threads={"--threads": args.threads}, positive={"--t4-tflops": args.t4_tflops})
     torch.set_num_threads(args.threads)
     rate = matmul_rate()
     print(f"CPU float32 matmul rate: {rate / 1e9:.0f} GFLOP/s ({args.threads} threads); T4 assumed "

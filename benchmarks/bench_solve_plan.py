@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from pathlib import Path
 
@@ -29,8 +30,14 @@ def main() -> int:
     ap.add_argument("--safety-margin", type=float, default=60.0, help="submit's --safety-margin (default 60)")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
-    from trm_kaggle.config import SolveConfig
+    from benchmarks.entry import check_options
     from trm_kaggle.errors import TRMError
+
+    # before the plan's reads: a budget nan was refused after them, as `time_budget`, a setting nobody typed
+    check_options(positive={"--budgets": next((b for b in args.budgets if not (math.isfinite(b) and b > 0)), None)})
+    if not (math.isfinite(args.safety_margin) and args.safety_margin >= 0):
+        raise TRMError(f"--safety-margin {args.safety_margin}: seconds from 0, as submit's")
+    from trm_kaggle.config import SolveConfig
     from trm_kaggle.jsonio import read_json
     from trm_kaggle.solve import Rates, make_plan
     from trm_kaggle.wording import one_line
@@ -42,7 +49,11 @@ def main() -> int:
         known = {f.name for f in dataclasses.fields(Rates)}
         rates = Rates(**{k: tuple(v) if isinstance(v, list) else v for k, v in measured.items() if k in known})
         units = [(len(t["test"]), len(t["train"])) for t in tasks.values()]
-    except (TRMError, KeyError, TypeError, AttributeError, ValueError) as e:  # ValueError: a rate Rates refuses
+    except (TypeError, AttributeError) as e:  # a submission or any other JSON where the challenges were named
+        print(f"error: {one_line(args.challenges)}: not a challenges file of tasks with train and test pairs "
+              f"({one_line(e)})", file=sys.stderr)
+        return 2
+    except (TRMError, KeyError, ValueError) as e:  # ValueError: a rate Rates refuses
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2  # bad input: the status of the package's commands
     spent = float(measured.get("timing_s", 0.0)) + float(measured.get("sizing_s", 0.0))

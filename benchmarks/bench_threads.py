@@ -81,6 +81,10 @@ def main() -> None:
     ap.add_argument("--load", type=int, default=None, help="busy processes of the loaded condition (default: cores)")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
+    from benchmarks.entry import check_options
+
+    check_options(counts={"--steps": args.steps, "--rounds": args.rounds})
+    check_options(counts={"--load": args.load}, least=0)
     from trm_kaggle.config import SudokuBuildConfig
     from trm_kaggle.data import build_sudoku
     from trm_kaggle.hardware import usable_cores

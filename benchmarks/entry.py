@@ -78,6 +78,32 @@ def loading(name: str) -> Iterator[None]:
         sys.exit(status)
 
 
+MAX_COUNT = 10**9  # steps, rounds, examples: far above any run a benchmark makes
+
+
+def check_options(counts: dict[str, object] | None = None, threads: dict[str, object] | None = None,
+                  positive: dict[str, object] | None = None, least: int = 1) -> None:
+    """A script's options, checked before any work: one TRMError naming every flag out of bounds (`said` prints it
+    as one `error:` line, status 2). `counts` whole numbers from `least` to MAX_COUNT, `threads` from 1 to the
+    package's MAX_THREADS (torch's set_num_threads took 99999 and the process crashed), `positive` finite numbers
+    above 0 (a rate of 0 divided by zero after a minute's work). None: not given, the script's default."""
+    import math
+
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.hardware import MAX_THREADS
+
+    def whole(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    bad = [f"{k} {v}" for k, v in (counts or {}).items() if v is not None and not (whole(v) and least <= v <= MAX_COUNT)]
+    bad += [f"{k} {v}" for k, v in (threads or {}).items() if v is not None and not (whole(v) and 1 <= v <= MAX_THREADS)]
+    bad += [f"{k} {v}" for k, v in (positive or {}).items()
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)]
+    if bad:
+        raise TRMError(f"{', '.join(bad)}: counts are whole numbers from {least} to {MAX_COUNT:,}, threads from 1 "
+                       f"to {MAX_THREADS}, rates and seconds finite numbers above 0")
+
+
 def scratch_problem(folder: Path, kind: str, reads: Sequence[object] = ()) -> str | None:
     """Why a script may not build `folder`, a folder of its own below its work folder, whole as a `kind` (the owner
     record of `trm_kaggle.atomic.atomic_directory`: what proves the script wrote it), or None. Refused: a symbolic

@@ -239,3 +239,22 @@ def test_a_work_folder_every_user_writes_in_is_refused(tmp_path, named):
         with work_folder(given, "", (), "test"):
             pass
     assert not list(shared.iterdir())
+
+
+@pytest.mark.slow
+def test_options_out_of_bounds_are_one_line_before_any_work(tmp_path):
+    """Unchecked options: `--threads 0` was torch's traceback, `--threads 99999` a segmentation fault with no line
+    at all, `--t4-tflops 0` a ZeroDivisionError after a minute's work, `--rounds 0` tracebacks after the set-up, a
+    budget of nan refused after the plan's reads as a setting nobody typed. Each is one line, status 2."""
+    runs = [("bench_kaggle_sessions.py", ["--threads", "0"], "--threads 0"),
+            ("bench_kaggle_sessions.py", ["--threads", "99999"], "--threads 99999"),
+            ("bench_kaggle_sessions.py", ["--t4-tflops", "0", "--warmup", "0"], "--warmup 0, --t4-tflops 0.0"),
+            ("bench_continuous_batching.py", ["--rounds", "0", "--batch-size", "0"], "--batch-size 0, --rounds 0"),
+            ("bench_continuous_batching.py", ["--threads", "99999"], "--threads 99999"),
+            ("bench_threads.py", ["--rounds", "-1"], "--rounds -1"),
+            ("bench_solve_plan.py", ["--work-dir", "none", "--challenges", "none", "--budgets", "420", "nan"],
+             "--budgets nan")]
+    for name, argv, said in runs:
+        done = _script(name, *argv, cwd=tmp_path)
+        assert done.returncode == 2 and said in _one_error(done.stderr), (name, argv, done.stderr)
+    assert not list(tmp_path.iterdir())  # refused before any work
