@@ -80,7 +80,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from benchmarks.entry import loading, scratch_folder, scratch_problem, work_folder  # noqa: E402
+from benchmarks.entry import check_options, loading, scratch_folder, scratch_problem, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import numpy as np
@@ -225,6 +225,7 @@ def check_counts(args) -> None:
             if v is not None and v < 0]
     if low:
         raise TRMError(f"{', '.join(low)}: counts are at least 1 (augmentations at least 0)")
+    check_options(threads={"--threads": args.threads})  # its upper bound: 99999 crashed torch
 
 
 def first_batch(dataset: Path, rows: int) -> dict[str, torch.Tensor]:

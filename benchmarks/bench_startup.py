@@ -149,8 +149,10 @@ def main() -> None:
     if args.child:
         child(json.loads(args.child))
         return
-    from benchmarks.entry import work_folder
+    from benchmarks.entry import check_options, work_folder
 
+    check_options(counts={"--rounds": args.rounds, "--train": args.train, "--test": args.test},
+                  threads={"--threads": args.threads})
     modes = ["ours"] + (["upstream", "part2"] if args.upstream_dir else [])
     run_names = [f"run_{mode}_{r}" for r in range(args.rounds) for mode in modes]
     with work_folder(args.work_dir, "bench_startup_", run_names, "startup benchmark") as work:

@@ -78,7 +78,7 @@ from typing import Callable, Dict, List
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from benchmarks.entry import loading  # noqa: E402
+from benchmarks.entry import check_options, loading  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import torch
@@ -449,6 +449,7 @@ def main(argv=None) -> int:
     p.add_argument("--ours-dtype", choices=("float32", "bfloat16", "auto"), default=None,
                    help="ours in another dtype than upstream (auto: what `trm-kaggle train` picks on this CPU)")
     args = p.parse_args(argv)
+    check_options(threads={"--threads": args.threads or None})  # 0: torch's default
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import command, loading, scratch_folder, scratch_problem, work_folder  # noqa: E402
+from benchmarks.entry import check_options, command, loading, scratch_folder, scratch_problem, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import torch
@@ -120,6 +120,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: one per core)")
     ap.add_argument("--work-dir", default=None)
     args = ap.parse_args()
+    check_options(threads={"--threads": args.threads})
     if args.threads:
         torch.set_num_threads(args.threads)
     for seed in args.seeds:  # checked before any work: `--lr nan` is refused now, not after the pretraining
