@@ -226,6 +226,8 @@ def check_counts(args) -> None:
     if low:
         raise TRMError(f"{', '.join(low)}: counts are at least 1 (augmentations at least 0)")
     check_options(threads={"--threads": args.threads})  # its upper bound: 99999 crashed torch
+    if not 0.0 <= args.halt_fraction <= 1.0:  # a quantile's: nan or 1.5 failed after the work, as "got -0.5"
+        raise TRMError(f"--halt-fraction {args.halt_fraction}: a share of rows, from 0 to 1")
 
 
 def first_batch(dataset: Path, rows: int) -> dict[str, torch.Tensor]:
