@@ -86,3 +86,58 @@ def test_a_real_memory_limit(data, tmp_path):
            if line.strip() and "is set twice on one line" not in line]
     assert done.returncode == 2 and len(err) == 1, done.stderr[-3000:]
     assert err[0].startswith("error: out of memory on cpu") and "micro_batch_size (now 40" in err[0], err
+
+
+NO_MEMORY = [RuntimeError("can't start new thread"), MemoryError(),
+             ImportError("/x/numpy/random/_bounded_integers.so: failed to map segment from shared object"),
+             RuntimeError(CPU_ALLOCATOR)]
+
+
+@pytest.mark.parametrize("error", NO_MEMORY, ids=["thread", "MemoryError", "library", "cpu-allocator"])
+def test_memory_that_ran_out_anywhere_is_one_line(tmp_path, capsys, monkeypatch, error):
+    """Under `ulimit -v` memory ran out where no out-of-memory check was: the sampler's thread could not start, the
+    loader's thread could not load numpy.random, evaluate's allocator, build-arc's JSON reader. Each was a
+    traceback (status 1); each is one line saying it was memory, and the limit when one is set."""
+    import resource
+
+    import trm_kaggle.cli.data as data_cli
+
+    def exhausted(args):
+        raise error
+
+    monkeypatch.setattr(data_cli, "cmd_build_sudoku", exhausted)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (650 << 20, resource.RLIM_INFINITY))
+    rc = main(["build-sudoku", "--size", "4", "--num-train", "2", "--num-test", "1", "--output-dir",
+               str(tmp_path / "d"), "--no-progress"])
+    line = one_error_line(capsys, rc)
+    assert line.startswith("error: out of memory under an address-space limit of 650 MiB (ulimit -v): "), line
+    assert "give the process more memory" in line
+
+
+def test_other_errors_are_no_memory_line():
+    from trm_kaggle.errors import resource_line
+
+    assert resource_line(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+    assert resource_line(ImportError("No module named 'matplotlib'")) is None
+    assert resource_line(ValueError("can't start new thread")) is None
+
+
+def test_a_picture_library_that_could_not_load_for_memory_is_not_said_missing(monkeypatch):
+    """evaluate under `ulimit -v` said "grid pictures need matplotlib: pip install matplotlib" with matplotlib
+    installed: its import had run out of memory."""
+    import builtins
+
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.evaluate.report import task_picture_png
+
+    real = builtins.__import__
+
+    def no_room(name, *a, **kw):
+        if name.startswith("matplotlib"):
+            raise ImportError("libpng16.so: failed to map segment from shared object")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_room)
+    with pytest.raises(TRMError) as e:
+        task_picture_png(None, "t")
+    assert str(e.value).startswith("out of memory") and "pip install" not in str(e.value), str(e.value)

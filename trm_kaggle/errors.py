@@ -65,6 +65,37 @@ def os_error_line(e: OSError) -> str:
     return (f"{path}: " if path is not None else "") + said + (f" (needed: {needed})" if needed else "")
 
 
+# What a process says when the system gave it no more memory (an address-space limit, `ulimit -v`, a container's
+# limit or the machine's memory): Python's, torch's allocator's and the dynamic loader's words
+_NO_MEMORY = ("can't allocate memory", "cannot allocate memory", "bad_alloc", "failed to map segment",
+              "can't start new thread")
+
+
+def _address_limit() -> str:
+    """" under an address-space limit of N MiB (ulimit -v)" where one is set, else ""."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError, AttributeError):  # no such limit on this system
+        return ""
+    return "" if soft == resource.RLIM_INFINITY else f" under an address-space limit of {soft / 2**20:,.0f} MiB (ulimit -v)"
+
+
+def resource_line(e: BaseException) -> str | None:
+    """One line for a failure that came from the system's memory, not from the input: a MemoryError, an allocation
+    torch's allocator could not make, a thread it could not start or a library it could not load (its stack or
+    its code had no room); None for anything else. Under a tight `ulimit -v` these were tracebacks from wherever
+    memory ran out (a sampler's thread, a lazy import in the loader's thread), or a missing-package message."""
+    text = str(e)
+    if not (isinstance(e, MemoryError) or (isinstance(e, (RuntimeError, ImportError, OSError))
+                                           and any(m in text.lower() for m in _NO_MEMORY))):
+        return None
+    said = (text.strip().splitlines() or [type(e).__name__])[-1][:200]
+    return (f"out of memory{_address_limit()}: {said}; give the process more memory (raise the limit), or lower "
+            "what it holds (batch sizes, the model's size, --workers)")
+
+
 def as_os_error(e: BaseException, path) -> OSError | None:
     """`e` as an OSError naming `path` (its own file when it names one), or None when it is no system error.
 

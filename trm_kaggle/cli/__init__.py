@@ -76,7 +76,7 @@ def _main(argv: list[str] | None, started: float) -> int:
     from trm_kaggle.cli.cluster import cmd_torchrun
     from trm_kaggle.cli.common import SWEEP_VALUE_FLAGS, typed_flags
     from trm_kaggle.config import validation_line
-    from trm_kaggle.errors import TRMError, os_error_line
+    from trm_kaggle.errors import TRMError, os_error_line, resource_line
     from trm_kaggle.stdout import checked_stdout, parse_checked
     from trm_kaggle.wording import escape_what_the_console_cannot_show, log_one_line_each, one_line
 
@@ -130,5 +130,11 @@ def _main(argv: list[str] | None, started: float) -> int:
               file=sys.stderr)
         return 2
     except OSError as e:  # a full disk, a read-only or missing folder, a file where a folder should be
-        print(f"error: {one_line(os_error_line(e))}", file=sys.stderr)
+        print(f"error: {one_line(resource_line(e) or os_error_line(e))}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError, ImportError) as e:  # the system's memory ran out (`ulimit -v`): said as such
+        line = resource_line(e)
+        if line is None:
+            raise
+        print(f"error: {one_line(line)}", file=sys.stderr)
         return 2

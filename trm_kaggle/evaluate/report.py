@@ -18,7 +18,7 @@ import numpy as np
 from trm_kaggle.atomic import (Found, atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text,
                                taken_problem)
 from trm_kaggle.config import whole_argument
-from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.errors import DataError, TRMError, resource_line
 from trm_kaggle.evaluate.stats import format_breakdown, format_interval
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in, place_from
@@ -344,8 +344,8 @@ def task_picture_png(result: EvalResult, task: str, attempts: int = 2) -> bytes:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-    except ImportError:
-        raise TRMError("grid pictures need matplotlib: pip install matplotlib") from None
+    except ImportError as e:  # not installed; or installed, and no memory left to load it (`ulimit -v`)
+        raise TRMError(resource_line(e) or "grid pictures need matplotlib: pip install matplotlib") from None
     ts = result.test_set
     n = ts.num_tests[task]
     cols = 2 + attempts

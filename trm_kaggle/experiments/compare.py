@@ -44,7 +44,7 @@ import pydantic
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_text, found_at
 from trm_kaggle.config import TrainConfig, validation_line
-from trm_kaggle.errors import TRMError, os_error_line
+from trm_kaggle.errors import TRMError, os_error_line, resource_line
 from trm_kaggle.experiments.recorded import finite_number
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
@@ -587,8 +587,8 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
     try:
         import matplotlib  # noqa: F401
         plots = {"curves": plot_curves(runs, metric), "bars": plot_final(runs, metric)}
-    except ImportError:
-        log.warning("plots skipped: they need matplotlib (pip install matplotlib)")
+    except ImportError as e:  # not installed; or no memory left to load it (`ulimit -v`): said as which
+        log.warning("plots skipped: %s", resource_line(e) or "they need matplotlib (pip install matplotlib)")
         plots = {}
     # everything made first, then the folder replaced as one: a full disk or a Ctrl-C midway once left the new
     # tables beside the old plots
