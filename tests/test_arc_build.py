@@ -130,18 +130,41 @@ def test_a_pool_broken_by_a_stop_adds_no_traceback(arc_prefix, tmp_path, monkeyp
     def raising(exc):
         raise exc
 
-    with pool_breaks_quietly():
+    with pool_breaks_quietly() as failed:
         for exc in (InvalidStateError("CANCELLED: <Future state=cancelled>"), ValueError("another")):
             t = threading.Thread(target=raising, args=(exc,))
             t.start()
             t.join()
-    assert said == [ValueError]  # the pool's own race alone is dropped
+    assert [type(e) for e in failed] == [ValueError]
+    assert said == []  # the pool's own race is dropped; another error is kept for the pool's user to raise
     assert threading.excepthook is not None and threading.excepthook.__name__ == "<lambda>"  # put back
     entered = []
     real = arc_build.pool_breaks_quietly
     monkeypatch.setattr(arc_build, "pool_breaks_quietly", lambda: entered.append(1) or real())
     build(arc_prefix, tmp_path / "b", workers=2)
     assert entered  # the build's pool runs inside it
+
+
+def test_a_pool_whose_own_thread_died_ends_in_its_error_not_a_hang(arc_prefix, tmp_path):
+    """Under `ulimit -v` the pool's manager thread could not start a thread: threading printed its traceback and
+    the build waited for ever on futures nothing would complete. The build ends with that error (one line from a
+    command), and no worker is left running."""
+    script = f"""
+import concurrent.futures.process as P, multiprocessing, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_arc_build import build
+def dead(self):
+    raise RuntimeError("can't start new thread")
+P._ExecutorManagerThread.run = dead
+try:
+    build({str(arc_prefix)!r}, {str(tmp_path / "b")!r}, workers=2)
+except RuntimeError as e:
+    print("raised:", e, "children:", len(multiprocessing.active_children()))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "raised: can't start new thread children: 0", done.stdout + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "b").exists()
 
 
 def test_duplicates_removed_exactly():

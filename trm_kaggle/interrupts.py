@@ -252,22 +252,25 @@ class FirstStopOnly:
 
 
 @contextlib.contextmanager
-def pool_breaks_quietly() -> Iterator[None]:
+def pool_breaks_quietly() -> Iterator[list[BaseException]]:
     """While a process pool runs: a stop signal sent to the process group (`timeout`, a scheduler) kills its
     workers too, and CPython's pool then fails, in its manager thread, the futures the stop already cancelled: an
-    InvalidStateError, which threading prints as a traceback before the stop's one line. That error alone is
-    dropped; any other a thread raises is said as before."""
+    InvalidStateError, which threading prints as a traceback before the stop's one line. That error is dropped.
+    Any other error of the pool's threads (a thread or a pipe the system refused: `ulimit -v`, `ulimit -n`) is
+    kept in the yielded list, not printed: such a pool never completes its futures, and its user raises the error
+    as its own line instead of waiting for ever (it printed a thread's traceback, then hung)."""
     from concurrent.futures import InvalidStateError
 
     previous = threading.excepthook
+    failed: list[BaseException] = []
 
     def hook(args) -> None:
         if not issubclass(args.exc_type, InvalidStateError):
-            previous(args)
+            failed.append(args.exc_value if args.exc_value is not None else args.exc_type())
 
     threading.excepthook = hook
     try:
-        yield
+        yield failed
     finally:
         threading.excepthook = previous
 

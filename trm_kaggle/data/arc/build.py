@@ -33,9 +33,10 @@ import os
 import time
 import zlib
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -318,14 +319,48 @@ def _run(fn, argss: list, jobs: list[TaskJob], workers: int, desc: str, progress
                 bar.update()
         else:
             method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            with pool_breaks_quietly(), \
-                    ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
-                                        initializer=_init_pool_worker, initargs=(os.getpid(), jobs)) as pool:
-                for r in pool.map(fn, argss, chunksize=max(1, min(16, len(argss) // (8 * workers)))):
-                    yield r
-                    bar.update()
+            with pool_breaks_quietly() as failed:
+                pool = None
+                try:
+                    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
+                                               initializer=_init_pool_worker, initargs=(os.getpid(), jobs))
+                    for r in _in_order(pool, fn, argss, max(1, min(16, len(argss) // (8 * workers))), failed):
+                        yield r
+                        bar.update()
+                except BaseException:  # a failure, a stop: the workers end now (a worker left blocked on the
+                    # pool's pipe kept the process from exiting: multiprocessing joins its children at exit)
+                    children = multiprocessing.active_children()
+                    for child in children:
+                        child.kill()
+                    for child in children:
+                        child.join(timeout=5)
+                    if pool is not None:
+                        pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+                pool.shutdown()
     finally:
         bar.close()
+
+
+def _chunk(fn, args: list) -> list:
+    return [fn(a) for a in args]
+
+
+def _in_order(pool: ProcessPoolExecutor, fn, argss: list, chunksize: int, failed: list[BaseException]) -> Iterator:
+    """`pool.map(fn, argss)`'s results in order, waiting in short slices: a pool whose own thread died (it could
+    not start a thread or open a pipe) never completes its futures, and map waited for ever. That thread's error
+    (`pool_breaks_quietly` keeps it) ends the wait, raised here."""
+    futures = [pool.submit(_chunk, fn, argss[i:i + chunksize]) for i in range(0, len(argss), chunksize)]
+    for future in futures:
+        while True:
+            if failed:
+                raise failed[0]
+            try:
+                done = future.result(timeout=0.5)
+                break
+            except FuturesTimeout:
+                continue
+        yield from done
 
 
 # ---------------------------------------------------------------------------
