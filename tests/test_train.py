@@ -668,3 +668,19 @@ def test_a_log_refused_at_an_evaluation_costs_no_trained_step(sudoku4, tmp_path)
     with pytest.raises((TRMError, OSError)):
         train(cfg_for(sudoku4, run, "max_steps=400", "log_interval=1000", "eval_interval=1"), on_eval=plant)
     assert evaluated and ckpt.newest_step(run) > evaluated[0], (evaluated, ckpt.newest_step(run))
+
+
+def test_a_resume_says_that_its_load_checkpoint_is_not_loaded(sudoku4, tmp_path, caplog):
+    """load_checkpoint gives a run its first weights; a resume trains on from its own state, and said nothing of
+    the file it was given."""
+    import logging
+
+    first = tmp_path / "first"
+    train(cfg_for(sudoku4, first, "max_steps=2"))
+    state = ckpt.list_states(first)[-1]
+    run = tmp_path / "r"
+    train(cfg_for(sudoku4, run, "max_steps=2", f"load_checkpoint={state}"))
+    with caplog.at_level(logging.WARNING):
+        train(cfg_for(sudoku4, run, "max_steps=3", f"load_checkpoint={state}"))
+    said = [r.getMessage() for r in caplog.records if "load_checkpoint" in r.getMessage()]
+    assert said == [f"load_checkpoint {state} is not loaded: the run resumes from its own state at step 2"], said

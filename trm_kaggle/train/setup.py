@@ -41,6 +41,7 @@ from trm_kaggle.train.settings import default_run_dir
 from trm_kaggle.train.stages import StagePlan
 from trm_kaggle.train.state import TrainState, build_model, restore, save_state, state_to_resume
 from trm_kaggle.train.step import StepRules, StepSetup
+from trm_kaggle.wording import one_line
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,9 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
             return _already_done(cfg, run_dir, state.step, stop_at, total_steps, steps_per_epoch, model, rt)
         if rt.is_main:
             log.info("resuming %s from step %d", run_dir, state.step)
+            if cfg.load_checkpoint:  # its weights were the first state's; a resume trains on from its own
+                log.warning("load_checkpoint %s is not loaded: the run resumes from its own state at step %d",
+                            one_line(cfg.load_checkpoint), state.step)
             drop_metrics_after(run_dir / METRICS_FILE, state.step)
     state.scaler = LossScaler(rt.dtype, rt.device)  # float16: loss scaling (after a resume settled the dtype)
     if resumed is not None:
