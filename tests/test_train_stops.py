@@ -232,10 +232,11 @@ def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1])
 def test_the_train_command_stopped_by_a_signal_resumes_where_it_stopped(sudoku4, tmp_path, signum):
     """The reproducer: `train` with eval_interval=null stopped after some steps wrote no state; the rerun started
-    at step 0."""
+    at step 0. SIGUSR1 (SLURM's `--signal=USR1@90` warning before its time limit) ended the run without a word and
+    without its state: it is a stop as SIGTERM is."""
     run = tmp_path / "run"
     proc = start_training(run, sudoku4, "max_steps=100000")
     wait_for(lambda: (run / "metrics.jsonl").is_file() and len((run / "metrics.jsonl").read_text().splitlines()) > 3,

@@ -20,9 +20,12 @@ import time
 from typing import Any, Callable, Iterator
 
 
-#: The signals that stop a command as Ctrl-C does: a scheduler's or `kill`'s SIGTERM, and the SIGHUP of a closed
-#: terminal or SSH session (left alone where it is ignored: `nohup`).
-TERMINATING = (signal.SIGTERM,) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+#: The signals that stop a command as Ctrl-C does: a scheduler's or `kill`'s SIGTERM, the SIGHUP of a closed
+#: terminal or SSH session (left alone where it is ignored: `nohup`), and the warnings schedulers send before they
+#: kill: SIGUSR1 and SIGUSR2 (SLURM's `--signal=USR1@90`), SIGXCPU (a CPU-time limit's soft end, `ulimit -t`).
+#: Python's default ended the process on each without a word, a training without its state.
+TERMINATING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGXCPU")
+                    if hasattr(signal, name))
 
 
 class Terminated(KeyboardInterrupt):

@@ -42,8 +42,9 @@ import torch
 from trm_kaggle import interrupts, xla
 from trm_kaggle.train.runtime import Runtime, all_reduce_
 
-# SIGHUP (a closed terminal or SSH session) stops a run as SIGTERM does, unless it is ignored (nohup).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+# SIGHUP (a closed terminal or SSH session) stops a run as SIGTERM does, unless it is ignored (nohup); so do the
+# schedulers' warnings before a kill (SIGUSR1, SIGUSR2, SIGXCPU: `interrupts.TERMINATING`): the state is saved.
+STOP_SIGNALS = (signal.SIGINT, *interrupts.TERMINATING)
 
 
 class TrainingInterrupted(KeyboardInterrupt):
