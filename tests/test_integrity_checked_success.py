@@ -425,3 +425,18 @@ def test_the_shipped_kernel_and_magics_pass_the_notebook_check(tmp_path):
         nb, 1, "!pip install x\n%time y = 1\nfrom trm_kaggle.solve import solve as run\nreport = run(None)\n"
     )).read_text())
     assert kernel_notebook_problem(nb) is None  # shell and magic lines, an alias
+
+
+@pytest.mark.parametrize("redirect", ["2>&-", "2>/dev/full", "2>&1 >/dev/null | true"])
+def test_a_command_whose_stderr_is_gone_still_does_its_work(tmp_path, redirect):
+    """stderr closed, on a full device or read by nobody: the first progress bar or warning failed the command with
+    an OSError the error line (on the same stream) could not say: status 1, nothing built, no word. stderr
+    carries no results: the command does its work and says its result on stdout."""
+    if "full" in redirect and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    out = tmp_path / "d"
+    shell = (f"{sys.executable} -m trm_kaggle build-sudoku --output-dir {out} --size 4 --num-train 20 --num-test 5 "
+             f"{redirect}; echo \"status $?\" > {tmp_path / 'status'}")
+    r = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (tmp_path / "status").read_text().strip() == "status 0", r.stdout + r.stderr
+    assert (out / "dataset.json").is_file() or (out / "train").is_dir()

@@ -104,3 +104,52 @@ def parse_checked(parse: Callable[[Sequence[str] | None], Parsed], argv: Sequenc
         raise SystemExit(2) from None
     finally:
         sys.stdout = stream
+
+
+class _Tolerant:
+    """sys.stderr as it was, whose failed writes and flushes are dropped (the stream is discarded): stderr carries
+    progress, warnings and the error line, never the results."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            _discard(self._stream)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            _discard(self._stream)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def tolerant_stderr() -> None:
+    """A command runs whatever becomes of its standard error: closed (`2>&-`), a full device (`2>/dev/full`), a
+    reader that went away. Each failed the command's first progress bar or warning with an OSError that the
+    error line, on the same stream, could not say: status 1 and no word, a `submit` whose valid submission was
+    written thus said invalid. A closed stderr is pointed at /dev/null (the descriptor too: a child would take
+    descriptor 2 for the first file it opens), and a write that fails later is dropped."""
+    if sys.stderr is None or not _open_descriptor(2):
+        with contextlib.suppress(OSError):
+            fd = os.open(os.devnull, os.O_WRONLY)
+            if fd != 2:
+                os.dup2(fd, 2)
+                os.close(fd)
+        sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")
+    if not isinstance(sys.stderr, _Tolerant):
+        sys.stderr = _Tolerant(sys.stderr)
+
+
+def _open_descriptor(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False

@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # submit's --time-budget counts from here: its imports and checks are spent too
+    from trm_kaggle.stdout import tolerant_stderr
+
+    stderr = sys.stderr
+    tolerant_stderr()  # progress, warnings and errors only: a closed or full stderr fails no command
     try:
         from trm_kaggle.hardware import quiet_openmp_waits
 
@@ -68,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         from trm_kaggle.interrupts import interrupted  # says where it saved
 
         return interrupted(e)
+    finally:
+        if stderr is not None:  # a caller's own stream again (the library's callers, tests); the process's at exit
+            sys.stderr = stderr
 
 
 def _main(argv: list[str] | None, started: float) -> int:
