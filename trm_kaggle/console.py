@@ -18,6 +18,9 @@ def run(command: str = "trm-kaggle") -> int:
     from before their first import."""
     take_sigterm()
     try:
+        from trm_kaggle.stdout import tolerant_stderr
+
+        tolerant_stderr()  # a closed or full stderr fails no command (`trm_kaggle.stdout`)
         if command == "build_bundle.py":
             from trm_kaggle.kaggle import main
         else:
