@@ -472,3 +472,25 @@ def test_a_dataset_holding_a_read_only_folder_is_refused_before_it_is_replaced(t
     assert done.returncode == 2 and f"{out / 'train'} (inside {out}) is read-only" in done.stderr, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"] and sorted(p.name for p in (out / "train").iterdir()) \
         == before
+
+
+def test_an_empty_array_or_one_smaller_than_its_header_says_is_damage(data, tmp_path, capsys):
+    """An empty .npy was numpy's EOFError (a traceback from verify, train, evaluate and the bundle); one whose header
+    declares 10**12 entries was "out of memory", blamed on the batch settings. Both name the file."""
+    import numpy as np
+
+    ds = copy_data(data, tmp_path / "ds")
+    arr = ds / "train" / "all__puzzle_indices.npy"
+    saved = np.load(arr)
+    arr.write_bytes(b"")
+    line = one_error_line(capsys, main(["verify", str(ds)]))
+    assert "all__puzzle_indices.npy: an empty file, not a .npy array" in line, line
+    header = np.lib.format.header_data_from_array_1_0(saved)
+    header["shape"] = (10**12,)
+    with open(arr, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        f.write(saved.tobytes())
+    with pytest.raises(DamagedFile, match=r"all__puzzle_indices.npy: its header declares shape \(1000000000000,\)"):
+        load_split(ds, "train")
+    line = one_error_line(capsys, main(["verify", str(ds)]))
+    assert "but the file holds" in line and "memory" not in line, line

@@ -363,15 +363,43 @@ def load_array(path: Path, mmap: bool = False) -> np.ndarray:
     if not os.path.lexists(path):
         raise UnreadableFile(f"{path}: missing")
     readable_file(path, ".npy array")
+    _check_declared_size(path)
     try:
         array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError) as e:  # EOFError: an empty file
         raise read_failure(e, path, ".npy array") or DamagedFile(f"{path}: unreadable or truncated .npy file: "
                                                                  f"{e}") from None
     if not isinstance(array, np.ndarray):  # a .npz archive under the name: np.load opens it as one
         array.close()
         raise DamagedFile(f"{path}: a .npz archive, not a .npy array")
     return array
+
+
+def _check_declared_size(path: Path) -> None:
+    """DamagedFile when a .npy file is empty, has no readable header, or holds fewer bytes than its header
+    declares: np.load then allocated the declared shape first (10**12 entries were "out of memory", blamed on the
+    batch settings) or ended in EOFError, a traceback."""
+    with open_regular(path, ".npy array") as f:
+        head = f.read(len(np.lib.format.MAGIC_PREFIX))
+        if not head:
+            raise DamagedFile(f"{path}: an empty file, not a .npy array; rebuild the dataset")
+        if head != np.lib.format.MAGIC_PREFIX:  # no .npy header (a .npz archive, a pickle): np.load says what it is
+            return
+        f.seek(0)
+        try:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _fortran, dtype = read(f)
+        except (ValueError, EOFError, OSError) as e:
+            raise DamagedFile(f"{path}: unreadable or truncated .npy file: {e}") from None
+        offset, size = f.tell(), os.fstat(f.fileno()).st_size
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:  # np.load refuses it (allow_pickle=False), never unpickling it
+        return
+    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if size - offset < declared:
+        raise DamagedFile(f"{path}: its header declares shape {tuple(shape)} of {dtype} ({declared:,} bytes of data) "
+                          f"but the file holds {size - offset:,}: truncated or edited; rebuild the dataset")
 
 
 _TOKEN_CHUNK_ROWS = 1 << 16
