@@ -70,6 +70,9 @@ def _edit_json(path, **changes):
     (lambda d: _edit_json(d / "train/dataset.json", total_puzzles=json.loads((d / "train/dataset.json").read_text())
                           ["total_puzzles"] + 1), r"expected \d+ \(dataset.json's total_puzzles \d+, plus one\)"),
     (lambda d: _resave(d / "train/all__puzzle_identifiers.npy", lambda a: a + 1000), "outside the table"),
+    # the side that is out: a -1 was said as the largest identifier, a valid one
+    (lambda d: _resave(d / "train/all__puzzle_identifiers.npy",
+                       lambda a: np.r_[a[:2], -1, a[3:]].astype(np.int32)), r"puzzle identifier -1 outside the table"),
     (lambda d: _edit_json(d / "train/dataset.json", num_puzzle_identifiers=3), "identifiers.json lists"),
     (lambda d: _edit_json(d / "train/dataset.json", mean_puzzle_examples=9.5), "mean_puzzle_examples"),
     (lambda d: _edit_json(d / "test_puzzles.json", e0=None), "e0"),
@@ -87,4 +90,15 @@ def test_test_puzzle_count_mismatch(ds):
     tp["e1"]["test"].pop()
     (ds / "test_puzzles.json").write_text(json.dumps(tp))
     with pytest.raises(DataError, match="task e1 has 1 test input but the test split holds 2"):
+        verify_dataset(ds)
+
+
+def test_a_test_task_id_evaluate_would_refuse_is_refused_here(ds):
+    """A task id holding control characters or a '/' (or past 128 characters) passed verify, trained, and was
+    refused by evaluate only after the training: the ids become the report's file names."""
+    bad = "\x1b[31mx/y\n"
+    tp = json.loads((ds / "test_puzzles.json").read_text())
+    tp[bad] = tp.pop("e0")
+    (ds / "test_puzzles.json").write_text(json.dumps(tp))
+    with pytest.raises(DataError, match=r"test_puzzles.json: task id .* holds"):
         verify_dataset(ds)

@@ -19,7 +19,7 @@ from trm_kaggle.data.format import (FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, 
                                     load_split)
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import directory_problem, read_json
-from trm_kaggle.names import file_in, name_problem
+from trm_kaggle.names import file_in, name_problem, task_id_problem
 from trm_kaggle.wording import count, one_line
 
 
@@ -77,7 +77,9 @@ def verify_split(dataset_dir: Path, split: str, num_identifiers: int) -> SplitSu
     if pid.ndim != 1 or len(pid) != m.total_puzzles:
         raise DataError(f"{d}: {SET_NAME}__puzzle_identifiers has shape {pid.shape}, expected ({m.total_puzzles},)")
     if len(pid) and (pid.min() < 0 or pid.max() >= num_identifiers):
-        raise DataError(f"{d}: puzzle identifier {int(pid.max())} outside the table of {num_identifiers}")
+        bad = int(pid.min()) if pid.min() < 0 else int(pid.max())  # the side that is out (a -1 was said as the max)
+        raise DataError(f"{d}: puzzle identifier {bad} outside the table of {num_identifiers} (0.."
+                        f"{num_identifiers - 1})")
     check_token_range(d, s)
     mean = n / max(1, m.total_puzzles)
     if abs(mean - m.mean_puzzle_examples) > 1e-6 * max(1.0, mean):
@@ -121,6 +123,9 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
 
 def _check_test_puzzles(dataset_dir: Path, test_puzzles: dict, ids: list[str]) -> None:
     """Every un-augmented test puzzle is a recorded test task with as many examples as test inputs."""
+    for task_id in test_puzzles:  # evaluate's rule, before hours of training: ids become the report's file names
+        if problem := task_id_problem(task_id):
+            raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task id {problem}")
     s = load_split(dataset_dir, "test")
     name_of = np.asarray(ids, dtype=object)
     counts = np.diff(s.puzzle_indices)
