@@ -102,3 +102,14 @@ def test_a_test_task_id_evaluate_would_refuse_is_refused_here(ds):
     (ds / "test_puzzles.json").write_text(json.dumps(tp))
     with pytest.raises(DataError, match=r"test_puzzles.json: task id .* holds"):
         verify_dataset(ds)
+
+
+@pytest.mark.parametrize("grid, said", [([[9]], "test input 0 differs from the test split's example"),
+                                        ([[99]], "test input 0 is no grid of colours 0-9")])
+def test_a_test_input_test_puzzles_json_and_the_split_disagree_on_is_refused(ds, grid, said):
+    """verify checked counts only: an edited test input passed, trained, and evaluate refused it after training."""
+    tp = json.loads((ds / "test_puzzles.json").read_text())
+    tp["e1"]["test"][0]["input"] = grid
+    (ds / "test_puzzles.json").write_text(json.dumps(tp))
+    with pytest.raises(DataError, match=f"task e1: {said}"):
+        verify_dataset(ds)

@@ -142,7 +142,7 @@ def tolerant_stderr() -> None:
             if fd != 2:
                 os.dup2(fd, 2)
                 os.close(fd)
-        sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False, errors="backslashreplace")
     if not isinstance(sys.stderr, _Tolerant):
         sys.stderr = _Tolerant(sys.stderr)
 

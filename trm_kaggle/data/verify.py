@@ -142,9 +142,34 @@ def _check_test_puzzles(dataset_dir: Path, test_puzzles: dict, ids: list[str]) -
         if n_test != counts[p]:
             raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {name} has {count(n_test, 'test input')} "
                             f"but the test split holds {counts[p]} examples for it")
+        _check_test_inputs(dataset_dir, name, task["test"], s.inputs[s.puzzle_indices[p]:s.puzzle_indices[p + 1]])
     missing = set(test_puzzles) - seen
     if missing:
         raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {sorted(missing)[0]} has no puzzle in the test split")
+
+
+def _check_test_inputs(dataset_dir: Path, name: str, tests: list, rows: np.ndarray) -> None:
+    """The un-augmented test puzzle's examples are its task's test inputs as test_puzzles.json records them: a
+    test input edited in either passed, trained, and was refused by evaluate only after the training."""
+    from trm_kaggle.data.arc.build import encode_puzzles  # ARC datasets alone record test_puzzles.json
+
+    side = int(round(rows.shape[1] ** 0.5)) if rows.ndim == 2 else 0
+    where = f"{dataset_dir / 'test_puzzles.json'}: task {one_line(name)}"
+    for i, test in enumerate(tests):
+        grid = test.get("input") if isinstance(test, dict) else None
+        try:
+            a = np.asarray(grid)
+            if a.ndim != 2 or a.dtype.kind not in "iu" or a.size == 0 or a.min() < 0 or a.max() > 9 \
+                    or max(a.shape) > side:
+                raise ValueError
+            want, _ = encode_puzzles([(a, a)], np.zeros(1, np.int64), np.arange(10)[None], translate=False,
+                                     rng=np.random.default_rng(0), side=side)
+        except (ValueError, TypeError, IndexError):
+            raise DataError(f"{where}: test input {i} is no grid of colours 0-9 within the {side}x{side} canvas") \
+                from None
+        if rows.shape[1:] != want.shape[1:] or not np.array_equal(rows[i], want[0]):
+            raise DataError(f"{where}: test input {i} differs from the test split's example for it: the dataset "
+                            "and test_puzzles.json disagree (rebuild the dataset)")
 
 
 def format_summary(summary: dict) -> str:
