@@ -74,7 +74,7 @@ def test_builds_checks_and_describes_the_wheel(tmp_path):
 
 def test_without_nvcc_it_stops_clearly(tmp_path):
     res = run_script(tmp_path, with_nvcc=False)
-    assert res.returncode == 1 and "error: no nvcc" in res.stderr and "GPU accelerator" in res.stderr
+    assert res.returncode == 2 and "error: no nvcc" in res.stderr and "GPU accelerator" in res.stderr
     assert not (tmp_path / "calls.jsonl").exists() and not (tmp_path / "working" / "manifest.json").exists()
 
 
@@ -91,5 +91,13 @@ def test_the_script_uses_the_standard_library_only():
                                        ("/nonexistent/pip", "could not start '/nonexistent/pip'")])
 def test_a_pip_command_that_cannot_run_is_one_line(tmp_path, pip, words):
     res = run_script(tmp_path, pip=pip)
-    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("error: ") and words in res.stderr, res.stderr
+
+
+def test_a_command_line_or_output_holding_control_characters_reaches_no_terminal_raw(tmp_path):
+    """TRM_KAGGLE_PIP (or KAGGLE_WORKING) holding an escape sequence was echoed raw in the `$ ...` line before the
+    command ran: it cleared the screen. The echo, pip's output and the error line are escaped."""
+    res = run_script(tmp_path, pip="/nonexistent/pip\x1b[2J")
+    assert "\x1b" not in res.stdout + res.stderr and "\\x1b[2J" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 2

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 PACKAGE = "adam-atan2==0.0.3"  # the version upstream's requirements resolve to (see docs/fidelity.md)
 EXTENSION = "adam_atan2_backend"  # the compiled module the package provides
@@ -33,15 +34,29 @@ EXTENSION = "adam_atan2_backend"  # the compiled module the package provides
 ARCH_LIST = "6.0;7.0;7.5;8.0;8.6;8.9;9.0+PTX"
 
 
+def shown(text: str, lines: bool = False) -> str:
+    """`text` with its control characters escaped (newlines kept with `lines`): a command line holding
+    TRM_KAGGLE_PIP or KAGGLE_WORKING, or pip's output, reached the terminal raw (an escape sequence cleared it).
+    This kernel runs alone on Kaggle, without the package: its own copy of the package's rule."""
+    return "".join(c if c.isprintable() or (lines and c == "\n") else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+def fail(message: str) -> NoReturn:
+    """One escaped `error:` line and status 2, as the package's commands end."""
+    print(f"error: {shown(message)}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
 def run(cmd: list[str], what: str) -> str:
-    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    print(shown("$ " + " ".join(shlex.quote(c) for c in cmd)), flush=True)
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace")
     except OSError as e:  # a program that is not there (TRM_KAGGLE_PIP naming none)
-        sys.exit(f"error: {what} could not start {cmd[0]!r}: {e.strerror or e}")
-    print(res.stdout[-4000:], res.stderr[-4000:], sep="\n", flush=True)
+        fail(f"{what} could not start {cmd[0]!r}: {e.strerror or e}")
+    print(shown(res.stdout[-4000:], lines=True), shown(res.stderr[-4000:], lines=True), sep="\n", flush=True)
     if res.returncode != 0:
-        sys.exit(f"error: {what} failed with status {res.returncode} (output above)")
+        fail(f"{what} failed with status {res.returncode} (output above)")
     return res.stdout
 
 
@@ -59,18 +74,18 @@ def main() -> None:
     try:
         pip = shlex.split(os.environ.get("TRM_KAGGLE_PIP", f"{shlex.quote(sys.executable)} -m pip"))
     except ValueError as e:  # an unbalanced quote
-        sys.exit(f"error: TRM_KAGGLE_PIP cannot be read as a command line: {e}")
+        fail(f"TRM_KAGGLE_PIP cannot be read as a command line: {e}")
     if not pip:
-        sys.exit("error: TRM_KAGGLE_PIP is empty: unset it (the image's pip is used) or name a pip command")
+        fail("TRM_KAGGLE_PIP is empty: unset it (the image's pip is used) or name a pip command")
     cuda_home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     nvcc = shutil.which("nvcc") or (str(cuda_home / "bin" / "nvcc") if (cuda_home / "bin" / "nvcc").is_file() else None)
     if nvcc is None:
-        sys.exit("error: no nvcc (on PATH or in $CUDA_HOME/bin): run this kernel with a GPU accelerator "
+        fail("no nvcc (on PATH or in $CUDA_HOME/bin): run this kernel with a GPU accelerator "
                  "(Kaggle's GPU images ship the CUDA toolkit)")
     facts = versions()
     print(json.dumps(facts), flush=True)
     if facts["torch"] is None:
-        sys.exit("error: torch does not import here: run this kernel on Kaggle's GPU image")
+        fail("torch does not import here: run this kernel on Kaggle's GPU image")
     os.environ["PATH"] = f"{Path(nvcc).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", ARCH_LIST)
     facts.update(nvcc=run([nvcc, "--version"], "nvcc --version").strip().splitlines()[-1],
@@ -82,7 +97,7 @@ def main() -> None:
         f"building {PACKAGE}")
     built = sorted(wheels.glob("adam_atan2-*.whl"))
     if len(built) != 1:
-        sys.exit(f"error: expected one adam_atan2 wheel in {wheels}, found {[p.name for p in built]}")
+        fail(f"expected one adam_atan2 wheel in {wheels}, found {[p.name for p in built]}")
     wheel = built[0]
 
     check = out / "import-check"  # a private target: the image's site-packages stay as they were
