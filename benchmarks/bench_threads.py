@@ -84,7 +84,11 @@ def main() -> None:
     from benchmarks.entry import check_options
 
     check_options(counts={"--steps": args.steps, "--rounds": args.rounds})
-    check_options(counts={"--load": args.load}, least=0)
+    most = 4 * (os.cpu_count() or 1)  # busy processes: a billion of them was a fork bomb
+    if args.load is not None and not (isinstance(args.load, int) and 0 <= args.load <= most):
+        from trm_kaggle.errors import TRMError
+
+        raise TRMError(f"--load {args.load}: from 0 to {most} busy processes (4 per core)")
     from trm_kaggle.config import SudokuBuildConfig
     from trm_kaggle.data import build_sudoku
     from trm_kaggle.hardware import usable_cores

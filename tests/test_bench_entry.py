@@ -252,6 +252,7 @@ def test_options_out_of_bounds_are_one_line_before_any_work(tmp_path):
             ("bench_continuous_batching.py", ["--rounds", "0", "--batch-size", "0"], "--batch-size 0, --rounds 0"),
             ("bench_continuous_batching.py", ["--threads", "99999"], "--threads 99999"),
             ("bench_threads.py", ["--rounds", "-1"], "--rounds -1"),
+            ("bench_threads.py", ["--load", "1000000000"], "--load 1000000000: from 0 to"),
             ("bench_evaluate.py", ["--quick", "--halt-fraction", "nan"], "--halt-fraction nan: a share of rows"),
             ("bench_solve_plan.py", ["--work-dir", "none", "--challenges", "none", "--budgets", "420", "nan"],
              "--budgets nan")]
