@@ -359,22 +359,31 @@ def running(pid: int) -> bool:
         return False
 
 
+def long_launch(run: Path, data: Path, procs: int = 2) -> list[str]:
+    """`trm-kaggle torchrun` of a one-node run that trains until it is stopped."""
+    cmd = node_command(OURS, free_port(), run, data, nodes=1, procs=procs)
+    cmd[cmd.index("max_steps=12")] = "max_steps=100000"
+    return cmd
+
+
+def training_workers(proc: subprocess.Popen, run: Path, log: Path) -> list[int]:
+    """The launcher's workers (their pids), once the run has logged a step."""
+    deadline = time.monotonic() + LIMIT
+    while not (run / "metrics.jsonl").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.05)
+    return [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()]
+
+
 @pytest.mark.slow
 def test_workers_whose_launcher_was_killed_save_and_stop(data, tmp_path):
     """torchrun starts each worker in a session of its own: a SIGKILL of the launcher's process group left both
     ranks training, writing the run folder, with nobody to stop them. They watch their launcher: once it is gone,
     they save and stop as on a SIGTERM."""
     run, log = tmp_path / "run", tmp_path / "node.log"
-    cmd = node_command(OURS, free_port(), run, data, nodes=1, procs=2)
-    cmd[cmd.index("max_steps=12")] = "max_steps=100000"
-    proc, workers = start(cmd, log), []
+    proc, workers = start(long_launch(run, data), log), []
     try:
-        deadline = time.monotonic() + LIMIT
-        while not (run / "metrics.jsonl").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.05)
-        workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                                  text=True).stdout.split()]
+        workers = training_workers(proc, run, log)
         assert len(workers) == 2, workers
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher's group: the workers are in sessions of their own
         proc.wait()
@@ -396,17 +405,9 @@ def test_a_rank_stopped_by_a_signal_is_said_as_a_stop(data, tmp_path):
     """A SIGTERM to one worker stops the group at one step, saved; the launcher called it "training failed on rank
     1 (exit status 143)" with status 1. It is a stop: said as one, with the signal's status."""
     run, log = tmp_path / "run", tmp_path / "node.log"
-    cmd = node_command(OURS, free_port(), run, data, nodes=1, procs=2)
-    cmd[cmd.index("max_steps=12")] = "max_steps=100000"
-    proc = start(cmd, log)
+    proc = start(long_launch(run, data), log)
     try:
-        deadline = time.monotonic() + LIMIT
-        while not (run / "metrics.jsonl").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.05)
-        workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                                  text=True).stdout.split()]
-        os.kill(max(workers), signal.SIGTERM)
+        os.kill(max(training_workers(proc, run, log)), signal.SIGTERM)
     finally:
         code = finish([proc])[0]
     errors = [ln for ln in log.read_text().splitlines() if ln.startswith("error:")]
