@@ -75,7 +75,10 @@ def _note_stop(signum, frame):
     STOPPED.append(signum)
 
 
-for _signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+# the package's stop signals (`interrupts.TERMINATING`, not importable before the install): SIGTERM, a closed
+# terminal's SIGHUP and the schedulers' warnings before a kill (SIGUSR1, SIGUSR2, SIGXCPU)
+for _name in ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGXCPU"):
+    _signum = getattr(signal, _name, None)
     if _signum is not None and signal.getsignal(_signum) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
         signal.signal(_signum, _note_stop)
 

@@ -1330,3 +1330,25 @@ def test_values_are_set_as_they_are_never_read_as_override_text(tmp_path):
     folder, run = str(tmp_path / "kk,ll ]"), str(tmp_path / "run,1 ")
     cfg = load_train_config(values={"data_paths": [folder], "checkpoint_path": run}, overrides=["max_steps=3"])
     assert cfg.data_paths == [folder] and cfg.checkpoint_path == run and cfg.max_steps == 3
+
+
+def test_the_notebooks_first_cell_notes_every_stop_signal_of_the_package():
+    """The first cell noted SIGTERM and SIGHUP only: a scheduler's SIGUSR1, SIGUSR2 or SIGXCPU before the session's
+    own handler (during the install, torch's import) killed the Jupyter kernel, and the previous state was not
+    carried. It notes the package's stop signals (`interrupts.TERMINATING`), each of them."""
+    import ast
+    import signal
+
+    from trm_kaggle.interrupts import TERMINATING
+
+    source = (Path(__file__).resolve().parents[1] / "notebooks" / "kaggle_train.py").read_text(encoding="utf-8")
+    nodes = [n for n in ast.parse(source).body if isinstance(n, ast.For) and "_note_stop" in ast.unparse(n)]
+    before = {s: signal.getsignal(s) for s in TERMINATING}
+    scope = {"signal": signal, "_note_stop": lambda signum, frame: None}
+    try:
+        exec(compile(ast.Module(nodes, []), "kaggle_train.py", "exec"), scope)
+        noted = {s for s in TERMINATING if signal.getsignal(s) is scope["_note_stop"]}
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    assert noted == {s for s in TERMINATING if before[s] is not signal.SIG_IGN}, noted
