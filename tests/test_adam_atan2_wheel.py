@@ -4,6 +4,7 @@ for real; it has not run on Kaggle from these tests): its steps, its output and 
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -60,7 +61,7 @@ def test_builds_checks_and_describes_the_wheel(tmp_path):
     assert calls[1][0] == "install" and "--target" in calls[1]  # a private directory for the import check
     working = tmp_path / "working"
     wheel = working / "wheels" / "adam_atan2-0.0.3-cp311-cp311-linux_x86_64.whl"
-    assert zipfile.is_zipfile(wheel) and not (working / "import-check").exists()
+    assert zipfile.is_zipfile(wheel) and not list(working.glob("import-check*"))
     assert "adam_atan2_backend loads beside torch" in res.stdout
     manifest = json.loads((working / "manifest.json").read_text())
     assert manifest["wheel"] == wheel.name and manifest["size"] == wheel.stat().st_size
@@ -101,3 +102,26 @@ def test_a_command_line_or_output_holding_control_characters_reaches_no_terminal
     res = run_script(tmp_path, pip="/nonexistent/pip\x1b[2J")
     assert "\x1b" not in res.stdout + res.stderr and "\\x1b[2J" in res.stdout, res.stdout + res.stderr
     assert res.returncode == 2
+
+
+def test_the_output_folder_takes_nothing_of_the_users_and_writes_through_no_link(tmp_path):
+    """The kernel removed a user's `import-check` folder in KAGGLE_WORKING, installed through one planted as a link
+    (outside the folder), wrote manifest.json through a link, and a KAGGLE_WORKING that is a file was a
+    traceback. It installs into a folder it makes new and removes alone, replaces the manifest whole, and refuses
+    what it cannot use in one line."""
+    working = tmp_path / "working"
+    (working / "import-check").mkdir(parents=True)
+    (working / "import-check" / "mine.txt").write_text("precious")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("kept")
+    (working / "manifest.json").symlink_to(outside)
+    res = run_script(tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (working / "import-check" / "mine.txt").read_text() == "precious" and outside.read_text() == "kept"
+    assert not (working / "manifest.json").is_symlink() and json.loads((working / "manifest.json").read_text())
+    assert sorted(p.name for p in working.iterdir()) == ["import-check", "manifest.json", "wheels"]
+    shutil.rmtree(working)
+    working.write_text("a file")
+    res = run_script(tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith(f"error: KAGGLE_WORKING {working}: cannot hold"), res.stderr

@@ -17,6 +17,7 @@ repository's tests run it with a stand-in pip and nvcc).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import NoReturn
 
@@ -46,6 +48,20 @@ def fail(message: str) -> NoReturn:
     """One escaped `error:` line and status 2, as the package's commands end."""
     print(f"error: {shown(message)}", file=sys.stderr, flush=True)
     sys.exit(2)
+
+
+def write_new(path: Path, text: str) -> None:
+    """`text` into `path` whole: written to a file made new beside it, then moved in its place (a link there is
+    replaced, never written through; a stop leaves the old file or none)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def run(cmd: list[str], what: str) -> str:
@@ -92,7 +108,12 @@ def main() -> None:
                  arch_list=os.environ["TORCH_CUDA_ARCH_LIST"])
 
     wheels = out / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
+    try:
+        if wheels.is_symlink():  # pip would write where it points, outside the output folder
+            fail(f"{wheels} is a symbolic link: the kernel writes its wheel inside {out}, never through a link")
+        wheels.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # KAGGLE_WORKING a file, a place that cannot be made
+        fail(f"KAGGLE_WORKING {out}: cannot hold the wheels folder ({e.strerror or e})")
     run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), PACKAGE],
         f"building {PACKAGE}")
     built = sorted(wheels.glob("adam_atan2-*.whl"))
@@ -100,16 +121,19 @@ def main() -> None:
         fail(f"expected one adam_atan2 wheel in {wheels}, found {[p.name for p in built]}")
     wheel = built[0]
 
-    check = out / "import-check"  # a private target: the image's site-packages stay as they were
-    shutil.rmtree(check, ignore_errors=True)
-    run([*pip, "install", "--no-deps", "--no-index", "--target", str(check), str(wheel)], "installing the wheel")
-    run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(check)!r}); import torch, {EXTENSION}; "
-                               f"print('{EXTENSION} loads beside torch', torch.__version__)"], "importing the wheel")
-    shutil.rmtree(check)
+    # a private target of its own, made new (never a folder of the user's, never a link): the image's
+    # site-packages stay as they were, and only what the kernel made is removed
+    check = Path(tempfile.mkdtemp(prefix="import-check-", dir=out))
+    try:
+        run([*pip, "install", "--no-deps", "--no-index", "--target", str(check), str(wheel)], "installing the wheel")
+        run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(check)!r}); import torch, {EXTENSION}; "
+                                   f"print('{EXTENSION} loads beside torch', torch.__version__)"], "importing the wheel")
+    finally:
+        shutil.rmtree(check, ignore_errors=True)
 
     manifest = {"package": PACKAGE, "wheel": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
                 "size": wheel.stat().st_size, "built_on": facts}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    write_new(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     print(f"built {wheel} for Python {facts['python']}, torch {facts['torch']}, CUDA {facts['cuda']}: download "
           f"this kernel's output and pass the wheel to build_bundle.py --extra-wheel", flush=True)
 
