@@ -34,30 +34,48 @@ def main() -> int:
     from trm_kaggle.errors import TRMError
 
     # before the plan's reads: a budget nan was refused after them, as `time_budget`, a setting nobody typed
-    check_options(positive={"--budgets": next((b for b in args.budgets if not (math.isfinite(b) and b > 0)), None)})
-    if not (math.isfinite(args.safety_margin) and args.safety_margin >= 0):
-        raise TRMError(f"--safety-margin {args.safety_margin}: seconds from 0, as submit's")
     from trm_kaggle.config import SolveConfig
+
+    def most(field: str) -> float:  # submit's own bound: one owner
+        return next(m.le for m in SolveConfig.model_fields[field].metadata if hasattr(m, "le"))
+
+    check_options(positive={"--budgets": next((b for b in args.budgets if not (math.isfinite(b) and b > 0)), None)})
+    if (high := next((b for b in args.budgets if b > most("time_budget")), None)) is not None:
+        raise TRMError(f"--budgets {high}: at most {most('time_budget'):,} seconds, as submit's --time-budget")
+    if not (math.isfinite(args.safety_margin) and 0 <= args.safety_margin <= most("safety_margin")):
+        raise TRMError(f"--safety-margin {args.safety_margin}: seconds from 0 to {most('safety_margin'):,}, as "
+                       "submit's")
     from trm_kaggle.jsonio import read_json
     from trm_kaggle.solve import Rates, make_plan
-    from trm_kaggle.wording import one_line
+    from trm_kaggle.wording import one_line, shown
 
+    plan_file = Path(args.work_dir) / "workers" / "w0.plan.json"
     try:
-        saved = read_json(Path(args.work_dir) / "workers" / "w0.plan.json", "a worker's plan")
-        tasks = read_json(args.challenges, "challenges")
+        saved = read_json(plan_file, "a worker's plan")
         measured = saved["rates"]
         known = {f.name for f in dataclasses.fields(Rates)}
         rates = Rates(**{k: tuple(v) if isinstance(v, list) else v for k, v in measured.items() if k in known})
+        if not isinstance(rates.device, str):
+            raise ValueError(f"device {rates.device!r} is no device name")
+    except TRMError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2  # bad input: the status of the package's commands
+    except (TypeError, AttributeError, KeyError, ValueError) as e:  # ValueError: a rate Rates refuses
+        print(f"error: {one_line(plan_file)}: not a worker's plan with its measured rates ({one_line(e)})",
+              file=sys.stderr)
+        return 2
+    try:
+        tasks = read_json(args.challenges, "challenges")
         units = [(len(t["test"]), len(t["train"])) for t in tasks.values()]
-    except (TypeError, AttributeError) as e:  # a submission or any other JSON where the challenges were named
+    except TRMError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except (TypeError, AttributeError, KeyError) as e:  # a submission or any other JSON named as the challenges
         print(f"error: {one_line(args.challenges)}: not a challenges file of tasks with train and test pairs "
               f"({one_line(e)})", file=sys.stderr)
         return 2
-    except (TRMError, KeyError, ValueError) as e:  # ValueError: a rate Rates refuses
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2  # bad input: the status of the package's commands
     spent = float(measured.get("timing_s", 0.0)) + float(measured.get("sizing_s", 0.0))
-    print(f"{len(units)} tasks, {sum(t for t, _ in units)} test inputs; measured on {rates.device}: a step "
+    print(f"{len(units)} tasks, {sum(t for t, _ in units)} test inputs; measured on {shown(rates.device)}: a step "
           f"{rates.step_s:.2f} s, a row's prediction step {rates.row_step_s:.3f} s (timing took {spent:.0f} s)")
     for budget in args.budgets:
         cfg = SolveConfig(challenges="-", weights="-", num_aug="auto", finetune_steps="auto", time_budget=budget,

@@ -30,3 +30,28 @@ def test_longer_budgets_plan_more_work_from_the_same_rates(tmp_path):
     bad = subprocess.run([sys.executable, str(SCRIPT), "--work-dir", str(tmp_path / "none"), "--challenges",
                           str(tmp_path / "c.json")], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and bad.stderr.strip().startswith("error:") and "w0.plan.json" in bad.stderr
+
+
+def test_a_plan_that_is_wrong_is_named_and_its_device_is_escaped(tmp_path):
+    """A malformed plan was blamed on the good challenges file (or `error: 'rates'`); a device name holding an
+    escape sequence reached the terminal raw; a budget past submit's bound passed the check before any work."""
+    (tmp_path / "wd" / "workers").mkdir(parents=True)
+    plan = tmp_path / "wd" / "workers" / "w0.plan.json"
+    task = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]}
+    (tmp_path / "c.json").write_text(json.dumps({"t0": task}))
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(SCRIPT), "--work-dir", str(tmp_path / "wd"), "--challenges",
+                               str(tmp_path / "c.json"), *extra], capture_output=True, text=True, timeout=120)
+
+    for saved in ({"no rates": 1}, {"rates": {"device": "cpu"}}, {"rates": [1]}):
+        plan.write_text(json.dumps(saved))
+        done = run()
+        assert done.returncode == 2 and f"error: {plan}: not a worker's plan" in done.stderr, done.stderr
+    rates = {"device": "cpu\x1b[2J\n", "step_s": 0.5, "embeddings_step_s": 0.2, "row_step_s": 0.01,
+             "halt_max_steps": 4, "batch": 32, "eval_batch": 64}
+    plan.write_text(json.dumps({"rates": rates}))
+    done = run("--budgets", "600")
+    assert done.returncode == 0 and "\x1b" not in done.stdout and "cpu\\x1b[2J\\n" in done.stdout, done.stdout
+    done = run("--budgets", "700000")
+    assert done.returncode == 2 and "--budgets 700000.0: at most" in done.stderr and not done.stdout, done.stderr
