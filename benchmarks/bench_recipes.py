@@ -179,7 +179,7 @@ def parse_recipe(text: str) -> Recipe:
         name, presets_text = text, head
         if colon and not _all_presets(presets_text):  # `fastlr:lr=3e-3`: a label, then overrides
             name, presets_text = head.strip(), ""
-    if not name or not re.fullmatch(r"[A-Za-z0-9_.+:=,\-\[\]/ ]+", name):
+    if not name or not RECIPE_NAME.fullmatch(name):
         raise TRMError(f"recipe {text!r}: a recipe needs a name of letters, digits and -_.+ (NAME=presets:k=v)")
     parts = [p for p in presets_text.split("+") if p.strip() and p.strip().lower() != UPSTREAM]
     presets = tuple(expand_preset_names(parts)) if parts else ()
@@ -832,6 +832,9 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
         try:
             for c in r["curves"]:
                 name = c["recipe"]
+                if not isinstance(name, str) or not RECIPE_NAME.fullmatch(name):  # a name the live run refuses
+                    raise TRMError(f"{paths[i]}: recipe {clipped(name)} is no recipe name (letters, digits and "
+                                   "-_.+, as a run names them): it reaches the tables and the terminal")
                 if owner.setdefault(name, i) != i:
                     continue  # taken from an earlier file
                 report["recipes"][name], report["configs"][name] = r["recipes"][name], r["configs"][name]
@@ -860,6 +863,10 @@ def paper_scale(data: Path, recipes: Sequence[str], *, work: Path, seeds: int = 
         task = replace(task, eval_interval=eval_interval)
     return bench(task, recipes, seeds=seeds, budget_s=budget_s, targets=targets, work=work, out=out, data=data,
                  data_test=data_test, threads=None, device=device, extra=extra, say=say)
+
+
+#: What a recipe's name may hold: a live run's rule, and `--report`'s for the names it reads from saved reports
+RECIPE_NAME = re.compile(r"[A-Za-z0-9_.+:=,\-\[\]/ ]{1,200}")
 
 
 def _slug(name: str) -> str:

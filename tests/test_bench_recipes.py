@@ -165,6 +165,9 @@ def test_a_report_again_joins_saved_runs_with_other_targets(tmp_path):
     hostile = saved("e.json", ["upstream"], [_curve("upstream", 0, [0.1])], task="../../escaped")
     assert main(["--report", hostile, "--out", str(tmp_path / "z")]) == 2  # a task name never becomes a path
     assert not list(tmp_path.parent.glob("escaped*")) and not (tmp_path / "z").exists()
+    # a recipe name a run refuses (an escape sequence, a newline) reached the tables and the terminal raw
+    raw = saved("f.json", ["m\x1b[31m\nX"], [_curve("m\x1b[31m\nX", 0, [0.1])])
+    assert main(["--report", raw, "--out", str(tmp_path / "w")]) == 2 and not (tmp_path / "w").exists()
     (tmp_path / "bench_recipes_sudoku6.json").write_text((tmp_path / "a.json").read_text())
     inputs = (tmp_path / "bench_recipes_sudoku6.json").read_bytes()
     assert main(["--report", str(tmp_path / "bench_recipes_sudoku6.json"), "--out", str(tmp_path)]) == 2
