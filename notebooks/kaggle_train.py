@@ -173,10 +173,10 @@ def read_record(record):
 
 
 def state_to_pass_on():
-    """The newest train state among the inputs (`state_step<N>.pt`, by N), else the one a previous session's
+    """The newest train state among the inputs (`state_step<N>.pt`, by N), else the one an earlier kernel run's
     record names, else, where a record cannot be read (over 1 MiB, not JSON: another version's, or damaged), words
-    naming the first such, or None. Every record this kernel writes names it, so that a session killed before it
-    copies the state into its output (during the install) still passes the name on, and the next one refuses
+    naming the first such, or None. Every record this kernel writes names it, so that a kernel run killed before
+    it copies the state into its output (during the install) still passes the name on, and the next one refuses
     rather than start the run over; a record that cannot be read may name such a state, and is passed on so too
     (`trm_kaggle.kaggle_training.named_state` is the package's side of this rule: the same answer)."""
     try:
