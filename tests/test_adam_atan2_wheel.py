@@ -125,3 +125,42 @@ def test_the_output_folder_takes_nothing_of_the_users_and_writes_through_no_link
     res = run_script(tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith(f"error: KAGGLE_WORKING {working}: cannot hold"), res.stderr
+
+
+def _unprivileged():
+    """Root writes into read-only folders: the commands of a permission test run without those capabilities."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0:
+        return []
+    if setpriv is None:
+        pytest.skip("root without setpriv: a read-only folder cannot be tried")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all"]
+
+
+@pytest.mark.parametrize("case", ["manifest folder", "older wheel", "read-only with wheels"])
+def test_an_output_folder_the_kernel_cannot_finish_in_is_refused_before_the_build(tmp_path, case, monkeypatch):
+    """A manifest.json that is a folder, or a read-only KAGGLE_WORKING that already held `wheels/`, ended the kernel
+    in a traceback (IsADirectoryError, PermissionError); a wheels folder holding an older wheel was refused only
+    after the build (minutes of nvcc on Kaggle). Each is one `error:` line, status 2, before pip runs."""
+    working = tmp_path / "working"
+    (working / "wheels").mkdir(parents=True)
+    said = {"manifest folder": "manifest.json is a folder",
+            "older wheel": "already holds ['adam_atan2-0.0.2-cp311-cp311-linux_x86_64.whl']",
+            "read-only with wheels": "cannot hold the kernel's output"}[case]
+    if case == "manifest folder":
+        (working / "manifest.json").mkdir()
+    elif case == "older wheel":
+        (working / "wheels" / "adam_atan2-0.0.2-cp311-cp311-linux_x86_64.whl").write_bytes(b"old")
+    else:
+        prefix = _unprivileged()
+        working.chmod(0o555)
+        real_run = subprocess.run
+        monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: real_run([*prefix, *cmd], **kw))
+    try:
+        res = run_script(tmp_path)
+    finally:
+        working.chmod(0o755)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stdout + res.stderr
+    assert said in res.stderr.strip().splitlines()[-1], res.stderr
+    assert not (tmp_path / "calls.jsonl").exists()  # pip never ran
+    assert not [p for p in working.iterdir() if p.name.startswith("import-check")]

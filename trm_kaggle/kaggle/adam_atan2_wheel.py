@@ -85,6 +85,29 @@ def versions() -> dict:
     return {"python": platform.python_version(), "platform": platform.machine(), **found}
 
 
+def prepared_output(out: Path) -> tuple[Path, Path]:
+    """(the wheels folder, a private import-check folder made new) in `out`, or one `error:` line: everything
+    the kernel will write is checked before the build, which takes minutes (a manifest.json that is a folder, or a
+    folder that takes no new entries, ended the kernel in a traceback after it)."""
+    wheels = out / "wheels"
+    try:
+        if wheels.is_symlink():  # pip would write where it points, outside the output folder
+            fail(f"{wheels} is a symbolic link: the kernel writes its wheel inside {out}, never through a link")
+        wheels.mkdir(parents=True, exist_ok=True)
+        if older := sorted(p.name for p in wheels.glob("adam_atan2-*.whl")):
+            fail(f"{wheels} already holds {older}: the kernel writes one wheel into a folder without one "
+                 "(move them away, or set KAGGLE_WORKING to another folder)")
+        manifest = out / "manifest.json"
+        if manifest.is_dir() and not manifest.is_symlink():
+            fail(f"{manifest} is a folder: the kernel writes its manifest there (move it away)")
+        # a private target of its own, made new (never a folder of the user's, never a link): the image's
+        # site-packages stay as they were, and only what the kernel made is removed
+        check = Path(tempfile.mkdtemp(prefix="import-check-", dir=out))
+    except OSError as e:  # KAGGLE_WORKING a file, a place that cannot be made, a folder that takes nothing new
+        fail(f"KAGGLE_WORKING {out}: cannot hold the kernel's output ({e.strerror or e})")
+    return wheels, check
+
+
 def main() -> None:
     out = Path(os.environ.get("KAGGLE_WORKING", "/kaggle/working"))
     try:
@@ -107,24 +130,14 @@ def main() -> None:
     facts.update(nvcc=run([nvcc, "--version"], "nvcc --version").strip().splitlines()[-1],
                  arch_list=os.environ["TORCH_CUDA_ARCH_LIST"])
 
-    wheels = out / "wheels"
+    wheels, check = prepared_output(out)
     try:
-        if wheels.is_symlink():  # pip would write where it points, outside the output folder
-            fail(f"{wheels} is a symbolic link: the kernel writes its wheel inside {out}, never through a link")
-        wheels.mkdir(parents=True, exist_ok=True)
-    except OSError as e:  # KAGGLE_WORKING a file, a place that cannot be made
-        fail(f"KAGGLE_WORKING {out}: cannot hold the wheels folder ({e.strerror or e})")
-    run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), PACKAGE],
-        f"building {PACKAGE}")
-    built = sorted(wheels.glob("adam_atan2-*.whl"))
-    if len(built) != 1:
-        fail(f"expected one adam_atan2 wheel in {wheels}, found {[p.name for p in built]}")
-    wheel = built[0]
-
-    # a private target of its own, made new (never a folder of the user's, never a link): the image's
-    # site-packages stay as they were, and only what the kernel made is removed
-    check = Path(tempfile.mkdtemp(prefix="import-check-", dir=out))
-    try:
+        run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), PACKAGE],
+            f"building {PACKAGE}")
+        built = sorted(wheels.glob("adam_atan2-*.whl"))
+        if len(built) != 1:
+            fail(f"expected one adam_atan2 wheel in {wheels}, found {[p.name for p in built]}")
+        wheel = built[0]
         run([*pip, "install", "--no-deps", "--no-index", "--target", str(check), str(wheel)], "installing the wheel")
         run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(check)!r}); import torch, {EXTENSION}; "
                                    f"print('{EXTENSION} loads beside torch', torch.__version__)"], "importing the wheel")
@@ -133,7 +146,10 @@ def main() -> None:
 
     manifest = {"package": PACKAGE, "wheel": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
                 "size": wheel.stat().st_size, "built_on": facts}
-    write_new(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    try:
+        write_new(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    except OSError as e:  # the folder changed during the build
+        fail(f"KAGGLE_WORKING {out}: cannot write manifest.json ({e.strerror or e})")
     print(f"built {wheel} for Python {facts['python']}, torch {facts['torch']}, CUDA {facts['cuda']}: download "
           f"this kernel's output and pass the wheel to build_bundle.py --extra-wheel", flush=True)
 
