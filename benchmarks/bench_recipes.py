@@ -180,7 +180,8 @@ def parse_recipe(text: str) -> Recipe:
         if colon and not _all_presets(presets_text):  # `fastlr:lr=3e-3`: a label, then overrides
             name, presets_text = head.strip(), ""
     if not name or not RECIPE_NAME.fullmatch(name):
-        raise TRMError(f"recipe {text!r}: a recipe needs a name of letters, digits and -_.+ (NAME=presets:k=v)")
+        raise TRMError(f"recipe {text!r}: a recipe needs a name of 1-200 letters, digits, spaces and -_.+:=,[]/ "
+                       "(NAME=presets:k=v)")
     parts = [p for p in presets_text.split("+") if p.strip() and p.strip().lower() != UPSTREAM]
     presets = tuple(expand_preset_names(parts)) if parts else ()
     if colon and not overrides:
@@ -789,7 +790,7 @@ def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstre
 
     task = report["task"]
     report["summary"] = summarise(curves, targets, upstream)
-    budget_s, budget_examples, threads = report["budget_s"], report["budget_examples"], report["threads"]
+    budget_s, budget_examples, threads = report["budget_s"], report["budget_examples"], report.get("threads")
     budget = " and ".join(b for b in (f"{budget_s:g} training seconds" if budget_s is not None else "",
                                       f"{budget_examples:,.0f} examples" if budget_examples is not None else "") if b)
     meta = {"seeds": report["seeds"], "budget": budget,
@@ -803,6 +804,62 @@ def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstre
     say(md)
     say(f"report: {out / f'bench_recipes_{task}.md'} (+ .json, .png)")
     return report
+
+
+def _number(v, what: str, low: float = 0.0, high: float = math.inf, whole: bool = False) -> float:
+    """`v` as a saved report holds it: a number (a whole one with `whole`) from `low` to `high`; else ValueError."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (whole and not isinstance(v, int)):
+        raise ValueError(f"{what} {v!r} is not a {'whole ' if whole else ''}number")
+    if not (math.isfinite(v) and low <= v <= high):
+        raise ValueError(f"{what} {v!r} is not from {low:g} to {high:g}")
+    return v
+
+
+#: A curve's point: its fields, each with its bounds (None: it may be missing, as a run without token scores)
+POINT_FIELDS = {"step": (0, math.inf, True), "examples": (0, math.inf, False), "flops": (0, math.inf, False),
+                "seconds": (0, math.inf, False), "accuracy": (0, 1, False), "token_accuracy": (0, 1, False)}
+
+
+def saved_curve(c: dict) -> Curve:
+    """A curve read from a saved report, its numbers checked as a run writes them: a NaN accuracy, a point that is
+    a string or lacks its examples reached matplotlib and the tables (a traceback after the folder was made)."""
+    curve = Curve(**c)
+    if not isinstance(curve.recipe, str) or not isinstance(curve.stopped_by, str):
+        raise ValueError("a curve's recipe or stopped_by is not text")
+    _number(curve.seed, "seed", whole=True)
+    _number(curve.batch, "batch", low=1, whole=True)
+    _number(curve.flops_per_example, "flops_per_example")
+    if not isinstance(curve.points, list) or not all(isinstance(p, dict) for p in curve.points):
+        raise ValueError(f"the points of {curve.recipe} seed {curve.seed} are not a list of objects")
+    for p in curve.points:
+        for key, (low, high, whole) in POINT_FIELDS.items():
+            if key == "token_accuracy" and p.get(key) is None:
+                continue
+            if key not in p:
+                raise ValueError(f"a point of {curve.recipe} seed {curve.seed} has no {key}")
+            _number(p[key], f"{curve.recipe} seed {curve.seed}: {key}", low, high, whole)
+    return curve
+
+
+def _report_problem(r: dict) -> str | None:
+    """What in a saved report's own fields no run writes (the budget, seeds, threads, each config's device), or
+    None: they reach the tables and the terminal."""
+    try:
+        _number(r.get("seeds"), "seeds", low=1, whole=True)
+        for key in ("budget_s", "budget_examples"):
+            if r.get(key) is not None:
+                _number(r[key], key, low=0)
+        if r.get("threads") is not None:
+            _number(r["threads"], "threads", whole=True)
+    except ValueError as e:
+        return str(e)
+    if not isinstance(r["configs"], dict):
+        return "its configs are not an object"
+    for name, config in r["configs"].items():
+        if not isinstance(config, dict) or not isinstance(config.get("device"), str) or not re.fullmatch(
+                r"[A-Za-z0-9_:.\-]{1,40}", config["device"]):
+            return f"the config of {name} has no device as a run writes it"
+    return None
 
 
 def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=print) -> dict:
@@ -833,14 +890,18 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
             for c in r["curves"]:
                 name = c["recipe"]
                 if not isinstance(name, str) or not RECIPE_NAME.fullmatch(name):  # a name the live run refuses
-                    raise TRMError(f"{paths[i]}: recipe {clipped(name)} is no recipe name (letters, digits and "
-                                   "-_.+, as a run names them): it reaches the tables and the terminal")
+                    raise TRMError(f"{paths[i]}: recipe {clipped(name)} is no recipe name (1-200 letters, "
+                                   "digits, spaces and -_.+:=,[]/, as a run names them): it reaches the tables and "
+                                   "the terminal")
                 if owner.setdefault(name, i) != i:
                     continue  # taken from an earlier file
                 report["recipes"][name], report["configs"][name] = r["recipes"][name], r["configs"][name]
-                curves.append(Curve(**c))
-        except (KeyError, TypeError) as e:
-            raise TRMError(f"{paths[i]}: a curve or recipe is not as bench_recipes writes it ({e!r})") from None
+                curves.append(saved_curve(c))
+            if problem := _report_problem(r):
+                raise ValueError(problem)
+        except (KeyError, TypeError, ValueError) as e:
+            raise TRMError(f"{paths[i]}: a curve or recipe is not as bench_recipes writes it "
+                           f"({clipped(str(e) if isinstance(e, ValueError) else repr(e))})") from None
     report["curves"] = [asdict(c) for c in curves]
     upstream = UPSTREAM if UPSTREAM in report["recipes"] else None
     Path(out).mkdir(parents=True, exist_ok=True)

@@ -440,3 +440,45 @@ def test_a_stop_while_the_report_is_written_leaves_one_runs_report_and_names_it(
     assert set(after) == {".json", ".md", ".png"} and all(after[s] > before[s] for s in after), (before, after)
     assert str(stopped.value).endswith(f"the run it finished is in {out / 'bench_recipes_sudoku4.json'}; a rerun "
                                        "trains every run again"), stopped.value
+
+
+@pytest.mark.parametrize("damage", ["nan accuracy", "inf accuracy", "point lacks examples", "points a string",
+                                    "batch text", "flops text", "accuracy past 1", "seed negative", "device raw",
+                                    "seeds text"])
+def test_a_saved_report_with_numbers_no_run_writes_is_one_line_and_writes_nothing(tmp_path, capsys, damage):
+    """A saved report whose accuracy was NaN or inf, or whose curve's points lacked a field or were a string, was a
+    matplotlib or KeyError traceback after `--out` was made (left empty, or holding the .json and .md without the
+    .png). Every number is checked as a run writes it, before anything is written."""
+    from dataclasses import asdict
+
+    from benchmarks.bench_recipes import main
+
+    report = {"task": "sudoku6", "seeds": 1, "budget_s": None, "budget_examples": 40.0, "threads": 1,
+              "recipes": {"upstream": {"presets": [], "overrides": []}},
+              "configs": {"upstream": {"device": "cpu"}}, "curves": [asdict(_curve("upstream", 0, [0.1, 0.5]))]}
+    curve, point = report["curves"][0], report["curves"][0]["points"][1]
+    if damage == "nan accuracy":
+        point["accuracy"] = float("nan")
+    elif damage == "inf accuracy":
+        point["accuracy"] = float("inf")
+    elif damage == "point lacks examples":
+        del point["examples"]
+    elif damage == "points a string":
+        curve["points"] = "zz"
+    elif damage == "batch text":
+        curve["batch"] = "x"
+    elif damage == "flops text":
+        curve["flops_per_example"] = "nan"
+    elif damage == "accuracy past 1":
+        point["accuracy"] = 5.0
+    elif damage == "seed negative":
+        curve["seed"] = -1
+    elif damage == "device raw":
+        report["configs"]["upstream"]["device"] = "cpu\x1b[2J"
+    else:
+        report["seeds"] = "two"
+    (tmp_path / "r.json").write_text(json.dumps(report))  # NaN and Infinity as Python's json writes them
+    assert main(["--report", str(tmp_path / "r.json"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "not as bench_recipes writes it" in err and "\x1b" not in err, err
+    assert not (tmp_path / "out").exists()
