@@ -217,3 +217,25 @@ def test_the_helpers_counts_and_times_are_named_when_out_of_bounds(call, said):
 def test_the_helpers_take_numpy_counts(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert hardware.choose_threads(np.int64(2))[0] == 2 and hardware.visible_cuda_ids(np.int64(2)) == ["0", "1"]
+
+
+def test_cgroup_figures_this_process_could_not_live_under_are_not_taken(tmp_path):
+    """A memory.max of 0 or 1 byte (this process alive within it) or a memory.current above memory.max made doctor
+    say "-0.28 GB available", and train's memory check would refuse on it. A limit below this process's own
+    resident memory is not its limit; a group over its limit has nothing free, never less."""
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.current").write_text("300000000\n")
+    for odd in ("0", "1", "4096"):
+        (v2 / "memory.max").write_text(odd + "\n")
+        assert hardware.cgroup_memory(v2) == (None, None), odd
+    (v2 / "memory.max").write_text(f"{hardware.current_rss() + 2**30}\n")
+    (v2 / "memory.current").write_text(f"{hardware.current_rss() + 2**31}\n")
+    limit, usage = hardware.cgroup_memory(v2)
+    assert limit > 2**30 and usage == limit  # clamped: nothing free
+
+
+def test_a_cpu_model_name_reaches_no_terminal_raw(tmp_path):
+    (tmp_path / "cpuinfo").write_text("model name\t: \x1b[31mEVIL\x07\nflags\t\t: avx2\n")
+    model, isa = hardware.read_cpuinfo(tmp_path / "cpuinfo")
+    assert model == "\\x1b[31mEVIL\\x07" and isa == ["avx2"]

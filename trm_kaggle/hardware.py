@@ -91,11 +91,14 @@ def cgroup_memory(root: str | os.PathLike = "/sys/fs/cgroup") -> tuple[int | Non
         limit = ascii_number(limit)
         if limit is None or limit >= (1 << 60):  # "max", or v1's "unlimited" huge number
             return None, None
+        if limit < current_rss():  # this process lives within its group's limit: the file is not that limit
+            return None, None
         try:
             usage = int((Path(root) / usage_name).read_text(encoding="utf-8").strip())
         except (OSError, ValueError):
             usage = None
-        return limit, usage
+        # a group briefly over its limit (reclaim catching up) has nothing free, never less than nothing
+        return limit, None if usage is None or usage < 0 else min(usage, limit)
     return None, None
 
 
@@ -208,6 +211,7 @@ def read_cpuinfo(path: str | os.PathLike = "/proc/cpuinfo") -> tuple[str, list[s
         return "", []
     model = next((line.split(":", 1)[1].strip() for line in text.splitlines()
                   if line.startswith(("model name", "Model", "Hardware"))), "")
+    model = shown(model, 120)  # it reaches the terminal and the benchmarks' tables: no raw control characters
     flags: set[str] = set()
     for line in text.splitlines():
         if line.startswith(("flags", "Features")):
@@ -218,7 +222,7 @@ def read_cpuinfo(path: str | os.PathLike = "/proc/cpuinfo") -> tuple[str, list[s
 def _cpu() -> tuple[str, list[str]]:
     model, isa = read_cpuinfo()
     if not model and sys.platform == "darwin":
-        model = _sysctl("machdep.cpu.brand_string") or platform.processor()
+        model = shown(_sysctl("machdep.cpu.brand_string") or platform.processor(), 120)
         features = " ".join(filter(None, (_sysctl("machdep.cpu.features"), _sysctl("machdep.cpu.leaf7_features"))))
         isa = [f for f in ISA_FLAGS if f.upper().replace("_", ".") in features.upper()]
         if platform.machine() == "arm64":
