@@ -363,3 +363,22 @@ def test_a_dataset_of_another_vocabulary_gives_no_sequence_length(tmp_path):
         import_upstream(tmp_path / "step_10", tmp_path / "e")
     assert not (tmp_path / "e").exists()
     import_upstream(tmp_path / "step_10", tmp_path / "e", seq_len=SEQ)  # the length given: imported
+
+
+def _one_value(sd, value, dtype):
+    head = sd[HEAD].to(dtype).clone()
+    head.view(-1)[0] = value
+    return {**sd, HEAD: head}
+
+
+@pytest.mark.parametrize("value, dtype, said", [
+    (1e300, torch.float64, "is torch.float64 and holds 1 value past float32's range"),
+    (float("nan"), torch.float32, "holds 1 non-finite value"),
+    (float("inf"), torch.bfloat16, "holds 1 non-finite value"),
+], ids=["float64-huge", "nan", "bf16-inf"])
+def test_import_upstream_blames_a_number_on_the_checkpoint_that_holds_it(tmp_path, capsys, value, dtype, said):
+    """A NaN in the checkpoint, or a float64 1e300 (inf once cast to float32), was blamed on the export being written
+    (`OUT/weights.safetensors (not written)`): the checkpoint holding it was never named."""
+    step = upstream_run(tmp_path, lambda sd: _one_value(sd, value, dtype))
+    err = refused_import(tmp_path, capsys, step)
+    assert "tensor lm_head.weight " in err and said in err and "not written" not in err, err

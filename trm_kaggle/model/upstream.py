@@ -32,6 +32,7 @@ from trm_kaggle.errors import DamagedFile, TRMError
 from trm_kaggle.jsonio import open_regular, read_failure, readable_file
 from trm_kaggle.model.export import (PUZZLE_EMB_KEY, count_bounds, export_inference, fit_state_dict,
                                      resize_puzzle_embedding, weights_problem)
+from trm_kaggle.model.finite import check_finite, first_nonfinite
 from trm_kaggle.model.hub import resolve_checkpoint, snapshot_commit
 from trm_kaggle.model.safe_load import load_weights_only
 from trm_kaggle.model.trm import TinyRecursiveModel
@@ -272,6 +273,20 @@ def _vocabulary(tensors: Mapping[str, torch.Tensor], source: str) -> int:
     return int(table.shape[0])
 
 
+def _as_float32(tensors: Mapping[str, torch.Tensor], ckpt_path: Path) -> Dict[str, torch.Tensor]:
+    """The checkpoint's floating tensors as float32 (an export's type), checked where they come from: a NaN in the
+    checkpoint, or a float64 value past float32's range (1e300 turned inf in the cast), was blamed on the export
+    being written and on "a diverged training run"."""
+    check_finite(tensors, str(ckpt_path))
+    cast = {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}
+    if (found := first_nonfinite(cast)) is not None:
+        name, bad = found
+        raise TRMError(f"{ckpt_path}: tensor {name} is {tensors[name].dtype} and holds {bad} "
+                       f"value{'s' if bad != 1 else ''} past float32's range (about 3.4e38): an export holds float32, where they would be inf "
+                       "(the checkpoint is damaged or not a TRM run's)")
+    return cast
+
+
 # Sequence length of upstream's datasets by vocabulary size, when the run's dataset is not at hand.
 DEFAULT_SEQ_LEN = {12: 900, 11: 81, 6: 900}  # ARC, Sudoku-Extreme, Maze-Hard
 
@@ -323,7 +338,7 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     if problem:
         raise TRMError(f"{source}: weights do not match the model config: {problem}")
     model = TinyRecursiveModel(arch, seq_len, vocab, num_ids)
-    fit_state_dict(model, {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}, source)
+    fit_state_dict(model, _as_float32(tensors, ckpt_path), source)
     export_inference(out, model, arch=arch, seq_len=seq_len, vocab_size=vocab, mean_embedding=mean_embedding,
                      info={"source": str(hub_source or ckpt_path), "imported_from": "upstream",
                            **({"hub_commit": snapshot_commit(ckpt_path)} if hub_source else {})})
