@@ -726,3 +726,13 @@ def test_a_sweep_folder_in_a_submits_work_folder_is_refused_before_anything_is_w
             assert f"--sweep-dir {said}" in line and "choose a folder of its own" in line, line
             path.unlink()
         assert listing() == before
+
+
+def test_a_grid_files_settings_reach_the_terminal_escaped(tmp_path, capsys):
+    """--dry-run printed a YAML grid's settings raw: an escape sequence and a bell from the file reached the
+    terminal (the run name column was cleaned, the settings column not)."""
+    path = tmp_path / "ctl.yaml"
+    path.write_text('presets: [cpu-smoke]\naxes:\n  - ["project_name=\\x1b[31mRED\\x07", "lr=1e-3"]\n')
+    assert main(["sweep", str(path), "--sweep-dir", str(tmp_path / "sw"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "project_name=\\x1b[31mRED\\x07" in out, out

@@ -59,7 +59,7 @@ from trm_kaggle.outputs import (SWEEP_RECORD, Input, Output, check_kept, in_a_wo
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
                               read_config_file, repeated_keys, training_io)
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, escaped_echo, one_line
 
 log = logging.getLogger(__name__)
 
@@ -476,10 +476,10 @@ class SweepSummary:
     failures: list[tuple[str, str]] = field(default_factory=list)
 
     def describe(self) -> str:
-        text = (f"sweep {self.sweep_dir}: {self.done} of {self.total} runs done ({self.skipped} before this command), "
-                f"{self.failed} failed, in {self.seconds:.0f} s")
-        text += "".join(f"\n  FAILED {name}: {err}" for name, err in self.failures)
-        return text + f"\ncompare them: trm-kaggle compare {self.sweep_dir}"
+        text = (f"sweep {one_line(self.sweep_dir)}: {self.done} of {self.total} runs done ({self.skipped} before this "
+                f"command), {self.failed} failed, in {self.seconds:.0f} s")
+        text += "".join(f"\n  FAILED {one_line(name)}: {one_line(err)}" for name, err in self.failures)
+        return text + f"\ncompare them: trm-kaggle compare {one_line(self.sweep_dir)}"
 
 
 #: Runs at once, at most: each is a training process with its own memory (a value past any machine's cores or
@@ -563,7 +563,8 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
         free = list(range(min(parallel, max(1, len(todo)))))  # a slot per run at most: more would idle
         bar = tqdm(total=len(plan), initial=skipped, disable=not progress, unit="run", desc=f"sweep {grid.name}",
                    dynamic_ncols=True)
-        say = bar.write if progress else (lambda text: print(text, file=sys.stderr, flush=True))
+        # a run's error holds its log's last line and the grid's text: one escaped line each
+        say = escaped_echo(bar.write if progress else (lambda text: print(text, file=sys.stderr, flush=True)))
 
         def start(run: PlannedRun, rec: dict, slot: int) -> None:
             job = _launch(run, rec, slot, sweep_dir, gpus, threads, held[run.name])
@@ -620,9 +621,9 @@ def _print_plan(grid: SweepGrid, plan: Sequence[PlannedRun], sweep_dir: Path, ba
     known = {rec["name"] for rec in (doc or {}).get("runs", [])}
     merged = _merge_plan(doc, grid, base, plan, sweep_dir) if doc is not None else {"runs": []}
     states = {rec["name"]: rec["state"] for rec in merged["runs"] if rec["name"] in known}
-    print(f"base: {_describe_base(base)}")
+    print(one_line(f"base: {_describe_base(base)}"))  # a grid file's settings: no raw control characters
     for run in plan:
-        print(f"{run.name:<40} {states.get(run.name, 'new'):<8} {run.describe()}")
+        print(one_line(f"{run.name:<40} {states.get(run.name, 'new'):<8} {run.describe()}"))
     return SweepSummary(sweep_dir, len(plan), 0, 0, sum(s == "done" for s in states.values()), 0.0)
 
 
