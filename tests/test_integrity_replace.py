@@ -436,10 +436,23 @@ def test_a_rewritten_file_that_was_there_before_the_command_is_its_to_replace(tm
     mine = A.RewrittenFile(out)  # what stands at the start is this command's to replace
     mine.write(lambda: atomic_write_text(out, "new"))
     assert out.read_text() == "new"
-    out.unlink()  # removed meanwhile: written by nobody else, but not what this command wrote either
+
+
+def test_a_rewritten_file_removed_meanwhile_is_written_again_with_a_warning(tmp_path, caplog):
+    """submit's --output deleted mid-run (or its folder moved away) ended the run with "another process wrote this
+    file ... it is left as that one wrote it", and no submission: no writer removes a file (each replaces it), so
+    nothing there is nobody's, and the command writes its output again."""
+    out = tmp_path / "submission.json"
+    mine = A.RewrittenFile(out)
+    mine.write(lambda: atomic_write_text(out, "fallback"))
+    out.unlink()
+    with caplog.at_level("WARNING"):
+        mine.write(lambda: atomic_write_text(out, "answers"))
+    assert out.read_text() == "answers" and "was removed while this command ran: written again" in caplog.text
+    atomic_write_text(out, "the other's")  # a writer after that is still seen
     with pytest.raises(A.OutputTaken):
-        mine.write(lambda: atomic_write_text(out, "newer"))
-    assert not out.exists()
+        mine.write(lambda: atomic_write_text(out, "more"))
+    assert out.read_text() == "the other's"
 
 
 def test_a_folder_where_a_file_is_written_is_named_not_its_temporary(tmp_path):

@@ -20,6 +20,7 @@ import contextlib
 import errno
 import glob
 import json
+import logging
 import os
 import shutil
 import socket
@@ -32,6 +33,9 @@ from trm_kaggle.errors import TRMError, as_os_error, with_path
 from trm_kaggle.jsonio import is_regular, not_regular, read_json
 from trm_kaggle.names import ascii_number
 from trm_kaggle.outputs import OWNER_RECORD, Output, link_problem, refuse_nul, special_kind, writable_problem
+from trm_kaggle.wording import one_line
+
+log = logging.getLogger(__name__)
 
 PARTIAL_MARK = ".partial-"
 OLD_MARK = ".old-"
@@ -455,7 +459,10 @@ class RewrittenFile:
         target = written_path(self.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         with _folder_lock(target.parent):
-            if _identity(target) != self._expected:
+            now = _identity(target)
+            if now is None and self._expected is not None:  # removed (no writer removes: each replaces): written
+                log.warning("%s was removed while this command ran: written again", one_line(self.path))
+            elif now != self._expected:
                 self.taken = OutputTaken(f"{self.path}: another process wrote this file while this command ran "
                                          "(two commands writing one output?); it is left as that one wrote it")
                 raise self.taken
