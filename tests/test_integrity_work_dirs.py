@@ -432,3 +432,17 @@ def test_the_librarys_pipeline_checks_its_work_folder_as_the_command_does(sudoku
             pipeline.run_pipeline(PipelineConfig(work_dir=str(work), progress=False), echo=lambda _: None)
         assert said in str(e.value) and "choose a folder of its own" in str(e.value), str(e.value)
     assert {p: _listing(p) for p in (tmp_path, sudoku4)} == before
+
+
+def test_a_work_folder_spelled_through_its_parent_is_itself_not_inside_itself(tmp_path):
+    """`submit --work-dir wd/../wd` was refused as lying inside wd, a submit's work folder, while `wd/`, `./wd` and a
+    link to it were reused: the folder's parents were read from its spelling, where `wd` stood among them."""
+    from trm_kaggle.solve import below_a_work_dir_problem
+
+    work = tmp_path / "wd"
+    work.mkdir()
+    (work / "solve_report.json").write_text("{}")
+    assert below_a_work_dir_problem(work / ".." / "wd", "--work-dir") is None
+    assert below_a_work_dir_problem(tmp_path / "wd" / "." / "x" / "..", "--work-dir") is None
+    inner = below_a_work_dir_problem(work / "x" / ".." / "y", "--work-dir")
+    assert inner is not None and f"lies inside {work}," in inner

@@ -80,7 +80,9 @@ def below_a_work_dir_problem(work: str | os.PathLike, what: str = "work_dir", *,
     --execute` below the bundle's folder, a regression notebook below regress's), so by default only a live
     solve's lock counts. Its own work folder, reused, is no such thing; the other way round (its units/ or
     workers/ another submit's work folder) is `planted_entry_problem`."""
-    for at in Path(work).absolute().parents:
+    # the folders it really lies in: `DIR/../DIR` spelled DIR's own name among its parents (refused as lying
+    # inside itself), and a link's name hid the folders above where it leads
+    for at in Path(os.path.realpath(work)).parents:
         try:
             if is_work_dir(at):
                 return (f"{what} {work} lies inside {at}, which is a submit's work folder (it holds units/ or "
