@@ -54,6 +54,9 @@ def main() -> int:
         saved = read_json(plan_file, "a worker's plan")
         measured = saved["rates"]
         known = {f.name for f in dataclasses.fields(Rates)}
+        if missing := [f.name for f in dataclasses.fields(Rates) if f.name not in measured
+                       and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]:
+            raise ValueError(f"no {', '.join(missing)}")
         rates = Rates(**{k: tuple(v) if isinstance(v, list) else v for k, v in measured.items() if k in known})
         if not isinstance(rates.device, str):
             raise ValueError(f"device {rates.device!r} is no device name")

@@ -48,6 +48,11 @@ def test_a_plan_that_is_wrong_is_named_and_its_device_is_escaped(tmp_path):
         plan.write_text(json.dumps(saved))
         done = run()
         assert done.returncode == 2 and f"error: {plan}: not a worker's plan" in done.stderr, done.stderr
+    # the missing rates named in the package's words (it was Python's "Rates.__init__() missing 7 required ...")
+    plan.write_text(json.dumps({"rates": {"device": "cpu"}}))
+    assert "(no step_s, embeddings_step_s, row_step_s" in run().stderr
+    plan.write_bytes(b"\xff\xfe")  # a byte-order mark alone: no JSON, though not an empty file
+    assert "the file holds no JSON (blank space or a byte-order mark only)" in run().stderr
     rates = {"device": "cpu\x1b[2J\n", "step_s": 0.5, "embeddings_step_s": 0.2, "row_step_s": 0.01,
              "halt_max_steps": 4, "batch": 32, "eval_batch": 64}
     plan.write_text(json.dumps({"rates": rates}))

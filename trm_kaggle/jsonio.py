@@ -103,8 +103,9 @@ def parse_json(data: bytes | str, where: str, what: str = "JSON",
     except UnicodeDecodeError as e:
         raise DataError(f"{where}: unreadable {what}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
                         f"{e.start}; save it as UTF-8)") from None
-    if not text.strip():
-        raise DataError(f"{where}: unreadable {what}: the file is empty")
+    if not text.strip():  # a byte-order mark or blank space alone is no empty file, and holds no JSON either
+        said = "the file is empty" if not data else "the file holds no JSON (blank space or a byte-order mark only)"
+        raise DataError(f"{where}: unreadable {what}: {said}")
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates(on_duplicate), parse_int=checked_int)
     except json.JSONDecodeError as e:
