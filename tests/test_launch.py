@@ -323,6 +323,8 @@ def test_slurm_script_has_the_allocation_and_the_torchrun_line(tmp_path, shared,
 
 @pytest.mark.parametrize("extra, message", [
     (["--time", "tomorrow"], "--time: 'tomorrow' is not a SLURM time"),
+    (["--time", "99999:99:99"], "--time: '99999:99:99' is not a SLURM time"),  # minutes and seconds are 00-59
+    (["--time", "1-25:00"], "--time: '1-25:00' is not a SLURM time"),  # a day's hours are 0-23
     (["data_paths=[/elsewhere/sudoku4]"], "outside"),
     (["--nodes", "0"], "--nodes"),
     (["--setup", "echo a\necho b"], "--setup"),

@@ -27,7 +27,8 @@ _LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_
 _LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # ASCII digits: `\d` takes any script's, which sbatch refuses once the job is queued
-_SLURM_TIME = r"^([0-9]+-[0-9]{1,2}(:[0-9]{2}){0,2}|[0-9]+(:[0-9]{2}){0,2})$"
+#: SLURM's wall-time forms; minutes and seconds after a colon are 00-59 and a day's hours 0-23 (99:99 was taken)
+_SLURM_TIME = r"^([0-9]+-([01]?[0-9]|2[0-3])(:[0-5][0-9]){0,2}|[0-9]+(:[0-5][0-9]){0,2})$"
 
 
 def _matching(value: Optional[str], pattern: str, expected: str, limit: int = 253) -> Optional[str]:
