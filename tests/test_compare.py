@@ -203,6 +203,10 @@ def test_parameter_counts_from_the_dataset(tmp_path):
 def test_errors(three_runs, tmp_path, capsys):
     with pytest.raises(TRMError, match="--metric no_such: no run logged it; logged metrics: .*eval_exact_accuracy"):
         write_comparison([three_runs], tmp_path / "out", metric="no_such")
+    for empty in ("", "  "):  # an unset shell variable was taken as the default metric without a word
+        with pytest.raises(TRMError, match="--metric is empty"):
+            write_comparison([three_runs], tmp_path / "out", metric=empty)
+    assert not (tmp_path / "out").exists()
     (tmp_path / "empty").mkdir()
     assert main(["compare", str(tmp_path / "empty")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"error: {tmp_path / 'empty'}: no runs here (a run "

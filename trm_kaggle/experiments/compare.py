@@ -566,6 +566,8 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
     """Write table.md, table.csv, curves.png and final.png into `out_dir`; returns their paths and the Markdown
     (and `left_out`: the runs that could not be read, each named in table.md too). A comparison another command
     wrote into `out_dir` while this one read the runs and drew the plots stands; this one ends with one line."""
+    if metric is not None and not metric.strip():  # an empty --metric (an unset shell variable) is no default
+        raise TRMError("--metric is empty: name a logged metric, or leave --metric out for the default")
     found = found_at(out_dir)  # before the work: what the comparison replaces
     runs, left_out = _read_runs(dirs)
     metric = metric or default_metric(runs)
