@@ -443,12 +443,17 @@ def recorded_phases(unseen, monkeypatch):
     return seen
 
 
-def test_staged_finetuning_switches_to_all_weights_at_the_exact_step(unseen, unseen_data, tmp_path, recorded_phases):
+def test_staged_finetuning_switches_to_all_weights_at_the_exact_step(unseen, unseen_data, tmp_path, recorded_phases,
+                                                                      caplog):
     from trm_kaggle.solve.task import finetune
 
     c = cfg(unseen, tmp_path, finetune="embeddings-then-all", embeddings_fraction=0.5, finetune_steps=3, num_aug=1,
             global_batch_size=4)
-    assert finetune(c, ARCH, unseen_data, tmp_path, deadline=None).step == 3
+    with caplog.at_level("WARNING"):
+        assert finetune(c, ARCH, unseen_data, tmp_path, deadline=None).step == 3
+    # the second phase resumes the run's own state: it warned, on every task of a fresh submit, that the weights
+    # given were "not loaded"
+    assert "is not loaded" not in caplog.text, caplog.text
     # round(0.5 * 3 = 1.5) = 2: steps 1-2 train the rows alone (weights untouched), step 3 every weight
     assert recorded_phases == [(True, 2, 2, True), (False, 3, 3, False)]
     # one run: the second phase resumed at step 2 instead of starting over

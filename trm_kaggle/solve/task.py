@@ -124,8 +124,11 @@ def finetune(cfg: SolveConfig, arch: ArchConfig, data_dir: Path, work: Path, dea
     for phase in finetune_phases(cfg.finetune, cfg.embeddings_fraction, cfg.finetune_steps):
         if result.step >= phase.until_step:
             continue  # done by an earlier run
+        # the pretrained export starts the run; a later phase (or a restarted kernel) resumes the run's own state,
+        # and naming the export there warned on every task that the weights given were "not loaded"
+        start_from = str(Path(cfg.weights).absolute()) if not ckpt.list_states(run_dir) else None
         tcfg = TrainConfig(
-            arch=arch, data_paths=[str(data_dir)], load_checkpoint=str(Path(cfg.weights).absolute()),
+            arch=arch, data_paths=[str(data_dir)], load_checkpoint=start_from,
             global_batch_size=batch, lr=cfg.lr, puzzle_emb_lr=cfg.puzzle_emb_lr,
             lr_warmup_steps=min(100, max(1, cfg.finetune_steps // 10)), epochs=1_000_000,
             max_steps=phase.until_step, eval_interval=None, freeze_weights=phase.freeze_weights, ema=False,
