@@ -205,3 +205,24 @@ def test_a_safety_margin_past_a_week_is_refused_by_the_config():
 
     with pytest.raises(ValueError, match="safety_margin"):
         SolveConfig(challenges="c.json", weights="w", safety_margin=1e308)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["pipeline", "--work-dir", "", "--no-progress"], "--work-dir"),
+    (["pipeline", "--work-dir", "  ", "--no-progress"], "--work-dir"),
+    (["build-sudoku", "--output-dir", "", "--size", "4"], "--output-dir"),
+    (["train", "data_paths=[a,'']", "checkpoint_path=r"], "data_paths"),
+    (["bundle", "--no-download", ""], "OUT_DIR"),
+])
+def test_an_empty_path_setting_is_refused_not_taken_as_the_current_folder(tmp_path, monkeypatch, capsys, argv, flag):
+    """`pipeline --work-dir ''` (an unset shell variable) wrote its seven stage folders into the current folder,
+    among the user's own, and said "outputs under ;". A folder or file setting that is empty or blank is refused,
+    by every command (the configs' one rule)."""
+    from trm_kaggle.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "is empty: name a folder" in err and flag in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]

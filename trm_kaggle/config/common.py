@@ -228,6 +228,18 @@ def _takes_number(annotation) -> bool:
                                                           Literal for k in kinds)
 
 
+#: The settings that name a folder or a file (an empty one is refused, never taken as the current folder)
+PATH_FIELD = re.compile(r"(_dir|_path|_paths|_paths_test|_file|_prefix|^output|^out|^weights|^challenges|"
+                        r"^compile_cache)$")
+
+
+def _holds_blank(value) -> bool:
+    """Whether `value`, a text or a list of them, is or holds one that is empty or blank."""
+    if isinstance(value, str):
+        return not value.strip()
+    return isinstance(value, (list, tuple)) and any(isinstance(v, str) and not v.strip() for v in value)
+
+
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -249,9 +261,13 @@ class _Config(BaseModel):
 
     @field_validator("*", mode="after")
     @classmethod
-    def _numbers_in_range(cls, value):
+    def _numbers_in_range(cls, value, info: ValidationInfo):
         if _holds_nul(value):  # no path, name or choice holds one: the system said "embedded null byte", no more
             raise ValueError("holds a NUL byte, which no path or name can")
+        if PATH_FIELD.search(info.field_name) and _holds_blank(value):
+            # `--work-dir ''` (an unset shell variable) was the current folder: a pipeline wrote its seven stage
+            # folders among the user's own and said "outputs under ;"
+            raise ValueError("is empty: name a folder or a file (`.` for the current folder)")
         return _checked_number(value)
 
 

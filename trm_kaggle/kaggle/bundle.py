@@ -599,6 +599,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     try:
+        if not str(args.out_dir).strip():  # an unset shell variable: the current folder got kernel/, weights/, wheels/
+            raise TRMError("OUT_DIR is empty: name a folder for the bundle (`.` for the current folder)")
         check_io(*bundle_io(args))  # before anything is built: no part of the bundle replaces an input
         refuse_if_held(args.out_dir)  # a bundle building or executing there: refused at once, nothing made
         if args.push and (why := push_unavailable()):  # before anything is built under a placeholder owner
