@@ -684,3 +684,30 @@ def test_a_resume_says_that_its_load_checkpoint_is_not_loaded(sudoku4, tmp_path,
         train(cfg_for(sudoku4, run, "max_steps=3", f"load_checkpoint={state}"))
     said = [r.getMessage() for r in caplog.records if "load_checkpoint" in r.getMessage()]
     assert said == [f"load_checkpoint {state} is not loaded: the run resumes from its own state at step 2"], said
+
+
+@pytest.mark.parametrize("update, field", [({"seed": 2**70}, "seed"), ({"log_interval": 0}, "log_interval"),
+                                           ({"max_steps": "abc"}, "max_steps"), ({"max_steps": -5}, "max_steps"),
+                                           ({"lr": float("nan")}, "lr"), ({"data_paths": "/x/s4"}, "data_paths")])
+def test_a_config_copied_around_its_validators_is_checked_by_train(sudoku4, tmp_path, update, field):
+    """A notebook's `cfg.model_copy(update=...)` skips the config's checks: seed=2**70 reached torch's overflow,
+    log_interval=0 a division by zero after the run folder was made, max_steps=-5 a 0-step run that said it ended,
+    lr=nan was blamed on the schedule "not the config", and a data_paths string was read letter by letter. train()
+    checks the config it is given, naming the setting, before anything is made."""
+    cfg = cfg_for(sudoku4, tmp_path / "r", "max_steps=2").model_copy(update=update)
+    with pytest.raises(TRMError, match=rf"^TrainConfig: {field}: "):
+        train(cfg)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("answer", [float("nan"), "no", 0.0])
+def test_an_evaluation_callback_answering_neither_yes_nor_no_is_named_after_a_save(sudoku4, tmp_path, answer):
+    """`on_eval` returning NaN or the word "no" stopped a 14-step run at its first evaluation as if it had said True,
+    without a word. It returns True to stop, False or None to go on; another answer is named, the state saved."""
+    run = tmp_path / "r"
+    with pytest.raises(TRMError, match=r"on_eval returned .* at step (\d+): it returns True to stop"):
+        train(cfg_for(sudoku4, run, "max_steps=14", "eval_interval=1"), on_eval=lambda step, m: answer)
+    assert ckpt.newest_step(run) > 0
+    for fine in (None, False):
+        assert train(cfg_for(sudoku4, tmp_path / f"ok{fine}", "max_steps=3", "eval_interval=1"),
+                     on_eval=lambda step, m: fine).step == 3

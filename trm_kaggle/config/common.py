@@ -41,6 +41,18 @@ def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = Non
     return "; ".join(one(err) for err in e.errors())
 
 
+def revalidated(cfg: BaseModel) -> BaseModel:
+    """`cfg` as its validators take it, or one TRMError line naming the setting: a config built around them
+    (`model_construct`, `model_copy(update=...)`, as a notebook does) trained with `seed=2**70` into torch's
+    overflow, `log_interval=0` into a division by zero, and `max_steps=-5` to a 0-step run that said it ended."""
+    from trm_kaggle.errors import TRMError
+
+    try:
+        return type(cfg).model_validate(cfg.model_dump(warnings=False))
+    except ValidationError as e:
+        raise TRMError(f"{type(cfg).__name__}: {validation_line(e)}") from None
+
+
 def field_help(model: type[BaseModel], name: str, more: str = "") -> str:
     """The help of the command-line option behind `model`'s field `name`: the field's description (one text for
     the setting's meaning, read by `--help` and `--list-settings` alike), then `more` where the option adds to it.

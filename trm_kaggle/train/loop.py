@@ -26,7 +26,7 @@ import time
 from typing import Callable
 
 from trm_kaggle import xla
-from trm_kaggle.config import TrainConfig, seconds_argument
+from trm_kaggle.config import TrainConfig, revalidated, seconds_argument
 from trm_kaggle.errors import TRMError
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.evaluation import Evaluations
@@ -38,6 +38,7 @@ from trm_kaggle.train.result import TrainResult
 from trm_kaggle.train.setup import Run, prepare
 from trm_kaggle.train.step import StepRules, train_step
 from trm_kaggle.train.stops import StopControl
+from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     `TrainingInterrupted` (see `trm_kaggle.train.stops`); an evaluation that would end after the deadline is
     skipped, with a warning. A run that had already reached its last step is left as it is
     (`TrainResult.already_done`)."""
+    cfg = revalidated(cfg)  # a config built around its validators (model_copy, model_construct) is checked here
     deadline = seconds_argument("deadline", deadline)  # NaN compared false with every clock: no deadline at all
     with contextlib.ExitStack() as held:
         run = prepare(cfg, held, deadline=deadline, banner=banner, rules=rules)
@@ -67,6 +69,17 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             run.rt, save_every_s=cfg.save_every_s, deadline=run.deadline, every=cfg.log_interval, signals=signals,
             deadline_name="the time limit" if cfg.time_limit is not None else "the deadline"))
         return _drive(run, control, on_step, on_eval)
+
+
+def _stop_asked(verdict, run: Run, control: StopControl) -> bool:
+    """Whether `on_eval`'s answer asks the run to stop: True stops, False or None goes on. Anything else (a NaN, a
+    word, a metric returned by mistake) stopped the run as if it were True, without a word: the state is saved and
+    the answer named."""
+    if verdict is None or isinstance(verdict, bool) or type(verdict).__name__ == "bool_":  # numpy's too
+        return bool(verdict)
+    _save(run, control)
+    raise TRMError(f"on_eval returned {clipped(verdict)} at step {run.state.step}: it returns True to stop the run, "
+                   f"False or None to go on (the state at step {run.state.step} is saved)")
 
 
 def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
@@ -137,7 +150,7 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
                                              **(compile_watch.record() if compile_watch is not None else {})})
                 if cfg.checkpoint_every_eval:
                     _save(run, control)
-                if on_eval is not None and on_eval(state.step, evaluations.metrics):
+                if on_eval is not None and _stop_asked(on_eval(state.step, evaluations.metrics), run, control):
                     result.stopped_by = "the evaluation callback"
                     break
         if window.pending:  # stopped between log intervals (a signal, a cut evaluation): its last steps are logged
