@@ -831,6 +831,9 @@ def saved_curve(c: dict) -> Curve:
     _number(curve.flops_per_example, "flops_per_example")
     if not isinstance(curve.points, list) or not all(isinstance(p, dict) for p in curve.points):
         raise ValueError(f"the points of {curve.recipe} seed {curve.seed} are not a list of objects")
+    steps = [p.get("step") for p in curve.points]
+    if any(not isinstance(a, int) or not isinstance(b, int) or a >= b for a, b in zip(steps, steps[1:])):
+        raise ValueError(f"the points of {curve.recipe} seed {curve.seed} are not in the order of their steps")
     for p in curve.points:
         for key, (low, high, whole) in POINT_FIELDS.items():
             if key == "token_accuracy" and p.get(key) is None:
@@ -850,7 +853,9 @@ def _report_problem(r: dict) -> str | None:
             if r.get(key) is not None:
                 _number(r[key], key, low=0)
         if r.get("threads") is not None:
-            _number(r["threads"], "threads", whole=True)
+            from trm_kaggle.hardware import MAX_THREADS
+
+            _number(r["threads"], "threads", high=MAX_THREADS, whole=True)  # a run's own bound
     except ValueError as e:
         return str(e)
     if not isinstance(r["configs"], dict):
@@ -902,6 +907,8 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
         except (KeyError, TypeError, ValueError) as e:
             raise TRMError(f"{paths[i]}: a curve or recipe is not as bench_recipes writes it "
                            f"({clipped(str(e) if isinstance(e, ValueError) else repr(e))})") from None
+    if not curves:  # summarised, the smallest budget of no run was a traceback after --out was made
+        raise TRMError(f"{', '.join(map(str, paths))}: no curve: no run of these reports finished (nothing to report)")
     report["curves"] = [asdict(c) for c in curves]
     upstream = UPSTREAM if UPSTREAM in report["recipes"] else None
     Path(out).mkdir(parents=True, exist_ok=True)

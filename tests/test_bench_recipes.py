@@ -444,7 +444,7 @@ def test_a_stop_while_the_report_is_written_leaves_one_runs_report_and_names_it(
 
 @pytest.mark.parametrize("damage", ["nan accuracy", "inf accuracy", "point lacks examples", "points a string",
                                     "batch text", "flops text", "accuracy past 1", "seed negative", "device raw",
-                                    "seeds text"])
+                                    "seeds text", "no curves", "points reversed", "threads huge"])
 def test_a_saved_report_with_numbers_no_run_writes_is_one_line_and_writes_nothing(tmp_path, capsys, damage):
     """A saved report whose accuracy was NaN or inf, or whose curve's points lacked a field or were a string, was a
     matplotlib or KeyError traceback after `--out` was made (left empty, or holding the .json and .md without the
@@ -475,10 +475,17 @@ def test_a_saved_report_with_numbers_no_run_writes_is_one_line_and_writes_nothin
         curve["seed"] = -1
     elif damage == "device raw":
         report["configs"]["upstream"]["device"] = "cpu\x1b[2J"
+    elif damage == "no curves":
+        report["curves"] = []
+    elif damage == "points reversed":
+        curve["points"].reverse()
+    elif damage == "threads huge":
+        report["threads"] = 10**30
     else:
         report["seeds"] = "two"
     (tmp_path / "r.json").write_text(json.dumps(report))  # NaN and Infinity as Python's json writes them
     assert main(["--report", str(tmp_path / "r.json"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "not as bench_recipes writes it" in err and "\x1b" not in err, err
+    said = "no curve: no run of these reports finished" if damage == "no curves" else "not as bench_recipes writes it"
+    assert "Traceback" not in err and said in err and "\x1b" not in err, err
     assert not (tmp_path / "out").exists()
