@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -49,10 +49,13 @@ from IPython.display import Image, Markdown, display
 from trm_kaggle.hardware import quiet_openmp_waits
 
 quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
+from trm_kaggle.config import whole_argument
 from trm_kaggle.data import load_metadata
-from trm_kaggle.evaluate import evaluate, task_picture_png, write_report
+from trm_kaggle.evaluate import MAX_DRAWN, chosen_tasks, evaluate, task_picture_png, write_report
 from trm_kaggle.model import load_inference_model
 from trm_kaggle.hardware import pick_device
+
+N_PICTURES = whole_argument("N_PICTURES", N_PICTURES, 0, MAX_DRAWN)  # said by its name here, before any work
 
 # under the weights' own name: another export's evaluation never lands on this one's report
 REPORT_DIR = REPORT_DIR or Path("runs/notebooks/eval", Path(WEIGHTS_DIR).name, Path(DATA_DIR).name)
@@ -102,5 +105,6 @@ display(Markdown(paths["markdown"].read_text().split("\n## Pictures")[0]))  # th
 # Per test input: the input, the truth and the top-2 attempts with their votes (✓ marks a correct attempt).
 
 # %%
-for task in (TASKS or result.test_set.task_ids[:N_PICTURES]):
+# TASKS as write_report read it: one id typed as text (`-p TASKS 0934a4d8`), or ids joined by commas
+for task in (chosen_tasks(TASKS, result.test_set.task_ids) if TASKS else result.test_set.task_ids[:N_PICTURES]):
     display(Image(data=task_picture_png(result, task)))

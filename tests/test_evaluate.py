@@ -547,6 +547,7 @@ def test_chosen_tasks_take_an_id_holding_a_comma_whole():
     assert chosen_tasks(["b,c"], known) == ["b", "c"]  # not an id: the older comma-separated form
     assert chosen_tasks(["x,y", "b", "b,c,", ""], known) == ["x,y", "b", "c"]
     assert chosen_tasks(["x"], known) == ["x"]  # an unknown id stays, for the caller to name
+    assert chosen_tasks("x,y", known) == ["x,y"] and chosen_tasks("ab,c", known) == ["ab", "c"]  # text: not letters
 
 
 def test_evaluate_draws_a_task_whose_id_holds_a_comma(tmp_path, capsys):

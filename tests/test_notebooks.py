@@ -364,7 +364,7 @@ def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
     assert "trained 1 steps" in text_outputs(nb)
 
     nb = run_notebook("evaluate", tmp_path, kernel_name, WEIGHTS_DIR="weights", DATA_DIR="data", BATCH_SIZE=2,
-                      DEVICE="cpu", TASKS=["ev0"])
+                      DEVICE="cpu", TASKS="ev0")  # one id as text (`-p TASKS ev0`): its letters were taken as ids
     text = text_outputs(nb)
     assert "ARC Prize score (micro over 1 test outputs" in text
     assert "pass@K, task macro" in text and "token accuracy (per token" in text
@@ -378,6 +378,12 @@ def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
                                  "from_report": "../../../../../weights"}
     assert f"`{export_digest(tmp_path / 'weights')}`" in (report_dir / "report.md").read_text()
     assert (report_dir / "pictures" / "ev0.png").is_file()
+    import papermill
+
+    with pytest.raises(papermill.PapermillExecutionError, match=r"N_PICTURES=-1: expected a whole number"):
+        run_notebook("evaluate", tmp_path, kernel_name, WEIGHTS_DIR="weights", DATA_DIR="data", N_PICTURES=-1,
+                     REPORT_DIR="never")  # named as the notebook's parameter (it was write_report's `first_n`)
+    assert not (tmp_path / "never").exists()
     assert sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", [])) == 1
 
 

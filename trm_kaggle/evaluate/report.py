@@ -231,6 +231,8 @@ def chosen_tasks(items: Sequence[str], known: Collection[str]) -> list[str]:
     a comma: build-arc takes one), any other is split at its commas ("a,b", the older form); empty parts are
     dropped, repeats kept once. An id the test split lacks stays in the answer for the caller to name."""
     out: list[str] = []
+    if isinstance(items, str):  # one id (`-p TASKS 0934a4d8` in a notebook): its letters were taken as ids
+        items = [items]
     for item in items:
         out += [item] if item in known else [t for t in item.split(",") if t]
     return list(dict.fromkeys(out))
