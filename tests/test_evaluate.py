@@ -799,3 +799,18 @@ def test_a_report_folder_named_another_way_still_holds_the_same_weights_report(t
     check_report_dir("report", {"path": "weights", "sha256": "b" * 64})
     with pytest.raises(TRMError, match="holds the report of other weights"):
         check_report_dir("report", {"path": "other", "sha256": "b" * 64})
+
+
+@pytest.mark.parametrize("settings, said", [({"bogus": 1}, "bogus: Extra inputs are not permitted"),
+                                            ({"batch_size": 0}, "batch_size: Input should be greater than or equal")])
+def test_an_evaluation_setting_given_by_keyword_is_one_line_naming_it(settings, said):
+    """`evaluate(model, data, bogus=1)` raised pydantic's text of several lines and a link; a config copied around
+    its checks (`model_copy`) was used unchecked. Both are one TRMError line naming the setting."""
+    from trm_kaggle.config import EvaluateConfig
+
+    with pytest.raises(TRMError) as e:
+        EvaluateConfig().updated(**settings)
+    assert str(e.value) == f"EvaluateConfig: {said}" or str(e.value).startswith(f"EvaluateConfig: {said}")
+    assert "\n" not in str(e.value)
+    with pytest.raises(TRMError, match="EvaluateConfig: batch_size"):
+        EvaluateConfig().model_copy(update={"batch_size": -3}).updated()

@@ -41,14 +41,15 @@ def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = Non
     return "; ".join(one(err) for err in e.errors())
 
 
-def revalidated(cfg: BaseModel) -> BaseModel:
-    """`cfg` as its validators take it, or one TRMError line naming the setting: a config built around them
-    (`model_construct`, `model_copy(update=...)`, as a notebook does) trained with `seed=2**70` into torch's
-    overflow, `log_interval=0` into a division by zero, and `max_steps=-5` to a 0-step run that said it ended."""
+def revalidated(cfg: BaseModel, **changes) -> BaseModel:
+    """`cfg` with `changes` as its validators take it, or one TRMError line naming the setting: a config built
+    around them (`model_construct`, `model_copy(update=...)`, as a notebook does) trained with `seed=2**70` into
+    torch's overflow, `log_interval=0` into a division by zero, and `max_steps=-5` to a 0-step run that said it
+    ended; an unknown keyword is refused (`model_copy` drops it without a word)."""
     from trm_kaggle.errors import TRMError
 
     try:
-        return type(cfg).model_validate(cfg.model_dump(warnings=False))
+        return type(cfg).model_validate({**cfg.model_dump(warnings=False), **changes})
     except ValidationError as e:
         raise TRMError(f"{type(cfg).__name__}: {validation_line(e)}") from None
 

@@ -9,7 +9,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from trm_kaggle.config.common import MAX_BATCH_SIZE, MAX_SEED, CompileSetting, _Config, compile_setting
+from trm_kaggle.config.common import MAX_BATCH_SIZE, MAX_SEED, CompileSetting, _Config, compile_setting, revalidated
 from trm_kaggle.config.model import InferenceDtype
 
 # Test-time trajectories and depth (docs/test_time.md). The trajectories of an example take rows of the same
@@ -117,8 +117,10 @@ class EvaluateConfig(_Config):
         return self.early_exit or (self.trajectories > 1 and self.trajectory_select == "first_halt")
 
     def updated(self, **changes) -> "EvaluateConfig":
-        """This config with `changes`, checked like any EvaluateConfig (`model_copy(update=...)` checks nothing)."""
-        return type(self)(**{**self.model_dump(), **changes}) if changes else self
+        """This config with `changes`, checked like any EvaluateConfig (`model_copy(update=...)` checks nothing: a
+        config copied that way is checked here too), or one TRMError line naming the setting (an unknown keyword
+        was pydantic's text of several lines and a link)."""
+        return revalidated(self, **changes)
 
     @field_validator("device")
     @classmethod
