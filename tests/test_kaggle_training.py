@@ -272,7 +272,8 @@ def test_a_batch_the_dataset_cannot_fill_is_refused_at_build_time(built, tmp_pat
 def test_a_session_step_cap_that_is_no_positive_count_is_named(built, tmp_path, steps):
     # -1 trained nothing and blamed a time budget that was not set; True trained one step
     lines: list[str] = []
-    r = run_session(input_root=tmp_path, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+    (tmp_path / "in").mkdir()
+    r = run_session(input_root=tmp_path / "in", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
                     data_dir=built / "data", time_budget=None, session_steps=steps, echo=lines.append)
     assert not r.ok and len(lines) == 1 and lines[0].startswith("error: session_steps=")
     assert lines[0].endswith(f": expected a whole number from 1 to {kaggle_training.MAX_SESSION_STEPS:,}, or None "
@@ -330,6 +331,26 @@ def test_a_refused_session_carries_the_previous_state_so_the_next_one_resumes(bu
     r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
                     data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
     assert r.ok and r.start_step == 2 and r.step == 3 and r.resumed_from, r
+
+
+@pytest.mark.parametrize("setting", [dict(session_steps=2_000_000_000), dict(time_budget=20_000_000),
+                                     dict(time_budget=1e400), dict(save_every_s=0)])
+def test_a_session_setting_it_refuses_still_passes_the_state_on(built, tmp_path, setting):
+    """A SESSION_STEPS or TIME_BUDGET the notebook's first cell keeps but the session refuses (past 10**9 steps,
+    past 10**7 s) was refused before the carry: the output held session.json alone, naming no state, and the next
+    session started the run over from step 0 with status "trained". The settings are asked once the state is
+    carried: the refused session passes it on, and the next one resumes."""
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", **{"time_budget": None, **setting}, echo=lines.append)
+    assert not r.ok and r.status == "error" and lines[-1].startswith("error: ") and r.step == 2, lines
+    assert ckpt.newest_step(tmp_path / "s2" / "run") == 2 and report(tmp_path / "s2")["previous_state"]
+    r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    assert r.ok and r.start_step == 2 and r.step == 3, r
 
 
 def test_a_working_folder_in_a_bundle_part_gets_no_session_record(built, tmp_path, kernel_name):

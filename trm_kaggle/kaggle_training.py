@@ -367,7 +367,10 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     with stops:  # the whole session, its record included: a stop never ends the kernel mid-way
         if stopped and stops.came is None:  # after the handler is in place: no signal falls between the two
             stops.came = int(stopped[0])
-        try:
+        def settings() -> tuple[list[str], int | None]:
+            """The timed saves' override and the step cap, or TRMError: asked after the previous state is carried,
+            so that a setting refused here still passes the state on (refused before the carry, the record named
+            no state and the next session started the run over from step 0)."""
             for name, value in (("time_budget", time_budget), ("margin", margin)):  # NaN would mean "no limit"
                 if value is not None and not 0 <= _seconds_or(value, -1.0) <= MAX_SESSION_SECONDS:
                     raise TRMError(f"{name} {clipped(value, 40)}: a number of seconds from 0 to {MAX_SESSION_SECONDS:,}"
@@ -379,14 +382,17 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
             if save_every_s is not None and not 0 < _seconds_or(save_every_s, 0.0) <= MAX_SAVE_EVERY_S:
                 raise TRMError(f"save_every_s {clipped(save_every_s, 40)}: a number of seconds above 0 and at most "
                                f"{MAX_SAVE_EVERY_S:,}, or None for no timed saves")
-            timed = [] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]
-            if session_steps is not None:  # -1 once blamed a budget that was not set; numpy's 3 was refused
-                try:
-                    session_steps = whole_argument("session_steps", session_steps, 1, MAX_SESSION_STEPS)
-                except ValueError as e:
-                    raise TRMError(f"{e}, or None for no cap") from None
+            if session_steps is None:
+                return ([] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]), None
+            try:  # -1 once blamed a budget that was not set; numpy's 3 was refused
+                steps = whole_argument("session_steps", session_steps, 1, MAX_SESSION_STEPS)
+            except ValueError as e:
+                raise TRMError(f"{e}, or None for no cap") from None
+            return ([] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]), steps
+
+        try:
             _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
-                     (timed, overrides, device), data_dir, time_budget, margin, session_steps, started,
+                     (settings, overrides, device), data_dir, time_budget, margin, started,
                      Path(scratch) if scratch is not None else default_scratch(), echo, stops)
         except KeyboardInterrupt as e:  # SIGINT/SIGTERM (TrainingInterrupted): the state is saved; the next session
             stops.trained()  # resumes from it; a later stop waits for the export and this record
@@ -510,8 +516,7 @@ def _is_out_of_memory(e: BaseException) -> bool:
 
 
 def _session(report: SessionReport, input_root: Path, working: Path, presets: list[str], given: tuple,
-             data_dir, time_budget, margin, session_steps, started, scratch, echo,
-             stops: _SessionStops) -> None:
+             data_dir, time_budget, margin, started, scratch, echo, stops: _SessionStops) -> None:
     from trm_kaggle.kaggle import open_packed, packed_manifest
     from trm_kaggle.pipeline import write_training_curve
     from trm_kaggle.train import checkpoint as ckpt, load_train_config, override_list, train
@@ -625,9 +630,10 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     if refused is not None:
         raise refused
     stops.carried()
+    settings, overrides, device = given
+    timed, session_steps = settings()  # the budget, the cap, the timed saves: an error once the state is here
     try:  # each refused after the carry: the refused session's output holds the state
         _refuse_link(working / WEIGHTS)
-        timed, overrides, device = given
         overrides = [*timed, *override_list(overrides),
                      *([f"device={device}"] if device not in (None, "auto") else [])]
         # the session's own data and run folder must win (KERNEL_OWNED_KEYS); weights only from its own inputs
