@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -814,3 +815,29 @@ def test_an_evaluation_setting_given_by_keyword_is_one_line_naming_it(settings, 
     assert "\n" not in str(e.value)
     with pytest.raises(TRMError, match="EvaluateConfig: batch_size"):
         EvaluateConfig().model_copy(update={"batch_size": -3}).updated()
+
+
+def test_votes_of_test_inputs_the_dataset_lacks_and_empty_vote_options_are_refused(dataset, tmp_path, capsys):
+    """Votes of another dataset (ids it lacks, a test index past its tests) were dropped while the scores said
+    "POOLED with 1 earlier evaluation"; `--report-dir ''` and `--save-votes ''` evaluated and wrote nothing without a
+    word, and `--pool-with ''` said ": no such votes file". Each is one line, before any inference."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.evaluate.vote import VoteTable
+    from trm_kaggle.model.export import export_inference
+
+    model = make_model(dataset, seed=1)
+    export_inference(tmp_path / "w", model, arch=model.arch, seq_len=model.seq_len, vocab_size=model.vocab_size)
+    side = math.isqrt(model.seq_len)
+    common = ["evaluate", "--weights", str(tmp_path / "w"), "--data", str(dataset), "--device", "cpu", "--no-progress"]
+    for name, slot in (("ids.npz", ("zzzz", 0)), ("index.npz", ("12997ef3", 99))):
+        VoteTable.from_grids([(slot, np.ones((2, 2), np.uint8), 0.0)], side=side).save(tmp_path / name)
+        assert main([*common, "--pool-with", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert f"{name}: votes for 1 test input {dataset} does not have (first: task {slot[0]} test {slot[1]})" in err
+        with pytest.raises(DataError, match="^pool_with: votes for 1 test input"):  # the library's own check
+            evaluate(model, dataset, batch_size=32, pool_with=VoteTable.load(tmp_path / name))
+    for option, said in (("--report-dir", "--report-dir is empty"), ("--save-votes", "--save-votes is empty"),
+                         ("--pool-with", "--pool-with: an empty name among its votes files")):
+        assert main([*common, option, ""]) == 2
+        out, err = capsys.readouterr()
+        assert said in err and err.count("\n") == 1 and "ARC Prize score" not in out, (out, err)

@@ -286,6 +286,50 @@ def test_a_votes_file_with_an_index_below_zero_is_refused(tmp_path, field):
         arrays = {k: z[k] for k in z.files}
     arrays[field] = np.full_like(arrays[field], -1)
     np.savez(tmp_path / "edited.npz", **arrays)
-    with pytest.raises(DataError, match="a test index or a vote's order below 0"):
+    with pytest.raises(DataError, match="test index -1 of task t|a vote's order below 0"):
         VoteTable.load(tmp_path / "edited.npz")
     VoteTable.load(tmp_path / "v.npz")
+
+
+def _edited_votes(path, tmp_path, name, edit):
+    with np.load(path) as z:
+        fields = {k: v.copy() for k, v in z.items()}
+    edit(fields)
+    np.savez(tmp_path / name, **fields)
+    return tmp_path / name
+
+
+@pytest.mark.parametrize("case, said", [
+    ("slot listed twice", "task t test 0 listed twice"),
+    ("colour 200", "a grid cell of colour 200 (colours are 0 to 9)"),
+    ("canvas past the grid", "a key whose canvas holds values past its grid's cells"),
+    ("task id with a slash", "task id"),
+    ("task ids as numbers", "task id"),
+    ("test index a boolean", "test index True"),
+    ("keys of other length", "votes of unequal lengths: keys holds 4 rows"),
+])
+def test_a_votes_file_no_evaluation_writes_is_refused_naming_it(tmp_path, case, said):
+    """A votes file listing a test input twice was pooled and turned a score of 1.0 into 0.0 (its votes tallied in
+    a slot scoring never read); colour 200 was drawn as colour 9 and took an attempt; ids no task has, test indexes
+    of booleans and keys of another length than the votes were read as they came. Each is one line naming the
+    file, and keys of another length are refused from the members' headers, before any member is unpacked (a 3 MB
+    file unpacked to 3 GB first)."""
+    from trm_kaggle.errors import DataError
+
+    table = VoteTable.from_grids([(("t", 0), A, 0.5), (("u", 1), C, -2.0), (("t", 0), B, 1.0)])
+    path = tmp_path / "votes.npz"
+    table.save(path)
+    edit = {
+        "slot listed twice": lambda f: f.update(slot_tasks=np.array(["t", "t"]), slot_tests=np.array([0, 0])),
+        "colour 200": lambda f: f["keys"].__setitem__((0, 2), 200),
+        "canvas past the grid": lambda f: f["keys"].__setitem__((0, f["keys"].shape[1] - 1), 3),
+        "task id with a slash": lambda f: f.update(slot_tasks=np.array(["../x", "u"])),
+        "task ids as numbers": lambda f: f.update(slot_tasks=np.array([1, 2])),
+        "test index a boolean": lambda f: f.update(slot_tests=np.array([True, False])),
+        "keys of other length": lambda f: f.update(keys=np.zeros((4, f["keys"].shape[1]), np.uint8)),
+    }[case]
+    bad = _edited_votes(path, tmp_path, "bad.npz", edit)
+    with pytest.raises(DataError, match=f"bad.npz: not a votes file") as e:
+        VoteTable.load(bad)
+    assert said in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert VoteTable.load(path).slots == table.slots  # the file as saved still loads

@@ -52,7 +52,7 @@ from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model import counts_settled
 from trm_kaggle.names import task_id_problem
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, shown
 
 
 @dataclass
@@ -79,6 +79,13 @@ class TestSet:
         slots = [s for s in self.slots if s[0] in keep]
         return TestSet(slots, {s: self.inputs[s] for s in slots},
                        {s: self.truths[s] for s in slots if s in self.truths}, {t: n for t, n in self.num_tests.items() if t in keep})
+
+
+def foreign_votes(stray: Sequence[Slot], dataset_dir: str | os.PathLike) -> str:
+    """The words for votes of test inputs a dataset lacks (`VoteTable.foreign_slots`): never pooled."""
+    task, index = stray[0]
+    return (f"votes for {count(len(stray), 'test input')} {dataset_dir} does not have (first: task {shown(task)} "
+            f"test {index}): the votes of another dataset are never pooled")
 
 
 def load_test_set(dataset_dir: str | os.PathLike) -> TestSet:
@@ -192,6 +199,8 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
     t0 = time.perf_counter()
     device = place_model(model, device)
     test_set = load_test_set(dataset_dir)
+    if pool_with is not None and (stray := pool_with.foreign_slots(test_set.slots)):
+        raise DataError(f"pool_with: {foreign_votes(stray, dataset_dir)}")
     split = load_split(dataset_dir, "test")
     side = side_of(split.metadata.seq_len)
     identifiers = load_identifiers(dataset_dir)

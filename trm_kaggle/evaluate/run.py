@@ -22,7 +22,7 @@ from trm_kaggle.config import MAX_SEED, EvaluateConfig, whole_argument
 from trm_kaggle.data import contents_hash, load_metadata, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
-from trm_kaggle.evaluate.pipeline import evaluate, load_test_set
+from trm_kaggle.evaluate.pipeline import evaluate, foreign_votes, load_test_set
 from trm_kaggle.evaluate.report import (MAX_DRAWN, REPORT_KIND, check_report_dir, format_metrics,
                                         format_task_id_table, tasks_problem, weights_record, write_dataset_report,
                                         write_report)
@@ -45,6 +45,11 @@ def evaluate_io(weights, data, save_votes=None, report_dir=None, pool_with=(), *
     def name(field: str) -> str:
         return "--" + field.replace("_", "-") if flags else field
 
+    for field, given in (("save_votes", save_votes), ("report_dir", report_dir)):
+        if given is not None and not str(given).strip():  # '' wrote nothing and said nothing
+            raise TRMError(f"{name(field)} is empty: name a file or folder, or leave it out")
+    if not isinstance(pool_with, (str, bytes, os.PathLike)) and any(not str(p).strip() for p in pool_with or []):
+        raise TRMError(f"{name('pool_with')}: an empty name among its votes files")
     _check_pool_with(pool_with or [], name("pool_with"))
     return ([Input(weights, name("weights"), tree=True), Input(data, name("data"), tree=True),
              *(Input(p, f"{name('pool_with')} file") for p in pool_with or [])],
@@ -89,8 +94,11 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     modes = list(dict.fromkeys(task_ids))
     pooled = None
     side = math.isqrt(load_metadata(data, "test").seq_len) if pool_with else 0
+    slots = load_test_set(data).slots if pool_with else []
     for path in pool_with or []:  # read first: a bad file stops before any inference
         table = VoteTable.load(path)
+        if stray := table.foreign_slots(slots):  # dropped while the scores said "POOLED"
+            raise DataError(f"{path}: {foreign_votes(stray, data)}")
         if canvas_side(table) != side:  # VoteTable.merge's "keys of different canvases", after the inference
             raise DataError(f"{path}: votes on a {canvas_side(table)}x{canvas_side(table)} canvas, and {data} is "
                             f"on {side}x{side}: votes of another dataset's canvas cannot be pooled")

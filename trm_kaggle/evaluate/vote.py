@@ -43,6 +43,8 @@ import numpy as np
 from trm_kaggle.atomic import atomic_write
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import open_regular, read_failure
+from trm_kaggle.names import task_id_problem
+from trm_kaggle.wording import shown
 from trm_kaggle.evaluate.decode import HEADER, grid_to_key, key_shapes, key_to_grid
 from trm_kaggle.evaluate.stats import wilson_interval
 
@@ -150,6 +152,8 @@ class VoteTable:
                 if f.read(4) != b"PK\x03\x04":  # no .npz (a zip archive): np.load would take a .npy, or advise
                     raise ValueError("no .npz archive")  # unpickling a JSON file
                 f.seek(0)
+                _check_declared_shapes(f)  # from the members' headers: a 3 MB file unpacked to 3 GB before its check
+                f.seek(0)
                 with np.load(f, allow_pickle=False) as z:
                     if str(z["format"]) != VOTES_FORMAT:
                         raise ValueError(f"format {str(z['format'])!r}")
@@ -157,16 +161,65 @@ class VoteTable:
                     if problem := _keys_problem(keys, z["q_halt"]):  # said here, not as a traceback after inference
                         raise ValueError(problem)
                     slots = list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist()))
-                    # an index below 0 is no test input: pooled, such votes counted for nothing, said "POOLED"
-                    if any(not isinstance(i, int) or i < 0 for _, i in slots) or (z["order"] < 0).any():
-                        raise ValueError("a test index or a vote's order below 0")
+                    if problem := _slots_problem(slots):
+                        raise ValueError(problem)
+                    if (z["order"] < 0).any():
+                        raise ValueError("a vote's order below 0")
                     return cls(slots, z["slot"], np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1),
                                z["q_halt"], z["order"])
+        except MemoryError:  # its members as their headers declare them do not fit this process
+            raise DataError(f"{path}: a votes file larger than this process's memory can read") from None
         # truncated: a bad zip archive; empty: no numpy header (EOFError); a damaged member: zlib's error
         except (OSError, KeyError, ValueError, IndexError, EOFError, zipfile.BadZipFile, zlib.error) as e:
             raise read_failure(e, path, "votes file") or DataError(
                 f"{path}: not a votes file written by `trm-kaggle evaluate --save-votes` ({e})"
             ) from None
+
+    def foreign_slots(self, slots: Iterable[Slot]) -> list[Slot]:
+        """This table's slots that are none of `slots` (a test split's): votes of another dataset, which pooled
+        counted for nothing while the scores were said to be pooled."""
+        known = set(slots)
+        return [s for s in self.slots if s not in known]
+
+
+#: The largest ARC colour a vote's grid may hold.
+MAX_COLOUR = 9
+#: The members of a votes file and the length each shares: M votes, S slots.
+_MEMBERS = {"slot": "M", "q_halt": "M", "order": "M", "keys": "M", "slot_tasks": "S", "slot_tests": "S"}
+
+
+def _check_declared_shapes(f) -> None:
+    """ValueError unless the .npz members' headers declare one vote count M for slot, q_halt, order and keys,
+    one slot count S for slot_tasks and slot_tests, and keys of at most a 30x30 canvas: read before any member
+    is unpacked."""
+    lengths: dict[str, int] = {}
+    with zipfile.ZipFile(f) as z:
+        for name, length in _MEMBERS.items():
+            with z.open(f"{name}.npy") as member:
+                version = np.lib.format.read_magic(member)
+                shape, _, _ = (np.lib.format.read_array_header_1_0(member) if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0(member))
+            if not shape or (name == "keys" and (len(shape) != 2 or shape[1] > HEADER + 30 * 30)):
+                raise ValueError(f"{name} of shape {shape}")
+            if lengths.setdefault(length, shape[0]) != shape[0]:
+                raise ValueError(f"votes of unequal lengths: {name} holds {shape[0]:,} rows, and others "
+                                 f"{lengths[length]:,}")
+
+
+def _slots_problem(slots: list) -> str | None:
+    """Why a votes file's (task id, test index) list is none `save` writes, or None: a test input listed twice
+    scored its votes in a slot scoring never read (1.0 turned 0.0), an index below 0 named no test input."""
+    for task, index in slots:
+        if not isinstance(task, str):
+            return f"task id {shown(repr(task))}, which is no text"
+        if problem := task_id_problem(task):
+            return f"task id {problem}"
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            return f"test index {shown(repr(index))} of task {shown(task)}"
+    if len(set(slots)) != len(slots):
+        twice = next(s for i, s in enumerate(slots) if s in slots[:i])
+        return f"task {shown(twice[0])} test {twice[1]} listed twice"
+    return None
 
 
 def _keys_problem(keys: np.ndarray, q_halt: np.ndarray) -> str | None:
@@ -179,6 +232,12 @@ def _keys_problem(keys: np.ndarray, q_halt: np.ndarray) -> str | None:
         return f"keys of {keys.shape[1]} bytes, which hold no square canvas"
     if len(keys) and int(keys[:, :HEADER].max()) > side:
         return f"a grid shape past its {side}x{side} canvas"
+    if len(keys) and int(keys[:, HEADER:].max()) > MAX_COLOUR:  # colour 200 was drawn as 9 and took an attempt
+        return f"a grid cell of colour {int(keys[:, HEADER:].max())} (colours are 0 to {MAX_COLOUR})"
+    if len(keys):  # past a grid's cells its canvas is zeros: equal grids have equal keys (their votes add up)
+        cells = keys[:, 0].astype(np.int64) * keys[:, 1]
+        if (keys[:, HEADER:][np.arange(side * side)[None, :] >= cells[:, None]] != 0).any():
+            return "a key whose canvas holds values past its grid's cells"
     if not np.isfinite(np.asarray(q_halt, dtype=np.float64)).all():
         return "non-finite q_halt values"
     return None
