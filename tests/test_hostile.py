@@ -188,14 +188,14 @@ GOOD_TEXT = json.dumps(GOOD)
 
 UNREADABLE = {
     "empty": (b"", "empty"),
-    "only whitespace": (b" \n\t", "empty"),
+    "only whitespace": (b" \n\t", "holds no JSON (blank space or a byte-order mark only)"),
     "truncated": (GOOD_TEXT[:-7].encode(), "truncated"),
     "not UTF-8 (latin-1)": ('{"caf\xe9": 1}'.encode("latin-1"), "not UTF-8"),
     "binary garbage": (bytes(range(256)), "not UTF-8"),
     "deeply nested": (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     "duplicate key": (b'{"t1": 1, "t1": 2}', "appears twice"),
     "trailing garbage": (GOOD_TEXT.encode() + b"}", "Extra data"),
-    "a lone BOM": (codecs.BOM_UTF8, "empty"),
+    "a lone BOM": (codecs.BOM_UTF8, "holds no JSON (blank space or a byte-order mark only)"),
 }
 
 READABLE = {

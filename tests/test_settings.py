@@ -540,8 +540,6 @@ def test_split_then_load():
 
 def test_submit_predicts_under_the_settings_of_an_evaluation():
     """One shape for an evaluation's settings: EvaluateConfig (trm-kaggle evaluate), and the solve's by its names."""
-    from pydantic import ValidationError
-
     from trm_kaggle.config import EvaluateConfig, SolveConfig
 
     solve = SolveConfig(challenges="c.json", weights="w", eval_batch_size=32, early_exit=True, forward_dtype="float32",
@@ -550,7 +548,7 @@ def test_submit_predicts_under_the_settings_of_an_evaluation():
                                                 device="cpu")
     assert EvaluateConfig().updated(batch_size=8, compile=True) == EvaluateConfig(batch_size=8, compile="on")
     for bad in ({"batch_size": 1 << 40}, {"max_steps": 0}, {"device": "gpu"}, {"no_such_setting": 1}):
-        with pytest.raises(ValidationError):
+        with pytest.raises(TRMError, match=f"^EvaluateConfig: {next(iter(bad))}: "):  # one line naming it
             EvaluateConfig().updated(**bad)
 
 
