@@ -133,7 +133,9 @@ def test_auto_batch_fits_the_available_memory(sudoku9, tmp_path, monkeypatch, ca
 def test_memory_in_the_metrics_and_a_warning_near_the_limit(sudoku9, tmp_path, monkeypatch, caplog):
     train(_tiny_run(sudoku9, tmp_path / "m"))
     records, _ = read_metrics(tmp_path / "m")
-    assert all(0.05 < r["peak_rss_gb"] <= r["max_rss_gb"] + 0.01 for r in records)
+    assert all(0.05 < r["peak_rss_gb"] <= r["max_rss_gb"] for r in records)  # the lifetime holds each interval
+    maxima = [r["max_rss_gb"] for r in records]
+    assert maxima == sorted(maxima)
     monkeypatch.setattr(hardware, "memory", lambda: (8 * GB, 0))  # nothing left besides what we hold
     with caplog.at_level(logging.WARNING):
         train(_tiny_run(sudoku9, tmp_path / "w"))
@@ -166,3 +168,23 @@ def test_estimate_against_the_measured_peak_of_a_real_run(sudoku9, tmp_path, ext
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert abs(r["estimate"] - r["peak"]) / r["peak"] < 0.30, r
+
+
+def test_the_lifetime_peak_is_never_below_an_interval_peak():
+    """The kernel raises VmHWM lazily: an interval's sampled peak was logged above the "lifetime" peak in 11 of 18
+    records (by about 0.2 MB). The lifetime peak is the highest of the kernel's mark and every sample."""
+    import types
+
+    import torch
+
+    from trm_kaggle.train.memory import MemoryWatch
+
+    watch = MemoryWatch(torch.device("cpu"))
+    watch.sampler.close()  # its thread: the samples below stand in for it
+    samples = iter([300 * 2**20, 100 * 2**20])
+    watch.sampler = types.SimpleNamespace(take=lambda: next(samples))
+    watch.hw = types.SimpleNamespace(peak_rss=lambda: 200 * 2**20, memory=lambda: (None, None),
+                                     current_rss=lambda: 0)
+    first, second = watch.sample(), watch.sample()
+    assert first["max_rss_gb"] == first["peak_rss_gb"] == 300 * 2**20 / GB
+    assert second["peak_rss_gb"] == 100 * 2**20 / GB and second["max_rss_gb"] == 300 * 2**20 / GB

@@ -357,6 +357,7 @@ class MemoryWatch:
         self.device, self.log, self.hw = device, log, hardware
         self.warned = False
         self.sampler = None
+        self.lifetime = 0  # the highest resident memory seen: the kernel's mark, or a sample above it
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         else:
@@ -372,7 +373,10 @@ class MemoryWatch:
             peak = self.sampler.take()
             _, available = self.hw.memory()
             limit = None if available is None else available + self.hw.current_rss()
-            record = {"peak_rss_gb": peak / GB, "max_rss_gb": self.hw.peak_rss() / GB}
+            # the kernel raises its high-water mark lazily (per-thread RSS counters): a sample could read above it,
+            # and the lifetime peak was logged below the interval's
+            self.lifetime = max(self.lifetime, peak, self.hw.peak_rss())
+            record = {"peak_rss_gb": peak / GB, "max_rss_gb": self.lifetime / GB}
         if limit and peak > self.WARN_FRACTION * limit and not self.warned and self.log:
             self.warned = True
             self.log.warning("memory: the peak of the last interval, %.2f GB, is above %d %% of the %.2f GB this "
