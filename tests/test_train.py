@@ -711,3 +711,14 @@ def test_an_evaluation_callback_answering_neither_yes_nor_no_is_named_after_a_sa
     for fine in (None, False):
         assert train(cfg_for(sudoku4, tmp_path / f"ok{fine}", "max_steps=3", "eval_interval=1"),
                      on_eval=lambda step, m: fine).step == 3
+
+
+def test_the_dtype_line_is_logged_when_progress_is_off(sudoku4, tmp_path, caplog, capsys):
+    """docs/training.md: the run says which dtype it chose and why. With `--no-progress` (progress=False) nothing
+    said it, even with -v. It is logged then (INFO: shown with -v), and printed as before with progress on."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="trm_kaggle"):
+        train(cfg_for(sudoku4, tmp_path / "quiet", "max_steps=1"))
+    assert "trm-kaggle train: device cpu, torch.float32 (" in caplog.text
+    assert "trm-kaggle train: device" not in capsys.readouterr().err

@@ -122,9 +122,13 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
     run_dir = default_run_dir(cfg)
     if rt.is_main:  # a folder another command writes: refused at once (the lock itself is taken below)
         refuse_if_held(run_dir)
-    if rt.is_main and cfg.progress and banner:
-        print(f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); "
-              f"{rt.world_size} replica(s)" + (f"; {rt.threads}" if rt.threads else ""), file=sys.stderr, flush=True)
+    if rt.is_main and banner:  # which dtype and why: printed, or logged under --no-progress (shown with -v)
+        line = (f"trm-kaggle train: device {rt.device}, {rt.dtype} ({rt.dtype_reason}); {rt.world_size} replica(s)"
+                + (f"; {rt.threads}" if rt.threads else ""))
+        if cfg.progress:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            log.info("%s", line)
     if rt.is_main and rt.threads:
         log.info("%s", rt.threads)
     if rt.restart and rt.local_rank == 0:  # a worker of this node failed: said whatever the progress setting
