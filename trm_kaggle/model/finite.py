@@ -79,7 +79,7 @@ class NonFiniteSteps:
         raise NonFiniteTraining(
             f"training diverged: the loss or the gradients were NaN or inf at {self.in_a_row} step(s) in a row, "
             f"up to step {step + 1} (max_nonfinite_steps={self.limit}); lower lr (or puzzle_emb_lr), raise "
-            f"lr_warmup_steps, or train in float32; the train states written before hold finite weights")
+            f"lr_warmup_steps, or train in float32; any train state written before holds finite weights")
 
 
 class NonFiniteTraining(TRMError):
