@@ -73,6 +73,20 @@ def test_run_code_passes_fails_and_stops_a_loop_at_the_time_limit():
     assert r.status == "timeout" and time.perf_counter() - t0 < 10
 
 
+def test_a_command_that_prints_without_end_keeps_only_its_output_tail_in_memory():
+    """`--test-command yes --time-limit 2` held the command's whole output: 1.7 GB at the limit (3.6 GB for four
+    runs). Its output is read as it comes and only its tail kept."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    code = "import sys\nwhile True:\n    sys.stdout.write('y' * 65536 + 'END')"
+    r = run_code(code, [sys.executable, "{file}"], 2.0)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024  # kB on Linux
+    assert r.status == "timeout" and r.output.endswith(("y", "END")) and len(r.output) == 2000
+    assert grown_mb < 100, f"{grown_mb:.0f} MB held for the command's output"
+    assert run_code("print('hi')", [sys.executable, "{file}"], 20).output == "hi\n"
+
+
 def test_run_code_kills_the_children_of_the_command_too(tmp_path):
     marker = tmp_path / "still-running"
     child = f"import time, pathlib; time.sleep(3); pathlib.Path({str(marker)!r}).write_text('x')"

@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -77,6 +78,10 @@ def repair_table(bug_types: list[str], outcomes: list[str], copy_outcomes: list[
 # ---------------------------------------------------------------------------
 
 
+#: The bytes of a test command's output kept (its tail): the rest is read and dropped as it comes.
+OUTPUT_TAIL_BYTES = 8192
+
+
 @dataclass
 class RunResult:
     status: str  # "passed", "failed" (non-zero exit) or "timeout"
@@ -104,19 +109,33 @@ def run_code(code: str, command: str | list[str], time_limit: float) -> RunResul
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as e:
             raise TRMError(f"cannot run the test command {argv[0]!r}: {e.strerror}") from None
+        # its output read as it comes, its tail alone kept: `yes` within a 2 s limit once held 1.7 GB
+        tail = bytearray()
+
+        def drain() -> None:
+            for chunk in iter(lambda: proc.stdout.read(1 << 16), b""):
+                tail.extend(chunk)
+                del tail[:-OUTPUT_TAIL_BYTES]
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
         try:
-            out, _ = proc.communicate(timeout=time_limit)
+            proc.wait(timeout=time_limit)
             status = "passed" if proc.returncode == 0 else "failed"
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the whole group: children of the command too
-            out, _ = proc.communicate()
+            proc.wait()
             status = "timeout"
         except BaseException:  # Ctrl-C reaches us alone (its own session): the command never outlives the caller
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
-        text = out.decode("utf-8", errors="replace")
+        finally:
+            reader.join(timeout=5)  # the pipe ends with the group; a child outside it never holds the call
+            if not reader.is_alive():
+                proc.stdout.close()
+        text = bytes(tail).decode("utf-8", errors="replace")
         return RunResult(status, time.perf_counter() - t0, text[-2000:])
 
 
