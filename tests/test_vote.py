@@ -286,7 +286,7 @@ def test_a_votes_file_with_an_index_below_zero_is_refused(tmp_path, field):
         arrays = {k: z[k] for k in z.files}
     arrays[field] = np.full_like(arrays[field], -1)
     np.savez(tmp_path / "edited.npz", **arrays)
-    with pytest.raises(DataError, match="test index -1 of task t|a vote's order below 0"):
+    with pytest.raises(DataError, match="test index -1 of task t|a vote's order below 0 or past"):
         VoteTable.load(tmp_path / "edited.npz")
     VoteTable.load(tmp_path / "v.npz")
 
@@ -307,6 +307,7 @@ def _edited_votes(path, tmp_path, name, edit):
     ("task ids as numbers", "task id"),
     ("test index a boolean", "test index True"),
     ("keys of other length", "votes of unequal lengths: keys holds 4 rows"),
+    ("order at int64's top", "a vote's order below 0 or past"),  # pooled first, the sum overflowed after inference
 ])
 def test_a_votes_file_no_evaluation_writes_is_refused_naming_it(tmp_path, case, said):
     """A votes file listing a test input twice was pooled and turned a score of 1.0 into 0.0 (its votes tallied in
@@ -327,6 +328,7 @@ def test_a_votes_file_no_evaluation_writes_is_refused_naming_it(tmp_path, case, 
         "task ids as numbers": lambda f: f.update(slot_tasks=np.array([1, 2])),
         "test index a boolean": lambda f: f.update(slot_tests=np.array([True, False])),
         "keys of other length": lambda f: f.update(keys=np.zeros((4, f["keys"].shape[1]), np.uint8)),
+        "order at int64's top": lambda f: f["order"].__setitem__(0, np.iinfo(np.int64).max),
     }[case]
     bad = _edited_votes(path, tmp_path, "bad.npz", edit)
     with pytest.raises(DataError, match=f"bad.npz: not a votes file") as e:

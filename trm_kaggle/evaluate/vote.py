@@ -163,8 +163,8 @@ class VoteTable:
                     slots = list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist()))
                     if problem := _slots_problem(slots):
                         raise ValueError(problem)
-                    if (z["order"] < 0).any():
-                        raise ValueError("a vote's order below 0")
+                    if (z["order"] < 0).any() or (z["order"] >= MAX_ORDER).any():  # int64's top: pooling overflowed
+                        raise ValueError(f"a vote's order below 0 or past {MAX_ORDER:,}")
                     return cls(slots, z["slot"], np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1),
                                z["q_halt"], z["order"])
         except MemoryError:  # its members as their headers declare them do not fit this process
@@ -184,6 +184,8 @@ class VoteTable:
 
 #: The largest ARC colour a vote's grid may hold.
 MAX_COLOUR = 9
+#: A vote's order (its position in its dataset's order) stays below this: two tables' orders add up when pooled.
+MAX_ORDER = 2**52
 #: The members of a votes file and the length each shares: M votes, S slots.
 _MEMBERS = {"slot": "M", "q_halt": "M", "order": "M", "keys": "M", "slot_tasks": "S", "slot_tests": "S"}
 
