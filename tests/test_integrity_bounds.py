@@ -213,6 +213,7 @@ def test_a_safety_margin_past_a_week_is_refused_by_the_config():
     (["build-sudoku", "--output-dir", "", "--size", "4"], "--output-dir"),
     (["train", "data_paths=[a,'']", "checkpoint_path=r"], "data_paths"),
     (["bundle", "--no-download", ""], "OUT_DIR"),
+    (["evaluate-repair", "--weights", "w", "--data", "d", "--report", ""], "--report"),  # no report, no word
 ])
 def test_an_empty_path_setting_is_refused_not_taken_as_the_current_folder(tmp_path, monkeypatch, capsys, argv, flag):
     """`pipeline --work-dir ''` (an unset shell variable) wrote its seven stage folders into the current folder,

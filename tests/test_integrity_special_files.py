@@ -384,3 +384,23 @@ def test_an_output_in_the_systems_device_tree_is_refused_before_any_work(tmp_pat
         check_io([], [Output("/dev/null", "--output")])
     if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK):
         check_io([], [Output(f"/dev/shm/trm-kaggle-test-{os.getpid()}.json", "--output")])
+
+
+def test_a_link_into_the_systems_device_files_is_refused_as_the_path_itself(tmp_path):
+    """`--report lnk` with lnk -> /dev/stdout passed the /dev check: with stdout a file, the report replaced what the
+    command had printed; with stdout a pipe, it was said as "the disk of /proc/PID/fd is full". A chain of links
+    through /dev, /proc or /sys is refused as that place."""
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.outputs import Output, check_io
+
+    (tmp_path / "lnk").symlink_to("/dev/stdout")
+    (tmp_path / "hop").symlink_to(tmp_path / "lnk")
+    for name in ("lnk", "hop"):
+        with pytest.raises(TRMError, match=r"is in /dev, the system's own device and process files"):
+            check_io([], [Output(str(tmp_path / name), "--report")])
+    (tmp_path / "fine").symlink_to(tmp_path / "elsewhere.json")  # a link to a plain place is the command's own rule
+    (tmp_path / "elsewhere.json").write_text("{}")
+    try:
+        check_io([], [Output(str(tmp_path / "fine"), "--report")])
+    except TRMError as e:
+        assert "/dev" not in str(e), e

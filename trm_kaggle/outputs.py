@@ -387,6 +387,22 @@ def _name_length_problem(out: Output, path: Path) -> str | None:
     return None
 
 
+def _device_link(path) -> tuple[str, ...] | None:
+    """The first two parts of the first place in /dev, /proc or /sys that `path`'s chain of links passes through
+    (each link read as written, before the system follows it on), or None."""
+    where = os.path.abspath(os.fspath(path))
+    for _ in range(40):  # the system's own bound on a chain of links
+        try:
+            target = os.readlink(where)
+        except (OSError, ValueError):
+            return None
+        where = os.path.abspath(os.path.join(os.path.dirname(where), target))
+        top = Path(where).parts[1:3]
+        if top[:1] in (("dev",), ("proc",), ("sys",)) and top != ("dev", "shm"):
+            return top
+    return None
+
+
 def writable_problem(out: Output) -> str | None:
     """Why `out` cannot be written (a dangling link, a file in the way, a read-only, immutable or forbidden
     folder), or None. Through a symbolic link, where it points is checked: the output is written there."""
@@ -439,6 +455,8 @@ def writable_problem(out: Output) -> str | None:
     # after the whole solve, blaming "another process": the system's device and process trees take no output
     # (/dev/shm, a memory file system, does)
     top = Path(os.path.abspath(os.fspath(out.path))).parts[1:3]
+    if top[:1] not in (("dev",), ("proc",), ("sys",)) and (through := _device_link(out.path)) is not None:
+        top = through  # a link to /dev/stdout replaced what the command printed, or "its disk is full"
     if not top:  # `/` itself (the library's launch wrote its job files and lock there, as root)
         return f"{shown} is the file system's root, not a place for a {'file' if out.kind == 'file' else 'folder'} " \
                "of this package: choose a path of its own"
