@@ -207,6 +207,16 @@ def test_errors(three_runs, tmp_path, capsys):
         with pytest.raises(TRMError, match="--metric is empty"):
             write_comparison([three_runs], tmp_path / "out", metric=empty)
     assert not (tmp_path / "out").exists()
+    # an empty output replaced the current folder with the report (the analysis notebook's OUT_DIR ''), and
+    # `compare ''` read the current folder and wrote /compare at the file system's root
+    for dirs, out in (([three_runs], ""), ([three_runs, ""], tmp_path / "out")):
+        with pytest.raises(TRMError, match="an empty folder name among the runs or the output"):
+            write_comparison(dirs, out)
+    from trm_kaggle.cli import main
+
+    for argv, said in ((["compare", ""], "an empty DIR"), (["compare", str(three_runs), "--out", ""], "--out is empty")):
+        assert main(argv) == 2 and said in capsys.readouterr().err
+    assert not os.path.exists("/compare") and not (tmp_path / "out").exists()
     (tmp_path / "empty").mkdir()
     assert main(["compare", str(tmp_path / "empty")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"error: {tmp_path / 'empty'}: no runs here (a run "

@@ -4,6 +4,7 @@ their tables and plots, and the regression notebooks against their baselines."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 
 from trm_kaggle.cli.cluster import cluster_options, cluster_values
@@ -97,7 +98,11 @@ def add_compare(sub) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from trm_kaggle.experiments import write_comparison
 
-    out = args.out or (f"{args.dirs[0].rstrip('/')}/compare" if len(args.dirs) == 1 else "compare")
+    if args.out is not None and not args.out.strip():  # '' was taken as the default without a word
+        raise TRMError("--out is empty: name a folder for the comparison, or leave --out out (DIR/compare)")
+    if any(not d.strip() for d in args.dirs):  # '' read the current folder and wrote /compare at the root
+        raise TRMError("an empty DIR: name run folders, sweep folders or folders of runs (`.` for this one)")
+    out = args.out or (os.path.join(args.dirs[0], "compare") if len(args.dirs) == 1 else "compare")
     paths = write_comparison(args.dirs, out, metric=args.metric)
     print(paths["markdown_text"])
     print("wrote " + ", ".join(str(paths[k]) for k in ("markdown", "csv", "curves", "bars") if paths.get(k)))

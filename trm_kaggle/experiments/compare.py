@@ -568,6 +568,9 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
     wrote into `out_dir` while this one read the runs and drew the plots stands; this one ends with one line."""
     if metric is not None and not metric.strip():  # an empty --metric (an unset shell variable) is no default
         raise TRMError("--metric is empty: name a logged metric, or leave --metric out for the default")
+    if not str(out_dir).strip() or any(not str(d).strip() for d in dirs):  # '' was the current folder: the report
+        # replaced it whole (a notebook's OUT_DIR '' swapped papermill's working folder away)
+        raise TRMError("an empty folder name among the runs or the output: name each (`.` for the current folder)")
     found = found_at(out_dir)  # before the work: what the comparison replaces
     runs, left_out = _read_runs(dirs)
     metric = metric or default_metric(runs)
