@@ -84,3 +84,20 @@ def test_the_dataset_stage_never_replaces_a_users_file_in_src(tmp_path):
     with pytest.raises(TRMError, match="a file this pipeline did not write"):
         pipeline._write_task_files(prefix, loaded)
     assert mine.read_text() == '{"mine": 1}' and not list((tmp_path / "src").glob(".src-*"))
+
+
+def test_a_non_finite_logged_value_is_no_data_never_a_number(tmp_path):
+    """A NaN loss (a skipped step's) made the learning line "loss nan -> 2.059", and an inf exact accuracy "inf": the
+    mean of an interval skips what is not finite, and one with no finite value is "no data"."""
+    from trm_kaggle.train.metrics import shown
+
+    records = [{"step": s, "loss": 2.0, "token_accuracy": 0.5, "exact_accuracy": 0.1} for s in range(1, 21)]
+    records[0].update(loss=float("nan"), exact_accuracy=float("inf"))
+    records[-1].update(token_accuracy=float("nan"))
+    for r in records[1:]:
+        r["loss"] = float("nan") if r["step"] <= 2 else r["loss"]
+    _metrics(tmp_path / "run", records)
+    text = pipeline.learning_summary(tmp_path / "run")
+    assert "nan" not in text and "inf" not in text, text
+    assert "loss no data -> 2.000" in text and "exact accuracy 0.100 -> 0.100" in text, text
+    assert shown(float("nan")) == shown(float("inf")) == shown(None) == "no data"

@@ -13,6 +13,7 @@ step for another `train_seconds`, and the later stages run again on the new weig
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import time
@@ -47,8 +48,9 @@ def _say(text: str) -> None:
 
 
 def _mean(records: list[dict], key: str) -> float | None:
-    """The mean of `key` over the records that have a value for it (None: none has: no data, not 0)."""
-    values = [r[key] for r in records if r.get(key) is not None]
+    """The mean of `key` over the records that have a value for it (None: none has: no data, not 0). A NaN or inf
+    is no value: it once made the whole mean "nan"."""
+    values = [r[key] for r in records if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
     return sum(values) / len(values) if values else None
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -35,8 +36,9 @@ NO_DATA = "no data"
 
 
 def shown(value: float | None, spec: str = ".3f") -> str:
-    """A metric for people: formatted, or NO_DATA where it has no value."""
-    return NO_DATA if value is None else format(value, spec)
+    """A metric for people: formatted, or NO_DATA where it has no value (None, or NaN or inf: a skipped step's
+    loss, a hand-edited record, never shown as a number)."""
+    return NO_DATA if value is None or not math.isfinite(value) else format(value, spec)
 
 
 def _records(path: Path) -> list[tuple[str, object]]:
