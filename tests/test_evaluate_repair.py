@@ -357,3 +357,17 @@ def test_a_report_another_command_wrote_meanwhile_stands(dataset, tmp_path):
     assert json.loads(report.read_text()) == others
     ev = evaluate_with(dataset, lambda inputs: inputs, report=str(report))  # run again: replaced
     assert json.loads(report.read_text())["examples"] and ev.table
+
+
+def test_a_model_of_another_tokenizers_vocabulary_is_named_before_predicting(dataset):
+    """A BPE model (302 tokens) on a character dataset (97) predicted, then failed with "text grid tokens must be in
+    0..96", naming neither; the other way round was refused by its vocabulary. Both are refused before any work."""
+    from trm_kaggle.errors import TRMError
+
+    meta = load_split(dataset, "test").metadata
+    calls = []
+    model = AnswerModel(meta.vocab_size + 205, meta.seq_len, lambda inputs: calls.append(1) or inputs)
+    with pytest.raises(TRMError, match=rf"a vocabulary of {meta.vocab_size + 205} tokens, .* has {meta.vocab_size}: "
+                                       "another tokenizer's data"):
+        evaluate_repair(model, RepairEvalConfig(weights="-", data=str(dataset), batch_size=7, progress=False))
+    assert not calls

@@ -178,6 +178,12 @@ def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch
         raise DataError(f"{cfg.data}: the test split holds no pairs (build with a larger --test-fraction)")
     if len(meta) != split.num_examples:
         raise DataError(f"{cfg.data}/test/repair_meta.jsonl: {len(meta)} records for {split.num_examples} examples")
+    vocab_model = getattr(model, "vocab_size", None)
+    if isinstance(vocab_model, int) and vocab_model != split.metadata.vocab_size:  # a BPE model on characters
+        # answered tokens the dataset's tokenizer has no text for: "text grid tokens must be in 0..96", unnamed
+        raise TRMError(f"the model was built for a vocabulary of {vocab_model} tokens, {cfg.data} has "
+                       f"{split.metadata.vocab_size}: another tokenizer's data (evaluate it with a model trained on "
+                       "it)")
     n = split.num_examples if cfg.max_examples is None else min(cfg.max_examples, split.num_examples)
     preds = predict_split(model, cfg.data, batch_size=cfg.batch_size, device=device, progress=cfg.progress,
                           examples=None if n == split.num_examples else np.arange(n))
