@@ -722,3 +722,20 @@ def test_the_dtype_line_is_logged_when_progress_is_off(sudoku4, tmp_path, caplog
         train(cfg_for(sudoku4, tmp_path / "quiet", "max_steps=1"))
     assert "trm-kaggle train: device cpu, torch.float32 (" in caplog.text
     assert "trm-kaggle train: device" not in capsys.readouterr().err
+
+
+def test_the_closing_rate_is_the_last_records(sudoku4, tmp_path, monkeypatch):
+    """The closing line said 11.9 examples/s where the last record (at the same, final step) said 12.07: the rate was
+    taken after the final save (here made to take a second). It is the last record's rate now."""
+    import time
+
+    import trm_kaggle.train.loop as loop
+
+    real_save = loop._save
+    monkeypatch.setattr(loop, "_save", lambda run, control: (time.sleep(1.0), real_save(run, control)))
+    run = tmp_path / "r"
+    result = train(cfg_for(sudoku4, run, "max_steps=6", "log_interval=6"))
+    last = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert last["step"] == result.step == 6
+    assert abs(result.examples_per_second - last["examples_per_s"]) <= 0.02 * last["examples_per_s"], (
+        result.examples_per_second, last["examples_per_s"])

@@ -161,11 +161,13 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
         memory_watch.close()
         if compile_watch is not None:
             batches.close()
+    # the rate as the last record measured it: taken after the final save, the run's closing line (and the
+    # pipeline's summary) said 11.9 where the records said 12.1
+    result.examples_per_second = clock.examples_per_second(state.step, cfg.global_batch_size)
     if control.saved_step != state.step:  # the state of the last step (a stop, the deadline, the schedule's end)
         _save(run, control)
     run.metric_log.close()
     result.step, result.epoch = state.step, state.step / run.steps_per_epoch
-    result.examples_per_second = clock.examples_per_second(state.step, cfg.global_batch_size)
     if control.signalled():  # SIGINT or SIGTERM: saved above; the caller stops as after Ctrl-C
         raise control.interrupted(state.step, ckpt.state_path(run.run_dir, state.step))
     return result
