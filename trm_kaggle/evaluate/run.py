@@ -89,15 +89,15 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     if not arc and cfg.weighting != "count":  # each example answers alone: no vote to weigh
         raise DataError(f"{data} has no test_puzzles.json: it is scored per example, without votes to weigh "
                         f"(weighting {cfg.weighting})")
-    if tasks is not None and (problem := tasks_problem(tasks, load_test_set(data).num_tests, data, "tasks")):
+    test_set = load_test_set(data) if arc and (tasks is not None or pool_with) else None  # read once for both
+    if tasks is not None and (problem := tasks_problem(tasks, test_set.num_tests, data, "tasks")):
         raise TRMError(problem)  # as `evaluate --tasks` says it: write_report found it after the whole inference
     modes = list(dict.fromkeys(task_ids))
     pooled = None
     side = math.isqrt(load_metadata(data, "test").seq_len) if pool_with else 0
-    slots = load_test_set(data).slots if pool_with else []
     for path in pool_with or []:  # read first: a bad file stops before any inference
         table = VoteTable.load(path)
-        if stray := table.foreign_slots(slots):  # dropped while the scores said "POOLED"
+        if stray := table.foreign_slots(test_set.slots):  # dropped while the scores said "POOLED"
             raise DataError(f"{path}: {foreign_votes(stray, data)}")
         if canvas_side(table) != side:  # VoteTable.merge's "keys of different canvases", after the inference
             raise DataError(f"{path}: votes on a {canvas_side(table)}x{canvas_side(table)} canvas, and {data} is "

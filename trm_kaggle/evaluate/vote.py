@@ -41,6 +41,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 import numpy as np
 
 from trm_kaggle.atomic import atomic_write
+from trm_kaggle.data import MAX_GRID
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import open_regular, read_failure
 from trm_kaggle.names import task_id_problem
@@ -192,7 +193,7 @@ _MEMBERS = {"slot": "M", "q_halt": "M", "order": "M", "keys": "M", "slot_tasks":
 
 def _check_declared_shapes(f) -> None:
     """ValueError unless the .npz members' headers declare one vote count M for slot, q_halt, order and keys,
-    one slot count S for slot_tasks and slot_tests, and keys of at most a 30x30 canvas: read before any member
+    one slot count S for slot_tasks and slot_tests, and keys of at most ARC's 30x30 canvas: read before any member
     is unpacked."""
     lengths: dict[str, int] = {}
     with zipfile.ZipFile(f) as z:
@@ -201,7 +202,7 @@ def _check_declared_shapes(f) -> None:
                 version = np.lib.format.read_magic(member)
                 shape, _, _ = (np.lib.format.read_array_header_1_0(member) if version == (1, 0)
                                else np.lib.format.read_array_header_2_0(member))
-            if not shape or (name == "keys" and (len(shape) != 2 or shape[1] > HEADER + 30 * 30)):
+            if not shape or (name == "keys" and (len(shape) != 2 or shape[1] > HEADER + MAX_GRID * MAX_GRID)):
                 raise ValueError(f"{name} of shape {shape}")
             if lengths.setdefault(length, shape[0]) != shape[0]:
                 raise ValueError(f"votes of unequal lengths: {name} holds {shape[0]:,} rows, and others "
@@ -218,9 +219,11 @@ def _slots_problem(slots: list) -> str | None:
             return f"task id {problem}"
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             return f"test index {shown(repr(index))} of task {shown(task)}"
-    if len(set(slots)) != len(slots):
-        twice = next(s for i, s in enumerate(slots) if s in slots[:i])
-        return f"task {shown(twice[0])} test {twice[1]} listed twice"
+    seen: set = set()
+    for slot in slots:
+        if slot in seen:
+            return f"task {shown(slot[0])} test {slot[1]} listed twice"
+        seen.add(slot)
     return None
 
 
@@ -234,11 +237,15 @@ def _keys_problem(keys: np.ndarray, q_halt: np.ndarray) -> str | None:
         return f"keys of {keys.shape[1]} bytes, which hold no square canvas"
     if len(keys) and int(keys[:, :HEADER].max()) > side:
         return f"a grid shape past its {side}x{side} canvas"
-    if len(keys) and int(keys[:, HEADER:].max()) > MAX_COLOUR:  # colour 200 was drawn as 9 and took an attempt
-        return f"a grid cell of colour {int(keys[:, HEADER:].max())} (colours are 0 to {MAX_COLOUR})"
-    if len(keys):  # past a grid's cells its canvas is zeros: equal grids have equal keys (their votes add up)
-        cells = keys[:, 0].astype(np.int64) * keys[:, 1]
-        if (keys[:, HEADER:][np.arange(side * side)[None, :] >= cells[:, None]] != 0).any():
+    if len(keys) and (top := int(keys[:, HEADER:].max())) > MAX_COLOUR:  # colour 200 was drawn as 9, an attempt
+        return f"a grid cell of colour {top} (colours are 0 to {MAX_COLOUR})"
+    # past a grid's cells its canvas is zeros: equal grids have equal keys (their votes add up); asked a block of
+    # rows at a time, so that the check never holds a mask the size of the file
+    position = np.arange(side * side)[None, :]
+    for start in range(0, len(keys), 1 << 14):
+        block = keys[start:start + (1 << 14)]
+        cells = block[:, 0].astype(np.int64) * block[:, 1]
+        if (block[:, HEADER:][position >= cells[:, None]] != 0).any():
             return "a key whose canvas holds values past its grid's cells"
     if not np.isfinite(np.asarray(q_halt, dtype=np.float64)).all():
         return "non-finite q_halt values"
