@@ -398,9 +398,15 @@ def _device_link(path) -> tuple[str, ...] | None:
             return None
         where = os.path.abspath(os.path.join(os.path.dirname(where), target))
         top = Path(where).parts[1:3]
-        if top[:1] in (("dev",), ("proc",), ("sys",)) and top != ("dev", "shm"):
+        if _in_system_trees(top):
             return top
     return None
+
+
+def _in_system_trees(top: tuple[str, ...]) -> bool:
+    """Whether a path's first two parts lie in the system's device and process trees (/dev/shm, a memory file
+    system, takes outputs)."""
+    return top[:1] in (("dev",), ("proc",), ("sys",)) and top != ("dev", "shm")
 
 
 def writable_problem(out: Output) -> str | None:
@@ -455,12 +461,12 @@ def writable_problem(out: Output) -> str | None:
     # after the whole solve, blaming "another process": the system's device and process trees take no output
     # (/dev/shm, a memory file system, does)
     top = Path(os.path.abspath(os.fspath(out.path))).parts[1:3]
-    if top[:1] not in (("dev",), ("proc",), ("sys",)) and (through := _device_link(out.path)) is not None:
+    if not _in_system_trees(top) and (through := _device_link(out.path)) is not None:
         top = through  # a link to /dev/stdout replaced what the command printed, or "its disk is full"
     if not top:  # `/` itself (the library's launch wrote its job files and lock there, as root)
         return f"{shown} is the file system's root, not a place for a {'file' if out.kind == 'file' else 'folder'} " \
                "of this package: choose a path of its own"
-    if top[:1] in (("dev",), ("proc",), ("sys",)) and top != ("dev", "shm"):
+    if _in_system_trees(top):
         return (f"{shown} is in /{top[0]}, the system's own device and process files, not a place for a "
                 f"{'file' if out.kind == 'file' else 'folder'} of this package: choose a path of its own")
     return None
