@@ -210,11 +210,12 @@ def test_errors(three_runs, tmp_path, capsys):
     # an empty output replaced the current folder with the report (the analysis notebook's OUT_DIR ''), and
     # `compare ''` read the current folder and wrote /compare at the file system's root
     for dirs, out in (([three_runs], ""), ([three_runs, ""], tmp_path / "out")):
-        with pytest.raises(TRMError, match="an empty folder name among the runs or the output"):
+        with pytest.raises(TRMError, match="is empty: name a folder|holds an empty name"):
             write_comparison(dirs, out)
     from trm_kaggle.cli import main
 
-    for argv, said in ((["compare", ""], "an empty DIR"), (["compare", str(three_runs), "--out", ""], "--out is empty")):
+    for argv, said in ((["compare", ""], "DIR holds an empty name"),
+                       (["compare", str(three_runs), "--out", ""], "--out is empty")):
         assert main(argv) == 2 and said in capsys.readouterr().err
     assert not os.path.exists("/compare") and not (tmp_path / "out").exists()
     (tmp_path / "empty").mkdir()

@@ -837,7 +837,7 @@ def test_votes_of_test_inputs_the_dataset_lacks_and_empty_vote_options_are_refus
         with pytest.raises(DataError, match="^pool_with: votes for 1 test input"):  # the library's own check
             evaluate(model, dataset, batch_size=32, pool_with=VoteTable.load(tmp_path / name))
     for option, said in (("--report-dir", "--report-dir is empty"), ("--save-votes", "--save-votes is empty"),
-                         ("--pool-with", "--pool-with: an empty name among its votes files")):
+                         ("--pool-with", "--pool-with holds an empty name")):
         assert main([*common, option, ""]) == 2
         out, err = capsys.readouterr()
         assert said in err and err.count("\n") == 1 and "ARC Prize score" not in out, (out, err)

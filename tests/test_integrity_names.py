@@ -266,3 +266,24 @@ def test_a_name_too_long_is_said_before_the_inputs_are_compared(tmp_path, call):
     with pytest.raises(TRMError, match="is 256 bytes, past the"):
         {"build_sudoku(input_dir=)": lambda: build_sudoku(SudokuBuildConfig(output_dir=long, input_dir=str(
             tmp_path / "csv"), progress=False)), "export_run": lambda: ckpt.export_run(tmp_path / "csv", long)}[call]()
+
+
+def test_blank_path_problem_one_rule_for_every_path_setting(tmp_path, capsys):
+    """An empty or blank path (an unset shell variable) is the current folder to the system: one rule refuses it
+    in a config, in `evaluate`'s options, in `compare` and in the bundle, each naming its setting."""
+    from trm_kaggle.names import blank_path_problem
+
+    for blank in ("", "  ", "\t", b"", ["a", ""], ("", "b")):
+        assert blank_path_problem(blank), blank
+    for taken in (None, "a", ".", tmp_path, ["a", "b"], []):
+        assert blank_path_problem(taken) is None, taken
+    assert blank_path_problem("", "a file", "or leave it out") == "is empty: name a file (or leave it out)"
+
+    from trm_kaggle.cli import main
+    from trm_kaggle.config import RepairEvalConfig
+
+    with pytest.raises(ValueError, match="report\n.*is empty: name a folder or a file"):
+        RepairEvalConfig(report=" ")
+    assert main(["compare", str(tmp_path), "--out", " "]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --out is empty: name a folder for the comparison "
+                                               "(or leave --out out: DIR/compare)")

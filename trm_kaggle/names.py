@@ -52,6 +52,19 @@ def name_problem(name: object) -> str | None:
     return None
 
 
+def blank_path_problem(value: object, wanted: str = "a folder or a file",
+                       otherwise: str = "`.` for the current folder") -> str | None:
+    """Why `value`, a path setting (a text or a list of texts), cannot be taken, or None: an empty or blank text,
+    an unset shell variable's, which the system reads as the current folder. One such value made a pipeline write
+    its stage folders among the user's own, and a comparison replace the folder it stood in. Every command, config
+    and notebook that takes a path asks here; the caller puts the setting's name before the words."""
+    if isinstance(value, (str, bytes)) and not value.strip():
+        return f"is empty: name {wanted} ({otherwise})"
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (str, bytes)) and not v.strip() for v in value):
+        return f"holds an empty name: name each as {wanted} ({otherwise})"
+    return None
+
+
 def relative_path_problem(rel: object) -> str | None:
     """Why `rel`, a relative path read from a file (`a/b.npy`, POSIX separators), could leave the folder it is
     joined to, or None: every part is a plain name (`name_problem`), so no absolute path and no `..`."""

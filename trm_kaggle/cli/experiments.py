@@ -10,6 +10,7 @@ import re
 from trm_kaggle.cli.cluster import cluster_options, cluster_values
 from trm_kaggle.cli.common import common_flags, flag
 from trm_kaggle.errors import TRMError
+from trm_kaggle.names import blank_path_problem
 
 
 def _seed_list(text: str) -> list[int]:
@@ -98,10 +99,10 @@ def add_compare(sub) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from trm_kaggle.experiments import write_comparison
 
-    if args.out is not None and not args.out.strip():  # '' was taken as the default without a word
-        raise TRMError("--out is empty: name a folder for the comparison, or leave --out out (DIR/compare)")
-    if any(not d.strip() for d in args.dirs):  # '' read the current folder and wrote /compare at the root
-        raise TRMError("an empty DIR: name run folders, sweep folders or folders of runs (`.` for this one)")
+    if problem := blank_path_problem(args.out, "a folder for the comparison", "or leave --out out: DIR/compare"):
+        raise TRMError(f"--out {problem}")  # '' was taken as the default without a word
+    if problem := blank_path_problem(args.dirs, "a run folder, a sweep folder or a folder of runs"):
+        raise TRMError(f"DIR {problem}")  # '' read the current folder and wrote /compare at the root
     out = args.out or (os.path.join(args.dirs[0], "compare") if len(args.dirs) == 1 else "compare")
     paths = write_comparison(args.dirs, out, metric=args.metric)
     print(paths["markdown_text"])

@@ -14,7 +14,7 @@ from typing import Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
-from trm_kaggle.names import typed_name
+from trm_kaggle.names import blank_path_problem, typed_name
 from trm_kaggle.wording import clipped, one_line
 
 
@@ -246,13 +246,6 @@ PATH_FIELD = re.compile(r"(_dir|_path|_paths|_paths_test|_file|_prefix|^output|^
                         r"^compile_cache|^report|^data)$")
 
 
-def _holds_blank(value) -> bool:
-    """Whether `value`, a text or a list of them, is or holds one that is empty or blank."""
-    if isinstance(value, str):
-        return not value.strip()
-    return isinstance(value, (list, tuple)) and any(isinstance(v, str) and not v.strip() for v in value)
-
-
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -277,10 +270,8 @@ class _Config(BaseModel):
     def _numbers_in_range(cls, value, info: ValidationInfo):
         if _holds_nul(value):  # no path, name or choice holds one: the system said "embedded null byte", no more
             raise ValueError("holds a NUL byte, which no path or name can")
-        if PATH_FIELD.search(info.field_name) and _holds_blank(value):
-            # `--work-dir ''` (an unset shell variable) was the current folder: a pipeline wrote its seven stage
-            # folders among the user's own and said "outputs under ;"
-            raise ValueError("is empty: name a folder or a file (`.` for the current folder)")
+        if PATH_FIELD.search(info.field_name) and (problem := blank_path_problem(value)):
+            raise ValueError(problem)
         return _checked_number(value)
 
 

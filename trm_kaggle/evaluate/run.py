@@ -29,6 +29,7 @@ from trm_kaggle.evaluate.report import (MAX_DRAWN, REPORT_KIND, check_report_dir
 from trm_kaggle.evaluate.vote import VoteTable, canvas_side
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import apply_compile, apply_task_ids, load_model_for_dataset
+from trm_kaggle.names import blank_path_problem
 from trm_kaggle.outputs import Input, Output, check_kept, writable_problem
 
 
@@ -45,11 +46,10 @@ def evaluate_io(weights, data, save_votes=None, report_dir=None, pool_with=(), *
     def name(field: str) -> str:
         return "--" + field.replace("_", "-") if flags else field
 
-    for field, given in (("save_votes", save_votes), ("report_dir", report_dir)):
-        if given is not None and not str(given).strip():  # '' wrote nothing and said nothing
-            raise TRMError(f"{name(field)} is empty: name a file or folder, or leave it out")
-    if not isinstance(pool_with, (str, bytes, os.PathLike)) and any(not str(p).strip() for p in pool_with or []):
-        raise TRMError(f"{name('pool_with')}: an empty name among its votes files")
+    for field, given, wanted in (("save_votes", save_votes, "a file"), ("report_dir", report_dir, "a folder"),
+                                 ("pool_with", pool_with, "a votes file")):  # '' wrote nothing and said nothing
+        if problem := blank_path_problem(given, wanted, "or leave it out"):
+            raise TRMError(f"{name(field)} {problem}")
     _check_pool_with(pool_with or [], name("pool_with"))
     return ([Input(weights, name("weights"), tree=True), Input(data, name("data"), tree=True),
              *(Input(p, f"{name('pool_with')} file") for p in pool_with or [])],

@@ -48,6 +48,7 @@ from trm_kaggle.errors import TRMError, os_error_line, resource_line
 from trm_kaggle.experiments.recorded import finite_number
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
+from trm_kaggle.names import blank_path_problem
 from trm_kaggle.outputs import input_kind, special_kind
 from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, dotted, read_metrics
 from trm_kaggle.wording import clipped, one_line, shown
@@ -568,9 +569,9 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
     wrote into `out_dir` while this one read the runs and drew the plots stands; this one ends with one line."""
     if metric is not None and not metric.strip():  # an empty --metric (an unset shell variable) is no default
         raise TRMError("--metric is empty: name a logged metric, or leave --metric out for the default")
-    if not str(out_dir).strip() or any(not str(d).strip() for d in dirs):  # '' was the current folder: the report
-        # replaced it whole (a notebook's OUT_DIR '' swapped papermill's working folder away)
-        raise TRMError("an empty folder name among the runs or the output: name each (`.` for the current folder)")
+    for what, given in (("the output folder", out_dir), ("the runs", list(dirs))):  # '' was the current folder: the
+        if problem := blank_path_problem(given):  # report replaced it (a notebook's OUT_DIR '' swapped papermill's
+            raise TRMError(f"{what}: {problem}")  # working folder away)
     found = found_at(out_dir)  # before the work: what the comparison replaces
     runs, left_out = _read_runs(dirs)
     metric = metric or default_metric(runs)

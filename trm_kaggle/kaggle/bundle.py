@@ -78,6 +78,7 @@ from trm_kaggle.kaggle.wheels import (
     DEFAULT_KAGGLE_HAS, DEFAULT_PYTHON_VERSIONS, Target, build_wheels, check_platform_tags, check_python_version,
 )
 from trm_kaggle.locks import LOCK_FILE, directory_lock, refuse_if_held
+from trm_kaggle.names import blank_path_problem
 from trm_kaggle.outputs import Input, Output, check_io
 from trm_kaggle.stdout import StdoutError, checked_stdout, parse_checked
 from trm_kaggle.wording import clipped, escape_what_the_console_cannot_show, log_one_line_each, one_line
@@ -599,8 +600,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     try:
-        if not str(args.out_dir).strip():  # an unset shell variable: the current folder got kernel/, weights/, wheels/
-            raise TRMError("OUT_DIR is empty: name a folder for the bundle (`.` for the current folder)")
+        if problem := blank_path_problem(args.out_dir, "a folder for the bundle"):  # the current folder got
+            raise TRMError(f"OUT_DIR {problem}")  # kernel/, weights/ and wheels/ among the user's own
         check_io(*bundle_io(args))  # before anything is built: no part of the bundle replaces an input
         refuse_if_held(args.out_dir)  # a bundle building or executing there: refused at once, nothing made
         if args.push and (why := push_unavailable()):  # before anything is built under a placeholder owner
