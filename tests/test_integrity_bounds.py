@@ -214,6 +214,15 @@ def test_a_safety_margin_past_a_week_is_refused_by_the_config():
     (["train", "data_paths=[a,'']", "checkpoint_path=r"], "data_paths"),
     (["bundle", "--no-download", ""], "OUT_DIR"),
     (["evaluate-repair", "--weights", "w", "--data", "d", "--report", ""], "--report"),  # no report, no word
+    # each read the current folder ("error: .: not a dataset directory", ": no such file or folder"); `regress
+    # --out ''` ran its notebooks there, and `train --export ''` was said to hold the run folder
+    (["verify", ""], "DATASET_DIR"), (["export", "", "--out", "x"], "run"), (["export", "r", "--out", " "], "--out"),
+    (["import-upstream", "", "--out", "x"], "checkpoint"), (["validate-submission", "s", "--challenges", ""],
+                                                            "--challenges"),
+    (["score", "", "--solutions", "x"], "SUBMISSION"), (["evaluate", "--weights", "", "--data", "d"], "--weights"),
+    (["regress", "--out", ""], "--out"), (["regress", "--notebooks", "", "--out", "y"], "--notebooks"),
+    (["sweep", "tn", "--sweep-dir", ""], "--sweep-dir"), (["doctor", ""], "DATA"),
+    (["estimate", "--weights", "  "], "--weights"), (["train", "data_paths=[x]", "--export", ""], "--export"),
 ])
 def test_an_empty_path_setting_is_refused_not_taken_as_the_current_folder(tmp_path, monkeypatch, capsys, argv, flag):
     """`pipeline --work-dir ''` (an unset shell variable) wrote its seven stage folders into the current folder,

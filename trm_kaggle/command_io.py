@@ -100,7 +100,7 @@ def _export(args: argparse.Namespace) -> IO:
 
 def _import_upstream(args: argparse.Namespace) -> IO:
     inputs = [Input(p, name) for p, name in ((args.checkpoint, "checkpoint"), (args.config, "--config"))
-              if p and not str(p).startswith("hf://")]
+              if p is not None and not str(p).startswith("hf://")]
     return inputs, [Output(args.out, "--out", "replaced")]
 
 
@@ -139,10 +139,31 @@ def _submit(args: argparse.Namespace) -> IO:
     return inputs, [dataclasses.replace(o, what=what) if o.what == "--work-dir" else o for o in outputs]
 
 
+def _verify(args: argparse.Namespace) -> IO:
+    return [Input(args.dataset_dir, "DATASET_DIR", tree=True)], []
+
+
+def _validate_submission(args: argparse.Namespace) -> IO:
+    return [Input(args.submission, "SUBMISSION"), Input(args.challenges, "--challenges")], []
+
+
+def _score(args: argparse.Namespace) -> IO:
+    return [Input(args.submission, "SUBMISSION"), Input(args.solutions, "--solutions")], []
+
+
+def _doctor(args: argparse.Namespace) -> IO:
+    return [Input(args.data, "DATA", tree=True)] if args.data is not None else [], []
+
+
+def _estimate(args: argparse.Namespace) -> IO:
+    return [Input(args.weights, "--weights", tree=True)] if args.weights is not None else [], []
+
+
 def _regress(args: argparse.Namespace) -> IO:
     from trm_kaggle.experiments import default_notebook_dir, regress_io
 
-    return regress_io(args.notebooks or default_notebook_dir(), args.out)  # as regress checks them
+    notebooks = default_notebook_dir() if args.notebooks is None else args.notebooks
+    return regress_io(notebooks, args.out)  # as regress checks them
 
 
 def _pipeline(args: argparse.Namespace) -> IO:
@@ -158,7 +179,8 @@ DECLARATIONS: dict[str, Callable[[argparse.Namespace], IO]] = {
     "build-arc": _build, "build-sudoku": _build, "build-maze": _build, "build-code-repair": _build,
     "train": _train, "sweep": _sweep, "compare": _compare, "launch": _launch, "export": _export,
     "import-upstream": _import_upstream, "evaluate": _evaluate, "evaluate-repair": _evaluate_repair,
-    "submit": _submit, "regress": _regress, "pipeline": _pipeline,
+    "submit": _submit, "regress": _regress, "pipeline": _pipeline, "verify": _verify,
+    "validate-submission": _validate_submission, "score": _score, "doctor": _doctor, "estimate": _estimate,
 }
 
 

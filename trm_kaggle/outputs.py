@@ -33,6 +33,7 @@ from typing import Callable, Iterable, Literal
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import not_regular, open_regular
+from trm_kaggle.names import blank_path_problem
 
 #: An output written whole (a file, a replaced folder) is built beside itself under its name and a suffix of at
 #: most this many bytes (`trm_kaggle.atomic`: `.<name>.<random>.tmp`, `<name>.partial-<pid>.record`).
@@ -533,9 +534,13 @@ def check_kept(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
 
 def check_io(inputs: Iterable[Input], outputs: Iterable[Output]) -> None:
     """Raise TRMError (one line) when an input is a broken link, an output overlaps an input or cannot be written;
-    before any work."""
-    inputs = [i for i in inputs if i.path not in (None, "")]
-    outputs = [o for o in outputs if o.path not in (None, "")]
+    before any work. An empty or blank path is refused, named: the system would take it as the current folder."""
+    inputs, outputs = list(inputs), list(outputs)
+    blank = next(((item, p) for item in (*inputs, *outputs) if (p := blank_path_problem(item.path))), None)
+    if blank:
+        raise TRMError(f"{blank[0].what} {blank[1]}")
+    inputs = [i for i in inputs if i.path is not None]
+    outputs = [o for o in outputs if o.path is not None]
     # an input that is a loop of links or a dangling link, named as one (each reader said "not a directory", "no such
     # directory" or "not an export" of its own)
     problem = next(filter(None, (link_problem(i.path, i.what) for i in inputs)), None)

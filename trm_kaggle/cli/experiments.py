@@ -76,7 +76,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     given = [k for k, v in cluster.items() if v not in (None, [], False)]
     if given:
         raise TRMError(f"--{given[0].replace('_', '-')}: a cluster option; add --launcher k8s or --launcher slurm")
-    summary = run_sweep(grid, args.sweep_dir or f"runs/sweeps/{grid.name}", presets=args.preset,
+    summary = run_sweep(grid, f"runs/sweeps/{grid.name}" if args.sweep_dir is None else args.sweep_dir, presets=args.preset,
                         config_file=args.config, overrides=args.overrides, parallel=args.parallel,
                         progress=args.progress, dry_run=args.dry_run)
     if not args.dry_run:

@@ -502,7 +502,7 @@ def sweep_io(sweep_dir: str | os.PathLike | None, config_file: str | os.PathLike
         raise TRMError(problem)
     inputs = [Input(p, what) for p, what in ((grid_file, "grid file"), (config_file, config_what))
               if p and Path(p).is_file()]
-    return inputs, [Output(sweep_dir, sweep_what, "folder")] if sweep_dir else []
+    return inputs, [Output(sweep_dir, sweep_what, "folder")] if sweep_dir is not None else []
 
 
 def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequence[str] = (),

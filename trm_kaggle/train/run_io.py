@@ -17,6 +17,7 @@ import os
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import LOCK_FILE
+from trm_kaggle.names import blank_path_problem
 from trm_kaggle.outputs import Input, Output, command_folder_problem, overlap_problem
 
 #: What a training writes in its run folder (a settings file a sweep or a cluster job put there is read, not
@@ -35,8 +36,10 @@ def training_io(cfg: TrainConfig, run_dir: str | os.PathLike, *, export: str | o
     inputs += [Input(p, name) for p, name in ((config_file, "--config"), (cfg.load_checkpoint, "load_checkpoint"))
                if p and "://" not in str(p)]
     outputs = [Output(run_dir, "run folder (checkpoint_path)", "folder", RUN_ENTRIES)]
-    if export:  # the export reads the run folder it trains (export_run): refused before the training, not after it
+    if problem := blank_path_problem(export):  # '' holds every folder: named as empty, not as an overlap
+        raise TRMError(f"--export {problem}")
+    if export is not None:  # the export reads the run folder it trains (export_run): refused before the training, not after it
         if problem := overlap_problem([Input(run_dir, "run folder (checkpoint_path)", tree=True)],
                                       [Output(export, "--export", "replaced")]):
             raise TRMError(problem)
-    return inputs, outputs + ([Output(export, "--export", "replaced")] if export else [])
+    return inputs, outputs + ([Output(export, "--export", "replaced")] if export is not None else [])
