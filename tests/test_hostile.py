@@ -338,6 +338,9 @@ def test_time_budget_must_be_a_positive_number(tmp_path, capsys, budget):
     (["--slug-prefix", "x" * 45], "6 to 50"),
     (["--slug-prefix=-dash"], "lowercase"),
     (["--slug-prefix", ""], "invalid Kaggle id"),
+    # Kaggle's slug of 'abc--submission' has one hyphen: refused once the build had replaced the old bundle
+    (["--slug-prefix", "abc-"], "two hyphens in a row"),
+    (["--slug-prefix", "ab--cd"], "two hyphens in a row"),
 ])
 def test_bad_bundle_ids_are_refused_before_anything_is_built(tmp_path, capsys, inputs, args, words):
     out = tmp_path / "bundle"

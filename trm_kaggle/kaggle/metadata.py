@@ -83,6 +83,9 @@ def slug_problem(slug: Any) -> str | None:
         return f"{clipped(slug)} must have 6 to 50 characters (has {len(slug)})"
     if not _SLUG_RE.match(slug):
         return f"{clipped(slug)} may hold only lowercase letters, digits and hyphens (not at either end)"
+    if "--" in slug:  # `--slug-prefix abc-`: the title 'abc--submission' gives the slug 'abc-submission' on Kaggle,
+        # and the check of the written metadata refused it only after the whole build had replaced the old bundle
+        return f"{clipped(slug)} holds two hyphens in a row (Kaggle's slug of its title would have one)"
     return None
 
 
