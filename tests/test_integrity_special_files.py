@@ -398,6 +398,13 @@ def test_a_link_into_the_systems_device_files_is_refused_as_the_path_itself(tmp_
     for name in ("lnk", "hop"):
         with pytest.raises(TRMError, match=r"is in /dev, the system's own device and process files"):
             check_io([], [Output(str(tmp_path / name), "--report")])
+    # a folder on the way that is such a link (`lnk/r.json`, lnk -> /sys/kernel) was said as "the disk of
+    # /sys/kernel is full"
+    (tmp_path / "sys").symlink_to("/sys/kernel")
+    (tmp_path / "fds").symlink_to("/proc/self/fd")
+    for name, place in (("sys/r.json", "sys"), ("fds/x.json", "proc")):
+        with pytest.raises(TRMError, match=rf"is in /{place}, the system's own device and process files"):
+            check_io([], [Output(str(tmp_path / name), "--report")])
     (tmp_path / "fine").symlink_to(tmp_path / "elsewhere.json")  # a link to a plain place is the command's own rule
     (tmp_path / "elsewhere.json").write_text("{}")
     try:

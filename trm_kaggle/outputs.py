@@ -389,9 +389,19 @@ def _name_length_problem(out: Output, path: Path) -> str | None:
 
 
 def _device_link(path) -> tuple[str, ...] | None:
-    """The first two parts of the first place in /dev, /proc or /sys that `path`'s chain of links passes through
-    (each link read as written, before the system follows it on), or None."""
-    where = os.path.abspath(os.fspath(path))
+    """The first two parts of the first place in /dev, /proc or /sys that the chain of links of `path`, or of a
+    folder on its way (`lnk/r.json`, lnk -> /sys/kernel: blamed on a full disk), passes through, or None. Each link
+    is read as written, before the system follows it on: /dev/stdout reaches a plain file when stdout is one."""
+    start = Path(os.path.abspath(os.fspath(path)))
+    top = Path(os.path.realpath(start)).parts[1:3]
+    if _in_system_trees(top):
+        return top
+    return next(filter(None, (_chain_top(p) for p in (start, *start.parents))), None)
+
+
+def _chain_top(where: str | os.PathLike) -> tuple[str, ...] | None:
+    """The first two parts of the first place in the system's trees that `where`'s own chain of links reaches."""
+    where = os.fspath(where)
     for _ in range(40):  # the system's own bound on a chain of links
         try:
             target = os.readlink(where)
