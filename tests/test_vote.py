@@ -304,10 +304,12 @@ def _edited_votes(path, tmp_path, name, edit):
     ("colour 200", "a grid cell of colour 200 (colours are 0 to 9)"),
     ("canvas past the grid", "a key whose canvas holds values past its grid's cells"),
     ("task id with a slash", "task id"),
-    ("task ids as numbers", "task id"),
-    ("test index a boolean", "test index True"),
+    ("task ids as numbers", "slot_tasks of dtype int64"),
+    ("test index a boolean", "slot_tests of dtype bool"),
     ("keys of other length", "votes of unequal lengths: keys holds 4 rows"),
     ("order at int64's top", "a vote's order below 0 or past"),  # pooled first, the sum overflowed after inference
+    ("order of floats, NaN", "order of dtype float64"),  # NaN fails no bound: pooled as int64's bottom, exit 0
+    ("order of fractions", "order of dtype float64"),  # 0.5 was cut to 0
 ])
 def test_a_votes_file_no_evaluation_writes_is_refused_naming_it(tmp_path, case, said):
     """A votes file listing a test input twice was pooled and turned a score of 1.0 into 0.0 (its votes tallied in
@@ -329,6 +331,8 @@ def test_a_votes_file_no_evaluation_writes_is_refused_naming_it(tmp_path, case, 
         "test index a boolean": lambda f: f.update(slot_tests=np.array([True, False])),
         "keys of other length": lambda f: f.update(keys=np.zeros((4, f["keys"].shape[1]), np.uint8)),
         "order at int64's top": lambda f: f["order"].__setitem__(0, np.iinfo(np.int64).max),
+        "order of floats, NaN": lambda f: f.update(order=np.full(len(f["order"]), np.nan)),
+        "order of fractions": lambda f: f.update(order=f["order"] + 0.5),
     }[case]
     bad = _edited_votes(path, tmp_path, "bad.npz", edit)
     with pytest.raises(DataError, match=f"bad.npz: not a votes file") as e:

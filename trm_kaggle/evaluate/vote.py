@@ -189,6 +189,9 @@ MAX_COLOUR = 9
 MAX_ORDER = 2**52
 #: The members of a votes file and the length each shares: M votes, S slots.
 _MEMBERS = {"slot": "M", "q_halt": "M", "order": "M", "keys": "M", "slot_tasks": "S", "slot_tests": "S"}
+#: The kinds of number each member holds (numpy's dtype.kind): an order of floats passed its bounds as NaN, which
+#: no comparison fails, and was pooled as int64's bottom; 0.5 was cut to 0.
+_KINDS = {"slot": "iu", "q_halt": "f", "order": "iu", "keys": "u", "slot_tasks": "U", "slot_tests": "iu"}
 
 
 def _check_declared_shapes(f) -> None:
@@ -200,8 +203,10 @@ def _check_declared_shapes(f) -> None:
         for name, length in _MEMBERS.items():
             with z.open(f"{name}.npy") as member:
                 version = np.lib.format.read_magic(member)
-                shape, _, _ = (np.lib.format.read_array_header_1_0(member) if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0(member))
+                shape, _, dtype = (np.lib.format.read_array_header_1_0(member) if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0(member))
+            if dtype.kind not in _KINDS[name]:
+                raise ValueError(f"{name} of dtype {dtype}")
             if not shape or (name == "keys" and (len(shape) != 2 or shape[1] > HEADER + MAX_GRID * MAX_GRID)):
                 raise ValueError(f"{name} of shape {shape}")
             if lengths.setdefault(length, shape[0]) != shape[0]:
