@@ -413,3 +413,23 @@ def test_a_flag_given_text_is_refused_naming_it(tmp_path, call):
     with pytest.raises(ValueError, match=rf"^{name}={value}: expected True or False$"):
         getattr(ckpt, call.split("(")[0])(*args, **{name: value.strip("'")})
     assert not (tmp_path / "out").exists()
+
+
+def test_weights_that_record_no_config_are_read_with_a_note_saying_config_json_is_unchecked(tmp_path, caplog):
+    """Weights re-saved by safetensors' own `save_file` record no config: a config.json edited to other cycles or
+    heads (no tensor shows them) then evaluated without a word, while docs/weights.md promised a refusal."""
+    from safetensors.torch import save_file
+
+    from trm_kaggle.model.export import check_export, unchecked_config_note
+
+    export_inference(tmp_path / "exp", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5)
+    assert unchecked_config_note(tmp_path / "exp") is None
+    check_export(tmp_path / "exp")
+    assert "records no config" not in caplog.text
+    _, tensors = read_export(tmp_path / "exp")
+    save_file(tensors, str(tmp_path / "exp" / "weights.safetensors"))
+    note = unchecked_config_note(tmp_path / "exp")
+    assert "weights.safetensors records no config" in note and "unchecked" in note
+    with caplog.at_level("WARNING"):
+        check_export(tmp_path / "exp")
+    assert "records no config" in caplog.text

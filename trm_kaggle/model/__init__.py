@@ -54,6 +54,7 @@ _EXPORTS = {
     "prefix_length": "trm",
     "read_cache_record": "compiling",
     "read_export": "export",
+    "unchecked_config_note": "export",
     "resize_puzzle_embedding": "export",
     "resolve_compile": "compiling",
     "resolve_forward_dtype": "dtype",

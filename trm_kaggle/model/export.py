@@ -20,6 +20,7 @@ read by `trm_kaggle.train.checkpoint`; this module never reads train files itsel
 from __future__ import annotations
 
 import json
+import logging
 import math
 import numbers
 import os
@@ -41,6 +42,8 @@ from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
 from trm_kaggle.wording import clipped, count, shown
+
+log = logging.getLogger(__name__)
 
 EXPORT_FORMAT = "trm_kaggle.inference"
 PUZZLE_EMB_KEY = "puzzle_emb.weights"
@@ -463,6 +466,20 @@ def load_inference_model(path: str | os.PathLike, num_puzzle_identifiers: int | 
     return model, config
 
 
+def unchecked_config_note(path: str | os.PathLike) -> str | None:
+    """A note when the export's weights file records no config (re-saved by another program with safetensors' own
+    `save_file`, or written by an older version), or None: its config.json's cycles, heads and embedding length,
+    which no tensor's shape shows, are then taken as written. Read after `read_export` took the file."""
+    from safetensors import safe_open
+
+    w_path = Path(path) / "weights.safetensors"
+    with safe_open(str(w_path), framework="pt") as f:
+        if (f.metadata() or {}).get("config") is not None:
+            return None
+    return (f"{w_path} records no config (re-saved by another program, or an older export): config.json's cycles, "
+            "heads and embedding length are taken as written, unchecked")
+
+
 def check_export(path: str | os.PathLike) -> dict:
     """The config of an export whose tensors were loaded into the model its config.json describes, as `submit`
     and the Kaggle kernel will load them: `read_export`'s checks, then every tensor's name and shape (an export
@@ -477,6 +494,8 @@ def check_export(path: str | os.PathLike) -> dict:
     except (ValueError, AssertionError) as e:  # an architecture the model cannot be built with
         raise TRMError(f"{Path(path) / 'config.json'}: the model it describes cannot be built: {e}") from None
     fit_state_dict(model, tensors, str(Path(path) / "weights.safetensors"))
+    if note := unchecked_config_note(path):
+        log.warning(note)
     return config
 
 
@@ -495,12 +514,12 @@ def load_model_for_dataset(weights: str | os.PathLike, dataset_dir: str | os.Pat
         note = None if config.get("puzzle_embedding") == "mean" else (
             f"the export has {saved} puzzle embeddings, the dataset {n_ids} identifiers: every row starts "
             "from the mean of the saved rows")
-        return model, config, note
+        return model, config, "; ".join(filter(None, (note, unchecked_config_note(weights)))) or None
     model, config = load_inference_model(weights, device=device)
     note = None if saved == n_ids else (
         f"the export has {saved} puzzle embeddings but the dataset {n_ids} identifiers: was it trained on "
         "another dataset? Its per-puzzle embeddings will not match these puzzles")
-    return model, config, note
+    return model, config, "; ".join(filter(None, (note, unchecked_config_note(weights)))) or None
 
 
 def export_parameter_count(config: dict) -> ParameterCount:
