@@ -424,15 +424,25 @@ import importlib.util
 import zipfile
 
 
-def first_dir_with(pattern):
+def first_dir_with(pattern, beside=None, parameter=None):
     """The directory of the first file under KAGGLE_INPUT whose name matches `pattern`, or None (also when the
-    search fails: a folder a thousand levels deep, a path too long for the system)."""
+    search fails: a folder a thousand levels deep, a path too long for the system). Folders that also hold
+    `beside` come first (a weights file without its config.json is no export), and when several folders are
+    found the one taken is said: another dataset's weights sorted first were taken without a word."""
     try:
-        found = sorted(Path(KAGGLE_INPUT).rglob(pattern))
+        found = {}  # one folder reached twice (through a link) counts once
+        for p in sorted(Path(KAGGLE_INPUT).rglob(pattern)):
+            found.setdefault(os.path.realpath(p.parent), p.parent)
+        found = list(found.values())
     except (OSError, RecursionError, ValueError) as e:
         warn(f"searching {KAGGLE_INPUT} for {pattern} failed ({type(e).__name__}: {e})")
         return None
-    return str(found[0].parent) if found else None
+    if beside:
+        found = [d for d in found if (d / beside).is_file()] + [d for d in found if not (d / beside).is_file()]
+    if len(found) > 1:
+        warn(f"{len(found)} folders under {KAGGLE_INPUT} hold {pattern}; taking {found[0]}"
+             + (f" (set {parameter} to choose another)" if parameter else ""))
+    return str(found[0]) if found else None
 
 
 def offline_installer():
@@ -445,7 +455,7 @@ def offline_installer():
         where = Path(list(spec.submodule_search_locations)[0]) / "kaggle" / "offline_install.py"
         source = where.read_text(encoding="utf-8")
     else:
-        wheels = WHEELS_DIR or first_dir_with("trm_kaggle*.whl")
+        wheels = WHEELS_DIR or first_dir_with("trm_kaggle*.whl", parameter="WHEELS_DIR")
         found = sorted(Path(wheels).glob("trm_kaggle-*.whl")) if wheels else []
         if not found:
             raise RuntimeError(f"trm_kaggle is not installed and no trm_kaggle*.whl is under "
@@ -506,7 +516,7 @@ if READY:
 
 # %%
 if READY:
-    weights = WEIGHTS_DIR or first_dir_with("weights.safetensors")
+    weights = WEIGHTS_DIR or first_dir_with("weights.safetensors", beside="config.json", parameter="WEIGHTS_DIR")
     if weights is None:  # solve() still writes a valid fallback submission, and reports the error
         warn(f"no weights.safetensors under {KAGGLE_INPUT}: attach the weights dataset or set WEIGHTS_DIR")
         weights = str(Path(KAGGLE_INPUT) / "weights-not-found")

@@ -724,3 +724,27 @@ def test_refused_test_time_settings_are_said_in_the_packages_words():
     assert scope["test_time"] == {} and len(said) == 1, said
     assert "trajectories 2 need a trajectory_noise above 0" in said[0], said
     assert "pydantic" not in said[0] and "type=" not in said[0] and "input_value" not in said[0], said
+
+
+def test_the_weights_search_prefers_an_export_and_says_which_of_several_it_took(tmp_path):
+    """With WEIGHTS_DIR unset the kernel took the first folder holding a weights.safetensors: another dataset's
+    file without config.json, sorted first, was taken over the attached weights dataset without a word."""
+    import ast
+
+    source = _code_cells()[2]
+    (function,) = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "first_dir_with"]
+    said: list[str] = []
+    scope = {"Path": Path, "os": os, "KAGGLE_INPUT": str(tmp_path), "warn": said.append}
+    exec(ast.get_source_segment(source, function), scope)
+    for folder, files in (("aaa-other", ["weights.safetensors"]), ("trm-kaggle-weights", ["weights.safetensors",
+                                                                                          "config.json"])):
+        (tmp_path / folder).mkdir()
+        for name in files:
+            (tmp_path / folder / name).write_text("x")
+    (tmp_path / "again").symlink_to(tmp_path / "trm-kaggle-weights")  # one folder reached twice counts once
+    found = scope["first_dir_with"]("weights.safetensors", beside="config.json", parameter="WEIGHTS_DIR")
+    assert found == str(tmp_path / "again") or found == str(tmp_path / "trm-kaggle-weights")
+    assert len(said) == 1 and "2 folders" in said[0] and "set WEIGHTS_DIR" in said[0], said
+    said.clear()
+    (tmp_path / "aaa-other" / "weights.safetensors").unlink()
+    assert scope["first_dir_with"]("weights.safetensors", beside="config.json") is not None and not said
