@@ -821,3 +821,22 @@ def test_an_output_that_names_a_folder_is_one_line_not_a_traceback(unseen, tmp_p
     err = capsys.readouterr().err
     assert rc == 2 and err == f"error: --output {output!r} names a folder, not a submission file\n", err
     assert not list(tmp_path.iterdir())
+
+
+def test_submit_says_config_json_is_unchecked_for_weights_that_record_none(unseen, tmp_path, caplog):
+    """Weights re-saved with safetensors' own `save_file` record no config: `submit --no-progress` said nothing of
+    it (the note reached the progress lines alone), while `evaluate` and the bundle said it."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    challenges, weights = unseen
+    resaved = tmp_path / "resaved"
+    shutil.copytree(weights, resaved)
+    save_file(load_file(resaved / "weights.safetensors"), str(resaved / "weights.safetensors"))
+    assert main(["submit", "--challenges", str(challenges), "--weights", str(resaved), "--output",
+                 str(tmp_path / "s.json"), "--work-dir", str(tmp_path / "w"), "--num-aug", "1", "--finetune-steps",
+                 "0", "--max-tasks", "1", "--device", "cpu", "--no-progress"]) == 0
+    # a warning (shown by the command whatever --no-progress), said once, not by each worker
+    said = [r for r in caplog.records if "records no config" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING" and "unchecked" in said[0].getMessage(), said

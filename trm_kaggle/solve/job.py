@@ -43,7 +43,7 @@ from trm_kaggle.evaluate import (make_submission, require_tasks, count_test_inpu
 from trm_kaggle.hardware import choose_threads, cuda_problem, pick_device, visible_cuda_ids
 from trm_kaggle.jsonio import open_regular
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.model import cache_problem, resolve_compile
+from trm_kaggle.model import cache_problem, resolve_compile, unchecked_config_note
 from trm_kaggle.outputs import Output, check_kept, writable_problem
 from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
@@ -196,6 +196,8 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
     not_arc = None
     try:
         canvas = export_canvas(cfg.weights)
+        if note := unchecked_config_note(cfg.weights):  # a warning: said under --no-progress too
+            log.warning(note)
     except NotArcModel as e:  # said once as the cause below, not as an IndexError of every task
         canvas, not_arc = MAX_GRID, e
     except Exception:  # noqa: BLE001 - unreadable weights: the worker reports them, the fallback stands

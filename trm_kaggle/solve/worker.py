@@ -30,8 +30,7 @@ from trm_kaggle.atomic import atomic_write_json, atomic_write_text
 from trm_kaggle.config import ArchConfig, SolveConfig
 from trm_kaggle.errors import TRMError, describe
 from trm_kaggle.hardware import pick_device
-from trm_kaggle.model import (load_compile_cache, read_export, resolve_compile, save_compile_cache,
-                              unchecked_config_note)
+from trm_kaggle.model import load_compile_cache, read_export, resolve_compile, save_compile_cache
 from trm_kaggle.solve.plan import (
     MIN_PLAN_S, TASK_OVERHEAD_S, Budget, Plan, cheapest_first, hms, plan_worker, prediction_batch, task_deadlines,
 )
@@ -89,8 +88,6 @@ def _run_units(spec: WorkerSpec, emit: Callable[[str], None],
                 on_unit(u, None)  # answered by an earlier run: nothing unwritten
         return None
     export, _ = read_export(cfg.weights)  # unreadable weights fail the worker at once, not each task
-    if spec.worker == 0 and (note := unchecked_config_note(cfg.weights)):  # said once, not by every worker
-        emit(budget.line("plan", f"note: {note}"))
     canvas = export_canvas(cfg.weights)
     if spec.deadline is not None and spec.deadline - time.monotonic() < MIN_PLAN_S:
         emit(budget.line("plan", f"worker {spec.worker}: no time left to plan; its {len(todo)} tasks keep the "
