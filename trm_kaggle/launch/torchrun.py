@@ -229,7 +229,11 @@ def launch(args: argparse.Namespace) -> None:
         rank, failure = err.get_first_failure()
         stop = {128 + int(s): s.name for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}.get(failure.exitcode)
         if stop is not None:  # a rank stopped by a signal: the group saved and stopped with it, as on a launcher's
-            stopped = GroupFailed(f"stopped by {stop} (sent to rank {rank}): the workers were stopped; started "
+            # every rank that stopped with it ends with the same status: the first of them (rank 0) was named
+            # as the one the signal was sent to, whichever it was
+            alike = [r for r, f in err.failures.items() if f.exitcode == failure.exitcode]
+            to = f"rank {rank}" if len(alike) == 1 else "a worker"
+            stopped = GroupFailed(f"stopped by {stop} (sent to {to}): the workers were stopped; started "
                                   "again, the run resumes from its newest train state")
             stopped.exit_status = failure.exitcode
             raise stopped from None

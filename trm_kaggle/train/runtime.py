@@ -144,6 +144,8 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
     _check_device_settings(cfg, device, say=rank == 0)
     if world_size > 1 and device.type != "xla" and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    if world_size > 1 and device.type != "xla":
+        check_same_settings(cfg, rank, world_size)
     threads = ""
     if device.type == "cpu":  # one rule everywhere (threads, else OMP_NUM_THREADS, else the free cores)
         local_world = max(1, env_count("LOCAL_WORLD_SIZE", world_size))
@@ -165,6 +167,31 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
             reason = f"auto: {dtype_name(dtype)}, rank 0's choice (this rank measured otherwise: {reason})"
     restart = env_count("TORCHELASTIC_RESTART_COUNT", 0)
     return Runtime(device, dtype, reason, rank, world_size, local_rank, restart, threads)
+
+
+#: Settings each rank may hold its own value of: where it reads and writes (each node its own mount of the shared
+#: folder), how it shows its work, and its own machine's threads and compiler. Every other one changes what or how
+#: long the ranks compute together.
+PER_RANK_SETTINGS = frozenset({"data_paths", "data_paths_test", "checkpoint_path", "load_checkpoint", "progress",
+                               "tensorboard", "wandb", "threads", "device", "compile", "cuda_graphs", "project_name",
+                               "run_name"})
+
+
+def check_same_settings(cfg: TrainConfig, rank: int, world_size: int) -> None:
+    """Refuse (TRMError, on every rank) settings that differ from rank 0's: two nodes started by hand with
+    max_steps 10 and 30 trained apart until one waited in a collective for the other forever, with no word and
+    no save."""
+    mine = cfg.model_dump(mode="json", exclude=set(PER_RANK_SETTINGS))
+    everyone: list = [None] * world_size
+    dist.all_gather_object(everyone, mine)
+    first = everyone[0]
+    for other, theirs in enumerate(everyone[1:], start=1):
+        keys = sorted(k for k in first.keys() | theirs.keys() if first.get(k) != theirs.get(k))
+        if keys:
+            said = "; ".join(f"{k}: {shown(str(first.get(k)))} on rank 0, {shown(str(theirs.get(k)))} on rank "
+                             f"{other}" for k in keys[:2])
+            raise TRMError(f"the ranks were given different settings ({said}{' ...' if len(keys) > 2 else ''}): "
+                           "every rank of a run trains with the same ones; start every node with the same line")
 
 
 def _check_xla_config(cfg: TrainConfig, world_size: int) -> None:
