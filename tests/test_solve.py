@@ -840,3 +840,22 @@ def test_submit_says_config_json_is_unchecked_for_weights_that_record_none(unsee
     # a warning (shown by the command whatever --no-progress), said once, not by each worker
     said = [r for r in caplog.records if "records no config" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING" and "unchecked" in said[0].getMessage(), said
+
+
+def test_a_worker_stopped_at_the_deadline_after_its_results_were_written_is_not_said_to_lose_them(unseen, tmp_path,
+                                                                                               monkeypatch):
+    """A task's result written as its worker was stopped at the deadline was in the submission, yet the last line
+    said "1 of its 3 tasks keep the fallback" (counted from the tasks the worker had reported done)."""
+    from trm_kaggle.solve import job
+
+    real = job.run_in_process
+
+    def stopped_after_writing(spec, say, **kw):
+        out = real(spec, say, **kw)
+        out.error, out.done = "still running at the deadline: stopped", 0  # its results are all on disk
+        return out
+
+    monkeypatch.setattr(job, "run_in_process", stopped_after_writing)
+    report = solve(cfg(unseen, tmp_path, max_tasks=2, finetune_steps=0, num_aug=1))
+    (error,) = [e for e in report["errors"] if "still running at the deadline" in e]
+    assert "each of its 2 tasks has a result of the model" in error and "keep the fallback" not in error, error

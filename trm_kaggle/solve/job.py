@@ -270,19 +270,23 @@ def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Ca
         report["errors"].append(str(e) if isinstance(e, TRMError) else f"{type(e).__name__}: {e}")
         causes.append(report["errors"][-1])
         log.error("model path failed (%s); the submission holds the fallback answers", one_line(e))  # file text
-    for out in outcomes:
-        if out.error:
-            causes.append(out.error)
-            lost = out.units - out.done
-            report["errors"].append(f"worker {out.worker} ({out.device}): {out.error}; {lost} of its {out.units} "
-                                    f"tasks keep the fallback" + (f"; log: {out.log}" if out.log else ""))
-            say(budget.line(f"worker {out.worker}", report["errors"][-1]))
-
+    causes += [out.error for out in outcomes if out.error]
     try:
         candidates, task_reports, answer = merge()
     except OutputTaken as e:  # the other writer's file stands; this run's answers are not lost
         raise OutputTaken(f"{e}; this submit's answers are kept in {work} (a rerun with its own --output reuses "
                           "them)") from None
+    for out in outcomes:
+        if out.error:
+            # counted from what the merge found: a result written as the worker was stopped at the deadline was
+            # said to "keep the fallback" while the submission held it
+            shard = shards[out.worker] if out.worker < len(shards) else []
+            lost = sum(u.task_id not in task_reports for u in shard) if shard else out.units - out.done
+            kept = (f"{lost} of its {out.units} tasks keep the fallback" if lost else
+                    f"each of its {out.units} tasks has a result of the model")
+            report["errors"].append(f"worker {out.worker} ({out.device}): {out.error}; {kept}"
+                                    + (f"; log: {out.log}" if out.log else ""))
+            say(budget.line(f"worker {out.worker}", report["errors"][-1]))
     failed = {t: r["error"] for t, r in task_reports.items() if "error" in r}
     # a task that failed where its result could not be written either: only its worker's word says so
     failed.update({t: why for out in outcomes for t, why in out.unwritten.items() if t not in failed})
