@@ -161,9 +161,10 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
         memory_watch.close()
         if compile_watch is not None:
             batches.close()
-    # the rate as the last record measured it: taken after the final save, the run's closing line (and the
-    # pipeline's summary) said 11.9 where the records said 12.1
-    result.examples_per_second = clock.examples_per_second(state.step, cfg.global_batch_size)
+    # the rate the last record says, when it is of the last step: taken after the final save, the run's closing
+    # line (and the pipeline's summary) said 11.9 where the records said 12.1, and taken again a moment later, it
+    # still differed on a loaded machine
+    result.examples_per_second = clock.closing_rate(state.step, cfg.global_batch_size)
     if control.saved_step != state.step:  # the state of the last step (a stop, the deadline, the schedule's end)
         _save(run, control)
     run.metric_log.close()
@@ -178,6 +179,19 @@ class _Clock:
 
     def __init__(self, step: int):
         self.t0, self.step0 = time.perf_counter(), step
+        self.recorded: tuple[int, float] | None = None  # (step, examples/s) of the last record
+
+    def record_rate(self, step: int, global_batch: int) -> float:
+        """The rate a record of `step` says, kept for the run's closing line."""
+        rate = self.examples_per_second(step, global_batch)
+        self.recorded = (step, rate)
+        return rate
+
+    def closing_rate(self, step: int, global_batch: int) -> float:
+        """The last record's rate when it is of `step`, else the rate now."""
+        if self.recorded is not None and self.recorded[0] == step:
+            return self.recorded[1]
+        return self.examples_per_second(step, global_batch)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -217,7 +231,7 @@ def _log(run: Run, control: StopControl, record: dict, clock: _Clock, memory_wat
     run.step_setup.policy.logged(record, step)  # XLA: a non-finite loss is seen here, once per interval
     if run.stages is not None:
         record["stage"] = run.stages.index_at(step - 1) + 1  # the stage of the step just taken
-    record["examples_per_s"] = clock.examples_per_second(step, run.cfg.global_batch_size)
+    record["examples_per_s"] = clock.record_rate(step, run.cfg.global_batch_size)
     record["elapsed_s"] = clock.elapsed()
     record["start_step"] = clock.step0  # where this process began: readers join resumed runs' clocks
     record.update(memory_watch.sample())
