@@ -402,7 +402,8 @@ def test_a_link_into_the_systems_device_files_is_refused_as_the_path_itself(tmp_
     # /sys/kernel is full"
     (tmp_path / "sys").symlink_to("/sys/kernel")
     (tmp_path / "fds").symlink_to("/proc/self/fd")
-    for name, place in (("sys/r.json", "sys"), ("fds/x.json", "proc")):
+    (tmp_path / "me").symlink_to("/proc/self")  # said "/proc/NNN is not writable"
+    for name, place in (("sys/r.json", "sys"), ("fds/x.json", "proc"), ("me/x.json", "proc")):
         with pytest.raises(TRMError, match=rf"is in /{place}, the system's own device and process files"):
             check_io([], [Output(str(tmp_path / name), "--report")])
     (tmp_path / "fine").symlink_to(tmp_path / "elsewhere.json")  # a link to a plain place is the command's own rule

@@ -465,12 +465,9 @@ def writable_problem(out: Output) -> str | None:
     existing = _receiving_folder(out, path)
     if not existing.is_dir():
         return f"{shown}: {existing} is {special_kind(existing) or 'a file'}, not a folder"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return (f"{shown}: {existing} is not writable (read-only, or no permission); choose an output where this "
-                "user can write")
-    # `--output /dev/stdout` passed the checks (a link to whatever stdout was), put its work folder in /dev and ended,
-    # after the whole solve, blaming "another process": the system's device and process trees take no output
-    # (/dev/shm, a memory file system, does)
+    # before the folder's permissions (a link to /proc/self was "not writable"): `--output /dev/stdout` passed the
+    # checks (a link to whatever stdout was), put its work folder in /dev and ended, after the whole solve, blaming
+    # "another process": the system's device and process trees take no output (/dev/shm, a memory file system, does)
     top = Path(os.path.abspath(os.fspath(out.path))).parts[1:3]
     if not _in_system_trees(top) and (through := _device_link(out.path)) is not None:
         top = through  # a link to /dev/stdout replaced what the command printed, or "its disk is full"
@@ -480,6 +477,9 @@ def writable_problem(out: Output) -> str | None:
     if _in_system_trees(top):
         return (f"{shown} is in /{top[0]}, the system's own device and process files, not a place for a "
                 f"{'file' if out.kind == 'file' else 'folder'} of this package: choose a path of its own")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (f"{shown}: {existing} is not writable (read-only, or no permission); choose an output where this "
+                "user can write")
     return None
 
 
