@@ -254,3 +254,28 @@ def test_a_wheel_cut_by_the_size_limit_is_one_line_naming_the_limit(tmp_path, bu
     said = r.stdout.strip()
     assert said.startswith("building the trm_kaggle wheel") and "\n" not in said, r.stdout + r.stderr
     assert said.endswith("File too large (needed: a file size limit that allows it (ulimit -f))") and len(said) < 300
+
+
+def test_a_scratch_folder_is_removed_under_an_open_file_limit(tmp_path):
+    """shutil's rmtree holds a descriptor per level: under `ulimit -n` a bundle build's scratch copy of the sources
+    (`trm_wheel_*`, 3 MB) stayed behind after every failed run. The tree is removed by path then."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import os, resource
+        from pathlib import Path
+        from trm_kaggle.atomic import scratch_folder
+        with scratch_folder("trm_wheel_", dir={str(tmp_path)!r}) as tmp:
+            deep = tmp.joinpath(*"abcdefghij")
+            deep.mkdir(parents=True)
+            (deep / "f.txt").write_text("x")
+            (tmp / "link").symlink_to({str(tmp_path)!r})  # removed, never followed
+            used = len(os.listdir("/proc/self/fd"))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (used + 2, used + 2))
+        """)
+    (tmp_path / "keep.txt").write_text("mine")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"], list(tmp_path.iterdir())

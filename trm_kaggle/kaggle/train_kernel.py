@@ -17,11 +17,10 @@ import os
 import posixpath
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
-from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
+from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text, scratch_folder
 from trm_kaggle.errors import TRMError, UnreadableFile
 from trm_kaggle.kaggle.kernel import read_notebook, set_parameters
 from trm_kaggle.kaggle.metadata import (
@@ -106,9 +105,9 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
     beside.mkdir(parents=True, exist_ok=True)
     # the folder as the system reaches it: tempfile shortens `link/..` as text
     with atomic_directory(out_dir, kind="kaggle run-state dataset") as tmp, \
-            tempfile.TemporaryDirectory(prefix=".download-", dir=os.path.realpath(beside)) as download:
+            scratch_folder(".download-", dir=os.path.realpath(beside)) as download:
         log(f"downloading the output of {kernel}")
-        res = runner(["kaggle", "kernels", "output", kernel, "-p", download], capture_output=True, text=True)
+        res = runner(["kaggle", "kernels", "output", kernel, "-p", str(download)], capture_output=True, text=True)
         if res.returncode != 0:
             raise TRMError(f"`kaggle kernels output {kernel}` failed with status {res.returncode}: "
                            f"{client_error(res.stderr or res.stdout)}")

@@ -20,14 +20,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from trm_kaggle import __version__
-from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
+from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text, scratch_folder
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import is_regular
 from trm_kaggle.wording import clipped
@@ -226,7 +225,7 @@ def build_project_wheel(dest: Path, repo: Path = REPO_ROOT, builder: str = "auto
         if why:
             log(f"building the wheel with the built-in builder ({why})")
         builder = "builtin" if why else "pip"
-    with tempfile.TemporaryDirectory(prefix="trm_wheel_") as tmp:
+    with scratch_folder("trm_wheel_") as tmp:
         src = copy_project_sources(repo, Path(tmp) / "src")
         out = Path(tmp) / "dist"
         if builder == "builtin":
@@ -478,7 +477,7 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
         preinstalled: list[str] = sorted({canonicalize_name(r.name) for r in roots} & set(kaggle_has))
         if download:
             found: set[str] = set()
-            with tempfile.TemporaryDirectory(prefix="trm_dl_") as dl:
+            with scratch_folder("trm_dl_") as dl:
                 for i, t in enumerate(targets):  # a pure wheel serves every target; a cp3XY one its own
                     log(f"resolving runtime dependencies for CPython {t.python_version} (preinstalled on {host}: "
                         f"{', '.join(kaggle_has) or 'none'})")
