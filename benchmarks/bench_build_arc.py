@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import child_failed, ended, loading, work_folder  # noqa: E402
+from benchmarks.entry import check_options, child_failed, ended, loading, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import numpy as np
@@ -125,6 +125,8 @@ def main() -> None:
                     help="skip upstream above this num_aug (its 1000 run needs ~22 GB RAM and 16 min here)")
     ap.add_argument("--work-dir", default=None, help="scratch directory (default: a temp dir; ~9 GB at num_aug 1000)")
     args = ap.parse_args()
+    check_options(counts={"--upstream-max-aug": args.upstream_max_aug,
+                          "--num-aug": next((n for n in args.num_aug if n < 0), None)}, least=0)
     from trm_kaggle.errors import TRMError
 
     if not Path(args.data_prefix + "_training2_challenges.json").is_file():

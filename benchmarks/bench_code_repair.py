@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import loading  # noqa: E402
+from benchmarks.entry import check_options, loading  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     from bench_build_arc import measure
@@ -54,6 +54,7 @@ def main() -> None:
     p.add_argument("--lint", default="auto", choices=["auto", "on", "off"])
     p.add_argument("--repeat", type=int, default=1)
     args = p.parse_args()
+    check_options(counts={"--workers": args.workers, "--repeat": args.repeat})
     extra = ["--grid", args.grid, "--tokens", args.tokens, "--workers", str(args.workers), "--lint", args.lint]
     if args.strip_docstrings:
         extra.append("--strip-docstrings")

@@ -109,6 +109,9 @@ def main(argv=None) -> int:
     p.add_argument("--variant", help=argparse.SUPPRESS)  # the child's
     p.add_argument("--cache", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    from benchmarks.entry import check_options
+
+    check_options(counts={"--batch": args.batch, "--steps": args.steps, "--repeats": args.repeats})  # batch 0
     if args.variant:
         child(args)
         return 0

@@ -108,6 +108,10 @@ def main() -> None:
     ap.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--checkpointing", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    from benchmarks.entry import check_options
+
+    check_options(counts={"--pairs": args.pairs, "--hidden": args.hidden, "--batch": args.batch, "--seq": args.seq,
+                          "--H": args.H, "--L": args.L, "--layers": args.layers})
     if args.memory_child:
         return memory_child(args)
 

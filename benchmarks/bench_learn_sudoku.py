@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import command, loading, work_folder  # noqa: E402
+from benchmarks.entry import check_options, command, loading, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     from trm_kaggle.config import SudokuBuildConfig
@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--work-dir", default=None)
     ap.add_argument("overrides", nargs="*", help="training config overrides on top of the preset (key=value)")
     args = ap.parse_args()
+    check_options(counts={"--seed": args.seed}, positive={"--minutes": args.minutes, "--target": args.target}, least=0)
     if not 0 < args.minutes <= 7 * 24 * 60:  # NaN never stopped the run by its time
         raise TRMError(f"--minutes {args.minutes}: a number of minutes above 0 and at most a week")
     if not 0 <= args.target <= 1 or math.isnan(args.target):

@@ -86,6 +86,9 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", default=None, help="also train a small model on this (big) dataset")
     p.add_argument("--only-dataset", action="store_true", help="with --dataset: skip the built-in configurations")
     args = p.parse_args(argv)
+    from benchmarks.entry import check_options
+
+    check_options(counts={"--steps": args.steps}, threads={"--threads": args.threads})  # 0: a traceback
     configs = [] if args.only_dataset else list(CONFIGS)
     if args.dataset:
         size = sum(f.stat().st_size for f in Path(args.dataset).rglob("*") if f.is_file())

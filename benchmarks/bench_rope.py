@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.entry import loading  # noqa: E402
+from benchmarks.entry import check_options, loading  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import torch
@@ -59,6 +59,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=7, help="rounds")
     p.add_argument("--compile", action="store_true", help="also each way under torch.compile")
     args = p.parse_args(argv)
+    check_options(counts={"--steps": args.steps, "--repeats": args.repeats})  # 0: a division by zero
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} "
           "(other processes share these cores: compare ratios, not absolutes)")
     shapes = {"bench_train_cpu (batch 64, 97 positions, 8 heads x 16)": (64, 97, 8, 16),

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.entry import loading  # noqa: E402
+from benchmarks.entry import check_options, loading  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import torch
@@ -65,6 +65,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=20, help="steps per run (a run of twice as many counts reads)")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
+    check_options(counts={"--hidden": args.hidden, "--batch": args.batch, "--steps": args.steps,
+                          "--repeats": args.repeats})
 
     from trm_kaggle.config import SudokuBuildConfig
     from trm_kaggle.data import build_sudoku

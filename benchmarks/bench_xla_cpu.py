@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import child_failed, loading, work_folder  # noqa: E402
+from benchmarks.entry import check_options, child_failed, loading, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     from trm_kaggle.config import SudokuBuildConfig
@@ -68,6 +68,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--work-dir", default=None)
     args = ap.parse_args()
+    check_options(counts={"--steps": args.steps})
     # runs start fresh (one found there would be resumed, not measured) and are removed however the run ends, as is
     # a scratch folder
     runs = ["cpu", "xla1", "xla2"]

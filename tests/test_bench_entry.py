@@ -255,7 +255,16 @@ def test_options_out_of_bounds_are_one_line_before_any_work(tmp_path):
             ("bench_threads.py", ["--load", "1000000000"], "--load 1000000000: from 0 to"),
             ("bench_evaluate.py", ["--quick", "--halt-fraction", "nan"], "--halt-fraction nan: a share of rows"),
             ("bench_solve_plan.py", ["--work-dir", "none", "--challenges", "none", "--budgets", "420", "nan"],
-             "--budgets nan")]
+             "--budgets nan"),
+            # a ZeroDivisionError, statistics' "no median", a training config's traceback, minutes of batch-0 work
+            ("bench_rope.py", ["--steps", "0"], "--steps 0"), ("bench_rope.py", ["--repeats", "-1"], "--repeats -1"),
+            ("bench_memory.py", ["--threads", "0"], "--threads 0"), ("bench_compile.py", ["--batch", "0"], "--batch 0"),
+            ("bench_sync_free.py", ["--repeats", "0"], "--repeats 0"),
+            ("bench_grad_checkpointing.py", ["--pairs", "0"], "--pairs 0"),
+            ("bench_xla_cpu.py", ["--steps", "0"], "--steps 0"),
+            ("bench_code_repair.py", ["--workers", "0"], "--workers 0"),
+            ("bench_build_arc.py", ["--num-aug", "10", "-1"], "--num-aug -1"),
+            ("bench_learn_sudoku.py", ["--minutes", "nan"], "--minutes nan")]
     for name, argv, said in runs:
         done = _script(name, *argv, cwd=tmp_path)
         assert done.returncode == 2 and said in _one_error(done.stderr), (name, argv, done.stderr)

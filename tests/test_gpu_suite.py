@@ -742,11 +742,22 @@ def test_run_refuses_an_out_or_pack_in_the_prepared_folder_before_any_work(prepa
     monkeypatch.setattr(p3, "teardown", lambda state: None)
     monkeypatch.setattr(p3, "stages", _stages(Stage("evaluation", lambda rep, ctx, state: None, 10, 0)))
     before = sorted(p.relative_to(prepared.parent) for p in prepared.parent.rglob("*"))
+    # and what was refused only after the whole suite, or not at all: an empty --out (the current folder), a --pack
+    # that is a folder, a report of another run that --pack would carry beside this one's, a budget of nan
+    (prepared.parent / "a.tar.gz").mkdir(exist_ok=True)
+    (prepared.parent / "earlier" / "part1").mkdir(parents=True, exist_ok=True)
+    (prepared.parent / "earlier" / "part1" / "gpu_report.json").write_text("{}")
+    before = sorted(p.relative_to(prepared.parent) for p in prepared.parent.rglob("*"))
     for where, said in [(["--out", str(prepared)], "is also the input --prepared"),
                         (["--out", str(prepared / "data")], "is inside the input --prepared"),
                         (["--out", str(prepared.parent)], "holds the input --prepared"),
                         (["--out", str(prepared.parent / "elsewhere"), "--pack", str(prepared / "data" / "r.tar.gz")],
-                         "--pack")]:
+                         "--pack"),
+                        (["--out", ""], "--out is empty"),
+                        (["--out", str(prepared.parent / "o"), "--pack", str(prepared.parent / "a.tar.gz")],
+                         "is a folder"),
+                        (["--out", str(prepared.parent / "earlier")], "holds the report of another run"),
+                        (["--out", str(prepared.parent / "o"), "--budget", "nan"], "--budget nan: must be from")]:
         assert suite.main(["run", "--part", "3", "--smoke", "--prepared", str(prepared), *where]) == 2, where
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ") and said in err[0], err

@@ -96,17 +96,28 @@ def later_stops_wait() -> Iterator[None]:
 def check_run_paths(args) -> None:
     """`--out` and `--pack` against the prepared folder `run` reads, before any work: `prepare` builds that folder
     whole, so a report written into it (or an --out that holds it) would keep `prepare` from replacing it."""
-    from trm_kaggle.outputs import Input, Output, check_kept
+    from trm_kaggle.outputs import Input, Output, check_io
 
     from benchmarks.gpu_suite.context import DEFAULT_PREPARED
 
+    # every path as given (`--out ''` as Path is `.`), and whether each can be written: a --pack refused only
+    # once the whole suite had run spent a lend's minutes
+    check_io([Input(args.prepared or DEFAULT_PREPARED, "--prepared", tree=True)],
+             [Output(args.out, "--out", "folder"), Output(args.pack, "--pack")])
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise TRMError(f"--out {out}: exists and is not a folder")
     if args.pack and (not args.pack.endswith(".tar.gz") or Path(args.pack).resolve().is_relative_to(out.resolve())):
         raise TRMError(f"--pack {args.pack}: must end in .tar.gz and lie outside --out {out}")
-    check_kept([Input(args.prepared or DEFAULT_PREPARED, "--prepared", tree=True)],
-               [Output(out, "--out", "folder"), Output(args.pack, "--pack")])
+    # reports this run does not replace (a `--part 3` into the --out of an earlier `--part all`) were packed beside
+    # its own, one of them still saying "running"
+    parts = sorted(PARTS) if args.part == "all" else [int(args.part)]
+    ours = {out / f"part{n}" for n in parts} if len(parts) > 1 else {out}
+    stale = [p for p in sorted(out.glob("gpu_report.json")) + sorted(out.glob("part*/gpu_report.json"))
+             if p.parent not in ours]
+    if stale:
+        raise TRMError(f"--out {out} holds the report of another run ({stale[0]}), which this run would not replace "
+                       "and --pack would carry beside its own: choose an empty --out, or remove that report")
 
 
 def cmd_run(args) -> int:
@@ -170,7 +181,12 @@ def pack(out: Path, archive: Path, say) -> None:
 
 
 def cmd_prepare(args) -> int:
+    from trm_kaggle.names import blank_path_problem
+
     from benchmarks.gpu_suite.prepare import prepare
+
+    if problem := blank_path_problem(args.out):
+        raise TRMError(f"--out {problem}")
 
     prepare(args.out, upstream_dir=args.upstream_dir, download=not (args.no_download or args.smoke),
             smoke=args.smoke, max_mib=args.max_mib, python=args.python)
@@ -184,6 +200,8 @@ def python_version(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from trm_kaggle.config import WEEK_S, bounded_number
+
     from benchmarks.gpu_suite.context import DEFAULT_PREPARED, UPSTREAM_ENV
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_suite", description=__doc__.split("\n")[0])
@@ -193,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--upstream-dir", default=None, help=f"upstream's code (default: ${UPSTREAM_ENV})")
     pr.add_argument("--no-download", action="store_true", help="no PyPI: ship our wheel only (offline)")
     pr.add_argument("--smoke", action="store_true", help="tiny datasets, no download (tests)")
-    pr.add_argument("--max-mib", type=float, default=60.0, help="refuse a prepared folder larger than this")
+    pr.add_argument("--max-mib", type=bounded_number("--max-mib", 0, 1e6, float), default=60.0,
+                    help="refuse a prepared folder larger than this")
     pr.add_argument("--python", default="3.12", metavar="X.Y", type=python_version,
                     help="the GPU machine's Python, for which the wheels are chosen (default 3.12; this machine's "
                          "own version rehearses the install here)")
@@ -208,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--upstream-dir", default=None,
                    help=f"upstream's code (default: ${UPSTREAM_ENV}, else the prepared copy)")
     r.add_argument("--device", default=None, help="default: cuda when available (cpu in smoke mode)")
-    r.add_argument("--budget", "--cap-s", type=float, default=None, dest="budget",
+    r.add_argument("--budget", "--cap-s", type=bounded_number("--budget", 1e-3, WEEK_S, float), default=None,
+                   dest="budget",
                    help=f"seconds for all the stages asked for, shared by priority (default {BUDGET_S:.0f}; "
                         f"{SMOKE_BUDGET_S:.0f} with --smoke)")
     r.set_defaults(func=cmd_run)
@@ -216,8 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # a number out of its bounds: one line (`bounded_number`)
         return args.func(args)
     except TRMError as e:
         print(f"error: {e}", file=sys.stderr)
