@@ -279,3 +279,37 @@ def test_a_scratch_folder_is_removed_under_an_open_file_limit(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"], list(tmp_path.iterdir())
+
+
+def test_an_open_file_limit_is_said_as_one_not_as_a_damaged_array(tmp_path, monkeypatch):
+    """Under `ulimit -n` a dataset's intact .npy file was "unreadable or truncated", and a train state "truncated
+    or not written by trm-kaggle?": a read the system refused is said as that, with the limit to raise."""
+    from trm_kaggle.data import format as F
+    from trm_kaggle.errors import UnreadableFile
+
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(4))
+    real = np.load
+
+    def refused(*a, **kw):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(F.np, "load", refused)
+    with pytest.raises(UnreadableFile, match="a.npy: cannot read .npy array: Too many open files"):
+        F.load_array(path)
+    monkeypatch.setattr(F.np, "load", real)
+    assert "ulimit -n" in os_error_line(OSError(errno.EMFILE, "Too many open files", "x"))
+
+
+def test_a_worker_pool_the_system_refuses_is_one_line_naming_the_way_round(monkeypatch, tmp_path):
+    """`build-arc --workers 2` under `ulimit -f 10`: the pool's semaphore raised OSError(0, 'Error'), said as
+    "error: Error"."""
+    import trm_kaggle.data.arc.build as B
+    from trm_kaggle.errors import TRMError
+
+    def refused(*a, **kw):
+        raise OSError(0, "Error")
+
+    monkeypatch.setattr(B, "ProcessPoolExecutor", refused)
+    with pytest.raises(TRMError, match="starting 2 worker processes failed: .* build with --workers 1"):
+        B._pool(2, "fork", [])

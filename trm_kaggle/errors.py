@@ -30,7 +30,8 @@ _NEEDED = {
     "EPERM": "permission to read or write it", "ENOENT": "it (or its folder) to exist",
     "ENOTDIR": "every part of the path before it to be a folder, not a file",
     "EISDIR": "a file, not a folder", "EEXIST": "the path to be free (something is already there)",
-    "ENAMETOOLONG": "a shorter name", "EMFILE": "fewer open files", "EXDEV": "one file system",
+    "ENAMETOOLONG": "a shorter name", "EMFILE": "a higher open-file limit (ulimit -n)",
+    "ENFILE": "fewer files open on this system", "EXDEV": "one file system",
     "ENOTEMPTY": "an empty folder", "EIO": "a working disk",
     "EFBIG": "a file size limit that allows it (ulimit -f)",
 }

@@ -297,7 +297,7 @@ def cannot_read(path: str | os.PathLike, what: str, e: OSError) -> str:
 #: What the system says when a read fails whatever the file holds (a failing or vanished disk, a permission taken
 #: away): not damage. Other OSErrors of a parser (EINVAL of a seek past the end of a truncated file) are damage.
 READ_FAILURES = frozenset({errno.EIO, errno.EACCES, errno.EPERM, errno.ENXIO, errno.ENODEV, errno.ESTALE,
-                           errno.ETIMEDOUT})
+                           errno.ETIMEDOUT, errno.EMFILE, errno.ENFILE})  # an open-file limit: no damage either
 
 
 def read_failure(e: BaseException, path: str | os.PathLike, what: str) -> UnreadableFile | None:

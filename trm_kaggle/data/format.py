@@ -391,7 +391,8 @@ def _check_declared_size(path: Path) -> None:
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _fortran, dtype = read(f)
         except (ValueError, EOFError, OSError) as e:
-            raise DamagedFile(f"{path}: unreadable or truncated .npy file: {e}") from None
+            raise read_failure(e, path, ".npy array") or DamagedFile(f"{path}: unreadable or truncated .npy file: "
+                                                                     f"{e}") from None
         offset, size = f.tell(), os.fstat(f.fileno()).st_size
     dtype = np.dtype(dtype)
     if dtype.hasobject:  # np.load refuses it (allow_pickle=False), never unpickling it

@@ -48,7 +48,7 @@ from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_a
 from trm_kaggle.data.contents import write_contents
 from trm_kaggle.data.format import (SET_NAME, build_io, DatasetMetadata, NpyFile, finish_split,
                                     write_identifiers, write_rows_at)
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.hardware import usable_cores
 from trm_kaggle.interrupts import pool_breaks_quietly
 from trm_kaggle.jsonio import read_json
@@ -322,8 +322,7 @@ def _run(fn, argss: list, jobs: list[TaskJob], workers: int, desc: str, progress
             with pool_breaks_quietly() as failed:
                 pool = None
                 try:
-                    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
-                                               initializer=_init_pool_worker, initargs=(os.getpid(), jobs))
+                    pool = _pool(workers, method, jobs)
                     for r in _in_order(pool, fn, argss, max(1, min(16, len(argss) // (8 * workers))), failed):
                         yield r
                         bar.update()
@@ -340,6 +339,20 @@ def _run(fn, argss: list, jobs: list[TaskJob], workers: int, desc: str, progress
                 pool.shutdown()
     finally:
         bar.close()
+
+
+def _pool(workers: int, method: str, jobs: list[TaskJob]) -> ProcessPoolExecutor:
+    """The worker processes. A semaphore the system refuses (a file-size limit, `ulimit -f`, or a full /dev/shm:
+    the semaphore is a file there) was an OSError of errno 0, said as "error: Error"."""
+    try:
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
+                                   initializer=_init_pool_worker, initargs=(os.getpid(), jobs))
+    except OSError as e:
+        if e.errno:
+            raise
+        raise TRMError(f"starting {workers} worker processes failed: the system refused their shared semaphore "
+                       f"({e.strerror or e}; a file-size limit, ulimit -f, or a full /dev/shm refuses it): build with "
+                       "--workers 1") from None
 
 
 def _chunk(fn, args: list) -> list:
