@@ -214,7 +214,7 @@ def test_errors(three_runs, tmp_path, capsys):
             write_comparison(dirs, out)
     from trm_kaggle.cli import main
 
-    for argv, said in ((["compare", ""], "DIR holds an empty name"),
+    for argv, said in ((["compare", ""], "run folder is empty"),
                        (["compare", str(three_runs), "--out", ""], "--out is empty")):
         assert main(argv) == 2 and said in capsys.readouterr().err
     assert not os.path.exists("/compare") and not (tmp_path / "out").exists()

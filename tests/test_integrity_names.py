@@ -285,5 +285,5 @@ def test_blank_path_problem_one_rule_for_every_path_setting(tmp_path, capsys):
     with pytest.raises(ValueError, match="report\n.*is empty: name a folder or a file"):
         RepairEvalConfig(report=" ")
     assert main(["compare", str(tmp_path), "--out", " "]) == 2
-    assert capsys.readouterr().err.strip() == ("error: --out is empty: name a folder for the comparison "
-                                               "(or leave --out out: DIR/compare)")
+    assert capsys.readouterr().err.strip() == ("error: --out is empty: name a folder or a file (`.` for the current "
+                                               "folder)")

@@ -82,7 +82,8 @@ def _sweep(args: argparse.Namespace) -> IO:
 
 
 def _compare(args: argparse.Namespace) -> IO:
-    out = args.out or (f"{args.dirs[0].rstrip('/')}/compare" if len(args.dirs) == 1 else "compare")
+    out = args.out if args.out is not None else (f"{args.dirs[0].rstrip('/')}/compare" if len(args.dirs) == 1
+                                                 else "compare")  # '' is refused, never the default
     tables = ("table.md", "table.csv", "curves.png", "final.png")
     return [Input(d, "run folder") for d in args.dirs], [Output(out, "--out", "replaced", tables)]
 

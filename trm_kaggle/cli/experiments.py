@@ -10,7 +10,6 @@ import re
 from trm_kaggle.cli.cluster import cluster_options, cluster_values
 from trm_kaggle.cli.common import common_flags, flag
 from trm_kaggle.errors import TRMError
-from trm_kaggle.names import blank_path_problem
 
 
 def _seed_list(text: str) -> list[int]:
@@ -99,11 +98,8 @@ def add_compare(sub) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from trm_kaggle.experiments import write_comparison
 
-    if problem := blank_path_problem(args.out, "a folder for the comparison", "or leave --out out: DIR/compare"):
-        raise TRMError(f"--out {problem}")  # '' was taken as the default without a word
-    if problem := blank_path_problem(args.dirs, "a run folder, a sweep folder or a folder of runs"):
-        raise TRMError(f"DIR {problem}")  # '' read the current folder and wrote /compare at the root
-    out = args.out or (os.path.join(args.dirs[0], "compare") if len(args.dirs) == 1 else "compare")
+    out = args.out if args.out is not None else (os.path.join(args.dirs[0], "compare") if len(args.dirs) == 1
+                                                 else "compare")
     paths = write_comparison(args.dirs, out, metric=args.metric)
     print(paths["markdown_text"])
     print("wrote " + ", ".join(str(paths[k]) for k in ("markdown", "csv", "curves", "bars") if paths.get(k)))
