@@ -738,3 +738,14 @@ def test_the_closing_rate_is_the_last_records(sudoku4, tmp_path, monkeypatch):
     last = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()][-1]
     assert last["step"] == result.step == 6
     assert result.examples_per_second == last["examples_per_s"], (result.examples_per_second, last["examples_per_s"])
+
+
+def test_a_resumed_run_whose_time_fits_no_step_shows_no_rate(sudoku4, tmp_path):
+    """A continued run whose budget fit no new step said "at 0.0 examples/s" (the pipeline's line and summary), a
+    rate nothing measured."""
+    run = tmp_path / "r"
+    train(cfg_for(sudoku4, run, "max_steps=2"))
+    result = train(cfg_for(sudoku4, run, "max_steps=4", "time_limit=0.000001"))
+    assert result.new_steps == 0 and result.step == 2
+    line = next(ln for ln in result.summary_lines() if ln.startswith("trained"))
+    assert "no rate measured" in line and "examples/s" not in line, line

@@ -329,8 +329,9 @@ def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -
         raise TRMError(f"no training step fit in --train-seconds {cfg.train_seconds:g} (the first step takes longer "
                        "on this machine): nothing to export; give more seconds")
     export_run(run_dir, weights)
+    # a rate only where this run took steps: a continued run whose budget fit none said "0.0 examples/s"
     facts.update(step=r.step, start_step=r.start_step, new_steps=r.new_steps, already_done=r.already_done,
-                 examples_per_s=r.examples_per_second, parameters=str(r.parameters) if r.parameters else None,
+                 examples_per_s=r.examples_per_second if r.new_steps else None, parameters=str(r.parameters) if r.parameters else None,
                  learning=learning_figures(run_dir))
     if r.already_done:
         facts["did"] = f"nothing new: the run was already done at step {r.step}"
@@ -339,9 +340,10 @@ def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -
     elif r.start_step:
         facts["did"] = (f"continued the earlier run: {count(r.new_steps, 'new step')}, from step {r.start_step} "
                         f"to {r.step}")
+        pace = (f"in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} examples/s" if r.new_steps else
+                f"(none fit in --train-seconds {cfg.train_seconds:g}: give more to train further)")
         line = (f"continued the run in {run_dir} from step {r.start_step}: {count(r.new_steps, 'new step')} "
-                f"in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} examples/s, now at step {r.step}; "
-                f"exported to {weights}")
+                f"{pace}, now at step {r.step}; exported to {weights}")
     else:
         facts["did"] = f"{count(r.step, 'step')} from scratch"
         line = (f"{count(r.step, 'step')} in {cfg.train_seconds:.0f} s at {r.examples_per_second:.1f} "
@@ -506,7 +508,8 @@ def summary_markdown(result: PipelineResult) -> str:
     if f.get("parameters"):
         lines.append(f"- model: {f['parameters']}")
     steps = (f"step {f['step']}" + (f" ({f['new_steps']} new in this run)" if result.continued else "")
-             + ("" if f.get("already_done") else f", {f['examples_per_s']:.1f} examples/s"))
+             + ("" if f.get("already_done") or f.get("examples_per_s") is None
+                else f", {f['examples_per_s']:.1f} examples/s"))
     learning = f.get("learning")
     if learning:
         steps += (f"; first vs last {count(learning['intervals'], 'logged interval')}: loss "

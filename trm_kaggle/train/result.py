@@ -50,7 +50,9 @@ class TrainResult:
         else:
             steps = (f"{self.step} steps" if not self.start_step else
                      f"{self.new_steps} new steps, resuming at step {self.start_step}, to step {self.step}")
-            lines.append(f"trained {steps} ({self.epoch:.2f} epochs) at {self.examples_per_second:.1f} examples/s"
+            # no step in this process: no rate was measured (0.0 was shown as one)
+            rate = f" at {self.examples_per_second:.1f} examples/s" if self.new_steps else ", no rate measured"
+            lines.append(f"trained {steps} ({self.epoch:.2f} epochs){rate}"
                          + (f", stopped by {self.stopped_by}" if self.stopped_by else "")
                          + f"; {last}; run directory {self.run_dir}")
         if self.eval_metrics and not self.eval_metrics.get("eval_examples"):
