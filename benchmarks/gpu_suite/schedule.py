@@ -134,12 +134,13 @@ def run(planned: list[Planned], reports: dict[int, PartReport], states: dict[int
             rep.data["schedule"].append(entry)
             if rep.data["status"] == "failed":  # its set-up failed: nothing of this part can run
                 entry["status"] = "not run (the part failed)"
-            elif given < max(least, 0.5 if ctx.smoke else 1.0):
+            elif given < (need := max(least, 0.5 if ctx.smoke else 1.0)):
+                # the floor itself is said: "0 s left ..., it needs at least 0 s" contradicted itself
                 entry["status"] = "skipped"
-                rep.skip(f"stage {name}", f"would not fit: {max(given, 0):.0f} s left for it after reserving the "
-                                          f"later stages' shares, it needs at least {least:.0f} s", cut=True)
-                say(f"[{time.monotonic() - start:5.0f} s] part {p.part} {name}: skipped ({max(given, 0):.0f} s left "
-                    f"for it, needs {least:.0f} s)")
+                rep.skip(f"stage {name}", f"would not fit: {max(given, 0):.1f} s left for it after reserving the "
+                                          f"later stages' shares, it needs at least {need:.1f} s", cut=True)
+                say(f"[{time.monotonic() - start:5.0f} s] part {p.part} {name}: skipped ({max(given, 0):.1f} s left "
+                    f"for it, needs {need:.1f} s)")
             else:
                 say(f"[{time.monotonic() - start:5.0f} s] part {p.part} {name}: up to {given:.0f} s (share "
                     f"{p.share_s:.0f} s)")
