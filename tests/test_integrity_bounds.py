@@ -223,6 +223,9 @@ def test_a_safety_margin_past_a_week_is_refused_by_the_config():
     (["regress", "--out", ""], "--out"), (["regress", "--notebooks", "", "--out", "y"], "--notebooks"),
     (["sweep", "tn", "--sweep-dir", ""], "--sweep-dir"), (["doctor", ""], "DATA"),
     (["estimate", "--weights", "  "], "--weights"), (["train", "data_paths=[x]", "--export", ""], "--export"),
+    # the bundle took an empty --weights as the default weights, and --repo '' as the current folder
+    (["bundle", "--no-download", "b", "--weights", ""], "--weights"), (["bundle", "--no-download", "b", "--repo", ""],
+                                                                      "--repo"),
 ])
 def test_an_empty_path_setting_is_refused_not_taken_as_the_current_folder(tmp_path, monkeypatch, capsys, argv, flag):
     """`pipeline --work-dir ''` (an unset shell variable) wrote its seven stage folders into the current folder,

@@ -583,11 +583,14 @@ def _check_out_dir(out: Path, inputs: list[Input]) -> None:
 def bundle_io(args: argparse.Namespace) -> tuple[list[Input], list[Output]]:
     """What a bundle build reads and writes (checked against each other before anything is built)."""
     repo = Path(args.repo)
-    inputs = [Input(repo, "--repo"), Input(args.notebook or repo / DEFAULT_NOTEBOOK, "--notebook")]
-    inputs += [Input(args.weights, "--weights", tree=True)] if args.weights else []
+    # a path given empty is refused by check_io (`--weights ''` was the default weights, without a word)
+    notebook = repo / DEFAULT_NOTEBOOK if args.notebook is None else args.notebook
+    inputs = [Input(args.repo, "--repo"), Input(notebook, "--notebook")]
+    inputs += [Input(args.weights, "--weights", tree=True)] if args.weights is not None else []
     inputs += [Input(w, "--extra-wheel") for w in args.extra_wheel]
-    inputs += [Input(args.compile_cache, "--compile-cache")] if getattr(args, "compile_cache", None) else []
-    inputs += [Input(args.challenges, "--challenges")] if args.challenges else []
+    cache = getattr(args, "compile_cache", None)
+    inputs += [Input(cache, "--compile-cache")] if cache is not None else []
+    inputs += [Input(args.challenges, "--challenges")] if args.challenges is not None else []
     return inputs, [Output(args.out_dir, "OUT_DIR", "folder")]
 
 
