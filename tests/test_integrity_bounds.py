@@ -226,6 +226,7 @@ def test_a_safety_margin_past_a_week_is_refused_by_the_config():
     # the bundle took an empty --weights as the default weights, and --repo '' as the current folder
     (["bundle", "--no-download", "b", "--weights", ""], "--weights"), (["bundle", "--no-download", "b", "--repo", ""],
                                                                       "--repo"),
+    (["submit", "--challenges", "", "--weights", "w"], "--challenges"),  # "submit needs --challenges"
 ])
 def test_an_empty_path_setting_is_refused_not_taken_as_the_current_folder(tmp_path, monkeypatch, capsys, argv, flag):
     """`pipeline --work-dir ''` (an unset shell variable) wrote its seven stage folders into the current folder,

@@ -819,7 +819,9 @@ def test_an_output_that_names_a_folder_is_one_line_not_a_traceback(unseen, tmp_p
     rc = main(["submit", "--challenges", str(unseen[0]), "--weights", str(unseen[1]), "--output", output,
                "--time-budget", "30"])
     err = capsys.readouterr().err
-    assert rc == 2 and err == f"error: --output {output!r} names a folder, not a submission file\n", err
+    said = ("error: --output is empty: name a folder or a file (`.` for the current folder)\n" if not output else
+            f"error: --output {output!r} names a folder, not a submission file\n")  # '' by the one rule
+    assert rc == 2 and err == said, err
     assert not list(tmp_path.iterdir())
 
 

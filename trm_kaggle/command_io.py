@@ -117,6 +117,12 @@ def _evaluate_repair(args: argparse.Namespace) -> IO:
 
 
 def _submit(args: argparse.Namespace) -> IO:
+    from trm_kaggle.names import blank_path_problem
+
+    for flag, given in (("--challenges", args.challenges), ("--weights", args.weights), ("--output", args.output),
+                        ("--work-dir", args.work_dir)):  # '' was "submit needs --challenges", as if not given
+        if problem := blank_path_problem(given):
+            raise TRMError(f"{flag} {problem}")
     if args.list_recipes or not (args.challenges and args.weights):
         return [], []
     from trm_kaggle.config import default_work_dir
