@@ -71,8 +71,9 @@ def test_refusals_of_the_scripts_are_one_escaped_error_line_with_status_2(tmp_pa
     assert done.returncode == 2 and "\x1b" not in err and "x\\x1b[31mRED\\nline2" in err, done.stderr
 
     prefix = _arc_prefix(tmp_path)
-    done = _script("bench_build_arc.py", "--data-prefix", str(prefix), "--num-aug", "-1", cwd=tmp_path)
-    assert done.returncode == 2 and "build-arc at num_aug -1 failed (exit 2): " in _one_error(done.stderr)
+    # a count the script takes and its child build refuses (past build-arc's bound): the child's one line
+    done = _script("bench_build_arc.py", "--data-prefix", str(prefix), "--num-aug", "200000", cwd=tmp_path)
+    assert done.returncode == 2 and "build-arc at num_aug 200000 failed (exit 2): " in _one_error(done.stderr)
 
     (tmp_path / "sx" / "sudoku4").mkdir(parents=True)
     (tmp_path / "sx" / "sudoku4" / "p.txt").write_text("mine")
