@@ -194,15 +194,19 @@ def test_the_settings_check_names_what_differs_between_ranks(monkeypatch):
     from trm_kaggle.train import runtime
 
     cfg = TrainConfig(data_paths=["d"], max_steps=10)
-    other = {**cfg.model_dump(mode="json", exclude=set(runtime.PER_RANK_SETTINGS)), "max_steps": 30}
+    other = {"max_steps": 30}  # what rank 1 holds beside this rank's own settings
 
-    def gather(everyone, mine):
-        everyone[:] = [mine, other]
+    def gather(everyone, given):
+        everyone[:] = [given, {**given, **other}]
 
     monkeypatch.setattr(runtime.dist, "all_gather_object", gather)
     with pytest.raises(TRMError, match=r"different settings \(max_steps: 10 on rank 0, 30 on rank 1\)"):
         runtime.check_same_settings(cfg, 0, 2)
-    other["max_steps"] = 10  # each node's own mount of the shared folder, its own threads: allowed
+    other["max_steps"] = 10
+    other["arch.L_cycles"] = cfg.arch.L_cycles + 1  # a nested setting is named as such
+    with pytest.raises(TRMError, match=r"different settings \(arch.L_cycles: "):
+        runtime.check_same_settings(cfg, 0, 2)
+    other["arch.L_cycles"] = cfg.arch.L_cycles  # each node's own mount of the shared folder, its own threads: allowed
     runtime.check_same_settings(cfg.model_copy(update={"threads": 3, "data_paths": ["/mnt/d"]}), 0, 2)
 
 

@@ -181,7 +181,12 @@ def check_same_settings(cfg: TrainConfig, rank: int, world_size: int) -> None:
     """Refuse (TRMError, on every rank) settings that differ from rank 0's: two nodes started by hand with
     max_steps 10 and 30 trained apart until one waited in a collective for the other forever, with no word and
     no save."""
-    mine = cfg.model_dump(mode="json", exclude=set(PER_RANK_SETTINGS))
+    def flat(block: dict, prefix: str = "") -> dict:  # `arch.L_cycles`, not the whole arch block, is named
+        return {k: v for key, value in block.items()
+                for k, v in (flat(value, f"{prefix}{key}.") if isinstance(value, dict)
+                             else {f"{prefix}{key}": value}).items()}
+
+    mine = flat(cfg.model_dump(mode="json", exclude=set(PER_RANK_SETTINGS)))
     everyone: list = [None] * world_size
     dist.all_gather_object(everyone, mine)
     first = everyone[0]
