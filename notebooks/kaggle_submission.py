@@ -430,15 +430,14 @@ def first_dir_with(pattern, beside=None, parameter=None):
     `beside` come first (a weights file without its config.json is no export), and when several folders are
     found the one taken is said: another dataset's weights sorted first were taken without a word."""
     try:
-        found = {}  # one folder reached twice (through a link) counts once
+        folders = {}  # one folder reached twice (through a link) counts once
         for p in sorted(Path(KAGGLE_INPUT).rglob(pattern)):
-            found.setdefault(os.path.realpath(p.parent), p.parent)
-        found = list(found.values())
+            folders.setdefault(os.path.realpath(p.parent), p.parent)
+        # the folders holding `beside` first (a stable sort keeps their order); is_file() may raise too
+        found = sorted(folders.values(), key=lambda d: not (beside and (d / beside).is_file()))
     except (OSError, RecursionError, ValueError) as e:
         warn(f"searching {KAGGLE_INPUT} for {pattern} failed ({type(e).__name__}: {e})")
         return None
-    if beside:
-        found = [d for d in found if (d / beside).is_file()] + [d for d in found if not (d / beside).is_file()]
     if len(found) > 1:
         warn(f"{len(found)} folders under {KAGGLE_INPUT} hold {pattern}; taking {found[0]}"
              + (f" (set {parameter} to choose another)" if parameter else ""))
