@@ -301,15 +301,16 @@ def test_an_open_file_limit_is_said_as_one_not_as_a_damaged_array(tmp_path, monk
     assert "ulimit -n" in os_error_line(OSError(errno.EMFILE, "Too many open files", "x"))
 
 
-def test_a_worker_pool_the_system_refuses_is_one_line_naming_the_way_round(monkeypatch, tmp_path):
+@pytest.mark.parametrize("refusal", [(0, "Error"), (errno.EFBIG, "File too large")])
+def test_a_worker_pool_the_system_refuses_is_one_line_naming_the_way_round(monkeypatch, tmp_path, refusal):
     """`build-arc --workers 2` under `ulimit -f 10`: the pool's semaphore raised OSError(0, 'Error'), said as
-    "error: Error"."""
+    "error: Error"; under `ulimit -f 0` OSError(EFBIG) with no file, said as "error: File too large"."""
     import trm_kaggle.data.arc.build as B
     from trm_kaggle.errors import TRMError
 
     def refused(*a, **kw):
-        raise OSError(0, "Error")
+        raise OSError(*refusal)
 
     monkeypatch.setattr(B, "ProcessPoolExecutor", refused)
-    with pytest.raises(TRMError, match="starting 2 worker processes failed: .* build with --workers 1"):
+    with pytest.raises(TRMError, match=f"starting 2 worker processes failed: .*{refusal[1]}.* build with --workers 1"):
         B._pool(2, "fork", [])

@@ -343,12 +343,13 @@ def _run(fn, argss: list, jobs: list[TaskJob], workers: int, desc: str, progress
 
 def _pool(workers: int, method: str, jobs: list[TaskJob]) -> ProcessPoolExecutor:
     """The worker processes. A semaphore the system refuses (a file-size limit, `ulimit -f`, or a full /dev/shm:
-    the semaphore is a file there) was an OSError of errno 0, said as "error: Error"."""
+    the semaphore is a file there) was an OSError of errno 0, said as "error: Error", or of errno EFBIG (a limit
+    of 0 bytes), said with no file; either names the way round (the pool's own files have no name to give)."""
     try:
         return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
                                    initializer=_init_pool_worker, initargs=(os.getpid(), jobs))
     except OSError as e:
-        if e.errno:
+        if e.filename is not None:  # a file of the user's, said by the caller as any other
             raise
         raise TRMError(f"starting {workers} worker processes failed: the system refused their shared semaphore "
                        f"({e.strerror or e}; a file-size limit, ulimit -f, or a full /dev/shm refuses it): build with "
