@@ -92,6 +92,12 @@ def test_zero_tolerance_catches_any_change():
     ('{"baselines": {"nb": {"m": {"value": 1, "tolerance": -1, "direction": "higher"}}}}', "tolerance"),
     ('{"baselines": {"nb": {"m": {"value": 1, "tolerance": 0, "direction": "up"}}}}', "direction"),
     ('{"baselines": {"nb": {"m": {"value": NaN, "tolerance": 0, "direction": "lower"}}}}', "value"),
+    # a number written as one: `true` was a baseline of 1, the text "0.8" one of 0.8
+    ('{"baselines": {"nb": {"m": {"value": true, "tolerance": 0, "direction": "higher"}}}}',
+     r"baselines\.nb\.m\.value: Input should be a valid number"),
+    ('{"baselines": {"nb": {"m": {"value": "0.8", "tolerance": 0, "direction": "higher"}}}}', r"nb\.m\.value"),
+    ('{"baselines": {"nb": {"m": {"value": 1, "tolerance": "0.05", "direction": "higher"}}}}', r"nb\.m\.tolerance"),
+    ('{"baselines": {"nb": {"m": {"value": 1, "tolerance": false, "direction": "higher"}}}}', r"nb\.m\.tolerance"),
 ])
 def test_a_bad_baselines_file_is_one_error_naming_it(tmp_path, text, message):
     path = tmp_path / "baselines.json"
@@ -170,6 +176,47 @@ def test_a_history_line_whose_metric_is_too_large_for_a_float_is_no_point(suite,
     rc, stdout, stderr = regress(capsys, suite, out)
     assert rc == 0 and "Traceback" not in stderr, stderr
     assert (out / "history" / "acc.accuracy.png").is_file() and len((out / "history.jsonl").read_text().splitlines()) == 2
+
+
+def test_history_plots_show_file_text_escaped_and_leave_out_what_cannot_be_drawn(tmp_path):
+    """A commit holding an escape sequence, a BEL, a character the font lacks or `$\\x$` reached the plot raw:
+    matplotlib's "Glyph 27 missing" warning on the terminal (with the raw byte), or a mathtext error; a value of
+    1e308 overflowed the tick locator (numpy's RuntimeWarning), and NaN was kept without a word. Such values are
+    skipped by the reader, each line counted in one warning."""
+    import warnings
+
+    path = tmp_path / "history.jsonl"
+    path.write_text("\n".join(json.dumps({"commit": c, "metrics": {"acc": {"accuracy": v, "other": 1}}})
+                              for c, v in (("c\x1b[31mred", 0.8), ("c\x1b]0;x\x07", 0.75), ("\u4f60\u597d", 0.7),
+                                           ("$\\x$", 0.65), ("big", 1e308), ("nan", math.nan), ("neg", -1e308),
+                                           ("text", "0.5"))) + "\n")
+    said = []
+    history = G.read_history(path, said.append)
+    assert said == [f"warning: {path}: 4 values on 4 lines skipped (not a finite number, or too large to plot; "
+                    "first: line 5); the lines' other values are kept"]
+    assert len(history) == 8 and history[4]["metrics"]["acc"] == {"other": 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any library warning fails the test
+        for baseline in (None, G.Baseline(value=1e308, tolerance=1e308, direction="higher")):
+            assert G.plot_history(history, "acc", "accuracy", baseline)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert G._label("c\x1b[31m\u4f60$") == "c\\x1b[31m\\u4f60\\$"
+
+
+def test_only_compared_metrics_are_plotted_and_at_most_so_many(suite, tmp_path, capsys, monkeypatch):
+    """A notebook recording 3,001 metrics kept regress drawing a plot of each (about six a second) before its verdict,
+    silent for minutes: a metric without a baseline is a problem said at once, not a plot, and the plots of one run
+    are bounded, those left out said in one line."""
+    write_notebook(suite, "acc", "record('accuracy', 0.8)\nfor i in range(5):\n    record(f'm{i}', i)\n")
+    monkeypatch.setattr(G, "PLOTS_PER_RUN", 1)
+    write_baselines(suite, {"acc": {"accuracy": b(0.7)}, "count": {"changed": b(0, 0, "lower")}})
+    out = tmp_path / "out"
+    rc, stdout, stderr = regress(capsys, suite, out)
+    assert rc == 2 and stderr.count("has no entry in") == 5, stderr
+    assert sorted(p.name for p in (out / "history").iterdir()) == ["acc.accuracy.png"]  # the improved one first
+    assert f"note: 1 history plot not drawn (at most 1 a run, regressed and improved metrics first); " \
+           f"{out / 'history.jsonl'} holds every value" in stderr
+    assert stderr.index("has no entry in") < stderr.index("note: 1 history plot"), "the problems come first"
+    assert "m4" in (out / "history.jsonl").read_text()
 
 
 def test_an_executed_notebook_planted_as_a_link_is_replaced_not_written_through(suite, tmp_path, capsys):
@@ -257,14 +304,16 @@ def test_update_baselines_sets_values_and_commit_only_when_asked(suite, tmp_path
     ("accuracy = 0.8\n", "acc: metric accuracy was not recorded"),
     ("raise ValueError('the data is gone')\n", "acc: the notebook failed in cell [3]: ValueError: the data is gone"),
     ("record('accuracy', float('nan'))\n", "acc: the notebook failed in cell [3]: TRMError: metric accuracy: nan is"),
-    ("import os\nos._exit(3)\n", "acc: DeadKernelError: "),
+    # a kernel that died: the cell, how, and the notebook kept (nbclient's own log line was a second, bare one)
+    ("import os\nos._exit(3)\n", "acc: the notebook's kernel died in cell [3] (exit status 3) (see "),
 ])
-def test_a_metric_that_cannot_be_compared_exits_2_naming_it(suite, tmp_path, capsys, code, message):
+def test_a_metric_that_cannot_be_compared_exits_2_naming_it(suite, tmp_path, capsys, caplog, code, message):
     write_notebook(suite, "acc", code)
     rc, stdout, stderr = regress(capsys, suite, tmp_path / "out")
     assert rc == 2
     lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and message in lines[0], stderr
+    assert not [r for r in caplog.records if r.levelno >= 30], "no library log line besides the error"
     assert "count: 1 metric in" in stdout  # the other notebook still ran and was compared
     assert "| count | changed |" in (tmp_path / "out" / "report.md").read_text()
 

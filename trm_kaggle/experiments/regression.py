@@ -9,7 +9,8 @@
     OUT/                                  (--out, default runs/regression)
       report.md                           this run: metric, baseline, now, verdict; errors; seconds per notebook
       history.jsonl                       one line per run, appended: commit, time, every recorded metric
-      history/<notebook>.<metric>.png     each metric over the runs of history.jsonl, with its baseline band
+      history/<notebook>.<metric>.png     each compared metric over the runs of history.jsonl, with its baseline
+                                          band (at most PLOTS_PER_RUN a run, regressed and improved ones first)
       executed/<name>.ipynb               the executed notebooks (their outputs and records)
 
 Notebooks run with papermill, several at once where cores allow (each pins its own threads), each in a
@@ -108,8 +109,10 @@ def default_notebook_dir() -> Path:
 class Baseline(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    value: Optional[float] = Field(None, allow_inf_nan=False)  # None: not measured yet (--update-baselines)
-    tolerance: float = Field(ge=0, allow_inf_nan=False)
+    # strict: a number written as one (an int or a float), never `true` taken as 1 nor the text "0.8" as 0.8
+    # None: not measured yet (--update-baselines)
+    value: Optional[float] = Field(None, allow_inf_nan=False, strict=True)
+    tolerance: float = Field(ge=0, allow_inf_nan=False, strict=True)
     direction: Literal["higher", "lower", "equal"]  # which way is better ("equal": neither)
     commit: Optional[str] = None  # the commit whose run set `value`
     date: Optional[str] = None
@@ -204,9 +207,10 @@ class Kernels:
                 os.kill(pid, signal.SIGTERM)
 
 
-def _kernel_manager_class(kernels: Kernels | None = None):
+def _kernel_manager_class(kernels: Kernels | None = None, mine: list | None = None):
     """A kernel manager that starts this very interpreter, whatever kernel specs PATH or Jupyter know of; each
-    kernel it starts is noted in `kernels`."""
+    kernel it starts is noted in `kernels` and in `mine` (the one notebook's), and keeps how its process ended
+    (`exit_status`: a kernel that died is said with it)."""
     from jupyter_client import AsyncKernelManager
     from jupyter_client.kernelspec import KernelSpec
 
@@ -215,13 +219,22 @@ def _kernel_manager_class(kernels: Kernels | None = None):
             if kernels is not None and kernels.stopped:
                 raise TRMError("regress was stopped before this notebook's kernel started")
             await super().start_kernel(**kwargs)
+            if mine is not None:
+                mine.append(self)
             if kernels is not None:
                 kernels.add(self)
+
+        async def cleanup_resources(self, *args, **kwargs):
+            # nbclient's last call, also for a kernel that died (it shuts down only a live one): its process is
+            # still there to ask how it ended
+            process = getattr(self.provisioner, "process", None)
+            self.exit_status = process.poll() if process is not None else None
+            await super().cleanup_resources(*args, **kwargs)
 
         @property
         def kernel_spec(self):
             # the kernel's own log (not the notebook's output) stays quiet: no note about TCP at each start, no
-            # "KeyboardInterrupt caught" at each stop; a kernel that dies is reported by papermill
+            # "KeyboardInterrupt caught" at each stop; a kernel that dies is reported by `run_notebook`
             return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
                                     "--IPKernelApp.log_level=CRITICAL"],
                               display_name="trm-kaggle regress", language="python")
@@ -234,11 +247,47 @@ def _first_line(text: object) -> str:
     return lines[0] if lines else ""
 
 
+def _dying_cell(executed: Path) -> str:
+    """" in cell [N]" for the cell whose execution the kernel never answered (papermill keeps the notebook as far
+    as it ran: that cell's input was sent, no reply came), else "" (no notebook kept, or no such cell)."""
+    try:
+        cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
+        for cell in reversed(cells):
+            timing = cell.get("metadata", {}).get("execution", {})
+            if "iopub.execute_input" in timing and "shell.execute_reply" not in timing:
+                n = cell.get("execution_count")
+                return f" in cell [{n}]" if type(n) is int else ""
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):  # a notebook cut short: no cell named
+        pass
+    return ""
+
+
+def _how_it_ended(managers: list) -> str:
+    """How the notebook's kernel process ended ("exit status 1", "killed by SIGSEGV"), or "" when not known."""
+    status = getattr(managers[-1], "exit_status", None) if managers else None
+    if not isinstance(status, int) or status == 0:
+        return ""
+    if status > 0:
+        return f" (exit status {status})"
+    with contextlib.suppress(ValueError):
+        return f" (killed by {signal.Signals(-status).name})"
+    return f" (killed by signal {-status})"
+
+
+class _KernelDeathSaid(logging.Filter):
+    """papermill logs "Kernel died while waiting for execute reply." as it raises: the notebook's error line says it
+    (with the cell and the executed notebook), so the log's line, a second and bare one, is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Kernel died")
+
+
 def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool = False,
                  kernels: Kernels | None = None, made: list[Path] | None = None) -> NotebookRun:
     """Execute one notebook with papermill and read its records (a failure becomes `error`, never raises). Its
     kernel is noted in `kernels`, its work folder in `made` (for a stop to end and remove)."""
     import papermill
+    from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
     executed = out / "executed" / f"{name}.ipynb"
@@ -246,6 +295,7 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
     source = notebook_dir / f"{name}.ipynb"
     t0 = time.perf_counter()
     work = None
+    managers: list = []  # this notebook's kernel manager
     try:
         try:
             declared = papermill.inspect_notebook(str(source))
@@ -276,7 +326,7 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
                                                                               if k in declared},
                                        kernel_name="python3", language="python", progress_bar=False,
                                        resources={"metadata": {"path": str(notebook_dir.resolve())}},
-                                       kernel_manager_class=_kernel_manager_class(kernels))
+                                       kernel_manager_class=_kernel_manager_class(kernels, managers))
         except OSError:  # the notebook's file not written whole (a full disk, `ulimit -f`): a cut file is no notebook,
             whole = False  # kept neither as executed nor in the work folder
             written.unlink(missing_ok=True)
@@ -292,9 +342,12 @@ def run_notebook(name: str, notebook_dir: Path, out: Path, update_golden: bool =
     except PapermillExecutionError as e:
         run.error = (f"the notebook failed in cell [{e.exec_count}]: {e.ename}: {_first_line(e.evalue)} "
                      f"(see {executed})")
+    except DeadKernelError:  # os._exit in a cell, a crash, the memory killer: where, how, and what it left
+        seen = f" (see {executed})" if executed.is_file() else ""
+        run.error = f"the notebook's kernel died{_dying_cell(executed)}{_how_it_ended(managers)}{seen}"
     except OSError as e:  # its path and what was needed (`ulimit -f` for a file too large), not a bare errno
         run.error = os_error_line(e)
-    except Exception as e:  # noqa: BLE001 - a kernel that died, a notebook papermill cannot read: this one's loss
+    except Exception as e:  # noqa: BLE001 - a notebook papermill cannot read: this one's loss
         run.error = f"{type(e).__name__}: {_first_line(e)}"
     run.seconds = time.perf_counter() - t0
     if work is not None and (run.error is None or not _holds_anything(work)):
@@ -402,17 +455,40 @@ def _last_byte(path: Path) -> bytes:
         return f.read(1)
 
 
+#: The largest magnitude a history plot draws: matplotlib's tick locator multiplies the axis span by up to ten, and
+#: near the float limit (1e308) it overflowed with numpy's RuntimeWarning on the terminal.
+PLOTTABLE = 1e300
+
+
+def plottable(value: object) -> bool:
+    """Whether a history value is a number a plot can draw: finite and at most PLOTTABLE in size."""
+    return finite_number(value) and abs(value) <= PLOTTABLE
+
+
 def read_history(path: Path, warn: Callable[[str], None] | None = None) -> list[dict]:
     """The entries of history.jsonl. A line that is not one (a run killed while writing, bytes that are not UTF-8
-    or not JSON) is skipped, and `warn` is told how many were."""
+    or not JSON) is skipped, and so is a metric's value that cannot be plotted (NaN, an infinity, 1e308, text:
+    regress writes none; its line's other values are kept); `warn` is told how many of each were."""
     if not os.path.lexists(path):
         return []
     lines = read_json_lines(path, "history file")
-    entries = [v for _, _, v in lines if isinstance(v, dict) and isinstance(v.get("metrics"), dict)]
-    if len(entries) < len(lines) and warn is not None:
-        bad = [n for n, _, v in lines if not (isinstance(v, dict) and isinstance(v.get("metrics"), dict))]
+    entries, bad, spoilt, values = [], [], [], 0
+    for n, _, v in lines:
+        if not (isinstance(v, dict) and isinstance(v.get("metrics"), dict)):
+            bad.append(n)
+            continue
+        metrics = {name: {m: x for m, x in got.items() if plottable(x)} if isinstance(got, dict) else got
+                   for name, got in v["metrics"].items()}
+        if left := sum(len(got) - len(metrics[name]) for name, got in v["metrics"].items() if isinstance(got, dict)):
+            spoilt.append(n)
+            values += left
+        entries.append({**v, "metrics": metrics})
+    if bad and warn is not None:
         warn(f"warning: {path}: {len(bad)} of {count(len(lines), 'line')} skipped (not UTF-8, not JSON, or not a "
              f"history entry; first: line {bad[0]}); the other entries are kept")
+    if spoilt and warn is not None:
+        warn(f"warning: {path}: {count(values, 'value')} on {count(len(spoilt), 'line')} skipped (not a finite "
+             f"number, or too large to plot; first: line {spoilt[0]}); the lines' other values are kept")
     return entries
 
 
@@ -424,16 +500,24 @@ def last_seconds(history: list[dict]) -> dict[str, float]:
     return {}
 
 
+def _label(text: object, limit: int = 60) -> str:
+    """Text read from a file as a plot shows it: control characters and what is not ASCII escaped (a glyph the font
+    lacks was matplotlib's warning on the terminal, with the raw character in it) and `$` kept from starting
+    matplotlib's mathematics (a `$\\x$` in a commit raised at the drawing)."""
+    return shown(str(text), limit).encode("ascii", "backslashreplace").decode("ascii").replace("$", r"\$")
+
+
 def plot_history(history: list[dict], notebook: str, metric: str, baseline: Baseline | None) -> bytes:
     """PNG: the metric over the runs of the history (x: run, labelled by commit), with the baseline band."""
     from trm_kaggle.experiments.compare import _figure, _png  # the package's one figure and PNG helpers
 
-    points = [(i, e["metrics"][notebook][metric], str(e.get("commit", "?"))[:8])
+    points = [(i, e["metrics"][notebook][metric], _label(str(e.get("commit", "?"))[:8]))
               for i, e in enumerate(history) if isinstance(e["metrics"].get(notebook), dict)
-              and finite_number(e["metrics"][notebook].get(metric))]  # a history line may say 1e999, 10**400, NaN
+              and plottable(e["metrics"][notebook].get(metric))]  # a history line may say 1e999, 10**400, NaN
     fig, axes = _figure(max(5.0, 0.35 * len(points) + 3), 3.4, 1, 1)
     ax = axes[0][0]
-    if baseline is not None and baseline.value is not None:
+    if baseline is not None and baseline.value is not None and all(
+            plottable(baseline.value + d) for d in (-baseline.tolerance, baseline.tolerance)):
         ax.axhline(baseline.value, color="#2a6", linewidth=1, label=f"baseline {baseline.value:g}")
         ax.axhspan(baseline.value - baseline.tolerance, baseline.value + baseline.tolerance, color="#2a6",
                    alpha=0.15, linewidth=0, label=f"tolerance {baseline.tolerance:g} ({baseline.direction})")
@@ -443,11 +527,34 @@ def plot_history(history: list[dict], notebook: str, metric: str, baseline: Base
         step = max(1, len(points) // 12)
         ax.set_xticks([p[0] for p in points][::step], [p[2] for p in points][::step], rotation=30, fontsize=7)
     ax.set_xlabel("run (commit)")
-    ax.set_ylabel(shown(metric))
-    ax.set_title(f"{shown(notebook)}.{shown(metric)} over {len(points)} runs", fontsize=10)  # no glyph missing
+    ax.set_ylabel(_label(metric))
+    ax.set_title(f"{_label(notebook)}.{_label(metric)} over {len(points)} runs", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     return _png(fig)
+
+
+#: History plots drawn by one run, at most: a notebook recording 3,001 metrics once kept regress drawing (about six
+#: a second) and silent for minutes before its verdict.
+PLOTS_PER_RUN = 100
+
+
+def plot_compared(out: Path, rows: list[Row], baselines: BaselinesFile, warn: Callable[[str], None]) -> None:
+    """history/<notebook>.<metric>.png for each metric compared (a metric without a baseline is a problem to fix,
+    not a history to draw), regressed and improved ones first, at most PLOTS_PER_RUN (the others said in one line;
+    history.jsonl keeps every value)."""
+    history = read_history(out / HISTORY)  # the line just appended included; the reader warned of the rest before
+    chosen = sorted(rows, key=lambda row: row.verdict in ("ok", "new"))[:PLOTS_PER_RUN]  # stable: in report order
+    if len(rows) > len(chosen):
+        warn(f"note: {count(len(rows) - len(chosen), 'history plot')} not drawn (at most {PLOTS_PER_RUN:,} a run, "
+             f"regressed and improved metrics first); {out / HISTORY} holds every value")
+    for row in chosen:
+        if not plottable(row.now):  # recorded (finite), but too large to draw: said, as a history line's would be
+            warn(f"warning: {shown(row.notebook)}.{shown(row.metric)} = {row.now:g} is too large to plot: left out "
+                 "of its history plot")
+        png = file_in(out / "history", f"{row.notebook}.{row.metric}", ".png")
+        atomic_write_bytes(png, plot_history(history, row.notebook, row.metric,
+                                             baselines.baselines[row.notebook].get(row.metric)))
 
 
 # ---------------------------------------------------------------------------
@@ -525,6 +632,8 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
     stops = FirstStopOnly()
     pool = ThreadPoolExecutor(max_workers=workers)
     work_made = not os.path.lexists(out / "work")
+    said = _KernelDeathSaid()
+    logging.getLogger("papermill").addFilter(said)
     try:
         runs = list(pool.map(lambda n: run_notebook(n, notebook_dir, out, update, kernels, made), chosen))
         _remove_if_empty(out / "work", work_made)
@@ -544,6 +653,7 @@ def _run_all(chosen: list[str], notebook_dir: Path, out: Path, update: bool, wor
         raise
     finally:
         pool.shutdown(wait=True)
+        logging.getLogger("papermill").removeFilter(said)
         stops.give_back()
 
 
@@ -651,12 +761,8 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
                 shutil.rmtree(r.staged, ignore_errors=True)
     atomic_write_text(out / "report.md", report_markdown(rows, problems, runs, commit, when, changed > 0))
     append_history(out / HISTORY, commit, when, runs)
-    history = read_history(out / HISTORY)
-    for r in runs:
-        for metric in r.metrics:
-            png = file_in(out / "history", f"{r.name}.{metric}", ".png")
-            atomic_write_bytes(png, plot_history(history, r.name, metric, baselines.baselines[r.name].get(metric)))
 
+    # the verdict first, then the plots: they take a tenth of a second each
     for row in rows:
         if row.verdict == "improved" and not update:
             say(f"improved: {row.line} (beyond the tolerance: raise the baseline with --update-baselines)")
@@ -665,8 +771,9 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
         (say if update else warn)(f"{'accepted ' if update else ''}regression: {row.line}")
     for p in problems:
         warn(f"error: {one_line(p)}")
+    plot_compared(out, rows, baselines, warn)
     say(f"report: {out / 'report.md'}; {count(len(rows), 'comparison')}: {len(regressed)} regressed, "
-        f"{sum(row.verdict == 'improved' for row in rows)} improved, {len(problems)} not compared")
+        f"{sum(row.verdict == 'improved' for row in rows)} improved, {len(problems):,} not compared")
     if problems:
         return 2
     return 1 if regressed and not update else 0
