@@ -460,3 +460,42 @@ def test_a_run_folder_no_rank_can_write_is_one_line_before_the_launch(data, tmp_
                  f"data_paths=[{data}]", f"checkpoint_path={tmp_path / 'afile' / 'run'}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and "checkpoint_path" in err[0], err
+
+
+# The launcher, run with a logging handler that makes the race of a stop said twice certain: `timeout` and `srun`
+# pass on a SIGTERM the launcher already had, and the repeat landed inside torch's "shutting down workers" warning.
+REPEATED_STOP = r'''
+import logging, os, signal, sys, time
+
+class RepeatWhileLogging(logging.StreamHandler):
+    def format(self, record):
+        if "death signal" in str(record.msg):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler runs here, inside logging's emit
+        return super().format(record)
+
+logging.getLogger("torch.distributed.elastic.agent.server.api").addHandler(RepeatWhileLogging(sys.stdout))
+from trm_kaggle.cli import main
+sys.exit(main(["torchrun", "--standalone", "--nproc-per-node", "1", sys.argv[1], sys.argv[2]]))
+'''
+
+
+def test_a_stop_said_twice_is_one_line_not_a_logging_traceback(tmp_path):
+    """A SIGTERM repeated while torch's agent logs that it shuts the workers down was raised inside logging's emit
+    and printed as an 80-line "--- Logging error ---" traceback before the stop's line."""
+    worker, up, log = tmp_path / "worker.py", tmp_path / "up", tmp_path / "node.log"
+    worker.write_text("import pathlib, sys, time\npathlib.Path(sys.argv[1]).write_text('up')\ntime.sleep(120)\n")
+    proc = start([sys.executable, "-c", REPEATED_STOP, str(worker), str(up)], log)
+    try:
+        deadline = time.monotonic() + LIMIT
+        while not up.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+    finally:
+        code = finish([proc])[0]
+    out = log.read_text()
+    assert code == 128 + signal.SIGTERM and "Logging error" not in out and "Traceback" not in out, out[-3000:]
+    assert [ln for ln in out.splitlines() if ln.startswith("error:")] == [
+        "error: stopped by SIGTERM: the workers were stopped; started again, the run resumes from its newest train "
+        "state"]

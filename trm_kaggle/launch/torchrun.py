@@ -22,6 +22,11 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
 * under `nohup` (SIGHUP ignored) SIGHUP stays ignored, in the launcher and in its workers: torchrun handles it
   by default, which ended the group when the terminal closed, and gave the workers SIGHUP's default back (an
   ignored signal stays ignored across exec, a handled one does not);
+* a stop signal said twice (`timeout` and `srun` pass on a SIGTERM the launcher already had, `scancel` signals
+  every process of a job) is taken once: torch's handler raised it again wherever the launcher was (inside its
+  "shutting down workers" warning it was printed as a "--- Logging error ---" traceback of some 80 lines:
+  logging catches what is raised in it; inside its wait for the workers to stop, it ended that wait); a later
+  one ends the launcher by the signal, as a second Ctrl-C ends any command (`trm_kaggle.interrupts`);
 * the workers watch their launcher (`lifetime.PARENT_ENV`): torchrun starts each in a session of its own, so a
   SIGKILL of the launcher's process group (a terminal's or a CI job's kill) left them training with nobody to
   stop them; once the launcher is gone they save and stop, as on a SIGTERM;
@@ -43,6 +48,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from trm_kaggle.errors import TRMError
+from trm_kaggle.interrupts import repeated
 from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.names import ascii_number
 
@@ -196,6 +202,7 @@ def trained_module_args(args: argparse.Namespace) -> list[str] | None:
 
 def launch(args: argparse.Namespace) -> None:
     """Run torchrun's launch; its rendezvous and worker failures become one TRMError line."""
+    from torch.distributed.elastic.multiprocessing import api as processes
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousClosedError, RendezvousError, RendezvousTimeoutError
@@ -208,6 +215,11 @@ def launch(args: argparse.Namespace) -> None:
         args.signals_to_handle = without_hangup(args.signals_to_handle)  # nohup's choice holds (module docstring)
     if args.rdzv_backend == "static" and not args.standalone and args.node_rank > 0:
         wait_for_master(args)
+    # torch installs this handler (by its name in that module) at every start of the worker group; a repeated stop
+    # is taken once (module docstring)
+    torch_handler = getattr(processes, "_terminate_process_handler", None)
+    if torch_handler is not None:
+        processes._terminate_process_handler = stop_once(torch_handler)
     try:
         run(args)
     except RendezvousTimeoutError:
@@ -240,6 +252,26 @@ def launch(args: argparse.Namespace) -> None:
         how = (f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit status {failure.exitcode}")
         raise GroupFailed(f"training failed on rank {rank} ({how}) with no restart left (--max-restarts "
                           f"{args.max_restarts}); the worker's own lines above say why") from None
+    finally:
+        if torch_handler is not None:
+            processes._terminate_process_handler = torch_handler
+
+
+def stop_once(torch_handler):
+    """torch's stop-signal handler (it raises SignalException where the launcher is, which then stops its workers)
+    for the first stop signal only: a repeat within `interrupts.REPEAT_S` is dropped, a later one ends the launcher
+    by the signal (its workers stop themselves once it is gone)."""
+    first_at: list[float | None] = [None]
+
+    def handler(signum, frame) -> None:
+        if first_at[0] is None:
+            first_at[0] = time.monotonic()
+            torch_handler(signum, frame)
+        elif not repeated(first_at[0]):
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    return handler
 
 
 def without_hangup(signals: str) -> str:
