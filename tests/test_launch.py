@@ -425,6 +425,59 @@ def test_sweep_as_a_slurm_job_array_lands_where_compare_reads_it_and_reruns_skip
     assert {r: (sweep_dir / r / "metrics.jsonl").read_bytes() for r in runs} == metrics
 
 
+def slurm_sweep_args(shared: Path, out: Path, sweep_dir: str, *extra: str) -> list[str]:
+    """`sweep` of a 2-run grid (lr.yaml, written next to `out`) as a SLURM job array on the `shared` directory."""
+    grid = out.parent / "lr.yaml"
+    grid.write_text("name: lr\naxes:\n  - ['lr=1e-3', 'lr=3e-3']\n")
+    return ["sweep", str(grid), "--sweep-dir", sweep_dir, "--launcher", "slurm", "--nodes", "1", "--gpus-per-node",
+            "0", "--out", str(out), "--shared-dir", str(shared), "data_paths=[data/sudoku4]",
+            *[o for o in TINY if not o.startswith("seed=")], "max_steps=3", *extra]
+
+
+def test_a_slurm_sweep_never_trains_through_a_link_off_the_shared_volume(tmp_path, shared, capsys):
+    """A run folder planted as a symbolic link in the shared sweep folder, or a --sweep-dir through a link to
+    elsewhere, passed (the paths were checked as text): the array task trained into the link's target, off the
+    shared volume. Links are followed here, where the shared directory is this machine's too."""
+    victim, out = tmp_path / "victim", tmp_path / "jobs"
+    victim.mkdir()
+    sweeps = shared / "runs" / "sweeps" / f"planted-{tmp_path.name}"
+    (sweeps / "links").mkdir(parents=True)
+    (sweeps / "links" / "lr=1e-3_s0").symlink_to(victim)
+    (sweeps / "inside").mkdir()  # a link to a folder on the volume is no run folder either, as for a local sweep
+    (sweeps / "inside" / "lr=3e-3_s0").symlink_to(sweeps / "links")
+    (sweeps / "away").symlink_to(victim)
+    for sweep_dir, said in ((sweeps / "links", "run lr=1e-3_s0: run folder"), (sweeps / "inside", "symbolic link"),
+                            (sweeps / "away" / "x", "--sweep-dir")):
+        line = one_error_line(capsys, main(slurm_sweep_args(shared, out, str(sweep_dir.relative_to(shared)))))
+        assert said in line and ("symbolic link" in line or "outside" in line), line
+    assert main(slurm_args(shared, out, f"checkpoint_path={sweeps.relative_to(shared)}/away/one")) == 2
+    assert "leads through a symbolic link to" in one_error_line(capsys)
+    assert not out.exists() and not any(victim.iterdir())
+
+
+def test_a_slurm_sweep_over_runs_trained_with_other_settings_is_refused(tmp_path, shared, capsys):
+    """A local sweep refuses a run started with other settings; the job array was written, and each task replaced
+    its run's run_config.yaml before `train` refused the run's states."""
+    from trm_kaggle.launch import cluster_config, launch_sweep
+    from trm_kaggle.experiments import load_grid
+
+    out, sweep_dir = tmp_path / "jobs", f"runs/sweeps/retrained-{tmp_path.name}"
+    args = slurm_sweep_args(shared, out, sweep_dir)
+    cluster = cluster_config("slurm", {"nodes": 1, "gpus_per_node": 0, "out": str(out), "shared_dir": str(shared)})
+    overrides = [a for a in args[args.index("data_paths=[data/sudoku4]"):]]
+    job = launch_sweep(cluster, load_grid(args[1]), sweep_dir=sweep_dir, overrides=overrides).jobs[0]
+    run = Path(job.run_dir)  # as a task leaves it: its settings and a train state
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(job.settings.model_dump_json())
+    (run / "state_step00000003.pt").write_bytes(b"state")
+    script = (out / "lr.sbatch").read_bytes()
+    line = one_error_line(capsys, main([*args, "arch.hidden_size=64", "weight_decay=0.2"]))
+    assert f"run {job.run}: {run} was trained with other settings (arch.hidden_size: " in line, line
+    assert (out / "lr.sbatch").read_bytes() == script
+    assert main([*args, "max_steps=6"]) == 0  # what a resumed run may change
+    assert "max_steps: 6" in (out / "lr.sbatch").read_text()
+
+
 def test_an_env_name_given_twice_is_refused():
     """`--env A=1 --env A=2` wrote both; which one a pod or a batch script keeps is the cluster's choice."""
     from trm_kaggle.config.cluster import ClusterConfig

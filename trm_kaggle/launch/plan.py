@@ -5,7 +5,8 @@
 
 Both resolve and check everything before a file is written (settings that do not resolve, a data path
 outside the shared volume, a batch that does not split over the workers, a device the nodes do not
-have, a run folder, export or job file inside a dataset: `check_outputs`), render the files (`k8s`,
+have, a run folder, export or job file inside a dataset: `check_outputs`; on SLURM's shared directory, a run
+folder through a link to elsewhere or trained with other settings: `check_shared_folders`), render the files (`k8s`,
 `slurm`) and write them (`files`: atomically, never over an edited file without --force). Nothing is
 submitted: the result says the command that submits them.
 """
@@ -25,11 +26,12 @@ from trm_kaggle.atomic import not_ours_problem
 from trm_kaggle.config import ClusterConfig, K8sOptions, SlurmOptions, SweepGrid, TrainConfig
 from trm_kaggle.errors import TRMError
 from trm_kaggle.experiments import plan_sweep, repeated_variants
+from trm_kaggle.jsonio import read_json
 from trm_kaggle.launch import files, k8s, slurm
 from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_volume
 from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.outputs import Output, overlap_problem, place_problem, writable_problem
-from trm_kaggle.train import default_run_dir, load_train_config, training_io
+from trm_kaggle.train import config_differences, default_run_dir, load_train_config, training_io
 from trm_kaggle.wording import count
 
 
@@ -108,6 +110,7 @@ def launch_training(cluster: ClusterConfig, *, config_file: str | None = None, p
     export = on_volume(cluster.export, cluster.volume, "--export", "--mount" if cluster.launcher == "k8s"
                        else "--shared-dir") if cluster.export else None
     jobs = [ClusterJob(name, run, settings)]
+    check_shared_folders(cluster, jobs, export=export, remedy="choose another checkpoint_path")
     return _write(cluster, jobs, export=export, inputs=[config_file] if config_file else [], given=[cfg])
 
 
@@ -132,10 +135,60 @@ def launch_sweep(cluster: ClusterConfig, grid: SweepGrid, *, sweep_dir: str | No
             name = job_name(f"{base}-{run.name}-{hashlib.sha256(run.name.encode()).hexdigest()[:6]}")
         taken.add(name)
         jobs.append(ClusterJob(name, run.name, cluster_settings(run.config, cluster, f"run {run.name}")))
+    check_shared_folders(cluster, jobs, sweep_dir=where, remedy="run the sweep with its settings or choose another "
+                         "--sweep-dir")
     result = _write(cluster, jobs, inputs=[config_file] if config_file else [], array_name=base,
                     given=[run.config for run in plan])
     result.compare_dir, result.notes = where, notes
     return result
+
+
+def check_shared_folders(cluster: ClusterConfig, jobs: list[ClusterJob], *, remedy: str, sweep_dir: str | None = None,
+                         export: str | None = None) -> None:
+    """SLURM: the shared directory is this machine's too (the script's --chdir), and what lies there is checked as
+    the nodes will find it, before a file is written: every folder they write, links followed, inside it (a
+    --sweep-dir or run folder through a symbolic link to elsewhere had the nodes train there, off the shared
+    volume), a sweep's run folder no link at all (as a local sweep refuses it), and a run that trained there already
+    with settings its train states do not allow (`train` refuses it, after the script had replaced its
+    run_config.yaml). A Kubernetes claim is mounted in the pods only: nothing of it is here to look at."""
+    if cluster.launcher != "slurm":
+        return
+    flag, shared = "--shared-dir", cluster.volume
+    for path, what in ((sweep_dir, "--sweep-dir"), (export, "--export")):
+        if path and (problem := _off_the_volume(path, shared, what, flag)):
+            raise TRMError(problem)
+    for job in jobs:
+        where = f"run {job.run}: " if sweep_dir else ""
+        if sweep_dir and os.path.islink(job.run_dir):
+            raise TRMError(f"{where}run folder {job.run_dir} is a symbolic link to {os.path.realpath(job.run_dir)}; a "
+                           "sweep's run is never trained through a link: remove the link")
+        if problem := _off_the_volume(job.run_dir, shared, "checkpoint_path:", flag):
+            raise TRMError(where + problem)
+        if said := _trained_otherwise(job):
+            raise TRMError(f"{where}{job.run_dir} was trained with other settings ({said}); {remedy}")
+
+
+def _off_the_volume(path: str, volume: str, what: str, flag: str) -> str | None:
+    """Why `path` (inside `volume` as written) is not inside it once its links are followed, or None."""
+    real, inside = Path(os.path.realpath(path)), Path(os.path.realpath(volume))
+    if real == inside or inside in real.parents:
+        return None
+    return (f"{what} {path}: leads through a symbolic link to {real}, outside {volume}, the directory every node sees "
+            f"({flag}); remove the link or choose a folder inside it")
+
+
+def _trained_otherwise(job: ClusterJob) -> str | None:
+    """What the run already in `job`'s folder (a train state, and the settings its last training wrote to
+    config.json) differs in from `job`'s settings beyond what a resumed run may change (`config_differences`), or
+    None. A record that cannot be read is left to `train`, which says what is wrong with it."""
+    run_dir = Path(job.run_dir)
+    if not any(run_dir.glob("state_step*.pt")):  # (not train.list_states: that module brings torch)
+        return None
+    try:
+        saved = TrainConfig.model_validate(read_json(run_dir / "config.json", "config.json"))
+    except (TRMError, pydantic.ValidationError):
+        return None
+    return config_differences(saved, job.settings)
 
 
 def check_outputs(cluster: ClusterConfig, jobs: list[ClusterJob], texts: dict[str, str], export: str | None,
