@@ -171,6 +171,39 @@ def test_a_record_no_run_writes_is_skipped_and_no_file_ships_a_non_finite_number
         assert row["steps"] == "2" and row["loss"] == "", (bad, row)
 
 
+@pytest.mark.parametrize("field, value, why", [
+    ("elapsed_s", -0.1, "elapsed_s -0.1 is not a value from 0 to 3.2e+08"),
+    ("elapsed_s", float("inf"), "elapsed_s inf is not a value from 0 to 3.2e+08"),
+    ("peak_rss_gb", 1e308, "peak_rss_gb 1e+308 is not a value from 0 to 1e+06"),
+    ("cuda_max_allocated_gb", -1.0, "cuda_max_allocated_gb -1 is not a value from 0 to 1e+06"),
+    ("token_accuracy", float("inf"), "token_accuracy inf is not a value from 0 to 1"),
+])
+def test_a_record_with_an_impossible_number_is_skipped_naming_its_line(tmp_path, caplog, field, value, why):
+    """A last record with a negative elapsed_s was summed into the wall time (0.31 - 0.11 s) and examples/s, and a
+    peak memory of 1e308 was printed in 309 digits, without a word: such a record is skipped where it is read,
+    one warning naming the file and the line."""
+    run = write_run(tmp_path / "r", ["global_batch_size=8"], train=[(1, 1.0, 2.0, 0.1, 0.5), (2, 2.0, 1.0, 0.2, 0.6)])
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for record in lines:
+        record["peak_rss_gb"] = 0.5
+    lines.append({**lines[-1], "step": 3, "elapsed_s": 3.0, field: value})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    with caplog.at_level("WARNING"):
+        paths = write_comparison([run], tmp_path / "out")
+    row = rows_of(paths["csv"])["r"]
+    assert row["steps"] == "2" and float(row["wall_s"]) == 2.0 and float(row["peak_memory_gb"]) == 0.5
+    assert float(row["examples_per_s"]) == pytest.approx(2 * 8 / 2.0)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= 30] == [
+        f"{run / 'metrics.jsonl'}: skipped 1 record(s) no run writes (first: line 3: {why})"]
+
+
+def test_a_huge_number_is_shown_in_a_few_digits(tmp_path):
+    """A diverged loss of 1e200 (a number a run may log) was printed with its 201 digits in table.md."""
+    run = write_run(tmp_path / "r", train=[(1, 1.0, 2.0, 0.1, 0.5), (2, 2.0, 1e200, 0.2, 0.6)])
+    md = write_comparison([run], tmp_path / "out")["markdown_text"]
+    assert "| 1e+200 |" in md and "0" * 20 not in md
+
+
 def test_several_sweeps_keep_their_names_apart(tmp_path):
     for name in ("s1", "s2"):
         write_run(tmp_path / name / "a_s0", ["seed=0"], train=[(5, 2.0, 1.0, 0.5, 0.8)])
@@ -442,8 +475,8 @@ def test_a_number_too_large_for_a_float_is_no_data_not_a_traceback(tmp_path, cap
     row = rows_of(paths["csv"])["r"]
     assert row["steps"] == "2" and float(row["exact_accuracy"]) == 0.2 and float(row["eval_exact_accuracy"]) == 0.3
     assert float(row["examples_per_s"]) == pytest.approx(2 * 8 / 2.0)
-    assert any("skipped 1 record(s) no run writes (a number too large for a float)" in r.getMessage()
-               for r in caplog.records)
+    assert any(f"skipped 1 record(s) no run writes (first: line 4: {field} is "
+               "a number too large for a float)" in r.getMessage() for r in caplog.records)
 
 
 def test_a_number_too_large_for_a_float_on_the_command_line(tmp_path, capsys):
