@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import types
 from pathlib import Path
 
@@ -1373,3 +1375,130 @@ def test_the_notebooks_first_cell_notes_every_stop_signal_of_the_package():
         for s, handler in before.items():
             signal.signal(s, handler)
     assert noted == {s for s in TERMINATING if before[s] is not signal.SIG_IGN}, noted
+
+
+def another_run_state(built: Path, tmp_path: Path, dest: Path, steps: int, *extra: str) -> None:
+    """`dest`: a run-state dataset of another run of `steps` steps (`extra` settings: another seed, another
+    config), packed as --continue-from packs a kernel's output."""
+    from trm_kaggle.kaggle import train_kernel
+
+    prev = tmp_path / f"other-{steps}"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=[*SETTINGS, *extra],
+                data_dir=built / "data", time_budget=None, session_steps=steps, echo=lambda _: None)
+    train_kernel.fetch_run_state(dest, "tester/other-run", ids=IDS, log=lambda _: None,
+                                 runner=lambda cmd, **kw: subprocess.CompletedProcess(
+                                     cmd, 0 if shutil.copytree(prev, cmd[-1], dirs_exist_ok=True) else 1, "", ""))
+
+
+@pytest.mark.parametrize("what", ["folder", "archive"])
+def test_a_run_state_dataset_that_cannot_be_read_is_refused_never_started_over(built, tmp_path, monkeypatch, what):
+    """A run-state dataset whose folder this user cannot list was passed by without a word ("no previous train
+    state: starting a new run", from step 0); one whose archive it cannot read ended the session in a raw
+    PermissionError, status "error", its record naming no state: the next session started the run over."""
+    from trm_kaggle.kaggle import packed
+
+    root = read_only(run_state_inputs(built, tmp_path))
+    folder = root / "datasets" / IDS.user / "trm-kaggle-run-state"
+    denied = folder if what == "folder" else folder / "run-state.tar"
+    with monkeypatch.context() as m:  # as a folder or file of mode 000 is to a user who is not root
+        if what == "folder":  # neither listed nor searched: its files cannot be reached by name either
+            for name in ("scandir", "stat", "lstat"):
+                def refused(path=".", *args, real=getattr(os, name), listing=name == "scandir", **kw):
+                    if folder == Path(path) if listing else folder in Path(path).parents:
+                        raise PermissionError(13, "Permission denied", str(path))
+                    return real(path, *args, **kw)
+                m.setattr(os, name, refused)
+        else:
+            real_sha = packed.sha256_file
+            m.setattr(packed, "sha256_file", lambda path: (_ for _ in ()).throw(PermissionError(
+                13, "Permission denied", str(path))) if Path(path) == denied else real_sha(path))
+        lines: list[str] = []
+        r = run_session(input_root=root, working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                        data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and r.status == "refused" and lines[-1].startswith(f"error: {folder}"), (r, lines)
+    assert "Permission denied" in lines[-1] and not any("starting a new run" in line for line in lines), lines
+    assert report(tmp_path / "s2")["previous_state"] == str(folder)
+    r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert not r.ok and r.status == "refused", r  # its record names the dataset it could not read
+
+
+def test_a_run_state_dataset_unpacked_in_place_is_checked_before_its_state_is_carried(built, tmp_path):
+    """Where Kaggle unpacked the run-state archive in place, its files were carried as an attached output's before
+    they were checked: another run's state swapped in was copied into the output (and resumed from by the next
+    session), and the refusal said the sizes differed when both were the same."""
+    root = run_state_inputs(built, tmp_path)
+    folder = root / "datasets" / IDS.user / "trm-kaggle-run-state"
+    with tarfile.open(folder / "run-state.tar") as tar:
+        tar.extractall(folder, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    (folder / "run-state.tar").unlink()
+    another_run_state(built, tmp_path, tmp_path / "seed7", 2, "seed=7")
+    with tarfile.open(tmp_path / "seed7" / "run-state.tar") as tar:
+        foreign = tar.extractfile("run/state_step00000002.pt").read()
+    state = folder / "run" / "state_step00000002.pt"
+    assert len(foreign) == state.stat().st_size  # the same size: only the digest tells them apart
+    state.write_bytes(foreign)
+    lines: list[str] = []
+    r = run_session(input_root=read_only(root), working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and r.status == "refused" and lines[-1].startswith(f"error: {folder}: {state}: differs from"), lines
+    assert "the same size" in lines[-1] and not any("copied to" in line for line in lines), lines
+    assert not (tmp_path / "s2" / "run" / "state_step00000002.pt").exists()
+    assert report(tmp_path / "s2")["previous_state"].startswith(str(folder))  # the next session refuses too
+
+
+def test_the_states_of_two_runs_among_the_inputs_are_refused_naming_both(built, tmp_path):
+    """Two run-state datasets of different runs: the newer one (another config) was carried alone and refused, the
+    good one no longer in the output; at equal steps the first by name was resumed without a word. Now neither
+    is guessed: one line names both, and the record names a state, so the next session refuses too."""
+    root = run_state_inputs(built, tmp_path)
+    other = root / "datasets" / "someone" / "trm-kaggle-run-state"
+    another_run_state(built, tmp_path, other, 3, "seed=7")
+    lines: list[str] = []
+    r = run_session(input_root=read_only(root), working=tmp_path / "s2", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert not r.ok and r.status == "refused" and "the inputs hold the train states of 2 runs" in lines[-1], lines
+    assert "state_step00000002.pt" in lines[-1] and "state_step00000003.pt" in lines[-1], lines
+    assert not any((tmp_path / "s2" / "run").glob("state_step*.pt"))
+    assert report(tmp_path / "s2")["previous_state"]
+    r = run_session(input_root=tmp_path / "s2", working=tmp_path / "s3", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lambda _: None)
+    assert not r.ok and r.status == "refused", r
+
+
+@pytest.mark.parametrize("link", ["/etc/passwd", "/dev/zero"])
+def test_continue_from_an_output_holding_a_link_out_of_it_is_refused_and_builds_nothing(built, tmp_path, link):
+    """A kernel output holding a link to /etc/passwd was packed through it (this machine's file would have been
+    published with the run-state dataset); a link to /dev/zero was refused naming the download folder, gone when
+    the line was read; and each refusal left OUT_DIR holding the data dataset, packed before the download."""
+    session_out = tmp_path / "session"
+    run_session(input_root=tmp_path / "none", working=session_out, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    (session_out / "run" / "notes.txt").symlink_to(link)
+
+    def kaggle_output(cmd, **kw):  # kaggle kernels output USER/KERNEL -p DIR (links kept as links)
+        shutil.copytree(session_out, cmd[-1], dirs_exist_ok=True, symlinks=True)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    data = tmp_path / "sudoku4"
+    shutil.copytree(built.parent / "sudoku4", data)
+    with pytest.raises(TRMError, match=re.escape(f"the output of tester/trm-kaggle-train cannot be continued from: "
+                                                 f"run/notes.txt: a symbolic link to {link}, outside the output")):
+        build_training(tmp_path / "b", ids=IDS, dataset=data, train_kernel=True, presets=["sudoku4-cpu"],
+                       overrides=SETTINGS, continue_from="tester/trm-kaggle-train", runner=kaggle_output,
+                       download=False, log=lambda _: None)
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_data_dataset_with_a_file_linked_in_from_outside_says_so(built, tmp_path):
+    """A link in the user's dataset to a file outside it (/etc/passwd) was packed and published without a word;
+    a big file linked in to save space is still packed, and now said."""
+    from trm_kaggle.kaggle import train_kernel
+
+    data = tmp_path / "sudoku4"
+    shutil.copytree(built.parent / "sudoku4", data)
+    (data / "notes.txt").symlink_to("/etc/passwd")
+    said: list[str] = []
+    train_kernel.build_data(tmp_path / "d", data, ids=IDS, log=said.append)
+    assert any(line.startswith(f"packed 1 file(s) linked in from outside {data}") and "notes.txt -> /etc/passwd" in line
+               for line in said), said

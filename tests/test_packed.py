@@ -31,10 +31,10 @@ def source(tmp_path) -> Path:
     return root
 
 
-def packed(tmp_path: Path, source: Path, name: str = "data.tar") -> Path:
+def packed(tmp_path: Path, source: Path, name: str = "data.tar", linked_in=lambda rel, target: None) -> Path:
     out = tmp_path / "dataset"
     out.mkdir()
-    entry = pack(source, out, name, keep=lambda rel: not rel.startswith("."))
+    entry = pack(source, out, name, keep=lambda rel: not rel.startswith("."), linked_in=linked_in)
     write_manifest(out, {ARCHIVE_KEY: entry})
     return out
 
@@ -193,8 +193,11 @@ def test_a_file_linked_into_the_dataset_is_packed_and_a_fifo_refused(tmp_path, s
     outside = tmp_path / "elsewhere.bin"
     (source / "train" / "all__inputs.npy").rename(outside)
     (source / "train" / "all__inputs.npy").symlink_to(outside)
-    out = packed(tmp_path, source)
+    (source / "test" / "same.json").symlink_to("dataset.json")  # inside the folder: packed, nothing said
+    linked: list[tuple[str, str]] = []
+    out = packed(tmp_path, source, linked_in=lambda *link: linked.append(link))
     assert "train/all__inputs.npy" in packed_manifest(out)[ARCHIVE_KEY]["files"]
+    assert linked == [("train/all__inputs.npy", str(outside))]  # told to the caller, who says it
     assert same_files(open_packed(out, tmp_path / "scratch", say=lambda _: None))
     os.mkfifo(source / "test" / "pipe")
     (tmp_path / "second").mkdir()
@@ -270,3 +273,20 @@ def test_an_archive_unpacking_fails_on_is_one_line_naming_it(tmp_path, members, 
         open_packed(out, scratch, say=lambda _: None)
     assert str(e.value).startswith(f"{out / 'data.tar'}: ") and words in str(e.value), e.value
     assert list(scratch.glob("*")) == []
+
+
+def test_a_link_out_of_the_folder_is_refused_where_no_one_says_it(tmp_path, source):
+    """A downloaded kernel output (`--continue-from`) holding a link to /etc/passwd was packed through it: this
+    machine's file would have been published with the run-state dataset. Without `linked_in` such a link is one
+    line naming it and its target; a link that stays inside the folder is packed."""
+    import os
+
+    (source / "test" / "same.json").symlink_to("dataset.json")
+    (source / "notes.txt").symlink_to("/etc/passwd")
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(TRMError, match=re.escape(f"{source / 'notes.txt'}: a symbolic link to /etc/passwd, outside "
+                                                 f"{source}")):
+        pack(source, out, "data.tar")
+    os.unlink(source / "notes.txt")
+    assert "test/same.json" in pack(source, out, "data.tar")["files"]

@@ -12,8 +12,9 @@ output (`/kaggle/working` of the kernel's previous version) as an input. A sessi
 3. finds the newest complete train state in the previous output: every `state_step*.pt` among the inputs,
    the newest of each folder that loads (a truncated or corrupt one is skipped with a warning and the one
    before it used, as `trm-kaggle train` resumes); a folder whose newest state cannot be read (no permission,
-   a FIFO) or whose every state is damaged, and a state of another model or config, or of another dataset,
-   are refused with one line and nothing is trained (a run is never silently restarted);
+   a FIFO) or whose every state is damaged, the states of two runs, a folder of the inputs that cannot be
+   listed, and a state of another model or config, or of another dataset, are refused with one line and nothing
+   is trained (a run is never silently restarted);
 4. copies that state and the metrics log to `<working>/run/` (the inputs are read-only and stay untouched)
    and resumes there, with `time_limit` set to what is left of the budget minus a margin for the final
    save, export and picture, and a train state saved every `save_every_s` seconds (a session killed outright
@@ -253,6 +254,19 @@ def _unlisted_run_state(input_root: Path, packed: list[Path]) -> Path | None:
         return None
 
 
+def _unlisted_folder(input_root: Path) -> tuple[Path, str] | None:
+    """(the first folder under the input root that cannot be listed, what the system said), or None: the searches
+    for states and manifests pass such a folder by without a word (a run-state dataset of mode 000 started the run
+    over)."""
+    failed: list[OSError] = []
+    for _ in os.walk(input_root, onerror=lambda e: failed.append(e) if not isinstance(e, FileNotFoundError) else None):
+        if failed:
+            break
+    if not failed:
+        return None
+    return Path(failed[0].filename or input_root), failed[0].strerror or str(failed[0])
+
+
 def find_dataset(roots: Path | Sequence[Path]) -> Path | None:
     """The one dataset folder (identifiers.json + train/dataset.json) under the input roots, or None."""
     roots = [roots] if isinstance(roots, Path) else list(roots)
@@ -264,25 +278,41 @@ def find_dataset(roots: Path | Sequence[Path]) -> Path | None:
     return found[0] if found else None
 
 
-def previous_state(roots: Path | Sequence[Path], exclude: Path) -> tuple[Path, dict[str, Any]] | None:
+def previous_state(roots: Path | Sequence[Path], exclude: Path, skip: Sequence[Path] = ()
+                   ) -> tuple[Path, dict[str, Any]] | None:
     """(path, state) of the newest train state that loads among the run folders under the input roots (None
     when there is none), read as `trm-kaggle train` resumes (`load_newest_state`: a damaged newer state is
     skipped for the one before it). A folder with states of which none can be used (the newest unreadable: no
-    permission, a FIFO; or every one damaged) is TRMError: a new run from step 0 would throw its steps away."""
+    permission, a FIFO; or every one damaged) is TRMError: a new run from step 0 would throw its steps away; so
+    are the newest states of two runs (their run ids differ): which one the user meant is not for the session to
+    guess, and the newer one of another config once replaced the good one in the output. States under a folder of
+    `skip` (a packed dataset's, which Kaggle may have unpacked in place) are read only from a root inside it: that
+    dataset's folder once checked against its manifest (`open_packed`), never before."""
     from trm_kaggle.train import checkpoint as ckpt
 
     roots = [roots] if isinstance(roots, Path) else list(roots)
-    folders = sorted({p.parent.resolve() for root in roots for p in root.rglob("state_step*.pt")}
-                     - {exclude.resolve()})
-    best = None
+
+    def skipped(path: Path, root: Path) -> bool:
+        return any(s in path.parents and not (root == s or s in root.parents) for s in skip)
+
+    folders = sorted({p.parent.resolve() for root in roots for p in root.rglob("state_step*.pt")
+                      if not skipped(p, root)} - {exclude.resolve()})
+    best, runs = None, {}
     for folder in folders:
         try:
             path, state = ckpt.load_newest_state(folder)  # never quarantines: the inputs are read-only
         except TRMError as e:
             raise TRMError(f"the previous output cannot be resumed: {e}; refusing to start a new run over it "
                            "(make the state readable, or detach that output to start afresh)") from None
+        if isinstance(owner := state.get("run_id"), str):
+            runs.setdefault(owner, path)
         if best is None or int(state["step"]) > int(best[1]["step"]):
             best = (path, state)
+    if len(runs) > 1:
+        (a, pa), (b, pb) = list(runs.items())[:2]
+        raise TRMError(f"the inputs hold the train states of {len(runs)} runs ({pa}, run id {clipped(a, 16)}; {pb}, "
+                       f"run id {clipped(b, 16)}): refusing to guess which one to resume; detach the outputs of "
+                       "the run not to continue")
     return best
 
 
@@ -548,9 +578,10 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         session resumes from it (an output of no state made the next one start from step 0). A stop during the
         copy waits for its end."""
         try:
-            found = previous_state(where, run_dir)
-        except TRMError:
+            found = previous_state(where, run_dir, skip=holding)
+        except TRMError:  # the record names a state there: the next session refuses too, never starts over
             report.status = "refused"
+            report.previous_state = report.previous_state or _passed_on(where)[0]
             raise
         if found is None or (carried is not None and int(found[1]["step"]) <= int(carried[1]["step"])):
             return carried
@@ -565,6 +596,8 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     # datasets are checked and unpacked (a changed data.tar, or a stop during its unpacking, would pass no state);
     # a SIGTERM before the state is carried waits for it (one in the kernel run's first second passed none on)
     unread = None  # why an earlier kernel run's record cannot be read, where that record is what this run passes on
+    # the packed datasets: a run-state dataset Kaggle unpacked in place is read as one once its manifest passed
+    holding, others = packed_datasets(Path(input_root))
     if not in_place:  # named in the record first: a refused or stopped kernel run still passes the name on
         report.previous_state, unread = _passed_on(Path(input_root))
     carried = None if in_place else carry(Path(input_root))
@@ -588,7 +621,6 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     # unpacked after them, a refused or stopped session passed no state on. An UNPACK_DIR it cannot be unpacked
     # into is refused after the carry, the state unpacked into a fresh temporary folder of the session's own
     # (removed once the state is copied); only its own archive damaged leaves the state nowhere to be read.
-    holding, others = packed_datasets(Path(input_root))
     refused, own = None, None
     if holding:
         try:
@@ -622,6 +654,10 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
             f"({stray.parent / 'manifest.json'} missing, unreadable, or without its 'archive' entry): its train state "
             "cannot be checked, and the run is never started over without a word; attach the run-state dataset as "
             "build_bundle.py --continue-from built it, or detach it to start afresh"))
+    if not in_place and unopened is None and (hidden := _unlisted_folder(Path(input_root))) is not None:
+        unopened = (hidden[0], TRMError(
+            f"{hidden[0]}: a folder among the inputs that cannot be listed ({hidden[1]}): it may hold the run's train "
+            "state, and the run is never started over without a word; make it readable, or detach it"))
     if unopened is not None:  # named in the record when nothing was carried: the next session refuses to start over
         report.status = "refused"
         if not in_place:

@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence, get_args
 
-from trm_kaggle.atomic import replace_problem
+from trm_kaggle.atomic import remove_tree, replace_problem
 from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, MIN_PLAN_S, WEEK_S, SolveConfig,
                                bounded_count_or_auto, bounded_number, take_each_option_once)
 from trm_kaggle.interrupts import give_back, hold_terminations, interrupted
@@ -150,7 +150,8 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
             raise TRMError(f"--compile-cache {compile_cache}: made on {clipped(target.get('device'))}, and the "
                            "kernel runs on a GPU, which loads only a cache made on one like it (make it with "
                            "`trm-kaggle submit` on that GPU)")
-    with _out_dir_lock(out, held):
+    fresh = not os.path.lexists(out)
+    with _out_dir_lock(out, held), _nothing_left_on_failure(out, fresh):
         report = {"out_dir": str(out.absolute()),
                   "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
                                          kaggle_has=kaggle_has, download=download, target=target, builder=builder,
@@ -232,6 +233,24 @@ def _made_and_locked(out: Path):
         finally:
             if made is not None:
                 _remove_if_unused(Path(os.path.abspath(out)), made)
+
+
+@contextlib.contextmanager
+def _nothing_left_on_failure(out: Path, fresh: bool):
+    """A build into an OUT_DIR that was not there (`fresh`): a refusal or a stop mid-way removes the parts it had
+    built (all of them its own, made under its lock), so a failed build leaves nothing behind; a run-state
+    download that failed left the data dataset packed before it. In an OUT_DIR that was there, each part is
+    replaced whole and those built before the failure stay."""
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            with contextlib.suppress(OSError):
+                for name in os.listdir(out):
+                    if name != LOCK_FILE:
+                        remove_tree(out / name) if (out / name).is_dir() and not (out / name).is_symlink() \
+                            else os.unlink(out / name)
+        raise
 
 
 def _remove_if_unused(out: Path, made: Path) -> None:
@@ -467,12 +486,13 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
                        **({RUN_STATE_DIR: "kaggle run-state dataset"} if continue_from is not None else {}),
                        **({"wheels": "kaggle wheels dataset", TRAIN_KERNEL_DIR: "kaggle training kernel"}
                           if train_kernel else {})})
-    with _out_dir_lock(out, held):
-        if dataset is not None:
-            report["data"] = build_data(out / DATA_DIR, dataset, ids=ids, log=log)
-        if continue_from is not None:
+    fresh = not os.path.lexists(out)
+    with _out_dir_lock(out, held), _nothing_left_on_failure(out, fresh):
+        if continue_from is not None:  # first: the download is the part most likely to fail
             report["run_state"] = fetch_run_state(out / RUN_STATE_DIR, continue_from, ids=ids, log=log,
                                                   **({"runner": runner} if runner is not None else {}))
+        if dataset is not None:
+            report["data"] = build_data(out / DATA_DIR, dataset, ids=ids, log=log)
         if train_kernel:
             report["wheels"] = build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
                                             kaggle_has=kaggle_has, download=download, targets=targets,

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Callable
 
 from trm_kaggle.atomic import OWNER_RECORD, atomic_directory, owner_problem
 from trm_kaggle.errors import TRMError, os_error_line
-from trm_kaggle.jsonio import is_regular, open_regular, read_json
+from trm_kaggle.jsonio import READ_FAILURES, cannot_read, is_regular, open_regular, read_json
 from trm_kaggle.kaggle.metadata import DATASET_META, MANIFEST, sha256_file, verify_manifest
 
 ARCHIVE_KEY = "archive"  # manifest.json's entry for the packed folder
@@ -48,18 +48,32 @@ class _Hashing:
 
 
 def pack(src: str | os.PathLike, dest: str | os.PathLike, name: str,
-         keep: Callable[[str], bool] = lambda rel: True) -> dict[str, Any]:
+         keep: Callable[[str], bool] = lambda rel: True,
+         linked_in: Callable[[str, str], None] | None = None) -> dict[str, Any]:
     """`dest/<name>` (a tar) of every file under `src` whose relative path `keep` accepts (bookkeeping files
-    never); returns the manifest's `archive` entry: {"name": name, "files": {path: {"sha256", "size"}}}."""
+    never); returns the manifest's `archive` entry: {"name": name, "files": {path: {"sha256", "size"}}}. A file
+    linked in from outside `src` is packed and told to `linked_in(rel, target)` (the user's own dataset, a big
+    file linked in to save space), or, with no `linked_in`, refused (a downloaded kernel output: a link in it would
+    publish this machine's file it points to)."""
     src = Path(src)
     files: dict[str, dict[str, Any]] = {}
+    top = os.path.realpath(src)
     with tarfile.open(Path(dest) / name, "w", format=tarfile.PAX_FORMAT) as tar:
         for p in sorted(src.rglob("*")):
             rel = p.relative_to(src).as_posix()
             if (p.parent == src and p.name in _SKIPPED) or p.name == OWNER_RECORD or not keep(rel):
                 continue
             # A file linked in is the dataset's as much as any other (`verify` reads through links): its bytes are
-            # packed, read through the one gate (a FIFO, device or /proc file is refused, never waited on)
+            # packed, read through the one gate (a FIFO, device or /proc file is refused, never waited on); one from
+            # outside the folder is said (/etc/passwd linked in would be published), or refused (`linked_in`)
+            if p.is_symlink() and os.path.lexists(target := os.path.realpath(p)) \
+                    and os.path.commonpath([top, target]) != top:
+                if linked_in is None:
+                    raise TRMError(f"{p}: a symbolic link to {target}, outside {src}: this dataset packs its own "
+                                   "folder's files only (packed, the file it points to would be published with "
+                                   "it); copy the file in, or remove the link")
+                if is_regular(p, "dataset file"):
+                    linked_in(rel, target)
             if not is_regular(p, "dataset file"):
                 continue  # a folder (its files come on their own), or nothing (a dangling link: `verify` says it)
             info = tarfile.TarInfo(rel)
@@ -174,8 +188,18 @@ def check_packed(folder: str | os.PathLike) -> int:
 
 def open_packed(folder: str | os.PathLike, scratch: str | os.PathLike, say: Callable[[str], None] = print) -> Path:
     """The folder holding the packed dataset of `folder`, every file checked against its manifest: unpacked
-    into `scratch`, or where Kaggle unpacked it. TRMError naming the first file that is missing or differs."""
+    into `scratch`, or where Kaggle unpacked it. TRMError naming the first file that is missing or differs, or
+    that cannot be read (no permission, a failing disk: said as such, never as damage)."""
     folder = Path(folder)
+    try:
+        return _open_packed(folder, Path(scratch), say)
+    except OSError as e:  # its archive or a file beside it unreadable (raised raw, it was the session's "error")
+        if e.errno in READ_FAILURES and e.filename is not None:
+            raise TRMError(f"{folder}: " + cannot_read(e.filename, "a file of this packed dataset", e)) from None
+        raise TRMError(f"{folder}: {os_error_line(e)}") from None
+
+
+def _open_packed(folder: Path, scratch: Path, say: Callable[[str], None]) -> Path:
     manifest = packed_manifest(folder)
     if manifest is None:
         raise TRMError(f"{folder}: no {MANIFEST} of a packed dataset")
@@ -220,8 +244,11 @@ def _problem(root: Path, files: dict[str, dict], digests: bool) -> str | None:
         path = root / rel
         if not is_regular(path, "dataset file"):  # a special file is refused by name, never called missing
             return f"{path}: listed in {MANIFEST} but missing"
-        if path.stat().st_size != f["size"] or (digests and sha256_file(path) != f["sha256"]):
-            return f"{path}: differs from {MANIFEST} (size {path.stat().st_size:,} bytes, manifest {f['size']:,})"
+        if (size := path.stat().st_size) != f["size"]:
+            return f"{path}: differs from {MANIFEST} (size {size:,} bytes, manifest {f['size']:,})"
+        if digests and (digest := sha256_file(path)) != f["sha256"]:  # the same size: a byte changed
+            return (f"{path}: differs from {MANIFEST} (sha256 {digest[:16]}..., manifest {str(f['sha256'])[:16]}...; "
+                    "the same size)")
     return None
 
 

@@ -67,7 +67,12 @@ def build_data(out_dir: str | os.PathLike, dataset_dir: str | os.PathLike, *, id
         raise TRMError(f"--dataset {src}: the output {out_dir} lies inside it; choose another OUT_DIR")
     with atomic_directory(out_dir, kind="kaggle data dataset") as tmp:
         log(f"packing the dataset {src} ({summary['bytes'] / 1e6:.1f} MB) as {DATA_ARCHIVE}")
-        entry = pack(src, tmp, DATA_ARCHIVE, keep=_top_level_visible)
+        linked: list[tuple[str, str]] = []
+        entry = pack(src, tmp, DATA_ARCHIVE, keep=_top_level_visible, linked_in=lambda *link: linked.append(link))
+        if linked:  # published with the dataset: never without a word (a link to /etc/passwd would be)
+            log(f"packed {len(linked)} file(s) linked in from outside {src}, as the files they point to: "
+                + ", ".join(f"{one_line(rel)} -> {one_line(target)}" for rel, target in linked[:3])
+                + (", ..." if len(linked) > 3 else ""))
         atomic_write_json(tmp / DATASET_META, dataset_metadata(data_id(ids)), indent=2)
         # the folder's name, never the builder's local path (the manifest is published with the dataset)
         write_manifest(tmp, {"id": data_id(ids), "source": src.resolve().name, ARCHIVE_KEY: entry,
@@ -134,7 +139,11 @@ def fetch_run_state(out_dir: str | os.PathLike, kernel: str, *, ids: BundleIds,
                            "the output (a new kernel version) or continue from another output")
         step = max(s for s in steps if s is not None)
         log(f"packing it as {RUN_STATE_ARCHIVE} (newest state: step {step})")
-        entry = pack(download, tmp, RUN_STATE_ARCHIVE, keep=_run_state_file)
+        try:  # a link out of the output refused: what it points to on this machine is no part of the run
+            entry = pack(download, tmp, RUN_STATE_ARCHIVE, keep=_run_state_file)
+        except TRMError as e:  # named inside the output, never by the download folder (gone when the line is read)
+            said = str(e).replace(f"{download}{os.sep}", "").replace(str(download), "the output")
+            raise TRMError(f"the output of {kernel} cannot be continued from: {said}") from None
         atomic_write_json(tmp / DATASET_META, dataset_metadata(run_state_id(ids)), indent=2)
         write_manifest(tmp, {"id": run_state_id(ids), "kernel": kernel, "step": step, ARCHIVE_KEY: entry})
     return {"id": run_state_id(ids), "kernel": kernel, "step": step, "files": len(entry["files"])}
