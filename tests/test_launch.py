@@ -4,6 +4,7 @@ input refused before anything is written, edited files never overwritten without
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -386,6 +387,56 @@ def test_sweep_writes_one_valid_kubernetes_job_per_run(tmp_path, capsys):
     assert run_dirs == {f"/workspace/runs/sweeps/ablations/{v}_s{s}" for v in ("baseline", "no-ema", "attention",
                                                                                "act-8") for s in (0, 1)}
     assert ema["no-ema_s0"] is False and ema["baseline_s1"] == ema["attention_s0"]
+
+
+def k8s_sweep_args(tmp_path: Path, out: Path, *extra: str) -> list[str]:
+    grid = tmp_path / "lr.yaml"
+    grid.write_text("name: lr\naxes:\n  - ['lr=1e-3', 'lr=3e-3']\nseeds: [0, 1]\n")
+    return ["sweep", str(grid), "--launcher", "k8s", "--nodes", "1", "--gpus-per-node", "0", "--image", IMAGE,
+            "--pvc", "runs", "data_paths=[data/sudoku4]", "device=cpu", "--out", str(out), *extra]
+
+
+def test_a_sweep_written_again_with_fewer_runs_removes_the_job_files_of_the_runs_it_no_longer_has(tmp_path, capsys):
+    """The earlier sweep's manifests stayed, and `kubectl apply -f DIR`, the command printed, submitted them too.
+    Only the sweep's own files that still hold what was written go; another launch's, a user's and an edited one
+    never do (an edited one is refused)."""
+    out = tmp_path / "jobs"
+    assert main(k8s_sweep_args(tmp_path, out)) == 0
+    assert main(["launch", "k8s", "--nodes", "1", "--gpus-per-node", "0", "--image", IMAGE, "--pvc", "runs",
+                 "data_paths=[data/sudoku4]", "device=cpu", "+run_name=solo", "--out", str(out)]) == 0
+    (out / "mine.yaml").write_text("kind: Mine\n")
+    capsys.readouterr()
+    assert main(k8s_sweep_args(tmp_path, out, "--seeds", "0")) == 0
+    printed = capsys.readouterr().out
+    assert ("removed 2 files an earlier launch of this sweep wrote there, of runs it no longer has: "
+            "lr-lr-1e-3-s1.yaml, lr-lr-3e-3-s1.yaml") in printed, printed
+    assert sorted(p.name for p in out.glob("*.yaml")) == ["lr-lr-1e-3-s0.yaml", "lr-lr-3e-3-s0.yaml", "mine.yaml",
+                                                           "solo.yaml"]
+    assert sorted(json.loads((out / RECORD).read_text())["files"]) == ["lr-lr-1e-3-s0.yaml", "lr-lr-3e-3-s0.yaml",
+                                                                       "solo.yaml"]
+    assert main(k8s_sweep_args(tmp_path, out)) == 0
+    (out / "lr-lr-1e-3-s1.yaml").write_text((out / "lr-lr-1e-3-s1.yaml").read_text() + "# a note of mine\n")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    line = one_error_line(capsys, main(k8s_sweep_args(tmp_path, out, "--seeds", "0")))
+    assert "lr-lr-1e-3-s1.yaml: was written here for sweep lr (k8s), which no longer has it, and was changed" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written, nothing removed
+
+
+def test_a_garbage_or_hostile_job_record_never_touches_a_file_outside_out(tmp_path, capsys):
+    """A record is read from the folder: its names are only ever names of files this command writes there."""
+    out, outside = tmp_path / "jobs", tmp_path / "outside.yaml"
+    outside.write_text("kind: Theirs\n")
+    out.mkdir()
+    (out / RECORD).write_text("{garbage")
+    assert main(k8s_sweep_args(tmp_path, out)) == 0
+    theirs = hashlib.sha256(outside.read_bytes()).hexdigest()
+    record = json.loads((out / RECORD).read_text())
+    for name in ("../outside.yaml", str(outside), "sub/../../outside.yaml"):
+        record["files"][name], record["groups"][name] = [theirs], "sweep lr (k8s)"
+    (out / RECORD).write_text(json.dumps(record))
+    assert main(k8s_sweep_args(tmp_path, out, "--seeds", "0")) == 0
+    assert outside.read_text() == "kind: Theirs\n"
+    assert sorted(p.name for p in out.glob("*.yaml")) == ["lr-lr-1e-3-s0.yaml", "lr-lr-3e-3-s0.yaml"]
 
 
 def test_cluster_options_need_their_launcher(tmp_path, capsys):

@@ -82,6 +82,7 @@ class LaunchResult:
     submit: str  # the command that submits them
     compare_dir: str | None = None  # a sweep: where compare reads its runs on the cluster
     notes: list[str] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)  # a sweep's files written before, of runs it no longer has
 
     def describe(self) -> str:
         c = self.cluster
@@ -89,6 +90,9 @@ class LaunchResult:
         lines = [f"wrote {count(len(self.written), 'file')} to {c.out} ({len(self.unchanged)} unchanged): {what} "
                  f"on {count(c.nodes, 'node')} x {count(c.procs_per_node, 'worker')}, nothing submitted"]
         lines += [f"  {p}" for p in self.written]
+        if self.removed:
+            lines.append(f"removed {count(len(self.removed), 'file')} an earlier launch of this sweep wrote there, of "
+                         f"runs it no longer has: {', '.join(p.name for p in self.removed)}")
         lines.append(f"submit: {self.submit}")
         where = (f"claim {c.k8s.pvc} at {c.volume}" if c.launcher == "k8s" else c.volume)
         runs = self.compare_dir or self.jobs[0].run_dir
@@ -227,5 +231,8 @@ def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[s
     # the job files' folder, as the command checks it, whoever calls: /dev was written into, a file on the path
     if problem := writable_problem(Output(cluster.out, "out", "folder")):  # was mkdir's NotADirectoryError
         raise TRMError(problem)
-    written, unchanged = files.write_job_files(Path(cluster.out), texts, force=cluster.force, inputs=inputs)
-    return LaunchResult(cluster, jobs, written, unchanged, submit)
+    # a sweep's files are its own group: written again with fewer runs, the others' files go (`files`)
+    group = f"sweep {array_name} ({cluster.launcher})" if array_name else None
+    written, unchanged, removed = files.write_job_files(Path(cluster.out), texts, force=cluster.force, inputs=inputs,
+                                                        group=group)
+    return LaunchResult(cluster, jobs, written, unchanged, submit, removed=removed)
