@@ -38,12 +38,23 @@ def _validation_error() -> type[BaseException] | tuple[()]:
 
 def said(work: Callable[[], object]) -> int:
     """Run `work`; its status (an int it returns, else 0), or for a refusal, an invalid setting or a system
-    error one `error:` line on stderr and status 2, as the package's commands say them."""
+    error one `error:` line on stderr and status 2, as the package's commands say them. Its results (and its
+    `--help`) reach standard output or it fails, as the package's commands do (`trm_kaggle.stdout`): a closed
+    stdout is refused before any work, a full one or a reader gone is said as standard output's failure."""
     from trm_kaggle.errors import TRMError, os_error_line
+    from trm_kaggle.names import current_folder_problem
+    from trm_kaggle.stdout import checked_stdout
     from trm_kaggle.wording import one_line
 
     try:
-        status = work()
+        if problem := current_folder_problem():  # before torch's import, which dies in C there
+            raise TRMError(problem)
+        with checked_stdout():
+            try:
+                status = work()
+            except SystemExit:  # argparse's --help: what it printed is flushed now, its failure said
+                sys.stdout.flush()
+                raise
     except TRMError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2

@@ -269,3 +269,18 @@ def test_options_out_of_bounds_are_one_line_before_any_work(tmp_path):
         done = _script(name, *argv, cwd=tmp_path)
         assert done.returncode == 2 and said in _one_error(done.stderr), (name, argv, done.stderr)
     assert not list(tmp_path.iterdir())  # refused before any work
+
+
+@pytest.mark.parametrize("argv, where, said", [
+    (["--help"], ">&-", "standard output is closed, so the results could not be printed"),
+    (["--help"], ">/dev/full", "standard output failed (its device is full)"),
+    (["--steps", "1", "--repeats", "1"], ">&-", "standard output is closed, so the results could not be printed"),
+])
+def test_a_benchmark_whose_results_cannot_reach_stdout_says_so(argv, where, said):
+    """A benchmark's table (or its --help) sent to a closed stdout was lost with status 0 and no word; one on a full
+    device was "No space left on device (needed: free space on its disk)", a gone reader a bare "Broken pipe":
+    each is now standard output's failure, status 2, as the package's commands say it."""
+    script = f'"$0" benchmarks/bench_rope.py {" ".join(argv)} {where}'
+    res = subprocess.run(["bash", "-c", script, sys.executable], capture_output=True, text=True, cwd=REPO)
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert res.returncode == 2 and len(errors) == 1 and said in errors[0], res.stderr

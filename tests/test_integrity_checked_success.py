@@ -440,3 +440,27 @@ def test_a_command_whose_stderr_is_gone_still_does_its_work(tmp_path, redirect):
     r = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert (tmp_path / "status").read_text().strip() == "status 0", r.stdout + r.stderr
     assert (out / "dataset.json").is_file() or (out / "train").is_dir()
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["score", "--help"], ["--help"]])
+def test_help_or_version_with_stdout_closed_is_refused_not_sent_to_stderr(argv):
+    """`trm-kaggle score --help >&-` exited 0 with the help on stderr (argparse's fallback), where `--help >
+    /dev/full` and `build_bundle.py --help >&-` are refused: a closed stdout is refused here too, status 2."""
+    res = subprocess.run(["bash", "-c", f'"$0" -m trm_kaggle {" ".join(argv)} >&-', sys.executable],
+                         capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 2 and res.stderr.splitlines() == [
+        "error: standard output is closed, so the results could not be printed; send it to a file or to /dev/null "
+        "instead of closing it"], res.stderr
+
+
+def test_a_command_in_a_current_folder_that_was_deleted_is_one_line_before_torch(tmp_path):
+    """Started in a folder deleted after the shell entered it, every command that imports torch died in C ("Intel
+    oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so"), and a relative path was "No such file or directory
+    (needed: it (or its folder) to exist)" naming no file."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = 'cd "$1" && rmdir "$1" && PYTHONPATH="$2" "$0" -m trm_kaggle doctor'
+    res = subprocess.run(["bash", "-c", script, sys.executable, str(gone), str(REPO)], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.splitlines() == [
+        "error: the current folder no longer exists (it was deleted or moved after this shell entered it): cd to an "
+        "existing folder and run the command again"], res.stderr

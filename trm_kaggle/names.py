@@ -65,6 +65,20 @@ def blank_path_problem(value: object, wanted: str = "a folder or a file",
     return None
 
 
+def current_folder_problem() -> str | None:
+    """Why the process's current folder cannot be used, or None: one deleted after the shell entered it ended torch's
+    import in C (oneMKL cannot load its library: "Intel oneMKL FATAL ERROR"), and a relative path there in "No
+    such file or directory" naming no file. Asked before any command's work."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return ("the current folder no longer exists (it was deleted or moved after this shell entered it): cd to an "
+                "existing folder and run the command again")
+    except OSError as e:  # a folder above it this user may not search
+        return f"the current folder cannot be read ({e.strerror or e}): cd to a folder of your own and run it again"
+    return None
+
+
 def relative_path_problem(rel: object) -> str | None:
     """Why `rel`, a relative path read from a file (`a/b.npy`, POSIX separators), could leave the folder it is
     joined to, or None: every part is a plain name (`name_problem`), so no absolute path and no `..`."""

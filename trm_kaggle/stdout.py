@@ -68,14 +68,28 @@ class _Checked:
         return getattr(self._stream, name)
 
 
+CLOSED = ("standard output is closed, so the results could not be printed; send it to a file or to /dev/null "
+          "instead of closing it")
+
+
+class _Closed:
+    """Stands for a closed sys.stdout (None) while argparse runs: the help or version text it prints is StdoutError,
+    where argparse would have sent it to stderr and exited 0."""
+
+    def write(self, text: str) -> int:
+        raise StdoutError(CLOSED)
+
+    def flush(self) -> None:
+        pass
+
+
 @contextlib.contextmanager
 def checked_stdout() -> Iterator[None]:
     """Run a command whose results go to stdout: StdoutError before it starts when stdout is closed, and when
     a write or the last flush fails."""
     stream = sys.stdout
     if stream is None:
-        raise StdoutError("standard output is closed, so the results could not be printed; send it to a file or "
-                          "to /dev/null instead of closing it")
+        raise StdoutError(CLOSED)
     sys.stdout = checked = _Checked(stream)
     try:
         yield
@@ -88,11 +102,9 @@ def parse_checked(parse: Callable[[Sequence[str] | None], Parsed], argv: Sequenc
     """`parse(argv)` (an argparse parser's `parse_args`), whose help, usage and version text reach standard
     output or fail: when argparse has printed one and exits, what it wrote is flushed, and a write or flush that
     fails (a full device, a reader that went away) is one `error:` line on stderr and SystemExit(2) (argparse
-    itself swallows the error and exits 0). With stdout closed argparse prints them on stderr, as it does."""
+    itself swallows the error and exits 0). With stdout closed the same (argparse sent them to stderr, status 0)."""
     stream = sys.stdout
-    if stream is None:
-        return parse(argv)
-    sys.stdout = checked = _Checked(stream)
+    sys.stdout = checked = _Closed() if stream is None else _Checked(stream)
     try:
         try:
             return parse(argv)

@@ -65,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     tolerant_stderr()  # progress, warnings and errors only: a closed or full stderr fails no command
     try:
         from trm_kaggle.hardware import quiet_openmp_waits
+        from trm_kaggle.names import current_folder_problem
 
+        if problem := current_folder_problem():  # before torch's import, which dies in C there
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
         quiet_openmp_waits()  # before any command imports torch; its workers, ranks and sweep children inherit it
         return _main(argv, started)
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM (`interrupts.Terminated`); a training run stopped by a signal
