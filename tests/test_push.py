@@ -424,3 +424,26 @@ def test_a_kernel_push_answered_with_nothing_is_not_said_pushed(bundle_copy):
     rc, lines = _push(bundle_copy, api)
     said = [line for line in lines if line.startswith("kernel ")]
     assert said and "not known to be saved" in said[-1] and not any(" pushed" in line for line in said), lines
+
+
+@pytest.mark.parametrize("case", ["env", "json not UTF-8", "json a folder", "json's username"])
+def test_a_user_name_that_cannot_be_used_is_said_as_such_never_as_none(no_credentials, tmp_path, monkeypatch, case):
+    """$KAGGLE_USERNAME='bad user' was "no $KAGGLE_USERNAME"; a kaggle.json that cannot be read (not UTF-8, a
+    folder) was "no kaggle.json with a username": each source is now said as it is."""
+    config = tmp_path / "config"
+    config.mkdir()
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(config))
+    if case == "env":
+        monkeypatch.setenv("KAGGLE_USERNAME", "bad user")
+    elif case == "json not UTF-8":
+        (config / "kaggle.json").write_bytes(b'{"username": "\xff"}')
+    elif case == "json a folder":
+        (config / "kaggle.json").mkdir()
+    else:
+        (config / "kaggle.json").write_text('{"username": "a/b", "key": "k"}')
+    said: list[str] = []
+    assert P.owner(push=False, say=said.append)[0] == "your-kaggle-user"
+    expected = {"env": "$KAGGLE_USERNAME 'bad user' is no Kaggle user name", "json not UTF-8": "kaggle.json",
+                "json a folder": "kaggle.json", "json's username": "its username 'a/b' is no Kaggle user name"}[case]
+    assert expected in said[-1] and ("no $KAGGLE_USERNAME" in said[-1]) == (case != "env"), said
+    assert (case == "env") == ("no kaggle.json with a username" in said[-1]), said

@@ -174,19 +174,31 @@ def configured_user() -> tuple[str | None, str]:
     """The Kaggle user the credentials name without asking Kaggle, and where it was found: $KAGGLE_USERNAME, else
     the `username` of the client's kaggle.json. (None, why) when neither names one: an access token
     (KAGGLE_API_TOKEN, access_token) names its user only when the client asks Kaggle, which a push does."""
-    env = os.environ.get("KAGGLE_USERNAME", "").strip()
+    from trm_kaggle.wording import clipped, one_line
+
+    raw = os.environ.get("KAGGLE_USERNAME", "")
+    env = raw.strip()
     if env and _USER_RE.match(env):
         return env, "$KAGGLE_USERNAME"
+    # why none was found, each source said as it is: one set but unusable was "no $KAGGLE_USERNAME"
+    why = [f"$KAGGLE_USERNAME {one_line(clipped(raw, 40))} is no Kaggle user name" if env else "no $KAGGLE_USERNAME"]
     for d in kaggle_config_dirs():
         path = d / "kaggle.json"
+        if not os.path.lexists(path):
+            continue
         try:  # through the one reader: a /proc file or a FIFO in its place is never read (it may never end)
             found = read_json(path, "kaggle.json")
-        except TRMError:  # missing, unreadable or not JSON: not a file that names the user
+        except TRMError as e:  # unreadable or not JSON: not a file that names the user, and said as such
+            why.append(f"{one_line(e)}")
             continue
         user = found.get("username") if isinstance(found, dict) else None
         if isinstance(user, str) and _USER_RE.match(user):
             return user, str(path)
-    return None, "no $KAGGLE_USERNAME and no kaggle.json with a username"
+        why.append(f"{path}: " + (f"its username {one_line(clipped(user, 40))} is no Kaggle user name"
+                                   if isinstance(user, str) and user else "no username in it"))
+    if len(why) == 1:
+        why.append("no kaggle.json with a username")
+    return None, "; ".join(why)
 
 
 # ---------------------------------------------------------------------------
