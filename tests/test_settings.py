@@ -308,6 +308,17 @@ def test_later_override_wins_and_reset():
     assert cfg.arch.L_cycles == 7 and cfg.ema is False  # ~key: back to the default
 
 
+def test_a_whole_group_or_a_name_deleted_is_back_to_the_default_never_a_placeholder():
+    """`~arch` was "arch=<object object at 0x...> is not supported: this package trains TRM only": the deleted
+    value's placeholder taken for an architecture's name. `~arch` is the group back to the default, as `~ema`
+    is for one setting; a name that is only checked (`~arch.name`) changes nothing."""
+    default = load_train_config().arch
+    cfg = load_train_config(overrides=["arch.hidden_size=48", "arch.L_cycles=5", "~arch"])
+    assert cfg.arch == default
+    for name in ("~arch.name", "~arch.loss.name"):
+        assert load_train_config(overrides=["arch.hidden_size=48", name]).arch.hidden_size == 48
+
+
 def test_apply_overrides_to_existing_config():
     base = load_train_config(presets=["cpu-smoke"])
     cfg = apply_overrides(base, ["lr=3e-4", "+run_name=x"])

@@ -186,14 +186,14 @@ class ConfigLayers:
     def assign(self, key: str, value: Any, source: str, raw: Optional[str] = None) -> None:
         """Set one dotted key (already parsed), translating upstream spellings."""
         key = ALIASES.get(key, key)
-        if key == "arch" and not isinstance(value, Mapping):
+        # `~arch` is the whole group back to our defaults (below), never a name: its placeholder was said as
+        # "arch=<object object at 0x...> is not supported"; `~arch.name` deletes a name that is only checked
+        if key == "arch" and value is not MISSING and not isinstance(value, Mapping):
             self._check_name(value, "arch", source)
             return
-        if key == "arch.name":
-            self._check_name(value, key, source)
-            return
-        if key == "arch.loss.name":
-            self._check_name(value, key, source)
+        if key in ("arch.name", "arch.loss.name"):
+            if value is not MISSING:
+                self._check_name(value, key, source)
             return
         if key in UPSTREAM_ONLY:
             self.note(f"{source}: ignored upstream-only setting {key} ({UPSTREAM_ONLY[key]})")
