@@ -1,5 +1,7 @@
 """Upstream checkpoints: key mapping both ways, safe loading, clear errors, all_config.yaml."""
 
+import re
+
 import pytest
 import torch
 
@@ -382,3 +384,19 @@ def test_import_upstream_blames_a_number_on_the_checkpoint_that_holds_it(tmp_pat
     step = upstream_run(tmp_path, lambda sd: _one_value(sd, value, dtype))
     err = refused_import(tmp_path, capsys, step)
     assert "tensor lm_head.weight " in err and said in err and "not written" not in err, err
+
+
+@pytest.mark.parametrize("where", ["model.inner.lm_head.weight", "model.inner.puzzle_emb.weights"])
+def test_a_step_file_holding_nan_given_as_load_checkpoint_is_refused_naming_it(tmp_path, where):
+    """`train load_checkpoint=<step file>` with a NaN in it trained 20 non-finite steps, then blamed lr, naming no
+    file; with an inf in its puzzle table it was "table: the puzzle-embedding table's mean row is not finite".
+    The file is refused as import-upstream refuses it: its path and the tensor."""
+    from trm_kaggle.model import load_upstream_checkpoint
+
+    sd = to_upstream_state_dict(tiny(0), compiled=False)
+    sd[where] = sd[where].clone()
+    sd[where].view(-1)[0] = float("nan")
+    path = tmp_path / "step_9"
+    torch.save(sd, path)
+    with pytest.raises(TRMError, match=re.escape(f"{path}: tensor {where} holds 1 non-finite value (NaN or inf)")):
+        load_upstream_checkpoint(tiny(1), path)

@@ -191,8 +191,12 @@ def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, torch.Tensor]:
 
 
 def load_upstream_checkpoint(model: TinyRecursiveModel, path: Union[str, os.PathLike]) -> None:
-    """Load upstream's `step_<N>` file into `model`."""
-    load_upstream_state_dict(model, read_checkpoint(path), source=os.fspath(path))
+    """Load upstream's `step_<N>` file into `model`; a NaN or inf in it is refused naming the file and the tensor
+    (`train load_checkpoint=` trained 20 non-finite steps from one, then advised a lower lr; in its puzzle table it
+    was "table: ... not finite", naming no file)."""
+    tensors = read_checkpoint(path)
+    check_finite(tensors, os.fspath(path))
+    load_upstream_state_dict(model, tensors, source=os.fspath(path))
 
 
 # ---------------------------------------------------------------------------
