@@ -125,10 +125,12 @@ class LogWindow:
 
 def summarise(sums: dict[str, float], step: int, epoch: float, lr: float, global_batch: int) -> dict[str, float]:
     n = sums.get("count", 0.0)  # rows that halted in the interval
-    record = {"step": step, "epoch": epoch, "lr": lr,
-              "loss": sums["loss"] / max(1, global_batch) / max(1, sums["steps_logged"])}
+    rows = max(1, global_batch) * max(1, sums["steps_logged"])  # every row of every step logged
+    record = {"step": step, "epoch": epoch, "lr": lr, "loss": sums["loss"] / rows}
     if n > 0:  # averages over the halted rows (HALTED_ROW_METRICS): with none, no value rather than a false 0
-        record.update({"lm_loss": sums["lm_loss"] / n, "q_halt_loss": sums["q_halt_loss"] / n,
+        # the loss's parts are sums over every row, as the loss is (upstream divides them by the batch): divided by
+        # the halted rows alone, lm_loss was up to 6x the loss it is part of, and moved with log_interval
+        record.update({"lm_loss": sums["lm_loss"] / rows, "q_halt_loss": sums["q_halt_loss"] / rows,
                        "token_accuracy": sums["token_accuracy"] / n, "exact_accuracy": sums["exact_accuracy"] / n,
                        "q_halt_accuracy": sums["q_halt_accuracy"] / n, "act_steps": sums["steps"] / n})
     record["halted_examples"] = int(n)
