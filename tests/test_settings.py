@@ -319,6 +319,17 @@ def test_a_whole_group_or_a_name_deleted_is_back_to_the_default_never_a_placehol
         assert load_train_config(overrides=["arch.hidden_size=48", name]).arch.hidden_size == 48
 
 
+@pytest.mark.parametrize("text, said", [("~lr=0.1", "~lr takes no value"), ("+~lr=5", "one prefix at most"),
+                                         ("~~lr", "one prefix at most"), ("~+lr", "one prefix at most"),
+                                         ("+++lr=1", "one prefix at most")])
+def test_a_deletion_with_a_value_or_prefixes_stacked_are_refused(text, said):
+    """`~lr=0.1` (hydra deletes only where the value matches) reset lr whatever it held, its value unread; `+~lr=5`
+    set lr and `~~lr` deleted it: one prefix at most, and a deletion takes no value."""
+    with pytest.raises(TRMError, match=re.escape(f"override {text!r}: {said}")):
+        load_train_config(overrides=[text])
+    assert load_train_config(overrides=["lr=0.5", "~lr"]).lr == load_train_config().lr
+
+
 def test_apply_overrides_to_existing_config():
     base = load_train_config(presets=["cpu-smoke"])
     cfg = apply_overrides(base, ["lr=3e-4", "+run_name=x"])

@@ -190,13 +190,20 @@ def parse_override(text: str) -> tuple[str, Any]:
     raw = text.strip()
     if "=" not in raw and not raw.startswith("~"):
         raise TRMError(f"override {clipped(text)}: expected key=value (for example arch.L_cycles=4)")
-    key, _, value = raw.partition("=")
+    key, equals, value = raw.partition("=")
     key = key.strip()
-    delete = key.startswith("~")
-    key = key.lstrip("+~").strip()
+    # hydra's prefixes, one at a time: `+` and `++` add, `~` deletes (`+~lr=5` set lr, `~~lr` deleted it)
+    prefix = re.match(r"\+\+|\+|~|", key).group()
+    delete = prefix == "~"
+    key = key[len(prefix):].strip()
+    if key[:1] in ("+", "~"):
+        raise TRMError(f"override {clipped(text)}: one prefix at most (+key=value, ++key=value or ~key)")
     if not key or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", key) or ".." in key or key.endswith("."):
         raise TRMError(f"override {clipped(text)}: {clipped(key)} is not a config key")
     if delete:
+        if equals:  # hydra deletes only where the value matches: `~lr=0.1` reset lr whatever it held
+            raise TRMError(f"override {clipped(text)}: ~{key} takes no value (it sets {key} back to its default); "
+                           f"write ~{key}, or {key}=VALUE")
         return key, MISSING
     try:
         return key, parse_value(value)
