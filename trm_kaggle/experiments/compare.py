@@ -25,9 +25,9 @@ where a run has none, a curve breaks there instead of dropping to 0, and a group
 One bad run costs that run alone: a run whose metrics.jsonl cannot be read at all (a FIFO, a folder, a missing
 permission) is left out with one warning line saying why and a note in table.md, and the others are compared
 (exit status 0); when no run can be read, compare fails in one line (exit status 2). One bad record costs that
-record alone: a number no run writes (a negative or non-finite time, a memory figure below 0 or beyond a million
-GB, an accuracy outside 0 to 1, a number too large for a float) is never summed into the table; one warning line
-names the file and the first such line.
+record alone: one no run writes (`train.read_metrics`: a negative or non-finite time, a memory figure below 0 or
+beyond a million GB, an accuracy outside 0 to 1, a number too large for a float) is never summed into the table;
+one warning line names the file and the first such line.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from trm_kaggle.config import TrainConfig, validation_line
 from trm_kaggle.errors import TRMError, os_error_line, resource_line
 from trm_kaggle.experiments.recorded import finite_number
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
-from trm_kaggle.jsonio import is_regular, read_json, read_json_lines
+from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.names import blank_path_problem
 from trm_kaggle.outputs import input_kind, special_kind
 from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, dotted, read_metrics
@@ -226,16 +226,14 @@ def load_runs(dirs: Sequence[str | Path]) -> list[RunData]:
 def _read_runs(dirs: Sequence[str | Path]) -> tuple[list[RunData], list[tuple[str, str]]]:
     """(the runs, [(label, why) of each run left out]). A run whose metrics.jsonl cannot be read at all (a FIFO,
     a folder, a missing permission) costs that run alone: it is left out with one warning line saying why (its
-    bad lines alone cost nothing: `read_metrics`, and a record holding a number no run writes is skipped here:
-    `_possible`); TRMError when no run is left."""
+    bad lines alone cost nothing: `read_metrics` skips them, a record holding a number no run writes among
+    them); TRMError when no run is left."""
     runs, left_out = [], []
     for r in find_runs(dirs):
         try:
-            r.train, r.evals = _possible(r.path, *read_metrics(r.path))
-        except (TRMError, OSError, OverflowError) as err:
-            # OverflowError: an elapsed_s too large for a float (10**400), which the reader adds up into wall_s
-            why = (os_error_line(err) if isinstance(err, OSError) else str(err) if isinstance(err, TRMError)
-                   else f"{METRICS_FILE}: a time (elapsed_s) too large for a float; no run writes one")
+            r.train, r.evals = read_metrics(r.path)
+        except (TRMError, OSError) as err:
+            why = os_error_line(err) if isinstance(err, OSError) else str(err)
             log.warning("run %s left out of the comparison: %s", r.label, why)
             left_out.append((r.label, why))
             continue
@@ -252,54 +250,6 @@ def _read_runs(dirs: Sequence[str | Path]) -> tuple[list[RunData], list[tuple[st
         r.parameters = counts[key]
     _assign_groups(runs)
     return runs, left_out
-
-
-def _too_large(value: object) -> bool:
-    """A whole number too large for a float (10**400 in a JSON file): no run writes one, and every sum, format or
-    plot of it raised OverflowError."""
-    return isinstance(value, int) and not isinstance(value, bool) and not finite_number(value)
-
-
-#: The most a record's time (elapsed_s: ten years of one process) and memory (a `*_gb` figure: a million GB) can
-#: be. Beyond them, below 0 or not finite, a record was edited or damaged: a negative elapsed_s was summed into the
-#: wall time and examples/s, and a peak memory of 1e308 was printed in 309 digits.
-MAX_ELAPSED_S = 3.2e8
-MAX_MEMORY_GB = 1e6
-
-
-def _impossible(record: dict) -> str | None:
-    """What in a metrics record no run writes, or None: a number too large for a float in any field (step, loss,
-    epoch, lr, ...), a time (elapsed_s, and the reader's sum of them, wall_s) below 0, not finite or beyond
-    MAX_ELAPSED_S, a memory figure below 0, not finite or beyond MAX_MEMORY_GB, an accuracy outside 0 to 1 (a null
-    is no data, as the reader keeps it)."""
-    for key, value in record.items():
-        if _too_large(value):
-            return f"{key} is a number too large for a float"
-        if value is None:
-            continue
-        bound = (MAX_ELAPSED_S if key in ("elapsed_s", "wall_s") else MAX_MEMORY_GB if key.endswith("_gb")
-                 else 1.0 if key.endswith("accuracy") else None)
-        if bound is not None and not (finite_number(value) and 0 <= value <= bound):
-            return f"{key} {_number(value)} is not a value from 0 to {bound:g}"
-    return None
-
-
-def _number(value: object) -> str:
-    """A number read from a file, shown short: 1e+308, never its 309 digits."""
-    return format(value, ".6g") if isinstance(value, (int, float)) and not _too_large(value) else clipped(value, 20)
-
-
-def _possible(run_dir: Path, train: list[dict], evals: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(train, evals) less the records holding a number no run writes (`_impossible`): no data, never summed into
-    the table, said in one warning line naming the file, the first such line and what is wrong in it."""
-    kept = [[r for r in records if _impossible(r) is None] for records in (train, evals)]
-    if skipped := len(train) + len(evals) - len(kept[0]) - len(kept[1]):
-        path = run_dir / METRICS_FILE
-        first = next(((n, why) for n, _, record in read_json_lines(path, METRICS_FILE)  # read again for the line:
-                      if isinstance(record, dict) and (why := _impossible(record))), None)  # only when one is bad
-        where = f"line {first[0]}: {first[1]}" if first else "a record the file no longer holds"
-        log.warning("%s: skipped %d record(s) no run writes (first: %s)", path, skipped, where)
-    return kept[0], kept[1]
 
 
 def _unflatten(flat: dict[str, Any]) -> dict:

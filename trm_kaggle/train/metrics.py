@@ -82,45 +82,93 @@ def _follows(last: tuple, step: int, start: object) -> bool:
     return not isinstance(last_start, int) or (isinstance(start, int) and step > last_step)
 
 
-def _written_by_a_run(record) -> bool:
-    """A record a training could have logged: an object with a whole step >= 0 whose values are all numbers (or
-    null): a loss that is text or a list was a traceback of `compare`, and `true` a loss of 1.0 no run had. (A
-    non-finite loss can be logged: XLA's runs check it per interval; readers show it as no data.)"""
-    return (isinstance(record, dict) and type(record.get("step")) is int and record["step"] >= 0
-            and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in record.values()))
+#: The most a record's time (elapsed_s: ten years of one process) and memory (a `*_gb` figure: a million GB) can
+#: be. Beyond them, below 0 or not finite, a record was edited or damaged: a negative elapsed_s was summed into the
+#: wall time and examples/s of `compare`, and a peak memory of 1e308 printed in 309 digits.
+MAX_ELAPSED_S = 3.2e8
+MAX_MEMORY_GB = 1e6
+
+
+def _too_large(value: object) -> bool:
+    """A whole number too large for a float (10**400 in a JSON file): every sum, format or plot of it raised
+    OverflowError."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    return False
+
+
+def _not_written_by_a_run(record: object) -> str | None:
+    """What in a record no training logs, or None: an object with a whole step >= 0 whose values are all numbers
+    (or null; a loss that is text or a list was a traceback of `compare`, and `true` a loss of 1.0 no run had),
+    none too large for a float, a time (elapsed_s) from 0 to MAX_ELAPSED_S, a memory figure from 0 to
+    MAX_MEMORY_GB, an accuracy from 0 to 1. (A non-finite loss can be logged: XLA's runs check it per interval;
+    readers show it as no data.)"""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if type(record.get("step")) is not int or record["step"] < 0:
+        return f"step {_number(record.get('step'))} is no whole number from 0"
+    for key, value in record.items():
+        if value is None:
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return f"{key} {_number(value)} is no number"
+        if _too_large(value):
+            return f"{key} is a number too large for a float"
+        bound = (MAX_ELAPSED_S if key == "elapsed_s" else MAX_MEMORY_GB if key.endswith("_gb")
+                 else 1.0 if key.endswith("accuracy") else None)
+        if bound is not None and not (math.isfinite(value) and 0 <= value <= bound):
+            return f"{key} {_number(value)} is not a value from 0 to {bound:g}"
+    return None
+
+
+def _number(value: object) -> str:
+    """A value read from a file, shown short: 1e+308, never its 309 digits; text clipped."""
+    from trm_kaggle.wording import clipped
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not _too_large(value):
+        return format(value, ".6g")
+    return clipped(value, 20)
 
 
 def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     """(training records, evaluation records) of a run, one per step in step order, each with `wall_s`.
 
-    A line that is not a JSON record (the half-written last line of a running run), or one no run writes (a step
-    below 0, a value that is no number, a training step that does not follow the one before it in its process) is
-    skipped: the first quietly (a running run's last line), the second with a warning. A run without
+    A line that is not a JSON record (the half-written last line of a running run), or one no run writes
+    (`_not_written_by_a_run`: a step below 0, a value that is no number or one no run can have; a training step
+    that does not follow the one before it in its process) is skipped: the first quietly (a running run's last
+    line), the second with one warning naming the first such line and what is wrong in it. A run without
     metrics.jsonl yet has none."""
     path = Path(run_dir) / METRICS_FILE
     if not os.path.lexists(path):  # a FIFO or a folder in its place is named by the reader, not taken for none
         return [], []
     train: list[dict] = []
     evals: dict[int, dict] = {}
-    offset, last, cut, foreign = 0.0, None, 0, 0
-    for _, record in _records(path):
-        if not _written_by_a_run(record):
-            cut += record is None
-            foreign += record is not None
+    offset, last, cut, foreign, first = 0.0, None, 0, 0, None
+    for n, _, record in read_json_lines(path, METRICS_FILE):
+        if record is None:
+            cut += 1
+            continue
+        why = _not_written_by_a_run(record)
+        if why is None and "loss" in record and record.get("elapsed_s", 0.0) is None:
+            why = "elapsed_s is null"  # a run writes a number here: null (allowed elsewhere) ended compare in float()
+        if why is None and "loss" in record and last is not None \
+                and not _follows(last, record["step"], record.get("start_step")):
+            # appended by hand or another program: taken as a resumption, it once dropped the run's later records
+            why = f"step {record['step']} does not follow the one before it"
+        if why is not None:
+            foreign += 1
+            first = first or (n, why)
             continue
         step = record["step"]
         if record.get("halted_examples") == 0:  # older versions wrote 0.0 for the averages over no rows
             record = {k: v for k, v in record.items() if k not in HALTED_ROW_METRICS}
         if "loss" in record:
-            elapsed = record.get("elapsed_s", 0.0)
-            if elapsed is None:  # a run writes a number here: null (allowed elsewhere) ended compare in float()
-                foreign += 1
-                continue
-            elapsed = float(elapsed)
+            elapsed = float(record.get("elapsed_s", 0.0))
             start = record.get("start_step")  # the step its process began at (files of older versions lack it)
-            if last is not None and not _follows(last, step, start):  # appended by hand or another program:
-                foreign += 1  # taken as a resumption, it once dropped the run's later records unsaid
-                continue
             if last is not None and _new_process(last, step, elapsed, start):
                 # resumed at `start` (else somewhere before `step`): its records replace the old ones from there on
                 resumed_at = start if isinstance(start, int) else step - 1
@@ -134,8 +182,7 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     if cut:
         log.info("%s: skipped %d line(s) that are no JSON record (cut off, or being written)", path, cut)
     if foreign:
-        log.warning("%s: skipped %d record(s) no run writes (a negative step, a value that is no number, or a "
-                    "step that does not follow the one before it)", path, foreign)
+        log.warning("%s: skipped %d record(s) no run writes (first: line %d: %s)", path, foreign, *first)
     steps = [r["step"] for r in train]
     for step, record in evals.items():  # an evaluation follows the training record of its step
         i = bisect.bisect_right(steps, step) - 1
