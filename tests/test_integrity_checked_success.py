@@ -464,3 +464,12 @@ def test_a_command_in_a_current_folder_that_was_deleted_is_one_line_before_torch
     assert res.returncode == 2 and res.stderr.splitlines() == [
         "error: the current folder no longer exists (it was deleted or moved after this shell entered it): cd to an "
         "existing folder and run the command again"], res.stderr
+
+
+def test_stdout_open_for_reading_only_is_said_as_such(tmp_path):
+    """`trm-kaggle --version 1<file` (stdout open read-only) was "standard output failed (it is closed)"."""
+    (tmp_path / "f").write_text("")
+    res = subprocess.run(["bash", "-c", '"$0" -m trm_kaggle --version 1<"$1"', sys.executable, str(tmp_path / "f")],
+                         capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 2 and "standard output failed (it is closed, or open for reading only)" in res.stderr, \
+        res.stderr

@@ -24,7 +24,7 @@ from trm_kaggle.wording import one_line
 Parsed = TypeVar("Parsed")
 
 _WHY = {errno.EPIPE: "its reader closed the pipe", errno.ENOSPC: "its device is full",
-        errno.EBADF: "it is closed"}
+        errno.EBADF: "it is closed, or open for reading only"}
 
 
 class StdoutError(TRMError):
