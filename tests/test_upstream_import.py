@@ -400,3 +400,20 @@ def test_a_step_file_holding_nan_given_as_load_checkpoint_is_refused_naming_it(t
     torch.save(sd, path)
     with pytest.raises(TRMError, match=re.escape(f"{path}: tensor {where} holds 1 non-finite value (NaN or inf)")):
         load_upstream_checkpoint(tiny(1), path)
+
+
+def test_import_upstream_says_the_sequence_length_it_chose(tmp_path, capsys):
+    """Without --seq-len the length came from the vocabulary's task (900 for a vocabulary of 6) without a word; a
+    wrong one was found only when the export met a dataset."""
+    import yaml
+
+    from trm_kaggle.cli import main
+
+    up = tmp_path / "up"
+    up.mkdir()
+    arch = {**UPSTREAM_YAML["arch"], "hidden_size": 32, "num_heads": 4, "puzzle_emb_ndim": 32, "puzzle_emb_len": 2,
+            "H_cycles": 2, "L_cycles": 2, "L_layers": 2, "expansion": 2, "loss": {"loss_type": "stablemax_cross_entropy"}}
+    torch.save(to_upstream_state_dict(tiny(0), compiled=True), up / "step_10")
+    (up / "all_config.yaml").write_text(yaml.safe_dump({"arch": arch}))
+    assert main(["import-upstream", str(up / "step_10"), "--out", str(tmp_path / "a"), "--seq-len", str(SEQ)]) == 0
+    assert f", sequence length {SEQ} in " in capsys.readouterr().out

@@ -201,5 +201,8 @@ def cmd_import_upstream(args: argparse.Namespace) -> int:
                             mean_embedding=args.mean_embedding)
     print(f"imported {args.out}: {args.checkpoint}, {model.parameter_count()}"
           + (" (the export keeps only its mean row)" if args.mean_embedding else "")
+          + f", sequence length {model.seq_len}"  # a length guessed wrong is found only at evaluate: said here
+          + ("" if args.seq_len is not None else " (from the run's dataset, else its vocabulary's task; --seq-len "
+                                                 "sets it)")
           + f" in {time.perf_counter() - t:.1f} s")
     return 0
