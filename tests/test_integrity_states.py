@@ -140,6 +140,19 @@ def test_a_renamed_copy_of_an_older_state_is_never_the_newest(data, tmp_path, ca
     assert ckpt.newest_step(run) == 6 and renamed.exists()  # left in place
 
 
+def test_a_renamed_copy_below_the_saved_step_is_never_rotated_away(data, tmp_path, caplog):
+    """A copy of the step-2 state named as step 5, "left in place" at the resume from step 4, was deleted by the
+    rotation of the run's save at step 7 (checkpoint_keep=1) without a word: the user made it, not the run."""
+    run = tmp_path / "run"
+    run_three_states(data, run)
+    renamed = run / "state_step00000005.pt"
+    renamed.write_bytes((run / "state_step00000002.pt").read_bytes())
+    caplog.set_level(logging.WARNING)
+    assert main(train_args(data, run, "max_steps=7", "checkpoint_keep=1")) == 0
+    assert "state_step00000005.pt: holds step 2, not the step 5 its name says" in caplog.text
+    assert states(run) == ["state_step00000005.pt", "state_step00000007.pt"]
+
+
 def test_states_from_before_checksums_and_run_ids_are_resumed_with_a_note(data, tmp_path, caplog):
     run = tmp_path / "run"
     assert main(train_args(data, run, "max_steps=2")) == 0

@@ -270,8 +270,10 @@ def save_train_state(run_dir: Path, step: int, state: dict[str, Any], keep: int,
                     "%s (kept, not deleted) before this run saves its step %d there", path, step, kept.name, step)
     atomic_write(path, lambda f: torch.save(payload, f), mode="wb")
     with settled():
-        ours = [p for p in list_states(run_dir) if int(_STATE_RE.search(p.name).group(1)) <= step
-                and _written_by(p, payload["run_id"])]
+        # this run's states, each holding the step its name says: a renamed copy (the resume just said it was
+        # "left in place") is the user's, never rotated away
+        ours = [p for p in list_states(run_dir) if (named := int(_STATE_RE.search(p.name).group(1))) <= step
+                and _written_by(p, payload["run_id"], named)]
         for old in ours[:-keep] if keep > 0 else []:
             old.unlink(missing_ok=True)
     return path
