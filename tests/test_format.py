@@ -98,7 +98,7 @@ def test_load_split_errors_are_clear(tmp_path):
         load_split(tmp_path, "train")
     write_like_upstream(tmp_path / "up")
     (tmp_path / "up" / "train" / "all__labels.npy").write_bytes(b"garbage")
-    with pytest.raises(DataError, match="all__labels.npy: unreadable or truncated"):
+    with pytest.raises(DataError, match="all__labels.npy: not a .npy array"):
         load_split(tmp_path / "up", "train")
     # a split is a folder of the dataset, never a path out of it
     write_like_upstream(tmp_path / "other")
@@ -150,3 +150,28 @@ def test_a_dataset_directory_that_is_a_loop_of_links_is_named_as_one(tmp_path):
     with pytest.raises(DataError, match=re.escape(f"{tmp_path / 'a' / 'ds'}: dataset directory cannot be reached: "
                                                   "a folder on its path is a loop of symbolic links")):
         verify_dataset(tmp_path / "a" / "ds")
+
+
+@pytest.mark.parametrize("content, said", [
+    (b"hello world", "not a .npy array (no numpy header: it starts with b'hello ')"),
+    ("object", "a .npy array of Python objects (pickled data, never loaded"),
+    ("call", "something other than plain values"),
+])
+def test_a_file_that_is_no_npy_array_is_named_as_what_it_is(tmp_path, content, said):
+    """Text (or /etc/passwd linked in) in a dataset's .npy slot, and an array of Python objects, were "This file
+    contains pickled (object) data. If you trust the file you can load it unsafely...": numpy's advice to
+    unpickle an untrusted file. A header holding a call was named by the parser's object address."""
+    from trm_kaggle.data.format import load_array
+    from trm_kaggle.errors import DamagedFile
+
+    path = tmp_path / "all__inputs.npy"
+    if content == "object":
+        np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    elif content == "call":
+        header = "{'descr': __import__('os').getcwd(), 'fortran_order': False, 'shape': (1,), }"
+        path.write_bytes(b"\x93NUMPY\x01\x00" + len(header + "\n").to_bytes(2, "little") + header.encode() + b"\n")
+    else:
+        path.write_bytes(content)
+    with pytest.raises(DamagedFile) as e:
+        load_array(path)
+    assert said in str(e.value) and "unsafely" not in str(e.value) and " at 0x" not in str(e.value), e.value

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -383,20 +384,26 @@ def _check_declared_size(path: Path) -> None:
         head = f.read(len(np.lib.format.MAGIC_PREFIX))
         if not head:
             raise DamagedFile(f"{path}: an empty file, not a .npy array; rebuild the dataset")
-        if head != np.lib.format.MAGIC_PREFIX:  # no .npy header (a .npz archive, a pickle): np.load says what it is
-            return
+        if head != np.lib.format.MAGIC_PREFIX:
+            if head.startswith(b"PK"):  # a .npz archive (a zip): load_array names it
+                return
+            # text, /etc/passwd linked in: numpy took it for a pickle and advised loading it unsafely
+            raise DamagedFile(f"{path}: not a .npy array (no numpy header: it starts with {head[:8]!r}); rebuild "
+                              "the dataset")
         f.seek(0)
         try:
             version = np.lib.format.read_magic(f)
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _fortran, dtype = read(f)
-        except (ValueError, EOFError, OSError) as e:
+        except (ValueError, EOFError, OSError) as e:  # a header holding a call: said without the parser's object
+            said = re.sub(r"<[^<>]* object at 0x[0-9a-f]+>", "something other than plain values", str(e))
             raise read_failure(e, path, ".npy array") or DamagedFile(f"{path}: unreadable or truncated .npy file: "
-                                                                     f"{e}") from None
+                                                                     f"{said}") from None
         offset, size = f.tell(), os.fstat(f.fileno()).st_size
     dtype = np.dtype(dtype)
-    if dtype.hasobject:  # np.load refuses it (allow_pickle=False), never unpickling it
-        return
+    if dtype.hasobject:  # never unpickled (np.load's own refusal advised loading it unsafely)
+        raise DamagedFile(f"{path}: a .npy array of Python objects (pickled data, never loaded: a dataset holds "
+                          "numbers); rebuild the dataset")
     declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if size - offset < declared:
         raise DamagedFile(f"{path}: its header declares shape {tuple(shape)} of {dtype} ({declared:,} bytes of data) "
