@@ -79,7 +79,11 @@ def loading(name: str) -> Iterator[None]:
         yield
         return
     from trm_kaggle.interrupts import interrupted, quiet_teardown, take_sigterm
+    from trm_kaggle.names import current_folder_problem
 
+    if problem := current_folder_problem():  # before torch's import, which dies in C there
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     take_sigterm()
     try:
         yield

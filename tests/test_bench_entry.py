@@ -284,3 +284,16 @@ def test_a_benchmark_whose_results_cannot_reach_stdout_says_so(argv, where, said
     res = subprocess.run(["bash", "-c", script, sys.executable], capture_output=True, text=True, cwd=REPO)
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert res.returncode == 2 and len(errors) == 1 and said in errors[0], res.stderr
+
+
+@pytest.mark.parametrize("script", ["bench_rope.py", "bench_startup.py"])
+def test_a_benchmark_started_in_a_deleted_folder_is_one_line_before_torch(tmp_path, script):
+    """bench_rope, bench_evaluate and bench_train_cpu import torch in `loading`, before `command`'s check: started
+    in a deleted folder they died in C ("Intel oneMKL FATAL ERROR: Cannot load .../libtorch_cpu.so")."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    res = subprocess.run(["bash", "-c", 'cd "$1" && rmdir "$1" && "$0" "$2" --help', sys.executable, str(gone),
+                          str(REPO / "benchmarks" / script)], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.splitlines() == [
+        "error: the current folder no longer exists (it was deleted or moved after this shell entered it): cd to an "
+        "existing folder and run the command again"], res.stderr
