@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-
+import re
 from pathlib import Path
 
 import pytest
@@ -79,3 +79,22 @@ def test_wheel_kernel_is_a_validated_gpu_script_with_internet(inputs, tmp_path, 
             M.validate_bundle(out)
     _edit(k / M.KERNEL_META, **meta)
     assert [c[-1] for c in P.push_commands(out)][-2:] == [str((out / "kernel").absolute()), str(k.absolute())]
+
+
+@pytest.mark.parametrize("change, said", [("nbformat", "its nbformat is 99, not 4"),
+                                          ("tags", "cells/0/metadata/tags: 'parameters' is not of type 'array'")])
+def test_a_notebook_nbformat_refuses_is_refused_before_the_bundle(tmp_path, change, said):
+    """A notebook of `"nbformat": 99`, or whose parameters tag is the string "parameters" (found by a substring
+    test), was shipped (status 0): nbformat refused the shipped file, found only on Kaggle after the push."""
+    from conftest import make_notebook
+    from trm_kaggle.kaggle.kernel import read_kernel_notebook
+
+    path = make_notebook(tmp_path / "nb.ipynb")
+    nb = json.loads(path.read_text())
+    if change == "nbformat":
+        nb["nbformat"] = 99
+    else:
+        nb["cells"][0]["metadata"]["tags"] = "parameters"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(TRMError, match=re.escape(f"{path}: not a submission kernel this package can run: {said}")):
+        read_kernel_notebook(path)

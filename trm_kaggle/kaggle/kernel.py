@@ -14,6 +14,7 @@ from typing import Callable
 from trm_kaggle.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import is_regular, read_json
+from trm_kaggle.wording import clipped, one_line
 from trm_kaggle.kaggle import adam_atan2_wheel
 from trm_kaggle.kaggle.metadata import (
     COMPETITION, DEFAULT_MACHINE_SHAPE, DEFAULT_PREFIX, KERNEL_META, BundleIds, kernel_metadata,
@@ -59,6 +60,10 @@ def kernel_notebook_problem(nb: dict) -> str | None:
     notebook whose code cell tagged `parameters` sets every name the bundle and the sandbox set
     (PARAMETER_NAMES), and which calls the package's `solve` (it writes a valid submission before anything
     can fail, then the model's answers)."""
+    if nb.get("nbformat") != 4:  # shipped as it was, Kaggle (and papermill) refused it after the push
+        return f"its nbformat is {clipped(nb.get('nbformat'), 20)}, not 4 (the notebook format Jupyter writes)"
+    if problem := _format_problem(nb):
+        return problem
     kernelspec = (nb.get("metadata") or {}).get("kernelspec") or {}
     language = kernelspec.get("language") if isinstance(kernelspec, dict) else None
     if language not in (None, "python"):
@@ -71,6 +76,23 @@ def kernel_notebook_problem(nb: dict) -> str | None:
         return f"its parameters cell does not set {', '.join(missing)}"
     if not _calls_solve(nb):
         return f"no code cell calls {SOLVE_NAME}() imported from {SOLVE_MODULE}"
+    return None
+
+
+def _format_problem(nb: dict) -> str | None:
+    """What nbformat's schema finds wrong in the notebook (a `tags` that is a string, not a list), in one line, or
+    None; nothing where nbformat is not installed (a bundle built without the notebooks extra)."""
+    try:
+        import nbformat
+    except ImportError:
+        return None
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError as e:
+        where = "/".join(map(str, getattr(e, "absolute_path", []) or [])) or "the notebook"
+        return f"{where}: {one_line(str(e.message) if hasattr(e, 'message') else str(e).splitlines()[0])[:200]}"
+    except Exception as e:  # noqa: BLE001 - a schema nbformat lacks (another minor version): said as it is
+        return f"nbformat cannot check it ({type(e).__name__}: {one_line(e)[:120]})"
     return None
 
 
@@ -105,7 +127,8 @@ def _cell_source(cell: dict) -> str:
 
 def parameters_cell(nb: dict) -> dict | None:
     for cell in nb["cells"]:
-        if cell.get("cell_type") == "code" and "parameters" in (cell.get("metadata", {}).get("tags") or []):
+        tags = (cell.get("metadata") or {}).get("tags")
+        if cell.get("cell_type") == "code" and isinstance(tags, list) and "parameters" in tags:  # a str: a substring
             return cell
     return None
 
