@@ -5,6 +5,8 @@ of Kaggle's server."""
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -447,3 +449,24 @@ def test_a_user_name_that_cannot_be_used_is_said_as_such_never_as_none(no_creden
                 "json a folder": "kaggle.json", "json's username": "its username 'a/b' is no Kaggle user name"}[case]
     assert expected in said[-1] and ("no $KAGGLE_USERNAME" in said[-1]) == (case != "env"), said
     assert (case == "env") == ("no kaggle.json with a username" in said[-1]), said
+
+
+def test_a_credentials_file_that_cannot_be_read_is_named_before_the_client_runs(no_credentials, tmp_path, monkeypatch):
+    """`--push` with a kaggle.json of mode 000: the client printed its 36-line login help twice, then the push said
+    "the kaggle package found no credentials", naming no file."""
+    import errno
+
+    from trm_kaggle import jsonio as J
+
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "kaggle.json").write_text('{"username": "u", "key": "k"}')
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(config))
+    real = os.open
+    monkeypatch.setattr(J.os, "open", lambda path, flags, *a, **kw: (_ for _ in ()).throw(PermissionError(
+        errno.EACCES, "Permission denied", str(path))) if Path(path).name == "kaggle.json" else real(path, flags, *a, **kw))
+    monkeypatch.setattr(P, "missing_client", lambda: None)
+    monkeypatch.setattr(P, "kaggle_api", lambda: pytest.fail("the client was asked"))
+    with pytest.raises(TRMError, match=re.escape(f"{config / 'kaggle.json'}: cannot read the kaggle client's "
+                                                 "credentials: Permission denied")):
+        P.owner(push=True, say=lambda _: None)

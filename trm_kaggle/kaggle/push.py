@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
 from trm_kaggle.errors import TRMError, os_error_line
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import open_regular, read_json
 from trm_kaggle.kaggle.metadata import (
     DATA_DIR, DATASET_META, DEFAULT_USER, KERNEL_META, MANIFEST, RUN_STATE_DIR, TRAIN_KERNEL_DIR, WHEEL_KERNEL_DIR,
     configured_user, dataset_metadata_problems, id_problem, kaggle_config_dirs, raise_problems,
@@ -45,7 +45,9 @@ PUSHED = ".trm-kaggle-pushed.json"
 
 
 def kaggle_credentials() -> str | None:
-    """Where the kaggle package would find credentials, or None."""
+    """Where the kaggle package would find credentials, or None. A credentials file there that this user cannot
+    read is TRMError naming it: the client, given it, printed its 36-line login help twice and the push said "the
+    kaggle package found no credentials"."""
     if os.environ.get("KAGGLE_USERNAME") and os.environ.get("KAGGLE_KEY"):
         return "KAGGLE_USERNAME/KAGGLE_KEY"
     if os.environ.get("KAGGLE_API_TOKEN"):
@@ -53,6 +55,8 @@ def kaggle_credentials() -> str | None:
     for d in kaggle_config_dirs():
         for name in ("kaggle.json", "access_token"):
             if (d / name).is_file():
+                with open_regular(d / name, "the kaggle client's credentials"):  # UnreadableFile names the cause
+                    pass
                 return str(d / name)
     return None
 
