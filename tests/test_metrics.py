@@ -95,3 +95,19 @@ def test_a_record_no_run_writes_after_this_versions_records_is_skipped_with_a_wa
     assert [(r["step"], r["loss"]) for r in train] == [(10, 2.0), (20, 1.0), (30, 0.5)]
     said = [r for r in caplog.records if "skipped 1 record(s) no run writes" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING"
+
+
+def test_a_line_that_is_no_json_with_lines_after_it_is_said_as_damage(tmp_path, caplog):
+    """Three hand-added lines (one not JSON, one of step 1e999, one of text) were counted as one skipped record:
+    a line that is not JSON was taken for the one being written, wherever it stood. Only the last line is."""
+    run = write_run(tmp_path / "r", train=[(10, 5.0, 1.5, 0.1, 0.5), (20, 9.0, 1.0, 0.3, 0.7)])
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[1:1] = ["not json \x1b[2J here", '{"step": 1e999, "loss": 1.0}', '{"step": 15, "loss": "abc"}']
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n" + '{"step": 30, "lo')
+    with caplog.at_level("INFO"):
+        train, _ = read_metrics(run)
+    assert [r["step"] for r in train] == [10, 20]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [f"{run / 'metrics.jsonl'}: skipped 3 record(s) no run writes (first: line 2: not a JSON "
+                      "record)"], warned
+    assert any("skipped 1 line(s) that are no JSON record" in r.getMessage() for r in caplog.records)

@@ -137,20 +137,25 @@ def _number(value: object) -> str:
 def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     """(training records, evaluation records) of a run, one per step in step order, each with `wall_s`.
 
-    A line that is not a JSON record (the half-written last line of a running run), or one no run writes
-    (`_not_written_by_a_run`: a step below 0, a value that is no number or one no run can have; a training step
-    that does not follow the one before it in its process) is skipped: the first quietly (a running run's last
-    line), the second with one warning naming the first such line and what is wrong in it. A run without
-    metrics.jsonl yet has none."""
+    A last line that is not a JSON record (the half-written line of a running run) is skipped quietly; a record no
+    run writes (`_not_written_by_a_run`: a step below 0, a value that is no number or one no run can have; a
+    training step that does not follow the one before it in its process; a line that is no JSON record with lines
+    after it) with one warning naming the first such line and what is wrong in it. A run without metrics.jsonl
+    yet has none."""
     path = Path(run_dir) / METRICS_FILE
     if not os.path.lexists(path):  # a FIFO or a folder in its place is named by the reader, not taken for none
         return [], []
     train: list[dict] = []
     evals: dict[int, dict] = {}
     offset, last, cut, foreign, first = 0.0, None, 0, 0, None
-    for n, _, record in read_json_lines(path, METRICS_FILE):
-        if record is None:
-            cut += 1
+    lines = read_json_lines(path, METRICS_FILE)
+    for n, _, record in lines:
+        if record is None:  # the last line: cut off by a kill, or being written; one with lines after it is
+            if n == lines[-1][0]:  # no write under way, and is said as a record no run writes
+                cut += 1
+            else:
+                foreign += 1
+                first = first or (n, "not a JSON record")
             continue
         why = _not_written_by_a_run(record)
         if why is None and "loss" in record and record.get("elapsed_s", 0.0) is None:
