@@ -79,13 +79,14 @@ def loading(name: str) -> Iterator[None]:
         yield
         return
     from trm_kaggle.interrupts import interrupted, quiet_teardown, take_sigterm
-    from trm_kaggle.names import current_folder_problem
 
-    if problem := current_folder_problem():  # before torch's import, which dies in C there
-        print(f"error: {problem}", file=sys.stderr)
-        sys.exit(2)
     take_sigterm()
     try:
+        from trm_kaggle.names import current_folder_problem  # (a stop during its import is taken too)
+
+        if problem := current_folder_problem():  # before torch's import, which dies in C there
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
         yield
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM / SIGHUP (`interrupts.Terminated`)
         status = interrupted(e)

@@ -35,11 +35,11 @@ def test_a_fifo_named_like_an_older_state_is_left_and_never_waited_on(sudoku4, t
 def test_a_signal_once_the_state_is_written_ends_any_wait_of_the_save(sudoku4, tmp_path, monkeypatch):
     real, entered = ckpt._written_by, []
 
-    def stuck(path, run_id):  # the rotation meets something that waits (a slow or hung file system)
+    def stuck(path, run_id, step=None):  # the rotation meets something that waits (a slow or hung file system)
         entered.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(8)
-        return real(path, run_id)
+        return real(path, run_id, step)
 
     monkeypatch.setattr(ckpt, "_written_by", stuck)
     run = tmp_path / "run"
