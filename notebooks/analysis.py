@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -32,9 +32,15 @@ OUT_DIR = "runs/sweeps/ablations/compare"  # table.md, table.csv, curves.png, fi
 METRIC = None  # metric of the plots; None: eval_exact_accuracy when runs evaluated, else exact_accuracy
 
 # %%
+import logging
+
 from IPython.display import Image, Markdown, display
 
 from trm_kaggle.experiments import write_comparison
+from trm_kaggle.wording import log_one_line_each
+
+# the package's warnings as one escaped line each: a run folder's name may hold escape sequences
+log_one_line_each(logging.WARNING)
 
 # %% [markdown]
 # ## Table

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -33,12 +33,18 @@ SEED = 42
 MAX_TASKS = 10  # first N tasks of each subset (None: all); inference at seq_len 900 is slow on a CPU
 
 # %%
+import logging
+
 from trm_kaggle.config import ArcBuildConfig
 from trm_kaggle.data import build_arc, dataset_name, format_arc_build, format_summary, source_kwargs, verify_dataset
+from trm_kaggle.wording import log_one_line_each, one_line
+
+# the package's warnings as one escaped line each: a name read from a file may hold escape sequences
+log_one_line_each(logging.WARNING)
 
 # named by what makes it: the defaults write runs/notebooks/data/arc2-first10-aug-8
 OUTPUT_DIR = OUTPUT_DIR or f"runs/notebooks/data/{dataset_name(SOURCE, NUM_AUG, max_tasks=MAX_TASKS)}"
-print(f"dataset: {OUTPUT_DIR}")
+print(f"dataset: {one_line(OUTPUT_DIR)}")
 
 # %% [markdown]
 # ## Build

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -45,8 +45,13 @@ DOCTESTS = False  # run doctests on fixes and predictions (runs code: see above)
 
 # %%
 import difflib
+import logging
 
 from trm_kaggle.hardware import quiet_openmp_waits
+from trm_kaggle.wording import log_one_line_each
+
+# the package's warnings as one escaped line each: a name read from a file may hold escape sequences
+log_one_line_each(logging.WARNING)
 
 quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
 from trm_kaggle.config import CodeRepairBuildConfig, RepairEvalConfig

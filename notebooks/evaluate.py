@@ -42,11 +42,16 @@ TASKS = None  # task ids to draw, e.g. ["0934a4d8"]; None: the first N_PICTURES 
 N_PICTURES = 3
 
 # %%
+import logging
 from pathlib import Path
 
 from IPython.display import Image, Markdown, display
 
 from trm_kaggle.hardware import quiet_openmp_waits
+from trm_kaggle.wording import log_one_line_each
+
+# the package's warnings as one escaped line each: a name read from a file may hold escape sequences
+log_one_line_each(logging.WARNING)
 
 quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
 from trm_kaggle.config import whole_argument

@@ -389,10 +389,12 @@ def test_train_and_evaluate_notebooks_execute(tmp_path, kernel_name):
 
 @pytest.mark.slow
 def test_analysis_notebook_executes_on_a_hand_made_sweep(tmp_path, kernel_name):
-    """Two variants x two seeds, one run still running: the table and both plots appear inline."""
+    """Two variants x two seeds, one run still running: the table and both plots appear inline. The sweep's
+    folder name holds an escape sequence: the package's warning about a record no run writes names it escaped
+    (it reached the terminal raw under papermill --log-output)."""
     from conftest import write_run
 
-    sweep = tmp_path / "sweep"
+    sweep = tmp_path / "sw\x1b[31meep\x07"
     records = []
     for variant, lr in (("a", "0.001"), ("b", "0.01")):
         for seed in (0, 1):
@@ -403,8 +405,14 @@ def test_analysis_notebook_executes_on_a_hand_made_sweep(tmp_path, kernel_name):
             records.append({"name": name, "variant": variant, "seed": seed,
                             "state": "running" if name == "b_s1" else "done"})
     (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": records}))
+    with open(sweep / "a_s0" / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"step": -5, "loss": 2.0}) + "\n")  # no run writes a step below 0: a warning
 
-    nb = run_notebook("analysis", tmp_path, kernel_name, DIRS=["sweep"], OUT_DIR="cmp", METRIC=None)
+    nb = run_notebook("analysis", tmp_path, kernel_name, DIRS=[sweep.name], OUT_DIR="cmp", METRIC=None)
+    warned = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", [])
+                     if o.get("name") == "stderr")
+    assert "skipped 1 record(s) no run writes" in warned and "sw\\x1b[31meep\\x07" in warned, warned
+    assert "\x1b" not in warned and "\x07" not in warned, warned
     text = "\n".join("".join(o.get("data", {}).get("text/markdown", "")) for c in nb["cells"]
                       for o in c.get("outputs", []))
     assert "# Comparison of 4 runs (3 done)" in text and "| a | 2 | 2 done |" in text and "| b_s1 | 1 | running |" in text
