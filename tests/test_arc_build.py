@@ -419,3 +419,19 @@ def test_a_build_named_another_way_is_the_same_build(arc_prefix, tmp_path, monke
     assert built_with(ArcBuildConfig(output_dir="data", input_file_prefix="src/arc", **common)) is not None
     assert built_with(ArcBuildConfig(output_dir="data", input_file_prefix=str(arc_prefix), **common)) is None
     assert built_with(ArcBuildConfig(output_dir="data", input_file_prefix="src/arc", **{**common, "seed": 4})) is None
+
+
+def test_a_stop_waits_for_the_pools_thread_before_it_goes_on():
+    """A stop in a parallel build went on while CPython's pool thread was still closing its wake-up pipe; the
+    interpreter's exit then woke it through the closed pipe and printed "Exception ignored ... Bad file descriptor"
+    after the stop's line (now and then). The thread is over by the time the stop leaves the build."""
+    import threading
+
+    from trm_kaggle.data.arc import build as B
+
+    steps = B._run(abs, list(range(-2000, 0)), [], 2, "stop", False)
+    assert next(steps) == 2000
+    with pytest.raises(KeyboardInterrupt):
+        steps.throw(KeyboardInterrupt)
+    left = [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread" and t.is_alive()]
+    assert not left, left

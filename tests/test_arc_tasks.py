@@ -261,3 +261,19 @@ def test_write_challenges_writes_only_what_its_readers_take(tmp_path, tasks, wor
     with pytest.raises(DataError, match=re.escape(words)):
         write_challenges(tasks(), tmp_path / "c.json", tmp_path / "s.json")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("which", ["challenges", "solutions"])
+def test_a_folder_in_a_prefix_files_place_is_named_as_one(tmp_path, which):
+    """A solutions folder was taken for the missing solutions file (exit 0, every test label empty), and a
+    challenges folder was called "file not found"."""
+    rng = np.random.default_rng(5)
+    write_prefix_subset(tmp_path / "k", "training", {"a": random_task(rng)}, solutions=False)
+    folder = tmp_path / f"k_training_{which}.json"
+    if folder.exists():
+        folder.unlink()
+    folder.mkdir()
+    with pytest.raises(DataError) as e:
+        load_prefix_subset(str(tmp_path / "k"), "training")
+    assert str(e.value).startswith(f"{folder}: a folder where the {which} file goes"), e.value
+    assert "not found" not in str(e.value)

@@ -493,3 +493,35 @@ def test_an_empty_array_or_one_smaller_than_its_header_says_is_damage(data, tmp_
         load_split(ds, "train")
     line = one_error_line(capsys, main(["verify", str(ds)]))
     assert "but the file holds" in line and "memory" not in line, line
+
+
+def test_task_files_behind_a_folder_this_user_may_not_enter_are_said_as_a_permission(tmp_path):
+    """build-arc's inputs in a folder of mode 000 were "no *.json task files" (--task-dir), "file not found"
+    (--input-file-prefix) and "a dangling link" (a link into it): each is there, only out of this user's reach."""
+    task = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[3]], "output": [[4]]}]}
+    (tmp_path / "rd" / "training").mkdir(parents=True)
+    (tmp_path / "rd" / "training" / "t1.json").write_text(json.dumps(task))
+    (tmp_path / "hid").mkdir()
+    (tmp_path / "hid" / "g_training_challenges.json").write_text(json.dumps({"t1": task}))
+    (tmp_path / "lk_training_solutions.json").symlink_to(tmp_path / "hid" / "g_training_challenges.json")
+    code = ("import sys; from trm_kaggle.data.arc.tasks import load_task_dir, load_prefix_subset; "
+            "from trm_kaggle.outputs import link_problem; from trm_kaggle.errors import DataError\n"
+            "for call in (lambda: load_task_dir('rd/training'), lambda: load_prefix_subset('hid/g', 'training')):\n"
+            "    try: call(); print('no error')\n"
+            "    except DataError as e: print(e)\n"
+            "print(link_problem('lk_training_solutions.json', '--input-file-prefix file'))\n")
+    prefix = without_root_overrides()
+    (tmp_path / "rd" / "training").chmod(0)
+    (tmp_path / "hid").chmod(0)
+    try:
+        done = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+    finally:
+        (tmp_path / "rd" / "training").chmod(0o755)
+        (tmp_path / "hid").chmod(0o755)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and len(lines) == 3, done
+    assert lines[0].startswith("rd/training: the task folder cannot be listed (Permission denied)"), lines[0]
+    assert lines[1].startswith("hid/g_training_challenges.json: challenges file cannot be reached: a folder on its "
+                               "path does not let this user in (Permission denied)"), lines[1]
+    assert "cannot reach (Permission denied" in lines[2] and "does not exist" not in lines[2], lines[2]

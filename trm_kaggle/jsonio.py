@@ -233,11 +233,26 @@ def _special_line(path: str | os.PathLike, what: str, kind: str) -> str:
     return f"{path}: {what} must be a regular file, not {kind}{links}; it is not read (it may never end)"
 
 
+def unreachable_problem(path: str | os.PathLike, what: str = "file") -> str | None:
+    """`"{path}: ..."` when the system will not look `path` up for this user (a folder on its way without
+    search permission): whether a file is there cannot be told, and a caller that said "not found" sent the user
+    looking for a file that was there. None for anything else."""
+    try:
+        os.stat(path)
+    except PermissionError:
+        return (f"{path}: {what} cannot be reached: a folder on its path does not let this user in (Permission "
+                "denied); whether it is there cannot be told: make that folder searchable (chmod +x)")
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def is_regular(path: str | os.PathLike, what: str = "file") -> bool:
     """Whether `path` is a regular file (through links), for a caller that picks by it: read it or say it is
     missing, treat an argument as a file or as a folder. `Path.is_file()` is False for a FIFO, a device or a
     socket too, which would then be called missing or not a file of the kind; here such a file is refused with
-    `open_regular`'s line (`UnreadableFile`), without being opened. False when nothing, or a folder, is there."""
+    `open_regular`'s line (`UnreadableFile`), without being opened. False when nothing, or a folder, is there,
+    or when this user may not look the path up (`unreachable_problem` tells that apart)."""
     try:
         st = os.stat(path)
     except (OSError, ValueError):  # missing, a dangling link, a NUL in the name: as is_file() answers

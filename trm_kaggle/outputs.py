@@ -189,6 +189,9 @@ def link_problem(path: str | os.PathLike, what: str = "output") -> str | None:
     except OSError as e:
         if e.errno == errno.ELOOP:
             return f"{what} {os.fspath(path)} is a loop of symbolic links (a dangling link): remove the link"
+        if e.errno == errno.EACCES:  # what it points to may be there: a folder on the way keeps this user out
+            return (f"{what} {os.fspath(path)} is a symbolic link to {os.path.realpath(path)}, which this user "
+                    "cannot reach (Permission denied on a folder on its way): make that folder searchable")
         return (f"{what} {os.fspath(path)} is a symbolic link to {os.path.realpath(path)}, which does not exist "
                 "(a dangling link): create what it points to, or remove the link")
     return None

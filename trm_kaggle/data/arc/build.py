@@ -334,7 +334,13 @@ def _run(fn, argss: list, jobs: list[TaskJob], workers: int, desc: str, progress
                     for child in children:
                         child.join(timeout=5)
                     if pool is not None:
+                        # CPython's pool thread closes its wake-up pipe as it ends, unlocked against the interpreter's
+                        # exit waking it: a stop racing that printed "Exception ignored ... Bad file descriptor"
+                        # after the stop's one line. The thread ends once it sees the workers gone: wait for it.
+                        manager = getattr(pool, "_executor_manager_thread", None)
                         pool.shutdown(wait=False, cancel_futures=True)
+                        if manager is not None:
+                            manager.join(timeout=5)
                     raise
                 pool.shutdown()
     finally:

@@ -25,7 +25,7 @@ import numpy as np
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import is_regular, loop_problem, read_json, repeated_key
+from trm_kaggle.jsonio import is_regular, loop_problem, read_json, repeated_key, unreachable_problem
 from trm_kaggle.names import task_id_problem
 from trm_kaggle.outputs import Output, check_kept, writable_problem
 from trm_kaggle.wording import clipped, count, shown
@@ -294,8 +294,16 @@ def prefix_paths(prefix: str, subset: str) -> tuple[Path, Path]:
 def load_prefix_subset(prefix: str, subset: str, strict: bool = True) -> LoadReport:
     """Upstream's `--input-file-prefix` convention; a missing solutions file is allowed."""
     ch, sol = prefix_paths(prefix, subset)
+    where = f"from --input-file-prefix {prefix} and subset {subset}"
+    # a folder in either place is named as one: "file not found" for a challenges folder sent the user looking for
+    # a file, and a solutions folder was taken for the missing solutions file (every test label left empty)
+    for path, what in ((ch, "challenges file"), (sol, "solutions file")):
+        if os.path.isdir(path):
+            raise DataError(f"{path}: a folder where the {what} goes ({where}): a JSON file expected")
+        if problem := unreachable_problem(path, what):  # said as a permission, never as a file not found
+            raise DataError(problem)
     if not is_regular(ch, "challenges file"):
-        raise DataError(f"{ch}: file not found (from --input-file-prefix {prefix} and subset {subset})")
+        raise DataError(f"{ch}: file not found ({where})")
     # a FIFO in the solutions' place is refused, not taken for the missing solutions file this allows
     return load_challenges(ch, sol if is_regular(sol, "solutions file") else None, strict)
 
@@ -308,7 +316,11 @@ def subset_folder(task_dir: str | os.PathLike, subset: str) -> Path:
         return sub
     if not root.is_dir():  # a loop of links is named as one, not as a folder that is not there
         raise DataError(loop_problem(root, "task folder (--task-dir)") or f"{root}: not a directory (--task-dir)")
-    folders = sorted(p.name for p in root.iterdir() if p.is_dir())
+    try:
+        folders = sorted(p.name for p in root.iterdir() if p.is_dir())
+    except OSError as e:  # a folder this user may not open: its subset folder may well be there
+        raise DataError(f"{root}: the task folder (--task-dir) cannot be listed ({e.strerror or e}), so its folder "
+                        f"for subset {subset!r} cannot be reached: make it readable (chmod +rx)") from None
     close = difflib.get_close_matches(subset, folders, n=1)
     hint = f"did you mean {close[0]}? " if close else ""
     raise DataError(f"{root}: no folder for subset {subset!r} ({hint}its folders: {', '.join(folders) or 'none'}); "
@@ -320,6 +332,11 @@ def load_task_dir(directory: str | os.PathLike, strict: bool = True) -> LoadRepo
     directory = Path(directory)
     if not directory.is_dir():
         raise DataError(f"{directory}: not a directory")
+    try:  # glob passes a folder it may not list by in silence: "no task files" for a folder full of them
+        os.listdir(directory)
+    except OSError as e:
+        raise DataError(f"{directory}: the task folder cannot be listed ({e.strerror or e}): make it readable "
+                        "(chmod +rx)") from None
     files = sorted(directory.glob("*.json"))
     if not files:
         raise DataError(f"{directory}: no *.json task files")
