@@ -164,3 +164,35 @@ def test_submit_predicts_with_the_trajectories_and_depth_it_was_given(tmp_path, 
     assert res.summary()["settled"] is not None and res.predictions.max_steps == 3
     result = json.loads(next((tmp_path / "work" / "units").glob("*/result.json")).read_text())
     assert result["key"]["trajectories"] == 2 and result["key"]["test_depth"] == 3  # a rerun without them re-solves
+
+
+def test_an_examples_noise_is_its_own_whatever_the_batch_or_the_examples_run_beside_it(sudoku4):
+    from trm_kaggle.evaluate.predict import predict_split
+
+    model = _model(sudoku4)
+    with torch.no_grad():  # q_halt about 0: the rows stop at steps 2 to 4, and their slots take the next rows
+        model.q_head.bias.fill_(-1.0)
+    kw = dict(device="cpu", early_exit=True, max_steps=4, trajectories=4, noise=0.5, seed=3, prefetch=0)
+    whole = predict_split(model, sudoku4, batch_size=8, **kw)
+    n = len(whole) // 4
+    assert n >= 4 and len(np.unique(whole.steps)) > 1  # rows stop at different steps: refills mix the batch
+    for size in (1, 3):  # other batches: other rows beside each example, started at other loop iterations
+        got = predict_split(model, sudoku4, batch_size=size, **kw)
+        assert np.array_equal(got.tokens, whole.tokens) and np.array_equal(got.steps, whole.steps), size
+        np.testing.assert_allclose(got.q_halt, whole.q_halt, rtol=1e-4, atol=1e-5)
+    picked = np.arange(1, n, 2)  # part of the split: each example draws the noise the whole split drew for it
+    part = predict_split(model, sudoku4, batch_size=3, examples=picked, **kw)
+    rows = (picked[:, None] * 4 + np.arange(4)).ravel()
+    assert np.array_equal(part.tokens, whole.tokens[rows]) and np.array_equal(part.steps, whole.steps[rows])
+    np.testing.assert_allclose(part.q_halt, whole.q_halt[rows], rtol=1e-4, atol=1e-5)
+    # and the trajectories of one example draw apart: noise of their own, trajectory 0 none
+    q = whole.q_halt.reshape(n, 4)
+    assert all(len(np.unique(row[1:])) == 3 for row in q)
+    # a Sudoku's score (one selected trajectory per example) is the batch size's no more than the votes are
+    from trm_kaggle.evaluate.dataset import score_dataset
+
+    cfg = EvaluateConfig(trajectories=4, trajectory_noise=0.5, trajectory_seed=3, trajectory_select="first_halt",
+                         max_steps=4)
+    scores = [score_dataset(model, sudoku4, cfg, device="cpu", batch_size=size).summary() for size in (2, 8)]
+    for field in ("token_accuracy", "exact_accuracy", "mean_steps", "noisy_chosen"):
+        assert scores[0][field] == scores[1][field], field

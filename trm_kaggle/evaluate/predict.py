@@ -121,6 +121,12 @@ class _ExampleStream:
         self.walk_only = False  # after the rollout: the rest of the split is walked for its bookkeeping alone
         self.seconds = 0.0  # spent producing the batches the rollout took
 
+    def split_index(self, queued: np.ndarray) -> np.ndarray:
+        """The index in the whole split of the examples queued `queued`-th: the key of their noise, so that a
+        part of the split (`examples`) draws what the whole split draws for them."""
+        rows = self.stream_rows[queued]
+        return rows if self.examples is None else self.examples[rows]
+
     def batches(self):
         examples = self.examples
         t = time.perf_counter()
@@ -238,7 +244,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     stream = src.batches()
     try:
         with xla.no_grad_for(device):
-            for done in rollout.run(stream, may_start, stop_at=always_until):
+            for done in rollout.run(stream, may_start, stop_at=always_until, keys=src.split_index):
                 rows = src.stream_rows[done.ids]
                 if K > 1:
                     rows = rows * K + done.trajectory

@@ -25,12 +25,16 @@ Test-time trajectories (`trajectories=K`, `noise=S`; docs/test_time.md): every e
 batch. Between two supervision steps of a row (after step s, before step s + 1), Gaussian noise is added to
 both latent states of trajectories 1..K-1, per position scaled to that position's RMS over the hidden size:
 z <- z + S * rms(z) * N(0, 1); trajectory 0 runs without noise, so the K candidates always hold the
-prediction of a plain rollout. The draws come from a generator seeded with `seed` (the same settings draw
-the same noise). `select` picks one trajectory per example: "q_halt" the highest q_halt logit where it
-stopped, "first_halt" the one that stopped earliest with q_halt > 0 (none: the highest q_halt), "all" keeps
-every trajectory (ARC: each one votes). Noise 0 runs one trajectory: K identical ones would be K copies of
-today's rollout. `track_settled` decodes every row at every step to count the rows whose prediction no
-longer changes (`settled`: the predictions of its last `SETTLE_STEPS` steps are identical).
+prediction of a plain rollout. A row's draw is its own: a generator seeded, for that row and step alone, from
+numpy's SeedSequence of (`seed`, the example's key, its trajectory, the row's own ACT step s) gives z_H's and
+z_L's noise (two draws), so the batch size, the examples beside it and when it started change nothing (the
+key: the example's number in the source, or what `run`'s `keys` says, as its index in the whole split). The
+same settings draw the same noise on the same kind of device (CPU and CUDA generators differ). `select` picks
+one trajectory per example: "q_halt" the highest q_halt logit where it stopped, "first_halt" the one that
+stopped earliest with q_halt > 0 (none: the highest q_halt), "all" keeps every trajectory (ARC: each one
+votes). Noise 0 runs one trajectory: K identical ones would be K copies of today's rollout. `track_settled`
+decodes every row at every step to count the rows whose prediction no longer changes (`settled`: the
+predictions of its last `SETTLE_STEPS` steps are identical).
 
 `act_rollout` runs ONE batch and is the reference the continuous rollout is tested against.
 With early exit it *compacts*: stopped rows leave the carry and the batch, so later steps
@@ -299,11 +303,14 @@ class ContinuousRollout:
     SCORE_FIELDS = SCORE_FIELDS  # what `score` sums, in order
 
     def run(self, source: Iterable[dict[str, torch.Tensor]], may_start: Callable[[int], bool] | None = None,
-            stop_at: float | None = None) -> Iterator[Finished]:
+            stop_at: float | None = None, keys: Callable[[np.ndarray], np.ndarray] | None = None
+            ) -> Iterator[Finished]:
         """The examples of `source` as they finish. `may_start(i)` False ends the queue at example i; `stop_at`, a
         time.monotonic() value, ends the run at the first ACT step after it, the rows still running unfinished
         (a worker's own deadline: a batch that started before it must not run on past it; XLA's whole batches
-        stop only between batches)."""
+        stop only between batches). `keys(i)`, for an array of example numbers, gives the keys their noise is
+        drawn from (default: the numbers): a caller running part of a split gives each example's index in the
+        whole split, so that it draws the noise a run of the whole split draws for it."""
         K = self.trajectories
         if K == 1:
             yield from self._run(source, may_start, stop_at)
@@ -311,7 +318,7 @@ class ContinuousRollout:
         # every example K times in a row: queue number q is trajectory q % K of example q // K
         source = ({k: v.repeat_interleave(K, 0) for k, v in chunk.items()} for chunk in source)
         allowed = None if may_start is None else (lambda q: may_start(q // K))
-        finished = self._run(source, allowed, stop_at)
+        finished = self._run(source, allowed, stop_at, keys)
         yield from (finished if self.select == "all" else self._chosen(finished))
 
     def score(self, source: Iterable[dict[str, torch.Tensor]], ignore_label_id: int | None = IGNORE_LABEL_ID
@@ -337,14 +344,28 @@ class ContinuousRollout:
                                    (real & settled).sum().double(), (real & noisy).sum().double()])
         return totals
 
-    def _noised(self, z: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """z plus noise of scale `noise` times each position's RMS on `rows` (bool (B,)), the others as they are."""
+    def _noised(self, carry: Carry, rows: np.ndarray, queued: np.ndarray,
+                keys: Callable[[np.ndarray], np.ndarray] | None) -> Carry:
+        """`carry` with noise on its rows `rows`, which run the queue numbers `queued`: each row's z_H and z_L plus
+        `noise` times each position's RMS times a draw of that row's own (module docstring), the others as they
+        are. One generator call per row: a draw over the whole batch made each row's noise depend on its place."""
+        K = self.trajectories
+        examples = queued // K if keys is None else np.asarray(keys(queued // K), dtype=np.int64)
+        at = torch.from_numpy(rows).to(self.device)
+        steps = carry.steps[at].tolist()  # the ACT steps the rows have run (a host read, on noisy steps only)
         if self.generator is None:
-            self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
-        eps = torch.randn(z.shape, generator=self.generator, device=z.device, dtype=torch.float32)
-        zf = z.float()
-        rms = zf.pow(2).mean(-1, keepdim=True).sqrt()
-        return torch.where(rows.view(-1, 1, 1), zf + self.noise * rms * eps, zf).to(z.dtype)
+            self.generator = torch.Generator(device=self.device)
+        shape = (2,) + tuple(carry.z_H.shape[1:])  # z_H's draw, then z_L's
+        eps = torch.stack([torch.randn(shape, generator=self.generator.manual_seed(noise_seed(self.seed, e, q % K, s)),
+                                       device=self.device, dtype=torch.float32)
+                           for e, q, s in zip(examples.tolist(), queued.tolist(), steps)])
+
+        def plus(z: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+            zf = z[at].float()
+            rms = zf.pow(2).mean(-1, keepdim=True).sqrt()
+            return z.index_copy(0, at, (zf + self.noise * rms * eps).to(z.dtype))
+
+        return replace(carry, z_H=plus(carry.z_H, eps[:, 0]), z_L=plus(carry.z_L, eps[:, 1]))
 
     def _chosen(self, finished: Iterator[Finished]) -> Iterator[Finished]:
         """One row per example: its `select`ed trajectory, once all K have stopped (or the run ended: examples
@@ -378,7 +399,8 @@ class ContinuousRollout:
         return _take(f, order[first])
 
     def _run(self, source: Iterable[dict[str, torch.Tensor]], may_start: Callable[[int], bool] | None = None,
-             stop_at: float | None = None) -> Iterator[Finished]:
+             stop_at: float | None = None, keys: Callable[[np.ndarray], np.ndarray] | None = None
+             ) -> Iterator[Finished]:
         if stop_at is not None:  # no example starts after the stop either
             may_start = _until(may_start, stop_at)
         queue = _Queue(source, may_start)
@@ -452,10 +474,9 @@ class ContinuousRollout:
                 if track:
                     last, same = last[at], same[at]
             if K > 1:  # noise on the noisy trajectories that go on to their next step (module docstring)
-                noisy = (slot_id >= 0) & (slot_id % K != 0) & ~halted
-                if noisy.any():
-                    rows = torch.from_numpy(noisy).to(device)
-                    carry = replace(carry, z_H=self._noised(carry.z_H, rows), z_L=self._noised(carry.z_L, rows))
+                noisy = np.flatnonzero((slot_id >= 0) & (slot_id % K != 0) & ~halted)
+                if len(noisy):
+                    carry = self._noised(carry, noisy, slot_id[noisy], keys)
             carry = replace(carry, halted=torch.from_numpy(halted).to(device))
 
     def _load(self, batch: dict[str, torch.Tensor], slot_id: np.ndarray, slots: np.ndarray, ids: np.ndarray,
@@ -481,6 +502,12 @@ class ContinuousRollout:
             self.rows_forwarded += r.rows_forwarded
             yield Finished(ids, r.tokens[:n], r.q_halt[:n], r.steps[:n], {k: v[:n] for k, v in batch.items()},
                            None if r.logits is None else r.logits[:n])
+
+
+def noise_seed(seed: int, key: int, trajectory: int, step: int) -> int:
+    """The seed of one row's noise after ACT step `step` (module docstring): SeedSequence mixes the four into 64
+    bits, so nearby keys, trajectories and steps draw unrelated noise."""
+    return int(np.random.SeedSequence((seed, key, trajectory, step)).generate_state(1, np.uint64)[0])
 
 
 def _until(may_start: Callable[[int], bool] | None, stop_at: float) -> Callable[[int], bool]:
