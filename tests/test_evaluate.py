@@ -841,3 +841,72 @@ def test_votes_of_test_inputs_the_dataset_lacks_and_empty_vote_options_are_refus
         assert main([*common, option, ""]) == 2
         out, err = capsys.readouterr()
         assert said in err and err.count("\n") == 1 and "ARC Prize score" not in out, (out, err)
+
+
+def _renamed_puzzle(dataset, tmp_path, old: str, new: str) -> Path:
+    """A copy of the dataset whose puzzle `old` is named `new` in identifiers.json."""
+    copy = tmp_path / "renamed-puzzle"
+    shutil.copytree(dataset, copy)
+    ids = json.loads((copy / "identifiers.json").read_text())
+    ids[ids.index(old)] = new
+    (copy / "identifiers.json").write_text(json.dumps(ids))
+    return copy
+
+
+@pytest.mark.parametrize("new, said", [
+    ("12997ef3|||t9|||0487695132", r"test split puzzle 1: not an augmented puzzle name: '12997ef3\|\|\|t9"),
+    ("12997ef3|||t0|||0487695132", r"test split puzzle 1 \(12997ef3\|\|\|t0\|\|\|0487695132\) does not un-augment to "
+                                   r"test input 0 of task 12997ef3 in test_puzzles.json \(2 such examples\)"),
+    ("05a7bcf2|||t4|||0487695132", r"test split puzzle 1 \(05a7bcf2\|\|\|t4\|\|\|0487695132\) example 1 has no test "
+                                   r"input: its task 05a7bcf2 has only 1 test input"),
+    ("\x1b[2J12997ef3|||t4|||0487695132", r"test split puzzle 1 \(\\x1b\[2J12997ef3\|\|\|t4\|\|\|0487695132\) is of "
+                                          r"task \\x1b\[2J12997ef3, which test_puzzles.json does not hold \(1 such task\)"),
+])
+def test_the_test_splits_rules_run_without_a_model_and_before_any_inference(dataset, tmp_path, monkeypatch, new,
+                                                                             said):
+    """`check_test_split` (which verify calls) refuses what evaluate refuses, in the same line naming the dataset and
+    the first bad puzzle, escaped; evaluate refuses it before the inference (a puzzle of another task, or under
+    another transform, was refused after the whole prediction)."""
+    import trm_kaggle.evaluate.pipeline as P
+
+    copy = _renamed_puzzle(dataset, tmp_path, "12997ef3|||t4|||0487695132", new)
+    with pytest.raises(DataError, match=f"^{re.escape(str(copy))}: {said}") as checked:
+        P.check_test_split(copy)
+    with pytest.raises(DataError) as chunked:
+        P.check_test_split(copy, chunk=1)  # a chunk of one example at a time finds and counts the same
+    monkeypatch.setattr(P, "predict_split", lambda *a, **k: pytest.fail("inference must not start"))
+    with pytest.raises(DataError) as evaluated:
+        evaluate(make_model(copy, Oracle), copy, batch_size=64)
+    assert str(checked.value) == str(chunked.value) == str(evaluated.value) and "\x1b" not in str(checked.value)
+
+
+def test_the_test_splits_rules_pass_a_good_dataset_and_skip_one_without_test_puzzles(dataset, tmp_path):
+    from trm_kaggle.evaluate import check_test_split
+
+    check_test_split(dataset)
+    check_test_split(dataset, chunk=3)
+    copy = tmp_path / "no-test-puzzles"
+    shutil.copytree(dataset, copy)
+    (copy / "test_puzzles.json").unlink()
+    check_test_split(copy)  # scored per example (Sudoku, Maze): none of these rules
+
+
+def test_a_test_split_identifier_outside_the_table_and_a_colour_past_a_byte_are_one_line(dataset, tmp_path):
+    """A puzzle identifier -1 named the table's last puzzle (evaluated as another task's copy), and a colour 300 in
+    test_puzzles.json was numpy's OverflowError, a traceback."""
+    from trm_kaggle.evaluate import check_test_split
+
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    pid = np.load(copy / "test/all__puzzle_identifiers.npy")
+    pid[2] = -1
+    np.save(copy / "test/all__puzzle_identifiers.npy", pid)
+    with pytest.raises(DataError, match=r"test split puzzle 2: identifier -1 is outside identifiers.json's 37"):
+        check_test_split(copy)
+    shutil.rmtree(copy)
+    shutil.copytree(dataset, copy)
+    raw = json.loads((copy / "test_puzzles.json").read_text())
+    raw["05a7bcf2"]["test"][0]["output"][0][0] = 300
+    (copy / "test_puzzles.json").write_text(json.dumps(raw))
+    with pytest.raises(DataError, match=r"task 05a7bcf2 test pair 0 needs a rectangular 'input'"):
+        check_test_split(copy)

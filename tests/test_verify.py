@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -113,3 +114,62 @@ def test_a_test_input_test_puzzles_json_and_the_split_disagree_on_is_refused(ds,
     (ds / "test_puzzles.json").write_text(json.dumps(tp))
     with pytest.raises(DataError, match=f"task e1: {said}"):
         verify_dataset(ds)
+
+
+def _renamed_augmented_puzzle(good, tmp_path, rename) -> tuple:
+    """A copy of `good` without contents.json (an upstream or older dataset has none) whose first augmented puzzle
+    of the test task e0 is named `rename(task, transform, perm)` in identifiers.json: (the copy, the new name)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(good, copy)
+    (copy / "contents.json").unlink()
+    ids = json.loads((copy / "identifiers.json").read_text())
+    k = next(i for i, name in enumerate(ids) if name.startswith("e0|||"))
+    ids[k] = rename(*ids[k].split("|||"))
+    (copy / "identifiers.json").write_text(json.dumps(ids))
+    return copy, ids[k]
+
+
+AUGMENTED_NAMES_EVALUATE_REFUSES = [
+    pytest.param(lambda task, t, perm: f"{task}|||t9|||{perm}", r"not an augmented puzzle name", id="no-transform"),
+    pytest.param(lambda task, t, perm: f"{task}|||t{(int(t[1:]) + 1) % 8}|||{perm}",
+                 r"does not un-augment to test input 0 of task e0 in test_puzzles.json", id="another-transform"),
+    pytest.param(lambda task, t, perm: f"e1|||{t}|||{perm}", r"does not un-augment to test input 0 of task e1",
+                 id="another-task"),
+    pytest.param(lambda task, t, perm: f"\x1b[31m{task}|||{t}|||{perm}",
+                 r"is of task \\x1b\[31me0, which test_puzzles.json does not hold", id="escape"),
+    pytest.param(lambda task, t, perm: f"../../x|||{t}|||{perm}", r"is of task \.\./\.\./x, which test_puzzles.json",
+                 id="path"),
+]
+
+
+@pytest.mark.parametrize("rename, said", AUGMENTED_NAMES_EVALUATE_REFUSES)
+def test_verify_refuses_an_augmented_test_puzzle_evaluate_refuses(good, tmp_path, capsys, rename, said):
+    """verify skipped every augmented test puzzle: a name evaluate refuses at once (no transform t9, another
+    transform, another task's, a task holding an escape sequence or a path) said OK, and hours of training went into
+    the dataset. The command checks the test split by evaluate's own rules, in one line naming the puzzle."""
+    from trm_kaggle.cli import main
+
+    copy, name = _renamed_augmented_puzzle(good, tmp_path, rename)
+    verify_dataset(copy)  # the data layer's checks: the un-augmented puzzles are all right
+    assert main(["verify", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"error: {re.escape(str(copy))}: test split puzzle \d+[: ].*{said}.*\n", err), err
+    assert "\x1b" not in err
+
+
+def test_the_pipeline_and_the_training_kernel_check_the_test_split_as_verify(good, tmp_path, monkeypatch):
+    """The pipeline's dataset stage and the Kaggle training kernel's data dataset verify what they train on: a test
+    split evaluate refuses is refused there too, before any training (or publishing)."""
+    from trm_kaggle import pipeline
+    from trm_kaggle.config import PipelineConfig
+    from trm_kaggle.kaggle import BundleIds, train_kernel
+
+    copy, _ = _renamed_augmented_puzzle(good, tmp_path, lambda task, t, perm: f"e1|||{t}|||{perm}")
+    monkeypatch.setattr(pipeline, "_write_task_files", lambda *a: None)
+    monkeypatch.setattr(pipeline, "_reusable", lambda *a: {"tasks": 6, "train_examples": 1, "test_examples": 1})
+    build_cfg = ArcBuildConfig(output_dir=str(copy), input_file_prefix=str(tmp_path / "src" / "arc"))
+    with pytest.raises(DataError, match=r"test split puzzle \d+ \(e1\|\|\|t\d\|\|\|\d+\) does not un-augment"):
+        pipeline._build_dataset(PipelineConfig(), (build_cfg, {}), {"data_dir": copy})
+    with pytest.raises(DataError, match=r"test split puzzle \d+ .*does not un-augment"):
+        train_kernel.build_data(tmp_path / "out", copy, ids=BundleIds("tester", "trm-kaggle"), log=lambda _: None)
+    assert not (tmp_path / "out").exists()

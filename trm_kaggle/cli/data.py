@@ -143,7 +143,9 @@ def add_verify(sub) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from trm_kaggle.data import format_summary, verify_dataset
+    from trm_kaggle.evaluate import check_test_split
 
     summary = verify_dataset(args.dataset_dir)
+    check_test_split(args.dataset_dir)  # an ARC dataset's test split as evaluate reads it: augmented puzzles too
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     return 0

@@ -4,7 +4,9 @@ Checks, in order, stopping at the first problem (raised as DataError naming the 
 identifiers.json; for both splits dataset.json, the five arrays, their shapes and
 dtypes, monotone index arrays that cover every example and puzzle exactly, tokens
 inside the vocabulary, identifiers inside the identifier table, metadata counts;
-then test_puzzles.json against the test split when present.
+then test_puzzles.json against the test split's un-augmented puzzles when present. Its augmented
+puzzles are read by evaluate's rules (`trm_kaggle.evaluate.check_test_split`, above this layer),
+which the `verify` command, the pipeline and the Kaggle training kernel run after this check.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from trm_kaggle.data.format import (FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, 
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import directory_problem, read_json
 from trm_kaggle.names import file_in, name_problem, task_id_problem
-from trm_kaggle.wording import count, one_line
+from trm_kaggle.wording import count, one_line, shown
 
 
 @dataclass
@@ -132,12 +134,12 @@ def _check_test_puzzles(dataset_dir: Path, test_puzzles: dict, ids: list[str]) -
     seen = set()
     for p, ident in enumerate(s.puzzle_identifiers):
         name = name_of[ident]
-        if "|||" in name:
+        if "|||" in name:  # an augmented copy: evaluate's `check_test_split` reads it (evaluate sits above data)
             continue
         seen.add(name)
         task = test_puzzles.get(name)
         if task is None:
-            raise DataError(f"{dataset_dir / 'test_puzzles.json'}: test puzzle {name} is not recorded")
+            raise DataError(f"{dataset_dir / 'test_puzzles.json'}: test puzzle {shown(name)} is not recorded")
         n_test = len(task.get("test", [])) if isinstance(task, dict) else -1
         if n_test != counts[p]:
             raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {name} has {count(n_test, 'test input')} "

@@ -10,6 +10,7 @@ _EXPORTS = {
     "check_scorable": "submission",
     "chosen_tasks": "report",
     "check_submission": "submission",
+    "check_test_split": "pipeline",
     "evaluate": "pipeline",
     "evaluate_export": "run",
     "evaluate_io": "run",

@@ -10,10 +10,11 @@
 Mapping predictions to test outputs: the test split holds, per test-set task, one
 puzzle per augmentation whose examples are the task's test inputs in order, so example
 k of a puzzle named `<task>|||t..|||..` (or plain `<task>`) predicts test output k of
-`<task>` in test_puzzles.json. `check_inputs=True` (the default) verifies it: every
-un-augmented input must equal that test input, else the dataset and test_puzzles.json
-disagree and evaluation stops with a DataError. (Upstream instead looked test inputs up
-by the hash of the un-augmented input, which merges identical test inputs of a task.)
+`<task>` in test_puzzles.json. `check_inputs=True` (the default) verifies it before any
+inference: every un-augmented input must equal that test input, else the dataset and
+test_puzzles.json disagree and evaluation stops with a DataError. (Upstream instead looked
+test inputs up by the hash of the un-augmented input, which merges identical test inputs of
+a task.) `check_test_split(dataset_dir)` runs these rules without a model: `verify` calls it.
 
 `token_accuracy` (fraction of non-PAD label tokens predicted right, over all augmented
 copies) is reported under that name only; it is not a solve rate.
@@ -43,8 +44,8 @@ import torch
 from trm_kaggle.config import EvaluateConfig, seconds_argument, whole_argument
 from trm_kaggle.data import load_identifiers, load_split
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.evaluate.decode import (decode_split_tokens, example_puzzles, grids_to_keys, puzzle_augmentations,
-                                        side_of)
+from trm_kaggle.evaluate.decode import (PuzzleAugmentations, decode_split_tokens, example_puzzles, grid_to_key,
+                                        key_dtype, puzzle_augmentations, side_of)
 from trm_kaggle.evaluate.predict import Predictions, predict_split
 from trm_kaggle.evaluate.stats import category_breakdown
 from trm_kaggle.evaluate.vote import ATTEMPTS, MAX_PASS_K, PASS_KS, Metrics, Slot, VoteResult, VoteTable, score
@@ -105,9 +106,9 @@ def load_test_set(dataset_dir: str | os.PathLike) -> TestSet:
             try:
                 x = np.array(pair["input"], dtype=np.uint8)
                 y = None if "output" not in pair else np.array(pair["output"], dtype=np.uint8)  # None: unknown
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: a value outside 0..255
                 raise DataError(f"{path}: task {task_id} test pair {i} needs a rectangular 'input' (and 'output' "
-                                "where it is known)") from None
+                                "where it is known) of colours") from None
             if x.ndim != 2 or (y is not None and y.ndim != 2):
                 raise DataError(f"{path}: task {task_id} test pair {i}: grids must be 2-D")
             s = (task_id, i)
@@ -201,11 +202,8 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
     test_set = load_test_set(dataset_dir)
     if pool_with is not None and (stray := pool_with.foreign_slots(test_set.slots)):
         raise DataError(f"pool_with: {foreign_votes(stray, dataset_dir)}")
-    split = load_split(dataset_dir, "test")
-    side = side_of(split.metadata.seq_len)
-    identifiers = load_identifiers(dataset_dir)
-    names = [identifiers[int(i)] for i in split.puzzle_identifiers]
-    augs = puzzle_augmentations(names)
+    split, side, puzzles = _read_test_split(dataset_dir)
+    augs = puzzles.augs
     puzzle_of, position = example_puzzles(split.puzzle_indices)
     rows = None  # every example
     if cfg.max_tasks is not None:  # the first tasks of the split, in its order
@@ -214,6 +212,11 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
         rows = np.flatnonzero(np.isin(augs.task_index[puzzle_of], chosen))
         test_set = test_set.only([augs.task_ids[t] for t in chosen])
         puzzle_of, position = puzzle_of[rows], position[rows]
+    # the test split's rules (`check_test_split`), before any inference: a dataset refused here was refused
+    # after the whole prediction
+    slot = _slots_of_examples(test_set, puzzles, puzzle_of, position, dataset_dir)
+    if check_inputs:
+        _check_inputs(split.inputs, rows, puzzle_of, puzzles, slot, test_set, side, dataset_dir)
     # every trajectory is a vote: first_halt selects none here, it stops each trajectory at its first q_halt > 0
     preds = predict_split(model, dataset_dir, cfg.batch_size, device, cfg.stops_at_first_halt, max_steps=cfg.steps,
                           progress=cfg.progress, deadline=deadline, examples=rows, always=always,
@@ -224,11 +227,7 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
     example = np.repeat(np.arange(len(puzzle_of)), preds.trajectories)  # the example of each prediction row
     if not np.array_equal(puzzle_of[example], preds.puzzle_index):
         raise TRMError("predictions are not in the order of the dataset's test split")
-    slot = _slots_of_examples(test_set, augs.task_ids, augs.task_index[puzzle_of], position, dataset_dir)
     decoded = decode_split_tokens(preds.tokens, puzzle_of[example], augs, side)
-    if check_inputs:
-        inputs = split.inputs if rows is None else np.asarray(split.inputs[rows])
-        _check_inputs(inputs, puzzle_of, augs, slot, test_set, side, dataset_dir)
     slot = slot[example]
     t_decode = time.perf_counter()
 
@@ -268,39 +267,114 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
                       extra={"cut_slots": [test_set.slots[i] for i in np.unique(slot[~voted])]})
 
 
-def _slots_of_examples(test_set: TestSet, task_ids: list[str], task_of: np.ndarray, position: np.ndarray,
+@dataclass
+class _TestPuzzles:
+    """The test split's puzzles as evaluate reads them: each one's name (identifiers.json's, for messages) and the
+    task and augmentation it names."""
+
+    names: list[str]
+    augs: PuzzleAugmentations
+
+    def said(self, p: int) -> str:
+        """Puzzle `p` for a one-line message: its index and its name, escaped and cut (a name is read from a file)."""
+        return f"puzzle {p} ({shown(self.names[p])})"
+
+
+def _read_test_split(dataset_dir) -> tuple:
+    """(the test split, its canvas side, its `_TestPuzzles`); DataError naming the dataset and the first puzzle whose
+    name is no task id with an augmentation (`parse_aug_name`), or a canvas that is not square."""
+    split = load_split(dataset_dir, "test")
+    identifiers = load_identifiers(dataset_dir)
+    pid = split.puzzle_identifiers
+    if len(pid) and (pid.min() < 0 or pid.max() >= len(identifiers)):  # a -1 named the table's last puzzle
+        p = int(np.argmax((pid < 0) | (pid >= len(identifiers))))
+        raise DataError(f"{dataset_dir}: test split puzzle {p}: identifier {int(pid[p])} is outside identifiers.json's "
+                        f"{len(identifiers)}")
+    names = [identifiers[int(i)] for i in pid]
+    try:
+        side = side_of(split.metadata.seq_len)
+    except DataError as e:  # their words name the value, not the dataset it belongs to
+        raise DataError(f"{dataset_dir}: {e}") from None
+    try:
+        return split, side, _TestPuzzles(names, puzzle_augmentations(names))
+    except DataError as e:  # "puzzle 3: not an augmented puzzle name: ..."
+        raise DataError(f"{dataset_dir}: test split {e}") from None
+
+
+def check_test_split(dataset_dir: str | os.PathLike, chunk: int = 16384) -> None:
+    """Refuse, without a model, a test split `evaluate` would refuse: test_puzzles.json, every puzzle's name (a
+    task id, or one with its augmentation), every example a test input of the task its puzzle names, and every
+    un-augmented example that very test input. DataError: one line naming the dataset and the first bad puzzle.
+
+    `verify`, the pipeline and the Kaggle training kernel call it after `verify_dataset`, so that no training goes
+    into a dataset evaluate refuses only afterwards: the data layer checks the un-augmented puzzles, the augmented
+    ones are read by evaluate's rules, here. A dataset without test_puzzles.json (Sudoku, Maze: scored per
+    example, `score_dataset`) has none of these rules: nothing is checked. The examples are decoded `chunk` at a
+    time, so a large split never holds all its decoded inputs at once.
+    """
+    if not (Path(dataset_dir) / "test_puzzles.json").exists():  # verify_dataset's test for an ARC dataset
+        return
+    test_set = load_test_set(dataset_dir)
+    split, side, puzzles = _read_test_split(dataset_dir)
+    puzzle_of, position = example_puzzles(split.puzzle_indices)
+    slot = _slots_of_examples(test_set, puzzles, puzzle_of, position, dataset_dir)
+    _check_inputs(split.inputs, None, puzzle_of, puzzles, slot, test_set, side, dataset_dir, chunk=chunk)
+
+
+def _slots_of_examples(test_set: TestSet, puzzles: _TestPuzzles, puzzle_of: np.ndarray, position: np.ndarray,
                        dataset_dir) -> np.ndarray:
-    """Slot index (into test_set.slots) of every example, vectorised over examples."""
+    """Slot index (into test_set.slots) of every example, vectorised over examples; DataError naming the first
+    puzzle of a task test_puzzles.json lacks, or with more examples than its task has test inputs."""
+    augs = puzzles.augs
+    task_ids, task_of = augs.task_ids, augs.task_index[puzzle_of]
     base, tests = {}, {}
     k = 0
     for t in test_set.task_ids:
         base[t], tests[t] = k, test_set.num_tests[t]
         k += test_set.num_tests[t]
-    missing = [task_ids[t] for t in np.unique(task_of) if task_ids[t] not in base]  # tasks of these examples
-    if missing:
-        raise DataError(f"{dataset_dir}: test-split puzzles of tasks missing from test_puzzles.json: "
-                        f"{', '.join(missing[:5])}")
+    known = np.array([t in base for t in task_ids], dtype=bool)
+    if not known[task_of].all():
+        e = int(np.argmin(known[task_of]))  # the first example of a task test_puzzles.json lacks
+        missing = [task_ids[t] for t in np.unique(task_of) if not known[t]]  # tasks of these examples
+        raise DataError(f"{dataset_dir}: test split {puzzles.said(int(puzzle_of[e]))} is of task "
+                        f"{shown(task_ids[task_of[e]])}, which test_puzzles.json does not hold "
+                        f"({count(len(missing), 'such task')})")
     task_base = np.array([base.get(t, -1) for t in task_ids], dtype=np.int64)
     task_count = np.array([tests.get(t, 0) for t in task_ids], dtype=np.int64)
     over = position >= task_count[task_of]
     if over.any():
         e = int(np.flatnonzero(over)[0])
-        raise DataError(f"{dataset_dir}: test example {e} is input {position[e]} of a puzzle of task "
-                        f"{task_ids[task_of[e]]}, which has only {count(int(task_count[task_of[e]]), 'test input')}")
+        raise DataError(f"{dataset_dir}: test split {puzzles.said(int(puzzle_of[e]))} example {position[e]} has no "
+                        f"test input: its task {shown(task_ids[task_of[e]])} has only "
+                        f"{count(int(task_count[task_of[e]]), 'test input')}")
     return task_base[task_of] + position
 
 
-def _check_inputs(inputs: np.ndarray, puzzle_of: np.ndarray, augs, slot: np.ndarray, test_set: TestSet,
-                  side: int, dataset_dir) -> None:
-    got = decode_split_tokens(inputs, puzzle_of, augs, side).keys
-    want = grids_to_keys([test_set.inputs[s] for s in test_set.slots], side)
-    bad = np.flatnonzero(got != want[slot])
-    if len(bad):
-        e = int(bad[0])
-        task, i = test_set.slots[slot[e]]
-        raise DataError(f"{dataset_dir}: test example {e} (puzzle {augs.task_ids[augs.task_index[puzzle_of[e]]]}) "
-                        f"does not un-augment to test input {i} of task {task} in test_puzzles.json "
-                        f"({len(bad)} such examples): the dataset and test_puzzles.json disagree")
+def _check_inputs(inputs: np.ndarray, rows: np.ndarray | None, puzzle_of: np.ndarray, puzzles: _TestPuzzles,
+                  slot: np.ndarray, test_set: TestSet, side: int, dataset_dir, chunk: int = 16384) -> None:
+    """Every example (`rows` of `inputs`; None: all), un-augmented, is the test input of its slot; decoded `chunk`
+    examples at a time (a key is side*side bytes: a whole split's keys at once were gigabytes)."""
+    want = np.empty(len(test_set.slots), dtype=key_dtype(side))
+    for k, s in enumerate(test_set.slots):
+        try:
+            want[k] = grid_to_key(test_set.inputs[s], side)
+        except ValueError:  # a traceback once, after the whole prediction
+            raise DataError(f"{dataset_dir}: test_puzzles.json: task {shown(s[0])} test input {s[1]} of shape "
+                            f"{test_set.inputs[s].shape} does not fit the dataset's {side}x{side} canvas") from None
+    first, bad = None, 0
+    for a in range(0, len(slot), chunk):
+        at = slice(a, a + chunk)
+        tokens = inputs[at] if rows is None else inputs[rows[at]]
+        got = decode_split_tokens(np.asarray(tokens), puzzle_of[at], puzzles.augs, side).keys
+        wrong = np.flatnonzero(got != want[slot[at]])
+        if first is None and len(wrong):
+            first = a + int(wrong[0])
+        bad += len(wrong)
+    if first is not None:
+        task, i = test_set.slots[slot[first]]
+        raise DataError(f"{dataset_dir}: test split {puzzles.said(int(puzzle_of[first]))} does not un-augment to "
+                        f"test input {i} of task {shown(task)} in test_puzzles.json ({count(bad, 'such example')}): "
+                        "the dataset and test_puzzles.json disagree")
 
 
 def token_accuracy(tokens: np.ndarray, labels: np.ndarray, ignore_label_id: int | None = 0,

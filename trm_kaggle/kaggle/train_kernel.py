@@ -60,9 +60,11 @@ def build_data(out_dir: str | os.PathLike, dataset_dir: str | os.PathLike, *, id
     of every file in it) and `dataset-metadata.json` for `<user>/<prefix>-data`; replaced atomically, the source
     is only read."""
     from trm_kaggle.data import verify_dataset
+    from trm_kaggle.evaluate import check_test_split
 
     src = Path(dataset_dir)
     summary = verify_dataset(src)  # DataError (a TRMError) naming the first problem
+    check_test_split(src)  # an ARC test split the evaluation would refuse: refused before it is published
     if Path(out_dir).resolve() == src.resolve() or src.resolve() in Path(out_dir).resolve().parents:
         raise TRMError(f"--dataset {src}: the output {out_dir} lies inside it; choose another OUT_DIR")
     with atomic_directory(out_dir, kind="kaggle data dataset") as tmp:
