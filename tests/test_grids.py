@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import string
 
 import numpy as np
@@ -178,6 +179,26 @@ def test_jsonl_errors_name_the_line(tmp_path, bad, words):
     with pytest.raises(DataError) as e:
         build_grid_dataset_from_jsonl(path, tmp_path / "ds", vocab_size=10, grid_shape=SHAPE)
     assert f"{path}:3:" in str(e.value) and words in str(e.value)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_a_puzzle_named_as_the_blank_identifier_is_refused_where_it_is_read(tmp_path):
+    """A puzzle named "<blank>" took the blank identifier 0 silently (identifiers.json ["<blank>", "p2"]): its
+    examples trained under the blank row. It is refused in one line naming the line, or the group and puzzle;
+    a leading "<blank>" of pre-assigned identifiers is still skipped, a later one is refused (it moved the names
+    after it)."""
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join([line("train", "g0", "p1", 1), line("train", "g1", "<blank>", 2),
+                               line("test", "t", "p2", 1)]))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: puzzle name '<blank>' is the name of the blank "
+                                        r"identifier 0: give the puzzle another name, or none \(null\)"):
+        build_grid_dataset_from_jsonl(path, tmp_path / "ds", vocab_size=10, grid_shape=SHAPE)
+    with pytest.raises(DataError, match=r"^train group 1 puzzle 0: puzzle name '<blank>' is the name of the blank"):
+        build_grid_dataset(tmp_path / "ds", train=groups([[("p1", [1])], [("<blank>", [2])]]),
+                           test=groups([[("p2", [3])]]), vocab_size=10, grid_shape=SHAPE)
+    with pytest.raises(DataError, match=r"^identifiers entry 2: puzzle name '<blank>'"):
+        build_grid_dataset(tmp_path / "ds", train=groups([[("a", [1])]]), test=groups([[("b", [3])]]), vocab_size=10,
+                           grid_shape=SHAPE, identifiers=["<blank>", "a", "<blank>", "b"])
     assert not (tmp_path / "ds").exists()
 
 

@@ -111,6 +111,25 @@ def test_the_rules():
     for bad in ("/abs", "../x", "a/../b", "a//b", "a/", "a/./b"):
         assert relative_path_problem(bad), bad
     assert task_id_problem("a|||b") and name_problem("a|||b") is None  # the separator matters to task ids only
+    # the blank identifier's name: a task so named held identifiers.json's '<blank>' twice
+    assert "the name of the blank puzzle identifier 0" in task_id_problem("<blank>") and name_problem("<blank>") is None
+
+
+def test_the_blank_name_is_the_formats(tmp_path, capsys):
+    """names.BLANK_NAME (the base layer's) is the format's BLANK_IDENTIFIER, and build-arc refuses a task of that
+    name in one line naming the file, writing nothing."""
+    from trm_kaggle.data.format import BLANK_IDENTIFIER
+    from trm_kaggle.names import BLANK_NAME
+
+    assert BLANK_NAME == BLANK_IDENTIFIER
+    task = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[3]], "output": [[4]]}]}
+    (tmp_path / "p_training_challenges.json").write_text(json.dumps({"<blank>": task, "t1": task}))
+    line = one_error_line(capsys, main(["build-arc", "--input-file-prefix", str(tmp_path / "p"), "--subsets",
+                                        "training", "--num-aug", "1", "--output-dir", str(tmp_path / "ds"),
+                                        "--no-progress"]))
+    assert line == (f"error: {tmp_path / 'p_training_challenges.json'}: task id '<blank>' is the name of the blank "
+                    "puzzle identifier 0: name the task otherwise"), line
+    assert not (tmp_path / "ds").exists()
 
 
 @pytest.mark.parametrize("name", ["a\nb", "x\x1b[2J\x1b[31mRED"])

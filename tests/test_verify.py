@@ -173,3 +173,33 @@ def test_the_pipeline_and_the_training_kernel_check_the_test_split_as_verify(goo
     with pytest.raises(DataError, match=r"test split puzzle \d+ .*does not un-augment"):
         train_kernel.build_data(tmp_path / "out", copy, ids=BundleIds("tester", "trm-kaggle"), log=lambda _: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_puzzle_named_as_the_blank_identifier_is_refused_and_unused_blank_names_are_not(good, tmp_path, capsys):
+    """A dataset whose identifiers.json names a puzzle's identifier '<blank>' besides entry 0 (a task built under
+    that name: the name twice) said OK. Entries no puzzle uses may hold it (upstream's builder names every
+    identifier below its first so, as build-arc --puzzle-identifiers-start does), and identifier 0 is the puzzle
+    of no name (every puzzle of upstream's Sudoku and Maze): both pass."""
+    from conftest import random_task, write_prefix_subset
+    from trm_kaggle.cli import main
+
+    copy = tmp_path / "copy"
+    shutil.copytree(good, copy)
+    (copy / "contents.json").unlink()
+    ids = json.loads((copy / "identifiers.json").read_text())
+    ids[ids.index("t1")] = "<blank>"
+    (copy / "identifiers.json").write_text(json.dumps(ids))
+    assert main(["verify", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"error: {re.escape(str(copy / 'train'))}: puzzle \d+ has identifier {ids.index('<blank>', 1)}"
+                        r", which identifiers.json names '<blank>', the name of the blank identifier 0: .*\n", err), err
+
+    rng = np.random.default_rng(2)
+    write_prefix_subset(tmp_path / "p", "training", {f"t{i}": random_task(rng) for i in range(2)})
+    write_prefix_subset(tmp_path / "p", "evaluation", {"e0": random_task(rng)})
+    build_arc(ArcBuildConfig(output_dir=str(tmp_path / "start3"), input_file_prefix=str(tmp_path / "p"),
+                             subsets=["training", "evaluation"], test_set_name="evaluation", num_aug=1,
+                             puzzle_identifiers_start=3, progress=False, workers=1))
+    assert json.loads((tmp_path / "start3" / "identifiers.json").read_text())[:3] == ["<blank>"] * 3
+    assert main(["verify", str(tmp_path / "start3")]) == 0
+    capsys.readouterr()

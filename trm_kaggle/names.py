@@ -6,7 +6,8 @@ names and the relative paths a record lists (`contents.json`) follow the same ru
 (`name_problem`, `relative_path_problem`): none leaves the folder it is joined to. Two rules:
 
 * `task_id_problem` decides at load time (`trm_kaggle.data.arc.tasks`, the one task reader):
-  1..MAX_TASK_ID characters, printable, none of `/ \\ :` or NUL, not `.` or `..`, no `|||`.
+  1..MAX_TASK_ID characters, printable, none of `/ \\ :` or NUL, not `.` or `..`, no `|||`,
+  not `<blank>` (the name of the blank puzzle identifier 0, `BLANK_NAME`).
   Kaggle's ids (8 hex digits) and every id of the ARC repositories pass.
 * `safe_filename` / `file_in` turn any name into a path that stays inside its folder,
   whatever the name holds (ids of older datasets, names typed by hand): characters other
@@ -22,6 +23,10 @@ import re
 from pathlib import Path
 
 SEPARATOR = "|||"  # joins a task id and its augmentation in puzzle names (upstream's convention)
+#: identifiers.json's name of the blank puzzle identifier 0 and of the unused ones upstream's builder leaves below
+#: its first (`trm_kaggle.data.format.BLANK_IDENTIFIER` is this one): no task or puzzle may take it (a grid puzzle
+#: so named took identifier 0, and its examples trained under the blank row)
+BLANK_NAME = "<blank>"
 MAX_TASK_ID = 128
 MAX_FILE_STEM = 120  # bytes; file systems allow 255, suffixes and temporary-file prefixes need the rest
 
@@ -96,6 +101,8 @@ def task_id_problem(task_id: object) -> str | None:
     problem = name_problem(task_id)
     if problem is None and SEPARATOR in task_id:
         return f"{shown(task_id)} holds {SEPARATOR!r}, the separator of augmented puzzle names"
+    if problem is None and task_id == BLANK_NAME:
+        return f"{shown(task_id)} is the name of the blank puzzle identifier 0: name the task otherwise"
     return problem
 
 

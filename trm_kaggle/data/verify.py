@@ -3,7 +3,8 @@
 Checks, in order, stopping at the first problem (raised as DataError naming the file):
 identifiers.json; for both splits dataset.json, the five arrays, their shapes and
 dtypes, monotone index arrays that cover every example and puzzle exactly, tokens
-inside the vocabulary, identifiers inside the identifier table, metadata counts;
+inside the vocabulary, identifiers inside the identifier table (none of a puzzle named
+'<blank>', the blank identifier's name), metadata counts;
 then test_puzzles.json against the test split's un-augmented puzzles when present. Its augmented
 puzzles are read by evaluate's rules (`trm_kaggle.evaluate.check_test_split`, above this layer),
 which the `verify` command, the pipeline and the Kaggle training kernel run after this check.
@@ -106,6 +107,7 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
         if problem := directory_problem(dataset_dir / split, "split directory"):
             raise DataError(f"{problem} (a complete dataset has train/ and test/)")
         splits[split] = verify_split(dataset_dir, split, len(ids))
+        _check_blank_names(dataset_dir, split, ids)
     tr, te = splits["train"], splits["test"]
     if (tr.seq_len, tr.vocab_size) != (te.seq_len, te.vocab_size):
         raise DataError(f"{dataset_dir}: train and test disagree on seq_len/vocab_size")
@@ -121,6 +123,23 @@ def verify_dataset(dataset_dir: str | Path) -> dict:
     size = sum(p.stat().st_size for p in dataset_dir.rglob("*") if p.is_file())
     return {"path": str(dataset_dir), "identifiers": len(ids), "test_tasks": test_tasks, "bytes": size,
             "splits": {k: v.__dict__ for k, v in splits.items()}}
+
+
+def _check_blank_names(dataset_dir: Path, split: str, ids: list[str]) -> None:
+    """No puzzle of `split` has an identifier past 0 that identifiers.json names '<blank>': a task or puzzle named
+    so (its identifiers held '<blank>' twice). Unused entries may be so named (upstream's builder names every
+    identifier below its first one '<blank>'), and identifier 0 is the puzzle of no name (every puzzle of
+    upstream's Sudoku and Maze datasets, and of ours): neither is refused."""
+    blank = np.flatnonzero(np.asarray(ids, dtype=object) == BLANK_IDENTIFIER)
+    if len(blank) < 2:
+        return
+    pid = load_split(dataset_dir, split).puzzle_identifiers
+    named = np.isin(pid, blank[1:])
+    if named.any():
+        p = int(np.argmax(named))
+        raise DataError(f"{dataset_dir / split}: puzzle {p} has identifier {int(pid[p])}, which identifiers.json names "
+                        f"{BLANK_IDENTIFIER!r}, the name of the blank identifier 0: a task or puzzle may not be named "
+                        "so (rename it and rebuild the dataset)")
 
 
 def _check_test_puzzles(dataset_dir: Path, test_puzzles: dict, ids: list[str]) -> None:

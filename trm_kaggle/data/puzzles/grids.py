@@ -12,7 +12,8 @@ module is the generic path in, plus the pieces the Sudoku and Maze builders shar
   Sudoku-Extreme and Maze-Hard.
 
 Puzzle names become puzzle identifiers 1, 2, ... in first-seen order (None is the blank
-identifier 0); identifiers.json lists "<blank>" and then the names.
+identifier 0; the name "<blank>" is its own and refused); identifiers.json lists "<blank>" and
+then the names.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class _Identifiers:
             return 0
         if not isinstance(name, str):
             raise DataError(f"{where}: puzzle name must be a string or None, got {type(name).__name__}")
+        if name == BLANK_IDENTIFIER:  # it took identifier 0 silently: its examples trained under the blank row
+            raise DataError(f"{where}: puzzle name {name!r} is the name of the blank identifier 0: give the puzzle "
+                            "another name, or none (null) for the blank identifier")
         if name not in self.ids:
             self.ids[name] = len(self.names)
             self.names.append(name)
@@ -142,14 +146,15 @@ def build_grid_dataset(
 
     `identifiers`, when given, pre-assigns identifiers 1, 2, ... to these names (a leading
     "<blank>" is skipped) so that ids stay stable across datasets; other names follow in
-    first-seen order. Both iterables are consumed once, group by group.
+    first-seen order. A puzzle named "<blank>" is refused (None is the blank puzzle). Both
+    iterables are consumed once, group by group.
     """
     started = time.monotonic()
     checker = _GridChecker(vocab_size, grid_shape)
     names = _Identifiers()
-    for name in identifiers or []:
-        if name != BLANK_IDENTIFIER:
-            names.get(name, "identifiers")
+    for k, name in enumerate(identifiers or []):
+        if k or name != BLANK_IDENTIFIER:  # a later "<blank>" would have moved every name after it down by one
+            names.get(name, f"identifiers entry {k}")
     seq_len = checker.grid_shape[0] * checker.grid_shape[1]
     info = {"builder": "grids", "grid_shape": list(checker.grid_shape)}
     if taken := sorted(set(info) & set(build_info or {})):  # the builder's own record, never replaced by a caller's
