@@ -354,7 +354,8 @@ if READY:
 
         print(f"OpenMP waits: {quiet_openmp_waits()}")  # before torch loads OpenMP
         import trm_kaggle
-        from trm_kaggle.kaggle_training import run_session, stop_when_the_runner_exits
+        from trm_kaggle.kaggle_training import run_session
+        from trm_kaggle.runner_watch import stop_when_the_runner_exits
         from trm_kaggle.wording import log_one_line_each
 
         log_one_line_each(logging.INFO, force=True)  # a name from the inputs never reaches the log raw

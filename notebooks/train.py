@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -37,6 +37,7 @@ import matplotlib.pyplot as plt
 from trm_kaggle.hardware import quiet_openmp_waits
 
 quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
+from trm_kaggle.runner_watch import stop_when_the_runner_exits, training
 from trm_kaggle.train import dump_config, export_run, load_train_config, override_list, read_metrics, train
 
 RUN_DIR = RUN_DIR or f"runs/notebooks/train/{PRESET}"
@@ -58,10 +59,14 @@ print(dump_config(cfg))
 #
 # A stop (Jupyter's "interrupt kernel", or SIGTERM to the kernel) is taken as `trm-kaggle train` takes it: the step
 # under way ends, its train state is saved, and the cell ends with `TrainingInterrupted` naming the state; running
-# the notebook again resumes from it. A second interrupt stops at once, without saving.
+# the notebook again resumes from it. A second interrupt stops at once, without saving. A stop signal to papermill
+# ends papermill alone (the kernel runs in a session of its own); the kernel takes papermill's end as that SIGTERM:
+# it saves, says the `TrainingInterrupted` line on its own stderr (papermill's log) and exits.
 
 # %%
-result = train(cfg, signals=True)  # the stop signals save the run's state first (trm_kaggle.train.stops)
+stop_when_the_runner_exits()  # the runner's end stops the training as a SIGTERM does (it would end the kernel)
+with training():  # the kernel of a runner gone waits for the save
+    result = train(cfg, signals=True)  # the stop signals save the run's state first (trm_kaggle.train.stops)
 print(result.summary())
 
 

@@ -490,3 +490,54 @@ def test_a_stopped_train_notebook_saves_its_state_and_its_rerun_resumes(tmp_path
     nb = run_notebook("train", tmp_path, kernel_name, DATA_DIR="data", RUN_DIR="run", EXPORT_DIR="weights",
                       OVERRIDES={**tiny, "max_steps": step + 1, "epochs": 10**6})
     assert f"1 new steps, resuming at step {step}, to step {step + 1}" in text_outputs(nb)
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_papermill_saves_the_train_notebooks_state(tmp_path, kernel_name):
+    """papermill stopped while the train cell trains (Kaggle's or a scheduler's SIGTERM to the runner): the kernel, in
+    a session of its own, is not signalled, and ipykernel ended it at once as papermill went: no state was saved and
+    the rerun started at step 1. The runner's end is a SIGTERM to the kernel now: the state is saved, the kernel says
+    so on its stderr (papermill's) and exits."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from integrity_helpers import build_sudoku4
+    from test_kaggle_runner_stop import _alive
+    from trm_kaggle.locks import LOCK_FILE
+    from trm_kaggle.train import checkpoint as ckpt
+
+    build_sudoku4(tmp_path / "data")
+    run = tmp_path / "run"
+    (tmp_path / "parameters.yaml").write_text(json.dumps({  # JSON is YAML
+        "DATA_DIR": "data", "RUN_DIR": "run", "EXPORT_DIR": "weights",
+        "OVERRIDES": {"arch.hidden_size": 16, "arch.num_heads": 2, "arch.H_cycles": 1, "arch.L_cycles": 1,
+                      "arch.halt_max_steps": 2, "global_batch_size": 8, "log_interval": 1, "progress": False,
+                      "threads": 1, "max_steps": 10**6, "epochs": 10**6}}))
+    with open(tmp_path / "papermill.log", "wb") as log:  # the kernel writes to papermill's stderr too
+        runner = subprocess.Popen([sys.executable, "-m", "papermill", str(NOTEBOOKS / "train.ipynb"),
+                                   str(tmp_path / "train.executed.ipynb"), "-f", str(tmp_path / "parameters.yaml"),
+                                   "-k", kernel_name, "--cwd", str(tmp_path), "--no-progress-bar"],
+                                  stdout=log, stderr=subprocess.STDOUT)
+    kernel = None
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run / "metrics.jsonl").is_file() and len((run / "metrics.jsonl").read_text().splitlines()) >= 3):
+            assert runner.poll() is None and time.monotonic() < deadline, (tmp_path / "papermill.log").read_text()
+            time.sleep(0.05)
+        kernel = int((run / LOCK_FILE).read_text().split(" ", 1)[0])  # the lock names its holder: the kernel
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(30)
+        while _alive(kernel):
+            assert time.monotonic() < deadline, "the kernel outlived its runner"
+            time.sleep(0.05)
+    finally:
+        runner.kill()
+        if kernel is not None and _alive(kernel):
+            os.kill(kernel, signal.SIGKILL)
+    said = (tmp_path / "papermill.log").read_text()
+    states = ckpt.list_states(run)
+    assert len(states) == 1, (states, said)
+    step = int(ckpt.load_train_state(states[0])["step"])
+    assert step >= 3 and f"TrainingInterrupted: stopped by SIGTERM at step {step}: train state saved to" in said, said

@@ -52,6 +52,8 @@ from typing import Any, Callable, Sequence
 from trm_kaggle.atomic import atomic_write_json, replace_problem
 from trm_kaggle.config import MAX_SAVE_EVERY_S, TrainConfig, seconds_argument, whole_argument
 from trm_kaggle.errors import TRMError
+# the watch of the notebook's runner (the kernel's; its private names stay reachable here for the session's tests)
+from trm_kaggle.runner_watch import _runner_stop, _SaveBeforeExit, _stop_for_the_gone_runner, training  # noqa: F401
 from trm_kaggle.wording import clipped, escaped_echo
 
 log = logging.getLogger(__name__)
@@ -91,40 +93,6 @@ class SessionReport:
     # session stopped before the copy still names it, and the next one refuses rather than start the run over (where
     # the inputs held no state and an earlier kernel run's record that cannot be read: `UNREAD_RECORD`, naming it)
     previous_state: str | None = None
-
-
-RUNNER_GRACE_S = 300.0  # once the runner is gone, how long the kernel may go on saving before it exits
-_session_running = threading.Event()  # set while run_session runs (a gone runner's kernel waits for its save)
-_runner_stop = threading.Lock()  # taken by the first to see the runner gone: that one stop is sent once
-
-
-def _stop_for_the_gone_runner() -> bool:
-    """SIGTERM to this kernel, once whoever notices the runner gone (the watch thread, ipykernel's poller): two of
-    them more than `interrupts.REPEAT_S` apart were a second stop, which ended the training without its record."""
-    if not _runner_stop.acquire(blocking=False):
-        return False
-    os.kill(os.getpid(), signal.SIGTERM)
-    return True
-
-
-class _SaveBeforeExit:
-    """Stands in for the `os` module of ipykernel's parent poller, whose thread ends the kernel at once
-    (`os._exit`) when its parent, the notebook's runner, is gone: the first such call stops the training with
-    SIGTERM instead (it saves its state, the session says "interrupted" and exports), a later one exits once the
-    session has ended or `RUNNER_GRACE_S` has passed."""
-
-    def __init__(self) -> None:
-        self.first: float | None = None
-
-    def __getattr__(self, name: str):
-        return getattr(os, name)
-
-    def _exit(self, status: int) -> None:
-        if self.first is None:
-            self.first = time.monotonic()
-            _stop_for_the_gone_runner()
-        elif not _session_running.is_set() or time.monotonic() - self.first > RUNNER_GRACE_S:
-            os._exit(status)
 
 
 class _SessionStops:
@@ -179,34 +147,6 @@ class _SessionStops:
     def trained(self) -> None:
         """The training is over: a stop from here on waits for the export and the picture."""
         self.after_training = True
-
-
-def stop_when_the_runner_exits(poll_s: float = 1.0) -> bool:
-    """In a Jupyter kernel run by papermill: a stop signal to the runner (Kaggle's at its 12-hour limit) ends the
-    runner, not the kernel, which runs in its own session; from here on the runner's end stops the training with
-    SIGTERM, so it saves and says "interrupted" whichever process was signalled. A thread notices the kernel's
-    parent change (polled every `poll_s` seconds), and ipykernel's own parent poller, which would end the
-    kernel at once, stops the training instead (`_SaveBeforeExit`). Returns whether the runner is watched (not
-    when the parent is already init)."""
-    parent = os.getppid()
-    if parent <= 1:
-        return False
-    try:
-        import ipykernel.parentpoller as poller
-
-        if not isinstance(poller.os, _SaveBeforeExit):
-            poller.os = _SaveBeforeExit()
-    except ImportError:  # not in a Jupyter kernel: only the thread below
-        pass
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        if _stop_for_the_gone_runner():
-            log.warning("the notebook's runner (pid %d) is gone: stopping the training so that it saves", parent)
-
-    threading.Thread(target=watch, name="trm-runner-watch", daemon=True).start()
-    return True
 
 
 def default_scratch() -> Path:
@@ -392,9 +332,9 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     report = SessionReport()
     working = Path(working)
     stops = _SessionStops()
-    _session_running.set()
     nowhere = False
-    with stops:  # the whole session, its record included: a stop never ends the kernel mid-way
+    # the whole session, its record included: a stop never ends the kernel mid-way, nor does its runner's end
+    with training(), stops:
         if stopped and stops.came is None:  # after the handler is in place: no signal falls between the two
             stops.came = int(stopped[0])
         def settings() -> tuple[list[str], int | None]:
@@ -468,8 +408,6 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
             atomic_write_json(working / SESSION, asdict(report), indent=2)
         except OSError as e:
             echo(f"error: could not write {working / SESSION}: {e}")
-        finally:
-            _session_running.clear()
     return report
 
 
