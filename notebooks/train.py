@@ -32,10 +32,15 @@ EXPORT_DIR = None  # inference export to create; None: runs/notebooks/weights/<P
 MEAN_EMBEDDING = False  # keep only the mean puzzle-embedding row in the export (what unseen tasks need)
 
 # %%
+import logging
+
 import matplotlib.pyplot as plt
 
 from trm_kaggle.hardware import quiet_openmp_waits
+from trm_kaggle.wording import log_one_line_each
 
+# the package's warnings as one escaped line each: a name read from a file may hold escape sequences
+log_one_line_each(logging.WARNING)
 quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
 from trm_kaggle.runner_watch import stop_when_the_runner_exits, training
 from trm_kaggle.train import dump_config, export_run, load_train_config, override_list, read_metrics, train

@@ -598,12 +598,14 @@ def test_the_runners_end_is_one_stop_and_a_later_one_waits_for_the_record(built,
 
     from trm_kaggle.train import checkpoint as checkpoints
 
+    from trm_kaggle import runner_watch
+
     sent: list[int] = []
-    monkeypatch.setattr(kaggle_training, "_runner_stop", __import__("threading").Lock())
-    monkeypatch.setattr(kaggle_training.os, "kill", lambda pid, sig: sent.append(sig))
-    poller = kaggle_training._SaveBeforeExit()
+    monkeypatch.setattr(runner_watch, "_runner_stop", __import__("threading").Lock())
+    monkeypatch.setattr(runner_watch.os, "kill", lambda pid, sig: sent.append(sig))
+    poller = runner_watch._SaveBeforeExit()
     poller._exit(1)
-    assert kaggle_training._stop_for_the_gone_runner() is False and sent == [signal.SIGTERM]  # the thread's: none
+    assert runner_watch._stop_for_the_gone_runner() is False and sent == [signal.SIGTERM]  # the thread's: none
     monkeypatch.undo()
 
     import trm_kaggle.train.loop as loop

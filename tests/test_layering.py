@@ -25,6 +25,7 @@ LAYER_OF = {
     "xla": "base",  # PyTorch/XLA helpers: the model, optimizers, training and inference all call them
     "stdout": "base",  # results reach standard output or the command fails (the CLI and build_bundle.py)
     "interrupts": "base",  # SIGTERM taken as Ctrl-C, and the one line a stop ends with
+    "runner_watch": "base",  # a notebook's runner gone (papermill stopped): the training saves first
     "data": "data",  # tasks -> dataset -> batches
     "model": "model",  # batches -> predictions (and exports of the weights)
     "optim": "optim",

@@ -53,7 +53,7 @@ from trm_kaggle.atomic import atomic_write_json, replace_problem
 from trm_kaggle.config import MAX_SAVE_EVERY_S, TrainConfig, seconds_argument, whole_argument
 from trm_kaggle.errors import TRMError
 # the watch of the notebook's runner (the kernel's; its private names stay reachable here for the session's tests)
-from trm_kaggle.runner_watch import _runner_stop, _SaveBeforeExit, _stop_for_the_gone_runner, training  # noqa: F401
+from trm_kaggle.runner_watch import training
 from trm_kaggle.wording import clipped, escaped_echo
 
 log = logging.getLogger(__name__)
