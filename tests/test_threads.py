@@ -46,6 +46,16 @@ def test_the_rule_setting_then_env_then_free_cores(fresh):
     assert hardware.choose_threads(5) == (5, "threads=5")
 
 
+def test_more_threads_than_cores_are_the_cores(fresh):
+    """threads=2048 (or OMP_NUM_THREADS=4096), inside the setting's bound, ended train and submit in a segmentation
+    fault inside OpenMP on a 2-core machine, without a word: more threads than cores are capped, and said."""
+    fresh.setattr(hardware, "usable_cores", lambda: 8)
+    assert hardware.choose_threads(2048) == (8, "threads=2048, capped at the 8 cores this process may use")
+    assert hardware.choose_threads(8) == (8, "threads=8")
+    fresh.setenv("OMP_NUM_THREADS", "4096")
+    assert hardware.choose_threads() == (8, "OMP_NUM_THREADS=4096, capped at the 8 cores this process may use")
+
+
 def test_training_respects_omp_num_threads_and_says_its_threads(fresh, data, tmp_path, capsys):
     fresh.setenv("OMP_NUM_THREADS", "1")
     torch.set_num_threads(2)  # as torch would have read another value at its start

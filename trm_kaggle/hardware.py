@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from trm_kaggle.errors import TRMError
 from trm_kaggle.names import ascii_number
-from trm_kaggle.wording import shown
+from trm_kaggle.wording import count, shown
 
 if TYPE_CHECKING:  # torch is imported where it is used: the worker processes choose their GPU before it starts
     import torch
@@ -326,18 +326,19 @@ def choose_threads(requested: int | None = None, share: int = 1) -> tuple[int, s
     processes that run side by side (torchrun's local ranks, solve's workers). A core that another process keeps
     busy costs more than it gives: intra-op threads spin and wait on one another (docs/benchmarks.md). The
     automatic choice is made once per process and `share`, so the many short trainings of one process
-    (test-time training) all run with the same threads. A count out of bounds is one ValueError naming it (-1 was
-    handed to torch, whose own error followed)."""
+    (test-time training) all run with the same threads. Never more than the cores this process may use
+    (`_within_cores`, said in `why`). A count out of bounds is one ValueError naming it (-1 was handed to torch,
+    whose own error followed)."""
     from trm_kaggle.config import whole_argument
 
     requested = None if requested is None else whole_argument("threads", requested, 0, MAX_THREADS)  # 0: auto
     share = whole_argument("share", share, 0, MAX_THREADS)
     omp = env_threads()
     if requested:
-        return requested, f"threads={requested}" + (f", over {THREADS_ENV}={omp}" if omp not in (None, requested)
-                                                    else "")
+        return _within_cores(requested, f"threads={requested}" + (f", over {THREADS_ENV}={omp}"
+                                                                  if omp not in (None, requested) else ""))
     if omp is not None:
-        return omp, f"{THREADS_ENV}={omp}"
+        return _within_cores(omp, f"{THREADS_ENV}={omp}")
     share = max(1, share)
     if share not in _AUTO:
         free, cores, load = free_cores()
@@ -346,6 +347,16 @@ def choose_threads(requested: int | None = None, share: int = 1) -> tuple[int, s
             why += f"; {THREADS_ENV}={shown(raw, 20)} ignored: not a whole number from 1 to {MAX_THREADS}"
         _AUTO[share] = (max(1, free // share), why + (f", shared by {share} processes" if share > 1 else ""))
     return _AUTO[share]
+
+
+def _within_cores(n: int, why: str) -> tuple[int, str]:
+    """(n, why), or the cores this process may use when `n` is more: threads past them only wait on one another,
+    and a count in the thousands (2,048 threads on a 2-core machine) ended the process in a segmentation fault
+    inside OpenMP, without a word."""
+    cores = usable_cores()
+    if n <= cores:
+        return n, why
+    return cores, f"{why}, capped at the {count(cores, 'core')} this process may use"
 
 
 def set_cpu_threads(requested: int | None = None, share: int = 1) -> tuple[int, str]:
