@@ -43,6 +43,19 @@ def test_a_diverging_run_stops_with_one_line_and_a_non_zero_exit(data, tmp_path,
             assert math.isfinite(record.get("loss", 0.0)), record
 
 
+@pytest.mark.parametrize("settings, named", [
+    (["weight_decay=1e30", "lr=1e-10", "puzzle_emb_lr=1e-10"], "weight_decay=1e+30 is far above its usual size"),
+    (["optimizer=muon", "muon_lr=1e30", "lr=1e-10"], "muon_lr=1e+30 is far above its usual size"),
+])
+def test_a_run_diverged_by_another_setting_than_lr_names_it(data, tmp_path, capsys, settings, named):
+    """A weight decay of 1e30 (or muon_lr 1e30) diverged with lr at 1e-10, and the line only said to lower lr."""
+    code = main(train_args(data, tmp_path / "run", "max_steps=20", "lr_warmup_steps=0", "max_nonfinite_steps=2",
+                           *settings))
+    line = one_error_line(capsys)
+    assert code == 1 and "training diverged" in line and named in line and "lower it first" in line, line
+
+
+
 def test_isolated_non_finite_steps_are_skipped_and_the_count_resets():
     steps = NonFiniteSteps(limit=3)
     assert [steps.skip(ok, i) for i, ok in enumerate([True, False, False, True, False, False, True])] == \

@@ -62,8 +62,12 @@ class NonFiniteSteps:
     run stops with an error that says what to lower. A finite step resets the count.
     """
 
-    def __init__(self, limit: int):
+    #: what to change, when the run's settings point at nothing in particular
+    ADVICE = "lower lr (or puzzle_emb_lr), raise lr_warmup_steps, or train in float32"
+
+    def __init__(self, limit: int, advice: str = ADVICE):
         self.limit = limit
+        self.advice = advice
         self.in_a_row = 0
 
     def skip(self, finite: bool, step: int) -> bool:
@@ -78,8 +82,8 @@ class NonFiniteSteps:
     def stop(self, step: int) -> None:
         raise NonFiniteTraining(
             f"training diverged: the loss or the gradients were NaN or inf at {self.in_a_row} step(s) in a row, "
-            f"up to step {step + 1} (max_nonfinite_steps={self.limit}); lower lr (or puzzle_emb_lr), raise "
-            f"lr_warmup_steps, or train in float32; any train state written before holds finite weights")
+            f"up to step {step + 1} (max_nonfinite_steps={self.limit}); {self.advice}; any train state written "
+            "before holds finite weights")
 
 
 class NonFiniteTraining(TRMError):

@@ -137,9 +137,31 @@ class DeviceGuard:
 NonFinitePolicy = HostCheck | LossScaling | DeviceGuard
 
 
-def nonfinite_policy(state: TrainState, rt: Runtime, limit: int) -> NonFinitePolicy:
-    """The policy for this run's device and dtype (see the module text)."""
-    count = NonFiniteSteps(limit)
+#: The settings whose size alone can make a run diverge, each with the value it is measured against: its
+#: default, or for those without one (None: muon_lr follows lr) a size no recipe comes near.
+STEP_SIZE_SETTINGS = {"lr": 1e-4, "puzzle_emb_lr": 1e-2, "muon_lr": 1.0, "weight_decay": 0.1,
+                      "puzzle_emb_weight_decay": 0.1, "muon_weight_decay": 0.1}
+FAR_ABOVE = 100.0  # this many times the reference is far above it
+
+
+def divergence_advice(cfg) -> str:
+    """What the "training diverged" line tells the user to change: the settings of `cfg` set far above their
+    reference (`STEP_SIZE_SETTINGS`) by name, before the usual advice. A weight decay of 1e30 diverged whatever
+    lr was, and the line only said to lower lr."""
+    far = [f"{k}={getattr(cfg, k):g}" for k, ref in STEP_SIZE_SETTINGS.items()
+           if isinstance(getattr(cfg, k, None), (int, float)) and getattr(cfg, k) > FAR_ABOVE * ref]
+    if not far:
+        return NonFiniteSteps.ADVICE
+    return (f"{', '.join(far)} {'is' if len(far) == 1 else 'are'} far above "
+            f"{'its' if len(far) == 1 else 'their'} usual size: lower {'it' if len(far) == 1 else 'them'} first; "
+            f"else {NonFiniteSteps.ADVICE}")
+
+
+def nonfinite_policy(state: TrainState, rt: Runtime, limit: int, advice: str = NonFiniteSteps.ADVICE
+                     ) -> NonFinitePolicy:
+    """The policy for this run's device and dtype (see the module text); `advice` ends its "training diverged"
+    line (`divergence_advice`)."""
+    count = NonFiniteSteps(limit, advice)
     if state.scaler.enabled:
         return LossScaling(count, state.scaler)
     if rt.device.type in SYNC_FREE_DEVICES:

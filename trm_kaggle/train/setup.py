@@ -196,7 +196,7 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
     regions = apply_compile(model, cfg.compile, rt.device, cfg.cuda_graphs)
     if regions is not None:
         load_compile_cache(run_dir, rt.device)  # what an earlier process of this run compiled (ours only)
-    policy = nonfinite.nonfinite_policy(state, rt, cfg.max_nonfinite_steps)
+    policy = nonfinite.nonfinite_policy(state, rt, cfg.max_nonfinite_steps, nonfinite.divergence_advice(cfg))
     metric_log = MetricLog(run_dir, cfg, enabled=rt.is_main)
     if rt.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
