@@ -183,6 +183,20 @@ def test_each_task_gets_its_price_and_an_equal_share_of_the_rest():
     assert finetune_by <= time.monotonic() and predict_by - time.monotonic() == pytest.approx(10.0, abs=0.05)
 
 
+def test_a_budget_far_short_of_the_plan_answers_tasks_one_after_another():
+    """60 cheap tasks in 25 s, priced at 5 minutes: each got 25/60 s, less than its un-augmented copies cost, so
+    every prediction was cut and none answered (0 of 60). A task now gets at least that price while the time
+    left holds it; a fast one leaves the rest to the next."""
+    c = cfg(num_aug=1, finetune="none", global_batch_size=8, eval_batch_size=8)
+    units = [(1, 2)] * 60
+    plan = make_plan(c, units, RATES, 25.0)
+    _, predict_by = task_deadlines(c, plan, units, time.monotonic() + 25.0)
+    answer = TASK_OVERHEAD_S + reserve_seconds(1, RATES)
+    assert predict_by - time.monotonic() == pytest.approx(answer, abs=0.05) and answer > 25.0 / 60
+    _, predict_by = task_deadlines(c, plan, units, time.monotonic() + 2.0)  # less than that left: all of it
+    assert predict_by - time.monotonic() == pytest.approx(2.0, abs=0.05)
+
+
 def test_a_measured_setup_time_replaces_the_allowance_in_each_share():
     """A worker whose tasks take 30 s each to build and load (a slow disk, a large canvas) promises the next task
     30 s of that, not the 2 s allowance: its fine-tuning window shrinks by the difference, and the predict window
@@ -198,9 +212,12 @@ def test_a_measured_setup_time_replaces_the_allowance_in_each_share():
     # the first task's 28 s more of setup come out of the fine-tuning shares: the same end, a shorter window
     assert (t_b - t_a) == pytest.approx(28.0 - 28.0, abs=0.05) and (p_b - t_b) == pytest.approx(p_a - t_a)
     # a deadline that leaves no fine-tuning: the time split in proportion to the prices, the measured setup in each
-    _, p_slow = task_deadlines(c, plan, units, time.monotonic() + 10.0, overhead_s=30.0)
+    _, p_slow = task_deadlines(c, plan, units, time.monotonic() + 100.0, overhead_s=30.0)
     priced = [30.0 + reserve_seconds(t * 4, RATES) for t, _ in units]
-    assert p_slow - time.monotonic() == pytest.approx(10.0 * priced[0] / sum(priced), abs=0.05)
+    assert p_slow - time.monotonic() == pytest.approx(100.0 * priced[0] / sum(priced), abs=0.05)
+    # one that holds less than the first task's setup and un-augmented copies: all of it goes to that task
+    _, p_slow = task_deadlines(c, plan, units, time.monotonic() + 10.0, overhead_s=30.0)
+    assert p_slow - time.monotonic() == pytest.approx(10.0, abs=0.05)
 
     times = SetupTimes()
     assert times.typical() == TASK_OVERHEAD_S

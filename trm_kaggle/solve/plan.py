@@ -257,8 +257,9 @@ def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]
     every task gets what the plan prices for it (dataset and model, demonstration scoring before and after,
     inference with decoding and voting) and an equal share of the rest for fine-tuning. Where that leaves
     less than a step, no task is fine-tuned (nor scored on its demonstrations) and the time left is split in
-    proportion to the prices. Under the fixed small plan (nothing priced, no fine-tuning) each task gets an
-    equal share.
+    proportion to the prices, but never less than the price of the task's un-augmented copies while the time left
+    holds it (a budget far short of the plan answers tasks one after another instead of cutting them all).
+    Under the fixed small plan (nothing priced, no fine-tuning) each task gets an equal share.
     Prediction stops at the task's end either way (its un-augmented test inputs half a share later at most,
     `task.GRACE_SHARE`), so a task slower than priced cannot starve the next."""
     now = time.monotonic()
@@ -282,7 +283,11 @@ def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]
             return finetune_by, min(deadline, finetune_by + after[0])
     before, after = priced(demo=False)  # no fine-tuning: nor its demonstration scoring
     share = left_s * (before[0] + after[0]) / max(1e-9, sum(before) + sum(after))
-    return now, min(deadline, now + share)
+    # never less than the price of its un-augmented copies, while the time left holds it: a budget far short of
+    # the plan (60 tasks in 25 s) gave each task a share too small to predict anything, every prediction was cut
+    # and no task answered; now the tasks answer one after another, the cheapest first, until the time runs out
+    answer_s = before[0] + reserve_seconds(units[0][0], r)
+    return now, min(deadline, now + max(share, min(left_s, answer_s)))
 
 
 def cheapest_first(units: Sequence[T]) -> list[T]:
