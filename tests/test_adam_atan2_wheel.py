@@ -34,7 +34,7 @@ FAKE_PIP = textwrap.dedent('''
 ''')
 
 
-def run_script(tmp_path, with_nvcc: bool = True, pip: str | None = None):
+def run_script(tmp_path, with_nvcc: bool = True, pip: str | None = None, working: str | None = None):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (tmp_path / "pip.py").write_text(FAKE_PIP)
@@ -48,6 +48,8 @@ def run_script(tmp_path, with_nvcc: bool = True, pip: str | None = None):
     env.pop("TORCH_CUDA_ARCH_LIST", None)
     if pip is not None:
         env["TRM_KAGGLE_PIP"] = pip
+    if working is not None:
+        env["KAGGLE_WORKING"] = working
     return subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, cwd=tmp_path)
 
 
@@ -94,6 +96,15 @@ def test_a_pip_command_that_cannot_run_is_one_line(tmp_path, pip, words):
     res = run_script(tmp_path, pip=pip)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("error: ") and words in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("working", ["", "  "])
+def test_an_empty_working_folder_is_named_not_taken_for_the_current_one(tmp_path, working):
+    """KAGGLE_WORKING='' made ./wheels in the current folder and said "expected one adam_atan2 wheel in wheels,
+    found []", naming no variable."""
+    res = run_script(tmp_path, working=working)
+    assert res.returncode == 2 and "error: KAGGLE_WORKING is empty" in res.stderr, res.stderr
+    assert not (tmp_path / "wheels").exists() and not (tmp_path / "calls.jsonl").exists()
 
 
 def test_a_command_line_or_output_holding_control_characters_reaches_no_terminal_raw(tmp_path):

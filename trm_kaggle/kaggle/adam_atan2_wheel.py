@@ -109,7 +109,10 @@ def prepared_output(out: Path) -> tuple[Path, Path]:
 
 
 def main() -> None:
-    out = Path(os.environ.get("KAGGLE_WORKING", "/kaggle/working"))
+    working = os.environ.get("KAGGLE_WORKING", "/kaggle/working")
+    if not working.strip():  # Path("") is the current folder: the wheel went to ./wheels, said as "found []"
+        fail("KAGGLE_WORKING is empty: unset it (/kaggle/working is used) or name the output folder")
+    out = Path(working)
     try:
         pip = shlex.split(os.environ.get("TRM_KAGGLE_PIP", f"{shlex.quote(sys.executable)} -m pip"))
     except ValueError as e:  # an unbalanced quote
