@@ -76,3 +76,33 @@ def test_a_cache_torch_cannot_read_is_one_line_not_loaded(key_dir, tmp_path, cap
     assert not any("Traceback" in r.getMessage() or r.exc_info for r in caplog.records)
     out = capsys.readouterr()
     assert "Traceback" not in out.err + out.out and "loaded" not in out.err + out.out
+
+
+@pytest.mark.parametrize("plant", ["file", "fifo", "dangling link"])
+def test_a_key_folder_that_cannot_be_one_is_said_naming_the_variable(tmp_path, monkeypatch, plant, caplog):
+    """TRM_KAGGLE_CACHE_DIR naming a file, a FIFO or a dangling link: mkdir's FileExistsError was taken for another
+    process making the key at the same moment, and a `compile=on` run saved no cache without a word."""
+    where = tmp_path / "not a folder"
+    if plant == "file":
+        where.write_text("x")
+    elif plant == "fifo":
+        os.mkfifo(where)
+    else:
+        where.symlink_to(tmp_path / "nowhere")
+    monkeypatch.setenv(compiling.KEY_ENV, str(where))
+    monkeypatch.setattr(compiling, "_KEY_SAID", set())
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"compiled code", None))
+    with caplog.at_level(logging.WARNING, logger=compiling.__name__):
+        assert _bounded(save_compile_cache, tmp_path / "run", "cpu") is None
+    said = [r.getMessage() for r in caplog.records if r.name == compiling.__name__]
+    assert len(said) == 1 and str(where) in said[0] and compiling.KEY_ENV in said[0], said
+
+
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch):
+    """The XDG base directory rules: a relative XDG_CACHE_HOME is to be ignored (it made the key in ./relcache)."""
+    monkeypatch.delenv(compiling.KEY_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relcache")
+    folder, chosen_by = compiling._key_dir()
+    assert folder.is_absolute() and "relcache" not in str(folder) and chosen_by != "XDG_CACHE_HOME"
+    monkeypatch.setenv("XDG_CACHE_HOME", "/abs/cache")
+    assert compiling._key_dir() == (compiling.Path("/abs/cache/trm_kaggle"), "XDG_CACHE_HOME")

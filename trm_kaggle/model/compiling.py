@@ -65,7 +65,7 @@ from trm_kaggle.atomic import atomic_write_bytes, atomic_write_json
 from trm_kaggle.config import compile_setting
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import is_regular, read_bytes, read_json
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, one_line
 
 log = logging.getLogger(__name__)
 
@@ -269,11 +269,14 @@ def cache_target(device: str | torch.device) -> dict:
     return target
 
 
-def _key_dir() -> Path:
+def _key_dir() -> tuple[Path, str]:
+    """(the folder of the key, what chose it: the variable, or the home folder's cache), for its lines."""
     if os.environ.get(KEY_ENV):
-        return Path(os.environ[KEY_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "trm_kaggle"
+        return Path(os.environ[KEY_ENV]), KEY_ENV
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):  # a relative one is to be ignored (the XDG base directory rules)
+        return Path(xdg) / "trm_kaggle", "XDG_CACHE_HOME"
+    return Path.home() / ".cache" / "trm_kaggle", "the home folder's .cache"
 
 
 KEY_FILE = "compile-cache.key"
@@ -293,7 +296,8 @@ def _local_key(create: bool) -> Optional[bytes]:
     cannot be read or made. The key is read by the package's one reader of files (`read_bytes`: a FIFO, a
     device or an oversized file is one line, never a wait), and trusted only when it is this user's and
     closed to others (`private`): a key others can read or write would let them sign code that we load."""
-    path = _key_dir() / KEY_FILE
+    folder, chosen_by = _key_dir()
+    path = folder / KEY_FILE
     if os.path.lexists(path):
         try:
             key = read_bytes(path, "compile cache key", max_bytes=_KEY_MAX_BYTES, private=True)
@@ -306,8 +310,14 @@ def _local_key(create: bool) -> Optional[bytes]:
         return key
     if not create:
         return None
+    # said as a warning naming the folder and what chose it: a file, a FIFO or a dangling link there (mkdir's
+    # FileExistsError) was taken for another process's key, and the compile cache went unsaved without a word
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _key_refused(f"{one_line(folder)} (from {chosen_by}) is no folder and cannot be made one ({e.strerror or e})")
+        return None
+    try:
         key = secrets.token_bytes(_KEY_BYTES)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -316,7 +326,7 @@ def _local_key(create: bool) -> Optional[bytes]:
     except FileExistsError:  # made at the same moment by another process: theirs
         return _local_key(create=False)
     except OSError as e:
-        log.info("compile cache: no key could be kept in %s (%s); the cache is not saved", path.parent, e)
+        _key_refused(f"no key can be kept in {one_line(folder)} (from {chosen_by}: {e.strerror or e})")
         return None
 
 
