@@ -713,6 +713,7 @@ def test_cpu_workers_share_the_cores(monkeypatch):
     import trm_kaggle.hardware as H
 
     monkeypatch.setattr(H, "free_cores", lambda: (16, 16, 0.0))  # an idle 16-core machine
+    monkeypatch.setattr(H, "usable_cores", lambda: 16)
     monkeypatch.setattr(H, "_AUTO", {})
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     c = SolveConfig(challenges="c.json", weights="w", device="cpu", workers=4)
