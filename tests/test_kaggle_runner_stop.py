@@ -101,14 +101,19 @@ def test_a_kernel_whose_runner_is_gone_exits_once_its_training_has_saved(tmp_pat
             assert _alive(kernel) or out.exists(), "the kernel ended before its training saved"
             assert time.monotonic() < deadline, "the training never saved"
             time.sleep(0.05)
-        while _alive(kernel):
-            assert time.monotonic() < deadline, "the kernel outlived its saved training"
-            time.sleep(0.05)
+        wait_for_exit(kernel, deadline, "the kernel outlived its saved training")
     finally:
         runner.kill()
     said = (tmp_path / "stderr").read_text()
     assert f"KeyboardInterrupt: stopped by SIGTERM at step 7: train state saved to {out}" in said, said
     assert said.count("the notebook's runner is gone") == 1, said  # the poller and the watch: one stop
+
+
+def wait_for_exit(pid: int, deadline: float, why: str) -> None:
+    """Until process `pid` has ended; failing with `why` once time.monotonic() passes `deadline`."""
+    while _alive(pid):
+        assert time.monotonic() < deadline, why
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:

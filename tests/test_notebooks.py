@@ -504,7 +504,7 @@ def test_a_sigterm_to_papermill_saves_the_train_notebooks_state(tmp_path, kernel
     import time
 
     from integrity_helpers import build_sudoku4
-    from test_kaggle_runner_stop import _alive
+    from test_kaggle_runner_stop import _alive, wait_for_exit
     from trm_kaggle.locks import LOCK_FILE
     from trm_kaggle.train import checkpoint as ckpt
 
@@ -529,9 +529,7 @@ def test_a_sigterm_to_papermill_saves_the_train_notebooks_state(tmp_path, kernel
         kernel = int((run / LOCK_FILE).read_text().split(" ", 1)[0])  # the lock names its holder: the kernel
         runner.send_signal(signal.SIGTERM)
         runner.wait(30)
-        while _alive(kernel):
-            assert time.monotonic() < deadline, "the kernel outlived its runner"
-            time.sleep(0.05)
+        wait_for_exit(kernel, deadline, "the kernel outlived its runner")
     finally:
         runner.kill()
         if kernel is not None and _alive(kernel):
