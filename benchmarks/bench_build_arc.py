@@ -117,7 +117,8 @@ def parity(ours: Path, theirs: Path) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-prefix", default=str(HERE.parent.parent / "shared/data/arc-combined/arc-agi"))
     ap.add_argument("--num-aug", type=int, nargs="+", default=[100, 1000])
     ap.add_argument("--upstream-dir", default=None, help="checkout of upstream's code (runs its builder side by side)")

@@ -14,7 +14,6 @@ ends the command first (it stops its workers), then says its one line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -46,7 +45,8 @@ def measured(extra: list[str], out: Path) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    p = OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--grid", default="64x48")
     p.add_argument("--tokens", default="char", choices=["char", "bpe"])
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")

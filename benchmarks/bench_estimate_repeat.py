@@ -12,7 +12,6 @@ Other work on the machine disturbs single pairs, so the closest pair is printed 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -29,7 +28,8 @@ ARCH = dict(hidden_size=32, num_heads=2, expansion=2, H_cycles=2, L_cycles=2, L_
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    p = OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--pairs", type=int, default=3, choices=range(1, 21), metavar="1..20",
                    help="pairs of estimates (default 3)")
     args = p.parse_args(argv)

@@ -640,7 +640,8 @@ def import_upstream(path: str | None):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--upstream-dir", default=None, help="upstream's code (models/ + eval/, see above)")
     ap.add_argument("--data-prefix", default=str(HERE.parent.parent / "shared/data/arc-combined/arc-agi"))
     ap.add_argument("--subset", default="evaluation")

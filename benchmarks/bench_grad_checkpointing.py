@@ -94,7 +94,8 @@ def measure_memory(checkpointing: bool) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=6, help="timed step pairs (plain, checkpointing), after a warm-up")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--batch", type=int, default=64)

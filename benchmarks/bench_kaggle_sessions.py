@@ -19,7 +19,6 @@ measurements of a T4: replace them when a T4 has been timed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -78,7 +77,8 @@ def step_seconds(preset: str, data: Path, run: Path, batch: int, warmup: int, st
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)

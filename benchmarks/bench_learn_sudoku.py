@@ -28,7 +28,8 @@ with loading(__name__):  # a stop while these load: one line and status, as in m
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--target", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=0)

@@ -19,7 +19,6 @@ table and the rows of the batches touched are resident).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -80,7 +79,8 @@ def build_data(root: Path) -> dict[str, Path]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    p = OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--dataset", default=None, help="also train a small model on this (big) dataset")

@@ -959,7 +959,8 @@ def _finite(v):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", choices=TASKS, default="sudoku6")
     ap.add_argument("--size", type=int, default=None, help="maze: the mazes' side (default 11; shortest paths of at "
                                                            "least side - 1 cells); arc-small: the canvas (default 10)")

@@ -16,7 +16,6 @@ ratios against `cat`.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -54,7 +53,8 @@ def timed(fn, x, cos, sin, g, steps: int) -> float:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    p = OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=10, help="timed steps per way and round")
     p.add_argument("--repeats", type=int, default=7, help="rounds")
     p.add_argument("--compile", action="store_true", help="also each way under torch.compile")

@@ -13,7 +13,6 @@ a second, from the seconds the short run measured.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import sys
@@ -23,7 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work-dir", required=True, help="a submit's work folder (holding workers/w0.plan.json)")
     ap.add_argument("--challenges", required=True, help="the challenges file that submit ran on")
     ap.add_argument("--budgets", type=float, nargs="+", default=[420, 4200, 41400], help="seconds (--time-budget)")

@@ -135,7 +135,8 @@ def run_child(mode: str, args: dict) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--upstream-dir", default=None, help="a checkout of upstream's code (its models/ package)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--train", type=int, default=500, help="training puzzles (the first evaluation comes after "

@@ -14,7 +14,6 @@ the optimizer state, the EMA and the carries, put back with torch.where), not it
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -58,7 +57,8 @@ class HostReads(TorchFunctionMode):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    p = OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--batch", type=int, default=64)

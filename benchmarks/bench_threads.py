@@ -25,7 +25,6 @@ same baseline: what a training's waiting threads take from its neighbours.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -75,7 +74,8 @@ def _run(data: Path, folder: Path, steps: int, threads: int | None, wait: str = 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--load", type=int, default=None, help="busy processes of the loaded condition (default: cores)")

@@ -64,7 +64,6 @@ and the bfloat16 matmul rate (256x256, and 2048x2048 when it finishes quickly).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import importlib
 import math
@@ -433,7 +432,8 @@ def time_block(step: Callable, batches, start: int, n: int):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    p = OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--upstream-dir", default=None, help="directory holding upstream's models/ package")
     p.add_argument("--steps", type=int, default=4, help="timed training steps per block")
     p.add_argument("--repeats", type=int, default=5, help="rounds of (ours block, upstream block)")

@@ -105,7 +105,8 @@ def solve_config(args: argparse.Namespace, work: Path, mode: str, seed: int) -> 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-tasks", type=int, default=32)
     ap.add_argument("--heldout-tasks", type=int, default=8)
     ap.add_argument("--num-aug", type=int, default=8)

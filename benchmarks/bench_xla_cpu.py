@@ -64,7 +64,8 @@ def run(name: str, data: Path, run_dir: Path, steps: int, device: str, replicas:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--work-dir", default=None)
     args = ap.parse_args()

@@ -13,7 +13,6 @@ network; pip runs with `--isolated`, so local indexes and find-links of this mac
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -56,7 +55,8 @@ def megabytes(n: float) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    p = OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--torch", default="2.13.0")
     p.add_argument("--extras", default="arc")
     p.add_argument("--index-url", default="https://pypi.org/simple")

@@ -297,3 +297,12 @@ def test_a_benchmark_started_in_a_deleted_folder_is_one_line_before_torch(tmp_pa
     assert res.returncode == 2 and res.stderr.splitlines() == [
         "error: the current folder no longer exists (it was deleted or moved after this shell entered it): cd to an "
         "existing folder and run the command again"], res.stderr
+
+
+def test_every_scripts_parser_quotes_an_unknown_option_escaped(tmp_path):
+    """argparse's "unrecognized arguments: --x<ESC>[2J" reached the terminal raw: each script's parser is the
+    package's `OneLineParser`."""
+    scripts = sorted(p for p in BENCHMARKS.rglob("*.py") if "argparse.ArgumentParser(" in p.read_text())
+    assert not scripts, scripts
+    done = _script("bench_rope.py", "--x\x1b[2J", cwd=tmp_path)
+    assert done.returncode == 2 and "--x\\x1b[2J" in done.stderr and "\x1b" not in done.stderr, done.stderr

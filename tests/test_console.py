@@ -204,3 +204,19 @@ def test_a_stop_inside_torchs_first_import_is_raised_once_it_has_loaded(signum, 
     p = subprocess.run([sys.executable, "-c", STOPPED_INSIDE_TORCH, str(int(signum))], capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.split() == [name, "True", "True"], p.stdout + p.stderr
+
+
+def test_an_unknown_option_is_quoted_escaped_by_every_parser(capsys):
+    """`trm-kaggle train --x<ESC>[2J` and `build_bundle.py OUT --x<ESC>]0;title<BEL>`: argparse's "unrecognized
+    arguments" line held the raw escape sequence (one set the terminal's title)."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.kaggle.bundle import make_parser
+
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--x\x1b[2J"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "unrecognized arguments: --x\\x1b[2J" in err and "\x1b" not in err, err
+    with pytest.raises(SystemExit) as e:
+        make_parser().parse_args(["out", "--x\x1b]0;title\x07"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--x\\x1b]0;title\\x07" in err and "\x1b" not in err and "\x07" not in err, err

@@ -3,6 +3,7 @@ console that never fails on a character it cannot show."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from typing import Callable
@@ -72,3 +73,12 @@ def log_one_line_each(level: int, *, force: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLineFormatter("%(levelname)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler], force=force)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose error line quotes what was typed escaped (`one_line`): "unrecognized arguments: --x\x1b[2J"
+    reached the terminal raw, an escape sequence that cleared it or set its title. Every parser of the package's
+    commands is one."""
+
+    def error(self, message: str):
+        super().error(one_line(message))

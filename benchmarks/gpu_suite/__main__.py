@@ -204,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from benchmarks.gpu_suite.context import DEFAULT_PREPARED, UPSTREAM_ENV
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_suite", description=__doc__.split("\n")[0])
+    from trm_kaggle.wording import OneLineParser  # an error line quotes what was typed escaped
+    p = OneLineParser(prog="python -m benchmarks.gpu_suite", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     pr = sub.add_parser("prepare", help="wheels, upstream's code and the datasets for the GPU machine")
     pr.add_argument("--out", default=str(DEFAULT_PREPARED), help="the prepared folder (default .gpu_suite/)")

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from trm_kaggle import __version__
 from trm_kaggle.config import field_help, take_each_option_once
+from trm_kaggle.wording import OneLineParser
 
 
 def flag(parser, name: str, model=None, *, more: str = "", **kw) -> None:
@@ -65,9 +66,9 @@ def _ascii_number(kind: type) -> Callable[[str], Any]:
     return parse
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, whose `type=int` and `type=float` take ASCII digits only, and whose options that take a value take
-    it once (its subcommands' parsers are of this class too)."""
+class Parser(OneLineParser):
+    """argparse, whose `type=int` and `type=float` take ASCII digits only, whose options that take a value take
+    it once, and whose errors are one escaped line (its subcommands' parsers are of this class too)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -81,7 +81,8 @@ from trm_kaggle.locks import LOCK_FILE, directory_lock, refuse_if_held
 from trm_kaggle.names import blank_path_problem
 from trm_kaggle.outputs import Input, Output, check_io
 from trm_kaggle.stdout import StdoutError, checked_stdout, parse_checked
-from trm_kaggle.wording import clipped, escape_what_the_console_cannot_show, log_one_line_each, one_line
+from trm_kaggle.wording import (OneLineParser, clipped, escape_what_the_console_cannot_show, log_one_line_each,
+                                one_line)
 
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "check_kernel_overrides", "execute", "main", "make_parser",
@@ -285,7 +286,7 @@ def _solve_device(text: str) -> str:
 
 def make_parser() -> argparse.ArgumentParser:
     """`build_bundle.py`'s parser; `trm-kaggle bundle` adds the same arguments (`add_arguments`)."""
-    p = argparse.ArgumentParser(prog="build_bundle.py", description=DESCRIPTION)
+    p = OneLineParser(prog="build_bundle.py", description=DESCRIPTION)
     take_each_option_once(p)  # `--weights a --weights b` shipped b without a word, as `trm-kaggle bundle` refuses
     add_arguments(p)
     return p
