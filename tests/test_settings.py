@@ -527,7 +527,8 @@ def test_bad_files(tmp_path):
         load_train_config(config_file=bad)
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
-    assert load_train_config(config_file=empty) == TrainConfig()
+    with pytest.raises(TRMError, match="holds no settings"):  # as an empty JSON file is refused
+        load_train_config(config_file=empty)
 
 
 # ---------------------------------------------------------------------------
@@ -699,8 +700,8 @@ def test_a_config_files_unread_settings_are_said_and_a_whole_runs_record_is_not(
 def test_an_empty_path_or_name_is_not_given_and_a_blank_name_refused():
     """`+run_name=` trained in the default folder but recorded run_name '', so the same command without it was
     refused as a run with another config; `run_name: "  "` would have named a folder of blanks."""
-    cfg = load_train_config(overrides=["+run_name=", "checkpoint_path=", "load_checkpoint=", "project_name="])
-    assert (cfg.run_name, cfg.checkpoint_path, cfg.load_checkpoint, cfg.project_name) == (None, None, None, None)
+    cfg = load_train_config(overrides=["+run_name=", "checkpoint_path=", "project_name="])
+    assert (cfg.run_name, cfg.checkpoint_path, cfg.project_name) == (None, None, None)
     assert cfg == load_train_config()  # recorded as the run without them
     with pytest.raises(ValueError, match="a name of blanks: a run name is one folder name inside runs/"):
         TrainConfig(run_name="  ")
@@ -716,3 +717,28 @@ def test_a_nan_for_a_setting_of_choices_is_told_its_choices(text, said):
     """`device=nan` (read as a float) was refused as "must be a finite number", though device takes no number."""
     with pytest.raises(TRMError, match=re.escape(said)):
         load_train_config(None, ["sudoku4-cpu"], [text])
+
+
+@pytest.mark.parametrize("where", ["override", "file"])
+def test_an_empty_load_checkpoint_is_refused_not_a_fresh_start(tmp_path, where):
+    """`load_checkpoint=$CKPT` with CKPT unset (or `load_checkpoint: ""` in a file) trained from fresh weights,
+    exit 0, without a word: a fine-tune whose checkpoint was lost. Leaving it out, or null, starts fresh."""
+    if where == "override":
+        with pytest.raises(TRMError, match="load_checkpoint: is empty: name a train state"):
+            load_train_config(overrides=["load_checkpoint="])
+    else:
+        (tmp_path / "c.yaml").write_text('load_checkpoint: ""\n')
+        with pytest.raises(TRMError, match="load_checkpoint: is empty"):
+            load_train_config(tmp_path / "c.yaml")
+    assert load_train_config(overrides=["load_checkpoint=null"]).load_checkpoint is None
+
+
+@pytest.mark.parametrize("text", ["", "\ufeff", "null\n", "# only a comment\n"])
+def test_a_config_file_of_no_settings_is_refused_as_an_empty_json_one_is(tmp_path, text):
+    """An empty (or BOM-only, or null) YAML config ran on the defaults without a word, where an empty JSON config
+    is refused; `--config ''` was read as the current folder (".: config file expected, found a directory")."""
+    (tmp_path / "c.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(TRMError, match="the config file holds no settings"):
+        load_train_config(tmp_path / "c.yaml")
+    with pytest.raises(TRMError, match="^--config is empty: name a YAML or JSON config file"):
+        load_train_config("")

@@ -123,3 +123,21 @@ def test_training_applies_the_stage_lr_and_logs_the_stage(tagged, tmp_path, capl
     records, _ = read_metrics(tmp_path / "run")
     assert [r["stage"] for r in records] == [1, 1, 2, 2, 2, 2, 3, 3]
     assert [r["lr"] for r in records] == pytest.approx([1e-3] * 2 + [5e-4] * 4 + [1e-2] * 2)
+
+
+def test_a_staged_run_resumed_with_another_max_steps_is_refused(tagged, tmp_path):
+    """The stages are shares of the run's length: a resume with another max_steps moved their bounds under it
+    (stage 5 went back to stage 3 at the resumed step) and trained another curriculum without a word."""
+    from trm_kaggle.train.loop import train
+    from trm_kaggle.train.settings import load_train_config
+
+    def cfg(max_steps: int):
+        return load_train_config(presets=["cpu-smoke"], overrides=[
+            f"data_paths=[{tagged}]", f"checkpoint_path={tmp_path / 'run'}", f"max_steps={max_steps}",
+            "global_batch_size=4", "progress=False", "arch.puzzle_emb_ndim=0",
+            "stages=[{bug_types: [missing_colon], share: 1}, {share: 1}]"])
+
+    train(cfg(2))
+    with pytest.raises(TRMError, match=r"max_steps \(the stages are shares of it\): 2 in it, 6 now"):
+        train(cfg(6))
+    assert train(cfg(2)).step == 2  # the same max_steps resumes (nothing left to do)

@@ -749,3 +749,20 @@ def test_a_resumed_run_whose_time_fits_no_step_shows_no_rate(sudoku4, tmp_path):
     assert result.new_steps == 0 and result.step == 2
     line = next(ln for ln in result.summary_lines() if ln.startswith("trained"))
     assert "no rate measured" in line and "examples/s" not in line, line
+
+
+def test_the_schedules_last_step_ends_its_last_interval(sudoku4, tmp_path, caplog):
+    """epochs=3 eval_interval=1 on 6.25 steps an epoch: the schedule is 18 steps, the third interval ended at
+    step 19, so the final weights were never evaluated and the summary showed step 13's score (here 40 puzzles in
+    batches of 7: 17 steps, the third interval at 18). An eval_interval longer than the run's epochs evaluated
+    nothing, without a word."""
+    import logging
+
+    result = train(cfg_for(sudoku4, tmp_path / "r", "epochs=3", "eval_interval=1", "global_batch_size=7"))
+    records = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r["step"] for r in records if "eval_exact_accuracy" in r]
+    assert len(evals) == 3 and evals[-1] == result.step, (evals, result.step)
+    with caplog.at_level(logging.WARNING, logger="trm_kaggle"):
+        train(cfg_for(sudoku4, tmp_path / "never", "epochs=3", "eval_interval=7", "max_steps=2"))
+    said = [r.getMessage() for r in caplog.records if "never evaluated" in r.getMessage()]
+    assert len(said) == 1 and "eval_interval=7 with epochs=3" in said[0], said

@@ -13,7 +13,7 @@ from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_EPOCHS, MAX_LR, MAX_SA
                                       _Config, compile_setting)
 from trm_kaggle.config.evaluate import EvaluateConfig
 from trm_kaggle.config.model import ArchConfig
-from trm_kaggle.names import name_problem
+from trm_kaggle.names import blank_path_problem, name_problem
 
 
 class DepthStage(_Config):
@@ -248,12 +248,22 @@ class TrainConfig(_Config):
             seen[key] = path
         return v
 
-    @field_validator("run_name", "checkpoint_path", "load_checkpoint", "project_name", mode="before")
+    @field_validator("run_name", "checkpoint_path", "project_name", mode="before")
     @classmethod
     def _empty_is_not_given(cls, v):
         # `+run_name=` (or `checkpoint_path=`) means the default, and is recorded as not given: recorded as '', a
         # rerun without it was refused as a run with another config
         return None if v == "" else v
+
+    @field_validator("load_checkpoint", mode="before")
+    @classmethod
+    def _weights_to_start_from(cls, v):
+        # an input: `load_checkpoint=$CKPT` with CKPT unset trained from fresh weights, exit 0, without a word (a
+        # fine-tune whose checkpoint was lost); leaving it out, or null, starts fresh
+        wanted = "a train state, an upstream step_<N> file or an export"
+        if isinstance(v, str) and (problem := blank_path_problem(v, wanted, "leave it out, or null, to start afresh")):
+            raise ValueError(problem)
+        return v
 
     @field_validator("run_name")
     @classmethod

@@ -82,16 +82,26 @@ class Evaluations:
     """When the run evaluates, and each evaluation's outcome.
 
     One is due when the step completes an `eval_interval` of epochs (upstream's iteration), from the
-    iteration numbered `min_eval_interval` on (upstream: `_iter_id >= min_eval_interval`, counted from 0).
+    iteration numbered `min_eval_interval` on (upstream: `_iter_id >= min_eval_interval`, counted from 0). The
+    schedule's last step ends its last iteration (`epochs // eval_interval` of them, upstream's count): the
+    schedule's length is truncated to whole steps, and the last interval once ended a step after it, so the
+    final weights were never evaluated. A schedule in which no iteration evaluates is said, once.
     Under a deadline an evaluation that would end after it is skipped, with a warning: its length is the last
     one measured, or (before the first) an estimate from the test split's batches and the step time.
     """
 
     def __init__(self, cfg: TrainConfig, rt: Runtime, run_dir: Path, steps_per_epoch: float, step: int,
-                 deadline: float | None):
+                 deadline: float | None, total_steps: int | None = None):
         self.cfg, self.rt, self.deadline, self.steps_per_epoch = cfg, rt, deadline, steps_per_epoch
         # None: once, at the schedule's end (upstream's eval_interval is then the run's epochs)
         self.interval = cfg.eval_interval if cfg.eval_interval is not None else cfg.epochs
+        self.total_steps = total_steps  # the schedule's length: its last step ends the last iteration
+        self.iterations = cfg.epochs // self.interval if self.interval else 0
+        if self.interval and self.iterations <= (cfg.min_eval_interval or 0) and rt.is_main:
+            log.warning("eval_interval=%s with epochs=%s%s: no interval of the schedule evaluates, so the test "
+                        "split is never evaluated (eval_interval=null evaluates once, at the schedule's end)",
+                        cfg.eval_interval, cfg.epochs,
+                        f" and min_eval_interval={cfg.min_eval_interval}" if cfg.min_eval_interval else "")
         self.last_epoch = math.floor(step / steps_per_epoch / self.interval) if self.interval else None
         self.last_s = last_evaluation_seconds(run_dir) if deadline is not None and self.interval else None
         self.test_batches: int | None = None  # counted when an evaluation first needs an estimate of its length
@@ -103,6 +113,8 @@ class Evaluations:
         if not self.interval:
             return False
         e = math.floor(step / self.steps_per_epoch / self.interval)
+        if self.total_steps is not None and step >= self.total_steps:
+            e = max(e, self.iterations)
         if e <= self.last_epoch:
             return False
         self.last_epoch = e

@@ -27,12 +27,13 @@ import yaml
 
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
+from trm_kaggle.names import blank_path_problem
 from trm_kaggle.jsonio import parse_json, read_text
 from trm_kaggle.yamlio import MAX_YAML_BYTES, parse_yaml
 from trm_kaggle.train.config_layers import _LEAVES, UPSTREAM_ONLY, ConfigLayers, _get
 from trm_kaggle.train.overrides import Interpolation
 from trm_kaggle.train.presets import PRESETS, expand_preset_names
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, one_line
 
 # config fields that may differ between a run and its resumption (freeze_weights: a staged test-time schedule
 # trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then;
@@ -50,12 +51,16 @@ def config_differences(saved: TrainConfig, cfg: TrainConfig, clip: int = 40) -> 
     blocks clipped to one width read alike however they differ. Each difference shows both values: an edited state,
     not the user's settings, may be the odd one."""
     diffs = [k for k in TrainConfig.model_fields if k not in RESUMABLE_CHANGES and getattr(saved, k) != getattr(cfg, k)]
+    if saved.stages and saved.max_steps != cfg.max_steps:  # the stages are shares of the run's length: another
+        diffs.append("max_steps")  # max_steps moved their bounds under the resumed run (stage 5 became stage 3)
     if not diffs:
         return None
     pairs = []
     for k in diffs:
         old, new = getattr(saved, k), getattr(cfg, k)
-        if isinstance(new, pydantic.BaseModel) and type(old) is type(new):
+        if k == "max_steps":
+            pairs.append(("max_steps (the stages are shares of it)", old, new))
+        elif isinstance(new, pydantic.BaseModel) and type(old) is type(new):
             pairs += [(f"{k}.{f}", getattr(old, f), getattr(new, f)) for f in type(new).model_fields
                       if getattr(old, f) != getattr(new, f)]
         else:
@@ -79,14 +84,17 @@ def default_run_dir(cfg: TrainConfig) -> Path:
 def read_config_file(path: Union[str, os.PathLike]) -> dict:
     """Parse a YAML or JSON config file (or a checkpoint directory holding upstream's all_config.yaml)."""
     path = os.fspath(path)
+    if problem := blank_path_problem(path, "a YAML or JSON config file, or a run folder"):
+        raise TRMError(f"--config {problem}")  # '' was read as the current folder: ".: ... found a directory"
     if os.path.isdir(path):
         path = os.path.join(path, "all_config.yaml")
     text = read_text(path, "config file", max_bytes=MAX_YAML_BYTES)
     # one reader per format: aliases budgeted, repeated keys refused, errors one short line
     data = parse_json(text, path, "config file") if path.lower().endswith(".json") else \
         parse_yaml(text, path, "config file")
-    if data is None:
-        return {}
+    if data is None:  # a file cut to nothing by a failed write ran on the defaults, where an empty JSON file is refused
+        raise TRMError(f"{one_line(path)}: the config file holds no settings (it is empty, blank or null): name "
+                       "settings in it, or leave it out")
     if not isinstance(data, dict):
         raise TRMError(f"{path}: expected a mapping of settings at the top level, got {type(data).__name__}")
     return data
