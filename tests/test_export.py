@@ -222,6 +222,14 @@ CONFIG_EDITS = [
     ("vocab_size", None, "vocab_size: Input should be a valid integer"),
     ("puzzle_embedding", "half", "puzzle_embedding: Input should be 'full' or 'mean'"),
     ("arch", [], "arch: Input should be a valid dictionary"),
+    # read strictly: pydantic's lax mode took "16" as 16 and "yes" or 1 as True (a bundle's model card showed "16")
+    ("arch.hidden_size", "16", "arch.hidden_size: Input should be a valid integer (given a string, '16')"),
+    ("vocab_size", "5", "vocab_size: Input should be a valid integer (given a string, '5')"),
+    ("arch.no_ACT_continue", "yes", "arch.no_ACT_continue: Input should be a valid boolean (given a string, 'yes')"),
+    ("arch.no_ACT_continue", 1, "arch.no_ACT_continue: Input should be a valid boolean (given a number, 1)"),
+    ("arch.expansion", "2", "arch.expansion: Input should be a valid number (given a string, '2')"),
+    ("arch.hidden_size", 16.0, "arch.hidden_size: Input should be a valid integer (given a decimal number, 16.0)"),
+    ("trm_kaggle_version", 1, "trm_kaggle_version: Input should be a valid string (given a number, 1)"),
 ]
 
 
@@ -236,6 +244,34 @@ def test_an_edited_config_is_refused_with_one_line(tmp_path, key, value, words):
     with pytest.raises(TRMError) as e:
         load_inference_model(tmp_path / "exp")
     assert words in str(e.value) and "config.json" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["full", "mean"])
+@pytest.mark.parametrize("edit, said", [
+    (lambda t: t.long(), "is a 2-D torch.int64 tensor of shape (R, 16)"),
+    (lambda t: t.unsqueeze(-1), "is a 3-D torch.float32 tensor of shape (R, 16, 1)"),
+    (lambda t: t.reshape(-1), "is a 1-D torch.float32 tensor of shape (16R,)"),
+], ids=["int64", "3-D", "flat"])
+def test_a_puzzle_table_that_is_no_2d_float_table_names_the_weights_file_and_the_tensor(tmp_path, edit, said, full):
+    """An integer or 3-D table was refused as "table: a puzzle-embedding table is ..." (an argument's name, no file);
+    a flattened one had its values counted as rows and config.json blamed for the difference."""
+    from safetensors.torch import save_file
+
+    from trm_kaggle.model.export import check_export
+
+    export_inference(tmp_path / "exp", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5,
+                     mean_embedding=not full)
+    _, tensors = read_export(tmp_path / "exp")
+    tensors[PUZZLE_EMB_KEY] = edit(tensors[PUZZLE_EMB_KEY])
+    save_file(tensors, str(tmp_path / "exp" / "weights.safetensors"))  # safetensors' own writer: no record
+    rows = 3 if full else 1
+    expected = (f"{tmp_path / 'exp' / 'weights.safetensors'}: tensor {PUZZLE_EMB_KEY} "
+                + said.replace("16R", str(16 * rows)).replace("R", str(rows)))
+    for read in (load_inference_model, check_export, lambda p: load_inference_model(p, num_puzzle_identifiers=9)):
+        with pytest.raises(TRMError) as e:
+            read(tmp_path / "exp")
+        assert str(e.value).startswith(expected) and "2-D floating-point table (rows x width)" in str(e.value)
+        assert "config.json" not in str(e.value) and "\n" not in str(e.value)
 
 
 def test_weights_of_another_shape_name_the_tensor_and_both_shapes(tmp_path):
@@ -343,10 +379,15 @@ def test_export_inference_writes_strict_json_only(tmp_path, info, where):
 
 
 def test_export_inference_writes_the_sizes_as_its_readers_take_them(tmp_path):
-    """seq_len=8.0 was written as `"seq_len": 8.0`."""
-    export_inference(tmp_path / "e", model_with_table(), arch=ARCH, seq_len=8.0, vocab_size=5.0)
+    """seq_len=8.0 was written as `"seq_len": 8.0`; an arch built around its validators (`model_construct`) wrote
+    its "yes" as given, which every reader (config.json is read strictly) refused."""
+    from trm_kaggle.config import ArchConfig
+
+    loose = ArchConfig.model_construct(**{**ARCH.model_dump(), "no_ACT_continue": "yes", "expansion": 2})
+    export_inference(tmp_path / "e", model_with_table(), arch=loose, seq_len=8.0, vocab_size=5.0)
     config = json.loads((tmp_path / "e" / "config.json").read_text())
     assert [type(config[k]).__name__ for k in ("seq_len", "vocab_size")] == ["int", "int"]
+    assert config["arch"]["no_ACT_continue"] is True and config["arch"]["expansion"] == 2.0
     assert read_export(tmp_path / "e")[0]["seq_len"] == 8
 
 

@@ -172,6 +172,7 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
     # TypeError below, before this check)
     seq_len = config["seq_len"] = checked.seq_len
     vocab_size = config["vocab_size"] = checked.vocab_size
+    config["arch"] = checked.arch.model_dump()  # likewise the arch's fields ("yes" of a model_construct'ed arch)
     # the weights carry the shape-defining config they were saved with: a later edit of config.json
     # (num_heads, puzzle_emb_len, ... change no tensor shape) is caught when loading
     # and a checksum of the tensors, in the same file: bytes changed on disk or in a copy are caught when loading
@@ -255,7 +256,7 @@ def portable_arch(arch: ArchConfig) -> dict:
     kernels become `auto` (Triton where it imports and passes its self-check, else torch: a CPU-only Kaggle kernel
     still loads the weights) and float8 becomes `off` (the inference that wants it opts in): neither changes a
     tensor."""
-    record = arch.model_dump()
+    record = arch.model_dump(warnings=False)  # an arch built around its validators is checked by the caller
     if record.get("kernels") == "triton":
         record["kernels"] = "auto"
     record["fp8"] = "off"
@@ -290,10 +291,10 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     raw = read_json(cfg_path, "config.json", hint=f"is {path} an export made by `trm-kaggle export`?")
     if not isinstance(raw, dict) or raw.get("format") != EXPORT_FORMAT:
         raise TRMError(f"{cfg_path}: not a trm-kaggle inference config")
-    try:
-        config = ExportConfig.model_validate(raw).model_dump()
+    try:  # strictly: "32" for a number or "yes" for a boolean was taken as 32 and True (a model card showed "32")
+        config = ExportConfig.model_validate(raw, strict=True).model_dump()
     except pydantic.ValidationError as e:
-        raise TRMError(f"{cfg_path}: invalid export config: {validation_line(e)}") from None
+        raise TRMError(f"{cfg_path}: invalid export config: {validation_line(e)}{_given(e)}") from None
     try:
         with safe_open(str(w_path), framework="pt") as f:
             saved = (f.metadata() or {}).get("config")
@@ -320,7 +321,13 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
                           f"weights again)")
     check_finite(tensors, str(w_path))
     table = tensors.get(PUZZLE_EMB_KEY)
-    if table is not None and table.shape[:1] == (0,):  # resized for the puzzles, its mean of 0 rows would be NaN
+    # rows x width in floating point, as every reader takes it: an integer or 3-D table was refused by the resize
+    # under its argument's name alone ("table: ..."), a flattened one counted its values as rows against config.json
+    if table is not None and (table.ndim != 2 or not table.is_floating_point()):
+        raise DamagedFile(f"{w_path}: tensor {PUZZLE_EMB_KEY} is a {table.ndim}-D {table.dtype} tensor of shape "
+                          f"{tuple(table.shape)}; an export holds a 2-D floating-point table (rows x width) (export "
+                          "the weights again)")
+    if table is not None and table.shape[0] == 0:  # resized for the puzzles, its mean of 0 rows would be NaN
         raise DamagedFile(f"{w_path}: tensor {PUZZLE_EMB_KEY} has no rows; an export holds its trained rows or their "
                           "mean (export the weights again)")
     # the table's rows as config.json counts them (its mean alone in a mean export): an edited count loaded the
@@ -357,6 +364,20 @@ def _recorded_config(text: str, w_path: Path) -> dict:
     if not isinstance(saved.get("arch", {}), dict):
         raise DamagedFile(f"{where}: 'arch' is {_kind(saved['arch'])}, not an object; export the weights again")
     return saved
+
+
+def _given(e: pydantic.ValidationError) -> str:
+    """What config.json gave for the first field of the wrong JSON type, or "": pydantic's words alone ("Input
+    should be a valid integer") read as if 32 were no integer when config.json wrote the string "32"."""
+    errors = e.errors()
+    err = next((err for err in errors if err["type"] in ("int_type", "float_type", "bool_type", "string_type")),
+               None)
+    if err is None:
+        return ""
+    value = err["input"]
+    kind = "a decimal number" if isinstance(value, float) else _kind(value)
+    where = f"{'.'.join(map(str, err['loc']))}: " if len(errors) > 1 else ""
+    return f" ({where}given {kind}, {clipped(value, 40)})"
 
 
 def _kind(value: Any) -> str:
