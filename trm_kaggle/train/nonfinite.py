@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trm_kaggle.config import TrainConfig
 from trm_kaggle.model import Carry, NonFiniteSteps, all_finite, step_is_finite
 from trm_kaggle.train.amp import LossScaler
 from trm_kaggle.train.optimizers import optimizer_step
@@ -137,19 +138,28 @@ class DeviceGuard:
 NonFinitePolicy = HostCheck | LossScaling | DeviceGuard
 
 
-#: The settings whose size alone can make a run diverge, each with the value it is measured against: its
-#: default, or for those without one (None: muon_lr follows lr) a size no recipe comes near.
-STEP_SIZE_SETTINGS = {"lr": 1e-4, "puzzle_emb_lr": 1e-2, "muon_lr": 1.0, "weight_decay": 0.1,
-                      "puzzle_emb_weight_decay": 0.1, "muon_weight_decay": 0.1}
+#: The settings whose size alone can make a run diverge. Each is measured against its default (`TrainConfig`'s);
+#: those without one (None) against what stands in for it: muon_weight_decay follows weight_decay, and muon_lr
+#: (which follows lr) against a size no recipe comes near.
+STEP_SIZE_SETTINGS = ("lr", "puzzle_emb_lr", "muon_lr", "weight_decay", "puzzle_emb_weight_decay", "muon_weight_decay")
+NO_DEFAULT = {"muon_lr": 1.0, "muon_weight_decay": "weight_decay"}
 FAR_ABOVE = 100.0  # this many times the reference is far above it
+
+
+def _usual_size(key: str) -> float:
+    default = TrainConfig.model_fields[key].default
+    if default is None:
+        stand_in = NO_DEFAULT[key]
+        return _usual_size(stand_in) if isinstance(stand_in, str) else stand_in
+    return default
 
 
 def divergence_advice(cfg) -> str:
     """What the "training diverged" line tells the user to change: the settings of `cfg` set far above their
     reference (`STEP_SIZE_SETTINGS`) by name, before the usual advice. A weight decay of 1e30 diverged whatever
     lr was, and the line only said to lower lr."""
-    far = [f"{k}={getattr(cfg, k):g}" for k, ref in STEP_SIZE_SETTINGS.items()
-           if isinstance(getattr(cfg, k, None), (int, float)) and getattr(cfg, k) > FAR_ABOVE * ref]
+    far = [f"{k}={getattr(cfg, k):g}" for k in STEP_SIZE_SETTINGS
+           if isinstance(getattr(cfg, k, None), (int, float)) and getattr(cfg, k) > FAR_ABOVE * _usual_size(k)]
     if not far:
         return NonFiniteSteps.ADVICE
     return (f"{', '.join(far)} {'is' if len(far) == 1 else 'are'} far above "
