@@ -124,3 +124,65 @@ def test_evaluation_starts_at_min_eval_interval_as_upstreams(sudoku4, tmp_path, 
     train(cfg_for(sudoku4, run, "max_steps=20", "epochs=4", "eval_interval=1",
                   f"min_eval_interval={min_eval_interval}", "checkpoint_every_eval=False"))
     assert [r["step"] for r in records(run) if "eval_exact_accuracy" in r] == evaluated
+
+
+CPU_ALLOCATOR = "DefaultCPUAllocator: can't allocate memory: you tried to allocate 3221225472 bytes."
+
+
+def _forward_out_of_memory_above(monkeypatch, rows: int) -> list:
+    """The model's forward runs out of memory on micro-batches of more than `rows` rows, holding what it had made
+    (its activations) in its frame as a real one does; returns weak references to those."""
+    import weakref
+
+    from trm_kaggle.model.trm import TinyRecursiveModel
+
+    real, held = TinyRecursiveModel.forward, []
+
+    def forward(self, carry, batch, exploration=None):
+        if batch["inputs"].shape[0] > rows:
+            activations = torch.empty(1024)
+            held.append(weakref.ref(activations))
+            raise RuntimeError(CPU_ALLOCATOR)
+        return real(self, carry, batch, exploration)
+
+    monkeypatch.setattr(TinyRecursiveModel, "forward", forward)
+    return held
+
+
+def test_an_out_of_memory_step_is_retried_once_its_memory_is_free(sudoku4, tmp_path, monkeypatch, caplog):
+    """auto_batch on a CPU: the step's retry cut the carries anew while the failed attempt's exception (and with it
+    its activations) was alive, ran out of memory again and the run ended blaming its set-up. The retry starts
+    once that memory is free and trains on with the halved micro-batch."""
+    from trm_kaggle.train import step
+
+    held, real_resplit, splits = _forward_out_of_memory_above(monkeypatch, 4), step.resplit, []
+
+    def resplit(carries, size):
+        if any(ref() is not None for ref in held):  # the failed attempt's memory is still taken
+            raise RuntimeError(CPU_ALLOCATOR)
+        splits.append(size)
+        return real_resplit(carries, size)
+
+    monkeypatch.setattr(step, "resplit", resplit)
+    result = train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2", "auto_batch=True"))
+    assert result.step == 2 and splits and set(splits) == {4}, splits
+    assert "out of memory: retrying with micro_batch_size=4" in caplog.text
+
+
+def test_out_of_memory_preparing_the_retry_is_the_steps(sudoku4, tmp_path, monkeypatch, capsys):
+    """Memory that runs out while the retry cuts the carries anew is named as the training step's, with the
+    micro-batch then in use, not as the set-up's with the configured one."""
+    from cli_helpers import one_error_line
+    from test_train import TINY
+    from trm_kaggle.cli import main
+    from trm_kaggle.train import step
+
+    def resplit(carries, size):
+        raise RuntimeError(CPU_ALLOCATOR)
+
+    _forward_out_of_memory_above(monkeypatch, 4)
+    monkeypatch.setattr(step, "resplit", resplit)
+    rc = main(["train", f"data_paths=[{sudoku4}]", f"checkpoint_path={tmp_path / 'r'}", *TINY, "max_steps=2",
+               "auto_batch=True"])
+    line = one_error_line(capsys, rc)
+    assert line.startswith("error: out of memory on cpu in training step 1: lower micro_batch_size (now 4;"), line

@@ -137,13 +137,32 @@ def _forward_backward(state: TrainState, batch: dict[str, torch.Tensor], run: St
                 raise
             if not cfg.auto_batch or state.micro == 1:
                 raise out_of_memory_error(cfg, state.micro, rt.device, f"in training step {state.step + 1}") from None
-            state.micro = _largest_divisor_at_most(run.local_batch, state.micro // 2)
-            drop_gradients(state.model)
-            if rt.device.type == "cuda":
-                torch.cuda.empty_cache()
-            state.carries = resplit(state.carries, state.micro)
-            log.warning("out of memory: retrying with micro_batch_size=%d (gradient accumulation keeps "
-                        "the global batch)", state.micro)
+        # Retried only here, past the except block: its exception holds the failed attempt's frames and with them
+        # its activations, and on a CPU the retry's own allocations ran out of memory again while they lived.
+        _retry_smaller(state, run)
+
+
+def _retry_smaller(state: TrainState, run: StepSetup) -> None:
+    """Halve the micro-batch (a divisor of the local batch) after an out-of-memory step: the failed attempt's
+    gradients dropped, the carries cut anew."""
+    state.micro = _largest_divisor_at_most(run.local_batch, state.micro // 2)
+    drop_gradients(state.model)
+    if run.rt.device.type == "cuda":
+        torch.cuda.empty_cache()
+    state.carries = _resplit(state.carries, state, run)
+    log.warning("out of memory: retrying with micro_batch_size=%d (gradient accumulation keeps "
+                "the global batch)", state.micro)
+
+
+def _resplit(carries: list, state: TrainState, run: StepSetup) -> list:
+    """`resplit` to the step's micro-batch; running out of memory here is the training step's, said so (with the
+    micro-batch now in use), not the set-up's the run would otherwise blame."""
+    try:
+        return resplit(carries, state.micro)
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:
+        if not is_out_of_memory(e):
+            raise
+    raise out_of_memory_error(run.cfg, state.micro, run.rt.device, f"in training step {state.step + 1}")
 
 
 def train_step(state: TrainState, batch: dict[str, torch.Tensor], schedule: StepSchedule,
@@ -161,7 +180,7 @@ def train_step(state: TrainState, batch: dict[str, torch.Tensor], schedule: Step
     if run.rt.distributed:  # gradients of all ranks, then the optimizer steps
         all_reduce_([p.grad for p in state.model.parameters() if p.grad is not None] + [metrics])
     if len(carries_before) != len(state.carries):  # an out-of-memory retry cut the micro-batches anew
-        carries_before = resplit(carries_before, state.micro)
+        carries_before = _resplit(carries_before, state, run)
     applied = run.policy.apply(state, metrics, carries_before)
     if applied.counted:
         state.step += 1
