@@ -184,3 +184,16 @@ def test_a_training_build_refuses_what_it_would_drop(tmp_path, capsys, args, wor
     err = capsys.readouterr().err
     assert err.startswith("error: ") and words in err and err.count("\n") == 1, err
     assert not out.exists()
+
+
+def test_a_key_set_twice_is_said_once_per_build(tmp_path, monkeypatch, caplog):
+    """The build checked the kernel's settings, then the kernel's builder checked them again: `seed=5 seed=6`
+    was said twice for one build. The wheels are stood in for; the training kernel is built."""
+    monkeypatch.setattr(B, "build_wheels", lambda *a, **kw: Anything(ok=True))
+    out = tmp_path / "out"
+    assert B.main([str(out), "--train-kernel", "--preset", "cpu-smoke", "--no-download", "--user", USER, "seed=5",
+                   "arch={hidden_size: 48}", "seed=6", "arch.hidden_size=32"]) == 0
+    said = [r.getMessage() for r in caplog.records if "set twice" in r.getMessage()]
+    assert len(said) == 2 and said[0].startswith("seed is set twice on one line ('seed=5', then 'seed=6')"), said
+    assert said[1].startswith("arch.hidden_size is set twice on one line ('arch={hidden_size: 48}', then"), said
+    assert (out / B.TRAIN_KERNEL_DIR / "kaggle_train.ipynb").is_file()

@@ -610,6 +610,49 @@ def test_one_setting_under_two_spellings_or_in_two_forms_of_one_file_is_said(tmp
     assert "twice" not in caplog.text  # distinct settings, and a file over a preset: layers
 
 
+def test_a_key_set_by_a_groups_mapping_and_again_on_one_line_is_said(capsys, caplog):
+    """`'arch={hidden_size: 48}' arch.hidden_size=32` (either order, any prefix, a mapping of a deeper group, a
+    mapping's key under its other spelling) dropped the earlier value without a word: a mapping sets its keys one by
+    one, and each is one of the line's settings."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.train import repeated_keys
+
+    said = [key for key, _, _ in repeated_keys(["arch={hidden_size: 48, loss: {loss_type: softmax_cross_entropy}}",
+                                               "+arch.hidden_size=32", "++arch.loss_type=stablemax_cross_entropy"])]
+    assert said == ["arch.hidden_size", "arch.loss_type"]
+    assert repeated_keys(["arch={hidden_size: 48}", "arch.L_cycles=2", "arch={}", "arch.loss={}"]) == []  # distinct
+    for line, kept in ((["arch={hidden_size: 48}", "arch.hidden_size=32"], "hidden_size: 32"),
+                       (["arch.hidden_size=32", "arch={hidden_size: 48}"], "hidden_size: 48")):
+        caplog.clear()
+        assert main(["train", "--preset", "cpu-smoke", "--print-config", *line]) == 0
+        assert kept in capsys.readouterr().out
+        assert f"arch.hidden_size is set twice on one line ({line[0]!r}, then {line[1]!r}): the later is used" \
+            in caplog.text
+    caplog.clear()
+    assert main(["doctor", "--preset", "cpu-smoke", "arch.loss={loss_type: softmax_cross_entropy}",
+                 "arch.loss_type=stablemax_cross_entropy"]) == 0
+    capsys.readouterr()
+    assert "arch.loss_type is set twice on one line ('arch.loss={loss_type: softmax_cross_entropy}', then" \
+        in caplog.text
+
+
+def test_a_key_written_twice_in_one_overrides_mapping_is_refused_as_in_a_config_file(capsys):
+    """`'arch={hidden_size: 48, hidden_size: 32}'` kept 32 without a word, while a --config file holding the same
+    is refused: the rule is the YAML reader's, said in its words, naming the override."""
+    from trm_kaggle.cli import main
+
+    for text, key in (("arch={hidden_size: 48, hidden_size: 32}", "hidden_size"),
+                      ("arch={loss: {loss_type: a, 'loss_type': b}}", "loss_type")):
+        with pytest.raises(TRMError, match=f"^override {re.escape(repr(text))}: cannot parse the value: the key "
+                                           f"'{key}' appears twice in one mapping"):
+            parse_override(text)
+    assert parse_override("arch={hidden_size: 48, L_cycles: 2}") == ("arch", {"hidden_size": 48, "L_cycles": 2})
+    assert main(["train", "--preset", "cpu-smoke", "--print-config", "arch={hidden_size: 48, hidden_size: 32}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: override 'arch={hidden_size: 48, hidden_size: 32}': cannot parse the value: the "
+                          "key 'hidden_size' appears twice in one mapping") and err.count("\n") == 1, err
+
+
 def test_a_check_across_fields_is_said_in_the_flags_words_without_pydantics(capsys):
     """`evaluate --test-depth 1 --max-steps 5` once read `invalid option: value: Value error, ...`: a field no
     flag has, and pydantic's prefix."""

@@ -31,6 +31,12 @@ class _TooLarge(Exception):
     pass
 
 
+def twice_in_one_mapping(key: Any) -> str:
+    """Why a mapping that writes `key` twice is refused: a file's, and an override's `{k: v}` (one rule)."""
+    return (f"the key {clipped(key, 60)} appears twice in one mapping (the JSON reader refuses that too; YAML leaves "
+            "no way to tell which was meant)")
+
+
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key repeated in one mapping."""
 
@@ -45,9 +51,7 @@ class _Loader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: the safe loader says so
                 continue
             if repeated:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {clipped(key, 60)} appears twice in one mapping (the JSON reader refuses "
-                                "that too; YAML leaves no way to tell which was meant)", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, twice_in_one_mapping(key), key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
 

@@ -206,14 +206,16 @@ def _under(value: str, prefix: str) -> bool:
     return os.path.abspath(value).startswith(prefix)
 
 
-def check_training_settings(presets: Sequence[str], overrides: Sequence[str]) -> None:
-    """The kernel's settings must make a training config (the data path is the kernel's to find)."""
+def check_training_settings(presets: Sequence[str], overrides: Sequence[str], warn: bool = True) -> None:
+    """The kernel's settings must make a training config (the data path is the kernel's to find); `warn`: say a key
+    set twice (False where the build already checked the same settings and said so)."""
     from trm_kaggle.train import load_train_config
 
     if not presets:
         raise TRMError("--train-kernel needs --preset NAME (trm-kaggle train --help lists the presets)")
     check_kernel_overrides(overrides)
-    warn_repeated(overrides)  # the kernel's OVERRIDES keep the later, as `train` does: said at the build
+    if warn:
+        warn_repeated(overrides)  # the kernel's OVERRIDES keep the later, as `train` does: said at the build
     load_train_config(presets=list(presets), overrides=list(overrides))
 
 
@@ -268,7 +270,7 @@ def build_train_kernel(out_dir: str | os.PathLike, *, ids: BundleIds, presets: S
     """`out_dir`: the training notebook with PRESET and OVERRIDES set, and its kernel-metadata.json."""
     from trm_kaggle.kaggle.metadata import REPO_ROOT
 
-    check_training_settings(presets, overrides)
+    check_training_settings(presets, overrides, warn=False)  # build_bundle checked them first, and said repeats
     check_train_budget(time_budget)
     if previous and (problem := id_problem(previous)):
         raise TRMError(f"the previous kernel: {problem}")

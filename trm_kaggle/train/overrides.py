@@ -1,7 +1,8 @@
 """The override parser: upstream's (hydra) `key=value` command-line grammar.
 
 * value parsing: `True`/`false`, numbers, `null`, `[a,b]`, `{k: v}`, quotes and
-  `${...}` interpolations, as hydra reads them; `~key` (delete: back to the default);
+  `${...}` interpolations, as hydra reads them (a key twice in one `{k: v}` is refused, as the YAML reader
+  refuses it); `~key` (delete: back to the default);
 * `split_cli_args`: a command line cut into flags and overrides;
 * `override_list` / `override_mapping`: a notebook parameter's overrides, a mapping {key: value} (what papermill's
   `-y` passes, and a parameters cell papermill can read: no `=` inside the line) or a list of `key=value`.
@@ -146,10 +147,16 @@ class _Parser:
             return out
         while True:
             self.ws()
+            start = self.i
             key = self.quoted() if self.peek() and self.peek() in "'\"" else self.bare(stop=":").strip()
             self.ws()
             if self.peek() != ":":
                 raise self.error("expected ':'" if self.peek() else "the text ends before the closing '}'")
+            if str(key) in out:  # the later would win unsaid: refused, as in a config file
+                from trm_kaggle.yamlio import twice_in_one_mapping
+
+                self.i = start
+                raise self.error(twice_in_one_mapping(str(key)))
             self.i += 1
             out[str(key)] = self.value(stop=",}")
             self.ws()
@@ -228,15 +235,24 @@ def dotted(tree: dict, prefix: str = "") -> dict[str, Any]:
 ALIASES = {"arch.loss.loss_type": "arch.loss_type"}
 
 
+def _keys_set(text: str) -> list[str]:
+    """The settings one override sets, in the spelling they are applied under: its key, or each key its mapping
+    sets (`arch={hidden_size: 48}` sets arch.hidden_size, as `arch.hidden_size=48` does: a group's mapping is
+    applied field by field, over the others)."""
+    key, value = parse_override(text)
+    keys = list(dotted(value, f"{key}.")) if isinstance(value, dict) else [key]
+    return [ALIASES.get(k, k) for k in keys]  # either spelling sets one setting
+
+
 def repeated_keys(overrides: Sequence[str]) -> list[tuple[str, str, str]]:
     """(key, earlier override, later override) for each key one list of overrides sets more than once."""
     seen: dict[str, str] = {}
     found = []
     for text in overrides:
-        key = ALIASES.get(parse_override(text)[0], parse_override(text)[0])  # either spelling sets one setting
-        if key in seen:
-            found.append((key, seen[key], text))
-        seen[key] = text
+        for key in _keys_set(text):
+            if key in seen:
+                found.append((key, seen[key], text))
+            seen[key] = text
     return found
 
 
