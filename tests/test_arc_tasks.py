@@ -236,6 +236,23 @@ def test_a_mistyped_test_set_is_refused():
         ArcBuildConfig(output_dir="o", subsets=["training2", "evaluation2"], test_set_name="evalution2")
 
 
+def test_subsets_listed_with_commas_are_refused_naming_subsets(tmp_path, capsys):
+    """`--subsets training,evaluation --test-set-name evaluation` blamed the right test set ("none of the subsets
+    (training,evaluation); did you mean training,evaluation?"): the one subset of that name is refused first,
+    once, with the list as it is typed."""
+    from trm_kaggle.cli import main
+
+    out = str(tmp_path / "o")
+    assert main(["build-arc", "--input-file-prefix", "absent/arc-agi", "--output-dir", out, "--no-progress",
+                 "--subsets", "training,evaluation", "x, y", "--test-set-name", "evaluation"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: invalid option: --subsets: the subset name 'training,evaluation' holds ',': subsets are "
+                   "separated by spaces: --subsets training evaluation x y\n"), err
+    assert main(["build-arc", "--input-file-prefix", "absent/arc-agi", "--output-dir", out, "--no-progress",
+                 "--subsets", "training", "evaluation", "--test-set-name", "a,b"]) == 2  # a test set: not a list
+    assert "--test-set-name 'a,b' is none of the subsets (training, evaluation)" in capsys.readouterr().err
+
+
 def _task(task_id: str, cell=1, output_cell=1, inputs=1, outputs=1):
     from trm_kaggle.data.arc.tasks import ArcTask
 

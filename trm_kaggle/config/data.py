@@ -4,12 +4,13 @@ Each field's description is also its option's `--help`."""
 from __future__ import annotations
 
 import difflib
+import shlex
 from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
 from trm_kaggle.config.common import MAX_GENERATED, MAX_IDENTIFIERS_START, MAX_NUM_AUG, MAX_SEED, _Config
-from trm_kaggle.names import name_problem
+from trm_kaggle.names import name_problem, shown
 
 ARC_DEFAULT_SUBSETS = ["training2", "evaluation2"]
 
@@ -79,6 +80,12 @@ class ArcBuildConfig(_Config):
         for name in [v] if isinstance(v, str) else v:  # each becomes a file or folder name of the source
             if problem := name_problem(name):
                 raise ValueError(f"the subset name {problem}")
+        if not isinstance(v, str) and (listed := [n for n in v if "," in n]):
+            # `--subsets training,evaluation` is one subset of that name: its file is missing, and first a test
+            # set among the two was said to be none of the subsets
+            names = " ".join(shlex.quote(part.strip()) for n in v for part in n.split(",") if part.strip())
+            raise ValueError(f"the subset name {shown(listed[0])} holds ',': subsets are separated by spaces: "
+                             f"--subsets {names}")
         if not isinstance(v, str) and (twice := sorted({n for n in v if v.count(n) > 1})):
             raise ValueError(f"the subset {twice[0]!r} is named twice: each subset's puzzles are read once")
         return v
