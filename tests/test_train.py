@@ -766,3 +766,54 @@ def test_the_schedules_last_step_ends_its_last_interval(sudoku4, tmp_path, caplo
         train(cfg_for(sudoku4, tmp_path / "never", "epochs=3", "eval_interval=7", "max_steps=2"))
     said = [r.getMessage() for r in caplog.records if "never evaluated" in r.getMessage()]
     assert len(said) == 1 and "eval_interval=7 with epochs=3" in said[0], said
+
+
+@pytest.fixture(scope="module")
+def one_step_run(sudoku4, tmp_path_factory) -> Path:
+    """A run of one step (its train state) and its export, `<run>/../export`, made once per module."""
+    run = tmp_path_factory.mktemp("one_step") / "run"
+    train(cfg_for(sudoku4, run, "max_steps=1"))
+    ckpt.export_run(run, run.parent / "export")
+    return run
+
+
+def _blank_model(sudoku4: Path):
+    from trm_kaggle.model import TinyRecursiveModel
+
+    meta = load_metadata(sudoku4, "train")
+    torch.manual_seed(99)
+    return TinyRecursiveModel(cfg_for(sudoku4, Path("unused")).arch, meta.seq_len, meta.vocab_size,
+                              meta.num_puzzle_identifiers)
+
+
+def test_load_checkpoint_takes_a_train_state_by_what_it_holds_whatever_its_name(sudoku4, one_step_run, tmp_path):
+    """A train state renamed (mystate.pt) was 'not an upstream TRM checkpoint: unexpected keys format, version,
+    step, ...': the file's name, not its content, chose the reader."""
+    from trm_kaggle.train.state import load_initial_weights
+
+    renamed = tmp_path / "mystate.pt"
+    renamed.write_bytes(ckpt.list_states(one_step_run)[-1].read_bytes())
+    model = _blank_model(sudoku4)
+    load_initial_weights(model, str(renamed))
+    saved = ckpt.load_train_state(renamed)["model"]
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
+
+
+def test_load_checkpoint_given_an_exports_weights_file_loads_that_export(sudoku4, one_step_run, tmp_path):
+    """An export's weights.safetensors named as the file was 'not a readable PyTorch checkpoint (truncated or
+    foreign file?)'; a safetensors file in no export says what load_checkpoint takes."""
+    from trm_kaggle.train.state import load_initial_weights
+
+    export = one_step_run.parent / "export"
+    model = _blank_model(sudoku4)
+    load_initial_weights(model, str(export / "weights.safetensors"))
+    _, saved = read_export(export)
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
+    for lone in (tmp_path / "weights.safetensors", tmp_path / "w.safetensors"):
+        lone.write_bytes((export / "weights.safetensors").read_bytes())
+        if lone.name == "w.safetensors":  # beside a config.json that describes another file
+            (tmp_path / "config.json").write_bytes((export / "config.json").read_bytes())
+        with pytest.raises(TRMError, match=re.escape(f"{lone}: a safetensors file that is no export's "
+                                                     "weights.safetensors beside its config.json: load_checkpoint "
+                                                     "takes an export's folder")):
+            load_initial_weights(_blank_model(sudoku4), str(lone))

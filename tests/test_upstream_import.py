@@ -323,6 +323,39 @@ def test_import_upstream_refuses_a_tensor_without_plain_data_in_one_line(tmp_pat
     assert f"entry '{HEAD}' holds a {kind} tensor (no plain data to load)" in refused_import(tmp_path, capsys, step)
 
 
+@pytest.mark.parametrize("entry, layout, kind", [
+    (HEAD, lambda t: t.to_sparse(), "sparse_coo"),
+    ("_orig_mod.model.inner.H_init", lambda t: t.to_sparse(), "sparse_coo"),
+    (HEAD, lambda t: t.to_sparse_csr(), "sparse_csr"),
+    (HEAD, lambda t: t.to("meta"), "meta"),
+], ids=["coo", "coo-H_init", "csr", "meta"])
+def test_load_checkpoint_refuses_a_tensor_without_plain_data_as_import_upstream_does(tmp_path, capsys, entry,
+                                                                                     layout, kind):
+    """`train load_checkpoint=<step file>` holding a sparse or meta tensor was torch's traceback from the NaN check
+    (NotImplementedError 'aten::ne.Scalar' ... 'SparseCPU', 'unsupported tensor layout: SparseCsr', 'Tensor.item()
+    cannot be called on meta tensors'): it is import-upstream's line for the very same file."""
+    from trm_kaggle.train.state import load_initial_weights
+
+    step = upstream_run(tmp_path, lambda sd: {**sd, entry: layout(sd[entry])})
+    said = f"{step}: not a usable checkpoint: entry {entry!r} holds a {kind} tensor (no plain data to load)"
+    with pytest.raises(TRMError) as refused:
+        load_initial_weights(TinyRecursiveModel(ArchConfig(**SMALL), 16, 6, 1), str(step))
+    assert str(refused.value) == said
+    assert refused_import(tmp_path, capsys, step) == f"error: {said}\n"
+
+
+@pytest.mark.parametrize("layout, kind", [(lambda t: t.to_sparse(), "sparse_coo"),
+                                          (lambda t: t.to_sparse_csr(), "sparse_csr"),
+                                          (lambda t: t.to("meta"), "meta")], ids=["coo", "csr", "meta"])
+def test_the_nan_check_names_a_tensor_without_plain_data_rather_than_failing_on_it(layout, kind):
+    from trm_kaggle.model.finite import check_finite, first_nonfinite
+
+    tensors = {"a": torch.ones(2, 2), "b": layout(torch.ones(2, 2))}
+    assert first_nonfinite(tensors) is None  # no values of its own to count
+    with pytest.raises(TRMError, match=re.escape(f"f: entry 'b' holds a {kind} tensor (no plain data to load)")):
+        check_finite(tensors, "f")
+
+
 @pytest.mark.parametrize("edit, arch, said", [
     (lambda sd: {**sd, EMBED: sd[EMBED][:1].expand(2**27, -1), HEAD: sd[HEAD][:1].expand(2**27, -1)}, {},
      "embed_tokens.weight holds 134,217,728 token rows; a vocabulary has 2 to 1,048,576"),

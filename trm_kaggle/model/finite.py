@@ -20,10 +20,20 @@ from trm_kaggle.errors import TRMError
 _CHECKED_AS_IS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+def no_plain_data(t: torch.Tensor) -> str | None:
+    """The kind of a tensor that holds no plain (strided) data of its own, as its readers name it ("meta",
+    "nested", "quantized", "sparse_coo", "sparse_csr", ...), else None. torch loads such tensors from a file, but
+    its arithmetic and copies fail on them with a traceback: a reader refuses them by this kind first."""
+    if t.is_meta or t.is_nested or t.is_quantized:
+        return "meta" if t.is_meta else "nested" if t.is_nested else "quantized"
+    return None if t.layout == torch.strided else str(t.layout).removeprefix("torch.")
+
+
 def first_nonfinite(tensors: Mapping[str, torch.Tensor]) -> tuple[str, int] | None:
-    """(name, count of non-finite values) of the first floating-point tensor holding NaN or inf, else None."""
+    """(name, count of non-finite values) of the first floating-point tensor holding NaN or inf, else None. Tensors
+    of no plain data (`no_plain_data`) have no values to count here: `check_finite` refuses them."""
     for name, t in tensors.items():
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and no_plain_data(t) is None:
             t = t.detach()
             if t.dtype not in _CHECKED_AS_IS:  # float8 types: torch has no isfinite for them
                 t = t.float()
@@ -34,7 +44,11 @@ def first_nonfinite(tensors: Mapping[str, torch.Tensor]) -> tuple[str, int] | No
 
 
 def check_finite(tensors: Mapping[str, torch.Tensor], source: str) -> None:
-    """TRMError naming `source` (a file) and the first tensor with NaN or inf values."""
+    """TRMError naming `source` (a file) and the first tensor with NaN or inf values, or with no plain data to
+    check (a sparse or meta tensor: torch's isfinite failed on it with a traceback)."""
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and (kind := no_plain_data(t)):
+            raise TRMError(f"{source}: entry {name!r} holds a {kind} tensor (no plain data to load)")
     found = first_nonfinite(tensors)
     if found is not None:
         name, bad = found

@@ -32,7 +32,7 @@ from trm_kaggle.errors import DamagedFile, TRMError
 from trm_kaggle.jsonio import open_regular, read_failure, readable_file
 from trm_kaggle.model.export import (PUZZLE_EMB_KEY, count_bounds, export_inference, fit_state_dict,
                                      resize_puzzle_embedding, weights_problem)
-from trm_kaggle.model.finite import check_finite, first_nonfinite
+from trm_kaggle.model.finite import check_finite, first_nonfinite, no_plain_data
 from trm_kaggle.model.hub import resolve_checkpoint, snapshot_commit
 from trm_kaggle.model.safe_load import load_weights_only
 from trm_kaggle.model.trm import TinyRecursiveModel
@@ -121,9 +121,7 @@ def _check_tensor(value: torch.Tensor, name: str, key: Any, source: str) -> None
     sparse, nested or quantized (no plain data: torch's copy failed with a traceback, as the train-state reader
     refuses it in one line), of another number of dimensions (a 0-D embedding was an IndexError), or a puzzle table
     whose rows are past the package's bound (a stride-0 tensor declares any size in a file of kilobytes)."""
-    kind = ("meta" if value.is_meta else "nested" if value.is_nested else "quantized" if value.is_quantized
-            else None if value.layout == torch.strided else str(value.layout).removeprefix("torch."))
-    if kind:
+    if kind := no_plain_data(value):
         raise TRMError(f"{source}: not a usable checkpoint: entry {key!r} holds a {kind} tensor (no plain data to "
                        "load)")
     ndim = 1 if name in _VECTORS else 2
@@ -190,13 +188,19 @@ def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, torch.Tensor]:
     return dict(state)
 
 
-def load_upstream_checkpoint(model: TinyRecursiveModel, path: Union[str, os.PathLike]) -> None:
-    """Load upstream's `step_<N>` file into `model`; a NaN or inf in it is refused naming the file and the tensor
-    (`train load_checkpoint=` trained 20 non-finite steps from one, then advised a lower lr; in its puzzle table it
-    was "table: ... not finite", naming no file)."""
-    tensors = read_checkpoint(path)
-    check_finite(tensors, os.fspath(path))
-    load_upstream_state_dict(model, tensors, source=os.fspath(path))
+def load_upstream_checkpoint(model: TinyRecursiveModel, path: Union[str, os.PathLike],
+                             contents: Any = None) -> None:
+    """Load upstream's `step_<N>` file into `model`; `contents` is what the file holds when the caller has read it
+    already (`train load_checkpoint=` reads a file once to tell what it is). Each entry is checked as
+    import-upstream checks it (`_renamed`: a sparse or meta tensor was a traceback from the NaN check) before its
+    values are read; a NaN or inf is refused naming the file and the tensor (`train load_checkpoint=` trained 20
+    non-finite steps from one, then advised a lower lr; in its puzzle table it was "table: ... not finite", naming
+    no file)."""
+    source = os.fspath(path)
+    tensors = read_checkpoint(path) if contents is None else contents
+    _renamed(tensors, source)
+    check_finite(tensors, source)
+    load_upstream_state_dict(model, tensors, source=source)
 
 
 # ---------------------------------------------------------------------------

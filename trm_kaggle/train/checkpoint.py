@@ -307,16 +307,34 @@ def _to_cpu(value: Any) -> Any:
 def load_train_state(path: Path) -> dict[str, Any]:
     """The state in `path`, checked against its checksum. `UnreadableFile` when it cannot be read (missing, no
     permission, not a regular file: not damaged), `DamagedFile` when its bytes are wrong."""
-    with open_regular(path, "train state") as f:  # a FIFO never blocks, a missing permission is not damage
+    return checked_train_state(path, read_torch_file(path))
+
+
+def read_torch_file(path: Path, what: str = "train state") -> Any:
+    """What the torch file `path` holds, loaded weights_only (no pickle's code runs). `UnreadableFile` when it
+    cannot be read, `DamagedFile` when its bytes are no torch file's (said as a train state's, or for another
+    `what` as any PyTorch checkpoint's)."""
+    with open_regular(path, what) as f:  # a FIFO never blocks, a missing permission is not damage
         try:
-            state = load_weights_only(f)
+            return load_weights_only(f)
         except Exception as e:  # truncated zip, foreign pickle, ...; a failing disk is no damage: `read_failure`
             # torch's first sentence only: the rest advises weights_only=False, which would run a pickle's code
             detail = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:200]
-            raise read_failure(e, path, "train state") or DamagedFile(
-                f"{path}: not a readable train state (truncated or not written by trm-kaggle?): "
-                f"{type(e).__name__}: {detail}") from None
-    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            said = ("not a readable train state (truncated or not written by trm-kaggle?)" if what == "train state"
+                    else "not a readable PyTorch checkpoint (truncated or foreign file?)")
+            raise read_failure(e, path, what) or DamagedFile(
+                f"{path}: {said}: {type(e).__name__}: {detail}") from None
+
+
+def holds_train_state(loaded: Any) -> bool:
+    """Whether what a torch file held (loaded weights_only) is a train state by its content, whatever its name."""
+    return isinstance(loaded, dict) and loaded.get("format") == STATE_FORMAT
+
+
+def checked_train_state(path: Path, state: Any) -> dict[str, Any]:
+    """`state`, as loaded (weights_only) from `path`, once it proves a train state: its checksum, its fields and
+    its tensors checked (`load_train_state`). Its checksum entry is taken out of it."""
+    if not holds_train_state(state):
         raise DamagedFile(f"{path}: not a trm-kaggle train state (for upstream step_N files use "
                           "`trm-kaggle import-upstream`)")
     digest = state.pop("sha256", None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
@@ -23,6 +24,7 @@ from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.data import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import open_regular
 from trm_kaggle.model import (Carry, DTYPES, PUZZLE_EMB_KEY, TinyRecursiveModel, fit_state_dict,
                               load_upstream_checkpoint, read_export, resize_puzzle_embedding, shadow_problem)
 from trm_kaggle.optim import EMA
@@ -68,20 +70,47 @@ def build_model(cfg: TrainConfig, loader: PuzzleLoader, rt: Runtime) -> TinyRecu
 
 
 def load_initial_weights(model: TinyRecursiveModel, path: str) -> None:
-    """Weights from one of our exports, our train states, or an upstream `step_<N>` file."""
+    """Weights from one of our exports, our train states, or an upstream `step_<N>` file, told apart by what the
+    file holds, not by its name: a train state renamed was refused as an upstream file of unexpected keys, an
+    export's weights.safetensors as a truncated PyTorch checkpoint."""
     p = Path(path)
     if p.is_dir():
         _, state = read_export(p)
-    elif ckpt.is_state_file(p):
+    elif _is_safetensors(p):
+        _, state = read_export(_export_holding(p))
+    elif ckpt.is_state_file(p):  # named as one: a file that cannot be read is said as a train state
         state = ckpt.load_train_state(p)["model"]
     else:
-        load_upstream_checkpoint(model, p)
-        return
+        loaded = ckpt.read_torch_file(p, "checkpoint file")  # read once, whichever it proves to be
+        if not ckpt.holds_train_state(loaded):
+            load_upstream_checkpoint(model, p, loaded)
+            return
+        state = ckpt.checked_train_state(p, loaded)["model"]
     key = PUZZLE_EMB_KEY
     if key in state and model.puzzle_emb is not None and state[key].shape != model.puzzle_emb.weights.shape:
         state = dict(state)
         state[key] = resize_puzzle_embedding(state[key], model.puzzle_emb.weights.shape[0])
     fit_state_dict(model, state, str(path))
+
+
+def _is_safetensors(path: Path) -> bool:
+    """Whether the file begins as a safetensors file does: the 8-byte length of a JSON header that follows it and
+    fits in the file (a torch file begins with a zip's or a pickle's bytes, whose length would pass its end)."""
+    with open_regular(path, "checkpoint file") as f:  # missing, a FIFO, no permission: one line here
+        head = f.read(9)
+        size = os.fstat(f.fileno()).st_size
+    return len(head) == 9 and head[8:] == b"{" and int.from_bytes(head[:8], "little") <= size - 8
+
+
+def _export_holding(weights: Path) -> Path:
+    """The export whose weights.safetensors `weights` is (the folder holding it beside its config.json); TRMError
+    for another safetensors file (the folder's config.json describes its weights.safetensors alone)."""
+    if weights.name != "weights.safetensors" or not (weights.parent / "config.json").is_file():
+        raise TRMError(f"{weights}: a safetensors file that is no export's weights.safetensors beside its "
+                       "config.json: load_checkpoint takes an export's folder, a train state or an upstream step_N "
+                       "file")
+    log.info("load_checkpoint %s: the weights of the export %s; loading that export", weights, weights.parent)
+    return weights.parent
 
 
 # ---------------------------------------------------------------------------
