@@ -817,3 +817,21 @@ def test_load_checkpoint_given_an_exports_weights_file_loads_that_export(sudoku4
                                                      "weights.safetensors beside its config.json: load_checkpoint "
                                                      "takes an export's folder")):
             load_initial_weights(_blank_model(sudoku4), str(lone))
+
+
+def test_a_training_run_given_as_an_export_points_to_trm_kaggle_export(sudoku4, one_step_run, tmp_path, capsys):
+    """`evaluate --weights RUN_DIR` said `RUN_DIR/config.json: not a trm-kaggle inference config`: true, but not
+    what the folder is nor how to make an export of it. A run folder whose states are gone is told by its
+    config.json (the run's settings)."""
+    settings_only = tmp_path / "settings_only"
+    settings_only.mkdir()
+    (settings_only / "config.json").write_bytes((one_step_run / "config.json").read_bytes())
+    for run in (one_step_run, settings_only):
+        assert main(["evaluate", "--weights", str(run), "--data", str(sudoku4)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"error: {run}: a training run's folder, not an export (its config.json holds the run's "
+                       f"settings): write one with `trm-kaggle export {run} --out EXPORT_DIR` and name that "
+                       "folder\n"), err
+    (settings_only / "config.json").write_text("{}")  # no run's settings: said as before
+    assert main(["evaluate", "--weights", str(settings_only), "--data", str(sudoku4)]) == 2
+    assert capsys.readouterr().err == f"error: {settings_only / 'config.json'}: not a trm-kaggle inference config\n"

@@ -24,6 +24,7 @@ import logging
 import math
 import numbers
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Callable, Mapping, get_args
 
@@ -270,6 +271,20 @@ def _shape_config(config: dict) -> dict:
     return {"arch": arch, "seq_len": config["seq_len"], "vocab_size": config["vocab_size"]}
 
 
+def _is_training_run(path: Path, config: Any) -> bool:
+    """Whether `path`, whose config.json holds `config`, is a training run's folder: its train states or run
+    record, or the settings a run writes (a whole TrainConfig: `{}` would pass as one of defaults)."""
+    if (path / "run.json").is_file() or any(path.glob("state_step*.pt")):
+        return True
+    if not isinstance(config, dict) or "data_paths" not in config:
+        return False
+    try:
+        TrainConfig.model_validate(config)
+    except (pydantic.ValidationError, ValueError, TypeError):
+        return False
+    return True
+
+
 def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]:
     """(config, tensors) of an export directory; one clear line for a missing, truncated or foreign file,
     a config.json field that is missing, unknown, of the wrong type or out of bounds, and a config.json
@@ -290,6 +305,10 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
         readable_file(w_path, "weights")  # missing permission "No such file": the cause is named here instead
     raw = read_json(cfg_path, "config.json", hint=f"is {path} an export made by `trm-kaggle export`?")
     if not isinstance(raw, dict) or raw.get("format") != EXPORT_FORMAT:
+        if _is_training_run(path, raw):  # its config.json is the run's settings: the export is one command away
+            raise TRMError(f"{path}: a training run's folder, not an export (its config.json holds the run's "
+                           f"settings): write one with `trm-kaggle export {shlex.quote(str(path))} --out EXPORT_DIR` "
+                           "and name that folder")
         raise TRMError(f"{cfg_path}: not a trm-kaggle inference config")
     try:  # strictly: "32" for a number or "yes" for a boolean was taken as 32 and True (a model card showed "32")
         config = ExportConfig.model_validate(raw, strict=True).model_dump()
