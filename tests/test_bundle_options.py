@@ -197,3 +197,17 @@ def test_a_key_set_twice_is_said_once_per_build(tmp_path, monkeypatch, caplog):
     assert len(said) == 2 and said[0].startswith("seed is set twice on one line ('seed=5', then 'seed=6')"), said
     assert said[1].startswith("arch.hidden_size is set twice on one line ('arch={hidden_size: 48}', then"), said
     assert (out / B.TRAIN_KERNEL_DIR / "kaggle_train.ipynb").is_file()
+
+
+def test_trm_kaggle_bundle_takes_settings_after_its_options_as_build_bundle_does(tmp_path, monkeypatch, caplog):
+    """`trm-kaggle bundle OUT --train-kernel --preset P seed=5` was "unrecognized arguments: seed=5" (argparse reads
+    positionals in one run), though the docs give it build_bundle.py's options; a twice-set key is said once."""
+    from trm_kaggle import cli
+
+    monkeypatch.setattr(B, "build_wheels", lambda *a, **kw: Anything(ok=True))
+    out = tmp_path / "out"
+    assert cli.main(["bundle", str(out), "--train-kernel", "--preset", "cpu-smoke", "--no-download", "--user", USER,
+                     "seed=5", "--slug-prefix", "trm-x", "seed=6"]) == 0
+    said = [r.getMessage() for r in caplog.records if "set twice" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("seed is set twice on one line ('seed=5', then 'seed=6')"), said
+    assert "OVERRIDES = {'seed': '6'}" in (out / B.TRAIN_KERNEL_DIR / "kaggle_train.ipynb").read_text()

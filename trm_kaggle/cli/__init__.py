@@ -86,6 +86,7 @@ def _main(argv: list[str] | None, started: float) -> int:
 
     from trm_kaggle.cli.cluster import cmd_torchrun
     from trm_kaggle.cli.common import SWEEP_VALUE_FLAGS, typed_flags
+    from trm_kaggle.cli.common import value_flags as value_flags_of
     from trm_kaggle.config import validation_line
     from trm_kaggle.errors import TRMError, os_error_line, resource_line
     from trm_kaggle.stdout import checked_stdout, parse_checked
@@ -101,6 +102,10 @@ def _main(argv: list[str] | None, started: float) -> int:
     head = 2 if argv[:1] == ["launch"] else 1  # `launch k8s ...`: the launcher is a word, not an override
     value_flags = {"sweep": SWEEP_VALUE_FLAGS, "launch": SWEEP_VALUE_FLAGS,
                    "train": ("--config", "--preset", "--export"), "doctor": ("--preset",)}.get(argv[0])
+    if argv[0] == "bundle":  # its key=value settings follow any option, as with build_bundle.py
+        from trm_kaggle.kaggle.bundle import make_parser as bundle_parser
+
+        value_flags = value_flags_of(bundle_parser())
     if value_flags:
         # argparse takes positionals in one run, so `sweep GRID --preset P key=value` (`doctor DATA --preset P
         # key=value`, `train a=1 --preset P b=2`) would leave the overrides unmatched: they are split off first and
@@ -124,7 +129,8 @@ def _main(argv: list[str] | None, started: float) -> int:
     log_one_line_each(logging.INFO if getattr(args, "verbose", False) else logging.WARNING)
     try:
         with checked_stdout():  # the results reach stdout, or the command fails: never a silent success
-            if getattr(args, "overrides", None):  # the key=value settings typed on this line
+            if getattr(args, "overrides", None) and argv[0] != "bundle":  # the settings typed on this line
+                # (a bundle says them with its other checks: `build_bundle.py` has no such wrapper)
                 from trm_kaggle.train import warn_repeated
 
                 warn_repeated(args.overrides)

@@ -32,6 +32,12 @@ def config_kwargs(args: argparse.Namespace, names) -> dict:
     return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
 
 
+def value_flags(parser: argparse.ArgumentParser) -> list[str]:
+    """Every spelling of the options of `parser` that take a value (`--weights DIR`): the word after one is its
+    value, never a key=value setting, when a line's settings are split off before argparse reads it."""
+    return [o for a in parser._actions if a.option_strings and a.nargs != 0 for o in a.option_strings]
+
+
 def say_defaults(parser: argparse.ArgumentParser, model=None) -> None:
     """End each option's help with "(required)" or its default, read from the config model that owns it.
 
