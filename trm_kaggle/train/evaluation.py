@@ -85,13 +85,16 @@ class Evaluations:
     iteration numbered `min_eval_interval` on (upstream: `_iter_id >= min_eval_interval`, counted from 0). The
     schedule's last step ends its last iteration (`epochs // eval_interval` of them, upstream's count): the
     schedule's length is truncated to whole steps, and the last interval once ended a step after it, so the
-    final weights were never evaluated. A schedule in which no iteration evaluates is said, once.
+    final weights were never evaluated. A schedule in which no iteration evaluates is said, once; so is a
+    `max_steps` that stops the run before its first evaluation, or after its last (the final weights are not
+    evaluated): max_steps only stops the schedule early (a resumed run with a larger one continues it), so it
+    adds no evaluation of its own.
     Under a deadline an evaluation that would end after it is skipped, with a warning: its length is the last
     one measured, or (before the first) an estimate from the test split's batches and the step time.
     """
 
     def __init__(self, cfg: TrainConfig, rt: Runtime, run_dir: Path, steps_per_epoch: float, step: int,
-                 deadline: float | None, total_steps: int | None = None):
+                 deadline: float | None, total_steps: int | None = None, stop_at: int | None = None):
         self.cfg, self.rt, self.deadline, self.steps_per_epoch = cfg, rt, deadline, steps_per_epoch
         # None: once, at the schedule's end (upstream's eval_interval is then the run's epochs)
         self.interval = cfg.eval_interval if cfg.eval_interval is not None else cfg.epochs
@@ -102,7 +105,10 @@ class Evaluations:
                         "split is never evaluated (eval_interval=null evaluates once, at the schedule's end)",
                         cfg.eval_interval, cfg.epochs,
                         f" and min_eval_interval={cfg.min_eval_interval}" if cfg.min_eval_interval else "")
-        self.last_epoch = math.floor(step / steps_per_epoch / self.interval) if self.interval else None
+        elif (self.interval and rt.is_main and stop_at is not None and total_steps is not None
+              and step < stop_at < total_steps):  # max_steps stops the schedule early
+            self._warn_of_the_stop(step, stop_at)
+        self.last_epoch = self._iteration(step) if self.interval else None
         self.last_s = last_evaluation_seconds(run_dir) if deadline is not None and self.interval else None
         self.test_batches: int | None = None  # counted when an evaluation first needs an estimate of its length
         self.metrics: dict[str, float] = {}
@@ -112,13 +118,55 @@ class Evaluations:
         """Whether `step` (just taken) ends an interval that evaluates."""
         if not self.interval:
             return False
-        e = math.floor(step / self.steps_per_epoch / self.interval)
-        if self.total_steps is not None and step >= self.total_steps:
-            e = max(e, self.iterations)
+        e = self._iteration(step)
         if e <= self.last_epoch:
             return False
         self.last_epoch = e
         return e - 1 >= (self.cfg.min_eval_interval or 0)  # upstream's iteration e - 1
+
+    def _iteration(self, step: int) -> int:
+        """How many iterations (eval intervals) have ended by `step`; it never decreases as `step` grows."""
+        e = math.floor(step / self.steps_per_epoch / self.interval)
+        if self.total_steps is not None and step >= self.total_steps:
+            e = max(e, self.iterations)
+        return e
+
+    def _first_step(self, after: int, upto: int, iteration: int) -> int | None:
+        """The first step in (after, upto] by which `iteration` iterations have ended, None when none is."""
+        if self._iteration(upto) < iteration:
+            return None
+        lo, hi = after + 1, upto  # a bisection: a long schedule has millions of steps
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if self._iteration(mid) >= iteration else (mid + 1, hi)
+        return lo
+
+    def _first_evaluation(self, after: int, upto: int) -> int | None:
+        """The first step in (after, upto] that `due` evaluates, stepping from `after` on; None when none does."""
+        return self._first_step(after, upto, max(self._iteration(after), self.cfg.min_eval_interval or 0) + 1)
+
+    def _warn_of_the_stop(self, step: int, stop_at: int) -> None:
+        """Warn when max_steps stops the run (from `step` on) before its first evaluation, or where none is due."""
+        cfg = self.cfg
+        later = self._first_evaluation(stop_at, self.total_steps)  # the schedule's next one after the stop
+        remedies = [f"max_steps={later} ends on one"] if later is not None else []
+        if self._first_evaluation(step, stop_at) is None:
+            if self.interval > 1:  # eval_interval=null: the interval is the whole schedule
+                remedies.append("a smaller eval_interval evaluates sooner" if cfg.eval_interval is not None
+                                else "an eval_interval (epochs) evaluates sooner")
+            if cfg.min_eval_interval:
+                remedies.append("a smaller min_eval_interval evaluates sooner")
+            due = "" if later is None else f" (step {later}" + (
+                ", the schedule's end)" if later == self.total_steps else ")")
+            log.warning("max_steps=%d stops the run at step %d (epoch %.2f), before its %s evaluation%s: the test "
+                        "split is not evaluated (%s)", cfg.max_steps, stop_at, stop_at / self.steps_per_epoch,
+                        "first" if step == 0 else "next", due,
+                        "; ".join([*remedies, "`trm-kaggle evaluate` scores an export of the run"]))
+        elif self._iteration(stop_at - 1) == self._iteration(stop_at):  # no interval ends at the stop
+            last = self._first_step(step, stop_at, self._iteration(stop_at))
+            log.warning("max_steps=%d stops the run at step %d, which does not evaluate: the final weights are not "
+                        "evaluated (the last evaluation is at step %d; %s)", cfg.max_steps, stop_at, last,
+                        "; ".join([*remedies, "`trm-kaggle evaluate` scores an export of the run"]))
 
     def run(self, model, ema, control: StopControl, step: int, seconds_per_step: float) -> str:
         """Evaluate now: "done" (`metrics`, `seconds` set), "skipped" (it would end after the deadline) or "cut"

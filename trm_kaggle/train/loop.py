@@ -88,9 +88,10 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
     result = TrainResult(run.run_dir, state.step, 0.0, parameters=state.model.parameter_count(),
                          is_main=rt.is_main, start_step=state.step)
     clock = _Clock(state.step)
+    evaluations = Evaluations(cfg, rt, run.run_dir, run.steps_per_epoch, state.step, run.deadline, run.total_steps,
+                              run.stop_at)  # before the bar: its warnings are the run's first lines
     bar = TrainProgress(run.stop_at, state.step, run.deadline, enabled=cfg.progress and rt.is_main)
     memory_watch = MemoryWatch(rt.device, log if rt.is_main else None)
-    evaluations = Evaluations(cfg, rt, run.run_dir, run.steps_per_epoch, state.step, run.deadline, run.total_steps)
     window = LogWindow()
     batches, compile_watch = iter(run.loader), None
     if rt.device.type == "xla":  # XLA: batches go to the device ahead of use; compilations are counted per step
