@@ -88,9 +88,10 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
              threads: tuple[int, str] | None = None) -> Plan:
     """What `train` would do with `cfg` (a TrainConfig) on a machine with `facts`. `threads`: (count, why) as
     `hardware.choose_threads` gives them on this machine; without it, the setting or one per core of `facts`."""
-    from trm_kaggle.model import resolve_compile, resolve_forward_dtype
+    from trm_kaggle.model import resolve_forward_dtype
     from trm_kaggle.train import (DEFAULT_MEMORY_FRACTION, estimate_training_memory, largest_fitting_micro_batch,
-                                  logger_problem, micro_batch_problem, training_rss)
+                                  logger_problem, micro_batch_problem)
+    from trm_kaggle.train.memory import run_rss
     from trm_kaggle.train import dtype_name
 
     warnings = []
@@ -116,8 +117,7 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
                               or (device == "mps" and facts.mps and torch.backends.mps.is_available())) else "cpu"
     est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab, num_puzzle_identifiers=rows,
                                    num_puzzles=puzzles, device=probe_device, dtype=dtype,
-                                   baseline=training_rss(resolve_compile(cfg.compile, device))
-                                   if baseline is None else baseline)
+                                   baseline=run_rss(cfg, device) if baseline is None else baseline)
     if device == "cuda" and gpu is not None:
         available = gpu.free_bytes if gpu.free_bytes is not None else gpu.total_bytes
         est.baseline = 0  # the process's own memory is host memory, not the GPU's

@@ -8,13 +8,16 @@ A run holds, besides the Python/torch process itself:
     the puzzle-embedding table (identifiers x emb_ndim x 4), the ACT carry of the local
     batch (z_H and z_L, B x (prefix + seq_len) x hidden), and per example of a
     micro-batch: the activations autograd keeps for the one recursion cycle that carries
-    gradients, plus the transient work of one network call and of the loss.
+    gradients, plus the transient work of one network call and of the loss. With
+    grad_checkpointing the cycle keeps only the inputs of its network calls, and backward
+    rebuilds one call's activations at a time: those count as work, once more.
 
 The activations are not guessed from a formula: `probe_activations` runs one forward
 of a one-row and a two-row batch through the real model (puzzle table of 2 rows,
 one H cycle) on the target device under `saved_tensors_hooks` and counts the bytes
 autograd keeps per extra row, so the figure follows the code paths this device runs
-(oneDNN on CPU, bf16 casts, attention kernels). The rest is arithmetic on the config.
+(oneDNN on CPU, bf16 casts, attention kernels), and with grad_checkpointing what the
+checkpoints themselves keep. The rest is arithmetic on the config.
 `benchmarks/bench_memory.py` compares the estimate with the measured peak RSS of real
 runs, and tests/test_memory.py holds it within a stated error.
 """
@@ -59,6 +62,7 @@ class MemoryEstimate:
     activations_per_example: int  # kept by autograd for the grad-carrying cycle
     workspace_per_example: int  # transient: one network call's temporaries and the loss
     parameters: int = 0
+    checkpointed: bool = False  # grad_checkpointing: the activations are the checkpointed calls' inputs
 
     def fixed(self) -> int:
         return (self.baseline + self.weights + self.gradients + self.optimizer + self.ema + self.weight_casts
@@ -71,8 +75,12 @@ class MemoryEstimate:
         return {"process": self.baseline, "weights": self.weights, "gradients": self.gradients,
                 "optimizer": self.optimizer, "EMA": self.ema, "forward-dtype weight casts": self.weight_casts,
                 "puzzle table": self.puzzle_table, "ACT carry": self.carry,
-                f"activations ({micro} per micro-batch)": micro * self.activations_per_example,
-                "workspace": micro * self.workspace_per_example}
+                f"activations ({micro} per micro-batch{self._kept()})": micro * self.activations_per_example,
+                "workspace" + (" (one call rebuilt in backward)" if self.checkpointed else ""):
+                    micro * self.workspace_per_example}
+
+    def _kept(self) -> str:
+        return ", grad_checkpointing: the network calls' inputs" if self.checkpointed else ""
 
 
 def _dtype_bytes(dtype: torch.dtype) -> int:
@@ -84,7 +92,7 @@ PROBE_LENGTHS = (32, 64, 96)
 
 
 def probe_activations(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device | str,
-                      dtype: torch.dtype) -> tuple[int, int]:
+                      dtype: torch.dtype, grad_checkpointing: bool = False) -> tuple[int, int]:
     """(bytes autograd keeps per example for one training step, bytes of one network call's share).
 
     Each figure is the difference between a two-row and a one-row forward (with the loss), so
@@ -92,24 +100,35 @@ def probe_activations(arch: ArchConfig, seq_len: int, vocab_size: int, device: t
     sequence is not run at its length: the bytes are a quadratic in the length (attention
     kernels that keep the score matrix add the square term), fitted exactly through probes at
     PROBE_LENGTHS and evaluated at `seq_len`. With `mlp_t` the token-mixing width itself
-    depends on the length, so the probe runs at the real length. Cached per configuration."""
-    key = (arch.model_dump_json(), vocab_size, str(torch.device(device)), dtype)
+    depends on the length, so the probe runs at the real length. Cached per configuration.
+
+    `grad_checkpointing`: the first figure is what the model keeps so (the inputs its checkpoints save, the
+    heads' and the loss's tensors); the second is still a call's share of the plain forward's, the
+    activations backward rebuilds for one call at a time."""
+    full = _fitted_probe(arch, seq_len, vocab_size, device, dtype, False)
+    kept = _fitted_probe(arch, seq_len, vocab_size, device, dtype, True) if grad_checkpointing else full
+    return kept, full // (arch.L_cycles + 1)
+
+
+def _fitted_probe(arch: ArchConfig, seq_len: int, vocab_size: int, device: torch.device | str, dtype: torch.dtype,
+                  grad_checkpointing: bool) -> int:
+    """`_probe` at `seq_len`, or for a long sequence the quadratic through its probes (see probe_activations)."""
+    key = (arch.model_dump_json(), vocab_size, str(torch.device(device)), dtype, grad_checkpointing)
     if arch.mlp_t or seq_len <= PROBE_LENGTHS[-1]:
-        per_example = _probe(key[0], seq_len, *key[1:])
-    else:  # the quadratic through the three probes, in Lagrange form
-        per_example = 0.0
-        for i, xi in enumerate(PROBE_LENGTHS):
-            term = float(_probe(key[0], xi, *key[1:]))
-            for j, xj in enumerate(PROBE_LENGTHS):
-                if j != i:
-                    term *= (seq_len - xj) / (xi - xj)
-            per_example += term
-        per_example = max(0, int(round(per_example)))
-    return per_example, per_example // (arch.L_cycles + 1)
+        return _probe(key[0], seq_len, *key[1:])
+    per_example = 0.0  # the quadratic through the three probes, in Lagrange form
+    for i, xi in enumerate(PROBE_LENGTHS):
+        term = float(_probe(key[0], xi, *key[1:]))
+        for j, xj in enumerate(PROBE_LENGTHS):
+            if j != i:
+                term *= (seq_len - xj) / (xi - xj)
+        per_example += term
+    return max(0, int(round(per_example)))
 
 
 @functools.lru_cache(maxsize=64)
-def _probe(arch_json: str, seq_len: int, vocab_size: int, device: str, dtype: torch.dtype) -> int:
+def _probe(arch_json: str, seq_len: int, vocab_size: int, device: str, dtype: torch.dtype,
+           grad_checkpointing: bool = False) -> int:
     from trm_kaggle.model import TinyRecursiveModel, act_loss
 
     arch = ArchConfig.model_validate_json(arch_json)
@@ -118,7 +137,9 @@ def _probe(arch_json: str, seq_len: int, vocab_size: int, device: str, dtype: to
     # Built on the meta device and given zero-filled memory: what autograd keeps depends on the
     # shapes and code paths only, and random initialisation of a large model would cost seconds.
     with torch.device("meta"):
-        model = TinyRecursiveModel(small, seq_len, vocab_size, 2, forward_dtype=dtype)
+        # checkpointed calls save their inputs through the hooks below, and nothing of their insides
+        model = TinyRecursiveModel(small, seq_len, vocab_size, 2, forward_dtype=dtype,
+                                   grad_checkpointing=grad_checkpointing)
     model = model.to_empty(device=dev).train()
     with torch.no_grad():
         for t in list(model.parameters()) + list(model.buffers()):
@@ -181,12 +202,16 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     arch = cfg.arch
     P = count_parameters(arch, seq_len, vocab_size)
     trains_weights = not cfg.freeze_weights
-    per_example, per_call = probe_activations(arch, seq_len, vocab_size, device, dtype)
+    per_example, per_call = probe_activations(arch, seq_len, vocab_size, device, dtype, cfg.grad_checkpointing)
     local_batch = max(1, cfg.global_batch_size // world_size)
     width = prefix_length(arch) + seq_len
     act_bytes = _dtype_bytes(dtype)
     # The loss works on float32 logits: the upcast, stablemax's log-probabilities and its gradient.
     loss_work = 3 * seq_len * vocab_size * 4
+    # Checkpointed, backward rebuilds one call's activations and then works through them: that call's share on top
+    # of the temporaries (9x9 Sudoku, hidden 256, 128 of 512 rows: 1.39 GB measured, 1.25 GB estimated so, 0.91 GB
+    # without the rebuilt call).
+    rebuilt = per_call if cfg.grad_checkpointing else 0
     return MemoryEstimate(
         baseline=baseline + LOADER_BYTES_PER_PUZZLE * num_puzzles,
         weights=4 * P,
@@ -197,8 +222,9 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
         puzzle_table=num_puzzle_identifiers * arch.emb_ndim * 4 if arch.emb_ndim else 0,
         carry=local_batch * (2 * width * arch.hidden_size * act_bytes + seq_len * (4 + 8)),
         activations_per_example=per_example,
-        workspace_per_example=per_call + loss_work,
+        workspace_per_example=per_call + rebuilt + loss_work,
         parameters=P,
+        checkpointed=cfg.grad_checkpointing,
     )
 
 
@@ -248,13 +274,22 @@ def memory_share(processes: int = 1) -> int | None:
 
 
 def training_rss(compiling: bool = False) -> int:
-    """This process's resident memory, the estimate's baseline. `compiling`: the run will compile, which
-    imports torch._dynamo (about 0.2 GB): it is imported first, so that the baseline holds it."""
+    """This process's resident memory, the estimate's baseline. `compiling`: the run will import torch._dynamo
+    (about 0.15-0.2 GB; see `run_rss`): it is imported first, so that the baseline holds it."""
     if compiling:
         import torch._dynamo  # noqa: F401
     from trm_kaggle import hardware
 
     return hardware.current_rss()
+
+
+def run_rss(cfg: TrainConfig, device: torch.device | str) -> int:
+    """`training_rss` for a run of `cfg` on `device`: torch._dynamo counted where the run imports it, when it
+    compiles and when it checkpoints (torch.utils.checkpoint imports it at its first call: a checkpointed run
+    measured 0.2 GB above the estimate that left it out)."""
+    from trm_kaggle.model import resolve_compile
+
+    return training_rss(resolve_compile(cfg.compile, device) or cfg.grad_checkpointing)
 
 
 def largest_fitting_batch(est_one: MemoryEstimate, budget: int) -> int:
@@ -291,8 +326,6 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     available now (see `plan_micro_batch`). CUDA runs keep the configured size and halve it on
     out-of-memory errors, which CUDA raises as exceptions (a CPU run that overcommits is killed by the
     operating system instead, with no chance to retry)."""
-    from trm_kaggle.model import resolve_compile
-
     requested = min(cfg.micro_batch_size or local_batch, local_batch)
     if not cfg.auto_batch or device.type not in ("cpu", "mps"):
         return requested
@@ -307,7 +340,7 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab_size,
                                    num_puzzle_identifiers=num_puzzle_identifiers, num_puzzles=num_puzzles,
                                    device=device, dtype=dtype, world_size=world_size,
-                                   baseline=training_rss(resolve_compile(cfg.compile, device)))
+                                   baseline=run_rss(cfg, device))
     micro = plan_micro_batch(est, local_batch, share, requested=requested)
     if log:
         log.info("auto_batch: micro_batch_size=%d of the local batch %d (expected peak %.2f GB of %.2f GB "
