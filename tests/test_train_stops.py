@@ -238,7 +238,7 @@ def test_the_train_command_stopped_by_a_signal_resumes_where_it_stopped(sudoku4,
     at step 0. SIGUSR1 (SLURM's `--signal=USR1@90` warning before its time limit) ended the run without a word and
     without its state: it is a stop as SIGTERM is."""
     run = tmp_path / "run"
-    proc = start_training(run, sudoku4)  # the schedule alone (a max_steps short of its end would be a warning)
+    proc = start_training(run, sudoku4, "max_steps=100000")
     wait_for(lambda: (run / "metrics.jsonl").is_file() and len((run / "metrics.jsonl").read_text().splitlines()) > 3,
              proc)
     proc.send_signal(signum)

@@ -170,6 +170,8 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
         _save(run, control)
     run.metric_log.close()
     result.step, result.epoch = state.step, state.step / run.steps_per_epoch
+    if not result.eval_metrics and evaluations.unevaluated:
+        result.not_evaluated = evaluations.unevaluated
     if control.signalled():  # SIGINT or SIGTERM: saved above; the caller stops as after Ctrl-C
         raise control.interrupted(state.step, ckpt.state_path(run.run_dir, state.step))
     return result

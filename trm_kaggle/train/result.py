@@ -22,6 +22,7 @@ class TrainResult:
     start_step: int = 0  # the step this call began at (> 0: it resumed the run)
     stopped_by: str = ""  # why training ended before its last step ("the time limit", ...); "" when it got there
     already_done: str = ""  # the run had reached its last step before this call: what that step is (nothing trained)
+    not_evaluated: str = ""  # why this call evaluated nothing when it was known at its start (a max_steps stop)
 
     @property
     def new_steps(self) -> int:
@@ -61,4 +62,6 @@ class TrainResult:
             lines.append(f"test split: exact accuracy {self.eval_metrics['eval_exact_accuracy']:.3f} over "
                          f"{self.eval_metrics['eval_examples']} examples (per augmented example; not the ARC Prize "
                          "score)")
+        elif self.not_evaluated:
+            lines.append(f"test split: {self.not_evaluated}")
         return lines
