@@ -35,7 +35,7 @@ from typing import Any, Callable
 import torch
 
 from trm_kaggle.atomic import OutputTaken, RewrittenFile, atomic_write_text
-from trm_kaggle.config import RECURSION_FIELDS, SolveConfig
+from trm_kaggle.config import MIN_PLAN_S, RECURSION_FIELDS, SolveConfig
 from trm_kaggle.data import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError, UnreadableFile
 from trm_kaggle.evaluate import (make_submission, require_tasks, count_test_inputs, validate_submission,
@@ -45,7 +45,7 @@ from trm_kaggle.jsonio import open_regular
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.model import cache_problem, resolve_compile, unchecked_config_note
 from trm_kaggle.outputs import Output, check_kept, writable_problem
-from trm_kaggle.solve.plan import MIN_PLAN_S, Budget
+from trm_kaggle.solve.plan import Budget
 from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
 from trm_kaggle.solve.task import NotArcModel, export_canvas
 from trm_kaggle.solve.workdir import (WorkerSpec, assign, below_a_work_dir_problem, collect, make_units,

@@ -41,7 +41,7 @@ from typing import Callable, Sequence, TypeVar
 
 import torch
 
-from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_HALT_STEPS, MAX_TRAJECTORIES, MIN_PLAN_S, WEEK_S, ArchConfig,
+from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_HALT_STEPS, MAX_TRAJECTORIES, WEEK_S, ArchConfig,
                                SolveConfig, number_argument, seconds_argument, whole_argument)
 from trm_kaggle.solve.pricing import finetune_seconds, inference_seconds, with_test_time
 from trm_kaggle.solve.step_timer import MIN_TIMING_S, SIZED_DEVICES, memory_batches, time_steps, timing_cap
