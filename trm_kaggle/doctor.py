@@ -89,10 +89,8 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
     """What `train` would do with `cfg` (a TrainConfig) on a machine with `facts`. `threads`: (count, why) as
     `hardware.choose_threads` gives them on this machine; without it, the setting or one per core of `facts`."""
     from trm_kaggle.model import resolve_forward_dtype
-    from trm_kaggle.train import (DEFAULT_MEMORY_FRACTION, estimate_training_memory, largest_fitting_micro_batch,
-                                  logger_problem, micro_batch_problem)
-    from trm_kaggle.train.memory import run_rss
-    from trm_kaggle.train import dtype_name
+    from trm_kaggle.train import (DEFAULT_MEMORY_FRACTION, dtype_name, estimate_training_memory,
+                                  largest_fitting_micro_batch, logger_problem, micro_batch_problem, run_rss)
 
     warnings = []
     if data is None and cfg.data_paths:

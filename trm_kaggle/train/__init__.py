@@ -47,6 +47,7 @@ _EXPORTS = {
     "shown": "metrics",
     "split_cli_args": "overrides",
     "repeated_keys": "overrides",
+    "run_rss": "memory",
     "warn_repeated": "overrides",
     "total_train_steps": "schedules",
     "train": "loop",
