@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from trm_kaggle.model.finite import no_plain_data
+
 
 def content_digest(value: Any) -> str:
     """sha256 (hex) of a nested structure of dicts, lists, tuples, tensors and plain values.
@@ -28,9 +30,7 @@ def content_digest(value: Any) -> str:
 
 def _update(h, value: Any) -> None:
     if isinstance(value, torch.Tensor):
-        kind = ("meta" if value.is_meta else "nested" if value.is_nested else "quantized" if value.is_quantized
-                else None if value.layout == torch.strided else str(value.layout).removeprefix("torch."))
-        if kind:  # no plain bytes to hash: no writer of ours saves one
+        if kind := no_plain_data(value):  # no plain bytes to hash: no writer of ours saves one
             raise ValueError(f"a {kind} tensor (no plain data to check)")
         t = value.detach().cpu().contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}:".encode())
