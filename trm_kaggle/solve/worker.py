@@ -27,12 +27,12 @@ from typing import Callable
 import torch
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text
-from trm_kaggle.config import ArchConfig, SolveConfig
+from trm_kaggle.config import MIN_PLAN_S, ArchConfig, SolveConfig
 from trm_kaggle.errors import TRMError, describe
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import load_compile_cache, read_export, resolve_compile, save_compile_cache
 from trm_kaggle.solve.plan import (
-    MIN_PLAN_S, TASK_OVERHEAD_S, Budget, Plan, cheapest_first, hms, plan_worker, prediction_batch, task_deadlines,
+    TASK_OVERHEAD_S, Budget, Plan, cheapest_first, hms, plan_worker, prediction_batch, task_deadlines,
 )
 from trm_kaggle.solve.task import export_canvas, solve_unit
 from trm_kaggle.solve.workdir import Unit, WorkerSpec, read_result, reusable, task_digest, unit_dir, write_result
