@@ -24,7 +24,8 @@ unmeasured steps (what a process pays once, such as a lazy import, falls on no m
 
 The work folder (`--work-dir`) is held for the benchmark's length (the package's lock: a second benchmark there
 is refused in one line naming the first). A run folder (WORK/runs/<task>/<recipe>/seed<N>, and the warm-up's) is
-cleared only when it holds nothing but what a training wrote there, and no folder below the work folder is
+cleared only when it holds nothing but what a training wrote there (its exact file names; TensorBoard's event files
+alone in tensorboard/), and no folder below the work folder is
 written through a symbolic link; anything else, and a `--out` that cannot take the reports, is one `error:` line
 (status 2) before any work. A stop (Ctrl-C, SIGTERM) is one `interrupted: ...` line naming the report that holds
 the runs finished (status 130, 143); a rerun trains every run again.
@@ -360,16 +361,38 @@ def _link_problem(work: Path, folder: Path, what: str) -> str | None:
             "folder, never through a link: remove the link")
 
 
-def _foreign_entries(folder: Path) -> list[str]:
-    """The entries of `folder` that no training writes in its run folder: its lock, run record, config and metrics,
-    its train states (and those it set aside: `.corrupt`, `.other`), the temporaries of its atomic writes, its
-    compile cache and TensorBoard log."""
+def _training_name() -> re.Pattern:
+    """The exact names of the files a training writes in its run folder: its lock, run record, config and metrics,
+    its train states (`state_step<N>.pt`, and those it set aside: `.corrupt`, `.other`, numbered where taken), its
+    compile cache, and the temporaries its atomic writes leave beside each (`.<name>.<random>.tmp`). Patterns as
+    loose as `state_step*.pt.*` took a user's `state_step9.pt.mynotes` for a training's, and it was deleted."""
+    from trm_kaggle.model import CACHE_FILE, CACHE_RECORD
     from trm_kaggle.outputs import LOCK_FILE
     from trm_kaggle.train import METRICS_FILE, RUN_RECORD
 
-    ours = (LOCK_FILE, RUN_RECORD, "config.json", METRICS_FILE, "state_step*.pt", "state_step*.pt.*", ".*.tmp",
-            "compile_cache.*", "tensorboard")
-    return sorted(e.name for e in folder.iterdir() if not any(fnmatch.fnmatchcase(e.name, p) for p in ours))
+    plain = "|".join(re.escape(n) for n in (LOCK_FILE, RUN_RECORD, "config.json", METRICS_FILE, CACHE_FILE,
+                                            CACHE_RECORD))
+    name = rf"(?:{plain}|state_step[0-9]+\.pt)"
+    return re.compile(rf"{name}|state_step[0-9]+\.pt\.(?:corrupt|other)(?:\.[0-9]+)?|\.{name}\.[A-Za-z0-9_]+\.tmp")
+
+
+#: TensorBoard's log folder in a run folder (tensorboard=True): the event files its SummaryWriter writes, nothing else
+TENSORBOARD, TENSORBOARD_EVENTS = "tensorboard", "events.out.tfevents.*"
+
+
+def _foreign_entries(folder: Path) -> list[str]:
+    """The entries of `folder` that no training writes in its run folder (`_training_name`), each a file where the
+    training writes a file; a `tensorboard` folder counts as the training's only when it holds nothing but its event
+    files (anything else there, a user's notes, was deleted with it)."""
+    ours = _training_name()
+    theirs = []
+    for e in folder.iterdir():
+        if e.name == TENSORBOARD and e.is_dir() and not e.is_symlink():
+            theirs += [f"{TENSORBOARD}/{t.name}" for t in e.iterdir()
+                       if not (fnmatch.fnmatchcase(t.name, TENSORBOARD_EVENTS) and t.is_file() and not t.is_symlink())]
+        elif not (ours.fullmatch(e.name) and e.is_file() and not e.is_symlink()):
+            theirs.append(e.name)
+    return sorted(theirs)
 
 
 def run_folder_problem(work: Path, folder: Path, what: str = "run folder") -> str | None:

@@ -489,3 +489,31 @@ def test_a_saved_report_with_numbers_no_run_writes_is_one_line_and_writes_nothin
     said = "no curve: no run of these reports finished" if damage == "no curves" else "not as bench_recipes writes it"
     assert "Traceback" not in err and said in err and "\x1b" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("planted", ["tensorboard/precious.txt", "state_step99999999.pt.mynotes", "config.json/",
+                                     ".notes.tmp", "compile_cache.mine"])
+def test_a_run_folder_is_cleared_only_for_the_exact_names_a_training_writes(tmp_path, planted):
+    """A user's file that only looked like a training's (anything in `tensorboard/`, `state_step*.pt.mynotes`) was
+    deleted with the run folder on a rerun, without a word: only a training's exact names (and TensorBoard's event
+    files) are cleared; anything else is refused, named, and nothing is deleted."""
+    from benchmarks.bench_recipes import clear_run_folder, run_folder_problem
+
+    seed0 = tmp_path / "runs" / "sudoku4" / "upstream" / "seed0"
+    (seed0 / "tensorboard").mkdir(parents=True)
+    for name in ("run.json", "config.json", "metrics.jsonl", "state_step00000063.pt", "state_step00000063.pt.corrupt",
+                 ".metrics.jsonl.abc_12.tmp", "tensorboard/events.out.tfevents.1765.host.42.0"):
+        (seed0 / name).write_text('{"run_id": "r"}' if name == "run.json" else "x")
+    assert run_folder_problem(tmp_path, seed0) is None  # what a training writes, TensorBoard's events included
+    if planted.endswith("/"):  # a folder under a training's file name
+        (seed0 / "config.json").unlink()
+        (seed0 / planted).mkdir()
+        (seed0 / planted / "mine.txt").write_text("precious")
+    else:
+        (seed0 / planted).write_text("precious")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    problem = run_folder_problem(tmp_path, seed0)
+    assert problem and planted.rstrip("/") in problem and "no training of the harness wrote" in problem, problem
+    with pytest.raises(TRMError, match="no training of the harness wrote"):
+        clear_run_folder(tmp_path, seed0)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
