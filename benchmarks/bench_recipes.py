@@ -15,7 +15,10 @@ A recipe is a string:
     fastlr:lr=1e-2,ema=True       NAME:key=value,... overrides only (NAME is a label; not a preset name)
     name=muon+T3n6:lr=3e-4        NAME=presets:overrides, both optional after NAME=
 
-so any lever that is a preset or a setting plugs in without changing this file (docs/recipes.md lists them: a
+A recipe's name names its run folder (characters other than letters, digits and -_. become _): one whose folder
+is no plain name (`..`), the warm-up's (`warm-up`) or another recipe's (`a/b` and `a_b`) is refused. Settings for
+every recipe (key=value) go before --recipes. Any lever that is a preset or a setting plugs in without changing this
+file (docs/recipes.md lists them: a
 curriculum over shares of the schedule wants `curriculum.epochs` near what the budget reaches, since a budgeted
 run ends long before the base's schedule). Runs alternate seed-major,
 recipe-minor (seed 0: every recipe, then seed 1, ...), so slow spells of a shared machine fall on all recipes
@@ -169,6 +172,7 @@ def parse_recipe(text: str) -> Recipe:
     Before the first ':' is `NAME=PRESETS`, or PRESETS alone (named by the whole string), or with overrides
     after ':' a NAME alone when it is not made of preset names. `upstream` as a preset list means none."""
     from trm_kaggle.train import expand_preset_names
+    from trm_kaggle.wording import clipped
 
     text = text.strip()
     head, colon, tail = text.partition(":")
@@ -176,6 +180,10 @@ def parse_recipe(text: str) -> Recipe:
     if "=" in head:
         name, _, presets_text = head.partition("=")
         name = name.strip()
+        if not colon and not _all_presets(presets_text):  # `lr=nan` typed after --recipes: a setting, not a recipe
+            raise TRMError(f"--recipes: {text!r} is not NAME, PRESETS, NAME:key=value,... or NAME=PRESETS:key=value,"
+                           f"... ({clipped(presets_text.strip())} is no preset); settings for every recipe go before "
+                           "--recipes")
     else:
         name, presets_text = text, head
         if colon and not _all_presets(presets_text):  # `fastlr:lr=3e-3`: a label, then overrides
@@ -183,6 +191,8 @@ def parse_recipe(text: str) -> Recipe:
     if not name or not RECIPE_NAME.fullmatch(name):
         raise TRMError(f"recipe {text!r}: a recipe needs a name of 1-200 letters, digits, spaces and -_.+:=,[]/ "
                        "(NAME=presets:k=v)")
+    if problem := _folder_name_problem(name):
+        raise TRMError(f"recipe {text!r}: {problem}")
     parts = [p for p in presets_text.split("+") if p.strip() and p.strip().lower() != UPSTREAM]
     presets = tuple(expand_preset_names(parts)) if parts else ()
     if colon and not overrides:
@@ -191,6 +201,43 @@ def parse_recipe(text: str) -> Recipe:
         if "=" not in o and not o.startswith("~"):
             raise TRMError(f"recipe {text!r}: override {o!r} is not key=value")
     return Recipe(name, presets, overrides)
+
+
+#: The harness's own folder beside the recipes' run folders in WORK/runs/<task> (its unmeasured steps)
+WARM_UP = "warm-up"
+
+
+def run_folder_name(name: str) -> str:
+    """Recipe `name`'s folder in WORK/runs/<task>: its characters other than letters, digits and -_. made `_`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:80]
+
+
+def _folder_name_problem(name: str) -> str | None:
+    """Why recipe `name` makes no run folder of its own (`run_folder_name`), or None: a folder name that is no plain
+    name (`..` wrote the runs into WORK/runs, where every task's meet) or the warm-up's (whose clearing then refused
+    the recipe's own runs as no training's of the harness)."""
+    from trm_kaggle.names import name_problem
+
+    folder = run_folder_name(name)
+    if problem := name_problem(folder):
+        return f"its run folder {problem}; name it (NAME=presets:overrides)"
+    if folder.casefold() == WARM_UP:
+        return (f"its run folder {folder!r} is the harness's own warm-up folder; name it otherwise "
+                "(NAME=presets:overrides)")
+    return None
+
+
+def _shared_folder_problem(recipes: Sequence[Recipe]) -> str | None:
+    """Two recipes whose names make one run folder (`a/b` and `a_b`; the same letters in another case, one folder
+    on a case-blind disk), or None: the second cleared the first's runs, and the report named that folder for both."""
+    seen: dict[str, str] = {}
+    for r in recipes:
+        first = seen.setdefault(run_folder_name(r.name).casefold(), r.name)
+        if first != r.name:
+            return (f"recipes {first!r} and {r.name!r} would share the run folder {run_folder_name(r.name)!r} (a "
+                    "name's characters other than letters, digits and -_. become _); name one otherwise "
+                    "(NAME=presets:overrides)")
+    return None
 
 
 def _split_overrides(text: str) -> list[str]:
@@ -451,8 +498,9 @@ def check_folders(work: Path, task: Task, recipes: Sequence[Recipe], seeds: int,
     if out is not None and (problem := _out_in_harness_folders(work, out)):
         raise TRMError(problem)
     runs = work / "runs" / task.name
-    for folder, what in [(runs / "warm-up", "warm-up folder"),
-                         *((runs / _slug(r.name) / f"seed{s}", "run folder") for s in range(seeds) for r in recipes)]:
+    for folder, what in [(runs / WARM_UP, "warm-up folder"),
+                         *((runs / run_folder_name(r.name) / f"seed{s}", "run folder")
+                           for s in range(seeds) for r in recipes)]:
         if problem := run_folder_problem(work, folder, what):
             raise TRMError(problem)
     written = [(work / "data" / task.name, "dataset folder")] if build else []
@@ -743,6 +791,8 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
     names = [r.name for r in parsed]
     if len(set(names)) != len(names):
         raise TRMError(f"two recipes share a name: {names}; name them (NAME=presets:overrides)")
+    if problem := _shared_folder_problem(parsed):
+        raise TRMError(problem)
     if budget_s is None and budget_examples is None:
         raise TRMError("give a budget: --budget-s and/or --budget-examples")
     # each number before the data is built: NaN was a deadline's traceback after the build, 0 seeds min() of nothing
@@ -760,7 +810,7 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
     configs = {}
     for r in parsed:  # every config checked before the data is built and the first run starts
         configs[r.name] = run_config(task, r, data or work / "data" / task.name,
-                                     work / "runs" / task.name / _slug(r.name) / "seed0", 0,
+                                     work / "runs" / task.name / run_folder_name(r.name) / "seed0", 0,
                                      threads=threads, device=device, data_test=data_test, extra=extra)
     # held for the whole benchmark: another one there would clear the run folders this one trains in, and replace
     # its report; a live one there is named at once, before this one's folders are judged
@@ -789,11 +839,11 @@ def _measure(task: Task, parsed: list[Recipe], configs: dict, upstream: str | No
     saved = out / f"bench_recipes_{task.name}.json"
     try:
         for r in parsed:  # what a process pays once (lazy imports, first allocations) falls on no measured run
-            warm_up(configs[r.name], work / "runs" / task.name / "warm-up", work)
+            warm_up(configs[r.name], work / "runs" / task.name / WARM_UP, work)
         for seed in range(seeds):
             for r in parsed:
-                cfg = run_config(task, r, data, work / "runs" / task.name / _slug(r.name) / f"seed{seed}", seed,
-                                 threads=threads, device=device, data_test=data_test, extra=extra)
+                cfg = run_config(task, r, data, work / "runs" / task.name / run_folder_name(r.name) / f"seed{seed}",
+                                 seed, threads=threads, device=device, data_test=data_test, extra=extra)
                 curves.append(train_curve(cfg, r, seed, budget_s=budget_s, budget_examples=budget_examples,
                                           work=work, say=say))
                 report["curves"] = [asdict(c) for c in curves]
@@ -958,10 +1008,6 @@ def paper_scale(data: Path, recipes: Sequence[str], *, work: Path, seeds: int = 
 
 #: What a recipe's name may hold: a live run's rule, and `--report`'s for the names it reads from saved reports
 RECIPE_NAME = re.compile(r"[A-Za-z0-9_.+:=,\-\[\]/ ]{1,200}")
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:80]
 
 
 def _write_json(path: Path, data: dict) -> None:

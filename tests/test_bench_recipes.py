@@ -517,3 +517,27 @@ def test_a_run_folder_is_cleared_only_for_the_exact_names_a_training_writes(tmp_
     with pytest.raises(TRMError, match="no training of the harness wrote"):
         clear_run_folder(tmp_path, seed0)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("recipes, words", [
+    (["a/b:lr=1e-3", "a_b:lr=2e-3"], "recipes 'a/b' and 'a_b' would share the run folder 'a_b'"),
+    (["A:lr=1e-3", "a:lr=2e-3"], "would share the run folder 'a'"),  # one folder on a case-blind disk
+    (["..:lr=1e-3"], "recipe '..:lr=1e-3': its run folder '..' is not a name"),
+    (["warm-up:lr=1e-3"], "its run folder 'warm-up' is the harness's own warm-up folder"),
+    (["x:lr=1e-3", "lr=nan"], "--recipes: 'lr=nan' is not NAME, PRESETS, NAME:key=value"),
+])
+def test_a_recipe_name_that_makes_no_run_folder_of_its_own_is_refused_before_any_work(tmp_path, capsys, no_work,
+                                                                                       recipes, words):
+    """`a/b` and `a_b` trained in one run folder (the second cleared the first's run, and the report named it for
+    both); `..` wrote its runs into WORK/runs, where every task's meet; `warm-up` ran inside the harness's warm-up
+    folder and the next benchmark there was refused; `lr=nan` after --recipes was 'unknown preset nan'. Each is one
+    line naming the recipe, status 2, before anything is made."""
+    from benchmarks.bench_recipes import main
+
+    argv = _argv(tmp_path / "bw")
+    at = argv.index("upstream")
+    assert main([*argv[:at], *recipes, *argv[at + 1:]]) == 2
+    err = _one_error(capsys)
+    assert words in err, err
+    assert "settings for every recipe go before --recipes" in err if "lr=nan" in recipes else True
+    assert not (tmp_path / "bw").exists()
