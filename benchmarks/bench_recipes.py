@@ -25,11 +25,13 @@ recipe-minor (seed 0: every recipe, then seed 1, ...), so slow spells of a share
 alike; each run is one thread (`--threads`) and starts from a fresh run folder, after every recipe has taken two
 unmeasured steps (what a process pays once, such as a lazy import, falls on no measured run).
 
-The work folder (`--work-dir`) is held for the benchmark's length (the package's lock: a second benchmark there
-is refused in one line naming the first). A run folder (WORK/runs/<task>/<recipe>/seed<N>, and the warm-up's) is
+The work folder (`--work-dir`) and the report folder (`--out`) are held for the benchmark's length (the package's
+lock: a second benchmark there, or one whose --out lies in a folder another holds, is refused in one line naming
+the first; `--report` holds its --out too). A run folder (WORK/runs/<task>/<recipe>/seed<N>, and the warm-up's) is
 cleared only when it holds nothing but what a training wrote there (its exact file names; TensorBoard's event files
 alone in tensorboard/), and no folder below the work folder is
-written through a symbolic link; anything else, and a `--out` that cannot take the reports, is one `error:` line
+written through a symbolic link; anything else, and a `--out` that cannot take the reports (a folder in a
+report's place included; the three are written together), is one `error:` line
 (status 2) before any work. A stop (Ctrl-C, SIGTERM) is one `interrupted: ...` line naming the report that holds
 the runs finished (status 130, 143); a rerun trains every run again.
 
@@ -94,6 +96,7 @@ row of one optimizer step (a fresh example trained once, at the drawn depth); it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import math
 import os
@@ -482,11 +485,46 @@ def _report_names(task: str) -> tuple[str, ...]:
 
 
 def check_report_folder(out: Path, what: str, task: str, reads: Sequence[Path] = ()) -> None:
-    """The report folder can take the reports (no file in its place or on its way, writable, room on its disk,
-    none of the reports `reads` written over), before any work: the package's output checks."""
-    from trm_kaggle.outputs import Input, Output, check_io
+    """The report folder can take the reports (no file in its place or on its way, nor a folder in a report's
+    place, writable, room on its disk, none of the reports `reads` written over) and no other live command holds
+    it or a folder it lies in (`_held_problem`), before any work: the package's output checks. A folder where the
+    .md or .png goes was found only once the runs were trained and the .json written beside it."""
+    from trm_kaggle.outputs import Input, Output, check_io, writable_problem
 
     check_io([Input(p, "--report") for p in reads], [Output(out, what, "folder", _report_names(task))])
+    for name in _report_names(task):
+        if problem := writable_problem(Output(out / name, f"{what} {out}: report", "file")):
+            raise TRMError(problem)
+    if problem := _held_problem(out, what):
+        raise TRMError(problem)
+
+
+def _held_problem(out: Path, what: str) -> str | None:
+    """Why `out` may not take the reports while another live process holds it or a folder it lies in (another
+    harness's report folder or work folder, a training's run folder), or None: two harnesses with one --out both
+    said their report was written, and the one that ended last replaced the other's whole."""
+    from trm_kaggle.locks import refuse_if_held
+
+    where = Path(os.path.realpath(out))
+    for folder in (where, *where.parents):
+        try:
+            refuse_if_held(folder)
+        except TRMError as e:
+            return f"{what} {out}{'' if folder == where else ' lies inside a folder held by another command'}: {e}"
+    return None
+
+
+@contextlib.contextmanager
+def report_lock(out: Path, what: str, held: Path | None = None):
+    """`out`'s lock (the package's) while the block writes reports there, unless it is `held`, a folder this
+    process holds already (the work folder given as --out): a second harness writing the same --out is refused."""
+    from trm_kaggle.locks import directory_lock
+
+    if held is not None and os.path.realpath(out) == os.path.realpath(held):
+        yield
+        return
+    with directory_lock(out, what):
+        yield
 
 
 def check_folders(work: Path, task: Task, recipes: Sequence[Recipe], seeds: int, *, build: bool,
@@ -743,11 +781,12 @@ def markdown(task: str, summary: dict, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(curves: list[Curve], path: Path, title: str) -> None:
-    """Held-out exact accuracy against examples, FLOPs and seconds: per recipe the median over seeds, min-max band."""
-    import matplotlib
+def plot(curves: list[Curve], title: str) -> bytes:
+    """Held-out exact accuracy against examples, FLOPs and seconds: per recipe the median over seeds, min-max band;
+    the PNG's bytes (written with the other reports)."""
+    import io
 
-    from trm_kaggle.atomic import atomic_write
+    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -773,8 +812,12 @@ def plot(curves: list[Curve], path: Path, title: str) -> None:
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))  # a link in its place is replaced
-    plt.close(fig)
+    png = io.BytesIO()
+    try:
+        fig.savefig(png, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return png.getvalue()
 
 
 # ---------------------------------------------------------------------------
@@ -815,7 +858,8 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
     # held for the whole benchmark: another one there would clear the run folders this one trains in, and replace
     # its report; a live one there is named at once, before this one's folders are judged
     with work_folder(work, "", (), "recipes benchmark",
-                     check=lambda w: check_folders(w, task, parsed, seeds, build=data is None, out=out)):
+                     check=lambda w: check_folders(w, task, parsed, seeds, build=data is None, out=out)), \
+            report_lock(out or work / "report", "recipes benchmark", held=work):
         return _measure(task, parsed, configs, upstream, seeds=seeds, budget_s=budget_s,
                         budget_examples=budget_examples, targets=targets, work=work, out=out or work / "report",
                         data=data, data_test=data_test, threads=threads, device=device, extra=extra, say=say)
@@ -858,8 +902,9 @@ def _measure(task: Task, parsed: list[Recipe], configs: dict, upstream: str | No
 def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstream: str | None, out: Path,
              say=print) -> dict:
     """The summary of `curves` into `report`, then bench_recipes_<task>.json, .md and .png in `out`."""
-    from trm_kaggle.atomic import atomic_write_text
+    from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
     from trm_kaggle.interrupts import stops_held
+    from trm_kaggle.outputs import Output, writable_problem
 
     task = report["task"]
     report["summary"] = summarise(curves, targets, upstream)
@@ -870,10 +915,15 @@ def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstre
             "threads": f"{threads} thread{'s' if threads != 1 else ''}" if threads else "every thread",
             "device": next(iter(report["configs"].values()))["device"]}
     md = markdown(task, report["summary"], meta)
+    json_path, md_path, png_path = (out / name for name in _report_names(task))
     with stops_held():  # the three files of one report together: a stop between them mixed two runs' files
-        _write_json(out / f"bench_recipes_{task}.json", report)
-        atomic_write_text(out / f"bench_recipes_{task}.md", md)  # a link in its place is replaced, never followed
-        plot(curves, out / f"bench_recipes_{task}.png", f"{task}: held-out exact accuracy")
+        png = plot(curves, f"{task}: held-out exact accuracy")  # each made before any is written: all or none
+        for path in (json_path, md_path, png_path):  # a folder put in a report's place while the runs trained
+            if problem := writable_problem(Output(path, "report", "file")):
+                raise TRMError(problem)
+        _write_json(json_path, report)
+        atomic_write_text(md_path, md)  # a link in its place is replaced, never followed
+        atomic_write_bytes(png_path, png)
     say(md)
     say(f"report: {out / f'bench_recipes_{task}.md'} (+ .json, .png)")
     return report
@@ -984,8 +1034,8 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
         raise TRMError(f"{', '.join(map(str, paths))}: no curve: no run of these reports finished (nothing to report)")
     report["curves"] = [asdict(c) for c in curves]
     upstream = UPSTREAM if UPSTREAM in report["recipes"] else None
-    Path(out).mkdir(parents=True, exist_ok=True)
-    return _publish(report, curves, targets, upstream, Path(out), say)
+    with report_lock(Path(out), "recipes report"):  # another harness writing this --out is refused
+        return _publish(report, curves, targets, upstream, Path(out), say)
 
 
 def paper_scale(data: Path, recipes: Sequence[str], *, work: Path, seeds: int = 1, budget_s: float = 1800.0,

@@ -425,7 +425,7 @@ def test_a_stop_while_the_report_is_written_leaves_one_runs_report_and_names_it(
                      "arch.L_cycles=1"])
     bench(task, ["upstream"], **kw)
     out = tmp_path / "report"
-    before = {p.suffix: p.stat().st_mtime_ns for p in out.iterdir()}
+    before = {p.suffix: p.stat().st_mtime_ns for p in out.glob("bench_recipes_*")}
     real = br.plot
 
     def stopped_while_plotting(*args):
@@ -436,7 +436,7 @@ def test_a_stop_while_the_report_is_written_leaves_one_runs_report_and_names_it(
     signal.signal(signal.SIGTERM, raise_terminated)  # as the script's `command` takes it (put back after the test)
     with pytest.raises(Terminated) as stopped:
         bench(task, ["upstream"], **kw)
-    after = {p.suffix: p.stat().st_mtime_ns for p in out.iterdir()}
+    after = {p.suffix: p.stat().st_mtime_ns for p in out.glob("bench_recipes_*")}
     assert set(after) == {".json", ".md", ".png"} and all(after[s] > before[s] for s in after), (before, after)
     assert str(stopped.value).endswith(f"the run it finished is in {out / 'bench_recipes_sudoku4.json'}; a rerun "
                                        "trains every run again"), stopped.value
@@ -541,3 +541,72 @@ def test_a_recipe_name_that_makes_no_run_folder_of_its_own_is_refused_before_any
     assert words in err, err
     assert "settings for every recipe go before --recipes" in err if "lr=nan" in recipes else True
     assert not (tmp_path / "bw").exists()
+
+
+def _saved_report(path):
+    path.write_text(json.dumps({"task": "sudoku4", "seeds": 1, "budget_s": None, "budget_examples": 10.0,
+                                "threads": 1, "recipes": {"upstream": {"presets": [], "overrides": []}},
+                                "configs": {"upstream": {"device": "cpu"}},
+                                "curves": [dataclasses.asdict(_curve("upstream", 0, [0.1, 0.5]))]}))
+    return str(path)
+
+
+@pytest.mark.parametrize("suffix", ["md", "png"])
+def test_a_folder_in_a_reports_place_is_one_line_before_any_work_and_nothing_is_written(tmp_path, capsys, no_work,
+                                                                                         suffix):
+    """A folder where bench_recipes_<task>.md or .png goes was refused only after every run had trained, the .json
+    (and .md) already written beside it; in `--report` mode after the .json was written. Both modes: one line,
+    status 2, before any work, and no report is written."""
+    from benchmarks.bench_recipes import main
+
+    out = tmp_path / "od"
+    (out / f"bench_recipes_sudoku4.{suffix}").mkdir(parents=True)
+    saved = _saved_report(tmp_path / "in.json")
+    for argv in (_argv(tmp_path / "bw", "--out", str(out)), ["--report", saved, "--targets", "0.5", "--out", str(out)]):
+        assert main(argv) == 2
+        err = _one_error(capsys)
+        assert f"bench_recipes_sudoku4.{suffix}" in err and "is a folder" in err, err
+        assert sorted(p.name for p in out.iterdir()) == [f"bench_recipes_sudoku4.{suffix}"]
+    assert not (tmp_path / "bw").exists()
+
+
+@pytest.mark.parametrize("held", ["out", "above"])
+def test_an_out_another_live_harness_holds_is_refused_in_one_line(tmp_path, capsys, no_work, held):
+    """Two harnesses with their own work folders and one --out both said their report was written; the one that
+    ended last replaced the other's. A live harness holds its --out (and its work folder) as the package's lock:
+    a second one writing there, or inside a folder one holds, is refused in one line naming it, in both modes."""
+    import os
+
+    from benchmarks.bench_recipes import main
+    from trm_kaggle.locks import directory_lock
+
+    other = tmp_path / "wm"
+    out = other / "report" if held == "out" else other / "mine"
+    saved = _saved_report(tmp_path / "in.json")
+    with directory_lock(other / "report" if held == "out" else other, "recipes benchmark"):
+        for argv in (_argv(tmp_path / "bw", "--out", str(out)),
+                     ["--report", saved, "--targets", "0.5", "--out", str(out)]):
+            assert main(argv) == 2
+            err = _one_error(capsys)
+            assert "--out" in err and "another recipes benchmark is running" in err and str(os.getpid()) in err, err
+    assert not (tmp_path / "bw").exists() and not (other / "mine").exists()
+    assert not list((other / "report").glob("bench_recipes_*")) if (other / "report").exists() else True
+
+
+def test_a_benchmark_holds_its_report_folder_while_it_runs(tmp_path, monkeypatch):
+    """While a benchmark runs, its --out is held (a second harness there is refused); afterwards it is free."""
+    import benchmarks.bench_recipes as br
+    from trm_kaggle.locks import refuse_if_held
+
+    out, seen = tmp_path / "shared", []
+
+    def measure(*args, **kwargs):
+        with pytest.raises(TRMError, match="another recipes benchmark is running"):
+            refuse_if_held(out)
+        seen.append(kwargs["out"])
+        return {}
+
+    monkeypatch.setattr(br, "_measure", measure)
+    assert br.main(_argv(tmp_path / "bw", "--out", str(out))) == 0
+    assert seen == [out]
+    refuse_if_held(out)  # released
