@@ -47,7 +47,9 @@ evaluation at or past it); `--eval-interval` changes the task's evaluation inter
     bench_recipes_<task>.md     per recipe and target: examples, FLOPs and seconds to reach it, median and
                                 min-max over seeds, seeds that reached it, and the paired (same seed) ratio
                                 against upstream's; the accuracy at an equal budget (the smallest examples,
-                                FLOPs and seconds any run ended at), with its difference from upstream's
+                                FLOPs and seconds any run ended at), with its difference from upstream's; a
+                                run never evaluated (ended before its first evaluation) is named in a warning
+                                and the report, reaches no target, and is left out of the equal budget
     bench_recipes_<task>.png    held-out exact accuracy against examples, FLOPs and seconds: per recipe the
                                 median over seeds and the min-max band
 
@@ -694,9 +696,12 @@ def summarise(curves: list[Curve], targets: Sequence[float], upstream: str | Non
     """Per recipe: to-target cost over seeds and paired ratios against `upstream`; accuracy at equal budgets."""
     recipes = list(dict.fromkeys(c.recipe for c in curves))
     by = {r: {c.seed: c for c in curves if c.recipe == r} for r in recipes}
-    budgets = {a: min(c.final(a) for c in curves) for a in AXES}  # the smallest budget any run used
+    # the smallest budget any measured run used: a run that ended before its first evaluation (max_steps=5) set it
+    # to 0, and every recipe was compared at no training; it counts as not reaching any target, and is named
+    measured = [c for c in curves if c.points]
+    budgets = {a: min((c.final(a) for c in measured), default=None) for a in AXES}
     out: dict = {"recipes": recipes, "upstream": upstream, "targets": list(targets), "budgets": budgets,
-                 "to_target": {}, "at_budget": {}}
+                 "unmeasured": [[c.recipe, c.seed] for c in curves if not c.points], "to_target": {}, "at_budget": {}}
     for r in recipes:
         rows = {}
         for t in targets:
@@ -716,11 +721,11 @@ def summarise(curves: list[Curve], targets: Sequence[float], upstream: str | Non
         out["to_target"][r] = rows
         at = {}
         for a in AXES:
-            accs = {seed: accuracy_at(c, a, budgets[a]) for seed, c in by[r].items()}
+            accs = {seed: accuracy_at(c, a, budgets[a]) for seed, c in by[r].items() if c.points}
             entry = {"accuracy": spread(list(accs.values()))}
             if upstream is not None and r != upstream:
                 diffs = [acc - accuracy_at(by[upstream][s], a, budgets[a]) for s, acc in accs.items()
-                         if s in by[upstream]]
+                         if s in by[upstream] and by[upstream][s].points]
                 entry["minus_upstream"] = spread(diffs)
             at[a] = entry
         out["at_budget"][r] = at
@@ -768,8 +773,13 @@ def markdown(task: str, summary: dict, meta: dict) -> str:
             lines.append(f"| {r} | {float(t):g} | {row['reached']}/{row['seeds']} | "
                          + " | ".join(_cell(row[a], a) for a in AXES) + " | " + " | ".join(ratios) + " |")
     b = summary["budgets"]
-    lines += ["", "## Accuracy at an equal budget", "",
-              f"The smallest budget any run used: {_num(b['examples'], 'examples')} examples, "
+    lines += ["", "## Accuracy at an equal budget", ""]
+    if unmeasured := _unmeasured(summary):
+        lines += [f"Not measured (the run ended before its first evaluation; counted as not reaching any target, left "
+                  f"out here): {unmeasured}.", ""]
+    if b["examples"] is None:
+        return "\n".join([*lines, "No run was evaluated: there is no equal budget to compare at."]) + "\n"
+    lines += [f"The smallest budget any measured run used: {_num(b['examples'], 'examples')} examples, "
               f"{_num(b['flops'], 'flops')} FLOPs, {_num(b['seconds'], 'seconds')} of training.", "",
               "| recipe | at equal examples | at equal FLOPs | at equal seconds | minus upstream (examples) "
               "| minus upstream (FLOPs) | minus upstream (seconds) |", "|---|---|---|---|---|---|---|"]
@@ -779,6 +789,11 @@ def markdown(task: str, summary: dict, meta: dict) -> str:
         lines.append(f"| {r} | " + " | ".join(_cell(at[a]["accuracy"], "accuracy") for a in AXES) + " | "
                      + " | ".join(diffs) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _unmeasured(summary: dict) -> str:
+    """The runs of `summary` that have no evaluation, as `short seed 0, short seed 1`; empty when none."""
+    return ", ".join(f"{r} seed {seed}" for r, seed in summary.get("unmeasured", []))
 
 
 def plot(curves: list[Curve], title: str) -> bytes:
@@ -809,7 +824,8 @@ def plot(curves: list[Curve], title: str) -> bytes:
         ax.set_ylabel("held-out exact accuracy")
         ax.set_ylim(0, max(0.05, 1.05 * max((p["accuracy"] for c in curves for p in c.points), default=0)))
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    if axes[0][0].get_legend_handles_labels()[0]:  # no run evaluated: no curve to name
+        axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     png = io.BytesIO()
@@ -908,6 +924,9 @@ def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstre
 
     task = report["task"]
     report["summary"] = summarise(curves, targets, upstream)
+    if unmeasured := _unmeasured(report["summary"]):
+        print(f"warning: no evaluation in {unmeasured} (the run ended before its first one): counted as not reaching "
+              "any target, and the equal budget is taken over the runs that have one", file=sys.stderr)
     budget_s, budget_examples, threads = report["budget_s"], report["budget_examples"], report.get("threads")
     budget = " and ".join(b for b in (f"{budget_s:g} training seconds" if budget_s is not None else "",
                                       f"{budget_examples:,.0f} examples" if budget_examples is not None else "") if b)

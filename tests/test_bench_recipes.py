@@ -610,3 +610,35 @@ def test_a_benchmark_holds_its_report_folder_while_it_runs(tmp_path, monkeypatch
     assert br.main(_argv(tmp_path / "bw", "--out", str(out))) == 0
     assert seen == [out]
     refuse_if_held(out)  # released
+
+
+def test_a_run_never_evaluated_is_named_and_left_out_of_the_equal_budget(tmp_path, capsys):
+    """A recipe whose runs end before their first evaluation (`short:max_steps=...`) made the smallest budget any run
+    used 0, so every recipe was compared at no training, without a word. Such a run is named in one warning and in
+    the report, counts as not reaching any target, and the equal budget is taken over the runs evaluated; with no
+    run evaluated the report says there is no equal budget."""
+    from benchmarks.bench_recipes import main
+
+    task = dataclasses.replace(make_task("sudoku4", num_train=32, num_test=8), eval_interval=1)
+    bench(task, ["upstream", "short:max_steps=1"], seeds=1, budget_s=None, budget_examples=16 * 2, targets=[0.0],
+          work=tmp_path, say=lambda *a, **k: None, extra=["global_batch_size=16", "arch.hidden_size=16",
+                                                          "arch.halt_max_steps=2", "arch.H_cycles=1",
+                                                          "arch.L_cycles=1"])
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("warning: no evaluation")] == [
+        "warning: no evaluation in short seed 0 (the run ended before its first one): counted as not reaching any "
+        "target, and the equal budget is taken over the runs that have one"], err
+    saved = tmp_path / "report" / "bench_recipes_sudoku4.json"
+    s = json.loads(saved.read_text())["summary"]
+    assert s["unmeasured"] == [["short", 0]] and s["budgets"]["examples"] == 32  # upstream's, not 0
+    assert s["at_budget"]["short"]["examples"]["accuracy"]["median"] is None
+    assert s["to_target"]["short"]["0.0"]["reached"] == 0
+    md = (tmp_path / "report" / "bench_recipes_sudoku4.md").read_text()
+    assert "Not measured (the run ended before its first evaluation" in md and ": short seed 0." in md
+    assert "The smallest budget any measured run used: 32 examples" in md
+    report = json.loads(saved.read_text())
+    report["curves"] = [c for c in report["curves"] if c["recipe"] == "short"]  # no run evaluated at all
+    (tmp_path / "only_short.json").write_text(json.dumps(report))
+    assert main(["--report", str(tmp_path / "only_short.json"), "--out", str(tmp_path / "j")]) == 0
+    assert "no equal budget" in (tmp_path / "j" / "bench_recipes_sudoku4.md").read_text()
+    assert "warning: no evaluation in short seed 0" in capsys.readouterr().err
