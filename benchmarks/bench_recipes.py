@@ -650,11 +650,32 @@ def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budge
 
     # safety stops, for a run whose evaluations never come (the budget is checked at evaluations)
     deadline = time.monotonic() + 3 * budget_s + 120 if budget_s is not None else None
-    if budget_examples is not None and cfg.max_steps is None:
-        cfg = cfg.model_copy(update={"max_steps": 4 * math.ceil(budget_examples / cfg.global_batch_size) + 1000})
+    if budget_examples is not None and cfg.max_steps is None:  # at a step that evaluates: see _evaluation_from
+        cap = 4 * math.ceil(budget_examples / cfg.global_batch_size) + 1000
+        cfg = cfg.model_copy(update={"max_steps": _evaluation_from(cap, meta, cfg)})
     result = train(cfg, on_eval=on_eval, deadline=deadline, banner=False, rules=StepRules(schedule=counted))
     curve.stopped_by = result.stopped_by or "the schedule's end"
     return curve
+
+
+def _evaluation_from(step: int, meta, cfg) -> int:
+    """The first step from `step` on that ends an eval interval of `cfg`'s training on data of metadata `meta` (as
+    training counts them, `train.evaluation.Evaluations._iteration`, with upstream's batches per epoch:
+    `PuzzleLoader.batches_per_epoch`). The harness's safety stop lands there: a stop between two evaluations was
+    training's warning "max_steps=1020 stops the run at step 1020, which does not evaluate" on every measured run,
+    naming a setting the user never gave."""
+    per_epoch = max(1e-9, meta.total_groups * meta.mean_puzzle_examples / cfg.global_batch_size)
+
+    def iteration(s: int) -> int:
+        return math.floor(s / per_epoch / cfg.eval_interval)
+
+    wanted = iteration(step - 1) + 1  # the first interval that ends at `step` or later
+    at = max(step, math.ceil(wanted * per_epoch * cfg.eval_interval))
+    while iteration(at) < wanted:  # the product's rounding against training's two divisions
+        at += 1
+    while at > step and iteration(at - 1) >= wanted:
+        at -= 1
+    return at
 
 
 def warm_up(cfg, run_dir: Path, work: Path) -> None:

@@ -642,3 +642,32 @@ def test_a_run_never_evaluated_is_named_and_left_out_of_the_equal_budget(tmp_pat
     assert main(["--report", str(tmp_path / "only_short.json"), "--out", str(tmp_path / "j")]) == 0
     assert "no equal budget" in (tmp_path / "j" / "bench_recipes_sudoku4.md").read_text()
     assert "warning: no evaluation in short seed 0" in capsys.readouterr().err
+
+
+def test_the_harness_safety_stop_is_no_max_steps_training_warns_of(tmp_path, caplog):
+    """Every measured run warned "max_steps=1012 stops the run at step 1012, which does not evaluate": the harness's
+    own safety stop (for evaluations that never come), a setting the user never gave. It now lands on a step that
+    evaluates, so training says nothing of it; a max_steps the recipe sets is still training's to warn of."""
+    import logging
+
+    from benchmarks.bench_recipes import _evaluation_from
+    from trm_kaggle.data import load_metadata
+
+    task = dataclasses.replace(make_task("sudoku4", num_train=32, num_test=8), eval_interval=3)  # 6 steps
+    kw = dict(seeds=1, budget_s=None, budget_examples=16 * 3, targets=[0.5], work=tmp_path, say=lambda *a, **k: None,
+              extra=["global_batch_size=16", "arch.hidden_size=16", "arch.halt_max_steps=2", "arch.H_cycles=1",
+                     "arch.L_cycles=1"])
+    with caplog.at_level(logging.WARNING):
+        bench(task, ["upstream"], **kw)
+    assert not [r.getMessage() for r in caplog.records if "max_steps" in r.getMessage()]
+    meta = load_metadata(tmp_path / "data" / "sudoku4", "train")
+    cfg = json.loads((tmp_path / "report" / "bench_recipes_sudoku4.json").read_text())["configs"]["upstream"]
+    per = meta.total_groups * meta.mean_puzzle_examples / 16  # steps per epoch, as training counts them
+    for interval in (1, 3):
+        c = type("Cfg", (), {"global_batch_size": 16, "eval_interval": interval})
+        for step in (1, 1012, round(per * interval), round(per * interval) + 1):
+            at = _evaluation_from(step, meta, c)
+            ends = [s for s in range(step, at + 1) if math.floor(s / per / interval) > math.floor((s - 1) / per /
+                                                                                                  interval)]
+            assert ends == [at], (interval, step, at)  # the first step from `step` on that ends an interval
+    assert cfg["max_steps"] is None  # the stop is the harness's, not written into the recipe's config
