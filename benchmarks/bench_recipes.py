@@ -8,6 +8,9 @@
     python benchmarks/bench_recipes.py --report A/bench_recipes_sudoku6.json B/bench_recipes_sudoku6.json \
         --targets 0.5 0.6 --out joined        # no training: saved runs joined, summarised at other targets
 
+(`--report` joins reports of one task, budget, seed count and dataset, the last by the fingerprint each report
+records; a recipe in two of them must have the same config in both, where its runs and data lie aside.)
+
 A recipe is a string:
 
     upstream                      the task's base config unchanged (upstream's step, optimizer and schedule)
@@ -779,12 +782,15 @@ def _cell(s: dict, axis: str) -> str:
 
 def markdown(task: str, summary: dict, meta: dict) -> str:
     """The report: cost to each target, then accuracy at the equal budgets."""
+    from trm_kaggle.wording import shown
+
     up = summary["upstream"]
     lines = [f"# Time to accuracy: {task}", "",
              f"{meta['seeds']} seeds per recipe, runs alternating seed-major; {meta['threads']} per run on "
              f"{meta['device']}; budget {meta['budget']}. Median (min - max) over seeds; a seed that did not reach "
              f"a target counts as not reached. Ratios: the recipe's cost over upstream's, paired by seed (seeds "
-             f"where both reached it); under 1x is cheaper.", "",
+             f"where both reached it); under 1x is cheaper."
+             + (f" Data: `{shown(str(meta['data']), 120)}`." if meta.get("data") else ""), "",
              "## Cost to reach each held-out exact accuracy", "",
              "| recipe | target | seeds reached | examples | FLOPs | seconds | examples x upstream | FLOPs x upstream "
              "| seconds x upstream |", "|---|---|---|---|---|---|---|---|---|"]
@@ -911,7 +917,12 @@ def _measure(task: Task, parsed: list[Recipe], configs: dict, upstream: str | No
         data = dataset(task, work, say)
     out.mkdir(parents=True, exist_ok=True)
     curves: list[Curve] = []
-    report = {"task": task.name, "data": str(data), "recipes": {r.name: {"presets": list(r.presets),
+    from trm_kaggle.train.checkpoint import dataset_fingerprint
+
+    report = {"task": task.name, "data": str(data), "data_test": str(data_test) if data_test else None,
+              # what `--report` compares before joining two reports' curves (their paths differ by work folder)
+              "data_fingerprint": dataset_fingerprint([str(data), *([str(data_test)] if data_test else [])]),
+              "recipes": {r.name: {"presets": list(r.presets),
                                                                           "overrides": list(r.overrides)}
                                                                  for r in parsed},
               "seeds": seeds, "budget_s": budget_s, "budget_examples": budget_examples, "threads": threads,
@@ -953,7 +964,7 @@ def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstre
                                       f"{budget_examples:,.0f} examples" if budget_examples is not None else "") if b)
     meta = {"seeds": report["seeds"], "budget": budget,
             "threads": f"{threads} thread{'s' if threads != 1 else ''}" if threads else "every thread",
-            "device": next(iter(report["configs"].values()))["device"]}
+            "device": next(iter(report["configs"].values()))["device"], "data": report.get("data")}
     md = markdown(task, report["summary"], meta)
     json_path, md_path, png_path = (out / name for name in _report_names(task))
     with stops_held():  # the three files of one report together: a stop between them mixed two runs' files
@@ -1046,6 +1057,8 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
         if (r.get("task"), r.get("budget_s"), r.get("budget_examples"), r.get("seeds")) != (
                 first.get("task"), first.get("budget_s"), first.get("budget_examples"), first.get("seeds")):
             raise TRMError(f"{p}: another task, budget or seed count than {paths[0]}: its curves do not join")
+    if problem := _data_difference(paths, reports):
+        raise TRMError(problem)
     if not isinstance(first.get("task"), str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,60}", first["task"]):
         raise TRMError(f"{paths[0]}: task {clipped(first.get('task'))} is no task name (it names the report's files)")
     if any((Path(out) / f"bench_recipes_{first['task']}.json").resolve() == Path(p).resolve() for p in paths):
@@ -1062,7 +1075,11 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
                                    "digits, spaces and -_.+:=,[]/, as a run names them): it reaches the tables and "
                                    "the terminal")
                 if owner.setdefault(name, i) != i:
-                    continue  # taken from an earlier file
+                    if theirs := _config_difference(reports[owner[name]]["configs"][name], r["configs"][name]):
+                        raise TRMError(f"{paths[i]}: recipe {name!r} was trained with another config than in "
+                                       f"{paths[owner[name]]} ({theirs}): its runs are not the same recipe's, and "
+                                       "they do not join; name it otherwise in one of them")
+                    continue  # taken from an earlier file (the same config: the same runs, training deterministic)
                 report["recipes"][name], report["configs"][name] = r["recipes"][name], r["configs"][name]
                 curves.append(saved_curve(c))
             if problem := _report_problem(r):
@@ -1074,8 +1091,49 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
         raise TRMError(f"{', '.join(map(str, paths))}: no curve: no run of these reports finished (nothing to report)")
     report["curves"] = [asdict(c) for c in curves]
     upstream = UPSTREAM if UPSTREAM in report["recipes"] else None
+    _say_data_unchecked(paths, reports)
     with report_lock(Path(out), "recipes report"):  # another harness writing this --out is refused
         return _publish(report, curves, targets, upstream, Path(out), say)
+
+
+#: A run's settings that differ between two benchmarks of the same runs: where its folder and its data lie (the data
+#: are compared by their fingerprint)
+PLACES = ("checkpoint_path", "data_paths", "data_paths_test")
+
+
+def _config_difference(a: object, b: object, at: str = "") -> str:
+    """The settings in which two saved configs of one recipe differ, as `lr 0.003 against 0.5` (at most three),
+    apart from `PLACES`; empty when none does."""
+    from trm_kaggle.wording import clipped, shown
+
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = [k for k in dict.fromkeys([*a, *b]) if not (not at and k in PLACES)]
+        parts = [d for k in keys if (d := _config_difference(a.get(k), b.get(k), f"{at}{k}."))]
+        return "; ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+    return "" if a == b else f"{shown(str(at).rstrip('.'), 60)} {clipped(a, 40)} against {clipped(b, 40)}"
+
+
+def _data_difference(paths: Sequence[Path], reports: list) -> str | None:
+    """Why reports to be joined were trained on different data, or None: their datasets' fingerprints differ (an
+    ARC dataset's upstream was ranked against Sudoku recipes). A report with none (written before they were
+    recorded) is not compared (`_say_data_unchecked`)."""
+    from trm_kaggle.wording import shown
+
+    prints = [r.get("data_fingerprint") for r in reports]
+    for p, r, f in zip(paths[1:], reports[1:], prints[1:]):
+        if f is not None and prints[0] is not None and f != prints[0]:
+            return (f"{p}: trained on other data than {paths[0]} ({shown(str(r.get('data')), 80)} against "
+                    f"{shown(str(reports[0].get('data')), 80)}, their datasets differ): its curves do not join")
+    return None
+
+
+def _say_data_unchecked(paths: Sequence[Path], reports: list) -> None:
+    """A warning naming the joined reports that record no dataset fingerprint: their data were not compared."""
+    from trm_kaggle.wording import one_line
+
+    if len(paths) > 1 and (unchecked := [str(p) for p, r in zip(paths, reports) if r.get("data_fingerprint") is None]):
+        print(one_line(f"warning: {', '.join(unchecked)}: no dataset fingerprint (written before the harness recorded "
+                       "one): whether the joined reports' data are the same is not checked"), file=sys.stderr)
 
 
 def paper_scale(data: Path, recipes: Sequence[str], *, work: Path, seeds: int = 1, budget_s: float = 1800.0,

@@ -671,3 +671,51 @@ def test_the_harness_safety_stop_is_no_max_steps_training_warns_of(tmp_path, cap
                                                                                                   interval)]
             assert ends == [at], (interval, step, at)  # the first step from `step` on that ends an interval
     assert cfg["max_steps"] is None  # the stop is the harness's, not written into the recipe's config
+
+
+def test_reports_of_other_data_or_of_a_recipe_with_another_config_do_not_join(tmp_path, capsys):
+    """`--report` joined a recipe found in two files with different configs (the second file's runs dropped without
+    a word), and an upstream trained on ARC data with recipes trained on Sudoku. A report records its data's
+    fingerprint and names its data; joining compares both, and each mismatch is one line naming the files and the
+    difference. Where runs lie (run folders, data paths of other work folders) is no difference."""
+    from benchmarks.bench_recipes import main
+
+    def saved(name, configs, fingerprint="f1", data="wa/data/sudoku4"):
+        report = {"task": "sudoku4", "seeds": 1, "budget_s": None, "budget_examples": 40.0, "threads": 1,
+                  "data": data, "data_fingerprint": fingerprint,
+                  "recipes": {r: {"presets": [], "overrides": []} for r in configs}, "configs": configs,
+                  "curves": [dataclasses.asdict(_curve(r, 0, [0.1, 0.5])) for r in configs]}
+        (tmp_path / name).write_text(json.dumps(report))
+        return str(tmp_path / name)
+
+    def config(work, **changed):
+        return {"device": "cpu", "lr": 3e-3, "arch": {"hidden_size": 64, "H_cycles": 2}, "checkpoint_path":
+                f"{work}/runs/sudoku4/x/seed0", "data_paths": [f"{work}/data/sudoku4"], **changed}
+
+    a = saved("a.json", {"upstream": config("wa"), "muon": config("wa", lr=1e-2)})
+    b = saved("b.json", {"upstream": config("wb"), "fast": config("wb")}, data="wb/data/sudoku4")
+    assert main(["--report", a, b, "--targets", "0.5", "--out", str(tmp_path / "ok")]) == 0  # only places differ
+    capsys.readouterr()
+    other = saved("c.json", {"upstream": config("wc", lr=0.5, arch={"hidden_size": 512, "H_cycles": 2}),
+                             "fast": config("wc")})
+    assert main(["--report", a, other, "--targets", "0.5", "--out", str(tmp_path / "x")]) == 2
+    err = _one_error(capsys)
+    assert (f"{other}: recipe 'upstream' was trained with another config than in {a} (lr 0.003 against 0.5; "
+            "arch.hidden_size 64 against 512)") in err, err
+    arc = saved("d.json", {"upstream": config("wd"), "fast": config("wd")}, fingerprint="f2", data="wd/data/arc-small")
+    assert main(["--report", arc, b, "--targets", "0.5", "--out", str(tmp_path / "y")]) == 2
+    err = _one_error(capsys)
+    assert f"{b}: trained on other data than {arc} ('wb/data/sudoku4' against 'wd/data/arc-small'" not in err
+    assert f"{b}: trained on other data than {arc} (wb/data/sudoku4 against wd/data/arc-small" in err, err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    # a live benchmark records its data's fingerprint, and its report names the data (--data names another set)
+    task = dataclasses.replace(make_task("sudoku4", num_train=32, num_test=8), eval_interval=1)
+    bench(task, ["upstream"], seeds=1, budget_s=None, budget_examples=16, targets=[0.5], work=tmp_path / "w",
+          say=lambda *a, **k: None, extra=["global_batch_size=16", "arch.hidden_size=16", "arch.halt_max_steps=2",
+                                           "arch.H_cycles=1", "arch.L_cycles=1"])
+    live = json.loads((tmp_path / "w" / "report" / "bench_recipes_sudoku4.json").read_text())
+    from trm_kaggle.train.checkpoint import dataset_fingerprint
+
+    assert live["data_fingerprint"] == dataset_fingerprint([str(tmp_path / "w" / "data" / "sudoku4")])
+    md = (tmp_path / "w" / "report" / "bench_recipes_sudoku4.md").read_text()
+    assert f"Data: `{tmp_path / 'w' / 'data' / 'sudoku4'}`." in md
