@@ -118,7 +118,9 @@ def test_a_sweep_grid_and_an_upstream_config_use_the_same_reader(tmp_path, capsy
     (tmp_path / "grid.yaml").write_text(bomb(key="axes"))
     assert "expands" in quick_line(capsys, ["sweep", str(tmp_path / "grid.yaml"), "--sweep-dir", str(tmp_path / "s")])
     (tmp_path / "ck").mkdir()
-    (tmp_path / "ck" / "step_1").write_bytes(b"x")
+    import torch  # a step file upstream could have written: its kind is read before its config
+
+    torch.save({"_orig_mod.model.inner.H_init": torch.zeros(4)}, tmp_path / "ck" / "step_1")
     (tmp_path / "ck" / "all_config.yaml").write_text(bomb(key="arch"))
     line = quick_line(capsys, ["import-upstream", str(tmp_path / "ck" / "step_1"), "--out", str(tmp_path / "e")])
     assert "all_config.yaml" in line and "expands" in line

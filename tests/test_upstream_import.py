@@ -450,3 +450,27 @@ def test_import_upstream_says_the_sequence_length_it_chose(tmp_path, capsys):
     (up / "all_config.yaml").write_text(yaml.safe_dump({"arch": arch}))
     assert main(["import-upstream", str(up / "step_10"), "--out", str(tmp_path / "a"), "--seq-len", str(SEQ)]) == 0
     assert f", sequence length {SEQ} in " in capsys.readouterr().out
+
+
+def test_import_upstream_tells_the_files_kind_before_asking_for_its_config(tmp_path, capsys):
+    """A train state of ours (any name) and a text file were both refused for the all_config.yaml missing beside
+    them (for a bare file name: ./all_config.yaml); the state now points to `export`, the text file is named as
+    no PyTorch checkpoint. An upstream step file without its yaml still gets the all_config.yaml line."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.train.checkpoint import STATE_FORMAT
+
+    state = tmp_path / "my run" / "kept.pt"
+    state.parent.mkdir()
+    torch.save({"format": STATE_FORMAT, "version": "0", "step": 3, "model": {}}, state)
+    log = tmp_path / "pipe.log"
+    log.write_text("[1/5] build and verify a dataset ...\n")
+    torch.save(to_upstream_state_dict(tiny(0), compiled=True), tmp_path / "step_10")
+    said = {}
+    for path in (state, log, tmp_path / "step_10"):
+        assert main(["import-upstream", str(path), "--out", str(tmp_path / "out")]) == 2
+        said[path] = capsys.readouterr().err
+        assert said[path].count("\n") == 1 and not (tmp_path / "out").exists(), said[path]
+    assert said[state] == (f"error: {state}: a trm-kaggle train state, not an upstream checkpoint: `trm-kaggle export "
+                           f"'{state}' --out DIR` makes an export\n")
+    assert said[log].startswith(f"error: {log}: not a readable PyTorch checkpoint") and "all_config" not in said[log]
+    assert said[tmp_path / "step_10"].startswith(f"error: {tmp_path / 'all_config.yaml'}: run config not found")

@@ -4,7 +4,10 @@ would choose here, and the inference exports made from a run or from upstream's 
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
+from pathlib import Path
+from typing import Any
 
 from trm_kaggle.cli.common import command_parser, common_flags, say_defaults
 from trm_kaggle.config import MAX_GRID_CELLS, bounded_number
@@ -193,12 +196,27 @@ def add_import_upstream(sub) -> None:
     p.set_defaults(func=cmd_import_upstream)
 
 
+def _upstream_contents(checkpoint: str) -> Any:
+    """What the local file `checkpoint` holds (None where no regular file is: `import_upstream` says that, or reads
+    a Hub source), read here to tell its kind first: one of our train states was refused for the all_config.yaml
+    missing beside it. The model layer that imports cannot know a train state; this one can (`holds_train_state`)."""
+    from trm_kaggle.train.checkpoint import holds_train_state, read_torch_file
+
+    if not Path(checkpoint).is_file():  # a local file is never read as a Hub source (`model.hub`'s rule)
+        return None
+    loaded = read_torch_file(Path(checkpoint), "checkpoint file")  # a text file: "not a readable PyTorch checkpoint"
+    if holds_train_state(loaded):
+        raise TRMError(f"{checkpoint}: a trm-kaggle train state, not an upstream checkpoint: `trm-kaggle export "
+                       f"{shlex.quote(checkpoint)} --out DIR` makes an export")
+    return loaded
+
+
 def cmd_import_upstream(args: argparse.Namespace) -> int:
     from trm_kaggle.model import import_upstream
 
     t = time.perf_counter()
     model = import_upstream(args.checkpoint, args.out, config=args.config, seq_len=args.seq_len,
-                            mean_embedding=args.mean_embedding)
+                            mean_embedding=args.mean_embedding, contents=_upstream_contents(args.checkpoint))
     print(f"imported {args.out}: {args.checkpoint}, {model.parameter_count()}"
           + (" (the export keeps only its mean row)" if args.mean_embedding else "")
           + f", sequence length {model.seq_len}"  # a length guessed wrong is found only at evaluate: said here

@@ -301,14 +301,15 @@ DEFAULT_SEQ_LEN = {12: 900, 11: 81, 6: 900}  # ARC, Sudoku-Extreme, Maze-Hard
 
 def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.PathLike],
                     config: Union[str, os.PathLike, None] = None, seq_len: Optional[int] = None,
-                    mean_embedding: bool = False) -> TinyRecursiveModel:
+                    mean_embedding: bool = False, contents: Any = None) -> TinyRecursiveModel:
     """Convert upstream's `step_<N>` file (with its run's all_config.yaml) into an export in `out`.
 
     `checkpoint` is a local file or a Hugging Face source (`hf://owner/repo[@revision][/path]`, see
     `trm_kaggle.model.hub`), downloaded into the user's cache first. `config` defaults to the
     all_config.yaml beside the checkpoint. The sequence length comes from `seq_len`, else from the
-    run's dataset when it is at hand, else from the vocabulary (`DEFAULT_SEQ_LEN`). Returns the
-    model that was exported.
+    run's dataset when it is at hand, else from the vocabulary (`DEFAULT_SEQ_LEN`). `contents` is what
+    the local file holds when the caller has read it already (`import-upstream` reads it to tell a train
+    state of ours, which this layer cannot name). Returns the model that was exported.
     """
     if seq_len is not None:  # before the model is built: NaN and 2**63 failed inside torch
         seq_len = whole_argument("seq_len", seq_len, 1, MAX_GRID_CELLS)
@@ -316,12 +317,14 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     if ckpt_path.is_dir():  # before its config: a missing checkpoint is the problem to name
         raise TRMError(f"{ckpt_path}: checkpoint file not found (it is a directory: name one step_<N> file in it)")
     readable_file(ckpt_path, "checkpoint file")  # missing, a FIFO, no permission: said before its config
+    # what the file holds, before its config (nothing copied before the sizes are checked): a text file or
+    # another kind of checkpoint is said as such, not as a missing all_config.yaml beside it
+    tensors = _renamed(read_checkpoint(ckpt_path) if contents is None or hub_source else contents, str(ckpt_path))
     config_file = Path(config) if config else ckpt_path.parent / "all_config.yaml"
     if config_file.is_dir():  # read_all_config's rule: a folder stands for the all_config.yaml in it
         config_file = config_file / "all_config.yaml"
     run_cfg = read_all_config(config_file)
     arch = arch_config_from_upstream_yaml(run_cfg, where=str(config_file))
-    tensors = _renamed(read_checkpoint(ckpt_path), str(ckpt_path))  # nothing copied before the sizes are checked
     vocab = _vocabulary(tensors, str(ckpt_path))
     num_ids = tensors[PUZZLE_EMB_KEY].shape[0] if PUZZLE_EMB_KEY in tensors else 1
     data_paths = run_cfg.get("data_paths") or []
