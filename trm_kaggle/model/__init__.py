@@ -30,6 +30,7 @@ _EXPORTS = {
     "balanced_slots": "rollout",
     "counts_settled": "rollout",
     "block_dispatch": "fused",
+    "check_batch": "trm",
     "check_export": "export",
     "compiled_graphs": "compiling",
     "content_digest": "digest",

@@ -60,9 +60,12 @@ import numpy as np
 import torch
 
 from trm_kaggle import xla
+from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_HALT_STEPS, MAX_SEED, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE,
+                               number_argument, whole_argument)
 from trm_kaggle.data import IGNORE_LABEL_ID
 from trm_kaggle.errors import TRMError
-from trm_kaggle.model.trm import Carry
+from trm_kaggle.model.trm import Carry, check_batch
+from trm_kaggle.wording import clipped
 
 SELECTIONS = ("q_halt", "first_halt", "all")  # how one of an example's trajectories is chosen (module docstring)
 SETTLE_STEPS = 3  # a row has settled when the predictions of its last SETTLE_STEPS steps are identical
@@ -101,7 +104,11 @@ def act_rollout(model: torch.nn.Module, batch: dict[str, torch.Tensor], max_step
     """Run `batch` for up to `max_steps` ACT steps (see the module docstring).
 
     compact: stopped rows leave the batch (default) or stay, masked (default on XLA).
-    keep_logits: also return each row's float32 logits at the step it stopped (`Rollout.logits`)."""
+    keep_logits: also return each row's float32 logits at the step it stopped (`Rollout.logits`).
+    A batch the model cannot run (`check_batch`) or a max_steps that is no whole number from 1 is one TypeError
+    or ValueError naming it (max_steps=0 ran no step and failed on its missing result)."""
+    check_batch(model, batch)
+    max_steps = whole_argument("max_steps", max_steps, 1, MAX_HALT_STEPS)
     B, L = batch["inputs"].shape
     device = batch["inputs"].device
     if compact is None:
@@ -280,11 +287,15 @@ class ContinuousRollout:
                  device: torch.device | str | None = None, shrink_at_end: bool | None = None,
                  keep_logits: bool = False, trajectories: int = 1, noise: float = 0.0, select: str = "q_halt",
                  seed: int = 0, track_settled: bool = False):
-        if slots < 1 or max_steps < 1:
-            raise ValueError(f"slots and max_steps must be >= 1, got {slots} and {max_steps}")
-        if trajectories < 1 or not noise >= 0 or select not in SELECTIONS:
-            raise ValueError(f"trajectories must be >= 1, noise >= 0 and select one of {SELECTIONS}, got "
-                             f"{trajectories}, {noise} and {select!r}")
+        # checked here, each named, in the bounds evaluation's config gives them (slots="4" failed on a comparison
+        # of str and int, slots=2.5 on its first batch)
+        slots = whole_argument("slots", slots, 1, MAX_BATCH_SIZE)
+        max_steps = whole_argument("max_steps", max_steps, 1, MAX_HALT_STEPS)
+        trajectories = whole_argument("trajectories", trajectories, 1, MAX_TRAJECTORIES)
+        noise = number_argument("noise", noise, 0.0, MAX_TRAJECTORY_NOISE)
+        seed = whole_argument("seed", seed, 0, MAX_SEED)
+        if not isinstance(select, str) or select not in SELECTIONS:
+            raise ValueError(f"select={clipped(select, 40)}: expected one of {', '.join(SELECTIONS)}")
         self.trajectories = trajectories if noise > 0 else 1  # noise 0: every trajectory would be the same
         self.noise, self.select, self.seed, self.track_settled = float(noise), select, seed, track_settled
         self.generator: torch.Generator | None = None  # made on first use, on the device
@@ -310,7 +321,13 @@ class ContinuousRollout:
         (a worker's own deadline: a batch that started before it must not run on past it; XLA's whole batches
         stop only between batches). `keys(i)`, for an array of example numbers, gives the keys their noise is
         drawn from (default: the numbers): a caller running part of a split gives each example's index in the
-        whole split, so that it draws the noise a run of the whole split draws for it."""
+        whole split, so that it draws the noise a run of the whole split draws for it. Each batch of `source` is
+        checked as it is taken (`check_batch`: one TypeError or ValueError naming `source[i]`)."""
+        yield from self._examples(self._checked(source, labels=False), may_start, stop_at, keys)
+
+    def _examples(self, source: Iterable[dict[str, torch.Tensor]], may_start: Callable[[int], bool] | None,
+                  stop_at: float | None, keys: Callable[[np.ndarray], np.ndarray] | None) -> Iterator[Finished]:
+        """`run` of a checked source."""
         K = self.trajectories
         if K == 1:
             yield from self._run(source, may_start, stop_at)
@@ -329,7 +346,7 @@ class ContinuousRollout:
         whose chosen trajectory was a noisy one. Rows without any label are left out (padding). One sum for
         every caller: training's test-split check and `trm-kaggle evaluate` on a Sudoku or Maze dataset."""
         totals = torch.zeros(len(SCORE_FIELDS), dtype=torch.float64, device=self.device)
-        for done in self.run(source):
+        for done in self._examples(self._checked(source, labels=True), None, None, None):
             labels = done.data["labels"]
             valid = labels != ignore_label_id if ignore_label_id is not None else torch.ones_like(labels, dtype=bool)
             counts = valid.sum(-1)
@@ -343,6 +360,19 @@ class ContinuousRollout:
                                    (token * token).sum(), torch.where(real, done.steps, 0).sum().double(),
                                    (real & settled).sum().double(), (real & noisy).sum().double()])
         return totals
+
+    def _checked(self, source: Iterable[dict[str, torch.Tensor]], labels: bool) -> Iterator[dict[str, torch.Tensor]]:
+        """The batches of `source`, each one the model can run (`check_batch`, with "labels" where they are scored)
+        and with the keys of the first: rows of several batches run together."""
+        keys = None
+        for i, chunk in enumerate(source):
+            check_batch(self.model, chunk, labels=labels, where=f"source[{i}]")
+            if keys is None:
+                keys = set(chunk)
+            elif set(chunk) != keys:
+                raise ValueError(f"source[{i}]: keys {clipped(sorted(map(str, chunk)))} differ from source[0]'s "
+                                 f"{clipped(sorted(map(str, keys)))}")
+            yield chunk
 
     def _noised(self, carry: Carry, rows: np.ndarray, queued: np.ndarray,
                 keys: Callable[[np.ndarray], np.ndarray] | None) -> Carry:
@@ -496,8 +526,8 @@ class ContinuousRollout:
             n = len(ids)
             batch = {k: torch.cat([v, v.new_zeros((self.slots - n,) + tuple(v.shape[1:]))]).to(self.device)
                      for k, v in rows.items()}
-            r = act_rollout(self.model, batch, self.max_steps, self.early_exit, compact=False,
-                            keep_logits=self.keep_logits)
+            # the source's batches were checked: no second host read of each on the device
+            r = _masked_rollout(self.model, batch, self.max_steps, self.early_exit, keep_logits=self.keep_logits)
             self.calls += r.calls
             self.rows_forwarded += r.rows_forwarded
             yield Finished(ids, r.tokens[:n], r.q_halt[:n], r.steps[:n], {k: v[:n] for k, v in batch.items()},

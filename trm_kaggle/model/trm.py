@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
@@ -44,9 +45,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from trm_kaggle.config import ArchConfig
+from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, ArchConfig, whole_argument
 from trm_kaggle.model.dtype import resolve_forward_dtype
 from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
+from trm_kaggle.wording import clipped
+
+#: The longest sequence and the widest vocabulary a model is built for, the bounds an export's config and a
+#: dataset's metadata give them (`ExportConfig`, `DatasetMetadata`).
+MAX_SEQ_LEN = MAX_VOCAB_SIZE = 1 << 20
+#: The dtypes a batch's tokens and identifiers may have: integers torch indexes with (a float 2.7 was cut to 2, a
+#: bool taken as 0 and 1, without a word).
+INDEX_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def act_begin(halted: torch.Tensor, z_H: torch.Tensor, z_L: torch.Tensor, steps: torch.Tensor,
@@ -168,6 +177,74 @@ class PuzzleEmbedding(nn.Module):
 
 
 # ---------------------------------------------------------------------------
+# Batches a library caller gives
+# ---------------------------------------------------------------------------
+
+
+def check_batch(model: nn.Module, batch: object, *, labels: bool = False, where: str = "batch") -> None:
+    """`batch`, given to `model` for inference, when the model can run it; else one TypeError or ValueError naming
+    `where` and the key. Wanted: a mapping of torch tensors with the same rows, among them "inputs" (rows, seq_len)
+    of tokens 0..vocab_size - 1 and "puzzle_identifiers" (rows,) of rows of the puzzle-embedding table (and
+    "labels" shaped as the inputs with `labels`), integers all three. What torch made of the rest: a negative
+    identifier took another puzzle's row and a float token was cut to a whole one, silently; a token past the
+    vocabulary was its "index out of range" (on CUDA, a device-side assert); a numpy array, a short row or a
+    missing key an error naming torch's internals.
+
+    The inference entry points call it (`act_rollout`, each batch of `ContinuousRollout`'s source), never
+    `forward` or the training step, which stay free of host reads: the bounds cost one (min and max)."""
+    if not isinstance(batch, Mapping):
+        raise TypeError(f"{where}: expected a dict of torch tensors, got {_type_name(batch)}")
+    needed = ("inputs", "puzzle_identifiers", "labels") if labels else ("inputs", "puzzle_identifiers")
+    missing = [k for k in needed if k not in batch]
+    if missing:
+        raise ValueError(f"{where} has no {', '.join(map(repr, missing))} (needed: {', '.join(needed)})")
+    for key, value in batch.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{where}[{clipped(key, 40)}]: expected a torch tensor, got {_type_name(value)}")
+    inputs = batch["inputs"]
+    seq_len = getattr(model, "seq_len", None)
+    if inputs.ndim != 2 or (seq_len is not None and inputs.shape[1] != seq_len):
+        raise ValueError(f"{where}['inputs']: expected (rows, {seq_len or 'seq_len'}) tokens, got shape "
+                         f"{tuple(inputs.shape)}" + (f" (the model was built for seq_len {seq_len})" if seq_len else ""))
+    rows = inputs.shape[0]
+    for key, value in batch.items():  # rows leave the batch and join it together (compaction, refills)
+        if value.ndim == 0 or value.shape[0] != rows:
+            raise ValueError(f"{where}[{clipped(key, 40)}]: expected {rows} rows as the inputs, got shape "
+                             f"{tuple(value.shape)}")
+    if batch["puzzle_identifiers"].ndim != 1:
+        raise ValueError(f"{where}['puzzle_identifiers']: expected one per row, shape ({rows},), got "
+                         f"{tuple(batch['puzzle_identifiers'].shape)}")
+    if labels and batch["labels"].shape != inputs.shape:
+        raise ValueError(f"{where}['labels']: expected the inputs' shape {tuple(inputs.shape)}, got "
+                         f"{tuple(batch['labels'].shape)}")
+    for key in needed:
+        if batch[key].dtype not in INDEX_DTYPES:
+            raise TypeError(f"{where}[{key!r}]: expected whole numbers (an integer dtype), got {batch[key].dtype}")
+    # the values: tokens of the vocabulary, identifiers of the table's rows (a model without a table reads none)
+    table = getattr(getattr(model, "puzzle_emb", None), "weights", None)
+    bounds = [(key, n, what) for key, n, what in (
+        ("inputs", getattr(model, "vocab_size", None), "tokens of the model's vocabulary, 0..{}"),
+        ("puzzle_identifiers", None if table is None else table.shape[0],
+         "rows of the model's puzzle-embedding table, 0..{} (load_inference_model's num_puzzle_identifiers "
+         "resizes it)"))
+        if n is not None]
+    if not rows or not bounds:
+        return
+    seen = torch.stack([torch.stack(torch.aminmax(batch[key])).long().to(inputs.device) for key, _, _ in bounds])
+    # one read: of a device's batch, a sync; of a CPU batch (a loader's), its memory in place, no device waits
+    seen = (seen.numpy() if seen.device.type == "cpu" else seen.cpu()).tolist()
+    for (key, n, what), (low, high) in zip(bounds, seen):
+        if low < 0 or high >= n:
+            raise ValueError(f"{where}[{key!r}] holds values from {low} to {high}: expected {what.format(n - 1)}")
+
+
+def _type_name(value: object) -> str:
+    """`numpy.ndarray`, `dict`: the type of a wrong argument as its user knows it."""
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+# ---------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------
 
@@ -184,10 +261,24 @@ class Carry:
 
 
 class TinyRecursiveModel(nn.Module):
+    """The network and its ACT step (module docstring).
+
+    arch: an `ArchConfig` (a dict is refused with a TypeError: `ArchConfig.model_validate` reads one, with its
+    checks); seq_len, vocab_size, num_puzzle_identifiers: whole numbers (numpy's too) from 1 to the bounds an
+    export's config gives them, else one ValueError naming the argument (seq_len=16.5 or 0 built a model that
+    failed in torch on its first batch)."""
+
     def __init__(self, arch: ArchConfig, seq_len: int, vocab_size: int, num_puzzle_identifiers: int,
                  *, forward_dtype: Optional[torch.dtype] = None, early_exit: bool = False,
                  grad_checkpointing: bool = False):
         super().__init__()
+        if not isinstance(arch, ArchConfig):  # a dict failed on its first attribute, naming no argument
+            raise TypeError(f"arch: expected an ArchConfig (ArchConfig.model_validate reads a dict), got "
+                            f"{_type_name(arch)}")
+        seq_len = whole_argument("seq_len", seq_len, 1, MAX_SEQ_LEN)
+        vocab_size = whole_argument("vocab_size", vocab_size, 1, MAX_VOCAB_SIZE)
+        num_puzzle_identifiers = whole_argument("num_puzzle_identifiers", num_puzzle_identifiers, 1,
+                                                MAX_PUZZLE_IDENTIFIERS)
         self.arch = arch
         self.seq_len = seq_len
         self.vocab_size = vocab_size
