@@ -467,8 +467,9 @@ def run_folder_problem(work: Path, folder: Path, what: str = "run folder") -> st
         return None
     if theirs := _foreign_entries(folder):
         shown = ", ".join(theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+        them = "it" if len(theirs) == 1 else "them"
         return (f"{what} {folder} holds {shown}, which no training of the harness wrote: clearing the folder for a "
-                "fresh run would delete it; move it, or choose another --work-dir")
+                f"fresh run would delete {them}; move {them}, or choose another --work-dir")
     begun = sorted(e.name for e in folder.iterdir()
                    if e.name != LOCK_FILE and not fnmatch.fnmatchcase(e.name, ".*.tmp"))
     if begun and recorded_run_id(folder) is None and not list_states(folder):
