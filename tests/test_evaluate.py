@@ -551,6 +551,20 @@ def test_chosen_tasks_take_an_id_holding_a_comma_whole():
     assert chosen_tasks("x,y", known) == ["x,y"] and chosen_tasks("ab,c", known) == ["ab", "c"]  # text: not letters
 
 
+def test_chosen_tasks_split_one_argument_at_commas_and_white_space():
+    """`--tasks "28a6681f, b6f77b65"` (or "a b" in one quoted argument) kept the space: ' b6f77b65' was refused as
+    not in the test split, and the refusal listed b6f77b65 among the split's tasks. Split now, as evaluation.md
+    says (ids apart by spaces or commas); a refused id is quoted and escaped, so what was typed shows."""
+    from trm_kaggle.evaluate import chosen_tasks, tasks_problem
+
+    known = ["a", "b", "c d"]  # in the split's order
+    assert chosen_tasks(["a, b"], known) == ["a", "b"] and chosen_tasks([" b"], known) == ["b"]
+    assert chosen_tasks(["a b\t", "c d"], known) == ["a", "b", "c d"]  # an id of the split holding a space: whole
+    assert tasks_problem(["a, b"], known, "ds", "--tasks") is None
+    assert tasks_problem(["a,\x1b[2J"], known, "ds", "--tasks") == (
+        "--tasks: '\\x1b[2J' not in the test split of ds (3 tasks, e.g. 'a', 'b', 'c d')")
+
+
 def test_evaluate_draws_a_task_whose_id_holds_a_comma(tmp_path, capsys):
     """build-arc takes a task id holding a comma; `evaluate --tasks` can choose it (it was split into 'x' and 'y',
     both refused as unknown, while the refusal listed 'x,y' among the split's tasks)."""
@@ -575,7 +589,7 @@ def test_evaluate_draws_a_task_whose_id_holds_a_comma(tmp_path, capsys):
     capsys.readouterr()
     assert main([*common, "--report-dir", str(tmp_path / "rep3"), "--tasks", "x"]) == 2
     err = capsys.readouterr().err
-    assert "--tasks: x not in the test split" in err and not (tmp_path / "rep3").exists()
+    assert "--tasks: 'x' not in the test split" in err and not (tmp_path / "rep3").exists()
     assert main([*common, "--report-dir", str(tmp_path / "rep4"), "--tasks", ","]) == 2
     assert "--tasks names no task" in capsys.readouterr().err
 
@@ -715,8 +729,8 @@ def _tiny_export(dataset, tmp_path, monkeypatch):
     (dict(first=-1), ValueError, "first=-1: expected a whole number from 0 to 10,000"),
     (dict(first=10**21), ValueError, "first=1000000000000000000000: expected a whole number from 0 to 10,000"),
     (dict(first=float("nan")), ValueError, "first=nan"),
-    (dict(tasks=["nope"]), TRMError, "tasks: nope not in the test split of "),
-    (dict(tasks=["e872b94a", "nope,nix"]), TRMError, "tasks: nope, nix not in the test split of "),
+    (dict(tasks=["nope"]), TRMError, "tasks: 'nope' not in the test split of "),
+    (dict(tasks=["e872b94a", "nope,nix"]), TRMError, "tasks: 'nope', 'nix' not in the test split of "),
     (dict(tasks=[","]), TRMError, "tasks names no task"),
 ])
 def test_evaluate_exports_first_and_tasks_are_checked_before_any_inference(dataset, tmp_path, monkeypatch, report,

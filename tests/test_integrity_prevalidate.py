@@ -68,7 +68,7 @@ def test_evaluate_refuses_outputs_in_the_way(world, capsys, no_work, flag, where
     assert (world / "plain").read_text() == "a file"
 
 
-@pytest.mark.parametrize("tasks, unknown", [("zz99", "zz99"), ("aa01,nope", "nope"), ("bb02,x1,x2", "x1, x2")])
+@pytest.mark.parametrize("tasks, unknown", [("zz99", "'zz99'"), ("aa01,nope", "'nope'"), ("bb02,x1,x2", "'x1', 'x2'")])
 def test_evaluate_refuses_unknown_task_ids_before_evaluating(world, capsys, no_work, tasks, unknown):
     line = one_error_line(capsys, main(evaluate(world, "--report-dir", str(world / "r"), "--tasks", tasks)))
     assert f"--tasks: {unknown} not in the test split" in line and "aa01" in line

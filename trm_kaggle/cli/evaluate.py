@@ -47,8 +47,9 @@ def add_evaluate(sub) -> None:
     flag(p, "trajectory_select", EvaluateConfig, choices=get_args(EvaluateConfig.model_fields["trajectory_select"].annotation),
          default=None)
     p.add_argument("--tasks", default=None, type=typed_name, nargs="+", metavar="ID",
-                   help="task ids to draw in the report, separated by spaces or commas (an id holding a comma is "
-                        "taken whole; default: the first --first tasks)")
+                   help="task ids to draw in the report, separated by spaces or commas, in one argument or "
+                        "several (an id of the test split holding either is taken whole; default: the first --first "
+                        "tasks)")
     p.add_argument("--first", type=bounded_number("--first", 0, MAX_DRAWN), default=None,
                    help="draw the first N tasks in the report when --tasks is not given (default: 5)")
     p.add_argument("--no-pictures", action="store_true", help="write the report without grid pictures")

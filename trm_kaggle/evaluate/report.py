@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Sequence
 
@@ -21,7 +22,7 @@ from trm_kaggle.config import whole_argument
 from trm_kaggle.errors import DataError, TRMError, resource_line
 from trm_kaggle.evaluate.stats import format_breakdown, format_interval
 from trm_kaggle.jsonio import read_json
-from trm_kaggle.names import file_in, place_from
+from trm_kaggle.names import file_in, place_from, shown as quoted
 from trm_kaggle.wording import count
 
 if TYPE_CHECKING:  # the report reads results; it runs no model (and imports no torch)
@@ -228,13 +229,14 @@ def _check_not_taken(out: Path, found: Found | None) -> None:
 
 def chosen_tasks(items: Sequence[str], known: Collection[str]) -> list[str]:
     """The task ids `evaluate --tasks` names: each item that is a task id of `known` is taken whole (an id may hold
-    a comma: build-arc takes one), any other is split at its commas ("a,b", the older form); empty parts are
-    dropped, repeats kept once. An id the test split lacks stays in the answer for the caller to name."""
+    a comma: build-arc takes one), any other is split at its commas and its white space ("a,b", "a, b" or "a b" in
+    one quoted argument: the space was kept, and " b" refused as no task while the refusal listed b); empty parts
+    are dropped, repeats kept once. An id the test split lacks stays in the answer for the caller to name."""
     out: list[str] = []
     if isinstance(items, str):  # one id (`-p TASKS 0934a4d8` in a notebook): its letters were taken as ids
         items = [items]
     for item in items:
-        out += [item] if item in known else [t for t in item.split(",") if t]
+        out += [item] if item in known else [t for t in re.split(r"[\s,]+", item) if t]
     return list(dict.fromkeys(out))
 
 
@@ -247,8 +249,9 @@ def tasks_problem(items: Sequence[str], known: Collection[str], data: object, na
         return f"{name} names no task (give task ids separated by spaces or commas)"
     unknown = [t for t in chosen if t not in known]
     if unknown:
-        return (f"{name}: {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''} not in the test split of "
-                f"{data} ({len(known)} tasks, e.g. {', '.join(list(known)[:3])})")
+        # quoted and escaped, each id: what was typed (a space, a control character) is seen as it is
+        return (f"{name}: {', '.join(map(quoted, unknown[:5]))}{' ...' if len(unknown) > 5 else ''} not in the "
+                f"test split of {data} ({count(len(known), 'task')}, e.g. {', '.join(map(quoted, list(known)[:3]))})")
     return None
 
 
