@@ -29,9 +29,9 @@ import torch
 from trm_kaggle.config import EvaluateConfig
 from trm_kaggle.data import PuzzleLoader
 from trm_kaggle.errors import DataError
-from trm_kaggle.evaluate.predict import check_model_fits, _halt_max_steps, _sync
+from trm_kaggle.evaluate.predict import (check_model_fits, _halt_max_steps, _sync, dataset_argument, evaluate_config,
+                                         model_argument, placed)
 from trm_kaggle.evaluate.stats import Z95, format_interval, wilson_interval
-from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import is_regular
 from trm_kaggle.model import ContinuousRollout, balanced_slots, counts_settled
 
@@ -86,11 +86,22 @@ def _mean_interval(total: float, total_sq: float, n: int) -> tuple[float, float]
 def score_dataset(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: EvaluateConfig | None = None, *,
                   device: str | torch.device | None = None, **settings) -> DatasetResult:
     """Exact and token accuracy of `model` on the test split of `dataset_dir` under `cfg` (batch_size,
-    early_exit, max_steps / test_depth, trajectories, max_tasks: the first N examples). A split with nothing to
-    score is a DataError before any inference: no data is not a zero."""
-    cfg = (cfg or EvaluateConfig()).updated(**settings)
+    early_exit, max_steps / test_depth, trajectories, max_tasks: the first N examples; or a dict of its fields).
+    A split with nothing to score is a DataError before any inference: no data is not a zero. The model and the
+    device are taken as `evaluate` takes them (a path or weights holding NaN or inf refused, meta refused, the
+    model put back where it was when the call fails); the q values and logits stay on the device, summed there,
+    and are not checked for NaN."""
+    model = model_argument(model)
+    cfg = evaluate_config(cfg, settings)
+    dataset_argument(dataset_dir)
+    with placed(model, device) as target:
+        return _score(model, dataset_dir, cfg, target)
+
+
+def _score(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: EvaluateConfig,
+           device: torch.device) -> DatasetResult:
+    """`score_dataset` on its checked arguments, the model on `device`."""
     t0 = time.perf_counter()
-    device = place_model(model, device)
     loader = PuzzleLoader(dataset_dir, split="test", global_batch_size=cfg.batch_size, test_mode=True)
     check_model_fits(model, dataset_dir, loader.metadata)
     n = loader.num_examples if cfg.max_tasks is None else min(loader.num_examples, cfg.max_tasks)

@@ -46,10 +46,10 @@ from trm_kaggle.data import load_identifiers, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.decode import (PuzzleAugmentations, decode_split_tokens, example_puzzles, grid_to_key,
                                         key_dtype, puzzle_augmentations, side_of)
-from trm_kaggle.evaluate.predict import Predictions, predict_split
+from trm_kaggle.evaluate.predict import (Predictions, dataset_argument, evaluate_config, model_argument, placed,
+                                         predict_split)
 from trm_kaggle.evaluate.stats import category_breakdown
 from trm_kaggle.evaluate.vote import ATTEMPTS, MAX_PASS_K, PASS_KS, Metrics, Slot, VoteResult, VoteTable, score
-from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model import counts_settled
 from trm_kaggle.names import task_id_problem
@@ -91,7 +91,9 @@ def foreign_votes(stray: Sequence[Slot], dataset_dir: str | os.PathLike) -> str:
 
 def load_test_set(dataset_dir: str | os.PathLike) -> TestSet:
     path = Path(dataset_dir) / "test_puzzles.json"
-    raw = read_json(path, "test_puzzles.json", hint="ARC evaluation needs the test_puzzles.json an ARC builder writes")
+    raw = read_json(path, "test_puzzles.json", hint="ARC evaluation needs the test_puzzles.json an ARC builder "
+                    "writes; a dataset without one (Sudoku, Maze) is scored by "
+                    "trm_kaggle.evaluate.dataset.score_dataset")
     slots, inputs, truths, num_tests = [], {}, {}, {}
     if not isinstance(raw, dict):
         raise DataError(f"{path}: expected an object mapping task ids to tasks")
@@ -183,22 +185,33 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
              ks: Sequence[int] = PASS_KS, check_inputs: bool = True, **settings) -> EvalResult:
     """Predict the whole test split of `dataset_dir`, vote, and score against test_puzzles.json.
 
-    cfg: how it runs (`EvaluateConfig`: batch_size, early_exit, max_steps, weighting, max_tasks, keep_logits,
-    progress); `settings` are fields of it given one by one, over cfg's (`evaluate(model, data, batch_size=64)`).
-    Its device, dtype and compile choose how an export is loaded (`evaluate_export`): the model runs as it is given.
-    device: where to run (default: where the model's weights are); the model is moved there, and a device this
-    machine lacks is refused in one line before any work (`hardware.place_model`).
+    model: a `TinyRecursiveModel` (`predict_split`: a path is refused, so are weights holding NaN or inf).
+    cfg: how it runs (`EvaluateConfig`, or a dict of its fields: batch_size, early_exit, max_steps, weighting,
+    max_tasks, keep_logits, progress); `settings` are fields of it given one by one, over cfg's
+    (`evaluate(model, data, batch_size=64)`). Its device, dtype and compile choose how an export is loaded
+    (`evaluate_export`): the model runs as it is given.
+    device: where to run (default: where the model's weights are); the model is moved there and stays there, a
+    device this machine lacks (or meta, which holds no data) is refused in one line before any work
+    (`hardware.place_model`), and an evaluation that fails puts the model back where it was.
     pool_with: votes of an earlier evaluation to pool with (opt-in; default: this evaluation only).
     deadline, always, always_until: see `predict_split` (the logits of keep_logits are `result.predictions.logits`).
     """
-    cfg = (cfg or EvaluateConfig()).updated(**settings)
+    model = model_argument(model)
+    cfg = evaluate_config(cfg, settings)
     # the call's own arguments, before any work: ks=[nan] once failed in numpy after the whole evaluation, and
     # ks=[0] reported a pass@0
     ks = tuple(whole_argument("ks item", k, 1, MAX_PASS_K) for k in ks)
     always = whole_argument("always", always, 0, 2**62)
     deadline, always_until = seconds_argument("deadline", deadline), seconds_argument("always_until", always_until)
+    dataset_argument(dataset_dir)  # a folder that is not there was "test_puzzles.json not found"
+    with placed(model, device) as target:
+        return _evaluate(model, dataset_dir, cfg, target, pool_with, deadline, always, always_until, ks, check_inputs)
+
+
+def _evaluate(model, dataset_dir, cfg, device, pool_with, deadline, always, always_until, ks,
+              check_inputs) -> EvalResult:
+    """`evaluate` on its checked arguments, the model on `device`."""
     t0 = time.perf_counter()
-    device = place_model(model, device)
     test_set = load_test_set(dataset_dir)
     if pool_with is not None and (stray := pool_with.foreign_slots(test_set.slots)):
         raise DataError(f"pool_with: {foreign_votes(stray, dataset_dir)}")

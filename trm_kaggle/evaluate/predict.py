@@ -21,22 +21,26 @@ per row, whether its prediction stopped changing (`Predictions.settled`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator, Mapping
 
 import numpy as np
 import torch
 
 from trm_kaggle import xla
 from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_HALT_STEPS, MAX_SEED, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE,
-                               number_argument, seconds_argument, whole_argument)
+                               EvaluateConfig, number_argument, seconds_argument, whole_argument)
 from trm_kaggle.data import DatasetMetadata, PuzzleLoader, load_identifiers
-from trm_kaggle.errors import TRMError
+from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.hardware import place_model
-from trm_kaggle.model import ContinuousRollout, balanced_slots, token_dtype
+from trm_kaggle.jsonio import directory_problem
+from trm_kaggle.model import ContinuousRollout, balanced_slots, first_nonfinite, token_dtype
 from trm_kaggle.progress import tqdm
+from trm_kaggle.wording import clipped, count
 
 
 @dataclass
@@ -107,6 +111,118 @@ def check_model_fits(model: torch.nn.Module, dataset_dir: str | os.PathLike, met
                        f"{meta.vocab_size}: it is another kind of data (evaluate it with a model trained on it)")
 
 
+def model_argument(model: object) -> torch.nn.Module:
+    """`model`, the model argument of a call that runs one (`predict_split`, `evaluate`, `score_dataset`), checked
+    before any work: a path or any other object is a TypeError naming the argument (a path reached
+    `model.parameters()` as an AttributeError), and weights holding NaN or inf a TRMError naming the tensor (they
+    answered a valid-looking 0.0 score). One pass over the weights, on the device they are on."""
+    if isinstance(model, (str, bytes, os.PathLike)):
+        raise TypeError(f"model={clipped(os.fspath(model), 80)} is a path, not a model: load the export first, "
+                        "trm_kaggle.model.load_model_for_dataset(path, dataset_dir)[0]")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected a TinyRecursiveModel (a torch.nn.Module), got {type(model).__name__}")
+    state = model.state_dict()
+    if empty := next((name for name, t in state.items() if isinstance(t, torch.Tensor) and t.is_meta), None):
+        raise TRMError(f"model: tensor {empty} is on the meta device: it holds no weights to run (load them first)")
+    if found := first_nonfinite(state):
+        name, bad = found
+        raise TRMError(f"model: tensor {name} holds {count(bad, 'non-finite value')} (NaN or inf): weights of a "
+                       "diverged training run answer nonsense that looks like a score")
+    return model
+
+
+def evaluate_config(cfg: object, settings: Mapping[str, object]) -> EvaluateConfig:
+    """The `EvaluateConfig` a call runs under: `cfg` (an EvaluateConfig, or a dict of its fields as
+    `EvaluateConfig.model_validate` takes them; None: the defaults) with `settings`, its fields given one by one,
+    over it. A field's bad value is one TRMError line naming it (`EvaluateConfig.updated`); another kind of `cfg`
+    a TypeError naming the argument (a dict was an AttributeError about `updated`)."""
+    if cfg is None:
+        cfg = EvaluateConfig()
+    elif isinstance(cfg, Mapping):
+        if not all(isinstance(k, str) for k in cfg):
+            raise TypeError("cfg: a dict of EvaluateConfig fields is keyed by their names (strings)")
+        settings, cfg = {**cfg, **settings}, EvaluateConfig()
+    elif not isinstance(cfg, EvaluateConfig):
+        raise TypeError(f"cfg: expected an EvaluateConfig or a dict of its fields, got {type(cfg).__name__}")
+    return cfg.updated(**settings)
+
+
+def dataset_argument(dataset_dir: str | os.PathLike) -> None:
+    """DataError when no dataset folder is at `dataset_dir` (a folder that does not exist was said as its first
+    missing file, "test_puzzles.json not found"); TypeError when it is no path. A NUL byte in it is the readers'
+    to name (`jsonio.open_regular`)."""
+    if not isinstance(dataset_dir, (str, os.PathLike)):  # an int was stat'ed as an open file descriptor
+        raise TypeError(f"dataset_dir: expected a dataset folder's path, got {type(dataset_dir).__name__}")
+    if "\0" not in os.fspath(dataset_dir) and (problem := directory_problem(dataset_dir, "dataset folder")):
+        raise DataError(problem)
+
+
+def _device_type(device: str | torch.device | None) -> str | None:
+    """The kind of device `device` names as torch reads it ("cpu", "meta", ...), None where torch reads no device
+    from it ("auto", or none given): `place_model` resolves those, and says what is wrong with a bad one."""
+    if device is None or isinstance(device, torch.device):
+        return None if device is None else device.type
+    try:
+        return torch.device(device).type
+    except (RuntimeError, TypeError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def placed(model: torch.nn.Module, device: str | torch.device | None) -> Iterator[torch.device]:
+    """The model on `device` (`hardware.place_model`) for a call that runs it; the device is yielded. The model
+    stays there when the call returns (documented: a CPU model run with device="cuda" is on the GPU after) and is
+    put back where it was when the call fails, so that a failed call leaves the caller's model as it was. A device
+    that holds no data (meta) is refused before anything moves: the model moved there lost its weights."""
+    if _device_type(device) == "meta":
+        raise TRMError(f"device={clipped(device, 40)}: a meta device holds no data (the model moved there would "
+                       "lose its weights): name cpu, cuda, mps or xla, or leave device out")
+    homes = {t.device for t in (*model.parameters(), *model.buffers())}
+    home = next(iter(homes)) if len(homes) == 1 else None  # a model on several devices is not put back
+    target = None  # a move that failed half way is put back too
+    try:
+        target = place_model(model, device)
+        yield target
+    except BaseException:
+        if home is not None and target != home:
+            with contextlib.suppress(RuntimeError, NotImplementedError):  # the call's own error is the one to say
+                model.to(home)
+        raise
+
+
+def _example_indices(examples: object) -> np.ndarray | None:
+    """`examples` as int64 indices, or None: every example. Indices are whole numbers (numpy's or torch's integers,
+    Python ints): 0.5 and 1.7 picked examples 0 and 1, without a word."""
+    if examples is None:
+        return None
+    if isinstance(examples, torch.Tensor):
+        examples = examples.detach().cpu()
+    array = np.asarray(examples)
+    if array.size == 0:  # [] reads as float64: nothing picked, whatever its type
+        return np.zeros(0, dtype=np.int64)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        got = f"{array.ndim}-D" if array.ndim != 1 else f"values of dtype {array.dtype}"
+        raise TRMError(f"examples: expected a list of whole-number example indices, got {got}")
+    return array.astype(np.int64)
+
+
+def _check_outputs_finite(q_halt: np.ndarray, logits: np.ndarray | None, rows: np.ndarray,
+                          examples: np.ndarray | None) -> None:
+    """TRMError naming the first example whose q_halt logit (or kept logits) came out NaN or inf. The weights were
+    finite (`model_argument`): its activations overflowed, and the argmax of NaN logits is a valid-looking answer.
+    Read on the host copies of each finished batch (no sync of its own); logits not kept stay on the device, unread.
+    `rows`: the result rows of the examples (row i: example i of the split, or examples[i])."""
+    bad = ~np.isfinite(q_halt)
+    if logits is not None:
+        bad |= ~np.isfinite(logits.reshape(len(logits), -1)).all(axis=1)
+    if bad.any():
+        row = int(rows[np.argmax(bad)])
+        example = row if examples is None else int(examples[row])
+        raise TRMError(f"example {example} of the test split: the model's q_halt logit or logits came out NaN or inf "
+                       "from finite weights (its activations overflowed): run it in float32 (the dtype setting, or "
+                       "arch.forward_dtype)")
+
+
 class _ExampleStream:
     """The examples to predict, one loader batch at a time (CPU tensors, `batches`), with the bookkeeping of
     every example walked: its puzzle, its identifier and, in the order they are queued, its result row
@@ -169,10 +285,13 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                   ) -> Predictions:
     """Predict every example of `dataset_dir`'s test split (or the rows `examples` picks).
 
-    model       a `TinyRecursiveModel` (anything with initial_carry/forward and .arch)
+    model       a `TinyRecursiveModel` (a torch.nn.Module with initial_carry/forward and .arch; a path is refused:
+                load it with `trm_kaggle.model.load_model_for_dataset`). Weights holding NaN or inf are refused
+                before any work, and a q_halt logit (or kept logits) that comes out NaN or inf stops the call
     batch_size  rows per model call (at most: fewer when that evens out the last batch)
-    device      where to run; default: where the model's weights are. The model is moved there
-                (`hardware.place_model`; a device this machine lacks is refused in one line)
+    device      where to run; default: where the model's weights are. The model is moved there and stays there
+                (`hardware.place_model`; a device this machine lacks, or meta, which holds no data, is refused
+                in one line before anything moves); a call that fails puts it back where it was (`placed`)
     early_exit  stop each example at its first step with q_halt > 0 (its row takes the next example)
     max_steps   ACT steps to run (default: arch.halt_max_steps)
     deadline    a time.monotonic() value: batches that would start after it are skipped; their examples
@@ -182,8 +301,9 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     always_until ... until this later time.monotonic() value (a worker's own deadline: thousands of test
                 inputs must not carry a task past it), when every row still running is cut at its next ACT
                 step (those keep steps == -1); None: whatever the time
-    examples    increasing example indices of the split to predict (quick runs on part of a split);
-                row i of the result is example examples[i]. Default: every example
+    examples    increasing example indices of the split to predict (quick runs on part of a split): whole
+                numbers (Python's, numpy's or torch's integers; floats are refused); row i of the result is
+                example examples[i]. Default: every example
     keep_logits also return the logits (`Predictions.logits`: N x seq_len x vocab float32, zero for examples
                 not predicted); the tokens are their argmax
     trajectories, noise, seed
@@ -195,6 +315,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     The model is put in eval mode for the call (its previous mode is restored after).
     """
     t_start = time.perf_counter()
+    model = model_argument(model)  # before any work: a path, or NaN weights that scored 0.0 without a word
     # counts and times where they are given: 2**31 steps wrapped round to one, a NaN deadline predicted nothing
     batch_size = whole_argument("batch_size", batch_size, 1, MAX_BATCH_SIZE)
     max_steps = None if max_steps is None else whole_argument("max_steps", max_steps, 1, MAX_HALT_STEPS)
@@ -204,7 +325,16 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     noise = number_argument("noise", noise, 0.0, MAX_TRAJECTORY_NOISE)
     seed = whole_argument("seed", seed, 0, MAX_SEED)
     prefetch = whole_argument("prefetch", prefetch, 0, 1024)  # batches prepared ahead: NaN failed in int()
-    device = place_model(model, device)
+    examples = _example_indices(examples)
+    dataset_argument(dataset_dir)
+    with placed(model, device) as target:
+        return _predict(model, dataset_dir, batch_size, target, early_exit, max_steps, progress, prefetch, deadline,
+                        examples, always, always_until, keep_logits, trajectories, noise, seed, track_settled, t_start)
+
+
+def _predict(model, dataset_dir, batch_size, device, early_exit, max_steps, progress, prefetch, deadline, examples,
+             always, always_until, keep_logits, trajectories, noise, seed, track_settled, t_start) -> Predictions:
+    """`predict_split` on its checked arguments, the model on `device`."""
     steps_max = _halt_max_steps(model) if max_steps is None else max_steps
 
     identifiers = load_identifiers(dataset_dir)
@@ -212,10 +342,10 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
     meta = loader.metadata
     check_model_fits(model, dataset_dir, meta)
 
-    if examples is not None:
-        examples = np.asarray(examples, dtype=np.int64)
-        if len(examples) and (np.any(np.diff(examples) <= 0) or examples[0] < 0 or examples[-1] >= loader.num_examples):
-            raise TRMError(f"examples must be increasing indices below {loader.num_examples}")
+    if examples is not None and len(examples) and (np.any(np.diff(examples) <= 0) or examples[0] < 0
+                                                   or examples[-1] >= loader.num_examples):
+        raise TRMError(f"examples must be increasing indices below {loader.num_examples}")
+
     N, L = (loader.num_examples if examples is None else len(examples)), meta.seq_len
     K = trajectories if noise > 0 else 1  # rows per example (noise 0: the trajectories would all be the same)
     tokens = np.zeros((N * K, L), dtype=np.int16 if token_dtype(model) == torch.int16 else np.uint8)
@@ -255,6 +385,7 @@ def predict_split(model: torch.nn.Module, dataset_dir: str | os.PathLike, batch_
                 steps_run[rows] = done.steps.cpu().numpy()
                 if logits is not None:
                     logits[rows] = done.logits.cpu().numpy()
+                _check_outputs_finite(q_halt[rows], None if logits is None else logits[rows], rows // K, examples)
                 bar.update(len(rows))
         _sync(device)
         seconds_model = time.perf_counter() - t0 - src.seconds

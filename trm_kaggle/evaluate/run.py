@@ -23,6 +23,7 @@ from trm_kaggle.data import contents_hash, load_metadata, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
 from trm_kaggle.evaluate.pipeline import evaluate, foreign_votes, load_test_set
+from trm_kaggle.evaluate.predict import evaluate_config
 from trm_kaggle.evaluate.report import (MAX_DRAWN, REPORT_KIND, check_report_dir, format_metrics,
                                         format_task_id_table, tasks_problem, weights_record, write_dataset_report,
                                         write_report)
@@ -61,13 +62,14 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
                     save_votes: str | None = None, report_dir: str | None = None, tasks: list[str] | None = None,
                     first: int | None = None, pictures: bool = True, out: Callable[[str], None] = print,
                     note: Callable[[str], None] = _stderr, **settings) -> dict[str, dict]:
-    """Evaluate `weights` on `data` once per task-id mode; returns {mode: summary}. `cfg` (or its fields one by
-    one in `settings`) says how: the export is loaded on cfg.device, in cfg.dtype ("auto" decides per device
-    whatever the export was trained in), compiled as cfg.compile, then `evaluate`d. Votes of `pool_with` (files
+    """Evaluate `weights` on `data` once per task-id mode; returns {mode: summary}. `cfg` (an EvaluateConfig or a
+    dict of its fields; or its fields one by one in `settings`) says how: the export is loaded on cfg.device, in
+    cfg.dtype ("auto" decides per device whatever the export was trained in), compiled as cfg.compile, then
+    `evaluate`d. Votes of `pool_with` (files
     of `save_votes`, oldest first) are read before any inference, so a bad file stops the run first. `tasks`,
     `first` (default 5) and `pictures` choose the ARC report's pictures; `tasks` and `first` are checked before
     any inference too, with a report or without."""
-    cfg = (cfg or EvaluateConfig()).updated(**settings)
+    cfg = evaluate_config(cfg, settings)
     task_id_seed = whole_argument("task_id_seed", task_id_seed, 0, MAX_SEED)  # NaN failed in torch after the load
     if first is not None:  # write_report found it after the whole inference, naming its own first_n
         first = whole_argument("first", first, 0, MAX_DRAWN)
