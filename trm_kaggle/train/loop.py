@@ -20,6 +20,7 @@ of use and compile metrics in the log; the calls into `trm_kaggle.xla` are marke
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import time
@@ -35,6 +36,7 @@ from trm_kaggle.train.metric_log import LogWindow
 from trm_kaggle.train.metrics import shown
 from trm_kaggle.train.progress import TrainProgress
 from trm_kaggle.train.result import TrainResult
+from trm_kaggle.train.schedules import kind_of
 from trm_kaggle.train.setup import Run, prepare
 from trm_kaggle.train.step import StepRules, train_step
 from trm_kaggle.train.stops import StopControl
@@ -59,6 +61,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     `TrainingInterrupted` (see `trm_kaggle.train.stops`); an evaluation that would end after the deadline is
     skipped, with a warning. A run that had already reached its last step is left as it is
     (`TrainResult.already_done`)."""
+    _check_arguments(cfg, rules, on_step=on_step, on_eval=on_eval)
     cfg = revalidated(cfg)  # a config built around its validators (model_copy, model_construct) is checked here
     deadline = seconds_argument("deadline", deadline)  # NaN compared false with every clock: no deadline at all
     with contextlib.ExitStack() as held:
@@ -69,6 +72,22 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
             run.rt, save_every_s=cfg.save_every_s, deadline=run.deadline, every=cfg.log_interval, signals=signals,
             deadline_name="the time limit" if cfg.time_limit is not None else "the deadline"))
         return _drive(run, control, on_step, on_eval)
+
+
+def _check_arguments(cfg, rules, **callbacks) -> None:
+    """TypeError naming the argument of `train` that is of the wrong kind, before anything is read or made: a dict
+    for `cfg` was "type object 'dict' has no attribute 'model_validate'", one for `rules` an AttributeError at the
+    first step."""
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg: expected a TrainConfig (load_train_config(values={{...}}) makes one from a dict), got "
+                        f"a {kind_of(cfg)}")
+    if rules is not None and not isinstance(rules, StepRules):
+        raise TypeError(f"rules: expected a StepRules (StepRules(loss=...) replaces one rule), got a {kind_of(rules)}")
+    callables = {**callbacks, **({f"rules.{f.name}": getattr(rules, f.name) for f in dataclasses.fields(rules)}
+                                 if rules is not None else {})}
+    for name, value in callables.items():
+        if not callable(value) and (value is not None or name.startswith("rules.")):  # the callbacks may be None
+            raise TypeError(f"{name}: expected a function, got a {kind_of(value)}")
 
 
 def _stop_asked(verdict, run: Run, control: StopControl) -> bool:
@@ -160,8 +179,10 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
     finally:
         bar.close()
         memory_watch.close()
-        if compile_watch is not None:
-            batches.close()
+        # the loader's prefetch thread stops now, whatever ended the loop: an error's traceback keeps this frame, and
+        # with it the thread, alive to the interpreter's exit, where a daemon thread inside torch aborted the process
+        # ("terminate called without an active exception", exit 134) after the error was printed
+        batches.close()
     # the rate the last record says, when it is of the last step: taken after the final save, the run's closing
     # line (and the pipeline's summary) said 11.9 where the records said 12.1, and taken again a moment later, it
     # still differed on a loaded machine

@@ -6,11 +6,14 @@ schedule of an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
 
-from trm_kaggle.config import ArchConfig, TrainConfig
+from trm_kaggle.config import ArchConfig, TrainConfig, whole_argument
+from trm_kaggle.wording import clipped
 
 
 def total_train_steps(epochs: int, total_groups: int, mean_puzzle_examples: float, global_batch_size: int) -> int:
@@ -91,39 +94,60 @@ class StepSchedule:
     warmup: int = 0  # RSM: supervision steps without gradient before the one with the loss
 
 
+def kind_of(value: object) -> str:
+    """`numpy.ndarray`, `str`: the type of a rule's wrong value as its writer knows it."""
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _one_number(value: object) -> object:
+    """`value`'s number when it holds one alone (numpy's scalars, a 0-d array or tensor: what a schedule computed
+    with numpy or torch returns), else `value`: np.int64(2) was refused as no whole number."""
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        return value.item()
+    return value
+
+
 def checked_schedule(schedule, step: int, cfg: TrainConfig) -> StepSchedule:
-    """`schedule` (what a run's `StepRules.schedule` returned for optimizer step `step + 1`), or TRMError naming
-    the rule, the step and the field. A recipe's schedule is code a user writes: a NaN rate trained the step
-    (NaN weights, then 20 skipped steps called divergence and blamed on the config's lr), a depth of 0 was
-    pydantic's error about an ArchConfig set right, a text rate Python's own error."""
+    """`schedule` (what a run's `StepRules.schedule` returned for optimizer step `step + 1`) with plain Python
+    numbers, or TRMError naming the rule, the step and the field. A recipe's schedule is code a user writes: a NaN
+    rate trained the step (NaN weights, then 20 skipped steps called divergence and blamed on the config's lr), a
+    depth of 0 was pydantic's error about an ArchConfig set right, a text rate Python's own error. A number of
+    numpy's or a 0-d tensor is read as the number it holds."""
     from trm_kaggle.errors import TRMError
 
     where = f"StepRules.schedule at step {step + 1}"
     if not isinstance(schedule, StepSchedule):
         raise TRMError(f"{where} returned {type(schedule).__name__}: expected a StepSchedule")
 
-    def number(name: str, low: float, high: float) -> None:
+    def refuse(name: str, what: str) -> TRMError:
         value = getattr(schedule, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-            raise TRMError(f"{where}: {name} {value!r} is not a number from {low:g} to {high:g} (the config's "
-                           "settings are not the cause: the schedule's own value is)")
+        kind = "" if type(value) in (int, float, bool) else f"a {kind_of(value)}; "
+        return TRMError(f"{where}: {name} {clipped(value, 60)} is not {what} ({kind}the config's settings are not "
+                        "the cause: the schedule's own value is)")
 
-    def whole(name: str, low: int, high: int) -> None:
-        value = getattr(schedule, name)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise TRMError(f"{where}: {name} {value!r} is not a whole number from {low} to {high} (the config's "
-                           "settings are not the cause: the schedule's own value is)")
+    def number(name: str, low: float, high: float) -> float:
+        value = _one_number(getattr(schedule, name))
+        if not isinstance(value, bool) and isinstance(value, (int, float)) and low <= value <= high:
+            with contextlib.suppress(OverflowError):  # an int beyond floats (10**400): no rate
+                return float(value)
+        raise refuse(name, f"a number from {low:g} to {high:g}")
 
-    number("lr", 0.0, math.inf)
-    number("emb_lr", 0.0, math.inf)
+    def whole(name: str, low: int, high: int) -> int:
+        try:
+            return whole_argument(name, _one_number(getattr(schedule, name)), low, high)
+        except ValueError:
+            raise refuse(name, f"a whole number from {low} to {high}") from None
+
+    plain = {"lr": number("lr", 0.0, math.inf), "emb_lr": number("emb_lr", 0.0, math.inf)}
     for name in ("lr", "emb_lr"):  # inf passed the range: a rate must be finite
-        if not math.isfinite(getattr(schedule, name)):
-            raise TRMError(f"{where}: {name} {getattr(schedule, name)!r} is not finite")
+        if not math.isfinite(plain[name]):
+            raise TRMError(f"{where}: {name} {plain[name]!r} is not finite")
     for name in ("H_cycles", "L_cycles"):  # ArchConfig's own bounds: one owner
-        whole(name, 1, next(m.le for m in ArchConfig.model_fields[name].metadata if hasattr(m, "le")))
-    number("exploration", 0.0, 1.0)
-    whole("warmup", 0, max(cfg.arch.halt_max_steps - 1, cfg.rsm.max_warmup or 0))
-    return schedule
+        plain[name] = whole(name, 1, next(m.le for m in ArchConfig.model_fields[name].metadata if hasattr(m, "le")))
+    plain["exploration"] = number("exploration", 0.0, 1.0)
+    plain["warmup"] = whole("warmup", 0, max(cfg.arch.halt_max_steps - 1, cfg.rsm.max_warmup or 0))
+    return dataclasses.replace(schedule, **plain)  # plain numbers, as the config's; a subclass's own fields kept
 
 
 def schedule_at(cfg: TrainConfig, step: int, epoch: float, total_steps: int, lr_factor: float = 1.0) -> StepSchedule:

@@ -134,8 +134,8 @@ def _from_upstream(data: Mapping) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets: Sequence[str] = (),
-                      overrides: Sequence[str] = (), notes: Optional[list[str]] = None,
+def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets: Union[str, Sequence[str]] = (),
+                      overrides: Union[str, Sequence[str]] = (), notes: Optional[list[str]] = None,
                       values: Optional[Mapping[str, Any]] = None) -> TrainConfig:
     """Build a TrainConfig: defaults, then `presets` in order, then `config_file`, then `values`, then `overrides`.
 
@@ -145,11 +145,13 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
 
     `config_file` is YAML or JSON in our layout (`dump_config`, possibly partial) or an
     upstream run's `all_config.yaml` (a checkpoint directory holding one also works).
-    `overrides` are hydra-style `key=value` strings. Upstream-only settings that are
-    dropped are appended to `notes` (when given) and logged as warnings.
+    `overrides` are hydra-style `key=value` strings; `presets` and `overrides` take a list, or one string alone.
+    Upstream-only settings that are dropped are appended to `notes` (when given) and logged as warnings.
     Raises TRMError for unknown keys, bad values and unknown presets.
     """
     layers = ConfigLayers(notes if notes is not None else [])
+    if isinstance(presets, str):  # one preset, as one override is taken whole: list("cpu-smoke") was preset 'c'
+        presets = [presets]
     for name in expand_preset_names(list(presets)):
         layers.apply_mapping(PRESETS[name]["overrides"], f"preset {name}")
     if config_file is not None:

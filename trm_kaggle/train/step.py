@@ -14,20 +14,23 @@ they are upstream's step.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 from trm_kaggle.config import TrainConfig
+from trm_kaggle.errors import TRMError
 from trm_kaggle.model import TinyRecursiveModel, act_loss
 from trm_kaggle.train.memory import is_out_of_memory, out_of_memory_error
 from trm_kaggle.train.nonfinite import Applied, NonFinitePolicy, drop_gradients
 from trm_kaggle.train.optimizers import set_learning_rates
 from trm_kaggle.train.recipes import supervise
 from trm_kaggle.train.runtime import Runtime, all_reduce_
-from trm_kaggle.train.schedules import StepSchedule, schedule_at
+from trm_kaggle.train.schedules import StepSchedule, kind_of, schedule_at
 from trm_kaggle.train.state import TrainState, resplit
+from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +111,39 @@ def accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch
         expl = exploration_draws(cfg.seed, step, cfg.global_batch_size, cfg.arch.halt_max_steps,
                                  slice(first, first + micro), rt.device)
         carry, out = supervise_fn(forward, model, carries[k], mb, expl, warmup, cfg)
-        loss, m = loss_fn(out, carry.current_data["labels"], carry.halted, carry.steps, cfg.arch.loss_type)
+        loss, m = checked_loss(loss_fn(out, carry.current_data["labels"], carry.halted, carry.steps,
+                                       cfg.arch.loss_type), step)
         scaled = loss / cfg.global_batch_size
         (scaler.scale(scaled) if scaler is not None else scaled).backward()
         new_carries.append(carry)
         m = torch.stack([loss.detach().float()] + [m[n].float() for n in METRIC_NAMES])
         metrics = m if metrics is None else metrics + m
     return new_carries, metrics
+
+
+def checked_loss(result, step: int) -> tuple[torch.Tensor, Mapping]:
+    """`result` (what the run's `StepRules.loss` returned in optimizer step `step + 1`), or TRMError naming the
+    rule, the step and what is wrong, as `checked_schedule` does for the schedule: a loss of two numbers, a
+    detached one or a float ended in torch's or Python's own errors, naming no rule. What a tensor is, never what
+    it holds, is read: the step does not wait for the device."""
+    where = f"StepRules.loss at step {step + 1}"
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TRMError(f"{where} returned {clipped(result, 60)} (a {kind_of(result)}): expected a pair (loss, "
+                       "metrics), as act_loss returns")
+    loss, metrics = result
+    if not isinstance(loss, torch.Tensor):
+        problem = f"is {clipped(loss, 40)} (a {kind_of(loss)}), not a torch tensor"
+    elif loss.ndim != 0 or not loss.is_floating_point():
+        problem = f"is a {loss.dtype} tensor of shape {tuple(loss.shape)}, not one floating-point number (a 0-d tensor)"
+    elif torch.is_grad_enabled() and not loss.requires_grad:
+        problem = "requires no gradient: it is detached from the model's outputs, and no weight would learn from it"
+    elif not isinstance(metrics, Mapping):
+        problem = f"comes with metrics {clipped(metrics, 40)} (a {kind_of(metrics)}), not act_loss's mapping"
+    elif missing := [n for n in METRIC_NAMES if not isinstance(metrics.get(n), torch.Tensor)]:
+        problem = f"comes with metrics that lack act_loss's tensors {', '.join(missing)}"
+    else:
+        return loss, metrics
+    raise TRMError(f"{where}: the loss {problem}")
 
 
 def _largest_divisor_at_most(n: int, k: int) -> int:
