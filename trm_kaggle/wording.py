@@ -48,6 +48,12 @@ def clipped(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def type_name(value: object) -> str:
+    """`numpy.ndarray`, `dict`: the type of a wrong argument or a rule's wrong value, as its writer knows it."""
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
 def escape_what_the_console_cannot_show() -> None:
     """Standard output and error escape (`\\xe9`) what their encoding cannot encode, instead of raising: under
     LC_ALL=C or PYTHONIOENCODING=ascii a task id such as `é-tâche` must not cost a command its report or its

@@ -48,7 +48,7 @@ from torch.utils.checkpoint import checkpoint
 from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, ArchConfig, whole_argument
 from trm_kaggle.model.dtype import resolve_forward_dtype
 from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, type_name
 
 #: The longest sequence and the widest vocabulary a model is built for, the bounds an export's config and a
 #: dataset's metadata give them (`ExportConfig`, `DatasetMetadata`).
@@ -193,14 +193,14 @@ def check_batch(model: nn.Module, batch: object, *, labels: bool = False, where:
     The inference entry points call it (`act_rollout`, each batch of `ContinuousRollout`'s source), never
     `forward` or the training step, which stay free of host reads: the bounds cost one (min and max)."""
     if not isinstance(batch, Mapping):
-        raise TypeError(f"{where}: expected a dict of torch tensors, got {_type_name(batch)}")
+        raise TypeError(f"{where}: expected a dict of torch tensors, got {type_name(batch)}")
     needed = ("inputs", "puzzle_identifiers", "labels") if labels else ("inputs", "puzzle_identifiers")
     missing = [k for k in needed if k not in batch]
     if missing:
         raise ValueError(f"{where} has no {', '.join(map(repr, missing))} (needed: {', '.join(needed)})")
     for key, value in batch.items():
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{where}[{clipped(key, 40)}]: expected a torch tensor, got {_type_name(value)}")
+            raise TypeError(f"{where}[{clipped(key, 40)}]: expected a torch tensor, got {type_name(value)}")
     inputs = batch["inputs"]
     seq_len = getattr(model, "seq_len", None)
     if inputs.ndim != 2 or (seq_len is not None and inputs.shape[1] != seq_len):
@@ -238,12 +238,6 @@ def check_batch(model: nn.Module, batch: object, *, labels: bool = False, where:
             raise ValueError(f"{where}[{key!r}] holds values from {low} to {high}: expected {what.format(n - 1)}")
 
 
-def _type_name(value: object) -> str:
-    """`numpy.ndarray`, `dict`: the type of a wrong argument as its user knows it."""
-    kind = type(value)
-    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-
-
 # ---------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------
@@ -274,7 +268,7 @@ class TinyRecursiveModel(nn.Module):
         super().__init__()
         if not isinstance(arch, ArchConfig):  # a dict failed on its first attribute, naming no argument
             raise TypeError(f"arch: expected an ArchConfig (ArchConfig.model_validate reads a dict), got "
-                            f"{_type_name(arch)}")
+                            f"{type_name(arch)}")
         seq_len = whole_argument("seq_len", seq_len, 1, MAX_SEQ_LEN)
         vocab_size = whole_argument("vocab_size", vocab_size, 1, MAX_VOCAB_SIZE)
         num_puzzle_identifiers = whole_argument("num_puzzle_identifiers", num_puzzle_identifiers, 1,

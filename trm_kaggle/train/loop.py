@@ -36,11 +36,10 @@ from trm_kaggle.train.metric_log import LogWindow
 from trm_kaggle.train.metrics import shown
 from trm_kaggle.train.progress import TrainProgress
 from trm_kaggle.train.result import TrainResult
-from trm_kaggle.train.schedules import kind_of
 from trm_kaggle.train.setup import Run, prepare
 from trm_kaggle.train.step import StepRules, train_step
 from trm_kaggle.train.stops import StopControl
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, type_name
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +79,14 @@ def _check_arguments(cfg, rules, **callbacks) -> None:
     first step."""
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg: expected a TrainConfig (load_train_config(values={{...}}) makes one from a dict), got "
-                        f"a {kind_of(cfg)}")
+                        f"a {type_name(cfg)}")
     if rules is not None and not isinstance(rules, StepRules):
-        raise TypeError(f"rules: expected a StepRules (StepRules(loss=...) replaces one rule), got a {kind_of(rules)}")
+        raise TypeError(f"rules: expected a StepRules (StepRules(loss=...) replaces one rule), got a {type_name(rules)}")
     callables = {**callbacks, **({f"rules.{f.name}": getattr(rules, f.name) for f in dataclasses.fields(rules)}
                                  if rules is not None else {})}
     for name, value in callables.items():
         if not callable(value) and (value is not None or name.startswith("rules.")):  # the callbacks may be None
-            raise TypeError(f"{name}: expected a function, got a {kind_of(value)}")
+            raise TypeError(f"{name}: expected a function, got a {type_name(value)}")
 
 
 def _stop_asked(verdict, run: Run, control: StopControl) -> bool:

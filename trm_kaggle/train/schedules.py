@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 
 from trm_kaggle.config import ArchConfig, TrainConfig, whole_argument
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, type_name
 
 
 def total_train_steps(epochs: int, total_groups: int, mean_puzzle_examples: float, global_batch_size: int) -> int:
@@ -94,12 +94,6 @@ class StepSchedule:
     warmup: int = 0  # RSM: supervision steps without gradient before the one with the loss
 
 
-def kind_of(value: object) -> str:
-    """`numpy.ndarray`, `str`: the type of a rule's wrong value as its writer knows it."""
-    kind = type(value)
-    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-
-
 def _one_number(value: object) -> object:
     """`value`'s number when it holds one alone (numpy's scalars, a 0-d array or tensor: what a schedule computed
     with numpy or torch returns), else `value`: np.int64(2) was refused as no whole number."""
@@ -122,7 +116,7 @@ def checked_schedule(schedule, step: int, cfg: TrainConfig) -> StepSchedule:
 
     def refuse(name: str, what: str) -> TRMError:
         value = getattr(schedule, name)
-        kind = "" if type(value) in (int, float, bool) else f"a {kind_of(value)}; "
+        kind = "" if type(value) in (int, float, bool) else f"a {type_name(value)}; "
         return TRMError(f"{where}: {name} {clipped(value, 60)} is not {what} ({kind}the config's settings are not "
                         "the cause: the schedule's own value is)")
 

@@ -28,9 +28,9 @@ from trm_kaggle.train.nonfinite import Applied, NonFinitePolicy, drop_gradients
 from trm_kaggle.train.optimizers import set_learning_rates
 from trm_kaggle.train.recipes import supervise
 from trm_kaggle.train.runtime import Runtime, all_reduce_
-from trm_kaggle.train.schedules import StepSchedule, kind_of, schedule_at
+from trm_kaggle.train.schedules import StepSchedule, schedule_at
 from trm_kaggle.train.state import TrainState, resplit
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, type_name
 
 log = logging.getLogger(__name__)
 
@@ -128,17 +128,17 @@ def checked_loss(result, step: int) -> tuple[torch.Tensor, Mapping]:
     it holds, is read: the step does not wait for the device."""
     where = f"StepRules.loss at step {step + 1}"
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise TRMError(f"{where} returned {clipped(result, 60)} (a {kind_of(result)}): expected a pair (loss, "
+        raise TRMError(f"{where} returned {clipped(result, 60)} (a {type_name(result)}): expected a pair (loss, "
                        "metrics), as act_loss returns")
     loss, metrics = result
     if not isinstance(loss, torch.Tensor):
-        problem = f"is {clipped(loss, 40)} (a {kind_of(loss)}), not a torch tensor"
+        problem = f"is {clipped(loss, 40)} (a {type_name(loss)}), not a torch tensor"
     elif loss.ndim != 0 or not loss.is_floating_point():
         problem = f"is a {loss.dtype} tensor of shape {tuple(loss.shape)}, not one floating-point number (a 0-d tensor)"
     elif torch.is_grad_enabled() and not loss.requires_grad:
         problem = "requires no gradient: it is detached from the model's outputs, and no weight would learn from it"
     elif not isinstance(metrics, Mapping):
-        problem = f"comes with metrics {clipped(metrics, 40)} (a {kind_of(metrics)}), not act_loss's mapping"
+        problem = f"comes with metrics {clipped(metrics, 40)} (a {type_name(metrics)}), not act_loss's mapping"
     elif missing := [n for n in METRIC_NAMES if not isinstance(metrics.get(n), torch.Tensor)]:
         problem = f"comes with metrics that lack act_loss's tensors {', '.join(missing)}"
     else:
