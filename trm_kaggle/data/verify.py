@@ -156,14 +156,17 @@ def _check_test_puzzles(dataset_dir: Path, test_puzzles: dict, ids: list[str]) -
         if "|||" in name:  # an augmented copy: evaluate's `check_test_split` reads it (evaluate sits above data)
             continue
         seen.add(name)
-        task = test_puzzles.get(name)
-        if task is None:
+        if name not in test_puzzles:  # a task recorded as null is recorded: its shape is said below
             raise DataError(f"{dataset_dir / 'test_puzzles.json'}: test puzzle {shown(name)} is not recorded")
-        n_test = len(task.get("test", [])) if isinstance(task, dict) else -1
-        if n_test != counts[p]:
-            raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {name} has {count(n_test, 'test input')} "
-                            f"but the test split holds {counts[p]} examples for it")
-        _check_test_inputs(dataset_dir, name, task["test"], s.inputs[s.puzzle_indices[p]:s.puzzle_indices[p + 1]])
+        task = test_puzzles[name]
+        tests = task.get("test") if isinstance(task, dict) else None
+        if not isinstance(tests, list) or not tests:  # evaluate's words for a task it could not score
+            raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {shown(name)} has no test pairs (a task is "
+                            "an object whose \"test\" is a list of pairs)")
+        if len(tests) != counts[p]:
+            raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {shown(name)} has "
+                            f"{count(len(tests), 'test input')} but the test split holds {counts[p]} examples for it")
+        _check_test_inputs(dataset_dir, name, tests, s.inputs[s.puzzle_indices[p]:s.puzzle_indices[p + 1]])
     missing = set(test_puzzles) - seen
     if missing:
         raise DataError(f"{dataset_dir / 'test_puzzles.json'}: task {sorted(missing)[0]} has no puzzle in the test split")

@@ -1,0 +1,47 @@
+"""The dataset library called from Python with data or arguments it cannot use: each is refused in one error
+naming the argument or the file, never a Python or numpy error from deep inside, a hang or a silent wrong dataset."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trm_kaggle.config.data import ArcBuildConfig
+from trm_kaggle.data import LoadReport, build_arc, rule_tasks, verify_dataset
+from trm_kaggle.errors import DataError, TRMError
+
+
+def build_rule_arc(out: Path, tasks) -> dict:
+    """A tiny ARC dataset of in-memory tasks, as a caller of `build_arc` makes one."""
+    report = LoadReport()
+    report.tasks = {t.id: t for t in tasks}
+    return build_arc(ArcBuildConfig(output_dir=str(out), subsets=["s"], test_set_name="s", num_aug=1, canvas=8,
+                                    progress=False, workers=1), {"s": report})
+
+
+@pytest.fixture(scope="module")
+def arc(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("libdata") / "arc"
+    build_rule_arc(out, rule_tasks(2, 0, max_side=5))
+    return out
+
+
+@pytest.fixture
+def arc_copy(arc, tmp_path) -> Path:
+    return Path(shutil.copytree(arc, tmp_path / "copy"))
+
+
+@pytest.mark.parametrize("task", [{"train": [], "test": None}, {"train": [], "test": 5}, [1], "x", None])
+def test_verify_names_a_test_task_of_no_test_pairs(arc_copy, task):
+    path = arc_copy / "test_puzzles.json"
+    recorded = json.loads(path.read_text())
+    first = sorted(recorded)[0]
+    recorded[first] = task
+    path.write_text(json.dumps(recorded))
+    (arc_copy / "contents.json").unlink(missing_ok=True)
+    with pytest.raises(DataError, match=rf"test_puzzles.json: task {first} has no test pairs"):
+        verify_dataset(arc_copy)
