@@ -4,6 +4,7 @@ naming the argument or the file, never a Python or numpy error from deep inside,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from trm_kaggle.config.data import ArcBuildConfig
 from trm_kaggle.data import LoadReport, build_arc, rule_tasks, verify_dataset
+from trm_kaggle.data.puzzles.grids import build_grid_dataset_from_jsonl
 from trm_kaggle.errors import DataError, TRMError
 
 
@@ -45,3 +47,24 @@ def test_verify_names_a_test_task_of_no_test_pairs(arc_copy, task):
     (arc_copy / "contents.json").unlink(missing_ok=True)
     with pytest.raises(DataError, match=rf"test_puzzles.json: task {first} has no test pairs"):
         verify_dataset(arc_copy)
+
+
+def jsonl_lines(path: Path, rows) -> Path:
+    grid = [[1, 2], [3, 4]]
+    path.write_text("".join(json.dumps({"split": s, "group": g, "puzzle": p, "input": grid, "label": grid}) + "\n"
+                            for s, g, p in rows))
+    return path
+
+
+def test_jsonl_from_a_fifo_is_refused_at_once_and_nothing_is_begun(tmp_path):
+    fifo = tmp_path / "lines.jsonl"
+    os.mkfifo(fifo)  # open() of a FIFO waits for a writer forever
+    with pytest.raises(DataError, match="lines.jsonl: JSONL file .*FIFO"):
+        build_grid_dataset_from_jsonl(fifo, tmp_path / "ds", 5, (2, 2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lines.jsonl"]
+
+
+def test_jsonl_groups_1_and_quoted_1_are_two_groups(tmp_path):
+    path = jsonl_lines(tmp_path / "g.jsonl", [("train", 1, "p"), ("train", "1", "q"), ("test", 7, "t")])
+    build_grid_dataset_from_jsonl(path, tmp_path / "ds", 5, (2, 2))
+    assert np.load(tmp_path / "ds" / "train" / "all__group_indices.npy").tolist() == [0, 1, 2]

@@ -24,14 +24,14 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from trm_kaggle.config import MAX_GRID_CELLS, whole_argument
 from trm_kaggle.data.format import BLANK_IDENTIFIER, DatasetWriter, SplitWriter
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import parse_json, readable_file
+from trm_kaggle.jsonio import open_regular, parse_json, readable_file
 from trm_kaggle.progress import tqdm
 from trm_kaggle.wording import clipped, one_line
 
@@ -227,13 +227,14 @@ def build_grid_dataset_from_jsonl(path: str | os.PathLike, output_dir: str | os.
     names = _Identifiers()
     seq_len = checker.grid_shape[0] * checker.grid_shape[1]
     info = {"builder": "grids-jsonl", "source": str(path), "grid_shape": list(checker.grid_shape)}
-    with DatasetWriter(output_dir, seq_len=seq_len, vocab_size=checker.vocab_size, build_info=info) as writer:
-        _write_jsonl(path, writer, checker, names)
+    f = open_regular(path, "JSONL file")  # before the output is begun: a FIFO is refused at once, never waited on
+    with f, DatasetWriter(output_dir, seq_len=seq_len, vocab_size=checker.vocab_size, build_info=info) as writer:
+        _write_jsonl(path, f, writer, checker, names)
         writer.identifiers = list(names.names)
     return build_summary(writer, started)
 
 
-def _write_jsonl(path: Path, writer: DatasetWriter, checker: _GridChecker, names: _Identifiers) -> None:
+def _write_jsonl(path: Path, f: BinaryIO, writer: DatasetWriter, checker: _GridChecker, names: _Identifiers) -> None:
     seen_groups: set[tuple[str, str]] = set()
     group_key: tuple[str, str] | None = None  # (split, group) being written
     puzzle_name: str | None = None
@@ -247,34 +248,28 @@ def _write_jsonl(path: Path, writer: DatasetWriter, checker: _GridChecker, names
             split.add_puzzle(np.concatenate(inputs), np.concatenate(labels), pending_id)
             pending.clear()
 
-    try:
-        f = open(path, "rb")  # each line is decoded by the one JSON reader (one clear line for bad bytes)
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing") from None
-    except OSError as e:
-        raise DataError(f"{path}: unreadable: {e.strerror or e}") from None
-    with f:
-        for line_no, text in enumerate(f, start=1):
-            if not text.strip():
-                continue
-            where = f"{path}:{line_no}"
-            split_name, group, name, inp, lab = _parse_jsonl_line(text, where)
-            key = (split_name, str(group))
-            if key != group_key:  # a new group starts: close the open one
-                if key in seen_groups:
-                    raise DataError(f"{where}: group {clipped(group)} of the {split_name} split appears again after "
-                                    "other groups; a group's lines must be consecutive")
-                flush_puzzle()
-                if group_key is not None:
-                    getattr(writer, group_key[0]).end_group()
-                seen_groups.add(key)
-                group_key, puzzle_name = key, None
-                pending_id = names.get(name, where)
-            elif name != puzzle_name:
-                flush_puzzle()
-                pending_id = names.get(name, where)
-            puzzle_name = name
-            pending.append((checker.grid(inp, "input", where), checker.grid(lab, "label", where)))
+    # each line of `f` is decoded by the one JSON reader (one clear line for bad bytes)
+    for line_no, text in enumerate(f, start=1):
+        if not text.strip():
+            continue
+        where = f"{path}:{line_no}"
+        split_name, group, name, inp, lab = _parse_jsonl_line(text, where)
+        key = (split_name, group)  # the JSON value itself: 1 and "1" are two groups, as they are two values
+        if key != group_key:  # a new group starts: close the open one
+            if key in seen_groups:
+                raise DataError(f"{where}: group {clipped(group)} of the {split_name} split appears again after "
+                                "other groups; a group's lines must be consecutive")
+            flush_puzzle()
+            if group_key is not None:
+                getattr(writer, group_key[0]).end_group()
+            seen_groups.add(key)
+            group_key, puzzle_name = key, None
+            pending_id = names.get(name, where)
+        elif name != puzzle_name:
+            flush_puzzle()
+            pending_id = names.get(name, where)
+        puzzle_name = name
+        pending.append((checker.grid(inp, "input", where), checker.grid(lab, "label", where)))
     flush_puzzle()
     for split_name in ("train", "test"):
         if getattr(writer, split_name).num_puzzles == 0:
