@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from trm_kaggle.config.data import ArcBuildConfig
-from trm_kaggle.data import LoadReport, build_arc, rule_tasks, verify_dataset
+from trm_kaggle.data import LoadReport, build_arc, rule_tasks, verify_dataset, write_challenges
 from trm_kaggle.data.puzzles.grids import build_grid_dataset_from_jsonl
 from trm_kaggle.errors import DataError, TRMError
 
@@ -68,3 +68,14 @@ def test_jsonl_groups_1_and_quoted_1_are_two_groups(tmp_path):
     path = jsonl_lines(tmp_path / "g.jsonl", [("train", 1, "p"), ("train", "1", "q"), ("test", 7, "t")])
     build_grid_dataset_from_jsonl(path, tmp_path / "ds", 5, (2, 2))
     assert np.load(tmp_path / "ds" / "train" / "all__group_indices.npy").tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("solutions", [False, True])
+def test_write_challenges_never_writes_over_a_datasets_test_puzzles(arc_copy, solutions):
+    record = arc_copy / "test_puzzles.json"
+    before = record.read_bytes()
+    out = {"path": arc_copy.parent / "c.json", "solutions_path": record} if solutions else {"path": record}
+    with pytest.raises(TRMError, match="test_puzzles.json is a file of the dataset .*would break that input"):
+        write_challenges(rule_tasks(1, 0), **out)
+    assert record.read_bytes() == before and not (arc_copy.parent / "c.json").exists()
+    verify_dataset(arc_copy)
