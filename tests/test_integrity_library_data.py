@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from trm_kaggle.config.data import ArcBuildConfig
-from trm_kaggle.data import LoadReport, build_arc, rule_tasks, verify_dataset, write_challenges
+from trm_kaggle.data import (LoadReport, build_arc, dihedral, invert_perm, parse_aug_name, rule_tasks, verify_dataset,
+                             write_challenges)
 from trm_kaggle.data.puzzles.grids import build_grid_dataset_from_jsonl
 from trm_kaggle.errors import DataError, TRMError
 
@@ -79,3 +80,26 @@ def test_write_challenges_never_writes_over_a_datasets_test_puzzles(arc_copy, so
         write_challenges(rule_tasks(1, 0), **out)
     assert record.read_bytes() == before and not (arc_copy.parent / "c.json").exists()
     verify_dataset(arc_copy)
+
+
+@pytest.mark.parametrize("perm", [[0] * 10, [0, 1, 1, 3, 4, 5, 6, 7, 8, 9], [0, 1, 2, 3, 4, 5, 6, 7, 8, -1],
+                                  "0123456789", 5, [0.0, 1.0]])
+def test_invert_perm_refuses_what_is_no_permutation(perm):
+    with pytest.raises(ValueError, match="invert_perm: not a permutation"):
+        invert_perm(perm)
+
+
+def test_invert_perm_inverts_a_batch():
+    perms = np.array([[0, 2, 1, 3], [3, 0, 1, 2]])
+    inv = invert_perm(perms)
+    assert (np.take_along_axis(perms, inv, axis=-1) == np.arange(4)).all()
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: dihedral(np.zeros((2, 2)), "1"), TypeError, r"transform id must be a whole number 0..7, got '1' \(str\)"),
+    (lambda: dihedral(np.arange(3), 1), ValueError, "grid must have two axes"),
+    (lambda: parse_aug_name(5), TypeError, r"parse_aug_name: name must be a str, got 5 \(int\)"),
+])
+def test_augment_helpers_name_a_wrong_argument(call, error, words):
+    with pytest.raises(error, match=words):
+        call()

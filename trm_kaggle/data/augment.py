@@ -13,11 +13,13 @@ Conventions are upstream's, so names written by either builder decode the same w
 
 from __future__ import annotations
 
+import numbers
 import re
 
 import numpy as np
 
 from trm_kaggle.names import SEPARATOR  # noqa: F401 (defined beside the task-id rule that refuses it in ids)
+from trm_kaggle.wording import clipped, type_name
 
 NUM_TRANSFORMS = 8
 IDENTITY_PERM = np.arange(10, dtype=np.uint8)
@@ -27,6 +29,8 @@ INVERSE_TRANSFORM = (0, 3, 2, 1, 4, 5, 6, 7)
 
 def dihedral(grid: np.ndarray, t: int) -> np.ndarray:
     """Apply dihedral transform `t` to the last two axes of `grid` (a view: slicing only)."""
+    if np.ndim(grid) < 2:  # numpy's AxisError named an axis, not the grid
+        raise ValueError(f"dihedral: grid must have two axes (rows, columns), got {np.ndim(grid)}")
     tr = np.swapaxes(grid, -1, -2)
     if t == 0:
         return grid
@@ -44,6 +48,8 @@ def dihedral(grid: np.ndarray, t: int) -> np.ndarray:
         return tr
     if t == 7:  # anti-transpose = flip left-right of rot90
         return tr[..., ::-1, ::-1]
+    if isinstance(t, bool) or not isinstance(t, numbers.Integral):  # "1" was said as an id outside 0..7
+        raise TypeError(f"dihedral transform id must be a whole number 0..7, got {clipped(t)} ({type_name(t)})")
     raise ValueError(f"dihedral transform id must be 0..7, got {t}")
 
 
@@ -57,8 +63,13 @@ def transformed_shape(shape: tuple[int, int], t: int) -> tuple[int, int]:
 
 
 def invert_perm(perm: np.ndarray) -> np.ndarray:
-    """Inverse colour permutation(s); works on a (..., 10) batch."""
+    """Inverse colour permutation(s); works on a (..., 10) batch. Anything but permutations is refused, named: a
+    value repeated or outside 0..n-1 left entries of the inverse unset (whatever memory held) or wrapped around."""
     perm = np.asarray(perm)
+    if perm.ndim == 0 or perm.dtype.kind not in "iu" or \
+            not (np.sort(perm, axis=-1) == np.arange(perm.shape[-1])).all():
+        raise ValueError(f"invert_perm: not a permutation (each of 0..n-1 once along the last axis): "
+                         f"{clipped(perm.tolist(), 120)}")
     inv = np.empty_like(perm)
     np.put_along_axis(inv, perm.astype(np.intp), np.broadcast_to(np.arange(perm.shape[-1], dtype=perm.dtype), perm.shape), axis=-1)
     return inv
@@ -87,6 +98,8 @@ def aug_name(task_id: str, t: int, perm: np.ndarray) -> str:
 
 def parse_aug_name(name: str) -> tuple[str, int, np.ndarray]:
     """`(task_id, transform, perm)` of a puzzle name; an un-augmented name gives (name, 0, identity)."""
+    if not isinstance(name, str):  # 5 was "'int' object has no attribute 'split'"
+        raise TypeError(f"parse_aug_name: name must be a str, got {clipped(name)} ({type_name(name)})")
     parts = name.split(SEPARATOR)
     if len(parts) == 1:
         return name, 0, IDENTITY_PERM.copy()
