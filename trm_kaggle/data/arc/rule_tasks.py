@@ -26,6 +26,8 @@ import numpy as np
 from trm_kaggle.config import MAX_SEED, whole_argument
 from trm_kaggle.data.arc.tasks import ArcTask
 from trm_kaggle.data.augment import dihedral
+from trm_kaggle.names import task_id_problem
+from trm_kaggle.wording import clipped, type_name
 
 RULES = ("flip", "rotate", "transpose", "swap", "translate")
 _DIHEDRAL = {"flip": (4, 5), "rotate": (1, 2, 3), "transpose": (6, 7)}  # transform ids of trm_kaggle.data.augment
@@ -97,5 +99,9 @@ def rule_tasks(n: int, seed: int, rules: Sequence[str] = RULES, prefix: str = "r
         raise ValueError("need at least one rule")
     n = whole_argument("n", n, 1, MAX_RULE_TASKS)  # 2**63 ran (in memory) until the machine gave out
     seed = whole_argument("seed", seed, 0, MAX_SEED)  # -1 was numpy's "expected non-negative integer"
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, got {clipped(prefix)} ({type_name(prefix)})")
+    if problem := task_id_problem(f"{prefix}000_{rules[0]}"):  # the ids become a dataset's names, checked by them
+        raise ValueError(f"prefix {clipped(prefix)} makes no task id: {problem}")
     return [make_rule_task(np.random.default_rng([seed, i]), f"{prefix}{i:03d}_{rules[i % len(rules)]}",
                            rules[i % len(rules)], **kwargs) for i in range(n)]
