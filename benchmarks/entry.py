@@ -125,15 +125,46 @@ def scratch_problem(folder: Path, kind: str, reads: Sequence[object] = ()) -> st
     record of `trm_kaggle.atomic.atomic_directory`: what proves the script wrote it), or None. Refused: a symbolic
     link (what was written there landed where it points, outside the work folder), a folder holding anything the
     script did not write there, a folder that is or holds one of the script's inputs `reads` (`outputs.Input`)."""
-    import os
-
     from trm_kaggle.atomic import replace_problem
     from trm_kaggle.outputs import Output, kept_problem
 
-    if folder.is_symlink():
-        return (f"{folder} is a symbolic link to {os.path.realpath(folder)}; the benchmark writes its folders inside "
-                "its work folder, never through a link: remove the link")
-    return kept_problem(reads, [Output(folder, f"{kind} folder", "replaced")]) or replace_problem(folder, kind)
+    return (_link_problem(folder) or kept_problem(reads, [Output(folder, f"{kind} folder", "replaced")])
+            or replace_problem(folder, kind))
+
+
+def _link_problem(folder: Path) -> str | None:
+    """`folder`, one the script writes below its work folder, planted as a symbolic link: what it wrote landed where
+    the link points, outside the work folder."""
+    if not folder.is_symlink():
+        return None
+    return (f"{folder} is a symbolic link to {os.path.realpath(folder)}; the benchmark writes its folders inside its "
+            "work folder, never through a link: remove the link")
+
+
+def run_folder_problem(folder: Path, what: str = "run folder") -> str | None:
+    """Why a script may not train in `folder`, a run folder of its own below its work folder (written in place, file
+    by file, by the package's training, which keeps a user's files there), or None: a symbolic link (the run landed
+    where it points, in a user's folder), a file in its place, a folder it cannot write."""
+    from trm_kaggle.outputs import Output, writable_problem
+
+    return _link_problem(folder) or writable_problem(Output(folder, what, "folder"))
+
+
+#: What a script imports from `--upstream-dir`, upstream's checkout: its models/ package (the model, its layers, the
+#: ACT loss head, the sparse SignSGD)
+UPSTREAM_FILES = ("models/recursive_reasoning/trm.py", "models/layers.py", "models/losses.py",
+                  "models/sparse_embedding.py")
+
+
+def upstream_problem(folder: str | os.PathLike) -> str | None:
+    """Why `folder`, a script's `--upstream-dir`, is no checkout of upstream's code to import (`UPSTREAM_FILES`),
+    or None: said before any work, where the import's ModuleNotFoundError came after our side's timings."""
+    if not os.path.isdir(folder):
+        return f"--upstream-dir {os.fspath(folder)} is not a folder: name a checkout of upstream's code"
+    if missing := [f for f in UPSTREAM_FILES if not os.path.isfile(os.path.join(folder, f))]:
+        return (f"--upstream-dir {os.fspath(folder)} is not a checkout of upstream's code: it lacks "
+                f"{', '.join(missing)}")
+    return None
 
 
 @contextlib.contextmanager

@@ -129,3 +129,36 @@ def test_a_stop_of_code_repair_ends_its_build_and_removes_its_scratch(tmp_path):
         proc.kill()
         if child is not None and _running(child):
             os.kill(child, signal.SIGKILL)
+
+
+def _said(script: str, argv: list[str], monkeypatch) -> int:
+    """The script's `main` run in this process on `argv`, as `command` runs it: its status."""
+    import importlib
+
+    from benchmarks.entry import said
+
+    main = importlib.import_module(f"benchmarks.{script}").main
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *argv])
+    return said(main)
+
+
+def test_a_run_folder_planted_as_a_link_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """A link W/pretrain (bench_ttt_modes), W/ttt-<mode>-<seed>-lr<lr> (its fine-tuning) or W/run
+    (bench_learn_sudoku) to a user's folder: the training run was written there, status 0. Now one line naming the
+    link, status 2, before any work: nothing written there nor in the work folder."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "user.txt").write_text("mine")
+    for script, work, link in (("bench_ttt_modes", "t1", "pretrain"), ("bench_ttt_modes", "t2", "ttt-all-0-lr0.001"),
+                               ("bench_learn_sudoku", "s1", "run")):
+        (tmp_path / work).mkdir()
+        (tmp_path / work / link).symlink_to(mine)
+        tiny = (["--seeds", "0", "--train-tasks", "2", "--heldout-tasks", "1", "--num-aug", "0", "--pretrain-steps",
+                 "1", "--steps", "1", "--batch-size", "2", "--demo-examples", "2", "--threads", "1"]
+                if script == "bench_ttt_modes" else ["--minutes", "0.01", "max_steps=1"])  # refused or not: seconds
+        argv = ["--work-dir", str(tmp_path / work), *tiny]
+        assert _said(script, argv, monkeypatch) == 2, script
+        err = _one_error(capsys.readouterr().err)
+        assert f"{work}/{link} is a symbolic link to {mine}" in err, err
+        assert sorted(p.name for p in (tmp_path / work).iterdir()) == [link]
+    assert [p.name for p in mine.iterdir()] == ["user.txt"]

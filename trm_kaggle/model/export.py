@@ -34,7 +34,7 @@ import torch
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import (EXECUTION_FIELDS, MAX_PUZZLE_IDENTIFIERS, MAX_SEED, ArchConfig, ExportConfig,
-                               TaskIdMode, TrainConfig, validation_line, whole_argument)
+                               TaskIdMode, TrainConfig, flag_argument, validation_line, whole_argument)
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, DataError, TRMError
 from trm_kaggle.hardware import place_model
@@ -42,7 +42,7 @@ from trm_kaggle.jsonio import directory_problem, parse_json, read_failure, read_
 from trm_kaggle.model.digest import content_digest
 from trm_kaggle.model.finite import check_finite
 from trm_kaggle.model.trm import ParameterCount, TinyRecursiveModel
-from trm_kaggle.wording import clipped, count, shown
+from trm_kaggle.wording import clipped, count, shown, type_name
 
 log = logging.getLogger(__name__)
 
@@ -142,13 +142,25 @@ def count_bounds(field: str) -> tuple[int, int]:
 
 def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch: ArchConfig, seq_len: int,
                      vocab_size: int, mean_embedding: bool = False, info: dict | None = None) -> Path:
-    """Write `weights.safetensors` + `config.json` (atomically, as a directory)."""
+    """Write `weights.safetensors` + `config.json` (atomically, as a directory). Nothing is written for arguments
+    its readers would not take back: `arch` is an `ArchConfig` (a dict is a TypeError: `ArchConfig.model_validate`
+    reads one), `seq_len` and `vocab_size` those the model was built for, `mean_embedding` True or False, and the
+    model's weights on a device that holds them (not meta) and finite."""
     from safetensors.torch import save_file
 
+    _folder_argument("out_dir", out_dir)
     if not isinstance(model, TinyRecursiveModel):  # an export holds what its readers build: a TRM model
         raise DataError(f"{out_dir}: not written: the model is a {type(model).__name__}, not a TinyRecursiveModel")
+    if not isinstance(arch, ArchConfig):  # a dict failed on its first attribute, naming no argument
+        raise TypeError(f"arch: expected an ArchConfig (ArchConfig.model_validate reads a dict), got "
+                        f"{type_name(arch)}")
+    mean_embedding = flag_argument("mean_embedding", mean_embedding)  # "no" was taken as yes: the table dropped
     seq_len, vocab_size = _plain_count(seq_len), _plain_count(vocab_size)
     _check_info(out_dir, info)
+    # a model built on the meta device (shapes alone) failed in torch's copy below, naming neither it nor the export
+    if empty := next((k for k, t in model.state_dict().items() if isinstance(t, torch.Tensor) and t.is_meta), None):
+        raise TRMError(f"{out_dir}: not written: model: tensor {empty} is on the meta device: it holds no weights "
+                       "to export (load them first)")
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
     num_ids = None
     if PUZZLE_EMB_KEY in tensors:
@@ -223,6 +235,10 @@ def _check_fits(out_dir: str | os.PathLike, model: TinyRecursiveModel, arch: Arc
     `seq_len` and `vocab_size` describe: its readers build that model from config.json and refuse the weights
     (`check_export`), so such an export was written, said done, and failed later in a bundle or a Kaggle run."""
     where = f"{out_dir}: not written"
+    # RoPE has no tensor per position, so another seq_len shows in no shape: its readers ran the model on
+    # sequences it was not trained for, without a word
+    if model.seq_len != seq_len:
+        raise DataError(f"{where}: seq_len={seq_len} given, but the model was built for seq_len {model.seq_len}")
     rows = int(model.puzzle_emb.weights.shape[0]) if model.puzzle_emb is not None else 1
     if rows == 0:  # its readers would resize it to its mean: NaN
         raise DataError(f"{where}: the model's puzzle-embedding table ({PUZZLE_EMB_KEY}) has no rows")
@@ -291,7 +307,7 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     edited after the weights were written."""
     from safetensors import SafetensorError, safe_open
 
-    path = Path(path)
+    path = Path(_folder_argument("path", path))
     if path.is_file():  # named by one of its files: `{file}/config.json` would be the path said
         raise TRMError(f"{path}: a file, not an export folder (give the folder holding config.json and "
                        "weights.safetensors)")
@@ -372,6 +388,14 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
     return config, tensors
 
 
+def _folder_argument(name: str, value: Any) -> str | os.PathLike:
+    """`value`, a library call's export folder, when it is a path (a str or os.PathLike); else a TypeError naming the
+    argument (None was pathlib's "expected str, bytes or os.PathLike object", naming none, and 5 was said as None)."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name}: expected an export folder's path (a str or os.PathLike), got {type_name(value)}")
+    return value
+
+
 def _recorded_config(text: str, w_path: Path) -> dict:
     """The config a weights file records (its metadata's "config"), read by the one JSON reader (too deep, an
     integer too long, a repeated key: one line) and checked for the shape it is compared by: an object whose
@@ -409,7 +433,7 @@ def export_digest(path: str | os.PathLike) -> str:
     export that carries none, computed from the tensors. What a report records of the weights it evaluated."""
     from safetensors import SafetensorError, safe_open
 
-    if os.path.islink(path) and not os.path.exists(path):
+    if os.path.islink(_folder_argument("path", path)) and not os.path.exists(path):
         raise TRMError(directory_problem(path, "export folder"))
     w_path = Path(path) / "weights.safetensors"
     if os.path.lexists(w_path):  # as `read_export`: a FIFO there would block safetensors' open for ever
@@ -487,6 +511,10 @@ def load_inference_model(path: str | os.PathLike, num_puzzle_identifiers: int | 
                          device: str | torch.device = "cpu"):
     """The exported model. With `num_puzzle_identifiers` (e.g. for new tasks), the table is resized and
     every row starts from the mean row (`mean_puzzle_row`, upstream's rule for unseen puzzles)."""
+    _folder_argument("path", path)
+    if _is_meta(device):  # the model moved there has no weights: it was returned without a word
+        raise TRMError(f"device={clipped(device, 40)}: a meta device holds no data (the model loaded there would "
+                       "hold no weights): name cpu, cuda, mps or xla, or leave device out")
     if num_puzzle_identifiers is not None:
         try:  # numpy's integers are whole numbers too
             num_puzzle_identifiers = whole_argument("num_puzzle_identifiers", num_puzzle_identifiers, 1,
@@ -504,6 +532,14 @@ def load_inference_model(path: str | os.PathLike, num_puzzle_identifiers: int | 
     fit_state_dict(model, tensors, str(Path(path) / "weights.safetensors"))
     place_model(model, device)  # a device this machine lacks is one line, as the `device` setting's
     return model, config
+
+
+def _is_meta(device: Any) -> bool:
+    """Whether torch reads `device` as the meta device (a device it cannot read is `place_model`'s to say)."""
+    try:
+        return isinstance(device, (str, torch.device)) and torch.device(device).type == "meta"
+    except (RuntimeError, TypeError, ValueError):
+        return False
 
 
 def unchecked_config_note(path: str | os.PathLike) -> str | None:
@@ -546,6 +582,7 @@ def load_model_for_dataset(weights: str | os.PathLike, dataset_dir: str | os.Pat
     Unseen puzzles (more identifiers than the export holds) get rows equal to the mean row;
     a model trained on another dataset with as many or more rows is loaded as is, with a warning note.
     """
+    _folder_argument("weights", weights)  # before the dataset is read; the readers would name it `path`
     n_ids = load_metadata(dataset_dir, "train").num_puzzle_identifiers
     config, _ = read_export(weights)
     saved = config.get("num_puzzle_identifiers") or 1
