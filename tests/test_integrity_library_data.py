@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from trm_kaggle.config.data import ArcBuildConfig
-from trm_kaggle.data import (LoadReport, build_arc, dihedral, invert_perm, parse_aug_name, rule_tasks, verify_dataset,
-                             write_challenges)
+from trm_kaggle.data import (LoadReport, build_arc, build_grid_dataset, dihedral, invert_perm, parse_aug_name,
+                             rule_tasks, verify_dataset, write_challenges)
 from trm_kaggle.data.puzzles.grids import build_grid_dataset_from_jsonl
 from trm_kaggle.errors import DataError, TRMError
 
@@ -120,3 +121,26 @@ def test_build_arc_refuses_in_memory_task_ids_its_verify_would(tmp_path, task_id
 def test_rule_tasks_refuses_a_prefix_that_makes_no_task_id(prefix, error):
     with pytest.raises(error, match="prefix"):
         rule_tasks(2, 0, prefix=prefix)
+
+
+GRID = np.array([[1, 2], [3, 4]])
+
+
+def grid_build(out: Path, **changes) -> dict:
+    args = dict(train=[[("p", [(GRID, GRID)])]], test=[[("q", [(GRID, GRID)])]], vocab_size=5, grid_shape=(2, 2))
+    return build_grid_dataset(out, **{**args, **changes})
+
+
+@pytest.mark.parametrize("changes, error, words", [
+    ({"identifiers": "abc"}, TRMError, r"identifiers must be a list of names, got 'abc' \(str\)"),
+    ({"build_info": [1, 2]}, TRMError, r"build_info must be a dict .*\(list\)"),
+    ({"train": None}, TRMError, r"train must be an iterable of groups, got None"),
+    ({"test": 5}, TRMError, r"test must be an iterable of groups, got 5"),
+    ({"train": [5]}, DataError, "train group 0: a group must be an iterable"),
+    ({"train": [[("p", [(torch.tensor(GRID, dtype=torch.bfloat16), GRID)])]]}, DataError,
+     "train group 0 puzzle 0 example 0: input is no grid numpy can read"),
+])
+def test_build_grid_dataset_names_a_wrong_argument_and_writes_nothing(tmp_path, changes, error, words):
+    with pytest.raises(error, match=words):
+        grid_build(tmp_path / "ds", **changes)
+    assert list(tmp_path.iterdir()) == []

@@ -24,7 +24,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from trm_kaggle.data.format import BLANK_IDENTIFIER, DatasetWriter, SplitWriter
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import open_regular, parse_json, readable_file
 from trm_kaggle.progress import tqdm
-from trm_kaggle.wording import clipped, one_line
+from trm_kaggle.wording import clipped, one_line, type_name
 
 Example = tuple[Any, Any]  # (input grid, label grid), arrays or nested lists
 Puzzle = tuple[str | None, Sequence[Example]]
@@ -101,6 +101,9 @@ class _GridChecker:
             arr = np.asarray(value)
         except ValueError as e:  # ragged nested lists
             raise DataError(f"{where}: {what} is not a rectangular grid ({e})") from None
+        except TypeError as e:  # a type numpy cannot take (a bfloat16 tensor): said where, as every grid problem
+            raise DataError(f"{where}: {what} is no grid numpy can read ({type_name(value)}: {one_line(str(e))})") \
+                from None
         if arr.shape != self.grid_shape:
             raise DataError(f"{where}: {what} has shape {arr.shape}, expected {self.grid_shape}")
         if arr.dtype.kind == "b" or (arr.dtype.kind in "iu" and _holds_bool(value)):  # numpy made them 0 and 1
@@ -151,6 +154,13 @@ def build_grid_dataset(
     """
     started = time.monotonic()
     checker = _GridChecker(vocab_size, grid_shape)
+    for arg, value in (("train", train), ("test", test), ("identifiers", identifiers)):
+        # a str is iterable too: identifiers="abc" named three puzzles 'a', 'b' and 'c'
+        if (value is not None or arg != "identifiers") and not _many(value):
+            raise TRMError(f"{arg} must be " + ("a list of names" if arg == "identifiers" else "an iterable of groups")
+                           + f", got {clipped(value)} ({type_name(value)})")
+    if build_info is not None and not isinstance(build_info, Mapping):
+        raise TRMError(f"build_info must be a dict of JSON values, got {clipped(build_info)} ({type_name(build_info)})")
     names = _Identifiers()
     for k, name in enumerate(identifiers or []):
         if k or name != BLANK_IDENTIFIER:  # a later "<blank>" would have moved every name after it down by one
@@ -169,10 +179,18 @@ def build_grid_dataset(
     return build_summary(writer, started)
 
 
+def _many(value: Any) -> bool:
+    """Whether `value` is an iterable of items, as a list of groups or names is: a str or bytes is not."""
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping))
+
+
 def _write_groups(split: SplitWriter, split_name: str, groups: Iterable[Group],
                   checker: _GridChecker, names: _Identifiers) -> None:
     num_groups = 0
     for g, group in enumerate(groups):
+        if not _many(group):
+            raise DataError(f"{split_name} group {g}: a group must be an iterable of (name, examples) puzzles, got "
+                            f"{clipped(group)}")
         num_puzzles = 0
         for p, puzzle in enumerate(group):
             where = f"{split_name} group {g} puzzle {p}"
