@@ -34,9 +34,11 @@ with loading(__name__):  # a stop while these load: one line and status, as in m
     import torch
     from trm_kaggle.config import MazeBuildConfig, SudokuBuildConfig
     from trm_kaggle.data import build_maze, build_sudoku
+    from trm_kaggle.errors import TRMError
     from trm_kaggle.train import load_train_config, total_train_steps, train
 
 SESSION_S = 11.5 * 3600 - 600
+TRAIN_PUZZLES = 32  # each small dataset's training puzzles: an epoch's examples, the largest --batch it takes
 RECIPES = {  # preset -> (dataset builder, upstream's groups, mean examples per group)
     "sudoku-mlp": ("sudoku", 1000, 1.0),
     "sudoku-att": ("sudoku", 1000, 1.0),
@@ -59,9 +61,11 @@ def dataset(kind: str, root: Path) -> Path:
     out = root / kind
     if not out.exists():
         if kind == "sudoku":
-            build_sudoku(SudokuBuildConfig(output_dir=str(out), size=9, num_train=32, num_test=4, progress=False))
+            build_sudoku(SudokuBuildConfig(output_dir=str(out), size=9, num_train=TRAIN_PUZZLES, num_test=4,
+                                           progress=False))
         else:
-            build_maze(MazeBuildConfig(output_dir=str(out), size=30, num_train=32, num_test=4, progress=False))
+            build_maze(MazeBuildConfig(output_dir=str(out), size=30, num_train=TRAIN_PUZZLES, num_test=4,
+                                       progress=False))
     return out
 
 
@@ -87,6 +91,9 @@ def main() -> None:
     args = p.parse_args()
     check_options(counts={"--batch": args.batch, "--warmup": args.warmup, "--steps": args.steps},
                   threads={"--threads": args.threads}, positive={"--t4-tflops": args.t4_tflops})
+    if args.batch > TRAIN_PUZZLES:  # the training's refusal came after a dataset's build, naming its scratch folder
+        raise TRMError(f"--batch {args.batch}: each recipe trains on a dataset of {TRAIN_PUZZLES} puzzles, so a batch "
+                       f"of at most {TRAIN_PUZZLES}")
     torch.set_num_threads(args.threads)
     rate = matmul_rate()
     print(f"CPU float32 matmul rate: {rate / 1e9:.0f} GFLOP/s ({args.threads} threads); T4 assumed "

@@ -86,9 +86,15 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", default=None, help="also train a small model on this (big) dataset")
     p.add_argument("--only-dataset", action="store_true", help="with --dataset: skip the built-in configurations")
     args = p.parse_args(argv)
-    from benchmarks.entry import check_options
+    from benchmarks.entry import check_options, child_failed
+    from trm_kaggle.data.format import load_metadata
+    from trm_kaggle.errors import TRMError
 
     check_options(counts={"--steps": args.steps}, threads={"--threads": args.threads})  # 0: a traceback
+    if args.only_dataset and not args.dataset:  # no configuration at all: a table of nothing, then a traceback
+        raise TRMError("--only-dataset skips the built-in configurations and needs --dataset DIR, the one to train on")
+    if args.dataset:  # read now, before any work: not a dataset was the child's traceback after the build
+        load_metadata(args.dataset, "train")
     configs = [] if args.only_dataset else list(CONFIGS)
     if args.dataset:
         size = sum(f.stat().st_size for f in Path(args.dataset).rglob("*") if f.is_file())
@@ -109,9 +115,8 @@ def main(argv=None) -> int:
                    f"max_steps={args.steps}", "progress=False", "eval_interval=null", "device=cpu",
                    f"threads={args.threads}", *overrides]
             out = subprocess.run(cmd, capture_output=True, text=True)
-            if out.returncode:
-                print(f"{name}: failed\n{out.stderr[-2000:]}")
-                return 1
+            if out.returncode:  # its last line (its error), not its whole traceback
+                raise child_failed(f"the training of {name}", out.returncode, out.stderr)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             err = (r["estimate"] - r["peak"]) / r["peak"]
             errors.append(err)

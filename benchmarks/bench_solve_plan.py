@@ -45,6 +45,8 @@ def main() -> int:
     if not (math.isfinite(args.safety_margin) and 0 <= args.safety_margin <= most("safety_margin")):
         raise TRMError(f"--safety-margin {args.safety_margin}: seconds from 0 to {most('safety_margin'):,}, as "
                        "submit's")
+    from trm_kaggle.data import read_challenges
+    from trm_kaggle.evaluate import count_test_inputs, require_tasks
     from trm_kaggle.jsonio import read_json
     from trm_kaggle.solve import Rates, make_plan
     from trm_kaggle.wording import one_line, shown
@@ -67,8 +69,9 @@ def main() -> int:
         print(f"error: {one_line(plan_file)}: not a worker's plan with its measured rates ({one_line(e)})",
               file=sys.stderr)
         return 2
-    try:
-        tasks = read_json(args.challenges, "challenges")
+    try:  # as submit reads them: `{}` (or no test input at all) is refused, never a plan for nothing
+        tasks = read_challenges(args.challenges, set())
+        require_tasks(count_test_inputs(tasks), args.challenges, "there is nothing to plan")
         units = [(len(t["test"]), len(t["train"])) for t in tasks.values()]
     except TRMError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)

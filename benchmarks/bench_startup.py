@@ -150,10 +150,19 @@ def main() -> None:
     if args.child:
         child(json.loads(args.child))
         return
-    from benchmarks.entry import check_options, work_folder
+    from benchmarks.entry import check_options, upstream_problem, work_folder
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.train import load_train_config
 
     check_options(counts={"--rounds": args.rounds, "--train": args.train, "--test": args.test},
                   threads={"--threads": args.threads})
+    # each side trains on the recipe's batches: fewer puzzles than one was the child's refusal after the build,
+    # naming no option
+    if args.train < (batch := load_train_config(presets=["sudoku4-cpu"]).global_batch_size):
+        raise TRMError(f"--train {args.train}: the sudoku4-cpu recipe trains on batches of {batch} puzzles; give "
+                       f"at least {batch} training puzzles")
+    if args.upstream_dir and (problem := upstream_problem(args.upstream_dir)):
+        raise TRMError(problem)
     modes = ["ours"] + (["upstream", "part2"] if args.upstream_dir else [])
     run_names = [f"run_{mode}_{r}" for r in range(args.rounds) for mode in modes]
     with work_folder(args.work_dir, "bench_startup_", run_names, "startup benchmark") as work:

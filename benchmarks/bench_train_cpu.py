@@ -77,12 +77,13 @@ from typing import Callable, Dict, List
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from benchmarks.entry import check_options, loading  # noqa: E402
+from benchmarks.entry import check_options, loading, upstream_problem  # noqa: E402
 
 with loading(__name__):  # a stop while these load: one line and status, as in main
     import torch
     import torch.nn.functional as F
     from trm_kaggle.config import ArchConfig
+    from trm_kaggle.errors import TRMError
     from trm_kaggle.model import TinyRecursiveModel, act_loss, resolve_forward_dtype
     from trm_kaggle.model import cpu_kernels, layers
     from trm_kaggle.model import apply_compile
@@ -450,6 +451,8 @@ def main(argv=None) -> int:
                    help="ours in another dtype than upstream (auto: what `trm-kaggle train` picks on this CPU)")
     args = p.parse_args(argv)
     check_options(threads={"--threads": args.threads or None})  # 0: torch's default
+    if args.upstream_dir and (problem := upstream_problem(args.upstream_dir)):
+        raise TRMError(problem)
 
     if args.threads:
         torch.set_num_threads(args.threads)

