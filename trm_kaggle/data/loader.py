@@ -36,11 +36,12 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from trm_kaggle.config import MAX_BATCH_SIZE, MAX_SEED, flag_argument, whole_argument
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, Split, check_token_range, load_identifiers,
                                     load_split)
 from trm_kaggle.data.sampler import GroupSampler
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, type_name
 
 # The label value the losses ignore. Upstream's batches replace the dataset's ignore label
 # (0 in ARC datasets) by -100; the model's losses import it from here.
@@ -50,6 +51,12 @@ STATE_VERSION = 1
 
 # Metadata fields every merged dataset must agree on.
 _MUST_AGREE = ("seq_len", "vocab_size", "pad_id", "ignore_label_id", "blank_identifier_id")
+
+# The counts of the stream's position (epoch, step, ...) stay below it: a train state's loader state is checked
+# against the same bound when it is read (`train.checkpoint`), so that a count always has room to go on.
+_COUNT_END = 2**62
+MAX_WORLD_SIZE = 1 << 20
+MAX_PREFETCH = 1024
 
 
 class EvalBatch(NamedTuple):
@@ -63,12 +70,20 @@ class EvalBatch(NamedTuple):
 
 
 def _as_path_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    """The dataset folders, in order. A list or tuple of paths, or one path: bytes were iterated as integers (each
+    taken for an open file descriptor), and a set's order, which decides the identifier offsets, changes with each
+    process's string hashing."""
     if isinstance(paths, (str, os.PathLike)):
         return [Path(paths)]
-    out = [Path(p) for p in paths]
-    if not out:
+    if not isinstance(paths, (list, tuple)):
+        raise TypeError(f"dataset_paths: expected a dataset folder's path or a list of them, got {type_name(paths)}")
+    for p in paths:
+        if not isinstance(p, (str, os.PathLike)):
+            raise TypeError(f"dataset_paths: expected dataset folders' paths, got a {type_name(paths)} holding "
+                            f"{type_name(p)}")
+    if not paths:
         raise TRMError("no dataset paths given")
-    return out
+    return [Path(p) for p in paths]
 
 
 def _check_structure(path: Path, split: Split) -> None:
@@ -159,16 +174,16 @@ class PuzzleLoader:
                  test_mode: bool | None = None, prefetch: int = 1, pin_memory: bool = False):
         self.dataset_paths = _as_path_list(dataset_paths)
         self.split = split
-        self.test_mode = (split == "test") if test_mode is None else bool(test_mode)
-        self.seed = int(seed)
-        self.global_batch_size = int(global_batch_size)
-        self.rank, self.world_size = int(rank), int(world_size)
-        self.prefetch = max(0, int(prefetch))
-        self.pin_memory = bool(pin_memory)
+        # each number a whole one, each flag a bool: 2.7 was cut to 2 and test_mode="no" was test mode
+        self.test_mode = (split == "test") if test_mode is None else flag_argument("test_mode", test_mode)
+        self.seed = whole_argument("seed", seed, 0, MAX_SEED)
+        self.global_batch_size = whole_argument("global_batch_size", global_batch_size, 1, MAX_BATCH_SIZE)
+        self.world_size = whole_argument("world_size", world_size, 1, MAX_WORLD_SIZE)
+        self.rank = whole_argument("rank", rank, 0, MAX_WORLD_SIZE - 1)
+        self.prefetch = whole_argument("prefetch", prefetch, 0, MAX_PREFETCH)
+        self.pin_memory = flag_argument("pin_memory", pin_memory)
 
-        if self.global_batch_size < 1:
-            raise TRMError(f"global_batch_size must be >= 1, got {global_batch_size}")
-        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+        if not self.rank < self.world_size:
             raise TRMError(f"rank {rank} is not in 0..world_size-1 (world_size {world_size})")
         if self.global_batch_size % self.world_size:
             raise TRMError(f"global_batch_size {self.global_batch_size} is not divisible by the number of "
@@ -209,11 +224,17 @@ class PuzzleLoader:
              for s, off in zip(self.splits, self.identifier_offsets)]).astype(np.int32)
 
         self._metas = metas  # identifier_names reads identifiers.json on first use
+        # ... and names the dataset opened here, or none: what identifiers.json is now is checked then
+        self._names_at_open = [_identity(path / "identifiers.json") for path in self.dataset_paths]
+        # the memory-mapped arrays' sizes at open: a file shrunk under the loader is named, not a SIGBUS (`_gather`)
+        self._mapped = [[(path / split / f"{SET_NAME}__{name}.npy", getattr(s, name)) for name in ("inputs", "labels")]
+                        for path, s in zip(self.dataset_paths, self.splits)]
 
         # --- iteration state: what the consumer has received so far (never what is prefetched) ---
         self._state = {"epoch": 0, "position": 0, "batch_in_epoch": 0, "step": 0}
         self._generation = 0  # bumped by load_state_dict; a live iterator of an older generation stops
         self._group_mask_at: Callable[[int], np.ndarray | None] | None = None
+        self._mask_memo: tuple[Any, np.ndarray] | None = None
 
     # ------------------------------------------------------------------
     # Metadata helpers
@@ -226,8 +247,12 @@ class PuzzleLoader:
         Read on first use, not when the loader opens: training never needs the names, and for
         upstream's 1000-augmentation ARC datasets they are a million Python strings (~120 MB)."""
         names: list[str] = []
-        for path, meta in zip(self.dataset_paths, self._metas):
-            if not (path / "identifiers.json").is_file():
+        for path, meta, at_open in zip(self.dataset_paths, self._metas, self._names_at_open):
+            if _identity(path / "identifiers.json") != at_open:
+                # a dataset rebuilt in place: its new names beside the rows this loader still reads
+                raise DataError(f"{path / 'identifiers.json'} was replaced or changed after this loader opened "
+                                f"{path}: its names may not be those of the rows read; open a new PuzzleLoader")
+            if at_open is None:
                 return None
             ids = load_identifiers(path)
             if len(ids) != meta.num_puzzle_identifiers:
@@ -247,14 +272,20 @@ class PuzzleLoader:
 
     def locate_puzzle(self, puzzle_index: int) -> tuple[int, int]:
         """(dataset number, puzzle index inside that dataset's split) of a global puzzle index."""
+        puzzle_index = self._puzzle_index(puzzle_index)
         k = int(np.searchsorted(self.puzzle_offsets, puzzle_index, side="right")) - 1
-        if not 0 <= puzzle_index < self.puzzle_offsets[-1]:
-            raise IndexError(f"puzzle index {puzzle_index} out of range 0..{self.puzzle_offsets[-1] - 1}")
         return k, int(puzzle_index - self.puzzle_offsets[k])
 
     def puzzle_identifier(self, puzzle_index: int) -> int:
         """Merged (offset) identifier of a global puzzle index."""
-        return int(self._identifiers[puzzle_index])
+        return int(self._identifiers[self._puzzle_index(puzzle_index)])  # -1 was the last puzzle's
+
+    def _puzzle_index(self, value: object) -> int:
+        """IndexError unless `value` is a whole number naming a puzzle (0.5 was puzzle 0)."""
+        try:
+            return whole_argument("puzzle_index", value, 0, self.puzzle_offsets[-1] - 1)
+        except ValueError as e:
+            raise IndexError(f"{e} (the puzzles of the {self.split} split)") from None
 
     # ------------------------------------------------------------------
     # Progress
@@ -287,7 +318,8 @@ class PuzzleLoader:
 
     def exact_batches_in_epoch(self, epoch: int | None = None) -> int:
         """The exact number of batches `epoch` (default: the current one) yields (replayed, cached)."""
-        return self.sampler.batches_in_epoch(self.epoch if epoch is None else int(epoch))
+        return self.sampler.batches_in_epoch(self.epoch if epoch is None else
+                                             whole_argument("epoch", epoch, 0, _COUNT_END - 1))
 
     # ------------------------------------------------------------------
     # Resume
@@ -314,6 +346,8 @@ class PuzzleLoader:
         position is clipped to the dataset); the stream then is no longer the one that
         the saved run would have seen.
         """
+        if not isinstance(state, dict):
+            raise TypeError(f"state: expected the dict state_dict() returned, got {type_name(state)}")
         if state.get("version") != STATE_VERSION:
             raise TRMError(f"data loader state of version {clipped(state.get('version'))}, expected {STATE_VERSION}")
         if bool(state.get("test_mode")) != self.test_mode:
@@ -326,12 +360,8 @@ class PuzzleLoader:
                 if state.get(key) != mine:
                     raise TRMError(f"cannot resume the data stream exactly: the saved state has {key}="
                                    f"{clipped(state.get(key))}, this loader {mine!r}")
-        self._state = {
-            "epoch": int(state["epoch"]),
-            "position": min(int(state["position"]), self.total_groups),
-            "batch_in_epoch": int(state["batch_in_epoch"]),
-            "step": int(state["step"]),
-        }
+        counts = {key: _state_count(state, key) for key in ("epoch", "position", "batch_in_epoch", "step")}
+        self._state = {**counts, "position": min(counts["position"], self.total_groups)}
         self._generation += 1
 
     # ------------------------------------------------------------------
@@ -347,8 +377,15 @@ class PuzzleLoader:
         every batch honours the mask of its own step. `mask_at` must be a pure function of the step
         (and thread-safe: the prefetch thread calls it): then a resumed stream is the same stream.
         Set it before iterating.
+
+        The mask may also be given as the allowed groups' indices (integers from 0 to total_groups - 1). A 0/1
+        integer array as long as the groups are many reads either way and is refused: pass it as bool.
         """
+        if mask_at is not None and not callable(mask_at):
+            raise TypeError(f"set_group_filter: mask_at must be a function of the step or None, got "
+                            f"{type_name(mask_at)}")
         self._group_mask_at = mask_at
+        self._mask_memo = None  # (what mask_at returned, its bool mask)
 
     def groups_where(self, example_mask: np.ndarray) -> np.ndarray:
         """Group mask from a mask over all examples: a group passes when every example in it does
@@ -356,7 +393,15 @@ class PuzzleLoader:
         return self.sampler.groups_where(example_mask)
 
     def _mask(self, step: int) -> np.ndarray | None:
-        return None if self._group_mask_at is None or step < 0 else self._group_mask_at(step)
+        if self._group_mask_at is None or step < 0:
+            return None
+        given = self._group_mask_at(step)
+        memo = self._mask_memo  # read once: the prefetch thread may replace it
+        if given is None or (memo is not None and memo[0] is given):
+            return None if given is None else memo[1]  # the same object, the same mask (group_order caches by it)
+        mask = _group_mask(given, self.total_groups, step)
+        self._mask_memo = (given, mask)
+        return mask
 
     # ------------------------------------------------------------------
     # Gathering
@@ -381,6 +426,7 @@ class PuzzleLoader:
         for k, s in enumerate(self.splits):
             a, b = bounds[k], bounds[k + 1]
             if a < b:
+                self._check_mapped(k)
                 local = sorted_ids[a:b] - self.example_offsets[k]
                 inputs[order[a:b]] = s.inputs[local]  # converts uint8/uint16 tokens to int32
                 labels[order[a:b]] = s.labels[local]
@@ -397,10 +443,39 @@ class PuzzleLoader:
             identifiers[pad] = self.metadata.blank_identifier_id
         return out
 
+    def _check_mapped(self, k: int) -> None:
+        """DataError naming an array file of dataset k that shrank since the loader opened it (truncated or
+        rewritten in place): reading its memory map past the new end is a SIGBUS that kills the process without a
+        word, or rows of zeros within the last page. One fstat of each file per batch; a file replaced by another
+        (a builder's rebuild) keeps its old contents mapped and is not affected."""
+        for path, array in self._mapped[k]:
+            mapped = getattr(array, "_mmap", None)  # numpy's memmap keeps the mmap, which keeps the file open
+            if mapped is not None and mapped.size() < array.offset + array.nbytes:
+                raise DataError(f"{path}: the file shrank to {mapped.size():,} bytes after this loader opened it "
+                                f"({array.offset + array.nbytes:,} were there): a dataset must not be rewritten "
+                                "in place while it is read; rebuild it and open a new PuzzleLoader")
+
     def examples(self, example_indices: Sequence[int] | np.ndarray) -> dict[str, torch.Tensor]:
         """One batch holding the given global example indices, in that order (any split, any mode)."""
-        example_ids = np.asarray(example_indices, dtype=np.int64)
+        example_ids = self._example_indices(example_indices)
         return self._gather(example_ids, self._puzzle_of(example_ids))
+
+    def _example_indices(self, given: object) -> np.ndarray:
+        """`given` as int64 example indices: whole numbers from 0 to num_examples - 1 (-1 was a padding row, 0.9
+        example 0, and one past the end an IndexError about puzzles)."""
+        if isinstance(given, torch.Tensor):
+            given = given.detach().cpu()
+        array = np.asarray(given)
+        if array.size == 0:  # [] reads as float64: no rows, whatever its type
+            return np.zeros(0, dtype=np.int64)
+        if array.ndim != 1 or array.dtype.kind not in "iu":
+            got = f"{array.ndim}-D" if array.ndim != 1 else f"values of dtype {array.dtype}"
+            raise TRMError(f"example_indices: expected a list of whole-number example indices, got {got}")
+        bad = (array < 0) | (array >= self.num_examples)
+        if bad.any():
+            raise TRMError(f"example_indices: index {int(array[np.argmax(bad)])} is outside 0.."
+                           f"{self.num_examples - 1} (the {self.num_examples} examples of the {self.split} split)")
+        return array.astype(np.int64)
 
     def _puzzle_of(self, example_ids: np.ndarray) -> np.ndarray:
         """Global puzzle index of each global example index."""
@@ -427,6 +502,8 @@ class PuzzleLoader:
         """
         if self.test_mode:
             raise TRMError("iterate() samples training batches; this loader is in test mode (use iterate_test)")
+        if until_epoch is not None:  # 1.5 ran two epochs, NaN and -1 none, without a word
+            until_epoch = whole_argument("until_epoch", until_epoch, 0, _COUNT_END - 1)
         start = dict(self._state)
         lo, hi = self.rank * self.local_batch_size, (self.rank + 1) * self.local_batch_size
         self.check_batch_fills()
@@ -508,6 +585,52 @@ class PuzzleLoader:
         if self.prefetch == 0:
             return deliver(produce())
         return deliver(_prefetched(produce, self.prefetch))
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, change time) of the file at `path`, None where none is: a file rebuilt or edited
+    since differs."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns
+
+
+def _state_count(state: dict[str, Any], key: str) -> int:
+    """A count of a saved stream position: a whole number from 0 (epoch 1.7 was taken as 1, position -3 skipped
+    groups of epoch 0, and a missing count was a KeyError)."""
+    if key not in state:
+        raise TRMError(f"data loader state: no {key!r}; give the dict state_dict() returned")
+    return whole_argument(f"data loader state's {key}", state[key], 0, _COUNT_END - 1)
+
+
+def _group_mask(given: object, total_groups: int, step: int) -> np.ndarray:
+    """What a sampling filter returned for `step` as a bool mask over the groups: a bool mask of their length, or the
+    allowed groups' indices. A 0/1 integer array was taken as indices (groups 0 and 1 only), silently."""
+    where = f"the sampling filter (set_group_filter) at step {step}"
+    array = np.asarray(given)
+    if array.ndim != 1:
+        raise TRMError(f"{where} gave a {array.ndim}-D {type_name(given)}: expected a bool mask over the "
+                       f"{total_groups} groups or a list of group indices")
+    if array.dtype.kind == "b":
+        if len(array) != total_groups:
+            raise TRMError(f"{where} gave a bool mask of {len(array)} entries for {total_groups} groups")
+        return array
+    if array.size == 0:
+        return np.zeros(total_groups, dtype=bool)  # no group allowed: iterate says so
+    if array.dtype.kind not in "iu":
+        raise TRMError(f"{where} gave values of dtype {array.dtype}: expected a bool mask over the {total_groups} "
+                       "groups or a list of group indices")
+    if len(array) == total_groups and np.isin(array, (0, 1)).all():
+        raise TRMError(f"{where} gave a 0/1 integer array as long as the groups are many ({total_groups}): a mask "
+                       "or group indices? pass a bool mask (mask.astype(bool)) or the allowed groups' indices")
+    bad = (array < 0) | (array >= total_groups)
+    if bad.any():
+        raise TRMError(f"{where} gave group index {int(array[np.argmax(bad)])}, outside 0..{total_groups - 1}")
+    mask = np.zeros(total_groups, dtype=bool)
+    mask[array] = True
+    return mask
 
 
 def _same_mask(a: np.ndarray | None, b: np.ndarray | None) -> bool:
