@@ -268,7 +268,7 @@ def _input_problem(out: Output, path: Path) -> str | None:
 
 
 #: The files of a dataset's root and of an export (a dataset's split folders hold nothing but its own files).
-_DATASET_ROOT_FILES = ("identifiers.json", "build_info.json", "contents.json", "tokenizer.json")
+_DATASET_ROOT_FILES = ("identifiers.json", "build_info.json", "contents.json", "tokenizer.json", "test_puzzles.json")
 _EXPORT_FILES = ("config.json", "weights.safetensors")
 #: A training run folder's own files (`train.checkpoint`, `train.metrics`): a submission written over
 #: `state_step00000005.pt` lost the run. A run folder holds run.json or a train state.

@@ -27,7 +27,7 @@ from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import is_regular, loop_problem, read_json, repeated_key, unreachable_problem
 from trm_kaggle.names import task_id_problem
-from trm_kaggle.outputs import Output, check_kept, input_kind, writable_problem
+from trm_kaggle.outputs import Output, check_kept, writable_problem
 from trm_kaggle.wording import clipped, count, shown, type_name
 
 MAX_GRID = 30
@@ -239,8 +239,6 @@ def write_challenges(tasks: Iterable[ArcTask], path: str | os.PathLike,
     # one path for both: the solutions replaced the challenges just written; a dataset's or an export's file
     outputs = [Output(path, "challenges")] + ([Output(solutions_path, "solutions")] if solutions_path else [])
     check_kept([], outputs)
-    if problem := next(filter(None, map(_test_record_problem, outputs)), None):
-        raise TRMError(problem)
     # both writable before the first: a solutions path that is a folder or /dev/null was refused after the challenges
     if problem := next(filter(None, map(writable_problem, outputs)), None):
         raise TRMError(problem)
@@ -267,16 +265,6 @@ def write_challenges(tasks: Iterable[ArcTask], path: str | os.PathLike,
     if solutions is not None:
         atomic_write_json(solutions_path, solutions)
     return len(tasks)
-
-
-def _test_record_problem(out: Output) -> str | None:
-    """A dataset's own test_puzzles.json as the output: `check_kept` guards its other files, and this one holds the
-    test tasks `verify` and `evaluate` read (written over, the dataset no longer verified)."""
-    path = Path(os.path.realpath(out.path))
-    if path.name == "test_puzzles.json" and input_kind(path.parent) == "a dataset":
-        return (f"{out.what} {os.fspath(out.path)} is a file of the dataset {path.parent} (its test tasks): writing it "
-                "would break that input; choose a path of its own")
-    return None
 
 
 def _listed(grid: Any) -> Any:
