@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     p.add_argument("--only-dataset", action="store_true", help="with --dataset: skip the built-in configurations")
     args = p.parse_args(argv)
     from benchmarks.entry import check_options, child_failed
-    from trm_kaggle.data.format import load_metadata
+    from trm_kaggle.data import load_metadata
     from trm_kaggle.errors import TRMError
 
     check_options(counts={"--steps": args.steps}, threads={"--threads": args.threads})  # 0: a traceback
