@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import math
+import multiprocessing
 import re
 import sys
 import time
@@ -35,7 +36,7 @@ from typing import Any, Callable
 import torch
 
 from trm_kaggle.atomic import OutputTaken, RewrittenFile, atomic_write_text
-from trm_kaggle.config import MIN_PLAN_S, RECURSION_FIELDS, SolveConfig
+from trm_kaggle.config import MIN_PLAN_S, RECURSION_FIELDS, SolveConfig, revalidated, seconds_argument
 from trm_kaggle.data import MAX_GRID, read_challenges
 from trm_kaggle.errors import TRMError, UnreadableFile
 from trm_kaggle.evaluate import (make_submission, require_tasks, count_test_inputs, validate_submission,
@@ -44,9 +45,9 @@ from trm_kaggle.hardware import choose_threads, cuda_problem, pick_device, visib
 from trm_kaggle.jsonio import open_regular
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.model import cache_problem, resolve_compile, unchecked_config_note
-from trm_kaggle.outputs import Output, check_kept, writable_problem
+from trm_kaggle.outputs import check_kept, place_problem, writable_problem
 from trm_kaggle.solve.plan import Budget
-from trm_kaggle.solve.pricing import TEST_TIME_FIELDS
+from trm_kaggle.solve.pricing import TEST_TIME_FIELDS, check_kinds
 from trm_kaggle.solve.task import NotArcModel, export_canvas
 from trm_kaggle.solve.workdir import (WorkerSpec, assign, below_a_work_dir_problem, collect, make_units,
                                      others_folder_problem, planted_entry_problem, solve_io, task_digest)
@@ -152,12 +153,22 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     and so are challenges that hold no task (`{}`: nothing to answer, and an empty "valid" submission would have
     checked nothing). The budget counts from `start` (a time.monotonic() value, e.g. when the command started;
     default now). `budget_setting` names where cfg.time_budget came from in a caller's words, for a budget refused
-    as too small (the kernel: its SAVE_TIME_BUDGET or TIME_BUDGET); default `submit`'s --time-budget."""
-    start = time.monotonic() if start is None else start
+    as too small (the kernel: its SAVE_TIME_BUDGET or TIME_BUDGET); default `submit`'s --time-budget.
+    A script that calls it with more than one worker calls it under `if __name__ == "__main__":` (each worker
+    process re-runs the script as it starts: `_refuse_in_a_starting_worker`)."""
+    _refuse_in_a_starting_worker()
+    check_kinds(configs={"cfg": (cfg, SolveConfig, "solve_config(**fields) makes one from a dict")},
+                functions={"echo": echo, "on_poll": on_poll})
+    cfg = revalidated(cfg)  # a config built around its validators (model_copy, model_construct) is checked here
+    start = _start_argument(start)
     # an output never overwrites, holds or breaks an input, whoever calls (`submit` checked it, and more, already)
-    check_kept(*solve_io(cfg.challenges, cfg.weights, cfg.output, cfg.work_dir, cfg.compile_cache, flags=False))
-    if problem := writable_problem(Output(cfg.output, "output")):  # before the lock makes the work dir: `output=""`
-        raise TRMError(problem)  # (a folder) was refused only after the work dir beside it was made
+    inputs, (output, work_dir) = solve_io(cfg.challenges, cfg.weights, cfg.output, cfg.work_dir, cfg.compile_cache,
+                                          flags=False)
+    check_kept(inputs, [output, work_dir])
+    # before the lock makes the work dir: `output=""` (a folder) was refused only after the work dir beside it was
+    # made; a file in the work dir's place is said as `submit` says it, not as a lock the solve could not take
+    if problem := writable_problem(output) or place_problem(work_dir):
+        raise TRMError(problem)
     # nothing written through a link in the work dir, nor inside another submit's work folder, a training run
     # folder or a sweep's, nor in a pipeline's folder, whoever calls (the kernel, a library caller; `submit` checked
     # it already); a work dir that cannot be written at all still gets its submission, the fallback
@@ -170,6 +181,32 @@ def solve(cfg: SolveConfig, *, echo: Callable[[str], None] | None = None,
     with directory_lock(cfg.work_dir, "submit", required=False):
         return _solve(cfg, challenges, duplicates, echo=echo, on_poll=on_poll, start=start,
                       budget_setting=budget_setting)
+
+
+def _refuse_in_a_starting_worker() -> None:
+    """Exit (one line, no traceback) when called while a worker process is starting: spawn re-runs the caller's
+    `__main__` script in each worker before the worker's own code, so a script whose solve() call is not under
+    `if __name__ == "__main__":` called solve() again in every worker, which met the caller's lock ("another
+    submit is running", naming the caller itself) and printed a traceback per worker. The worker's exit is then
+    said by the caller (`workers.run_spawned`)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # what multiprocessing's own check reads
+        script = getattr(sys.modules.get("__mp_main__"), "__file__", None) or "the calling script"
+        raise SystemExit(one_line(
+            f"error: solve() was called in a worker process as it started: the worker re-ran {script}, which calls "
+            'solve() outside `if __name__ == "__main__":`; put the call under that guard (solve() with more than '
+            "one worker starts one process per worker)"))
+
+
+def _start_argument(start: object) -> float:
+    """`solve`'s `start`: a time.monotonic() value not ahead of now, or None for now. NaN counted no deadline at all
+    (the workers were said stopped at it), and 1e12 overflowed the platform's time_t in the workers."""
+    now = time.monotonic()
+    if (start := seconds_argument("start", start)) is None:
+        return now
+    if start > now:
+        raise ValueError(f"start={start:g}: a time.monotonic() value ahead of now ({now:.1f}); expected when the run "
+                         "started (time.monotonic() then), or None for now")
+    return start
 
 
 def _solve(cfg: SolveConfig, challenges: dict, duplicates: set[str], *, echo: Callable[[str], None] | None = None,

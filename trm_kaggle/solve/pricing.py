@@ -31,7 +31,7 @@ from trm_kaggle.model import read_export
 from trm_kaggle.solve.schedule import MODES, finetune_phases, steps_by_kind
 from trm_kaggle.solve.step_timer import REPEATS, StepTimes, time_steps, timing_cap
 from trm_kaggle.train import PRESETS, expand_preset_names, load_train_config
-from trm_kaggle.wording import clipped, count
+from trm_kaggle.wording import clipped, count, type_name
 
 #: SolveConfig's test-time levers: what they change is priced here and keyed in a task's result (job.py)
 TEST_TIME_FIELDS = ("trajectories", "trajectory_noise", "trajectory_select", "test_depth")
@@ -39,6 +39,23 @@ TEST_TIME_FIELDS = ("trajectories", "trajectory_noise", "trajectory_select", "te
 # ARC-AGI-2 evaluation: 120 tasks, 167 test inputs, 3.3 demonstration pairs per task on average
 TEST_INPUTS_PER_TASK = 167 / 120
 KAGGLE_LIMIT_S = 12 * 3600
+
+
+def check_kinds(*, configs: dict[str, tuple[object, type, str]] | None = None,
+                functions: dict[str, object] | None = None) -> None:
+    """A TypeError naming the argument of a solve-package call given the wrong kind of value, before any work: a
+    dict for a config failed deep inside as "'dict' object has no attribute 'run_arch'", a number for a callback as
+    "'int' object is not callable" (in a worker: taken for the model's failure). `configs`: {name: (value, the type
+    expected, how to make one)}; `functions`: {name: a callback, which may be None}."""
+    def a(name: str) -> str:
+        return f"{'an' if name[:1] in 'AEIOUaeiou' else 'a'} {name}"
+
+    for name, (value, kind, how) in (configs or {}).items():
+        if not isinstance(value, kind):
+            raise TypeError(f"{name}: expected {a(kind.__name__)} ({how}), got {a(type_name(value))}")
+    for name, value in (functions or {}).items():
+        if value is not None and not callable(value):
+            raise TypeError(f"{name}: expected a function (or None), got {a(type_name(value))}")
 
 
 def finetune_seconds(tasks: int, mode: str, embeddings_fraction: float, steps: int, step_s: float,
@@ -110,6 +127,8 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
     before and after it is timed). `act_steps`: row-steps per test input (default arch.halt_max_steps;
     `prediction_steps` with test-time levers)."""
     # the call's arguments, before a step is timed: `act_steps=-3` priced negative seconds, `tasks=-1` failed in torch
+    check_kinds(configs={"arch": (arch, ArchConfig, "ArchConfig(**fields); an export's config.json holds its fields")},
+                functions={"say": say})
     tasks = whole_argument("tasks", tasks, 1, MAX_PLANNED_TASKS)
     num_aug = whole_argument("num_aug", num_aug, 0, MAX_NUM_AUG)
     finetune_steps = whole_argument("finetune_steps", finetune_steps, 0, MAX_FINETUNE_STEPS)
@@ -178,6 +197,8 @@ def estimate_kernel(cfg: SolveConfig, *, weights: str | os.PathLike | None = Non
     one's share is timed), for the architecture of the export `weights` or of the training preset `preset` (one
     of them; an export must be an ARC model, as the bundle requires) under `cfg`'s test-time recipe; the text the
     command prints."""
+    check_kinds(configs={"cfg": (cfg, SolveConfig, "solve_config(**fields) makes one from a dict")},
+                functions={"say": say})
     tasks, devices = whole_argument("tasks", tasks, 1, MAX_PLANNED_TASKS), whole_argument("devices", devices, 1, 4096)
     _check_source(weights, preset)
     if weights:

@@ -13,6 +13,7 @@ from typing import Any
 
 from trm_kaggle.config import SolveConfig
 from trm_kaggle.errors import TRMError
+from trm_kaggle.wording import type_name
 
 #: name -> {"settings": SolveConfig fields, "source": where they come from}
 RECIPES: dict[str, dict[str, Any]] = {
@@ -46,6 +47,8 @@ _RECIPE_LOOKUP = {name.lower(): name for name in RECIPES}
 
 def recipe_settings(names: str | None) -> dict[str, Any]:
     """The SolveConfig fields of `names` ('a' or 'a+b', which must not set one field differently); {} for None."""
+    if names is not None and not isinstance(names, str):  # `solve_config(5, ...)`: "'int' has no attribute 'split'"
+        raise TypeError(f"recipe: expected a recipe's name ('a' or 'a+b'), or None, got a {type_name(names)}")
     settings: dict[str, Any] = {}
     set_by: dict[str, str] = {}  # field -> the recipe that set it
     for name in ([] if names is None else names.split("+")):  # `--recipe ''` is a name lost, not no recipe

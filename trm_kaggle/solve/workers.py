@@ -226,8 +226,26 @@ def run_spawned(specs: list[WorkerSpec], emit: Emit, *, stop_at: float | None = 
     at `stop_at` (a time.monotonic() value), killing those still alive at `kill_at` (default 5 s later).
     `on_answer()` runs after a poll that saw units finish (the caller merges what is answered so far);
     `on_poll(outcomes)` at every poll (tests stop or kill workers with it)."""
+    procs: list = []
+    try:
+        return _run_spawned(specs, emit, procs, stop_at=stop_at, kill_at=kill_at, poll_s=poll_s, on_answer=on_answer,
+                            on_poll=on_poll)
+    except BaseException:
+        # whatever ends the wait early (Ctrl-C in a notebook, a callback that raises): the workers end with it,
+        # before the caller's lock is released; they went on fine-tuning and writing in the work dir (and kept
+        # their devices busy) until the caller's process ended, beside the next solve there
+        stop_workers(procs, time.monotonic() + 5.0)
+        for p in procs:
+            p.join(1.0)  # reaped: no process of this call is left behind, not even a zombie
+        raise
+
+
+def _run_spawned(specs: list[WorkerSpec], emit: Emit, procs: list, *, stop_at: float | None, kill_at: float | None,
+                 poll_s: float, on_answer: Callable[[], None] | None,
+                 on_poll: Callable[[list[Outcome]], None] | None) -> list[Outcome]:
+    """`run_spawned`'s work; each process is put in `procs` as it starts (the caller stops them if this raises)."""
     ctx = multiprocessing.get_context("spawn")  # never fork: CUDA and threads do not survive it
-    outcomes, procs, offsets = [], [], []
+    outcomes, offsets = [], []
     for spec in specs:
         spec.events.parent.mkdir(parents=True, exist_ok=True)
         for path in (spec.events, spec.log, spec.plan_file):
@@ -282,6 +300,13 @@ def run_spawned(specs: list[WorkerSpec], emit: Emit, *, stop_at: float | None = 
         if p.exitcode != 0:
             last = _last_line(spec.log)
             out.error = _describe_exit(p.exitcode) + (f" ({last})" if last else "")
+            if p.exitcode is not None and p.exitcode > 0 and not spec.log.exists():  # `_child` opens it first:
+                # the process ended while it started, its message on this process's stderr (a script re-run
+                # without its `__main__` guard: `job._refuse_in_a_starting_worker`)
+                out.error += (" as it started, before its work (its message is on the caller's standard error; a "
+                              'script that calls solve() with several workers calls it under `if __name__ == '
+                              '"__main__":`)')
+                out.log = None
     relay()
     for out, spec in zip(outcomes, specs):
         out.plan = _read_plan(spec)
