@@ -70,7 +70,6 @@ TEST_DEPTH = None  # ACT steps of prediction; None: the trained halt_max_steps (
 # %%
 import hashlib
 import json
-import math
 import os
 import stat
 import sys

@@ -60,7 +60,6 @@ import json
 import math
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
