@@ -16,6 +16,7 @@ _EXPORTS = {
     "LoadReport": "arc.tasks",
     "MAX_GRID": "arc.tasks",
     "PuzzleLoader": "loader",
+    "whole_indices": "loader",
     "build_arc": "arc.build",
     "build_io": "format",
     "build_code_repair": "code.repair",

@@ -150,6 +150,20 @@ def _merge_metadata(paths: list[Path], metas: list[DatasetMetadata], num_puzzles
     )
 
 
+def whole_indices(given: object, name: str) -> np.ndarray:
+    """`given` (a list, a numpy array or a tensor of indices) as a 1-D int64 array; TRMError naming `name` for
+    anything but whole numbers (0.5 and 1.7 were taken as rows 0 and 1). The range is the caller's to check."""
+    if isinstance(given, torch.Tensor):
+        given = given.detach().cpu()
+    array = np.asarray(given)
+    if array.size == 0:  # [] reads as float64: no rows, whatever its type
+        return np.zeros(0, dtype=np.int64)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        got = f"{array.ndim}-D" if array.ndim != 1 else f"values of dtype {array.dtype}"
+        raise TRMError(f"{name}: expected a list of whole-number example indices, got {got}")
+    return array.astype(np.int64)
+
+
 class PuzzleLoader:
     """Batches from one or more datasets' `split`, for training or evaluation.
 
@@ -463,19 +477,12 @@ class PuzzleLoader:
     def _example_indices(self, given: object) -> np.ndarray:
         """`given` as int64 example indices: whole numbers from 0 to num_examples - 1 (-1 was a padding row, 0.9
         example 0, and one past the end an IndexError about puzzles)."""
-        if isinstance(given, torch.Tensor):
-            given = given.detach().cpu()
-        array = np.asarray(given)
-        if array.size == 0:  # [] reads as float64: no rows, whatever its type
-            return np.zeros(0, dtype=np.int64)
-        if array.ndim != 1 or array.dtype.kind not in "iu":
-            got = f"{array.ndim}-D" if array.ndim != 1 else f"values of dtype {array.dtype}"
-            raise TRMError(f"example_indices: expected a list of whole-number example indices, got {got}")
+        array = whole_indices(given, "example_indices")
         bad = (array < 0) | (array >= self.num_examples)
         if bad.any():
             raise TRMError(f"example_indices: index {int(array[np.argmax(bad)])} is outside 0.."
                            f"{self.num_examples - 1} (the {self.num_examples} examples of the {self.split} split)")
-        return array.astype(np.int64)
+        return array
 
     def _puzzle_of(self, example_ids: np.ndarray) -> np.ndarray:
         """Global puzzle index of each global example index."""

@@ -34,7 +34,7 @@ import torch
 from trm_kaggle import xla
 from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_HALT_STEPS, MAX_SEED, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE,
                                EvaluateConfig, number_argument, seconds_argument, whole_argument)
-from trm_kaggle.data import DatasetMetadata, PuzzleLoader, load_identifiers
+from trm_kaggle.data import DatasetMetadata, PuzzleLoader, load_identifiers, whole_indices
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.hardware import place_model
 from trm_kaggle.jsonio import directory_problem
@@ -191,19 +191,8 @@ def placed(model: torch.nn.Module, device: str | torch.device | None) -> Iterato
 
 
 def _example_indices(examples: object) -> np.ndarray | None:
-    """`examples` as int64 indices, or None: every example. Indices are whole numbers (numpy's or torch's integers,
-    Python ints): 0.5 and 1.7 picked examples 0 and 1, without a word."""
-    if examples is None:
-        return None
-    if isinstance(examples, torch.Tensor):
-        examples = examples.detach().cpu()
-    array = np.asarray(examples)
-    if array.size == 0:  # [] reads as float64: nothing picked, whatever its type
-        return np.zeros(0, dtype=np.int64)
-    if array.ndim != 1 or array.dtype.kind not in "iu":
-        got = f"{array.ndim}-D" if array.ndim != 1 else f"values of dtype {array.dtype}"
-        raise TRMError(f"examples: expected a list of whole-number example indices, got {got}")
-    return array.astype(np.int64)
+    """`examples` as int64 indices (`data.whole_indices`), or None: every example."""
+    return None if examples is None else whole_indices(examples, "examples")
 
 
 def _check_outputs_finite(q_halt: np.ndarray, logits: np.ndarray | None, rows: np.ndarray,
