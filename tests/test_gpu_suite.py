@@ -450,17 +450,26 @@ def test_upstreams_attention_gets_the_layout_its_view_needs(monkeypatch):
     assert B.flash_layout(lambda *a, **kw: laid_out)(q, k, v) is laid_out
 
 
-def test_the_bench_glue_loads_ours_on_the_device(prepared, tmp_path):
+def test_the_bench_glue_loads_ours_on_the_device(prepared, tmp_path, monkeypatch):
     """bench_evaluate.load_ours loaded on the CPU whatever the device (the first H100 run's evaluation died on a
-    device mismatch): the device is passed to the loader. `meta` stands in for a GPU here."""
+    device mismatch): the device is passed to the loader. The loader is watched (no GPU here): it is asked for
+    `cuda:1` and loads on the CPU."""
     from benchmarks import bench_evaluate as E
     from trm_kaggle.data.format import load_metadata
 
+    asked = []
+    real = E.load_model_for_dataset
+
+    def watched(export_dir, dataset, device="cpu"):
+        asked.append(device)
+        return real(export_dir, dataset, "cpu")
+
+    monkeypatch.setattr(E, "load_model_for_dataset", watched)
     ds = prepared / "data" / "arc"
     arch = E.make_arch(32, 2, 2, 2, 4)
     base = E.random_model(arch, load_metadata(ds, "test").num_puzzle_identifiers, seed=0)
-    loaded = E.load_ours(base, arch, ds, tmp_path / "export", "meta")
-    assert {p.device.type for p in loaded.parameters()} == {"meta"}
+    loaded = E.load_ours(base, arch, ds, tmp_path / "export", "cuda:1")
+    assert asked == ["cuda:1"] and not loaded.training
 
 
 def test_evaluation_is_judged_against_float64_and_a_one_percent_weight_change_breaks_the_bound(prepared, tmp_path):
