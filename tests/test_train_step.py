@@ -1,6 +1,7 @@
 """The training step's seams: the non-finite policy chosen at setup, StepRules (what a recipe changes), and
 when the loop evaluates (eval_interval, min_eval_interval as upstream's)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -79,8 +80,11 @@ def test_rules_replace_the_loss_and_the_schedule(sudoku4, tmp_path):
 
 
 @pytest.mark.parametrize("change, said", [
-    ({"lr": float("nan")}, "lr nan is not a number from 0 to inf"),
-    ({"emb_lr": float("inf")}, "emb_lr inf is not finite"),
+    ({"lr": float("nan")}, "lr nan is not a number from 0 to 1e+30"),
+    ({"emb_lr": float("inf")}, "emb_lr inf is not a number from 0 to 1e+30"),
+    # the config's bound: above float32's range the optimizer's own overflow error named no rule and no field
+    ({"lr": 1e39}, "lr 1e+39 is not a number from 0 to 1e+30"),
+    ({"emb_lr": 1e300}, "emb_lr 1e+300 is not a number from 0 to 1e+30"),
     ({"lr": "0.1"}, "lr '0.1' is not a number"),
     ({"lr": -1.0}, "lr -1.0 is not a number from 0"),
     ({"H_cycles": 0}, "H_cycles 0 is not a whole number from 1 to 256"),
@@ -94,8 +98,6 @@ def test_a_rules_schedule_out_of_bounds_is_named_before_its_step(sudoku4, tmp_pa
     """A recipe's schedule is a user's code: a NaN rate trained its step (NaN weights, then skipped steps called
     divergence and blamed on the config's lr), a depth of 0 was pydantic's error about an ArchConfig set right, a
     text rate Python's own error. Each is one TRMError naming the rule, the step and the field; no step trains."""
-    import dataclasses
-
     from trm_kaggle.errors import TRMError
 
     def bad(cfg, step, epoch, total, factor=1.0):
@@ -106,6 +108,54 @@ def test_a_rules_schedule_out_of_bounds_is_named_before_its_step(sudoku4, tmp_pa
         train(cfg_for(sudoku4, run, "max_steps=3"), rules=StepRules(schedule=bad))
     assert str(e.value).startswith("StepRules.schedule at step 1") and said in str(e.value), str(e.value)
     assert not (run / "metrics.jsonl").exists() or not records(run)
+
+
+def _supervise_returning(wrong):
+    from trm_kaggle.train.recipes import supervise
+
+    def rule(*args):
+        return wrong(*supervise(*args))
+    return rule
+
+
+@pytest.mark.parametrize("wrong, said", [
+    (lambda c, o: None, "returned None (a NoneType): expected a pair (carry, outputs)"),
+    (lambda c, o: o, "(a dict): expected a pair (carry, outputs)"),
+    (lambda c, o: (None, o), "the carry is None (a NoneType), not the model's Carry"),
+    (lambda c, o: (c, {}), "the outputs are an empty mapping"),
+    (lambda c, o: (c, [o["logits"]]), "the outputs are [tensor("),
+    (lambda c, o: (c, {"q_halt_logits": o["q_halt_logits"]}), "the outputs lack logits, which the loss (act_loss)"),
+    (lambda c, o: (c, {**o, "logits": o["logits"][:2]}), "the outputs' logits has shape (2, 16, 6): expected 8 rows"),
+    (lambda c, o: (c, {**o, "q_halt_logits": 0.5}), "the outputs' q_halt_logits is 0.5 (a float), not a torch tensor"),
+    (lambda c, o: (dataclasses.replace(c, z_H=c.z_H[:3]), o), "the carry's z_H has shape (3,"),
+    (lambda c, o: (dataclasses.replace(c, current_data={}), o), "the carry's current_data['labels'] is None"),
+    # detached outputs were blamed on the loss rule that read them
+    (lambda c, o: (c, {k: v.detach() for k, v in o.items()}), "no output requires a gradient: they are detached"),
+])
+def test_a_rules_supervise_of_the_wrong_kind_is_named(sudoku4, tmp_path, wrong, said):
+    """What `StepRules.supervise` returns is checked at every step as the schedule and the loss are: None, the
+    outputs alone or a carry of None ended in Python's unpacking and attribute errors, outputs of other rows in
+    torch's, naming neither the rule nor the step."""
+    from trm_kaggle.errors import TRMError
+
+    with pytest.raises(TRMError) as e:
+        train(cfg_for(sudoku4, tmp_path / "r", "max_steps=2"), rules=StepRules(supervise=_supervise_returning(wrong)))
+    assert str(e.value).startswith("StepRules.supervise at step 1") and said in str(e.value), str(e.value)
+
+
+def test_a_recipes_own_loss_reads_the_outputs_its_supervise_returns(sudoku4, tmp_path):
+    """act_loss's outputs are required only of a run whose loss is act_loss: a recipe's pair of rules agrees on
+    its own."""
+    def supervise(*args):
+        return _supervise_returning(lambda c, o: (c, {"mine": o["logits"]}))(*args)
+
+    def loss(outputs, labels, halted, steps, loss_type):
+        zero = outputs["mine"].sum() * 0
+        return zero, {n: torch.zeros(()) for n in ("count", "lm_loss", "q_halt_loss", "token_accuracy",
+                                                   "exact_accuracy", "q_halt_accuracy", "steps")}
+
+    assert train(cfg_for(sudoku4, tmp_path / "r", "max_steps=1"), rules=StepRules(supervise=supervise,
+                                                                                   loss=loss)).step == 1
 
 
 def test_the_default_rules_are_upstreams(sudoku4, tmp_path):

@@ -12,7 +12,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from trm_kaggle.config import ArchConfig, TrainConfig, whole_argument
+from trm_kaggle.config import MAX_LR, ArchConfig, TrainConfig, whole_argument
 from trm_kaggle.wording import clipped, type_name
 
 
@@ -133,10 +133,9 @@ def checked_schedule(schedule, step: int, cfg: TrainConfig) -> StepSchedule:
         except ValueError:
             raise refuse(name, f"a whole number from {low} to {high}") from None
 
-    plain = {"lr": number("lr", 0.0, math.inf), "emb_lr": number("emb_lr", 0.0, math.inf)}
-    for name in ("lr", "emb_lr"):  # inf passed the range: a rate must be finite
-        if not math.isfinite(plain[name]):
-            raise TRMError(f"{where}: {name} {plain[name]!r} is not finite")
+    # the config's bound for its rates (one owner): 1e39 passed a check to inf, and float32's step sizes overflowed
+    # in the optimizer, naming neither the rule nor the field
+    plain = {"lr": number("lr", 0.0, MAX_LR), "emb_lr": number("emb_lr", 0.0, MAX_LR)}
     for name in ("H_cycles", "L_cycles"):  # ArchConfig's own bounds: one owner
         plain[name] = whole(name, 1, next(m.le for m in ArchConfig.model_fields[name].metadata if hasattr(m, "le")))
     plain["exploration"] = number("exploration", 0.0, 1.0)

@@ -22,7 +22,7 @@ import torch
 
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.model import TinyRecursiveModel, act_loss
+from trm_kaggle.model import Carry, TinyRecursiveModel, act_loss
 from trm_kaggle.train.memory import is_out_of_memory, out_of_memory_error
 from trm_kaggle.train.nonfinite import Applied, NonFinitePolicy, drop_gradients
 from trm_kaggle.train.optimizers import set_learning_rates
@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 #: The per-step sums `accumulate` returns after the loss (row 0), in this order.
 METRIC_NAMES = ["count", "lm_loss", "q_halt_loss", "token_accuracy", "exact_accuracy", "q_halt_accuracy", "steps"]
+#: The outputs act_loss reads: a supervise rule feeding it must return them.
+ACT_OUTPUTS = ("logits", "q_halt_logits")
+#: The carry's tensors, one row per batch slot (its `current_data` is checked apart).
+_CARRY_TENSORS = ("z_H", "z_L", "steps", "halted")
 
 
 def configure_model(model: TinyRecursiveModel, schedule: StepSchedule) -> None:
@@ -103,14 +107,16 @@ def split_batch(batch: dict[str, torch.Tensor], size: int) -> list[dict[str, tor
 
 
 def accumulate(forward, model, batch, carries, micro, step, cfg, rt, local_batch, scaler=None, loss_fn=act_loss,
-               supervise_fn=supervise, warmup=0):
-    """Forward + backward of every micro-batch of `batch`; returns the new carries and summed metrics."""
+               supervise_fn=supervise, warmup=0, outputs_read=ACT_OUTPUTS):
+    """Forward + backward of every micro-batch of `batch`; returns the new carries and summed metrics.
+    `outputs_read`: the outputs `loss_fn` reads (act_loss's by default), which `supervise_fn` must return."""
     metrics, new_carries = None, []
     for k, mb in enumerate(split_batch(batch, micro)):
         first = rt.rank * local_batch + k * micro
         expl = exploration_draws(cfg.seed, step, cfg.global_batch_size, cfg.arch.halt_max_steps,
                                  slice(first, first + micro), rt.device)
-        carry, out = supervise_fn(forward, model, carries[k], mb, expl, warmup, cfg)
+        carry, out = checked_supervise(supervise_fn(forward, model, carries[k], mb, expl, warmup, cfg), step,
+                                       next(iter(mb.values())).shape[0], outputs_read)
         loss, m = checked_loss(loss_fn(out, carry.current_data["labels"], carry.halted, carry.steps,
                                        cfg.arch.loss_type), step)
         scaled = loss / cfg.global_batch_size
@@ -146,6 +152,53 @@ def checked_loss(result, step: int) -> tuple[torch.Tensor, Mapping]:
     raise TRMError(f"{where}: the loss {problem}")
 
 
+def checked_supervise(result, step: int, rows: int, outputs_read=ACT_OUTPUTS) -> tuple[Carry, Mapping]:
+    """`result` (what the run's `StepRules.supervise` returned for a micro-batch of `rows` rows in optimizer step
+    `step + 1`), or TRMError naming the rule, the step and what is wrong, as `checked_loss` does for the loss: None,
+    the outputs alone or a carry of None ended in Python's unpacking and attribute errors, outputs of other rows in
+    torch's, and outputs detached from the model were blamed on the loss rule that read them. `outputs_read`: the
+    outputs the run's loss reads (act_loss's; none is required of a recipe's own loss). Shapes and flags are read,
+    never values: the step does not wait for the device."""
+    where = f"StepRules.supervise at step {step + 1}"
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TRMError(f"{where} returned {clipped(result, 60)} (a {type_name(result)}): expected a pair (carry, "
+                       "outputs), as supervise returns")
+    carry, outputs = result
+    if not isinstance(carry, Carry):
+        problem = f"the carry is {clipped(carry, 40)} (a {type_name(carry)}), not the model's Carry"
+    elif bad := _rows_problem({**{n: getattr(carry, n) for n in _CARRY_TENSORS},
+                               "current_data['labels']": (carry.current_data.get("labels")
+                                                          if isinstance(carry.current_data, Mapping) else None)},
+                              rows):
+        problem = f"the carry's {bad}"
+    elif not isinstance(outputs, Mapping):
+        problem = (f"the outputs are {clipped(outputs, 40)} (a {type_name(outputs)}), not the model's mapping of "
+                   "tensors")
+    elif not outputs:
+        problem = "the outputs are an empty mapping: the loss has no model output to read"
+    elif missing := [n for n in outputs_read if n not in outputs]:
+        problem = f"the outputs lack {', '.join(missing)}, which the loss (act_loss) reads"
+    elif bad := _rows_problem(dict(outputs), rows):
+        problem = f"the outputs' {bad}"
+    elif torch.is_grad_enabled() and not any(v.requires_grad for v in outputs.values()):
+        problem = ("no output requires a gradient: they are detached from the model, and no weight would learn "
+                   "from them")
+    else:
+        return carry, outputs
+    raise TRMError(f"{where}: {problem}")
+
+
+def _rows_problem(tensors: Mapping[str, object], rows: int) -> str | None:
+    """What is wrong with the first of `tensors` that is no tensor of `rows` rows (one per row of the micro-batch),
+    or None."""
+    for name, value in tensors.items():
+        if not isinstance(value, torch.Tensor):
+            return f"{name} is {clipped(value, 40)} (a {type_name(value)}), not a torch tensor"
+        if value.ndim == 0 or value.shape[0] != rows:
+            return f"{name} has shape {tuple(value.shape)}: expected {rows} rows, one per row of the micro-batch"
+    return None
+
+
 def _largest_divisor_at_most(n: int, k: int) -> int:
     return max(d for d in range(1, max(1, k) + 1) if n % d == 0)
 
@@ -159,7 +212,8 @@ def _forward_backward(state: TrainState, batch: dict[str, torch.Tensor], run: St
         try:
             state.carries, metrics = accumulate(run.forward, state.model, batch, state.carries, state.micro,
                                                 state.step, cfg, rt, run.local_batch, state.scaler, run.loss,
-                                                run.rules.supervise, warmup)
+                                                run.rules.supervise, warmup,
+                                                ACT_OUTPUTS if run.rules.loss is act_loss else ())
             return metrics
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as e:  # any device's allocator
             if not is_out_of_memory(e):
