@@ -713,6 +713,18 @@ def test_an_evaluation_callback_answering_neither_yes_nor_no_is_named_after_a_sa
                      on_eval=lambda step, m: fine).step == 3
 
 
+def test_numpys_bools_from_an_evaluation_callback_are_answers(sudoku4, tmp_path):
+    """`on_eval` returning `np.mean(...) > 0.99` gives numpy's bool, whose type numpy 2 names `bool`: np.False_ ended
+    the run with "on_eval returned np.False_ ...: False or None to go on". False goes on, True stops."""
+    import numpy as np
+
+    assert train(cfg_for(sudoku4, tmp_path / "no", "max_steps=3", "eval_interval=1"),
+                 on_eval=lambda step, m: np.float64(m.get("eval_exact_accuracy", 0.0)) > 2.0).step == 3
+    stopped = train(cfg_for(sudoku4, tmp_path / "yes", "max_steps=12", "eval_interval=1"),
+                    on_eval=lambda step, m: np.True_)
+    assert stopped.stopped_by == "the evaluation callback" and stopped.step < 12
+
+
 def test_the_dtype_line_is_logged_when_progress_is_off(sudoku4, tmp_path, caplog, capsys):
     """docs/training.md: the run says which dtype it chose and why. With `--no-progress` (progress=False) nothing
     said it, even with -v. It is logged then (INFO: shown with -v), and printed as before with progress on."""

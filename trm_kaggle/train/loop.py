@@ -26,6 +26,8 @@ import sys
 import time
 from typing import Callable
 
+import numpy as np
+
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig, revalidated, seconds_argument
 from trm_kaggle.errors import TRMError
@@ -93,7 +95,9 @@ def _stop_asked(verdict, run: Run, control: StopControl) -> bool:
     """Whether `on_eval`'s answer asks the run to stop: True stops, False or None goes on. Anything else (a NaN, a
     word, a metric returned by mistake) stopped the run as if it were True, without a word: the state is saved and
     the answer named."""
-    if verdict is None or isinstance(verdict, bool) or type(verdict).__name__ == "bool_":  # numpy's too
+    # numpy's bool too (`acc > 0.99` on numpy numbers): its type is named `bool` under numpy 2, not `bool_`, and a
+    # check by that name refused np.False_ as neither True nor False
+    if verdict is None or isinstance(verdict, (bool, np.bool_)):
         return bool(verdict)
     _save(run, control)
     raise TRMError(f"on_eval returned {clipped(verdict)} at step {run.state.step}: it returns True to stop the run, "
