@@ -888,3 +888,35 @@ def test_a_training_run_given_as_an_export_points_to_trm_kaggle_export(sudoku4, 
     (settings_only / "config.json").write_text("{}")  # no run's settings: said as before
     assert main(["evaluate", "--weights", str(settings_only), "--data", str(sudoku4)]) == 2
     assert capsys.readouterr().err == f"error: {settings_only / 'config.json'}: not a trm-kaggle inference config\n"
+
+
+def test_a_runs_torch_settings_end_with_it(sudoku4, tmp_path):
+    """`deterministic=True` and `threads` are torch's settings for the whole process: they stayed set after train()
+    returned, so a second run of the process that asked for deterministic=False ran deterministic, and so did the
+    caller's own torch code. Each run has its own while it trains, and the caller's are back when it ends, whether
+    it trained to its end or failed."""
+    from trm_kaggle.train.step import StepRules
+
+    kept = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
+    seen = []
+
+    def watch(step, metrics):
+        seen.append((torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()))
+
+    def failing(*args):
+        watch(0, {})
+        return None
+
+    try:
+        torch.use_deterministic_algorithms(False)
+        torch.set_num_threads(2)  # the caller's own (TINY trains with threads=1)
+        train(cfg_for(sudoku4, tmp_path / "a", "max_steps=1"), on_step=watch)
+        assert (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()) == (False, 2)
+        train(cfg_for(sudoku4, tmp_path / "b", "max_steps=1", "deterministic=False"), on_step=watch)
+        with pytest.raises(TRMError, match="StepRules.schedule at step 1"):
+            train(cfg_for(sudoku4, tmp_path / "c", "max_steps=1"), rules=StepRules(schedule=failing))
+        assert seen == [(True, 1), (False, 1), (True, 1)], seen
+        assert (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()) == (False, 2)
+    finally:
+        torch.use_deterministic_algorithms(kept[0])
+        torch.set_num_threads(kept[1])

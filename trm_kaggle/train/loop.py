@@ -38,6 +38,7 @@ from trm_kaggle.train.metric_log import LogWindow
 from trm_kaggle.train.metrics import shown
 from trm_kaggle.train.progress import TrainProgress
 from trm_kaggle.train.result import TrainResult
+from trm_kaggle.train.runtime import torch_settings_kept
 from trm_kaggle.train.setup import Run, prepare
 from trm_kaggle.train.step import StepRules, train_step
 from trm_kaggle.train.stops import StopControl
@@ -66,6 +67,7 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
     cfg = revalidated(cfg)  # a config built around its validators (model_copy, model_construct) is checked here
     deadline = seconds_argument("deadline", deadline)  # NaN compared false with every clock: no deadline at all
     with contextlib.ExitStack() as held:
+        held.enter_context(torch_settings_kept())  # the caller's deterministic mode and threads, back at the end
         run = prepare(cfg, held, deadline=deadline, banner=banner, rules=rules)
         if isinstance(run, TrainResult):
             return run

@@ -11,6 +11,7 @@ resumes from the newest train state like any rerun (`trm_kaggle.train.loop`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -129,7 +130,26 @@ def peer_lost(e: BaseException) -> PeerLost | None:
                     "another rank ended, and its own line above says why")
 
 
+@contextlib.contextmanager
+def torch_settings_kept():
+    """Put torch's process-wide settings that `setup_runtime` changes (deterministic algorithms, the CPU thread
+    count) back as they were when the block ends, however it ends: a run's `deterministic=True` stayed on for the
+    next run of the same process (which asked for False) and for the caller's own torch code, where on CUDA it makes
+    some operations raise."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
 def setup_runtime(cfg: TrainConfig) -> Runtime:
+    """The run's device, dtype, ranks and threads; sets torch's threads and deterministic mode for the process
+    (`train` holds `torch_settings_kept` around it)."""
     from trm_kaggle.model import resolve_forward_dtype
 
     world_size, rank, local_rank = torchrun_ranks()
