@@ -785,3 +785,27 @@ def test_a_config_file_of_no_settings_is_refused_as_an_empty_json_one_is(tmp_pat
         load_train_config(tmp_path / "c.yaml")
     with pytest.raises(TRMError, match="^--config is empty: name a YAML or JSON config file"):
         load_train_config("")
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda: load_train_config(presets=5), "presets: expected a preset's name or a list of them, got int"),
+    (lambda: load_train_config(presets=["cpu-smoke", None]), "presets[1]: expected a str (a preset's name), got "
+                                                              "NoneType"),
+    (lambda: load_train_config(values=[1, 2]), "values: expected a mapping of settings"),
+    (lambda: load_train_config(overrides=[5]), "overrides[0]: expected a str (a key=value override), got int"),
+    (lambda: load_train_config(overrides=b"max_steps=5"), "overrides: expected a key=value override or a list of "
+                                                          "them, got bytes"),
+    (lambda: load_train_config(overrides={"max_steps": 5}), "(values= takes a mapping of settings), got dict"),
+    (lambda: load_train_config(5), "config_file: expected a config file's path (a str or os.PathLike) or None"),
+])
+def test_an_argument_of_the_wrong_type_is_named(call, said):
+    """presets=5 was "'int' object is not iterable", values=[1, 2] and overrides=[5] AttributeErrors from deep in
+    the layers, naming no argument."""
+    with pytest.raises(TypeError) as e:
+        call()
+    assert said in str(e.value), str(e.value)
+
+
+def test_one_override_or_preset_alone_is_one():
+    cfg = load_train_config(presets="cpu-smoke", overrides="max_steps=5")
+    assert cfg.max_steps == 5 and cfg == load_train_config(presets=["cpu-smoke"], overrides=("max_steps=5",))

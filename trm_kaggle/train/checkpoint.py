@@ -44,7 +44,7 @@ from trm_kaggle.jsonio import (directory_problem, is_regular, open_regular, pars
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
                               load_weights_only, model_from_train_state)
 from trm_kaggle.outputs import Input, Output, check_kept, refuse_nul
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, type_name
 
 log = logging.getLogger(__name__)
 
@@ -109,15 +109,24 @@ def state_step(path: str | os.PathLike) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def list_states(run_dir: Path) -> list[Path]:
+def run_dir_argument(run_dir: object) -> str | os.PathLike:
+    """`run_dir`, a library call's run folder, when it is a path (a str or os.PathLike); else a TypeError naming the
+    argument (None and 5 were pathlib's "expected str, bytes or os.PathLike object", naming none)."""
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise TypeError(f"run_dir: expected a run folder's path (a str or os.PathLike), got {type_name(run_dir)}")
+    return run_dir
+
+
+def list_states(run_dir: str | os.PathLike) -> list[Path]:
     """Train states in `run_dir`, oldest first."""
-    found = [(step, p) for p in Path(run_dir).glob("state_step*.pt") if (step := state_step(p)) is not None]
+    found = [(step, p) for p in Path(run_dir_argument(run_dir)).glob("state_step*.pt")
+             if (step := state_step(p)) is not None]
     return [p for _, p in sorted(found)]
 
 
 def newest_step(run_dir: str | os.PathLike) -> int:
     """The step a resumed run in `run_dir` continues from (its newest state that loads); 0 when there is none."""
-    if not list_states(Path(run_dir)):
+    if not list_states(run_dir):
         return 0
     return int(load_newest_state(run_dir)[1]["step"])
 
@@ -133,6 +142,7 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
     directory, a FIFO or device, a failing disk) is not damaged: it stops the load with one line naming the
     cause, and nothing is renamed (resuming from an older state would throw its steps away).
     """
+    run_dir = run_dir_argument(run_dir)
     quarantine = flag_argument("quarantine", quarantine)  # "no" was taken as yes: damaged states renamed
     states = list_states(Path(run_dir))
     if not states:

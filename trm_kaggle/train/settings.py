@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import pydantic
 import yaml
@@ -33,7 +33,7 @@ from trm_kaggle.yamlio import MAX_YAML_BYTES, parse_yaml
 from trm_kaggle.train.config_layers import _LEAVES, UPSTREAM_ONLY, ConfigLayers, _get
 from trm_kaggle.train.overrides import Interpolation
 from trm_kaggle.train.presets import PRESETS, expand_preset_names
-from trm_kaggle.wording import clipped, one_line
+from trm_kaggle.wording import clipped, one_line, type_name
 
 # config fields that may differ between a run and its resumption (freeze_weights: a staged test-time schedule
 # trains the puzzle rows alone, then resumes the same run with every weight; the weights' optimizer starts then;
@@ -149,10 +149,17 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
     Upstream-only settings that are dropped are appended to `notes` (when given) and logged as warnings.
     Raises TRMError for unknown keys, bad values and unknown presets.
     """
+    presets = _texts_argument("presets", presets, "a preset's name")
+    overrides = _texts_argument("overrides", overrides, "a key=value override")
+    if config_file is not None and not isinstance(config_file, (str, os.PathLike)):
+        raise TypeError(f"config_file: expected a config file's path (a str or os.PathLike) or None, got "
+                        f"{type_name(config_file)}")
+    if values is not None and not isinstance(values, Mapping):
+        raise TypeError(f"values: expected a mapping of settings ({{\"lr\": 1e-4}}) or None, got {type_name(values)}")
+    if notes is not None and not isinstance(notes, list):
+        raise TypeError(f"notes: expected a list (the notes are appended to it) or None, got {type_name(notes)}")
     layers = ConfigLayers(notes if notes is not None else [])
-    if isinstance(presets, str):  # one preset, as one override is taken whole: list("cpu-smoke") was preset 'c'
-        presets = [presets]
-    for name in expand_preset_names(list(presets)):
+    for name in expand_preset_names(presets):
         layers.apply_mapping(PRESETS[name]["overrides"], f"preset {name}")
     if config_file is not None:
         source = os.fspath(config_file)
@@ -165,14 +172,28 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
         partial = not upstream and {k for k, v in layers.origin.items() if v == source} < set(_LEAVES)
     if values:
         layers.apply_mapping(values, "the given values")
-    if isinstance(overrides, str):
-        overrides = [overrides]
     for text in overrides:
         layers.apply_override(text)
     cfg = layers.build()
     if config_file is not None and partial:
         _note_unread_in_file(cfg, layers, source)
     return _read_by_something(cfg, overrides)
+
+
+def _texts_argument(name: str, value: object, what: str) -> list[str]:
+    """`value`, one str or a list (any iterable) of str, as a list; else a TypeError naming the argument (5 was
+    "'int' object is not iterable", [5] and bytes an AttributeError from deep in the override grammar). One str is
+    one item, taken whole: list("cpu-smoke") was the presets 'c', 'p', 'u', ..."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
+        hint = " (values= takes a mapping of settings)" if isinstance(value, Mapping) else ""
+        raise TypeError(f"{name}: expected {what} or a list of them{hint}, got {type_name(value)}")
+    items = list(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise TypeError(f"{name}[{i}]: expected a str ({what}), got {type_name(item)}")
+    return items
 
 
 #: Settings typed as overrides that the run they build would not read, by the switch that leaves them unread:

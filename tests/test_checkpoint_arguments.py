@@ -1,0 +1,20 @@
+"""The run-folder functions of `trm_kaggle.train.checkpoint`, called from Python with an argument of the wrong type:
+a TypeError naming it, as `train` does for its own (None and 5 were pathlib's "expected str, bytes or os.PathLike
+object", naming no argument)."""
+
+import pytest
+
+from trm_kaggle.train import checkpoint as ckpt
+
+
+@pytest.mark.parametrize("call", [ckpt.list_states, ckpt.load_newest_state, ckpt.newest_step])
+@pytest.mark.parametrize("wrong, said", [(None, "NoneType"), (5, "int"), (b"run", "bytes")])
+def test_a_run_folder_that_is_no_path_is_named(call, wrong, said):
+    with pytest.raises(TypeError, match=rf"^run_dir: expected a run folder's path \(a str or os.PathLike\), got "
+                                        rf"{said}$"):
+        call(wrong)
+
+
+def test_a_path_of_either_kind_is_taken(tmp_path):
+    (tmp_path / "state_step00000002.pt").touch()
+    assert ckpt.list_states(tmp_path) == ckpt.list_states(str(tmp_path)) == [tmp_path / "state_step00000002.pt"]
