@@ -9,6 +9,7 @@ drawn.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -269,6 +270,46 @@ def test_resume_refuses_a_different_stream(mixed):
     loader.load_state_dict(state)
     with pytest.raises(RuntimeError, match="load_state_dict"):
         next(it)
+
+
+def test_resume_refuses_a_position_no_stream_reaches(even):
+    """A hand-edited state (re-signed in a train state) with a position beyond the groups was clipped to them without
+    a word, and an epoch and step of 10**9 were taken: the resume went on with another stream. Strict, a count no
+    stream of this loader reaches is refused naming it and its range; strict=False still clips."""
+    path, _ = even
+    make = lambda: PuzzleLoader(path, "train", global_batch_size=4, seed=1, prefetch=0)  # noqa: E731
+    first = make()
+    take(first, 4)  # 3 batches an epoch: one batch into the second
+    state = first.state_dict()
+    assert [state[k] for k in ("epoch", "position", "batch_in_epoch", "step")] == [1, 2, 1, 4]
+    for change, said in [({"position": 10**12}, "position 1000000000000 is outside 0..6 (the groups of an epoch)"),
+                         ({"position": 7}, "position 7 is outside 0..6"),
+                         ({"batch_in_epoch": 1000}, "batch_in_epoch 1000 is outside 1..2 (position 2:"),
+                         ({"batch_in_epoch": 0}, "batch_in_epoch 0 is outside 1..2"),
+                         ({"position": 0}, "batch_in_epoch 1 is outside 0..0"),
+                         ({"step": 0}, "step 0 is below batch_in_epoch 1"),
+                         ({"epoch": 10**9, "step": 10**9}, "epoch 1000000000 is outside 0..999999999"),
+                         ({"epoch": 4}, "epoch 4 is outside 0..3 (step 4 counts a batch at least")]:
+        with pytest.raises(TRMError, match="^cannot resume the data stream exactly: the saved state's "
+                                           + re.escape(said)):
+            make().load_state_dict({**state, **change})
+    clipped = make()
+    clipped.load_state_dict({**state, "position": 10**12}, strict=False)  # explicitly allowed: clipped
+    assert clipped.state_dict()["position"] == 6
+
+
+@pytest.mark.parametrize("batch", [4, 5, 9])
+def test_every_position_a_stream_reaches_resumes(mixed, batch):
+    """The strict checks refuse no state a stream writes (batch 9: the smallest puzzles fill no batch, and an epoch
+    may yield none, so the epoch is not bounded by the step)."""
+    path, _ = mixed
+    make = lambda: PuzzleLoader(path, "train", global_batch_size=batch, seed=3, prefetch=0)  # noqa: E731
+    loader, states = make(), []
+    for _ in loader.iterate(until_epoch=4):
+        states.append(loader.state_dict())
+    states.append(loader.state_dict())
+    for state in states:
+        make().load_state_dict(state)
 
 
 # ----------------------------------------------------------------------------

@@ -920,3 +920,25 @@ def test_a_runs_torch_settings_end_with_it(sudoku4, tmp_path):
     finally:
         torch.use_deterministic_algorithms(kept[0])
         torch.set_num_threads(kept[1])
+
+
+@pytest.mark.parametrize("change, said", [({"position": 10**12}, "position 1000000000000 is outside 0..40"),
+                                          ({"epoch": 10**9, "step": 10**9}, "epoch 1000000000 is outside 0..")])
+def test_a_data_position_no_stream_reaches_is_refused_on_resume(sudoku4, tmp_path, change, said):
+    """A train state's data position, edited and signed again, was clipped to the dataset (or taken as it was)
+    without a word, and the resume trained on another stream. It is refused as another field that does not fit."""
+    from trm_kaggle.model import content_digest
+
+    run = tmp_path / "r"
+    train(cfg_for(sudoku4, run, "max_steps=2"))
+    path = ckpt.state_path(run, 2)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    state.pop("sha256")
+    state["loader"] = json.dumps({**json.loads(state["loader"]), **change})
+    state["sha256"] = content_digest(state)
+    torch.save(state, path)
+    with pytest.raises(TRMError) as e:
+        train(cfg_for(sudoku4, run, "max_steps=4"))
+    assert str(e.value).startswith(f"{path}: field 'loader' does not fit this run: cannot resume the data stream "
+                                   f"exactly: the saved state's {said}"), str(e.value)
+    assert ckpt.list_states(run) == [path]

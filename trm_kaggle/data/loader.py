@@ -358,7 +358,9 @@ class PuzzleLoader:
 
         strict=False accepts a state saved with another seed, batch size or dataset (the
         position is clipped to the dataset); the stream then is no longer the one that
-        the saved run would have seen.
+        the saved run would have seen. Strict, a position no stream of this loader reaches
+        (beyond its groups, more batches than groups used, an epoch count its step cannot
+        hold) is refused, naming the count and its range.
         """
         if not isinstance(state, dict):
             raise TypeError(f"state: expected the dict state_dict() returned, got {type_name(state)}")
@@ -375,8 +377,34 @@ class PuzzleLoader:
                     raise TRMError(f"cannot resume the data stream exactly: the saved state has {key}="
                                    f"{clipped(state.get(key))}, this loader {mine!r}")
         counts = {key: _state_count(state, key) for key in ("epoch", "position", "batch_in_epoch", "step")}
+        if strict and (problem := self._position_problem(**counts)):
+            raise TRMError(f"cannot resume the data stream exactly: the saved state's {problem}")
         self._state = {**counts, "position": min(counts["position"], self.total_groups)}
         self._generation += 1
+
+    def _position_problem(self, epoch: int, position: int, batch_in_epoch: int, step: int) -> str | None:
+        """What no stream of this loader reaches in a saved position (a hand-edited state re-signed), or None: a
+        position beyond the epoch's groups was clipped to them without a word, and a resume took another stream.
+        Every batch uses at least one group of its epoch; every epoch before this one yielded a batch at least
+        when even the smallest puzzles of all the groups fill one (else an epoch may yield none)."""
+        if position > self.total_groups:
+            return f"position {position} is outside 0..{self.total_groups} (the groups of an epoch)"
+        if batch_in_epoch > position or (position and not batch_in_epoch):
+            return (f"batch_in_epoch {batch_in_epoch} is outside {min(1, position)}..{position} (position {position}: "
+                    "each batch of an epoch uses at least one of its groups)")
+        if step < batch_in_epoch:
+            return f"step {step} is below batch_in_epoch {batch_in_epoch} (step counts every batch since the start)"
+        if epoch > step - batch_in_epoch and self._min_examples_per_epoch() >= self.global_batch_size:
+            return (f"epoch {epoch} is outside 0..{step - batch_in_epoch} (step {step} counts a batch at least of "
+                    f"every epoch before it, and batch_in_epoch {batch_in_epoch} of this one)")
+        return None
+
+    def _min_examples_per_epoch(self) -> int:
+        """Examples an epoch yields at least (every group's smallest puzzle)."""
+        if not self.total_groups:
+            return 0
+        sampler = self.sampler
+        return int(np.sum(np.minimum.reduceat(sampler.puzzle_sizes, sampler.group_starts[:-1])))
 
     # ------------------------------------------------------------------
     # Sampling filter (a data curriculum sets it)
