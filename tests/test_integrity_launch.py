@@ -139,6 +139,36 @@ def test_a_run_folder_or_export_train_refuses_for_its_place_is_refused(here, cap
     assert listing(here) == before
 
 
+@pytest.mark.parametrize("launcher", ["slurm", "k8s"])
+def test_job_files_in_a_training_run_folder_are_refused(here, capsys, launcher):
+    """--out a run folder (a sweep's run, or any training's) wrote the job files, their record and a lock among the
+    run's states, exit 0, --force too; `train` and the sweep then refused that run folder as a launch's folder, and
+    the run could not be continued."""
+    run = here / "sw" / "baseline_s0"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"run_id": "x"}')
+    (here / "r2").mkdir()
+    (here / "r2" / "state_step00000004.pt").write_bytes(b"")
+    before = listing(here)
+    for args, said in ((["--out", "sw/baseline_s0"], "--out sw/baseline_s0 is a training run folder"),
+                       (["--out", "sw/baseline_s0", "--force"], "--out sw/baseline_s0 is a training run folder"),
+                       (["--out", "sw/baseline_s0/jobs"], f"--out sw/baseline_s0/jobs lies inside {run}, which is a "
+                                                          "training run folder"),
+                       (["--out", "r2"], "--out r2 is a training run folder (it holds run.json or a train state): "
+                                         "its files would mix with the run's; choose a folder of its own")):
+        line = one_error_line(capsys, launch(launcher, *args))
+        assert said in line, (args, line)
+    rc = main(["sweep", "tn", "--launcher", launcher, *CLUSTER[launcher], "--out", "sw/baseline_s0", *SETTINGS])
+    assert "--out sw/baseline_s0 is a training run folder" in one_error_line(capsys, rc)
+    assert listing(here) == before
+
+
+def test_a_sweeps_job_files_over_a_file_are_said_as_out(here, capsys):
+    (here / "g1.yaml").write_text("name: g1\n")
+    rc = main(["sweep", "tn", "--launcher", "slurm", *CLUSTER["slurm"], "--out", "g1.yaml", *SETTINGS])
+    assert one_error_line(capsys, rc) == "error: --out g1.yaml is a file; a folder is written there"
+
+
 # ---------------------------------------------------------------------------
 # What the user typed reaches the worker as given: never shell code, never a Kubernetes `$(VAR)`
 # ---------------------------------------------------------------------------

@@ -593,6 +593,6 @@ def test_the_launch_library_checks_its_out_folder_as_the_command_does(tmp_path, 
     (tmp_path / "f").write_text("a file")
     out = where.format(tmp=tmp_path)
     cluster = ClusterConfig(launcher="k8s", nodes=1, gpus_per_node=1, out=out, k8s={"image": "i", "pvc": "p"})
-    with pytest.raises(TRMError, match=r"^out "):
+    with pytest.raises(TRMError, match=r"^--out "):
         launch_training(cluster, overrides=["data_paths=[/workspace/d]"])
     assert not os.path.lexists("/dev/trm-probe") and not os.path.lexists("/trm-d.yaml")

@@ -331,7 +331,8 @@ def _launch_files(folder: Path) -> set[str]:
     return {name for name in files if isinstance(name, str)} if isinstance(files, dict) else set()
 
 
-def _is_run_folder(folder: Path) -> bool:
+def is_run_folder(folder: Path) -> bool:
+    """Whether `folder` is a training run's folder: it holds run.json or a train state."""
     return (folder / "run.json").is_file() or any(folder.glob("state_step*.pt"))
 
 
@@ -355,7 +356,7 @@ def _input_file_problem(out: Output, path: Path) -> str | None:
         at = f"is a file of the dataset {parent}"
     elif path.name in _EXPORT_FILES and parent.is_dir() and input_kind(parent) == "an export":
         at = f"is a file of the export {parent}"
-    elif any(fnmatch.fnmatchcase(path.name, p) for p in _RUN_FILES) and parent.is_dir() and _is_run_folder(parent):
+    elif any(fnmatch.fnmatchcase(path.name, p) for p in _RUN_FILES) and parent.is_dir() and is_run_folder(parent):
         at = f"is a file of the training run folder {parent}"
     else:
         return None

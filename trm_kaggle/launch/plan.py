@@ -30,7 +30,7 @@ from trm_kaggle.jsonio import read_json
 from trm_kaggle.launch import files, k8s, slurm
 from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_volume
 from trm_kaggle.locks import LOCK_FILE
-from trm_kaggle.outputs import Output, overlap_problem, place_problem, writable_problem
+from trm_kaggle.outputs import Output, is_run_folder, kept_by_problem, overlap_problem, place_problem, writable_problem
 from trm_kaggle.train import config_differences, default_run_dir, load_train_config, training_io
 from trm_kaggle.wording import count
 
@@ -205,6 +205,11 @@ def check_outputs(cluster: ClusterConfig, jobs: list[ClusterJob], texts: dict[st
     job_files = Output(cluster.out, "--out", "folder", (*texts, files.RECORD, LOCK_FILE))
     runs = [(f"run {job.run}: " if len(jobs) > 1 else "", job.settings, job.run_dir, export) for job in jobs]
     runs += [("", cfg, default_run_dir(cfg), cluster.export) for cfg in given]
+    # job files among a run's states: `train` (here, on the nodes, in a sweep) then refuses that run folder as a
+    # launch's folder, and the run could no longer be continued
+    if problem := kept_by_problem(cluster.out, "--out", is_run_folder, "a training run folder",
+                                  "run.json or a train state", "run's"):
+        raise TRMError(problem)
     read = []
     for where, cfg, run_dir, exported in runs:
         inputs, outputs = training_io(cfg, run_dir, export=exported)
@@ -229,7 +234,7 @@ def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[s
         submit = "sbatch " + str(Path(cluster.out) / next(iter(texts)))
     check_outputs(cluster, jobs, texts, export, given)
     # the job files' folder, as the command checks it, whoever calls: /dev was written into, a file on the path
-    if problem := writable_problem(Output(cluster.out, "out", "folder")):  # was mkdir's NotADirectoryError
+    if problem := writable_problem(Output(cluster.out, "--out", "folder")):  # was mkdir's NotADirectoryError
         raise TRMError(problem)
     # a sweep's files are its own group: written again with fewer runs, the others' files go (`files`)
     group = f"sweep {array_name} ({cluster.launcher})" if array_name else None
