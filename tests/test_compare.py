@@ -500,3 +500,41 @@ def test_a_number_too_large_for_a_float_on_the_command_line(tmp_path, capsys, ca
     write_run(runs / "s", ["seed=1"], train=[(1, 1.0, 2.0, 0.1, 0.5)])
     assert main(["compare", str(runs), "--out", str(tmp_path / "c3")]) == 0
     assert list(rows_of(tmp_path / "c3" / "table.csv")) == ["r", "s"]  # r: its one good record
+
+
+def test_the_default_out_of_a_live_sweep_is_compares_own(tmp_path, capsys):
+    """`compare SWEEP` while the sweep runs, as documented: its default --out SWEEP/compare is the comparison's own
+    folder (a name no run of a sweep has), built beside and renamed into place; any other place in the live sweep
+    stays refused. It was refused as lying inside a folder a live command holds."""
+    import subprocess
+    import sys
+
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "a_s0", ["seed=0"], train=[(5, 2.0, 1.0, 0.5, 0.8)])
+    (sweep / "sweep.json").write_text(json.dumps({"format": "trm_kaggle.sweep", "version": 1, "runs": [
+        {"name": "a_s0", "variant": "a", "seed": 0, "state": "running"}]}))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom trm_kaggle.locks import directory_lock\n"
+                               "with directory_lock(sys.argv[1], 'sweep'):\n    print('held', flush=True)\n"
+                               "    time.sleep(60)\n", str(sweep)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert main(["compare", str(sweep)]) == 0
+        assert (sweep / "compare" / "table.md").is_file()
+        assert main(["compare", str(sweep), "--out", str(sweep / "other")]) == 2
+        assert "lies inside a folder a live command holds" in capsys.readouterr().err
+        assert sorted(p.name for p in sweep.iterdir()) == [".trm_kaggle.lock", "a_s0", "compare", "sweep.json"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_file_given_without_out_is_named_as_the_input(tmp_path, capsys):
+    """compare FILE blamed the --out nobody typed (FILE/compare); the input is named, as with --out given."""
+    grid = tmp_path / "g1.yaml"
+    grid.write_text("name: g1\n")
+    for extra in ([], ["--out", str(tmp_path / "cg")]):
+        assert main(["compare", str(grid), *extra]) == 2
+        assert capsys.readouterr().err == (f"error: {grid}: not a directory (a file); compare reads run, sweep or "
+                                           "parent directories\n")
+    assert main(["compare", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'missing'}: no such directory")

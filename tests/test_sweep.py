@@ -533,6 +533,28 @@ def test_changed_settings(tmp_path, fake_train):
         S.run_sweep(grid("ok", overrides=["max_steps=10", "arch.L_cycles=3"]), sd, progress=False)
 
 
+def test_a_done_run_that_trained_further_than_asked_is_said(tmp_path, fake_train, caplog):
+    """A lower max_steps keeps a done run done: the summary's "1 of 1 runs done" is not all, one line says the run
+    went further than asked."""
+    sd = tmp_path / "sw"
+    S.run_sweep(grid("ok", overrides=["max_steps=5"]), sd, progress=False, poll_seconds=0.02)
+    caplog.clear()
+    S.run_sweep(grid("ok", overrides=["max_steps=5", "log_interval=3"]), sd, progress=False, poll_seconds=0.02)
+    assert "further than asked" not in caplog.text  # nothing to say: the same limit
+    S.run_sweep(grid("ok", overrides=["max_steps=2"]), sd, progress=False, poll_seconds=0.02)
+    assert "sweep t: run ok_s0 trained further than asked (a lower max_steps or time_limit)" in caplog.text
+
+
+@pytest.mark.parametrize("parallel, said", [(1.5, "1.5"), ("2", "'2'"), (True, "True"), (None, "None")])
+def test_parallel_that_is_no_whole_number_is_refused_before_anything_is_written(tmp_path, fake_train, parallel, said):
+    """1.5 failed with a TypeError after the sweep folder and its records were made; "2" was a comparison's
+    TypeError; True ran as 1."""
+    for dry in (False, True):
+        with pytest.raises(TRMError, match=f"^--parallel {re.escape(said)}: must be from 1 to 1024"):
+            S.run_sweep(grid("ok"), tmp_path / "sw", parallel=parallel, progress=False, dry_run=dry)
+    assert not (tmp_path / "sw").exists()
+
+
 def test_one_sweep_process_per_directory(tmp_path, fake_train):
     import fcntl
 

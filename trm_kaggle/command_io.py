@@ -82,8 +82,9 @@ def _sweep(args: argparse.Namespace) -> IO:
 
 
 def _compare(args: argparse.Namespace) -> IO:
-    out = args.out if args.out is not None else (f"{args.dirs[0].rstrip('/')}/compare" if len(args.dirs) == 1
-                                                 else "compare")  # '' is refused, never the default
+    from trm_kaggle.experiments import default_out
+
+    out = args.out if args.out is not None else default_out(args.dirs)  # one DIR that is no folder named first
     tables = ("table.md", "table.csv", "curves.png", "final.png")
     return [Input(d, "run folder") for d in args.dirs], [Output(out, "--out", "replaced", tables)]
 
@@ -218,17 +219,19 @@ def precheck(command: str, args: argparse.Namespace) -> None:
     written, and selections that name what is not there."""
     inputs, outputs = command_io(command, args)
     check_io(inputs, outputs)
-    problem = _selection_problem(command, args) or next(filter(None, map(_held_problem, outputs)), None)
+    problem = _selection_problem(command, args) or next(
+        filter(None, (_held_problem(out, command) for out in outputs)), None)
     if problem:
         raise TRMError(problem)
 
 
-def _held_problem(out: Output) -> str | None:
+def _held_problem(out: Output, command: str = "") -> str | None:
     """An output inside a folder another live command holds (its lock): `build-arc --output-dir PIPE/data/x`
     replaced the dataset a live pipeline was training on (exit 0; the pipeline then failed on its seq_len), and
     `train checkpoint_path=PIPE/r`, `launch --out PIPE/l` or a second pipeline wrote their folders among its own. A
     command that the holder itself runs works under its lock: a sweep's trainings in the sweep's folder, a
-    benchmark's build-arc in the benchmark's work folder."""
+    benchmark's build-arc in the benchmark's work folder; and a comparison of a live sweep in its folder's `compare`,
+    as documented (`experiments.own_in_a_live_sweep`)."""
     from pathlib import Path
 
     from trm_kaggle.locks import ancestor_pids, holder_pid, refuse_if_held
@@ -239,8 +242,14 @@ def _held_problem(out: Output) -> str | None:
         try:
             refuse_if_held(at)
         except TRMError as e:
-            if holder_pid(at) not in ancestor_pids():
-                return f"{out.what} {os.fspath(out.path)} lies inside a folder a live command holds: {e}"
+            if holder_pid(at) in ancestor_pids():
+                continue
+            if command == "compare":
+                from trm_kaggle.experiments import own_in_a_live_sweep
+
+                if own_in_a_live_sweep(out.path, at):
+                    continue
+            return f"{out.what} {os.fspath(out.path)} lies inside a folder a live command holds: {e}"
         except OSError:  # a folder this user cannot look into: its own write says what fails
             continue
     return None

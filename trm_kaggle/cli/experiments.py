@@ -4,7 +4,6 @@ their tables and plots, and the regression notebooks against their baselines."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
 
 from trm_kaggle.cli.cluster import cluster_options, cluster_values
@@ -96,10 +95,9 @@ def add_compare(sub) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from trm_kaggle.experiments import write_comparison
+    from trm_kaggle.experiments import default_out, write_comparison
 
-    out = args.out if args.out is not None else (os.path.join(args.dirs[0], "compare") if len(args.dirs) == 1
-                                                 else "compare")
+    out = args.out if args.out is not None else default_out(args.dirs)
     paths = write_comparison(args.dirs, out, metric=args.metric)
     print(paths["markdown_text"])
     print("wrote " + ", ".join(str(paths[k]) for k in ("markdown", "csv", "curves", "bars") if paths.get(k)))

@@ -7,10 +7,12 @@ from trm_kaggle.faces import lazy_face
 _EXPORTS = {
     "RUN_CONFIG": "sweep",
     "SWEEP_FILE": "sweep",
+    "default_out": "compare",
     "default_notebook_dir": "regression",
     "describe_grids": "sweep",
     "load_grid": "sweep",
     "load_runs": "compare",
+    "own_in_a_live_sweep": "compare",
     "plan_sweep": "sweep",
     "plot_curves": "compare",
     "record": "recorded",

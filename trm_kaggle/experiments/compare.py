@@ -48,13 +48,14 @@ import pydantic
 from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_text, found_at
 from trm_kaggle.config import TrainConfig, validation_line
 from trm_kaggle.errors import TRMError, os_error_line, resource_line
+from trm_kaggle.experiments.arguments import path_argument, sequence_argument
 from trm_kaggle.experiments.recorded import finite_number
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json
 from trm_kaggle.names import blank_path_problem
 from trm_kaggle.outputs import input_kind, special_kind
 from trm_kaggle.train import HALTED_ROW_METRICS, METRICS_FILE, NO_DATA, dotted, read_metrics
-from trm_kaggle.wording import clipped, one_line, shown
+from trm_kaggle.wording import clipped, one_line, shown, type_name
 
 log = logging.getLogger(__name__)
 
@@ -170,11 +171,48 @@ def _not_a_folder(path: Path) -> str:
     return f"not a directory ({special_kind(path) or 'a file'})"
 
 
+def _dirs_argument(dirs: object) -> list[str | os.PathLike]:
+    """`dirs` as a list of paths: one given as a str is one folder (papermill's `-p DIRS runs/x`), not its letters;
+    a TypeError naming the argument for anything else that is no list of paths (None or 5 was pathlib's)."""
+    if isinstance(dirs, (str, os.PathLike)):
+        return [dirs]
+    dirs = sequence_argument("dirs", dirs, "folders' paths")
+    for i, d in enumerate(dirs):
+        path_argument(f"dirs[{i}]", d, "a folder's path")
+    return dirs
+
+
+#: `compare`'s output folder inside the one folder it reads, when --out is not given.
+COMPARE_FOLDER = "compare"
+
+
+def default_out(dirs: Sequence[str]) -> str:
+    """`compare`'s --out when none is given: DIR/compare for one DIR, else `compare` here. One DIR that is no folder
+    is named now, as the input it is (its compare/ below was blamed on the --out nobody typed); an empty one is left
+    to the commands' check of empty names, which names it."""
+    if len(dirs) != 1:
+        return COMPARE_FOLDER
+    if not blank_path_problem(dirs[0]) and not os.path.isdir(dirs[0]):
+        raise TRMError(f"{dirs[0]}: {_not_a_folder(Path(dirs[0]))}; compare reads run, sweep or parent directories")
+    return os.path.join(dirs[0], COMPARE_FOLDER)
+
+
+def own_in_a_live_sweep(out: str | os.PathLike, held: Path) -> bool:
+    """Whether `out`, a comparison's folder, is compare's own although `held`, a folder above it, is held by a live
+    sweep: `out` is the sweep folder's `compare` (the default --out of `compare SWEEP`), a name no run of a sweep
+    takes (each is <variant>_s<seed>) and no record of it. The comparison is built beside and renamed into place
+    (`atomic_directory`), never among the runs' files, which stay the sweep's."""
+    from trm_kaggle.locks import holder_kind
+
+    path = Path(os.path.abspath(out))
+    return (path.name == COMPARE_FOLDER and path.parent == Path(os.path.abspath(held))
+            and is_regular(held / SWEEP_FILE, "sweep record") and holder_kind(held) == "sweep")
+
+
 def find_runs(dirs: Sequence[str | Path]) -> list[RunData]:
     """Every run under `dirs` (run, sweep, or parent directories; one given as a str is one), with unique labels."""
     runs: list[RunData] = []
-    if isinstance(dirs, (str, os.PathLike)):  # one folder (papermill's `-p DIRS runs/x`), not its letters
-        dirs = [dirs]
+    dirs = _dirs_argument(dirs)
     if not dirs:
         raise TRMError(f"compare needs run, sweep or parent directories, got {clipped(dirs)}")
     for d in map(Path, dirs):
@@ -554,9 +592,13 @@ def write_comparison(dirs: Sequence[str | Path], out_dir: str | Path, metric: st
     """Write table.md, table.csv, curves.png and final.png into `out_dir`; returns their paths and the Markdown
     (and `left_out`: the runs that could not be read, each named in table.md too). A comparison another command
     wrote into `out_dir` while this one read the runs and drew the plots stands; this one ends with one line."""
+    dirs = _dirs_argument(dirs)
+    path_argument("out_dir", out_dir, "the output folder's path")
+    if metric is not None and not isinstance(metric, str):  # 5 was 'no attribute strip'
+        raise TypeError(f"metric: expected a metric's name (a str), or None, got {type_name(metric)}")
     if metric is not None and not metric.strip():  # an empty --metric (an unset shell variable) is no default
         raise TRMError("--metric is empty: name a logged metric, or leave --metric out for the default")
-    for what, given in (("the output folder", out_dir), ("the runs", list(dirs))):  # '' was the current folder: the
+    for what, given in (("the output folder", out_dir), ("the runs", dirs)):  # '' was the current folder: the
         if problem := blank_path_problem(given):  # report replaced it (a notebook's OUT_DIR '' swapped papermill's
             raise TRMError(f"{what}: {problem}")  # working folder away)
     found = found_at(out_dir)  # before the work: what the comparison replaces

@@ -46,9 +46,11 @@ from typing import Sequence
 import pydantic
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text, open_log
-from trm_kaggle.config import MAX_SEED, SAFE_NAME_PATTERN, SweepGrid, TrainConfig, seconds_argument, validation_line
+from trm_kaggle.config import (MAX_SEED, SAFE_NAME_PATTERN, SweepGrid, TrainConfig, seconds_argument, validation_line,
+                               whole_argument)
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import TRMError, describe
+from trm_kaggle.experiments.arguments import path_argument, sequence_argument, texts_argument
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
 from trm_kaggle.interrupts import FirstStopOnly, Terminated
 from trm_kaggle.jsonio import is_regular, open_regular, read_json
@@ -59,7 +61,7 @@ from trm_kaggle.outputs import (SWEEP_RECORD, Input, Output, check_kept, in_a_wo
 from trm_kaggle.progress import tqdm
 from trm_kaggle.train import (RESUMABLE_CHANGES, apply_overrides, dump_config, load_train_config, parse_override,
                               read_config_file, repeated_keys, training_io)
-from trm_kaggle.wording import clipped, escaped_echo, one_line
+from trm_kaggle.wording import clipped, escaped_echo, one_line, type_name
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ def describe_grids() -> str:
 
 def load_grid(spec: str) -> SweepGrid:
     """A built-in grid by name, or a grid from a YAML file (its name defaults to the file's stem)."""
+    path_argument("spec", spec, "a built-in grid's name or a grid file's path")
     if spec in BUILTIN_GRIDS:
         return BUILTIN_GRIDS[spec].model_copy(deep=True)
     path = Path(spec)
@@ -106,10 +109,29 @@ def load_grid(spec: str) -> SweepGrid:
 
 def with_seeds(grid: SweepGrid, seeds: Sequence[int]) -> SweepGrid:
     """The grid with its seeds axis replaced (validated: no repeats)."""
+    grid_argument(grid)
+    seeds = sequence_argument("seeds", seeds, "whole numbers")  # '10' was the seeds [1, 0]
     try:
-        return SweepGrid.model_validate({**grid.model_dump(), "seeds": list(seeds)})
+        return SweepGrid.model_validate({**grid.model_dump(), "seeds": seeds})
     except pydantic.ValidationError as err:
         raise TRMError(f"--seeds: {validation_line(err)}") from None
+
+
+def grid_argument(grid: object) -> SweepGrid:
+    """`grid` when it is a SweepGrid; else a TypeError naming it (a dict was 'no attribute overrides')."""
+    if not isinstance(grid, SweepGrid):
+        raise TypeError(f"grid: expected a SweepGrid (load_grid reads one; SweepGrid.model_validate makes one of a "
+                        f"dict), got {type_name(grid)}")
+    return grid
+
+
+def _setting_arguments(sweep_dir: object, presets: object, config_file: object,
+                       overrides: object) -> tuple[list[str], list[str]]:
+    """(presets, overrides) as lists, each argument of `plan_sweep` and `run_sweep` checked for its type (a str's
+    characters were taken for presets and overrides, 'unknown preset s')."""
+    path_argument("sweep_dir", sweep_dir, "the sweep folder's path")
+    path_argument("config_file", config_file, "a config file's path", optional=True)
+    return texts_argument("presets", presets, "preset names"), texts_argument("overrides", overrides, "KEY=VALUE texts")
 
 
 # ---------------------------------------------------------------------------
@@ -141,6 +163,8 @@ def plan_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequen
     The base is the command line's and the grid's presets, the config file, the grid's and the command line's
     overrides; each variant's presets and overrides then apply on top of it, so a variant always changes what
     it names (`no-ema` turns EMA off even on a base with `ema=True`)."""
+    grid_argument(grid)
+    presets, overrides = _setting_arguments(sweep_dir, presets, config_file, overrides)
     for where, texts in (("the grid's and the command line's settings", [*grid.overrides, *overrides]),
                          *((f"variant {v.name}", v.overrides) for axis in grid.axes for v in axis)):
         _refuse_run_owned(grid.name, where, texts)
@@ -324,6 +348,7 @@ def _merge_plan(doc: dict | None, grid: SweepGrid, base: dict, plan: Sequence[Pl
     doc = doc or {"format": SWEEP_FORMAT, "version": 1, "created": _now(), "runs": []}
     doc["grid"], doc["base"] = grid.model_dump(mode="json"), base
     records = {rec["name"]: rec for rec in doc["runs"]}
+    beyond = []  # done runs that trained further than these settings ask: kept, and said ("2 of 2 done" alone hid it)
     for run in plan:
         rec = records.get(run.name)
         if rec is None:
@@ -354,10 +379,17 @@ def _merge_plan(doc: dict | None, grid: SweepGrid, base: dict, plan: Sequence[Pl
                 rec["state"], rec["error"] = "pending", "its folder held no train state"
             if rec["state"] == "done":
                 if not _trains_further(before, run.config):  # e.g. a lower max_steps, another log_interval: the
-                    continue  # finished run stays as it is, its record the settings it ran with
+                    if _trains_further(run.config, before):  # finished run stays as it is, its record the settings
+                        beyond.append(run.name)  # it ran with
+                    continue
                 rec["state"] = "pending"  # e.g. a larger max_steps: train continues from the run's last state
         rec.update(variant_presets=run.presets, variant_overrides=run.overrides,
                    settings=run.config.model_dump(mode="json"))
+    if beyond:
+        log.warning("sweep %s: %s trained further than asked (a lower max_steps or time_limit): kept as done, their "
+                    "records keep the settings they ran with", grid.name,
+                    f"run {beyond[0]}" if len(beyond) == 1 else f"{len(beyond)} runs ({', '.join(beyond[:3])}"
+                    f"{', ...' if len(beyond) > 3 else ''})")
     return doc
 
 
@@ -509,8 +541,12 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
               config_file: str | None = None, overrides: Sequence[str] = (), parallel: int = 1,
               progress: bool = True, dry_run: bool = False, poll_seconds: float = 0.5) -> SweepSummary:
     """Run (or continue) the grid's runs under `sweep_dir`; returns what became of them."""
-    if not 1 <= parallel <= MAX_PARALLEL:
-        raise TRMError(f"--parallel {parallel}: must be from 1 to {MAX_PARALLEL}")
+    grid_argument(grid)  # every argument before the sweep folder is made (1.5 runs at once failed after it was)
+    presets, overrides = _setting_arguments(sweep_dir, presets, config_file, overrides)
+    try:  # 1.5 and True were taken, "2" a TypeError of a comparison
+        parallel = whole_argument("parallel", parallel, 1, MAX_PARALLEL)
+    except ValueError:
+        raise TRMError(f"--parallel {clipped(parallel, 40)}: must be from 1 to {MAX_PARALLEL} (a whole number)") from None
     # how often the runs are looked at: -1 or NaN raised in time.sleep after a training had started, 1e6 waited on
     # a finished run for days
     if not (seconds_argument("poll_seconds", poll_seconds) and 0 < poll_seconds <= MAX_POLL_S):
