@@ -942,3 +942,19 @@ def test_a_data_position_no_stream_reaches_is_refused_on_resume(sudoku4, tmp_pat
     assert str(e.value).startswith(f"{path}: field 'loader' does not fit this run: cannot resume the data stream "
                                    f"exactly: the saved state's {said}"), str(e.value)
     assert ckpt.list_states(run) == [path]
+
+
+def test_an_answer_from_on_step_is_said_once_not_read(sudoku4, tmp_path, caplog):
+    """`on_step` returning True (a caller expecting a stop) was ignored without a word: the run trained to its end.
+    What it returns is still not read, and a warning says so once."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="trm_kaggle"):
+        assert train(cfg_for(sudoku4, tmp_path / "r", "max_steps=3"), on_step=lambda step, m: True).step == 3
+    said = [r.getMessage() for r in caplog.records if "on_step" in r.getMessage()]
+    assert said == ["on_step returned a value at step 1: it is not read (on_step only watches; on_eval's True, a "
+                    "deadline or time_limit stop a run)"], said
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trm_kaggle"):
+        train(cfg_for(sudoku4, tmp_path / "quiet", "max_steps=2"), on_step=lambda step, m: None)
+    assert "on_step" not in caplog.text

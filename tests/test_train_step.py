@@ -236,3 +236,32 @@ def test_out_of_memory_preparing_the_retry_is_the_steps(sudoku4, tmp_path, monke
                "auto_batch=True"])
     line = one_error_line(capsys, rc)
     assert line.startswith("error: out of memory on cpu in training step 1: lower micro_batch_size (now 4;"), line
+
+
+@pytest.mark.parametrize("rule", ["schedule", "supervise"])
+def test_a_rule_refused_at_a_later_step_saves_the_state_before_it(sudoku4, tmp_path, rule):
+    """A rule refused at step 3 ended the run with no save, and steps 1 and 2 were lost. The state before the step
+    is saved first (nothing of step 3 had changed it), and a resume with a good rule trains as an unbroken run:
+    the data position went back to before step 3's batch."""
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.train.recipes import supervise
+
+    def schedule(cfg, step, epoch, total, factor=1.0):
+        s = schedule_at(cfg, step, epoch, total, factor)
+        return dataclasses.replace(s, lr=float("nan")) if step == 2 else s
+
+    def forward(*args):
+        carry, outputs = supervise(*args)
+        return (carry, {}) if args[-1].max_steps == 5 and len(seen) == 2 else (carry, outputs)
+
+    seen = []
+    rules = StepRules(schedule=schedule) if rule == "schedule" else StepRules(supervise=forward)
+    run, whole = tmp_path / "r", tmp_path / "whole"
+    with pytest.raises(TRMError) as e:
+        train(cfg_for(sudoku4, run, "max_steps=5"), rules=rules, on_step=lambda step, m: seen.append(step))
+    assert str(e.value).startswith(f"StepRules.{rule} at step 3") and str(e.value).endswith(
+        "(the state at step 2 is saved)"), str(e.value)
+    assert [ckpt.state_step(p) for p in ckpt.list_states(run)] == [2]
+    train(cfg_for(sudoku4, run, "max_steps=4"))
+    train(cfg_for(sudoku4, whole, "max_steps=4"))
+    assert [r["loss"] for r in records(run)] == [r["loss"] for r in records(whole)]

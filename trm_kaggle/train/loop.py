@@ -39,6 +39,7 @@ from trm_kaggle.train.metrics import shown
 from trm_kaggle.train.progress import TrainProgress
 from trm_kaggle.train.result import TrainResult
 from trm_kaggle.train.runtime import torch_settings_kept
+from trm_kaggle.train.schedules import RuleRefused
 from trm_kaggle.train.setup import Run, prepare
 from trm_kaggle.train.step import StepRules, train_step
 from trm_kaggle.train.stops import StopControl
@@ -52,7 +53,8 @@ def train(cfg: TrainConfig, *, on_step: Callable[[int, dict], None] | None = Non
           banner: bool = True, signals: bool = False, rules: StepRules | None = None) -> TrainResult:
     """Train (or resume) the run in `default_run_dir(cfg)`, as its only writer; returns the last metrics.
 
-    `on_step(step, metrics)` is called at every log interval; `on_eval(step, eval_metrics)` after each
+    `on_step(step, metrics)` is called at every log interval (what it returns is not read: a warning says so once);
+    `on_eval(step, eval_metrics)` after each
     evaluation, and training stops (saving its state) when it returns True. `deadline` (a time.monotonic()
     value: a step of the wall clock neither cuts nor stretches the run) stops training before a step that would
     start after it, saving the state as usual. `banner`: print the device and model lines first (with
@@ -118,9 +120,12 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
     memory_watch = MemoryWatch(rt.device, log if rt.is_main else None)
     window = LogWindow()
     batches, compile_watch = iter(run.loader), None
+    rewinds = not rt.distributed and rt.device.type != "xla"  # a refused rule's step: the state before it is saved
     if rt.device.type == "xla":  # XLA: batches go to the device ahead of use; compilations are counted per step
         batches = state.position = xla.DeviceBatches(run.loader, rt.device)
         compile_watch = xla.CompileWatch(warn=rt.is_main)
+
+    answered: list[int] = []  # the step where on_step first returned something (said once)
 
     def publish(lr: float) -> None:
         """The log window's record, once it has one: written and shown, kept as the last metrics, given to on_step."""
@@ -128,8 +133,11 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
         if record is not None:
             _log(run, control, record, clock, memory_watch, compile_watch, bar, lr)
             result.metrics = record
-            if on_step:
-                on_step(state.step, record)
+            if on_step and on_step(state.step, record) is not None and not answered:
+                # an answer read by nothing (True meant as a stop) went unsaid, and the run trained on to its end
+                answered.append(state.step)
+                log.warning("on_step returned a value at step %d: it is not read (on_step only watches; on_eval's "
+                            "True, a deadline or time_limit stop a run)", state.step)
 
     try:
         while state.step < run.stop_at:
@@ -144,11 +152,15 @@ def _drive(run: Run, control: StopControl, on_step, on_eval) -> TrainResult:
                 log.info("step %d: train state saved (save_every_s=%g)", state.step, cfg.save_every_s)
             if compile_watch is not None:
                 compile_watch.begin_step()
+            position = run.loader.state_dict() if rewinds else None  # before the step's batch: see _refused
             batch = next(batches)  # the training stream is endless; the loader counts epochs
             batch = {k: batch[k].to(rt.device, non_blocking=True) for k in ("inputs", "labels", "puzzle_identifiers")}
 
-            schedule = run.schedule()
-            applied, metrics = train_step(state, batch, schedule, run.step_setup)
+            try:
+                schedule = run.schedule()
+                applied, metrics = train_step(state, batch, schedule, run.step_setup)
+            except RuleRefused as refused:
+                raise _refused(run, control, position, result.start_step, refused) from None
             if not applied.counted:  # skipped on the host: the next batch takes this step again
                 continue
             if compile_watch is not None:
@@ -237,6 +249,22 @@ def _save(run: Run, control: StopControl) -> None:
     run.save(settled=lambda: control.settled(run.state.step, path))  # once written, a signal ends any wait at once
     control.saved(run.state.step)
     run.keep_compiled()  # after the state, never before: on a nearly full disk the state is what must fit
+
+
+def _refused(run: Run, control: StopControl, position: dict | None, start: int, refused: RuleRefused) -> RuleRefused:
+    """`refused` (a `StepRules` rule's answer, refused before it changed the weights, the optimizers or the carries),
+    said after the state before its step is saved: the steps since the last save were lost. The data position goes
+    back to before the step's batch, so that a resume takes that batch again, as an unbroken run would. One process
+    alone, never on XLA (`position` None: its batches are ahead on the device, and a group saves together)."""
+    step = run.state.step
+    if position is None or step in (start, control.saved_step):  # nothing trained since the last state
+        return refused
+    try:
+        run.loader.load_state_dict(position)
+        _save(run, control)
+    except Exception:  # the refusal is what the caller must read; a failed save leaves the older states
+        return refused
+    return RuleRefused(f"{refused} (the state at step {step} is saved)")
 
 
 def _write_record(run: Run, control: StopControl, record: dict) -> None:

@@ -142,7 +142,10 @@ def torch_settings_kept():
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+        # only when changed: the call imports torch._inductor (and torch._dynamo), 1.2 s an eager CPU run never needs
+        if (torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled()) != (deterministic, warn_only):
+            torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
 

@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 
 from trm_kaggle.config import MAX_LR, ArchConfig, TrainConfig, whole_argument
+from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import clipped, type_name
 
 
@@ -94,6 +95,11 @@ class StepSchedule:
     warmup: int = 0  # RSM: supervision steps without gradient before the one with the loss
 
 
+class RuleRefused(TRMError):
+    """What a run's `StepRules` rule returned for a step, refused before it changed anything of the run (weights,
+    optimizer, carries): the state before that step is whole, and the trainer saves it first."""
+
+
 def _one_number(value: object) -> object:
     """`value`'s number when it holds one alone (numpy's scalars, a 0-d array or tensor: what a schedule computed
     with numpy or torch returns), else `value`: np.int64(2) was refused as no whole number."""
@@ -104,20 +110,18 @@ def _one_number(value: object) -> object:
 
 def checked_schedule(schedule, step: int, cfg: TrainConfig) -> StepSchedule:
     """`schedule` (what a run's `StepRules.schedule` returned for optimizer step `step + 1`) with plain Python
-    numbers, or TRMError naming the rule, the step and the field. A recipe's schedule is code a user writes: a NaN
+    numbers, or RuleRefused naming the rule, the step and the field. A recipe's schedule is code a user writes: a NaN
     rate trained the step (NaN weights, then 20 skipped steps called divergence and blamed on the config's lr), a
     depth of 0 was pydantic's error about an ArchConfig set right, a text rate Python's own error. A number of
     numpy's or a 0-d tensor is read as the number it holds."""
-    from trm_kaggle.errors import TRMError
-
     where = f"StepRules.schedule at step {step + 1}"
     if not isinstance(schedule, StepSchedule):
-        raise TRMError(f"{where} returned {type(schedule).__name__}: expected a StepSchedule")
+        raise RuleRefused(f"{where} returned {type(schedule).__name__}: expected a StepSchedule")
 
     def refuse(name: str, what: str) -> TRMError:
         value = getattr(schedule, name)
         kind = "" if type(value) in (int, float, bool) else f"a {type_name(value)}; "
-        return TRMError(f"{where}: {name} {clipped(value, 60)} is not {what} ({kind}the config's settings are not "
+        return RuleRefused(f"{where}: {name} {clipped(value, 60)} is not {what} ({kind}the config's settings are not "
                         "the cause: the schedule's own value is)")
 
     def number(name: str, low: float, high: float) -> float:

@@ -21,14 +21,13 @@ from typing import Callable
 import torch
 
 from trm_kaggle.config import TrainConfig
-from trm_kaggle.errors import TRMError
 from trm_kaggle.model import Carry, TinyRecursiveModel, act_loss
 from trm_kaggle.train.memory import is_out_of_memory, out_of_memory_error
 from trm_kaggle.train.nonfinite import Applied, NonFinitePolicy, drop_gradients
 from trm_kaggle.train.optimizers import set_learning_rates
 from trm_kaggle.train.recipes import supervise
 from trm_kaggle.train.runtime import Runtime, all_reduce_
-from trm_kaggle.train.schedules import StepSchedule, schedule_at
+from trm_kaggle.train.schedules import RuleRefused, StepSchedule, schedule_at
 from trm_kaggle.train.state import TrainState, resplit
 from trm_kaggle.wording import clipped, type_name
 
@@ -134,7 +133,7 @@ def checked_loss(result, step: int) -> tuple[torch.Tensor, Mapping]:
     it holds, is read: the step does not wait for the device."""
     where = f"StepRules.loss at step {step + 1}"
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise TRMError(f"{where} returned {clipped(result, 60)} (a {type_name(result)}): expected a pair (loss, "
+        raise RuleRefused(f"{where} returned {clipped(result, 60)} (a {type_name(result)}): expected a pair (loss, "
                        "metrics), as act_loss returns")
     loss, metrics = result
     if not isinstance(loss, torch.Tensor):
@@ -149,7 +148,7 @@ def checked_loss(result, step: int) -> tuple[torch.Tensor, Mapping]:
         problem = f"comes with metrics that lack act_loss's tensors {', '.join(missing)}"
     else:
         return loss, metrics
-    raise TRMError(f"{where}: the loss {problem}")
+    raise RuleRefused(f"{where}: the loss {problem}")
 
 
 def checked_supervise(result, step: int, rows: int, outputs_read=ACT_OUTPUTS) -> tuple[Carry, Mapping]:
@@ -161,7 +160,7 @@ def checked_supervise(result, step: int, rows: int, outputs_read=ACT_OUTPUTS) ->
     never values: the step does not wait for the device."""
     where = f"StepRules.supervise at step {step + 1}"
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise TRMError(f"{where} returned {clipped(result, 60)} (a {type_name(result)}): expected a pair (carry, "
+        raise RuleRefused(f"{where} returned {clipped(result, 60)} (a {type_name(result)}): expected a pair (carry, "
                        "outputs), as supervise returns")
     carry, outputs = result
     if not isinstance(carry, Carry):
@@ -185,7 +184,7 @@ def checked_supervise(result, step: int, rows: int, outputs_read=ACT_OUTPUTS) ->
                    "from them")
     else:
         return carry, outputs
-    raise TRMError(f"{where}: {problem}")
+    raise RuleRefused(f"{where}: {problem}")
 
 
 def _rows_problem(tensors: Mapping[str, object], rows: int) -> str | None:
