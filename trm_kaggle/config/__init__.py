@@ -20,8 +20,8 @@ from trm_kaggle.config.cluster import IMAGE_PATTERN, JOB_NAME_PATTERN, ClusterCo
 from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_IDENTIFIERS_START,
                                       MAX_LR, MAX_NUM_AUG, MAX_PUZZLE_IDENTIFIERS, MAX_SAVE_EVERY_S, MAX_SEED, WEEK_S,
                                       CompileSetting, bounded_number, compile_setting, field_help, flag_argument,
-                                      number_argument, revalidated,
-                                      seconds_argument, take_each_option_once, validation_line, whole_argument)
+                                      number_argument, path_argument, revalidated, seconds_argument, sequence_argument,
+                                      take_each_option_once, texts_argument, validation_line, whole_argument)
 from trm_kaggle.config.data import (ARC_DEFAULT_SUBSETS, MAX_GRID_CELLS, ArcBuildConfig, CodeRepairBuildConfig,
                                     MazeBuildConfig, SudokuBuildConfig)
 from trm_kaggle.config.evaluate import (DEVICE_PATTERN, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE, EvaluateConfig,
@@ -46,5 +46,6 @@ __all__ = [
     "SweepGrid", "SweepVariant", "TaskIdMode", "TrainConfig", "TrainStage",
     "bounded_count_or_auto", "bounded_number", "compile_setting", "count_or_auto", "default_work_dir", "field_help",
     "flag_argument",
-    "number_argument", "revalidated", "seconds_argument", "take_each_option_once", "validation_line", "whole_argument",
+    "number_argument", "path_argument", "revalidated", "seconds_argument", "sequence_argument", "take_each_option_once",
+    "texts_argument", "validation_line", "whole_argument",
 ]

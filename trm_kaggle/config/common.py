@@ -7,15 +7,16 @@ import argparse
 import math
 import numbers
 import operator
+import os
 import re
 import typing
 import weakref
-from typing import Literal, Mapping, Optional
+from typing import Iterable, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from trm_kaggle.names import blank_path_problem, typed_name
-from trm_kaggle.wording import clipped, one_line
+from trm_kaggle.wording import clipped, one_line, type_name
 
 
 def validation_line(e: ValidationError, names: Optional[Mapping[str, str]] = None) -> str:
@@ -163,6 +164,41 @@ def flag_argument(name: str, value: object) -> bool:
     if _boolean(value):
         return bool(value)
     raise ValueError(f"{name}={clipped(value, 40)}: expected True or False")
+
+
+def path_argument(name: str, value: object, what: str = "a path", optional: bool = False) -> str | os.PathLike | None:
+    """`value`, a library call's path (`what`: the path of what), when it is a str or os.PathLike (or None where
+    `optional`); else a TypeError naming the argument: None and 5 were pathlib's "expected str, bytes or
+    os.PathLike object", naming none."""
+    if not isinstance(value, (str, os.PathLike)) and not (optional and value is None):
+        raise TypeError(f"{name}: expected {what} (a str or os.PathLike){' or None' if optional else ''}, got "
+                        f"{type_name(value)}")
+    return value
+
+
+def sequence_argument(name: str, value: object, what: str) -> list:
+    """`value`, a list (or other iterable) that is no str, bytes or mapping, as a list (its items are the caller's
+    to check); else a TypeError naming the argument: the seeds '10' were read as [1, 0]."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(f"{name}: expected a list of {what}, got {type_name(value)}")
+    return list(value)
+
+
+def texts_argument(name: str, value: object, what: str, mapping_hint: str = "") -> list[str]:
+    """`value`, one str or a list (any iterable) of str, as a list; else a TypeError naming the argument. One str
+    is one item, taken whole: list("cpu-smoke") was the presets 'c', 'p', 'u', ...; 5 was "'int' object is not
+    iterable" and [5] an AttributeError from deep in the override grammar. `mapping_hint`: said for a mapping
+    (where the call takes settings as a mapping elsewhere)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
+        hint = f" ({mapping_hint})" if mapping_hint and isinstance(value, Mapping) else ""
+        raise TypeError(f"{name}: expected {what} or a list of them{hint}, got {type_name(value)}")
+    items = list(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise TypeError(f"{name}[{i}]: expected a str ({what}), got {type_name(item)}")
+    return items
 
 
 def _boolean(value: object) -> bool:

@@ -46,9 +46,8 @@ from typing import Any, Sequence
 import pydantic
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_bytes, atomic_write_text, found_at
-from trm_kaggle.config import TrainConfig, validation_line
+from trm_kaggle.config import TrainConfig, path_argument, sequence_argument, validation_line
 from trm_kaggle.errors import TRMError, os_error_line, resource_line
-from trm_kaggle.experiments.arguments import path_argument, sequence_argument
 from trm_kaggle.experiments.recorded import finite_number
 from trm_kaggle.experiments.sweep import SWEEP_FILE, read_sweep
 from trm_kaggle.jsonio import is_regular, read_json

@@ -61,11 +61,10 @@ import pydantic
 from pydantic import Field
 
 from trm_kaggle.atomic import append_line, atomic_write_bytes, atomic_write_text, check_log
-from trm_kaggle.config import validation_line, whole_argument
+from trm_kaggle.config import path_argument, texts_argument, validation_line, whole_argument
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.hardware import usable_cores
 from trm_kaggle.interrupts import FirstStopOnly
-from trm_kaggle.experiments.arguments import path_argument, texts_argument
 from trm_kaggle.experiments.recorded import Recorded, finite_number, read_recorded
 from trm_kaggle.jsonio import read_json, read_json_lines
 from trm_kaggle.locks import directory_lock
@@ -596,7 +595,7 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
             say: Callable[[str], None] = print, warn: Callable[[str], None] | None = None) -> int:
     """Run the notebooks, compare, report, keep the history; returns the exit status (module docstring)."""
     warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
-    names = texts_argument("names", names, "notebook names")  # 'golden' was the notebooks g, o, l, ...
+    names = texts_argument("names", names, "a notebook's name")  # 'golden' was the notebooks g, o, l, ...
     path_argument("out", out, "the output folder's path")
     path_argument("notebook_dir", notebook_dir, "the notebooks folder's path", optional=True)
     notebook_dir = Path(notebook_dir) if notebook_dir is not None else default_notebook_dir()

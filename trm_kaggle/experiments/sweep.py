@@ -46,11 +46,10 @@ from typing import Sequence
 import pydantic
 
 from trm_kaggle.atomic import atomic_write_json, atomic_write_text, open_log
-from trm_kaggle.config import (MAX_SEED, SAFE_NAME_PATTERN, SweepGrid, TrainConfig, seconds_argument, validation_line,
-                               whole_argument)
+from trm_kaggle.config import (MAX_SEED, SAFE_NAME_PATTERN, SweepGrid, TrainConfig, path_argument, seconds_argument,
+                               sequence_argument, texts_argument, validation_line, whole_argument)
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import TRMError, describe
-from trm_kaggle.experiments.arguments import path_argument, sequence_argument, texts_argument
 from trm_kaggle.hardware import usable_cores, visible_cuda_ids
 from trm_kaggle.interrupts import FirstStopOnly, Terminated
 from trm_kaggle.jsonio import is_regular, open_regular, read_json
@@ -131,7 +130,8 @@ def _setting_arguments(sweep_dir: object, presets: object, config_file: object,
     characters were taken for presets and overrides, 'unknown preset s')."""
     path_argument("sweep_dir", sweep_dir, "the sweep folder's path")
     path_argument("config_file", config_file, "a config file's path", optional=True)
-    return texts_argument("presets", presets, "preset names"), texts_argument("overrides", overrides, "KEY=VALUE texts")
+    return (texts_argument("presets", presets, "a preset's name"),
+            texts_argument("overrides", overrides, "a key=value override"))
 
 
 # ---------------------------------------------------------------------------

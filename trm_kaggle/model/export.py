@@ -34,7 +34,8 @@ import torch
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
 from trm_kaggle.config import (EXECUTION_FIELDS, MAX_PUZZLE_IDENTIFIERS, MAX_SEED, ArchConfig, ExportConfig,
-                               TaskIdMode, TrainConfig, flag_argument, validation_line, whole_argument)
+                               TaskIdMode, TrainConfig, flag_argument, path_argument, validation_line,
+                               whole_argument)
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, DataError, TRMError
 from trm_kaggle.hardware import place_model
@@ -389,11 +390,9 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
 
 
 def _folder_argument(name: str, value: Any) -> str | os.PathLike:
-    """`value`, a library call's export folder, when it is a path (a str or os.PathLike); else a TypeError naming the
-    argument (None was pathlib's "expected str, bytes or os.PathLike object", naming none, and 5 was said as None)."""
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{name}: expected an export folder's path (a str or os.PathLike), got {type_name(value)}")
-    return value
+    """`value`, a library call's export folder, when it is a path; else a TypeError naming the argument (5 was said
+    as None)."""
+    return path_argument(name, value, "an export folder's path")
 
 
 def _recorded_config(text: str, w_path: Path) -> dict:

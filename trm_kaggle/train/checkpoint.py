@@ -36,7 +36,7 @@ import torch
 
 from trm_kaggle import __version__
 from trm_kaggle.atomic import atomic_write, atomic_write_json
-from trm_kaggle.config import TrainConfig, flag_argument, validation_line
+from trm_kaggle.config import TrainConfig, flag_argument, path_argument, validation_line
 from trm_kaggle.data import DatasetMetadata, contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile, os_error_line
 from trm_kaggle.jsonio import (directory_problem, is_regular, open_regular, parse_json, read_failure, read_json,
@@ -44,7 +44,7 @@ from trm_kaggle.jsonio import (directory_problem, is_regular, open_regular, pars
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
                               load_weights_only, model_from_train_state)
 from trm_kaggle.outputs import Input, Output, check_kept, refuse_nul
-from trm_kaggle.wording import clipped, type_name
+from trm_kaggle.wording import clipped
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +110,8 @@ def state_step(path: str | os.PathLike) -> int | None:
 
 
 def run_dir_argument(run_dir: object) -> str | os.PathLike:
-    """`run_dir`, a library call's run folder, when it is a path (a str or os.PathLike); else a TypeError naming the
-    argument (None and 5 were pathlib's "expected str, bytes or os.PathLike object", naming none)."""
-    if not isinstance(run_dir, (str, os.PathLike)):
-        raise TypeError(f"run_dir: expected a run folder's path (a str or os.PathLike), got {type_name(run_dir)}")
-    return run_dir
+    """`run_dir`, a library call's run folder, when it is a path; else a TypeError naming the argument."""
+    return path_argument("run_dir", run_dir, "a run folder's path")
 
 
 def list_states(run_dir: str | os.PathLike) -> list[Path]:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import pydantic
 import yaml
 
-from trm_kaggle.config import TrainConfig
+from trm_kaggle.config import TrainConfig, path_argument, texts_argument
 from trm_kaggle.errors import TRMError
 from trm_kaggle.names import blank_path_problem
 from trm_kaggle.jsonio import parse_json, read_text
@@ -149,11 +149,10 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
     Upstream-only settings that are dropped are appended to `notes` (when given) and logged as warnings.
     Raises TRMError for unknown keys, bad values and unknown presets.
     """
-    presets = _texts_argument("presets", presets, "a preset's name")
-    overrides = _texts_argument("overrides", overrides, "a key=value override")
-    if config_file is not None and not isinstance(config_file, (str, os.PathLike)):
-        raise TypeError(f"config_file: expected a config file's path (a str or os.PathLike) or None, got "
-                        f"{type_name(config_file)}")
+    presets = texts_argument("presets", presets, "a preset's name")
+    overrides = texts_argument("overrides", overrides, "a key=value override",
+                               mapping_hint="values= takes a mapping of settings")
+    path_argument("config_file", config_file, "a config file's path", optional=True)
     if values is not None and not isinstance(values, Mapping):
         raise TypeError(f"values: expected a mapping of settings ({{\"lr\": 1e-4}}) or None, got {type_name(values)}")
     if notes is not None and not isinstance(notes, list):
@@ -178,22 +177,6 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
     if config_file is not None and partial:
         _note_unread_in_file(cfg, layers, source)
     return _read_by_something(cfg, overrides)
-
-
-def _texts_argument(name: str, value: object, what: str) -> list[str]:
-    """`value`, one str or a list (any iterable) of str, as a list; else a TypeError naming the argument (5 was
-    "'int' object is not iterable", [5] and bytes an AttributeError from deep in the override grammar). One str is
-    one item, taken whole: list("cpu-smoke") was the presets 'c', 'p', 'u', ..."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
-        hint = " (values= takes a mapping of settings)" if isinstance(value, Mapping) else ""
-        raise TypeError(f"{name}: expected {what} or a list of them{hint}, got {type_name(value)}")
-    items = list(value)
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise TypeError(f"{name}[{i}]: expected a str ({what}), got {type_name(item)}")
-    return items
 
 
 #: Settings typed as overrides that the run they build would not read, by the switch that leaves them unread:
