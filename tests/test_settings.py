@@ -809,3 +809,16 @@ def test_an_argument_of_the_wrong_type_is_named(call, said):
 def test_one_override_or_preset_alone_is_one():
     cfg = load_train_config(presets="cpu-smoke", overrides="max_steps=5")
     assert cfg.max_steps == 5 and cfg == load_train_config(presets=["cpu-smoke"], overrides=("max_steps=5",))
+
+
+@pytest.mark.parametrize("override", ["time_limit=1e308", "time_limit=3.2e7"])
+def test_a_time_limit_beyond_a_year_is_refused(override):
+    """time_limit=1e308 was taken, and the progress bar showed a 309-digit budget; a year is the bound (and the
+    pipeline's train_seconds shares it)."""
+    from trm_kaggle.config import PipelineConfig
+
+    with pytest.raises(TRMError, match="time_limit"):
+        load_train_config(presets="cpu-smoke", overrides=override)
+    assert load_train_config(presets="cpu-smoke", overrides="time_limit=3.1e7").time_limit == 3.1e7
+    with pytest.raises(ValueError, match="train_seconds"):
+        PipelineConfig(train_seconds=float(override.split("=")[1]))

@@ -74,6 +74,8 @@ MAX_SEED = 2**32 - 1
 WEEK_S = 7 * 24 * 3600.0
 #: A timed save (`save_every_s`) further apart than a week never happens in a run of any scheduler.
 MAX_SAVE_EVERY_S = WEEK_S
+#: A year: the longest training time limit (a 1e308-second limit was taken and shown as a 309-digit budget).
+YEAR_S = 365 * 24 * 3600.0
 #: Rows of a puzzle-embedding table (a dataset's, an export's): each costs hidden_size floats in memory, in
 #: every train state and optimizer; upstream's largest ARC dataset has ~1.3 M.
 MAX_PUZZLE_IDENTIFIERS = 1 << 24

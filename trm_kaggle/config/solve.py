@@ -8,7 +8,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_LR, MAX_NUM_AUG, MAX_SEED, WEEK_S,
+from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_LR, MAX_NUM_AUG, MAX_SEED, WEEK_S, YEAR_S,
                                       CompileSetting, _Config, bounded_number, compile_setting)
 from trm_kaggle.config.evaluate import (MAX_TEST_DEPTH, MAX_TRAJECTORIES, MAX_TRAJECTORY_NOISE, EvaluateConfig,
                                         TrajectorySelect, trajectory_problem)
@@ -203,7 +203,8 @@ class PipelineConfig(_Config):
 
     work_dir: str = Field("runs/pipeline", description="where everything is written")
     num_aug: int = Field(4, ge=1, le=MAX_NUM_AUG, description="augmentations per task")
-    train_seconds: float = Field(180.0, gt=0, allow_inf_nan=False, description="training time limit in seconds")
+    train_seconds: float = Field(180.0, gt=0, le=YEAR_S, allow_inf_nan=False,
+                                 description="training time limit in seconds")
     # At upstream's 30 a CPU manages too few steps in a few minutes to learn anything visible; at 12 it learns
     # within the budget (docs/benchmarks.md).
     canvas: int = Field(12, ge=1, le=30, description="canvas side: only tasks whose grids fit it (30 is upstream's, "

@@ -9,8 +9,8 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_EPOCHS, MAX_LR, MAX_SAVE_EVERY_S, MAX_SEED, CompileSetting,
-                                      _Config, compile_setting)
+from trm_kaggle.config.common import (MAX_BATCH_SIZE, MAX_EPOCHS, MAX_LR, MAX_SAVE_EVERY_S, MAX_SEED, YEAR_S,
+                                      CompileSetting, _Config, compile_setting)
 from trm_kaggle.config.evaluate import EvaluateConfig
 from trm_kaggle.config.model import ArchConfig
 from trm_kaggle.names import blank_path_problem, name_problem
@@ -211,8 +211,8 @@ class TrainConfig(_Config):
     deterministic: bool = Field(False, description="torch deterministic algorithms (CPU runs reproduce bit for bit)")
     max_steps: Optional[int] = Field(None, ge=1, description="stop after this many optimizer steps (the schedule "
                                                              "keeps its length)")
-    time_limit: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="seconds of training after "
-                                                                                     "which the run saves and stops")
+    time_limit: Optional[float] = Field(None, gt=0, le=YEAR_S, allow_inf_nan=False,
+                                        description="seconds of training after which the run saves and stops")
     save_every_s: Optional[float] = Field(None, gt=0, le=MAX_SAVE_EVERY_S, allow_inf_nan=False,
                                           description="seconds between timed train states (a kill loses at most "
                                                       "this much training); None = at evaluations and the end")
