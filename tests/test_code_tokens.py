@@ -64,3 +64,25 @@ def test_token_description_errors(tmp_path):
         tokens_from_description({"kind": "words"}, tmp_path)
     with pytest.raises(DataError, match="tokenizer.json: BPE vocabulary not found"):
         tokens_from_description({"kind": "bpe", "vocab_size": 10}, tmp_path)
+
+
+def test_train_bpe_names_a_vocab_size_or_lines_it_cannot_take():
+    """10**9 pieces ended the process in the tokenizers library (a failed 70 GB allocation in Rust, no Python
+    exception): the config's bound holds here too; "200" and [1, 2] were Python's errors, naming no argument."""
+    for size in (10**9, 32_001, 94, "200", 200.0, True):
+        with pytest.raises(ValueError, match=r"^vocab_size=.*: expected a whole number from 95 to 32,000$"):
+            train_bpe(["abc"], size)
+    with pytest.raises(TypeError, match=r"^lines\[0\]: expected a str \(a line of code\), got int$"):
+        train_bpe([1, 2], 100)
+
+
+def test_a_vocabulary_names_what_it_cannot_encode_or_read(bpe):
+    for tokens in (CharTokens(), bpe):
+        with pytest.raises(TypeError, match="^text: expected the code as a str, got int$"):
+            tokens.grid(5, 2, 4)  # "'int' object has no attribute 'split'"
+        with pytest.raises(DataError, match="whole-number tokens, got float64"):  # numpy's cast warning, then a range
+            tokens.text(np.full((2, 2), np.nan))
+        with pytest.raises(DataError, match=r"at least one column, got shape \(2, 0\)"):
+            tokens.text(np.zeros((2, 0), np.int64))
+    with pytest.raises(TypeError, match="^dataset_dir: expected the dataset folder holding tokenizer.json"):
+        tokens_from_description({"kind": "bpe"})  # pathlib's "expected str, bytes or os.PathLike object"

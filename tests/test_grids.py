@@ -285,3 +285,12 @@ def test_a_text_grid_of_no_whole_numbers_is_refused():
     """An all-NaN grid read as "" with only numpy's cast warning."""
     with pytest.raises(DataError, match="whole-number tokens"):
         grid_to_text(np.full((2, 2), np.nan))
+
+
+def test_a_lone_surrogate_and_a_grid_without_columns_are_data_errors():
+    """'a\\ud800b' was a UnicodeEncodeError from the utf-32 encoding, a (2, 0) grid an IndexError."""
+    with pytest.raises(DataError, match=re.escape("line 1, column 2: character '\\ud800' (U+D800) is not printable")):
+        text_to_grid("a\ud800b", 4, 8)
+    with pytest.raises(DataError, match=re.escape("a text grid has at least one column, got shape (2, 0)")):
+        grid_to_text(np.zeros((2, 0), np.int64))
+    assert grid_to_text(np.zeros((0, 3), np.int64)) == ""  # no row: the empty text

@@ -24,12 +24,18 @@ from typing import Iterable
 
 import numpy as np
 
-from trm_kaggle.data.puzzles.grids import TEXT_EOL, TEXT_PAD, TEXT_VOCAB_SIZE, grid_to_text, text_to_grid
+from trm_kaggle.config import CodeRepairBuildConfig, path_argument, texts_argument, whole_argument
+from trm_kaggle.data.puzzles.grids import (TEXT_EOL, TEXT_PAD, TEXT_VOCAB_SIZE, grid_to_text, text_grid_tokens,
+                                          text_to_grid)
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_text
+from trm_kaggle.wording import type_name
 
 PRINTABLE = [chr(c) for c in range(32, 127)]  # the characters both vocabularies can write
 TOKENIZER_FILE = "tokenizer.json"  # a BPE dataset's vocabulary, at the dataset root
+#: The most pieces a BPE vocabulary learns: the bound of the config's bpe_vocab_size, read from its one place.
+MAX_BPE_VOCAB_SIZE = next(m.le for m in CodeRepairBuildConfig.model_fields["bpe_vocab_size"].metadata
+                          if getattr(m, "le", None) is not None)
 
 
 def printable(text: str) -> bool:
@@ -47,7 +53,7 @@ class CharTokens:
         return len(lines) <= rows and max(map(len, lines), default=0) <= cols
 
     def grid(self, text: str, rows: int, cols: int) -> np.ndarray | None:
-        lines = text.split("\n")
+        lines = _snippet_text(text).split("\n")
         if not self.fits(lines, rows, cols) or not printable(text):
             return None
         return text_to_grid(text, rows, cols)
@@ -79,7 +85,7 @@ class BpeTokens:
         return all(len(e.ids) <= cols for e in self.tokenizer.encode_batch(lines, add_special_tokens=False))
 
     def grid(self, text: str, rows: int, cols: int) -> np.ndarray | None:
-        lines = text.split("\n")
+        lines = _snippet_text(text).split("\n")
         if len(lines) > rows or not printable(text):
             return None
         out = np.full((rows, cols), TEXT_PAD, dtype=np.uint16 if self.vocab_size > 256 else np.uint8)
@@ -93,11 +99,7 @@ class BpeTokens:
         return out
 
     def text(self, grid: np.ndarray) -> str:
-        grid = np.asarray(grid).astype(np.int64)
-        if grid.ndim != 2:
-            raise DataError(f"a text grid is 2-D, got shape {grid.shape}")
-        if grid.size and (grid.min() < 0 or grid.max() >= self.vocab_size):
-            raise DataError(f"text grid tokens must be in 0..{self.vocab_size - 1}")
+        grid = text_grid_tokens(grid, self.vocab_size)  # NaN tokens were numpy's cast warning, then "must be in"
         lines = []
         for row in grid:  # the same reading rule as grid_to_text
             if row[0] == TEXT_PAD:
@@ -111,6 +113,14 @@ class BpeTokens:
 
 
 Tokens = CharTokens | BpeTokens
+
+
+def _snippet_text(text: object) -> str:
+    """`text`, the code a vocabulary's grid() encodes, when it is a str: 5 was "'int' object has no attribute
+    'split'" and bytes a str method's error, naming no argument."""
+    if not isinstance(text, str):
+        raise TypeError(f"text: expected the code as a str, got {type_name(text)}")
+    return text
 
 
 def _import_tokenizers():
@@ -127,8 +137,10 @@ def train_bpe(lines: Iterable[str], vocab_size: int) -> BpeTokens:
     Lines holding anything but printable ASCII are left out, so every piece is printable.
     Training is deterministic for the same lines in the same order.
     """
-    if vocab_size < len(PRINTABLE):
-        raise TRMError(f"bpe_vocab_size must be at least {len(PRINTABLE)} (the printable characters), got {vocab_size}")
+    # the bounds of the config's bpe_vocab_size, the command's (10**9 pieces ended the process in the tokenizers
+    # library's Rust: a failed 70 GB allocation, no Python exception); a str or a float named, not compared
+    vocab_size = whole_argument("vocab_size", vocab_size, len(PRINTABLE), MAX_BPE_VOCAB_SIZE)
+    lines = texts_argument("lines", lines, "a line of code")  # [1, 2] was "'int' object has no attribute 'isascii'"
     tokenizers = _import_tokenizers()
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     trainer = tokenizers.trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=PRINTABLE,
@@ -145,7 +157,8 @@ def tokens_from_description(desc: dict, dataset_dir: str | Path | None = None, t
         return CharTokens()
     if kind == "bpe":
         if tokenizer_json is None:
-            # a fixed name inside the dataset, never one read from data
+            # a fixed name inside the dataset, never one read from data (None was pathlib's "expected str, ...")
+            path_argument("dataset_dir", dataset_dir, "the dataset folder holding tokenizer.json")
             tokenizer_json = read_text(Path(dataset_dir) / TOKENIZER_FILE, "BPE vocabulary")
         try:
             tokens = BpeTokens(tokenizer_json)

@@ -340,7 +340,9 @@ def text_to_grid(text: str, rows: int = 64, cols: int = 48) -> np.ndarray:
         raise DataError(f"text has {len(lines)} lines, more than the {rows} rows of the grid")
     # the whole text at once (code-repair builders encode thousands of snippets a second):
     # each character's line and column come from the newline positions
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    # surrogatepass: a lone surrogate ('\ud800', from a JSON escape) is a code above 126 like any other, refused below
+    # with its line and column (strict encoding raised UnicodeEncodeError)
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     newline = codes == 10
     line_of = np.cumsum(newline) - newline
     line_start = np.concatenate([[0], np.flatnonzero(newline) + 1])
@@ -364,17 +366,25 @@ def text_to_grid(text: str, rows: int = 64, cols: int = 48) -> np.ndarray:
     return grid
 
 
-def grid_to_text(grid: Any) -> str:
-    """Inverse of `text_to_grid`: read each row up to its end-of-line (or PAD); stop at an all-PAD row."""
+def text_grid_tokens(grid: Any, vocab_size: int) -> np.ndarray:
+    """`grid`, a text grid of a vocabulary of `vocab_size` tokens, as int64, or one DataError saying what is wrong
+    with it (the check of every reader of text grids: characters' and BPE pieces')."""
     grid = np.asarray(grid)
     if grid.ndim != 2:
         raise DataError(f"a text grid is 2-D, got shape {grid.shape}")
+    if grid.shape[0] and not grid.shape[1]:  # a row with no first cell: an IndexError from the reading below
+        raise DataError(f"a text grid has at least one column, got shape {grid.shape}")
     if grid.dtype.kind not in "iu":  # NaN tokens were cast to 0 (the end of the text) with a numpy warning
         raise DataError(f"a text grid holds whole-number tokens, got {grid.dtype}")
-    if grid.size and (grid.min() < 0 or grid.max() >= TEXT_VOCAB_SIZE):
-        raise DataError(f"text grid tokens must be in 0..{TEXT_VOCAB_SIZE - 1}")
+    if grid.size and (grid.min() < 0 or grid.max() >= vocab_size):
+        raise DataError(f"text grid tokens must be in 0..{vocab_size - 1}")
+    return grid.astype(np.int64)
+
+
+def grid_to_text(grid: Any) -> str:
+    """Inverse of `text_to_grid`: read each row up to its end-of-line (or PAD); stop at an all-PAD row."""
     lines = []
-    for row in grid.astype(np.int64):
+    for row in text_grid_tokens(grid, TEXT_VOCAB_SIZE):
         if row[0] == TEXT_PAD:
             break
         stop = np.flatnonzero(row < 2)
