@@ -17,10 +17,10 @@ from trm_kaggle.data.code import bugs as code_bugs
 from trm_kaggle.data.code.lint import ruff_binary
 from trm_kaggle.data.code.repair import (assign_splits, build_code_repair, corpus_files, extract_snippets,
                                          format_repair_build,
-                                         load_repair_tokens, normalised, read_repair_meta)
+                                         load_repair_tokens, normalised, read_repair_info, read_repair_meta)
 from trm_kaggle.data.format import load_split
 from trm_kaggle.data.verify import verify_dataset
-from trm_kaggle.errors import DataError
+from trm_kaggle.errors import DataError, TRMError
 
 GRID = "12x48"
 
@@ -364,3 +364,97 @@ def test_a_train_split_emptied_by_duplicates_says_so(tmp_path):
     assert "dropped as duplicates): the train files repeat the code of the val/test files" in p.stderr
     assert "--min-lines" not in p.stderr and not (tmp_path / "o").exists()
     assert main([*args, "--val-fraction", "0", "--test-fraction", "0"]) == 0  # the advice holds
+
+
+def test_an_empty_corpus_setting_is_refused_not_read_as_the_standard_library(tmp_path, capsys):
+    """`--corpus ''` built the whole standard library (exit 0), as an unset shell variable's value would."""
+    out = tmp_path / "ds"
+    assert main(["build-code-repair", "--output-dir", str(out), "--corpus", "", "--no-progress"]) == 2
+    assert "error: --corpus is empty: name a folder or a file" in capsys.readouterr().err
+    with pytest.raises(TRMError, match="^corpus is empty"):
+        build_code_repair(CodeRepairBuildConfig(output_dir=str(out), corpus="", progress=False))
+    assert not out.exists()
+
+
+def _unlistable(monkeypatch, folder: Path) -> None:
+    """`folder` cannot be listed (as without read permission; the tests may run as root, who reads any)."""
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if Path(path) == folder:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+
+
+def test_an_unreadable_corpus_folder_is_named_with_its_permission(corpus, monkeypatch):
+    """It was "no Python (.py) files" (os.walk's errors were dropped)."""
+    _unlistable(monkeypatch, corpus)
+    with pytest.raises(DataError, match=re.escape(f"corpus {corpus}: cannot read corpus folder: Permission denied "
+                                                  "(a permission")):
+        corpus_files(corpus)
+
+
+def test_an_unreadable_corpus_sub_folder_is_warned_and_recorded(corpus, tmp_path, monkeypatch, caplog):
+    """It was left out without a word: no WARNING, nothing in build_info.json."""
+    _unlistable(monkeypatch, corpus / "pkg")
+    out = tmp_path / "ds"
+    with caplog.at_level("WARNING"):
+        s = build(corpus, out)
+    assert f"skipped {corpus / 'pkg'}: cannot read corpus folder: Permission denied" in caplog.text
+    assert s["unreadable_folders"] == 1 and "folders unreadable: 1" in format_repair_build(s)
+    assert json.loads((out / "build_info.json").read_text())["unreadable_folders"] == ["pkg"]
+    assert corpus_files(str(corpus)) == sorted(corpus_files(corpus))  # a str root is a path too
+
+
+def test_library_calls_name_an_argument_of_the_wrong_type(tmp_path):
+    for cfg in ({"output_dir": str(tmp_path / "x")}, None):  # "has no attribute 'output_dir'"
+        with pytest.raises(TypeError, match=f"^cfg: expected a CodeRepairBuildConfig .*got {type(cfg).__name__}$"):
+            build_code_repair(cfg)
+    for call in (lambda: read_repair_meta(5, "test"), lambda: read_repair_info(5), lambda: load_repair_tokens(None)):
+        with pytest.raises(TypeError, match="^dataset_dir: expected a code-repair dataset folder"):
+            call()
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"example": 0, "bug_type": "b", "category": "c", "difficulty": 0.5, "source": "a.py", "line": 3}\n\n\n',
+     "repair_meta.jsonl:2: a blank line where repair metadata record 2 belongs"),  # was "the file is empty"
+    ("[1, 2]\n", "(ValueError: it is a JSON list, not an object)"),  # was Python's "list indices must be integers"
+    ('{"example": 99, "bug_type": "b", "category": "c", "difficulty": 0.5, "source": "a.py", "line": 3}\n',
+     "its example 99 is not 0, the example of line 1"),  # taken without a word
+])
+def test_a_repair_metadata_file_changed_by_hand_is_named(tmp_path, text, words):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "repair_meta.jsonl").write_text(text)
+    with pytest.raises(DataError, match=re.escape(words)):
+        read_repair_meta(tmp_path, "train")
+
+
+def test_a_file_declaring_an_unknown_coding_is_skipped_with_a_warning(tmp_path, caplog):
+    """Python cannot compile it; it was read as UTF-8 and gave pairs."""
+    root = tmp_path / "c"
+    root.mkdir()
+    for k in range(1, 4):
+        (root / f"mod{k}.py").write_text(module_source(k))
+    (root / "odd.py").write_text("# -*- coding: nosuch -*-\n" + module_source(7))
+    with caplog.at_level("WARNING"):
+        s = build(root, tmp_path / "ds", val_fraction=0.0, test_fraction=0.0)
+    assert s["skipped_files"] == {"unknown_coding": 1}
+    assert "odd.py: unknown encoding: nosuch" in caplog.text
+
+
+def test_a_build_whose_test_split_is_empty_says_so(tmp_path, caplog):
+    """evaluate-repair refuses such a dataset, long after the build said nothing."""
+    root = tmp_path / "c"
+    root.mkdir()
+    for k in range(1, 4):
+        (root / f"mod{k}.py").write_text(module_source(k))
+    (root / "consts.py").write_text("X = 1\n")  # parses, and has no snippet
+    for seed in range(40):  # the seed that gives the test place to consts.py
+        split = assign_splits(sorted(p.name for p in root.iterdir()), seed, 0.0, 0.25)
+        if split["consts.py"] == "test":
+            break
+    with caplog.at_level("WARNING"):
+        s = build(root, tmp_path / "ds", val_fraction=0.0, test_fraction=0.25, seed=seed)
+    assert s["test"]["examples"] == 0 and "the test split holds no pairs" in caplog.text

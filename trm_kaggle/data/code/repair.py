@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import collections
 import hashlib
+import io
 import json
 import logging
 import multiprocessing
@@ -39,13 +40,14 @@ import os
 import sys
 import sysconfig
 import time
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from trm_kaggle.config import CodeRepairBuildConfig
+from trm_kaggle.config import CodeRepairBuildConfig, path_argument
 from trm_kaggle.data.code import bugs as code_bugs
 from trm_kaggle.data.code import lint as code_lint
 from trm_kaggle.data.code.tokens import (TOKENIZER_FILE, CharTokens, Tokens, printable, tokens_from_description,
@@ -54,11 +56,12 @@ from trm_kaggle.data.format import DatasetWriter, SplitWriter, build_io
 from trm_kaggle.data.puzzles.grids import build_summary
 from trm_kaggle.errors import DataError, TRMError, UnreadableFile
 from trm_kaggle.hardware import usable_cores
-from trm_kaggle.jsonio import not_regular, parse_json, read_bytes, read_json, read_text
+from trm_kaggle.jsonio import cannot_read, not_regular, parse_json, read_bytes, read_json, read_text
 from trm_kaggle.lifetime import exit_with_parent
+from trm_kaggle.names import blank_path_problem
 from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
-from trm_kaggle.wording import clipped, one_line
+from trm_kaggle.wording import clipped, one_line, type_name
 
 SPLITS = ("train", "val", "test")
 META_FILE = "repair_meta.jsonl"
@@ -80,18 +83,30 @@ def default_corpus() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def corpus_files(root: Path) -> list[str]:
+def corpus_files(root: str | os.PathLike, unread_folders: list[str] | None = None) -> list[str]:
     """Relative paths (POSIX, sorted) of the .py files under `root`; installed packages, caches and
-    hidden directories are left out, and directory links are not followed."""
+    hidden directories are left out, and directory links are not followed.
+
+    A sub-folder that cannot be listed (no permission) costs its own files alone: it is named in a WARNING line
+    and its relative path appended to `unread_folders` (the build's record); `root` itself unreadable is a
+    DataError naming the permission (it was "no Python (.py) files")."""
+    root = Path(path_argument("root", root, "the corpus folder"))
     if not root.exists():
         raise DataError(f"corpus {root}: no such directory")
     if not root.is_dir():
         raise DataError(f"corpus {root}: not a directory")
-    found = []
-    for d, dirs, files in os.walk(root, onerror=None):
+    found, failed = [], []
+    for d, dirs, files in os.walk(root, onerror=failed.append):  # onerror=None dropped such a folder unsaid
         dirs[:] = [x for x in dirs if x not in _SKIP_DIRS and not x.startswith(".")]
         rel = Path(d).relative_to(root)
         found.extend((rel / f).as_posix() for f in files if f.endswith(".py") and not f.startswith("."))
+    for e in failed:
+        where = Path(e.filename) if e.filename else root
+        if where == root:
+            raise UnreadableFile(f"corpus {cannot_read(root, 'corpus folder', e)}")
+        log.warning("skipped %s", cannot_read(where, "corpus folder", e))
+        if unread_folders is not None:
+            unread_folders.append(where.relative_to(root).as_posix())
     if not found:
         raise DataError(f"corpus {root}: no Python (.py) files")
     return sorted(found)
@@ -288,10 +303,19 @@ def _init_pool_worker(parent: int, *init_args) -> None:
     _init_worker(*init_args)
 
 
+class UnknownCoding(DataError):
+    """A corpus file declares a coding Python does not know (`# -*- coding: nosuch -*-`)."""
+
+
 def _read_source(path: Path) -> str:
     """The file as text with "\\n" line ends, through the one gate (a FIFO or a device refused unread, at most
-    MAX_SOURCE_BYTES read); UnreadableFile, DataError (too large) or UnicodeDecodeError."""
+    MAX_SOURCE_BYTES read); UnreadableFile, UnknownCoding, DataError (too large) or UnicodeDecodeError."""
     raw = read_bytes(path, "corpus file", max_bytes=MAX_SOURCE_BYTES)
+    try:
+        tokenize.detect_encoding(io.BytesIO(raw).readline)  # the coding a file declares, in its first two lines
+    except SyntaxError as e:  # `# -*- coding: nosuch -*-`: Python cannot compile it; read as UTF-8 it gave pairs
+        if str(e.msg).startswith("unknown encoding"):
+            raise UnknownCoding(f"{path}: {e.msg} (declared in the file): Python cannot compile it") from None
     # utf-8-sig: a byte-order mark (an editor's on Windows) is no code; Python runs such files, ast refused them
     return raw.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
 
@@ -326,6 +350,9 @@ def process_files(paths: list[str]) -> list[FileResult]:
         except UnreadableFile as e:  # missing, no permission; a FIFO or a device, never opened (it may never end)
             result.skipped = "special_file" if _special(w.root / rel) else "unreadable"
             result.problem = str(e)
+            continue
+        except UnknownCoding as e:
+            result.skipped, result.problem = "unknown_coding", str(e)
             continue
         except DataError as e:  # larger than MAX_SOURCE_BYTES: not read past the bound
             result.skipped, result.problem = "too_large", str(e)
@@ -445,13 +472,20 @@ class _MetaWriter:
 
 def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
     """Build the dataset at cfg.output_dir; returns a summary (counts per split and bug type, speed)."""
+    if not isinstance(cfg, CodeRepairBuildConfig):  # a dict or None was "has no attribute 'output_dir'"
+        raise TypeError(f"cfg: expected a CodeRepairBuildConfig (CodeRepairBuildConfig(**values) makes one from a "
+                        f"dict), got {type_name(cfg)}")
+    # '' was read as "no corpus" and built the standard library without a word (None, left out, is that)
+    if cfg.corpus is not None and (problem := blank_path_problem(cfg.corpus)):
+        raise TRMError(f"corpus {problem}")
     started = time.monotonic()
     check_kept(*build_io(cfg, flags=False))  # as the command checks it: never built inside its own input
     for name in cfg.bug_types or []:
         if name not in code_bugs.SYNTHETIC:
             raise TRMError(f"unknown bug type {name!r}; known: {', '.join(code_bugs.SYNTHETIC)}")
     root = Path(cfg.corpus).expanduser() if cfg.corpus else default_corpus()
-    files = corpus_files(root)
+    unread_folders: list[str] = []  # named in a WARNING line each, and kept in build_info.json
+    files = corpus_files(root, unread_folders)
     if cfg.max_files and cfg.max_files < len(files):
         files = sorted(np.random.default_rng([cfg.seed, 2]).choice(files, cfg.max_files, replace=False).tolist())
     split_of = assign_splits(files, cfg.seed, cfg.val_fraction, cfg.test_fraction, usable=_parses(root))
@@ -530,16 +564,21 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
                             f"{cfg.rows}x{cfg.cols} grid, have at least {cfg.min_lines} lines (--min-lines) and take a "
                             f"bug of {kinds} (--bug-types); try a larger --grid, --strip-docstrings, a lower "
                             f"--min-lines or other --bug-types")
+        if cfg.test_fraction and not counts["test"]:  # evaluate-repair refuses such a dataset, much later
+            log.warning("the test split holds no pairs (its %d file(s) gave none that fit): evaluate-repair cannot "
+                        "score this dataset; build with a larger --test-fraction or another --seed",
+                        sum(1 for f in files if split_of[f] == "test"))
         val.finish(len(writer.identifiers), writer.pad_id, writer.ignore_label_id)
         info.update(files={s: sum(1 for f in files if split_of[f] == s and f not in unread) for s in SPLITS},
-                    skipped_files=dict(skipped), rejected_pairs=dict(rejected), duplicates=dict(duplicates),
-                    pairs={s: dict(sorted(counts[s].items())) for s in SPLITS})
+                    skipped_files=dict(skipped), unreadable_folders=unread_folders, rejected_pairs=dict(rejected),
+                    duplicates=dict(duplicates), pairs={s: dict(sorted(counts[s].items())) for s in SPLITS})
         writer.build_info = info
     summary = build_summary(writer, started)
     n_val = sum(counts["val"].values())
     summary["val"] = {"groups": n_val, "puzzles": n_val, "examples": n_val}  # one pair per group and puzzle
     seconds = time.monotonic() - started
-    summary.update(files=len(files) - len(unread), skipped_files=dict(skipped),  # the files read: "from N files" rejected_pairs=dict(rejected),
+    summary.update(files=len(files) - len(unread),  # the files read: "from N files"
+                   skipped_files=dict(skipped), unreadable_folders=len(unread_folders), rejected_pairs=dict(rejected),
                    duplicates=dict(duplicates), pairs=info["pairs"], total_pairs=total,
                    pairs_per_second=total / max(seconds, 1e-9), workers=workers, lint=bool(ruff))
     return summary
@@ -548,6 +587,8 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
 def format_repair_build(s: dict) -> str:
     """What `trm-kaggle build-code-repair` prints: totals, speed, skips, then pairs per type and split."""
     skipped = ", ".join(f"{v} {k}" for k, v in sorted(s["skipped_files"].items())) or "none"
+    if s.get("unreadable_folders"):  # folders never listed: their files are in no count
+        skipped += f"; folders unreadable: {s['unreadable_folders']:,}"
     lines = [f"built {one_line(s['output_dir'])}: {s['total_pairs']:,} pairs ({s['train']['examples']:,} train / "
              f"{s['val']['examples']:,} val / {s['test']['examples']:,} test) from {s['files']:,} files in "
              f"{s['seconds']:.1f} s, {s['pairs_per_second']:,.0f} pairs/s on {s['workers']} worker(s)",
@@ -601,6 +642,7 @@ class RepairMeta:
 
 
 def read_repair_meta(dataset_dir: str | os.PathLike, split: str) -> RepairMeta:
+    path_argument("dataset_dir", dataset_dir, "a code-repair dataset folder")
     if split not in SPLITS:
         raise TRMError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     path = Path(dataset_dir) / split / META_FILE
@@ -608,8 +650,14 @@ def read_repair_meta(dataset_dir: str | os.PathLike, split: str) -> RepairMeta:
                                                     "trm-kaggle build-code-repair")
     bug_type, category, difficulty, source, line = [], [], [], [], []
     for n, record in enumerate(text.splitlines(), start=1):
+        if not record.strip():  # parse_json's words for it, "the file is empty", named the whole file
+            raise DataError(f"{path}:{n}: a blank line where repair metadata record {n} belongs (one record a line)")
         r = parse_json(record, f"{path}:{n}", "repair metadata record")
         try:
+            if not isinstance(r, dict):  # [1, 2] was Python's "list indices must be integers or slices"
+                raise ValueError(f"it is a JSON {type(r).__name__}, not an object")
+            if "example" in r and r["example"] != n - 1:  # line i describes example i: a record moved or changed
+                raise ValueError(f"its example {clipped(r['example'])} is not {n - 1}, the example of line {n}")
             for key in ("bug_type", "category"):  # names shown in tables and reports: plain words, one line
                 if not (isinstance(r[key], str) and r[key].isprintable() and 0 < len(r[key]) <= 80):
                     raise ValueError(f"its {key} {clipped(r[key])} is not a name of at most 80 printable characters")
@@ -634,6 +682,7 @@ def read_repair_meta(dataset_dir: str | os.PathLike, split: str) -> RepairMeta:
 
 def read_repair_info(dataset_dir: str | os.PathLike) -> dict:
     """A code-repair dataset's build_info.json (its token scheme and grid shape among the rest)."""
+    path_argument("dataset_dir", dataset_dir, "a code-repair dataset folder")
     info = read_json(Path(dataset_dir) / "build_info.json", "build_info.json",
                      hint=f"is {dataset_dir} a code-repair dataset?")
     if not isinstance(info, dict) or info.get("builder") != "code-repair":
@@ -644,4 +693,5 @@ def read_repair_info(dataset_dir: str | os.PathLike) -> dict:
 
 def load_repair_tokens(dataset_dir: str | os.PathLike) -> Tokens:
     """The token scheme a code-repair dataset was built with."""
+    path_argument("dataset_dir", dataset_dir, "a code-repair dataset folder")
     return tokens_from_description(read_repair_info(dataset_dir).get("tokens"), dataset_dir)
