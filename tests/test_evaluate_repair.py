@@ -1,6 +1,7 @@
 """evaluate-repair: exact-fix rates per bug type against the copy-input baseline, and code runs with a time limit."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -371,3 +372,25 @@ def test_a_model_of_another_tokenizers_vocabulary_is_named_before_predicting(dat
                                        "another tokenizer's data"):
         evaluate_repair(model, RepairEvalConfig(weights="-", data=str(dataset), batch_size=7, progress=False))
     assert not calls
+
+
+@pytest.mark.parametrize("code, command, limit, error, words", [
+    # a NaN limit compared false with the clock: the command ran with no limit at all ("passed" after 8 s)
+    ("import time; time.sleep(30)", [sys.executable, "{file}"], float("nan"), ValueError,
+     "time_limit=nan: expected a number from 0 to 86400"),
+    ("pass", [sys.executable, "{file}"], "5", ValueError, "time_limit='5': expected a number"),  # float + str
+    ("pass", [], 5, ValueError, "command=[]: names no program to run"),  # an IndexError
+    ("pass", "", 5, ValueError, "command='': names no program to run"),
+    ("pass", [sys.executable, 5], 5, TypeError, "command[1]: expected a str"),
+    (b"pass", [sys.executable, "{file}"], 5, TypeError, "code: expected the snippet as a str, got bytes"),
+])
+def test_run_code_names_an_argument_it_cannot_take(code, command, limit, error, words):
+    started = time.monotonic()
+    with pytest.raises(error, match="^" + re.escape(words)):
+        run_code(code, command, limit)
+    assert time.monotonic() - started < 5  # refused before anything ran
+
+
+def test_evaluate_repair_names_a_config_of_the_wrong_type():
+    with pytest.raises(TypeError, match="^cfg: expected a RepairEvalConfig .*got dict$"):
+        evaluate_repair(torch.nn.Linear(1, 1), {"weights": "w", "data": "d"})  # "'dict' has no attribute 'report'"

@@ -36,11 +36,12 @@ import numpy as np
 import torch
 
 from trm_kaggle.atomic import RewrittenFile, atomic_write_json, scratch_folder
-from trm_kaggle.config import RepairEvalConfig
+from trm_kaggle.config import RepairEvalConfig, number_argument, texts_argument
 from trm_kaggle.data import contents_hash, load_repair_tokens, load_split, read_repair_info, read_repair_meta
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.predict import predict_split
 from trm_kaggle.hardware import place_model
+from trm_kaggle.wording import clipped, type_name
 
 OUTCOMES = ("fixed", "unchanged", "changed_wrongly")
 
@@ -79,6 +80,9 @@ def repair_table(bug_types: list[str], outcomes: list[str], copy_outcomes: list[
 
 #: The bytes of a test command's output kept (its tail): the rest is read and dropped as it comes.
 OUTPUT_TAIL_BYTES = 8192
+#: The longest run of a test command: the bound of the config's time_limit, read from its one place.
+MAX_TIME_LIMIT_S = next(m.le for m in RepairEvalConfig.model_fields["time_limit"].metadata
+                        if getattr(m, "le", None) is not None)
 
 
 @dataclass
@@ -94,13 +98,22 @@ def run_code(code: str, command: str | list[str], time_limit: float) -> RunResul
     A string command is split like a shell line, after "{file}" becomes the file's path;
     nothing goes through a shell. The command runs in its own process group, which is
     killed when `time_limit` seconds have passed. The directory is removed afterwards.
+
+    Each argument is checked before anything runs, a wrong one named in a TypeError or ValueError: a NaN limit
+    compared false with the clock and ran with no limit at all; "5", [] or bytes code were Python's errors.
     """
+    if not isinstance(code, str):
+        raise TypeError(f"code: expected the snippet as a str, got {type_name(code)}")
+    template = command if isinstance(command, str) else texts_argument("command", command, "a program's argument")
+    time_limit = number_argument("time_limit", time_limit, 0.0, MAX_TIME_LIMIT_S)
     with scratch_folder("trm-repair-run-") as tmp:
         path = os.path.join(tmp, "snippet.py")
         with open(path, "w", encoding="utf-8") as f:
             f.write(code + "\n")
-        argv = (shlex.split(command.replace("{file}", shlex.quote(path))) if isinstance(command, str)
-                else [a.replace("{file}", path) for a in command])
+        argv = (shlex.split(template.replace("{file}", shlex.quote(path))) if isinstance(template, str)
+                else [a.replace("{file}", path) for a in template])
+        if not argv:  # "" or []: an IndexError below
+            raise ValueError(f"command={clipped(command, 40)}: names no program to run")
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         t0 = time.perf_counter()
         try:
@@ -163,6 +176,9 @@ def evaluate_repair(model: torch.nn.Module, cfg: RepairEvalConfig, device: torch
                     ) -> RepairEvaluation:
     """Predict the test split of cfg.data with `model`, score every pair, run code when asked. `device`: where
     to run (default: where the model's weights are); the model is moved there (`hardware.place_model`)."""
+    if not isinstance(cfg, RepairEvalConfig):  # a dict was "'dict' object has no attribute 'report'"
+        raise TypeError(f"cfg: expected a RepairEvalConfig (RepairEvalConfig(**values) makes one from a dict), got "
+                        f"{type_name(cfg)}")
     t0 = time.perf_counter()
     # what stands at the report now: another command's report written there during this one's work is kept, and
     # this one ends with one line (two at once both said "report: ...", the later silently replacing the other)
