@@ -50,18 +50,20 @@ from typing import Any, Callable, Sequence
 
 
 from trm_kaggle.atomic import atomic_write_json, replace_problem
-from trm_kaggle.config import MAX_SAVE_EVERY_S, TrainConfig, seconds_argument, whole_argument
+from trm_kaggle.config import (MAX_SAVE_EVERY_S, TrainConfig, path_argument, seconds_argument, sequence_argument,
+                               texts_argument, whole_argument)
 from trm_kaggle.errors import TRMError
+from trm_kaggle.outputs import SESSION_RECORD
 # the watch of the notebook's runner (the kernel's; its private names stay reachable here for the session's tests)
 from trm_kaggle.runner_watch import training
-from trm_kaggle.wording import clipped, escaped_echo
+from trm_kaggle.wording import clipped, escaped_echo, one_line, type_name
 
 log = logging.getLogger(__name__)
 
 RUN = "run"  # the run directory under the working folder
 WEIGHTS = "weights"  # the export
 CURVE = "training_curve.png"
-SESSION = "session.json"
+SESSION = SESSION_RECORD  # the session's record (`outputs.SESSION_RECORD`: a pipeline refuses a folder holding one)
 DEFAULT_BUDGET = 11.5 * 3600  # seconds: Kaggle stops a session at 12 h
 MAX_SESSION_SECONDS = 10**7  # a budget or margin past 115 days is a slip (a number printed in 301 digits)
 MAX_SESSION_STEPS = 10**9  # a cap on the steps of one session (a Kaggle session of 12 hours makes far fewer)
@@ -326,23 +328,39 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     notebook's first cell notes them during the install): read once the session's own handler is in place, the
     first one ends the session "interrupted" as soon as the previous state is carried. `overrides` takes each
     form `train.override_list` reads (the notebook's OVERRIDES as it is: read after the carry, so that one it cannot
-    read still passes the state on); `device` (None or "auto": the preset's) is set after them."""
+    read still passes the state on); `device` (None or "auto": the preset's) is set after them. An argument of the
+    wrong type is status "error" with one line naming it (`_arguments`): a `working` or `input_root` of the wrong
+    type writes nothing, the others are said in the record once the working folder is checked; a wrong `echo`'s
+    line is printed, and an `echo` that raises is noted in the record (`_kept_going`)."""
     started = time.time() if started is None else started
-    echo = escaped_echo(echo)  # a folder found below the inputs may hold an escape sequence or a newline
     report = SessionReport()
-    working = Path(working)
+    try:  # where the session writes and what it reads first: one of the wrong type, and nothing is written
+        working = Path(path_argument("working", working, "the working folder"))
+        input_root = Path(path_argument("input_root", input_root, "the folder of the inputs"))
+    except TypeError as e:
+        report.status, report.message = "error", str(e)
+        escaped_echo(echo if callable(echo) else print)(f"error: {e}")
+        return report
+    try:  # the other arguments of the wrong type: refused once the working folder is checked (`_session`)
+        presets, data_dir, scratch, first_stop = _arguments(preset, data_dir, scratch, stopped, echo)
+        wrong = None
+    except (TypeError, ValueError) as e:
+        presets, scratch, first_stop, wrong = [], None, None, TRMError(str(e))
+    # a folder found below the inputs may hold an escape sequence or a newline; a wrong echo: its line still said
+    echo = escaped_echo(_kept_going(echo, report) if callable(echo) else print)
     stops = _SessionStops()
     nowhere = False
     # the whole session, its record included: a stop never ends the kernel mid-way, nor does its runner's end
     with training(), stops:
-        if stopped and stops.came is None:  # after the handler is in place: no signal falls between the two
-            stops.came = int(stopped[0])
+        if first_stop is not None and stops.came is None:  # after the handler is in place: no signal between the two
+            stops.came = first_stop
         def settings() -> tuple[list[str], int | None]:
             """The timed saves' override and the step cap, or TRMError: asked after the previous state is carried,
             so that a setting refused here still passes the state on (refused before the carry, the record named
             no state and the next session started the run over from step 0)."""
-            for name, value in (("time_budget", time_budget), ("margin", margin)):  # NaN would mean "no limit"
-                if value is not None and not 0 <= _seconds_or(value, -1.0) <= MAX_SESSION_SECONDS:
+            # NaN would mean "no limit"; a margin of None is none (it is kept whether or not a budget is set)
+            for name, value in (("time_budget", time_budget), ("margin", margin)):
+                if (value is not None or name == "margin") and not 0 <= _seconds_or(value, -1.0) <= MAX_SESSION_SECONDS:
                     raise TRMError(f"{name} {clipped(value, 40)}: a number of seconds from 0 to {MAX_SESSION_SECONDS:,}"
                                    + (", or None for no limit" if name == "time_budget" else ""))
             # when the kernel started: NaN made the budget no limit at all, a time to come stretched it
@@ -361,9 +379,8 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
             return ([] if save_every_s is None else [f"save_every_s={float(save_every_s)}"]), steps
 
         try:
-            _session(report, Path(input_root), working, [preset] if isinstance(preset, str) else list(preset),
-                     (settings, overrides, device), data_dir, time_budget, margin, started,
-                     Path(scratch) if scratch is not None else default_scratch(), echo, stops)
+            _session(report, input_root, working, presets, (settings, overrides, device, wrong), data_dir,
+                     time_budget, margin, started, scratch, echo, stops)
         except KeyboardInterrupt as e:  # SIGINT/SIGTERM (TrainingInterrupted): the state is saved; the next session
             stops.trained()  # resumes from it; a later stop waits for the export and this record
             report.ok, report.status = False, "interrupted"
@@ -409,6 +426,44 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
         except OSError as e:
             echo(f"error: could not write {working / SESSION}: {e}")
     return report
+
+
+def _arguments(preset: object, data_dir: object, scratch: object, stopped: object, echo: object
+               ) -> tuple[list[str], str | os.PathLike | None, Path | None, int | None]:
+    """run_session's presets, data_dir, scratch (None: `default_scratch()`, asked once the working folder is
+    checked) and the first of `stopped`, or the TypeError or ValueError naming the argument of the wrong type
+    (None and 5 as a path, a preset None, a stop 'x' or 999 reached pathlib, iter() or int() with no name)."""
+    from trm_kaggle.interrupts import TERMINATING
+
+    if not callable(echo):
+        raise TypeError(f"echo: expected a function taking one line of text (print), got {type_name(echo)}")
+    presets = texts_argument("preset", preset, "a preset name")
+    data_dir = path_argument("data_dir", data_dir, "the dataset's folder", optional=True)
+    scratch = path_argument("scratch", scratch, "the folder to unpack into", optional=True)
+    stops = [whole_argument(f"stopped[{i}]", s, 1, signal.NSIG - 1)
+             for i, s in enumerate(sequence_argument("stopped", stopped, "signal numbers"))]
+    for i, signum in enumerate(stops):
+        if signum not in (signal.SIGINT, *TERMINATING):
+            raise ValueError(f"stopped[{i}]={signum}: expected the number of a stop signal the session takes "
+                             f"({', '.join(signal.Signals(s).name for s in (signal.SIGINT, *TERMINATING))})")
+    return presets, data_dir, None if scratch is None else Path(scratch), stops[0] if stops else None
+
+
+def _kept_going(echo: Callable[[str], None], report: SessionReport) -> Callable[[str], None]:
+    """`echo`, whose first exception is noted in the report and ends its lines, never the session: raised on the
+    line of the weights, it left the run and the export without a session.json."""
+    broken: list[str] = []
+
+    def say(line: str) -> None:
+        if broken:
+            return
+        try:
+            echo(line)
+        except Exception as e:  # noqa: BLE001 (run_session never raises: its record is the next session's word)
+            broken.append(f"echo raised {type(e).__name__}: {one_line(str(e)[:200])}; its later lines were not said")
+            report.notes.append(broken[0])
+
+    return say
 
 
 class _NowhereToWrite(TRMError):
@@ -469,6 +524,20 @@ def _passed_on(roots: Path | Sequence[Path]) -> tuple[str | None, str | None]:
     return None, None
 
 
+def working_folder_problem(working: str | os.PathLike, what: str = "working") -> str | None:
+    """Why `working` may not take a session's run/, weights/ and session.json (None when it may), asked before
+    anything is written there: it is, or lies inside, a training run folder, a sweep's folder or a submit's work
+    folder, or it is a pipeline's or a launch's folder (the session trained beside their files and replaced a
+    pipeline's weights/ export), the command folder rules of `solve.others_folder_problem` and
+    `outputs.command_folder_problem`; or it cannot be written (refused then, its record included: the one line
+    says why)."""
+    from trm_kaggle.outputs import Output, command_folder_problem, in_a_work_dir_problem, writable_problem
+    from trm_kaggle.solve import others_folder_problem
+
+    return (others_folder_problem(working, what) or command_folder_problem(working, what)
+            or in_a_work_dir_problem(working, what) or writable_problem(Output(working, what, "folder")))
+
+
 def _refuse_link(folder: Path) -> None:
     """TRMError when the session's run or export folder is a symbolic link: written through, the states went where
     it points and the output (the next session's input) held only the link."""
@@ -494,20 +563,27 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     from trm_kaggle.outputs import Input, Output, check_kept
 
     run_dir = working / RUN
+    settings, overrides, device, wrong = given
     try:  # where the session writes, before any data is opened or step trained: a KAGGLE_WORKING inside a dataset
         # or a folder this package builds whole trained a whole session there, then refused only its export
         try:
             check_kept([Input(input_root, "KAGGLE_INPUT", tree=True)],  # a previous output as the working folder
                        [Output(run_dir, "run folder", "folder"),  # was trained in and its record replaced
                         Output(working / WEIGHTS, "weights", "replaced"), Output(working / SESSION, "session record")])
+            if problem := working_folder_problem(working):
+                raise TRMError(problem)
         except TRMError as e:
             raise _NowhereToWrite(str(e)) from None
         _refuse_link(run_dir)  # before the carry, which writes there (weights/: after it, the state passed on)
+        if wrong is not None:  # an argument of the wrong type (`_arguments`): said in the working folder's record
+            report.status = "error"
+            raise wrong
     except TRMError:
-        report.status = "refused"
+        report.status = report.status or "refused"
         if not isinstance(report.previous_state, str):  # named in the record: the next session never starts over
             report.previous_state = named_state(Path(input_root))
         raise
+    scratch = default_scratch() if scratch is None else scratch
     in_place = bool(ckpt.list_states(run_dir))  # this Kaggle session already trained (the notebook run again)
 
     def carry(where: Path | list[Path], carried=None) -> tuple[Path, dict[str, Any]] | None:
@@ -604,7 +680,6 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     if refused is not None:
         raise refused
     stops.carried()
-    settings, overrides, device = given
     timed, session_steps = settings()  # the budget, the cap, the timed saves: an error once the state is here
     try:  # each refused after the carry: the refused session's output holds the state
         _refuse_link(working / WEIGHTS)

@@ -210,6 +210,8 @@ JOBS_RECORD = ".trm_kaggle_jobs"
 RESERVED_NAMES = (LOCK_FILE, OWNER_RECORD, JOBS_RECORD)
 #: A sweep's record in its folder (`experiments.sweep`).
 SWEEP_RECORD = "sweep.json"
+#: A Kaggle training session's record in its working folder (`kaggle_training`), beside its run/ and weights/.
+SESSION_RECORD = "session.json"
 #: The records other commands keep in their folders, by name: written over, that command could no longer read its
 #: folder (`submit --output SWEEP/sweep.json` lost the sweep: compare and its rerun refused the folder).
 _FOLDER_RECORDS = {SWEEP_RECORD: "the record of a sweep", "solve_report.json": "the record of a submit's work folder"}
