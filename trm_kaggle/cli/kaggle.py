@@ -189,7 +189,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from trm_kaggle.pipeline import run_pipeline
 
     cfg = PipelineConfig(**config_kwargs(args, PipelineConfig.model_fields))
-    print(run_pipeline(cfg).describe())
+    print(run_pipeline(cfg, flags=True).describe())  # its work folder named as the option
     return 0
 
 

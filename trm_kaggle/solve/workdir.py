@@ -122,13 +122,16 @@ def check_pipeline_work_dir(work_dir: str | os.PathLike, what: str = "work_dir")
     lies inside, a submit's work folder or one a live solve holds (the pipeline's run in WORK/train would be a run
     folder there, which that submit refuses), a training run folder or a sweep's folder (`export` or a resume would
     search the pipeline's files; the sweep's rerun would refuse its runs); then what `check_io` refuses of a folder
-    written into (a dataset, an export, a folder this package builds whole, one that cannot be written), and the
-    same of its run folder (a read-only one was found after the dataset stage ran again). Its own solve works in
-    WORK/ttt, a work folder like any other."""
+    written into (a dataset, an export, a folder this package builds whole, one that cannot be written), the same of
+    its dataset folder WORK/data (stage 1 builds below it), and whether its run folder can be written (a read-only
+    one was found after the dataset stage ran again). Its own solve works in WORK/ttt, a work folder like any other."""
     if problem := (in_a_work_dir_problem(work_dir, what) or below_a_work_dir_problem(work_dir, what)
                    or run_folder_problem(work_dir, what) or sweep_folder_problem(work_dir, what)):
         raise TRMError(problem)
+    # and its dataset folder, where stage 1 builds: WORK/data a dataset (a Kaggle training session's inputs) was
+    # found by the build, after src/ and a lock were written, and named as the build's output_dir
     check_io([], [Output(work_dir, what, "folder")])
+    check_io([], [Output(Path(work_dir) / "data", f"{what}'s dataset folder", "folder")])
     if problem := writable_problem(Output(Path(work_dir) / PIPELINE_RUN_DIR, f"{what}'s run folder", "folder")):
         raise TRMError(problem)
 
