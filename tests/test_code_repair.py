@@ -20,7 +20,7 @@ from trm_kaggle.data.code.repair import (assign_splits, build_code_repair, corpu
                                          load_repair_tokens, normalised, read_repair_info, read_repair_meta)
 from trm_kaggle.data.format import load_split
 from trm_kaggle.data.verify import verify_dataset
-from trm_kaggle.errors import DataError, TRMError
+from trm_kaggle.errors import DataError
 
 GRID = "12x48"
 
@@ -367,12 +367,13 @@ def test_a_train_split_emptied_by_duplicates_says_so(tmp_path):
 
 
 def test_an_empty_corpus_setting_is_refused_not_read_as_the_standard_library(tmp_path, capsys):
-    """`--corpus ''` built the whole standard library (exit 0), as an unset shell variable's value would."""
+    """`--corpus ''` built the whole standard library (exit 0), as an unset shell variable's value would: the config
+    refuses it, as every path setting's."""
     out = tmp_path / "ds"
     assert main(["build-code-repair", "--output-dir", str(out), "--corpus", "", "--no-progress"]) == 2
-    assert "error: --corpus is empty: name a folder or a file" in capsys.readouterr().err
-    with pytest.raises(TRMError, match="^corpus is empty"):
-        build_code_repair(CodeRepairBuildConfig(output_dir=str(out), corpus="", progress=False))
+    assert "error: invalid option: --corpus: is empty: name a folder or a file" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="corpus\n.*is empty: name a folder or a file"):
+        CodeRepairBuildConfig(output_dir=str(out), corpus="", progress=False)
     assert not out.exists()
 
 

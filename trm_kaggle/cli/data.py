@@ -9,7 +9,6 @@ import json
 from trm_kaggle.cli.common import common_flags, config_kwargs, flag
 from trm_kaggle.config import ArcBuildConfig, CodeRepairBuildConfig, MazeBuildConfig, SudokuBuildConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.names import blank_path_problem
 
 
 def add_build_arc(sub) -> None:
@@ -126,9 +125,6 @@ def add_build_code_repair(sub) -> None:
 def cmd_build_code_repair(args: argparse.Namespace) -> int:
     from trm_kaggle.data import build_code_repair, format_repair_build
 
-    # '' built the standard library without a word (left out, it is that); a blank ' ' is the inputs' check's
-    if args.corpus is not None and (problem := blank_path_problem(args.corpus)):
-        raise TRMError(f"--corpus {problem}")
     summary = build_code_repair(CodeRepairBuildConfig(**config_kwargs(args, CodeRepairBuildConfig.model_fields)))
     print(format_repair_build(summary))
     return 0

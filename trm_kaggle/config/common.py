@@ -281,7 +281,7 @@ def _takes_number(annotation) -> bool:
 
 #: The settings that name a folder or a file (an empty one is refused, never taken as the current folder)
 PATH_FIELD = re.compile(r"(_dir|_path|_paths|_paths_test|_file|_prefix|^output|^out|^weights|^challenges|"
-                        r"^compile_cache|^report|^data)$")
+                        r"^compile_cache|^report|^data|^corpus)$")
 
 
 class _Config(BaseModel):

@@ -58,7 +58,6 @@ from trm_kaggle.errors import DataError, TRMError, UnreadableFile
 from trm_kaggle.hardware import usable_cores
 from trm_kaggle.jsonio import cannot_read, not_regular, parse_json, read_bytes, read_json, read_text
 from trm_kaggle.lifetime import exit_with_parent
-from trm_kaggle.names import blank_path_problem
 from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
 from trm_kaggle.wording import clipped, one_line, type_name
@@ -475,9 +474,6 @@ def build_code_repair(cfg: CodeRepairBuildConfig) -> dict:
     if not isinstance(cfg, CodeRepairBuildConfig):  # a dict or None was "has no attribute 'output_dir'"
         raise TypeError(f"cfg: expected a CodeRepairBuildConfig (CodeRepairBuildConfig(**values) makes one from a "
                         f"dict), got {type_name(cfg)}")
-    # '' was read as "no corpus" and built the standard library without a word (None, left out, is that)
-    if cfg.corpus is not None and (problem := blank_path_problem(cfg.corpus)):
-        raise TRMError(f"corpus {problem}")
     started = time.monotonic()
     check_kept(*build_io(cfg, flags=False))  # as the command checks it: never built inside its own input
     for name in cfg.bug_types or []:
