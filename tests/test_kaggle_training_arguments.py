@@ -104,3 +104,12 @@ def test_an_echo_that_raises_costs_its_lines_never_the_record(tmp_path):
     assert not r.ok and r.status == "error" and "no dataset" in r.message, r
     record = json.loads((tmp_path / "w" / "session.json").read_text())
     assert record["notes"] == ["echo raised RuntimeError: the console is gone; its later lines were not said"]
+
+
+def test_copy_state_names_a_state_that_is_no_file(tmp_path):
+    """copy_state(Path("nosuch.pt"), run) returned run/nosuch.pt, copying nothing, and made the run folder."""
+    from trm_kaggle.errors import TRMError
+
+    with pytest.raises(TRMError, match="the train state .*nosuch.pt is not a file"):
+        kaggle_training.copy_state(tmp_path / "nosuch.pt", tmp_path / "run")
+    assert not (tmp_path / "run").exists()

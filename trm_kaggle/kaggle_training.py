@@ -276,7 +276,10 @@ def refuse_other_run(path: Path, state: dict[str, Any], cfg: TrainConfig) -> Non
 
 def copy_state(path: Path, run_dir: Path) -> Path:
     """The state file (and the run's metrics.jsonl, config.json) copied into run_dir, each renamed into place
-    whole (a copy cut short leaves a temporary the next start removes, never a truncated state)."""
+    whole (a copy cut short leaves a temporary the next start removes, never a truncated state). A state that is no
+    file is TRMError naming it (a missing one returned its would-be copy, nothing copied)."""
+    if not Path(path).is_file():
+        raise TRMError(f"copy_state: the train state {path} is not a file (missing, or a folder): nothing to copy")
     run_dir.mkdir(parents=True, exist_ok=True)
     for src in (path, path.parent / "metrics.jsonl", path.parent / "config.json"):
         if src.is_file():
