@@ -353,3 +353,67 @@ def test_muons_own_settings_are_refused_where_given(name, value):
         MuonWithAdam([w], [torch.nn.Parameter(torch.ones(3))], **{name: value})
     # the trainer's muon_lr / lr may be well past the config's muon_lr_ratio bound; None is torch's "original"
     MuonWithAdam([w], [], lr_ratio=200.0, ns_steps=np.int64(3), adjust_lr_fn=None)
+
+
+def test_a_rate_ratio_whose_product_overflows_is_refused_at_construction():
+    """lr_ratio=1e300 was taken; the first step was torch's "value cannot be converted to type float without
+    overflow"."""
+    with pytest.raises(ValueError, match=r"^lr x lr_ratio=1e\+297: expected at most 1e\+30"):
+        MuonWithAdam([torch.nn.Parameter(torch.randn(4, 3))], [], lr=1e-3, lr_ratio=1e300)
+
+
+def test_a_rate_written_later_whose_product_overflows_is_named_at_the_step():
+    m = torch.nn.Parameter(torch.randn(4, 3))
+    opt = MuonWithAdam([m], [], lr=0.0, lr_ratio=1e20)
+    opt.param_groups[0]["lr"] = 1e20  # as a schedule writes it
+    m.grad = torch.ones_like(m)
+    with pytest.raises(ValueError, match=r"^lr x lr_ratio=1e\+40"):
+        opt.step()
+
+
+def test_nesterov_is_a_boolean():
+    with pytest.raises(ValueError, match=r"^nesterov='no': expected True or False"):
+        MuonWithAdam([torch.nn.Parameter(torch.randn(4, 3))], [], nesterov="no")
+
+
+_MUON_GROUP = dict(muon=True, lr_ratio=1.0, momentum=0.9, nesterov=True, ns_coefficients=(3.4445, -4.775, 2.0315),
+                   ns_steps=5, eps=1e-7, adjust_lr_fn=None)
+
+
+@pytest.mark.parametrize("group, said", [
+    ({**_MUON_GROUP, "params": [torch.nn.Parameter(torch.randn(2, 2, 2))]},
+     r"^param group 1: Muon takes 2-D weights only, not one of shape \(2, 2, 2\)"),
+    ({"params": [torch.nn.Parameter(torch.randn(3))]}, r"^param group 1: muon=None: expected True or False"),
+    ({"params": [torch.nn.Parameter(torch.randn(3))], "muon": False}, r"^param group 1: betas=None: expected two"),
+    ({"params": [torch.nn.Parameter(torch.randn(4, 4))], "muon": True},
+     r"^param group 1: a Muon group \(muon=True\) lacks lr_ratio"),
+])
+def test_an_added_group_its_step_cannot_run_is_refused(group, said):
+    """Each was taken and failed at the step: torch's "Param gradient must be a 2D matrix", KeyError 'muon'."""
+    opt = MuonWithAdam([torch.nn.Parameter(torch.randn(4, 3))], [], lr=1e-3)
+    with pytest.raises(ValueError, match=said):
+        opt.add_param_group(group)
+    assert len(opt.param_groups) == 1
+
+
+def test_an_element_wise_group_added_later_is_stepped_by_adam():
+    """An AdamATan2 group added to a Muon-only optimizer was "'NoneType' object has no attribute 'state'"; two
+    such groups each step their own parameters once."""
+    m, a, b = (torch.nn.Parameter(torch.randn(*s)) for s in ((4, 3), (3,), (2,)))
+    opt = MuonWithAdam([m], [], lr=1e-3)
+    opt.add_param_group({"params": [a], "muon": False, "betas": (0.9, 0.95)})
+    opt.add_param_group({"params": [b], "muon": False, "betas": (0.9, 0.95)})
+    for p in (m, a, b):
+        p.grad = torch.ones_like(p)
+    opt.step()
+    assert float(opt.state[a]["step"]) == float(opt.state[b]["step"]) == 1.0
+
+
+def test_a_muon_state_whose_group_says_another_kind_is_refused():
+    m, a = torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(3))
+    opt = MuonWithAdam([m], [a], lr=1e-3)
+    state = opt.state_dict()
+    state["param_groups"][0]["muon"] = False
+    opt.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"^loaded state: param group 0's muon is False, this optimizer's True"):
+        opt.step()

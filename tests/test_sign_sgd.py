@@ -163,3 +163,39 @@ def test_an_infinite_rate_or_decay_is_refused_where_given(name):
     """SignSGD(emb, lr=inf) took it: the touched rows became inf or NaN."""
     with pytest.raises(ValueError, match=rf"^{name}=inf: expected "):
         SignSGD(PuzzleEmbedding(4, 2), **{name: float("inf")})
+
+
+@pytest.mark.parametrize("embeddings", [[torch.nn.Parameter(torch.zeros(3))], None, torch.zeros(3)])
+def test_embeddings_that_are_no_puzzle_embeddings_are_named(embeddings):
+    """A parameter was "'Parameter' object has no attribute 'weights'", None "'NoneType' object is not iterable"."""
+    with pytest.raises(TypeError, match=r"^embeddings=.*: expected a PuzzleEmbedding or a list of them"):
+        SignSGD(embeddings)
+
+
+@pytest.mark.parametrize("active", ["no", torch.tensor([True, False]), torch.tensor(1)])
+def test_active_is_a_0_dim_bool(active):
+    """active="no" was torch's many-line where() error, a 2-element mask a size error."""
+    emb = PuzzleEmbedding(5, 2)
+    emb.train()
+    opt = SignSGD(emb, lr=0.1)
+    emb(torch.tensor([1, 2])).sum().backward()
+    before = emb.weights.clone()
+    with pytest.raises(ValueError, match=r"^active=.*: expected None or a 0-dim bool tensor"):
+        opt.step(active=active)
+    assert torch.equal(emb.weights, before)
+
+
+def test_a_group_of_another_tensor_is_refused():
+    opt = SignSGD(PuzzleEmbedding(4, 2), lr=0.1)
+    with pytest.raises(ValueError, match=r"^param group 1: params: expected the tables"):
+        opt.add_param_group({"params": [torch.zeros(2)]})
+
+
+@pytest.mark.parametrize("args, said", [((2.5, 4), r"^num_embeddings=2.5: expected a whole number from 1"),
+                                        (("3", 4), r"^num_embeddings='3': expected a whole number"),
+                                        ((-1, 4), r"^num_embeddings=-1: expected"),
+                                        ((3, 0), r"^embedding_dim=0: expected a whole number from 1")])
+def test_a_puzzle_table_s_size_is_a_whole_number(args, said):
+    """2.5 and '3' were torch.zeros' "takes 1 positional argument but 2 were given", -1 its dimension error."""
+    with pytest.raises(ValueError, match=said):
+        PuzzleEmbedding(*args)

@@ -35,6 +35,7 @@ from typing import Iterable, List, Tuple, Union
 import torch
 from torch import Tensor
 
+from trm_kaggle.config import flag_argument
 from trm_kaggle.optim.common import BaseOptimizer, check_hyperparameters, closure_loss, with_grads
 
 # The first version of the `adam-atan2` package whose kernel computes the rule above.
@@ -82,14 +83,23 @@ class AdamATan2(BaseOptimizer):
                  betas: Tuple[float, float] = (0.9, 0.95), weight_decay: float = 0.1,
                  use_fused: Union[bool, None] = None, capturable: Union[bool, None] = None):
         check_hyperparameters(lr, weight_decay, betas)
+        for name, flag in (("use_fused", use_fused), ("capturable", capturable)):
+            if flag is not None:  # "no" was taken as yes
+                flag_argument(name, flag)
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
         # None: fused kernel when available and the tensors are on CUDA.
         self.use_fused = use_fused
         # None: the step count on the device for CUDA tensors, on the host elsewhere.
         self.capturable = capturable
 
+    STATE = frozenset({"step", "exp_avg", "exp_avg_sq"})
+
+    def state_keys(self, group: dict) -> frozenset:
+        return self.STATE
+
     @torch.no_grad()
     def step(self, closure=None):
+        self.check_loaded()
         loss = closure_loss(closure)
         for group in self.param_groups:
             fused = self.use_fused if self.use_fused is not None else fused_available()

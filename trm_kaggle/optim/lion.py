@@ -31,8 +31,12 @@ class Lion(BaseOptimizer):
         check_hyperparameters(lr, weight_decay, betas)
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
 
+    def state_keys(self, group: dict) -> frozenset:
+        return frozenset({"exp_avg"})
+
     @torch.no_grad()
     def step(self, closure=None):
+        self.check_loaded()
         loss = closure_loss(closure)
         for group in self.param_groups:
             params = with_grads(group, "Lion")

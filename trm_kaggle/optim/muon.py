@@ -37,10 +37,11 @@ from typing import Iterable, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from trm_kaggle.config import whole_argument
+from trm_kaggle.config import flag_argument, whole_argument
 from trm_kaggle.optim.adam_atan2 import AdamATan2
-from trm_kaggle.optim.common import (BaseOptimizer, check_hyperparameters, closure_loss, decay_argument,
-                                     fraction_argument, ratio_argument, with_grads)
+from trm_kaggle.optim.common import (BaseOptimizer, betas_argument, check_hyperparameters, closure_loss,
+                                     decay_argument,
+                                     fraction_argument, rate_product, ratio_argument, with_grads)
 from trm_kaggle.wording import clipped
 
 # torch's defaults (Keller Jordan's): momentum, Nesterov, the quintic's coefficients, its steps, its epsilon.
@@ -82,7 +83,8 @@ class MuonWithAdam(BaseOptimizer):
         if self._muon is None:
             raise RuntimeError(f"Muon needs torch 2.9 or newer (torch.optim.Muon); this torch is {torch.__version__}")
         check_hyperparameters(lr, weight_decay, betas)
-        _check_muon_arguments(lr_ratio, momentum, ns_steps, adjust_lr_fn, muon_weight_decay)
+        _check_muon_arguments(lr_ratio, momentum, ns_steps, adjust_lr_fn, muon_weight_decay, nesterov)
+        rate_product("lr x lr_ratio", lr, lr_ratio)
         muon_params, adam_params = list(muon_params), list(adam_params)
         for p in muon_params:
             if p.ndim != 2:
@@ -95,29 +97,48 @@ class MuonWithAdam(BaseOptimizer):
                                weight_decay=weight_decay if muon_weight_decay is None else muon_weight_decay))
         if adam_params:
             groups.append(dict(params=adam_params, muon=False, betas=tuple(betas)))
+        # AdamATan2 does the element-wise groups' arithmetic: it is handed each such group's parameters, rates and
+        # this object's state at every step (a loaded state dict replaces both here); built at the first such step.
+        self._capturable = capturable
+        self._adam: Optional[AdamATan2] = None
         super().__init__(groups, dict(lr=lr, weight_decay=weight_decay))
-        # AdamATan2 does the element-wise group's arithmetic: it is handed that group's rates and this object's
-        # state at every step (a loaded state dict replaces both here).
-        self._adam = AdamATan2(adam_params, lr=lr, betas=betas, weight_decay=weight_decay,
-                               capturable=capturable) if adam_params else None
+
+    kind_keys = ("muon",)
 
     def check_group(self, group: dict) -> None:
-        """The settings every optimizer here checks, and a Muon group's own (those it holds), with the bounds of
-        the arguments that set them."""
+        """The settings every optimizer here checks, and a group's own: a Muon group's (all of them, with the
+        bounds of the arguments that set them; 2-D weights only), an AdamATan2 group's betas. A group of neither
+        kind, a Muon group of another shape or an AdamATan2 group without betas failed inside the step."""
         super().check_group(group)
-        if group.get("muon"):
-            _check_muon_arguments(group.get("lr_ratio", 1.0), group.get("momentum", MOMENTUM),
-                                  group.get("ns_steps", NS_STEPS), group.get("adjust_lr_fn", ADJUST_LR), None)
+        if not flag_argument("muon", group.get("muon")):
+            betas_argument("betas", group.get("betas"))
+            return
+        missing = [k for k in _MUON_SETTINGS if k not in group]
+        if missing:
+            raise ValueError(f"a Muon group (muon=True) lacks {', '.join(missing)}")
+        _check_muon_arguments(group["lr_ratio"], group["momentum"], group["ns_steps"], group["adjust_lr_fn"], None,
+                              group["nesterov"])
+        rate_product("lr x lr_ratio", group["lr"], group["lr_ratio"])
+        for p in group.get("params") or []:
+            if not isinstance(p, Tensor) or p.ndim != 2:
+                raise ValueError(f"Muon takes 2-D weights only, not one of shape {tuple(getattr(p, 'shape', ()))}")
+
+    def state_keys(self, group: dict) -> frozenset:
+        return frozenset({"momentum_buffer"}) if group["muon"] else AdamATan2.STATE
 
     @torch.no_grad()
     def step(self, closure=None):
+        self.check_loaded()
         loss = closure_loss(closure)
         for group in self.param_groups:
             if group["muon"]:
                 self._muon_step(group)
-            else:
+            elif group["params"]:
+                if self._adam is None:
+                    self._adam = AdamATan2(group["params"], lr=group["lr"], betas=group["betas"],
+                                           weight_decay=group["weight_decay"], capturable=self._capturable)
                 self._adam.state = self.state
-                self._adam.param_groups[0].update(lr=group["lr"], betas=group["betas"],
+                self._adam.param_groups[0].update(params=group["params"], lr=group["lr"], betas=group["betas"],
                                                   weight_decay=group["weight_decay"])
                 self._adam.step()
         return loss
@@ -132,19 +153,27 @@ class MuonWithAdam(BaseOptimizer):
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             buffers.append(state["momentum_buffer"])
-        self._muon(params, [p.grad for p in params], buffers, lr=float(group["lr"]) * group["lr_ratio"],
+        # the schedule writes lr before each step: a rate whose product overflows float32 is named here, not in torch
+        rate = rate_product("lr x lr_ratio", group["lr"], group["lr_ratio"])
+        self._muon(params, [p.grad for p in params], buffers, lr=rate,
                    weight_decay=group["weight_decay"], momentum=group["momentum"], nesterov=group["nesterov"],
                    ns_coefficients=tuple(group["ns_coefficients"]), ns_steps=group["ns_steps"], eps=group["eps"],
                    adjust_lr_fn=group["adjust_lr_fn"], has_complex=False)
 
 
-def _check_muon_arguments(lr_ratio, momentum, ns_steps, adjust_lr_fn, muon_weight_decay) -> None:
+# what a Muon group holds besides its parameters, rate and weight decay
+_MUON_SETTINGS = ("lr_ratio", "momentum", "nesterov", "ns_coefficients", "ns_steps", "eps", "adjust_lr_fn")
+
+
+def _check_muon_arguments(lr_ratio, momentum, ns_steps, adjust_lr_fn, muon_weight_decay, nesterov=True) -> None:
     """ValueError naming the argument for a Muon setting outside the training config's bounds (each once stepped
     without a word: `lr_ratio=inf` made the matrices inf, `ns_steps=-1` skipped the orthogonalization and an
-    unknown `adjust_lr_fn` fell back to no scaling at all). `lr_ratio` has no upper bound here: the trainer
-    passes muon_lr / lr, which a small lr makes large."""
+    unknown `adjust_lr_fn` fell back to no scaling at all, `nesterov="no"` ran Nesterov). `lr_ratio` is bounded
+    as a rate is (the trainer passes muon_lr / lr, which a small lr makes large); lr x lr_ratio is checked where
+    both are known."""
     ratio_argument("lr_ratio", lr_ratio)
     fraction_argument("momentum", momentum)
+    flag_argument("nesterov", nesterov)
     whole_argument("ns_steps", ns_steps, 1, MAX_NS_STEPS)
     if not (adjust_lr_fn is None or isinstance(adjust_lr_fn, str) and adjust_lr_fn in ADJUST_LR_FNS):
         raise ValueError(f"adjust_lr_fn={clipped(adjust_lr_fn, 40)}: expected one of "

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from trm_kaggle import xla
 from trm_kaggle.model import PuzzleEmbedding
 from trm_kaggle.optim.common import BaseOptimizer, check_hyperparameters, closure_loss
+from trm_kaggle.wording import clipped
 
 
 class SignSGD(BaseOptimizer):
@@ -42,12 +43,16 @@ class SignSGD(BaseOptimizer):
     def __init__(self, embeddings: Union[PuzzleEmbedding, Iterable[PuzzleEmbedding]],
                  lr: float = 1e-2, weight_decay: float = 0.1):
         check_hyperparameters(lr, weight_decay)
-        if isinstance(embeddings, PuzzleEmbedding):
-            embeddings = [embeddings]
-        self.embeddings: List[PuzzleEmbedding] = list(embeddings)
-        if not self.embeddings:
-            raise ValueError("SignSGD needs at least one PuzzleEmbedding")
+        self.embeddings: List[PuzzleEmbedding] = _tables(embeddings)
         super().__init__([e.weights for e in self.embeddings], dict(lr=lr, weight_decay=weight_decay))
+
+    def check_group(self, group: dict) -> None:
+        """The settings every optimizer here checks, and each table one of a registered `PuzzleEmbedding` (a
+        parameter of any other kind failed at the step)."""
+        super().check_group(group)
+        tables = {id(e.weights) for e in getattr(self, "embeddings", ())}
+        if any(id(t) not in tables for t in group.get("params") or []):
+            raise ValueError("params: expected the tables (`weights`) of the PuzzleEmbeddings SignSGD was given")
 
     def _owner(self, table: torch.Tensor) -> PuzzleEmbedding:
         for e in self.embeddings:  # a handful of tables at most
@@ -59,6 +64,10 @@ class SignSGD(BaseOptimizer):
     def step(self, closure=None, active: Optional[torch.Tensor] = None):
         """Apply and forget the recorded rows' gradients; `active` (0-dim bool): False leaves the rows as they
         were (the gradients are forgotten all the same)."""
+        if active is not None and not (isinstance(active, torch.Tensor) and active.dtype == torch.bool
+                                       and active.dim() == 0):  # torch's where() said it in many lines
+            raise ValueError(f"active={clipped(active, 40)}: expected None or a 0-dim bool tensor")
+        self.check_loaded()
         loss = closure_loss(closure)
         for group in self.param_groups:
             for table in group["params"]:
@@ -75,6 +84,20 @@ class SignSGD(BaseOptimizer):
     def zero_grad(self, set_to_none: bool = True) -> None:
         for e in self.embeddings:
             e.clear()
+
+
+def _tables(embeddings: object) -> List[PuzzleEmbedding]:
+    """`embeddings` (one PuzzleEmbedding or an iterable of them) as a list of at least one, else one error naming
+    the argument (a parameter was "no attribute 'weights'", None "not iterable")."""
+    if isinstance(embeddings, PuzzleEmbedding):
+        return [embeddings]
+    tables = list(embeddings) if isinstance(embeddings, Iterable) and not isinstance(embeddings, torch.Tensor) else None
+    if tables is None or not all(isinstance(e, PuzzleEmbedding) for e in tables):
+        raise TypeError(f"embeddings={clipped(embeddings, 40)}: expected a PuzzleEmbedding or a list of them (the "
+                        "modules, not their tables)")
+    if not tables:
+        raise ValueError("SignSGD needs at least one PuzzleEmbedding")
+    return tables
 
 
 def gather_rows(ids: torch.Tensor, grads: torch.Tensor):
