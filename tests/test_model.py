@@ -568,3 +568,39 @@ def test_the_cycle_counts_have_one_owner_the_arch():
     assert arch.with_recursion(H_cycles=5) == tiny_arch(H_cycles=5) and arch.H_cycles == tiny_arch().H_cycles
     with pytest.raises(ValueError):
         arch.with_recursion(H_cycles=0)  # checked like any ArchConfig
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, "int8", "float64", 5])
+def test_a_forward_dtype_no_config_names_is_refused(dtype):
+    """"float16" was kept as a str (the rollout's torch.zeros failed on it), torch.int64 failed in the first matmul."""
+    with pytest.raises(ValueError, match=r"^forward_dtype=.*: expected None, 'auto' or one of float32, bfloat16, "
+                                         r"float16"):
+        TinyRecursiveModel(tiny_arch(), SEQ, VOCAB, IDS, forward_dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype, expected", [("float16", torch.float16), (torch.bfloat16, torch.bfloat16),
+                                             ("auto", None), (None, None)])
+def test_a_forward_dtype_may_be_named(dtype, expected):
+    assert TinyRecursiveModel(tiny_arch(), SEQ, VOCAB, IDS, forward_dtype=dtype).forward_dtype is expected
+
+
+@pytest.mark.parametrize("change, said", [({"hidden_size": 0}, r"hidden_size"), ({"L_layers": -1}, r"L_layers"),
+                                          ({"H_cycles": 0}, r"H_cycles"), ({"expansion": float("nan")}, r"expansion")])
+def test_an_arch_built_around_its_validators_is_refused_naming_the_field(change, said):
+    """model_copy(update=...): hidden_size=0 was a ZeroDivisionError, L_layers=-1 and H_cycles=0 built a model."""
+    with pytest.raises(ValueError, match=rf"^arch: ArchConfig: {said}"):
+        TinyRecursiveModel(tiny_arch().model_copy(update=change), SEQ, VOCAB, IDS)
+
+
+@pytest.mark.parametrize("name", ["early_exit", "grad_checkpointing"])
+def test_the_model_s_flags_are_booleans(name):
+    """early_exit="no" was taken as yes."""
+    with pytest.raises(ValueError, match=rf"^{name}='no': expected True or False"):
+        TinyRecursiveModel(tiny_arch(), SEQ, VOCAB, IDS, **{name: "no"})
+
+
+@pytest.mark.parametrize("lower, upper", [(2.0, -2.0), (1.0, 1.0), (float("nan"), 2.0), (40.0, 50.0)])
+def test_a_truncation_range_no_draw_falls_in_is_refused(lower, upper):
+    """lower > upper redrew for ever."""
+    with pytest.raises(ValueError, match=r"^lower=.*, upper=.*: expected lower < upper"):
+        trunc_normal_(torch.empty(3), lower=lower, upper=upper)

@@ -16,12 +16,14 @@ epilogues, RoPE as a complex multiplication, RMSNorm with a hand-written backwar
 from __future__ import annotations
 
 import math
+import sys
 from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trm_kaggle.config import number_argument, whole_argument
 from trm_kaggle.model import cpu_kernels
 
 CosSin = Tuple[torch.Tensor, torch.Tensor]
@@ -49,6 +51,9 @@ def trunc_normal_(tensor: torch.Tensor, std: float = 1.0, lower: float = -2.0, u
         phi = lambda x: math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)  # noqa: E731
         cdf = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
         z = cdf(upper) - cdf(lower)
+        if not z > 0:  # lower >= upper (or NaN, or both far out): the loop below would redraw forever
+            raise ValueError(f"lower={lower!r}, upper={upper!r}: expected lower < upper, a range a normal draw can "
+                             "fall in")
         var = 1 + (lower * phi(lower) - upper * phi(upper)) / z - ((phi(lower) - phi(upper)) / z) ** 2
         scale = std / math.sqrt(var)
         # Rejection sampling: draw N(0, 1), redraw every value outside [lower, upper] until none is. Written
@@ -97,6 +102,13 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, max_positions: int, base: float):
         super().__init__()
+        # named where given: base 0, -1 or NaN built NaN tables, head_dim 2.5 a table of another width
+        head_dim = whole_argument("head_dim", head_dim, 2, 1 << 20)
+        max_positions = whole_argument("max_positions", max_positions, 1, 1 << 24)
+        if head_dim % 2:
+            raise ValueError(f"head_dim={head_dim}: expected an even number (dimensions rotate in pairs)")
+        if not number_argument("base", base, 0.0, sys.float_info.max) > 0.0:  # ArchConfig.rope_theta's bound
+            raise ValueError(f"base={base!r}: expected a finite number above 0")
         # Computed on the CPU, then put on the default device: arithmetic on the meta device (where the memory
         # estimate builds models) runs torch._refs, whose first call imports torch._dynamo (1.2 s).
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim))

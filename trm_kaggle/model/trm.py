@@ -45,8 +45,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, ArchConfig, whole_argument
-from trm_kaggle.model.dtype import resolve_forward_dtype
+from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, ArchConfig, flag_argument, revalidated, whole_argument
+from trm_kaggle.errors import TRMError
+from trm_kaggle.model.dtype import DTYPES, resolve_forward_dtype
 from trm_kaggle.model.layers import Block, CastedEmbedding, CastedLinear, CosSin, RotaryEmbedding, trunc_normal_
 from trm_kaggle.wording import clipped, type_name
 
@@ -97,6 +98,32 @@ def prefix_length(arch: ArchConfig) -> int:
     return arch.puzzle_emb_len
 
 
+def checked_arch(arch: object) -> ArchConfig:
+    """`arch` when its validators take it as it is, else one error naming the field: a TypeError for what is no
+    ArchConfig (a dict failed on its first attribute), a ValueError for one built around them
+    (`model_copy(update=...)`: hidden_size=0 was a division by zero, L_layers=-1 a model without blocks)."""
+    if not isinstance(arch, ArchConfig):
+        raise TypeError(f"arch: expected an ArchConfig (ArchConfig.model_validate reads a dict), got {type_name(arch)}")
+    try:
+        revalidated(arch)
+    except TRMError as e:
+        raise ValueError(f"arch: {e}") from None
+    return arch
+
+
+def forward_dtype_argument(value: object) -> Optional[torch.dtype]:
+    """The dtype a model computes in: None or "auto" (decided per device), a dtype `arch.forward_dtype` names, or
+    its name; else one ValueError naming it ("float16" was kept as a str, torch.int64 failed in the first matmul)."""
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, str) and value in DTYPES:
+        return DTYPES[value]
+    if any(value is dtype for dtype in DTYPES.values()):  # dtypes are singletons (`in` would compare a tensor)
+        return value
+    raise ValueError(f"forward_dtype={clipped(value, 40)}: expected None, 'auto' or one of "
+                     f"{', '.join(DTYPES)} (a name or the torch dtype)")
+
+
 @dataclass(frozen=True)
 class ParameterCount:
     """Parameters without and with the puzzle-embedding table.
@@ -143,6 +170,9 @@ class PuzzleEmbedding(nn.Module):
 
     def __init__(self, num_embeddings: int, embedding_dim: int):
         super().__init__()
+        # whole numbers from 1, named (2.5 and '3' were torch.zeros' "takes 1 positional argument")
+        num_embeddings = whole_argument("num_embeddings", num_embeddings, 1, MAX_PUZZLE_IDENTIFIERS)
+        embedding_dim = whole_argument("embedding_dim", embedding_dim, 1, MAX_SEQ_LEN)
         self.register_buffer("weights", torch.zeros(num_embeddings, embedding_dim), persistent=True)
         self._pending: List[Tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -266,9 +296,7 @@ class TinyRecursiveModel(nn.Module):
                  *, forward_dtype: Optional[torch.dtype] = None, early_exit: bool = False,
                  grad_checkpointing: bool = False):
         super().__init__()
-        if not isinstance(arch, ArchConfig):  # a dict failed on its first attribute, naming no argument
-            raise TypeError(f"arch: expected an ArchConfig (ArchConfig.model_validate reads a dict), got "
-                            f"{type_name(arch)}")
+        arch = checked_arch(arch)
         seq_len = whole_argument("seq_len", seq_len, 1, MAX_SEQ_LEN)
         vocab_size = whole_argument("vocab_size", vocab_size, 1, MAX_VOCAB_SIZE)
         num_puzzle_identifiers = whole_argument("num_puzzle_identifiers", num_puzzle_identifiers, 1,
@@ -280,11 +308,11 @@ class TinyRecursiveModel(nn.Module):
         self.prefix_len = prefix_length(arch)
         self.total_len = self.prefix_len + seq_len
         # None: resolve `arch.forward_dtype` from the device of each batch (so .to("cuda") picks bf16).
-        self.forward_dtype = forward_dtype
+        self.forward_dtype = forward_dtype_argument(forward_dtype)
         # Eval only: stop a row as soon as q_halt > 0 instead of running halt_max_steps.
-        self.early_exit = early_exit
+        self.early_exit = flag_argument("early_exit", early_exit)
         # Training only: recompute the grad-carrying cycle's activations in backward (TrainConfig.grad_checkpointing).
-        self.grad_checkpointing = grad_checkpointing
+        self.grad_checkpointing = flag_argument("grad_checkpointing", grad_checkpointing)
         # What a step runs through, attributes so that they can be replaced from outside
         # (`trm_kaggle.model.compiling.apply_compile` swaps in compiled ones): the recursive network, where
         # nearly all the time goes, and the ACT step's restart of halted rows and its halting rule.
