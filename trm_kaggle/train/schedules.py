@@ -12,16 +12,25 @@ import math
 import random
 from dataclasses import dataclass
 
-from trm_kaggle.config import MAX_LR, ArchConfig, TrainConfig, whole_argument
+from trm_kaggle.config import MAX_LR, ArchConfig, TrainConfig, number_argument, whole_argument
 from trm_kaggle.errors import TRMError
 from trm_kaggle.wording import clipped, type_name
+
+
+# the most steps, epochs or groups a schedule counts: torch's and numpy's 64-bit integers, with room
+_MAX_COUNT = 2**62
 
 
 def total_train_steps(epochs: int, total_groups: int, mean_puzzle_examples: float, global_batch_size: int) -> int:
     """The schedule's length in optimizer steps, computed as upstream does: the product in this
     order, then truncated with int(). (At least 1: a dataset smaller than one global batch per
-    run still trains a step, where upstream would train none.)"""
-    return max(1, int(epochs * total_groups * mean_puzzle_examples / global_batch_size))
+    run still trains a step, where upstream would train none.) Each argument is checked where it is given (a batch
+    of 0 was a ZeroDivisionError, NaN examples int()'s error, -10 groups a schedule of 1 step)."""
+    epochs = whole_argument("epochs", epochs, 0, _MAX_COUNT)
+    total_groups = whole_argument("total_groups", total_groups, 0, _MAX_COUNT)
+    mean_puzzle_examples = number_argument("mean_puzzle_examples", mean_puzzle_examples, 0.0, float(_MAX_COUNT))
+    global_batch_size = whole_argument("global_batch_size", global_batch_size, 1, _MAX_COUNT)
+    return max(1, min(_MAX_COUNT, int(epochs * total_groups * mean_puzzle_examples / global_batch_size)))
 
 
 def lr_at_step(completed_steps: int, base_lr: float, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
@@ -95,6 +104,16 @@ class StepSchedule:
     warmup: int = 0  # RSM: supervision steps without gradient before the one with the loss
 
 
+def _check_schedule_arguments(cfg: object, step: object, epoch: object, total_steps: object, lr_factor: object) -> None:
+    """`schedule_at`'s arguments, each named where it is out of bounds."""
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg={clipped(cfg, 40)}: expected a TrainConfig (load_train_config gives one)")
+    whole_argument("step", step, 0, _MAX_COUNT)
+    number_argument("epoch", epoch, 0.0, float(_MAX_COUNT))
+    whole_argument("total_steps", total_steps, 1, _MAX_COUNT)
+    number_argument("lr_factor", lr_factor, 0.0, MAX_LR)
+
+
 class RuleRefused(TRMError):
     """What a run's `StepRules` rule returned for a step, refused before it changed anything of the run (weights,
     optimizer, carries): the state before that step is whole, and the trainer saves it first."""
@@ -149,8 +168,13 @@ def checked_schedule(schedule, step: int, cfg: TrainConfig) -> StepSchedule:
 
 def schedule_at(cfg: TrainConfig, step: int, epoch: float, total_steps: int, lr_factor: float = 1.0) -> StepSchedule:
     """The schedule of optimizer step `step + 1` (the learning rate as upstream's counter gives it), at `epoch`;
-    `lr_factor` scales both rates (a data curriculum's current stage)."""
+    `lr_factor` scales both rates (a data curriculum's current stage). Arguments outside their bounds are named in
+    one ValueError (TypeError for `cfg`): a NaN factor, a step below 0 or a factor of 1e40 gave NaN, negative or
+    overflowing rates without a word."""
+    _check_schedule_arguments(cfg, step, epoch, total_steps, lr_factor)
     lr = lr_factor * lr_at_step(step, cfg.lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
     emb_lr = lr_factor * lr_at_step(step, cfg.puzzle_emb_lr, cfg.lr_warmup_steps, total_steps, cfg.lr_min_ratio)
+    if not max(lr, emb_lr) <= MAX_LR:  # the config's bound for its rates (one owner), as `checked_schedule`'s
+        raise ValueError(f"lr_factor={lr_factor!r}: gives a rate of {max(lr, emb_lr):g}, above {MAX_LR:g}")
     H_cycles, L_cycles = cycles_at(cfg, epoch, progress=step / max(1, total_steps))
     return StepSchedule(lr, emb_lr, H_cycles, L_cycles, exploration_at(cfg, epoch), rsm_warmup_at(cfg, step))
