@@ -113,3 +113,14 @@ def test_copy_state_names_a_state_that_is_no_file(tmp_path):
     with pytest.raises(TRMError, match="the train state .*nosuch.pt is not a file"):
         kaggle_training.copy_state(tmp_path / "nosuch.pt", tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("given", ["input_root", "working", "scratch", "data_dir"])
+def test_an_empty_folder_argument_is_refused_not_taken_as_the_current_folder(tmp_path, monkeypatch, given):
+    """input_root='' and scratch='' were the current folder ("no dataset under .", "UNPACK_DIR . is also the
+    input"): an empty path is refused by the one blank-path rule, and nothing is written in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    args = {"working": tmp_path / "w", given: ""}
+    report, lines = _session(tmp_path, args.pop("working"), **args)
+    assert report.status == "error" and report.message.startswith(f"{given} is empty"), report.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["w"] if given in ("scratch", "data_dir") else [])

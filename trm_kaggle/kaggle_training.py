@@ -340,7 +340,7 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     try:  # where the session writes and what it reads first: one of the wrong type, and nothing is written
         working = Path(path_argument("working", working, "the working folder"))
         input_root = Path(path_argument("input_root", input_root, "the folder of the inputs"))
-    except TypeError as e:
+    except (TypeError, ValueError) as e:  # of the wrong type, or empty (taken as the current folder)
         report.status, report.message = "error", str(e)
         escaped_echo(echo if callable(echo) else print)(f"error: {e}")
         return report

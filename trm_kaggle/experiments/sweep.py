@@ -129,7 +129,7 @@ def _setting_arguments(sweep_dir: object, presets: object, config_file: object,
     """(presets, overrides) as lists, each argument of `plan_sweep` and `run_sweep` checked for its type (a str's
     characters were taken for presets and overrides, 'unknown preset s')."""
     path_argument("sweep_dir", sweep_dir, "the sweep folder's path")
-    path_argument("config_file", config_file, "a config file's path", optional=True)
+    path_argument("config_file", config_file, "a config file's path", optional=True, blank_said_later=True)
     return (texts_argument("presets", presets, "a preset's name"),
             texts_argument("overrides", overrides, "a key=value override"))
 

@@ -152,7 +152,8 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
     presets = texts_argument("presets", presets, "a preset's name")
     overrides = texts_argument("overrides", overrides, "a key=value override",
                                mapping_hint="values= takes a mapping of settings")
-    path_argument("config_file", config_file, "a config file's path", optional=True)
+    # an empty one: read_config_file's line, which names --config as the command line gives it
+    path_argument("config_file", config_file, "a config file's path", optional=True, blank_said_later=True)
     if values is not None and not isinstance(values, Mapping):
         raise TypeError(f"values: expected a mapping of settings ({{\"lr\": 1e-4}}) or None, got {type_name(values)}")
     if notes is not None and not isinstance(notes, list):
