@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 
@@ -180,3 +181,48 @@ def test_grad_checkpointing_is_counted_in_the_plan():
     parts = next(line for line in plan_lines(saved, "cpu-smoke") if "memory by part" in line)
     assert "grad_checkpointing" in parts and "rebuilt in backward" in parts, parts
     assert "grad_checkpointing" not in next(line for line in plan_lines(plain, "cpu-smoke") if "memory by part" in line)
+
+
+def test_diagnose_names_a_wrong_argument():
+    """threads=(-3, 'x') planned -3 threads, a negative baseline a negative peak; a dict as cfg or None as facts
+    were AttributeErrors."""
+    import pytest
+
+    c = cfg()
+    for call, kind, said in [
+        (lambda: diagnose({}, LAPTOP), TypeError, "cfg: expected a TrainConfig, got dict"),
+        (lambda: diagnose(c, None), TypeError, "facts: expected a hardware.HardwareFacts, got NoneType"),
+        (lambda: diagnose(c, LAPTOP, threads=(-3, "x")), ValueError, "threads[0]=-3"),
+        (lambda: diagnose(c, LAPTOP, threads=5), TypeError, "threads: expected a list of (count, why)"),
+        (lambda: diagnose(c, LAPTOP, baseline=-10**12), ValueError, "baseline=-1000000000000"),
+        (lambda: diagnose(c, LAPTOP, processes=0), ValueError, "processes=0"),
+    ]:
+        with pytest.raises(kind, match=re.escape(said)):
+            call()
+
+
+def test_run_doctor_takes_one_str_as_one_preset_or_override():
+    """'cpu-smoke' was the presets c+p+u+-+s+m+o+k+e, and 'lr=1' the override 'l'."""
+    import pytest
+
+    from trm_kaggle.doctor import run_doctor
+
+    assert "train --preset cpu-smoke would" in run_doctor("cpu-smoke", None, "lr=0.001", False)
+    with pytest.raises(TypeError, match=re.escape("overrides[0]: expected a str")):
+        run_doctor([], None, [5], False)
+
+
+def test_doctor_and_train_ignore_a_stray_local_world_size_alike(monkeypatch, capsys):
+    """Alone (WORLD_SIZE unset), LOCAL_WORLD_SIZE=4096 split train's memory 4096 ways while doctor ignored it."""
+    from trm_kaggle.train.memory import memory_aware_micro_batch
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4096")
+    monkeypatch.setattr(hardware, "memory", lambda: (8 * GB, 8 * GB))
+    assert main(["doctor", "--preset", "cpu-smoke", "global_batch_size=8"]) == 0
+    out = capsys.readouterr().out
+    assert "LOCAL_WORLD_SIZE=4096 ignored: WORLD_SIZE is unset" in out and "micro-batch: 8 of" in out
+    c = cfg("global_batch_size=8", "auto_batch=True")
+    import torch
+    assert memory_aware_micro_batch(c, seq_len=16, vocab_size=12, num_puzzle_identifiers=1, num_puzzles=1,
+                                    device=torch.device("cpu"), dtype=torch.float32, local_batch=8) == 8

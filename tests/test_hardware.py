@@ -240,3 +240,44 @@ def test_a_cpu_model_name_reaches_no_terminal_raw(tmp_path):
     (tmp_path / "cpuinfo").write_text("model name\t: \x1b[31mEVIL\x07\nflags\t\t: avx2\n")
     model, isa = hardware.read_cpuinfo(tmp_path / "cpuinfo")
     assert model == "\\x1b[31mEVIL\\x07" and isa == ["avx2"]
+
+
+@pytest.mark.parametrize("world, local, said", [
+    ("", "5000", None),  # alone: ignored, said
+    ("2", "5000", "LOCAL_WORLD_SIZE='5000' in the environment is not a count from 1 to 2"),
+    ("8", "0", "LOCAL_WORLD_SIZE='0' in the environment is not a count from 1 to 8"),
+])
+def test_local_processes_follow_torchrun_and_ignore_a_stray_local_world_size(monkeypatch, world, local, said):
+    """LOCAL_WORLD_SIZE=5000 in a plain `train` reached choose_threads' share check as a traceback, and 4096 split
+    the memory 4096 ways (auto_batch blamed the machine) while doctor ignored it: one rule for both."""
+    from trm_kaggle.errors import TRMError
+
+    monkeypatch.setenv("WORLD_SIZE", world)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+    if said is None:
+        assert hardware.local_processes() == (1, "LOCAL_WORLD_SIZE=5000 ignored: WORLD_SIZE is unset, so this is "
+                                                 "one process")
+    else:
+        with pytest.raises(TRMError, match=re.escape(said)):
+            hardware.local_processes()
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert hardware.local_processes() == (2, "")
+
+
+@pytest.mark.parametrize("interval", [0, -1, float("nan"), float("inf"), "x", None])
+def test_an_rss_sampler_interval_is_checked_when_given(interval):
+    """0, -1 and NaN started a thread that never waited; 'x' and inf ended the thread in a traceback on stderr
+    while the constructor returned and sampling had silently stopped."""
+    with pytest.raises(ValueError, match="interval_s="):
+        hardware.RSSSampler(interval)
+
+
+def test_odd_memory_files_are_unreadable_not_misread(tmp_path):
+    """Fullwidth digits in memory.current were read by int() (the limit goes through ascii_number); a meminfo
+    file that is no UTF-8 raised UnicodeDecodeError."""
+    (tmp_path / "meminfo").write_bytes(b"MemTotal: \xff\xfe 100 kB\n")
+    assert hardware.read_meminfo(tmp_path / "meminfo") == (None, None)
+    (tmp_path / "memory.max").write_text(f"{hardware.current_rss() + 2**30}\n")
+    (tmp_path / "memory.current").write_text("５０\n")
+    assert hardware.cgroup_memory(tmp_path)[1] is None

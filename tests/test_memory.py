@@ -19,7 +19,8 @@ from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.metrics import read_metrics
 from trm_kaggle.train.memory import (DEFAULT_MEMORY_FRACTION, MemoryEstimate, _probe, count_parameters, estimate_training_memory,
-                                     fitting_batch, largest_fitting_batch, largest_fitting_micro_batch,
+                                     fitting_batch, largest_fitting_batch, largest_fitting_micro_batch, memory_share,
+                                     micro_batch_problem,
                                      plan_micro_batch, probe_activations)
 from trm_kaggle.train.settings import load_train_config
 
@@ -208,3 +209,51 @@ def test_the_lifetime_peak_is_never_below_an_interval_peak():
     first, second = watch.sample(), watch.sample()
     assert first["max_rss_gb"] == first["peak_rss_gb"] == 300 * 2**20 / GB
     assert second["peak_rss_gb"] == 100 * 2**20 / GB and second["max_rss_gb"] == 300 * 2**20 / GB
+
+
+@pytest.mark.parametrize("call, kind, said", [
+    (lambda e: plan_micro_batch(e, 24, 10**9, fraction=5), ValueError, "fraction=5: expected a number from 0 to 1"),
+    (lambda e: plan_micro_batch(e, 24, 10**9, fraction=float("nan")), ValueError, "fraction=nan"),
+    (lambda e: plan_micro_batch(e, 24, float("nan")), ValueError, "available=nan"),
+    (lambda e: plan_micro_batch(e, 24, None), ValueError, "available=None"),
+    (lambda e: plan_micro_batch(e, 24, 10**9, requested=-3), ValueError, "requested=-3"),
+    (lambda e: plan_micro_batch(e, 0, 10**9), ValueError, "local_batch=0"),
+    (lambda e: plan_micro_batch({}, 24, 10**9), TypeError, "est: expected a MemoryEstimate"),
+    (lambda e: largest_fitting_micro_batch(e, -4, 10**9), ValueError, "local_batch=-4"),
+    (lambda e: micro_batch_problem(0, 8), ValueError, "micro=0"),
+    (lambda e: e.total(-5), ValueError, "micro=-5"),
+    (lambda e: e.total(float("nan")), ValueError, "micro=nan"),
+])
+def test_the_micro_batch_plan_names_a_wrong_argument(call, kind, said):
+    """fraction=5 planned with 500 % of the memory, a local batch of 0 blamed the machine's memory, NaN and
+    requested=-3 ended in Python's words; a negative micro-batch made a negative peak."""
+    with pytest.raises(kind, match=re.escape(said)):
+        call(_fake(100, 10))
+
+
+@pytest.mark.parametrize("change, kind, said", [
+    ({"num_puzzle_identifiers": float("nan")}, ValueError, "num_puzzle_identifiers=nan"),
+    ({"num_puzzle_identifiers": -10}, ValueError, "num_puzzle_identifiers=-10"),
+    ({"num_puzzles": -10**12}, ValueError, "num_puzzles=-1000000000000"),
+    ({"baseline": float("nan")}, ValueError, "baseline=nan"),
+    ({"world_size": 0}, ValueError, "world_size=0"),
+    ({"device": "xyz"}, ValueError, "device='xyz'"),
+    ({"device": 5}, TypeError, "device: expected a torch.device"),
+    ({"dtype": "bf16"}, TypeError, "dtype: expected a floating-point torch.dtype"),
+    ({"dtype": torch.int8}, TypeError, "got torch.int8"),
+    ({"cfg": {}}, TypeError, "cfg: expected a TrainConfig, got dict"),
+])
+def test_the_estimate_names_a_wrong_argument(change, kind, said):
+    """A NaN or negative count made a NaN or negative estimate, world_size=0 divided by zero, a device or dtype of
+    the wrong kind ended in torch's words, a dict as cfg in an AttributeError."""
+    args = {"cfg": TrainConfig(arch=SMALL, global_batch_size=4), "seq_len": 16, "vocab_size": 12,
+            "num_puzzle_identifiers": 2, **change}
+    with pytest.raises(kind, match=re.escape(said)):
+        estimate_training_memory(args.pop("cfg"), **args)
+
+
+@pytest.mark.parametrize("processes", [2.5, -1, 0, float("nan"), "x", None])
+def test_the_memory_share_names_a_wrong_process_count(processes):
+    """2.5 gave a float byte count, -1, 0 and NaN the whole memory, '2' a TypeError."""
+    with pytest.raises(ValueError, match=re.escape("processes=")):
+        memory_share(processes)

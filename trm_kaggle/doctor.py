@@ -84,14 +84,39 @@ def _dataset_shape(data: str | None) -> tuple[int, int, int, int]:
     return meta.seq_len, meta.vocab_size, meta.num_puzzle_identifiers, meta.total_puzzles
 
 
+def _checked_arguments(cfg, facts, data, baseline, threads, processes) -> tuple[int, str] | None:
+    """`diagnose`'s arguments, each named where it is wrong (threads=-3 made a plan of -3 threads, a negative
+    baseline a negative peak, a dict as cfg an AttributeError); returns `threads` as checked."""
+    from trm_kaggle.config import TrainConfig, path_argument, sequence_argument, whole_argument
+    from trm_kaggle.wording import type_name
+
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg: expected a TrainConfig, got {type_name(cfg)}")
+    if not isinstance(facts, hardware.HardwareFacts):
+        raise TypeError(f"facts: expected a hardware.HardwareFacts, got {type_name(facts)}")
+    path_argument("data", data, "the dataset directory", optional=True)
+    if baseline is not None:
+        whole_argument("baseline", baseline, 0, 1 << 62)
+    whole_argument("processes", processes, 1, hardware.MAX_THREADS)
+    if threads is None:
+        return None
+    pair = sequence_argument("threads", threads, "(count, why)")
+    if len(pair) != 2 or not isinstance(pair[1], str):
+        raise TypeError(f"threads: expected (count, why), as hardware.choose_threads gives them, got {pair!r:.60}")
+    return whole_argument("threads[0]", pair[0], 1, hardware.MAX_THREADS), pair[1]
+
+
 def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, baseline: int | None = None,
-             threads: tuple[int, str] | None = None) -> Plan:
+             threads: tuple[int, str] | None = None, processes: int = 1) -> Plan:
     """What `train` would do with `cfg` (a TrainConfig) on a machine with `facts`. `threads`: (count, why) as
-    `hardware.choose_threads` gives them on this machine; without it, the setting or one per core of `facts`."""
+    `hardware.choose_threads` gives them on this machine; without it, the setting or one per core of `facts`.
+    `processes`: the local ranks that split the memory (`hardware.local_processes`, train's rule). An argument
+    of the wrong type or out of bounds is one TypeError or ValueError naming it."""
     from trm_kaggle.model import resolve_forward_dtype
     from trm_kaggle.train import (DEFAULT_MEMORY_FRACTION, dtype_name, estimate_training_memory,
                                   largest_fitting_micro_batch, logger_problem, micro_batch_problem, run_rss)
 
+    threads = _checked_arguments(cfg, facts, data, baseline, threads, processes)
     warnings = []
     if data is None and cfg.data_paths:
         if os.path.isdir(cfg.data_paths[0]):
@@ -119,8 +144,8 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
     if device == "cuda" and gpu is not None:
         available = gpu.free_bytes if gpu.free_bytes is not None else gpu.total_bytes
         est.baseline = 0  # the process's own memory is host memory, not the GPU's
-    else:
-        available = facts.memory_available
+    else:  # split between the local ranks, as train's auto_batch splits it
+        available = None if facts.memory_available is None else facts.memory_available // processes
     requested = min(cfg.micro_batch_size or local_batch, local_batch)
     micro: int | None = requested
     if available is not None:
@@ -195,9 +220,15 @@ def plan_lines(p: Plan, preset: str) -> list[str]:
 
 
 def run_doctor(presets: list[str], data: str | None, overrides: list[str], as_json: bool) -> str:
+    from trm_kaggle.config import flag_argument, path_argument, texts_argument
     from trm_kaggle.model import cpu_bf16_speedup
     from trm_kaggle.train import load_train_config, parse_override
 
+    # one str is one preset or override (it was read per character: the presets 'c', 'p', 'u', ...)
+    presets = texts_argument("presets", presets, "a preset name")
+    overrides = texts_argument("overrides", overrides, "an override key=value")
+    path_argument("data", data, "the dataset directory", optional=True)
+    as_json = flag_argument("as_json", as_json)
     if data is not None and (problem := directory_problem(data, "dataset directory")):
         raise TRMError(problem)
     cfg = load_train_config(None, presets, list(overrides) + ["progress=False"])
@@ -206,9 +237,10 @@ def run_doctor(presets: list[str], data: str | None, overrides: list[str], as_js
         raise TRMError(f"doctor {data} and {typed[-1]} both name the data: give the dataset once (DATA, or "
                        "data_paths=[...] without DATA)")
     facts = hardware.gather()
-    threads = hardware.set_cpu_threads(cfg.threads)  # train's rule; the measurement runs with its thread count
+    processes, note = hardware.local_processes()  # train's rule: a stray LOCAL_WORLD_SIZE is ignored, said
+    n, why = hardware.set_cpu_threads(cfg.threads, share=processes)  # the measurement runs with these threads
     facts.cpu_bf16_speedup = cpu_bf16_speedup(torch.get_num_threads())
-    plan = diagnose(cfg, facts, data, threads=threads)
+    plan = diagnose(cfg, facts, data, threads=(n, why + (f"; {note}" if note else "")), processes=processes)
     if as_json:
         return json.dumps({"machine": facts.as_dict(), "plan": plan.__dict__}, indent=2, default=str)
     name = "+".join(presets) if presets else "(defaults)"

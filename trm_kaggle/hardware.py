@@ -70,7 +70,7 @@ def read_meminfo(path: str | os.PathLike = "/proc/meminfo") -> tuple[int | None,
     """(MemTotal, MemAvailable) in bytes from a Linux meminfo file; (None, None) if unreadable."""
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # not the kernel's file: unreadable, as a missing one
         return None, None
     values = {}
     for line in text.splitlines():
@@ -94,7 +94,8 @@ def cgroup_memory(root: str | os.PathLike = "/sys/fs/cgroup") -> tuple[int | Non
         if limit < current_rss():  # this process lives within its group's limit: the file is not that limit
             return None, None
         try:
-            usage = int((Path(root) / usage_name).read_text(encoding="utf-8").strip())
+            # read as the limit is: int() took fullwidth digits ('５０')
+            usage = ascii_number((Path(root) / usage_name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             usage = None
         # a group briefly over its limit (reclaim catching up) has nothing free, never less than nothing
@@ -174,7 +175,10 @@ class RSSSampler:
     def __init__(self, interval_s: float = 0.02):
         import threading
 
-        self.interval_s = interval_s
+        from trm_kaggle.config import number_argument
+
+        # checked here: 0 or NaN spun the thread without a pause, 'x' or inf ended it in a traceback on stderr
+        self.interval_s = number_argument("interval_s", interval_s, 0.001, 86400)
         self._peak = current_rss()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -254,21 +258,35 @@ def usable_cores() -> int:
 THREADS_ENV = "OMP_NUM_THREADS"
 
 
-def env_count(name: str, default: int) -> int:
+def env_count(name: str, default: int, low: int = 0, high: int = 999_999_999) -> int:
     """The count the environment variable `name` holds, `default` when it is unset or empty. torchrun sets
-    WORLD_SIZE, RANK and their kin; one left in a shell or an image with another value ('abc', '²') is refused in
-    one line naming it rather than read by `int()` somewhere later."""
+    WORLD_SIZE, RANK and their kin; one left in a shell or an image with another value ('abc', '²', or a count
+    outside `low`..`high`) is refused in one line naming it rather than read by `int()` somewhere later."""
     raw = os.environ.get(name, "")
     if not raw.strip():
         return default
     count = ascii_number(raw, max_digits=9)
-    if count is None:
-        raise TRMError(f"{name}='{shown(raw)}' in the environment is not a count (ASCII digits): unset it, or start "
+    if count is None or not low <= count <= high:
+        what = "is not a count (ASCII digits)" if count is None else f"is not a count from {low:,} to {high:,}"
+        raise TRMError(f"{name}='{shown(raw)}' in the environment {what}: unset it, or start "
                        "the ranks with `trm-kaggle torchrun`, which sets it")
     return count
 
 
 MAX_THREADS = 4096  # OpenMP's counts and the `threads` setting's bound
+
+
+def local_processes() -> tuple[int, str]:
+    """(processes, note): how many processes of one run share this machine's cores and memory, the one rule of
+    `train` (threads, auto_batch) and `doctor`. Under torchrun (WORLD_SIZE set) its LOCAL_WORLD_SIZE, from 1 to
+    WORLD_SIZE and `MAX_THREADS`; alone, 1, and a LOCAL_WORLD_SIZE left in the environment is ignored and said in
+    `note` (one of 4096 split the memory and blamed the machine's)."""
+    if not os.environ.get("WORLD_SIZE", "").strip():
+        stray = os.environ.get("LOCAL_WORLD_SIZE", "")
+        return 1, (f"LOCAL_WORLD_SIZE={shown(stray, 20)} ignored: WORLD_SIZE is unset, so this is one process"
+                   if stray.strip() else "")
+    world_size = env_count("WORLD_SIZE", 1)
+    return env_count("LOCAL_WORLD_SIZE", world_size, 1, max(1, min(world_size, MAX_THREADS))), ""
 
 
 def env_threads() -> int | None:

@@ -30,10 +30,12 @@ from dataclasses import dataclass
 
 import torch
 
-from trm_kaggle.config import ArchConfig, TrainConfig
+from trm_kaggle.config import MAX_BATCH_SIZE, ArchConfig, TrainConfig, number_argument, whole_argument
 from trm_kaggle.errors import TRMError
+from trm_kaggle.wording import type_name
 
 GB = 1024**3
+MAX_BYTES = 1 << 62  # a count of bytes (memory available, a baseline) past any machine's, within int64
 # Of the memory available when training starts, the share a memory-aware run plans to use.
 # The rest is headroom: the allocator keeps memory that tensors freed between micro-batches
 # (benchmarks/bench_memory.py measures real peaks up to about a quarter above the estimate),
@@ -69,6 +71,7 @@ class MemoryEstimate:
                 + self.puzzle_table + self.carry)
 
     def total(self, micro: int) -> int:
+        micro = whole_argument("micro", micro, 0, MAX_BATCH_SIZE)  # -5 rows was a negative peak, NaN a NaN one
         return self.fixed() + micro * (self.activations_per_example + self.workspace_per_example)
 
     def parts(self, micro: int) -> dict[str, int]:
@@ -196,8 +199,21 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
                              num_puzzles: int = 0, device: torch.device | str = "cpu",
                              dtype: torch.dtype = torch.float32, baseline: int = 0, world_size: int = 1
                              ) -> MemoryEstimate:
-    """The parts of a run's memory on one rank (see the module docstring)."""
+    """The parts of a run's memory on one rank (see the module docstring). An argument of the wrong type or out
+    of bounds is one TypeError or ValueError naming it (a NaN or negative count made a NaN or negative estimate,
+    world_size=0 a division by zero, device='xyz' or dtype='bf16' torch's own words)."""
     from trm_kaggle.model import prefix_length
+
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg: expected a TrainConfig, got {type_name(cfg)}")
+    num_puzzle_identifiers = whole_argument("num_puzzle_identifiers", num_puzzle_identifiers, 0, MAX_BYTES)
+    num_puzzles = whole_argument("num_puzzles", num_puzzles, 0, MAX_BYTES // LOADER_BYTES_PER_PUZZLE)
+    baseline = whole_argument("baseline", baseline, 0, MAX_BYTES)
+    world_size = whole_argument("world_size", world_size, 1, MAX_BATCH_SIZE)
+    device = checked_device(device)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype: expected a floating-point torch.dtype (torch.float32, torch.bfloat16), got "
+                        f"{dtype if isinstance(dtype, torch.dtype) else type_name(dtype)}")
 
     arch = cfg.arch
     P = count_parameters(arch, seq_len, vocab_size)
@@ -228,14 +244,29 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     )
 
 
+def checked_device(device: object) -> torch.device:
+    """`device` (a torch.device or its name) as a torch.device, else one ValueError or TypeError naming the
+    argument: 'xyz' was torch's "Expected one of cpu, cuda, ..." and 5 an accelerator error."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device: expected a torch.device or its name ('cpu', 'cuda:0'), got {type_name(device)}")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device={device!r:.40}: expected a torch device name ('cpu', 'cuda:0', 'mps')") from None
+
+
 def micro_batch_problem(micro: int, local_batch: int) -> str | None:
     """Why `train` refuses a micro-batch (it must split the per-rank batch into equal parts), or None."""
+    micro = whole_argument("micro", micro, 1, MAX_BATCH_SIZE)
+    local_batch = whole_argument("local_batch", local_batch, 1, MAX_BATCH_SIZE)
     return f"micro_batch_size {micro} must divide the per-rank batch {local_batch}" if local_batch % micro else None
 
 
 def largest_fitting_micro_batch(est: MemoryEstimate, local_batch: int, budget: int) -> int | None:
     """The largest divisor of `local_batch` whose expected peak fits in `budget` bytes; None if even 1 does not.
     The divisors are found in pairs up to the square root (never by counting to the batch itself)."""
+    local_batch = whole_argument("local_batch", local_batch, 1, MAX_BATCH_SIZE)
+    budget = whole_argument("budget", budget, 0, MAX_BYTES)
     small = [d for d in range(1, math.isqrt(local_batch) + 1) if local_batch % d == 0]
     for micro in sorted({*small, *(local_batch // d for d in small)}, reverse=True):
         if est.total(micro) <= budget:
@@ -246,7 +277,15 @@ def largest_fitting_micro_batch(est: MemoryEstimate, local_batch: int, budget: i
 def plan_micro_batch(est: MemoryEstimate, local_batch: int, available: int, fraction: float = DEFAULT_MEMORY_FRACTION,
                      requested: int | None = None) -> int:
     """The micro-batch a memory-aware run uses: the largest that fits `fraction` of the memory available
-    (never above `requested`); refuses, before anything starts, when a single example does not fit."""
+    (never above `requested`); refuses, before anything starts, when a single example does not fit. An argument
+    out of bounds is one ValueError or TypeError naming it (fraction=5 planned with 500 % of the memory, a local
+    batch of 0 blamed the machine's memory, requested=-3 divided by zero)."""
+    if not isinstance(est, MemoryEstimate):
+        raise TypeError(f"est: expected a MemoryEstimate, got {type_name(est)}")
+    local_batch = whole_argument("local_batch", local_batch, 1, MAX_BATCH_SIZE)
+    available = whole_argument("available", available, 0, MAX_BYTES)
+    fraction = number_argument("fraction", fraction, 0, 1)
+    requested = None if requested is None else whole_argument("requested", requested, 0, MAX_BATCH_SIZE)  # 0: none
     budget = int(fraction * available)
     cap = min(requested or local_batch, local_batch)
     micro = largest_fitting_micro_batch(est, local_batch, budget)
@@ -264,13 +303,16 @@ def plan_micro_batch(est: MemoryEstimate, local_batch: int, available: int, frac
 
 def memory_share(processes: int = 1) -> int | None:
     """Bytes this process may plan with: its share of the memory available now, split evenly between the
-    `processes` that start together on this machine, plus what it already holds. None where unreadable."""
+    `processes` that start together on this machine, plus what it already holds. None where unreadable.
+    `processes` out of bounds is one ValueError naming it (2.5 gave a float byte count, 0 and NaN the whole)."""
     from trm_kaggle import hardware
+
+    processes = whole_argument("processes", processes, 1, hardware.MAX_THREADS)
 
     _, available = hardware.memory()
     if available is None:
         return None
-    return available // max(1, processes) + hardware.current_rss()
+    return available // processes + hardware.current_rss()
 
 
 def training_rss(compiling: bool = False) -> int:
@@ -289,7 +331,9 @@ def run_rss(cfg: TrainConfig, device: torch.device | str) -> int:
     measured 0.2 GB above the estimate that left it out)."""
     from trm_kaggle.model import resolve_compile
 
-    return training_rss(resolve_compile(cfg.compile, device) or cfg.grad_checkpointing)
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg: expected a TrainConfig, got {type_name(cfg)}")
+    return training_rss(resolve_compile(cfg.compile, checked_device(device)) or cfg.grad_checkpointing)
 
 
 def largest_fitting_batch(est_one: MemoryEstimate, budget: int) -> int:
@@ -330,9 +374,9 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     if not cfg.auto_batch or device.type not in ("cpu", "mps"):
         return requested
     # Available memory is shared by the ranks of one machine
-    from trm_kaggle.hardware import env_count
+    from trm_kaggle.hardware import local_processes
 
-    share = memory_share(max(1, env_count("LOCAL_WORLD_SIZE", world_size)))
+    share = memory_share(local_processes()[0])  # doctor's rule too (setup_runtime says a stray one ignored)
     if share is None:
         if log:
             log.warning("auto_batch: the available memory cannot be read here; keeping micro_batch_size=%d", requested)

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from trm_kaggle import xla
 from trm_kaggle.config import TrainConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.hardware import env_count, pick_device, set_cpu_threads
+from trm_kaggle.hardware import env_count, local_processes, pick_device, set_cpu_threads
 from trm_kaggle.names import ascii_number
 from trm_kaggle.wording import shown
 
@@ -171,9 +171,9 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
         check_same_settings(cfg, rank, world_size)
     threads = ""
     if device.type == "cpu":  # one rule everywhere (threads, else OMP_NUM_THREADS, else the free cores)
-        local_world = max(1, env_count("LOCAL_WORLD_SIZE", world_size))
+        local_world, note = local_processes()  # doctor's rule too: a stray LOCAL_WORLD_SIZE is ignored, said
         n, why = set_cpu_threads(cfg.threads, share=local_world)
-        threads = f"{n} CPU thread{'s' if n != 1 else ''} ({why})"
+        threads = f"{n} CPU thread{'s' if n != 1 else ''} ({why}{'; ' + note if note else ''})"
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
         if device.type == "cuda":
