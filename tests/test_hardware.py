@@ -246,6 +246,7 @@ def test_a_cpu_model_name_reaches_no_terminal_raw(tmp_path):
     ("", "5000", None),  # alone: ignored, said
     ("2", "5000", "LOCAL_WORLD_SIZE='5000' in the environment is not a count from 1 to 2"),
     ("8", "0", "LOCAL_WORLD_SIZE='0' in the environment is not a count from 1 to 8"),
+    ("0", "", "WORLD_SIZE='0' in the environment is not a count from 1 to 999,999,999"),
 ])
 def test_local_processes_follow_torchrun_and_ignore_a_stray_local_world_size(monkeypatch, world, local, said):
     """LOCAL_WORLD_SIZE=5000 in a plain `train` reached choose_threads' share check as a traceback, and 4096 split

@@ -285,8 +285,8 @@ def local_processes() -> tuple[int, str]:
         stray = os.environ.get("LOCAL_WORLD_SIZE", "")
         return 1, (f"LOCAL_WORLD_SIZE={shown(stray, 20)} ignored: WORLD_SIZE is unset, so this is one process"
                    if stray.strip() else "")
-    world_size = env_count("WORLD_SIZE", 1)
-    return env_count("LOCAL_WORLD_SIZE", world_size, 1, max(1, min(world_size, MAX_THREADS))), ""
+    world_size = env_count("WORLD_SIZE", 1, low=1)  # 0 ranks is no run (torchrun_ranks says so too)
+    return env_count("LOCAL_WORLD_SIZE", world_size, 1, min(world_size, MAX_THREADS)), ""
 
 
 def env_threads() -> int | None:
