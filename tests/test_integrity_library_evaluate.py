@@ -159,3 +159,91 @@ def test_evaluate_on_a_dataset_without_test_puzzles_points_to_score_dataset(data
     with pytest.raises(DataError, match=r"test_puzzles.json not found .*scored by trm_kaggle\.evaluate\.dataset\."
                                         r"score_dataset"):
         evaluate(make_model(dataset), sudoku4)
+
+
+# --- arguments and files checked before any inference; a cut evaluation says so -------------------------------
+
+
+def _no_inference(monkeypatch):
+    from trm_kaggle.evaluate import pipeline as pipeline_module
+
+    def boom(*a, **k):
+        raise AssertionError("predicted before the check")
+
+    monkeypatch.setattr(pipeline_module, "predict_split", boom)
+
+
+@pytest.mark.parametrize("output, said", [
+    ([[1] * 31] * 31, "size 31x31 is outside 1..30"), ([[12]], "value 12"), ([[1.5]], "value 1.5"),
+    ([[True]], "value True")])
+def test_a_test_output_that_is_no_arc_grid_is_refused_before_inference(dataset, tmp_path, monkeypatch, output,
+                                                                         said):
+    import json
+    import shutil
+
+    data = tmp_path / "d"
+    shutil.copytree(dataset, data)
+    raw = json.loads((data / "test_puzzles.json").read_text())
+    task = next(iter(raw))
+    raw[task]["test"][0]["output"] = output
+    (data / "test_puzzles.json").write_text(json.dumps(raw))
+    _no_inference(monkeypatch)
+    with pytest.raises(DataError, match=f"test_puzzles.json: task {task} test pair 0 output: {said}"):
+        evaluate(make_model(dataset), data)
+
+
+def test_pool_with_is_checked_as_a_votes_file_before_inference(dataset, tmp_path, monkeypatch):
+    from trm_kaggle.evaluate.vote import VoteTable
+
+    model = make_model(dataset)
+    table = VoteTable.from_grids([(("e872b94a", 0), np.ones((2, 2), np.uint8), 0.0)])
+    table.save(tmp_path / "v.npz")
+    table.q_halt[0] = np.nan  # changed after it was made: ranked the truth last
+    _no_inference(monkeypatch)
+    with pytest.raises(ValueError, match="^pool_with: non-finite q_halt"):
+        evaluate(model, dataset, pool_with=table)
+    small = VoteTable.from_grids([(("e872b94a", 0), np.ones((2, 2), np.uint8), 0.0)], side=10)
+    with pytest.raises(DataError, match="^pool_with: votes on a 10x10 canvas"):  # merge's words came after inference
+        evaluate(model, dataset, pool_with=small)
+    with pytest.raises(TypeError, match="^pool_with: expected a VoteTable or the path of a votes file, got int"):
+        evaluate(model, dataset, pool_with=5)
+    with pytest.raises(AssertionError, match="predicted before the check"):  # a path is loaded, as --pool-with's
+        evaluate(model, dataset, pool_with=str(tmp_path / "v.npz"))
+    with pytest.raises(TypeError, match="^ks: expected a list of whole numbers, got NoneType"):
+        evaluate(model, dataset, ks=None)
+
+
+def test_an_evaluation_the_deadline_cut_before_any_prediction_scores_nothing(dataset, tmp_path):
+    from trm_kaggle.evaluate.report import format_metrics, write_report
+
+    result = evaluate(make_model(dataset), dataset, deadline=0.0)
+    s = result.summary()
+    assert s["arc_prize_score"] is None and s["mean_steps"] is None and s["token_accuracy"] is None
+    assert s["predicted_rows"] == 0 and s["cut_test_outputs"] == len(result.test_set.slots)
+    text = format_metrics(s)
+    assert "CUT by the deadline" in text and "nothing was predicted: nothing scored" in text and "0.0000" not in text
+    with pytest.raises(DataError, match="the deadline came before the first prediction: nothing to score"):
+        write_report(result, tmp_path / "rep")
+    assert not (tmp_path / "rep").exists()
+
+
+def test_report_arguments_are_checked_and_named(dataset, tmp_path):
+    from trm_kaggle.evaluate.report import task_picture_png, task_report, write_dataset_report, write_report
+
+    result = evaluate(make_model(dataset), dataset, max_tasks=1)
+    with pytest.raises(TRMError, match=r"tasks: 'a\\x1b\[2J\\x07' not in the test split") as e:
+        write_report(result, tmp_path / "rep", tasks=["a\x1b[2J\x07"])
+    assert "\x1b" not in str(e.value)
+    for call, kind, said in (
+            (lambda: write_report(result, tmp_path / "rep", tasks=[5]), TypeError, r"tasks\[0\]: expected a str"),
+            (lambda: write_report({"a": 1}, tmp_path / "rep"), TypeError, "result: expected an EvalResult"),
+            (lambda: write_report(result, tmp_path / "rep", weights={"path": "x"}), TypeError, "weights: expected"),
+            (lambda: write_dataset_report([1], tmp_path / "rep"), TypeError, "summary: expected a dict"),
+            (lambda: task_report(result, top=0), ValueError, "top=0"),
+            (lambda: task_report(result, top=-1), ValueError, "top=-1"),
+            (lambda: task_picture_png(result, "e872b94a", attempts=0), ValueError, "attempts=0"),
+            (lambda: task_picture_png(result, "e872b94a", attempts=100), ValueError, "attempts=100"),
+            (lambda: task_picture_png(result, "nope"), ValueError, "task 'nope' is not a task of the test set")):
+        with pytest.raises(kind, match=said):
+            call()
+    assert not (tmp_path / "rep").exists()

@@ -42,18 +42,19 @@ import numpy as np
 import torch
 
 from trm_kaggle.config import EvaluateConfig, seconds_argument, whole_argument
-from trm_kaggle.data import load_identifiers, load_split
+from trm_kaggle.data import grid_problem, load_identifiers, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.decode import (PuzzleAugmentations, decode_split_tokens, example_puzzles, grid_to_key,
                                         key_dtype, puzzle_augmentations, side_of)
 from trm_kaggle.evaluate.predict import (Predictions, dataset_argument, evaluate_config, model_argument, placed,
                                          predict_split)
 from trm_kaggle.evaluate.stats import category_breakdown
-from trm_kaggle.evaluate.vote import ATTEMPTS, MAX_PASS_K, PASS_KS, Metrics, Slot, VoteResult, VoteTable, score
+from trm_kaggle.evaluate.vote import (ATTEMPTS, PASS_KS, Metrics, Slot, VoteResult, VoteTable, canvas_side, pass_ks,
+                                      score)
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.model import counts_settled
 from trm_kaggle.names import task_id_problem
-from trm_kaggle.wording import count, shown
+from trm_kaggle.wording import count, shown, type_name
 
 
 @dataclass
@@ -89,6 +90,15 @@ def foreign_votes(stray: Sequence[Slot], dataset_dir: str | os.PathLike) -> str:
             f"test {index}): the votes of another dataset are never pooled")
 
 
+def other_canvas(table: VoteTable, side: int, dataset_dir: str | os.PathLike) -> str | None:
+    """The words for votes on another canvas than the dataset's (`side`), or None: `VoteTable.merge`'s "keys of
+    different canvases" came after the whole inference."""
+    if canvas_side(table) == side:
+        return None
+    return (f"votes on a {canvas_side(table)}x{canvas_side(table)} canvas, and {dataset_dir} is on {side}x{side}: "
+            "votes of another dataset's canvas cannot be pooled")
+
+
 def load_test_set(dataset_dir: str | os.PathLike) -> TestSet:
     path = Path(dataset_dir) / "test_puzzles.json"
     raw = read_json(path, "test_puzzles.json", hint="ARC evaluation needs the test_puzzles.json an ARC builder "
@@ -105,6 +115,11 @@ def load_test_set(dataset_dir: str | os.PathLike) -> TestSet:
             raise DataError(f"{path}: task {task_id} has no test pairs")
         num_tests[task_id] = len(tests)
         for i, pair in enumerate(tests):
+            # every grid an ARC grid (`grid_problem`, the tasks' and submissions' check), before any inference: an
+            # output of 31x31 failed in scoring after the whole prediction, colour 257 was wrapped to 1 and solved
+            for part in ("input", "output"):
+                if isinstance(pair, dict) and part in pair and (problem := grid_problem(pair[part])):
+                    raise DataError(f"{path}: task {shown(task_id)} test pair {i} {part}: {problem}")
             try:
                 x = np.array(pair["input"], dtype=np.uint8)
                 y = None if "output" not in pair else np.array(pair["output"], dtype=np.uint8)  # None: unknown
@@ -156,20 +171,28 @@ class EvalResult:
     def summary(self) -> dict:
         """JSON-serialisable metrics, counts and timing."""
         p = self.predictions
+        voted = p.steps >= 0  # rows the deadline cut cast no vote and ran no step
+        metrics = self.metrics.as_dict()
+        if not voted.any():  # nothing predicted: no data is not a score of 0 (the unvoted slots scored as unsolved)
+            metrics.update(arc_prize_score=None, arc_prize_score_ci95=None, pass_at_2_task_macro_ci95=None,
+                           pass_at_k_task_macro={k: None for k in metrics["pass_at_k_task_macro"]})
         return {
             "dataset": self.dataset_dir,
-            **self.metrics.as_dict(),
+            **metrics,
             "unlabeled_test_outputs": len(self.test_set.slots) - len(self.test_set.truths),  # predicted, not scored
             "breakdown": self.breakdown(),
-            "token_accuracy": self.token_accuracy,
+            "token_accuracy": self.token_accuracy if np.isfinite(self.token_accuracy) else None,  # JSON has no NaN
             "num_examples": len(p) // p.trajectories,
             "prediction_rows": len(p),  # examples x trajectories
+            "predicted_rows": int(voted.sum()),  # those the deadline left: each one a vote
+            # test outputs with an example the deadline skipped: their missing votes scored as unsolved
+            "cut_test_outputs": len(self.extra.get("cut_slots", ())),
             "well_formed_predictions": self.well_formed,
             "weighting": self.weighting,
             "pooled_with_other_evaluations": self.pooled,
             "early_exit": p.early_exit,
             "max_steps": p.max_steps,
-            "mean_steps": float(p.steps.mean()) if len(p) else 0.0,
+            "mean_steps": float(p.steps[voted].mean()) if voted.any() else None,  # a cut row's -1 is no step
             "forward_rows": p.forward_rows,
             "trajectories": p.trajectories,
             "trajectory_noise": p.noise,
@@ -200,12 +223,27 @@ def evaluate(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evalua
     cfg = evaluate_config(cfg, settings)
     # the call's own arguments, before any work: ks=[nan] once failed in numpy after the whole evaluation, and
     # ks=[0] reported a pass@0
-    ks = tuple(whole_argument("ks item", k, 1, MAX_PASS_K) for k in ks)
+    ks = pass_ks(ks)
+    pool_with = _pool_argument(pool_with)
     always = whole_argument("always", always, 0, 2**62)
     deadline, always_until = seconds_argument("deadline", deadline), seconds_argument("always_until", always_until)
     dataset_argument(dataset_dir)  # a folder that is not there was "test_puzzles.json not found"
     with placed(model, device) as target:
         return _evaluate(model, dataset_dir, cfg, target, pool_with, deadline, always, always_until, ks, check_inputs)
+
+
+def _pool_argument(pool_with: object) -> VoteTable | None:
+    """`evaluate`'s pool_with: None, a VoteTable or the path of a votes file (`--pool-with`'s, loaded), checked as
+    `VoteTable.load` checks a file (a table changed after it was made: NaN q_halt ranked the truth last)."""
+    if pool_with is None:
+        return None
+    if isinstance(pool_with, (str, os.PathLike)):
+        return VoteTable.load(pool_with)  # a DataError naming the file
+    if not isinstance(pool_with, VoteTable):
+        raise TypeError(f"pool_with: expected a VoteTable or the path of a votes file, got {type_name(pool_with)}")
+    if problem := pool_with.problem():
+        raise ValueError(f"pool_with: {problem}")
+    return pool_with
 
 
 def _evaluate(model, dataset_dir, cfg, device, pool_with, deadline, always, always_until, ks,
@@ -216,6 +254,8 @@ def _evaluate(model, dataset_dir, cfg, device, pool_with, deadline, always, alwa
     if pool_with is not None and (stray := pool_with.foreign_slots(test_set.slots)):
         raise DataError(f"pool_with: {foreign_votes(stray, dataset_dir)}")
     split, side, puzzles = _read_test_split(dataset_dir)
+    if pool_with is not None and (problem := other_canvas(pool_with, side, dataset_dir)):
+        raise DataError(f"pool_with: {problem}")
     augs = puzzles.augs
     puzzle_of, position = example_puzzles(split.puzzle_indices)
     rows = None  # every example
@@ -258,7 +298,10 @@ def _evaluate(model, dataset_dir, cfg, device, pool_with, deadline, always, alwa
     labels = split.labels if rows is None else np.asarray(split.labels[rows])
     if preds.trajectories > 1:
         labels = np.asarray(labels)[example]
-    acc = token_accuracy(preds.tokens, labels, split.metadata.ignore_label_id)
+    tokens = preds.tokens
+    if not voted.all():  # the rows the deadline cut hold no prediction: measured over the others (none: NaN)
+        tokens, labels = tokens[voted], np.asarray(labels)[voted]
+    acc = token_accuracy(tokens, labels, split.metadata.ignore_label_id)
     t_end = time.perf_counter()
     total = t_end - t0
     timing = {
@@ -274,7 +317,7 @@ def _evaluate(model, dataset_dir, cfg, device, pool_with, deadline, always, alwa
     }
     return EvalResult(metrics=metrics, votes=votes, table=table, predictions=preds, test_set=test_set,
                       candidates=candidates, token_accuracy=acc,
-                      well_formed=float(decoded.well_formed.mean()) if len(preds) else 1.0, timing=timing,
+                      well_formed=float(decoded.well_formed[voted].mean()) if voted.any() else 1.0, timing=timing,
                       dataset_dir=str(dataset_dir), weighting=cfg.weighting, pooled=pool_with is not None,
                       # slots with an example the deadline skipped: a slot without candidates is cut, not unsolvable
                       extra={"cut_slots": [test_set.slots[i] for i in np.unique(slot[~voted])]})

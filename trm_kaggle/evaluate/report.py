@@ -18,12 +18,12 @@ import numpy as np
 
 from trm_kaggle.atomic import (Found, atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text,
                                taken_problem)
-from trm_kaggle.config import whole_argument
+from trm_kaggle.config import path_argument, texts_argument, whole_argument
 from trm_kaggle.errors import DataError, TRMError, resource_line
 from trm_kaggle.evaluate.stats import format_breakdown, format_interval
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.names import file_in, place_from, shown as quoted
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, one_line, type_name
 
 if TYPE_CHECKING:  # the report reads results; it runs no model (and imports no torch)
     from trm_kaggle.evaluate.pipeline import EvalResult
@@ -41,7 +41,7 @@ def format_metrics(s: dict) -> str:
     """The evaluation's numbers (`EvalResult.summary()`), each under its own unmistakable name.
 
     `s["pooled_evaluations"]` (set by the caller that pooled) puts a warning line first."""
-    passk = ", ".join(f"pass@{k} {v:.4f}" for k, v in s["pass_at_k_task_macro"].items())
+    passk = ", ".join(f"pass@{k} {_number(v)}" for k, v in s["pass_at_k_task_macro"].items())
     t = s["timing"]
     lines = []
     pooled = s.get("pooled_evaluations", 0)
@@ -54,13 +54,19 @@ def format_metrics(s: dict) -> str:
     if not s["num_test_outputs"]:  # no data is not a zero
         lines.append("no test output with a known answer: nothing scored")
         return "\n".join(lines)
+    if cut := _cut_line(s):
+        lines.append(cut)
+    if s["arc_prize_score"] is None:  # the deadline came before the first prediction
+        lines.append("nothing was predicted: nothing scored")
+        return "\n".join(lines)
     lines += [
         f"ARC Prize score (micro-average over {s['num_test_outputs']} test outputs, 2 attempts): "
         f"{s['arc_prize_score']:.4f} ({format_interval(s['arc_prize_score_ci95'])}, Wilson, unit: test outputs)",
         f"per-task macro pass@K over {s['num_tasks']} tasks (upstream's ARC/pass@K): {passk}",
-        f"pass@2 (task macro) {s['pass_at_k_task_macro'].get('2', float('nan')):.4f} "
-        f"({format_interval(s['pass_at_2_task_macro_ci95'])}, Wilson, unit: tasks)",
-        f"token_accuracy (per token over all augmented copies; NOT a solve rate): {s['token_accuracy']:.4f}",
+        *([f"pass@2 (task macro) {s['pass_at_k_task_macro']['2']:.4f} "
+           f"({format_interval(s['pass_at_2_task_macro_ci95'])}, Wilson, unit: tasks)"]
+          if s.get("pass_at_2_task_macro_ci95") else []),  # ks without 2: no pass@2, no interval
+        f"token_accuracy (per token over all augmented copies; NOT a solve rate): {_number(s['token_accuracy'])}",
     ]
     if s.get("breakdown"):
         lines += ["ARC Prize score by output (solved / test outputs, score, interval):",
@@ -76,6 +82,20 @@ def format_metrics(s: dict) -> str:
     return "\n".join(lines)
 
 
+def _number(value: float | None) -> str:
+    """A measure for a line of text: None (nothing measured) is said so, never printed as nan or 0."""
+    return "not measured" if value is None else f"{value:.4f}"
+
+
+def _cut_line(s: dict) -> str | None:
+    """The words for an evaluation its deadline cut (`summary()`'s cut_test_outputs), or None."""
+    if not s.get("cut_test_outputs"):
+        return None
+    return (f"CUT by the deadline: {count(s['cut_test_outputs'], 'test output')} of {s['num_test_outputs']} lost "
+            f"examples before their prediction ({s.get('predicted_rows', 0):,} of {s['prediction_rows']:,} "
+            "predictions made); their missing votes score as unsolved")
+
+
 def nothing_to_score(result: EvalResult) -> str | None:
     """Why `result` has no score to report (no labeled test output, or none predicted), None when it has one."""
     if not result.test_set.truths:
@@ -83,6 +103,8 @@ def nothing_to_score(result: EvalResult) -> str | None:
                 "answer: nothing to score")
     if not len(result.predictions):
         return f"{result.dataset_dir}: the test split holds no examples: nothing to score"
+    if not (result.predictions.steps >= 0).any():
+        return f"{result.dataset_dir}: the deadline came before the first prediction: nothing to score"
     return None
 
 
@@ -91,16 +113,35 @@ def format_task_id_table(summaries: dict[str, dict]) -> str:
     own task id?"""
     lines = ["| task ids | ARC Prize score (95 % CI) | pass@2, tasks (95 % CI) | token_accuracy |", "|---|---|---|---|"]
     for mode, s in summaries.items():
+        if s["arc_prize_score"] is None or not s.get("pass_at_2_task_macro_ci95"):
+            lines.append(f"| {mode} | not scored | not scored | {_number(s['token_accuracy'])} |")
+            continue
         a, p = s["arc_prize_score_ci95"], s["pass_at_2_task_macro_ci95"]
         lines.append(f"| {mode} | {s['arc_prize_score']:.4f} ({a[0]:.4f}-{a[1]:.4f}) | "
                      f"{s['pass_at_k_task_macro'].get('2', float('nan')):.4f} ({p[0]:.4f}-{p[1]:.4f}) | "
-                     f"{s['token_accuracy']:.4f} |")
+                     f"{_number(s['token_accuracy'])} |")
     return "\n".join(lines)
+
+
+def _result_argument(result: object) -> EvalResult:
+    """`result`, when it is `evaluate`'s EvalResult; else a TypeError naming it (a dict was an AttributeError)."""
+    from trm_kaggle.evaluate.pipeline import EvalResult  # here: the report runs no model, a result brought torch
+
+    if not isinstance(result, EvalResult):
+        raise TypeError(f"result: expected an EvalResult (`evaluate`'s), got {type_name(result)}")
+    return result
+
+
+#: The candidates a report lists per test input at most (`top`): write_report and task_report alike.
+MAX_TOP = 10**6
+#: The candidates a picture draws per test input at most (`attempts`): past 10 none can be read.
+MAX_ATTEMPTS_DRAWN = 10
 
 
 def task_report(result: EvalResult, top: int = 5) -> dict:
     """Per task and test input: solved (truth in the top-2), truth rank (1 = best, None = not among the
     candidates), number of predictions and of distinct candidates, mean sigmoid(q_halt), top votes."""
+    result, top = _result_argument(result), whole_argument("top", top, 1, MAX_TOP)  # 0 and -1 listed none or all
     votes, ts = result.votes, result.test_set
     ranks = result.metrics.truth_rank
     n_cand = dict(zip(votes.slots, votes.num_candidates().tolist()))
@@ -138,19 +179,22 @@ def task_report(result: EvalResult, top: int = 5) -> dict:
 def _markdown(report: dict, pictures: dict[str, str]) -> str:
     s = report["summary"]
     w = report.get("weights")
-    lines = [f"# ARC evaluation: {s['dataset']}", ""]
+    lines = [f"# ARC evaluation: {one_line(s['dataset'])}", ""]
     if w:
         lines += [f"Weights: `{w['path']}` (sha256 of the tensors `{w['sha256']}`)", ""]
+    if cut := _cut_line(s):
+        lines += [f"**{cut}**", ""]
     lines += [f"- **ARC Prize score** (micro over {s['num_test_outputs']} test outputs, truth in the top-2 attempts): "
               f"**{s['arc_prize_score']:.4f}** ({format_interval(s['arc_prize_score_ci95'])}, Wilson, unit: "
               "test outputs)",
               "- **pass@K, task macro** (upstream's ARC/pass@K: mean over "
               f"{s['num_tasks']} tasks of the fraction of test inputs solved in the top K): "
               + ", ".join(f"pass@{k} = {v:.4f}" for k, v in s["pass_at_k_task_macro"].items())
-              + f"; pass@2 {format_interval(s['pass_at_2_task_macro_ci95'])} (Wilson, unit: tasks)",
+              + (f"; pass@2 {format_interval(s['pass_at_2_task_macro_ci95'])} (Wilson, unit: tasks)"
+                 if s.get("pass_at_2_task_macro_ci95") else ""),
               f"- {s['prediction_rows']} augmented predictions, voting by {s['weighting']}"
               + (" (POOLED with earlier evaluations)" if s["pooled_with_other_evaluations"] else ""),
-              f"- ACT steps: max {s['max_steps']}, mean {s['mean_steps']:.2f}, early exit {s['early_exit']}"
+              f"- ACT steps: max {s['max_steps']}, mean {_steps(s['mean_steps'])}, early exit {s['early_exit']}"
               + (f"; settled {s['settled']} of {s['prediction_rows']} predictions (last 3 steps equal)"
                  if s.get("settled") is not None else ""),
               *([f"- trajectories: {s['trajectories']} per augmented copy, noise {s['trajectory_noise']:g} x RMS, "
@@ -158,7 +202,7 @@ def _markdown(report: dict, pictures: dict[str, str]) -> str:
               f"- timing: {s['timing']['examples_per_second']:.1f} examples/s overall, "
               f"{100 * s['timing']['share_outside_model']:.1f} % of the time outside the model",
               "",
-              f"Per-token diagnostic (not a solve rate): token_accuracy = {s['token_accuracy']:.4f}; "
+              f"Per-token diagnostic (not a solve rate): token_accuracy = {_number(s['token_accuracy'])}; "
               f"well-formed predictions = {s['well_formed_predictions']:.4f}",
               "", "| output category | solved / test outputs | ARC Prize score | 95 % CI (Wilson) |", "|---|---|---|---|"]
     lines += [f"| {name} | {c['solved']} / {c['test_outputs']} | {c['arc_prize_score']:.4f} | "
@@ -181,6 +225,10 @@ def _markdown(report: dict, pictures: dict[str, str]) -> str:
         for task, rel in pictures.items():
             lines += [f"### {task}", "", f"![{task}]({rel})", ""]
     return "\n".join(lines) + "\n"
+
+
+def _steps(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def weights_record(weights: str | os.PathLike) -> dict[str, str]:
@@ -265,10 +313,12 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     digest, and a folder holding the report of other weights is refused (`check_report_dir`). `found`: what stood
     at `out_dir` when the evaluation started (`found_at`): a report another command wrote there meanwhile stands,
     and this one ends with one line (`taken_problem`)."""
-    out = Path(out_dir)
+    result, out = _result_argument(result), Path(path_argument("out_dir", out_dir, "a report folder"))
     # the call's counts, before any work: attempts=-1 was an IndexError while drawing, 0 a picture of no attempt
-    first_n, top = whole_argument("first_n", first_n, 0, MAX_DRAWN), whole_argument("top", top, 1, 10**6)
-    attempts = whole_argument("attempts", attempts, 1, 10)  # candidates drawn per row: past 10 none can be read
+    first_n, top = whole_argument("first_n", first_n, 0, MAX_DRAWN), whole_argument("top", top, 1, MAX_TOP)
+    attempts = whole_argument("attempts", attempts, 1, MAX_ATTEMPTS_DRAWN)
+    tasks = None if tasks is None else texts_argument("tasks", tasks, "a task id")  # [5] was re's TypeError
+    weights = _weights_argument(weights, record_too=True)
     problem = nothing_to_score(result)
     if problem:  # no data is not a zero: nothing is written
         raise DataError(problem)
@@ -279,10 +329,11 @@ def write_report(result: EvalResult, out_dir: str | os.PathLike, tasks: Sequence
     report = task_report(result, top=top)
     if record is not None:
         report = {"weights": _placed(out, record), **report}
+    # `evaluate --tasks`'s words (`tasks_problem`): each id quoted and escaped, a control character in one was
+    # written to the terminal as it was
+    if tasks and (problem := tasks_problem(tasks, result.test_set.num_tests, result.dataset_dir, "tasks")):
+        raise TRMError(problem)
     chosen = chosen_tasks(tasks, result.test_set.num_tests) if tasks else result.test_set.task_ids[:max(0, first_n)]
-    unknown = [t for t in chosen if t not in result.test_set.num_tests]
-    if unknown:
-        raise TRMError(f"tasks not in the test set: {', '.join(unknown)}")
     paths: dict[str, Path] = {}
     pics: dict[str, str] = {}
     pngs: dict[Path, bytes] = {}
@@ -311,12 +362,14 @@ def write_dataset_report(summary: dict, out_dir: str | os.PathLike, weights: dic
     `write_report`'s."""
     from trm_kaggle.evaluate.dataset import format_dataset_metrics
 
-    out = Path(out_dir)
+    if not isinstance(summary, dict):  # a list was "list indices must be integers"
+        raise TypeError(f"summary: expected a dict (`DatasetResult.summary()`), got {type_name(summary)}")
+    out, weights = Path(path_argument("out_dir", out_dir, "a report folder")), _weights_argument(weights)
     _check_not_taken(out, found)
     if weights is not None:
         check_report_dir(out, weights)
     report = {"weights": _placed(out, weights), "summary": summary} if weights is not None else {"summary": summary}
-    lines = [f"# Evaluation: {summary['dataset']}", ""]
+    lines = [f"# Evaluation: {one_line(summary['dataset'])}", ""]  # a name read from a file: one line
     if weights:
         lines += [f"Weights: `{weights['path']}` (sha256 of the tensors `{weights['sha256']}`)", ""]
     lines += [f"- {line}" for line in format_dataset_metrics(summary).splitlines()]
@@ -324,6 +377,18 @@ def write_dataset_report(summary: dict, out_dir: str | os.PathLike, weights: dic
         atomic_write_json(tmp / "report.json", report, indent=1)
         atomic_write_text(tmp / "report.md", "\n".join(lines) + "\n")
     return {"json": out / "report.json", "markdown": out / "report.md"}
+
+
+def _weights_argument(weights: object, record_too: bool = False) -> object:
+    """`weights`, when None, `weights_record`'s {"path", "sha256"} or (`record_too`: write_report's) the path of an
+    export; else a TypeError naming it ({"path": "x"} was KeyError 'sha256')."""
+    if weights is None or (record_too and isinstance(weights, (str, os.PathLike))):
+        return weights
+    if not (isinstance(weights, dict) and isinstance(weights.get("path"), str)
+            and isinstance(weights.get("sha256"), str)):
+        raise TypeError(f"weights: expected {'the path of an export or ' if record_too else ''}`weights_record`'s "
+                        f"{{'path': str, 'sha256': str}}, got {type_name(weights)}")
+    return weights
 
 
 def _draw_grid(ax, grid: np.ndarray | None, title: str) -> None:
@@ -351,6 +416,10 @@ def task_picture_png(result: EvalResult, task: str, attempts: int = 2) -> bytes:
         from matplotlib.figure import Figure
     except ImportError as e:  # not installed; or installed, and no memory left to load it (`ulimit -v`)
         raise TRMError(resource_line(e) or "grid pictures need matplotlib: pip install matplotlib") from None
+    result, attempts = _result_argument(result), whole_argument("attempts", attempts, 1, MAX_ATTEMPTS_DRAWN)
+    if not isinstance(task, str) or task not in result.test_set.num_tests:  # 'nope' was KeyError 'nope'
+        raise ValueError(f"task {quoted(task) if isinstance(task, str) else type_name(task)} is not a task of the "
+                         f"test set of {one_line(result.dataset_dir)}")
     ts = result.test_set
     n = ts.num_tests[task]
     cols = 2 + attempts

@@ -22,12 +22,12 @@ from trm_kaggle.config import MAX_SEED, EvaluateConfig, whole_argument
 from trm_kaggle.data import contents_hash, load_metadata, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
-from trm_kaggle.evaluate.pipeline import evaluate, foreign_votes, load_test_set
+from trm_kaggle.evaluate.pipeline import evaluate, foreign_votes, load_test_set, other_canvas
 from trm_kaggle.evaluate.predict import evaluate_config
 from trm_kaggle.evaluate.report import (MAX_DRAWN, REPORT_KIND, check_report_dir, format_metrics,
                                         format_task_id_table, tasks_problem, weights_record, write_dataset_report,
                                         write_report)
-from trm_kaggle.evaluate.vote import VoteTable, canvas_side
+from trm_kaggle.evaluate.vote import VoteTable
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import apply_compile, apply_task_ids, load_model_for_dataset
 from trm_kaggle.names import blank_path_problem
@@ -101,9 +101,8 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
         table = VoteTable.load(path)
         if stray := table.foreign_slots(test_set.slots):  # dropped while the scores said "POOLED"
             raise DataError(f"{path}: {foreign_votes(stray, data)}")
-        if canvas_side(table) != side:  # VoteTable.merge's "keys of different canvases", after the inference
-            raise DataError(f"{path}: votes on a {canvas_side(table)}x{canvas_side(table)} canvas, and {data} is "
-                            f"on {side}x{side}: votes of another dataset's canvas cannot be pooled")
+        if problem := other_canvas(table, side, data):  # VoteTable.merge's words came after the inference
+            raise DataError(f"{path}: {problem}")
         pooled = table if pooled is None else pooled.merge(table)
     extra = {"pooled_evaluations": len(pool_with)} if pool_with else {}
     record = found = None

@@ -32,7 +32,9 @@ counts, predicted or not.
 from __future__ import annotations
 
 import math
+import operator
 import os
+import sys
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -41,11 +43,12 @@ from typing import Iterable, Literal, Mapping, Sequence
 import numpy as np
 
 from trm_kaggle.atomic import atomic_write
-from trm_kaggle.data import MAX_GRID
+from trm_kaggle.config import number_argument, path_argument, sequence_argument, whole_argument
+from trm_kaggle.data import MAX_GRID, grid_problem
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import open_regular, read_failure
 from trm_kaggle.names import task_id_problem
-from trm_kaggle.wording import shown
+from trm_kaggle.wording import clipped, shown, type_name
 from trm_kaggle.evaluate.decode import HEADER, grid_to_key, key_shapes, key_to_grid
 from trm_kaggle.evaluate.stats import wilson_interval
 
@@ -81,28 +84,41 @@ class VoteTable:
     order: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        self.slots = [(str(t), int(i)) for t, i in self.slots]
-        self.slot = np.asarray(self.slot, dtype=np.int64)
-        self.q_halt = np.asarray(self.q_halt, dtype=np.float64)
-        self.order = np.arange(len(self.slot), dtype=np.int64) if self.order is None else np.asarray(self.order, np.int64)
-        if not (len(self.slot) == len(self.keys) == len(self.q_halt) == len(self.order)):
-            raise ValueError(f"votes of unequal lengths: {len(self.slot)} slots, {len(self.keys)} keys, "
-                             f"{len(self.q_halt)} q_halt, {len(self.order)} order")
-        if len(self.slot) and (self.slot.min() < 0 or self.slot.max() >= len(self.slots)):
-            raise ValueError("slot index outside the slot list")
+        # what `load` refuses is refused here too (`_table_problem`, one check for both): `save` wrote files its own
+        # `load` refused, and a table given to `evaluate(pool_with=...)` was pooled unchecked
+        self.slot, self.keys, self.q_halt = np.asarray(self.slot), np.asarray(self.keys), np.asarray(self.q_halt)
+        self.order = np.arange(len(self.slot), dtype=np.int64) if self.order is None else np.asarray(self.order)
+        self.slots = [tuple(s) if isinstance(s, (tuple, list)) else s for s in sequence_argument(
+            "slots", self.slots, "(task id, test index) pairs")]
+        if problem := _table_problem(self.slots, self.slot, self.keys, self.q_halt, self.order):
+            raise ValueError(problem)
+        self.slots = [(t, int(i)) for t, i in self.slots]  # a numpy integer index as Python's
+        self.slot, self.order = self.slot.astype(np.int64, copy=False), self.order.astype(np.int64, copy=False)
+        self.q_halt = self.q_halt.astype(np.float64, copy=False)
 
     def __len__(self) -> int:
         return len(self.slot)
 
+    def problem(self) -> str | None:
+        """Why this table (changed since it was made: its arrays are its caller's) is none `load` reads, or None."""
+        return _table_problem(self.slots, self.slot, self.keys, self.q_halt, self.order)
+
     @classmethod
     def from_grids(cls, votes: Iterable[tuple[Slot, np.ndarray, float]], side: int = 30) -> "VoteTable":
-        """Small hand-made tables: ((task_id, test_index), grid, q_halt logit) per vote."""
+        """Small hand-made tables: ((task_id, test_index), grid, q_halt logit) per vote. A grid is an ARC grid
+        (`grid_problem`) or the empty 0x0 prediction; nothing is cast (-1 was colour 255, 1.7 was 1, None the task
+        'None'): ValueError or TypeError naming the vote."""
         slots: dict[Slot, int] = {}
         slot, keys, q = [], [], []
-        for s, grid, qh in votes:
-            slot.append(slots.setdefault((str(s[0]), int(s[1])), len(slots)))
-            keys.append(grid_to_key(np.asarray(grid), side))
-            q.append(qh)
+        for n, vote in enumerate(sequence_argument("votes", votes, "((task id, test index), grid, q_halt) votes")):
+            if not isinstance(vote, (tuple, list)) or len(vote) != 3 or not isinstance(vote[0], (tuple, list)) \
+                    or len(vote[0]) != 2:
+                raise TypeError(f"votes[{n}]: expected ((task id, test index), grid, q_halt), got {type_name(vote)}")
+            (task, index), grid, qh = vote
+            index = whole_argument(f"votes[{n}] test index", index, 0, 2**62)
+            slot.append(slots.setdefault((task, index), len(slots)))
+            keys.append(_grid_key(grid, side, f"votes[{n}] grid", empty=True))
+            q.append(number_argument(f"votes[{n}] q_halt", qh, -sys.float_info.max, sys.float_info.max))
         key_arr = np.array(keys, dtype=keys[0].dtype) if keys else np.empty(0, dtype=f"V{2 + side * side}")
         return cls(list(slots), np.array(slot, dtype=np.int64), key_arr, np.array(q, dtype=np.float64))
 
@@ -114,6 +130,8 @@ class VoteTable:
         checkpoints mixes old and new models' answers (upstream's aggregated-voting defect).
         Votes of `other` come after this table's in the tie-breaking order.
         """
+        if not isinstance(other, VoteTable):
+            raise TypeError(f"other: expected a VoteTable, got {type_name(other)}")
         if self.keys.dtype != other.keys.dtype:
             raise ValueError(f"keys of different canvases: {self.keys.dtype} and {other.keys.dtype}")
         index = {s: i for i, s in enumerate(self.slots)}
@@ -146,6 +164,7 @@ class VoteTable:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "VoteTable":
         """Votes written by `save` (e.g. `trm-kaggle evaluate --save-votes`); one clear error otherwise."""
+        path = path_argument("path", path, "a votes file")
         if "\0" not in str(path) and not os.path.lexists(path):  # a NUL byte: named by the reader below
             raise DataError(f"{path}: no such votes file")
         try:
@@ -159,15 +178,12 @@ class VoteTable:
                     if str(z["format"]) != VOTES_FORMAT:
                         raise ValueError(f"format {str(z['format'])!r}")
                     keys = z["keys"]
-                    if problem := _keys_problem(keys, z["q_halt"]):  # said here, not as a traceback after inference
-                        raise ValueError(problem)
-                    slots = list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist()))
-                    if problem := _slots_problem(slots):
-                        raise ValueError(problem)
-                    if (z["order"] < 0).any() or (z["order"] >= MAX_ORDER).any():  # int64's top: pooling overflowed
-                        raise ValueError(f"a vote's order below 0 or past {MAX_ORDER:,}")
-                    return cls(slots, z["slot"], np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1),
-                               z["q_halt"], z["order"])
+                    if keys.ndim != 2 or keys.dtype != np.uint8:
+                        raise ValueError(f"keys of shape {keys.shape} and dtype {keys.dtype}")
+                    # the table's own check (`_table_problem`) says what else is wrong, before any inference
+                    return cls(list(zip(z["slot_tasks"].tolist(), z["slot_tests"].tolist())), z["slot"],
+                               np.ascontiguousarray(keys).view(f"V{keys.shape[1]}").reshape(-1), z["q_halt"],
+                               z["order"])
         except MemoryError:  # its members as their headers declare them do not fit this process
             raise DataError(f"{path}: a votes file larger than this process's memory can read") from None
         # truncated: a bad zip archive; empty: no numpy header (EOFError); a damaged member: zlib's error
@@ -207,17 +223,61 @@ def _check_declared_shapes(f) -> None:
                                    else np.lib.format.read_array_header_2_0(member))
             if dtype.kind not in _KINDS[name]:
                 raise ValueError(f"{name} of dtype {dtype}")
-            if not shape or (name == "keys" and (len(shape) != 2 or shape[1] > HEADER + MAX_GRID * MAX_GRID)):
+            # keys are rows of bytes, every other member one value per vote or slot: a 2-D slot passed, and failed
+            # in merge after the whole inference
+            if len(shape) != (2 if name == "keys" else 1) or (name == "keys" and shape[1] > HEADER + MAX_GRID * MAX_GRID):
                 raise ValueError(f"{name} of shape {shape}")
             if lengths.setdefault(length, shape[0]) != shape[0]:
                 raise ValueError(f"votes of unequal lengths: {name} holds {shape[0]:,} rows, and others "
                                  f"{lengths[length]:,}")
 
 
+def _table_problem(slots: list, slot: np.ndarray, keys: np.ndarray, q_halt: np.ndarray,
+                   order: np.ndarray) -> str | None:
+    """Why a table's parts are none `save` writes and `load` reads, or None: the one check of `VoteTable` (its
+    constructor, `from_grids`, `load`, a table given to `evaluate(pool_with=...)`), each problem naming its part."""
+    for name, value in (("slot", slot), ("q_halt", q_halt), ("order", order)):
+        if value.ndim != 1:  # a 2-D slot failed in merge after the whole inference
+            return f"{name} of shape {value.shape}"
+        # the kinds of number (an empty list is numpy's float64); a q_halt of ints is exact as floats
+        if value.size and value.dtype.kind not in _KINDS[name] + ("iu" if name == "q_halt" else ""):
+            return f"{name} of dtype {value.dtype}"
+    if keys.ndim != 1 or keys.dtype.kind != "V":
+        return f"keys of shape {keys.shape} and dtype {keys.dtype} (keys are `decode` keys: one numpy.void each)"
+    if not (len(slot) == len(keys) == len(q_halt) == len(order)):
+        return (f"votes of unequal lengths: {len(slot)} slots, {len(keys)} keys, {len(q_halt)} q_halt, "
+                f"{len(order)} order")
+    if problem := _slots_problem(slots):
+        return f"slots: {problem}"
+    if len(slot) and (slot.min() < 0 or slot.max() >= len(slots)):
+        return "slot index outside the slot list"
+    if len(order) and ((order < 0).any() or (order >= MAX_ORDER).any()):  # int64's top: pooling overflowed
+        return f"a vote's order below 0 or past {MAX_ORDER:,}"
+    return _keys_problem(np.ascontiguousarray(keys).view(np.uint8).reshape(len(keys), keys.dtype.itemsize), q_halt)
+
+
+def _grid_key(grid: object, side: int, what: str, empty: bool = False) -> np.void:
+    """The key of `grid`, an ARC grid (`grid_problem`, the check of the tasks and of submissions; `empty`: or the
+    0x0 grid a prediction without a colour cell crops to) on a side x side canvas; ValueError naming `what`:
+    colours 257 and -255 were wrapped to 1, 1.9 cut to 1 and True taken as 1."""
+    if not (empty and isinstance(grid, np.ndarray) and grid.shape == (0, 0) and grid.dtype.kind in "iu"):
+        if problem := grid_problem(grid, allow_numpy=True):
+            raise ValueError(f"{what}: {problem}")
+    grid = np.asarray(grid)
+    if grid.shape[0] > side or grid.shape[1] > side:
+        raise ValueError(f"{what}: a {grid.shape[0]}x{grid.shape[1]} grid does not fit the {side}x{side} canvas")
+    return grid_to_key(grid, side)
+
+
 def _slots_problem(slots: list) -> str | None:
     """Why a votes file's (task id, test index) list is none `save` writes, or None: a test input listed twice
     scored its votes in a slot scoring never read (1.0 turned 0.0), an index below 0 named no test input."""
-    for task, index in slots:
+    for item in slots:
+        if not isinstance(item, tuple) or len(item) != 2:
+            return f"{clipped(item, 40)} is no (task id, test index) pair"
+        task, index = item
+        if isinstance(index, np.integer):
+            index = operator.index(index)
         if not isinstance(task, str):
             return f"task id {shown(repr(task))}, which is no text"
         if problem := task_id_problem(task):
@@ -285,7 +345,7 @@ class VoteResult:
         self.slot_index = {s: i for i, s in enumerate(self.slots)}
 
     def candidates(self, slot: Slot) -> slice:
-        s = self.slot_index.get((str(slot[0]), int(slot[1])))
+        s = self.slot_index.get(slot_argument("slot", slot))
         if s is None:
             return slice(0, 0)
         return slice(int(self.slot_start[s]), int(self.slot_start[s + 1]))
@@ -293,6 +353,7 @@ class VoteResult:
     def ranked(self, slot: Slot, limit: int | None = None) -> list[dict]:
         """Best first: {"grid", "votes", "score", "mean_sigmoid_q_halt"}."""
         sl = self.candidates(slot)
+        limit = None if limit is None else whole_argument("limit", limit, 0, MAX_PASS_K)  # -1 dropped the last one
         idx = range(sl.start, sl.stop if limit is None else min(sl.stop, sl.start + limit))
         return [{"grid": key_to_grid(self.keys[i]), "votes": int(self.votes[i]), "score": float(self.score[i]),
                  "mean_sigmoid_q_halt": float(self.mean_q[i])} for i in idx]
@@ -303,6 +364,7 @@ class VoteResult:
         drop_empty skips the 0x0 grid (a prediction with no colour cell at the top-left),
         which is no valid ARC answer; the metrics keep it as a candidate, as upstream.
         """
+        limit = None if limit is None else whole_argument("limit", limit, 0, MAX_PASS_K)  # -1 dropped the last one
         out: dict[Slot, list[np.ndarray]] = {}
         nonempty = key_shapes(self.keys).min(axis=1) > 0 if len(self.keys) else np.zeros(0, bool)
         for s, slot in enumerate(self.slots):
@@ -316,14 +378,15 @@ class VoteResult:
         return np.diff(self.slot_start)
 
     def truth_ranks(self, truths: Mapping[Slot, np.ndarray] | Sequence[tuple[Slot, np.ndarray]]) -> dict[Slot, int]:
-        """Rank (0 = best) of each truth among its slot's candidates, -1 when absent or never predicted."""
-        items = list(truths.items()) if isinstance(truths, Mapping) else list(truths)
+        """Rank (0 = best) of each truth among its slot's candidates, -1 when absent or never predicted. Every truth
+        is an ARC grid (`grid_problem`): ValueError or TypeError naming it otherwise."""
+        items = truth_items(truths)
         if not items:
             return {}
         side = int(np.sqrt(self.keys.dtype.itemsize - 2)) if len(self.keys) else 30
-        truth_keys = np.array([grid_to_key(np.asarray(g), side) for _, g in items])
+        truth_keys = np.array([_grid_key(g, side, f"truths: task {shown(s[0])} test {s[1]}") for s, g in items])
         # slot index per truth (-1: no votes at all), then match against all candidates of that slot
-        sidx = np.array([self.slot_index.get((str(s[0]), int(s[1])), -1) for s, _ in items], dtype=np.int64)
+        sidx = np.array([self.slot_index.get(s, -1) for s, _ in items], dtype=np.int64)
         truth_of_slot = np.full(len(self.slots), -1, dtype=np.int64)
         truth_of_slot[sidx[sidx >= 0]] = np.flatnonzero(sidx >= 0)
         ranks = np.full(len(items), -1, dtype=np.int64)
@@ -333,11 +396,38 @@ class VoteResult:
             match = np.zeros(len(self.keys), dtype=bool)
             match[has] = self.keys[has] == truth_keys[t[has]]
             ranks[t[match]] = self.rank[match]
-        return {(str(s[0]), int(s[1])): int(r) for (s, _), r in zip(items, ranks)}
+        return {s: int(r) for (s, _), r in zip(items, ranks)}
+
+
+def slot_argument(name: str, value: object) -> Slot:
+    """`value`, a (task id, test index) pair given to a call, as one: ranked("a") was an IndexError, a test index
+    1.7 was cut to 1; TypeError or ValueError naming `name` otherwise."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], str):
+        raise TypeError(f"{name}: expected a (task id, test index) pair, got {clipped(value, 40)}")
+    return value[0], whole_argument(f"{name} test index", value[1], 0, 2**62)
+
+
+def truth_items(truths: object) -> list[tuple[Slot, object]]:
+    """The (slot, grid) pairs of `truths`: a mapping {(task id, test index): grid} or a list of such pairs."""
+    pairs = list(truths.items()) if isinstance(truths, Mapping) else sequence_argument(
+        "truths", truths, "((task id, test index), grid) pairs")
+    for n, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"truths[{n}]: expected a ((task id, test index), grid) pair, got {type_name(pair)}")
+    return [(slot_argument("truths key", s), g) for s, g in pairs]
+
+
+def pass_ks(ks: object) -> tuple[int, ...]:
+    """The Ks a pass@K is asked for, each a whole number from 1 to MAX_PASS_K (`evaluate` and `score` alike): ks=[0]
+    reported a pass@0, [nan] failed in numpy, '2' was the K 50."""
+    return tuple(whole_argument(f"ks[{i}]", k, 1, MAX_PASS_K)
+                 for i, k in enumerate(sequence_argument("ks", ks, "whole numbers")))
 
 
 def tally(table: VoteTable, weighting: Weighting = "count") -> VoteResult:
     """Rank the candidates of every slot (see the module docstring for the rule)."""
+    if not isinstance(table, VoteTable):
+        raise TypeError(f"table: expected a VoteTable, got {type_name(table)}")
     if weighting not in ("count", "q_halt"):
         raise ValueError(f"weighting must be 'count' or 'q_halt', got {weighting!r}")
     S, M = len(table.slots), len(table)
@@ -377,8 +467,8 @@ def tally(table: VoteTable, weighting: Weighting = "count") -> VoteResult:
 
 @dataclass
 class Metrics:
-    pass_at_k_task_macro: dict[int, float]  # upstream's ARC/pass@K (macro over tasks)
-    arc_prize_score: float  # micro over test outputs: truth in the top-2 attempts
+    pass_at_k_task_macro: dict[int, float | None]  # upstream's ARC/pass@K (macro over tasks); None: no output
+    arc_prize_score: float | None  # micro over test outputs: truth in the top-2 attempts; None: no output to score
     num_tasks: int
     num_test_outputs: int
     truth_rank: dict[Slot, int]  # -1: truth not among the candidates
@@ -390,28 +480,31 @@ class Metrics:
         return wilson_interval(solved, self.num_test_outputs)
 
     @property
-    def pass_at_2_ci95(self) -> tuple[float, float]:
-        """95 % Wilson interval of the task-macro pass@2; unit: tasks (`trm_kaggle.evaluate.stats`)."""
-        if ATTEMPTS not in self.pass_at_k_task_macro:
-            return 0.0, 1.0
+    def pass_at_2_ci95(self) -> tuple[float, float] | None:
+        """95 % Wilson interval of the task-macro pass@2; unit: tasks (`trm_kaggle.evaluate.stats`); None where no
+        pass@2 was computed (ks without 2, or no output)."""
+        if self.pass_at_k_task_macro.get(ATTEMPTS) is None:
+            return None
         return wilson_interval(self.pass_at_k_task_macro[ATTEMPTS] * self.num_tasks, self.num_tasks)
 
     def as_dict(self) -> dict:
         return {"arc_prize_score": self.arc_prize_score, "arc_prize_score_ci95": list(self.arc_prize_score_ci95),
                 "pass_at_k_task_macro": {str(k): v for k, v in self.pass_at_k_task_macro.items()},
-                "pass_at_2_task_macro_ci95": list(self.pass_at_2_ci95),
+                "pass_at_2_task_macro_ci95": None if self.pass_at_2_ci95 is None else list(self.pass_at_2_ci95),
                 "num_tasks": self.num_tasks, "num_test_outputs": self.num_test_outputs}
 
 
-def pass_at_k_task_macro(ranks: np.ndarray, task_of: np.ndarray, ks: Sequence[int] = PASS_KS) -> dict[int, float]:
+def pass_at_k_task_macro(ranks: np.ndarray, task_of: np.ndarray, ks: Sequence[int] = PASS_KS
+                         ) -> dict[int, float | None]:
     """Mean over tasks of the fraction of the task's test outputs whose truth rank is < K.
 
     ranks    (T,) truth rank per test output (-1: not found)
     task_of  (T,) task index (0..num_tasks-1) of each test output
     """
+    ks = pass_ks(ks)
     ranks, task_of = np.asarray(ranks), np.asarray(task_of, dtype=np.int64)
-    if len(ranks) == 0:
-        return {int(k): 0.0 for k in ks}
+    if len(ranks) == 0:  # no data is not a score of 0
+        return {k: None for k in ks}
     n_tasks = int(task_of.max()) + 1
     per_task = np.bincount(task_of, minlength=n_tasks)
     present = per_task > 0
@@ -423,18 +516,24 @@ def pass_at_k_task_macro(ranks: np.ndarray, task_of: np.ndarray, ks: Sequence[in
     return out
 
 
-def arc_prize_score(ranks: np.ndarray, attempts: int = ATTEMPTS) -> float:
-    """Fraction of all test outputs whose truth is among the first `attempts` candidates."""
+def arc_prize_score(ranks: np.ndarray, attempts: int = ATTEMPTS) -> float | None:
+    """Fraction of all test outputs whose truth is among the first `attempts` candidates; None over no output (no
+    data is not a score of 0)."""
+    attempts = whole_argument("attempts", attempts, 1, MAX_PASS_K)  # 0 scored every output unsolved
     ranks = np.asarray(ranks)
     if len(ranks) == 0:
-        return 0.0
+        return None
     return float(np.mean((ranks >= 0) & (ranks < attempts)))
 
 
 def score(result: VoteResult, truths: Mapping[Slot, np.ndarray], ks: Sequence[int] = PASS_KS) -> Metrics:
-    """Both metrics over every (task_id, test_index) of `truths` (the test set's answers)."""
-    slots = [(str(t), int(i)) for t, i in truths]
+    """Both metrics over every (task_id, test_index) of `truths` (the test set's answers: a mapping, or a list of
+    (slot, grid) pairs as `truth_ranks` takes); over no truth both are None, never 0."""
+    if not isinstance(result, VoteResult):
+        raise TypeError(f"result: expected a VoteResult (`tally`'s), got {type_name(result)}")
+    ks = pass_ks(ks)
     ranks_by_slot = result.truth_ranks(truths)
+    slots = list(ranks_by_slot)
     ranks = np.array([ranks_by_slot[s] for s in slots], dtype=np.int64)
     task_ids: dict[str, int] = {}
     task_of = np.array([task_ids.setdefault(t, len(task_ids)) for t, _ in slots], dtype=np.int64)
