@@ -202,3 +202,10 @@ def test_keys_round_trip_and_distinguish_shapes():
     assert np.array_equal(key_to_grid(grid_to_key(g)), g)
     with pytest.raises(ValueError):
         grid_to_key(np.zeros((31, 1), dtype=np.uint8))
+
+
+def test_grid_to_key_names_a_canvas_past_its_one_byte_header():
+    from trm_kaggle.evaluate.decode import grid_to_key
+
+    with pytest.raises(ValueError, match="canvas side must be 1..255"):  # was numpy's OverflowError
+        grid_to_key(np.zeros((300, 300), np.uint8), 300)

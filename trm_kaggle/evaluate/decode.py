@@ -68,13 +68,14 @@ def side_of(seq_len: int) -> int:
 
 def grid_to_key(grid: np.ndarray, side: int = 30) -> np.void:
     """The key of one grid (values 0..9, at most side x side)."""
+    dtype = key_dtype(side)  # its "canvas side must be 1..255" first: a side of 300 overflowed the shape header
     grid = np.asarray(grid)
     if grid.ndim != 2 or grid.shape[0] > side or grid.shape[1] > side:
         raise ValueError(f"grid of shape {grid.shape} does not fit a {side}x{side} canvas")
     buf = np.zeros(HEADER + side * side, dtype=np.uint8)
     buf[0], buf[1] = grid.shape
     buf[HEADER:HEADER + grid.size] = grid.astype(np.uint8).ravel()
-    return buf.view(key_dtype(side))[0]
+    return buf.view(dtype)[0]
 
 
 def grids_to_keys(grids: Sequence[np.ndarray], side: int = 30) -> np.ndarray:
