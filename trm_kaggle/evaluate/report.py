@@ -91,7 +91,7 @@ def _cut_line(s: dict) -> str | None:
     """The words for an evaluation its deadline cut (`summary()`'s cut_test_outputs), or None."""
     if not s.get("cut_test_outputs"):
         return None
-    return (f"CUT by the deadline: {count(s['cut_test_outputs'], 'test output')} of {s['num_test_outputs']} lost "
+    return (f"CUT by the deadline: {s['cut_test_outputs']:,} of {count(s['num_test_outputs'], 'test output')} lost "
             f"examples before their prediction ({s.get('predicted_rows', 0):,} of {s['prediction_rows']:,} "
             "predictions made); their missing votes score as unsolved")
 
