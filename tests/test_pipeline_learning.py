@@ -101,3 +101,21 @@ def test_a_non_finite_logged_value_is_no_data_never_a_number(tmp_path):
     assert "nan" not in text and "inf" not in text, text
     assert "loss no data -> 2.000" in text and "exact accuracy 0.100 -> 0.100" in text, text
     assert shown(float("nan")) == shown(float("inf")) == shown(None) == "no data"
+
+
+def test_an_evaluation_that_scored_nothing_is_said_as_no_data_in_the_summary(tmp_path):
+    """An evaluation cut before its first prediction has no score (None, not 0.0): summary.md's `:.4f` of it was
+    a TypeError that lost the whole summary."""
+    from trm_kaggle.config import PipelineConfig
+    from trm_kaggle.pipeline import PipelineResult, summary_markdown
+    from trm_kaggle.train.metrics import NO_DATA
+
+    paths = {k: str(tmp_path / k) for k in ("report", "data_dir", "run_dir", "weights", "submission", "challenges",
+                                            "solutions", "ttt", "bundle")}
+    facts = {"dataset": {"tasks": 3, "train_examples": 30, "test_examples": 3}, "step": 5,
+             "evaluation": {"num_tasks": 3, "num_test_outputs": 3, "arc_prize_score": None, "token_accuracy": None,
+                            "pass_at_k_task_macro": {"2": None}},
+             "solve": {"tasks": 1, "valid": True, "answered": 1, "solved": 0, "total": 1, "fallback": {}}, **paths}
+    text = summary_markdown(PipelineResult(PipelineConfig(work_dir=str(tmp_path / "w")), facts=facts))
+    line = next(x for x in text.splitlines() if x.startswith("- evaluation"))
+    assert line.count(NO_DATA) == 3 and "0.0000" not in line, line

@@ -598,11 +598,12 @@ def summary_markdown(result: PipelineResult) -> str:
                   "batches" + ("; no data: no row halted in those intervals)" if None in learning["token_accuracy"]
                                else ")"))
     lines.append(f"- training: {steps}")
-    pass2 = e["pass_at_k_task_macro"].get("2", float("nan"))
+    # None where nothing was scored (an evaluation cut before its first prediction): no data, never 0
+    pass2 = (e.get("pass_at_k_task_macro") or {}).get("2")
     lines.append(f"- evaluation ({count(e['num_tasks'], 'task')} of the test split, "
-                 f"{count(e['num_test_outputs'], 'test output')}): ARC Prize score {e['arc_prize_score']:.4f}, "
-                 f"pass@2 (task macro) {pass2:.4f}, token accuracy {e['token_accuracy']:.4f} (per token; not a "
-                 "solve rate)")
+                 f"{count(e['num_test_outputs'], 'test output')}): ARC Prize score "
+                 f"{shown(e['arc_prize_score'], '.4f')}, pass@2 (task macro) {shown(pass2, '.4f')}, token accuracy "
+                 f"{shown(e['token_accuracy'], '.4f')} (per token; not a solve rate)")
     lines.append(f"- submission ({count(s['tasks'], 'unseen task')}): {'valid' if s['valid'] else 'INVALID'}, "
                  f"{s['answered']} answered by the model, {s['solved']} of {s['total']} test outputs solved")
     for task_id, why in s["fallback"].items():
