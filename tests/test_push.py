@@ -470,3 +470,29 @@ def test_a_credentials_file_that_cannot_be_read_is_named_before_the_client_runs(
     with pytest.raises(TRMError, match=re.escape(f"{config / 'kaggle.json'}: cannot read the kaggle client's "
                                                  "credentials: Permission denied")):
         P.owner(push=True, say=lambda _: None)
+
+
+@pytest.mark.parametrize("push", [P.push, P.push_training])
+@pytest.mark.parametrize("argument, words", [
+    ({"wait_s": float("nan")}, "wait_s=nan: expected a number"), ({"wait_s": "x"}, "wait_s='x'"),
+    ({"wait_s": -5}, "wait_s=-5"), ({"poll_s": -1}, "poll_s=-1"), ({"poll_s": float("nan")}, "poll_s=nan"),
+    ({"say": 5}, "say: expected a function"), ({"version_message": 5}, "version_message: expected a str"),
+    ({"out_dir": 5}, "out_dir: expected the bundle's folder")])
+def test_push_arguments_are_named_before_any_upload(bundle_copy, push, argument, words):
+    """A NaN wait_s waited for ever; wait_s='x', poll_s=-1 or NaN and say=5 failed in Python's words only after
+    both datasets were created, and wait_s=-5 uploaded them to say "not ready after -5 s"."""
+    api = FakeApi(statuses=("pending",))
+    kw = {"wait_s": 5, "poll_s": 0, "say": lambda _: None, **argument}
+    with pytest.raises((TypeError, ValueError), match=re.escape(words)):
+        push(kw.pop("out_dir", bundle_copy), api=api, **kw)
+    assert api.calls == []
+    with pytest.raises(TypeError, match="version_message"):
+        P.push_commands(bundle_copy, 5)
+
+
+def test_a_kaggle_answer_is_escaped_in_the_error_raised(bundle_copy):
+    """The raised TRMError carried a status's escape sequence and newline raw."""
+    with pytest.raises(TRMError) as e:
+        P.wait_until_ready(FakeApi(existing={IDS.wheels_id}, statuses=("error\x1b[2J\nforged",)), [IDS.wheels_id],
+                           timeout_s=0, poll_s=0, say=lambda _: None, sleep=lambda s: None)
+    assert "\x1b" not in str(e.value) and "\n" not in str(e.value) and "error\\x1b[2j\\nforged" in str(e.value)

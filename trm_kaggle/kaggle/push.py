@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
+from trm_kaggle.config import WEEK_S, number_argument, path_argument
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import open_regular, read_json
 from trm_kaggle.kaggle.metadata import (
@@ -30,7 +31,7 @@ from trm_kaggle.kaggle.metadata import (
     validate_bundle, verify_manifest,
 )
 from trm_kaggle.kaggle.packed import check_packed
-from trm_kaggle.wording import clipped, one_line
+from trm_kaggle.wording import clipped, one_line, type_name
 
 #: Files of the bundle's directories that are ours, not the dataset's: never uploaded.
 BOOKKEEPING = [OWNER_RECORD]
@@ -87,9 +88,29 @@ def owner(push: bool, say: Callable[[str], None] = print) -> tuple[str, Any]:
     return user, None
 
 
+def message_argument(version_message: object) -> str | None:
+    """`version_message`, None or a str: an int was passed on to Kaggle's API, and into the printed commands."""
+    if version_message is not None and not isinstance(version_message, str):
+        raise TypeError(f"version_message: expected a str or None, got {type_name(version_message)}")
+    return version_message
+
+
+def publish_arguments(out_dir: object, version_message: object, wait_s: object, poll_s: object,
+                      say: object) -> None:
+    """A library call's push arguments, each checked before anything is uploaded: they failed only after both
+    datasets were created (poll_s=-1 in time.sleep, say=5 when called), and a wait_s of NaN never timed out."""
+    path_argument("out_dir", out_dir, "the bundle's folder")
+    message_argument(version_message)
+    number_argument("wait_s", wait_s, 0, WEEK_S)
+    number_argument("poll_s", poll_s, 0, WEEK_S)
+    if not callable(say):
+        raise TypeError(f"say: expected a function taking one line, got {type_name(say)}")
+
+
 def push_commands(out_dir: str | os.PathLike, version_message: str | None = None) -> list[list[str]]:
     """The `kaggle` commands that publish the bundle by hand (create the datasets, or version them)."""
-    out = Path(out_dir).absolute()
+    message_argument(version_message)
+    out = Path(path_argument("out_dir", out_dir, "the bundle's folder")).absolute()
     cmds = []
     for part in DATASET_PARTS:
         if version_message:
@@ -161,10 +182,10 @@ def _call(what: str, fn: Callable[[], Any]) -> Any:
     except TRMError:
         raise
     except Exception as e:  # noqa: BLE001 - requests' HTTPError, ValueError from the client's checks, ...
-        raise TRMError(f"{what}: {_http_reason(e)}") from None
+        raise TRMError(one_line(f"{what}: {_http_reason(e)}")) from None  # Kaggle's words, escaped as printed
     problem = _answer_error(answer)
     if problem:
-        raise TRMError(f"{what}: Kaggle refused it: {problem}")
+        raise TRMError(one_line(f"{what}: Kaggle refused it: {problem}"))
     return answer
 
 
@@ -310,8 +331,10 @@ def wait_until_ready(api: Any, idents: list[str], *, timeout_s: float, poll_s: f
             if clock() - start >= timeout_s:
                 later = " and ".join(f"`kaggle kernels push -p {shlex.quote(str(Path(k).absolute()))}`"
                                      for k in kernels) or "`kaggle kernels push -p` and the kernel's folder"
-                raise TRMError(f"datasets not ready after {timeout_s:.0f} s: {', '.join(waiting)} "
-                               f"({', '.join(last[i] for i in waiting)}); push the kernel later with {later}")
+                # the statuses are Kaggle's text: escaped here as in the lines printed above
+                raise TRMError(one_line(f"datasets not ready after {timeout_s:.0f} s: {', '.join(waiting)} "
+                                        f"({', '.join(last[i] for i in waiting)}); push the kernel later with "
+                                        f"{later}"))
             sleep(poll_s)
 
 
@@ -337,6 +360,7 @@ def push(out_dir: str | os.PathLike, version_message: str | None = None, *, api:
     (created the first time, versioned afterwards), a bounded wait until both are ready, the kernel(s). Without
     the `kaggle` package or credentials: print the commands and return 2, the status of every input or setup
     problem (one `error:` line on stderr); a refusal from Kaggle raises TRMError (one line, status 2 too)."""
+    publish_arguments(out_dir, version_message, wait_s, poll_s, say)
     out = Path(out_dir)
     validate_bundle(out)
     for part in DATASET_PARTS:
@@ -383,7 +407,8 @@ def publish(datasets: list[Path], kernels: list[Path], commands: list[list[str]]
 
 def training_push_commands(out_dir: str | os.PathLike, version_message: str | None = None) -> list[list[str]]:
     """The data, wheels and run-state datasets that are there, then the training kernel, by hand."""
-    out = Path(out_dir).absolute()
+    message_argument(version_message)
+    out = Path(path_argument("out_dir", out_dir, "the bundle's folder")).absolute()
     cmds = []
     for part in (DATA_DIR, "wheels", RUN_STATE_DIR):
         if (out / part).is_dir():
@@ -400,6 +425,7 @@ def push_training(out_dir: str | os.PathLike, version_message: str | None = None
     shipped file against its manifest) and the training kernel's metadata (its dataset sources among those
     datasets), then publish the datasets that are there and the training kernel (each push starts a new
     session)."""
+    publish_arguments(out_dir, version_message, wait_s, poll_s, say)
     out = Path(out_dir)
     datasets = [out / part for part in (DATA_DIR, "wheels", RUN_STATE_DIR) if (out / part).is_dir()]
     ids = []
