@@ -303,3 +303,58 @@ def test_a_deadline_that_has_come_plans_with_no_time_left(monkeypatch):
     monkeypatch.setattr(P, "measure_rates", lambda *a, **kw: pytest.fail("nothing may be timed"))
     plan, _ = plan_worker(cfg(num_aug="auto"), ARCH, 16, 12, torch.device("cpu"), UNITS, time.monotonic() - 5.0)
     assert plan.short and plan.available_s == 0.0
+
+
+def _wrong_calls():
+    """(call, exception, words) of the plan's helpers given a wrong argument."""
+    import math
+
+    from trm_kaggle.solve import pricing
+    from trm_kaggle.solve.step_timer import timing_cap
+
+    c = cfg(num_aug=2, finetune_steps=10, finetune="all")
+    plan = make_plan(c, [(1, 2)], RATES, 100.0)
+    now = time.monotonic()
+    nan = math.nan
+    return [
+        (lambda: make_plan({}, [(1, 2)], RATES, 100.0), TypeError, "cfg: expected a SolveConfig"),
+        (lambda: make_plan(c, None, RATES, 100.0), TypeError, "units: expected a list of"),
+        (lambda: make_plan(c, [(1, 2)], RATES, 100.0, notes=5), TypeError, "notes: expected a note"),
+        (lambda: pricing.with_test_time(c, {}), TypeError, "rates: expected the plan's Rates, got dict"),
+        (lambda: pricing.with_test_time({}, RATES), TypeError, "cfg: expected a SolveConfig"),
+        (lambda: task_deadlines(c, plan, [], now + 100), ValueError, "units=[]"),
+        (lambda: task_deadlines(c, plan, [(1, 2)], nan), ValueError, "deadline=nan"),
+        (lambda: task_deadlines(c, plan, [(1, 2)], now + 100, overhead_s=nan), ValueError, "overhead_s=nan"),
+        (lambda: task_deadlines(c, plan, [(1, 2)], now + 100, overhead_s=-1e9), ValueError, "overhead_s=-1"),
+        (lambda: Budget(nan, 0), ValueError, "seconds=nan"),
+        (lambda: Budget("10", 0), ValueError, "seconds='10'"),
+        (lambda: Budget(10, -math.inf), ValueError, "margin=-inf"),
+        (lambda: pricing.hms(-5), ValueError, "s=-5"),
+        (lambda: pricing.hms(nan), ValueError, "s=nan"),
+        (lambda: pricing.prediction_steps(c, -3), ValueError, "halt_max_steps=-3"),
+        (lambda: pricing.finetune_seconds(-3, "all", 0.5, 10, 0.1, 0.1), ValueError, "tasks=-3"),
+        (lambda: pricing.finetune_seconds(3, "all", 2.0, 10, 0.1, 0.1), ValueError, "embeddings_fraction=2.0"),
+        (lambda: reserve_seconds(nan, RATES), ValueError, "test_rows=nan"),
+        (lambda: inference_seconds(nan, 16, 0.1), ValueError, "examples=nan"),
+        (lambda: P.prediction_batch(plan, "8", 10), ValueError, "eval_batch='8'"),
+        (lambda: P.prediction_batch(plan, -5, 10), ValueError, "eval_batch=-5"),
+        (lambda: P.prediction_batch(plan, 8, nan), ValueError, "window_s=nan"),
+        (lambda: timing_cap(nan), ValueError, "left_s=nan"),
+        (lambda: timing_cap([5]), ValueError, "left_s=[5]"),
+        (lambda: timing_cap("5"), ValueError, "left_s='5'"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(25))
+def test_the_plan_helpers_name_a_wrong_argument(case):
+    """A dict as cfg, None as units and 5 as notes were AttributeErrors and TypeErrors past make_plan's promise;
+    no task left divided by zero, a NaN deadline or overhead gave NaN deadlines, a margin of -inf showed a 10 s
+    budget as "no limit", hms(-5) was -1h59m55s, a negative count priced negative seconds, and a NaN time left
+    gave the longest timing cap."""
+    import re
+
+    call, kind, said = _wrong_calls()[case]
+    with pytest.raises(kind, match=re.escape(said)):
+        call()
+    assert P.prediction_batch(make_plan(cfg(num_aug=2, finetune_steps=10), [(1, 2)], RATES, 100.0), 8,
+                              float("inf")) == 8  # no deadline: the whole batch

@@ -41,11 +41,12 @@ from typing import Callable, Sequence, TypeVar
 
 import torch
 
-from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_HALT_STEPS, MAX_TRAJECTORIES, WEEK_S, ArchConfig,
-                               SolveConfig, number_argument, seconds_argument, whole_argument)
-from trm_kaggle.solve.pricing import finetune_seconds, inference_seconds, with_test_time
+from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_HALT_STEPS, MAX_NUM_AUG, MAX_TRAJECTORIES, WEEK_S, ArchConfig,
+                               SolveConfig, number_argument, seconds_argument, sequence_argument, texts_argument,
+                               whole_argument)
+from trm_kaggle.solve.pricing import check_kinds, finetune_seconds, inference_seconds, with_test_time
 from trm_kaggle.solve.step_timer import MIN_TIMING_S, SIZED_DEVICES, memory_batches, time_steps, timing_cap
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, type_name
 
 AUTO_MAX_AUG = 1000  # upstream's evaluation recipe votes over 1000 augmentations per task
 AUTO_MAX_STEPS = 2000  # fine-tuning steps per task
@@ -61,6 +62,7 @@ MAX_RATE_S = WEEK_S  # seconds of one step, or of the timing: a step slower than
 MAX_PRICED_STEPS = MAX_TRAJECTORIES * MAX_HALT_STEPS  # row-steps of one prediction row (`with_test_time`: its
 # trajectories x its depth; `test_depth` is bounded below MAX_HALT_STEPS)
 MAX_UNIT_COUNT = 10**9  # test inputs or demonstration pairs of one task (ARC's tasks hold a handful)
+MAX_AUG_COPIES = MAX_NUM_AUG + 1  # copies of one test input a plan predicts: num_aug + 1
 MAX_WORKER = 4095  # a worker's number (the settings start at most 1024 workers)
 T = TypeVar("T")
 
@@ -84,6 +86,12 @@ class Budget:
     reset, a user's `date -s`) neither ends the budget early nor stretches it."""
 
     def __init__(self, seconds: float | None, margin: float, start: float | None = None):
+        # checked here: a NaN budget was NaN seconds left, a margin of -inf a 10 s budget shown as "no limit"
+        seconds = seconds_argument("seconds", seconds)
+        if seconds is not None and seconds < 0:
+            raise ValueError(f"seconds={seconds!r}: expected a budget from 0 seconds, or None (no limit)")
+        margin = number_argument("margin", margin, 0.0, MAX_RATE_S)
+        start = seconds_argument("start", start)
         self.start = time.monotonic() if start is None else start
         self.end = None if seconds is None else self.start + seconds - margin
 
@@ -91,7 +99,7 @@ class Budget:
     def until(cls, start: float, end: float | None) -> "Budget":
         """The budget that started at `start` (time.monotonic()) and ends at `end` (None: no limit)."""
         budget = cls(None, 0.0, start)
-        budget.end = end
+        budget.end = seconds_argument("end", end)
         return budget
 
     def left(self) -> float:
@@ -234,6 +242,9 @@ class Plan:
 
 def reserve_seconds(test_rows: int, rates: Rates) -> float:
     """Seconds to reserve for predicting `test_rows` augmented test inputs (plus decoding and voting)."""
+    if not isinstance(rates, Rates):
+        raise TypeError(f"rates: expected Rates, got {type_name(rates)}")
+    test_rows = whole_argument("test_rows", test_rows, 0, MAX_UNIT_COUNT * MAX_AUG_COPIES)
     return inference_seconds(test_rows, rates.halt_max_steps, rates.row_step_s) * DECODE_OVERHEAD + 1.0
 
 
@@ -261,7 +272,18 @@ def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]
     holds it (a budget far short of the plan answers tasks one after another instead of cutting them all).
     Under the fixed small plan (nothing priced, no fine-tuning) each task gets an equal share.
     Prediction stops at the task's end either way (its un-augmented test inputs half a share later at most,
-    `task.GRACE_SHARE`), so a task slower than priced cannot starve the next."""
+    `task.GRACE_SHARE`), so a task slower than priced cannot starve the next. An argument of the wrong kind or
+    out of bounds is one TypeError or ValueError naming it (no tasks divided by zero, a NaN deadline or overhead
+    gave NaN deadlines)."""
+    check_kinds(configs={"cfg": (cfg, SolveConfig, "solve_config(**fields) makes one from a dict")})
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan: expected a Plan (make_plan makes one), got {type_name(plan)}")
+    units = checked_units(units)
+    if not units:
+        raise ValueError("units=[]: expected the (test inputs, demonstration pairs) of at least one task still to do")
+    if (deadline := seconds_argument("deadline", deadline)) is None:
+        raise ValueError("deadline=None: expected a time.monotonic() value")
+    overhead_s = number_argument("overhead_s", overhead_s, 0.0, MAX_RATE_S)
     now = time.monotonic()
     left_s = max(0.0, deadline - now)
     r = plan.rates
@@ -301,6 +323,11 @@ def prediction_batch(plan: Plan, eval_batch: int, window_s: float) -> int:
     """Rows per prediction batch for a task with `window_s` seconds to predict: `eval_batch`, cut (to one row at
     least) so that one batch is priced to end inside the window. The deadline is checked between batches, so
     an uncut batch larger than the task's share would take the time of the tasks after it."""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan: expected a Plan (make_plan makes one), got {type_name(plan)}")
+    eval_batch = whole_argument("eval_batch", eval_batch, 1, MAX_BATCH_SIZE)  # -5 rows was 1, '8' a TypeError
+    if window_s != math.inf:  # no deadline: the whole batch
+        window_s = number_argument("window_s", window_s, -math.inf, math.inf)
     r = plan.rates
     per_row = 0.0 if r is None else inference_seconds(1, r.halt_max_steps, r.row_step_s) * DECODE_OVERHEAD
     if per_row <= 0 or not math.isfinite(window_s):
@@ -308,17 +335,24 @@ def prediction_batch(plan: Plan, eval_batch: int, window_s: float) -> int:
     return max(1, min(eval_batch, int(max(0.0, window_s) / per_row)))
 
 
+def checked_units(units: object) -> list[tuple[int, int]]:
+    """`units`, a list of (test inputs, demonstration pairs) of whole numbers, as a list of pairs; else one
+    ValueError or TypeError naming the argument (None was "'NoneType' object is not iterable")."""
+    checked = []
+    for i, unit in enumerate(sequence_argument("units", units, "(test inputs, demonstration pairs)")):
+        if not isinstance(unit, (tuple, list)) or len(unit) != 2:
+            raise ValueError(f"units[{i}]={clipped(unit, 40)}: expected (test inputs, demonstration pairs)")
+        checked.append((whole_argument(f"units[{i}][0]", unit[0], 0, MAX_UNIT_COUNT),
+                        whole_argument(f"units[{i}][1]", unit[1], 0, MAX_UNIT_COUNT)))
+    return checked
+
+
 def plan_arguments(units: Sequence[tuple[int, int]], rates: Rates | None, available_s: float | None,
                    worker: int) -> tuple[list[tuple[int, int]], float | None, int]:
     """(units, available_s, worker) of a `make_plan` call, checked before any work: one ValueError naming the
     argument. A NaN or negative budget once gave a silent plan, inf an OverflowError, None with rates a
     TypeError; a negative unit a negative total, a NaN one a ValueError of int()."""
-    checked = []
-    for i, unit in enumerate(units):
-        if not isinstance(unit, (tuple, list)) or len(unit) != 2:
-            raise ValueError(f"units[{i}]={clipped(unit, 40)}: expected (test inputs, demonstration pairs)")
-        checked.append((whole_argument(f"units[{i}][0]", unit[0], 0, MAX_UNIT_COUNT),
-                        whole_argument(f"units[{i}][1]", unit[1], 0, MAX_UNIT_COUNT)))
+    checked = checked_units(units)
     if rates is not None and not isinstance(rates, Rates):
         raise ValueError(f"rates={clipped(rates, 40)}: expected Rates, or None (nothing timed)")
     available_s = seconds_argument("available_s", available_s)
@@ -337,7 +371,10 @@ def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates |
     least 0 (a deadline that has come is 0; a budget past what any plan holds plans the most), or None for no
     limit, which goes with `rates` None (nothing to fit, nothing timed: the settings as they are, none of them
     auto). Rates None with a deadline: the fixed small plan. The arguments are checked before any work
-    (`plan_arguments`; `Rates` checks its own fields): one ValueError naming the argument."""
+    (`plan_arguments`; `Rates` checks its own fields): one ValueError (a TypeError for a value of the wrong kind:
+    a dict as cfg, None as units, 5 as notes) naming the argument."""
+    check_kinds(configs={"cfg": (cfg, SolveConfig, "solve_config(**fields) makes one from a dict")})
+    notes = texts_argument("notes", notes, "a note")
     units, available_s, worker = plan_arguments(units, rates, available_s, worker)
     tasks, rows = len(units), sum(t for t, _ in units)
     tuning = cfg.finetune != "none"

@@ -17,13 +17,14 @@ K x depth row-steps (`prediction_steps`); the plan prices prediction with it (`w
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, is_dataclass, replace
 from typing import Callable
 
 import torch
 
-from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_GRID_CELLS, MAX_NUM_AUG, MAX_PLANNED_TASKS,
-                               ArchConfig, SolveConfig, seconds_argument, whole_argument)
+from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_FINETUNE_STEPS, MAX_GRID_CELLS, MAX_HALT_STEPS, MAX_NUM_AUG,
+                               MAX_PLANNED_TASKS, WEEK_S, ArchConfig, SolveConfig, number_argument, seconds_argument,
+                               whole_argument)
 from trm_kaggle.data import arc_model_problem
 from trm_kaggle.errors import TRMError
 from trm_kaggle.hardware import pick_device
@@ -39,6 +40,7 @@ TEST_TIME_FIELDS = ("trajectories", "trajectory_noise", "trajectory_select", "te
 # ARC-AGI-2 evaluation: 120 tasks, 167 test inputs, 3.3 demonstration pairs per task on average
 TEST_INPUTS_PER_TASK = 167 / 120
 KAGGLE_LIMIT_S = 12 * 3600
+MAX_PRICED_COUNT = 10**9  # tasks, or row-steps of one row, a price takes: far past any plan, so only a typo is refused
 
 
 def check_kinds(*, configs: dict[str, tuple[object, type, str]] | None = None,
@@ -61,19 +63,31 @@ def check_kinds(*, configs: dict[str, tuple[object, type, str]] | None = None,
 def finetune_seconds(tasks: int, mode: str, embeddings_fraction: float, steps: int, step_s: float,
                      embeddings_step_s: float) -> float:
     """Seconds of fine-tuning `tasks` tasks for `steps` steps each in `mode`, each step priced by what it trains
-    (`step_s`: every weight, `embeddings_step_s`: the puzzle rows alone)."""
+    (`step_s`: every weight, `embeddings_step_s`: the puzzle rows alone). A count or time out of bounds is one
+    ValueError naming it (-3 tasks was -3 seconds, a fraction of 2 was priced)."""
+    tasks = whole_argument("tasks", tasks, 0, MAX_PRICED_COUNT)
+    embeddings_fraction = number_argument("embeddings_fraction", embeddings_fraction, 0, 1)
+    steps = whole_argument("steps", steps, 0, MAX_FINETUNE_STEPS)
+    step_s = number_argument("step_s", step_s, 0, WEEK_S)
+    embeddings_step_s = number_argument("embeddings_step_s", embeddings_step_s, 0, WEEK_S)
     frozen, weights = steps_by_kind(finetune_phases(mode, embeddings_fraction, steps))
     return tasks * (frozen * embeddings_step_s + weights * step_s)
 
 
 def inference_seconds(examples: float, act_steps: int, row_step_s: float) -> float:
-    """Seconds of predicting `examples` augmented test inputs for `act_steps` ACT steps each."""
+    """Seconds of predicting `examples` augmented test inputs for `act_steps` ACT steps each (NaN or a negative
+    figure is one ValueError naming it: it priced a NaN or negative reserve)."""
+    examples = number_argument("examples", examples, 0, MAX_PRICED_COUNT * MAX_PRICED_COUNT)
+    act_steps = whole_argument("act_steps", act_steps, 0, MAX_PRICED_COUNT)
+    row_step_s = number_argument("row_step_s", row_step_s, 0, WEEK_S)
     return examples * act_steps * row_step_s
 
 
 def prediction_steps(cfg: SolveConfig, halt_max_steps: int) -> int:
     """Row-steps one augmented test input costs to predict: its trajectories x its ACT steps (`test_depth`, else
     `halt_max_steps`). Early exit can only make it less: the price is the most it can cost."""
+    check_kinds(configs={"cfg": (cfg, SolveConfig, "solve_config(**fields) makes one from a dict")})
+    halt_max_steps = whole_argument("halt_max_steps", halt_max_steps, 1, MAX_HALT_STEPS)
     return cfg.trajectories * (cfg.test_depth or halt_max_steps)
 
 
@@ -81,6 +95,9 @@ def with_test_time(cfg: SolveConfig, rates):
     """`rates` (the plan's `Rates`) pricing each prediction row at `prediction_steps` (the plan's inference prices read
     `rates.halt_max_steps`). The demonstration scoring, one trajectory at the export's depth, is priced at the
     same rate: an overestimate, on the side of finishing in time."""
+    check_kinds(configs={"cfg": (cfg, SolveConfig, "solve_config(**fields) makes one from a dict")})
+    if not is_dataclass(rates) or isinstance(rates, type) or not hasattr(rates, "halt_max_steps"):
+        raise TypeError(f"rates: expected the plan's Rates, got {type_name(rates)}")
     return replace(rates, halt_max_steps=prediction_steps(cfg, rates.halt_max_steps))
 
 
@@ -161,6 +178,8 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
 
 
 def hms(s: float) -> str:
+    """`0h03m05s`, a table's column; seconds from 0 (-5 was `-1h59m55s`, NaN a ValueError of int())."""
+    s = number_argument("s", s, 0, float("inf"))
     return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m{int(s % 60):02d}s"
 
 

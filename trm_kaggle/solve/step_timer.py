@@ -39,7 +39,7 @@ from typing import Callable
 import torch
 
 from trm_kaggle import xla
-from trm_kaggle.config import ArchConfig, TrainConfig
+from trm_kaggle.config import ArchConfig, TrainConfig, seconds_argument
 from trm_kaggle.model import TinyRecursiveModel, act_loss
 from trm_kaggle.train import GB, fitting_batch, make_optimizers, optimizer_step
 
@@ -78,7 +78,9 @@ class StepTimes:
 
 
 def timing_cap(left_s: float | None) -> float:
-    """Seconds the timing may take with `left_s` seconds left (None: no limit)."""
+    """Seconds the timing may take with `left_s` seconds left (None: no limit; a deadline past: none). NaN or a
+    str is one ValueError naming it (NaN gave the longest cap, '5' a TypeError)."""
+    left_s = seconds_argument("left_s", left_s)
     if left_s is None:
         return TIMING_MAX_S
     return max(0.0, min(TIMING_MAX_S, max(TIMING_SHARE * left_s, min(TIMING_FLOOR_S, FLOOR_SHARE * left_s))))
