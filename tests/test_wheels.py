@@ -227,3 +227,29 @@ def test_extra_wheels_that_cannot_ship_as_given_are_refused_before_the_build(tmp
     assert ("two wheels of the distribution 'good'" in said if "twice" in case or "spellings" in case
             else "Requires-Dist" in said and "is no requirement" in said), said
     assert not built and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, version", [("other", "2.0"), ("mism", "2.0"), ("other", "1.0")])
+def test_an_extra_wheel_whose_metadata_is_another_distribution_is_refused(tmp_path, name, version):
+    """`mism-1.0-py3-none-any.whl` holding METADATA `other` 2.0 was shipped, and the kernel's offline install
+    of `mism` found nothing on Kaggle. A wheel's file name read as the METADATA says (`Mism_Pkg`, `1.0.0`)
+    still ships."""
+    import zipfile
+
+    from trm_kaggle.kaggle.metadata import BundleIds
+
+    wheel = tmp_path / "mism-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("mism-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr("mism-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+    built = []
+    with pytest.raises(TRMError) as refused:
+        W.build_wheels(tmp_path / "out", ids=BundleIds("tester"), extra_wheels=[wheel], download=False,
+                       builder="builtin", log=built.append)
+    said = str(refused.value)
+    assert said.count("\n") == 0 and str(wheel) in said and f"METADATA says {name!r} {version!r}" in said, said
+    assert not built and not (tmp_path / "out").exists()
+    same = tmp_path / "Mism_Pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(same, "w") as z:
+        z.writestr("Mism_Pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: mism-pkg\nVersion: 1.0.0\n")
+    W.check_wheel_identity(same)

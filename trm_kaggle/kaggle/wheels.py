@@ -38,12 +38,12 @@ try:  # packaging is everywhere pip is; fall back to pip's vendored copy
     from packaging.markers import Marker
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.specifiers import SpecifierSet
-    from packaging.utils import canonicalize_name, parse_wheel_filename
+    from packaging.utils import canonicalize_name, canonicalize_version, parse_wheel_filename
 except ImportError:  # pragma: no cover
     from pip._vendor.packaging.markers import Marker
     from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
     from pip._vendor.packaging.specifiers import SpecifierSet
-    from pip._vendor.packaging.utils import canonicalize_name, parse_wheel_filename
+    from pip._vendor.packaging.utils import canonicalize_name, canonicalize_version, parse_wheel_filename
 
 # ---------------------------------------------------------------------------
 # Constants
@@ -161,6 +161,20 @@ def wheel_name_version(path: Path) -> tuple[str, str]:
     except ValueError as e:  # packaging's InvalidWheelFilename or InvalidVersion
         raise TRMError(f"{path}: not a wheel's file name (NAME-VERSION-TAGS.whl): {e}") from None
     return str(name), str(version)
+
+
+def check_wheel_identity(path: Path) -> None:
+    """One TRMError when the distribution and version a wheel's file name gives are not its METADATA's: pip
+    installs by the METADATA's, so `mism-1.0-*.whl` holding `other` 2.0 was shipped and the kernel's offline
+    `pip install ... mism` found no distribution of that name on Kaggle."""
+    name, version = wheel_name_version(path)
+    meta = wheel_metadata(path)
+    said_name, said_version = str(meta.get("Name") or ""), str(meta.get("Version") or "")
+    if (canonicalize_name(said_name) != canonicalize_name(name)
+            or canonicalize_version(said_version) != canonicalize_version(version)):
+        raise TRMError(f"--extra-wheel {path}: its file name says {name} {version} but its METADATA says "
+                       f"{clipped(said_name, 60)} {clipped(said_version, 40)} (a renamed or foreign wheel; pip "
+                       "installs it by its METADATA's name)")
 
 
 def copy_project_sources(repo: Path, dest: Path) -> Path:
@@ -459,7 +473,8 @@ def build_wheels(out_dir: str | os.PathLike, *, ids: BundleIds, repo: Path = REP
         if name in extra_names[:i]:
             raise TRMError(f"--extra-wheel {extras[extra_names.index(name)]} and {extras[i]}: two wheels of the "
                            f"distribution {name!r}; pip installs one of a name, so give one")
-    for p in extras:  # their requirements read before anything is built
+    for p in extras:  # their names and requirements read before anything is built
+        check_wheel_identity(p)
         wheel_requirements(p, targets[0].marker_environment())
     with atomic_directory(out_dir, kind="kaggle wheels dataset") as tmp:
         log(f"building the trm_kaggle wheel from {repo}")
