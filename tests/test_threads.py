@@ -12,6 +12,8 @@ from integrity_helpers import train_args
 from trm_kaggle import hardware, pipeline
 from trm_kaggle.cli import main
 from trm_kaggle.config import PipelineConfig
+from trm_kaggle.train import loop as train_loop
+from trm_kaggle.train.step import train_step as real_step
 
 
 @pytest.fixture
@@ -59,8 +61,12 @@ def test_more_threads_than_cores_are_the_cores(fresh):
 def test_training_respects_omp_num_threads_and_says_its_threads(fresh, data, tmp_path, capsys):
     fresh.setenv("OMP_NUM_THREADS", "1")
     torch.set_num_threads(2)  # as torch would have read another value at its start
+    during = []
+    fresh.setattr(train_loop, "train_step", lambda *a, **k: (during.append(torch.get_num_threads()),
+                                                              real_step(*a, **k))[1])
     assert main(train_args(data, tmp_path / "run", "max_steps=1", "threads=null", "progress=True")) == 0
-    assert torch.get_num_threads() == 1
+    assert during == [1]  # the run's steps on the thread OMP_NUM_THREADS gives
+    assert torch.get_num_threads() == 2  # and the caller's own count back once train() returns
     assert "1 CPU thread (OMP_NUM_THREADS=1)" in capsys.readouterr().err
 
 
