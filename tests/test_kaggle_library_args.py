@@ -87,3 +87,53 @@ def test_write_manifest_refuses_a_folder_that_is_not_there(tmp_path):
     with pytest.raises(TRMError, match="is not a folder"):
         M.write_manifest(tmp_path / "file")
     assert (tmp_path / "file").read_text() == "x"
+
+
+@pytest.mark.parametrize("argument, words", [
+    ({"ids": "tester/trm"}, "ids: expected a BundleIds, got str"), ({"weights": 5}, "weights: expected a path"),
+    ({"notebook": 5}, "notebook: expected a path"), ({"out_dir": 5}, "out_dir: expected the bundle's folder"),
+    ({"compile_cache": 5}, "compile_cache: expected a path"), ({"target": "cp311"}, "target: expected a Target"),
+    ({"targets": "cp311"}, "targets: expected a list of Target"), ({"targets": ["cp311"]}, r"targets\[0\]"),
+    ({"log": 5}, "log: expected a function"), ({"held": 5}, "held: expected a contextlib.ExitStack"),
+    ({"extra_wheels": [5]}, r"extra_wheels\[0\]: expected a wheel file"),
+    ({"download": "no"}, "download='no': expected True or False"),
+    ({"wheel_kernel": "no"}, "wheel_kernel='no': expected True or False")])
+def test_build_bundle_names_an_argument_of_the_wrong_type(tmp_path, monkeypatch, argument, words):
+    """Each was an AttributeError or TypeError in Python's words naming none (ids, weights, out_dir, target, log,
+    held), or misread: one str of extra_wheels per character ("--extra-wheel f"), download="no" as yes."""
+    monkeypatch.setattr(B, "_out_dir_lock", lambda *a, **k: pytest.fail("the out folder was taken"))
+    monkeypatch.chdir(tmp_path)
+    kw = {"out_dir": tmp_path / "out", "ids": M.BundleIds("u", "trm-kaggle"), "weights": tmp_path / "no-export",
+          "download": False, "log": lambda _: None, **argument}
+    with pytest.raises((TypeError, TRMError), match=words):
+        B.build_bundle(kw.pop("out_dir"), **kw)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argument, words", [
+    ({"presets": "sudoku4-cpu"}, "unknown preset 'sudoku4-cpu'"),
+    ({"overrides": "nokey"}, "override 'nokey'"), ({"time_budget": "x"}, "time_budget='x': expected a finite"),
+    ({"dataset": 5}, "dataset: expected the data folder"), ({"train_kernel": "no"}, "train_kernel='no'"),
+    ({"ids": "tester/trm"}, "ids: expected a BundleIds")])
+def test_build_training_names_an_argument_of_the_wrong_type(tmp_path, monkeypatch, argument, words):
+    """presets="sudoku4-cpu" was the unknown preset 's', overrides="max_steps=5" the override 'm';
+    time_budget="x" and dataset=5 were Python's TypeErrors naming neither."""
+    monkeypatch.setattr(B, "_out_dir_lock", lambda *a, **k: pytest.fail("the out folder was taken"))
+    kw = {"ids": M.BundleIds("u", "trm-kaggle"), "download": False, "train_kernel": True, "log": lambda _: None,
+          "presets": ["no-such-preset"], **argument}
+    if "overrides" in argument:
+        kw["presets"] = ["sudoku4-cpu"]
+    if "presets" in argument:
+        kw["presets"] = argument["presets"].replace("sudoku4-cpu", "sudoku4-cpu-nope")
+        words = "sudoku4-cpu-nope"
+    with pytest.raises((TypeError, ValueError, TRMError), match=words) as e:
+        B.build_training(tmp_path / "out", **kw)
+    assert "'s'" not in str(e.value) and "'n'" not in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_one_extra_wheel_given_as_a_str_is_one_wheel(tmp_path):
+    """extra_wheels="foo.whl" was read per character: "--extra-wheel f: no such file"."""
+    ids = M.BundleIds("u", "trm-kaggle")
+    assert B._checked_arguments(tmp_path, ids, "foo.whl", False, print, None) == ["foo.whl"]
+    assert B._checked_arguments(tmp_path, ids, (tmp_path / "a.whl",), False, print, None) == [tmp_path / "a.whl"]

@@ -57,7 +57,8 @@ from typing import Callable, Iterable, Sequence, get_args
 
 from trm_kaggle.atomic import remove_tree, replace_problem
 from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, MIN_PLAN_S, WEEK_S, SolveConfig,
-                               bounded_count_or_auto, bounded_number, take_each_option_once)
+                               bounded_count_or_auto, bounded_number, path_argument, seconds_argument,
+                               sequence_argument, take_each_option_once, texts_argument)
 from trm_kaggle.interrupts import give_back, hold_terminations, interrupted
 from trm_kaggle.data import arc_model_problem
 from trm_kaggle.errors import TRMError, os_error_line
@@ -82,7 +83,7 @@ from trm_kaggle.names import blank_path_problem
 from trm_kaggle.outputs import Input, Output, check_io
 from trm_kaggle.stdout import StdoutError, checked_stdout, parse_checked
 from trm_kaggle.wording import (OneLineParser, clipped, escape_what_the_console_cannot_show, log_one_line_each,
-                                one_line)
+                                one_line, type_name)
 
 #: The bundle's entry points; import anything else from the module that defines it.
 __all__ = ["BundleIds", "add_arguments", "build_bundle", "check_kernel_overrides", "execute", "main", "make_parser",
@@ -106,6 +107,16 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
     `validate_bundle`. Returns a report. `compile_cache`: a compile cache for the kernel's GPU, shipped beside the
     weights. `out_dir`'s lock is taken after every check, before the first byte is written, and kept in `held`
     (as `run` keeps it through --execute and --push), else released on return."""
+    extra_wheels = _checked_arguments(out_dir, ids, extra_wheels, download, log, held)
+    wheel_kernel = _checked_flag("wheel_kernel", wheel_kernel)
+    for name, value in (("weights", weights), ("notebook", notebook), ("compile_cache", compile_cache)):
+        path_argument(name, value, optional=True)
+    if target is not None and not isinstance(target, Target):
+        raise TypeError(f"target: expected a Target or None, got {type_name(target)}")
+    if targets is not None:
+        for i, t in enumerate(sequence_argument("targets", targets, "Target")):
+            if not isinstance(t, Target):
+                raise TypeError(f"targets[{i}]: expected a Target, got {type_name(t)}")
     enable_gpu = _checked_flag("enable_gpu", enable_gpu)
     kaggle_has = _checked_names("kaggle_has", kaggle_has)
     ids.check(ids.wheels_id, ids.weights_id, ids.kernel_id, *([ids.wheel_kernel_id] if wheel_kernel else []))
@@ -166,6 +177,27 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
                                                         docker_image=docker_image)
         report["ids"] = validate_bundle(out)
     return report
+
+
+def _checked_arguments(out_dir: object, ids: object, extra_wheels: object, download: object, log: object,
+                       held: object) -> list:
+    """The arguments `build_bundle` and `build_training` share, each named when of the wrong type before anything
+    is read: ids="tester/trm" was an AttributeError, out_dir=5 pathlib's TypeError naming none, log=5 "'int'
+    object is not callable" in the middle of the build. `extra_wheels` as a list: one str is one wheel (it was
+    read per character, "--extra-wheel f: no such file")."""
+    path_argument("out_dir", out_dir, "the bundle's folder")
+    if not isinstance(ids, BundleIds):
+        raise TypeError(f"ids: expected a BundleIds, got {type_name(ids)}")
+    if not callable(log):
+        raise TypeError(f"log: expected a function taking one line, got {type_name(log)}")
+    if held is not None and not isinstance(held, contextlib.ExitStack):
+        raise TypeError(f"held: expected a contextlib.ExitStack or None, got {type_name(held)}")
+    _checked_flag("download", download)
+    wheels = [extra_wheels] if isinstance(extra_wheels, str) else sequence_argument("extra_wheels", extra_wheels,
+                                                                                    "wheel files")
+    for i, wheel in enumerate(wheels):
+        path_argument(f"extra_wheels[{i}]", wheel, "a wheel file")
+    return wheels
 
 
 def _checked_flag(name: str, value: object) -> bool:
@@ -459,6 +491,13 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
     """OUT_DIR/data (with `dataset`), OUT_DIR/wheels and OUT_DIR/train-kernel (with `train_kernel`), and
     OUT_DIR/run-state (with `continue_from`: that kernel's output as a dataset the training kernel attaches).
     OUT_DIR's lock as `build_bundle` takes it."""
+    extra_wheels = _checked_arguments(out_dir, ids, extra_wheels, download, log, held)
+    train_kernel = _checked_flag("train_kernel", train_kernel)
+    path_argument("dataset", dataset, "the data folder", optional=True)
+    # one str is one preset or setting ("sudoku4-cpu" was the presets 's', 'u', ...)
+    presets = texts_argument("presets", presets, "a preset name")
+    overrides = texts_argument("overrides", overrides, "a key=value setting")
+    seconds_argument("time_budget", time_budget)
     ids.check(ids.wheels_id, *([data_id(ids)] if dataset is not None else []),
               *([run_state_id(ids)] if continue_from is not None else []),
               *([train_kernel_id(ids)] if train_kernel else []))
