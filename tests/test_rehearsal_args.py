@@ -59,3 +59,16 @@ def test_the_documented_values_pass_as_the_kernel_reads_them():
     given = dict(defaults, max_tasks=0, time_budget=None, finetune_steps="auto", num_aug="12", workers=4,
                  timeout=None, execution_timeout=60, mounts="2026", device="cuda")
     assert R.checked_arguments(**given) == (None, None, "auto", 12, 4, None, 60)  # max_tasks 0: every task
+
+
+@pytest.mark.parametrize("argument, value, said", [("echo", 5, "echo: expected a function"),
+                                                   ("alter", 5, "alter: expected a function"),
+                                                   ("out_dir", 5, "out_dir: expected the bundle's folder"),
+                                                   ("challenges", 5, "challenges: expected a challenges file")])
+def test_an_argument_of_the_wrong_type_is_named_before_the_sandbox(no_sandbox, argument, value, said):
+    """echo=5 and alter=5 were "'int' object is not callable" (alter's after the sandbox's venv was built),
+    out_dir=5 os.path's TypeError naming no argument."""
+    kw = {"out_dir": no_sandbox, "echo": lambda line: None, argument: value}
+    with pytest.raises(TypeError, match=re.escape(said)):
+        R.execute(kw.pop("out_dir"), **kw)
+    assert not (no_sandbox / "sandbox").exists()

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, get_args
 
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, WEEK_S, SolveConfig, number_argument,
-                               whole_argument)
+                               path_argument, whole_argument)
 from trm_kaggle.data import read_challenges
 from trm_kaggle.errors import TRMError
 from trm_kaggle.interrupts import FirstStopOnly, stops_held
@@ -29,7 +29,7 @@ from trm_kaggle.kaggle.sandbox import (
     papermill_command, papermill_parameters, prepare_sandbox, probe_netns, sandbox_env, write_kernelspec,
 )
 from trm_kaggle.names import ascii_number
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, type_name
 
 
 #: The kernel's own progress lines among papermill's output: solve's `[elapsed 3m05s, left 11h20m00s] phase: ...`.
@@ -268,6 +268,14 @@ def execute(out_dir: str | os.PathLike, *, challenges: str | os.PathLike | None 
         workers=workers, timeout=timeout, execution_timeout=execution_timeout, mounts=mounts)  # before any work
     if problem := kernel_env_problem(kernel_env):
         raise TRMError(problem)
+    # named before the venv is built: echo=5 and alter=5 were "'int' object is not callable" after it, out_dir=5
+    # os.path's TypeError naming none
+    path_argument("out_dir", out_dir, "the bundle's folder")
+    path_argument("challenges", challenges, "a challenges file", optional=True)
+    if not callable(echo):
+        raise TypeError(f"echo: expected a function taking one line, got {type_name(echo)}")
+    if alter is not None and not callable(alter):
+        raise TypeError(f"alter: expected a function taking the sandbox's layout, or None, got {type_name(alter)}")
     # the folder as the system reaches it: venv and papermill shorten `link/..` as text, elsewhere than the bundle
     out = Path(os.path.realpath(out_dir))
     if challenges is not None:  # before the sandbox: a file holding no task is refused, not run and then reported
