@@ -290,3 +290,14 @@ def test_a_link_out_of_the_folder_is_refused_where_no_one_says_it(tmp_path, sour
         pack(source, out, "data.tar")
     os.unlink(source / "notes.txt")
     assert "test/same.json" in pack(source, out, "data.tar")["files"]
+
+
+def test_an_archive_is_never_written_inside_what_it_packs_nor_outside_its_folder(tmp_path, source):
+    """pack(src, src, 'x') wrote the archive into its own source; the name '../evil' made a path out of dest."""
+    (tmp_path / "dest").mkdir()
+    for dest, name, words in [(source, "x", "lies inside the folder packed"),
+                              (source / "deep", "x", "lies inside the folder packed"),
+                              (tmp_path / "dest", "../evil", "'../evil' holds '/'")]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            pack(source, dest, name)
+    assert not (source / "x").exists() and not (source / "deep" / "x").exists() and not (tmp_path / "evil").exists()

@@ -29,6 +29,7 @@ from trm_kaggle.atomic import OWNER_RECORD, atomic_directory, owner_problem
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import READ_FAILURES, cannot_read, is_regular, open_regular, read_json
 from trm_kaggle.kaggle.metadata import DATASET_META, MANIFEST, sha256_file, verify_manifest
+from trm_kaggle.names import name_problem
 
 ARCHIVE_KEY = "archive"  # manifest.json's entry for the packed folder
 UNPACKED = "unpacked kaggle dataset"  # the kind of the scratch folders (their owner record)
@@ -55,9 +56,13 @@ def pack(src: str | os.PathLike, dest: str | os.PathLike, name: str,
     linked in from outside `src` is packed and told to `linked_in(rel, target)` (the user's own dataset, a big
     file linked in to save space), or, with no `linked_in`, refused (a downloaded kernel output: a link in it would
     publish this machine's file it points to)."""
+    if problem := name_problem(name):  # '../evil' was a path out of dest
+        raise ValueError(f"pack: the archive's name {problem}")
     src = Path(src)
     files: dict[str, dict[str, Any]] = {}
     top = os.path.realpath(src)
+    if os.path.commonpath([top, os.path.realpath(dest)]) == top:  # the archive would be written among what it packs
+        raise ValueError(f"pack: the archive's folder {dest} lies inside the folder packed, {src}")
     with tarfile.open(Path(dest) / name, "w", format=tarfile.PAX_FORMAT) as tar:
         for p in sorted(src.rglob("*")):
             rel = p.relative_to(src).as_posix()
