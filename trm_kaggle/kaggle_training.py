@@ -340,14 +340,14 @@ def run_session(*, input_root: str | os.PathLike, working: str | os.PathLike, pr
     try:  # where the session writes and what it reads first: one of the wrong type, and nothing is written
         working = Path(path_argument("working", working, "the working folder"))
         input_root = Path(path_argument("input_root", input_root, "the folder of the inputs"))
-    except (TypeError, ValueError) as e:  # of the wrong type, or empty (taken as the current folder)
+    except (TypeError, TRMError) as e:  # of the wrong type, or empty (taken as the current folder)
         report.status, report.message = "error", str(e)
         escaped_echo(echo if callable(echo) else print)(f"error: {e}")
         return report
     try:  # the other arguments of the wrong type: refused once the working folder is checked (`_session`)
         presets, data_dir, scratch, first_stop = _arguments(preset, data_dir, scratch, stopped, echo)
         wrong = None
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, TRMError) as e:  # TRMError: an empty path
         presets, scratch, first_stop, wrong = [], None, None, TRMError(str(e))
     # a folder found below the inputs may hold an escape sequence or a newline; a wrong echo: its line still said
     echo = escaped_echo(_kept_going(echo, report) if callable(echo) else print)

@@ -15,6 +15,7 @@ from typing import Iterable, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from trm_kaggle.errors import TRMError
 from trm_kaggle.names import blank_path_problem, typed_name
 from trm_kaggle.wording import clipped, one_line, type_name
 
@@ -172,13 +173,14 @@ def path_argument(name: str, value: object, what: str = "a path", optional: bool
                   blank_said_later: bool = False) -> str | os.PathLike | None:
     """`value`, a library call's path (`what`: the path of what), when it is a str or os.PathLike (or None where
     `optional`); else a TypeError naming the argument: None and 5 were pathlib's "expected str, bytes or
-    os.PathLike object", naming none. An empty or blank one is a ValueError (`names.blank_path_problem`): '' was
-    taken as the current folder (`blank_said_later`: the caller's reader says it in the command's words)."""
+    os.PathLike object", naming none. An empty or blank one is a TRMError (`names.blank_path_problem`, the
+    commands' own error: one line where a command reaches it): '' was taken as the current folder
+    (`blank_said_later`: the caller's reader says it in the command's words)."""
     if not isinstance(value, (str, os.PathLike)) and not (optional and value is None):
         raise TypeError(f"{name}: expected {what} (a str or os.PathLike){' or None' if optional else ''}, got "
                         f"{type_name(value)}")
     if isinstance(value, str) and not blank_said_later and (problem := blank_path_problem(value)):
-        raise ValueError(f"{name} {problem}")
+        raise TRMError(f"{name} {problem}")
     return value
 
 
