@@ -163,8 +163,8 @@ def whole_argument(name: str, value: object, low: int, high: int) -> int:
 
 def flag_argument(name: str, value: object) -> bool:
     """`value`, a library call's yes/no argument, when it is a bool (numpy's too): a truthy string was taken as yes,
-    `quarantine="no"` renaming damaged states."""
-    if _boolean(value):
+    `quarantine="no"` renaming damaged states. One value only: a numpy array of bools is refused, not ambiguous."""
+    if _boolean(value) and getattr(value, "shape", ()) == ():
         return bool(value)
     raise ValueError(f"{name}={clipped(value, 40)}: expected True or False")
 

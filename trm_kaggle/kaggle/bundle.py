@@ -57,7 +57,7 @@ from typing import Callable, Iterable, Sequence, get_args
 
 from trm_kaggle.atomic import remove_tree, replace_problem
 from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, MIN_PLAN_S, WEEK_S, SolveConfig,
-                               bounded_count_or_auto, bounded_number, path_argument, seconds_argument,
+                               bounded_count_or_auto, bounded_number, flag_argument, path_argument, seconds_argument,
                                sequence_argument, take_each_option_once, texts_argument)
 from trm_kaggle.interrupts import give_back, hold_terminations, interrupted
 from trm_kaggle.data import arc_model_problem
@@ -201,12 +201,12 @@ def _checked_arguments(out_dir: object, ids: object, extra_wheels: object, downl
 
 
 def _checked_flag(name: str, value: object) -> bool:
-    """A bool, or numpy's (one value): any other is refused, for a non-empty string such as "no" is true (it
-    turned the kernel's GPU on)."""
-    dtype = getattr(value, "dtype", None)
-    if isinstance(value, bool) or (getattr(dtype, "kind", None) == "b" and getattr(value, "shape", None) == ()):
-        return bool(value)
-    raise TRMError(f"{name}={clipped(value, 40)}: expected True or False")
+    """`config.flag_argument` as the bundle's one-line error: a non-empty string such as "no" is true (it turned
+    the kernel's GPU on)."""
+    try:
+        return flag_argument(name, value)
+    except ValueError as e:
+        raise TRMError(str(e)) from None
 
 
 def _checked_names(name: str, value: object) -> tuple[str, ...]:
