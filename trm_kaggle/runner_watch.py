@@ -7,7 +7,7 @@ steps since its last save lost without a word. `stop_when_the_runner_exits` turn
 the kernel, which a training run with `signals=True` (or a Kaggle session) takes as its stop: it saves its state.
 `training()` marks the work the kernel waits for (at most `RUNNER_GRACE_S`) before it exits, and says how that work
 ended on the kernel's own stderr, the one reader left once the runner is gone. Standard library only (and
-`wording`): the train notebook and the Kaggle session both use it.
+`wording`; `config` when watching starts): the train notebook and the Kaggle session both use it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Iterator
 from trm_kaggle.wording import one_line
 
 RUNNER_GRACE_S = 300.0  # once the runner is gone, how long the kernel may go on saving before it exits
+POLL_S_RANGE = (0.01, 3600.0)  # the watch's polling period: 0 busy-polled, an hour notices the runner's end late
 _runner_stop = threading.Lock()  # taken by the first to see the runner gone: that one stop is sent once
 _runner_gone = threading.Event()  # set with that stop: from then on only the kernel's own stderr is read
 _at_work = [0]  # how many `training()` blocks run now (a gone runner's kernel waits for them)
@@ -107,7 +108,12 @@ def stop_when_the_runner_exits(poll_s: float = 1.0) -> bool:
     so whichever process was signalled. A thread notices the kernel's parent change (polled every `poll_s`
     seconds), and ipykernel's own parent poller, which would end the kernel at once, stops the training instead
     (`_SaveBeforeExit`). Returns whether the runner is watched (not when the parent is already init); called again
-    for the same runner (a notebook's cells run again in one kernel), it starts no second thread."""
+    for the same runner (a notebook's cells run again in one kernel), it starts no second thread. A `poll_s` that is
+    no number within `POLL_S_RANGE` is a ValueError naming it: it ended the watch thread in `time.sleep`, after
+    this call had said the runner was watched."""
+    from trm_kaggle.config import number_argument
+
+    poll_s = number_argument("poll_s", poll_s, *POLL_S_RANGE)  # before the thread: its death was said by no one
     parent = os.getppid()
     if parent <= 1:
         return False
