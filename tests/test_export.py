@@ -474,3 +474,41 @@ def test_weights_that_record_no_config_are_read_with_a_note_saying_config_json_i
     with caplog.at_level("WARNING"):
         check_export(tmp_path / "exp")
     assert "records no config" in caplog.text
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "no-record"])
+@pytest.mark.parametrize("field", ["halt_max_steps", "num_heads", "L_cycles", "hidden_size"])
+def test_an_arch_field_missing_from_config_json_is_refused_not_filled_with_its_default(tmp_path, field, recorded):
+    """ArchConfig's defaults filled a missing halt_max_steps, num_heads or L_cycles: without a recorded config the
+    export ran 16 ACT steps instead of its 4; with one, the refusal blamed config.json for a value it never held."""
+    from safetensors.torch import save_file
+
+    export_inference(tmp_path / "exp", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5)
+    if not recorded:  # re-saved by another program: nothing to compare config.json with
+        save_file(read_export(tmp_path / "exp")[1], str(tmp_path / "exp" / "weights.safetensors"))
+    cfg = json.loads((tmp_path / "exp" / "config.json").read_text())
+    del cfg["arch"][field]
+    (tmp_path / "exp" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(TRMError, match=rf"config\.json: invalid export config: arch\.{field}: Field required") as e:
+        load_inference_model(tmp_path / "exp")
+    assert "\n" not in str(e.value) and "in the weights" not in str(e.value)
+
+
+def test_an_export_older_than_an_arch_field_is_read_with_that_field_s_default(tmp_path):
+    """The fields added after exports were first written (weights/arc2-cpu-tiny lacks them) are what older versions
+    computed: their defaults, read without a word."""
+    from trm_kaggle.model.export import LATER_ARCH_FIELDS
+
+    export_inference(tmp_path / "exp", model_with_table(), arch=ARCH, seq_len=8, vocab_size=5)
+    cfg = json.loads((tmp_path / "exp" / "config.json").read_text())
+    for field in LATER_ARCH_FIELDS:
+        del cfg["arch"][field]
+    (tmp_path / "exp" / "config.json").write_text(json.dumps(cfg))
+    config, _ = read_export(tmp_path / "exp")
+    assert (config["arch"]["swiglu_norm"], config["arch"]["kernels"], config["arch"]["fp8"]) == (False, "torch", "off")
+    from pathlib import Path
+
+    from trm_kaggle.config import ArchConfig
+
+    shipped = json.loads((Path(__file__).parents[1] / "weights/arc2-cpu-tiny/config.json").read_text())["arch"]
+    assert set(ArchConfig.model_fields) - set(shipped) <= set(LATER_ARCH_FIELDS)

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 EXPORT_FORMAT = "trm_kaggle.inference"
 PUZZLE_EMB_KEY = "puzzle_emb.weights"
+# arch fields added after exports were first written: an export that lacks one was written before it existed and
+# computed its default (weights/arc2-cpu-tiny has none of them); any other field missing is refused, never filled
+LATER_ARCH_FIELDS = ("swiglu_norm", "kernels", "fp8")
 
 
 # ---------------------------------------------------------------------------
@@ -331,6 +334,11 @@ def read_export(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]
         config = ExportConfig.model_validate(raw, strict=True).model_dump()
     except pydantic.ValidationError as e:
         raise TRMError(f"{cfg_path}: invalid export config: {validation_line(e)}{_given(e)}") from None
+    # ArchConfig's defaults filled a missing halt_max_steps or num_heads: another model, run without a word
+    missing = [k for k in ArchConfig.model_fields if k not in raw["arch"] and k not in LATER_ARCH_FIELDS]
+    if missing:
+        raise TRMError(f"{cfg_path}: invalid export config: {'; '.join(f'arch.{k}: Field required' for k in missing)}"
+                       " (an export records its model's every arch field; the package's default is no stand-in)")
     try:
         with safe_open(str(w_path), framework="pt") as f:
             saved = (f.metadata() or {}).get("config")
