@@ -54,9 +54,11 @@ from trm_kaggle.wording import log_one_line_each
 log_one_line_each(logging.WARNING)
 
 quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
-from trm_kaggle.config import whole_argument
+from trm_kaggle.config import texts_argument, whole_argument
 from trm_kaggle.data import load_metadata
-from trm_kaggle.evaluate import MAX_DRAWN, chosen_tasks, evaluate, task_picture_png, write_report
+from trm_kaggle.errors import TRMError
+from trm_kaggle.evaluate import (MAX_DRAWN, checked_report_dir, chosen_tasks, evaluate, load_test_set,
+                                 task_picture_png, tasks_problem, write_report)
 from trm_kaggle.model import load_inference_model
 from trm_kaggle.hardware import pick_device
 
@@ -64,6 +66,12 @@ N_PICTURES = whole_argument("N_PICTURES", N_PICTURES, 0, MAX_DRAWN)  # said by i
 
 # under the weights' own name: another export's evaluation never lands on this one's report
 REPORT_DIR = REPORT_DIR or Path("runs/notebooks/eval", Path(WEIGHTS_DIR).name, Path(DATA_DIR).name)
+# the report's folder and the task ids to draw, as write_report takes them, before any inference (both were refused
+# once the whole evaluation had run): a folder holding another's report, an id the test split lacks
+WEIGHTS, FOUND = checked_report_dir(REPORT_DIR, WEIGHTS_DIR, "REPORT_DIR")
+TASKS = None if TASKS is None else texts_argument("TASKS", TASKS, "a task id")  # one id typed as text is one id
+if TASKS and (problem := tasks_problem(TASKS, load_test_set(DATA_DIR).num_tests, DATA_DIR, "TASKS")):
+    raise TRMError(problem)
 
 # %% [markdown]
 # ## Load the model
@@ -100,7 +108,7 @@ print(f"{s['num_examples']:,} augmented predictions, {s['timing']['examples_per_
 # Every task and test input: solved or not, the rank of the truth among the voted candidates, the top votes.
 
 # %%
-paths = write_report(result, REPORT_DIR, tasks=TASKS, first_n=N_PICTURES, weights=WEIGHTS_DIR)  # + path, digest
+paths = write_report(result, REPORT_DIR, tasks=TASKS, first_n=N_PICTURES, weights=WEIGHTS, found=FOUND)  # + digest
 print(f"wrote {paths['json']} and {paths['markdown']}")
 display(Markdown(paths["markdown"].read_text().split("\n## Pictures")[0]))  # the pictures follow below
 

@@ -42,8 +42,15 @@ from trm_kaggle.wording import log_one_line_each
 # the package's warnings as one escaped line each: a name read from a file may hold escape sequences
 log_one_line_each(logging.WARNING)
 quiet_openmp_waits()  # shorter OpenMP spinning waits, set before torch loads OpenMP (docs/benchmarks.md)
+from trm_kaggle.atomic import replace_problem
+from trm_kaggle.config import flag_argument
+from trm_kaggle.errors import TRMError
+from trm_kaggle.outputs import check_kept
 from trm_kaggle.runner_watch import stop_when_the_runner_exits, training
-from trm_kaggle.train import dump_config, export_run, load_train_config, override_list, read_metrics, train
+from trm_kaggle.train import (dump_config, export_run, load_train_config, override_list, read_metrics, train,
+                              training_io)
+
+MEAN_EMBEDDING = flag_argument("MEAN_EMBEDDING", MEAN_EMBEDDING)  # said by its name here, before any training
 
 RUN_DIR = RUN_DIR or f"runs/notebooks/train/{PRESET}"
 EXPORT_DIR = EXPORT_DIR or f"runs/notebooks/weights/{PRESET}"
@@ -57,6 +64,11 @@ EXPORT_DIR = EXPORT_DIR or f"runs/notebooks/weights/{PRESET}"
 cfg = load_train_config(presets=[PRESET], overrides=override_list(OVERRIDES))  # a mapping, or key=value strings
 cfg.data_paths = [str(DATA_DIR)]
 cfg.checkpoint_path = str(RUN_DIR)
+# the export, as the export cell would refuse it, before the training: never the run folder it reads, the dataset,
+# nor a folder that is no export (each was refused once the training had run)
+check_kept(*training_io(cfg, RUN_DIR, export=EXPORT_DIR, export_what="EXPORT_DIR"))
+if problem := replace_problem(EXPORT_DIR, "export", "EXPORT_DIR"):
+    raise TRMError(problem)
 print(dump_config(cfg))
 
 # %% [markdown]

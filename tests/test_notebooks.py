@@ -268,6 +268,90 @@ def test_kaggle_training_notebook_writes_its_report_first_with_the_standard_libr
 
 
 # ---------------------------------------------------------------------------
+# what a notebook refuses before its work, its cells run in this process (no kernel)
+# ---------------------------------------------------------------------------
+
+
+def run_cells_until(name: str, stop_at: str, monkeypatch, where: Path, **parameters) -> dict:
+    """The notebook's code cells run here, in `where`, with `parameters` set after its parameters cell as papermill
+    sets them, up to the cell holding `stop_at` (the work its checks come before), which is not run; its
+    process-wide settings (the warnings' handler, OpenMP's environment) are left as they are."""
+    import trm_kaggle.hardware
+    import trm_kaggle.wording
+
+    monkeypatch.setattr(trm_kaggle.wording, "log_one_line_each", lambda *a, **k: None)
+    monkeypatch.setattr(trm_kaggle.hardware, "quiet_openmp_waits", lambda *a, **k: None)
+    monkeypatch.chdir(where)
+    space: dict = {}
+    for cell in jupytext.read(NOTEBOOKS / f"{name}.py").cells:
+        if cell.cell_type != "code":
+            continue
+        if stop_at in cell.source:
+            return space
+        exec(compile(cell.source, f"{name}.py", "exec"), space)
+        if "parameters" in cell.metadata.get("tags", []):
+            space.update(parameters)
+    raise AssertionError(f"no cell of {name} holds {stop_at!r}")
+
+
+@pytest.mark.parametrize("case", ["MEAN_EMBEDDING no", "EXPORT_DIR the run", "EXPORT_DIR the dataset",
+                                  "EXPORT_DIR no export"])
+def test_the_train_notebook_refuses_its_export_before_training(tmp_path, monkeypatch, case):
+    """The reproducer: each was refused by the export cell, once the whole training had run (MEAN_EMBEDDING='no'
+    named as the library's mean_embedding)."""
+    from trm_kaggle.errors import TRMError
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "dataset.json").write_text("{}")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    export, error, said = {"MEAN_EMBEDDING no": ("weights", ValueError, r"^MEAN_EMBEDDING='no': expected True or False"),
+                           "EXPORT_DIR the run": ("run", TRMError, r"EXPORT_DIR"),
+                           "EXPORT_DIR the dataset": ("data", TRMError, r"EXPORT_DIR"),
+                           "EXPORT_DIR no export": ("other", TRMError, r"other")}[case]
+    with pytest.raises(error, match=said):
+        run_cells_until("train", "train(cfg, signals=True)", monkeypatch, tmp_path, DATA_DIR="data", RUN_DIR="run",
+                        EXPORT_DIR=export, MEAN_EMBEDDING="no" if case == "MEAN_EMBEDDING no" else False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "other"]  # nothing made
+    space = run_cells_until("train", "train(cfg, signals=True)", monkeypatch, tmp_path, DATA_DIR="data",
+                            RUN_DIR="run", EXPORT_DIR="weights")
+    assert space["MEAN_EMBEDDING"] is False and space["cfg"].checkpoint_path == "run"
+
+
+@pytest.mark.parametrize("case", ["REPORT_DIR of other weights", "TASKS unknown"])
+def test_the_evaluate_notebook_refuses_its_report_before_any_inference(tmp_path, monkeypatch, case):
+    """The reproducer: a REPORT_DIR holding the report of other weights, and a TASKS id the test split lacks, were
+    refused by write_report once the whole evaluation had run (minutes on a 100-task dataset)."""
+    import numpy as np
+
+    from conftest import random_task, write_prefix_subset
+    from trm_kaggle.config import ArcBuildConfig
+    from trm_kaggle.data.arc.build import build_arc
+    from trm_kaggle.errors import TRMError
+
+    prefix = tmp_path / "src" / "arc-agi"
+    prefix.parent.mkdir()
+    write_prefix_subset(prefix, "evaluation", {"ev0": random_task(np.random.default_rng(2), n_train=2, max_side=4)})
+    build_arc(ArcBuildConfig(output_dir=str(tmp_path / "data"), input_file_prefix=str(prefix),
+                             subsets=["evaluation"], test_set_name="evaluation", num_aug=0, workers=1,
+                             progress=False))
+    (tmp_path / "ev1").mkdir()
+    (tmp_path / "ev1" / "report.json").write_text(json.dumps({"weights": {"path": "/elsewhere/w",
+                                                                         "sha256": "0" * 64}}))
+    weights = str(NOTEBOOKS.parent / "weights" / "arc2-cpu-tiny")
+    report, tasks, said = {
+        "REPORT_DIR of other weights": ("ev1", None, r"^REPORT_DIR ev1: holds the report of other weights"),
+        "TASKS unknown": ("ev2", "ab\x1b[31mc\x07", r"^TASKS: 'ab\\x1b\[31mc\\x07' not in the test split"),
+    }[case]
+    with pytest.raises(TRMError, match=said):
+        run_cells_until("evaluate", "load_inference_model(", monkeypatch, tmp_path, WEIGHTS_DIR=weights,
+                        DATA_DIR="data", REPORT_DIR=report, DEVICE="cpu", TASKS=tasks)
+    space = run_cells_until("evaluate", "load_inference_model(", monkeypatch, tmp_path, WEIGHTS_DIR=weights,
+                            DATA_DIR="data", REPORT_DIR="ev2", DEVICE="cpu", TASKS="ev0")
+    assert space["WEIGHTS"]["path"] == weights and space["TASKS"] == ["ev0"]
+
+
+# ---------------------------------------------------------------------------
 # execution
 # ---------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ _EXPORTS = {
     "MAX_DRAWN": "report",
     "PASS_KS": "vote",
     "check_model_fits": "predict",
+    "checked_report_dir": "report",
     "check_scorable": "submission",
     "chosen_tasks": "report",
     "check_submission": "submission",

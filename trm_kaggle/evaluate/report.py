@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Collection, Sequence
 import numpy as np
 
 from trm_kaggle.atomic import (Found, atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text,
-                               taken_problem)
+                               found_at, replace_problem, taken_problem)
 from trm_kaggle.config import path_argument, texts_argument, whole_argument
 from trm_kaggle.errors import DataError, TRMError, resource_line
 from trm_kaggle.evaluate.stats import format_breakdown, format_interval
@@ -266,6 +266,21 @@ def check_report_dir(out_dir: str | os.PathLike, weights: dict[str, str]) -> Non
     if not same_place and old.get("sha256") != weights["sha256"]:
         raise TRMError(f"{out_dir}: holds the report of other weights ({old['path']}); name another folder for the "
                        f"report of {weights['path']}, or remove that one")
+
+
+def checked_report_dir(out_dir: str | os.PathLike, weights: str | os.PathLike, what: str) -> tuple[dict[str, str], Found]:
+    """(`weights_record(weights)`, `found_at(out_dir)`), for `write_report`'s `weights` and `found`, once `out_dir`
+    is known to take the report, before any inference (as `evaluate_export` checks it): a folder holding the report
+    of other weights, or one that is no report of ours, is a TRMError naming `what` (the evaluate notebook's
+    REPORT_DIR: it was refused by `write_report`, once the whole evaluation had run)."""
+    found, record = found_at(out_dir), weights_record(weights)
+    try:
+        check_report_dir(out_dir, record)
+    except TRMError as e:
+        raise TRMError(f"{what} {e}") from None
+    if problem := replace_problem(out_dir, REPORT_KIND, what):
+        raise TRMError(problem)
+    return record, found
 
 
 def _check_not_taken(out: Path, found: Found | None) -> None:

@@ -26,9 +26,11 @@ RUN_ENTRIES = ("config.json", "metrics.jsonl", "state_step*", ".state_step*", "t
 
 
 def training_io(cfg: TrainConfig, run_dir: str | os.PathLike, *, export: str | os.PathLike | None = None,
-                config_file: str | os.PathLike | None = None) -> tuple[list[Input], list[Output]]:
-    """(inputs, outputs) of a training with settings `cfg` writing `run_dir` (and `export`, with `--export`).
-    A `run_dir` that is a sweep's, a launch's or a pipeline's own folder is refused here, for every caller."""
+                config_file: str | os.PathLike | None = None, export_what: str = "--export"
+                ) -> tuple[list[Input], list[Output]]:
+    """(inputs, outputs) of a training with settings `cfg` writing `run_dir` (and `export`, with `--export`; named
+    `export_what`: the train notebook's EXPORT_DIR). A `run_dir` that is a sweep's, a launch's or a pipeline's own
+    folder is refused here, for every caller."""
     if problem := command_folder_problem(run_dir, "run folder (checkpoint_path)"):
         raise TRMError(problem)
     inputs = [Input(p, "data path", tree=True) for p in cfg.data_paths]
@@ -37,9 +39,9 @@ def training_io(cfg: TrainConfig, run_dir: str | os.PathLike, *, export: str | o
                if p and "://" not in str(p)]
     outputs = [Output(run_dir, "run folder (checkpoint_path)", "folder", RUN_ENTRIES)]
     if problem := blank_path_problem(export):  # '' holds every folder: named as empty, not as an overlap
-        raise TRMError(f"--export {problem}")
+        raise TRMError(f"{export_what} {problem}")
     if export is not None:  # the export reads the run folder it trains (export_run): refused before the training, not after it
         if problem := overlap_problem([Input(run_dir, "run folder (checkpoint_path)", tree=True)],
-                                      [Output(export, "--export", "replaced")]):
+                                      [Output(export, export_what, "replaced")]):
             raise TRMError(problem)
-    return inputs, outputs + ([Output(export, "--export", "replaced")] if export is not None else [])
+    return inputs, outputs + ([Output(export, export_what, "replaced")] if export is not None else [])
