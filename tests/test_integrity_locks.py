@@ -63,6 +63,21 @@ def test_the_lock_is_released_when_the_block_ends(tmp_path):
         pass
 
 
+def test_a_second_reader_keeps_the_first_readers_record(tmp_path, holder):
+    """A second comparison sharing a folder overwrote the first one's record: once it ended, an update was refused
+    naming "a process" (or the second one), not the comparison that still held the folder."""
+    (tmp_path / "d").mkdir()
+    p = holder(tmp_path / "d", "regress", shared=True)
+    with directory_lock(tmp_path / "d", "regress", shared=True):
+        lines = (tmp_path / "d" / LOCK_FILE).read_text().splitlines()
+        assert [line.split()[0] for line in lines] == [str(p.pid), str(os.getpid())]
+    with pytest.raises(TRMError) as e:
+        with directory_lock(tmp_path / "d", "regress --update-baselines"):
+            pass
+    assert f"another regress is running in this directory: process {p.pid}" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.slow  # starts a training process: ~20 s on a loaded 2-core machine
 def test_two_trainings_on_one_run_folder(sudoku4, tmp_path, capsys):
     """A real training in another process holds its run folder: a second `train` there is refused before

@@ -13,7 +13,7 @@ update is rewriting) take it shared: any number of readers, or one writer.
 The lock is `flock` on `<directory>/LOCK_FILE`: the kernel drops it when its process ends, however it ends
 (`kill -9` included), so a lock left by a dead process is never an obstacle: the next writer simply takes
 it (stale-lock detection costs nothing). The holder's pid, host, what it does and its command are written
-into the file, for the message only. Where `flock` is not available (no `fcntl`, or a file system that
+into the file, for the message only (a reader's line is added to those of the other live readers sharing it). Where `flock` is not available (no `fcntl`, or a file system that
 refuses it: ENOLCK on some NFS mounts), the recorded pid decides: a lock whose process is gone on this host is
 stale and taken over; one recorded by another host is refused (whether that process lives cannot be seen from
 here: the message says to remove the file once it has ended), never guessed stale.
@@ -49,7 +49,7 @@ HANDED_DOWN = "TRM_KAGGLE_HELD_LOCKS"
 log = logging.getLogger(__name__)
 
 
-_RECORD_BYTES = 4096  # more than any holder record: its command is cut at 200 characters
+_RECORD_BYTES = 1 << 16  # a record line is short (its command is cut at 200 characters); readers add one each
 
 
 def _holder_record(what: str) -> str:
@@ -58,17 +58,44 @@ def _holder_record(what: str) -> str:
     return f"{os.getpid()} {socket.gethostname()} {what}\t{command}\n".replace("\n", " ").rstrip() + "\n"
 
 
-def _read_holder(path: Path) -> tuple[int | None, str, str, str]:
-    """(pid, host, what, command) recorded in a lock file; (None, '', '', '') when unreadable."""
-    try:  # a record is one short line (`_holder_record`): a lock file grown huge is read no further
+Holder = tuple[int | None, str, str, str]  # (pid, host, what, command) of one record line
+_NO_HOLDER: Holder = (None, "", "", "")
+
+
+def _read_holders(path: Path) -> list[Holder]:
+    """Every (pid, host, what, command) recorded in a lock file, one a line (a writer's, or each reader's that
+    shares it); [] when unreadable. A line that does not parse is skipped."""
+    try:  # a lock file grown huge is read no further than _RECORD_BYTES
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(fd, "rb") as f:  # non-blocking: a FIFO put there meanwhile is never waited on
-            head = f.read(_RECORD_BYTES).split(b"\n", 1)[0]
-        pid, host, rest = head.decode("utf-8", errors="replace").split(" ", 2)
-        what, _, command = rest.partition("\t")
-        return int(pid), host, what.strip(), command.strip()
-    except (OSError, ValueError):
-        return None, "", "", ""
+            lines = f.read(_RECORD_BYTES).split(b"\n")
+    except OSError:
+        return []
+    holders = []
+    for line in lines:
+        try:
+            pid, host, rest = line.decode("utf-8", errors="replace").split(" ", 2)
+            what, _, command = rest.partition("\t")
+            if int(pid) > 0:  # a pid of 0 or below would name a process group to os.kill
+                holders.append((int(pid), host, what.strip(), command.strip()))
+        except ValueError:
+            continue
+    return holders
+
+
+def _may_live(holder: Holder) -> bool:
+    """Whether the process of a record line may still hold the lock: alive on this host, or on another host
+    (which cannot be seen from here)."""
+    pid, host = holder[0], holder[1]
+    return bool(pid) and (bool(host) and host != socket.gethostname() or pid_alive(pid))
+
+
+def _read_holder(path: Path) -> Holder:
+    """The holder a lock file records: its first line whose process may live (a reader that has ended leaves its
+    line, and a refusal must name the reader that still holds the folder, not "a process"), else its first line
+    (the last holder); (None, '', '', '') when unreadable."""
+    holders = _read_holders(path)
+    return next((h for h in holders if _may_live(h)), holders[0] if holders else _NO_HOLDER)
 
 
 def holder_kind(directory: str | os.PathLike) -> str:
@@ -250,6 +277,17 @@ def refuse_if_held(directory: str | os.PathLike) -> None:
             locker.flock(f.fileno(), locker.LOCK_UN)
 
 
+def _others_sharing(path: Path, shared: bool) -> str:
+    """The record lines a reader taking the lock keeps: those of the other readers that may still hold it (a second
+    comparison once overwrote the first one's line, and when it ended an update was refused naming "a process"
+    though the first still held the folder). A writer holds it alone: its line replaces the file's. Two readers
+    taking it at the same instant may each drop the other's line: the record serves the messages only."""
+    if not shared:
+        return ""
+    return "".join(f"{pid} {host} {what}\t{command}\n" for pid, host, what, command in _read_holders(path)
+                   if pid != os.getpid() and _may_live((pid, host, what, command)))
+
+
 @contextlib.contextmanager
 def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = True,
                    shared: bool = False) -> Iterator[HeldLock | None]:
@@ -286,9 +324,10 @@ def directory_lock(directory: str | os.PathLike, what: str, *, required: bool = 
     with _closed_quietly(f):
         locker = _take(f, directory, path, shared)
         with contextlib.suppress(OSError):  # the record only serves the messages: a full disk costs it alone
+            record = _others_sharing(path, shared) + _holder_record(what)  # read before the truncation
             f.seek(0)
             f.truncate()
-            f.write(_holder_record(what))
+            f.write(record)
             f.flush()
         held = HeldLock(directory, f.fileno())
         try:
