@@ -100,3 +100,19 @@ def test_wrong_argument_types_are_named(tmp_path):
                        (lambda: VoteTable.from_grids(5), "votes: expected a list")):
         with pytest.raises(TypeError, match=said):
             call()
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda t: t.q_halt.__setitem__(0, np.nan), "non-finite q_halt values"),
+    (lambda t: setattr(t, "slot", np.array([[0]])), r"slot of shape \(1, 1\)"),
+    (lambda t: setattr(t, "slots", [("a", -1)]), "slots: test index -1 of task a"),
+    (lambda t: setattr(t, "slot", [[0]]), r"slot of shape \(1, 1\)"),
+    (lambda t: setattr(t, "slots", 5), "slots: int, not a list"),
+], ids=["nan-q_halt", "2-D-slot", "negative-index", "list-slot", "int-slots"])
+def test_save_refuses_a_table_changed_into_one_load_refuses_and_writes_nothing(tmp_path, change, said):
+    """A table's arrays are its caller's: changed after it was made, `save` wrote a file its own `load` refused."""
+    table = VoteTable.from_grids([(("a", 0), A, 0.0)])
+    change(table)
+    with pytest.raises(ValueError, match=f"v.npz: not written: the table changed since it was made .*{said}"):
+        table.save(tmp_path / "v.npz")
+    assert list(tmp_path.iterdir()) == []

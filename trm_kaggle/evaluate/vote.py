@@ -101,7 +101,10 @@ class VoteTable:
 
     def problem(self) -> str | None:
         """Why this table (changed since it was made: its arrays are its caller's) is none `load` reads, or None."""
-        return _table_problem(self.slots, self.slot, self.keys, self.q_halt, self.order)
+        if not isinstance(self.slots, (list, tuple)):  # a part replaced by another kind: said, never an AttributeError
+            return f"slots: {type_name(self.slots)}, not a list of (task id, test index) pairs"
+        return _table_problem(list(self.slots), *(np.asarray(a) for a in (self.slot, self.keys, self.q_halt,
+                                                                          self.order)))
 
     @classmethod
     def from_grids(cls, votes: Iterable[tuple[Slot, np.ndarray, float]], side: int = 30) -> "VoteTable":
@@ -150,7 +153,10 @@ class VoteTable:
         return tally(self, weighting)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the votes to an .npz file (atomically; plain arrays, loadable without pickle)."""
+        """Write the votes to an .npz file (atomically; plain arrays, loadable without pickle); a table changed since
+        it was made into one `load` refuses is a ValueError, nothing written."""
+        if problem := self.problem():  # a NaN q_halt or a negative test index was written, refused when read back
+            raise ValueError(f"{path}: not written: the table changed since it was made ({problem})")
         width = self.keys.dtype.itemsize
         arrays = {
             "format": np.array(VOTES_FORMAT),
