@@ -252,6 +252,34 @@ def test_import_upstreams_sequence_length_is_checked_before_the_model_is_built(t
     assert not (tmp_path / "e").exists()
 
 
+@pytest.mark.parametrize("args, said", [
+    ((5, "e"), r"^checkpoint: expected an upstream step_<N> file's path .*got int$"),
+    ((None, "e"), r"^checkpoint: expected .*got NoneType$"),
+    (("step_10", "e", 5), r"^config: expected the run's all_config.yaml path .* or None, got int$"),
+    (("step_10", 5), r"^out: expected an export folder's path .*got int$"),
+])
+def test_import_upstream_names_a_path_argument_of_the_wrong_type(tmp_path, monkeypatch, args, said):
+    """5 as the checkpoint or the config was pathlib's "expected str, bytes or os.PathLike object", naming neither."""
+    from trm_kaggle.model import import_upstream
+
+    monkeypatch.chdir(tmp_path)
+    torch.save(to_upstream_state_dict(tiny(0), compiled=True), tmp_path / "step_10")
+    with pytest.raises(TypeError, match=said):
+        import_upstream(*args, seq_len=SEQ)
+    assert not (tmp_path / "e").exists()
+
+
+def test_import_upstream_refuses_an_empty_checkpoint_or_config_name(tmp_path):
+    """'' was the current folder ("checkpoint file not found (it is a directory ...)"), an empty config the
+    all_config.yaml beside the checkpoint."""
+    from trm_kaggle.model import import_upstream
+
+    with pytest.raises(TRMError, match=r"^checkpoint is empty"):
+        import_upstream("", tmp_path / "e")
+    with pytest.raises(TRMError, match=r"^config is empty"):
+        import_upstream(tmp_path / "step_10", tmp_path / "e", config="")
+
+
 # ---------------------------------------------------------------------------
 # A checkpoint's tensors are checked before any model is built
 # ---------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 from pydantic import ValidationError
 
-from trm_kaggle.config import MAX_GRID_CELLS, MAX_PUZZLE_IDENTIFIERS, ArchConfig, validation_line, whole_argument
+from trm_kaggle.config import (MAX_GRID_CELLS, MAX_PUZZLE_IDENTIFIERS, ArchConfig, path_argument, validation_line,
+                               whole_argument)
 from trm_kaggle.data import load_metadata
 from trm_kaggle.errors import DamagedFile, TRMError
 from trm_kaggle.jsonio import open_regular, read_failure, readable_file
@@ -311,6 +312,10 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     the local file holds when the caller has read it already (`import-upstream` reads it to tell a train
     state of ours, which this layer cannot name). Returns the model that was exported.
     """
+    # before anything is read: 5 was pathlib's TypeError naming no argument, '' the current folder
+    path_argument("checkpoint", checkpoint, "an upstream step_<N> file's path or an hf:// source")
+    path_argument("config", config, "the run's all_config.yaml path", optional=True)
+    path_argument("out", out, "an export folder's path")
     if seq_len is not None:  # before the model is built: NaN and 2**63 failed inside torch
         seq_len = whole_argument("seq_len", seq_len, 1, MAX_GRID_CELLS)
     ckpt_path, hub_source = resolve_checkpoint(checkpoint)

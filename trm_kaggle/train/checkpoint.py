@@ -600,6 +600,8 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: b
     """Inference export of a run's newest readable train state (EMA weights when the run kept them; the live
     ones with `use_ema=False`, refused where the run kept no average: the choice would change nothing)."""
     mean_embedding, use_ema = flag_argument("mean_embedding", mean_embedding), flag_argument("use_ema", use_ema)
+    path_argument("run", run, "a run folder's or train state's path")  # 5 was os.fspath's TypeError, naming none
+    path_argument("out", out, "an export folder's path")
     refuse_nul(run, "run")
     refuse_nul(out, "export")  # before the state is loaded (its bytes, then the export refused)
     # as `export` checks it: never written into the run folder it reads (a state file named alone lets the
