@@ -4,12 +4,14 @@ Each field's description is also its option's `--help`."""
 from __future__ import annotations
 
 import difflib
+import os
 import shlex
 from typing import Literal, Optional
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from trm_kaggle.config.common import MAX_GENERATED, MAX_IDENTIFIERS_START, MAX_NUM_AUG, MAX_SEED, _Config
+from trm_kaggle.config.common import (MAX_GENERATED, MAX_IDENTIFIERS_START, MAX_NUM_AUG, MAX_SEED, PATH_FIELD, _Config,
+                                      flag_argument)
 from trm_kaggle.names import name_problem, shown
 
 ARC_DEFAULT_SUBSETS = ["training2", "evaluation2"]
@@ -22,7 +24,23 @@ _PROGRESS = "show progress bars"
 MAX_GRID_CELLS = 1 << 20
 
 
-class ArcBuildConfig(_Config):
+class _BuildConfig(_Config):
+    """What every builder's settings share: a yes/no setting is a bool (pydantic's lax reading took
+    `skip_invalid="no"` for False and "yes" for True), and a path setting takes an os.PathLike as the library's
+    calls do (a `Path` was pydantic's several-line error)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _flags_and_paths(cls, value, info: ValidationInfo):
+        if cls.model_fields[info.field_name].annotation in (bool, "bool"):
+            return flag_argument(info.field_name, value)
+        if isinstance(value, os.PathLike) and PATH_FIELD.search(info.field_name):
+            path = os.fspath(value)
+            return path if isinstance(path, str) else value  # a bytes path stays refused, as bytes are
+        return value
+
+
+class ArcBuildConfig(_BuildConfig):
     """`trm-kaggle build-arc`; flag names are upstream's `build_arc_dataset.py` ones.
 
     Exactly one source: `input_file_prefix` (Kaggle/upstream JSON pairs
@@ -120,7 +138,7 @@ def _mode_problem(cfg: _Config, csv_only: tuple[str, ...], generator_only: tuple
             "the generator makes exactly num_train and num_test grids; lower num_train, or give input_dir")
 
 
-class SudokuBuildConfig(_Config):
+class SudokuBuildConfig(_BuildConfig):
     """`trm-kaggle build-sudoku`: import Sudoku-Extreme CSVs or generate puzzles offline.
 
     With `input_dir` (holding `train.csv` and `test.csv` with columns source,q,a,rating)
@@ -150,7 +168,7 @@ class SudokuBuildConfig(_Config):
         return self
 
 
-class MazeBuildConfig(_Config):
+class MazeBuildConfig(_BuildConfig):
     """`trm-kaggle build-maze`: import Maze-Hard CSVs or generate mazes offline."""
 
     output_dir: str = Field(description=_OUTPUT_DIR)
@@ -174,7 +192,7 @@ class MazeBuildConfig(_Config):
         return self
 
 
-class CodeRepairBuildConfig(_Config):
+class CodeRepairBuildConfig(_BuildConfig):
     """`trm-kaggle build-code-repair`: (buggy, fixed) Python snippets as token grids.
 
     The corpus is a directory of .py files (None: this interpreter's standard library).

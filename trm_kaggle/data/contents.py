@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from trm_kaggle.atomic import OWNER_RECORD, atomic_write_json
+from trm_kaggle.config import path_argument
 from trm_kaggle.errors import DataError
 from trm_kaggle.jsonio import directory_problem, open_regular, read_json
 from trm_kaggle.names import relative_path_problem, shown
@@ -81,7 +82,7 @@ def contents_hash(dataset_dir: str | os.PathLike, full: bool = False) -> str | N
     """The recorded hash of a dataset's contents after checking its files against the record (sizes and sampled
     blocks; every byte with `full`); None for a dataset built before records (nothing to check).
     A file that differs from the record is a DataError naming it."""
-    root = Path(dataset_dir)
+    root = Path(path_argument("dataset_dir", dataset_dir))  # '' was the current folder's record
     record = _record(root)
     if record is None:
         return None

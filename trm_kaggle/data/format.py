@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trm_kaggle.atomic import atomic_directory, atomic_write_json
-from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, validation_line
+from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, path_argument, validation_line
 from trm_kaggle.data.contents import write_contents
 from trm_kaggle.errors import DamagedFile, DataError, UnreadableFile
 from trm_kaggle.jsonio import directory_problem, open_regular, read_failure, read_json, readable_file
@@ -223,6 +223,16 @@ class SplitWriter:
         return meta
 
 
+def builder_config(cfg: object, model: type[BaseModel]) -> BaseModel:
+    """`cfg`, a builder's settings, when it is a `model`; else a TypeError naming the argument, before any work: a
+    dict or None was an AttributeError from deep in the builder ("'dict' object has no attribute 'output_dir'")."""
+    if not isinstance(cfg, model):
+        name = model.__name__
+        raise TypeError(f"cfg: expected {'an' if name[0] in 'AEIOU' else 'a'} {name} ({name}(**values) makes one from a "
+                        f"dict), got {type_name(cfg)}")
+    return cfg
+
+
 def build_io(source: Any, flags: bool = True) -> tuple[list[Input], list[Output]]:
     """What a dataset build reads and writes, from its parsed options or its config (`source`: the fields
     input_file_prefix, task_dir, input_dir, corpus and output_dir), named as the command's options (`flags`) or as
@@ -325,11 +335,12 @@ class Split:
 
 def dataset_path(value: Any, name: str = "dataset_dir") -> Path:
     """`value`, a library call's dataset folder, as a Path when it is a path (a str or os.PathLike); else a TypeError
-    naming the argument (None and 5 were pathlib's "expected str, bytes or os.PathLike object", naming none)."""
+    naming the argument (None and 5 were pathlib's "expected str, bytes or os.PathLike object", naming none). An
+    empty one is refused by the library's one rule (`config.path_argument`): '' was read as the current folder."""
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{name}: expected a dataset folder's path (a str or os.PathLike), got {clipped(value)} "
                         f"({type_name(value)})")
-    return Path(value)
+    return Path(path_argument(name, value))
 
 
 def load_metadata(dataset_dir: str | os.PathLike, split: str) -> DatasetMetadata:

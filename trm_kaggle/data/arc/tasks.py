@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from trm_kaggle.atomic import atomic_write_json
+from trm_kaggle.config import path_argument
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import is_regular, loop_problem, read_json, repeated_key, unreachable_problem
 from trm_kaggle.names import task_id_problem
@@ -64,6 +65,7 @@ class LoadReport:
 
     tasks: dict[str, ArcTask] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what was read and deserves a word, each one line
 
 
 # ---------------------------------------------------------------------------
@@ -190,6 +192,7 @@ def _parse_tasks(raw: Any, where: str, solutions: Any, sol_where: str, strict: b
     if solutions is not None and not isinstance(solutions, dict):
         raise DataError(f"{sol_where}: expected an object mapping task ids to lists of output grids")
     report = LoadReport()
+    disagreeing = []  # tasks whose challenges hold test outputs other than their solutions
     for task_id, task in raw.items():
         sol = None
         try:
@@ -202,7 +205,19 @@ def _parse_tasks(raw: Any, where: str, solutions: Any, sol_where: str, strict: b
             if strict:
                 raise
             report.problems[task_id] = str(e)
+            continue
+        if sol is not None and _inline_outputs_differ(task, report.tasks[task_id].test_outputs):
+            disagreeing.append(task_id)
+    if disagreeing:  # the solutions file wins, as upstream's reader: said, since one of the two truths is wrong
+        report.notes.append(f"{sol_where}: the test outputs of {count(len(disagreeing), 'task')} differ from those "
+                            f"{where} holds itself (e.g. task {shown(disagreeing[0])}): the solutions file's are used")
     return report
+
+
+def _inline_outputs_differ(raw: dict, outputs: list[np.ndarray]) -> bool:
+    """Whether a challenges task (checked by `parse_task`) holds a test output of its own unlike `outputs`."""
+    return any("output" in pair and not np.array_equal(parse_grid(pair["output"], "test output"), out)
+               for pair, out in zip(raw["test"], outputs))
 
 
 # ---------------------------------------------------------------------------
@@ -222,6 +237,7 @@ def read_challenges(source: str | os.PathLike | Mapping, duplicates: set[str] | 
     with the fallback instead of guessing which copy was meant).
     """
     if isinstance(source, (str, os.PathLike)):
+        path_argument("source", source, "a challenges file's path")  # '' was said as the current folder
         collect = None if duplicates is None else duplicates.add
         raw, where = read_json(source, "challenges file", on_duplicate=collect), str(source)
     else:
@@ -237,6 +253,8 @@ def write_challenges(tasks: Iterable[ArcTask], path: str | os.PathLike,
     their test outputs as its solutions file, which needs every task to know them (DataError before anything is
     written otherwise). Returns the task count."""
     # one path for both: the solutions replaced the challenges just written; a dataset's or an export's file
+    path_argument("path", path, "the challenges file's path")
+    path_argument("solutions_path", solutions_path, "the solutions file's path", optional=True)
     outputs = [Output(path, "challenges")] + ([Output(solutions_path, "solutions")] if solutions_path else [])
     check_kept([], outputs)
     # both writable before the first: a solutions path that is a folder or /dev/null was refused after the challenges
@@ -277,6 +295,8 @@ def load_challenges(challenges: str | os.PathLike, solutions: str | os.PathLike 
     """A Kaggle-style challenges file, with its solutions file when given.
 
     Not strict: a task id that appears twice costs that task alone (a problem, not loaded)."""
+    path_argument("challenges", challenges, "a challenges file's path")
+    path_argument("solutions", solutions, "a solutions file's path", optional=True)
     duplicates: set[str] | None = None if strict else set()
     raw = read_challenges(challenges, duplicates)
     sol = read_json(Path(solutions), "solutions file") if solutions is not None else None
@@ -305,12 +325,16 @@ def load_prefix_subset(prefix: str, subset: str, strict: bool = True) -> LoadRep
     if not is_regular(ch, "challenges file"):
         raise DataError(f"{ch}: file not found ({where})")
     # a FIFO in the solutions' place is refused, not taken for the missing solutions file this allows
-    return load_challenges(ch, sol if is_regular(sol, "solutions file") else None, strict)
+    report = load_challenges(ch, sol if is_regular(sol, "solutions file") else None, strict)
+    if not report.tasks and not report.problems:  # as --task-dir's empty subset folder: a test set of `{}` built
+        raise DataError(f"{ch}: holds no tasks ({where})")  # an empty test split, said as a subset not named
+    return report
 
 
 def subset_folder(task_dir: str | os.PathLike, subset: str) -> Path:
     """`task_dir/subset`, which must be a folder. Reading task_dir itself in its place once built a stray top-level
     file as the test set of a mistyped subset (`evaluaton`), and a flat folder's tasks into every subset."""
+    path_argument("task_dir", task_dir, "the task folder's path")
     root, sub = Path(task_dir), Path(task_dir) / subset
     if sub.is_dir():
         return sub
@@ -329,7 +353,7 @@ def subset_folder(task_dir: str | os.PathLike, subset: str) -> Path:
 
 def load_task_dir(directory: str | os.PathLike, strict: bool = True) -> LoadReport:
     """One `<task_id>.json` per task, in file-name order."""
-    directory = Path(directory)
+    directory = Path(path_argument("directory", directory, "a task folder's path"))
     if not directory.is_dir():
         raise DataError(f"{directory}: not a directory")
     try:  # glob passes a folder it may not list by in silence: "no task files" for a folder full of them

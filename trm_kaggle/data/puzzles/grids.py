@@ -28,10 +28,11 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequenc
 
 import numpy as np
 
-from trm_kaggle.config import MAX_GRID_CELLS, whole_argument
+from trm_kaggle.config import MAX_GRID_CELLS, path_argument, whole_argument
 from trm_kaggle.data.format import BLANK_IDENTIFIER, DatasetWriter, SplitWriter
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import open_regular, parse_json, readable_file
+from trm_kaggle.names import shown, task_id_problem
 from trm_kaggle.progress import tqdm
 from trm_kaggle.wording import clipped, one_line, type_name
 
@@ -60,6 +61,10 @@ class _Identifiers:
         if name == BLANK_IDENTIFIER:  # it took identifier 0 silently: its examples trained under the blank row
             raise DataError(f"{where}: puzzle name {name!r} is the name of the blank identifier 0: give the puzzle "
                             "another name, or none (null) for the blank identifier")
+        # ARC's task-id rule: a name is a file name of evaluate's pictures and a task id of its reports, and '|||'
+        # parts an augmented name ('a/../b', an escape and 'x|||t1|||0' were built, and verify passed them)
+        if problem := task_id_problem(name):
+            raise DataError(f"{where}: puzzle name {problem}")
         if name not in self.ids:
             self.ids[name] = len(self.names)
             self.names.append(name)
@@ -153,7 +158,13 @@ def build_grid_dataset(
     iterables are consumed once, group by group.
     """
     started = time.monotonic()
+    path_argument("output_dir", output_dir, "the dataset folder's path")  # '' replaced the current folder
     checker = _GridChecker(vocab_size, grid_shape)
+    # tokens of the vocabulary, checked before the build: pad_id 9 of 5 was pydantic's error after every grid was
+    # written, and a negative ignore_label_id matched no label, so nothing was ignored
+    whole_argument("pad_id", pad_id, 0, checker.vocab_size - 1)
+    if ignore_label_id is not None:
+        whole_argument("ignore_label_id", ignore_label_id, 0, checker.vocab_size - 1)
     for arg, value in (("train", train), ("test", test), ("identifiers", identifiers)):
         # a str is iterable too: identifiers="abc" named three puzzles 'a', 'b' and 'c'
         if (value is not None or arg != "identifiers") and not _many(value):
@@ -163,6 +174,9 @@ def build_grid_dataset(
         raise TRMError(f"build_info must be a dict of JSON values, got {clipped(build_info)} ({type_name(build_info)})")
     names = _Identifiers()
     for k, name in enumerate(identifiers or []):
+        if isinstance(name, str) and name in names.ids and name != BLANK_IDENTIFIER:
+            # a second one took no identifier: every name after it had one less than its place in the list
+            raise DataError(f"identifiers entry {k}: {shown(name)} is given twice; name each puzzle once")
         if k or name != BLANK_IDENTIFIER:  # a later "<blank>" would have moved every name after it down by one
             names.get(name, f"identifiers entry {k}")
     seq_len = checker.grid_shape[0] * checker.grid_shape[1]
@@ -240,7 +254,8 @@ def build_grid_dataset_from_jsonl(path: str | os.PathLike, output_dir: str | os.
     interleave. Errors name the line.
     """
     started = time.monotonic()
-    path = Path(path)
+    path = Path(path_argument("path", path, "the JSONL file's path"))
+    path_argument("output_dir", output_dir, "the dataset folder's path")
     checker = _GridChecker(vocab_size, grid_shape)
     names = _Identifiers()
     seq_len = checker.grid_shape[0] * checker.grid_shape[1]

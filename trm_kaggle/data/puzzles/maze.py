@@ -20,7 +20,7 @@ import numpy as np
 
 from trm_kaggle.config import MazeBuildConfig
 from trm_kaggle.data.augment import NUM_TRANSFORMS, dihedral
-from trm_kaggle.data.format import DatasetWriter, SplitWriter, build_io
+from trm_kaggle.data.format import DatasetWriter, SplitWriter, build_io, builder_config
 from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, csv_inputs, decode_rows,
                                            first_bad_cell, raise_first_problem, read_puzzle_csv, rows_of_length,
                                            select_rows)
@@ -309,6 +309,7 @@ def _generate_split(split: SplitWriter, name: str, count: int, cfg: MazeBuildCon
 def build_maze(cfg: MazeBuildConfig) -> dict:
     """Build a Maze dataset (CSV import when cfg.input_dir is set, else generation); returns a summary."""
     started = time.monotonic()
+    builder_config(cfg, MazeBuildConfig)
     check_kept(*build_io(cfg, flags=False))  # as the command checks it: never built inside its own input
     if cfg.subsample_size is not None and cfg.subsample_size < 1:
         raise TRMError(f"subsample_size must be >= 1, got {cfg.subsample_size}")

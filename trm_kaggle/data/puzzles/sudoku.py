@@ -20,7 +20,7 @@ from typing import Iterator
 import numpy as np
 
 from trm_kaggle.config import SudokuBuildConfig
-from trm_kaggle.data.format import DatasetWriter, SplitWriter, build_io
+from trm_kaggle.data.format import DatasetWriter, SplitWriter, build_io, builder_config
 from trm_kaggle.data.puzzles.grids import (CsvChunk, build_summary, char_lut, csv_inputs, decode_rows,
                                            first_bad_cell, raise_first_problem, read_puzzle_csv, rows_of_length,
                                            select_rows)
@@ -299,6 +299,7 @@ def _check_config(cfg: SudokuBuildConfig) -> None:
 def build_sudoku(cfg: SudokuBuildConfig) -> dict:
     """Build a Sudoku dataset (CSV import when cfg.input_dir is set, else generation); returns a summary."""
     started = time.monotonic()
+    builder_config(cfg, SudokuBuildConfig)
     _check_config(cfg)
     check_kept(*build_io(cfg, flags=False))  # as the command checks it: never built inside its own input
     # independent streams, so that e.g. changing num_aug does not change the subsample
