@@ -241,6 +241,7 @@ def test_budget_lines_show_elapsed_and_left():
     assert line.startswith("[elapsed 2m0") and ", left 56m5" in line and line.endswith("] plan: worker 0 ...")
     assert Budget(None, 60).line("tasks").endswith("left no limit] tasks")
     assert hms(5.25) == "5.2s" and hms(3725) == "1h02m05s" and hms(float("inf")) == "no limit"
+    assert hms(None) == "no limit" and hms(-3) == "0.0s"
     until = Budget.until(100.0, 200.0)
     assert until.start == 100.0 and until.deadline(10) == 190.0
 
@@ -331,6 +332,10 @@ def _wrong_calls():
         (lambda: Budget(10, -math.inf), ValueError, "margin=-inf"),
         (lambda: pricing.hms(-5), ValueError, "s=-5"),
         (lambda: pricing.hms(nan), ValueError, "s=nan"),
+        (lambda: hms(nan), ValueError, "seconds=nan"),
+        (lambda: hms("x"), ValueError, "seconds='x'"),
+        (lambda: Budget(10, 1).deadline(nan), ValueError, "reserve=nan"),
+        (lambda: Budget(10, 1).deadline(-1), ValueError, "reserve=-1"),
         (lambda: pricing.prediction_steps(c, -3), ValueError, "halt_max_steps=-3"),
         (lambda: pricing.finetune_seconds(-3, "all", 0.5, 10, 0.1, 0.1), ValueError, "tasks=-3"),
         (lambda: pricing.finetune_seconds(3, "all", 2.0, 10, 0.1, 0.1), ValueError, "embeddings_fraction=2.0"),
@@ -345,12 +350,13 @@ def _wrong_calls():
     ]
 
 
-@pytest.mark.parametrize("case", range(25))
+@pytest.mark.parametrize("case", range(29))
 def test_the_plan_helpers_name_a_wrong_argument(case):
     """A dict as cfg, None as units and 5 as notes were AttributeErrors and TypeErrors past make_plan's promise;
     no task left divided by zero, a NaN deadline or overhead gave NaN deadlines, a margin of -inf showed a 10 s
     budget as "no limit", hms(-5) was -1h59m55s, a negative count priced negative seconds, and a NaN time left
-    gave the longest timing cap."""
+    gave the longest timing cap; the phase log's hms(nan) said "no limit", hms('x') was a bare TypeError, and a NaN
+    reserve a NaN deadline."""
     import re
 
     call, kind, said = _wrong_calls()[case]

@@ -67,11 +67,15 @@ MAX_WORKER = 4095  # a worker's number (the settings start at most 1024 workers)
 T = TypeVar("T")
 
 
-def hms(seconds: float) -> str:
-    """12h03m05s / 3m05s / 5.2s."""
-    if not math.isfinite(seconds):
+def hms(seconds: float | None) -> str:
+    """12h03m05s / 3m05s / 5.2s; "no limit" for None or +inf (`Budget.left()` without one), 0.0s below zero (a
+    deadline passed). The phase log's form; `pricing.hms` is a table column's. NaN, which was "no limit", and
+    what is no number are a ValueError naming `seconds`."""
+    if isinstance(seconds, float) and seconds == math.inf:
         return "no limit"
-    s = max(0.0, seconds)
+    if (s := seconds_argument("seconds", seconds)) is None:
+        return "no limit"
+    s = max(0.0, s)
     if s < 60:
         return f"{s:.1f}s"
     h, m = int(s // 3600), int(s % 3600 // 60)
@@ -106,6 +110,8 @@ class Budget:
         return float("inf") if self.end is None else self.end - time.monotonic()
 
     def deadline(self, reserve: float = 0.0) -> float | None:
+        """The end less `reserve` seconds (from 0, checked as the margin is: NaN was a NaN deadline); None: no limit."""
+        reserve = number_argument("reserve", reserve, 0.0, MAX_RATE_S)
         return None if self.end is None else self.end - reserve
 
     def line(self, phase: str, detail: str = "") -> str:
