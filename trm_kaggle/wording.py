@@ -5,18 +5,29 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import numbers
 import sys
 from typing import Callable
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
-    """`n` and the noun, singular for exactly one (`plural` where adding an "s" is wrong); thousands separated."""
+    """`n` and the noun, singular for exactly one (`plural` where adding an "s" is wrong); thousands separated.
+    A count that is no number (the text '3': format's "Cannot specify ','") is a TypeError naming `n`, a NaN or an
+    infinity ("nan steps") a ValueError."""
+    if not isinstance(n, numbers.Real):
+        raise TypeError(f"n={clipped(n, 40)}: expected a number to count, got {type_name(n)}")
+    if not math.isfinite(n):
+        raise ValueError(f"n={n!r}: expected a finite number to count")
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def shown(name: str, limit: int = 60) -> str:
     """A name read from a file (a task id) as one line may show it: control characters escaped (an escape
-    sequence would colour the terminal, a newline split a table row) and a long one cut with "...". """
+    sequence would colour the terminal, a newline split a table row) and a long one cut with "...". A name that
+    is no text (5: "'int' object is not subscriptable") is a TypeError naming `name`."""
+    if not isinstance(name, str):
+        raise TypeError(f"name={clipped(name, 40)}: expected a text to show, got {type_name(name)}")
     text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name[:limit + 1])
     return text if len(name) <= limit and len(text) <= limit else text[:limit - 3] + "..."
 
