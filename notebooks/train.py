@@ -78,7 +78,8 @@ print(dump_config(cfg))
 # under way ends, its train state is saved, and the cell ends with `TrainingInterrupted` naming the state; running
 # the notebook again resumes from it. A second interrupt stops at once, without saving. A stop signal to papermill
 # ends papermill alone (the kernel runs in a session of its own); the kernel takes papermill's end as that SIGTERM:
-# it saves, says the `TrainingInterrupted` line on its own stderr (papermill's log) and exits.
+# it saves, says the `TrainingInterrupted` line on its own stderr (papermill's log) and exits. Ctrl-C to papermill
+# interrupts the kernel: it saves and says the same line there, before papermill's own "Aborted!".
 
 # %%
 stop_when_the_runner_exits()  # the runner's end stops the training as a SIGTERM does (it would end the kernel)

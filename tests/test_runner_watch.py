@@ -3,6 +3,8 @@ stops papermill running the train notebook)."""
 
 from __future__ import annotations
 
+import errno
+import logging
 import threading
 
 import pytest
@@ -31,3 +33,49 @@ def test_a_poll_period_in_range_starts_one_watch(monkeypatch):
     monkeypatch.setattr(poller, "os", poller.os)  # the call replaces it: put back after the test
     assert RW.stop_when_the_runner_exits(0.5) is True
     assert len(started) == 1 and isinstance(started[0], threading.Thread) and started[0].name == "trm-runner-watch"
+
+
+class _Alive:
+    def is_alive(self) -> bool:
+        return True
+
+
+def test_a_stop_under_a_watched_runner_is_said_on_the_kernels_own_stderr(monkeypatch):
+    """The reproducer: papermill's Ctrl-C interrupts the kernel, whose TrainingInterrupted line (the state it saved)
+    reached the executed notebook alone; the terminal showed ipykernel's ZMQError traceback and papermill's
+    "Aborted!". The line is said on the kernel's stderr (the runner's terminal), and the traceback of the reply to
+    the closed sockets is dropped from the kernel's log."""
+    said = []
+    monkeypatch.setattr(RW, "_say", said.append)
+    monkeypatch.setattr(RW, "_watches", {4242: _Alive()})
+    log = logging.getLogger("trm-test-kernel")
+    monkeypatch.setattr(RW, "_quiet_replies_to_no_one", lambda: log.addFilter(RW._RepliesToNoOne()))
+    with pytest.raises(KeyboardInterrupt):
+        with RW.training():
+            with RW.training():  # the outermost block says it, once
+                raise KeyboardInterrupt("stopped by SIGINT at step 4: train state saved to run/state.pt")
+    assert said == ["KeyboardInterrupt: stopped by SIGINT at step 4: train state saved to run/state.pt"]
+
+    class ZMQError(Exception):  # zmq's, as ipykernel logs it: by its name and errno
+        errno = errno.ENOTSOCK
+
+    def record(e: BaseException) -> logging.LogRecord:
+        return log.makeRecord(log.name, logging.ERROR, __file__, 1, "Exception in message handler:", (),
+                              (type(e), e, None))
+
+    assert not log.filter(record(ZMQError("Socket operation on non-socket")))
+    assert log.filter(record(ValueError("another error"))) and log.filter(log.makeRecord(
+        log.name, logging.ERROR, __file__, 1, "no exception", (), None))
+    for f in list(log.filters):
+        log.removeFilter(f)
+
+
+def test_an_error_is_said_only_once_the_runner_is_gone(monkeypatch):
+    """Not a stop (a ValueError), with the runner still there: the cell's error says it, the kernel's stderr not."""
+    said = []
+    monkeypatch.setattr(RW, "_say", said.append)
+    monkeypatch.setattr(RW, "_watches", {4242: _Alive()})
+    with pytest.raises(ValueError):
+        with RW.training():
+            raise ValueError("bad")
+    assert said == []

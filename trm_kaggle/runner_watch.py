@@ -6,13 +6,16 @@ reaches the kernel, and ipykernel's parent poller would then end the kernel at o
 steps since its last save lost without a word. `stop_when_the_runner_exits` turns the runner's end into one SIGTERM to
 the kernel, which a training run with `signals=True` (or a Kaggle session) takes as its stop: it saves its state.
 `training()` marks the work the kernel waits for (at most `RUNNER_GRACE_S`) before it exits, and says how that work
-ended on the kernel's own stderr, the one reader left once the runner is gone. Standard library only (and
+ended on the kernel's own stderr, the one reader left once the runner is gone (or shutting the kernel down: its
+Ctrl-C). Standard library only (and
 `wording`; `config` when watching starts): the train notebook and the Kaggle session both use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import signal
 import sys
@@ -36,18 +39,44 @@ def training() -> Iterator[None]:
     """While this block runs (a training, a Kaggle session), a kernel whose runner is gone waits for it to end,
     within `RUNNER_GRACE_S`, instead of exiting at once; an exception that ends it once the runner is gone (the
     training's `TrainingInterrupted`, naming the state it saved) is said on the kernel's own stderr, since the
-    cell's output goes to the runner."""
+    cell's output goes to the runner. So is a stop (a KeyboardInterrupt) under a watched runner: papermill's
+    Ctrl-C interrupts the kernel and ends it, and the cell's error reached the executed notebook alone."""
     with _at_work_counted:
         _at_work[0] += 1
     try:
         yield
     except BaseException as e:
-        if _runner_gone.is_set() and _at_work[0] == 1:  # the outermost block says it, once
+        stopped = isinstance(e, KeyboardInterrupt) and any(w.is_alive() for w in list(_watches.values()))
+        if (_runner_gone.is_set() or stopped) and _at_work[0] == 1:  # the outermost block says it, once
             _say(f"{type(e).__name__}: {e}")
+            _quiet_replies_to_no_one()
         raise
     finally:
         with _at_work_counted:
             _at_work[0] -= 1
+
+
+class _RepliesToNoOne(logging.Filter):
+    """Drops ipykernel's traceback of a message sent on a socket already closed (ZMQError ENOTSOCK): papermill's
+    Ctrl-C interrupts the kernel and shuts it down at once, its sockets closed while the stopped cell's reply is
+    sent; its runner reads nothing more, and the traceback on the terminal hid the line that says the state was
+    saved."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        e = record.exc_info[1] if record.exc_info else None
+        return not (type(e).__name__ == "ZMQError" and getattr(e, "errno", None) == errno.ENOTSOCK)
+
+
+def _quiet_replies_to_no_one() -> None:
+    """`_RepliesToNoOne` on this kernel's log (ipykernel's), once a stop has been said: nothing outside a kernel."""
+    try:
+        from IPython import get_ipython
+
+        log = getattr(getattr(get_ipython(), "kernel", None), "log", None)
+    except ImportError:
+        return
+    if isinstance(log, logging.Logger) and not any(isinstance(f, _RepliesToNoOne) for f in log.filters):
+        log.addFilter(_RepliesToNoOne())
 
 
 def _working() -> bool:
