@@ -512,3 +512,15 @@ def test_an_export_older_than_an_arch_field_is_read_with_that_field_s_default(tm
 
     shipped = json.loads((Path(__file__).parents[1] / "weights/arc2-cpu-tiny/config.json").read_text())["arch"]
     assert set(ArchConfig.model_fields) - set(shipped) <= set(LATER_ARCH_FIELDS)
+
+
+def test_the_exported_line_escapes_the_folder_typed_and_the_source_config_json_names(tmp_path):
+    """`exported octl<ESC>[31mX<BEL>: ...` reached the terminal raw, while the error lines escape the same path."""
+    from trm_kaggle.cli.train import _exported_line
+
+    out = tmp_path / "e\x1b[31mX\x07"
+    export_inference(out, model_with_table(), arch=ARCH, seq_len=8, vocab_size=5,
+                     info={"source": "run\x1b[2J/state", "step": 3})
+    line = _exported_line(out, 0.5)
+    assert "e\\x1b[31mX\\x07: step 3 of run\\x1b[2J/state, " in line
+    assert not any(c in line for c in "\x1b\x07\n")

@@ -9,6 +9,7 @@ import sys
 import warnings
 
 import pytest
+import torch
 
 from trm_kaggle.errors import DamagedFile
 from trm_kaggle.model import load_weights_only
@@ -52,4 +53,46 @@ def test_a_foreign_file_given_as_a_state_gets_no_advice_to_unpickle_it(tmp_path)
     path.write_text('{"a JSON file": 1}')  # `export run/config.json`
     with pytest.raises(DamagedFile) as e:
         load_train_state(path)
+    assert "weights_only" not in str(e.value) and str(e.value).endswith("not a readable train state: it is a text file")
+    path.write_bytes(b"\x00\x01binary")  # bytes that tell nothing: torch's first sentence alone
+    with pytest.raises(DamagedFile) as e:
+        load_train_state(path)
     assert "weights_only" not in str(e.value) and "UnpicklingError: Weights only load failed" in str(e.value)
+
+
+@pytest.mark.parametrize("content, said", [
+    (b"hello world\n", "it is a text file"),
+    (b"{}\n", "it is a text file"),
+    (b"", "it is an empty file"),
+    (b"\x93NUMPY\x01\x00", "it is a numpy .npy array"),
+])
+def test_a_file_torch_cannot_load_is_said_as_what_it_is(tmp_path, content, said):
+    """A text file was "KeyError: 101" (torch's pickle reading its first byte); what the bytes are is said instead."""
+    from trm_kaggle.model.upstream import read_checkpoint
+    from trm_kaggle.train.checkpoint import read_torch_file
+
+    (tmp_path / "f").write_bytes(content)
+    with pytest.raises(DamagedFile, match=f"f: not a readable PyTorch checkpoint: {said}$"):
+        read_checkpoint(tmp_path / "f")
+    with pytest.raises(DamagedFile, match=f"f: not a readable train state: {said}$"):
+        read_torch_file(tmp_path / "f")
+
+
+def test_an_exports_weights_given_as_a_checkpoint_are_said_to_be_an_export(tmp_path, capsys):
+    """`import-upstream exp/weights.safetensors` was "UnpicklingError: Weights only load failed"; a safetensors file
+    in no export is said as one."""
+    from safetensors.torch import save_file
+
+    from trm_kaggle.cli import main
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    save_file({"a": torch.zeros(2)}, str(exp / "weights.safetensors"))
+    (exp / "config.json").write_text("{}")
+    save_file({"a": torch.zeros(2)}, str(tmp_path / "w.safetensors"))
+    assert main(["import-upstream", str(exp / "weights.safetensors"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"it is the weights.safetensors of the export {exp}, an export already" in err
+    assert main(["import-upstream", str(tmp_path / "w.safetensors"), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.endswith("not a readable PyTorch checkpoint: it is a safetensors file\n")
+    assert not (tmp_path / "o").exists()

@@ -502,3 +502,59 @@ def test_import_upstream_tells_the_files_kind_before_asking_for_its_config(tmp_p
                            f"'{state}' --out DIR` makes an export\n")
     assert said[log].startswith(f"error: {log}: not a readable PyTorch checkpoint") and "all_config" not in said[log]
     assert said[tmp_path / "step_10"].startswith(f"error: {tmp_path / 'all_config.yaml'}: run config not found")
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_a_float8_checkpoint_is_refused_naming_the_tensor(tmp_path, capsys, dtype):
+    """A float8 step file was imported (and taken by `train load_checkpoint=`) without a word: cast to float32
+    without the scales its quantisation needs. import-upstream and load_checkpoint share the one tensor check."""
+    from trm_kaggle.model.upstream import load_upstream_checkpoint
+
+    step = upstream_run(tmp_path, lambda sd: {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()})
+    err = refused_import(tmp_path, capsys, step)
+    assert f"is {dtype}; upstream's weights are float32, bfloat16 or float16" in err
+    with pytest.raises(TRMError, match=f"step_1: entry .* is {dtype}"):
+        load_upstream_checkpoint(TinyRecursiveModel(ArchConfig(**SMALL), 16, 6, 1), step)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_the_float_types_upstream_writes_are_still_imported(tmp_path, dtype):
+    from trm_kaggle.model import import_upstream
+
+    step = upstream_run(tmp_path, lambda sd: {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()})
+    import_upstream(step, tmp_path / "out", seq_len=16)
+    assert (tmp_path / "out" / "weights.safetensors").is_file()
+
+
+def test_arch_fields_missing_from_all_config_yaml_are_said_taken_from_the_defaults(tmp_path, caplog):
+    """An all_config.yaml without num_heads and L_cycles was imported with the package's 8 and 6 (the run's were 2
+    and 2, which no tensor shows) without a word."""
+    import yaml
+
+    from trm_kaggle.model import import_upstream
+
+    step = upstream_run(tmp_path, lambda sd: sd)
+    cfg = yaml.safe_load((step.parent / "all_config.yaml").read_text())
+    del cfg["arch"]["num_heads"], cfg["arch"]["L_cycles"]
+    (step.parent / "all_config.yaml").write_text(yaml.safe_dump(cfg))
+    with caplog.at_level("WARNING"):
+        import_upstream(step, tmp_path / "out", seq_len=16)
+    said = [r.getMessage() for r in caplog.records if "defaults" in r.getMessage()]
+    assert len(said) == 1 and "all_config.yaml: its arch section lacks num_heads, L_cycles" in said[0], said
+    assert "(num_heads=8, L_cycles=6)" in said[0]
+    caplog.clear()
+    (tmp_path / "whole").mkdir()
+    with caplog.at_level("WARNING"):  # a whole arch section: nothing to say
+        import_upstream(upstream_run(tmp_path / "whole", lambda sd: sd), tmp_path / "out2", seq_len=16)
+    assert "defaults" not in caplog.text
+
+
+def test_import_upstream_s_success_line_escapes_the_paths_typed(tmp_path, capsys, monkeypatch):
+    """`imported octl<ESC>[31mX<BEL>: ...` reached the terminal raw, while the error lines escape the same path."""
+    from trm_kaggle.cli import main
+
+    step = upstream_run(tmp_path, lambda sd: sd)
+    monkeypatch.chdir(tmp_path)
+    assert main(["import-upstream", str(step), "--out", "o\x1b[31mX\x07", "--seq-len", "16"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("imported o\\x1b[31mX\\x07: ") and "\x1b" not in out and "\x07" not in out

@@ -12,6 +12,7 @@ from typing import Any
 from trm_kaggle.cli.common import command_parser, common_flags, say_defaults
 from trm_kaggle.config import MAX_GRID_CELLS, bounded_number
 from trm_kaggle.errors import TRMError
+from trm_kaggle.wording import one_line
 
 
 def add_train(sub) -> None:
@@ -174,7 +175,8 @@ def _exported_line(export_dir, seconds: float, verb: str = "exported") -> str:
     info = config.get("info") or {}
     source = f"step {info['step']} of {info['source']}, " if "step" in info and "source" in info else ""
     kept = " (the export keeps only its mean row)" if config.get("puzzle_embedding") == "mean" else ""
-    return f"{verb} {export_dir}: {source}{export_parameter_count(config)}{kept} in {seconds:.1f} s"
+    # escaped as the error lines are: the folder is as typed, its source as config.json says it
+    return one_line(f"{verb} {export_dir}: {source}{export_parameter_count(config)}{kept} in {seconds:.1f} s")
 
 
 def add_import_upstream(sub) -> None:
@@ -184,7 +186,7 @@ def add_import_upstream(sub) -> None:
                                    "with step_<N> files and all_config.yaml, or one step_<N> file); a plain "
                                    "owner/repo[...] is read as one only when no local path of that name exists. "
                                    "Hub downloads need: pip install \"trm_kaggle[hub]\".")
-    p.add_argument("checkpoint", help="upstream step_<N> file (with or without _orig_mod. prefix, bf16 or fp32), or "
+    p.add_argument("checkpoint", help="upstream step_<N> file (with or without _orig_mod. prefix; bf16, fp16 or fp32), or "
                                       "hf://owner/repo[@revision][/path]")
     p.add_argument("--config", default=None, help="the run's all_config.yaml (default: beside the checkpoint)")
     p.add_argument("--out", required=True, help="export directory to create")
@@ -217,10 +219,10 @@ def cmd_import_upstream(args: argparse.Namespace) -> int:
     t = time.perf_counter()
     model = import_upstream(args.checkpoint, args.out, config=args.config, seq_len=args.seq_len,
                             mean_embedding=args.mean_embedding, contents=_upstream_contents(args.checkpoint))
-    print(f"imported {args.out}: {args.checkpoint}, {model.parameter_count()}"
-          + (" (the export keeps only its mean row)" if args.mean_embedding else "")
-          + f", sequence length {model.seq_len}"  # a length guessed wrong is found only at evaluate: said here
-          + ("" if args.seq_len is not None else " (from the run's dataset, else its vocabulary's task; --seq-len "
-                                                 "sets it)")
-          + f" in {time.perf_counter() - t:.1f} s")
+    print(one_line(f"imported {args.out}: {args.checkpoint}, {model.parameter_count()}"  # paths as typed, escaped
+                   + (" (the export keeps only its mean row)" if args.mean_embedding else "")
+                   + f", sequence length {model.seq_len}"  # a length guessed wrong is found only at evaluate
+                   + ("" if args.seq_len is not None else " (from the run's dataset, else its vocabulary's task; "
+                                                          "--seq-len sets it)")
+                   + f" in {time.perf_counter() - t:.1f} s"))
     return 0

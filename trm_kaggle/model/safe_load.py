@@ -7,16 +7,70 @@ the warning, with its source line from torch's site-packages, would only make th
 
 from __future__ import annotations
 
+import codecs
+import os
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import torch
 
+from trm_kaggle.errors import DamagedFile
+from trm_kaggle.jsonio import read_failure
 
-def load_weights_only(source: Any, *, mmap: bool = False) -> Any:
-    """`torch.load(source)` on the CPU with `weights_only=True` (`mmap` for a path), torch's warnings silenced."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if mmap:
-            return torch.load(source, map_location="cpu", weights_only=True, mmap=True)
-        return torch.load(source, map_location="cpu", weights_only=True)
+
+def load_weights_only(source: Any, *, mmap: bool = False, path: str | os.PathLike | None = None, what: str = "",
+                      said: str = "", guess: str = "") -> Any:
+    """`torch.load(source)` on the CPU with `weights_only=True` (`mmap` for a path), torch's warnings silenced.
+    With `path` (`source` the file open from it, `what` it is called in errors), a file torch cannot load is one
+    line: `read_failure`'s for a failing read, else `torch_file_failure`'s (`said` and `guess`)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if mmap:
+                return torch.load(source, map_location="cpu", weights_only=True, mmap=True)
+            return torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated zip, foreign pickle, text, ...; a failing disk is no damage (`read_failure`)
+        if path is None:
+            raise
+        raise read_failure(e, path, what) or torch_file_failure(e, source, path, said, guess) from None
+
+
+def torch_file_failure(err: Exception, f: IO[bytes], path: str | os.PathLike, said: str, guess: str
+                       ) -> DamagedFile:
+    """The one line for `path` (open as `f`), which torch could not load: `said` (what it is not), then what its
+    bytes show it is where they tell (an export's weights.safetensors was torch's "Weights only load failed", a
+    text file "KeyError: 101"), else `guess` and torch's first sentence (the rest advises weights_only=False,
+    which would run a pickle's code)."""
+    kind = _foreign_kind(f)
+    if kind is None:
+        detail = (str(err).strip().splitlines() or [""])[0].split(". ")[0][:200]
+        return DamagedFile(f"{path}: {said} ({guess}): {type(err).__name__}: {detail}")
+    if kind == "a safetensors file" and Path(path).name == "weights.safetensors" \
+            and (Path(path).parent / "config.json").is_file():
+        kind = (f"the weights.safetensors of the export {Path(path).parent}, an export already: name that folder "
+                "where weights are read (evaluate --weights, submit, train load_checkpoint=), no import needed")
+    return DamagedFile(f"{path}: {said}: it is {kind}")
+
+
+def _foreign_kind(f: IO[bytes]) -> str | None:
+    """What a file torch could not load is, told by its first bytes, or None: a safetensors file (the 8-byte length
+    of a JSON header that fits in the file), a numpy array, an empty file, or text (UTF-8, no control bytes)."""
+    try:
+        f.seek(0)
+        head, size = f.read(4096), os.fstat(f.fileno()).st_size
+    except (OSError, ValueError):
+        return None
+    if not head:
+        return "an empty file"
+    if len(head) >= 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") <= size - 8:
+        return "a safetensors file"
+    if head.startswith(b"\x93NUMPY"):
+        return "a numpy .npy array"
+    try:  # an incremental decoder: a character cut at the block's end is no error
+        text = codecs.getincrementaldecoder("utf-8")().decode(head)
+    except UnicodeDecodeError:
+        return None
+    if all(c.isprintable() or c in "\t\n\r\f" for c in text.removeprefix("\ufeff")):
+        return "a text file"
+    return None

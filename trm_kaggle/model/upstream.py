@@ -18,6 +18,7 @@ a checkpoint and its config into one of our exports (`trm_kaggle.model.export`).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -29,8 +30,8 @@ from pydantic import ValidationError
 from trm_kaggle.config import (MAX_GRID_CELLS, MAX_PUZZLE_IDENTIFIERS, ArchConfig, path_argument, validation_line,
                                whole_argument)
 from trm_kaggle.data import load_metadata
-from trm_kaggle.errors import DamagedFile, TRMError
-from trm_kaggle.jsonio import open_regular, read_failure, readable_file
+from trm_kaggle.errors import TRMError
+from trm_kaggle.jsonio import open_regular, readable_file
 from trm_kaggle.model.export import (PUZZLE_EMB_KEY, count_bounds, export_inference, fit_state_dict,
                                      resize_puzzle_embedding, weights_problem)
 from trm_kaggle.model.finite import check_finite, first_nonfinite, no_plain_data
@@ -39,6 +40,8 @@ from trm_kaggle.model.safe_load import load_weights_only
 from trm_kaggle.model.trm import TinyRecursiveModel
 from trm_kaggle.wording import clipped
 from trm_kaggle.yamlio import read_yaml
+
+log = logging.getLogger(__name__)
 
 COMPILE_PREFIX = "_orig_mod."
 UPSTREAM_PREFIX = "model.inner."
@@ -117,6 +120,10 @@ def _renamed(state: Mapping[str, Any], source: str) -> Dict[str, torch.Tensor]:
     return out
 
 
+#: The floating dtypes a checkpoint's weights are read in (each cast to float32 exactly, float64 within its range).
+_READ_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
 def _check_tensor(value: torch.Tensor, name: str, key: Any, source: str) -> None:
     """One line for a tensor that cannot be upstream's weight `name` (our name; `key` as the file says it): meta,
     sparse, nested or quantized (no plain data: torch's copy failed with a traceback, as the train-state reader
@@ -125,6 +132,9 @@ def _check_tensor(value: torch.Tensor, name: str, key: Any, source: str) -> None
     if kind := no_plain_data(value):
         raise TRMError(f"{source}: not a usable checkpoint: entry {key!r} holds a {kind} tensor (no plain data to "
                        "load)")
+    if value.is_floating_point() and value.dtype not in _READ_DTYPES:  # float8 was cast without its scales, unsaid
+        raise TRMError(f"{source}: entry {key!r} is {value.dtype}; upstream's weights are float32, bfloat16 or "
+                       "float16 (float64 is read too): a float8 tensor keeps no scale here to undo its quantisation")
     ndim = 1 if name in _VECTORS else 2
     if value.ndim != ndim:
         raise TRMError(f"{source}: entry {key!r} has {value.ndim} dimensions {tuple(value.shape)}; the model's "
@@ -176,14 +186,8 @@ def read_checkpoint(path: Union[str, os.PathLike]) -> Dict[str, torch.Tensor]:
     """Raw tensors of a torch checkpoint file, loaded safely (weights_only) on the CPU."""
     path = os.fspath(path)
     with open_regular(path, "checkpoint file") as f:  # a FIFO never blocks; a missing permission is said as such
-        try:
-            state = load_weights_only(f)
-        except Exception as err:  # noqa: BLE001 - truncated zip, pickle of foreign objects, text file, ...
-            detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            detail = detail.split(". ")[0][:160]
-            raise read_failure(err, path, "checkpoint file") or DamagedFile(
-                f"{path}: not a readable PyTorch checkpoint (truncated or foreign file?): "
-                f"{type(err).__name__}: {detail}") from None
+        state = load_weights_only(f, path=path, what="checkpoint file", said="not a readable PyTorch checkpoint",
+                                  guess="truncated or foreign file?")
     if not isinstance(state, Mapping):
         raise TRMError(f"{path}: expected a state dict, found a {type(state).__name__}")
     return dict(state)
@@ -296,6 +300,10 @@ def _as_float32(tensors: Mapping[str, torch.Tensor], ckpt_path: Path) -> Dict[st
     return cast
 
 
+#: Arch fields upstream's model config requires and no tensor's shape shows (heads, cycles, ACT steps, position
+#: encoding): missing from all_config.yaml, ours are the package's defaults, which may not be the run's.
+UNSHOWN_ARCH_FIELDS = ("num_heads", "H_cycles", "L_cycles", "halt_max_steps", "pos_encodings")
+
 # Sequence length of upstream's datasets by vocabulary size, when the run's dataset is not at hand.
 DEFAULT_SEQ_LEN = {12: 900, 11: 81, 6: 900}  # ARC, Sudoku-Extreme, Maze-Hard
 
@@ -330,6 +338,7 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
         config_file = config_file / "all_config.yaml"
     run_cfg = read_all_config(config_file)
     arch = arch_config_from_upstream_yaml(run_cfg, where=str(config_file))
+    defaulted = [k for k in UNSHOWN_ARCH_FIELDS if k not in run_cfg.get("arch", run_cfg)]
     vocab = _vocabulary(tensors, str(ckpt_path))
     num_ids = tensors[PUZZLE_EMB_KEY].shape[0] if PUZZLE_EMB_KEY in tensors else 1
     data_paths = run_cfg.get("data_paths") or []
@@ -358,4 +367,8 @@ def import_upstream(checkpoint: Union[str, os.PathLike], out: Union[str, os.Path
     export_inference(out, model, arch=arch, seq_len=seq_len, vocab_size=vocab, mean_embedding=mean_embedding,
                      info={"source": str(hub_source or ckpt_path), "imported_from": "upstream",
                            **({"hub_commit": snapshot_commit(ckpt_path)} if hub_source else {})})
+    if defaulted:  # said once the export is written: a refusal stays one line
+        log.warning("%s: its arch section lacks %s, which no tensor shows: the package's defaults were taken (%s); "
+                    "upstream's all_config.yaml records them: check they are the run's", config_file,
+                    ", ".join(defaulted), ", ".join(f"{k}={getattr(arch, k)}" for k in defaulted))
     return model

@@ -39,7 +39,7 @@ from trm_kaggle.atomic import atomic_write, atomic_write_json
 from trm_kaggle.config import TrainConfig, flag_argument, path_argument, validation_line
 from trm_kaggle.data import DatasetMetadata, contents_hash
 from trm_kaggle.errors import DamagedFile, TRMError, UnreadableFile, os_error_line
-from trm_kaggle.jsonio import (directory_problem, is_regular, open_regular, parse_json, read_failure, read_json,
+from trm_kaggle.jsonio import (directory_problem, is_regular, open_regular, parse_json, read_json,
                                readable_file)
 from trm_kaggle.model import (DTYPES, NonFiniteTraining, content_digest, export_inference, first_nonfinite,
                               load_weights_only, model_from_train_state)
@@ -321,16 +321,10 @@ def read_torch_file(path: Path, what: str = "train state") -> Any:
     """What the torch file `path` holds, loaded weights_only (no pickle's code runs). `UnreadableFile` when it
     cannot be read, `DamagedFile` when its bytes are no torch file's (said as a train state's, or for another
     `what` as any PyTorch checkpoint's)."""
+    said, guess = (("not a readable train state", "truncated or not written by trm-kaggle?") if what == "train state"
+                   else ("not a readable PyTorch checkpoint", "truncated or foreign file?"))
     with open_regular(path, what) as f:  # a FIFO never blocks, a missing permission is not damage
-        try:
-            return load_weights_only(f)
-        except Exception as e:  # truncated zip, foreign pickle, ...; a failing disk is no damage: `read_failure`
-            # torch's first sentence only: the rest advises weights_only=False, which would run a pickle's code
-            detail = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:200]
-            said = ("not a readable train state (truncated or not written by trm-kaggle?)" if what == "train state"
-                    else "not a readable PyTorch checkpoint (truncated or foreign file?)")
-            raise read_failure(e, path, what) or DamagedFile(
-                f"{path}: {said}: {type(e).__name__}: {detail}") from None
+        return load_weights_only(f, path=path, what=what, said=said, guess=guess)
 
 
 def holds_train_state(loaded: Any) -> bool:
