@@ -340,6 +340,31 @@ def test_out_inside_the_notebooks_folder_is_refused(suite, capsys):
     assert rc == 2 and "is inside" in stderr
 
 
+def test_an_update_of_a_read_only_baselines_file_is_refused_before_any_notebook(suite, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """It ran every notebook first, then was refused, leaving --out holding only executed/."""
+    monkeypatch.setattr(G, "_run_all", lambda *a: pytest.fail("a notebook ran"))
+    (suite / "baselines.json").chmod(0o444)
+    access = os.access  # read-only to root as well
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if os.fspath(path).endswith("baselines.json")
+                        else access(path, mode, **kw))
+    rc, _, stderr = regress(capsys, suite, tmp_path / "out", "--update-baselines")
+    assert rc == 2 and stderr.count("\n") == 1 and "baselines.json is read-only" in stderr, stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_in_a_training_run_folder_is_refused(suite, tmp_path, capsys, monkeypatch):
+    """`regress --out RUN` wrote its report, history and executed notebooks among a run's states."""
+    monkeypatch.setattr(G, "_run_all", lambda *a: pytest.fail("a notebook ran"))
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / "state_step00000002.pt").write_bytes(b"state")
+    for out in (run, run / "regression"):
+        rc, _, stderr = regress(capsys, suite, out)
+        assert rc == 2 and stderr.count("\n") == 1 and "a training run folder" in stderr, stderr
+    assert [p.name for p in run.iterdir()] == ["state_step00000002.pt"]
+
+
 def test_the_commit_is_marked_dirty_by_changes_other_than_baselines_and_golden_files(tmp_path):
     repo, plain = tmp_path / "repo", tmp_path / "plain"
     plain.mkdir()

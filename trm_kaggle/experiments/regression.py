@@ -69,7 +69,7 @@ from trm_kaggle.experiments.recorded import Recorded, finite_number, read_record
 from trm_kaggle.jsonio import read_json, read_json_lines
 from trm_kaggle.locks import directory_lock
 from trm_kaggle.names import file_in
-from trm_kaggle.outputs import Input, Output, check_kept, writable_problem
+from trm_kaggle.outputs import Input, Output, check_kept, is_run_folder, kept_by_problem, writable_problem
 from trm_kaggle.wording import count, one_line, shown
 
 BASELINES = "baselines.json"
@@ -605,6 +605,11 @@ def regress(names: Sequence[str] = (), out: str | os.PathLike = "runs/regression
     for output in [*regress_outputs(out, "out"), *(Output(Path(out) / n, f"{n}/", "folder") for n in OUT_FOLDERS)]:
         if problem := writable_problem(output):
             raise TRMError(problem)
+    # a training run's folder, or a folder inside one: the report, history and executed notebooks would mix with the
+    # run's states (as `launch --out` there is refused)
+    if problem := kept_by_problem(out, "--out", is_run_folder, "a training run folder", "run.json or a train state",
+                                  "run's"):
+        raise TRMError(problem)
     out = Path(out)
     if not notebook_dir.is_dir():
         what = "a file, not a folder" if notebook_dir.exists() else "no such folder"
@@ -718,6 +723,12 @@ def _regress(names: Sequence[str], out: Path, update: bool, notebook_dir: Path, 
     baselines = load_baselines(baselines_path)
     chosen = _check_request(names, notebook_dir, baselines, baselines_path, update)
     commit = git_commit(notebook_dir)
+    if update:  # what the update replaces at its end, checked before any notebook runs (not after, --out holding
+        # only executed/): baselines.json and the golden folder, each with the folder its atomic replace writes in
+        for output in (Output(baselines_path, "regression file", "file"), Output(notebook_dir / GOLDEN, "golden/",
+                                                                               "folder")):
+            if problem := writable_problem(output):
+                raise TRMError(problem)
     if update and commit.endswith("+dirty"):
         warn(f"warning: the checkout has uncommitted changes: the baselines record {commit}; commit the code "
              "first so that the commit names what produced them")
