@@ -268,17 +268,20 @@ def check_report_dir(out_dir: str | os.PathLike, weights: dict[str, str]) -> Non
                        f"report of {weights['path']}, or remove that one")
 
 
-def checked_report_dir(out_dir: str | os.PathLike, weights: str | os.PathLike, what: str) -> tuple[dict[str, str], Found]:
+def checked_report_dir(out_dir: str | os.PathLike, weights: str | os.PathLike, what: str | None = None
+                       ) -> tuple[dict[str, str], Found]:
     """(`weights_record(weights)`, `found_at(out_dir)`), for `write_report`'s `weights` and `found`, once `out_dir`
-    is known to take the report, before any inference (as `evaluate_export` checks it): a folder holding the report
-    of other weights, or one that is no report of ours, is a TRMError naming `what` (the evaluate notebook's
-    REPORT_DIR: it was refused by `write_report`, once the whole evaluation had run)."""
+    is known to take the report, before any inference (`evaluate_export` and the evaluate notebook): a folder
+    holding the report of other weights, or one that is no report of ours, is a TRMError, its words led by `what`
+    where given (the notebook's REPORT_DIR: it was refused by `write_report`, once the whole evaluation had run)."""
     found, record = found_at(out_dir), weights_record(weights)
     try:
         check_report_dir(out_dir, record)
     except TRMError as e:
+        if what is None:
+            raise
         raise TRMError(f"{what} {e}") from None
-    if problem := replace_problem(out_dir, REPORT_KIND, what):
+    if problem := replace_problem(out_dir, REPORT_KIND, *([what] if what else [])):
         raise TRMError(problem)
     return record, found
 

@@ -17,16 +17,15 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from trm_kaggle.atomic import RewrittenFile, found_at, replace_problem, taken_problem
+from trm_kaggle.atomic import RewrittenFile, taken_problem
 from trm_kaggle.config import MAX_SEED, EvaluateConfig, whole_argument
 from trm_kaggle.data import contents_hash, load_metadata, load_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.evaluate.dataset import format_dataset_metrics, is_arc_dataset, score_dataset
 from trm_kaggle.evaluate.pipeline import evaluate, foreign_votes, load_test_set, other_canvas
 from trm_kaggle.evaluate.predict import evaluate_config
-from trm_kaggle.evaluate.report import (MAX_DRAWN, REPORT_KIND, check_report_dir, format_metrics,
-                                        format_task_id_table, tasks_problem, weights_record, write_dataset_report,
-                                        write_report)
+from trm_kaggle.evaluate.report import (MAX_DRAWN, REPORT_KIND, checked_report_dir, format_metrics,
+                                        format_task_id_table, tasks_problem, write_dataset_report, write_report)
 from trm_kaggle.evaluate.vote import VoteTable
 from trm_kaggle.hardware import pick_device
 from trm_kaggle.model import apply_compile, apply_task_ids, load_model_for_dataset
@@ -107,11 +106,9 @@ def evaluate_export(weights: str, data: str, cfg: EvaluateConfig | None = None, 
     extra = {"pooled_evaluations": len(pool_with)} if pool_with else {}
     record = found = None
     if report_dir:  # before any inference: a folder holding the report of other weights is refused
-        found = found_at(report_dir)  # what the report replaces: another one written there meanwhile is kept
-        record = weights_record(weights)
-        check_report_dir(report_dir, record)
-        if problem := replace_problem(report_dir, REPORT_KIND):  # and one that is no report of ours at all
-            raise TRMError(problem)
+        # and one that is no report of ours at all; `found`: what the report replaces (another one written there
+        # meanwhile is kept)
+        record, found = checked_report_dir(report_dir, weights)
     # the votes file, as the report: one another evaluation wrote during this one stands, this one ends in one line
     votes_file = RewrittenFile(save_votes) if save_votes else None
     torch_device = pick_device(cfg.device)
