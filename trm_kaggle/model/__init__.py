@@ -44,6 +44,7 @@ _EXPORTS = {
     "from_upstream_state_dict": "upstream",
     "fused_variant": "fused",
     "import_upstream": "upstream",
+    "begins_as_safetensors": "safe_load",
     "cache_problem": "compiling",
     "load_compile_cache": "compiling",
     "load_inference_model": "export",

@@ -53,6 +53,13 @@ def torch_file_failure(err: Exception, f: IO[bytes], path: str | os.PathLike, sa
     return DamagedFile(f"{path}: {said}: it is {kind}")
 
 
+def begins_as_safetensors(head: bytes, size: int) -> bool:
+    """Whether a file of `size` bytes beginning with `head` begins as a safetensors file does: the 8-byte length of
+    a JSON header that follows it and fits in the file (a torch file begins with a zip's or a pickle's bytes, whose
+    length would pass its end)."""
+    return len(head) >= 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") <= size - 8
+
+
 def _foreign_kind(f: IO[bytes]) -> str | None:
     """What a file torch could not load is, told by its first bytes, or None: a safetensors file (the 8-byte length
     of a JSON header that fits in the file), a numpy array, an empty file, or text (UTF-8, no control bytes)."""
@@ -63,7 +70,7 @@ def _foreign_kind(f: IO[bytes]) -> str | None:
         return None
     if not head:
         return "an empty file"
-    if len(head) >= 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") <= size - 8:
+    if begins_as_safetensors(head, size):
         return "a safetensors file"
     if head.startswith(b"\x93NUMPY"):
         return "a numpy .npy array"

@@ -25,8 +25,9 @@ from trm_kaggle.config import TrainConfig
 from trm_kaggle.data import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import TRMError
 from trm_kaggle.jsonio import open_regular
-from trm_kaggle.model import (Carry, DTYPES, PUZZLE_EMB_KEY, TinyRecursiveModel, fit_state_dict,
-                              load_upstream_checkpoint, read_export, resize_puzzle_embedding, shadow_problem)
+from trm_kaggle.model import (Carry, DTYPES, PUZZLE_EMB_KEY, TinyRecursiveModel, begins_as_safetensors,
+                              fit_state_dict, load_upstream_checkpoint, read_export, resize_puzzle_embedding,
+                              shadow_problem)
 from trm_kaggle.optim import EMA
 from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train.amp import LossScaler
@@ -94,12 +95,9 @@ def load_initial_weights(model: TinyRecursiveModel, path: str) -> None:
 
 
 def _is_safetensors(path: Path) -> bool:
-    """Whether the file begins as a safetensors file does: the 8-byte length of a JSON header that follows it and
-    fits in the file (a torch file begins with a zip's or a pickle's bytes, whose length would pass its end)."""
+    """Whether the file begins as a safetensors file does (`begins_as_safetensors`)."""
     with open_regular(path, "checkpoint file") as f:  # missing, a FIFO, no permission: one line here
-        head = f.read(9)
-        size = os.fstat(f.fileno()).st_size
-    return len(head) == 9 and head[8:] == b"{" and int.from_bytes(head[:8], "little") <= size - 8
+        return begins_as_safetensors(f.read(9), os.fstat(f.fileno()).st_size)
 
 
 def _export_holding(weights: Path) -> Path:
