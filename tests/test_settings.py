@@ -575,6 +575,19 @@ def test_submit_predicts_under_the_settings_of_an_evaluation():
             EvaluateConfig().updated(**bad)
 
 
+def test_a_submission_path_of_the_wrong_type_is_the_output_fields_own_error():
+    """The work folder is put beside `output` before the fields are checked: output=5 was pathlib's TypeError
+    there, naming nothing; a bytes output is read as the field reads it."""
+    from pydantic import ValidationError
+
+    from trm_kaggle.config import SolveConfig
+
+    for bad in (5, None, b"\xff"):
+        with pytest.raises(ValidationError, match=r"(?s)^1 validation error for SolveConfig\noutput\n"):
+            SolveConfig(challenges="c.json", weights="w", output=bad)
+    assert SolveConfig(challenges="c.json", weights="w", output=b"o/s.json").work_dir == "o/s-ttt"
+
+
 def test_a_key_set_twice_on_one_line_is_said_and_the_later_used(capsys, caplog):
     """`seed=5 seed=6` kept 6 without a word; the later still wins (a script's base settings and its one change),
     with a warning naming both."""

@@ -3,6 +3,7 @@ to end (`trm-kaggle pipeline`). Each field's description is also its option's `-
 
 from __future__ import annotations
 
+import os
 from pathlib import PurePath
 from typing import Literal, Optional, Union
 
@@ -137,7 +138,14 @@ class SolveConfig(_Config):
     @classmethod
     def _work_dir_beside_output(cls, data):
         if isinstance(data, dict) and data.get("work_dir") is None:
-            data = {**data, "work_dir": default_work_dir(data.get("output") or "submission.json")}
+            output = data.get("output") or "submission.json"
+            if isinstance(output, bytes):  # read as the field reads it (UTF-8), as the other paths' bytes are
+                try:
+                    output = output.decode()
+                except UnicodeDecodeError:
+                    return data  # the field's own check names `output`
+            if isinstance(output, (str, os.PathLike)):  # else (5: pathlib's TypeError here) the field's check names it
+                data = {**data, "work_dir": default_work_dir(os.fspath(output))}
         return data
 
     @field_validator("compile", mode="before")
