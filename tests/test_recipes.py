@@ -34,6 +34,10 @@ def test_unknown_recipe_names_the_close_one():
             recipe_settings(names)
     assert recipe_settings(None) == {}
     assert recipe_settings("NVARC+Trelis") == recipe_settings("nvarc+trelis")  # case-insensitive, as presets
+    for names in ("x" * 100_000, "nvarc+" + "x" * 100_000, "+" + "x" * 100_000):  # a pasted text: one short line
+        with pytest.raises(TRMError) as e:
+            recipe_settings(names)
+        assert len(str(e.value)) < 300, len(str(e.value))
 
 
 def test_list_recipes_and_errors_from_the_command_line(capsys):

@@ -13,7 +13,7 @@ from typing import Any
 
 from trm_kaggle.config import SolveConfig
 from trm_kaggle.errors import TRMError
-from trm_kaggle.wording import type_name
+from trm_kaggle.wording import clipped, type_name
 
 #: name -> {"settings": SolveConfig fields, "source": where they come from}
 RECIPES: dict[str, dict[str, Any]] = {
@@ -53,13 +53,14 @@ def recipe_settings(names: str | None) -> dict[str, Any]:
     set_by: dict[str, str] = {}  # field -> the recipe that set it
     for name in ([] if names is None else names.split("+")):  # `--recipe ''` is a name lost, not no recipe
         if not name.strip():
-            raise TRMError(f"recipe {names!r} has an empty name (a '+' with nothing on one side); recipes: "
+            raise TRMError(f"recipe {clipped(names)} has an empty name (a '+' with nothing on one side); recipes: "
                            f"{', '.join(RECIPES)}")
         name = _RECIPE_LOOKUP.get(name.lower(), name)  # as preset names are: `NVARC` is nvarc
         if name not in RECIPES:
-            close = difflib.get_close_matches(name, RECIPES, n=1)
+            # a pasted text may be megabytes: its repr is clipped, and difflib's comparisons skipped
+            close = difflib.get_close_matches(name, RECIPES, n=1) if len(name) <= 100 else []
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise TRMError(f"unknown recipe {name!r}{hint}; recipes: {', '.join(RECIPES)}")
+            raise TRMError(f"unknown recipe {clipped(name)}{hint}; recipes: {', '.join(RECIPES)}")
         for key, value in RECIPES[name]["settings"].items():
             if key in settings and settings[key] != value:  # one would silently undo the other's choice
                 raise TRMError(f"recipes {set_by[key]} and {name} both set {key} ({settings[key]}, then {value}): "
