@@ -20,21 +20,24 @@ A recipe is a string:
 
 A recipe's name names its run folder (characters other than letters, digits and -_. become _): one whose folder
 is no plain name (`..`), the warm-up's (`warm-up`) or another recipe's (`a/b` and `a_b`) is refused. Settings for
-every recipe (key=value) go before --recipes. Any lever that is a preset or a setting plugs in without changing this
-file (docs/recipes.md lists them: a
-curriculum over shares of the schedule wants `curriculum.epochs` near what the budget reaches, since a budgeted
-run ends long before the base's schedule). Runs alternate seed-major,
-recipe-minor (seed 0: every recipe, then seed 1, ...), so slow spells of a shared machine fall on all recipes
-alike; each run is one thread (`--threads`) and starts from a fresh run folder, after every recipe has taken two
-unmeasured steps (what a process pays once, such as a lazy import, falls on no measured run).
+every recipe (key=value) go before --recipes; one the harness gives every run itself (seed, eval_interval,
+data_paths, data_paths_test, checkpoint_path, device, threads, its evaluation and logging) is refused, there or in
+a recipe, naming its option (--seeds, --eval-interval, --data, ...). Any lever that is a preset or a setting
+plugs in without changing this file (docs/recipes.md lists them: a curriculum over shares of the schedule wants
+`curriculum.epochs` near what the budget reaches, since a budgeted run ends long before the base's schedule).
+Runs alternate seed-major, recipe-minor (seed 0: every recipe, then seed 1, ...), so slow spells of a shared
+machine fall on all recipes alike; each run is one thread (`--threads`) and starts from a fresh run folder, after
+every recipe has taken two unmeasured steps (what a process pays once, such as a lazy import, falls on no measured
+run).
 
 The work folder (`--work-dir`) and the report folder (`--out`) are held for the benchmark's length (the package's
 lock: a second benchmark there, or one whose --out lies in a folder another holds, is refused in one line naming
 the first; `--report` holds its --out too). A run folder (WORK/runs/<task>/<recipe>/seed<N>, and the warm-up's) is
 cleared only when it holds nothing but what a training wrote there (its exact file names; TensorBoard's event files
 alone in tensorboard/), and no folder below the work folder is
-written through a symbolic link; anything else, and a `--out` that cannot take the reports (a folder in a
-report's place included; the three are written together), is one `error:` line
+written through a symbolic link; anything else, a `--out` that cannot take the reports (a folder in a
+report's place included; the three are written together), a --work-dir or --out in a training's run folder and an
+empty path, is one `error:` line
 (status 2) before any work. A stop (Ctrl-C, SIGTERM) is one `interrupted: ...` line naming the report that holds
 the runs finished (status 130, 143); a rerun trains every run again.
 
@@ -358,6 +361,7 @@ TASKS = ("sudoku4", "sudoku6", "sudoku9", "maze", "arc-small", "sudoku-extreme")
 def dataset(task: Task, work: Path, say=print) -> Path:
     """The task's dataset in WORK/data/<task>, built once: reused while its build settings are the same."""
     from trm_kaggle.atomic import atomic_write_json
+    from trm_kaggle.wording import one_line
 
     out = work / "data" / task.name
     stamp = work / "data" / f"{task.name}.build.json"
@@ -368,7 +372,7 @@ def dataset(task: Task, work: Path, say=print) -> Path:
     stamp.unlink(missing_ok=True)
     task.build(out)  # the builders replace a dataset of their own kind atomically
     atomic_write_json(stamp, task.build_key)  # whole or not at all: a stop here leaves no cut-off record
-    say(f"data: {task.name} built in {time.perf_counter() - t0:.0f} s ({out})")
+    say(one_line(f"data: {task.name} built in {time.perf_counter() - t0:.0f} s ({out})"))  # a typed --work-dir
     return out
 
 
@@ -378,6 +382,7 @@ def _recorded_build(stamp: Path, say=print) -> object:
     one costs a rebuild only; one that cannot be read at all (no permission) is the package's one error line."""
     from trm_kaggle.errors import DataError, UnreadableFile
     from trm_kaggle.jsonio import read_json
+    from trm_kaggle.wording import one_line
 
     if not stamp.is_file():
         return None
@@ -386,7 +391,7 @@ def _recorded_build(stamp: Path, say=print) -> object:
     except UnreadableFile:
         raise
     except DataError as e:
-        say(f"data: {e}; the harness wrote it, so the dataset is built again")
+        say(one_line(f"data: {e}; the harness wrote it, so the dataset is built again"))
         return None
 
 
@@ -539,6 +544,9 @@ def check_folders(work: Path, task: Task, recipes: Sequence[Recipe], seeds: int,
     work: each recipe's run folder for each seed and the warm-up's (cleared before their runs), the dataset's when
     it builds one, and the report folder (one named, `out`, is written where it points; the default one,
     WORK/report, never through a link)."""
+    for folder, what in ((work, "--work-dir"), *([(out, "--out")] if out is not None else [])):
+        if problem := _run_folder_out_problem(folder, what):
+            raise TRMError(problem)
     if out is not None and (problem := _out_in_harness_folders(work, out)):
         raise TRMError(problem)
     runs = work / "runs" / task.name
@@ -553,6 +561,14 @@ def check_folders(work: Path, task: Task, recipes: Sequence[Recipe], seeds: int,
         if problem := _link_problem(work, folder, what):
             raise TRMError(problem)
     check_report_folder(out or work / "report", "--out" if out is not None else "report folder", task.name)
+
+
+def _run_folder_out_problem(folder: Path, what: str) -> str | None:
+    """Why the harness may not write into `folder`: it is, or lies inside, a training's run folder (a sweep's runs
+    included), whose states its data, runs and reports would mix with (as `regress --out` there is refused)."""
+    from trm_kaggle.outputs import is_run_folder, kept_by_problem
+
+    return kept_by_problem(folder, what, is_run_folder, "a training run folder", "run.json or a train state", "run's")
 
 
 def _out_in_harness_folders(work: Path, out: Path) -> str | None:
@@ -608,8 +624,30 @@ def run_config(task: Task, recipe: Recipe, data: Path, run_dir: Path, seed: int,
         own.append(f"data_paths_test=[{data_test}]")
     if threads:
         own.append(f"threads={threads}")
+    _refuse_harness_owned(own, recipe, extra)
     return load_train_config(presets=[*task.presets, *recipe.presets],
                              overrides=[*task.overrides, *extra, *recipe.overrides, *own])
+
+
+#: Where a user sets what the harness gives every run itself (`run_config`'s own settings); a key not named here
+#: is the measurement's own (its evaluations, logging and progress)
+HARNESS_OPTIONS = {"seed": "seeds 0..N-1 of --seeds, the same for every recipe", "eval_interval": "--eval-interval",
+                   "data_paths": "--data", "data_paths_test": "--data-test", "device": "--device",
+                   "threads": "--threads", "checkpoint_path": "each run's folder is WORK/runs/<task>/<recipe>/seed<N>"}
+
+
+def _refuse_harness_owned(own: Sequence[str], recipe: Recipe, extra: Sequence[str]) -> None:
+    """TRMError naming a user's override of a setting the harness gives every run (`own`): it was replaced without
+    a word (seed=7 trained seed 0, data_paths=[x] the task's own data). Refused as `sweep` refuses its own."""
+    from trm_kaggle.experiments import owned_override
+    from trm_kaggle.wording import clipped
+
+    owned = {key: HARNESS_OPTIONS.get(key, "the measurement's own") for key, _, _ in (o.partition("=") for o in own)}
+    for where, texts in (("the settings for every recipe", extra), (f"recipe {recipe.name!r}", recipe.overrides)):
+        if found := owned_override(texts, owned):
+            text, key = found
+            raise TRMError(f"{where}: {clipped(text)}: the harness sets {key} for every run ({owned[key]}); leave "
+                           "it out")
 
 
 def train_curve(cfg, recipe: Recipe, seed: int, *, budget_s: float | None, budget_examples: float | None,
@@ -874,6 +912,18 @@ def bench(task: Task, recipes: Sequence[str], *, seeds: int = 3, budget_s: float
           work: Path, out: Path | None = None, data: Path | None = None, data_test: Path | None = None,
           threads: int | None = 1, device: str | None = None, extra: Sequence[str] = (), say=print) -> dict:
     """Train every recipe on every seed (seed-major), write the JSON, markdown and PNG; returns the JSON's dict."""
+    from trm_kaggle.config import path_argument, texts_argument
+
+    # a library call's arguments named before any work: `recipes="upstream"` was the recipes u, p, s, ...; [] a
+    # StopIteration after the dataset was built, work="dir" a TypeError of `/`; an empty path the current folder
+    recipes = texts_argument("recipes", recipes, "a recipe")
+    if not recipes:
+        raise TRMError("recipes: name at least one recipe (upstream: the task's base config)")
+    extra = texts_argument("extra", extra, "a key=value setting for every recipe")
+    work = Path(path_argument("work", work, "the work folder's path"))
+    out, data, data_test = (None if p is None else Path(path_argument(name, p, f"the {what}'s path", optional=True))
+                            for name, p, what in (("out", out, "report folder"), ("data", data, "dataset"),
+                                                  ("data_test", data_test, "held-out dataset")))
     parsed = [parse_recipe(r) for r in recipes]
     names = [r.name for r in parsed]
     if len(set(names)) != len(names):
@@ -954,6 +1004,7 @@ def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstre
     from trm_kaggle.atomic import atomic_write_bytes, atomic_write_text
     from trm_kaggle.interrupts import stops_held
     from trm_kaggle.outputs import Output, writable_problem
+    from trm_kaggle.wording import one_line
 
     task = report["task"]
     report["summary"] = summarise(curves, targets, upstream)
@@ -977,7 +1028,7 @@ def _publish(report: dict, curves: list[Curve], targets: Sequence[float], upstre
         atomic_write_text(md_path, md)  # a link in its place is replaced, never followed
         atomic_write_bytes(png_path, png)
     say(md)
-    say(f"report: {out / f'bench_recipes_{task}.md'} (+ .json, .png)")
+    say(one_line(f"report: {out / f'bench_recipes_{task}.md'} (+ .json, .png)"))  # a typed --out, escaped
     return report
 
 
@@ -998,10 +1049,12 @@ POINT_FIELDS = {"step": (0, math.inf, True), "examples": (0, math.inf, False), "
 def saved_curve(c: dict) -> Curve:
     """A curve read from a saved report, its numbers checked as a run writes them: a NaN accuracy, a point that is
     a string or lacks its examples reached matplotlib and the tables (a traceback after the folder was made)."""
+    from trm_kaggle.config import MAX_SEED
+
     curve = Curve(**c)
     if not isinstance(curve.recipe, str) or not isinstance(curve.stopped_by, str):
         raise ValueError("a curve's recipe or stopped_by is not text")
-    _number(curve.seed, "seed", whole=True)
+    _number(curve.seed, "seed", high=MAX_SEED, whole=True)  # a run's bound (10**30 was joined)
     _number(curve.batch, "batch", low=1, whole=True)
     _number(curve.flops_per_example, "flops_per_example")
     if not isinstance(curve.points, list) or not all(isinstance(p, dict) for p in curve.points):
@@ -1033,6 +1086,17 @@ def _report_problem(r: dict) -> str | None:
             _number(r["threads"], "threads", high=MAX_THREADS, whole=True)  # a run's own bound
     except ValueError as e:
         return str(e)
+    from trm_kaggle.wording import shown
+
+    if not isinstance(r.get("recipes"), dict):
+        return "its recipes are not an object (a recipe's name -> its presets and overrides)"
+    for name, recipe in r["recipes"].items():
+        if not RECIPE_NAME.fullmatch(name):
+            return f"recipes: {shown(name)} is no recipe name (as a run names them)"
+        if not isinstance(recipe, dict) or not all(
+                isinstance(recipe.get(key), list) and all(isinstance(t, str) for t in recipe[key])
+                for key in ("presets", "overrides")):
+            return f"recipes: {name} has no presets and overrides as lists of text"
     if not isinstance(r["configs"], dict):
         return "its configs are not an object"
     for name, config in r["configs"].items():
@@ -1065,16 +1129,24 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
     if any((Path(out) / f"bench_recipes_{first['task']}.json").resolve() == Path(p).resolve() for p in paths):
         raise TRMError(f"--out {out}: would write over a report it reads; name another folder")
     check_report_folder(Path(out), "--out", first["task"], paths)  # a file in its place, read-only: said now
+    if problem := _run_folder_out_problem(Path(out), "--out"):
+        raise TRMError(problem)
     report, curves = {**first, "curves": [], "recipes": {}, "configs": {}, "joined_from": [str(p) for p in paths]}, []
     owner: dict[str, int] = {}  # recipe -> the file its runs come from
     for i, r in enumerate(reports):
         try:
+            if problem := _report_problem(r):  # its recipes and configs, before a curve looks a name up there
+                raise ValueError(problem)
             for c in r["curves"]:
-                name = c["recipe"]
+                if not isinstance(c, dict):
+                    raise ValueError(f"a curve is {type(c).__name__}, not an object")
+                name = c.get("recipe")
                 if not isinstance(name, str) or not RECIPE_NAME.fullmatch(name):  # a name the live run refuses
                     raise TRMError(f"{paths[i]}: recipe {clipped(name)} is no recipe name (1-200 letters, "
                                    "digits, spaces and -_.+:=,[]/, as a run names them): it reaches the tables and "
                                    "the terminal")
+                if name not in r["recipes"] or name not in r["configs"]:
+                    raise ValueError(f"a curve's recipe {name} is not among the report's recipes and configs")
                 if owner.setdefault(name, i) != i:
                     if theirs := _config_difference(reports[owner[name]]["configs"][name], r["configs"][name]):
                         raise TRMError(f"{paths[i]}: recipe {name!r} was trained with another config than in "
@@ -1083,8 +1155,6 @@ def rereport(paths: Sequence[Path], targets: Sequence[float], out: Path, say=pri
                     continue  # taken from an earlier file (the same config: the same runs, training deterministic)
                 report["recipes"][name], report["configs"][name] = r["recipes"][name], r["configs"][name]
                 curves.append(saved_curve(c))
-            if problem := _report_problem(r):
-                raise ValueError(problem)
         except (KeyError, TypeError, ValueError) as e:
             raise TRMError(f"{paths[i]}: a curve or recipe is not as bench_recipes writes it "
                            f"({clipped(str(e) if isinstance(e, ValueError) else repr(e))})") from None
@@ -1202,8 +1272,15 @@ def main(argv: list[str] | None = None) -> int:
                          "their curves joined) with --targets, into --out")
     ap.add_argument("overrides", nargs="*", help="key=value for every recipe's runs (applied before the recipe's)")
     args = ap.parse_args(argv)
+    from trm_kaggle.names import blank_path_problem
+
+    for option, value in (("--work-dir", args.work_dir), ("--out", args.out), ("--data", args.data),
+                          ("--data-test", args.data_test), *(("--report", p) for p in args.report or ())):
+        if problem := blank_path_problem(value):  # an unset shell variable's: the current folder, or the default
+            print(f"error: {option} {problem}", file=sys.stderr)
+            return 2
     if args.report:
-        if not args.out:
+        if args.out is None:
             print("error: --report needs --out DIR (a folder for the new report)", file=sys.stderr)
             return 2
         return said(lambda: rereport([Path(p) for p in args.report], args.targets, Path(args.out)))
@@ -1219,8 +1296,9 @@ def main(argv: list[str] | None = None) -> int:
     budget_s = args.budget_s if args.budget_s is not None or args.budget_examples is not None else 1200.0
     return said(lambda: bench(
         task, args.recipes, seeds=args.seeds, budget_s=budget_s, budget_examples=args.budget_examples,
-        targets=args.targets, work=Path(args.work_dir), out=Path(args.out) if args.out else None,
-        data=Path(args.data) if args.data else None, data_test=Path(args.data_test) if args.data_test else None,
+        targets=args.targets, work=Path(args.work_dir), out=Path(args.out) if args.out is not None else None,
+        data=Path(args.data) if args.data is not None else None,
+        data_test=Path(args.data_test) if args.data_test is not None else None,
         threads=None if args.gpu or args.threads == 0 else args.threads, device=args.device, extra=args.overrides))
 
 

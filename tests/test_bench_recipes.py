@@ -719,3 +719,139 @@ def test_reports_of_other_data_or_of_a_recipe_with_another_config_do_not_join(tm
     assert live["data_fingerprint"] == dataset_fingerprint([str(tmp_path / "w" / "data" / "sudoku4")])
     md = (tmp_path / "w" / "report" / "bench_recipes_sudoku4.md").read_text()
     assert f"Data: `{tmp_path / 'w' / 'data' / 'sudoku4'}`." in md
+
+
+@pytest.mark.parametrize("given", [["seed=7"], ["eval_interval=3"], ["data_paths=[/nonexistent]"], ["--recipes",
+                                   "x:seed=5"], ["--recipes", "x:checkpoint_path=/tmp/elsewhere"], ["device=cuda"],
+                                   ["threads=4"]])
+def test_a_setting_the_harness_gives_every_run_is_refused_not_replaced(tmp_path, capsys, no_work, given):
+    """seed=, eval_interval=, data_paths=, checkpoint_path= (for every recipe or in one) were replaced by the
+    harness's own without a word: the report recorded seed 0 and its own data. Refused in one line naming the
+    harness's option for it, as `sweep` refuses its own, before any work."""
+    from benchmarks.bench_recipes import main
+
+    argv = _argv(tmp_path / "bw")
+    argv = [*argv, *given] if given[0] != "--recipes" else [*argv[:argv.index("--recipes")], *argv[
+        argv.index("--recipes") + 2:], *given]
+    assert main(argv) == 2
+    err = _one_error(capsys)
+    key = given[-1].split(":")[-1].split("=")[0]
+    assert f"the harness sets {key} for every run" in err and "leave it out" in err, err
+    hint = {"seed": "--seeds", "eval_interval": "--eval-interval", "data_paths": "--data", "device": "--device",
+            "threads": "--threads", "checkpoint_path": "WORK/runs"}[key]
+    assert hint in err and ("recipe 'x'" in err) == (given[0] == "--recipes"), err
+    assert not (tmp_path / "bw").exists()
+
+
+def test_a_work_or_report_folder_in_a_training_run_folder_is_refused(tmp_path, capsys, no_work):
+    """--out or --work-dir in a training's run folder (run.json or a train state; a sweep's runs hold the same) had
+    the harness's data, runs and reports written among the run's states: refused as `regress --out` refuses it."""
+    from benchmarks.bench_recipes import main
+
+    run = tmp_path / "runs" / "a"
+    run.mkdir(parents=True)
+    (run / "state_step00000004.pt").write_bytes(b"x")
+    saved = tmp_path / "in.json"
+    saved.write_text(json.dumps({"task": "sudoku4", "seeds": 1, "budget_s": None, "budget_examples": 10.0,
+                                 "threads": 1, "recipes": {"upstream": {"presets": [], "overrides": []}},
+                                 "configs": {"upstream": {"device": "cpu"}},
+                                 "curves": [dataclasses.asdict(_curve("upstream", 0, [0.1, 0.5]))]}))
+    for argv, what in ((_argv(tmp_path / "bw", "--out", str(run)), "--out"), (_argv(run), "--work-dir"),
+                       (_argv(run / "sub"), "--work-dir"),
+                       (["--report", str(saved), "--out", str(run / "rep")], "--out")):
+        assert main(argv) == 2
+        err = _one_error(capsys)
+        assert f"error: {what} " in err and "a training run folder" in err, (argv, err)
+    assert sorted(p.name for p in run.iterdir()) == ["state_step00000004.pt"] and not (tmp_path / "bw").exists()
+
+
+def test_an_empty_path_is_refused_naming_its_option(tmp_path, capsys, no_work, monkeypatch):
+    """--work-dir '' built and trained in the current folder, --out '' and --data '' were taken as not given (an
+    unset shell variable's): each is refused naming the option; from Python, bench's work='' names `work`."""
+    from benchmarks.bench_recipes import main
+
+    monkeypatch.chdir(tmp_path)
+    for argv, what in ((_argv(""), "--work-dir"), (_argv("bw", "--out", ""), "--out"),
+                       (_argv("bw", "--data", " "), "--data"), (["--report", "", "--out", "o"], "--report"),
+                       (["--report", "a.json", "--out", ""], "--out")):
+        assert main(argv) == 2
+        assert f"error: {what} is empty" in _one_error(capsys), argv
+    task = dataclasses.replace(make_task("sudoku4", num_train=32, num_test=8), eval_interval=1)
+    for kw, name in ((dict(work=""), "work"), (dict(work="w", out=""), "out"), (dict(work="w", data=""), "data")):
+        with pytest.raises(TRMError, match=f"^{name} is empty"):
+            bench(task, ["upstream"], seeds=1, budget_s=1.0, **kw)
+    assert not any(tmp_path.iterdir())
+
+
+def test_bench_names_wrong_typed_arguments_before_any_work(tmp_path, no_work, monkeypatch):
+    """From Python: recipes=[] was a StopIteration after the dataset was built, recipes="upstream" the recipes
+    u, p, s, ..., work="dir" or 5 a TypeError of `/`, extra="lr=1" the overrides l, r, ...: named before any work,
+    one str taken as one recipe or one setting."""
+    import benchmarks.bench_recipes as br
+
+    task = dataclasses.replace(make_task("sudoku4", num_train=32, num_test=8), eval_interval=1)
+    kw = dict(seeds=1, budget_s=1.0)
+    with pytest.raises(TRMError, match="recipes: name at least one recipe"):
+        bench(task, [], work=tmp_path / "w", **kw)
+    for bad, match in ((dict(recipes=5), r"recipes: expected a recipe"), (dict(recipes=["upstream", 5]),
+                       r"recipes\[1\]: expected a str"), (dict(work=5), "work: expected the work folder's path"),
+                       (dict(extra=[1]), r"extra\[0\]: expected a str"),
+                       (dict(data=3), "data: expected the dataset's path")):
+        args = {"recipes": ["upstream"], "work": tmp_path / "w", **bad}
+        with pytest.raises(TypeError, match=match):
+            bench(task, args.pop("recipes"), **args, **kw)
+    seen = []
+
+    def measured(task, parsed, configs, upstream, **kw):
+        seen.append(([r.name for r in parsed], kw["work"], configs["quick"].lr, configs["quick"].arch.hidden_size))
+        return {}
+
+    monkeypatch.setattr(br, "_measure", measured)
+    bench(task, "quick:lr=0.01", work=str(tmp_path / "w"), extra="arch.hidden_size=16", **kw)  # one str: one item
+    assert seen == [(["quick"], tmp_path / "w", 0.01, 16)]
+
+
+def test_paths_echoed_on_the_terminal_are_escaped(tmp_path):
+    """The `data:` and `report:` lines echoed a typed --work-dir or --out with its control characters raw (an
+    escape sequence recoloured the terminal): escaped, as the package's success lines are."""
+    from benchmarks.bench_recipes import dataset, rereport
+
+    task = dataclasses.replace(make_task("sudoku4"), build=lambda out: out.mkdir(parents=True))
+    said = []
+    dataset(task, tmp_path / "w\x1b[31mk", say=said.append)
+    saved = tmp_path / "in.json"
+    saved.write_text(json.dumps({"task": "sudoku4", "seeds": 1, "budget_s": None, "budget_examples": 10.0,
+                                 "threads": 1, "recipes": {"upstream": {"presets": [], "overrides": []}},
+                                 "configs": {"upstream": {"device": "cpu"}},
+                                 "curves": [dataclasses.asdict(_curve("upstream", 0, [0.1, 0.5]))]}))
+    rereport([saved], [0.5], tmp_path / "r\x1b[31mout", say=said.append)
+    lines = [s for s in said if s.startswith(("data:", "report:"))]
+    assert len(lines) == 2 and all("\x1b" not in s and "\\x1b[31m" in s for s in lines), said
+
+
+@pytest.mark.parametrize("damage", ["configs null", "curve's recipe unknown", "recipes a list", "recipe not text",
+                                    "seed huge"])
+def test_a_malformed_saved_report_names_the_field_not_a_python_error(tmp_path, capsys, damage):
+    """configs null, a curve's recipe not among the recipes, recipes a list were Python's exception text
+    ("'NoneType' object is not subscriptable", KeyError('../../etc')); a seed of 10**30 was joined. Each is one
+    line naming the file and the field."""
+    from benchmarks.bench_recipes import main
+
+    report = {"task": "sudoku4", "seeds": 1, "budget_s": None, "budget_examples": 10.0, "threads": 1,
+              "recipes": {"upstream": {"presets": [], "overrides": []}}, "configs": {"upstream": {"device": "cpu"}},
+              "curves": [dataclasses.asdict(_curve("upstream", 0, [0.1, 0.5]))]}
+    if damage == "configs null":
+        report["configs"], said = None, "its configs are not an object"
+    elif damage == "curve's recipe unknown":
+        report["curves"][0]["recipe"], said = "../../etc", "recipe ../../etc is not among the report's recipes"
+    elif damage == "recipes a list":
+        report["recipes"], said = ["up\x1bstream"], "its recipes are not an object"
+    elif damage == "recipe not text":
+        report["recipes"]["upstream"]["presets"], said = [5], "upstream has no presets and overrides as lists"
+    else:
+        report["curves"][0]["seed"], said = 10**30, "is not from 0 to 4.29497e+09"
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    assert main(["--report", str(tmp_path / "r.json"), "--out", str(tmp_path / "out")]) == 2
+    err = _one_error(capsys)
+    assert f"{tmp_path / 'r.json'}: " in err and said in err and "Error" not in err, err
+    assert not (tmp_path / "out").exists()

@@ -13,6 +13,7 @@ _EXPORTS = {
     "load_grid": "sweep",
     "load_runs": "compare",
     "own_in_a_live_sweep": "compare",
+    "owned_override": "sweep",
     "plan_sweep": "sweep",
     "plot_curves": "compare",
     "record": "recorded",

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pydantic
 
@@ -224,13 +224,23 @@ _RUN_OWNED = {"seed": "its seeds are the grid's `seeds` list, or --seeds",
               "run_name": "each run is named <variant>_s<seed>"}
 
 
-def _refuse_run_owned(grid_name: str, where: str, overrides: Sequence[str]) -> None:
-    """TRMError naming an override of a setting the sweep gives each run itself (`_RUN_OWNED`)."""
+def owned_override(overrides: Sequence[str], owned: Mapping[str, str]) -> tuple[str, str] | None:
+    """The first of `overrides` that sets a key of `owned` (a setting the caller gives each run itself, which would
+    replace the user's without a word), as (its text, its key); None when none does. The sweep's rule, and the
+    recipes benchmark's (benchmarks/bench_recipes.py)."""
     for text in overrides:
         key = parse_override(text)[0]
-        if key in _RUN_OWNED:
-            raise TRMError(f"sweep {grid_name}, {where}: {clipped(text)}: the sweep sets {key} for each run "
-                           f"({_RUN_OWNED[key]}); leave it out")
+        if key in owned:
+            return text, key
+    return None
+
+
+def _refuse_run_owned(grid_name: str, where: str, overrides: Sequence[str]) -> None:
+    """TRMError naming an override of a setting the sweep gives each run itself (`_RUN_OWNED`)."""
+    if found := owned_override(overrides, _RUN_OWNED):
+        text, key = found
+        raise TRMError(f"sweep {grid_name}, {where}: {clipped(text)}: the sweep sets {key} for each run "
+                       f"({_RUN_OWNED[key]}); leave it out")
 
 
 def check_data(grid: SweepGrid, plan: Sequence[PlannedRun]) -> None:
