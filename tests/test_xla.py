@@ -63,6 +63,18 @@ def test_auto_picks_xla_only_when_installed_and_requested(monkeypatch):
 
 
 @pytest.mark.skipif(xla.installed(), reason="torch_xla is installed")
+@pytest.mark.parametrize("helper, args", [
+    ("device_kind", ()), ("replica", ()), ("local_devices", ()), ("wait", ()), ("compile_stats", ()),
+    ("all_reduce_", ([torch.zeros(1)],)), ("all_gather_rows", (torch.zeros(1),)),
+    ("gather_to_cpu", ([torch.zeros(1)], 1)), ("device", ()), ("step_boundary", ()),
+])
+def test_every_helper_without_torch_xla_says_the_same_line(helper, args):
+    """device() said what to install; device_kind(), replica() and six more raised a bare ModuleNotFoundError."""
+    with pytest.raises(TRMError, match="^device=xla needs torch_xla"):
+        getattr(xla, helper)(*args)
+
+
+@pytest.mark.skipif(xla.installed(), reason="torch_xla is installed")
 def test_device_xla_without_torch_xla_is_one_clear_line(tmp_path, capsys):
     assert main(["train", "device=xla", "data_paths=[x]", f"checkpoint_path={tmp_path / 'r'}"]) == 2
     err = capsys.readouterr().err

@@ -32,6 +32,7 @@ torch_xla is imported lazily: the package works without it.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import logging
 import os
@@ -66,13 +67,14 @@ def wanted() -> bool:
     return bool(os.environ.get("PJRT_DEVICE")) and installed()
 
 
-def _torch_xla():
+def _torch_xla(part: str = ""):
+    """torch_xla, or its module `part` ("runtime", "core.xla_model", ...): each helper imports what it uses here,
+    so that without torch_xla every one says the same line (most raised a bare ModuleNotFoundError)."""
     try:
-        import torch_xla
+        return importlib.import_module("torch_xla" + (f".{part}" if part else ""))
     except ImportError:
         raise TRMError("device=xla needs torch_xla built for this torch version (pip install torch_xla==<the torch "
                        "version>; see docs/tpu.md)") from None
-    return torch_xla
 
 
 def _torchrun_world() -> int:
@@ -90,8 +92,7 @@ def device() -> torch.device:
         if _cpu_requested():
             dist.init_process_group("gloo")
         else:
-            import torch_xla.distributed.xla_backend  # noqa: F401 - registers the "xla" backend
-
+            _torch_xla("distributed.xla_backend")  # registers the "xla" backend
             dist.init_process_group("xla", init_method="xla://")
     return torch_xla.device()
 
@@ -107,15 +108,13 @@ def host_collectives() -> bool:
 
 def device_kind() -> str:
     """PJRT's device type: "TPU", "CPU", "CUDA", ..."""
-    import torch_xla.runtime as xr
-
+    xr = _torch_xla("runtime")
     return xr.device_type() or "CPU"
 
 
 def replica() -> tuple[int, int]:
     """(rank, number of replicas) of this process or thread."""
-    import torch_xla.runtime as xr
-
+    xr = _torch_xla("runtime")
     if host_collectives():
         return dist.get_rank(), dist.get_world_size()
     rank, world = xr.global_ordinal(), xr.world_size()
@@ -128,8 +127,7 @@ def replica() -> tuple[int, int]:
 
 def local_devices() -> int:
     """XLA devices this host offers (replicas `launch` would start here)."""
-    import torch_xla.runtime as xr
-
+    xr = _torch_xla("runtime")
     return xr.local_device_count()
 
 
@@ -160,8 +158,7 @@ def step_boundary() -> None:
 
 def wait() -> None:
     """Run everything recorded so far and wait for the device (for timing)."""
-    import torch_xla.core.xla_model as xm
-
+    xm = _torch_xla("core.xla_model")
     step_boundary()
     xm.wait_device_ops()
 
@@ -192,8 +189,7 @@ def no_grad_for(device: torch.device):
 
 def all_reduce_(tensors: list[torch.Tensor]) -> None:
     """Sum each tensor across replicas, in place: one XLA all-reduce inside the step's graph."""
-    import torch_xla.core.xla_model as xm
-
+    xm = _torch_xla("core.xla_model")
     if tensors:
         xm.all_reduce(xm.REDUCE_SUM, list(tensors))
 
@@ -212,8 +208,7 @@ def broadcast_(tensors: list[torch.Tensor], rank: int) -> None:
 
 def all_gather_rows(t: torch.Tensor) -> torch.Tensor:
     """Every replica's `t` (same shape on all) concatenated along dim 0, in replica order, inside the graph."""
-    import torch_xla.core.xla_model as xm
-
+    xm = _torch_xla("core.xla_model")
     return xm.all_gather(t, dim=0)
 
 
@@ -234,8 +229,7 @@ class DeviceBatches:
     out, which is what a train state must hold for an exact resume."""
 
     def __init__(self, loader, device: torch.device, prefetch: int = 2):
-        import torch_xla.distributed.parallel_loader as pl
-
+        pl = _torch_xla("distributed.parallel_loader")
         self._state = loader.state_dict()
 
         def with_positions():
@@ -262,8 +256,7 @@ class DeviceBatches:
 
 def compile_stats() -> tuple[int, float, float]:
     """(compilations, seconds compiling, seconds executing) of this process so far (torch_xla's metrics)."""
-    import torch_xla.debug.metrics as met
-
+    met = _torch_xla("debug.metrics")
     compiled, executed = met.metric_data("CompileTime"), met.metric_data("ExecuteTime")
     return (int(compiled[0]) if compiled else 0, compiled[1] / 1e9 if compiled else 0.0,
             executed[1] / 1e9 if executed else 0.0)
