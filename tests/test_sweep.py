@@ -303,6 +303,23 @@ def test_a_dry_run_lists_each_run_as_the_sweep_would_take_it(tmp_path, fake_trai
     assert (sd / "sweep.json").read_bytes() == before  # a dry run writes nothing
 
 
+def test_a_dry_runs_summary_counts_the_runs_done_and_it_refuses_what_the_run_refuses(tmp_path, fake_train, capsys):
+    """A dry run over one run done said "0 of 2 runs done (1 before this command)": 1 of 2. In a non-empty folder
+    without sweep.json it listed every run as new, where the real run is refused: refused alike."""
+    sd = tmp_path / "sw"
+    S.run_sweep(grid("ok"), sd, overrides=["max_steps=5"], progress=False, poll_seconds=0.02)
+    summary = S.run_sweep(grid("ok", "ok2"), sd, overrides=["max_steps=5"], progress=False, dry_run=True)
+    assert (summary.total, summary.done, summary.skipped) == (2, 1, 1)
+    assert "1 of 2 runs done (1 before this command)" in summary.describe()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for dry in (True, False):
+        with pytest.raises(TRMError, match="exists, is not empty and holds no sweep.json"):
+            S.run_sweep(grid("ok"), other, progress=False, dry_run=dry)
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+
+
 # ---------------------------------------------------------------------------
 # The runner (stand-in children)
 # ---------------------------------------------------------------------------

@@ -575,11 +575,11 @@ def run_sweep(grid: SweepGrid, sweep_dir: str | os.PathLike, *, presets: Sequenc
     if cuda and parallel > len(gpus):
         raise TRMError(f"--parallel {parallel}: {len(gpus)} GPU(s) visible and each run takes one")
     threads = max(1, usable_cores() // parallel)
-    if dry_run:
-        return _print_plan(grid, plan, sweep_dir, base)
-
+    # refused in a dry run too: its plan listed every run as new in a folder the real run then refused
     if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).exists() and not _holds_only_locks(sweep_dir):
         raise TRMError(f"{sweep_dir} exists, is not empty and holds no {SWEEP_FILE}; choose another --sweep-dir")
+    if dry_run:
+        return _print_plan(grid, plan, sweep_dir, base)
     check_run_folders(grid, plan, sweep_dir)
     check_data(grid, plan)
     for run in plan:  # a run folder another command works in: refused before anything is made
@@ -670,7 +670,8 @@ def _print_plan(grid: SweepGrid, plan: Sequence[PlannedRun], sweep_dir: Path, ba
     print(one_line(f"base: {_describe_base(base)}"))  # a grid file's settings: no raw control characters
     for run in plan:
         print(one_line(f"{run.name:<40} {states.get(run.name, 'new'):<8} {run.describe()}"))
-    return SweepSummary(sweep_dir, len(plan), 0, 0, sum(s == "done" for s in states.values()), 0.0)
+    done = sum(s == "done" for s in states.values())  # done before it, and so done: "0 of 2 done (1 before)" was not
+    return SweepSummary(sweep_dir, len(plan), done, 0, done, 0.0)
 
 
 def _launch(run: PlannedRun, rec: dict, slot: int, sweep_dir: Path, gpus: Sequence[str], threads: int,
