@@ -505,3 +505,68 @@ def test_a_stop_said_twice_is_one_line_not_a_logging_traceback(tmp_path):
     assert [ln for ln in out.splitlines() if ln.startswith("error:")] == [
         "error: stopped by SIGTERM: the workers were stopped; started again, the run resumes from its newest train "
         "state"]
+
+
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2", "SIGTERM"])
+def test_a_worker_that_ended_by_a_stop_signals_status_is_a_stop_not_a_failure(monkeypatch, name):
+    """A SIGUSR1 (SLURM's warning before a kill) to one worker stops the group as a SIGTERM does, and the workers end
+    with 128 + its number: the launcher called 138 "training failed on rank 1" with status 1."""
+    import torch.distributed.run as torch_run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    status = 128 + getattr(signal, name)
+
+    def run(args):
+        raise ChildFailedError("trm_kaggle", {r: ProcessFailure(r, 100 + r, status, "/nonexistent") for r in (0, 1)})
+
+    monkeypatch.setattr(torch_run, "run", run)
+    with pytest.raises(TRMError) as caught:
+        torchrun.launch(torchrun.parse(["--standalone", "--nproc-per-node", "2", "-m", "trm_kaggle", "train"]))
+    assert caught.value.exit_status == status and str(caught.value).startswith(f"stopped by {name} (sent to a worker)")
+
+
+@pytest.mark.parametrize("backend", ["nosuch", "C10D", ""])
+def test_a_rendezvous_backend_torch_does_not_register_is_one_line(capsys, backend, tmp_path):
+    """torchrun looked the backend up once the launch had begun: a traceback of some 40 lines, status 1."""
+    code = main(["torchrun", "--nnodes", "1", "--rdzv-backend", backend, "--rdzv-endpoint", "127.0.0.1:29620",
+                 "-m", "trm_kaggle", "train", f"checkpoint_path={tmp_path / 'run'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --rdzv-backend {backend!r}: torch knows c10d")
+
+
+def test_an_endpoint_whose_host_does_not_resolve_is_one_line_at_once(data, capsys, tmp_path):
+    """torch's store client retried an unknown host for some 110 s whatever join_timeout said, then C++ frames."""
+    started = time.monotonic()
+    code = main(["torchrun", "--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "nohost.invalid:29620",
+                 "--rdzv-conf", "join_timeout=5", "-m", "trm_kaggle", "train", f"data_paths=[{data}]",
+                 f"checkpoint_path={tmp_path / 'run'}", *TINY])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(
+        "error: --rdzv-endpoint nohost.invalid:29620: the host 'nohost.invalid' cannot be resolved"), err
+    assert time.monotonic() - started < 15 and not (tmp_path / "run").exists()
+
+
+def test_an_endpoint_held_by_a_program_that_is_no_store_is_one_line_within_the_wait(capfd):
+    """A port another program listens on: torch's store client waited as long as that program kept the connection
+    (80 s and more, join_timeout ignored), printed C++ frames, and never said the port was taken."""
+    import socket
+
+    with socket.socket() as foreign:
+        foreign.bind(("127.0.0.1", 0))
+        foreign.listen(5)
+        endpoint = torchrun.Endpoint("127.0.0.1", foreign.getsockname()[1])
+        started = time.monotonic()
+        with pytest.raises(TRMError, match=rf"a program answers at port {endpoint.port} but is no rendezvous store"):
+            torchrun.answers_as_store(endpoint, 2.0)
+        assert time.monotonic() - started < 10
+    assert "frame #" not in capfd.readouterr().err
+
+
+def test_a_rendezvous_store_at_the_endpoint_is_taken():
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=10))
+    torchrun.answers_as_store(torchrun.Endpoint("127.0.0.1", store.port), 5.0)  # no error
+    torchrun.answers_as_store(torchrun.Endpoint("127.0.0.1", free_port()), 5.0)  # nothing listens: torch's to host

@@ -27,7 +27,7 @@ from trm_kaggle.train import checkpoint as ckpt
 from trm_kaggle.train import evaluation, stops
 from trm_kaggle.train.loop import train
 from trm_kaggle.train.runtime import Runtime
-from trm_kaggle.train.stops import StopControl, TrainingInterrupted, expected_eval_seconds
+from trm_kaggle.train.stops import STOP_SIGNALS, StopControl, TrainingInterrupted, expected_eval_seconds
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -182,8 +182,24 @@ def test_under_torchrun_a_signal_landing_during_the_joint_decision_counts_at_the
     assert control.poll(3).stop == "" and control.signum == signal.SIGTERM  # as the other rank decided
     assert not control.signalled()  # a run ending on its schedule now ends as the other rank's does
     assert control.poll(4).stop == ""  # between joint decisions nothing is decided
-    assert control.poll(6).stop == "SIGTERM" and sums[1][2] is True  # sent to the other rank this time
-    assert control.signalled()
+    assert control.poll(6).stop == "SIGTERM" and sums[1][2 + STOP_SIGNALS.index(signal.SIGTERM)] is True
+    assert control.signalled()  # (sent to the other rank this time)
+
+
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGHUP", "SIGINT"])
+def test_under_torchrun_a_rank_stopped_by_another_ranks_signal_names_that_signal(monkeypatch, name):
+    """A SIGUSR1 (SLURM's warning) to one worker: rank 0 learnt only "a signal other than SIGINT" and said SIGTERM,
+    exit status 143, while the worker that had it ended 138. Each stop signal has its flag in the joint sum."""
+    signum = getattr(signal, name)
+    rt = Runtime(device=__import__("torch").device("cpu"), dtype=None, dtype_reason="", rank=0, world_size=2)
+    control = StopControl(rt, save_every_s=None, deadline=None, deadline_name="")
+
+    def joint_sum(flags):  # the other rank had the signal
+        return [int(f) for f in flags[:2]] + [int(s == signum) for s in STOP_SIGNALS]
+
+    monkeypatch.setattr(control, "_sum", joint_sum)
+    assert control.poll(1).stop == name and control.signum == signum and control.signalled()
+    assert control.interrupted(1, "p").exit_status == 128 + signum
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,9 @@
 The arguments are torchrun's (torch.distributed.run's own parser) and so is everything that happens:
 the rendezvous, the worker processes, the restarts of the worker group (`--max-restarts`). This adds:
 
-* checks before the rendezvous: a multi-node launch names its endpoint as HOST:PORT (without a port
-  torchrun quietly takes 29400, which the other nodes may not), `--nnodes N` or `MIN:MAX` with
+* checks before the rendezvous: a backend torch registers; a multi-node launch names its endpoint as HOST:PORT
+  (without a port torchrun quietly takes 29400, which the other nodes may not), a host that resolves, and a port
+  where nothing listens yet or a rendezvous store answers (`answers_as_store`), `--nnodes N` or `MIN:MAX` with
   1 <= MIN <= MAX, `--nproc-per-node` from 1 to 1024 or one of torchrun's words (auto, cpu, gpu, xpu),
   `--max-restarts` from 0 to 1000 (and 0 with a static rendezvous, whose restarted workers never connect: the
   store it keeps holds the old group's addresses), a positive whole `join_timeout` and `timeout` in `--rdzv-conf`,
@@ -40,23 +41,30 @@ the rendezvous, the worker processes, the restarts of the worker group (`--max-r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from trm_kaggle.errors import TRMError
-from trm_kaggle.interrupts import repeated
+from trm_kaggle.interrupts import TERMINATING, repeated
 from trm_kaggle.lifetime import PARENT_ENV
 from trm_kaggle.names import ascii_number
+from trm_kaggle.wording import clipped, one_line
 
+# a worker's exit status 128 + one of these is a stop the group saved at (train.stops), not a failure
+STOP_SIGNALS = (signal.SIGINT, *TERMINATING)
 DEFAULT_JOIN_TIMEOUT = 600  # seconds: torch's default for the c10d rendezvous
 STATIC_TIMEOUT = 900  # seconds: torch's wait of a static rendezvous for its master (--rdzv-conf timeout=S)
 SHARED_STORE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 MAX_NPROC_PER_NODE = 1024  # workers on one node: far above any machine's devices or cores
 MAX_RESTARTS = 1000  # a worker that always fails must end the launch some day
+STORE_PROBE_S = 30.0  # seconds a program at the endpoint may take to answer as a store (within join_timeout)
+RESOLVE_S = 10.0  # seconds the endpoint's host may take to resolve before the launch goes on without the answer
 
 
 class GroupFailed(TRMError):
@@ -170,9 +178,93 @@ def _ascii_int(text: str) -> int:
     raise argparse.ArgumentTypeError(f"{text[:80]!r}: expected a whole number (ASCII digits)")
 
 
+def rdzv_backend(name: str) -> None:
+    """A backend torch registers (c10d, etcd, etcd-v2, static): torchrun looked an unknown one up only once the
+    launch had begun, a traceback of some 40 lines ending in "is not registered"."""
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry as registry
+
+    known = sorted(getattr(registry, "_registry", {}))  # torch's registry keeps its names there (torch 2.13)
+    if known and name not in known:
+        raise TRMError(f"--rdzv-backend {clipped(name)}: torch knows {', '.join(known)}")
+
+
+def resolvable(endpoint: Endpoint, seconds: float = RESOLVE_S) -> None:
+    """Refuse an endpoint whose host does not resolve here: torch's store client retried it for some 110 s,
+    whatever join_timeout said, and ended with C++ frames and "See inner exception" without showing it. The
+    lookup is bounded (a thread: getaddrinfo takes no timeout); one that is slow to answer is left to torch."""
+    import threading
+
+    failed: list[str] = []
+
+    def look_up() -> None:
+        try:
+            socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as err:
+            failed.append(getattr(err, "strerror", None) or str(err))
+
+    lookup = threading.Thread(target=look_up, daemon=True)
+    lookup.start()
+    lookup.join(seconds)
+    if failed:
+        raise TRMError(f"--rdzv-endpoint {one_line(str(endpoint))}: the host {clipped(endpoint.host)} cannot be "
+                       f"resolved here ({one_line(failed[0])}); name a host every node can reach")
+
+
+def answers_as_store(endpoint: Endpoint, seconds: float) -> None:
+    """Refuse an endpoint where a program that is no rendezvous store listens (a port another service holds): torch's
+    store client waited inside C++ for as long as that program kept the connection open (80 s and more, deaf to
+    join_timeout and read_timeout), printed C++ frames, and ended with "See inner exception". Nothing listening is
+    left to torch (this node may host the store, or the host has not started yet); a store that answers is taken.
+    The probe runs in a thread, bounded by `seconds`, its C++ log kept off the terminal."""
+    import threading
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    try:
+        socket.create_connection((endpoint.host, endpoint.port), timeout=min(seconds, 5.0)).close()
+    except OSError:
+        return
+    outcome: list[BaseException | None] = []
+
+    def connect() -> None:
+        try:
+            TCPStore(endpoint.host, endpoint.port, is_master=False, timeout=timedelta(seconds=seconds))
+            outcome.append(None)
+        except Exception as err:  # torch's DistNetworkError, RuntimeError, TimeoutError alike
+            outcome.append(err)
+
+    probe = threading.Thread(target=connect, daemon=True)  # abandoned if it outlasts the wait: the launch ends
+    with cpp_log_silenced():
+        probe.start()
+        probe.join(seconds)
+    if outcome and outcome[0] is None:
+        return
+    how = "did not reply" if not outcome else "replied as none does"
+    raise TRMError(f"--rdzv-endpoint {endpoint}: a program answers at port {endpoint.port} but is no rendezvous "
+                   f"store (it {how} within {seconds:g} s): another program holds the port; choose a free port "
+                   "for every node (no worker was started)")
+
+
+@contextlib.contextmanager
+def cpp_log_silenced() -> Iterator[None]:
+    """Standard error's descriptor on /dev/null for a while: torch's C++ store client logs each failed try with
+    its C++ frames there (TORCH_CPP_LOG_LEVEL is read once, when torch loads)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def check(args: argparse.Namespace) -> None:
     """What torchrun accepts but a multi-node run cannot live with (see the module's docstring)."""
     _, high = parse_nnodes(args.nnodes)
+    rdzv_backend(args.rdzv_backend)
     join_timeout(args.rdzv_conf)
     if args.rdzv_backend == "static":  # its wait for the master (the other backends read `timeout` their way)
         join_timeout(args.rdzv_conf, "timeout", STATIC_TIMEOUT)
@@ -213,6 +305,10 @@ def launch(args: argparse.Namespace) -> None:
     os.environ[PARENT_ENV] = str(os.getpid())  # the workers stop once this launcher is gone (module docstring)
     if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and hasattr(args, "signals_to_handle"):
         args.signals_to_handle = without_hangup(args.signals_to_handle)  # nohup's choice holds (module docstring)
+    if args.rdzv_endpoint and not args.standalone:  # checked here, not in check(): a lookup is no parse
+        resolvable(parse_endpoint(args.rdzv_endpoint))
+        if args.rdzv_backend == "c10d":  # the backend whose store torch's client reads there
+            answers_as_store(parse_endpoint(args.rdzv_endpoint), min(join_timeout(args.rdzv_conf), STORE_PROBE_S))
     if args.rdzv_backend == "static" and not args.standalone and args.node_rank > 0:
         wait_for_master(args)
     # torch installs this handler (by its name in that module) at every start of the worker group; a repeated stop
@@ -239,7 +335,7 @@ def launch(args: argparse.Namespace) -> None:
         raise stopped from None
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
-        stop = {128 + int(s): s.name for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}.get(failure.exitcode)
+        stop = {128 + int(s): s.name for s in STOP_SIGNALS}.get(failure.exitcode)
         if stop is not None:  # a rank stopped by a signal: the group saved and stopped with it, as on a launcher's
             # every rank that stopped with it ends with the same status: the first of them (rank 0) was named
             # as the one the signal was sent to, whichever it was

@@ -169,14 +169,18 @@ class StopControl:
         signum = self.signum
         past_deadline = self.deadline is not None and monotonic() >= self.deadline
         due = self.save_every_s is not None and monotonic() - self.last_save >= self.save_every_s
-        flags = [past_deadline, signum == signal.SIGINT, signum not in (None, signal.SIGINT), due]  # TERM, HUP
+        # a flag per stop signal: another rank's stop is said by its own signal's name and status (a SIGUSR1 to one
+        # worker was said as a SIGTERM by rank 0, exit status 143, and the launcher took the 138 of the worker it
+        # reached for a failed training)
+        flags = [past_deadline, due, *(signum == s for s in STOP_SIGNALS)]
         if self.rt.distributed:
             flags = [v > 0 for v in self._sum(flags)]
-            if signum is None and (flags[1] or flags[2]):  # another rank's signal stops this one too
-                signum = signal.SIGINT if flags[1] else signal.SIGTERM
+            others = [s for s, flag in zip(STOP_SIGNALS, flags[2:]) if flag]
+            if signum is None and others:  # another rank's signal stops this one too (SIGINT first, if any)
+                signum = others[0]
                 if self.signum is None:
                     self.signum = signum
-        past_deadline, _, _, due = flags
+        past_deadline, due = flags[:2]
         if signum is not None:
             self.stopped_by_signal = True
             return Decision(stop=signal_name(self.signum or signum))
