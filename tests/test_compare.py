@@ -269,6 +269,15 @@ def test_errors(three_runs, tmp_path, capsys):
     assert write_comparison(str(three_runs), tmp_path / "one")["metric"] == "eval_exact_accuracy"
 
 
+def test_cli_wrote_line_escapes_the_out_it_echoes(three_runs, tmp_path, capsys):
+    """`compare --out $'c\x1b[31mo'` echoed the escape sequence raw in its `wrote ...` line (the terminal turned
+    red): escaped, as the package's other success lines echo a path."""
+    assert main(["compare", str(three_runs), "--out", str(tmp_path / "c\x1b[31mo")]) == 0
+    wrote = capsys.readouterr().out.strip().splitlines()[-1]
+    assert wrote.startswith("wrote ") and "\x1b" not in wrote and "c\\x1b[31mo/table.md" in wrote, wrote
+    assert (tmp_path / "c\x1b[31mo" / "table.md").is_file()
+
+
 def test_cli_prints_the_table_and_writes_beside_the_dir(three_runs, capsys):
     assert main(["compare", str(three_runs), "--metric", "loss"]) == 0
     out = capsys.readouterr().out

@@ -96,11 +96,13 @@ def add_compare(sub) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from trm_kaggle.experiments import default_out, write_comparison
+    from trm_kaggle.wording import one_line
 
     out = args.out if args.out is not None else default_out(args.dirs)
     paths = write_comparison(args.dirs, out, metric=args.metric)
     print(paths["markdown_text"])
-    print("wrote " + ", ".join(str(paths[k]) for k in ("markdown", "csv", "curves", "bars") if paths.get(k)))
+    # a typed --out, escaped as every success line's paths are (an escape sequence recoloured the terminal)
+    print(one_line("wrote " + ", ".join(str(paths[k]) for k in ("markdown", "csv", "curves", "bars") if paths.get(k))))
     return 0
 
 
