@@ -59,6 +59,23 @@ def test_a_bad_record_is_one_error(outputs, message):
         R.read_recorded({"cells": [{"cell_type": "code", "outputs": outputs}]}, "nb")
 
 
+@pytest.mark.parametrize("cell, message", [
+    ({"cell_type": "code", "outputs": [{"output_type": "display_data", "data": ["x"]}]}, "an output's data is not"),
+    ({"cell_type": "code", "outputs": None}, "its outputs are not a list"),
+])
+def test_a_malformed_output_is_one_error_naming_the_notebook(cell, message):
+    """An output whose data is a list, or outputs that are null, were an AttributeError or TypeError naming no
+    notebook: one TRMError naming it and the cell."""
+    with pytest.raises(TRMError, match=f"^nb.ipynb: cell 1: {message}"):
+        R.read_recorded({"cells": [{"cell_type": "markdown"}, cell]}, "nb.ipynb")
+
+
+def test_a_records_detail_is_printed_escaped(capsys):
+    """The detail reached the terminal raw (an escape sequence recoloured it, a bell rang): escaped."""
+    R.record("a", 1, "\x1b[31mred\x07")
+    assert capsys.readouterr().out == "metric a = 1 (\\x1b[31mred\\x07)\n"
+
+
 def test_record_outside_a_kernel_prints_a_line_and_checks_the_value(capsys):
     assert R.record("exact", 0.5, "3 of 6") is None
     assert capsys.readouterr().out == "metric exact = 0.5 (3 of 6)\n"

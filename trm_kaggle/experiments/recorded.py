@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from trm_kaggle.errors import TRMError
-from trm_kaggle.wording import clipped
+from trm_kaggle.wording import clipped, one_line
 
 MIME = "application/vnd.trm-kaggle.metric+json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
@@ -65,7 +65,8 @@ def record(name: str, value: float, detail: str = "") -> None:
 
     Returns nothing, so that a cell ending with it shows the one line only."""
     metric = Recorded(name, check_metric(name, value), str(detail))
-    text = f"metric {name} = {metric.value:g}" + (f" ({detail})" if detail else "")
+    # the detail as one line, control characters escaped: it is printed, and a reader's terminal shows it
+    text = f"metric {name} = {metric.value:g}" + (f" ({one_line(metric.detail)})" if metric.detail else "")
     try:
         from IPython import get_ipython
         from IPython.display import display
@@ -87,8 +88,15 @@ def read_recorded(nb: dict, where: str) -> dict[str, Recorded]:
     if not isinstance(cells, list):
         raise TRMError(f"{where}: not a notebook (no list of cells)")
     for i, cell in enumerate(cells):
-        for out in cell.get("outputs", []) if isinstance(cell, dict) else []:
-            payload = out.get("data", {}).get(MIME) if isinstance(out, dict) else None
+        outputs = cell.get("outputs", []) if isinstance(cell, dict) else []
+        if not isinstance(outputs, list):  # null was "'NoneType' object is not iterable", naming no notebook
+            raise TRMError(f"{where}: cell {i}: its outputs are not a list (not a notebook as papermill writes it)")
+        for out in outputs:
+            data = out.get("data", {}) if isinstance(out, dict) else {}
+            if not isinstance(data, dict):  # a list was "'list' object has no attribute 'get'"
+                raise TRMError(f"{where}: cell {i}: an output's data is not an object (not a notebook as papermill "
+                               "writes it)")
+            payload = data.get(MIME)
             if payload is None:
                 continue
             if not isinstance(payload, dict):
