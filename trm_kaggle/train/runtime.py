@@ -166,7 +166,7 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
         torch.cuda.set_device(device)
     _check_device_settings(cfg, device, say=rank == 0)
     if world_size > 1 and device.type != "xla" and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        join_process_group(device, rank, world_size)
     if world_size > 1 and device.type != "xla":
         check_same_settings(cfg, rank, world_size)
     threads = ""
@@ -190,6 +190,43 @@ def setup_runtime(cfg: TrainConfig) -> Runtime:
             reason = f"auto: {dtype_name(dtype)}, rank 0's choice (this rank measured otherwise: {reason})"
     restart = env_count("TORCHELASTIC_RESTART_COUNT", 0)
     return Runtime(device, dtype, reason, rank, world_size, local_rank, restart, threads)
+
+
+RDZV_SAY_S = 10.0  # seconds of waiting for the other ranks before the wait is said
+
+
+def join_process_group(device: torch.device, rank: int, world_size: int) -> None:
+    """dist.init_process_group, waited for in Python. Its env:// rendezvous waits inside C++ for the other ranks (up
+    to 30 minutes), where no signal handler runs: a plain `train` with a stray TORCHELASTIC_RUN_ID and WORLD_SIZE=2
+    waited there without a word, deaf to SIGTERM. It runs in a thread; this one says what it waits for after
+    RDZV_SAY_S and takes a stop signal at once (the thread, still waiting, ends with the process)."""
+    import threading
+    import time
+
+    outcome: list[BaseException | None] = []
+
+    def join() -> None:
+        try:
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # the current device is the thread's own
+            dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+            outcome.append(None)
+        except BaseException as err:  # re-raised where the caller is
+            outcome.append(err)
+
+    waiting = threading.Thread(target=join, name="process-group rendezvous", daemon=True)
+    waiting.start()
+    started, said = time.monotonic(), False
+    while waiting.is_alive():
+        waiting.join(0.2)  # between the slices the main thread's signal handlers run
+        if not said and waiting.is_alive() and time.monotonic() - started >= RDZV_SAY_S:
+            said = True
+            log.warning("rank %d of %d: waiting for the other ranks at %s:%s (MASTER_ADDR:MASTER_PORT); ranks start "
+                        "together under `trm-kaggle torchrun`: one started alone (WORLD_SIZE and TORCHELASTIC_RUN_ID "
+                        "left in its environment) waits for peers that never come", rank, world_size,
+                        shown(os.environ.get("MASTER_ADDR", "")), shown(os.environ.get("MASTER_PORT", "")))
+    if outcome and outcome[0] is not None:
+        raise outcome[0]
 
 
 #: Settings each rank may hold its own value of: where it reads and writes (each node its own mount of the shared
