@@ -524,3 +524,14 @@ def test_the_exported_line_escapes_the_folder_typed_and_the_source_config_json_n
     line = _exported_line(out, 0.5)
     assert "e\\x1b[31mX\\x07: step 3 of run\\x1b[2J/state, " in line
     assert not any(c in line for c in "\x1b\x07\n")
+
+
+@pytest.mark.parametrize("umask", [0o077, 0o022, 0o000])
+def test_every_file_of_an_export_has_the_mode_the_umask_leaves(tmp_path, monkeypatch, umask):
+    """weights.safetensors was made 0644 whatever the umask: world-readable under 0077, where the rest was 0600."""
+    from conftest import make_export
+
+    monkeypatch.setattr("trm_kaggle.atomic._UMASK", umask)  # the process's umask, read once at import
+    out = make_export(tmp_path / "export")
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir() if p.is_file()}
+    assert "weights.safetensors" in modes and modes == dict.fromkeys(modes, 0o666 & ~umask), modes

@@ -466,6 +466,31 @@ def test_a_command_in_a_current_folder_that_was_deleted_is_one_line_before_torch
         "existing folder and run the command again"], res.stderr
 
 
+@pytest.mark.parametrize("mask", [0o777, 0o700, 0o177])
+def test_a_umask_taking_the_owners_own_permissions_is_one_line_before_any_work(tmp_path, capsys, mask):
+    """Under umask 0777 `train` made its run folder mode 000, ended naming the lock it could not write in it, and
+    left the folder behind: its next run, under a sane umask, blamed a sweep.json that never existed."""
+    import os
+
+    old = os.umask(mask)
+    try:
+        code = main(["train", "--preset", "cpu-smoke", f"checkpoint_path={tmp_path / 'run'}", "data_paths=[nowhere]"])
+    finally:
+        os.umask(old)
+    assert code == 2 and one_error_line(capsys) == (
+        f"error: the umask {mask:04o} takes the owner's own permissions from every file and folder a command makes "
+        "(they could not be read back): set one that keeps them (umask 022 or 077) and run it again")
+    assert list(tmp_path.iterdir()) == []  # nothing made
+    from trm_kaggle.names import umask_problem
+
+    for kept in (0o077, 0o022, 0o000):  # the owner's permissions kept: no refusal, and the umask left as it was
+        old = os.umask(kept)
+        try:
+            assert umask_problem() is None and os.umask(kept) == kept
+        finally:
+            os.umask(old)
+
+
 def test_stdout_open_for_reading_only_is_said_as_such(tmp_path):
     """`trm-kaggle --version 1<file` (stdout open read-only) was "standard output failed (it is closed)"."""
     (tmp_path / "f").write_text("")

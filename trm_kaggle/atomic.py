@@ -50,6 +50,12 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
+def shared_file_mode() -> int:
+    """The mode of a file this package writes: what the user's umask leaves of 0666 (as `open` would give), for a
+    file a library wrote private (mkstemp's, safetensors' 0600)."""
+    return 0o666 & ~_UMASK
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, through_link: bool = False) -> None:
     atomic_write(path, lambda f: f.write(data), mode="wb", through_link=through_link)
 
@@ -106,7 +112,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], Any], mode: str
     except OSError as e:  # a read-only folder: named, never the random name of a temporary that was not made
         raise OSError(e.errno, e.strerror, str(path.parent)) from None
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes files private (0600); outputs are meant to be shared
+        os.fchmod(fd, shared_file_mode())  # mkstemp makes files private (0600); outputs are meant to be shared
         # text: UTF-8 whatever the locale; a path holding bytes that are not UTF-8 (a surrogate escape) is
         # written escaped ("\udce9"), so the file stays UTF-8 and the write never fails on it
         binary = "b" in mode

@@ -84,6 +84,18 @@ def current_folder_problem() -> str | None:
     return None
 
 
+def umask_problem() -> str | None:
+    """Why the process's umask cannot be worked under, or None: one that takes the owner's own read, write or search
+    permission (0777, 0700) makes every folder a command creates one it cannot enter: `train` left an empty mode-000
+    run folder, and its next run blamed a file in it. Asked before any command's work."""
+    mask = os.umask(0o022)  # read by setting it, and set back at once: nothing is created in between
+    os.umask(mask)
+    if mask & 0o700:
+        return (f"the umask {mask:04o} takes the owner's own permissions from every file and folder a command makes "
+                "(they could not be read back): set one that keeps them (umask 022 or 077) and run it again")
+    return None
+
+
 def relative_path_problem(rel: object) -> str | None:
     """Why `rel`, a relative path read from a file (`a/b.npy`, POSIX separators), could leave the folder it is
     joined to, or None: every part is a plain name (`name_problem`), so no absolute path and no `..`."""

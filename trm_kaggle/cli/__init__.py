@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     tolerant_stderr()  # progress, warnings and errors only: a closed or full stderr fails no command
     try:
         from trm_kaggle.hardware import quiet_openmp_waits
-        from trm_kaggle.names import current_folder_problem
+        from trm_kaggle.names import current_folder_problem, umask_problem
 
-        if problem := current_folder_problem():  # before torch's import, which dies in C there
+        if problem := current_folder_problem() or umask_problem():  # before torch's import, which dies in C there
             print(f"error: {problem}", file=sys.stderr)
             return 2
         quiet_openmp_waits()  # before any command imports torch; its workers, ranks and sweep children inherit it

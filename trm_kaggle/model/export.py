@@ -32,7 +32,7 @@ import pydantic
 import torch
 
 from trm_kaggle import __version__
-from trm_kaggle.atomic import atomic_directory, atomic_write_json
+from trm_kaggle.atomic import atomic_directory, atomic_write_json, shared_file_mode
 from trm_kaggle.config import (EXECUTION_FIELDS, MAX_PUZZLE_IDENTIFIERS, MAX_SEED, ArchConfig, ExportConfig,
                                TaskIdMode, TrainConfig, flag_argument, path_argument, validation_line,
                                whole_argument)
@@ -200,7 +200,8 @@ def export_inference(out_dir: str | os.PathLike, model: torch.nn.Module, *, arch
     with atomic_directory(out_dir, kind="export") as tmp:
         save_file(tensors, str(tmp / "weights.safetensors"), metadata=weights_meta)
         _sort_metadata(tmp / "weights.safetensors")
-        os.chmod(tmp / "weights.safetensors", 0o644)  # safetensors writes it private; exports are shared
+        # safetensors writes it private; exports are shared as far as the user's umask says (0644 ignored it)
+        os.chmod(tmp / "weights.safetensors", shared_file_mode())
         atomic_write_json(tmp / "config.json", config, indent=2)
     return Path(out_dir)
 
