@@ -586,6 +586,8 @@ def test_a_submission_path_of_the_wrong_type_is_the_output_fields_own_error():
         with pytest.raises(ValidationError, match=r"(?s)^1 validation error for SolveConfig\noutput\n"):
             SolveConfig(challenges="c.json", weights="w", output=bad)
     assert SolveConfig(challenges="c.json", weights="w", output=b"o/s.json").work_dir == "o/s-ttt"
+    with pytest.raises(ValidationError, match="output\n  Value error, is empty: name a folder or a file"):
+        SolveConfig(challenges="c.json", weights="w", output="")  # the blank-path rule's words, not min_length's
 
 
 def test_a_key_set_twice_on_one_line_is_said_and_the_later_used(capsys, caplog):

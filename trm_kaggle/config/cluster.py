@@ -196,7 +196,7 @@ class ClusterConfig(_Config):
     launcher: Literal["k8s", "slurm"]
     nodes: int = Field(ge=1, le=10_000, description="machines; one torchrun launcher each")
     gpus_per_node: int = Field(ge=0, le=64, description="GPUs per node, one worker each (0: CPU nodes, one worker)")
-    out: str = Field(min_length=1, description="directory the job files are written to (nothing is submitted)")
+    out: str = Field(description="directory the job files are written to (nothing is submitted)")
     name: Optional[str] = Field(None, description="job name (default: from the run's name, or the sweep grid's)")
     max_restarts: int = Field(3, ge=0, le=1000, description="worker-group restarts torchrun makes after a failure "
                                                             "(Kubernetes: also the Job's backoffLimit)")

@@ -60,7 +60,7 @@ class SolveConfig(_Config):
     challenges: str = Field(description="challenges JSON, e.g. /kaggle/input/<competition>/arc-agi_test_challenges"
                                         ".json")
     weights: str = Field(description="export directory: trm-kaggle export / import-upstream")
-    output: str = Field("submission.json", min_length=1, description="the submission to write (atomically)")
+    output: str = Field("submission.json", description="the submission to write (atomically)")
     # None: the validator puts it beside `output` (default_work_dir)
     work_dir: Optional[str] = Field(None, description="per-task datasets, fine-tuning states and results; a rerun "
                                                       "resumes (default: beside output, named after it: OUTPUT-ttt)")
