@@ -195,14 +195,16 @@ def node_arguments(script: Path, where: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("shared, export", [
-    ("/s", "exp$(touch PWNED)"),
-    ("/s", "exp$(touch PWNED)\"x"),  # a double quote: the node's bash -c failed to parse, the job died at launch
-    ("/s", "e`touch PWNED`\\'q$HOME${IFS}"),
-    ("/s", "exp$SLURM_NODEID"),  # the user's text, though it names a variable the script itself uses
-    ("/s/$(touch${IFS}PWNED)", "exp"),  # a harmless --export under a --shared-dir holding `$`
+    ("s", "exp$(touch PWNED)"),
+    ("s", "exp$(touch PWNED)\"x"),  # a double quote: the node's bash -c failed to parse, the job died at launch
+    ("s", "e`touch PWNED`\\'q$HOME${IFS}"),
+    ("s", "exp$SLURM_NODEID"),  # the user's text, though it names a variable the script itself uses
+    ("s/$(touch${IFS}PWNED)", "exp"),  # a harmless --export under a --shared-dir holding `$`
 ])
 def test_slurm_export_reaches_the_worker_as_given(tmp_path, monkeypatch, capsys, shared, export):
     monkeypatch.chdir(tmp_path)
+    shared = f"{tmp_path}/{shared}"  # the shared directory is this machine's too: it and its data are there
+    os.makedirs(f"{shared}/data/s4")
     assert main(["launch", "slurm", *CLUSTER["slurm"], "--shared-dir", shared, "--out", "jobs", "--export", export,
                  "data_paths=[data/s4]"]) == 0, capsys.readouterr().err
     args = node_arguments(next((tmp_path / "jobs").glob("*.sbatch")), tmp_path)

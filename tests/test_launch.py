@@ -215,6 +215,23 @@ def test_an_edited_manifest_is_not_overwritten_without_force(tmp_path, capsys):
     assert [p.name for p in out.iterdir() if p.suffix in (".json", ".yaml", ".yml")] == ["arc2-2x8.yaml"]
 
 
+def test_an_unreadable_job_record_is_written_again_and_said(tmp_path, capsys):
+    """A record overwritten with garbage, the job files unchanged: the launch succeeded keeping the garbage, and
+    said nothing (the next edit of the manifest could no longer be told from our own write)."""
+    out = tmp_path / "jobs"
+    manifest = out / "arc2-2x8.yaml"
+    assert main([*K8S, "--out", str(out)]) == 0
+    good = (out / RECORD).read_bytes()
+    capsys.readouterr()
+    (out / RECORD).write_bytes(b"\x00garbage\x1b[31m")
+    assert main([*K8S, "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"note: {out / RECORD} held no record of job files trm-kaggle can read: written again" in said
+    assert "(1 unchanged)" in said and (out / RECORD).read_bytes() == good
+    manifest.write_text(manifest.read_text() + "# a note of mine\n")
+    assert "was edited since it was written" in one_error_line(capsys, main([*K8S, "lr=1e-3", "--out", str(out)]))
+
+
 def test_files_we_did_not_write_and_inputs_are_never_replaced(tmp_path, capsys):
     out = tmp_path / "jobs"
     out.mkdir()
@@ -301,6 +318,7 @@ def slurm_args(shared: Path, out: Path, *extra: str, nodes: int = 2) -> list[str
 
 def test_slurm_script_has_the_allocation_and_the_torchrun_line(tmp_path, shared, capsys):
     out = tmp_path / "jobs"
+    (shared / "data" / "arc2").mkdir(exist_ok=True)  # the shared directory is this machine's too: its data is here
     assert main(["launch", "slurm", "--nodes", "4", "--gpus-per-node", "8", "--out", str(out), "--shared-dir",
                  str(shared), "--time", "2-00:00:00", "--partition", "gpu", "--account", "trm", "--setup",
                  "source /opt/venv/bin/activate", "--env", "NCCL_SOCKET_IFNAME=ib0", "--preset", "arc2",
@@ -341,6 +359,19 @@ def test_bad_slurm_input_is_one_error_line_and_nothing_is_written(tmp_path, shar
         argv += extra
     assert main(argv) == 2
     assert message in one_error_line(capsys)
+    assert not out.exists()
+
+
+def test_a_slurm_shared_dir_or_dataset_missing_here_is_refused(tmp_path, shared, capsys):
+    """The shared directory is this machine's too: a missing one (or a dataset missing in it) was written into the
+    script, and the nodes failed on it once the job had left the queue."""
+    out = tmp_path / "jobs"
+    argv = slurm_args(shared, out)
+    argv[argv.index("--shared-dir") + 1] = str(tmp_path / "nonexistent")
+    assert main(argv) == 2
+    assert f"--shared-dir {tmp_path / 'nonexistent'}: no such directory here" in one_error_line(capsys)
+    assert main(slurm_args(shared, out, "data_paths=[data/missing]")) == 2
+    assert f"data_paths: {shared / 'data' / 'missing'}: no dataset there" in one_error_line(capsys)
     assert not out.exists()
 
 

@@ -49,19 +49,34 @@ def read_record(out: Path) -> dict[str, list[str]]:
 
 def _read_record(out: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
     """(`read_record`'s {file name: hashes}, {file name: the group that wrote it}), each entry checked for its type."""
-    path = out / RECORD
-    if not is_regular(path, "job-files record"):  # a FIFO there is refused, not taken for no record and replaced
-        return {}, {}
-    try:
-        doc = read_json(path, "job-files record")
-    except TRMError:
-        return {}, {}
-    if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT or not isinstance(doc.get("files"), dict):
+    doc = _record(out)
+    if doc is None:
         return {}, {}
     files = {k: [h for h in v if isinstance(h, str)] for k, v in doc["files"].items()
              if isinstance(k, str) and isinstance(v, list)}
     groups = doc.get("groups") if isinstance(doc.get("groups"), dict) else {}
     return files, {k: v for k, v in groups.items() if k in files and isinstance(v, str)}
+
+
+def _record(out: Path) -> dict | None:
+    """The record in `out` as this package writes it, or None (none there, unreadable, another format)."""
+    path = out / RECORD
+    if not is_regular(path, "job-files record"):  # a FIFO there is refused, not taken for no record and replaced
+        return None
+    try:
+        doc = read_json(path, "job-files record")
+    except TRMError:
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT or not isinstance(doc.get("files"), dict):
+        return None
+    return doc
+
+
+def record_broken(out: Path) -> bool:
+    """Whether `out` holds a record file this package cannot read (overwritten, another format): it counts as no
+    record, and it is written again (`write_job_files`), even when every job file is unchanged (it was kept, and
+    the next edit of a file could no longer be told from our own write)."""
+    return out.is_dir() and is_regular(out / RECORD, "job-files record") and _record(out) is None
 
 
 def _save_record(out: Path, files: Mapping[str, list[str]], groups: Mapping[str, str]) -> None:
@@ -134,7 +149,8 @@ def write_job_files(out: Path, texts: Mapping[str, str], *, force: bool = False,
         todo, unchanged, _ = _plan(out, texts, paths, force, protected)
         record, groups = _read_record(out) if out.is_dir() else ({}, {})
         gone, remove = _stale(out, texts, group, record, groups)
-        settled = not todo and not gone and all(groups.get(name) == group for name in texts)
+        settled = (not todo and not gone and all(groups.get(name) == group for name in texts)
+                   and not record_broken(out))
         return todo, unchanged, record, groups, gone, remove, settled
 
     todo, unchanged, *_, settled = planned()
@@ -150,15 +166,18 @@ def write_job_files(out: Path, texts: Mapping[str, str], *, force: bool = False,
         if group is not None:
             groups.update(dict.fromkeys(texts, group))
         pending = dict(record)
-        for name, data in todo.items():
-            pending[name] = sorted({digest(data), *record.get(name, [])})
+        # the files that already hold their text are ours as much as the ones written now (a record written again
+        # lists them too)
+        hashes = {name: digest(texts[name].encode()) for name in texts if paths[name] in unchanged}
+        hashes.update({name: digest(data) for name, data in todo.items()})
+        for name, h in hashes.items():
+            pending[name] = sorted({h, *record.get(name, [])})
         _save_record(out, pending, groups)
         for name, data in todo.items():
             atomic_write_bytes(paths[name], data)
         for path in remove:  # after the new files: an interrupted write leaves the old sweep's, still recorded
             path.unlink()
-        final = {name: hashes for name, hashes in record.items() if name not in gone}
-        for name, data in todo.items():
-            final[name] = [digest(data)]
+        final = {name: kept for name, kept in record.items() if name not in gone}
+        final.update({name: [h] for name, h in hashes.items()})
         _save_record(out, final, groups)
     return [paths[name] for name in todo], unchanged, remove

@@ -32,7 +32,7 @@ from trm_kaggle.launch.jobs import ClusterJob, cluster_settings, job_name, on_vo
 from trm_kaggle.locks import LOCK_FILE
 from trm_kaggle.outputs import Output, is_run_folder, kept_by_problem, overlap_problem, place_problem, writable_problem
 from trm_kaggle.train import config_differences, default_run_dir, load_train_config, training_io
-from trm_kaggle.wording import count
+from trm_kaggle.wording import count, one_line
 
 
 #: The options of each launcher (ClusterConfig's nested fields), by the name their flag carries.
@@ -143,7 +143,7 @@ def launch_sweep(cluster: ClusterConfig, grid: SweepGrid, *, sweep_dir: str | No
                          "--sweep-dir")
     result = _write(cluster, jobs, inputs=[config_file] if config_file else [], array_name=base,
                     given=[run.config for run in plan])
-    result.compare_dir, result.notes = where, notes
+    result.compare_dir, result.notes = where, [*notes, *result.notes]
     return result
 
 
@@ -158,6 +158,17 @@ def check_shared_folders(cluster: ClusterConfig, jobs: list[ClusterJob], *, reme
     if cluster.launcher != "slurm":
         return
     flag, shared = "--shared-dir", cluster.volume
+    # the script's --chdir and the nodes' data: a directory missing here is missing there (it was written into the
+    # script, and the nodes failed on it once the job had waited in the queue)
+    if not os.path.isdir(shared):
+        raise TRMError(f"{flag} {one_line(shared)}: no such directory here; the SLURM shared directory is this "
+                       "machine's too (the job's working directory): create it, or name the one every node sees")
+    for job in jobs:
+        for path in (*job.settings.data_paths, *job.settings.data_paths_test):
+            if not os.path.isdir(path):
+                where = f"run {job.run}: " if sweep_dir else ""
+                raise TRMError(f"{where}data_paths: {one_line(path)}: no dataset there in the shared directory "
+                               f"{one_line(shared)} ({flag}); build it there first, or name the one the nodes read")
     for path, what in ((sweep_dir, "--sweep-dir"), (export, "--export")):
         if path and (problem := _off_the_volume(path, shared, what, flag)):
             raise TRMError(problem)
@@ -238,6 +249,10 @@ def _write(cluster: ClusterConfig, jobs: list[ClusterJob], *, inputs: Sequence[s
         raise TRMError(problem)
     # a sweep's files are its own group: written again with fewer runs, the others' files go (`files`)
     group = f"sweep {array_name} ({cluster.launcher})" if array_name else None
+    broken = files.record_broken(Path(cluster.out))
     written, unchanged, removed = files.write_job_files(Path(cluster.out), texts, force=cluster.force, inputs=inputs,
                                                         group=group)
-    return LaunchResult(cluster, jobs, written, unchanged, submit, removed=removed)
+    notes = [f"{one_line(str(Path(cluster.out) / files.RECORD))} held no record of job files trm-kaggle can read: "
+             "written again, listing the files here that hold what this launch writes (any other file here counts "
+             "as not written by trm-kaggle)"] if broken else []
+    return LaunchResult(cluster, jobs, written, unchanged, submit, notes=notes, removed=removed)
