@@ -114,8 +114,10 @@ def launch_training(cluster: ClusterConfig, *, config_file: str | None = None, p
     export = on_volume(cluster.export, cluster.volume, "--export", "--mount" if cluster.launcher == "k8s"
                        else "--shared-dir") if cluster.export else None
     jobs = [ClusterJob(name, run, settings)]
-    check_shared_folders(cluster, jobs, export=export, remedy="choose another checkpoint_path")
-    return _write(cluster, jobs, export=export, inputs=[config_file] if config_file else [], given=[cfg])
+    notes = check_shared_folders(cluster, jobs, export=export, remedy="choose another checkpoint_path")
+    result = _write(cluster, jobs, export=export, inputs=[config_file] if config_file else [], given=[cfg])
+    result.notes = [*notes, *result.notes]
+    return result
 
 
 def launch_sweep(cluster: ClusterConfig, grid: SweepGrid, *, sweep_dir: str | None = None,
@@ -139,8 +141,8 @@ def launch_sweep(cluster: ClusterConfig, grid: SweepGrid, *, sweep_dir: str | No
             name = job_name(f"{base}-{run.name}-{hashlib.sha256(run.name.encode()).hexdigest()[:6]}")
         taken.add(name)
         jobs.append(ClusterJob(name, run.name, cluster_settings(run.config, cluster, f"run {run.name}")))
-    check_shared_folders(cluster, jobs, sweep_dir=where, remedy="run the sweep with its settings or choose another "
-                         "--sweep-dir")
+    notes += check_shared_folders(cluster, jobs, sweep_dir=where, remedy="run the sweep with its settings or choose "
+                                  "another --sweep-dir")
     result = _write(cluster, jobs, inputs=[config_file] if config_file else [], array_name=base,
                     given=[run.config for run in plan])
     result.compare_dir, result.notes = where, [*notes, *result.notes]
@@ -148,7 +150,7 @@ def launch_sweep(cluster: ClusterConfig, grid: SweepGrid, *, sweep_dir: str | No
 
 
 def check_shared_folders(cluster: ClusterConfig, jobs: list[ClusterJob], *, remedy: str, sweep_dir: str | None = None,
-                         export: str | None = None) -> None:
+                         export: str | None = None) -> list[str]:
     """SLURM: the shared directory is this machine's too (the script's --chdir), and what lies there is checked as
     the nodes will find it, before a file is written: every folder they write, links followed, inside it (a
     --sweep-dir or run folder through a symbolic link to elsewhere had the nodes train there, off the shared
@@ -156,19 +158,13 @@ def check_shared_folders(cluster: ClusterConfig, jobs: list[ClusterJob], *, reme
     with settings its train states do not allow (`train` refuses it, after the script had replaced its
     run_config.yaml). A Kubernetes claim is mounted in the pods only: nothing of it is here to look at."""
     if cluster.launcher != "slurm":
-        return
+        return []
     flag, shared = "--shared-dir", cluster.volume
     # the script's --chdir and the nodes' data: a directory missing here is missing there (it was written into the
     # script, and the nodes failed on it once the job had waited in the queue)
     if not os.path.isdir(shared):
         raise TRMError(f"{flag} {one_line(shared)}: no such directory here; the SLURM shared directory is this "
                        "machine's too (the job's working directory): create it, or name the one every node sees")
-    for job in jobs:
-        for path in (*job.settings.data_paths, *job.settings.data_paths_test):
-            if not os.path.isdir(path):
-                where = f"run {job.run}: " if sweep_dir else ""
-                raise TRMError(f"{where}data_paths: {one_line(path)}: no dataset there in the shared directory "
-                               f"{one_line(shared)} ({flag}); build it there first, or name the one the nodes read")
     for path, what in ((sweep_dir, "--sweep-dir"), (export, "--export")):
         if path and (problem := _off_the_volume(path, shared, what, flag)):
             raise TRMError(problem)
@@ -181,6 +177,12 @@ def check_shared_folders(cluster: ClusterConfig, jobs: list[ClusterJob], *, reme
             raise TRMError(where + problem)
         if said := _trained_otherwise(job):
             raise TRMError(f"{where}{job.run_dir} was trained with other settings ({said}); {remedy}")
+    # a dataset not there yet is said, not refused: the job may be written before the data is built (the docs' own
+    # order), but one missing when the job starts fails the nodes after its wait in the queue
+    missing = dict.fromkeys(path for job in jobs for path in (*job.settings.data_paths, *job.settings.data_paths_test)
+                            if not os.path.isdir(path))
+    return [f"data_paths: {one_line(path)}: no dataset there yet in the shared directory {one_line(shared)} ({flag}); "
+            "build it there before the job starts, or name the one the nodes read" for path in missing]
 
 
 def _off_the_volume(path: str, volume: str, what: str, flag: str) -> str | None:
