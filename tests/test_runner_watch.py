@@ -40,6 +40,14 @@ class _Alive:
         return True
 
 
+@pytest.fixture(autouse=True)
+def _fresh_state(monkeypatch):
+    """The module's process-wide state as a fresh kernel holds it: another test in this worker may have seen its
+    runner go (`_runner_gone` is set once, for the process's life) or left a block counted."""
+    monkeypatch.setattr(RW, "_runner_gone", threading.Event())
+    monkeypatch.setattr(RW, "_at_work", [0])
+
+
 def test_a_stop_under_a_watched_runner_is_said_on_the_kernels_own_stderr(monkeypatch):
     """The reproducer: papermill's Ctrl-C interrupts the kernel, whose TrainingInterrupted line (the state it saved)
     reached the executed notebook alone; the terminal showed ipykernel's ZMQError traceback and papermill's
