@@ -156,7 +156,8 @@ def check_shared_folders(cluster: ClusterConfig, jobs: list[ClusterJob], *, reme
     --sweep-dir or run folder through a symbolic link to elsewhere had the nodes train there, off the shared
     volume), a sweep's run folder no link at all (as a local sweep refuses it), and a run that trained there already
     with settings its train states do not allow (`train` refuses it, after the script had replaced its
-    run_config.yaml). A Kubernetes claim is mounted in the pods only: nothing of it is here to look at."""
+    run_config.yaml). A Kubernetes claim is mounted in the pods only: nothing of it is here to look at. Returns the
+    notes to print: the datasets not built there yet."""
     if cluster.launcher != "slurm":
         return []
     flag, shared = "--shared-dir", cluster.volume
