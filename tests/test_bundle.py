@@ -285,3 +285,35 @@ def test_the_builders_warnings_are_each_one_escaped_line(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "WARNING: e\\x1b[2J/state: damaged\\nFAKE\n", done.stderr
+
+
+@pytest.mark.parametrize("folder, record, words", [
+    ("run", "run.json", "is a training run folder (it holds run.json): its files would mix with the run's"),
+    ("session", "session.json", "holds session.json, the record of a Kaggle training session"),
+    ("sweep", "sweep.json", "is a sweep's folder (it holds sweep.json)"),
+])
+@pytest.mark.parametrize("training", [True, False], ids=["training", "submission"])
+def test_out_dir_another_commands_output_is_refused_with_the_pipelines_words(inputs, tmp_path, capsys, folder, record,
+                                                                             words, training):
+    """`build_bundle.py RUN --train-kernel` wrote data/, wheels/ and train-kernel/ among a training run's states, and
+    into a Kaggle session's output (the next session's input: a second data dataset there), exit 0. Refused as
+    `pipeline --work-dir` refuses the same folders, in its words, before anything is written."""
+    from trm_kaggle.cli import main
+    from trm_kaggle.errors import TRMError
+    from trm_kaggle.kaggle.metadata import BundleIds
+
+    out = tmp_path / folder
+    out.mkdir()
+    (out / record).write_text("{}")
+    before = sorted(p.name for p in out.iterdir())
+    argv = ([str(out), "--train-kernel", "--preset", "sudoku4-cpu"] if training else
+            [str(out), "--weights", str(inputs["export"]), "--notebook", str(inputs["notebook"])])
+    assert B.main([*argv, "--no-download", "--user", "me"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: OUT_DIR {out} {words}" + err.split(words, 1)[1] and err.count("\n") == 1, err
+    assert main(["pipeline", "--work-dir", str(out), "--no-progress"]) == 2
+    assert f"error: --work-dir {out} {words}" in capsys.readouterr().err
+    with pytest.raises(TRMError, match=f"^out_dir {out} {words}".replace("(", r"\(").replace(")", r"\)")):
+        B.build_training(out, ids=BundleIds(user="u", prefix="p"), train_kernel=True, presets=["sudoku4-cpu"],
+                         download=False, log=lambda _: None)
+    assert sorted(p.name for p in out.iterdir()) == before

@@ -313,6 +313,41 @@ def in_a_work_dir_problem(folder: str | os.PathLike, what: str) -> str | None:
                            "solve's")
 
 
+def run_folder_problem(folder: str | os.PathLike, what: str = "work_dir") -> str | None:
+    """`kept_by_problem` of a training run folder (it holds run.json): a solve's units/ and report, a pipeline's
+    data or a bundle went in among the run's states, and `train` then refused to resume the run."""
+    return kept_by_problem(folder, what, lambda at: (at / "run.json").is_file(), "a training run folder", "run.json",
+                           "run's")
+
+
+def sweep_folder_problem(folder: str | os.PathLike, what: str = "work_dir") -> str | None:
+    """`kept_by_problem` of a sweep's folder (it holds sweep.json): `submit --work-dir SWEEP` made the sweep's rerun
+    refuse each of its runs as lying inside a submit's work folder. A sweep's runs are the sweep's to write."""
+    return kept_by_problem(folder, what, lambda at: (at / SWEEP_RECORD).is_file(), "a sweep's folder", SWEEP_RECORD,
+                           "sweep's")
+
+
+def session_output_problem(folder: str | os.PathLike, what: str = "work_dir") -> str | None:
+    """Why `folder` may not take another command's files: it holds session.json, a Kaggle training session's record
+    (its run/ and weights/ are the session's, and the folder is the next session's input: a pipeline's rerun
+    replaced the weights/ a session had trained there, a bundle built there became a second dataset among the next
+    session's inputs)."""
+    if (Path(folder) / SESSION_RECORD).is_file():
+        return (f"{what} {os.fspath(folder)} holds {SESSION_RECORD}, the record of a Kaggle training session "
+                "(`run_session`), whose run/ and weights/ are the session's and the next session's input: a "
+                f"session's output is no other command's; choose another {what}")
+    return None
+
+
+def others_output_problem(folder: str | os.PathLike, what: str = "work_dir") -> str | None:
+    """Why `folder` may not be a folder a command builds its own files in, because another command keeps its files
+    there (None when it may): it is, or lies inside, a submit's work folder, a training run folder or a sweep's
+    folder, or it is a Kaggle training session's output. One rule, one wording: `pipeline --work-dir`
+    (`solve.check_pipeline_work_dir`) and `build_bundle.py OUT_DIR` (both bundles) ask it before writing."""
+    return (in_a_work_dir_problem(folder, what) or run_folder_problem(folder, what)
+            or sweep_folder_problem(folder, what) or session_output_problem(folder, what))
+
+
 def command_folder_problem(folder: str | os.PathLike, what: str) -> str | None:
     """Why `folder` may not be a training's run folder because it is another command's own folder, found by its
     record: a sweep's (sweep.json), a launch's (its job-files record) or a pipeline's (train/run.json). `train

@@ -32,7 +32,7 @@ from trm_kaggle.evaluate import (check_test_split, evaluate, format_metrics, for
 from trm_kaggle.kaggle import BundleIds, build_bundle
 from trm_kaggle.hardware import pick_device, set_cpu_threads
 from trm_kaggle.locks import directory_lock
-from trm_kaggle.outputs import (PIPELINE_FILES, PIPELINE_RUN_DIR, SESSION_RECORD, Output, link_problem,
+from trm_kaggle.outputs import (PIPELINE_FILES, PIPELINE_RUN_DIR, Output, link_problem,
                                 writable_problem)
 from trm_kaggle.model import apply_compile, load_model_for_dataset
 from trm_kaggle.solve import check_pipeline_work_dir, solve, solve_io
@@ -216,8 +216,8 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say, *, fla
     what = "--work-dir" if flags else "work_dir"
     check_pipeline_work_dir(cfg.work_dir, what)  # before any stage: stage 1 wrote src/ into a dataset, 1-3 a run folder
     work = Path(cfg.work_dir)
-    # before the tasks are read (seconds): a Kaggle session's output, or a folder of the user's files
-    if problem := _session_output_problem(work, what) or _foreign_files_problem(work, what):
+    # before the tasks are read (seconds): a folder of the user's files
+    if problem := _foreign_files_problem(work, what):
         raise TRMError(problem)
     data_dir = dataset_dir(cfg)
     # the evaluation2 tasks that fit the canvas: the first ones form the test split, the last ones are the
@@ -460,16 +460,6 @@ def _linked_folder_problem(work: Path, data_dir: Path, facts: dict[str, Any], wh
         if problem := next(filter(None, (link_problem(entry, f"{out.what} {out.path}:") for entry in entries)), None) \
                 or writable_problem(out):
             return problem
-    return None
-
-
-def _session_output_problem(work: Path, what: str) -> str | None:
-    """Why `work` cannot take a pipeline: it holds a Kaggle training session's record, session.json (a session's
-    output: its run/ and weights/ are the session's; a pipeline's rerun replaced the weights/ a session had trained
-    into the pipeline's work folder). Asked before the tasks are read, as the work folder's other checks."""
-    if (work / SESSION_RECORD).is_file():
-        return (f"{what} {work} holds {SESSION_RECORD}, the record of a Kaggle training session (`run_session`), whose "
-                f"weights/ a pipeline would replace: a session's output is no pipeline's; choose another {what}")
     return None
 
 

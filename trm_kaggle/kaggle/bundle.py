@@ -80,7 +80,7 @@ from trm_kaggle.kaggle.wheels import (
 )
 from trm_kaggle.locks import LOCK_FILE, directory_lock, refuse_if_held
 from trm_kaggle.names import blank_path_problem
-from trm_kaggle.outputs import Input, Output, check_io
+from trm_kaggle.outputs import Input, Output, check_io, others_output_problem
 from trm_kaggle.stdout import StdoutError, checked_stdout, parse_checked
 from trm_kaggle.wording import (OneLineParser, clipped, escape_what_the_console_cannot_show, log_one_line_each,
                                 one_line, type_name)
@@ -637,7 +637,17 @@ def _check_out_dir(out: Path, inputs: list[Input]) -> None:
     """The library's builders check their out folder as build_bundle.py checks OUT_DIR (`bundle_io`): the
     folders of `/` (wheels/, weights/ and a lock were made there), an input inside it (its own weights folder was
     replaced by a copy of itself) or a NUL byte refused before anything is read or written."""
-    check_io(inputs, [Output(out, "out_dir", "folder")])
+    _check_outputs(inputs, [Output(out, "out_dir", "folder")])
+
+
+def _check_outputs(inputs: list[Input], outputs: list[Output]) -> None:
+    """`check_io`, then the folders of other commands no bundle is built in (`outputs.others_output_problem`, the
+    rule and words of `pipeline --work-dir`): a training run folder got data/, wheels/ and train-kernel/ among its
+    states, a Kaggle training session's output a second data dataset for the next session, exit 0."""
+    check_io(inputs, outputs)
+    for out in outputs:
+        if problem := others_output_problem(out.path, out.what):
+            raise TRMError(problem)
 
 
 def bundle_io(args: argparse.Namespace) -> tuple[list[Input], list[Output]]:
@@ -665,7 +675,7 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     try:
         if problem := blank_path_problem(args.out_dir, "a folder for the bundle"):  # the current folder got
             raise TRMError(f"OUT_DIR {problem}")  # kernel/, weights/ and wheels/ among the user's own
-        check_io(*bundle_io(args))  # before anything is built: no part of the bundle replaces an input
+        _check_outputs(*bundle_io(args))  # before anything is built: no part of the bundle replaces an input
         refuse_if_held(args.out_dir)  # a bundle building or executing there: refused at once, nothing made
         if args.push and (why := push_unavailable()):  # before anything is built under a placeholder owner
             raise TRMError(f"--push cannot publish from here: {why}; nothing was built (build without --push to "

@@ -29,8 +29,9 @@ from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.jsonio import read_json
 from trm_kaggle.locks import LOCK_FILE, holder_kind, refuse_if_held
 from trm_kaggle.names import ascii_number
-from trm_kaggle.outputs import (PIPELINE_RUN_DIR, SWEEP_RECORD, Input, Output, check_io, in_a_work_dir_problem,
-                                is_work_dir, kept_by_problem, special_kind, writable_problem)
+from trm_kaggle import outputs
+from trm_kaggle.outputs import (PIPELINE_RUN_DIR, Input, Output, check_io, is_work_dir, special_kind,
+                                writable_problem)
 
 
 RESULT = "result.json"
@@ -101,19 +102,15 @@ def run_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str |
     """Why `work` may not be a work folder (None when it may): it is, or lies inside, a training run folder (it holds
     run.json). The solve's units/, workers/ and solve_report.json went in among the run's states, and `train` then
     refused to resume the run as a submit's work folder. `submit` and `pipeline` refuse their --work-dir with the same
-    words (`what` names the setting); a pipeline's own solve works in WORK/ttt, beside its run in WORK/train."""
-    from trm_kaggle.train import RUN_RECORD  # here, not above: the work directory's module stays without torch
-
-    return kept_by_problem(work, what, lambda at: (at / RUN_RECORD).is_file(), "a training run folder",
-                           RUN_RECORD, "run's")
+    words (`what` names the setting); a pipeline's own solve works in WORK/ttt, beside its run in WORK/train. The
+    rule is `outputs.run_folder_problem`'s."""
+    return outputs.run_folder_problem(work, what)
 
 
 def sweep_folder_problem(work: str | os.PathLike, what: str = "work_dir") -> str | None:
     """Why `work` may not be a solve's (or a pipeline's) folder: it is, or lies inside, a sweep's folder (it holds
-    sweep.json). `submit --work-dir SWEEP` made the sweep's rerun refuse each of its runs as lying inside a submit's
-    work folder, and record them failed. A sweep's runs are the sweep's to write."""
-    return kept_by_problem(work, what, lambda at: (at / SWEEP_RECORD).is_file(), "a sweep's folder",
-                           SWEEP_RECORD, "sweep's")
+    sweep.json): `outputs.sweep_folder_problem`'s rule."""
+    return outputs.sweep_folder_problem(work, what)
 
 
 def check_pipeline_work_dir(work_dir: str | os.PathLike, what: str = "work_dir") -> None:
@@ -121,12 +118,12 @@ def check_pipeline_work_dir(work_dir: str | os.PathLike, what: str = "work_dir")
     `run_pipeline` for every caller, and by `pipeline` with its --work-dir's name. Refused: a folder that is, or
     lies inside, a submit's work folder or one a live solve holds (the pipeline's run in WORK/train would be a run
     folder there, which that submit refuses), a training run folder or a sweep's folder (`export` or a resume would
-    search the pipeline's files; the sweep's rerun would refuse its runs); then what `check_io` refuses of a folder
-    written into (a dataset, an export, a folder this package builds whole, one that cannot be written), the same of
-    its dataset folder WORK/data (stage 1 builds below it), and whether its run folder can be written (a read-only
-    one was found after the dataset stage ran again). Its own solve works in WORK/ttt, a work folder like any other."""
-    if problem := (in_a_work_dir_problem(work_dir, what) or below_a_work_dir_problem(work_dir, what)
-                   or run_folder_problem(work_dir, what) or sweep_folder_problem(work_dir, what)):
+    search the pipeline's files; the sweep's rerun would refuse its runs), a Kaggle training session's output
+    (`outputs.others_output_problem`, the rule `build_bundle.py OUT_DIR` shares); then what `check_io` refuses of a
+    folder written into (a dataset, an export, a folder this package builds whole, one that cannot be written), the
+    same of its dataset folder WORK/data (stage 1 builds below it), and whether its run folder can be written (a
+    read-only one was found after the dataset stage ran again). Its own solve works in WORK/ttt, a work folder like any other."""
+    if problem := below_a_work_dir_problem(work_dir, what) or outputs.others_output_problem(work_dir, what):
         raise TRMError(problem)
     # and its dataset folder, where stage 1 builds: WORK/data a dataset (a Kaggle training session's inputs) was
     # found by the build, after src/ and a lock were written, and named as the build's output_dir
