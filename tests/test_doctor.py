@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from dataclasses import replace
 
 
@@ -226,3 +227,25 @@ def test_doctor_and_train_ignore_a_stray_local_world_size_alike(monkeypatch, cap
     import torch
     assert memory_aware_micro_batch(c, seq_len=16, vocab_size=12, num_puzzle_identifiers=1, num_puzzles=1,
                                     device=torch.device("cpu"), dtype=torch.float32, local_batch=8) == 8
+
+
+def test_a_model_far_larger_than_memory_is_planned_from_its_shapes_without_allocating_it(tmp_path):
+    """50 GB of parameters: the plan comes back at once under a 4 GB address-space limit, with the warning (the
+    activation probe allocated the model, and ran the machine out of memory before a word)."""
+    import resource
+    import subprocess
+    import sys
+
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+            "from trm_kaggle.doctor import diagnose; from test_doctor import LAPTOP, cfg\n"
+            "plan = diagnose(cfg('arch.hidden_size=4096', 'arch.L_layers=64'), LAPTOP, baseline=0)\n"
+            "print(plan.micro_batch, plan.parameters, plan.warnings)")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (4 * GB, 4 * GB))
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, preexec_fn=limit,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    micro, parameters, warnings = out.stdout.split(" ", 2)
+    assert micro == "None" and int(parameters) > 8 * 10**9 and "even micro_batch_size=1 needs over" in warnings

@@ -138,21 +138,25 @@ def diagnose(cfg, facts: hardware.HardwareFacts, data: str | None = None, *, bas
     # The activations are probed on this machine's own device of that kind when it has one, else on the CPU.
     probe_device = device if (device == "cpu" or (device == "cuda" and torch.cuda.is_available())
                               or (device == "mps" and facts.mps and torch.backends.mps.is_available())) else "cpu"
-    est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab, num_puzzle_identifiers=rows,
-                                   num_puzzles=puzzles, device=probe_device, dtype=dtype,
-                                   baseline=run_rss(cfg, device) if baseline is None else baseline)
     if device == "cuda" and gpu is not None:
         available = gpu.free_bytes if gpu.free_bytes is not None else gpu.total_bytes
-        est.baseline = 0  # the process's own memory is host memory, not the GPU's
+        baseline = 0  # the process's own memory is host memory, not the GPU's
     else:  # split between the local ranks, as train's auto_batch splits it
         available = None if facts.memory_available is None else facts.memory_available // processes
+        baseline = run_rss(cfg, device) if baseline is None else baseline
+    # planned from the shapes: where the weights and optimizer state alone do not fit, the activations are not
+    # probed (the probe allocates the model: a model of 50 GB ran the machine out of memory before a word)
+    est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab, num_puzzle_identifiers=rows,
+                                   num_puzzles=puzzles, device=probe_device, dtype=dtype, baseline=baseline,
+                                   budget=None if available is None else int(DEFAULT_MEMORY_FRACTION * available))
     requested = min(cfg.micro_batch_size or local_batch, local_batch)
     micro: int | None = requested
     if available is not None:
         fitting = largest_fitting_micro_batch(est, local_batch, int(DEFAULT_MEMORY_FRACTION * available))
         if fitting is None:
             micro = None
-            warnings.append(f"even micro_batch_size=1 needs about {est.total(1) / GB:.2f} GB, more than "
+            warnings.append(f"even micro_batch_size=1 needs {'about' if est.measured else 'over'} "
+                            f"{est.total(1) / GB:.2f} GB{'' if est.measured else ' before its activations'}, more than "
                             f"{DEFAULT_MEMORY_FRACTION:.0%} of the {available / GB:.2f} GB available: train refuses "
                             "to start with auto_batch=True; use a smaller model, dataset or another machine")
         elif cfg.auto_batch and device in ("cpu", "mps"):

@@ -65,6 +65,7 @@ class MemoryEstimate:
     workspace_per_example: int  # transient: one network call's temporaries and the loss
     parameters: int = 0
     checkpointed: bool = False  # grad_checkpointing: the activations are the checkpointed calls' inputs
+    measured: bool = True  # False: the fixed part alone exceeded the budget; the activations were not probed (0)
 
     def fixed(self) -> int:
         return (self.baseline + self.weights + self.gradients + self.optimizer + self.ema + self.weight_casts
@@ -78,7 +79,8 @@ class MemoryEstimate:
         return {"process": self.baseline, "weights": self.weights, "gradients": self.gradients,
                 "optimizer": self.optimizer, "EMA": self.ema, "forward-dtype weight casts": self.weight_casts,
                 "puzzle table": self.puzzle_table, "ACT carry": self.carry,
-                f"activations ({micro} per micro-batch{self._kept()})": micro * self.activations_per_example,
+                f"activations ({micro} per micro-batch{self._kept()})" if self.measured
+                else "activations (not measured: the rest alone does not fit)": micro * self.activations_per_example,
                 "workspace" + (" (one call rebuilt in backward)" if self.checkpointed else ""):
                     micro * self.workspace_per_example}
 
@@ -197,11 +199,15 @@ def optimizer_state_floats(cfg: TrainConfig, seq_len: int, vocab_size: int, para
 
 def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int, num_puzzle_identifiers: int,
                              num_puzzles: int = 0, device: torch.device | str = "cpu",
-                             dtype: torch.dtype = torch.float32, baseline: int = 0, world_size: int = 1
-                             ) -> MemoryEstimate:
+                             dtype: torch.dtype = torch.float32, baseline: int = 0, world_size: int = 1,
+                             budget: int | None = None) -> MemoryEstimate:
     """The parts of a run's memory on one rank (see the module docstring). An argument of the wrong type or out
     of bounds is one TypeError or ValueError naming it (a NaN or negative count made a NaN or negative estimate,
-    world_size=0 a division by zero, device='xyz' or dtype='bf16' torch's own words)."""
+    world_size=0 a division by zero, device='xyz' or dtype='bf16' torch's own words).
+
+    `budget`: the bytes the run may use. When the parts known from the shapes alone (weights, optimizer state,
+    puzzle table, carry) exceed it, the activations are not probed (the probe allocates the model: a model of
+    tens of GB ran the machine out of memory to find that it does not fit) and count 0, `measured` False."""
     from trm_kaggle.model import prefix_length
 
     if not isinstance(cfg, TrainConfig):
@@ -209,6 +215,7 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     num_puzzle_identifiers = whole_argument("num_puzzle_identifiers", num_puzzle_identifiers, 0, MAX_BYTES)
     num_puzzles = whole_argument("num_puzzles", num_puzzles, 0, MAX_BYTES // LOADER_BYTES_PER_PUZZLE)
     baseline = whole_argument("baseline", baseline, 0, MAX_BYTES)
+    budget = None if budget is None else whole_argument("budget", budget, 0, MAX_BYTES)
     world_size = whole_argument("world_size", world_size, 1, MAX_BATCH_SIZE)
     device = checked_device(device)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -218,17 +225,10 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     arch = cfg.arch
     P = count_parameters(arch, seq_len, vocab_size)
     trains_weights = not cfg.freeze_weights
-    per_example, per_call = probe_activations(arch, seq_len, vocab_size, device, dtype, cfg.grad_checkpointing)
     local_batch = max(1, cfg.global_batch_size // world_size)
     width = prefix_length(arch) + seq_len
     act_bytes = _dtype_bytes(dtype)
-    # The loss works on float32 logits: the upcast, stablemax's log-probabilities and its gradient.
-    loss_work = 3 * seq_len * vocab_size * 4
-    # Checkpointed, backward rebuilds one call's activations and then works through them: that call's share on top
-    # of the temporaries (9x9 Sudoku, hidden 256, 128 of 512 rows: 1.39 GB measured, 1.25 GB estimated so, 0.91 GB
-    # without the rebuilt call).
-    rebuilt = per_call if cfg.grad_checkpointing else 0
-    return MemoryEstimate(
+    est = MemoryEstimate(
         baseline=baseline + LOADER_BYTES_PER_PUZZLE * num_puzzles,
         weights=4 * P,
         gradients=4 * P if trains_weights else 0,
@@ -237,11 +237,20 @@ def estimate_training_memory(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
         weight_casts=act_bytes * P if dtype != torch.float32 else 0,
         puzzle_table=num_puzzle_identifiers * arch.emb_ndim * 4 if arch.emb_ndim else 0,
         carry=local_batch * (2 * width * arch.hidden_size * act_bytes + seq_len * (4 + 8)),
-        activations_per_example=per_example,
-        workspace_per_example=per_call + rebuilt + loss_work,
-        parameters=P,
-        checkpointed=cfg.grad_checkpointing,
-    )
+        activations_per_example=0, workspace_per_example=0, parameters=P, checkpointed=cfg.grad_checkpointing)
+    if budget is not None and est.fixed() > budget:  # does not fit whatever the activations: the probe is skipped
+        est.measured = False
+        return est
+    per_example, per_call = probe_activations(arch, seq_len, vocab_size, device, dtype, cfg.grad_checkpointing)
+    # The loss works on float32 logits: the upcast, stablemax's log-probabilities and its gradient.
+    loss_work = 3 * seq_len * vocab_size * 4
+    # Checkpointed, backward rebuilds one call's activations and then works through them: that call's share on top
+    # of the temporaries (9x9 Sudoku, hidden 256, 128 of 512 rows: 1.39 GB measured, 1.25 GB estimated so, 0.91 GB
+    # without the rebuilt call).
+    rebuilt = per_call if cfg.grad_checkpointing else 0
+    est.activations_per_example = per_example
+    est.workspace_per_example = per_call + rebuilt + loss_work
+    return est
 
 
 def checked_device(device: object) -> torch.device:
@@ -290,11 +299,12 @@ def plan_micro_batch(est: MemoryEstimate, local_batch: int, available: int, frac
     cap = min(requested or local_batch, local_batch)
     micro = largest_fitting_micro_batch(est, local_batch, budget)
     if micro is None:
-        raise TRMError(f"this run needs about {est.total(1) / GB:.2f} GB even with micro_batch_size=1 "
+        raise TRMError(f"this run needs {'about' if est.measured else 'over'} {est.total(1) / GB:.2f} GB even with micro_batch_size=1 "
                        f"(fixed {est.fixed() / GB:.2f} GB: puzzle table {est.puzzle_table / GB:.2f} GB, "
                        f"weights and optimizer {(est.weights + est.gradients + est.optimizer + est.ema) / GB:.2f} GB; "
-                       f"one example's activations {est.activations_per_example / GB:.2f} GB), but "
-                       f"{fraction:.0%} of the {available / GB:.2f} GB available is {budget / GB:.2f} GB: "
+                       + (f"one example's activations {est.activations_per_example / GB:.2f} GB), but " if est.measured
+                          else "activations not measured), but ")
+                       + f"{fraction:.0%} of the {available / GB:.2f} GB available is {budget / GB:.2f} GB: "
                        "use a smaller model or dataset, or a machine with more memory")
     while local_batch % micro or micro > cap:  # a divisor of the local batch, at most the one asked for
         micro -= 1
@@ -384,7 +394,7 @@ def memory_aware_micro_batch(cfg: TrainConfig, *, seq_len: int, vocab_size: int,
     est = estimate_training_memory(cfg, seq_len=seq_len, vocab_size=vocab_size,
                                    num_puzzle_identifiers=num_puzzle_identifiers, num_puzzles=num_puzzles,
                                    device=device, dtype=dtype, world_size=world_size,
-                                   baseline=run_rss(cfg, device))
+                                   baseline=run_rss(cfg, device), budget=int(DEFAULT_MEMORY_FRACTION * share))
     micro = plan_micro_batch(est, local_batch, share, requested=requested)
     if log:
         log.info("auto_batch: micro_batch_size=%d of the local batch %d (expected peak %.2f GB of %.2f GB "
