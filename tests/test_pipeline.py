@@ -36,3 +36,25 @@ def test_a_submission_stage_whose_model_failed_fails_the_pipeline(tmp_path, caps
     assert "| submission | FAILED: the model could not run on any of its 1 task: RuntimeError: the worker broke" \
         in summary, summary
     assert "| bundle |" not in summary and "(not built in this run: the pipeline stopped before it)" in summary
+
+
+def test_a_stop_during_the_submission_stage_says_the_submission_left_is_the_fallback(tmp_path, capsys, monkeypatch):
+    """SIGTERM during [4/5] said only "interrupted: stopped by SIGTERM" and left submission.json holding the
+    baseline fallback answers, which read as the model's submission."""
+    from trm_kaggle.interrupts import Terminated
+    from trm_kaggle.solve import job
+
+    def stopped(*_, **__):
+        raise Terminated()
+
+    monkeypatch.setattr(job, "run_in_process", stopped)
+    monkeypatch.setattr(job, "run_spawned", stopped)
+    w = tmp_path / "w"
+    rc = main(["pipeline", "--work-dir", str(w), "--num-aug", "1", "--train-seconds", "3", "--eval-tasks", "1",
+               "--unseen-tasks", "1", "--no-progress", "--threads", "1"])
+    out, err = capsys.readouterr()
+    assert rc == 143 and "[4/5] submission" in out, (out, err)
+    assert err.strip() == (f"interrupted: stopped by SIGTERM; {w / 'submission.json'} is not the stage's result: it "
+                           "holds the fallback answers written before the model ran (and any the model had "
+                           "finished); run the pipeline again to finish it"), err
+    assert (w / "submission.json").is_file()

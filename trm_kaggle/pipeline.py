@@ -253,6 +253,7 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say, *, fla
                               work_dir=str(facts["ttt"]), num_aug=cfg.num_aug, finetune_steps=2,
                               global_batch_size=16, eval_batch_size=64, seed=cfg.seed, threads=cfg.threads,
                               progress=cfg.progress))
+        facts["submitted"] = True  # the solve's own answers are in the file from here on
         score = score_submission(facts["submission"], solutions)
         facts["solve"] = {"valid": r["valid"], "tasks": r["tasks"], "answered": r["answered"],
                           "fallback": r.get("fallback", {}), "solved": score.solved, "total": score.total}
@@ -294,7 +295,11 @@ def run_pipeline(cfg: PipelineConfig, echo: Callable[[str], None] = _say, *, fla
         for i, (key, name, stage) in enumerate(stages, 1):
             t = time.perf_counter()
             echo(f"[{i}/{len(stages)}] {name} ...")
-            echo(stage())
+            try:
+                echo(stage())
+            except KeyboardInterrupt as e:  # the stop's one line says what the stage leaves that looks final
+                _say_unfinished_submission(e, key, facts)
+                raise
             seconds = time.perf_counter() - t
             result.stages.append((key, facts.pop("did"), seconds))
             echo(f"[{i}/{len(stages)}] {'FAILED' if 'failed' in facts else 'done'} in {seconds:.1f} s")
@@ -382,6 +387,17 @@ def _write_task_files(prefix: Path, loaded: dict[str, LoadReport], what: str = "
             atomic_write_bytes(src / name, data)
             ours[name] = hashlib.sha256(data).hexdigest()
     atomic_write_text(src / SRC_RECORD, json.dumps(ours, indent=1, sort_keys=True) + "\n")
+
+
+def _say_unfinished_submission(e: KeyboardInterrupt, key: str, facts: dict[str, Any]) -> None:
+    """A stop during the submission stage, before its solve returned: the submission.json it leaves holds the
+    fallback answers the solve writes first (and those the model had finished), which read as the model's
+    submission. The stop's line (`interrupts.interrupted`) says so; a rerun finishes the stage."""
+    submission = facts.get("submission")
+    if key != "submission" or facts.get("submitted") or submission is None or not os.path.lexists(submission):
+        return
+    e.args = (f"{str(e) or 'stopped'}; {submission} is not the stage's result: it holds the fallback answers written "
+              "before the model ran (and any the model had finished); run the pipeline again to finish it",)
 
 
 def _train_and_export(cfg: PipelineConfig, work: Path, result: PipelineResult) -> str:
