@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import shutil
 import socket
@@ -96,10 +97,28 @@ def test_which_arguments_mean_the_hub(tmp_path):
 def test_import_from_a_cached_snapshot_takes_the_newest_step(hub_cache, tmp_path, capsys):
     _, models = hub_cache
     assert main(["import-upstream", "hf://owner/trm/runs/arc", "--out", str(tmp_path / "w"), "--seq-len", "16"]) == 0
-    assert "parameters without the puzzle-embedding table" in capsys.readouterr().out
-    config, tensors = read_export(tmp_path / "w")
-    assert config["info"]["source"] == "hf://owner/trm/runs/arc" and config["info"]["hub_commit"] == COMMIT
+    out = capsys.readouterr().out
+    assert "hf://owner/trm/runs/arc (its newest step, step_12), " in out
+    assert "parameters without the puzzle-embedding table" in out
+    config, tensors = read_export(tmp_path / "w")  # the step taken is recorded, not the folder alone
+    assert config["info"]["source"] == "hf://owner/trm/runs/arc/step_12" and config["info"]["hub_commit"] == COMMIT
     assert torch.equal(tensors["lm_head.weight"], models[12].lm_head.weight.detach())  # step_12, not step_5
+
+
+@pytest.mark.parametrize("kind, said", [("dangling", "a link to a missing file (not downloaded completely"),
+                                        ("fifo", "a pipe (FIFO)"), ("folder", "a folder")])
+def test_a_newest_step_that_is_no_file_is_refused_not_passed_over(hub_cache, tmp_path, capsys, kind, said):
+    """step_50 a link to a blob that is missing (an interrupted download), a FIFO or a folder: step_12 was imported
+    in its place without a word."""
+    cache, _ = hub_cache
+    step = cache / "models--owner--trm" / "snapshots" / COMMIT / "runs" / "arc" / "step_50"
+    {"dangling": lambda: step.symlink_to("../../../../blobs/missing"), "fifo": lambda: os.mkfifo(step),
+     "folder": step.mkdir}[kind]()
+    assert main(["import-upstream", "hf://owner/trm/runs/arc", "--out", str(tmp_path / "w"), "--seq-len", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its newest step, step_50, is " + said in err, err
+    assert "name the step to import, e.g. hf://owner/trm/runs/arc/step_12" in err
+    assert not (tmp_path / "w").exists()
 
 
 def test_a_plain_repo_id_with_revision_and_step_file(hub_cache, tmp_path):
@@ -159,4 +178,32 @@ def test_a_ref_leading_out_of_the_cache_is_refused(hub_cache, tmp_path, capsys, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: hf://owner/trm/runs/arc: the Hugging Face cache's ref "
                                                    f"{repo / 'refs' / 'main'} leads to "), err
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_ref_leading_nowhere_is_said_as_an_edited_cache(hub_cache, tmp_path, capsys):
+    """`../../../../outside` as refs/main: huggingface_hub finds no folder there and says "not cached", which sent
+    the user to the network; the ref is what was edited."""
+    cache, _ = hub_cache
+    ref = cache / "models--owner--trm" / "refs" / "main"
+    ref.write_text("../../../../outside")
+    assert main(["import-upstream", "hf://owner/trm/runs/arc", "--out", str(tmp_path / "w"), "--seq-len", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the Hugging Face cache's ref {ref} reads '../../../../outside', not a commit id" in err
+    assert "the cache was edited" in err and "not in the Hugging Face cache" not in err
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_snapshot_folder_linked_out_of_the_cache_is_refused(hub_cache, tmp_path, capsys):
+    """The rule of a linked commit folder holds for the folders inside it: runs/arc a link to a folder elsewhere
+    was imported."""
+    cache, _ = hub_cache
+    arc = cache / "models--owner--trm" / "snapshots" / COMMIT / "runs" / "arc"
+    outside = tmp_path / "outside"
+    shutil.copytree(arc, outside)  # the files themselves, not links
+    shutil.rmtree(arc)
+    arc.symlink_to(outside)
+    assert main(["import-upstream", "hf://owner/trm/runs/arc", "--out", str(tmp_path / "w"), "--seq-len", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"is a link leading to {outside.resolve()}, outside the snapshot" in err, err
     assert not (tmp_path / "w").exists()

@@ -213,13 +213,24 @@ def _upstream_contents(checkpoint: str) -> Any:
     return loaded
 
 
+def _step_taken(args: argparse.Namespace) -> str:
+    """" (its newest step, step_12)" when a Hub folder was named: the step file its export records as the source."""
+    from trm_kaggle.jsonio import read_json
+    from trm_kaggle.model.hub import HF_PREFIX
+
+    taken = str((read_json(Path(args.out) / "config.json", "export config").get("info") or {}).get("source", ""))
+    step = taken.rsplit("/", 1)[-1]
+    return f" (its newest step, {step})" if taken.startswith(HF_PREFIX) and not \
+        args.checkpoint.rstrip("/").endswith("/" + step) else ""
+
+
 def cmd_import_upstream(args: argparse.Namespace) -> int:
     from trm_kaggle.model import import_upstream
 
     t = time.perf_counter()
     model = import_upstream(args.checkpoint, args.out, config=args.config, seq_len=args.seq_len,
                             mean_embedding=args.mean_embedding, contents=_upstream_contents(args.checkpoint))
-    print(one_line(f"imported {args.out}: {args.checkpoint}, {model.parameter_count()}"  # paths as typed, escaped
+    print(one_line(f"imported {args.out}: {args.checkpoint}{_step_taken(args)}, {model.parameter_count()}"  # as typed
                    + (" (the export keeps only its mean row)" if args.mean_embedding else "")
                    + f", sequence length {model.seq_len}"  # a length guessed wrong is found only at evaluate
                    + ("" if args.seq_len is not None else " (from the run's dataset, else its vocabulary's task; "

@@ -2,7 +2,8 @@
 
 A source names a repository, optionally a revision (branch, tag or commit) after `@`, and optionally a path
 inside the repository: the folder that holds upstream's `step_<N>` files and their `all_config.yaml` (the newest
-step is taken), or one `step_<N>` file. `huggingface_hub` (optional: `pip install "trm_kaggle[hub]"`) downloads
+step is taken, and named as the source; a newest step that is no readable file is refused, never passed over for
+an older one), or one `step_<N>` file. `huggingface_hub` (optional: `pip install "trm_kaggle[hub]"`) downloads
 `all_config.yaml` and the step file(s) of that folder, nothing else, into the user's Hugging Face cache
 (`HF_HUB_CACHE`, by default ~/.cache/huggingface/hub); the import then reads them from there like a local
 checkpoint. Naming the step file fetches that one file alone: an ARC checkpoint with its full puzzle-embedding
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trm_kaggle.errors import TRMError
-from trm_kaggle.jsonio import is_regular
+from trm_kaggle.jsonio import is_regular, not_regular
 from trm_kaggle.wording import one_line
 
 HF_PREFIX = "hf://"
@@ -97,6 +99,8 @@ def download_checkpoint(source: HubSource, cache_dir: str | os.PathLike | None =
         root = Path(snapshot_download(source.repo_id, revision=source.revision, cache_dir=cache_dir,
                                       allow_patterns=source.allow_patterns()))
     except LocalEntryNotFoundError:
+        if problem := _ref_problem(source, cache_dir):  # a ref reading '../..' led nowhere: said as the edit it is
+            raise TRMError(problem) from None
         raise TRMError(f"{source}: not in the Hugging Face cache{_offline_note()} and the Hub cannot be reached: "
                        f"run once with network access, or download step_<N> and {CONFIG_NAME} into one directory "
                        "and pass the local step_<N> path") from None
@@ -120,15 +124,28 @@ def _check_snapshot(root: Path, source: HubSource, cache_dir: str | os.PathLike 
               and os.path.dirname(os.path.realpath(root)) == os.path.realpath(root.parent))
     if inside:
         return
+    raise TRMError(_ref_problem(source, cache_dir, root))  # with where it leads, always a line
+
+
+def _ref_problem(source: HubSource, cache_dir: str | os.PathLike | None, leads_to: Path | None = None) -> str | None:
+    """The line for a ref file of the cache (`refs/main`) that holds no commit id, as after an edit, or None (no
+    such ref: `source.revision` is a commit, or nothing is cached). With `leads_to`, the snapshot folder the ref
+    led to that is no commit's folder: always the line."""
     from huggingface_hub import constants
     from huggingface_hub.file_download import repo_folder_name
 
     repo = Path(cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=source.repo_id, repo_type="model")
     ref = repo / "refs" / (source.revision or "main")
-    raise TRMError(one_line(f"{source}: the Hugging Face cache's ref {ref} leads to {root}, not to a commit's folder "
-                            f"in {repo / 'snapshots'} (a ref holds a commit id: hexadecimal, no '/' or '..'); the "
-                            "cache was edited: remove the ref, or the repository's folder in the cache, and download "
-                            "again"))
+    try:
+        text = ref.read_text(encoding="utf-8", errors="replace")[:200].strip() if ref.is_file() else None
+    except OSError:
+        text = None
+    if leads_to is None and (text is None or _COMMIT.match(text)):
+        return None
+    what = (f"leads to {leads_to}, not to a commit's folder in {repo / 'snapshots'} (a ref holds a commit id"
+            if leads_to is not None else f"reads {text!r}, not a commit id (a ref holds one")
+    return one_line(f"{source}: the Hugging Face cache's ref {ref} {what}: hexadecimal, no '/' or '..'); the cache "
+                    "was edited: remove the ref, or the repository's folder in the cache, and download again")
 
 
 def _offline_note() -> str:
@@ -145,19 +162,42 @@ def _checkpoint_in(root: Path, source: HubSource) -> Path:
     """The step file inside the downloaded snapshot `root`, with its all_config.yaml beside it."""
     folder = root.joinpath(*source.folder.split("/")) if source.folder else root
     where = f"{source} (cached in {folder})"
+    # the commit folder's rule for the folders inside it: a link leading out of the snapshot is an edited cache
+    real, real_root = os.path.realpath(folder), os.path.realpath(root)
+    if os.path.commonpath([real, real_root]) != real_root:
+        raise TRMError(one_line(f"{where}: this folder of the snapshot is a link leading to {real}, outside the "
+                                f"snapshot {real_root}; the cache was edited: remove the repository's folder in the "
+                                "cache, and download again"))
     if source.step_file:
         path = root.joinpath(*source.path.split("/"))
         if not is_regular(path, "checkpoint"):
             raise TRMError(f"{where}: the snapshot has no {source.path} (a typo, or not downloaded yet while offline)")
-    else:
-        steps = [(int(m.group(1)), p) for p in folder.glob("step_*") if (m := _STEP.match(p.name)) and p.is_file()]
+    else:  # every step_<N> entry, whatever it is: the newest one unreadable is refused, not passed over
+        steps = sorted((int(m.group(1)), p) for p in folder.glob("step_*") if (m := _STEP.match(p.name)))
         if not steps:
             raise TRMError(f"{where}: no step_<N> checkpoint in this folder of the repository; name the folder that "
                            "holds them, e.g. hf://owner/repo/path/to/run")
-        path = max(steps)[1]
+        path = steps[-1][1]
+        if kind := _not_a_step_file(path):
+            older = next((p.name for _, p in reversed(steps[:-1]) if _not_a_step_file(p) is None), "step_<N>")
+            raise TRMError(one_line(f"{where}: its newest step, {path.name}, is {kind}; an older step is not taken "
+                                    f"in its place without a word: name the step to import, e.g. "
+                                    f"{replace(source, path='/'.join(filter(None, (source.folder, older))))}"))
     if not is_regular(path.parent / CONFIG_NAME, CONFIG_NAME):
         raise TRMError(f"{where}: no {CONFIG_NAME} beside {path.name}; upstream writes it with its checkpoints")
     return path
+
+
+def _not_a_step_file(path: Path) -> str | None:
+    """What the snapshot's entry `path` is when it is not a regular file (through its link), or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return ("a link to a missing file (not downloaded completely, or its blob was removed from the cache)"
+                if os.path.islink(path) else "gone")
+    except OSError as e:
+        return f"unreadable ({e.strerror or type(e).__name__})"
+    return "a folder" if stat.S_ISDIR(mode) else not_regular(mode)
 
 
 def snapshot_commit(path: Path) -> str | None:
@@ -167,13 +207,16 @@ def snapshot_commit(path: Path) -> str | None:
 
 
 def resolve_checkpoint(checkpoint: str | os.PathLike) -> tuple[Path, HubSource | None]:
-    """(local path of the checkpoint, the Hub source it came from or None) for a path or a Hub source."""
+    """(local path of the checkpoint, the Hub source it came from or None) for a path or a Hub source. A Hub
+    folder's source comes back naming the step file taken in it (hf://owner/repo/run/step_12)."""
     source = parse_hub_source(checkpoint)
     if source is None:
         return Path(checkpoint), None
     try:
-        return download_checkpoint(source), source
+        path = download_checkpoint(source)
     except TRMError as e:
         if os.fspath(checkpoint).startswith(HF_PREFIX):
             raise
         raise TRMError(f"{os.fspath(checkpoint)}: no such local file; read as a Hugging Face source: {e}") from None
+    # a folder stands for its newest step: the source recorded names the step file imported
+    return path, source if source.step_file else replace(source, path="/".join(filter(None, (source.path, path.name))))
