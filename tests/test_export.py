@@ -535,3 +535,20 @@ def test_every_file_of_an_export_has_the_mode_the_umask_leaves(tmp_path, monkeyp
     out = make_export(tmp_path / "export")
     modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir() if p.is_file()}
     assert "weights.safetensors" in modes and modes == dict.fromkeys(modes, 0o666 & ~umask), modes
+
+
+def test_a_run_whose_only_state_is_damaged_is_refused_in_export_s_words(tmp_path):
+    """A truncated only state was refused with resume's words ("no good state to resume from; move them away to
+    start afresh") in an export."""
+    import io
+
+    from trm_kaggle.train import checkpoint as ckpt
+
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(1000)}, buf)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "state_step00000009.pt").write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+    with pytest.raises(TRMError) as e:
+        ckpt.export_run(tmp_path / "run", tmp_path / "e")
+    assert str(e.value).endswith("(left in place: no good state to export)") and "resume" not in str(e.value)
+    assert not (tmp_path / "e").exists()

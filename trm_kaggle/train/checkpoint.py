@@ -128,8 +128,10 @@ def newest_step(run_dir: str | os.PathLike) -> int:
     return int(load_newest_state(run_dir)[1]["step"])
 
 
-def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> tuple[Path, dict[str, Any]]:
-    """(path, state) of the newest train state in `run_dir` that loads.
+def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False, purpose: str = "resume from"
+                      ) -> tuple[Path, dict[str, Any]]:
+    """(path, state) of the newest train state in `run_dir` that loads; `purpose` (what the state is for, "resume
+    from", "export") words the refusal when none does.
 
     A newer state that is damaged (truncated, corrupt, its checksum wrong: a kill during a copy, a full disk)
     does not block the run: it is skipped with a warning and the next older one is tried. With `quarantine`
@@ -179,7 +181,8 @@ def load_newest_state(run_dir: str | os.PathLike, quarantine: bool = False) -> t
                 kept = set_aside(bad, ".corrupt")
                 log.warning("%s: renamed to %s (kept, not deleted): resuming from %s", bad, kept.name, path.name)
         return path, state
-    kept = " (left in place: no good state to resume from; move them away to start afresh)" if damaged else ""
+    kept = (f" (left in place: no good state to {purpose}" + ("; move them away to start afresh)"
+                                                                if purpose == "resume from" else ")")) if damaged else ""
     raise TRMError(f"{run_dir}: no readable train state ({len(errors)} tried; newest: {errors[0]}){kept}")
 
 
@@ -602,7 +605,7 @@ def export_run(run: str | os.PathLike, out: str | os.PathLike, mean_embedding: b
     # export go beside it)
     check_kept([Input(run, "run", tree=True)], [Output(out, "export", "replaced")])
     path, state = ((Path(run), load_train_state(Path(run))) if is_regular(run, "train state")
-                   else load_newest_state(run))
+                   else load_newest_state(run, purpose="export"))
     if not use_ema and not state.get("ema"):
         raise TRMError(f"--no-ema: {path} holds no EMA average (the run trained with ema=false), so its export holds "
                        "the live weights already: drop --no-ema")
