@@ -558,3 +558,17 @@ def test_import_upstream_s_success_line_escapes_the_paths_typed(tmp_path, capsys
     assert main(["import-upstream", str(step), "--out", "o\x1b[31mX\x07", "--seq-len", "16"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("imported o\\x1b[31mX\\x07: ") and "\x1b" not in out and "\x07" not in out
+
+
+def test_a_loss_that_is_no_mapping_is_named_as_ignored(caplog):
+    """`loss: 5` in the arch section was passed over without a word (upstream writes a mapping naming loss_type)."""
+    with caplog.at_level("WARNING"):
+        arch = arch_config_from_upstream_yaml({"arch": {"hidden_size": 16, "num_heads": 2, "loss": 5}}, where="a.yaml")
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"a.yaml: arch.loss is 5, not a mapping (upstream writes `loss: {{name: ..., loss_type: ...}}`): "
+                    f"ignored; loss_type is {arch.loss_type}"]
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # upstream's own mapping: nothing to say
+        arch_config_from_upstream_yaml({"arch": {"hidden_size": 16, "num_heads": 2,
+                                                 "loss": {"name": "x", "loss_type": "softmax_cross_entropy"}}})
+    assert not caplog.records

@@ -241,6 +241,10 @@ def arch_config_from_upstream_yaml(cfg: Mapping[str, Any], strict: bool = True,
     loss = arch.get("loss")
     if isinstance(loss, Mapping) and loss.get("loss_type") is not None:
         fields["loss_type"] = loss["loss_type"]
+    elif loss is not None and not isinstance(loss, Mapping):  # `loss: 5` was passed over without a word
+        log.warning("%s: arch.loss is %s, not a mapping (upstream writes `loss: {name: ..., loss_type: ...}`): "
+                    "ignored; loss_type is %s", where, clipped(loss), fields.get("loss_type",
+                                                                       ArchConfig.model_fields["loss_type"].default))
     ndim = fields.get("puzzle_emb_ndim")
     if isinstance(ndim, str):  # unresolved interpolation such as ${.hidden_size}
         fields["puzzle_emb_ndim"] = None if "hidden_size" in ndim else ndim
