@@ -252,6 +252,25 @@ def built_whole_above(folder):
     return None
 
 
+def training_here(folder):
+    """The lock file of a training running in `folder`'s run folder (this notebook run twice at once on one
+    working folder), or None: that session's session.json is its own record, never replaced by this one's."""
+    lock = Path(folder) / "run" / ".trm_kaggle.lock"
+    try:
+        import fcntl
+
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except (ImportError, OSError, ValueError):  # no lock there (or no flock here): the session's own check decides
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a training holds it exclusively
+        return None
+    except OSError:
+        return lock
+    finally:
+        os.close(fd)  # the shared lock, if taken, goes with it
+
+
 def lies_in(folder, parent):
     """Whether `folder` is `parent` or lies inside it, links followed."""
     folder, parent = os.path.realpath(folder), os.path.realpath(parent)
@@ -267,6 +286,10 @@ try:
         READY = False
         say(f"error: KAGGLE_WORKING {KAGGLE_WORKING} lies in KAGGLE_INPUT {KAGGLE_INPUT}: an input is never "
             "written into; choose a folder outside it")
+    elif (held := training_here(KAGGLE_WORKING)) is not None:  # that session's record stays its own
+        READY = False
+        say(f"error: KAGGLE_WORKING {KAGGLE_WORKING}: another training is running in this folder (it holds {held}): "
+            "nothing is written there; wait for it, or choose another KAGGLE_WORKING")
     else:
         Path(KAGGLE_WORKING).mkdir(parents=True, exist_ok=True)
         write_session("started", "the session has not finished (stopped before it wrote its report)")
@@ -380,9 +403,10 @@ if READY:
 # %%
 try:
     if REPORT is not None:
-        # the run's last step once its config was read (a session refused before that knows none: never "of 0")
+        # the run's last step once its config was read (a session refused before that knows none: never "of 0";
+        # a run already past it, its message says so: never "37 of 10")
         say(f"status: {REPORT.status}; step {REPORT.start_step} -> {REPORT.step}"
-            + (f" of {REPORT.target_step}" if REPORT.target_step else "")
+            + (f" of {REPORT.target_step}" if 0 < REPORT.target_step >= REPORT.step else "")
             + f"; {REPORT.seconds:.0f} s" + (f"; {REPORT.message}" if REPORT.message else ""))
     for p in sorted(Path(KAGGLE_WORKING).glob("*")):
         say(f"  {p.name}{' (folder)' if p.is_dir() else ''}")

@@ -74,11 +74,12 @@ def inputs(tmp: Path, bundle: Path, previous: Path | None = None) -> Path:
 
 
 def session(tmp: Path, bundle: Path, kernel: str, previous: Path | None = None, input_root: Path | None = None,
-            env: dict | None = None, **parameters) -> tuple[Path, str]:
-    """Run the built training notebook with papermill in `tmp` (offline); (working folder, kernel log)."""
-    tmp.mkdir(parents=True)
+            env: dict | None = None, exist_ok: bool = False, **parameters) -> tuple[Path, str]:
+    """Run the built training notebook with papermill in `tmp` (offline); (working folder, kernel log).
+    `exist_ok`: the working folder is already there (what it holds is the test's)."""
+    tmp.mkdir(parents=True, exist_ok=exist_ok)
     working = tmp / "working"
-    working.mkdir()
+    working.mkdir(exist_ok=exist_ok)
     params = {"KAGGLE_INPUT": str(input_root or inputs(tmp, bundle, previous)), "KAGGLE_WORKING": str(working),
               "TIME_BUDGET": None, "UNPACK_DIR": str(tmp / "scratch"), **parameters}
     cmd = papermill_command(bundle / "train-kernel" / "kaggle_train.ipynb", tmp / "executed.ipynb", kernel=kernel,
@@ -1504,3 +1505,100 @@ def test_a_data_dataset_with_a_file_linked_in_from_outside_says_so(built, tmp_pa
     train_kernel.build_data(tmp_path / "d", data, ids=IDS, log=said.append)
     assert any(line.startswith(f"packed 1 file(s) linked in from outside {data}") and "notes.txt -> /etc/passwd" in line
                for line in said), said
+
+
+def test_a_session_refused_for_a_training_running_in_its_folder_writes_no_record(built, tmp_path):
+    """A second session on the working folder of a session still training was refused ("another training is
+    running"), but its error record replaced the running session's session.json (and its carry wrote into the
+    run folder the first one trains in). Refused before anything is written: said on the console alone."""
+    from trm_kaggle.locks import directory_lock
+
+    working = tmp_path / "w"
+    (working / "run").mkdir(parents=True)
+    (working / "session.json").write_text('{"status": "started"}')
+    lines: list[str] = []
+    with directory_lock(working / "run", "training"):
+        r = run_session(input_root=tmp_path / "none", working=working, preset="sudoku4-cpu", overrides=SETTINGS,
+                        data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    assert not r.ok and lines[-1].startswith("error: ") and "another training is running" in lines[-1], lines
+    assert (working / "session.json").read_text() == '{"status": "started"}'
+    assert [p.name for p in (working / "run").iterdir()] == [".trm_kaggle.lock"]
+
+
+def test_the_notebook_run_twice_on_one_working_folder_leaves_the_first_ones_record(built, tmp_path, kernel_name):
+    """The notebook's first cell wrote its "started" record over the record of the session training in the same
+    working folder, which then held the second one's error record until the first one ended (for good, had that
+    one been killed). The first cell says the refusal and writes nothing."""
+    from trm_kaggle.locks import directory_lock
+
+    working = tmp_path / "s" / "working"
+    (working / "run").mkdir(parents=True)
+    (working / "session.json").write_text('{"status": "started"}')
+    with directory_lock(working / "run", "training"):
+        _, log = session(tmp_path / "s", built, kernel_name, SESSION_STEPS=1, exist_ok=True)
+    assert f"KAGGLE_WORKING {working}: another training is running in this folder" in log, log
+    assert (working / "session.json").read_text() == '{"status": "started"}'
+    assert [p.name for p in (working / "run").iterdir()] == [".trm_kaggle.lock"]
+
+
+def test_a_session_resuming_the_states_in_its_working_folder_records_where_they_came_from(built, tmp_path):
+    """KAGGLE_WORKING holding an older session's output (or the notebook run again): the session resumed from the
+    states there, but its session.json said resumed_from null and previous_state null."""
+    working = tmp_path / "w"
+    run_session(input_root=tmp_path / "none", working=working, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "none", working=working, preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    state = str(working / "run" / "state_step00000002.pt")
+    assert r.ok and r.start_step == 2 and r.step == 3 and r.resumed_from == state, r
+    assert report(working)["resumed_from"] == state and report(working)["previous_state"] == state
+    assert any("resuming the states already in" in line and "state_step00000002.pt" in line for line in lines), lines
+
+
+def test_a_state_linked_in_from_outside_the_inputs_is_refused_as_continue_from_refuses_it(built, tmp_path):
+    """A state in the previous output that is a symbolic link to a state elsewhere on the machine was resumed from
+    and copied ("previous output: ... copied"); `build_bundle.py --continue-from` refuses links out of a
+    downloaded output. The session refuses them too, in one line naming the link."""
+    elsewhere = tmp_path / "elsewhere"
+    run_session(input_root=tmp_path / "none", working=elsewhere, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=2, echo=lambda _: None)
+    link = tmp_path / "in" / "prev" / "run" / "state_step00000002.pt"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(elsewhere / "run" / "state_step00000002.pt")
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "in", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    data_dir=built / "data", time_budget=None, session_steps=1, echo=lines.append)
+    assert not r.ok and r.status == "refused" and r.step == 0, r
+    assert lines[-1].startswith(f"error: the previous output cannot be resumed: {link}: a symbolic link to "), lines
+    assert not list((tmp_path / "w").glob("run/state_step*.pt"))
+
+
+def test_a_data_archive_without_its_manifest_is_named(built, tmp_path):
+    """The data dataset's manifest.json gone: "no dataset under IN: attach the data dataset ...", naming neither
+    the data.tar found nor the missing manifest (a run-state.tar without one is named)."""
+    root = tmp_path / "in"
+    shutil.copytree(built / "data", root / "data")
+    (root / "data" / "manifest.json").unlink()
+    lines: list[str] = []
+    r = run_session(input_root=root, working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    time_budget=None, session_steps=1, echo=lines.append)
+    assert not r.ok and lines[-1] == (
+        f"error: no dataset under {root}: {root / 'data' / 'data.tar'} has no manifest of a packed dataset beside "
+        f"it ({root / 'data' / 'manifest.json'} missing, unreadable, or without its 'archive' entry), so it cannot "
+        "be checked or unpacked; attach the data dataset as build_bundle.py --dataset built it, or set DATA_DIR"), lines
+
+
+def test_a_previous_output_past_this_kernels_last_step_is_said_plainly(built, tmp_path):
+    """A previous output at step 3 and a kernel built with max_steps=2: "status: done; step 3 -> 3 of 2". Said as
+    it is: already past the run's last step, nothing to train."""
+    prev = tmp_path / "s1"
+    run_session(input_root=tmp_path / "none", working=prev, preset="sudoku4-cpu", overrides=SETTINGS,
+                data_dir=built / "data", time_budget=None, session_steps=3, echo=lambda _: None)
+    lines: list[str] = []
+    r = run_session(input_root=prev, working=tmp_path / "s2", preset="sudoku4-cpu",
+                    overrides=[*SETTINGS, "max_steps=2"], data_dir=built / "data", time_budget=None, echo=lines.append)
+    assert r.ok and r.status == "done" and r.step == 3 and r.target_step == 2, r
+    said = ("already at step 3, past step 2 where this kernel's settings end the run (max_steps or the schedule): "
+            "nothing to train; exporting only")
+    assert r.message == said and said in lines and not any(" of 2" in line for line in lines), lines

@@ -185,13 +185,12 @@ def packed_datasets(input_root: Path) -> tuple[list[Path], list[Path]]:
     return holding, others
 
 
-def _unlisted_run_state(input_root: Path, packed: list[Path]) -> Path | None:
-    """The first run-state archive (`run-state.tar`, `--continue-from`) under the input root outside the run-state
-    datasets found (`packed`: its manifest missing, unreadable, or not a run-state dataset's), else None."""
-    from trm_kaggle.kaggle import RUN_STATE_ARCHIVE
-
+def _unlisted_archive(input_root: Path, packed: list[Path], pattern: str) -> Path | None:
+    """The first archive matching `pattern` (`run-state.tar` of `--continue-from`, or any packed dataset's) under
+    the input root outside the packed datasets found (`packed`: its manifest missing, unreadable, or not the kind
+    looked for), else None."""
     try:
-        return next((p for p in sorted(input_root.rglob(RUN_STATE_ARCHIVE)) if p.parent not in packed), None)
+        return next((p for p in sorted(input_root.rglob(pattern)) if p.parent not in packed), None)
     except OSError:  # an input that cannot be walked: the carry has named its problem
         return None
 
@@ -237,8 +236,14 @@ def previous_state(roots: Path | Sequence[Path], exclude: Path, skip: Sequence[P
     def skipped(path: Path, root: Path) -> bool:
         return any(s in path.parents and not (root == s or s in root.parents) for s in skip)
 
-    folders = sorted({p.parent.resolve() for root in roots for p in root.rglob("state_step*.pt")
-                      if not skipped(p, root)} - {exclude.resolve()})
+    found = [(p, root) for root in roots for p in root.rglob("state_step*.pt") if not skipped(p, root)]
+    for p, root in found:  # as build_bundle.py --continue-from packs a downloaded output: its own files only
+        top, target = os.path.realpath(root), os.path.realpath(p)
+        if os.path.commonpath([top, target]) != top:
+            raise TRMError(f"the previous output cannot be resumed: {p}: a symbolic link to {target}, outside the "
+                           f"inputs {root}: a train state is read from the inputs' own files only; copy the file "
+                           "in, or remove the link")
+    folders = sorted({p.parent.resolve() for p, _ in found} - {exclude.resolve()})
     best, runs = None, {}
     for folder in folders:
         try:
@@ -557,12 +562,13 @@ def _is_out_of_memory(e: BaseException) -> bool:
 
 def _session(report: SessionReport, input_root: Path, working: Path, presets: list[str], given: tuple,
              data_dir, time_budget, margin, started, scratch, echo, stops: _SessionStops) -> None:
-    from trm_kaggle.kaggle import open_packed, packed_manifest
+    from trm_kaggle.kaggle import RUN_STATE_ARCHIVE, open_packed, packed_manifest
     from trm_kaggle.pipeline import write_training_curve
     from trm_kaggle.train import checkpoint as ckpt, load_train_config, override_list, train
 
     from trm_kaggle.kaggle.bundle import check_kernel_overrides
     from trm_kaggle.interrupts import stops_held
+    from trm_kaggle.locks import refuse_if_held
     from trm_kaggle.outputs import Input, Output, check_kept
 
     run_dir = working / RUN
@@ -575,6 +581,9 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
                         Output(working / WEIGHTS, "weights", "replaced"), Output(working / SESSION, "session record")])
             if problem := working_folder_problem(working):
                 raise TRMError(problem)
+            # another session training here (the notebook run twice at once): its record is its own, and so is
+            # its run folder (the carry copied states into it); the refusal is said on the console alone
+            refuse_if_held(run_dir)
         except TRMError as e:
             raise _NowhereToWrite(str(e)) from None
         _refuse_link(run_dir)  # before the carry, which writes there (weights/: after it, the state passed on)
@@ -665,7 +674,8 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     finally:
         if own is not None:  # ours, made above: the state is copied into the run folder (or nothing was carried)
             shutil.rmtree(own, ignore_errors=True)
-    if not in_place and unopened is None and (stray := _unlisted_run_state(Path(input_root), holding)) is not None:
+    if not in_place and unopened is None and \
+            (stray := _unlisted_archive(Path(input_root), holding, RUN_STATE_ARCHIVE)) is not None:
         unopened = (stray, TRMError(
             f"{stray}: a packed run state whose folder has no manifest of a packed dataset "
             f"({stray.parent / 'manifest.json'} missing, unreadable, or without its 'archive' entry): its train state "
@@ -712,6 +722,11 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     data = Path(data_dir) if data_dir else find_dataset(roots)
     if data_dir and packed_manifest(data) is not None:  # DATA_DIR names the attached (packed) data dataset
         data = open_packed(data, scratch, say=echo)
+    if data is None and (stray := _unlisted_archive(Path(input_root), [*holding, *others], "*.tar")) is not None:
+        raise TRMError(f"no dataset under {input_root}: {stray} has no manifest of a packed dataset beside it "
+                       f"({stray.parent / 'manifest.json'} missing, unreadable, or without its 'archive' entry), so it "
+                       "cannot be checked or unpacked; attach the data dataset as build_bundle.py --dataset built it, "
+                       "or set DATA_DIR")
     if data is None or not (data / "train" / "dataset.json").is_file():
         raise TRMError(f"no dataset under {input_root if data is None else data}: attach the data dataset "
                        "(build_bundle.py --dataset DIR) or set DATA_DIR")
@@ -721,9 +736,12 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     report.target_step = target
     echo(f"dataset: {data}; the run ends at step {target}")
 
-    if in_place:
-        start = ckpt.newest_step(run_dir)
-        echo(f"resuming the states already in {run_dir} (step {start})")
+    if in_place:  # the record says where the state came from, as it does for one carried from the inputs
+        path, state = ckpt.load_newest_state(run_dir)
+        start = int(state["step"])
+        report.resumed_from = str(path)
+        report.previous_state = report.previous_state or str(path)
+        echo(f"resuming the states already in {run_dir} (step {start}: {path.name})")
     elif carried is None:
         start = 0
         echo(f"no previous train state under {input_root}: starting a new run")
@@ -742,7 +760,12 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
     if start >= target:
         stops.trained()
         report.status = "done"
-        echo(f"the run is done: step {start} of {target}; exporting only")
+        if start > target:  # a previous output trained further (another max_steps): never "step 37 of 10"
+            report.message = (f"already at step {start}, past step {target} where this kernel's settings end the "
+                              "run (max_steps or the schedule): nothing to train; exporting only")
+            echo(report.message)
+        else:
+            echo(f"the run is done: step {start} of {target}; exporting only")
     else:
         changes = {}
         if session_steps is not None:
