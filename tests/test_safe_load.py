@@ -65,13 +65,19 @@ def test_a_foreign_file_given_as_a_state_gets_no_advice_to_unpickle_it(tmp_path)
     (b"{}\n", "it is a text file"),
     (b"", "it is an empty file"),
     (b"\x93NUMPY\x01\x00", "it is a numpy .npy array"),
+    ("zip", r"it is a zip archive but not a torch file \(no data.pkl inside\)"),
 ])
 def test_a_file_torch_cannot_load_is_said_as_what_it_is(tmp_path, content, said):
     """A text file was "KeyError: 101" (torch's pickle reading its first byte); what the bytes are is said instead."""
     from trm_kaggle.model.upstream import read_checkpoint
     from trm_kaggle.train.checkpoint import read_torch_file
 
-    (tmp_path / "f").write_bytes(content)
+    if content == "zip":  # torch's words were its C++ "[enforce fail at inline_container.cc:180]"
+        import zipfile
+        with zipfile.ZipFile(tmp_path / "f", "w") as z:
+            z.writestr("notes/readme.txt", "not a checkpoint")
+    else:
+        (tmp_path / "f").write_bytes(content)
     with pytest.raises(DamagedFile, match=f"f: not a readable PyTorch checkpoint: {said}$"):
         read_checkpoint(tmp_path / "f")
     with pytest.raises(DamagedFile, match=f"f: not a readable train state: {said}$"):

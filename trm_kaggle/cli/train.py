@@ -216,7 +216,7 @@ def _upstream_contents(checkpoint: str) -> Any:
 def _step_taken(args: argparse.Namespace) -> str:
     """" (its newest step, step_12)" when a Hub folder was named: the step file its export records as the source."""
     from trm_kaggle.jsonio import read_json
-    from trm_kaggle.model.hub import HF_PREFIX
+    from trm_kaggle.model import HF_PREFIX
 
     taken = str((read_json(Path(args.out) / "config.json", "export config").get("info") or {}).get("source", ""))
     step = taken.rsplit("/", 1)[-1]

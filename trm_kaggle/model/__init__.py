@@ -12,6 +12,7 @@ _EXPORTS = {
     "ContinuousRollout": "rollout",
     "DTYPES": "dtype",
     "EXPORT_FORMAT": "export",
+    "HF_PREFIX": "hub",
     "MAX_CACHE_BYTES": "compiling",
     "NonFiniteSteps": "finite",
     "NonFiniteTraining": "finite",

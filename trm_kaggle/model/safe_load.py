@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import os
 import warnings
+import zipfile
 from pathlib import Path
 from typing import IO, Any
 
@@ -53,6 +54,17 @@ def torch_file_failure(err: Exception, f: IO[bytes], path: str | os.PathLike, sa
     return DamagedFile(f"{path}: {said}: it is {kind}")
 
 
+def _zip_without_pickle(f: IO[bytes]) -> bool:
+    """Whether `f` is a readable zip archive none of whose members is a `data.pkl` (a damaged zip: False, so that
+    torch's own words on the damage stand)."""
+    try:
+        f.seek(0)
+        with zipfile.ZipFile(f) as archive:
+            return not any(name.rsplit("/", 1)[-1] == "data.pkl" for name in archive.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return False
+
+
 def begins_as_safetensors(head: bytes, size: int) -> bool:
     """Whether a file of `size` bytes beginning with `head` begins as a safetensors file does: the 8-byte length of
     a JSON header that follows it and fits in the file (a torch file begins with a zip's or a pickle's bytes, whose
@@ -62,7 +74,7 @@ def begins_as_safetensors(head: bytes, size: int) -> bool:
 
 def _foreign_kind(f: IO[bytes]) -> str | None:
     """What a file torch could not load is, told by its first bytes, or None: a safetensors file (the 8-byte length
-    of a JSON header that fits in the file), a numpy array, an empty file, or text (UTF-8, no control bytes)."""
+    of a JSON header that fits in the file), a numpy array, a zip archive that is no torch file, an empty file, or text (UTF-8, no control bytes)."""
     try:
         f.seek(0)
         head, size = f.read(4096), os.fstat(f.fileno()).st_size
@@ -74,6 +86,8 @@ def _foreign_kind(f: IO[bytes]) -> str | None:
         return "a safetensors file"
     if head.startswith(b"\x93NUMPY"):
         return "a numpy .npy array"
+    if head.startswith(b"PK\x03\x04") and _zip_without_pickle(f):  # torch's own files are zips holding data.pkl
+        return "a zip archive but not a torch file (no data.pkl inside)"
     try:  # an incremental decoder: a character cut at the block's end is no error
         text = codecs.getincrementaldecoder("utf-8")().decode(head)
     except UnicodeDecodeError:
