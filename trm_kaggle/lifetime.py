@@ -10,6 +10,12 @@ within `POLL_S` seconds.
 Linux's prctl(PR_SET_PDEATHSIG) would be immediate, but it fires when the *thread* that
 forked the worker ends, which kills healthy workers of a pool started from a short-lived
 thread; polling has no such trap and works on every POSIX system.
+
+A worker forked from a command inherits its stop handlers (`interrupts.raise_terminated`), which run in Python
+between two bytecodes: a SIGTERM that lands just before the worker blocks in C (a pool's queue lock, after its
+`sem_trywait` and before its `sem_wait`) is noted and never handled, and the pool's `terminate()`, which sends
+exactly that SIGTERM, then joins the worker for ever. `exit_with_parent()` puts the signals' default back, so
+the kernel ends the worker whatever it is doing.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import signal
 import threading
 
+from trm_kaggle.interrupts import TERMINATING
 from trm_kaggle.names import ascii_number
 
 POLL_S = 0.5
@@ -26,7 +33,12 @@ POLL_S = 0.5
 def exit_with_parent(parent_pid: int | None = None, ctrl_c: bool = True) -> None:
     """End this process when `parent_pid` (default: the current parent) is no longer its parent. `ctrl_c=False`:
     a terminal's Ctrl-C, which reaches the whole process group, is left to the parent (a pool's worker would
-    print its own KeyboardInterrupt traceback before the parent's one line; the parent then ends it)."""
+    print its own KeyboardInterrupt traceback before the parent's one line; the parent then ends it).
+    SIGTERM, SIGHUP and the other stop signals take their default from here on (one ignored stays ignored): the
+    worker ends by the signal at once, even blocked in C, and its parent says what stopped."""
+    for signum in TERMINATING:
+        if callable(signal.getsignal(signum)):
+            signal.signal(signum, signal.SIG_DFL)
     if not ctrl_c:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid() if parent_pid is None else parent_pid
