@@ -459,3 +459,40 @@ def test_a_build_whose_test_split_is_empty_says_so(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         s = build(root, tmp_path / "ds", val_fraction=0.0, test_fraction=0.25, seed=seed)
     assert s["test"]["examples"] == 0 and "the test split holds no pairs" in caplog.text
+
+
+BUILDS_IN_A_LOOP = (
+    "import shutil, sys, time\n"
+    "from trm_kaggle.interrupts import take_sigterm\n"
+    "take_sigterm()  # as the command line: the pool's workers inherit its handlers\n"
+    "from trm_kaggle.config import CodeRepairBuildConfig\n"
+    "from trm_kaggle.data.code.repair import build_code_repair\n"
+    "corpus, out = sys.argv[1:]\n"
+    "end = time.monotonic() + 8\n"
+    "while time.monotonic() < end:\n"
+    "    shutil.rmtree(out, ignore_errors=True)\n"
+    "    build_code_repair(CodeRepairBuildConfig(output_dir=out, corpus=corpus, grid='8x32', workers=2,\n"
+    "                      progress=False, lint='off', val_fraction=0.2, test_fraction=0.2))\n"
+    "print('ok')\n")
+
+
+def test_builds_with_two_workers_always_end(corpus, tmp_path):
+    """About one build in ten never ended: the pool's terminate() sent each worker a SIGTERM its inherited Python
+    handler could miss (a worker blocking on the queue's lock), then joined it for ever. The pool is now closed
+    when its results are in, and a worker takes SIGTERM's default."""
+    p = subprocess.run([sys.executable, "-c", BUILDS_IN_A_LOOP, str(corpus), str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stderr[-2000:]
+
+
+def test_a_link_to_a_file_outside_the_corpus_is_skipped_unread(corpus, tmp_path, caplog):
+    """`passwd.py -> /etc/passwd` was followed and read (it only failed to parse); a link out of the corpus is
+    now skipped unread, counted and named; a link to a file inside the corpus is read as before."""
+    outside = tmp_path / "secret.py"
+    outside.write_text(module_source(42))
+    (corpus / "outside.py").symlink_to(outside)
+    (corpus / "inside.py").symlink_to(corpus / "mod2.py")
+    s = build(corpus, tmp_path / "o")
+    assert s["skipped_files"].get("link_outside_corpus") == 1, s["skipped_files"]
+    assert any("outside.py" in r.message and "outside the corpus" in r.message for r in caplog.records)
+    assert not any("inside.py" in r.message for r in caplog.records)

@@ -36,6 +36,7 @@ import io
 import json
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import sys
 import sysconfig
@@ -141,7 +142,7 @@ def _parses(root: Path) -> Callable[[str], bool]:
     """Whether a corpus file reads and parses (as the workers will read it): a held-out split's place needs one."""
     def check(rel: str) -> bool:
         try:
-            code_bugs.parse(_read_source(root / rel))
+            code_bugs.parse(_read_source(root, rel))
         except (UnreadableFile, DataError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
             return False
         return True
@@ -306,9 +307,18 @@ class UnknownCoding(DataError):
     """A corpus file declares a coding Python does not know (`# -*- coding: nosuch -*-`)."""
 
 
-def _read_source(path: Path) -> str:
-    """The file as text with "\\n" line ends, through the one gate (a FIFO or a device refused unread, at most
-    MAX_SOURCE_BYTES read); UnreadableFile, UnknownCoding, DataError (too large) or UnicodeDecodeError."""
+class OutsideCorpus(DataError):
+    """A corpus file that is a link to a file outside the corpus (`passwd.py -> /etc/passwd`): never read."""
+
+
+def _read_source(root: Path, rel: str) -> str:
+    """The corpus file `rel` as text with "\\n" line ends, through the one gate (a link out of the corpus, a FIFO
+    or a device refused unread, at most MAX_SOURCE_BYTES read); OutsideCorpus, UnreadableFile, UnknownCoding,
+    DataError (too large) or UnicodeDecodeError."""
+    path = root / rel
+    target, inside = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([target, inside]) != inside and not _special(path):  # a device: named as one below
+        raise OutsideCorpus(f"{path}: a link to {target}, outside the corpus: not read")
     raw = read_bytes(path, "corpus file", max_bytes=MAX_SOURCE_BYTES)
     try:
         tokenize.detect_encoding(io.BytesIO(raw).readline)  # the coding a file declares, in its first two lines
@@ -341,10 +351,13 @@ def process_files(paths: list[str]) -> list[FileResult]:
         result = FileResult(rel)
         results.append(result)
         try:
-            source = _read_source(w.root / rel)
+            source = _read_source(w.root, rel)
             tree = code_bugs.parse(source)
         except UnicodeDecodeError:
             result.skipped = "not_utf8"
+            continue
+        except OutsideCorpus as e:
+            result.skipped, result.problem = "link_outside_corpus", str(e)
             continue
         except UnreadableFile as e:  # missing, no permission; a FIFO or a device, never opened (it may never end)
             result.skipped = "special_file" if _special(w.root / rel) else "unreadable"
@@ -424,6 +437,22 @@ def _bounded_imap(pool, fn, tasks: Iterable, in_flight: int) -> Iterator:
         yield pending.popleft().get()
 
 
+#: How long the workers of a pool whose results are all in get to end on their own (each takes its queue's end
+#: mark and returns) before the pool ends them by SIGTERM.
+WORKERS_EXIT_S = 10.0
+
+
+def _close(pool, timeout_s: float) -> None:
+    """Close a pool whose results are all in and give its workers `timeout_s` to end on their own: no signal is
+    sent on the way that ends well; the `with` block's terminate() then finds nothing left (or ends a straggler,
+    which takes SIGTERM's default: `lifetime.exit_with_parent`)."""
+    pool.close()
+    deadline, left = time.monotonic() + timeout_s, [p.sentinel for p in pool._pool]
+    while left and (remaining := deadline - time.monotonic()) > 0:
+        ended = multiprocessing.connection.wait(left, remaining)
+        left = [s for s in left if s not in ended]
+
+
 def _workers(requested: int) -> int:
     return requested or usable_cores()
 
@@ -435,7 +464,7 @@ def _train_tokens(cfg: CodeRepairBuildConfig, root: Path, train_files: list[str]
     def lines() -> Iterator[str]:  # the train split's files only: held-out code does not shape the vocabulary
         for rel in train_files:
             try:
-                yield from _read_source(root / rel).split("\n")
+                yield from _read_source(root, rel).split("\n")
             except (DataError, UnicodeDecodeError):
                 continue  # counted (and named) when the file is processed
 
@@ -611,6 +640,7 @@ def _run(tasks: list[list[str]], workers: int, init_args: tuple) -> Iterator[lis
         with multiprocessing.get_context(method).Pool(workers, initializer=_init_pool_worker,
                                                       initargs=(os.getpid(), *init_args)) as pool:
             yield from _bounded_imap(pool, process_files, tasks, in_flight=4 * workers)
+            _close(pool, WORKERS_EXIT_S)
     finally:
         if saved is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
