@@ -475,3 +475,39 @@ def test_a_task_id_written_twice_is_judged_by_its_last_copy(tmp_path, capsys):
     write_submission(tmp_path / "first.json", {"t1": sub["t1"][:1]})  # the first copy's count: one test input
     with pytest.raises(DataError, match="1 attempt dict for 2 test inputs"):
         check_submission(tmp_path / "first.json", path)
+
+
+TASK = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]}
+ANSWER = [{"attempt_1": [[2]], "attempt_2": [[1]]}]
+
+
+@pytest.mark.parametrize("test", [{"input": [[1]]}, []], ids=["dict", "empty"])
+def test_a_challenges_task_without_a_test_list_is_named_malformed_not_the_submission(tmp_path, test):
+    """`"test": {...}` or `"test": []` was read as 0 test inputs and the message blamed the submission ("1 attempt
+    dict for 0 test inputs"); it now names the challenges' task as malformed."""
+    challenges = {"t1": TASK, "t2": {**TASK, "test": test}}
+    problems = validate_submission({"t1": ANSWER, "t2": ANSWER}, challenges)
+    assert len(problems) == 1 and problems[0].startswith("task t2: malformed in the challenges"), problems
+    assert validate_submission({"t1": ANSWER, "t2": []}, challenges) == []  # what submit writes for it
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
+def test_a_submission_with_a_byte_order_mark_is_read_with_a_warning(tmp_path, caplog, capsys, encoding):
+    """A UTF-16 submission, or UTF-8 with a byte-order mark, was called valid without a word; Kaggle reads UTF-8
+    JSON. It is still read (valid, scored), and one WARNING line says Kaggle may refuse it."""
+    from trm_kaggle.cli import main
+
+    path = tmp_path / "submission.json"
+    path.write_bytes(json.dumps({"t1": ANSWER}).encode(encoding))
+    (tmp_path / "ch.json").write_text(json.dumps({"t1": TASK}))
+    (tmp_path / "sol.json").write_text(json.dumps({"t1": [[[2]]]}))
+    for args in (["validate-submission", str(path), "--challenges", str(tmp_path / "ch.json")],
+                 ["score", str(path), "--solutions", str(tmp_path / "sol.json")]):
+        caplog.clear()
+        assert main(args) == 0
+        said = [r.getMessage() for r in caplog.records if "byte-order mark" in r.getMessage()]
+        assert len(said) == 1 and "may refuse it" in said[0], said
+    caplog.clear()
+    path.write_text(json.dumps({"t1": ANSWER}))
+    load_submission(path)
+    assert not caplog.records

@@ -95,7 +95,7 @@ def score_submission(submission: str | os.PathLike | Mapping,
     Solutions without a task are refused (DataError), as `score` refuses them.
     """
     if isinstance(submission, (str, os.PathLike)):
-        submission = load_submission(submission)
+        submission = load_submission(submission, warn=False)  # a byte-order mark: said by `check_scorable`
     if not isinstance(submission, Mapping):
         raise DataError(f"submission must map task ids to lists, found {type(submission).__name__}")
     truth = load_solutions(solutions)

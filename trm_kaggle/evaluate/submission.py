@@ -42,6 +42,8 @@ merely got no candidates are not problems (their attempts are fallbacks).
 
 from __future__ import annotations
 
+import codecs
+import logging
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
@@ -51,9 +53,11 @@ import numpy as np
 from trm_kaggle.atomic import atomic_write_json
 from trm_kaggle.data import grid_problem, parse_task, read_challenges
 from trm_kaggle.errors import DataError, TRMError
-from trm_kaggle.jsonio import read_json
+from trm_kaggle.jsonio import parse_json, read_bytes, read_json
 from trm_kaggle.outputs import Input, Output, check_kept, writable_problem
 from trm_kaggle.wording import count, shown
+
+log = logging.getLogger(__name__)
 
 ATTEMPTS = ("attempt_1", "attempt_2")
 FALLBACKS = ("input", "blank")
@@ -94,13 +98,29 @@ def read_json_file(path: str | os.PathLike, what: str = "JSON file") -> Any:
     return read_json(path, what)
 
 
-def load_submission(path: str | os.PathLike) -> dict:
-    """A submission file as a dict (its content is checked by `validate_submission`)."""
-    raw = read_json_file(path, "submission file")
+def load_submission(path: str | os.PathLike, warn: bool = True) -> dict:
+    """A submission file as a dict (its content is checked by `validate_submission`). A byte-order mark (UTF-8,
+    UTF-16 or UTF-32, which the package reads) is a WARNING line unless `warn` is False (the check before said
+    it)."""
+    data = read_bytes(path, "submission file")
+    encoding = _byte_order_mark(data)
+    if encoding and warn:  # read as the package reads JSON; the file written by `write_submission` never has one
+        log.warning("%s: %s with a byte-order mark: Kaggle reads a submission as UTF-8 JSON and may refuse it "
+                    "(write it as UTF-8 without one)", path, encoding)
+    raw = parse_json(data, str(path), "submission file")
     if not isinstance(raw, dict):
         raise DataError(f"{path}: a submission must be a JSON object mapping task ids to lists, "
                         f"found {type(raw).__name__}")
     return raw
+
+
+def _byte_order_mark(data: bytes) -> str | None:
+    """The encoding a file's byte-order mark names ("UTF-16"), or None."""
+    for bom, name in ((codecs.BOM_UTF8, "UTF-8"), (codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+                      (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16")):
+        if data.startswith(bom):
+            return name
+    return None
 
 
 def load_solutions(source: str | os.PathLike | Mapping) -> dict[str, list[Grid]]:
@@ -362,6 +382,10 @@ def submission_problems(submission_or_path: str | os.PathLike | Mapping, counts:
     for task_id, n in counts.items():
         if task_id not in submission:
             problems.append(f"task {_id(task_id)}: missing from the submission ({count(n, 'test input')})")
+        elif isinstance(submission[task_id], list) and len(submission[task_id]) != n and not n:
+            problems.append(f"task {_id(task_id)}: malformed in the {source}: its 'test' is no list of test inputs "
+                            f"(missing, empty or not a list), so its entry must be an empty list, not "
+                            f"{count(len(submission[task_id]), 'attempt dict')}")
         elif isinstance(submission[task_id], list) and len(submission[task_id]) != n:
             problems.append(f"task {_id(task_id)}: {count(len(submission[task_id]), 'attempt dict')} for "
                             f"{count(n, 'test input')} "
