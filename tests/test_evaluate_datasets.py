@@ -165,3 +165,49 @@ def test_arc_trajectories_vote_and_an_arc_set_without_answers_is_refused(tmp_pat
     assert main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(data), "--device", "cpu",
                  "--no-progress"]) == 2
     assert "has a known answer: nothing to score" in capsys.readouterr().err
+
+
+def _ignoring(data, dest, first_ignored):
+    """A copy of `data` whose test labels from position `first_ignored` on are the dataset's ignore_label_id."""
+    shutil.copytree(data, dest)
+    meta = load_metadata(data, "test")
+    labels_file = dest / "test" / "all__labels.npy"
+    labels = np.load(labels_file)
+    labels[:, first_ignored:] = meta.ignore_label_id
+    np.save(labels_file, labels)
+    write_contents(dest)
+    return dest
+
+
+def test_ignored_labels_are_left_out_of_evaluates_scores_as_of_trainings(sudoku4, tmp_path, capsys):
+    from trm_kaggle.data import load_split
+    from trm_kaggle.train import load_train_config
+    from trm_kaggle.train.evaluation import evaluate_split
+    from trm_kaggle.train.runtime import Runtime
+
+    assert load_metadata(sudoku4, "test").ignore_label_id == 0  # what build-sudoku writes
+    half = _ignoring(sudoku4, tmp_path / "half", 8)
+    model = _model(half, SolvesEven)
+    split = load_split(half, "test")
+    inputs = np.asarray(split.inputs).astype(np.int64)
+    want = float(np.mean(inputs.sum(-1) % 2 == 0))
+    assert 0 < want < 1
+    got = score_dataset(model, half, EvaluateConfig(batch_size=3), device="cpu")
+    assert got.examples == split.num_examples and got.exact == pytest.approx(want)  # an ignored token is not wrong
+    cfg = load_train_config(overrides=[f"data_paths=[{half}]", f"checkpoint_path={tmp_path / 'r'}",
+                                       "arch.hidden_size=16", "arch.num_heads=2", "arch.L_layers=1",
+                                       "arch.H_cycles=1", "arch.L_cycles=1", "arch.halt_max_steps=2"])
+    train = evaluate_split(model, cfg, Runtime(torch.device("cpu"), torch.float32, "float32"))
+    assert train["eval_exact_accuracy"] == pytest.approx(got.exact, abs=1e-12)
+    assert train["eval_token_accuracy"] == pytest.approx(got.token_accuracy, rel=1e-9)
+
+    none = _ignoring(sudoku4, tmp_path / "none", 0)  # every label ignored: nothing to score, not a zero
+    with pytest.raises(DataError, match=f"none of the {split.num_examples} test examples has a label to score"):
+        score_dataset(model, none, device="cpu")
+    plain = _model(none)
+    export_inference(tmp_path / "export", plain, arch=plain.arch, seq_len=plain.seq_len, vocab_size=plain.vocab_size)
+    rc = main(["evaluate", "--weights", str(tmp_path / "export"), "--data", str(none), "--device", "cpu",
+               "--report-dir", str(tmp_path / "rep"), "--no-progress"])
+    captured = capsys.readouterr()
+    assert rc == 2 and "has a label to score" in captured.err and "0.0000" not in captured.out
+    assert not (tmp_path / "rep").exists()

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from trm_kaggle.config import EvaluateConfig
-from trm_kaggle.data import PuzzleLoader
+from trm_kaggle.data import IGNORE_LABEL_ID, PuzzleLoader
 from trm_kaggle.errors import DataError
 from trm_kaggle.evaluate.predict import (check_model_fits, _halt_max_steps, _sync, dataset_argument, evaluate_config,
                                          model_argument, placed)
@@ -127,7 +127,8 @@ def _score(model: torch.nn.Module, dataset_dir: str | os.PathLike, cfg: Evaluate
     was_training = model.training
     model.eval()
     try:
-        totals = rollout.score(source(), loader.metadata.ignore_label_id)
+        # the loader's batches mark an ignored label IGNORE_LABEL_ID, whatever id the dataset's files use
+        totals = rollout.score(source(), IGNORE_LABEL_ID)
         _sync(device)
     finally:
         model.train(was_training)
