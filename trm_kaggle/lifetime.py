@@ -36,9 +36,16 @@ def exit_with_parent(parent_pid: int | None = None, ctrl_c: bool = True) -> None
     print its own KeyboardInterrupt traceback before the parent's one line; the parent then ends it).
     SIGTERM, SIGHUP and the other stop signals take their default from here on (one ignored stays ignored): the
     worker ends by the signal at once, even blocked in C, and its parent says what stopped."""
-    for signum in TERMINATING:
-        if callable(signal.getsignal(signum)):
-            signal.signal(signum, signal.SIG_DFL)
+    # blocked while the handlers change: pthread_sigmask first runs a handler whose signal already came (its
+    # Python handler not run yet: replaced by the default now, that signal would be dropped), and one that comes
+    # meanwhile waits in the kernel for the default
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINATING)
+    try:
+        for signum in TERMINATING:
+            if callable(signal.getsignal(signum)):
+                signal.signal(signum, signal.SIG_DFL)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     if not ctrl_c:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid() if parent_pid is None else parent_pid
