@@ -207,3 +207,24 @@ def test_a_snapshot_folder_linked_out_of_the_cache_is_refused(hub_cache, tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"is a link leading to {outside.resolve()}, outside the snapshot" in err, err
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("name", ["step_50", "all_config.yaml"])
+def test_a_snapshot_file_linked_out_of_the_cache_is_refused(hub_cache, tmp_path, capsys, name):
+    """A step file (or its all_config.yaml) that is a link to a file outside the repository's folder in the cache
+    was imported, and the export recorded those bytes as the snapshot commit's step."""
+    cache, _ = hub_cache
+    arc = cache / "models--owner--trm" / "snapshots" / COMMIT / "runs" / "arc"
+    newest = max((p for p in arc.glob("step_*")), key=lambda p: int(p.name.split("_")[1]))
+    outside = tmp_path / "outside_file"
+    shutil.copyfile(newest if name.startswith("step_") else arc / name, outside)
+    target = arc / name
+    if name.startswith("step_"):
+        target = arc / "step_99999"  # the newest step, linked out
+    elif target.exists() or target.is_symlink():
+        target.unlink()
+    target.symlink_to(outside)
+    assert main(["import-upstream", "hf://owner/trm/runs/arc", "--out", str(tmp_path / "w"), "--seq-len", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"is a link leading to {outside.resolve()}, outside the repository's" in err, err
+    assert not (tmp_path / "w").exists()

@@ -185,6 +185,15 @@ def _checkpoint_in(root: Path, source: HubSource) -> Path:
                                     f"{replace(source, path='/'.join(filter(None, (source.folder, older))))}"))
     if not is_regular(path.parent / CONFIG_NAME, CONFIG_NAME):
         raise TRMError(f"{where}: no {CONFIG_NAME} beside {path.name}; upstream writes it with its checkpoints")
+    # a snapshot's files are links to the repository's blobs/: one leading out of the repository's folder in the
+    # cache is bytes from elsewhere, which the export would record as this commit's
+    repo = os.path.realpath(root.parent.parent)
+    for entry in (path, path.parent / CONFIG_NAME):
+        real = os.path.realpath(entry)
+        if os.path.commonpath([real, repo]) != repo:
+            raise TRMError(one_line(f"{where}: {entry.name} is a link leading to {real}, outside the repository's "
+                                    f"folder in the cache {repo}; the cache was edited: remove the repository's "
+                                    "folder in the cache, and download again"))
     return path
 
 
