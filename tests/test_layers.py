@@ -203,13 +203,15 @@ def test_the_oneDNN_matmuls_take_the_custom_op_once_torch_dynamo_is_imported(mon
     assert calls == ["kernel"]
 
 
-@pytest.mark.parametrize("args, said", [((4, 8, 0.0), r"^base=0.0: expected a finite number above 0"),
+@pytest.mark.parametrize("args, said", [((4, 8, 0.0), r"^base=0.0: expected a number from 1 to"),
+                                        ((4, 8, 1e-308), r"^base=1e-308: expected a number from 1 to"),
+                                        ((4, 8, 0.5), r"^base=0.5: expected a number from 1 to"),
                                         ((4, 8, -1.0), r"^base=-1.0: expected"),
                                         ((4, 8, float("nan")), r"^base=nan: expected"),
                                         ((2.5, 8, 10000.0), r"^head_dim=2.5: expected a whole number"),
                                         ((3, 8, 10000.0), r"^head_dim=3: expected an even number"),
                                         ((4, 0, 10000.0), r"^max_positions=0: expected a whole number from 1")])
 def test_rope_s_arguments_are_named(args, said):
-    """Base 0, NaN or -1 built NaN tables without a word; head_dim 2.5 was taken."""
+    """Base 0, NaN, -1 or 1e-308 (0 in float32) built NaN tables without a word; head_dim 2.5 was taken."""
     with pytest.raises(ValueError, match=said):
         RotaryEmbedding(*args)

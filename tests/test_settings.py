@@ -837,3 +837,35 @@ def test_a_time_limit_beyond_a_year_is_refused(override):
     assert load_train_config(presets="cpu-smoke", overrides="time_limit=3.1e7").time_limit == 3.1e7
     with pytest.raises(ValueError, match="train_seconds"):
         PipelineConfig(train_seconds=float(override.split("=")[1]))
+
+
+def test_a_rope_base_float32_cannot_hold_is_refused_by_name():
+    """`arch.rope_theta=1e-308` passed the bound (above 0, finite), became 0 in the float32 tables: NaN angles, and
+    the training diverged blaming lr."""
+    from trm_kaggle.train.settings import load_train_config
+
+    for bad in ("1e-308", "0.5"):
+        with pytest.raises(TRMError, match=rf"arch.rope_theta: .*greater than or equal to 1 \(got {bad}\)"):
+            load_train_config(overrides=[f"arch.rope_theta={bad}"])
+    assert load_train_config(overrides=["arch.rope_theta=1"]).arch.rope_theta == 1
+
+
+def test_attention_over_a_presets_missing_positions_is_said(caplog):
+    """`--preset sudoku4-cpu arch.mlp_t=False` kept the preset's pos_encodings none: attention without positions,
+    without a word. A preset's value is not refused: it is said; chosen by the user, nothing is."""
+    import logging
+
+    from trm_kaggle.train.settings import load_train_config
+
+    notes: list[str] = []
+    with caplog.at_level(logging.WARNING):
+        cfg = load_train_config(presets=["sudoku4-cpu"], overrides=["arch.mlp_t=False"], notes=notes)
+    assert cfg.arch.pos_encodings == "none" and len(notes) == 1, notes
+    assert "arch.mlp_t=False" in notes[0] and "preset sudoku4-cpu's arch.pos_encodings=none" in notes[0]
+    assert "arch.pos_encodings=rope" in notes[0] and notes[0] in caplog.text
+    for presets, overrides in ((["sudoku4-cpu", "attention"], []),
+                               (["sudoku4-cpu"], ["arch.mlp_t=False", "arch.pos_encodings=none"]),
+                               ([], ["arch.pos_encodings=none"])):
+        notes = []
+        load_train_config(presets=presets, overrides=overrides, notes=notes)
+        assert notes == [], (presets, overrides, notes)

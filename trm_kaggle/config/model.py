@@ -37,7 +37,8 @@ class ArchConfig(_Config):
     no_ACT_continue: bool = Field(True, description="halting learns from the halt head alone (upstream's "
                                                     "default), not also from a continue target")
     pos_encodings: Literal["rope", "learned", "none"] = Field("rope", description="position encoding")
-    rope_theta: float = Field(10000.0, gt=0, allow_inf_nan=False, description="RoPE base")
+    rope_theta: float = Field(10000.0, ge=1, allow_inf_nan=False, description="RoPE base (at least 1: a smaller "
+                              "one turns faster than a radian per position, a tiny one is 0 in float32)")
     rms_norm_eps: float = Field(1e-5, gt=0, lt=1, description="epsilon of the RMS norms")
     puzzle_emb_ndim: Optional[int] = Field(None, ge=0, le=1 << 20, description="width of a puzzle-embedding row; "
                                            "None = hidden_size (upstream: ${.hidden_size}); 0 = no puzzle embedding")

@@ -107,8 +107,9 @@ class RotaryEmbedding(nn.Module):
         max_positions = whole_argument("max_positions", max_positions, 1, 1 << 24)
         if head_dim % 2:
             raise ValueError(f"head_dim={head_dim}: expected an even number (dimensions rotate in pairs)")
-        if not number_argument("base", base, 0.0, sys.float_info.max) > 0.0:  # ArchConfig.rope_theta's bound
-            raise ValueError(f"base={base!r}: expected a finite number above 0")
+        # ArchConfig.rope_theta's bound: a base under 1 turns faster than one radian per position, and one under
+        # float32's smallest number (1e-308) became 0 in the float32 arithmetic below: NaN tables again
+        number_argument("base", base, 1.0, sys.float_info.max)
         # Computed on the CPU, then put on the default device: arithmetic on the meta device (where the memory
         # estimate builds models) runs torch._refs, whose first call imports torch._dynamo (1.2 s).
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim))

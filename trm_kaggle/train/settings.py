@@ -177,6 +177,7 @@ def load_train_config(config_file: Union[str, os.PathLike, None] = None, presets
     cfg = layers.build()
     if config_file is not None and partial:
         _note_unread_in_file(cfg, layers, source)
+    _note_attention_without_positions(cfg, layers)
     return _read_by_something(cfg, overrides)
 
 
@@ -214,6 +215,17 @@ def _read_by_something(cfg: TrainConfig, overrides: Sequence[str]) -> TrainConfi
                 raise TRMError(f"{typed[key]}: read by nothing, {why} here: change {' or '.join(switches)}, or "
                                "drop it")
     return cfg
+
+
+def _note_attention_without_positions(cfg: TrainConfig, layers: ConfigLayers) -> None:
+    """Attention turned on by the user (`arch.mlp_t=false` typed or in a file) over a preset's
+    `arch.pos_encodings=none` (the MLP mixer's, as `sudoku4-cpu` sets it): a valid run, so said (a warning, and
+    `notes`) rather than refused, as a preset's value never is. Silently, its attention saw no positions."""
+    mixer, positions = layers.origin.get("arch.mlp_t", ""), layers.origin.get("arch.pos_encodings", "")
+    if not cfg.arch.mlp_t and cfg.arch.pos_encodings == "none" and mixer and not mixer.startswith("preset ") \
+            and positions.startswith("preset "):
+        layers.note(f"{mixer}: attention keeps {positions}'s arch.pos_encodings=none (no position encoding): add "
+                    "arch.pos_encodings=rope, or the attention preset, for RoPE")
 
 
 def _note_unread_in_file(cfg: TrainConfig, layers: ConfigLayers, source: str) -> None:
