@@ -203,3 +203,57 @@ def test_a_puzzle_named_as_the_blank_identifier_is_refused_and_unused_blank_name
     assert json.loads((tmp_path / "start3" / "identifiers.json").read_text())[:3] == ["<blank>"] * 3
     assert main(["verify", str(tmp_path / "start3")]) == 0
     capsys.readouterr()
+
+
+def _set(path, **fields):
+    def edit(d):
+        _edit_json(d / path, **fields)
+    return edit
+
+
+def _identifiers(fn):
+    def edit(d):
+        p = d / "identifiers.json"
+        p.write_text(json.dumps(fn(json.loads(p.read_text()))))
+    return edit
+
+
+def _empty_test_split(d):
+    for name in ("inputs", "labels", "puzzle_identifiers"):
+        _resave(d / f"test/all__{name}.npy", lambda a: a[:0])
+    for name in ("puzzle_indices", "group_indices"):
+        np.save(d / f"test/all__{name}.npy", np.zeros(1, np.int32))
+    _edit_json(d / "test/dataset.json", total_groups=0, total_puzzles=0, mean_puzzle_examples=0)
+
+
+# an upstream-format dataset (no contents.json: upstream's builders write none) with one edit; its index arrays,
+# headers and JSON files alone show it
+@pytest.mark.parametrize("corrupt, said", [
+    (_set("train/dataset.json", mean_puzzle_examples=1e-6), "train/dataset.json: mean_puzzle_examples 1e-06 but"),
+    (_set("train/dataset.json", mean_puzzle_examples=100.0), "train/dataset.json: mean_puzzle_examples 100.0 but"),
+    (_set("train/dataset.json", mean_puzzle_examples=1e300), "train/dataset.json: mean_puzzle_examples 1e+300 but"),
+    (_set("test/dataset.json", mean_puzzle_examples=1e300), "test/dataset.json: mean_puzzle_examples 1e+300 but"),
+    (_set("train/dataset.json", total_groups=99), "all__group_indices has 7 entries, expected 100"),
+    (_set("train/dataset.json", total_puzzles=1), "all__puzzle_indices has 25 entries, expected 2"),
+    (_identifiers(lambda ids: ids[:3] + [123] + ids[4:]), "identifiers.json: must be a JSON list of strings"),
+    (_identifiers(lambda ids: ["zzz"] + ids[1:]), "identifiers.json: entry 0 must be '<blank>'"),
+    (lambda d: (d / "identifiers.json").unlink(), "identifiers.json"),
+    (_empty_test_split, "test_puzzles.json: task e0 has no puzzle in the test split"),
+    (_set("test/dataset.json", vocab_size=13), "train and test disagree on seq_len/vocab_size"),
+    (_set("test/dataset.json", num_puzzle_identifiers=40), "test/dataset.json: num_puzzle_identifiers is 40 but "
+                                                           "identifiers.json lists 25"),
+])
+def test_training_refuses_what_verify_refuses_of_the_metadata_in_its_words(good, tmp_path, capsys, corrupt, said):
+    from cli_helpers import one_error_line
+    from integrity_helpers import train_args
+    from trm_kaggle.cli import main
+
+    ds = tmp_path / "ds"
+    shutil.copytree(good, ds)
+    (ds / "contents.json").unlink()
+    corrupt(ds)
+    refused = one_error_line(capsys, main(["verify", str(ds)]))
+    assert said in refused
+    run = tmp_path / "run"
+    assert one_error_line(capsys, main(train_args(ds, run, "max_steps=2"))) == refused
+    assert not run.exists()

@@ -23,6 +23,7 @@ _EXPORTS = {
     "build_grid_dataset": "puzzles.grids",
     "build_maze": "puzzles.maze",
     "build_sudoku": "puzzles.sudoku",
+    "check_metadata": "verify",
     "built_with": "arc.build",
     "contents_hash": "contents",
     "dataset_name": "arc.build",

@@ -40,6 +40,7 @@ from trm_kaggle.config import MAX_BATCH_SIZE, MAX_SEED, flag_argument, path_argu
 from trm_kaggle.data.format import (SET_NAME, DatasetMetadata, Split, check_token_range, load_identifiers,
                                     load_split)
 from trm_kaggle.data.sampler import GroupSampler
+from trm_kaggle.data.verify import check_split
 from trm_kaggle.errors import DataError, TRMError
 from trm_kaggle.wording import clipped, type_name
 
@@ -87,28 +88,9 @@ def _as_path_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
 
 
 def _check_structure(path: Path, split: Split) -> None:
-    """Cheap consistency checks of the index arrays (a full check is `trm-kaggle verify`)."""
-    where = f"{path / split.name}"
-    pi, gi = split.puzzle_indices, split.group_indices
-    if split.inputs.ndim != 2 or split.inputs.shape != split.labels.shape:
-        raise DataError(f"{where}: inputs {split.inputs.shape} and labels {split.labels.shape} "
-                        "must be 2-D and of equal shape")
-    if split.inputs.shape[1] != split.metadata.seq_len:
-        raise DataError(f"{where}: rows of {split.inputs.shape[1]} tokens, dataset.json says seq_len "
-                        f"{split.metadata.seq_len}")
-    if len(pi) < 1 or pi[0] != 0 or pi[-1] != len(split.inputs) or np.any(np.diff(pi) <= 0):
-        raise DataError(f"{where}: puzzle_indices must start at 0, increase strictly (no empty puzzle) "
-                        f"and end at the number of examples ({len(split.inputs)})")
-    if len(gi) < 1 or gi[0] != 0 or gi[-1] != len(pi) - 1 or np.any(np.diff(gi) <= 0):
-        raise DataError(f"{where}: group_indices must start at 0, increase strictly (no empty group) "
-                        f"and end at the number of puzzles ({len(pi) - 1})")
-    if len(split.puzzle_identifiers) != len(pi) - 1:
-        raise DataError(f"{where}: {len(split.puzzle_identifiers)} puzzle identifiers for {len(pi) - 1} puzzles")
-    ids = split.puzzle_identifiers
-    if len(ids) and (ids.min() < 0 or ids.max() >= split.metadata.num_puzzle_identifiers):
-        # an identifier past the count would land in the next dataset's rows once offset
-        raise DataError(f"{where}: puzzle identifiers {ids.min()}..{ids.max()} outside 0.."
-                        f"{split.metadata.num_puzzle_identifiers - 1} (num_puzzle_identifiers)")
+    """The split's dataset.json against its arrays as `trm-kaggle verify` checks it (`check_split`: counts, index
+    arrays, identifiers, mean_puzzle_examples, which sizes the schedule), and every token inside the vocabulary."""
+    check_split(path, split)
     check_token_range(path / split.name, split)  # a token past the vocabulary is an IndexError deep in the model
     _check_identifier_room(path, split)
 

@@ -21,7 +21,7 @@ import torch
 from trm_kaggle import xla
 from trm_kaggle.atomic import atomic_write_text
 from trm_kaggle.config import TrainConfig
-from trm_kaggle.data import PuzzleLoader, load_metadata
+from trm_kaggle.data import PuzzleLoader, check_metadata
 from trm_kaggle.errors import TRMError
 from trm_kaggle.locks import directory_lock, refuse_if_held
 from trm_kaggle.model import apply_compile, compiled_graphs, load_compile_cache, save_compile_cache
@@ -135,11 +135,13 @@ def prepare(cfg: TrainConfig, held: contextlib.ExitStack, *, deadline: float | N
         log.warning("torchrun restarted this node's worker group (restart %d of --max-restarts); the run resumes "
                     "from its newest train state", rt.restart)
 
+    for path in cfg.data_paths:  # what `verify` refuses without reading the token rows, refused in its words
+        check_metadata(path)
     loader = PuzzleLoader(cfg.data_paths, "train", cfg.global_batch_size, seed=cfg.seed, rank=rt.rank,
                           world_size=rt.world_size, pin_memory=rt.device.type == "cuda")  # copies that do not wait
     for path in cfg.data_paths_test:
         try:  # read at the first evaluation: a path that is no dataset would fail the run there, its steps unsaved
-            load_metadata(path, "test")
+            check_metadata(path)
         except TRMError as err:
             raise TRMError(f"data_paths_test: {err}") from None
     local_batch = cfg.global_batch_size // rt.world_size
