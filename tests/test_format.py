@@ -175,3 +175,24 @@ def test_a_file_that_is_no_npy_array_is_named_as_what_it_is(tmp_path, content, s
     with pytest.raises(DamagedFile) as e:
         load_array(path)
     assert said in str(e.value) and "unsafely" not in str(e.value) and " at 0x" not in str(e.value), e.value
+
+
+@pytest.mark.parametrize("labels, warned", [(0, True), (1, False)])
+def test_a_training_split_whose_every_label_is_ignored_is_said_by_verify_and_the_loader(tmp_path, caplog, labels,
+                                                                                        warned):
+    from trm_kaggle.data import PuzzleLoader
+
+    write_like_upstream(tmp_path / "up")
+    for split in ("train", "test"):  # the test split too: only the training split's labels are said
+        path = tmp_path / "up" / split / "all__labels.npy"
+        np.save(path, np.full_like(np.load(path), labels))
+    for read in (lambda: verify_dataset(tmp_path / "up"), lambda: PuzzleLoader(tmp_path / "up", "train", 2)):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="trm_kaggle.data.format"):
+            read()
+        said = [r.getMessage() for r in caplog.records]
+        if warned:
+            assert len(said) == 1 and re.search(r"train/all__labels.npy: every label of the training split is the "
+                                                r"ignore label 0", said[0]), said
+        else:
+            assert said == []

@@ -20,6 +20,7 @@ parallel ARC builder, through the same `NpyFile` and `finish_split` helpers.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import struct
@@ -43,6 +44,8 @@ SPLITS = ("train", "test")
 SET_NAME = "all"
 FIELDS = ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices")
 BLANK_IDENTIFIER = "<blank>"
+
+log = logging.getLogger(__name__)
 
 
 class DatasetMetadata(BaseModel):
@@ -447,13 +450,18 @@ def check_token_range(split_dir: Path, split: Split) -> None:
     """DataError naming the file and row of the first input or label token outside 0..vocab_size-1 (a label may
     also be the split's ignore_label_id). Reads the memory-mapped integer arrays (`load_split`) once, in chunks."""
     m = split.metadata
+    # a training split whose every label is the ignore label teaches nothing: said, not refused (it is a dataset)
+    unlearnable = split.name == "train" and m.ignore_label_id is not None and len(split.labels) > 0
     for name in ("inputs", "labels"):
         a = getattr(split, name)
-        if np.issubdtype(a.dtype, np.unsignedinteger) and np.iinfo(a.dtype).max < m.vocab_size:
-            continue  # nothing this dtype holds can be outside
+        all_inside = np.issubdtype(a.dtype, np.unsignedinteger) and np.iinfo(a.dtype).max < m.vocab_size
         for start in range(0, len(a), _TOKEN_CHUNK_ROWS):
+            if all_inside and not (unlearnable and name == "labels"):
+                break  # nothing this dtype holds can be outside
             chunk = np.asarray(a[start:start + _TOKEN_CHUNK_ROWS])
-            if not chunk.size or (int(chunk.min()) >= 0 and int(chunk.max()) < m.vocab_size):
+            if name == "labels" and unlearnable:
+                unlearnable = bool((chunk == m.ignore_label_id).all())
+            if all_inside or not chunk.size or (int(chunk.min()) >= 0 and int(chunk.max()) < m.vocab_size):
                 continue
             bad = (chunk < 0) | (chunk >= m.vocab_size)
             if name == "labels" and m.ignore_label_id is not None:
@@ -464,6 +472,9 @@ def check_token_range(split_dir: Path, split: Split) -> None:
                 raise DataError(f"{split_dir}/{SET_NAME}__{name}.npy: row {row} has token {token}, outside 0.."
                                 f"{m.vocab_size - 1} (the vocabulary its dataset.json declares); rebuild the "
                                 f"dataset, or correct its vocab_size")
+    if unlearnable:
+        log.warning("%s/%s__labels.npy: every label of the training split is the ignore label %d: no step can "
+                    "learn from it (rebuild the dataset with its answers)", split_dir, SET_NAME, m.ignore_label_id)
 
 
 def read_npy_header(path: str | os.PathLike) -> tuple[np.dtype, tuple[int, ...]]:
@@ -478,6 +489,6 @@ def read_npy_header(path: str | os.PathLike) -> tuple[np.dtype, tuple[int, ...]]
 def load_identifiers(dataset_dir: str | os.PathLike) -> list[str]:
     path = dataset_path(dataset_dir) / "identifiers.json"
     ids = read_json(path, "identifiers.json")
-    if not isinstance(ids, list) or not all(isinstance(s, str) for s in ids):
+    if not isinstance(ids, list) or not set(map(type, ids)) <= {str}:  # in C: a million names are read in training
         raise DataError(f"{path}: must be a JSON list of strings")
     return ids
