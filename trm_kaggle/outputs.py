@@ -328,24 +328,40 @@ def sweep_folder_problem(folder: str | os.PathLike, what: str = "work_dir") -> s
 
 
 def session_output_problem(folder: str | os.PathLike, what: str = "work_dir") -> str | None:
-    """Why `folder` may not take another command's files: it holds session.json, a Kaggle training session's record
-    (its run/ and weights/ are the session's, and the folder is the next session's input: a pipeline's rerun
-    replaced the weights/ a session had trained there, a bundle built there became a second dataset among the next
-    session's inputs)."""
-    if (Path(folder) / SESSION_RECORD).is_file():
-        return (f"{what} {os.fspath(folder)} holds {SESSION_RECORD}, the record of a Kaggle training session "
-                "(`run_session`), whose run/ and weights/ are the session's and the next session's input: a "
-                f"session's output is no other command's; choose another {what}")
+    """Why `folder` may not take another command's files: it is, or lies inside, a folder holding session.json, a
+    Kaggle training session's record (its run/ and weights/ are the session's, and the whole folder is the next
+    session's input: a pipeline's rerun replaced the weights/ a session had trained there, a bundle built there, or
+    in a folder below it, became a second dataset among the next session's inputs)."""
+    path = Path(folder).absolute()
+    for at in (path, *path.parents):
+        try:
+            if not (at / SESSION_RECORD).is_file():
+                continue
+        except OSError:  # a name too long to hold an entry: no session's folder (its own write says what fails)
+            continue
+        where = "" if at == path else f" lies inside {at}, which"
+        return (f"{what} {os.fspath(folder)}{where} holds {SESSION_RECORD}, the record of a Kaggle training session "
+                "(`run_session`), whose run/ and weights/ are the session's and the whole folder the next session's "
+                f"input: a session's output is no other command's; choose another {what}")
     return None
+
+
+def launch_folder_problem(folder: str | os.PathLike, what: str = "work_dir") -> str | None:
+    """`kept_by_problem` of a launch's folder (it holds its job-files record): a bundle or a pipeline's files went
+    in among the job files, which `kubectl apply -f DIR` reads whole, and a Kaggle training session refuses that
+    folder as its working folder."""
+    return kept_by_problem(folder, what, lambda at: (at / JOBS_RECORD).is_file(), "a launch's folder", JOBS_RECORD,
+                           "job files")
 
 
 def others_output_problem(folder: str | os.PathLike, what: str = "work_dir") -> str | None:
     """Why `folder` may not be a folder a command builds its own files in, because another command keeps its files
-    there (None when it may): it is, or lies inside, a submit's work folder, a training run folder or a sweep's
-    folder, or it is a Kaggle training session's output. One rule, one wording: `pipeline --work-dir`
+    there (None when it may): it is, or lies inside, a submit's work folder, a training run folder, a sweep's
+    folder, a launch's folder or a Kaggle training session's output. One rule, one wording: `pipeline --work-dir`
     (`solve.check_pipeline_work_dir`) and `build_bundle.py OUT_DIR` (both bundles) ask it before writing."""
     return (in_a_work_dir_problem(folder, what) or run_folder_problem(folder, what)
-            or sweep_folder_problem(folder, what) or session_output_problem(folder, what))
+            or sweep_folder_problem(folder, what) or launch_folder_problem(folder, what)
+            or session_output_problem(folder, what))
 
 
 def command_folder_problem(folder: str | os.PathLike, what: str) -> str | None:
