@@ -257,3 +257,24 @@ def test_training_refuses_what_verify_refuses_of_the_metadata_in_its_words(good,
     run = tmp_path / "run"
     assert one_error_line(capsys, main(train_args(ds, run, "max_steps=2"))) == refused
     assert not run.exists()
+
+
+def test_an_arc_dataset_without_test_puzzles_json_is_refused_by_verify_and_train(good, tmp_path, capsys):
+    """Its augmented test puzzles show an ARC dataset: evaluation would score it per example, silently. A dataset
+    of puzzles without augmented names (Sudoku, Maze) has none and passes."""
+    from cli_helpers import one_error_line
+    from integrity_helpers import train_args
+    from trm_kaggle.cli import main
+
+    ds = tmp_path / "ds"
+    shutil.copytree(good, ds)
+    (ds / "contents.json").unlink()
+    (ds / "test_puzzles.json").unlink()
+    refused = one_error_line(capsys, main(["verify", str(ds)]))
+    assert re.search(r"test_puzzles.json: not found, but the test split holds ARC's augmented puzzles \(e0\|\|\|t",
+                     refused), refused
+    assert one_error_line(capsys, main(train_args(ds, tmp_path / "run", "max_steps=2"))) == refused
+    assert not (tmp_path / "run").exists()
+    ids = json.loads((ds / "identifiers.json").read_text())
+    (ds / "identifiers.json").write_text(json.dumps([n.replace("|||", "-") for n in ids]))
+    verify_dataset(ds)  # no augmented name: a dataset scored per example

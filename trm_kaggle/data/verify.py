@@ -5,7 +5,8 @@ Checks, in order, stopping at the first problem (raised as DataError naming the 
 identifiers.json; for both splits dataset.json, the five arrays' shapes and dtypes, monotone index
 arrays that cover every example and puzzle exactly, identifiers inside the identifier table (none of
 a puzzle named '<blank>', the blank identifier's name), metadata counts and mean_puzzle_examples; the
-splits agreeing; test_puzzles.json's task ids naming exactly the test split's un-augmented puzzles.
+splits agreeing; test_puzzles.json's task ids naming exactly the test split's un-augmented puzzles (the
+file present where the test split holds ARC's augmented puzzles).
 Then tokens inside the vocabulary, and test_puzzles.json's tasks against those puzzles' examples. Its augmented
 puzzles are read by evaluate's rules (`trm_kaggle.evaluate.check_test_split`, above this layer),
 which the `verify` command, the pipeline and the Kaggle training kernel run after this check.
@@ -108,6 +109,11 @@ def check_metadata(dataset_dir: str | Path) -> tuple[list[str], dict[str, Split]
     tp = dataset_dir / "test_puzzles.json"
     if tp.exists():
         _check_test_puzzle_names(dataset_dir, read_json(tp, "test_puzzles.json"), splits["test"], ids)
+    elif augmented := next((n for n in np.asarray(ids, dtype=object)[splits["test"].puzzle_identifiers]
+                            if "|||" in n), None):  # Sudoku's and Maze's have none: scored per example
+        raise DataError(f"{tp}: not found, but the test split holds ARC's augmented puzzles ({shown(augmented)}): "
+                        "ARC's evaluation scores its tasks by that file, which an ARC builder writes (rebuild the "
+                        "dataset, or copy its test_puzzles.json back)")
     return ids, splits
 
 
