@@ -287,6 +287,35 @@ def test_the_builders_warnings_are_each_one_escaped_line(tmp_path):
     assert done.stderr == "WARNING: e\\x1b[2J/state: damaged\\nFAKE\n", done.stderr
 
 
+@pytest.mark.parametrize("record, words", [
+    ("session.json", "holds session.json, the record of a Kaggle training session"),
+    (".trm_kaggle_jobs", "is a launch's folder (it holds .trm_kaggle_jobs)"),
+])
+@pytest.mark.parametrize("training", [True, False], ids=["training", "submission"])
+def test_out_dir_inside_a_sessions_output_or_a_launchs_folder_is_refused(inputs, tmp_path, capsys, record, words,
+                                                                        training):
+    """`build_bundle.py K/s1/sub --train-kernel` (K/s1 a Kaggle training session's output) built data/, wheels/ and
+    train-kernel/ there, exit 0: the next session found two datasets among its inputs. A launch's folder, or one
+    inside it, took a bundle among its job files. Refused "is or lies inside", as `pipeline --work-dir` refuses it."""
+    from trm_kaggle.cli import main
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / record).write_text("{}")
+    for out in (kept, kept / "sub"):
+        argv = ([str(out), "--train-kernel", "--preset", "sudoku4-cpu"] if training else
+                [str(out), "--weights", str(inputs["export"]), "--notebook", str(inputs["notebook"])])
+        assert B.main([*argv, "--no-download", "--user", "me"]) == 2
+        err = capsys.readouterr().err
+        where = "" if out == kept else f" lies inside {kept}, which"
+        assert err.startswith(f"error: OUT_DIR {out}{where} ") and words.split(" ", 1)[1] in err, err
+        assert err.count("\n") == 1, err
+        assert main(["pipeline", "--work-dir", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --work-dir {out}{where} ") and words.split(" ", 1)[1] in err, err
+    assert sorted(p.name for p in kept.iterdir()) == [record]
+
+
 @pytest.mark.parametrize("folder, record, words", [
     ("run", "run.json", "is a training run folder (it holds run.json): its files would mix with the run's"),
     ("session", "session.json", "holds session.json, the record of a Kaggle training session"),
@@ -317,3 +346,74 @@ def test_out_dir_another_commands_output_is_refused_with_the_pipelines_words(inp
         B.build_training(out, ids=BundleIds(user="u", prefix="p"), train_kernel=True, presets=["sudoku4-cpu"],
                          download=False, log=lambda _: None)
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def _parts(out) -> dict:
+    """Every file of a bundle's parts, with its bytes, and the identity of each part's folder (a part replaced by an
+    identical one is another folder)."""
+    import os
+
+    return {p.relative_to(out).as_posix(): (p.read_bytes() if p.is_file() else os.stat(p).st_ino)
+            for p in sorted(out.rglob("*")) if p.name != ".trm_kaggle.lock"}
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "oserror"])
+def test_a_rebuild_stopped_before_its_last_part_leaves_the_old_bundle_whole(built, inputs, tmp_path, monkeypatch,
+                                                                          capsys, stop):
+    """SIGTERM during a rebuild of an existing bundle left its new parts beside the old ones (a new data/ beside the
+    old train-kernel/), said only as "interrupted": a push then published them as one bundle. Every part is now built
+    aside and put in place only once all are built; a stop, or a failure, before then leaves the old bundle as it
+    was, and nothing of the new one behind."""
+    import shutil
+
+    from conftest import USER
+    from trm_kaggle.interrupts import Terminated
+
+    out = tmp_path / "b"
+    shutil.copytree(built, out)
+    before = _parts(out)
+
+    def stopped(*args, **kwargs):
+        if stop == "sigterm":
+            raise Terminated()
+        raise OSError(28, "No space left on device", str(args[0]))
+
+    monkeypatch.setattr(B, "build_kernel", stopped)  # the last part: wheels/ and weights/ are built before it
+    rc = B.main([str(out), "--no-download", "--user", USER, "--weights", str(inputs["export"]),
+                 "--notebook", str(inputs["notebook"]), "--cpu"])
+    assert rc == (143 if stop == "sigterm" else 2), capsys.readouterr()
+    assert _parts(out) == before
+    assert not list(out.glob(".trm_kaggle_parts-*"))
+
+
+def test_a_rebuild_whose_parts_cannot_all_be_put_in_place_puts_the_old_ones_back(built, inputs, tmp_path,
+                                                                                monkeypatch, capsys):
+    """A rename that fails while the new parts take the old ones' places (the second of three): the parts already
+    swapped are undone, and the old bundle stands as it was."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    from conftest import USER
+
+    out = tmp_path / "b"
+    shutil.copytree(built, out)
+    before = _parts(out)
+    renames = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if out in (Path(src).parent, Path(dst).parent):  # a part in or out of OUT_DIR (kernel/, weights/, wheels/)
+            renames.append((Path(src).name, Path(dst).parent == out))
+            if len(renames) == 4:  # the old kernel/ and weights/ put aside, the new kernel/ in place: the new
+                raise PermissionError(13, "Permission denied", str(dst))  # weights/ cannot take their place
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(B.os, "replace", replace)
+    rc = B.main([str(out), "--no-download", "--user", USER, "--weights", str(inputs["export"]),
+                 "--notebook", str(inputs["notebook"]), "--cpu"])
+    monkeypatch.undo()
+    assert rc == 2, capsys.readouterr()
+    assert renames[:4] == [("kernel", False), ("kernel", True), ("weights", False), ("weights", True)], renames
+    assert _parts(out) == before
+    assert not list(out.glob(".trm_kaggle_parts-*"))

@@ -19,10 +19,12 @@ train_kernel.py): OUT_DIR/data/ (dataset <user>/<prefix>-data: a verified copy o
 manifest), OUT_DIR/wheels/ and OUT_DIR/train-kernel/ (kernel <user>/<prefix>-train: notebooks/kaggle_train.ipynb
 on a T4 x 2 machine, resuming from its own previous output).
 
-Each part is written atomically (built beside its target, renamed into place). `validate_bundle` checks all
-metadata before anything is pushed. `push` publishes through the `kaggle` package (or prints the commands when
-there are no credentials). `execute` runs the kernel notebook with papermill in a sandbox laid out like
-`/kaggle/input`, in a fresh virtual environment, inside a network namespace with no network at all.
+Every part is built first in a folder inside OUT_DIR, and the parts are put in place together once all are
+built (a rebuild refused or stopped midway leaves the old bundle whole, never new parts beside old ones).
+`validate_bundle` checks all metadata before anything is pushed. `push` publishes through the `kaggle` package
+(or prints the commands when there are no credentials). `execute` runs the kernel notebook with papermill in a
+sandbox laid out like `/kaggle/input`, in a fresh virtual environment, inside a network namespace with no network
+at all.
 
 Network use: only `pip download` of the dependency wheels (skipped with `download=False` / `--no-download`)
 and the `kaggle` CLI with `--push`.
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import logging
 import os
 import sys
@@ -55,11 +58,11 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence, get_args
 
-from trm_kaggle.atomic import remove_tree, replace_problem
+from trm_kaggle.atomic import remove_tree, replace_problem, scratch_folder
 from trm_kaggle.config import (MAX_FINETUNE_STEPS, MAX_GENERATED, MAX_NUM_AUG, MIN_PLAN_S, WEEK_S, SolveConfig,
                                bounded_count_or_auto, bounded_number, flag_argument, path_argument, seconds_argument,
                                sequence_argument, take_each_option_once, texts_argument)
-from trm_kaggle.interrupts import give_back, hold_terminations, interrupted
+from trm_kaggle.interrupts import give_back, hold_terminations, interrupted, stops_held
 from trm_kaggle.data import arc_model_problem
 from trm_kaggle.errors import TRMError, os_error_line
 from trm_kaggle.jsonio import read_json
@@ -164,17 +167,19 @@ def build_bundle(out_dir: str | os.PathLike, *, ids: BundleIds, weights: str | o
                            "`trm-kaggle submit` on that GPU)")
     fresh = not os.path.lexists(out)
     with _out_dir_lock(out, held), _nothing_left_on_failure(out, fresh):
-        report = {"out_dir": str(out.absolute()),
-                  "wheels": build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
-                                         kaggle_has=kaggle_has, download=download, target=target, builder=builder,
-                                         log=log, targets=targets),
-                  "weights": build_weights(out / "weights", weights, ids=ids, log=log, compile_cache=compile_cache),
-                  "kernel": build_kernel(out / "kernel", notebook, ids=ids, enable_gpu=enable_gpu,
-                                         competition=competition, log=log, machine_shape=machine_shape,
-                                         docker_image=docker_image)}
-        if wheel_kernel:
-            report["wheel_kernel"] = build_wheel_kernel(out / WHEEL_KERNEL_DIR, ids=ids, machine_shape=machine_shape,
-                                                        docker_image=docker_image)
+        with _parts_built_aside(out) as aside:
+            report = {"out_dir": str(out.absolute()),
+                      "wheels": build_wheels(aside / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
+                                             kaggle_has=kaggle_has, download=download, target=target,
+                                             builder=builder, log=log, targets=targets),
+                      "weights": build_weights(aside / "weights", weights, ids=ids, log=log,
+                                               compile_cache=compile_cache),
+                      "kernel": build_kernel(aside / "kernel", notebook, ids=ids, enable_gpu=enable_gpu,
+                                             competition=competition, log=log, machine_shape=machine_shape,
+                                             docker_image=docker_image)}
+            if wheel_kernel:
+                report["wheel_kernel"] = build_wheel_kernel(aside / WHEEL_KERNEL_DIR, ids=ids,
+                                                            machine_shape=machine_shape, docker_image=docker_image)
         report["ids"] = validate_bundle(out)
     return report
 
@@ -272,8 +277,8 @@ def _made_and_locked(out: Path):
 def _nothing_left_on_failure(out: Path, fresh: bool):
     """A build into an OUT_DIR that was not there (`fresh`): a refusal or a stop mid-way removes the parts it had
     built (all of them its own, made under its lock), so a failed build leaves nothing behind; a run-state
-    download that failed left the data dataset packed before it. In an OUT_DIR that was there, each part is
-    replaced whole and those built before the failure stay."""
+    download that failed left the data dataset packed before it. In an OUT_DIR that was there, no part is
+    replaced before all are built (`_parts_built_aside`): the old bundle stays whole."""
     try:
         yield
     except BaseException:
@@ -284,6 +289,53 @@ def _nothing_left_on_failure(out: Path, fresh: bool):
                         remove_tree(out / name) if (out / name).is_dir() and not (out / name).is_symlink() \
                             else os.unlink(out / name)
         raise
+
+
+#: The folder inside OUT_DIR where a build makes all of its parts before any of them takes an old one's place.
+PARTS_ASIDE_PREFIX = ".trm_kaggle_parts-"
+#: Where, inside that folder, the old parts are put while the new ones are put in place (no part has this name).
+_OLD_PARTS = ".old"
+
+
+@contextlib.contextmanager
+def _parts_built_aside(out: Path):
+    """A folder of this package's own inside OUT_DIR in which the build makes every one of its parts (under their
+    own names); once all are built, they are put in place of the old ones together (`_put_in_place`). A refusal or
+    a stop before then leaves the bundle in OUT_DIR as it was, whole: a rebuild stopped between two parts left the
+    new data/ beside the old train-kernel/, which a push then published as one bundle. The folder is removed
+    whatever happened; one left by a killed build (OUT_DIR's lock is held: no other build is running there) is
+    removed first."""
+    for stale in out.glob(glob.escape(PARTS_ASIDE_PREFIX) + "*"):
+        if stale.is_dir() and not stale.is_symlink():
+            remove_tree(stale)
+    with scratch_folder(PARTS_ASIDE_PREFIX, dir=os.path.realpath(out)) as aside:
+        yield aside
+        _put_in_place(out, aside)
+
+
+def _put_in_place(out: Path, aside: Path) -> None:
+    """Each part built in `aside` renamed into OUT_DIR, the old one of its name moved into `aside` first (removed
+    with it). A stop signal waits for the renames (milliseconds); where one fails, those done are undone and the
+    old parts are back in place."""
+    old = aside / _OLD_PARTS
+    moved: list[tuple[str, bool]] = []
+    with stops_held():
+        try:
+            old.mkdir()
+            for part in sorted(p.name for p in aside.iterdir() if p.name != _OLD_PARTS):
+                had = os.path.lexists(out / part)
+                if had:
+                    os.replace(out / part, old / part)
+                moved.append((part, had))
+                os.replace(aside / part, out / part)
+        except BaseException:
+            for part, had in reversed(moved):  # the old bundle back as it was
+                with contextlib.suppress(OSError):
+                    if not os.path.lexists(aside / part):
+                        os.replace(out / part, aside / part)
+                    if had:
+                        os.replace(old / part, out / part)
+            raise
 
 
 def _remove_if_unused(out: Path, made: Path) -> None:
@@ -527,17 +579,17 @@ def build_training(out_dir: str | os.PathLike, *, ids: BundleIds, dataset: str |
                        **({"wheels": "kaggle wheels dataset", TRAIN_KERNEL_DIR: "kaggle training kernel"}
                           if train_kernel else {})})
     fresh = not os.path.lexists(out)
-    with _out_dir_lock(out, held), _nothing_left_on_failure(out, fresh):
+    with _out_dir_lock(out, held), _nothing_left_on_failure(out, fresh), _parts_built_aside(out) as aside:
         if continue_from is not None:  # first: the download is the part most likely to fail
-            report["run_state"] = fetch_run_state(out / RUN_STATE_DIR, continue_from, ids=ids, log=log,
+            report["run_state"] = fetch_run_state(aside / RUN_STATE_DIR, continue_from, ids=ids, log=log,
                                                   **({"runner": runner} if runner is not None else {}))
         if dataset is not None:
-            report["data"] = build_data(out / DATA_DIR, dataset, ids=ids, log=log)
+            report["data"] = build_data(aside / DATA_DIR, dataset, ids=ids, log=log)
         if train_kernel:
-            report["wheels"] = build_wheels(out / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
+            report["wheels"] = build_wheels(aside / "wheels", ids=ids, repo=repo, extra_wheels=extra_wheels,
                                             kaggle_has=kaggle_has, download=download, targets=targets,
                                             builder=builder, log=log)
-            report["train_kernel"] = build_train_kernel(out / TRAIN_KERNEL_DIR, ids=ids, presets=presets,
+            report["train_kernel"] = build_train_kernel(aside / TRAIN_KERNEL_DIR, ids=ids, presets=presets,
                                                         overrides=overrides, repo=repo, machine_shape=machine_shape,
                                                         previous=previous, run_state=continue_from is not None,
                                                         time_budget=time_budget)
@@ -764,6 +816,6 @@ def _run(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     except TRMError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
-    except OSError as e:  # parts already in place stay whole: each is renamed into place only when complete
+    except OSError as e:  # the old bundle stays whole: its parts are replaced only once all the new ones are built
         print(f"error: {one_line(os_error_line(e))}", file=sys.stderr)
         return 2
