@@ -1602,3 +1602,48 @@ def test_a_previous_output_past_this_kernels_last_step_is_said_plainly(built, tm
     said = ("already at step 3, past step 2 where this kernel's settings end the run (max_steps or the schedule): "
             "nothing to train; exporting only")
     assert r.message == said and said in lines and not any(" of 2" in line for line in lines), lines
+
+
+def test_a_training_bundles_rebuild_stopped_before_its_kernel_keeps_the_old_bundle(built, tmp_path, monkeypatch):
+    """`build_bundle.py B --dataset NEW --train-kernel ...` stopped by SIGTERM once data/ was built: the new data/
+    stood beside the old train-kernel/ (the old settings), and a push published the two as one bundle. The rebuild
+    stopped before its last part leaves the old bundle as it was, every file and folder."""
+    from trm_kaggle.interrupts import Terminated
+    from trm_kaggle.kaggle import bundle
+
+    out = tmp_path / "b"
+    shutil.copytree(built, out)
+    before = {p.relative_to(out).as_posix(): p.read_bytes() if p.is_file() else os.stat(p).st_ino
+              for p in sorted(out.rglob("*")) if p.name != ".trm_kaggle.lock"}
+
+    def stopped(*args, **kwargs):
+        raise Terminated()
+
+    monkeypatch.setattr(bundle, "build_train_kernel", stopped)
+    with pytest.raises(Terminated):
+        bundle.build_training(out, ids=IDS, dataset=built.parent / "sudoku4", train_kernel=True,
+                              presets=["sudoku4-cpu"], overrides=[*SETTINGS, "max_steps=10"], download=False,
+                              log=lambda _: None)
+    after = {p.relative_to(out).as_posix(): p.read_bytes() if p.is_file() else os.stat(p).st_ino
+             for p in sorted(out.rglob("*")) if p.name != ".trm_kaggle.lock"}
+    assert after == before
+
+
+def test_two_datasets_among_the_inputs_are_named_as_attached(built, tmp_path):
+    """Two data datasets attached (one in a bundle built inside a session's output): "2 datasets among the inputs
+    (.../trm-kaggle-inputs-0/data-<hash>, ...)" named the temporary folders they were unpacked into, which the user
+    never attached and cannot detach. Each is named as the packed dataset among the inputs it came from."""
+    from trm_kaggle.kaggle.train_kernel import build_data
+
+    build_sudoku(SudokuBuildConfig(output_dir=str(tmp_path / "other"), size=4, num_train=20, num_test=8, num_aug=1,
+                                   progress=False))
+    shutil.copytree(built / "data", tmp_path / "in" / "data")
+    build_data(tmp_path / "in" / "prev" / "sub" / "data", tmp_path / "other", ids=IDS, log=lambda _: None)
+    lines: list[str] = []
+    r = run_session(input_root=tmp_path / "in", working=tmp_path / "w", preset="sudoku4-cpu", overrides=SETTINGS,
+                    time_budget=None, echo=lines.append)
+    assert not r.ok and lines[-1].startswith("error: 2 datasets among the inputs ("), lines
+    named = lines[-1].split("(", 1)[1].split("):", 1)[0]
+    assert sorted(named.split(", ")) == sorted(f"{tmp_path / 'in' / d} (packed)" for d in ("data", "prev/sub/data")), \
+        lines[-1]
+    assert "set DATA_DIR to the one to train on" in lines[-1], lines[-1]

@@ -46,7 +46,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 
 from trm_kaggle.atomic import atomic_write_json, replace_problem
@@ -208,15 +208,29 @@ def _unlisted_folder(input_root: Path) -> tuple[Path, str] | None:
     return Path(failed[0].filename or input_root), failed[0].strerror or str(failed[0])
 
 
-def find_dataset(roots: Path | Sequence[Path]) -> Path | None:
-    """The one dataset folder (identifiers.json + train/dataset.json) under the input roots, or None."""
+def find_dataset(roots: Path | Sequence[Path], sources: Mapping[Path, Path] | None = None) -> Path | None:
+    """The one dataset folder (identifiers.json + train/dataset.json) under the input roots, or None. `sources`:
+    {a packed dataset's folder as unpacked: that dataset among the inputs}, which the refusal of two datasets names
+    (the unpacked copies are temporary folders the user never attached)."""
     roots = [roots] if isinstance(roots, Path) else list(roots)
     found = sorted({p.parent.resolve() for root in roots for p in root.rglob("identifiers.json")
                     if (p.parent / "train" / "dataset.json").is_file()})
     if len(found) > 1:
-        raise TRMError(f"{len(found)} datasets among the inputs ({', '.join(map(str, found[:4]))}): set DATA_DIR "
-                       "to the one to train on")
+        shown = ", ".join(_input_of(p, sources or {}) for p in found[:4])
+        raise TRMError(f"{len(found)} datasets among the inputs ({shown}): set DATA_DIR to the one to train on, or "
+                       "detach the others")
     return found[0] if found else None
+
+
+def _input_of(dataset: Path, sources: Mapping[Path, Path]) -> str:
+    """`dataset` (resolved) as the user attached it: the packed dataset it was unpacked from, else itself."""
+    for unpacked, packed in sources.items():
+        at = unpacked.resolve()
+        if dataset == at:
+            return f"{packed} (packed)"
+        if at in dataset.parents:
+            return f"{dataset.relative_to(at)} in the packed dataset {packed}"
+    return str(dataset)
 
 
 def previous_state(roots: Path | Sequence[Path], exclude: Path, skip: Sequence[Path] = ()
@@ -659,11 +673,13 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
                 shutil.rmtree(own, ignore_errors=True)
                 raise refused from None
     unopened: tuple[Path, TRMError] | None = None  # the first run-state dataset that cannot be opened, and why
+    sources: dict[Path, Path] = {}  # {a packed dataset as unpacked: that dataset among the inputs}
     try:
         opened = []
         for folder in holding:  # one damaged dataset never keeps the state of a good one beside it from the carry
             try:
                 opened.append(open_packed(folder, own or scratch, say=echo))
+                sources[opened[-1]] = folder
             except TRMError as e:
                 unopened = unopened or (folder, e)
         state_roots = [Path(input_root), *opened]
@@ -706,7 +722,9 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
         report.status = "refused"
         raise
     check_unpack_dir()
-    roots = [*state_roots, *(open_packed(folder, scratch, say=echo) for folder in others)]
+    unpacked = [open_packed(folder, scratch, say=echo) for folder in others]
+    sources.update(zip(unpacked, others))
+    roots = [*state_roots, *unpacked]
     if not in_place and carried is None and report.previous_state:
         report.status = "refused"
         if unread is not None:  # a newer version's record, or one cut short, may name the state the run needs
@@ -719,7 +737,7 @@ def _session(report: SessionReport, input_root: Path, working: Path, presets: li
                        "copied it): "
                        "refusing to start the run over; attach an output that holds that state (an earlier "
                        "version's output, as a dataset), or detach the previous output to start afresh")
-    data = Path(data_dir) if data_dir else find_dataset(roots)
+    data = Path(data_dir) if data_dir else find_dataset(roots, sources)
     if data_dir and packed_manifest(data) is not None:  # DATA_DIR names the attached (packed) data dataset
         data = open_packed(data, scratch, say=echo)
     if data is None and (stray := _unlisted_archive(Path(input_root), [*holding, *others], "*.tar")) is not None:
