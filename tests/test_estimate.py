@@ -11,7 +11,8 @@ import torch
 
 import trm_kaggle.solve.step_timer as T
 from trm_kaggle.config import ArchConfig, SolveConfig
-from trm_kaggle.solve.pricing import KAGGLE_LIMIT_S, estimate, format_estimate
+from trm_kaggle.solve.pricing import (DEMO_PAIRS_PER_TASK, KAGGLE_LIMIT_S, TASK_OVERHEAD_S, TEST_INPUTS_PER_TASK,
+                                      estimate, format_estimate)
 from trm_kaggle.solve.schedule import MODES
 from trm_kaggle.solve.step_timer import StepTimer, seconds_per_call, time_steps, timing_cap
 
@@ -143,7 +144,7 @@ def test_estimate_times_both_kinds_of_step_and_prices_every_mode():
     assert e.finetune_seconds("all") == pytest.approx(2 * 10 * e.finetune_step_s)
     assert e.finetune_seconds("embeddings") == pytest.approx(2 * 10 * e.embeddings_step_s)
     assert e.finetune_seconds("none") == 0.0
-    assert e.total_s == e.finetune_s + e.inference_s < KAGGLE_LIMIT_S
+    assert e.total_s == pytest.approx(e.finetune_s + e.inference_s + e.overhead_s) and e.total_s < KAGGLE_LIMIT_S
     text = format_estimate(e, 2, 1)
     assert "fits in Kaggle's 12 h limit" in text
     assert all(mode in text for mode in MODES) and "* embeddings-then-all" in text
@@ -151,6 +152,24 @@ def test_estimate_times_both_kinds_of_step_and_prices_every_mode():
     # without fine-tuning the header said "10 fine-tuning steps per task (none)"
     none = format_estimate(dataclasses.replace(e, mode="none"), 2, 1).splitlines()[0]
     assert none.endswith("no fine-tuning (the modes below priced at 10 steps per task):"), none
+
+
+def test_estimate_prices_each_tasks_work_outside_fine_tuning_and_prediction():
+    """A task's dataset and model load, and its demonstration pairs scored before and after fine-tuning: priced
+    as the plan prices them. Without them `estimate` said about half of what `submit` took on small settings."""
+    e = estimate(ARCH, tasks=3, num_aug=4, finetune_steps=5, batch_size=2, eval_batch_size=4, seq_len=16,
+                 vocab_size=12, repeats=1, scored_rows=64)
+    # per task: min(64 rows, its test rows, its demonstration rows) scored twice for the export's ACT steps
+    rows = 3 * min(64, TEST_INPUTS_PER_TASK * 5, DEMO_PAIRS_PER_TASK * 5)
+    assert e.setup_s == pytest.approx(3 * TASK_OVERHEAD_S)
+    assert e.demo_s == pytest.approx(2 * rows * ARCH.halt_max_steps * e.row_step_s) and e.demo_s > 0
+    assert e.overhead_s == pytest.approx(e.setup_s + e.demo_s)
+    assert e.total_s == pytest.approx(e.finetune_s + e.inference_s + e.setup_s + e.demo_s)
+    # no fine-tuning: no demonstration scoring (`solve_unit`), the dataset and the model still
+    assert e.total_seconds("none") == pytest.approx(e.inference_s + e.setup_s)
+    text = format_estimate(e, 3, 4)
+    assert re.search(r"^  per task +0h\d\dm\d\ds +\(dataset and model load, 2 s a task, and its demonstration pairs "
+                     r"scored before and after fine-tuning", text, re.M), text
 
 
 def test_each_kind_of_step_is_timed_with_the_optimizers_submit_builds(monkeypatch):

@@ -44,7 +44,8 @@ import torch
 from trm_kaggle.config import (MAX_BATCH_SIZE, MAX_HALT_STEPS, MAX_NUM_AUG, MAX_TRAJECTORIES, WEEK_S, ArchConfig,
                                SolveConfig, number_argument, seconds_argument, sequence_argument, texts_argument,
                                whole_argument)
-from trm_kaggle.solve.pricing import check_kinds, finetune_seconds, inference_seconds, with_test_time
+from trm_kaggle.solve.pricing import (DEMO_ROWS, TASK_OVERHEAD_S, check_kinds, demo_rows, finetune_seconds,
+                                      inference_seconds, overhead_seconds, with_test_time)
 from trm_kaggle.solve.step_timer import MIN_TIMING_S, SIZED_DEVICES, memory_batches, time_steps, timing_cap
 from trm_kaggle.wording import clipped, type_name
 
@@ -52,8 +53,6 @@ AUTO_MAX_AUG = 1000  # upstream's evaluation recipe votes over 1000 augmentation
 AUTO_MAX_STEPS = 2000  # fine-tuning steps per task
 INFERENCE_SHARE = 0.5  # with fine-tuning, inference gets at most this share of the planned time
 DECODE_OVERHEAD = 1.3  # measured inference rate x 1.3: decoding, voting, the last partial batch
-TASK_OVERHEAD_S = 2.0  # a task's dataset build and model load, until the worker has measured its own
-DEMO_ROWS = 64  # demonstration examples scored before and after fine-tuning (`solve.demo_accuracy`)
 SHORT_NUM_AUG = 2  # the fixed small plan (a budget too short to time): augmentations where num_aug is auto ...
 SHORT_BATCH = 8  # ... and at most this many rows per batch on CPU and MPS
 # The bounds of what `Rates` and `make_plan` are given (both on the package's face): far past any measurement or
@@ -254,15 +253,6 @@ def reserve_seconds(test_rows: int, rates: Rates) -> float:
     return inference_seconds(test_rows, rates.halt_max_steps, rates.row_step_s) * DECODE_OVERHEAD + 1.0
 
 
-def demo_rows(cfg: SolveConfig, test_rows: int | None = None) -> int:
-    """Demonstration rows scored before and after fine-tuning: `DEMO_ROWS`, fewer where both batches are
-    smaller (a plan sized for a CPU) or where the task predicts fewer rows (`test_rows`: its test inputs times
-    their copies). The diagnostic must not cost more than the work: scored twice, it costs at most twice the
-    task's predictions."""
-    rows = min(DEMO_ROWS, max(cfg.global_batch_size, cfg.eval_batch_size))
-    return rows if test_rows is None else max(1, min(rows, test_rows))
-
-
 def task_deadlines(cfg: SolveConfig, plan: Plan, units: Sequence[tuple[int, int]], deadline: float,
                    overhead_s: float = TASK_OVERHEAD_S) -> tuple[float, float]:
     """(fine-tune until, predict until), time.monotonic() values, for the first of the tasks still to do, whose
@@ -401,7 +391,7 @@ def make_plan(cfg: SolveConfig, units: Sequence[tuple[int, int]], rates: Rates |
     def overhead(n: int, tuned: bool = tuning) -> float:  # dataset, model load, demonstration accuracy before and
         # after fine-tuning (scored only where a task is fine-tuned)
         demo = sum(min(scored, d * (n + 1), t * (n + 1)) for t, d in units) if tuned else 0
-        return tasks * TASK_OVERHEAD_S + 2 * demo * rates.halt_max_steps * rates.row_step_s
+        return overhead_seconds(tasks, demo, rates.halt_max_steps, rates.row_step_s)
 
     def infer(n: int) -> float:  # the sum of every task's `reserve_seconds`
         return 0.0 if tasks == 0 else (inference_seconds(rows * (n + 1), rates.halt_max_steps, rates.row_step_s)

@@ -12,6 +12,11 @@ the real architecture, bounded, announced, batches sized for the device).
 The test-time levers (docs/test_time.md) multiply the prediction's work, not its memory: K trajectories run as
 K rows of the same batch and `test_depth` replaces halt_max_steps, so one augmented test input costs
 K x depth row-steps (`prediction_steps`); the plan prices prediction with it (`with_test_time`).
+
+Each task also costs work outside fine-tuning and prediction (`overhead_seconds`): its dataset build and model
+load (`TASK_OVERHEAD_S`), and, where it is fine-tuned, the scoring of its demonstration pairs before and after
+(`demo_rows` rows for the export's ACT steps each, at the timed prediction rate). On small settings this is as
+much as the fine-tuning and prediction together; `estimate` and the plan price it the same way.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ TEST_TIME_FIELDS = ("trajectories", "trajectory_noise", "trajectory_select", "te
 
 # ARC-AGI-2 evaluation: 120 tasks, 167 test inputs, 3.3 demonstration pairs per task on average
 TEST_INPUTS_PER_TASK = 167 / 120
+DEMO_PAIRS_PER_TASK = 3.3
+TASK_OVERHEAD_S = 2.0  # a task's dataset build and model load, until the worker has measured its own
+DEMO_ROWS = 64  # demonstration examples scored before and after fine-tuning (`solve.demo_accuracy`)
 KAGGLE_LIMIT_S = 12 * 3600
 MAX_PRICED_COUNT = 10**9  # tasks, or row-steps of one row, a price takes: far past any plan, so only a typo is refused
 
@@ -83,6 +91,26 @@ def inference_seconds(examples: float, act_steps: int, row_step_s: float) -> flo
     return examples * act_steps * row_step_s
 
 
+def demo_rows(cfg: SolveConfig, test_rows: int | None = None) -> int:
+    """Demonstration rows scored before and after fine-tuning: `DEMO_ROWS`, fewer where both batches are
+    smaller (a plan sized for a CPU) or where the task predicts fewer rows (`test_rows`: its test inputs times
+    their copies). The diagnostic must not cost more than the work: scored twice, it costs at most twice the
+    task's predictions."""
+    rows = min(DEMO_ROWS, max(cfg.global_batch_size, cfg.eval_batch_size))
+    return rows if test_rows is None else max(1, min(rows, test_rows))
+
+
+def overhead_seconds(tasks: int, scored_rows: float, act_steps: int, row_step_s: float,
+                     task_s: float = TASK_OVERHEAD_S) -> float:
+    """Seconds of the work of `tasks` tasks outside fine-tuning and prediction: each one's dataset build and model
+    load (`task_s`), and the scoring of `scored_rows` demonstration rows in all (0 where no task is fine-tuned)
+    before and after fine-tuning, `act_steps` ACT steps each at `row_step_s` (the timed prediction rate)."""
+    tasks = whole_argument("tasks", tasks, 0, MAX_PRICED_COUNT)
+    scored_rows = number_argument("scored_rows", scored_rows, 0, MAX_PRICED_COUNT * MAX_PRICED_COUNT)
+    task_s = number_argument("task_s", task_s, 0, WEEK_S)
+    return tasks * task_s + 2 * inference_seconds(scored_rows, act_steps, row_step_s)
+
+
 def prediction_steps(cfg: SolveConfig, halt_max_steps: int) -> int:
     """Row-steps one augmented test input costs to predict: its trajectories x its ACT steps (`test_depth`, else
     `halt_max_steps`). Early exit can only make it less: the price is the most it can cost."""
@@ -115,6 +143,18 @@ class Estimate:
     batch: int = 0  # rows of the timed fine-tuning step
     eval_batch: int = 0  # rows of the timed prediction step
     timing: StepTimes | None = None
+    setup_s: float = 0.0  # every task's dataset build and model load
+    demo_s: float = 0.0  # every task's demonstration scoring before and after fine-tuning (where it is fine-tuned)
+
+    def overhead_seconds(self, mode: str | None = None) -> float:
+        """The work outside fine-tuning and prediction in `mode` (default: the estimate's): no fine-tuning, no
+        demonstration scoring."""
+        tuned = (mode or self.mode) != "none" and self.finetune_steps > 0
+        return self.setup_s + (self.demo_s if tuned else 0.0)
+
+    @property
+    def overhead_s(self) -> float:
+        return self.overhead_seconds()
 
     def finetune_seconds(self, mode: str | None = None) -> float:
         """Fine-tuning time of `mode` (default: the estimate's) over `finetune_steps` steps per task."""
@@ -127,7 +167,10 @@ class Estimate:
 
     @property
     def total_s(self) -> float:
-        return self.finetune_s + self.inference_s
+        return self.total_seconds()
+
+    def total_seconds(self, mode: str | None = None) -> float:
+        return self.finetune_seconds(mode) + self.inference_s + self.overhead_seconds(mode)
 
 
 _SOLVE = SolveConfig.model_fields
@@ -138,11 +181,13 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
              embeddings_fraction: float = _SOLVE["embeddings_fraction"].default, batch_size: int = 64,
              eval_batch_size: int = 256, device: str | torch.device = "cpu", seq_len: int = 900,
              vocab_size: int = 12, repeats: int = REPEATS, cap_s: float | None = None,
-             say: Callable[[str], None] | None = None, act_steps: int | None = None) -> Estimate:
+             say: Callable[[str], None] | None = None, act_steps: int | None = None,
+             scored_rows: int = DEMO_ROWS) -> Estimate:
     """The kernel's time for `tasks` tasks on `device`, from steps timed here (`time_steps`: within `cap_s`
     seconds, default `timing_cap(None)`, but a step of each needed kind whatever it costs; `say` gets each step
     before and after it is timed). `act_steps`: row-steps per test input (default arch.halt_max_steps;
-    `prediction_steps` with test-time levers)."""
+    `prediction_steps` with test-time levers). `scored_rows`: the most demonstration rows a task scores before
+    and after fine-tuning (`demo_rows`), each for arch.halt_max_steps ACT steps (`overhead_seconds`)."""
     # the call's arguments, before a step is timed: `act_steps=-3` priced negative seconds, `tasks=-1` failed in torch
     check_kinds(configs={"arch": (arch, ArchConfig, "ArchConfig(**fields); an export's config.json holds its fields")},
                 functions={"say": say})
@@ -155,6 +200,7 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
     vocab_size = whole_argument("vocab_size", vocab_size, 2, 2**31 - 1)
     repeats = whole_argument("repeats", repeats, 1, 1000)
     act_steps = None if act_steps is None else whole_argument("act_steps", act_steps, 1, 10**6)
+    scored_rows = whole_argument("scored_rows", scored_rows, 0, MAX_BATCH_SIZE)
     if finetune not in MODES:
         raise ValueError(f"finetune={clipped(finetune)}: expected one of {', '.join(MODES)}")
     if not (isinstance(embeddings_fraction, (int, float)) and not isinstance(embeddings_fraction, bool)
@@ -172,9 +218,12 @@ def estimate(arch: ArchConfig, *, tasks: int = 120, num_aug: int = _SOLVE["num_a
                    cap_s=timing_cap(None) if cap_s is None else cap_s, n_ids=n_ids, repeats=repeats,
                    must_finish=True, say=say)
     test_examples = tasks * TEST_INPUTS_PER_TASK * (num_aug + 1)
+    # a task scores as many of its demonstration rows as it predicts test rows at most (`solve_unit`)
+    scored = tasks * min(scored_rows, TEST_INPUTS_PER_TASK * (num_aug + 1), DEMO_PAIRS_PER_TASK * (num_aug + 1))
     return Estimate(t.device, t.step_s, t.embeddings_step_s, t.row_step_s, tasks, finetune_steps, embeddings_fraction,
                     finetune, inference_seconds(test_examples, act_steps or arch.halt_max_steps, t.row_step_s),
-                    t.batch, t.eval_batch, t)
+                    t.batch, t.eval_batch, t, setup_s=overhead_seconds(tasks, 0, arch.halt_max_steps, t.row_step_s),
+                    demo_s=overhead_seconds(0, scored, arch.halt_max_steps, t.row_step_s))
 
 
 def hms(s: float) -> str:
@@ -193,11 +242,14 @@ def format_estimate(e: Estimate, tasks: int, num_aug: int) -> str:
         f"every weight, {e.embeddings_step_s:.3f} s per step training the puzzle rows alone)",
         f"  inference    {hms(e.inference_s):>12}  ({e.row_step_s * 1e3:.2f} ms per example per ACT step, timed on "
         f"{e.eval_batch} rows)",
+        f"  per task     {hms(e.overhead_s):>12}  (dataset and model load, {TASK_OVERHEAD_S:g} s a task"
+        + (", and its demonstration pairs scored before and after fine-tuning at the prediction rate"
+           if e.overhead_s > e.setup_s else "") + ")",
         f"  total        {hms(e.total_s):>12}  -> {fits} in Kaggle's 12 h limit ({e.total_s / KAGGLE_LIMIT_S:.0%})",
         "  every fine-tuning mode (--finetune), same steps:",
     ]
     for mode in MODES:
-        total = e.finetune_seconds(mode) + e.inference_s
+        total = e.total_seconds(mode)
         lines.append(f"    {'*' if mode == e.mode else ' '} {mode:<20} fine-tuning {hms(e.finetune_seconds(mode)):>10}"
                      f"  total {hms(total):>10}  ({total / KAGGLE_LIMIT_S:.0%} of 12 h)")
     if e.timing is not None:
@@ -237,7 +289,8 @@ def estimate_kernel(cfg: SolveConfig, *, weights: str | os.PathLike | None = Non
     steps = prediction_steps(cfg, arch.halt_max_steps)
     e = estimate(arch, tasks=share, num_aug=cfg.num_aug, finetune_steps=cfg.finetune_steps, finetune=cfg.finetune,
                  embeddings_fraction=cfg.embeddings_fraction, batch_size=batch_size, eval_batch_size=eval_batch_size,
-                 device=pick_device(device), seq_len=seq_len, vocab_size=vocab, say=say, act_steps=steps)
+                 device=pick_device(device), seq_len=seq_len, vocab_size=vocab, say=say, act_steps=steps,
+                 scored_rows=demo_rows(cfg))
     sampled = (f"\n(inference priced at {count(cfg.trajectories, 'trajectory', 'trajectories')} x "
                f"{steps // cfg.trajectories} ACT steps = {steps} row-steps per augmented test input; "
                "docs/test_time.md)" if cfg.trajectories > 1 or cfg.test_depth else "")
